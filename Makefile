@@ -1,0 +1,66 @@
+# promoter — set-up, serve, test, lint and benchmarks.
+# `make serve` and `make test` work on a fresh clone: each creates .venv and installs.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+STATE  ?= .promoter
+HOST   ?= 127.0.0.1
+PORT   ?= 8787
+REPO   ?=
+NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
+
+.PHONY: help venv serve test test-fast lint format bench demo schemas clean
+
+help:
+	@echo "make serve [REPO=/path/to/worktree]  run the daemon on $(HOST):$(PORT)"
+	@echo "make test                            run the whole test suite"
+	@echo "make lint                            ruff + mypy --strict"
+	@echo "make bench                           benchmarks (prints ratios)"
+	@echo "make demo                            the whole flow on a scratch repository"
+	@echo "make schemas                         regenerate schemas/ from the models"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+serve: $(STAMP)
+	$(PY) -m promoter.cli.main db upgrade --state-dir $(STATE)
+ifeq ($(REPO),)
+	$(PY) -m promoter.demo ensure-repo $(STATE)/demo-repo
+	$(PY) -m promoter.cli.main serve --state-dir $(STATE) --host $(HOST) --port $(PORT) --repo demo=$(STATE)/demo-repo
+else
+	$(PY) -m promoter.cli.main serve --state-dir $(STATE) --host $(HOST) --port $(PORT) --repo $(NAME)=$(REPO)
+endif
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check promoter tests bench migrations
+	$(VENV)/bin/ruff format --check promoter tests bench migrations
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix promoter tests bench migrations
+	$(VENV)/bin/ruff format promoter tests bench migrations
+
+schemas: $(STAMP)
+	$(PY) -m promoter.domain.schemas schemas
+
+bench: $(STAMP)
+	$(PY) -m bench.run
+
+demo: $(STAMP)
+	$(PY) -m promoter.demo run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

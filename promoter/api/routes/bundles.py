@@ -1,0 +1,52 @@
+"""Bundle submission and retrieval (SPEC §7)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from promoter.api.deps import AnyRoleDep, ExecutorDep, ServicesDep, read_json_body
+from promoter.api.responses import canonical_response, json_response
+from promoter.domain.documents import canonical
+from promoter.engine.bundles import bundle_owner, load_bundle, load_verification, submit_bundle
+from promoter.engine.services import Services
+from promoter.errors import Forbidden, NotFound
+from promoter.store.credentials import Principal
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/bundles")
+async def post_bundle(request: Request, principal: ExecutorDep, services: ServicesDep) -> Response:
+    body = await read_json_body(request, services)
+    result = submit_bundle(services, body, run_id=principal.run_id)
+    return json_response(
+        {
+            "bundle_id": result.bundle.bundle_id,
+            "bundle_sha256": result.bundle.bundle_sha256,
+            "verification_receipt": result.receipt.wire(),
+        },
+        201 if result.created else 200,
+    )
+
+
+def _check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
+    if principal.role != "executor":
+        return
+    owner = bundle_owner(services, bundle_id)
+    if owner is None:
+        raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
+    if owner != principal.run_id:
+        raise Forbidden("an executor may read the bundles of its own run only")
+
+
+@router.get("/bundles/{bundle_id}")
+def get_bundle(bundle_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+    _check_owner(services, principal, bundle_id)
+    return canonical_response(canonical(load_bundle(services, bundle_id)))
+
+
+@router.get("/bundles/{bundle_id}/verification")
+def get_verification(bundle_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+    _check_owner(services, principal, bundle_id)
+    return canonical_response(load_verification(services, bundle_id))

@@ -1,0 +1,49 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from promoter.api.deps import ServicesDep
+from promoter.api.responses import json_response
+from promoter.errors import Unauthenticated
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@router.get("/readyz")
+def readyz(services: ServicesDep) -> Response:
+    checks = {
+        "database": services.db.ping(),
+        "state_dir_writable": os.access(services.settings.state_dir, os.W_OK),
+    }
+    ready = all(checks.values())
+    return json_response({"status": "ready" if ready else "not_ready", "checks": checks},
+                         200 if ready else 503)
+
+
+@router.get("/metrics")
+def metrics(request: Request, services: ServicesDep) -> Response:
+    if not services.settings.metrics_public:
+        services.auth.authenticate(_token(request))
+    counters = request.app.state.metrics.snapshot()
+    lines = []
+    for name, value in sorted(counters.items()):
+        lines.append(f"# TYPE {name.split('{')[0]} counter")
+        lines.append(f"{name} {value}")
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _token(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        raise Unauthenticated("metrics need a token on this daemon")
+    return token.strip() or None

@@ -1,0 +1,47 @@
+"""Running the app under uvicorn and announcing the bound address once ready.
+
+``ReadyServer`` sets ``ready`` (a ``threading.Event``) and records the bound port after
+uvicorn has started listening, so callers (``promoter serve``, tests) synchronize on an
+event or on the announcement line instead of polling.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from typing import Any
+
+import uvicorn
+
+
+class ReadyServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, *, announce: bool = False) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+        self.port: int | None = None
+        self._announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.should_exit:
+            return
+        for server in self.servers:
+            for sock in server.sockets:
+                self.port = int(sock.getsockname()[1])
+                break
+        if self._announce:
+            print(f"promoter: ready on http://{self.config.host}:{self.port}", file=sys.stderr,
+                  flush=True)
+        self.ready.set()
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            super().install_signal_handlers()
+
+
+def make_server(app: Any, host: str, port: int, *, log_level: str = "warning",
+                announce: bool = False) -> ReadyServer:
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    return ReadyServer(config, announce=announce)

@@ -1,0 +1,96 @@
+"""The ``promoter`` command line: one Typer app, one module per command group.
+
+Every command catches ``PromoterError`` once here and exits with the error's exit code,
+printing its code and detail; nothing else is caught.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from promoter.cli import client_cmds
+from promoter.cli.common import err_console
+from promoter.config import load_settings, parse_repo_flags
+from promoter.errors import PromoterError
+
+app = typer.Typer(
+    name="promoter",
+    help="The trusted gate between low-trust executors and a real git worktree.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+client_cmds.register(app)
+
+StateDirOpt = Annotated[
+    Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
+]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
+
+
+@app.command()
+def serve(
+    state_dir: StateDirOpt = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Listen port (0: any free).")] = None,
+    repo: Annotated[
+        list[str] | None, typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run the daemon: migrate the database, check repositories, serve HTTP."""
+    from promoter.api.app import create_app
+    from promoter.api.server import make_server
+    from promoter.engine.services import build_services
+
+    settings = load_settings(
+        config,
+        state_dir=state_dir,
+        host=host,
+        port=port,
+        repositories=parse_repo_flags(repo) if repo else None,
+    )
+    services = build_services(settings)
+    err_console.print(
+        f"promoter: state {settings.state_dir.resolve()}, "
+        f"{len(services.registry.all())} repositories"
+    )
+    for repository in services.registry.all():
+        err_console.print(f"  {repository.name}: {repository.worktree} ({repository.identity})")
+    app_ = create_app(settings, services)
+    server = make_server(app_, settings.host, settings.port, log_level=settings.log_level,
+                         announce=True)
+    try:
+        server.run()
+    finally:
+        services.close()
+
+
+@db_app.command("upgrade")
+def db_upgrade(state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
+    """Migrate the database to the newest schema."""
+    from promoter.engine.services import prepare_state_dir
+    from promoter.store.db import upgrade
+
+    settings = load_settings(config, state_dir=state_dir)
+    prepare_state_dir(settings.state_dir)
+    upgrade(settings.db_url)
+    err_console.print(f"database at {settings.db_url} is at the newest schema")
+
+
+def main() -> None:
+    try:
+        app()
+    except PromoterError as exc:
+        err_console.print(f"[bold red]error[/] [{exc.code}] {exc.detail}")
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Settings of the daemon and the CLI (pydantic-settings).
+
+Precedence: command-line flags > ``PROMOTER_*`` environment variables > the TOML config
+file > defaults. Nothing is read at import time; ``load_settings`` builds one ``Settings``
+object in ``main()`` or in a test. Defaults give a working daemon with nothing configured.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from promoter.errors import ConfigError
+
+
+class RepositoryConfig(BaseModel):
+    """One guarded worktree, configured by the operator only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path
+    check_command: list[str] | None = None
+    check_timeout: float = Field(default=300.0, gt=0)
+    on_check_failure: Literal["hold", "rollback"] = "hold"
+    snapshots: bool = False
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PROMOTER_", extra="forbid", frozen=True)
+
+    state_dir: Path = Path(".promoter")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    database_url: str | None = None
+    repositories: dict[str, RepositoryConfig] = Field(default_factory=dict)
+    lock_timeout: float = Field(default=30.0, gt=0)
+    max_blob_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    max_document_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
+    auto_recover: bool = False
+    metrics_public: bool = True
+    blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
+    log_level: str = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+    @property
+    def db_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.state_dir / 'promoter.db').resolve()}"
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.state_dir / "audit"
+
+    @property
+    def credentials_dir(self) -> Path:
+        return self.state_dir / "credentials"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.state_dir / "snapshots"
+
+
+def parse_repo_flags(flags: list[str]) -> dict[str, RepositoryConfig]:
+    """``NAME=PATH`` items from ``--repo`` flags."""
+    repos: dict[str, RepositoryConfig] = {}
+    for flag in flags:
+        name, sep, path = flag.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--repo takes NAME=PATH, got {flag!r}")
+        repos[name] = RepositoryConfig(path=Path(path))
+    return repos
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings: ``overrides`` (flags) > environment > TOML file > defaults."""
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            file_values = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+    try:
+        base = Settings()  # environment and defaults
+        env_set = set(base.model_fields_set)
+        merged: dict[str, Any] = {k: v for k, v in file_values.items() if k not in env_set}
+        merged.update({k: getattr(base, k) for k in env_set})
+        flags = {k: v for k, v in overrides.items() if v is not None}
+        if "repositories" in flags and "repositories" in merged:
+            flags["repositories"] = {**_as_dict(merged["repositories"]), **flags["repositories"]}
+        merged.update(flags)
+        return Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}

@@ -1,0 +1,82 @@
+"""Canonical bytes and hashes (SPEC §2).
+
+Every hashed document is JSON canonicalized with RFC 8785 (JCS) and encoded as UTF-8.
+This module is the single place that turns documents into bytes and bytes into
+digests and ids; it performs no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import rfc8785
+
+MAX_SAFE_INT = 2**53
+
+
+def _check_value(value: Any, where: str) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if abs(value) >= MAX_SAFE_INT:
+            raise ValueError(f"{where}: integer {value} is outside +-2^53")
+        return
+    if isinstance(value, float):
+        raise ValueError(f"{where}: floats are not allowed in canonical documents")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: object keys must be strings")
+            _check_value(item, f"{where}.{key}")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_value(item, f"{where}[{index}]")
+        return
+    raise ValueError(f"{where}: {type(value).__name__} is not a JSON value")
+
+
+def canonical_bytes(document: Any) -> bytes:
+    """RFC 8785 bytes of a JSON document made of str, int, bool, None, list and dict."""
+    _check_value(document, "$")
+    return bytes(rfc8785.dumps(document))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def projection(document: Mapping[str, Any], identity_fields: Iterable[str]) -> dict[str, Any]:
+    """The document without its own identity fields."""
+    drop = set(identity_fields)
+    return {key: value for key, value in document.items() if key not in drop}
+
+
+def projection_sha256(document: Mapping[str, Any], identity_fields: Iterable[str]) -> str:
+    """``sha256(JCS(projection))``: the hash that a document's identity fields carry."""
+    return sha256_hex(canonical_bytes(projection(document, identity_fields)))
+
+
+def content_id(prefix: str, sha256: str) -> str:
+    """``<prefix>_<first 32 hex of the sha256>``."""
+    return f"{prefix}_{sha256[:32]}"
+
+
+def rfc3339(moment: datetime) -> str:
+    """RFC 3339 UTC with a ``Z`` suffix and whole seconds."""
+    if moment.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse the exact timestamp form of SPEC §2."""
+    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    return moment.replace(tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)

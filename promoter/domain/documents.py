@@ -1,0 +1,83 @@
+"""Hashes, ids and canonical bytes of the wire documents (SPEC §2, §3, §5.2).
+
+One function per identity rule, all built on ``promoter.domain.canonical``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from promoter.domain.canonical import canonical_bytes, content_id, projection_sha256, sha256_hex
+from promoter.domain.models import (
+    GrantV1,
+    PatchBundleV1,
+    PatchPromotionReceiptV1,
+    PatchVerificationReceiptV1,
+    RollbackReceiptV1,
+)
+
+GRANT_IDENTITY = ("grant_sha256",)
+BUNDLE_IDENTITY = ("bundle_id", "bundle_sha256")
+RECEIPT_IDENTITY = ("receipt_sha256",)
+
+
+def grant_sha256(grant: GrantV1) -> str:
+    return projection_sha256(grant.wire(), GRANT_IDENTITY)
+
+
+def sealed_grant(grant: GrantV1) -> GrantV1:
+    """The grant with its ``grant_sha256`` filled in (identity of the exact bytes)."""
+    return grant.model_copy(update={"grant_sha256": grant_sha256(grant)})
+
+
+def bundle_sha256(document: dict[str, Any]) -> str:
+    return projection_sha256(document, BUNDLE_IDENTITY)
+
+
+def bundle_id_for(sha256: str) -> str:
+    return content_id("bnd", sha256)
+
+
+def seal_bundle(document: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``bundle_sha256`` and ``bundle_id`` of a bundle document (a copy)."""
+    digest = bundle_sha256(document)
+    return {**document, "bundle_sha256": digest, "bundle_id": bundle_id_for(digest)}
+
+
+def receipt_sha256(document: dict[str, Any]) -> str:
+    return projection_sha256(document, RECEIPT_IDENTITY)
+
+
+def seal_receipt(document: dict[str, Any]) -> dict[str, Any]:
+    return {**document, "receipt_sha256": receipt_sha256(document)}
+
+
+def canonical(
+    document: GrantV1
+    | PatchBundleV1
+    | PatchVerificationReceiptV1
+    | PatchPromotionReceiptV1
+    | RollbackReceiptV1,
+) -> bytes:
+    """The exact bytes stored in the audit store for a document."""
+    return canonical_bytes(document.wire())
+
+
+def operation_id_for(
+    *,
+    grant_sha256: str,
+    bundle_sha256: str,
+    verification_receipt_sha256: str,
+    repository_identity: str,
+) -> str:
+    terms = {
+        "grant_sha256": grant_sha256,
+        "bundle_sha256": bundle_sha256,
+        "verification_receipt_sha256": verification_receipt_sha256,
+        "repository_identity": repository_identity,
+    }
+    return content_id("op", sha256_hex(canonical_bytes(terms)))
+
+
+def evidence_sha256(evidence: Any) -> str:
+    return sha256_hex(canonical_bytes(evidence))

@@ -1,0 +1,344 @@
+"""Wire documents of SPEC §3 as strict, frozen pydantic models.
+
+Every model rejects unknown fields and coerces nothing. Formats (digests, oids, modes,
+timestamps) and the internal consistency of a ``FileState`` are enforced at parse time.
+Cross-field invariants of a bundle (hash, counts, order, path rules, operation/state
+agreement) are deliberately *not* enforced here: they are checks of the verification
+receipt (SPEC §3.6), which must report all of them at once instead of stopping at the
+first. ``promoter.domain.documents`` adds hashing and ids on top of these models.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+HEX64 = r"^[0-9a-f]{64}$"
+HEX40 = r"^[0-9a-f]{40}$"
+
+Sha256 = Annotated[str, StringConstraints(pattern=HEX64)]
+Oid = Annotated[str, StringConstraints(pattern=HEX40)]
+GitMode = Literal["100644", "100755"]
+IndexMode = Annotated[str, StringConstraints(pattern=r"^(100644|100755|120000|160000)$")]
+SafeInt = Annotated[int, Field(ge=0, lt=2**53)]
+NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+BundleId = Annotated[str, StringConstraints(pattern=r"^bnd_[0-9a-f]{32}$")]
+RepoIdentity = Annotated[str, StringConstraints(pattern=r"^repo_[0-9a-f]{32}$")]
+OperationId = Annotated[str, StringConstraints(pattern=r"^op_[0-9a-f]{32}$")]
+EventId = Annotated[str, StringConstraints(pattern=r"^evt_[0-9a-f]{32}$")]
+Operation = Literal["create", "modify", "delete"]
+
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+
+def _check_timestamp(value: str) -> str:
+    if not _TIMESTAMP.match(value):
+        raise ValueError("timestamp must be RFC 3339 UTC with whole seconds and a Z suffix")
+    datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")  # rejects impossible dates
+    return value
+
+
+Timestamp = Annotated[str, AfterValidator(_check_timestamp)]
+# Paths are checked by the verification's path_policy check, not at parse time, so that
+# a receipt can report every broken path; here they only need to be bounded strings.
+WirePath = Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON document (every field, nulls included)."""
+        return self.model_dump(mode="json")
+
+
+def blob_path(sha256: str) -> str:
+    """Where a blob lives relative to the audit store root (SPEC §3.1)."""
+    return f"blobs/sha256/{sha256[0:2]}/{sha256}"
+
+
+class BlobRef(Strict):
+    path: str
+    sha256: Sha256
+
+    @model_validator(mode="after")
+    def _path_matches(self) -> BlobRef:
+        if self.path != blob_path(self.sha256):
+            raise ValueError("blob_ref.path must be blobs/sha256/<hex[0:2]>/<hex>")
+        return self
+
+
+class FileState(Strict):
+    exists: bool
+    sha256: Sha256 | None
+    mode: GitMode | None
+    bytes: SafeInt | None
+    blob_ref: BlobRef | None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FileState:
+        fields = (self.sha256, self.mode, self.bytes, self.blob_ref)
+        if self.exists:
+            if any(value is None for value in fields):
+                raise ValueError("an existing FileState needs sha256, mode, bytes and blob_ref")
+            assert self.blob_ref is not None
+            if self.blob_ref.sha256 != self.sha256:
+                raise ValueError("blob_ref.sha256 must equal sha256")
+        elif any(value is not None for value in fields):
+            raise ValueError("a missing FileState has null sha256, mode, bytes and blob_ref")
+        return self
+
+    @classmethod
+    def missing(cls) -> FileState:
+        return cls(exists=False, sha256=None, mode=None, bytes=None, blob_ref=None)
+
+    @classmethod
+    def of(cls, sha256: str, mode: str, size: int) -> FileState:
+        ref = BlobRef(path=blob_path(sha256), sha256=sha256)
+        return cls(exists=True, sha256=sha256, mode=mode, bytes=size, blob_ref=ref)  # type: ignore[arg-type]
+
+    def same_content(self, other: StateSpec | FileState) -> bool:
+        return (self.exists, self.sha256, self.mode) == (other.exists, other.sha256, other.mode)
+
+
+class Change(Strict):
+    path: WirePath
+    operation: Operation
+    old: FileState
+    new: FileState
+
+
+class StateSpec(Strict):
+    """The old state a precondition names: no size, no blob reference."""
+
+    exists: bool
+    sha256: Sha256 | None
+    mode: GitMode | None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StateSpec:
+        if self.exists != (self.sha256 is not None) or self.exists != (self.mode is not None):
+            raise ValueError("exists=true needs sha256 and mode; exists=false needs neither")
+        return self
+
+
+class IndexSpec(Strict):
+    mode: IndexMode
+    oid: Oid
+    stage: Annotated[int, Field(ge=0, le=3)]
+
+
+class Precondition(Strict):
+    path: WirePath
+    old: StateSpec
+    index: IndexSpec | None
+
+
+class AllowEntry(Strict):
+    pattern: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    operations: Annotated[list[Operation], Field(min_length=1)]
+
+
+class Limits(Strict):
+    max_changes: Annotated[int, Field(ge=0, lt=2**53)]
+    max_total_bytes: Annotated[int, Field(ge=0, lt=2**53)]
+
+
+class GrantV1(Strict):
+    schema_: Literal["GrantV1"] = Field(alias="schema")
+    grant_sha256: Sha256 | None = None
+    grant_id: Name
+    repository_identity: RepoIdentity
+    branch: Annotated[str, StringConstraints(pattern=r"^refs/heads/[^\x00-\x20\x7f~^:?*\[\\]+$")]
+    base_commit: Oid
+    base_tree: Oid
+    executor_run_id: Name
+    workflow_id: Name
+    stage: Name
+    attempt: SafeInt
+    generation: SafeInt
+    resume_epoch: SafeInt
+    fence: SafeInt
+    not_before: Timestamp
+    expires_at: Timestamp
+    write_allowlist: list[AllowEntry]
+    target_preconditions: list[Precondition]
+    limits: Limits
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class LeaseV1(Strict):
+    run_id: Name
+    attempt: SafeInt
+    generation: SafeInt
+    resume_epoch: SafeInt
+    fence: SafeInt
+    expires_at: Timestamp
+
+
+class PatchBundleV1(Strict):
+    schema_: Literal["PatchBundleV1"] = Field(alias="schema")
+    bundle_id: BundleId
+    bundle_sha256: Sha256
+    grant_id: Name
+    grant_sha256: Sha256
+    executor_run_id: Name
+    repository_identity: RepoIdentity
+    base_commit: Oid
+    base_tree: Oid
+    changes: Annotated[list[Change], Field(max_length=1_000_000)]
+    change_count: SafeInt
+    total_bytes: SafeInt
+    created_at: Timestamp
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+CheckName = Literal[
+    "manifest_integrity",
+    "blob_integrity",
+    "grant_binding",
+    "path_policy",
+    "limits",
+    "allowlist",
+    "preconditions",
+]
+CHECK_ORDER: tuple[CheckName, ...] = (
+    "manifest_integrity",
+    "blob_integrity",
+    "grant_binding",
+    "path_policy",
+    "limits",
+    "allowlist",
+    "preconditions",
+)
+
+
+class Check(Strict):
+    name: CheckName
+    status: Literal["passed", "failed"]
+    evidence_sha256: Sha256
+    detail: str
+
+
+class PatchVerificationReceiptV1(Strict):
+    schema_: Literal["PatchVerificationReceiptV1"] = Field(alias="schema")
+    receipt_sha256: Sha256
+    bundle_id: BundleId
+    bundle_sha256: Sha256
+    grant_id: Name
+    grant_sha256: Sha256
+    executor_run_id: Name
+    repository_identity: RepoIdentity
+    status: Literal["passed", "failed"]
+    checks: list[Check]
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class Target(Strict):
+    path: WirePath
+    exists: bool
+    sha256: Sha256 | None
+    mode: GitMode | None
+
+
+class PromotionEvents(Strict):
+    decision: EventId
+    action: EventId
+    outcome: EventId
+
+
+class PatchPromotionReceiptV1(Strict):
+    schema_: Literal["PatchPromotionReceiptV1"] = Field(alias="schema")
+    receipt_sha256: Sha256
+    operation_id: OperationId
+    repository_identity: RepoIdentity
+    grant_id: Name
+    grant_sha256: Sha256
+    bundle_id: BundleId
+    bundle_sha256: Sha256
+    verification_receipt_sha256: Sha256
+    targets: list[Target]
+    events: PromotionEvents
+    promoted_at: Timestamp
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class ActualState(Strict):
+    """A FileState without ``blob_ref``: what a path was found to be."""
+
+    exists: bool
+    sha256: Sha256 | None
+    mode: GitMode | None
+    bytes: SafeInt | None
+
+
+class RollbackTarget(Strict):
+    path: WirePath
+    result: Literal["restored", "already_old", "conflict"]
+    actual: ActualState
+
+
+class RollbackReceiptV1(Strict):
+    schema_: Literal["RollbackReceiptV1"] = Field(alias="schema")
+    receipt_sha256: Sha256
+    operation_id: OperationId
+    status: Literal["rolled_back", "rollback_partial"]
+    targets: list[RollbackTarget]
+    removed_directories: list[WirePath]
+    rolled_back_at: Timestamp
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class DsseSignature(Strict):
+    keyid: str
+    sig: str
+
+
+class DsseEnvelope(Strict):
+    payloadType: str  # noqa: N815 - the DSSE wire name
+    payload: str
+    signatures: list[DsseSignature]
+
+
+WIRE_MODELS: dict[str, type[BaseModel]] = {
+    "FileState": FileState,
+    "Change": Change,
+    "GrantV1": GrantV1,
+    "LeaseV1": LeaseV1,
+    "PatchBundleV1": PatchBundleV1,
+    "PatchVerificationReceiptV1": PatchVerificationReceiptV1,
+    "PatchPromotionReceiptV1": PatchPromotionReceiptV1,
+    "RollbackReceiptV1": RollbackReceiptV1,
+    "DsseEnvelope": DsseEnvelope,
+}

@@ -1,0 +1,37 @@
+"""Adapter: a repository's base tree as the ``BaseTree`` port of verification.
+
+Reads, through the read-only git layer, the mode and content sha256 of paths in a tree.
+Anything that is not a regular blob there (directory, symlink, gitlink) is reported with
+``sha256: null`` and its git mode so that it equals no promotable old state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from promoter.git.readback import RepoLayout, blob_sha256, tree_entries
+
+
+class GitBaseTree:
+    def __init__(self, layout: RepoLayout) -> None:
+        self._layout = layout
+
+    def states(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+        entries = tree_entries(self._layout, base_tree, list(paths))
+        blobs = [
+            entry.oid
+            for entry in entries.values()
+            if entry is not None and entry.type == "blob" and entry.mode in ("100644", "100755")
+        ]
+        digests = blob_sha256(self._layout, sorted(set(blobs))) if blobs else {}
+        states: dict[str, dict[str, Any]] = {}
+        for path in paths:
+            entry = entries.get(path)
+            if entry is None:
+                states[path] = {"exists": False, "sha256": None, "mode": None}
+            elif entry.type == "blob" and entry.mode in ("100644", "100755"):
+                states[path] = {"exists": True, "sha256": digests[entry.oid][0], "mode": entry.mode}
+            else:
+                states[path] = {"exists": True, "sha256": None, "mode": entry.mode}
+        return states

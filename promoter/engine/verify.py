@@ -1,0 +1,305 @@
+"""Verification of a bundle against its grant (SPEC §3.6).
+
+Seven checks, always all of them, always in this order, each evaluated on its own so a
+failed receipt tells the executor everything that is wrong at once. Each check returns
+the evidence it compared; the receipt carries the evidence's sha256. The result holds no
+wall-clock time, so the same bundle, grant and blobs always give the same bytes.
+
+Reading blobs and the base tree are ports (``BlobSizes``, ``BaseTree``); this module does
+no I/O of its own and stores nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, Protocol
+
+from promoter.domain import allowlist
+from promoter.domain.documents import bundle_id_for, bundle_sha256, evidence_sha256, seal_receipt
+from promoter.domain.models import (
+    CHECK_ORDER,
+    Change,
+    Check,
+    CheckName,
+    GrantV1,
+    PatchBundleV1,
+    PatchVerificationReceiptV1,
+)
+from promoter.domain.paths import check_path, check_path_set, sort_key
+from promoter.errors import PathInvalid, PromoterError
+
+
+class BlobSizes(Protocol):
+    def measure(self, sha256: str) -> int | None:
+        """Size of the intact blob, or None if missing or not hashing to ``sha256``."""
+
+
+class BaseTree(Protocol):
+    def states(self, base_tree: str, paths: Sequence[str]) -> Mapping[str, dict[str, Any]]:
+        """Per path ``{"exists", "sha256", "mode"}`` in ``base_tree``.
+
+        A path that is not a regular blob there (a directory, symlink or gitlink) is
+        reported with ``exists: true, sha256: null`` and its git mode, so it equals no
+        promotable old state.
+        """
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    evidence: Any
+    detail: str = ""
+    code: str = "verification_failed"
+
+
+def _state(exists: bool, sha256: str | None, mode: str | None) -> dict[str, Any]:
+    return {"exists": exists, "sha256": sha256, "mode": mode}
+
+
+def _summarize(problems: list[str], limit: int = 5) -> str:
+    more = len(problems) - limit
+    head = "; ".join(problems[:limit])
+    return head + (f"; and {more} more" if more > 0 else "")
+
+
+# (1) manifest_integrity: hash, id, counts, order and operation/state agreement
+
+
+def _operation_problem(change: Change) -> str | None:
+    old, new = change.old, change.new
+    if change.operation == "create" and (old.exists or not new.exists):
+        return f"{change.path}: create needs a missing old and an existing new state"
+    if change.operation == "delete" and (not old.exists or new.exists):
+        return f"{change.path}: delete needs an existing old and a missing new state"
+    if change.operation == "modify":
+        if not (old.exists and new.exists):
+            return f"{change.path}: modify needs existing old and new states"
+        if (old.sha256, old.mode) == (new.sha256, new.mode):
+            return f"{change.path}: modify must change the content or the mode"
+    return None
+
+
+def check_manifest_integrity(document: Mapping[str, Any], bundle: PatchBundleV1) -> Outcome:
+    digest = bundle_sha256(dict(document))
+    total = sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists)
+    problems: list[str] = []
+    code = "verification_failed"
+    if digest != bundle.bundle_sha256 or bundle_id_for(digest) != bundle.bundle_id:
+        problems.append("bundle_sha256 or bundle_id does not match the bundle's content")
+        code = "bundle_hash_mismatch"
+    if bundle.change_count != len(bundle.changes):
+        problems.append(
+            f"change_count is {bundle.change_count}, changes list {len(bundle.changes)}"
+        )
+    if bundle.total_bytes != total:
+        problems.append(f"total_bytes is {bundle.total_bytes}, the new states add up to {total}")
+    keys = [sort_key(c.path) for c in bundle.changes]
+    if any(a >= b for a, b in pairwise(keys)):
+        problems.append("changes are not sorted by the UTF-8 bytes of path, or repeat a path")
+    problems.extend(p for c in bundle.changes if (p := _operation_problem(c)) is not None)
+    evidence = {
+        "bundle_sha256": digest,
+        "bundle_id": bundle_id_for(digest),
+        "change_count": len(bundle.changes),
+        "total_bytes": total,
+    }
+    if problems and code != "bundle_hash_mismatch":
+        code = "validation_failed"
+    return Outcome(not problems, evidence, _summarize(problems), code)
+
+
+# (2) blob_integrity: every referenced blob present and hashing correctly, sizes agree
+
+
+def check_blob_integrity(bundle: PatchBundleV1, blobs: BlobSizes) -> Outcome:
+    claimed: dict[str, set[int]] = {}
+    for change in bundle.changes:
+        for state in (change.old, change.new):
+            if state.exists and state.sha256 is not None and state.bytes is not None:
+                claimed.setdefault(state.sha256, set()).add(state.bytes)
+    evidence: list[dict[str, Any]] = []
+    missing: list[str] = []
+    wrong_size: list[str] = []
+    for sha256 in sorted(claimed):
+        size = blobs.measure(sha256)
+        evidence.append({"sha256": sha256, "bytes": size})
+        if size is None:
+            missing.append(sha256)
+        elif claimed[sha256] != {size}:
+            wrong_size.append(sha256)
+    problems = [f"blob {s} is missing or does not hash correctly" for s in missing]
+    problems += [f"blob {s} has {sorted(claimed[s])} bytes claimed" for s in wrong_size]
+    code = "blob_missing" if missing else "blob_hash_mismatch"
+    return Outcome(not problems, evidence, _summarize(problems), code)
+
+
+# (3) grant_binding: the bundle names this grant and agrees with it
+
+
+BINDING_FIELDS = (
+    "grant_id",
+    "grant_sha256",
+    "executor_run_id",
+    "repository_identity",
+    "base_commit",
+    "base_tree",
+)
+
+
+def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
+    evidence = {name: getattr(grant, name) for name in BINDING_FIELDS}
+    problems = [
+        f"{name} is {getattr(bundle, name)!r}, the grant says {evidence[name]!r}"
+        for name in BINDING_FIELDS
+        if getattr(bundle, name) != evidence[name]
+    ]
+    return Outcome(not problems, evidence, _summarize(problems))
+
+
+# (4) path_policy: the lexical path rules of SPEC §3.2
+
+
+def check_path_policy(bundle: PatchBundleV1) -> Outcome:
+    paths = [c.path for c in bundle.changes]
+    problems: list[str] = []
+    for path in paths:
+        try:
+            check_path(path)
+        except PathInvalid as exc:
+            problems.append(f"{path!r}: {exc.detail}")
+    try:
+        check_path_set(paths)
+    except PathInvalid as exc:
+        problems.append(
+            f"{exc.context.get('path')!r} and {exc.context.get('other')!r}: {exc.detail}"
+        )
+    return Outcome(not problems, sorted(paths, key=sort_key), _summarize(problems), "path_invalid")
+
+
+# (5) limits: the grant's count and size limits
+
+
+def check_limits(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
+    count = len(bundle.changes)
+    total = sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists)
+    evidence = {
+        "change_count": count,
+        "total_bytes": total,
+        "max_changes": grant.limits.max_changes,
+        "max_total_bytes": grant.limits.max_total_bytes,
+    }
+    problems = []
+    if count > grant.limits.max_changes:
+        problems.append(f"{count} changes exceed the grant's limit of {grant.limits.max_changes}")
+    if total > grant.limits.max_total_bytes:
+        problems.append(f"{total} bytes exceed the grant's limit of {grant.limits.max_total_bytes}")
+    return Outcome(not problems, evidence, _summarize(problems), "payload_too_large")
+
+
+# (6) allowlist: some entry matches the path and lists the operation
+
+
+def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
+    evidence: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for change in bundle.changes:
+        chosen: str | None = None
+        for entry in grant.write_allowlist:
+            try:
+                ok = allowlist.matches(entry.pattern, change.path)
+            except PromoterError:
+                ok = False
+            if ok and change.operation in entry.operations:
+                chosen = entry.pattern
+                break
+        evidence.append({"path": change.path, "operation": change.operation, "pattern": chosen})
+        if chosen is None:
+            problems.append(f"{change.path}: {change.operation} is not allowed by the grant")
+    return Outcome(not problems, evidence, _summarize(problems))
+
+
+# (7) preconditions: every old state equals the explicit or implicit precondition
+
+
+def check_preconditions(bundle: PatchBundleV1, grant: GrantV1, base: BaseTree) -> Outcome:
+    explicit = {p.path: p for p in grant.target_preconditions}
+    implicit_paths = [c.path for c in bundle.changes if c.path not in explicit]
+    try:
+        base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
+    except PromoterError as exc:
+        return Outcome(False, {"error": exc.code}, f"cannot read the base tree: {exc.detail}")
+    evidence: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for change in bundle.changes:
+        if change.path in explicit:
+            spec = explicit[change.path].old
+            expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
+        else:
+            expected = dict(base_states.get(change.path) or _state(False, None, None))
+            source = "base_tree"
+        actual = _state(change.old.exists, change.old.sha256, change.old.mode)
+        evidence.append({"path": change.path, "source": source, "expected": expected})
+        if actual != expected:
+            problems.append(f"{change.path}: old state differs from the {source} precondition")
+    return Outcome(not problems, evidence, _summarize(problems))
+
+
+@dataclass(frozen=True)
+class Verification:
+    receipt: PatchVerificationReceiptV1
+    failure_codes: dict[str, str]
+
+    @property
+    def passed(self) -> bool:
+        return self.receipt.status == "passed"
+
+    @property
+    def code(self) -> str:
+        """The problem code of a failed receipt: that of its first failed check."""
+        for check in self.receipt.checks:
+            if check.status == "failed":
+                return self.failure_codes.get(check.name, "verification_failed")
+        return "verification_failed"
+
+
+def verify(
+    document: Mapping[str, Any],
+    bundle: PatchBundleV1,
+    grant: GrantV1,
+    blobs: BlobSizes,
+    base: BaseTree,
+) -> Verification:
+    """Run the seven checks and build the deterministic receipt."""
+    checks: dict[CheckName, Callable[[], Outcome]] = {
+        "manifest_integrity": lambda: check_manifest_integrity(document, bundle),  # (1)
+        "blob_integrity": lambda: check_blob_integrity(bundle, blobs),  # (2)
+        "grant_binding": lambda: check_grant_binding(bundle, grant),  # (3)
+        "path_policy": lambda: check_path_policy(bundle),  # (4)
+        "limits": lambda: check_limits(bundle, grant),  # (5)
+        "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
+        "preconditions": lambda: check_preconditions(bundle, grant, base),  # (7)
+    }
+    results = [(name, checks[name]()) for name in CHECK_ORDER]
+    receipt = {
+        "schema": "PatchVerificationReceiptV1",
+        "bundle_id": bundle.bundle_id,
+        "bundle_sha256": bundle.bundle_sha256,
+        "grant_id": grant.grant_id,
+        "grant_sha256": grant.grant_sha256,
+        "executor_run_id": bundle.executor_run_id,
+        "repository_identity": bundle.repository_identity,
+        "status": "passed" if all(o.passed for _, o in results) else "failed",
+        "checks": [
+            Check(
+                name=name,
+                status="passed" if outcome.passed else "failed",
+                evidence_sha256=evidence_sha256(outcome.evidence),
+                detail="" if outcome.passed else outcome.detail,
+            ).wire()
+            for name, outcome in results
+        ],
+    }
+    codes = {name: outcome.code for name, outcome in results if not outcome.passed}
+    return Verification(PatchVerificationReceiptV1.model_validate(seal_receipt(receipt)), codes)

@@ -1,0 +1,312 @@
+"""The only exception hierarchy of promoter.
+
+Every error promoter raises on purpose is a ``PromoterError`` subclass that carries a
+stable machine-readable ``code`` (SPEC §7), the HTTP status the API answers with, and the
+exit code the CLI exits with. Foreign exceptions (``OSError``, SQLAlchemy, subprocess) are
+translated into these at the boundary that meets them, with ``raise ... from exc``.
+
+This module deliberately holds no I/O and no formatting of responses: the API's problem
+handler and the CLI's top-level handler do that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class PromoterError(Exception):
+    """Root of every error promoter raises on purpose."""
+
+    code: ClassVar[str] = "internal"
+    http_status: ClassVar[int] = 500
+    exit_code: ClassVar[int] = 70
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str = "", **context: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.context: dict[str, Any] = context
+
+    def to_problem(self) -> dict[str, Any]:
+        """The RFC 9457 members this error contributes (without ``instance``)."""
+        problem: dict[str, Any] = {
+            "type": f"https://promoter.dev/problems/{self.code}",
+            "title": self.title,
+            "status": self.http_status,
+            "detail": self.detail,
+            "code": self.code,
+        }
+        problem.update(self.context)
+        return problem
+
+
+# --- bad input (400/413/422) -------------------------------------------------------------
+
+
+class BadRequest(PromoterError):
+    code = "bad_request"
+    http_status = 400
+    exit_code = 64
+    title = "The request is malformed"
+
+
+class ValidationFailed(PromoterError):
+    code = "validation_failed"
+    http_status = 422
+    exit_code = 65
+    title = "The document does not match its schema"
+
+
+class PathInvalid(PromoterError):
+    code = "path_invalid"
+    http_status = 422
+    exit_code = 65
+    title = "A path breaks the path rules"
+
+
+class PayloadTooLarge(PromoterError):
+    code = "payload_too_large"
+    http_status = 413
+    exit_code = 65
+    title = "The payload is larger than allowed"
+
+
+class BundleHashMismatch(PromoterError):
+    code = "bundle_hash_mismatch"
+    http_status = 422
+    exit_code = 65
+    title = "The bundle's hash or id does not match its content"
+
+
+class BlobHashMismatch(PromoterError):
+    code = "blob_hash_mismatch"
+    http_status = 422
+    exit_code = 65
+    title = "The uploaded bytes do not hash to the named sha256"
+
+
+class GrantInvalid(PromoterError):
+    code = "grant_invalid"
+    http_status = 422
+    exit_code = 65
+    title = "The grant cannot be registered"
+
+
+class RepositoryInvalid(PromoterError):
+    code = "repository_invalid"
+    http_status = 422
+    exit_code = 78
+    title = "The repository cannot be guarded"
+
+
+class VerificationFailed(PromoterError):
+    code = "verification_failed"
+    http_status = 422
+    exit_code = 65
+    title = "The bundle did not pass verification"
+
+
+class ReceiptInvalid(PromoterError):
+    code = "receipt_invalid"
+    http_status = 422
+    exit_code = 65
+    title = "The receipt does not verify"
+
+
+# --- authentication and authorization (401/403) -----------------------------------------
+
+
+class Unauthenticated(PromoterError):
+    code = "unauthenticated"
+    http_status = 401
+    exit_code = 77
+    title = "No valid credentials were presented"
+
+
+class Forbidden(PromoterError):
+    code = "forbidden"
+    http_status = 403
+    exit_code = 77
+    title = "The credentials do not allow this"
+
+
+# --- missing things (404) -----------------------------------------------------------------
+
+
+class NotFound(PromoterError):
+    code = "not_found"
+    http_status = 404
+    exit_code = 66
+    title = "No such resource"
+
+
+class GrantUnknown(PromoterError):
+    code = "grant_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No grant with that id is registered"
+
+
+class BundleUnknown(PromoterError):
+    code = "bundle_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No bundle with that id is stored"
+
+
+class BlobMissing(PromoterError):
+    code = "blob_missing"
+    http_status = 422
+    exit_code = 66
+    title = "A referenced blob is not in the blob store"
+
+
+class RepositoryUnknown(PromoterError):
+    code = "repository_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No repository with that name or identity is configured"
+
+
+class OperationUnknown(PromoterError):
+    code = "operation_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No operation with that id exists"
+
+
+class ReceiptUnavailable(PromoterError):
+    code = "receipt_unavailable"
+    http_status = 404
+    exit_code = 66
+    title = "The operation has no receipt (yet)"
+
+
+# --- conflicts and refusals (409) ---------------------------------------------------------
+
+
+class Conflict(PromoterError):
+    code = "conflict"
+    http_status = 409
+    exit_code = 75
+    title = "The request conflicts with stored state"
+
+
+class DocumentConflict(Conflict):
+    code = "document_conflict"
+    title = "Different bytes are already stored under this name"
+
+
+class GrantConflict(Conflict):
+    code = "grant_conflict"
+    title = "A different grant with this id is already registered"
+
+
+class BundleConflict(Conflict):
+    code = "bundle_conflict"
+    title = "A different bundle with this id is already stored"
+
+
+class ReceiptConflict(Conflict):
+    code = "receipt_conflict"
+    title = "Re-verification differs from the stored passed receipt"
+
+
+class GrantExpired(Conflict):
+    code = "grant_expired"
+    title = "The grant is outside its validity window"
+
+
+class LeaseStale(Conflict):
+    code = "lease_stale"
+    title = "The lease does not authorize this"
+
+
+class LeaseFenceRegression(Conflict):
+    code = "lease_fence_regression"
+    title = "Lease fences only move forward"
+
+
+class LeaseConflict(Conflict):
+    code = "lease_conflict"
+    title = "A lease with this fence and different fields is already set"
+
+
+class TargetDrift(Conflict):
+    code = "target_drift"
+    title = "The repository is not in an authorized old state"
+
+
+class LockUnavailable(Conflict):
+    code = "lock_unavailable"
+    title = "The repository lock could not be taken in time"
+
+
+class OperationConflict(Conflict):
+    code = "operation_conflict"
+    title = "The operation is not in a state that allows this"
+
+
+class PathUnsafe(Conflict):
+    code = "path_unsafe"
+    title = "A path on disk is unsafe to write (symlink, swap, special file, mount)"
+
+
+class SnapshotStale(Conflict):
+    code = "snapshot_stale"
+    title = "The worktree is not at the expected tree"
+
+
+# --- host-side failures (5xx) -------------------------------------------------------------
+
+
+class StorageError(PromoterError):
+    code = "storage_error"
+    http_status = 503
+    exit_code = 74
+    title = "The host could not read or write its storage"
+
+
+class GitError(PromoterError):
+    code = "git_error"
+    http_status = 503
+    exit_code = 74
+    title = "A git command failed"
+
+
+class WriteFailed(PromoterError):
+    code = "write_failed"
+    http_status = 503
+    exit_code = 74
+    title = "A worktree write failed"
+
+
+class ConfigError(PromoterError):
+    code = "config_error"
+    http_status = 500
+    exit_code = 78
+    title = "The configuration is invalid"
+
+
+def all_error_classes() -> list[type[PromoterError]]:
+    """Every concrete error class, for the registry contract test and the docs."""
+    found: list[type[PromoterError]] = []
+    stack: list[type[PromoterError]] = [PromoterError]
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: c.code)
+
+
+
+
+def error_class(code: str) -> type[PromoterError]:
+    """The error class that carries ``code`` (``PromoterError`` itself if none does)."""
+    for cls in all_error_classes():
+        if cls.code == code:
+            return cls
+    return PromoterError
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,81 @@
+"""Named fault points for crash and I/O-error tests.
+
+Code calls ``point("after_temp_fsync")`` at every boundary between a side effect and its
+journal record. The call is inert unless the ``PROMOTER_FAULTS`` environment variable names
+that point, as a comma-separated list of ``name=action`` items, where action is ``kill``
+(``os._exit(137)`` at once, like SIGKILL: no cleanup, no flush) or an errno name such as
+``ENOSPC``, ``EIO`` or ``EACCES`` (raise ``OSError`` with that errno). An optional
+``@N`` suffix fires only on the N-th hit of that point (1-based), e.g.
+``after_replace=kill@3``; ``@N+`` fires on the N-th and every later hit.
+
+This module owns parsing and firing only; which points exist is documented where they
+are called.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from dataclasses import dataclass
+
+ENV = "PROMOTER_FAULTS"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    action: str
+    nth: int
+    persistent: bool
+
+
+_lock = threading.Lock()
+_hits: dict[str, int] = {}
+_cache: tuple[str, dict[str, _Rule]] | None = None
+
+
+def _parse(spec: str) -> dict[str, _Rule]:
+    rules: dict[str, _Rule] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, action = item.partition("=")
+        action = action or "kill"
+        nth, persistent = 1, False
+        if "@" in action:
+            action, _, count = action.partition("@")
+            persistent = count.endswith("+")
+            nth = int(count.rstrip("+"))
+        rules[name.strip()] = _Rule(action.strip(), nth, persistent)
+    return rules
+
+
+def _rules() -> dict[str, _Rule]:
+    global _cache
+    spec = os.environ.get(ENV, "")
+    if _cache is None or _cache[0] != spec:
+        _cache = (spec, _parse(spec))
+    return _cache[1]
+
+
+def reset() -> None:
+    """Forget hit counts (tests that set the variable in-process call this)."""
+    with _lock:
+        _hits.clear()
+
+
+def point(name: str) -> None:
+    """Fire the fault configured for ``name``, if any; otherwise do nothing."""
+    if not os.environ.get(ENV):
+        return
+    rule = _rules().get(name)
+    if rule is None:
+        return
+    with _lock:
+        _hits[name] = count = _hits.get(name, 0) + 1
+    if count < rule.nth or (count > rule.nth and not rule.persistent):
+        return
+    if rule.action == "kill":
+        os._exit(137)
+    code = getattr(errno, rule.action, None)
+    if not isinstance(code, int):
+        raise ValueError(f"{ENV}: unknown action {rule.action!r} for point {name!r}")
+    raise OSError(code, f"injected fault at {name}: {os.strerror(code)}")

@@ -1,0 +1,196 @@
+"""What is at one path: lexical re-checks, leaf states and reading a leaf without following it.
+
+This module owns the vocabulary the fs layer speaks in: ``ExpectedState`` (missing, or a
+file with a sha256 and git mode), ``LeafState`` (what was found: missing, file,
+directory, symlink or special file, with identity), the cheap lexical re-check of
+worktree-relative paths (empty, ``.``, ``..``, ``/``, NUL, ``.git`` under case-folding,
+over-long names; raised as ``PathUnsafe`` before any syscall, as defence in depth behind
+the domain layer's path rules), and ``read_leaf``, which classifies one entry of an
+open directory without following symlinks and without blocking on FIFOs or devices.
+
+Deliberately not here: walking from the root (``chain.py``) and any change to a file
+(``atomic.py``).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from promoter.errors import PathUnsafe, WriteFailed
+
+TEMP_PREFIX = ".promoter-tmp-"
+LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_ATTEMPTS = 4
+_CHUNK = 1 << 20
+
+LeafKind = Literal["missing", "file", "directory", "symlink", "special"]
+
+
+@dataclass(frozen=True)
+class ExpectedState:
+    """The state a target must be in: missing, or a file with this sha256 and git mode."""
+
+    exists: bool
+    sha256: str | None
+    mode: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exists": self.exists, "sha256": self.sha256, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class LeafState:
+    """What is at a path right now, read without following symlinks."""
+
+    kind: LeafKind
+    sha256: str | None = None
+    mode: str | None = None
+    size: int | None = None
+    dev: int | None = None
+    ino: int | None = None
+    nlink: int | None = None
+
+    def matches(
+        self,
+        exists: bool | ExpectedState,
+        sha256: str | None = None,
+        mode: str | None = None,
+    ) -> bool:
+        """True when this leaf is exactly the given state (an ``ExpectedState`` or its fields)."""
+        want = exists if isinstance(exists, ExpectedState) else ExpectedState(exists, sha256, mode)
+        if not want.exists:
+            return self.kind == "missing"
+        return self.kind == "file" and self.sha256 == want.sha256 and self.mode == want.mode
+
+    def to_dict(self) -> dict[str, Any]:
+        """A report of the state for drift and reconciliation messages."""
+        return {"kind": self.kind, "sha256": self.sha256, "mode": self.mode, "size": self.size}
+
+
+MISSING = LeafState(kind="missing")
+
+
+def git_mode_of(st_mode: int) -> str:
+    """``"100755"`` when the owner-execute bit is set, else ``"100644"``."""
+    return "100755" if st_mode & stat.S_IXUSR else "100644"
+
+
+def _check_component(rel: str, name: str) -> None:
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\x00" in name
+        or name.casefold() == ".git"
+        or len(name.encode("utf-8", "surrogateescape")) > 255
+    ):
+        raise PathUnsafe("path has an unsafe component", path=rel, component=name)
+
+
+def split_rel(rel: str) -> list[str]:
+    """Split a worktree-relative file path into checked components (at least one)."""
+    if not rel or rel.startswith("/") or len(rel.encode("utf-8", "surrogateescape")) > 4096:
+        raise PathUnsafe("path is empty, absolute or too long", path=rel)
+    parts = rel.split("/")
+    for name in parts:
+        _check_component(rel, name)
+    return parts
+
+
+def split_dir(rel_dir: str) -> list[str]:
+    """Like ``split_rel`` but ``""`` names the root itself."""
+    return [] if rel_dir == "" else split_rel(rel_dir)
+
+
+def os_error(action: str, rel: str, exc: OSError) -> WriteFailed:
+    return WriteFailed(f"{action} failed: {exc.strerror}", path=rel, errno=exc.errno)
+
+
+def hash_fd(fd: int) -> tuple[str, int]:
+    """sha256 hex and byte count of everything readable from ``fd``."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _read_leaf_once(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafState | None:
+    """Classify ``name`` in ``dir_fd``; None when it changed while being read."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return MISSING
+    kind: LeafKind | None = None
+    if stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "directory"
+    elif not stat.S_ISREG(st.st_mode):
+        kind = "special"
+    if kind is not None:
+        return LeafState(kind, None, None, st.st_size, st.st_dev, st.st_ino, st.st_nlink)
+    if st.st_dev != root_dev:
+        raise PathUnsafe("file is on another device than the worktree root", path=rel)
+    try:
+        fd = os.open(name, LEAF_FLAGS, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
+            return None
+        raise
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode) or (before.st_dev, before.st_ino) != (
+            st.st_dev,
+            st.st_ino,
+        ):
+            return None
+        sha256, size = hash_fd(fd)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    stamp = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_mode)
+    if stamp != (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_mode):
+        return None
+    if size != after.st_size:
+        return None
+    try:
+        again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+        return None
+    return LeafState(
+        kind="file",
+        sha256=sha256,
+        mode=git_mode_of(after.st_mode),
+        size=size,
+        dev=after.st_dev,
+        ino=after.st_ino,
+        nlink=after.st_nlink,
+    )
+
+
+def read_leaf(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafState:
+    """Classify the entry ``name`` of an open directory without following or blocking.
+
+    A regular file is opened ``O_NOFOLLOW|O_NONBLOCK``, checked to be the inode that was
+    stat'ed by name, hashed, and checked unchanged (size, mtime, ctime, mode) and still
+    at that name afterwards; a leaf that keeps changing raises ``PathUnsafe``.
+    """
+    try:
+        for _ in range(_READ_ATTEMPTS):
+            state = _read_leaf_once(dir_fd, name, rel, root_dev)
+            if state is not None:
+                return state
+    except OSError as exc:
+        raise os_error("reading the target", rel, exc) from exc
+    raise PathUnsafe("target kept changing while it was read", path=rel)

@@ -1,0 +1,227 @@
+"""The repository lock (SPEC §5.4 step 3).
+
+This module owns ``RepoLock``: an in-process ``threading.Lock`` per git common dir
+(keyed by its realpath, from a registry guarded by a lock) and an exclusive ``flock``
+on ``<common dir>/promoter.lock``, a file promoter opens itself with
+``O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC|O_NONBLOCK`` relative to a descriptor of the
+common dir and checks to be a regular file with link count 1 owned by the effective
+user. The flock is taken through ``portalocker``'s ``FlockLocker``, which pins
+``fcntl.flock`` whatever ``portalocker.LOCKER`` is set to; ``fcntl``/``lockf`` record
+locks are never used (closing any descriptor of the file would drop them).
+
+Choices made here:
+
+- The wait is bounded by one deadline covering the thread lock, the flock, and git's
+  ``index.lock``; the flock is retried with a short exponential backoff. Timeout
+  raises ``LockUnavailable`` with ``reason`` ``held_in_process``,
+  ``held_by_another_process``, ``lock_file_replaced`` or ``index_lock_present``.
+- After the flock is held the lock path is re-stat'ed by name: if it no longer names
+  the locked inode (unlinked or recreated while waiting), the lock is dropped and the
+  attempt starts again with whatever file is there now, within the same deadline.
+- While ``<dir>/index.lock`` exists for any of ``index_lock_dirs`` a git command is
+  running: the flock is released and the attempt retried. Git's lock files are only
+  ever looked at, never created or removed. The check is a snapshot; the read-back
+  under the lock is what decides a write.
+- A symlink, FIFO, socket, directory, hard-linked or foreign-owned lock path raises
+  ``PathUnsafe`` at once (no retry, no hang).
+- The thread lock is not reentrant: taking the same repository's lock again in the
+  same thread waits for the timeout.
+
+Deliberately not here: what is done under the lock, and any git command. Residual risk:
+a child created by ``fork`` without ``exec`` shares the locked file description.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+from portalocker import AlreadyLocked, LockException, LockFlags
+from portalocker.portalocker import FlockLocker
+
+from promoter.errors import LockUnavailable, PathUnsafe, WriteFailed
+
+LOCK_NAME = "promoter.lock"
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FIRST_DELAY = 0.002
+_MAX_DELAY = 0.05
+
+_registry_guard = threading.Lock()
+_thread_locks: dict[str, threading.Lock] = {}
+
+
+def _thread_lock_for(key: str) -> threading.Lock:
+    with _registry_guard:
+        return _thread_locks.setdefault(key, threading.Lock())
+
+
+class RepoLock:
+    """Exclusive lock of one repository (all worktrees sharing a git common dir)."""
+
+    def __init__(
+        self,
+        common_dir: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        index_lock_dirs: Sequence[str | os.PathLike[str]] = (),
+    ) -> None:
+        self.common_dir = os.path.realpath(common_dir)
+        self.path = os.path.join(self.common_dir, LOCK_NAME)
+        self.timeout = timeout
+        self.index_lock_dirs = [os.fspath(d) for d in index_lock_dirs]
+        self._thread_lock: threading.Lock | None = None
+        self._dir_fd = -1
+        self._fd = -1
+
+    # -- acquiring -------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the lock within ``timeout`` seconds or raise ``LockUnavailable``."""
+        if self._thread_lock is not None:
+            raise RuntimeError("this RepoLock is already held")
+        deadline = time.monotonic() + self.timeout
+        thread_lock = _thread_lock_for(self.common_dir)
+        if not thread_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise self._unavailable("held_in_process")
+        try:
+            self._open_common_dir()
+            self._take_file_lock(deadline)
+        except BaseException:
+            self._close_fds()
+            thread_lock.release()
+            raise
+        self._thread_lock = thread_lock
+
+    def _open_common_dir(self) -> None:
+        try:
+            self._dir_fd = os.open(self.common_dir, _DIR_FLAGS)
+        except OSError as exc:
+            raise WriteFailed(
+                "cannot open the git common dir", path=self.common_dir, errno=exc.errno
+            ) from exc
+
+    def _take_file_lock(self, deadline: float) -> None:
+        delay = _FIRST_DELAY
+        while True:
+            fd = self._open_lock_file()
+            reason = self._try_lock(fd)
+            if reason is None:
+                self._fd = fd
+                return
+            os.close(fd)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._unavailable(reason)
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_DELAY)
+
+    def _open_lock_file(self) -> int:
+        try:
+            fd = os.open(LOCK_NAME, _OPEN_FLAGS, 0o600, dir_fd=self._dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+                raise PathUnsafe(
+                    "lock path is not a regular file", path=self.path, errno=exc.errno
+                ) from exc
+            raise WriteFailed("cannot open the lock file", path=self.path, errno=exc.errno) from exc
+        st = os.fstat(fd)
+        problem = None
+        if not stat.S_ISREG(st.st_mode):
+            problem = "lock path is not a regular file"
+        elif st.st_nlink != 1:
+            problem = "lock file has other hard links"
+        elif st.st_uid != os.geteuid():
+            problem = "lock file is owned by another user"
+        if problem is not None:
+            os.close(fd)
+            raise PathUnsafe(problem, path=self.path)
+        return fd
+
+    def _try_lock(self, fd: int) -> str | None:
+        """Flock ``fd`` and check it is still the lock file; None when held, else why not."""
+        try:
+            FlockLocker().lock(fd, LockFlags.EXCLUSIVE | LockFlags.NON_BLOCKING)
+        except AlreadyLocked:
+            return "held_by_another_process"
+        except LockException as exc:
+            raise LockUnavailable(
+                "the lock file cannot be locked", path=self.path, reason="lock_error"
+            ) from exc
+        if not self._names_locked_inode(fd):
+            return "lock_file_replaced"
+        if self._index_lock_present():
+            return "index_lock_present"
+        return None
+
+    def _names_locked_inode(self, fd: int) -> bool:
+        try:
+            by_name = os.stat(LOCK_NAME, dir_fd=self._dir_fd, follow_symlinks=False)
+            by_path = os.stat(self.common_dir)
+        except FileNotFoundError:
+            return False
+        held, held_dir = os.fstat(fd), os.fstat(self._dir_fd)
+        return (by_name.st_dev, by_name.st_ino) == (held.st_dev, held.st_ino) and (
+            by_path.st_dev,
+            by_path.st_ino,
+        ) == (held_dir.st_dev, held_dir.st_ino)
+
+    def _index_lock_present(self) -> bool:
+        return any(os.path.lexists(os.path.join(d, "index.lock")) for d in self.index_lock_dirs)
+
+    def _unavailable(self, reason: str) -> LockUnavailable:
+        return LockUnavailable(
+            "the repository lock could not be taken in time",
+            path=self.path,
+            reason=reason,
+            timeout_seconds=self.timeout,
+        )
+
+    # -- holding and releasing ---------------------------------------------------------
+
+    def check_held(self) -> None:
+        """Raise ``PathUnsafe`` unless the lock path still names the locked file."""
+        if self._fd < 0:
+            raise RuntimeError("RepoLock.check_held called while not held")
+        if not self._names_locked_inode(self._fd):
+            raise PathUnsafe("the lock file was replaced while held", path=self.path)
+
+    def release(self) -> None:
+        """Drop the flock, close the descriptors and release the in-process lock."""
+        if self._fd >= 0:
+            # closing the last descriptor below drops the flock even if unlocking fails
+            with contextlib.suppress(LockException):
+                FlockLocker().unlock(self._fd)
+        self._close_fds()
+        if self._thread_lock is not None:
+            self._thread_lock.release()
+            self._thread_lock = None
+
+    def _close_fds(self) -> None:
+        for fd in (self._fd, self._dir_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._dir_fd = -1
+
+    @property
+    def held(self) -> bool:
+        return self._thread_lock is not None
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

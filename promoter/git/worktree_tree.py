@@ -1,0 +1,293 @@
+"""The git tree of a worktree's current files, computed without writing its ``.git``.
+
+This module owns the shadow computation of SPEC §8's second paragraph: given a worktree
+and a seed tree, the id of the tree ``git add -A`` would write after
+``git read-tree <seed>`` (tracked = in the seed; untracked files that ``.gitignore`` and
+``info/exclude`` do not ignore are added), the raw diff of that tree against a base,
+and the new blobs' bytes.
+
+How the repository stays untouched: every git command here runs with ``GIT_DIR`` set
+to a private, throw-away git directory (mode 0700, in ``tmpdir``), ``GIT_WORK_TREE``
+set to the worktree and ``GIT_INDEX_FILE`` inside the private directory. The private
+directory's ``objects/info/alternates`` names the repository's object directory, so
+existing objects are read from there while every new blob and tree is written to the
+private directory. Only the repository's objects and ``info/exclude`` are read; its
+index, refs and config are never opened, so its filters, hooks, fsmonitor or
+``core.autocrlf`` cannot run or apply. Git may still refresh the modification time of
+an existing object it would otherwise have written (its "freshen" step); the seed's
+stat refresh keeps that to new content that happens to exist already, and neither
+contents nor the set of files under ``.git`` change.
+
+Bytes in equal bytes out: the private directory's ``info/attributes`` (which outranks
+every ``.gitattributes``) unsets ``text``, ``eol``, ``crlf``, ``filter``, ``ident`` and
+``working-tree-encoding`` for all paths, ``core.autocrlf``/``core.safecrlf`` are off,
+and the runner already ignores global and system attributes. The worktree's own
+``.gitattributes`` are therefore read by git but cannot transform anything.
+
+It deliberately does not judge the result: symlinks (120000), gitlinks (160000) and
+nested repositories are reported by ``unsupported`` for the caller to refuse, and no
+path rule or allowlist is applied here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+
+from promoter.errors import RepositoryInvalid
+from promoter.git.objects import CHUNK_SIZE, CatFile
+from promoter.git.readback import RepoLayout, commit_tree, gitlinks_and_nested, head_commit
+from promoter.git.records import EMPTY_TREE, DiffEntry, decode_path, parse_diff_raw, require_oid
+from promoter.git.runner import GitResult, run_git
+
+__all__ = ["EMPTY_TREE", "DiffEntry", "ShadowTree", "worktree_tree"]
+
+_UNSUPPORTED_MODES = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
+
+_CONFIG = """\
+[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tfilemode = true
+\tsymlinks = true
+\tignorecase = false
+\tautocrlf = false
+\tsafecrlf = false
+\tfsmonitor = false
+\tuntrackedCache = false
+\tsplitIndex = false
+[gc]
+\tauto = 0
+[index]
+\tsparse = false
+"""
+
+_ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
+
+_OPTIONS = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
+
+
+class ShadowTree:
+    """A worktree's current tree in a private object directory; a context manager.
+
+    ``base_tree`` seeds the private index and defines which files count as tracked;
+    ``None`` means HEAD's tree (no tree at all on an unborn branch). On entry the tree
+    is computed (``.tree``); until exit its new objects stay readable through
+    ``read_blob``, ``iter_blob`` and ``blob_sha256``. Exit deletes the private directory.
+    """
+
+    def __init__(
+        self,
+        layout: RepoLayout,
+        *,
+        base_tree: str | None = None,
+        tmpdir: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        if base_tree is not None:
+            require_oid(base_tree, "base tree")
+        self.layout = layout
+        self.base_tree = base_tree
+        self._tmpdir = tmpdir
+        self._timeout = timeout
+        self._root: str | None = None
+        self._env: dict[str, str] = {}
+        self._cat: CatFile | None = None
+        self._tree: str | None = None
+        self.nested_repositories: tuple[str, ...] = ()
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> ShadowTree:
+        self._root = tempfile.mkdtemp(prefix="promoter-shadow-", dir=self._tmpdir)
+        try:
+            self._env = self._prepare(self._root)
+            self._tree = self._compute()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop any reader and delete the private directory."""
+        if self._cat is not None:
+            self._cat.close()
+            self._cat = None
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    @property
+    def tree(self) -> str:
+        """The id of the worktree's tree."""
+        if self._tree is None or self._root is None:
+            raise RuntimeError("ShadowTree is not open; use it as a context manager")
+        return self._tree
+
+    # --- computing --------------------------------------------------------------------
+
+    def _prepare(self, root: str) -> dict[str, str]:
+        objects = os.path.join(self.layout.common_dir, "objects")
+        if "\n" in objects or not os.path.isdir(objects):
+            raise RepositoryInvalid(f"{objects} cannot serve as an object directory")
+        git_dir = os.path.join(root, "git")
+        for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+            os.makedirs(os.path.join(git_dir, sub), mode=0o700)
+        _write(os.path.join(git_dir, "HEAD"), b"ref: refs/heads/main\n")
+        _write(os.path.join(git_dir, "config"), _CONFIG.encode())
+        _write(os.path.join(git_dir, "objects/info/alternates"), os.fsencode(objects) + b"\n")
+        _write(os.path.join(git_dir, "info/attributes"), _ATTRIBUTES.encode())
+        _write(os.path.join(git_dir, "info/exclude"), self._user_excludes())
+        return {
+            "GIT_DIR": git_dir,
+            "GIT_WORK_TREE": self.layout.worktree,
+            "GIT_INDEX_FILE": os.path.join(root, "index"),
+        }
+
+    def _user_excludes(self) -> bytes:
+        """The repository's ``info/exclude``, so it ignores what ``git status`` ignores."""
+        path = os.path.join(self.layout.common_dir, "info", "exclude")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise RepositoryInvalid(f"{path} cannot be read: {exc.strerror or exc}") from exc
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise RepositoryInvalid(f"{path} is not a regular file")
+            return handle.read()
+
+    def _compute(self) -> str:
+        seed = self.base_tree
+        if seed is None:
+            head = head_commit(self.layout)
+            seed = None if head is None else commit_tree(self.layout, head)
+            self.base_tree = seed
+        if seed is not None:
+            self._git(["read-tree", seed])
+            # Hash (without writing) what is unchanged, so add writes only new content.
+            self._git(["update-index", "-q", "--refresh"])
+        self._git(["add", "-u"])
+        untracked = self._git(["ls-files", "-o", "-z", "--exclude-standard", "--full-name"])
+        files: list[str] = []
+        nested: list[str] = []
+        for raw in untracked.stdout.split(b"\0")[:-1]:
+            if raw.endswith(b"/"):
+                nested.append(decode_path(raw[:-1]))
+            else:
+                files.append(decode_path(raw))
+        self.nested_repositories = tuple(nested)
+        if files:
+            listing = b"".join(os.fsencode(path) + b"\0" for path in files)
+            self._git(
+                ["add", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                input=listing,
+                literal=True,
+            )
+        tree = self._git(["write-tree"]).stdout.decode("ascii", "replace").strip()
+        return require_oid(tree, "written tree")
+
+    def _git(
+        self, args: list[str], *, input: bytes | None = None, literal: bool = False
+    ) -> GitResult:
+        env = dict(self._env)
+        if literal:
+            env["GIT_LITERAL_PATHSPECS"] = "1"
+        return run_git(
+            [*_OPTIONS, *args],
+            cwd=self.layout.worktree,
+            env=env,
+            input=input,
+            timeout=self._timeout,
+        )
+
+    # --- results ----------------------------------------------------------------------
+
+    def diff(self, base_tree: str | None = None) -> list[DiffEntry]:
+        """Every created, modified, type-changed and deleted file from ``base_tree``.
+
+        ``None`` means the seed tree (the empty tree when there was none). Renames are
+        reported as a deletion and a creation.
+        """
+        base = base_tree or self.base_tree or EMPTY_TREE
+        require_oid(base, "base tree")
+        result = self._git(
+            [
+                "diff-tree",
+                "-r",
+                "-z",
+                "--no-renames",
+                "--no-abbrev",
+                "--no-ext-diff",
+                base,
+                self.tree,
+            ]
+        )
+        return parse_diff_raw(result.stdout)
+
+    def unsupported(self, entries: Sequence[DiffEntry] | None = None) -> dict[str, str]:
+        """Changed paths that cannot be promoted, with the reason.
+
+        Symlinks and gitlinks on either side of a change, untracked nested repositories,
+        and changed paths on or under a gitlink or a nested repository (see
+        ``gitlinks_and_nested``).
+        """
+        changes = self.diff() if entries is None else list(entries)
+        found: dict[str, str] = {}
+        for entry in changes:
+            for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
+                if mode in _UNSUPPORTED_MODES:
+                    found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
+        for path in self.nested_repositories:
+            found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
+        others = [entry.path for entry in changes if entry.path not in found]
+        for path, reason in gitlinks_and_nested(self.layout, others).items():
+            found.setdefault(path, reason)
+        return dict(sorted(found.items()))
+
+    def _reader(self) -> CatFile:
+        if self._cat is None:
+            if self._root is None:
+                raise RuntimeError("ShadowTree is not open; use it as a context manager")
+            self._cat = CatFile(cwd=self.layout.worktree, env=self._env, timeout=self._timeout)
+            self._cat.__enter__()
+        return self._cat
+
+    def read_blob(self, oid: str) -> bytes:
+        """The whole content of blob ``oid`` (new or from the repository)."""
+        return self._reader().read_blob(oid)
+
+    def iter_blob(self, oid: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """Blob ``oid`` in chunks; read it to the end before asking for another object."""
+        return self._reader().blob_chunks(oid, chunk_size)
+
+    def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """For each blob id, the sha256 of its exact bytes and its size (streamed)."""
+        return self._reader().blob_sha256(oids)
+
+
+def worktree_tree(
+    layout: RepoLayout, *, base_tree: str | None = None, tmpdir: str | None = None
+) -> str:
+    """The id of the worktree's current tree (see ``ShadowTree``); nothing is kept."""
+    with ShadowTree(layout, base_tree=base_tree, tmpdir=tmpdir) as shadow:
+        return shadow.tree
+
+
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)

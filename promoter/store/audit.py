@@ -1,0 +1,53 @@
+"""Write-once canonical documents under ``<state>/audit/``.
+
+Grants, bundles and receipts are stored as their exact canonical bytes, once. Writing
+the same bytes again is a no-op; different bytes under the same name raise the conflict
+class the caller names. Nothing here ever rewrites or deletes a document.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from promoter.errors import DocumentConflict, PromoterError, StorageError
+from promoter.store.durable import write_new
+
+KINDS = {
+    "grant": "grants",
+    "bundle": "bundles",
+    "verification": "receipts/verification",
+    "promotion": "receipts/promotion",
+    "rollback": "receipts/rollback",
+}
+
+
+class AuditStore:
+    def __init__(self, audit_root: Path) -> None:
+        self.root = audit_root
+
+    def path(self, kind: str, name: str) -> Path:
+        if "/" in name or name.startswith("."):
+            raise ValueError(f"invalid document name {name!r}")
+        return self.root / KINDS[kind] / f"{name}.json"
+
+    def put(
+        self, kind: str, name: str, data: bytes, conflict: type[PromoterError] = DocumentConflict
+    ) -> bool:
+        """Store ``data``; True if new, False if identical bytes were already there."""
+        target = self.path(kind, name)
+        try:
+            created = write_new(target, data)
+            existing = None if created else target.read_bytes()
+        except OSError as exc:
+            raise StorageError(f"cannot write {kind} {name}: {exc}") from exc
+        if existing is not None and existing != data:
+            raise conflict(f"a different {kind} is already stored as {name}", name=name)
+        return created
+
+    def get(self, kind: str, name: str) -> bytes | None:
+        try:
+            return self.path(kind, name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {kind} {name}: {exc}") from exc

@@ -1,0 +1,139 @@
+"""The content-addressed blob store: ``<state>/audit/blobs/sha256/ab/<hex>``.
+
+Blobs are streamed in, hashed while written to a temp file, size-limited, fsynced,
+made read-only (0444) and moved into place; a wrong hash or an oversized stream stores
+nothing. Stored blobs are immutable. Reference counting and pinning live in the
+database (``promoter.store.repo``), not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from promoter.domain.models import blob_path
+from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
+from promoter.store.durable import fsync_dir, make_dirs, temp_path
+
+CHUNK = 1 << 20
+
+
+class BlobWriter:
+    """One upload in progress: ``write`` chunks, then ``commit`` or ``abort``."""
+
+    def __init__(self, store: BlobStore, sha256: str, max_bytes: int) -> None:
+        self._store = store
+        self._sha256 = sha256
+        self._max = max_bytes
+        self._hash = hashlib.sha256()
+        self.size = 0
+        make_dirs(store.tmp_dir)
+        self._tmp = temp_path(store.tmp_dir)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._fd: int | None = os.open(self._tmp, flags, 0o600)
+
+    def write(self, chunk: bytes) -> None:
+        assert self._fd is not None
+        self.size += len(chunk)
+        if self.size > self._max:
+            self.abort()
+            raise PayloadTooLarge(f"blob is larger than {self._max} bytes", limit=self._max)
+        self._hash.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def commit(self) -> bool:
+        """Move the blob into place; True if it is new, False if it was present."""
+        assert self._fd is not None
+        actual = self._hash.hexdigest()
+        if actual != self._sha256:
+            self.abort()
+            raise BlobHashMismatch(
+                "uploaded bytes do not hash to the sha256 in the URL",
+                expected=self._sha256,
+                actual=actual,
+            )
+        try:
+            os.fchmod(self._fd, 0o444)
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            target = self._store.path_for(self._sha256)
+            make_dirs(target.parent)
+            try:
+                os.link(self._tmp, target)
+                created = True
+            except FileExistsError:
+                created = False
+            fsync_dir(target.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot store blob: {exc}") from exc
+        finally:
+            self.abort()
+        return created
+
+    def abort(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._tmp.unlink(missing_ok=True)
+
+
+class BlobStore:
+    def __init__(self, audit_root: Path) -> None:
+        self.root = audit_root
+        self.tmp_dir = audit_root / "tmp"
+
+    def path_for(self, sha256: str) -> Path:
+        return self.root / blob_path(sha256)
+
+    def has(self, sha256: str) -> bool:
+        return self.path_for(sha256).is_file()
+
+    def writer(self, sha256: str, max_bytes: int) -> BlobWriter:
+        return BlobWriter(self, sha256, max_bytes)
+
+    def put(self, sha256: str, data: bytes, max_bytes: int | None = None) -> bool:
+        writer = self.writer(sha256, max_bytes or max(len(data), 1))
+        writer.write(data)
+        return writer.commit()
+
+    def read(self, sha256: str) -> bytes:
+        """The blob's bytes, re-hashed: a blob whose bytes changed is reported missing."""
+        try:
+            data = self.path_for(sha256).read_bytes()
+        except FileNotFoundError as exc:
+            raise BlobMissing(f"blob {sha256} is not in the blob store", sha256=sha256) from exc
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise BlobHashMismatch(
+                f"stored blob {sha256} no longer hashes correctly", sha256=sha256
+            )
+        return data
+
+    def measure(self, sha256: str) -> int | None:
+        """Re-read and re-hash a blob; its size if intact, None if missing or corrupt."""
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with self.path_for(sha256).open("rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except FileNotFoundError:
+            return None
+        return size if digest.hexdigest() == sha256 else None
+
+    def iter_chunks(self, sha256: str) -> Iterator[bytes]:
+        try:
+            handle = self.path_for(sha256).open("rb")
+        except FileNotFoundError as exc:
+            raise BlobMissing(f"blob {sha256} is not in the blob store", sha256=sha256) from exc
+        with handle:
+            while chunk := handle.read(CHUNK):
+                yield chunk
+
+    def remove(self, sha256: str) -> None:
+        self.path_for(sha256).unlink(missing_ok=True)

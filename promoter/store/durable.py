@@ -1,0 +1,65 @@
+"""Durable file primitives for promoter's own state directory.
+
+Temp file + write + fsync + rename + directory fsync. These write only under the state
+directory, whose paths promoter chose itself; worktree writes never come here (they go
+through ``promoter.fs`` descriptor chains).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=mode)
+
+
+def temp_path(directory: Path) -> Path:
+    return directory / f".tmp-{secrets.token_hex(8)}"
+
+
+def write_new(path: Path, data: bytes, *, mode: int = 0o444) -> bool:
+    """Write ``data`` at ``path`` durably unless a file is already there.
+
+    Returns True when this call created the file, False when something already stood
+    at ``path`` (the caller compares contents).
+    """
+    make_dirs(path.parent)
+    tmp = temp_path(path.parent)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    try:
+        os.link(tmp, path)  # never replaces an existing file
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return created
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a 0600 file (credentials) durably, replacing nothing that exists."""
+    write_new(path, data, mode=0o600)

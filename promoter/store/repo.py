@@ -1,0 +1,163 @@
+"""Queries over the registry tables, returning plain values and wire models.
+
+Grants, bundles, blob pins, verification records and leases. Each function takes an
+open ``Session``; the caller owns the transaction. Journal and ledger queries live in
+``promoter.store.journal``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
+from promoter.store.tables import (
+    BlobRow,
+    BundleBlobRow,
+    BundleRow,
+    GrantRow,
+    LeaseRow,
+    VerificationRow,
+)
+
+
+def now() -> str:
+    return rfc3339(utcnow())
+
+
+def add_grant(session: Session, grant: GrantV1) -> None:
+    if session.get(GrantRow, grant.grant_id) is not None:
+        return
+    assert grant.grant_sha256 is not None
+    session.add(
+        GrantRow(
+            grant_id=grant.grant_id,
+            grant_sha256=grant.grant_sha256,
+            repository_identity=grant.repository_identity,
+            executor_run_id=grant.executor_run_id,
+            workflow_id=grant.workflow_id,
+            stage=grant.stage,
+            fence=grant.fence,
+            not_before=grant.not_before,
+            expires_at=grant.expires_at,
+            created_at=now(),
+        )
+    )
+
+
+def grant_run(session: Session, grant_id: str) -> str | None:
+    row = session.get(GrantRow, grant_id)
+    return None if row is None else row.executor_run_id
+
+
+def record_blob(session: Session, sha256: str, size: int) -> None:
+    if session.get(BlobRow, sha256) is None:
+        session.add(BlobRow(sha256=sha256, size=size, created_at=now()))
+
+
+def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
+    wanted = list(set(digests))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        found.update(session.scalars(select(BlobRow.sha256).where(BlobRow.sha256.in_(chunk))))
+    return found
+
+
+def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
+    """Record a verified bundle and pin its blobs; False if it was already recorded."""
+    if session.get(BundleRow, bundle.bundle_id) is not None:
+        return False
+    session.add(
+        BundleRow(
+            bundle_id=bundle.bundle_id,
+            bundle_sha256=bundle.bundle_sha256,
+            grant_id=bundle.grant_id,
+            executor_run_id=bundle.executor_run_id,
+            repository_identity=bundle.repository_identity,
+            state="verified",
+            created_at=now(),
+        )
+    )
+    session.flush()
+    digests = {
+        state.sha256
+        for change in bundle.changes
+        for state in (change.old, change.new)
+        if state.sha256 is not None
+    }
+    session.add_all(BundleBlobRow(bundle_id=bundle.bundle_id, sha256=d) for d in sorted(digests))
+    return True
+
+
+def bundle_row(session: Session, bundle_id: str) -> BundleRow | None:
+    return session.get(BundleRow, bundle_id)
+
+
+def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
+    row = session.get(BundleRow, bundle_id)
+    if row is not None:
+        row.state = state
+
+
+def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:
+    session.add(
+        VerificationRow(
+            bundle_id=bundle_id,
+            receipt_sha256=receipt["receipt_sha256"],
+            status=receipt["status"],
+            receipt=receipt,
+            created_at=now(),
+        )
+    )
+
+
+def latest_verification(session: Session, bundle_id: str) -> dict[str, Any] | None:
+    row = session.scalars(
+        select(VerificationRow)
+        .where(VerificationRow.bundle_id == bundle_id)
+        .order_by(VerificationRow.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else dict(row.receipt)
+
+
+def verification_run(session: Session, bundle_id: str) -> str | None:
+    """The executor run a bundle (possibly only failed-verified) belongs to."""
+    row = session.get(BundleRow, bundle_id)
+    if row is not None:
+        return row.executor_run_id
+    record = latest_verification(session, bundle_id)
+    return None if record is None else str(record["executor_run_id"])
+
+
+def get_lease(session: Session, workflow_id: str, stage: str) -> LeaseV1 | None:
+    row = session.get(LeaseRow, (workflow_id, stage))
+    if row is None:
+        return None
+    return LeaseV1(
+        run_id=row.run_id,
+        attempt=row.attempt,
+        generation=row.generation,
+        resume_epoch=row.resume_epoch,
+        fence=row.fence,
+        expires_at=row.expires_at,
+    )
+
+
+def put_lease(session: Session, workflow_id: str, stage: str, lease: LeaseV1) -> None:
+    row = session.get(LeaseRow, (workflow_id, stage))
+    if row is None:
+        row = LeaseRow(workflow_id=workflow_id, stage=stage)
+        session.add(row)
+    row.run_id = lease.run_id
+    row.attempt = lease.attempt
+    row.generation = lease.generation
+    row.resume_epoch = lease.resume_epoch
+    row.fence = lease.fence
+    row.expires_at = lease.expires_at
+    row.updated_at = now()

@@ -1,0 +1,190 @@
+"""Database tables (SQLAlchemy 2 declarative, ``Mapped[]``).
+
+Rows only: these classes never leave ``promoter.store``; ``promoter.store.repo`` converts
+them to domain objects. The schema itself is owned by the Alembic migrations in the
+top-level ``migrations/`` folder; a contract test checks that they agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ExecutorTokenRow(Base):
+    __tablename__ = "executor_tokens"
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    executor_run_id: Mapped[str] = mapped_column(String(200), index=True)
+    expires_at: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[str] = mapped_column(String(20))
+
+
+class BlobRow(Base):
+    __tablename__ = "blobs"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[str] = mapped_column(String(20))
+
+
+class GrantRow(Base):
+    __tablename__ = "grants"
+    grant_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    grant_sha256: Mapped[str] = mapped_column(String(64))
+    repository_identity: Mapped[str] = mapped_column(String(40), index=True)
+    executor_run_id: Mapped[str] = mapped_column(String(200), index=True)
+    workflow_id: Mapped[str] = mapped_column(String(200))
+    stage: Mapped[str] = mapped_column(String(200))
+    fence: Mapped[int] = mapped_column(Integer)
+    not_before: Mapped[str] = mapped_column(String(20))
+    expires_at: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[str] = mapped_column(String(20))
+
+
+class BundleRow(Base):
+    __tablename__ = "bundles"
+    bundle_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    bundle_sha256: Mapped[str] = mapped_column(String(64))
+    grant_id: Mapped[str] = mapped_column(ForeignKey("grants.grant_id"), index=True)
+    executor_run_id: Mapped[str] = mapped_column(String(200), index=True)
+    repository_identity: Mapped[str] = mapped_column(String(40))
+    # verified -> promoted | refused | expired; pinned blobs follow this state
+    state: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[str] = mapped_column(String(20))
+
+
+class BundleBlobRow(Base):
+    """Blobs a bundle references: pinned while the bundle may still be promoted."""
+
+    __tablename__ = "bundle_blobs"
+    bundle_id: Mapped[str] = mapped_column(ForeignKey("bundles.bundle_id"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+class VerificationRow(Base):
+    """Every verification run; passed receipts also live once in the audit store."""
+
+    __tablename__ = "verifications"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    bundle_id: Mapped[str] = mapped_column(String(40), index=True)
+    receipt_sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(10))
+    receipt: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[str] = mapped_column(String(20))
+
+
+class LeaseRow(Base):
+    __tablename__ = "leases"
+    workflow_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    stage: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    attempt: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer)
+    resume_epoch: Mapped[int] = mapped_column(Integer)
+    fence: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[str] = mapped_column(String(20))
+    updated_at: Mapped[str] = mapped_column(String(20))
+
+
+class OperationRow(Base):
+    __tablename__ = "operations"
+    operation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))  # promotion | rollback | restore
+    repository_identity: Mapped[str] = mapped_column(String(40), index=True)
+    repository_name: Mapped[str] = mapped_column(String(200))
+    grant_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    bundle_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    grant_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    bundle_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    verification_receipt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    parent_operation_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    status: Mapped[str] = mapped_column(String(30), index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    fence: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    code: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    owner_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    owner_start: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    owner_boot: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    receipt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    pre_snapshot: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    post_snapshot: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[str] = mapped_column(String(20))
+    updated_at: Mapped[str] = mapped_column(String(20))
+
+
+class AttemptRow(Base):
+    __tablename__ = "operation_attempts"
+    operation_id: Mapped[str] = mapped_column(
+        ForeignKey("operations.operation_id"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(30))
+    code: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[str] = mapped_column(String(20))
+    ended_at: Mapped[str | None] = mapped_column(String(20), nullable=True)
+
+
+class StepRow(Base):
+    __tablename__ = "steps"
+    operation_id: Mapped[str] = mapped_column(
+        ForeignKey("operations.operation_id"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    operation: Mapped[str] = mapped_column(String(10))
+    old_state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    new_state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20))  # pending | completed | failed
+    temp_name: Mapped[str | None] = mapped_column(Text, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class CreatedDirRow(Base):
+    __tablename__ = "created_dirs"
+    operation_id: Mapped[str] = mapped_column(
+        ForeignKey("operations.operation_id"), primary_key=True
+    )
+    path: Mapped[str] = mapped_column(String(4096), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("operation_id", "seq"),)
+    event_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    operation_id: Mapped[str] = mapped_column(ForeignKey("operations.operation_id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_event_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    event_sha256: Mapped[str] = mapped_column(String(64))
+    at: Mapped[str] = mapped_column(String(20))
+
+
+class SnapshotRow(Base):
+    __tablename__ = "snapshots"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repository_identity: Mapped[str] = mapped_column(String(40))
+    tree: Mapped[str] = mapped_column(String(40))
+    label: Mapped[str] = mapped_column(String(200))
+    captured_at: Mapped[str] = mapped_column(String(20))
+
+
+Index("ix_snapshots_repo_time", SnapshotRow.repository_identity, SnapshotRow.captured_at)

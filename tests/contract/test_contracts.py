@@ -1,0 +1,79 @@
+"""Contracts: generated schemas, the error-code registry, migrations, import boundaries."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from promoter.domain.schemas import render
+from promoter.errors import PromoterError, all_error_classes
+from promoter.store.db import make_engine, upgrade
+from promoter.store.tables import Base
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_schemas_are_up_to_date() -> None:
+    rendered = render()
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "schemas").glob("*.json")}
+    assert committed == rendered, "run `make schemas` and commit the result"
+
+
+def test_error_codes_are_unique_and_documented() -> None:
+    classes = all_error_classes()
+    codes = [cls.code for cls in classes]
+    assert len(codes) == len(set(codes))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    undocumented = [cls.code for cls in classes if cls is not PromoterError and f"`{cls.code}`" not in readme]
+    assert undocumented == []
+    for cls in classes:
+        assert 400 <= cls.http_status <= 599
+        assert 64 <= cls.exit_code <= 78
+
+
+def test_migrations_match_the_models(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'contract.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+IO_MODULES = {"os", "subprocess", "socket", "sqlalchemy", "httpx", "fastapi", "shutil", "pathlib"}
+
+
+def test_domain_imports_no_io() -> None:
+    offenders = []
+    for path in (ROOT / "promoter" / "domain").glob("*.py"):
+        if path.name == "schemas.py":  # the schema generator writes files by design
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in IO_MODULES]
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if n.startswith("promoter.") and not n.startswith(("promoter.domain", "promoter.errors"))
+            ]
+    assert offenders == []
+
+
+def test_engine_does_not_import_adapters() -> None:
+    offenders = []
+    for path in (ROOT / "promoter").rglob("*.py"):
+        rel = path.relative_to(ROOT / "promoter").parts
+        if rel[0] not in ("engine", "fs", "git", "store", "domain"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        offenders += [str(path) for bad in ("promoter.api", "promoter.cli") if bad in text]
+    assert offenders == []

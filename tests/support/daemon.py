@@ -1,0 +1,78 @@
+"""A real promoter daemon for tests: uvicorn on a free loopback port, in a thread.
+
+The server is started with port 0 and the test synchronizes on ``ReadyServer.ready``;
+requests go through httpx over real TCP. Crash tests use ``tests.support.process``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from promoter.api.app import create_app
+from promoter.api.server import make_server
+from promoter.config import RepositoryConfig, load_settings
+from promoter.engine.services import Services, build_services
+
+
+@dataclass
+class Daemon:
+    url: str
+    services: Services
+    state_dir: Path
+
+    @property
+    def orchestrator_token(self) -> str:
+        return self.services.tokens["orchestrator"]
+
+    @property
+    def operator_token(self) -> str:
+        return self.services.tokens["operator"]
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def orchestrator(self) -> httpx.Client:
+        return self.client(self.orchestrator_token)
+
+    def operator(self) -> httpx.Client:
+        return self.client(self.operator_token)
+
+    def executor(self, run_id: str, ttl: int = 3600) -> httpx.Client:
+        with self.orchestrator() as client:
+            answer = client.post(
+                "/v1/executor-tokens", json={"executor_run_id": run_id, "ttl_seconds": ttl}
+            )
+            assert answer.status_code == 201, answer.text
+            return self.client(answer.json()["token"])
+
+
+@contextmanager
+def running_daemon(
+    state_dir: Path, repositories: dict[str, Path], **settings: Any
+) -> Iterator[Daemon]:
+    config = load_settings(
+        None,
+        state_dir=state_dir,
+        repositories={name: RepositoryConfig(path=path) for name, path in repositories.items()},
+        **settings,
+    )
+    services = build_services(config)
+    server = make_server(create_app(config, services), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name="promoter-test-server", daemon=True)
+    thread.start()
+    try:
+        if not server.ready.wait(30):
+            raise RuntimeError("the test daemon did not start")
+        yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        services.close()

@@ -1,0 +1,171 @@
+"""Building grants and bundles for tests, from real repositories.
+
+``make_grant`` and ``make_bundle`` produce wire documents the way an honest executor
+would; tests then break them on purpose. Hashing uses promoter's own canonical functions
+only where the spec defines the value (ids, projections); expected receipts are compared
+by recomputing ``receipt_sha256`` independently with ``hashlib`` + ``rfc8785``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import rfc8785
+
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "Test User",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test User",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "LC_ALL": "C",
+}
+
+
+def git(repo: Path, *args: str, input: bytes | None = None) -> str:  # noqa: A002
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), **GIT_ENV}
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True, timeout=60
+    )
+    return done.stdout.decode().strip()
+
+
+def init_repo(path: Path, files: dict[str, bytes] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    for rel, data in (files or {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}).items():
+        target = path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+def head(repo: Path) -> tuple[str, str]:
+    return git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def ts(delta: timedelta = timedelta()) -> str:
+    moment = datetime.now(UTC).replace(microsecond=0) + delta
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def jcs_sha(document: Any) -> str:
+    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+def state(data: bytes | None, mode: str = "100644") -> dict[str, Any]:
+    if data is None:
+        return {"exists": False, "sha256": None, "mode": None, "bytes": None, "blob_ref": None}
+    digest = sha(data)
+    return {
+        "exists": True,
+        "sha256": digest,
+        "mode": mode,
+        "bytes": len(data),
+        "blob_ref": {"path": f"blobs/sha256/{digest[:2]}/{digest}", "sha256": digest},
+    }
+
+
+def make_grant(
+    repo: Path,
+    repository_identity: str,
+    *,
+    grant_id: str = "grt_test1",
+    run_id: str = "run_1",
+    allow: list[dict[str, Any]] | None = None,
+    preconditions: list[dict[str, Any]] | None = None,
+    fence: int = 7,
+    limits: dict[str, int] | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    commit, tree = head(repo)
+    grant = {
+        "schema": "GrantV1",
+        "grant_id": grant_id,
+        "repository_identity": repository_identity,
+        "branch": "refs/heads/main",
+        "base_commit": commit,
+        "base_tree": tree,
+        "executor_run_id": run_id,
+        "workflow_id": "wf_1",
+        "stage": "implement",
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": fence,
+        "not_before": ts(timedelta(minutes=-5)),
+        "expires_at": ts(timedelta(hours=1)),
+        "write_allowlist": allow
+        if allow is not None
+        else [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
+        "target_preconditions": preconditions or [],
+        "limits": limits or {"max_changes": 1000, "max_total_bytes": 1 << 28},
+    }
+    grant.update(overrides)
+    return grant
+
+
+def grant_sha(grant: dict[str, Any]) -> str:
+    return jcs_sha({k: v for k, v in grant.items() if k != "grant_sha256"})
+
+
+def make_bundle(
+    grant: dict[str, Any],
+    changes: list[tuple[str, bytes | None, bytes | None]] | list[dict[str, Any]],
+    *,
+    seal: bool = True,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """``changes`` as (path, old bytes or None, new bytes or None) or full Change dicts."""
+    wire: list[dict[str, Any]] = []
+    for change in changes:
+        if isinstance(change, dict):
+            wire.append(change)
+            continue
+        path, old, new = change
+        operation = "create" if old is None else ("delete" if new is None else "modify")
+        wire.append({"path": path, "operation": operation, "old": state(old), "new": state(new)})
+    wire.sort(key=lambda c: c["path"].encode())
+    bundle: dict[str, Any] = {
+        "schema": "PatchBundleV1",
+        "bundle_id": "",
+        "bundle_sha256": "",
+        "grant_id": grant["grant_id"],
+        "grant_sha256": grant_sha(grant),
+        "executor_run_id": grant["executor_run_id"],
+        "repository_identity": grant["repository_identity"],
+        "base_commit": grant["base_commit"],
+        "base_tree": grant["base_tree"],
+        "changes": wire,
+        "change_count": len(wire),
+        "total_bytes": sum(c["new"]["bytes"] for c in wire if c["new"]["exists"]),
+        "created_at": ts(),
+    }
+    bundle.update(overrides)
+    return seal_bundle(bundle) if seal else bundle
+
+
+def seal_bundle(bundle: dict[str, Any]) -> dict[str, Any]:
+    digest = jcs_sha({k: v for k, v in bundle.items() if k not in ("bundle_id", "bundle_sha256")})
+    return {**bundle, "bundle_sha256": digest, "bundle_id": "bnd_" + digest[:32]}
+
+
+def upload(client: httpx.Client, *blobs: bytes) -> None:
+    for data in blobs:
+        answer = client.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+        assert answer.status_code in (200, 201), answer.text
