@@ -38,8 +38,10 @@ def git_env() -> dict[str, str]:
     }
 
 
-def git_bytes(repo: Path | str, *args: str, input: bytes | None = None) -> bytes:
-    """Run ``git -C repo args`` and return stdout; a failure raises with stderr shown."""
+def git_bytes(
+    repo: Path | str, *args: str, input: bytes | None = None, check: bool = True
+) -> bytes:
+    """Run ``git -C repo args`` and return stdout; with ``check`` a failure raises."""
     proc = subprocess.run(
         ["git", "-C", str(repo), *args],
         env=git_env(),
@@ -48,16 +50,16 @@ def git_bytes(repo: Path | str, *args: str, input: bytes | None = None) -> bytes
         check=False,
         timeout=60,
     )
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise AssertionError(
             f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}"
         )
     return proc.stdout
 
 
-def git(repo: Path | str, *args: str, input: bytes | None = None) -> str:
+def git(repo: Path | str, *args: str, input: bytes | None = None, check: bool = True) -> str:
     """Like ``git_bytes`` but decoded, with the trailing newline removed."""
-    return git_bytes(repo, *args, input=input).decode("utf-8", "surrogateescape").rstrip("\n")
+    return git_bytes(repo, *args, input=input, check=check).decode("utf-8", "surrogateescape").rstrip("\n")
 
 
 def make_repo(

@@ -52,7 +52,7 @@ def _check_timestamp(value: str) -> str:
 Timestamp = Annotated[str, AfterValidator(_check_timestamp)]
 # Paths are checked by the verification's path_policy check, not at parse time, so that
 # a receipt can report every broken path; here they only need to be bounded strings.
-WirePath = Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+WirePath = Annotated[str, StringConstraints(max_length=8192)]
 
 
 class Strict(BaseModel):

@@ -223,9 +223,19 @@ def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
 # (7) preconditions: every old state equals the explicit or implicit precondition
 
 
+def _lexically_valid(path: str) -> bool:
+    try:
+        check_path(path)
+    except PathInvalid:
+        return False
+    return True
+
+
 def check_preconditions(bundle: PatchBundleV1, grant: GrantV1, base: BaseTree) -> Outcome:
     explicit = {p.path: p for p in grant.target_preconditions}
-    implicit_paths = [c.path for c in bundle.changes if c.path not in explicit]
+    implicit_paths = [
+        c.path for c in bundle.changes if c.path not in explicit and _lexically_valid(c.path)
+    ]
     try:
         base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
     except PromoterError as exc:
@@ -236,9 +246,12 @@ def check_preconditions(bundle: PatchBundleV1, grant: GrantV1, base: BaseTree) -
         if change.path in explicit:
             spec = explicit[change.path].old
             expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
+        elif change.path in base_states:
+            expected, source = dict(base_states[change.path]), "base_tree"
         else:
-            expected = dict(base_states.get(change.path) or _state(False, None, None))
-            source = "base_tree"
+            evidence.append({"path": change.path, "source": "invalid_path", "expected": None})
+            problems.append(f"{change.path!r}: no precondition applies to an invalid path")
+            continue
         actual = _state(change.old.exists, change.old.sha256, change.old.mode)
         evidence.append({"path": change.path, "source": source, "expected": expected})
         if actual != expected:
