@@ -51,15 +51,18 @@ def git_bytes(
         timeout=60,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(
-            f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}"
-        )
+        stderr = proc.stderr.decode(errors="replace")
+        raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}): {stderr}")
     return proc.stdout
 
 
 def git(repo: Path | str, *args: str, input: bytes | None = None, check: bool = True) -> str:
     """Like ``git_bytes`` but decoded, with the trailing newline removed."""
-    return git_bytes(repo, *args, input=input, check=check).decode("utf-8", "surrogateescape").rstrip("\n")
+    return (
+        git_bytes(repo, *args, input=input, check=check)
+        .decode("utf-8", "surrogateescape")
+        .rstrip("\n")
+    )
 
 
 def make_repo(

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from promoter import __version__
 from promoter.api import problems
 from promoter.api.metrics import Metrics
-from promoter.api.routes import blobs, bundles, health, registry
+from promoter.api.routes import blobs, bundles, health, operations, registry
 from promoter.config import Settings
 from promoter.engine.services import Services, build_services
 
@@ -34,8 +34,9 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         try:
             yield
         finally:
-            for stop in getattr(app.state, "on_stop", []):
-                stop()
+            runner = app.state.services.extras.get("runner")
+            if runner is not None:
+                runner.shutdown()
             if owned:
                 app.state.services.close()
 
@@ -58,6 +59,6 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         )
         return response
 
-    for module in (health, registry, blobs, bundles):
+    for module in (health, registry, blobs, bundles, operations):
         app.include_router(module.router)
     return app

@@ -38,7 +38,9 @@ class Submitted:
     created: bool
 
 
-def verify_bundle(services: Services, document: dict[str, Any], bundle: PatchBundleV1) -> Verification:
+def verify_bundle(
+    services: Services, document: dict[str, Any], bundle: PatchBundleV1
+) -> Verification:
     grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
     return verify(document, bundle, grant, services.blobs, GitBaseTree(repository.layout))
@@ -73,7 +75,9 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
             receipt_sha256=outcome.receipt.receipt_sha256,
         )
     created = services.audit.put("bundle", bundle.bundle_id, canonical(bundle), BundleConflict)
-    services.audit.put("verification", bundle.bundle_id, canonical(outcome.receipt), ReceiptConflict)
+    services.audit.put(
+        "verification", bundle.bundle_id, canonical(outcome.receipt), ReceiptConflict
+    )
     with services.db.session() as session:
         created = repo.add_bundle(session, bundle) or created
         if stored is None:

@@ -1,10 +1,10 @@
 """Typed, read-only facts about a git worktree.
 
 This module owns what promoter reads out of a repository to decide whether it may write:
-where the worktree and its git directories are (``discover``), the repository identity
-(SPEC §5.1), symbolic HEAD and HEAD's commit and tree, the index entries and tree
-entries of given paths (every merge stage kept apart), blob contents and hashes, gitlinks
-and nested repositories in the way of a path, and full tree listings.
+symbolic HEAD and HEAD's commit and tree, the index entries and tree entries of given
+paths (every merge stage kept apart), blob contents and hashes, gitlinks and nested
+repositories in the way of a path, and full tree listings. ``RepoLayout``, ``discover``
+and ``repository_identity`` live in ``layout.py`` and are re-exported here.
 
 Every git command here only reads: plumbing commands, ``GIT_OPTIONAL_LOCKS=0``, the
 repository pinned with ``GIT_DIR`` and ``GIT_WORK_TREE`` once discovered, literal
@@ -15,14 +15,12 @@ disk in ``gitlinks_and_nested`` is advisory: the descriptor-chain writer re-chec
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from promoter.errors import GitError, RepositoryInvalid
+from promoter.errors import GitError
+from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.records import (
     IndexEntry,
@@ -57,98 +55,6 @@ GITLINK_MODE = "160000"
 _ARGV_BYTES = 64 * 1024  # pathspec bytes per command, well under ARG_MAX
 _ARGV_COUNT = 1000
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
-
-
-@dataclass(frozen=True)
-class RepoLayout:
-    """Where a non-bare SHA-1 worktree and its git directories are (all realpaths).
-
-    ``git_dir`` is the per-worktree git directory (``.git`` or, for a linked worktree,
-    ``.git/worktrees/NAME`` of the main one); ``common_dir`` holds objects and refs.
-    """
-
-    worktree: str
-    git_dir: str
-    common_dir: str
-    object_format: str
-
-
-def discover(path: str | Path) -> RepoLayout:
-    """The layout of the worktree whose top level is ``path``.
-
-    ``path`` must be the top level itself (after resolving symlinks): a subdirectory is
-    refused rather than widened to its worktree, so a configured path never silently
-    guards more than was named. Refused with ``RepositoryInvalid``: a path that is not
-    in a git worktree, a bare repository or a git directory, a subdirectory, and
-    SHA-256 repositories.
-    """
-    requested = os.path.realpath(path)
-    if not os.path.isdir(requested):
-        raise RepositoryInvalid(f"{requested} is not a directory", path=str(path))
-    probe = _discovery_git(
-        requested,
-        [
-            "rev-parse",
-            "--is-bare-repository",
-            "--is-inside-work-tree",
-            "--show-object-format",
-            "--path-format=absolute",
-            "--git-dir",
-            "--git-common-dir",
-        ],
-    )
-    lines = probe.stdout.decode("utf-8", "surrogateescape").split("\n")
-    if len(lines) != 6 or lines[5] != "":
-        raise GitError("unexpected output from git rev-parse", stdout_lines=len(lines))
-    is_bare, inside, object_format, git_dir, common_dir = lines[:5]
-    if is_bare == "true":
-        raise RepositoryInvalid(f"{requested} is a bare repository; a worktree is required")
-    if inside != "true":
-        raise RepositoryInvalid(f"{requested} is not inside a git worktree (a .git directory?)")
-    if object_format != "sha1":
-        raise RepositoryInvalid(
-            f"{requested} uses the {object_format} object format; "
-            "SHA-256 repositories are not supported in v1",
-            object_format=object_format,
-        )
-    top = _discovery_git(requested, ["rev-parse", "--show-toplevel"])
-    toplevel = os.path.realpath(top.stdout.decode("utf-8", "surrogateescape").rstrip("\n"))
-    if toplevel != requested:
-        raise RepositoryInvalid(
-            f"{requested} is not the top level of its worktree ({toplevel}); "
-            "configure the top level",
-            toplevel=toplevel,
-        )
-    return RepoLayout(
-        worktree=toplevel,
-        git_dir=os.path.realpath(git_dir),
-        common_dir=os.path.realpath(common_dir),
-        object_format=object_format,
-    )
-
-
-def _discovery_git(cwd: str, args: list[str]) -> GitResult:
-    """Run a discovery command; a refusal by git is ``RepositoryInvalid``, not a crash."""
-    result = run_git(args, cwd=cwd, check=False)
-    if result.returncode != 0:
-        reason = stderr_tail(result.stderr) or f"exit status {result.returncode}"
-        raise RepositoryInvalid(f"{cwd} is not a usable git worktree: {reason}", path=cwd)
-    return result
-
-
-def repository_identity(layout: RepoLayout) -> str:
-    """``repo_`` + 32 hex of sha256(realpath(worktree) NUL realpath(common dir))."""
-    material = (
-        os.fsencode(os.path.realpath(layout.worktree))
-        + b"\0"
-        + os.fsencode(os.path.realpath(layout.common_dir))
-    )
-    return "repo_" + hashlib.sha256(material).hexdigest()[:32]
-
-
-def repo_env(layout: RepoLayout) -> dict[str, str]:
-    """The variables that pin git to this layout instead of rediscovering it."""
-    return {"GIT_DIR": layout.git_dir, "GIT_WORK_TREE": layout.worktree}
 
 
 def _git(

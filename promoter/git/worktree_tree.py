@@ -3,20 +3,23 @@
 This module owns the shadow computation of SPEC §8's second paragraph: given a worktree
 and a seed tree, the id of the tree ``git add -A`` would write after
 ``git read-tree <seed>`` (tracked = in the seed; untracked files that ``.gitignore`` and
-``info/exclude`` do not ignore are added), the raw diff of that tree against a base,
-and the new blobs' bytes.
+``info/exclude`` do not ignore are added; untracked nested repositories are left out
+and reported), the raw diff of that tree against a base, and the new blobs' bytes.
 
 How the repository stays untouched: every git command here runs with ``GIT_DIR`` set
 to a private, throw-away git directory (mode 0700, in ``tmpdir``), ``GIT_WORK_TREE``
-set to the worktree and ``GIT_INDEX_FILE`` inside the private directory. The private
-directory's ``objects/info/alternates`` names the repository's object directory, so
-existing objects are read from there while every new blob and tree is written to the
-private directory. Only the repository's objects and ``info/exclude`` are read; its
-index, refs and config are never opened, so its filters, hooks, fsmonitor or
-``core.autocrlf`` cannot run or apply. Git may still refresh the modification time of
-an existing object it would otherwise have written (its "freshen" step); the seed's
-stat refresh keeps that to new content that happens to exist already, and neither
-contents nor the set of files under ``.git`` change.
+set to the worktree and ``GIT_INDEX_FILE`` inside the private directory. Of the
+repository, these commands read only its objects and a copy of its ``info/exclude``;
+its config never applies to them, so its filters, hooks, fsmonitor or ``core.autocrlf``
+cannot run or apply. (HEAD for the default seed and the gitlink look-ups of
+``unsupported`` go through ``readback.py``, read-only.) The repository's object
+directory is made visible as an alternate (``GIT_ALTERNATE_OBJECT_DIRECTORIES``) only
+to commands that read objects (``read-tree``, the stat refresh, ``diff-tree``,
+``cat-file``); the commands that write objects (``add``, ``write-tree --missing-ok``)
+cannot see it, so git's "freshen" step, which touches the modification time of an
+existing object instead of writing it again, can never reach the repository: every new
+blob and tree lands in the private directory and nothing under ``.git`` changes, not
+even a timestamp.
 
 Bytes in equal bytes out: the private directory's ``info/attributes`` (which outranks
 every ``.gitattributes``) unsets ``text``, ``eol``, ``crlf``, ``filter``, ``ident`` and
@@ -39,8 +42,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
 from promoter.errors import RepositoryInvalid
+from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
-from promoter.git.readback import RepoLayout, commit_tree, gitlinks_and_nested, head_commit
+from promoter.git.readback import commit_tree, gitlinks_and_nested, head_commit
 from promoter.git.records import EMPTY_TREE, DiffEntry, decode_path, parse_diff_raw, require_oid
 from promoter.git.runner import GitResult, run_git
 
@@ -96,6 +100,7 @@ class ShadowTree:
         self._timeout = timeout
         self._root: str | None = None
         self._env: dict[str, str] = {}
+        self._read_env: dict[str, str] = {}
         self._cat: CatFile | None = None
         self._tree: str | None = None
         self.nested_repositories: tuple[str, ...] = ()
@@ -106,6 +111,8 @@ class ShadowTree:
         self._root = tempfile.mkdtemp(prefix="promoter-shadow-", dir=self._tmpdir)
         try:
             self._env = self._prepare(self._root)
+            objects = os.path.join(self.layout.common_dir, "objects")
+            self._read_env = {**self._env, "GIT_ALTERNATE_OBJECT_DIRECTORIES": _quote(objects)}
             self._tree = self._compute()
         except BaseException:
             self.close()
@@ -140,14 +147,13 @@ class ShadowTree:
 
     def _prepare(self, root: str) -> dict[str, str]:
         objects = os.path.join(self.layout.common_dir, "objects")
-        if "\n" in objects or not os.path.isdir(objects):
-            raise RepositoryInvalid(f"{objects} cannot serve as an object directory")
+        if not os.path.isdir(objects):
+            raise RepositoryInvalid(f"{objects} is not an object directory")
         git_dir = os.path.join(root, "git")
         for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
             os.makedirs(os.path.join(git_dir, sub), mode=0o700)
         _write(os.path.join(git_dir, "HEAD"), b"ref: refs/heads/main\n")
         _write(os.path.join(git_dir, "config"), _CONFIG.encode())
-        _write(os.path.join(git_dir, "objects/info/alternates"), os.fsencode(objects) + b"\n")
         _write(os.path.join(git_dir, "info/attributes"), _ATTRIBUTES.encode())
         _write(os.path.join(git_dir, "info/exclude"), self._user_excludes())
         return {
@@ -177,9 +183,10 @@ class ShadowTree:
             seed = None if head is None else commit_tree(self.layout, head)
             self.base_tree = seed
         if seed is not None:
-            self._git(["read-tree", seed])
+            self._git(["read-tree", seed], read=True)
             # Hash (without writing) what is unchanged, so add writes only new content.
-            self._git(["update-index", "-q", "--refresh"])
+            self._git(["update-index", "-q", "--refresh"], read=True)
+        # From here on git writes objects and must not see the repository's.
         self._git(["add", "-u"])
         untracked = self._git(["ls-files", "-o", "-z", "--exclude-standard", "--full-name"])
         files: list[str] = []
@@ -197,13 +204,19 @@ class ShadowTree:
                 input=listing,
                 literal=True,
             )
-        tree = self._git(["write-tree"]).stdout.decode("ascii", "replace").strip()
+        tree = self._git(["write-tree", "--missing-ok"]).stdout.decode("ascii", "replace").strip()
         return require_oid(tree, "written tree")
 
     def _git(
-        self, args: list[str], *, input: bytes | None = None, literal: bool = False
+        self,
+        args: list[str],
+        *,
+        input: bytes | None = None,
+        literal: bool = False,
+        read: bool = False,
     ) -> GitResult:
-        env = dict(self._env)
+        """Run git in the private directory; ``read`` lets it see the repository's objects."""
+        env = dict(self._read_env if read else self._env)
         if literal:
             env["GIT_LITERAL_PATHSPECS"] = "1"
         return run_git(
@@ -234,7 +247,8 @@ class ShadowTree:
                 "--no-ext-diff",
                 base,
                 self.tree,
-            ]
+            ],
+            read=True,
         )
         return parse_diff_raw(result.stdout)
 
@@ -262,7 +276,7 @@ class ShadowTree:
         if self._cat is None:
             if self._root is None:
                 raise RuntimeError("ShadowTree is not open; use it as a context manager")
-            self._cat = CatFile(cwd=self.layout.worktree, env=self._env, timeout=self._timeout)
+            self._cat = CatFile(cwd=self.layout.worktree, env=self._read_env, timeout=self._timeout)
             self._cat.__enter__()
         return self._cat
 
@@ -285,6 +299,14 @@ def worktree_tree(
     """The id of the worktree's current tree (see ``ShadowTree``); nothing is kept."""
     with ShadowTree(layout, base_tree=base_tree, tmpdir=tmpdir) as shadow:
         return shadow.tree
+
+
+def _quote(path: str) -> str:
+    """A path as one entry of ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (C-quoted if needed)."""
+    if not any(char in path for char in ':"\\\n\t'):
+        return path
+    escaped = path.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
 def _write(path: str, data: bytes) -> None:

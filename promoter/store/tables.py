@@ -122,6 +122,7 @@ class OperationRow(Base):
     owner_start: Mapped[str | None] = mapped_column(String(40), nullable=True)
     owner_boot: Mapped[str | None] = mapped_column(String(64), nullable=True)
     receipt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    receipt: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     pre_snapshot: Mapped[str | None] = mapped_column(String(40), nullable=True)
     post_snapshot: Mapped[str | None] = mapped_column(String(40), nullable=True)
     created_at: Mapped[str] = mapped_column(String(20))

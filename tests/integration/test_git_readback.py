@@ -27,7 +27,19 @@ from promoter.git.readback import (
 from promoter.git.records import EMPTY_BLOB
 from tests.gitutil import blob_oid, commit_all, git, make_repo, tree_digest
 
-ODD_NAMES = ["a*", "ab", ":x", ":(icase)Q", "sp ace", "new\nline", "tab\there", "café", "日本語.txt", "[x]", "-n"]
+ODD_NAMES = [
+    "a*",
+    "ab",
+    ":x",
+    ":(icase)Q",
+    "sp ace",
+    "new\nline",
+    "tab\there",
+    "café",
+    "日本語.txt",
+    "[x]",
+    "-n",
+]
 
 
 @pytest.fixture
@@ -35,8 +47,8 @@ def repo(tmp_path: Path) -> Path:
     repo = make_repo(tmp_path)
     (repo / "src").mkdir()
     (repo / "src" / "app.py").write_bytes(b"print('hi')\n")
-    (repo / "tool.sh").write_bytes(b"#!/bin/sh\n")
-    (repo / "tool.sh").chmod(0o755)
+    (repo / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
     for name in ODD_NAMES:
         (repo / name).write_bytes(name.encode() + b"\n")
     commit_all(repo, "base")
@@ -100,10 +112,10 @@ def test_index_entry_of_a_staged_change_is_the_staged_blob(repo: Path) -> None:
     (repo / "src" / "app.py").write_bytes(b"staged\n")
     git(repo, "add", "src/app.py")
     (repo / "src" / "app.py").write_bytes(b"unstaged on top\n")
-    entries = index_entries(discover(repo), ["src/app.py", "tool.sh", "absent", "src"])
+    entries = index_entries(discover(repo), ["src/app.py", "run.sh", "absent", "src"])
     assert entries == {
         "src/app.py": [IndexEntry("100644", blob_oid(b"staged\n"), 0)],
-        "tool.sh": [IndexEntry("100755", blob_oid(b"#!/bin/sh\n"), 0)],
+        "run.sh": [IndexEntry("100755", blob_oid(b"#!/bin/sh\n"), 0)],
         "absent": [],
         "src": [],  # a directory has no entry of its own; its files are not reported
     }
@@ -165,12 +177,12 @@ def test_many_paths_are_batched(repo: Path) -> None:
 def test_tree_entries_file_missing_directory_and_below_a_file(repo: Path) -> None:
     layout = discover(repo)
     tree = git(repo, "rev-parse", "HEAD^{tree}")
-    entries = tree_entries(layout, tree, ["src/app.py", "src", "nope", "tool.sh/x", "src/nope"])
+    entries = tree_entries(layout, tree, ["src/app.py", "src", "nope", "run.sh/x", "src/nope"])
     assert entries == {
         "src/app.py": TreeEntry("100644", blob_oid(b"print('hi')\n"), "blob"),
         "src": TreeEntry("040000", git(repo, "rev-parse", "HEAD:src"), "tree"),
         "nope": None,
-        "tool.sh/x": None,
+        "run.sh/x": None,
         "src/nope": None,
     }
 
@@ -193,8 +205,8 @@ def test_tree_entries_of_a_missing_tree_fail(repo: Path) -> None:
 def test_list_tree_files_matches_ls_tree(repo: Path) -> None:
     layout = discover(repo)
     files = list_tree_files(layout, git(repo, "rev-parse", "HEAD^{tree}"))
-    assert sorted(files) == sorted(["src/app.py", "tool.sh", *ODD_NAMES])
-    assert files["tool.sh"] == TreeEntry("100755", blob_oid(b"#!/bin/sh\n"), "blob")
+    assert sorted(files) == sorted(["src/app.py", "run.sh", *ODD_NAMES])
+    assert files["run.sh"] == TreeEntry("100755", blob_oid(b"#!/bin/sh\n"), "blob")
 
 
 # --- blobs --------------------------------------------------------------------------------
@@ -284,3 +296,10 @@ def test_readback_leaves_git_dir_untouched(repo: Path) -> None:
     blob_sha256(layout, [blob_oid(b"print('hi')\n")])
     gitlinks_and_nested(layout, ["src/app.py"])
     assert tree_digest(repo / ".git") == before
+
+
+def test_shape_check_works_on_an_unborn_branch(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, "unborn")
+    make_repo(repo, "inner")
+    found = gitlinks_and_nested(discover(repo), ["a/b.txt", "inner/x"])
+    assert found == {"inner/x": "'inner' is a nested repository (it holds a .git entry)"}

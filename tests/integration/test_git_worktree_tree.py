@@ -255,8 +255,9 @@ def test_default_seed_is_head_and_unborn_starts_empty(tmp_path: Path) -> None:
     with ShadowTree(discover(repo)) as shadow:
         assert shadow.base_tree == base
         assert [entry.path for entry in shadow.diff()] == ["mod.txt"]
-        assert [entry.path for entry in shadow.diff(EMPTY_TREE)] == sorted(
-            list_tree_files(discover(repo), shadow.tree)
+        # Against the empty tree every file is a creation; the paths are the seed's.
+        assert [entry.path for entry in shadow.diff(EMPTY_TREE)] == list(
+            list_tree_files(discover(repo), base)
         )
     unborn = make_repo(tmp_path, "unborn")
     (unborn / "a.txt").write_bytes(b"a\n")
@@ -299,3 +300,15 @@ def test_results_need_an_open_shadow(tmp_path: Path) -> None:
         _ = shadow.tree
     with pytest.raises(ValueError):
         ShadowTree(discover(repo), base_tree="HEAD")
+
+
+def test_repository_path_with_colon_and_quote_still_reaches_its_objects(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, 'odd:"name\\x')
+    (repo / "old.txt").write_bytes(b"old\n")
+    base = commit_all(repo)
+    (repo / "old.txt").write_bytes(b"new\n")
+    with ShadowTree(discover(repo)) as shadow:
+        [entry] = shadow.diff()
+        assert entry.old_oid == blob_oid(b"old\n")
+        assert shadow.read_blob(blob_oid(b"old\n")) == b"old\n"
+    assert base

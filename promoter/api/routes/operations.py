@@ -1,0 +1,110 @@
+"""Promotions, preflight and operations (SPEC §5.2–5.6, §7)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from promoter.api.deps import OperatorDep, OrchestratorDep, ServicesDep, read_json_body
+from promoter.api.responses import canonical_response, json_response
+from promoter.domain.parsing import load_json
+from promoter.engine import operations
+from promoter.errors import ValidationFailed
+from promoter.store import journal
+
+router = APIRouter(prefix="/v1")
+WAIT_SECONDS = 600.0
+
+
+def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationFailed("the body must be a JSON object")
+    unknown = set(body) - set(required) - set(optional)
+    if unknown:
+        raise ValidationFailed(f"unknown fields: {sorted(unknown)}")
+    out: dict[str, Any] = {}
+    for name, kind in {**required, **optional}.items():
+        if name not in body:
+            if name in required:
+                raise ValidationFailed(f"{name} is required")
+            continue
+        value = body[name]
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise ValidationFailed(f"{name} must be of type {kind.__name__}")
+        if kind is int and not 0 <= value < 2**53:
+            raise ValidationFailed(f"{name} must be a non-negative safe integer")
+        out[name] = value
+    return out
+
+
+@router.post("/promotions")
+async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+    body = _fields(
+        await read_json_body(request, services),
+        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
+        {"wait": bool},
+    )
+    requested = await asyncio.to_thread(
+        operations.request_promotion,
+        services,
+        body["bundle_id"],
+        body["verification_receipt_sha256"],
+        body["fence"],
+    )
+    if body.get("wait"):
+        await asyncio.to_thread(operations.wait_for, services, requested.operation_id, WAIT_SECONDS)
+        view = operations.operation_view(services, requested.operation_id)
+        if view["status"] in operations.FINAL or view["status"] == "needs_recovery":
+            return json_response(view, 200)
+    view = operations.operation_view(services, requested.operation_id)
+    return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
+
+
+@router.post("/bundles/{bundle_id}/preflight")
+async def post_preflight(
+    bundle_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
+) -> Response:
+    raw = await request.body()
+    fence = None
+    if raw.strip():
+        fence = _fields(load_json(raw), {}, {"fence": int}).get("fence")
+    result = await asyncio.to_thread(operations.preflight, services, bundle_id, fence)
+    return json_response(result)
+
+
+@router.get("/operations")
+def list_operations(
+    _: OperatorDep,
+    services: ServicesDep,
+    status: str | None = Query(default=None, max_length=40),
+    repository: str | None = Query(default=None, max_length=200),
+) -> Response:
+    with services.db.session() as session:
+        rows = journal.list_operations(session, status=status, repository=repository)
+        items = [
+            {
+                "operation_id": r.operation_id,
+                "kind": r.kind,
+                "status": r.status,
+                "attempt": r.attempt,
+                "repository": r.repository_name,
+                "bundle_id": r.bundle_id,
+                "code": r.code,
+                "updated_at": r.updated_at,
+            }
+            for r in rows
+        ]
+    return json_response({"operations": items})
+
+
+@router.get("/operations/{operation_id}")
+def get_operation(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
+    return json_response(operations.operation_view(services, operation_id))
+
+
+@router.get("/operations/{operation_id}/receipt")
+def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
+    return canonical_response(operations.promotion_receipt(services, operation_id))

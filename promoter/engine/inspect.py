@@ -1,0 +1,148 @@
+"""Step 4 of the host protocol (SPEC §5.4): read back the repository under the lock.
+
+Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tree the
+base tree; every target's index entries must equal its precondition (explicit, or the
+base tree's entry at stage 0, or absent); every worktree target must be exactly its old
+or exactly its new state. The result lists, per path, what was expected and what was
+found; it decides nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.errors import PromoterError
+from promoter.fs.chain import LeafState, Root
+from promoter.git.readback import (
+    RepoLayout,
+    commit_tree,
+    gitlinks_and_nested,
+    head_commit,
+    index_entries,
+    symbolic_head,
+    tree_entries,
+)
+
+
+def spec(state: Any) -> dict[str, Any]:
+    return {"exists": state.exists, "sha256": state.sha256, "mode": state.mode}
+
+
+def leaf_report(leaf: LeafState) -> dict[str, Any]:
+    exists = leaf.kind != "missing"
+    return {
+        "exists": exists,
+        "kind": leaf.kind,
+        "sha256": leaf.sha256,
+        "mode": leaf.mode,
+        "bytes": leaf.size,
+    }
+
+
+def classify(leaf: LeafState, change: Change) -> str:
+    if leaf.matches(change.new.exists, change.new.sha256, change.new.mode):
+        return "new"
+    if leaf.matches(change.old.exists, change.old.sha256, change.old.mode):
+        return "old"
+    return "neither"
+
+
+@dataclass
+class ReadBack:
+    repository: dict[str, Any]
+    paths: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def repository_ok(self) -> bool:
+        return all(item["ok"] for item in self.repository.values())
+
+    @property
+    def drifted(self) -> list[str]:
+        return [p["path"] for p in self.paths if p["verdict"] == "drift"]
+
+    @property
+    def ok(self) -> bool:
+        return self.repository_ok and not self.drifted
+
+    def report(self) -> dict[str, Any]:
+        return {"repository": self.repository, "paths": self.paths, "drifted": self.drifted}
+
+
+def read_repository(layout: RepoLayout, grant: GrantV1) -> dict[str, Any]:
+    branch = symbolic_head(layout)
+    head = head_commit(layout)
+    tree = commit_tree(layout, head) if head else None
+    return {
+        "branch": {"expected": grant.branch, "actual": branch, "ok": branch == grant.branch},
+        "head": {"expected": grant.base_commit, "actual": head, "ok": head == grant.base_commit},
+        "tree": {"expected": grant.base_tree, "actual": tree, "ok": tree == grant.base_tree},
+    }
+
+
+def expected_index(
+    grant: GrantV1, bundle: PatchBundleV1, layout: RepoLayout
+) -> dict[str, list[dict[str, Any]]]:
+    explicit = {p.path: p for p in grant.target_preconditions}
+    implicit = [c.path for c in bundle.changes if c.path not in explicit]
+    base = tree_entries(layout, grant.base_tree, implicit) if implicit else {}
+    expected: dict[str, list[dict[str, Any]]] = {}
+    for change in bundle.changes:
+        if change.path in explicit:
+            index = explicit[change.path].index
+            expected[change.path] = [] if index is None else [index.wire()]
+        else:
+            entry = base.get(change.path)
+            expected[change.path] = (
+                [] if entry is None else [{"mode": entry.mode, "oid": entry.oid, "stage": 0}]
+            )
+    return expected
+
+
+def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
+    """Read everything a promotion decides on; never writes."""
+    result = ReadBack(read_repository(layout, grant))
+    paths = [c.path for c in bundle.changes]
+    wanted_index = expected_index(grant, bundle, layout)
+    actual_index = index_entries(layout, paths)
+    blocked = gitlinks_and_nested(layout, paths)
+    for change in bundle.changes:
+        reasons: list[str] = []
+        actual: dict[str, Any] | None = None
+        verdict = "drift"
+        try:
+            leaf = root.read_state(change.path)
+            actual = leaf_report(leaf)
+            found = classify(leaf, change)
+            if found == "neither":
+                reasons.append("the worktree file is neither the old nor the new state")
+            else:
+                verdict = found
+        except PromoterError as exc:
+            reasons.append(f"{exc.code}: {exc.detail}")
+            actual = {"error": exc.code, **{k: str(v) for k, v in exc.context.items()}}
+        index_now = [
+            {"mode": e.mode, "oid": e.oid, "stage": e.stage}
+            for e in actual_index.get(change.path, [])
+        ]
+        if index_now != wanted_index[change.path]:
+            reasons.append("the index entry differs from the precondition")
+        if change.path in blocked:
+            reasons.append(blocked[change.path])
+        if reasons:
+            verdict = "drift"
+        result.paths.append(
+            {
+                "path": change.path,
+                "operation": change.operation,
+                "expected_old": spec(change.old),
+                "expected_new": spec(change.new),
+                "actual": actual,
+                "index_expected": wanted_index[change.path],
+                "index_actual": index_now,
+                "verdict": verdict,
+                "reasons": reasons,
+            }
+        )
+    return result

@@ -1,0 +1,82 @@
+"""The per-operation event hash chain (SPEC §5.3).
+
+An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
+sha256 covers every field but ``event_id`` (which is derived from it), so each event's
+hash covers the previous one. ``append`` adds one event inside the caller's transaction;
+``verify_chain`` re-checks a whole chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
+from promoter.store import journal
+from promoter.store.tables import EventRow
+
+EventKind = Literal["decision", "action", "outcome"]
+
+
+def event_sha256(
+    operation_id: str, seq: int, kind: str, payload: Any, prev: str | None, at: str
+) -> str:
+    body = {
+        "operation_id": operation_id,
+        "seq": seq,
+        "kind": kind,
+        "payload": payload,
+        "prev_event_sha256": prev,
+        "at": at,
+    }
+    return sha256_hex(canonical_bytes(body))
+
+
+def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
+    """Append an event to the operation's chain; returns its ``evt_…`` id."""
+    previous = journal.last_event(session, operation_id)
+    seq = 0 if previous is None else previous.seq + 1
+    prev = None if previous is None else previous.event_sha256
+    at = rfc3339(utcnow())
+    digest = event_sha256(operation_id, seq, kind, payload, prev, at)
+    event_id = content_id("evt", digest)
+    session.add(
+        EventRow(
+            event_id=event_id,
+            operation_id=operation_id,
+            seq=seq,
+            kind=kind,
+            payload=payload,
+            prev_event_sha256=prev,
+            event_sha256=digest,
+            at=at,
+        )
+    )
+    session.flush()
+    return event_id
+
+
+def as_wire(row: EventRow) -> dict[str, Any]:
+    return {
+        "event_id": row.event_id,
+        "operation_id": row.operation_id,
+        "seq": row.seq,
+        "kind": row.kind,
+        "payload": row.payload,
+        "prev_event_sha256": row.prev_event_sha256,
+        "event_sha256": row.event_sha256,
+        "at": row.at,
+    }
+
+
+def verify_chain(rows: list[EventRow]) -> bool:
+    prev: str | None = None
+    for seq, row in enumerate(rows):
+        digest = event_sha256(row.operation_id, row.seq, row.kind, row.payload, prev, row.at)
+        if row.seq != seq or row.prev_event_sha256 != prev or row.event_sha256 != digest:
+            return False
+        if row.event_id != content_id("evt", digest):
+            return False
+        prev = digest
+    return True

@@ -1,0 +1,240 @@
+"""Promotion requests, operation identity and idempotency, scheduling and views.
+
+``request_promotion`` derives the deterministic operation id (SPEC §5.2) and never starts
+a second run of the same operation: completed returns the stored receipt's state, in
+progress its status, needs recovery or reconciliation that status; only a ``refused``
+operation gets a new attempt. Attempts run on a small worker pool off the request
+thread; ``wait`` blocks on the attempt's future. The protocol itself is in
+``promoter.engine.promote``; preflight (SPEC §5.6) reuses its read-back and writes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from promoter.domain.canonical import canonical_bytes
+from promoter.domain.documents import operation_id_for
+from promoter.engine import ledger, promote
+from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
+from promoter.engine.bundles import load_bundle, load_verification
+from promoter.engine.grants import load_grant
+from promoter.engine.inspect import inspect
+from promoter.engine.ownership import Owner
+from promoter.engine.services import Services
+from promoter.errors import (
+    OperationUnknown,
+    PromoterError,
+    ReceiptUnavailable,
+    StorageError,
+    TargetDrift,
+)
+from promoter.fs.chain import Root
+from promoter.store import journal, repo
+from promoter.store.tables import OperationRow
+
+FINAL = {"completed", "refused", "needs_reconciliation", "rolled_back", "rollback_partial"}
+
+
+@dataclass(frozen=True)
+class Requested:
+    operation_id: str
+    status: str
+    started: bool
+
+
+class Runner:
+    """Runs attempts off the request thread and remembers their futures."""
+
+    def __init__(self, services: Services, workers: int = 4) -> None:
+        self._services = services
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promoter-op")
+        self._futures: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, operation_id: str, fence: int) -> Future[None]:
+        with self._lock:
+            future = self._pool.submit(_guarded_run, self._services, operation_id, fence)
+            self._futures[operation_id] = future
+            return future
+
+    def future(self, operation_id: str) -> Future[None] | None:
+        with self._lock:
+            return self._futures.get(operation_id)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
+    try:
+        promote.run(services, operation_id, fence)
+    except PromoterError as exc:
+        promote.refuse(services, operation_id, exc)
+
+
+_request_lock = threading.Lock()
+
+
+def runner(services: Services) -> Runner:
+    existing = services.extras.get("runner")
+    if isinstance(existing, Runner):
+        return existing
+    with _request_lock:
+        existing = services.extras.get("runner")
+        if not isinstance(existing, Runner):
+            existing = Runner(services)
+            services.extras["runner"] = existing
+        return existing
+
+
+def request_promotion(
+    services: Services, bundle_id: str, receipt_sha256: str, fence: int
+) -> Requested:
+    bundle = load_bundle(services, bundle_id)
+    grant = load_grant(services, bundle.grant_id)
+    assert grant.grant_sha256 is not None
+    repository = services.registry.by_identity(grant.repository_identity)
+    operation_id = operation_id_for(
+        grant_sha256=grant.grant_sha256,
+        bundle_sha256=bundle.bundle_sha256,
+        verification_receipt_sha256=receipt_sha256,
+        repository_identity=repository.identity,
+    )
+    owner = Owner.me()
+    with _request_lock, services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is not None and row.status != "refused":
+            return Requested(operation_id, row.status, False)
+        if row is None:
+            row = OperationRow(
+                operation_id=operation_id,
+                kind="promotion",
+                repository_identity=repository.identity,
+                repository_name=repository.name,
+                grant_id=grant.grant_id,
+                bundle_id=bundle.bundle_id,
+                grant_sha256=grant.grant_sha256,
+                bundle_sha256=bundle.bundle_sha256,
+                verification_receipt_sha256=receipt_sha256,
+                attempt=1,
+                created_at=repo.now(),
+            )
+            session.add(row)
+        else:
+            row.attempt += 1
+        row.status = "in_progress"
+        row.code = row.detail = None
+        row.fence = fence
+        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        row.updated_at = repo.now()
+        try:
+            session.flush()
+        except IntegrityError as exc:  # another daemon created it first
+            raise StorageError("the operation was created concurrently; ask again") from exc
+        journal.start_attempt(session, row)
+    runner(services).submit(operation_id, fence)
+    return Requested(operation_id, "in_progress", True)
+
+
+def wait_for(services: Services, operation_id: str, timeout: float) -> None:
+    future = runner(services).future(operation_id)
+    if future is not None:
+        future.result(timeout=timeout)
+
+
+def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        steps = journal.steps(session, operation_id)
+        events = journal.events(session, operation_id)
+        dirs = journal.created_dirs(session, operation_id)
+        attempts = journal.attempts(session, operation_id)
+        return {
+            "operation_id": row.operation_id,
+            "kind": row.kind,
+            "status": row.status,
+            "attempt": row.attempt,
+            "repository": row.repository_name,
+            "repository_identity": row.repository_identity,
+            "grant_id": row.grant_id,
+            "bundle_id": row.bundle_id,
+            "verification_receipt_sha256": row.verification_receipt_sha256,
+            "fence": row.fence,
+            "code": row.code,
+            "detail": row.detail,
+            "receipt_sha256": row.receipt_sha256,
+            "report": row.report,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+            "steps": [
+                {
+                    "seq": s.seq,
+                    "path": s.path,
+                    "operation": s.operation,
+                    "status": s.status,
+                    "old": s.old_state,
+                    "new": s.new_state,
+                    "detail": s.detail,
+                }
+                for s in steps
+            ],
+            "created_directories": [d.path for d in dirs],
+            "attempts": [
+                {"attempt": a.attempt, "status": a.status, "code": a.code,
+                 "started_at": a.started_at, "ended_at": a.ended_at}
+                for a in attempts
+            ],
+            "events": [ledger.as_wire(e) for e in events],
+            "events_verified": ledger.verify_chain(events),
+        }
+
+
+def promotion_receipt(services: Services, operation_id: str) -> bytes:
+    stored = services.audit.get("promotion", operation_id) if operation_id.startswith("op_") else None
+    if stored is not None:
+        return stored
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        receipt = row.receipt
+        status = row.status
+    if receipt is None:
+        raise ReceiptUnavailable(
+            f"operation {operation_id} has no receipt (status {status})", status=status
+        )
+    data = canonical_bytes(receipt)
+    services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
+    return data
+
+
+def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:
+    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing."""
+    verification = load_verification(services, bundle_id)
+    result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
+    try:
+        evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
+        result["checks"]["evidence"] = {"ok": True}
+        if fence is not None:
+            check_authority(services, evidence.grant, fence)
+        else:
+            check_grant_window(evidence.grant)
+        result["checks"]["authority"] = {"ok": True}
+        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        with Root.open(repository.worktree) as root:
+            readback = inspect(repository.layout, root, evidence.grant, evidence.bundle)
+    except PromoterError as exc:
+        return {**result, "status": "refused", "code": exc.code, "detail": exc.detail,
+                "error": exc.to_problem()}
+    report = readback.report()
+    if not readback.ok:
+        drift = TargetDrift("the repository is not in an authorized old state")
+        return {**result, "status": "refused", "code": drift.code, "detail": drift.detail, **report}
+    return {**result, "status": "passed", "code": None, "detail": "", **report}

@@ -1,0 +1,123 @@
+"""Promotion through the real server (SPEC §5.2–5.4, §5.6, §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import rfc8785
+
+from tests.support.daemon import Daemon
+from tests.support.flows import git, jcs_sha, sha
+from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+
+V1 = b"print('v1')\n"
+
+
+def test_promotion_writes_exact_bytes_and_touches_nothing_else(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    (repo / "notes.txt").write_bytes(b"user's untracked work\n")
+    (repo / "README.md").write_bytes(b"# project\nuser's uncommitted edit\n")
+    os.chmod(repo / "README.md", 0o600)
+    git_before = git_dir_digest(repo)
+    crlf, binary, empty = b"line one\r\nline two\r\n", bytes(range(256)), b""
+    changes = [
+        ("src/app.py", V1, b"print('v2')\n"),
+        ("src/new/deep/data.bin", None, binary),
+        ("src/crlf.txt", None, crlf),
+        ("src/empty.txt", None, empty),
+    ]
+    grant, bundle, receipt = submit(daemon, repo, identity, changes)
+    before = tree_bytes(repo)
+
+    answer = promote(daemon, bundle, receipt)
+    assert answer.status_code == 200, answer.text
+    view = answer.json()
+    assert view["status"] == "completed", view
+    assert [s["status"] for s in view["steps"]] == ["completed"] * 4
+    assert [e["kind"] for e in view["events"]] == ["decision", "action", "outcome"]
+    assert view["events_verified"] is True
+    assert view["created_directories"] == ["src/new", "src/new/deep"]
+
+    after = tree_bytes(repo)
+    assert after["src/app.py"][0] == b"print('v2')\n"
+    assert after["src/new/deep/data.bin"][0] == binary
+    assert after["src/crlf.txt"][0] == crlf
+    assert after["src/empty.txt"][0] == b""
+    untouched = {k: v for k, v in before.items() if k not in {c[0] for c in changes}}
+    assert {k: after[k] for k in untouched} == untouched
+    assert after["README.md"] == (b"# project\nuser's uncommitted edit\n", 0o600)
+    assert git_dir_digest(repo) == git_before
+    assert not [p for p in repo.rglob(".promoter-tmp-*")]
+
+    expected_id = "op_" + jcs_sha({
+        "grant_sha256": bundle["grant_sha256"], "bundle_sha256": bundle["bundle_sha256"],
+        "verification_receipt_sha256": receipt["receipt_sha256"], "repository_identity": identity,
+    })[:32]
+    assert view["operation_id"] == expected_id
+    with daemon.orchestrator() as orch:
+        raw = orch.get(f"/v1/operations/{expected_id}/receipt")
+    assert raw.status_code == 200
+    promotion = json.loads(raw.content)
+    assert raw.content == rfc8785.dumps(promotion)
+    assert promotion["receipt_sha256"] == jcs_sha({k: v for k, v in promotion.items() if k != "receipt_sha256"})
+    assert promotion["targets"] == sorted(
+        [{"path": p, "exists": True, "sha256": sha(new), "mode": "100644"} for p, _, new in changes],
+        key=lambda t: t["path"].encode(),
+    )
+    assert promotion["events"] == {e["kind"]: e["event_id"] for e in view["events"]}
+    stored = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{expected_id}.json"
+    assert stored.read_bytes() == raw.content
+
+
+def test_same_promotion_again_is_one_operation_and_one_receipt(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, b"v2\n")])
+    first = promote(daemon, bundle, receipt).json()
+    with daemon.orchestrator() as orch:
+        receipt_bytes = orch.get(f"/v1/operations/{first['operation_id']}/receipt").content
+    (repo / "src" / "app.py").write_bytes(b"user edits after promotion\n")
+    again = promote(daemon, bundle, receipt)
+    assert again.status_code == 200
+    assert again.json()["operation_id"] == first["operation_id"]
+    assert again.json()["status"] == "completed"
+    assert again.json()["attempt"] == 1
+    assert (repo / "src" / "app.py").read_bytes() == b"user edits after promotion\n"
+    with daemon.orchestrator() as orch:
+        assert orch.get(f"/v1/operations/{first['operation_id']}/receipt").content == receipt_bytes
+
+
+def test_delete_and_executable_bit_changes(daemon: Daemon, tmp_path: Path) -> None:
+    del tmp_path
+    repo = Path(daemon.services.registry.by_name("work").worktree)
+    identity = daemon.services.registry.by_name("work").identity
+    (repo / "tool.sh").write_bytes(b"#!/bin/sh\necho hi\n")
+    os.chmod(repo / "tool.sh", 0o755)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tool")
+    os.chmod(repo / "src" / "app.py", 0o640)
+    from tests.support.flows import make_bundle, make_grant, state, upload
+    from tests.support.promotion import set_lease
+
+    grant = make_grant(repo, identity)
+    tool = b"#!/bin/sh\necho hi\n"
+    changes = [
+        {"path": "README.md", "operation": "delete", "old": state(b"# project\n"), "new": state(None)},
+        {"path": "src/app.py", "operation": "modify", "old": state(V1), "new": state(V1, "100755")},
+        {"path": "tool.sh", "operation": "modify", "old": state(tool, "100755"), "new": state(tool)},
+    ]
+    with daemon.orchestrator() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+    bundle = make_bundle(grant, changes)
+    with daemon.executor("run_1") as ex:
+        upload(ex, V1, tool, b"# project\n")
+        receipt = ex.post("/v1/bundles", json=bundle).json()["verification_receipt"]
+    set_lease(daemon, grant)
+    assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+    assert not (repo / "README.md").exists()
+    assert (repo / "src" / "app.py").stat().st_mode & 0o777 == 0o750
+    assert (repo / "tool.sh").stat().st_mode & 0o777 == 0o644
+    assert (repo / "src" / "app.py").read_bytes() == V1

@@ -1,0 +1,91 @@
+"""Driving a whole promotion through the API in tests."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, make_grant, ts, upload
+
+
+def tree_bytes(root: Path, *, skip_git: bool = True) -> dict[str, tuple[bytes, int]]:
+    """Every file below ``root`` with its bytes and permission bits (links as targets)."""
+    out: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if skip_git and (rel == ".git" or rel.startswith(".git/")):
+            continue
+        if path.is_symlink():
+            out[rel] = (str(path.readlink()).encode(), -1)
+        elif path.is_file():
+            out[rel] = (path.read_bytes(), path.stat().st_mode & 0o7777)
+    return out
+
+
+def git_dir_digest(repo: Path) -> dict[str, str]:
+    """sha256 of every file under ``.git`` except promoter's own lock file."""
+    git_dir = repo / ".git"
+    return {
+        p.relative_to(git_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(git_dir.rglob("*"))
+        if p.is_file() and p.name != "promoter.lock"
+    }
+
+
+def set_lease(daemon: Daemon, grant: dict[str, Any], fence: int | None = None) -> None:
+    lease = {
+        "run_id": grant["executor_run_id"],
+        "attempt": grant["attempt"],
+        "generation": grant["generation"],
+        "resume_epoch": grant["resume_epoch"],
+        "fence": grant["fence"] if fence is None else fence,
+        "expires_at": ts(timedelta(hours=1)),
+    }
+    with daemon.orchestrator() as orch:
+        answer = orch.put(f"/v1/leases/{grant['workflow_id']}/{grant['stage']}", json=lease)
+        assert answer.status_code == 200, answer.text
+
+
+def submit(
+    daemon: Daemon,
+    repo: Path,
+    identity: str,
+    changes: list[Any],
+    *,
+    grant_id: str = "grt_test1",
+    lease: bool = True,
+    **grant_overrides: Any,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Register a grant, upload blobs, submit the bundle; returns (grant, bundle, receipt)."""
+    grant = make_grant(repo, identity, grant_id=grant_id, **grant_overrides)
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code in (200, 201), answer.text
+    bundle = make_bundle(grant, changes)
+    blobs = [c[i] for c in changes if isinstance(c, tuple) for i in (1, 2) if c[i] is not None]
+    with daemon.executor(grant["executor_run_id"]) as ex:
+        upload(ex, *blobs)
+        answer = ex.post("/v1/bundles", json=bundle)
+        assert answer.status_code in (200, 201), answer.text
+        receipt = answer.json()["verification_receipt"]
+    if lease:
+        set_lease(daemon, grant)
+    return grant, bundle, receipt
+
+
+def promote(
+    daemon: Daemon, bundle: dict[str, Any], receipt: dict[str, Any], fence: int = 7, wait: bool = True
+) -> Any:
+    with daemon.orchestrator() as orch:
+        return orch.post(
+            "/v1/promotions",
+            json={
+                "bundle_id": bundle["bundle_id"],
+                "verification_receipt_sha256": receipt["receipt_sha256"],
+                "fence": fence,
+                "wait": wait,
+            },
+        )
