@@ -180,6 +180,26 @@ def test_waiter_takes_the_recreated_lock_file_not_the_unlinked_one(
         assert (common / LOCK_NAME).stat().st_ino != old_inode
 
 
+def test_lock_file_replaced_between_open_and_flock_is_retried(
+    common: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replaced: list[int] = []
+
+    class ReplacingLocker(lock_module.FlockLocker):  # type: ignore[misc]
+        def lock(self, file_obj: int, flags: object) -> None:
+            if not replaced:
+                replaced.append(os.fstat(file_obj).st_ino)
+                (common / LOCK_NAME).unlink()
+                (common / LOCK_NAME).write_bytes(b"")
+            super().lock(file_obj, flags)
+
+    monkeypatch.setattr(lock_module, "FlockLocker", ReplacingLocker)
+    with RepoLock(common, timeout=5) as held:
+        held.check_held()
+        assert os.fstat(held._fd).st_ino == (common / LOCK_NAME).stat().st_ino
+        assert os.fstat(held._fd).st_ino != replaced[0]
+
+
 # -- L3 ------------------------------------------------------------------------------
 
 
