@@ -18,6 +18,7 @@ from promoter.api import problems
 from promoter.api.metrics import Metrics
 from promoter.api.routes import blobs, bundles, health, operations, registry
 from promoter.config import Settings
+from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 
 Hook = Callable[[Services], None]
@@ -29,6 +30,9 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or build_services(settings)
+        orphaned = scan_orphans(app.state.services)
+        if settings.auto_recover and orphaned:
+            auto_recover(app.state.services, orphaned)
         for hook in STARTUP_HOOKS:
             hook(app.state.services)
         try:

@@ -197,21 +197,30 @@ def apply_changes(
     lock: RepoLock,
     changes: list[Change],
     evidence: Evidence,
+    *,
+    todo: set[int] | None = None,
+    recovering: bool = False,
 ) -> None:
+    """Write the steps in ``todo`` (default: all), then read back every target."""
     batch = Batch(changes)
+    wanted = set(range(len(changes))) if todo is None else todo
     try:
-        _stage_temps(services, operation_id, root, batch)
+        _stage_temps(services, operation_id, root, batch, wanted)
     except (PromoterError, OSError) as exc:
         batch.drop_temps()
         _remove_dirs(root, batch.created_dirs)
         batch.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+        if recovering:
+            raise error from exc
         refuse(services, operation_id, error, stage="staging temp files")
         return
     failure: tuple[int, PromoterError] | None = None
     try:
         lock.check_held()
         for seq, change in enumerate(changes):
+            if seq not in wanted:
+                continue
             try:
                 _apply_one(root, batch, seq, change)
             except (PromoterError, OSError) as exc:
@@ -229,9 +238,11 @@ def apply_changes(
     finish(services, operation_id, root, changes, evidence, failure)
 
 
-def _stage_temps(services: Services, operation_id: str, root: Root, batch: Batch) -> None:
+def _stage_temps(
+    services: Services, operation_id: str, root: Root, batch: Batch, wanted: set[int]
+) -> None:
     for seq, change in enumerate(batch.changes):
-        if not change.new.exists:
+        if not change.new.exists or seq not in wanted:
             continue
         assert change.new.sha256 is not None and change.new.mode is not None
         parent = root.open_parent(change.path, create=True)
@@ -241,7 +252,8 @@ def _stage_temps(services: Services, operation_id: str, root: Root, batch: Batch
         batch.temps[seq] = parent.write_temp(data, change.new.mode)
     with services.db.session() as session:
         for step in journal.steps(session, operation_id):
-            step.temp_name = batch.temps.get(step.seq)
+            if step.seq in batch.temps:
+                step.temp_name = batch.temps[step.seq]
         journal.add_created_dirs(session, operation_id, batch.created_dirs)
     faults.point("after_temps_journaled")
 

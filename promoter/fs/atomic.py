@@ -68,9 +68,8 @@ _TEMP_ATTEMPTS = 4
 
 
 def _check_temp_name(name: str) -> None:
-    if not name.startswith(TEMP_PREFIX) or len(name) == len(TEMP_PREFIX) or "/" in name:
-        raise PathUnsafe("not a promoter temp file name", name=name)
-    if "\x00" in name:
+    bad = "/" in name or "\x00" in name or len(name) == len(TEMP_PREFIX)
+    if bad or not name.startswith(TEMP_PREFIX):
         raise PathUnsafe("not a promoter temp file name", name=name)
 
 
@@ -184,8 +183,9 @@ class Parent(ParentChain):
         except OSError as exc:
             if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
                 raise
-        if not self.leaf_state().matches(False):
-            raise _refusal(self.rel, ExpectedState(False, None, None), self.leaf_state())
+        found = self.leaf_state()
+        if not found.matches(False):
+            raise _refusal(self.rel, ExpectedState(False, None, None), found)
         os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def _raise_unless_new(self, new: ExpectedState, old: ExpectedState, exc: OSError) -> None:
@@ -193,8 +193,8 @@ class Parent(ParentChain):
         if not found.matches(new):
             raise _refusal(self.rel, old, found) from exc
 
-    def _exchange_in(self, temp: str, current: LeafState, expected_old: ExpectedState) -> bool:
-        """Exchange temp and target, verify the displaced file; False if a plain rename was used."""
+    def _exchange_in(self, temp: str, current: LeafState, expected_old: ExpectedState) -> None:
+        """Exchange temp and target and verify the displaced file (plain rename if unsupported)."""
         try:
             renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
         except OSError as exc:
@@ -209,7 +209,7 @@ class Parent(ParentChain):
             ):
                 raise _refusal(self.rel, expected_old, again) from exc
             os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            return False
+            return
         try:
             displaced: LeafState | None = read_leaf(self.fd, temp, self.rel, self.root.dev)
         except PromoterError:
@@ -219,7 +219,7 @@ class Parent(ParentChain):
             current.ino,
         )
         if displaced is not None and displaced.matches(expected_old) and same_inode:
-            return True
+            return
         try:
             renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
         except OSError as exc:

@@ -94,7 +94,29 @@ class _Walked:
     created: list[str]
 
 
-class ParentChain:
+class _HoldsFd:
+    """Closes ``fd`` once, on ``close()`` or at the end of a ``with`` block."""
+
+    fd: int
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ParentChain(_HoldsFd):
     """An open descriptor of the directory holding ``name``, reached from a ``Root``.
 
     ``ids`` holds the (dev, ino) of every directory from the root's first child down to
@@ -150,24 +172,8 @@ class ParentChain:
         """The state of the leaf in the held parent (not re-walking the chain)."""
         return read_leaf(self.fd, self.name, self.rel, self.root.dev)
 
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Root:
+class Root(_HoldsFd):
     """The worktree root, held open by descriptor; every lookup starts here."""
 
     def __init__(self, path: str, fd: int, dev: int, ino: int) -> None:
@@ -178,8 +184,12 @@ class Root:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Root:
-        """Open ``path`` (the caller resolves it, e.g. with realpath) as the root."""
-        spath = os.fspath(path)
+        """Open ``path`` (the caller resolves it, e.g. with realpath) as the root.
+
+        A relative path is made absolute first, so ``recheck`` does not depend on the
+        working directory.
+        """
+        spath = os.path.abspath(os.fspath(path))
         try:
             fd = os.open(spath, _DIR_FLAGS)
         except OSError as exc:
@@ -340,19 +350,3 @@ class Root:
         finally:
             os.close(walked.fd)
         return sorted(found)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -32,6 +32,7 @@ __all__ = [
     "git_argv",
     "git_environment",
     "run_git",
+    "stderr_tail",
 ]
 
 # Options placed before every subcommand. Command-line ``-c`` beats repository config.

@@ -15,7 +15,6 @@ import pytest
 
 from promoter import faults
 from promoter.errors import PathUnsafe, TargetDrift, WriteFailed
-from promoter.fs import atomic
 from promoter.fs.atomic import read_back
 from promoter.fs.chain import ExpectedState, Root
 from promoter.fs.leaf import TEMP_PREFIX
@@ -109,7 +108,7 @@ def test_delete_of_edited_file_is_drift_and_keeps_it(root: Root, work: Path) -> 
 
 def test_delete_with_wrong_mode_is_drift(root: Root, work: Path) -> None:
     (work / "f.txt").write_bytes(b"old")
-    os.chmod(work / "f.txt", 0o755)
+    os.chmod(work / "f.txt", 0o755)  # noqa: S103  the test needs an executable file
     with root.open_parent("f.txt", create=False) as parent, pytest.raises(TargetDrift):
         parent.unlink_checked(state(b"old", "100644"))
     assert (work / "f.txt").exists()
@@ -125,7 +124,7 @@ def test_exec_bit_is_set_where_read_is_set(root: Root, work: Path) -> None:
 
 def test_exec_bit_is_cleared_everywhere(root: Root, work: Path) -> None:
     (work / "run.sh").write_bytes(b"x")
-    os.chmod(work / "run.sh", 0o755)
+    os.chmod(work / "run.sh", 0o755)  # noqa: S103  the test needs an executable file
     write(root, "run.sh", b"x", "100644", state(b"x", "100755"))
     assert stat.S_IMODE((work / "run.sh").stat().st_mode) == 0o644
     assert root.read_state("run.sh").mode == "100644"
@@ -146,14 +145,24 @@ def test_new_executable_gets_umask_mode_with_exec(root: Root, work: Path) -> Non
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\x00\xff\x00binary\x80", b"line1\r\nline2\r\n", b"no newline", bytes(range(256)) * 4099],
+    [
+        b"",
+        b"\x00\xff\x00binary\x80",
+        b"line1\r\nline2\r\n",
+        b"no newline",
+        bytes(range(256)) * 4099,
+    ],
     ids=["empty", "binary", "crlf", "no-eol", "large"],
 )
 def test_bytes_in_equal_bytes_out(root: Root, work: Path, data: bytes) -> None:
     write(root, "d/blob.bin", data, "100644", MISSING)
     assert (work / "d/blob.bin").read_bytes() == data
     leaf = root.read_state("d/blob.bin")
-    assert (leaf.kind, leaf.size, leaf.sha256) == ("file", len(data), hashlib.sha256(data).hexdigest())
+    assert (leaf.kind, leaf.size, leaf.sha256) == (
+        "file",
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+    )
 
 
 def test_empty_file_is_not_missing(root: Root, work: Path) -> None:
@@ -301,7 +310,7 @@ def test_renameat2_unsupported_falls_back_for_create_and_modify(
     def unsupported(*args: object) -> None:
         raise OSError(errno.EINVAL, "unsupported")
 
-    monkeypatch.setattr(atomic, "renameat2", unsupported)
+    monkeypatch.setattr("promoter.fs.atomic.renameat2", unsupported)
     write(root, "f.txt", b"one", "100644", MISSING)
     write(root, "f.txt", b"two", "100755", state(b"one"))
     assert (work / "f.txt").read_bytes() == b"two"

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from portalocker import LockFlags
+from portalocker.portalocker import FlockLocker
 
 from promoter.errors import LockUnavailable, PathUnsafe
 from promoter.fs import lock as lock_module
@@ -185,15 +187,15 @@ def test_lock_file_replaced_between_open_and_flock_is_retried(
 ) -> None:
     replaced: list[int] = []
 
-    class ReplacingLocker(lock_module.FlockLocker):  # type: ignore[misc]
-        def lock(self, file_obj: int, flags: object) -> None:
+    class ReplacingLocker(FlockLocker):
+        def lock(self, file_obj: int, flags: LockFlags) -> None:  # type: ignore[override]
             if not replaced:
                 replaced.append(os.fstat(file_obj).st_ino)
                 (common / LOCK_NAME).unlink()
                 (common / LOCK_NAME).write_bytes(b"")
             super().lock(file_obj, flags)
 
-    monkeypatch.setattr(lock_module, "FlockLocker", ReplacingLocker)
+    monkeypatch.setattr("promoter.fs.lock.FlockLocker", ReplacingLocker)
     with RepoLock(common, timeout=5) as held:
         held.check_held()
         assert os.fstat(held._fd).st_ino == (common / LOCK_NAME).stat().st_ino
@@ -213,7 +215,9 @@ def test_closing_another_descriptor_of_the_lock_file_keeps_it_exclusive(common: 
             [sys.executable, "-c", FLOCK_PROBE, str(common / LOCK_NAME)], check=False
         )
         assert probe.returncode == 3
-    probe = subprocess.run([sys.executable, "-c", FLOCK_PROBE, str(common / LOCK_NAME)], check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", FLOCK_PROBE, str(common / LOCK_NAME)], check=False
+    )
     assert probe.returncode == 0
 
 

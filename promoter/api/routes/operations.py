@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from promoter.api.deps import OperatorDep, OrchestratorDep, ServicesDep, read_json_body
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.parsing import load_json
-from promoter.engine import operations
+from promoter.engine import operations, recover, rollback
 from promoter.errors import ValidationFailed
 from promoter.store import journal
 
@@ -108,3 +108,33 @@ def get_operation(operation_id: str, _: OrchestratorDep, services: ServicesDep) 
 @router.get("/operations/{operation_id}/receipt")
 def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
     return canonical_response(operations.promotion_receipt(services, operation_id))
+
+
+@router.post("/operations/{operation_id}/recover")
+async def post_recover(
+    operation_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
+) -> Response:
+    body = _fields(await read_json_body(request, services), {"fence": int}, {})
+    await asyncio.to_thread(recover.recover, services, operation_id, body["fence"])
+    return json_response(operations.operation_view(services, operation_id))
+
+
+@router.post("/operations/{operation_id}/reconcile")
+async def post_reconcile(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    body = _fields(await read_json_body(request, services), {"decision": str}, {"note": str})
+    await asyncio.to_thread(
+        recover.reconcile, services, operation_id, body["decision"], body.get("note", "")
+    )
+    return json_response(operations.operation_view(services, operation_id))
+
+
+@router.post("/operations/{operation_id}/rollback")
+async def post_rollback(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    raw = await request.body()
+    note = _fields(load_json(raw), {}, {"note": str}).get("note", "") if raw.strip() else ""
+    receipt = await asyncio.to_thread(rollback.rollback, services, operation_id, note=note)
+    return canonical_response(receipt)

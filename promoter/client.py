@@ -1,0 +1,332 @@
+"""A typed HTTP client for the promoter daemon (SPEC §7); the CLI and executors use it.
+
+This module owns the wire side of every endpoint: one method per endpoint, the bearer
+token, streaming blob uploads, and the translation of answers. A problem+json answer is
+raised as the promoter error class named by its ``code`` (``error_class(code)``), with
+the problem's other members as the error's context, so callers catch the same
+``PromoterError`` subclasses the engine raises. A server that cannot be reached is a
+``ConfigError`` naming the URL.
+
+It deliberately holds no policy: it does not build, check or retry documents, and it
+returns the server's answers as plain dicts, or as wire models where SPEC §3 defines the
+document (grants, bundles, verification receipts, DSSE envelopes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from promoter.domain.models import (
+    DsseEnvelope,
+    GrantV1,
+    LeaseV1,
+    PatchBundleV1,
+    PatchVerificationReceiptV1,
+)
+from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
+
+__all__ = ["MISSING_BATCH", "PromoterClient", "file_chunks"]
+
+MISSING_BATCH = 10_000  # digests per blobs:missing request (the server takes 100,000)
+CHUNK = 1 << 20
+_PROBLEM_MEMBERS = ("type", "title", "status", "detail", "code")
+
+Json = dict[str, Any]
+BlobSource = bytes | Path | Iterable[bytes]
+
+
+def file_chunks(path: Path, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    """The bytes of a file in chunks, without holding it whole."""
+    with path.open("rb") as handle:
+        while chunk := handle.read(chunk_size):
+            yield chunk
+
+
+def _raise_for(response: httpx.Response) -> None:
+    """Raise the promoter error an unsuccessful answer stands for."""
+    if response.is_success:
+        return
+    media = response.headers.get("content-type", "").split(";")[0].strip()
+    problem: Any = None
+    if media in ("application/problem+json", "application/json"):
+        try:
+            problem = json.loads(response.content)
+        except ValueError:
+            problem = None
+    if isinstance(problem, dict) and isinstance(problem.get("code"), str):
+        cls = error_class(problem["code"])
+        detail = str(problem.get("detail") or problem.get("title") or "")
+        context = {k: v for k, v in problem.items() if k not in _PROBLEM_MEMBERS}
+        if cls is PromoterError:
+            context.update(server_code=problem["code"], http_status=response.status_code)
+        try:
+            error = cls(detail, **context)
+        except TypeError:  # a class with a narrower constructor: keep code and detail
+            error = cls(detail)
+        raise error
+    snippet = response.text[:200].strip()
+    raise PromoterError(
+        f"{response.request.method} {response.request.url.path} answered "
+        f"{response.status_code} without a problem document: {snippet}",
+        http_status=response.status_code,
+    )
+
+
+class PromoterClient:
+    """One connection pool to one daemon, with one bearer token (or none)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._transport = transport
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def with_token(self, token: str | None) -> PromoterClient:
+        """A second client for the same server with another token (e.g. an executor's)."""
+        return PromoterClient(self.url, token, timeout=self._timeout, transport=self._transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PromoterClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | Iterable[bytes] | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        ok_statuses: tuple[int, ...] = (),
+    ) -> httpx.Response:
+        try:
+            response = self._http.request(
+                method,
+                path,
+                json=json_body,
+                content=content,
+                params=params,
+                headers=headers,
+            )
+        except httpx.TimeoutException as exc:
+            raise ConfigError(
+                f"the promoter server at {self.url} did not answer {method} {path} "
+                f"within {self._timeout:g} s",
+                url=self.url,
+            ) from exc
+        except httpx.TransportError as exc:
+            raise ConfigError(
+                f"cannot reach the promoter server at {self.url}: {exc}", url=self.url
+            ) from exc
+        if response.status_code not in ok_statuses:
+            _raise_for(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Json:
+        response = self._send(method, path, **kwargs)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise PromoterError(f"{method} {path} answered with a body that is not JSON") from exc
+        if not isinstance(body, dict):
+            raise PromoterError(f"{method} {path} answered with JSON that is not an object")
+        return body
+
+    # --- health ---------------------------------------------------------------------------
+
+    def healthz(self) -> Json:
+        return self._json("GET", "/healthz")
+
+    def readyz(self) -> Json:
+        """Readiness; a 503 ``not_ready`` answer is returned, not raised."""
+        return self._json("GET", "/readyz", ok_statuses=(503,))
+
+    def keys(self) -> Json:
+        return self._json("GET", "/v1/keys")
+
+    # --- orchestrator: repositories, tokens, grants, leases -------------------------------
+
+    def repositories(self) -> list[Json]:
+        return list(self._json("GET", "/v1/repositories")["repositories"])
+
+    def mint_executor_token(self, executor_run_id: str, ttl_seconds: int = 3600) -> Json:
+        """``{token, executor_run_id, expires_at}`` for a new executor token."""
+        body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}
+        return self._json("POST", "/v1/executor-tokens", json_body=body)
+
+    def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Json:
+        """``{grant_id, grant_sha256, created}``; registering identical bytes again is a no-op."""
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        response = self._send("POST", "/v1/grants", json_body=document)
+        return {**response.json(), "created": response.status_code == 201}
+
+    def get_grant(self, grant_id: str) -> GrantV1:
+        response = self._send("GET", f"/v1/grants/{_segment(grant_id)}")
+        return GrantV1.model_validate_json(response.content)
+
+    def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
+        document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        path = f"/v1/leases/{_segment(workflow_id)}/{_segment(stage)}"
+        return self._json("PUT", path, json_body=document)
+
+    # --- blobs ----------------------------------------------------------------------------
+
+    def blobs_missing(self, digests: Iterable[str]) -> list[str]:
+        """Which of ``digests`` the blob store does not hold (asked in batches)."""
+        wanted = list(dict.fromkeys(digests))
+        missing: list[str] = []
+        for start in range(0, len(wanted), MISSING_BATCH):
+            batch = wanted[start : start + MISSING_BATCH]
+            answer = self._json("POST", "/v1/blobs:missing", json_body={"sha256": batch})
+            missing.extend(answer["missing"])
+        return missing
+
+    def put_blob(self, sha256: str, source: BlobSource, *, size: int | None = None) -> Json:
+        """Upload one blob, streamed from bytes, a file path or an iterable of chunks.
+
+        ``{sha256, bytes, created}``; the server hashes while it stores and keeps nothing
+        when the bytes do not hash to ``sha256``.
+        """
+        content: bytes | Iterable[bytes]
+        if isinstance(source, bytes):
+            content, size = source, len(source)
+        elif isinstance(source, Path):
+            size = source.stat().st_size if size is None else size
+            content = file_chunks(source)
+        else:
+            content = source
+        headers = {"Content-Type": "application/octet-stream"}
+        if size is not None:
+            headers["Content-Length"] = str(size)
+        path = f"/v1/blobs/sha256/{_segment(sha256)}"
+        return self._json("PUT", path, content=content, headers=headers)
+
+    def get_blob(self, sha256: str) -> bytes:
+        return self._send("GET", f"/v1/blobs/sha256/{_segment(sha256)}").content
+
+    # --- bundles --------------------------------------------------------------------------
+
+    def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> Json:
+        """``{bundle_id, bundle_sha256, verification_receipt}`` of a passed verification.
+
+        A failed verification is raised as the code of its first failed check, with the
+        failed receipt in the error's ``verification_receipt`` context member.
+        """
+        document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
+        return self._json("POST", "/v1/bundles", json_body=document)
+
+    def get_bundle(self, bundle_id: str) -> PatchBundleV1:
+        response = self._send("GET", f"/v1/bundles/{_segment(bundle_id)}")
+        return PatchBundleV1.model_validate_json(response.content)
+
+    def get_verification(self, bundle_id: str) -> PatchVerificationReceiptV1:
+        response = self._send("GET", f"/v1/bundles/{_segment(bundle_id)}/verification")
+        return PatchVerificationReceiptV1.model_validate_json(response.content)
+
+    def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
+        body = None if fence is None else {"fence": fence}
+        return self._json("POST", f"/v1/bundles/{_segment(bundle_id)}/preflight", json_body=body)
+
+    # --- promotions and operations --------------------------------------------------------
+
+    def promote(
+        self, bundle_id: str, receipt_sha256: str, fence: int, *, wait: bool = False
+    ) -> Json:
+        """``{operation_id, status}`` (202), or the operation's final view when waited on."""
+        body = {
+            "bundle_id": bundle_id,
+            "verification_receipt_sha256": receipt_sha256,
+            "fence": fence,
+            "wait": wait,
+        }
+        return self._json("POST", "/v1/promotions", json_body=body)
+
+    def get_operation(self, operation_id: str) -> Json:
+        return self._json("GET", f"/v1/operations/{_segment(operation_id)}")
+
+    def list_operations(
+        self, status: str | None = None, repository: str | None = None
+    ) -> list[Json]:
+        params = {k: v for k, v in (("status", status), ("repository", repository)) if v}
+        return list(self._json("GET", "/v1/operations", params=params)["operations"])
+
+    def get_receipt(self, operation_id: str) -> bytes:
+        """The promotion receipt's exact stored canonical bytes."""
+        return self._send("GET", f"/v1/operations/{_segment(operation_id)}/receipt").content
+
+    def receipt_dsse(self, operation_id: str) -> DsseEnvelope:
+        path = f"/v1/operations/{_segment(operation_id)}/receipt.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def recover(self, operation_id: str, fence: int) -> Json:
+        path = f"/v1/operations/{_segment(operation_id)}/recover"
+        return self._json("POST", path, json_body={"fence": fence})
+
+    def reconcile(self, operation_id: str, decision: str, note: str = "") -> Json:
+        path = f"/v1/operations/{_segment(operation_id)}/reconcile"
+        return self._json("POST", path, json_body={"decision": decision, "note": note})
+
+    def rollback(self, operation_id: str) -> Json:
+        return self._json("POST", f"/v1/operations/{_segment(operation_id)}/rollback")
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def snapshots(self, repository: str) -> list[Json]:
+        """``[{tree, label, captured_at}, ...]`` (a bare list or ``{"snapshots": [...]}``)."""
+        path = f"/v1/repositories/{_segment(repository)}/snapshots"
+        answer = self._send("GET", path).json()
+        items = answer.get("snapshots") if isinstance(answer, dict) else answer
+        if not isinstance(items, list):
+            raise PromoterError(f"GET {path} answered with no list of snapshots")
+        return items
+
+    def capture_snapshot(self, repository: str, label: str = "") -> Json:
+        path = f"/v1/repositories/{_segment(repository)}/snapshots"
+        return self._json("POST", path, json_body={"label": label})
+
+    def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> Json:
+        path = f"/v1/repositories/{_segment(repository)}/snapshots/diff"
+        return self._json("GET", path, params={"from": from_tree, "to": to_tree})
+
+    def restore_snapshot(self, repository: str, tree: str, expected_current_tree: str) -> Json:
+        path = f"/v1/repositories/{_segment(repository)}/snapshots/{_segment(tree)}/restore"
+        body = {"expected_current_tree": expected_current_tree}
+        return self._json("POST", path, json_body=body)
+
+
+def _segment(value: str) -> str:
+    """A value placed in a URL path: one segment, never a way to reach another route."""
+    if not value or value in (".", "..") or any(ord(c) < 0x21 or c == "/" for c in value):
+        raise BadRequest(f"{value!r} cannot be used as one segment of a URL path")
+    return quote(value, safe="")

@@ -1,0 +1,256 @@
+"""Crash recovery and reconciliation of promotions (SPEC §5.5, §5.7).
+
+On start every ``in_progress`` operation whose owner process is gone becomes
+``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
+``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
+lock, marks the operation ``in_progress`` under a new owner (so a crash during recovery
+leaves it ``needs_recovery`` again), removes its own orphan temp files and reclassifies
+every target with the table of SPEC §5.5. It never rolls completed files back by itself,
+and the operation ends with the same id and exactly one receipt.
+
+``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
+``continue`` (the same reclassification, after a manual fix), ``abandon`` (close it,
+leave the files) or ``rollback`` (``promoter.engine.rollback``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from promoter import faults
+from promoter.domain.models import Change
+from promoter.engine import ledger, promote
+from promoter.engine.authority import recheck_evidence
+from promoter.engine.inspect import classify, leaf_report
+from promoter.engine.ownership import Owner
+from promoter.engine.services import Services
+from promoter.errors import (
+    LeaseStale,
+    OperationConflict,
+    OperationUnknown,
+    PromoterError,
+    ValidationFailed,
+)
+from promoter.fs.chain import Root
+from promoter.store import journal, repo
+from promoter.store.tables import OperationRow
+
+log = logging.getLogger("promoter.recover")
+
+RECOVERABLE = {"needs_recovery"}
+
+
+def scan_orphans(services: Services) -> list[str]:
+    """Mark every ``in_progress`` operation whose owner is gone ``needs_recovery``."""
+    orphaned: list[str] = []
+    with services.db.session() as session:
+        for row in journal.operations_with_status(session, "in_progress"):
+            owner = Owner(row.owner_pid or -1, row.owner_start or "", row.owner_boot or "")
+            if owner.alive():
+                continue  # a live process (possibly this one) is running it
+            journal.set_status(
+                session, row, "needs_recovery", code="owner_gone",
+                detail=f"the process that ran it (pid {row.owner_pid}) is gone",
+            )
+            orphaned.append(row.operation_id)
+    for operation_id in orphaned:
+        log.warning("operation %s needs recovery", operation_id)
+    return orphaned
+
+
+def auto_recover(services: Services, operation_ids: list[str]) -> None:
+    """Recover with the current lease's fence (the ``auto_recover`` setting)."""
+    for operation_id in operation_ids:
+        try:
+            with services.db.session() as session:
+                row = _load(session, operation_id)
+                bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
+            assert bundle_id is not None and receipt is not None
+            grant = recheck_evidence(services, bundle_id, receipt).grant
+            with services.db.session() as session:
+                lease = repo.get_lease(session, grant.workflow_id, grant.stage)
+            if lease is not None:
+                recover(services, operation_id, lease.fence)
+        except PromoterError as exc:
+            log.warning("automatic recovery of %s failed: %s", operation_id, exc.detail)
+
+
+def _load(session: Any, operation_id: str) -> OperationRow:
+    row = journal.get_operation(session, operation_id)
+    if row is None:
+        raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+    return row
+
+
+def _check_lease(services: Services, workflow_id: str, stage: str, grant_fence: int, fence: int) -> None:
+    with services.db.session() as session:
+        lease = repo.get_lease(session, workflow_id, stage)
+    if lease is None:
+        raise LeaseStale("recovery needs a lease for the grant's workflow stage")
+    if lease.fence != fence:
+        raise LeaseStale(f"the request's fence {fence} is not the lease's fence {lease.fence}")
+    if lease.fence < grant_fence:
+        raise LeaseStale(f"the lease's fence {lease.fence} is lower than the grant's {grant_fence}")
+
+
+def recover(services: Services, operation_id: str, fence: int) -> str:
+    """Recover one ``needs_recovery`` operation; returns its status afterwards."""
+    with services.db.session() as session:
+        row = _load(session, operation_id)
+        status, kind = row.status, row.kind
+        bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
+    if kind == "rollback" or (kind == "promotion" and status in ("rolling_back",)):
+        from promoter.engine.rollback import recover_rollback
+
+        return recover_rollback(services, operation_id)
+    if status not in RECOVERABLE:
+        if status in ("completed", "needs_reconciliation", "refused", "rolled_back", "rollback_partial", "abandoned"):
+            return status
+        raise OperationConflict(f"operation {operation_id} is {status}, not needs_recovery", status=status)
+    assert bundle_id is not None and receipt is not None
+    evidence = recheck_evidence(services, bundle_id, receipt)
+    grant = evidence.grant
+    _check_lease(services, grant.workflow_id, grant.stage, grant.fence, fence)
+    repository = services.registry.by_identity(grant.repository_identity)
+    lock = promote.repo_lock(services, repository)
+    lock.acquire()
+    try:
+        owner = Owner.me()
+        with services.db.session() as session:
+            row = _load(session, operation_id)
+            if row.status not in RECOVERABLE:
+                return row.status
+            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+            journal.set_status(session, row, "in_progress")
+            has_steps = bool(journal.steps(session, operation_id))
+        if not has_steps:  # died before the journal: nothing was written
+            promote._locked(services, operation_id, fence, evidence, repository, lock)  # noqa: SLF001
+        else:
+            with Root.open(repository.worktree) as root:
+                _reclassify(services, operation_id, root, lock, evidence, reason="recovery")
+    except PromoterError as exc:
+        with services.db.session() as session:
+            row = _load(session, operation_id)
+            if row.status == "in_progress":
+                journal.set_status(session, row, "needs_recovery", code=exc.code, detail=exc.detail)
+        raise
+    finally:
+        lock.release()
+    with services.db.session() as session:
+        return _load(session, operation_id).status
+
+
+def remove_orphan_temps(services: Services, operation_id: str, root: Root, changes: list[Change]) -> list[str]:
+    """Remove this operation's ``.promoter-tmp-*`` files from its targets' directories."""
+    directories = sorted({c.path.rsplit("/", 1)[0] if "/" in c.path else "" for c in changes})
+    removed: list[str] = []
+    for directory in directories:
+        try:
+            names = root.list_temp_files(directory)
+        except PromoterError:
+            continue
+        for name in names:
+            rel = f"{directory}/{name}" if directory else name
+            with root.open_parent(rel, create=False) as parent:
+                parent.remove_temp(name)
+            removed.append(rel)
+    with services.db.session() as session:
+        for step in journal.steps(session, operation_id):
+            step.temp_name = None
+    faults.point("after_orphans_removed")
+    return removed
+
+
+def _reclassify(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    lock: Any,
+    evidence: promote.Evidence,
+    *,
+    reason: str,
+) -> None:
+    changes = list(evidence.bundle.changes)
+    removed = remove_orphan_temps(services, operation_id, root, changes)
+    with services.db.session() as session:
+        steps = {s.seq: s.status for s in journal.steps(session, operation_id)}
+    todo: set[int] = set()
+    paths: list[dict[str, Any]] = []
+    blocked = False
+    for seq, change in enumerate(changes):
+        try:
+            leaf = root.read_state(change.path)
+            found, actual = classify(leaf, change), leaf_report(leaf)
+        except PromoterError as exc:
+            found, actual = "neither", {"error": exc.code, "detail": exc.detail}
+        step = steps.get(seq, "pending")
+        if found == "new":
+            action = "confirm"
+        elif found == "old" and step != "completed":
+            action = "apply"
+            todo.add(seq)
+        else:
+            action = "fail_closed"
+            blocked = True
+        paths.append({"path": change.path, "step": step, "found": found, "action": action,
+                      "actual": actual})
+    with services.db.session() as session:
+        ledger.append(session, operation_id, "decision",
+                      {"reason": reason, "allowed": not blocked, "paths": paths,
+                       "removed_temp_files": removed})
+    if blocked:
+        promote.fail_closed(
+            services, operation_id,
+            [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
+            None,
+        )
+        return
+    promote.apply_changes(services, operation_id, root, lock, changes, evidence, todo=todo,
+                          recovering=True)
+
+
+def reconcile(services: Services, operation_id: str, decision: str, note: str) -> dict[str, Any]:
+    if decision not in ("continue", "rollback", "abandon"):
+        raise ValidationFailed("decision must be continue, rollback or abandon")
+    with services.db.session() as session:
+        row = _load(session, operation_id)
+        status, bundle_id, receipt = row.status, row.bundle_id, row.verification_receipt_sha256
+    if status != "needs_reconciliation":
+        raise OperationConflict(f"operation {operation_id} is {status}, not needs_reconciliation",
+                                status=status)
+    if decision == "rollback":
+        from promoter.engine.rollback import rollback
+
+        return {"status": rollback(services, operation_id, note=note)["status"]}
+    if decision == "abandon":
+        with services.db.session() as session:
+            row = _load(session, operation_id)
+            ledger.append(session, operation_id, "outcome", {"status": "abandoned", "note": note})
+            journal.set_status(session, row, "abandoned", code="abandoned", detail=note or None)
+        return {"status": "abandoned"}
+    assert bundle_id is not None and receipt is not None
+    evidence = recheck_evidence(services, bundle_id, receipt)
+    repository = services.registry.by_identity(evidence.grant.repository_identity)
+    lock = promote.repo_lock(services, repository)
+    lock.acquire()
+    try:
+        with services.db.session() as session:
+            row = _load(session, operation_id)
+            owner = Owner.me()
+            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+            journal.set_status(session, row, "in_progress")
+        with Root.open(repository.worktree) as root:
+            _reclassify(services, operation_id, root, lock, evidence,
+                        reason=f"reconcile continue: {note}")
+    except PromoterError as exc:
+        with services.db.session() as session:
+            row = _load(session, operation_id)
+            if row.status == "in_progress":
+                journal.set_status(session, row, "needs_reconciliation", code=exc.code,
+                                   detail=exc.detail)
+        raise
+    finally:
+        lock.release()
+    with services.db.session() as session:
+        return {"status": _load(session, operation_id).status}

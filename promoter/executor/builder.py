@@ -1,0 +1,277 @@
+"""Build a sealed PatchBundleV1 from an isolated worktree, and hand it to the host.
+
+This module owns the executor side of SPEC §3.5 and §8 (second paragraph):
+``build_bundle`` finds every change of a worktree against the grant's ``base_tree`` with
+a ``ShadowTree`` (tracked files and untracked files that are not ignored; a temporary
+index and object directory, so the worktree's ``.git`` is never written), trusting no
+list of changed files that anyone reports. It refuses, before anything is uploaded,
+symlinks, gitlinks and nested repositories (``PathUnsafe``), paths that break the path
+rules (``PathInvalid``) and changes the grant does not authorize (``VerificationFailed``,
+see ``policy.py``), each naming every offending path. Old states are the base tree's,
+which is what the host checks. ``upload_and_submit`` uploads only the blobs the host
+lacks, old and new, then submits the bundle and returns the verification receipt.
+
+It deliberately does not register grants, set leases or promote (orchestrator work),
+and it never writes the worktree or its repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from promoter.client import PromoterClient
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.documents import grant_sha256, seal_bundle
+from promoter.domain.models import (
+    Change,
+    FileState,
+    GrantV1,
+    PatchBundleV1,
+    PatchVerificationReceiptV1,
+)
+from promoter.domain.parsing import load_json, parse_model
+from promoter.domain.paths import sort_key
+from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid
+from promoter.executor.policy import check_changes, check_paths
+from promoter.git.layout import discover, repo_env
+from promoter.git.objects import CatFile
+from promoter.git.records import DiffEntry
+from promoter.git.worktree_tree import ShadowTree
+
+__all__ = [
+    "BlobSource",
+    "BuiltBundle",
+    "Progress",
+    "build_bundle",
+    "grant_from_file",
+    "upload_and_submit",
+    "upload_missing",
+]
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes uploaded so far, bytes to upload in all)."""
+
+_OPERATIONS = {"A": "create", "M": "modify", "D": "delete"}
+
+
+@dataclass(frozen=True)
+class BlobSource:
+    """Where the bytes of one referenced blob are read from.
+
+    ``origin`` is ``new`` for content of the worktree (hashed into the shadow object
+    directory) and ``base`` for content of ``base_tree`` (the repository's objects);
+    both are read through the shadow's object look-up, by git blob id.
+    """
+
+    sha256: str
+    oid: str
+    size: int
+    origin: Literal["new", "base"]
+
+
+class BuiltBundle:
+    """A sealed bundle plus the means to read every blob it references.
+
+    It keeps the shadow object directory open until ``close`` (use it as a context
+    manager): new blobs exist nowhere else.
+    """
+
+    def __init__(
+        self, bundle: dict[str, Any], blobs: dict[str, BlobSource], shadow: ShadowTree
+    ) -> None:
+        self.bundle = bundle
+        self.blobs = blobs
+        self.tree = shadow.tree
+        self._shadow: ShadowTree | None = shadow
+
+    @property
+    def bundle_id(self) -> str:
+        return str(self.bundle["bundle_id"])
+
+    @property
+    def bundle_sha256(self) -> str:
+        return str(self.bundle["bundle_sha256"])
+
+    def model(self) -> PatchBundleV1:
+        return PatchBundleV1.model_validate(self.bundle)
+
+    def iter_blob(self, sha256: str) -> Iterator[bytes]:
+        """The blob's bytes in chunks; read each blob to its end before the next."""
+        return self._open().iter_blob(self.blobs[sha256].oid)
+
+    def read_blob(self, sha256: str) -> bytes:
+        return self._open().read_blob(self.blobs[sha256].oid)
+
+    def _open(self) -> ShadowTree:
+        if self._shadow is None:
+            raise RuntimeError("the built bundle is closed; its new blobs are gone")
+        return self._shadow
+
+    def close(self) -> None:
+        if self._shadow is not None:
+            self._shadow.close()
+            self._shadow = None
+
+    def __enter__(self) -> BuiltBundle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _require_tree(worktree: str, env: dict[str, str], tree: str) -> None:
+    with CatFile(cwd=worktree, env=env) as cat:
+        info = cat.request(tree)
+    if info is None or info.type != "tree":
+        raise RepositoryInvalid(
+            f"the worktree's repository does not hold the grant's base_tree {tree}; "
+            "clone the source repository at the grant's base_commit",
+            base_tree=tree,
+        )
+
+
+def _bound_sha256(grant: GrantV1) -> str:
+    computed = grant_sha256(grant)
+    if grant.grant_sha256 is not None and grant.grant_sha256 != computed:
+        raise GrantInvalid(
+            "the grant's grant_sha256 does not match its content",
+            grant_sha256=grant.grant_sha256,
+            computed=computed,
+        )
+    return computed
+
+
+def _refuse_unsupported(shadow: ShadowTree, entries: list[DiffEntry]) -> None:
+    unsupported = shadow.unsupported(entries)
+    if unsupported:
+        listing = "; ".join(f"{path!r}: {reason}" for path, reason in unsupported.items())
+        raise PathUnsafe(
+            f"the worktree has changes that cannot be promoted: {listing}",
+            paths=[{"path": path, "reason": reason} for path, reason in unsupported.items()],
+        )
+
+
+def _changes(
+    shadow: ShadowTree, entries: list[DiffEntry]
+) -> tuple[list[Change], dict[str, BlobSource]]:
+    """Changes with FileStates of exact bytes, and where each referenced blob lives."""
+    oids = [oid for e in entries for oid in (e.old_oid, e.new_oid) if oid is not None]
+    digests = shadow.blob_sha256(oids)
+    blobs: dict[str, BlobSource] = {}
+
+    def state(oid: str | None, mode: str | None, origin: Literal["new", "base"]) -> FileState:
+        if oid is None or mode is None:
+            return FileState.missing()
+        sha256, size = digests[oid]
+        blobs.setdefault(sha256, BlobSource(sha256, oid, size, origin))
+        return FileState.of(sha256, mode, size)
+
+    changes = [
+        Change(
+            path=entry.path,
+            operation=_OPERATIONS[entry.status],  # type: ignore[arg-type]
+            old=state(entry.old_oid, entry.old_mode, "base"),
+            new=state(entry.new_oid, entry.new_mode, "new"),
+        )
+        for entry in sorted(entries, key=lambda e: sort_key(e.path))
+    ]
+    return changes, blobs
+
+
+def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = None) -> BuiltBundle:
+    """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
+
+    Nothing is uploaded and nothing in the worktree or its ``.git`` is written. Refusals
+    name every offending path: ``PathUnsafe`` (symlink, gitlink, nested repository),
+    ``PathInvalid`` (path rules), ``VerificationFailed`` (allowlist, explicit
+    preconditions, limits). The caller owns the result and must ``close`` it.
+    """
+    bound = _bound_sha256(grant)
+    layout = discover(worktree)
+    _require_tree(layout.worktree, repo_env(layout), grant.base_tree)
+    shadow = ShadowTree(layout, base_tree=grant.base_tree)
+    shadow.__enter__()
+    try:
+        entries = shadow.diff(grant.base_tree)
+        _refuse_unsupported(shadow, entries)
+        odd = [e.path for e in entries if e.status not in _OPERATIONS]
+        if odd:
+            raise PathUnsafe(f"git reports type changes at {odd!r}", paths=odd)
+        check_paths([e.path for e in entries])
+        changes, blobs = _changes(shadow, entries)
+        check_changes(changes, grant)
+        document: dict[str, Any] = {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": grant.grant_id,
+            "grant_sha256": bound,
+            "executor_run_id": grant.executor_run_id,
+            "repository_identity": grant.repository_identity,
+            "base_commit": grant.base_commit,
+            "base_tree": grant.base_tree,
+            "changes": [change.wire() for change in changes],
+            "change_count": len(changes),
+            "total_bytes": sum(c.new.bytes or 0 for c in changes if c.new.exists),
+            "created_at": created_at or rfc3339(utcnow()),
+        }
+        sealed = seal_bundle(document)
+        PatchBundleV1.model_validate(sealed)  # the document the host will parse
+        return BuiltBundle(sealed, blobs, shadow)
+    except BaseException:
+        shadow.close()
+        raise
+
+
+def upload_missing(
+    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
+) -> list[str]:
+    """Upload the referenced blobs the host does not hold; returns their sha256s."""
+    missing = [s for s in client.blobs_missing(sorted(built.blobs)) if s in built.blobs]
+    total = sum(built.blobs[s].size for s in missing)
+    sent = 0
+    if progress is not None:
+        progress(0, total)
+
+    def counted(sha256: str) -> Iterator[bytes]:
+        nonlocal sent
+        for chunk in built.iter_blob(sha256):
+            sent += len(chunk)
+            if progress is not None:
+                progress(sent, total)
+            yield chunk
+
+    for sha256 in missing:
+        client.put_blob(sha256, counted(sha256), size=built.blobs[sha256].size)
+    return missing
+
+
+def upload_and_submit(
+    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
+) -> PatchVerificationReceiptV1:
+    """Upload missing blobs, submit the bundle, return the passed verification receipt.
+
+    A failed verification is raised by the client as the code of the first failed check,
+    the failed receipt in the error's ``verification_receipt`` context member.
+    """
+    upload_missing(client, built, progress)
+    answer = client.submit_bundle(built.bundle)
+    return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+
+
+def grant_from_file(path: Path) -> GrantV1:
+    """A GrantV1 read from a JSON file (sealed or not)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
+    return parse_model(GrantV1, load_json(raw))

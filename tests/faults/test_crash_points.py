@@ -1,0 +1,118 @@
+"""C1/C2/C4: a real daemon killed at every fault point, restarted and recovered.
+
+Each run promotes a multi-file bundle in a daemon subprocess with ``PROMOTER_FAULTS``
+set to kill it (``os._exit``) at one named point. A fresh daemon on the same state
+directory marks the operation ``needs_recovery``; recovery must end with exact target
+bytes, exactly one receipt and no temp files — or, for points before any write, a
+plain retry must.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
+from tests.support.process import DaemonProcess
+from tests.support.promotion import git_dir_digest, tree_bytes
+
+FILES = {f"src/m{i}.py": f"v1 {i}\n".encode() for i in range(6)}
+FILES["README.md"] = b"# project\n"
+FILES["gone.txt"] = b"to delete\n"
+NEW = {f"src/m{i}.py": f"v2 {i}\r\n".encode() for i in range(6)}
+CREATED = {"src/new/deep/a.bin": b"\x00\x01\x02", "src/new/b.txt": b""}
+
+POINTS = [
+    "before_journal", "after_journal", "after_mkdir", "after_temp_write", "after_temps_journaled",
+    "before_replace", "after_replace", "after_unlink", "after_replaces", "after_parent_fsync",
+    "after_readback", "before_receipt", "after_receipt",
+]
+
+
+def _changes() -> list[tuple[str, bytes | None, bytes | None]]:
+    changes: list[tuple[str, bytes | None, bytes | None]] = [(p, FILES[p], d) for p, d in NEW.items()]
+    changes += [(p, None, d) for p, d in CREATED.items()]
+    changes.append(("gone.txt", FILES["gone.txt"], None))
+    return changes
+
+
+def _prepare(daemon: DaemonProcess, repo: Path, identity: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    grant = make_grant(repo, identity)
+    with daemon.client() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code in (200, 201)
+        lease = {"run_id": "run_1", "attempt": 1, "generation": 1, "resume_epoch": 0, "fence": 7,
+                 "expires_at": ts(__import__("datetime").timedelta(hours=1))}
+        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+    bundle = make_bundle(grant, _changes())
+    with daemon.executor("run_1") as ex:
+        for data in {*FILES.values(), *NEW.values(), *CREATED.values()}:
+            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+        answer = ex.post("/v1/bundles", json=bundle)
+        assert answer.status_code in (200, 201), answer.text
+    return bundle, answer.json()["verification_receipt"]
+
+
+def _expected_after(repo_before: dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
+    expected = {k: v[0] for k, v in repo_before.items()}
+    expected.update(NEW)
+    expected.update(CREATED)
+    del expected["gone.txt"]
+    return expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
+    point: str, tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo}, faults=f"{point}=kill")
+    try:
+        with first.client() as orch:
+            identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+        bundle, receipt = _prepare(first, repo, identity)
+        before, git_before = tree_bytes(repo), git_dir_digest(repo)
+        request = {"bundle_id": bundle["bundle_id"], "fence": 7, "wait": True,
+                   "verification_receipt_sha256": receipt["receipt_sha256"]}
+        with first.client() as orch:
+            try:
+                orch.post("/v1/promotions", json=request)
+            except Exception:  # noqa: BLE001, S110 - the daemon dies mid-request
+                pass
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+
+    # every target is exactly old or exactly new at this instant
+    now = tree_bytes(repo)
+    for path, _old, _new in _changes():
+        assert now.get(path, (None, 0))[0] in (dict(before).get(path, (None, 0))[0], {**NEW, **CREATED}.get(path)), path
+
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        with second.client() as orch:
+            op_id = orch.get("/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}).json()["operations"][0]["operation_id"]
+            status = orch.get(f"/v1/operations/{op_id}").json()["status"]
+            # after_receipt: the journal already says completed; only the audit copy is missing
+            assert status == ("completed" if point == "after_receipt" else "needs_recovery")
+            recovered = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+            assert recovered.status_code == 200, recovered.text
+            view = recovered.json()
+            assert view["status"] == "completed", view
+            again = orch.post("/v1/promotions", json=request).json()
+            assert (again["operation_id"], again["status"]) == (op_id, "completed")
+            receipt_bytes = orch.get(f"/v1/operations/{op_id}/receipt").content
+    finally:
+        second.stop()
+    after = tree_bytes(repo)
+    assert {k: v[0] for k, v in after.items()} == _expected_after(before)
+    assert not list(repo.rglob(".promoter-tmp-*"))
+    assert git_dir_digest(repo) == git_before
+    receipts = list((state / "audit" / "receipts" / "promotion").iterdir())
+    assert [p.name for p in receipts] == [f"{op_id}.json"]
+    assert receipts[0].read_bytes() == receipt_bytes
+    assert json.loads(receipt_bytes)["operation_id"] == op_id

@@ -1,0 +1,77 @@
+"""A promoter daemon in its own process, for crash tests (SIGKILL, fault points).
+
+The daemon is started with ``--port 0``; the test reads its stderr until the
+``promoter: ready on URL`` line (a blocking read, no polling), then drains the rest in a
+thread so the pipe never fills.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+
+
+class DaemonProcess:
+    def __init__(self, state_dir: Path, repositories: dict[str, Path], *, faults: str = "",
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        if faults:
+            env["PROMOTER_FAULTS"] = faults
+        env.update(extra_env or {})
+        argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir),
+                "--port", "0"]
+        for name, path in repositories.items():
+            argv += ["--repo", f"{name}={path}"]
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log: list[str] = []
+        self.url = self._await_ready()
+        self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._drain.start()
+
+    def _await_ready(self) -> str:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.log.append(line)
+            if line.startswith("promoter: ready on "):
+                return line.removeprefix("promoter: ready on ")
+        raise RuntimeError("daemon exited before it was ready:\n" + "\n".join(self.log))
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self.log.append(raw.decode(errors="replace").rstrip())
+
+    def token(self, role: str) -> str:
+        return (self.state_dir / "credentials" / f"{role}.token").read_text().strip()
+
+    def client(self, role: str = "orchestrator") -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120,
+                            headers={"Authorization": f"Bearer {self.token(role)}"})
+
+    def executor(self, run_id: str) -> httpx.Client:
+        with self.client() as orch:
+            token = orch.post("/v1/executor-tokens",
+                              json={"executor_run_id": run_id, "ttl_seconds": 3600}).json()["token"]
+        return httpx.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"})
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def wait_exit(self, timeout: float = 120) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
