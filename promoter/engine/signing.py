@@ -7,8 +7,9 @@ owner), DSSE v1 envelopes over the exact canonical bytes of a receipt, and
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
 
 Deliberately not here: storing or finding receipts (``promoter.engine.operations``,
-``promoter.store.audit``), deciding who may fetch them (``promoter.api``), and checks
-that need the blob store or a repository (those are the verification receipt's, §3.6).
+``promoter.store.audit``), deciding who may fetch them (``promoter.api``), reading an
+operator's public key files (``promoter.cli.receipt_cmd``), and checks that need the
+blob store or a repository (those are the verification receipt's, §3.6).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import json
 import os
 import re
 import stat
@@ -368,50 +368,3 @@ def _first_error(exc: ValidationError) -> str:
     first = exc.errors(include_url=False, include_input=False)[0]
     where = ".".join(str(part) for part in first["loc"]) or "document"
     return f"{where}: {first['msg']}"
-
-
-# --- public keys for offline verification ---------------------------------------------------
-
-
-def load_public_keys(path: Path) -> list[Ed25519PublicKey]:
-    """Every key in a PEM public key file or in the JSON ``GET /v1/keys`` serves."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read public key file {path}: {exc}") from exc
-    if data.lstrip().startswith(b"-----BEGIN"):
-        return [_pem_public_key(data, str(path))]
-    try:
-        served = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is neither a PEM public key nor /v1/keys JSON") from exc
-    entries = served.get("keys") if isinstance(served, dict) and "keys" in served else [served]
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path} lists no keys")
-    return [_served_key(entry, str(path)) for entry in entries]
-
-
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    """The first key of ``load_public_keys``."""
-    return load_public_keys(path)[0]
-
-
-def _served_key(entry: Any, where: str) -> Ed25519PublicKey:
-    """One ``/v1/keys`` entry; its ``keyid`` must name the key its PEM carries."""
-    pem = entry.get("public_key_pem") if isinstance(entry, dict) else None
-    if not isinstance(pem, str) or entry.get("algorithm", ALGORITHM) != ALGORITHM:
-        raise ConfigError(f"{where}: a key entry has no {ALGORITHM} public_key_pem")
-    key = _pem_public_key(pem.encode("ascii", "replace"), where)
-    if entry.get("keyid", keyid_of(key)) != keyid_of(key):
-        raise ConfigError(f"{where}: the key entry's keyid does not match its key")
-    return key
-
-
-def _pem_public_key(data: bytes, where: str) -> Ed25519PublicKey:
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise ConfigError(f"{where}: not a PEM public key: {exc}") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"{where}: holds a {type(key).__name__}, not an Ed25519 key")
-    return key

@@ -17,6 +17,8 @@ and it never writes the worktree or its repository.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +39,9 @@ from promoter.domain.parsing import load_json, parse_model
 from promoter.domain.paths import sort_key
 from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid
 from promoter.executor.policy import check_changes, check_paths
-from promoter.git.layout import discover, repo_env
+from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
+from promoter.git.readback import GITLINK_MODE, list_tree_files
 from promoter.git.records import DiffEntry
 from promoter.git.worktree_tree import ShadowTree
 
@@ -150,8 +153,35 @@ def _bound_sha256(grant: GrantV1) -> str:
     return computed
 
 
-def _refuse_unsupported(shadow: ShadowTree, entries: list[DiffEntry]) -> None:
-    unsupported = shadow.unsupported(entries)
+def _hidden_in_gitlinks(layout: RepoLayout, base_tree: str) -> dict[str, str]:
+    """Gitlinks of the base tree whose directory holds files but is not a repository.
+
+    git sees nothing inside a gitlink's directory, so files put there would silently
+    be left out of the bundle; they are refused instead.
+    """
+    found: dict[str, str] = {}
+    for path, entry in list_tree_files(layout, base_tree).items():
+        if entry.mode != GITLINK_MODE:
+            continue
+        directory = os.path.join(layout.worktree, path)
+        try:
+            if not stat.S_ISDIR(os.lstat(directory).st_mode):
+                continue
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            found[path] = f"a gitlink (submodule) that cannot be examined: {exc.strerror}"
+            continue
+        if names and ".git" not in names:
+            found[path] = "a gitlink (submodule) whose directory holds files git does not see"
+    return found
+
+
+def _refuse_unsupported(
+    layout: RepoLayout, shadow: ShadowTree, entries: list[DiffEntry], base_tree: str
+) -> None:
+    unsupported = {**_hidden_in_gitlinks(layout, base_tree), **shadow.unsupported(entries)}
     if unsupported:
         listing = "; ".join(f"{path!r}: {reason}" for path, reason in unsupported.items())
         raise PathUnsafe(
@@ -202,7 +232,7 @@ def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = Non
     shadow.__enter__()
     try:
         entries = shadow.diff(grant.base_tree)
-        _refuse_unsupported(shadow, entries)
+        _refuse_unsupported(layout, shadow, entries, grant.base_tree)
         odd = [e.path for e in entries if e.status not in _OPERATIONS]
         if odd:
             raise PathUnsafe(f"git reports type changes at {odd!r}", paths=odd)

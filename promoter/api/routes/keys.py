@@ -1,0 +1,60 @@
+"""The host's public signing key and DSSE-signed receipts (SPEC §3.9, §7).
+
+Thin adapters: the receipts come from the engine exactly as the unsigned routes serve
+them, and ``promoter.engine.signing`` wraps their canonical bytes in an envelope. Who may
+read which receipt is decided here, the same way as for the unsigned receipts; nothing
+here creates or changes a receipt.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
+from promoter.api.responses import canonical_response, json_response
+from promoter.api.routes.bundles import _check_owner
+from promoter.domain.canonical import canonical_bytes
+from promoter.engine import operations
+from promoter.engine.bundles import load_verification
+from promoter.engine.services import Services
+from promoter.engine.signing import host_key, sign_envelope
+from promoter.errors import ReceiptUnavailable
+
+router = APIRouter(prefix="/v1")
+
+
+def _signed(services: Services, receipt: bytes) -> Response:
+    return canonical_response(sign_envelope(host_key(services), receipt))
+
+
+@router.get("/keys")
+def get_keys(services: ServicesDep) -> Response:
+    return json_response({"keys": [host_key(services).public_jwk()]})
+
+
+@router.get("/operations/{operation_id}/receipt.dsse")
+def get_promotion_envelope(
+    operation_id: str, _: OrchestratorDep, services: ServicesDep
+) -> Response:
+    return _signed(services, operations.promotion_receipt(services, operation_id))
+
+
+@router.get("/operations/{operation_id}/rollback-receipt.dsse")
+def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
+    stored = None
+    if operation_id.startswith("op_") and "/" not in operation_id:
+        stored = services.audit.get("rollback", operation_id)
+    if stored is None:
+        raise ReceiptUnavailable(
+            f"operation {operation_id} has no rollback receipt", operation_id=operation_id
+        )
+    return _signed(services, stored)
+
+
+@router.get("/bundles/{bundle_id}/verification.dsse")
+def get_verification_envelope(
+    bundle_id: str, principal: AnyRoleDep, services: ServicesDep
+) -> Response:
+    _check_owner(services, principal, bundle_id)
+    return _signed(services, canonical_bytes(load_verification(services, bundle_id)))

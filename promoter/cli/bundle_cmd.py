@@ -1,0 +1,192 @@
+"""``promoter bundle build``: the executor's command (SPEC §9).
+
+This module owns the command line of the executor side: read the grant (a JSON file, or
+fetched by id with the executor's token), build the sealed bundle from an isolated
+worktree, optionally write it to a file, and with ``--submit`` upload the missing blobs
+with a progress bar and submit the bundle, printing the verification receipt check by
+check (or the raw JSON with ``--json``).
+
+It deliberately holds no logic of its own: building and checking are
+``promoter.executor``'s, the wire is ``promoter.client``'s, and errors are printed and
+turned into exit codes by ``promoter.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    err_console,
+    read_token,
+    server_url,
+)
+from promoter.client import PromoterClient
+from promoter.domain.canonical import canonical_bytes
+from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
+from promoter.errors import PromoterError
+from promoter.executor.builder import (
+    BuiltBundle,
+    build_bundle,
+    grant_from_file,
+    upload_and_submit,
+)
+
+__all__ = ["print_receipt", "register"]
+
+GrantOpt = Annotated[
+    str,
+    typer.Option(
+        "--grant", help="A grant id (fetched from the server) or a file holding the grant JSON."
+    ),
+]
+WorktreeOpt = Annotated[
+    Path,
+    typer.Option("--worktree", help="Top level of the executor's isolated worktree."),
+]
+SubmitOpt = Annotated[
+    bool, typer.Option("--submit", help="Upload the missing blobs and submit the bundle.")
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Write the sealed bundle's canonical JSON to this file."),
+]
+
+
+def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1:
+    path = Path(grant)
+    if path.is_file():
+        return grant_from_file(path)
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        return client.get_grant(grant)
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    value = count / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def print_bundle(bundle: dict[str, Any]) -> None:
+    """The bundle's identity and one line per change."""
+    console.print(
+        f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
+        f"{_size(bundle['total_bytes'])} of new content, base tree {bundle['base_tree'][:12]}"
+    )
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("operation", "path", "old", "new"):
+        table.add_column(column)
+    for change in bundle["changes"]:
+        table.add_row(
+            change["operation"],
+            escape(change["path"]),
+            _state(change["old"]),
+            _state(change["new"]),
+        )
+    if bundle["changes"]:
+        console.print(table)
+
+
+def _state(state: dict[str, Any]) -> str:
+    if not state["exists"]:
+        return "-"
+    return f"{state['mode']} {_size(state['bytes'])}"
+
+
+def print_receipt(receipt: dict[str, Any]) -> None:
+    """Each check of a verification receipt, passed or failed, with its detail."""
+    status = receipt["status"]
+    colour = "green" if status == "passed" else "red"
+    console.print(
+        f"verification [bold {colour}]{status}[/] for {receipt['bundle_id']} "
+        f"(receipt {receipt['receipt_sha256']})"
+    )
+    for check in receipt["checks"]:
+        mark = "[green]passed[/]" if check["status"] == "passed" else "[red]FAILED[/]"
+        detail = f"  {escape(check['detail'])}" if check["detail"] else ""
+        console.print(f"  {check['name']:<20} {mark}{detail}", soft_wrap=True)
+
+
+def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationReceiptV1:
+    columns = (
+        TextColumn("uploading blobs"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("upload", total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return upload_and_submit(client, built, advance)
+
+
+def build(
+    worktree: WorktreeOpt,
+    grant: GrantOpt,
+    submit: SubmitOpt = False,
+    out: OutOpt = None,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Build a sealed bundle of every change in WORKTREE against the grant's base tree."""
+    grant_doc = _load_grant(grant, url, token_file)
+    with build_bundle(worktree, grant_doc) as built:
+        if out is not None:
+            out.write_bytes(canonical_bytes(built.bundle))
+        if not json_output:
+            print_bundle(built.bundle)
+            if out is not None:
+                console.print(f"wrote {out}")
+        if not submit:
+            if json_output:
+                typer.echo(json.dumps({"bundle": built.bundle}, indent=2, sort_keys=True))
+            return
+        with PromoterClient(server_url(url), read_token(token_file)) as client:
+            try:
+                receipt = _upload(client, built).wire()
+            except PromoterError as exc:
+                failed = exc.context.get("verification_receipt")
+                if isinstance(failed, dict):
+                    _report(built.bundle, failed, json_output)
+                raise
+    _report(built.bundle, receipt, json_output)
+
+
+def _report(bundle: dict[str, Any], receipt: dict[str, Any], json_output: bool) -> None:
+    if json_output:
+        document = {"bundle": bundle, "verification_receipt": receipt}
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print_receipt(receipt)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``bundle`` command group to the main app."""
+    group = typer.Typer(help="Executor side: build and submit patch bundles.", no_args_is_help=True)
+    group.command("build")(build)
+    app.add_typer(group, name="bundle")
