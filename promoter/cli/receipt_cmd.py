@@ -35,13 +35,16 @@ from promoter.errors import ConfigError, PromoterError, error_class
 
 FileArg = Annotated[
     Path,
-    typer.Argument(help="DSSE envelope, receipt, bundle or grant (JSON).", dir_okay=False),
+    typer.Argument(
+        help="DSSE envelope, receipt, bundle or grant (JSON).", metavar="FILE", dir_okay=False
+    ),
 ]
 PublicKeyOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--public-key",
         help="PEM public key or saved GET /v1/keys JSON (repeatable).",
+        metavar="KEY",
         dir_okay=False,
         show_default=False,
     ),
@@ -83,10 +86,10 @@ def verify(file: FileArg, public_key: PublicKeyOpt = None, as_json: JsonOpt = Fa
         return
     for line in result.checks:
         mark = "[yellow]![/]" if "NOT CHECKED" in line else "[green]✓[/]"
-        console.print(f"{mark} {escape(line)}")
+        console.print(f"{mark} {escape(line)}", soft_wrap=True)
     signed = f"signed by {result.keyid}" if result.keyid else "signature not checked"
     console.print(
-        f"[bold green]valid[/] {result.schema} {escape(result.identity_sha256)} ({signed})"
+        f"[bold green]valid[/] {result.schema} {result.identity_sha256} ({signed})", soft_wrap=True
     )
 
 

@@ -1,0 +1,1 @@
+"""promoter's benchmarks: ``python -m bench.run`` (``make bench``) runs them all and reports."""
