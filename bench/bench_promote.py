@@ -158,7 +158,9 @@ def make_workload(files: int, size: int, seed: int = 3) -> Workload:
             del target[step.path]
         else:
             target[step.path] = step.new
-    counts = {op: sum(1 for s in steps if s.operation == op) for op in ("modify", "create", "delete")}
+    counts = {
+        op: sum(1 for s in steps if s.operation == op) for op in ("modify", "create", "delete")
+    }
     return Workload(base, target, steps, counts)
 
 
@@ -637,7 +639,9 @@ def run(
     budget: float = TIME_BUDGET,
 ) -> dict[str, Any]:
     """Run the benchmark; returns figures, ratios and (with ``profile``) the profile report."""
-    work = Path(tempfile.mkdtemp(prefix="promoter-bench-", dir=os.environ.get("PROMOTER_BENCH_DIR")))
+    work = Path(
+        tempfile.mkdtemp(prefix="promoter-bench-", dir=os.environ.get("PROMOTER_BENCH_DIR"))
+    )
     try:
         workload = make_workload(files, size)
         source = make_source(work, workload)

@@ -26,8 +26,9 @@ DEMO_ENV = {
 
 def _git(repo: Path, *args: str) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), **DEMO_ENV}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, timeout=60
+    )
     return done.stdout.decode().strip()
 
 

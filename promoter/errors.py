@@ -299,8 +299,6 @@ def all_error_classes() -> list[type[PromoterError]]:
     return sorted(found, key=lambda c: c.code)
 
 
-
-
 def error_class(code: str) -> type[PromoterError]:
     """The error class that carries ``code`` (``PromoterError`` itself if none does)."""
     for cls in all_error_classes():

@@ -37,7 +37,9 @@ def problem_response(problem: dict[str, Any], request: Request) -> Response:
     problem.setdefault("instance", request.url.path)
     body = json.dumps(problem, ensure_ascii=False, sort_keys=True, default=str).encode()
     headers = {"WWW-Authenticate": "Bearer"} if problem.get("status") == 401 else None
-    return Response(body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers)
+    return Response(
+        body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers
+    )
 
 
 def install(app: FastAPI) -> None:

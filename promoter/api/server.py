@@ -31,17 +31,18 @@ class ReadyServer(uvicorn.Server):
                 self.port = int(sock.getsockname()[1])
                 break
         if self._announce:
-            print(f"promoter: ready on http://{self.config.host}:{self.port}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"promoter: ready on http://{self.config.host}:{self.port}",
+                file=sys.stderr,
+                flush=True,
+            )
         self.ready.set()
 
-    def install_signal_handlers(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            super().install_signal_handlers()
 
-
-def make_server(app: Any, host: str, port: int, *, log_level: str = "warning",
-                announce: bool = False) -> ReadyServer:
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=10)
+def make_server(
+    app: Any, host: str, port: int, *, log_level: str = "warning", announce: bool = False
+) -> ReadyServer:
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=10
+    )
     return ReadyServer(config, announce=announce)

@@ -21,8 +21,11 @@ UrlOpt = Annotated[
 ]
 TokenFileOpt = Annotated[
     Path | None,
-    typer.Option("--token-file", help="File holding the bearer token (env PROMOTER_TOKEN).",
-                 show_default=False),
+    typer.Option(
+        "--token-file",
+        help="File holding the bearer token (env PROMOTER_TOKEN).",
+        show_default=False,
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
 

@@ -40,7 +40,8 @@ def serve(
     host: Annotated[str | None, typer.Option("--host", help="Listen address.")] = None,
     port: Annotated[int | None, typer.Option("--port", help="Listen port (0: any free).")] = None,
     repo: Annotated[
-        list[str] | None, typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable).")
+        list[str] | None,
+        typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable)."),
     ] = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -64,8 +65,9 @@ def serve(
     for repository in services.registry.all():
         err_console.print(f"  {repository.name}: {repository.worktree} ({repository.identity})")
     app_ = create_app(settings, services)
-    server = make_server(app_, settings.host, settings.port, log_level=settings.log_level,
-                         announce=True)
+    server = make_server(
+        app_, settings.host, settings.port, log_level=settings.log_level, announce=True
+    )
     try:
         server.run()
     finally:

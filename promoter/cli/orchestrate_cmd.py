@@ -246,7 +246,14 @@ def _print_operation(view: dict[str, Any]) -> None:
     for step in view.get("steps", []):
         console.print(f"  {step['status']:<10} {step['operation']:<7} {escape(step['path'])}")
     report = view.get("report") or {}
-    for item in report.get("paths", []):
+    drift = report.get("drift_report") or report
+    for name, fact in (drift.get("repository") or {}).items():
+        if isinstance(fact, dict) and not fact.get("ok", True):
+            console.print(
+                f"  [red]drift[/] {name}: expected {fact.get('expected')}, "
+                f"found {fact.get('actual')}"
+            )
+    for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
             reasons = "; ".join(item.get("reasons", []))
             console.print(f"  [red]drift[/] {escape(item['path'])}: {escape(reasons)}")

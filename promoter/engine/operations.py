@@ -187,8 +187,13 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             ],
             "created_directories": [d.path for d in dirs],
             "attempts": [
-                {"attempt": a.attempt, "status": a.status, "code": a.code,
-                 "started_at": a.started_at, "ended_at": a.ended_at}
+                {
+                    "attempt": a.attempt,
+                    "status": a.status,
+                    "code": a.code,
+                    "started_at": a.started_at,
+                    "ended_at": a.ended_at,
+                }
                 for a in attempts
             ],
             "events": [ledger.as_wire(e) for e in events],
@@ -197,7 +202,9 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 
 
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
-    stored = services.audit.get("promotion", operation_id) if operation_id.startswith("op_") else None
+    stored = (
+        services.audit.get("promotion", operation_id) if operation_id.startswith("op_") else None
+    )
     if stored is not None:
         return stored
     with services.db.session() as session:
@@ -231,8 +238,13 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         with Root.open(repository.worktree) as root:
             readback = inspect(repository.layout, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
-        return {**result, "status": "refused", "code": exc.code, "detail": exc.detail,
-                "error": exc.to_problem()}
+        return {
+            **result,
+            "status": "refused",
+            "code": exc.code,
+            "detail": exc.detail,
+            "error": exc.to_problem(),
+        }
     report = readback.report()
     if not readback.ok:
         drift = TargetDrift("the repository is not in an authorized old state")

@@ -21,7 +21,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.models import Change
 from promoter.engine import ledger, promote
-from promoter.engine.authority import recheck_evidence
+from promoter.engine.authority import Evidence, recheck_evidence
 from promoter.engine.inspect import classify, leaf_report
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
@@ -50,7 +50,10 @@ def scan_orphans(services: Services) -> list[str]:
             if owner.alive():
                 continue  # a live process (possibly this one) is running it
             journal.set_status(
-                session, row, "needs_recovery", code="owner_gone",
+                session,
+                row,
+                "needs_recovery",
+                code="owner_gone",
                 detail=f"the process that ran it (pid {row.owner_pid}) is gone",
             )
             orphaned.append(row.operation_id)
@@ -83,7 +86,9 @@ def _load(session: Any, operation_id: str) -> OperationRow:
     return row
 
 
-def _check_lease(services: Services, workflow_id: str, stage: str, grant_fence: int, fence: int) -> None:
+def _check_lease(
+    services: Services, workflow_id: str, stage: str, grant_fence: int, fence: int
+) -> None:
     with services.db.session() as session:
         lease = repo.get_lease(session, workflow_id, stage)
     if lease is None:
@@ -105,9 +110,18 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
 
         return recover_rollback(services, operation_id)
     if status not in RECOVERABLE:
-        if status in ("completed", "needs_reconciliation", "refused", "rolled_back", "rollback_partial", "abandoned"):
+        if status in (
+            "completed",
+            "needs_reconciliation",
+            "refused",
+            "rolled_back",
+            "rollback_partial",
+            "abandoned",
+        ):
             return status
-        raise OperationConflict(f"operation {operation_id} is {status}, not needs_recovery", status=status)
+        raise OperationConflict(
+            f"operation {operation_id} is {status}, not needs_recovery", status=status
+        )
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
@@ -125,7 +139,7 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
             journal.set_status(session, row, "in_progress")
             has_steps = bool(journal.steps(session, operation_id))
         if not has_steps:  # died before the journal: nothing was written
-            promote._locked(services, operation_id, fence, evidence, repository, lock)  # noqa: SLF001
+            promote._locked(services, operation_id, fence, evidence, repository, lock)
         else:
             with Root.open(repository.worktree) as root:
                 _reclassify(services, operation_id, root, lock, evidence, reason="recovery")
@@ -141,7 +155,9 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
         return _load(session, operation_id).status
 
 
-def remove_orphan_temps(services: Services, operation_id: str, root: Root, changes: list[Change]) -> list[str]:
+def remove_orphan_temps(
+    services: Services, operation_id: str, root: Root, changes: list[Change]
+) -> list[str]:
     """Remove this operation's ``.promoter-tmp-*`` files from its targets' directories."""
     directories = sorted({c.path.rsplit("/", 1)[0] if "/" in c.path else "" for c in changes})
     removed: list[str] = []
@@ -167,7 +183,7 @@ def _reclassify(
     operation_id: str,
     root: Root,
     lock: Any,
-    evidence: promote.Evidence,
+    evidence: Evidence,
     *,
     reason: str,
 ) -> None:
@@ -193,21 +209,32 @@ def _reclassify(
         else:
             action = "fail_closed"
             blocked = True
-        paths.append({"path": change.path, "step": step, "found": found, "action": action,
-                      "actual": actual})
+        paths.append(
+            {"path": change.path, "step": step, "found": found, "action": action, "actual": actual}
+        )
     with services.db.session() as session:
-        ledger.append(session, operation_id, "decision",
-                      {"reason": reason, "allowed": not blocked, "paths": paths,
-                       "removed_temp_files": removed})
+        ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {
+                "reason": reason,
+                "allowed": not blocked,
+                "paths": paths,
+                "removed_temp_files": removed,
+            },
+        )
     if blocked:
         promote.fail_closed(
-            services, operation_id,
+            services,
+            operation_id,
             [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
             None,
         )
         return
-    promote.apply_changes(services, operation_id, root, lock, changes, evidence, todo=todo,
-                          recovering=True)
+    promote.apply_changes(
+        services, operation_id, root, lock, changes, evidence, todo=todo, recovering=True
+    )
 
 
 def reconcile(services: Services, operation_id: str, decision: str, note: str) -> dict[str, Any]:
@@ -217,8 +244,9 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
         row = _load(session, operation_id)
         status, bundle_id, receipt = row.status, row.bundle_id, row.verification_receipt_sha256
     if status != "needs_reconciliation":
-        raise OperationConflict(f"operation {operation_id} is {status}, not needs_reconciliation",
-                                status=status)
+        raise OperationConflict(
+            f"operation {operation_id} is {status}, not needs_reconciliation", status=status
+        )
     if decision == "rollback":
         from promoter.engine.rollback import rollback
 
@@ -241,14 +269,16 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
             row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
             journal.set_status(session, row, "in_progress")
         with Root.open(repository.worktree) as root:
-            _reclassify(services, operation_id, root, lock, evidence,
-                        reason=f"reconcile continue: {note}")
+            _reclassify(
+                services, operation_id, root, lock, evidence, reason=f"reconcile continue: {note}"
+            )
     except PromoterError as exc:
         with services.db.session() as session:
             row = _load(session, operation_id)
             if row.status == "in_progress":
-                journal.set_status(session, row, "needs_reconciliation", code=exc.code,
-                                   detail=exc.detail)
+                journal.set_status(
+                    session, row, "needs_reconciliation", code=exc.code, detail=exc.detail
+                )
         raise
     finally:
         lock.release()

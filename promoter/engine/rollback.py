@@ -58,7 +58,9 @@ def _load(session: Any, operation_id: str) -> OperationRow:
 
 def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
     """Roll back a promotion; returns the RollbackReceiptV1 document."""
-    stored = services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
+    stored = (
+        services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
+    )
     if stored is not None:
         return dict(RollbackReceiptV1.model_validate_json(stored).wire())
     with services.db.session() as session:
@@ -75,11 +77,19 @@ def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[s
         if child is None:
             owner = Owner.me()
             child = OperationRow(
-                operation_id=child_id, kind="rollback", repository_identity=parent.repository_identity,
-                repository_name=parent.repository_name, parent_operation_id=operation_id,
-                bundle_id=parent.bundle_id, status="in_progress", attempt=1,
-                owner_pid=owner.pid, owner_start=owner.start, owner_boot=owner.boot,
-                created_at=repo.now(), updated_at=repo.now(),
+                operation_id=child_id,
+                kind="rollback",
+                repository_identity=parent.repository_identity,
+                repository_name=parent.repository_name,
+                parent_operation_id=operation_id,
+                bundle_id=parent.bundle_id,
+                status="in_progress",
+                attempt=1,
+                owner_pid=owner.pid,
+                owner_start=owner.start,
+                owner_boot=owner.boot,
+                created_at=repo.now(),
+                updated_at=repo.now(),
             )
             session.add(child)
             session.flush()
@@ -99,7 +109,9 @@ def recover_rollback(services: Services, child_id: str) -> str:
     return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
 
 
-def _run(services: Services, child_id: str, parent_id: str, repository: Any, note: str) -> dict[str, Any]:
+def _run(
+    services: Services, child_id: str, parent_id: str, repository: Any, note: str
+) -> dict[str, Any]:
     lock = repo_lock(services, repository)
     lock.acquire()
     try:
@@ -127,9 +139,12 @@ def _rollback_locked(
         if not done:
             faults.point("rollback_before_journal")
             journal.add_steps(
-                session, child_id,
-                [{"path": p["path"], "operation": "rollback", "old": p["new"], "new": p["old"]}
-                 for p in promoted],
+                session,
+                child_id,
+                [
+                    {"path": p["path"], "operation": "rollback", "old": p["new"], "new": p["old"]}
+                    for p in promoted
+                ],
             )
             ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
             ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
@@ -142,22 +157,34 @@ def _rollback_locked(
             row.detail = result
         faults.point("rollback_after_step")
         targets.append({"path": step["path"], "result": result, "actual": _actual(leaf)})
-    removed = [d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True)
-               if _rmdir(root, d)]
-    status = "rolled_back" if all(t["result"] != "conflict" for t in targets) else "rollback_partial"
+    removed = [
+        d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
+    ]
+    status = (
+        "rolled_back" if all(t["result"] != "conflict" for t in targets) else "rollback_partial"
+    )
     faults.point("rollback_before_receipt")
-    receipt = RollbackReceiptV1.model_validate(seal_receipt({
-        "schema": "RollbackReceiptV1",
-        "operation_id": parent_id,
-        "status": status,
-        "targets": targets,
-        "removed_directories": removed,
-        "rolled_back_at": rfc3339(utcnow()),
-    }))
+    receipt = RollbackReceiptV1.model_validate(
+        seal_receipt(
+            {
+                "schema": "RollbackReceiptV1",
+                "operation_id": parent_id,
+                "status": status,
+                "targets": targets,
+                "removed_directories": removed,
+                "rolled_back_at": rfc3339(utcnow()),
+            }
+        )
+    )
     with services.db.session() as session:
         child = _load(session, child_id)
         parent = _load(session, parent_id)
-        ledger.append(session, child_id, "outcome", {"status": status, "receipt_sha256": receipt.receipt_sha256})
+        ledger.append(
+            session,
+            child_id,
+            "outcome",
+            {"status": status, "receipt_sha256": receipt.receipt_sha256},
+        )
         ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
         child.receipt = receipt.wire()
         child.receipt_sha256 = receipt.receipt_sha256
@@ -174,7 +201,9 @@ def _rmdir(root: Root, directory: str) -> bool:
         return False
 
 
-def _one(services: Services, root: Root, step: dict[str, Any], *, already: bool) -> tuple[str, LeafState | None]:
+def _one(
+    services: Services, root: Root, step: dict[str, Any], *, already: bool
+) -> tuple[str, LeafState | None]:
     """Compare-and-swap one target back to its old state."""
     old, new = _expected(step["old"]), _expected(step["new"])
     try:
@@ -205,4 +234,3 @@ def _one(services: Services, root: Root, step: dict[str, Any], *, already: bool)
             return "conflict", None
         return ("restored" if leaf.matches(old) else "conflict"), leaf
     return ("restored" if leaf.matches(old) else "conflict"), leaf
-

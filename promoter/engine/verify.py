@@ -314,5 +314,5 @@ def verify(
             for name, outcome in results
         ],
     }
-    codes = {name: outcome.code for name, outcome in results if not outcome.passed}
+    codes: dict[str, str] = {name: outcome.code for name, outcome in results if not outcome.passed}
     return Verification(PatchVerificationReceiptV1.model_validate(seal_receipt(receipt)), codes)

@@ -32,7 +32,9 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def registered(daemon: Daemon, repo: Path, identity: str) -> dict[str, Any]:
-    grant = make_grant(repo, identity, allow=[{"pattern": "src/**", "operations": ["modify", "create"]}])
+    grant = make_grant(
+        repo, identity, allow=[{"pattern": "src/**", "operations": ["modify", "create"]}]
+    )
     with daemon.orchestrator() as orch:
         assert orch.post("/v1/grants", json=grant).status_code == 201
     with daemon.executor("run_1") as ex:
@@ -52,36 +54,206 @@ def _with_change(grant: dict[str, Any], path: str) -> dict[str, Any]:
 BundleCase = Callable[[dict[str, Any]], Any]
 
 BAD_BUNDLES: dict[str, tuple[BundleCase, int, str]] = {
-    "wrong_bundle_hash": (lambda g: {**_good(g), "bundle_sha256": "0" * 64}, 422, "bundle_hash_mismatch"),
-    "wrong_bundle_id": (lambda g: {**_good(g), "bundle_id": "bnd_" + "1" * 32}, 422, "bundle_hash_mismatch"),
-    "wrong_change_count": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], change_count=2), 422, "validation_failed"),
-    "wrong_total_bytes": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], total_bytes=1), 422, "validation_failed"),
-    "missing_blob": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, b"never uploaded")]), 422, "blob_missing"),
-    "blob_size_lie": (lambda g: make_bundle(g, [{"path": "src/app.py", "operation": "modify", "old": state(OLD_APP), "new": {**state(NEW_APP), "bytes": 3}}], total_bytes=3), 422, "blob_hash_mismatch"),
-    "path_outside_allowlist": (lambda g: make_bundle(g, [("README.md", b"# project\n", NEW_APP)]), 422, "verification_failed"),
-    "operation_outside_allowlist": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, None)]), 422, "verification_failed"),
-    "old_state_unlike_base": (lambda g: make_bundle(g, [("src/app.py", NEW_APP, OLD_APP)]), 422, "verification_failed"),
-    "create_over_existing": (lambda g: make_bundle(g, [{"path": "src/app.py", "operation": "create", "old": state(None), "new": state(NEW_APP)}]), 422, "verification_failed"),
-    "wrong_grant_hash": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], grant_sha256="a" * 64), 422, "verification_failed"),
-    "wrong_base_commit": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], base_commit="a" * 40), 422, "verification_failed"),
-    "other_repository": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], repository_identity="repo_" + "f" * 32), 422, "verification_failed"),
-    "unsorted_changes": (lambda g: seal_bundle({**make_bundle(g, [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP)]), "changes": list(reversed(make_bundle(g, [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP)])["changes"]))}), 422, "validation_failed"),
-    "modify_without_change": (lambda g: make_bundle(g, [{"path": "src/app.py", "operation": "modify", "old": state(OLD_APP), "new": state(OLD_APP)}]), 422, "validation_failed"),
-    "case_fold_collision": (lambda g: make_bundle(g, [("src/A.py", None, NEW_APP), ("src/a.py", None, NEW_APP)]), 422, "path_invalid"),
-    "prefix_directory": (lambda g: make_bundle(g, [("src/x", None, NEW_APP), ("src/x/y", None, NEW_APP)]), 422, "path_invalid"),
-    "limits_exceeded": (lambda g: make_bundle(g, [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP), ("src/c.py", None, NEW_APP)], change_count=3), 413, "payload_too_large"),
+    "wrong_bundle_hash": (
+        lambda g: {**_good(g), "bundle_sha256": "0" * 64},
+        422,
+        "bundle_hash_mismatch",
+    ),
+    "wrong_bundle_id": (
+        lambda g: {**_good(g), "bundle_id": "bnd_" + "1" * 32},
+        422,
+        "bundle_hash_mismatch",
+    ),
+    "wrong_change_count": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], change_count=2),
+        422,
+        "validation_failed",
+    ),
+    "wrong_total_bytes": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], total_bytes=1),
+        422,
+        "validation_failed",
+    ),
+    "missing_blob": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, b"never uploaded")]),
+        422,
+        "blob_missing",
+    ),
+    "blob_size_lie": (
+        lambda g: make_bundle(
+            g,
+            [
+                {
+                    "path": "src/app.py",
+                    "operation": "modify",
+                    "old": state(OLD_APP),
+                    "new": {**state(NEW_APP), "bytes": 3},
+                }
+            ],
+            total_bytes=3,
+        ),
+        422,
+        "blob_hash_mismatch",
+    ),
+    "path_outside_allowlist": (
+        lambda g: make_bundle(g, [("README.md", b"# project\n", NEW_APP)]),
+        422,
+        "verification_failed",
+    ),
+    "operation_outside_allowlist": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, None)]),
+        422,
+        "verification_failed",
+    ),
+    "old_state_unlike_base": (
+        lambda g: make_bundle(g, [("src/app.py", NEW_APP, OLD_APP)]),
+        422,
+        "verification_failed",
+    ),
+    "create_over_existing": (
+        lambda g: make_bundle(
+            g,
+            [
+                {
+                    "path": "src/app.py",
+                    "operation": "create",
+                    "old": state(None),
+                    "new": state(NEW_APP),
+                }
+            ],
+        ),
+        422,
+        "verification_failed",
+    ),
+    "wrong_grant_hash": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], grant_sha256="a" * 64),
+        422,
+        "verification_failed",
+    ),
+    "wrong_base_commit": (
+        lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], base_commit="a" * 40),
+        422,
+        "verification_failed",
+    ),
+    "other_repository": (
+        lambda g: make_bundle(
+            g, [("src/app.py", OLD_APP, NEW_APP)], repository_identity="repo_" + "f" * 32
+        ),
+        422,
+        "verification_failed",
+    ),
+    "unsorted_changes": (
+        lambda g: seal_bundle(
+            {
+                **make_bundle(g, [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP)]),
+                "changes": list(
+                    reversed(
+                        make_bundle(g, [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP)])[
+                            "changes"
+                        ]
+                    )
+                ),
+            }
+        ),
+        422,
+        "validation_failed",
+    ),
+    "modify_without_change": (
+        lambda g: make_bundle(
+            g,
+            [
+                {
+                    "path": "src/app.py",
+                    "operation": "modify",
+                    "old": state(OLD_APP),
+                    "new": state(OLD_APP),
+                }
+            ],
+        ),
+        422,
+        "validation_failed",
+    ),
+    "case_fold_collision": (
+        lambda g: make_bundle(g, [("src/A.py", None, NEW_APP), ("src/a.py", None, NEW_APP)]),
+        422,
+        "path_invalid",
+    ),
+    "prefix_directory": (
+        lambda g: make_bundle(g, [("src/x", None, NEW_APP), ("src/x/y", None, NEW_APP)]),
+        422,
+        "path_invalid",
+    ),
+    "limits_exceeded": (
+        lambda g: make_bundle(
+            g,
+            [("src/a.py", None, NEW_APP), ("src/b.py", None, NEW_APP), ("src/c.py", None, NEW_APP)],
+            change_count=3,
+        ),
+        413,
+        "payload_too_large",
+    ),
     "unknown_field": (lambda g: {**_good(g), "extra": 1}, 422, "validation_failed"),
     "float_count": (lambda g: {**_good(g), "change_count": 1.0}, 422, "validation_failed"),
-    "bad_timestamp": (lambda g: make_bundle(g, [("src/app.py", OLD_APP, NEW_APP)], created_at="2026-11-30 21:00:00"), 422, "validation_failed"),
-    "symlink_mode": (lambda g: make_bundle(g, [{"path": "src/l", "operation": "create", "old": state(None), "new": {**state(NEW_APP), "mode": "120000"}}]), 422, "validation_failed"),
-    "blob_ref_elsewhere": (lambda g: make_bundle(g, [{"path": "src/n.py", "operation": "create", "old": state(None), "new": {**state(NEW_APP), "blob_ref": {"path": "../../etc/passwd", "sha256": sha(NEW_APP)}}}]), 422, "validation_failed"),
-    "unknown_grant": (lambda g: make_bundle({**g, "grant_id": "grt_nope"}, [("src/app.py", OLD_APP, NEW_APP)]), 404, "grant_unknown"),
+    "bad_timestamp": (
+        lambda g: make_bundle(
+            g, [("src/app.py", OLD_APP, NEW_APP)], created_at="2026-11-30 21:00:00"
+        ),
+        422,
+        "validation_failed",
+    ),
+    "symlink_mode": (
+        lambda g: make_bundle(
+            g,
+            [
+                {
+                    "path": "src/l",
+                    "operation": "create",
+                    "old": state(None),
+                    "new": {**state(NEW_APP), "mode": "120000"},
+                }
+            ],
+        ),
+        422,
+        "validation_failed",
+    ),
+    "blob_ref_elsewhere": (
+        lambda g: make_bundle(
+            g,
+            [
+                {
+                    "path": "src/n.py",
+                    "operation": "create",
+                    "old": state(None),
+                    "new": {
+                        **state(NEW_APP),
+                        "blob_ref": {"path": "../../etc/passwd", "sha256": sha(NEW_APP)},
+                    },
+                }
+            ],
+        ),
+        422,
+        "validation_failed",
+    ),
+    "unknown_grant": (
+        lambda g: make_bundle({**g, "grant_id": "grt_nope"}, [("src/app.py", OLD_APP, NEW_APP)]),
+        404,
+        "grant_unknown",
+    ),
 }
 for _name, _path in {
-    "dotdot": "src/../../x", "absolute": "/etc/passwd", "nul": "src/a\x00b", "dot_git": "src/.git/config",
-    "dot_git_upper": ".GIT/hooks/post-checkout", "backslash": "src\\a", "trailing_slash": "src/a/",
-    "double_slash": "src//a", "dot": "src/./a", "control": "src/a\x1bb", "not_nfc": "src/cafe\u0301",
-    "long_component": "src/" + "x" * 256, "empty": "",
+    "dotdot": "src/../../x",
+    "absolute": "/etc/passwd",
+    "nul": "src/a\x00b",
+    "dot_git": "src/.git/config",
+    "dot_git_upper": ".GIT/hooks/post-checkout",
+    "backslash": "src\\a",
+    "trailing_slash": "src/a/",
+    "double_slash": "src//a",
+    "dot": "src/./a",
+    "control": "src/a\x1bb",
+    "not_nfc": "src/cafe\u0301",
+    "long_component": "src/" + "x" * 256,
+    "empty": "",
 }.items():
     BAD_BUNDLES[f"path_{_name}"] = (lambda g, p=_path: _with_change(g, p), 422, "path_invalid")
 
@@ -93,7 +265,11 @@ def test_bad_bundle_is_refused_with_its_code_and_nothing_stored(
     build, status, code = BAD_BUNDLES[case]
     grant = registered
     if case == "limits_exceeded":
-        grant = {**registered, "grant_id": "grt_small", "limits": {"max_changes": 2, "max_total_bytes": 100}}
+        grant = {
+            **registered,
+            "grant_id": "grt_small",
+            "limits": {"max_changes": 2, "max_total_bytes": 100},
+        }
         with daemon.orchestrator() as orch:
             assert orch.post("/v1/grants", json=grant).status_code == 201
     before_state = _snapshot(daemon.state_dir / "audit")
@@ -109,7 +285,9 @@ def test_bad_bundle_is_refused_with_its_code_and_nothing_stored(
 def test_malformed_json_is_bad_request(daemon: Daemon, registered: dict[str, Any]) -> None:
     with daemon.executor("run_1") as ex:
         for body in (b"{", b"[1,", b'{"a":1,"a":2}', b"NaN", b"\xff\xfe"):
-            answer = ex.post("/v1/bundles", content=body, headers={"content-type": "application/json"})
+            answer = ex.post(
+                "/v1/bundles", content=body, headers={"content-type": "application/json"}
+            )
             assert (answer.status_code, answer.json()["code"]) == (400, "bad_request"), body
 
 
@@ -119,7 +297,7 @@ def test_blob_hash_mismatch_stores_nothing(daemon: Daemon) -> None:
     assert (answer.status_code, answer.json()["code"]) == (422, "blob_hash_mismatch")
     blobs = daemon.state_dir / "audit" / "blobs"
     assert [p for p in blobs.rglob("*") if p.is_file()] == []
-    assert [p for p in (daemon.state_dir / "audit" / "tmp").iterdir()] == []
+    assert list((daemon.state_dir / "audit" / "tmp").iterdir()) == []
 
 
 def test_oversized_blob_is_refused_while_streaming(tmp_path: Path, repo: Path) -> None:
@@ -128,11 +306,14 @@ def test_oversized_blob_is_refused_while_streaming(tmp_path: Path, repo: Path) -
     with running_daemon(tmp_path / "small", {"work": repo}, max_blob_bytes=1024) as small:
         data = b"x" * 4096
         with small.executor("run_1") as ex:
+
             def chunks() -> Any:
                 for start in range(0, len(data), 512):
                     yield data[start : start + 512]
 
-            answer = ex.put(f"/v1/blobs/sha256/{hashlib.sha256(data).hexdigest()}", content=chunks())
+            answer = ex.put(
+                f"/v1/blobs/sha256/{hashlib.sha256(data).hexdigest()}", content=chunks()
+            )
         assert (answer.status_code, answer.json()["code"]) == (413, "payload_too_large")
         assert [p for p in (small.state_dir / "audit" / "blobs").rglob("*") if p.is_file()] == []
 
@@ -155,7 +336,9 @@ def test_bundle_of_another_run_is_forbidden(daemon: Daemon, registered: dict[str
     with daemon.executor("run_2") as other:
         answer = other.post("/v1/bundles", json=_good(registered))
         assert (answer.status_code, answer.json()["code"]) == (403, "forbidden")
-        forged = make_bundle({**registered, "executor_run_id": "run_2"}, [("src/app.py", OLD_APP, NEW_APP)])
+        forged = make_bundle(
+            {**registered, "executor_run_id": "run_2"}, [("src/app.py", OLD_APP, NEW_APP)]
+        )
         answer = other.post("/v1/bundles", json=forged)
         assert (answer.status_code, answer.json()["code"]) == (403, "forbidden")
         assert other.get(f"/v1/grants/{registered['grant_id']}").json()["code"] == "forbidden"
@@ -187,29 +370,65 @@ ROLE_CASES: list[tuple[str, str, str, int, str]] = [
 def test_every_role_mismatch_is_refused(
     daemon: Daemon, method: str, path: str, kind: str, status: int, code: str
 ) -> None:
-    tokens = {"orchestrator": daemon.orchestrator_token, "operator": daemon.operator_token,
-              "none": None, "garbage": "pex_not-a-token"}
+    tokens = {
+        "orchestrator": daemon.orchestrator_token,
+        "operator": daemon.operator_token,
+        "none": None,
+        "garbage": "pex_not-a-token",
+    }
     if kind == "executor":
         with daemon.executor("run_1") as ex:
             client = daemon.client(ex.headers["authorization"].split()[1])
     else:
         client = daemon.client(tokens[kind])
     with client:
-        answer: httpx.Response = getattr(client, method)(path, **({} if method == "get" else {"json": {}}))
+        answer: httpx.Response = getattr(client, method)(
+            path, **({} if method == "get" else {"json": {}})
+        )
     assert (answer.status_code, answer.json()["code"]) == (status, code)
 
 
-def test_grant_registration_checks_the_repository(daemon: Daemon, repo: Path, identity: str) -> None:
+def test_grant_registration_checks_the_repository(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
     cases = {
         "unknown base commit": (make_grant(repo, identity, base_commit="a" * 40), "grant_invalid"),
         "wrong base tree": (make_grant(repo, identity, base_tree="b" * 40), "grant_invalid"),
-        "expired": (make_grant(repo, identity, expires_at=ts(timedelta(seconds=-10))), "grant_invalid"),
-        "inverted window": (make_grant(repo, identity, not_before=ts(timedelta(hours=2))), "grant_invalid"),
-        "bad pattern": (make_grant(repo, identity, allow=[{"pattern": "src/[ab]", "operations": ["modify"]}]), "grant_invalid"),
-        "bad ** use": (make_grant(repo, identity, allow=[{"pattern": "src/a**", "operations": ["modify"]}]), "grant_invalid"),
+        "expired": (
+            make_grant(repo, identity, expires_at=ts(timedelta(seconds=-10))),
+            "grant_invalid",
+        ),
+        "inverted window": (
+            make_grant(repo, identity, not_before=ts(timedelta(hours=2))),
+            "grant_invalid",
+        ),
+        "bad pattern": (
+            make_grant(repo, identity, allow=[{"pattern": "src/[ab]", "operations": ["modify"]}]),
+            "grant_invalid",
+        ),
+        "bad ** use": (
+            make_grant(repo, identity, allow=[{"pattern": "src/a**", "operations": ["modify"]}]),
+            "grant_invalid",
+        ),
         "unknown repository": (make_grant(repo, "repo_" + "e" * 32), "repository_unknown"),
-        "wrong grant_sha256": ({**make_grant(repo, identity), "grant_sha256": "c" * 64}, "grant_invalid"),
-        "bad precondition path": (make_grant(repo, identity, preconditions=[{"path": "../x", "old": {"exists": False, "sha256": None, "mode": None}, "index": None}]), "path_invalid"),
+        "wrong grant_sha256": (
+            {**make_grant(repo, identity), "grant_sha256": "c" * 64},
+            "grant_invalid",
+        ),
+        "bad precondition path": (
+            make_grant(
+                repo,
+                identity,
+                preconditions=[
+                    {
+                        "path": "../x",
+                        "old": {"exists": False, "sha256": None, "mode": None},
+                        "index": None,
+                    }
+                ],
+            ),
+            "path_invalid",
+        ),
         "float fence": (make_grant(repo, identity, fence=7.0), "validation_failed"),
         "unknown field": ({**make_grant(repo, identity), "extra": True}, "validation_failed"),
     }
@@ -223,12 +442,20 @@ def test_grant_registration_checks_the_repository(daemon: Daemon, repo: Path, id
         changed = {**good, "fence": 8}
         answer = orch.post("/v1/grants", json=changed)
         assert (answer.status_code, answer.json()["code"]) == (409, "grant_conflict")
-    assert sorted(p.name for p in (daemon.state_dir / "audit" / "grants").iterdir()) == ["grt_test1.json"]
+    assert sorted(p.name for p in (daemon.state_dir / "audit" / "grants").iterdir()) == [
+        "grt_test1.json"
+    ]
 
 
 def test_lease_fences_only_move_forward(daemon: Daemon) -> None:
-    lease = {"run_id": "run_1", "attempt": 1, "generation": 1, "resume_epoch": 0, "fence": 7,
-             "expires_at": ts(timedelta(hours=1))}
+    lease = {
+        "run_id": "run_1",
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": 7,
+        "expires_at": ts(timedelta(hours=1)),
+    }
     with daemon.orchestrator() as orch:
         assert orch.put("/v1/leases/wf_1/implement", json=lease).json()["changed"] is True
         assert orch.put("/v1/leases/wf_1/implement", json=lease).json()["changed"] is False

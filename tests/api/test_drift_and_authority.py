@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from datetime import timedelta
+import subprocess
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -78,10 +80,8 @@ def _conflict_stage(repo: Path) -> None:
     git(repo, "switch", "-q", "main")
     (repo / "src" / "app.py").write_bytes(b"main\n")
     git(repo, "commit", "-q", "-am", "main")
-    try:
+    with contextlib.suppress(subprocess.CalledProcessError):  # the conflict is the point
         git(repo, "merge", "-q", "side")
-    except Exception:  # noqa: BLE001, S110 - the conflict is what we want
-        pass
     (repo / "src" / "app.py").write_bytes(V1)
 
 
@@ -151,8 +151,13 @@ def test_target_already_new_is_confirmed_not_rewritten(
 
 @pytest.mark.parametrize(
     ("case", "code"),
-    [("no_lease", "lease_stale"), ("fence_mismatch", "lease_stale"), ("lease_other_run", "lease_stale"),
-     ("lease_fence_below_grant", "lease_stale"), ("grant_not_yet_valid", "grant_expired")],
+    [
+        ("no_lease", "lease_stale"),
+        ("fence_mismatch", "lease_stale"),
+        ("lease_other_run", "lease_stale"),
+        ("lease_fence_below_grant", "lease_stale"),
+        ("grant_not_yet_valid", "grant_expired"),
+    ],
 )
 def test_stale_authority_is_refused(
     case: str, code: str, daemon: Daemon, repo: Path, identity: str

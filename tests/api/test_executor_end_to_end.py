@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -22,7 +24,15 @@ from typer.testing import CliRunner
 from promoter.cli import bundle_cmd, orchestrate_cmd
 from promoter.client import PromoterClient
 from promoter.domain.models import GrantV1
-from promoter.errors import TargetDrift, VerificationFailed
+from promoter.errors import (
+    BadRequest,
+    ConfigError,
+    Forbidden,
+    GrantUnknown,
+    TargetDrift,
+    Unauthenticated,
+    VerificationFailed,
+)
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git, git_env
 from tests.support.daemon import Daemon
@@ -99,7 +109,7 @@ def _executor_edits(executor: Path) -> None:
     (executor / "src/pkg/empty.txt").write_bytes(b"")
     (executor / "data/crlf.txt").write_bytes(b"a\r\nb\r\nc\r\n")
     os.chmod(executor / "bin/tool", 0o644)  # exec bit cleared
-    os.chmod(executor / "bin/plain.sh", 0o755)  # noqa: S103 - exec bit set
+    os.chmod(executor / "bin/plain.sh", 0o755)
     (executor / "scratch.o").write_bytes(b"ignored build output of the executor\n")
 
 
@@ -383,3 +393,42 @@ def test_entry_point_builds_submits_and_promotes(
     assert promoted.returncode == 0, promoted.stderr
     assert json.loads(promoted.stdout)["status"] == "completed"
     assert (repo / "src/app.py").read_bytes() == b"print('from the entry point')\n"
+
+
+# --- the client's translation of answers --------------------------------------------------
+
+
+def test_client_raises_the_error_class_named_by_the_problem_code(daemon: Daemon) -> None:
+    with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
+        with pytest.raises(GrantUnknown) as caught:
+            client.get_grant("grt_nope")
+        token = client.mint_executor_token("run_1")["token"]
+    assert caught.value.context["grant_id"] == "grt_nope"
+    assert caught.value.context["instance"] == "/v1/grants/grt_nope"
+    with PromoterClient(daemon.url, "not-a-token") as client, pytest.raises(Unauthenticated):
+        client.repositories()
+    with PromoterClient(daemon.url, token) as client, pytest.raises(Forbidden):
+        client.repositories()
+    with PromoterClient(daemon.url, None) as client:
+        assert client.healthz() == {"status": "ok"}
+        assert client.readyz()["status"] == "ready"
+
+
+def test_client_names_the_server_it_cannot_reach() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with PromoterClient(url, None, timeout=5) as client, pytest.raises(ConfigError) as caught:
+        client.healthz()
+    assert url in caught.value.detail and caught.value.exit_code == 78
+
+
+def test_client_never_lets_a_value_reach_another_route() -> None:
+    seen: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: seen.append(request) or httpx.Response(500))
+    with PromoterClient("http://promoter.invalid", "t", transport=transport) as client:
+        for bad in ("../keys", "a/b", "", "..", "x y"):
+            with pytest.raises(BadRequest):
+                client.get_grant(bad)
+    assert seen == []

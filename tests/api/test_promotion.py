@@ -50,21 +50,33 @@ def test_promotion_writes_exact_bytes_and_touches_nothing_else(
     assert {k: after[k] for k in untouched} == untouched
     assert after["README.md"] == (b"# project\nuser's uncommitted edit\n", 0o600)
     assert git_dir_digest(repo) == git_before
-    assert not [p for p in repo.rglob(".promoter-tmp-*")]
+    assert not list(repo.rglob(".promoter-tmp-*"))
 
-    expected_id = "op_" + jcs_sha({
-        "grant_sha256": bundle["grant_sha256"], "bundle_sha256": bundle["bundle_sha256"],
-        "verification_receipt_sha256": receipt["receipt_sha256"], "repository_identity": identity,
-    })[:32]
+    expected_id = (
+        "op_"
+        + jcs_sha(
+            {
+                "grant_sha256": bundle["grant_sha256"],
+                "bundle_sha256": bundle["bundle_sha256"],
+                "verification_receipt_sha256": receipt["receipt_sha256"],
+                "repository_identity": identity,
+            }
+        )[:32]
+    )
     assert view["operation_id"] == expected_id
     with daemon.orchestrator() as orch:
         raw = orch.get(f"/v1/operations/{expected_id}/receipt")
     assert raw.status_code == 200
     promotion = json.loads(raw.content)
     assert raw.content == rfc8785.dumps(promotion)
-    assert promotion["receipt_sha256"] == jcs_sha({k: v for k, v in promotion.items() if k != "receipt_sha256"})
+    assert promotion["receipt_sha256"] == jcs_sha(
+        {k: v for k, v in promotion.items() if k != "receipt_sha256"}
+    )
     assert promotion["targets"] == sorted(
-        [{"path": p, "exists": True, "sha256": sha(new), "mode": "100644"} for p, _, new in changes],
+        [
+            {"path": p, "exists": True, "sha256": sha(new), "mode": "100644"}
+            for p, _, new in changes
+        ],
         key=lambda t: t["path"].encode(),
     )
     assert promotion["events"] == {e["kind"]: e["event_id"] for e in view["events"]}
@@ -105,9 +117,19 @@ def test_delete_and_executable_bit_changes(daemon: Daemon, tmp_path: Path) -> No
     grant = make_grant(repo, identity)
     tool = b"#!/bin/sh\necho hi\n"
     changes = [
-        {"path": "README.md", "operation": "delete", "old": state(b"# project\n"), "new": state(None)},
+        {
+            "path": "README.md",
+            "operation": "delete",
+            "old": state(b"# project\n"),
+            "new": state(None),
+        },
         {"path": "src/app.py", "operation": "modify", "old": state(V1), "new": state(V1, "100755")},
-        {"path": "tool.sh", "operation": "modify", "old": state(tool, "100755"), "new": state(tool)},
+        {
+            "path": "tool.sh",
+            "operation": "modify",
+            "old": state(tool, "100755"),
+            "new": state(tool),
+        },
     ]
     with daemon.orchestrator() as orch:
         assert orch.post("/v1/grants", json=grant).status_code == 201

@@ -60,8 +60,12 @@ def test_executor_flow_gives_a_passed_receipt_that_recomputes(
 
         stored = ex.get(f"/v1/bundles/{bundle['bundle_id']}/verification")
         assert stored.status_code == 200
-        assert stored.content == json.dumps(receipt, separators=(",", ":"), sort_keys=True,
-                                            ensure_ascii=False).encode()
+        assert (
+            stored.content
+            == json.dumps(
+                receipt, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+            ).encode()
+        )
         fetched = ex.get(f"/v1/bundles/{bundle['bundle_id']}")
         assert json.loads(fetched.content) == bundle
 
@@ -69,7 +73,9 @@ def test_executor_flow_gives_a_passed_receipt_that_recomputes(
     stored_blob = audit / "blobs" / "sha256" / sha(new_file)[:2] / sha(new_file)
     assert stored_blob.read_bytes() == new_file
     assert stored_blob.stat().st_mode & 0o777 == 0o444
-    assert (audit / "grants" / "grt_test1.json").read_bytes() == _jcs({**grant, "grant_sha256": grant_sha(grant)})
+    assert (audit / "grants" / "grt_test1.json").read_bytes() == _jcs(
+        {**grant, "grant_sha256": grant_sha(grant)}
+    )
 
 
 def _jcs(document: object) -> bytes:
@@ -96,7 +102,13 @@ def test_failed_receipt_lists_every_failed_check_then_passes_after_upload(
         receipt = problem["verification_receipt"]
         assert receipt["status"] == "failed"
         assert [c["status"] for c in receipt["checks"]] == [
-            "passed", "failed", "passed", "passed", "passed", "failed", "passed"
+            "passed",
+            "failed",
+            "passed",
+            "passed",
+            "passed",
+            "failed",
+            "passed",
         ]
         assert ex.get(f"/v1/bundles/{bundle['bundle_id']}").status_code == 404
         assert ex.get(f"/v1/bundles/{bundle['bundle_id']}/verification").json() == receipt

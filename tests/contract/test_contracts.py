@@ -27,7 +27,9 @@ def test_error_codes_are_unique_and_documented() -> None:
     codes = [cls.code for cls in classes]
     assert len(codes) == len(set(codes))
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    undocumented = [cls.code for cls in classes if cls is not PromoterError and f"`{cls.code}`" not in readme]
+    undocumented = [
+        cls.code for cls in classes if cls is not PromoterError and f"`{cls.code}`" not in readme
+    ]
     assert undocumented == []
     for cls in classes:
         assert 400 <= cls.http_status <= 599

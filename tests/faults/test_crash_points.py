@@ -9,10 +9,12 @@ plain retry must.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
@@ -26,25 +28,45 @@ NEW = {f"src/m{i}.py": f"v2 {i}\r\n".encode() for i in range(6)}
 CREATED = {"src/new/deep/a.bin": b"\x00\x01\x02", "src/new/b.txt": b""}
 
 POINTS = [
-    "before_journal", "after_journal", "after_mkdir", "after_temp_write", "after_temps_journaled",
-    "before_replace", "after_replace", "after_unlink", "after_replaces", "after_parent_fsync",
-    "after_readback", "before_receipt", "after_receipt",
+    "before_journal",
+    "after_journal",
+    "after_mkdir",
+    "after_temp_write",
+    "after_temps_journaled",
+    "before_replace",
+    "after_replace",
+    "after_unlink",
+    "after_replaces",
+    "after_parent_fsync",
+    "after_readback",
+    "before_receipt",
+    "after_receipt",
 ]
 
 
 def _changes() -> list[tuple[str, bytes | None, bytes | None]]:
-    changes: list[tuple[str, bytes | None, bytes | None]] = [(p, FILES[p], d) for p, d in NEW.items()]
+    changes: list[tuple[str, bytes | None, bytes | None]] = [
+        (p, FILES[p], d) for p, d in NEW.items()
+    ]
     changes += [(p, None, d) for p, d in CREATED.items()]
     changes.append(("gone.txt", FILES["gone.txt"], None))
     return changes
 
 
-def _prepare(daemon: DaemonProcess, repo: Path, identity: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _prepare(
+    daemon: DaemonProcess, repo: Path, identity: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     grant = make_grant(repo, identity)
     with daemon.client() as orch:
         assert orch.post("/v1/grants", json=grant).status_code in (200, 201)
-        lease = {"run_id": "run_1", "attempt": 1, "generation": 1, "resume_epoch": 0, "fence": 7,
-                 "expires_at": ts(__import__("datetime").timedelta(hours=1))}
+        lease = {
+            "run_id": "run_1",
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": 7,
+            "expires_at": ts(__import__("datetime").timedelta(hours=1)),
+        }
         assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
     bundle = make_bundle(grant, _changes())
     with daemon.executor("run_1") as ex:
@@ -76,13 +98,14 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
             identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
         bundle, receipt = _prepare(first, repo, identity)
         before, git_before = tree_bytes(repo), git_dir_digest(repo)
-        request = {"bundle_id": bundle["bundle_id"], "fence": 7, "wait": True,
-                   "verification_receipt_sha256": receipt["receipt_sha256"]}
-        with first.client() as orch:
-            try:
-                orch.post("/v1/promotions", json=request)
-            except Exception:  # noqa: BLE001, S110 - the daemon dies mid-request
-                pass
+        request = {
+            "bundle_id": bundle["bundle_id"],
+            "fence": 7,
+            "wait": True,
+            "verification_receipt_sha256": receipt["receipt_sha256"],
+        }
+        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
+            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
         assert first.wait_exit() == 137
     finally:
         first.kill()
@@ -90,12 +113,17 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     # every target is exactly old or exactly new at this instant
     now = tree_bytes(repo)
     for path, _old, _new in _changes():
-        assert now.get(path, (None, 0))[0] in (dict(before).get(path, (None, 0))[0], {**NEW, **CREATED}.get(path)), path
+        assert now.get(path, (None, 0))[0] in (
+            dict(before).get(path, (None, 0))[0],
+            {**NEW, **CREATED}.get(path),
+        ), path
 
     second = DaemonProcess(state, {"work": repo})
     try:
         with second.client() as orch:
-            op_id = orch.get("/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}).json()["operations"][0]["operation_id"]
+            op_id = orch.get(
+                "/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}
+            ).json()["operations"][0]["operation_id"]
             status = orch.get(f"/v1/operations/{op_id}").json()["status"]
             # after_receipt: the journal already says completed; only the audit copy is missing
             assert status == ("completed" if point == "after_receipt" else "needs_recovery")

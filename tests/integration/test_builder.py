@@ -86,7 +86,7 @@ def test_every_kind_of_change_is_sealed_with_exact_states(source: Path, executor
     (executor / "src/new/deep/er/mod.py").write_bytes(b"x = 1\n")
     (executor / "src/app.py").write_bytes(b"print('v2')\n")
     (executor / "src/gone.txt").unlink()
-    os.chmod(executor / "scripts/run.sh", 0o755)  # noqa: S103 - exec bit set, same content
+    os.chmod(executor / "scripts/run.sh", 0o755)
     (executor / "bin/tool").write_bytes(b"#!/bin/sh\necho tool v2\n")
     os.chmod(executor / "bin/tool", 0o644)  # exec bit cleared and content changed
     (executor / "data").mkdir()

@@ -108,7 +108,7 @@ def test_delete_of_edited_file_is_drift_and_keeps_it(root: Root, work: Path) -> 
 
 def test_delete_with_wrong_mode_is_drift(root: Root, work: Path) -> None:
     (work / "f.txt").write_bytes(b"old")
-    os.chmod(work / "f.txt", 0o755)  # noqa: S103  the test needs an executable file
+    os.chmod(work / "f.txt", 0o755)
     with root.open_parent("f.txt", create=False) as parent, pytest.raises(TargetDrift):
         parent.unlink_checked(state(b"old", "100644"))
     assert (work / "f.txt").exists()
@@ -124,7 +124,7 @@ def test_exec_bit_is_set_where_read_is_set(root: Root, work: Path) -> None:
 
 def test_exec_bit_is_cleared_everywhere(root: Root, work: Path) -> None:
     (work / "run.sh").write_bytes(b"x")
-    os.chmod(work / "run.sh", 0o755)  # noqa: S103  the test needs an executable file
+    os.chmod(work / "run.sh", 0o755)
     write(root, "run.sh", b"x", "100644", state(b"x", "100755"))
     assert stat.S_IMODE((work / "run.sh").stat().st_mode) == 0o644
     assert root.read_state("run.sh").mode == "100644"

@@ -27,7 +27,12 @@ def bundles(draw: st.DrawFn) -> dict[str, object]:
     for path in sorted(chosen, key=lambda p: p.encode()):
         new = FileState.of(draw(digests), draw(st.sampled_from(["100644", "100755"])), draw(sizes))
         changes.append(
-            {"path": path, "operation": "create", "old": FileState.missing().wire(), "new": new.wire()}
+            {
+                "path": path,
+                "operation": "create",
+                "old": FileState.missing().wire(),
+                "new": new.wire(),
+            }
         )
     document = {
         "schema": "PatchBundleV1",

@@ -31,7 +31,7 @@ GIT_ENV = {
 }
 
 
-def git(repo: Path, *args: str, input: bytes | None = None) -> str:  # noqa: A002
+def git(repo: Path, *args: str, input: bytes | None = None) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), **GIT_ENV}
     done = subprocess.run(
         ["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True, timeout=60
@@ -42,7 +42,9 @@ def git(repo: Path, *args: str, input: bytes | None = None) -> str:  # noqa: A00
 def init_repo(path: Path, files: dict[str, bytes] | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
-    for rel, data in (files or {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}).items():
+    for rel, data in (
+        files or {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}
+    ).items():
         target = path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -18,19 +18,38 @@ import httpx
 
 
 class DaemonProcess:
-    def __init__(self, state_dir: Path, repositories: dict[str, Path], *, faults: str = "",
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        repositories: dict[str, Path],
+        *,
+        faults: str = "",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
         if faults:
             env["PROMOTER_FAULTS"] = faults
         env.update(extra_env or {})
-        argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir),
-                "--port", "0"]
+        argv = [
+            sys.executable,
+            "-m",
+            "promoter.cli.main",
+            "serve",
+            "--state-dir",
+            str(state_dir),
+            "--port",
+            "0",
+        ]
         for name, path in repositories.items():
             argv += ["--repo", f"{name}={path}"]
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.log: list[str] = []
         self.url = self._await_ready()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -54,14 +73,18 @@ class DaemonProcess:
         return (self.state_dir / "credentials" / f"{role}.token").read_text().strip()
 
     def client(self, role: str = "orchestrator") -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=120,
-                            headers={"Authorization": f"Bearer {self.token(role)}"})
+        return httpx.Client(
+            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token(role)}"}
+        )
 
     def executor(self, run_id: str) -> httpx.Client:
         with self.client() as orch:
-            token = orch.post("/v1/executor-tokens",
-                              json={"executor_run_id": run_id, "ttl_seconds": 3600}).json()["token"]
-        return httpx.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"})
+            token = orch.post(
+                "/v1/executor-tokens", json={"executor_run_id": run_id, "ttl_seconds": 3600}
+            ).json()["token"]
+        return httpx.Client(
+            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"}
+        )
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -77,7 +77,11 @@ def submit(
 
 
 def promote(
-    daemon: Daemon, bundle: dict[str, Any], receipt: dict[str, Any], fence: int = 7, wait: bool = True
+    daemon: Daemon,
+    bundle: dict[str, Any],
+    receipt: dict[str, Any],
+    fence: int = 7,
+    wait: bool = True,
 ) -> Any:
     with daemon.orchestrator() as orch:
         return orch.post(

@@ -68,4 +68,4 @@ def test_timestamps_are_utc_whole_seconds_with_z() -> None:
     assert rfc3339(moment) == "2026-11-30T21:05:09Z"
     assert rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
     with pytest.raises(ValueError):
-        rfc3339(datetime(2026, 1, 1))  # noqa: DTZ001 - the naive value is the point
+        rfc3339(datetime(2026, 1, 1))

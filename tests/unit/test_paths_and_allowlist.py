@@ -41,7 +41,16 @@ def test_lexically_bad_path_is_rejected(name: str) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["a", "src/app.py", "caf\u00e9.txt", ".gitignore", ".github/x.yml", "x.git", "a b/c d", "x" * 255],
+    [
+        "a",
+        "src/app.py",
+        "caf\u00e9.txt",
+        ".gitignore",
+        ".github/x.yml",
+        "x.git",
+        "a b/c d",
+        "x" * 255,
+    ],
 )
 def test_good_path_passes_unchanged(path: str) -> None:
     assert check_path(path) == path

@@ -22,7 +22,11 @@ MAX_QUERY = 100_000
 @router.post("/blobs:missing")
 async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
     body = await read_json_body(request, services)
-    if not isinstance(body, dict) or set(body) != {"sha256"} or not isinstance(body["sha256"], list):
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"sha256"}
+        or not isinstance(body["sha256"], list)
+    ):
         raise ValidationFailed('body must be {"sha256": [<64 hex>, ...]}')
     digests = body["sha256"]
     if len(digests) > MAX_QUERY:
@@ -34,7 +38,9 @@ async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep)
 
 
 @router.put("/blobs/sha256/{sha256}")
-async def put_blob(sha256: HexParam, request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
+async def put_blob(
+    sha256: HexParam, request: Request, _: ExecutorDep, services: ServicesDep
+) -> Response:
     limit = services.settings.max_blob_bytes
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
@@ -51,12 +57,15 @@ async def put_blob(sha256: HexParam, request: Request, _: ExecutorDep, services:
     created = writer.commit()
     with services.db.session() as session:
         repo.record_blob(session, sha256, writer.size)
-    return json_response({"sha256": sha256, "bytes": writer.size, "created": created},
-                         201 if created else 200)
+    return json_response(
+        {"sha256": sha256, "bytes": writer.size, "created": created}, 201 if created else 200
+    )
 
 
 @router.get("/blobs/sha256/{sha256}")
 def get_blob(sha256: HexParam, _: OperatorDep, services: ServicesDep) -> Response:
     if not services.blobs.has(sha256):
         raise NotFound(f"blob {sha256} is not stored", sha256=sha256)
-    return StreamingResponse(services.blobs.iter_chunks(sha256), media_type="application/octet-stream")
+    return StreamingResponse(
+        services.blobs.iter_chunks(sha256), media_type="application/octet-stream"
+    )

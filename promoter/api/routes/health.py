@@ -26,8 +26,9 @@ def readyz(services: ServicesDep) -> Response:
         "state_dir_writable": os.access(services.settings.state_dir, os.W_OK),
     }
     ready = all(checks.values())
-    return json_response({"status": "ready" if ready else "not_ready", "checks": checks},
-                         200 if ready else 503)
+    return json_response(
+        {"status": "ready" if ready else "not_ready", "checks": checks}, 200 if ready else 503
+    )
 
 
 @router.get("/metrics")

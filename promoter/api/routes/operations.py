@@ -31,10 +31,10 @@ def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> 
             if name in required:
                 raise ValidationFailed(f"{name} is required")
             continue
-        value = body[name]
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        value: Any = body[name]
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             raise ValidationFailed(f"{name} must be of type {kind.__name__}")
-        if kind is int and not 0 <= value < 2**53:
+        if isinstance(value, int) and not 0 <= value < 2**53:
             raise ValidationFailed(f"{name} must be a non-negative safe integer")
         out[name] = value
     return out

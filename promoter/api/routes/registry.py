@@ -36,23 +36,25 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
 
 
 @router.post("/executor-tokens")
-async def mint_executor_token(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+async def mint_executor_token(
+    request: Request, _: OrchestratorDep, services: ServicesDep
+) -> Response:
     body = await read_json_body(request, services)
     run_id, ttl = _token_request(body, services.settings.executor_token_max_ttl)
     token, expires_at = services.auth.mint_executor_token(run_id, ttl)
-    return json_response(
-        {"token": token, "executor_run_id": run_id, "expires_at": expires_at}, 201
-    )
+    return json_response({"token": token, "executor_run_id": run_id, "expires_at": expires_at}, 201)
 
 
 def _token_request(body: Any, max_ttl: int) -> tuple[str, int]:
-
-
     if not isinstance(body, dict) or set(body) - {"executor_run_id", "ttl_seconds"}:
         raise ValidationFailed("body must be {executor_run_id, ttl_seconds}")
     run_id = body.get("executor_run_id")
     ttl = body.get("ttl_seconds", 3600)
-    if not isinstance(run_id, str) or not re.fullmatch(NAME_PATTERN[1:-1], run_id) or len(run_id) > 200:
+    if (
+        not isinstance(run_id, str)
+        or not re.fullmatch(NAME_PATTERN[1:-1], run_id)
+        or len(run_id) > 200
+    ):
         raise ValidationFailed("executor_run_id must be a name of [A-Za-z0-9_.:-]")
     if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= max_ttl:
         raise ValidationFailed(f"ttl_seconds must be an integer from 1 to {max_ttl}")
@@ -77,9 +79,15 @@ def get_grant(grant_id: str, principal: AnyRoleDep, services: ServicesDep) -> Re
 
 @router.put("/leases/{workflow_id}/{stage}")
 async def put_lease(
-    workflow_id: NameParam, stage: NameParam, request: Request, _: OrchestratorDep, services: ServicesDep
+    workflow_id: NameParam,
+    stage: NameParam,
+    request: Request,
+    _: OrchestratorDep,
+    services: ServicesDep,
 ) -> Response:
-    lease, changed = set_lease(services, workflow_id, stage, await read_json_body(request, services))
+    lease, changed = set_lease(
+        services, workflow_id, stage, await read_json_body(request, services)
+    )
     return json_response(
         {"workflow_id": workflow_id, "stage": stage, **lease.wire(), "changed": changed}
     )
