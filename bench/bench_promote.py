@@ -253,6 +253,8 @@ def make_source(work: Path, workload: Workload) -> Source:
     patch.write_bytes(git(repo, "diff", "--binary", "--full-index", base_commit, "bench-target"))
     git(repo, "checkout", "-q", "main")
     git(repo, "branch", "-q", "-D", "bench-target")
+    git(repo, "-c", "gc.auto=0", "repack", "-a", "-d", "-q")  # one pack: cheaper copies
+    git(repo, "prune-packed")
     check_tree(repo, workload.base, "source")
     return Source(repo, patch, base_commit, base_tree)
 
@@ -537,31 +539,51 @@ def repetition(work: Path, index: int, source: Source, workload: Workload) -> Re
     return Repetition(seconds, prepared.upload_seconds, prepared.verify_seconds, prepared.blobs)
 
 
-# Phases and cross-cutting costs looked up in the profile: (label, file suffix, function).
-PHASES: tuple[tuple[str, str, str], ...] = (
-    ("request (operation row, attempt)", "engine/operations.py", "request_promotion"),
-    ("evidence re-verification", "engine/authority.py", "recheck_evidence"),
-    ("authority checks (x2)", "engine/authority.py", "check_authority"),
-    ("repository lock", "fs/lock.py", "acquire"),
-    ("read-back under the lock", "engine/inspect.py", "inspect"),
-    ("write temps + fsync + journal", "engine/promote.py", "_stage_temps"),
-    ("replaces and unlinks", "engine/promote.py", "_apply_one"),
-    ("parent directory fsyncs", "engine/promote.py", "_fsync_parents"),
-    ("final read-back + receipt", "engine/promote.py", "finish"),
-    ("  of which receipt + journal", "engine/promote.py", "complete"),
+# Where the time goes, looked up in the profile by (file suffix, function); cumulative
+# seconds of all matches are added up. "~" is the file of builtins.
+_Lookup = tuple[tuple[str, str], ...]
+PHASES: tuple[tuple[str, _Lookup], ...] = (
+    ("whole attempt (promote.run)", (("engine/promote.py", "run"),)),
+    ("evidence re-verification", (("engine/authority.py", "recheck_evidence"),)),
+    ("authority checks (x2)", (("engine/authority.py", "check_authority"),)),
+    ("repository lock", (("fs/lock.py", "acquire"),)),
+    ("read-back under the lock (inspect)", (("engine/inspect.py", "inspect"),)),
+    ("journal: steps + decision + action", ()),  # _locked minus inspect and apply_changes
+    ("write temps + fsync + journal", (("engine/promote.py", "_stage_temps"),)),
+    ("replaces and unlinks", (("engine/promote.py", "_apply_one"),)),
+    ("parent directory fsyncs", (("engine/promote.py", "_fsync_parents"),)),
+    ("final read-back + receipt (finish)", (("engine/promote.py", "finish"),)),
+    ("  of which receipt + journal", (("engine/promote.py", "complete"),)),
 )
-COSTS: tuple[tuple[str, str, str], ...] = (
-    ("git subprocesses (run_git)", "git/runner.py", "run_git"),
-    ("git cat-file --batch", "git/objects.py", "blob_sha256"),
-    ("sqlite commits", "~", "<method 'commit' of 'sqlite3.Connection' objects>"),
-    ("SQLAlchemy flushes", "orm/session.py", "flush"),
-    ("file fsyncs (os.fsync)", "~", "<built-in method posix.fsync>"),
-    ("verify_chain re-walks", "fs/chain.py", "verify_chain"),
-    ("leaf reads + hashing (read_leaf)", "fs/leaf.py", "read_leaf"),
-    ("blob store re-hash (measure/read)", "store/blobs.py", "measure"),
-    ("blob store reads for temps", "store/blobs.py", "read"),
-    ("canonical JSON (canonical_bytes)", "domain/canonical.py", "canonical_bytes"),
-    ("ledger event hashing", "engine/ledger.py", "event_sha256"),
+COSTS: tuple[tuple[str, _Lookup], ...] = (
+    ("git subprocesses (run_git)", (("git/runner.py", "run_git"),)),
+    ("git cat-file --batch", (("git/objects.py", "blob_sha256"),)),
+    ("sqlite commits", (("~", "<method 'commit' of 'sqlite3.Connection' objects>"),)),
+    ("SQLAlchemy flushes", (("orm/session.py", "flush"),)),
+    ("JSON decode (json.loads)", (("json/decoder.py", "raw_decode"),)),
+    (
+        "pydantic validation",
+        (
+            (
+                "~",
+                "<method 'validate_python' of 'pydantic_core._pydantic_core.SchemaValidator' "
+                "objects>",
+            ),
+            (
+                "~",
+                "<method 'validate_json' of 'pydantic_core._pydantic_core.SchemaValidator' "
+                "objects>",
+            ),
+        ),
+    ),
+    ("canonical JSON (canonical_bytes)", (("domain/canonical.py", "canonical_bytes"),)),
+    ("ledger event hashing", (("engine/ledger.py", "event_sha256"),)),
+    ("file fsyncs (os.fsync)", (("~", "<built-in method posix.fsync>"),)),
+    ("unlinks (os.unlink)", (("~", "<built-in method posix.unlink>"),)),
+    ("verify_chain re-walks", (("fs/chain.py", "verify_chain"),)),
+    ("leaf reads + hashing (read_leaf)", (("fs/leaf.py", "read_leaf"),)),
+    ("blob store re-hash (measure)", (("store/blobs.py", "measure"),)),
+    ("blob store reads for temps", (("store/blobs.py", "read"),)),
 )
 
 _Key = tuple[str, int, str]
@@ -574,13 +596,22 @@ def _stats_table(profiler: cProfile.Profile) -> dict[_Key, _StatRow]:
     return table
 
 
-def _cumulative(table: dict[_Key, _StatRow], suffix: str, func: str) -> tuple[float, int]:
+def _cumulative(table: dict[_Key, _StatRow], lookup: _Lookup) -> tuple[float, int]:
     seconds, calls = 0.0, 0
     for (filename, _line, name), (_cc, nc, _tt, ct, _callers) in table.items():
-        if name == func and (filename == suffix or filename.endswith(suffix)):
-            seconds += ct
-            calls += nc
+        for suffix, func in lookup:
+            if name == func and (filename == suffix or filename.endswith(suffix)):
+                seconds += ct
+                calls += nc
     return seconds, calls
+
+
+def _journal(table: dict[_Key, _StatRow]) -> float:
+    """The journal transaction before the writes: what ``_locked`` spends outside its calls."""
+    locked, _ = _cumulative(table, (("engine/promote.py", "_locked"),))
+    read_back, _ = _cumulative(table, (("engine/inspect.py", "inspect"),))
+    writes, _ = _cumulative(table, (("engine/promote.py", "apply_changes"),))
+    return locked - read_back - writes
 
 
 def _where(filename: str, line: int, func: str) -> str:
@@ -589,6 +620,16 @@ def _where(filename: str, line: int, func: str) -> str:
     parts = Path(filename).parts
     short = "/".join(parts[-2:])
     return f"{short}:{line}({func})"
+
+
+def _ranked(table: dict[_Key, _StatRow], *, own: bool, top: int, title: str) -> list[str]:
+    lines = [title, f"  {'ncalls':>8} {'tottime':>8} {'cumtime':>8}  function"]
+    ranked = sorted(
+        table.items(), key=lambda item: item[1][2] if own else item[1][3], reverse=True
+    )[:top]
+    for (filename, line, func), (_cc, nc, tt, ct, _callers) in ranked:
+        lines.append(f"  {nc:8d} {tt:8.3f} {ct:8.3f}  {_where(filename, line, func)}")
+    return lines
 
 
 def profile_promotion(work: Path, source: Source, workload: Workload, top: int = 15) -> str:
@@ -609,24 +650,14 @@ def profile_promotion(work: Path, source: Source, workload: Workload, top: int =
     shutil.rmtree(here)
     table = _stats_table(profiler)
     lines = [f"profile of one promotion (cProfile, in the requesting thread): {total:.3f} s"]
-    lines.append(f"  {'phase':<38} {'seconds':>8} {'share':>6} {'calls':>7}")
-    for label, suffix, func in PHASES:
-        seconds, calls = _cumulative(table, suffix, func)
-        lines.append(f"  {label:<38} {seconds:8.3f} {seconds / total:6.1%} {calls:7d}")
-    lines.append(f"  {'cross-cutting cost':<38} {'seconds':>8} {'share':>6} {'calls':>7}")
-    for label, suffix, func in COSTS:
-        seconds, calls = _cumulative(table, suffix, func)
-        lines.append(f"  {label:<38} {seconds:8.3f} {seconds / total:6.1%} {calls:7d}")
-    ranked = sorted(table.items(), key=lambda item: item[1][3], reverse=True)[:top]
-    lines.append(f"top {top} by cumulative time:")
-    lines.append(f"  {'ncalls':>8} {'tottime':>8} {'cumtime':>8}  function")
-    for (filename, line, func), (_cc, nc, tt, ct, _callers) in ranked:
-        lines.append(f"  {nc:8d} {tt:8.3f} {ct:8.3f}  {_where(filename, line, func)}")
-    ranked_own = sorted(table.items(), key=lambda item: item[1][2], reverse=True)[:top]
-    lines.append(f"top {top} by own time:")
-    lines.append(f"  {'ncalls':>8} {'tottime':>8} {'cumtime':>8}  function")
-    for (filename, line, func), (_cc, nc, tt, ct, _callers) in ranked_own:
-        lines.append(f"  {nc:8d} {tt:8.3f} {ct:8.3f}  {_where(filename, line, func)}")
+    header = f"  {{:<38}} {'seconds':>8} {'share':>6} {'calls':>7}"
+    for title, rows in (("phase", PHASES), ("cross-cutting cost", COSTS)):
+        lines.append(header.format(title))
+        for label, lookup in rows:
+            seconds, calls = _cumulative(table, lookup) if lookup else (_journal(table), 1)
+            lines.append(f"  {label:<38} {seconds:8.3f} {seconds / total:6.1%} {calls:7d}")
+    lines += _ranked(table, own=False, top=top, title=f"top {top} by cumulative time:")
+    lines += _ranked(table, own=True, top=top, title=f"top {top} by own time:")
     return "\n".join(lines)
 
 

@@ -36,7 +36,8 @@ class PromoterError(Exception):
             "detail": self.detail,
             "code": self.code,
         }
-        problem.update(self.context)
+        for key, value in self.context.items():
+            problem[key if key not in problem and key != "instance" else f"context_{key}"] = value
         return problem
 
 

@@ -215,7 +215,7 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
         status = row.status
     if receipt is None:
         raise ReceiptUnavailable(
-            f"operation {operation_id} has no receipt (status {status})", status=status
+            f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
     data = canonical_bytes(receipt)
     services.audit.put("promotion", operation_id, data)  # a crash left it unwritten

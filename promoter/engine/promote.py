@@ -26,8 +26,11 @@ from promoter.domain.documents import canonical, seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
 from promoter.engine import ledger
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
+from promoter.engine.check import run_check
 from promoter.engine.inspect import classify, inspect, leaf_report, spec
+from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
+from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
 from promoter.fs.atomic import Parent
@@ -41,14 +44,6 @@ log = logging.getLogger("promoter.promote")
 
 def expected(state: Any) -> ExpectedState:
     return ExpectedState(state.exists, state.sha256, state.mode)
-
-
-def repo_lock(services: Services, repository: Repository) -> RepoLock:
-    return RepoLock(
-        repository.layout.common_dir,
-        timeout=services.settings.lock_timeout,
-        index_lock_dirs=[repository.layout.git_dir],
-    )
 
 
 def refuse(services: Services, operation_id: str, error: PromoterError, **extra: Any) -> None:
@@ -317,7 +312,54 @@ def finish(
     if not all_new:
         fail_closed(services, operation_id, paths, failure)
         return
+    repository = services.registry.by_identity(evidence.grant.repository_identity)
+    if repository.config.check_command and not post_check(
+        services, operation_id, root, repository, paths
+    ):
+        return
     complete(services, operation_id, changes, evidence, paths)
+
+
+def post_check(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    repository: Repository,
+    paths: list[dict[str, Any]],
+) -> bool:
+    """Run the repository's check; True when it passed (the caller completes)."""
+    config = repository.config
+    assert config.check_command is not None
+    with services.db.session() as session:
+        row = _row(session, operation_id)
+        for step in journal.steps(session, operation_id):
+            step.status = "completed"
+        journal.set_status(session, row, "applied_unverified")
+    faults.point("before_check")
+    result = run_check(config.check_command, repository.worktree, config.check_timeout)
+    with services.db.session() as session:
+        row = _row(session, operation_id)
+        ledger.append(session, operation_id, "decision", {"check": result.wire()})
+        row.report = {**(row.report or {}), "check": result.wire(), "paths": paths}
+    if result.passed:
+        return True
+    detail = (
+        f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
+        f" (exit code {result.exit_code})"
+    )
+    if config.on_check_failure == "rollback":
+        rollback_held(services, operation_id, root, detail)
+        return False
+    with services.db.session() as session:
+        row = _row(session, operation_id)
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": "needs_reconciliation", "code": "check_failed", "detail": detail},
+        )
+        journal.set_status(session, row, "needs_reconciliation", code="check_failed", detail=detail)
+    return False
 
 
 def fail_closed(
@@ -400,7 +442,7 @@ def complete(
         )
         row.receipt = receipt.wire()
         row.receipt_sha256 = receipt.receipt_sha256
-        row.report = {"events": receipt.events.wire(), "paths": paths}
+        row.report = {**(row.report or {}), "events": receipt.events.wire(), "paths": paths}
         journal.set_status(session, row, "completed")
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")
     faults.point("after_receipt")

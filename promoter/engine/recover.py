@@ -23,7 +23,9 @@ from promoter.domain.models import Change
 from promoter.engine import ledger, promote
 from promoter.engine.authority import Evidence, recheck_evidence
 from promoter.engine.inspect import classify, leaf_report
+from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
+from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.errors import (
     LeaseStale,
@@ -45,7 +47,9 @@ def scan_orphans(services: Services) -> list[str]:
     """Mark every ``in_progress`` operation whose owner is gone ``needs_recovery``."""
     orphaned: list[str] = []
     with services.db.session() as session:
-        for row in journal.operations_with_status(session, "in_progress"):
+        running = journal.operations_with_status(session, "in_progress")
+        running += journal.operations_with_status(session, "applied_unverified")
+        for row in running:
             owner = Owner(row.owner_pid or -1, row.owner_start or "", row.owner_boot or "")
             if owner.alive():
                 continue  # a live process (possibly this one) is running it
@@ -106,8 +110,6 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
         status, kind = row.status, row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
     if kind == "rollback" or (kind == "promotion" and status in ("rolling_back",)):
-        from promoter.engine.rollback import recover_rollback
-
         return recover_rollback(services, operation_id)
     if status not in RECOVERABLE:
         if status in (
@@ -120,14 +122,14 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
         ):
             return status
         raise OperationConflict(
-            f"operation {operation_id} is {status}, not needs_recovery", status=status
+            f"operation {operation_id} is {status}, not needs_recovery", current_status=status
         )
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
     _check_lease(services, grant.workflow_id, grant.stage, grant.fence, fence)
     repository = services.registry.by_identity(grant.repository_identity)
-    lock = promote.repo_lock(services, repository)
+    lock = repo_lock(services, repository)
     lock.acquire()
     try:
         owner = Owner.me()
@@ -245,11 +247,9 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
         status, bundle_id, receipt = row.status, row.bundle_id, row.verification_receipt_sha256
     if status != "needs_reconciliation":
         raise OperationConflict(
-            f"operation {operation_id} is {status}, not needs_reconciliation", status=status
+            f"operation {operation_id} is {status}, not needs_reconciliation", current_status=status
         )
     if decision == "rollback":
-        from promoter.engine.rollback import rollback
-
         return {"status": rollback(services, operation_id, note=note)["status"]}
     if decision == "abandon":
         with services.db.session() as session:
@@ -260,7 +260,7 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     repository = services.registry.by_identity(evidence.grant.repository_identity)
-    lock = promote.repo_lock(services, repository)
+    lock = repo_lock(services, repository)
     lock.acquire()
     try:
         with services.db.session() as session:

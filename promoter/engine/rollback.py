@@ -23,8 +23,8 @@ from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha2
 from promoter.domain.documents import canonical, seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.engine import ledger
+from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
-from promoter.engine.promote import repo_lock
 from promoter.engine.services import Services
 from promoter.errors import OperationConflict, OperationUnknown, PromoterError
 from promoter.fs.chain import ExpectedState, LeafState, Root
@@ -57,19 +57,38 @@ def _load(session: Any, operation_id: str) -> OperationRow:
 
 
 def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
-    """Roll back a promotion; returns the RollbackReceiptV1 document."""
+    """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
+    stored = _stored(services, operation_id)
+    if stored is not None:
+        return stored
+    child_id, repository = _prepare(services, operation_id)
+    return _run(services, child_id, operation_id, repository, note)
+
+
+def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+    """Roll back while the caller already holds the repository lock and the root."""
+    stored = _stored(services, operation_id)
+    if stored is not None:
+        return stored
+    child_id, _ = _prepare(services, operation_id)
+    return _rollback_locked(services, child_id, operation_id, root, note)
+
+
+def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
     stored = (
         services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
     )
-    if stored is not None:
-        return dict(RollbackReceiptV1.model_validate_json(stored).wire())
+    return None if stored is None else dict(RollbackReceiptV1.model_validate_json(stored).wire())
+
+
+def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     with services.db.session() as session:
         parent = _load(session, operation_id)
         if parent.kind != "promotion" or parent.status not in ROLLBACK_FROM:
             raise OperationConflict(
                 f"operation {operation_id} is {parent.status}; only a completed, "
                 "applied_unverified or needs_reconciliation promotion can be rolled back",
-                status=parent.status,
+                current_status=parent.status,
             )
         repository = services.registry.by_identity(parent.repository_identity)
         child_id = rollback_id(operation_id)
@@ -94,7 +113,7 @@ def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[s
             session.add(child)
             session.flush()
             journal.start_attempt(session, child)
-    return _run(services, child_id, operation_id, repository, note)
+    return child_id, repository
 
 
 def recover_rollback(services: Services, child_id: str) -> str:

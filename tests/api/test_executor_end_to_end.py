@@ -222,32 +222,11 @@ def test_command_line_flow_from_grant_to_promotion(
     created = runner.invoke(
         app,
         [
-            "grant",
-            "create",
-            "--repo",
-            "work",
-            "--grant-id",
-            "grt_cli",
-            "--run",
-            "run_cli",
-            "--workflow",
-            "wf_cli",
-            "--stage",
-            "build",
-            "--fence",
-            "3",
-            "--allow",
-            "src/**:create,modify,delete",
-            "--allow",
-            "bin/*:modify",
-            "--allow",
-            "data/crlf.txt:modify",
-            "--precondition",
-            "src/app.py",
-            "--precondition",
-            "src/pkg/deep/mod.py",
-            "--out",
-            str(grant_file),
+            *"grant create --repo work --grant-id grt_cli --run run_cli --workflow wf_cli"
+            " --stage build --fence 3 --allow src/**:create,modify,delete --allow bin/*:modify"
+            " --allow data/crlf.txt:modify --precondition src/app.py"
+            " --precondition src/pkg/deep/mod.py".split(),
+            *["--out", str(grant_file)],
         ],
         env=orch,
     )
@@ -262,17 +241,7 @@ def test_command_line_flow_from_grant_to_promotion(
     executor_env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": token}
     built = runner.invoke(
         app,
-        [
-            "bundle",
-            "build",
-            "--worktree",
-            str(executor),
-            "--grant",
-            "grt_cli",
-            "--submit",
-            "--out",
-            str(tmp_path / "bundle.json"),
-        ],
+        ["bundle", "build", "--worktree", str(executor), "--grant", "grt_cli", "--submit"],
         env=executor_env,
     )
     assert built.exit_code == 0, built.output
@@ -344,19 +313,8 @@ def test_entry_point_builds_submits_and_promotes(
     token = _promoter("token", "mint", "run_ep", env=orch)
     assert token.returncode == 0, token.stderr
     created = _promoter(
-        "grant",
-        "create",
-        "--repo",
-        "work",
-        "--grant-id",
-        "grt_ep",
-        "--run",
-        "run_ep",
-        "--workflow",
-        "wf_ep",
-        "--stage",
-        "s",
-        "--allow",
+        *"grant create --repo work --grant-id grt_ep --run run_ep --workflow wf_ep --stage s"
+        " --allow".split(),
         f"{pattern}:modify",
         env=orch,
     )
@@ -364,14 +322,7 @@ def test_entry_point_builds_submits_and_promotes(
     executor_env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": token.stdout.strip()}
 
     built = _promoter(
-        "bundle",
-        "build",
-        "--worktree",
-        str(executor),
-        "--grant",
-        "grt_ep",
-        "--submit",
-        "--json",
+        *f"bundle build --worktree {executor} --grant grt_ep --submit --json".split(),
         env=executor_env,
     )
 
@@ -383,12 +334,8 @@ def test_entry_point_builds_submits_and_promotes(
         return
     assert built.returncode == 0, built.stderr
     bundle_id = json.loads(built.stdout)["bundle"]["bundle_id"]
-    assert (
-        _promoter(
-            "lease", "set", "wf_ep", "s", "--run", "run_ep", "--fence", "1", env=orch
-        ).returncode
-        == 0
-    )
+    leased = _promoter(*"lease set wf_ep s --run run_ep --fence 1".split(), env=orch)
+    assert leased.returncode == 0, leased.stderr
     promoted = _promoter("promote", bundle_id, "--wait", "--json", env=orch)
     assert promoted.returncode == 0, promoted.stderr
     assert json.loads(promoted.stdout)["status"] == "completed"

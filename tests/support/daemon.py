@@ -56,14 +56,13 @@ class Daemon:
 
 @contextmanager
 def running_daemon(
-    state_dir: Path, repositories: dict[str, Path], **settings: Any
+    state_dir: Path, repositories: dict[str, Path | RepositoryConfig], **settings: Any
 ) -> Iterator[Daemon]:
-    config = load_settings(
-        None,
-        state_dir=state_dir,
-        repositories={name: RepositoryConfig(path=path) for name, path in repositories.items()},
-        **settings,
-    )
+    repos = {
+        name: value if isinstance(value, RepositoryConfig) else RepositoryConfig(path=value)
+        for name, value in repositories.items()
+    }
+    config = load_settings(None, state_dir=state_dir, repositories=repos, **settings)
     services = build_services(config)
     server = make_server(create_app(config, services), "127.0.0.1", 0)
     thread = threading.Thread(target=server.run, name="promoter-test-server", daemon=True)

@@ -1,0 +1,16 @@
+"""The repository lock as the engine takes it (SPEC §5.4 step 3)."""
+
+from __future__ import annotations
+
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.fs.lock import RepoLock
+
+
+def repo_lock(services: Services, repository: Repository) -> RepoLock:
+    """The lock on ``<git common dir>/promoter.lock``; git's index.lock makes it wait."""
+    return RepoLock(
+        repository.layout.common_dir,
+        timeout=services.settings.lock_timeout,
+        index_lock_dirs=[repository.layout.git_dir],
+    )

@@ -1,0 +1,338 @@
+"""Shadow snapshot repositories (SPEC §8): one private bare repository per worktree.
+
+This module owns ``<state>/snapshots/<repository_identity>.git``: creating it, keeping
+its configuration, ignore rules and neutral attributes current, ``capture`` (the tree of
+the worktree's current files, through the shadow's own persistent index), keeping
+captured trees reachable (one ref ``refs/snapshots/<tree>`` per tree) and collecting
+the rest, ``diff`` between two trees (raw entries plus a size-capped unified diff),
+tree listings and blob reads for a restore.
+
+How the user's repository stays untouched: every command runs with ``GIT_DIR`` set to
+the shadow and ``GIT_INDEX_FILE`` to ``<shadow>/promoter-index``; only the capture
+commands also set ``GIT_WORK_TREE`` to the worktree, which they read and never write.
+The user's ``.git`` is neither a git directory nor an object store for them (no
+alternates: every blob is written into the shadow), git never descends into a ``.git``
+entry, and the shadow's ``info/exclude`` names ``.git`` as well. Untracked nested
+repositories are skipped, never added as gitlinks. The configuration, attributes and
+hermetic options are those of ``worktree_tree.ShadowTree`` (bytes in equal bytes out).
+
+Capture: ``add -u`` (the stat cache makes it O(changed files); git re-hashes racily
+clean entries, whose mtime is not older than the index file's), tracked entries that are
+now ignored are dropped, untracked files that ``.gitignore``, the repository's
+``info/exclude`` and the shadow's own rules do not ignore are added, then
+``write-tree``. The tree is therefore a function of the worktree's files alone, not of
+the capture history. promoter's own temp files are never captured.
+
+Deliberately not here: the repository lock (callers hold it around ``capture`` and
+``collect_garbage``), the database, and any write to the worktree.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from promoter.errors import GitError, StorageError
+from promoter.git.layout import RepoLayout
+from promoter.git.objects import CatFile
+from promoter.git.records import (
+    DiffEntry,
+    TreeEntry,
+    decode_path,
+    parse_diff_raw,
+    parse_ls_tree,
+    require_oid,
+)
+from promoter.git.runner import GitResult, git_argv, git_environment, run_git, stderr_tail
+from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, _OPTIONS, ShadowTree
+
+__all__ = ["DIFF_LIMIT", "INDEX_NAME", "Capture", "ShadowRepository", "SnapshotDiff"]
+
+INDEX_NAME = "promoter-index"
+REF_PREFIX = "refs/snapshots/"
+DIFF_LIMIT = 1 << 20
+# Appended to ShadowTree's configuration: the shadow has no worktree of its own.
+_EXTRA_CONFIG = "[core]\n\tbare = true\n\tlogAllRefUpdates = false\n"
+_OWN_EXCLUDES = (
+    "# promoter: never snapshot a git directory or promoter's own temp files\n"
+    "/.git\n.git\n.promoter-tmp-*\n"
+)
+_DIFF_FLAGS = ("-r", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A captured tree and the untracked nested repositories that were left out."""
+
+    tree: str
+    nested_repositories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """What changed from one tree to another; ``unified_diff`` is cut at ``limit`` bytes."""
+
+    entries: tuple[DiffEntry, ...]
+    unified_diff: str
+    truncated: bool
+
+    def wire(self) -> dict[str, Any]:
+        """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified)."""
+        return {
+            "added": [e.path for e in self.entries if e.status == "A"],
+            "modified": [e.path for e in self.entries if e.status in ("M", "T")],
+            "deleted": [e.path for e in self.entries if e.status == "D"],
+            "unified_diff": self.unified_diff,
+            "truncated": self.truncated,
+        }
+
+
+class ShadowRepository:
+    """The shadow bare repository of one worktree; ``open`` creates it when missing."""
+
+    def __init__(self, layout: RepoLayout, path: str, *, timeout: float = 600.0) -> None:
+        self.layout = layout
+        self.path = path
+        self.timeout = timeout
+        index = os.path.join(path, INDEX_NAME)
+        self._env = {"GIT_DIR": path, "GIT_INDEX_FILE": index}
+        self._work_env = {**self._env, "GIT_WORK_TREE": layout.worktree}
+
+    @classmethod
+    def open(cls, layout: RepoLayout, snapshots_dir: str, identity: str) -> ShadowRepository:
+        """The shadow of ``layout`` under ``snapshots_dir``, created or refreshed."""
+        if not identity.startswith("repo_") or "/" in identity:
+            raise ValueError(f"not a repository identity: {identity!r}")
+        path = os.path.join(os.path.realpath(snapshots_dir), identity + ".git")
+        try:
+            _ensure(path)
+        except OSError as exc:
+            raise StorageError(f"cannot prepare the shadow repository {path}: {exc}") from exc
+        return cls(layout, path)
+
+    # --- capture ------------------------------------------------------------------------
+
+    def capture(self) -> Capture:
+        """Bring the shadow index to the worktree's files and write their tree."""
+        self._refresh_excludes()
+        _unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))  # a killed capture's
+        self._work(["add", "-u"])
+        ignored = self._work(["ls-files", "-z", "-c", "-i", "--exclude-standard"]).stdout
+        if ignored:
+            self._work(["update-index", "--force-remove", "-z", "--stdin"], input=ignored)
+        listing = self._work(["ls-files", "-z", "-o", "--exclude-standard"]).stdout
+        files: list[bytes] = []
+        nested: list[str] = []
+        for raw in listing.split(b"\0")[:-1]:
+            if raw.endswith(b"/"):
+                nested.append(decode_path(raw[:-1]))
+            else:
+                files.append(raw)
+        if files:
+            stdin = b"".join(raw + b"\0" for raw in files)
+            self._work(["update-index", "--add", "--replace", "-z", "--stdin"], input=stdin)
+        tree = self._work(["write-tree"]).stdout.decode("ascii", "replace").strip()
+        return Capture(require_oid(tree, "written tree"), tuple(nested))
+
+    def _refresh_excludes(self) -> None:
+        user = ShadowTree(self.layout)._user_excludes()  # the same copy ShadowTree makes
+        data = user + (b"" if not user or user.endswith(b"\n") else b"\n")
+        try:
+            _put(os.path.join(self.path, "info", "exclude"), data + _OWN_EXCLUDES.encode())
+        except OSError as exc:
+            raise StorageError(f"cannot write the shadow's exclude file: {exc}") from exc
+
+    # --- reachability ---------------------------------------------------------------------
+
+    def keep(self, tree: str) -> None:
+        """Keep ``tree`` (and so its blobs) reachable: ``refs/snapshots/<tree>``."""
+        require_oid(tree, "tree")
+        self._git(["update-ref", REF_PREFIX + tree, tree])
+
+    def kept_trees(self) -> set[str]:
+        """Every tree a ``refs/snapshots/`` ref keeps."""
+        out = self._git(["for-each-ref", "--format=%(objectname)", REF_PREFIX]).stdout
+        return {line for line in out.decode("ascii", "replace").split("\n") if line}
+
+    def forget(self, tree: str) -> None:
+        """Drop the ref of ``tree``; its objects go at the next ``collect_garbage``."""
+        require_oid(tree, "tree")
+        self._git(["update-ref", "-d", REF_PREFIX + tree])
+
+    def collect_garbage(self) -> None:
+        """Pack what is kept (refs and the shadow index) and prune everything else."""
+        self._git(["gc", "--prune=now", "--quiet"])
+
+    # --- reading ------------------------------------------------------------------------
+
+    def has_tree(self, oid: str) -> bool:
+        """Whether ``oid`` is a tree object in the shadow."""
+        require_oid(oid, "tree")
+        result = self._git(["cat-file", "-t", oid], check=False)
+        return result.returncode == 0 and result.stdout.strip() == b"tree"
+
+    def tree_files(self, tree: str) -> dict[str, TreeEntry]:
+        """Every non-directory entry of ``tree``, recursively."""
+        require_oid(tree, "tree")
+        return dict(parse_ls_tree(self._git(["ls-tree", "-r", "-z", "--full-tree", tree]).stdout))
+
+    def tree_dirs(self, tree: str) -> set[str]:
+        """Every directory of ``tree``, recursively."""
+        require_oid(tree, "tree")
+        out = self._git(["ls-tree", "-r", "-t", "-z", "--full-tree", tree]).stdout
+        return {path for path, entry in parse_ls_tree(out) if entry.type == "tree"}
+
+    def diff_entries(self, from_tree: str, to_tree: str) -> list[DiffEntry]:
+        """Raw changes from ``from_tree`` to ``to_tree`` (renames as delete + create)."""
+        require_oid(from_tree, "tree")
+        require_oid(to_tree, "tree")
+        args = ["diff-tree", *_DIFF_FLAGS, "-z", "--no-abbrev", from_tree, to_tree]
+        return parse_diff_raw(self._git(args).stdout)
+
+    def diff(self, from_tree: str, to_tree: str, *, limit: int = DIFF_LIMIT) -> SnapshotDiff:
+        """Entries plus a unified diff of at most ``limit`` bytes, cut at a line end."""
+        entries = self.diff_entries(from_tree, to_tree)
+        data, truncated = b"", False
+        if entries:
+            args = ["diff-tree", *_DIFF_FLAGS, "-p", from_tree, to_tree]
+            data, truncated = self._bounded(args, limit)
+        if truncated:
+            cut = data.rfind(b"\n", 0, limit)
+            data = data[: cut + 1] if cut >= 0 else data[:limit]
+        return SnapshotDiff(tuple(entries), data.decode("utf-8", "replace"), truncated)
+
+    @contextmanager
+    def reader(self) -> Iterator[CatFile]:
+        """One ``cat-file --batch`` on the shadow's objects, for many blob reads."""
+        with CatFile(cwd=self.path, env=self._env, timeout=self.timeout) as cat:
+            yield cat
+
+    # --- running git ----------------------------------------------------------------------
+
+    def _git(self, args: list[str], *, input: bytes | None = None, check: bool = True) -> GitResult:
+        return run_git(
+            [*_OPTIONS, *args],
+            cwd=self.path,
+            env=self._env,
+            input=input,
+            timeout=self.timeout,
+            check=check,
+        )
+
+    def _work(self, args: list[str], *, input: bytes | None = None) -> GitResult:
+        env = {**self._work_env, "GIT_LITERAL_PATHSPECS": "1"}
+        return run_git(
+            [*_OPTIONS, *args], cwd=self.layout.worktree, env=env, input=input, timeout=self.timeout
+        )
+
+    def _bounded(self, args: list[str], limit: int) -> tuple[bytes, bool]:
+        """stdout of a read-only command, at most ``limit + 1`` bytes kept (then killed)."""
+        argv = git_argv([*_OPTIONS, *args])
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=self.path,
+                    env=git_environment(self._env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise GitError(f"git could not be started: {exc.strerror or exc}") from exc
+            timer = threading.Timer(self.timeout, proc.kill)
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                data = proc.stdout.read(limit + 1)
+                truncated = len(data) > limit
+                if truncated:
+                    proc.kill()
+                proc.stdout.close()
+                returncode = proc.wait()
+            finally:
+                timer.cancel()
+            if not truncated and returncode != 0:
+                err.seek(0)
+                raise GitError(
+                    "git diff-tree failed",
+                    argv=argv,
+                    returncode=returncode,
+                    stderr=stderr_tail(err.read()),
+                )
+        return data, truncated
+
+
+# --- the shadow's files ----------------------------------------------------------------------
+
+
+def _ensure(path: str) -> None:
+    """Create the shadow at ``path`` atomically, or refresh its config and attributes."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _create(path)
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise StorageError(f"{path} is not a directory", path=path)
+    _put(os.path.join(path, "config"), (_CONFIG + _EXTRA_CONFIG).encode())
+    _put(os.path.join(path, "info", "attributes"), _ATTRIBUTES.encode())
+
+
+def _create(path: str) -> None:
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".init-", dir=parent)
+    try:
+        for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+            os.makedirs(os.path.join(staging, sub), mode=0o700)
+        _put(os.path.join(staging, "HEAD"), b"ref: refs/heads/main\n")
+        _put(os.path.join(staging, "config"), (_CONFIG + _EXTRA_CONFIG).encode())
+        _put(os.path.join(staging, "info", "attributes"), _ATTRIBUTES.encode())
+        _put(os.path.join(staging, "info", "exclude"), _OWN_EXCLUDES.encode())
+        try:
+            os.rename(staging, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            _ensure(path)  # another thread or process created it first
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _put(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (temp, fsync, rename) unless it already holds it."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return
+    except FileNotFoundError:
+        pass
+    temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        _unlink_missing_ok(temp)
+        raise
+
+
+def _unlink_missing_ok(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
