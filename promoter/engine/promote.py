@@ -202,6 +202,8 @@ def apply_changes(
     try:
         _stage_temps(services, operation_id, root, batch, wanted)
     except (PromoterError, OSError) as exc:
+        if isinstance(exc, PromoterError):  # directories made before the failing step
+            batch.created_dirs.extend(exc.context.get("created_dirs", []))
         batch.drop_temps()
         _remove_dirs(root, batch.created_dirs)
         batch.close()

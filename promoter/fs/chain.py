@@ -217,8 +217,9 @@ class Root(_HoldsFd):
                 at = "/".join(dir_parts[: depth + 1])
                 nxt = _open_dir(current, name, rel, at, self.dev)
                 if nxt is None and create:
-                    if self._mkdir(current, name, rel, at):
-                        walked.created.append(at)
+                    if self._mkdir(current, name, at):
+                        walked.created.append(at)  # recorded before the sync can fail
+                        self._sync_new_dir(current, rel)
                     nxt = _open_dir(current, name, rel, at, self.dev)
                 os.close(current)
                 current = -1
@@ -242,19 +243,22 @@ class Root(_HoldsFd):
         return walked
 
     @staticmethod
-    def _mkdir(dir_fd: int, name: str, rel: str, at: str) -> bool:
+    def _mkdir(dir_fd: int, name: str, at: str) -> bool:
         try:
             os.mkdir(name, mode=0o777, dir_fd=dir_fd)
         except FileExistsError:
             return False
         except OSError as exc:
             raise os_error("creating a directory", at, exc) from exc
+        return True
+
+    @staticmethod
+    def _sync_new_dir(dir_fd: int, rel: str) -> None:
         try:
             os.fsync(dir_fd)
             faults.point("after_mkdir")
         except OSError as exc:
             raise os_error("syncing a new directory", rel, exc) from exc
-        return True
 
     @staticmethod
     def _refuse_nested_repository(dir_fd: int, rel: str, at: str) -> None:

@@ -1,0 +1,109 @@
+"""C3: injected EIO/ENOSPC/EACCES at the write boundaries of a promotion.
+
+The error must surface with a code; no target is ever torn (each is exactly old or
+exactly new); an error before the first replace leaves the operation ``refused`` with
+nothing written and no temp files; an error after writing began leaves it
+``needs_reconciliation`` with a per-path report, and ``continue`` finishes it once the
+disk behaves. A failed fsync is never retried and trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter import faults
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import promote, submit, tree_bytes
+
+FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(4)}
+CHANGES = [(p, d, d.replace(b"old", b"new")) for p, d in FILES.items()]
+CHANGES.append(("src/new/created.txt", None, b"created\n"))
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
+    repo = init_repo(tmp_path / "lab", FILES)
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        yield daemon, repo
+
+
+def _inject(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    monkeypatch.setenv(faults.ENV, spec)
+    faults.reset()
+
+
+def _assert_untorn(repo: Path) -> None:
+    now = tree_bytes(repo)
+    for path, old, new in CHANGES:
+        assert now.get(path, (None, 0))[0] in (old, new), path
+    assert not list(repo.rglob(".promoter-tmp-*"))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "after_temp_write=ENOSPC",
+        "after_temp_write=EIO@3",
+        "after_mkdir=EACCES",
+        "after_temps_journaled=EIO",
+    ],
+)
+def test_error_before_any_replace_is_refused_with_nothing_written(
+    spec: str, lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, repo = lab
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    before = tree_bytes(repo)
+    _inject(monkeypatch, spec)
+    view = promote(daemon, bundle, receipt).json()
+    assert (view["status"], view["code"]) == ("refused", "write_failed"), view
+    assert tree_bytes(repo) == before
+    assert not (repo / "src" / "new").exists()
+    _assert_untorn(repo)
+    monkeypatch.delenv(faults.ENV)
+    assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "before_replace=EIO@2",
+        "after_replace=ENOSPC@3",
+        "after_parent_fsync=EIO",
+        "after_unlink=EIO",
+    ],
+)
+def test_error_after_writing_began_fails_closed_then_continue_finishes(
+    spec: str, lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, repo = lab
+    identity = daemon.services.registry.by_name("lab").identity
+    changes = [*CHANGES, ("src/f0.txt", FILES["src/f0.txt"], b"x")][:-1]
+    if spec.startswith("after_unlink"):
+        changes = [*CHANGES[:2], ("src/f3.txt", FILES["src/f3.txt"], None)]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    _inject(monkeypatch, spec)
+    view = promote(daemon, bundle, receipt).json()
+    assert (view["status"], view["code"]) == ("needs_reconciliation", "write_failed"), view
+    verdicts = [p["verdict"] for p in view["report"]["paths"]]
+    assert set(verdicts) <= {"old", "new"}
+    assert "new" in verdicts
+    assert view["report"]["error"]["code"] == "write_failed"
+    now = tree_bytes(repo)
+    for path, old, new in changes:
+        assert now.get(path, (None, 0))[0] in (old, new), path
+    assert not list(repo.rglob(".promoter-tmp-*"))
+    monkeypatch.delenv(faults.ENV)
+    with daemon.operator() as op:
+        done = op.post(
+            f"/v1/operations/{view['operation_id']}/reconcile",
+            json={"decision": "continue", "note": "disk replaced"},
+        )
+    assert done.json()["status"] == "completed", done.json()
+    for path, _old, new in changes:
+        assert tree_bytes(repo).get(path, (None, 0))[0] == new
