@@ -289,6 +289,14 @@ class PromoterClient:
         path = f"/v1/operations/{_segment(operation_id)}/receipt.dsse"
         return DsseEnvelope.model_validate_json(self._send("GET", path).content)
 
+    def rollback_receipt_dsse(self, operation_id: str) -> DsseEnvelope:
+        path = f"/v1/operations/{_segment(operation_id)}/rollback-receipt.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def verification_dsse(self, bundle_id: str) -> DsseEnvelope:
+        path = f"/v1/bundles/{_segment(bundle_id)}/verification.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
     def recover(self, operation_id: str, fence: int) -> Json:
         path = f"/v1/operations/{_segment(operation_id)}/recover"
         return self._json("POST", path, json_body={"fence": fence})
@@ -297,8 +305,11 @@ class PromoterClient:
         path = f"/v1/operations/{_segment(operation_id)}/reconcile"
         return self._json("POST", path, json_body={"decision": decision, "note": note})
 
-    def rollback(self, operation_id: str) -> Json:
-        return self._json("POST", f"/v1/operations/{_segment(operation_id)}/rollback")
+    def rollback(self, operation_id: str, note: str = "") -> Json:
+        """The RollbackReceiptV1 of an operator's rollback."""
+        body = {"note": note} if note else None
+        path = f"/v1/operations/{_segment(operation_id)}/rollback"
+        return self._json("POST", path, json_body=body)
 
     # --- snapshots ------------------------------------------------------------------------
 

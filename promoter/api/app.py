@@ -16,10 +16,11 @@ from fastapi.responses import Response
 from promoter import __version__
 from promoter.api import problems
 from promoter.api.metrics import Metrics
-from promoter.api.routes import blobs, bundles, health, operations, registry
+from promoter.api.routes import blobs, bundles, health, keys, operations, registry
 from promoter.config import Settings
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
+from promoter.engine.signing import host_key
 
 Hook = Callable[[Services], None]
 STARTUP_HOOKS: list[Hook] = []
@@ -30,6 +31,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or build_services(settings)
+        host_key(app.state.services)  # created on first start (SPEC §3.9)
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
@@ -63,6 +65,6 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         )
         return response
 
-    for module in (health, registry, blobs, bundles, operations):
+    for module in (health, registry, blobs, bundles, operations, keys):
         app.include_router(module.router)
     return app

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from promoter.cli import client_cmds
+from promoter.cli import client_cmds, receipt_cmd
 from promoter.cli.common import err_console
 from promoter.config import load_settings, parse_repo_flags
 from promoter.errors import PromoterError
@@ -27,6 +28,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 client_cmds.register(app)
+receipt_cmd.register(app)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -90,7 +92,7 @@ def main() -> None:
     try:
         app()
     except PromoterError as exc:
-        err_console.print(f"[bold red]error[/] [{exc.code}] {exc.detail}")
+        err_console.print(f"[bold red]error[/] {escape(f'[{exc.code}]')} {escape(exc.detail)}")
         sys.exit(exc.exit_code)
 
 

@@ -38,7 +38,7 @@ from promoter.domain.models import (
 from promoter.domain.parsing import load_json, parse_model
 from promoter.domain.paths import sort_key
 from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid
-from promoter.executor.policy import check_changes, check_paths
+from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files
@@ -183,10 +183,10 @@ def _refuse_unsupported(
 ) -> None:
     unsupported = {**_hidden_in_gitlinks(layout, base_tree), **shadow.unsupported(entries)}
     if unsupported:
-        listing = "; ".join(f"{path!r}: {reason}" for path, reason in unsupported.items())
+        found = [{"path": printable(path), "reason": why} for path, why in unsupported.items()]
+        listing = "; ".join(f"{item['path']!r}: {item['reason']}" for item in found)
         raise PathUnsafe(
-            f"the worktree has changes that cannot be promoted: {listing}",
-            paths=[{"path": path, "reason": reason} for path, reason in unsupported.items()],
+            f"the worktree has changes that cannot be promoted: {listing}", paths=found
         )
 
 
@@ -233,9 +233,13 @@ def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = Non
     try:
         entries = shadow.diff(grant.base_tree)
         _refuse_unsupported(layout, shadow, entries, grant.base_tree)
-        odd = [e.path for e in entries if e.status not in _OPERATIONS]
+        odd = [
+            {"path": printable(e.path), "reason": "a type change"}
+            for e in entries
+            if e.status not in _OPERATIONS
+        ]
         if odd:
-            raise PathUnsafe(f"git reports type changes at {odd!r}", paths=odd)
+            raise PathUnsafe(f"git reports type changes at {[o['path'] for o in odd]}", paths=odd)
         check_paths([e.path for e in entries])
         changes, blobs = _changes(shadow, entries)
         check_changes(changes, grant)

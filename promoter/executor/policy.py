@@ -21,7 +21,7 @@ from promoter.domain.models import Change, FileState, GrantV1, StateSpec
 from promoter.domain.paths import check_path, check_path_set
 from promoter.errors import PathInvalid, PromoterError, VerificationFailed
 
-__all__ = ["check_changes", "check_paths", "describe_state"]
+__all__ = ["check_changes", "check_paths", "describe_state", "printable"]
 
 _SHOWN = 10
 
@@ -38,6 +38,15 @@ def describe_state(state: FileState | StateSpec) -> str:
     return f"{state.mode} sha256:{(state.sha256 or '')[:12]}"
 
 
+def printable(path: str) -> str:
+    """The path itself, or its escaped form when it is not valid UTF-8 (surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii(path)
+    return path
+
+
 def check_paths(paths: Sequence[str]) -> None:
     """``PathInvalid`` naming every path that breaks the rules of SPEC §3.2."""
     offending: list[dict[str, str]] = []
@@ -45,7 +54,7 @@ def check_paths(paths: Sequence[str]) -> None:
         try:
             check_path(path)
         except PathInvalid as exc:
-            offending.append({"path": path, "reason": exc.detail})
+            offending.append({"path": printable(path), "reason": exc.detail})
     if not offending:
         try:
             check_path_set(paths)

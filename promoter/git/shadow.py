@@ -29,6 +29,7 @@ Deliberately not here: the repository lock (callers hold it around ``capture`` a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -86,11 +87,18 @@ class SnapshotDiff:
     truncated: bool
 
     def wire(self) -> dict[str, Any]:
-        """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified)."""
+        """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified).
+
+        Path bytes that are not UTF-8 are shown with U+FFFD, as in the unified diff.
+        """
+
+        def paths(*statuses: str) -> list[str]:
+            return [_text(e.path) for e in self.entries if e.status in statuses]
+
         return {
-            "added": [e.path for e in self.entries if e.status == "A"],
-            "modified": [e.path for e in self.entries if e.status in ("M", "T")],
-            "deleted": [e.path for e in self.entries if e.status == "D"],
+            "added": paths("A"),
+            "modified": paths("M", "T"),
+            "deleted": paths("D"),
             "unified_diff": self.unified_diff,
             "truncated": self.truncated,
         }
@@ -273,6 +281,10 @@ class ShadowRepository:
         return data, truncated
 
 
+def _text(path: str) -> str:
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
 # --- the shadow's files ----------------------------------------------------------------------
 
 
@@ -332,7 +344,5 @@ def _put(path: str, data: bytes) -> None:
 
 
 def _unlink_missing_ok(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

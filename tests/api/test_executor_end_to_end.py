@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import rfc8785
 import typer
 from typer.testing import CliRunner
 
@@ -214,7 +215,7 @@ def test_command_line_flow_from_grant_to_promotion(
     (repo / "notes.txt").write_bytes(b"the user's untracked notes\n")
     app, runner = _cli_app(), CliRunner()
     orch = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.orchestrator_token}
-    grant_file = tmp_path / "grant.json"
+    grant_file, bundle_file = tmp_path / "grant.json", tmp_path / "bundle.json"
 
     minted = runner.invoke(app, ["token", "mint", "run_cli", "--ttl", "600"], env=orch)
     assert minted.exit_code == 0, minted.output
@@ -241,13 +242,19 @@ def test_command_line_flow_from_grant_to_promotion(
     executor_env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": token}
     built = runner.invoke(
         app,
-        ["bundle", "build", "--worktree", str(executor), "--grant", "grt_cli", "--submit"],
+        [
+            *f"bundle build --worktree {executor} --grant {grant_file} --submit".split(),
+            *["--out", str(bundle_file)],
+        ],
         env=executor_env,
     )
     assert built.exit_code == 0, built.output
     assert "verification passed" in built.stdout
     assert built.stdout.count("passed") >= 8
-    bundle_id = built.stdout.split("bundle ", 1)[1].split(":", 1)[0]
+    bundle = json.loads(bundle_file.read_bytes())
+    assert bundle_file.read_bytes() == rfc8785.dumps(bundle)
+    bundle_id = bundle["bundle_id"]
+    assert f"bundle {bundle_id}: 8 change(s)" in built.stdout
 
     leased = runner.invoke(
         app, ["lease", "set", "wf_cli", "build", "--run", "run_cli", "--fence", "3"], env=orch
@@ -379,3 +386,54 @@ def test_client_never_lets_a_value_reach_another_route() -> None:
             with pytest.raises(BadRequest):
                 client.get_grant(bad)
     assert seen == []
+
+
+def test_client_calls_the_routes_of_the_spec() -> None:
+    seen: list[tuple[str, str, Any]] = []
+    envelope = {"payloadType": "t", "payload": "e30=", "signatures": []}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.method, str(request.url), body))
+        if request.url.path.endswith(".dsse"):
+            return httpx.Response(200, json=envelope)
+        return httpx.Response(200, json={"snapshots": [], "operations": [], "keys": []})
+
+    op, tree = "op_" + "1" * 32, "2" * 40
+    with PromoterClient("http://h", "t", transport=httpx.MockTransport(answer)) as client:
+        client.recover(op, 7)
+        client.reconcile(op, "abandon", "by hand")
+        client.rollback(op)
+        client.list_operations(status="refused", repository="work")
+        client.preflight("bnd_x", fence=3)
+        client.snapshots("work")
+        client.capture_snapshot("work", "before")
+        client.snapshot_diff("work", tree, tree)
+        client.restore_snapshot("work", tree, tree)
+        client.keys()
+        assert client.receipt_dsse(op).payload == "e30="
+        client.rollback_receipt_dsse(op)
+        client.verification_dsse("bnd_x")
+    assert seen == [
+        ("POST", f"http://h/v1/operations/{op}/recover", {"fence": 7}),
+        (
+            "POST",
+            f"http://h/v1/operations/{op}/reconcile",
+            {"decision": "abandon", "note": "by hand"},
+        ),
+        ("POST", f"http://h/v1/operations/{op}/rollback", None),
+        ("GET", "http://h/v1/operations?status=refused&repository=work", None),
+        ("POST", "http://h/v1/bundles/bnd_x/preflight", {"fence": 3}),
+        ("GET", "http://h/v1/repositories/work/snapshots", None),
+        ("POST", "http://h/v1/repositories/work/snapshots", {"label": "before"}),
+        ("GET", f"http://h/v1/repositories/work/snapshots/diff?from={tree}&to={tree}", None),
+        (
+            "POST",
+            f"http://h/v1/repositories/work/snapshots/{tree}/restore",
+            {"expected_current_tree": tree},
+        ),
+        ("GET", "http://h/v1/keys", None),
+        ("GET", f"http://h/v1/operations/{op}/receipt.dsse", None),
+        ("GET", f"http://h/v1/operations/{op}/rollback-receipt.dsse", None),
+        ("GET", "http://h/v1/bundles/bnd_x/verification.dsse", None),
+    ]

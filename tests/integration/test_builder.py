@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,21 @@ def test_base_tree_missing_from_the_clone_is_a_clear_error(source: Path, executo
     with pytest.raises(PromoterError, match="does not hold the grant's base_tree") as caught:
         build_bundle(executor, grant)
     assert caught.value.code == "repository_invalid"
+
+
+def test_a_name_that_is_not_utf8_is_refused_with_a_printable_message(
+    source: Path, executor: Path
+) -> None:
+    (executor / os.fsdecode(b"src/bad\xff.txt")).write_bytes(b"x\n")
+    (executor / "src/caf\u0065\u0301.txt").write_bytes(b"not NFC\n")
+    with pytest.raises(PathInvalid) as caught:
+        build_bundle(executor, _grant(source))
+    assert [item["reason"] for item in caught.value.context["paths"]] == [
+        "path is not valid UTF-8",
+        "path is not NFC-normalized",
+    ]
+    caught.value.detail.encode("utf-8")
+    json.dumps(caught.value.to_problem(), ensure_ascii=False).encode("utf-8")
 
 
 def test_grant_file_round_trips(tmp_path: Path, source: Path) -> None:

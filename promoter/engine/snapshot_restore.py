@@ -1,0 +1,302 @@
+"""Restoring a worktree to a shadow snapshot, as a journaled operation (SPEC §8, §5.3–5.5).
+
+This module owns ``restore`` and ``recover_restore``: the decision and the journal.
+Under the repository lock ``restore`` captures the worktree; unless that tree equals
+``expected_current_tree`` it refuses with ``SnapshotStale`` and writes nothing.
+Otherwise it plans one step per changed path from the current tree to the target
+(regular files only: a symlink or gitlink on either side of a change, or a path that is
+not UTF-8, is refused before anything is journaled), journals the operation (kind
+``restore``, id from ``restore_id``), its steps with old/new FileStates and the
+``decision`` and ``action`` events in one transaction, and hands the steps to
+``snapshot_steps.StepRun``, which writes and journals the outcome. A ``post`` capture
+then records what the worktree holds. The same restore (same repository, same current
+and target trees) again is a new attempt of the same operation once the earlier one is
+finished; while it is unfinished it is ``operation_conflict``.
+
+Deliberately not here: the writes themselves (``promoter.engine.snapshot_steps``),
+snapshot bookkeeping (``promoter.engine.snapshots``) and git plumbing
+(``promoter.git.shadow``). Never ``read-tree -u``, ``checkout-index``, ``checkout``,
+``reset``, ``stash`` or ``clean``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
+from promoter.engine import ledger
+from promoter.engine.ownership import Owner
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.engine.snapshot_steps import Step, StepRun, dir_key, spec
+from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
+from promoter.errors import (
+    OperationConflict,
+    OperationUnknown,
+    PathUnsafe,
+    PromoterError,
+    SnapshotStale,
+    TargetDrift,
+)
+from promoter.fs.chain import Root
+from promoter.fs.leaf import split_rel
+from promoter.git.shadow import ShadowRepository
+from promoter.store import journal
+from promoter.store.repo import now
+from promoter.store.tables import OperationRow
+
+__all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
+
+log = logging.getLogger("promoter.restore")
+
+RESTARTABLE = {"completed", "refused", "abandoned", "rolled_back", "rollback_partial"}
+_KINDS = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
+_OPERATIONS = {"A": "create", "D": "delete", "M": "modify", "T": "modify"}
+_MISSING: dict[str, Any] = {
+    "exists": False,
+    "sha256": None,
+    "mode": None,
+    "bytes": None,
+    "blob_ref": None,
+}
+
+
+def restore_id(repository_identity: str, current: str, target: str) -> str:
+    document = {"restore_to": target, "from": current, "repository_identity": repository_identity}
+    return content_id("op", sha256_hex(canonical_bytes(document)))
+
+
+def restore(
+    services: Services, repository: Repository | str, tree: str, expected_current_tree: str
+) -> dict[str, str]:
+    """Bring the worktree to snapshot ``tree``; ``{operation_id, status}``."""
+    tree_id(tree)
+    tree_id(expected_current_tree, "expected_current_tree")
+    repo = resolve(services, repository)
+    shadow = shadow_for(services, repo)
+    lock = lock_repository(services, repo)
+    try:
+        known_tree(shadow, tree, "tree")  # under the lock: retention cannot prune it now
+        with Root.open(repo.worktree) as root:
+            current = shadow.capture().tree
+            shadow.keep(current)
+            if current != expected_current_tree:
+                raise SnapshotStale(
+                    "the worktree is not at the expected tree; review the diff again",
+                    expected_current_tree=expected_current_tree,
+                    current_tree=current,
+                )
+            steps = _plan(shadow, current, tree)
+            operation_id = _journal(services, repo, current, tree, steps)
+            run = StepRun(services, operation_id, root, lock, shadow, tree, steps)
+            status = run.apply(set(range(len(steps))))
+        _post_capture(services, shadow, operation_id, tree)
+    finally:
+        lock.release()
+    return {"operation_id": operation_id, "status": status}
+
+
+def _plan(shadow: ShadowRepository, current: str, target: str) -> list[Step]:
+    """One step per changed path: deletions first, then writes, grouped by directory."""
+    entries = shadow.diff_entries(current, target)
+    refused: dict[str, str] = {}
+    for entry in entries:
+        for side, mode in (("current", entry.old_mode), ("target", entry.new_mode)):
+            if mode is not None and mode not in ("100644", "100755"):
+                kind = _KINDS.get(mode, f"a mode {mode} entry")
+                refused.setdefault(entry.path, f"it is {kind} in the {side} tree")
+        try:
+            split_rel(entry.path)
+            entry.path.encode("utf-8")
+        except (PathUnsafe, UnicodeEncodeError):
+            refused.setdefault(
+                entry.path, "the path is not UTF-8 or has a component promoter never writes"
+            )
+    if refused:
+        raise PathUnsafe(
+            "restore writes regular files only; these paths cannot be restored",
+            paths={_shown(p): why for p, why in sorted(refused.items())},
+        )
+    with shadow.reader() as cat:
+        hashes = cat.blob_sha256(o for e in entries for o in (e.old_oid, e.new_oid) if o)
+
+    def state(mode: str | None, oid: str | None) -> dict[str, Any]:
+        if oid is None:
+            return dict(_MISSING)
+        sha256, size = hashes[oid]
+        return {"exists": True, "sha256": sha256, "mode": mode, "bytes": size, "blob_ref": None}
+
+    steps = [
+        Step(
+            e.path,
+            _OPERATIONS[e.status],
+            state(e.old_mode, e.old_oid),
+            state(e.new_mode, e.new_oid),
+            e.new_oid,
+        )
+        for e in entries
+    ]
+    return sorted(steps, key=lambda s: (s.operation != "delete", *dir_key(s.path)))
+
+
+def _journal(
+    services: Services, repo: Repository, current: str, target: str, steps: list[Step]
+) -> str:
+    """The operation, its steps and the decision and action events, in one transaction."""
+    operation_id = restore_id(repo.identity, current, target)
+    owner = Owner.me()
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is not None and row.status not in RESTARTABLE:
+            raise OperationConflict(
+                f"restore {operation_id} is {row.status}; recover or reconcile it first",
+                operation_id=operation_id,
+                status=row.status,
+            )
+        if row is None:
+            row = OperationRow(
+                operation_id=operation_id,
+                kind="restore",
+                attempt=1,
+                repository_identity=repo.identity,
+                repository_name=repo.name,
+                created_at=now(),
+            )
+            session.add(row)
+        else:  # a finished restore from the same tree to the same tree: a new attempt
+            row.attempt += 1
+            journal.delete_steps(session, operation_id)
+        row.status, row.code, row.detail = "in_progress", None, None
+        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        row.pre_snapshot, row.post_snapshot, row.updated_at = current, None, now()
+        session.flush()
+        journal.start_attempt(session, row)
+        journal.add_steps(
+            session,
+            operation_id,
+            [{"path": s.path, "operation": s.operation, "old": s.old, "new": s.new} for s in steps],
+        )
+        decision = ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {"allowed": True, "restore_to": target, "from": current, "attempt": row.attempt},
+        )
+        action = ledger.append(
+            session,
+            operation_id,
+            "action",
+            {
+                "targets": [
+                    {"path": s.path, "operation": s.operation, "new": spec(s.new)} for s in steps
+                ]
+            },
+        )
+        row.report = {
+            "restore_to": target,
+            "from": current,
+            "events": {"decision": decision, "action": action},
+        }
+    return operation_id
+
+
+def _post_capture(
+    services: Services, shadow: ShadowRepository, operation_id: str, target: str
+) -> None:
+    """Record what the worktree holds after the restore as the ``post_snapshot``."""
+    try:
+        post = shadow.capture().tree
+        shadow.keep(post)
+    except PromoterError as exc:
+        log.warning("the capture after restore %s failed: %s", operation_id, exc.detail)
+        return
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None
+        row.post_snapshot = post
+        row.report = {**(row.report or {}), "post_tree_matches": post == target}
+
+
+def recover_restore(services: Services, operation_id: str) -> str:
+    """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
+
+    Under the lock, promoter's orphan temp files next to the targets are removed and each
+    step is re-read: exactly new is confirmed, exactly old is applied again, anything else
+    leaves the operation ``needs_reconciliation``. Serves ``needs_recovery`` and an
+    operator's ``continue`` on ``needs_reconciliation``.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None or row.kind != "restore":
+            raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
+        if row.status not in ("needs_recovery", "needs_reconciliation"):
+            raise OperationConflict(f"restore {operation_id} is {row.status}", status=row.status)
+        target, identity = str((row.report or {})["restore_to"]), row.repository_identity
+        journaled = journal.steps(session, operation_id)
+        rows = [(s.path, s.operation, s.old_state, s.new_state) for s in journaled]
+    repo = resolve(services, identity)
+    shadow = shadow_for(services, repo)
+    files = shadow.tree_files(target)
+    steps = [
+        Step(p, op, old, new, files[p].oid if new["exists"] else None) for p, op, old, new in rows
+    ]
+    lock = lock_repository(services, repo)
+    try:
+        _set_status(services, operation_id, "in_progress", owner=Owner.me())
+        with Root.open(repo.worktree) as root:
+            run = StepRun(services, operation_id, root, lock, shadow, target, steps, touched=True)
+            _remove_orphan_temps(root, steps)
+            todo: set[int] = set()
+            for index, step in enumerate(steps):
+                verdict = run.verdict(step)[0]
+                if verdict == "neither":
+                    run.failure = TargetDrift("a target is neither its old nor its new state")
+                if verdict != "new":
+                    todo.add(index)
+            status = run.finish() if run.failure else run.apply(todo)
+        _post_capture(services, shadow, operation_id, target)
+    except PromoterError as exc:
+        _set_status(services, operation_id, "needs_recovery", error=exc, only_if="in_progress")
+        raise
+    finally:
+        lock.release()
+    return status
+
+
+def _set_status(
+    services: Services,
+    operation_id: str,
+    status: str,
+    *,
+    owner: Owner | None = None,
+    error: PromoterError | None = None,
+    only_if: str | None = None,
+) -> None:
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None
+        if only_if is not None and row.status != only_if:
+            return
+        if owner is not None:
+            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        code, detail = (error.code, error.detail) if error else (None, None)
+        journal.set_status(session, row, status, code=code, detail=detail)
+
+
+def _remove_orphan_temps(root: Root, steps: list[Step]) -> None:
+    for directory in sorted({step.path.rpartition("/")[0] for step in steps}):
+        try:
+            names = root.list_temp_files(directory)
+        except PromoterError:
+            continue
+        for name in names:
+            rel = f"{directory}/{name}" if directory else name
+            with root.open_parent(rel, create=False) as parent:
+                parent.remove_temp(name)
+
+
+def _shown(path: str) -> str:
+    """A path as text that can always be encoded (bytes that are not UTF-8 replaced)."""
+    return os.fsencode(path).decode("utf-8", "replace")

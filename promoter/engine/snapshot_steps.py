@@ -1,0 +1,220 @@
+"""Carrying out the per-file steps of a snapshot restore, and journaling how it ended.
+
+This module owns ``Step`` (one path: its journaled old and new FileState and the target
+blob in the shadow repository) and ``StepRun``: the writes of one pass through the
+descriptor-chain writer with a per-file compare-and-swap, in this order: checked unlinks,
+then the directories those unlinks left empty that the target tree does not hold (only
+those: ``rmdir`` removes nothing that is not empty), then creations and modifications (a
+temp file with the blob's bytes, fsynced, atomically put in place only over the expected
+old state), one directory fsync per directory. ``finish`` reads every step back and
+journals the outcome: ``completed`` when every path is exactly new, ``refused`` when a
+compare-and-swap failed before anything changed, else ``needs_reconciliation`` with a
+per-path report.
+
+Deliberately not here: deciding what to restore, the lock and the stale check
+(``promoter.engine.snapshot_restore``), and git (``promoter.git.shadow`` supplies blobs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter.engine import ledger
+from promoter.engine.services import Services
+from promoter.errors import PromoterError, TargetDrift, WriteFailed
+from promoter.fs.chain import ExpectedState, LeafState, Root
+from promoter.fs.lock import RepoLock
+from promoter.git.objects import CatFile
+from promoter.git.shadow import ShadowRepository
+from promoter.store import journal
+
+__all__ = ["Step", "StepRun", "dir_key", "expected_state", "spec", "verdict_of"]
+
+log = logging.getLogger("promoter.restore")
+
+
+@dataclass(frozen=True)
+class Step:
+    path: str
+    operation: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    oid: str | None  # the target blob; None for a delete
+
+
+def dir_key(path: str) -> tuple[bytes, bytes]:
+    directory, _, name = path.rpartition("/")
+    return os.fsencode(directory), os.fsencode(name)
+
+
+def expected_state(state: dict[str, Any]) -> ExpectedState:
+    return ExpectedState(bool(state["exists"]), state["sha256"], state["mode"])
+
+
+def spec(state: dict[str, Any]) -> dict[str, Any]:
+    return {"exists": state["exists"], "sha256": state["sha256"], "mode": state["mode"]}
+
+
+def verdict_of(leaf: LeafState, step: Step) -> str:
+    if leaf.matches(expected_state(step.new)):
+        return "new"
+    return "old" if leaf.matches(expected_state(step.old)) else "neither"
+
+
+_GONE = {"kind": "missing", "sha256": None, "mode": None, "size": None}
+
+
+@dataclass
+class StepRun:
+    """One pass over a restore's steps under the repository lock, and its outcome."""
+
+    services: Services
+    operation_id: str
+    root: Root
+    lock: RepoLock
+    shadow: ShadowRepository
+    target: str
+    steps: list[Step]
+    touched: bool = False  # whether anything in the worktree may have changed
+    created: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    failure: PromoterError | None = None
+    _target_dirs: set[str] | None = None
+
+    @property
+    def target_dirs(self) -> set[str]:
+        """Every directory of the target tree (read once)."""
+        if self._target_dirs is None:
+            self._target_dirs = self.shadow.tree_dirs(self.target)
+        return self._target_dirs
+
+    def verdict(self, step: Step) -> tuple[str, dict[str, Any]]:
+        """``new``, ``old`` or ``neither`` for the path now, and what was found.
+
+        A deleted file's path that is now a directory of the target tree, or lies below
+        a file of the target, holds no file: that is its new state.
+        """
+        try:
+            leaf = self.root.read_state(step.path)
+        except TargetDrift as exc:
+            if not step.new["exists"] and exc.context.get("found") == "not_a_directory":
+                return "new", dict(_GONE)
+            raise
+        verdict = verdict_of(leaf, step)
+        if verdict == "neither" and leaf.kind == "directory" and not step.new["exists"]:
+            verdict = "new" if step.path in self.target_dirs else verdict
+        return verdict, leaf.to_dict()
+
+    def apply(self, todo: set[int]) -> str:
+        """Carry out the steps in ``todo``, read back every step, journal the outcome."""
+        deletes = [s for i, s in enumerate(self.steps) if i in todo and s.operation == "delete"]
+        writes = [s for i, s in enumerate(self.steps) if i in todo and s.operation != "delete"]
+        try:
+            self.lock.check_held()
+            _grouped(deletes, self._delete)
+            self._remove_emptied([s for s in self.steps if s.operation == "delete"])
+            with self.shadow.reader() as cat:
+                _grouped(writes, lambda step, sync: self._write(cat, step, sync))
+        except (PromoterError, OSError) as exc:
+            self.failure = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+        return self.finish()
+
+    def _delete(self, step: Step, sync: bool) -> None:
+        try:
+            parent = self.root.open_parent(step.path, create=False)
+        except TargetDrift as exc:
+            if exc.context.get("found") == "missing_parent":
+                return  # already gone, with its directory
+            raise
+        with parent:
+            parent.unlink_checked(expected_state(step.old))
+            self.touched = True
+            if sync:
+                parent.fsync()
+
+    def _remove_emptied(self, deletes: list[Step]) -> None:
+        """rmdir the deleted files' directories that are now empty and not in the target.
+
+        All delete steps count, also those a crashed earlier pass carried out.
+        """
+        parts = [step.path.split("/")[:-1] for step in deletes]
+        candidates = {"/".join(p[: i + 1]) for p in parts for i in range(len(p))}
+        candidates -= self.target_dirs if candidates else set()
+        for directory in sorted(candidates, key=lambda d: (d.count("/"), d), reverse=True):
+            try:
+                if self.root.remove_dir_if_empty(directory):
+                    self.removed.append(directory)
+                    self.touched = True
+            except PromoterError as exc:
+                log.warning("could not remove emptied directory %s: %s", directory, exc.detail)
+
+    def _write(self, cat: CatFile, step: Step, sync: bool) -> None:
+        assert step.oid is not None
+        try:
+            parent = self.root.open_parent(step.path, create=True)
+        except PromoterError as exc:
+            self.created.extend(exc.context.get("created_dirs", []))
+            raise
+        with parent:
+            self.created.extend(parent.created_dirs)
+            self.touched = self.touched or bool(parent.created_dirs)
+            temp = parent.write_temp(cat.read_blob(step.oid), step.new["mode"])
+            parent.replace(
+                temp, expected_old=expected_state(step.old), new=expected_state(step.new)
+            )
+            self.touched = True
+            if sync:
+                parent.fsync()
+
+    def finish(self) -> str:
+        """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""
+        verdicts: list[str] = []
+        problems: list[dict[str, Any]] = []
+        for step in self.steps:
+            try:
+                verdict, actual = self.verdict(step)
+            except PromoterError as exc:
+                verdict, actual = "neither", {"error": exc.code, "detail": exc.detail}
+            verdicts.append(verdict)
+            if verdict != "new":
+                problems.append(
+                    {
+                        "path": step.path,
+                        "verdict": verdict,
+                        "actual": actual,
+                        "expected_old": step.old,
+                        "expected_new": step.new,
+                    }
+                )
+        ok = self.failure is None and not problems
+        status = "completed" if ok else "needs_reconciliation" if self.touched else "refused"
+        error = None if ok else self.failure or TargetDrift("a target did not read back as new")
+        with self.services.db.session() as session:
+            row = journal.get_operation(session, self.operation_id)
+            assert row is not None
+            for step_row, verdict in zip(
+                journal.steps(session, row.operation_id), verdicts, strict=True
+            ):
+                step_row.status = {"new": "completed", "old": "pending"}.get(verdict, "failed")
+            journal.add_created_dirs(session, row.operation_id, self.created)
+            dirs = {"removed_directories": self.removed, "created_directories": self.created}
+            code, detail = (error.code, error.detail) if error else (None, None)
+            payload = {"status": status, "code": code, **dirs}
+            outcome = ledger.append(session, row.operation_id, "outcome", payload)
+            report = {**(row.report or {}), "paths": problems, **dirs}
+            report["events"] = {**report.get("events", {}), "outcome": outcome}
+            if error is not None:
+                report["error"] = {"code": code, "detail": detail}
+            journal.set_status(session, row, status, code=code, detail=detail, report=report)
+        return status
+
+
+def _grouped(steps: list[Step], run: Callable[[Step, bool], None]) -> None:
+    """Run each step; ``sync`` is true on the last step in each directory (one fsync)."""
+    for index, step in enumerate(steps):
+        nxt = steps[index + 1] if index + 1 < len(steps) else None
+        run(step, nxt is None or dir_key(nxt.path)[0] != dir_key(step.path)[0])

@@ -1,0 +1,221 @@
+"""Snapshot endpoints through a real server (SPEC §7 snapshot rows, §8) and the CLI.
+
+The server is the real application with the snapshot router included (added here when
+``create_app`` does not already carry it), on a free loopback port; requests go through
+httpx over TCP. The CLI group is driven against the same server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from promoter.api.app import create_app
+from promoter.api.routes import snapshots as snapshot_routes
+from promoter.api.server import make_server
+from promoter.cli import snapshot_cmd
+from promoter.config import RepositoryConfig, load_settings
+from promoter.engine.services import build_services
+from tests.support.daemon import Daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+
+BASE = "/v1/repositories/work/snapshots"
+UNKNOWN = "0123456789abcdef0123456789abcdef01234567"
+
+
+@contextmanager
+def snapshot_daemon(state_dir: Path, repo: Path) -> Iterator[Daemon]:
+    config = load_settings(
+        None, state_dir=state_dir, repositories={"work": RepositoryConfig(path=repo)}
+    )
+    services = build_services(config)
+    app = create_app(config, services)
+    if not any(getattr(r, "path", "") == BASE.replace("work", "{name}") for r in app.routes):
+        app.include_router(snapshot_routes.router)
+    server = make_server(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name="promoter-snapshot-test", daemon=True)
+    thread.start()
+    try:
+        if not server.ready.wait(30):
+            raise RuntimeError("the test daemon did not start")
+        yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        services.close()
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "work")
+
+
+@pytest.fixture
+def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
+    with snapshot_daemon(tmp_path / "state", work) as running:
+        yield running
+
+
+def _capture(client: httpx.Client, label: str = "") -> str:
+    answer = client.post(BASE, json={"label": label})
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["tree"])
+
+
+def test_capture_list_diff_restore_round_trip(served: Daemon, work: Path) -> None:
+    git_before = git_dir_digest(work)
+    with served.operator() as op:
+        assert op.get(BASE).json() == {"snapshots": []}
+        first = op.post(BASE, json={"label": "before the agent"})
+        assert first.status_code == 201
+        assert set(first.json()) == {"tree", "label", "captured_at"}
+        base = first.json()["tree"]
+        files = tree_bytes(work)
+        (work / "src" / "app.py").write_bytes(b"print('broken')\n")
+        (work / "README.md").unlink()
+        (work / "junk.txt").write_bytes(b"junk\n")
+        broken = _capture(op, "after the agent")
+        listed = op.get(BASE).json()["snapshots"]
+        assert [(s["tree"], s["label"]) for s in listed] == [
+            (base, "before the agent"),
+            (broken, "after the agent"),
+        ]
+        diff = op.get(f"{BASE}/diff", params={"from": base, "to": broken}).json()
+        assert (diff["added"], diff["modified"], diff["deleted"]) == (
+            ["junk.txt"],
+            ["src/app.py"],
+            ["README.md"],
+        )
+        assert "+print('broken')" in diff["unified_diff"]
+        assert diff["truncated"] is False
+
+        answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": broken})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "completed"
+        operation = op.get(f"/v1/operations/{answer.json()['operation_id']}").json()
+        assert (operation["kind"], operation["status"]) == ("restore", "completed")
+    assert tree_bytes(work) == files
+    assert git_dir_digest(work) == git_before
+
+
+def test_a_stale_expected_tree_is_409_snapshot_stale_and_writes_nothing(
+    served: Daemon, work: Path
+) -> None:
+    with served.operator() as op:
+        base = _capture(op)
+        (work / "src" / "app.py").write_bytes(b"print('v2')\n")
+        reviewed = _capture(op)
+        (work / "src" / "app.py").write_bytes(b"print('v3, after the review')\n")
+        files = tree_bytes(work)
+        answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": reviewed})
+    assert answer.status_code == 409
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["code"] == "snapshot_stale"
+    assert answer.json()["current_tree"] != reviewed
+    assert tree_bytes(work) == files
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("post", f"{BASE}/not-a-tree/restore", {"expected_current_tree": UNKNOWN}, 422,
+         "validation_failed"),
+        ("post", f"{BASE}/{UNKNOWN.upper()}/restore", {"expected_current_tree": UNKNOWN}, 422,
+         "validation_failed"),
+        ("post", f"{BASE}/{UNKNOWN}/restore", {"expected_current_tree": UNKNOWN}, 404, "not_found"),
+        ("post", f"{BASE}/{UNKNOWN}/restore", {"expected_current_tree": "HEAD"}, 422,
+         "validation_failed"),
+        ("post", f"{BASE}/{UNKNOWN}/restore", {}, 422, "validation_failed"),
+        ("post", f"{BASE}/{UNKNOWN}/restore", [UNKNOWN], 422, "validation_failed"),
+        ("post", f"{BASE}/{UNKNOWN}/restore", {"expected_current_tree": UNKNOWN, "x": 1}, 422,
+         "validation_failed"),
+        ("post", BASE, {"label": 7}, 422, "validation_failed"),
+        ("post", BASE, {"label": "x" * 201}, 422, "validation_failed"),
+        ("post", BASE, {"label": "new\nline"}, 422, "validation_failed"),
+        ("get", f"{BASE}/diff?from={UNKNOWN}", None, 422, "validation_failed"),
+        ("get", f"{BASE}/diff?from=HEAD&to={UNKNOWN}", None, 422, "validation_failed"),
+        ("get", f"{BASE}/diff?from={UNKNOWN}&to={UNKNOWN}", None, 404, "not_found"),
+        ("get", "/v1/repositories/elsewhere/snapshots", None, 404, "repository_unknown"),
+        ("get", "/v1/repositories/bad%20name/snapshots", None, 422, "validation_failed"),
+    ],
+)  # fmt: skip
+def test_bad_input_gets_its_code_never_a_500(
+    served: Daemon, method: str, path: str, body: object, status: int, code: str
+) -> None:
+    with served.operator() as op:
+        answer = op.request(method, path, json=body)
+    assert (answer.status_code, answer.json()["code"]) == (status, code), answer.text
+
+
+def test_a_body_that_is_not_json_is_refused(served: Daemon) -> None:
+    with served.operator() as op:
+        answer = op.post(BASE, content=b"{not json", headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["code"]) == (400, "bad_request")
+
+
+def test_only_the_operator_may_use_snapshots(served: Daemon) -> None:
+    with served.orchestrator() as orch:
+        assert orch.get(BASE).json()["code"] == "forbidden"
+        assert orch.post(BASE, json={}).status_code == 403
+    with served.client() as anonymous:
+        assert anonymous.get(BASE).status_code == 401
+
+
+def test_an_operator_undoes_a_promotion_with_the_snapshot_taken_before_it(
+    served: Daemon, work: Path
+) -> None:
+    identity = served.services.registry.by_name("work").identity
+    with served.operator() as op:
+        before = _capture(op, "before promotion")
+        files = tree_bytes(work)
+        grant, bundle, receipt = submit(
+            served, work, identity, [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
+        )
+        assert promote(served, bundle, receipt).json()["status"] == "completed"
+        after = _capture(op, "after promotion")
+        assert after != before
+        answer = op.post(f"{BASE}/{before}/restore", json={"expected_current_tree": after})
+        assert answer.json()["status"] == "completed"
+    assert tree_bytes(work) == files
+
+
+def test_the_cli_lists_captures_diffs_and_restores(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    app = typer.Typer()
+    snapshot_cmd.register(app)
+    token = tmp_path / "operator.token"
+    token.write_text(served.operator_token)
+    common = ["--url", served.url, "--token-file", str(token)]
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(app, ["snapshot", *args, *common])
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.output
+
+    base = json.loads(run("capture", "work", "--label", "cli", "--json"))["tree"]
+    (work / "README.md").write_bytes(b"# changed\n")
+    changed = json.loads(run("capture", "work", "--json"))["tree"]
+    listed = json.loads(run("list", "work", "--json"))["snapshots"]
+    assert [s["tree"] for s in listed] == [base, changed]
+    assert "cli" in run("list", "work")
+    assert json.loads(run("diff", "work", base, changed, "--json"))["modified"] == ["README.md"]
+    assert "+# changed" in run("diff", "work", base, changed)
+    restored = run("restore", "work", base, "--expected-current-tree", changed, "--json")
+    assert json.loads(restored)["status"] == "completed"
+    assert (work / "README.md").read_bytes() == b"# project\n"
+    stale = runner.invoke(
+        app, ["snapshot", "restore", "work", changed, "--expected-current-tree", changed, *common]
+    )
+    assert stale.exit_code != 0
+    assert getattr(stale.exception, "code", None) == "snapshot_stale"
