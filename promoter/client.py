@@ -272,8 +272,9 @@ class PromoterClient:
         }
         return self._json("POST", "/v1/promotions", json_body=body)
 
-    def get_operation(self, operation_id: str) -> Json:
-        return self._json("GET", f"/v1/operations/{_segment(operation_id)}")
+    def get_operation(self, operation_id: str, *, current: bool = False) -> Json:
+        params = {"current": "true"} if current else None
+        return self._json("GET", f"/v1/operations/{_segment(operation_id)}", params=params)
 
     def list_operations(
         self, status: str | None = None, repository: str | None = None

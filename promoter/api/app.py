@@ -16,7 +16,15 @@ from fastapi.responses import Response
 from promoter import __version__
 from promoter.api import problems
 from promoter.api.metrics import Metrics
-from promoter.api.routes import blobs, bundles, health, keys, operations, registry
+from promoter.api.routes import (
+    blobs,
+    bundles,
+    health,
+    keys,
+    operations,
+    registry,
+    snapshots,
+)
 from promoter.config import Settings
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
@@ -65,6 +73,6 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         )
         return response
 
-    for module in (health, registry, blobs, bundles, operations, keys):
+    for module in (health, registry, blobs, bundles, operations, keys, snapshots):
         app.include_router(module.router)
     return app

@@ -13,7 +13,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from promoter.cli import client_cmds, receipt_cmd
+from promoter.cli import (
+    bundle_cmd,
+    client_cmds,
+    ops_cmd,
+    orchestrate_cmd,
+    receipt_cmd,
+    snapshot_cmd,
+)
 from promoter.cli.common import err_console
 from promoter.config import load_settings, parse_repo_flags
 from promoter.errors import PromoterError
@@ -29,6 +36,10 @@ db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 client_cmds.register(app)
 receipt_cmd.register(app)
+bundle_cmd.register(app)
+orchestrate_cmd.register(app)
+snapshot_cmd.register(app)
+ops_cmd.register(app)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -86,6 +97,36 @@ def db_upgrade(state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
     prepare_state_dir(settings.state_dir)
     upgrade(settings.db_url)
     err_console.print(f"database at {settings.db_url} is at the newest schema")
+
+
+@app.command()
+def gc(
+    state_dir: StateDirOpt = None,
+    config: ConfigOpt = None,
+    repo: Annotated[
+        list[str] | None, typer.Option("--repo", help="NAME=PATH (for snapshot pruning).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
+    keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
+) -> None:
+    """Remove unreferenced blobs older than the retention period; prune old snapshots."""
+    from promoter.engine.gc import collect
+    from promoter.engine.services import build_services
+
+    settings = load_settings(
+        config, state_dir=state_dir, repositories=parse_repo_flags(repo) if repo else None
+    )
+    services = build_services(settings)
+    try:
+        report = collect(services, dry_run=dry_run, keep_snapshots=keep_snapshots)
+    finally:
+        services.close()
+    verb = "would remove" if dry_run else "removed"
+    err_console.print(
+        f"examined {report.blobs_examined} blobs; {verb} {len(report.blobs_removed)} "
+        f"({report.bytes_freed} bytes); pruned snapshots of {report.snapshot_repositories} "
+        "repositories"
+    )
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from promoter.engine import ledger, promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
-from promoter.engine.inspect import inspect
+from promoter.engine.inspect import inspect, leaf_report
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
 from promoter.errors import (
@@ -250,3 +250,30 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         drift = TargetDrift("the repository is not in an authorized old state")
         return {**result, "status": "refused", "code": drift.code, "detail": drift.detail, **report}
     return {**result, "status": "passed", "code": None, "detail": "", **report}
+
+
+def current_targets(services: Services, operation_id: str) -> list[dict[str, Any]]:
+    """Each step's target as it reads now (read-only, without the lock)."""
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        identity = row.repository_identity
+        steps = [(s.path, s.old_state, s.new_state) for s in journal.steps(session, operation_id)]
+    repository = services.registry.by_identity(identity)
+    found: list[dict[str, Any]] = []
+    with Root.open(repository.worktree) as root:
+        for path, old, new in steps:
+            try:
+                leaf = root.read_state(path)
+            except PromoterError as exc:
+                found.append({"path": path, "matches": "neither", "actual": {"error": exc.code}})
+                continue
+            if leaf.matches(new["exists"], new["sha256"], new["mode"]):
+                matches = "new"
+            elif leaf.matches(old["exists"], old["sha256"], old["mode"]):
+                matches = "old"
+            else:
+                matches = "neither"
+            found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
+    return found

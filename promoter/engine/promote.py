@@ -24,7 +24,7 @@ from promoter import faults
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import canonical, seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
-from promoter.engine import ledger
+from promoter.engine import ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
 from promoter.engine.check import run_check
 from promoter.engine.inspect import classify, inspect, leaf_report, spec
@@ -109,8 +109,18 @@ def run(services: Services, operation_id: str, fence: int) -> None:
         return
     try:
         _locked(services, operation_id, fence, evidence, repository, lock)
+        if repository.config.snapshots:
+            _snapshot(services, repository, operation_id, "post")
     finally:
         lock.release()
+
+
+def _snapshot(services: Services, repository: Repository, operation_id: str, which: str) -> None:
+    """Record a pre/post shadow snapshot of the worktree; a failure is logged, not fatal."""
+    try:
+        snapshots.capture_for_operation(services, repository, operation_id, which)  # type: ignore[arg-type]
+    except PromoterError as exc:
+        log.warning("%s snapshot of %s failed: %s", which, operation_id, exc.detail)
 
 
 def _locked(
@@ -140,6 +150,8 @@ def _locked(
             )
             refuse(services, operation_id, drift, drift_report=readback.report())
             return
+        if repository.config.snapshots:
+            _snapshot(services, repository, operation_id, "pre")
         faults.point("before_journal")
         changes = list(evidence.bundle.changes)
         with services.db.session() as session:
@@ -248,9 +260,7 @@ def _stage_temps(
         data = services.blobs.read(change.new.sha256)
         batch.temps[seq] = parent.write_temp(data, change.new.mode)
     with services.db.session() as session:
-        for step in journal.steps(session, operation_id):
-            if step.seq in batch.temps:
-                step.temp_name = batch.temps[step.seq]
+        journal.set_temp_names(session, operation_id, batch.temps)
         journal.add_created_dirs(session, operation_id, batch.created_dirs)
     faults.point("after_temps_journaled")
 
@@ -334,8 +344,7 @@ def post_check(
     assert config.check_command is not None
     with services.db.session() as session:
         row = _row(session, operation_id)
-        for step in journal.steps(session, operation_id):
-            step.status = "completed"
+        journal.mark_all_steps(session, operation_id, "completed")
         journal.set_status(session, row, "applied_unverified")
     faults.point("before_check")
     result = run_check(config.check_command, repository.worktree, config.check_timeout)
@@ -433,8 +442,7 @@ def complete(
     faults.point("before_receipt")
     with services.db.session() as session:
         row = _row(session, operation_id)
-        for step in journal.steps(session, operation_id):
-            step.status = "completed"
+        journal.mark_all_steps(session, operation_id, "completed")
         outcome = ledger.append(
             session, operation_id, "outcome", {"status": "completed", "targets": targets}
         )

@@ -27,6 +27,7 @@ from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
+from promoter.engine.snapshot_restore import recover_restore
 from promoter.errors import (
     LeaseStale,
     OperationConflict,
@@ -72,8 +73,10 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
         try:
             with services.db.session() as session:
                 row = _load(session, operation_id)
-                bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
-            assert bundle_id is not None and receipt is not None
+                kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
+            if kind != "promotion" or bundle_id is None or receipt is None:
+                recover(services, operation_id, 0)  # rollbacks and restores need no lease
+                continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
             with services.db.session() as session:
                 lease = repo.get_lease(session, grant.workflow_id, grant.stage)
@@ -109,8 +112,10 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
         row = _load(session, operation_id)
         status, kind = row.status, row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
-    if kind == "rollback" or (kind == "promotion" and status in ("rolling_back",)):
+    if kind == "rollback":
         return recover_rollback(services, operation_id)
+    if kind == "restore":
+        return str(recover_restore(services, operation_id))
     if status not in RECOVERABLE:
         if status in (
             "completed",
@@ -245,6 +250,9 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
     with services.db.session() as session:
         row = _load(session, operation_id)
         status, bundle_id, receipt = row.status, row.bundle_id, row.verification_receipt_sha256
+        kind = row.kind
+    if kind == "restore" and decision == "continue" and status == "needs_reconciliation":
+        return {"status": recover_restore(services, operation_id)}
     if status != "needs_reconciliation":
         raise OperationConflict(
             f"operation {operation_id} is {status}, not needs_reconciliation", current_status=status

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -98,6 +98,25 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
 def steps(session: Session, operation_id: str) -> list[StepRow]:
     query = select(StepRow).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
     return list(session.scalars(query))
+
+
+def mark_all_steps(session: Session, operation_id: str, status: str) -> None:
+    """Set every step of an operation to ``status`` in one statement."""
+    session.execute(
+        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status)
+    )
+
+
+def set_temp_names(session: Session, operation_id: str, temps: dict[int, str]) -> None:
+    """Record the temp file of each staged step, in one bulk statement."""
+    if temps:
+        session.execute(
+            update(StepRow),
+            [
+                {"operation_id": operation_id, "seq": seq, "temp_name": name}
+                for seq, name in temps.items()
+            ],
+        )
 
 
 def delete_steps(session: Session, operation_id: str) -> None:

@@ -43,8 +43,14 @@ def _submit(daemon: DaemonProcess, repo: Path, changes: list[Any]) -> dict[str, 
         identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
         grant = make_grant(repo, identity)
         assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {"run_id": "run_1", "attempt": 1, "generation": 1, "resume_epoch": 0,
-                 "fence": 7, "expires_at": ts(timedelta(hours=1))}
+        lease = {
+            "run_id": "run_1",
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": 7,
+            "expires_at": ts(timedelta(hours=1)),
+        }
         assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
     bundle = make_bundle(grant, changes)
     blobs = {d for _, old, new in changes for d in (old, new) if d is not None}
@@ -54,8 +60,12 @@ def _submit(daemon: DaemonProcess, repo: Path, changes: list[Any]) -> dict[str, 
         answer = ex.post("/v1/bundles", json=bundle)
         assert answer.status_code == 201, answer.text
     receipt = answer.json()["verification_receipt"]
-    return {"bundle_id": bundle["bundle_id"], "fence": 7, "wait": True,
-            "verification_receipt_sha256": receipt["receipt_sha256"]}
+    return {
+        "bundle_id": bundle["bundle_id"],
+        "fence": 7,
+        "wait": True,
+        "verification_receipt_sha256": receipt["receipt_sha256"],
+    }
 
 
 def _assert_each_old_or_new(repo: Path, changes: list[Any], *, all_new: bool) -> None:
@@ -67,13 +77,19 @@ def _assert_each_old_or_new(repo: Path, changes: list[Any], *, all_new: bool) ->
         assert not list(repo.rglob(".promoter-tmp-*"))
 
 
-ROUNDS = [("fault", "after_replace"), ("fault", "after_temp_write"), ("fault", "after_unlink"),
-          ("signal", "")]
+ROUNDS = [
+    ("fault", "after_replace"),
+    ("fault", "after_temp_write"),
+    ("fault", "after_unlink"),
+    ("signal", ""),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("how", "point"), ROUNDS)
-def test_kill_at_a_random_instant_of_a_1000_file_promotion(how: str, point: str, tmp_path: Path) -> None:
+def test_kill_at_a_random_instant_of_a_1000_file_promotion(
+    how: str, point: str, tmp_path: Path
+) -> None:
     rng = random.Random(f"{how}-{point}")
     repo, changes = _repo_and_changes(tmp_path / "work")
     state = tmp_path / "state"

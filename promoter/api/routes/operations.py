@@ -101,8 +101,13 @@ def list_operations(
 
 
 @router.get("/operations/{operation_id}")
-def get_operation(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
-    return json_response(operations.operation_view(services, operation_id))
+def get_operation(
+    operation_id: str, _: OrchestratorDep, services: ServicesDep, current: bool = False
+) -> Response:
+    view = operations.operation_view(services, operation_id)
+    if current:
+        view["current_targets"] = operations.current_targets(services, operation_id)
+    return json_response(view)
 
 
 @router.get("/operations/{operation_id}/receipt")

@@ -1,0 +1,218 @@
+"""The operator's console: ``promoter ops list|show|recover|reconcile|rollback``.
+
+Thin commands over ``promoter.client``: rich tables for people, ``--json`` for scripts.
+``show`` prints, per path, the journal step, the expected old and new states and the
+state the target reads as now, and says what the operator can do next. Deciding anything
+is the host's job; this module only asks and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.client import PromoterClient
+
+ops_app = typer.Typer(
+    help="Operations: inspect, recover, reconcile, roll back.", no_args_is_help=True
+)
+
+NEXT_STEPS = {
+    "completed": "Nothing to do. `promoter receipt fetch OP` gets the receipt.",
+    "refused": "Nothing was written. Fix the cause shown above and request the promotion again.",
+    "needs_recovery": "Run `promoter ops recover OP --fence N` with the current lease's fence.",
+    "needs_reconciliation": (
+        "Inspect the paths marked 'neither'. Then `promoter ops reconcile OP continue` after "
+        "fixing them by hand, `... rollback` to restore promoter's own bytes, or `... abandon`."
+    ),
+    "in_progress": "A daemon is working on it; look again shortly.",
+    "applied_unverified": "The post-promotion check is running.",
+    "rolled_back": "Rolled back; see `promoter receipt fetch OP --rollback`.",
+    "rollback_partial": "Some targets were in conflict and kept; see the rollback receipt.",
+    "abandoned": "Closed by the operator; files were left as they are.",
+}
+
+
+def _client(url: str | None, token_file: Path | None, timeout: float = 660.0) -> PromoterClient:
+    return PromoterClient(server_url(url), read_token(token_file), timeout=timeout)
+
+
+def _emit(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, sort_keys=True))
+
+
+def _state(state: dict[str, Any] | None) -> str:
+    if not state:
+        return "?"
+    if "error" in state:
+        return f"unsafe ({state['error']})"
+    if not state.get("exists"):
+        return "missing"
+    digest = state.get("sha256")
+    kind = str(state.get("kind", "file"))
+    if kind not in ("file", "None"):
+        return kind
+    return f"{str(digest)[:12]} {state.get('mode')}"
+
+
+@ops_app.command("list")
+def list_ops(
+    status: Annotated[str | None, typer.Option("--status", help="Only this status.")] = None,
+    repository: Annotated[
+        str | None, typer.Option("--repository", help="Name or identity.")
+    ] = None,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """List operations, newest first (operator token)."""
+    with _client(url, token_file, 60.0) as client:
+        items = client.list_operations(status=status, repository=repository)
+    if json_output:
+        _emit(items)
+        return
+    table = Table("operation", "kind", "status", "attempt", "repository", "code", "updated")
+    for item in items:
+        table.add_row(
+            item["operation_id"],
+            item["kind"],
+            item["status"],
+            str(item["attempt"]),
+            item["repository"],
+            item.get("code") or "",
+            item["updated_at"],
+        )
+    console.print(table)
+    console.print(f"{len(items)} operations")
+
+
+@ops_app.command("show")
+def show(
+    operation_id: Annotated[str, typer.Argument(help="The operation id (op_...).")],
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Show an operation: per path its step, expected states and actual state now."""
+    with _client(url, token_file, 60.0) as client:
+        view = client.get_operation(operation_id, current=True)
+    if json_output:
+        _emit(view)
+        return
+    print_view(view)
+
+
+def print_view(view: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{view['operation_id']}[/] {view['kind']} in {escape(view['repository'])}: "
+        f"[bold]{view['status']}[/] (attempt {view['attempt']})"
+    )
+    if view.get("code"):
+        code, detail = escape(f"[{view['code']}]"), escape(str(view.get("detail") or ""))
+        console.print(f"  {code} {detail}")
+    current = {item["path"]: item for item in view.get("current_targets", [])}
+    table = Table()
+    table.add_column("path", overflow="fold")
+    for header in ("step", "operation", "expected old", "expected new", "now", "matches"):
+        table.add_column(header, overflow="fold")
+    for step in view.get("steps", []):
+        now = current.get(step["path"], {})
+        table.add_row(
+            escape(step["path"]),
+            step["status"],
+            step["operation"],
+            _state(step["old"]),
+            _state(step["new"]),
+            _state(now.get("actual")),
+            now.get("matches", "?"),
+        )
+    console.print(table)
+    drift = (view.get("report") or {}).get("drift_report") or {}
+    for name, fact in (drift.get("repository") or {}).items():
+        if not fact.get("ok", True):
+            console.print(f"  drift {name}: expected {fact['expected']}, found {fact['actual']}")
+    for item in drift.get("paths", []):
+        if item.get("verdict") == "drift":
+            console.print(f"  drift {escape(item['path'])}: {escape('; '.join(item['reasons']))}")
+    check = (view.get("report") or {}).get("check")
+    if check:
+        console.print(
+            f"  check {check['argv']}: exit {check['exit_code']}"
+            f"{' (timed out)' if check['timed_out'] else ''}"
+        )
+    console.print(
+        f"events: {len(view.get('events', []))}, chain verified: " f"{view.get('events_verified')}"
+    )
+    console.print("next: " + NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"]))
+
+
+@ops_app.command("recover")
+def recover(
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    fence: Annotated[int, typer.Option("--fence", help="The current lease's fence.")],
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Recover an operation that needs recovery (orchestrator or operator token)."""
+    with _client(url, token_file) as client:
+        client.recover(operation_id, fence)
+        view = client.get_operation(operation_id, current=True)
+    if json_output:
+        _emit(view)
+    else:
+        print_view(view)
+
+
+@ops_app.command("reconcile")
+def reconcile(
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    decision: Annotated[str, typer.Argument(help="continue, rollback or abandon.")],
+    note: Annotated[str, typer.Option("--note", help="Why; kept in the journal.")] = "",
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Carry out an operator's decision on an operation that needs reconciliation."""
+    with _client(url, token_file) as client:
+        client.reconcile(operation_id, decision, note)
+        view = client.get_operation(operation_id, current=True)
+    if json_output:
+        _emit(view)
+    else:
+        print_view(view)
+
+
+@ops_app.command("rollback")
+def rollback(
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    note: Annotated[str, typer.Option("--note", help="Why; kept in the journal.")] = "",
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Restore promoter's own bytes of a promotion; prints the rollback receipt."""
+    with _client(url, token_file) as client:
+        receipt = client.rollback(operation_id, note)
+    if json_output:
+        _emit(receipt)
+        return
+    console.print(f"rollback of {operation_id}: [bold]{receipt['status']}[/]")
+    table = Table()
+    for header in ("path", "result", "actual now"):
+        table.add_column(header, overflow="fold")
+    for target in receipt["targets"]:
+        table.add_row(escape(target["path"]), target["result"], _state(target["actual"]))
+    console.print(table)
+    for directory in receipt["removed_directories"]:
+        console.print(f"  removed directory {escape(directory)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ops_app, name="ops")

@@ -1,0 +1,67 @@
+"""Garbage collection of the blob store and the shadow snapshots (SPEC §4).
+
+A blob is removed only when no stored bundle references it (every bundle is kept in the
+audit store, so every old and new state a rollback may need stays) and it is older than
+the retention period. Bundles, grants and receipts are never removed. Snapshot
+repositories keep their newest snapshots and every tree an operation refers to.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from promoter.engine.services import Services
+from promoter.engine.snapshots import gc_snapshots
+from promoter.errors import PromoterError
+from promoter.store.tables import BlobRow, BundleBlobRow
+
+
+@dataclass(frozen=True)
+class GcReport:
+    blobs_examined: int
+    blobs_removed: list[str]
+    bytes_freed: int
+    snapshot_repositories: int
+
+
+def referenced_blobs(services: Services) -> set[str]:
+    with services.db.session() as session:
+        return set(session.scalars(select(BundleBlobRow.sha256).distinct()))
+
+
+def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 100) -> GcReport:
+    retention = services.settings.blob_retention_seconds
+    pinned = referenced_blobs(services)
+    cutoff = time.time() - retention
+    removed: list[str] = []
+    freed = 0
+    root = services.blobs.root / "blobs" / "sha256"
+    examined = 0
+    for path in sorted(root.glob("*/*")) if root.is_dir() else []:
+        examined += 1
+        digest = path.name
+        info = path.lstat()
+        if digest in pinned or info.st_mtime > cutoff:
+            continue
+        removed.append(digest)
+        freed += info.st_size
+        if not dry_run:
+            services.blobs.remove(digest)
+    if removed and not dry_run:
+        with services.db.session() as session:
+            for digest in removed:
+                row = session.get(BlobRow, digest)
+                if row is not None:
+                    session.delete(row)
+    repositories = 0
+    if not dry_run:
+        for repository in services.registry.all():
+            try:
+                gc_snapshots(services, repository, keep_snapshots)
+                repositories += 1
+            except PromoterError:
+                continue
+    return GcReport(examined, removed, freed, repositories)
