@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter import faults
-from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import canonical, seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
 from promoter.engine import ledger, snapshots
@@ -40,6 +40,12 @@ from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.promote")
+
+
+def targets_digest(changes: list[Change]) -> str:
+    """sha256 of what the action is about to write: every path, operation and new state."""
+    listed = [{"path": c.path, "operation": c.operation, "new": spec(c.new)} for c in changes]
+    return sha256_hex(canonical_bytes(listed))
 
 
 def expected(state: Any) -> ExpectedState:
@@ -178,19 +184,16 @@ def _locked(
                 {
                     "allowed": True,
                     "fence": fence,
-                    "verdicts": {p["path"]: p["verdict"] for p in readback.paths},
+                    "bundle_sha256": evidence.bundle.bundle_sha256,
+                    "verification_receipt_sha256": evidence.receipt_sha256,
+                    "already_new": [p["path"] for p in readback.paths if p["verdict"] == "new"],
                 },
             )
             action = ledger.append(
                 session,
                 operation_id,
                 "action",
-                {
-                    "targets": [
-                        {"path": c.path, "operation": c.operation, "new": spec(c.new)}
-                        for c in changes
-                    ]
-                },
+                {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
             )
             row.report = {"events": {"decision": decision, "action": action}}
         faults.point("after_journal")
@@ -444,7 +447,10 @@ def complete(
         row = _row(session, operation_id)
         journal.mark_all_steps(session, operation_id, "completed")
         outcome = ledger.append(
-            session, operation_id, "outcome", {"status": "completed", "targets": targets}
+            session,
+            operation_id,
+            "outcome",
+            {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
         )
         events = dict((row.report or {}).get("events", {}))
         receipt = build_receipt(
@@ -452,7 +458,8 @@ def complete(
         )
         row.receipt = receipt.wire()
         row.receipt_sha256 = receipt.receipt_sha256
-        row.report = {**(row.report or {}), "events": receipt.events.wire(), "paths": paths}
+        report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
+        row.report = {**report, "events": receipt.events.wire()}
         journal.set_status(session, row, "completed")
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")
     faults.point("after_receipt")
