@@ -1,0 +1,116 @@
+"""A crash mid-rollback (and SIGTERM mid-promotion) recovers to one consistent receipt."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
+from tests.support.process import DaemonProcess
+from tests.support.promotion import tree_bytes
+
+FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(5)}
+CHANGES = [(p, d, d.replace(b"old", b"new")) for p, d in FILES.items()]
+CHANGES.append(("src/made/x.txt", None, b"x\n"))
+
+
+def _promote(daemon: DaemonProcess, repo: Path, wait: bool = True) -> tuple[str, dict[str, object]]:
+    with daemon.client() as orch:
+        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+        grant = make_grant(repo, identity)
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+        lease = {
+            "run_id": "run_1",
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": 7,
+            "expires_at": ts(timedelta(hours=1)),
+        }
+        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+    bundle = make_bundle(grant, CHANGES)
+    with daemon.executor("run_1") as ex:
+        for data in {d for c in CHANGES for d in c[1:] if d is not None}:
+            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+        receipt = ex.post("/v1/bundles", json=bundle).json()["verification_receipt"]
+    request = {
+        "bundle_id": bundle["bundle_id"],
+        "fence": 7,
+        "wait": wait,
+        "verification_receipt_sha256": receipt["receipt_sha256"],
+    }
+    with daemon.client() as orch:
+        answer = orch.post("/v1/promotions", json=request).json()
+    return answer["operation_id"], request
+
+
+@pytest.mark.slow
+def test_crash_mid_rollback_recovers_to_a_consistent_receipt(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    before = tree_bytes(repo)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo}, faults="rollback_after_step=kill@3")
+    try:
+        op_id, _ = _promote(first, repo)
+        with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
+            op.post(f"/v1/operations/{op_id}/rollback")
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+    now = tree_bytes(repo)
+    for path, old, new in CHANGES:
+        assert now.get(path, (None, 0))[0] in (old, new), path
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        with second.client("operator") as op:
+            listed = op.get("/v1/operations", params={"status": "needs_recovery"}).json()
+            [child] = listed["operations"]
+            assert child["kind"] == "rollback"
+            op.post(f"/v1/operations/{child['operation_id']}/recover", json={"fence": 0})
+            assert op.get(f"/v1/operations/{op_id}").json()["status"] == "rolled_back"
+            receipt = op.post(f"/v1/operations/{op_id}/rollback")
+    finally:
+        second.stop()
+    document = json.loads(receipt.content)
+    assert document["status"] == "rolled_back"
+    assert [t["result"] for t in document["targets"]] == ["restored"] * len(CHANGES)
+    assert document["removed_directories"] == ["src/made"]
+    assert tree_bytes(repo) == before
+    stored = state / "audit" / "receipts" / "rollback" / f"{op_id}.json"
+    assert stored.read_bytes() == receipt.content
+
+
+@pytest.mark.slow
+def test_sigterm_mid_promotion_finishes_or_leaves_it_recoverable(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo})
+    try:
+        op_id, request = _promote(first, repo, wait=False)
+        first.proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it captured
+        assert first.wait_exit(120) in (0, -signal.SIGTERM)
+        assert any("Application shutdown complete" in line for line in first.log)
+    finally:
+        first.kill()
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        with second.client() as orch:
+            status = orch.get(f"/v1/operations/{op_id}").json()["status"]
+            assert status in ("completed", "needs_recovery")
+            if status == "needs_recovery":
+                orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+            assert (
+                orch.post("/v1/promotions", json={**request, "wait": True}).json()["status"]
+                == "completed"
+            )
+    finally:
+        second.stop()
+    for path, _old, new in CHANGES:
+        assert tree_bytes(repo)[path][0] == new
