@@ -40,12 +40,35 @@ def _check_value(value: Any, where: str) -> None:
     raise ValueError(f"{where}: {type(value).__name__} is not a JSON value")
 
 
-def _ascii_keys(value: Any) -> bool:
-    if isinstance(value, Mapping):
-        return all(key.isascii() and _ascii_keys(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return all(_ascii_keys(item) for item in value)
-    return True
+def _scan(value: Any) -> bool:
+    """Validate like ``_check_value`` on the common types; True if every key is ASCII.
+
+    Exact-type dispatch keeps this fast on large documents; anything unusual (subclasses,
+    other mappings, floats) falls back to ``_check_value`` for its precise error.
+    """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        if -MAX_SAFE_INT < value < MAX_SAFE_INT:
+            return True
+    elif kind is dict:
+        ascii_keys = True
+        for key, item in value.items():
+            if type(key) is not str:
+                break
+            if not _scan(item) or not key.isascii():
+                ascii_keys = False
+        else:
+            return ascii_keys
+    elif kind is list or kind is tuple:
+        ascii_keys = True
+        for item in value:
+            if not _scan(item):
+                ascii_keys = False
+        return ascii_keys
+    _check_value(value, "$")
+    return False
 
 
 def canonical_bytes(document: Any) -> bytes:
@@ -57,8 +80,7 @@ def canonical_bytes(document: Any) -> bytes:
     controls, everything else literal) is JCS's. A property test holds the two equal;
     anything else goes through ``rfc8785``.
     """
-    _check_value(document, "$")
-    if _ascii_keys(document):
+    if _scan(document):
         try:
             text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             return text.encode("utf-8")

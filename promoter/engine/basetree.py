@@ -13,11 +13,26 @@ from typing import Any
 from promoter.git.readback import RepoLayout, blob_sha256, tree_entries
 
 
+CACHE_LIMIT = 200_000
+
+
 class GitBaseTree:
-    def __init__(self, layout: RepoLayout) -> None:
+    """Base-tree states, cached by ``(tree, path)``: git objects never change."""
+
+    def __init__(self, layout: RepoLayout, cache: dict[tuple[str, str], dict[str, Any]]) -> None:
         self._layout = layout
+        self._cache = cache
 
     def states(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+        missing = [p for p in paths if (base_tree, p) not in self._cache]
+        if missing:
+            fresh = self._read(base_tree, missing)
+            if len(self._cache) + len(fresh) > CACHE_LIMIT:
+                self._cache.clear()
+            self._cache.update({(base_tree, p): state for p, state in fresh.items()})
+        return {p: dict(self._cache[(base_tree, p)]) for p in paths}
+
+    def _read(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
         entries = tree_entries(self._layout, base_tree, list(paths))
         blobs = [
             entry.oid

@@ -43,7 +43,9 @@ def verify_bundle(
 ) -> Verification:
     grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
-    return verify(document, bundle, grant, services.blobs, GitBaseTree(repository.layout))
+    cache = services.extras.setdefault(f"base_tree_cache:{repository.identity}", {})
+    assert isinstance(cache, dict)
+    return verify(document, bundle, grant, services.blobs, GitBaseTree(repository.layout, cache))
 
 
 def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:
