@@ -15,7 +15,6 @@ from rich.markup import escape
 
 from promoter.cli import (
     bundle_cmd,
-    client_cmds,
     ops_cmd,
     orchestrate_cmd,
     receipt_cmd,
@@ -34,7 +33,6 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-client_cmds.register(app)
 receipt_cmd.register(app)
 bundle_cmd.register(app)
 orchestrate_cmd.register(app)

@@ -12,7 +12,6 @@ from typing import Any
 
 from promoter.git.readback import RepoLayout, blob_sha256, tree_entries
 
-
 CACHE_LIMIT = 200_000
 
 

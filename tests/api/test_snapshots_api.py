@@ -1,16 +1,13 @@
 """Snapshot endpoints through a real server (SPEC §7 snapshot rows, §8) and the CLI.
 
-The server is the real application with the snapshot router included (added here when
-``create_app`` does not already carry it), on a free loopback port; requests go through
-httpx over TCP. The CLI group is driven against the same server.
+The server is the real application on a free loopback port; requests go through httpx
+over TCP. The CLI group is driven against the same server.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,40 +15,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from promoter.api.app import create_app
-from promoter.api.routes import snapshots as snapshot_routes
-from promoter.api.server import make_server
 from promoter.cli import snapshot_cmd
-from promoter.config import RepositoryConfig, load_settings
-from promoter.engine.services import build_services
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
 BASE = "/v1/repositories/work/snapshots"
 UNKNOWN = "0123456789abcdef0123456789abcdef01234567"
-
-
-@contextmanager
-def snapshot_daemon(state_dir: Path, repo: Path) -> Iterator[Daemon]:
-    config = load_settings(
-        None, state_dir=state_dir, repositories={"work": RepositoryConfig(path=repo)}
-    )
-    services = build_services(config)
-    app = create_app(config, services)
-    if not any(getattr(r, "path", "") == BASE.replace("work", "{name}") for r in app.routes):
-        app.include_router(snapshot_routes.router)
-    server = make_server(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, name="promoter-snapshot-test", daemon=True)
-    thread.start()
-    try:
-        if not server.ready.wait(30):
-            raise RuntimeError("the test daemon did not start")
-        yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        services.close()
 
 
 @pytest.fixture
@@ -61,7 +31,7 @@ def work(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with snapshot_daemon(tmp_path / "state", work) as running:
+    with running_daemon(tmp_path / "state", {"work": work}) as running:
         yield running
 
 

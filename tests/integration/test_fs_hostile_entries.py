@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import stat
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,64 +15,10 @@ import pytest
 from promoter.errors import PathUnsafe
 from promoter.fs.chain import ExpectedState, Root
 from promoter.fs.lock import RepoLock
+from tests.support.fsutil import delete, snapshot, state, write
 
 MISSING = ExpectedState(False, None, None)
 HANG_GUARD_SECONDS = 10
-
-
-def state(data: bytes, mode: str = "100644") -> ExpectedState:
-    return ExpectedState(True, hashlib.sha256(data).hexdigest(), mode)
-
-
-def snapshot(directory: Path) -> dict[str, tuple[str, bytes, int]]:
-    """Every entry below ``directory`` with its kind, bytes (or link target) and mode."""
-    found: dict[str, tuple[str, bytes, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(directory):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            st = path.lstat()
-            rel = str(path.relative_to(directory))
-            if stat.S_ISLNK(st.st_mode):
-                found[rel] = ("link", os.fsencode(os.readlink(path)), 0)
-            elif stat.S_ISREG(st.st_mode):
-                found[rel] = ("file", path.read_bytes(), st.st_mode)
-            else:
-                found[rel] = ("other", b"", st.st_mode)
-    return found
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    path = tmp_path / "outside"
-    path.mkdir()
-    (path / "f.txt").write_bytes(b"outside original")
-    (path / "g.txt").write_bytes(b"outside g")
-    return path
-
-
-@pytest.fixture
-def root(work: Path) -> Iterator[Root]:
-    with Root.open(work) as opened:
-        yield opened
-
-
-def write(root: Root, rel: str, data: bytes, old: ExpectedState, *, create: bool = True) -> None:
-    with root.open_parent(rel, create=create) as parent:
-        temp = parent.write_temp(data, "100644")
-        parent.replace(temp, expected_old=old, new=state(data))
-        parent.fsync()
-
-
-def delete(root: Root, rel: str, old: ExpectedState) -> None:
-    with root.open_parent(rel, create=False) as parent:
-        parent.unlink_checked(old)
 
 
 def run_guarded(call: Callable[[], None]) -> BaseException | None:

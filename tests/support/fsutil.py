@@ -1,0 +1,45 @@
+"""Shared helpers for the fs layer's tests (fixtures live in tests/integration/conftest.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from promoter.fs.chain import ExpectedState, Root
+
+MISSING = ExpectedState(False, None, None)
+
+
+def state(data: bytes, mode: str = "100644") -> ExpectedState:
+    return ExpectedState(True, hashlib.sha256(data).hexdigest(), mode)
+
+
+def snapshot(directory: Path) -> dict[str, tuple[str, bytes, int]]:
+    """Every entry below ``directory`` with its kind, bytes (or link target) and mode."""
+    found: dict[str, tuple[str, bytes, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            rel = str(path.relative_to(directory))
+            if stat.S_ISLNK(st.st_mode):
+                found[rel] = ("link", os.fsencode(os.readlink(path)), 0)
+            elif stat.S_ISREG(st.st_mode):
+                found[rel] = ("file", path.read_bytes(), st.st_mode)
+            else:
+                found[rel] = ("other", b"", st.st_mode)
+    return found
+
+
+def write(root: Root, rel: str, data: bytes, old: ExpectedState, *, create: bool = True) -> None:
+    with root.open_parent(rel, create=create) as parent:
+        temp = parent.write_temp(data, "100644")
+        parent.replace(temp, expected_old=old, new=state(data))
+        parent.fsync()
+
+
+def delete(root: Root, rel: str, old: ExpectedState) -> None:
+    with root.open_parent(rel, create=False) as parent:
+        parent.unlink_checked(old)
