@@ -63,6 +63,15 @@ class Strict(BaseModel):
         return self.model_dump(mode="json")
 
 
+class Document(Strict):
+    """A top-level document: its ``schema`` field is aliased (``schema_`` in Python)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
 def blob_path(sha256: str) -> str:
     """Where a blob lives relative to the audit store root (SPEC §3.1)."""
     return f"blobs/sha256/{sha256[0:2]}/{sha256}"
@@ -155,7 +164,7 @@ class Limits(Strict):
     max_total_bytes: Annotated[int, Field(ge=0, lt=2**53)]
 
 
-class GrantV1(Strict):
+class GrantV1(Document):
     schema_: Literal["GrantV1"] = Field(alias="schema")
     grant_sha256: Sha256 | None = None
     grant_id: Name
@@ -176,11 +185,6 @@ class GrantV1(Strict):
     target_preconditions: list[Precondition]
     limits: Limits
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
-
 
 class LeaseV1(Strict):
     run_id: Name
@@ -191,7 +195,7 @@ class LeaseV1(Strict):
     expires_at: Timestamp
 
 
-class PatchBundleV1(Strict):
+class PatchBundleV1(Document):
     schema_: Literal["PatchBundleV1"] = Field(alias="schema")
     bundle_id: BundleId
     bundle_sha256: Sha256
@@ -205,11 +209,6 @@ class PatchBundleV1(Strict):
     change_count: SafeInt
     total_bytes: SafeInt
     created_at: Timestamp
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 CheckName = Literal[
@@ -239,7 +238,7 @@ class Check(Strict):
     detail: str
 
 
-class PatchVerificationReceiptV1(Strict):
+class PatchVerificationReceiptV1(Document):
     schema_: Literal["PatchVerificationReceiptV1"] = Field(alias="schema")
     receipt_sha256: Sha256
     bundle_id: BundleId
@@ -250,11 +249,6 @@ class PatchVerificationReceiptV1(Strict):
     repository_identity: RepoIdentity
     status: Literal["passed", "failed"]
     checks: list[Check]
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class Target(Strict):
@@ -270,7 +264,7 @@ class PromotionEvents(Strict):
     outcome: EventId
 
 
-class PatchPromotionReceiptV1(Strict):
+class PatchPromotionReceiptV1(Document):
     schema_: Literal["PatchPromotionReceiptV1"] = Field(alias="schema")
     receipt_sha256: Sha256
     operation_id: OperationId
@@ -283,11 +277,6 @@ class PatchPromotionReceiptV1(Strict):
     targets: list[Target]
     events: PromotionEvents
     promoted_at: Timestamp
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class ActualState(Strict):
@@ -305,7 +294,7 @@ class RollbackTarget(Strict):
     actual: ActualState
 
 
-class RollbackReceiptV1(Strict):
+class RollbackReceiptV1(Document):
     schema_: Literal["RollbackReceiptV1"] = Field(alias="schema")
     receipt_sha256: Sha256
     operation_id: OperationId
@@ -313,11 +302,6 @@ class RollbackReceiptV1(Strict):
     targets: list[RollbackTarget]
     removed_directories: list[WirePath]
     rolled_back_at: Timestamp
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class DsseSignature(Strict):

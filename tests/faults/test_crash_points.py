@@ -12,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
-from tests.support.process import DaemonProcess
+from tests.support.flows import init_repo
+from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import git_dir_digest, tree_bytes
 
 FILES = {f"src/m{i}.py": f"v1 {i}\n".encode() for i in range(6)}
@@ -53,30 +52,6 @@ def _changes() -> list[tuple[str, bytes | None, bytes | None]]:
     return changes
 
 
-def _prepare(
-    daemon: DaemonProcess, repo: Path, identity: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    grant = make_grant(repo, identity)
-    with daemon.client() as orch:
-        assert orch.post("/v1/grants", json=grant).status_code in (200, 201)
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(__import__("datetime").timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
-    bundle = make_bundle(grant, _changes())
-    with daemon.executor("run_1") as ex:
-        for data in {*FILES.values(), *NEW.values(), *CREATED.values()}:
-            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
-        answer = ex.post("/v1/bundles", json=bundle)
-        assert answer.status_code in (200, 201), answer.text
-    return bundle, answer.json()["verification_receipt"]
-
-
 def _expected_after(repo_before: dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
     expected = {k: v[0] for k, v in repo_before.items()}
     expected.update(NEW)
@@ -94,16 +69,8 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     state = tmp_path / "state"
     first = DaemonProcess(state, {"work": repo}, faults=f"{point}=kill")
     try:
-        with first.client() as orch:
-            identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        bundle, receipt = _prepare(first, repo, identity)
+        request = prepare_promotion(first, repo, _changes())
         before, git_before = tree_bytes(repo), git_dir_digest(repo)
-        request = {
-            "bundle_id": bundle["bundle_id"],
-            "fence": 7,
-            "wait": True,
-            "verification_receipt_sha256": receipt["receipt_sha256"],
-        }
         with first.client() as orch, contextlib.suppress(httpx.HTTPError):
             orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
         assert first.wait_exit() == 137

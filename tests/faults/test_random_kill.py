@@ -13,15 +13,14 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
-from tests.support.process import DaemonProcess
+from tests.support.flows import init_repo
+from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import tree_bytes
 
 N = 1000
@@ -36,36 +35,6 @@ def _repo_and_changes(root: Path) -> tuple[Path, list[tuple[str, bytes | None, b
     changes += [(p, files[p], None) for p in paths[800:]]
     changes += [(f"new{i % 10}/sub/c{i:03d}.bin", None, bytes([i % 256]) * 64) for i in range(100)]
     return repo, changes
-
-
-def _submit(daemon: DaemonProcess, repo: Path, changes: list[Any]) -> dict[str, Any]:
-    with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity)
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
-    bundle = make_bundle(grant, changes)
-    blobs = {d for _, old, new in changes for d in (old, new) if d is not None}
-    with daemon.executor("run_1") as ex:
-        for data in blobs:
-            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
-        answer = ex.post("/v1/bundles", json=bundle)
-        assert answer.status_code == 201, answer.text
-    receipt = answer.json()["verification_receipt"]
-    return {
-        "bundle_id": bundle["bundle_id"],
-        "fence": 7,
-        "wait": True,
-        "verification_receipt_sha256": receipt["receipt_sha256"],
-    }
 
 
 def _assert_each_old_or_new(repo: Path, changes: list[Any], *, all_new: bool) -> None:
@@ -97,7 +66,7 @@ def test_kill_at_a_random_instant_of_a_1000_file_promotion(
     faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else ""
     first = DaemonProcess(state, {"work": repo}, faults=faults)
     try:
-        request = _submit(first, repo, changes)
+        request = prepare_promotion(first, repo, changes)
         if how == "signal":
             threading.Timer(rng.uniform(0.05, 0.6), first.kill).start()
         with first.client() as orch, contextlib.suppress(httpx.HTTPError):

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
-from tests.support.process import DaemonProcess
+from tests.support.flows import init_repo
+from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(5)}
@@ -21,30 +20,7 @@ CHANGES.append(("src/made/x.txt", None, b"x\n"))
 
 
 def _promote(daemon: DaemonProcess, repo: Path, wait: bool = True) -> tuple[str, dict[str, object]]:
-    with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity)
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
-    bundle = make_bundle(grant, CHANGES)
-    with daemon.executor("run_1") as ex:
-        for data in {d for c in CHANGES for d in c[1:] if d is not None}:
-            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
-        receipt = ex.post("/v1/bundles", json=bundle).json()["verification_receipt"]
-    request = {
-        "bundle_id": bundle["bundle_id"],
-        "fence": 7,
-        "wait": wait,
-        "verification_receipt_sha256": receipt["receipt_sha256"],
-    }
+    request = {**prepare_promotion(daemon, repo, CHANGES), "wait": wait}
     with daemon.client() as orch:
         answer = orch.post("/v1/promotions", json=request).json()
     return answer["operation_id"], request

@@ -12,9 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from tests.support.flows import make_bundle, make_grant, sha, ts
 
 
 class DaemonProcess:
@@ -98,3 +102,35 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
+
+
+def prepare_promotion(
+    daemon: DaemonProcess, repo: Path, changes: list[tuple[str, bytes | None, bytes | None]]
+) -> dict[str, Any]:
+    """Grant, lease, blobs and a verified bundle; returns the promotion request body."""
+    with daemon.client() as orch:
+        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+        grant = make_grant(repo, identity)
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+        lease = {
+            "run_id": "run_1",
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": 7,
+            "expires_at": ts(timedelta(hours=1)),
+        }
+        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+    bundle = make_bundle(grant, changes)
+    with daemon.executor("run_1") as ex:
+        for data in {d for _, old, new in changes for d in (old, new) if d is not None}:
+            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+        answer = ex.post("/v1/bundles", json=bundle)
+        assert answer.status_code == 201, answer.text
+    receipt = answer.json()["verification_receipt"]
+    return {
+        "bundle_id": bundle["bundle_id"],
+        "fence": 7,
+        "wait": True,
+        "verification_receipt_sha256": receipt["receipt_sha256"],
+    }
