@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -81,17 +81,22 @@ def attempts(session: Session, operation_id: str) -> list[AttemptRow]:
 
 
 def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
-    session.add_all(
-        StepRow(
-            operation_id=operation_id,
-            seq=seq,
-            path=step["path"],
-            operation=step["operation"],
-            old_state=step["old"],
-            new_state=step["new"],
-            status="pending",
-        )
-        for seq, step in enumerate(steps)
+    if not steps:
+        return
+    session.execute(
+        insert(StepRow),
+        [
+            {
+                "operation_id": operation_id,
+                "seq": seq,
+                "path": step["path"],
+                "operation": step["operation"],
+                "old_state": step["old"],
+                "new_state": step["new"],
+                "status": "pending",
+            }
+            for seq, step in enumerate(steps)
+        ],
     )
 
 
