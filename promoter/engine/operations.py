@@ -29,9 +29,11 @@ from promoter.engine.services import Services
 from promoter.errors import (
     OperationUnknown,
     PromoterError,
+    ReceiptConflict,
     ReceiptUnavailable,
     StorageError,
     TargetDrift,
+    VerificationFailed,
 )
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
@@ -98,6 +100,14 @@ def request_promotion(
     bundle = load_bundle(services, bundle_id)
     grant = load_grant(services, bundle.grant_id)
     assert grant.grant_sha256 is not None
+    stored = load_verification(services, bundle_id)
+    if stored.get("status") != "passed":
+        raise VerificationFailed("the bundle has no passed verification receipt")
+    if stored["receipt_sha256"] != receipt_sha256:
+        raise ReceiptConflict(
+            "the request names another verification receipt than the stored one",
+            stored_receipt_sha256=stored["receipt_sha256"],
+        )
     repository = services.registry.by_identity(grant.repository_identity)
     operation_id = operation_id_for(
         grant_sha256=grant.grant_sha256,

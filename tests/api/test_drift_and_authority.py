@@ -193,3 +193,32 @@ def test_refused_operation_gets_a_new_attempt_with_the_same_id(
     assert [a["status"] for a in second["attempts"]] == ["refused", "completed"]
     assert second["events_verified"] is True
     assert (repo / "src" / "app.py").read_bytes() == V2
+
+
+def test_promotion_naming_another_receipt_is_refused_without_an_operation(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    with daemon.orchestrator() as orch:
+        answer = orch.post(
+            "/v1/promotions",
+            json={
+                "bundle_id": bundle["bundle_id"],
+                "verification_receipt_sha256": "0" * 64,
+                "fence": 7,
+            },
+        )
+        assert (answer.status_code, answer.json()["code"]) == (409, "receipt_conflict")
+        unknown = orch.post(
+            "/v1/promotions",
+            json={
+                "bundle_id": "bnd_" + "0" * 32,
+                "verification_receipt_sha256": "0" * 64,
+                "fence": 7,
+            },
+        )
+        assert (unknown.status_code, unknown.json()["code"]) == (404, "bundle_unknown")
+        malformed = orch.post("/v1/promotions", json={"bundle_id": bundle["bundle_id"]})
+        assert (malformed.status_code, malformed.json()["code"]) == (422, "validation_failed")
+    with daemon.operator() as op:
+        assert op.get("/v1/operations").json()["operations"] == []
