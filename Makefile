@@ -32,7 +32,7 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m promoter.cli.main db upgrade --state-dir $(STATE)
 ifeq ($(REPO),)
-	$(PY) -m promoter.demo ensure-repo $(STATE)/demo-repo
+	$(PY) -m scripts.demo ensure-repo $(STATE)/demo-repo
 	$(PY) -m promoter.cli.main serve --state-dir $(STATE) --host $(HOST) --port $(PORT) --repo demo=$(STATE)/demo-repo
 else
 	$(PY) -m promoter.cli.main serve --state-dir $(STATE) --host $(HOST) --port $(PORT) --repo $(NAME)=$(REPO)
@@ -45,13 +45,13 @@ test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check promoter tests bench migrations
-	$(VENV)/bin/ruff format --check promoter tests bench migrations
+	$(VENV)/bin/ruff check promoter scripts tests bench migrations
+	$(VENV)/bin/ruff format --check promoter scripts tests bench migrations
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix promoter tests bench migrations
-	$(VENV)/bin/ruff format promoter tests bench migrations
+	$(VENV)/bin/ruff check --fix promoter scripts tests bench migrations
+	$(VENV)/bin/ruff format promoter scripts tests bench migrations
 
 schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
@@ -60,7 +60,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 
 demo: $(STAMP)
-	$(PY) -m promoter.demo run
+	$(PY) -m scripts.demo run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

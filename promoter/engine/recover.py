@@ -35,6 +35,7 @@ from promoter.errors import (
     PromoterError,
     ValidationFailed,
 )
+from promoter.fs.atomic import remove_orphan_temps as remove_orphan_temps_in
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
@@ -166,18 +167,7 @@ def remove_orphan_temps(
     services: Services, operation_id: str, root: Root, changes: list[Change]
 ) -> list[str]:
     """Remove this operation's ``.promoter-tmp-*`` files from its targets' directories."""
-    directories = sorted({c.path.rsplit("/", 1)[0] if "/" in c.path else "" for c in changes})
-    removed: list[str] = []
-    for directory in directories:
-        try:
-            names = root.list_temp_files(directory)
-        except PromoterError:
-            continue
-        for name in names:
-            rel = f"{directory}/{name}" if directory else name
-            with root.open_parent(rel, create=False) as parent:
-                parent.remove_temp(name)
-            removed.append(rel)
+    removed = remove_orphan_temps_in(root, [c.path for c in changes])
     with services.db.session() as session:
         for step in journal.steps(session, operation_id):
             step.temp_name = None

@@ -40,6 +40,7 @@ from promoter.errors import (
     SnapshotStale,
     TargetDrift,
 )
+from promoter.fs.atomic import remove_orphan_temps
 from promoter.fs.chain import Root
 from promoter.fs.leaf import split_rel
 from promoter.git.shadow import ShadowRepository
@@ -286,15 +287,7 @@ def _set_status(
 
 
 def _remove_orphan_temps(root: Root, steps: list[Step]) -> None:
-    for directory in sorted({step.path.rpartition("/")[0] for step in steps}):
-        try:
-            names = root.list_temp_files(directory)
-        except PromoterError:
-            continue
-        for name in names:
-            rel = f"{directory}/{name}" if directory else name
-            with root.open_parent(rel, create=False) as parent:
-                parent.remove_temp(name)
+    remove_orphan_temps(root, [step.path for step in steps])
 
 
 def _shown(path: str) -> str:

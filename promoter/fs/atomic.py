@@ -40,6 +40,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 
 from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
@@ -338,3 +339,23 @@ class Parent(ParentChain):
 def read_back(root: Root, rel: str) -> LeafState:
     """The state at ``rel`` now, through a fresh descriptor chain (``Root.read_state``)."""
     return root.read_state(rel)
+
+
+def remove_orphan_temps(root: Root, paths: Iterable[str]) -> list[str]:
+    """Remove promoter's own ``.promoter-tmp-*`` files beside the given target paths.
+
+    Only the directories holding those targets are looked at; an unreachable directory
+    (missing, unsafe) is skipped. Returns the removed temp files' relative paths.
+    """
+    removed: list[str] = []
+    for directory in sorted({path.rpartition("/")[0] for path in paths}):
+        try:
+            names = root.list_temp_files(directory)
+        except PromoterError:
+            continue
+        for name in names:
+            rel = f"{directory}/{name}" if directory else name
+            with root.open_parent(rel, create=False) as parent:
+                parent.remove_temp(name)
+            removed.append(rel)
+    return removed

@@ -1,6 +1,6 @@
 """A small demo repository for ``make serve`` and the README walk-through.
 
-``python -m promoter.demo ensure-repo DIR`` creates (once) a git repository with two
+``python -m scripts.demo ensure-repo DIR`` creates (once) a git repository with two
 commits and a bit of uncommitted user work. Git runs with a fixed identity and without
 the user's global configuration.
 """
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["run"]:
         return run_demo()
-    print("usage: python -m promoter.demo ensure-repo DIR | run", file=sys.stderr)
+    print("usage: python -m scripts.demo ensure-repo DIR | run", file=sys.stderr)
     return 64
 
 
