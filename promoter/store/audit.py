@@ -7,10 +7,13 @@ class the caller names. Nothing here ever rewrites or deletes a document.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from promoter.errors import DocumentConflict, PromoterError, StorageError
 from promoter.store.durable import write_new
+
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 KINDS = {
     "grant": "grants",
@@ -25,8 +28,12 @@ class AuditStore:
     def __init__(self, audit_root: Path) -> None:
         self.root = audit_root
 
+    @staticmethod
+    def valid_name(name: str) -> bool:
+        return bool(_NAME.fullmatch(name)) and not name.startswith(".")
+
     def path(self, kind: str, name: str) -> Path:
-        if "/" in name or name.startswith("."):
+        if not self.valid_name(name):
             raise ValueError(f"invalid document name {name!r}")
         return self.root / KINDS[kind] / f"{name}.json"
 
@@ -45,6 +52,9 @@ class AuditStore:
         return created
 
     def get(self, kind: str, name: str) -> bytes | None:
+        """The stored bytes, or None (also for a name nothing could be stored under)."""
+        if not self.valid_name(name):
+            return None
         try:
             return self.path(kind, name).read_bytes()
         except FileNotFoundError:
