@@ -9,9 +9,10 @@ bundle order, one fsync per parent directory), the read-back of every target, an
 closed: ``needs_reconciliation`` with a per-path report. Requests, idempotency and
 scheduling live in ``promoter.engine.operations``.
 
+How the attempt ends (read-back, check, receipt) is ``promoter.engine.outcome``'s.
+
 Fault points: ``before_journal``, ``after_journal``, ``after_temps_journaled``,
-``after_replaces``, ``after_readback``, ``before_receipt``, ``after_receipt`` (plus the
-fs layer's own).
+``after_replaces`` (plus the fs layer's own and ``promoter.engine.outcome``'s).
 """
 
 from __future__ import annotations
@@ -21,23 +22,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter import faults
-from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import canonical, seal_receipt
-from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.canonical import canonical_bytes, sha256_hex
+from promoter.domain.models import Change
 from promoter.engine import ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
-from promoter.engine.check import run_check
-from promoter.engine.inspect import classify, inspect, leaf_report, spec
+from promoter.engine.inspect import inspect, spec
 from promoter.engine.locking import repo_lock
+from promoter.engine.outcome import finish
 from promoter.engine.repos import Repository
-from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import ExpectedState, Root
 from promoter.fs.lock import RepoLock
-from promoter.store import journal, repo
-from promoter.store.tables import OperationRow
+from promoter.store import journal
 
 log = logging.getLogger("promoter.promote")
 
@@ -56,19 +54,13 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
     with services.db.session() as session:
-        row = _row(session, operation_id)
+        row = journal.require(session, operation_id)
         ledger.append(session, operation_id, "decision", payload)
         ledger.append(session, operation_id, "outcome", {"status": "refused", "code": error.code})
         report = {"error": error.to_problem(), **extra}
         journal.set_status(
             session, row, "refused", code=error.code, detail=error.detail, report=report
         )
-
-
-def _row(session: Any, operation_id: str) -> OperationRow:
-    row = journal.get_operation(session, operation_id)
-    assert row is not None, operation_id
-    return row
 
 
 @dataclass
@@ -97,7 +89,7 @@ class Batch:
 def run(services: Services, operation_id: str, fence: int) -> None:
     """Carry out one attempt of a promotion; every outcome is journaled."""
     with services.db.session() as session:
-        row = _row(session, operation_id)
+        row = journal.require(session, operation_id)
         bundle_id, receipt_sha = row.bundle_id, row.verification_receipt_sha256
     assert bundle_id is not None and receipt_sha is not None
     try:
@@ -161,7 +153,7 @@ def _locked(
         faults.point("before_journal")
         changes = list(evidence.bundle.changes)
         with services.db.session() as session:
-            row = _row(session, operation_id)
+            row = journal.require(session, operation_id)
             journal.delete_steps(session, operation_id)
             session.flush()
             journal.add_steps(
@@ -294,173 +286,3 @@ def _remove_dirs(root: Root, created: list[str]) -> None:
             root.remove_dir_if_empty(directory)
         except (PromoterError, OSError):
             log.warning("could not remove created directory %s", directory)
-
-
-def finish(
-    services: Services,
-    operation_id: str,
-    root: Root,
-    changes: list[Change],
-    evidence: Evidence,
-    failure: tuple[int, PromoterError] | None,
-) -> None:
-    """Read every target back; complete with a receipt, or fail closed."""
-    paths: list[dict[str, Any]] = []
-    all_new = failure is None
-    for change in changes:
-        try:
-            leaf = root.read_state(change.path)
-            verdict, actual = classify(leaf, change), leaf_report(leaf)
-        except PromoterError as exc:
-            verdict, actual = "neither", {"error": exc.code, "detail": exc.detail}
-        all_new = all_new and verdict == "new"
-        paths.append(
-            {
-                "path": change.path,
-                "verdict": verdict,
-                "actual": actual,
-                "expected_old": spec(change.old),
-                "expected_new": spec(change.new),
-            }
-        )
-    faults.point("after_readback")
-    if not all_new:
-        fail_closed(services, operation_id, paths, failure)
-        return
-    repository = services.registry.by_identity(evidence.grant.repository_identity)
-    if repository.config.check_command and not post_check(
-        services, operation_id, root, repository, paths
-    ):
-        return
-    complete(services, operation_id, changes, evidence, paths)
-
-
-def post_check(
-    services: Services,
-    operation_id: str,
-    root: Root,
-    repository: Repository,
-    paths: list[dict[str, Any]],
-) -> bool:
-    """Run the repository's check; True when it passed (the caller completes)."""
-    config = repository.config
-    assert config.check_command is not None
-    with services.db.session() as session:
-        row = _row(session, operation_id)
-        journal.mark_all_steps(session, operation_id, "completed")
-        journal.set_status(session, row, "applied_unverified")
-    faults.point("before_check")
-    result = run_check(config.check_command, repository.worktree, config.check_timeout)
-    with services.db.session() as session:
-        row = _row(session, operation_id)
-        ledger.append(session, operation_id, "decision", {"check": result.wire()})
-        row.report = {**(row.report or {}), "check": result.wire(), "paths": paths}
-    if result.passed:
-        return True
-    detail = (
-        f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
-        f" (exit code {result.exit_code})"
-    )
-    if config.on_check_failure == "rollback":
-        rollback_held(services, operation_id, root, detail)
-        return False
-    with services.db.session() as session:
-        row = _row(session, operation_id)
-        ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": "needs_reconciliation", "code": "check_failed", "detail": detail},
-        )
-        journal.set_status(session, row, "needs_reconciliation", code="check_failed", detail=detail)
-    return False
-
-
-def fail_closed(
-    services: Services,
-    operation_id: str,
-    paths: list[dict[str, Any]],
-    failure: tuple[int, PromoterError] | None,
-) -> None:
-    code = failure[1].code if failure else "target_drift"
-    detail = failure[1].detail if failure else "a target did not read back as its new state"
-    with services.db.session() as session:
-        row = _row(session, operation_id)
-        for step, path in zip(journal.steps(session, operation_id), paths, strict=True):
-            if path["verdict"] == "new":
-                step.status = "completed"
-            elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
-                step.status = "failed"
-                step.detail = (
-                    detail
-                    if failure and step.seq == failure[0]
-                    else "read back as neither old nor new"
-                )
-        ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": "needs_reconciliation", "code": code, "detail": detail},
-        )
-        report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
-        journal.set_status(
-            session, row, "needs_reconciliation", code=code, detail=detail, report=report
-        )
-
-
-def build_receipt(
-    operation_id: str,
-    evidence: Evidence,
-    repository_identity: str,
-    targets: list[dict[str, Any]],
-    events: dict[str, str],
-) -> PatchPromotionReceiptV1:
-    document = {
-        "schema": "PatchPromotionReceiptV1",
-        "operation_id": operation_id,
-        "repository_identity": repository_identity,
-        "grant_id": evidence.grant.grant_id,
-        "grant_sha256": evidence.grant.grant_sha256,
-        "bundle_id": evidence.bundle.bundle_id,
-        "bundle_sha256": evidence.bundle.bundle_sha256,
-        "verification_receipt_sha256": evidence.receipt_sha256,
-        "targets": sorted(targets, key=lambda t: t["path"].encode()),
-        "events": events,
-        "promoted_at": rfc3339(utcnow()),
-    }
-    return PatchPromotionReceiptV1.model_validate(seal_receipt(document))
-
-
-def complete(
-    services: Services,
-    operation_id: str,
-    changes: list[Change],
-    evidence: Evidence,
-    paths: list[dict[str, Any]],
-) -> None:
-    targets = [
-        {"path": c.path, "exists": c.new.exists, "sha256": c.new.sha256, "mode": c.new.mode}
-        for c in changes
-    ]
-    faults.point("before_receipt")
-    with services.db.session() as session:
-        row = _row(session, operation_id)
-        journal.mark_all_steps(session, operation_id, "completed")
-        outcome = ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
-        )
-        events = dict((row.report or {}).get("events", {}))
-        receipt = build_receipt(
-            operation_id, evidence, row.repository_identity, targets, {**events, "outcome": outcome}
-        )
-        row.receipt = receipt.wire()
-        row.receipt_sha256 = receipt.receipt_sha256
-        report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
-        row.report = {**report, "events": receipt.events.wire()}
-        journal.set_status(session, row, "completed")
-        repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")
-    faults.point("after_receipt")
-    services.audit.put("promotion", operation_id, canonical(receipt))

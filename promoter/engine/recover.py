@@ -20,7 +20,7 @@ from typing import Any
 
 from promoter import faults
 from promoter.domain.models import Change
-from promoter.engine import ledger, promote
+from promoter.engine import ledger, outcome, promote
 from promoter.engine.authority import Evidence, recheck_evidence
 from promoter.engine.inspect import classify, leaf_report
 from promoter.engine.locking import repo_lock
@@ -222,7 +222,7 @@ def _reclassify(
             },
         )
     if blocked:
-        promote.fail_closed(
+        outcome.fail_closed(
             services,
             operation_id,
             [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],

@@ -22,6 +22,14 @@ def get_operation(session: Session, operation_id: str) -> OperationRow | None:
     return session.get(OperationRow, operation_id)
 
 
+def require(session: Session, operation_id: str) -> OperationRow:
+    """The operation row, which the caller knows exists."""
+    row = session.get(OperationRow, operation_id)
+    if row is None:
+        raise LookupError(f"operation {operation_id} vanished from the journal")
+    return row
+
+
 def list_operations(
     session: Session, *, status: str | None = None, repository: str | None = None, limit: int = 500
 ) -> list[OperationRow]:
