@@ -83,3 +83,20 @@ def test_core_layers_do_not_import_adapters() -> None:
                 if name.startswith(("promoter.api", "promoter.cli"))
             ]
     assert offenders == []
+
+
+def test_readme_documents_every_command() -> None:
+    import typer.main
+
+    from promoter.cli.main import app
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = typer.main.get_command(app)
+    assert hasattr(command, "commands")
+    missing = []
+    for name, sub in command.commands.items():
+        names = [f"promoter {name}"]
+        if hasattr(sub, "commands"):
+            names = [f"{name} {child}" for child in sub.commands]
+        missing += [n for n in names if n not in readme]
+    assert missing == []

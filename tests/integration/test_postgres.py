@@ -25,7 +25,10 @@ def test_promotion_and_rollback_on_postgresql(tmp_path: Path) -> None:
     with running_daemon(tmp_path / "s", {"w": repo}, database_url=URL) as daemon:
         identity = daemon.services.registry.by_name("w").identity
         _, bundle, receipt = submit(
-            daemon, repo, identity, [("a.txt", b"1\n", b"2\n"), ("n/new.txt", None, b"x")],
+            daemon,
+            repo,
+            identity,
+            [("a.txt", b"1\n", b"2\n"), ("n/new.txt", None, b"x")],
             grant_id=f"grt_pg_{os.getpid()}",
         )
         view = promote(daemon, bundle, receipt).json()
