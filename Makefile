@@ -39,10 +39,10 @@ else
 endif
 
 test: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check promoter scripts tests bench migrations
