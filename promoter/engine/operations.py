@@ -180,6 +180,8 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             "code": row.code,
             "detail": row.detail,
             "receipt_sha256": row.receipt_sha256,
+            "pre_snapshot": row.pre_snapshot,
+            "post_snapshot": row.post_snapshot,
             "report": row.report,
             "created_at": row.created_at,
             "updated_at": row.updated_at,

@@ -189,3 +189,22 @@ def test_the_cli_lists_captures_diffs_and_restores(
     )
     assert stale.exit_code != 0
     assert getattr(stale.exception, "code", None) == "snapshot_stale"
+
+
+def test_promotion_records_pre_and_post_snapshots_when_enabled(tmp_path: Path) -> None:
+    from promoter.config import RepositoryConfig
+
+    repo = init_repo(tmp_path / "snap", {"a.txt": b"1\n"})
+    config = RepositoryConfig(path=repo, snapshots=True)
+    with running_daemon(tmp_path / "state", {"snap": config}) as daemon:
+        identity = daemon.services.registry.by_name("snap").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [("a.txt", b"1\n", b"2\n")])
+        view = promote(daemon, bundle, receipt).json()
+        assert view["status"] == "completed"
+        pre, post = view["pre_snapshot"], view["post_snapshot"]
+        assert pre and post and pre != post
+        with daemon.operator() as op:
+            diff = op.get("/v1/repositories/snap/snapshots/diff", params={"from": pre, "to": post})
+        assert diff.status_code == 200, diff.text
+        assert diff.json()["modified"] == ["a.txt"]
+        assert diff.json()["added"] == diff.json()["deleted"] == []
