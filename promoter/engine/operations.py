@@ -10,8 +10,10 @@ thread; ``wait`` blocks on the attempt's future. The protocol itself is in
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,8 +154,11 @@ def request_promotion(
 
 
 def wait_for(services: Services, operation_id: str, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the running attempt; return early if none runs here."""
     future = runner(services).future(operation_id)
-    if future is not None:
+    if future is None:
+        return
+    with contextlib.suppress(FutureTimeout):
         future.result(timeout=timeout)
 
 
