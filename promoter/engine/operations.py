@@ -11,6 +11,7 @@ thread; ``wait`` blocks on the attempt's future. The protocol itself is in
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -40,6 +41,8 @@ from promoter.errors import (
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
+
+log = logging.getLogger("promoter.operations")
 
 FINAL = {"completed", "refused", "needs_reconciliation", "rolled_back", "rollback_partial"}
 
@@ -75,10 +78,23 @@ class Runner:
 
 
 def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
+    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck."""
     try:
         promote.run(services, operation_id, fence)
-    except PromoterError as exc:
-        promote.refuse(services, operation_id, exc)
+    except Exception as exc:
+        log.exception("attempt of %s failed unexpectedly", operation_id)
+        error = exc if isinstance(exc, PromoterError) else PromoterError(str(exc)[:500])
+        with services.db.session() as session:
+            row = journal.get_operation(session, operation_id)
+            running = row is not None and row.status in ("in_progress", "applied_unverified")
+            wrote = running and bool(journal.steps(session, operation_id))
+            if running and wrote:
+                assert row is not None
+                journal.set_status(
+                    session, row, "needs_recovery", code=error.code, detail=error.detail
+                )
+        if running and not wrote:
+            promote.refuse(services, operation_id, error)
 
 
 _request_lock = threading.Lock()

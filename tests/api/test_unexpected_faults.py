@@ -1,0 +1,47 @@
+"""An unexpected fault inside an attempt never leaves an operation stuck ``in_progress``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from promoter.engine import outcome, promote
+from tests.support.daemon import Daemon
+from tests.support.promotion import promote as request_promotion
+from tests.support.promotion import submit
+
+V1, V2 = b"print('v1')\n", b"print('v2')\n"
+
+
+def test_fault_before_the_journal_is_refused(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("inspect broke")
+
+    monkeypatch.setattr(promote, "inspect", broken)
+    view = request_promotion(daemon, bundle, receipt).json()
+    assert (view["status"], view["code"]) == ("refused", "internal")
+    assert (repo / "src" / "app.py").read_bytes() == V1
+
+
+def test_fault_after_writing_began_needs_recovery_then_recovers(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
+    real = outcome.complete
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("complete broke")
+
+    monkeypatch.setattr(outcome, "complete", broken)
+    view = request_promotion(daemon, bundle, receipt).json()
+    assert (view["status"], view["code"]) == ("needs_recovery", "internal")
+    monkeypatch.setattr(outcome, "complete", real)
+    with daemon.orchestrator() as orch:
+        done = orch.post(f"/v1/operations/{view['operation_id']}/recover", json={"fence": 7})
+    assert done.json()["status"] == "completed"
+    assert (repo / "src" / "app.py").read_bytes() == V2
