@@ -268,6 +268,13 @@ class StorageError(PromoterError):
     title = "The host could not read or write its storage"
 
 
+class Stopped(PromoterError):
+    code = "stopped"
+    http_status = 503
+    exit_code = 75
+    title = "The daemon is stopping"
+
+
 class GitError(PromoterError):
     code = "git_error"
     http_status = 503

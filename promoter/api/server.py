@@ -10,17 +10,31 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
 
 
 class ReadyServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, *, announce: bool = False) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        announce: bool = False,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
+        self._on_exit = on_exit
         self.ready = threading.Event()
         self.port: int | None = None
         self._announce = announce
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._on_exit is not None:
+            self._on_exit()  # tell running attempts first, then shut down gracefully
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -40,9 +54,15 @@ class ReadyServer(uvicorn.Server):
 
 
 def make_server(
-    app: Any, host: str, port: int, *, log_level: str = "warning", announce: bool = False
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "warning",
+    announce: bool = False,
+    on_exit: Callable[[], None] | None = None,
 ) -> ReadyServer:
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=10
     )
-    return ReadyServer(config, announce=announce)
+    return ReadyServer(config, announce=announce, on_exit=on_exit)

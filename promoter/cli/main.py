@@ -77,7 +77,12 @@ def serve(
         err_console.print(f"  {repository.name}: {repository.worktree} ({repository.identity})")
     app_ = create_app(settings, services)
     server = make_server(
-        app_, settings.host, settings.port, log_level=settings.log_level, announce=True
+        app_,
+        settings.host,
+        settings.port,
+        log_level=settings.log_level,
+        announce=True,
+        on_exit=services.stopping.set,
     )
     try:
         server.run()

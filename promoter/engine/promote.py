@@ -31,7 +31,7 @@ from promoter.engine.locking import repo_lock
 from promoter.engine.outcome import finish
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, TargetDrift, WriteFailed
+from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import ExpectedState, Root
 from promoter.fs.lock import RepoLock
@@ -220,11 +220,17 @@ def apply_changes(
         refuse(services, operation_id, error, stage="staging temp files")
         return
     failure: tuple[int, PromoterError] | None = None
+    applied: list[int] = []
+    stopped = False
     try:
         lock.check_held()
         for seq, change in enumerate(changes):
             if seq not in wanted:
                 continue
+            if services.stopping.is_set():  # SIGTERM: stop between two steps
+                stopped = True
+                batch.drop_temps(seq)
+                break
             try:
                 _apply_one(root, batch, seq, change)
             except (PromoterError, OSError) as exc:
@@ -232,6 +238,7 @@ def apply_changes(
                 failure = (seq, error)
                 batch.drop_temps(seq)
                 break
+            applied.append(seq)
         faults.point("after_replaces")
         _fsync_parents(batch)
     except (PromoterError, OSError) as exc:
@@ -239,7 +246,26 @@ def apply_changes(
         failure = failure or (-1, error)
     finally:
         batch.close()
+    if stopped and failure is None:
+        _leave_for_recovery(services, operation_id, applied)
+        return
     finish(services, operation_id, root, changes, evidence, failure)
+
+
+def _leave_for_recovery(services: Services, operation_id: str, applied: list[int]) -> None:
+    """The daemon is stopping: journal the steps done; recovery finishes the rest."""
+    with services.db.session() as session:
+        row = journal.require(session, operation_id)
+        for step in journal.steps(session, operation_id):
+            if step.seq in applied:
+                step.status = "completed"
+        journal.set_status(
+            session,
+            row,
+            "needs_recovery",
+            code="stopped",
+            detail=f"the daemon stopped after {len(applied)} of the steps",
+        )
 
 
 def _stage_temps(
@@ -249,6 +275,8 @@ def _stage_temps(
         if not change.new.exists or seq not in wanted:
             continue
         assert change.new.sha256 is not None and change.new.mode is not None
+        if services.stopping.is_set():
+            raise Stopped("the daemon is stopping; nothing was written")
         parent = root.open_parent(change.path, create=True)
         batch.parents[seq] = parent
         batch.created_dirs.extend(parent.created_dirs)

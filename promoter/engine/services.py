@@ -8,6 +8,7 @@ here runs at import time; the API's lifespan and the CLI call it.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ class Services:
     auth: Authenticator
     tokens: dict[Role, str]
     extras: dict[str, object] = field(default_factory=dict)
+    # set on SIGTERM: running attempts stop after the current step and are left for recovery
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
         self.db.dispose()

@@ -45,3 +45,43 @@ def test_fault_after_writing_began_needs_recovery_then_recovers(
         done = orch.post(f"/v1/operations/{view['operation_id']}/recover", json={"fence": 7})
     assert done.json()["status"] == "completed"
     assert (repo / "src" / "app.py").read_bytes() == V2
+
+
+def test_stopping_daemon_leaves_the_attempt_for_recovery(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changes = [("src/app.py", V1, V2), ("src/b.txt", None, b"b\n"), ("src/c.txt", None, b"c\n")]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    real = promote._apply_one
+    calls: list[int] = []
+
+    def stop_after_first(root: object, batch: object, seq: int, change: object) -> None:
+        real(root, batch, seq, change)  # type: ignore[arg-type]
+        calls.append(seq)
+        daemon.services.stopping.set()  # as SIGTERM does, between two steps
+
+    monkeypatch.setattr(promote, "_apply_one", stop_after_first)
+    view = request_promotion(daemon, bundle, receipt).json()
+    assert (view["status"], view["code"]) == ("needs_recovery", "stopped")
+    assert [s["status"] for s in view["steps"]] == ["completed", "pending", "pending"]
+    assert (repo / "src" / "app.py").read_bytes() == V2
+    assert not (repo / "src" / "b.txt").exists()
+    assert not (repo / "src" / "c.txt").exists()
+    assert not list(repo.rglob(".promoter-tmp-*"))
+    daemon.services.stopping.clear()
+    monkeypatch.setattr(promote, "_apply_one", real)
+    with daemon.orchestrator() as orch:
+        done = orch.post(f"/v1/operations/{view['operation_id']}/recover", json={"fence": 7})
+    assert done.json()["status"] == "completed"
+    assert (repo / "src" / "c.txt").read_bytes() == b"c\n"
+
+
+def test_stopping_before_any_write_refuses(daemon: Daemon, repo: Path, identity: str) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
+    daemon.services.stopping.set()
+    try:
+        view = request_promotion(daemon, bundle, receipt).json()
+    finally:
+        daemon.services.stopping.clear()
+    assert (view["status"], view["code"]) == ("refused", "stopped")
+    assert (repo / "src" / "app.py").read_bytes() == V1
