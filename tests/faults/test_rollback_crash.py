@@ -78,8 +78,12 @@ def test_sigterm_mid_promotion_finishes_or_leaves_it_recoverable(tmp_path: Path)
     second = DaemonProcess(state, {"work": repo})
     try:
         with second.client() as orch:
-            status = orch.get(f"/v1/operations/{op_id}").json()["status"]
-            assert status in ("completed", "needs_recovery")
+            view = orch.get(f"/v1/operations/{op_id}").json()
+            status = view["status"]
+            # stopped before writing (refused: ask again), mid-way (recover) or after
+            assert status in ("completed", "needs_recovery", "refused"), view
+            if status == "refused":
+                assert view["code"] == "stopped"
             if status == "needs_recovery":
                 orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
             assert (
