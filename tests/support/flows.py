@@ -9,8 +9,6 @@ by recomputing ``receipt_sha256`` independently with ``hashlib`` + ``rfc8785``.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,25 +16,7 @@ from typing import Any
 import httpx
 import rfc8785
 
-GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "Test User",
-    "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "Test User",
-    "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "LC_ALL": "C",
-}
-
-
-def git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), **GIT_ENV}
-    done = subprocess.run(
-        ["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True, timeout=60
-    )
-    return done.stdout.decode().strip()
+from tests.gitutil import git
 
 
 def init_repo(path: Path, files: dict[str, bytes] | None = None) -> Path:
