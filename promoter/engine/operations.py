@@ -260,13 +260,14 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
     verification = load_verification(services, bundle_id)
     result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
     try:
-        evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
-        result["checks"]["evidence"] = {"ok": True}
-        if fence is not None:
-            check_authority(services, evidence.grant, fence)
+        grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
+        if fence is not None:  # (1) authority
+            check_authority(services, grant, fence)
         else:
-            check_grant_window(evidence.grant)
+            check_grant_window(grant)
         result["checks"]["authority"] = {"ok": True}
+        evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
+        result["checks"]["evidence"] = {"ok": True}  # (2) evidence
         repository = services.registry.by_identity(evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
             readback = inspect(repository.layout, root, evidence.grant, evidence.bundle)

@@ -26,6 +26,8 @@ from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change
 from promoter.engine import ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
+from promoter.engine.bundles import load_bundle
+from promoter.engine.grants import load_grant
 from promoter.engine.inspect import inspect, spec
 from promoter.engine.locking import repo_lock
 from promoter.engine.outcome import finish
@@ -93,8 +95,9 @@ def run(services: Services, operation_id: str, fence: int) -> None:
         bundle_id, receipt_sha = row.bundle_id, row.verification_receipt_sha256
     assert bundle_id is not None and receipt_sha is not None
     try:
-        evidence = recheck_evidence(services, bundle_id, receipt_sha)
-        check_authority(services, evidence.grant, fence)
+        grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
+        check_authority(services, grant, fence)  # (1) authority
+        evidence = recheck_evidence(services, bundle_id, receipt_sha)  # (2) evidence
         repository = services.registry.by_identity(evidence.grant.repository_identity)
     except PromoterError as exc:
         refuse(services, operation_id, exc)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import Daemon
-from tests.support.flows import git, ts
+from tests.support.flows import git, sha, ts
 from tests.support.promotion import git_dir_digest, promote, set_lease, submit, tree_bytes
 
 V1 = b"print('v1')\n"
@@ -219,3 +219,27 @@ def test_promotion_naming_another_receipt_is_refused_without_an_operation(
         assert (malformed.status_code, malformed.json()["code"]) == (422, "validation_failed")
     with daemon.operator() as op:
         assert op.get("/v1/operations").json()["operations"] == []
+
+
+def _corrupt_blob(daemon: Daemon, data: bytes) -> None:
+    digest = sha(data)
+    path = daemon.state_dir / "audit" / "blobs" / "sha256" / digest[:2] / digest
+    path.chmod(0o644)
+    path.write_bytes(b"tampered")
+    path.chmod(0o444)
+
+
+def test_authority_is_checked_before_evidence(daemon: Daemon, repo: Path, identity: str) -> None:
+    grant, bundle, receipt = submit(daemon, repo, identity, CHANGES, lease=False)
+    _corrupt_blob(daemon, V2)
+    before = tree_bytes(repo)
+    first = promote(daemon, bundle, receipt).json()
+    assert (first["status"], first["code"]) == ("refused", "lease_stale")
+    set_lease(daemon, grant)
+    second = promote(daemon, bundle, receipt).json()
+    assert (second["status"], second["code"]) == ("refused", "verification_failed")
+    with daemon.orchestrator() as orch:
+        pre = orch.post(f"/v1/bundles/{bundle['bundle_id']}/preflight", json={"fence": 7}).json()
+    assert (pre["status"], pre["code"]) == ("refused", "verification_failed")
+    assert pre["checks"] == {"authority": {"ok": True}}
+    assert tree_bytes(repo) == before
