@@ -101,11 +101,7 @@ def show(
 ) -> None:
     """Show an operation: per path its step, expected states and actual state now."""
     with _client(url, token_file, 60.0) as client:
-        view = client.get_operation(operation_id, current=True)
-    if json_output:
-        _emit(view)
-        return
-    print_view(view)
+        _show_after(client, operation_id, json_output)
 
 
 def print_view(view: dict[str, Any]) -> None:
@@ -152,6 +148,15 @@ def print_view(view: dict[str, Any]) -> None:
     console.print("next: " + NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"]))
 
 
+def _show_after(client: PromoterClient, operation_id: str, json_output: bool) -> None:
+    """Print the operation as it stands now, each target read now."""
+    view = client.get_operation(operation_id, current=True)
+    if json_output:
+        _emit(view)
+    else:
+        print_view(view)
+
+
 @ops_app.command("recover")
 def recover(
     operation_id: Annotated[str, typer.Argument(help="The operation id.")],
@@ -163,11 +168,7 @@ def recover(
     """Recover an operation that needs recovery (orchestrator or operator token)."""
     with _client(url, token_file) as client:
         client.recover(operation_id, fence)
-        view = client.get_operation(operation_id, current=True)
-    if json_output:
-        _emit(view)
-    else:
-        print_view(view)
+        _show_after(client, operation_id, json_output)
 
 
 @ops_app.command("reconcile")
@@ -182,11 +183,7 @@ def reconcile(
     """Carry out an operator's decision on an operation that needs reconciliation."""
     with _client(url, token_file) as client:
         client.reconcile(operation_id, decision, note)
-        view = client.get_operation(operation_id, current=True)
-    if json_output:
-        _emit(view)
-    else:
-        print_view(view)
+        _show_after(client, operation_id, json_output)
 
 
 @ops_app.command("rollback")
