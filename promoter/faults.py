@@ -8,6 +8,11 @@ that point, as a comma-separated list of ``name=action`` items, where action is 
 ``@N`` suffix fires only on the N-th hit of that point (1-based), e.g.
 ``after_replace=kill@3``; ``@N+`` fires on the N-th and every later hit.
 
+``pause:<path>`` makes a race deterministic: the process writes ``<path>.paused`` (so a
+test knows the point was reached), then blocks until ``<path>`` exists, for at most
+``PROMOTER_FAULTS_PAUSE_LIMIT`` seconds (default 60; past that it goes on, so a broken
+test cannot hang the daemon for ever). Example: ``before_swap_back=pause:/tmp/go``.
+
 This module owns parsing and firing only; which points exist is documented where they
 are called.
 """
@@ -16,10 +21,15 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
+import time
 from dataclasses import dataclass
 
 ENV = "PROMOTER_FAULTS"
+PAUSE_LIMIT_ENV = "PROMOTER_FAULTS_PAUSE_LIMIT"
+_POLL = 0.005
+_COUNT = re.compile(r"@(\d+)(\+?)$")
 
 
 @dataclass(frozen=True)
@@ -40,10 +50,11 @@ def _parse(spec: str) -> dict[str, _Rule]:
         name, _, action = item.partition("=")
         action = action or "kill"
         nth, persistent = 1, False
-        if "@" in action:
-            action, _, count = action.partition("@")
-            persistent = count.endswith("+")
-            nth = int(count.rstrip("+"))
+        counted = _COUNT.search(action)
+        if counted:
+            action = action[: counted.start()]
+            persistent = counted.group(2) == "+"
+            nth = int(counted.group(1))
         rules[name.strip()] = _Rule(action.strip(), nth, persistent)
     return rules
 
@@ -75,7 +86,19 @@ def point(name: str) -> None:
         return
     if rule.action == "kill":
         os._exit(137)
+    if rule.action.startswith("pause:"):
+        _pause(rule.action.removeprefix("pause:"))
+        return
     code = getattr(errno, rule.action, None)
     if not isinstance(code, int):
         raise ValueError(f"{ENV}: unknown action {rule.action!r} for point {name!r}")
     raise OSError(code, f"injected fault at {name}: {os.strerror(code)}")
+
+
+def _pause(release: str) -> None:
+    """Announce the pause at ``release + ".paused"``, then wait for ``release`` (bounded)."""
+    with open(release + ".paused", "w", encoding="utf-8") as marker:
+        marker.write(str(os.getpid()))
+    deadline = time.monotonic() + float(os.environ.get(PAUSE_LIMIT_ENV, "60"))
+    while not os.path.exists(release) and time.monotonic() < deadline:  # noqa: PTH110
+        time.sleep(_POLL)
