@@ -100,5 +100,5 @@ def _pause(release: str) -> None:
     with open(release + ".paused", "w", encoding="utf-8") as marker:
         marker.write(str(os.getpid()))
     deadline = time.monotonic() + float(os.environ.get(PAUSE_LIMIT_ENV, "60"))
-    while not os.path.exists(release) and time.monotonic() < deadline:  # noqa: PTH110
+    while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(_POLL)

@@ -13,6 +13,8 @@ from promoter.errors import PathInvalid
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
+# SPEC §10.2: names promoter gives its own temp and kept files; a bundle may not use them.
+RESERVED_PREFIXES = (".promoter-tmp-", ".promoter-kept-")
 
 
 def _has_control(text: str) -> bool:
@@ -48,6 +50,10 @@ def check_path(path: str) -> str:
             )
         if component.casefold() == ".git":
             raise PathInvalid("path has a '.git' component", path=path)
+        if component.casefold().startswith(RESERVED_PREFIXES):
+            raise PathInvalid(
+                "a path component uses a name reserved for promoter's own files", path=path
+            )
     return path
 
 
@@ -78,3 +84,12 @@ def check_path_set(paths: Iterable[str]) -> None:
 def sort_key(path: str) -> bytes:
     """Bundles list changes sorted by the UTF-8 bytes of ``path``."""
     return path.encode("utf-8")
+
+
+def temp_name(operation_id: str, attempt: int, seq: int) -> str:
+    """The one temp name step ``seq`` of an attempt may use beside its target (SPEC §10.1).
+
+    A pure function of journaled facts, so the name is journaled before the file exists
+    and recovery finds exactly the names promoter may have created, never by prefix.
+    """
+    return f"{RESERVED_PREFIXES[0]}{operation_id}-{attempt}-{seq}"

@@ -114,7 +114,11 @@ def fail_closed(
     operation_id: str,
     paths: list[dict[str, Any]],
     failure: tuple[int, PromoterError] | None,
+    *,
+    kept: list[dict[str, Any]] | None = None,
 ) -> None:
+    """Close the attempt as ``needs_reconciliation``; the report names any kept bytes."""
+    kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]
     code = failure[1].code if failure else "target_drift"
     detail = failure[1].detail if failure else "a target did not read back as its new state"
     with services.db.session() as session:
@@ -133,9 +137,12 @@ def fail_closed(
             session,
             operation_id,
             "outcome",
-            {"status": "needs_reconciliation", "code": code, "detail": detail},
+            {"status": "needs_reconciliation", "code": code, "detail": detail}
+            | ({"kept": kept} if kept else {}),
         )
         report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
+        if kept:
+            report["kept"] = kept
         journal.set_status(
             session, row, "needs_reconciliation", code=code, detail=detail, report=report
         )

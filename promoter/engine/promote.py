@@ -24,6 +24,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change
+from promoter.domain.paths import temp_name
 from promoter.engine import ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
 from promoter.engine.bundles import load_bundle
@@ -69,23 +70,37 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
 class Batch:
     """The in-flight writes of one attempt."""
 
+    operation_id: str
+    attempt: int
     changes: list[Change]
     parents: dict[int, Parent] = field(default_factory=dict)
     temps: dict[int, str] = field(default_factory=dict)
     created_dirs: list[str] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+    def temp(self, seq: int) -> str:
+        """The journaled temp name of step ``seq`` in this attempt."""
+        return temp_name(self.operation_id, self.attempt, seq)
 
     def close(self) -> None:
         for parent in self.parents.values():
             parent.close()
 
     def drop_temps(self, from_seq: int = 0) -> None:
+        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own."""
         for seq, temp in list(self.temps.items()):
             if seq >= from_seq:
+                new = expected(self.changes[seq].new)
                 try:
-                    self.parents[seq].remove_temp(temp)
+                    self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
                 except (PromoterError, OSError):
-                    log.warning("could not remove temp file %s", temp)
+                    log.warning("could not remove temp file %s; left in place", temp)
                 self.temps.pop(seq, None)
+
+
+def attempt_of(services: Services, operation_id: str) -> int:
+    with services.db.session() as session:
+        return journal.require(session, operation_id).attempt
 
 
 def run(services: Services, operation_id: str, fence: int) -> None:
@@ -168,8 +183,9 @@ def _locked(
                         "operation": c.operation,
                         "old": c.old.wire(),
                         "new": c.new.wire(),
+                        "temp_name": temp_name(operation_id, row.attempt, seq),
                     }
-                    for c in changes
+                    for seq, c in enumerate(changes)
                 ],
             )
             decision = ledger.append(
@@ -207,9 +223,10 @@ def apply_changes(
     recovering: bool = False,
 ) -> None:
     """Write the steps in ``todo`` (default: all), then read back every target."""
-    batch = Batch(changes)
+    batch = Batch(operation_id, attempt_of(services, operation_id), changes)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
+        _journal_dir_intent(services, operation_id, root, changes, wanted)
         _stage_temps(services, operation_id, root, batch, wanted)
     except (PromoterError, OSError) as exc:
         if isinstance(exc, PromoterError):  # directories made before the failing step
@@ -218,8 +235,14 @@ def apply_changes(
         _remove_dirs(root, batch.created_dirs)
         batch.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+        if batch.kept:  # someone else's bytes were found at a temp name: fail closed
+            error.context["kept"] = [*error.context.get("kept", []), *batch.kept]
+            finish(services, operation_id, root, changes, evidence, (-1, error))
+            return
         if recovering:
             raise error from exc
+        with services.db.session() as session:
+            journal.delete_created_dirs(session, operation_id)
         refuse(services, operation_id, error, stage="staging temp files")
         return
     failure: tuple[int, PromoterError] | None = None
@@ -240,6 +263,8 @@ def apply_changes(
                 error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
                 failure = (seq, error)
                 batch.drop_temps(seq)
+                if batch.kept:
+                    error.context["kept"] = [*error.context.get("kept", []), *batch.kept]
                 break
             applied.append(seq)
         faults.point("after_replaces")
@@ -284,11 +309,42 @@ def _stage_temps(
         batch.parents[seq] = parent
         batch.created_dirs.extend(parent.created_dirs)
         data = services.blobs.read(change.new.sha256)
-        batch.temps[seq] = parent.write_temp(data, change.new.mode)
+        batch.temps[seq] = parent.write_temp(data, change.new.mode, temp=batch.temp(seq))
     with services.db.session() as session:
         journal.set_temp_names(session, operation_id, batch.temps)
         journal.add_created_dirs(session, operation_id, batch.created_dirs)
     faults.point("after_temps_journaled")
+
+
+def missing_dirs(root: Root, paths: list[str]) -> list[str]:
+    """The directories on the way to ``paths`` that do not exist now, shallowest first."""
+    missing: dict[str, None] = {}
+    known: set[str] = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/".join(parts[:depth])
+            if directory in missing:
+                continue
+            if directory in known:
+                continue
+            if root.read_state(directory).kind == "missing":
+                missing.update({"/".join(parts[:d]): None for d in range(depth, len(parts) + 1)})
+                break
+            known.add(directory)
+    return list(missing)
+
+
+def _journal_dir_intent(
+    services: Services, operation_id: str, root: Root, changes: list[Change], wanted: set[int]
+) -> None:
+    """Journal every directory the writes may create before any is made (SPEC §10.1)."""
+    creates = [c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists]
+    intended = missing_dirs(root, creates)
+    if intended:
+        with services.db.session() as session:
+            journal.add_created_dirs(session, operation_id, intended)
+    faults.point("after_dir_intent")
 
 
 def _apply_one(root: Root, batch: Batch, seq: int, change: Change) -> None:
@@ -299,7 +355,7 @@ def _apply_one(root: Root, batch: Batch, seq: int, change: Change) -> None:
         return
     parent = root.open_parent(change.path, create=False)
     batch.parents[seq] = parent
-    parent.unlink_checked(expected(change.old))
+    parent.unlink_checked(expected(change.old), aside=batch.temp(seq))
 
 
 def _fsync_parents(batch: Batch) -> None:

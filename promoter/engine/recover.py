@@ -4,9 +4,10 @@ On start every ``in_progress`` operation whose owner process is gone becomes
 ``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
 ``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
 lock, marks the operation ``in_progress`` under a new owner (so a crash during recovery
-leaves it ``needs_recovery`` again), removes its own orphan temp files and reclassifies
-every target with the table of SPEC §5.5. It never rolls completed files back by itself,
-and the operation ends with the same id and exactly one receipt.
+leaves it ``needs_recovery`` again), settles the temp names its journal allowed
+(promoter's bytes removed, anything else kept and reported; never a sweep by prefix) and
+reclassifies every target with the table of SPEC §5.5. It never rolls completed files
+back by itself, and the operation ends with the same id and exactly one receipt.
 
 ``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
 ``continue`` (the same reclassification, after a manual fix), ``abandon`` (close it,
@@ -20,6 +21,7 @@ from typing import Any
 
 from promoter import faults
 from promoter.domain.models import Change
+from promoter.domain.paths import temp_name
 from promoter.engine import ledger, outcome, promote
 from promoter.engine.authority import Evidence, recheck_evidence
 from promoter.engine.inspect import classify, leaf_report
@@ -27,6 +29,7 @@ from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
+from promoter.engine.settle import settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
 from promoter.errors import (
     LeaseStale,
@@ -35,7 +38,6 @@ from promoter.errors import (
     PromoterError,
     ValidationFailed,
 )
-from promoter.fs.atomic import remove_orphan_temps as remove_orphan_temps_in
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
@@ -163,16 +165,26 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
         return _load(session, operation_id).status
 
 
-def remove_orphan_temps(
+def settle_temps(
     services: Services, operation_id: str, root: Root, changes: list[Change]
-) -> list[str]:
-    """Remove this operation's ``.promoter-tmp-*`` files from its targets' directories."""
-    removed = remove_orphan_temps_in(root, [c.path for c in changes])
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Settle every temp name this operation's attempts were journaled to use (SPEC §10.1).
+
+    Returns the temp files removed (promoter's own) and the kept entries (someone else's
+    bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
+    """
     with services.db.session() as session:
-        for step in journal.steps(session, operation_id):
-            step.temp_name = None
+        attempts = journal.require(session, operation_id).attempt
+    removed, kept = settle_step_temps(
+        root,
+        [
+            (change.path, temp_name(operation_id, attempt, seq), change.old, change.new)
+            for seq, change in enumerate(changes)
+            for attempt in range(1, attempts + 1)
+        ],
+    )
     faults.point("after_orphans_removed")
-    return removed
+    return removed, kept
 
 
 def _reclassify(
@@ -185,7 +197,7 @@ def _reclassify(
     reason: str,
 ) -> None:
     changes = list(evidence.bundle.changes)
-    removed = remove_orphan_temps(services, operation_id, root, changes)
+    removed, kept = settle_temps(services, operation_id, root, changes)
     with services.db.session() as session:
         steps = {s.seq: s.status for s in journal.steps(session, operation_id)}
     todo: set[int] = set()
@@ -206,6 +218,8 @@ def _reclassify(
         else:
             action = "fail_closed"
             blocked = True
+        if any(k["path"] == change.path for k in kept):
+            action, blocked = "fail_closed", True
         paths.append(
             {"path": change.path, "step": step, "found": found, "action": action, "actual": actual}
         )
@@ -219,6 +233,7 @@ def _reclassify(
                 "allowed": not blocked,
                 "paths": paths,
                 "removed_temp_files": removed,
+                "kept": kept,
             },
         )
     if blocked:
@@ -227,6 +242,7 @@ def _reclassify(
             operation_id,
             [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
             None,
+            kept=kept,
         )
         return
     promote.apply_changes(

@@ -22,10 +22,12 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import canonical, seal_receipt
 from promoter.domain.models import RollbackReceiptV1
+from promoter.domain.paths import temp_name
 from promoter.engine import ledger
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
+from promoter.engine.settle import settle_step_temps
 from promoter.errors import OperationConflict, OperationUnknown, PromoterError
 from promoter.fs.chain import ExpectedState, LeafState, Root
 from promoter.store import journal, repo
@@ -167,9 +169,23 @@ def _rollback_locked(
             )
             ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
             ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
+    kept: list[dict[str, Any]] = []
+    if done:  # a rollback that ran before: settle the temp names it was journaled to use
+        kept = settle_step_temps(
+            root,
+            [
+                (str(p["path"]), temp_name(child_id, 1, seq), p["new"], p["old"])
+                for seq, p in enumerate(promoted)
+            ],
+        )[1]
+    held = {k["path"] for k in kept}
     targets: list[dict[str, Any]] = []
     for seq, step in enumerate(promoted):
-        result, leaf = _one(services, root, step, already=done.get(seq) == "completed")
+        if step["path"] in held:  # someone else's bytes were found at our temp name
+            result, leaf = "conflict", _leaf_or_none(root, str(step["path"]))
+        else:
+            aside = temp_name(child_id, 1, seq)
+            result, leaf = _one(services, root, step, aside, already=done.get(seq) == "completed")
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
             row.status = "completed" if result != "conflict" else "failed"
@@ -205,6 +221,8 @@ def _rollback_locked(
             {"status": status, "receipt_sha256": receipt.receipt_sha256},
         )
         ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
+        if kept:
+            child.report = {**(child.report or {}), "kept": kept}
         child.receipt = receipt.wire()
         child.receipt_sha256 = receipt.receipt_sha256
         journal.set_status(session, child, status)
@@ -220,8 +238,15 @@ def _rmdir(root: Root, directory: str) -> bool:
         return False
 
 
+def _leaf_or_none(root: Root, path: str) -> LeafState | None:
+    try:
+        return root.read_state(path)
+    except PromoterError:
+        return None
+
+
 def _one(
-    services: Services, root: Root, step: dict[str, Any], *, already: bool
+    services: Services, root: Root, step: dict[str, Any], aside: str, *, already: bool
 ) -> tuple[str, LeafState | None]:
     """Compare-and-swap one target back to its old state."""
     old, new = _expected(step["old"]), _expected(step["new"])
@@ -238,12 +263,12 @@ def _one(
             assert old.sha256 is not None and old.mode is not None
             data = services.blobs.read(old.sha256)
             with root.open_parent(step["path"], create=True) as parent:
-                temp = parent.write_temp(data, old.mode)
+                temp = parent.write_temp(data, old.mode, temp=aside)
                 parent.replace(temp, expected_old=new, new=old)
                 parent.fsync()
         else:
             with root.open_parent(step["path"], create=False) as parent:
-                parent.unlink_checked(new)
+                parent.unlink_checked(new, aside=aside)
                 parent.fsync()
         leaf = root.read_state(step["path"])
     except PromoterError:

@@ -26,10 +26,12 @@ import os
 from typing import Any
 
 from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
+from promoter.domain.paths import temp_name
 from promoter.engine import ledger
 from promoter.engine.ownership import Owner
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
+from promoter.engine.settle import settle_step_temps
 from promoter.engine.snapshot_steps import Step, StepRun, dir_key, spec
 from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
 from promoter.errors import (
@@ -40,7 +42,6 @@ from promoter.errors import (
     SnapshotStale,
     TargetDrift,
 )
-from promoter.fs.atomic import remove_orphan_temps
 from promoter.fs.chain import Root
 from promoter.fs.leaf import split_rel
 from promoter.git.shadow import ShadowRepository
@@ -91,7 +92,16 @@ def restore(
                 )
             steps = _plan(shadow, current, tree)
             operation_id = _journal(services, repo, current, tree, steps)
-            run = StepRun(services, operation_id, root, lock, shadow, tree, steps)
+            run = StepRun(
+                services,
+                operation_id,
+                root,
+                lock,
+                shadow,
+                tree,
+                steps,
+                attempt=_attempt(services, operation_id),
+            )
             status = run.apply(set(range(len(steps))))
         _post_capture(services, shadow, operation_id, tree)
     finally:
@@ -223,7 +233,8 @@ def _post_capture(
 def recover_restore(services: Services, operation_id: str) -> str:
     """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
 
-    Under the lock, promoter's orphan temp files next to the targets are removed and each
+    Under the lock, the temp names its journal allowed are settled (promoter's bytes removed,
+    anything else kept and the restore failed closed) and each
     step is re-read: exactly new is confirmed, exactly old is applied again, anything else
     leaves the operation ``needs_reconciliation``. Serves ``needs_recovery`` and an
     operator's ``continue`` on ``needs_reconciliation``.
@@ -247,8 +258,23 @@ def recover_restore(services: Services, operation_id: str) -> str:
     try:
         _set_status(services, operation_id, "in_progress", owner=Owner.me())
         with Root.open(repo.worktree) as root:
-            run = StepRun(services, operation_id, root, lock, shadow, target, steps, touched=True)
-            _remove_orphan_temps(root, steps)
+            attempt = _attempt(services, operation_id)
+            run = StepRun(
+                services,
+                operation_id,
+                root,
+                lock,
+                shadow,
+                target,
+                steps,
+                touched=True,
+                attempt=attempt,
+            )
+            run.kept = _settle_temps(root, operation_id, attempt, steps)
+            if run.kept:
+                run.failure = TargetDrift(
+                    "bytes that are not promoter's were found at its temp names; they are kept"
+                )
             todo: set[int] = set()
             for index, step in enumerate(steps):
                 verdict = run.verdict(step)[0]
@@ -286,8 +312,25 @@ def _set_status(
         journal.set_status(session, row, status, code=code, detail=detail)
 
 
-def _remove_orphan_temps(root: Root, steps: list[Step]) -> None:
-    remove_orphan_temps(root, [step.path for step in steps])
+def _attempt(services: Services, operation_id: str) -> int:
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None
+        return row.attempt
+
+
+def _settle_temps(
+    root: Root, operation_id: str, attempts: int, steps: list[Step]
+) -> list[dict[str, Any]]:
+    """Settle the temp names the restore's attempts were journaled to use; return kept."""
+    return settle_step_temps(
+        root,
+        [
+            (step.path, temp_name(operation_id, attempt, seq), step.old, step.new)
+            for seq, step in enumerate(steps)
+            for attempt in range(1, attempts + 1)
+        ],
+    )[1]
 
 
 def _shown(path: str) -> str:

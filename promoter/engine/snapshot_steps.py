@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from promoter.domain.paths import temp_name
 from promoter.engine import ledger
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
@@ -83,7 +84,16 @@ class StepRun:
     created: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     failure: PromoterError | None = None
+    attempt: int = 1
+    kept: list[dict[str, Any]] = field(default_factory=list)
     _target_dirs: set[str] | None = None
+    _seqs: dict[str, int] | None = None
+
+    def temp(self, step: Step) -> str:
+        """The journaled temp name of ``step`` (its index among the steps) in this attempt."""
+        if self._seqs is None:
+            self._seqs = {s.path: i for i, s in enumerate(self.steps)}
+        return temp_name(self.operation_id, self.attempt, self._seqs[step.path])
 
     @property
     def target_dirs(self) -> set[str]:
@@ -121,6 +131,8 @@ class StepRun:
                 _grouped(writes, lambda step, sync: self._write(cat, step, sync))
         except (PromoterError, OSError) as exc:
             self.failure = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+            if isinstance(exc, PromoterError) and exc.context.get("kept"):
+                self.touched = True
         return self.finish()
 
     def _delete(self, step: Step, sync: bool) -> None:
@@ -131,7 +143,7 @@ class StepRun:
                 return  # already gone, with its directory
             raise
         with parent:
-            parent.unlink_checked(expected_state(step.old))
+            parent.unlink_checked(expected_state(step.old), aside=self.temp(step))
             self.touched = True
             if sync:
                 parent.fsync()
@@ -162,7 +174,9 @@ class StepRun:
         with parent:
             self.created.extend(parent.created_dirs)
             self.touched = self.touched or bool(parent.created_dirs)
-            temp = parent.write_temp(cat.read_blob(step.oid), step.new["mode"])
+            temp = parent.write_temp(
+                cat.read_blob(step.oid), step.new["mode"], temp=self.temp(step)
+            )
             parent.replace(
                 temp, expected_old=expected_state(step.old), new=expected_state(step.new)
             )
@@ -190,7 +204,7 @@ class StepRun:
                         "expected_new": step.new,
                     }
                 )
-        ok = self.failure is None and not problems
+        ok = self.failure is None and not problems and not self.kept
         status = "completed" if ok else "needs_reconciliation" if self.touched else "refused"
         error = None if ok else self.failure or TargetDrift("a target did not read back as new")
         with self.services.db.session() as session:
@@ -209,6 +223,9 @@ class StepRun:
             report["events"] = {**report.get("events", {}), "outcome": outcome}
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
+            kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]
+            if kept:
+                report["kept"] = kept
             journal.set_status(session, row, status, code=code, detail=detail, report=report)
         return status
 

@@ -1,59 +1,70 @@
 """Durable writes into a worktree with compare-and-swap on the target.
 
 This module owns every change promoter makes to a file in a worktree: writing a temp
-file next to the target (``.promoter-tmp-<hex>``, ``O_CREAT|O_EXCL|O_NOFOLLOW``, all
-bytes, mode, ``fsync``), putting it in place only while the target is still the
-expected old state, checked deletes, removal of its own temp files, and the mode rule
-of SPEC §3.1 (keep the replaced file's permission bits, set or clear the execute bits
-where read is set; new files get ``0666 & ~umask``).
+file next to the target under the name the journal gave it (``temp_name`` in
+``promoter.domain.paths``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, all bytes, mode, ``fsync``),
+putting it in place only while the target is still the expected old state, deletes by
+move-aside-then-verify, and the mode rule of SPEC §3.1 (keep the replaced file's
+permission bits, set or clear the execute bits where read is set; new files get
+``0666 & ~umask``).
 
-Replacing: a create uses ``renameat2(RENAME_NOREPLACE)``; a modify uses
-``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file, which must be the
-expected old state and the very inode checked before; if not, the two are exchanged
-back (the user's version returns to the target name), the temp is removed and the
-step refuses. Where the kernel or filesystem answers ``EINVAL``/``ENOSYS`` to
-``renameat2``, a create falls back to ``link`` + ``unlink`` (still never replaces) and
-a modify to a plain ``rename`` right after a re-check: that fallback cannot verify or
-restore the displaced file, so an edit landing between the re-check and the rename is
-lost. ``replace`` does not fsync the parent directory: callers batch and call
-``Parent.fsync`` once.
+Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
+- A create uses ``renameat2(RENAME_NOREPLACE)``.
+- A modify uses ``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file through
+  a descriptor. The exact expected old state, and the very inode checked before, is
+  removed. Anything else is exchanged back (the user's version returns to the target
+  name) and what then comes back under the temp name is removed only if it is still the
+  inode promoter wrote with promoter's bytes; otherwise it is kept under a
+  ``.promoter-kept-*`` name and the step refuses with the kept file in its report.
+- A delete renames the target to its journaled temp name (``RENAME_NOREPLACE``), reads
+  it there, and unlinks it only if it is the exact old state with one link; otherwise
+  it goes back to its name (or, if that name was taken meanwhile, it is kept).
+Every refusal after a rename carries ``kept`` (a list of ``Kept.to_dict()``) naming
+where any bytes that were not promoter's are now.
+
+Where the kernel or filesystem answers ``EINVAL``/``ENOSYS`` to ``renameat2``, a create
+falls back to ``link`` + ``unlink`` (still never replaces), a modify to a plain
+``rename`` right after a re-check and a delete to a re-check and ``unlinkat``: those
+fallbacks cannot verify or restore the displaced file, so an edit landing in that window
+is lost (the README's residual risks). ``replace`` does not fsync the parent directory:
+callers batch and call ``Parent.fsync`` once.
 
 Fault points called here: ``after_temp_write`` (temp written, chmod'ed, fsynced and
 closed), ``before_replace`` (old state checked, nothing renamed yet),
-``after_replace`` (the new file is at the target name; a displaced old file may still
-be at the temp name), ``after_unlink`` (a checked delete is done) and
-``after_parent_fsync``. An ``OSError`` anywhere, injected or real, surfaces as
-``WriteFailed`` with its errno and is never retried; in particular a failed fsync is
-reported, not repeated.
+``after_exchange`` (new file at the target, displaced file at the temp name, not yet
+read), ``before_swap_back`` (displaced file found not to be the old state),
+``after_replace`` (the step's rename is done), ``before_unlink`` (a delete's old state
+checked, nothing renamed), ``after_move_aside`` (the delete's target is at its temp
+name), ``after_unlink`` and ``after_parent_fsync``. An ``OSError`` anywhere, injected
+or real, surfaces as ``WriteFailed`` with its errno and is never retried; in particular
+a failed fsync is reported, not repeated.
 
 Deliberately not here: finding paths (``chain.py``), deciding what to write, journaling,
-and directory removal (``Root.remove_dir_if_empty``). Residual risk, documented: Linux
-has no unlink-by-descriptor, so a delete re-checks the name's inode right before
-``unlinkat`` and an exchange happening in that window is not detected; an in-place
-edit of the displaced file after it was verified is lost with it.
+and directory removal (``Root.remove_dir_if_empty``). Residual risk, documented: an
+in-place write through a descriptor opened on the old file before the exchange, landing
+after the displaced file was verified, is lost with it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import logging
 import os
-import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable
+from typing import Any
 
 from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
-from promoter.fs.chain import ParentChain, Root
+from promoter.fs.aside import Kept, beside, check_temp_name, keep, remove_if
+from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import (
     LEAF_FLAGS,
-    TEMP_PREFIX,
     ExpectedState,
     LeafState,
     git_mode_of,
     hash_fd,
     os_error,
-    read_leaf,
 )
 from promoter.fs.syscalls import (
     RENAME_EXCHANGE,
@@ -63,15 +74,10 @@ from promoter.fs.syscalls import (
     renameat2,
 )
 
+log = logging.getLogger("promoter.fs")
+
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_TEMP_ATTEMPTS = 4
-
-
-def _check_temp_name(name: str) -> None:
-    bad = "/" in name or "\x00" in name or len(name) == len(TEMP_PREFIX)
-    if bad or not name.startswith(TEMP_PREFIX):
-        raise PathUnsafe("not a promoter temp file name", name=name)
 
 
 def _refusal(rel: str, expected: ExpectedState, found: LeafState) -> PromoterError:
@@ -85,11 +91,25 @@ def _refusal(rel: str, expected: ExpectedState, found: LeafState) -> PromoterErr
     )
 
 
+def _with_kept(error: PromoterError, kept: list[Kept]) -> PromoterError:
+    if kept:
+        error.context["kept"] = [*error.context.get("kept", []), *(k.to_dict() for k in kept)]
+    return error
+
+
 class Parent(ParentChain):
     """The held parent directory of one target, with the operations that change it."""
 
-    def write_temp(self, data: bytes, git_mode: str) -> str:
-        """Write ``data`` durably to a new temp file next to the target; return its name."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.written: dict[str, tuple[int, int]] = {}
+
+    def write_temp(self, data: bytes, git_mode: str, *, temp: str) -> str:
+        """Write ``data`` durably to the journaled temp name ``temp``; return it.
+
+        A name that is already taken is refused (``PathUnsafe``) and left untouched.
+        """
+        check_temp_name(temp)
         self.verify_chain()
         try:
             current = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
@@ -99,9 +119,20 @@ class Parent(ParentChain):
         except OSError as exc:
             raise os_error("inspecting the target", self.rel, exc) from exc
         mode = file_mode(git_mode, replaced, current_umask())
-        temp, fd = self._create_temp()
+        try:
+            fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.fd)
+        except FileExistsError as exc:
+            raise PathUnsafe(
+                "something already has promoter's journaled temp name; it was left alone",
+                path=self.rel,
+                name=temp,
+            ) from exc
+        except OSError as exc:
+            raise os_error("creating a temp file", self.rel, exc) from exc
         try:
             try:
+                st = os.fstat(fd)
+                self.written[temp] = (st.st_dev, st.st_ino)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
@@ -112,40 +143,57 @@ class Parent(ParentChain):
             faults.point("after_temp_write")
             self.verify_chain()
         except BaseException as exc:
-            self._discard(temp)
+            kept = self.drop_temp(temp, ExpectedState(True, None, None))
             if isinstance(exc, OSError):
-                raise os_error("writing a temp file", self.rel, exc) from exc
+                raise _with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
+            if isinstance(exc, PromoterError):
+                _with_kept(exc, kept)
             raise
         return temp
 
-    def _create_temp(self) -> tuple[str, int]:
-        last: OSError | None = None
-        for _ in range(_TEMP_ATTEMPTS):
-            temp = TEMP_PREFIX + secrets.token_hex(12)
-            try:
-                return temp, os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.fd)
-            except FileExistsError as exc:
-                last = exc
-            except OSError as exc:
-                raise os_error("creating a temp file", self.rel, exc) from exc
-        assert last is not None
-        raise os_error("creating a temp file", self.rel, last) from last
+    def _is_own(self, temp: str, new: ExpectedState) -> Callable[[LeafState], bool]:
+        """The test for "this is the file promoter wrote at ``temp``, unchanged"."""
+        inode = self.written.get(temp)
+
+        def own(leaf: LeafState) -> bool:
+            if inode is None or (leaf.dev, leaf.ino) != inode:
+                return False
+            return new.sha256 is None or leaf.matches(new)
+
+        return own
+
+    def drop_temp(self, temp: str, new: ExpectedState) -> list[Kept]:
+        """Remove the temp promoter wrote (still its inode and bytes); keep anything else.
+
+        ``new`` with ``sha256=None`` accepts the written inode whatever it holds (a temp
+        whose write failed part-way). Returns what was kept (nothing, normally).
+        """
+        try:
+            done, found = remove_if(self, temp, self._is_own(temp, new))
+        except PromoterError:
+            log.warning("could not read temp file %s in %s; left in place", temp, self.rel)
+            return []
+        if done != "left":
+            self.written.pop(temp, None)
+            return []
+        return [keep(self, temp, found)]
 
     def replace(self, temp: str, *, expected_old: ExpectedState, new: ExpectedState) -> None:
         """Put ``temp`` at the target only if the target is ``expected_old`` (or already ``new``).
 
         Refuses with ``TargetDrift`` (another state) or ``PathUnsafe`` (symlink, special
-        file, swapped chain); on refusal the temp is removed and the target is left as
-        found. Idempotent when the target already is ``new``.
+        file, swapped chain); on a refusal before any rename the temp is removed and the
+        target is left as found. Idempotent when the target already is ``new``.
         """
-        _check_temp_name(temp)
+        check_temp_name(temp)
         if not new.exists:
             raise ValueError("replace writes a file; deletes use unlink_checked")
-        holds_user_file = False
+        settled = False
         try:
             self.verify_chain()
             current = self.leaf_state()
             if current.matches(new):
+                self.drop_temp(temp, new)
                 return
             if not current.matches(expected_old):
                 raise _refusal(self.rel, expected_old, current)
@@ -153,17 +201,21 @@ class Parent(ParentChain):
             if not expected_old.exists:
                 self._create_from(temp, new)
             else:
-                holds_user_file = True
-                self._exchange_in(temp, current, expected_old)
-                holds_user_file = False
+                settled = True  # from here the exchange settles the temp name itself
+                self._exchange_in(temp, current, expected_old, new)
             faults.point("after_replace")
-            self.remove_temp(temp)
             self.verify_chain()
         except OSError as exc:
-            raise os_error("replacing the target", self.rel, exc) from exc
-        finally:
-            if not holds_user_file:
-                self._discard(temp)
+            error = os_error("replacing the target", self.rel, exc)
+            if not settled:
+                _with_kept(error, self.drop_temp(temp, new))
+            raise error from exc
+        except PromoterError as exc:
+            if not settled:
+                _with_kept(exc, self.drop_temp(temp, new))
+            raise
+        if not settled:
+            self.drop_temp(temp, new)  # normally gone: the rename consumed it
 
     def _create_from(self, temp: str, new: ExpectedState) -> None:
         try:
@@ -194,63 +246,95 @@ class Parent(ParentChain):
         if not found.matches(new):
             raise _refusal(self.rel, old, found) from exc
 
-    def _exchange_in(self, temp: str, current: LeafState, expected_old: ExpectedState) -> None:
-        """Exchange temp and target and verify the displaced file (plain rename if unsupported)."""
+    def _exchange_in(
+        self, temp: str, current: LeafState, expected_old: ExpectedState, new: ExpectedState
+    ) -> None:
+        """Exchange temp and target, then settle what the exchange displaced (see the module)."""
         try:
             renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
-                raise _refusal(self.rel, expected_old, self.leaf_state()) from exc
+                found = self.leaf_state()
+                raise _with_kept(
+                    _refusal(self.rel, expected_old, found), self.drop_temp(temp, new)
+                ) from exc
             if exc.errno not in _UNSUPPORTED:
-                raise
-            again = self.leaf_state()
-            if not again.matches(expected_old) or (again.dev, again.ino) != (
-                current.dev,
-                current.ino,
-            ):
-                raise _refusal(self.rel, expected_old, again) from exc
-            os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                raise _with_kept(
+                    os_error("exchanging the target", self.rel, exc), self.drop_temp(temp, new)
+                ) from exc
+            self._rename_after_recheck(temp, current, expected_old, new, exc)
             return
+        faults.point("after_exchange")
+
+        def is_old(leaf: LeafState) -> bool:
+            same_inode = (leaf.dev, leaf.ino) == (current.dev, current.ino)
+            return same_inode and leaf.matches(expected_old)
+
         try:
-            displaced: LeafState | None = read_leaf(self.fd, temp, self.rel, self.root.dev)
+            done, displaced = remove_if(self, temp, is_old)
         except PromoterError:
-            displaced = None
-        same_inode = displaced is not None and (displaced.dev, displaced.ino) == (
-            current.dev,
-            current.ino,
-        )
-        if displaced is not None and displaced.matches(expected_old) and same_inode:
+            done, displaced = "left", LeafState(kind="special")
+        if done != "left":
             return
+        faults.point("before_swap_back")
         try:
             renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
         except OSError as exc:
-            raise WriteFailed(
-                "could not put the displaced file back",
-                path=self.rel,
-                displaced_to=temp,
-                errno=exc.errno,
+            held = Kept(
+                self.rel, beside(self, temp), displaced.kind, displaced.sha256, displaced.size
+            )
+            raise _with_kept(
+                WriteFailed(
+                    "could not put the displaced file back; it is kept under the temp name",
+                    path=self.rel,
+                    errno=exc.errno,
+                ),
+                [held],
             ) from exc
-        self._discard(temp)
-        if displaced is None:
-            raise PathUnsafe("the displaced file could not be verified", path=self.rel)
-        if displaced.matches(expected_old):
-            raise TargetDrift(
+        kept = self.drop_temp(temp, new)
+        error: PromoterError
+        if displaced.kind == "file" and displaced.matches(expected_old):
+            error = TargetDrift(
                 "target was replaced between the check and the exchange",
                 path=self.rel,
                 expected=expected_old.to_dict(),
                 found=displaced.to_dict(),
                 reason="swapped",
             )
-        raise _refusal(self.rel, expected_old, displaced)
+        elif displaced.kind in ("file", "missing"):
+            error = _refusal(self.rel, expected_old, displaced)
+        else:
+            error = PathUnsafe("the displaced file could not be verified", path=self.rel)
+        raise _with_kept(error, kept)
 
-    def unlink_checked(self, expected_old: ExpectedState) -> None:
+    def _rename_after_recheck(
+        self,
+        temp: str,
+        current: LeafState,
+        expected_old: ExpectedState,
+        new: ExpectedState,
+        cause: OSError,
+    ) -> None:
+        """Fallback without ``RENAME_EXCHANGE``: re-check, then a plain rename (residual risk)."""
+        again = self.leaf_state()
+        if not again.matches(expected_old) or (again.dev, again.ino) != (current.dev, current.ino):
+            raise _with_kept(
+                _refusal(self.rel, expected_old, again), self.drop_temp(temp, new)
+            ) from cause
+        os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def unlink_checked(self, expected_old: ExpectedState, *, aside: str) -> None:
         """Delete the target only if it is our singly linked regular file equal to ``expected_old``.
 
-        Already missing is success. A hard-linked, foreign-owned, symlinked, special or
-        swapped target raises ``PathUnsafe``; other content or mode raises ``TargetDrift``.
+        Move-aside-then-verify: the target is renamed to the journaled temp name
+        ``aside`` and read there; only the exact old state is unlinked, anything else
+        goes back (or is kept, with ``kept`` in the refusal). Already missing is success.
+        A hard-linked, foreign-owned, symlinked, special or swapped target raises
+        ``PathUnsafe``; other content or mode raises ``TargetDrift``.
         """
         if not expected_old.exists:
             raise ValueError("unlink_checked needs the existing state to remove")
+        check_temp_name(aside)
         try:
             self.verify_chain()
             try:
@@ -267,17 +351,60 @@ class Parent(ParentChain):
                 os.close(fd)
             if not found.matches(expected_old):
                 raise _refusal(self.rel, expected_old, found)
+            faults.point("before_unlink")
+            self.verify_chain()
             try:
-                again = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+                renameat2(self.fd, self.name, self.fd, aside, RENAME_NOREPLACE)
             except FileNotFoundError:
                 return
-            if (again.st_dev, again.st_ino) != (found.dev, found.ino):
-                raise PathUnsafe("target was swapped while it was checked", path=self.rel)
-            self.verify_chain()
-            os.unlink(self.name, dir_fd=self.fd)
+            except FileExistsError as exc:
+                raise PathUnsafe(
+                    "something already has promoter's journaled temp name; it was left alone",
+                    path=self.rel,
+                    name=aside,
+                ) from exc
+            except OSError as exc:
+                if exc.errno not in _UNSUPPORTED:
+                    raise
+                self._unlink_after_recheck(found)
+                return
+            faults.point("after_move_aside")
+            self._settle_aside(aside, expected_old)
             faults.point("after_unlink")
         except OSError as exc:
             raise os_error("deleting the target", self.rel, exc) from exc
+
+    def _settle_aside(self, aside: str, expected_old: ExpectedState) -> None:
+        """Unlink the moved-aside target if it is exactly ``expected_old``; else put it back."""
+
+        def is_old(leaf: LeafState) -> bool:
+            return leaf.nlink == 1 and leaf.matches(expected_old)
+
+        try:
+            done, moved = remove_if(self, aside, is_old)
+        except PromoterError:
+            done, moved = "left", LeafState(kind="special")
+        if done != "left":
+            return
+        kept: list[Kept] = []
+        try:
+            renameat2(self.fd, aside, self.fd, self.name, RENAME_NOREPLACE)
+        except OSError:
+            kept = [keep(self, aside, moved)]
+        error = _refusal(self.rel, expected_old, moved)
+        error.context["reason"] = "changed while it was being deleted"
+        raise _with_kept(error, kept)
+
+    def _unlink_after_recheck(self, found: LeafState) -> None:
+        """Fallback without ``renameat2``: re-check the inode, then unlink (residual risk)."""
+        try:
+            again = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (again.st_dev, again.st_ino) != (found.dev, found.ino):
+            raise PathUnsafe("target was swapped while it was checked", path=self.rel)
+        self.verify_chain()
+        os.unlink(self.name, dir_fd=self.fd)
 
     def _checked_leaf(self, fd: int, expected_old: ExpectedState) -> LeafState:
         st = os.fstat(fd)
@@ -309,24 +436,6 @@ class Parent(ParentChain):
             nlink=after.st_nlink,
         )
 
-    def remove_temp(self, name: str) -> None:
-        """Remove promoter's temp file ``name`` in this directory; missing is fine."""
-        _check_temp_name(name)
-        try:
-            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
-                raise PathUnsafe("temp name is not a regular file", path=self.rel, name=name)
-            os.unlink(name, dir_fd=self.fd)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise os_error("removing a temp file", self.rel, exc) from exc
-
-    def _discard(self, name: str) -> None:
-        """Best-effort ``remove_temp`` on a failure path (recovery removes what remains)."""
-        with contextlib.suppress(PromoterError):
-            self.remove_temp(name)
-
     def fsync(self) -> None:
         """fsync the held parent directory (once per batch); a failure is raised, never retried."""
         try:
@@ -334,28 +443,3 @@ class Parent(ParentChain):
             faults.point("after_parent_fsync")
         except OSError as exc:
             raise os_error("syncing the parent directory", self.rel, exc) from exc
-
-
-def read_back(root: Root, rel: str) -> LeafState:
-    """The state at ``rel`` now, through a fresh descriptor chain (``Root.read_state``)."""
-    return root.read_state(rel)
-
-
-def remove_orphan_temps(root: Root, paths: Iterable[str]) -> list[str]:
-    """Remove promoter's own ``.promoter-tmp-*`` files beside the given target paths.
-
-    Only the directories holding those targets are looked at; an unreachable directory
-    (missing, unsafe) is skipped. Returns the removed temp files' relative paths.
-    """
-    removed: list[str] = []
-    for directory in sorted({path.rpartition("/")[0] for path in paths}):
-        try:
-            names = root.list_temp_files(directory)
-        except PromoterError:
-            continue
-        for name in names:
-            rel = f"{directory}/{name}" if directory else name
-            with root.open_parent(rel, create=False) as parent:
-                parent.remove_temp(name)
-            removed.append(rel)
-    return removed

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from promoter.errors import PathUnsafe, WriteFailed
 
 TEMP_PREFIX = ".promoter-tmp-"
+KEPT_PREFIX = ".promoter-kept-"
 LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_ATTEMPTS = 4
 _CHUNK = 1 << 20

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -102,6 +102,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
                 "old_state": step["old"],
                 "new_state": step["new"],
                 "status": "pending",
+                "temp_name": step.get("temp_name"),
             }
             for seq, step in enumerate(steps)
         ],
@@ -145,6 +146,11 @@ def add_created_dirs(session: Session, operation_id: str, paths: Sequence[str]) 
         CreatedDirRow(operation_id=operation_id, path=path, seq=start + index)
         for index, path in enumerate(fresh)
     )
+
+
+def delete_created_dirs(session: Session, operation_id: str) -> None:
+    """Forget the directory intents of an attempt that was refused (its directories are gone)."""
+    session.execute(delete(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id))
 
 
 def created_dirs(session: Session, operation_id: str) -> list[CreatedDirRow]:

@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
+from promoter.domain.paths import temp_name
 from promoter.errors import PathUnsafe, TargetDrift, WriteFailed
-from promoter.fs.atomic import read_back
+from promoter.fs.aside import settle
 from promoter.fs.chain import ExpectedState, Root
 from promoter.fs.leaf import TEMP_PREFIX
 
 MISSING = ExpectedState(False, None, None)
+
+TMP = temp_name("op_test", 1, 0)
 
 
 def state(data: bytes, mode: str = "100644") -> ExpectedState:
@@ -48,7 +51,7 @@ def root(work: Path) -> Iterator[Root]:
 
 def write(root: Root, rel: str, data: bytes, mode: str, old: ExpectedState) -> list[str]:
     with root.open_parent(rel, create=True) as parent:
-        temp = parent.write_temp(data, mode)
+        temp = parent.write_temp(data, mode, temp=TMP)
         parent.replace(temp, expected_old=old, new=state(data, mode))
         parent.fsync()
         return parent.created_dirs
@@ -62,7 +65,7 @@ def test_create_writes_exact_bytes_with_umask_mode(root: Root, work: Path) -> No
     assert write(root, "new.txt", b"hello\n", "100644", MISSING) == []
     assert (work / "new.txt").read_bytes() == b"hello\n"
     assert stat.S_IMODE((work / "new.txt").stat().st_mode) == 0o644
-    assert read_back(root, "new.txt").matches(state(b"hello\n"))
+    assert root.read_state("new.txt").matches(state(b"hello\n"))
     assert temps(work) == []
 
 
@@ -87,7 +90,7 @@ def test_modify_replaces_bytes_and_keeps_a_single_link(root: Root, work: Path) -
 def test_delete_removes_the_exact_old_file(root: Root, work: Path) -> None:
     (work / "f.txt").write_bytes(b"old")
     with root.open_parent("f.txt", create=False) as parent:
-        parent.unlink_checked(state(b"old"))
+        parent.unlink_checked(state(b"old"), aside=TMP)
         parent.fsync()
     assert not (work / "f.txt").exists()
     assert root.read_state("f.txt").kind == "missing"
@@ -95,14 +98,14 @@ def test_delete_removes_the_exact_old_file(root: Root, work: Path) -> None:
 
 def test_delete_of_an_already_missing_file_is_idempotent(root: Root, work: Path) -> None:
     with root.open_parent("gone.txt", create=False) as parent:
-        parent.unlink_checked(state(b"old"))
+        parent.unlink_checked(state(b"old"), aside=TMP)
     assert list(work.iterdir()) == []
 
 
 def test_delete_of_edited_file_is_drift_and_keeps_it(root: Root, work: Path) -> None:
     (work / "f.txt").write_bytes(b"user edit")
     with root.open_parent("f.txt", create=False) as parent, pytest.raises(TargetDrift):
-        parent.unlink_checked(state(b"old"))
+        parent.unlink_checked(state(b"old"), aside=TMP)
     assert (work / "f.txt").read_bytes() == b"user edit"
 
 
@@ -110,7 +113,7 @@ def test_delete_with_wrong_mode_is_drift(root: Root, work: Path) -> None:
     (work / "f.txt").write_bytes(b"old")
     os.chmod(work / "f.txt", 0o755)
     with root.open_parent("f.txt", create=False) as parent, pytest.raises(TargetDrift):
-        parent.unlink_checked(state(b"old", "100644"))
+        parent.unlink_checked(state(b"old", "100644"), aside=TMP)
     assert (work / "f.txt").exists()
 
 
@@ -245,22 +248,27 @@ def test_remove_dir_never_follows_a_symlink(root: Root, work: Path, tmp_path: Pa
     assert (work / "link").is_symlink()
 
 
-def test_temp_files_are_listed_and_removed(root: Root, work: Path) -> None:
+def test_settle_removes_only_promoters_bytes_and_keeps_the_rest(root: Root, work: Path) -> None:
     (work / "d").mkdir()
-    (work / "d" / f"{TEMP_PREFIX}abc").write_bytes(b"orphan")
-    (work / "d" / f"{TEMP_PREFIX}dir").mkdir()
-    (work / "d" / "other").write_bytes(b"o")
-    assert root.list_temp_files("d") == [f"{TEMP_PREFIX}abc"]
-    assert root.list_temp_files("") == []
-    assert root.list_temp_files("missing") == []
-    with root.open_parent("d/other", create=False) as parent:
-        parent.remove_temp(f"{TEMP_PREFIX}abc")
-        parent.remove_temp(f"{TEMP_PREFIX}abc")
-        with pytest.raises(PathUnsafe):
-            parent.remove_temp("other")
-        with pytest.raises(PathUnsafe):
-            parent.remove_temp(f"{TEMP_PREFIX}dir")
-    assert sorted(p.name for p in (work / "d").iterdir()) == [f"{TEMP_PREFIX}dir", "other"]
+    (work / "d" / "f.txt").write_bytes(b"new")
+    (work / "d" / TMP).write_bytes(b"new")  # promoter's staged bytes: removed
+    other = temp_name("op_test", 1, 1)
+    (work / "d" / other).write_bytes(b"someone's")  # not promoter's: kept
+    with root.open_parent("d/f.txt", create=False) as parent:
+        assert settle(parent, TMP, old=state(b"old"), new=state(b"new")).action == "removed"
+        result = settle(parent, other, old=state(b"old"), new=state(b"new"))
+        assert settle(parent, TMP, old=state(b"old"), new=state(b"new")).action == "absent"
+    assert result.action == "kept" and result.kept is not None
+    assert result.kept.kept_as == "d/.promoter-kept-op_test-1-1"
+    assert (work / "d" / ".promoter-kept-op_test-1-1").read_bytes() == b"someone's"
+    assert sorted(p.name for p in (work / "d").iterdir()) == [".promoter-kept-op_test-1-1", "f.txt"]
+
+
+def test_settle_refuses_names_that_are_not_promoter_temps(root: Root, work: Path) -> None:
+    (work / "other").write_bytes(b"o")
+    with root.open_parent("other", create=False) as parent, pytest.raises(PathUnsafe):
+        settle(parent, "other", old=MISSING, new=state(b"o"))
+    assert (work / "other").read_bytes() == b"o"
 
 
 @pytest.fixture
@@ -275,7 +283,7 @@ def test_io_error_after_temp_write_leaves_no_temp(
 ) -> None:
     inject.setenv(faults.ENV, "after_temp_write=EIO")
     with root.open_parent("f.txt", create=True) as parent, pytest.raises(WriteFailed) as info:
-        parent.write_temp(b"data", "100644")
+        parent.write_temp(b"data", "100644", temp=TMP)
     assert info.value.context["errno"] == errno.EIO
     assert list(work.iterdir()) == []
 
@@ -297,7 +305,7 @@ def test_failed_parent_fsync_is_reported_not_retried(
 ) -> None:
     inject.setenv(faults.ENV, "after_parent_fsync=EIO")
     with root.open_parent("f.txt", create=True) as parent:
-        temp = parent.write_temp(b"new", "100644")
+        temp = parent.write_temp(b"new", "100644", temp=TMP)
         parent.replace(temp, expected_old=MISSING, new=state(b"new"))
         with pytest.raises(WriteFailed):
             parent.fsync()
@@ -322,24 +330,21 @@ def test_renameat2_unsupported_falls_back_for_create_and_modify(
     assert temps(work) == []
 
 
-def test_kill_after_replace_leaves_new_target_and_an_orphan_temp(work: Path) -> None:
+def test_kill_after_exchange_leaves_the_old_file_for_settle_to_remove(work: Path) -> None:
     (work / "f.txt").write_bytes(b"old")
     script = (
         "import hashlib, sys\n"
         "from promoter.fs.chain import ExpectedState, Root\n"
         "h = lambda b: ExpectedState(True, hashlib.sha256(b).hexdigest(), '100644')\n"
         "with Root.open(sys.argv[1]) as r, r.open_parent('f.txt', create=False) as p:\n"
-        "    t = p.write_temp(b'new', '100644')\n"
+        f"    t = p.write_temp(b'new', '100644', temp={TMP!r})\n"
         "    p.replace(t, expected_old=h(b'old'), new=h(b'new'))\n"
     )
-    env = {**os.environ, faults.ENV: "after_replace=kill"}
+    env = {**os.environ, faults.ENV: "after_exchange=kill"}
     done = subprocess.run([sys.executable, "-c", script, str(work)], env=env, check=False)
     assert done.returncode == 137
     assert (work / "f.txt").read_bytes() == b"new"
-    with Root.open(work) as root:
-        orphans = root.list_temp_files("")
-        assert len(orphans) == 1
-        assert (work / orphans[0]).read_bytes() == b"old"
-        with root.open_parent("f.txt", create=False) as parent:
-            parent.remove_temp(orphans[0])
-        assert root.list_temp_files("") == []
+    assert (work / TMP).read_bytes() == b"old"
+    with Root.open(work) as root, root.open_parent("f.txt", create=False) as parent:
+        assert settle(parent, TMP, old=state(b"old"), new=state(b"new")).action == "removed"
+    assert temps(work) == []

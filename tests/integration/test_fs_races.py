@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
+from promoter.domain.paths import temp_name
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs import syscalls
 from promoter.fs.chain import ExpectedState, Root
@@ -19,6 +20,8 @@ from promoter.fs.leaf import TEMP_PREFIX
 from tests.support.fsutil import delete, snapshot, state, write
 
 MISSING = ExpectedState(False, None, None)
+
+TMP = temp_name("op_test", 1, 0)
 
 
 def hook_fault(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], object]) -> None:
@@ -172,7 +175,8 @@ def test_failed_swap_back_leaves_user_file_named_in_the_error(
     monkeypatch.setattr("promoter.fs.atomic.renameat2", second_fails)
     with pytest.raises(WriteFailed) as info:
         write(root, "f.txt", b"new", state(b"old"))
-    kept = info.value.context["displaced_to"]
+    kept = info.value.context["kept"][0]["kept_as"]
+    assert kept == TMP
     assert (work / kept).read_bytes() == b"user edit"
     assert (work / "f.txt").read_bytes() == b"new"
 
@@ -202,14 +206,14 @@ def test_dangling_symlink_appearing_before_create_is_not_replaced(
 
 
 def test_dangling_symlink_at_temp_name_is_never_followed(
-    root: Root, work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    root: Root, work: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr("secrets.token_hex", lambda n: "ab" * n)
-    (work / f"{TEMP_PREFIX}{'ab' * 12}").symlink_to(tmp_path / "planted")
-    with root.open_parent("f.txt", create=True) as parent, pytest.raises(WriteFailed) as info:
-        parent.write_temp(b"data", "100644")
-    assert info.value.context["errno"] == errno.EEXIST
+    (work / TMP).symlink_to(tmp_path / "planted")
+    with root.open_parent("f.txt", create=True) as parent, pytest.raises(PathUnsafe) as info:
+        parent.write_temp(b"data", "100644", temp=TMP)
+    assert info.value.context["name"] == TMP
     assert not (tmp_path / "planted").exists()
+    assert (work / TMP).is_symlink()
 
 
 # -- P12 -----------------------------------------------------------------------------
@@ -241,14 +245,14 @@ def test_held_parent_moved_out_of_root_is_detected(
     (work / "a/f.txt").write_bytes(b"old")
     elsewhere = tmp_path / "elsewhere"
     with root.open_parent("a/f.txt", create=False) as parent:
-        temp = parent.write_temp(b"new", "100644")
+        temp = parent.write_temp(b"new", "100644", temp=TMP)
         os.rename(work / "a", elsewhere)
         with pytest.raises(PathUnsafe):
             parent.replace(temp, expected_old=state(b"old"), new=state(b"new"))
         with pytest.raises(PathUnsafe):
-            parent.unlink_checked(state(b"old"))
+            parent.unlink_checked(state(b"old"), aside=TMP)
         with pytest.raises(PathUnsafe):
-            parent.write_temp(b"more", "100644")
+            parent.write_temp(b"more", "100644", temp=TMP)
     assert sorted(os.listdir(elsewhere)) == ["f.txt"]
     assert (elsewhere / "f.txt").read_bytes() == b"old"
 

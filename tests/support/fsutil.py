@@ -7,9 +7,12 @@ import os
 import stat
 from pathlib import Path
 
+from promoter.domain.paths import temp_name
 from promoter.fs.chain import ExpectedState, Root
 
 MISSING = ExpectedState(False, None, None)
+
+TMP = temp_name("op_test", 1, 0)
 
 
 def state(data: bytes, mode: str = "100644") -> ExpectedState:
@@ -35,11 +38,11 @@ def snapshot(directory: Path) -> dict[str, tuple[str, bytes, int]]:
 
 def write(root: Root, rel: str, data: bytes, old: ExpectedState, *, create: bool = True) -> None:
     with root.open_parent(rel, create=create) as parent:
-        temp = parent.write_temp(data, "100644")
+        temp = parent.write_temp(data, "100644", temp=TMP)
         parent.replace(temp, expected_old=old, new=state(data))
         parent.fsync()
 
 
 def delete(root: Root, rel: str, old: ExpectedState) -> None:
     with root.open_parent(rel, create=False) as parent:
-        parent.unlink_checked(old)
+        parent.unlink_checked(old, aside=TMP)

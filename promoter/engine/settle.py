@@ -1,0 +1,57 @@
+"""Settling journaled temp names after a crash, for every kind of operation (SPEC §10.1).
+
+Given ``(target path, journaled temp name, old state, new state)`` tuples, each temp
+name is settled through ``promoter.fs.aside.settle``: promoter's own bytes (or the exact
+authorized old state displaced from a target that now holds the new one) are removed,
+anything else is put back under the target's name or kept beside it. The caller fails
+closed when anything was kept.
+
+Deliberately not here: which names an operation may have used (the caller derives them
+from its journal with ``promoter.domain.paths.temp_name``) and what the operation does
+next.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from promoter.errors import PromoterError
+from promoter.fs.aside import beside, settle
+from promoter.fs.chain import ExpectedState, Root
+
+log = logging.getLogger("promoter.settle")
+
+
+def _expected(state: Any) -> ExpectedState:
+    if isinstance(state, dict):
+        return ExpectedState(bool(state["exists"]), state.get("sha256"), state.get("mode"))
+    return ExpectedState(state.exists, state.sha256, state.mode)
+
+
+def settle_step_temps(
+    root: Root, steps: Iterable[tuple[str, str, Any, Any]]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Settle each step's temp name; returns (removed temp paths, kept entries)."""
+    removed: list[str] = []
+    kept: list[dict[str, Any]] = []
+    for path, temp, old, new in steps:
+        try:
+            parent = root.open_parent(path, create=False)
+        except PromoterError:
+            continue  # the directory is gone or unsafe: no temp of ours can be there
+        with parent:
+            try:
+                result = settle(parent, temp, old=_expected(old), new=_expected(new))
+            except PromoterError as exc:
+                log.warning("could not settle %s beside %s: %s", temp, path, exc.detail)
+                kept.append({"path": path, "kept_as": beside(parent, temp), "error": exc.code})
+                continue
+        if result.action == "removed":
+            removed.append(beside(parent, temp))
+        elif result.action == "put_back":
+            kept.append({"path": path, "kept_as": path, "put_back": True})
+        elif result.kept is not None:
+            kept.append(result.kept.to_dict())
+    return removed, kept

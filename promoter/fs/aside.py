@@ -1,0 +1,154 @@
+"""Removing only what is provably promoter's own, and keeping everything else (SPEC §10.1).
+
+This module owns the three moves the rest of the fs layer builds removal on:
+``remove_if`` (unlink a promoter temp name only after what is there was read through a
+descriptor, hashed, and accepted by the caller's test of "ours"), ``keep`` (rename a
+temp name that holds someone else's bytes to ``.promoter-kept-<op>-<attempt>-<seq>``
+beside it, never replacing anything, and say where the bytes are now) and ``settle``
+(recovery's decision for one journaled temp name: promoter's new bytes or the exact
+authorized old state are removed; anything else goes back under the target's own name
+if that name is free, else it is kept).
+
+Only names that start with ``.promoter-tmp-`` are ever unlinked here, and only names
+the caller got from the journal (``promoter.domain.paths.temp_name``): nothing is swept
+by prefix. A bundle can never name such a path (SPEC §10.2), so a file there is either
+promoter's own or a process deliberately writing into promoter's reserved names.
+
+Deliberately not here: writing, exchanging or deleting targets (``atomic.py``), walking
+from the root (``chain.py``), and deciding what the bytes mean for the operation (the
+engine). Residual risk: Linux has no unlink-by-descriptor, so between the read that
+accepted a temp and its ``unlinkat`` a process that renames something onto a reserved
+temp name in that instant loses it; ``read_leaf`` re-checks the name's inode right
+before, which narrows the window to that one rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from promoter.errors import PathUnsafe
+from promoter.fs.chain import ParentChain
+from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf
+from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
+
+_KEPT_TRIES = 64
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Bytes promoter found where it expected its own, and where they are now."""
+
+    path: str
+    kept_as: str
+    kind: str
+    sha256: str | None
+    size: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kept_as": self.kept_as,
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "size": self.size,
+        }
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What recovery did with one journaled temp name."""
+
+    action: Literal["absent", "removed", "put_back", "kept"]
+    kept: Kept | None = None
+
+
+def beside(parent: ParentChain, name: str) -> str:
+    """The worktree-relative path of ``name`` in the parent's directory."""
+    return "/".join([*parent.dir_parts, name])
+
+
+def check_temp_name(name: str) -> None:
+    """Refuse any name that is not one of promoter's temp names."""
+    bad = "/" in name or "\x00" in name or len(name) == len(TEMP_PREFIX)
+    if bad or not name.startswith(TEMP_PREFIX):
+        raise PathUnsafe("not a promoter temp file name", name=name)
+
+
+def remove_if(
+    parent: ParentChain, name: str, ours: Callable[[LeafState], bool]
+) -> tuple[Literal["absent", "removed", "left"], LeafState]:
+    """Unlink temp ``name`` only if what is there is a file ``ours`` accepts.
+
+    Returns ``("absent", …)`` when nothing was there, ``("removed", state)`` when it was
+    promoter's and is gone, and ``("left", state)`` when it is someone else's and stays
+    in place for the caller to keep. Never follows a symlink.
+    """
+    check_temp_name(name)
+    leaf = read_leaf(parent.fd, name, beside(parent, name), parent.root.dev)
+    if leaf.kind == "missing":
+        return "absent", leaf
+    if leaf.kind != "file" or not ours(leaf):
+        return "left", leaf
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=parent.fd)
+    return "removed", leaf
+
+
+def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
+    """Move temp ``temp`` (someone else's bytes) to a kept name beside it; never replaces.
+
+    If no kept name can be taken (an I/O error, a filesystem without ``renameat2``), the
+    bytes stay at ``temp`` and the report says so: they are never removed.
+    """
+    check_temp_name(temp)
+    base = KEPT_PREFIX + temp[len(TEMP_PREFIX) :]
+    where = temp
+    for n in range(_KEPT_TRIES):
+        candidate = base if n == 0 else f"{base}.{n}"
+        try:
+            renameat2(parent.fd, temp, parent.fd, candidate, RENAME_NOREPLACE)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                continue
+            break
+        where = candidate
+        break
+    return Kept(
+        path=parent.rel,
+        kept_as=beside(parent, where),
+        kind=found.kind,
+        sha256=found.sha256,
+        size=found.size,
+    )
+
+
+def settle(parent: ParentChain, temp: str, *, old: ExpectedState, new: ExpectedState) -> Settlement:
+    """Recovery's decision for journaled temp ``temp`` of the target held by ``parent``.
+
+    Removed: promoter's ``new`` bytes, or the exact ``old`` state while the target holds
+    ``new`` (an exchange or a move-aside that was authorized). Anything else goes back to
+    the target's name if it is free (``RENAME_NOREPLACE``), else it is kept.
+    """
+    target = parent.leaf_state()
+    target_is_new = target.matches(new)
+
+    def ours(leaf: LeafState) -> bool:
+        if new.exists and leaf.matches(new):
+            return True
+        return old.exists and target_is_new and leaf.matches(old)
+
+    done, found = remove_if(parent, temp, ours)
+    if done != "left":
+        return Settlement(done)
+    if old.exists and target.kind == "missing":  # the step had moved the target here
+        try:
+            renameat2(parent.fd, temp, parent.fd, parent.name, RENAME_NOREPLACE)
+            return Settlement("put_back")
+        except OSError:
+            pass
+    return Settlement("kept", keep(parent, temp, found))
