@@ -254,6 +254,9 @@ for _name, _path in {
     "not_nfc": "src/cafe\u0301",
     "long_component": "src/" + "x" * 256,
     "empty": "",
+    "reserved_temp_name": "src/.promoter-tmp-op_x-1-0",
+    "reserved_kept_name": ".promoter-kept-op_x-1-0/a.txt",
+    "reserved_name_case_folded": "src/.Promoter-Tmp-x",
 }.items():
     BAD_BUNDLES[f"path_{_name}"] = (lambda g, p=_path: _with_change(g, p), 422, "path_invalid")
 

@@ -114,3 +114,86 @@ def test_kill_at_a_random_instant_of_a_1000_file_promotion(
     _assert_each_old_or_new(repo, changes, all_new=True)
     receipts = sorted(p.name for p in (state / "audit" / "receipts" / "promotion").iterdir())
     assert receipts == [f"{op_id}.json"]
+
+
+ROLLBACK_ROUNDS = [
+    ("fault", "rollback_after_step"),
+    ("fault", "after_temp_write"),
+    ("fault", "after_move_aside"),
+    ("signal", ""),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("how", "point"), ROLLBACK_ROUNDS)
+def test_kill_at_a_random_instant_of_a_1000_file_rollback(
+    how: str, point: str, tmp_path: Path
+) -> None:
+    """A completed 1000-file promotion rolled back, killed at random, killed again while
+    recovering, then recovered: every target is back to exactly old, nothing of
+    promoter's is left behind (no temp file, no created directory)."""
+    rng = random.Random(f"rollback-{how}-{point}")
+    repo, changes = _repo_and_changes(tmp_path / "work")
+    before = tree_bytes(repo)
+    dirs_before = sorted(p for p in repo.rglob("*") if p.is_dir() and ".git" not in p.parts)
+    state = tmp_path / "state"
+    # the promotion writes 900 temps and moves 100 files aside; the rollback's hits follow
+    hits = {
+        "rollback_after_step": (0, N),
+        "after_temp_write": (900, 900),
+        "after_move_aside": (100, 100),
+    }
+    faults = ""
+    if how == "fault":
+        offset, count = hits[point]
+        faults = f"{point}=kill@{offset + rng.randint(1, count)}"
+    first = DaemonProcess(state, {"work": repo}, faults=faults)
+    try:
+        request = prepare_promotion(first, repo, changes)
+        with first.client() as orch:
+            promoted = orch.post("/v1/promotions", json=request).json()
+        assert promoted["status"] == "completed", promoted
+        op_id = promoted["operation_id"]
+        if how == "signal":
+            threading.Timer(rng.uniform(0.05, 0.6), first.kill).start()
+        with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
+            op.post(f"/v1/operations/{op_id}/rollback")
+        if how == "signal" and first.proc.poll() is None:
+            first.kill()
+        first.wait_exit()
+    finally:
+        first.kill()
+    _assert_each_old_or_new(repo, changes, all_new=False)
+
+    second = DaemonProcess(state, {"work": repo}, faults="rollback_after_step=kill@7")
+    try:
+        with second.client("operator") as op:
+            listed = op.get("/v1/operations").json()["operations"]
+            children = [o for o in listed if o["kind"] == "rollback"]
+            if children and children[0]["status"] == "needs_recovery":
+                with contextlib.suppress(httpx.HTTPError):
+                    op.post(
+                        f"/v1/operations/{children[0]['operation_id']}/recover", json={"fence": 0}
+                    )
+    finally:
+        second.kill()
+    _assert_each_old_or_new(repo, changes, all_new=False)
+
+    third = DaemonProcess(state, {"work": repo})
+    try:
+        with third.client("operator") as op:
+            listed = op.get("/v1/operations").json()["operations"]
+            [child] = [o for o in listed if o["kind"] == "rollback"]
+            if child["status"] == "needs_recovery":
+                answer = op.post(
+                    f"/v1/operations/{child['operation_id']}/recover", json={"fence": 0}
+                )
+                assert answer.status_code == 200, answer.text
+            view = op.get(f"/v1/operations/{op_id}").json()
+    finally:
+        third.stop()
+    assert view["status"] == "rolled_back", view["status"]
+    assert tree_bytes(repo) == before
+    assert sorted(p for p in repo.rglob("*") if p.is_dir() and ".git" not in p.parts) == (
+        dirs_before
+    )
