@@ -7,14 +7,16 @@ transaction), the directories the writes will create (journaled before any is ma
 the writes in two batches (every temp file written and fsynced, journaled, then every
 replace/unlink in bundle order, one fsync per parent directory), the read-back of every
 target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
-found where it expected its own, are kept and named in the report (``kept``). Anything unexpected once writing has begun fails
-closed: ``needs_reconciliation`` with a per-path report. Requests, idempotency and
+found where it expected its own, are kept and named in the report (``kept``). Anything
+unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
+per-path report. Requests, idempotency and
 scheduling live in ``promoter.engine.operations``.
 
 How the attempt ends (read-back, check, receipt) is ``promoter.engine.outcome``'s.
 
 Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``,
-``after_temps_journaled``, ``after_replaces`` (plus the fs layer's own and ``promoter.engine.outcome``'s).
+``after_temps_journaled``, ``after_replaces`` (plus the fs layer's own and
+``promoter.engine.outcome``'s).
 """
 
 from __future__ import annotations

@@ -185,7 +185,9 @@ def _rollback_locked(
             result, leaf = "conflict", _leaf_or_none(root, str(step["path"]))
         else:
             aside = temp_name(child_id, 1, seq)
-            result, leaf = _one(services, root, step, aside, already=done.get(seq) == "completed")
+            result, leaf = _one(
+                services, root, step, aside, kept, already=done.get(seq) == "completed"
+            )
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
             row.status = "completed" if result != "conflict" else "failed"
@@ -246,9 +248,15 @@ def _leaf_or_none(root: Root, path: str) -> LeafState | None:
 
 
 def _one(
-    services: Services, root: Root, step: dict[str, Any], aside: str, *, already: bool
+    services: Services,
+    root: Root,
+    step: dict[str, Any],
+    aside: str,
+    kept: list[dict[str, Any]],
+    *,
+    already: bool,
 ) -> tuple[str, LeafState | None]:
-    """Compare-and-swap one target back to its old state."""
+    """Compare-and-swap one target back to its old state; bytes kept on the way go to ``kept``."""
     old, new = _expected(step["old"]), _expected(step["new"])
     try:
         leaf = root.read_state(step["path"])
@@ -271,7 +279,8 @@ def _one(
                 parent.unlink_checked(new, aside=aside)
                 parent.fsync()
         leaf = root.read_state(step["path"])
-    except PromoterError:
+    except PromoterError as exc:
+        kept.extend(exc.context.get("kept", []))
         try:
             leaf = root.read_state(step["path"])
         except PromoterError:

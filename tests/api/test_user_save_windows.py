@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from promoter import faults
+from promoter.engine.rollback import rollback_id
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause, specs
@@ -288,4 +289,44 @@ def test_save_during_restore_delete_is_kept(
         assert operation["code"] == "target_drift"
     assert (repo / "junk.txt").read_bytes() == b"not junk any more\n"
     assert (repo / "a.txt").read_bytes() == b"a\n"
+    _no_temps(repo)
+
+
+def test_second_save_during_rollback_swap_back_is_kept(
+    tmp_path: Path, paused: Callable[..., None]
+) -> None:
+    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
+    with running as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
+        view = promote(daemon, bundle, receipt).json()
+        assert view["status"] == "completed"
+        first, second = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
+        paused(first, second)
+        result: dict[str, Any] = {}
+
+        def roll() -> None:
+            with daemon.operator() as client:
+                result["answer"] = client.post(f"/v1/operations/{view['operation_id']}/rollback")
+
+        thread = threading.Thread(target=roll)
+        thread.start()
+        try:
+            first.reached()
+            atomic_save(repo / "f.txt", b"one\n")
+            first.release()
+            second.reached()
+            atomic_save(repo / "f.txt", b"two\n")
+        finally:
+            first.release()
+            second.release()
+            thread.join(120)
+        child = _operation(daemon, rollback_id(view["operation_id"]))
+    rolled = result["answer"].json()
+    assert rolled["status"] == "rollback_partial"
+    assert [t["result"] for t in rolled["targets"]] == ["conflict"]
+    kept_as = f".promoter-kept-{child['operation_id']}-1-0"
+    assert [k["kept_as"] for k in child["report"]["kept"]] == [kept_as]
+    assert (repo / "f.txt").read_bytes() == b"one\n"
+    assert (repo / kept_as).read_bytes() == b"two\n"
     _no_temps(repo)
