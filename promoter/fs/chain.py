@@ -70,7 +70,7 @@ from promoter.fs.leaf import (
     split_dir,
     split_rel,
 )
-from promoter.fs.syscalls import mount_id, mount_id_source, open_dir_component
+from promoter.fs.syscalls import mount_id, open_dir_component
 
 if TYPE_CHECKING:
     from promoter.fs.atomic import Parent
@@ -243,9 +243,6 @@ class Root(_HoldsFd):
         except OSError as exc:
             os.close(fd)
             raise os_error("inspecting the worktree root", spath, exc) from exc
-        if mnt_id is None and mount_id_source() != "none":
-            os.close(fd)
-            raise PathUnsafe("the worktree root's mount id cannot be read", path=spath)
         return cls(spath, fd, st.st_dev, st.st_ino, mnt_id)
 
     def check_mount(self, fd: int, rel: str, at: str) -> None:
@@ -409,6 +406,8 @@ class Root(_HoldsFd):
             except OSError as exc:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
                     return False
+                if exc.errno == errno.EBUSY:  # a mount point, placed after the check
+                    raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=rel) from exc
                 raise os_error("removing a directory", rel, exc) from exc
             try:
                 os.fsync(chain.fd)

@@ -253,16 +253,17 @@ def mount_id_source() -> MountIdSource:
 def mount_id(dir_fd: int, name: str = "") -> int | None:
     """The mount id of ``name`` in ``dir_fd`` (of ``dir_fd`` when ``name`` is ``""``).
 
-    None means the process has no way to read mount ids (``mount_id_source() ==
-    "none"``) or, rarely, that the source stopped answering; callers treat the latter
-    as unsafe. ``FileNotFoundError`` and other ``OSError`` propagate.
+    None only when this process has no way to read mount ids (``mount_id_source() ==
+    "none"``). A source that stops answering raises ``OSError(ENODATA)``;
+    ``FileNotFoundError`` and other ``OSError`` propagate.
     """
     source = mount_id_source()
-    if source == "statx":
-        return statx_mount_id(dir_fd, name)
-    if source == "fdinfo":
-        return _fdinfo_mount_id_at(dir_fd, name)
-    return None
+    if source == "none":
+        return None
+    found = statx_mount_id(dir_fd, name) if source == "statx" else _fdinfo_mount_id_at(dir_fd, name)
+    if found is None:
+        raise OSError(errno.ENODATA, f"no mount id from {source}")
+    return found
 
 
 def current_umask() -> int:
