@@ -29,10 +29,9 @@ import functools
 import os
 import platform
 import stat
-import struct
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal, cast
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -42,8 +41,6 @@ STATX_MNT_ID = 0x1000
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_NO_AUTOMOUNT = 0x800
 AT_EMPTY_PATH = 0x1000
-_STATX_SIZE = 256  # sizeof(struct statx), spare words included
-_STATX_MNT_ID_AT = 144  # offsetof(struct statx, stx_mnt_id)
 _SYSCALL_OPENAT2 = 437  # one number on every architecture (new syscalls share the table)
 _AT_FDCWD = -100
 RESOLVE_NO_XDEV = 0x01
@@ -55,7 +52,6 @@ _GIT_MODES = ("100644", "100755")
 _umask_lock = threading.Lock()
 
 Renameat2 = Callable[[int, str, int, str, int], None]
-RawStatx = Callable[[int, bytes, int, int, ctypes.Array[ctypes.c_char]], int]
 MountIdSource = Literal["statx", "fdinfo", "none"]
 
 
@@ -146,40 +142,48 @@ def open_dir_component(dir_fd: int, name: str, flags: int) -> int:
     return impl(dir_fd, name, flags, _RESOLVE_COMPONENT)
 
 
+class _Statx(ctypes.Structure):
+    """``struct statx`` as far as promoter reads it (256 bytes, spare words included)."""
+
+    _fields_ = (
+        ("stx_mask", ctypes.c_uint32),  # offset 0
+        ("_up_to_mnt_id", ctypes.c_uint8 * 140),
+        ("stx_mnt_id", ctypes.c_uint64),  # offset 144
+        ("_rest", ctypes.c_uint8 * 104),
+    )
+
+
+RawStatx = Callable[[int, bytes, int, int, Any], int]
+_per_thread = threading.local()
+
+
 @functools.cache
 def _statx_impl() -> RawStatx | None:
-    """libc's ``statx`` or the raw syscall; None where neither exists."""
+    """libc's ``statx`` (glibc 2.28+) or the raw syscall; None where neither exists."""
     libc = ctypes.CDLL(None, use_errno=True)
     func = getattr(libc, "statx", None)
     if func is not None:
-        func.argtypes = [
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_int,
-            ctypes.c_uint,
-            ctypes.c_char_p,
-        ]
-        func.restype = ctypes.c_int
-
-        def call(
-            fd: int, path: bytes, flags: int, mask: int, buf: ctypes.Array[ctypes.c_char]
-        ) -> int:
-            return int(func(fd, path, flags, mask, buf))
-
-        return call
+        func.restype = ctypes.c_int  # plain ints, bytes and byref convert without argtypes
+        return cast(RawStatx, func)
     number = _SYSCALL_STATX.get(platform.machine())
     if number is None:
         return None
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
 
-    def call_syscall(
-        fd: int, path: bytes, flags: int, mask: int, buf: ctypes.Array[ctypes.c_char]
-    ) -> int:
+    def call_syscall(fd: int, path: bytes, flags: int, mask: int, buf: Any) -> int:
         args = (ctypes.c_int(fd), path, ctypes.c_int(flags), ctypes.c_uint(mask), buf)
         return int(syscall(ctypes.c_long(number), *args))
 
     return call_syscall
+
+
+def _statx_buffer() -> _Statx:
+    """One result buffer per thread, reused (a ``statx`` call fills it before it is read)."""
+    buf: _Statx | None = getattr(_per_thread, "statx", None)
+    if buf is None:
+        buf = _per_thread.statx = _Statx()
+    return buf
 
 
 def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
@@ -193,18 +197,16 @@ def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
     impl = _statx_impl()
     if impl is None:
         return None
-    buf = ctypes.create_string_buffer(_STATX_SIZE)
-    flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | (0 if name else AT_EMPTY_PATH)
-    if impl(dir_fd, os.fsencode(name), flags, STATX_MNT_ID, buf) != 0:
+    buf = _statx_buffer()
+    flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | (AT_EMPTY_PATH if not name else 0)
+    if impl(dir_fd, os.fsencode(name), flags, STATX_MNT_ID, ctypes.byref(buf)) != 0:
         code = ctypes.get_errno()
         if code in _UNAVAILABLE:
             return None
-        raise OSError(code, os.strerror(code))
-    (mask,) = struct.unpack_from("=I", buf, 0)
-    if not mask & STATX_MNT_ID:
+        raise OSError(code, os.strerror(code), name)
+    if not buf.stx_mask & STATX_MNT_ID:
         return None
-    (mnt_id,) = struct.unpack_from("=Q", buf, _STATX_MNT_ID_AT)
-    return int(mnt_id)
+    return int(buf.stx_mnt_id)
 
 
 def fdinfo_mount_id(fd: int) -> int | None:
