@@ -6,22 +6,17 @@ reaches any directory below it one component at a time with
 anywhere on a chain is refused with ``PathUnsafe``. Leaf states (``LeafState``,
 ``ExpectedState``) are defined in ``leaf.py`` and re-exported here.
 
-Mounts (SPEC §5.4 step 6, §10.9): every directory on a chain must be on the root's
-mount, not only on its device, so a bind mount of the same filesystem inside the
-worktree is refused with ``PathUnsafe`` like any other mount. The root's mount id is
-read once when it is opened; each directory a walk opens costs one ``statx``
-(``STATX_MNT_ID``) on the held descriptor; a leaf read through a held parent
-(``leaf_state``, hence ``read_state`` and every compare-and-swap in ``atomic.py``) costs
-one more on the leaf's name, so a bind-mounted single file at a target is refused too.
-``verify_chain`` re-walks without ``statx``: a descriptor's mount never changes, the
-held ones were checked when opened, and the re-walk requires the same (device, inode)
-for every directory, so a mount placed over a component later shows up as a swap.
-Where the kernel has ``openat2``, each component is also opened with
-``RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS``, so a lookup never enters
-a mount in the first place (``EXDEV`` → ``PathUnsafe``), re-walks included. Without
-``statx`` mount ids are read from ``/proc/self/fdinfo`` (one extra open per check);
-without either, only device ids are compared (``Root.mnt_id is None``; see
-``syscalls.mount_id_source``).
+Mounts (SPEC §5.4 step 6, §10.9) are told by mount id, not only device id, so a bind
+mount of the root's own filesystem is refused (``PathUnsafe``) like any other mount.
+The root's mount id is read once; each directory a walk opens costs one ``statx``
+(``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
+compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
+bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
+descriptor's mount never changes, the held ones were checked when opened, and a mount
+placed over a component later changes its (device, inode), which the re-walk compares.
+Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
+(``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
+ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
 
 Choices made here:
 
@@ -42,11 +37,11 @@ holding it fsynced).
 Deliberately not here: changing files (``atomic.py``, whose ``Parent`` extends
 ``ParentChain``), the repository lock (``lock.py``), and what a state means for a
 promotion. Residual risks: a held directory moved out of the root after a
-``verify_chain`` is only seen by the next one; a mount placed on a leaf's name after
-its check is not re-checked here (a rename or unlink onto a mount point fails with
-``EBUSY``, so nothing is written through it, but a read in that window sees the
-mounted file); on a system with neither ``statx``'s mount id nor ``/proc``, a bind
-mount of the root's own filesystem looks like an ordinary directory.
+``verify_chain`` is only seen by the next one; a file mounted on a leaf's name and
+unmounted again between the read and its check goes unseen, so that read returned the
+mounted bytes (a rename or unlink onto a mount point fails with ``EBUSY``: nothing is
+written through one); with neither ``statx`` mount ids nor ``/proc``, a bind mount of
+the root's own filesystem looks like an ordinary directory.
 """
 
 from __future__ import annotations
@@ -78,7 +73,7 @@ if TYPE_CHECKING:
 __all__ = ["ExpectedState", "LeafState", "Parent", "ParentChain", "Root"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_ON_ANOTHER_MOUNT = "a directory is on another mount (a mount point or bind mount)"
+_ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
 
 
 def _open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
@@ -208,7 +203,7 @@ class ParentChain(_HoldsFd):
         single file has the root's device id but its own mount id).
         """
         state = read_leaf(self.fd, self.name, self.rel, self.root.dev)
-        self.root.check_entry_mount(self.fd, self.name, self.rel)
+        self.root.check_mount(self.fd, self.name, self.rel)
         return state
 
 
@@ -245,22 +240,9 @@ class Root(_HoldsFd):
             raise os_error("inspecting the worktree root", spath, exc) from exc
         return cls(spath, fd, st.st_dev, st.st_ino, mnt_id)
 
-    def check_mount(self, fd: int, rel: str, at: str) -> None:
-        """Raise ``PathUnsafe`` unless the open directory ``fd`` is on the root's mount."""
-        if self.mnt_id is None:
-            return
-        try:
-            found = mount_id(fd)
-        except OSError as exc:
-            raise os_error("reading a mount id", rel, exc) from exc
-        if found != self.mnt_id:
-            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at, mount_id=found)
-
-    def check_entry_mount(self, dir_fd: int, name: str, rel: str) -> None:
-        """Raise ``PathUnsafe`` if something is mounted at ``name`` in ``dir_fd``.
-
-        ``dir_fd`` must be a directory on the root's mount (a held chain); a missing
-        entry passes.
+    def check_mount(self, dir_fd: int, name: str, rel: str, at: str | None = None) -> None:
+        """Raise ``PathUnsafe`` unless ``dir_fd`` (``name=""``), or its entry ``name``, is on
+        the root's mount; ``dir_fd`` must then be a held directory on it. A missing entry passes.
         """
         if self.mnt_id is None:
             return
@@ -271,11 +253,7 @@ class Root(_HoldsFd):
         except OSError as exc:
             raise os_error("reading a mount id", rel, exc) from exc
         if found != self.mnt_id:
-            raise PathUnsafe(
-                "something is mounted at the path (a bind-mounted file or directory)",
-                path=rel,
-                mount_id=found,
-            )
+            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at or rel, mount_id=found)
 
     def recheck(self) -> None:
         """Raise ``PathUnsafe`` if the root's path no longer names the held directory."""
@@ -304,7 +282,7 @@ class Root(_HoldsFd):
                 if nxt is None:
                     return None
                 current = nxt
-                self.check_mount(current, rel, at)
+                self.check_mount(current, "", rel, at)
                 st = os.fstat(current)
                 walked.ids.append((st.st_dev, st.st_ino))
                 if not (walked.created and walked.created[-1] == at):
@@ -399,7 +377,7 @@ class Root(_HoldsFd):
                 return False
             if st.st_dev != self.dev:
                 raise PathUnsafe("a directory is on another device (a mount)", path=rel)
-            self.check_entry_mount(chain.fd, chain.name, rel)
+            self.check_mount(chain.fd, chain.name, rel)
             chain.verify_chain()
             try:
                 os.rmdir(chain.name, dir_fd=chain.fd)

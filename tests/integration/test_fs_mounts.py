@@ -8,13 +8,14 @@ mounts are real (``mount --bind``, as root); the test skips when mounting is ref
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from promoter.errors import PathUnsafe
+from promoter.errors import PathUnsafe, WriteFailed
 from promoter.fs import chain, syscalls
 from promoter.fs.chain import Root
 from tests.support.fsutil import MISSING, snapshot, state, write
@@ -141,3 +142,29 @@ def test_worktree_root_that_is_itself_a_bind_mount_is_served(tmp_path: Path) -> 
         assert root.read_state("a/b/created.txt").sha256 == state(b"created").sha256
     assert (real / "f.txt").read_bytes() == b"new"
     assert (real / "a/b/created.txt").read_bytes() == b"created"
+
+
+def test_openat2_component_open_refuses_to_enter_a_bind_mount(work: Path, outside: Path) -> None:
+    if syscalls._openat2_impl() is None:
+        pytest.skip("this kernel has no openat2")
+    (work / "sub").mkdir()
+    (work / "plain").mkdir()
+    fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with bind_mount(outside, work / "sub"):
+            with pytest.raises(OSError) as crossed:
+                syscalls.open_dir_component(fd, "sub", os.O_RDONLY | os.O_DIRECTORY)
+            assert crossed.value.errno == errno.EXDEV
+            os.close(syscalls.open_dir_component(fd, "plain", os.O_RDONLY | os.O_DIRECTORY))
+    finally:
+        os.close(fd)
+
+
+def test_mount_id_source_that_stops_answering_fails_closed(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(syscalls, "mount_id_source", lambda: "statx")
+    monkeypatch.setattr(syscalls, "statx_mount_id", lambda dir_fd, name="": None)
+    with pytest.raises(WriteFailed) as failed:
+        Root.open(work)
+    assert (failed.value.code, failed.value.context["errno"]) == ("write_failed", errno.ENODATA)
