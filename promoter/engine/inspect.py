@@ -68,7 +68,7 @@ def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None
         return None
     if leaf.nlink is None or leaf.nlink <= 1:
         return None
-    return f"the delete target has {leaf.nlink} hard links; only a single link is removed"
+    return f"the delete target has {leaf.nlink} hard links: its bytes would stay at the others"
 
 
 @dataclass

@@ -3,11 +3,11 @@
 This module owns ``renameat2`` through ctypes (libc's wrapper, or the raw syscall
 number where libc lacks it; ``ENOSYS`` when neither exists), opening one directory
 component with ``openat2(RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
-where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the mount
-id of an open descriptor or of a directory entry (``mount_id``), reading the process umask without
-changing it (``/proc/self/status``; set-and-restore under a lock only as a fallback,
-which is racy against other threads creating files), and the permission bits SPEC §3.1
-gives a written file.
+where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the
+mount id of an open descriptor or of a directory entry (``mount_id``), reading the
+process umask without changing it (``/proc/self/status``; set-and-restore under a lock
+only as a fallback, which is racy against other threads creating files), and the
+permission bits SPEC §3.1 gives a written file.
 
 Mount ids come from ``statx(2)`` with ``STATX_MNT_ID`` (Linux 5.8+, through libc's
 wrapper or the raw syscall), else from the ``mnt_id:`` line of
@@ -41,7 +41,7 @@ STATX_MNT_ID = 0x1000
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_NO_AUTOMOUNT = 0x800
 AT_EMPTY_PATH = 0x1000
-_SYSCALL_OPENAT2 = 437  # one number on every architecture (new syscalls share the table)
+_SYSCALL_OPENAT2 = 437  # the same on every architecture in _SYSCALL_STATX
 _AT_FDCWD = -100
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -120,7 +120,7 @@ def _openat2_impl() -> Openat2 | None:
             raise OSError(code, os.strerror(code), name)
         return int(fd)
 
-    if platform.machine() not in _SYSCALL_STATX:  # the architectures known here
+    if platform.machine() not in _SYSCALL_STATX:
         return None
     try:
         os.close(call(_AT_FDCWD, "/", os.O_PATH | os.O_CLOEXEC, _RESOLVE_COMPONENT))
