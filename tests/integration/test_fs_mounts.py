@@ -105,11 +105,9 @@ def test_bind_mounted_file_at_target_is_refused(
         assert _refused(lambda: root.read_state("f.txt")).context["path"] == "f.txt"
         with root.open_parent("f.txt", create=False) as parent:
             _refused(parent.leaf_state)
-            temp = parent.write_temp(b"new", "100644")
-            old, new = state(b"outside original"), state(b"new")
-            _refused(lambda: parent.replace(temp, expected_old=old, new=new))
+        _refused(lambda: write(root, "f.txt", b"new", state(b"outside original"), create=False))
         assert snapshot(outside) == before
-        assert sorted(os.listdir(work)) == ["f.txt"]  # the temp was removed
+        assert sorted(os.listdir(work)) == ["f.txt"]  # no temp left beside it
     assert (work / "f.txt").read_bytes() == b"under the mount"
     assert snapshot(outside) == before
 
