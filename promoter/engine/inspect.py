@@ -4,7 +4,20 @@ Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tre
 base tree; every target's index entries must equal its precondition (explicit, or the
 base tree's entry at stage 0, or absent); every worktree target must be exactly its old
 or exactly its new state. The result lists, per path, what was expected and what was
-found; it decides nothing and writes nothing.
+found; it writes nothing.
+
+One decision is made here: a target that is unsafe to touch gets the verdict
+``unsafe`` and ``inspect`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
+whole report, so the promotion and the preflight refuse before anything is journaled or
+written. Unsafe means the fs layer refused to read the path (``PathUnsafe``: a mount or
+bind mount on the way or at the leaf, a symlinked or swapped directory, a nested
+repository, a leaf that kept changing), or a delete whose target is exactly ``old`` but
+has other hard links (removing one name would leave the bytes reachable elsewhere, and
+the checked unlink would refuse only after writing had begun).
+
+Deliberately not here: what to do about drift (the caller refuses), re-checking at
+write time (``fs/atomic.py`` does, under the same rules), and leaf kinds such as a
+symlink or FIFO at a target, which are ``neither`` old nor new and so drift.
 """
 
 from __future__ import annotations
@@ -13,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.errors import PromoterError
+from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState, Root
 from promoter.git.readback import (
     RepoLayout,
@@ -49,6 +62,15 @@ def classify(leaf: LeafState, change: Change) -> str:
     return "neither"
 
 
+def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None:
+    """Why a delete of this leaf is unsafe (other hard links), or None."""
+    if change.operation != "delete" or found != "old" or leaf.kind != "file":
+        return None
+    if leaf.nlink is None or leaf.nlink <= 1:
+        return None
+    return f"the delete target has {leaf.nlink} hard links: its bytes would stay at the others"
+
+
 @dataclass
 class ReadBack:
     repository: dict[str, Any]
@@ -63,11 +85,20 @@ class ReadBack:
         return [p["path"] for p in self.paths if p["verdict"] == "drift"]
 
     @property
+    def unsafe(self) -> list[str]:
+        return [p["path"] for p in self.paths if p["verdict"] == "unsafe"]
+
+    @property
     def ok(self) -> bool:
-        return self.repository_ok and not self.drifted
+        return self.repository_ok and not self.drifted and not self.unsafe
 
     def report(self) -> dict[str, Any]:
-        return {"repository": self.repository, "paths": self.paths, "drifted": self.drifted}
+        return {
+            "repository": self.repository,
+            "paths": self.paths,
+            "drifted": self.drifted,
+            "unsafe": self.unsafe,
+        }
 
 
 def read_repository(layout: RepoLayout, grant: GrantV1) -> dict[str, Any]:
@@ -101,7 +132,11 @@ def expected_index(
 
 
 def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
-    """Read everything a promotion decides on; never writes."""
+    """Read everything a promotion decides on; never writes.
+
+    Raises ``PathUnsafe`` (with ``paths`` and the ``drift_report``) when any target is
+    ``unsafe``; otherwise returns the read-back, drifted or not.
+    """
     result = ReadBack(read_repository(layout, grant))
     paths = [c.path for c in bundle.changes]
     wanted_index = expected_index(grant, bundle, layout)
@@ -110,18 +145,22 @@ def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV
     for change in bundle.changes:
         reasons: list[str] = []
         actual: dict[str, Any] | None = None
-        verdict = "drift"
+        found = "neither"
+        unsafe = False
         try:
             leaf = root.read_state(change.path)
             actual = leaf_report(leaf)
             found = classify(leaf, change)
             if found == "neither":
                 reasons.append("the worktree file is neither the old nor the new state")
-            else:
-                verdict = found
+            elif refusal := hard_link_refusal(leaf, change, found):
+                reasons.append(f"{PathUnsafe.code}: {refusal}")
+                actual["links"] = leaf.nlink
+                unsafe = True
         except PromoterError as exc:
             reasons.append(f"{exc.code}: {exc.detail}")
             actual = {"error": exc.code, **{k: str(v) for k, v in exc.context.items()}}
+            unsafe = isinstance(exc, PathUnsafe)
         index_now = [
             {"mode": e.mode, "oid": e.oid, "stage": e.stage}
             for e in actual_index.get(change.path, [])
@@ -130,8 +169,7 @@ def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV
             reasons.append("the index entry differs from the precondition")
         if change.path in blocked:
             reasons.append(blocked[change.path])
-        if reasons:
-            verdict = "drift"
+        verdict = "unsafe" if unsafe else "drift" if reasons else found
         result.paths.append(
             {
                 "path": change.path,
@@ -144,5 +182,11 @@ def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV
                 "verdict": verdict,
                 "reasons": reasons,
             }
+        )
+    if result.unsafe:
+        raise PathUnsafe(
+            "a target is unsafe to touch; nothing was written",
+            paths=result.unsafe,
+            drift_report=result.report(),
         )
     return result

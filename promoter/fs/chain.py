@@ -2,10 +2,21 @@
 
 This module owns every lookup promoter makes in a worktree: it opens the root once and
 reaches any directory below it one component at a time with
-``O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`` relative to the previous descriptor. Every
-directory on a chain must be on the root's device; a symlink anywhere on a chain is
-refused with ``PathUnsafe``. Leaf states (``LeafState``, ``ExpectedState``) are defined
-in ``leaf.py`` and re-exported here.
+``O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`` relative to the previous descriptor. A symlink
+anywhere on a chain is refused with ``PathUnsafe``. Leaf states (``LeafState``,
+``ExpectedState``) are defined in ``leaf.py`` and re-exported here.
+
+Mounts (SPEC §5.4 step 6, §10.9) are told by mount id, not only device id, so a bind
+mount of the root's own filesystem is refused (``PathUnsafe``) like any other mount.
+The root's mount id is read once; each directory a walk opens costs one ``statx``
+(``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
+compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
+bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
+descriptor's mount never changes, the held ones were checked when opened, and a mount
+placed over a component later changes its (device, inode), which the re-walk compares.
+Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
+(``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
+ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
 
 Choices made here:
 
@@ -17,15 +28,20 @@ Choices made here:
   only classify a path use ``read_state``.
 - Walks refuse to enter a nested repository: a directory below the root holding a
   ``.git`` entry raises ``PathUnsafe`` (SPEC §6, rule 6).
+- Any mount inside the worktree is refused, even one whose source is inside the same
+  worktree: promoter does not reason about where a mount's bytes come from.
 
 Fault point called here: ``after_mkdir`` (a new directory was made and the directory
 holding it fsynced).
 
 Deliberately not here: changing files (``atomic.py``, whose ``Parent`` extends
 ``ParentChain``), the repository lock (``lock.py``), and what a state means for a
-promotion. Residual risk: a held directory moved out of the root after a
-``verify_chain`` is only seen by the next one; bind mounts of the root's own device
-look like ordinary directories.
+promotion. Residual risks: a held directory moved out of the root after a
+``verify_chain`` is only seen by the next one; a file mounted on a leaf's name and
+unmounted again between the read and its check goes unseen, so that read returned the
+mounted bytes (a rename or unlink onto a mount point fails with ``EBUSY``: nothing is
+written through one); with neither ``statx`` mount ids nor ``/proc``, a bind mount of
+the root's own filesystem looks like an ordinary directory.
 """
 
 from __future__ import annotations
@@ -49,6 +65,7 @@ from promoter.fs.leaf import (
     split_dir,
     split_rel,
 )
+from promoter.fs.syscalls import mount_id, open_dir_component
 
 if TYPE_CHECKING:
     from promoter.fs.atomic import Parent
@@ -56,15 +73,22 @@ if TYPE_CHECKING:
 __all__ = ["ExpectedState", "LeafState", "Parent", "ParentChain", "Root"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
 
 
 def _open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
-    """Open one directory component below ``dir_fd``; None when it does not exist."""
+    """Open one directory component below ``dir_fd``; None when it does not exist.
+
+    With ``openat2`` the lookup itself refuses to enter a mount (``RESOLVE_NO_XDEV``);
+    the device id is compared either way.
+    """
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        fd = open_dir_component(dir_fd, name, _DIR_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at) from exc
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise os_error("opening a directory", rel, exc) from exc
         try:
@@ -141,7 +165,11 @@ class ParentChain(_HoldsFd):
         self.created_dirs = created_dirs
 
     def verify_chain(self) -> None:
-        """Raise ``PathUnsafe`` unless the root and every held directory are still in place."""
+        """Raise ``PathUnsafe`` unless the root and every held directory are still in place.
+
+        No mount ids are read here: the held descriptors were checked when opened and
+        every re-walked directory must be the same (device, inode).
+        """
         self.root.recheck()
         current = os.dup(self.root.fd)
         try:
@@ -169,25 +197,33 @@ class ParentChain(_HoldsFd):
                 os.close(current)
 
     def leaf_state(self) -> LeafState:
-        """The state of the leaf in the held parent (not re-walking the chain)."""
-        return read_leaf(self.fd, self.name, self.rel, self.root.dev)
+        """The state of the leaf in the held parent (not re-walking the chain).
+
+        Checked after the read: nothing may be mounted at the leaf's name (a bind-mounted
+        single file has the root's device id but its own mount id).
+        """
+        state = read_leaf(self.fd, self.name, self.rel, self.root.dev)
+        self.root.check_mount(self.fd, self.name, self.rel)
+        return state
 
 
 class Root(_HoldsFd):
     """The worktree root, held open by descriptor; every lookup starts here."""
 
-    def __init__(self, path: str, fd: int, dev: int, ino: int) -> None:
+    def __init__(self, path: str, fd: int, dev: int, ino: int, mnt_id: int | None = None) -> None:
         self.path = path
         self.fd = fd
         self.dev = dev
         self.ino = ino
+        self.mnt_id = mnt_id
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Root:
         """Open ``path`` (the caller resolves it, e.g. with realpath) as the root.
 
         A relative path is made absolute first, so ``recheck`` does not depend on the
-        working directory.
+        working directory. The root's mount id is read once here (None: this process
+        cannot read mount ids, and only device ids are compared).
         """
         spath = os.path.abspath(os.fspath(path))
         try:
@@ -196,8 +232,28 @@ class Root(_HoldsFd):
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise PathUnsafe("worktree root is not a directory", path=spath) from exc
             raise os_error("opening the worktree root", spath, exc) from exc
-        st = os.fstat(fd)
-        return cls(spath, fd, st.st_dev, st.st_ino)
+        try:
+            st = os.fstat(fd)
+            mnt_id = mount_id(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise os_error("inspecting the worktree root", spath, exc) from exc
+        return cls(spath, fd, st.st_dev, st.st_ino, mnt_id)
+
+    def check_mount(self, dir_fd: int, name: str, rel: str, at: str | None = None) -> None:
+        """Raise ``PathUnsafe`` unless ``dir_fd`` (``name=""``), or its entry ``name``, is on
+        the root's mount; ``dir_fd`` must then be a held directory on it. A missing entry passes.
+        """
+        if self.mnt_id is None:
+            return
+        try:
+            found = mount_id(dir_fd, name)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise os_error("reading a mount id", rel, exc) from exc
+        if found != self.mnt_id:
+            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at or rel, mount_id=found)
 
     def recheck(self) -> None:
         """Raise ``PathUnsafe`` if the root's path no longer names the held directory."""
@@ -226,6 +282,7 @@ class Root(_HoldsFd):
                 if nxt is None:
                     return None
                 current = nxt
+                self.check_mount(current, "", rel, at)
                 st = os.fstat(current)
                 walked.ids.append((st.st_dev, st.st_ino))
                 if not (walked.created and walked.created[-1] == at):
@@ -320,12 +377,15 @@ class Root(_HoldsFd):
                 return False
             if st.st_dev != self.dev:
                 raise PathUnsafe("a directory is on another device (a mount)", path=rel)
+            self.check_mount(chain.fd, chain.name, rel)
             chain.verify_chain()
             try:
                 os.rmdir(chain.name, dir_fd=chain.fd)
             except OSError as exc:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
                     return False
+                if exc.errno == errno.EBUSY:  # a mount point, placed after the check
+                    raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=rel) from exc
                 raise os_error("removing a directory", rel, exc) from exc
             try:
                 os.fsync(chain.fd)

@@ -1,12 +1,24 @@
-"""The few Linux calls the standard library lacks: ``renameat2``, the umask, the mode rule.
+"""The few Linux calls the standard library lacks: ``renameat2``, ``openat2``, mount ids, the umask.
 
 This module owns ``renameat2`` through ctypes (libc's wrapper, or the raw syscall
-number where libc lacks it; ``ENOSYS`` when neither exists), reading the process umask
-without changing it (``/proc/self/status``; set-and-restore under a lock only as a
-fallback, which is racy against other threads creating files), and the permission
-bits SPEC §3.1 gives a written file.
+number where libc lacks it; ``ENOSYS`` when neither exists), opening one directory
+component with ``openat2(RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
+where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the
+mount id of an open descriptor or of a directory entry (``mount_id``), reading the
+process umask without changing it (``/proc/self/status``; set-and-restore under a lock
+only as a fallback, which is racy against other threads creating files), and the
+permission bits SPEC §3.1 gives a written file.
 
-Deliberately not here: deciding when to rename or which mode a target should have.
+Mount ids come from ``statx(2)`` with ``STATX_MNT_ID`` (Linux 5.8+, through libc's
+wrapper or the raw syscall), else from the ``mnt_id:`` line of
+``/proc/self/fdinfo/<fd>`` (Linux 3.15+), else they are unknown (``None``) and callers
+fall back to comparing device ids. The source is probed once per process
+(``mount_id_source``). A mount id is the kernel's per-mount number (the one
+``/proc/self/mountinfo`` shows): it can be reused after a mount is gone, so ids are
+only compared while a descriptor on each of the mounts is held.
+
+Deliberately not here: deciding when to rename, what a mount crossing means for a
+write, or which mode a target should have.
 """
 
 from __future__ import annotations
@@ -19,14 +31,28 @@ import platform
 import stat
 import threading
 from collections.abc import Callable
+from typing import Any, Literal, cast
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 _SYSCALL_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "riscv64": 276, "i686": 353, "i386": 353}
+_SYSCALL_STATX = {"x86_64": 332, "aarch64": 291, "riscv64": 291, "i686": 383, "i386": 383}
+STATX_MNT_ID = 0x1000
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_NO_AUTOMOUNT = 0x800
+AT_EMPTY_PATH = 0x1000
+_SYSCALL_OPENAT2 = 437  # the same on every architecture in _SYSCALL_STATX
+_AT_FDCWD = -100
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_COMPONENT = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
+_UNAVAILABLE = (errno.ENOSYS, errno.EPERM)  # EPERM: a seccomp filter that forbids statx
 _GIT_MODES = ("100644", "100755")
 _umask_lock = threading.Lock()
 
 Renameat2 = Callable[[int, str, int, str, int], None]
+MountIdSource = Literal["statx", "fdinfo", "none"]
 
 
 @functools.cache
@@ -62,6 +88,184 @@ def _renameat2_impl() -> Renameat2:
 def renameat2(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str, flags: int) -> None:
     """Linux ``renameat2``; raises ``OSError`` (``ENOSYS``/``EINVAL`` when unsupported)."""
     _renameat2_impl()(src_dir_fd, src, dst_dir_fd, dst, flags)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+Openat2 = Callable[[int, str, int, int], int]
+
+
+@functools.cache
+def _openat2_impl() -> Openat2 | None:
+    """The raw ``openat2`` syscall, or None when this kernel or filter refuses it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    size = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
+
+    def call(dir_fd: int, name: str, flags: int, resolve: int) -> int:
+        how = _OpenHow(flags, 0, resolve)
+        path = os.fsencode(name)
+        fd = syscall(
+            ctypes.c_long(_SYSCALL_OPENAT2), ctypes.c_int(dir_fd), path, ctypes.byref(how), size
+        )
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), name)
+        return int(fd)
+
+    if platform.machine() not in _SYSCALL_STATX:
+        return None
+    try:
+        os.close(call(_AT_FDCWD, "/", os.O_PATH | os.O_CLOEXEC, _RESOLVE_COMPONENT))
+    except OSError:  # ENOSYS, EPERM (seccomp), E2BIG/EINVAL (unknown flags): use openat
+        return None
+    return call
+
+
+def open_dir_component(dir_fd: int, name: str, flags: int) -> int:
+    """Open the single component ``name`` below ``dir_fd`` with ``flags``.
+
+    Where ``openat2`` exists the lookup may not cross a mount (``EXDEV``), follow a
+    symlink (``ELOOP``) or a magic link; elsewhere this is ``os.open(name, flags,
+    dir_fd=dir_fd)`` and the caller's own checks are the only guard. Raises ``OSError``.
+    """
+    impl = _openat2_impl()
+    if impl is None:
+        return os.open(name, flags, dir_fd=dir_fd)
+    return impl(dir_fd, name, flags, _RESOLVE_COMPONENT)
+
+
+class _Statx(ctypes.Structure):
+    """``struct statx`` as far as promoter reads it (256 bytes, spare words included)."""
+
+    _fields_ = (
+        ("stx_mask", ctypes.c_uint32),  # offset 0
+        ("_up_to_mnt_id", ctypes.c_uint8 * 140),
+        ("stx_mnt_id", ctypes.c_uint64),  # offset 144
+        ("_rest", ctypes.c_uint8 * 104),
+    )
+
+
+RawStatx = Callable[[int, bytes, int, int, Any], int]
+_per_thread = threading.local()
+
+
+@functools.cache
+def _statx_impl() -> RawStatx | None:
+    """libc's ``statx`` (glibc 2.28+) or the raw syscall; None where neither exists."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    func = getattr(libc, "statx", None)
+    if func is not None:
+        func.restype = ctypes.c_int  # plain ints, bytes and byref convert without argtypes
+        return cast(RawStatx, func)
+    number = _SYSCALL_STATX.get(platform.machine())
+    if number is None:
+        return None
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+
+    def call_syscall(fd: int, path: bytes, flags: int, mask: int, buf: Any) -> int:
+        args = (ctypes.c_int(fd), path, ctypes.c_int(flags), ctypes.c_uint(mask), buf)
+        return int(syscall(ctypes.c_long(number), *args))
+
+    return call_syscall
+
+
+def _statx_buffer() -> _Statx:
+    """One result buffer per thread, reused (a ``statx`` call fills it before it is read)."""
+    buf: _Statx | None = getattr(_per_thread, "statx", None)
+    if buf is None:
+        buf = _per_thread.statx = _Statx()
+    return buf
+
+
+def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
+    """``stx_mnt_id`` of ``name`` in ``dir_fd`` (of ``dir_fd`` itself when ``name`` is ``""``).
+
+    A final symlink is not followed and no automount is triggered; a mount sitting on
+    ``name`` is entered, as every lookup does. None when statx or ``STATX_MNT_ID`` is
+    unavailable (``ENOSYS``, ``EPERM``, or the bit missing from ``stx_mask``); any other
+    failure raises ``OSError``.
+    """
+    impl = _statx_impl()
+    if impl is None:
+        return None
+    buf = _statx_buffer()
+    flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | (AT_EMPTY_PATH if not name else 0)
+    if impl(dir_fd, os.fsencode(name), flags, STATX_MNT_ID, ctypes.byref(buf)) != 0:
+        code = ctypes.get_errno()
+        if code in _UNAVAILABLE:
+            return None
+        raise OSError(code, os.strerror(code), name)
+    if not buf.stx_mask & STATX_MNT_ID:
+        return None
+    return int(buf.stx_mnt_id)
+
+
+def fdinfo_mount_id(fd: int) -> int | None:
+    """The ``mnt_id:`` of ``/proc/self/fdinfo/<fd>``; None when /proc does not say."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
+            lines = info.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(b"mnt_id:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _fdinfo_mount_id_at(dir_fd: int, name: str) -> int | None:
+    if not name:
+        return fdinfo_mount_id(dir_fd)
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return fdinfo_mount_id(fd)
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def mount_id_source() -> MountIdSource:
+    """Where this process reads mount ids from, probed once on ``/``."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            if statx_mount_id(fd) is not None:
+                return "statx"
+        except OSError:
+            pass
+        if fdinfo_mount_id(fd) is not None:
+            return "fdinfo"
+        return "none"
+    finally:
+        os.close(fd)
+
+
+def mount_id(dir_fd: int, name: str = "") -> int | None:
+    """The mount id of ``name`` in ``dir_fd`` (of ``dir_fd`` when ``name`` is ``""``).
+
+    None only when this process has no way to read mount ids (``mount_id_source() ==
+    "none"``). A source that stops answering raises ``OSError(ENODATA)``;
+    ``FileNotFoundError`` and other ``OSError`` propagate.
+    """
+    source = mount_id_source()
+    if source == "none":
+        return None
+    found = statx_mount_id(dir_fd, name) if source == "statx" else _fdinfo_mount_id_at(dir_fd, name)
+    if found is None:
+        raise OSError(errno.ENODATA, f"no mount id from {source}")
+    return found
 
 
 def current_umask() -> int:
