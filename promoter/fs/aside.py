@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from promoter.errors import PathUnsafe
+from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
@@ -152,3 +152,22 @@ def settle(parent: ParentChain, temp: str, *, old: ExpectedState, new: ExpectedS
         except OSError:
             pass
     return Settlement("kept", keep(parent, temp, found))
+
+
+def refusal(rel: str, expected: ExpectedState, found: LeafState) -> PromoterError:
+    """The refusal for a target found in another state: unsafe kinds, else drift."""
+    if found.kind in ("symlink", "special"):
+        return PathUnsafe(f"target is a {found.kind}", path=rel, found=found.to_dict())
+    return TargetDrift(
+        "target is not in the expected state",
+        path=rel,
+        expected=expected.to_dict(),
+        found=found.to_dict(),
+    )
+
+
+def with_kept(error: PromoterError, kept: list[Kept]) -> PromoterError:
+    """Add ``kept`` entries to an error's context, so the report says where bytes are."""
+    if kept:
+        error.context["kept"] = [*error.context.get("kept", []), *(k.to_dict() for k in kept)]
+    return error

@@ -16,9 +16,10 @@ Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.p
   name) and what then comes back under the temp name is removed only if it is still the
   inode promoter wrote with promoter's bytes; otherwise it is kept under a
   ``.promoter-kept-*`` name and the step refuses with the kept file in its report.
-- A delete renames the target to its journaled temp name (``RENAME_NOREPLACE``), reads
-  it there, and unlinks it only if it is the exact old state with one link; otherwise
-  it goes back to its name (or, if that name was taken meanwhile, it is kept).
+- A delete (``delete.py``) renames the target to its journaled temp name
+  (``RENAME_NOREPLACE``), reads it there, and unlinks it only if it is the exact old
+  state with one link; otherwise it goes back to its name (or, if that name was taken
+  meanwhile, it is kept).
 Every refusal after a rename carries ``kept`` (a list of ``Kept.to_dict()``) naming
 where any bytes that were not promoter's are now.
 
@@ -33,9 +34,8 @@ Fault points called here: ``after_temp_write`` (temp written, chmod'ed, fsynced 
 closed), ``before_replace`` (old state checked, nothing renamed yet),
 ``after_exchange`` (new file at the target, displaced file at the temp name, not yet
 read), ``before_swap_back`` (displaced file found not to be the old state),
-``after_replace`` (the step's rename is done), ``before_unlink`` (a delete's old state
-checked, nothing renamed), ``after_move_aside`` (the delete's target is at its temp
-name), ``after_unlink`` and ``after_parent_fsync``. An ``OSError`` anywhere, injected
+``after_replace`` (the step's rename is done) and ``after_parent_fsync`` (the delete's
+points are ``delete.py``'s). An ``OSError`` anywhere, injected
 or real, surfaces as ``WriteFailed`` with its errno and is never retried; in particular
 a failed fsync is reported, not repeated.
 
@@ -56,14 +56,11 @@ from typing import Any
 
 from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
-from promoter.fs.aside import Kept, beside, check_temp_name, keep, remove_if
-from promoter.fs.chain import ParentChain
+from promoter.fs.aside import Kept, beside, check_temp_name, keep, refusal, remove_if, with_kept
+from promoter.fs.delete import Deleting
 from promoter.fs.leaf import (
-    LEAF_FLAGS,
     ExpectedState,
     LeafState,
-    git_mode_of,
-    hash_fd,
     os_error,
 )
 from promoter.fs.syscalls import (
@@ -80,24 +77,7 @@ _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _refusal(rel: str, expected: ExpectedState, found: LeafState) -> PromoterError:
-    if found.kind in ("symlink", "special"):
-        return PathUnsafe(f"target is a {found.kind}", path=rel, found=found.to_dict())
-    return TargetDrift(
-        "target is not in the expected state",
-        path=rel,
-        expected=expected.to_dict(),
-        found=found.to_dict(),
-    )
-
-
-def _with_kept(error: PromoterError, kept: list[Kept]) -> PromoterError:
-    if kept:
-        error.context["kept"] = [*error.context.get("kept", []), *(k.to_dict() for k in kept)]
-    return error
-
-
-class Parent(ParentChain):
+class Parent(Deleting):
     """The held parent directory of one target, with the operations that change it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -145,9 +125,9 @@ class Parent(ParentChain):
         except BaseException as exc:
             kept = self.drop_temp(temp, ExpectedState(True, None, None))
             if isinstance(exc, OSError):
-                raise _with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
+                raise with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
             if isinstance(exc, PromoterError):
-                _with_kept(exc, kept)
+                with_kept(exc, kept)
             raise
         return temp
 
@@ -196,7 +176,7 @@ class Parent(ParentChain):
                 self.drop_temp(temp, new)
                 return
             if not current.matches(expected_old):
-                raise _refusal(self.rel, expected_old, current)
+                raise refusal(self.rel, expected_old, current)
             faults.point("before_replace")
             if not expected_old.exists:
                 self._create_from(temp, new)
@@ -208,11 +188,11 @@ class Parent(ParentChain):
         except OSError as exc:
             error = os_error("replacing the target", self.rel, exc)
             if not settled:
-                _with_kept(error, self.drop_temp(temp, new))
+                with_kept(error, self.drop_temp(temp, new))
             raise error from exc
         except PromoterError as exc:
             if not settled:
-                _with_kept(exc, self.drop_temp(temp, new))
+                with_kept(exc, self.drop_temp(temp, new))
             raise
         if not settled:
             self.drop_temp(temp, new)  # normally gone: the rename consumed it
@@ -238,13 +218,13 @@ class Parent(ParentChain):
                 raise
         found = self.leaf_state()
         if not found.matches(False):
-            raise _refusal(self.rel, ExpectedState(False, None, None), found)
+            raise refusal(self.rel, ExpectedState(False, None, None), found)
         os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def _raise_unless_new(self, new: ExpectedState, old: ExpectedState, exc: OSError) -> None:
         found = self.leaf_state()
         if not found.matches(new):
-            raise _refusal(self.rel, old, found) from exc
+            raise refusal(self.rel, old, found) from exc
 
     def _exchange_in(
         self, temp: str, current: LeafState, expected_old: ExpectedState, new: ExpectedState
@@ -255,11 +235,11 @@ class Parent(ParentChain):
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 found = self.leaf_state()
-                raise _with_kept(
-                    _refusal(self.rel, expected_old, found), self.drop_temp(temp, new)
+                raise with_kept(
+                    refusal(self.rel, expected_old, found), self.drop_temp(temp, new)
                 ) from exc
             if exc.errno not in _UNSUPPORTED:
-                raise _with_kept(
+                raise with_kept(
                     os_error("exchanging the target", self.rel, exc), self.drop_temp(temp, new)
                 ) from exc
             self._rename_after_recheck(temp, current, expected_old, new, exc)
@@ -283,7 +263,7 @@ class Parent(ParentChain):
             held = Kept(
                 self.rel, beside(self, temp), displaced.kind, displaced.sha256, displaced.size
             )
-            raise _with_kept(
+            raise with_kept(
                 WriteFailed(
                     "could not put the displaced file back; it is kept under the temp name",
                     path=self.rel,
@@ -302,10 +282,10 @@ class Parent(ParentChain):
                 reason="swapped",
             )
         elif displaced.kind in ("file", "missing"):
-            error = _refusal(self.rel, expected_old, displaced)
+            error = refusal(self.rel, expected_old, displaced)
         else:
             error = PathUnsafe("the displaced file could not be verified", path=self.rel)
-        raise _with_kept(error, kept)
+        raise with_kept(error, kept)
 
     def _rename_after_recheck(
         self,
@@ -318,123 +298,10 @@ class Parent(ParentChain):
         """Fallback without ``RENAME_EXCHANGE``: re-check, then a plain rename (residual risk)."""
         again = self.leaf_state()
         if not again.matches(expected_old) or (again.dev, again.ino) != (current.dev, current.ino):
-            raise _with_kept(
-                _refusal(self.rel, expected_old, again), self.drop_temp(temp, new)
+            raise with_kept(
+                refusal(self.rel, expected_old, again), self.drop_temp(temp, new)
             ) from cause
         os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-
-    def unlink_checked(self, expected_old: ExpectedState, *, aside: str) -> None:
-        """Delete the target only if it is our singly linked regular file equal to ``expected_old``.
-
-        Move-aside-then-verify: the target is renamed to the journaled temp name
-        ``aside`` and read there; only the exact old state is unlinked, anything else
-        goes back (or is kept, with ``kept`` in the refusal). Already missing is success.
-        A hard-linked, foreign-owned, symlinked, special or swapped target raises
-        ``PathUnsafe``; other content or mode raises ``TargetDrift``.
-        """
-        if not expected_old.exists:
-            raise ValueError("unlink_checked needs the existing state to remove")
-        check_temp_name(aside)
-        try:
-            self.verify_chain()
-            try:
-                fd = os.open(self.name, LEAF_FLAGS, dir_fd=self.fd)
-            except FileNotFoundError:
-                return
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
-                    raise _refusal(self.rel, expected_old, self.leaf_state()) from exc
-                raise
-            try:
-                found = self._checked_leaf(fd, expected_old)
-            finally:
-                os.close(fd)
-            if not found.matches(expected_old):
-                raise _refusal(self.rel, expected_old, found)
-            faults.point("before_unlink")
-            self.verify_chain()
-            try:
-                renameat2(self.fd, self.name, self.fd, aside, RENAME_NOREPLACE)
-            except FileNotFoundError:
-                return
-            except FileExistsError as exc:
-                raise PathUnsafe(
-                    "something already has promoter's journaled temp name; it was left alone",
-                    path=self.rel,
-                    name=aside,
-                ) from exc
-            except OSError as exc:
-                if exc.errno not in _UNSUPPORTED:
-                    raise
-                self._unlink_after_recheck(found)
-                return
-            faults.point("after_move_aside")
-            self._settle_aside(aside, expected_old)
-            faults.point("after_unlink")
-        except OSError as exc:
-            raise os_error("deleting the target", self.rel, exc) from exc
-
-    def _settle_aside(self, aside: str, expected_old: ExpectedState) -> None:
-        """Unlink the moved-aside target if it is exactly ``expected_old``; else put it back."""
-
-        def is_old(leaf: LeafState) -> bool:
-            return leaf.nlink == 1 and leaf.matches(expected_old)
-
-        try:
-            done, moved = remove_if(self, aside, is_old)
-        except PromoterError:
-            done, moved = "left", LeafState(kind="special")
-        if done != "left":
-            return
-        kept: list[Kept] = []
-        try:
-            renameat2(self.fd, aside, self.fd, self.name, RENAME_NOREPLACE)
-        except OSError:
-            kept = [keep(self, aside, moved)]
-        error = _refusal(self.rel, expected_old, moved)
-        error.context["reason"] = "changed while it was being deleted"
-        raise _with_kept(error, kept)
-
-    def _unlink_after_recheck(self, found: LeafState) -> None:
-        """Fallback without ``renameat2``: re-check the inode, then unlink (residual risk)."""
-        try:
-            again = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        if (again.st_dev, again.st_ino) != (found.dev, found.ino):
-            raise PathUnsafe("target was swapped while it was checked", path=self.rel)
-        self.verify_chain()
-        os.unlink(self.name, dir_fd=self.fd)
-
-    def _checked_leaf(self, fd: int, expected_old: ExpectedState) -> LeafState:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise _refusal(self.rel, expected_old, LeafState(kind="directory"))
-        if not stat.S_ISREG(st.st_mode):
-            raise PathUnsafe("target is a special file", path=self.rel)
-        if st.st_dev != self.root.dev:
-            raise PathUnsafe("target is on another device", path=self.rel)
-        if st.st_nlink != 1:
-            raise PathUnsafe("target has other hard links", path=self.rel, nlink=st.st_nlink)
-        if st.st_uid != os.geteuid():
-            raise PathUnsafe("target is owned by another user", path=self.rel, uid=st.st_uid)
-        sha256, size = hash_fd(fd)
-        after = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
-            after.st_size,
-            after.st_mtime_ns,
-            after.st_ctime_ns,
-        ) or size != after.st_size:
-            raise PathUnsafe("target changed while it was checked", path=self.rel)
-        return LeafState(
-            kind="file",
-            sha256=sha256,
-            mode=git_mode_of(after.st_mode),
-            size=size,
-            dev=after.st_dev,
-            ino=after.st_ino,
-            nlink=after.st_nlink,
-        )
 
     def fsync(self) -> None:
         """fsync the held parent directory (once per batch); a failure is raised, never retried."""

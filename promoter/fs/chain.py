@@ -57,12 +57,10 @@ from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs.leaf import (
     MISSING,
-    TEMP_PREFIX,
     ExpectedState,
     LeafState,
     os_error,
     read_leaf,
-    split_dir,
     split_rel,
 )
 from promoter.fs.syscalls import mount_id, open_dir_component
@@ -392,25 +390,3 @@ class Root(_HoldsFd):
             except OSError as exc:
                 raise os_error("syncing a directory", rel, exc) from exc
         return True
-
-    def list_temp_files(self, rel_dir: str) -> list[str]:
-        """Names of the regular ``.promoter-tmp-*`` files in ``rel_dir`` (``""`` is the root)."""
-        walked = self._walk(rel_dir, split_dir(rel_dir), create=False)
-        if walked is None:
-            return []
-        found = []
-        try:
-            for name in os.listdir(walked.fd):
-                if not name.startswith(TEMP_PREFIX):
-                    continue
-                try:
-                    st = os.stat(name, dir_fd=walked.fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    found.append(name)
-        except OSError as exc:
-            raise os_error("listing a directory", rel_dir, exc) from exc
-        finally:
-            os.close(walked.fd)
-        return sorted(found)

@@ -1,0 +1,149 @@
+"""Deletes by move-aside-then-verify (SPEC §10.1), for ``promoter.fs.atomic.Parent``.
+
+The target is checked (a singly linked regular file of this user, on the root's mount,
+equal to the expected old state), renamed to the step's journaled temp name with
+``RENAME_NOREPLACE``, read there through a descriptor and unlinked only if it is still
+exactly that state with one link. Anything else goes back under its name, or, if the
+name was taken meanwhile, is kept beside it (``aside.keep``) and named in the refusal.
+
+Fault points: ``before_unlink`` (old state checked, nothing renamed), ``after_move_aside``
+(the target is at its temp name) and ``after_unlink``.
+
+Deliberately not here: writes and exchanges (``atomic.py``) and directory removal
+(``Root.remove_dir_if_empty``). Residual risk: without ``renameat2`` the delete falls
+back to re-checking the inode and ``unlinkat`` by name, and a save in that instant is
+lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from promoter import faults
+from promoter.errors import PathUnsafe, PromoterError
+from promoter.fs.aside import Kept, check_temp_name, keep, refusal, remove_if, with_kept
+from promoter.fs.chain import ParentChain
+from promoter.fs.leaf import LEAF_FLAGS, ExpectedState, LeafState, git_mode_of, hash_fd, os_error
+from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
+
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+
+
+class Deleting(ParentChain):
+    """The delete operations of a held parent directory."""
+
+    def unlink_checked(self, expected_old: ExpectedState, *, aside: str) -> None:
+        """Delete the target only if it is our singly linked regular file equal to ``expected_old``.
+
+        Move-aside-then-verify: the target is renamed to the journaled temp name
+        ``aside`` and read there; only the exact old state is unlinked, anything else
+        goes back (or is kept, with ``kept`` in the refusal). Already missing is success.
+        A hard-linked, foreign-owned, symlinked, special or swapped target raises
+        ``PathUnsafe``; other content or mode raises ``TargetDrift``.
+        """
+        if not expected_old.exists:
+            raise ValueError("unlink_checked needs the existing state to remove")
+        check_temp_name(aside)
+        try:
+            self.verify_chain()
+            try:
+                fd = os.open(self.name, LEAF_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
+                    raise refusal(self.rel, expected_old, self.leaf_state()) from exc
+                raise
+            try:
+                found = self._checked_leaf(fd, expected_old)
+            finally:
+                os.close(fd)
+            if not found.matches(expected_old):
+                raise refusal(self.rel, expected_old, found)
+            self.root.check_mount(self.fd, self.name, self.rel)
+            faults.point("before_unlink")
+            self.verify_chain()
+            try:
+                renameat2(self.fd, self.name, self.fd, aside, RENAME_NOREPLACE)
+            except FileNotFoundError:
+                return
+            except FileExistsError as exc:
+                raise PathUnsafe(
+                    "something already has promoter's journaled temp name; it was left alone",
+                    path=self.rel,
+                    name=aside,
+                ) from exc
+            except OSError as exc:
+                if exc.errno not in _UNSUPPORTED:
+                    raise
+                self._unlink_after_recheck(found)
+                return
+            faults.point("after_move_aside")
+            self._settle_aside(aside, expected_old)
+            faults.point("after_unlink")
+        except OSError as exc:
+            raise os_error("deleting the target", self.rel, exc) from exc
+
+    def _settle_aside(self, aside: str, expected_old: ExpectedState) -> None:
+        """Unlink the moved-aside target if it is exactly ``expected_old``; else put it back."""
+
+        def is_old(leaf: LeafState) -> bool:
+            return leaf.nlink == 1 and leaf.matches(expected_old)
+
+        try:
+            done, moved = remove_if(self, aside, is_old)
+        except PromoterError:
+            done, moved = "left", LeafState(kind="special")
+        if done != "left":
+            return
+        kept: list[Kept] = []
+        try:
+            renameat2(self.fd, aside, self.fd, self.name, RENAME_NOREPLACE)
+        except OSError:
+            kept = [keep(self, aside, moved)]
+        error = refusal(self.rel, expected_old, moved)
+        error.context["reason"] = "changed while it was being deleted"
+        raise with_kept(error, kept)
+
+    def _unlink_after_recheck(self, found: LeafState) -> None:
+        """Fallback without ``renameat2``: re-check the inode, then unlink (residual risk)."""
+        try:
+            again = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (again.st_dev, again.st_ino) != (found.dev, found.ino):
+            raise PathUnsafe("target was swapped while it was checked", path=self.rel)
+        self.verify_chain()
+        os.unlink(self.name, dir_fd=self.fd)
+
+    def _checked_leaf(self, fd: int, expected_old: ExpectedState) -> LeafState:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise refusal(self.rel, expected_old, LeafState(kind="directory"))
+        if not stat.S_ISREG(st.st_mode):
+            raise PathUnsafe("target is a special file", path=self.rel)
+        if st.st_dev != self.root.dev:
+            raise PathUnsafe("target is on another device", path=self.rel)
+        if st.st_nlink != 1:
+            raise PathUnsafe("target has other hard links", path=self.rel, nlink=st.st_nlink)
+        if st.st_uid != os.geteuid():
+            raise PathUnsafe("target is owned by another user", path=self.rel, uid=st.st_uid)
+        sha256, size = hash_fd(fd)
+        after = os.fstat(fd)
+        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
+            after.st_size,
+            after.st_mtime_ns,
+            after.st_ctime_ns,
+        ) or size != after.st_size:
+            raise PathUnsafe("target changed while it was checked", path=self.rel)
+        return LeafState(
+            kind="file",
+            sha256=sha256,
+            mode=git_mode_of(after.st_mode),
+            size=size,
+            dev=after.st_dev,
+            ino=after.st_ino,
+            nlink=after.st_nlink,
+        )
