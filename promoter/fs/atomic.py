@@ -2,7 +2,9 @@
 
 This module owns every change promoter makes to a file in a worktree: writing a temp
 file next to the target under the name the journal gave it (``temp_name`` in
-``promoter.domain.paths``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, all bytes, mode, ``fsync``),
+``promoter.domain.paths``; an anonymous ``O_TMPFILE`` that gets the name only after all
+bytes, the mode and ``fsync``, or ``O_CREAT|O_EXCL|O_NOFOLLOW`` where the filesystem has
+no ``O_TMPFILE``),
 putting it in place only while the target is still the expected old state, deletes by
 move-aside-then-verify, and the mode rule of SPEC §3.1 (keep the replaced file's
 permission bits, set or clear the execute bits where read is set; new files get
@@ -30,8 +32,8 @@ fallbacks cannot verify or restore the displaced file, so an edit landing in tha
 is lost (the README's residual risks). ``replace`` does not fsync the parent directory:
 callers batch and call ``Parent.fsync`` once.
 
-Fault points called here: ``after_temp_write`` (temp written, chmod'ed, fsynced and
-closed), ``before_replace`` (old state checked, nothing renamed yet),
+Fault points called here: ``before_temp_named`` (an anonymous temp holds every byte,
+no name yet), ``after_temp_write`` (temp written, chmod'ed, fsynced, named and closed), ``before_replace`` (old state checked, nothing renamed yet),
 ``after_exchange`` (new file at the target, displaced file at the temp name, not yet
 read), ``before_swap_back`` (displaced file found not to be the old state),
 ``after_replace`` (the step's rename is done) and ``after_parent_fsync`` (the delete's
@@ -48,6 +50,7 @@ after the displaced file was verified, is lost with it.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -75,6 +78,13 @@ log = logging.getLogger("promoter.fs")
 
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_ANON_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
+
+
+@functools.cache
+def _proc_fd_links() -> bool:
+    """Whether ``/proc/self/fd`` exists, through which an ``O_TMPFILE`` gets a name."""
+    return os.path.isdir("/proc/self/fd")
 
 
 class Parent(Deleting):
@@ -99,37 +109,72 @@ class Parent(Deleting):
         except OSError as exc:
             raise os_error("inspecting the target", self.rel, exc) from exc
         mode = file_mode(git_mode, replaced, current_umask())
-        try:
-            fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.fd)
-        except FileExistsError as exc:
-            raise PathUnsafe(
-                "something already has promoter's journaled temp name; it was left alone",
-                path=self.rel,
-                name=temp,
-            ) from exc
-        except OSError as exc:
-            raise os_error("creating a temp file", self.rel, exc) from exc
+        fd, anonymous = self._open_temp(temp)
         try:
             try:
-                st = os.fstat(fd)
-                self.written[temp] = (st.st_dev, st.st_ino)
+                if not anonymous:  # the name is ours from here, even half written
+                    st = os.fstat(fd)
+                    self.written[temp] = (st.st_dev, st.st_ino)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fchmod(fd, mode)
                 os.fsync(fd)
+                if anonymous:
+                    faults.point("before_temp_named")
+                    self._link_temp(fd, temp)
+                    st = os.fstat(fd)
+                    self.written[temp] = (st.st_dev, st.st_ino)
             finally:
                 os.close(fd)
             faults.point("after_temp_write")
             self.verify_chain()
         except BaseException as exc:
-            kept = self.drop_temp(temp, ExpectedState(True, None, None))
+            kept = (
+                self.drop_temp(temp, ExpectedState(True, None, None))
+                if temp in self.written
+                else []
+            )
             if isinstance(exc, OSError):
                 raise with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
             if isinstance(exc, PromoterError):
                 with_kept(exc, kept)
             raise
         return temp
+
+    def _open_temp(self, temp: str) -> tuple[int, bool]:
+        """An anonymous ``O_TMPFILE`` in the parent (True), or ``temp`` created ``O_EXCL``.
+
+        The anonymous file gets its name only once it holds every byte, its mode and an
+        fsync, so after a crash a journaled temp name never holds a partial write that
+        could not be proven promoter's own.
+        """
+        if _proc_fd_links():
+            try:
+                return os.open(".", _ANON_FLAGS, 0o600, dir_fd=self.fd), True
+            except OSError as exc:
+                if exc.errno not in (*_UNSUPPORTED, errno.EISDIR):
+                    raise os_error("creating a temp file", self.rel, exc) from exc
+        try:
+            return os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.fd), False
+        except FileExistsError as exc:
+            raise self._name_taken(temp) from exc
+        except OSError as exc:
+            raise os_error("creating a temp file", self.rel, exc) from exc
+
+    def _link_temp(self, fd: int, temp: str) -> None:
+        """Give the anonymous temp ``fd`` its journaled name (never replacing anything)."""
+        try:
+            os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=self.fd, follow_symlinks=True)
+        except FileExistsError as exc:
+            raise self._name_taken(temp) from exc
+
+    def _name_taken(self, temp: str) -> PathUnsafe:
+        return PathUnsafe(
+            "something already has promoter's journaled temp name; it was left alone",
+            path=self.rel,
+            name=temp,
+        )
 
     def _is_own(self, temp: str, new: ExpectedState) -> Callable[[LeafState], bool]:
         """The test for "this is the file promoter wrote at ``temp``, unchanged"."""

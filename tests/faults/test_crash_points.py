@@ -31,6 +31,7 @@ POINTS = [
     "after_journal",
     "after_dir_intent",
     "after_mkdir",
+    "before_temp_named",
     "after_temp_write",
     "after_temps_journaled",
     "before_replace",

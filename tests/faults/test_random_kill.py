@@ -197,3 +197,72 @@ def test_kill_at_a_random_instant_of_a_1000_file_rollback(
     assert sorted(p for p in repo.rglob("*") if p.is_dir() and ".git" not in p.parts) == (
         dirs_before
     )
+
+
+RESTORE_ROUNDS = [("fault", "after_temp_write"), ("fault", "after_move_aside"), ("signal", "")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("how", "point"), RESTORE_ROUNDS)
+def test_kill_at_a_random_instant_of_a_snapshot_restore(
+    how: str, point: str, tmp_path: Path
+) -> None:
+    """A 400-file restore killed at random, killed again while recovering, then
+    recovered: the worktree is exactly the snapshot, with nothing of promoter's left."""
+    rng = random.Random(f"restore-{how}-{point}")
+    files = {f"d{i % 20:02d}/f{i:04d}.txt": f"base {i}\n".encode() * 8 for i in range(400)}
+    repo = init_repo(tmp_path / "work", files)
+    state = tmp_path / "state"
+    base = "/v1/repositories/work/snapshots"
+    hits = {"after_temp_write": 250, "after_move_aside": 50}
+    faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else ""
+    first = DaemonProcess(state, {"work": repo}, faults=faults)
+    try:
+        with first.client("operator") as op:
+            before = op.post(base, json={"label": "before"}).json()["tree"]
+            wanted = tree_bytes(repo)
+            paths = sorted(files)
+            for path in paths[:200]:
+                (repo / path).write_bytes(b"edited\n")
+            for path in paths[200:250]:
+                (repo / path).unlink()
+            for i in range(50):
+                (repo / f"extra{i % 5}" / f"x{i}.txt").parent.mkdir(exist_ok=True)
+                (repo / f"extra{i % 5}" / f"x{i}.txt").write_bytes(b"extra\n")
+            after = op.post(base, json={"label": "after"}).json()["tree"]
+            if how == "signal":
+                threading.Timer(rng.uniform(0.05, 0.4), first.kill).start()
+            with contextlib.suppress(httpx.HTTPError):
+                op.post(f"{base}/{before}/restore", json={"expected_current_tree": after})
+        if how == "signal" and first.proc.poll() is None:
+            first.kill()
+        first.wait_exit()
+    finally:
+        first.kill()
+
+    second = DaemonProcess(state, {"work": repo}, faults="after_temp_write=kill@5")
+    try:
+        with second.client("operator") as op:
+            listed = op.get("/v1/operations").json()["operations"]
+            [restore] = [o for o in listed if o["kind"] == "restore"]
+            if restore["status"] == "needs_recovery":
+                with contextlib.suppress(httpx.HTTPError):
+                    op.post(f"/v1/operations/{restore['operation_id']}/recover", json={"fence": 0})
+    finally:
+        second.kill()
+
+    third = DaemonProcess(state, {"work": repo})
+    try:
+        with third.client("operator") as op:
+            view = op.get(f"/v1/operations/{restore['operation_id']}").json()
+            if view["status"] == "needs_recovery":
+                answer = op.post(
+                    f"/v1/operations/{restore['operation_id']}/recover", json={"fence": 0}
+                )
+                assert answer.status_code == 200, answer.text
+                view = op.get(f"/v1/operations/{restore['operation_id']}").json()
+    finally:
+        third.stop()
+    assert view["status"] == "completed", (view["report"], view["events"][-3:])
+    assert tree_bytes(repo) == wanted
+    assert not [p for p in repo.rglob("*") if p.name.startswith("extra")]

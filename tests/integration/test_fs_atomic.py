@@ -348,3 +348,18 @@ def test_kill_after_exchange_leaves_the_old_file_for_settle_to_remove(work: Path
     with Root.open(work) as root, root.open_parent("f.txt", create=False) as parent:
         assert settle(parent, TMP, old=state(b"old"), new=state(b"new")).action == "removed"
     assert temps(work) == []
+
+
+def test_kill_while_a_temp_is_anonymous_leaves_no_name_behind(work: Path) -> None:
+    (work / "f.txt").write_bytes(b"old")
+    script = (
+        "import sys\n"
+        "from promoter.fs.chain import Root\n"
+        "with Root.open(sys.argv[1]) as r, r.open_parent('f.txt', create=False) as p:\n"
+        f"    p.write_temp(b'new' * 4096, '100644', temp={TMP!r})\n"
+    )
+    env = {**os.environ, faults.ENV: "before_temp_named=kill"}
+    done = subprocess.run([sys.executable, "-c", script, str(work)], env=env, check=False)
+    assert done.returncode == 137
+    assert sorted(os.listdir(work)) == ["f.txt"]
+    assert (work / "f.txt").read_bytes() == b"old"
