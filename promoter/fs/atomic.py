@@ -33,7 +33,8 @@ is lost (the README's residual risks). ``replace`` does not fsync the parent dir
 callers batch and call ``Parent.fsync`` once.
 
 Fault points called here: ``before_temp_named`` (an anonymous temp holds every byte,
-no name yet), ``after_temp_write`` (temp written, chmod'ed, fsynced, named and closed), ``before_replace`` (old state checked, nothing renamed yet),
+no name yet), ``after_temp_write`` (temp written, chmod'ed, fsynced, named and
+closed), ``before_replace`` (old state checked, nothing renamed yet),
 ``after_exchange`` (new file at the target, displaced file at the temp name, not yet
 read), ``before_swap_back`` (displaced file found not to be the old state),
 ``after_replace`` (the step's rename is done) and ``after_parent_fsync`` (the delete's
