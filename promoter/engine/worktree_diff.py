@@ -50,7 +50,10 @@ def _prune_worktree(rel: str) -> bool:
 
 
 def _prune_git(rel: str) -> bool:
-    return rel.startswith("objects/") and rel != "objects/info"
+    """Loose objects and packs: neither entered nor compared (``objects/info`` is)."""
+    return rel.startswith("objects/") and not (
+        rel == "objects/info" or rel.startswith("objects/info/")
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,11 @@ def _walk_git(layout: RepoLayout, *, hash_paths: Collection[str], first: bool) -
     """The common directory, plus the per-worktree git directory if it lies elsewhere."""
     window = RACY_WINDOW_NS if first else None
     common = walk(layout.common_dir, prune=_prune_git, hash_paths=hash_paths, racy_window_ns=window)
-    tree = {path: entry for path, entry in common.items() if path != "promoter.lock"}
+    tree = {
+        path: entry
+        for path, entry in common.items()
+        if path != "promoter.lock" and not _prune_git(path)
+    }
     inside = os.path.commonpath([layout.git_dir, layout.common_dir]) == layout.common_dir
     if not inside:
         prefix = os.path.relpath(layout.git_dir, layout.common_dir) + "/"
