@@ -124,7 +124,7 @@ def post_check(
     faults.point("before_check")
     result = run_check(config.check_command, repository.worktree, config.check_timeout)
     faults.point("after_check")
-    paths, all_new = read_targets(root, changes)
+    paths, _ = read_targets(root, changes)
     changed: dict[str, Any] = {
         "targets": [
             {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
@@ -133,17 +133,24 @@ def post_check(
         ]
     }
     named = [t["path"] for t in changed["targets"]]
+    count = len(named)
     try:
         found = baseline.changes([c.path for c in changes])
         changed.update(found.wire())
-        named += found.summary()
+        named += found.summary(SHOWN_PATHS)
+        count += found.count
     except PromoterError as exc:
         changed["error"] = {"code": exc.code, "detail": exc.detail}
         named.append(f"(the comparison failed: {exc.detail})")
+        count += 1
+    shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
     with services.db.session() as session:
         row = journal.require(session, operation_id)
         ledger.append(
-            session, operation_id, "decision", {"check": result.wire(), "check_changed": named}
+            session,
+            operation_id,
+            "decision",
+            {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
         )
         row.report = {
             **(row.report or {}),
@@ -151,7 +158,7 @@ def post_check(
             "paths": paths,
             "check_changed": changed,
         }
-    if result.passed and all_new and not named:
+    if result.passed and count == 0:
         return paths
     if not result.passed:
         code = CHECK_FAILED
@@ -159,10 +166,11 @@ def post_check(
             f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
             f" (exit code {result.exit_code})"
         )
+        if count:
+            detail += f"; it also changed {count} path(s): {shown}"
     else:
         code = CHECK_CHANGED
-        shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if len(named) > SHOWN_PATHS else "")
-        detail = f"the post-promotion check changed {len(named)} path(s): {shown}"
+        detail = f"the post-promotion check changed {count} path(s): {shown}"
     _end_check(services, operation_id, root, config.on_check_failure, code, detail)
     return None
 

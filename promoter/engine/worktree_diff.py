@@ -35,7 +35,9 @@ from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.records import parse_ls_files_stage
 from promoter.git.runner import run_git
 
-__all__ = ["Baseline", "CheckChanges"]
+__all__ = ["MAX_LISTED", "Baseline", "CheckChanges"]
+
+MAX_LISTED = 1000  # per list in a report; the rest is counted in ``omitted``
 
 _GIT_ENTRY = ".git"
 _INDEX = "index"
@@ -65,28 +67,42 @@ class CheckChanges:
     index_paths: tuple[str, ...]
 
     @property
-    def any(self) -> bool:
-        return bool(self.other_paths or self.git_paths or self.index_paths)
+    def count(self) -> int:
+        return len(self.other_paths) + len(self.git_paths) + len(self.index_paths)
 
     def wire(self) -> dict[str, Any]:
+        """The lists for a report, each cut at ``MAX_LISTED`` (``omitted`` counts the rest)."""
+
         def listed(items: tuple[Difference, ...]) -> list[dict[str, Any]]:
             return [
-                {"path": _text(d.path), "change": d.change, "fields": list(d.fields)} for d in items
+                {"path": _text(d.path), "change": d.change, "fields": list(d.fields)}
+                for d in items[:MAX_LISTED]
             ]
 
-        return {
+        wire: dict[str, Any] = {
             "other_paths": listed(self.other_paths),
             "git_paths": listed(self.git_paths),
-            "index_paths": [_text(p) for p in self.index_paths],
+            "index_paths": [_text(p) for p in self.index_paths[:MAX_LISTED]],
         }
+        omitted = {
+            name: len(items) - MAX_LISTED
+            for name, items in (
+                ("other_paths", self.other_paths),
+                ("git_paths", self.git_paths),
+                ("index_paths", self.index_paths),
+            )
+            if len(items) > MAX_LISTED
+        }
+        if omitted:
+            wire["omitted"] = omitted
+        return wire
 
-    def summary(self) -> list[str]:
-        """Every changed path as the report names it (git paths under ``.git/``)."""
-        return [
-            *(_text(d.path) for d in self.other_paths),
-            *(".git/" + _text(d.path) for d in self.git_paths),
-            *(f".git/index: {_text(p)}" for p in self.index_paths),
-        ]
+    def summary(self, limit: int) -> list[str]:
+        """The first ``limit`` changed paths as a message names them (git under ``.git/``)."""
+        names = [_text(d.path) for d in self.other_paths[:limit]]
+        names += [".git/" + _text(d.path) for d in self.git_paths[:limit]]
+        names += [f".git/index: {_text(p)}" for p in self.index_paths[:limit]]
+        return names[:limit]
 
 
 @dataclass(frozen=True)

@@ -279,3 +279,39 @@ def test_clean_check_receipt_matches_disk(tmp_path: Path, lab: Path) -> None:
             "src/util.py",
         ]
         assert receipt["targets"][2]["sha256"] == sha(b"print('v2')\n")
+
+
+def test_failing_check_that_also_writes_reports_both(tmp_path: Path, lab: Path) -> None:
+    (lab / "outside.txt").write_bytes(DIRTY)
+    for daemon in _daemon(tmp_path, lab, _sh("printf x >> outside.txt; exit 4")):
+        view = _run(daemon, lab)
+        assert (view["status"], view["code"]) == ("needs_reconciliation", "check_failed")
+        assert view["detail"] == (
+            "the post-promotion check failed (exit code 4); it also changed 1 path(s): outside.txt"
+        )
+        assert _paths(view["report"]["check_changed"]["other_paths"]) == [
+            ("outside.txt", "modified")
+        ]
+        assert (lab / "outside.txt").read_bytes() == DIRTY + b"x"
+
+
+def test_check_that_floods_the_worktree_is_reported_within_bounds(
+    tmp_path: Path, lab: Path
+) -> None:
+    script = "mkdir many && cd many && i=0; while [ $i -lt 1005 ]; do : > f$i; i=$((i+1)); done"
+    for daemon in _daemon(tmp_path, lab, _sh(script)):
+        view = _run(daemon, lab)
+        assert (view["status"], view["code"]) == ("needs_reconciliation", "check_changed_worktree")
+        changed = view["report"]["check_changed"]
+        assert len(changed["other_paths"]) == 1000
+        assert changed["omitted"] == {"other_paths": 6}
+        assert changed["other_paths"][:3] == [
+            {"path": "many", "change": "created", "fields": []},
+            {"path": "many/f0", "change": "created", "fields": []},
+            {"path": "many/f1", "change": "created", "fields": []},
+        ]
+        assert view["detail"].startswith(
+            "the post-promotion check changed 1006 path(s): many, many/f0, many/f1, many/f10,"
+        )
+        assert view["detail"].endswith(" …")
+        assert len(list((lab / "many").iterdir())) == 1005
