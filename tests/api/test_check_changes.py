@@ -19,7 +19,7 @@ import pytest
 
 from promoter.config import RepositoryConfig
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, sha
+from tests.support.flows import git, init_repo, sha
 from tests.support.promotion import promote, submit
 
 FILES = {
@@ -49,9 +49,9 @@ def _daemon(tmp_path: Path, repo: Path, check: list[str], **config: Any) -> Iter
         yield daemon
 
 
-def _run(daemon: Daemon, repo: Path) -> dict[str, Any]:
+def _run(daemon: Daemon, repo: Path, **grant: Any) -> dict[str, Any]:
     identity = daemon.services.registry.by_name("lab").identity
-    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES, **grant)
     answer = promote(daemon, bundle, receipt)
     assert answer.status_code in (200, 201, 202), answer.text
     with daemon.orchestrator() as orch:
@@ -215,6 +215,20 @@ def test_check_that_stages_a_file_is_reported(tmp_path: Path, lab: Path) -> None
         assert (changed["targets"], changed["other_paths"]) == ([], [])
         assert changed["index_paths"] == ["src/util.py"]
         assert changed["git_paths"] == []
+
+
+def test_check_that_stages_in_a_linked_worktree_is_reported(tmp_path: Path, lab: Path) -> None:
+    linked = tmp_path / "linked"
+    git(lab, "worktree", "add", "-q", "-b", "side", str(linked))
+    for daemon in _daemon(tmp_path, linked, _sh("git add src/util.py && printf l > local.txt")):
+        view = _run(daemon, linked, branch="refs/heads/side")
+        assert (view["status"], view["code"]) == ("needs_reconciliation", "check_changed_worktree")
+        changed = view["report"]["check_changed"]
+        assert changed["targets"] == []
+        assert _paths(changed["other_paths"]) == [("local.txt", "created")]
+        assert changed["index_paths"] == ["src/util.py"]
+        assert changed["git_paths"] == []
+        assert (linked / "local.txt").read_bytes() == b"l"
 
 
 def test_check_that_commits_is_reported(tmp_path: Path, lab: Path) -> None:
