@@ -8,7 +8,9 @@ The environment: ``PATH`` from the daemon, ``HOME`` and ``TMPDIR`` a fresh priva
 directory outside the worktree (removed afterwards), so that neither a file a bundle
 wrote (a ``.gitconfig`` at the worktree root) is read as the user's configuration nor
 caches and temp files land in the worktree, and ``GIT_OPTIONAL_LOCKS=0``, so that a
-``git status`` in the check does not rewrite the index.
+``git status`` in the check does not rewrite the index. When the check ends, whatever it
+left running in its process group is killed, so nothing of it writes after the
+comparison (a child that started a session of its own escapes this).
 
 Deliberately not here: what the result means for the operation and what the check
 changed (``promoter.engine.outcome``, ``promoter.engine.worktree_diff``).
@@ -16,6 +18,7 @@ changed (``promoter.engine.outcome``, ``promoter.engine.worktree_diff``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -90,8 +93,15 @@ def _run(argv: list[str], worktree: str, home: str, timeout: float) -> CheckResu
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        os.killpg(process.pid, signal.SIGKILL)
+        _kill_group(process.pid)
         output, _ = process.communicate()
+    _kill_group(process.pid)  # what it left running must not write after the comparison
     tail = output[-OUTPUT_TAIL:].decode("utf-8", errors="replace")
     code = None if timed_out else process.returncode
     return CheckResult(argv, code, timed_out, tail, int(time.monotonic() - started))
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the check's process group (its own session); gone already is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)

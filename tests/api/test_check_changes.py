@@ -11,6 +11,7 @@ A clean check completes with a receipt whose read-back is the disk.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,15 @@ def test_check_that_reads_and_runs_git_status_completes(tmp_path: Path, lab: Pat
             "git_paths": [],
             "index_paths": [],
         }
+
+
+def test_check_that_leaves_a_writer_behind_is_stopped(tmp_path: Path, lab: Path) -> None:
+    check = _sh("(exec >/dev/null 2>&1; sleep 1; printf late > late.txt) & exit 0")
+    for daemon in _daemon(tmp_path, lab, check):
+        view = _run(daemon, lab)
+        assert view["status"] == "completed", view
+        time.sleep(1.5)
+        assert not (lab / "late.txt").exists()
 
 
 def test_clean_check_receipt_matches_disk(tmp_path: Path, lab: Path) -> None:
