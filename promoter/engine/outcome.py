@@ -4,9 +4,24 @@ After the writes every target is read back through a descriptor chain. All exact
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
 ``outcome`` event and the PatchPromotionReceiptV1 are journaled in one transaction and the
 operation is ``completed``. Anything else fails closed as ``needs_reconciliation`` with a
-per-path report. The writes themselves are ``promoter.engine.promote``'s.
+per-path report. The receipt's ``targets`` are always what was read from disk last, never
+copied from the bundle.
 
-Fault points: ``after_readback``, ``before_check``, ``before_receipt``, ``after_receipt``.
+The check (SPEC §10.4): the repository is fingerprinted just before it runs
+(``promoter.engine.worktree_diff``, paid only by repositories with a ``check_command``);
+after it ends every target is read back again and the repository compared. A check that
+failed keeps code ``check_failed``; one that passed but changed a target or any other
+path ends ``check_changed_worktree``. Either way the report's ``check_changed`` names the
+targets not exactly new and every other path (worktree, git directory, index entries),
+and there is no receipt: ``needs_reconciliation`` under ``on_check_failure = "hold"``, or
+a rollback by compare-and-swap under ``"rollback"``, which restores only targets still
+exactly new; what the check changed is never touched.
+
+Deliberately not here: the writes (``promoter.engine.promote``), the rollback itself
+(``promoter.engine.rollback``) and running the check (``promoter.engine.check``).
+
+Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_receipt``,
+``after_receipt``.
 """
 
 from __future__ import annotations
@@ -24,22 +39,20 @@ from promoter.engine.inspect import classify, leaf_report, spec
 from promoter.engine.repos import Repository
 from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
+from promoter.engine.worktree_diff import Baseline
 from promoter.errors import PromoterError
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
 
+CHECK_FAILED = "check_failed"
+CHECK_CHANGED = "check_changed_worktree"
+SHOWN_PATHS = 10
 
-def finish(
-    services: Services,
-    operation_id: str,
-    root: Root,
-    changes: list[Change],
-    evidence: Evidence,
-    failure: tuple[int, PromoterError] | None,
-) -> None:
-    """Read every target back; complete with a receipt, or fail closed."""
+
+def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]], bool]:
+    """Every target read from disk now: a per-path report, and whether all are exactly new."""
     paths: list[dict[str, Any]] = []
-    all_new = failure is None
+    all_new = True
     for change in changes:
         try:
             leaf = root.read_state(change.path)
@@ -56,15 +69,29 @@ def finish(
                 "expected_new": spec(change.new),
             }
         )
+    return paths, all_new
+
+
+def finish(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    changes: list[Change],
+    evidence: Evidence,
+    failure: tuple[int, PromoterError] | None,
+) -> None:
+    """Read every target back; complete with a receipt, or fail closed."""
+    paths, all_new = read_targets(root, changes)
     faults.point("after_readback")
-    if not all_new:
+    if failure is not None or not all_new:
         fail_closed(services, operation_id, paths, failure)
         return
     repository = services.registry.by_identity(evidence.grant.repository_identity)
-    if repository.config.check_command and not post_check(
-        services, operation_id, root, repository, paths
-    ):
-        return
+    if repository.config.check_command:
+        checked = post_check(services, operation_id, root, repository, changes)
+        if checked is None:
+            return
+        paths = checked
     complete(services, operation_id, changes, evidence, paths)
 
 
@@ -73,40 +100,100 @@ def post_check(
     operation_id: str,
     root: Root,
     repository: Repository,
-    paths: list[dict[str, Any]],
-) -> bool:
-    """Run the repository's check; True when it passed (the caller completes)."""
+    changes: list[Change],
+) -> list[dict[str, Any]] | None:
+    """Run the repository's check and compare the repository before and after it.
+
+    Returns the targets as read back after the check when it passed and changed
+    nothing (the caller completes with them); otherwise the operation has ended
+    (``needs_reconciliation``, or a rollback under ``on_check_failure = "rollback"``)
+    and None is returned.
+    """
     config = repository.config
     assert config.check_command is not None
     with services.db.session() as session:
         row = journal.require(session, operation_id)
         journal.mark_all_steps(session, operation_id, "completed")
         journal.set_status(session, row, "applied_unverified")
+    try:
+        baseline = Baseline.take(repository.layout)
+    except PromoterError as exc:
+        detail = f"the repository could not be fingerprinted before the check: {exc.detail}"
+        _end_check(services, operation_id, root, config.on_check_failure, CHECK_FAILED, detail)
+        return None
     faults.point("before_check")
     result = run_check(config.check_command, repository.worktree, config.check_timeout)
+    faults.point("after_check")
+    paths, _ = read_targets(root, changes)
+    changed: dict[str, Any] = {
+        "targets": [
+            {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
+            for p in paths
+            if p["verdict"] != "new"
+        ]
+    }
+    named = [t["path"] for t in changed["targets"]]
+    count = len(named)
+    try:
+        found = baseline.changes([c.path for c in changes])
+        changed.update(found.wire())
+        named += found.summary(SHOWN_PATHS)
+        count += found.count
+    except PromoterError as exc:
+        changed["error"] = {"code": exc.code, "detail": exc.detail}
+        named.append(f"(the comparison failed: {exc.detail})")
+        count += 1
+    shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
     with services.db.session() as session:
         row = journal.require(session, operation_id)
-        ledger.append(session, operation_id, "decision", {"check": result.wire()})
-        row.report = {**(row.report or {}), "check": result.wire(), "paths": paths}
-    if result.passed:
-        return True
-    detail = (
-        f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
-        f" (exit code {result.exit_code})"
-    )
-    if config.on_check_failure == "rollback":
+        ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
+        )
+        row.report = {
+            **(row.report or {}),
+            "check": result.wire(),
+            "paths": paths,
+            "check_changed": changed,
+        }
+    if result.passed and count == 0:
+        return paths
+    if not result.passed:
+        code = CHECK_FAILED
+        detail = (
+            f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
+            f" (exit code {result.exit_code})"
+        )
+        if count:
+            detail += f"; it also changed {count} path(s): {shown}"
+    else:
+        code = CHECK_CHANGED
+        detail = f"the post-promotion check changed {count} path(s): {shown}"
+    _end_check(services, operation_id, root, config.on_check_failure, code, detail)
+    return None
+
+
+def _end_check(
+    services: Services, operation_id: str, root: Root, policy: str, code: str, detail: str
+) -> None:
+    """Hold for the operator, or roll back by compare-and-swap; never a receipt."""
+    if policy == "rollback":
         rollback_held(services, operation_id, root, detail)
-        return False
+        with services.db.session() as session:
+            row = journal.require(session, operation_id)
+            journal.set_status(session, row, row.status, code=code, detail=detail)
+        return
     with services.db.session() as session:
         row = journal.require(session, operation_id)
         ledger.append(
             session,
             operation_id,
             "outcome",
-            {"status": "needs_reconciliation", "code": "check_failed", "detail": detail},
+            {"status": "needs_reconciliation", "code": code, "detail": detail},
         )
-        journal.set_status(session, row, "needs_reconciliation", code="check_failed", detail=detail)
-    return False
+        journal.set_status(session, row, "needs_reconciliation", code=code, detail=detail)
 
 
 def fail_closed(
@@ -178,9 +265,17 @@ def complete(
     evidence: Evidence,
     paths: list[dict[str, Any]],
 ) -> None:
+    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
+    assert [p["path"] for p in paths] == [c.path for c in changes]
+    assert all(p["verdict"] == "new" for p in paths)
     targets = [
-        {"path": c.path, "exists": c.new.exists, "sha256": c.new.sha256, "mode": c.new.mode}
-        for c in changes
+        {
+            "path": p["path"],
+            "exists": p["actual"]["exists"],
+            "sha256": p["actual"]["sha256"],
+            "mode": p["actual"]["mode"],
+        }
+        for p in paths
     ]
     faults.point("before_receipt")
     with services.db.session() as session:
