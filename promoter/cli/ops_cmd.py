@@ -136,6 +136,12 @@ def print_view(view: dict[str, Any]) -> None:
     for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
             console.print(f"  drift {escape(item['path'])}: {escape('; '.join(item['reasons']))}")
+    for kept in (view.get("report") or {}).get("kept") or []:
+        sha = str(kept.get("sha256") or "")[:12]
+        console.print(
+            f"  kept {escape(str(kept.get('path')))}: bytes that were not promoter's "
+            f"({sha}, {kept.get('size')} bytes) are at {escape(str(kept.get('kept_as')))}"
+        )
     check = (view.get("report") or {}).get("check")
     if check:
         console.print(

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from promoter import faults
+from promoter.cli.main import app
 from promoter.engine.rollback import rollback_id
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
@@ -330,3 +332,31 @@ def test_second_save_during_rollback_swap_back_is_kept(
     assert (repo / "f.txt").read_bytes() == b"one\n"
     assert (repo / kept_as).read_bytes() == b"two\n"
     _no_temps(repo)
+
+
+def test_ops_show_says_where_kept_bytes_are(tmp_path: Path, paused: Callable[..., None]) -> None:
+    first, second = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
+    paused(first, second)
+    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
+    with running as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
+        run = Running(daemon, bundle, receipt)
+        try:
+            first.reached()
+            atomic_save(repo / "f.txt", b"one\n")
+            first.release()
+            second.reached()
+            atomic_save(repo / "f.txt", b"two\n")
+        finally:
+            view = run.join(first, second)
+        env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+        shown = CliRunner().invoke(
+            app, ["ops", "show", view["operation_id"]], env=env, terminal_width=250
+        )
+    assert shown.exit_code == 0, shown.output
+    kept_as = f".promoter-kept-{view['operation_id']}-1-0"
+    line = " ".join(shown.output.split())
+    digest = sha(b"two\n")[:12]
+    assert f"kept f.txt: bytes that were not promoter's ({digest}, 4 bytes)" in line
+    assert kept_as in line
