@@ -11,7 +11,25 @@ A rollback is journaled as its own operation (kind ``rollback``, parent = the pr
 with one step per target, so a crash mid-rollback is recovered like a promotion: steps
 already ``completed`` report ``restored``, the rest are re-classified.
 
-Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``.
+Each target is reported with what happened (``result``) and why (``reason``): exactly
+``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are
+there; ``io_error`` (with the errno) when a read or write failed; ``unsafe`` when the path
+is no longer safe to walk (``path_unsafe``); ``storage_error`` when the old blob could not
+be read; ``error`` for anything else. Every failure that is not a conflict has the
+``result`` ``failed`` and an ``error`` member with its code, errno and detail. ``actual``
+is what the path was read back as, with its kind; ``null`` (never "missing") when it could
+not be read. The status: ``rolled_back`` when every target is at its old state (restored
+or already old), ``rollback_failed`` when none is, ``rollback_partial`` otherwise.
+
+The receipt is journaled once: the first pass that finishes the targets records it in the
+rollback's row (with the ``outcome`` events), then it is written to the audit store
+(fsynced; identical bytes already there are reused, different bytes are an error and are
+never overwritten), and only then are the rollback and its promotion given their final
+status. A re-run after a crash anywhere in between reuses the recorded receipt, so the
+database row and the audit file never hold different bytes.
+
+Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``,
+``rollback_after_receipt`` (recorded and written, final status not yet journaled).
 """
 
 from __future__ import annotations
@@ -20,13 +38,21 @@ from typing import Any
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import canonical, seal_receipt
+from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.engine import ledger
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
-from promoter.errors import OperationConflict, OperationUnknown, PromoterError
+from promoter.errors import (
+    NotRecoverable,
+    OperationConflict,
+    OperationUnknown,
+    PathUnsafe,
+    PromoterError,
+    TargetDrift,
+    WriteFailed,
+)
 from promoter.fs.chain import ExpectedState, LeafState, Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
@@ -42,11 +68,70 @@ def _expected(state: dict[str, Any]) -> ExpectedState:
     return ExpectedState(bool(state["exists"]), state["sha256"], state["mode"])
 
 
-def _actual(leaf: LeafState | None) -> dict[str, Any]:
-    if leaf is None or leaf.kind != "file":
-        exists = leaf is not None and leaf.kind != "missing"
-        return {"exists": exists, "sha256": None, "mode": None, "bytes": None}
-    return {"exists": True, "sha256": leaf.sha256, "mode": leaf.mode, "bytes": leaf.size}
+AT_OLD = ("restored", "already_old")
+Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
+
+
+def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
+    """What the path read back as, with its kind; None when it could not be read at all."""
+    if leaf is None:
+        return None
+    if leaf.kind != "file":
+        exists = leaf.kind != "missing"
+        return {"kind": leaf.kind, "exists": exists, "sha256": None, "mode": None, "bytes": None}
+    return {
+        "kind": "file",
+        "exists": True,
+        "sha256": leaf.sha256,
+        "mode": leaf.mode,
+        "bytes": leaf.size,
+    }
+
+
+def _reason_of(exc: PromoterError | OSError) -> str:
+    """Why a target could not be restored, from the error that stopped it."""
+    if isinstance(exc, TargetDrift):
+        return "conflict"
+    if isinstance(exc, PathUnsafe):
+        return "unsafe"
+    if isinstance(exc, OSError) or (isinstance(exc, WriteFailed) and _errno(exc) is not None):
+        return "io_error"
+    if exc.code in ("storage_error", "blob_missing", "blob_hash_mismatch"):
+        return "storage_error"
+    return "error"
+
+
+def _errno(exc: PromoterError | OSError) -> int | None:
+    value = exc.errno if isinstance(exc, OSError) else exc.context.get("errno")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
+    if exc is None:
+        return None
+    if isinstance(exc, OSError):
+        return {"code": "write_failed", "errno": exc.errno, "detail": str(exc)[:500]}
+    return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
+
+
+def _target(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
+    result = reason if reason in (*AT_OLD, "conflict") else "failed"
+    error = None if reason in AT_OLD else _error(exc)
+    return {
+        "path": path,
+        "result": result,
+        "reason": reason,
+        "error": error,
+        "actual": _actual(leaf),
+    }
+
+
+def rollback_status(targets: list[dict[str, Any]]) -> str:
+    """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
+    at_old = sum(1 for t in targets if t["result"] in AT_OLD)
+    if at_old == len(targets):
+        return "rolled_back"
+    return "rollback_failed" if at_old == 0 else "rollback_partial"
 
 
 def _load(session: Any, operation_id: str) -> OperationRow:
@@ -116,9 +201,19 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     return child_id, repository
 
 
-def recover_rollback(services: Services, child_id: str) -> str:
+def recover_rollback(
+    services: Services, child_id: str, *, from_status: str = "needs_recovery"
+) -> str:
+    """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with services.db.session() as session:
         child = _load(session, child_id)
+        if child.kind != "rollback" or child.status != from_status:
+            raise NotRecoverable(
+                f"rollback {child_id} is {child.status}, not {from_status}",
+                operation_id=child_id,
+                kind=child.kind,
+                current_status=child.status,
+            )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
         owner = Owner.me()
@@ -149,6 +244,10 @@ def _rollback_locked(
     services: Services, child_id: str, parent_id: str, root: Root, note: str
 ) -> dict[str, Any]:
     with services.db.session() as session:
+        recorded = _load(session, child_id).receipt
+    if recorded is not None:  # an earlier pass recorded it: publish that one, never another
+        return _publish(services, child_id, parent_id, RollbackReceiptV1.model_validate(recorded))
+    with services.db.session() as session:
         promoted = [
             {"path": s.path, "old": s.old_state, "new": s.new_state}
             for s in reversed(journal.steps(session, parent_id))
@@ -169,19 +268,17 @@ def _rollback_locked(
             ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
     targets: list[dict[str, Any]] = []
     for seq, step in enumerate(promoted):
-        result, leaf = _one(services, root, step, already=done.get(seq) == "completed")
+        reason, leaf, exc = _one(services, root, step, already=done.get(seq) == "completed")
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
-            row.status = "completed" if result != "conflict" else "failed"
-            row.detail = result
+            row.status = "completed" if reason in AT_OLD else "failed"
+            row.detail = reason
         faults.point("rollback_after_step")
-        targets.append({"path": step["path"], "result": result, "actual": _actual(leaf)})
+        targets.append(_target(str(step["path"]), reason, leaf, exc))
     removed = [
         d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
     ]
-    status = (
-        "rolled_back" if all(t["result"] != "conflict" for t in targets) else "rollback_partial"
-    )
+    status = rollback_status(targets)
     faults.point("rollback_before_receipt")
     receipt = RollbackReceiptV1.model_validate(
         seal_receipt(
@@ -195,22 +292,39 @@ def _rollback_locked(
             }
         )
     )
+    with services.db.session() as session:  # (1) record the receipt, once
+        child = _load(session, child_id)
+        if child.receipt is None:
+            ledger.append(
+                session,
+                child_id,
+                "outcome",
+                {"status": status, "receipt_sha256": receipt.receipt_sha256},
+            )
+            ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
+            child.receipt = receipt.wire()
+            child.receipt_sha256 = receipt.receipt_sha256
+            child.report = {**(child.report or {}), "note": note}
+        else:  # a concurrent pass recorded one first: that one is the receipt
+            receipt = RollbackReceiptV1.model_validate(child.receipt)
+    return _publish(services, child_id, parent_id, receipt)
+
+
+def _publish(
+    services: Services, child_id: str, parent_id: str, receipt: RollbackReceiptV1
+) -> dict[str, Any]:
+    """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
+    wire = dict(receipt.wire())
+    services.audit.put("rollback", parent_id, canonical_bytes(wire))
+    faults.point("rollback_after_receipt")
     with services.db.session() as session:
         child = _load(session, child_id)
         parent = _load(session, parent_id)
-        ledger.append(
-            session,
-            child_id,
-            "outcome",
-            {"status": status, "receipt_sha256": receipt.receipt_sha256},
-        )
-        ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
-        child.receipt = receipt.wire()
-        child.receipt_sha256 = receipt.receipt_sha256
-        journal.set_status(session, child, status)
-        journal.set_status(session, parent, status, code=None, detail=note or None)
-    services.audit.put("rollback", parent_id, canonical(receipt))
-    return dict(receipt.wire())
+        note = str((child.report or {}).get("note") or "") or None
+        journal.set_status(session, child, receipt.status)
+        if parent.status != receipt.status:
+            journal.set_status(session, parent, receipt.status, code=None, detail=note)
+    return wire
 
 
 def _rmdir(root: Root, directory: str) -> bool:
@@ -220,19 +334,17 @@ def _rmdir(root: Root, directory: str) -> bool:
         return False
 
 
-def _one(
-    services: Services, root: Root, step: dict[str, Any], *, already: bool
-) -> tuple[str, LeafState | None]:
-    """Compare-and-swap one target back to its old state."""
+def _one(services: Services, root: Root, step: dict[str, Any], *, already: bool) -> Outcome:
+    """Compare-and-swap one target back to its old state: (reason, read-back, error)."""
     old, new = _expected(step["old"]), _expected(step["new"])
     try:
         leaf = root.read_state(step["path"])
-    except PromoterError:
-        return "conflict", None
+    except PromoterError as exc:
+        return _reason_of(exc), None, exc
     if leaf.matches(old):
-        return ("restored" if already else "already_old"), leaf
+        return ("restored" if already else "already_old"), leaf, None
     if not leaf.matches(new):
-        return "conflict", leaf
+        return "conflict", leaf, None
     try:
         if old.exists:
             assert old.sha256 is not None and old.mode is not None
@@ -246,10 +358,14 @@ def _one(
                 parent.unlink_checked(new)
                 parent.fsync()
         leaf = root.read_state(step["path"])
-    except PromoterError:
+    except (PromoterError, OSError) as exc:
         try:
             leaf = root.read_state(step["path"])
         except PromoterError:
-            return "conflict", None
-        return ("restored" if leaf.matches(old) else "conflict"), leaf
-    return ("restored" if leaf.matches(old) else "conflict"), leaf
+            return _reason_of(exc), None, exc
+        if leaf.matches(old):
+            return "restored", leaf, None
+        if leaf.matches(new):  # nothing changed: the write itself failed
+            return _reason_of(exc), leaf, exc
+        return "conflict", leaf, exc
+    return ("restored" if leaf.matches(old) else "conflict"), leaf, None
