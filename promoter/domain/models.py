@@ -283,10 +283,11 @@ class ActualState(Strict):
     """A FileState without ``blob_ref``, plus the kind of entry: what a path was found to be.
 
     ``exists`` is true for anything at the path (a directory, a symlink or a special file
-    too); ``sha256``/``mode``/``bytes`` are set for regular files only.
+    too); ``sha256``/``mode``/``bytes`` are set for regular files only. ``kind`` is always
+    written since v1.1 and optional only so that earlier receipts still verify.
     """
 
-    kind: Literal["missing", "file", "directory", "symlink", "special"]
+    kind: Literal["missing", "file", "directory", "symlink", "special"] | None = None
     exists: bool
     sha256: Sha256 | None
     mode: GitMode | None
@@ -307,15 +308,19 @@ class RollbackTarget(Strict):
     ``result`` is what happened (``failed``: not restored for a reason other than a
     conflict); ``reason`` says why; ``error`` is set for every ``failed`` target (and for
     a conflict found after a failed write); ``actual`` is null when the path could not be
-    read at all, never a made-up "missing".
+    read at all, never a made-up "missing". ``reason`` and ``error`` are always written
+    since v1.1 and optional only so that earlier receipts still verify.
     """
 
     path: WirePath
     result: Literal["restored", "already_old", "conflict", "failed"]
-    reason: Literal[
-        "restored", "already_old", "conflict", "io_error", "unsafe", "storage_error", "error"
-    ]
-    error: TargetError | None
+    reason: (
+        Literal[
+            "restored", "already_old", "conflict", "io_error", "unsafe", "storage_error", "error"
+        ]
+        | None
+    ) = None
+    error: TargetError | None = None
     actual: ActualState | None
 
 

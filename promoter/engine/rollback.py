@@ -34,6 +34,7 @@ Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_b
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from promoter import faults
@@ -160,10 +161,14 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
+    """The stored receipt exactly as written (checked, never re-encoded by the model)."""
     stored = (
         services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
     )
-    return None if stored is None else dict(RollbackReceiptV1.model_validate_json(stored).wire())
+    if stored is None:
+        return None
+    RollbackReceiptV1.model_validate_json(stored)
+    return dict(json.loads(stored))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
@@ -246,7 +251,7 @@ def _rollback_locked(
     with services.db.session() as session:
         recorded = _load(session, child_id).receipt
     if recorded is not None:  # an earlier pass recorded it: publish that one, never another
-        return _publish(services, child_id, parent_id, RollbackReceiptV1.model_validate(recorded))
+        return _publish(services, child_id, parent_id, dict(recorded))
     with services.db.session() as session:
         promoted = [
             {"path": s.path, "old": s.old_state, "new": s.new_state}
@@ -305,26 +310,25 @@ def _rollback_locked(
             child.receipt = receipt.wire()
             child.receipt_sha256 = receipt.receipt_sha256
             child.report = {**(child.report or {}), "note": note}
-        else:  # a concurrent pass recorded one first: that one is the receipt
-            receipt = RollbackReceiptV1.model_validate(child.receipt)
-    return _publish(services, child_id, parent_id, receipt)
+        recorded = dict(child.receipt)  # a concurrent pass may have recorded one first
+    return _publish(services, child_id, parent_id, recorded)
 
 
 def _publish(
-    services: Services, child_id: str, parent_id: str, receipt: RollbackReceiptV1
+    services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
 ) -> dict[str, Any]:
     """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
-    wire = dict(receipt.wire())
-    services.audit.put("rollback", parent_id, canonical_bytes(wire))
+    status = RollbackReceiptV1.model_validate(recorded).status
+    services.audit.put("rollback", parent_id, canonical_bytes(recorded))
     faults.point("rollback_after_receipt")
     with services.db.session() as session:
         child = _load(session, child_id)
         parent = _load(session, parent_id)
         note = str((child.report or {}).get("note") or "") or None
-        journal.set_status(session, child, receipt.status)
-        if parent.status != receipt.status:
-            journal.set_status(session, parent, receipt.status, code=None, detail=note)
-    return wire
+        journal.set_status(session, child, status)
+        if parent.status != status:
+            journal.set_status(session, parent, status, code=None, detail=note)
+    return recorded
 
 
 def _rmdir(root: Root, directory: str) -> bool:
