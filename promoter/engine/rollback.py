@@ -157,7 +157,13 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
     if stored is not None:
         return stored
     child_id, _ = _prepare(services, operation_id)
-    return _rollback_locked(services, child_id, operation_id, root, note)
+    try:
+        return _rollback_locked(services, child_id, operation_id, root, note)
+    except (PromoterError, OSError) as exc:
+        error = _leave_for_recovery(services, child_id, exc)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
@@ -232,17 +238,39 @@ def _run(
     services: Services, child_id: str, parent_id: str, repository: Any, note: str
 ) -> dict[str, Any]:
     lock = repo_lock(services, repository)
-    lock.acquire()
+    try:
+        lock.acquire()
+    except PromoterError as exc:
+        _leave_for_recovery(services, child_id, exc)
+        raise
     try:
         with Root.open(repository.worktree) as root:
             return _rollback_locked(services, child_id, parent_id, root, note)
-    except PromoterError as exc:
-        with services.db.session() as session:
-            child = _load(session, child_id)
-            journal.set_status(session, child, "needs_recovery", code=exc.code, detail=exc.detail)
-        raise
+    except (PromoterError, OSError) as exc:
+        error = _leave_for_recovery(services, child_id, exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         lock.release()
+
+
+def _leave_for_recovery(
+    services: Services, child_id: str, exc: PromoterError | OSError
+) -> PromoterError:
+    """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
+    error = (
+        exc
+        if isinstance(exc, PromoterError)
+        else WriteFailed(f"the rollback stopped: {exc.strerror or exc}", errno=exc.errno)
+    )
+    with services.db.session() as session:
+        child = _load(session, child_id)
+        if child.status == "in_progress":
+            journal.set_status(
+                session, child, "needs_recovery", code=error.code, detail=error.detail
+            )
+    return error
 
 
 def _rollback_locked(

@@ -21,6 +21,7 @@ import rfc8785
 
 from promoter import faults
 from promoter.config import RepositoryConfig
+from promoter.engine.rollback import rollback_id
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
@@ -249,3 +250,30 @@ def test_write_failure_with_the_default_hold_policy_still_needs_reconciliation(
     assert (view["status"], view["code"]) == ("needs_reconciliation", "write_failed")
     assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
     assert (repo / "src" / "f1.txt").read_bytes() == NEW["src/f1.txt"]
+
+
+def test_rollback_stopped_by_an_io_error_is_left_for_recovery_then_finishes(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op_id = _promoted(daemon, repo, MODIFIES)
+    child = rollback_id(op_id)
+    monkeypatch.setenv(faults.ENV, "rollback_after_step=EIO@2")
+    faults.reset()
+    with daemon.operator() as op:
+        stopped = op.post(f"/v1/operations/{op_id}/rollback")
+    monkeypatch.delenv(faults.ENV)
+    assert (stopped.status_code, stopped.json()["code"]) == (503, "write_failed")
+    assert _status(daemon, child) == "needs_recovery"
+    assert _status(daemon, op_id) == "completed"
+    assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
+    with daemon.orchestrator() as orch:  # a rollback is the operator's to recover
+        forbidden = orch.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+    assert (forbidden.status_code, forbidden.json()["code"]) == (403, "forbidden")
+    with daemon.operator() as op:
+        done = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+        assert done.json()["status"] == "rolled_back", done.json()
+        receipt = json.loads(op.post(f"/v1/operations/{op_id}/rollback").content)
+    assert receipt["status"] == "rolled_back"
+    assert [t["reason"] for t in receipt["targets"]] == ["restored"] * len(MODIFIES)
+    assert tree_bytes(repo) == {p: (d, 0o644) for p, d in FILES.items()}
+    assert _status(daemon, op_id) == "rolled_back"
