@@ -30,6 +30,11 @@ database row and the audit file never hold different bytes.
 
 Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``,
 ``rollback_after_receipt`` (recorded and written, final status not yet journaled).
+
+Deliberately not here: whether an operation may be recovered or reconciled at all (the
+guard of ``promoter.domain.states``; ``recover_rollback`` only re-checks the status it was
+called for), the writes themselves (``promoter.fs``), and deciding to roll back on a
+failed check or write (``promoter.engine.outcome``).
 """
 
 from __future__ import annotations

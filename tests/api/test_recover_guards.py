@@ -372,3 +372,24 @@ def test_a_rerun_after_the_receipt_was_written_reuses_it(
     assert _row_bytes(daemon, op_id) == written
     outcomes = [e for e in done.json()["events"] if e["kind"] == "outcome"]
     assert len(outcomes) == 1
+
+
+def test_a_different_audit_file_is_an_error_never_overwritten(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    monkeypatch.setenv(faults.ENV, "after_receipt=EIO")
+    faults.reset()
+    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    monkeypatch.delenv(faults.ENV)
+    recorded = _row_bytes(daemon, op_id)
+    path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
+    foreign = recorded.replace(b'"promoted_at":"', b'"promoted_at":"1')
+    path.chmod(0o644)
+    path.write_bytes(foreign)
+    with daemon.orchestrator() as orch:
+        answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+    assert (answer.status_code, answer.json()["code"]) == (409, "document_conflict")
+    assert path.read_bytes() == foreign
+    assert _row_bytes(daemon, op_id) == recorded
+    assert _view(daemon, op_id)["status"] == "needs_recovery"
