@@ -26,6 +26,8 @@ class RepositoryConfig(BaseModel):
     check_command: list[str] | None = None
     check_timeout: float = Field(default=300.0, gt=0)
     on_check_failure: Literal["hold", "rollback"] = "hold"
+    # after a write failed once writing began: hold (needs_reconciliation) or roll back by CAS
+    on_write_failure: Literal["hold", "rollback"] = "hold"
     snapshots: bool = False
 
 

@@ -248,6 +248,11 @@ class OperationConflict(Conflict):
     title = "The operation is not in a state that allows this"
 
 
+class NotRecoverable(Conflict):
+    code = "not_recoverable"
+    title = "Only an operation that needs recovery can be recovered"
+
+
 class PathUnsafe(Conflict):
     code = "path_unsafe"
     title = "A path on disk is unsafe to write (symlink, swap, special file, mount)"

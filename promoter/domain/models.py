@@ -280,25 +280,55 @@ class PatchPromotionReceiptV1(Document):
 
 
 class ActualState(Strict):
-    """A FileState without ``blob_ref``: what a path was found to be."""
+    """A FileState without ``blob_ref``, plus the kind of entry: what a path was found to be.
 
+    ``exists`` is true for anything at the path (a directory, a symlink or a special file
+    too); ``sha256``/``mode``/``bytes`` are set for regular files only. ``kind`` is always
+    written since v1.1 and optional only so that earlier receipts still verify.
+    """
+
+    kind: Literal["missing", "file", "directory", "symlink", "special"] | None = None
     exists: bool
     sha256: Sha256 | None
     mode: GitMode | None
     bytes: SafeInt | None
 
 
+class TargetError(Strict):
+    """Why a target could not be restored: the stable code, the errno when there is one."""
+
+    code: str = Field(min_length=1, max_length=60)
+    errno: SafeInt | None
+    detail: str = Field(max_length=500)
+
+
 class RollbackTarget(Strict):
+    """One target of a rollback (SPEC §3.8, reasons of §10.5).
+
+    ``result`` is what happened (``failed``: not restored for a reason other than a
+    conflict); ``reason`` says why; ``error`` is set for every ``failed`` target (and for
+    a conflict found after a failed write); ``actual`` is null when the path could not be
+    read at all, never a made-up "missing". ``reason`` and ``error`` are always written
+    since v1.1 and optional only so that earlier receipts still verify.
+    """
+
     path: WirePath
-    result: Literal["restored", "already_old", "conflict"]
-    actual: ActualState
+    result: Literal["restored", "already_old", "conflict", "failed"]
+    reason: (
+        Literal[
+            "restored", "already_old", "conflict", "io_error", "unsafe", "storage_error", "error"
+        ]
+        | None
+    ) = None
+    error: TargetError | None = None
+    actual: ActualState | None
 
 
 class RollbackReceiptV1(Document):
     schema_: Literal["RollbackReceiptV1"] = Field(alias="schema")
     receipt_sha256: Sha256
     operation_id: OperationId
-    status: Literal["rolled_back", "rollback_partial"]
+    status: Literal["rolled_back", "rollback_partial", "rollback_failed"]
     targets: list[RollbackTarget]
     removed_directories: list[WirePath]
     rolled_back_at: Timestamp

@@ -2,10 +2,14 @@
 
 After the writes every target is read back through a descriptor chain. All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
-``outcome`` event and the PatchPromotionReceiptV1 are journaled in one transaction and the
-operation is ``completed``. Anything else fails closed as ``needs_reconciliation`` with a
-per-path report. The receipt's ``targets`` are always what was read from disk last, never
-copied from the bundle.
+``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
+the same bytes are written to the audit store, and only then is the operation
+``completed`` (a re-run after a crash reuses the recorded receipt, so the row and the audit
+file never differ). The receipt's ``targets`` are always what was read from disk last,
+never copied from the bundle. Anything else fails closed as ``needs_reconciliation`` with
+a per-path report; under the repository's ``on_write_failure = "rollback"`` a failed write
+then rolls back what the attempt wrote, by compare-and-swap (``promoter.engine.rollback``).
+The writes themselves are ``promoter.engine.promote``'s.
 
 The check (SPEC §10.4): the repository is fingerprinted just before it runs
 (``promoter.engine.worktree_diff``, paid only by repositories with a ``check_command``);
@@ -30,7 +34,7 @@ from typing import Any
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import canonical, seal_receipt
+from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
 from promoter.engine import ledger
 from promoter.engine.authority import Evidence
@@ -85,6 +89,10 @@ def finish(
     faults.point("after_readback")
     if failure is not None or not all_new:
         fail_closed(services, operation_id, paths, failure)
+        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        if failure is not None and repository.config.on_write_failure == "rollback":
+            note = f"on_write_failure = rollback: [{failure[1].code}] {failure[1].detail}"
+            rollback_held(services, operation_id, root, note)  # by CAS, under the same lock
         return
     repository = services.registry.by_identity(evidence.grant.repository_identity)
     if repository.config.check_command:
@@ -278,24 +286,34 @@ def complete(
         for p in paths
     ]
     faults.point("before_receipt")
-    with services.db.session() as session:
+    with services.db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
         row = journal.require(session, operation_id)
         journal.mark_all_steps(session, operation_id, "completed")
-        outcome = ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
-        )
-        events = dict((row.report or {}).get("events", {}))
-        receipt = build_receipt(
-            operation_id, evidence, row.repository_identity, targets, {**events, "outcome": outcome}
-        )
-        row.receipt = receipt.wire()
-        row.receipt_sha256 = receipt.receipt_sha256
+        if row.receipt is None:
+            outcome = ledger.append(
+                session,
+                operation_id,
+                "outcome",
+                {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
+            )
+            events = dict((row.report or {}).get("events", {}))
+            receipt = build_receipt(
+                operation_id,
+                evidence,
+                row.repository_identity,
+                targets,
+                {**events, "outcome": outcome},
+            )
+            row.receipt = receipt.wire()
+            row.receipt_sha256 = receipt.receipt_sha256
+        data = canonical_bytes(row.receipt)
+    # (2) the same bytes into the audit store, fsynced: identical bytes already there are
+    # reused, different ones raise and are never overwritten; (3) only then completed.
+    services.audit.put("promotion", operation_id, data)
+    faults.point("after_receipt")
+    with services.db.session() as session:
+        row = journal.require(session, operation_id)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
-        row.report = {**report, "events": receipt.events.wire()}
+        row.report = {**report, "events": dict((row.receipt or {})["events"])}
         journal.set_status(session, row, "completed")
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")
-    faults.point("after_receipt")
-    services.audit.put("promotion", operation_id, canonical(receipt))

@@ -12,6 +12,14 @@ back by itself, and the operation ends with the same id and exactly one receipt.
 ``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
 ``continue`` (the same reclassification, after a manual fix), ``abandon`` (close it,
 leave the files) or ``rollback`` (``promoter.engine.rollback``).
+
+Every entry point (``recover`` from the API, ``reconcile``, ``auto_recover`` at start-up)
+first asks ``promoter.domain.states.guard`` whether the caller's role may move the
+operation in its current status, for every kind: ``recover`` only ever acts on
+``needs_recovery``, ``needs_reconciliation`` only moves by the operator's ``reconcile``,
+and a final operation never runs again (``not_recoverable``, nothing written). The
+dispatch to a rollback's or a restore's own recovery comes after that guard, never
+before it. Deliberately not here: the guard's rules themselves (pure, in ``domain``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
+from promoter.domain.states import guard
 from promoter.engine import ledger, outcome, promote
 from promoter.engine.authority import Evidence, recheck_evidence
 from promoter.engine.inspect import classify, leaf_report
@@ -31,20 +40,14 @@ from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.engine.settle import settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
-from promoter.errors import (
-    LeaseStale,
-    OperationConflict,
-    OperationUnknown,
-    PromoterError,
-    ValidationFailed,
-)
+from promoter.errors import LeaseStale, OperationUnknown, PromoterError
 from promoter.fs.chain import Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.recover")
 
-RECOVERABLE = {"needs_recovery"}
+_RECONCILING = "needs_reconciliation"
 
 
 def scan_orphans(services: Services) -> list[str]:
@@ -71,20 +74,25 @@ def scan_orphans(services: Services) -> list[str]:
 
 
 def auto_recover(services: Services, operation_ids: list[str]) -> None:
-    """Recover with the current lease's fence (the ``auto_recover`` setting)."""
+    """Recover with the current lease's fence (the ``auto_recover`` setting).
+
+    Goes through the same guard as the API (role ``host``): only ``needs_recovery``
+    operations run; anything else is logged and left alone.
+    """
     for operation_id in operation_ids:
         try:
             with services.db.session() as session:
                 row = _load(session, operation_id)
                 kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
+                guard(kind, row.status, "recover", role="host", operation_id=operation_id)
             if kind != "promotion" or bundle_id is None or receipt is None:
-                recover(services, operation_id, 0)  # rollbacks and restores need no lease
+                recover(services, operation_id, 0, role="host")  # no lease for these kinds
                 continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
             with services.db.session() as session:
                 lease = repo.get_lease(session, grant.workflow_id, grant.stage)
             if lease is not None:
-                recover(services, operation_id, lease.fence)
+                recover(services, operation_id, lease.fence, role="host")
         except PromoterError as exc:
             log.warning("automatic recovery of %s failed: %s", operation_id, exc.detail)
 
@@ -109,29 +117,23 @@ def _check_lease(
         raise LeaseStale(f"the lease's fence {lease.fence} is lower than the grant's {grant_fence}")
 
 
-def recover(services: Services, operation_id: str, fence: int) -> str:
-    """Recover one ``needs_recovery`` operation; returns its status afterwards."""
+def recover(
+    services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
+) -> str:
+    """Recover one ``needs_recovery`` operation; returns its status afterwards.
+
+    Any other status is refused (``not_recoverable``) before anything is read or written,
+    whatever the kind; see ``promoter.domain.states.guard``.
+    """
     with services.db.session() as session:
         row = _load(session, operation_id)
-        status, kind = row.status, row.kind
+        kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
+        guard(kind, row.status, "recover", role=role, operation_id=operation_id)
     if kind == "rollback":
         return recover_rollback(services, operation_id)
     if kind == "restore":
         return str(recover_restore(services, operation_id))
-    if status not in RECOVERABLE:
-        if status in (
-            "completed",
-            "needs_reconciliation",
-            "refused",
-            "rolled_back",
-            "rollback_partial",
-            "abandoned",
-        ):
-            return status
-        raise OperationConflict(
-            f"operation {operation_id} is {status}, not needs_recovery", current_status=status
-        )
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
@@ -139,15 +141,16 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
     repository = services.registry.by_identity(grant.repository_identity)
     lock = repo_lock(services, repository)
     lock.acquire()
+    claimed = False
     try:
         owner = Owner.me()
         with services.db.session() as session:
-            row = _load(session, operation_id)
-            if row.status not in RECOVERABLE:
-                return row.status
+            row = _load(session, operation_id)  # again under the lock: it may have moved
+            guard(kind, row.status, "recover", role=role, operation_id=operation_id)
             row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
             journal.set_status(session, row, "in_progress")
             has_steps = bool(journal.steps(session, operation_id))
+        claimed = True
         if not has_steps:  # died before the journal: nothing was written
             promote._locked(services, operation_id, fence, evidence, repository, lock)
         else:
@@ -156,7 +159,7 @@ def recover(services: Services, operation_id: str, fence: int) -> str:
     except PromoterError as exc:
         with services.db.session() as session:
             row = _load(session, operation_id)
-            if row.status == "in_progress":
+            if claimed and row.status == "in_progress":
                 journal.set_status(session, row, "needs_recovery", code=exc.code, detail=exc.detail)
         raise
     finally:
@@ -250,24 +253,32 @@ def _reclassify(
     )
 
 
-def reconcile(services: Services, operation_id: str, decision: str, note: str) -> dict[str, Any]:
-    if decision not in ("continue", "rollback", "abandon"):
-        raise ValidationFailed("decision must be continue, rollback or abandon")
+def reconcile(
+    services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
+) -> dict[str, Any]:
+    """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
     with services.db.session() as session:
         row = _load(session, operation_id)
-        status, bundle_id, receipt = row.status, row.bundle_id, row.verification_receipt_sha256
+        bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         kind = row.kind
-    if kind == "restore" and decision == "continue" and status == "needs_reconciliation":
-        return {"status": recover_restore(services, operation_id)}
-    if status != "needs_reconciliation":
-        raise OperationConflict(
-            f"operation {operation_id} is {status}, not needs_reconciliation", current_status=status
+        guard(
+            kind,
+            row.status,
+            "reconcile",
+            role=role,
+            decision=decision,
+            operation_id=operation_id,
         )
+    if kind == "restore" and decision == "continue":
+        return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
+    if kind == "rollback" and decision == "continue":
+        return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
     if decision == "rollback":
         return {"status": rollback(services, operation_id, note=note)["status"]}
     if decision == "abandon":
         with services.db.session() as session:
-            row = _load(session, operation_id)
+            row = _load(session, operation_id)  # again in the transaction that closes it
+            guard(kind, row.status, "reconcile", role=role, decision=decision)
             ledger.append(session, operation_id, "outcome", {"status": "abandoned", "note": note})
             journal.set_status(session, row, "abandoned", code="abandoned", detail=note or None)
         return {"status": "abandoned"}
@@ -276,12 +287,15 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
     repository = services.registry.by_identity(evidence.grant.repository_identity)
     lock = repo_lock(services, repository)
     lock.acquire()
+    claimed = False
     try:
         with services.db.session() as session:
-            row = _load(session, operation_id)
+            row = _load(session, operation_id)  # again under the lock: it may have moved
+            guard(kind, row.status, "reconcile", role=role, decision=decision)
             owner = Owner.me()
             row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
             journal.set_status(session, row, "in_progress")
+        claimed = True
         with Root.open(repository.worktree) as root:
             _reclassify(
                 services, operation_id, root, lock, evidence, reason=f"reconcile continue: {note}"
@@ -289,7 +303,7 @@ def reconcile(services: Services, operation_id: str, decision: str, note: str) -
     except PromoterError as exc:
         with services.db.session() as session:
             row = _load(session, operation_id)
-            if row.status == "in_progress":
+            if claimed and row.status == "in_progress":
                 journal.set_status(
                     session, row, "needs_reconciliation", code=exc.code, detail=exc.detail
                 )

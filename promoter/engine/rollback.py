@@ -11,16 +11,40 @@ A rollback is journaled as its own operation (kind ``rollback``, parent = the pr
 with one step per target, so a crash mid-rollback is recovered like a promotion: steps
 already ``completed`` report ``restored``, the rest are re-classified.
 
-Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``.
+Each target is reported with what happened (``result``) and why (``reason``): exactly
+``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are
+there; ``io_error`` (with the errno) when a read or write failed; ``unsafe`` when the path
+is no longer safe to walk (``path_unsafe``); ``storage_error`` when the old blob could not
+be read; ``error`` for anything else. Every failure that is not a conflict has the
+``result`` ``failed`` and an ``error`` member with its code, errno and detail. ``actual``
+is what the path was read back as, with its kind; ``null`` (never "missing") when it could
+not be read. The status: ``rolled_back`` when every target is at its old state (restored
+or already old), ``rollback_failed`` when none is, ``rollback_partial`` otherwise.
+
+The receipt is journaled once: the first pass that finishes the targets records it in the
+rollback's row (with the ``outcome`` events), then it is written to the audit store
+(fsynced; identical bytes already there are reused, different bytes are an error and are
+never overwritten), and only then are the rollback and its promotion given their final
+status. A re-run after a crash anywhere in between reuses the recorded receipt, so the
+database row and the audit file never hold different bytes.
+
+Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``,
+``rollback_after_receipt`` (recorded and written, final status not yet journaled).
+
+Deliberately not here: whether an operation may be recovered or reconciled at all (the
+guard of ``promoter.domain.states``; ``recover_rollback`` only re-checks the status it was
+called for), the writes themselves (``promoter.fs``), and deciding to roll back on a
+failed check or write (``promoter.engine.outcome``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import canonical, seal_receipt
+from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import temp_name
 from promoter.engine import ledger
@@ -28,7 +52,15 @@ from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
 from promoter.engine.settle import settle_step_temps
-from promoter.errors import OperationConflict, OperationUnknown, PromoterError
+from promoter.errors import (
+    NotRecoverable,
+    OperationConflict,
+    OperationUnknown,
+    PathUnsafe,
+    PromoterError,
+    TargetDrift,
+    WriteFailed,
+)
 from promoter.fs.chain import ExpectedState, LeafState, Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
@@ -44,11 +76,70 @@ def _expected(state: dict[str, Any]) -> ExpectedState:
     return ExpectedState(bool(state["exists"]), state["sha256"], state["mode"])
 
 
-def _actual(leaf: LeafState | None) -> dict[str, Any]:
-    if leaf is None or leaf.kind != "file":
-        exists = leaf is not None and leaf.kind != "missing"
-        return {"exists": exists, "sha256": None, "mode": None, "bytes": None}
-    return {"exists": True, "sha256": leaf.sha256, "mode": leaf.mode, "bytes": leaf.size}
+AT_OLD = ("restored", "already_old")
+Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
+
+
+def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
+    """What the path read back as, with its kind; None when it could not be read at all."""
+    if leaf is None:
+        return None
+    if leaf.kind != "file":
+        exists = leaf.kind != "missing"
+        return {"kind": leaf.kind, "exists": exists, "sha256": None, "mode": None, "bytes": None}
+    return {
+        "kind": "file",
+        "exists": True,
+        "sha256": leaf.sha256,
+        "mode": leaf.mode,
+        "bytes": leaf.size,
+    }
+
+
+def _reason_of(exc: PromoterError | OSError) -> str:
+    """Why a target could not be restored, from the error that stopped it."""
+    if isinstance(exc, TargetDrift):
+        return "conflict"
+    if isinstance(exc, PathUnsafe):
+        return "unsafe"
+    if isinstance(exc, OSError) or (isinstance(exc, WriteFailed) and _errno(exc) is not None):
+        return "io_error"
+    if exc.code in ("storage_error", "blob_missing", "blob_hash_mismatch"):
+        return "storage_error"
+    return "error"
+
+
+def _errno(exc: PromoterError | OSError) -> int | None:
+    value = exc.errno if isinstance(exc, OSError) else exc.context.get("errno")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
+    if exc is None:
+        return None
+    if isinstance(exc, OSError):
+        return {"code": "write_failed", "errno": exc.errno, "detail": str(exc)[:500]}
+    return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
+
+
+def _target(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
+    result = reason if reason in (*AT_OLD, "conflict") else "failed"
+    error = None if reason in AT_OLD else _error(exc)
+    return {
+        "path": path,
+        "result": result,
+        "reason": reason,
+        "error": error,
+        "actual": _actual(leaf),
+    }
+
+
+def rollback_status(targets: list[dict[str, Any]]) -> str:
+    """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
+    at_old = sum(1 for t in targets if t["result"] in AT_OLD)
+    if at_old == len(targets):
+        return "rolled_back"
+    return "rollback_failed" if at_old == 0 else "rollback_partial"
 
 
 def _load(session: Any, operation_id: str) -> OperationRow:
@@ -73,14 +164,24 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
     if stored is not None:
         return stored
     child_id, _ = _prepare(services, operation_id)
-    return _rollback_locked(services, child_id, operation_id, root, note)
+    try:
+        return _rollback_locked(services, child_id, operation_id, root, note)
+    except (PromoterError, OSError) as exc:
+        error = _leave_for_recovery(services, child_id, exc)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
+    """The stored receipt exactly as written (checked, never re-encoded by the model)."""
     stored = (
         services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
     )
-    return None if stored is None else dict(RollbackReceiptV1.model_validate_json(stored).wire())
+    if stored is None:
+        return None
+    RollbackReceiptV1.model_validate_json(stored)
+    return dict(json.loads(stored))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
@@ -118,9 +219,19 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     return child_id, repository
 
 
-def recover_rollback(services: Services, child_id: str) -> str:
+def recover_rollback(
+    services: Services, child_id: str, *, from_status: str = "needs_recovery"
+) -> str:
+    """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with services.db.session() as session:
         child = _load(session, child_id)
+        if child.kind != "rollback" or child.status != from_status:
+            raise NotRecoverable(
+                f"rollback {child_id} is {child.status}, not {from_status}",
+                operation_id=child_id,
+                kind=child.kind,
+                current_status=child.status,
+            )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
         owner = Owner.me()
@@ -134,22 +245,48 @@ def _run(
     services: Services, child_id: str, parent_id: str, repository: Any, note: str
 ) -> dict[str, Any]:
     lock = repo_lock(services, repository)
-    lock.acquire()
+    try:
+        lock.acquire()
+    except PromoterError as exc:
+        _leave_for_recovery(services, child_id, exc)
+        raise
     try:
         with Root.open(repository.worktree) as root:
             return _rollback_locked(services, child_id, parent_id, root, note)
-    except PromoterError as exc:
-        with services.db.session() as session:
-            child = _load(session, child_id)
-            journal.set_status(session, child, "needs_recovery", code=exc.code, detail=exc.detail)
-        raise
+    except (PromoterError, OSError) as exc:
+        error = _leave_for_recovery(services, child_id, exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         lock.release()
+
+
+def _leave_for_recovery(
+    services: Services, child_id: str, exc: PromoterError | OSError
+) -> PromoterError:
+    """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
+    error = (
+        exc
+        if isinstance(exc, PromoterError)
+        else WriteFailed(f"the rollback stopped: {exc.strerror or exc}", errno=exc.errno)
+    )
+    with services.db.session() as session:
+        child = _load(session, child_id)
+        if child.status == "in_progress":
+            journal.set_status(
+                session, child, "needs_recovery", code=error.code, detail=error.detail
+            )
+    return error
 
 
 def _rollback_locked(
     services: Services, child_id: str, parent_id: str, root: Root, note: str
 ) -> dict[str, Any]:
+    with services.db.session() as session:
+        recorded = _load(session, child_id).receipt
+    if recorded is not None:  # an earlier pass recorded it: publish that one, never another
+        return _publish(services, child_id, parent_id, dict(recorded))
     with services.db.session() as session:
         promoted = [
             {"path": s.path, "old": s.old_state, "new": s.new_state}
@@ -182,24 +319,22 @@ def _rollback_locked(
     targets: list[dict[str, Any]] = []
     for seq, step in enumerate(promoted):
         if step["path"] in held:  # someone else's bytes were found at our temp name
-            result, leaf = "conflict", _leaf_or_none(root, str(step["path"]))
+            reason, leaf, exc = "conflict", _leaf_or_none(root, str(step["path"])), None
         else:
             aside = temp_name(child_id, 1, seq)
-            result, leaf = _one(
+            reason, leaf, exc = _one(
                 services, root, step, aside, kept, already=done.get(seq) == "completed"
             )
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
-            row.status = "completed" if result != "conflict" else "failed"
-            row.detail = result
+            row.status = "completed" if reason in AT_OLD else "failed"
+            row.detail = reason
         faults.point("rollback_after_step")
-        targets.append({"path": step["path"], "result": result, "actual": _actual(leaf)})
+        targets.append(_target(str(step["path"]), reason, leaf, exc))
     removed = [
         d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
     ]
-    status = (
-        "rolled_back" if all(t["result"] != "conflict" for t in targets) else "rollback_partial"
-    )
+    status = rollback_status(targets)
     faults.point("rollback_before_receipt")
     receipt = RollbackReceiptV1.model_validate(
         seal_receipt(
@@ -213,24 +348,40 @@ def _rollback_locked(
             }
         )
     )
+    with services.db.session() as session:  # (1) record the receipt, once
+        child = _load(session, child_id)
+        if child.receipt is None:
+            ledger.append(
+                session,
+                child_id,
+                "outcome",
+                {"status": status, "receipt_sha256": receipt.receipt_sha256},
+            )
+            ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
+            child.receipt = receipt.wire()
+            child.receipt_sha256 = receipt.receipt_sha256
+            child.report = {**(child.report or {}), "note": note}
+            if kept:
+                child.report = {**child.report, "kept": kept}
+        recorded = dict(child.receipt)  # a concurrent pass may have recorded one first
+    return _publish(services, child_id, parent_id, recorded)
+
+
+def _publish(
+    services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
+) -> dict[str, Any]:
+    """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
+    status = RollbackReceiptV1.model_validate(recorded).status
+    services.audit.put("rollback", parent_id, canonical_bytes(recorded))
+    faults.point("rollback_after_receipt")
     with services.db.session() as session:
         child = _load(session, child_id)
         parent = _load(session, parent_id)
-        ledger.append(
-            session,
-            child_id,
-            "outcome",
-            {"status": status, "receipt_sha256": receipt.receipt_sha256},
-        )
-        ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
-        if kept:
-            child.report = {**(child.report or {}), "kept": kept}
-        child.receipt = receipt.wire()
-        child.receipt_sha256 = receipt.receipt_sha256
+        note = str((child.report or {}).get("note") or "") or None
         journal.set_status(session, child, status)
-        journal.set_status(session, parent, status, code=None, detail=note or None)
-    services.audit.put("rollback", parent_id, canonical(receipt))
-    return dict(receipt.wire())
+        if parent.status != status:
+            journal.set_status(session, parent, status, code=None, detail=note)
+    return recorded
 
 
 def _rmdir(root: Root, directory: str) -> bool:
@@ -255,17 +406,20 @@ def _one(
     kept: list[dict[str, Any]],
     *,
     already: bool,
-) -> tuple[str, LeafState | None]:
-    """Compare-and-swap one target back to its old state; bytes kept on the way go to ``kept``."""
+) -> Outcome:
+    """Compare-and-swap one target back to its old state: (reason, read-back, error).
+
+    ``aside`` is the step's journaled temp name; bytes kept on the way go to ``kept``.
+    """
     old, new = _expected(step["old"]), _expected(step["new"])
     try:
         leaf = root.read_state(step["path"])
-    except PromoterError:
-        return "conflict", None
+    except PromoterError as exc:
+        return _reason_of(exc), None, exc
     if leaf.matches(old):
-        return ("restored" if already else "already_old"), leaf
+        return ("restored" if already else "already_old"), leaf, None
     if not leaf.matches(new):
-        return "conflict", leaf
+        return "conflict", leaf, None
     try:
         if old.exists:
             assert old.sha256 is not None and old.mode is not None
@@ -279,11 +433,16 @@ def _one(
                 parent.unlink_checked(new, aside=aside)
                 parent.fsync()
         leaf = root.read_state(step["path"])
-    except PromoterError as exc:
-        kept.extend(exc.context.get("kept", []))
+    except (PromoterError, OSError) as exc:
+        if isinstance(exc, PromoterError):
+            kept.extend(exc.context.get("kept", []))
         try:
             leaf = root.read_state(step["path"])
         except PromoterError:
-            return "conflict", None
-        return ("restored" if leaf.matches(old) else "conflict"), leaf
-    return ("restored" if leaf.matches(old) else "conflict"), leaf
+            return _reason_of(exc), None, exc
+        if leaf.matches(old):
+            return "restored", leaf, None
+        if leaf.matches(new):  # nothing changed: the write itself failed
+            return _reason_of(exc), leaf, exc
+        return "conflict", leaf, exc
+    return ("restored" if leaf.matches(old) else "conflict"), leaf, None

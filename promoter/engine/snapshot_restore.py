@@ -35,6 +35,7 @@ from promoter.engine.settle import settle_step_temps
 from promoter.engine.snapshot_steps import Step, StepRun, dir_key, spec
 from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
 from promoter.errors import (
+    NotRecoverable,
     OperationConflict,
     OperationUnknown,
     PathUnsafe,
@@ -230,21 +231,32 @@ def _post_capture(
         row.report = {**(row.report or {}), "post_tree_matches": post == target}
 
 
-def recover_restore(services: Services, operation_id: str) -> str:
+def recover_restore(
+    services: Services, operation_id: str, *, from_status: str = "needs_recovery"
+) -> str:
     """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
 
     Under the lock, the temp names its journal allowed are settled (promoter's bytes removed,
     anything else kept and the restore failed closed) and each
     step is re-read: exactly new is confirmed, exactly old is applied again, anything else
-    leaves the operation ``needs_reconciliation``. Serves ``needs_recovery`` and an
-    operator's ``continue`` on ``needs_reconciliation``.
+    leaves the operation ``needs_reconciliation``. Serves ``needs_recovery`` (the default)
+    and, only when the caller says so after the operator's ``reconcile`` passed the guard
+    (``from_status="needs_reconciliation"``), an operator's ``continue``. Any other status
+    is refused before anything is written.
     """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.kind != "restore":
             raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
-        if row.status not in ("needs_recovery", "needs_reconciliation"):
-            raise OperationConflict(f"restore {operation_id} is {row.status}", status=row.status)
+        if from_status not in ("needs_recovery", "needs_reconciliation"):
+            raise ValueError(f"a restore is never recovered from {from_status!r}")
+        if row.status != from_status:
+            raise NotRecoverable(
+                f"restore {operation_id} is {row.status}, not {from_status}",
+                operation_id=operation_id,
+                kind="restore",
+                current_status=row.status,
+            )
         target, identity = str((row.report or {})["restore_to"]), row.repository_identity
         journaled = journal.steps(session, operation_id)
         rows = [(s.path, s.operation, s.old_state, s.new_state) for s in journaled]
@@ -255,8 +267,10 @@ def recover_restore(services: Services, operation_id: str) -> str:
         Step(p, op, old, new, files[p].oid if new["exists"] else None) for p, op, old, new in rows
     ]
     lock = lock_repository(services, repo)
+    claimed = False
     try:
-        _set_status(services, operation_id, "in_progress", owner=Owner.me())
+        _claim(services, operation_id, from_status)  # again under the lock: it may have moved
+        claimed = True
         with Root.open(repo.worktree) as root:
             attempt = _attempt(services, operation_id)
             run = StepRun(
@@ -285,11 +299,29 @@ def recover_restore(services: Services, operation_id: str) -> str:
             status = run.finish() if run.failure else run.apply(todo)
         _post_capture(services, shadow, operation_id, target)
     except PromoterError as exc:
-        _set_status(services, operation_id, "needs_recovery", error=exc, only_if="in_progress")
+        if claimed:
+            _set_status(services, operation_id, "needs_recovery", error=exc, only_if="in_progress")
         raise
     finally:
         lock.release()
     return status
+
+
+def _claim(services: Services, operation_id: str, from_status: str) -> None:
+    """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
+    owner = Owner.me()
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None
+        if row.status != from_status:
+            raise NotRecoverable(
+                f"restore {operation_id} is {row.status}, not {from_status}",
+                operation_id=operation_id,
+                kind="restore",
+                current_status=row.status,
+            )
+        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        journal.set_status(session, row, "in_progress")
 
 
 def _set_status(

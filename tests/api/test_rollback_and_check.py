@@ -107,7 +107,12 @@ def test_user_edit_after_promotion_is_a_conflict_and_keeps_the_users_bytes(
         assert doc["status"] == "rollback_partial"
         results = {t["path"]: t for t in doc["targets"]}
         assert results["src/app.py"]["result"] == "conflict"
+        assert (results["src/app.py"]["reason"], results["src/app.py"]["error"]) == (
+            "conflict",
+            None,
+        )
         assert results["src/app.py"]["actual"] == {
+            "kind": "file",
             "exists": True,
             "sha256": sha(b"the user's own edit\n"),
             "mode": "100644",

@@ -1,8 +1,15 @@
-"""Promotions, preflight and operations (SPEC §5.2–5.6, §7)."""
+"""Promotions, preflight and operations (SPEC §5.2–5.7, §7, §10.3).
+
+Thin adapters over the engine. Roles: the orchestrator (or operator) requests, polls,
+reads receipts and recovers promotions; ``reconcile`` and ``rollback`` are the operator's.
+Whether an existing operation may move at all is the engine's one guard
+(``promoter.domain.states.guard``), never decided here.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -11,12 +18,14 @@ from fastapi.responses import Response
 from promoter.api.deps import OperatorDep, OrchestratorDep, ServicesDep, read_json_body
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.parsing import load_json
+from promoter.domain.states import FINAL
 from promoter.engine import operations, recover, rollback
 from promoter.errors import ValidationFailed
 from promoter.store import journal
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
+ENDED = FINAL | {"needs_recovery", "needs_reconciliation"}  # a waiting request returns
 
 
 def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> dict[str, Any]:
@@ -57,7 +66,7 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
     if body.get("wait"):
         await asyncio.to_thread(operations.wait_for, services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
-        if view["status"] in operations.FINAL or view["status"] == "needs_recovery":
+        if view["status"] in ENDED:
             return json_response(view, 200)
     view = operations.operation_view(services, requested.operation_id)
     return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
@@ -117,20 +126,37 @@ def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) ->
 
 @router.post("/operations/{operation_id}/recover")
 async def post_recover(
-    operation_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OrchestratorDep, services: ServicesDep
 ) -> Response:
+    """Recover a ``needs_recovery`` operation; anything else is ``not_recoverable`` (409).
+
+    The route admits orchestrator and operator tokens; the engine's guard then requires
+    the operator for a rollback's or a restore's recovery.
+    """
     body = _fields(await read_json_body(request, services), {"fence": int}, {})
-    await asyncio.to_thread(recover.recover, services, operation_id, body["fence"])
+    await asyncio.to_thread(
+        functools.partial(
+            recover.recover, services, operation_id, body["fence"], role=principal.role
+        )
+    )
     return json_response(operations.operation_view(services, operation_id))
 
 
 @router.post("/operations/{operation_id}/reconcile")
 async def post_reconcile(
-    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
 ) -> Response:
+    """The operator's decision on a ``needs_reconciliation`` operation (operator only)."""
     body = _fields(await read_json_body(request, services), {"decision": str}, {"note": str})
     await asyncio.to_thread(
-        recover.reconcile, services, operation_id, body["decision"], body.get("note", "")
+        functools.partial(
+            recover.reconcile,
+            services,
+            operation_id,
+            body["decision"],
+            body.get("note", ""),
+            role=principal.role,
+        )
     )
     return json_response(operations.operation_view(services, operation_id))
 
