@@ -249,7 +249,7 @@ def test_save_during_rollback_delete_is_kept(tmp_path: Path, paused: Callable[..
     answer = result["answer"]
     assert answer.status_code == 200, answer.text
     rolled = answer.json()
-    assert rolled["status"] == "rollback_partial"
+    assert rolled["status"] == "rollback_failed"  # its only target is a conflict
     assert [t["result"] for t in rolled["targets"]] == ["conflict"]
     assert (repo / "made.txt").read_bytes() == b"the user kept working on it\n"
     _no_temps(repo)
@@ -325,7 +325,7 @@ def test_second_save_during_rollback_swap_back_is_kept(
             thread.join(120)
         child = _operation(daemon, rollback_id(view["operation_id"]))
     rolled = result["answer"].json()
-    assert rolled["status"] == "rollback_partial"
+    assert rolled["status"] == "rollback_failed"  # its only target is a conflict
     assert [t["result"] for t in rolled["targets"]] == ["conflict"]
     kept_as = f".promoter-kept-{child['operation_id']}-1-0"
     assert [k["kept_as"] for k in child["report"]["kept"]] == [kept_as]

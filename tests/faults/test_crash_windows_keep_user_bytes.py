@@ -48,8 +48,10 @@ def _only_operation(daemon: DaemonProcess, kind: str = "promotion") -> dict[str,
     return dict(found)
 
 
-def _recover(daemon: DaemonProcess, operation_id: str, fence: int = 7) -> dict[str, Any]:
-    with daemon.client() as client:
+def _recover(
+    daemon: DaemonProcess, operation_id: str, fence: int = 7, role: str = "orchestrator"
+) -> dict[str, Any]:
+    with daemon.client(role) as client:
         answer = client.post(f"/v1/operations/{operation_id}/recover", json={"fence": fence})
         assert answer.status_code == 200, answer.text
         with daemon.client("operator") as operator:
@@ -189,7 +191,7 @@ def test_crash_after_rollback_wrote_a_temp_leaves_no_temp(tmp_path: Path) -> Non
     try:
         child = _only_operation(second, "rollback")
         assert child["status"] == "needs_recovery"
-        view = _recover(second, child["operation_id"], fence=0)
+        view = _recover(second, child["operation_id"], fence=0, role="operator")
     finally:
         second.stop()
     assert view["status"] == "rolled_back"
