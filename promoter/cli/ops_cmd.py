@@ -35,6 +35,7 @@ NEXT_STEPS = {
     "applied_unverified": "The post-promotion check is running.",
     "rolled_back": "Rolled back; see `promoter receipt fetch OP --rollback`.",
     "rollback_partial": "Some targets were in conflict and kept; see the rollback receipt.",
+    "rollback_failed": "No target could be restored; the rollback receipt gives each reason.",
     "abandoned": "Closed by the operator; files were left as they are.",
 }
 

@@ -44,8 +44,6 @@ from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.operations")
 
-FINAL = {"completed", "refused", "needs_reconciliation", "rolled_back", "rollback_partial"}
-
 
 @dataclass(frozen=True)
 class Requested:
@@ -235,21 +233,24 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 
 
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
-    stored = (
-        services.audit.get("promotion", operation_id) if operation_id.startswith("op_") else None
-    )
-    if stored is not None:
-        return stored
+    """The promotion receipt's bytes, only once the operation is ``completed`` (SPEC §7).
+
+    A crash between writing the audit file and the final status leaves a receipt that is
+    not served until recovery finishes the operation.
+    """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         receipt = row.receipt
         status = row.status
-    if receipt is None:
+    if receipt is None or status != "completed":
         raise ReceiptUnavailable(
             f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
+    stored = services.audit.get("promotion", operation_id)
+    if stored is not None:
+        return stored
     data = canonical_bytes(receipt)
     services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
     return data

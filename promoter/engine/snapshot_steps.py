@@ -205,7 +205,10 @@ class StepRun:
                     }
                 )
         ok = self.failure is None and not problems and not self.kept
-        status = "completed" if ok else "needs_reconciliation" if self.touched else "refused"
+        # a step that reads back as new was written by this pass (a fresh restore plans
+        # only paths that differ), even when the write then failed after its rename
+        touched = self.touched or "new" in verdicts
+        status = "completed" if ok else "needs_reconciliation" if touched else "refused"
         error = None if ok else self.failure or TargetDrift("a target did not read back as new")
         with self.services.db.session() as session:
             row = journal.get_operation(session, self.operation_id)

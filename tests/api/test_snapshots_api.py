@@ -208,3 +208,23 @@ def test_promotion_records_pre_and_post_snapshots_when_enabled(tmp_path: Path) -
         assert diff.status_code == 200, diff.text
         assert diff.json()["modified"] == ["a.txt"]
         assert diff.json()["added"] == diff.json()["deleted"] == []
+
+
+def test_a_restore_whose_write_failed_after_its_rename_is_not_called_refused(
+    served: Daemon, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from promoter import faults
+
+    with served.operator() as op:
+        base = _capture(op, "base")
+        (work / "src" / "app.py").write_bytes(b"print('changed')\n")
+        changed = _capture(op, "changed")
+        monkeypatch.setenv(faults.ENV, "after_replace=EIO")
+        faults.reset()
+        answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": changed})
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+    assert answer.status_code == 200, answer.text
+    # the file was replaced before the error: something was written, so it is not "refused"
+    assert answer.json()["status"] == "needs_reconciliation"
+    assert (work / "src" / "app.py").read_bytes() == b"print('v1')\n"
