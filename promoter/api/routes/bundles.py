@@ -1,9 +1,15 @@
-"""Bundle submission and retrieval (SPEC §7)."""
+"""Bundle submission and retrieval (SPEC §7).
+
+The body is bounded while it streams (``read_json_body``); parsing, verification (blob
+hashing, base-tree lookups) and the audit and database writes run in a worker thread, so
+a large or slow submission never stalls the event loop.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import AnyRoleDep, ExecutorDep, ServicesDep, read_json_body
 from promoter.api.responses import canonical_response, json_response
@@ -19,7 +25,7 @@ router = APIRouter(prefix="/v1")
 @router.post("/bundles")
 async def post_bundle(request: Request, principal: ExecutorDep, services: ServicesDep) -> Response:
     body = await read_json_body(request, services)
-    result = submit_bundle(services, body, run_id=principal.run_id)
+    result = await run_in_threadpool(submit_bundle, services, body, run_id=principal.run_id)
     return json_response(
         {
             "bundle_id": result.bundle.bundle_id,

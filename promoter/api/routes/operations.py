@@ -1,17 +1,27 @@
-"""Promotions, preflight and operations (SPEC §5.2–5.6, §7)."""
+"""Promotions, preflight and operations (SPEC §5.2–5.6, §7).
+
+Bodies are small and bounded while they stream (``SMALL_BODY``); every engine call and
+every read of an operation's journal runs in a worker thread, off the event loop.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import OperatorDep, OrchestratorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    SMALL_BODY,
+    OperatorDep,
+    OrchestratorDep,
+    ServicesDep,
+    read_json_body,
+)
 from promoter.api.responses import canonical_response, json_response
-from promoter.domain.parsing import load_json
 from promoter.engine import operations, recover, rollback
+from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
 from promoter.store import journal
 
@@ -40,22 +50,12 @@ def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> 
     return out
 
 
-@router.post("/promotions")
-async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
-    body = _fields(
-        await read_json_body(request, services),
-        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
-        {"wait": bool},
-    )
-    requested = await asyncio.to_thread(
-        operations.request_promotion,
-        services,
-        body["bundle_id"],
-        body["verification_receipt_sha256"],
-        body["fence"],
+def _promote(services: Services, body: dict[str, Any]) -> Response:
+    requested = operations.request_promotion(
+        services, body["bundle_id"], body["verification_receipt_sha256"], body["fence"]
     )
     if body.get("wait"):
-        await asyncio.to_thread(operations.wait_for, services, requested.operation_id, WAIT_SECONDS)
+        operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
         if view["status"] in operations.FINAL or view["status"] == "needs_recovery":
             return json_response(view, 200)
@@ -63,15 +63,23 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
     return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
 
 
+@router.post("/promotions")
+async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+    body = _fields(
+        await read_json_body(request, services, SMALL_BODY),
+        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
+        {"wait": bool},
+    )
+    return await run_in_threadpool(_promote, services, body)
+
+
 @router.post("/bundles/{bundle_id}/preflight")
 async def post_preflight(
     bundle_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    raw = await request.body()
-    fence = None
-    if raw.strip():
-        fence = _fields(load_json(raw), {}, {"fence": int}).get("fence")
-    result = await asyncio.to_thread(operations.preflight, services, bundle_id, fence)
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    fence = None if raw is None else _fields(raw, {}, {"fence": int}).get("fence")
+    result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
     return json_response(result)
 
 
@@ -115,31 +123,42 @@ def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) ->
     return canonical_response(operations.promotion_receipt(services, operation_id))
 
 
+def _recover(services: Services, operation_id: str, fence: int) -> dict[str, Any]:
+    recover.recover(services, operation_id, fence)
+    return operations.operation_view(services, operation_id)
+
+
+def _reconcile(services: Services, operation_id: str, decision: str, note: str) -> dict[str, Any]:
+    recover.reconcile(services, operation_id, decision, note)
+    return operations.operation_view(services, operation_id)
+
+
 @router.post("/operations/{operation_id}/recover")
 async def post_recover(
     operation_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    body = _fields(await read_json_body(request, services), {"fence": int}, {})
-    await asyncio.to_thread(recover.recover, services, operation_id, body["fence"])
-    return json_response(operations.operation_view(services, operation_id))
+    body = _fields(await read_json_body(request, services, SMALL_BODY), {"fence": int}, {})
+    return json_response(await run_in_threadpool(_recover, services, operation_id, body["fence"]))
 
 
 @router.post("/operations/{operation_id}/reconcile")
 async def post_reconcile(
     operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
-    body = _fields(await read_json_body(request, services), {"decision": str}, {"note": str})
-    await asyncio.to_thread(
-        recover.reconcile, services, operation_id, body["decision"], body.get("note", "")
+    body = _fields(
+        await read_json_body(request, services, SMALL_BODY), {"decision": str}, {"note": str}
     )
-    return json_response(operations.operation_view(services, operation_id))
+    view = await run_in_threadpool(
+        _reconcile, services, operation_id, body["decision"], body.get("note", "")
+    )
+    return json_response(view)
 
 
 @router.post("/operations/{operation_id}/rollback")
 async def post_rollback(
     operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
-    raw = await request.body()
-    note = _fields(load_json(raw), {}, {"note": str}).get("note", "") if raw.strip() else ""
-    receipt = await asyncio.to_thread(rollback.rollback, services, operation_id, note=note)
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    note = "" if raw is None else _fields(raw, {}, {"note": str}).get("note", "")
+    receipt = await run_in_threadpool(rollback.rollback, services, operation_id, note=note)
     return canonical_response(receipt)
