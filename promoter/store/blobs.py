@@ -59,9 +59,8 @@ class BlobWriter:
             self.abort()
             raise StorageError(f"cannot store blob: {exc}") from exc
 
-    def commit(self) -> bool:
-        """Move the blob into place; True if it is new, False if it was present."""
-        assert self._fd is not None
+    def check(self) -> None:
+        """Raise ``BlobHashMismatch`` (and store nothing) unless the bytes hash right."""
         actual = self._hash.hexdigest()
         if actual != self._sha256:
             self.abort()
@@ -70,6 +69,11 @@ class BlobWriter:
                 expected=self._sha256,
                 actual=actual,
             )
+
+    def commit(self) -> bool:
+        """Move the blob into place; True if it is new, False if it was present."""
+        assert self._fd is not None
+        self.check()
         try:
             point("blob_commit")
             os.fchmod(self._fd, 0o444)

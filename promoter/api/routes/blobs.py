@@ -63,13 +63,15 @@ class _Upload:
         self.reserved = 0
         self.settled = False
         self.writer: BlobWriter | None = None
+        self.free = False  # the blob is already stored: uploading it again costs nothing
 
     def reserve_up_to(self, size: int) -> None:
-        if size > self.reserved:
+        if size > self.reserved and not self.free:
             self.quota.reserve(self.run_id, size - self.reserved)
             self.reserved = size
 
     def open(self, limit: int) -> None:
+        self.free = self.services.blobs.has(self.sha256)
         self.writer = self.services.blobs.writer(self.sha256, limit)
 
     def write(self, chunk: bytes) -> None:
@@ -77,14 +79,24 @@ class _Upload:
         self.writer.write(chunk)
 
     def commit(self) -> tuple[bool, int]:
-        """Charge the run, link the blob in, record it; (created, size)."""
+        """Check the hash, charge the run, record the blob, link it in; (created, size).
+
+        The database record comes before the blob appears, so a write locked out of the
+        database (``database_busy``) or a full disk stores no blob at all.
+        """
         assert self.writer is not None
+        self.writer.check()
         size = self.writer.size
         present = self.services.blobs.has(self.sha256)
+        if not present:
+            self.free = False  # removed meanwhile (gc): this upload stores it, and pays
+            self.reserve_up_to(size)
         charge = 0 if present else size
         self.settled = True
         self.quota.settle(self.run_id, self.reserved, charge)
         try:
+            with self.services.db.session() as session:
+                repo.record_blob(session, self.sha256, size)
             created = self.writer.commit()
         except BaseException:
             if charge:
@@ -92,8 +104,6 @@ class _Upload:
             raise
         if charge and not created:
             self.quota.refund(self.run_id, charge)
-        with self.services.db.session() as session:
-            repo.record_blob(session, self.sha256, size)
         return created, size
 
     def abort(self) -> None:
@@ -117,8 +127,8 @@ async def put_blob(
     assert principal.run_id is not None  # an executor token is bound to one run
     upload = _Upload(services, principal.run_id, sha256)
     try:
-        upload.reserve_up_to(int(declared or 0))
         await run_in_threadpool(upload.open, limit)
+        upload.reserve_up_to(int(declared or 0))
         received = 0
         async for chunk in request.stream():
             received += len(chunk)
