@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     # 250 000 values hold a bundle of about 12 000 changes (about 20 values per change).
     max_json_depth: int = Field(default=64, ge=2)
     max_json_items: int = Field(default=250_000, ge=16)
+    # Large executor documents (bundles, digest queries) parsed and verified at once; more
+    # wait on the event loop. Verification is GIL-bound: more would add latency, not speed.
+    max_concurrent_documents: int = Field(default=2, ge=1)
     # Bytes of new blobs one executor run may store (SPEC §10.10).
     executor_quota_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=0)
     # How long a database write waits for another writer's lock before database_busy.

@@ -7,8 +7,11 @@ aliases below.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -26,6 +29,24 @@ def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+@asynccontextmanager
+async def document_slot(services: Services) -> AsyncIterator[None]:
+    """Hold one of ``max_concurrent_documents`` slots while a large body is handled.
+
+    Taken after the (bounded) body has arrived, around parsing and verification: the
+    work that builds large object graphs and holds the GIL. More requests wait here, on
+    the event loop, so neither memory nor contention for the GIL grows with the number of
+    hostile submissions, and a client that sends slowly cannot hold a slot.
+    """
+    slots = services.extras.get("document_slots")
+    if not isinstance(slots, anyio.Semaphore):
+        fresh = anyio.Semaphore(services.settings.max_concurrent_documents)
+        slots = services.extras.setdefault("document_slots", fresh)
+    assert isinstance(slots, anyio.Semaphore)
+    async with slots:
+        yield
 
 
 def run_quota(services: Services) -> RunQuota:
@@ -111,20 +132,26 @@ async def read_body(request: Request, limit: int, shape: ShapeBudget | None = No
     return body
 
 
-async def read_json_body(
-    request: Request, services: Services, limit: int | None = None, *, empty: object = ...
-) -> Any:
-    """The JSON body: size- and shape-bounded while streaming, parsed in a worker thread.
+async def read_json_bytes(request: Request, services: Services, limit: int | None = None) -> bytes:
+    """The raw JSON body, size- and shape-bounded while it streams, not yet parsed.
 
     ``limit`` defaults to ``max_document_bytes``; routes with small bodies pass
-    ``SMALL_BODY``. With ``empty`` given, an all-whitespace body yields it instead of
-    failing as invalid JSON.
+    ``SMALL_BODY``. Parse it with ``load_json`` in a worker thread.
     """
     settings = services.settings
     shape = ShapeBudget(max_depth=settings.max_json_depth, max_items=settings.max_json_items)
-    raw = await read_body(request, limit or settings.max_document_bytes, shape)
+    return bytes(await read_body(request, limit or settings.max_document_bytes, shape))
+
+
+async def read_json_body(
+    request: Request, services: Services, limit: int | None = None, *, empty: object = ...
+) -> Any:
+    """The JSON body, bounded as ``read_json_bytes`` says and parsed in a worker thread.
+
+    With ``empty`` given, an all-whitespace body yields it instead of failing as invalid
+    JSON.
+    """
+    raw = await read_json_bytes(request, services, limit)
     if empty is not ... and not raw.strip():
         return empty
-    data = bytes(raw)
-    del raw  # one copy of the body at a time
-    return await run_in_threadpool(load_json, data)
+    return await run_in_threadpool(load_json, raw)

@@ -9,6 +9,7 @@ RSS from ``/proc/<pid>/status``), so the test client's own buffers do not count.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 
 from promoter import faults
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, make_bundle, make_grant, sha, state, upload
+from tests.support.flows import init_repo, make_bundle, make_grant, seal_bundle, sha, state, upload
 from tests.support.process import DaemonProcess
 
 HEALTHZ_BOUND = 1.0  # seconds: SPEC §10.10, TESTS W9
@@ -163,22 +164,29 @@ def test_hundred_thousand_digest_query_does_not_stall_healthz(daemon: Daemon) ->
         )
 
 
-def _generated_bundle(
-    daemon: Daemon, repo: Path, identity: str, count: int
-) -> tuple[dict[str, Any], bytes]:
+def _generated(
+    repo: Path, identity: str, count: int
+) -> tuple[dict[str, Any], dict[str, Any], bytes]:
     """A grant admitting ``count`` creates, and a sealed bundle of them (one shared blob)."""
     content = b"generated\n"
     grant = make_grant(
         repo, identity, limits={"max_changes": count, "max_total_bytes": count * len(content)}
     )
-    with daemon.orchestrator() as orch:
-        assert orch.post("/v1/grants", json=grant).status_code == 201
     new = state(content)
     changes = [
         {"path": f"gen/f{i:06d}.txt", "operation": "create", "old": state(None), "new": new}
         for i in range(count)
     ]
-    return make_bundle(grant, changes), content
+    return grant, make_bundle(grant, changes), content
+
+
+def _generated_bundle(
+    daemon: Daemon, repo: Path, identity: str, count: int
+) -> tuple[dict[str, Any], bytes]:
+    grant, bundle, content = _generated(repo, identity, count)
+    with daemon.orchestrator() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+    return bundle, content
 
 
 def test_hundred_thousand_change_bundle_is_refused_before_parsing(
@@ -381,3 +389,39 @@ def test_really_full_tmpfs_state_dir_answers_storage_error_507(tmp_path: Path, r
         )
         filler.unlink()
         assert ex.put(f"/v1/blobs/sha256/{sha(small)}", content=small).status_code == 201
+
+
+def test_concurrent_large_bundles_do_not_stall_healthz(tmp_path: Path, repo: Path) -> None:
+    """Eight 10 000-change bundles at once, against a daemon in its own process."""
+    daemon = DaemonProcess(tmp_path / "state", {"work": repo})
+    try:
+        with daemon.client() as orch:
+            identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+            grant, bundle, content = _generated(repo, identity, 10_000)
+            assert orch.post("/v1/grants", json=grant).status_code == 201
+        bundles = [
+            seal_bundle({**bundle, "created_at": f"2026-01-01T00:00:0{n}Z"}) for n in range(8)
+        ]
+        bodies = [json.dumps(b).encode() for b in bundles]
+        answers: list[int] = []
+        with daemon.executor("run_1") as ex:
+            upload(ex, content)
+
+            def submit(body: bytes) -> None:
+                answers.append(ex.post("/v1/bundles", content=body).status_code)
+
+            with HealthzWatch(daemon.url) as watch:
+                started = time.monotonic()
+                workers = [threading.Thread(target=submit, args=(b,)) for b in bodies]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join(300)
+                ended = time.monotonic()
+        assert sorted(answers) == [201] * 8
+        print(
+            f"8 concurrent 10k-change bundles: {ended - started:.2f} s, "
+            f"{len(watch.during(started, ended))} healthz answers, slowest {watch.slowest:.3f} s"
+        )
+    finally:
+        daemon.stop()

@@ -17,8 +17,16 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import ExecutorDep, OperatorDep, ServicesDep, read_json_body, run_quota
+from promoter.api.deps import (
+    ExecutorDep,
+    OperatorDep,
+    ServicesDep,
+    document_slot,
+    read_json_bytes,
+    run_quota,
+)
 from promoter.api.responses import json_response
+from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from promoter.store import repo
@@ -31,7 +39,8 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
 
 
-def _missing(services: Services, body: object) -> list[str]:
+def _missing(services: Services, raw: bytes) -> Response:
+    body = load_json(raw)
     if (
         not isinstance(body, dict)
         or set(body) != {"sha256"}
@@ -43,13 +52,16 @@ def _missing(services: Services, body: object) -> list[str]:
         raise PayloadTooLarge(f"at most {MAX_QUERY} digests per request", limit=MAX_QUERY)
     if not all(isinstance(d, str) and _HEX.match(d) for d in digests):
         raise ValidationFailed("every sha256 must be 64 lowercase hex characters")
-    return [d for d in dict.fromkeys(digests) if not services.blobs.has(d)]
+    return json_response(
+        {"missing": [d for d in dict.fromkeys(digests) if not services.blobs.has(d)]}
+    )
 
 
 @router.post("/blobs:missing")
 async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
-    body = await read_json_body(request, services)
-    return json_response({"missing": await run_in_threadpool(_missing, services, body)})
+    raw = await read_json_bytes(request, services)
+    async with document_slot(services):
+        return await run_in_threadpool(_missing, services, raw)
 
 
 class _Upload:
