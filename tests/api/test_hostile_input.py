@@ -65,10 +65,12 @@ class HealthzWatch:
         assert self.answered.wait(30), "healthz never answered"
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         self._thread.join(60)
         self._client.close()
+        if exc_type is not None:
+            return  # the body's own failure is the one to report
         assert [s for s in self.samples if s[2] != 200] == []
         assert self.slowest < HEALTHZ_BOUND, f"healthz took {self.slowest:.3f} s"
 
@@ -392,7 +394,7 @@ def test_really_full_tmpfs_state_dir_answers_storage_error_507(tmp_path: Path, r
 
 
 def test_concurrent_large_bundles_do_not_stall_healthz(tmp_path: Path, repo: Path) -> None:
-    """Eight 10 000-change bundles at once, against a daemon in its own process."""
+    """Four 10 000-change bundles at once, against a daemon in its own process."""
     daemon = DaemonProcess(tmp_path / "state", {"work": repo})
     try:
         with daemon.client() as orch:
@@ -400,7 +402,7 @@ def test_concurrent_large_bundles_do_not_stall_healthz(tmp_path: Path, repo: Pat
             grant, bundle, content = _generated(repo, identity, 10_000)
             assert orch.post("/v1/grants", json=grant).status_code == 201
         bundles = [
-            seal_bundle({**bundle, "created_at": f"2026-01-01T00:00:0{n}Z"}) for n in range(8)
+            seal_bundle({**bundle, "created_at": f"2026-01-01T00:00:0{n}Z"}) for n in range(4)
         ]
         bodies = [json.dumps(b).encode() for b in bundles]
         answers: list[int] = []
@@ -418,9 +420,9 @@ def test_concurrent_large_bundles_do_not_stall_healthz(tmp_path: Path, repo: Pat
                 for worker in workers:
                     worker.join(300)
                 ended = time.monotonic()
-        assert sorted(answers) == [201] * 8
+        assert sorted(answers) == [201] * 4
         print(
-            f"8 concurrent 10k-change bundles: {ended - started:.2f} s, "
+            f"4 concurrent 10k-change bundles: {ended - started:.2f} s, "
             f"{len(watch.during(started, ended))} healthz answers, slowest {watch.slowest:.3f} s"
         )
     finally:
