@@ -31,7 +31,8 @@ class RunQuota:
     def __init__(self, directory: Path, limit: int) -> None:
         self.directory = directory
         self.limit = limit
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the counts (and a run's first read), never a write
+        self._save_lock = threading.Lock()  # one quota file write at a time
         self._stored: dict[str, int] = {}
         self._pending: dict[str, int] = {}
 
@@ -60,17 +61,32 @@ class RunQuota:
             self._pending[run_id] = max(0, self._pending.get(run_id, 0) - reserved)
             if not self._pending[run_id]:
                 del self._pending[run_id]
-            if stored:
-                total = self._load(run_id) + stored
-                self._save(run_id, total)
-                self._stored[run_id] = total
+            if not stored:
+                return
+            self._stored[run_id] = self._load(run_id) + stored
+        self._persist(run_id, undo=stored)
 
     def refund(self, run_id: str, size: int) -> None:
         """Give back ``size`` durably charged bytes (a charged commit that failed)."""
         with self._lock:
-            total = max(0, self._load(run_id) - size)
-            self._save(run_id, total)
-            self._stored[run_id] = total
+            self._stored[run_id] = max(0, self._load(run_id) - size)
+        self._persist(run_id, undo=-size)
+
+    def _persist(self, run_id: str, *, undo: int) -> None:
+        """Write the run's newest total; on failure take back the change of ``undo`` bytes.
+
+        Writes are serialized by their own lock and each writes the newest total, so the
+        file ends at the latest value, while ``reserve`` never waits for an fsync.
+        """
+        with self._save_lock:
+            with self._lock:
+                total = self._stored[run_id]
+            try:
+                self._save(run_id, total)
+            except BaseException:
+                with self._lock:
+                    self._stored[run_id] = max(0, self._stored[run_id] - undo)
+                raise
 
     def _file(self, run_id: str) -> Path:
         return self.directory / f"{hashlib.sha256(run_id.encode()).hexdigest()[:32]}.json"

@@ -65,7 +65,10 @@ async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep)
 
 
 class _Upload:
-    """One blob upload: quota reserved as bytes arrive, charged once, or given back."""
+    """One blob upload: quota reserved as bytes arrive, charged once, or given back.
+
+    Every method but ``abort`` runs in a worker thread (they read and write files).
+    """
 
     def __init__(self, services: Services, run_id: str, sha256: str) -> None:
         self.services = services
@@ -82,12 +85,14 @@ class _Upload:
             self.quota.reserve(self.run_id, size - self.reserved)
             self.reserved = size
 
-    def open(self, limit: int) -> None:
+    def open(self, limit: int, declared: int) -> None:
         self.free = self.services.blobs.has(self.sha256)
+        self.reserve_up_to(declared)
         self.writer = self.services.blobs.writer(self.sha256, limit)
 
     def write(self, chunk: bytes) -> None:
         assert self.writer is not None
+        self.reserve_up_to(self.writer.size + len(chunk))
         self.writer.write(chunk)
 
     def commit(self) -> tuple[bool, int]:
@@ -139,12 +144,8 @@ async def put_blob(
     assert principal.run_id is not None  # an executor token is bound to one run
     upload = _Upload(services, principal.run_id, sha256)
     try:
-        await run_in_threadpool(upload.open, limit)
-        upload.reserve_up_to(int(declared or 0))
-        received = 0
+        await run_in_threadpool(upload.open, limit, int(declared or 0))
         async for chunk in request.stream():
-            received += len(chunk)
-            upload.reserve_up_to(received)
             await run_in_threadpool(upload.write, chunk)
         created, size = await run_in_threadpool(upload.commit)
     except BaseException:
