@@ -1,8 +1,15 @@
-"""FastAPI dependencies: the services, the caller's principal and role checks.
+"""FastAPI dependencies: services, the caller's principal and role checks, bounded bodies.
 
 Roles: the operator may do everything the orchestrator may; an executor token is bound
 to one run. Each route declares the roles it admits with one of the ``Annotated``
 aliases below.
+
+Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
+counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
+refused before it is held whole, and ``read_json_body`` parses in a worker thread.
+``document_slot`` bounds how many large documents are parsed and verified at once;
+``run_quota`` is the daemon's one ledger of executor storage quotas. Nothing here
+validates a document's schema: the engine's wire models do.
 """
 
 from __future__ import annotations

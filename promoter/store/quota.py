@@ -37,7 +37,7 @@ class RunQuota:
         self._pending: dict[str, int] = {}
 
     def used(self, run_id: str) -> int:
-        """Durably charged bytes of ``run_id``."""
+        """Bytes charged to ``run_id`` (stored blobs; uploads in flight not included)."""
         with self._lock:
             return self._load(run_id)
 

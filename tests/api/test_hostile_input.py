@@ -100,6 +100,7 @@ def _temp_files(state_dir: Path) -> list[Path]:
 # --- bounded JSON ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sixty_mib_of_empty_arrays_is_refused_before_parsing(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "work")
     daemon = DaemonProcess(tmp_path / "state", {"work": repo})
@@ -191,6 +192,7 @@ def _generated_bundle(
     return bundle, content
 
 
+@pytest.mark.slow
 def test_hundred_thousand_change_bundle_is_refused_before_parsing(
     daemon: Daemon, repo: Path, identity: str
 ) -> None:
@@ -393,6 +395,7 @@ def test_really_full_tmpfs_state_dir_answers_storage_error_507(tmp_path: Path, r
         assert ex.put(f"/v1/blobs/sha256/{sha(small)}", content=small).status_code == 201
 
 
+@pytest.mark.slow
 def test_concurrent_large_bundles_do_not_stall_healthz(tmp_path: Path, repo: Path) -> None:
     """Four 10 000-change bundles at once, against a daemon in its own process."""
     daemon = DaemonProcess(tmp_path / "state", {"work": repo})
