@@ -225,6 +225,78 @@ def test_ten_thousand_change_bundle_verifies_off_the_event_loop(
     )
 
 
+@contextmanager
+def _paused_at(point: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Arm ``point=pause:<release>``; yields a function that waits until it is reached.
+
+    The fault announces the pause by opening ``<release>.paused`` for writing; that name
+    is a FIFO here, so the test's open for reading meets it exactly then (no polling).
+    Leaving the block releases the pause.
+    """
+    release = tmp / f"release-{point}"
+    os.mkfifo(f"{release}.paused")
+    monkeypatch.setenv(faults.ENV, f"{point}=pause:{release}")
+    faults.reset()
+
+    def reached() -> None:
+        announced: list[str] = []
+        meet = threading.Thread(
+            target=lambda: announced.append(Path(f"{release}.paused").read_text()), daemon=True
+        )
+        meet.start()
+        meet.join(60)  # a bound for a broken test only: the open returns at the pause
+        assert announced == [str(os.getpid())], f"{point} was never reached"
+        monkeypatch.delenv(faults.ENV)  # later writes of this request go on unpaused
+
+    try:
+        yield reached
+    finally:
+        release.touch()
+
+
+def test_upload_paused_inside_a_blob_write_does_not_stall_healthz(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"held inside os.write\n"
+    answers: list[httpx.Response] = []
+    with daemon.executor("run_1") as ex:
+        worker = threading.Thread(
+            target=lambda: answers.append(ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data))
+        )
+        with _paused_at("blob_write", tmp_path, monkeypatch) as reached:
+            worker.start()
+            reached()  # a worker thread now sits inside the blob write
+            with HealthzWatch(daemon.url) as watch:
+                assert watch.answered.is_set()
+            assert answers == []
+        worker.join(60)
+    assert (answers[0].status_code, answers[0].json()["created"]) == (201, True)
+
+
+def test_bundle_paused_inside_its_audit_write_does_not_stall_healthz(
+    daemon: Daemon, repo: Path, identity: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grant = make_grant(repo, identity)
+    old, new = b"print('v1')\n", b"print('v2')\n"
+    with daemon.orchestrator() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+    bundle = make_bundle(grant, [("src/app.py", old, new)])
+    answers: list[httpx.Response] = []
+    with daemon.executor("run_1") as ex:
+        upload(ex, old, new)
+        worker = threading.Thread(
+            target=lambda: answers.append(ex.post("/v1/bundles", json=bundle))
+        )
+        with _paused_at("state_write", tmp_path, monkeypatch) as reached:
+            worker.start()
+            reached()  # verified, and now held writing the bundle's audit file
+            with HealthzWatch(daemon.url), daemon.orchestrator() as orch:
+                assert orch.get("/v1/repositories").status_code == 200
+            assert answers == []
+        worker.join(60)
+    assert answers[0].status_code == 201, answers[0].text
+
+
 _LOCK_HOLDER = """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
