@@ -153,9 +153,10 @@ def test_hundred_thousand_digest_query_does_not_stall_healthz(daemon: Daemon) ->
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(100_000)]
     with daemon.executor("run_1") as ex:
         upload(ex, b"0")  # sha256("0") is digests[0]: present, so not missing
+        body = json.dumps({"sha256": digests}).encode()  # encoded before polling begins
         with HealthzWatch(daemon.url) as watch:
             started = time.monotonic()
-            answer = ex.post("/v1/blobs:missing", json={"sha256": digests})
+            answer = ex.post("/v1/blobs:missing", content=body)
             ended = time.monotonic()
         assert answer.status_code == 200, answer.text
         assert answer.json()["missing"] == digests[1:]
@@ -199,8 +200,9 @@ def test_hundred_thousand_change_bundle_is_refused_before_parsing(
     bundle, content = _generated_bundle(daemon, repo, identity, 100_000)
     with daemon.executor("run_1") as ex:
         upload(ex, content)
+        body = json.dumps(bundle).encode()  # encoded before polling begins
         with HealthzWatch(daemon.url):
-            answer = ex.post("/v1/bundles", json=bundle)
+            answer = ex.post("/v1/bundles", content=body)
     assert _code(answer) == (413, "json_too_many_items")
     assert list((daemon.state_dir / "audit").glob("bundles/*")) == []
 
@@ -211,9 +213,10 @@ def test_ten_thousand_change_bundle_verifies_off_the_event_loop(
     bundle, content = _generated_bundle(daemon, repo, identity, 10_000)
     with daemon.executor("run_1") as ex:
         upload(ex, content)
+        body = json.dumps(bundle).encode()  # encoded before polling begins
         with HealthzWatch(daemon.url) as watch:
             started = time.monotonic()
-            answer = ex.post("/v1/bundles", json=bundle)
+            answer = ex.post("/v1/bundles", content=body)
             ended = time.monotonic()
     assert answer.status_code == 201, answer.text[:500]
     assert answer.json()["verification_receipt"]["status"] == "passed"
