@@ -1,12 +1,12 @@
 """Database engine, connection pragmas, sessions and migrations.
 
 SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
-connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. A write that is
+connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. A SQLite write
 still locked out by another writer when the busy timeout ends raises ``DatabaseBusy``
 (503); a full disk (``SQLITE_FULL``) and every other database error raise
-``StorageError`` (507). The schema is owned
-by Alembic: ``upgrade`` runs the migrations shipped as the ``promoter_migrations``
-package (the top-level ``migrations/`` folder). This module holds no queries.
+``StorageError`` (507). The schema is owned by Alembic: ``upgrade`` runs the migrations
+shipped as the ``promoter_migrations`` package (the top-level ``migrations/`` folder).
+This module holds no queries.
 """
 
 from __future__ import annotations
