@@ -21,7 +21,10 @@ import re
 
 from promoter.errors import JsonTooDeep, JsonTooManyItems
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A complete string, or else the unterminated one that runs to the end of the data, kept
+# (group 1). The second branch makes every match attempt succeed, so the scan is linear:
+# an unterminated string full of escaped quotes is never searched again from each one.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|("[^"\\]*(?:\\.[^"\\]*)*\\?)\Z', re.DOTALL)
 _STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _OPEN = frozenset(b"[{")
@@ -47,16 +50,14 @@ class ShapeBudget:
             self._carry = b'"\\' if run % 2 else b'"'
             return
         data = self._carry + chunk
-        stripped = _STRING.sub(b"", data)
-        quote = stripped.find(b'"')
-        if quote < 0:
+        self._count(_STRING.sub(b"", data))
+        # Group 1 is empty for complete strings; only a string the chunk ends inside has
+        # it, as the last match, and then only its escape state at the end matters.
+        tails = _STRING.findall(data)
+        tail = tails[-1] if tails else b""
+        if not tail:
             self._carry = b""
-            self._count(stripped)
             return
-        self._count(stripped[:quote])
-        # Everything after an unterminated quote is that string's content (no complete
-        # string can start inside it), so only its escape state at the end matters.
-        tail = stripped[quote:]
         body = _STRING_BODY.match(tail, 1)
         assert body is not None  # the pattern matches the empty string
         self._carry = b'"' if body.end() == len(tail) else b'"\\'

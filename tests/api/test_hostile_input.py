@@ -137,6 +137,16 @@ def test_deeply_nested_json_is_refused(daemon: Daemon) -> None:
         assert _code(answer) == (422, "json_too_deep")
 
 
+def test_a_string_of_escaped_quotes_is_scanned_in_linear_time(daemon: Daemon) -> None:
+    body = b'{"sha256": ["' + b'\\"' * (4 * MiB) + b'"]}'  # 8 MiB, one string
+    with daemon.executor("run_1") as ex, HealthzWatch(daemon.url) as watch:
+        started = time.monotonic()
+        answer = ex.post("/v1/blobs:missing", content=body)
+        elapsed = time.monotonic() - started
+    assert _code(answer) == (422, "validation_failed")
+    print(f"8 MiB of escaped quotes: {elapsed:.2f} s, slowest healthz {watch.slowest:.3f} s")
+
+
 def test_small_request_bodies_are_capped_at_64_kib(daemon: Daemon) -> None:
     padded = b'{"bundle_id": "' + b"x" * (64 * 1024) + b'"}'
     with daemon.orchestrator() as orch:
