@@ -144,6 +144,7 @@ def test_a_string_of_escaped_quotes_is_scanned_in_linear_time(daemon: Daemon) ->
         answer = ex.post("/v1/blobs:missing", content=body)
         elapsed = time.monotonic() - started
     assert _code(answer) == (422, "validation_failed")
+    assert elapsed < 30  # generous: about 0.6 s; the quadratic scan did not end in 300 s
     print(f"8 MiB of escaped quotes: {elapsed:.2f} s, slowest healthz {watch.slowest:.3f} s")
 
 
