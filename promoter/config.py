@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     lock_timeout: float = Field(default=30.0, gt=0)
     max_blob_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     max_document_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Structural bounds on every JSON body, checked while it streams in (SPEC §10.10).
+    # 250 000 values hold a bundle of about 12 000 changes (about 20 values per change).
+    max_json_depth: int = Field(default=64, ge=2)
+    max_json_items: int = Field(default=250_000, ge=16)
+    # Large executor documents (bundles, digest queries) parsed and verified at once; more
+    # wait on the event loop. Verification is GIL-bound: more would add latency, not speed.
+    max_concurrent_documents: int = Field(default=2, ge=1)
+    # Bytes of new blobs one executor run may store (SPEC §10.10).
+    executor_quota_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=0)
+    # How long a database write waits for another writer's lock before database_busy.
+    database_busy_timeout: float = Field(default=30.0, gt=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
     auto_recover: bool = False
     metrics_public: bool = True

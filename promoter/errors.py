@@ -72,6 +72,20 @@ class PayloadTooLarge(PromoterError):
     title = "The payload is larger than allowed"
 
 
+class JsonTooDeep(PromoterError):
+    code = "json_too_deep"
+    http_status = 422
+    exit_code = 65
+    title = "The JSON body nests deeper than allowed"
+
+
+class JsonTooManyItems(PromoterError):
+    code = "json_too_many_items"
+    http_status = 413
+    exit_code = 65
+    title = "The JSON body holds more values than allowed"
+
+
 class BundleHashMismatch(PromoterError):
     code = "bundle_hash_mismatch"
     http_status = 422
@@ -268,9 +282,23 @@ class SnapshotStale(Conflict):
 
 class StorageError(PromoterError):
     code = "storage_error"
-    http_status = 503
+    http_status = 507
     exit_code = 74
     title = "The host could not read or write its storage"
+
+
+class QuotaExceeded(PromoterError):
+    code = "quota_exceeded"
+    http_status = 507
+    exit_code = 73
+    title = "The executor run's storage quota is used up"
+
+
+class DatabaseBusy(PromoterError):
+    code = "database_busy"
+    http_status = 503
+    exit_code = 75
+    title = "The database stayed locked by another writer; try again"
 
 
 class Stopped(PromoterError):

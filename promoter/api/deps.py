@@ -1,20 +1,33 @@
-"""FastAPI dependencies: the services, the caller's principal and role checks.
+"""FastAPI dependencies: services, the caller's principal and role checks, bounded bodies.
 
 Roles: the operator may do everything the orchestrator may; an executor token is bound
 to one run. Each route declares the roles it admits with one of the ``Annotated``
 aliases below.
+
+Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
+counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
+refused before it is held whole, and ``read_json_body`` parses in a worker thread.
+``document_slot`` bounds how many large documents are parsed and verified at once;
+``run_quota`` is the daemon's one ledger of executor storage quotas. Nothing here
+validates a document's schema: the engine's wire models do.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
+from promoter.api.jsonshape import ShapeBudget
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge
 from promoter.store.credentials import Principal
+from promoter.store.quota import RunQuota
 
 
 def get_services(request: Request) -> Services:
@@ -23,6 +36,36 @@ def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+@asynccontextmanager
+async def document_slot(services: Services) -> AsyncIterator[None]:
+    """Hold one of ``max_concurrent_documents`` slots while a large body is handled.
+
+    Taken after the (bounded) body has arrived, around parsing and verification: the
+    work that builds large object graphs and holds the GIL. More requests wait here, on
+    the event loop, so neither memory nor contention for the GIL grows with the number of
+    hostile submissions, and a client that sends slowly cannot hold a slot.
+    """
+    slots = services.extras.get("document_slots")
+    if not isinstance(slots, anyio.Semaphore):
+        fresh = anyio.Semaphore(services.settings.max_concurrent_documents)
+        slots = services.extras.setdefault("document_slots", fresh)
+    assert isinstance(slots, anyio.Semaphore)
+    async with slots:
+        yield
+
+
+def run_quota(services: Services) -> RunQuota:
+    """The daemon's one ledger of executor-run storage quotas (SPEC §10.10)."""
+    quota = services.extras.get("run_quota")
+    if not isinstance(quota, RunQuota):
+        fresh = RunQuota(
+            services.settings.state_dir / "quota", services.settings.executor_quota_bytes
+        )
+        quota = services.extras.setdefault("run_quota", fresh)
+    assert isinstance(quota, RunQuota)
+    return quota
 
 
 def _bearer(request: Request) -> str | None:
@@ -65,29 +108,57 @@ def any_role(principal: PrincipalDep) -> Principal:
     return principal
 
 
+SMALL_BODY = 64 * 1024  # requests, tokens, leases, decisions: a few fields each
+
 OrchestratorDep = Annotated[Principal, Depends(orchestrator)]
 OperatorDep = Annotated[Principal, Depends(operator)]
 ExecutorDep = Annotated[Principal, Depends(executor)]
 AnyRoleDep = Annotated[Principal, Depends(any_role)]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused early when larger than ``limit`` bytes."""
+async def read_body(request: Request, limit: int, shape: ShapeBudget | None = None) -> bytearray:
+    """The request body, refused as soon as it passes ``limit`` bytes or ``shape``.
+
+    The body is streamed into one buffer; each chunk is first counted by ``shape``
+    (depth and values, see ``promoter.api.jsonshape``), so a hostile body is refused
+    after its first chunks and is never held whole, let alone parsed.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise BadRequest("Content-Length is not a number")
         if int(declared) > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes", limit=limit)
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes", limit=limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if shape is not None:
+            shape.feed(chunk)
+        body += chunk
+    return body
 
 
-async def read_json_body(request: Request, services: Services) -> object:
-    return load_json(await read_body(request, services.settings.max_document_bytes))
+async def read_json_bytes(request: Request, services: Services, limit: int | None = None) -> bytes:
+    """The raw JSON body, size- and shape-bounded while it streams, not yet parsed.
+
+    ``limit`` defaults to ``max_document_bytes``; routes with small bodies pass
+    ``SMALL_BODY``. Parse it with ``load_json`` in a worker thread.
+    """
+    settings = services.settings
+    shape = ShapeBudget(max_depth=settings.max_json_depth, max_items=settings.max_json_items)
+    return bytes(await read_body(request, limit or settings.max_document_bytes, shape))
+
+
+async def read_json_body(
+    request: Request, services: Services, limit: int | None = None, *, empty: object = ...
+) -> Any:
+    """The JSON body, bounded as ``read_json_bytes`` says and parsed in a worker thread.
+
+    With ``empty`` given, an all-whitespace body yields it instead of failing as invalid
+    JSON.
+    """
+    raw = await read_json_bytes(request, services, limit)
+    if empty is not ... and not raw.strip():
+        return empty
+    return await run_in_threadpool(load_json, raw)

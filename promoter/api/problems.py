@@ -2,12 +2,15 @@
 
 One handler turns any ``PromoterError`` into a problem document with its stable ``code``;
 FastAPI's request-validation errors and Starlette's HTTP errors are mapped to codes too, so
-no response of the API is without one. Unexpected exceptions answer a bare 500 ``internal``
-problem and are logged; bad input never reaches that path.
+no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``,
+``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
+Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
+never reaches that path.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 from typing import Any
@@ -17,11 +20,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from promoter.errors import PromoterError
+from promoter.errors import PromoterError, StorageError
 
 log = logging.getLogger("promoter.api")
 
 MEDIA_TYPE = "application/problem+json"
+_FULL = {errno.ENOSPC, errno.EDQUOT}
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthenticated",
@@ -77,6 +81,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            log.error("storage full on %s %s: %s", request.method, request.url.path, exc)
+            full = StorageError(f"the state directory is full: {exc.strerror}")
+            return problem_response(full.to_problem(), request)
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         problem = {
             "type": "https://promoter.dev/problems/internal",

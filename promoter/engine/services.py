@@ -50,7 +50,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     prepare_state_dir(settings.state_dir)
     if migrate:
         dbmod.upgrade(settings.db_url)
-    database = dbmod.Database(settings.db_url)
+    database = dbmod.Database(settings.db_url, settings.database_busy_timeout)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
     return Services(
         settings=settings,

@@ -2,8 +2,13 @@
 
 Blobs are streamed in, hashed while written to a temp file, size-limited, fsynced,
 made read-only (0444) and moved into place; a wrong hash or an oversized stream stores
-nothing. Stored blobs are immutable. Reference counting and pinning live in the
-database (``promoter.store.repo``), not here.
+nothing. Any ``OSError`` while writing (a full state directory: ``ENOSPC``, ``EDQUOT``)
+removes the temp file and raises ``StorageError``, so a failed upload leaves no partial
+blob. Stored blobs are immutable. Reference counting and pinning live in the database
+(``promoter.store.repo``), quotas in ``promoter.store.quota``, not here.
+
+Fault points: ``blob_write`` (before each chunk is written), ``blob_commit`` (before
+the temp file is fsynced and linked into place).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 
 from promoter.domain.models import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
+from promoter.faults import point
 from promoter.store.durable import fsync_dir, make_dirs, temp_path
 
 CHUNK = 1 << 20
@@ -29,10 +35,13 @@ class BlobWriter:
         self._max = max_bytes
         self._hash = hashlib.sha256()
         self.size = 0
-        make_dirs(store.tmp_dir)
         self._tmp = temp_path(store.tmp_dir)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd: int | None = os.open(self._tmp, flags, 0o600)
+        try:
+            make_dirs(store.tmp_dir)
+            self._fd: int | None = os.open(self._tmp, flags, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot store blob: {exc}") from exc
 
     def write(self, chunk: bytes) -> None:
         assert self._fd is not None
@@ -42,12 +51,16 @@ class BlobWriter:
             raise PayloadTooLarge(f"blob is larger than {self._max} bytes", limit=self._max)
         self._hash.update(chunk)
         view = memoryview(chunk)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            point("blob_write")
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"cannot store blob: {exc}") from exc
 
-    def commit(self) -> bool:
-        """Move the blob into place; True if it is new, False if it was present."""
-        assert self._fd is not None
+    def check(self) -> None:
+        """Raise ``BlobHashMismatch`` (and store nothing) unless the bytes hash right."""
         actual = self._hash.hexdigest()
         if actual != self._sha256:
             self.abort()
@@ -56,7 +69,13 @@ class BlobWriter:
                 expected=self._sha256,
                 actual=actual,
             )
+
+    def commit(self) -> bool:
+        """Move the blob into place; True if it is new, False if it was present."""
+        assert self._fd is not None
+        self.check()
         try:
+            point("blob_commit")
             os.fchmod(self._fd, 0o444)
             os.fsync(self._fd)
             os.close(self._fd)

@@ -1,9 +1,12 @@
 """Database engine, connection pragmas, sessions and migrations.
 
 SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
-connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. The schema is owned
-by Alembic: ``upgrade`` runs the migrations shipped as the ``promoter_migrations``
-package (the top-level ``migrations/`` folder). This module holds no queries.
+connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. A SQLite write
+still locked out by another writer when the busy timeout ends raises ``DatabaseBusy``
+(503); a full disk (``SQLITE_FULL``) and every other database error raise
+``StorageError`` (507). The schema is owned by Alembic: ``upgrade`` runs the migrations
+shipped as the ``promoter_migrations`` package (the top-level ``migrations/`` folder).
+This module holds no queries.
 """
 
 from __future__ import annotations
@@ -16,27 +19,42 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from promoter.errors import StorageError
+from promoter.errors import DatabaseBusy, PromoterError, StorageError
+
+_SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+def _sqlite_pragmas(busy_timeout: float) -> Any:
+    def apply(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.close()
+
+    return apply
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, busy_timeout: float = 30.0) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": busy_timeout}
+        )
+        event.listen(engine, "connect", _sqlite_pragmas(busy_timeout))
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def translate(exc: SQLAlchemyError) -> PromoterError:
+    """The promoter error for a database failure: busy (503) or storage (507)."""
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    if isinstance(exc, OperationalError) and isinstance(code, int) and code & 0xFF in _SQLITE_BUSY:
+        return DatabaseBusy("the database stayed locked by another writer; try again")
+    return StorageError(f"database error: {exc.__class__.__name__}: {exc}")
 
 
 def alembic_config(url: str) -> Config:
@@ -58,9 +76,9 @@ def upgrade(url: str) -> None:
 class Database:
     """An engine plus a session factory; ``session()`` commits or rolls back."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, busy_timeout: float = 30.0) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, busy_timeout)
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -71,7 +89,7 @@ class Database:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise StorageError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+            raise translate(exc) from exc
         except BaseException:
             session.rollback()
             raise

@@ -2,7 +2,10 @@
 
 Temp file + write + fsync + rename + directory fsync. These write only under the state
 directory, whose paths promoter chose itself; worktree writes never come here (they go
-through ``promoter.fs`` descriptor chains).
+through ``promoter.fs`` descriptor chains). A failed write (``ENOSPC``, ``EDQUOT``, ``EIO``)
+removes its temp file and raises the ``OSError``; callers translate it.
+
+Fault point: ``state_write`` (before a temp file's bytes are written).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+
+from promoter.faults import point
 
 
 def fsync_dir(path: Path) -> None:
@@ -34,10 +39,35 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444) -> bool:
     Returns True when this call created the file, False when something already stood
     at ``path`` (the caller compares contents).
     """
-    make_dirs(path.parent)
-    tmp = temp_path(path.parent)
+    tmp = _write_temp(path.parent, data, mode)
+    try:
+        os.link(tmp, path)  # never replaces an existing file
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return created
+
+
+def write_replace(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` at ``path`` durably, atomically replacing what was there."""
+    tmp = _write_temp(path.parent, data, mode)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def _write_temp(directory: Path, data: bytes, mode: int) -> Path:
+    """A new fsynced temp file in ``directory`` holding ``data``; removed on failure."""
+    make_dirs(directory)
+    tmp = temp_path(directory)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        point("state_write")
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
@@ -49,15 +79,7 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444) -> bool:
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
-    try:
-        os.link(tmp, path)  # never replaces an existing file
-        created = True
-    except FileExistsError:
-        created = False
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-    return created
+    return tmp
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -1,4 +1,12 @@
-"""Blob upload, lookup and download (SPEC §7)."""
+"""Blob upload, lookup and download (SPEC §7, §10.10).
+
+Uploads stream into ``promoter.store.blobs`` with every write, fsync and database record
+in a worker thread, never on the event loop. Each executor run's uploads are counted
+against its storage quota (``promoter.store.quota``) while they stream: an upload that
+would pass it is refused with ``quota_exceeded`` (507) and stores nothing. Digest queries
+check the blob store in a worker thread too, so a 100 000-digest query does not stall
+other clients.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import ExecutorDep, OperatorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    ExecutorDep,
+    OperatorDep,
+    ServicesDep,
+    document_slot,
+    read_json_bytes,
+    run_quota,
+)
 from promoter.api.responses import json_response
+from promoter.domain.parsing import load_json
+from promoter.engine.services import Services
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from promoter.store import repo
+from promoter.store.blobs import BlobWriter
+from promoter.store.quota import RunQuota
 
 router = APIRouter(prefix="/v1")
 HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
@@ -19,9 +39,8 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
 
 
-@router.post("/blobs:missing")
-async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
-    body = await read_json_body(request, services)
+def _missing(services: Services, raw: bytes) -> Response:
+    body = load_json(raw)
     if (
         not isinstance(body, dict)
         or set(body) != {"sha256"}
@@ -30,16 +49,91 @@ async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep)
         raise ValidationFailed('body must be {"sha256": [<64 hex>, ...]}')
     digests = body["sha256"]
     if len(digests) > MAX_QUERY:
-        raise PayloadTooLarge(f"at most {MAX_QUERY} digests per request")
+        raise PayloadTooLarge(f"at most {MAX_QUERY} digests per request", limit=MAX_QUERY)
     if not all(isinstance(d, str) and _HEX.match(d) for d in digests):
         raise ValidationFailed("every sha256 must be 64 lowercase hex characters")
-    missing = [d for d in dict.fromkeys(digests) if not services.blobs.has(d)]
-    return json_response({"missing": missing})
+    return json_response(
+        {"missing": [d for d in dict.fromkeys(digests) if not services.blobs.has(d)]}
+    )
+
+
+@router.post("/blobs:missing")
+async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
+    raw = await read_json_bytes(request, services)
+    async with document_slot(services):
+        return await run_in_threadpool(_missing, services, raw)
+
+
+class _Upload:
+    """One blob upload: quota reserved as bytes arrive, charged once, or given back.
+
+    Every method but ``abort`` runs in a worker thread (they read and write files).
+    """
+
+    def __init__(self, services: Services, run_id: str, sha256: str) -> None:
+        self.services = services
+        self.quota: RunQuota = run_quota(services)
+        self.run_id = run_id
+        self.sha256 = sha256
+        self.reserved = 0
+        self.settled = False
+        self.writer: BlobWriter | None = None
+        self.free = False  # the blob is already stored: uploading it again costs nothing
+
+    def reserve_up_to(self, size: int) -> None:
+        if size > self.reserved and not self.free:
+            self.quota.reserve(self.run_id, size - self.reserved)
+            self.reserved = size
+
+    def open(self, limit: int, declared: int) -> None:
+        self.free = self.services.blobs.has(self.sha256)
+        self.reserve_up_to(declared)
+        self.writer = self.services.blobs.writer(self.sha256, limit)
+
+    def write(self, chunk: bytes) -> None:
+        assert self.writer is not None
+        self.reserve_up_to(self.writer.size + len(chunk))
+        self.writer.write(chunk)
+
+    def commit(self) -> tuple[bool, int]:
+        """Check the hash, charge the run, record the blob, link it in; (created, size).
+
+        The database record comes before the blob appears, so a write locked out of the
+        database (``database_busy``) or a full disk stores no blob at all.
+        """
+        assert self.writer is not None
+        self.writer.check()
+        size = self.writer.size
+        present = self.services.blobs.has(self.sha256)
+        if not present:
+            self.free = False  # removed meanwhile (gc): this upload stores it, and pays
+            self.reserve_up_to(size)
+        charge = 0 if present else size
+        self.settled = True
+        self.quota.settle(self.run_id, self.reserved, charge)
+        try:
+            with self.services.db.session() as session:
+                repo.record_blob(session, self.sha256, size)
+            created = self.writer.commit()
+        except BaseException:
+            if charge:
+                self.quota.refund(self.run_id, charge)
+            raise
+        if charge and not created:
+            self.quota.refund(self.run_id, charge)
+        return created, size
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+        if not self.settled:
+            self.settled = True
+            self.quota.settle(self.run_id, self.reserved, 0)
 
 
 @router.put("/blobs/sha256/{sha256}")
 async def put_blob(
-    sha256: HexParam, request: Request, _: ExecutorDep, services: ServicesDep
+    sha256: HexParam, request: Request, principal: ExecutorDep, services: ServicesDep
 ) -> Response:
     limit = services.settings.max_blob_bytes
     declared = request.headers.get("content-length")
@@ -47,18 +141,18 @@ async def put_blob(
         if not declared.isdigit():
             raise BadRequest("Content-Length is not a number")
         raise PayloadTooLarge(f"blob is larger than {limit} bytes", limit=limit)
-    writer = services.blobs.writer(sha256, limit)
+    assert principal.run_id is not None  # an executor token is bound to one run
+    upload = _Upload(services, principal.run_id, sha256)
     try:
+        await run_in_threadpool(upload.open, limit, int(declared or 0))
         async for chunk in request.stream():
-            writer.write(chunk)
+            await run_in_threadpool(upload.write, chunk)
+        created, size = await run_in_threadpool(upload.commit)
     except BaseException:
-        writer.abort()
+        upload.abort()  # close + unlink of the temp file: also safe while cancelled
         raise
-    created = writer.commit()
-    with services.db.session() as session:
-        repo.record_blob(session, sha256, writer.size)
     return json_response(
-        {"sha256": sha256, "bytes": writer.size, "created": created}, 201 if created else 200
+        {"sha256": sha256, "bytes": size, "created": created}, 201 if created else 200
     )
 
 

@@ -1,4 +1,9 @@
-"""Liveness, readiness and metrics."""
+"""Liveness, readiness and metrics.
+
+``/healthz`` is a coroutine that touches nothing but the event loop: it answers while
+every worker thread is busy (a slow bundle, a write waiting on a database lock), which
+is what it reports: the daemon is alive and serving.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ router = APIRouter()
 
 
 @router.get("/healthz")
-def healthz() -> Response:
+async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 

@@ -3,23 +3,30 @@
 Thin adapters over the engine. Roles: the orchestrator (or operator) requests, polls,
 reads receipts and recovers promotions; ``reconcile`` and ``rollback`` are the operator's.
 Whether an existing operation may move at all is the engine's one guard
-(``promoter.domain.states.guard``), never decided here.
+(``promoter.domain.states.guard``), never decided here. Bodies are small and bounded
+while they stream (``SMALL_BODY``); every engine call and every read of an operation's
+journal runs in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import OperatorDep, OrchestratorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    SMALL_BODY,
+    OperatorDep,
+    OrchestratorDep,
+    ServicesDep,
+    read_json_body,
+)
 from promoter.api.responses import canonical_response, json_response
-from promoter.domain.parsing import load_json
 from promoter.domain.states import FINAL
 from promoter.engine import operations, recover, rollback
+from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
 from promoter.store import journal
 
@@ -49,22 +56,12 @@ def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> 
     return out
 
 
-@router.post("/promotions")
-async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
-    body = _fields(
-        await read_json_body(request, services),
-        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
-        {"wait": bool},
-    )
-    requested = await asyncio.to_thread(
-        operations.request_promotion,
-        services,
-        body["bundle_id"],
-        body["verification_receipt_sha256"],
-        body["fence"],
+def _promote(services: Services, body: dict[str, Any]) -> Response:
+    requested = operations.request_promotion(
+        services, body["bundle_id"], body["verification_receipt_sha256"], body["fence"]
     )
     if body.get("wait"):
-        await asyncio.to_thread(operations.wait_for, services, requested.operation_id, WAIT_SECONDS)
+        operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
         if view["status"] in ENDED:
             return json_response(view, 200)
@@ -72,15 +69,23 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
     return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
 
 
+@router.post("/promotions")
+async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+    body = _fields(
+        await read_json_body(request, services, SMALL_BODY),
+        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
+        {"wait": bool},
+    )
+    return await run_in_threadpool(_promote, services, body)
+
+
 @router.post("/bundles/{bundle_id}/preflight")
 async def post_preflight(
     bundle_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    raw = await request.body()
-    fence = None
-    if raw.strip():
-        fence = _fields(load_json(raw), {}, {"fence": int}).get("fence")
-    result = await asyncio.to_thread(operations.preflight, services, bundle_id, fence)
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    fence = None if raw is None else _fields(raw, {}, {"fence": int}).get("fence")
+    result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
     return json_response(result)
 
 
@@ -124,6 +129,18 @@ def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) ->
     return canonical_response(operations.promotion_receipt(services, operation_id))
 
 
+def _recover(services: Services, operation_id: str, fence: int, role: str) -> dict[str, Any]:
+    recover.recover(services, operation_id, fence, role=role)
+    return operations.operation_view(services, operation_id)
+
+
+def _reconcile(
+    services: Services, operation_id: str, decision: str, note: str, role: str
+) -> dict[str, Any]:
+    recover.reconcile(services, operation_id, decision, note, role=role)
+    return operations.operation_view(services, operation_id)
+
+
 @router.post("/operations/{operation_id}/recover")
 async def post_recover(
     operation_id: str, request: Request, principal: OrchestratorDep, services: ServicesDep
@@ -133,13 +150,9 @@ async def post_recover(
     The route admits orchestrator and operator tokens; the engine's guard then requires
     the operator for a rollback's or a restore's recovery.
     """
-    body = _fields(await read_json_body(request, services), {"fence": int}, {})
-    await asyncio.to_thread(
-        functools.partial(
-            recover.recover, services, operation_id, body["fence"], role=principal.role
-        )
-    )
-    return json_response(operations.operation_view(services, operation_id))
+    body = _fields(await read_json_body(request, services, SMALL_BODY), {"fence": int}, {})
+    view = await run_in_threadpool(_recover, services, operation_id, body["fence"], principal.role)
+    return json_response(view)
 
 
 @router.post("/operations/{operation_id}/reconcile")
@@ -147,25 +160,20 @@ async def post_reconcile(
     operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
 ) -> Response:
     """The operator's decision on a ``needs_reconciliation`` operation (operator only)."""
-    body = _fields(await read_json_body(request, services), {"decision": str}, {"note": str})
-    await asyncio.to_thread(
-        functools.partial(
-            recover.reconcile,
-            services,
-            operation_id,
-            body["decision"],
-            body.get("note", ""),
-            role=principal.role,
-        )
+    body = _fields(
+        await read_json_body(request, services, SMALL_BODY), {"decision": str}, {"note": str}
     )
-    return json_response(operations.operation_view(services, operation_id))
+    view = await run_in_threadpool(
+        _reconcile, services, operation_id, body["decision"], body.get("note", ""), principal.role
+    )
+    return json_response(view)
 
 
 @router.post("/operations/{operation_id}/rollback")
 async def post_rollback(
     operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
-    raw = await request.body()
-    note = _fields(load_json(raw), {}, {"note": str}).get("note", "") if raw.strip() else ""
-    receipt = await asyncio.to_thread(rollback.rollback, services, operation_id, note=note)
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    note = "" if raw is None else _fields(raw, {}, {"note": str}).get("note", "")
+    receipt = await run_in_threadpool(rollback.rollback, services, operation_id, note=note)
     return canonical_response(receipt)

@@ -1,4 +1,8 @@
-"""Repositories, executor tokens, grants and leases (orchestrator side of SPEC §7)."""
+"""Repositories, executor tokens, grants and leases (orchestrator side of SPEC §7).
+
+Bodies are bounded while they stream; registration, token minting and lease writes (git
+reads and database writes) run in a worker thread, off the event loop.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    SMALL_BODY,
+    AnyRoleDep,
+    OrchestratorDep,
+    ServicesDep,
+    read_json_body,
+)
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import NAME_PATTERN
@@ -39,9 +50,9 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
 async def mint_executor_token(
     request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    body = await read_json_body(request, services)
+    body = await read_json_body(request, services, SMALL_BODY)
     run_id, ttl = _token_request(body, services.settings.executor_token_max_ttl)
-    token, expires_at = services.auth.mint_executor_token(run_id, ttl)
+    token, expires_at = await run_in_threadpool(services.auth.mint_executor_token, run_id, ttl)
     return json_response({"token": token, "executor_run_id": run_id, "expires_at": expires_at}, 201)
 
 
@@ -63,7 +74,8 @@ def _token_request(body: Any, max_ttl: int) -> tuple[str, int]:
 
 @router.post("/grants")
 async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
-    grant, created = register_grant(services, await read_json_body(request, services))
+    body = await read_json_body(request, services)
+    grant, created = await run_in_threadpool(register_grant, services, body)
     return json_response(
         {"grant_id": grant.grant_id, "grant_sha256": grant.grant_sha256}, 201 if created else 200
     )
@@ -85,9 +97,8 @@ async def put_lease(
     _: OrchestratorDep,
     services: ServicesDep,
 ) -> Response:
-    lease, changed = set_lease(
-        services, workflow_id, stage, await read_json_body(request, services)
-    )
+    body = await read_json_body(request, services, SMALL_BODY)
+    lease, changed = await run_in_threadpool(set_lease, services, workflow_id, stage, body)
     return json_response(
         {"workflow_id": workflow_id, "stage": stage, **lease.wire(), "changed": changed}
     )

@@ -11,16 +11,15 @@ engine's ``PromoterError`` codes: ``validation_failed`` (422) for malformed inpu
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import OperatorDep, ServicesDep, read_body
+from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
 from promoter.api.responses import json_response
 from promoter.domain.models import NAME_PATTERN
-from promoter.domain.parsing import load_json
 from promoter.engine import snapshot_restore, snapshots
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
@@ -50,14 +49,13 @@ def _body(raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
 
 
 async def _optional_json(request: Request, services: Services) -> Any:
-    """The JSON body (size-limited), or ``None`` when the request has an empty body."""
-    raw = await read_body(request, services.settings.max_document_bytes)
-    return load_json(raw) if raw.strip() else None
+    """The JSON body (bounded), or ``None`` when the request has an empty body."""
+    return await read_json_body(request, services, SMALL_BODY, empty=None)
 
 
 @router.get("/repositories/{name}/snapshots")
 async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep) -> Response:
-    items = await asyncio.to_thread(
+    items = await run_in_threadpool(
         snapshots.list_snapshots, services, services.registry.by_name(name)
     )
     return json_response({"snapshots": items})
@@ -69,7 +67,7 @@ async def capture_snapshot(
 ) -> Response:
     repository = services.registry.by_name(name)
     body = _body(await _optional_json(request, services), {"label": False})
-    result = await asyncio.to_thread(snapshots.capture, services, repository, body.get("label", ""))
+    result = await run_in_threadpool(snapshots.capture, services, repository, body.get("label", ""))
     return json_response(result, 201)
 
 
@@ -82,7 +80,7 @@ async def diff_snapshots(
     to_tree: Annotated[str, Query(alias="to", pattern=TREE_PATTERN)],
 ) -> Response:
     repository = services.registry.by_name(name)
-    result = await asyncio.to_thread(snapshots.diff, services, repository, from_tree, to_tree)
+    result = await run_in_threadpool(snapshots.diff, services, repository, from_tree, to_tree)
     return json_response(result)
 
 
@@ -93,5 +91,5 @@ async def restore_snapshot(
     repository = services.registry.by_name(name)
     body = _body(await _optional_json(request, services), {"expected_current_tree": True})
     expected = snapshots.tree_id(body["expected_current_tree"], "expected_current_tree")
-    result = await asyncio.to_thread(snapshot_restore.restore, services, repository, tree, expected)
+    result = await run_in_threadpool(snapshot_restore.restore, services, repository, tree, expected)
     return json_response(result)
