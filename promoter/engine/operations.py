@@ -30,11 +30,11 @@ from promoter.engine.inspect import inspect, leaf_report
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
 from promoter.errors import (
+    OperationConflict,
     OperationUnknown,
     PromoterError,
     ReceiptConflict,
     ReceiptUnavailable,
-    StorageError,
     TargetDrift,
     VerificationFailed,
 )
@@ -161,7 +161,10 @@ def request_promotion(
         try:
             session.flush()
         except IntegrityError as exc:  # another daemon created it first
-            raise StorageError("the operation was created concurrently; ask again") from exc
+            raise OperationConflict(
+                "the operation was created concurrently by another daemon; ask again",
+                operation_id=operation_id,
+            ) from exc
         journal.start_attempt(session, row)
     runner(services).submit(operation_id, fence)
     return Requested(operation_id, "in_progress", True)
