@@ -25,7 +25,7 @@ from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.aside import Kept, check_temp_name, keep, refusal, remove_if, with_kept
 from promoter.fs.chain import ParentChain
-from promoter.fs.leaf import LEAF_FLAGS, ExpectedState, LeafState, git_mode_of, hash_fd, os_error
+from promoter.fs.leaf import LEAF_FLAGS, ExpectedState, LeafState, hash_steady, os_error
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
 
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
@@ -130,20 +130,7 @@ class Deleting(ParentChain):
             raise PathUnsafe("target has other hard links", path=self.rel, nlink=st.st_nlink)
         if st.st_uid != os.geteuid():
             raise PathUnsafe("target is owned by another user", path=self.rel, uid=st.st_uid)
-        sha256, size = hash_fd(fd)
-        after = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
-            after.st_size,
-            after.st_mtime_ns,
-            after.st_ctime_ns,
-        ) or size != after.st_size:
+        found = hash_steady(fd, st)
+        if found is None:
             raise PathUnsafe("target changed while it was checked", path=self.rel)
-        return LeafState(
-            kind="file",
-            sha256=sha256,
-            mode=git_mode_of(after.st_mode),
-            size=size,
-            dev=after.st_dev,
-            ino=after.st_ino,
-            nlink=after.st_nlink,
-        )
+        return found

@@ -154,20 +154,28 @@ def _read_leaf_once(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafStat
             st.st_ino,
         ):
             return None
-        sha256, size = hash_fd(fd)
-        after = os.fstat(fd)
+        state = hash_steady(fd, before)
     finally:
         os.close(fd)
-    stamp = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_mode)
-    if stamp != (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_mode):
-        return None
-    if size != after.st_size:
+    if state is None:
         return None
     try:
         again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
     if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+        return None
+    return state
+
+
+def hash_steady(fd: int, before: os.stat_result) -> LeafState | None:
+    """Hash the regular file ``fd``; None if it changed (size, times, mode) while read."""
+    sha256, size = hash_fd(fd)
+    after = os.fstat(fd)
+    stamp = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_mode)
+    if stamp != (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_mode):
+        return None
+    if size != after.st_size:
         return None
     return LeafState(
         kind="file",

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -27,6 +30,8 @@ from tests.support.pause import Pause, specs
 from tests.support.promotion import promote, submit, tree_bytes
 
 Save = Callable[[Path, bytes], None]
+Play = tuple[Pause, Callable[[Path], None]]
+SNAPSHOTS = "/v1/repositories/work/snapshots"
 
 
 def atomic_save(path: Path, data: bytes) -> None:
@@ -46,6 +51,11 @@ def in_place_save(path: Path, data: bytes) -> None:
 SAVES = pytest.mark.parametrize("save", [atomic_save, in_place_save], ids=["atomic", "in_place"])
 
 
+def saving(path: str, data: bytes, save: Save = atomic_save) -> Callable[[Path], None]:
+    """The user's move: save ``data`` at ``path`` of the worktree."""
+    return lambda repo: save(repo / path, data)
+
+
 @pytest.fixture
 def paused(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     def arm(*pauses: Pause) -> None:
@@ -56,40 +66,103 @@ def paused(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     faults.reset()
 
 
-class Running:
-    """A promotion running in a thread while the test plays the user."""
+@dataclass
+class Raced:
+    repo: Path
+    daemon: Daemon
+    answer: httpx.Response | None = None
+    operation: dict[str, Any] = field(default_factory=dict)
 
-    def __init__(self, daemon: Daemon, bundle: dict[str, Any], receipt: dict[str, Any]) -> None:
-        self.view: dict[str, Any] = {}
-        self.thread = threading.Thread(target=self._run, args=(daemon, bundle, receipt))
-        self.thread.start()
+    def view(self, operation_id: str) -> dict[str, Any]:
+        with self.daemon.operator() as client:
+            answer = client.get(f"/v1/operations/{operation_id}")
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json())
 
-    def _run(self, daemon: Daemon, bundle: dict[str, Any], receipt: dict[str, Any]) -> None:
-        self.view = promote(daemon, bundle, receipt).json()
 
-    def join(self, *pauses: Pause) -> dict[str, Any]:
-        for pause in pauses:
+def _race(raced: Raced, request: Callable[[Daemon], httpx.Response], plays: list[Play]) -> None:
+    """Send ``request`` in a thread; at each pause play the user, then release it."""
+
+    def send() -> None:
+        raced.answer = request(raced.daemon)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    try:
+        for pause, play in plays:
+            pause.reached()
+            play(raced.repo)
             pause.release()
-        self.thread.join(120)
-        assert not self.thread.is_alive()
-        return self.view
+    finally:
+        for pause, _ in plays:
+            pause.release()
+        thread.join(120)
+    assert not thread.is_alive()
+    assert raced.answer is not None and raced.answer.status_code == 200, raced.answer
 
 
-def _operation(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.operator() as client:
-        answer = client.get(f"/v1/operations/{operation_id}")
-        assert answer.status_code == 200, answer.text
-        return dict(answer.json())
+@contextmanager
+def racing_promotion(
+    tmp_path: Path,
+    arm: Callable[..., None],
+    files: dict[str, bytes],
+    change: tuple[str, bytes | None, bytes | None],
+    *plays: Play,
+) -> Iterator[Raced]:
+    """A promotion of ``change`` while the user plays ``plays``; yields its final view."""
+    repo = init_repo(tmp_path / "work", files)
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [change])
+        arm(*(pause for pause, _ in plays))
+        raced = Raced(repo, daemon)
+        _race(raced, lambda d: promote(d, bundle, receipt), list(plays))
+        assert raced.answer is not None
+        raced.operation = raced.view(raced.answer.json()["operation_id"])
+        yield raced
+
+
+@contextmanager
+def racing_rollback(
+    tmp_path: Path,
+    arm: Callable[..., None],
+    files: dict[str, bytes],
+    change: tuple[str, bytes | None, bytes | None],
+    *plays: Play,
+) -> Iterator[Raced]:
+    """A completed promotion of ``change`` rolled back while the user plays ``plays``."""
+    repo = init_repo(tmp_path / "work", files)
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [change])
+        promoted = promote(daemon, bundle, receipt).json()
+        assert promoted["status"] == "completed"
+        op_id = promoted["operation_id"]
+        arm(*(pause for pause, _ in plays))
+        raced = Raced(repo, daemon)
+
+        def roll(d: Daemon) -> httpx.Response:
+            with d.operator() as client:
+                return client.post(f"/v1/operations/{op_id}/rollback")
+
+        _race(raced, roll, list(plays))
+        raced.operation = raced.view(rollback_id(op_id))
+        yield raced
 
 
 def _no_temps(repo: Path) -> None:
     assert not [p for p in repo.rglob(".promoter-tmp-*") if ".git" not in p.parts]
 
 
-def _start(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, Iterator[Daemon]]:
-    repo = init_repo(tmp_path / "work", files)
-    return repo, running_daemon(tmp_path / "state", {"work": repo})
+def _two_saves(tmp_path: Path, save: Save, one: bytes, two: bytes) -> list[Play]:
+    """A save before the exchange, and a second one before the swap-back."""
+    return [
+        (Pause(tmp_path, "before_replace"), saving("f.txt", one, save)),
+        (Pause(tmp_path, "before_swap_back"), saving("f.txt", two, save)),
+    ]
 
+
+MODIFY = ("f.txt", b"old\n", b"new\n")
 
 # -- W1: the exchange of a modify ----------------------------------------------------------
 
@@ -98,24 +171,12 @@ def _start(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, Iterator[Daem
 def test_second_save_during_swap_back_is_kept(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
-    first, second = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
-    paused(first, second)
-    repo, running = _start(tmp_path, {"f.txt": b"old\n", "other.txt": b"x\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
-        run = Running(daemon, bundle, receipt)
-        try:
-            first.reached()
-            save(repo / "f.txt", b"save one\n")
-            first.release()
-            second.reached()
-            save(repo / "f.txt", b"save two, the newest\n")
-        finally:
-            view = run.join(first, second)
-        operation = _operation(daemon, view["operation_id"])
-    op_id = view["operation_id"]
-    assert view["status"] == "needs_reconciliation"
+    files = {"f.txt": b"old\n", "other.txt": b"x\n"}
+    plays = _two_saves(tmp_path, save, b"save one\n", b"save two, the newest\n")
+    with racing_promotion(tmp_path, paused, files, MODIFY, *plays) as raced:
+        operation = raced.operation
+    op_id, repo = operation["operation_id"], raced.repo
+    assert operation["status"] == "needs_reconciliation"
     kept_as = f".promoter-kept-{op_id}-1-0"
     assert operation["report"]["kept"] == [
         {
@@ -136,227 +197,127 @@ def test_second_save_during_swap_back_is_kept(
 def test_save_before_the_exchange_is_put_back_in_place(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
-    first = Pause(tmp_path, "before_replace")
-    paused(first)
-    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
-        run = Running(daemon, bundle, receipt)
-        try:
-            first.reached()
-            save(repo / "f.txt", b"the user's save\n")
-        finally:
-            view = run.join(first)
-        operation = _operation(daemon, view["operation_id"])
-    assert view["status"] == "needs_reconciliation"
+    play = (Pause(tmp_path, "before_replace"), saving("f.txt", b"the user's save\n", save))
+    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
+        operation = raced.operation
+    assert operation["status"] == "needs_reconciliation"
     assert "kept" not in operation["report"]
-    assert (repo / "f.txt").read_bytes() == b"the user's save\n"
-    assert sorted(tree_bytes(repo)) == ["f.txt"]
+    assert (raced.repo / "f.txt").read_bytes() == b"the user's save\n"
+    assert sorted(tree_bytes(raced.repo)) == ["f.txt"]
 
 
 @SAVES
 def test_save_after_the_exchange_is_never_overwritten_by_the_receipt(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
-    after = Pause(tmp_path, "after_replace")
-    paused(after)
-    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
-        run = Running(daemon, bundle, receipt)
-        try:
-            after.reached()
-            save(repo / "f.txt", b"edited right after\n")
-        finally:
-            view = run.join(after)
-    assert view["status"] == "needs_reconciliation"
-    assert (repo / "f.txt").read_bytes() == b"edited right after\n"
-    _no_temps(repo)
+    play = (Pause(tmp_path, "after_replace"), saving("f.txt", b"edited right after\n", save))
+    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
+        operation = raced.operation
+    assert operation["status"] == "needs_reconciliation"
+    assert operation["receipt_sha256"] is None
+    assert (raced.repo / "f.txt").read_bytes() == b"edited right after\n"
+    _no_temps(raced.repo)
+
+
+def test_second_save_during_rollback_swap_back_is_kept(
+    tmp_path: Path, paused: Callable[..., None]
+) -> None:
+    plays = _two_saves(tmp_path, atomic_save, b"one\n", b"two\n")
+    with racing_rollback(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays) as raced:
+        assert raced.answer is not None
+        rolled, child = raced.answer.json(), raced.operation
+    assert rolled["status"] == "rollback_failed"  # its only target is a conflict
+    assert [t["result"] for t in rolled["targets"]] == ["conflict"]
+    kept_as = f".promoter-kept-{child['operation_id']}-1-0"
+    assert [k["kept_as"] for k in child["report"]["kept"]] == [kept_as]
+    assert (raced.repo / "f.txt").read_bytes() == b"one\n"
+    assert (raced.repo / kept_as).read_bytes() == b"two\n"
+    _no_temps(raced.repo)
+
+
+def test_ops_show_says_where_kept_bytes_are(tmp_path: Path, paused: Callable[..., None]) -> None:
+    plays = _two_saves(tmp_path, atomic_save, b"one\n", b"two\n")
+    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays) as raced:
+        env = {"PROMOTER_URL": raced.daemon.url, "PROMOTER_TOKEN": raced.daemon.operator_token}
+        op_id = raced.operation["operation_id"]
+        shown = CliRunner().invoke(app, ["ops", "show", op_id], env=env, terminal_width=250)
+    assert shown.exit_code == 0, shown.output
+    line = " ".join(shown.output.split())
+    digest = sha(b"two\n")[:12]
+    assert f"kept f.txt: bytes that were not promoter's ({digest}, 4 bytes)" in line
+    assert f".promoter-kept-{op_id}-1-0" in line
 
 
 # -- W3: a checked delete -------------------------------------------------------------------
+
+DELETE = ("gone.txt", b"delete me\n", None)
 
 
 @SAVES
 def test_save_during_delete_is_kept(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
-    window = Pause(tmp_path, "before_unlink")
-    paused(window)
-    repo, running = _start(tmp_path, {"gone.txt": b"delete me\n", "keep.txt": b"k\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("gone.txt", b"delete me\n", None)])
-        run = Running(daemon, bundle, receipt)
-        try:
-            window.reached()
-            save(repo / "gone.txt", b"but I just saved this\n")
-        finally:
-            view = run.join(window)
-        operation = _operation(daemon, view["operation_id"])
-    assert view["status"] == "needs_reconciliation"
+    files = {"gone.txt": b"delete me\n", "keep.txt": b"k\n"}
+    play = (Pause(tmp_path, "before_unlink"), saving("gone.txt", b"but I just saved this\n", save))
+    with racing_promotion(tmp_path, paused, files, DELETE, play) as raced:
+        operation = raced.operation
+    assert operation["status"] == "needs_reconciliation"
     assert "kept" not in operation["report"]  # it went back under its own name
-    assert (repo / "gone.txt").read_bytes() == b"but I just saved this\n"
-    assert (repo / "keep.txt").read_bytes() == b"k\n"
-    _no_temps(repo)
+    assert (raced.repo / "gone.txt").read_bytes() == b"but I just saved this\n"
+    assert (raced.repo / "keep.txt").read_bytes() == b"k\n"
+    _no_temps(raced.repo)
 
 
 def test_file_created_while_the_deleted_file_is_aside_stays(
     tmp_path: Path, paused: Callable[..., None]
 ) -> None:
-    window = Pause(tmp_path, "after_move_aside")
-    paused(window)
-    repo, running = _start(tmp_path, {"gone.txt": b"delete me\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("gone.txt", b"delete me\n", None)])
-        run = Running(daemon, bundle, receipt)
-        try:
-            window.reached()
-            (repo / "gone.txt").write_bytes(b"a new file under the old name\n")
-        finally:
-            view = run.join(window)
-    assert view["status"] == "needs_reconciliation"
-    assert (repo / "gone.txt").read_bytes() == b"a new file under the old name\n"
-    _no_temps(repo)
+    def create(repo: Path) -> None:
+        (repo / "gone.txt").write_bytes(b"a new file under the old name\n")
+
+    play = (Pause(tmp_path, "after_move_aside"), create)
+    with racing_promotion(tmp_path, paused, {"gone.txt": b"delete me\n"}, DELETE, play) as raced:
+        operation = raced.operation
+    assert operation["status"] == "needs_reconciliation"
+    assert (raced.repo / "gone.txt").read_bytes() == b"a new file under the old name\n"
+    _no_temps(raced.repo)
 
 
 def test_save_during_rollback_delete_is_kept(tmp_path: Path, paused: Callable[..., None]) -> None:
-    repo, running = _start(tmp_path, {"a.txt": b"a\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("made.txt", None, b"promoted\n")])
-        view = promote(daemon, bundle, receipt).json()
-        assert view["status"] == "completed"
-        window = Pause(tmp_path, "before_unlink")
-        paused(window)
-        result: dict[str, Any] = {}
-
-        def roll() -> None:
-            with daemon.operator() as client:
-                result["answer"] = client.post(f"/v1/operations/{view['operation_id']}/rollback")
-
-        thread = threading.Thread(target=roll)
-        thread.start()
-        try:
-            window.reached()
-            atomic_save(repo / "made.txt", b"the user kept working on it\n")
-        finally:
-            window.release()
-            thread.join(120)
-    answer = result["answer"]
-    assert answer.status_code == 200, answer.text
-    rolled = answer.json()
+    made = ("made.txt", None, b"promoted\n")
+    play = (Pause(tmp_path, "before_unlink"), saving("made.txt", b"the user kept working\n"))
+    with racing_rollback(tmp_path, paused, {"a.txt": b"a\n"}, made, play) as raced:
+        assert raced.answer is not None
+        rolled = raced.answer.json()
     assert rolled["status"] == "rollback_failed"  # its only target is a conflict
     assert [t["result"] for t in rolled["targets"]] == ["conflict"]
-    assert (repo / "made.txt").read_bytes() == b"the user kept working on it\n"
-    _no_temps(repo)
+    assert (raced.repo / "made.txt").read_bytes() == b"the user kept working\n"
+    _no_temps(raced.repo)
 
 
 @SAVES
 def test_save_during_restore_delete_is_kept(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
-    repo, running = _start(tmp_path, {"a.txt": b"a\n"})
-    base = "/v1/repositories/work/snapshots"
-    with running as daemon, daemon.operator() as client:
-        before = client.post(base, json={"label": "before"}).json()["tree"]
-        (repo / "junk.txt").write_bytes(b"junk\n")
-        after = client.post(base, json={"label": "after"}).json()["tree"]
-        window = Pause(tmp_path, "before_unlink")
-        paused(window)
-        result: dict[str, Any] = {}
+    repo = init_repo(tmp_path / "work", {"a.txt": b"a\n"})
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        with daemon.operator() as client:
+            before = client.post(SNAPSHOTS, json={"label": "before"}).json()["tree"]
+            (repo / "junk.txt").write_bytes(b"junk\n")
+            after = client.post(SNAPSHOTS, json={"label": "after"}).json()["tree"]
 
-        def restore() -> None:
-            with daemon.operator() as other:
-                result["answer"] = other.post(
-                    f"{base}/{before}/restore", json={"expected_current_tree": after}
-                )
+        def restore(d: Daemon) -> httpx.Response:
+            with d.operator() as other:
+                body = {"expected_current_tree": after}
+                return other.post(f"{SNAPSHOTS}/{before}/restore", json=body)
 
-        thread = threading.Thread(target=restore)
-        thread.start()
-        try:
-            window.reached()
-            save(repo / "junk.txt", b"not junk any more\n")
-        finally:
-            window.release()
-            thread.join(120)
-        answer = result["answer"]
-        assert answer.status_code == 200, answer.text
-        # the save went back under its own name and nothing else changed: refused, honestly
-        assert answer.json()["status"] == "refused"
-        operation = client.get(f"/v1/operations/{answer.json()['operation_id']}").json()
-        assert operation["code"] == "target_drift"
-    assert (repo / "junk.txt").read_bytes() == b"not junk any more\n"
+        play = (Pause(tmp_path, "before_unlink"), saving("junk.txt", b"not junk\n", save))
+        paused(play[0])
+        raced = Raced(repo, daemon)
+        _race(raced, restore, [play])
+        assert raced.answer is not None
+        operation = raced.view(raced.answer.json()["operation_id"])
+    # the save went back under its own name and nothing else changed: refused, honestly
+    assert (operation["status"], operation["code"]) == ("refused", "target_drift")
+    assert (repo / "junk.txt").read_bytes() == b"not junk\n"
     assert (repo / "a.txt").read_bytes() == b"a\n"
     _no_temps(repo)
-
-
-def test_second_save_during_rollback_swap_back_is_kept(
-    tmp_path: Path, paused: Callable[..., None]
-) -> None:
-    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
-        view = promote(daemon, bundle, receipt).json()
-        assert view["status"] == "completed"
-        first, second = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
-        paused(first, second)
-        result: dict[str, Any] = {}
-
-        def roll() -> None:
-            with daemon.operator() as client:
-                result["answer"] = client.post(f"/v1/operations/{view['operation_id']}/rollback")
-
-        thread = threading.Thread(target=roll)
-        thread.start()
-        try:
-            first.reached()
-            atomic_save(repo / "f.txt", b"one\n")
-            first.release()
-            second.reached()
-            atomic_save(repo / "f.txt", b"two\n")
-        finally:
-            first.release()
-            second.release()
-            thread.join(120)
-        child = _operation(daemon, rollback_id(view["operation_id"]))
-    rolled = result["answer"].json()
-    assert rolled["status"] == "rollback_failed"  # its only target is a conflict
-    assert [t["result"] for t in rolled["targets"]] == ["conflict"]
-    kept_as = f".promoter-kept-{child['operation_id']}-1-0"
-    assert [k["kept_as"] for k in child["report"]["kept"]] == [kept_as]
-    assert (repo / "f.txt").read_bytes() == b"one\n"
-    assert (repo / kept_as).read_bytes() == b"two\n"
-    _no_temps(repo)
-
-
-def test_ops_show_says_where_kept_bytes_are(tmp_path: Path, paused: Callable[..., None]) -> None:
-    first, second = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
-    paused(first, second)
-    repo, running = _start(tmp_path, {"f.txt": b"old\n"})
-    with running as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [("f.txt", b"old\n", b"new\n")])
-        run = Running(daemon, bundle, receipt)
-        try:
-            first.reached()
-            atomic_save(repo / "f.txt", b"one\n")
-            first.release()
-            second.reached()
-            atomic_save(repo / "f.txt", b"two\n")
-        finally:
-            view = run.join(first, second)
-        env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
-        shown = CliRunner().invoke(
-            app, ["ops", "show", view["operation_id"]], env=env, terminal_width=250
-        )
-    assert shown.exit_code == 0, shown.output
-    kept_as = f".promoter-kept-{view['operation_id']}-1-0"
-    line = " ".join(shown.output.split())
-    digest = sha(b"two\n")[:12]
-    assert f"kept f.txt: bytes that were not promoter's ({digest}, 4 bytes)" in line
-    assert kept_as in line
