@@ -136,10 +136,16 @@ def make_bundle(
         "changes": wire,
         "change_count": len(wire),
         "total_bytes": sum(c["new"]["bytes"] for c in wire if c["new"]["exists"]),
-        "created_at": ts(),
+        # a function of the grant, not of the clock: the same call gives the same bundle id
+        "created_at": _a_minute_after(grant["not_before"]),
     }
     bundle.update(overrides)
     return seal_bundle(bundle) if seal else bundle
+
+
+def _a_minute_after(moment: str) -> str:
+    parsed = datetime.strptime(moment, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (parsed + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def seal_bundle(bundle: dict[str, Any]) -> dict[str, Any]:
