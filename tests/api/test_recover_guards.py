@@ -20,13 +20,12 @@ import pytest
 import rfc8785
 
 from promoter import faults
-from promoter.config import RepositoryConfig
 from promoter.domain import states
 from promoter.engine.recover import auto_recover
 from promoter.engine.rollback import rollback_id
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
 from promoter.store import journal
-from tests.support.daemon import Daemon, running_daemon
+from tests.support.daemon import Daemon, running_daemon, serve_lab
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
@@ -43,16 +42,9 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "lab", FILES)
 
 
-def _serve(tmp_path: Path, repo: Path, **config: Any) -> Iterator[Daemon]:
-    with running_daemon(
-        tmp_path / "state", {"lab": RepositoryConfig(path=repo, **config)}
-    ) as daemon:
-        yield daemon
-
-
 @pytest.fixture
 def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from _serve(tmp_path, repo)
+    yield from serve_lab(tmp_path, repo)
 
 
 def _identity(daemon: Daemon) -> str:
@@ -167,7 +159,7 @@ def test_recover_on_restore_awaiting_reconciliation_is_refused(
 
 
 def test_orchestrator_cannot_reconcile(tmp_path: Path, repo: Path) -> None:
-    for daemon in _serve(tmp_path, repo, check_command=["false"]):
+    for daemon in serve_lab(tmp_path, repo, check_command=["false"]):
         _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
         op_id = promote(daemon, bundle, receipt).json()["operation_id"]
         before, view = tree_bytes(repo), _unchanged(_view(daemon, op_id))

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
 
-from promoter.config import RepositoryConfig
-from tests.support.daemon import Daemon, running_daemon
+from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import git, init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
@@ -39,13 +37,6 @@ def lab(tmp_path: Path) -> Path:
     repo = init_repo(tmp_path / "lab", FILES)
     os.chmod(repo / "src" / "app.py", 0o600)
     return repo
-
-
-def _daemon(tmp_path: Path, repo: Path, **config: Any) -> Iterator[Daemon]:
-    with running_daemon(
-        tmp_path / "state", {"lab": RepositoryConfig(path=repo, **config)}
-    ) as daemon:
-        yield daemon
 
 
 def _identity(daemon: Daemon) -> str:
@@ -69,7 +60,7 @@ def _rollback(daemon: Daemon, op_id: str) -> Any:
 def test_rollback_restores_every_byte_mode_and_removes_created_directories(
     tmp_path: Path, lab: Path
 ) -> None:
-    for daemon in _daemon(tmp_path, lab):
+    for daemon in serve_lab(tmp_path, lab):
         before, git_before = tree_bytes(lab), git_dir_digest(lab)
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
         view = promote(daemon, bundle, receipt).json()
@@ -99,7 +90,7 @@ def test_rollback_restores_every_byte_mode_and_removes_created_directories(
 def test_user_edit_after_promotion_is_a_conflict_and_keeps_the_users_bytes(
     tmp_path: Path, lab: Path
 ) -> None:
-    for daemon in _daemon(tmp_path, lab):
+    for daemon in serve_lab(tmp_path, lab):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
         view = promote(daemon, bundle, receipt).json()
         (lab / "src" / "app.py").write_bytes(b"the user's own edit\n")
@@ -125,7 +116,7 @@ def test_user_edit_after_promotion_is_a_conflict_and_keeps_the_users_bytes(
 
 
 def test_target_already_old_is_left_alone(tmp_path: Path, lab: Path) -> None:
-    for daemon in _daemon(tmp_path, lab):
+    for daemon in serve_lab(tmp_path, lab):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES[:1])
         view = promote(daemon, bundle, receipt).json()
         (lab / "src" / "app.py").write_bytes(FILES["src/app.py"])
@@ -135,7 +126,7 @@ def test_target_already_old_is_left_alone(tmp_path: Path, lab: Path) -> None:
 
 def test_passing_check_completes(tmp_path: Path, lab: Path) -> None:
     check = ["sh", "-c", 'test "$(cat src/app.py)" = "print(\'v2\')" && echo checked']
-    for daemon in _daemon(tmp_path, lab, check_command=check, check_timeout=60):
+    for daemon in serve_lab(tmp_path, lab, check_command=check, check_timeout=60):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
         view = promote(daemon, bundle, receipt).json()
         assert view["status"] == "completed", view
@@ -144,7 +135,7 @@ def test_passing_check_completes(tmp_path: Path, lab: Path) -> None:
 
 
 def test_failing_check_with_hold_needs_reconciliation(tmp_path: Path, lab: Path) -> None:
-    for daemon in _daemon(tmp_path, lab, check_command=["sh", "-c", "echo broken; exit 3"]):
+    for daemon in serve_lab(tmp_path, lab, check_command=["sh", "-c", "echo broken; exit 3"]):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
         view = promote(daemon, bundle, receipt).json()
         assert (view["status"], view["code"]) == ("needs_reconciliation", "check_failed")
@@ -170,7 +161,7 @@ def test_failing_check_with_hold_needs_reconciliation(tmp_path: Path, lab: Path)
 
 def test_failing_check_with_rollback_restores_every_byte(tmp_path: Path, lab: Path) -> None:
     before = tree_bytes(lab)
-    for daemon in _daemon(tmp_path, lab, check_command=["false"], on_check_failure="rollback"):
+    for daemon in serve_lab(tmp_path, lab, check_command=["false"], on_check_failure="rollback"):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
         view = promote(daemon, bundle, receipt).json()
         assert view["status"] == "rolled_back", view
@@ -182,7 +173,7 @@ def test_failing_check_with_rollback_restores_every_byte(tmp_path: Path, lab: Pa
 
 
 def test_check_timeout_is_a_failure(tmp_path: Path, lab: Path) -> None:
-    for daemon in _daemon(tmp_path, lab, check_command=["sleep", "30"], check_timeout=0.5):
+    for daemon in serve_lab(tmp_path, lab, check_command=["sleep", "30"], check_timeout=0.5):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES[:1])
         view = promote(daemon, bundle, receipt).json()
         assert view["status"] == "needs_reconciliation"
@@ -190,7 +181,7 @@ def test_check_timeout_is_a_failure(tmp_path: Path, lab: Path) -> None:
 
 
 def test_reconcile_abandon_closes_and_continue_needs_a_fix(tmp_path: Path, lab: Path) -> None:
-    for daemon in _daemon(tmp_path, lab, check_command=["false"]):
+    for daemon in serve_lab(tmp_path, lab, check_command=["false"]):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES[:1])
         view = promote(daemon, bundle, receipt).json()
         with daemon.operator() as op:
@@ -211,7 +202,7 @@ def test_reconcile_abandon_closes_and_continue_needs_a_fix(tmp_path: Path, lab: 
 
 
 def test_rollback_of_refused_operation_is_a_conflict(tmp_path: Path, lab: Path) -> None:
-    for daemon in _daemon(tmp_path, lab):
+    for daemon in serve_lab(tmp_path, lab):
         _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES[:1], lease=False)
         view = promote(daemon, bundle, receipt).json()
         answer = _rollback(daemon, view["operation_id"])

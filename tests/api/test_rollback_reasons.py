@@ -20,9 +20,8 @@ import pytest
 import rfc8785
 
 from promoter import faults
-from promoter.config import RepositoryConfig
 from promoter.engine.rollback import rollback_id
-from tests.support.daemon import Daemon, running_daemon
+from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
@@ -37,16 +36,9 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "lab", FILES)
 
 
-def _serve(tmp_path: Path, repo: Path, **config: Any) -> Iterator[Daemon]:
-    with running_daemon(
-        tmp_path / "state", {"lab": RepositoryConfig(path=repo, **config)}
-    ) as daemon:
-        yield daemon
-
-
 @pytest.fixture
 def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from _serve(tmp_path, repo)
+    yield from serve_lab(tmp_path, repo)
 
 
 def _promoted(daemon: Daemon, repo: Path, changes: list[Any]) -> str:
@@ -194,7 +186,7 @@ def test_write_failure_with_rollback_policy_restores_what_was_written(
 ) -> None:
     changes = [*MODIFIES, ("src/new/made.txt", None, b"made\n")]
     before, git_before = tree_bytes(repo), git_dir_digest(repo)
-    for daemon in _serve(tmp_path, repo, on_write_failure="rollback"):
+    for daemon in serve_lab(tmp_path, repo, on_write_failure="rollback"):
         identity = daemon.services.registry.by_name("lab").identity
         _, bundle, receipt = submit(daemon, repo, identity, changes)
         monkeypatch.setenv(faults.ENV, "after_replace=EIO@3")  # the third replace fails

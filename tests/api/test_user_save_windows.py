@@ -102,51 +102,38 @@ def _race(raced: Raced, request: Callable[[Daemon], httpx.Response], plays: list
 
 
 @contextmanager
-def racing_promotion(
+def racing(
     tmp_path: Path,
     arm: Callable[..., None],
     files: dict[str, bytes],
     change: tuple[str, bytes | None, bytes | None],
     *plays: Play,
+    rollback: bool = False,
 ) -> Iterator[Raced]:
-    """A promotion of ``change`` while the user plays ``plays``; yields its final view."""
+    """A promotion of ``change`` (or, with ``rollback``, the rollback of that completed
+    promotion) while the user plays ``plays``; yields it with its final operation view."""
     repo = init_repo(tmp_path / "work", files)
     with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
         identity = daemon.services.registry.by_name("work").identity
         _, bundle, receipt = submit(daemon, repo, identity, [change])
-        arm(*(pause for pause, _ in plays))
-        raced = Raced(repo, daemon)
-        _race(raced, lambda d: promote(d, bundle, receipt), list(plays))
-        assert raced.answer is not None
-        raced.operation = raced.view(raced.answer.json()["operation_id"])
-        yield raced
+        op_id = ""
+        if rollback:
+            promoted = promote(daemon, bundle, receipt).json()
+            assert promoted["status"] == "completed"
+            op_id = promoted["operation_id"]
 
-
-@contextmanager
-def racing_rollback(
-    tmp_path: Path,
-    arm: Callable[..., None],
-    files: dict[str, bytes],
-    change: tuple[str, bytes | None, bytes | None],
-    *plays: Play,
-) -> Iterator[Raced]:
-    """A completed promotion of ``change`` rolled back while the user plays ``plays``."""
-    repo = init_repo(tmp_path / "work", files)
-    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        _, bundle, receipt = submit(daemon, repo, identity, [change])
-        promoted = promote(daemon, bundle, receipt).json()
-        assert promoted["status"] == "completed"
-        op_id = promoted["operation_id"]
-        arm(*(pause for pause, _ in plays))
-        raced = Raced(repo, daemon)
-
-        def roll(d: Daemon) -> httpx.Response:
+        def request(d: Daemon) -> httpx.Response:
+            if not rollback:
+                return promote(d, bundle, receipt)
             with d.operator() as client:
                 return client.post(f"/v1/operations/{op_id}/rollback")
 
-        _race(raced, roll, list(plays))
-        raced.operation = raced.view(rollback_id(op_id))
+        arm(*(pause for pause, _ in plays))
+        raced = Raced(repo, daemon)
+        _race(raced, request, list(plays))
+        assert raced.answer is not None
+        shown = rollback_id(op_id) if rollback else raced.answer.json()["operation_id"]
+        raced.operation = raced.view(shown)
         yield raced
 
 
@@ -173,7 +160,7 @@ def test_second_save_during_swap_back_is_kept(
 ) -> None:
     files = {"f.txt": b"old\n", "other.txt": b"x\n"}
     plays = _two_saves(tmp_path, save, b"save one\n", b"save two, the newest\n")
-    with racing_promotion(tmp_path, paused, files, MODIFY, *plays) as raced:
+    with racing(tmp_path, paused, files, MODIFY, *plays) as raced:
         operation = raced.operation
     op_id, repo = operation["operation_id"], raced.repo
     assert operation["status"] == "needs_reconciliation"
@@ -198,7 +185,7 @@ def test_save_before_the_exchange_is_put_back_in_place(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
     play = (Pause(tmp_path, "before_replace"), saving("f.txt", b"the user's save\n", save))
-    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
+    with racing(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
         operation = raced.operation
     assert operation["status"] == "needs_reconciliation"
     assert "kept" not in operation["report"]
@@ -211,7 +198,7 @@ def test_save_after_the_exchange_is_never_overwritten_by_the_receipt(
     tmp_path: Path, paused: Callable[..., None], save: Save
 ) -> None:
     play = (Pause(tmp_path, "after_replace"), saving("f.txt", b"edited right after\n", save))
-    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
+    with racing(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, play) as raced:
         operation = raced.operation
     assert operation["status"] == "needs_reconciliation"
     assert operation["receipt_sha256"] is None
@@ -223,7 +210,7 @@ def test_second_save_during_rollback_swap_back_is_kept(
     tmp_path: Path, paused: Callable[..., None]
 ) -> None:
     plays = _two_saves(tmp_path, atomic_save, b"one\n", b"two\n")
-    with racing_rollback(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays) as raced:
+    with racing(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays, rollback=True) as raced:
         assert raced.answer is not None
         rolled, child = raced.answer.json(), raced.operation
     assert rolled["status"] == "rollback_failed"  # its only target is a conflict
@@ -237,7 +224,7 @@ def test_second_save_during_rollback_swap_back_is_kept(
 
 def test_ops_show_says_where_kept_bytes_are(tmp_path: Path, paused: Callable[..., None]) -> None:
     plays = _two_saves(tmp_path, atomic_save, b"one\n", b"two\n")
-    with racing_promotion(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays) as raced:
+    with racing(tmp_path, paused, {"f.txt": b"old\n"}, MODIFY, *plays) as raced:
         env = {"PROMOTER_URL": raced.daemon.url, "PROMOTER_TOKEN": raced.daemon.operator_token}
         op_id = raced.operation["operation_id"]
         shown = CliRunner().invoke(app, ["ops", "show", op_id], env=env, terminal_width=250)
@@ -259,7 +246,7 @@ def test_save_during_delete_is_kept(
 ) -> None:
     files = {"gone.txt": b"delete me\n", "keep.txt": b"k\n"}
     play = (Pause(tmp_path, "before_unlink"), saving("gone.txt", b"but I just saved this\n", save))
-    with racing_promotion(tmp_path, paused, files, DELETE, play) as raced:
+    with racing(tmp_path, paused, files, DELETE, play) as raced:
         operation = raced.operation
     assert operation["status"] == "needs_reconciliation"
     assert "kept" not in operation["report"]  # it went back under its own name
@@ -275,7 +262,7 @@ def test_file_created_while_the_deleted_file_is_aside_stays(
         (repo / "gone.txt").write_bytes(b"a new file under the old name\n")
 
     play = (Pause(tmp_path, "after_move_aside"), create)
-    with racing_promotion(tmp_path, paused, {"gone.txt": b"delete me\n"}, DELETE, play) as raced:
+    with racing(tmp_path, paused, {"gone.txt": b"delete me\n"}, DELETE, play) as raced:
         operation = raced.operation
     assert operation["status"] == "needs_reconciliation"
     assert (raced.repo / "gone.txt").read_bytes() == b"a new file under the old name\n"
@@ -285,7 +272,7 @@ def test_file_created_while_the_deleted_file_is_aside_stays(
 def test_save_during_rollback_delete_is_kept(tmp_path: Path, paused: Callable[..., None]) -> None:
     made = ("made.txt", None, b"promoted\n")
     play = (Pause(tmp_path, "before_unlink"), saving("made.txt", b"the user kept working\n"))
-    with racing_rollback(tmp_path, paused, {"a.txt": b"a\n"}, made, play) as raced:
+    with racing(tmp_path, paused, {"a.txt": b"a\n"}, made, play, rollback=True) as raced:
         assert raced.answer is not None
         rolled = raced.answer.json()
     assert rolled["status"] == "rollback_failed"  # its only target is a conflict

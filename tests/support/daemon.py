@@ -75,3 +75,11 @@ def running_daemon(
         server.should_exit = True
         thread.join(30)
         services.close()
+
+
+def serve_lab(tmp_path: Path, repo: Path, **config: Any) -> Iterator[Daemon]:
+    """A daemon serving ``repo`` as repository ``lab`` with ``config``; iterate once to use."""
+    with running_daemon(
+        tmp_path / "state", {"lab": RepositoryConfig(path=repo, **config)}
+    ) as daemon:
+        yield daemon
