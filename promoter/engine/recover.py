@@ -38,7 +38,7 @@ from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
-from promoter.engine.settle import settle_step_temps
+from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
 from promoter.errors import LeaseStale, OperationUnknown, PromoterError
 from promoter.fs.chain import Root
@@ -221,7 +221,7 @@ def _reclassify(
         else:
             action = "fail_closed"
             blocked = True
-        if any(k["path"] == change.path for k in kept):
+        if any(k["path"] == change.path for k in newly_kept(kept)):
             action, blocked = "fail_closed", True
         paths.append(
             {"path": change.path, "step": step, "found": found, "action": action, "actual": actual}

@@ -51,7 +51,7 @@ from promoter.engine import ledger
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
-from promoter.engine.settle import settle_step_temps
+from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.errors import (
     NotRecoverable,
     OperationConflict,
@@ -315,7 +315,7 @@ def _rollback_locked(
                 for seq, p in enumerate(promoted)
             ],
         )[1]
-    held = {k["path"] for k in kept}
+    held = {k["path"] for k in newly_kept(kept)}
     targets: list[dict[str, Any]] = []
     for seq, step in enumerate(promoted):
         if step["path"] in held:  # someone else's bytes were found at our temp name

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from promoter.errors import PromoterError
-from promoter.fs.aside import beside, settle
+from promoter.fs.aside import beside, kept_earlier, settle
 from promoter.fs.chain import ExpectedState, Root
 
 log = logging.getLogger("promoter.settle")
@@ -33,7 +33,11 @@ def _expected(state: Any) -> ExpectedState:
 def settle_step_temps(
     root: Root, steps: Iterable[tuple[str, str, Any, Any]]
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Settle each step's temp name; returns (removed temp paths, kept entries)."""
+    """Settle each step's temp name; returns (removed temp paths, kept entries).
+
+    Kept files that were already there (from an earlier pass, perhaps unreported because
+    of a crash) come first with ``found: True``; only the others are new this pass.
+    """
     removed: list[str] = []
     kept: list[dict[str, Any]] = []
     for path, temp, old, new in steps:
@@ -43,6 +47,8 @@ def settle_step_temps(
             continue  # the directory is gone or unsafe: no temp of ours can be there
         with parent:
             try:
+                earlier = kept_earlier(parent, temp)
+                kept += [{**k.to_dict(), "found": True} for k in earlier]
                 result = settle(parent, temp, old=_expected(old), new=_expected(new))
             except PromoterError as exc:
                 log.warning("could not settle %s beside %s: %s", temp, path, exc.detail)
@@ -55,3 +61,8 @@ def settle_step_temps(
         elif result.kept is not None:
             kept.append(result.kept.to_dict())
     return removed, kept
+
+
+def newly_kept(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of ``kept`` this pass kept (not found from an earlier one)."""
+    return [k for k in kept if not k.get("found")]

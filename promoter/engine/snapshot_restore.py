@@ -31,7 +31,7 @@ from promoter.engine import ledger
 from promoter.engine.ownership import Owner
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.engine.settle import settle_step_temps
+from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_steps import Step, StepRun, dir_key, spec
 from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
 from promoter.errors import (
@@ -285,7 +285,7 @@ def recover_restore(
                 attempt=attempt,
             )
             run.kept = _settle_temps(root, operation_id, attempt, steps)
-            if run.kept:
+            if newly_kept(run.kept):
                 run.failure = TargetDrift(
                     "bytes that are not promoter's were found at its temp names; they are kept"
                 )

@@ -26,6 +26,7 @@ from typing import Any
 from promoter.domain.paths import temp_name
 from promoter.engine import ledger
 from promoter.engine.services import Services
+from promoter.engine.settle import newly_kept
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
 from promoter.fs.chain import ExpectedState, LeafState, Root
 from promoter.fs.lock import RepoLock
@@ -204,7 +205,7 @@ class StepRun:
                         "expected_new": step.new,
                     }
                 )
-        ok = self.failure is None and not problems and not self.kept
+        ok = self.failure is None and not problems and not newly_kept(self.kept)
         # a step that reads back as new was written by this pass (a fresh restore plans
         # only paths that differ), even when the write then failed after its rename
         touched = self.touched or "new" in verdicts

@@ -14,6 +14,8 @@ the caller got from the journal (``promoter.domain.paths.temp_name``): nothing i
 by prefix. A bundle can never name such a path (SPEC §10.2), so a file there is either
 promoter's own or a process deliberately writing into promoter's reserved names.
 
+Fault point: ``after_keep`` (someone else's bytes were just renamed to a kept name).
+
 Deliberately not here: writing, exchanging or deleting targets (``atomic.py``), walking
 from the root (``chain.py``), and deciding what the bytes mean for the operation (the
 engine). Residual risk: Linux has no unlink-by-descriptor, so between the read that
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf
@@ -99,6 +102,27 @@ def remove_if(
     return "removed", leaf
 
 
+def _kept_candidates(temp: str) -> list[str]:
+    base = KEPT_PREFIX + temp[len(TEMP_PREFIX) :]
+    return [base if n == 0 else f"{base}.{n}" for n in range(_KEPT_TRIES)]
+
+
+def kept_earlier(parent: ParentChain, temp: str) -> list[Kept]:
+    """The kept files already beside the target for temp name ``temp`` (never touched).
+
+    A crash between keeping a file and journaling the report leaves one unreported; this
+    is how recovery finds it again.
+    """
+    check_temp_name(temp)
+    found: list[Kept] = []
+    for name in _kept_candidates(temp):
+        leaf = read_leaf(parent.fd, name, beside(parent, name), parent.root.dev)
+        if leaf.kind == "missing":
+            break
+        found.append(Kept(parent.rel, beside(parent, name), leaf.kind, leaf.sha256, leaf.size))
+    return found
+
+
 def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
     """Move temp ``temp`` (someone else's bytes) to a kept name beside it; never replaces.
 
@@ -106,10 +130,8 @@ def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
     bytes stay at ``temp`` and the report says so: they are never removed.
     """
     check_temp_name(temp)
-    base = KEPT_PREFIX + temp[len(TEMP_PREFIX) :]
     where = temp
-    for n in range(_KEPT_TRIES):
-        candidate = base if n == 0 else f"{base}.{n}"
+    for candidate in _kept_candidates(temp):
         try:
             renameat2(parent.fd, temp, parent.fd, candidate, RENAME_NOREPLACE)
         except OSError as exc:
@@ -117,6 +139,7 @@ def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
                 continue
             break
         where = candidate
+        faults.point("after_keep")
         break
     return Kept(
         path=parent.rel,

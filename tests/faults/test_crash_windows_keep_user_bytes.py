@@ -197,3 +197,37 @@ def test_crash_after_rollback_wrote_a_temp_leaves_no_temp(tmp_path: Path) -> Non
     assert view["status"] == "rolled_back"
     assert (repo / "f.txt").read_bytes() == b"old\n"
     assert _entries(repo) == ["f.txt"]
+
+
+def test_crash_right_after_keeping_a_save_still_reports_it(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", {"f.txt": b"old\n"})
+    state = tmp_path / "state"
+    one, two = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
+    first = DaemonProcess(state, {"work": repo}, faults=f"{one.spec},{two.spec},after_keep=kill")
+    try:
+        request = prepare_promotion(first, repo, [("f.txt", b"old\n", b"new\n")])
+        thread = _post_in_thread(first, "/v1/promotions", request)
+        for pause, data in ((one, b"save one\n"), (two, b"save two\n")):
+            pause.reached()
+            sibling = repo / ".f.txt.save~"
+            sibling.write_bytes(data)
+            os.rename(sibling, repo / "f.txt")
+            pause.release()
+        assert first.wait_exit() == 137
+        thread.join(60)
+    finally:
+        first.kill()
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        op_id = _only_operation(second)["operation_id"]
+        view = _recover(second, op_id)
+    finally:
+        second.stop()
+    kept_as = f".promoter-kept-{op_id}-1-0"
+    assert view["status"] == "needs_reconciliation"
+    assert [(k["kept_as"], k["sha256"], k.get("found")) for k in view["report"]["kept"]] == [
+        (kept_as, sha(b"save two\n"), True)
+    ]
+    assert (repo / "f.txt").read_bytes() == b"save one\n"
+    assert (repo / kept_as).read_bytes() == b"save two\n"
+    assert _entries(repo) == sorted([kept_as, "f.txt"])
