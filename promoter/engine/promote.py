@@ -9,14 +9,14 @@ replace/unlink in bundle order, one fsync per parent directory), the read-back o
 target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
 found where it expected its own, are kept and named in the report (``kept``). Anything
 unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
-per-path report. Requests, idempotency and
-scheduling live in ``promoter.engine.operations``.
+per-path report. Requests, idempotency and scheduling live in
+``promoter.engine.operations``.
 
 How the attempt ends (read-back, check, receipt) is ``promoter.engine.outcome``'s.
 
-Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``,
-``after_temps_journaled``, ``after_replaces`` (plus the fs layer's own and
-``promoter.engine.outcome``'s).
+Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
+(``promoter.engine.dirs``), ``after_temps_journaled``, ``after_replaces`` (plus the fs
+layer's own and ``promoter.engine.outcome``'s).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
-from promoter.engine import ledger, snapshots
+from promoter.engine import dirs, ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
 from promoter.engine.bundles import load_bundle
 from promoter.engine.grants import load_grant
@@ -230,7 +230,8 @@ def apply_changes(
     batch = Batch(operation_id, attempt_of(services, operation_id), changes)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
-        _journal_dir_intent(services, operation_id, root, changes, wanted)
+        creates = [c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists]
+        dirs.journal_intent(services, operation_id, root, creates)
         _stage_temps(services, operation_id, root, batch, wanted)
     except (PromoterError, OSError) as exc:
         if isinstance(exc, PromoterError):  # directories made before the failing step
@@ -318,37 +319,6 @@ def _stage_temps(
         journal.set_temp_names(session, operation_id, batch.temps)
         journal.add_created_dirs(session, operation_id, batch.created_dirs)
     faults.point("after_temps_journaled")
-
-
-def missing_dirs(root: Root, paths: list[str]) -> list[str]:
-    """The directories on the way to ``paths`` that do not exist now, shallowest first."""
-    missing: dict[str, None] = {}
-    known: set[str] = set()
-    for path in paths:
-        parts = path.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            directory = "/".join(parts[:depth])
-            if directory in missing:
-                continue
-            if directory in known:
-                continue
-            if root.read_state(directory).kind == "missing":
-                missing.update({"/".join(parts[:d]): None for d in range(depth, len(parts) + 1)})
-                break
-            known.add(directory)
-    return list(missing)
-
-
-def _journal_dir_intent(
-    services: Services, operation_id: str, root: Root, changes: list[Change], wanted: set[int]
-) -> None:
-    """Journal every directory the writes may create before any is made (SPEC §10.1)."""
-    creates = [c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists]
-    intended = missing_dirs(root, creates)
-    if intended:
-        with services.db.session() as session:
-            journal.add_created_dirs(session, operation_id, intended)
-    faults.point("after_dir_intent")
 
 
 def _apply_one(root: Root, batch: Batch, seq: int, change: Change) -> None:

@@ -175,6 +175,7 @@ def settle_temps(
 
     Returns the temp files removed (promoter's own) and the kept entries (someone else's
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
+    Fault point ``after_temps_settled``.
     """
     with services.db.session() as session:
         attempts = journal.require(session, operation_id).attempt
@@ -186,7 +187,7 @@ def settle_temps(
             for attempt in range(1, attempts + 1)
         ],
     )
-    faults.point("after_orphans_removed")
+    faults.point("after_temps_settled")
     return removed, kept
 
 

@@ -4,7 +4,8 @@ This module owns ``Step`` (one path: its journaled old and new FileState and the
 blob in the shadow repository) and ``StepRun``: the writes of one pass through the
 descriptor-chain writer with a per-file compare-and-swap, in this order: checked unlinks,
 then the directories those unlinks left empty that the target tree does not hold (only
-those: ``rmdir`` removes nothing that is not empty), then creations and modifications (a
+those: ``rmdir`` removes nothing that is not empty), then the directories the writes
+will create are journaled (``promoter.engine.dirs``), then creations and modifications (a
 temp file with the blob's bytes, fsynced, atomically put in place only over the expected
 old state), one directory fsync per directory. ``finish`` reads every step back and
 journals the outcome: ``completed`` when every path is exactly new, ``refused`` when a
@@ -25,6 +26,7 @@ from typing import Any
 
 from promoter.domain.paths import temp_name
 from promoter.engine import ledger
+from promoter.engine.dirs import journal_intent
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
@@ -128,6 +130,7 @@ class StepRun:
             self.lock.check_held()
             _grouped(deletes, self._delete)
             self._remove_emptied([s for s in self.steps if s.operation == "delete"])
+            journal_intent(self.services, self.operation_id, self.root, [s.path for s in writes])
             with self.shadow.reader() as cat:
                 _grouped(writes, lambda step, sync: self._write(cat, step, sync))
         except (PromoterError, OSError) as exc:

@@ -67,29 +67,48 @@ def _entries(repo: Path) -> list[str]:
     )
 
 
-def test_crash_in_swap_back_keeps_user_version(tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "work", {"f.txt": b"old\n", "other.txt": b"x\n"})
-    state = tmp_path / "state"
-    save = Pause(tmp_path, "before_replace")
-    first = DaemonProcess(state, {"work": repo}, faults=f"{save.spec},before_swap_back=kill")
+def _kill_promotion(
+    tmp_path: Path,
+    repo: Path,
+    faults: str,
+    changes: list[tuple[str, bytes | None, bytes | None]],
+    saves: tuple[tuple[Pause, bytes], ...] = (),
+) -> None:
+    """Promote ``changes`` in a daemon that dies at ``faults``, saving ``f.txt`` at each
+    pause on the way (an editor-style save)."""
+    first = DaemonProcess(tmp_path / "state", {"work": repo}, faults=faults)
     try:
-        request = prepare_promotion(first, repo, [("f.txt", b"old\n", b"new\n")])
+        request = prepare_promotion(first, repo, changes)
         thread = _post_in_thread(first, "/v1/promotions", request)
-        save.reached()
-        sibling = repo / ".f.txt.save~"
-        sibling.write_bytes(b"the user's save\n")
-        os.rename(sibling, repo / "f.txt")
-        save.release()
+        for pause, data in saves:
+            pause.reached()
+            sibling = repo / ".f.txt.save~"
+            sibling.write_bytes(data)
+            os.rename(sibling, repo / "f.txt")
+            pause.release()
         assert first.wait_exit() == 137
         thread.join(60)
     finally:
         first.kill()
-    second = DaemonProcess(state, {"work": repo})
+
+
+def _restart_and_recover(tmp_path: Path, repo: Path) -> tuple[str, dict[str, Any]]:
+    """A fresh daemon on the same state recovers the one promotion: (its id, its view)."""
+    second = DaemonProcess(tmp_path / "state", {"work": repo})
     try:
-        op_id = _only_operation(second)["operation_id"]
-        view = _recover(second, op_id)
+        op_id = str(_only_operation(second)["operation_id"])
+        return op_id, _recover(second, op_id)
     finally:
         second.stop()
+
+
+def test_crash_in_swap_back_keeps_user_version(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", {"f.txt": b"old\n", "other.txt": b"x\n"})
+    save = Pause(tmp_path, "before_replace")
+    faults = f"{save.spec},before_swap_back=kill"
+    changes = [("f.txt", b"old\n", b"new\n")]
+    _kill_promotion(tmp_path, repo, faults, changes, ((save, b"the user's save\n"),))
+    op_id, view = _restart_and_recover(tmp_path, repo)
     assert view["status"] == "needs_reconciliation"
     kept_as = f".promoter-kept-{op_id}-1-0"
     assert view["report"]["kept"] == [
@@ -115,21 +134,8 @@ def test_user_file_with_temp_prefix_is_never_swept(tmp_path: Path) -> None:
         "src/.promoter-kept-draft": b"my draft\n",
     }
     repo = init_repo(tmp_path / "work", files)
-    state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults="after_temp_write=kill")
-    try:
-        request = prepare_promotion(first, repo, [("src/f.txt", b"old\n", b"new\n")])
-        thread = _post_in_thread(first, "/v1/promotions", request)
-        assert first.wait_exit() == 137
-        thread.join(60)
-    finally:
-        first.kill()
-    second = DaemonProcess(state, {"work": repo})
-    try:
-        op_id = _only_operation(second)["operation_id"]
-        view = _recover(second, op_id)
-    finally:
-        second.stop()
+    _kill_promotion(tmp_path, repo, "after_temp_write=kill", [("src/f.txt", b"old\n", b"new\n")])
+    _, view = _restart_and_recover(tmp_path, repo)
     assert view["status"] == "completed"
     now = tree_bytes(repo)
     for name, data in files.items():
@@ -142,17 +148,9 @@ def test_user_file_with_temp_prefix_is_never_swept(tmp_path: Path) -> None:
 def test_crash_after_mkdir_then_recover_and_rollback_leaves_no_directory(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "work", {"a.txt": b"a\n"})
     before_entries, git_before = _entries(repo), git_dir_digest(repo)
-    state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults="after_mkdir=kill@2")
-    try:
-        request = prepare_promotion(first, repo, [("new/deep/file.txt", None, b"made\n")])
-        thread = _post_in_thread(first, "/v1/promotions", request)
-        assert first.wait_exit() == 137
-        thread.join(60)
-    finally:
-        first.kill()
+    _kill_promotion(tmp_path, repo, "after_mkdir=kill@2", [("new/deep/file.txt", None, b"made\n")])
     assert _entries(repo) == ["a.txt", "new", "new/deep"]  # both made, no file yet
-    second = DaemonProcess(state, {"work": repo})
+    second = DaemonProcess(tmp_path / "state", {"work": repo})
     try:
         op_id = _only_operation(second)["operation_id"]
         view = _recover(second, op_id)
@@ -201,28 +199,11 @@ def test_crash_after_rollback_wrote_a_temp_leaves_no_temp(tmp_path: Path) -> Non
 
 def test_crash_right_after_keeping_a_save_still_reports_it(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "work", {"f.txt": b"old\n"})
-    state = tmp_path / "state"
     one, two = Pause(tmp_path, "before_replace"), Pause(tmp_path, "before_swap_back")
-    first = DaemonProcess(state, {"work": repo}, faults=f"{one.spec},{two.spec},after_keep=kill")
-    try:
-        request = prepare_promotion(first, repo, [("f.txt", b"old\n", b"new\n")])
-        thread = _post_in_thread(first, "/v1/promotions", request)
-        for pause, data in ((one, b"save one\n"), (two, b"save two\n")):
-            pause.reached()
-            sibling = repo / ".f.txt.save~"
-            sibling.write_bytes(data)
-            os.rename(sibling, repo / "f.txt")
-            pause.release()
-        assert first.wait_exit() == 137
-        thread.join(60)
-    finally:
-        first.kill()
-    second = DaemonProcess(state, {"work": repo})
-    try:
-        op_id = _only_operation(second)["operation_id"]
-        view = _recover(second, op_id)
-    finally:
-        second.stop()
+    faults = f"{one.spec},{two.spec},after_keep=kill"
+    saves = ((one, b"save one\n"), (two, b"save two\n"))
+    _kill_promotion(tmp_path, repo, faults, [("f.txt", b"old\n", b"new\n")], saves)
+    op_id, view = _restart_and_recover(tmp_path, repo)
     kept_as = f".promoter-kept-{op_id}-1-0"
     assert view["status"] == "needs_reconciliation"
     assert [(k["kept_as"], k["sha256"], k.get("found")) for k in view["report"]["kept"]] == [

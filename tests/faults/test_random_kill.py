@@ -79,7 +79,7 @@ def test_kill_at_a_random_instant_of_a_1000_file_promotion(
     _assert_each_old_or_new(repo, changes, all_new=False)
 
     # C4: crash again during recovery, once, then recover for good
-    second = DaemonProcess(state, {"work": repo}, faults="after_orphans_removed=kill")
+    second = DaemonProcess(state, {"work": repo}, faults="after_temps_settled=kill")
     try:
         with second.client("operator") as op:
             op_id = op.get("/v1/operations").json()["operations"][0]["operation_id"]

@@ -1,0 +1,43 @@
+"""Directories a batch of writes will create, journaled before any is made (SPEC §10.1).
+
+``journal_intent`` finds the directories missing on the way to the paths a batch will
+create and records them as the operation's created directories before the first
+``mkdir``, so a crash after a ``mkdir`` never leaves a directory the journal does not
+know. A rollback later removes such a directory only if it is empty.
+
+Deliberately not here: making directories (``promoter.fs.chain.Root.open_parent``) and
+removing them (``Root.remove_dir_if_empty``).
+"""
+
+from __future__ import annotations
+
+from promoter import faults
+from promoter.engine.services import Services
+from promoter.fs.chain import Root
+from promoter.store import journal
+
+
+def missing_dirs(root: Root, paths: list[str]) -> list[str]:
+    """The directories on the way to ``paths`` that do not exist now, shallowest first."""
+    missing: dict[str, None] = {}
+    present: set[str] = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/".join(parts[:depth])
+            if directory in missing or directory in present:
+                continue
+            if root.read_state(directory).kind == "missing":
+                missing.update({"/".join(parts[:d]): None for d in range(depth, len(parts) + 1)})
+                break
+            present.add(directory)
+    return list(missing)
+
+
+def journal_intent(services: Services, operation_id: str, root: Root, paths: list[str]) -> None:
+    """Journal the directories that writing ``paths`` will create; fault ``after_dir_intent``."""
+    intended = missing_dirs(root, paths)
+    if intended:
+        with services.db.session() as session:
+            journal.add_created_dirs(session, operation_id, intended)
+    faults.point("after_dir_intent")
