@@ -18,6 +18,16 @@ rollback, restore) and every caller (the orchestrator's ``recover``, the operato
   restore ``continue`` or ``abandon`` (a restore is undone by restoring its ``from``
   tree, not rolled back).
 
+The statuses, kinds and step statuses are ``StrEnum``s (``OperationStatus``,
+``OperationKind``, ``StepStatus``; each member equals its wire string), and the moves an
+operation may make are data: ``TRANSITIONS[kind][from]`` is the set of statuses it may
+move to (``None`` is "not yet journaled"). ``check_transition`` is what the journal calls
+on every status change, and refuses anything else (``operation_conflict``); keeping the
+status and changing only the code or detail is always allowed. The seed's names map
+onto it one to one: ``applied_unverified`` (written, the check still running),
+``completed`` (receipt recorded), ``rolled_back`` / ``rollback_partial`` /
+``rollback_failed`` (a promotion after its rollback, and the rollback itself).
+
 Deliberately not here: loading operations, locking, and carrying a decision out (that is
 ``promoter.engine.recover``'s); the guard is pure and raises, it never writes. Callers
 re-check under the repository lock or in the transaction that changes the status, since
@@ -26,6 +36,7 @@ the status may move between the first check and the action.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, ValidationFailed
@@ -38,26 +49,119 @@ __all__ = [
     "ROLES",
     "RUNNING",
     "STATUSES",
+    "TRANSITIONS",
     "Action",
+    "OperationKind",
+    "OperationStatus",
+    "StepStatus",
+    "check_transition",
     "guard",
 ]
 
 Action = Literal["recover", "reconcile"]
 
-KINDS = ("promotion", "rollback", "restore")
+
+class OperationKind(StrEnum):
+    PROMOTION = "promotion"
+    ROLLBACK = "rollback"
+    RESTORE = "restore"
+
+
+class OperationStatus(StrEnum):
+    IN_PROGRESS = "in_progress"
+    APPLIED_UNVERIFIED = "applied_unverified"
+    NEEDS_RECOVERY = "needs_recovery"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    ABANDONED = "abandoned"
+    COMPLETED = "completed"
+    REFUSED = "refused"
+    ROLLBACK_FAILED = "rollback_failed"
+    ROLLBACK_PARTIAL = "rollback_partial"
+    ROLLED_BACK = "rolled_back"
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+S = OperationStatus
+KINDS = tuple(OperationKind)
 ROLES = ("executor", "orchestrator", "operator", "host")  # host: the daemon itself
-RUNNING = frozenset({"in_progress", "applied_unverified"})
+RUNNING = frozenset({S.IN_PROGRESS, S.APPLIED_UNVERIFIED})
 FINAL = frozenset(
-    {"completed", "refused", "rolled_back", "rollback_partial", "rollback_failed", "abandoned"}
+    {S.COMPLETED, S.REFUSED, S.ROLLED_BACK, S.ROLLBACK_PARTIAL, S.ROLLBACK_FAILED, S.ABANDONED}
 )
-STATUSES = (
-    "in_progress",
-    "applied_unverified",
-    "needs_recovery",
-    "needs_reconciliation",
-    *sorted(FINAL),
-)
-OPERATOR_KINDS = frozenset({"rollback", "restore"})
+STATUSES = tuple(OperationStatus)
+OPERATOR_KINDS = frozenset({OperationKind.ROLLBACK, OperationKind.RESTORE})
+ROLLBACK_ENDS = frozenset({S.ROLLED_BACK, S.ROLLBACK_PARTIAL, S.ROLLBACK_FAILED})
+
+# TRANSITIONS[kind][from] = where an operation of that kind may go next (None: new row)
+TRANSITIONS: dict[OperationKind, dict[OperationStatus | None, frozenset[OperationStatus]]] = {
+    OperationKind.PROMOTION: {
+        None: frozenset({S.IN_PROGRESS}),
+        S.IN_PROGRESS: frozenset(
+            {S.APPLIED_UNVERIFIED, S.COMPLETED, S.NEEDS_RECONCILIATION, S.NEEDS_RECOVERY, S.REFUSED}
+        ),
+        S.APPLIED_UNVERIFIED: frozenset(
+            {S.COMPLETED, S.NEEDS_RECONCILIATION, S.NEEDS_RECOVERY, *ROLLBACK_ENDS}
+        ),
+        S.NEEDS_RECOVERY: frozenset({S.IN_PROGRESS}),
+        S.NEEDS_RECONCILIATION: frozenset({S.IN_PROGRESS, S.ABANDONED, *ROLLBACK_ENDS}),
+        S.COMPLETED: ROLLBACK_ENDS,  # rolled back by the operator
+        S.REFUSED: frozenset({S.IN_PROGRESS}),  # a new attempt
+    },
+    OperationKind.ROLLBACK: {
+        None: frozenset({S.IN_PROGRESS}),
+        S.IN_PROGRESS: frozenset({S.NEEDS_RECOVERY, S.NEEDS_RECONCILIATION, *ROLLBACK_ENDS}),
+        S.NEEDS_RECOVERY: frozenset({S.IN_PROGRESS}),
+        S.NEEDS_RECONCILIATION: frozenset({S.IN_PROGRESS, S.ABANDONED}),
+    },
+    OperationKind.RESTORE: {
+        None: frozenset({S.IN_PROGRESS}),
+        S.IN_PROGRESS: frozenset(
+            {S.COMPLETED, S.REFUSED, S.NEEDS_RECONCILIATION, S.NEEDS_RECOVERY}
+        ),
+        S.NEEDS_RECOVERY: frozenset({S.IN_PROGRESS}),
+        S.NEEDS_RECONCILIATION: frozenset({S.IN_PROGRESS, S.ABANDONED}),
+        # the same restore again (same trees) is a new attempt once the last one ended
+        S.COMPLETED: frozenset({S.IN_PROGRESS}),
+        S.REFUSED: frozenset({S.IN_PROGRESS}),
+        S.ABANDONED: frozenset({S.IN_PROGRESS}),
+    },
+}
+
+
+def check_transition(kind: str | None, current: str | None, status: str) -> OperationStatus:
+    """Return ``status`` as an ``OperationStatus`` if ``kind`` may go there from ``current``.
+
+    Raises ``OperationConflict`` for an unknown kind or status, or a move the table of
+    ``TRANSITIONS`` does not hold. Keeping the current status is always allowed.
+    """
+    try:
+        wanted = OperationStatus(status)
+        was = None if current is None else OperationStatus(current)
+    except ValueError as exc:
+        raise OperationConflict(f"unknown operation status {status!r}") from exc
+    if was is wanted:
+        return wanted
+    if was is None and wanted is S.IN_PROGRESS:
+        return wanted  # every kind starts here (the kind may not be set yet)
+    try:
+        allowed = TRANSITIONS[OperationKind(kind or "")].get(was, frozenset())
+    except ValueError as exc:
+        raise OperationConflict(f"unknown operation kind {kind!r}") from exc
+    if wanted not in allowed:
+        raise OperationConflict(
+            f"a {kind} cannot move from {current} to {status}",
+            kind=kind,
+            current_status=current,
+            status=status,
+        )
+    return wanted
+
+
 DECISIONS: dict[str, tuple[str, ...]] = {
     "promotion": ("continue", "rollback", "abandon"),
     "rollback": ("continue", "abandon"),

@@ -22,12 +22,14 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
+from promoter.domain.state import classify
+from promoter.domain.states import OperationStatus
 from promoter.engine import ledger, promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
-from promoter.engine.inspect import inspect, leaf_report
 from promoter.engine.ownership import Owner
+from promoter.engine.preconditions import leaf_report, read_back
 from promoter.engine.services import Services
 from promoter.errors import (
     OperationConflict,
@@ -89,7 +91,11 @@ def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
             if running and wrote:
                 assert row is not None
                 journal.set_status(
-                    session, row, "needs_recovery", code=error.code, detail=error.detail
+                    session,
+                    row,
+                    OperationStatus.NEEDS_RECOVERY,
+                    code=error.code,
+                    detail=error.detail,
                 )
         if running and not wrote:
             promote.refuse(services, operation_id, error)
@@ -134,7 +140,7 @@ def request_promotion(
     owner = Owner.me()
     with _request_lock, services.db.session() as session:
         row = journal.get_operation(session, operation_id)
-        if row is not None and row.status != "refused":
+        if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
         if row is None:
             row = OperationRow(
@@ -153,7 +159,7 @@ def request_promotion(
             session.add(row)
         else:
             row.attempt += 1
-        row.status = "in_progress"
+        row.status = OperationStatus.IN_PROGRESS
         row.code = row.detail = None
         row.fence = fence
         row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
@@ -247,7 +253,7 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         receipt = row.receipt
         status = row.status
-    if receipt is None or status != "completed":
+    if receipt is None or status != OperationStatus.COMPLETED:
         raise ReceiptUnavailable(
             f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
@@ -274,7 +280,7 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         result["checks"]["evidence"] = {"ok": True}  # (2) evidence
         repository = services.registry.by_identity(evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
-            readback = inspect(repository.layout, root, evidence.grant, evidence.bundle)
+            readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
         return {
             **result,
@@ -307,11 +313,6 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
             except PromoterError as exc:
                 found.append({"path": path, "matches": "neither", "actual": {"error": exc.code}})
                 continue
-            if leaf.matches(new["exists"], new["sha256"], new["mode"]):
-                matches = "new"
-            elif leaf.matches(old["exists"], old["sha256"], old["mode"]):
-                matches = "old"
-            else:
-                matches = "neither"
+            matches = classify(leaf, old, new).verdict.value
             found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
     return found

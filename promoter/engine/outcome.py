@@ -36,10 +36,11 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine import ledger
 from promoter.engine.authority import Evidence
 from promoter.engine.check import run_check
-from promoter.engine.inspect import classify, leaf_report, spec
+from promoter.engine.preconditions import leaf_report, spec, verdict
 from promoter.engine.repos import Repository
 from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
@@ -60,14 +61,14 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     for change in changes:
         try:
             leaf = root.read_state(change.path)
-            verdict, actual = classify(leaf, change), leaf_report(leaf)
+            found, actual = verdict(leaf, change), leaf_report(leaf)
         except PromoterError as exc:
-            verdict, actual = "neither", {"error": exc.code, "detail": exc.detail}
-        all_new = all_new and verdict == "new"
+            found, actual = "neither", {"error": exc.code, "detail": exc.detail}
+        all_new = all_new and found == "new"
         paths.append(
             {
                 "path": change.path,
-                "verdict": verdict,
+                "verdict": found,
                 "actual": actual,
                 "expected_old": spec(change.old),
                 "expected_new": spec(change.new),
@@ -121,8 +122,8 @@ def post_check(
     assert config.check_command is not None
     with services.db.session() as session:
         row = journal.require(session, operation_id)
-        journal.mark_all_steps(session, operation_id, "completed")
-        journal.set_status(session, row, "applied_unverified")
+        journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        journal.set_status(session, row, OperationStatus.APPLIED_UNVERIFIED)
     try:
         baseline = Baseline.take(repository.layout)
     except PromoterError as exc:
@@ -191,7 +192,7 @@ def _end_check(
         rollback_held(services, operation_id, root, detail)
         with services.db.session() as session:
             row = journal.require(session, operation_id)
-            journal.set_status(session, row, row.status, code=code, detail=detail)
+            journal.set_status(session, row, OperationStatus(row.status), code=code, detail=detail)
         return
     with services.db.session() as session:
         row = journal.require(session, operation_id)
@@ -201,7 +202,9 @@ def _end_check(
             "outcome",
             {"status": "needs_reconciliation", "code": code, "detail": detail},
         )
-        journal.set_status(session, row, "needs_reconciliation", code=code, detail=detail)
+        journal.set_status(
+            session, row, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
+        )
 
 
 def fail_closed(
@@ -220,7 +223,7 @@ def fail_closed(
         row = journal.require(session, operation_id)
         for step, path in zip(journal.steps(session, operation_id), paths, strict=True):
             if path["verdict"] == "new":
-                step.status = "completed"
+                step.status = OperationStatus.COMPLETED
             elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
                 step.status = "failed"
                 step.detail = (
@@ -239,7 +242,12 @@ def fail_closed(
         if kept:
             report["kept"] = kept
         journal.set_status(
-            session, row, "needs_reconciliation", code=code, detail=detail, report=report
+            session,
+            row,
+            OperationStatus.NEEDS_RECONCILIATION,
+            code=code,
+            detail=detail,
+            report=report,
         )
 
 
@@ -288,7 +296,7 @@ def complete(
     faults.point("before_receipt")
     with services.db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
         row = journal.require(session, operation_id)
-        journal.mark_all_steps(session, operation_id, "completed")
+        journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         if row.receipt is None:
             outcome = ledger.append(
                 session,
@@ -315,5 +323,5 @@ def complete(
         row = journal.require(session, operation_id)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         row.report = {**report, "events": dict((row.receipt or {})["events"])}
-        journal.set_status(session, row, "completed")
+        journal.set_status(session, row, OperationStatus.COMPLETED)
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")

@@ -29,18 +29,21 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
+from promoter.domain.plan import journal_steps
+from promoter.domain.state import State
+from promoter.domain.states import OperationStatus
 from promoter.engine import dirs, ledger, snapshots
 from promoter.engine.authority import Evidence, check_authority, recheck_evidence
 from promoter.engine.bundles import load_bundle
 from promoter.engine.grants import load_grant
-from promoter.engine.inspect import inspect, spec
 from promoter.engine.locking import repo_lock
 from promoter.engine.outcome import finish
+from promoter.engine.preconditions import read_back, spec
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.atomic import Parent
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import Root
 from promoter.fs.lock import RepoLock
 from promoter.store import journal
 
@@ -53,10 +56,6 @@ def targets_digest(changes: list[Change]) -> str:
     return sha256_hex(canonical_bytes(listed))
 
 
-def expected(state: Any) -> ExpectedState:
-    return ExpectedState(state.exists, state.sha256, state.mode)
-
-
 def refuse(services: Services, operation_id: str, error: PromoterError, **extra: Any) -> None:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
@@ -66,7 +65,12 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
         ledger.append(session, operation_id, "outcome", {"status": "refused", "code": error.code})
         report = {"error": error.to_problem(), **extra}
         journal.set_status(
-            session, row, "refused", code=error.code, detail=error.detail, report=report
+            session,
+            row,
+            OperationStatus.REFUSED,
+            code=error.code,
+            detail=error.detail,
+            report=report,
         )
 
 
@@ -94,7 +98,7 @@ class Batch:
         """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own."""
         for seq, temp in list(self.temps.items()):
             if seq >= from_seq:
-                new = expected(self.changes[seq].new)
+                new = State.of(self.changes[seq].new)
                 try:
                     self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
                 except (PromoterError, OSError):
@@ -159,7 +163,7 @@ def _locked(
         return
     with root:
         try:
-            readback = inspect(repository.layout, root, evidence.grant, evidence.bundle)
+            readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
         except PromoterError as exc:
             refuse(services, operation_id, exc)
             return
@@ -181,16 +185,11 @@ def _locked(
             journal.add_steps(
                 session,
                 operation_id,
-                [
-                    {
-                        "path": c.path,
-                        "operation": c.operation,
-                        "old": c.old.wire(),
-                        "new": c.new.wire(),
-                        "temp_name": temp_name(operation_id, row.attempt, seq),
-                    }
-                    for seq, c in enumerate(changes)
-                ],
+                journal_steps(
+                    operation_id,
+                    row.attempt,
+                    [(c.path, c.operation, c.old.wire(), c.new.wire()) for c in changes],
+                ),
             )
             decision = ledger.append(
                 session,
@@ -291,11 +290,11 @@ def _leave_for_recovery(services: Services, operation_id: str, applied: list[int
         row = journal.require(session, operation_id)
         for step in journal.steps(session, operation_id):
             if step.seq in applied:
-                step.status = "completed"
+                step.status = OperationStatus.COMPLETED
         journal.set_status(
             session,
             row,
-            "needs_recovery",
+            OperationStatus.NEEDS_RECOVERY,
             code="stopped",
             detail=f"the daemon stopped after {len(applied)} of the steps",
         )
@@ -324,12 +323,12 @@ def _stage_temps(
 def _apply_one(root: Root, batch: Batch, seq: int, change: Change) -> None:
     if change.new.exists:
         batch.parents[seq].replace(
-            batch.temps.pop(seq), expected_old=expected(change.old), new=expected(change.new)
+            batch.temps.pop(seq), expected_old=State.of(change.old), new=State.of(change.new)
         )
         return
     parent = root.open_parent(change.path, create=False)
     batch.parents[seq] = parent
-    parent.unlink_checked(expected(change.old), aside=batch.temp(seq))
+    parent.unlink_checked(State.of(change.old), aside=batch.temp(seq))
 
 
 def _fsync_parents(batch: Batch) -> None:

@@ -30,12 +30,15 @@ from typing import Any
 from promoter import faults
 from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
-from promoter.domain.states import guard
+from promoter.domain.plan import Observation
+from promoter.domain.plan import recover_promotion as plan_recovery
+from promoter.domain.state import Verdict
+from promoter.domain.states import OperationStatus, StepStatus, guard
 from promoter.engine import ledger, outcome, promote
 from promoter.engine.authority import Evidence, recheck_evidence
-from promoter.engine.inspect import classify, leaf_report
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
+from promoter.engine.preconditions import leaf_report, verdict
 from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
@@ -63,7 +66,7 @@ def scan_orphans(services: Services) -> list[str]:
             journal.set_status(
                 session,
                 row,
-                "needs_recovery",
+                OperationStatus.NEEDS_RECOVERY,
                 code="owner_gone",
                 detail=f"the process that ran it (pid {row.owner_pid}) is gone",
             )
@@ -148,7 +151,7 @@ def recover(
             row = _load(session, operation_id)  # again under the lock: it may have moved
             guard(kind, row.status, "recover", role=role, operation_id=operation_id)
             row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
-            journal.set_status(session, row, "in_progress")
+            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
             has_steps = bool(journal.steps(session, operation_id))
         claimed = True
         if not has_steps:  # died before the journal: nothing was written
@@ -159,8 +162,10 @@ def recover(
     except PromoterError as exc:
         with services.db.session() as session:
             row = _load(session, operation_id)
-            if claimed and row.status == "in_progress":
-                journal.set_status(session, row, "needs_recovery", code=exc.code, detail=exc.detail)
+            if claimed and row.status == OperationStatus.IN_PROGRESS:
+                journal.set_status(
+                    session, row, OperationStatus.NEEDS_RECOVERY, code=exc.code, detail=exc.detail
+                )
         raise
     finally:
         lock.release()
@@ -203,30 +208,31 @@ def _reclassify(
     changes = list(evidence.bundle.changes)
     removed, kept = settle_temps(services, operation_id, root, changes)
     with services.db.session() as session:
-        steps = {s.seq: s.status for s in journal.steps(session, operation_id)}
-    todo: set[int] = set()
-    paths: list[dict[str, Any]] = []
-    blocked = False
+        steps = {s.seq: StepStatus(s.status) for s in journal.steps(session, operation_id)}
+    held = {k["path"] for k in newly_kept(kept)}
+    seen: list[Observation] = []
+    actuals: list[dict[str, Any]] = []
     for seq, change in enumerate(changes):
         try:
             leaf = root.read_state(change.path)
-            found, actual = classify(leaf, change), leaf_report(leaf)
+            found, actual = Verdict(verdict(leaf, change)), leaf_report(leaf)
         except PromoterError as exc:
-            found, actual = "neither", {"error": exc.code, "detail": exc.detail}
-        step = steps.get(seq, "pending")
-        if found == "new":
-            action = "confirm"
-        elif found == "old" and step != "completed":
-            action = "apply"
-            todo.add(seq)
-        else:
-            action = "fail_closed"
-            blocked = True
-        if any(k["path"] == change.path for k in newly_kept(kept)):
-            action, blocked = "fail_closed", True
-        paths.append(
-            {"path": change.path, "step": step, "found": found, "action": action, "actual": actual}
-        )
+            found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
+        step = steps.get(seq, StepStatus.PENDING)
+        seen.append(Observation(found, step, kept=change.path in held))
+        actuals.append(actual)
+    plan = plan_recovery(seen)
+    todo, blocked = plan.todo, plan.blocked
+    paths = [
+        {
+            "path": change.path,
+            "step": s.step.value,
+            "found": s.verdict.value,
+            "action": action.value,
+            "actual": actual,
+        }
+        for change, s, action, actual in zip(changes, seen, plan.actions, actuals, strict=True)
+    ]
     with services.db.session() as session:
         ledger.append(
             session,
@@ -281,7 +287,9 @@ def reconcile(
             row = _load(session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
             ledger.append(session, operation_id, "outcome", {"status": "abandoned", "note": note})
-            journal.set_status(session, row, "abandoned", code="abandoned", detail=note or None)
+            journal.set_status(
+                session, row, OperationStatus.ABANDONED, code="abandoned", detail=note or None
+            )
         return {"status": "abandoned"}
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
@@ -295,7 +303,7 @@ def reconcile(
             guard(kind, row.status, "reconcile", role=role, decision=decision)
             owner = Owner.me()
             row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
-            journal.set_status(session, row, "in_progress")
+            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
         claimed = True
         with Root.open(repository.worktree) as root:
             _reclassify(
@@ -304,9 +312,13 @@ def reconcile(
     except PromoterError as exc:
         with services.db.session() as session:
             row = _load(session, operation_id)
-            if claimed and row.status == "in_progress":
+            if claimed and row.status == OperationStatus.IN_PROGRESS:
                 journal.set_status(
-                    session, row, "needs_reconciliation", code=exc.code, detail=exc.detail
+                    session,
+                    row,
+                    OperationStatus.NEEDS_RECONCILIATION,
+                    code=exc.code,
+                    detail=exc.detail,
                 )
         raise
     finally:

@@ -47,6 +47,9 @@ from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha2
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import temp_name
+from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
+from promoter.domain.state import State, observed
+from promoter.domain.states import OperationStatus
 from promoter.engine import ledger
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
@@ -61,7 +64,7 @@ from promoter.errors import (
     TargetDrift,
     WriteFailed,
 )
-from promoter.fs.chain import ExpectedState, LeafState, Root
+from promoter.fs.chain import LeafState, Root
 from promoter.store import journal, repo
 from promoter.store.tables import OperationRow
 
@@ -72,28 +75,13 @@ def rollback_id(operation_id: str) -> str:
     return content_id("op", sha256_hex(canonical_bytes({"rollback_of": operation_id})))
 
 
-def _expected(state: dict[str, Any]) -> ExpectedState:
-    return ExpectedState(bool(state["exists"]), state["sha256"], state["mode"])
-
-
 AT_OLD = ("restored", "already_old")
 Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
 
 
 def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
     """What the path read back as, with its kind; None when it could not be read at all."""
-    if leaf is None:
-        return None
-    if leaf.kind != "file":
-        exists = leaf.kind != "missing"
-        return {"kind": leaf.kind, "exists": exists, "sha256": None, "mode": None, "bytes": None}
-    return {
-        "kind": "file",
-        "exists": True,
-        "sha256": leaf.sha256,
-        "mode": leaf.mode,
-        "bytes": leaf.size,
-    }
+    return None if leaf is None else observed(leaf, leaf.size)
 
 
 def _reason_of(exc: PromoterError | OSError) -> str:
@@ -134,12 +122,14 @@ def _target(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[st
     }
 
 
-def rollback_status(targets: list[dict[str, Any]]) -> str:
+def rollback_status(targets: list[dict[str, Any]]) -> OperationStatus:
     """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
     at_old = sum(1 for t in targets if t["result"] in AT_OLD)
     if at_old == len(targets):
-        return "rolled_back"
-    return "rollback_failed" if at_old == 0 else "rollback_partial"
+        return OperationStatus.ROLLED_BACK
+    if at_old == 0:
+        return OperationStatus.ROLLBACK_FAILED
+    return OperationStatus.ROLLBACK_PARTIAL
 
 
 def _load(session: Any, operation_id: str) -> OperationRow:
@@ -236,7 +226,7 @@ def recover_rollback(
         repository = services.registry.by_identity(child.repository_identity)
         owner = Owner.me()
         child.owner_pid, child.owner_start, child.owner_boot = owner.pid, owner.start, owner.boot
-        journal.set_status(session, child, "in_progress")
+        journal.set_status(session, child, OperationStatus.IN_PROGRESS)
     assert parent_id is not None
     return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
 
@@ -273,9 +263,9 @@ def _leave_for_recovery(
     )
     with services.db.session() as session:
         child = _load(session, child_id)
-        if child.status == "in_progress":
+        if child.status == OperationStatus.IN_PROGRESS:
             journal.set_status(
-                session, child, "needs_recovery", code=error.code, detail=error.detail
+                session, child, OperationStatus.NEEDS_RECOVERY, code=error.code, detail=error.detail
             )
     return error
 
@@ -299,10 +289,11 @@ def _rollback_locked(
             journal.add_steps(
                 session,
                 child_id,
-                [
-                    {"path": p["path"], "operation": "rollback", "old": p["new"], "new": p["old"]}
-                    for p in promoted
-                ],
+                journal_steps(
+                    child_id,
+                    1,
+                    [(str(p["path"]), "rollback", p["new"], p["old"]) for p in promoted],
+                ),
             )
             ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
             ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
@@ -327,7 +318,7 @@ def _rollback_locked(
             )
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
-            row.status = "completed" if reason in AT_OLD else "failed"
+            row.status = OperationStatus.COMPLETED if reason in AT_OLD else "failed"
             row.detail = reason
         faults.point("rollback_after_step")
         targets.append(_target(str(step["path"]), reason, leaf, exc))
@@ -371,7 +362,7 @@ def _publish(
     services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
 ) -> dict[str, Any]:
     """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
-    status = RollbackReceiptV1.model_validate(recorded).status
+    status = OperationStatus(RollbackReceiptV1.model_validate(recorded).status)
     services.audit.put("rollback", parent_id, canonical_bytes(recorded))
     faults.point("rollback_after_receipt")
     with services.db.session() as session:
@@ -411,15 +402,14 @@ def _one(
 
     ``aside`` is the step's journaled temp name; bytes kept on the way go to ``kept``.
     """
-    old, new = _expected(step["old"]), _expected(step["new"])
+    old, new = State.of(step["old"]), State.of(step["new"])
     try:
         leaf = root.read_state(step["path"])
     except PromoterError as exc:
         return _reason_of(exc), None, exc
-    if leaf.matches(old):
-        return ("restored" if already else "already_old"), leaf, None
-    if not leaf.matches(new):
-        return "conflict", leaf, None
+    move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
+    if move is not RollbackMove.WRITE_OLD:
+        return move.value, leaf, None
     try:
         if old.exists:
             assert old.sha256 is not None and old.mode is not None

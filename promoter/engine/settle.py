@@ -17,17 +17,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from promoter.domain.state import State
 from promoter.errors import PromoterError
 from promoter.fs.aside import beside, kept_earlier, settle
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import Root
 
 log = logging.getLogger("promoter.settle")
-
-
-def _expected(state: Any) -> ExpectedState:
-    if isinstance(state, dict):
-        return ExpectedState(bool(state["exists"]), state.get("sha256"), state.get("mode"))
-    return ExpectedState(state.exists, state.sha256, state.mode)
 
 
 def settle_step_temps(
@@ -49,7 +44,7 @@ def settle_step_temps(
             try:
                 earlier = kept_earlier(parent, temp)
                 kept += [{**k.to_dict(), "found": True} for k in earlier]
-                result = settle(parent, temp, old=_expected(old), new=_expected(new))
+                result = settle(parent, temp, old=State.of(old), new=State.of(new))
             except PromoterError as exc:
                 log.warning("could not settle %s beside %s: %s", temp, path, exc.detail)
                 kept.append({"path": path, "kept_as": beside(parent, temp), "error": exc.code})

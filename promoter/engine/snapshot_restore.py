@@ -27,6 +27,10 @@ from typing import Any
 
 from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
 from promoter.domain.paths import temp_name
+from promoter.domain.plan import Observation, journal_steps
+from promoter.domain.plan import recover_restore as plan_recovery
+from promoter.domain.state import Verdict
+from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine import ledger
 from promoter.engine.ownership import Owner
 from promoter.engine.repos import Repository
@@ -180,7 +184,7 @@ def _journal(
         else:  # a finished restore from the same tree to the same tree: a new attempt
             row.attempt += 1
             journal.delete_steps(session, operation_id)
-        row.status, row.code, row.detail = "in_progress", None, None
+        row.status, row.code, row.detail = OperationStatus.IN_PROGRESS, None, None
         row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
         row.pre_snapshot, row.post_snapshot, row.updated_at = current, None, now()
         session.flush()
@@ -188,7 +192,9 @@ def _journal(
         journal.add_steps(
             session,
             operation_id,
-            [{"path": s.path, "operation": s.operation, "old": s.old, "new": s.new} for s in steps],
+            journal_steps(
+                operation_id, row.attempt, [(s.path, s.operation, s.old, s.new) for s in steps]
+            ),
         )
         decision = ledger.append(
             session,
@@ -289,18 +295,22 @@ def recover_restore(
                 run.failure = TargetDrift(
                     "bytes that are not promoter's were found at its temp names; they are kept"
                 )
-            todo: set[int] = set()
-            for index, step in enumerate(steps):
-                verdict = run.verdict(step)[0]
-                if verdict == "neither":
-                    run.failure = TargetDrift("a target is neither its old nor its new state")
-                if verdict != "new":
-                    todo.add(index)
-            status = run.finish() if run.failure else run.apply(todo)
+            plan = plan_recovery(
+                [Observation(Verdict(run.verdict(step)[0]), StepStatus.PENDING) for step in steps]
+            )
+            if plan.blocked:
+                run.failure = TargetDrift("a target is neither its old nor its new state")
+            status = run.finish() if run.failure else run.apply(plan.todo)
         _post_capture(services, shadow, operation_id, target)
     except PromoterError as exc:
         if claimed:
-            _set_status(services, operation_id, "needs_recovery", error=exc, only_if="in_progress")
+            _set_status(
+                services,
+                operation_id,
+                OperationStatus.NEEDS_RECOVERY,
+                error=exc,
+                only_if=OperationStatus.IN_PROGRESS,
+            )
         raise
     finally:
         lock.release()
@@ -321,13 +331,13 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
                 current_status=row.status,
             )
         row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
-        journal.set_status(session, row, "in_progress")
+        journal.set_status(session, row, OperationStatus.IN_PROGRESS)
 
 
 def _set_status(
     services: Services,
     operation_id: str,
-    status: str,
+    status: OperationStatus,
     *,
     owner: Owner | None = None,
     error: PromoterError | None = None,

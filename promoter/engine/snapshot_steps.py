@@ -25,18 +25,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.paths import temp_name
+from promoter.domain.state import State, classify
+from promoter.domain.states import OperationStatus
 from promoter.engine import ledger
 from promoter.engine.dirs import journal_intent
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
-from promoter.fs.chain import ExpectedState, LeafState, Root
+from promoter.fs.chain import LeafState, Root
 from promoter.fs.lock import RepoLock
 from promoter.git.objects import CatFile
 from promoter.git.shadow import ShadowRepository
 from promoter.store import journal
 
-__all__ = ["Step", "StepRun", "dir_key", "expected_state", "spec", "verdict_of"]
+__all__ = ["Step", "StepRun", "dir_key", "spec", "verdict_of"]
 
 log = logging.getLogger("promoter.restore")
 
@@ -55,18 +57,12 @@ def dir_key(path: str) -> tuple[bytes, bytes]:
     return os.fsencode(directory), os.fsencode(name)
 
 
-def expected_state(state: dict[str, Any]) -> ExpectedState:
-    return ExpectedState(bool(state["exists"]), state["sha256"], state["mode"])
-
-
 def spec(state: dict[str, Any]) -> dict[str, Any]:
-    return {"exists": state["exists"], "sha256": state["sha256"], "mode": state["mode"]}
+    return State.of(state).wire()
 
 
 def verdict_of(leaf: LeafState, step: Step) -> str:
-    if leaf.matches(expected_state(step.new)):
-        return "new"
-    return "old" if leaf.matches(expected_state(step.old)) else "neither"
+    return classify(leaf, step.old, step.new).verdict.value
 
 
 _GONE = {"kind": "missing", "sha256": None, "mode": None, "size": None}
@@ -147,7 +143,7 @@ class StepRun:
                 return  # already gone, with its directory
             raise
         with parent:
-            parent.unlink_checked(expected_state(step.old), aside=self.temp(step))
+            parent.unlink_checked(State.of(step.old), aside=self.temp(step))
             self.touched = True
             if sync:
                 parent.fsync()
@@ -181,9 +177,7 @@ class StepRun:
             temp = parent.write_temp(
                 cat.read_blob(step.oid), step.new["mode"], temp=self.temp(step)
             )
-            parent.replace(
-                temp, expected_old=expected_state(step.old), new=expected_state(step.new)
-            )
+            parent.replace(temp, expected_old=State.of(step.old), new=State.of(step.new))
             self.touched = True
             if sync:
                 parent.fsync()
@@ -212,7 +206,13 @@ class StepRun:
         # a step that reads back as new was written by this pass (a fresh restore plans
         # only paths that differ), even when the write then failed after its rename
         touched = self.touched or "new" in verdicts
-        status = "completed" if ok else "needs_reconciliation" if touched else "refused"
+        status = (
+            OperationStatus.COMPLETED
+            if ok
+            else OperationStatus.NEEDS_RECONCILIATION
+            if touched
+            else OperationStatus.REFUSED
+        )
         error = None if ok else self.failure or TargetDrift("a target did not read back as new")
         with self.services.db.session() as session:
             row = journal.get_operation(session, self.operation_id)

@@ -1,8 +1,8 @@
 """What is at one path: lexical re-checks, leaf states and reading a leaf without following it.
 
-This module owns the vocabulary the fs layer speaks in: ``ExpectedState`` (missing, or a
-file with a sha256 and git mode), ``LeafState`` (what was found: missing, file,
-directory, symlink or special file, with identity), the cheap lexical re-check of
+This module owns the vocabulary the fs layer speaks in: ``ExpectedState`` (the domain's
+``State``: missing, or a file with a sha256 and git mode), ``LeafState`` (what was found:
+missing, file, directory, symlink or special file, with identity), the cheap lexical re-check of
 worktree-relative paths (empty, ``.``, ``..``, ``/``, NUL, ``.git`` under case-folding,
 over-long names; raised as ``PathUnsafe`` before any syscall, as defence in depth behind
 the domain layer's path rules), and ``read_leaf``, which classifies one entry of an
@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from promoter.domain.state import State, holds
 from promoter.errors import PathUnsafe, WriteFailed
 
 TEMP_PREFIX = ".promoter-tmp-"
@@ -32,16 +33,8 @@ _CHUNK = 1 << 20
 LeafKind = Literal["missing", "file", "directory", "symlink", "special"]
 
 
-@dataclass(frozen=True)
-class ExpectedState:
-    """The state a target must be in: missing, or a file with this sha256 and git mode."""
-
-    exists: bool
-    sha256: str | None
-    mode: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"exists": self.exists, "sha256": self.sha256, "mode": self.mode}
+# the domain's one state type: missing, or a file with this sha256 and git mode
+ExpectedState = State
 
 
 @dataclass(frozen=True)
@@ -63,10 +56,7 @@ class LeafState:
         mode: str | None = None,
     ) -> bool:
         """True when this leaf is exactly the given state (an ``ExpectedState`` or its fields)."""
-        want = exists if isinstance(exists, ExpectedState) else ExpectedState(exists, sha256, mode)
-        if not want.exists:
-            return self.kind == "missing"
-        return self.kind == "file" and self.sha256 == want.sha256 and self.mode == want.mode
+        return holds(self, exists if isinstance(exists, State) else State(exists, sha256, mode))
 
     def to_dict(self) -> dict[str, Any]:
         """A report of the state for drift and reconciliation messages."""

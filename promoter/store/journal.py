@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from promoter.domain.states import OperationStatus, StepStatus
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, CreatedDirRow, EventRow, OperationRow, StepRow
 
@@ -51,7 +52,7 @@ def operations_with_status(session: Session, status: str) -> list[OperationRow]:
 def set_status(
     session: Session,
     operation: OperationRow,
-    status: str,
+    status: OperationStatus,
     *,
     code: str | None = None,
     detail: str | None = None,
@@ -68,7 +69,7 @@ def set_status(
         attempt.status = status
         attempt.code = code
         attempt.detail = detail
-        if status != "in_progress":
+        if status is not OperationStatus.IN_PROGRESS:
             attempt.ended_at = now()
 
 
@@ -101,7 +102,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
                 "operation": step["operation"],
                 "old_state": step["old"],
                 "new_state": step["new"],
-                "status": "pending",
+                "status": StepStatus.PENDING.value,
                 "temp_name": step.get("temp_name"),
             }
             for seq, step in enumerate(steps)
@@ -114,10 +115,10 @@ def steps(session: Session, operation_id: str) -> list[StepRow]:
     return list(session.scalars(query))
 
 
-def mark_all_steps(session: Session, operation_id: str, status: str) -> None:
+def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
     """Set every step of an operation to ``status`` in one statement."""
     session.execute(
-        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status)
+        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status.value)
     )
 
 

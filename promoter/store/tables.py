@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+from promoter.domain.states import StepStatus, check_transition
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -128,6 +130,11 @@ class OperationRow(Base):
     created_at: Mapped[str] = mapped_column(String(20))
     updated_at: Mapped[str] = mapped_column(String(20))
 
+    @validates("status")
+    def _transition(self, _key: str, status: str) -> str:
+        """Every status change goes through the table of ``promoter.domain.states``."""
+        return str(check_transition(self.kind, self.status, status).value)
+
 
 class AttemptRow(Base):
     __tablename__ = "operation_attempts"
@@ -155,6 +162,10 @@ class StepRow(Base):
     status: Mapped[str] = mapped_column(String(20))  # pending | completed | failed
     temp_name: Mapped[str | None] = mapped_column(Text, nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    @validates("status")
+    def _known(self, _key: str, status: str) -> str:
+        return str(StepStatus(status).value)  # a step may move between any two statuses
 
 
 class CreatedDirRow(Base):

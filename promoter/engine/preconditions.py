@@ -7,7 +7,7 @@ or exactly its new state. The result lists, per path, what was expected and what
 found; it writes nothing.
 
 One decision is made here: a target that is unsafe to touch gets the verdict
-``unsafe`` and ``inspect`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
+``unsafe`` and ``read_back`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
 whole report, so the promotion and the preflight refuse before anything is journaled or
 written. Unsafe means the fs layer refused to read the path (``PathUnsafe``: a mount or
 bind mount on the way or at the leaf, a symlinked or swapped directory, a nested
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.state import State, StateLike, classify, observed
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState, Root
 from promoter.git.readback import (
@@ -39,27 +40,19 @@ from promoter.git.readback import (
 )
 
 
-def spec(state: Any) -> dict[str, Any]:
-    return {"exists": state.exists, "sha256": state.sha256, "mode": state.mode}
+def spec(state: StateLike) -> dict[str, Any]:
+    """The journal's and the reports' form of a state."""
+    return State.of(state).wire()
 
 
 def leaf_report(leaf: LeafState) -> dict[str, Any]:
-    exists = leaf.kind != "missing"
-    return {
-        "exists": exists,
-        "kind": leaf.kind,
-        "sha256": leaf.sha256,
-        "mode": leaf.mode,
-        "bytes": leaf.size,
-    }
+    """What a target reads as, for reports (``promoter.domain.state.observed``)."""
+    return observed(leaf, leaf.size)
 
 
-def classify(leaf: LeafState, change: Change) -> str:
-    if leaf.matches(change.new.exists, change.new.sha256, change.new.mode):
-        return "new"
-    if leaf.matches(change.old.exists, change.old.sha256, change.old.mode):
-        return "old"
-    return "neither"
+def verdict(leaf: LeafState, change: Change) -> str:
+    """``new``, ``old`` or ``neither`` (``promoter.domain.state.classify``)."""
+    return classify(leaf, change.old, change.new).verdict.value
 
 
 def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None:
@@ -131,7 +124,7 @@ def expected_index(
     return expected
 
 
-def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
+def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
     """Read everything a promotion decides on; never writes.
 
     Raises ``PathUnsafe`` (with ``paths`` and the ``drift_report``) when any target is
@@ -150,9 +143,12 @@ def inspect(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV
         try:
             leaf = root.read_state(change.path)
             actual = leaf_report(leaf)
-            found = classify(leaf, change)
+            reading = classify(leaf, change.old, change.new)
+            found = reading.verdict.value
             if found == "neither":
-                reasons.append("the worktree file is neither the old nor the new state")
+                reasons.append(
+                    f"the worktree file is neither the old nor the new state: {reading.reason}"
+                )
             elif refusal := hard_link_refusal(leaf, change, found):
                 reasons.append(f"{PathUnsafe.code}: {refusal}")
                 actual["links"] = leaf.nlink
