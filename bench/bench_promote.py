@@ -27,7 +27,7 @@ data; CPU seconds (this process plus its git children) are reported next to wall
 After each run the worktree must hold exactly the target files, byte for byte.
 The goal: promoter at most 1.5x the bare loop. ``--profile`` adds one promotion
 run under cProfile (in the calling thread, through an inline runner set in
-``services.extras``) and prints where the time goes.
+``services.runner``) and prints where the time goes.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def git_apply_sync(root: Path, patch: Path) -> None:
 class InlineRunner(operations.Runner):
     """Runs an attempt in the requesting thread, so a profiler there sees all of it.
 
-    Set in ``services.extras["runner"]``; ``operations.runner`` picks it up. It does what
+    Set as ``services.runner``; ``operations.runner`` picks it up. It does what
     the worker pool's task does: ``promote.run``, a ``PromoterError`` closed as refused.
     """
 
@@ -424,7 +424,7 @@ def prepare_promoter(
     )
     services = build_services(settings)
     if inline:
-        services.extras["runner"] = InlineRunner(services)
+        services.runner = InlineRunner(services)
     repository = services.registry.by_name(REPO_NAME)
     now = utcnow()
     grant, _ = grants.register_grant(
@@ -577,13 +577,13 @@ PHASES: tuple[tuple[str, _Lookup], ...] = (
     ("evidence re-verification", (("engine/authority.py", "recheck_evidence"),)),
     ("authority checks (x2)", (("engine/authority.py", "check_authority"),)),
     ("repository lock", (("fs/lock.py", "acquire"),)),
-    ("read-back under the lock (inspect)", (("engine/inspect.py", "inspect"),)),
-    ("journal: steps + decision + action", ()),  # _locked minus inspect and apply_changes
+    ("read-back under the lock", (("engine/preconditions.py", "read_back"),)),
+    ("journal: steps + decision + action", (("engine/promote.py", "_journal"),)),
     ("write temps + fsync + journal", (("engine/promote.py", "_stage_temps"),)),
-    ("replaces and unlinks", (("engine/promote.py", "_apply_one"),)),
-    ("parent directory fsyncs", (("engine/promote.py", "_fsync_parents"),)),
-    ("final read-back + receipt (finish)", (("engine/promote.py", "finish"),)),
-    ("  of which receipt + journal", (("engine/promote.py", "complete"),)),
+    ("replaces and unlinks", (("engine/apply.py", "place"), ("engine/apply.py", "remove"))),
+    ("parent directory fsyncs", (("engine/apply.py", "fsync"),)),
+    ("final read-back + receipt (finish)", (("engine/outcome.py", "finish"),)),
+    ("  of which receipt + journal", (("engine/outcome.py", "complete"),)),
 )
 COSTS: tuple[tuple[str, _Lookup], ...] = (
     ("git subprocesses (run_git)", (("git/runner.py", "run_git"),)),
@@ -607,7 +607,7 @@ COSTS: tuple[tuple[str, _Lookup], ...] = (
         ),
     ),
     ("canonical JSON (canonical_bytes)", (("domain/canonical.py", "canonical_bytes"),)),
-    ("ledger event hashing", (("engine/ledger.py", "event_sha256"),)),
+    ("ledger event hashing", (("store/ledger.py", "event_sha256"),)),
     ("file fsyncs (os.fsync)", (("~", "<built-in method posix.fsync>"),)),
     ("unlinks (os.unlink)", (("~", "<built-in method posix.unlink>"),)),
     ("verify_chain re-walks", (("fs/chain.py", "verify_chain"),)),
@@ -634,14 +634,6 @@ def _cumulative(table: dict[_Key, _StatRow], lookup: _Lookup) -> tuple[float, in
                 seconds += ct
                 calls += nc
     return seconds, calls
-
-
-def _journal(table: dict[_Key, _StatRow]) -> float:
-    """The journal transaction before the writes: what ``_locked`` spends outside its calls."""
-    locked, _ = _cumulative(table, (("engine/promote.py", "_locked"),))
-    read_back, _ = _cumulative(table, (("engine/inspect.py", "inspect"),))
-    writes, _ = _cumulative(table, (("engine/promote.py", "apply_changes"),))
-    return locked - read_back - writes
 
 
 def _where(filename: str, line: int, func: str) -> str:
@@ -686,7 +678,7 @@ def profile_promotion(
     for title, rows in (("phase", PHASES), ("cross-cutting cost", COSTS)):
         lines.append(header.format(title))
         for label, lookup in rows:
-            seconds, calls = _cumulative(table, lookup) if lookup else (_journal(table), 1)
+            seconds, calls = _cumulative(table, lookup)
             lines.append(f"  {label:<38} {seconds:8.3f} {seconds / total:6.1%} {calls:7d}")
     lines += _ranked(table, own=False, top=top, title=f"top {top} by cumulative time:")
     lines += _ranked(table, own=True, top=top, title=f"top {top} by own time:")

@@ -30,9 +30,6 @@ from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
 
-Hook = Callable[[Services], None]
-STARTUP_HOOKS: list[Hook] = []
-
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     @asynccontextmanager
@@ -43,14 +40,11 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
-        for hook in STARTUP_HOOKS:
-            hook(app.state.services)
         try:
             yield
         finally:
-            runner = app.state.services.extras.get("runner")
-            if runner is not None:
-                runner.shutdown()
+            if app.state.services.runner is not None:
+                app.state.services.runner.shutdown()
             if owned:
                 app.state.services.close()
 

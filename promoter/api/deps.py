@@ -47,25 +47,19 @@ async def document_slot(services: Services) -> AsyncIterator[None]:
     the event loop, so neither memory nor contention for the GIL grows with the number of
     hostile submissions, and a client that sends slowly cannot hold a slot.
     """
-    slots = services.extras.get("document_slots")
-    if not isinstance(slots, anyio.Semaphore):
-        fresh = anyio.Semaphore(services.settings.max_concurrent_documents)
-        slots = services.extras.setdefault("document_slots", fresh)
-    assert isinstance(slots, anyio.Semaphore)
+    slots = services.once(
+        "document_slots", lambda: anyio.Semaphore(services.settings.max_concurrent_documents)
+    )
     async with slots:
         yield
 
 
 def run_quota(services: Services) -> RunQuota:
     """The daemon's one ledger of executor-run storage quotas (SPEC §10.10)."""
-    quota = services.extras.get("run_quota")
-    if not isinstance(quota, RunQuota):
-        fresh = RunQuota(
-            services.settings.state_dir / "quota", services.settings.executor_quota_bytes
-        )
-        quota = services.extras.setdefault("run_quota", fresh)
-    assert isinstance(quota, RunQuota)
-    return quota
+    settings = services.settings
+    return services.once(
+        "run_quota", lambda: RunQuota(settings.state_dir / "quota", settings.executor_quota_bytes)
+    )
 
 
 def _bearer(request: Request) -> str | None:

@@ -38,7 +38,7 @@ from promoter.domain.models import (
 )
 from promoter.domain.paths import check_path
 from promoter.errors import BadRequest, ConfigError, PathUnsafe, PromoterError, error_class
-from promoter.fs.chain import Root
+from promoter.fs.root import Root
 from promoter.git.readback import RepoLayout, commit_tree, discover, index_entries
 
 __all__ = ["capture_precondition", "parse_allow", "register"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
@@ -43,8 +42,7 @@ def verify_bundle(
 ) -> Verification:
     grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
-    cache = services.extras.setdefault(f"base_tree_cache:{repository.identity}", {})
-    assert isinstance(cache, dict)
+    cache = services.base_trees.setdefault(repository.identity, {})
     return verify(document, bundle, grant, services.blobs, GitBaseTree(repository.layout, cache))
 
 
@@ -110,7 +108,3 @@ def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
 def bundle_owner(services: Services, bundle_id: str) -> str | None:
     with services.db.session() as session:
         return repo.verification_run(session, bundle_id)
-
-
-def receipt_bytes(receipt: dict[str, Any]) -> bytes:
-    return canonical_bytes(receipt)

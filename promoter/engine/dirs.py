@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from promoter import faults
 from promoter.engine.services import Services
-from promoter.fs.chain import Root
+from promoter.fs.root import Root
 from promoter.store import journal
 
 

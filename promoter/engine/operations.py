@@ -24,13 +24,13 @@ from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
 from promoter.domain.state import classify
 from promoter.domain.states import OperationStatus
-from promoter.engine import ledger, promote
+from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
 from promoter.engine.ownership import Owner
 from promoter.engine.preconditions import leaf_report, read_back
-from promoter.engine.services import Services
+from promoter.engine.services import AttemptRunner, Services
 from promoter.errors import (
     OperationConflict,
     OperationUnknown,
@@ -40,8 +40,8 @@ from promoter.errors import (
     TargetDrift,
     VerificationFailed,
 )
-from promoter.fs.chain import Root
-from promoter.store import journal, repo
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo
 from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.operations")
@@ -104,16 +104,9 @@ def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
 _request_lock = threading.Lock()
 
 
-def runner(services: Services) -> Runner:
-    existing = services.extras.get("runner")
-    if isinstance(existing, Runner):
-        return existing
-    with _request_lock:
-        existing = services.extras.get("runner")
-        if not isinstance(existing, Runner):
-            existing = Runner(services)
-            services.extras["runner"] = existing
-        return existing
+def runner(services: Services) -> AttemptRunner:
+    """The daemon's attempt runner, made on first use."""
+    return services.once("runner", lambda: Runner(services))
 
 
 def request_promotion(
@@ -191,7 +184,7 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         steps = journal.steps(session, operation_id)
-        events = journal.events(session, operation_id)
+        events = ledger.events(session, operation_id)
         dirs = journal.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
         return {
@@ -208,6 +201,11 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             "code": row.code,
             "detail": row.detail,
             "receipt_sha256": row.receipt_sha256,
+            "event_ids": {
+                "decision": row.decision_event_id,
+                "action": row.action_event_id,
+                "outcome": row.outcome_event_id,
+            },
             "pre_snapshot": row.pre_snapshot,
             "post_snapshot": row.post_snapshot,
             "report": row.report,

@@ -36,18 +36,18 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.state import State
 from promoter.domain.states import OperationStatus, StepStatus
-from promoter.engine import ledger
 from promoter.engine.authority import Evidence
 from promoter.engine.check import run_check
-from promoter.engine.preconditions import leaf_report, spec, verdict
+from promoter.engine.preconditions import leaf_report, verdict
 from promoter.engine.repos import Repository
 from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
 from promoter.engine.worktree_diff import Baseline
 from promoter.errors import PromoterError
-from promoter.fs.chain import Root
-from promoter.store import journal, repo
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo
 
 CHECK_FAILED = "check_failed"
 CHECK_CHANGED = "check_changed_worktree"
@@ -70,8 +70,8 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
                 "path": change.path,
                 "verdict": found,
                 "actual": actual,
-                "expected_old": spec(change.old),
-                "expected_new": spec(change.new),
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
             }
         )
     return paths, all_new
@@ -304,7 +304,9 @@ def complete(
                 "outcome",
                 {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
             )
-            events = dict((row.report or {}).get("events", {}))
+            assert row.decision_event_id is not None and row.action_event_id is not None
+            events = {"decision": row.decision_event_id, "action": row.action_event_id}
+            row.outcome_event_id = outcome
             receipt = build_receipt(
                 operation_id,
                 evidence,
@@ -321,7 +323,6 @@ def complete(
     faults.point("after_receipt")
     with services.db.session() as session:
         row = journal.require(session, operation_id)
-        report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
-        row.report = {**report, "events": dict((row.receipt or {})["events"])}
+        row.report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         journal.set_status(session, row, OperationStatus.COMPLETED)
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")

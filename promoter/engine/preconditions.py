@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.state import State, StateLike, classify, observed
+from promoter.domain.state import State, classify, observed
 from promoter.errors import PathUnsafe, PromoterError
-from promoter.fs.chain import LeafState, Root
+from promoter.fs.chain import LeafState
+from promoter.fs.root import Root
 from promoter.git.readback import (
     RepoLayout,
     commit_tree,
@@ -38,11 +39,6 @@ from promoter.git.readback import (
     symbolic_head,
     tree_entries,
 )
-
-
-def spec(state: StateLike) -> dict[str, Any]:
-    """The journal's and the reports' form of a state."""
-    return State.of(state).wire()
 
 
 def leaf_report(leaf: LeafState) -> dict[str, Any]:
@@ -170,8 +166,8 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
             {
                 "path": change.path,
                 "operation": change.operation,
-                "expected_old": spec(change.old),
-                "expected_new": spec(change.new),
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
                 "actual": actual,
                 "index_expected": wanted_index[change.path],
                 "index_actual": index_now,

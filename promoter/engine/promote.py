@@ -22,7 +22,6 @@ layer's own and ``promoter.engine.outcome``'s).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from promoter import faults
@@ -31,28 +30,30 @@ from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import journal_steps
 from promoter.domain.state import State
-from promoter.domain.states import OperationStatus
-from promoter.engine import dirs, ledger, snapshots
-from promoter.engine.authority import Evidence, check_authority, recheck_evidence
+from promoter.domain.states import OperationStatus, StepStatus
+from promoter.engine import dirs, snapshots
+from promoter.engine.apply import Applier
+from promoter.engine.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.bundles import load_bundle
 from promoter.engine.grants import load_grant
 from promoter.engine.locking import repo_lock
 from promoter.engine.outcome import finish
-from promoter.engine.preconditions import read_back, spec
+from promoter.engine.preconditions import ReadBack, read_back
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
-from promoter.fs.atomic import Parent
-from promoter.fs.chain import Root
 from promoter.fs.lock import RepoLock
-from promoter.store import journal
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo
 
 log = logging.getLogger("promoter.promote")
 
 
 def targets_digest(changes: list[Change]) -> str:
     """sha256 of what the action is about to write: every path, operation and new state."""
-    listed = [{"path": c.path, "operation": c.operation, "new": spec(c.new)} for c in changes]
+    listed = [
+        {"path": c.path, "operation": c.operation, "new": State.of(c.new).wire()} for c in changes
+    ]
     return sha256_hex(canonical_bytes(listed))
 
 
@@ -74,38 +75,6 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
         )
 
 
-@dataclass
-class Batch:
-    """The in-flight writes of one attempt."""
-
-    operation_id: str
-    attempt: int
-    changes: list[Change]
-    parents: dict[int, Parent] = field(default_factory=dict)
-    temps: dict[int, str] = field(default_factory=dict)
-    created_dirs: list[str] = field(default_factory=list)
-    kept: list[dict[str, Any]] = field(default_factory=list)
-
-    def temp(self, seq: int) -> str:
-        """The journaled temp name of step ``seq`` in this attempt."""
-        return temp_name(self.operation_id, self.attempt, seq)
-
-    def close(self) -> None:
-        for parent in self.parents.values():
-            parent.close()
-
-    def drop_temps(self, from_seq: int = 0) -> None:
-        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own."""
-        for seq, temp in list(self.temps.items()):
-            if seq >= from_seq:
-                new = State.of(self.changes[seq].new)
-                try:
-                    self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
-                except (PromoterError, OSError):
-                    log.warning("could not remove temp file %s; left in place", temp)
-                self.temps.pop(seq, None)
-
-
 def attempt_of(services: Services, operation_id: str) -> int:
     with services.db.session() as session:
         return journal.require(session, operation_id).attempt
@@ -113,14 +82,18 @@ def attempt_of(services: Services, operation_id: str) -> int:
 
 def run(services: Services, operation_id: str, fence: int) -> None:
     """Carry out one attempt of a promotion; every outcome is journaled."""
-    with services.db.session() as session:
-        row = journal.require(session, operation_id)
-        bundle_id, receipt_sha = row.bundle_id, row.verification_receipt_sha256
-    assert bundle_id is not None and receipt_sha is not None
     try:
-        grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
-        check_authority(services, grant, fence)  # (1) authority
-        evidence = recheck_evidence(services, bundle_id, receipt_sha)  # (2) evidence
+        with services.db.session() as session:  # what the attempt decides on, read once
+            row = journal.require(session, operation_id)
+            bundle_id, receipt_sha = row.bundle_id, row.verification_receipt_sha256
+            assert bundle_id is not None and receipt_sha is not None
+            bundle = load_bundle(services, bundle_id)
+            grant = load_grant(services, bundle.grant_id)
+            lease = repo.get_lease(session, grant.workflow_id, grant.stage)
+        check_lease(grant, fence, lease)  # (1) authority
+        evidence = recheck_evidence(  # (2) evidence
+            services, bundle_id, receipt_sha, loaded=(bundle, grant)
+        )
         repository = services.registry.by_identity(evidence.grant.repository_identity)
     except PromoterError as exc:
         refuse(services, operation_id, exc)
@@ -132,7 +105,7 @@ def run(services: Services, operation_id: str, fence: int) -> None:
         refuse(services, operation_id, exc)
         return
     try:
-        _locked(services, operation_id, fence, evidence, repository, lock)
+        run_locked(services, operation_id, fence, evidence, repository, lock)
         if repository.config.snapshots:
             _snapshot(services, repository, operation_id, "post")
     finally:
@@ -147,7 +120,7 @@ def _snapshot(services: Services, repository: Repository, operation_id: str, whi
         log.warning("%s snapshot of %s failed: %s", which, operation_id, exc.detail)
 
 
-def _locked(
+def run_locked(
     services: Services,
     operation_id: str,
     fence: int,
@@ -156,7 +129,6 @@ def _locked(
     lock: RepoLock,
 ) -> None:
     try:
-        check_authority(services, evidence.grant, fence)  # again: time passed while waiting
         root = Root.open(repository.worktree)
     except PromoterError as exc:
         refuse(services, operation_id, exc)
@@ -178,40 +150,76 @@ def _locked(
             _snapshot(services, repository, operation_id, "pre")
         faults.point("before_journal")
         changes = list(evidence.bundle.changes)
-        with services.db.session() as session:
-            row = journal.require(session, operation_id)
-            journal.delete_steps(session, operation_id)
-            session.flush()
-            journal.add_steps(
-                session,
-                operation_id,
-                journal_steps(
-                    operation_id,
-                    row.attempt,
-                    [(c.path, c.operation, c.old.wire(), c.new.wire()) for c in changes],
-                ),
-            )
-            decision = ledger.append(
-                session,
-                operation_id,
-                "decision",
-                {
-                    "allowed": True,
-                    "fence": fence,
-                    "bundle_sha256": evidence.bundle.bundle_sha256,
-                    "verification_receipt_sha256": evidence.receipt_sha256,
-                    "already_new": [p["path"] for p in readback.paths if p["verdict"] == "new"],
-                },
-            )
-            action = ledger.append(
-                session,
-                operation_id,
-                "action",
-                {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
-            )
-            row.report = {"events": {"decision": decision, "action": action}}
+        try:
+            attempt = _journal(services, operation_id, fence, evidence, readback, root)
+        except PromoterError as exc:  # the transaction rolled back: nothing is journaled
+            refuse(services, operation_id, exc)
+            return
         faults.point("after_journal")
-        apply_changes(services, operation_id, root, lock, changes, evidence)
+        apply_changes(
+            services,
+            operation_id,
+            root,
+            lock,
+            changes,
+            evidence,
+            attempt=attempt,
+            dirs_journaled=True,
+        )
+
+
+def _journal(
+    services: Services,
+    operation_id: str,
+    fence: int,
+    evidence: Evidence,
+    readback: ReadBack,
+    root: Root,
+) -> int:
+    """(5) In one transaction: authority again, the steps, the directories, the events.
+
+    The lease is read again here, atomically with the plan: time passed while the lock
+    and the read-back were waited for. Returns the attempt.
+    """
+    changes = list(evidence.bundle.changes)
+    creates = dirs.missing_dirs(root, [c.path for c in changes if not c.old.exists])
+    grant = evidence.grant
+    with services.db.session() as session:
+        check_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
+        row = journal.require(session, operation_id)
+        journal.delete_steps(session, operation_id)
+        session.flush()
+        journal.add_steps(
+            session,
+            operation_id,
+            journal_steps(
+                operation_id,
+                row.attempt,
+                [(c.path, c.operation, c.old.wire(), c.new.wire()) for c in changes],
+            ),
+        )
+        decision = ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {
+                "allowed": True,
+                "fence": fence,
+                "bundle_sha256": evidence.bundle.bundle_sha256,
+                "verification_receipt_sha256": evidence.receipt_sha256,
+                "already_new": [p["path"] for p in readback.paths if p["verdict"] == "new"],
+            },
+        )
+        action = ledger.append(
+            session,
+            operation_id,
+            "action",
+            {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
+        )
+        row.decision_event_id, row.action_event_id = decision, action
+        row.outcome_event_id, row.report = None, None
+        journal.add_created_dirs(session, operation_id, creates)
+        return row.attempt
 
 
 def apply_changes(
@@ -224,23 +232,32 @@ def apply_changes(
     *,
     todo: set[int] | None = None,
     recovering: bool = False,
+    attempt: int | None = None,
+    dirs_journaled: bool = False,
 ) -> None:
-    """Write the steps in ``todo`` (default: all), then read back every target."""
-    batch = Batch(operation_id, attempt_of(services, operation_id), changes)
+    """Write the steps in ``todo`` (default: all), then read back every target.
+
+    ``dirs_journaled``: the caller journaled the directories the writes will create.
+    """
+    attempt = attempt_of(services, operation_id) if attempt is None else attempt
+    apply = Applier(root)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
-        creates = [c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists]
-        dirs.journal_intent(services, operation_id, root, creates)
-        _stage_temps(services, operation_id, root, batch, wanted)
+        if dirs_journaled:
+            faults.point("after_dir_intent")
+        else:
+            creates = [
+                c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists
+            ]
+            dirs.journal_intent(services, operation_id, root, creates)
+        _stage_temps(services, operation_id, attempt, apply, changes, wanted)
     except (PromoterError, OSError) as exc:
-        if isinstance(exc, PromoterError):  # directories made before the failing step
-            batch.created_dirs.extend(exc.context.get("created_dirs", []))
-        batch.drop_temps()
-        _remove_dirs(root, batch.created_dirs)
-        batch.close()
+        apply.drop_staged()
+        _remove_dirs(root, apply.created_dirs)
+        apply.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
-        if batch.kept:  # someone else's bytes were found at a temp name: fail closed
-            error.context["kept"] = [*error.context.get("kept", []), *batch.kept]
+        if apply.kept:  # someone else's bytes were found at a temp name: fail closed
+            error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
             finish(services, operation_id, root, changes, evidence, (-1, error))
             return
         if recovering:
@@ -259,25 +276,29 @@ def apply_changes(
                 continue
             if services.stopping.is_set():  # SIGTERM: stop between two steps
                 stopped = True
-                batch.drop_temps(seq)
+                apply.drop_staged(seq)
                 break
+            old, new = State.of(change.old), State.of(change.new)
             try:
-                _apply_one(root, batch, seq, change)
+                if new.exists:
+                    apply.place(seq, old, new)
+                else:
+                    apply.remove(seq, change.path, old, temp_name(operation_id, attempt, seq))
             except (PromoterError, OSError) as exc:
                 error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
                 failure = (seq, error)
-                batch.drop_temps(seq)
-                if batch.kept:
-                    error.context["kept"] = [*error.context.get("kept", []), *batch.kept]
+                apply.drop_staged(seq)
+                if apply.kept:
+                    error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
                 break
             applied.append(seq)
         faults.point("after_replaces")
-        _fsync_parents(batch)
+        apply.fsync()
     except (PromoterError, OSError) as exc:
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
         failure = failure or (-1, error)
     finally:
-        batch.close()
+        apply.close()
     if stopped and failure is None:
         _leave_for_recovery(services, operation_id, applied)
         return
@@ -290,7 +311,7 @@ def _leave_for_recovery(services: Services, operation_id: str, applied: list[int
         row = journal.require(session, operation_id)
         for step in journal.steps(session, operation_id):
             if step.seq in applied:
-                step.status = OperationStatus.COMPLETED
+                step.status = StepStatus.COMPLETED
         journal.set_status(
             session,
             row,
@@ -301,43 +322,29 @@ def _leave_for_recovery(services: Services, operation_id: str, applied: list[int
 
 
 def _stage_temps(
-    services: Services, operation_id: str, root: Root, batch: Batch, wanted: set[int]
+    services: Services,
+    operation_id: str,
+    attempt: int,
+    apply: Applier,
+    changes: list[Change],
+    wanted: set[int],
 ) -> None:
-    for seq, change in enumerate(batch.changes):
+    for seq, change in enumerate(changes):
         if not change.new.exists or seq not in wanted:
             continue
-        assert change.new.sha256 is not None and change.new.mode is not None
+        assert change.new.sha256 is not None
         if services.stopping.is_set():
             raise Stopped("the daemon is stopping; nothing was written")
-        parent = root.open_parent(change.path, create=True)
-        batch.parents[seq] = parent
-        batch.created_dirs.extend(parent.created_dirs)
         data = services.blobs.read(change.new.sha256)
-        batch.temps[seq] = parent.write_temp(data, change.new.mode, temp=batch.temp(seq))
-    with services.db.session() as session:
-        journal.set_temp_names(session, operation_id, batch.temps)
-        journal.add_created_dirs(session, operation_id, batch.created_dirs)
-    faults.point("after_temps_journaled")
-
-
-def _apply_one(root: Root, batch: Batch, seq: int, change: Change) -> None:
-    if change.new.exists:
-        batch.parents[seq].replace(
-            batch.temps.pop(seq), expected_old=State.of(change.old), new=State.of(change.new)
+        apply.stage(
+            seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
         )
-        return
-    parent = root.open_parent(change.path, create=False)
-    batch.parents[seq] = parent
-    parent.unlink_checked(State.of(change.old), aside=batch.temp(seq))
-
-
-def _fsync_parents(batch: Batch) -> None:
-    seen: set[str] = set()
-    for parent in batch.parents.values():
-        directory = "/".join(parent.dir_parts)
-        if directory not in seen:
-            seen.add(directory)
-            parent.fsync()
+    with services.db.session() as session:
+        journal.set_temp_names(
+            session, operation_id, {seq: temp for seq, (temp, _) in apply.staged.items()}
+        )
+        journal.add_created_dirs(session, operation_id, apply.created_dirs)
+    faults.point("after_temps_journaled")
 
 
 def _remove_dirs(root: Root, created: list[str]) -> None:

@@ -34,8 +34,8 @@ from promoter.domain.plan import Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.state import Verdict
 from promoter.domain.states import OperationStatus, StepStatus, guard
-from promoter.engine import ledger, outcome, promote
-from promoter.engine.authority import Evidence, recheck_evidence
+from promoter.engine import outcome, promote
+from promoter.engine.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.preconditions import leaf_report, verdict
@@ -43,9 +43,9 @@ from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
-from promoter.errors import LeaseStale, OperationUnknown, PromoterError
-from promoter.fs.chain import Root
-from promoter.store import journal, repo
+from promoter.errors import OperationUnknown, PromoterError
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo
 from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.recover")
@@ -107,19 +107,6 @@ def _load(session: Any, operation_id: str) -> OperationRow:
     return row
 
 
-def _check_lease(
-    services: Services, workflow_id: str, stage: str, grant_fence: int, fence: int
-) -> None:
-    with services.db.session() as session:
-        lease = repo.get_lease(session, workflow_id, stage)
-    if lease is None:
-        raise LeaseStale("recovery needs a lease for the grant's workflow stage")
-    if lease.fence != fence:
-        raise LeaseStale(f"the request's fence {fence} is not the lease's fence {lease.fence}")
-    if lease.fence < grant_fence:
-        raise LeaseStale(f"the lease's fence {lease.fence} is lower than the grant's {grant_fence}")
-
-
 def recover(
     services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
@@ -140,7 +127,8 @@ def recover(
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
-    _check_lease(services, grant.workflow_id, grant.stage, grant.fence, fence)
+    with services.db.session() as session:
+        check_recovery_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
     repository = services.registry.by_identity(grant.repository_identity)
     lock = repo_lock(services, repository)
     lock.acquire()
@@ -155,7 +143,7 @@ def recover(
             has_steps = bool(journal.steps(session, operation_id))
         claimed = True
         if not has_steps:  # died before the journal: nothing was written
-            promote._locked(services, operation_id, fence, evidence, repository, lock)
+            promote.run_locked(services, operation_id, fence, evidence, repository, lock)
         else:
             with Root.open(repository.worktree) as root:
                 _reclassify(services, operation_id, root, lock, evidence, reason="recovery")

@@ -50,7 +50,7 @@ from promoter.domain.paths import temp_name
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
 from promoter.domain.state import State, observed
 from promoter.domain.states import OperationStatus
-from promoter.engine import ledger
+from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
@@ -64,8 +64,9 @@ from promoter.errors import (
     TargetDrift,
     WriteFailed,
 )
-from promoter.fs.chain import LeafState, Root
-from promoter.store import journal, repo
+from promoter.fs.chain import LeafState
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo
 from promoter.store.tables import OperationRow
 
 ROLLBACK_FROM = {"completed", "needs_reconciliation", "applied_unverified"}
@@ -410,20 +411,19 @@ def _one(
     move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
     if move is not RollbackMove.WRITE_OLD:
         return move.value, leaf, None
+    apply = Applier(root)
     try:
         if old.exists:
-            assert old.sha256 is not None and old.mode is not None
+            assert old.sha256 is not None
             data = services.blobs.read(old.sha256)
-            with root.open_parent(step["path"], create=True) as parent:
-                temp = parent.write_temp(data, old.mode, temp=aside)
-                parent.replace(temp, expected_old=new, new=old)
-                parent.fsync()
+            apply.write(0, step["path"], new, old, data, aside)
         else:
-            with root.open_parent(step["path"], create=False) as parent:
-                parent.unlink_checked(new, aside=aside)
-                parent.fsync()
+            apply.remove(0, step["path"], new, aside)
+        apply.sync(0)
+        apply.close()
         leaf = root.read_state(step["path"])
     except (PromoterError, OSError) as exc:
+        apply.close()
         if isinstance(exc, PromoterError):
             kept.extend(exc.context.get("kept", []))
         try:

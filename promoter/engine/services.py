@@ -3,14 +3,23 @@
 ``build_services(settings)`` creates the state directory layout, migrates the database,
 creates the trusted tokens on first start and checks every configured repository. Nothing
 here runs at import time; the API's lifespan and the CLI call it.
+
+Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
+pool, made on first use by ``promoter.engine.operations.runner``), the host signing key
+(``promoter.engine.signing.host_key``), the per-repository base-tree caches, the run
+quota ledger and the API's document slots. Deliberately not here: creating any of them
+but the stores (each is made where it is used, once).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from promoter.config import Settings
 from promoter.engine.repos import Registry
@@ -19,6 +28,22 @@ from promoter.store.audit import AuditStore
 from promoter.store.blobs import BlobStore
 from promoter.store.credentials import Authenticator, Role, ensure_trusted_tokens
 from promoter.store.durable import make_dirs
+
+if TYPE_CHECKING:
+    import anyio
+
+    from promoter.engine.signing import HostKey
+    from promoter.store.quota import RunQuota
+
+T = TypeVar("T")
+
+
+class AttemptRunner(Protocol):
+    """Runs promotion attempts off the request thread (``promoter.engine.operations``)."""
+
+    def submit(self, operation_id: str, fence: int) -> Future[None]: ...
+    def future(self, operation_id: str) -> Future[None] | None: ...
+    def shutdown(self) -> None: ...
 
 
 @dataclass
@@ -30,9 +55,26 @@ class Services:
     registry: Registry
     auth: Authenticator
     tokens: dict[Role, str]
-    extras: dict[str, object] = field(default_factory=dict)
+    runner: AttemptRunner | None = None
+    host_key: HostKey | None = None
+    # base-tree states per repository identity, keyed by (tree, path): git objects never change
+    base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    run_quota: RunQuota | None = None
+    document_slots: anyio.Semaphore | None = None
     # set on SIGTERM: running attempts stop after the current step and are left for recovery
     stopping: threading.Event = field(default_factory=threading.Event)
+    _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def once(self, name: str, make: Callable[[], T]) -> T:
+        """The field ``name``, made by ``make()`` the first time (thread-safe)."""
+        value = getattr(self, name)
+        if value is None:
+            with self._once:
+                value = getattr(self, name)
+                if value is None:
+                    value = make()
+                    setattr(self, name, value)
+        return value  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.db.dispose()

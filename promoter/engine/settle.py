@@ -20,7 +20,7 @@ from typing import Any
 from promoter.domain.state import State
 from promoter.errors import PromoterError
 from promoter.fs.aside import beside, kept_earlier, settle
-from promoter.fs.chain import Root
+from promoter.fs.root import Root
 
 log = logging.getLogger("promoter.settle")
 

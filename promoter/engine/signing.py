@@ -155,13 +155,10 @@ def _read_key_file(path: Path) -> bytes | None:
 
 
 def host_key(services: Services) -> HostKey:
-    """The daemon's key, loaded (or created) once and kept in ``services.extras``."""
-    cached = services.extras.get("host_key")
-    if isinstance(cached, HostKey):
-        return cached
-    key = HostKey.load_or_create(services.settings.credentials_dir)
-    services.extras["host_key"] = key
-    return key
+    """The daemon's key, loaded (or created) once and kept in ``services.host_key``."""
+    return services.once(
+        "host_key", lambda: HostKey.load_or_create(services.settings.credentials_dir)
+    )
 
 
 # --- DSSE -----------------------------------------------------------------------------------

@@ -29,14 +29,13 @@ from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
-from promoter.domain.state import Verdict
+from promoter.domain.state import State, Verdict
 from promoter.domain.states import OperationStatus, StepStatus
-from promoter.engine import ledger
 from promoter.engine.ownership import Owner
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
-from promoter.engine.snapshot_steps import Step, StepRun, dir_key, spec
+from promoter.engine.snapshot_steps import Step, StepRun, dir_key
 from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
 from promoter.errors import (
     NotRecoverable,
@@ -47,10 +46,10 @@ from promoter.errors import (
     SnapshotStale,
     TargetDrift,
 )
-from promoter.fs.chain import Root
 from promoter.fs.leaf import split_rel
+from promoter.fs.root import Root
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal
+from promoter.store import journal, ledger
 from promoter.store.repo import now
 from promoter.store.tables import OperationRow
 
@@ -208,15 +207,14 @@ def _journal(
             "action",
             {
                 "targets": [
-                    {"path": s.path, "operation": s.operation, "new": spec(s.new)} for s in steps
+                    {"path": s.path, "operation": s.operation, "new": State.of(s.new).wire()}
+                    for s in steps
                 ]
             },
         )
-        row.report = {
-            "restore_to": target,
-            "from": current,
-            "events": {"decision": decision, "action": action},
-        }
+        row.report = {"restore_to": target, "from": current}
+        row.decision_event_id, row.action_event_id = decision, action
+        row.outcome_event_id = None
     return operation_id
 
 

@@ -27,18 +27,19 @@ from typing import Any
 from promoter.domain.paths import temp_name
 from promoter.domain.state import State, classify
 from promoter.domain.states import OperationStatus
-from promoter.engine import ledger
+from promoter.engine.apply import Applier
 from promoter.engine.dirs import journal_intent
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept
 from promoter.errors import PromoterError, TargetDrift, WriteFailed
-from promoter.fs.chain import LeafState, Root
+from promoter.fs.chain import LeafState
 from promoter.fs.lock import RepoLock
+from promoter.fs.root import Root
 from promoter.git.objects import CatFile
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal
+from promoter.store import journal, ledger
 
-__all__ = ["Step", "StepRun", "dir_key", "spec", "verdict_of"]
+__all__ = ["Step", "StepRun", "dir_key", "verdict_of"]
 
 log = logging.getLogger("promoter.restore")
 
@@ -55,10 +56,6 @@ class Step:
 def dir_key(path: str) -> tuple[bytes, bytes]:
     directory, _, name = path.rpartition("/")
     return os.fsencode(directory), os.fsencode(name)
-
-
-def spec(state: dict[str, Any]) -> dict[str, Any]:
-    return State.of(state).wire()
 
 
 def verdict_of(leaf: LeafState, step: Step) -> str:
@@ -136,17 +133,14 @@ class StepRun:
         return self.finish()
 
     def _delete(self, step: Step, sync: bool) -> None:
+        apply = Applier(self.root)
         try:
-            parent = self.root.open_parent(step.path, create=False)
-        except TargetDrift as exc:
-            if exc.context.get("found") == "missing_parent":
-                return  # already gone, with its directory
-            raise
-        with parent:
-            parent.unlink_checked(State.of(step.old), aside=self.temp(step))
-            self.touched = True
-            if sync:
-                parent.fsync()
+            if apply.remove(0, step.path, State.of(step.old), self.temp(step), gone_ok=True):
+                self.touched = True  # already gone, with its directory, when False
+                if sync:
+                    apply.sync(0)
+        finally:
+            apply.close()
 
     def _remove_emptied(self, deletes: list[Step]) -> None:
         """rmdir the deleted files' directories that are now empty and not in the target.
@@ -166,21 +160,19 @@ class StepRun:
 
     def _write(self, cat: CatFile, step: Step, sync: bool) -> None:
         assert step.oid is not None
+        apply = Applier(self.root)
+        old, new = State.of(step.old), State.of(step.new)
         try:
-            parent = self.root.open_parent(step.path, create=True)
-        except PromoterError as exc:
-            self.created.extend(exc.context.get("created_dirs", []))
-            raise
-        with parent:
-            self.created.extend(parent.created_dirs)
-            self.touched = self.touched or bool(parent.created_dirs)
-            temp = parent.write_temp(
-                cat.read_blob(step.oid), step.new["mode"], temp=self.temp(step)
-            )
-            parent.replace(temp, expected_old=State.of(step.old), new=State.of(step.new))
+            apply.stage(0, step.path, new, cat.read_blob(step.oid), self.temp(step))
+            apply.place(0, old, new)
             self.touched = True
             if sync:
-                parent.fsync()
+                apply.sync(0)
+        finally:
+            held = apply.parents.get(0)
+            self.touched = self.touched or bool(held is not None and held.created_dirs)
+            self.created.extend(apply.created_dirs)
+            apply.close()
 
     def finish(self) -> str:
         """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""
@@ -227,7 +219,7 @@ class StepRun:
             payload = {"status": status, "code": code, **dirs}
             outcome = ledger.append(session, row.operation_id, "outcome", payload)
             report = {**(row.report or {}), "paths": problems, **dirs}
-            report["events"] = {**report.get("events", {}), "outcome": outcome}
+            row.outcome_event_id = outcome
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
             kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]

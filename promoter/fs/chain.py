@@ -1,7 +1,8 @@
-"""Descriptor chains from a worktree root.
+"""Descriptor chains from a worktree root: one directory component at a time.
 
-This module owns every lookup promoter makes in a worktree: it opens the root once and
-reaches any directory below it one component at a time with
+This module and ``root.py`` (``Root``: the held worktree root, the walk, ``open_parent``,
+``read_state``, ``remove_dir_if_empty``) own every lookup promoter makes in a worktree:
+the root is opened once and any directory below it is reached one component at a time with
 ``O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`` relative to the previous descriptor. A symlink
 anywhere on a chain is refused with ``PathUnsafe``. Leaf states (``LeafState``,
 ``ExpectedState``) are defined in ``leaf.py`` and re-exported here.
@@ -34,14 +35,14 @@ Choices made here:
 Fault point called here: ``after_mkdir`` (a new directory was made and the directory
 holding it fsynced).
 
-Deliberately not here: changing files (``atomic.py``, whose ``Parent`` extends
-``ParentChain``), the repository lock (``lock.py``), and what a state means for a
-promotion. Residual risks: a held directory moved out of the root after a
-``verify_chain`` is only seen by the next one; a file mounted on a leaf's name and
-unmounted again between the read and its check goes unseen, so that read returned the
-mounted bytes (a rename or unlink onto a mount point fails with ``EBUSY``: nothing is
-written through one); with neither ``statx`` mount ids nor ``/proc``, a bind mount of
-the root's own filesystem looks like an ordinary directory.
+Deliberately not here: the root and the walk (``root.py``), changing files
+(``atomic.py``, whose ``Parent`` extends ``ParentChain``), the repository lock
+(``lock.py``), and what a state means for a promotion. Residual risks: a held directory
+moved out of the root after a ``verify_chain`` is only seen by the next one; a file
+mounted on a leaf's name and unmounted again between the read and its check goes unseen,
+so that read returned the mounted bytes (a rename or unlink onto a mount point fails
+with ``EBUSY``: nothing is written through one); with neither ``statx`` mount ids nor
+``/proc``, a bind mount of the root's own filesystem looks like an ordinary directory.
 """
 
 from __future__ import annotations
@@ -53,40 +54,45 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from promoter import faults
-from promoter.errors import PathUnsafe, PromoterError, TargetDrift
+from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs.leaf import (
-    MISSING,
     ExpectedState,
     LeafState,
     os_error,
     read_leaf,
-    split_rel,
 )
-from promoter.fs.syscalls import mount_id, open_dir_component
+from promoter.fs.syscalls import open_dir_component
 
-if TYPE_CHECKING:
-    from promoter.fs.atomic import Parent
+if TYPE_CHECKING:  # types only: root.py imports this module
+    from promoter.fs.root import Root
 
-__all__ = ["ExpectedState", "LeafState", "Parent", "ParentChain", "Root"]
+__all__ = [
+    "ON_ANOTHER_MOUNT",
+    "ExpectedState",
+    "HoldsFd",
+    "LeafState",
+    "ParentChain",
+    "Walked",
+    "open_dir",
+]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
 
 
-def _open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
+def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
     """Open one directory component below ``dir_fd``; None when it does not exist.
 
     With ``openat2`` the lookup itself refuses to enter a mount (``RESOLVE_NO_XDEV``);
     the device id is compared either way.
     """
     try:
-        fd = open_dir_component(dir_fd, name, _DIR_FLAGS)
+        fd = open_dir_component(dir_fd, name, DIR_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
         if exc.errno == errno.EXDEV:
-            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at) from exc
+            raise PathUnsafe(ON_ANOTHER_MOUNT, path=rel, at=at) from exc
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise os_error("opening a directory", rel, exc) from exc
         try:
@@ -110,13 +116,13 @@ def _open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int |
 
 
 @dataclass
-class _Walked:
+class Walked:
     fd: int
     ids: list[tuple[int, int]]
     created: list[str]
 
 
-class _HoldsFd:
+class HoldsFd:
     """Closes ``fd`` once, on ``close()`` or at the end of a ``with`` block."""
 
     fd: int
@@ -138,7 +144,7 @@ class _HoldsFd:
         self.close()
 
 
-class ParentChain(_HoldsFd):
+class ParentChain(HoldsFd):
     """An open descriptor of the directory holding ``name``, reached from a ``Root``.
 
     ``ids`` holds the (dev, ino) of every directory from the root's first child down to
@@ -174,7 +180,7 @@ class ParentChain(_HoldsFd):
             for depth, name in enumerate(self.dir_parts):
                 at = "/".join(self.dir_parts[: depth + 1])
                 try:
-                    nxt = _open_dir(current, name, self.rel, at, self.root.dev)
+                    nxt = open_dir(current, name, self.rel, at, self.root.dev)
                 except TargetDrift as exc:
                     raise PathUnsafe("a held directory was replaced", path=self.rel, at=at) from exc
                 os.close(current)
@@ -203,190 +209,3 @@ class ParentChain(_HoldsFd):
         state = read_leaf(self.fd, self.name, self.rel, self.root.dev)
         self.root.check_mount(self.fd, self.name, self.rel)
         return state
-
-
-class Root(_HoldsFd):
-    """The worktree root, held open by descriptor; every lookup starts here."""
-
-    def __init__(self, path: str, fd: int, dev: int, ino: int, mnt_id: int | None = None) -> None:
-        self.path = path
-        self.fd = fd
-        self.dev = dev
-        self.ino = ino
-        self.mnt_id = mnt_id
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Root:
-        """Open ``path`` (the caller resolves it, e.g. with realpath) as the root.
-
-        A relative path is made absolute first, so ``recheck`` does not depend on the
-        working directory. The root's mount id is read once here (None: this process
-        cannot read mount ids, and only device ids are compared).
-        """
-        spath = os.path.abspath(os.fspath(path))
-        try:
-            fd = os.open(spath, _DIR_FLAGS)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise PathUnsafe("worktree root is not a directory", path=spath) from exc
-            raise os_error("opening the worktree root", spath, exc) from exc
-        try:
-            st = os.fstat(fd)
-            mnt_id = mount_id(fd)
-        except OSError as exc:
-            os.close(fd)
-            raise os_error("inspecting the worktree root", spath, exc) from exc
-        return cls(spath, fd, st.st_dev, st.st_ino, mnt_id)
-
-    def check_mount(self, dir_fd: int, name: str, rel: str, at: str | None = None) -> None:
-        """Raise ``PathUnsafe`` unless ``dir_fd`` (``name=""``), or its entry ``name``, is on
-        the root's mount; ``dir_fd`` must then be a held directory on it. A missing entry passes.
-        """
-        if self.mnt_id is None:
-            return
-        try:
-            found = mount_id(dir_fd, name)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise os_error("reading a mount id", rel, exc) from exc
-        if found != self.mnt_id:
-            raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=at or rel, mount_id=found)
-
-    def recheck(self) -> None:
-        """Raise ``PathUnsafe`` if the root's path no longer names the held directory."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-        except OSError as exc:
-            raise PathUnsafe("worktree root is gone", path=self.path) from exc
-        if (st.st_dev, st.st_ino) != (self.dev, self.ino):
-            raise PathUnsafe("worktree root was renamed or replaced", path=self.path)
-
-    def _walk(self, rel: str, dir_parts: list[str], *, create: bool) -> _Walked | None:
-        """Open the chain to ``dir_parts``; None if a directory is missing and not created."""
-        current = os.dup(self.fd)
-        walked = _Walked(fd=-1, ids=[], created=[])
-        try:
-            for depth, name in enumerate(dir_parts):
-                at = "/".join(dir_parts[: depth + 1])
-                nxt = _open_dir(current, name, rel, at, self.dev)
-                if nxt is None and create:
-                    if self._mkdir(current, name, at):
-                        walked.created.append(at)  # recorded before the sync can fail
-                        self._sync_new_dir(current, rel)
-                    nxt = _open_dir(current, name, rel, at, self.dev)
-                os.close(current)
-                current = -1
-                if nxt is None:
-                    return None
-                current = nxt
-                self.check_mount(current, "", rel, at)
-                st = os.fstat(current)
-                walked.ids.append((st.st_dev, st.st_ino))
-                if not (walked.created and walked.created[-1] == at):
-                    self._refuse_nested_repository(current, rel, at)
-        except BaseException as exc:
-            if current >= 0:
-                os.close(current)
-            error = os_error("opening a directory", rel, exc) if isinstance(exc, OSError) else exc
-            if isinstance(error, PromoterError) and walked.created:
-                error.context["created_dirs"] = list(walked.created)
-            if error is exc:
-                raise
-            raise error from exc
-        walked.fd = current
-        return walked
-
-    @staticmethod
-    def _mkdir(dir_fd: int, name: str, at: str) -> bool:
-        try:
-            os.mkdir(name, mode=0o777, dir_fd=dir_fd)
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            raise os_error("creating a directory", at, exc) from exc
-        return True
-
-    @staticmethod
-    def _sync_new_dir(dir_fd: int, rel: str) -> None:
-        try:
-            os.fsync(dir_fd)
-            faults.point("after_mkdir")
-        except OSError as exc:
-            raise os_error("syncing a new directory", rel, exc) from exc
-
-    @staticmethod
-    def _refuse_nested_repository(dir_fd: int, rel: str, at: str) -> None:
-        try:
-            os.stat(".git", dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise os_error("inspecting a directory", rel, exc) from exc
-        raise PathUnsafe("path is inside a nested repository", path=rel, at=at)
-
-    def open_parent(self, rel: str, *, create: bool) -> Parent:
-        """Open the directory holding ``rel`` through a descriptor chain.
-
-        With ``create=True`` missing directories are made (``mkdir`` with mode 0o777,
-        the umask applies), each fsynced into its parent and listed shallowest first in
-        ``created_dirs``; if the walk then fails, the error's context carries the
-        ``created_dirs`` made so far. Without ``create`` a missing directory raises
-        ``TargetDrift`` (``found="missing_parent"``).
-        """
-        from promoter.fs.atomic import Parent  # imported here: atomic.py extends this module
-
-        parts = split_rel(rel)
-        walked = self._walk(rel, parts[:-1], create=create)
-        if walked is None:
-            raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
-        return Parent(self, rel, walked.fd, walked.ids, walked.created)
-
-    def _open_chain(self, rel: str) -> ParentChain | None:
-        parts = split_rel(rel)
-        walked = self._walk(rel, parts[:-1], create=False)
-        if walked is None:
-            return None
-        return ParentChain(self, rel, walked.fd, walked.ids, walked.created)
-
-    def read_state(self, rel: str) -> LeafState:
-        """Read what is at ``rel`` now, through a fresh chain, verified after reading."""
-        chain = self._open_chain(rel)
-        if chain is None:
-            return MISSING
-        with chain:
-            state = chain.leaf_state()
-            chain.verify_chain()
-        return state
-
-    def remove_dir_if_empty(self, rel: str) -> bool:
-        """``rmdir`` directory ``rel`` if empty; False if missing, non-empty or not a directory."""
-        chain = self._open_chain(rel)
-        if chain is None:
-            return False
-        with chain:
-            try:
-                st = os.stat(chain.name, dir_fd=chain.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return False
-            except OSError as exc:
-                raise os_error("inspecting a directory", rel, exc) from exc
-            if not stat.S_ISDIR(st.st_mode):
-                return False
-            if st.st_dev != self.dev:
-                raise PathUnsafe("a directory is on another device (a mount)", path=rel)
-            self.check_mount(chain.fd, chain.name, rel)
-            chain.verify_chain()
-            try:
-                os.rmdir(chain.name, dir_fd=chain.fd)
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
-                    return False
-                if exc.errno == errno.EBUSY:  # a mount point, placed after the check
-                    raise PathUnsafe(_ON_ANOTHER_MOUNT, path=rel, at=rel) from exc
-                raise os_error("removing a directory", rel, exc) from exc
-            try:
-                os.fsync(chain.fd)
-            except OSError as exc:
-                raise os_error("syncing a directory", rel, exc) from exc
-        return True

@@ -1,9 +1,9 @@
-"""The journal and the event ledger (SPEC §5.3) in the database.
+"""The journal (SPEC §5.3) in the database: operations, attempts, steps, created directories.
 
-Operations, their attempts and steps, the directories they created, and each
-operation's hash-chained events. Functions take an open ``Session``; the engine decides
-what goes into one transaction (every state change is committed before the next side
-effect). Event hashing is pure and lives in ``promoter.engine.ledger``.
+Functions take an open ``Session``; the engine decides what goes into one transaction
+(every state change is committed before the next side effect). Every status change goes
+through the transition table of ``promoter.domain.states`` (the row refuses any other).
+Deliberately not here: the hash-chained events (``promoter.store.ledger``).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.states import OperationStatus, StepStatus
+from promoter.errors import OperationUnknown
 from promoter.store.repo import now
-from promoter.store.tables import AttemptRow, CreatedDirRow, EventRow, OperationRow, StepRow
+from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
 
 
 def get_operation(session: Session, operation_id: str) -> OperationRow | None:
@@ -27,7 +28,9 @@ def require(session: Session, operation_id: str) -> OperationRow:
     """The operation row, which the caller knows exists."""
     row = session.get(OperationRow, operation_id)
     if row is None:
-        raise LookupError(f"operation {operation_id} vanished from the journal")
+        raise OperationUnknown(
+            f"operation {operation_id} vanished from the journal", operation_id=operation_id
+        )
     return row
 
 
@@ -157,23 +160,3 @@ def delete_created_dirs(session: Session, operation_id: str) -> None:
 def created_dirs(session: Session, operation_id: str) -> list[CreatedDirRow]:
     query = select(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id)
     return list(session.scalars(query.order_by(CreatedDirRow.seq)))
-
-
-def events(session: Session, operation_id: str) -> list[EventRow]:
-    query = select(EventRow).where(EventRow.operation_id == operation_id).order_by(EventRow.seq)
-    return list(session.scalars(query))
-
-
-def last_event(session: Session, operation_id: str) -> EventRow | None:
-    query = (
-        select(EventRow)
-        .where(EventRow.operation_id == operation_id)
-        .order_by(EventRow.seq.desc())
-        .limit(1)
-    )
-    return session.scalars(query).first()
-
-
-def event_count(session: Session, operation_id: str) -> int:
-    query = select(func.count()).select_from(EventRow).where(EventRow.operation_id == operation_id)
-    return int(session.scalar(query) or 0)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from promoter.domain.state import State
 from promoter.engine import outcome, promote
+from promoter.engine.apply import Applier
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote as request_promotion
 from tests.support.promotion import submit
@@ -20,9 +22,9 @@ def test_fault_before_the_journal_is_refused(
     _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
 
     def broken(*args: object, **kwargs: object) -> object:
-        raise RuntimeError("inspect broke")
+        raise RuntimeError("read-back broke")
 
-    monkeypatch.setattr(promote, "inspect", broken)
+    monkeypatch.setattr(promote, "read_back", broken)
     view = request_promotion(daemon, bundle, receipt).json()
     assert (view["status"], view["code"]) == ("refused", "internal")
     assert (repo / "src" / "app.py").read_bytes() == V1
@@ -52,15 +54,15 @@ def test_stopping_daemon_leaves_the_attempt_for_recovery(
 ) -> None:
     changes = [("src/app.py", V1, V2), ("src/b.txt", None, b"b\n"), ("src/c.txt", None, b"c\n")]
     _, bundle, receipt = submit(daemon, repo, identity, changes)
-    real = promote._apply_one
+    real = Applier.place
     calls: list[int] = []
 
-    def stop_after_first(root: object, batch: object, seq: int, change: object) -> None:
-        real(root, batch, seq, change)  # type: ignore[arg-type]
+    def stop_after_first(self: Applier, seq: int, old: State, new: State) -> None:
+        real(self, seq, old, new)
         calls.append(seq)
         daemon.services.stopping.set()  # as SIGTERM does, between two steps
 
-    monkeypatch.setattr(promote, "_apply_one", stop_after_first)
+    monkeypatch.setattr(Applier, "place", stop_after_first)
     view = request_promotion(daemon, bundle, receipt).json()
     assert (view["status"], view["code"]) == ("needs_recovery", "stopped")
     assert [s["status"] for s in view["steps"]] == ["completed", "pending", "pending"]
@@ -69,7 +71,7 @@ def test_stopping_daemon_leaves_the_attempt_for_recovery(
     assert not (repo / "src" / "c.txt").exists()
     assert not list(repo.rglob(".promoter-tmp-*"))
     daemon.services.stopping.clear()
-    monkeypatch.setattr(promote, "_apply_one", real)
+    monkeypatch.setattr(Applier, "place", real)
     with daemon.orchestrator() as orch:
         done = orch.post(f"/v1/operations/{view['operation_id']}/recover", json={"fence": 7})
     assert done.json()["status"] == "completed"

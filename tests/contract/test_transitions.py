@@ -9,7 +9,6 @@ on the row instead of through ``journal.set_status``.
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,6 @@ from promoter.store import journal
 from promoter.store.db import Database, upgrade
 from promoter.store.repo import now
 from promoter.store.tables import OperationRow, StepRow
-
 
 _ids = itertools.count()
 

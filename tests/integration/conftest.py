@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from promoter.fs.chain import Root
+from promoter.fs.root import Root
 
 
 @pytest.fixture

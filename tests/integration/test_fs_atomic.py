@@ -17,8 +17,9 @@ from promoter import faults
 from promoter.domain.paths import temp_name
 from promoter.errors import PathUnsafe, TargetDrift, WriteFailed
 from promoter.fs.aside import settle
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import ExpectedState
 from promoter.fs.leaf import TEMP_PREFIX
+from promoter.fs.root import Root
 
 MISSING = ExpectedState(False, None, None)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from promoter.errors import PathUnsafe
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import ExpectedState
 from promoter.fs.lock import RepoLock
+from promoter.fs.root import Root
 from tests.support.fsutil import delete, snapshot, state, write
 
 MISSING = ExpectedState(False, None, None)

@@ -17,7 +17,7 @@ import pytest
 
 from promoter.errors import PathUnsafe, WriteFailed
 from promoter.fs import chain, syscalls
-from promoter.fs.chain import Root
+from promoter.fs.root import Root
 from tests.support.fsutil import MISSING, snapshot, state, write
 from tests.support.mounts import bind_mount, is_mount_point
 

@@ -15,8 +15,9 @@ from promoter import faults
 from promoter.domain.paths import temp_name
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs import syscalls
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import ExpectedState
 from promoter.fs.leaf import TEMP_PREFIX
+from promoter.fs.root import Root
 from tests.support.fsutil import delete, snapshot, state, write
 
 MISSING = ExpectedState(False, None, None)

@@ -17,7 +17,8 @@ import pytest
 
 from promoter.domain.paths import temp_name
 from promoter.fs.aside import settle
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import ExpectedState
+from promoter.fs.root import Root
 
 TMP = temp_name("op_table", 1, 0)
 KEPT = ".promoter-kept-op_table-1-0"

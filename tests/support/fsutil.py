@@ -8,7 +8,8 @@ import stat
 from pathlib import Path
 
 from promoter.domain.paths import temp_name
-from promoter.fs.chain import ExpectedState, Root
+from promoter.fs.chain import ExpectedState
+from promoter.fs.root import Root
 
 MISSING = ExpectedState(False, None, None)
 

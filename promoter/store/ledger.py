@@ -1,19 +1,20 @@
-"""The per-operation event hash chain (SPEC §5.3).
+"""The per-operation event hash chain (SPEC §5.3), in the database.
 
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
 hash covers the previous one. ``append`` adds one event inside the caller's transaction;
-``verify_chain`` re-checks a whole chain.
+``verify_chain`` re-checks a whole chain; ``events`` and ``last_event`` read it.
+Deliberately not here: what an event says (each operation kind's engine module).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
-from promoter.store import journal
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
@@ -35,7 +36,7 @@ def event_sha256(
 
 def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
     """Append an event to the operation's chain; returns its ``evt_…`` id."""
-    previous = journal.last_event(session, operation_id)
+    previous = last_event(session, operation_id)
     seq = 0 if previous is None else previous.seq + 1
     prev = None if previous is None else previous.event_sha256
     at = rfc3339(utcnow())
@@ -80,3 +81,23 @@ def verify_chain(rows: list[EventRow]) -> bool:
             return False
         prev = digest
     return True
+
+
+def events(session: Session, operation_id: str) -> list[EventRow]:
+    query = select(EventRow).where(EventRow.operation_id == operation_id).order_by(EventRow.seq)
+    return list(session.scalars(query))
+
+
+def last_event(session: Session, operation_id: str) -> EventRow | None:
+    query = (
+        select(EventRow)
+        .where(EventRow.operation_id == operation_id)
+        .order_by(EventRow.seq.desc())
+        .limit(1)
+    )
+    return session.scalars(query).first()
+
+
+def event_count(session: Session, operation_id: str) -> int:
+    query = select(func.count()).select_from(EventRow).where(EventRow.operation_id == operation_id)
+    return int(session.scalar(query) or 0)

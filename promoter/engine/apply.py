@@ -1,0 +1,129 @@
+"""The one applier: how a planned step becomes fs calls, for every operation kind.
+
+A step either puts a new leaf in place or removes one, always by compare-and-swap against
+the state the journal expects there:
+
+- ``stage`` opens the target's parent through a descriptor chain (creating missing
+  directories, each recorded in ``created_dirs`` even when a later step fails) and writes
+  the new bytes to the step's journaled temp name, fsynced;
+- ``place`` swaps the staged temp in over exactly the expected old state (``replace``:
+  exchange, verify what was displaced, swap back on a mismatch);
+- ``remove`` moves exactly the expected old state aside to the step's temp name and
+  unlinks it only when it is still promoter's to remove (``unlink_checked``);
+- ``write`` is ``stage`` then ``place`` for one step, ``drop_staged`` removes staged temps
+  that are still promoter's own (anything else is kept, in ``kept``), and ``fsync`` syncs
+  each touched directory once.
+
+Promotions stage every temp first and then place them in bundle order; rollbacks and
+restores write step by step; all of them go through these methods, so a write rule
+changes here and in ``promoter.fs`` only.
+
+Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
+and each kind's module), journaling, reading blobs (callers pass the bytes), and the
+fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter.domain.state import State
+from promoter.errors import PromoterError, TargetDrift
+from promoter.fs.atomic import Parent
+from promoter.fs.root import Root
+
+__all__ = ["Applier"]
+
+log = logging.getLogger("promoter.apply")
+
+
+@dataclass
+class Applier:
+    """The held parents, staged temps, created directories and kept bytes of one pass."""
+
+    root: Root
+    parents: dict[int, Parent] = field(default_factory=dict)
+    staged: dict[int, tuple[str, State]] = field(default_factory=dict)  # seq -> (temp, new)
+    created_dirs: list[str] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+    def _parent(self, seq: int, path: str, *, create: bool) -> Parent:
+        try:
+            parent = self.root.open_parent(path, create=create)
+        except PromoterError as exc:  # directories made before the walk failed
+            self.created_dirs.extend(exc.context.get("created_dirs", []))
+            raise
+        self.created_dirs.extend(parent.created_dirs)
+        previous = self.parents.pop(seq, None)
+        if previous is not None:
+            previous.close()
+        self.parents[seq] = parent
+        return parent
+
+    def stage(self, seq: int, path: str, new: State, data: bytes, temp: str) -> None:
+        """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``."""
+        assert new.exists and new.mode is not None
+        parent = self._parent(seq, path, create=True)
+        self.staged[seq] = (parent.write_temp(data, new.mode, temp=temp), new)
+
+    def place(self, seq: int, old: State, new: State) -> None:
+        """Put step ``seq``'s staged temp in place over exactly ``old``."""
+        temp, _ = self.staged.pop(seq)
+        self.parents[seq].replace(temp, expected_old=old, new=new)
+
+    def write(self, seq: int, path: str, old: State, new: State, data: bytes, temp: str) -> None:
+        """``stage`` and ``place`` one step."""
+        self.stage(seq, path, new, data, temp)
+        self.place(seq, old, new)
+
+    def remove(self, seq: int, path: str, old: State, aside: str, *, gone_ok: bool = False) -> bool:
+        """Remove exactly ``old`` at ``path`` (moved aside to ``aside`` first).
+
+        With ``gone_ok`` a missing parent directory means the file is already gone
+        (False is returned and nothing is done).
+        """
+        try:
+            parent = self._parent(seq, path, create=False)
+        except TargetDrift as exc:
+            if gone_ok and exc.context.get("found") == "missing_parent":
+                return False
+            raise
+        parent.unlink_checked(old, aside=aside)
+        return True
+
+    def sync(self, seq: int) -> None:
+        """fsync the directory of step ``seq`` now."""
+        self.parents[seq].fsync()
+
+    def fsync(self) -> None:
+        """fsync every directory this pass touched, once each."""
+        seen: set[str] = set()
+        for parent in self.parents.values():
+            directory = "/".join(parent.dir_parts)
+            if directory not in seen:
+                seen.add(directory)
+                parent.fsync()
+
+    def drop_staged(self, from_seq: int = 0) -> None:
+        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own."""
+        for seq, (temp, new) in list(self.staged.items()):
+            if seq < from_seq:
+                continue
+            try:
+                self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
+            except (PromoterError, OSError):
+                log.warning("could not remove temp file %s; left in place", temp)
+            self.staged.pop(seq, None)
+
+    def release(self, seq: int) -> None:
+        """Close the held parent of step ``seq`` (a step-by-step pass keeps few open)."""
+        parent = self.parents.pop(seq, None)
+        if parent is not None:
+            parent.close()
+
+    def close(self) -> None:
+        for parent in self.parents.values():
+            parent.close()
+        self.parents.clear()

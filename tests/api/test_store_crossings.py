@@ -1,0 +1,69 @@
+"""How often one promotion attempt crosses from the engine into the store.
+
+Counts the database transactions (``Database.session``) a promotion opens from the moment
+its attempt starts until it is ``completed``, through the real server. The attempt reads
+what it decides on, journals the plan, records the writes and records the outcome; the
+count is pinned here so that a change that adds a crossing says so. The outcome takes two
+transactions by design: the receipt is recorded before its audit file is written and the
+operation is completed only after it, so a crash in between reuses the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promoter.engine import promote
+from tests.support.daemon import Daemon
+from tests.support.promotion import promote as request_promotion
+from tests.support.promotion import submit
+
+V1, V2 = b"print('v1')\n", b"print('v2')\n"
+
+
+def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(
+        daemon, repo, identity, [("src/app.py", V1, V2), ("src/new/made.txt", None, b"new\n")]
+    )
+    database = daemon.services.db
+    opened: list[str] = []
+    counting = threading.Event()
+    real_session = database.session
+
+    @contextlib.contextmanager
+    def session(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        if counting.is_set() and threading.current_thread().name.startswith("promoter-op"):
+            caller = traceback.extract_stack(limit=3)[0]
+            opened.append(f"{Path(caller.filename).name}:{caller.name}")
+        with real_session(*args, **kwargs) as s:
+            yield s
+
+    real_run = promote.run
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        counting.set()
+        try:
+            real_run(*args, **kwargs)
+        finally:
+            counting.clear()
+
+    monkeypatch.setattr(database, "session", session)
+    monkeypatch.setattr(promote, "run", run)
+    view = request_promotion(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    assert opened == [
+        "promote.py:run",  # the row and the lease the attempt decides on, read once
+        "promote.py:_journal",  # the lease again, the steps, directories and events
+        "promote.py:_stage_temps",  # the temp files written (names, created directories)
+        # the outcome: the receipt recorded once, then (after its audit file) completed
+        "outcome.py:complete",
+        "outcome.py:complete",
+    ]
