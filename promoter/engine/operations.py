@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
 from promoter.domain.state import classify
-from promoter.domain.states import OperationStatus
+from promoter.domain.states import RUNNING, OperationStatus
 from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
@@ -86,7 +86,7 @@ def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
         error = exc if isinstance(exc, PromoterError) else PromoterError(str(exc)[:500])
         with services.db.session() as session:
             row = journal.get_operation(session, operation_id)
-            running = row is not None and row.status in ("in_progress", "applied_unverified")
+            running = row is not None and row.status in RUNNING
             wrote = running and bool(journal.steps(session, operation_id))
             if running and wrote:
                 assert row is not None
@@ -166,7 +166,7 @@ def request_promotion(
             ) from exc
         journal.start_attempt(session, row)
     runner(services).submit(operation_id, fence)
-    return Requested(operation_id, "in_progress", True)
+    return Requested(operation_id, OperationStatus.IN_PROGRESS, True)
 
 
 def wait_for(services: Services, operation_id: str, timeout: float) -> None:

@@ -200,7 +200,7 @@ def _end_check(
             session,
             operation_id,
             "outcome",
-            {"status": "needs_reconciliation", "code": code, "detail": detail},
+            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
         )
         journal.set_status(
             session, row, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
@@ -223,9 +223,9 @@ def fail_closed(
         row = journal.require(session, operation_id)
         for step, path in zip(journal.steps(session, operation_id), paths, strict=True):
             if path["verdict"] == "new":
-                step.status = OperationStatus.COMPLETED
+                step.status = StepStatus.COMPLETED
             elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
-                step.status = "failed"
+                step.status = StepStatus.FAILED
                 step.detail = (
                     detail
                     if failure and step.seq == failure[0]
@@ -235,7 +235,7 @@ def fail_closed(
             session,
             operation_id,
             "outcome",
-            {"status": "needs_reconciliation", "code": code, "detail": detail}
+            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
             | ({"kept": kept} if kept else {}),
         )
         report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}

@@ -63,7 +63,12 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
     with services.db.session() as session:
         row = journal.require(session, operation_id)
         ledger.append(session, operation_id, "decision", payload)
-        ledger.append(session, operation_id, "outcome", {"status": "refused", "code": error.code})
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": OperationStatus.REFUSED, "code": error.code},
+        )
         report = {"error": error.to_problem(), **extra}
         journal.set_status(
             session,

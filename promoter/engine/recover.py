@@ -50,15 +50,15 @@ from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.recover")
 
-_RECONCILING = "needs_reconciliation"
+_RECONCILING = OperationStatus.NEEDS_RECONCILIATION
 
 
 def scan_orphans(services: Services) -> list[str]:
     """Mark every ``in_progress`` operation whose owner is gone ``needs_recovery``."""
     orphaned: list[str] = []
     with services.db.session() as session:
-        running = journal.operations_with_status(session, "in_progress")
-        running += journal.operations_with_status(session, "applied_unverified")
+        running = journal.operations_with_status(session, OperationStatus.IN_PROGRESS)
+        running += journal.operations_with_status(session, OperationStatus.APPLIED_UNVERIFIED)
         for row in running:
             owner = Owner(row.owner_pid or -1, row.owner_start or "", row.owner_boot or "")
             if owner.alive():
@@ -274,11 +274,16 @@ def reconcile(
         with services.db.session() as session:
             row = _load(session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
-            ledger.append(session, operation_id, "outcome", {"status": "abandoned", "note": note})
+            ledger.append(
+                session,
+                operation_id,
+                "outcome",
+                {"status": OperationStatus.ABANDONED, "note": note},
+            )
             journal.set_status(
                 session, row, OperationStatus.ABANDONED, code="abandoned", detail=note or None
             )
-        return {"status": "abandoned"}
+        return {"status": OperationStatus.ABANDONED}
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     repository = services.registry.by_identity(evidence.grant.repository_identity)

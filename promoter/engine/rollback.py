@@ -49,7 +49,7 @@ from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
 from promoter.domain.state import State, observed
-from promoter.domain.states import OperationStatus
+from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
 from promoter.engine.ownership import Owner
@@ -69,7 +69,11 @@ from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
 from promoter.store.tables import OperationRow
 
-ROLLBACK_FROM = {"completed", "needs_reconciliation", "applied_unverified"}
+ROLLBACK_FROM = {
+    OperationStatus.COMPLETED,
+    OperationStatus.NEEDS_RECONCILIATION,
+    OperationStatus.APPLIED_UNVERIFIED,
+}
 
 
 def rollback_id(operation_id: str) -> str:
@@ -196,7 +200,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
                 repository_name=parent.repository_name,
                 parent_operation_id=operation_id,
                 bundle_id=parent.bundle_id,
-                status="in_progress",
+                status=OperationStatus.IN_PROGRESS,
                 attempt=1,
                 owner_pid=owner.pid,
                 owner_start=owner.start,
@@ -211,7 +215,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
 
 
 def recover_rollback(
-    services: Services, child_id: str, *, from_status: str = "needs_recovery"
+    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with services.db.session() as session:
@@ -319,7 +323,7 @@ def _rollback_locked(
             )
         with services.db.session() as session:
             row = journal.steps(session, child_id)[seq]
-            row.status = OperationStatus.COMPLETED if reason in AT_OLD else "failed"
+            row.status = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
             row.detail = reason
         faults.point("rollback_after_step")
         targets.append(_target(str(step["path"]), reason, leaf, exc))

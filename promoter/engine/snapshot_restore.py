@@ -57,7 +57,11 @@ __all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
 
 log = logging.getLogger("promoter.restore")
 
-RESTARTABLE = {"completed", "refused", "abandoned", "rolled_back", "rollback_partial"}
+RESTARTABLE = {
+    OperationStatus.COMPLETED,
+    OperationStatus.REFUSED,
+    OperationStatus.ABANDONED,
+}
 _KINDS = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
 _OPERATIONS = {"A": "create", "D": "delete", "M": "modify", "T": "modify"}
 _MISSING: dict[str, Any] = {
@@ -236,7 +240,7 @@ def _post_capture(
 
 
 def recover_restore(
-    services: Services, operation_id: str, *, from_status: str = "needs_recovery"
+    services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
 
@@ -252,7 +256,10 @@ def recover_restore(
         row = journal.get_operation(session, operation_id)
         if row is None or row.kind != "restore":
             raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
-        if from_status not in ("needs_recovery", "needs_reconciliation"):
+        if from_status not in (
+            OperationStatus.NEEDS_RECOVERY,
+            OperationStatus.NEEDS_RECONCILIATION,
+        ):
             raise ValueError(f"a restore is never recovered from {from_status!r}")
         if row.status != from_status:
             raise NotRecoverable(

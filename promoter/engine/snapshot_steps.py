@@ -26,7 +26,7 @@ from typing import Any
 
 from promoter.domain.paths import temp_name
 from promoter.domain.state import State, classify
-from promoter.domain.states import OperationStatus
+from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.dirs import journal_intent
 from promoter.engine.services import Services
@@ -212,7 +212,9 @@ class StepRun:
             for step_row, verdict in zip(
                 journal.steps(session, row.operation_id), verdicts, strict=True
             ):
-                step_row.status = {"new": "completed", "old": "pending"}.get(verdict, "failed")
+                step_row.status = {"new": StepStatus.COMPLETED, "old": StepStatus.PENDING}.get(
+                    verdict, StepStatus.FAILED
+                )
             journal.add_created_dirs(session, row.operation_id, self.created)
             dirs = {"removed_directories": self.removed, "created_directories": self.created}
             code, detail = (error.code, error.detail) if error else (None, None)

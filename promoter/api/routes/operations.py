@@ -24,7 +24,7 @@ from promoter.api.deps import (
     read_json_body,
 )
 from promoter.api.responses import canonical_response, json_response
-from promoter.domain.states import FINAL
+from promoter.domain.states import FINAL, OperationStatus
 from promoter.engine import operations, recover, rollback
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
@@ -32,7 +32,10 @@ from promoter.store import journal
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
-ENDED = FINAL | {"needs_recovery", "needs_reconciliation"}  # a waiting request returns
+ENDED = FINAL | {
+    OperationStatus.NEEDS_RECOVERY,
+    OperationStatus.NEEDS_RECONCILIATION,
+}  # a waiting request returns
 
 
 def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> dict[str, Any]:
