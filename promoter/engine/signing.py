@@ -51,7 +51,15 @@ from promoter.engine.services import Services
 from promoter.engine.statement import check_subjects, open_statement, statement_bytes
 from promoter.errors import PromoterError, ReceiptInvalid
 
-__all__ = ["ALGORITHM", "KEY_FILE", "HostKey", "TrustedKey", "keyid_of", "verify_document"]
+__all__ = [
+    "ALGORITHM",
+    "KEY_FILE",
+    "HostKey",
+    "TrustedKey",
+    "VerifiedDocument",
+    "keyid_of",
+    "verify_document",
+]
 
 # schema -> (kind, model); the host signs receipts, bundles and grants are checked bare.
 RECEIPTS: dict[str, tuple[str, type[BaseModel]]] = {

@@ -134,7 +134,8 @@ def statement(document: dict[str, Any], predicate_type: str | None = None) -> di
     return {
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in names],
-        "predicateType": predicate_type or f"urn:promoter:receipt:{kind.get(schema, 'rollback')}:v1",
+        "predicateType": predicate_type
+        or f"urn:promoter:receipt:{kind.get(schema, 'rollback')}:v1",
         "predicate": document,
     }
 
@@ -268,9 +269,7 @@ def test_envelope_signed_by_another_key_is_rejected(key: HostKey) -> None:
 
 
 def test_foreign_signature_claiming_the_host_keyid_is_rejected(key: HostKey) -> None:
-    data = envelope_of(
-        Ed25519PrivateKey.generate(), jcs(statement(promotion())), keyid=key.keyid
-    )
+    data = envelope_of(Ed25519PrivateKey.generate(), jcs(statement(promotion())), keyid=key.keyid)
     with pytest.raises(ReceiptInvalid, match="signature does not verify"):
         verify_document(data, [key.public_key])
 
