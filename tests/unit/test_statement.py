@@ -6,13 +6,16 @@ Statements are rebuilt by hand with rfc8785; the disk states are made in a tmp d
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
+from pydantic import ValidationError
 
+from promoter.domain.intoto import PromotionStatementV1, VerificationStatementV1
 from promoter.engine.receipt_worktree import compare_targets
 from promoter.engine.statement import statement_bytes, subjects_of
 from promoter.errors import ReceiptInvalid
@@ -153,3 +156,12 @@ def test_worktree_compares_a_rollback_with_what_it_found(tmp_path: Path) -> None
 def test_worktree_needs_a_receipt_with_targets(tmp_path: Path) -> None:
     with pytest.raises(ReceiptInvalid, match="a PatchVerificationReceiptV1 has none"):
         compare_targets({"schema": "PatchVerificationReceiptV1"}, tmp_path)
+
+
+def test_the_statement_parses_with_its_published_model() -> None:
+    document = promotion([target("a.txt", b"a\n")])
+    body = statement_bytes(bytes(rfc8785.dumps(document)))
+    parsed = PromotionStatementV1.model_validate(json.loads(body))
+    assert parsed.predicate.receipt_sha256 == document["receipt_sha256"]
+    with pytest.raises(ValidationError):
+        VerificationStatementV1.model_validate(json.loads(body))
