@@ -506,8 +506,8 @@ def test_chain_with_another_bundles_verification_is_broken(
     daemon: Daemon, repo: Path, identity: str, tmp_path: Path
 ) -> None:
     operation_id, _ = promoted(daemon, repo, identity)
-    _, other, _ = submit(
-        daemon, repo, identity, [("src/app.py", V1, b"v3\n")], grant_id="grt_test2"
+    _, other, _ = submit(  # verified, never promoted: no lease needed
+        daemon, repo, identity, [("src/app.py", V1, b"v3\n")], grant_id="grt_test2", lease=False
     )
     keys_json, _ = served_keys(daemon)
     (tmp_path / "keys.json").write_bytes(keys_json)
