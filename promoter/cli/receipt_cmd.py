@@ -60,7 +60,7 @@ FilesArg = Annotated[
     list[Path] | None,
     typer.Argument(
         help="DSSE envelope, receipt, bundle or grant (JSON); two envelopes with --chain.",
-        metavar="FILE...",
+        metavar="FILE",
         dir_okay=False,
         show_default=False,
     ),
@@ -155,6 +155,8 @@ def verify(
     chain); 78 config_error (unreadable file or key); 2 usage.
     """
     keys = [k for path in [*(public_key or []), *(keys_file or [])] for k in load_trusted(path)]
+    if chain and worktree is not None:
+        raise ConfigError("--worktree compares one receipt; it does not go with --chain")
     if chain:
         _verify_chain(files or [], keys, operation, url, token_file, as_json)
         return

@@ -520,3 +520,17 @@ def test_chain_with_another_bundles_verification_is_broken(
     done = receipt_cli("verify", "--chain", "p.dsse", "v.dsse", "--keys", "keys.json", cwd=tmp_path)
     assert done.returncode == 65, done.stdout + done.stderr
     assert "broken chain: the promotion names verification receipt" in done.stderr
+
+
+def test_verify_help_documents_every_exit_code(tmp_path: Path) -> None:
+    done = receipt_cli("verify", "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for code in (
+        "0 valid",
+        "1 valid, but a --worktree target",
+        "3 hash ok",
+        "65 receipt_invalid",
+        "78 config_error",
+    ):
+        assert code in text, code
