@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from promoter.cli import (
     bundle_cmd,
+    keys_cmd,
     ops_cmd,
     orchestrate_cmd,
     receipt_cmd,
@@ -34,6 +35,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 receipt_cmd.register(app)
+keys_cmd.register(app)
 bundle_cmd.register(app)
 orchestrate_cmd.register(app)
 snapshot_cmd.register(app)

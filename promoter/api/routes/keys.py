@@ -1,7 +1,10 @@
-"""The host's public signing key and DSSE-signed receipts (SPEC §3.9, §7).
+"""The host's public signing keys and DSSE-signed receipts (SPEC §3.9, §10.6, §7).
 
 Thin adapters: the receipts come from the engine exactly as the unsigned routes serve
-them, and ``promoter.engine.signing`` wraps their canonical bytes in an envelope. Who may
+them, and ``promoter.engine.signing`` wraps their canonical bytes in an in-toto
+Statement and a DSSE envelope. ``GET /v1/keys`` lists every key the host signs or
+signed with (each entry is also an RFC 8037 OKP JWK, so the answer is a JWKS);
+``GET /v1/keys.pem`` is the active key's PEM. Who may
 read which receipt is decided here, the same way as for the unsigned receipts; nothing
 here creates or changes a receipt.
 """
@@ -18,7 +21,7 @@ from promoter.domain.canonical import canonical_bytes
 from promoter.engine import operations
 from promoter.engine.bundles import load_verification
 from promoter.engine.services import Services
-from promoter.engine.signing import host_key, sign_envelope
+from promoter.engine.signing import host_key, host_keyring, sign_envelope
 from promoter.errors import ReceiptUnavailable
 
 router = APIRouter(prefix="/v1")
@@ -30,7 +33,13 @@ def _signed(services: Services, receipt: bytes) -> Response:
 
 @router.get("/keys")
 def get_keys(services: ServicesDep) -> Response:
-    return json_response({"keys": [host_key(services).public_jwk()]})
+    keyring = host_keyring(services)
+    return json_response({"active_keyid": keyring.active.keyid, "keys": keyring.entries()})
+
+
+@router.get("/keys.pem")
+def get_active_key_pem(services: ServicesDep) -> Response:
+    return Response(host_key(services).public_pem(), media_type="application/x-pem-file")
 
 
 @router.get("/operations/{operation_id}/receipt.dsse")
