@@ -27,6 +27,7 @@ LogFormat = Literal["json", "text"]
 REQUEST_ID: ContextVar[str | None] = ContextVar("promoter_request_id", default=None)
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _RESERVED = frozenset(vars(logging.makeLogRecord({})))
+_SKIPPED = frozenset({"fields", "request_id", "message", "color_message"})  # uvicorn's ANSI copy
 
 
 def new_request_id() -> str:
@@ -58,7 +59,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None)
     out: dict[str, Any] = dict(fields) if isinstance(fields, dict) else {}
     for key, value in vars(record).items():
-        if key not in _RESERVED and key not in ("fields", "request_id", "message"):
+        if key not in _RESERVED and key not in _SKIPPED:
             out.setdefault(key, value)
     return out
 
