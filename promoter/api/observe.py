@@ -3,7 +3,8 @@
 ``install(app)`` adds ``ObserveMiddleware`` (a plain ASGI middleware) and wraps the app's
 lifespan. Per request the middleware takes or makes the request id (``X-Request-ID``,
 echoed on the response), counts the request by route template and status, times bundle
-submissions, counts blob intake bytes, and writes one ``promoter.access`` line with the
+submissions, counts blob intake bytes, and writes one ``promoter.access`` line (before
+the answer's last byte is sent, so a client that has the answer has the line) with the
 route, the HTTP status and, from a small JSON answer, only the fields ``operation_id``,
 ``bundle_id``, ``repository``, ``status`` and ``code``. So a refusal answered with HTTP
 200 still shows ``status=refused code=target_drift``.
@@ -47,6 +48,11 @@ _CAPTURE = 64 * 1024
 _JSON_TYPES = (b"application/json", b"application/problem+json")
 _ANSWER_FIELDS = ("operation_id", "bundle_id", "repository", "status", "code")
 _PATH_FIELDS = ("operation_id", "bundle_id", "name")
+_EVENT_LOGS = {
+    "decision": logging.getLogger("promoter.decision"),
+    "action": logging.getLogger("promoter.action"),
+}
+_EVENT_FIELDS = ("allowed", "code", "detail", "fence", "target_count", "check_changed")
 BUNDLES = "/v1/bundles"
 BLOB_PUT = "/v1/blobs/sha256/{sha256}"
 
@@ -79,6 +85,13 @@ class ObserveMiddleware:
         reset = REQUEST_ID.set(request_id)
         started = time.perf_counter()
         seen: dict[str, Any] = {"status": 500, "received": 0, "capture": False, "body": b""}
+        recorded = False
+
+        def record() -> None:  # once, before the last byte goes out: the line precedes the answer
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                self._record(scope, seen, time.perf_counter() - started)
 
         async def counted_receive() -> Message:
             message = await receive()
@@ -94,18 +107,21 @@ class ObserveMiddleware:
                 seen["capture"] = kind.split(b";")[0].strip() in _JSON_TYPES
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body" and seen["capture"]:
-                body = seen["body"] + message.get("body", b"")
-                seen["body"] = body
-                if len(body) > _CAPTURE:
-                    seen["capture"], seen["body"] = False, b""
+            elif message["type"] == "http.response.body":
+                if seen["capture"]:
+                    body = seen["body"] + message.get("body", b"")
+                    seen["body"] = body
+                    if len(body) > _CAPTURE:
+                        seen["capture"], seen["body"] = False, b""
+                if not message.get("more_body", False):
+                    record()
             await send(message)
 
         try:
             await self.app(scope, counted_receive, observed_send)
         finally:
             try:
-                self._record(scope, seen, time.perf_counter() - started)
+                record()
             finally:
                 REQUEST_ID.reset(reset)
 
@@ -156,6 +172,8 @@ class ObservedRunner(Runner):
     def submit(self, operation_id: str, fence: int) -> Future[None]:
         request_id = REQUEST_ID.get()
         started = time.perf_counter()
+        with self._observed_services.db.session() as session:
+            first_event = journal.event_count(session, operation_id)
         observed: Future[None] = Future()
         with self._observed_lock:
             self._observed[operation_id] = observed
@@ -163,7 +181,7 @@ class ObservedRunner(Runner):
         def ended(attempt: Future[None]) -> None:
             reset = REQUEST_ID.set(request_id)
             try:
-                self._ended(operation_id, time.perf_counter() - started)
+                self._ended(operation_id, first_event, time.perf_counter() - started)
             except Exception:
                 outcome_log.exception("cannot observe the end of %s", operation_id)
             finally:
@@ -177,7 +195,7 @@ class ObservedRunner(Runner):
         with self._observed_lock:
             return self._observed.get(operation_id)
 
-    def _ended(self, operation_id: str, elapsed: float) -> None:
+    def _ended(self, operation_id: str, first_event: int, elapsed: float) -> None:
         files: dict[str, int] = {}
         written = 0
         with self._observed_services.db.session() as session:
@@ -186,6 +204,19 @@ class ObservedRunner(Runner):
                 return
             status, code, kind = row.status, row.code, row.kind
             bundle_id, repository, attempt = row.bundle_id, row.repository_name, row.attempt
+            for seen in journal.events(session, operation_id)[first_event:]:
+                if seen.kind in _EVENT_LOGS:
+                    payload = seen.payload if isinstance(seen.payload, dict) else {}
+                    event(
+                        _EVENT_LOGS[seen.kind],
+                        f"{kind} {seen.kind}" + _allowed(payload),
+                        operation_id=operation_id,
+                        bundle_id=bundle_id,
+                        repository=repository,
+                        event=seen.kind,
+                        seq=seen.seq,
+                        **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
+                    )
             if status == "completed":
                 for step in journal.steps(session, operation_id):
                     files[step.operation] = files.get(step.operation, 0) + 1
@@ -214,6 +245,15 @@ class ObservedRunner(Runner):
             bytes=written,
             duration_ms=round(elapsed * 1000, 1),
         )
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)
+
+
+def _allowed(payload: dict[str, Any]) -> str:
+    allowed = payload.get("allowed")
+    return "" if not isinstance(allowed, bool) else (": allowed" if allowed else ": refused")
 
 
 def _settle(observed: Future[None], attempt: Future[None]) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from promoter.api.logs import handler, safe_request_id
+from promoter.api.logs import REQUEST_ID, handler, safe_request_id
+from promoter.fs import lock as fs_lock
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote, submit
 
@@ -147,6 +149,52 @@ def test_a_target_drift_refusal_is_logged_with_its_code_operation_and_request_id
     for attempt, answer in zip(outcome, access, strict=True):
         assert attempt["request_id"] == answer["request_id"]
     assert not any(line["logger"] == "uvicorn.access" for line in logged)
+
+
+def test_each_decision_and_action_of_an_attempt_has_its_own_line(
+    daemon: Daemon, repo: Path, identity: str, log_buffer: io.StringIO
+) -> None:
+    drift_then_complete(daemon, repo, identity)
+    events = [
+        (line["logger"], line["message"], line.get("code"), line.get("target_count"))
+        for line in lines(log_buffer)
+        if line["logger"] in ("promoter.decision", "promoter.action", "promoter.outcome")
+    ]
+    assert events == [
+        ("promoter.decision", "promotion decision: refused", "target_drift", None),
+        ("promoter.outcome", "promotion refused [target_drift]", "target_drift", None),
+        ("promoter.decision", "promotion decision: allowed", None, None),
+        ("promoter.action", "promotion action", None, 2),
+        ("promoter.outcome", "promotion completed", None, None),
+    ]
+
+
+def test_the_request_id_reaches_the_attempt_thread(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def observer(common_dir: str, waited: float) -> None:
+        seen.append((threading.current_thread().name, REQUEST_ID.get()))
+
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    fs_lock.OBSERVERS.append(observer)
+    try:
+        with daemon.orchestrator() as orch:
+            answer = orch.post(
+                "/v1/promotions",
+                json={
+                    "bundle_id": bundle["bundle_id"],
+                    "verification_receipt_sha256": receipt["receipt_sha256"],
+                    "fence": 7,
+                    "wait": True,
+                },
+                headers={"X-Request-ID": "promote-1"},
+            )
+    finally:
+        fs_lock.OBSERVERS.remove(observer)
+    assert answer.json()["status"] == "completed"
+    assert [(name.startswith("promoter-op"), rid) for name, rid in seen] == [(True, "promote-1")]
 
 
 def test_the_log_never_holds_a_token_or_blob_content(
