@@ -119,11 +119,11 @@ class ObserveMiddleware:
 
         try:
             await self.app(scope, counted_receive, observed_send)
-        finally:
-            try:
-                record()
-            finally:
-                REQUEST_ID.reset(reset)
+        except BaseException:
+            record()  # the id stays set: the outer error handler's line carries it too
+            raise
+        record()
+        REQUEST_ID.reset(reset)
 
     def _record(self, scope: Scope, seen: dict[str, Any], elapsed: float) -> None:
         route = getattr(scope.get("route"), "path", "unmatched")

@@ -22,6 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from promoter.api.logs import REQUEST_ID, handler, safe_request_id
+from promoter.engine import operations as engine_operations
+from promoter.engine import promote as engine_promote
 from promoter.fs import lock as fs_lock
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote, submit
@@ -249,3 +251,58 @@ def test_log_injection_through_x_request_id_is_replaced(
     echoed = answer.headers["x-request-id"]
     assert echoed != offered and echoed.startswith("req_")
     assert offered not in log_buffer.getvalue() or offered == ""
+
+
+def test_an_unexpected_error_is_logged_with_its_request_id(
+    daemon: Daemon, log_buffer: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("operation view broke")
+
+    monkeypatch.setattr(engine_operations, "operation_view", broken)
+    with daemon.orchestrator() as orch:
+        answer = orch.get("/v1/operations/op_1", headers={"X-Request-ID": "boom-1"})
+    assert answer.status_code == 500
+    mine = [line for line in lines(log_buffer) if line.get("request_id") == "boom-1"]
+    assert [(line["logger"], line["level"]) for line in mine][:2] == [
+        ("promoter.access", "error"),
+        ("promoter.api", "error"),
+    ]
+    assert "RuntimeError: operation view broke" in mine[1]["exception"]
+    about = [line for line in lines(log_buffer) if "operation view broke" in json.dumps(line)]
+    assert about and all(line.get("request_id") == "boom-1" for line in about)
+
+
+def test_a_fault_inside_an_attempt_is_logged_with_the_request_id(
+    daemon: Daemon,
+    repo: Path,
+    identity: str,
+    log_buffer: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("inspect broke")
+
+    monkeypatch.setattr(engine_promote, "inspect", broken)
+    with daemon.orchestrator() as orch:
+        view = orch.post(
+            "/v1/promotions",
+            json={
+                "bundle_id": bundle["bundle_id"],
+                "verification_receipt_sha256": receipt["receipt_sha256"],
+                "fence": 7,
+                "wait": True,
+            },
+            headers={"X-Request-ID": "attempt-1"},
+        ).json()
+    assert (view["status"], view["code"]) == ("refused", "internal")
+    mine = [line for line in lines(log_buffer) if line.get("request_id") == "attempt-1"]
+    assert [line["logger"] for line in mine] == [
+        "promoter.operations",
+        "promoter.decision",
+        "promoter.outcome",
+        "promoter.access",
+    ]
+    assert "RuntimeError: inspect broke" in mine[0]["exception"]
