@@ -8,6 +8,7 @@ exits with the error's exit code, printing its code and detail; nothing else is 
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast
@@ -102,7 +103,6 @@ def serve(
     from promoter.api import logs
     from promoter.api.app import create_app
     from promoter.api.server import make_server
-    from promoter.cli.common import err_console
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.services import build_services
     from promoter.errors import ConfigError
@@ -120,12 +120,20 @@ def serve(
     )
     logs.configure(fmt, settings.log_level)
     services = build_services(settings)
-    err_console.print(
-        f"promoter: state {settings.state_dir.resolve()}, "
-        f"{len(services.registry.all())} repositories"
+    started = logging.getLogger("promoter.serve")
+    logs.event(
+        started,
+        f"state {settings.state_dir.resolve()}, {len(services.registry.all())} repositories",
+        state_dir=str(settings.state_dir.resolve()),
     )
     for repository in services.registry.all():
-        err_console.print(f"  {repository.name}: {repository.worktree} ({repository.identity})")
+        logs.event(
+            started,
+            f"guarding {repository.name}",
+            repository=repository.name,
+            worktree=str(repository.worktree),
+            repository_identity=repository.identity,
+        )
     app_ = create_app(settings, services)
     server = make_server(
         app_,
