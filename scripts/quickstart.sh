@@ -25,6 +25,10 @@ STATE=$DIR/state                              # promoter's state directory
 ORCH_TOKEN_FILE=$STATE/credentials/orchestrator.token
 OPERATOR_TOKEN_FILE=$STATE/credentials/operator.token
 step() { printf '\n== %s\n' "$*"; }
+if [ -e "$PROJECT" ] || [ -e "$STATE" ]; then
+  echo "$DIR already holds a quickstart: pass a new or empty directory" >&2
+  exit 64
+fi
 
 step "a scratch repository and an executor's clone of it"
 git init -q -b main "$PROJECT"

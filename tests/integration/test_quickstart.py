@@ -54,3 +54,17 @@ def test_quickstart_script_promotes_into_its_own_scratch_repository(tmp_path: Pa
     assert "promoter.outcome promotion completed" in log
     token = (tmp_path / "qs" / "state" / "credentials" / "orchestrator.token").read_text().strip()
     assert token not in log and token not in out
+
+
+def test_quickstart_refuses_a_directory_that_already_holds_one(tmp_path: Path) -> None:
+    (tmp_path / "qs" / "project").mkdir(parents=True)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "qs")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 64
+    assert "already holds a quickstart" in done.stderr
+    assert list((tmp_path / "qs").iterdir()) == [tmp_path / "qs" / "project"]
