@@ -62,6 +62,10 @@ def test_quickstart_refuses_a_directory_that_already_holds_one(tmp_path: Path) -
         ["bash", str(SCRIPT), str(tmp_path / "qs")],
         capture_output=True,
         text=True,
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
         timeout=60,
         check=False,
     )
