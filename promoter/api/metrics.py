@@ -8,14 +8,15 @@ scrape time by ``OperationGauges``, so they are right after a restart too.
 
 It does not decide what to observe or when (``promoter.api.observe`` does) and never
 touches the global ``prometheus_client.REGISTRY``: several apps in one process do not
-share or collide on counters.
+share or collide on counters. The library's ``*_created`` samples are switched off (a
+process-wide switch of the library; the daemon is the only user in its process).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -53,6 +54,7 @@ class Metrics:
     """Every metric of one app, registered in the app's own registry."""
 
     def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created families
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.http_requests = Counter(
