@@ -83,14 +83,14 @@ class JsonFormatter(logging.Formatter):
         line.update(_fields(record))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
+        return json.dumps(line, ensure_ascii=True, default=str, separators=(",", ":"))
 
 
 def _text_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    if text and re.fullmatch(r"[^\s\"=]+", text):
+    if text and text.isprintable() and re.fullmatch(r"[^\s\"=]+", text):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return json.dumps(text, ensure_ascii=not text.isprintable())  # no raw control characters
 
 
 class TextFormatter(logging.Formatter):

@@ -53,6 +53,7 @@ _EVENT_LOGS = {
     "action": logging.getLogger("promoter.action"),
 }
 _EVENT_FIELDS = ("allowed", "code", "detail", "fence", "target_count", "check_changed")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 BUNDLES = "/v1/bundles"
 BLOB_PUT = "/v1/blobs/sha256/{sha256}"
 
@@ -128,6 +129,7 @@ class ObserveMiddleware:
     def _record(self, scope: Scope, seen: dict[str, Any], elapsed: float) -> None:
         route = getattr(scope.get("route"), "path", "unmatched")
         method = str(scope.get("method", ""))
+        method = method if method in _METHODS else "other"  # bounded label values
         status = str(seen["status"])
         m = self.metrics
         m.http_requests.labels(method, route, status).inc()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from promoter.api.logs import REQUEST_ID, handler, safe_request_id
+from promoter.api.logs import REQUEST_ID, LogFormat, handler, safe_request_id
 from promoter.engine import operations as engine_operations
 from promoter.engine import promote as engine_promote
 from promoter.fs import lock as fs_lock
@@ -306,3 +306,37 @@ def test_a_fault_inside_an_attempt_is_logged_with_the_request_id(
         "promoter.access",
     ]
     assert "RuntimeError: inspect broke" in mine[0]["exception"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_log_injection_through_the_path_writes_no_control_character(
+    daemon: Daemon, fmt: LogFormat
+) -> None:
+    buffer = io.StringIO()
+    sink = handler(fmt, buffer)
+    access = logging.getLogger("promoter.access")
+    access.addHandler(sink)
+    old_level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        with daemon.client() as client:
+            answer = client.get("/v1/x%0afake%20line%1b[31m%c2%9b%e2%80%aeend")
+    finally:
+        access.removeHandler(sink)
+        access.setLevel(old_level)
+    assert answer.status_code == 404
+    text = buffer.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert not any(ch in text for ch in ("\x1b", "\x9b", "\u202e", "\r"))
+    assert "unmatched" in text
+
+
+def test_an_unknown_method_is_one_bounded_label(daemon: Daemon) -> None:
+    with daemon.client() as client:
+        for method in ("BREW", "PROPFIND", "XYZZY"):
+            client.request(method, "/healthz")
+    got = samples(metrics_text(daemon))
+    methods = {
+        dict(labels).get("method") for name, labels in got if name == "promoter_http_requests_total"
+    }
+    assert "other" in methods and not methods & {"BREW", "PROPFIND", "XYZZY"}
