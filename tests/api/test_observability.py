@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import shutil
 import subprocess
 import threading
@@ -113,6 +114,10 @@ def test_metrics_exposition_has_one_type_and_one_help_line_per_family(
     helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
     assert len(types) == len(set(types)), "a family has a second TYPE line"
     assert sorted(types) == sorted(helps), "a family lacks its HELP line"
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter":  # promtool's lint: counters end in _total
+            assert all(sample.name.endswith("_total") for sample in family.samples), family.name
+        assert re.fullmatch(r"promoter_[a-z_]+", family.name), family.name
     families = {f.name for f in text_string_to_metric_families(text)}
     assert {"promoter_promotions", "promoter_http_requests", "promoter_operations_waiting"} <= (
         families
