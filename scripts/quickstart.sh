@@ -82,6 +82,6 @@ cat "$PROJECT/src/app.py"
 
 step "operator: the operation, and the daemon's metrics"
 promoter ops show "$OPERATION_ID" --token-file "$OPERATOR_TOKEN_FILE"
-curl -s "$PROMOTER_URL/metrics" | grep '^promoter_promotions_total'
+curl -s --noproxy '*' "$PROMOTER_URL/metrics" | grep '^promoter_promotions_total'
 echo
 echo "quickstart done: operation $OPERATION_ID completed in $PROJECT"
