@@ -7,15 +7,13 @@ Routes are thin adapters over ``promoter.engine``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 
 from promoter import __version__
-from promoter.api import problems
-from promoter.api.metrics import Metrics
+from promoter.api import observe, problems
 from promoter.api.routes import (
     blobs,
     bundles,
@@ -49,23 +47,8 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
                 app.state.services.close()
 
     app = FastAPI(title="promoter", version=__version__, lifespan=lifespan)
-    app.state.metrics = Metrics()
     problems.install(app)
-
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        app.state.metrics.inc(
-            "promoter_http_requests_total",
-            method=request.method,
-            route=path,
-            status=str(response.status_code),
-        )
-        return response
+    observe.install(app)  # request ids, access and outcome lines, metrics
 
     for module in (health, registry, blobs, bundles, operations, keys, snapshots):
         app.include_router(module.router)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import Response
 
 from promoter.api.deps import ServicesDep
 from promoter.api.responses import json_response
@@ -40,12 +40,8 @@ def readyz(services: ServicesDep) -> Response:
 def metrics(request: Request, services: ServicesDep) -> Response:
     if not services.settings.metrics_public:
         services.auth.authenticate(_token(request))
-    counters = request.app.state.metrics.snapshot()
-    lines = []
-    for name, value in sorted(counters.items()):
-        lines.append(f"# TYPE {name.split('{')[0]} counter")
-        lines.append(f"{name} {value}")
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    exposition = request.app.state.metrics.exposition()
+    return Response(exposition, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def _token(request: Request) -> str | None:
