@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from promoter import __version__
-from promoter.api import problems
+from promoter.api import docs, openapi, problems
 from promoter.api.metrics import Metrics
 from promoter.api.routes import (
     blobs,
@@ -22,6 +22,7 @@ from promoter.api.routes import (
     health,
     keys,
     operations,
+    problem_types,
     registry,
     snapshots,
 )
@@ -29,6 +30,13 @@ from promoter.config import Settings
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
+
+API_DESCRIPTION = (
+    "Executors hand in sealed, content-addressed patch bundles; the orchestrator promotes "
+    "them under a grant and a lease; the operator recovers, reconciles, rolls back and "
+    "restores snapshots. Every error is `application/problem+json` with a stable `code`, "
+    "whose `type` is a page of this daemon (`/problems/{code}`)."
+)
 
 Hook = Callable[[Services], None]
 STARTUP_HOOKS: list[Hook] = []
@@ -54,9 +62,20 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             if owned:
                 app.state.services.close()
 
-    app = FastAPI(title="promoter", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="promoter",
+        version=__version__,
+        summary="The trusted gate that promotes sealed patch bundles into a git worktree.",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served offline by promoter.api.docs
+        redoc_url=None,
+        separate_input_output_schemas=False,
+    )
     app.state.metrics = Metrics()
     problems.install(app)
+    openapi.install(app)
+    app.include_router(docs.router)
 
     @app.middleware("http")
     async def count_requests(
@@ -73,6 +92,6 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         )
         return response
 
-    for module in (health, registry, blobs, bundles, operations, keys, snapshots):
+    for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
     return app

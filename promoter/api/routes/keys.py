@@ -12,9 +12,12 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
+from promoter.api.models import KeySet
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import _check_owner
 from promoter.domain.canonical import canonical_bytes
+from promoter.domain.models import DsseEnvelope
 from promoter.engine import operations
 from promoter.engine.bundles import load_verification
 from promoter.engine.services import Services
@@ -22,25 +25,60 @@ from promoter.engine.signing import host_key, sign_envelope
 from promoter.errors import ReceiptUnavailable
 
 router = APIRouter(prefix="/v1")
+ORCHESTRATOR = ("orchestrator", "operator")
 
 
 def _signed(services: Services, receipt: bytes) -> Response:
     return canonical_response(sign_envelope(host_key(services), receipt))
 
 
-@router.get("/keys")
+@router.get(
+    "/keys",
+    **operation(
+        "getKeys",
+        summary="The receipt-signing public keys",
+        description="The host's public signing key(s) as JWKs, to verify signed receipts "
+        "offline.",
+        tags=["public"],
+        roles=None,
+        ok={200: Ok("the keys", KeySet)},
+    ),
+)
 def get_keys(services: ServicesDep) -> Response:
     return json_response({"keys": [host_key(services).public_jwk()]})
 
 
-@router.get("/operations/{operation_id}/receipt.dsse")
+@router.get(
+    "/operations/{operation_id}/receipt.dsse",
+    **operation(
+        "getSignedPromotionReceipt",
+        summary="The signed promotion receipt",
+        description="The promotion receipt in a DSSE envelope signed with the host key "
+        "(404 `receipt_unavailable` until the operation completed).",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["operation_unknown", "receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_promotion_envelope(
     operation_id: str, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
     return _signed(services, operations.promotion_receipt(services, operation_id))
 
 
-@router.get("/operations/{operation_id}/rollback-receipt.dsse")
+@router.get(
+    "/operations/{operation_id}/rollback-receipt.dsse",
+    **operation(
+        "getSignedRollbackReceipt",
+        summary="The signed rollback receipt",
+        description="The rollback receipt of an operation in a DSSE envelope.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
     stored = None
     if operation_id.startswith("op_") and "/" not in operation_id:
@@ -52,7 +90,18 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
     return _signed(services, stored)
 
 
-@router.get("/bundles/{bundle_id}/verification.dsse")
+@router.get(
+    "/bundles/{bundle_id}/verification.dsse",
+    **operation(
+        "getSignedVerification",
+        summary="The signed verification receipt",
+        description="A bundle's verification receipt in a DSSE envelope. An executor may "
+        "read those of its own run only.",
+        tags=["orchestrator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden", "receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_verification_envelope(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
