@@ -10,8 +10,8 @@ for their bodies.
 
 Response models describe what the routes answer, for the OpenAPI document; the routes
 build their JSON themselves (canonical bytes for stored documents), so nothing here
-serializes a response. Views the engine assembles (an operation, a preflight, snapshot
-diffs) list their top-level members and leave nested detail open.
+serializes a response. Every member is listed, except in a preflight's read-back report
+and in the key set (``View``), whose nested detail the engine owns.
 """
 
 from __future__ import annotations
@@ -220,11 +220,18 @@ class BundleSubmitted(Reply):
 
 
 class Preflight(View):
+    """The engine's preflight: the checks so far, and the read-back report once it ran."""
+
     bundle_id: str
     status: Literal["passed", "refused"]
     code: str | None
     detail: str
     checks: dict[str, Any]
+    error: dict[str, Any] | None = Field(default=None, description="the refusal's problem")
+    repository: dict[str, Any] | None = None
+    paths: list[dict[str, Any]] | None = None
+    drifted: list[Any] | None = None
+    unsafe: list[Any] | None = None
 
 
 class OperationAccepted(Reply):
@@ -232,15 +239,62 @@ class OperationAccepted(Reply):
     status: str
 
 
-class OperationView(View):
+class Step(Reply):
+    seq: int
+    path: str
+    operation: str
+    status: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    detail: str | None
+
+
+class Attempt(Reply):
+    attempt: int
+    status: str
+    code: str | None
+    started_at: str
+    ended_at: str | None
+
+
+class Event(Reply):
+    event_id: str
+    operation_id: str
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    prev_event_sha256: str | None
+    event_sha256: str
+    at: str
+
+
+class OperationView(Reply):
     operation_id: str
     kind: str
     status: str
     attempt: int
-    repository: str | None
-    steps: list[dict[str, Any]]
-    events: list[dict[str, Any]]
+    repository: str
+    repository_identity: str
+    grant_id: str | None
+    bundle_id: str | None
+    verification_receipt_sha256: str | None
+    fence: int | None
+    code: str | None
+    detail: str | None
+    receipt_sha256: str | None
+    pre_snapshot: str | None
+    post_snapshot: str | None
+    report: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+    steps: list[Step]
+    created_directories: list[str]
+    attempts: list[Attempt]
+    events: list[Event]
     events_verified: bool
+    current_targets: list[dict[str, Any]] | None = Field(
+        default=None, description="with `current=true` only"
+    )
 
 
 class OperationSummary(Reply):
@@ -262,7 +316,7 @@ class KeySet(View):
     keys: list[dict[str, Any]]
 
 
-class Snapshot(View):
+class Snapshot(Reply):
     tree: Tree
     label: str
     captured_at: str
@@ -272,9 +326,9 @@ class SnapshotList(Reply):
     snapshots: list[Snapshot]
 
 
-class SnapshotDiff(View):
-    added: list[Any]
-    modified: list[Any]
-    deleted: list[Any]
+class SnapshotDiff(Reply):
+    added: list[str]
+    modified: list[str]
+    deleted: list[str]
     unified_diff: str
     truncated: bool

@@ -18,11 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+import schemathesis
 
 from promoter.api.openapi import render
 from promoter.api.problems import CODES, MEDIA_TYPE
 from promoter.errors import all_error_classes
 from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, make_grant, sha, upload
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTORS = {"executor", "orchestrator", "operator", "public"}
@@ -230,3 +232,108 @@ def test_docs_load_only_local_assets(daemon: Daemon) -> None:
         assert b"SwaggerUIBundle" in script.content
         assert client.get("/docs/assets/..%2Fcore.py").status_code == 404
         assert client.get("/redoc").status_code == 404
+
+
+def test_a_whole_flow_answers_as_published(daemon: Daemon, repo: Path, identity: str) -> None:
+    """Success answers of every kind validate against the schemas the daemon publishes."""
+    doc = httpx.get(f"{daemon.url}/openapi.json", timeout=60).json()
+    schema = schemathesis.openapi.from_dict(doc)
+    checked: list[str] = []
+
+    def check(method: str, template: str, answer: httpx.Response, status: int) -> Any:
+        assert answer.status_code == status, (template, answer.text)
+        schema[template][method].validate_response(answer)
+        checked.append(doc["paths"][template][method.lower()]["operationId"])
+        return answer.json() if "json" in answer.headers["content-type"] else answer.content
+
+    check("GET", "/healthz", httpx.get(f"{daemon.url}/healthz"), 200)
+    check("GET", "/readyz", httpx.get(f"{daemon.url}/readyz"), 200)
+    check("GET", "/v1/keys", httpx.get(f"{daemon.url}/v1/keys"), 200)
+    new = b"print('v2')\n"
+    grant = make_grant(repo, identity, grant_id="grt_contract")
+    bundle = make_bundle(grant, [("src/app.py", b"print('v1')\n", new)])
+    base = "/v1/repositories/{name}/snapshots"
+    with daemon.orchestrator() as orch, daemon.operator() as op:
+        check("GET", "/v1/repositories", orch.get("/v1/repositories"), 200)
+        check("POST", "/v1/grants", orch.post("/v1/grants", json=grant), 201)
+        check("GET", "/v1/grants/{grant_id}", orch.get("/v1/grants/grt_contract"), 200)
+        minted = orch.post("/v1/executor-tokens", json={"executor_run_id": "run_1"})
+        token = check("POST", "/v1/executor-tokens", minted, 201)["token"]
+        with daemon.client(token) as ex:
+            asked = ex.post("/v1/blobs:missing", json={"sha256": [sha(new)]})
+            check("POST", "/v1/blobs:missing", asked, 200)
+            put = ex.put(f"/v1/blobs/sha256/{sha(new)}", content=new)
+            check("PUT", "/v1/blobs/sha256/{sha256}", put, 201)
+            upload(ex, b"print('v1')\n")
+            submitted = check("POST", "/v1/bundles", ex.post("/v1/bundles", json=bundle), 201)
+        bid = bundle["bundle_id"]
+        check("GET", "/v1/blobs/sha256/{sha256}", op.get(f"/v1/blobs/sha256/{sha(new)}"), 200)
+        check("GET", "/v1/bundles/{bundle_id}", orch.get(f"/v1/bundles/{bid}"), 200)
+        check(
+            "GET",
+            "/v1/bundles/{bundle_id}/verification",
+            orch.get(f"/v1/bundles/{bid}/verification"),
+            200,
+        )
+        check(
+            "GET",
+            "/v1/bundles/{bundle_id}/verification.dsse",
+            orch.get(f"/v1/bundles/{bid}/verification.dsse"),
+            200,
+        )
+        lease = {
+            "run_id": "run_1",
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": grant["fence"],
+            "expires_at": grant["expires_at"],
+        }
+        leased = orch.put(f"/v1/leases/{grant['workflow_id']}/{grant['stage']}", json=lease)
+        check("PUT", "/v1/leases/{workflow_id}/{stage}", leased, 200)
+        ahead = orch.post(f"/v1/bundles/{bid}/preflight", json={"fence": grant["fence"]})
+        assert check("POST", "/v1/bundles/{bundle_id}/preflight", ahead, 200)["status"] == "passed"
+        before = check("POST", base, op.post(f"{base.format(name='work')}", json={}), 201)
+        request = {
+            "bundle_id": bid,
+            "verification_receipt_sha256": submitted["verification_receipt"]["receipt_sha256"],
+            "fence": grant["fence"],
+            "wait": True,
+        }
+        view = check("POST", "/v1/promotions", orch.post("/v1/promotions", json=request), 200)
+        oid = view["operation_id"]
+        current = orch.get(f"/v1/operations/{oid}", params={"current": "true"})
+        check("GET", "/v1/operations/{operation_id}", current, 200)
+        check("GET", "/v1/operations", op.get("/v1/operations"), 200)
+        check(
+            "GET",
+            "/v1/operations/{operation_id}/receipt",
+            orch.get(f"/v1/operations/{oid}/receipt"),
+            200,
+        )
+        check(
+            "GET",
+            "/v1/operations/{operation_id}/receipt.dsse",
+            orch.get(f"/v1/operations/{oid}/receipt.dsse"),
+            200,
+        )
+        after = check("POST", base, op.post(f"{base.format(name='work')}"), 201)
+        check("GET", base, op.get(base.format(name="work")), 200)
+        diff = op.get(
+            f"{base.format(name='work')}/diff", params={"from": before["tree"], "to": after["tree"]}
+        )
+        assert check("GET", f"{base}/diff", diff, 200)["modified"] == ["src/app.py"]
+        rollback = op.post(f"/v1/operations/{oid}/rollback", json={"note": "contract"})
+        check("POST", "/v1/operations/{operation_id}/rollback", rollback, 200)
+        check(
+            "GET",
+            "/v1/operations/{operation_id}/rollback-receipt.dsse",
+            orch.get(f"/v1/operations/{oid}/rollback-receipt.dsse"),
+            200,
+        )
+        restore = op.post(
+            f"{base.format(name='work')}/{after['tree']}/restore",
+            json={"expected_current_tree": before["tree"]},
+        )
+        assert check("POST", f"{base}/{{tree}}/restore", restore, 200)["status"] == "completed"
+    assert len(set(checked)) == 27  # all but recover, reconcile, metrics, problem pages

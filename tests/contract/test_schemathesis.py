@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -93,7 +92,6 @@ def _fuzz(
     return seen
 
 
-@pytest.mark.slow
 def test_every_operation_answers_by_its_contract(daemon: Daemon) -> None:
     doc = httpx.get(f"{daemon.url}/openapi.json", timeout=60).json()
     schema = schemathesis.openapi.from_dict(doc)

@@ -69,13 +69,47 @@ PROMOTE_CODES = [
     "stopped",
     "database_busy",
 ]
+STATE = {"exists": True, "sha256": "9f86d081" + "0" * 56, "mode": "100644", "bytes": 44}
 VIEW_EXAMPLE = {
     "operation_id": OP_ID,
     "kind": "promotion",
     "status": "completed",
     "attempt": 1,
     "repository": "demo",
-    "steps": [],
+    "repository_identity": "repo_" + "1f" * 16,
+    "grant_id": "grt_demo1",
+    "bundle_id": BUNDLE_ID,
+    "verification_receipt_sha256": "5539f0ee" + "0" * 56,
+    "fence": 1,
+    "code": None,
+    "detail": None,
+    "receipt_sha256": "c0ffee00" + "0" * 56,
+    "pre_snapshot": "6a9fde31bac7" + "0" * 28,
+    "post_snapshot": "7b0aef42cbd8" + "0" * 28,
+    "report": None,
+    "created_at": "2026-11-30T21:05:10Z",
+    "updated_at": "2026-11-30T21:05:12Z",
+    "steps": [
+        {
+            "seq": 0,
+            "path": "src/app.py",
+            "operation": "modify",
+            "status": "completed",
+            "old": STATE,
+            "new": {**STATE, "sha256": "60303ae2" + "0" * 56, "bytes": 51},
+            "detail": None,
+        }
+    ],
+    "created_directories": [],
+    "attempts": [
+        {
+            "attempt": 1,
+            "status": "completed",
+            "code": None,
+            "started_at": "2026-11-30T21:05:10Z",
+            "ended_at": "2026-11-30T21:05:12Z",
+        }
+    ],
     "events": [],
     "events_verified": True,
 }
