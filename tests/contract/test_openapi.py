@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema_rs  # schemathesis's validator
 import pytest
 import schemathesis
 
@@ -337,3 +338,20 @@ def test_a_whole_flow_answers_as_published(daemon: Daemon, repo: Path, identity:
         )
         assert check("POST", f"{base}/{{tree}}/restore", restore, 200)["status"] == "completed"
     assert len(set(checked)) == 27  # all but recover, reconcile, metrics, problem pages
+
+
+def test_every_example_matches_its_schema(served: dict[str, Any]) -> None:
+    checked = 0
+    for method, path, op in _operations(served):
+        bodies = [("request", op.get("requestBody", {}))]
+        bodies += list(op["responses"].items())
+        for where, part in bodies:
+            for media_type, content in part.get("content", {}).items():
+                if "example" not in content or "schema" not in content:
+                    continue
+                schema = {**content["schema"], "components": served["components"]}
+                validator = jsonschema_rs.Draft202012Validator(schema)
+                errors = [e.message for e in validator.iter_errors(content["example"])]
+                assert errors == [], (method, path, where, media_type)
+                checked += 1
+    assert checked > 60
