@@ -19,7 +19,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from promoter.domain.models import (
     HEX40,
@@ -71,9 +79,18 @@ HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", examples=["0" * 64])]
 
 
 class Request(BaseModel):
-    """A request body: strict, no unknown fields."""
+    """A request body: strict, no unknown fields, no ``null`` for any field."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = sorted(str(k) for k, v in data.items() if v is None)
+            if nulls:
+                raise ValueError(f"fields may be left out, not null: {nulls}")
+        return data
 
 
 class Reply(BaseModel):
@@ -118,8 +135,20 @@ class PromotionRequest(Request):
     wait: bool = Field(default=False, description="answer only once the operation ended")
 
 
+def _without_default(schema: dict[str, Any]) -> None:
+    """Publish an optional, non-nullable field without its Python default (``None``)."""
+    schema.pop("default", None)
+
+
 class PreflightRequest(Request):
-    fence: SafeInt | None = Field(default=None, description="check the lease at this fence")
+    fence: Annotated[
+        SafeInt | None,
+        WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 2**53 - 1}),
+    ] = Field(
+        default=None,
+        description="check the lease at this fence",
+        json_schema_extra=_without_default,
+    )
 
 
 class RecoverRequest(Request):
