@@ -13,13 +13,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from promoter import __version__
-from promoter.api import observe, problems
+from promoter.api import docs, observe, openapi, problems
 from promoter.api.routes import (
     blobs,
     bundles,
     health,
     keys,
     operations,
+    problem_types,
     registry,
     snapshots,
 )
@@ -27,6 +28,13 @@ from promoter.config import Settings
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
+
+API_DESCRIPTION = (
+    "Executors hand in sealed, content-addressed patch bundles; the orchestrator promotes "
+    "them under a grant and a lease; the operator recovers, reconciles, rolls back and "
+    "restores snapshots. Every error is `application/problem+json` with a stable `code`, "
+    "whose `type` is a page of this daemon (`/problems/{code}`)."
+)
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
@@ -46,10 +54,21 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             if owned:
                 app.state.services.close()
 
-    app = FastAPI(title="promoter", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="promoter",
+        version=__version__,
+        summary="The trusted gate that promotes sealed patch bundles into a git worktree.",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served offline by promoter.api.docs
+        redoc_url=None,
+        separate_input_output_schemas=False,
+    )
     problems.install(app)
+    openapi.install(app)
+    app.include_router(docs.router)
     observe.install(app)  # request ids, access and outcome lines, metrics
 
-    for module in (health, registry, blobs, bundles, operations, keys, snapshots):
+    for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
     return app

@@ -21,7 +21,7 @@ def render() -> dict[str, str]:
     for name, model in MODELS.items():
         schema = model.model_json_schema(by_alias=True, mode="validation")
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        schema["$id"] = f"https://promoter.dev/schemas/{name}.schema.json"
+        schema["$id"] = f"urn:promoter:schema:{name}"
         out[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return out
 
