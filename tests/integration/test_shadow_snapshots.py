@@ -243,30 +243,66 @@ def test_a_file_and_a_directory_can_trade_places(services: Services, repo: Path)
     assert capture(services) == swapped
 
 
-def test_symlinks_in_the_change_are_refused_before_anything_is_written(
+def test_symlinks_in_the_change_are_restored_as_links_never_followed(
+    services: Services, repo: Path, tmp_path: Path
+) -> None:
+    (repo / "docs").mkdir()
+    (repo / "docs" / "calc").symlink_to("../calculator.py")
+    base = capture(services)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"outside\n")
+    (repo / "docs" / "calc").unlink()
+    (repo / "docs" / "calc").symlink_to(str(outside))  # retargeted outside
+    (repo / "link").symlink_to("calculator.py")  # a new link
+    (repo / "utils.py").unlink()
+    (repo / "utils.py").symlink_to("/etc/passwd")  # a file became a link
+    current = capture(services)
+    result = snapshot_restore.restore(services, "work", base, current)
+    assert result["status"] == "completed"
+    assert os.readlink(repo / "docs" / "calc") == "../calculator.py"
+    assert not os.path.lexists(repo / "link")
+    assert not (repo / "utils.py").is_symlink()
+    assert (repo / "utils.py").read_bytes() == b"VERSION = '1.0.0'\n"
+    assert outside.read_bytes() == b"outside\n"
+    assert capture(services) == base
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped_and_restored(
+    services: Services, repo: Path
+) -> None:
+    raw = os.path.join(os.fsencode(repo), b"caf\xe9.txt")
+    base = capture(services)
+    fd = os.open(raw, os.O_CREAT | os.O_WRONLY)
+    os.write(fd, b"latin-1 name\n")
+    os.close(fd)
+    current = capture(services)
+    assert snapshots.diff(services, "work", base, current)["added"] == ["caf\\xe9.txt"]
+    result = snapshot_restore.restore(services, "work", base, current)
+    assert result["status"] == "completed"
+    assert not os.path.lexists(raw)
+    view = operations.operation_view(services, result["operation_id"])
+    assert [s["path"] for s in view["steps"]] == ["caf\\xe9.txt"]
+    back = snapshot_restore.restore(services, "work", current, base)
+    assert back["status"] == "completed"
+    with open(raw, "rb") as handle:
+        assert handle.read() == b"latin-1 name\n"
+
+
+def test_a_restore_it_cannot_do_wholly_is_refused_listing_every_path_and_writes_nothing(
     services: Services, repo: Path
 ) -> None:
     base = capture(services)
-    (repo / "link").symlink_to("calculator.py")
     (repo / "utils.py").write_bytes(b"changed\n")
+    for name in (b"caf\xe9.txt", b"caf\\xe9.txt"):  # latin-1, and a literal backslash
+        fd = os.open(os.path.join(os.fsencode(repo), name), os.O_CREAT | os.O_WRONLY)
+        os.close(fd)
     current = capture(services)
     with pytest.raises(PathUnsafe) as refused:
         snapshot_restore.restore(services, "work", base, current)
-    assert "link" in refused.value.context["paths"]
-    assert os.path.islink(repo / "link")
+    assert list(refused.value.context["paths"]) == ["caf\\xe9.txt"]
+    assert "nothing was written" in refused.value.detail
     assert (repo / "utils.py").read_bytes() == b"changed\n"
-
-
-def test_a_name_that_is_not_utf8_is_shown_replaced_and_not_restored(
-    services: Services, repo: Path
-) -> None:
-    base = capture(services)
-    os.close(os.open(os.path.join(os.fsencode(repo), b"caf\xe9.txt"), os.O_CREAT | os.O_WRONLY))
-    current = capture(services)
-    assert snapshots.diff(services, "work", base, current)["added"] == ["caf\ufffd.txt"]
-    with pytest.raises(PathUnsafe) as refused:
-        snapshot_restore.restore(services, "work", base, current)
-    assert list(refused.value.context["paths"]) == ["caf\ufffd.txt"]
+    assert os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
 
 
 def test_nested_repositories_are_left_out_of_snapshots(services: Services, repo: Path) -> None:
