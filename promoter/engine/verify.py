@@ -192,7 +192,8 @@ def _link_problems(
         shown = None if target is None else links.shown(target)
         evidence.append({"path": change.path, "target": shown, "policy": grant.symlinks})
         if why is not None:
-            problems.append(f"{change.path} -> {shown!r}: {why}")
+            brief = shown if shown is None or len(shown) <= 200 else shown[:200] + "..."
+            problems.append(f"{change.path} -> {brief!r}: {why}")
     return evidence, problems
 
 
