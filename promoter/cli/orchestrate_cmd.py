@@ -74,7 +74,7 @@ def capture_precondition(layout: RepoLayout, path: str) -> Precondition:
     check_path(path)
     with Root.open(layout.worktree) as root:
         leaf = root.read_state(path)
-    if leaf.kind == "file":
+    if leaf.kind in ("file", "symlink"):  # a link's state is its target text, mode 120000
         old = StateSpec(exists=True, sha256=leaf.sha256, mode=leaf.mode)  # type: ignore[arg-type]
     elif leaf.kind == "missing":
         old = StateSpec(exists=False, sha256=None, mode=None)
