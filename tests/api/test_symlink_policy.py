@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from promoter import faults
 from tests.support.daemon import Daemon
-from tests.support.flows import make_bundle, make_grant, sha, state, upload
+from tests.support.flows import git, make_bundle, make_grant, sha, state, upload
 from tests.support.promotion import promote, set_lease, tree_bytes
 
 
@@ -166,3 +167,33 @@ def test_a_link_retargeted_by_the_user_before_the_rollback_is_kept(
     doc = json.loads(rolled.content)
     assert doc["status"] != "rolled_back"
     assert os.readlink(repo / "src" / "l") == "../README.md"
+
+
+def test_a_link_replaced_by_a_directory_mid_batch_keeps_the_directory(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.symlink("app.py", repo / "src" / "l")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a link")
+    changes = [link_change("src/l", b"../README.md", old=state(b"app.py", "120000"))]
+    changes.append(link_change("src/m", b"app.py"))
+    bundle, answer = submit_links(
+        daemon, repo, identity, changes, [b"../README.md", b"app.py"], "inside"
+    )
+    assert answer.status_code == 201, answer.text
+    set_lease(daemon, make_grant(repo, identity, grant_id="grt_links", symlinks="inside"))
+    real, swapped = faults.point, []
+
+    def swap(point: str) -> None:
+        if point == "before_replace" and not swapped:
+            swapped.append(point)
+            os.unlink(repo / "src" / "l")
+            (repo / "src" / "l").mkdir()
+            (repo / "src" / "l" / "user.txt").write_bytes(b"the user's\n")
+        real(point)
+
+    monkeypatch.setattr(faults, "point", swap)
+    view = promote(daemon, bundle, answer.json()["verification_receipt"]).json()
+    assert swapped and (view["status"], view["code"]) == ("needs_reconciliation", "path_unsafe")
+    assert (repo / "src" / "l" / "user.txt").read_bytes() == b"the user's\n"
+    assert not [p for p in os.listdir(repo / "src") if p.startswith(".promoter-")]
