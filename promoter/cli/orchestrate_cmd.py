@@ -74,7 +74,7 @@ def capture_precondition(layout: RepoLayout, path: str) -> Precondition:
     check_path(path)
     with Root.open(layout.worktree) as root:
         leaf = root.read_state(path)
-    if leaf.kind == "file":
+    if leaf.kind in ("file", "symlink"):  # a link's state is its target text, mode 120000
         old = StateSpec(exists=True, sha256=leaf.sha256, mode=leaf.mode)  # type: ignore[arg-type]
     elif leaf.kind == "missing":
         old = StateSpec(exists=False, sha256=None, mode=None)
@@ -134,6 +134,10 @@ def grant_create(
         str | None,
         typer.Option("--base-tree", help="HEAD's tree, when the worktree is not on this machine."),
     ] = None,
+    symlinks: Annotated[
+        str,
+        typer.Option("--symlinks", help="Links the bundle may hold: none, inside or any."),
+    ] = "none",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the sealed grant's canonical JSON here.")
     ] = None,
@@ -142,6 +146,8 @@ def grant_create(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Create and register a grant on the current HEAD of a guarded repository."""
+    if symlinks not in ("none", "inside", "any"):
+        raise BadRequest(f"--symlinks takes none, inside or any, got {symlinks!r}")
     with _client(url, token_file) as client:
         info = _repository(client, repo)
         head, branch = info.get("head"), info.get("branch")
@@ -179,6 +185,7 @@ def grant_create(
                     "write_allowlist": [parse_allow(flag).wire() for flag in allow],
                     "target_preconditions": captured,
                     "limits": Limits(max_changes=max_changes, max_total_bytes=max_bytes).wire(),
+                    "symlinks": symlinks,
                 }
             )
         )

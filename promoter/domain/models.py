@@ -28,7 +28,8 @@ HEX40 = r"^[0-9a-f]{40}$"
 
 Sha256 = Annotated[str, StringConstraints(pattern=HEX64)]
 Oid = Annotated[str, StringConstraints(pattern=HEX40)]
-GitMode = Literal["100644", "100755"]
+GitMode = Literal["100644", "100755", "120000"]  # 120000: a symlink, its target text the blob
+SymlinkPolicy = Literal["none", "inside", "any"]
 IndexMode = Annotated[str, StringConstraints(pattern=r"^(100644|100755|120000|160000)$")]
 SafeInt = Annotated[int, Field(ge=0, lt=2**53)]
 NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
@@ -184,6 +185,14 @@ class GrantV1(Document):
     write_allowlist: list[AllowEntry]
     target_preconditions: list[Precondition]
     limits: Limits
+    symlinks: SymlinkPolicy = "none"
+
+    def wire(self) -> dict[str, Any]:
+        """The document; ``symlinks`` only when it is not the default, so v1 hashes stay."""
+        document = super().wire()
+        if document.get("symlinks") == "none":
+            del document["symlinks"]
+        return document
 
 
 class LeaseV1(Strict):

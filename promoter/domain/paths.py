@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 from promoter.errors import PathInvalid
 
@@ -84,6 +85,26 @@ def check_path_set(paths: Iterable[str]) -> None:
 def sort_key(path: str) -> bytes:
     """Bundles list changes sorted by the UTF-8 bytes of ``path``."""
     return path.encode("utf-8")
+
+
+def wire_path(path: str) -> str:
+    """``path`` as UTF-8 text for journals, events and reports.
+
+    A name read from disk that is not valid UTF-8 (decoded with ``surrogateescape``) is
+    shown with each such byte as ``\\xNN``; a valid path is returned unchanged.
+    """
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def wire_all(value: Any) -> Any:
+    """``value`` (JSON-like) with every string passed through ``wire_path``."""
+    if isinstance(value, str):
+        return wire_path(value)
+    if isinstance(value, dict):
+        return {wire_path(k) if isinstance(k, str) else k: wire_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wire_all(v) for v in value]
+    return value
 
 
 def temp_name(operation_id: str, attempt: int, seq: int) -> str:

@@ -1,7 +1,8 @@
 """The one state type every step is about, and the one classifier of what a path holds.
 
 ``State`` is ``{exists, sha256, mode}``: missing, or a regular file with this content
-hash and git mode. Bundles (``FileState``), preconditions (``StateSpec``), journaled steps
+hash and git mode, or (mode ``120000``) a symbolic link whose target text hashes to
+``sha256``. Bundles (``FileState``), preconditions (``StateSpec``), journaled steps
 (their JSON), rollbacks and restores all speak it; ``State.of`` converts each of them,
 ``State.wire`` is the JSON form the journal and the reports carry.
 
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "MISSING",
+    "SYMLINK_MODE",
     "Observed",
     "Reading",
     "State",
@@ -32,6 +34,7 @@ __all__ = [
     "Verdict",
     "classify",
     "holds",
+    "leaf_kind",
     "observed",
 ]
 
@@ -47,7 +50,7 @@ class _Triple(Protocol):
 
 @dataclass(frozen=True)
 class State:
-    """The state a target must be in: missing, or a file with this sha256 and git mode."""
+    """The state a target must be in: missing, or a file (or a link) with this sha256 and mode."""
 
     exists: bool
     sha256: str | None
@@ -70,6 +73,12 @@ class State:
 
 
 MISSING = State(False, None, None)
+SYMLINK_MODE = "120000"
+
+
+def leaf_kind(mode: str | None) -> str:
+    """The kind of leaf a state's git mode names: ``symlink`` for 120000, else ``file``."""
+    return "symlink" if mode == SYMLINK_MODE else "file"
 
 
 StateLike = State | _Triple | Mapping[str, Any]
@@ -102,7 +111,8 @@ def holds(found: Observed, state: State) -> bool:
     """True when ``found`` is exactly ``state``."""
     if not state.exists:
         return found.kind == "missing"
-    return found.kind == "file" and found.sha256 == state.sha256 and found.mode == state.mode
+    kind = leaf_kind(state.mode)
+    return found.kind == kind and found.sha256 == state.sha256 and found.mode == state.mode
 
 
 def classify(found: Observed, old: StateLike, new: StateLike) -> Reading:
@@ -116,8 +126,8 @@ def classify(found: Observed, old: StateLike, new: StateLike) -> Reading:
 
 
 def observed(found: Observed, size: int | None) -> dict[str, Any]:
-    """What a path reads as, for reports: its kind, and content and mode for a file only."""
-    is_file = found.kind == "file"
+    """What a path reads as, for reports: its kind, and content and mode for a file or link."""
+    is_file = found.kind in ("file", "symlink")
     return {
         "exists": found.kind != "missing",
         "kind": found.kind,
@@ -130,11 +140,20 @@ def observed(found: Observed, size: int | None) -> dict[str, Any]:
 def _why_neither(found: Observed, old: State, new: State) -> str:
     if found.kind == "missing":
         return "the path is missing"
-    if found.kind != "file":
-        return f"the path is a {found.kind}, not a regular file"
-    if not old.exists and not new.exists:
-        return "a file is there"
     wanted = [s for s in (old, new) if s.exists]
+    if not wanted:
+        if found.kind in ("file", "symlink"):
+            return f"a {_word(found.kind)} is there"
+        return f"the path is a {found.kind}, not a regular file"
+    kinds = sorted({leaf_kind(s.mode) for s in wanted})
+    if found.kind not in kinds:
+        return f"the path is a {_word(found.kind)}, not a {' or a '.join(map(_word, kinds))}"
+    if found.kind == "symlink" and not any(found.sha256 == s.sha256 for s in wanted):
+        return "the link's target is neither the old nor the new target"
     if any(found.sha256 == s.sha256 for s in wanted):
         return f"the content matches but the mode is {found.mode}"
     return "the content is neither the old nor the new content"
+
+
+def _word(kind: str) -> str:
+    return {"file": "regular file", "symlink": "symbolic link"}.get(kind, kind)

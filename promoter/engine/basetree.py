@@ -1,8 +1,9 @@
 """Adapter: a repository's base tree as the ``BaseTree`` port of verification.
 
 Reads, through the read-only git layer, the mode and content sha256 of paths in a tree.
-Anything that is not a regular blob there (directory, symlink, gitlink) is reported with
-``sha256: null`` and its git mode so that it equals no promotable old state.
+A regular blob or a symlink (mode 120000, its target text the blob) is reported with the
+sha256 of its blob; anything else (directory, gitlink) with ``sha256: null`` and its git
+mode so that it equals no promotable old state.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from promoter.git.readback import RepoLayout, blob_sha256, tree_entries
 
 CACHE_LIMIT = 200_000
+_CONTENT_MODES = ("100644", "100755", "120000")  # a link's content is its target text
 
 
 class GitBaseTree:
@@ -36,7 +38,7 @@ class GitBaseTree:
         blobs = [
             entry.oid
             for entry in entries.values()
-            if entry is not None and entry.type == "blob" and entry.mode in ("100644", "100755")
+            if entry is not None and entry.type == "blob" and entry.mode in _CONTENT_MODES
         ]
         digests = blob_sha256(self._layout, sorted(set(blobs))) if blobs else {}
         states: dict[str, dict[str, Any]] = {}
@@ -44,7 +46,7 @@ class GitBaseTree:
             entry = entries.get(path)
             if entry is None:
                 states[path] = {"exists": False, "sha256": None, "mode": None}
-            elif entry.type == "blob" and entry.mode in ("100644", "100755"):
+            elif entry.type == "blob" and entry.mode in _CONTENT_MODES:
                 states[path] = {"exists": True, "sha256": digests[entry.oid][0], "mode": entry.mode}
             else:
                 states[path] = {"exists": True, "sha256": None, "mode": entry.mode}

@@ -12,6 +12,7 @@ removing them (``Root.remove_dir_if_empty``).
 from __future__ import annotations
 
 from promoter import faults
+from promoter.domain.paths import wire_path
 from promoter.engine.services import Services
 from promoter.fs.root import Root
 from promoter.store import journal
@@ -39,5 +40,5 @@ def journal_intent(services: Services, operation_id: str, root: Root, paths: lis
     intended = missing_dirs(root, paths)
     if intended:
         with services.db.session() as session:
-            journal.add_created_dirs(session, operation_id, intended)
+            journal.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
     faults.point("after_dir_intent")

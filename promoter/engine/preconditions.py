@@ -53,7 +53,7 @@ def verdict(leaf: LeafState, change: Change) -> str:
 
 def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None:
     """Why a delete of this leaf is unsafe (other hard links), or None."""
-    if change.operation != "delete" or found != "old" or leaf.kind != "file":
+    if change.operation != "delete" or found != "old" or leaf.kind not in ("file", "symlink"):
         return None
     if leaf.nlink is None or leaf.nlink <= 1:
         return None

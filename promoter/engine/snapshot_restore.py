@@ -3,9 +3,14 @@
 This module owns ``restore`` and ``recover_restore``: the decision and the journal.
 Under the repository lock ``restore`` captures the worktree; unless that tree equals
 ``expected_current_tree`` it refuses with ``SnapshotStale`` and writes nothing.
-Otherwise it plans one step per changed path from the current tree to the target
-(regular files only: a symlink or gitlink on either side of a change, or a path that is
-not UTF-8, is refused before anything is journaled), journals the operation (kind
+Otherwise it plans one step per changed path from the current tree to the target:
+regular files and symlinks (mode 120000, written as links, never followed), with names
+that need not be UTF-8 (journals, events and reports carry them escaped, ``\\xNN``, by
+``wire_path``; recovery maps them back through the two trees). Nothing or everything:
+a path the restore truly cannot handle (a gitlink on either side, a component promoter
+never writes, two names that escape alike) refuses the whole restore before anything
+is journaled, listing every such path; otherwise every path is restored. It journals
+the operation (kind
 ``restore``, id from ``restore_id``), its steps with old/new FileStates and the
 ``decision`` and ``action`` events in one transaction, and hands the steps to
 ``snapshot_steps.StepRun``, which writes and journals the outcome. A ``post`` capture
@@ -22,11 +27,10 @@ snapshot bookkeeping (``promoter.engine.snapshots``) and git plumbing
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
-from promoter.domain.paths import temp_name
+from promoter.domain.paths import temp_name, wire_path
 from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
 from promoter.domain.state import State, Verdict
@@ -62,7 +66,8 @@ RESTARTABLE = {
     OperationStatus.REFUSED,
     OperationStatus.ABANDONED,
 }
-_KINDS = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
+_KINDS = {"160000": "a gitlink (submodule)"}
+_WRITABLE = ("100644", "100755", "120000")
 _OPERATIONS = {"A": "create", "D": "delete", "M": "modify", "T": "modify"}
 _MISSING: dict[str, Any] = {
     "exists": False,
@@ -121,22 +126,26 @@ def _plan(shadow: ShadowRepository, current: str, target: str) -> list[Step]:
     """One step per changed path: deletions first, then writes, grouped by directory."""
     entries = shadow.diff_entries(current, target)
     refused: dict[str, str] = {}
+    shown: dict[str, str] = {}
     for entry in entries:
         for side, mode in (("current", entry.old_mode), ("target", entry.new_mode)):
-            if mode is not None and mode not in ("100644", "100755"):
+            if mode is not None and mode not in _WRITABLE:
                 kind = _KINDS.get(mode, f"a mode {mode} entry")
                 refused.setdefault(entry.path, f"it is {kind} in the {side} tree")
         try:
             split_rel(entry.path)
-            entry.path.encode("utf-8")
-        except (PathUnsafe, UnicodeEncodeError):
-            refused.setdefault(
-                entry.path, "the path is not UTF-8 or has a component promoter never writes"
-            )
+        except PathUnsafe:
+            refused.setdefault(entry.path, "the path has a component promoter never writes")
+        other = shown.setdefault(wire_path(entry.path), entry.path)
+        if other != entry.path:
+            for path in (other, entry.path):
+                refused.setdefault(
+                    path, f"its name and another are both shown as {wire_path(path)!r}"
+                )
     if refused:
         raise PathUnsafe(
-            "restore writes regular files only; these paths cannot be restored",
-            paths={_shown(p): why for p, why in sorted(refused.items())},
+            "restore refused as a whole, nothing was written: these paths cannot be restored",
+            paths={wire_path(p): why for p, why in sorted(refused.items())},
         )
     with shadow.reader() as cat:
         hashes = cat.blob_sha256(o for e in entries for o in (e.old_oid, e.new_oid) if o)
@@ -196,7 +205,7 @@ def _journal(
             session,
             operation_id,
             journal_steps(
-                operation_id, row.attempt, [(s.path, s.operation, s.old, s.new) for s in steps]
+                operation_id, row.attempt, [(s.shown, s.operation, s.old, s.new) for s in steps]
             ),
         )
         decision = ledger.append(
@@ -211,7 +220,7 @@ def _journal(
             "action",
             {
                 "targets": [
-                    {"path": s.path, "operation": s.operation, "new": State.of(s.new).wire()}
+                    {"path": s.shown, "operation": s.operation, "new": State.of(s.new).wire()}
                     for s in steps
                 ]
             },
@@ -269,13 +278,16 @@ def recover_restore(
                 current_status=row.status,
             )
         target, identity = str((row.report or {})["restore_to"]), row.repository_identity
+        current = row.pre_snapshot
         journaled = journal.steps(session, operation_id)
         rows = [(s.path, s.operation, s.old_state, s.new_state) for s in journaled]
     repo = resolve(services, identity)
     shadow = shadow_for(services, repo)
     files = shadow.tree_files(target)
+    real = _real_paths(shadow, current, target)
     steps = [
-        Step(p, op, old, new, files[p].oid if new["exists"] else None) for p, op, old, new in rows
+        Step(real.get(p, p), op, old, new, files[real.get(p, p)].oid if new["exists"] else None)
+        for p, op, old, new in rows
     ]
     lock = lock_repository(services, repo)
     claimed = False
@@ -380,6 +392,8 @@ def _settle_temps(
     )[1]
 
 
-def _shown(path: str) -> str:
-    """A path as text that can always be encoded (bytes that are not UTF-8 replaced)."""
-    return os.fsencode(path).decode("utf-8", "replace")
+def _real_paths(shadow: ShadowRepository, current: str | None, target: str) -> dict[str, str]:
+    """Journaled (escaped) path -> the name on disk, from the diff the restore was planned on."""
+    if current is None:
+        return {}
+    return {wire_path(e.path): e.path for e in shadow.diff_entries(current, target)}

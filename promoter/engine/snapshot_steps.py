@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from promoter.domain.paths import temp_name
+from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.state import State, classify
 from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine.apply import Applier
@@ -51,6 +51,11 @@ class Step:
     old: dict[str, Any]
     new: dict[str, Any]
     oid: str | None  # the target blob; None for a delete
+
+    @property
+    def shown(self) -> str:
+        """The path as journals and reports carry it (bytes that are not UTF-8 as ``\\xNN``)."""
+        return wire_path(self.path)
 
 
 def dir_key(path: str) -> tuple[bytes, bytes]:
@@ -187,7 +192,7 @@ class StepRun:
             if verdict != "new":
                 problems.append(
                     {
-                        "path": step.path,
+                        "path": step.shown,
                         "verdict": verdict,
                         "actual": actual,
                         "expected_old": step.old,
@@ -215,9 +220,10 @@ class StepRun:
                 step_row.status = {"new": StepStatus.COMPLETED, "old": StepStatus.PENDING}.get(
                     verdict, StepStatus.FAILED
                 )
-            journal.add_created_dirs(session, row.operation_id, self.created)
-            dirs = {"removed_directories": self.removed, "created_directories": self.created}
-            code, detail = (error.code, error.detail) if error else (None, None)
+            created, removed = wire_all(self.created), wire_all(self.removed)
+            journal.add_created_dirs(session, row.operation_id, created)
+            dirs = {"removed_directories": removed, "created_directories": created}
+            code, detail = (error.code, wire_path(error.detail)) if error else (None, None)
             payload = {"status": status, "code": code, **dirs}
             outcome = ledger.append(session, row.operation_id, "outcome", payload)
             report = {**(row.report or {}), "paths": problems, **dirs}
@@ -226,7 +232,8 @@ class StepRun:
                 report["error"] = {"code": code, "detail": detail}
             kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]
             if kept:
-                report["kept"] = kept
+                report["kept"] = wire_all(kept)
+            report = wire_all(report)
             journal.set_status(session, row, status, code=code, detail=detail, report=report)
         return status
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Protocol
 
-from promoter.domain import allowlist
+from promoter.domain import allowlist, links
 from promoter.domain.documents import bundle_id_for, bundle_sha256, evidence_sha256, seal_receipt
 from promoter.domain.models import (
     CHECK_ORDER,
@@ -35,12 +35,16 @@ class BlobSizes(Protocol):
     def measure(self, sha256: str) -> int | None:
         """Size of the intact blob, or None if missing or not hashing to ``sha256``."""
 
+    def read(self, sha256: str) -> bytes:
+        """The intact blob's bytes (a link's target text); raises when missing or corrupt."""
+
 
 class BaseTree(Protocol):
     def states(self, base_tree: str, paths: Sequence[str]) -> Mapping[str, dict[str, Any]]:
         """Per path ``{"exists", "sha256", "mode"}`` in ``base_tree``.
 
-        A path that is not a regular blob there (a directory, symlink or gitlink) is
+        A symlink is reported with the sha256 of its target text and mode 120000; a
+        path that is neither a regular blob nor a link there (a directory or gitlink) is
         reported with ``exists: true, sha256: null`` and its git mode, so it equals no
         promotable old state.
         """
@@ -158,12 +162,49 @@ def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
     return Outcome(not problems, evidence, _summarize(problems))
 
 
-# (4) path_policy: the lexical path rules of SPEC §3.2
+# (4) path_policy: the lexical path rules of SPEC §3.2 and the grant's symlink policy
 
 
-def check_path_policy(bundle: PatchBundleV1) -> Outcome:
+def _link_problems(
+    bundle: PatchBundleV1, grant: GrantV1, blobs: BlobSizes
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every change with a link side, checked against ``grant.symlinks`` (target text shown)."""
+    evidence: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for change in bundle.changes:
+        if not (links.is_link(change.old.mode) or links.is_link(change.new.mode)):
+            continue
+        target: bytes | None = None
+        if links.is_link(change.new.mode) and change.new.sha256 is not None:
+            try:
+                target = blobs.read(change.new.sha256)
+            except PromoterError:
+                target = None
+        why: str | None
+        if grant.symlinks == "none":
+            why = links.target_problem(change.path, b"", "none")
+        elif not links.is_link(change.new.mode):
+            why = None  # a link deleted or turned into a file: no new target
+        elif target is None:
+            why = "the link target blob cannot be read"
+        else:
+            why = links.target_problem(change.path, target, grant.symlinks)
+        shown = None if target is None else links.shown(target)
+        evidence.append({"path": change.path, "target": shown, "policy": grant.symlinks})
+        if why is not None:
+            brief = shown if shown is None or len(shown) <= 200 else shown[:200] + "..."
+            problems.append(f"{change.path} -> {brief!r}: {why}")
+    return evidence, problems
+
+
+def check_path_policy(
+    bundle: PatchBundleV1, grant: GrantV1 | None = None, blobs: BlobSizes | None = None
+) -> Outcome:
     paths = [c.path for c in bundle.changes]
     problems: list[str] = []
+    link_evidence: list[dict[str, Any]] = []
+    if grant is not None and blobs is not None:
+        link_evidence, problems = _link_problems(bundle, grant, blobs)
     for path in paths:
         try:
             check_path(path)
@@ -175,7 +216,10 @@ def check_path_policy(bundle: PatchBundleV1) -> Outcome:
         problems.append(
             f"{exc.context.get('path')!r} and {exc.context.get('other')!r}: {exc.detail}"
         )
-    return Outcome(not problems, sorted(paths, key=sort_key), _summarize(problems), "path_invalid")
+    evidence: Any = sorted(paths, key=sort_key)
+    if link_evidence:  # only bundles with links carry it, so earlier receipts keep their bytes
+        evidence = {"paths": evidence, "links": link_evidence}
+    return Outcome(not problems, evidence, _summarize(problems), "path_invalid")
 
 
 # (5) limits: the grant's count and size limits
@@ -289,7 +333,7 @@ def verify(
         "manifest_integrity": lambda: check_manifest_integrity(document, bundle),  # (1)
         "blob_integrity": lambda: check_blob_integrity(bundle, blobs),  # (2)
         "grant_binding": lambda: check_grant_binding(bundle, grant),  # (3)
-        "path_policy": lambda: check_path_policy(bundle),  # (4)
+        "path_policy": lambda: check_path_policy(bundle, grant, blobs),  # (4)
         "limits": lambda: check_limits(bundle, grant),  # (5)
         "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
         "preconditions": lambda: check_preconditions(bundle, grant, base),  # (7)

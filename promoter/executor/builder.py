@@ -5,7 +5,9 @@ This module owns the executor side of SPEC §3.5 and §8 (second paragraph):
 a ``ShadowTree`` (tracked files and untracked files that are not ignored; a temporary
 index and object directory, so the worktree's ``.git`` is never written), trusting no
 list of changed files that anyone reports. It refuses, before anything is uploaded,
-symlinks, gitlinks and nested repositories (``PathUnsafe``), paths that break the path
+gitlinks, nested repositories and symlinks the grant does not allow (``PathUnsafe``;
+with ``symlinks: inside|any`` links are included and their targets checked against the
+policy, ``VerificationFailed`` naming each target text), paths that break the path
 rules (``PathInvalid``) and changes the grant does not authorize (``VerificationFailed``,
 see ``policy.py``), each naming every offending path. Old states are the base tree's,
 which is what the host checks. ``upload_and_submit`` uploads only the blobs the host
@@ -26,6 +28,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from promoter.client import PromoterClient
+from promoter.domain import links
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import grant_sha256, seal_bundle
 from promoter.domain.models import (
@@ -37,7 +40,7 @@ from promoter.domain.models import (
 )
 from promoter.domain.parsing import load_json, parse_model
 from promoter.domain.paths import sort_key
-from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid
+from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, VerificationFailed
 from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
@@ -58,7 +61,7 @@ __all__ = [
 Progress = Callable[[int, int], None]
 """Called with (bytes uploaded so far, bytes to upload in all)."""
 
-_OPERATIONS = {"A": "create", "M": "modify", "D": "delete"}
+_OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
 
 
 @dataclass(frozen=True)
@@ -179,9 +182,12 @@ def _hidden_in_gitlinks(layout: RepoLayout, base_tree: str) -> dict[str, str]:
 
 
 def _refuse_unsupported(
-    layout: RepoLayout, shadow: ShadowTree, entries: list[DiffEntry], base_tree: str
+    layout: RepoLayout, shadow: ShadowTree, entries: list[DiffEntry], grant: GrantV1
 ) -> None:
-    unsupported = {**_hidden_in_gitlinks(layout, base_tree), **shadow.unsupported(entries)}
+    unsupported = {
+        **_hidden_in_gitlinks(layout, grant.base_tree),
+        **shadow.unsupported(entries, symlinks=grant.symlinks != "none"),
+    }
     if unsupported:
         found = [{"path": printable(path), "reason": why} for path, why in unsupported.items()]
         listing = "; ".join(f"{item['path']!r}: {item['reason']}" for item in found)
@@ -217,6 +223,27 @@ def _changes(
     return changes, blobs
 
 
+def _check_links(
+    changes: list[Change], blobs: dict[str, BlobSource], shadow: ShadowTree, grant: GrantV1
+) -> None:
+    """``VerificationFailed`` naming every new link whose target the grant's policy refuses."""
+    refused: list[dict[str, str]] = []
+    for change in changes:
+        if not links.is_link(change.new.mode) or change.new.sha256 is None:
+            continue
+        target = shadow.read_blob(blobs[change.new.sha256].oid)
+        why = links.target_problem(change.path, target, grant.symlinks)
+        if why is not None:
+            refused.append(
+                {"path": printable(change.path), "target": links.shown(target), "reason": why}
+            )
+    if refused:
+        listing = "; ".join(f"{r['path']!r} -> {r['target']!r}: {r['reason']}" for r in refused)
+        raise VerificationFailed(
+            f"the grant's symlink policy refuses these links: {listing}", paths=refused
+        )
+
+
 def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = None) -> BuiltBundle:
     """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
 
@@ -232,7 +259,7 @@ def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = Non
     shadow.__enter__()
     try:
         entries = shadow.diff(grant.base_tree)
-        _refuse_unsupported(layout, shadow, entries, grant.base_tree)
+        _refuse_unsupported(layout, shadow, entries, grant)
         odd = [
             {"path": printable(e.path), "reason": "a type change"}
             for e in entries
@@ -243,6 +270,7 @@ def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = Non
         check_paths([e.path for e in entries])
         changes, blobs = _changes(shadow, entries)
         check_changes(changes, grant)
+        _check_links(changes, blobs, shadow, grant)
         document: dict[str, Any] = {
             "schema": "PatchBundleV1",
             "bundle_id": "",

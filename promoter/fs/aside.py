@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from promoter import faults
+from promoter.domain.state import leaf_kind
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf
@@ -85,7 +86,7 @@ def check_temp_name(name: str) -> None:
 def remove_if(
     parent: ParentChain, name: str, ours: Callable[[LeafState], bool]
 ) -> tuple[Literal["absent", "removed", "left"], LeafState]:
-    """Unlink temp ``name`` only if what is there is a file ``ours`` accepts.
+    """Unlink temp ``name`` only if what is there is a file or link ``ours`` accepts.
 
     Returns ``("absent", …)`` when nothing was there, ``("removed", state)`` when it was
     promoter's and is gone, and ``("left", state)`` when it is someone else's and stays
@@ -95,7 +96,7 @@ def remove_if(
     leaf = read_leaf(parent.fd, name, beside(parent, name), parent.root.dev)
     if leaf.kind == "missing":
         return "absent", leaf
-    if leaf.kind != "file" or not ours(leaf):
+    if leaf.kind not in ("file", "symlink") or not ours(leaf):
         return "left", leaf
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=parent.fd)
@@ -178,8 +179,12 @@ def settle(parent: ParentChain, temp: str, *, old: ExpectedState, new: ExpectedS
 
 
 def refusal(rel: str, expected: ExpectedState, found: LeafState) -> PromoterError:
-    """The refusal for a target found in another state: unsafe kinds, else drift."""
-    if found.kind in ("symlink", "special"):
+    """The refusal for a target found in another state: unsafe kinds, else drift.
+
+    A symlink is unsafe where a file or nothing was expected, drift where a link was.
+    """
+    unexpected_link = found.kind == "symlink" and leaf_kind(expected.mode) != "symlink"
+    if found.kind == "special" or unexpected_link:
         return PathUnsafe(f"target is a {found.kind}", path=rel, found=found.to_dict())
     return TargetDrift(
         "target is not in the expected state",

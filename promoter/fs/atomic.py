@@ -59,6 +59,7 @@ from collections.abc import Callable
 from typing import Any
 
 from promoter import faults
+from promoter.domain.state import SYMLINK_MODE
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs.aside import Kept, beside, check_temp_name, keep, refusal, remove_if, with_kept
 from promoter.fs.delete import Deleting
@@ -98,10 +99,13 @@ class Parent(Deleting):
     def write_temp(self, data: bytes, git_mode: str, *, temp: str) -> str:
         """Write ``data`` durably to the journaled temp name ``temp``; return it.
 
-        A name that is already taken is refused (``PathUnsafe``) and left untouched.
+        A name that is already taken is refused (``PathUnsafe``) and left untouched. With
+        ``git_mode`` 120000, ``data`` is a link's target text and the temp is a symlink.
         """
         check_temp_name(temp)
         self.verify_chain()
+        if git_mode == SYMLINK_MODE:
+            return self._write_link_temp(data, temp)
         try:
             current = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
             replaced = current.st_mode if stat.S_ISREG(current.st_mode) else None
@@ -138,6 +142,35 @@ class Parent(Deleting):
             )
             if isinstance(exc, OSError):
                 raise with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
+            if isinstance(exc, PromoterError):
+                with_kept(exc, kept)
+            raise
+        return temp
+
+    def _write_link_temp(self, target: bytes, temp: str) -> str:
+        """``symlinkat(target, parent, temp)``, the parent fsynced; the link is never followed."""
+        if not target or b"\x00" in target:
+            raise PathUnsafe("a link target must be non-empty text without NUL", path=self.rel)
+        try:
+            os.symlink(target, os.fsencode(temp), dir_fd=self.fd)
+        except FileExistsError as exc:
+            raise self._name_taken(temp) from exc
+        except OSError as exc:
+            raise os_error("creating a temp link", self.rel, exc) from exc
+        try:
+            st = os.stat(temp, dir_fd=self.fd, follow_symlinks=False)
+            self.written[temp] = (st.st_dev, st.st_ino)
+            os.fsync(self.fd)
+            faults.point("after_temp_write")
+            self.verify_chain()
+        except BaseException as exc:
+            kept = (
+                self.drop_temp(temp, ExpectedState(True, None, None))
+                if temp in self.written
+                else []
+            )
+            if isinstance(exc, OSError):
+                raise with_kept(os_error("writing a temp link", self.rel, exc), kept) from exc
             if isinstance(exc, PromoterError):
                 with_kept(exc, kept)
             raise
@@ -319,7 +352,7 @@ class Parent(Deleting):
             ) from exc
         kept = self.drop_temp(temp, new)
         error: PromoterError
-        if displaced.kind == "file" and displaced.matches(expected_old):
+        if displaced.kind in ("file", "symlink") and displaced.matches(expected_old):
             error = TargetDrift(
                 "target was replaced between the check and the exchange",
                 path=self.rel,
@@ -327,7 +360,7 @@ class Parent(Deleting):
                 found=displaced.to_dict(),
                 reason="swapped",
             )
-        elif displaced.kind in ("file", "missing"):
+        elif displaced.kind in ("file", "symlink", "missing"):
             error = refusal(self.rel, expected_old, displaced)
         else:
             error = PathUnsafe("the displaced file could not be verified", path=self.rel)

@@ -1,7 +1,8 @@
 """Deletes by move-aside-then-verify (SPEC §10.1), for ``promoter.fs.atomic.Parent``.
 
-The target is checked (a singly linked regular file of this user, on the root's mount,
-equal to the expected old state), renamed to the step's journaled temp name with
+The target is checked (a singly linked regular file, or a symlink read with
+``readlinkat`` and never followed, of this user, on the root's mount, equal to the
+expected old state), renamed to the step's journaled temp name with
 ``RENAME_NOREPLACE``, read there through a descriptor and unlinked only if it is still
 exactly that state with one link. Anything else goes back under its name, or, if the
 name was taken meanwhile, is kept beside it (``aside.keep``) and named in the refusal.
@@ -22,6 +23,7 @@ import os
 import stat
 
 from promoter import faults
+from promoter.domain.state import leaf_kind
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.aside import Kept, check_temp_name, keep, refusal, remove_if, with_kept
 from promoter.fs.chain import ParentChain
@@ -48,18 +50,23 @@ class Deleting(ParentChain):
         check_temp_name(aside)
         try:
             self.verify_chain()
-            try:
-                fd = os.open(self.name, LEAF_FLAGS, dir_fd=self.fd)
-            except FileNotFoundError:
-                return
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
-                    raise refusal(self.rel, expected_old, self.leaf_state()) from exc
-                raise
-            try:
-                found = self._checked_leaf(fd, expected_old)
-            finally:
-                os.close(fd)
+            if leaf_kind(expected_old.mode) == "symlink":
+                found = self._checked_link(expected_old)
+                if found.kind == "missing":
+                    return
+            else:
+                try:
+                    fd = os.open(self.name, LEAF_FLAGS, dir_fd=self.fd)
+                except FileNotFoundError:
+                    return
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
+                        raise refusal(self.rel, expected_old, self.leaf_state()) from exc
+                    raise
+                try:
+                    found = self._checked_leaf(fd, expected_old)
+                finally:
+                    os.close(fd)
             if not found.matches(expected_old):
                 raise refusal(self.rel, expected_old, found)
             self.root.check_mount(self.fd, self.name, self.rel)
@@ -117,6 +124,20 @@ class Deleting(ParentChain):
             raise PathUnsafe("target was swapped while it was checked", path=self.rel)
         self.verify_chain()
         os.unlink(self.name, dir_fd=self.fd)
+
+    def _checked_link(self, expected_old: ExpectedState) -> LeafState:
+        """The symlink at the target, read with ``readlinkat`` (never followed) and checked."""
+        found = self.leaf_state()
+        if found.kind == "missing":
+            return found
+        if found.kind != "symlink":
+            raise refusal(self.rel, expected_old, found)
+        st = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+        if st.st_nlink != 1:
+            raise PathUnsafe("target has other hard links", path=self.rel, nlink=st.st_nlink)
+        if st.st_uid != os.geteuid():
+            raise PathUnsafe("target is owned by another user", path=self.rel, uid=st.st_uid)
+        return found
 
     def _checked_leaf(self, fd: int, expected_old: ExpectedState) -> LeafState:
         st = os.fstat(fd)

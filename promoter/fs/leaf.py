@@ -2,11 +2,13 @@
 
 This module owns the vocabulary the fs layer speaks in: ``ExpectedState`` (the domain's
 ``State``: missing, or a file with a sha256 and git mode), ``LeafState`` (what was found:
-missing, file, directory, symlink or special file, with identity), the cheap lexical re-check of
-worktree-relative paths (empty, ``.``, ``..``, ``/``, NUL, ``.git`` under case-folding,
-over-long names; raised as ``PathUnsafe`` before any syscall, as defence in depth behind
-the domain layer's path rules), and ``read_leaf``, which classifies one entry of an
-open directory without following symlinks and without blocking on FIFOs or devices.
+missing, file, directory, symlink or special file, with identity; a symlink's ``sha256``
+is that of its target text, read with ``readlinkat``, its mode ``120000``), the cheap
+lexical re-check of worktree-relative paths (empty, ``.``, ``..``, ``/``, NUL, ``.git``
+under case-folding, over-long names; raised as ``PathUnsafe`` before any syscall, as
+defence in depth behind the domain layer's path rules), and ``read_leaf``, which
+classifies one entry of an open directory without following symlinks and without
+blocking on FIFOs or devices.
 
 Deliberately not here: walking from the root (``chain.py``) and any change to a file
 (``atomic.py``).
@@ -21,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from promoter.domain.state import State, holds
+from promoter.domain.state import SYMLINK_MODE, State, holds
 from promoter.errors import PathUnsafe, WriteFailed
 
 TEMP_PREFIX = ".promoter-tmp-"
@@ -120,8 +122,8 @@ def _read_leaf_once(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafStat
         return MISSING
     kind: LeafKind | None = None
     if stat.S_ISLNK(st.st_mode):
-        kind = "symlink"
-    elif stat.S_ISDIR(st.st_mode):
+        return _read_link(dir_fd, name, st)
+    if stat.S_ISDIR(st.st_mode):
         kind = "directory"
     elif not stat.S_ISREG(st.st_mode):
         kind = "special"
@@ -156,6 +158,30 @@ def _read_leaf_once(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafStat
     if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
         return None
     return state
+
+
+def _read_link(dir_fd: int, name: str, st: os.stat_result) -> LeafState | None:
+    """The link ``name``'s target text, hashed; None if it changed while read. Never followed."""
+    try:
+        target = os.readlink(os.fsencode(name), dir_fd=dir_fd)
+        again = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # no longer a link
+            return None
+        raise
+    if (again.st_dev, again.st_ino, again.st_ctime_ns) != (st.st_dev, st.st_ino, st.st_ctime_ns):
+        return None
+    return LeafState(
+        "symlink",
+        hashlib.sha256(target).hexdigest(),
+        SYMLINK_MODE,
+        len(target),
+        st.st_dev,
+        st.st_ino,
+        st.st_nlink,
+    )
 
 
 def hash_steady(fd: int, before: os.stat_result) -> LeafState | None:

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from promoter.domain.paths import wire_path
 from promoter.errors import GitError, StorageError
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CatFile
@@ -89,7 +90,8 @@ class SnapshotDiff:
     def wire(self) -> dict[str, Any]:
         """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified).
 
-        Path bytes that are not UTF-8 are shown with U+FFFD, as in the unified diff.
+        Path bytes that are not UTF-8 are shown as ``\\xNN`` (``wire_path``); the unified
+        diff shows them as U+FFFD.
         """
 
         def paths(*statuses: str) -> list[str]:
@@ -282,7 +284,7 @@ class ShadowRepository:
 
 
 def _text(path: str) -> str:
-    return os.fsencode(path).decode("utf-8", "replace")
+    return wire_path(path)
 
 
 # --- the shadow's files ----------------------------------------------------------------------

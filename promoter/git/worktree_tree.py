@@ -27,8 +27,9 @@ every ``.gitattributes``) unsets ``text``, ``eol``, ``crlf``, ``filter``, ``iden
 and the runner already ignores global and system attributes. The worktree's own
 ``.gitattributes`` are therefore read by git but cannot transform anything.
 
-It deliberately does not judge the result: symlinks (120000), gitlinks (160000) and
-nested repositories are reported by ``unsupported`` for the caller to refuse, and no
+It deliberately does not judge the result: symlinks (120000, unless the caller's grant
+allows them), gitlinks (160000) and nested repositories are reported by ``unsupported``
+for the caller to refuse, and no
 path rule or allowlist is applied here.
 """
 
@@ -252,10 +253,13 @@ class ShadowTree:
         )
         return parse_diff_raw(result.stdout)
 
-    def unsupported(self, entries: Sequence[DiffEntry] | None = None) -> dict[str, str]:
+    def unsupported(
+        self, entries: Sequence[DiffEntry] | None = None, *, symlinks: bool = False
+    ) -> dict[str, str]:
         """Changed paths that cannot be promoted, with the reason.
 
-        Symlinks and gitlinks on either side of a change, untracked nested repositories,
+        Gitlinks (and symlinks unless ``symlinks``) on either side of a change, untracked
+        nested repositories,
         and changed paths on or under a gitlink or a nested repository (see
         ``gitlinks_and_nested``).
         """
@@ -263,7 +267,7 @@ class ShadowTree:
         found: dict[str, str] = {}
         for entry in changes:
             for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
-                if mode in _UNSUPPORTED_MODES:
+                if mode in _UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
                     found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
         for path in self.nested_repositories:
             found.setdefault(path, "an untracked nested repository (it holds a .git entry)")

@@ -201,7 +201,7 @@ BAD_BUNDLES: dict[str, tuple[BundleCase, int, str]] = {
         422,
         "validation_failed",
     ),
-    "symlink_mode": (
+    "symlink_under_the_default_policy": (  # symlinks: none
         lambda g: make_bundle(
             g,
             [
@@ -214,7 +214,7 @@ BAD_BUNDLES: dict[str, tuple[BundleCase, int, str]] = {
             ],
         ),
         422,
-        "validation_failed",
+        "path_invalid",
     ),
     "blob_ref_elsewhere": (
         lambda g: make_bundle(

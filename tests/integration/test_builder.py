@@ -366,3 +366,26 @@ def test_only_missing_blobs_are_uploaded_and_the_receipt_passes(
     total = (3 << 20) + len(b"print('v2')\n") + len(b"print('v1')\n")
     assert seen[0] == (0, total) and seen[-1] == (total, total)
     assert client.get_verification(built.bundle_id) == receipt
+
+
+def test_links_the_grant_allows_are_sealed_with_their_target_text(
+    source: Path, executor: Path
+) -> None:
+    (executor / "src" / "link").symlink_to("app.py")
+    grant = _grant(source, symlinks="inside")
+    with build_bundle(executor, grant) as built:
+        changes = {c["path"]: c for c in built.bundle["changes"]}
+        new = changes["src/link"]["new"]
+        assert (new["mode"], new["bytes"]) == ("120000", len(b"app.py"))
+        assert built.read_blob(new["sha256"]) == b"app.py"
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "../../outside", "../.git/config"])
+def test_links_the_grant_refuses_are_named_with_their_target_before_any_upload(
+    source: Path, executor: Path, target: str
+) -> None:
+    (executor / "src" / "link").symlink_to(target)
+    with pytest.raises(VerificationFailed) as refused:
+        build_bundle(executor, _grant(source, symlinks="inside"))
+    assert refused.value.context["paths"][0]["path"] == "src/link"
+    assert refused.value.context["paths"][0]["target"] == target

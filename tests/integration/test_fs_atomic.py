@@ -335,7 +335,8 @@ def test_kill_after_exchange_leaves_the_old_file_for_settle_to_remove(work: Path
     (work / "f.txt").write_bytes(b"old")
     script = (
         "import hashlib, sys\n"
-        "from promoter.fs.chain import ExpectedState\nfrom promoter.fs.root import Root\n"
+        "from promoter.fs.chain import ExpectedState\n"
+        "from promoter.fs.root import Root\n"
         "h = lambda b: ExpectedState(True, hashlib.sha256(b).hexdigest(), '100644')\n"
         "with Root.open(sys.argv[1]) as r, r.open_parent('f.txt', create=False) as p:\n"
         f"    t = p.write_temp(b'new', '100644', temp={TMP!r})\n"

@@ -243,30 +243,66 @@ def test_a_file_and_a_directory_can_trade_places(services: Services, repo: Path)
     assert capture(services) == swapped
 
 
-def test_symlinks_in_the_change_are_refused_before_anything_is_written(
+def test_symlinks_in_the_change_are_restored_as_links_never_followed(
+    services: Services, repo: Path, tmp_path: Path
+) -> None:
+    (repo / "docs").mkdir()
+    (repo / "docs" / "calc").symlink_to("../calculator.py")
+    base = capture(services)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"outside\n")
+    (repo / "docs" / "calc").unlink()
+    (repo / "docs" / "calc").symlink_to(str(outside))  # retargeted outside
+    (repo / "link").symlink_to("calculator.py")  # a new link
+    (repo / "utils.py").unlink()
+    (repo / "utils.py").symlink_to("/etc/passwd")  # a file became a link
+    current = capture(services)
+    result = snapshot_restore.restore(services, "work", base, current)
+    assert result["status"] == "completed"
+    assert os.readlink(repo / "docs" / "calc") == "../calculator.py"
+    assert not os.path.lexists(repo / "link")
+    assert not (repo / "utils.py").is_symlink()
+    assert (repo / "utils.py").read_bytes() == b"VERSION = '1.0.0'\n"
+    assert outside.read_bytes() == b"outside\n"
+    assert capture(services) == base
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped_and_restored(
+    services: Services, repo: Path
+) -> None:
+    raw = os.path.join(os.fsencode(repo), b"caf\xe9.txt")
+    base = capture(services)
+    fd = os.open(raw, os.O_CREAT | os.O_WRONLY)
+    os.write(fd, b"latin-1 name\n")
+    os.close(fd)
+    current = capture(services)
+    assert snapshots.diff(services, "work", base, current)["added"] == ["caf\\xe9.txt"]
+    result = snapshot_restore.restore(services, "work", base, current)
+    assert result["status"] == "completed"
+    assert not os.path.lexists(raw)
+    view = operations.operation_view(services, result["operation_id"])
+    assert [s["path"] for s in view["steps"]] == ["caf\\xe9.txt"]
+    back = snapshot_restore.restore(services, "work", current, base)
+    assert back["status"] == "completed"
+    with open(raw, "rb") as handle:
+        assert handle.read() == b"latin-1 name\n"
+
+
+def test_a_restore_it_cannot_do_wholly_is_refused_listing_every_path_and_writes_nothing(
     services: Services, repo: Path
 ) -> None:
     base = capture(services)
-    (repo / "link").symlink_to("calculator.py")
     (repo / "utils.py").write_bytes(b"changed\n")
+    for name in (b"caf\xe9.txt", b"caf\\xe9.txt"):  # latin-1, and a literal backslash
+        fd = os.open(os.path.join(os.fsencode(repo), name), os.O_CREAT | os.O_WRONLY)
+        os.close(fd)
     current = capture(services)
     with pytest.raises(PathUnsafe) as refused:
         snapshot_restore.restore(services, "work", base, current)
-    assert "link" in refused.value.context["paths"]
-    assert os.path.islink(repo / "link")
+    assert list(refused.value.context["paths"]) == ["caf\\xe9.txt"]
+    assert "nothing was written" in refused.value.detail
     assert (repo / "utils.py").read_bytes() == b"changed\n"
-
-
-def test_a_name_that_is_not_utf8_is_shown_replaced_and_not_restored(
-    services: Services, repo: Path
-) -> None:
-    base = capture(services)
-    os.close(os.open(os.path.join(os.fsencode(repo), b"caf\xe9.txt"), os.O_CREAT | os.O_WRONLY))
-    current = capture(services)
-    assert snapshots.diff(services, "work", base, current)["added"] == ["caf\ufffd.txt"]
-    with pytest.raises(PathUnsafe) as refused:
-        snapshot_restore.restore(services, "work", base, current)
-    assert list(refused.value.context["paths"]) == ["caf\ufffd.txt"]
+    assert os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
 
 
 def test_nested_repositories_are_left_out_of_snapshots(services: Services, repo: Path) -> None:
@@ -397,3 +433,115 @@ def test_operation_trees_are_recorded_and_retention_keeps_what_operations_use(
     assert all(kept.has_tree(tree) for tree in (base, current, post, newest))
     assert not kept.has_tree(doomed)
     assert capture(services) == newest  # the shadow index survived the pruning
+
+
+def raw_worktree(repo: Path) -> dict[bytes, tuple[str, bytes, int]]:
+    """Every entry outside ``.git`` by its raw name: a link's text, a file's bytes and bits."""
+    found: dict[bytes, tuple[str, bytes, int]] = {}
+    top = os.fsencode(repo)
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not (directory == top and d == b".git")]
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, top)
+            if os.path.islink(path):
+                found[rel] = ("link", os.readlink(path), 0)
+            elif os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    found[rel] = ("file", handle.read(), os.stat(path).st_mode & 0o777)
+    return found
+
+
+LATIN1 = b"r\xe9sum\xe9.txt"
+
+
+def _damage_with_links_and_latin1(repo: Path, outside: Path) -> None:
+    top = os.fsencode(repo)
+    (repo / "calculator.py").write_bytes(b"SYNTAX ERROR BROKEN FILE!!!\n")
+    (repo / "utils.py").unlink()
+    (repo / "temp_garbage_dump.txt").write_bytes(b"junk data\n")
+    (repo / "docs" / "calc").unlink()
+    (repo / "docs" / "calc").symlink_to("/proc/self/root/etc")  # retargeted away
+    (repo / "junk").mkdir()
+    (repo / "junk" / "escape").symlink_to(str(outside))  # a new link out of the worktree
+    os.unlink(os.path.join(top, LATIN1))  # a latin-1 name deleted
+    with open(os.path.join(top, b"caf\xe9.txt"), "wb") as handle:  # and another created
+        handle.write(b"junk under a latin-1 name\n")
+
+
+def _time_travel_start(services: Services, repo: Path) -> tuple[str, dict[bytes, Any]]:
+    capture(services, "initial")
+    (repo / "calculator.py").write_bytes(CALC_V2)
+    (repo / "docs").mkdir()
+    (repo / "docs" / "calc").symlink_to("../calculator.py")
+    with open(os.path.join(os.fsencode(repo), LATIN1), "wb") as handle:
+        handle.write(b"curriculum vitae\n")
+    return capture(services, "step 1"), raw_worktree(repo)
+
+
+def test_seed_scenario_with_a_symlink_and_a_latin1_name_restores_exactly(
+    services: Services, repo: Path, tmp_path: Path
+) -> None:
+    before_git = dot_git(repo)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    step1, step1_entries = _time_travel_start(services, repo)
+    _damage_with_links_and_latin1(repo, outside)
+    step2 = capture(services, "step 2")
+    change = snapshots.diff(services, "work", step1, step2)
+    assert change["added"] == ["caf\\xe9.txt", "junk/escape", "temp_garbage_dump.txt"]
+    assert change["modified"] == ["calculator.py", "docs/calc"]
+    assert change["deleted"] == ["r\\xe9sum\\xe9.txt", "utils.py"]
+
+    result = snapshot_restore.restore(services, "work", step1, step2)
+    assert result["status"] == "completed"
+    assert raw_worktree(repo) == step1_entries
+    assert os.readlink(repo / "docs" / "calc") == "../calculator.py"
+    assert not (repo / "junk").exists()
+    assert list(outside.iterdir()) == []
+    assert capture(services, "after") == step1
+    assert dot_git(repo) == before_git
+    view = operations.operation_view(services, result["operation_id"])
+    assert view["events_verified"] is True
+    assert {s["path"]: s["operation"] for s in view["steps"]} == {
+        "caf\\xe9.txt": "delete",
+        "junk/escape": "delete",
+        "temp_garbage_dump.txt": "delete",
+        "calculator.py": "modify",
+        "docs/calc": "modify",
+        "r\\xe9sum\\xe9.txt": "create",
+        "utils.py": "create",
+    }
+    assert view["report"]["post_tree_matches"] is True
+
+
+def test_an_interrupted_restore_with_links_and_latin1_names_is_recovered_exactly(
+    services: Services, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    step1, step1_entries = _time_travel_start(services, repo)
+    _damage_with_links_and_latin1(repo, outside)
+    step2 = capture(services, "step 2")
+
+    def crash_after_deletes(self: StepRun, todo: set[int]) -> str:
+        for step in self.steps:
+            if step.operation == "delete":
+                self._delete(step, True)
+        raise KeyboardInterrupt("the process dies")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StepRun, "apply", crash_after_deletes)
+        with pytest.raises(KeyboardInterrupt):
+            snapshot_restore.restore(services, "work", step1, step2)
+    operation_id = snapshot_restore.restore_id(
+        services.registry.by_name("work").identity, step2, step1
+    )
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None and row.status == "in_progress"
+        journal.set_status(session, row, "needs_recovery", code="owner_gone")
+    assert not os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
+    assert snapshot_restore.recover_restore(services, operation_id) == "completed"
+    assert raw_worktree(repo) == step1_entries
+    assert capture(services, "after") == step1
