@@ -28,7 +28,7 @@ from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
-from promoter.engine.ownership import Owner
+from promoter.engine.ownership import owner_view
 from promoter.engine.preconditions import leaf_report, read_back
 from promoter.engine.services import AttemptRunner, Services
 from promoter.errors import (
@@ -130,7 +130,6 @@ def request_promotion(
         verification_receipt_sha256=receipt_sha256,
         repository_identity=repository.identity,
     )
-    owner = Owner.me()
     with _request_lock, services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
@@ -155,7 +154,7 @@ def request_promotion(
         row.status = OperationStatus.IN_PROGRESS
         row.code = row.detail = None
         row.fence = fence
-        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        services.claim(row)
         row.updated_at = repo.now()
         try:
             session.flush()
@@ -201,6 +200,7 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             "code": row.code,
             "detail": row.detail,
             "receipt_sha256": row.receipt_sha256,
+            "owner": owner_view(row),
             "event_ids": {
                 "decision": row.decision_event_id,
                 "action": row.action_event_id,
