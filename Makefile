@@ -19,7 +19,7 @@ help:
 	@echo "make lint                            ruff + mypy --strict"
 	@echo "make bench                           benchmarks (prints ratios)"
 	@echo "make demo                            the whole flow on a scratch repository"
-	@echo "make schemas                         regenerate schemas/ from the models"
+	@echo "make schemas                         regenerate schemas/ (JSON Schemas, openapi.json)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,7 @@ format: $(STAMP)
 
 schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
+	$(PY) -m promoter.api.openapi schemas
 
 bench: $(STAMP)
 	$(PY) -m bench.run

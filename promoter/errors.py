@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+# Problem ``type`` URIs are served by the daemon itself: ``GET /problems/{code}``.
+PROBLEM_TYPE_BASE = "/problems/"
+
 
 class PromoterError(Exception):
     """Root of every error promoter raises on purpose."""
@@ -30,7 +33,7 @@ class PromoterError(Exception):
     def to_problem(self) -> dict[str, Any]:
         """The RFC 9457 members this error contributes (without ``instance``)."""
         problem: dict[str, Any] = {
-            "type": f"https://promoter.dev/problems/{self.code}",
+            "type": f"{PROBLEM_TYPE_BASE}{self.code}",
             "title": self.title,
             "status": self.http_status,
             "detail": self.detail,

@@ -7,21 +7,20 @@ Routes are thin adapters over ``promoter.engine``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 
 from promoter import __version__
-from promoter.api import problems
-from promoter.api.metrics import Metrics
+from promoter.api import docs, observe, openapi, problems
 from promoter.api.routes import (
     blobs,
     bundles,
     health,
     keys,
     operations,
+    problem_types,
     registry,
     snapshots,
 )
@@ -30,6 +29,13 @@ from promoter.engine.ownership import Heartbeat
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
+
+API_DESCRIPTION = (
+    "Executors hand in sealed, content-addressed patch bundles; the orchestrator promotes "
+    "them under a grant and a lease; the operator recovers, reconciles, rolls back and "
+    "restores snapshots. Every error is `application/problem+json` with a stable `code`, "
+    "whose `type` is a page of this daemon (`/problems/{code}`)."
+)
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
@@ -56,25 +62,21 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             if owned:
                 app.state.services.close()
 
-    app = FastAPI(title="promoter", version=__version__, lifespan=lifespan)
-    app.state.metrics = Metrics()
+    app = FastAPI(
+        title="promoter",
+        version=__version__,
+        summary="The trusted gate that promotes sealed patch bundles into a git worktree.",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served offline by promoter.api.docs
+        redoc_url=None,
+        separate_input_output_schemas=False,
+    )
     problems.install(app)
+    openapi.install(app)
+    app.include_router(docs.router)
+    observe.install(app)  # request ids, access and outcome lines, metrics
 
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        app.state.metrics.inc(
-            "promoter_http_requests_total",
-            method=request.method,
-            route=path,
-            status=str(response.status_code),
-        )
-        return response
-
-    for module in (health, registry, blobs, bundles, operations, keys, snapshots):
+    for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
     return app

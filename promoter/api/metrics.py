@@ -1,22 +1,122 @@
-"""In-process Prometheus counters (requests by route and status)."""
+"""The daemon's Prometheus metrics, one ``CollectorRegistry`` per app.
+
+``Metrics`` owns the registry and every metric the daemon exports: HTTP requests by
+route template and status, promotion outcomes by code, promotion and verification
+durations, files and bytes written, blob intake bytes and repository lock waits. Two
+gauges (operations needing recovery or reconciliation) are read from the database at
+scrape time by ``OperationGauges``, so they are right after a restart too.
+
+It does not decide what to observe or when (``promoter.api.observe`` does) and never
+touches the global ``prometheus_client.REGISTRY``: several apps in one process do not
+share or collide on counters. The library's ``*_created`` samples are switched off (a
+process-wide switch of the library; the daemon is the only user in its process).
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_LOCK_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)
+WAITING = ("needs_recovery", "needs_reconciliation")
+
+CountStatuses = Callable[[], dict[str, int]]
+
+
+class OperationGauges(Collector):
+    """Operations waiting for a person, counted from the database at each scrape."""
+
+    def __init__(self, count: CountStatuses) -> None:
+        self._count = count
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._count()
+        family = GaugeMetricFamily(
+            "promoter_operations_waiting",
+            "Operations that wait for recovery or an operator's reconciliation, by status.",
+            labels=["status"],
+        )
+        for status in WAITING:
+            family.add_metric([status], counts.get(status, 0))
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected lazily: no database query at registration
 
 
 class Metrics:
+    """Every metric of one app, registered in the app's own registry."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created families
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.http_requests = Counter(
+            "promoter_http_requests",
+            "HTTP requests answered, by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_duration = Histogram(
+            "promoter_http_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+            ["method", "route"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.promotions = Counter(
+            "promoter_promotions",
+            "Promotion attempts that ended, by outcome (operation status) and code.",
+            ["outcome", "code"],
+            registry=r,
+        )
+        self.promotion_duration = Histogram(
+            "promoter_promotion_duration_seconds",
+            "Time from a promotion attempt's start to its end, by outcome.",
+            ["outcome"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.verification_duration = Histogram(
+            "promoter_verification_duration_seconds",
+            "Time to verify and store a submitted bundle (POST /v1/bundles), by status code.",
+            ["status"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.files_written = Counter(
+            "promoter_files_written",
+            "Worktree paths changed by completed promotions, by step operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.bytes_written = Counter(
+            "promoter_bytes_written",
+            "Content bytes written into worktrees by completed promotions.",
+            registry=r,
+        )
+        self.blob_bytes = Counter(
+            "promoter_blob_intake_bytes",
+            "Bytes of blob bodies received by PUT /v1/blobs, by status code.",
+            ["status"],
+            registry=r,
+        )
+        self.lock_wait = Histogram(
+            "promoter_lock_wait_seconds",
+            "Time spent waiting for a repository lock before holding it.",
+            ["repository"],
+            buckets=_LOCK_SECONDS,
+            registry=r,
+        )
 
-    def inc(self, name: str, **labels: str) -> None:
-        label = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        key = f"{name}{{{label}}}" if label else name
-        with self._lock:
-            self._counts[key] += 1
+    def watch_operations(self, count: CountStatuses) -> None:
+        self.registry.register(OperationGauges(count))
 
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

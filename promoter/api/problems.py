@@ -6,11 +6,18 @@ no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``
 ``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
 Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
 never reaches that path.
+
+Every problem's ``type`` is ``/problems/{code}``, a page this daemon serves itself
+(``page``: a short HTML page per code, served by ``promoter.api.routes.problem_types``).
+``CODES`` lists every code a response can carry; ``problem_schema`` is their JSON Schema
+for the OpenAPI document. Nothing here decides which route gives which code
+(``promoter.api.openapi`` documents that) or changes an error's status.
 """
 
 from __future__ import annotations
 
 import errno
+import html
 import json
 import logging
 from typing import Any
@@ -20,7 +27,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from promoter.errors import PromoterError, StorageError
+from promoter.errors import (
+    PROBLEM_TYPE_BASE,
+    PromoterError,
+    StorageError,
+    all_error_classes,
+)
 
 log = logging.getLogger("promoter.api")
 
@@ -35,6 +47,67 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+# Codes only the HTTP layer gives (no PromoterError carries them): (status, title).
+_HTTP_ONLY = {
+    "method_not_allowed": (405, "The path does not take this method"),
+    "unsupported_media_type": (415, "The body's media type is not accepted"),
+    "http_error": (400, "The HTTP request was refused"),
+}
+# Every code a problem response can carry: code -> (HTTP status, title).
+CODES: dict[str, tuple[int, str]] = {
+    **{cls.code: (cls.http_status, cls.title) for cls in all_error_classes()},
+    **_HTTP_ONLY,
+}
+
+
+def problem_type(code: str) -> str:
+    """The ``type`` URI of a problem with ``code``: a page this daemon serves."""
+    return f"{PROBLEM_TYPE_BASE}{code}"
+
+
+def problem_schema() -> dict[str, Any]:
+    """The JSON Schema of every problem document (RFC 9457 members plus ``code``)."""
+    return {
+        "title": "Problem",
+        "description": "An RFC 9457 problem document; `code` is stable, the rest is for people. "
+        "Errors may add context members (ids, limits).",
+        "type": "object",
+        "required": ["type", "title", "status", "detail", "code"],
+        "properties": {
+            "type": {"type": "string", "description": "`/problems/{code}` on this daemon"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": {"type": "string"},
+            "instance": {"type": "string", "description": "the request path"},
+            "code": {"type": "string", "enum": sorted(CODES)},
+            "errors": {
+                "type": "array",
+                "description": "request validation errors (`validation_failed` only)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "loc": {"type": "array", "items": {"type": "string"}},
+                        "msg": {"type": "string"},
+                    },
+                },
+            },
+        },
+        "additionalProperties": True,
+    }
+
+
+def page(code: str) -> str:
+    """The short HTML page that describes problem ``code`` (every text HTML-escaped)."""
+    status, title = CODES[code]
+    code_html, title_html = html.escape(code), html.escape(title)
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{code_html}</title></head><body>\n"
+        f"<h1>{code_html}</h1>\n<p>{title_html}.</p>\n"
+        f"<p>HTTP status {status}. A problem document of this type "
+        "(<code>application/problem+json</code>) carries this <code>code</code>; "
+        "its <code>detail</code> says what happened.</p>\n</body></html>\n"
+    )
 
 
 def problem_response(problem: dict[str, Any], request: Request) -> Response:
@@ -58,7 +131,7 @@ def install(app: FastAPI) -> None:
             for err in exc.errors()
         ]
         problem = {
-            "type": "https://promoter.dev/problems/validation_failed",
+            "type": problem_type("validation_failed"),
             "title": "The request does not match its schema",
             "status": 422,
             "detail": errors[0]["msg"] if errors else "invalid request",
@@ -71,7 +144,7 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         problem = {
-            "type": f"https://promoter.dev/problems/{code}",
+            "type": problem_type(code),
             "title": str(exc.detail),
             "status": exc.status_code,
             "detail": str(exc.detail),
@@ -87,7 +160,7 @@ def install(app: FastAPI) -> None:
             return problem_response(full.to_problem(), request)
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         problem = {
-            "type": "https://promoter.dev/problems/internal",
+            "type": problem_type("internal"),
             "title": "Internal error",
             "status": 500,
             "detail": "an unexpected error occurred; see the daemon's log",

@@ -2,7 +2,9 @@
 
 ``ReadyServer`` sets ``ready`` (a ``threading.Event``) and records the bound port after
 uvicorn has started listening, so callers (``promoter serve``, tests) synchronize on an
-event or on the announcement line instead of polling.
+event or on the announcement line instead of polling. uvicorn's own logging set-up and
+access line are off: ``promoter serve`` configures logging once, and
+``promoter.api.observe`` writes the access line.
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ def make_server(
     on_exit: Callable[[], None] | None = None,
 ) -> ReadyServer:
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=10
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=None,  # the caller configures logging (``promoter.api.logs.configure``)
+        access_log=False,  # ``promoter.access`` writes one richer line per request
+        lifespan="on",
+        timeout_graceful_shutdown=10,
     )
     return ReadyServer(config, announce=announce, on_exit=on_exit)

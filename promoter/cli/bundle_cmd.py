@@ -14,6 +14,7 @@ turned into exit codes by ``promoter.cli.main``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,10 +24,13 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
     TextColumn,
-    TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from promoter.cli.common import (
     JsonOpt,
@@ -34,6 +38,7 @@ from promoter.cli.common import (
     UrlOpt,
     console,
     err_console,
+    iec,
     read_token,
     server_url,
 )
@@ -77,41 +82,40 @@ def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1
         return client.get_grant(grant)
 
 
-def _size(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    value = count / 1024
-    for unit in ("KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
 
 
-def print_bundle(bundle: dict[str, Any]) -> None:
-    """The bundle's identity and one line per change."""
+def print_bundle(bundle: dict[str, Any], *, verbose: bool = False) -> None:
+    """The bundle's identity and one line per change, or a summary of a big bundle."""
+    changes = bundle["changes"]
     console.print(
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
-        f"{_size(bundle['total_bytes'])} of new content, base tree {bundle['base_tree'][:12]}"
+        f"{iec(bundle['total_bytes'])} of new content, base tree {bundle['base_tree'][:12]}"
     )
+    shown = changes if verbose or len(changes) <= SUMMARY_PATHS else changes[:SUMMARY_PATHS]
+    if len(shown) < len(changes):
+        counts = Counter(change["operation"] for change in changes)
+        console.print("  " + ", ".join(f"{n} {op}" for op, n in sorted(counts.items())))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for column in ("operation", "path", "old", "new"):
-        table.add_column(column)
-    for change in bundle["changes"]:
+        table.add_column(column, overflow="fold", no_wrap=True)
+    for change in shown:
         table.add_row(
             change["operation"],
             escape(change["path"]),
             _state(change["old"]),
             _state(change["new"]),
         )
-    if bundle["changes"]:
+    if shown:
         console.print(table)
+    if len(shown) < len(changes):
+        console.print(f"  … and {len(changes) - len(shown)} more (--verbose lists every path)")
 
 
 def _state(state: dict[str, Any]) -> str:
     if not state["exists"]:
         return "-"
-    return f"{state['mode']} {_size(state['bytes'])}"
+    return f"{state['mode']} {iec(state['bytes'])}"
 
 
 def print_receipt(receipt: dict[str, Any]) -> None:
@@ -132,8 +136,8 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
     columns = (
         TextColumn("uploading blobs"),
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        DownloadColumn(binary_units=True),
+        IecSpeedColumn(),
     )
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("upload", total=None)
@@ -144,22 +148,41 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         return upload_and_submit(client, built, advance)
 
 
+class IecSpeedColumn(ProgressColumn):
+    """Transfer speed in IEC units (rich's own column counts in kB and MB)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+
+
+def _hashing(worktree: Path, grant: GrantV1) -> BuiltBundle:
+    with Progress(
+        SpinnerColumn(), TextColumn("hashing changed files"), console=err_console, transient=True
+    ) as bar:
+        bar.add_task("hash", total=None)
+        return build_bundle(worktree, grant)
+
+
 def build(
     worktree: WorktreeOpt,
     grant: GrantOpt,
     submit: SubmitOpt = False,
     out: OutOpt = None,
     json_output: JsonOpt = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="List every path of a big bundle.")
+    ] = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
     """Build a sealed bundle of every change in WORKTREE against the grant's base tree."""
     grant_doc = _load_grant(grant, url, token_file)
-    with build_bundle(worktree, grant_doc) as built:
+    with _hashing(worktree, grant_doc) as built:
         if out is not None:
             out.write_bytes(canonical_bytes(built.bundle))
         if not json_output:
-            print_bundle(built.bundle)
+            print_bundle(built.bundle, verbose=verbose)
             if out is not None:
                 console.print(f"wrote {out}")
         if not submit:

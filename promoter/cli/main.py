@@ -1,43 +1,78 @@
 """The ``promoter`` command line: one Typer app, one module per command group.
 
-Every command catches ``PromoterError`` once here and exits with the error's exit code,
-printing its code and detail; nothing else is caught.
+Command groups are listed here by name and help only (``promoter.cli.lazy``); each
+group's module is imported when one of its commands runs, so ``promoter --help`` and
+shell completion start fast. Every command catches ``PromoterError`` once here and
+exits with the error's exit code, printing its code and detail; nothing else is caught.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
-from rich.markup import escape
 
-from promoter.cli import (
-    bundle_cmd,
-    ops_cmd,
-    orchestrate_cmd,
-    receipt_cmd,
-    snapshot_cmd,
-)
-from promoter.cli.common import err_console
-from promoter.config import load_settings, parse_repo_flags
-from promoter.errors import PromoterError
+from promoter import __version__
+from promoter.cli.lazy import PromoterGroup
+
+if TYPE_CHECKING:
+    from promoter.api.logs import LogFormat
+
+EXIT_CODES = """\b
+Exit codes:
+  0   success
+  1   aborted
+  2   usage error (bad option or argument)
+  64  bad request
+  65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
+  66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
+  70  internal error
+  73  quota exceeded
+  74  storage, git or write error
+  75  conflict or refusal, try again later (target_drift, lease_stale, lock_unavailable, ...)
+  77  unauthenticated or forbidden
+  78  configuration error (config_error, repository_invalid)"""
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"promoter {__version__}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="promoter",
+    cls=PromoterGroup,
     help="The trusted gate between low-trust executors and a real git worktree.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="Database maintenance.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 app.add_typer(db_app, name="db")
-receipt_cmd.register(app)
-bundle_cmd.register(app)
-orchestrate_cmd.register(app)
-snapshot_cmd.register(app)
-ops_cmd.register(app)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """The trusted gate between low-trust executors and a real git worktree."""
+
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -55,11 +90,26 @@ def serve(
         typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable)."),
     ] = None,
     config: ConfigOpt = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="json or text (default: text on a terminal, json otherwise).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the daemon: migrate the database, check repositories, serve HTTP."""
+    from promoter.api import logs
     from promoter.api.app import create_app
     from promoter.api.server import make_server
+    from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.services import build_services
+    from promoter.errors import ConfigError
+
+    if log_format not in (None, "json", "text"):
+        raise ConfigError(f"--log-format must be json or text, not {log_format!r}")
+    fmt = logs.default_format() if log_format is None else cast("LogFormat", log_format)
 
     settings = load_settings(
         config,
@@ -68,13 +118,22 @@ def serve(
         port=port,
         repositories=parse_repo_flags(repo) if repo else None,
     )
+    logs.configure(fmt, settings.log_level)
     services = build_services(settings)
-    err_console.print(
-        f"promoter: state {settings.state_dir.resolve()}, "
-        f"{len(services.registry.all())} repositories"
+    started = logging.getLogger("promoter.serve")
+    logs.event(
+        started,
+        f"state {settings.state_dir.resolve()}, {len(services.registry.all())} repositories",
+        state_dir=str(settings.state_dir.resolve()),
     )
     for repository in services.registry.all():
-        err_console.print(f"  {repository.name}: {repository.worktree} ({repository.identity})")
+        logs.event(
+            started,
+            f"guarding {repository.name}",
+            repository=repository.name,
+            worktree=str(repository.worktree),
+            repository_identity=repository.identity,
+        )
     app_ = create_app(settings, services)
     server = make_server(
         app_,
@@ -93,6 +152,8 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade(state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
     """Migrate the database to the newest schema."""
+    from promoter.cli.common import err_console
+    from promoter.config import load_settings
     from promoter.engine.services import prepare_state_dir
     from promoter.store.db import upgrade
 
@@ -113,6 +174,8 @@ def gc(
     keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
 ) -> None:
     """Remove unreferenced blobs older than the retention period; prune old snapshots."""
+    from promoter.cli.common import err_console, iec
+    from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.gc import collect
     from promoter.engine.services import build_services
 
@@ -127,15 +190,21 @@ def gc(
     verb = "would remove" if dry_run else "removed"
     err_console.print(
         f"examined {report.blobs_examined} blobs; {verb} {len(report.blobs_removed)} "
-        f"({report.bytes_freed} bytes); pruned snapshots of {report.snapshot_repositories} "
+        f"({iec(report.bytes_freed)}); pruned snapshots of {report.snapshot_repositories} "
         "repositories"
     )
 
 
 def main() -> None:
+    from promoter.errors import PromoterError
+
     try:
         app()
     except PromoterError as exc:
+        from rich.markup import escape
+
+        from promoter.cli.common import err_console
+
         err_console.print(f"[bold red]error[/] {escape(f'[{exc.code}]')} {escape(exc.detail)}")
         sys.exit(exc.exit_code)
 

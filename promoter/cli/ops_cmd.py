@@ -16,7 +16,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    iec,
+    read_token,
+    server_url,
+)
 from promoter.client import PromoterClient
 
 ops_app = typer.Typer(
@@ -141,7 +149,7 @@ def print_view(view: dict[str, Any]) -> None:
         sha = str(kept.get("sha256") or "")[:12]
         console.print(
             f"  kept {escape(str(kept.get('path')))}: bytes that were not promoter's "
-            f"({sha}, {kept.get('size')} bytes) are at {escape(str(kept.get('kept_as')))}"
+            f"({sha}, {iec(int(kept.get('size') or 0))}) are at {escape(str(kept.get('kept_as')))}"
         )
     check = (view.get("report") or {}).get("check")
     if check:

@@ -1,14 +1,21 @@
 """``promoter receipt``: verify signed receipts offline, fetch them from the daemon.
 
 ``verify`` needs no server, no network and no state directory: it reads a file (a DSSE
-envelope, a bare receipt, a bundle or a grant) and optionally public keys (a PEM file or
-the JSON ``GET /v1/keys`` serves), and runs ``promoter.engine.signing.verify_document``.
-A failed check raises ``ReceiptInvalid``, which the main handler prints and exits with.
-``fetch`` and ``keys`` only download bytes and write them unchanged; they check nothing.
+envelope, a bare receipt, a bundle or a grant) and optionally public keys (a PEM file,
+a JWKS or the JSON ``GET /v1/keys`` serves), runs
+``promoter.engine.signing.verify_document``, and with ``--worktree`` compares the
+receipt's targets with the disk (``promoter.engine.receipt_worktree``). ``--chain``
+checks that a promotion receipt names the verification receipt it rests on
+(``promoter.engine.receipt_chain``), from two files or, with ``--operation``, from the
+server. A failed check raises ``ReceiptInvalid``, which the main handler prints and
+exits with; the other outcomes are the exit codes below. ``fetch`` and ``keys`` only
+download bytes and write them unchanged; they check nothing.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sys
 from pathlib import Path
@@ -30,13 +37,32 @@ from promoter.cli.common import (
     read_token,
     server_url,
 )
-from promoter.engine.signing import ALGORITHM, keyid_of, verify_document
-from promoter.errors import ConfigError, PromoterError, error_class
+from promoter.domain.canonical import parse_rfc3339
+from promoter.engine.receipt_chain import check_chain
+from promoter.engine.receipt_worktree import TargetMatch, compare_targets
+from promoter.engine.signing import (
+    ALGORITHM,
+    TrustedKey,
+    VerifiedDocument,
+    keyid_of,
+    verify_document,
+)
+from promoter.engine.statement import open_statement
+from promoter.errors import ConfigError, PromoterError, ReceiptInvalid, error_class
 
-FileArg = Annotated[
-    Path,
+# Exit codes of ``promoter receipt verify`` (65 receipt_invalid and 78 config_error come
+# from the error classes).
+EXIT_VALID = 0
+EXIT_WORKTREE_DIFFERS = 1
+EXIT_SIGNATURE_NOT_CHECKED = 3
+
+FilesArg = Annotated[
+    list[Path] | None,
     typer.Argument(
-        help="DSSE envelope, receipt, bundle or grant (JSON).", metavar="FILE", dir_okay=False
+        help="DSSE envelope, receipt, bundle or grant (JSON); two envelopes with --chain.",
+        metavar="FILE",
+        dir_okay=False,
+        show_default=False,
     ),
 ]
 PublicKeyOpt = Annotated[
@@ -46,6 +72,47 @@ PublicKeyOpt = Annotated[
         help="PEM public key or saved GET /v1/keys JSON (repeatable).",
         metavar="KEY",
         dir_okay=False,
+        show_default=False,
+    ),
+]
+KeysOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--keys",
+        help="JWKS file (RFC 8037 OKP/Ed25519, e.g. saved GET /v1/keys; repeatable).",
+        metavar="JWKS_FILE",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+NoSignatureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-signature", help="Accept an envelope whose signature is not checked (exit 0)."
+    ),
+]
+WorktreeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--worktree",
+        help="Compare every target with this checkout now: match, changed or missing.",
+        file_okay=False,
+        show_default=False,
+    ),
+]
+ChainOpt = Annotated[
+    bool,
+    typer.Option(
+        "--chain",
+        help="Check that the promotion receipt names the verification receipt, bundle and "
+        "grant it rests on, both signed by a listed key.",
+    ),
+]
+OperationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--operation",
+        help="With --chain: fetch the operation's envelopes and keys from the server.",
         show_default=False,
     ),
 ]
@@ -64,33 +131,201 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="receipt")
 
 
-def verify(file: FileArg, public_key: PublicKeyOpt = None, as_json: JsonOpt = False) -> None:
-    """Check a receipt's canonical bytes, hash and (with --public-key) its signature."""
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {file}: {exc}") from exc
-    public_keys = [key for path in public_key or [] for key in load_public_keys(path)]
-    result = verify_document(data, public_keys or None)
-    if as_json:
-        summary = {
-            "valid": True,
-            "kind": result.kind,
-            "schema": result.schema,
-            "identity_sha256": result.identity_sha256,
-            "keyid": result.keyid,
-            "enveloped": result.enveloped,
-            "checks": list(result.checks),
-        }
-        console.print_json(json.dumps(summary))
+def verify(
+    files: FilesArg = None,
+    public_key: PublicKeyOpt = None,
+    keys_file: KeysOpt = None,
+    no_signature: NoSignatureOpt = False,
+    worktree: WorktreeOpt = None,
+    chain: ChainOpt = False,
+    operation: OperationOpt = None,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a receipt offline: canonical bytes, hash, Statement and (with a key) signature.
+
+    An envelope or receipt is valid only when its signature verifies with a given key
+    (--public-key or --keys); without one it is "hash ok, signature not checked".
+
+    Exit codes: 0 valid (with --worktree: every target matches; with --no-signature:
+    hash ok, signature not checked); 1 valid, but a --worktree target is changed or
+    missing; 3 hash ok, signature not checked (no key given, no --no-signature);
+    65 receipt_invalid (tampered, wrong key, wrong payload type, rotated-out key, broken
+    chain); 78 config_error (unreadable file or key); 2 usage.
+    """
+    keys = [k for path in [*(public_key or []), *(keys_file or [])] for k in load_trusted(path)]
+    if chain and worktree is not None:
+        raise ConfigError("--worktree compares one receipt; it does not go with --chain")
+    if chain:
+        _verify_chain(files or [], keys, operation, url, token_file, as_json)
         return
+    if operation is not None:
+        raise ConfigError("--operation is for --chain")
+    if len(files or []) != 1:
+        raise ConfigError("give exactly one FILE (two envelopes only with --chain)")
+    [file] = files or []
+    result = verify_document(_read(file), keys or None)
+    matches = None if worktree is None else compare_targets(load_json_object(result), worktree)
+    code = _exit_code(result, matches, no_signature)
+    if as_json:
+        console.print_json(json.dumps(_summary(result, matches, code)))
+    else:
+        _print_result(result, matches, no_signature)
+    if code:
+        raise typer.Exit(code)
+
+
+def _exit_code(
+    result: VerifiedDocument, matches: list[TargetMatch] | None, no_signature: bool
+) -> int:
+    if result.needs_signature and not no_signature:
+        return EXIT_SIGNATURE_NOT_CHECKED
+    if matches and any(m.status != "match" for m in matches):
+        return EXIT_WORKTREE_DIFFERS
+    return EXIT_VALID
+
+
+def _summary(
+    result: VerifiedDocument, matches: list[TargetMatch] | None, code: int
+) -> dict[str, Any]:
+    signature = "verified" if result.signature_checked else "not_checked"
+    if result.schema not in _SIGNED:
+        signature = "not_applicable"
+    summary: dict[str, Any] = {
+        "valid": not result.needs_signature,
+        "hash_ok": True,
+        "signature": signature,
+        "kind": result.kind,
+        "schema": result.schema,
+        "identity_sha256": result.identity_sha256,
+        "keyid": result.keyid,
+        "enveloped": result.enveloped,
+        "predicate_type": result.predicate_type,
+        "checks": list(result.checks),
+        "exit_code": code,
+    }
+    if matches is not None:
+        summary["worktree"] = [m.wire() for m in matches]
+    return summary
+
+
+_SIGNED = ("PatchVerificationReceiptV1", "PatchPromotionReceiptV1", "RollbackReceiptV1")
+
+
+def _print_result(
+    result: VerifiedDocument, matches: list[TargetMatch] | None, no_signature: bool
+) -> None:
     for line in result.checks:
         mark = "[yellow]![/]" if "NOT CHECKED" in line else "[green]✓[/]"
         console.print(f"{mark} {escape(line)}", soft_wrap=True)
-    signed = f"signed by {result.keyid}" if result.keyid else "signature not checked"
+    what = f"{result.schema} {result.identity_sha256}"
+    if result.needs_signature:
+        how = "accepted with --no-signature" if no_signature else "NOT valid without a key"
+        console.print(
+            f"[bold yellow]hash ok, signature not checked[/] {what} ({how}: give "
+            "--public-key or --keys)",
+            soft_wrap=True,
+        )
+    else:
+        signed = f" (signed by {result.keyid})" if result.keyid else ""
+        console.print(f"[bold green]valid[/] {what}{signed}", soft_wrap=True)
+    for match in matches or []:
+        colour = "green" if match.status == "match" else "red"
+        detail = f" (receipt {match.expected}, now {match.found})"
+        detail = "" if match.status == "match" else detail
+        console.print(
+            f"[{colour}]{match.status:<8}[/] {escape(match.path)}{escape(detail)}", soft_wrap=True
+        )
+    if matches is not None:
+        counts = {s: sum(m.status == s for m in matches) for s in ("match", "changed", "missing")}
+        console.print(
+            f"worktree: {counts['match']} match, {counts['changed']} changed, "
+            f"{counts['missing']} missing",
+            soft_wrap=True,
+        )
+
+
+def load_json_object(result: VerifiedDocument) -> dict[str, Any]:
+    value = json.loads(result.body)
+    if not isinstance(value, dict):
+        raise ReceiptInvalid("the document is not a JSON object")
+    return value
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc}") from exc
+
+
+# --- --chain --------------------------------------------------------------------------------
+
+
+def _verify_chain(
+    files: list[Path],
+    keys: list[TrustedKey],
+    operation: str | None,
+    url: str | None,
+    token_file: Path | None,
+    as_json: bool,
+) -> None:
+    if operation is None:
+        if len(files) != 2:
+            raise ConfigError("--chain needs two envelopes (verification and promotion)")
+        envelopes = [_read(file) for file in files]
+    else:
+        if files:
+            raise ConfigError("--chain --operation fetches the envelopes: give no FILE")
+        envelopes, served = _fetch_chain(server_url(url), operation, token_file)
+        keys = keys or served
+    if not keys:
+        raise ConfigError("--chain checks signatures: give --public-key or --keys")
+    first, second = (verify_document(envelope, keys) for envelope in envelopes)
+    lines = check_chain(first, second)
+    if as_json:
+        console.print_json(
+            json.dumps(
+                {
+                    "valid": True,
+                    "chain": lines,
+                    "documents": [_summary(first, None, 0), _summary(second, None, 0)],
+                }
+            )
+        )
+        return
+    for line in lines:
+        console.print(f"[green]✓[/] {escape(line)}", soft_wrap=True)
     console.print(
-        f"[bold green]valid[/] {result.schema} {result.identity_sha256} ({signed})", soft_wrap=True
+        f"[bold green]valid chain[/] verification {first.identity_sha256} and "
+        f"promotion {second.identity_sha256}",
+        soft_wrap=True,
     )
+
+
+def _fetch_chain(
+    base: str, operation: str, token_file: Path | None
+) -> tuple[list[bytes], list[TrustedKey]]:
+    """The promotion and verification envelopes of an operation, and the listed keys."""
+    promotion = _get(base, f"/v1/operations/{operation}/receipt.dsse", token_file)
+    bundle_id = _predicate_field(promotion, "bundle_id")
+    verification = _get(base, f"/v1/bundles/{bundle_id}/verification.dsse", token_file)
+    keys = trusted_from_json(_get(base, "/v1/keys", None), f"{base}/v1/keys")
+    return [verification, promotion], keys
+
+
+def _predicate_field(envelope: bytes, field: str) -> str:
+    """One field of an envelope's predicate, read only to know what to fetch next."""
+    try:
+        payload = base64.b64decode(json.loads(envelope)["payload"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReceiptInvalid("the server's promotion envelope is not a DSSE envelope") from exc
+    statement, _, _ = open_statement(payload)
+    value = statement["predicate"].get(field)
+    if not isinstance(value, str) or "/" in value:
+        raise ReceiptInvalid(f"the promotion receipt has no {field}")
+    return value
 
 
 def fetch(
@@ -152,21 +387,8 @@ def _write(data: bytes, out: Path | None) -> None:
 
 
 def load_public_keys(path: Path) -> list[Ed25519PublicKey]:
-    """Every key in a PEM public key file or in the JSON ``GET /v1/keys`` serves."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read public key file {path}: {exc}") from exc
-    if data.lstrip().startswith(b"-----BEGIN"):
-        return [_pem_public_key(data, str(path))]
-    try:
-        served = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is neither a PEM public key nor /v1/keys JSON") from exc
-    entries = served.get("keys") if isinstance(served, dict) and "keys" in served else [served]
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path} lists no keys")
-    return [_served_key(entry, str(path)) for entry in entries]
+    """Every key in a PEM public key file, a JWKS or the JSON ``GET /v1/keys`` serves."""
+    return [key.public_key for key in load_trusted(path)]
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
@@ -174,15 +396,65 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return load_public_keys(path)[0]
 
 
-def _served_key(entry: Any, where: str) -> Ed25519PublicKey:
-    """One ``/v1/keys`` entry; its ``keyid`` must name the key its PEM carries."""
-    pem = entry.get("public_key_pem") if isinstance(entry, dict) else None
-    if not isinstance(pem, str) or entry.get("algorithm", ALGORITHM) != ALGORITHM:
-        raise ConfigError(f"{where}: a key entry has no {ALGORITHM} public_key_pem")
-    key = _pem_public_key(pem.encode("ascii", "replace"), where)
-    if entry.get("keyid", keyid_of(key)) != keyid_of(key):
+def load_trusted(path: Path) -> list[TrustedKey]:
+    """``load_public_keys`` with each listed key's end of validity (``not_after``)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read public key file {path}: {exc}") from exc
+    if data.lstrip().startswith(b"-----BEGIN"):
+        return [TrustedKey(_pem_public_key(data, str(path)))]
+    return trusted_from_json(data, str(path))
+
+
+def trusted_from_json(data: bytes, where: str) -> list[TrustedKey]:
+    try:
+        served = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where} is neither a PEM public key nor a JWKS") from exc
+    entries = served.get("keys") if isinstance(served, dict) and "keys" in served else [served]
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where} lists no keys")
+    return [_served_key(entry, where) for entry in entries]
+
+
+def _served_key(entry: Any, where: str) -> TrustedKey:
+    """One JWKS or ``/v1/keys`` entry; every id and key form it carries must agree."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: a key entry is not a JSON object")
+    pem, x = entry.get("public_key_pem"), entry.get("x")
+    if isinstance(pem, str) and entry.get("algorithm", ALGORITHM) == ALGORITHM:
+        key = _pem_public_key(pem.encode("ascii", "replace"), where)
+    elif entry.get("kty") == "OKP" and entry.get("crv") == "Ed25519" and isinstance(x, str):
+        key = _jwk_public_key(x, where)
+    else:
+        raise ConfigError(f"{where}: a key entry is neither {ALGORITHM} PEM nor an OKP JWK")
+    keyid = keyid_of(key)
+    if isinstance(x, str) and keyid_of(_jwk_public_key(x, where)) != keyid:
+        raise ConfigError(f"{where}: the key entry's x does not match its PEM")
+    kid = entry.get("kid")
+    if entry.get("keyid", keyid) != keyid or (_is_keyid(kid) and kid != keyid):
         raise ConfigError(f"{where}: the key entry's keyid does not match its key")
-    return key
+    not_after = entry.get("not_after")
+    if not_after is not None:
+        try:
+            parse_rfc3339(str(not_after))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: not_after {not_after!r} is not a timestamp") from exc
+    return TrustedKey(key, None if not_after is None else str(not_after))
+
+
+def _is_keyid(value: Any) -> bool:
+    hexdigits = "0123456789abcdef"
+    return isinstance(value, str) and len(value) == 64 and all(c in hexdigits for c in value)
+
+
+def _jwk_public_key(x: str, where: str) -> Ed25519PublicKey:
+    try:
+        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (ValueError, binascii.Error) as exc:
+        raise ConfigError(f"{where}: the JWK x is not a 32-byte Ed25519 key") from exc
 
 
 def _pem_public_key(data: bytes, where: str) -> Ed25519PublicKey:

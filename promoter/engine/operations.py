@@ -11,6 +11,7 @@ thread; ``wait`` blocks on the attempt's future. The protocol itself is in
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -65,7 +66,8 @@ class Runner:
 
     def submit(self, operation_id: str, fence: int) -> Future[None]:
         with self._lock:
-            future = self._pool.submit(_guarded_run, self._services, operation_id, fence)
+            run = contextvars.copy_context().run  # the request's context (its id) goes along
+            future = self._pool.submit(run, _guarded_run, self._services, operation_id, fence)
             self._futures[operation_id] = future
             return future
 

@@ -5,8 +5,8 @@ creates the trusted tokens on first start and checks every configured repository
 here runs at import time; the API's lifespan and the CLI call it.
 
 Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
-pool, made on first use by ``promoter.engine.operations.runner``), the host signing key
-(``promoter.engine.signing.host_key``), the per-repository base-tree caches, the run
+pool, made on first use by ``promoter.engine.operations.runner``), the host keyring
+(``promoter.engine.signing.host_keyring``), the per-repository base-tree caches, the run
 quota ledger and the API's document slots. Deliberately not here: creating any of them
 but the stores (each is made where it is used, once).
 """
@@ -33,7 +33,7 @@ from promoter.store.durable import make_dirs
 if TYPE_CHECKING:
     import anyio
 
-    from promoter.engine.signing import HostKey
+    from promoter.engine.keyring import Keyring
     from promoter.store.quota import RunQuota
     from promoter.store.tables import OperationRow
 
@@ -59,7 +59,8 @@ class Services:
     tokens: dict[Role, str]
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
-    host_key: HostKey | None = None
+    # the keyring and the stamp of its file when read (``promoter.engine.signing``)
+    host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change
     base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     run_quota: RunQuota | None = None

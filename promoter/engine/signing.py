@@ -1,37 +1,34 @@
-"""Signed receipts (SPEC §3.9): the host's Ed25519 key, DSSE envelopes, offline checks.
+"""Signed receipts (SPEC §3.9 as amended by §10.6): DSSE envelopes over in-toto Statements.
 
-Owns: the host signing key file ``<credentials>/host-signing.key`` (created once,
-durably, never overwritten, refused when it is a symlink or readable by anyone but its
-owner), DSSE v1 envelopes over the exact canonical bytes of a receipt, and
+Owns the DSSE v1 envelope (``payloadType: application/vnd.in-toto+json``) over the
+canonical Statement whose predicate is the exact canonical bytes of a receipt, and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
+``host_key(services)`` is the one place a running daemon gets its active signing key.
 
-Deliberately not here: storing or finding receipts (``promoter.engine.operations``,
-``promoter.store.audit``), deciding who may fetch them (``promoter.api``), reading an
-operator's public key files (``promoter.cli.receipt_cmd``), and checks that need the
-blob store or a repository (those are the verification receipt's, §3.6).
+Deliberately not here: the key files and rotation (``promoter.engine.keyring``), the
+Statement's shape and subjects (``promoter.engine.statement``), storing or finding
+receipts (``promoter.engine.operations``, ``promoter.store.audit``), deciding who may
+fetch them (``promoter.api``), reading an operator's public key files
+(``promoter.cli.receipt_cmd``), and checks that need the blob store or a repository.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import os
-import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
-from promoter.domain.canonical import canonical_bytes, projection_sha256, sha256_hex
+from promoter.domain.canonical import canonical_bytes, parse_rfc3339, projection_sha256
 from promoter.domain.documents import GRANT_IDENTITY, bundle_id_for, bundle_sha256, receipt_sha256
+from promoter.domain.intoto import PAYLOAD_TYPE
 from promoter.domain.models import (
     DsseEnvelope,
     GrantV1,
@@ -41,14 +38,28 @@ from promoter.domain.models import (
     RollbackReceiptV1,
 )
 from promoter.domain.parsing import load_json
+from promoter.engine.keyring import (
+    ALGORITHM,
+    KEY_FILE,
+    HostKey,
+    Keyring,
+    keyid_of,
+    keyring_stamp,
+    load_keyring,
+)
 from promoter.engine.services import Services
-from promoter.errors import ConfigError, PromoterError, ReceiptInvalid
-from promoter.store.durable import make_dirs, write_new
+from promoter.engine.statement import check_subjects, open_statement, statement_bytes
+from promoter.errors import PromoterError, ReceiptInvalid
 
-KEY_FILE = "host-signing.key"
-ALGORITHM = "ed25519"
-MAX_KEY_FILE_BYTES = 64 * 1024
-_PAYLOAD_TYPE = re.compile(r"^application/vnd\.promoter\.([A-Za-z0-9]+)\+json$")
+__all__ = [
+    "ALGORITHM",
+    "KEY_FILE",
+    "HostKey",
+    "TrustedKey",
+    "VerifiedDocument",
+    "keyid_of",
+    "verify_document",
+]
 
 # schema -> (kind, model); the host signs receipts, bundles and grants are checked bare.
 RECEIPTS: dict[str, tuple[str, type[BaseModel]]] = {
@@ -63,109 +74,30 @@ DOCUMENTS: dict[str, tuple[str, type[BaseModel]]] = {
 }
 
 
-# --- the host key ---------------------------------------------------------------------------
+# --- the daemon's key -----------------------------------------------------------------------
 
 
-def _raw(public_key: Ed25519PublicKey) -> bytes:
-    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+def host_keyring(services: Services) -> Keyring:
+    """The daemon's keyring, loaded once and reloaded when a rotation replaced its file.
 
-
-def keyid_of(public_key: Ed25519PublicKey) -> str:
-    """sha256 hex of the raw 32-byte public key."""
-    return sha256_hex(_raw(public_key))
-
-
-@dataclass(frozen=True)
-class HostKey:
-    """The host's receipt-signing key (the private half stays in memory)."""
-
-    private_key: Ed25519PrivateKey
-    keyid: str
-
-    @classmethod
-    def load_or_create(cls, credentials_dir: Path) -> HostKey:
-        """Read ``host-signing.key``, creating it durably (0600) when it does not exist."""
-        make_dirs(credentials_dir, mode=0o700)
-        path = credentials_dir / KEY_FILE
-        data = _read_key_file(path)
-        if data is None:
-            fresh = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            try:
-                write_new(path, fresh, mode=0o600)  # links, so a concurrent creator wins
-            except OSError as exc:
-                raise ConfigError(f"cannot create the host signing key {path}: {exc}") from exc
-            data = _read_key_file(path) or b""
-        try:
-            private = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-            raise ConfigError(f"{path} is not an unencrypted PEM private key: {exc}") from exc
-        if not isinstance(private, Ed25519PrivateKey):
-            raise ConfigError(f"{path} holds a {type(private).__name__}, not an Ed25519 key")
-        return cls(private_key=private, keyid=keyid_of(private.public_key()))
-
-    @property
-    def public_key(self) -> Ed25519PublicKey:
-        return self.private_key.public_key()
-
-    def public_pem(self) -> str:
-        return self.public_key.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ).decode("ascii")
-
-    def public_jwk(self) -> dict[str, str]:
-        """The entry ``GET /v1/keys`` serves for this key."""
-        raw_b64 = base64.b64encode(_raw(self.public_key)).decode("ascii")
-        return {
-            "keyid": self.keyid,
-            "algorithm": ALGORITHM,
-            "public_key_pem": self.public_pem(),
-            "public_key_raw_b64": raw_b64,
-        }
-
-    def sign(self, message: bytes) -> bytes:
-        return self.private_key.sign(message)
-
-
-def _read_key_file(path: Path) -> bytes | None:
-    """The key file's bytes, None when absent; symlinks and loose modes are refused."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{path} is a symlink; the signing key must be a file") from exc
-        raise ConfigError(f"cannot open the host signing key {path}: {exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{path} is not a regular file")
-        if info.st_mode & 0o077:
-            mode = stat.S_IMODE(info.st_mode)
-            raise ConfigError(f"{path} has mode {mode:04o}; it must be owner-only (0600)")
-        if info.st_uid != os.geteuid():
-            raise ConfigError(f"{path} is owned by uid {info.st_uid}, not by this process")
-        return os.read(fd, MAX_KEY_FILE_BYTES)
-    finally:
-        os.close(fd)
+    The only function that touches ``services.host_keyring``.
+    """
+    credentials = services.settings.credentials_dir
+    cached = services.host_keyring
+    stamp = keyring_stamp(credentials)
+    if cached is not None and cached[0] == stamp and stamp is not None:
+        return cached[1]
+    keyring = load_keyring(credentials)
+    services.host_keyring = (keyring_stamp(credentials), keyring)
+    return keyring
 
 
 def host_key(services: Services) -> HostKey:
-    """The daemon's key, loaded (or created) once and kept in ``services.host_key``."""
-    return services.once(
-        "host_key", lambda: HostKey.load_or_create(services.settings.credentials_dir)
-    )
+    """The key new envelopes are signed with: the keyring's active key."""
+    return host_keyring(services).active
 
 
 # --- DSSE -----------------------------------------------------------------------------------
-
-
-def payload_type(schema: str) -> str:
-    return f"application/vnd.promoter.{schema}+json"
 
 
 def pae(payload_type_: str, body: bytes) -> bytes:
@@ -175,7 +107,7 @@ def pae(payload_type_: str, body: bytes) -> bytes:
 
 
 def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
-    """A DSSE envelope over the exact canonical bytes of a receipt.
+    """A DSSE envelope over the in-toto Statement of a receipt's exact canonical bytes.
 
     The bytes are checked first as ``verify_document`` checks them, so the host never
     signs a receipt that an offline verifier would reject.
@@ -183,16 +115,28 @@ def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
     checked = check_document(receipt_bytes)
     if checked.schema not in RECEIPTS:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
-    kind = payload_type(checked.schema)
-    sig = base64.b64encode(key.sign(pae(kind, receipt_bytes))).decode("ascii")
+    body = statement_bytes(receipt_bytes)
+    sig = base64.b64encode(key.sign(pae(PAYLOAD_TYPE, body))).decode("ascii")
     return {
-        "payloadType": kind,
-        "payload": base64.b64encode(receipt_bytes).decode("ascii"),
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(body).decode("ascii"),
         "signatures": [{"keyid": key.keyid, "sig": sig}],
     }
 
 
 # --- offline verification -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A public key to verify with and, for a retired key, the end of its window."""
+
+    public_key: Ed25519PublicKey
+    not_after: str | None = None
+
+    @property
+    def keyid(self) -> str:
+        return keyid_of(self.public_key)
 
 
 @dataclass(frozen=True)
@@ -205,19 +149,36 @@ class VerifiedDocument:
     keyid: str | None  # the key whose signature verified; None when none was checked
     enveloped: bool
     checks: tuple[str, ...]
+    body: bytes = b""  # the document's canonical bytes (an envelope's predicate)
+    predicate_type: str | None = None
+    subjects: tuple[str, ...] = ()
+
+    @property
+    def signature_checked(self) -> bool:
+        return self.keyid is not None
+
+    @property
+    def needs_signature(self) -> bool:
+        """A receipt is only valid signed: its self-hash alone anyone can compute."""
+        return self.schema in RECEIPTS and not self.signature_checked
 
 
 def verify_document(
-    data: bytes, public_keys: Sequence[Ed25519PublicKey] | None
+    data: bytes, public_keys: Sequence[Ed25519PublicKey | TrustedKey] | None
 ) -> VerifiedDocument:
-    """Check a DSSE envelope or a bare receipt, bundle or grant; raise ``ReceiptInvalid``."""
+    """Check a DSSE envelope or a bare receipt, bundle or grant; raise ``ReceiptInvalid``.
+
+    Without keys an envelope's signature is not checked: the result says so
+    (``signature_checked`` is false) and callers must not call it valid.
+    """
     top = _json_object(data, "the file")
+    keys = [k if isinstance(k, TrustedKey) else TrustedKey(k) for k in public_keys or ()]
     if "payloadType" in top:
-        return _verify_envelope(top, public_keys or ())
+        return _verify_envelope(top, keys)
     if "schema" not in top:
         raise ReceiptInvalid("the file is neither a DSSE envelope nor a promoter document")
     document = check_document(data)
-    if public_keys:
+    if keys:
         raise ReceiptInvalid(
             f"a public key was given but the file is a bare {document.schema}, not a signed "
             "DSSE envelope"
@@ -225,42 +186,65 @@ def verify_document(
     return document
 
 
-def _verify_envelope(top: dict[str, Any], keys: Sequence[Ed25519PublicKey]) -> VerifiedDocument:
+def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> VerifiedDocument:
     try:
         envelope = DsseEnvelope.model_validate(top)
     except ValidationError as exc:
         raise ReceiptInvalid(f"not a DSSE envelope: {_first_error(exc)}") from exc
-    # (1) the payload type names a receipt schema the host signs
+    # (1) the payload type is the in-toto one
     kind = envelope.payloadType
-    named = _PAYLOAD_TYPE.match(kind)
-    if named is None or named.group(1) not in RECEIPTS:
-        raise ReceiptInvalid(f"payloadType {kind!r} is not a promoter receipt type")
+    if kind != PAYLOAD_TYPE:
+        raise ReceiptInvalid(f"wrong payload type: {kind!r} is not {PAYLOAD_TYPE!r}")
     body = _b64decode(envelope.payload, "payload")
     lines = [f"envelope: DSSE v1, payloadType {kind}"]
     # (2) a signature over PAE(payloadType, payload) verifies with a given key
-    keyid = _check_signatures(envelope, kind, body, keys)
-    if keyid is None:
+    signer = _check_signatures(envelope, kind, body, keys)
+    if signer is None:
         signers = ", ".join(s.keyid for s in envelope.signatures) or "nobody"
         lines.append(f"signature: NOT CHECKED (no public key given; signed by {signers})")
     else:
-        lines.append(f"signature: verified with key {keyid}")
-    # (3) the payload is the document the payload type names
-    schema = _json_object(body, "the payload").get("schema")
-    if schema != named.group(1):
+        lines.append(f"signature: verified with key {signer.keyid}")
+    # (3) the payload is an in-toto Statement v1 with a promoter predicate type
+    statement, predicate, statement_lines = open_statement(body)
+    lines.extend(statement_lines)
+    # (4) the predicate passes every document check, then the subjects recompute from it
+    document = check_document(predicate)
+    lines.append(check_subjects(statement))
+    lines.append("predicate: byte-identical to the canonical receipt")
+    if signer is not None and signer.not_after is not None:
+        lines.append(_check_window(signer, predicate))
+    return replace(
+        document,
+        keyid=None if signer is None else signer.keyid,
+        enveloped=True,
+        checks=(*lines, *document.checks),
+        predicate_type=statement["predicateType"],
+        subjects=tuple(s["name"] for s in statement["subject"]),
+    )
+
+
+_MADE_AT = ("promoted_at", "rolled_back_at")
+
+
+def _check_window(signer: TrustedKey, predicate: bytes) -> str:
+    """A retired key's signature is only good on receipts made before it was retired."""
+    retired = signer.not_after or ""
+    receipt = _json_object(predicate, "the predicate")
+    made = next((receipt[f] for f in _MADE_AT if isinstance(receipt.get(f), str)), None)
+    if made is None:
+        return f"key window: {signer.keyid} retired {retired}; the receipt carries no time"
+    if parse_rfc3339(made) > parse_rfc3339(retired):
         raise ReceiptInvalid(
-            f"payloadType mismatch: the envelope says {named.group(1)} but the payload is "
-            f"a {schema!r}"
+            f"rotated-out key: {signer.keyid} was retired at {retired} but signs a receipt "
+            f"made at {made}"
         )
-    lines.append("payloadType: matches the payload's schema")
-    # (4) the payload passes every document check
-    document = check_document(body)
-    return replace(document, keyid=keyid, enveloped=True, checks=(*lines, *document.checks))
+    return f"key window: made {made}, before {signer.keyid} was retired at {retired}"
 
 
 def _check_signatures(
-    envelope: DsseEnvelope, kind: str, body: bytes, keys: Sequence[Ed25519PublicKey]
-) -> str | None:
-    """The keyid of the first given key that verifies a signature; None if no keys."""
+    envelope: DsseEnvelope, kind: str, body: bytes, keys: Sequence[TrustedKey]
+) -> TrustedKey | None:
+    """The first given key that verifies a signature; None if no keys were given."""
     if not keys:
         return None
     message = pae(kind, body)
@@ -268,12 +252,12 @@ def _check_signatures(
         raw = _b64decode(signature.sig, "signature")
         for key in keys:
             try:
-                key.verify(raw, message)
+                key.public_key.verify(raw, message)
             except InvalidSignature:
                 continue
-            return keyid_of(key)
+            return key
     # The claimed keyids are unauthenticated; they only choose the message.
-    given = sorted(keyid_of(key) for key in keys)
+    given = sorted(key.keyid for key in keys)
     claimed = [s.keyid for s in envelope.signatures]
     if not claimed:
         raise ReceiptInvalid("the envelope carries no signatures")
@@ -315,7 +299,9 @@ def check_document(data: bytes) -> VerifiedDocument:
     lines.append(f"schema: parses as {schema}")
     # (c) the identity fields recompute
     identity, identity_lines = _check_identity(schema, document)
-    return VerifiedDocument(kind, schema, identity, None, False, (*lines, *identity_lines))
+    return VerifiedDocument(
+        kind, schema, identity, None, False, (*lines, *identity_lines), body=data
+    )
 
 
 def _check_identity(schema: str, document: dict[str, Any]) -> tuple[str, list[str]]:

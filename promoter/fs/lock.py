@@ -39,7 +39,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -53,6 +53,9 @@ _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBL
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FIRST_DELAY = 0.002
 _MAX_DELAY = 0.05
+
+LockObserver = Callable[[str, float], None]
+OBSERVERS: list[LockObserver] = []  # told (common dir, seconds waited) on each acquisition
 
 _registry_guard = threading.Lock()
 _thread_locks: dict[str, threading.Lock] = {}
@@ -99,6 +102,9 @@ class RepoLock:
             thread_lock.release()
             raise
         self._thread_lock = thread_lock
+        for observe in tuple(OBSERVERS):
+            with contextlib.suppress(Exception):  # a metric never fails an acquisition
+                observe(self.common_dir, time.monotonic() - deadline + self.timeout)
 
     def _open_common_dir(self) -> None:
         try:

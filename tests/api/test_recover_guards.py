@@ -303,7 +303,9 @@ def _row_bytes(daemon: Daemon, operation_id: str) -> bytes:
 
 
 def _payload(envelope: bytes) -> bytes:
-    return base64.b64decode(json.loads(envelope)["payload"])
+    """The receipt an envelope signs: its in-toto Statement's predicate (SPEC §10.6)."""
+    statement = json.loads(base64.b64decode(json.loads(envelope)["payload"]))
+    return bytes(rfc8785.dumps(statement["predicate"]))
 
 
 def test_every_receipt_route_serves_the_bytes_of_the_row_and_the_audit_file(

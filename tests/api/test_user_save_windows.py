@@ -231,7 +231,7 @@ def test_ops_show_says_where_kept_bytes_are(tmp_path: Path, paused: Callable[...
     assert shown.exit_code == 0, shown.output
     line = " ".join(shown.output.split())
     digest = sha(b"two\n")[:12]
-    assert f"kept f.txt: bytes that were not promoter's ({digest}, 4 bytes)" in line
+    assert f"kept f.txt: bytes that were not promoter's ({digest}, 4 B)" in line
     assert f".promoter-kept-{op_id}-1-0" in line
 
 

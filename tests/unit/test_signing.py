@@ -22,7 +22,8 @@ from promoter.engine.signing import HostKey, pae, sign_envelope, verify_document
 from promoter.errors import ConfigError, ReceiptInvalid
 from tests.support.flows import jcs_sha, make_bundle
 
-PROMOTION_TYPE = "application/vnd.promoter.PatchPromotionReceiptV1+json"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+LEGACY_TYPE = "application/vnd.promoter.PatchPromotionReceiptV1+json"
 
 
 def sealed(document: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +121,25 @@ def jcs(document: dict[str, Any]) -> bytes:
     return bytes(rfc8785.dumps(document))
 
 
+def statement(document: dict[str, Any], predicate_type: str | None = None) -> dict[str, Any]:
+    """The in-toto Statement v1 of a receipt, built by hand from the rules of §10.6."""
+    schema = document["schema"]
+    if schema == "PatchVerificationReceiptV1":
+        names = [(document["bundle_id"], document["bundle_sha256"])]
+    elif schema == "PatchPromotionReceiptV1":
+        names = [(t["path"], t["sha256"]) for t in document["targets"] if t["exists"]]
+    else:
+        names = [(t["path"], t["actual"]["sha256"]) for t in document["targets"]]
+    kind = {"PatchVerificationReceiptV1": "verification", "PatchPromotionReceiptV1": "promotion"}
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in names],
+        "predicateType": predicate_type
+        or f"urn:promoter:receipt:{kind.get(schema, 'rollback')}:v1",
+        "predicate": document,
+    }
+
+
 def raw(public: Ed25519PublicKey) -> bytes:
     return public.public_bytes(Encoding.Raw, PublicFormat.Raw)
 
@@ -129,7 +149,7 @@ def dsse_pae(kind: str, body: bytes) -> bytes:
 
 
 def envelope_of(
-    signer: Ed25519PrivateKey, body: bytes, kind: str = PROMOTION_TYPE, keyid: str | None = None
+    signer: Ed25519PrivateKey, body: bytes, kind: str = PAYLOAD_TYPE, keyid: str | None = None
 ) -> bytes:
     """An envelope made by hand: any signer, any payload type, any keyid."""
     message = dsse_pae(kind, body)
@@ -168,13 +188,15 @@ def test_signed_promotion_receipt_verifies_with_the_host_key(key: HostKey) -> No
     data = jcs(document)
     envelope = sign_envelope(key, data)
 
-    assert envelope["payloadType"] == PROMOTION_TYPE
-    assert base64.b64decode(envelope["payload"]) == data
+    assert envelope["payloadType"] == PAYLOAD_TYPE
+    payload = base64.b64decode(envelope["payload"])
+    assert payload == jcs(statement(document))
+    assert b'"predicate":' + data + b',"predicateType"' in payload  # byte-identical
     [signature] = envelope["signatures"]
     assert signature["keyid"] == hashlib.sha256(raw(key.public_key)).hexdigest() == key.keyid
     key.public_key.verify(
         base64.b64decode(signature["sig"]),
-        dsse_pae(PROMOTION_TYPE, data),
+        dsse_pae(PAYLOAD_TYPE, payload),
     )
     result = verify_document(json.dumps(envelope).encode(), [key.public_key])
     assert (result.kind, result.schema, result.keyid, result.enveloped) == (
@@ -185,6 +207,8 @@ def test_signed_promotion_receipt_verifies_with_the_host_key(key: HostKey) -> No
     )
     assert result.identity_sha256 == document["receipt_sha256"]
     assert f"signature: verified with key {key.keyid}" in result.checks
+    assert result.predicate_type == "urn:promoter:receipt:promotion:v1"
+    assert (result.body, result.subjects) == (data, ("src/app.py",))
 
 
 @pytest.mark.parametrize(
@@ -239,13 +263,13 @@ def test_tampered_payload_byte_is_rejected(key: HostKey) -> None:
 
 def test_envelope_signed_by_another_key_is_rejected(key: HostKey) -> None:
     stranger = Ed25519PrivateKey.generate()
-    data = envelope_of(stranger, jcs(promotion()))
+    data = envelope_of(stranger, jcs(statement(promotion())))
     with pytest.raises(ReceiptInvalid, match=f"wrong key: .*given public key.*{key.keyid}"):
         verify_document(data, [key.public_key])
 
 
 def test_foreign_signature_claiming_the_host_keyid_is_rejected(key: HostKey) -> None:
-    data = envelope_of(Ed25519PrivateKey.generate(), jcs(promotion()), keyid=key.keyid)
+    data = envelope_of(Ed25519PrivateKey.generate(), jcs(statement(promotion())), keyid=key.keyid)
     with pytest.raises(ReceiptInvalid, match="signature does not verify"):
         verify_document(data, [key.public_key])
 
@@ -258,25 +282,42 @@ def test_envelope_without_signatures_is_rejected_when_a_key_is_given(key: HostKe
 
 
 def test_receipt_relabelled_as_another_kind_is_rejected(key: HostKey) -> None:
-    other = "application/vnd.promoter.RollbackReceiptV1+json"
-    data = envelope_of(key.private_key, jcs(promotion()), kind=other)
-    with pytest.raises(ReceiptInvalid, match="payloadType mismatch.*RollbackReceiptV1"):
-        verify_document(data, [key.public_key])  # signed that way: the schema disagrees
+    rollback_type = "urn:promoter:receipt:rollback:v1"
+    data = envelope_of(key.private_key, jcs(statement(promotion(), rollback_type)))
+    with pytest.raises(ReceiptInvalid, match="predicateType mismatch.*PatchPromotionReceiptV1"):
+        verify_document(data, [key.public_key])  # signed that way: the predicate disagrees
     envelope = sign_envelope(key, jcs(promotion()))
-    envelope["payloadType"] = other
-    with pytest.raises(ReceiptInvalid, match="signature does not verify"):
+    envelope["payloadType"] = "application/vnd.in-toto.other+json"
+    with pytest.raises(ReceiptInvalid, match="wrong payload type"):
         verify_document(json.dumps(envelope).encode(), [key.public_key])  # relabelled later
 
 
-def test_foreign_payload_type_is_rejected(key: HostKey) -> None:
-    data = envelope_of(key.private_key, jcs(promotion()), kind="application/vnd.in-toto+json")
-    with pytest.raises(ReceiptInvalid, match="not a promoter receipt type"):
+@pytest.mark.parametrize("kind", [LEGACY_TYPE, "application/json", ""])
+def test_foreign_payload_type_is_rejected(key: HostKey, kind: str) -> None:
+    data = envelope_of(key.private_key, jcs(statement(promotion())), kind=kind)
+    with pytest.raises(ReceiptInvalid, match="wrong payload type"):
         verify_document(data, [key.public_key])
+
+
+def test_statement_with_an_altered_subject_is_rejected(key: HostKey) -> None:
+    forged = statement(promotion())
+    forged["subject"][0]["digest"]["sha256"] = "9" * 64  # claims other content, signed
+    with pytest.raises(ReceiptInvalid, match="subject altered"):
+        verify_document(envelope_of(key.private_key, jcs(forged)), [key.public_key])
+
+
+def test_payload_that_is_not_a_statement_is_rejected(key: HostKey) -> None:
+    bare = envelope_of(key.private_key, jcs(promotion()))  # the pre-1.1 payload
+    with pytest.raises(ReceiptInvalid, match="not an in-toto Statement v1"):
+        verify_document(bare, [key.public_key])
+    extra = {**statement(promotion()), "note": "x"}
+    with pytest.raises(ReceiptInvalid, match="Statement fields are"):
+        verify_document(envelope_of(key.private_key, jcs(extra)), [key.public_key])
 
 
 def test_signed_receipt_with_a_wrong_hash_is_rejected(key: HostKey) -> None:
     document = {**promotion(), "receipt_sha256": "0" * 64}
-    data = envelope_of(key.private_key, jcs(document))  # a valid signature over bad content
+    data = envelope_of(key.private_key, jcs(statement(document)))  # valid signature, bad content
     with pytest.raises(ReceiptInvalid, match="wrong hash: receipt_sha256 says '0{64}'"):
         verify_document(data, [key.public_key])
     with pytest.raises(ReceiptInvalid, match="wrong hash"):
@@ -284,8 +325,8 @@ def test_signed_receipt_with_a_wrong_hash_is_rejected(key: HostKey) -> None:
 
 
 def test_signed_non_canonical_payload_is_rejected(key: HostKey) -> None:
-    body = json.dumps(promotion(), indent=1).encode()
-    with pytest.raises(ReceiptInvalid, match="not canonical"):
+    body = json.dumps(statement(promotion()), indent=1).encode()
+    with pytest.raises(ReceiptInvalid, match="not RFC 8785"):
         verify_document(envelope_of(key.private_key, body), [key.public_key])
 
 
@@ -338,7 +379,7 @@ def test_receipt_with_an_unknown_field_is_rejected() -> None:
         (b'{"schema":"PatchBundleV2"}', "unknown schema"),
         (b'{"payload":"","payloadType":"x"}', "not a DSSE envelope: signatures"),
         (
-            b'{"payload":"%%%","payloadType":"' + PROMOTION_TYPE.encode() + b'","signatures":[]}',
+            b'{"payload":"%%%","payloadType":"' + PAYLOAD_TYPE.encode() + b'","signatures":[]}',
             "payload is not base64",
         ),
     ],

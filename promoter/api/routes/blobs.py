@@ -11,9 +11,8 @@ other clients.
 from __future__ import annotations
 
 import re
-from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -25,6 +24,8 @@ from promoter.api.deps import (
     read_json_bytes,
     run_quota,
 )
+from promoter.api.models import BlobsMissingRequest, BlobStored, HexParam, MissingBlobs
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
@@ -34,7 +35,6 @@ from promoter.store.blobs import BlobWriter
 from promoter.store.quota import RunQuota
 
 router = APIRouter(prefix="/v1")
-HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
 
@@ -57,7 +57,20 @@ def _missing(services: Services, raw: bytes) -> Response:
     )
 
 
-@router.post("/blobs:missing")
+@router.post(
+    "/blobs:missing",
+    **operation(
+        "findMissingBlobs",
+        summary="Ask which blobs are not stored yet",
+        description=f"At most {MAX_QUERY} digests per request (more: `payload_too_large`); "
+        "the answer lists the missing ones once each, in the order asked.",
+        tags=["executor"],
+        roles=["executor"],
+        body=BlobsMissingRequest,
+        body_example={"sha256": ["9f86d081" + "0" * 56]},
+        ok={200: Ok("the digests not stored", MissingBlobs, {"missing": ["9f86d081" + "0" * 56]})},
+    ),
+)
 async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
     raw = await read_json_bytes(request, services)
     async with document_slot(services):
@@ -131,7 +144,30 @@ class _Upload:
             self.quota.settle(self.run_id, self.reserved, 0)
 
 
-@router.put("/blobs/sha256/{sha256}")
+@router.put(
+    "/blobs/sha256/{sha256}",
+    **operation(
+        "putBlob",
+        summary="Upload a blob",
+        description="The raw bytes, streamed, hashed and size-limited (`max_blob_bytes`); "
+        "bytes that do not hash to the named sha256 are `blob_hash_mismatch`. New bytes count "
+        "against the run's storage quota (`quota_exceeded`); a stored blob again is free.",
+        tags=["executor"],
+        roles=["executor"],
+        errors=["blob_hash_mismatch", "quota_exceeded", "database_busy", "payload_too_large"],
+        body_schema={"type": "string", "format": "binary"},
+        body_media_type="application/octet-stream",
+        body_required=False,
+        ok={
+            201: Ok(
+                "stored now",
+                BlobStored,
+                {"sha256": "9f86d081" + "0" * 56, "bytes": 1, "created": True},
+            ),
+            200: Ok("already stored", BlobStored),
+        },
+    ),
+)
 async def put_blob(
     sha256: HexParam, request: Request, principal: ExecutorDep, services: ServicesDep
 ) -> Response:
@@ -156,7 +192,24 @@ async def put_blob(
     )
 
 
-@router.get("/blobs/sha256/{sha256}")
+@router.get(
+    "/blobs/sha256/{sha256}",
+    **operation(
+        "getBlob",
+        summary="Download a blob",
+        description="The stored bytes of a blob.",
+        tags=["operator"],
+        roles=["operator"],
+        errors=["not_found"],
+        ok={
+            200: Ok(
+                "the bytes",
+                {"type": "string", "format": "binary"},
+                media_type="application/octet-stream",
+            )
+        },
+    ),
+)
 def get_blob(sha256: HexParam, _: OperatorDep, services: ServicesDep) -> Response:
     if not services.blobs.has(sha256):
         raise NotFound(f"blob {sha256} is not stored", sha256=sha256)

@@ -18,8 +18,11 @@ from promoter.api.deps import (
     document_slot,
     read_json_bytes,
 )
+from promoter.api.models import BundleIdParam, BundleSubmitted
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
+from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json
 from promoter.engine.bundles import bundle_owner, load_bundle, load_verification, submit_bundle
 from promoter.engine.services import Services
@@ -41,7 +44,38 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
     )
 
 
-@router.post("/bundles")
+@router.post(
+    "/bundles",
+    **operation(
+        "submitBundle",
+        summary="Submit a sealed patch bundle",
+        description="Store and verify a PatchBundleV1 of the token's own run: 201 with the "
+        "passed verification receipt; the same bundle again answers 200. A failed verification "
+        "answers 422 with the code of the first failed check and the whole failed receipt, "
+        "and stores nothing.",
+        tags=["executor"],
+        roles=["executor"],
+        errors=[
+            "bundle_hash_mismatch",
+            "blob_missing",
+            "blob_hash_mismatch",
+            "path_invalid",
+            "verification_failed",
+            "grant_unknown",
+            "grant_expired",
+            "bundle_conflict",
+            "receipt_conflict",
+            "repository_unknown",
+            "git_error",
+            "database_busy",
+        ],
+        body=PatchBundleV1,
+        ok={
+            201: Ok("stored and verified", BundleSubmitted),
+            200: Ok("the same bundle was already stored", BundleSubmitted),
+        },
+    ),
+)
 async def post_bundle(request: Request, principal: ExecutorDep, services: ServicesDep) -> Response:
     raw = await read_json_bytes(request, services)
     async with document_slot(services):
@@ -58,13 +92,37 @@ def _check_owner(services: Services, principal: Principal, bundle_id: str) -> No
         raise Forbidden("an executor may read the bundles of its own run only")
 
 
-@router.get("/bundles/{bundle_id}")
-def get_bundle(bundle_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+@router.get(
+    "/bundles/{bundle_id}",
+    **operation(
+        "getBundle",
+        summary="Read a bundle",
+        description="The stored canonical bytes of a bundle. An executor may read the "
+        "bundles of its own run only.",
+        tags=["orchestrator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden"],
+        ok={200: Ok("the bundle's canonical bytes", PatchBundleV1)},
+    ),
+)
+def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
     _check_owner(services, principal, bundle_id)
     return canonical_response(canonical(load_bundle(services, bundle_id)))
 
 
-@router.get("/bundles/{bundle_id}/verification")
-def get_verification(bundle_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+@router.get(
+    "/bundles/{bundle_id}/verification",
+    **operation(
+        "getVerification",
+        summary="Read a bundle's verification receipt",
+        description="The stored PatchVerificationReceiptV1: the passed one, or the latest "
+        "failed one if none passed. An executor may read those of its own run only.",
+        tags=["orchestrator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden", "receipt_unavailable"],
+        ok={200: Ok("the receipt's canonical bytes", PatchVerificationReceiptV1)},
+    ),
+)
+def get_verification(
+    bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep
+) -> Response:
     _check_owner(services, principal, bundle_id)
     return canonical_response(load_verification(services, bundle_id))

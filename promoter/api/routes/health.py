@@ -13,18 +13,47 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from promoter.api.deps import ServicesDep
+from promoter.api.models import Health, Readiness
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.errors import Unauthenticated
 
 router = APIRouter()
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz",
+    **operation(
+        "getHealth",
+        summary="Liveness",
+        description="Answers while the daemon serves, even with every worker thread busy.",
+        tags=["public"],
+        roles=None,
+        ok={200: Ok("alive", Health, {"status": "ok"})},
+    ),
+)
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    **operation(
+        "getReadiness",
+        summary="Readiness",
+        description="Whether the database answers and the state directory is writable.",
+        tags=["public"],
+        roles=None,
+        ok={
+            200: Ok(
+                "ready",
+                Readiness,
+                {"status": "ready", "checks": {"database": True, "state_dir_writable": True}},
+            ),
+            503: Ok("not ready", Readiness),
+        },
+    ),
+)
 def readyz(services: ServicesDep) -> Response:
     checks = {
         "database": services.db.ping(),
@@ -36,16 +65,31 @@ def readyz(services: ServicesDep) -> Response:
     )
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    **operation(
+        "getMetrics",
+        summary="Prometheus metrics",
+        description="Counters in the Prometheus text format.",
+        tags=["public", "operator"],
+        roles=None,
+        optional_token=True,
+        ok={
+            200: Ok(
+                "the counters",
+                {"type": "string"},
+                "# TYPE promoter_http_requests_total counter\n",
+                media_type="text/plain",
+            )
+        },
+    ),
+    response_class=PlainTextResponse,
+)
 def metrics(request: Request, services: ServicesDep) -> Response:
     if not services.settings.metrics_public:
         services.auth.authenticate(_token(request))
-    counters = request.app.state.metrics.snapshot()
-    lines = []
-    for name, value in sorted(counters.items()):
-        lines.append(f"# TYPE {name.split('{')[0]} counter")
-        lines.append(f"{name} {value}")
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    exposition = request.app.state.metrics.exposition()
+    return Response(exposition, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def _token(request: Request) -> str | None:

@@ -1,7 +1,10 @@
-"""The host's public signing key and DSSE-signed receipts (SPEC §3.9, §7).
+"""The host's public signing keys and DSSE-signed receipts (SPEC §3.9, §10.6, §7).
 
 Thin adapters: the receipts come from the engine exactly as the unsigned routes serve
-them, and ``promoter.engine.signing`` wraps their canonical bytes in an envelope. Who may
+them, and ``promoter.engine.signing`` wraps their canonical bytes in an in-toto
+Statement and a DSSE envelope. ``GET /v1/keys`` lists every key the host signs or
+signed with (each entry is also an RFC 8037 OKP JWK, so the answer is a JWKS);
+``GET /v1/keys.pem`` is the active key's PEM. Who may
 read which receipt is decided here, the same way as for the unsigned receipts; nothing
 here creates or changes a receipt.
 """
@@ -12,35 +15,97 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
+from promoter.api.models import KeySet
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import _check_owner
 from promoter.domain.canonical import canonical_bytes
+from promoter.domain.models import DsseEnvelope
 from promoter.engine import operations
 from promoter.engine.bundles import load_verification
 from promoter.engine.services import Services
-from promoter.engine.signing import host_key, sign_envelope
+from promoter.engine.signing import host_key, host_keyring, sign_envelope
 from promoter.errors import ReceiptUnavailable
 
 router = APIRouter(prefix="/v1")
+ORCHESTRATOR = ("orchestrator", "operator")
 
 
 def _signed(services: Services, receipt: bytes) -> Response:
     return canonical_response(sign_envelope(host_key(services), receipt))
 
 
-@router.get("/keys")
+@router.get(
+    "/keys",
+    **operation(
+        "getKeys",
+        summary="The receipt-signing public keys",
+        description="Every receipt-signing public key, active first, retired ones with "
+        "their validity window; each entry is also an RFC 8037 OKP JWK (a JWKS).",
+        tags=["public"],
+        roles=None,
+        ok={200: Ok("the keys", KeySet)},
+    ),
+)
 def get_keys(services: ServicesDep) -> Response:
-    return json_response({"keys": [host_key(services).public_jwk()]})
+    keyring = host_keyring(services)
+    return json_response({"active_keyid": keyring.active.keyid, "keys": keyring.entries()})
 
 
-@router.get("/operations/{operation_id}/receipt.dsse")
+@router.get(
+    "/keys.pem",
+    **operation(
+        "getKeyPem",
+        summary="The active signing key as PEM",
+        description="The public key new receipts are signed with, as a PEM "
+        "SubjectPublicKeyInfo (Ed25519).",
+        tags=["public"],
+        roles=None,
+        ok={
+            200: Ok(
+                "the PEM",
+                {"type": "string"},
+                "-----BEGIN PUBLIC KEY-----\n",
+                media_type="application/x-pem-file",
+            )
+        },
+    ),
+)
+def get_active_key_pem(services: ServicesDep) -> Response:
+    return Response(host_key(services).public_pem(), media_type="application/x-pem-file")
+
+
+@router.get(
+    "/operations/{operation_id}/receipt.dsse",
+    **operation(
+        "getSignedPromotionReceipt",
+        summary="The signed promotion receipt",
+        description="The promotion receipt in a DSSE envelope signed with the host key "
+        "(404 `receipt_unavailable` until the operation completed).",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["operation_unknown", "receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_promotion_envelope(
     operation_id: str, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
     return _signed(services, operations.promotion_receipt(services, operation_id))
 
 
-@router.get("/operations/{operation_id}/rollback-receipt.dsse")
+@router.get(
+    "/operations/{operation_id}/rollback-receipt.dsse",
+    **operation(
+        "getSignedRollbackReceipt",
+        summary="The signed rollback receipt",
+        description="The rollback receipt of an operation in a DSSE envelope.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
     stored = None
     if operation_id.startswith("op_") and "/" not in operation_id:
@@ -52,7 +117,18 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
     return _signed(services, stored)
 
 
-@router.get("/bundles/{bundle_id}/verification.dsse")
+@router.get(
+    "/bundles/{bundle_id}/verification.dsse",
+    **operation(
+        "getSignedVerification",
+        summary="The signed verification receipt",
+        description="A bundle's verification receipt in a DSSE envelope. An executor may "
+        "read those of its own run only.",
+        tags=["orchestrator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden", "receipt_unavailable"],
+        ok={200: Ok("the envelope", DsseEnvelope)},
+    ),
+)
 def get_verification_envelope(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:

@@ -10,7 +10,7 @@ journal runs in a worker thread, off the event loop.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -23,11 +23,26 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
+from promoter.api.models import (
+    BundleIdParam,
+    OperationAccepted,
+    OperationIdParam,
+    OperationList,
+    OperationView,
+    Preflight,
+    PreflightRequest,
+    PromotionRequest,
+    ReconcileRequest,
+    RecoverRequest,
+    RollbackRequest,
+    parse,
+)
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
+from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.states import FINAL, OperationStatus
 from promoter.engine import operations, recover, rollback
 from promoter.engine.services import Services
-from promoter.errors import ValidationFailed
 from promoter.store import journal
 
 router = APIRouter(prefix="/v1")
@@ -36,34 +51,83 @@ ENDED = FINAL | {
     OperationStatus.NEEDS_RECOVERY,
     OperationStatus.NEEDS_RECONCILIATION,
 }  # a waiting request returns
+ORCHESTRATOR = ("orchestrator", "operator")
+OPERATOR = ("operator",)
+OP_ID = "op_df01bd2f8d2ade055f2b18ab3e4824e0"
+BUNDLE_ID = "bnd_153e71e2b5433df959fb7897a3a9edb7"
+PROMOTE_CODES = [
+    "bundle_unknown",
+    "grant_unknown",
+    "grant_expired",
+    "lease_stale",
+    "receipt_conflict",
+    "verification_failed",
+    "target_drift",
+    "lock_unavailable",
+    "operation_conflict",
+    "path_unsafe",
+    "repository_unknown",
+    "git_error",
+    "write_failed",
+    "stopped",
+    "database_busy",
+]
+STATE = {"exists": True, "sha256": "9f86d081" + "0" * 56, "mode": "100644", "bytes": 44}
+VIEW_EXAMPLE = {
+    "operation_id": OP_ID,
+    "kind": "promotion",
+    "status": "completed",
+    "attempt": 1,
+    "repository": "demo",
+    "repository_identity": "repo_" + "1f" * 16,
+    "grant_id": "grt_demo1",
+    "bundle_id": BUNDLE_ID,
+    "verification_receipt_sha256": "5539f0ee" + "0" * 56,
+    "fence": 1,
+    "code": None,
+    "detail": None,
+    "receipt_sha256": "c0ffee00" + "0" * 56,
+    "event_ids": {
+        "decision": "evt_" + "1" * 32,
+        "action": "evt_" + "2" * 32,
+        "outcome": "evt_" + "3" * 32,
+    },
+    "pre_snapshot": "6a9fde31bac7" + "0" * 28,
+    "post_snapshot": "7b0aef42cbd8" + "0" * 28,
+    "report": None,
+    "created_at": "2026-11-30T21:05:10Z",
+    "updated_at": "2026-11-30T21:05:12Z",
+    "steps": [
+        {
+            "seq": 0,
+            "path": "src/app.py",
+            "operation": "modify",
+            "status": "completed",
+            "old": STATE,
+            "new": {**STATE, "sha256": "60303ae2" + "0" * 56, "bytes": 51},
+            "detail": None,
+        }
+    ],
+    "created_directories": [],
+    "attempts": [
+        {
+            "attempt": 1,
+            "status": "completed",
+            "code": None,
+            "started_at": "2026-11-30T21:05:10Z",
+            "ended_at": "2026-11-30T21:05:12Z",
+        }
+    ],
+    "events": [],
+    "events_verified": True,
+}
 
 
-def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationFailed("the body must be a JSON object")
-    unknown = set(body) - set(required) - set(optional)
-    if unknown:
-        raise ValidationFailed(f"unknown fields: {sorted(unknown)}")
-    out: dict[str, Any] = {}
-    for name, kind in {**required, **optional}.items():
-        if name not in body:
-            if name in required:
-                raise ValidationFailed(f"{name} is required")
-            continue
-        value: Any = body[name]
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            raise ValidationFailed(f"{name} must be of type {kind.__name__}")
-        if isinstance(value, int) and not 0 <= value < 2**53:
-            raise ValidationFailed(f"{name} must be a non-negative safe integer")
-        out[name] = value
-    return out
-
-
-def _promote(services: Services, body: dict[str, Any]) -> Response:
+def _promote(services: Services, body: PromotionRequest) -> Response:
     requested = operations.request_promotion(
-        services, body["bundle_id"], body["verification_receipt_sha256"], body["fence"]
+        services, body.bundle_id, body.verification_receipt_sha256, body.fence
     )
-    if body.get("wait"):
+    if body.wait:
         operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
         if view["status"] in ENDED:
@@ -72,27 +136,113 @@ def _promote(services: Services, body: dict[str, Any]) -> Response:
     return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
 
 
-@router.post("/promotions")
+@router.post(
+    "/promotions",
+    **operation(
+        "createPromotion",
+        summary="Promote a verified bundle",
+        description="Request the promotion of a bundle under its passed verification receipt "
+        "and the lease's fence: 202 with the operation id; with `wait`, 200 with the "
+        "operation once it ended (or 202 if it is still running after the wait).",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=PROMOTE_CODES,
+        body=PromotionRequest,
+        body_example={
+            "bundle_id": BUNDLE_ID,
+            "verification_receipt_sha256": "5539f0ee" + "0" * 56,
+            "fence": 1,
+            "wait": True,
+        },
+        ok={
+            202: Ok(
+                "accepted; poll the operation",
+                OperationAccepted,
+                {"operation_id": OP_ID, "status": "requested"},
+            ),
+            200: Ok("the operation after it ended (`wait`)", OperationView, VIEW_EXAMPLE),
+        },
+    ),
+)
 async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
-    body = _fields(
-        await read_json_body(request, services, SMALL_BODY),
-        {"bundle_id": str, "verification_receipt_sha256": str, "fence": int},
-        {"wait": bool},
-    )
+    body = parse(PromotionRequest, await read_json_body(request, services, SMALL_BODY))
     return await run_in_threadpool(_promote, services, body)
 
 
-@router.post("/bundles/{bundle_id}/preflight")
+@router.post(
+    "/bundles/{bundle_id}/preflight",
+    **operation(
+        "preflightBundle",
+        summary="Check a bundle against the worktree without writing",
+        description="Steps 1, 2 and 4 of the protocol (authority, evidence, read-back) with "
+        "per-path verdicts; writes nothing. A refusal is a 200 with `status: refused` and its "
+        "code. The body is optional.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=[
+            "bundle_unknown",
+            "not_found",
+            "receipt_unavailable",
+            "repository_unknown",
+            "git_error",
+        ],
+        body=PreflightRequest,
+        body_required=False,
+        body_example={"fence": 1},
+        ok={
+            200: Ok(
+                "the verdicts",
+                Preflight,
+                {
+                    "bundle_id": BUNDLE_ID,
+                    "status": "passed",
+                    "code": None,
+                    "detail": "",
+                    "checks": {"authority": {"ok": True}, "evidence": {"ok": True}},
+                },
+            )
+        },
+    ),
+)
 async def post_preflight(
-    bundle_id: str, request: Request, _: OrchestratorDep, services: ServicesDep
+    bundle_id: BundleIdParam, request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
-    fence = None if raw is None else _fields(raw, {}, {"fence": int}).get("fence")
+    fence = None if raw is None else parse(PreflightRequest, raw).fence
     result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
     return json_response(result)
 
 
-@router.get("/operations")
+@router.get(
+    "/operations",
+    **operation(
+        "listOperations",
+        summary="List operations",
+        description="Every operation, optionally filtered by `status` and `repository`.",
+        tags=["operator"],
+        roles=OPERATOR,
+        ok={
+            200: Ok(
+                "the operations",
+                OperationList,
+                {
+                    "operations": [
+                        {
+                            "operation_id": OP_ID,
+                            "kind": "promotion",
+                            "status": "completed",
+                            "attempt": 1,
+                            "repository": "demo",
+                            "bundle_id": BUNDLE_ID,
+                            "code": None,
+                            "updated_at": "2026-11-30T21:05:12Z",
+                        }
+                    ]
+                },
+            )
+        },
+    ),
+)
 def list_operations(
     _: OperatorDep,
     services: ServicesDep,
@@ -117,9 +267,24 @@ def list_operations(
     return json_response({"operations": items})
 
 
-@router.get("/operations/{operation_id}")
+@router.get(
+    "/operations/{operation_id}",
+    **operation(
+        "getOperation",
+        summary="Read an operation",
+        description="Status, steps, events (hash chain verified), reports and snapshot trees; "
+        "with `current=true`, each target as it reads now.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["operation_unknown", "repository_unknown", "git_error"],
+        ok={200: Ok("the operation", OperationView, VIEW_EXAMPLE)},
+    ),
+)
 def get_operation(
-    operation_id: str, _: OrchestratorDep, services: ServicesDep, current: bool = False
+    operation_id: OperationIdParam,
+    _: OrchestratorDep,
+    services: ServicesDep,
+    current: Annotated[bool, Query(description="add each target as it reads now")] = False,
 ) -> Response:
     view = operations.operation_view(services, operation_id)
     if current:
@@ -127,8 +292,22 @@ def get_operation(
     return json_response(view)
 
 
-@router.get("/operations/{operation_id}/receipt")
-def get_receipt(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
+@router.get(
+    "/operations/{operation_id}/receipt",
+    **operation(
+        "getPromotionReceipt",
+        summary="Read a promotion receipt",
+        description="The PatchPromotionReceiptV1 of a completed promotion "
+        "(`receipt_unavailable` until then).",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["operation_unknown", "receipt_unavailable"],
+        ok={200: Ok("the receipt's canonical bytes", PatchPromotionReceiptV1)},
+    ),
+)
+def get_receipt(
+    operation_id: OperationIdParam, _: OrchestratorDep, services: ServicesDep
+) -> Response:
     return canonical_response(operations.promotion_receipt(services, operation_id))
 
 
@@ -144,39 +323,84 @@ def _reconcile(
     return operations.operation_view(services, operation_id)
 
 
-@router.post("/operations/{operation_id}/recover")
+@router.post(
+    "/operations/{operation_id}/recover",
+    **operation(
+        "recoverOperation",
+        summary="Recover an operation that needs recovery",
+        description="Finish or undo a `needs_recovery` operation under the lease's fence; "
+        "anything else is `not_recoverable`. A rollback's or restore's recovery needs the "
+        "operator.",
+        tags=["orchestrator", "operator"],
+        roles=ORCHESTRATOR,
+        errors=[*PROMOTE_CODES, "operation_unknown", "not_recoverable", "forbidden"],
+        body=RecoverRequest,
+        body_example={"fence": 1},
+        ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
+    ),
+)
 async def post_recover(
-    operation_id: str, request: Request, principal: OrchestratorDep, services: ServicesDep
+    operation_id: OperationIdParam,
+    request: Request,
+    principal: OrchestratorDep,
+    services: ServicesDep,
 ) -> Response:
     """Recover a ``needs_recovery`` operation; anything else is ``not_recoverable`` (409).
 
     The route admits orchestrator and operator tokens; the engine's guard then requires
     the operator for a rollback's or a restore's recovery.
     """
-    body = _fields(await read_json_body(request, services, SMALL_BODY), {"fence": int}, {})
-    view = await run_in_threadpool(_recover, services, operation_id, body["fence"], principal.role)
+    body = parse(RecoverRequest, await read_json_body(request, services, SMALL_BODY))
+    view = await run_in_threadpool(_recover, services, operation_id, body.fence, principal.role)
     return json_response(view)
 
 
-@router.post("/operations/{operation_id}/reconcile")
+@router.post(
+    "/operations/{operation_id}/reconcile",
+    **operation(
+        "reconcileOperation",
+        summary="Decide on an operation that needs reconciliation",
+        description="The operator's decision (`continue`, `rollback`, `abandon`) on a "
+        "`needs_reconciliation` operation; any other status is `operation_conflict`.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=[*PROMOTE_CODES, "operation_unknown", "not_recoverable"],
+        body=ReconcileRequest,
+        body_example={"decision": "abandon", "note": "checked by hand"},
+        ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
+    ),
+)
 async def post_reconcile(
-    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam, request: Request, principal: OperatorDep, services: ServicesDep
 ) -> Response:
     """The operator's decision on a ``needs_reconciliation`` operation (operator only)."""
-    body = _fields(
-        await read_json_body(request, services, SMALL_BODY), {"decision": str}, {"note": str}
-    )
+    body = parse(ReconcileRequest, await read_json_body(request, services, SMALL_BODY))
     view = await run_in_threadpool(
-        _reconcile, services, operation_id, body["decision"], body.get("note", ""), principal.role
+        _reconcile, services, operation_id, body.decision, body.note, principal.role
     )
     return json_response(view)
 
 
-@router.post("/operations/{operation_id}/rollback")
+@router.post(
+    "/operations/{operation_id}/rollback",
+    **operation(
+        "rollbackOperation",
+        summary="Roll back a completed promotion",
+        description="Put back the old content of every target the promotion wrote, keeping "
+        "any byte the user changed since; answers the RollbackReceiptV1. The body is optional.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=[*PROMOTE_CODES, "operation_unknown", "not_recoverable"],
+        body=RollbackRequest,
+        body_required=False,
+        body_example={"note": "wrong change"},
+        ok={200: Ok("the rollback receipt's canonical bytes", RollbackReceiptV1)},
+    ),
+)
 async def post_rollback(
-    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
-    note = "" if raw is None else _fields(raw, {}, {"note": str}).get("note", "")
+    note = "" if raw is None else parse(RollbackRequest, raw).note
     receipt = await run_in_threadpool(rollback.rollback, services, operation_id, note=note)
     return canonical_response(receipt)

@@ -6,10 +6,7 @@ reads and database writes) run in a worker thread, off the event loop.
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
@@ -20,18 +17,85 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
+from promoter.api.models import (
+    ExecutorToken,
+    ExecutorTokenRequest,
+    GrantIdParam,
+    GrantRegistered,
+    LeaseSet,
+    NameParam,
+    RepositoryList,
+    parse,
+)
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
-from promoter.domain.models import NAME_PATTERN
+from promoter.domain.models import GrantV1, LeaseV1
 from promoter.engine.grants import load_grant, register_grant, set_lease
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.git.readback import head_commit, symbolic_head
 
 router = APIRouter(prefix="/v1")
-NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200)]
+ORCHESTRATOR = ("orchestrator", "operator")
+REPO_IDENTITY = "repo_" + "1f" * 16
+GRANT_EXAMPLE = {
+    "schema": "GrantV1",
+    "grant_id": "grt_demo1",
+    "repository_identity": REPO_IDENTITY,
+    "branch": "refs/heads/main",
+    "base_commit": "95429c8518c8" + "0" * 28,
+    "base_tree": "6a9fde31bac7" + "0" * 28,
+    "executor_run_id": "run_demo",
+    "workflow_id": "wf_demo",
+    "stage": "implement",
+    "attempt": 1,
+    "generation": 1,
+    "resume_epoch": 0,
+    "fence": 1,
+    "not_before": "2020-01-01T00:00:00Z",
+    "expires_at": "2099-01-01T00:00:00Z",
+    "write_allowlist": [{"pattern": "src/**", "operations": ["create", "modify", "delete"]}],
+    "target_preconditions": [],
+    "limits": {"max_changes": 100, "max_total_bytes": 1048576},
+}
+LEASE_EXAMPLE = {
+    "run_id": "run_demo",
+    "attempt": 1,
+    "generation": 1,
+    "resume_epoch": 0,
+    "fence": 1,
+    "expires_at": "2099-01-01T00:00:00Z",
+}
 
 
-@router.get("/repositories")
+@router.get(
+    "/repositories",
+    **operation(
+        "listRepositories",
+        summary="List the guarded repositories",
+        description="Each configured repository: name, identity, worktree, branch and HEAD.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["git_error"],
+        ok={
+            200: Ok(
+                "the repositories",
+                RepositoryList,
+                {
+                    "repositories": [
+                        {
+                            "name": "demo",
+                            "repository_identity": REPO_IDENTITY,
+                            "worktree": "/home/me/demo",
+                            "branch": "refs/heads/main",
+                            "head": "95429c8518c8" + "0" * 28,
+                        }
+                    ]
+                },
+            )
+        },
+    ),
+)
 def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
     items = [
         {
@@ -46,33 +110,74 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
     return json_response({"repositories": items})
 
 
-@router.post("/executor-tokens")
+@router.post(
+    "/executor-tokens",
+    **operation(
+        "createExecutorToken",
+        summary="Mint an executor token",
+        description="A token bound to one executor run, expiring after `ttl_seconds` "
+        "(at most the daemon's `executor_token_max_ttl`).",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["database_busy"],
+        body=ExecutorTokenRequest,
+        body_example={"executor_run_id": "run_demo", "ttl_seconds": 3600},
+        ok={
+            201: Ok(
+                "the token (shown once)",
+                ExecutorToken,
+                {
+                    "token": "pe_...",
+                    "executor_run_id": "run_demo",
+                    "expires_at": "2026-11-30T23:35:07Z",
+                },
+            )
+        },
+    ),
+)
 async def mint_executor_token(
     request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    body = await read_json_body(request, services, SMALL_BODY)
-    run_id, ttl = _token_request(body, services.settings.executor_token_max_ttl)
-    token, expires_at = await run_in_threadpool(services.auth.mint_executor_token, run_id, ttl)
+    body = parse(ExecutorTokenRequest, await read_json_body(request, services, SMALL_BODY))
+    max_ttl = services.settings.executor_token_max_ttl
+    if body.ttl_seconds > max_ttl:
+        raise ValidationFailed(f"ttl_seconds must be an integer from 1 to {max_ttl}")
+    run_id = body.executor_run_id
+    token, expires_at = await run_in_threadpool(
+        services.auth.mint_executor_token, run_id, body.ttl_seconds
+    )
     return json_response({"token": token, "executor_run_id": run_id, "expires_at": expires_at}, 201)
 
 
-def _token_request(body: Any, max_ttl: int) -> tuple[str, int]:
-    if not isinstance(body, dict) or set(body) - {"executor_run_id", "ttl_seconds"}:
-        raise ValidationFailed("body must be {executor_run_id, ttl_seconds}")
-    run_id = body.get("executor_run_id")
-    ttl = body.get("ttl_seconds", 3600)
-    if (
-        not isinstance(run_id, str)
-        or not re.fullmatch(NAME_PATTERN[1:-1], run_id)
-        or len(run_id) > 200
-    ):
-        raise ValidationFailed("executor_run_id must be a name of [A-Za-z0-9_.:-]")
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= max_ttl:
-        raise ValidationFailed(f"ttl_seconds must be an integer from 1 to {max_ttl}")
-    return run_id, ttl
-
-
-@router.post("/grants")
+@router.post(
+    "/grants",
+    **operation(
+        "createGrant",
+        summary="Register a grant",
+        description="Register a GrantV1; it is stored as its exact canonical bytes. The same "
+        "grant again answers 200; other content under the same id is `grant_conflict`.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=[
+            "grant_invalid",
+            "grant_conflict",
+            "repository_unknown",
+            "repository_invalid",
+            "git_error",
+            "database_busy",
+        ],
+        body=GrantV1,
+        body_example=GRANT_EXAMPLE,
+        ok={
+            201: Ok(
+                "registered",
+                GrantRegistered,
+                {"grant_id": "grt_demo1", "grant_sha256": "b1880c2c" + "0" * 56},
+            ),
+            200: Ok("the same grant was already registered", GrantRegistered),
+        },
+    ),
+)
 async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
     body = await read_json_body(request, services)
     grant, created = await run_in_threadpool(register_grant, services, body)
@@ -81,15 +186,46 @@ async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep
     )
 
 
-@router.get("/grants/{grant_id}")
-def get_grant(grant_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+@router.get(
+    "/grants/{grant_id}",
+    **operation(
+        "getGrant",
+        summary="Read a grant",
+        description="The stored canonical bytes of a registered grant. An executor may read "
+        "the grants of its own run only.",
+        tags=["orchestrator", "executor"],
+        errors=["grant_unknown", "forbidden"],
+        ok={200: Ok("the grant's canonical bytes", GrantV1, GRANT_EXAMPLE)},
+    ),
+)
+def get_grant(grant_id: GrantIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
     grant = load_grant(services, grant_id)
     if principal.role == "executor" and grant.executor_run_id != principal.run_id:
         raise Forbidden("an executor may read the grants of its own run only")
     return canonical_response(canonical(grant))
 
 
-@router.put("/leases/{workflow_id}/{stage}")
+@router.put(
+    "/leases/{workflow_id}/{stage}",
+    **operation(
+        "putLease",
+        summary="Set the current lease of a workflow stage",
+        description="Set the lease a promotion's fence is checked against (a LeaseV1 body). "
+        "Fences only move forward; the same fence with other fields is `lease_conflict`.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["lease_fence_regression", "lease_conflict", "database_busy"],
+        body=LeaseV1,
+        body_example=LEASE_EXAMPLE,
+        ok={
+            200: Ok(
+                "the lease as set; `changed` is false when it was already so",
+                LeaseSet,
+                {"workflow_id": "wf_demo", "stage": "implement", **LEASE_EXAMPLE, "changed": True},
+            )
+        },
+    ),
+)
 async def put_lease(
     workflow_id: NameParam,
     stage: NameParam,

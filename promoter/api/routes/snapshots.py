@@ -13,39 +13,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
+from promoter.api.models import (
+    TREE_ID,
+    NameParam,
+    OperationAccepted,
+    RestoreRequest,
+    Snapshot,
+    SnapshotDiff,
+    SnapshotList,
+    SnapshotRequest,
+    TreeParam,
+    parse,
+)
+from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
-from promoter.domain.models import NAME_PATTERN
 from promoter.engine import snapshot_restore, snapshots
 from promoter.engine.services import Services
-from promoter.errors import ValidationFailed
 
 router = APIRouter(prefix="/v1")
-
-TREE_PATTERN = "^[0-9a-f]{40}$"
-NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200)]
-TreeParam = Annotated[str, Path(pattern=TREE_PATTERN)]
-
-
-def _body(raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
-    """A JSON object holding only ``allowed`` string fields (``True``: required)."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ValidationFailed("the body must be a JSON object")
-    unknown = sorted(set(raw) - set(allowed))
-    if unknown:
-        raise ValidationFailed(f"unknown fields: {unknown}")
-    for name, required in allowed.items():
-        if required and name not in raw:
-            raise ValidationFailed(f"{name} is required", field=name)
-        if name in raw and not isinstance(raw[name], str):
-            raise ValidationFailed(f"{name} must be a string", field=name)
-    return raw
+OPERATOR = ("operator",)
+TREE = "6a9fde31bac7" + "0" * 28
+SNAPSHOT_EXAMPLE = {"tree": TREE, "label": "before lunch", "captured_at": "2026-11-30T21:05:09Z"}
 
 
 async def _optional_json(request: Request, services: Services) -> Any:
@@ -53,7 +46,18 @@ async def _optional_json(request: Request, services: Services) -> Any:
     return await read_json_body(request, services, SMALL_BODY, empty=None)
 
 
-@router.get("/repositories/{name}/snapshots")
+@router.get(
+    "/repositories/{name}/snapshots",
+    **operation(
+        "listSnapshots",
+        summary="List shadow snapshots",
+        description="Every recorded shadow snapshot of the repository's worktree, oldest first.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=["repository_unknown", "git_error"],
+        ok={200: Ok("the snapshots", SnapshotList, {"snapshots": [SNAPSHOT_EXAMPLE]})},
+    ),
+)
 async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep) -> Response:
     items = await run_in_threadpool(
         snapshots.list_snapshots, services, services.registry.by_name(name)
@@ -61,35 +65,108 @@ async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep)
     return json_response({"snapshots": items})
 
 
-@router.post("/repositories/{name}/snapshots")
+@router.post(
+    "/repositories/{name}/snapshots",
+    **operation(
+        "captureSnapshot",
+        summary="Capture a shadow snapshot",
+        description="Record the worktree as it is now (tracked and untracked files) as a "
+        "tree in the shadow repository. The body is optional.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=["repository_unknown", "git_error", "path_unsafe", "lock_unavailable"],
+        body=SnapshotRequest,
+        body_required=False,
+        body_example={"label": "before lunch"},
+        ok={201: Ok("captured", Snapshot, SNAPSHOT_EXAMPLE)},
+    ),
+)
 async def capture_snapshot(
     name: NameParam, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
     repository = services.registry.by_name(name)
-    body = _body(await _optional_json(request, services), {"label": False})
-    result = await run_in_threadpool(snapshots.capture, services, repository, body.get("label", ""))
+    raw = await _optional_json(request, services)
+    body = parse(SnapshotRequest, {} if raw is None else raw)
+    result = await run_in_threadpool(snapshots.capture, services, repository, body.label)
     return json_response(result, 201)
 
 
-@router.get("/repositories/{name}/snapshots/diff")
+@router.get(
+    "/repositories/{name}/snapshots/diff",
+    **operation(
+        "diffSnapshots",
+        summary="Compare two snapshot trees",
+        description="Added, modified and deleted paths and a unified diff from one tree to "
+        "another.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=["repository_unknown", "not_found", "git_error"],
+        ok={
+            200: Ok(
+                "the differences",
+                SnapshotDiff,
+                {
+                    "added": [],
+                    "modified": ["src/app.py"],
+                    "deleted": [],
+                    "unified_diff": "--- a/src/app.py\n+++ b/src/app.py\n",
+                    "truncated": False,
+                },
+            )
+        },
+    ),
+)
 async def diff_snapshots(
     name: NameParam,
     _: OperatorDep,
     services: ServicesDep,
-    from_tree: Annotated[str, Query(alias="from", pattern=TREE_PATTERN)],
-    to_tree: Annotated[str, Query(alias="to", pattern=TREE_PATTERN)],
+    from_tree: Annotated[str, Query(alias="from", pattern=TREE_ID)],
+    to_tree: Annotated[str, Query(alias="to", pattern=TREE_ID)],
 ) -> Response:
     repository = services.registry.by_name(name)
     result = await run_in_threadpool(snapshots.diff, services, repository, from_tree, to_tree)
     return json_response(result)
 
 
-@router.post("/repositories/{name}/snapshots/{tree}/restore")
+@router.post(
+    "/repositories/{name}/snapshots/{tree}/restore",
+    **operation(
+        "restoreSnapshot",
+        summary="Restore the worktree to a snapshot",
+        description="Write the snapshot's tree into the worktree as an operation, only while "
+        "the worktree is at `expected_current_tree` (else `snapshot_stale`).",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=[
+            "repository_unknown",
+            "not_found",
+            "snapshot_stale",
+            "path_unsafe",
+            "lock_unavailable",
+            "operation_conflict",
+            "not_recoverable",
+            "git_error",
+            "write_failed",
+            "stopped",
+            "database_busy",
+        ],
+        body=RestoreRequest,
+        body_example={"expected_current_tree": TREE},
+        ok={
+            200: Ok(
+                "the restore operation",
+                OperationAccepted,
+                {"operation_id": "op_" + "0" * 32, "status": "completed"},
+            )
+        },
+    ),
+)
 async def restore_snapshot(
     name: NameParam, tree: TreeParam, request: Request, _: OperatorDep, services: ServicesDep
 ) -> Response:
     repository = services.registry.by_name(name)
-    body = _body(await _optional_json(request, services), {"expected_current_tree": True})
-    expected = snapshots.tree_id(body["expected_current_tree"], "expected_current_tree")
+    raw = await _optional_json(request, services)
+    body = parse(RestoreRequest, {} if raw is None else raw)
+    expected = snapshots.tree_id(body.expected_current_tree, "expected_current_tree")
     result = await run_in_threadpool(snapshot_restore.restore, services, repository, tree, expected)
     return json_response(result)

@@ -1,0 +1,373 @@
+"""Request and response models of the HTTP API, and ``parse`` for request bodies.
+
+Request models are strict pydantic models that reject unknown fields and coerce nothing
+(a ``true`` is no integer, ``1.0`` no fence): they replace the routes' hand-written body
+checks with the same outcome, ``validation_failed`` (422). Bodies still arrive through
+``promoter.api.deps`` (size and JSON-shape bounds while streaming, then parsing); only
+the parsed value is validated here. Grants, bundles and leases are validated by the
+engine's wire models (``promoter.domain.models``), which the OpenAPI document references
+for their bodies.
+
+Response models describe what the routes answer, for the OpenAPI document; the routes
+build their JSON themselves (canonical bytes for stored documents), so nothing here
+serializes a response. Every member is listed, except in a preflight's read-back report
+and in the key set (``View``), whose nested detail the engine owns.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import Path
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+
+from promoter.domain.models import (
+    HEX40,
+    NAME_PATTERN,
+    Name,
+    PatchVerificationReceiptV1,
+    SafeInt,
+    Sha256,
+)
+from promoter.errors import ValidationFailed
+
+BUNDLE_ID = r"^bnd_[0-9a-f]{32}$"
+OPERATION_ID = r"^op_[0-9a-f]{32}$"
+TREE_ID = HEX40
+MAX_DIGESTS = 100_000
+
+Tree = Annotated[str, StringConstraints(pattern=TREE_ID)]
+
+# Ids in paths. The patterns are published, not enforced: an id of another shape names
+# nothing that could exist, and answers the same 404 code as an unknown one, as before.
+BundleIdParam = Annotated[
+    str,
+    Path(
+        description="a bundle id: `bnd_` and 32 hex",
+        json_schema_extra={"pattern": BUNDLE_ID},
+        examples=["bnd_153e71e2b5433df959fb7897a3a9edb7"],
+    ),
+]
+OperationIdParam = Annotated[
+    str,
+    Path(
+        description="an operation id: `op_` and 32 hex",
+        json_schema_extra={"pattern": OPERATION_ID},
+        examples=["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
+    ),
+]
+GrantIdParam = Annotated[
+    str,
+    Path(
+        description="a grant id: a name of `[A-Za-z0-9_.:-]`, at most 200 characters",
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 200},
+        examples=["grt_demo1"],
+    ),
+]
+# Names and trees are enforced, as they were: a malformed one is `validation_failed`.
+NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200, examples=["demo"])]
+TreeParam = Annotated[str, Path(pattern=TREE_ID, examples=["6a9fde31bac7" + "0" * 28])]
+HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", examples=["0" * 64])]
+
+
+class Request(BaseModel):
+    """A request body: strict, no unknown fields, no ``null`` for any field."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = sorted(str(k) for k, v in data.items() if v is None)
+            if nulls:
+                raise ValueError(f"fields may be left out, not null: {nulls}")
+        return data
+
+
+class Reply(BaseModel):
+    """A response body the route builds itself: every member listed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class View(BaseModel):
+    """A response the engine assembles: top-level members listed, more may follow."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], body: Any) -> M:
+    """``body`` (parsed JSON) as ``model``, or ``ValidationFailed`` naming the first error."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise ValidationFailed(f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+class ExecutorTokenRequest(Request):
+    executor_run_id: Name
+    ttl_seconds: Annotated[int, Field(ge=1, le=2**31)] = Field(
+        default=3600, description="at most the daemon's `executor_token_max_ttl`"
+    )
+
+
+class PromotionRequest(Request):
+    bundle_id: str = Field(description="`bnd_` and 32 hex", examples=["bnd_" + "0" * 32])
+    verification_receipt_sha256: str = Field(description="the passed receipt's sha256")
+    fence: SafeInt
+    wait: bool = Field(default=False, description="answer only once the operation ended")
+
+
+def _without_default(schema: dict[str, Any]) -> None:
+    """Publish an optional, non-nullable field without its Python default (``None``)."""
+    schema.pop("default", None)
+
+
+class PreflightRequest(Request):
+    fence: Annotated[
+        SafeInt | None,
+        WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 2**53 - 1}),
+    ] = Field(
+        default=None,
+        description="check the lease at this fence",
+        json_schema_extra=_without_default,
+    )
+
+
+class RecoverRequest(Request):
+    fence: SafeInt
+
+
+class ReconcileRequest(Request):
+    decision: str = Field(
+        description="`continue`, `rollback` or `abandon` (for a restore: no `rollback`)"
+    )
+    note: str = ""
+
+
+class RollbackRequest(Request):
+    note: str = ""
+
+
+class SnapshotRequest(Request):
+    label: str = ""
+
+
+class RestoreRequest(Request):
+    expected_current_tree: str = Field(
+        description="the tree the worktree must be at now (40 hex)", examples=["0" * 40]
+    )
+
+
+class BlobsMissingRequest(Request):
+    sha256: Annotated[list[Sha256], Field(max_length=MAX_DIGESTS)]
+
+
+# --- responses -----------------------------------------------------------------------------
+
+
+class Health(Reply):
+    status: Literal["ok"]
+
+
+class ReadyChecks(Reply):
+    database: bool
+    state_dir_writable: bool
+
+
+class Readiness(Reply):
+    status: Literal["ready", "not_ready"]
+    checks: ReadyChecks
+
+
+class RepositoryInfo(Reply):
+    name: str
+    repository_identity: str
+    worktree: str
+    branch: str | None
+    head: str | None
+
+
+class RepositoryList(Reply):
+    repositories: list[RepositoryInfo]
+
+
+class ExecutorToken(Reply):
+    token: str
+    executor_run_id: str
+    expires_at: str
+
+
+class GrantRegistered(Reply):
+    grant_id: str
+    grant_sha256: Sha256
+
+
+class LeaseSet(Reply):
+    workflow_id: str
+    stage: str
+    run_id: str
+    attempt: int
+    generation: int
+    resume_epoch: int
+    fence: int
+    expires_at: str
+    changed: bool
+
+
+class MissingBlobs(Reply):
+    missing: list[Sha256]
+
+
+class BlobStored(Reply):
+    sha256: Sha256
+    bytes: int
+    created: bool
+
+
+class BundleSubmitted(Reply):
+    bundle_id: str
+    bundle_sha256: Sha256
+    verification_receipt: PatchVerificationReceiptV1
+
+
+class Preflight(View):
+    """The engine's preflight: the checks so far, and the read-back report once it ran."""
+
+    bundle_id: str
+    status: Literal["passed", "refused"]
+    code: str | None
+    detail: str
+    checks: dict[str, Any]
+    error: dict[str, Any] | None = Field(default=None, description="the refusal's problem")
+    repository: dict[str, Any] | None = None
+    paths: list[dict[str, Any]] | None = None
+    drifted: list[Any] | None = None
+    unsafe: list[Any] | None = None
+
+
+class OperationAccepted(Reply):
+    operation_id: str
+    status: str
+
+
+class Step(Reply):
+    seq: int
+    path: str
+    operation: str
+    status: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    detail: str | None
+
+
+class Attempt(Reply):
+    attempt: int
+    status: str
+    code: str | None
+    started_at: str
+    ended_at: str | None
+
+
+class Event(Reply):
+    event_id: str
+    operation_id: str
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    prev_event_sha256: str | None
+    event_sha256: str
+    at: str
+
+
+class EventIds(Reply):
+    """The current attempt's events that a promotion receipt names."""
+
+    decision: str | None
+    action: str | None
+    outcome: str | None
+
+
+class OperationView(Reply):
+    operation_id: str
+    kind: str
+    status: str
+    attempt: int
+    repository: str
+    repository_identity: str
+    grant_id: str | None
+    bundle_id: str | None
+    verification_receipt_sha256: str | None
+    fence: int | None
+    code: str | None
+    detail: str | None
+    receipt_sha256: str | None
+    event_ids: EventIds
+    pre_snapshot: str | None
+    post_snapshot: str | None
+    report: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+    steps: list[Step]
+    created_directories: list[str]
+    attempts: list[Attempt]
+    events: list[Event]
+    events_verified: bool
+    current_targets: list[dict[str, Any]] | None = Field(
+        default=None, description="with `current=true` only"
+    )
+
+
+class OperationSummary(Reply):
+    operation_id: str
+    kind: str
+    status: str
+    attempt: int
+    repository: str | None
+    bundle_id: str | None
+    code: str | None
+    updated_at: str | None
+
+
+class OperationList(Reply):
+    operations: list[OperationSummary]
+
+
+class KeySet(View):
+    active_keyid: str
+    keys: list[dict[str, Any]]
+
+
+class Snapshot(Reply):
+    tree: Tree
+    label: str
+    captured_at: str
+
+
+class SnapshotList(Reply):
+    snapshots: list[Snapshot]
+
+
+class SnapshotDiff(Reply):
+    added: list[str]
+    modified: list[str]
+    deleted: list[str]
+    unified_diff: str
+    truncated: bool

@@ -1,0 +1,317 @@
+"""What the operator sees of each request and each promotion: log lines and metrics.
+
+``install(app)`` adds ``ObserveMiddleware`` (a plain ASGI middleware) and wraps the app's
+lifespan. Per request the middleware takes or makes the request id (``X-Request-ID``,
+echoed on the response), counts the request by route template and status, times bundle
+submissions, counts blob intake bytes, and writes one ``promoter.access`` line (before
+the answer's last byte is sent, so a client that has the answer has the line) with the
+route, the HTTP status and, from a small JSON answer, only the fields ``operation_id``,
+``bundle_id``, ``repository``, ``status`` and ``code``. So a refusal answered with HTTP
+200 still shows ``status=refused code=target_drift``.
+
+At start-up the lifespan puts an ``ObservedRunner`` in place of the engine's default
+runner: when an attempt ends it logs one ``promoter.outcome`` line (with the request id
+that started it) and counts the outcome, its duration, files and bytes written. A
+repository lock observer (``promoter.fs.lock.OBSERVERS``) feeds the lock-wait histogram.
+
+It does not log headers, tokens, request bodies or blob content, and does not change
+any answer except for adding the ``X-Request-ID`` header.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from promoter.api.logs import REQUEST_ID, event, safe_request_id
+from promoter.api.metrics import WAITING, Metrics
+from promoter.engine.operations import Runner
+from promoter.engine.services import Services
+from promoter.fs import lock as fs_lock
+from promoter.store import journal, ledger
+
+access_log = logging.getLogger("promoter.access")
+outcome_log = logging.getLogger("promoter.outcome")
+
+_CAPTURE = 64 * 1024
+_JSON_TYPES = (b"application/json", b"application/problem+json")
+_ANSWER_FIELDS = ("operation_id", "bundle_id", "repository", "status", "code")
+_PATH_FIELDS = ("operation_id", "bundle_id", "name")
+_EVENT_LOGS = {
+    "decision": logging.getLogger("promoter.decision"),
+    "action": logging.getLogger("promoter.action"),
+}
+_EVENT_FIELDS = ("allowed", "code", "detail", "fence", "target_count", "check_changed")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+BUNDLES = "/v1/bundles"
+BLOB_PUT = "/v1/blobs/sha256/{sha256}"
+
+
+def _answer_fields(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(document, dict):
+        return {}
+    return {k: document[k] for k in _ANSWER_FIELDS if isinstance(document.get(k), str)}
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                offered = value.decode("latin-1")
+                break
+        request_id = safe_request_id(offered)
+        reset = REQUEST_ID.set(request_id)
+        started = time.perf_counter()
+        seen: dict[str, Any] = {"status": 500, "received": 0, "capture": False, "body": b""}
+        recorded = False
+
+        def record() -> None:  # once, before the last byte goes out: the line precedes the answer
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                self._record(scope, seen, time.perf_counter() - started)
+
+        async def counted_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen["received"] += len(message.get("body", b""))
+            return message
+
+        async def observed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = int(message["status"])
+                headers = list(message.get("headers", ()))
+                kind = next((v for k, v in headers if k == b"content-type"), b"")
+                seen["capture"] = kind.split(b";")[0].strip() in _JSON_TYPES
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                if seen["capture"]:
+                    body = seen["body"] + message.get("body", b"")
+                    seen["body"] = body
+                    if len(body) > _CAPTURE:
+                        seen["capture"], seen["body"] = False, b""
+                if not message.get("more_body", False):
+                    record()
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, observed_send)
+        except BaseException:
+            record()  # the id stays set: the outer error handler's line carries it too
+            raise
+        record()
+        REQUEST_ID.reset(reset)
+
+    def _record(self, scope: Scope, seen: dict[str, Any], elapsed: float) -> None:
+        route = getattr(scope.get("route"), "path", "unmatched")
+        method = str(scope.get("method", ""))
+        method = method if method in _METHODS else "other"  # bounded label values
+        status = str(seen["status"])
+        m = self.metrics
+        m.http_requests.labels(method, route, status).inc()
+        m.http_duration.labels(method, route).observe(elapsed)
+        if method == "POST" and route == BUNDLES:
+            m.verification_duration.labels(status).observe(elapsed)
+        if method == "PUT" and route == BLOB_PUT:
+            m.blob_bytes.labels(status).inc(seen["received"])
+        params = scope.get("path_params") or {}
+        fields = {k: params[k] for k in _PATH_FIELDS if isinstance(params.get(k), str)}
+        if "name" in fields:
+            fields["repository"] = fields.pop("name")
+        if seen["capture"] and seen["body"]:
+            fields.update(_answer_fields(seen["body"]))
+        event(
+            access_log,
+            f"{method} {route} {status}",
+            logging.ERROR if seen["status"] >= 500 else logging.INFO,
+            method=method,
+            path=str(scope.get("path", "")),
+            route=route,
+            http_status=seen["status"],
+            duration_ms=round(elapsed * 1000, 1),
+            **fields,
+        )
+
+
+class ObservedRunner(Runner):
+    """The engine's runner, plus one outcome line and the outcome metrics per attempt.
+
+    ``submit`` and ``future`` hand out a future that completes only after the attempt's
+    outcome is counted and logged, so whoever waits on an attempt sees its metrics.
+    """
+
+    def __init__(self, services: Services, metrics: Metrics) -> None:
+        super().__init__(services)
+        self._observed_services = services
+        self._metrics = metrics
+        self._observed: dict[str, Future[None]] = {}
+        self._observed_lock = threading.Lock()
+
+    def submit(self, operation_id: str, fence: int) -> Future[None]:
+        request_id = REQUEST_ID.get()
+        started = time.perf_counter()
+        with self._observed_services.db.session() as session:
+            first_event = ledger.event_count(session, operation_id)
+        observed: Future[None] = Future()
+        with self._observed_lock:
+            self._observed[operation_id] = observed
+
+        def ended(attempt: Future[None]) -> None:
+            reset = REQUEST_ID.set(request_id)
+            try:
+                self._ended(operation_id, first_event, time.perf_counter() - started)
+            except Exception:
+                outcome_log.exception("cannot observe the end of %s", operation_id)
+            finally:
+                REQUEST_ID.reset(reset)
+                _settle(observed, attempt)
+
+        super().submit(operation_id, fence).add_done_callback(ended)
+        return observed
+
+    def future(self, operation_id: str) -> Future[None] | None:
+        with self._observed_lock:
+            return self._observed.get(operation_id)
+
+    def _ended(self, operation_id: str, first_event: int, elapsed: float) -> None:
+        files: dict[str, int] = {}
+        written = 0
+        with self._observed_services.db.session() as session:
+            row = journal.get_operation(session, operation_id)
+            if row is None:
+                return
+            status, code, kind = row.status, row.code, row.kind
+            bundle_id, repository, attempt = row.bundle_id, row.repository_name, row.attempt
+            for seen in ledger.events(session, operation_id)[first_event:]:
+                if seen.kind in _EVENT_LOGS:
+                    payload = seen.payload if isinstance(seen.payload, dict) else {}
+                    event(
+                        _EVENT_LOGS[seen.kind],
+                        f"{kind} {seen.kind}" + _allowed(payload),
+                        operation_id=operation_id,
+                        bundle_id=bundle_id,
+                        repository=repository,
+                        event=seen.kind,
+                        seq=seen.seq,
+                        **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
+                    )
+            if status == "completed":
+                for step in journal.steps(session, operation_id):
+                    files[step.operation] = files.get(step.operation, 0) + 1
+                    new = step.new_state if isinstance(step.new_state, dict) else {}
+                    if new.get("exists") and isinstance(new.get("bytes"), int):
+                        written += new["bytes"]
+        m = self._metrics
+        if kind == "promotion":
+            m.promotions.labels(status, code or "").inc()
+            m.promotion_duration.labels(status).observe(elapsed)
+        for operation, count in files.items():
+            m.files_written.labels(operation).inc(count)
+        m.bytes_written.inc(written)
+        event(
+            outcome_log,
+            f"{kind} {status}" + (f" [{code}]" if code else ""),
+            logging.WARNING if status in WAITING else logging.INFO,
+            operation_id=operation_id,
+            kind=kind,
+            bundle_id=bundle_id,
+            repository=repository,
+            status=status,
+            code=code,
+            attempt=attempt,
+            files=sum(files.values()),
+            bytes=written,
+            duration_ms=round(elapsed * 1000, 1),
+        )
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)
+
+
+def _allowed(payload: dict[str, Any]) -> str:
+    allowed = payload.get("allowed")
+    return "" if not isinstance(allowed, bool) else (": allowed" if allowed else ": refused")
+
+
+def _settle(observed: Future[None], attempt: Future[None]) -> None:
+    if attempt.cancelled():
+        observed.cancel()
+    elif (error := attempt.exception()) is not None:
+        observed.set_exception(error)
+    else:
+        observed.set_result(None)
+
+
+def _waiting_counter(app: FastAPI) -> Callable[[], dict[str, int]]:
+    ref = weakref.ref(app)
+
+    def count() -> dict[str, int]:
+        live = ref()
+        services = getattr(live.state, "services", None) if live is not None else None
+        if services is None:
+            return {}
+        with services.db.session() as session:
+            return {s: len(journal.operations_with_status(session, s)) for s in WAITING}
+
+    return count
+
+
+def _lock_observer(services: Services, metrics: Metrics) -> fs_lock.LockObserver:
+    names = {os.path.realpath(r.layout.common_dir): r.name for r in services.registry.all()}
+
+    def observe(common_dir: str, waited: float) -> None:
+        name = names.get(common_dir)
+        if name is not None:
+            metrics.lock_wait.labels(name).observe(waited)
+
+    return observe
+
+
+def install(app: FastAPI) -> Metrics:
+    """Add the middleware and the start-up wiring to ``app``; returns its ``Metrics``."""
+    metrics = Metrics()
+    metrics.watch_operations(_waiting_counter(app))
+    app.state.metrics = metrics
+    app.add_middleware(ObserveMiddleware, metrics=metrics)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(target: Any) -> AsyncIterator[Any]:
+        async with inner(target) as state:
+            services: Services = app.state.services
+            if services.runner is None:
+                services.runner = ObservedRunner(services, metrics)
+            observer = _lock_observer(services, metrics)
+            fs_lock.OBSERVERS.append(observer)
+            try:
+                yield state
+            finally:
+                fs_lock.OBSERVERS.remove(observer)
+
+    app.router.lifespan_context = lifespan
+    return metrics

@@ -1,0 +1,100 @@
+"""Command groups whose modules are imported only when one of their commands runs.
+
+``promoter --help`` and shell completion of the top level need each command's name and
+one line of help, not its module: ``LazyCommand`` carries those two and loads the real
+Typer command (from the module's ``register(app)``) when it is invoked, completed or
+asked for its own help. ``PromoterGroup`` is the top-level group that lists them after
+the commands defined in ``promoter.cli.main``.
+
+It does not change any command: the real command parses, runs and prints its help.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from typer._click.core import Command, Context  # typer's own click, which its groups use
+from typer.core import TyperCommand, TyperGroup
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    help: str
+    module: str
+
+
+ENTRIES = (
+    Entry("grant", "Grants: what an executor may change.", "promoter.cli.orchestrate_cmd"),
+    Entry("lease", "Leases: who holds a workflow stage.", "promoter.cli.orchestrate_cmd"),
+    Entry("token", "Executor tokens.", "promoter.cli.orchestrate_cmd"),
+    Entry(
+        "preflight",
+        "Check a verified bundle against the worktree now, path by path; writes nothing.",
+        "promoter.cli.preflight_cmd",
+    ),
+    Entry(
+        "promote",
+        "Ask the host to promote a verified bundle into its repository's worktree.",
+        "promoter.cli.orchestrate_cmd",
+    ),
+    Entry("bundle", "Executor side: build and submit patch bundles.", "promoter.cli.bundle_cmd"),
+    Entry("receipt", "Signed receipts: verify offline, fetch.", "promoter.cli.receipt_cmd"),
+    Entry("keys", "The host's receipt-signing keys.", "promoter.cli.keys_cmd"),
+    Entry("snapshot", "Shadow snapshots of a worktree.", "promoter.cli.snapshot_cmd"),
+    Entry("ops", "Operations: inspect, recover, reconcile, roll back.", "promoter.cli.ops_cmd"),
+)
+_BY_NAME = {entry.name: entry for entry in ENTRIES}
+
+
+def load(entry: Entry) -> Command:
+    """The real command: import the module and take ``entry.name`` from its ``register``."""
+    module = importlib.import_module(entry.module)
+    scratch = typer.Typer()
+    scratch.command("_")(lambda: None)  # a group even when the module adds one command
+    module.register(scratch)
+    group = typer.main.get_command(scratch)
+    assert isinstance(group, TyperGroup)
+    return group.commands[entry.name]
+
+
+class LazyCommand(TyperCommand):
+    def __init__(self, entry: Entry) -> None:
+        super().__init__(entry.name, help=entry.help, short_help=entry.help, add_help_option=False)
+        self.entry = entry
+        self._real: Command | None = None
+
+    def real(self) -> Command:
+        if self._real is None:
+            self._real = load(self.entry)
+        return self._real
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:
+        return self.real().make_context(info_name, args, parent=parent, **extra)
+
+    def get_short_help_str(self, limit: int = 150) -> str:
+        return self.entry.help
+
+
+class PromoterGroup(TyperGroup):
+    """The top level: the commands defined in ``main`` first, then the lazy ones."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        own = super().list_commands(ctx)
+        return own + [entry.name for entry in ENTRIES if entry.name not in own]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in _BY_NAME:
+            found = LazyCommand(_BY_NAME[cmd_name])
+            self.commands[cmd_name] = found
+        return found

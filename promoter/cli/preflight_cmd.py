@@ -1,0 +1,53 @@
+"""``promoter preflight BUNDLE``: would a promotion be refused now, and for which paths.
+
+Asks the daemon (``POST /v1/bundles/{id}/preflight``, SPEC §5.6) to run authority,
+evidence and the read-back against the worktree as it is now, and prints one verdict per
+path. It writes nothing and changes nothing; a refusal exits with its code's exit status.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+
+
+def preflight(
+    bundle_id: Annotated[str, typer.Argument(help="The verified bundle to check.")],
+    fence: Annotated[
+        int | None, typer.Option("--fence", help="Also check the lease fence (authority).")
+    ] = None,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Check a verified bundle against the worktree now, path by path; writes nothing."""
+    import json
+
+    from rich.markup import escape
+
+    from promoter.client import PromoterClient
+    from promoter.errors import error_class
+
+    with PromoterClient(server_url(url), read_token(token_file), timeout=120.0) as client:
+        result: dict[str, Any] = client.preflight(bundle_id, fence)
+    if json_output:
+        console.print_json(json.dumps(result))
+    else:
+        console.print(f"preflight [bold]{escape(bundle_id)}[/]: {result.get('status')}")
+        for name, check in (result.get("checks") or {}).items():
+            console.print(f"  check {name}: {'ok' if check.get('ok') else 'failed'}")
+        for item in result.get("paths") or []:
+            reasons = "; ".join(item.get("reasons") or [])
+            line = f"  {item.get('verdict', '?'):<8} {escape(str(item.get('path')))}"
+            console.print(line + (f"  ({escape(reasons)})" if reasons else ""))
+        if result.get("status") != "passed" and result.get("detail"):
+            console.print(f"  {escape(str(result['detail']))}")
+    if result.get("status") != "passed" and result.get("code"):
+        raise error_class(str(result["code"]))(str(result.get("detail") or "refused"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("preflight")(preflight)
