@@ -56,3 +56,9 @@ def fresh_postgres_database(label: str) -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+if __name__ == "__main__":  # `python -m tests.support.databases`: exit 0 when a server answers
+    import sys
+
+    sys.exit(0 if postgres_answers() else 1)
