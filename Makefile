@@ -11,7 +11,7 @@ PORT   ?= 8787
 REPO   ?=
 NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
 
-.PHONY: help venv serve test test-fast lint format bench demo schemas clean
+.PHONY: help venv serve test test-sqlite test-postgres test-fast lint format bench demo schemas clean
 
 help:
 	@echo "make serve [REPO=/path/to/worktree]  run the daemon on $(HOST):$(PORT)"
@@ -38,8 +38,23 @@ else
 	$(PY) -m promoter.cli.main serve --state-dir $(STATE) --host $(HOST) --port $(PORT) --repo $(NAME)=$(REPO)
 endif
 
+PG_ADMIN ?= $(or $(PROMOTER_TEST_POSTGRES_URL),postgresql+psycopg://postgres@127.0.0.1:5432/postgres)
+
+# the whole suite on SQLite, then again on PostgreSQL when a server answers at PG_ADMIN
 test: $(STAMP)
 	$(VENV)/bin/pytest
+	@if PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' $(PY) -m tests.support.databases; then \
+		echo "PostgreSQL pass: the whole suite again, a fresh database per test"; \
+		PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(VENV)/bin/pytest; \
+	else \
+		echo "PostgreSQL pass skipped: no server answers at $(PG_ADMIN) (SQLite only)"; \
+	fi
+
+test-sqlite: $(STAMP)
+	$(VENV)/bin/pytest
+
+test-postgres: $(STAMP)
+	PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(VENV)/bin/pytest
 
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -m "not slow"

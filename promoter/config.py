@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     metrics_public: bool = True
     blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     log_level: str = "info"
+    # This daemon's host in a ledger shared by many hosts (default: from the machine id).
+    host_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # How long an operation's owner lease lasts; the heartbeat renews it every third.
+    owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
 
     @classmethod
     def settings_customise_sources(

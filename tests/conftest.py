@@ -7,8 +7,30 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import databases
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if databases.backend() == "postgresql":
+        return f"database: PostgreSQL at {databases.admin_url()}, one database per test"
+    return "database: SQLite (set PROMOTER_TEST_DATABASE=postgresql for PostgreSQL)"
+
+
+@pytest.fixture(autouse=True)
+def _database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Under PostgreSQL, a fresh database for every test, named in the environment."""
+    if databases.backend() != "postgresql":
+        if request.node.get_closest_marker("postgresql_only"):
+            pytest.skip("needs PROMOTER_TEST_DATABASE=postgresql")
+        yield
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("tests SQLite itself")
+    with databases.fresh_postgres_database(request.node.name) as url:
+        monkeypatch.setenv("PROMOTER_DATABASE_URL", url)
+        yield
 
 
 @pytest.fixture

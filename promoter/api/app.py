@@ -25,6 +25,7 @@ from promoter.api.routes import (
     snapshots,
 )
 from promoter.config import Settings
+from promoter.engine.ownership import Heartbeat
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
@@ -43,12 +44,19 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         owned = services is None
         app.state.services = services or build_services(settings)
         host_key(app.state.services)  # created on first start (SPEC §3.9)
+        heartbeat = Heartbeat(
+            app.state.services.db,
+            app.state.services.owner,
+            app.state.services.settings.owner_lease_seconds,
+        )
+        heartbeat.start()
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
         try:
             yield
         finally:
+            heartbeat.stop()
             if app.state.services.runner is not None:
                 app.state.services.runner.shutdown()
             if owned:

@@ -297,6 +297,16 @@ class Event(Reply):
     at: str
 
 
+class OwnerView(Reply):
+    """Who runs (or last ran) the operation, and whether its owner lease is live."""
+
+    host: str | None
+    pid: int | None
+    boot: str | None
+    lease_until: str | None
+    lease_expired: bool
+
+
 class EventIds(Reply):
     """The current attempt's events that a promotion receipt names."""
 
@@ -319,6 +329,7 @@ class OperationView(Reply):
     code: str | None
     detail: str | None
     receipt_sha256: str | None
+    owner: OwnerView
     event_ids: EventIds
     pre_snapshot: str | None
     post_snapshot: str | None

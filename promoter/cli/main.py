@@ -90,6 +90,21 @@ def serve(
         typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable)."),
     ] = None,
     config: ConfigOpt = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the ledger, e.g. postgresql+psycopg://user@host/db "
+            "(needs the postgres extra; default: SQLite in the state directory).",
+        ),
+    ] = None,
+    host_id: Annotated[
+        str | None,
+        typer.Option(
+            "--host-id",
+            help="This host's id in a ledger shared by many hosts (default: from the machine id).",
+        ),
+    ] = None,
     log_format: Annotated[
         str | None,
         typer.Option(
@@ -117,6 +132,8 @@ def serve(
         host=host,
         port=port,
         repositories=parse_repo_flags(repo) if repo else None,
+        database_url=database_url,
+        host_id=host_id,
     )
     logs.configure(fmt, settings.log_level)
     services = build_services(settings)

@@ -9,8 +9,13 @@ only. Promotion-time authority checks live in ``promoter.engine.authority``.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from promoter import faults
 from promoter.domain import allowlist
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.documents import canonical, grant_sha256, sealed_grant
@@ -24,6 +29,7 @@ from promoter.errors import (
     GrantUnknown,
     LeaseConflict,
     LeaseFenceRegression,
+    StorageError,
 )
 from promoter.git.readback import commit_tree
 from promoter.store import repo
@@ -73,11 +79,14 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
         if existing != canonical(sealed):
             raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
         return sealed, False
+    with services.db.session() as session:  # another host may have registered the id
+        recorded = repo.grant_sha256_of(session, grant.grant_id)
+    if recorded is not None and recorded != sealed.grant_sha256:
+        raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
     validate_grant(services, sealed)
     created = services.audit.put("grant", grant.grant_id, canonical(sealed), GrantConflict)
-    with services.db.session() as session:
-        repo.add_grant(session, sealed)
-    return sealed, created
+    retrying(services, lambda session: repo.add_grant(session, sealed))
+    return sealed, created and recorded is None
 
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
@@ -94,8 +103,11 @@ def _safe_name(name: str) -> bool:
 def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tuple[LeaseV1, bool]:
     """Set the current lease; fences only move forward. Returns (lease, changed)."""
     lease = parse_model(LeaseV1, data)
-    with _lease_lock, services.db.session() as session:
-        current = repo.get_lease(session, workflow_id, stage)
+
+    def compare_and_set(session: Session) -> bool:
+        # the row stays locked until the commit: daemons sharing the ledger take turns
+        current = repo.get_lease(session, workflow_id, stage, lock=True)
+        faults.point("lease_compared")
         if current is not None:
             if lease.fence < current.fence:
                 raise LeaseFenceRegression(
@@ -104,10 +116,34 @@ def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tu
                 )
             if lease.fence == current.fence:
                 if lease == current:
-                    return current, False
+                    return False
                 raise LeaseConflict(
                     f"fence {lease.fence} is already set with other fields",
                     current=current.wire(),
                 )
         repo.put_lease(session, workflow_id, stage, lease)
-    return lease, True
+        return True
+
+    with _lease_lock:
+        changed = retrying(services, compare_and_set)
+    return lease, changed
+
+
+T = TypeVar("T")
+
+
+def retrying(services: Services, work: Callable[[Session], T], attempts: int = 5) -> T:
+    """Run ``work`` in a transaction; again when another daemon inserted the same row first.
+
+    A unique-key race between two daemons sharing the ledger makes the loser's insert
+    fail; the next try reads the winner's row and decides on it (equal: nothing to do;
+    different: the usual conflict).
+    """
+    for attempt in range(attempts):
+        try:
+            with services.db.session() as session:
+                return work(session)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, IntegrityError) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -24,13 +24,14 @@ from sqlalchemy.exc import IntegrityError
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
 from promoter.domain.state import classify
-from promoter.domain.states import RUNNING, OperationStatus
+from promoter.domain.states import FINAL, RUNNING, OperationStatus
 from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
-from promoter.engine.ownership import Owner
+from promoter.engine.ownership import owner_view
 from promoter.engine.preconditions import leaf_report, read_back
+from promoter.engine.rollback import rollback_id
 from promoter.engine.services import AttemptRunner, Services
 from promoter.errors import (
     OperationConflict,
@@ -132,7 +133,6 @@ def request_promotion(
         verification_receipt_sha256=receipt_sha256,
         repository_identity=repository.identity,
     )
-    owner = Owner.me()
     with _request_lock, services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
@@ -157,7 +157,7 @@ def request_promotion(
         row.status = OperationStatus.IN_PROGRESS
         row.code = row.detail = None
         row.fence = fence
-        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        services.claim(row)
         row.updated_at = repo.now()
         try:
             session.flush()
@@ -203,6 +203,7 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             "code": row.code,
             "detail": row.detail,
             "receipt_sha256": row.receipt_sha256,
+            "owner": owner_view(row),
             "event_ids": {
                 "decision": row.decision_event_id,
                 "action": row.action_event_id,
@@ -263,6 +264,24 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
     data = canonical_bytes(receipt)
     services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
     return data
+
+
+def rollback_receipt(services: Services, operation_id: str) -> bytes:
+    """The rollback receipt of promotion ``operation_id``: the host-local audit copy, else
+    the bytes recorded in the ledger (a rollback another host carried out), once final.
+    """
+    if operation_id.startswith("op_") and "/" not in operation_id:
+        stored = services.audit.get("rollback", operation_id)
+        if stored is not None:
+            return stored
+        with services.db.session() as session:
+            child = journal.get_operation(session, rollback_id(operation_id))
+            recorded = None if child is None or child.status not in FINAL else child.receipt
+        if recorded is not None:
+            return canonical_bytes(recorded)
+    raise ReceiptUnavailable(
+        f"operation {operation_id} has no rollback receipt", operation_id=operation_id
+    )
 
 
 def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:

@@ -190,7 +190,8 @@ def _journal(
     creates = dirs.missing_dirs(root, [c.path for c in changes if not c.old.exists])
     grant = evidence.grant
     with services.db.session() as session:
-        check_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
+        lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
+        check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)
         journal.delete_steps(session, operation_id)
         session.flush()

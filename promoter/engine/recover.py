@@ -37,7 +37,7 @@ from promoter.domain.states import OperationStatus, StepStatus, guard
 from promoter.engine import outcome, promote
 from promoter.engine.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.engine.locking import repo_lock
-from promoter.engine.ownership import Owner
+from promoter.engine.ownership import orphaned as is_orphan
 from promoter.engine.preconditions import leaf_report, verdict
 from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
@@ -54,15 +54,19 @@ _RECONCILING = OperationStatus.NEEDS_RECONCILIATION
 
 
 def scan_orphans(services: Services) -> list[str]:
-    """Mark every ``in_progress`` operation whose owner is gone ``needs_recovery``."""
+    """Mark this host's running operations whose owner is gone ``needs_recovery``.
+
+    Only operations of repositories configured here and owned by this host are looked
+    at (``promoter.engine.ownership.orphaned``); another host's are never touched.
+    """
     orphaned: list[str] = []
+    configured = {repository.identity for repository in services.registry.all()}
     with services.db.session() as session:
         running = journal.operations_with_status(session, OperationStatus.IN_PROGRESS)
         running += journal.operations_with_status(session, OperationStatus.APPLIED_UNVERIFIED)
         for row in running:
-            owner = Owner(row.owner_pid or -1, row.owner_start or "", row.owner_boot or "")
-            if owner.alive():
-                continue  # a live process (possibly this one) is running it
+            if row.repository_identity not in configured or not is_orphan(row, services.owner):
+                continue  # another host's, or a live process (possibly this one) runs it
             journal.set_status(
                 session,
                 row,
@@ -134,11 +138,10 @@ def recover(
     lock.acquire()
     claimed = False
     try:
-        owner = Owner.me()
         with services.db.session() as session:
             row = _load(session, operation_id)  # again under the lock: it may have moved
             guard(kind, row.status, "recover", role=role, operation_id=operation_id)
-            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+            services.claim(row)
             journal.set_status(session, row, OperationStatus.IN_PROGRESS)
             has_steps = bool(journal.steps(session, operation_id))
         claimed = True
@@ -294,8 +297,7 @@ def reconcile(
         with services.db.session() as session:
             row = _load(session, operation_id)  # again under the lock: it may have moved
             guard(kind, row.status, "reconcile", role=role, decision=decision)
-            owner = Owner.me()
-            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+            services.claim(row)
             journal.set_status(session, row, OperationStatus.IN_PROGRESS)
         claimed = True
         with Root.open(repository.worktree) as root:

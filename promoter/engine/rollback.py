@@ -52,7 +52,6 @@ from promoter.domain.state import State, observed
 from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
-from promoter.engine.ownership import Owner
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.errors import (
@@ -192,7 +191,6 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
         child_id = rollback_id(operation_id)
         child = journal.get_operation(session, child_id)
         if child is None:
-            owner = Owner.me()
             child = OperationRow(
                 operation_id=child_id,
                 kind="rollback",
@@ -202,12 +200,10 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
                 bundle_id=parent.bundle_id,
                 status=OperationStatus.IN_PROGRESS,
                 attempt=1,
-                owner_pid=owner.pid,
-                owner_start=owner.start,
-                owner_boot=owner.boot,
                 created_at=repo.now(),
                 updated_at=repo.now(),
             )
+            services.claim(child)
             session.add(child)
             session.flush()
             journal.start_attempt(session, child)
@@ -229,8 +225,7 @@ def recover_rollback(
             )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
-        owner = Owner.me()
-        child.owner_pid, child.owner_start, child.owner_boot = owner.pid, owner.start, owner.boot
+        services.claim(child)
         journal.set_status(session, child, OperationStatus.IN_PROGRESS)
     assert parent_id is not None
     return str(_run(services, child_id, parent_id, repository, "recovery")["status"])

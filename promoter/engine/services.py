@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from promoter.config import Settings
+from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.store import db as dbmod
 from promoter.store.audit import AuditStore
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from promoter.engine.keyring import Keyring
     from promoter.store.quota import RunQuota
+    from promoter.store.tables import OperationRow
 
 T = TypeVar("T")
 
@@ -55,6 +57,7 @@ class Services:
     registry: Registry
     auth: Authenticator
     tokens: dict[Role, str]
+    owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
     # the keyring and the stamp of its file when read (``promoter.engine.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
@@ -76,6 +79,10 @@ class Services:
                     value = make()
                     setattr(self, name, value)
         return value  # type: ignore[no-any-return]
+
+    def claim(self, row: OperationRow) -> None:
+        """Record this process as the owner of ``row``, with a fresh owner lease."""
+        self.owner.stamp(row, self.settings.owner_lease_seconds)
 
     def close(self) -> None:
         self.db.dispose()
@@ -103,4 +110,5 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         registry=Registry.from_settings(settings),
         auth=Authenticator(database, tokens),
         tokens=tokens,
+        owner=Owner.me(settings.host_id or machine_host_id()),
     )

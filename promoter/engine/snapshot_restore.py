@@ -35,7 +35,6 @@ from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
 from promoter.domain.state import State, Verdict
 from promoter.domain.states import OperationStatus, StepStatus
-from promoter.engine.ownership import Owner
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
@@ -174,7 +173,6 @@ def _journal(
 ) -> str:
     """The operation, its steps and the decision and action events, in one transaction."""
     operation_id = restore_id(repo.identity, current, target)
-    owner = Owner.me()
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status not in RESTARTABLE:
@@ -197,7 +195,7 @@ def _journal(
             row.attempt += 1
             journal.delete_steps(session, operation_id)
         row.status, row.code, row.detail = OperationStatus.IN_PROGRESS, None, None
-        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        services.claim(row)
         row.pre_snapshot, row.post_snapshot, row.updated_at = current, None, now()
         session.flush()
         journal.start_attempt(session, row)
@@ -336,7 +334,6 @@ def recover_restore(
 
 def _claim(services: Services, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
-    owner = Owner.me()
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         assert row is not None
@@ -347,7 +344,7 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
                 kind="restore",
                 current_status=row.status,
             )
-        row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+        services.claim(row)
         journal.set_status(session, row, OperationStatus.IN_PROGRESS)
 
 
@@ -356,7 +353,6 @@ def _set_status(
     operation_id: str,
     status: OperationStatus,
     *,
-    owner: Owner | None = None,
     error: PromoterError | None = None,
     only_if: str | None = None,
 ) -> None:
@@ -365,8 +361,6 @@ def _set_status(
         assert row is not None
         if only_if is not None and row.status != only_if:
             return
-        if owner is not None:
-            row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
         code, detail = (error.code, error.detail) if error else (None, None)
         journal.set_status(session, row, status, code=code, detail=detail)
 

@@ -19,10 +19,10 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from promoter.errors import DatabaseBusy, PromoterError, StorageError
+from promoter.errors import DatabaseBusy, PromoterError, StorageError, ValidationFailed
 
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 
@@ -50,7 +50,13 @@ def make_engine(url: str, busy_timeout: float = 30.0) -> Engine:
 
 
 def translate(exc: SQLAlchemyError) -> PromoterError:
-    """The promoter error for a database failure: busy (503) or storage (507)."""
+    """The promoter error for a database failure: busy (503), storage (507), or bad text.
+
+    PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
+    is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
+    """
+    if isinstance(exc, DataError) and "NUL" in str(exc.orig):
+        return ValidationFailed("a text value holds a NUL character, which cannot be stored")
     code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
     if isinstance(exc, OperationalError) and isinstance(code, int) and code & 0xFF in _SQLITE_BUSY:
         return DatabaseBusy("the database stayed locked by another writer; try again")

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
+from promoter.errors import GrantConflict
 from promoter.store.tables import (
     BlobRow,
     BundleBlobRow,
@@ -29,10 +30,20 @@ def now() -> str:
     return rfc3339(utcnow())
 
 
+def grant_sha256_of(session: Session, grant_id: str) -> str | None:
+    """The recorded ``grant_sha256`` of ``grant_id`` (any host's), or None."""
+    row = session.get(GrantRow, grant_id)
+    return None if row is None else row.grant_sha256
+
+
 def add_grant(session: Session, grant: GrantV1) -> None:
-    if session.get(GrantRow, grant.grant_id) is not None:
-        return
+    """Record a grant once; the same id with other content raises ``GrantConflict``."""
     assert grant.grant_sha256 is not None
+    recorded = grant_sha256_of(session, grant.grant_id)
+    if recorded is not None:
+        if recorded != grant.grant_sha256:
+            raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
+        return
     session.add(
         GrantRow(
             grant_id=grant.grant_id,
@@ -135,8 +146,12 @@ def verification_run(session: Session, bundle_id: str) -> str | None:
     return None if record is None else str(record["executor_run_id"])
 
 
-def get_lease(session: Session, workflow_id: str, stage: str) -> LeaseV1 | None:
-    row = session.get(LeaseRow, (workflow_id, stage))
+def get_lease(
+    session: Session, workflow_id: str, stage: str, *, lock: bool = False
+) -> LeaseV1 | None:
+    """The current lease; ``lock`` holds its row until the transaction ends (PostgreSQL
+    ``FOR UPDATE``; SQLite has one writer at a time anyway)."""
+    row = session.get(LeaseRow, (workflow_id, stage), with_for_update=lock or None)
     if row is None:
         return None
     return LeaseV1(

@@ -123,6 +123,8 @@ class OperationRow(Base):
     owner_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     owner_start: Mapped[str | None] = mapped_column(String(40), nullable=True)
     owner_boot: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    owner_host: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
+    owner_lease_until: Mapped[str | None] = mapped_column(String(32), nullable=True)
     receipt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     receipt: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # the events of the current attempt that a receipt names (SPEC §3.7 ``events``)

@@ -339,6 +339,7 @@ def _foreign_write_lock(database: Path) -> Iterator[None]:
         holder.wait(30)
 
 
+@pytest.mark.sqlite_only
 def test_healthz_answers_while_a_foreign_process_holds_the_sqlite_write_lock(
     tmp_path: Path, repo: Path
 ) -> None:
@@ -452,6 +453,7 @@ def _small_tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.sqlite_only  # the database must be on the full filesystem
 def test_really_full_tmpfs_state_dir_answers_storage_error_507(tmp_path: Path, repo: Path) -> None:
     with (
         _small_tmpfs(tmp_path / "tiny", "8m") as state_dir,

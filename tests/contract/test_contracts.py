@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -39,7 +40,8 @@ def test_error_codes_are_unique_and_documented() -> None:
 
 
 def test_migrations_match_the_models(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'contract.db'}"
+    # the test's own database: SQLite here, PostgreSQL in the suite's PostgreSQL pass
+    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'contract.db'}"
     upgrade(url)
     engine = make_engine(url)
     with engine.connect() as connection:

@@ -1,8 +1,8 @@
-"""The same engine on PostgreSQL (SPEC §4: another SQLAlchemy URL works unchanged).
+"""A promotion and its rollback on PostgreSQL (SPEC §4: another SQLAlchemy URL works).
 
-Runs when ``PROMOTER_TEST_POSTGRES_URL`` names an empty database (for example
-``postgresql+psycopg://promoter:pw@127.0.0.1/promoter`` with the ``psycopg`` driver
-installed); skipped otherwise, since no database server is part of the test set-up.
+Runs in the PostgreSQL pass of the suite (``PROMOTER_TEST_DATABASE=postgresql``), where
+the test's own fresh database is in ``PROMOTER_DATABASE_URL``; it checks that this is
+really PostgreSQL, so the pass cannot silently fall back to SQLite.
 """
 
 from __future__ import annotations
@@ -16,20 +16,17 @@ from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import promote, submit
 
-URL = os.environ.get("PROMOTER_TEST_POSTGRES_URL")
 
-
-@pytest.mark.skipif(not URL, reason="PROMOTER_TEST_POSTGRES_URL is not set")
+@pytest.mark.postgresql_only
 def test_promotion_and_rollback_on_postgresql(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "w", {"a.txt": b"1\n"})
-    with running_daemon(tmp_path / "s", {"w": repo}, database_url=URL) as daemon:
+    with running_daemon(tmp_path / "s", {"w": repo}) as daemon:
+        assert daemon.services.db.engine.dialect.name == "postgresql"
+        assert os.environ["PROMOTER_DATABASE_URL"].startswith("postgresql")
+        assert not (tmp_path / "s" / "promoter.db").exists()
         identity = daemon.services.registry.by_name("w").identity
         _, bundle, receipt = submit(
-            daemon,
-            repo,
-            identity,
-            [("a.txt", b"1\n", b"2\n"), ("n/new.txt", None, b"x")],
-            grant_id=f"grt_pg_{os.getpid()}",
+            daemon, repo, identity, [("a.txt", b"1\n", b"2\n"), ("n/new.txt", None, b"x")]
         )
         view = promote(daemon, bundle, receipt).json()
         assert (view["status"], view["events_verified"]) == ("completed", True)

@@ -31,7 +31,11 @@ class DaemonProcess:
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.state_dir = state_dir
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("PROMOTER_") or k == "PROMOTER_DATABASE_URL"  # the test's database
+        }
         if faults:
             env["PROMOTER_FAULTS"] = faults
         env.update(extra_env or {})

@@ -25,7 +25,6 @@ from promoter.engine import operations
 from promoter.engine.bundles import load_verification
 from promoter.engine.services import Services
 from promoter.engine.signing import host_key, host_keyring, sign_envelope
-from promoter.errors import ReceiptUnavailable
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
@@ -107,14 +106,7 @@ def get_promotion_envelope(
     ),
 )
 def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
-    stored = None
-    if operation_id.startswith("op_") and "/" not in operation_id:
-        stored = services.audit.get("rollback", operation_id)
-    if stored is None:
-        raise ReceiptUnavailable(
-            f"operation {operation_id} has no rollback receipt", operation_id=operation_id
-        )
-    return _signed(services, stored)
+    return _signed(services, operations.rollback_receipt(services, operation_id))
 
 
 @router.get(

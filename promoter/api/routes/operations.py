@@ -87,6 +87,13 @@ VIEW_EXAMPLE = {
     "code": None,
     "detail": None,
     "receipt_sha256": "c0ffee00" + "0" * 56,
+    "owner": {
+        "host": "host-5f3c9a0d17b2e648",
+        "pid": 4242,
+        "boot": "0b6f2c1e-4a7d-4c2b-9a51-3e8f0d6c7b21",
+        "lease_until": "2026-11-30T21:06:12Z",
+        "lease_expired": True,
+    },
     "event_ids": {
         "decision": "evt_" + "1" * 32,
         "action": "evt_" + "2" * 32,

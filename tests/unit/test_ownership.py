@@ -1,0 +1,66 @@
+"""Owner leases and who may take an operation over (``promoter.engine.ownership``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from promoter.engine.ownership import Heartbeat, Owner, lease_expired, orphaned
+from promoter.store import journal
+from promoter.store.db import Database, upgrade
+from promoter.store.repo import now
+from promoter.store.tables import OperationRow
+
+PAST = "2000-01-01T00:00:00Z"
+
+
+def _row(operation_id: str, owner: Owner) -> OperationRow:
+    row = OperationRow(
+        operation_id=operation_id,
+        kind="promotion",
+        repository_identity="repo_" + "0" * 32,
+        repository_name="demo",
+        status="in_progress",
+        attempt=1,
+        created_at=now(),
+        updated_at=now(),
+    )
+    row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
+    row.owner_host, row.owner_lease_until = owner.host, PAST
+    return row
+
+
+def test_another_hosts_operation_is_never_orphaned_here_even_with_a_dead_lease() -> None:
+    me = Owner.me("host-b")
+    dead_on_a = Owner(pid=2**22 + 1, start="1", boot="another-boot", host="host-a")
+    row = _row("op_a", dead_on_a)
+    assert lease_expired(row)
+    assert orphaned(row, me) is False
+
+
+def test_on_its_own_host_a_dead_owner_is_orphaned_and_a_live_one_is_not() -> None:
+    me = Owner.me("host-a")
+    assert orphaned(_row("op_dead", Owner(2**22 + 1, "1", me.boot, "host-a")), me) is True
+    assert orphaned(_row("op_rebooted", Owner(me.pid, me.start, "old-boot", "host-a")), me)
+    assert orphaned(_row("op_mine", me), me) is False  # its lease ran out, its owner runs
+
+
+def test_heartbeat_renews_exactly_this_owners_running_operations(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(url)
+    database = Database(url, 5.0)
+    me = Owner.me("host-a")
+    other = Owner(me.pid, me.start, me.boot, "host-b")
+    with database.session() as session:
+        done = _row("op_done", me)
+        session.add_all([_row("op_mine", me), _row("op_other_host", other), done])
+        session.flush()
+        done.status = "refused"  # ended: no longer renewed
+    assert Heartbeat(database, me, 60.0).beat() == 1
+    with database.session() as session:
+        leases = {
+            op: journal.require(session, op).owner_lease_until
+            for op in ("op_mine", "op_other_host", "op_done")
+        }
+        assert not lease_expired(journal.require(session, "op_mine"))
+    assert leases["op_other_host"] == PAST and leases["op_done"] == PAST
+    database.dispose()
