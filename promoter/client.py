@@ -254,6 +254,11 @@ class PromoterClient:
         response = self._send("GET", f"/v1/bundles/{_segment(bundle_id)}/verification")
         return PatchVerificationReceiptV1.model_validate_json(response.content)
 
+    def bundle_diff(self, bundle_id: str, max_bytes: int | None = None) -> Json:
+        """``{bundle_id, files, unified_diff, truncated, limit}`` (orchestrator/operator)."""
+        params = None if max_bytes is None else {"max_bytes": str(max_bytes)}
+        return self._json("GET", f"/v1/bundles/{_segment(bundle_id)}/diff", params=params)
+
     def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
         body = None if fence is None else {"fence": fence}
         return self._json("POST", f"/v1/bundles/{_segment(bundle_id)}/preflight", json_body=body)

@@ -23,6 +23,7 @@ from promoter.api.routes import (
     keys,
     operations,
     registry,
+    review,
     snapshots,
 )
 from promoter.config import Settings
@@ -69,4 +70,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
 
     for module in (health, registry, blobs, bundles, operations, keys, snapshots):
         app.include_router(module.router)
+    app.include_router(review.router)
     return app

@@ -1,10 +1,12 @@
-"""``promoter bundle build``: the executor's command (SPEC §9).
+"""``promoter bundle build``, ``bundle show`` and ``bundle diff`` (SPEC §9).
 
 This module owns the command line of the executor side: read the grant (a JSON file, or
 fetched by id with the executor's token), build the sealed bundle from an isolated
 worktree, optionally write it to a file, and with ``--submit`` upload the missing blobs
 with a progress bar and submit the bundle, printing the verification receipt check by
-check (or the raw JSON with ``--json``).
+check (or the raw JSON with ``--json``). ``show`` prints a stored bundle (or a bundle
+file) per path; ``diff`` prints the unified diff the daemon builds from the bundle's
+stored blobs, coloured on a terminal and through a pager when longer than the screen.
 
 It deliberately holds no logic of its own: building and checking are
 ``promoter.executor``'s, the wire is ``promoter.client``'s, and errors are printed and
@@ -27,6 +29,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from promoter.cli.common import (
     JsonOpt,
@@ -39,7 +42,7 @@ from promoter.cli.common import (
 )
 from promoter.client import PromoterClient
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
+from promoter.domain.models import GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.errors import PromoterError
 from promoter.executor.builder import (
     BuiltBundle,
@@ -48,7 +51,7 @@ from promoter.executor.builder import (
     upload_and_submit,
 )
 
-__all__ = ["print_receipt", "register"]
+__all__ = ["print_bundle", "print_diff", "print_receipt", "register"]
 
 GrantOpt = Annotated[
     str,
@@ -185,8 +188,111 @@ def _report(bundle: dict[str, Any], receipt: dict[str, Any], json_output: bool) 
         print_receipt(receipt)
 
 
+BundleArg = Annotated[str, typer.Argument(help="A bundle id, or a file holding a bundle.")]
+
+
+def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[str, Any]:
+    path = Path(bundle)
+    if path.is_file():
+        loaded: dict[str, Any] = PatchBundleV1.model_validate_json(path.read_bytes()).wire()
+        return loaded
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        return client.get_bundle(bundle).wire()
+
+
+def show(
+    bundle: BundleArg,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Summary of a bundle: identity, grant, base, and per path its operation, modes, sizes."""
+    document = _load_bundle(bundle, url, token_file)
+    if json_output:
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
+        return
+    console.print(
+        f"grant {escape(document['grant_id'])}, run {escape(document['executor_run_id'])}, "
+        f"repository {document['repository_identity']}, base commit "
+        f"{document['base_commit'][:12]}, created {document['created_at']}"
+    )
+    print_bundle(document)
+
+
+def diff(
+    bundle: Annotated[str, typer.Argument(help="A bundle id.")],
+    stat: Annotated[bool, typer.Option("--stat", help="Only lines added and removed.")] = False,
+    max_bytes: Annotated[
+        int | None, typer.Option("--max-bytes", min=0, help="Cap on the diff's size.")
+    ] = None,
+    pager: Annotated[bool, typer.Option("--pager/--no-pager", help="Page long output.")] = True,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """The unified diff a promotion of BUNDLE would write (orchestrator or operator token)."""
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        result = client.bundle_diff(bundle, max_bytes)
+    if json_output:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    print_diff(result, stat=stat, pager=pager)
+
+
+def diff_stat(result: dict[str, Any]) -> Text:
+    """One line per file (``+added -removed``, or ``binary``), then the totals."""
+    out = Text()
+    width = max((len(f["path"]) for f in result["files"]), default=0)
+    for f in result["files"]:
+        out.append(f" {f['operation']:<6} {f['path']:<{width}}  ")
+        if f["binary"]:
+            out.append(f"binary, {_size(f['old_bytes'] or 0)} -> {_size(f['new_bytes'] or 0)}")
+        else:
+            out.append(f"+{f['added']}", style="green")
+            out.append(" ")
+            out.append(f"-{f['removed']}", style="red")
+        out.append("\n")
+    added = sum(f["added"] for f in result["files"])
+    removed = sum(f["removed"] for f in result["files"])
+    out.append(f" {len(result['files'])} file(s), {added} insertion(s), {removed} deletion(s)\n")
+    return out
+
+
+def diff_text(patch: str) -> Text:
+    """The unified diff with git's colours (rich drops them when not on a terminal)."""
+    out = Text()
+    for line in patch.splitlines(keepends=True):
+        style = ""
+        heads = ("diff --git", "--- ", "+++ ", "new file", "deleted file", "old mode", "new mode")
+        if line.startswith(heads):
+            style = "bold"
+        elif line.startswith("@@"):
+            style = "cyan"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        out.append(line, style=style)
+    return out
+
+
+def print_diff(result: dict[str, Any], *, stat: bool = False, pager: bool = True) -> None:
+    """Print a bundle diff answer: the stat, or the whole patch (paged when long)."""
+    body = diff_stat(result) if stat else diff_text(result["unified_diff"])
+    if not stat and result["truncated"]:
+        body.append(f"... the diff was cut at {result['limit']} bytes\n", style="yellow")
+    long = body.plain.count("\n") > console.height
+    if pager and console.is_terminal and long:
+        with console.pager(styles=True):
+            console.print(body, end="", soft_wrap=True, highlight=False)
+    else:
+        console.print(body, end="", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``bundle`` command group to the main app."""
     group = typer.Typer(help="Executor side: build and submit patch bundles.", no_args_is_help=True)
     group.command("build")(build)
+    group.command("show")(show)
+    group.command("diff")(diff)
     app.add_typer(group, name="bundle")
