@@ -303,6 +303,20 @@ class PromoterClient:
         path = f"/v1/bundles/{_segment(bundle_id)}/verification.dsse"
         return DsseEnvelope.model_validate_json(self._send("GET", path).content)
 
+    def approve(
+        self, operation_id: str, note: str = "", by: str = "", *, wait: bool = False
+    ) -> Json:
+        """Approve a promotion held in ``awaiting_approval`` (operator); the operation view."""
+        body = {"note": note, "by": by, "wait": wait}
+        return self._json(
+            "POST", f"/v1/operations/{_segment(operation_id)}/approve", json_body=body
+        )
+
+    def reject(self, operation_id: str, note: str = "", by: str = "") -> Json:
+        """Reject a promotion held in ``awaiting_approval`` (operator); the operation view."""
+        body = {"note": note, "by": by}
+        return self._json("POST", f"/v1/operations/{_segment(operation_id)}/reject", json_body=body)
+
     def recover(self, operation_id: str, fence: int) -> Json:
         path = f"/v1/operations/{_segment(operation_id)}/recover"
         return self._json("POST", path, json_body={"fence": fence})

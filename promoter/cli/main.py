@@ -18,6 +18,7 @@ from promoter.cli import (
     ops_cmd,
     orchestrate_cmd,
     receipt_cmd,
+    review_cmd,
     snapshot_cmd,
 )
 from promoter.cli.common import err_console
@@ -38,6 +39,7 @@ bundle_cmd.register(app)
 orchestrate_cmd.register(app)
 snapshot_cmd.register(app)
 ops_cmd.register(app)
+review_cmd.register(app)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")

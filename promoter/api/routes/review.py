@@ -2,21 +2,30 @@
 
 ``GET /v1/bundles/{id}/diff`` (orchestrator or operator) answers the unified diff a
 promotion of the bundle would write, built from its stored blobs and capped at
-``max_bytes``. Thin adapters over ``promoter.engine.bundle_diff`` and
-``promoter.engine.approval``; no decision is made here.
+``max_bytes``. ``POST /v1/operations/{id}/approve`` and ``/reject`` (operator only)
+decide a promotion held in ``awaiting_approval``; with ``wait`` an approval answers once
+its attempt ended. Thin adapters over ``promoter.engine.bundle_diff`` and
+``promoter.engine.operations.decide``; no decision is made here.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import OrchestratorDep, ServicesDep
+from promoter.api.deps import SMALL_BODY, OperatorDep, OrchestratorDep, ServicesDep, read_json_body
 from promoter.api.responses import json_response
+from promoter.engine import operations
 from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
+from promoter.engine.services import Services
+from promoter.errors import ValidationFailed
 
 router = APIRouter(prefix="/v1")
+WAIT_SECONDS = 600.0
+NOTE_LIMIT = 2000
 
 
 @router.get("/bundles/{bundle_id}/diff")
@@ -28,3 +37,58 @@ async def get_bundle_diff(
 ) -> Response:
     result = await run_in_threadpool(bundle_diff, services, bundle_id, max_bytes)
     return json_response(result)
+
+
+def _decision_body(raw: Any) -> dict[str, Any]:
+    body = {} if raw is None else raw
+    if not isinstance(body, dict):
+        raise ValidationFailed("the body must be a JSON object")
+    unknown = set(body) - {"note", "by", "wait"}
+    if unknown:
+        raise ValidationFailed(f"unknown fields: {sorted(unknown)}")
+    for name in ("note", "by"):
+        value = body.get(name, "")
+        if not isinstance(value, str) or len(value) > NOTE_LIMIT:
+            raise ValidationFailed(f"{name} must be a string of at most {NOTE_LIMIT} characters")
+    if not isinstance(body.get("wait", False), bool):
+        raise ValidationFailed("wait must be a boolean")
+    return body
+
+
+def _decide(services: Services, operation_id: str, verdict: str, body: dict[str, Any]) -> Any:
+    decided = operations.decide(
+        services,
+        operation_id,
+        verdict,
+        note=body.get("note", ""),
+        by=body.get("by", "") or "operator",
+        role="operator",
+    )
+    if decided.started and body.get("wait"):
+        operations.wait_for(services, operation_id, WAIT_SECONDS)
+    return operations.operation_view(services, operation_id)
+
+
+async def _post_decision(
+    operation_id: str, verdict: str, request: Request, services: Services
+) -> Response:
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    body = _decision_body(raw)
+    view = await run_in_threadpool(_decide, services, operation_id, verdict, body)
+    return json_response(view)
+
+
+@router.post("/operations/{operation_id}/approve")
+async def post_approve(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    """Approve a promotion held in ``awaiting_approval``: its attempt starts."""
+    return await _post_decision(operation_id, "approve", request, services)
+
+
+@router.post("/operations/{operation_id}/reject")
+async def post_reject(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    """Reject a promotion held in ``awaiting_approval``: it is refused, nothing written."""
+    return await _post_decision(operation_id, "reject", request, services)
