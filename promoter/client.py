@@ -25,6 +25,7 @@ import httpx
 
 from promoter.domain.models import (
     DsseEnvelope,
+    FileState,
     GrantV1,
     LeaseV1,
     PatchBundleV1,
@@ -194,6 +195,13 @@ class PromoterClient:
     def get_grant(self, grant_id: str) -> GrantV1:
         response = self._send("GET", f"/v1/grants/{_segment(grant_id)}")
         return GrantV1.model_validate_json(response.content)
+
+    def grant_base(self, grant_id: str) -> dict[str, FileState]:
+        """A chained grant's base: per path the state its base operations left."""
+        answer = self._json("GET", f"/v1/grants/{_segment(grant_id)}/base")
+        return {
+            str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
+        }
 
     def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
         document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)

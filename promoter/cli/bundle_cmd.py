@@ -42,8 +42,8 @@ from promoter.cli.common import (
 )
 from promoter.client import PromoterClient
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.models import GrantV1, PatchBundleV1, PatchVerificationReceiptV1
-from promoter.errors import PromoterError
+from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
+from promoter.errors import GrantInvalid, PromoterError
 from promoter.executor.builder import (
     BuiltBundle,
     build_bundle,
@@ -147,18 +147,49 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         return upload_and_submit(client, built, advance)
 
 
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="The completed promotion this run continues from (default: the grant's "
+        "base_operation; it must match it).",
+    ),
+]
+
+
+def chained_base(
+    grant: GrantV1, since: str | None, url: str | None, token_file: Path | None
+) -> dict[str, FileState] | None:
+    """The states a chained grant's base operations left, fetched from the host."""
+    if since is not None and since != grant.base_operation:
+        raise GrantInvalid(
+            f"the grant chains on {grant.base_operation or 'no operation'}, not {since}; "
+            "a chained run needs a grant naming its base_operation",
+            base_operation=grant.base_operation,
+        )
+    if grant.base_operation is None:
+        return None
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        return client.grant_base(grant.grant_id)
+
+
 def build(
     worktree: WorktreeOpt,
     grant: GrantOpt,
     submit: SubmitOpt = False,
     out: OutOpt = None,
+    since: SinceOpt = None,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Build a sealed bundle of every change in WORKTREE against the grant's base tree."""
+    """Build a sealed bundle of every change in WORKTREE against the grant's base tree.
+
+    For a chained grant, against the state its base promotion left: only newer edits.
+    """
     grant_doc = _load_grant(grant, url, token_file)
-    with build_bundle(worktree, grant_doc) as built:
+    base = chained_base(grant_doc, since, url, token_file)
+    with build_bundle(worktree, grant_doc, since=base) as built:
         if out is not None:
             out.write_bytes(canonical_bytes(built.bundle))
         if not json_output:

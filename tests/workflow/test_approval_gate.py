@@ -106,7 +106,8 @@ def test_an_approval_cannot_be_reused_for_a_different_bundle(
 ) -> None:
     daemon, repo, identity = gated
     grant, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", OLD, NEW)])
-    other = make_bundle(grant, [("src/app.py", OLD, OTHER)])  # same grant, same base
+    changes: list[tuple[str, bytes | None, bytes | None]] = [("src/app.py", OLD, OTHER)]
+    other = make_bundle(grant, changes)  # same grant, same base
     with daemon.executor(grant["executor_run_id"]) as ex:
         upload(ex, OTHER)
         submitted = ex.post("/v1/bundles", json=other)

@@ -4,8 +4,11 @@
 promotion of the bundle would write, built from its stored blobs and capped at
 ``max_bytes``. ``POST /v1/operations/{id}/approve`` and ``/reject`` (operator only)
 decide a promotion held in ``awaiting_approval``; with ``wait`` an approval answers once
-its attempt ended. Thin adapters over ``promoter.engine.bundle_diff`` and
-``promoter.engine.operations.decide``; no decision is made here.
+its attempt ended. ``GET /v1/grants/{id}/base`` (orchestrator, or the executor of the
+grant's run) answers, for a chained grant, the state its base operations left at every
+path they touched: what the executor builds its next bundle against. Thin adapters over
+``promoter.engine.bundle_diff``, ``promoter.engine.operations.decide`` and
+``promoter.engine.chain``; no decision is made here.
 """
 
 from __future__ import annotations
@@ -16,12 +19,21 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from promoter.api.deps import SMALL_BODY, OperatorDep, OrchestratorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    SMALL_BODY,
+    AnyRoleDep,
+    OperatorDep,
+    OrchestratorDep,
+    ServicesDep,
+    read_json_body,
+)
 from promoter.api.responses import json_response
 from promoter.engine import operations
 from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
+from promoter.engine.chain import chain_states
+from promoter.engine.grants import load_grant
 from promoter.engine.services import Services
-from promoter.errors import ValidationFailed
+from promoter.errors import Forbidden, ValidationFailed
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
@@ -92,3 +104,23 @@ async def post_reject(
 ) -> Response:
     """Reject a promotion held in ``awaiting_approval``: it is refused, nothing written."""
     return await _post_decision(operation_id, "reject", request, services)
+
+
+def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[str, Any]:
+    grant = load_grant(services, grant_id)
+    if run_id is not None and grant.executor_run_id != run_id:
+        raise Forbidden("an executor may read the grants of its own run only")
+    states = chain_states(services, grant)
+    return {
+        "grant_id": grant.grant_id,
+        "base_operation": grant.base_operation,
+        "states": [{"path": p, "state": s.wire()} for p, s in sorted(states.items())],
+    }
+
+
+@router.get("/grants/{grant_id}/base")
+async def get_grant_base(grant_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+    """A chained grant's base: per path the state its base operations left."""
+    run_id = principal.run_id if principal.role == "executor" else None
+    result = await run_in_threadpool(_grant_base, services, grant_id, run_id)
+    return json_response(result)
