@@ -19,6 +19,7 @@ from promoter.cli import (
     orchestrate_cmd,
     receipt_cmd,
     review_cmd,
+    run_cmd,
     snapshot_cmd,
 )
 from promoter.cli.common import err_console
@@ -40,6 +41,7 @@ orchestrate_cmd.register(app)
 snapshot_cmd.register(app)
 ops_cmd.register(app)
 review_cmd.register(app)
+run_cmd.register(app)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")

@@ -12,6 +12,7 @@ are the host's (``promoter.engine.approval``); this module only asks and prints.
 from __future__ import annotations
 
 import getpass
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,8 +52,6 @@ def review(
     token_file: TokenFileOpt = None,
 ) -> None:
     """List the promotions awaiting approval, each with its bundle's diff (operator)."""
-    import json
-
     with _client(url, token_file) as client:
         waiting = client.list_operations(status="awaiting_approval")
         diffs = {op["operation_id"]: client.bundle_diff(str(op["bundle_id"])) for op in waiting}
@@ -108,8 +107,6 @@ def approve(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Approve a held promotion: its attempt starts and re-checks everything (operator)."""
-    import json
-
     with _client(url, token_file) as client:
         view = client.approve(operation, note, _who(by), wait=wait)
     if json_output:
@@ -128,8 +125,6 @@ def reject(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Reject a held promotion: it is refused and nothing is written (operator)."""
-    import json
-
     with _client(url, token_file) as client:
         view = client.reject(operation, note, _who(by))
     if json_output:
