@@ -267,6 +267,11 @@ class PromoterClient:
         params = None if max_bytes is None else {"max_bytes": str(max_bytes)}
         return self._json("GET", f"/v1/bundles/{_segment(bundle_id)}/diff", params=params)
 
+    def bundle_operations(self, bundle_id: str) -> list[Json]:
+        """The promotions of a bundle with their status (its own executor may ask)."""
+        answer = self._json("GET", f"/v1/bundles/{_segment(bundle_id)}/operations")
+        return list(answer["operations"])
+
     def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
         body = None if fence is None else {"fence": fence}
         return self._json("POST", f"/v1/bundles/{_segment(bundle_id)}/preflight", json_body=body)

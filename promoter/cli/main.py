@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from promoter.cli import (
     bundle_cmd,
+    mcp_cmd,
     ops_cmd,
     orchestrate_cmd,
     receipt_cmd,
@@ -42,6 +43,7 @@ snapshot_cmd.register(app)
 ops_cmd.register(app)
 review_cmd.register(app)
 run_cmd.register(app)
+mcp_cmd.register(app)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")

@@ -20,6 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
@@ -345,3 +346,23 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
             matches = classify(leaf, old, new).verdict.value
             found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
     return found
+
+
+def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
+    """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
+    with services.db.session() as session:
+        query = select(OperationRow).where(
+            OperationRow.bundle_id == bundle_id, OperationRow.kind == "promotion"
+        )
+        return [
+            {
+                "operation_id": row.operation_id,
+                "status": row.status,
+                "attempt": row.attempt,
+                "code": row.code,
+                "detail": row.detail,
+                "receipt_sha256": row.receipt_sha256,
+                "updated_at": row.updated_at,
+            }
+            for row in session.scalars(query.order_by(OperationRow.created_at))
+        ]

@@ -98,12 +98,21 @@ def test_bundle_diff_is_cut_at_a_line_end_under_the_cap(
     assert len(body["files"]) == 4
 
 
-def test_executor_cannot_read_a_bundle_diff(daemon: Daemon, repo: Path, identity: str) -> None:
+def test_only_the_bundles_own_executor_reads_its_diff(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
     bundle = _bundle(daemon, repo, identity)
-    with daemon.executor("run_1") as executor:
-        answer = executor.get(f"/v1/bundles/{bundle['bundle_id']}/diff")
-    assert answer.status_code == 403
-    assert answer.json()["code"] == "forbidden"
+    with daemon.executor("run_other") as other, daemon.executor("run_1") as own:
+        refused = other.get(f"/v1/bundles/{bundle['bundle_id']}/diff")
+        allowed = own.get(f"/v1/bundles/{bundle['bundle_id']}/diff")
+        listed = own.get(f"/v1/bundles/{bundle['bundle_id']}/operations")
+        hidden = other.get(f"/v1/bundles/{bundle['bundle_id']}/operations")
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "forbidden"
+    assert hidden.status_code == 403
+    assert allowed.status_code == 200
+    assert allowed.json()["unified_diff"] == EXPECTED
+    assert listed.json() == {"bundle_id": bundle["bundle_id"], "operations": []}
 
 
 def test_bundle_diff_cap_above_the_maximum_is_refused(

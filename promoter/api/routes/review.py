@@ -1,6 +1,7 @@
 """Review before writing: a bundle's diff, and the operator's approval decisions.
 
-``GET /v1/bundles/{id}/diff`` (orchestrator or operator) answers the unified diff a
+``GET /v1/bundles/{id}/diff`` (orchestrator, operator, or the bundle's own executor, who
+built both sides) answers the unified diff a
 promotion of the bundle would write, built from its stored blobs and capped at
 ``max_bytes``. ``POST /v1/operations/{id}/approve`` and ``/reject`` (operator only)
 decide a promotion held in ``awaiting_approval``; with ``wait`` an approval answers once
@@ -8,7 +9,8 @@ its attempt ended. ``GET /v1/grants/{id}/base`` (orchestrator, or the executor o
 grant's run) answers, for a chained grant, the state its base operations left at every
 path they touched: what the executor builds its next bundle against. Thin adapters over
 ``promoter.engine.bundle_diff``, ``promoter.engine.operations.decide`` and
-``promoter.engine.chain``; no decision is made here.
+``promoter.engine.chain``; no decision is made here. ``GET /v1/bundles/{id}/operations``
+lists a bundle's promotions and their status for its executor.
 """
 
 from __future__ import annotations
@@ -23,31 +25,62 @@ from promoter.api.deps import (
     SMALL_BODY,
     AnyRoleDep,
     OperatorDep,
-    OrchestratorDep,
     ServicesDep,
     read_json_body,
 )
 from promoter.api.responses import json_response
 from promoter.engine import operations
 from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
+from promoter.engine.bundles import bundle_owner
 from promoter.engine.chain import chain_states
 from promoter.engine.grants import load_grant
 from promoter.engine.services import Services
-from promoter.errors import Forbidden, ValidationFailed
+from promoter.errors import Forbidden, NotFound, ValidationFailed
+from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
 NOTE_LIMIT = 2000
 
 
+def _own_bundle(services: Services, principal: Principal, bundle_id: str) -> None:
+    """An executor reads only its own run's bundles (orchestrator and operator: any)."""
+    if principal.role != "executor":
+        return
+    owner = bundle_owner(services, bundle_id)
+    if owner is None:
+        raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
+    if owner != principal.run_id:
+        raise Forbidden("an executor may read the bundles of its own run only")
+
+
+def _diff(services: Services, principal: Principal, bundle_id: str, limit: int) -> Any:
+    _own_bundle(services, principal, bundle_id)
+    return bundle_diff(services, bundle_id, limit)
+
+
 @router.get("/bundles/{bundle_id}/diff")
 async def get_bundle_diff(
     bundle_id: str,
-    _: OrchestratorDep,
+    principal: AnyRoleDep,
     services: ServicesDep,
     max_bytes: int = Query(default=DEFAULT_LIMIT, ge=0, le=MAX_LIMIT),
 ) -> Response:
-    result = await run_in_threadpool(bundle_diff, services, bundle_id, max_bytes)
+    result = await run_in_threadpool(_diff, services, principal, bundle_id, max_bytes)
+    return json_response(result)
+
+
+def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
+    _own_bundle(services, principal, bundle_id)
+    return {"bundle_id": bundle_id, "operations": operations.bundle_operations(services, bundle_id)}
+
+
+@router.get("/bundles/{bundle_id}/operations")
+async def get_bundle_operations(
+    bundle_id: str, principal: AnyRoleDep, services: ServicesDep
+) -> Response:
+    """The promotions of a bundle with their status (its executor may ask)."""
+    result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
     return json_response(result)
 
 
