@@ -201,3 +201,28 @@ def test_review_approve_and_reject_commands(gated: tuple[Daemon, Path, str]) -> 
     assert empty.stdout == "nothing awaits approval\n"
     rejected = runner.invoke(_app(), ["reject", operation_id], env=env)
     assert isinstance(rejected.exception, OperationConflict), rejected.output
+
+
+def test_a_standing_approval_does_not_outlive_the_grant(
+    gated: tuple[Daemon, Path, str],
+) -> None:
+    from promoter.engine import approval
+    from promoter.engine.grants import load_grant
+    from promoter.store import journal
+
+    daemon, repo, identity = gated
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    (repo / "src" / "app.py").write_bytes(b"the user's edit\n")
+    with daemon.operator() as operator:
+        operator.post(f"/v1/operations/{operation_id}/approve", json={"wait": True})
+    grant = load_grant(daemon.services, "grt_test1")
+    expired = grant.model_copy(update={"expires_at": "2020-01-02T00:00:00Z"})
+    with daemon.services.db.session() as session:
+        row = journal.require(session, operation_id)
+        assert row.status == "refused"
+        assert approval.approved(session, row, grant) is True
+        assert approval.approved(session, row, expired) is False
+        row.bundle_sha256 = "0" * 64  # a row whose hashes do not derive its id
+        assert approval.approved(session, row, grant) is False
+        session.rollback()

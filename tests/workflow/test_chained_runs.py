@@ -173,3 +173,20 @@ def test_another_runs_executor_cannot_read_a_grants_base(sandbox: Sandbox) -> No
     assert base["base_operation"] == op1["operation_id"]
     assert [s["path"] for s in base["states"]] == ["src/app.py"]
     assert base["states"][0]["state"]["bytes"] == len(b"print('step 1')\n")
+
+
+def test_a_bundle_built_against_the_base_tree_instead_of_the_chain_is_refused(
+    sandbox: Sandbox, repo: Path
+) -> None:
+    (sandbox.path / "src" / "app.py").write_bytes(b"print('step 1')\n")
+    _, op1 = sandbox.step("grt_s1", None)
+    sandbox.grant("grt_s2", op1["operation_id"])
+    (sandbox.path / "src" / "app.py").write_bytes(b"print('step 2')\n")
+    grant = sandbox.executor.get_grant("grt_s2")
+    # the old state claims the base tree's content, which the chain already replaced
+    with (
+        build_bundle(sandbox.path, grant) as built,
+        pytest.raises(VerificationFailed, match="base_operation precondition"),
+    ):
+        upload_and_submit(sandbox.executor, built)
+    assert (repo / "src" / "app.py").read_bytes() == b"print('step 1')\n"
