@@ -25,6 +25,7 @@ import httpx
 
 from promoter.domain.models import (
     DsseEnvelope,
+    FileState,
     GrantV1,
     LeaseV1,
     PatchBundleV1,
@@ -195,6 +196,13 @@ class PromoterClient:
         response = self._send("GET", f"/v1/grants/{_segment(grant_id)}")
         return GrantV1.model_validate_json(response.content)
 
+    def grant_base(self, grant_id: str) -> dict[str, FileState]:
+        """A chained grant's base: per path the state its base operations left."""
+        answer = self._json("GET", f"/v1/grants/{_segment(grant_id)}/base")
+        return {
+            str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
+        }
+
     def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
         document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
         path = f"/v1/leases/{_segment(workflow_id)}/{_segment(stage)}"
@@ -254,6 +262,16 @@ class PromoterClient:
         response = self._send("GET", f"/v1/bundles/{_segment(bundle_id)}/verification")
         return PatchVerificationReceiptV1.model_validate_json(response.content)
 
+    def bundle_diff(self, bundle_id: str, max_bytes: int | None = None) -> Json:
+        """``{bundle_id, files, unified_diff, truncated, limit}`` (orchestrator/operator)."""
+        params = None if max_bytes is None else {"max_bytes": str(max_bytes)}
+        return self._json("GET", f"/v1/bundles/{_segment(bundle_id)}/diff", params=params)
+
+    def bundle_operations(self, bundle_id: str) -> list[Json]:
+        """The promotions of a bundle with their status (its own executor may ask)."""
+        answer = self._json("GET", f"/v1/bundles/{_segment(bundle_id)}/operations")
+        return list(answer["operations"])
+
     def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
         body = None if fence is None else {"fence": fence}
         return self._json("POST", f"/v1/bundles/{_segment(bundle_id)}/preflight", json_body=body)
@@ -297,6 +315,20 @@ class PromoterClient:
     def verification_dsse(self, bundle_id: str) -> DsseEnvelope:
         path = f"/v1/bundles/{_segment(bundle_id)}/verification.dsse"
         return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def approve(
+        self, operation_id: str, note: str = "", by: str = "", *, wait: bool = False
+    ) -> Json:
+        """Approve a promotion held in ``awaiting_approval`` (operator); the operation view."""
+        body = {"note": note, "by": by, "wait": wait}
+        return self._json(
+            "POST", f"/v1/operations/{_segment(operation_id)}/approve", json_body=body
+        )
+
+    def reject(self, operation_id: str, note: str = "", by: str = "") -> Json:
+        """Reject a promotion held in ``awaiting_approval`` (operator); the operation view."""
+        body = {"note": note, "by": by}
+        return self._json("POST", f"/v1/operations/{_segment(operation_id)}/reject", json_body=body)
 
     def recover(self, operation_id: str, fence: int) -> Json:
         path = f"/v1/operations/{_segment(operation_id)}/recover"

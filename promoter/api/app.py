@@ -22,6 +22,7 @@ from promoter.api.routes import (
     operations,
     problem_types,
     registry,
+    review,
     snapshots,
 )
 from promoter.config import Settings
@@ -79,4 +80,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
 
     for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
+    app.include_router(review.router)
     return app

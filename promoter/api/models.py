@@ -166,6 +166,14 @@ class RollbackRequest(Request):
     note: str = ""
 
 
+class DecisionRequest(Request):
+    """The operator's approval or rejection of a held promotion (every field optional)."""
+
+    note: str = Field(default="", max_length=2000)
+    by: str = Field(default="", max_length=2000)
+    wait: bool = False
+
+
 class SnapshotRequest(Request):
     label: str = ""
 

@@ -1,10 +1,12 @@
-"""``promoter bundle build``: the executor's command (SPEC §9).
+"""``promoter bundle build``, ``bundle show`` and ``bundle diff`` (SPEC §9).
 
 This module owns the command line of the executor side: read the grant (a JSON file, or
 fetched by id with the executor's token), build the sealed bundle from an isolated
 worktree, optionally write it to a file, and with ``--submit`` upload the missing blobs
 with a progress bar and submit the bundle, printing the verification receipt check by
-check (or the raw JSON with ``--json``).
+check (or the raw JSON with ``--json``). ``show`` prints a stored bundle (or a bundle
+file) per path; ``diff`` prints the unified diff the daemon builds from the bundle's
+stored blobs, coloured on a terminal and through a pager when longer than the screen.
 
 It deliberately holds no logic of its own: building and checking are
 ``promoter.executor``'s, the wire is ``promoter.client``'s, and errors are printed and
@@ -44,8 +46,8 @@ from promoter.cli.common import (
 )
 from promoter.client import PromoterClient
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
-from promoter.errors import PromoterError
+from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
+from promoter.errors import GrantInvalid, PromoterError
 from promoter.executor.builder import (
     BuiltBundle,
     build_bundle,
@@ -53,7 +55,7 @@ from promoter.executor.builder import (
     upload_and_submit,
 )
 
-__all__ = ["print_receipt", "register"]
+__all__ = ["print_bundle", "print_diff", "print_receipt", "register"]
 
 GrantOpt = Annotated[
     str,
@@ -156,12 +158,40 @@ class IecSpeedColumn(ProgressColumn):
         return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
 
 
-def _hashing(worktree: Path, grant: GrantV1) -> BuiltBundle:
+def _hashing(
+    worktree: Path, grant: GrantV1, since: dict[str, FileState] | None = None
+) -> BuiltBundle:
     with Progress(
         SpinnerColumn(), TextColumn("hashing changed files"), console=err_console, transient=True
     ) as bar:
         bar.add_task("hash", total=None)
-        return build_bundle(worktree, grant)
+        return build_bundle(worktree, grant, since=since)
+
+
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="The completed promotion this run continues from (default: the grant's "
+        "base_operation; it must match it).",
+    ),
+]
+
+
+def chained_base(
+    grant: GrantV1, since: str | None, url: str | None, token_file: Path | None
+) -> dict[str, FileState] | None:
+    """The states a chained grant's base operations left, fetched from the host."""
+    if since is not None and since != grant.base_operation:
+        raise GrantInvalid(
+            f"the grant chains on {grant.base_operation or 'no operation'}, not {since}; "
+            "a chained run needs a grant naming its base_operation",
+            base_operation=grant.base_operation,
+        )
+    if grant.base_operation is None:
+        return None
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        return client.grant_base(grant.grant_id)
 
 
 def build(
@@ -169,6 +199,7 @@ def build(
     grant: GrantOpt,
     submit: SubmitOpt = False,
     out: OutOpt = None,
+    since: SinceOpt = None,
     json_output: JsonOpt = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List every path of a big bundle.")
@@ -176,9 +207,13 @@ def build(
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Build a sealed bundle of every change in WORKTREE against the grant's base tree."""
+    """Build a sealed bundle of every change in WORKTREE against the grant's base tree.
+
+    For a chained grant, against the state its base promotion left: only newer edits.
+    """
     grant_doc = _load_grant(grant, url, token_file)
-    with _hashing(worktree, grant_doc) as built:
+    base = chained_base(grant_doc, since, url, token_file)
+    with _hashing(worktree, grant_doc, base) as built:
         if out is not None:
             out.write_bytes(canonical_bytes(built.bundle))
         if not json_output:
@@ -208,8 +243,111 @@ def _report(bundle: dict[str, Any], receipt: dict[str, Any], json_output: bool) 
         print_receipt(receipt)
 
 
+BundleArg = Annotated[str, typer.Argument(help="A bundle id, or a file holding a bundle.")]
+
+
+def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[str, Any]:
+    path = Path(bundle)
+    if path.is_file():
+        loaded: dict[str, Any] = PatchBundleV1.model_validate_json(path.read_bytes()).wire()
+        return loaded
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        return client.get_bundle(bundle).wire()
+
+
+def show(
+    bundle: BundleArg,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Summary of a bundle: identity, grant, base, and per path its operation, modes, sizes."""
+    document = _load_bundle(bundle, url, token_file)
+    if json_output:
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
+        return
+    console.print(
+        f"grant {escape(document['grant_id'])}, run {escape(document['executor_run_id'])}, "
+        f"repository {document['repository_identity']}, base commit "
+        f"{document['base_commit'][:12]}, created {document['created_at']}"
+    )
+    print_bundle(document)
+
+
+def diff(
+    bundle: Annotated[str, typer.Argument(help="A bundle id.")],
+    stat: Annotated[bool, typer.Option("--stat", help="Only lines added and removed.")] = False,
+    max_bytes: Annotated[
+        int | None, typer.Option("--max-bytes", min=0, help="Cap on the diff's size.")
+    ] = None,
+    pager: Annotated[bool, typer.Option("--pager/--no-pager", help="Page long output.")] = True,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """The unified diff a promotion of BUNDLE would write (orchestrator or operator token)."""
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        result = client.bundle_diff(bundle, max_bytes)
+    if json_output:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    print_diff(result, stat=stat, pager=pager)
+
+
+def diff_stat(result: dict[str, Any]) -> Text:
+    """One line per file (``+added -removed``, or ``binary``), then the totals."""
+    out = Text()
+    width = max((len(f["path"]) for f in result["files"]), default=0)
+    for f in result["files"]:
+        out.append(f" {f['operation']:<6} {f['path']:<{width}}  ")
+        if f["binary"]:
+            out.append(f"binary, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
+        else:
+            out.append(f"+{f['added']}", style="green")
+            out.append(" ")
+            out.append(f"-{f['removed']}", style="red")
+        out.append("\n")
+    added = sum(f["added"] for f in result["files"])
+    removed = sum(f["removed"] for f in result["files"])
+    out.append(f" {len(result['files'])} file(s), {added} insertion(s), {removed} deletion(s)\n")
+    return out
+
+
+def diff_text(patch: str) -> Text:
+    """The unified diff with git's colours (rich drops them when not on a terminal)."""
+    out = Text()
+    for line in patch.splitlines(keepends=True):
+        style = ""
+        heads = ("diff --git", "--- ", "+++ ", "new file", "deleted file", "old mode", "new mode")
+        if line.startswith(heads):
+            style = "bold"
+        elif line.startswith("@@"):
+            style = "cyan"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        out.append(line, style=style)
+    return out
+
+
+def print_diff(result: dict[str, Any], *, stat: bool = False, pager: bool = True) -> None:
+    """Print a bundle diff answer: the stat, or the whole patch (paged when long)."""
+    body = diff_stat(result) if stat else diff_text(result["unified_diff"])
+    if not stat and result["truncated"]:
+        body.append(f"... the diff was cut at {result['limit']} bytes\n", style="yellow")
+    long = body.plain.count("\n") > console.height
+    if pager and console.is_terminal and long:
+        with console.pager(styles=True):
+            console.print(body, end="", soft_wrap=True, highlight=False)
+    else:
+        console.print(body, end="", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``bundle`` command group to the main app."""
     group = typer.Typer(help="Executor side: build and submit patch bundles.", no_args_is_help=True)
     group.command("build")(build)
+    group.command("show")(show)
+    group.command("diff")(diff)
     app.add_typer(group, name="bundle")

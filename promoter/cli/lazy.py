@@ -46,6 +46,31 @@ ENTRIES = (
     Entry("keys", "The host's receipt-signing keys.", "promoter.cli.keys_cmd"),
     Entry("snapshot", "Shadow snapshots of a worktree.", "promoter.cli.snapshot_cmd"),
     Entry("ops", "Operations: inspect, recover, reconcile, roll back.", "promoter.cli.ops_cmd"),
+    Entry(
+        "review",
+        "List the promotions awaiting approval, each with its bundle's diff (operator).",
+        "promoter.cli.review_cmd",
+    ),
+    Entry(
+        "approve",
+        "Approve a held promotion: its attempt starts and re-checks everything (operator).",
+        "promoter.cli.review_cmd",
+    ),
+    Entry(
+        "reject",
+        "Reject a held promotion: it is refused and nothing is written (operator).",
+        "promoter.cli.review_cmd",
+    ),
+    Entry(
+        "run",
+        "Run CMD in an isolated clone of a guarded repository and promote what it changed.",
+        "promoter.cli.run_cmd",
+    ),
+    Entry(
+        "mcp",
+        "Serve the agent tools over stdio (Model Context Protocol); executor token only.",
+        "promoter.cli.mcp_cmd",
+    ),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 

@@ -186,13 +186,26 @@ class GrantV1(Document):
     target_preconditions: list[Precondition]
     limits: Limits
     symlinks: SymlinkPolicy = "none"
+    # Optional since v1.2, and left out of the wire (and so of the hash) when unset, so
+    # grants written before them keep their bytes: ``approval`` holds every promotion for
+    # the operator's decision; ``base_operation`` chains the grant on a completed promotion.
+    approval: Literal["required"] | None = None
+    base_operation: OperationId | None = None
 
     def wire(self) -> dict[str, Any]:
-        """The document; ``symlinks`` only when it is not the default, so v1 hashes stay."""
-        document = super().wire()
+        """The document; ``symlinks``, ``approval`` and ``base_operation`` only when set
+        (not the default), so v1 hashes stay."""
+        document = _without_unset(super().wire(), GRANT_OPTIONAL)
         if document.get("symlinks") == "none":
             del document["symlinks"]
         return document
+
+
+GRANT_OPTIONAL = ("approval", "base_operation")
+
+
+def _without_unset(document: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if not (k in names and v is None)}
 
 
 class LeaseV1(Strict):
@@ -286,6 +299,12 @@ class PatchPromotionReceiptV1(Document):
     targets: list[Target]
     events: PromotionEvents
     promoted_at: Timestamp
+    # the promotion this one was chained on (the grant's ``base_operation``); left out of
+    # the wire when unset, so receipts of unchained promotions keep the v1 shape
+    base_operation: OperationId | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return _without_unset(super().wire(), ("base_operation",))
 
 
 class ActualState(Strict):

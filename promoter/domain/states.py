@@ -25,7 +25,8 @@ move to (``None`` is "not yet journaled"). ``check_transition`` is what the jour
 on every status change, and refuses anything else (``operation_conflict``); keeping the
 status and changing only the code or detail is always allowed. The seed's names map
 onto it one to one: ``applied_unverified`` (written, the check still running),
-``completed`` (receipt recorded), ``rolled_back`` / ``rollback_partial`` /
+``completed`` (receipt recorded), ``awaiting_approval`` (a promotion the approval gate
+holds until the operator decides; nothing written), ``rolled_back`` / ``rollback_partial`` /
 ``rollback_failed`` (a promotion after its rollback, and the rollback itself).
 
 Deliberately not here: loading operations, locking, and carrying a decision out (that is
@@ -68,6 +69,7 @@ class OperationKind(StrEnum):
 
 
 class OperationStatus(StrEnum):
+    AWAITING_APPROVAL = "awaiting_approval"
     IN_PROGRESS = "in_progress"
     APPLIED_UNVERIFIED = "applied_unverified"
     NEEDS_RECOVERY = "needs_recovery"
@@ -100,7 +102,9 @@ ROLLBACK_ENDS = frozenset({S.ROLLED_BACK, S.ROLLBACK_PARTIAL, S.ROLLBACK_FAILED}
 # TRANSITIONS[kind][from] = where an operation of that kind may go next (None: new row)
 TRANSITIONS: dict[OperationKind, dict[OperationStatus | None, frozenset[OperationStatus]]] = {
     OperationKind.PROMOTION: {
-        None: frozenset({S.IN_PROGRESS}),
+        None: frozenset({S.IN_PROGRESS, S.AWAITING_APPROVAL}),
+        # the approval gate: approved starts the attempt, rejected (or expired) refuses it
+        S.AWAITING_APPROVAL: frozenset({S.IN_PROGRESS, S.REFUSED}),
         S.IN_PROGRESS: frozenset(
             {S.APPLIED_UNVERIFIED, S.COMPLETED, S.NEEDS_RECONCILIATION, S.NEEDS_RECOVERY, S.REFUSED}
         ),
@@ -110,7 +114,7 @@ TRANSITIONS: dict[OperationKind, dict[OperationStatus | None, frozenset[Operatio
         S.NEEDS_RECOVERY: frozenset({S.IN_PROGRESS}),
         S.NEEDS_RECONCILIATION: frozenset({S.IN_PROGRESS, S.ABANDONED, *ROLLBACK_ENDS}),
         S.COMPLETED: ROLLBACK_ENDS,  # rolled back by the operator
-        S.REFUSED: frozenset({S.IN_PROGRESS}),  # a new attempt
+        S.REFUSED: frozenset({S.IN_PROGRESS, S.AWAITING_APPROVAL}),  # a new attempt
     },
     OperationKind.ROLLBACK: {
         None: frozenset({S.IN_PROGRESS}),

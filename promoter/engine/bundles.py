@@ -16,6 +16,7 @@ from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.basetree import GitBaseTree
+from promoter.engine.chain import implicit_states
 from promoter.engine.grants import load_grant
 from promoter.engine.services import Services
 from promoter.engine.verify import Verification, verify
@@ -43,7 +44,9 @@ def verify_bundle(
     grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
     cache = services.base_trees.setdefault(repository.identity, {})
-    return verify(document, bundle, grant, services.blobs, GitBaseTree(repository.layout, cache))
+    chained = implicit_states(services, grant) if grant.base_operation else None
+    base = GitBaseTree(repository.layout, cache)
+    return verify(document, bundle, grant, services.blobs, base, chained)
 
 
 def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:

@@ -22,6 +22,7 @@ from promoter.domain.documents import canonical, grant_sha256, sealed_grant
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
 from promoter.domain.paths import check_path, check_path_set
+from promoter.engine.chain import check_chain
 from promoter.engine.services import Services
 from promoter.errors import (
     GrantConflict,
@@ -65,6 +66,7 @@ def validate_grant(services: Services, grant: GrantV1) -> None:
             base_tree=grant.base_tree,
             actual_tree=tree,
         )
+    check_chain(services, grant)
 
 
 def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:

@@ -4,7 +4,9 @@
 a second run of the same operation: completed returns the stored receipt's state, in
 progress its status, needs recovery or reconciliation that status; only a ``refused``
 operation gets a new attempt. Attempts run on a small worker pool off the request
-thread; ``wait`` blocks on the attempt's future. The protocol itself is in
+thread; ``wait`` blocks on the attempt's future. Under the approval gate
+(``promoter.engine.approval``) a request is held as ``awaiting_approval`` until
+``decide``, and an approval starts the attempt. The protocol itself is in
 ``promoter.engine.promote``; preflight (SPEC §5.6) reuses its read-back and writes nothing.
 """
 
@@ -19,13 +21,14 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
 from promoter.domain.state import classify
 from promoter.domain.states import FINAL, RUNNING, OperationStatus
-from promoter.engine import promote
+from promoter.engine import approval, promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
@@ -40,6 +43,7 @@ from promoter.errors import (
     ReceiptConflict,
     ReceiptUnavailable,
     TargetDrift,
+    ValidationFailed,
     VerificationFailed,
 )
 from promoter.fs.root import Root
@@ -133,10 +137,14 @@ def request_promotion(
         verification_receipt_sha256=receipt_sha256,
         repository_identity=repository.identity,
     )
+    gated = approval.required(repository, grant)
+    if gated:  # held for a decision: the lease and the evidence must hold already
+        approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
     with _request_lock, services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
+        held = gated and (row is None or not approval.approved(session, row, grant))
         if row is None:
             row = OperationRow(
                 operation_id=operation_id,
@@ -154,7 +162,7 @@ def request_promotion(
             session.add(row)
         else:
             row.attempt += 1
-        row.status = OperationStatus.IN_PROGRESS
+        row.status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
         row.code = row.detail = None
         row.fence = fence
         services.claim(row)
@@ -167,8 +175,32 @@ def request_promotion(
                 operation_id=operation_id,
             ) from exc
         journal.start_attempt(session, row)
+    if held:
+        return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
     runner(services).submit(operation_id, fence)
     return Requested(operation_id, OperationStatus.IN_PROGRESS, True)
+
+
+def decide(
+    services: Services, operation_id: str, verdict: str, *, note: str, by: str, role: str
+) -> Requested:
+    """The operator's decision on a held promotion; an approval starts its attempt."""
+    if verdict not in ("approve", "reject"):
+        raise ValidationFailed("the decision must be approve or reject")
+    with _request_lock:
+        decided = approval.decide(
+            services,
+            operation_id,
+            "approve" if verdict == "approve" else "reject",
+            note=note,
+            by=by,
+            role=role,
+        )
+    if decided.status is OperationStatus.IN_PROGRESS:
+        assert decided.fence is not None
+        runner(services).submit(operation_id, decided.fence)
+        return Requested(operation_id, decided.status, True)
+    return Requested(operation_id, decided.status, False)
 
 
 def wait_for(services: Services, operation_id: str, timeout: float) -> None:
@@ -335,3 +367,23 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
             matches = classify(leaf, old, new).verdict.value
             found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
     return found
+
+
+def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
+    """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
+    with services.db.session() as session:
+        query = select(OperationRow).where(
+            OperationRow.bundle_id == bundle_id, OperationRow.kind == "promotion"
+        )
+        return [
+            {
+                "operation_id": row.operation_id,
+                "status": row.status,
+                "attempt": row.attempt,
+                "code": row.code,
+                "detail": row.detail,
+                "receipt_sha256": row.receipt_sha256,
+                "updated_at": row.updated_at,
+            }
+            for row in session.scalars(query.order_by(OperationRow.created_at))
+        ]

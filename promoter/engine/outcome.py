@@ -271,6 +271,8 @@ def build_receipt(
         "events": events,
         "promoted_at": rfc3339(utcnow()),
     }
+    if evidence.grant.base_operation is not None:  # a chained run names its base
+        document["base_operation"] = evidence.grant.base_operation
     return PatchPromotionReceiptV1.model_validate(seal_receipt(document))
 
 

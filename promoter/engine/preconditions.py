@@ -2,7 +2,8 @@
 
 Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tree the
 base tree; every target's index entries must equal its precondition (explicit, or the
-base tree's entry at stage 0, or absent); every worktree target must be exactly its old
+base tree's entry at stage 0, or absent; also for a chained grant, since promoter never
+writes the index); every worktree target must be exactly its old
 or exactly its new state. The result lists, per path, what was expected and what was
 found; it writes nothing.
 

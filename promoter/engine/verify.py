@@ -275,10 +275,20 @@ def _lexically_valid(path: str) -> bool:
     return True
 
 
-def check_preconditions(bundle: PatchBundleV1, grant: GrantV1, base: BaseTree) -> Outcome:
+def check_preconditions(
+    bundle: PatchBundleV1,
+    grant: GrantV1,
+    base: BaseTree,
+    chained: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Outcome:
+    """Explicit preconditions first; then, for a chained grant, the states its base
+    operations left (``chained``: source ``base_operation``); then the base tree."""
     explicit = {p.path: p for p in grant.target_preconditions}
+    chained = chained or {}
     implicit_paths = [
-        c.path for c in bundle.changes if c.path not in explicit and _lexically_valid(c.path)
+        c.path
+        for c in bundle.changes
+        if c.path not in explicit and c.path not in chained and _lexically_valid(c.path)
     ]
     try:
         base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
@@ -290,6 +300,8 @@ def check_preconditions(bundle: PatchBundleV1, grant: GrantV1, base: BaseTree) -
         if change.path in explicit:
             spec = explicit[change.path].old
             expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
+        elif change.path in chained:
+            expected, source = dict(chained[change.path]), "base_operation"
         elif change.path in base_states:
             expected, source = dict(base_states[change.path]), "base_tree"
         else:
@@ -327,8 +339,12 @@ def verify(
     grant: GrantV1,
     blobs: BlobSizes,
     base: BaseTree,
+    chained: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Verification:
-    """Run the seven checks and build the deterministic receipt."""
+    """Run the seven checks and build the deterministic receipt.
+
+    ``chained``: the implicit preconditions a grant's ``base_operation`` gives its paths.
+    """
     checks: dict[CheckName, Callable[[], Outcome]] = {
         "manifest_integrity": lambda: check_manifest_integrity(document, bundle),  # (1)
         "blob_integrity": lambda: check_blob_integrity(bundle, blobs),  # (2)
@@ -336,7 +352,7 @@ def verify(
         "path_policy": lambda: check_path_policy(bundle, grant, blobs),  # (4)
         "limits": lambda: check_limits(bundle, grant),  # (5)
         "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
-        "preconditions": lambda: check_preconditions(bundle, grant, base),  # (7)
+        "preconditions": lambda: check_preconditions(bundle, grant, base, chained),  # (7)
     }
     results = [(name, checks[name]()) for name in CHECK_ORDER]
     receipt = {

@@ -10,8 +10,10 @@ with ``symlinks: inside|any`` links are included and their targets checked again
 policy, ``VerificationFailed`` naming each target text), paths that break the path
 rules (``PathInvalid``) and changes the grant does not authorize (``VerificationFailed``,
 see ``policy.py``), each naming every offending path. Old states are the base tree's,
-which is what the host checks. ``upload_and_submit`` uploads only the blobs the host
-lacks, old and new, then submits the bundle and returns the verification receipt.
+which is what the host checks; for a chained grant (``base_operation``), the states the
+base operations left at the paths they touched (``since``). ``upload_and_submit``
+uploads only the blobs the host lacks, old and new, then submits the bundle and returns
+the verification receipt.
 
 It deliberately does not register grants, set leases or promote (orchestrator work),
 and it never writes the worktree or its repository.
@@ -44,7 +46,7 @@ from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, Verific
 from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
-from promoter.git.readback import GITLINK_MODE, list_tree_files
+from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry
 from promoter.git.worktree_tree import ShadowTree
 
@@ -244,8 +246,58 @@ def _check_links(
         )
 
 
-def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = None) -> BuiltBundle:
+def _state_of(change: Change | None, base: FileState) -> FileState:
+    return base if change is None else change.new
+
+
+def _rebase(
+    shadow: ShadowTree,
+    layout: RepoLayout,
+    base_tree: str,
+    changes: list[Change],
+    blobs: dict[str, BlobSource],
+    since: dict[str, FileState],
+) -> list[Change]:
+    """The changes against the chain's states: ``since`` replaces the base at its paths.
+
+    A path the chain touched is a change when the worktree differs from the state the
+    chain left there (back to the base tree's content included), and none when equal.
+    """
+    by_path = {c.path: c for c in changes}
+    untouched = [p for p in since if p not in by_path]
+    entries = tree_entries(layout, base_tree, untouched) if untouched else {}
+    oids = [e.oid for e in entries.values() if e is not None]
+    digests = shadow.blob_sha256(oids) if oids else {}
+    out = [c for c in changes if c.path not in since]
+    for path, old in since.items():
+        entry = entries.get(path)
+        if path in by_path:
+            new = by_path[path].new
+        elif entry is None:
+            new = FileState.missing()
+        else:
+            sha256, size = digests[entry.oid]
+            blobs.setdefault(sha256, BlobSource(sha256, entry.oid, size, "base"))
+            new = FileState.of(sha256, entry.mode, size)
+        if old.same_content(new):
+            continue
+        operation = "create" if not old.exists else "delete" if not new.exists else "modify"
+        out.append(Change(path=path, operation=operation, old=old, new=new))  # type: ignore[arg-type]
+    return sorted(out, key=lambda c: sort_key(c.path))
+
+
+def build_bundle(
+    worktree: Path,
+    grant: GrantV1,
+    *,
+    created_at: str | None = None,
+    since: dict[str, FileState] | None = None,
+) -> BuiltBundle:
     """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
+
+    ``since`` (a chained grant's base, ``PromoterClient.grant_base``): the states the
+    base operations left, which replace the base tree's at their paths, so the bundle
+    holds only the edits made after the base promotion.
 
     Nothing is uploaded and nothing in the worktree or its ``.git`` is written. Refusals
     name every offending path: ``PathUnsafe`` (symlink, gitlink, nested repository),
@@ -269,6 +321,8 @@ def build_bundle(worktree: Path, grant: GrantV1, *, created_at: str | None = Non
             raise PathUnsafe(f"git reports type changes at {[o['path'] for o in odd]}", paths=odd)
         check_paths([e.path for e in entries])
         changes, blobs = _changes(shadow, entries)
+        if since:
+            changes = _rebase(shadow, layout, grant.base_tree, changes, blobs, since)
         check_changes(changes, grant)
         _check_links(changes, blobs, shadow, grant)
         document: dict[str, Any] = {

@@ -87,7 +87,7 @@ def test_version_and_subcommand_short_help() -> None:
 
 def test_shell_completion_completes_lazy_groups_and_their_commands() -> None:
     top = run_cli(
-        env={"_PROMOTER_COMPLETE": "complete_bash", "COMP_WORDS": "promoter re", "COMP_CWORD": "1"}
+        env={"_PROMOTER_COMPLETE": "complete_bash", "COMP_WORDS": "promoter rec", "COMP_CWORD": "1"}
     )
     assert top.stdout.split() == ["receipt"]
     sub = run_cli(

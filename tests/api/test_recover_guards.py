@@ -230,6 +230,7 @@ def _outcome(kind: str, status: str, action: str, role: str, decision: str | Non
 def test_guard_contract_for_every_kind_status_action_and_role() -> None:
     statuses = states.STATUSES
     assert set(statuses) == {
+        "awaiting_approval",
         "in_progress",
         "applied_unverified",
         "needs_recovery",

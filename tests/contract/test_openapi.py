@@ -44,6 +44,8 @@ WITH_BODY = {
     ("post", "/v1/operations/{operation_id}/recover"),
     ("post", "/v1/operations/{operation_id}/reconcile"),
     ("post", "/v1/operations/{operation_id}/rollback"),
+    ("post", "/v1/operations/{operation_id}/approve"),
+    ("post", "/v1/operations/{operation_id}/reject"),
     ("post", "/v1/repositories/{name}/snapshots"),
     ("post", "/v1/repositories/{name}/snapshots/{tree}/restore"),
 }

@@ -1,0 +1,263 @@
+"""Review before writing: a bundle's diff, and the operator's approval decisions.
+
+``GET /v1/bundles/{id}/diff`` (orchestrator, operator, or the bundle's own executor, who
+built both sides) answers the unified diff a
+promotion of the bundle would write, built from its stored blobs and capped at
+``max_bytes``. ``POST /v1/operations/{id}/approve`` and ``/reject`` (operator only)
+decide a promotion held in ``awaiting_approval``; with ``wait`` an approval answers once
+its attempt ended. ``GET /v1/grants/{id}/base`` (orchestrator, or the executor of the
+grant's run) answers, for a chained grant, the state its base operations left at every
+path they touched: what the executor builds its next bundle against. Thin adapters over
+``promoter.engine.bundle_diff``, ``promoter.engine.operations.decide`` and
+``promoter.engine.chain``; no decision is made here. ``GET /v1/bundles/{id}/operations``
+lists a bundle's promotions and their status for its executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import (
+    SMALL_BODY,
+    AnyRoleDep,
+    OperatorDep,
+    ServicesDep,
+    read_json_body,
+)
+from promoter.api.models import DecisionRequest, OperationView
+from promoter.api.openapi import Ok, operation
+from promoter.api.responses import json_response
+from promoter.api.routes.operations import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
+from promoter.engine import operations
+from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
+from promoter.engine.bundles import bundle_owner
+from promoter.engine.chain import chain_states
+from promoter.engine.grants import load_grant
+from promoter.engine.services import Services
+from promoter.errors import Forbidden, NotFound, ValidationFailed
+from promoter.store.credentials import Principal
+
+router = APIRouter(prefix="/v1")
+WAIT_SECONDS = 600.0
+NOTE_LIMIT = 2000
+
+
+def _own_bundle(services: Services, principal: Principal, bundle_id: str) -> None:
+    """An executor reads only its own run's bundles (orchestrator and operator: any)."""
+    if principal.role != "executor":
+        return
+    owner = bundle_owner(services, bundle_id)
+    if owner is None:
+        raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
+    if owner != principal.run_id:
+        raise Forbidden("an executor may read the bundles of its own run only")
+
+
+def _diff(services: Services, principal: Principal, bundle_id: str, limit: int) -> Any:
+    _own_bundle(services, principal, bundle_id)
+    return bundle_diff(services, bundle_id, limit)
+
+
+DIFF_EXAMPLE = {
+    "bundle_id": BUNDLE_ID,
+    "files": [
+        {
+            "path": "src/app.py",
+            "operation": "modify",
+            "old_mode": "100644",
+            "new_mode": "100644",
+            "old_bytes": 12,
+            "new_bytes": 12,
+            "binary": False,
+            "added": 1,
+            "removed": 1,
+        }
+    ],
+    "unified_diff": "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-print('v1')\n+print('v2')\n",
+    "truncated": False,
+    "limit": DEFAULT_LIMIT,
+}
+OBJECT: dict[str, Any] = {"type": "object"}
+DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
+
+
+@router.get(
+    "/bundles/{bundle_id}/diff",
+    **operation(
+        "getBundleDiff",
+        summary="A bundle's diff before it lands",
+        description="The unified diff a promotion of the bundle would write, built from its "
+        "stored old and new blobs (binary files summarized), cut at a line end past "
+        "`max_bytes`. An executor may read its own run's bundles only.",
+        tags=["orchestrator", "operator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden", "blob_missing"],
+        ok={200: Ok("per-file summary and the unified diff", OBJECT, DIFF_EXAMPLE)},
+    ),
+)
+async def get_bundle_diff(
+    bundle_id: str,
+    principal: AnyRoleDep,
+    services: ServicesDep,
+    max_bytes: int = Query(default=DEFAULT_LIMIT, ge=0, le=MAX_LIMIT),
+) -> Response:
+    result = await run_in_threadpool(_diff, services, principal, bundle_id, max_bytes)
+    return json_response(result)
+
+
+def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
+    _own_bundle(services, principal, bundle_id)
+    return {"bundle_id": bundle_id, "operations": operations.bundle_operations(services, bundle_id)}
+
+
+@router.get(
+    "/bundles/{bundle_id}/operations",
+    **operation(
+        "listBundleOperations",
+        summary="A bundle's promotions",
+        description="The promotions of a bundle with their status, attempt, code and receipt "
+        "hash. An executor may read its own run's bundles only.",
+        tags=["orchestrator", "operator", "executor"],
+        errors=["bundle_unknown", "not_found", "forbidden"],
+        ok={
+            200: Ok(
+                "the promotions",
+                OBJECT,
+                {"bundle_id": BUNDLE_ID, "operations": [{"operation_id": OP_ID}]},
+            )
+        },
+    ),
+)
+async def get_bundle_operations(
+    bundle_id: str, principal: AnyRoleDep, services: ServicesDep
+) -> Response:
+    """The promotions of a bundle with their status (its executor may ask)."""
+    result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
+    return json_response(result)
+
+
+def _decision_body(raw: Any) -> dict[str, Any]:
+    body = {} if raw is None else raw
+    if not isinstance(body, dict):
+        raise ValidationFailed("the body must be a JSON object")
+    unknown = set(body) - {"note", "by", "wait"}
+    if unknown:
+        raise ValidationFailed(f"unknown fields: {sorted(unknown)}")
+    for name in ("note", "by"):
+        value = body.get(name, "")
+        if not isinstance(value, str) or len(value) > NOTE_LIMIT:
+            raise ValidationFailed(f"{name} must be a string of at most {NOTE_LIMIT} characters")
+    if not isinstance(body.get("wait", False), bool):
+        raise ValidationFailed("wait must be a boolean")
+    return body
+
+
+def _decide(services: Services, operation_id: str, verdict: str, body: dict[str, Any]) -> Any:
+    decided = operations.decide(
+        services,
+        operation_id,
+        verdict,
+        note=body.get("note", ""),
+        by=body.get("by", "") or "operator",
+        role="operator",
+    )
+    if decided.started and body.get("wait"):
+        operations.wait_for(services, operation_id, WAIT_SECONDS)
+    return operations.operation_view(services, operation_id)
+
+
+async def _post_decision(
+    operation_id: str, verdict: str, request: Request, services: Services
+) -> Response:
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    body = _decision_body(raw)
+    view = await run_in_threadpool(_decide, services, operation_id, verdict, body)
+    return json_response(view)
+
+
+@router.post(
+    "/operations/{operation_id}/approve",
+    **operation(
+        "approveOperation",
+        summary="Approve a held promotion",
+        description="The operator's approval of a promotion in `awaiting_approval`, journaled "
+        "as a `decision` event; its attempt starts and re-checks everything. Any other "
+        "status is `operation_conflict`. The body is optional.",
+        tags=["operator"],
+        roles=["operator"],
+        errors=DECISION_ERRORS,
+        body=DecisionRequest,
+        body_required=False,
+        body_example={"note": "reviewed the diff", "by": "alice", "wait": True},
+        ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
+    ),
+)
+async def post_approve(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    """Approve a promotion held in ``awaiting_approval``: its attempt starts."""
+    return await _post_decision(operation_id, "approve", request, services)
+
+
+@router.post(
+    "/operations/{operation_id}/reject",
+    **operation(
+        "rejectOperation",
+        summary="Reject a held promotion",
+        description="The operator's rejection of a promotion in `awaiting_approval`: it is "
+        "refused (`approval_rejected`) and nothing is written. The body is optional.",
+        tags=["operator"],
+        roles=["operator"],
+        errors=DECISION_ERRORS,
+        body=DecisionRequest,
+        body_required=False,
+        body_example={"note": "touches the wrong module", "by": "alice"},
+        ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
+    ),
+)
+async def post_reject(
+    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+) -> Response:
+    """Reject a promotion held in ``awaiting_approval``: it is refused, nothing written."""
+    return await _post_decision(operation_id, "reject", request, services)
+
+
+def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[str, Any]:
+    grant = load_grant(services, grant_id)
+    if run_id is not None and grant.executor_run_id != run_id:
+        raise Forbidden("an executor may read the grants of its own run only")
+    states = chain_states(services, grant)
+    return {
+        "grant_id": grant.grant_id,
+        "base_operation": grant.base_operation,
+        "states": [{"path": p, "state": s.wire()} for p, s in sorted(states.items())],
+    }
+
+
+@router.get(
+    "/grants/{grant_id}/base",
+    **operation(
+        "getGrantBase",
+        summary="A chained grant's base states",
+        description="For a grant naming `base_operation`: per path, the state its chain of "
+        "completed base promotions left, which the executor builds against. An executor may "
+        "read its own run's grants only.",
+        tags=["orchestrator", "executor"],
+        errors=["grant_unknown", "grant_invalid", "forbidden", "operation_unknown"],
+        ok={
+            200: Ok(
+                "the base states",
+                OBJECT,
+                {"grant_id": "grt_demo1", "base_operation": OP_ID, "states": []},
+            )
+        },
+    ),
+)
+async def get_grant_base(grant_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+    """A chained grant's base: per path the state its base operations left."""
+    run_id = principal.run_id if principal.role == "executor" else None
+    result = await run_in_threadpool(_grant_base, services, grant_id, run_id)
+    return json_response(result)

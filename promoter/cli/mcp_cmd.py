@@ -1,0 +1,94 @@
+"""``promoter mcp``: a Model Context Protocol server over stdio for an agent in a sandbox.
+
+Built with the official ``mcp`` SDK (``MCPServer``), configured by the environment:
+``PROMOTER_URL``, ``PROMOTER_TOKEN`` (the executor's), ``PROMOTER_GRANT`` (the default
+grant of ``submit_worktree``) and, only when given explicitly,
+``PROMOTER_ORCHESTRATOR_TOKEN`` (used by ``preflight`` alone). Tools:
+``submit_worktree``, ``promotion_status``, ``preflight`` and ``bundle_diff``; what each
+answers is ``promoter.executor.agent``'s. No tool promotes or approves.
+
+Deliberately thin: this module only declares the tools and runs the stdio transport.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from promoter.cli.common import server_url
+from promoter.errors import ConfigError
+from promoter.executor.agent import AgentTools
+
+__all__ = ["build_server", "register"]
+
+INSTRUCTIONS = (
+    "promoter is the gate between this sandbox and the user's real worktree. Edit files "
+    "in the sandbox, then call submit_worktree: it hands in every change as a sealed "
+    "bundle and returns the verification receipt (or every refused path and why). "
+    "promotion_status tells whether a person or orchestrator promoted it; bundle_diff "
+    "shows what it would write. Nothing here can promote or approve."
+)
+
+
+def build_server(tools: AgentTools) -> Any:
+    """The MCP server with the four tools bound to ``tools``."""
+    from mcp.server.mcpserver import MCPServer  # imported here: every other command starts faster
+
+    server = MCPServer("promoter", instructions=INSTRUCTIONS)
+
+    @server.tool()
+    def submit_worktree(worktree: str | None = None, grant_id: str | None = None) -> dict[str, Any]:
+        """Build the bundle of every change in the worktree (default: the current directory)
+        against the grant (default: PROMOTER_GRANT), upload it and submit it. Returns the
+        verification receipt, or the refusal with every offending path."""
+        return tools.submit_worktree(worktree, grant_id)
+
+    @server.tool()
+    def promotion_status(bundle_id: str) -> dict[str, Any]:
+        """The promotions of a submitted bundle and their status (not_requested if none)."""
+        return tools.promotion_status(bundle_id)
+
+    @server.tool()
+    def preflight(bundle_id: str) -> dict[str, Any]:
+        """The host's read-back of the real worktree for a bundle, writing nothing (needs
+        PROMOTER_ORCHESTRATOR_TOKEN)."""
+        return tools.preflight(bundle_id)
+
+    @server.tool()
+    def bundle_diff(bundle_id: str, max_bytes: int | None = None) -> dict[str, Any]:
+        """The unified diff a promotion of the bundle would write, from its stored blobs."""
+        return tools.bundle_diff(bundle_id, max_bytes)
+
+    return server
+
+
+WorktreeOpt = Annotated[
+    Path | None,
+    typer.Option("--worktree", help="The sandbox worktree (default: the current directory)."),
+]
+
+
+def mcp(worktree: WorktreeOpt = None) -> None:
+    """Serve the agent tools over stdio (Model Context Protocol); executor token only."""
+    token = os.environ.get("PROMOTER_TOKEN", "").strip()
+    if not token:
+        raise ConfigError("set PROMOTER_TOKEN to the executor's token")
+    tools = AgentTools(
+        server_url(None),
+        token,
+        grant_id=os.environ.get("PROMOTER_GRANT") or None,
+        worktree=worktree,
+        orchestrator_token=os.environ.get("PROMOTER_ORCHESTRATOR_TOKEN") or None,
+    )
+    try:
+        build_server(tools).run("stdio")
+    finally:
+        tools.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``mcp`` to the main app."""
+    app.command("mcp")(mcp)

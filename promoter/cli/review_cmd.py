@@ -1,0 +1,140 @@
+"""The approval gate from the command line: ``promoter review``, ``approve``, ``reject``.
+
+``review`` lists every promotion held in ``awaiting_approval`` with its bundle's diff
+(``--stat`` for the summary only); ``approve OP`` and ``reject OP`` send the operator's
+decision with a note and a name (``--by``, default ``$USER``), which the host journals
+as a ``decision`` event. All three need the operator token.
+
+Deliberately thin: the gate, the binding of an approval to one operation and its expiry
+are the host's (``promoter.engine.approval``); this module only asks and prints.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from promoter.cli.bundle_cmd import print_diff
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.client import PromoterClient
+from promoter.errors import PromoterError, error_class
+
+__all__ = ["print_decided", "register"]
+
+NoteOpt = Annotated[str, typer.Option("--note", help="Why: journaled with the decision.")]
+ByOpt = Annotated[str | None, typer.Option("--by", help="Who decides (default: the login name).")]
+OpArg = Annotated[str, typer.Argument(help="The operation awaiting approval.")]
+WAIT_TIMEOUT = 660.0
+
+
+def _client(url: str | None, token_file: Path | None) -> PromoterClient:
+    return PromoterClient(server_url(url), read_token(token_file), timeout=WAIT_TIMEOUT)
+
+
+def _who(by: str | None) -> str:
+    if by:
+        return by
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+def review(
+    stat: Annotated[bool, typer.Option("--stat", help="Only the diff summary.")] = False,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """List the promotions awaiting approval, each with its bundle's diff (operator)."""
+    with _client(url, token_file) as client:
+        waiting = client.list_operations(status="awaiting_approval")
+        diffs = {op["operation_id"]: client.bundle_diff(str(op["bundle_id"])) for op in waiting}
+    if json_output:
+        items = [{**op, "diff": diffs[op["operation_id"]]} for op in waiting]
+        typer.echo(json.dumps(items, indent=2, sort_keys=True))
+        return
+    if not waiting:
+        console.print("nothing awaits approval")
+        return
+    for op in waiting:
+        console.print(
+            f"[bold]{op['operation_id']}[/] awaiting approval: bundle {op['bundle_id']} "
+            f"into {escape(str(op['repository']))} (since {op['updated_at']})"
+        )
+        print_diff(diffs[op["operation_id"]], stat=stat, pager=False)
+        console.print(
+            f"  approve: promoter approve {op['operation_id']} --note '...'; "
+            f"reject: promoter reject {op['operation_id']} --note '...'"
+        )
+
+
+def print_decided(view: dict[str, Any]) -> None:
+    """The operation after a decision, and why it ended there."""
+    console.print(
+        f"operation [bold]{view['operation_id']}[/] {view['status']} "
+        f"(attempt {view.get('attempt', 1)})"
+    )
+    for step in view.get("steps", []):
+        console.print(f"  {step['status']:<10} {step['operation']:<7} {escape(step['path'])}")
+    if view.get("code"):
+        console.print(f"  {escape(str(view['code']))}: {escape(str(view.get('detail') or ''))}")
+
+
+def _raise_unless_done(view: dict[str, Any], wanted: tuple[str, ...]) -> None:
+    status = str(view.get("status"))
+    if status in wanted:
+        return
+    if view.get("code"):
+        raise error_class(str(view["code"]))(
+            str(view.get("detail") or status), operation_id=view["operation_id"], status=status
+        )
+    raise PromoterError(f"operation {view['operation_id']} is {status}")
+
+
+def approve(
+    operation: OpArg,
+    note: NoteOpt = "",
+    by: ByOpt = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the attempt.")] = True,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Approve a held promotion: its attempt starts and re-checks everything (operator)."""
+    with _client(url, token_file) as client:
+        view = client.approve(operation, note, _who(by), wait=wait)
+    if json_output:
+        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        print_decided(view)
+    _raise_unless_done(view, ("completed", "in_progress", "applied_unverified"))
+
+
+def reject(
+    operation: OpArg,
+    note: NoteOpt = "",
+    by: ByOpt = None,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Reject a held promotion: it is refused and nothing is written (operator)."""
+    with _client(url, token_file) as client:
+        view = client.reject(operation, note, _who(by))
+    if json_output:
+        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        print_decided(view)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``review``, ``approve`` and ``reject`` to the main app."""
+    app.command("review")(review)
+    app.command("approve")(approve)
+    app.command("reject")(reject)

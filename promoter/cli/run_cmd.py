@@ -1,0 +1,357 @@
+"""``promoter run``: one command for a person, from a sandbox clone to a promoted change.
+
+``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] -- CMD ARGS…`` makes a sandbox
+(``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
+state directory), registers a grant and a lease for it, mints an executor token, runs
+CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and ``--timeout``), builds
+and submits the bundle, shows its summary and diff, runs the preflight, asks on a
+terminal (or takes ``--yes``), promotes and prints the receipt. The clone stays: ``--continue
+RUN -- CMD`` runs the next step in it, chained on the last completed promotion, so each
+step hands in only its new edits. ``--list`` and ``--remove RUN`` manage sandboxes and
+never touch the user's worktree.
+
+The clone isolates the worktree, not the process: CMD runs as the person, with their
+permissions. Run it under a real sandbox (bubblewrap with only the clone writable, or a
+container with the clone mounted) when it is not trusted; see the README.
+
+Deliberately thin: every decision is the host's (grant checks, verification, the
+preflight, the approval gate, the promotion); this module orchestrates and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
+from promoter.cli.common import UrlOpt, console, err_console, server_url
+from promoter.cli.orchestrate_cmd import parse_allow
+from promoter.client import PromoterClient
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.models import GrantV1
+from promoter.errors import ConfigError, PromoterError, error_class
+from promoter.executor import build_bundle, upload_and_submit
+from promoter.executor import sandbox as sandboxes
+
+__all__ = ["register"]
+
+HELP = (
+    "Run CMD in an isolated clone of a guarded repository and promote what it changed.\n\n"
+    "promoter run --repo NAME [--allow 'src/**:create,modify,delete']... [--yes] -- CMD ARGS...\n"
+    "promoter run --continue RUN -- CMD ARGS...   (the next step, chained on the last one)\n"
+    "promoter run --list | --remove RUN\n\n"
+    "The clone isolates the worktree, not the process: CMD runs with your permissions and "
+    "can read and write whatever you can. For an untrusted CMD wrap it in a real sandbox, "
+    "e.g. -- sh -c 'exec bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp "
+    '--bind "$PWD" "$PWD" --chdir "$PWD" -- my-agent\' (only the clone writable), or a '
+    "container with the clone mounted."
+)
+DEFAULT_ALLOW = [{"pattern": "**", "operations": ["create", "modify", "delete"]}]
+LIMITS = {"max_changes": 10_000, "max_total_bytes": 1 << 30}
+GRANT_HOURS = 24
+
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True)
+
+
+def _state_dir(state_dir: Path | None) -> Path:
+    return state_dir or Path(os.environ.get("PROMOTER_STATE_DIR") or ".promoter")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _orchestrator_token(state_dir: Path, token_file: Path | None) -> str:
+    if token_file is not None:
+        token = _read(token_file)
+        if token is None:
+            raise ConfigError(f"cannot read token file {token_file}")
+        return token
+    token = _read(state_dir / "credentials" / "orchestrator.token")
+    if token is None:
+        raise ConfigError(
+            f"no orchestrator token: pass --token-file FILE (none in {state_dir}/credentials)"
+        )
+    return token
+
+
+def _grant(record: sandboxes.RunRecord, identity: str, number: int, base: str | None) -> Any:
+    now = utcnow()
+    grant: dict[str, Any] = {
+        "schema": "GrantV1",
+        "grant_id": f"grt_{record.run_id.removeprefix('run_')}_{number}",
+        "repository_identity": identity,
+        "branch": record.branch,
+        "base_commit": record.base_commit,
+        "base_tree": record.base_tree,
+        "executor_run_id": record.run_id,
+        "workflow_id": f"wf_{record.run_id.removeprefix('run_')}",
+        "stage": "run",
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": number,
+        "not_before": rfc3339(now - timedelta(minutes=1)),
+        "expires_at": rfc3339(now + timedelta(hours=GRANT_HOURS)),
+        "write_allowlist": record.allow,
+        "target_preconditions": [],
+        "limits": LIMITS,
+    }
+    if base is not None:
+        grant["base_operation"] = base
+    return grant
+
+
+def _repository(client: PromoterClient, name: str) -> dict[str, Any]:
+    for repository in client.repositories():
+        if repository["name"] == name:
+            return repository
+    raise error_class("repository_unknown")(f"the daemon guards no repository {name!r}")
+
+
+def _run_command(
+    command: list[str], record: sandboxes.RunRecord, env: dict[str, str], timeout: float
+) -> int:
+    _say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone}")
+    try:
+        completed = subprocess.run(command, cwd=record.clone, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigError(
+            f"the command did not finish within {timeout:g} s; it was killed"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
+    return completed.returncode
+
+
+def _approve_here(yes: bool) -> str | None:
+    """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined)."""
+    if yes:
+        return "yes"
+    if not sys.stdin.isatty():
+        err_console.print("not a terminal: pass --yes to promote without asking")
+        return None
+    return "asked" if typer.confirm("Promote these changes into the worktree?") else None
+
+
+def _refresh(orch: PromoterClient, state_dir: Path, record: sandboxes.RunRecord) -> None:
+    """Steps left waiting (approval, a running attempt) take their operation's status now."""
+    for step in record.steps:
+        if step.operation_id and step.status in ("awaiting_approval", "in_progress"):
+            step.status = str(orch.get_operation(step.operation_id)["status"])
+    sandboxes.save(state_dir, record)
+
+
+def _step(
+    url: str,
+    token: str,
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    command: list[str],
+    *,
+    yes: bool,
+    timeout: float,
+) -> None:
+    orch = PromoterClient(url, token, timeout=660.0)
+    with orch:
+        _refresh(orch, state_dir, record)
+        repository = _repository(orch, record.repository)
+        if repository["head"] != record.base_commit:
+            raise error_class("target_drift")(
+                f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
+                f"{str(repository['head'])[:12]} since run {record.run_id} began; start a new "
+                f"run with promoter run --repo {record.repository}"
+            )
+        base = record.last_completed
+        number = len(record.steps) + 1
+        grant_doc = _grant(record, repository["repository_identity"], number, base)
+        orch.register_grant(grant_doc)
+        lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
+        orch.set_lease(
+            grant_doc["workflow_id"],
+            "run",
+            {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
+        )
+        step = sandboxes.Step(grant_id=grant_doc["grant_id"], base_operation=base)
+        record.steps.append(step)
+        sandboxes.save(state_dir, record)
+        minted = orch.mint_executor_token(record.run_id, int(timeout) + 3600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        env.update(
+            PROMOTER_URL=url,
+            PROMOTER_TOKEN=str(minted["token"]),
+            PROMOTER_GRANT=grant_doc["grant_id"],
+            PROMOTER_RUN=record.run_id,
+        )
+        code = _run_command(command, record, env, timeout)
+        if code != 0:
+            step.status = "command_failed"
+            sandboxes.save(state_dir, record)
+            raise ConfigError(
+                f"the command exited with status {code}; nothing was submitted "
+                f"(continue with promoter run --continue {record.run_id} -- CMD)"
+            )
+        executor = orch.with_token(str(minted["token"]))
+        with executor:
+            grant = executor.get_grant(grant_doc["grant_id"])
+            since = executor.grant_base(grant.grant_id) if base else None
+            with build_bundle(Path(record.clone), grant, since=since) as built:
+                if not built.bundle["changes"]:
+                    step.status = "no_changes"
+                    sandboxes.save(state_dir, record)
+                    _say("no changes since the last promotion: nothing to promote")
+                    return
+                receipt = upload_and_submit(executor, built)
+                bundle = built.bundle
+        step.bundle_id = str(bundle["bundle_id"])
+        step.status = "submitted"
+        sandboxes.save(state_dir, record)
+        print_bundle(bundle)
+        print_diff(orch.bundle_diff(step.bundle_id))
+        print_receipt(receipt.wire())
+        _promote(orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes)
+
+
+def _promote(
+    orch: PromoterClient,
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+    grant: GrantV1,
+    receipt_sha256: str,
+    *,
+    yes: bool,
+) -> None:
+    assert step.bundle_id is not None
+    preflight = orch.preflight(step.bundle_id, grant.fence)
+    _say(f"preflight {preflight['status']}")
+    if preflight["status"] != "passed":
+        step.status = "preflight_refused"
+        sandboxes.save(state_dir, record)
+        raise error_class(str(preflight["code"]))(str(preflight["detail"]))
+    consent = _approve_here(yes)
+    if consent is None:
+        step.status = "declined"
+        sandboxes.save(state_dir, record)
+        raise PromoterError(f"not promoted; bundle {step.bundle_id} stays submitted")
+    view = orch.promote(step.bundle_id, receipt_sha256, grant.fence, wait=True)
+    step.operation_id = str(view["operation_id"])
+    if view.get("status") == "awaiting_approval":
+        # the gate wants a person: a confirmation at the terminal is one, --yes is not
+        operator = _read(state_dir / "credentials" / "operator.token")
+        if operator is None or consent != "asked":
+            step.status = "awaiting_approval"
+            sandboxes.save(state_dir, record)
+            _say(f"awaiting approval: promoter approve {step.operation_id}")
+            return
+        with orch.with_token(operator) as approver:
+            view = approver.approve(
+                step.operation_id, "approved at promoter run", "promoter run", wait=True
+            )
+    step.status = str(view["status"])
+    sandboxes.save(state_dir, record)
+    if step.status != "completed":
+        raise error_class(str(view.get("code") or "internal"))(
+            f"operation {step.operation_id} is {step.status}: {view.get('detail') or ''}"
+        )
+    promoted = json.loads(orch.get_receipt(step.operation_id))
+    _say(
+        f"promoted: operation [bold]{step.operation_id}[/] completed, receipt "
+        f"{promoted['receipt_sha256']}"
+        + (f", chained on {promoted['base_operation']}" if promoted.get("base_operation") else "")
+    )
+    for target in promoted["targets"]:
+        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
+        _say(f"  {escape(target['path'])}  {state}")
+    _say(f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD")
+
+
+def _list(state_dir: Path) -> None:
+    runs = sandboxes.list_runs(state_dir)
+    if not runs:
+        _say(f"no sandboxes under {sandboxes.runs_dir(state_dir)}")
+    for record in runs:
+        last = record.steps[-1].status if record.steps else "new"
+        _say(
+            f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
+            f"last {last}  {record.clone}"
+        )
+
+
+def run(
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command to run in the clone (after --).")
+    ] = None,
+    repo: Annotated[str | None, typer.Option("--repo", help="The guarded repository.")] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", help="PATTERN:OPS the run may write (default all paths)."),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Promote without asking.")] = False,
+    continue_run: Annotated[
+        str | None, typer.Option("--continue", help="Continue this run's sandbox.")
+    ] = None,
+    list_runs: Annotated[bool, typer.Option("--list", help="List the sandboxes.")] = False,
+    remove: Annotated[
+        str | None, typer.Option("--remove", help="Delete this run's sandbox.")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds the command may run.")
+    ] = 3600.0,
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="The daemon's state directory.")
+    ] = None,
+    url: UrlOpt = None,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="Orchestrator token file.")
+    ] = None,
+) -> None:
+    state = _state_dir(state_dir)
+    if list_runs:
+        _list(state)
+        return
+    if remove is not None:
+        _say(f"removed {sandboxes.remove(state, remove)}")
+        return
+    if not command:
+        raise ConfigError("no command: promoter run --repo NAME -- CMD ARGS...")
+    address = server_url(url)
+    token = _orchestrator_token(state, token_file)
+    if continue_run is not None:
+        record = sandboxes.load(state, continue_run)
+        if allow:
+            record.allow = [parse_allow(a).wire() for a in allow]
+    else:
+        if repo is None:
+            raise ConfigError("name the repository: --repo NAME (or --continue RUN)")
+        with PromoterClient(address, token) as client:
+            repository = _repository(client, repo)
+        record = sandboxes.create(
+            state,
+            repository=repo,
+            worktree=str(repository["worktree"]),
+            branch=str(repository["branch"]),
+            head=str(repository["head"]),
+            created_at=rfc3339(utcnow()),
+            allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
+        )
+        _say(f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]}")
+    _step(address, token, state, record, command, yes=yes, timeout=timeout)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``run`` to the main app."""
+    app.command("run", help=HELP)(run)

@@ -1,0 +1,167 @@
+"""The approval gate: a promotion that waits for a person's decision before it writes.
+
+A repository (operator config ``approval = "required"``) or a grant (``approval:
+"required"``) can require it. ``required`` says whether it applies; ``precheck`` is what
+a gated request checks before it is held (the lease and the evidence, exactly as an
+attempt would; nothing is written); ``approved`` finds a standing approval of an
+operation; ``decide`` journals the operator's ``approve`` or ``reject`` as a
+``decision`` event carrying who and why and the hashes it binds, and moves the
+operation: approved starts the attempt (which re-checks everything as usual), rejected
+refuses it.
+
+An approval binds one operation id, which derives from the grant, bundle and
+verification hashes, and the event repeats those hashes: nothing else can ride on it.
+It lasts as long as the grant's window (``expires_at``): an approval of an expired
+grant is refused, and a standing approval found on a later request counts only while
+the grant is inside its window.
+
+Deliberately not here: scheduling the attempt (``promoter.engine.operations``), roles
+(the route admits the operator only), and the attempt's own checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from promoter.domain.documents import operation_id_for
+from promoter.domain.models import GrantV1
+from promoter.domain.states import OperationKind, OperationStatus
+from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
+from promoter.engine.grants import load_grant
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.errors import OperationConflict, OperationUnknown, PromoterError
+from promoter.store import journal, ledger, repo
+from promoter.store.tables import OperationRow
+
+__all__ = ["Decided", "approved", "decide", "precheck", "required"]
+
+Verdict = Literal["approve", "reject"]
+REJECTED = "approval_rejected"
+
+
+def required(repository: Repository, grant: GrantV1) -> bool:
+    """Whether a promotion of ``grant`` into ``repository`` waits for a decision."""
+    return repository.config.approval == "required" or grant.approval == "required"
+
+
+def precheck(
+    services: Services, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
+) -> None:
+    """Steps 1 and 2 of an attempt, before the operation is held: lease and evidence."""
+    check_authority(services, grant, fence)
+    recheck_evidence(services, bundle_id, receipt_sha256)
+
+
+def _binding(row: OperationRow) -> dict[str, Any]:
+    return {
+        "operation_id": row.operation_id,
+        "grant_sha256": row.grant_sha256,
+        "bundle_sha256": row.bundle_sha256,
+        "verification_receipt_sha256": row.verification_receipt_sha256,
+        "repository_identity": row.repository_identity,
+    }
+
+
+def _bound(row: OperationRow) -> bool:
+    """The row's operation id is the one its hashes derive (SPEC §5.2)."""
+    if None in (row.grant_sha256, row.bundle_sha256, row.verification_receipt_sha256):
+        return False
+    derived = operation_id_for(
+        grant_sha256=str(row.grant_sha256),
+        bundle_sha256=str(row.bundle_sha256),
+        verification_receipt_sha256=str(row.verification_receipt_sha256),
+        repository_identity=row.repository_identity,
+    )
+    return derived == row.operation_id
+
+
+def approved(session: Session, row: OperationRow, grant: GrantV1) -> bool:
+    """A standing approval: the latest decision is ``approved``, binds this row, in window."""
+    latest: dict[str, Any] | None = None
+    for event in ledger.events(session, row.operation_id):
+        payload = event.payload
+        if event.kind == "decision" and isinstance(payload, dict) and "approval" in payload:
+            latest = payload
+    if latest is None or latest.get("approval") != "approved" or not _bound(row):
+        return False
+    if {k: latest.get(k) for k in _binding(row)} != _binding(row):
+        return False
+    try:
+        check_grant_window(grant)
+    except PromoterError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Decided:
+    operation_id: str
+    status: OperationStatus
+    fence: int | None
+
+
+def decide(
+    services: Services,
+    operation_id: str,
+    verdict: Verdict,
+    *,
+    note: str,
+    by: str,
+    role: str,
+) -> Decided:
+    """Journal the decision on an ``awaiting_approval`` promotion and move it.
+
+    Raises ``OperationConflict`` unless the operation is a promotion awaiting approval
+    whose id its hashes derive; ``GrantExpired`` (after refusing it) when approving past
+    the grant's window. The caller starts the attempt of an approved operation.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        if row.kind != OperationKind.PROMOTION or row.status != OperationStatus.AWAITING_APPROVAL:
+            raise OperationConflict(
+                f"operation {operation_id} is {row.status}, not awaiting_approval",
+                operation_id=operation_id,
+                current_status=row.status,
+            )
+        if not _bound(row):
+            raise OperationConflict(
+                f"operation {operation_id} does not derive from its grant, bundle and "
+                "verification hashes; it cannot be approved",
+                operation_id=operation_id,
+            )
+        grant = load_grant(services, str(row.grant_id))
+        expired: PromoterError | None = None
+        if verdict == "approve":
+            try:
+                check_grant_window(grant)
+            except PromoterError as exc:
+                expired = exc
+        who = {"role": role, "name": by}
+        payload = {
+            "approval": "approved" if verdict == "approve" and expired is None else "rejected",
+            "by": who,
+            "note": note,
+            "expires_at": grant.expires_at,
+            **_binding(row),
+        }
+        if expired is not None:
+            payload["code"] = expired.code
+        ledger.append(session, operation_id, "decision", payload)
+        if payload["approval"] == "approved":
+            services.claim(row)
+            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
+            return Decided(operation_id, OperationStatus.IN_PROGRESS, row.fence)
+        code = expired.code if expired is not None else REJECTED
+        detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
+        ledger.append(session, operation_id, "outcome", {"status": "refused", "code": code})
+        journal.set_status(session, row, OperationStatus.REFUSED, code=code, detail=detail)
+        row.updated_at = repo.now()
+    if expired is not None:
+        raise expired
+    return Decided(operation_id, OperationStatus.REFUSED, None)

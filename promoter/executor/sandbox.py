@@ -1,0 +1,164 @@
+"""Sandboxes of ``promoter run``: isolated clones under the state directory, and their record.
+
+A sandbox is ``<state>/runs/<run_id>/``: ``clone/`` is ``git clone --local`` of the
+guarded repository at its HEAD (objects hardlinked where the filesystem allows, its own
+``.git``; cloning only reads the user's repository), and ``run.json`` records the
+repository, the base commit and every step (grant, bundle, operation, status), so that a
+later ``--continue`` chains on the last completed promotion. ``remove`` deletes a
+sandbox's directory only after checking that it is a sandbox directory under the runs
+directory and holds no guarded worktree.
+
+Deliberately not here: running the command, talking to the host, or any isolation of
+the process: a clone isolates the worktree, not what the command can reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from promoter.errors import ConfigError, NotFound
+from promoter.git.runner import run_git
+
+__all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
+
+RUN_PREFIX = "run_"
+
+
+@dataclass
+class Step:
+    grant_id: str
+    bundle_id: str | None = None
+    operation_id: str | None = None
+    status: str = "started"
+    base_operation: str | None = None
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    repository: str
+    worktree: str
+    branch: str
+    base_commit: str
+    base_tree: str
+    clone: str
+    created_at: str
+    allow: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def last_completed(self) -> str | None:
+        """The newest completed promotion of this sandbox: the next step's base."""
+        for step in reversed(self.steps):
+            if step.status == "completed" and step.operation_id:
+                return step.operation_id
+        return None
+
+    def wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def runs_dir(state_dir: Path) -> Path:
+    return state_dir / "runs"
+
+
+def _record_path(state_dir: Path, run_id: str) -> Path:
+    if not run_id.startswith(RUN_PREFIX) or not run_id[len(RUN_PREFIX) :].isalnum():
+        raise NotFound(f"{run_id!r} is not a run id", run_id=run_id)
+    return runs_dir(state_dir) / run_id / "run.json"
+
+
+def new_run_id() -> str:
+    return RUN_PREFIX + secrets.token_hex(8)
+
+
+def create(
+    state_dir: Path,
+    *,
+    repository: str,
+    worktree: str,
+    branch: str,
+    head: str,
+    created_at: str,
+    allow: list[dict[str, Any]],
+) -> RunRecord:
+    """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it."""
+    real = Path(worktree).resolve()
+    if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
+        raise ConfigError(
+            f"the state directory {state_dir} is inside the worktree {worktree}; "
+            "sandboxes would land in the user's files"
+        )
+    run_id = new_run_id()
+    home = runs_dir(state_dir) / run_id
+    home.mkdir(parents=True, mode=0o700)
+    clone = home / "clone"
+    local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
+    run_git(
+        [*local, "clone", "--quiet", "--local", "--no-checkout", worktree, str(clone)], timeout=600
+    )
+    run_git(["checkout", "--quiet", "--detach", head], cwd=clone, timeout=600)
+    short = branch.removeprefix("refs/heads/")
+    run_git(["checkout", "--quiet", "-B", short], cwd=clone, timeout=60)
+    tree = run_git(["rev-parse", "HEAD^{tree}"], cwd=clone).stdout.decode().strip()
+    record = RunRecord(
+        run_id=run_id,
+        repository=repository,
+        worktree=worktree,
+        branch=branch,
+        base_commit=head,
+        base_tree=tree,
+        clone=str(clone),
+        created_at=created_at,
+        allow=allow,
+    )
+    save(state_dir, record)
+    return record
+
+
+def save(state_dir: Path, record: RunRecord) -> None:
+    path = _record_path(state_dir, record.run_id)
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(record.wire(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temp, path)
+
+
+def load(state_dir: Path, run_id: str) -> RunRecord:
+    path = _record_path(state_dir, run_id)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise NotFound(f"no run {run_id!r} under {runs_dir(state_dir)}", run_id=run_id) from exc
+    steps = [Step(**s) for s in data.pop("steps", [])]
+    return RunRecord(**data, steps=steps)
+
+
+def list_runs(state_dir: Path) -> list[RunRecord]:
+    root = runs_dir(state_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(RUN_PREFIX) and (entry / "run.json").is_file():
+            found.append(load(state_dir, entry.name))
+    return sorted(found, key=lambda r: (r.created_at, r.run_id))
+
+
+def remove(state_dir: Path, run_id: str) -> Path:
+    """Delete a sandbox directory; refuses anything that is not exactly one."""
+    record = load(state_dir, run_id)
+    root = runs_dir(state_dir).resolve()
+    home = (runs_dir(state_dir) / run_id).resolve()
+    worktree = Path(record.worktree).resolve()
+    if home.parent != root or home.is_symlink():
+        raise ConfigError(f"{home} is not a sandbox directory under {root}")
+    if worktree == home or home in worktree.parents or worktree in home.parents:
+        raise ConfigError(f"the sandbox {home} overlaps the guarded worktree {worktree}")
+    shutil.rmtree(home)
+    return home

@@ -1,0 +1,183 @@
+"""``promoter run`` end to end: a real daemon, a real repository, a real shell command.
+
+The command runs in the sandbox clone; the tests compare the user's worktree and its
+``.git`` byte for byte before and after, with the user's own uncommitted edits elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from click.testing import Result
+from typer.testing import CliRunner
+
+from promoter.cli import review_cmd, run_cmd
+from promoter.config import RepositoryConfig
+from promoter.errors import PromoterError
+from promoter.executor import sandbox as sandboxes
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import git_dir_digest, tree_bytes
+
+USER_README = b"# project\nthe user's uncommitted line\n"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    run_cmd.register(app)
+    review_cmd.register(app)
+    return app
+
+
+def _run(daemon: Daemon, *args: str) -> Result:
+    argv = [*args[:1], "--state-dir", str(daemon.state_dir), "--url", daemon.url, *args[1:]]
+    if args[0] != "run":
+        argv = list(args)
+    return CliRunner().invoke(_app(), argv, env={"PROMOTER_TOKEN": ""})
+
+
+def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
+    with daemon.orchestrator() as orch:
+        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert answer.status_code == 200, answer.text
+    loaded: dict[str, Any] = answer.json()
+    return loaded
+
+
+def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    return record
+
+
+def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, repo: Path) -> None:
+    (repo / "README.md").write_bytes(USER_README)
+    (repo / "notes.txt").write_bytes(b"the user's notes\n")
+    git_before = git_dir_digest(repo)
+    script = "printf 'x = 1\\n' > src/new.py; printf \"print('v2')\\n\" > src/app.py"
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    assert "preflight passed" in first.stdout
+    assert "+print('v2')" in first.stdout
+    assert f"promoter run --continue {record.run_id}" in first.stdout
+    assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
+    assert (repo / "src" / "app.py").read_bytes() == b"print('v2')\n"
+    op1 = record.steps[0].operation_id
+    assert op1 is not None and "base_operation" not in _receipt(daemon, op1)
+
+    second = _run(
+        daemon,
+        "run",
+        "--continue",
+        record.run_id,
+        "--yes",
+        "--",
+        "sh",
+        "-c",
+        "printf 'x = 2\\n' > src/new.py; printf 'y\\n' > src/other.py",
+    )
+    assert second.exit_code == 0, second.output
+    assert f"chained on {op1}" in second.stdout
+    record = _only_run(daemon)
+    op2 = record.steps[1].operation_id
+    assert op2 is not None and _receipt(daemon, op2)["base_operation"] == op1
+    paths = sorted(t["path"] for t in _receipt(daemon, op2)["targets"])
+    assert paths == ["src/new.py", "src/other.py"]  # only the new edits
+
+    third = _run(daemon, "run", "--continue", record.run_id, "--yes", "--", "rm", "src/other.py")
+    assert third.exit_code == 0, third.output
+    record = _only_run(daemon)
+    op3 = record.steps[2].operation_id
+    assert op3 is not None and _receipt(daemon, op3)["base_operation"] == op2
+    assert not (repo / "src" / "other.py").exists()
+
+    source = tree_bytes(repo)
+    assert source.pop("README.md")[0] == USER_README
+    assert source.pop("notes.txt")[0] == b"the user's notes\n"
+    clone = tree_bytes(Path(record.clone))
+    clone.pop("README.md")
+    assert source == clone
+    assert git_dir_digest(repo) == git_before
+
+    listed = _run(daemon, "run", "--list")
+    assert f"{record.run_id}  work  3 step(s), last completed" in listed.stdout
+    removed = _run(daemon, "run", "--remove", record.run_id)
+    assert removed.exit_code == 0, removed.output
+    assert not Path(record.clone).exists()
+    assert (repo / "src" / "new.py").read_bytes() == b"x = 2\n"
+    assert (repo / "README.md").read_bytes() == USER_README
+
+
+def test_run_deletes_a_tracked_file_and_a_step_without_changes_promotes_nothing(
+    daemon: Daemon, repo: Path
+) -> None:
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "rm", "README.md")
+    assert first.exit_code == 0, first.output
+    assert not (repo / "README.md").exists()
+    record = _only_run(daemon)
+    again = _run(daemon, "run", "--continue", record.run_id, "--yes", "--", "true")
+    assert again.exit_code == 0, again.output
+    assert "nothing to promote" in again.stdout
+    assert _only_run(daemon).steps[-1].status == "no_changes"
+
+
+def test_without_a_terminal_or_yes_nothing_is_promoted(daemon: Daemon, repo: Path) -> None:
+    before = tree_bytes(repo)
+    result = _run(daemon, "run", "--repo", "work", "--", "sh", "-c", "echo hi > src/app.py")
+    assert isinstance(result.exception, PromoterError), result.output
+    assert "stays submitted" in result.exception.detail
+    assert tree_bytes(repo) == before
+    assert _only_run(daemon).steps[0].status == "declined"
+
+
+def test_a_failing_command_submits_nothing(daemon: Daemon, repo: Path) -> None:
+    before = tree_bytes(repo)
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", "echo x > a; exit 3")
+    assert isinstance(result.exception, PromoterError), result.output
+    assert "status 3" in result.exception.detail
+    assert tree_bytes(repo) == before
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
+    repo = init_repo(tmp_path / "gated")
+    config = RepositoryConfig(path=repo, approval="required")
+    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
+        yield daemon, repo
+
+
+def test_yes_does_not_pass_the_approval_gate(gated: tuple[Daemon, Path]) -> None:
+    daemon, repo = gated
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", "echo a > src/a.py")
+    assert result.exit_code == 0, result.output
+    record = _only_run(daemon)
+    operation_id = record.steps[0].operation_id
+    assert record.steps[0].status == "awaiting_approval"
+    assert f"awaiting approval: promoter approve {operation_id}" in result.stdout
+    assert not (repo / "src" / "a.py").exists()
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    assert operation_id is not None
+    approved = CliRunner().invoke(_app(), ["approve", operation_id, "--by", "ana"], env=env)
+    assert approved.exit_code == 0, approved.output
+    assert (repo / "src" / "a.py").read_bytes() == b"a\n"
+    # the next step chains on it once the record learns it completed
+    nxt = _run(
+        daemon, "run", "--continue", record.run_id, "--yes", "--", "sh", "-c", "echo b > src/a.py"
+    )
+    assert nxt.exit_code == 0, nxt.output
+    record = _only_run(daemon)
+    assert record.steps[0].status == "completed"
+    assert record.steps[1].base_operation == operation_id
+    assert json.loads(json.dumps(record.wire()))["steps"][1]["status"] == "awaiting_approval"
+
+
+def test_remove_refuses_what_is_not_a_sandbox(daemon: Daemon, repo: Path) -> None:
+    result = _run(daemon, "run", "--remove", "../work")
+    assert isinstance(result.exception, PromoterError)
+    assert result.exception.code == "not_found"
+    assert (repo / "README.md").exists()
