@@ -56,7 +56,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from promoter import faults
 from promoter.domain.state import SYMLINK_MODE
@@ -135,16 +135,7 @@ class Parent(Deleting):
             faults.point("after_temp_write")
             self.verify_chain()
         except BaseException as exc:
-            kept = (
-                self.drop_temp(temp, ExpectedState(True, None, None))
-                if temp in self.written
-                else []
-            )
-            if isinstance(exc, OSError):
-                raise with_kept(os_error("writing a temp file", self.rel, exc), kept) from exc
-            if isinstance(exc, PromoterError):
-                with_kept(exc, kept)
-            raise
+            self._fail_temp(temp, exc, "writing a temp file")
         return temp
 
     def _write_link_temp(self, target: bytes, temp: str) -> str:
@@ -164,17 +155,17 @@ class Parent(Deleting):
             faults.point("after_temp_write")
             self.verify_chain()
         except BaseException as exc:
-            kept = (
-                self.drop_temp(temp, ExpectedState(True, None, None))
-                if temp in self.written
-                else []
-            )
-            if isinstance(exc, OSError):
-                raise with_kept(os_error("writing a temp link", self.rel, exc), kept) from exc
-            if isinstance(exc, PromoterError):
-                with_kept(exc, kept)
-            raise
+            self._fail_temp(temp, exc, "writing a temp link")
         return temp
+
+    def _fail_temp(self, temp: str, exc: BaseException, action: str) -> NoReturn:
+        """Remove a temp that is still promoter's own and raise, naming anything kept."""
+        kept = self.drop_temp(temp, ExpectedState(True, None, None)) if temp in self.written else []
+        if isinstance(exc, OSError):
+            raise with_kept(os_error(action, self.rel, exc), kept) from exc
+        if isinstance(exc, PromoterError):
+            with_kept(exc, kept)
+        raise exc
 
     def _open_temp(self, temp: str) -> tuple[int, bool]:
         """An anonymous ``O_TMPFILE`` in the parent (True), or ``temp`` created ``O_EXCL``.
