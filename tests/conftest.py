@@ -18,8 +18,21 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "database: SQLite (set PROMOTER_TEST_DATABASE=postgresql for PostgreSQL)"
 
 
+@pytest.fixture(scope="session")
+def _postgres_template() -> Iterator[str | None]:
+    if databases.backend() != "postgresql":
+        yield None
+        return
+    with databases.migrated_template() as name:
+        yield name
+
+
 @pytest.fixture(autouse=True)
-def _database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _database(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    _postgres_template: str | None,
+) -> Iterator[None]:
     """Under PostgreSQL, a fresh database for every test, named in the environment."""
     if databases.backend() != "postgresql":
         if request.node.get_closest_marker("postgresql_only"):
@@ -28,7 +41,7 @@ def _database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("tests SQLite itself")
-    with databases.fresh_postgres_database(request.node.name) as url:
+    with databases.fresh_postgres_database(request.node.name, _postgres_template) as url:
         monkeypatch.setenv("PROMOTER_DATABASE_URL", url)
         yield
 

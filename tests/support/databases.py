@@ -42,16 +42,45 @@ def postgres_answers(url: str | None = None) -> bool:
         return False
 
 
+def _url_of(name: str) -> str:
+    return make_url(admin_url()).set(database=name).render_as_string(hide_password=False)
+
+
 @contextmanager
-def fresh_postgres_database(label: str) -> Iterator[str]:
-    """A new empty database on the admin server, dropped afterwards; yields its URL."""
+def migrated_template() -> Iterator[str]:
+    """A database migrated to the newest schema, to copy for each test; dropped afterwards.
+
+    Copying it (``CREATE DATABASE … TEMPLATE``) costs a tenth of a second; each daemon's
+    own ``upgrade`` then finds nothing to do.
+    """
+    from promoter.store.db import upgrade
+
+    name = f"t{os.getpid()}_template"
+    admin = create_engine(admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    upgrade(_url_of(name))  # its engine is disposed: no session holds the template open
+    try:
+        yield name
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@contextmanager
+def fresh_postgres_database(label: str, template: str | None = None) -> Iterator[str]:
+    """A new database on the admin server (a copy of ``template``, else empty), dropped
+    afterwards; yields its URL."""
     slug = re.sub(r"[^a-z0-9]+", "_", label.lower())[-30:].strip("_")
     name = f"t{os.getpid()}_{next(_names)}_{slug}"[:63]
     admin = create_engine(admin_url(), isolation_level="AUTOCOMMIT")
+    copy = f' TEMPLATE "{template}"' if template else ""
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     try:
-        yield make_url(admin_url()).set(database=name).render_as_string(hide_password=False)
+        yield _url_of(name)
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
