@@ -200,8 +200,7 @@ async def put_blob(
 def _record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
     """Every blob of a batch in one database commit."""
     with services.db.session() as session:
-        for sha256, size in blobs:
-            repo.record_blob(session, sha256, size)
+        repo.record_blobs(session, blobs)
 
 
 @router.post(
