@@ -7,6 +7,7 @@ the batch leave nothing stored and no quota held.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import httpx
@@ -14,12 +15,14 @@ import pytest
 from sqlalchemy import select
 
 from promoter import faults
+from promoter.api.deps import run_quota
 from promoter.client import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
+from tests.support.pause import Pause
 
 URL = "/v1/blobs:batchUpdate"
 
@@ -200,3 +203,32 @@ def test_io_error_inside_a_batch_stores_nothing_and_keeps_no_quota(
         assert temps(daemon.state_dir) == []
         again = ex.post(URL, content=body(*blobs))
         assert [i["status"] for i in again.json()["responses"]] == [201, 201]
+
+
+def test_same_blobs_stored_by_another_batch_while_one_is_held_are_charged_once(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blobs = [b"x" * 300, b"y" * 300]
+    pause = Pause(tmp_path, "blob_batch_charged")
+    answers: list[httpx.Response] = []
+    with running_daemon(tmp_path / "s", {"work": repo}, executor_quota_bytes=10_000) as daemon:
+        with daemon.executor("run_1") as held, daemon.executor("run_1") as other:
+            monkeypatch.setenv(faults.ENV, pause.spec)
+            faults.reset()
+            worker = threading.Thread(
+                target=lambda: answers.append(held.post(URL, content=body(*blobs)))
+            )
+            worker.start()
+            pause.reached()  # charged for both blobs, nothing recorded or linked yet
+            monkeypatch.delenv(faults.ENV)
+            faults.reset()
+            first = other.post(URL, content=body(*blobs, b"z" * 300))
+            assert [i["status"] for i in first.json()["responses"]] == [201, 201, 201]
+            pause.release()
+            worker.join(60)
+        late = answers[0].json()["responses"]
+        assert [(i["status"], i["created"]) for i in late] == [(200, False), (200, False)]
+        assert stored(daemon.state_dir) == {sha(b) for b in blobs} | {sha(b"z" * 300)}
+        assert recorded(daemon) == stored(daemon.state_dir)
+        assert run_quota(daemon.services).used("run_1") == 900  # paid once; held one refunded
+        assert temps(daemon.state_dir) == []
