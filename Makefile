@@ -9,6 +9,7 @@ STATE  ?= .promoter
 HOST   ?= 127.0.0.1
 PORT   ?= 8787
 REPO   ?=
+BENCH  ?=
 NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
 
 .PHONY: help venv serve test test-sqlite test-postgres test-fast lint format bench demo schemas clean
@@ -17,7 +18,7 @@ help:
 	@echo "make serve [REPO=/path/to/worktree]  run the daemon on $(HOST):$(PORT)"
 	@echo "make test                            run the whole test suite"
 	@echo "make lint                            ruff + mypy --strict"
-	@echo "make bench                           benchmarks (prints ratios)"
+	@echo "make bench [BENCH=--full]            the speed table (ratios; --full adds the long ones)"
 	@echo "make demo                            the whole flow on a scratch repository"
 	@echo "make schemas                         regenerate schemas/ (JSON Schemas, openapi.json)"
 
@@ -73,7 +74,7 @@ schemas: $(STAMP)
 	$(PY) -m promoter.api.openapi schemas
 
 bench: $(STAMP)
-	$(PY) -m bench.run
+	$(PY) -m bench.run $(BENCH)
 
 demo: $(STAMP)
 	$(PY) -m scripts.demo run

@@ -1,7 +1,10 @@
-"""Run every benchmark and print its figures and ratios: ``python -m bench.run`` (``make bench``).
+"""Run the benchmarks and print their figures and ratios: ``python -m bench.run`` (``make bench``).
 
-Runs the promotion benchmark (``bench.bench_promote``), then the snapshot benchmark
-(``bench.bench_snapshots``) when that module exists and exposes ``run() -> dict``. A
+By default (``--quick``) runs the speed table (``bench.bench_table``): every row a ratio
+measured side by side, median of ``--rounds`` (at least 3) interleaved rounds, a few
+minutes in all. ``--full`` (or ``--profile``) adds the promotion benchmark
+(``bench.bench_promote``, with ``--profile`` one profiled run) and the snapshot
+benchmark (``bench.bench_snapshots``) when that module exposes ``run() -> dict``. A
 benchmark module may also expose ``format_result(dict) -> str`` for its own table;
 otherwise its result is printed key by key. This reports, it does not gate: the exit
 status is 0 whatever the figures are, and a benchmark that fails is reported and skipped.
@@ -89,6 +92,12 @@ def run_one(
     return result
 
 
+def _write(path: str | None, results: dict[str, Any]) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2, sort_keys=True, default=str)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run promoter's benchmarks and print ratios.")
     parser.add_argument("--files", type=int, default=1000, help="promotion bundle size")
@@ -96,9 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--profile", action="store_true", help="profile one promotion run")
     parser.add_argument("--json", metavar="PATH", help="also write all results as JSON here")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the table")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--quick", action="store_true", help="the speed table only (default)")
+    scope.add_argument("--full", action="store_true", help="the table and the older benchmarks")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     try:
+        from bench import bench_table
+
+        table = run_one(
+            "table", bench_table, lambda: bench_table.run(max(3, args.rounds), args.size)
+        )
+        if table is not None:
+            results["table"] = table
+        if not (args.full or args.profile):
+            _write(args.json, results)
+            return 0
         from bench import bench_promote
 
         promoted = run_one(
@@ -118,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["snapshots"] = measured
         else:
             print("(no bench.bench_snapshots with run() -> dict: snapshot benchmark skipped)")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(results, handle, indent=2, sort_keys=True, default=str)
+        _write(args.json, results)
     except Exception:
         print("the benchmarks could not run:", file=sys.stderr)
         traceback.print_exc()

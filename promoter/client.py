@@ -23,6 +23,13 @@ from urllib.parse import quote
 
 import httpx
 
+from promoter.domain.blob_frames import (
+    BATCH_BLOB_MAX,
+    BATCH_MAX_BLOBS,
+    BATCH_MAX_BYTES,
+    frame_bytes,
+    frame_header,
+)
 from promoter.domain.models import (
     DsseEnvelope,
     FileState,
@@ -239,6 +246,58 @@ class PromoterClient:
             headers["Content-Length"] = str(size)
         path = f"/v1/blobs/sha256/{_segment(sha256)}"
         return self._json("PUT", path, content=content, headers=headers)
+
+    def put_blobs(self, blobs: Iterable[tuple[str, int, BlobSource]]) -> list[Json]:
+        """Upload ``(sha256, size, source)`` blobs: small ones batched, big ones streamed.
+
+        Blobs of at most ``BATCH_BLOB_MAX`` bytes go in ``POST /v1/blobs:batchUpdate``
+        requests (as many per request as its limits allow, each body streamed); bigger
+        ones through ``put_blob``. One ``{sha256, bytes, created}`` per blob, in order;
+        the first blob the server refused is raised as its code's error, after every
+        batch before it was stored.
+        """
+        answers: dict[int, Json] = {}
+        batch: list[tuple[str, int, BlobSource]] = []
+        places: list[int] = []
+        batch_bytes = 0
+
+        def send() -> None:
+            answers.update(zip(places, self._post_batch(batch, batch_bytes), strict=True))
+
+        for index, (sha256, size, source) in enumerate(blobs):
+            if size > BATCH_BLOB_MAX:
+                answers[index] = self.put_blob(sha256, source, size=size)
+                continue
+            added = frame_bytes(sha256, size)
+            if batch and (len(batch) >= BATCH_MAX_BLOBS or batch_bytes + added > BATCH_MAX_BYTES):
+                send()
+                batch, places, batch_bytes = [], [], 0
+            batch.append((sha256, size, source))
+            places.append(index)
+            batch_bytes += added
+        if batch:
+            send()
+        return [answers[index] for index in sorted(answers)]
+
+    def _post_batch(self, batch: list[tuple[str, int, BlobSource]], length: int) -> list[Json]:
+        def frames() -> Iterator[bytes]:
+            for sha256, size, source in batch:
+                yield frame_header(sha256, size)
+                if isinstance(source, bytes):
+                    yield source
+                elif isinstance(source, Path):
+                    yield from file_chunks(source)
+                else:
+                    yield from source
+
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length)}
+        answer = self._json("POST", "/v1/blobs:batchUpdate", content=frames(), headers=headers)
+        out: list[Json] = []
+        for item in answer["responses"]:
+            if item.get("code"):
+                raise error_class(item["code"])(str(item.get("detail") or ""))
+            out.append({k: item[k] for k in ("sha256", "bytes", "created")})
+        return out
 
     def get_blob(self, sha256: str) -> bytes:
         return self._send("GET", f"/v1/blobs/sha256/{_segment(sha256)}").content

@@ -117,6 +117,7 @@ def serve(
     """Run the daemon: migrate the database, check repositories, serve HTTP."""
     from promoter.api import logs
     from promoter.api.app import create_app
+    from promoter.api.gc_policy import tune_for_serving
     from promoter.api.server import make_server
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.services import build_services
@@ -160,6 +161,7 @@ def serve(
         announce=True,
         on_exit=services.stopping.set,
     )
+    tune_for_serving()  # start-up objects frozen: no long GC pauses on the event loop
     try:
         server.run()
     finally:

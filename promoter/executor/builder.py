@@ -351,7 +351,7 @@ def build_bundle(
 def upload_missing(
     client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
 ) -> list[str]:
-    """Upload the referenced blobs the host does not hold; returns their sha256s."""
+    """Upload the referenced blobs the host does not hold (small ones batched); their sha256s."""
     missing = [s for s in client.blobs_missing(sorted(built.blobs)) if s in built.blobs]
     total = sum(built.blobs[s].size for s in missing)
     sent = 0
@@ -366,8 +366,7 @@ def upload_missing(
                 progress(sent, total)
             yield chunk
 
-    for sha256 in missing:
-        client.put_blob(sha256, counted(sha256), size=built.blobs[sha256].size)
+    client.put_blobs((s, built.blobs[s].size, counted(s)) for s in missing)
     return missing
 
 

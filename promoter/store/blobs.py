@@ -8,7 +8,9 @@ blob. Stored blobs are immutable. Reference counting and pinning live in the dat
 (``promoter.store.repo``), quotas in ``promoter.store.quota``, not here.
 
 Fault points: ``blob_write`` (before each chunk is written), ``blob_commit`` (before
-the temp file is fsynced and linked into place).
+the temp file is fsynced and linked into place). A batch (``promoter.store.blob_batch``)
+uses ``sync`` and ``link`` instead of ``commit``, so it can fsync each fan-out directory
+once for many blobs.
 """
 
 from __future__ import annotations
@@ -93,6 +95,34 @@ class BlobWriter:
         finally:
             self.abort()
         return created
+
+    def sync(self) -> None:
+        """Make the temp file read-only and durable, ready for ``link`` (no hash check)."""
+        assert self._fd is not None
+        try:
+            os.fchmod(self._fd, 0o444)
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"cannot store blob: {exc}") from exc
+
+    def link(self) -> bool:
+        """Link the synced temp file into place (the caller fsyncs the directory); new?"""
+        assert self._fd is None
+        try:
+            target = self._store.path_for(self._sha256)
+            make_dirs(target.parent)
+            try:
+                os.link(self._tmp, target)
+                return True
+            except FileExistsError:
+                return False
+        except OSError as exc:
+            raise StorageError(f"cannot store blob: {exc}") from exc
+        finally:
+            self.abort()
 
     def abort(self) -> None:
         if self._fd is not None:

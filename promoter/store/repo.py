@@ -70,6 +70,18 @@ def record_blob(session: Session, sha256: str, size: int) -> None:
         session.add(BlobRow(sha256=sha256, size=size, created_at=now()))
 
 
+def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
+    """``record_blob`` for many: one look-up per 500 digests, then one bulk insert."""
+    sizes = dict(blobs)
+    known = known_blobs(session, sizes)
+    created = now()
+    session.add_all(
+        BlobRow(sha256=sha256, size=size, created_at=created)
+        for sha256, size in sizes.items()
+        if sha256 not in known
+    )
+
+
 def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
     wanted = list(set(digests))
     found: set[str] = set()

@@ -38,6 +38,7 @@ WITH_BODY = {
     ("put", "/v1/leases/{workflow_id}/{stage}"),
     ("post", "/v1/blobs:missing"),
     ("put", "/v1/blobs/sha256/{sha256}"),
+    ("post", "/v1/blobs:batchUpdate"),
     ("post", "/v1/bundles"),
     ("post", "/v1/bundles/{bundle_id}/preflight"),
     ("post", "/v1/promotions"),

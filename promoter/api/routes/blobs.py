@@ -5,7 +5,9 @@ in a worker thread, never on the event loop. Each executor run's uploads are cou
 against its storage quota (``promoter.store.quota``) while they stream: an upload that
 would pass it is refused with ``quota_exceeded`` (507) and stores nothing. Digest queries
 check the blob store in a worker thread too, so a 100 000-digest query does not stall
-other clients.
+other clients. ``POST /v1/blobs:batchUpdate`` takes many small blobs in one framed
+stream (``promoter.domain.blob_frames``) and commits them together
+(``promoter.store.blob_batch``): the same quota, limits and per-blob codes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from promoter.api.blob_batch_models import BlobBatchStored
 from promoter.api.deps import (
     ExecutorDep,
     OperatorDep,
@@ -27,10 +30,12 @@ from promoter.api.deps import (
 from promoter.api.models import BlobsMissingRequest, BlobStored, HexParam, MissingBlobs
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
+from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from promoter.store import repo
+from promoter.store.blob_batch import BlobBatch
 from promoter.store.blobs import BlobWriter
 from promoter.store.quota import RunQuota
 
@@ -190,6 +195,85 @@ async def put_blob(
     return json_response(
         {"sha256": sha256, "bytes": size, "created": created}, 201 if created else 200
     )
+
+
+def _record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
+    """Every blob of a batch in one database commit."""
+    with services.db.session() as session:
+        repo.record_blobs(session, blobs)
+
+
+@router.post(
+    "/blobs:batchUpdate",
+    **operation(
+        "batchUpdateBlobs",
+        summary="Upload many small blobs at once",
+        description="A stream of frames, each the line `<sha256> <size>` and then exactly "
+        f"`size` bytes; at most {BATCH_MAX_BLOBS} blobs of at most {BATCH_BLOB_MAX} bytes "
+        f"each (and `max_blob_bytes`), {BATCH_MAX_BYTES} bytes in all. Each blob is hashed "
+        "and sized while it streams and answered as a single upload would be, in frame "
+        "order: `status` 201 stored now, 200 already stored, or the `code` that refused it "
+        "(`payload_too_large`, `quota_exceeded`, `blob_hash_mismatch`), which stores "
+        "nothing of that blob. The blobs that hashed right are committed together (one "
+        "database commit, one fsync per directory). A malformed or truncated frame "
+        "(`bad_request`) or a storage error refuses the whole batch.",
+        tags=["executor"],
+        roles=["executor"],
+        errors=["database_busy", "payload_too_large", "storage_error", "bad_request"],
+        body_schema={"type": "string", "format": "binary"},
+        body_media_type="application/octet-stream",
+        body_required=False,
+        ok={
+            200: Ok(
+                "one answer per blob",
+                BlobBatchStored,
+                {
+                    "responses": [
+                        {
+                            "sha256": "9f86d081" + "0" * 56,
+                            "bytes": 1,
+                            "created": True,
+                            "status": 201,
+                            "code": None,
+                            "detail": None,
+                        }
+                    ]
+                },
+            )
+        },
+    ),
+)
+async def batch_update_blobs(
+    request: Request, principal: ExecutorDep, services: ServicesDep
+) -> Response:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > BATCH_MAX_BYTES):
+        if not declared.isdigit():
+            raise BadRequest("Content-Length is not a number")
+        raise PayloadTooLarge(f"a batch is at most {BATCH_MAX_BYTES} bytes", limit=BATCH_MAX_BYTES)
+    assert principal.run_id is not None  # an executor token is bound to one run
+    batch = BlobBatch(
+        services.blobs,
+        run_quota(services),
+        principal.run_id,
+        blob_limit=min(services.settings.max_blob_bytes, BATCH_BLOB_MAX),
+        record=lambda blobs: _record_blobs(services, blobs),
+    )
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > BATCH_MAX_BYTES:
+                raise PayloadTooLarge(
+                    f"a batch is at most {BATCH_MAX_BYTES} bytes", limit=BATCH_MAX_BYTES
+                )
+            if chunk:
+                await run_in_threadpool(batch.feed, chunk)
+        answers = await run_in_threadpool(batch.finish)
+    except BaseException:
+        batch.abort()  # unlinks of temp files and reservations given back: safe cancelled
+        raise
+    return json_response({"responses": answers})
 
 
 @router.get(

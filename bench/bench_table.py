@@ -1,0 +1,479 @@
+"""The speed table: each row a ratio measured side by side, median of interleaved rounds.
+
+Every round runs every row once (a row's variants in an order that rotates with the
+round), so a machine that gets busier mid-run slows every row alike; each row reports
+the median of its per-round figures. The rows:
+
+- ``http_flow_1150``: the whole flow over HTTP against a real daemon on a loopback
+  port (grant, executor token, blob upload, bundle submit + verification, lease,
+  ``POST /v1/promotions`` with ``wait``), 1150 small files, over the bare per-file
+  durable-write loop (``bench_promote.bare_loop``) on an identical copy. The upload's
+  share of the flow is reported next to it.
+- ``promote_1150``, ``promote_115``: promotion alone (``request_promotion`` until the
+  operation completed, in-process; blobs, grant, lease and first verification before)
+  over the bare loop.
+- ``healthz_during_verify_10k``: the largest ``/healthz`` latency (milliseconds, not a
+  ratio) seen by a client polling it while ``POST /v1/bundles`` verifies a 10 000-change
+  bundle; ``verify_10k`` is that verification's time over re-hashing every blob plus JCS
+  of the bundle.
+- ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
+  bare ``python -c pass``.
+
+What this does not do: gate anything (the exit status is 0 whatever the figures), or
+measure the rows the issue lists that need a 100k-file repository (``--full`` in
+``bench.run`` adds the older, longer benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+from bench import bench_promote as bp
+from promoter.api import gc_policy
+from promoter.api.app import create_app
+from promoter.api.server import make_server
+from promoter.client import PromoterClient
+from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_bundle
+from promoter.domain.models import blob_path
+from promoter.engine.services import Services, build_services
+
+# row -> (goal, unit): a ratio goal unless the unit says otherwise
+GOALS: dict[str, tuple[float, str]] = {
+    "http_flow_1150": (2.0, "x"),
+    "promote_1150": (1.0, "x"),
+    "promote_115": (1.2, "x"),
+    "verify_10k": (1.5, "x"),
+    "healthz_during_verify_10k": (50.0, "ms"),
+    "cli_help": (0.3, "s"),
+}
+LABELS = {
+    "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
+    "promote_1150": "promotion alone, 1150 changes, vs bare loop",
+    "promote_115": "promotion alone, 115 changes, vs bare loop",
+    "verify_10k": "verification, 10k changes, vs re-hash + JCS",
+    "healthz_during_verify_10k": "/healthz max latency during that verification",
+    "cli_help": "promoter --help start",
+}
+
+
+@dataclass
+class Table:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, row: str, value: float) -> None:
+        self.samples.setdefault(row, []).append(value)
+
+    def note(self, key: str, value: float) -> None:
+        self.extra.setdefault(key, []).append(value)
+
+
+# --- a daemon in this process ---------------------------------------------------------------
+
+
+@contextmanager
+def daemon(state_dir: Path, repo: Path) -> Iterator[tuple[str, Services]]:
+    settings = load_settings(
+        None, state_dir=state_dir, repositories={bp.REPO_NAME: RepositoryConfig(path=repo)}
+    )
+    services = build_services(settings)
+    server = make_server(create_app(settings, services), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name="bench-server", daemon=True)
+    previous = gc_policy.tune_for_serving()  # as ``promoter serve`` does
+    thread.start()
+    try:
+        if not server.ready.wait(60):
+            raise RuntimeError("the benchmark daemon did not start")
+        yield f"http://127.0.0.1:{server.port}", services
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        services.close()
+        gc_policy.restore(previous)
+
+
+def grant_document(
+    identity: str, source: bp.Source, changes: int, grant_id: str = "grt_bench"
+) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "schema": "GrantV1",
+        "grant_id": grant_id,
+        "repository_identity": identity,
+        "branch": "refs/heads/main",
+        "base_commit": source.base_commit,
+        "base_tree": source.base_tree,
+        "executor_run_id": bp.RUN_ID,
+        "workflow_id": bp.WORKFLOW,
+        "stage": bp.STAGE,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": bp.FENCE,
+        "not_before": rfc3339(now - timedelta(minutes=5)),
+        "expires_at": rfc3339(now + timedelta(hours=2)),
+        "write_allowlist": [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
+        "target_preconditions": [],
+        "limits": {"max_changes": changes + 10, "max_total_bytes": 1 << 40},
+    }
+
+
+def bundle_document(
+    grant: dict[str, Any], grant_sha256: str, steps: list[bp.Step]
+) -> dict[str, Any]:
+    changes = [
+        {"path": s.path, "operation": s.operation, "old": bp._state(s.old), "new": bp._state(s.new)}
+        for s in steps
+    ]
+    return seal_bundle(
+        {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": grant["grant_id"],
+            "grant_sha256": grant_sha256,
+            "executor_run_id": bp.RUN_ID,
+            "repository_identity": grant["repository_identity"],
+            "base_commit": grant["base_commit"],
+            "base_tree": grant["base_tree"],
+            "changes": changes,
+            "change_count": len(changes),
+            "total_bytes": sum(len(s.new) for s in steps if s.new is not None),
+            "created_at": rfc3339(utcnow()),
+        }
+    )
+
+
+def lease_document() -> dict[str, Any]:
+    return {
+        "run_id": bp.RUN_ID,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": bp.FENCE,
+        "expires_at": rfc3339(utcnow() + timedelta(hours=2)),
+    }
+
+
+def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
+    """Every blob the host lacks: batched when the client can, else one PUT each."""
+    batch = getattr(executor, "put_blobs", None)
+    if callable(batch):
+        batch([(sha256_hex(b), len(b), b) for b in blobs])
+        return
+    for data in blobs:
+        executor.put_blob(sha256_hex(data), data)
+
+
+# --- the rows ---------------------------------------------------------------------------------
+
+
+def _alternate(round_no: int, runs: list[tuple[str, Callable[[], None]]]) -> dict[str, float]:
+    """Time each run (after ``sync``), in an order that rotates with ``round_no``."""
+    order = runs[round_no % len(runs) :] + runs[: round_no % len(runs)]
+    seconds: dict[str, float] = {}
+    for name, call in order:
+        os.sync()
+        started = time.perf_counter()
+        call()
+        seconds[name] = time.perf_counter() - started
+    return seconds
+
+
+def http_flow(
+    table: Table, work: Path, round_no: int, source: bp.Source, workload: bp.Workload
+) -> None:
+    here = work / f"http{round_no}"
+    here.mkdir()
+    ours = bp.copy_repo(source.path, here / "promoter")
+    bare = bp.copy_repo(source.path, here / "bare")
+    blobs = bp._blobs(workload)
+    phases: dict[str, float] = {}
+    with daemon(here / "state", ours) as (url, services):
+        identity = services.registry.by_name(bp.REPO_NAME).identity
+        grant = grant_document(identity, source, len(workload.steps))
+
+        def flow() -> None:
+            started = time.perf_counter()
+            with PromoterClient(url, services.tokens["orchestrator"], timeout=3600) as orch:
+                registered = orch.register_grant(grant)
+                token = orch.mint_executor_token(bp.RUN_ID)["token"]
+                bundle = bundle_document(grant, registered["grant_sha256"], workload.steps)
+                with orch.with_token(token) as executor:
+                    missing = set(executor.blobs_missing(sha256_hex(b) for b in blobs))
+                    upload(executor, [b for b in blobs if sha256_hex(b) in missing])
+                    phases["upload"] = time.perf_counter() - started
+                    submitted = executor.submit_bundle(bundle)
+                orch.set_lease(bp.WORKFLOW, bp.STAGE, lease_document())
+                receipt = submitted["verification_receipt"]["receipt_sha256"]
+                done = orch.promote(bundle["bundle_id"], receipt, bp.FENCE, wait=True)
+                if done.get("status") != "completed":
+                    raise AssertionError(f"the promotion ended {done.get('status')}: {done}")
+
+        seconds = _alternate(
+            round_no, [("flow", flow), ("bare", lambda: bp.bare_loop(bare, workload.steps))]
+        )
+    bp.check_tree(ours, workload.target, "http flow")
+    bp.check_tree(bare, workload.target, "bare loop")
+    table.add("http_flow_1150", seconds["flow"] / seconds["bare"])
+    table.note("http_flow_1150.seconds", seconds["flow"])
+    table.note("http_flow_1150.bare_seconds", seconds["bare"])
+    table.note("http_flow_1150.upload_share", phases["upload"] / seconds["flow"])
+    table.note("http_flow_1150.upload_ms_per_blob", 1000 * phases["upload"] / len(blobs))
+    shutil.rmtree(here)
+
+
+def promotion(
+    table: Table,
+    row: str,
+    work: Path,
+    round_no: int,
+    source: bp.Source,
+    workload: bp.Workload,
+    template: Path,
+) -> None:
+    here = work / f"{row}-{round_no}"
+    here.mkdir()
+    ours = bp.copy_repo(source.path, here / "promoter")
+    bare = bp.copy_repo(source.path, here / "bare")
+    prepared = bp.prepare_promoter(ours, here / "state", source, workload, template)
+    operation: list[str] = []
+    seconds = _alternate(
+        round_no,
+        [
+            ("promoter", lambda: operation.append(bp.promote_once(prepared))),
+            ("bare", lambda: bp.bare_loop(bare, workload.steps)),
+        ],
+    )
+    bp.finish_promoter(prepared, operation[0])
+    bp.check_tree(ours, workload.target, row)
+    bp.check_tree(bare, workload.target, "bare loop")
+    table.add(row, seconds["promoter"] / seconds["bare"])
+    table.note(f"{row}.seconds", seconds["promoter"])
+    table.note(f"{row}.bare_seconds", seconds["bare"])
+    shutil.rmtree(here)
+
+
+def _plain_blob_store(blobs_root: Path, blobs: list[bytes]) -> None:
+    """Blob files in the store's layout, written without fsync (set-up, not measured)."""
+    for data in blobs:
+        target = blobs_root.parent / blob_path(sha256_hex(data))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o444)
+
+
+_PROBE = """
+import json, statistics, sys, threading, time, httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+seen = []
+with httpx.Client(base_url=sys.argv[1], timeout=60) as client:
+    client.get("/healthz").raise_for_status()
+    print("ready", flush=True)
+    while not stop.is_set():
+        started = time.perf_counter()
+        client.get("/healthz").raise_for_status()
+        seen.append(time.perf_counter() - started)
+print(json.dumps({"max_ms": 1000 * max(seen, default=0), "polls": len(seen),
+                  "median_ms": 1000 * statistics.median(seen or [0])}), flush=True)
+"""
+
+
+@contextmanager
+def healthz_probe(url: str) -> Iterator[Callable[[], dict[str, float]]]:
+    """A separate process polling ``/healthz`` (so it does not share this process's GIL)
+    from entry until the returned callable is called, which answers its latencies."""
+    probe = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert probe.stdin is not None and probe.stdout is not None
+    try:
+        if probe.stdout.readline().strip() != "ready":
+            raise RuntimeError("the /healthz probe did not start")
+
+        def finish() -> dict[str, float]:
+            assert probe.stdin is not None and probe.stdout is not None
+            probe.stdin.write("stop\n")
+            probe.stdin.flush()
+            figures: dict[str, float] = json.loads(probe.stdout.readline())
+            return figures
+
+        yield finish
+    finally:
+        probe.kill()
+        probe.wait(60)
+
+
+def verification(
+    table: Table, work: Path, round_no: int, source: bp.Source, creates: list[bp.Step]
+) -> None:
+    here = work / f"verify{round_no}"
+    (here / "state" / "audit").mkdir(parents=True)
+    repo = bp.copy_repo(source.path, here / "repo")
+    blobs = [s.new for s in creates if s.new is not None]
+    _plain_blob_store(here / "state" / "audit" / "blobs", blobs)
+    with daemon(here / "state", repo) as (url, services):
+        identity = services.registry.by_name(bp.REPO_NAME).identity
+        grant = grant_document(identity, source, len(creates))
+        with PromoterClient(url, services.tokens["orchestrator"], timeout=3600) as orch:
+            registered = orch.register_grant(grant)
+            token = orch.mint_executor_token(bp.RUN_ID)["token"]
+        bundle = bundle_document(grant, registered["grant_sha256"], creates)
+        figures: dict[str, float] = {}
+
+        def verify() -> None:
+            with healthz_probe(url) as probe:
+                with PromoterClient(url, token, timeout=3600) as executor:
+                    executor.submit_bundle(bundle)
+                figures.update(probe())
+
+        def baseline() -> None:
+            for data in blobs:
+                sha256_hex((here / "state" / "audit" / blob_path(sha256_hex(data))).read_bytes())
+            sha256_hex(rfc8785.dumps(bundle))
+
+        seconds = _alternate(round_no, [("verify", verify), ("baseline", baseline)])
+    table.add("verify_10k", seconds["verify"] / seconds["baseline"])
+    table.note("verify_10k.seconds", seconds["verify"])
+    table.add("healthz_during_verify_10k", figures["max_ms"])
+    table.note("healthz_during_verify_10k.median_ms", figures["median_ms"])
+    table.note("healthz_during_verify_10k.polls", figures["polls"])
+    shutil.rmtree(here)
+
+
+def cli_start(table: Table, round_no: int) -> None:
+    python = sys.executable
+    seconds = _alternate(
+        round_no,
+        [
+            (
+                "help",
+                lambda: subprocess.run(
+                    [python, "-m", "promoter.cli.main", "--help"],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                ),
+            ),
+            ("python", lambda: subprocess.run([python, "-c", "pass"], check=True, timeout=60)),
+        ],
+    )
+    table.add("cli_help", seconds["help"])
+    table.note("cli_help.ratio_over_bare_python", seconds["help"] / seconds["python"])
+
+
+# --- running and reporting --------------------------------------------------------------------
+
+
+def _creates(count: int, size: int) -> list[bp.Step]:
+    rng = bp.random.Random(11)
+    return [
+        bp.Step(f"verify/d{i // 100:03d}/c{i:05d}.txt", None, bp._text(rng, size))
+        for i in range(count)
+    ]
+
+
+def run(
+    rounds: int = 3,
+    size: int = 4096,
+    *,
+    big_files: int = 1150,
+    small_files: int = 115,
+    verify_changes: int = 10_000,
+) -> dict[str, Any]:
+    """Every row ``rounds`` times, interleaved; the medians and every sample."""
+    work = Path(
+        tempfile.mkdtemp(prefix="promoter-bench-table-", dir=os.environ.get("PROMOTER_BENCH_DIR"))
+    )
+    try:
+        big = bp.make_workload(big_files, size)
+        small = bp.make_workload(small_files, size)
+        for name in ("big", "small", "t-big", "t-small"):
+            (work / name).mkdir()
+        big_source = bp.make_source(work / "big", big)
+        small_source = bp.make_source(work / "small", small)
+        big_template, _, _ = bp.make_blob_template(work / "t-big", big)
+        small_template, _, _ = bp.make_blob_template(work / "t-small", small)
+        creates = _creates(verify_changes, 64)
+        table = Table()
+        load_before = os.getloadavg()
+        rows: list[Callable[[int], None]] = [
+            lambda r: http_flow(table, work, r, big_source, big),
+            lambda r: promotion(table, "promote_1150", work, r, big_source, big, big_template),
+            lambda r: promotion(table, "promote_115", work, r, small_source, small, small_template),
+            lambda r: verification(table, work, r, small_source, creates),
+            lambda r: cli_start(table, r),
+        ]
+        for round_no in range(rounds):
+            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+                step(round_no)
+        load_after = os.getloadavg()
+    finally:
+        if not os.environ.get("PROMOTER_BENCH_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+    return {
+        "rounds": rounds,
+        "cpus": os.cpu_count() or 1,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after],
+        "filesystem": bp.filesystem_of(work.parent),
+        "rows": {
+            row: {
+                "median": statistics.median(values),
+                "samples": values,
+                "goal": GOALS[row][0],
+                "unit": GOALS[row][1],
+                "met": statistics.median(values) <= GOALS[row][0],
+            }
+            for row, values in table.samples.items()
+        },
+        "details": {key: statistics.median(values) for key, values in table.extra.items()},
+    }
+
+
+def format_result(result: dict[str, Any]) -> str:
+    lines = [
+        f"speed table: median of {result['rounds']} interleaved rounds; {result['cpus']} CPUs, "
+        f"load average {result['load_average_before'][0]} -> {result['load_average_after'][0]}; "
+        f"{result['filesystem']}",
+        f"  {'measure':<50} {'median':>9} {'goal':>8}  verdict  samples",
+    ]
+    for row, label in LABELS.items():
+        if row not in result["rows"]:
+            continue
+        figure = result["rows"][row]
+        unit = figure["unit"]
+        samples = ", ".join(f"{s:.3g}" for s in figure["samples"])
+        lines.append(
+            f"  {label:<50} {figure['median']:8.3g}{unit:<1} {figure['goal']:7.3g}{unit:<1}  "
+            f"{'met' if figure['met'] else 'MISSED':<7}  {samples}"
+        )
+    lines.append("  details (medians):")
+    lines += [f"    {key}: {value:.4g}" for key, value in sorted(result["details"].items())]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(format_result(run()))

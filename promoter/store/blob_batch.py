@@ -1,0 +1,277 @@
+"""Batched blob intake: many small blobs from one framed stream, committed together.
+
+``BlobBatch.feed`` parses the frames of ``promoter.domain.blob_frames`` as chunks
+arrive and writes each blob to its own temp file while hashing it, within its declared
+size; its quota is reserved when its header arrives. ``finish`` then commits every blob
+that hashed right at once: each temp fsynced, the run charged once for all new bytes,
+one database commit recording every blob, the links into place, one fsync per fan-out
+directory touched, and one refund for blobs someone else stored meanwhile. The order is
+the single upload's (``promoter.api.routes.blobs``): charged, recorded, then linked, so
+a kill anywhere leaves no blob visible that is not recorded and paid for, and never a
+half-written blob (a blob appears only by a link of its complete, fsynced temp file).
+
+Per blob, the answers are those of a single upload: ``payload_too_large`` (a blob
+larger than a batch carries), ``quota_exceeded`` and ``blob_hash_mismatch`` refuse that
+blob only and store nothing of it. A malformed frame, a stream that ends inside a frame,
+too many blobs or a storage error refuse the whole batch and store nothing.
+
+Fault points: ``blob_batch_write`` (before each piece of a blob is written),
+``blob_batch_synced`` (every temp fsynced, nothing charged), ``blob_batch_charged``
+(charged, not recorded), ``blob_batch_recorded`` (recorded, nothing linked),
+``blob_batch_link`` (before each link).
+
+Not here: HTTP, authentication, the body-size bound of the request (the route's), or
+deciding which blobs go into a batch (the client's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from promoter.domain.blob_frames import BATCH_MAX_BLOBS, HEADER_MAX, parse_header
+from promoter.errors import (
+    BadRequest,
+    BlobHashMismatch,
+    PayloadTooLarge,
+    PromoterError,
+    QuotaExceeded,
+    StorageError,
+)
+from promoter.faults import point
+from promoter.store.blobs import BlobStore, BlobWriter
+from promoter.store.durable import fsync_dir
+from promoter.store.quota import RunQuota
+
+SYNC_WORKERS = 8
+Record = Callable[[list[tuple[str, int]]], None]
+
+
+def _point(name: str) -> None:
+    """A fault point whose I/O error reads as the storage error it stands for."""
+    try:
+        point(name)
+    except OSError as exc:
+        raise StorageError(f"cannot store blob: {exc}") from exc
+
+
+@dataclass
+class _Item:
+    sha256: str
+    size: int
+    writer: BlobWriter | None = None
+    reserved: int = 0
+    free: bool = False  # already stored when its header arrived: costs nothing
+    charge: int = 0
+    created: bool = False
+    error: PromoterError | None = None
+
+    def answer(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {
+                "sha256": self.sha256,
+                "bytes": self.size,
+                "created": False,
+                "status": self.error.http_status,
+                "code": self.error.code,
+                "detail": str(self.error),
+            }
+        status = 201 if self.created else 200
+        return {
+            "sha256": self.sha256,
+            "bytes": self.size,
+            "created": self.created,
+            "status": status,
+            "code": None,
+            "detail": None,
+        }
+
+
+class BlobBatch:
+    """One batch in progress: ``feed`` chunks, then ``finish`` or ``abort``.
+
+    Every method but ``abort`` does file I/O: call them in a worker thread.
+    """
+
+    def __init__(
+        self,
+        store: BlobStore,
+        quota: RunQuota,
+        run_id: str,
+        *,
+        blob_limit: int,
+        record: Record,
+        max_blobs: int = BATCH_MAX_BLOBS,
+    ) -> None:
+        self.store = store
+        self.quota = quota
+        self.run_id = run_id
+        self.blob_limit = blob_limit
+        self.max_blobs = max_blobs
+        self._record = record
+        self.items: list[_Item] = []
+        self._head = bytearray()
+        self._current: _Item | None = None
+        self._remaining = 0
+        self._settled = False
+
+    # --- streaming ----------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        while view:
+            if self._current is None:
+                newline = bytes(view[: HEADER_MAX + 1 - len(self._head)]).find(b"\n")
+                if newline < 0:
+                    self._head += view
+                    view = view[len(view) :]
+                    if len(self._head) > HEADER_MAX:
+                        raise BadRequest("a blob frame header is longer than allowed")
+                    continue
+                self._head += view[:newline]
+                view = view[newline + 1 :]
+                self._start(bytes(self._head))
+                self._head.clear()
+                continue
+            piece = view[: self._remaining]
+            view = view[len(piece) :]
+            self._remaining -= len(piece)
+            item = self._current
+            if item.writer is not None:
+                _point("blob_batch_write")
+                item.writer.write(bytes(piece))
+            if not self._remaining:
+                self._end(item)
+
+    def _start(self, line: bytes) -> None:
+        header = parse_header(line)
+        if header is None:
+            raise BadRequest('a blob frame header must be "<64 lowercase hex> <size>"')
+        if len(self.items) >= self.max_blobs:
+            raise PayloadTooLarge(f"at most {self.max_blobs} blobs per batch", limit=self.max_blobs)
+        item = _Item(*header)
+        self.items.append(item)
+        self._current, self._remaining = item, item.size
+        if item.size > self.blob_limit:
+            item.error = PayloadTooLarge(
+                f"blob is larger than {self.blob_limit} bytes, the most a batch carries",
+                limit=self.blob_limit,
+            )
+        else:
+            item.free = self.store.has(item.sha256)
+            if not item.free:
+                try:
+                    self.quota.reserve(self.run_id, item.size)
+                    item.reserved = item.size
+                except QuotaExceeded as exc:
+                    item.error = exc
+        if item.error is None:
+            item.writer = self.store.writer(item.sha256, max(item.size, 1))
+        if not self._remaining:
+            self._end(item)
+
+    def _end(self, item: _Item) -> None:
+        self._current = None
+        if item.writer is None:
+            return
+        try:
+            item.writer.check()
+        except BlobHashMismatch as exc:
+            item.error = exc
+            item.writer = None
+
+    # --- committing ---------------------------------------------------------------------
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Commit every blob that hashed right; one answer per frame, in frame order."""
+        if self._current is not None or self._head:
+            raise BadRequest("the batch ended inside a blob frame")
+        good = [i for i in self.items if i.error is None and i.writer is not None]
+        self._sync([i.writer for i in good if i.writer is not None])
+        _point("blob_batch_synced")
+        for item in good:
+            if self.store.has(item.sha256):
+                continue
+            if item.free:  # removed meanwhile (gc): this batch stores it, and pays
+                try:
+                    self.quota.reserve(self.run_id, item.size)
+                except QuotaExceeded as exc:
+                    item.error = exc
+                    self._drop(item)
+                    continue
+                item.free, item.reserved = False, item.size
+            item.charge = item.size
+        good = [i for i in good if i.error is None]
+        charged = sum(i.charge for i in good)
+        self._settled = True
+        self.quota.settle(self.run_id, sum(i.reserved for i in self.items), charged)
+        try:
+            _point("blob_batch_charged")
+            self._record([(i.sha256, i.size) for i in good])
+        except BaseException:
+            if charged:
+                self.quota.refund(self.run_id, charged)
+            raise
+        _point("blob_batch_recorded")
+        self._link(good)
+        return [item.answer() for item in self.items]
+
+    @staticmethod
+    def _sync(writers: list[BlobWriter]) -> None:
+        """fsync every temp file, a few at once: concurrent fsyncs share journal commits."""
+        if len(writers) < 2:
+            for writer in writers:
+                writer.sync()
+            return
+        with ThreadPoolExecutor(min(SYNC_WORKERS, len(writers)), "blob-batch-sync") as pool:
+            for done in [pool.submit(writer.sync) for writer in writers]:
+                done.result()
+
+    def _link(self, good: list[_Item]) -> None:
+        refund = 0
+        parents: dict[Path, None] = {}
+        pending = list(good)
+        try:
+            while pending:
+                item = pending[0]
+                assert item.writer is not None
+                _point("blob_batch_link")
+                item.created = item.writer.link()
+                item.writer = None
+                pending.pop(0)
+                parents[self.store.path_for(item.sha256).parent] = None
+                if item.charge and not item.created:
+                    refund += item.charge
+        except BaseException:
+            refund += sum(i.charge for i in pending)
+            raise
+        finally:
+            try:
+                for parent in parents:
+                    try:
+                        fsync_dir(parent)
+                    except OSError as exc:
+                        raise StorageError(f"cannot store blob: {exc}") from exc
+            finally:
+                for item in pending:
+                    self._drop(item)
+                if refund:
+                    self.quota.refund(self.run_id, refund)
+
+    def _drop(self, item: _Item) -> None:
+        if item.writer is not None:
+            item.writer.abort()
+            item.writer = None
+
+    def abort(self) -> None:
+        """Remove every temp file and give back every reservation not yet settled."""
+        for item in self.items:
+            self._drop(item)
+        if not self._settled:
+            self._settled = True
+            reserved = sum(i.reserved for i in self.items)
+            if reserved:
+                self.quota.settle(self.run_id, reserved, 0)
