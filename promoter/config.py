@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     host_id: str | None = Field(default=None, min_length=1, max_length=200)
     # How long an operation's owner lease lasts; the heartbeat renews it every third.
     owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
+    # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
+    max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
 
     @classmethod
     def settings_customise_sources(

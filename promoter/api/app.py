@@ -17,6 +17,7 @@ from promoter.api import docs, observe, openapi, problems
 from promoter.api.routes import (
     blobs,
     bundles,
+    events,
     health,
     keys,
     operations,
@@ -79,4 +80,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
 
     for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
+    app.include_router(events.router)  # the watch feed
     return app

@@ -206,3 +206,19 @@ class SnapshotRow(Base):
 
 
 Index("ix_snapshots_repo_time", SnapshotRow.repository_identity, SnapshotRow.captured_at)
+
+
+class FeedRow(Base):
+    """A ledger event or a status change, in the global order of commits: the watch feed."""
+
+    __tablename__ = "event_feed"
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # none for a ``status`` entry: a status change without an event of its own
+    event_id: Mapped[str | None] = mapped_column(String(40), unique=True, nullable=True)
+    operation_id: Mapped[str] = mapped_column(String(40), index=True)
+    operation_kind: Mapped[str] = mapped_column(String(20))
+    repository_name: Mapped[str] = mapped_column(String(200), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(30))
+    code: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    at: Mapped[str] = mapped_column(String(20))
