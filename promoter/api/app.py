@@ -26,6 +26,7 @@ from promoter.api.routes import (
     snapshots,
 )
 from promoter.config import Settings
+from promoter.engine import webhooks
 from promoter.engine.ownership import Heartbeat
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
@@ -37,6 +38,18 @@ API_DESCRIPTION = (
     "restores snapshots. Every error is `application/problem+json` with a stable `code`, "
     "whose `type` is a page of this daemon (`/problems/{code}`)."
 )
+
+
+def start_webhooks(app: FastAPI) -> webhooks.Dispatcher | None:
+    """The webhook dispatcher of the configured subscribers, started (none without any)."""
+    services: Services = app.state.services
+    if not services.settings.webhooks:
+        return None
+    dispatcher = webhooks.Dispatcher(services)
+    services.webhooks = dispatcher
+    app.state.metrics.registry.register(webhooks.WebhookGauges(services))
+    dispatcher.start()
+    return dispatcher
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
@@ -54,9 +67,12 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
+        dispatcher = start_webhooks(app)
         try:
             yield
         finally:
+            if dispatcher is not None:
+                await dispatcher.stop()
             heartbeat.stop()
             if app.state.services.runner is not None:
                 app.state.services.runner.shutdown()

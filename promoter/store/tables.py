@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from promoter.domain.states import StepStatus, check_transition
@@ -222,3 +232,29 @@ class FeedRow(Base):
     status: Mapped[str] = mapped_column(String(30))
     code: Mapped[str | None] = mapped_column(String(60), nullable=True)
     at: Mapped[str] = mapped_column(String(20))
+
+
+class WebhookSubscriberRow(Base):
+    """A webhook subscriber's place in the feed and its run of failures."""
+
+    __tablename__ = "webhook_subscribers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)  # feed entries up to here are queued
+    failures: Mapped[int] = mapped_column(Integer)  # consecutive failed attempts
+    paused: Mapped[int] = mapped_column(Integer)  # 1 once failures reached max_failures
+    updated_at: Mapped[str] = mapped_column(String(20))
+
+
+class WebhookDeliveryRow(Base):
+    """One queued or done delivery of one feed entry to one subscriber."""
+
+    __tablename__ = "webhook_deliveries"
+    delivery_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    subscriber: Mapped[str] = mapped_column(String(200), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), index=True)  # pending | delivered
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[str] = mapped_column(String(20))
