@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -35,11 +36,13 @@ from starlette.concurrency import run_in_threadpool
 from promoter.config import WebhookConfig
 from promoter.domain.canonical import canonical_bytes, rfc3339, utcnow
 from promoter.engine.services import Services
+from promoter.errors import PromoterError
 from promoter.store import feed
 from promoter.store.tables import FeedRow, WebhookDeliveryRow, WebhookSubscriberRow
 from promoter.store.wakeup import COMMITS
 
 RECHECK_SECONDS = 1.0
+LOG = logging.getLogger("promoter.webhooks")
 SEND_TIMEOUT = 10.0
 PENDING, DELIVERED = "pending", "delivered"
 
@@ -191,18 +194,27 @@ class Dispatcher:
         async with httpx.AsyncClient(follow_redirects=False, timeout=SEND_TIMEOUT) as client:
             while not self.services.stopping.is_set():
                 seen = COMMITS.generation
-                await run_in_threadpool(self.enqueue)
-                wake = RECHECK_SECONDS
-                for name, ident, body, due in await run_in_threadpool(self.heads):
-                    now = self.clock()
-                    if due > now:
-                        wake = min(wake, due - now)
-                        continue
-                    error = await self.send(client, name, ident, body)
-                    await run_in_threadpool(self.record, name, ident, error)
-                    wake = 0.0
+                try:
+                    wake = await self._round(client)
+                except PromoterError as exc:  # e.g. database_busy: the next round retries
+                    LOG.warning("webhook round failed: %s: %s", exc.code, exc.detail)
+                    wake = RECHECK_SECONDS
                 if wake > 0:
                     await COMMITS.wait(seen, wake)
+
+    async def _round(self, client: httpx.AsyncClient) -> float:
+        """Queue and send what is due; how long until the next look (0: look again now)."""
+        await run_in_threadpool(self.enqueue)
+        wake = RECHECK_SECONDS
+        for name, ident, body, due in await run_in_threadpool(self.heads):
+            now = self.clock()
+            if due > now:
+                wake = min(wake, due - now)
+                continue
+            error = await self.send(client, name, ident, body)
+            await run_in_threadpool(self.record, name, ident, error)
+            wake = 0.0
+        return wake
 
     def kick(self) -> None:
         """Look at the queue now (after a test moved ``clock``)."""
