@@ -7,22 +7,43 @@ the problem's other members as the error's context, so callers catch the same
 ``PromoterError`` subclasses the engine raises. A server that cannot be reached is a
 ``ConfigError`` naming the URL.
 
-It deliberately holds no policy: it does not build, check or retry documents, and it
-returns the server's answers as plain dicts, or as wire models where SPEC §3 defines the
-document (grants, bundles, verification receipts, DSSE envelopes).
+Idempotent calls (every GET and PUT, and the POSTs the server deduplicates: grants,
+bundles, blobs:missing, promotions) are retried with exponential backoff (``Backoff``,
+whose ``sleep`` a test may replace) on connection errors and on 503; a body streamed
+from an iterable is never retried. The older methods return the server's answers as
+plain dicts (the CLI reads them), or as wire models where SPEC §3 defines the document;
+``operation``, ``events`` and ``watch`` answer the API's response models, and
+``AsyncPromoterClient`` (httpx's async client) answers them for the whole orchestrator
+flow. It deliberately holds no policy: it does not build or check documents.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 
+from promoter.api.models import (
+    BlobStored,
+    BundleSubmitted,
+    EventFeed,
+    ExecutorToken,
+    FeedEvent,
+    GrantRegistered,
+    LeaseSet,
+    MissingBlobs,
+    OperationAccepted,
+    OperationView,
+)
 from promoter.domain.blob_frames import (
     BATCH_BLOB_MAX,
     BATCH_MAX_BLOBS,
@@ -40,11 +61,34 @@ from promoter.domain.models import (
 )
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
-__all__ = ["MISSING_BATCH", "PromoterClient", "file_chunks"]
+__all__ = ["MISSING_BATCH", "AsyncPromoterClient", "Backoff", "PromoterClient", "file_chunks"]
 
 MISSING_BATCH = 10_000  # digests per blobs:missing request (the server takes 100,000)
 CHUNK = 1 << 20
 _PROBLEM_MEMBERS = ("type", "title", "status", "detail", "code")
+IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE")
+WATCH_WAIT = 30.0  # seconds one long-poll of ``watch`` waits
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Retries of idempotent calls: ``attempts`` in all, delays doubling from ``first``."""
+
+    attempts: int = 4
+    first: float = 0.25
+    cap: float = 8.0
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
+
+    def delays(self) -> Iterator[float]:
+        """The delay before each retry (``attempts - 1`` of them)."""
+        for retry in range(max(self.attempts, 1) - 1):
+            yield min(self.first * (2**retry), self.cap)
+
+
+DEFAULT_BACKOFF = Backoff()
+NO_RETRY = Backoff(attempts=1)
 
 Json = dict[str, Any]
 BlobSource = bytes | Path | Iterable[bytes]
@@ -97,11 +141,13 @@ class PromoterClient:
         *,
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._transport = transport
+        self._backoff = backoff
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
@@ -109,7 +155,9 @@ class PromoterClient:
 
     def with_token(self, token: str | None) -> PromoterClient:
         """A second client for the same server with another token (e.g. an executor's)."""
-        return PromoterClient(self.url, token, timeout=self._timeout, transport=self._transport)
+        return PromoterClient(
+            self.url, token, timeout=self._timeout, transport=self._transport, backoff=self._backoff
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -137,29 +185,36 @@ class PromoterClient:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         ok_statuses: tuple[int, ...] = (),
+        idempotent: bool | None = None,
+        timeout: float | None = None,
     ) -> httpx.Response:
-        try:
-            response = self._http.request(
-                method,
-                path,
-                json=json_body,
-                content=content,
-                params=params,
-                headers=headers,
-            )
-        except httpx.TimeoutException as exc:
-            raise ConfigError(
-                f"the promoter server at {self.url} did not answer {method} {path} "
-                f"within {self._timeout:g} s",
-                url=self.url,
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ConfigError(
-                f"cannot reach the promoter server at {self.url}: {exc}", url=self.url
-            ) from exc
-        if response.status_code not in ok_statuses:
-            _raise_for(response)
-        return response
+        delays = _retry_delays(self._backoff, method, content, idempotent, ok_statuses)
+        while True:
+            try:
+                response = self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout or self._timeout,
+                )
+            except httpx.TransportError as exc:
+                delay = next(delays, None)
+                if delay is None or isinstance(exc, httpx.TimeoutException):
+                    limit = timeout or self._timeout
+                    raise _unreachable(self.url, method, path, limit, exc) from exc
+                self._backoff.sleep(delay)
+                continue
+            if response.status_code == 503 and 503 not in ok_statuses:
+                delay = next(delays, None)
+                if delay is not None:
+                    self._backoff.sleep(delay)
+                    continue
+            if response.status_code not in ok_statuses:
+                _raise_for(response)
+            return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         response = self._send(method, path, **kwargs)
@@ -196,7 +251,7 @@ class PromoterClient:
     def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Json:
         """``{grant_id, grant_sha256, created}``; registering identical bytes again is a no-op."""
         document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
-        response = self._send("POST", "/v1/grants", json_body=document)
+        response = self._send("POST", "/v1/grants", json_body=document, idempotent=True)
         return {**response.json(), "created": response.status_code == 201}
 
     def get_grant(self, grant_id: str) -> GrantV1:
@@ -223,7 +278,9 @@ class PromoterClient:
         missing: list[str] = []
         for start in range(0, len(wanted), MISSING_BATCH):
             batch = wanted[start : start + MISSING_BATCH]
-            answer = self._json("POST", "/v1/blobs:missing", json_body={"sha256": batch})
+            answer = self._json(
+                "POST", "/v1/blobs:missing", json_body={"sha256": batch}, idempotent=True
+            )
             missing.extend(answer["missing"])
         return missing
 
@@ -311,7 +368,7 @@ class PromoterClient:
         failed receipt in the error's ``verification_receipt`` context member.
         """
         document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
-        return self._json("POST", "/v1/bundles", json_body=document)
+        return self._json("POST", "/v1/bundles", json_body=document, idempotent=True)
 
     def get_bundle(self, bundle_id: str) -> PatchBundleV1:
         response = self._send("GET", f"/v1/bundles/{_segment(bundle_id)}")
@@ -347,7 +404,50 @@ class PromoterClient:
             "fence": fence,
             "wait": wait,
         }
-        return self._json("POST", "/v1/promotions", json_body=body)
+        return self._json("POST", "/v1/promotions", json_body=body, idempotent=True)
+
+    def operation(
+        self, operation_id: str, *, wait: float | None = None, status: str | None = None
+    ) -> OperationView:
+        """The operation; with ``wait``, once its status differs from ``status`` (or now)."""
+        params = _wait_params(wait, status)
+        path = f"/v1/operations/{_segment(operation_id)}"
+        response = self._send("GET", path, params=params, timeout=self._long(wait))
+        return OperationView.model_validate_json(response.content)
+
+    def events(
+        self,
+        after: str | None = None,
+        *,
+        wait: float | None = None,
+        repository: str | None = None,
+        status: str | None = None,
+    ) -> EventFeed:
+        """One page of the watch feed after the cursor ``after``."""
+        params = _feed_params(after, wait, repository, status)
+        response = self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
+        return EventFeed.model_validate_json(response.content)
+
+    def watch(
+        self,
+        after: str | None = None,
+        *,
+        repository: str | None = None,
+        status: str | None = None,
+        wait: float = WATCH_WAIT,
+    ) -> Iterator[FeedEvent]:
+        """Every feed entry after ``after``, long-polling for more; never ends by itself.
+
+        Each entry carries its ``cursor``: save the last one handled to resume there,
+        also after a restart of either side.
+        """
+        while True:
+            page = self.events(after, wait=wait, repository=repository, status=status)
+            yield from page.events
+            after = page.cursor
+
+    def _long(self, wait: float | None) -> float:
+        return self._timeout + (wait or 0.0)
 
     def get_operation(self, operation_id: str, *, current: bool = False) -> Json:
         params = {"current": "true"} if current else None
@@ -426,6 +526,232 @@ class PromoterClient:
         path = f"/v1/repositories/{_segment(repository)}/snapshots/{_segment(tree)}/restore"
         body = {"expected_current_tree": expected_current_tree}
         return self._json("POST", path, json_body=body)
+
+
+class AsyncPromoterClient:
+    """The orchestrator's calls over httpx's async client, answering the API's models.
+
+    The same retries as ``PromoterClient`` (``Backoff.async_sleep``), the same problem to
+    ``PromoterError`` translation; ``watch`` is an async iterator over the feed.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._backoff = backoff
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPromoterClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        delays = _retry_delays(self._backoff, method, content, idempotent)
+        limit = timeout or self._timeout
+        while True:
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=limit,
+                )
+            except httpx.TransportError as exc:
+                delay = next(delays, None)
+                if delay is None or isinstance(exc, httpx.TimeoutException):
+                    raise _unreachable(self.url, method, path, limit, exc) from exc
+                await self._backoff.async_sleep(delay)
+                continue
+            if response.status_code == 503:
+                delay = next(delays, None)
+                if delay is not None:
+                    await self._backoff.async_sleep(delay)
+                    continue
+            _raise_for(response)
+            return response
+
+    async def mint_executor_token(
+        self, executor_run_id: str, ttl_seconds: int = 3600
+    ) -> ExecutorToken:
+        body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}
+        return _model(
+            ExecutorToken, await self._send("POST", "/v1/executor-tokens", json_body=body)
+        )
+
+    async def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> GrantRegistered:
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        response = await self._send("POST", "/v1/grants", json_body=document, idempotent=True)
+        return _model(GrantRegistered, response)
+
+    async def set_lease(
+        self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]
+    ) -> LeaseSet:
+        document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        path = f"/v1/leases/{_segment(workflow_id)}/{_segment(stage)}"
+        return _model(LeaseSet, await self._send("PUT", path, json_body=document))
+
+    async def blobs_missing(self, digests: Iterable[str]) -> list[str]:
+        wanted = list(dict.fromkeys(digests))
+        missing: list[str] = []
+        for start in range(0, len(wanted), MISSING_BATCH):
+            body = {"sha256": wanted[start : start + MISSING_BATCH]}
+            response = await self._send(
+                "POST", "/v1/blobs:missing", json_body=body, idempotent=True
+            )
+            missing.extend(_model(MissingBlobs, response).missing)
+        return missing
+
+    async def put_blob(self, sha256: str, data: bytes) -> BlobStored:
+        headers = {"Content-Type": "application/octet-stream"}
+        path = f"/v1/blobs/sha256/{_segment(sha256)}"
+        return _model(BlobStored, await self._send("PUT", path, content=data, headers=headers))
+
+    async def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> BundleSubmitted:
+        document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
+        response = await self._send("POST", "/v1/bundles", json_body=document, idempotent=True)
+        return _model(BundleSubmitted, response)
+
+    async def promote(
+        self, bundle_id: str, receipt_sha256: str, fence: int, *, wait: bool = False
+    ) -> OperationAccepted | OperationView:
+        """202's ``OperationAccepted``, or (with ``wait``) the ended ``OperationView``."""
+        body = {
+            "bundle_id": bundle_id,
+            "verification_receipt_sha256": receipt_sha256,
+            "fence": fence,
+            "wait": wait,
+        }
+        response = await self._send("POST", "/v1/promotions", json_body=body, idempotent=True)
+        if response.status_code == 202:
+            return _model(OperationAccepted, response)
+        return _model(OperationView, response)
+
+    async def operation(
+        self, operation_id: str, *, wait: float | None = None, status: str | None = None
+    ) -> OperationView:
+        path = f"/v1/operations/{_segment(operation_id)}"
+        params = _wait_params(wait, status)
+        response = await self._send("GET", path, params=params, timeout=self._long(wait))
+        return _model(OperationView, response)
+
+    async def receipt(self, operation_id: str) -> bytes:
+        """The promotion receipt's exact stored canonical bytes."""
+        path = f"/v1/operations/{_segment(operation_id)}/receipt"
+        return (await self._send("GET", path)).content
+
+    async def recover(self, operation_id: str, fence: int) -> OperationView:
+        path = f"/v1/operations/{_segment(operation_id)}/recover"
+        return _model(OperationView, await self._send("POST", path, json_body={"fence": fence}))
+
+    async def events(
+        self,
+        after: str | None = None,
+        *,
+        wait: float | None = None,
+        repository: str | None = None,
+        status: str | None = None,
+    ) -> EventFeed:
+        params = _feed_params(after, wait, repository, status)
+        response = await self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
+        return _model(EventFeed, response)
+
+    async def watch(
+        self,
+        after: str | None = None,
+        *,
+        repository: str | None = None,
+        status: str | None = None,
+        wait: float = WATCH_WAIT,
+    ) -> AsyncIterator[FeedEvent]:
+        """Every feed entry after ``after``, long-polling for more; never ends by itself."""
+        while True:
+            page = await self.events(after, wait=wait, repository=repository, status=status)
+            for entry in page.events:
+                yield entry
+            after = page.cursor
+
+    def _long(self, wait: float | None) -> float:
+        return self._timeout + (wait or 0.0)
+
+
+def _retry_delays(
+    backoff: Backoff,
+    method: str,
+    content: bytes | Iterable[bytes] | None,
+    idempotent: bool | None,
+    ok_statuses: tuple[int, ...] = (),
+) -> Iterator[float]:
+    """The delays of the retries a call may make (none for a call that is not idempotent)."""
+    if idempotent is None:
+        idempotent = method in IDEMPOTENT_METHODS
+    replayable = content is None or isinstance(content, bytes)
+    return backoff.delays() if idempotent and replayable else iter(())
+
+
+def _unreachable(
+    url: str, method: str, path: str, timeout: float, exc: httpx.TransportError
+) -> ConfigError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ConfigError(
+            f"the promoter server at {url} did not answer {method} {path} within {timeout:g} s",
+            url=url,
+        )
+    return ConfigError(f"cannot reach the promoter server at {url}: {exc}", url=url)
+
+
+def _wait_params(wait: float | None, status: str | None) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if wait:
+        params["wait"] = f"{wait:g}"
+    if status:
+        params["status"] = status
+    return params
+
+
+def _feed_params(
+    after: str | None, wait: float | None, repository: str | None, status: str | None
+) -> dict[str, str]:
+    pairs = (("after", after), ("repository", repository), ("status", status))
+    return {**{k: v for k, v in pairs if v}, **_wait_params(wait, None)}
+
+
+def _model(model: type[M], response: httpx.Response) -> M:
+    return model.model_validate_json(response.content)
 
 
 def _segment(value: str) -> str:

@@ -33,6 +33,19 @@ class RepositoryConfig(BaseModel):
     approval: Literal["none", "required"] = "none"
 
 
+class WebhookConfig(BaseModel):
+    """One webhook subscriber, configured by the operator only (never from a bundle)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2000)
+    secret: str = Field(min_length=16, max_length=400, repr=False)
+    # feed entry kinds to deliver (decision, action, outcome, status); none: every kind
+    kinds: list[Literal["decision", "action", "outcome", "status"]] | None = None
+    # consecutive failed attempts after which the subscriber is paused
+    max_failures: int = Field(default=8, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PROMOTER_", extra="forbid", frozen=True)
 
@@ -64,6 +77,13 @@ class Settings(BaseSettings):
     host_id: str | None = Field(default=None, min_length=1, max_length=200)
     # How long an operation's owner lease lasts; the heartbeat renews it every third.
     owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
+    # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
+    max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
+    # Webhook subscribers by name; deliveries wait in a bounded queue in the database.
+    webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
+    webhook_queue_max: int = Field(default=1000, ge=1)
+    webhook_backoff_seconds: float = Field(default=1.0, gt=0)
+    webhook_backoff_max_seconds: float = Field(default=600.0, gt=0)
 
     @classmethod
     def settings_customise_sources(

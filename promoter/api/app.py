@@ -17,6 +17,7 @@ from promoter.api import docs, observe, openapi, problems
 from promoter.api.routes import (
     blobs,
     bundles,
+    events,
     health,
     keys,
     operations,
@@ -26,6 +27,7 @@ from promoter.api.routes import (
     snapshots,
 )
 from promoter.config import Settings
+from promoter.engine import webhooks
 from promoter.engine.ownership import Heartbeat
 from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services, build_services
@@ -37,6 +39,18 @@ API_DESCRIPTION = (
     "restores snapshots. Every error is `application/problem+json` with a stable `code`, "
     "whose `type` is a page of this daemon (`/problems/{code}`)."
 )
+
+
+def start_webhooks(app: FastAPI) -> webhooks.Dispatcher | None:
+    """The webhook dispatcher of the configured subscribers, started (none without any)."""
+    services: Services = app.state.services
+    if not services.settings.webhooks:
+        return None
+    dispatcher = webhooks.Dispatcher(services)
+    services.webhooks = dispatcher
+    app.state.metrics.registry.register(webhooks.WebhookGauges(services))
+    dispatcher.start()
+    return dispatcher
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
@@ -54,9 +68,12 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
+        dispatcher = start_webhooks(app)
         try:
             yield
         finally:
+            if dispatcher is not None:
+                await dispatcher.stop()
             heartbeat.stop()
             if app.state.services.runner is not None:
                 app.state.services.runner.shutdown()
@@ -81,4 +98,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
     app.include_router(review.router)
+    app.include_router(events.router)  # the watch feed
     return app

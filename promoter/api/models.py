@@ -390,3 +390,22 @@ class SnapshotDiff(Reply):
     deleted: list[str]
     unified_diff: str
     truncated: bool
+
+
+class FeedEvent(Reply):
+    """One ledger event or status change, with its operation's status as it committed."""
+
+    cursor: str = Field(description="resume after this entry with `after=<cursor>`")
+    event_id: str | None = Field(description="none for a `status` entry")
+    operation_id: str
+    operation_kind: str
+    repository: str
+    kind: str = Field(description="`decision`, `action`, `outcome`, or `status`")
+    status: str
+    code: str | None
+    at: str
+
+
+class EventFeed(Reply):
+    events: list[FeedEvent]
+    cursor: str = Field(description="resume after the events answered with `after=<cursor>`")

@@ -3,7 +3,9 @@
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
 hash covers the previous one. ``append`` adds one event inside the caller's transaction;
-``verify_chain`` re-checks a whole chain; ``events`` and ``last_event`` read it.
+``verify_chain`` re-checks a whole chain; ``events`` and ``last_event`` read it. Each
+appended event also enters the watch feed (``promoter.store.feed``) when its transaction
+commits.
 Deliberately not here: what an event says (each operation kind's engine module).
 """
 
@@ -15,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
+from promoter.store import feed
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
@@ -55,6 +58,7 @@ def append(session: Session, operation_id: str, kind: EventKind, payload: dict[s
         )
     )
     session.flush()
+    feed.record(session, event_id, operation_id, kind, at)
     return event_id
 
 

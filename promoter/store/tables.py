@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from promoter.domain.states import StepStatus, check_transition
@@ -206,3 +216,45 @@ class SnapshotRow(Base):
 
 
 Index("ix_snapshots_repo_time", SnapshotRow.repository_identity, SnapshotRow.captured_at)
+
+
+class FeedRow(Base):
+    """A ledger event or a status change, in the global order of commits: the watch feed."""
+
+    __tablename__ = "event_feed"
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # none for a ``status`` entry: a status change without an event of its own
+    event_id: Mapped[str | None] = mapped_column(String(40), unique=True, nullable=True)
+    operation_id: Mapped[str] = mapped_column(String(40), index=True)
+    operation_kind: Mapped[str] = mapped_column(String(20))
+    repository_name: Mapped[str] = mapped_column(String(200), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(30))
+    code: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    at: Mapped[str] = mapped_column(String(20))
+
+
+class WebhookSubscriberRow(Base):
+    """A webhook subscriber's place in the feed and its run of failures."""
+
+    __tablename__ = "webhook_subscribers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)  # feed entries up to here are queued
+    failures: Mapped[int] = mapped_column(Integer)  # consecutive failed attempts
+    paused: Mapped[int] = mapped_column(Integer)  # 1 once failures reached max_failures
+    updated_at: Mapped[str] = mapped_column(String(20))
+
+
+class WebhookDeliveryRow(Base):
+    """One queued or done delivery of one feed entry to one subscriber."""
+
+    __tablename__ = "webhook_deliveries"
+    delivery_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    subscriber: Mapped[str] = mapped_column(String(200), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), index=True)  # pending | delivered
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[str] = mapped_column(String(20))

@@ -12,9 +12,12 @@ reported together.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -27,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, running_daemon
 
 MAX_EXAMPLES = 25
 CHECKS = [
@@ -36,6 +39,13 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    """The suite's daemon, with long-polls that answer at once (nothing changes here)."""
+    with running_daemon(tmp_path / "state", {"work": repo}, max_wait_seconds=0.0) as running:
+        yield running
 
 
 def _tokens(daemon: Daemon) -> dict[str, str]:

@@ -23,6 +23,7 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
+from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.models import (
     BundleIdParam,
     OperationAccepted,
@@ -280,22 +281,43 @@ def list_operations(
         "getOperation",
         summary="Read an operation",
         description="Status, steps, events (hash chain verified), reports and snapshot trees; "
-        "with `current=true`, each target as it reads now.",
+        "with `current=true`, each target as it reads now. With `wait`, the answer comes "
+        "once the status differs from `status` (by default the status at arrival), or "
+        "when the wait ends.",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=["operation_unknown", "repository_unknown", "git_error"],
         ok={200: Ok("the operation", OperationView, VIEW_EXAMPLE)},
     ),
 )
-def get_operation(
+async def get_operation(
     operation_id: OperationIdParam,
     _: OrchestratorDep,
     services: ServicesDep,
     current: Annotated[bool, Query(description="add each target as it reads now")] = False,
+    wait: Annotated[
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="seconds to wait for a change")
+    ] = 0.0,
+    status: Annotated[
+        str | None, Query(max_length=40, description="with `wait`: the status known")
+    ] = None,
 ) -> Response:
-    view = operations.operation_view(services, operation_id)
+    view = await run_in_threadpool(operations.operation_view, services, operation_id)
+    if wait > 0:
+        known = status or view["status"]
+
+        def changed() -> dict[str, Any] | None:
+            latest = operations.operation_view(services, operation_id)
+            return latest if latest["status"] != known else None
+
+        latest = await long_poll(services, changed, wait)
+        if latest is None:
+            latest = await run_in_threadpool(operations.operation_view, services, operation_id)
+        view = latest
     if current:
-        view["current_targets"] = operations.current_targets(services, operation_id)
+        view["current_targets"] = await run_in_threadpool(
+            operations.current_targets, services, operation_id
+        )
     return json_response(view)
 
 

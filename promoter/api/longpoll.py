@@ -1,0 +1,40 @@
+"""Bounded long-polls that hold no worker thread while they wait.
+
+``long_poll(services, probe, wait)`` runs ``probe`` (a database read) in a worker
+thread (a wait is held at most the ``max_wait_seconds`` setting); while it answers
+``None`` and the wait has not ended, the coroutine sleeps on
+``promoter.store.wakeup.COMMITS`` (a commit of this process wakes it at once) for at
+most ``RECHECK_SECONDS``, the bound after which it reads again to see commits of other
+daemons sharing the ledger. A stopping daemon ends every wait at the next re-check.
+Deliberately not here: what is probed (the routes of ``promoter.api.routes.events`` and
+``operations``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from starlette.concurrency import run_in_threadpool
+
+from promoter.engine.services import Services
+from promoter.store.wakeup import COMMITS
+
+T = TypeVar("T")
+MAX_WAIT_SECONDS = 300.0
+RECHECK_SECONDS = 1.0
+
+
+async def long_poll(services: Services, probe: Callable[[], T | None], wait: float) -> T | None:
+    """``probe()``'s first answer that is not ``None``, or ``None`` once ``wait`` has ended."""
+    loop = asyncio.get_running_loop()
+    limit = min(MAX_WAIT_SECONDS, services.settings.max_wait_seconds)
+    deadline = loop.time() + min(max(wait, 0.0), limit)
+    while True:
+        seen = COMMITS.generation
+        answer = await run_in_threadpool(probe)
+        remaining = deadline - loop.time()
+        if answer is not None or remaining <= 0 or services.stopping.is_set():
+            return answer
+        await COMMITS.wait(seen, min(remaining, RECHECK_SECONDS))

@@ -1,0 +1,125 @@
+"""The watch feed: every ledger event in one global order, read after an opaque cursor.
+
+``record`` (called by ``promoter.store.ledger.append``) notes an event in its session;
+when that session commits, the feed rows are added last, each with the operation's
+status and code as the transaction commits them, so a feed position is given in the
+order of commits. A transaction that changes an operation's status (or creates it)
+without appending one of its events adds a ``status`` entry (no event id), so the feed
+also tells every status change. On PostgreSQL, where concurrent transactions could otherwise commit
+positions out of order, the feed rows are written under a transaction-scoped advisory
+lock taken after everything else of the transaction has been flushed (so the lock never
+waits on a row lock). After every commit that wrote, ``promoter.store.wakeup.COMMITS``
+is notified. ``after`` reads the rows after a position; ``cursor``/``position`` turn a
+position into the opaque cursor and back.
+
+Deliberately not here: the events' content and hash chain (``promoter.store.ledger``),
+waiting (``promoter.api.longpoll``), webhooks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import event, inspect, select, text
+from sqlalchemy.orm import Session
+
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.errors import BadRequest
+from promoter.store.tables import FeedRow, OperationRow
+from promoter.store.wakeup import COMMITS
+
+PENDING = "promoter.feed.pending"
+WROTE = "promoter.feed.wrote"
+CHANGED = "promoter.feed.changed"
+ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
+CURSOR = re.compile(r"^evc_([0-9a-f]{16})$")
+
+
+def record(session: Session, event_id: str, operation_id: str, kind: str, at: str) -> None:
+    """Enter ``event_id`` into the feed when ``session`` commits."""
+    session.info.setdefault(PENDING, []).append((event_id, operation_id, kind, at))
+
+
+@event.listens_for(Session, "before_commit")
+def _enter(session: Session) -> None:
+    if not session.info.get(PENDING) and not session.info.get(CHANGED):
+        return
+    session.flush()  # every other change first: the feed lock is taken last
+    pending: list[tuple[str | None, str, str, str]] = session.info.pop(PENDING, [])
+    changed: set[str] = session.info.pop(CHANGED, set())
+    with_events = {operation_id for _, operation_id, _, _ in pending}
+    at = rfc3339(utcnow())
+    pending += [(None, op_id, "status", at) for op_id in sorted(changed - with_events)]
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_KEY})
+    for event_id, operation_id, kind, when in pending:
+        operation = session.get(OperationRow, operation_id)
+        if operation is None:  # the event's foreign key makes this impossible
+            continue
+        session.add(
+            FeedRow(
+                event_id=event_id,
+                operation_id=operation_id,
+                operation_kind=operation.kind,
+                repository_name=operation.repository_name,
+                kind=kind,
+                status=str(operation.status),
+                code=operation.code,
+                at=when,
+            )
+        )
+    session.flush()
+
+
+@event.listens_for(Session, "after_flush")
+def _wrote(session: Session, _context: Any) -> None:
+    session.info[WROTE] = True
+    for row in [*session.new, *session.dirty]:
+        if isinstance(row, OperationRow) and inspect(row).attrs.status.history.has_changes():
+            session.info.setdefault(CHANGED, set()).add(row.operation_id)
+
+
+@event.listens_for(Session, "after_commit")
+def _notify(session: Session) -> None:
+    if session.info.pop(WROTE, False):
+        COMMITS.notify()
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget(session: Session) -> None:
+    for key in (PENDING, CHANGED, WROTE):
+        session.info.pop(key, None)
+
+
+def cursor(position: int) -> str:
+    return f"evc_{position:016x}"
+
+
+def position(value: str | None) -> int:
+    """The position a cursor stands for; no cursor is the start of the ledger."""
+    if value is None or value == "":
+        return 0
+    match = CURSOR.match(value)
+    if match is None:
+        raise BadRequest("the cursor is not one this daemon gave out", cursor=value[:40])
+    return int(match.group(1), 16)
+
+
+def after(session: Session, start: int, limit: int) -> list[FeedRow]:
+    query = select(FeedRow).where(FeedRow.position > start).order_by(FeedRow.position)
+    return list(session.scalars(query.limit(limit)))
+
+
+def as_wire(row: FeedRow) -> dict[str, Any]:
+    return {
+        "cursor": cursor(row.position),
+        "event_id": row.event_id,
+        "operation_id": row.operation_id,
+        "operation_kind": row.operation_kind,
+        "repository": row.repository_name,
+        "kind": row.kind,
+        "status": row.status,
+        "code": row.code,
+        "at": row.at,
+    }

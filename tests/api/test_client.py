@@ -1,0 +1,226 @@
+"""The Python client against the real daemon: typed answers, the feed, retries, problems.
+
+``AsyncPromoterClient`` runs the whole orchestrator flow (grant, lease, an executor's
+bundle, promotion, the watch feed until completed, the receipt); ``PromoterClient.watch``
+iterates the feed. Retries are driven by a ``Backoff`` whose sleeps are recorded, not
+slept, against a loopback port nothing listens on and a loopback server that answers
+503 before it answers 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promoter.api.models import OperationAccepted, OperationView
+from promoter.client import AsyncPromoterClient, Backoff, PromoterClient
+from promoter.errors import (
+    ConfigError,
+    DatabaseBusy,
+    Forbidden,
+    OperationUnknown,
+    Unauthenticated,
+)
+from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, make_grant, sha, ts
+from tests.support.promotion import promote, submit
+
+OLD, NEW = b"print('v1')\n", b"print('v2')\n"
+
+
+def _lease(grant: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": grant["executor_run_id"],
+        "attempt": grant["attempt"],
+        "generation": grant["generation"],
+        "resume_epoch": grant["resume_epoch"],
+        "fence": grant["fence"],
+        "expires_at": ts(timedelta(hours=1)),
+    }
+
+
+async def _orchestrate(daemon: Daemon, repo: Path, identity: str) -> tuple[str, bytes, list[Any]]:
+    grant = make_grant(repo, identity)
+    async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as orch:
+        start = (await orch.events()).cursor
+        registered = await orch.register_grant(grant)
+        assert registered.grant_id == grant["grant_id"]
+        lease = await orch.set_lease(grant["workflow_id"], grant["stage"], _lease(grant))
+        assert lease.fence == 7
+        token = (await orch.mint_executor_token(grant["executor_run_id"])).token
+
+        async def executor() -> tuple[str, str]:
+            async with AsyncPromoterClient(daemon.url, token) as ex:
+                for digest in await ex.blobs_missing([sha(OLD), sha(NEW)]):
+                    data = {sha(OLD): OLD, sha(NEW): NEW}[digest]
+                    assert (await ex.put_blob(digest, data)).sha256 == digest
+                bundle = make_bundle(grant, [("src/app.py", OLD, NEW)])
+                submitted = await ex.submit_bundle(bundle)
+                return submitted.bundle_id, submitted.verification_receipt.receipt_sha256
+
+        bundle_id, receipt_sha256 = await asyncio.create_task(executor())  # the bundle
+        accepted = await orch.promote(bundle_id, receipt_sha256, 7)
+        assert isinstance(accepted, OperationAccepted)
+        seen = []
+        async for entry in orch.watch(start, repository="work"):
+            seen.append(entry)
+            if entry.operation_id == accepted.operation_id and entry.status == "completed":
+                break
+        view = await orch.operation(accepted.operation_id)
+        assert isinstance(view, OperationView) and view.status == "completed"
+        return accepted.operation_id, await orch.receipt(accepted.operation_id), seen
+
+
+def test_the_async_client_runs_the_whole_orchestrator_flow(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    op_id, receipt, seen = asyncio.run(_orchestrate(daemon, repo, identity))
+    assert json.loads(receipt)["operation_id"] == op_id
+    assert (repo / "src" / "app.py").read_bytes() == NEW
+    with daemon.orchestrator() as orch:
+        ledger = [e["event_id"] for e in orch.get(f"/v1/operations/{op_id}").json()["events"]]
+        assert orch.get(f"/v1/operations/{op_id}/receipt").content == receipt
+    assert [e.event_id for e in seen if e.event_id] == ledger
+
+
+def test_the_sync_client_watches_the_feed_and_waits_on_an_operation(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
+        entries = []
+        for entry in client.watch():
+            entries.append(entry)
+            if entry.status == "completed":
+                break
+        assert {e.operation_id for e in entries} == {op_id}
+        assert client.operation(op_id, wait=30, status="in_progress").status == "completed"
+        assert client.events(entries[-1].cursor).events == []
+        with pytest.raises(OperationUnknown):
+            client.operation("op_" + "0" * 32)
+
+
+def test_problems_become_the_matching_promoter_error(daemon: Daemon) -> None:
+    async def run() -> None:
+        async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as orch:
+            with pytest.raises(OperationUnknown):
+                await orch.operation("op_" + "0" * 32)
+        async with AsyncPromoterClient(daemon.url, daemon.operator_token) as op:
+            await op.events()
+        token = daemon.services.tokens["orchestrator"][:-1] + "x"
+        async with AsyncPromoterClient(daemon.url, token) as bad:
+            with pytest.raises(Unauthenticated):
+                await bad.events()
+
+    asyncio.run(run())
+    with daemon.executor("run_x") as ex:
+        token = ex.headers["Authorization"].removeprefix("Bearer ")
+    with PromoterClient(daemon.url, token) as client, pytest.raises(Forbidden):
+        client.events()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed on exit: nothing listens there
+
+
+def _recording() -> tuple[Backoff, list[float]]:
+    slept: list[float] = []
+
+    async def async_sleep(delay: float) -> None:
+        slept.append(delay)
+
+    return Backoff(attempts=4, first=0.25, sleep=slept.append, async_sleep=async_sleep), slept
+
+
+def test_idempotent_calls_retry_connection_errors_with_exponential_backoff(
+    closed_port: int,
+) -> None:
+    backoff, slept = _recording()
+    url = f"http://127.0.0.1:{closed_port}"
+    with PromoterClient(url, "t", backoff=backoff) as client, pytest.raises(ConfigError):
+        client.events()
+    assert slept == [0.25, 0.5, 1.0]
+    slept.clear()
+    with PromoterClient(url, "t", backoff=backoff) as client, pytest.raises(ConfigError):
+        client.recover("op_" + "0" * 32, 7)  # not idempotent: one attempt
+    assert slept == []
+
+    async def run() -> None:
+        async with AsyncPromoterClient(url, "t", backoff=backoff) as client:
+            with pytest.raises(ConfigError):
+                await client.operation("op_" + "0" * 32)
+
+    asyncio.run(run())
+    assert slept == [0.25, 0.5, 1.0]
+
+
+@contextmanager
+def _flaky_server(unavailable: int) -> Iterator[tuple[str, list[str]]]:
+    """A loopback server that answers ``unavailable`` 503 problems, then an empty feed."""
+    requests: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            if len(requests) <= unavailable:
+                body = {"type": "about:blank", "title": "busy", "status": 503}
+                body["code"] = "database_busy"
+                status, media = 503, "application/problem+json"
+            else:
+                body, status, media = (
+                    {"events": [], "cursor": "evc_" + "0" * 16},
+                    200,
+                    "application/json",
+                )
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", media)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_503_is_retried_until_the_server_answers() -> None:
+    backoff, slept = _recording()
+    with _flaky_server(2) as (url, requests), PromoterClient(url, "t", backoff=backoff) as c:
+        assert c.events().events == []
+    assert (len(requests), slept) == (3, [0.25, 0.5])
+
+
+def test_a_503_that_stays_is_raised_as_its_problem_after_the_last_attempt() -> None:
+    backoff, slept = _recording()
+    with _flaky_server(10) as (url, requests):
+
+        async def run() -> None:
+            async with AsyncPromoterClient(url, "t", backoff=backoff) as client:
+                with pytest.raises(DatabaseBusy):
+                    await client.events()
+
+        asyncio.run(run())
+    assert (len(requests), slept) == (4, [0.25, 0.5, 1.0])
