@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from promoter import __version__
-from promoter.api import docs, observe, openapi, problems
+from promoter.api import docs, observe, openapi, problems, ui
 from promoter.api.routes import (
     blobs,
     bundles,
@@ -81,4 +81,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
         app.include_router(module.router)
     app.include_router(review.router)
+    ui.install(app)  # the operator's console at /ui
     return app
