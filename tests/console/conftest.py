@@ -26,3 +26,12 @@ def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path, str]]:
 def browser() -> Iterator[Any]:
     """Debian's headless Chromium, or a skip (a failure under PROMOTER_REQUIRE_BROWSER=1)."""
     yield from chromium_browser()
+
+
+@pytest.fixture
+def failing(tmp_path: Path) -> Iterator[tuple[Daemon, Path, str]]:
+    """A repository whose check always fails: a promotion ends ``needs_reconciliation``."""
+    repo = init_repo(tmp_path / "failing")
+    config = RepositoryConfig(path=repo, check_command=["false"])
+    with running_daemon(tmp_path / "fstate", {"failing": config}) as daemon:
+        yield daemon, repo, daemon.services.registry.by_name("failing").identity

@@ -53,3 +53,11 @@ def held(
     assert answer.status_code == 202, answer.text
     assert answer.json()["status"] == "awaiting_approval"
     return str(answer.json()["operation_id"])
+
+
+def unreconciled(daemon: Daemon, repo: Path, identity: str, changes: list[Any]) -> str:
+    """Promote ``changes`` into a repository whose check fails: a ``needs_reconciliation`` id."""
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "needs_reconciliation", view
+    return str(view["operation_id"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.console.support import HOSTILE_CONTENT, HOSTILE_PATH, NEW, OLD, held
+from tests.console.support import HOSTILE_CONTENT, HOSTILE_PATH, NEW, OLD, held, unreconciled
 from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
 
@@ -75,3 +75,28 @@ def test_hostile_path_and_content_render_as_text_and_no_script_runs(
         context.close()
     assert dialogs == []
     assert tree_bytes(repo) == before
+
+
+def test_reconcile_a_failed_check_with_rollback(failing: Gated, browser: Any) -> None:
+    daemon, repo, identity = failing
+    operation_id = unreconciled(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    assert (repo / "src" / "app.py").read_bytes() == NEW
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        _log_in(page, daemon)
+        page.select_option("select[name=status]", "needs_reconciliation")
+        page.click("form.filters button")
+        page.click(f"a[href='/ui/operations/{operation_id}']")
+        page.wait_for_url(f"{daemon.url}/ui/operations/{operation_id}")
+        assert page.inner_text("#status") == "needs_reconciliation"
+        assert page.locator("#current td").nth(1).inner_text() == "new"
+        page.select_option("select[name=decision]", "rollback")
+        page.fill("#actions input[name=note]", "the check failed")
+        page.click("#reconcile")
+        page.wait_for_url(f"{daemon.url}/ui/operations/{operation_id}")
+        assert page.inner_text("#status") == "rolled_back"
+        assert page.locator("#receipts a").count() == 2
+    finally:
+        context.close()
+    assert (repo / "src" / "app.py").read_bytes() == OLD

@@ -11,6 +11,7 @@ import httpx
 from markupsafe import escape
 
 from promoter.api.ui.web import CSP
+from promoter.engine import operations
 from tests.console.support import (
     HOSTILE_CONTENT,
     HOSTILE_PATH,
@@ -19,6 +20,7 @@ from tests.console.support import (
     held,
     hidden,
     login,
+    unreconciled,
 )
 from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
@@ -197,3 +199,41 @@ def test_hostile_status_filter_is_escaped(gated: Gated) -> None:
         page = client.get("/ui/operations", params={"status": "<script>x</script>"})
     assert page.status_code == 200
     assert "<script" not in page.text
+
+
+def test_reconcile_abandon_from_the_console_keeps_the_bytes(failing: Gated) -> None:
+    daemon, repo, identity = failing
+    operation_id = unreconciled(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    with login(daemon) as client:
+        page = client.get(f"/ui/operations/{operation_id}")
+        assert 'value="rollback"' in page.text
+        answer = client.post(
+            f"/ui/operations/{operation_id}/reconcile",
+            data={"csrf": hidden(page.text), "decision": "abandon", "note": "kept by hand"},
+        )
+        assert answer.status_code == 303
+        after = client.get(f"/ui/operations/{operation_id}")
+    assert 'id="status">abandoned<' in after.text
+    assert (repo / "src" / "app.py").read_bytes() == NEW
+
+
+def test_rollback_from_the_console_serves_the_rollback_receipt(gated: Gated) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    with login(daemon) as client:
+        csrf = hidden(client.get("/ui/review").text)
+        client.post(f"/ui/operations/{operation_id}/approve", data={"csrf": csrf})
+        assert (repo / "src" / "app.py").read_bytes() == NEW
+        answer = client.post(f"/ui/operations/{operation_id}/rollback", data={"csrf": csrf})
+        assert answer.status_code == 303
+        page = client.get(f"/ui/operations/{operation_id}")
+        receipt = client.get(f"/ui/operations/{operation_id}/rollback-receipt.json")
+        envelope = client.get(f"/ui/operations/{operation_id}/rollback-receipt.dsse")
+    assert 'id="status">rolled_back<' in page.text
+    assert (repo / "src" / "app.py").read_bytes() == OLD
+    assert receipt.content == operations.rollback_receipt(daemon.services, operation_id)
+    assert receipt.headers["content-disposition"].startswith("attachment;")
+    with daemon.operator() as op:
+        signed = op.get(f"/v1/operations/{operation_id}/rollback-receipt.dsse")
+    assert signed.status_code == 200
+    assert envelope.content == signed.content
