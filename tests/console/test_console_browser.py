@@ -100,3 +100,32 @@ def test_reconcile_a_failed_check_with_rollback(failing: Gated, browser: Any) ->
     finally:
         context.close()
     assert (repo / "src" / "app.py").read_bytes() == OLD
+
+
+def test_restore_a_snapshot_in_the_browser(gated: Gated, browser: Any) -> None:
+    daemon, repo, _ = gated
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        _log_in(page, daemon)
+        page.click("header >> text=Repositories")
+        page.click("#repositories >> text=Snapshots")
+        page.fill("input[name=label]", "before")
+        page.click("#capture")
+        (repo / "src" / "app.py").write_bytes(b"print('edited')\n")
+        page.fill("input[name=label]", "edited")
+        page.click("#capture")
+        page.wait_for_selector("#timeline button.restore")
+        page.click("#compare")
+        page.wait_for_selector("#diff")
+        assert page.locator("#diff span.add").all_inner_texts() == []  # newest to newest
+        page.select_option("select[name=from]", index=1)
+        page.click("#compare")
+        assert page.locator("#diff span.add").all_inner_texts() == ["+print('edited')"]
+        page.click("#timeline button.restore")
+        page.wait_for_selector("#status")
+        assert page.inner_text("#status") == "completed"
+        assert page.inner_text("h1").startswith("restore")
+    finally:
+        context.close()
+    assert (repo / "src" / "app.py").read_bytes() == OLD

@@ -75,7 +75,8 @@ async def get_operations(
     rows = await run_in_threadpool(_list, services, status or None, repository or None)
     return render(
         "operations.html",
-        session=session,
+        200,
+        session,
         rows=rows,
         status=status or "",
         repository=repository or "",
@@ -102,7 +103,7 @@ async def get_operation(request: Request, operation_id: str) -> Response:
         found = await run_in_threadpool(_operation, get_services(request), operation_id)
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    return render("operation.html", session=session, S=OperationStatus, **found)
+    return render("operation.html", 200, session, S=OperationStatus, **found)
 
 
 def _receipt(services: Services, operation_id: str, which: str) -> bytes:
@@ -153,4 +154,4 @@ async def get_review(request: Request) -> Response:
         held = await run_in_threadpool(_review, get_services(request))
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    return render("review.html", session=session, held=held)
+    return render("review.html", 200, session, held=held)

@@ -53,9 +53,9 @@ def secure(response: Response) -> Response:
 
 
 def render(
-    name: str, status_code: int = 200, session: Session | None = None, **context: Any
+    template: str, status_code: int = 200, session: Session | None = None, /, **context: Any
 ) -> Response:
-    html = TEMPLATES.get_template(name).render(session=session, **context)
+    html = TEMPLATES.get_template(template).render(session=session, **context)
     return secure(HTMLResponse(html, status_code=status_code))
 
 
