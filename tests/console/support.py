@@ -45,10 +45,15 @@ def _logged_in(client: httpx.Client, daemon: Daemon, token: str | None) -> httpx
 
 
 def held(
-    daemon: Daemon, repo: Path, identity: str, changes: list[Any], grant_id: str = "grt_test1"
+    daemon: Daemon,
+    repo: Path,
+    identity: str,
+    changes: list[Any],
+    grant_id: str = "grt_test1",
+    **grant: Any,
 ) -> str:
     """Submit ``changes`` and ask for its promotion: the gate holds it; its operation id."""
-    _, bundle, receipt = submit(daemon, repo, identity, changes, grant_id=grant_id)
+    _, bundle, receipt = submit(daemon, repo, identity, changes, grant_id=grant_id, **grant)
     answer = promote(daemon, bundle, receipt)
     assert answer.status_code == 202, answer.text
     assert answer.json()["status"] == "awaiting_approval"
