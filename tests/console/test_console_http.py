@@ -237,3 +237,15 @@ def test_rollback_from_the_console_serves_the_rollback_receipt(gated: Gated) -> 
         signed = op.get(f"/v1/operations/{operation_id}/rollback-receipt.dsse")
     assert signed.status_code == 200
     assert envelope.content == signed.content
+
+
+def test_receipt_download_refuses_a_hostile_operation_id(gated: Gated) -> None:
+    daemon, _, _ = gated
+    with login(daemon) as client:
+        answer = client.get('/ui/operations/op_x"%0d%0aSet-Cookie:%20a=b/receipt.json')
+        unknown = client.get("/ui/operations/op_" + "0" * 32 + "/receipt.json")
+    assert answer.status_code == 404
+    assert "set-cookie" not in answer.headers
+    assert "content-disposition" not in answer.headers
+    assert unknown.status_code == 404
+    assert "operation_unknown" in unknown.text

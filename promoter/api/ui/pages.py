@@ -11,6 +11,7 @@ Deliberately not here: anything that changes an operation (``promoter.api.ui.act
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -116,6 +117,7 @@ def _receipt(services: Services, operation_id: str, which: str) -> bytes:
     return data
 
 
+OP_ID = re.compile(r"op_[0-9a-f]{32}")  # the id names the downloaded file
 RECEIPTS = ("receipt.json", "receipt.dsse", "rollback-receipt.json", "rollback-receipt.dsse")
 
 
@@ -124,7 +126,7 @@ async def get_receipt(request: Request, operation_id: str, which: str) -> Respon
     session = session_of(request)
     if session is None:
         return _login()
-    if which not in RECEIPTS:
+    if which not in RECEIPTS or OP_ID.fullmatch(operation_id) is None:
         return render("error.html", 404, session, code="not_found", detail="no such download")
     try:
         data = await run_in_threadpool(_receipt, get_services(request), operation_id, which)

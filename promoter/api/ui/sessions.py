@@ -2,8 +2,9 @@
 
 ``Sessions`` keeps, in the daemon's memory, one entry per logged-in browser: a random
 session id (the cookie's value), the role it was granted and a random CSRF token that
-every form of that session carries. ``login_nonce`` is the double-submit token of the
-login form, which has no session yet. Comparisons are constant-time.
+every form of that session carries. ``LOGIN_COOKIE`` carries the double-submit token of the
+login form, which has no session yet. Comparisons are constant-time; a session idle for
+``IDLE_SECONDS`` ends.
 
 Deliberately not here: persistence. A restart logs every browser out, and the token
 itself is never stored or echoed; cookies and headers are set by ``promoter.api.ui.web``.
@@ -14,11 +15,14 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 COOKIE = "promoter_ui"
 LOGIN_COOKIE = "promoter_ui_login"
 MAX_SESSIONS = 256
+IDLE_SECONDS = 8 * 3600.0  # a session unused this long is gone
 
 
 @dataclass(frozen=True)
@@ -26,17 +30,25 @@ class Session:
     session_id: str
     role: str
     csrf: str
+    last_used: float
 
 
 class Sessions:
-    """Session id → ``Session``, bounded (the oldest is dropped past ``MAX_SESSIONS``)."""
+    """Session id → ``Session``, bounded (the oldest is dropped past ``MAX_SESSIONS``);
+    a session idle for ``idle_seconds`` (on ``clock``, monotonic) is dropped when next asked.
+    """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, idle_seconds: float = IDLE_SECONDS
+    ) -> None:
         self._lock = threading.Lock()
         self._by_id: dict[str, Session] = {}
+        self._clock = clock
+        self._idle = idle_seconds
 
     def open(self, role: str) -> Session:
-        session = Session(secrets.token_urlsafe(32), role, secrets.token_urlsafe(32))
+        token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        session = Session(token, role, csrf, self._clock())
         with self._lock:
             while len(self._by_id) >= MAX_SESSIONS:
                 self._by_id.pop(next(iter(self._by_id)))
@@ -46,10 +58,16 @@ class Sessions:
     def get(self, session_id: str | None) -> Session | None:
         if not session_id:
             return None
+        now = self._clock()
         with self._lock:
-            for known, session in self._by_id.items():
-                if hmac.compare_digest(known.encode(), session_id.encode()):
-                    return session
+            for known, session in list(self._by_id.items()):
+                if not hmac.compare_digest(known.encode(), session_id.encode()):
+                    continue
+                if now - session.last_used >= self._idle:
+                    del self._by_id[known]
+                    return None
+                self._by_id[known] = replace(session, last_used=now)
+                return self._by_id[known]
         return None
 
     def close(self, session_id: str) -> None:
