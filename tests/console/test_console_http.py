@@ -249,3 +249,20 @@ def test_receipt_download_refuses_a_hostile_operation_id(gated: Gated) -> None:
     assert "content-disposition" not in answer.headers
     assert unknown.status_code == 404
     assert "operation_unknown" in unknown.text
+
+
+def test_hostile_note_is_escaped_on_the_operation_page(gated: Gated) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    note = "</pre><script>window.pwned=3</script>"
+    with login(daemon) as client:
+        page = client.get(f"/ui/operations/{operation_id}")
+        client.post(
+            f"/ui/operations/{operation_id}/reject", data={"csrf": hidden(page.text), "note": note}
+        )
+        after = client.get(f"/ui/operations/{operation_id}").text
+    assert "<script" not in after
+    assert "\\u003c/pre\\u003e\\u003cscript\\u003ewindow.pwned=3" in after
+    with daemon.operator() as op:
+        view = op.get(f"/v1/operations/{operation_id}").json()
+    assert [e["payload"]["note"] for e in view["events"] if e["kind"] == "decision"] == [note]
