@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from promoter import __version__
-from promoter.api import docs, observe, openapi, problems
+from promoter.api import docs, observe, openapi, problems, ui
 from promoter.api.routes import (
     blobs,
     bundles,
@@ -99,4 +99,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(review.router)
     app.include_router(events.router)  # the watch feed
+    ui.install(app)  # the operator's console at /ui
     return app

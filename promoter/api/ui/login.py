@@ -1,0 +1,66 @@
+"""Console login and logout: the operator token exchanged for a session cookie.
+
+``GET /ui/login`` shows the form with a fresh double-submit token (also set as a
+cookie); ``POST /ui/login`` checks that token, authenticates the pasted token exactly as
+the API does (``services.auth``) and admits the operator role only, the role every
+console page needs, then sets the session cookie. ``POST /ui/logout`` (CSRF-checked)
+drops the session. The token is never stored, logged or echoed back.
+
+Deliberately not here: the pages themselves (``promoter.api.ui.pages``).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from promoter.api.deps import get_services
+from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, same_token
+from promoter.api.ui.web import form_of, read_form, render, secure, sessions, set_cookie
+from promoter.errors import PromoterError
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def _form(request: Request, status_code: int = 200, message: str = "") -> Response:
+    nonce = secrets.token_urlsafe(32)
+    response = render("login.html", status_code, nonce=nonce, message=message)
+    set_cookie(request, response, LOGIN_COOKIE, nonce)
+    return response
+
+
+@router.get("/login")
+def get_login(request: Request) -> Response:
+    return _form(request)
+
+
+@router.post("/login")
+async def post_login(request: Request) -> Response:
+    form = await read_form(request)
+    if not same_token(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
+        return _form(request, 403, "The form expired or was not sent from this page; try again.")
+    try:
+        principal = get_services(request).auth.authenticate(form.get("token", "").strip())
+    except PromoterError:
+        return _form(request, 401, "That token is not valid.")
+    if principal.role != "operator":
+        return _form(request, 403, "The console needs the operator token.")
+    session = sessions(request).open(principal.role)
+    response = secure(RedirectResponse("/ui/operations", status_code=303))
+    set_cookie(request, response, COOKIE, session.session_id)
+    response.delete_cookie(LOGIN_COOKIE, path="/ui")
+    return response
+
+
+@router.post("/logout")
+async def post_logout(request: Request) -> Response:
+    try:
+        session, _ = await form_of(request)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, code=exc.code, detail=exc.detail)
+    sessions(request).close(session.session_id)
+    response = secure(RedirectResponse("/ui/login", status_code=303))
+    response.delete_cookie(COOKIE, path="/ui")
+    return response

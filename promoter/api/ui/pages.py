@@ -1,0 +1,159 @@
+"""The console's pages: operations, one operation, and the review of held promotions.
+
+Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
+reads through the same engine functions the API routes call
+(``promoter.store.journal.list_operations``, ``promoter.engine.operations.operation_view``
+and ``current_targets``, ``promoter.engine.bundle_diff``), in a worker thread. Receipts
+are offered as downloads of the same bytes the API answers.
+
+Deliberately not here: anything that changes an operation (``promoter.api.ui.actions``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import get_services
+from promoter.api.ui.diffview import file_blocks
+from promoter.api.ui.web import render, secure, session_of
+from promoter.domain.canonical import canonical_bytes
+from promoter.domain.states import STATUSES, OperationStatus
+from promoter.engine import operations
+from promoter.engine.bundle_diff import bundle_diff
+from promoter.engine.services import Services
+from promoter.engine.signing import host_key, sign_envelope
+from promoter.errors import PromoterError
+from promoter.store import journal
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+REVIEW_DIFF_BYTES = 256 * 1024
+LOGIN = "/ui/login"
+
+
+def _login() -> Response:
+    return secure(RedirectResponse(LOGIN, status_code=303))
+
+
+def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
+    with services.db.session() as session:
+        rows = journal.list_operations(session, status=status, repository=repository)
+        return [
+            {
+                "operation_id": r.operation_id,
+                "kind": r.kind,
+                "status": r.status,
+                "attempt": r.attempt,
+                "repository": r.repository_name,
+                "bundle_id": r.bundle_id,
+                "code": r.code,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+            }
+            for r in rows
+        ]
+
+
+@router.get("")
+def get_root() -> Response:
+    return secure(RedirectResponse("/ui/operations", status_code=303))
+
+
+@router.get("/operations")
+async def get_operations(
+    request: Request,
+    status: str | None = Query(default=None, max_length=40),
+    repository: str | None = Query(default=None, max_length=200),
+) -> Response:
+    session = session_of(request)
+    if session is None:
+        return _login()
+    services = get_services(request)
+    rows = await run_in_threadpool(_list, services, status or None, repository or None)
+    return render(
+        "operations.html",
+        200,
+        session,
+        rows=rows,
+        status=status or "",
+        repository=repository or "",
+        statuses=STATUSES,
+        repositories=sorted(r.name for r in services.registry.all()),
+    )
+
+
+def _operation(services: Services, operation_id: str) -> dict[str, Any]:
+    view = operations.operation_view(services, operation_id)
+    try:
+        current: list[dict[str, Any]] | str = operations.current_targets(services, operation_id)
+    except PromoterError as exc:
+        current = f"{exc.code}: {exc.detail}"
+    return {"op": view, "current": current}
+
+
+@router.get("/operations/{operation_id}")
+async def get_operation(request: Request, operation_id: str) -> Response:
+    session = session_of(request)
+    if session is None:
+        return _login()
+    try:
+        found = await run_in_threadpool(_operation, get_services(request), operation_id)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return render("operation.html", 200, session, S=OperationStatus, **found)
+
+
+def _receipt(services: Services, operation_id: str, which: str) -> bytes:
+    if which.startswith("rollback"):
+        data = operations.rollback_receipt(services, operation_id)
+    else:
+        data = operations.promotion_receipt(services, operation_id)
+    if which.endswith(".dsse"):
+        return canonical_bytes(sign_envelope(host_key(services), data))
+    return data
+
+
+OP_ID = re.compile(r"op_[0-9a-f]{32}")  # the id names the downloaded file
+RECEIPTS = ("receipt.json", "receipt.dsse", "rollback-receipt.json", "rollback-receipt.dsse")
+
+
+@router.get("/operations/{operation_id}/{which}")
+async def get_receipt(request: Request, operation_id: str, which: str) -> Response:
+    session = session_of(request)
+    if session is None:
+        return _login()
+    if which not in RECEIPTS or OP_ID.fullmatch(operation_id) is None:
+        return render("error.html", 404, session, code="not_found", detail="no such download")
+    try:
+        data = await run_in_threadpool(_receipt, get_services(request), operation_id, which)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    name = f"{operation_id}-{which}"
+    response = Response(data, media_type="application/json")
+    response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    return secure(response)
+
+
+def _review(services: Services) -> list[dict[str, Any]]:
+    held = _list(services, OperationStatus.AWAITING_APPROVAL, None)
+    for item in held:
+        diff = bundle_diff(services, item["bundle_id"], REVIEW_DIFF_BYTES)
+        item["diff"] = diff
+        item["blocks"] = file_blocks(diff["unified_diff"])
+    return held
+
+
+@router.get("/review")
+async def get_review(request: Request) -> Response:
+    session = session_of(request)
+    if session is None:
+        return _login()
+    try:
+        held = await run_in_threadpool(_review, get_services(request))
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return render("review.html", 200, session, held=held)

@@ -1,0 +1,149 @@
+"""The console's repositories and snapshots pages, and the snapshot capture and restore.
+
+``/ui/repositories``: each guarded repository with its branch, HEAD, how many paths
+``git status`` reports (read-only: ``--no-optional-locks``, so the index is never
+refreshed on disk) and its last operations. ``/ui/repositories/{name}/snapshots``: the
+timeline (newest first), a diff between any two trees, a capture form and a restore
+form per snapshot whose ``expected_current_tree`` is the newest snapshot the page
+showed, so a worktree that moved since is refused as ``snapshot_stale`` with a clear
+message. Engine calls are the API routes' own (``promoter.engine.snapshots``,
+``promoter.engine.snapshot_restore``), CSRF-checked and operator-only.
+
+Deliberately not here: deciding whether a restore may run (the engine's, under the lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import get_services
+from promoter.api.ui.diffview import file_blocks
+from promoter.api.ui.web import form_of, render, secure, session_of
+from promoter.engine import snapshot_restore, snapshots
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.errors import PromoterError, SnapshotStale
+from promoter.git.layout import repo_env
+from promoter.git.readback import head_commit, symbolic_head
+from promoter.git.runner import run_git
+from promoter.store import journal
+
+router = APIRouter(prefix="/ui/repositories", include_in_schema=False)
+LAST_OPERATIONS = 5
+STALE = (
+    "The worktree changed since this page was shown: nothing was restored. "
+    "Capture a snapshot, review the diff again, then restore."
+)
+
+
+def dirty_paths(repository: Repository) -> int:
+    """How many paths ``git status`` lists (read-only; the index file is not rewritten)."""
+    args = ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all"]
+    result = run_git(args, cwd=repository.worktree, env=repo_env(repository.layout))
+    records = [r for r in result.stdout.split(b"\0") if r]
+    renames = sum(1 for r in records if r[:1] in (b"R", b"C"))
+    return len(records) - renames  # a rename's second record is its old name
+
+
+def _overview(services: Services) -> list[dict[str, Any]]:
+    found = []
+    for repo in services.registry.all():
+        with services.db.session() as session:
+            rows = journal.list_operations(session, repository=repo.identity, limit=LAST_OPERATIONS)
+            last = [(r.operation_id, r.kind, r.status) for r in rows]
+        found.append(
+            {
+                "name": repo.name,
+                "identity": repo.identity,
+                "worktree": repo.worktree,
+                "branch": symbolic_head(repo.layout),
+                "head": head_commit(repo.layout),
+                "dirty": dirty_paths(repo),
+                "last": last,
+            }
+        )
+    return found
+
+
+@router.get("")
+async def get_repositories(request: Request) -> Response:
+    session = session_of(request)
+    if session is None:
+        return secure(RedirectResponse("/ui/login", status_code=303))
+    try:
+        repos = await run_in_threadpool(_overview, get_services(request))
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return render("repositories.html", 200, session, repos=repos)
+
+
+def _timeline(
+    services: Services, name: str, from_tree: str | None, to_tree: str | None
+) -> dict[str, Any]:
+    repo = services.registry.by_name(name)
+    timeline = list(reversed(snapshots.list_snapshots(services, repo)))
+    found: dict[str, Any] = {"name": repo.name, "timeline": timeline, "diff": None}
+    if from_tree and to_tree:
+        diff = snapshots.diff(services, repo, from_tree, to_tree)
+        found["diff"] = {**diff, "blocks": file_blocks(diff["unified_diff"])}
+    return found
+
+
+@router.get("/{name}/snapshots")
+async def get_snapshots(
+    request: Request,
+    name: str,
+    from_tree: str | None = Query(default=None, alias="from", max_length=64),
+    to_tree: str | None = Query(default=None, alias="to", max_length=64),
+    message: str | None = Query(default=None, max_length=40),
+) -> Response:
+    session = session_of(request)
+    if session is None:
+        return secure(RedirectResponse("/ui/login", status_code=303))
+    services = get_services(request)
+    try:
+        found = await run_in_threadpool(_timeline, services, name, from_tree, to_tree)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return render(
+        "snapshots.html",
+        200,
+        session,
+        from_tree=from_tree or "",
+        to_tree=to_tree or "",
+        **found,
+    )
+
+
+@router.post("/{name}/snapshots")
+async def post_capture(request: Request, name: str) -> Response:
+    session = None
+    try:
+        session, form = await form_of(request)
+        services = get_services(request)
+        label = form.get("label", "")[:200]
+        repo = services.registry.by_name(name)
+        await run_in_threadpool(snapshots.capture, services, repo, label)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return secure(RedirectResponse(f"/ui/repositories/{repo.name}/snapshots", status_code=303))
+
+
+@router.post("/{name}/snapshots/{tree}/restore")
+async def post_restore(request: Request, name: str, tree: str) -> Response:
+    session = None
+    try:
+        session, form = await form_of(request)
+        services = get_services(request)
+        repo = services.registry.by_name(name)
+        expected = form.get("expected_current_tree", "")
+        result = await run_in_threadpool(snapshot_restore.restore, services, repo, tree, expected)
+    except SnapshotStale as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=STALE)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return secure(RedirectResponse(f"/ui/operations/{result['operation_id']}", status_code=303))

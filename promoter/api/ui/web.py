@@ -1,0 +1,100 @@
+"""The console's HTTP plumbing: templates, security headers, sessions and CSRF on forms.
+
+``render`` fills a Jinja2 template (autoescape always on: paths, diff lines and notes are
+attacker-controlled) and sets the headers every ``/ui`` page carries: a strict
+Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
+referrer, no caching. ``session_of`` reads the session cookie; ``form_of`` reads a small
+URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token.
+``set_session_cookie`` writes the cookie ``HttpOnly``, ``SameSite=Strict``, scoped to
+``/ui`` and ``Secure`` when the request came over TLS.
+
+Deliberately not here: pages and engine calls (``promoter.api.ui.pages``) and who may log
+in (``promoter.api.ui.login``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, Response
+from jinja2 import Environment, FileSystemLoader
+
+from promoter.api.deps import SMALL_BODY, read_body
+from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
+from promoter.errors import Forbidden, Unauthenticated
+
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+MAX_FIELDS = 16
+
+
+def secure(response: Response) -> Response:
+    for name, value in HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def render(
+    template: str, status_code: int = 200, session: Session | None = None, /, **context: Any
+) -> Response:
+    html = TEMPLATES.get_template(template).render(session=session, **context)
+    return secure(HTMLResponse(html, status_code=status_code))
+
+
+def sessions(request: Request) -> Sessions:
+    table: Sessions = request.app.state.ui_sessions
+    return table
+
+
+def session_of(request: Request) -> Session | None:
+    return sessions(request).get(request.cookies.get(COOKIE))
+
+
+def is_tls(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str) -> None:
+    response.set_cookie(
+        name, value, path="/ui", httponly=True, samesite="strict", secure=is_tls(request)
+    )
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A small URL-encoded form, one value per field (the last one wins)."""
+    body = await read_body(request, SMALL_BODY)
+    try:
+        text = bytes(body).decode("utf-8")
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {key: values[-1] for key, values in fields.items()}
+
+
+async def form_of(request: Request) -> tuple[Session, dict[str, str]]:
+    """The session and form of a state-changing post: 401 without session, 403 without CSRF."""
+    session = session_of(request)
+    if session is None:
+        raise Unauthenticated("log in to the console first")
+    form = await read_form(request)
+    if not same_token(session.csrf, form.get("csrf")):
+        raise Forbidden("the form's CSRF token is missing or wrong; reload the page")
+    return session, form
