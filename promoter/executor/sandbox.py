@@ -100,12 +100,18 @@ def create(
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
-    run_git(
-        [*local, "clone", "--quiet", "--local", "--no-checkout", worktree, str(clone)], timeout=600
-    )
-    run_git(["checkout", "--quiet", "--detach", head], cwd=clone, timeout=600)
     short = branch.removeprefix("refs/heads/")
-    run_git(["checkout", "--quiet", "-B", short], cwd=clone, timeout=60)
+    # the clone's own checkout of the branch (never a checkout command in any worktree)
+    run_git(
+        [*local, "clone", "--quiet", "--local", "--branch", short, worktree, str(clone)],
+        timeout=600,
+    )
+    cloned = run_git(["rev-parse", "HEAD"], cwd=clone).stdout.decode().strip()
+    if cloned != head:
+        raise ConfigError(
+            f"branch {short} is at {cloned[:12]}, not at the worktree's HEAD {head[:12]}; "
+            "the sandbox starts from HEAD only (commit or switch, then run again)"
+        )
     tree = run_git(["rev-parse", "HEAD^{tree}"], cwd=clone).stdout.decode().strip()
     record = RunRecord(
         run_id=run_id,
