@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from promoter.api.logs import REQUEST_ID, event, safe_request_id
 from promoter.api.metrics import WAITING, Metrics
+from promoter.domain.records import Ticket
 from promoter.engine.operations import Runner
 from promoter.engine.services import Services
 from promoter.fs import lock as fs_lock
@@ -171,7 +172,8 @@ class ObservedRunner(Runner):
         self._observed: dict[str, Future[None]] = {}
         self._observed_lock = threading.Lock()
 
-    def submit(self, operation_id: str, fence: int) -> Future[None]:
+    def submit(self, ticket: Ticket) -> Future[None]:
+        operation_id = ticket.operation_id
         request_id = REQUEST_ID.get()
         started = time.perf_counter()
         with self._observed_services.db.session() as session:
@@ -190,7 +192,7 @@ class ObservedRunner(Runner):
                 REQUEST_ID.reset(reset)
                 _settle(observed, attempt)
 
-        super().submit(operation_id, fence).add_done_callback(ended)
+        super().submit(ticket).add_done_callback(ended)
         return observed
 
     def future(self, operation_id: str) -> Future[None] | None:

@@ -28,7 +28,9 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1
+from promoter.domain.records import Ticket
 from promoter.domain.states import OperationKind, OperationStatus
+from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.grants import load_grant
 from promoter.engine.repos import Repository
@@ -101,7 +103,7 @@ def approved(session: Session, row: OperationRow, grant: GrantV1) -> bool:
 class Decided:
     operation_id: str
     status: OperationStatus
-    fence: int | None
+    ticket: Ticket | None  # the attempt an approval starts
 
 
 def decide(
@@ -156,7 +158,9 @@ def decide(
         if payload["approval"] == "approved":
             services.claim(row)
             journal.set_status(session, row, OperationStatus.IN_PROGRESS)
-            return Decided(operation_id, OperationStatus.IN_PROGRESS, row.fence)
+            return Decided(
+                operation_id, OperationStatus.IN_PROGRESS, promote.ticket(session, row, grant)
+            )
         code = expired.code if expired is not None else REJECTED
         detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
         ledger.append(session, operation_id, "outcome", {"status": "refused", "code": code})

@@ -35,10 +35,14 @@ def missing_dirs(root: Root, paths: list[str]) -> list[str]:
     return list(missing)
 
 
-def journal_intent(services: Services, operation_id: str, root: Root, paths: list[str]) -> None:
-    """Journal the directories that writing ``paths`` will create; fault ``after_dir_intent``."""
+def journal_intent(
+    services: Services, operation_id: str, root: Root, paths: list[str]
+) -> list[str]:
+    """Journal the directories that writing ``paths`` will create (and return them);
+    fault ``after_dir_intent``."""
     intended = missing_dirs(root, paths)
     if intended:
         with services.db.session() as session:
             journal.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
     faults.point("after_dir_intent")
+    return intended

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
+from promoter.domain.records import Ticket
 from promoter.domain.state import classify
 from promoter.domain.states import FINAL, RUNNING, OperationStatus
 from promoter.engine import approval, promote
@@ -69,11 +70,11 @@ class Runner:
         self._futures: dict[str, Future[None]] = {}
         self._lock = threading.Lock()
 
-    def submit(self, operation_id: str, fence: int) -> Future[None]:
+    def submit(self, ticket: Ticket) -> Future[None]:
         with self._lock:
             run = contextvars.copy_context().run  # the request's context (its id) goes along
-            future = self._pool.submit(run, _guarded_run, self._services, operation_id, fence)
-            self._futures[operation_id] = future
+            future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            self._futures[ticket.operation_id] = future
             return future
 
     def future(self, operation_id: str) -> Future[None] | None:
@@ -84,10 +85,11 @@ class Runner:
         self._pool.shutdown(wait=True, cancel_futures=False)
 
 
-def _guarded_run(services: Services, operation_id: str, fence: int) -> None:
+def _guarded_run(services: Services, ticket: Ticket) -> None:
     """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck."""
+    operation_id = ticket.operation_id
     try:
-        promote.run(services, operation_id, fence)
+        promote.run(services, ticket)
     except Exception as exc:
         log.exception("attempt of %s failed unexpectedly", operation_id)
         error = exc if isinstance(exc, PromoterError) else PromoterError(str(exc)[:500])
@@ -175,9 +177,10 @@ def request_promotion(
                 operation_id=operation_id,
             ) from exc
         journal.start_attempt(session, row)
-    if held:
+        ticket = None if held else promote.ticket(session, row, grant)
+    if ticket is None:
         return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
-    runner(services).submit(operation_id, fence)
+    runner(services).submit(ticket)
     return Requested(operation_id, OperationStatus.IN_PROGRESS, True)
 
 
@@ -196,9 +199,8 @@ def decide(
             by=by,
             role=role,
         )
-    if decided.status is OperationStatus.IN_PROGRESS:
-        assert decided.fence is not None
-        runner(services).submit(operation_id, decided.fence)
+    if decided.ticket is not None:
+        runner(services).submit(decided.ticket)
         return Requested(operation_id, decided.status, True)
     return Requested(operation_id, decided.status, False)
 

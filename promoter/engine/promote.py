@@ -24,11 +24,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
-from promoter.domain.models import Change
-from promoter.domain.paths import temp_name
+from promoter.domain.models import Change, GrantV1
+from promoter.domain.paths import temp_name, wire_path
 from promoter.domain.plan import journal_steps
+from promoter.domain.records import Ticket
 from promoter.domain.state import State
 from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine import dirs, snapshots
@@ -45,6 +48,7 @@ from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
+from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.promote")
 
@@ -85,19 +89,33 @@ def attempt_of(services: Services, operation_id: str) -> int:
         return journal.require(session, operation_id).attempt
 
 
-def run(services: Services, operation_id: str, fence: int) -> None:
-    """Carry out one attempt of a promotion; every outcome is journaled."""
+def ticket(session: Session, row: OperationRow, grant: GrantV1) -> Ticket:
+    """The attempt ``row`` starts, with the stage's lease as read in this transaction."""
+    assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
+    assert row.fence is not None
+    return Ticket(
+        operation_id=row.operation_id,
+        attempt=row.attempt,
+        fence=row.fence,
+        bundle_id=row.bundle_id,
+        verification_receipt_sha256=row.verification_receipt_sha256,
+        lease=repo.get_lease(session, grant.workflow_id, grant.stage),
+    )
+
+
+def run(services: Services, ticket: Ticket) -> None:
+    """Carry out one attempt of a promotion; every outcome is journaled.
+
+    Nothing is read from the store before the plan is journaled: the ticket carries what
+    the attempt decides on, and the lease is read again, locked, with the plan.
+    """
+    operation_id, fence = ticket.operation_id, ticket.fence
     try:
-        with services.db.session() as session:  # what the attempt decides on, read once
-            row = journal.require(session, operation_id)
-            bundle_id, receipt_sha = row.bundle_id, row.verification_receipt_sha256
-            assert bundle_id is not None and receipt_sha is not None
-            bundle = load_bundle(services, bundle_id)
-            grant = load_grant(services, bundle.grant_id)
-            lease = repo.get_lease(session, grant.workflow_id, grant.stage)
-        check_lease(grant, fence, lease)  # (1) authority
+        bundle = load_bundle(services, ticket.bundle_id)
+        grant = load_grant(services, bundle.grant_id)
+        check_lease(grant, fence, ticket.lease)  # (1) authority
         evidence = recheck_evidence(  # (2) evidence
-            services, bundle_id, receipt_sha, loaded=(bundle, grant)
+            services, ticket.bundle_id, ticket.verification_receipt_sha256, loaded=(bundle, grant)
         )
         repository = services.registry.by_identity(evidence.grant.repository_identity)
     except PromoterError as exc:
@@ -156,7 +174,7 @@ def run_locked(
         faults.point("before_journal")
         changes = list(evidence.bundle.changes)
         try:
-            attempt = _journal(services, operation_id, fence, evidence, readback, root)
+            attempt, creates = _journal(services, operation_id, fence, evidence, readback, root)
         except PromoterError as exc:  # the transaction rolled back: nothing is journaled
             refuse(services, operation_id, exc)
             return
@@ -169,7 +187,7 @@ def run_locked(
             changes,
             evidence,
             attempt=attempt,
-            dirs_journaled=True,
+            journaled_dirs=creates,
         )
 
 
@@ -180,11 +198,13 @@ def _journal(
     evidence: Evidence,
     readback: ReadBack,
     root: Root,
-) -> int:
+) -> tuple[int, list[str]]:
     """(5) In one transaction: authority again, the steps, the directories, the events.
 
     The lease is read again here, atomically with the plan: time passed while the lock
-    and the read-back were waited for. Returns the attempt.
+    and the read-back were waited for. The steps carry their temp names, so nothing about
+    the writes needs journaling later unless a directory went missing meanwhile. Returns
+    the attempt and the directories journaled as to be created.
     """
     changes = list(evidence.bundle.changes)
     creates = dirs.missing_dirs(root, [c.path for c in changes if not c.old.exists])
@@ -225,7 +245,7 @@ def _journal(
         row.decision_event_id, row.action_event_id = decision, action
         row.outcome_event_id, row.report = None, None
         journal.add_created_dirs(session, operation_id, creates)
-        return row.attempt
+        return row.attempt, creates
 
 
 def apply_changes(
@@ -239,24 +259,25 @@ def apply_changes(
     todo: set[int] | None = None,
     recovering: bool = False,
     attempt: int | None = None,
-    dirs_journaled: bool = False,
+    journaled_dirs: list[str] | None = None,
 ) -> None:
     """Write the steps in ``todo`` (default: all), then read back every target.
 
-    ``dirs_journaled``: the caller journaled the directories the writes will create.
+    ``journaled_dirs``: the directories the caller journaled as to be created (None: they
+    are found and journaled here first).
     """
     attempt = attempt_of(services, operation_id) if attempt is None else attempt
     apply = Applier(root)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
-        if dirs_journaled:
+        if journaled_dirs is not None:
             faults.point("after_dir_intent")
         else:
             creates = [
                 c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists
             ]
-            dirs.journal_intent(services, operation_id, root, creates)
-        _stage_temps(services, operation_id, attempt, apply, changes, wanted)
+            journaled_dirs = dirs.journal_intent(services, operation_id, root, creates)
+        _stage_temps(services, operation_id, attempt, apply, changes, wanted, journaled_dirs)
     except (PromoterError, OSError) as exc:
         apply.drop_staged()
         _remove_dirs(root, apply.created_dirs)
@@ -334,7 +355,14 @@ def _stage_temps(
     apply: Applier,
     changes: list[Change],
     wanted: set[int],
+    journaled_dirs: list[str],
 ) -> None:
+    """Write every new file of ``wanted`` to its journaled temp name.
+
+    The temp names are the plan's (journaled with the steps); a directory the staging had
+    to make that was not journaled as to be created (it went missing after the plan) is
+    journaled here, so only that case crosses into the store.
+    """
     for seq, change in enumerate(changes):
         if not change.new.exists or seq not in wanted:
             continue
@@ -345,11 +373,11 @@ def _stage_temps(
         apply.stage(
             seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
         )
-    with services.db.session() as session:
-        journal.set_temp_names(
-            session, operation_id, {seq: temp for seq, (temp, _) in apply.staged.items()}
-        )
-        journal.add_created_dirs(session, operation_id, apply.created_dirs)
+    known = set(journaled_dirs) | {wire_path(d) for d in journaled_dirs}
+    unjournaled = [d for d in apply.created_dirs if d not in known]
+    if unjournaled:
+        with services.db.session() as session:
+            journal.add_created_dirs(session, operation_id, unjournaled)
     faults.point("after_temps_journaled")
 
 

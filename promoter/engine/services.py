@@ -33,6 +33,7 @@ from promoter.store.durable import make_dirs
 if TYPE_CHECKING:
     import anyio
 
+    from promoter.domain.records import Ticket
     from promoter.engine.keyring import Keyring
     from promoter.store.quota import RunQuota
     from promoter.store.tables import OperationRow
@@ -43,7 +44,7 @@ T = TypeVar("T")
 class AttemptRunner(Protocol):
     """Runs promotion attempts off the request thread (``promoter.engine.operations``)."""
 
-    def submit(self, operation_id: str, fence: int) -> Future[None]: ...
+    def submit(self, ticket: Ticket) -> Future[None]: ...
     def future(self, operation_id: str) -> Future[None] | None: ...
     def shutdown(self) -> None: ...
 

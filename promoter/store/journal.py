@@ -125,18 +125,6 @@ def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> N
     )
 
 
-def set_temp_names(session: Session, operation_id: str, temps: dict[int, str]) -> None:
-    """Record the temp file of each staged step, in one bulk statement."""
-    if temps:
-        session.execute(
-            update(StepRow),
-            [
-                {"operation_id": operation_id, "seq": seq, "temp_name": name}
-                for seq, name in temps.items()
-            ],
-        )
-
-
 def delete_steps(session: Session, operation_id: str) -> None:
     for row in steps(session, operation_id):
         session.delete(row)

@@ -1,11 +1,14 @@
 """How often one promotion attempt crosses from the engine into the store.
 
 Counts the database transactions (``Database.session``) a promotion opens from the moment
-its attempt starts until it is ``completed``, through the real server. The attempt reads
-what it decides on, journals the plan, records the writes and records the outcome; the
-count is pinned here so that a change that adds a crossing says so. The outcome takes two
-transactions by design: the receipt is recorded before its audit file is written and the
-operation is completed only after it, so a crash in between reuses the same bytes.
+its attempt starts until it is ``completed``, through the real server. What the attempt
+decides on comes with it (the ticket, read in the request's transaction); it journals the
+plan (the steps with their temp names, the directories, the events), and records the
+outcome. The writes need no transaction of their own: the plan named every temp, and the
+directories were journaled with it. The outcome takes two transactions by design: the
+receipt (with the step statuses) is recorded before its audit file is written and the
+operation is completed only after it, so a crash in between reuses the same bytes. The
+count is pinned here so that a change that adds a crossing says so.
 """
 
 from __future__ import annotations
@@ -60,10 +63,9 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
     view = request_promotion(daemon, bundle, receipt).json()
     assert view["status"] == "completed", view
     assert opened == [
-        "promote.py:run",  # the row and the lease the attempt decides on, read once
-        "promote.py:_journal",  # the lease again, the steps, directories and events
-        "promote.py:_stage_temps",  # the temp files written (names, created directories)
-        # the outcome: the receipt recorded once, then (after its audit file) completed
+        "promote.py:_journal",  # the plan: the lease again, the steps, directories, events
+        # the writes and the outcome: the step statuses and the receipt recorded once,
+        # then (after its audit file) completed
         "outcome.py:complete",
         "outcome.py:complete",
     ]

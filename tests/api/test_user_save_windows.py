@@ -308,3 +308,31 @@ def test_save_during_restore_delete_is_kept(
     assert (repo / "junk.txt").read_bytes() == b"not junk\n"
     assert (repo / "a.txt").read_bytes() == b"a\n"
     _no_temps(repo)
+
+
+def test_directory_removed_after_the_plan_is_journaled_when_made_again(
+    tmp_path: Path, paused: Callable[..., None]
+) -> None:
+    """The plan found ``made/`` present; the user removes it before the writes. The write
+    makes it again and journals it, so the rollback removes exactly what promoter made."""
+    play = (Pause(tmp_path, "after_journal"), lambda repo: (repo / "made").rmdir())
+    change = ("made/new.txt", None, b"new\n")
+    repo = init_repo(tmp_path / "work", {"f.txt": b"x\n"})
+    (repo / "made").mkdir()
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [change])
+        paused(play[0])
+        raced = Raced(repo, daemon)
+        _race(raced, lambda d: promote(d, bundle, receipt), [play])
+        assert raced.answer is not None
+        op_id = raced.answer.json()["operation_id"]
+        view = raced.view(op_id)
+        assert (view["status"], view["created_directories"]) == ("completed", ["made"])
+        assert (repo / "made" / "new.txt").read_bytes() == b"new\n"
+        with daemon.operator() as client:
+            rolled = client.post(f"/v1/operations/{op_id}/rollback")
+        assert rolled.status_code == 200, rolled.text
+        assert rolled.json()["status"] == "rolled_back", rolled.json()
+    assert not (repo / "made").exists()
+    assert sorted(tree_bytes(repo)) == ["f.txt"]

@@ -1,0 +1,76 @@
+"""Typed records the store hands the engine: what the journal says, as plain frozen values.
+
+``Ticket`` is what one promotion attempt decides on, read in the transaction that started
+the attempt (the request, or the operator's approval), so the attempt itself does not go
+back to the store before it journals its plan. ``Operation`` and ``Step`` are the
+journal's rows as values (``promoter.store.journal`` converts them); the engine reads
+them, and changes the journal only through the store's functions.
+
+Deliberately not here: database rows (``promoter.store.tables`` keeps them inside the
+store), and anything that reads or writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from promoter.domain.models import LeaseV1
+from promoter.domain.state import State
+from promoter.domain.states import OperationKind, OperationStatus, StepStatus
+
+__all__ = ["Operation", "Step", "Ticket"]
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One promotion attempt to run: the operation, its attempt, and what it decides on.
+
+    ``lease`` is the grant stage's lease as read when the attempt was started (None: none
+    was set); the attempt checks it first (SPEC §5.4 step 1) and reads it again, locked,
+    in the transaction that journals its plan.
+    """
+
+    operation_id: str
+    attempt: int
+    fence: int
+    bundle_id: str
+    verification_receipt_sha256: str
+    lease: LeaseV1 | None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operation as journaled: its identity, binding, status and the events it names."""
+
+    operation_id: str
+    kind: OperationKind
+    status: OperationStatus
+    attempt: int
+    repository_identity: str
+    repository_name: str
+    grant_id: str | None
+    bundle_id: str | None
+    verification_receipt_sha256: str | None
+    parent_operation_id: str | None
+    fence: int | None
+    code: str | None
+    detail: str | None
+    report: dict[str, Any] | None
+    receipt: dict[str, Any] | None
+    decision_event_id: str | None
+    action_event_id: str | None
+    outcome_event_id: str | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One journaled step: a path, the operation on it, its old and new states."""
+
+    seq: int
+    path: str
+    operation: str
+    old: State
+    new: State
+    status: StepStatus
+    temp_name: str | None
