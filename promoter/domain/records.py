@@ -19,7 +19,7 @@ from promoter.domain.models import LeaseV1
 from promoter.domain.state import State
 from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 
-__all__ = ["Operation", "Step", "Ticket"]
+__all__ = ["Attempt", "Operation", "Step", "Ticket"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Ticket:
 
 @dataclass(frozen=True)
 class Operation:
-    """An operation as journaled: its identity, binding, status and the events it names."""
+    """An operation as journaled: identity, binding, status, owner, receipt and events."""
 
     operation_id: str
     kind: OperationKind
@@ -51,26 +51,61 @@ class Operation:
     repository_name: str
     grant_id: str | None
     bundle_id: str | None
+    grant_sha256: str | None
+    bundle_sha256: str | None
     verification_receipt_sha256: str | None
     parent_operation_id: str | None
     fence: int | None
     code: str | None
     detail: str | None
     report: dict[str, Any] | None
+    owner_pid: int | None
+    owner_start: str | None
+    owner_boot: str | None
+    owner_host: str | None
+    owner_lease_until: str | None
+    receipt_sha256: str | None
     receipt: dict[str, Any] | None
+    # the events of the current attempt that a receipt names (SPEC §3.7 ``events``)
     decision_event_id: str | None
     action_event_id: str | None
     outcome_event_id: str | None
+    pre_snapshot: str | None
+    post_snapshot: str | None
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of an operation and how it ended (``ended_at`` None: still running)."""
+
+    attempt: int
+    status: OperationStatus
+    code: str | None
+    detail: str | None
+    started_at: str
+    ended_at: str | None
 
 
 @dataclass(frozen=True)
 class Step:
-    """One journaled step: a path, the operation on it, its old and new states."""
+    """One journaled step: a path, the operation on it, its old and new states as
+    journaled (the wire JSON, which keeps a bundle state's size and blob reference)."""
 
     seq: int
     path: str
     operation: str
-    old: State
-    new: State
+    old_state: dict[str, Any]
+    new_state: dict[str, Any]
     status: StepStatus
     temp_name: str | None
+    detail: str | None
+
+    @property
+    def old(self) -> State:
+        return State.of(self.old_state)
+
+    @property
+    def new(self) -> State:
+        return State.of(self.new_state)

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1
-from promoter.domain.records import Ticket
+from promoter.domain.records import Operation, Ticket
 from promoter.domain.states import OperationKind, OperationStatus
 from promoter.engine import promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
@@ -36,8 +36,7 @@ from promoter.engine.grants import load_grant
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import OperationConflict, OperationUnknown, PromoterError
-from promoter.store import journal, ledger, repo
-from promoter.store.tables import OperationRow
+from promoter.store import journal, ledger
 
 __all__ = ["Decided", "approved", "decide", "precheck", "required"]
 
@@ -58,7 +57,7 @@ def precheck(
     recheck_evidence(services, bundle_id, receipt_sha256)
 
 
-def _binding(row: OperationRow) -> dict[str, Any]:
+def _binding(row: Operation) -> dict[str, Any]:
     return {
         "operation_id": row.operation_id,
         "grant_sha256": row.grant_sha256,
@@ -68,7 +67,7 @@ def _binding(row: OperationRow) -> dict[str, Any]:
     }
 
 
-def _bound(row: OperationRow) -> bool:
+def _bound(row: Operation) -> bool:
     """The row's operation id is the one its hashes derive (SPEC §5.2)."""
     if None in (row.grant_sha256, row.bundle_sha256, row.verification_receipt_sha256):
         return False
@@ -81,7 +80,7 @@ def _bound(row: OperationRow) -> bool:
     return derived == row.operation_id
 
 
-def approved(session: Session, row: OperationRow, grant: GrantV1) -> bool:
+def approved(session: Session, row: Operation, grant: GrantV1) -> bool:
     """A standing approval: the latest decision is ``approved``, binds this row, in window."""
     latest: dict[str, Any] | None = None
     for event in ledger.events(session, row.operation_id):
@@ -156,16 +155,16 @@ def decide(
             payload["code"] = expired.code
         ledger.append(session, operation_id, "decision", payload)
         if payload["approval"] == "approved":
-            services.claim(row)
-            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
-            return Decided(
-                operation_id, OperationStatus.IN_PROGRESS, promote.ticket(session, row, grant)
-            )
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+            started = promote.ticket(session, operation_id, grant)
+            return Decided(operation_id, OperationStatus.IN_PROGRESS, started)
         code = expired.code if expired is not None else REJECTED
         detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
         ledger.append(session, operation_id, "outcome", {"status": "refused", "code": code})
-        journal.set_status(session, row, OperationStatus.REFUSED, code=code, detail=detail)
-        row.updated_at = repo.now()
+        journal.set_status(
+            session, row.operation_id, OperationStatus.REFUSED, code=code, detail=detail
+        )
     if expired is not None:
         raise expired
     return Decided(operation_id, OperationStatus.REFUSED, None)

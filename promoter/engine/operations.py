@@ -21,14 +21,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
 from promoter.domain.records import Ticket
 from promoter.domain.state import classify
-from promoter.domain.states import FINAL, RUNNING, OperationStatus
+from promoter.domain.states import FINAL, RUNNING, OperationKind, OperationStatus
 from promoter.engine import approval, promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
@@ -48,8 +47,7 @@ from promoter.errors import (
     VerificationFailed,
 )
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo
-from promoter.store.tables import OperationRow
+from promoter.store import journal, ledger
 
 log = logging.getLogger("promoter.operations")
 
@@ -101,7 +99,7 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
                 assert row is not None
                 journal.set_status(
                     session,
-                    row,
+                    row.operation_id,
                     OperationStatus.NEEDS_RECOVERY,
                     code=error.code,
                     detail=error.detail,
@@ -147,28 +145,25 @@ def request_promotion(
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
         held = gated and (row is None or not approval.approved(session, row, grant))
+        status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
         if row is None:
-            row = OperationRow(
+            journal.create_operation(
+                session,
                 operation_id=operation_id,
-                kind="promotion",
+                kind=OperationKind.PROMOTION,
+                status=status,
                 repository_identity=repository.identity,
                 repository_name=repository.name,
+                owner=services.stamp(),
                 grant_id=grant.grant_id,
                 bundle_id=bundle.bundle_id,
                 grant_sha256=grant.grant_sha256,
                 bundle_sha256=bundle.bundle_sha256,
                 verification_receipt_sha256=receipt_sha256,
-                attempt=1,
-                created_at=repo.now(),
+                fence=fence,
             )
-            session.add(row)
         else:
-            row.attempt += 1
-        row.status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
-        row.code = row.detail = None
-        row.fence = fence
-        services.claim(row)
-        row.updated_at = repo.now()
+            journal.next_attempt(session, operation_id, status, owner=services.stamp(), fence=fence)
         try:
             session.flush()
         except IntegrityError as exc:  # another daemon created it first
@@ -176,8 +171,8 @@ def request_promotion(
                 "the operation was created concurrently by another daemon; ask again",
                 operation_id=operation_id,
             ) from exc
-        journal.start_attempt(session, row)
-        ticket = None if held else promote.ticket(session, row, grant)
+        journal.start_attempt(session, operation_id)
+        ticket = None if held else promote.ticket(session, operation_id, grant)
     if ticket is None:
         return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
     runner(services).submit(ticket)
@@ -260,7 +255,7 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
                 }
                 for s in steps
             ],
-            "created_directories": [d.path for d in dirs],
+            "created_directories": dirs,
             "attempts": [
                 {
                     "attempt": a.attempt,
@@ -374,9 +369,6 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
 def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
     """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
     with services.db.session() as session:
-        query = select(OperationRow).where(
-            OperationRow.bundle_id == bundle_id, OperationRow.kind == "promotion"
-        )
         return [
             {
                 "operation_id": row.operation_id,
@@ -387,5 +379,5 @@ def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]
                 "receipt_sha256": row.receipt_sha256,
                 "updated_at": row.updated_at,
             }
-            for row in session.scalars(query.order_by(OperationRow.created_at))
+            for row in journal.promotions_of_bundle(session, bundle_id)
         ]

@@ -121,9 +121,8 @@ def post_check(
     config = repository.config
     assert config.check_command is not None
     with services.db.session() as session:
-        row = journal.require(session, operation_id)
         journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
-        journal.set_status(session, row, OperationStatus.APPLIED_UNVERIFIED)
+        journal.set_status(session, operation_id, OperationStatus.APPLIED_UNVERIFIED)
     try:
         baseline = Baseline.take(repository.layout)
     except PromoterError as exc:
@@ -161,12 +160,16 @@ def post_check(
             "decision",
             {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
         )
-        row.report = {
-            **(row.report or {}),
-            "check": result.wire(),
-            "paths": paths,
-            "check_changed": changed,
-        }
+        journal.set_report(
+            session,
+            operation_id,
+            {
+                **(row.report or {}),
+                "check": result.wire(),
+                "paths": paths,
+                "check_changed": changed,
+            },
+        )
     if result.passed and count == 0:
         return paths
     if not result.passed:
@@ -192,10 +195,9 @@ def _end_check(
         rollback_held(services, operation_id, root, detail)
         with services.db.session() as session:
             row = journal.require(session, operation_id)
-            journal.set_status(session, row, OperationStatus(row.status), code=code, detail=detail)
+            journal.set_status(session, operation_id, row.status, code=code, detail=detail)
         return
     with services.db.session() as session:
-        row = journal.require(session, operation_id)
         ledger.append(
             session,
             operation_id,
@@ -203,7 +205,7 @@ def _end_check(
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
         )
         journal.set_status(
-            session, row, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
+            session, operation_id, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
         )
 
 
@@ -221,16 +223,19 @@ def fail_closed(
     detail = failure[1].detail if failure else "a target did not read back as its new state"
     with services.db.session() as session:
         row = journal.require(session, operation_id)
+        statuses: dict[int, StepStatus] = {}
+        details: dict[int, str] = {}
         for step, path in zip(journal.steps(session, operation_id), paths, strict=True):
             if path["verdict"] == "new":
-                step.status = StepStatus.COMPLETED
+                statuses[step.seq] = StepStatus.COMPLETED
             elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
-                step.status = StepStatus.FAILED
-                step.detail = (
+                statuses[step.seq] = StepStatus.FAILED
+                details[step.seq] = (
                     detail
                     if failure and step.seq == failure[0]
                     else "read back as neither old nor new"
                 )
+        journal.set_steps(session, operation_id, statuses, details)
         ledger.append(
             session,
             operation_id,
@@ -243,7 +248,7 @@ def fail_closed(
             report["kept"] = kept
         journal.set_status(
             session,
-            row,
+            operation_id,
             OperationStatus.NEEDS_RECONCILIATION,
             code=code,
             detail=detail,
@@ -308,7 +313,7 @@ def complete(
             )
             assert row.decision_event_id is not None and row.action_event_id is not None
             events = {"decision": row.decision_event_id, "action": row.action_event_id}
-            row.outcome_event_id = outcome
+            journal.set_outcome_event(session, operation_id, outcome)
             receipt = build_receipt(
                 operation_id,
                 evidence,
@@ -316,15 +321,18 @@ def complete(
                 targets,
                 {**events, "outcome": outcome},
             )
-            row.receipt = receipt.wire()
-            row.receipt_sha256 = receipt.receipt_sha256
-        data = canonical_bytes(row.receipt)
+            journal.set_receipt(session, operation_id, receipt.wire(), receipt.receipt_sha256)
+            recorded = receipt.wire()
+        else:
+            recorded = row.receipt
+        data = canonical_bytes(recorded)
     # (2) the same bytes into the audit store, fsynced: identical bytes already there are
     # reused, different ones raise and are never overwritten; (3) only then completed.
     services.audit.put("promotion", operation_id, data)
     faults.point("after_receipt")
     with services.db.session() as session:
         row = journal.require(session, operation_id)
-        row.report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
-        journal.set_status(session, row, OperationStatus.COMPLETED)
+        report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
+        journal.set_report(session, operation_id, report)
+        journal.set_status(session, operation_id, OperationStatus.COMPLETED)
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")

@@ -32,11 +32,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
-
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
+from promoter.domain.records import Operation
 from promoter.domain.states import RUNNING
-from promoter.store.tables import OperationRow
+from promoter.store import journal
 
 log = logging.getLogger("promoter.ownership")
 
@@ -86,7 +85,7 @@ class Owner:
         return cls(pid, process_start(pid) or "unknown", boot_id(), host)
 
     @classmethod
-    def of(cls, row: OperationRow) -> Owner:
+    def of(cls, row: Operation) -> Owner:
         return cls(
             row.owner_pid or -1, row.owner_start or "", row.owner_boot or "", row.owner_host or ""
         )
@@ -97,23 +96,21 @@ class Owner:
             return False
         return process_start(self.pid) == self.start
 
-    def stamp(self, row: OperationRow, lease_seconds: float) -> None:
-        """Record this owner on ``row`` with an owner lease of ``lease_seconds``."""
-        row.owner_pid, row.owner_start, row.owner_boot = self.pid, self.start, self.boot
-        row.owner_host = self.host
-        row.owner_lease_until = lease_until(lease_seconds)
+    def stamp(self, lease_seconds: float) -> tuple[int, str, str, str, str]:
+        """This owner as the journal records it, with an owner lease of ``lease_seconds``."""
+        return self.pid, self.start, self.boot, self.host, lease_until(lease_seconds)
 
 
 def lease_until(lease_seconds: float) -> str:
     return rfc3339(utcnow() + timedelta(seconds=lease_seconds))
 
 
-def lease_expired(row: OperationRow) -> bool:
+def lease_expired(row: Operation) -> bool:
     """Whether the row's owner lease has run out (a row without one has none to run)."""
     return row.owner_lease_until is None or parse_rfc3339(row.owner_lease_until) <= utcnow()
 
 
-def orphaned(row: OperationRow, me: Owner) -> bool:
+def orphaned(row: Operation, me: Owner) -> bool:
     """Whether this host may take over ``row``: its own, and its owner process gone."""
     owner = Owner.of(row)
     if (owner.host or me.host) != me.host:
@@ -121,7 +118,7 @@ def orphaned(row: OperationRow, me: Owner) -> bool:
     return not owner.alive()
 
 
-def owner_view(row: OperationRow) -> dict[str, Any]:
+def owner_view(row: Operation) -> dict[str, Any]:
     return {
         "host": row.owner_host,
         "pid": row.owner_pid,
@@ -149,19 +146,7 @@ class Heartbeat:
 
     def beat(self) -> int:
         with self._db.session() as session:
-            result = session.execute(
-                update(OperationRow)
-                .where(
-                    OperationRow.owner_host == self._me.host,
-                    OperationRow.owner_pid == self._me.pid,
-                    OperationRow.owner_start == self._me.start,
-                    OperationRow.owner_boot == self._me.boot,
-                    OperationRow.status.in_([s.value for s in RUNNING]),
-                )
-                .values(owner_lease_until=lease_until(self._seconds))
-                .execution_options(synchronize_session=False)
-            )
-            return int(getattr(result, "rowcount", 0) or 0)
+            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING)
 
     def _run(self) -> None:
         while not self._stop.wait(self._seconds / 3):

@@ -48,7 +48,6 @@ from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
-from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.promote")
 
@@ -65,7 +64,6 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
     with services.db.session() as session:
-        row = journal.require(session, operation_id)
         ledger.append(session, operation_id, "decision", payload)
         ledger.append(
             session,
@@ -76,7 +74,7 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
         report = {"error": error.to_problem(), **extra}
         journal.set_status(
             session,
-            row,
+            operation_id,
             OperationStatus.REFUSED,
             code=error.code,
             detail=error.detail,
@@ -89,8 +87,9 @@ def attempt_of(services: Services, operation_id: str) -> int:
         return journal.require(session, operation_id).attempt
 
 
-def ticket(session: Session, row: OperationRow, grant: GrantV1) -> Ticket:
-    """The attempt ``row`` starts, with the stage's lease as read in this transaction."""
+def ticket(session: Session, operation_id: str, grant: GrantV1) -> Ticket:
+    """The attempt the operation starts, with the stage's lease as read in this transaction."""
+    row = journal.require(session, operation_id)
     assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
     assert row.fence is not None
     return Ticket(
@@ -242,8 +241,7 @@ def _journal(
             "action",
             {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
         )
-        row.decision_event_id, row.action_event_id = decision, action
-        row.outcome_event_id, row.report = None, None
+        journal.set_plan_events(session, operation_id, decision, action)
         journal.add_created_dirs(session, operation_id, creates)
         return row.attempt, creates
 
@@ -335,13 +333,10 @@ def apply_changes(
 def _leave_for_recovery(services: Services, operation_id: str, applied: list[int]) -> None:
     """The daemon is stopping: journal the steps done; recovery finishes the rest."""
     with services.db.session() as session:
-        row = journal.require(session, operation_id)
-        for step in journal.steps(session, operation_id):
-            if step.seq in applied:
-                step.status = StepStatus.COMPLETED
+        journal.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
         journal.set_status(
             session,
-            row,
+            operation_id,
             OperationStatus.NEEDS_RECOVERY,
             code="stopped",
             detail=f"the daemon stopped after {len(applied)} of the steps",

@@ -32,6 +32,7 @@ from promoter.domain.models import Change
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
+from promoter.domain.records import Operation
 from promoter.domain.state import Verdict
 from promoter.domain.states import OperationStatus, StepStatus, guard
 from promoter.engine import outcome, promote
@@ -46,7 +47,6 @@ from promoter.engine.snapshot_restore import recover_restore
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
-from promoter.store.tables import OperationRow
 
 log = logging.getLogger("promoter.recover")
 
@@ -69,7 +69,7 @@ def scan_orphans(services: Services) -> list[str]:
                 continue  # another host's, or a live process (possibly this one) runs it
             journal.set_status(
                 session,
-                row,
+                row.operation_id,
                 OperationStatus.NEEDS_RECOVERY,
                 code="owner_gone",
                 detail=f"the process that ran it (pid {row.owner_pid}) is gone",
@@ -104,7 +104,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
             log.warning("automatic recovery of %s failed: %s", operation_id, exc.detail)
 
 
-def _load(session: Any, operation_id: str) -> OperationRow:
+def _load(session: Any, operation_id: str) -> Operation:
     row = journal.get_operation(session, operation_id)
     if row is None:
         raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -141,8 +141,8 @@ def recover(
         with services.db.session() as session:
             row = _load(session, operation_id)  # again under the lock: it may have moved
             guard(kind, row.status, "recover", role=role, operation_id=operation_id)
-            services.claim(row)
-            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
             has_steps = bool(journal.steps(session, operation_id))
         claimed = True
         if not has_steps:  # died before the journal: nothing was written
@@ -155,7 +155,11 @@ def recover(
             row = _load(session, operation_id)
             if claimed and row.status == OperationStatus.IN_PROGRESS:
                 journal.set_status(
-                    session, row, OperationStatus.NEEDS_RECOVERY, code=exc.code, detail=exc.detail
+                    session,
+                    row.operation_id,
+                    OperationStatus.NEEDS_RECOVERY,
+                    code=exc.code,
+                    detail=exc.detail,
                 )
         raise
     finally:
@@ -284,7 +288,11 @@ def reconcile(
                 {"status": OperationStatus.ABANDONED, "note": note},
             )
             journal.set_status(
-                session, row, OperationStatus.ABANDONED, code="abandoned", detail=note or None
+                session,
+                row.operation_id,
+                OperationStatus.ABANDONED,
+                code="abandoned",
+                detail=note or None,
             )
         return {"status": OperationStatus.ABANDONED}
     assert bundle_id is not None and receipt is not None
@@ -297,8 +305,8 @@ def reconcile(
         with services.db.session() as session:
             row = _load(session, operation_id)  # again under the lock: it may have moved
             guard(kind, row.status, "reconcile", role=role, decision=decision)
-            services.claim(row)
-            journal.set_status(session, row, OperationStatus.IN_PROGRESS)
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
         claimed = True
         with Root.open(repository.worktree) as root:
             _reclassify(
@@ -310,7 +318,7 @@ def reconcile(
             if claimed and row.status == OperationStatus.IN_PROGRESS:
                 journal.set_status(
                     session,
-                    row,
+                    row.operation_id,
                     OperationStatus.NEEDS_RECONCILIATION,
                     code=exc.code,
                     detail=exc.detail,

@@ -48,8 +48,9 @@ from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
+from promoter.domain.records import Operation
 from promoter.domain.state import State, observed
-from promoter.domain.states import OperationStatus, StepStatus
+from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
 from promoter.engine.services import Services
@@ -65,8 +66,7 @@ from promoter.errors import (
 )
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo
-from promoter.store.tables import OperationRow
+from promoter.store import journal, ledger
 
 ROLLBACK_FROM = {
     OperationStatus.COMPLETED,
@@ -136,7 +136,7 @@ def rollback_status(targets: list[dict[str, Any]]) -> OperationStatus:
     return OperationStatus.ROLLBACK_PARTIAL
 
 
-def _load(session: Any, operation_id: str) -> OperationRow:
+def _load(session: Any, operation_id: str) -> Operation:
     row = journal.get_operation(session, operation_id)
     if row is None:
         raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -189,24 +189,20 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
             )
         repository = services.registry.by_identity(parent.repository_identity)
         child_id = rollback_id(operation_id)
-        child = journal.get_operation(session, child_id)
-        if child is None:
-            child = OperationRow(
+        if journal.get_operation(session, child_id) is None:
+            journal.create_operation(
+                session,
                 operation_id=child_id,
-                kind="rollback",
+                kind=OperationKind.ROLLBACK,
+                status=OperationStatus.IN_PROGRESS,
                 repository_identity=parent.repository_identity,
                 repository_name=parent.repository_name,
+                owner=services.stamp(),
                 parent_operation_id=operation_id,
                 bundle_id=parent.bundle_id,
-                status=OperationStatus.IN_PROGRESS,
-                attempt=1,
-                created_at=repo.now(),
-                updated_at=repo.now(),
             )
-            services.claim(child)
-            session.add(child)
             session.flush()
-            journal.start_attempt(session, child)
+            journal.start_attempt(session, child_id)
     return child_id, repository
 
 
@@ -225,8 +221,8 @@ def recover_rollback(
             )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
-        services.claim(child)
-        journal.set_status(session, child, OperationStatus.IN_PROGRESS)
+        services.claim(session, child.operation_id)
+        journal.set_status(session, child.operation_id, OperationStatus.IN_PROGRESS)
     assert parent_id is not None
     return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
 
@@ -265,7 +261,11 @@ def _leave_for_recovery(
         child = _load(session, child_id)
         if child.status == OperationStatus.IN_PROGRESS:
             journal.set_status(
-                session, child, OperationStatus.NEEDS_RECOVERY, code=error.code, detail=error.detail
+                session,
+                child.operation_id,
+                OperationStatus.NEEDS_RECOVERY,
+                code=error.code,
+                detail=error.detail,
             )
     return error
 
@@ -282,7 +282,7 @@ def _rollback_locked(
             {"path": s.path, "old": s.old_state, "new": s.new_state}
             for s in reversed(journal.steps(session, parent_id))
         ]
-        dirs = [d.path for d in journal.created_dirs(session, parent_id)]
+        dirs = journal.created_dirs(session, parent_id)
         done = {s.seq: s.status for s in journal.steps(session, child_id)}
         if not done:
             faults.point("rollback_before_journal")
@@ -317,9 +317,8 @@ def _rollback_locked(
                 services, root, step, aside, kept, already=done.get(seq) == "completed"
             )
         with services.db.session() as session:
-            row = journal.steps(session, child_id)[seq]
-            row.status = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
-            row.detail = reason
+            done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
+            journal.set_steps(session, child_id, {seq: done_as}, {seq: reason})
         faults.point("rollback_after_step")
         targets.append(_target(str(step["path"]), reason, leaf, exc))
     removed = [
@@ -349,12 +348,12 @@ def _rollback_locked(
                 {"status": status, "receipt_sha256": receipt.receipt_sha256},
             )
             ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
-            child.receipt = receipt.wire()
-            child.receipt_sha256 = receipt.receipt_sha256
-            child.report = {**(child.report or {}), "note": note}
-            if kept:
-                child.report = {**child.report, "kept": kept}
-        recorded = dict(child.receipt)  # a concurrent pass may have recorded one first
+            journal.set_receipt(session, child_id, receipt.wire(), receipt.receipt_sha256)
+            report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
+            journal.set_report(session, child_id, report)
+            recorded = receipt.wire()
+        else:
+            recorded = dict(child.receipt)  # a concurrent pass recorded one first
     return _publish(services, child_id, parent_id, recorded)
 
 
@@ -369,9 +368,9 @@ def _publish(
         child = _load(session, child_id)
         parent = _load(session, parent_id)
         note = str((child.report or {}).get("note") or "") or None
-        journal.set_status(session, child, status)
+        journal.set_status(session, child.operation_id, status)
         if parent.status != status:
-            journal.set_status(session, parent, status, code=None, detail=note)
+            journal.set_status(session, parent.operation_id, status, code=None, detail=note)
     return recorded
 
 

@@ -25,6 +25,7 @@ from promoter.config import Settings
 from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.store import db as dbmod
+from promoter.store import journal
 from promoter.store.audit import AuditStore
 from promoter.store.blobs import BlobStore
 from promoter.store.credentials import Authenticator, Role, ensure_trusted_tokens
@@ -32,11 +33,11 @@ from promoter.store.durable import make_dirs
 
 if TYPE_CHECKING:
     import anyio
+    from sqlalchemy.orm import Session
 
     from promoter.domain.records import Ticket
     from promoter.engine.keyring import Keyring
     from promoter.store.quota import RunQuota
-    from promoter.store.tables import OperationRow
 
 T = TypeVar("T")
 
@@ -82,9 +83,13 @@ class Services:
                     setattr(self, name, value)
         return value  # type: ignore[no-any-return]
 
-    def claim(self, row: OperationRow) -> None:
-        """Record this process as the owner of ``row``, with a fresh owner lease."""
-        self.owner.stamp(row, self.settings.owner_lease_seconds)
+    def claim(self, session: Session, operation_id: str) -> None:
+        """Record this process as the owner of the operation, with a fresh owner lease."""
+        journal.claim(session, operation_id, self.stamp())
+
+    def stamp(self) -> tuple[int, str, str, str, str]:
+        """This process as an operation's owner, with a fresh owner lease."""
+        return self.owner.stamp(self.settings.owner_lease_seconds)
 
     def close(self) -> None:
         self.db.dispose()

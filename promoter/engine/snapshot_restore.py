@@ -34,7 +34,7 @@ from promoter.domain.paths import temp_name, wire_path
 from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
 from promoter.domain.state import State, Verdict
-from promoter.domain.states import OperationStatus, StepStatus
+from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
@@ -53,8 +53,6 @@ from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
 from promoter.git.shadow import ShadowRepository
 from promoter.store import journal, ledger
-from promoter.store.repo import now
-from promoter.store.tables import OperationRow
 
 __all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
 
@@ -182,35 +180,40 @@ def _journal(
                 status=row.status,
             )
         if row is None:
-            row = OperationRow(
+            journal.create_operation(
+                session,
                 operation_id=operation_id,
-                kind="restore",
-                attempt=1,
+                kind=OperationKind.RESTORE,
+                status=OperationStatus.IN_PROGRESS,
                 repository_identity=repo.identity,
                 repository_name=repo.name,
-                created_at=now(),
+                owner=services.stamp(),
+                pre_snapshot=current,
             )
-            session.add(row)
         else:  # a finished restore from the same tree to the same tree: a new attempt
-            row.attempt += 1
             journal.delete_steps(session, operation_id)
-        row.status, row.code, row.detail = OperationStatus.IN_PROGRESS, None, None
-        services.claim(row)
-        row.pre_snapshot, row.post_snapshot, row.updated_at = current, None, now()
+            journal.next_attempt(
+                session,
+                operation_id,
+                OperationStatus.IN_PROGRESS,
+                owner=services.stamp(),
+                pre_snapshot=current,
+            )
         session.flush()
-        journal.start_attempt(session, row)
+        journal.start_attempt(session, operation_id)
+        attempt = journal.require(session, operation_id).attempt
         journal.add_steps(
             session,
             operation_id,
             journal_steps(
-                operation_id, row.attempt, [(s.shown, s.operation, s.old, s.new) for s in steps]
+                operation_id, attempt, [(s.shown, s.operation, s.old, s.new) for s in steps]
             ),
         )
         decision = ledger.append(
             session,
             operation_id,
             "decision",
-            {"allowed": True, "restore_to": target, "from": current, "attempt": row.attempt},
+            {"allowed": True, "restore_to": target, "from": current, "attempt": attempt},
         )
         action = ledger.append(
             session,
@@ -223,9 +226,8 @@ def _journal(
                 ]
             },
         )
-        row.report = {"restore_to": target, "from": current}
-        row.decision_event_id, row.action_event_id = decision, action
-        row.outcome_event_id = None
+        journal.set_plan_events(session, operation_id, decision, action)
+        journal.set_report(session, operation_id, {"restore_to": target, "from": current})
     return operation_id
 
 
@@ -240,10 +242,11 @@ def _post_capture(
         log.warning("the capture after restore %s failed: %s", operation_id, exc.detail)
         return
     with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None
-        row.post_snapshot = post
-        row.report = {**(row.report or {}), "post_tree_matches": post == target}
+        row = journal.require(session, operation_id)
+        journal.set_snapshot(session, operation_id, "post", post)
+        journal.set_report(
+            session, operation_id, {**(row.report or {}), "post_tree_matches": post == target}
+        )
 
 
 def recover_restore(
@@ -344,8 +347,8 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
                 kind="restore",
                 current_status=row.status,
             )
-        services.claim(row)
-        journal.set_status(session, row, OperationStatus.IN_PROGRESS)
+        services.claim(session, row.operation_id)
+        journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
 
 
 def _set_status(
@@ -362,7 +365,7 @@ def _set_status(
         if only_if is not None and row.status != only_if:
             return
         code, detail = (error.code, error.detail) if error else (None, None)
-        journal.set_status(session, row, status, code=code, detail=detail)
+        journal.set_status(session, row.operation_id, status, code=code, detail=detail)
 
 
 def _attempt(services: Services, operation_id: str) -> int:

@@ -214,12 +214,15 @@ class StepRun:
         with self.services.db.session() as session:
             row = journal.get_operation(session, self.operation_id)
             assert row is not None
-            for step_row, verdict in zip(
-                journal.steps(session, row.operation_id), verdicts, strict=True
-            ):
-                step_row.status = {"new": StepStatus.COMPLETED, "old": StepStatus.PENDING}.get(
+            statuses = {
+                step.seq: {"new": StepStatus.COMPLETED, "old": StepStatus.PENDING}.get(
                     verdict, StepStatus.FAILED
                 )
+                for step, verdict in zip(
+                    journal.steps(session, row.operation_id), verdicts, strict=True
+                )
+            }
+            journal.set_steps(session, row.operation_id, statuses)
             created, removed = wire_all(self.created), wire_all(self.removed)
             journal.add_created_dirs(session, row.operation_id, created)
             dirs = {"removed_directories": removed, "created_directories": created}
@@ -227,14 +230,16 @@ class StepRun:
             payload = {"status": status, "code": code, **dirs}
             outcome = ledger.append(session, row.operation_id, "outcome", payload)
             report = {**(row.report or {}), "paths": problems, **dirs}
-            row.outcome_event_id = outcome
+            journal.set_outcome_event(session, row.operation_id, outcome)
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
             kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]
             if kept:
                 report["kept"] = wire_all(kept)
             report = wire_all(report)
-            journal.set_status(session, row, status, code=code, detail=detail, report=report)
+            journal.set_status(
+                session, row.operation_id, status, code=code, detail=detail, report=report
+            )
         return status
 
 

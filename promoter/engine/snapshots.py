@@ -135,7 +135,7 @@ def _capture_locked(
     services: Services,
     repo: Repository,
     label: str,
-    operation: tuple[str, str] | None = None,
+    operation: tuple[str, Literal["pre", "post"]] | None = None,
 ) -> dict[str, str]:
     shadow = shadow_for(services, repo)
     captured = shadow.capture()
@@ -149,13 +149,9 @@ def _capture_locked(
     with services.db.session() as session:
         if operation is not None:
             operation_id, which = operation
-            op = journal.get_operation(session, operation_id)
-            if op is None:
+            if journal.get_operation(session, operation_id) is None:
                 raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
-            if which == "pre":
-                op.pre_snapshot = captured.tree
-            else:
-                op.post_snapshot = captured.tree
+            journal.set_snapshot(session, operation_id, which, captured.tree)
         session.add(row)
     return {"tree": row.tree, "label": row.label, "captured_at": row.captured_at}
 

@@ -1,31 +1,66 @@
 """The journal (SPEC §5.3) in the database: operations, attempts, steps, created directories.
 
 Functions take an open ``Session``; the engine decides what goes into one transaction
-(every state change is committed before the next side effect). Every status change goes
-through the transition table of ``promoter.domain.states`` (the row refuses any other).
+(every state change is committed before the next side effect). Reads return the typed
+records of ``promoter.domain.records`` (rows never leave the store); writes take the
+operation id and say what they change. Every status change goes through the transition
+table of ``promoter.domain.states`` (the row refuses any other).
 Deliberately not here: the hash-chained events (``promoter.store.ledger``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from promoter.domain.states import OperationStatus, StepStatus
+from promoter.domain.records import Attempt, Operation, Step
+from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 from promoter.errors import OperationUnknown
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
 
-
-def get_operation(session: Session, operation_id: str) -> OperationRow | None:
-    return session.get(OperationRow, operation_id)
+Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
 
 
-def require(session: Session, operation_id: str) -> OperationRow:
-    """The operation row, which the caller knows exists."""
+def _record(row: OperationRow) -> Operation:
+    return Operation(
+        operation_id=row.operation_id,
+        kind=OperationKind(row.kind),
+        status=OperationStatus(row.status),
+        attempt=row.attempt,
+        repository_identity=row.repository_identity,
+        repository_name=row.repository_name,
+        grant_id=row.grant_id,
+        bundle_id=row.bundle_id,
+        grant_sha256=row.grant_sha256,
+        bundle_sha256=row.bundle_sha256,
+        verification_receipt_sha256=row.verification_receipt_sha256,
+        parent_operation_id=row.parent_operation_id,
+        fence=row.fence,
+        code=row.code,
+        detail=row.detail,
+        report=row.report,
+        owner_pid=row.owner_pid,
+        owner_start=row.owner_start,
+        owner_boot=row.owner_boot,
+        owner_host=row.owner_host,
+        owner_lease_until=row.owner_lease_until,
+        receipt_sha256=row.receipt_sha256,
+        receipt=row.receipt,
+        decision_event_id=row.decision_event_id,
+        action_event_id=row.action_event_id,
+        outcome_event_id=row.outcome_event_id,
+        pre_snapshot=row.pre_snapshot,
+        post_snapshot=row.post_snapshot,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _row(session: Session, operation_id: str) -> OperationRow:
     row = session.get(OperationRow, operation_id)
     if row is None:
         raise OperationUnknown(
@@ -34,9 +69,19 @@ def require(session: Session, operation_id: str) -> OperationRow:
     return row
 
 
+def get_operation(session: Session, operation_id: str) -> Operation | None:
+    row = session.get(OperationRow, operation_id)
+    return None if row is None else _record(row)
+
+
+def require(session: Session, operation_id: str) -> Operation:
+    """The operation, which the caller knows exists."""
+    return _record(_row(session, operation_id))
+
+
 def list_operations(
     session: Session, *, status: str | None = None, repository: str | None = None, limit: int = 500
-) -> list[OperationRow]:
+) -> list[Operation]:
     query = select(OperationRow).order_by(OperationRow.created_at.desc()).limit(limit)
     if status:
         query = query.where(OperationRow.status == status)
@@ -45,22 +90,128 @@ def list_operations(
             (OperationRow.repository_identity == repository)
             | (OperationRow.repository_name == repository)
         )
-    return list(session.scalars(query))
+    return [_record(row) for row in session.scalars(query)]
 
 
-def operations_with_status(session: Session, status: str) -> list[OperationRow]:
-    return list(session.scalars(select(OperationRow).where(OperationRow.status == status)))
+def operations_with_status(session: Session, status: str) -> list[Operation]:
+    query = select(OperationRow).where(OperationRow.status == status)
+    return [_record(row) for row in session.scalars(query)]
+
+
+def promotions_of_bundle(session: Session, bundle_id: str) -> list[Operation]:
+    """The promotions of one bundle, oldest first."""
+    query = select(OperationRow).where(
+        OperationRow.bundle_id == bundle_id, OperationRow.kind == OperationKind.PROMOTION.value
+    )
+    return [_record(row) for row in session.scalars(query.order_by(OperationRow.created_at))]
+
+
+def create_operation(
+    session: Session,
+    *,
+    operation_id: str,
+    kind: OperationKind,
+    status: OperationStatus,
+    repository_identity: str,
+    repository_name: str,
+    owner: Owner,
+    grant_id: str | None = None,
+    bundle_id: str | None = None,
+    grant_sha256: str | None = None,
+    bundle_sha256: str | None = None,
+    verification_receipt_sha256: str | None = None,
+    parent_operation_id: str | None = None,
+    fence: int | None = None,
+    report: dict[str, Any] | None = None,
+    pre_snapshot: str | None = None,
+) -> None:
+    """Add an operation at its first attempt (``flush`` to learn of a concurrent twin)."""
+    stamp = now()
+    row = OperationRow(
+        operation_id=operation_id,
+        kind=kind.value,
+        repository_identity=repository_identity,
+        repository_name=repository_name,
+        grant_id=grant_id,
+        bundle_id=bundle_id,
+        grant_sha256=grant_sha256,
+        bundle_sha256=bundle_sha256,
+        verification_receipt_sha256=verification_receipt_sha256,
+        parent_operation_id=parent_operation_id,
+        attempt=1,
+        fence=fence,
+        report=report,
+        pre_snapshot=pre_snapshot,
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    row.status = status.value
+    _own(row, owner)
+    session.add(row)
+
+
+def next_attempt(
+    session: Session,
+    operation_id: str,
+    status: OperationStatus,
+    *,
+    owner: Owner,
+    fence: int | None = None,
+    pre_snapshot: str | None = None,
+) -> None:
+    """Move a refused operation to its next attempt, owned by ``owner``."""
+    row = _row(session, operation_id)
+    row.attempt += 1
+    row.status = status.value
+    row.code = row.detail = None
+    if fence is not None:
+        row.fence = fence
+    if pre_snapshot is not None:
+        row.pre_snapshot, row.post_snapshot = pre_snapshot, None
+    _own(row, owner)
+    row.updated_at = now()
+
+
+def _own(row: OperationRow, owner: Owner) -> None:
+    pid, start, boot, host, lease_until = owner
+    row.owner_pid, row.owner_start, row.owner_boot = pid, start, boot
+    row.owner_host, row.owner_lease_until = host, lease_until
+
+
+def renew_owner_leases(session: Session, owner: Owner, running: Iterable[OperationStatus]) -> int:
+    """Move the owner lease of ``owner``'s operations in ``running`` statuses forward, in
+    one statement; returns how many."""
+    pid, start, boot, host, lease_until = owner
+    result = session.execute(
+        update(OperationRow)
+        .where(
+            OperationRow.owner_host == host,
+            OperationRow.owner_pid == pid,
+            OperationRow.owner_start == start,
+            OperationRow.owner_boot == boot,
+            OperationRow.status.in_([s.value for s in running]),
+        )
+        .values(owner_lease_until=lease_until)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def claim(session: Session, operation_id: str, owner: Owner) -> None:
+    """Record ``owner`` (with its owner lease) as the process running the operation."""
+    _own(_row(session, operation_id), owner)
 
 
 def set_status(
     session: Session,
-    operation: OperationRow,
+    operation_id: str,
     status: OperationStatus,
     *,
     code: str | None = None,
     detail: str | None = None,
     report: dict[str, Any] | None = None,
 ) -> None:
+    operation = _row(session, operation_id)
     operation.status = status
     operation.code = code
     operation.detail = detail
@@ -76,20 +227,63 @@ def set_status(
             attempt.ended_at = now()
 
 
-def start_attempt(session: Session, operation: OperationRow) -> None:
+def set_report(session: Session, operation_id: str, report: dict[str, Any] | None) -> None:
+    _row(session, operation_id).report = report
+
+
+def set_plan_events(session: Session, operation_id: str, decision: str, action: str) -> None:
+    """A new plan's ``decision`` and ``action`` events; the last outcome and report are
+    the previous attempt's and are cleared."""
+    row = _row(session, operation_id)
+    row.decision_event_id, row.action_event_id = decision, action
+    row.outcome_event_id, row.report = None, None
+
+
+def set_outcome_event(session: Session, operation_id: str, event_id: str) -> None:
+    _row(session, operation_id).outcome_event_id = event_id
+
+
+def set_receipt(session: Session, operation_id: str, receipt: dict[str, Any], sha256: str) -> None:
+    """Record the operation's receipt (recorded once; the caller checks it has none)."""
+    row = _row(session, operation_id)
+    row.receipt, row.receipt_sha256 = receipt, sha256
+
+
+def set_snapshot(
+    session: Session, operation_id: str, which: Literal["pre", "post"], tree: str
+) -> None:
+    row = _row(session, operation_id)
+    if which == "pre":
+        row.pre_snapshot = tree
+    else:
+        row.post_snapshot = tree
+
+
+def start_attempt(session: Session, operation_id: str) -> None:
+    row = _row(session, operation_id)
     session.add(
         AttemptRow(
-            operation_id=operation.operation_id,
-            attempt=operation.attempt,
-            status=operation.status,
+            operation_id=row.operation_id,
+            attempt=row.attempt,
+            status=row.status,
             started_at=now(),
         )
     )
 
 
-def attempts(session: Session, operation_id: str) -> list[AttemptRow]:
+def attempts(session: Session, operation_id: str) -> list[Attempt]:
     query = select(AttemptRow).where(AttemptRow.operation_id == operation_id)
-    return list(session.scalars(query.order_by(AttemptRow.attempt)))
+    return [
+        Attempt(
+            attempt=row.attempt,
+            status=OperationStatus(row.status),
+            code=row.code,
+            detail=row.detail,
+            started_at=row.started_at,
+            ended_at=row.ended_at,
+        )
+        for row in session.scalars(query.order_by(AttemptRow.attempt))
+    ]
 
 
 def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
@@ -113,9 +307,52 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     )
 
 
-def steps(session: Session, operation_id: str) -> list[StepRow]:
+def _step_rows(session: Session, operation_id: str) -> list[StepRow]:
     query = select(StepRow).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
     return list(session.scalars(query))
+
+
+def steps(session: Session, operation_id: str) -> list[Step]:
+    return [
+        Step(
+            seq=row.seq,
+            path=row.path,
+            operation=row.operation,
+            old_state=row.old_state,
+            new_state=row.new_state,
+            status=StepStatus(row.status),
+            temp_name=row.temp_name,
+            detail=row.detail,
+        )
+        for row in _step_rows(session, operation_id)
+    ]
+
+
+def has_steps(session: Session, operation_id: str) -> bool:
+    query = select(StepRow.seq).where(StepRow.operation_id == operation_id).limit(1)
+    return session.scalar(query) is not None
+
+
+def set_steps(
+    session: Session,
+    operation_id: str,
+    statuses: dict[int, StepStatus],
+    details: dict[int, str] | None = None,
+) -> None:
+    """Set the status (and detail) of the steps named by seq, in one bulk statement."""
+    if statuses:
+        session.execute(
+            update(StepRow),
+            [
+                {
+                    "operation_id": operation_id,
+                    "seq": seq,
+                    "status": status.value,
+                    **({"detail": details[seq]} if details and seq in details else {}),
+                }
+                for seq, status in statuses.items()
+            ],
+        )
 
 
 def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
@@ -126,12 +363,12 @@ def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> N
 
 
 def delete_steps(session: Session, operation_id: str) -> None:
-    for row in steps(session, operation_id):
+    for row in _step_rows(session, operation_id):
         session.delete(row)
 
 
-def add_created_dirs(session: Session, operation_id: str, paths: Sequence[str]) -> None:
-    known = {row.path for row in created_dirs(session, operation_id)}
+def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
+    known = set(created_dirs(session, operation_id))
     start = len(known)
     fresh = [p for p in dict.fromkeys(paths) if p not in known]
     session.add_all(
@@ -145,6 +382,7 @@ def delete_created_dirs(session: Session, operation_id: str) -> None:
     session.execute(delete(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id))
 
 
-def created_dirs(session: Session, operation_id: str) -> list[CreatedDirRow]:
-    query = select(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id)
+def created_dirs(session: Session, operation_id: str) -> list[str]:
+    """The directories the operation journaled as to be created, in journal order."""
+    query = select(CreatedDirRow.path).where(CreatedDirRow.operation_id == operation_id)
     return list(session.scalars(query.order_by(CreatedDirRow.seq)))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.states import OperationStatus
 from promoter.engine import operations, snapshot_restore, snapshots
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshot_steps import StepRun
@@ -374,7 +375,7 @@ def test_an_interrupted_restore_is_recovered_to_the_target(
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         assert row is not None and row.status == "in_progress"
-        journal.set_status(session, row, "needs_recovery", code="owner_gone")
+        journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
     assert not (repo / "new" / "junk.txt").exists()
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
@@ -540,7 +541,7 @@ def test_an_interrupted_restore_with_links_and_latin1_names_is_recovered_exactly
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         assert row is not None and row.status == "in_progress"
-        journal.set_status(session, row, "needs_recovery", code="owner_gone")
+        journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
     assert not os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert raw_worktree(repo) == step1_entries

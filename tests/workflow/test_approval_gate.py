@@ -6,6 +6,7 @@ worktree's bytes before and after.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,8 @@ def test_a_standing_approval_does_not_outlive_the_grant(
         assert row.status == "refused"
         assert approval.approved(session, row, grant) is True
         assert approval.approved(session, row, expired) is False
-        row.bundle_sha256 = "0" * 64  # a row whose hashes do not derive its id
-        assert approval.approved(session, row, grant) is False
+        forged = dataclasses.replace(
+            row, bundle_sha256="0" * 64
+        )  # hashes that do not derive its id
+        assert approval.approved(session, forged, grant) is False
         session.rollback()
