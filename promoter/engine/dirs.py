@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from promoter import faults
 from promoter.domain.paths import wire_path
-from promoter.engine.services import Services
 from promoter.fs.root import Root
 from promoter.store import journal
+from promoter.store.db import Database
 
 
 def missing_dirs(root: Root, paths: list[str]) -> list[str]:
@@ -35,14 +35,12 @@ def missing_dirs(root: Root, paths: list[str]) -> list[str]:
     return list(missing)
 
 
-def journal_intent(
-    services: Services, operation_id: str, root: Root, paths: list[str]
-) -> list[str]:
+def journal_intent(db: Database, operation_id: str, root: Root, paths: list[str]) -> list[str]:
     """Journal the directories that writing ``paths`` will create (and return them);
     fault ``after_dir_intent``."""
     intended = missing_dirs(root, paths)
     if intended:
-        with services.db.session() as session:
+        with db.session() as session:
             journal.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
     faults.point("after_dir_intent")
     return intended

@@ -105,7 +105,7 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
                     detail=error.detail,
                 )
         if running and not wrote:
-            promote.refuse(services, operation_id, error)
+            promote.refuse(services.db, operation_id, error)
 
 
 _request_lock = threading.Lock()

@@ -48,6 +48,8 @@ from promoter.engine.worktree_diff import Baseline
 from promoter.errors import PromoterError
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
+from promoter.store.audit import AuditStore
+from promoter.store.db import Database
 
 CHECK_FAILED = "check_failed"
 CHECK_CHANGED = "check_changed_worktree"
@@ -89,7 +91,7 @@ def finish(
     paths, all_new = read_targets(root, changes)
     faults.point("after_readback")
     if failure is not None or not all_new:
-        fail_closed(services, operation_id, paths, failure)
+        fail_closed(services.db, operation_id, paths, failure)
         repository = services.registry.by_identity(evidence.grant.repository_identity)
         if failure is not None and repository.config.on_write_failure == "rollback":
             note = f"on_write_failure = rollback: [{failure[1].code}] {failure[1].detail}"
@@ -101,7 +103,7 @@ def finish(
         if checked is None:
             return
         paths = checked
-    complete(services, operation_id, changes, evidence, paths)
+    complete(services.db, services.audit, operation_id, changes, evidence, paths)
 
 
 def post_check(
@@ -210,7 +212,7 @@ def _end_check(
 
 
 def fail_closed(
-    services: Services,
+    db: Database,
     operation_id: str,
     paths: list[dict[str, Any]],
     failure: tuple[int, PromoterError] | None,
@@ -221,7 +223,7 @@ def fail_closed(
     kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]
     code = failure[1].code if failure else "target_drift"
     detail = failure[1].detail if failure else "a target did not read back as its new state"
-    with services.db.session() as session:
+    with db.session() as session:
         row = journal.require(session, operation_id)
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
@@ -282,7 +284,8 @@ def build_receipt(
 
 
 def complete(
-    services: Services,
+    db: Database,
+    audit: AuditStore,
     operation_id: str,
     changes: list[Change],
     evidence: Evidence,
@@ -301,7 +304,7 @@ def complete(
         for p in paths
     ]
     faults.point("before_receipt")
-    with services.db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
+    with db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
         row = journal.require(session, operation_id)
         journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         if row.receipt is None:
@@ -328,9 +331,9 @@ def complete(
         data = canonical_bytes(recorded)
     # (2) the same bytes into the audit store, fsynced: identical bytes already there are
     # reused, different ones raise and are never overwritten; (3) only then completed.
-    services.audit.put("promotion", operation_id, data)
+    audit.put("promotion", operation_id, data)
     faults.point("after_receipt")
-    with services.db.session() as session:
+    with db.session() as session:
         row = journal.require(session, operation_id)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         journal.set_report(session, operation_id, report)

@@ -22,6 +22,7 @@ layer's own and ``promoter.engine.outcome``'s).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -48,6 +49,8 @@ from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
+from promoter.store.blobs import BlobStore
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.promote")
 
@@ -60,10 +63,10 @@ def targets_digest(changes: list[Change]) -> str:
     return sha256_hex(canonical_bytes(listed))
 
 
-def refuse(services: Services, operation_id: str, error: PromoterError, **extra: Any) -> None:
+def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) -> None:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
-    with services.db.session() as session:
+    with db.session() as session:
         ledger.append(session, operation_id, "decision", payload)
         ledger.append(
             session,
@@ -82,8 +85,8 @@ def refuse(services: Services, operation_id: str, error: PromoterError, **extra:
         )
 
 
-def attempt_of(services: Services, operation_id: str) -> int:
-    with services.db.session() as session:
+def attempt_of(db: Database, operation_id: str) -> int:
+    with db.session() as session:
         return journal.require(session, operation_id).attempt
 
 
@@ -118,13 +121,13 @@ def run(services: Services, ticket: Ticket) -> None:
         )
         repository = services.registry.by_identity(evidence.grant.repository_identity)
     except PromoterError as exc:
-        refuse(services, operation_id, exc)
+        refuse(services.db, operation_id, exc)
         return
     lock = repo_lock(services, repository)
     try:
         lock.acquire()
     except PromoterError as exc:
-        refuse(services, operation_id, exc)
+        refuse(services.db, operation_id, exc)
         return
     try:
         run_locked(services, operation_id, fence, evidence, repository, lock)
@@ -153,29 +156,29 @@ def run_locked(
     try:
         root = Root.open(repository.worktree)
     except PromoterError as exc:
-        refuse(services, operation_id, exc)
+        refuse(services.db, operation_id, exc)
         return
     with root:
         try:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
         except PromoterError as exc:
-            refuse(services, operation_id, exc)
+            refuse(services.db, operation_id, exc)
             return
         if not readback.ok:
             drift = TargetDrift(
                 "the repository is not in an authorized old state",
                 drifted=readback.drifted,
             )
-            refuse(services, operation_id, drift, drift_report=readback.report())
+            refuse(services.db, operation_id, drift, drift_report=readback.report())
             return
         if repository.config.snapshots:
             _snapshot(services, repository, operation_id, "pre")
         faults.point("before_journal")
         changes = list(evidence.bundle.changes)
         try:
-            attempt, creates = _journal(services, operation_id, fence, evidence, readback, root)
+            attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
         except PromoterError as exc:  # the transaction rolled back: nothing is journaled
-            refuse(services, operation_id, exc)
+            refuse(services.db, operation_id, exc)
             return
         faults.point("after_journal")
         apply_changes(
@@ -191,7 +194,7 @@ def run_locked(
 
 
 def _journal(
-    services: Services,
+    db: Database,
     operation_id: str,
     fence: int,
     evidence: Evidence,
@@ -208,7 +211,7 @@ def _journal(
     changes = list(evidence.bundle.changes)
     creates = dirs.missing_dirs(root, [c.path for c in changes if not c.old.exists])
     grant = evidence.grant
-    with services.db.session() as session:
+    with db.session() as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)
@@ -264,7 +267,7 @@ def apply_changes(
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
     are found and journaled here first).
     """
-    attempt = attempt_of(services, operation_id) if attempt is None else attempt
+    attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
     apply = Applier(root)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
@@ -274,8 +277,18 @@ def apply_changes(
             creates = [
                 c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists
             ]
-            journaled_dirs = dirs.journal_intent(services, operation_id, root, creates)
-        _stage_temps(services, operation_id, attempt, apply, changes, wanted, journaled_dirs)
+            journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
+        _stage_temps(
+            services.db,
+            services.blobs,
+            services.stopping,
+            operation_id,
+            attempt,
+            apply,
+            changes,
+            wanted,
+            journaled_dirs,
+        )
     except (PromoterError, OSError) as exc:
         apply.drop_staged()
         _remove_dirs(root, apply.created_dirs)
@@ -289,7 +302,7 @@ def apply_changes(
             raise error from exc
         with services.db.session() as session:
             journal.delete_created_dirs(session, operation_id)
-        refuse(services, operation_id, error, stage="staging temp files")
+        refuse(services.db, operation_id, error, stage="staging temp files")
         return
     failure: tuple[int, PromoterError] | None = None
     applied: list[int] = []
@@ -325,14 +338,14 @@ def apply_changes(
     finally:
         apply.close()
     if stopped and failure is None:
-        _leave_for_recovery(services, operation_id, applied)
+        _leave_for_recovery(services.db, operation_id, applied)
         return
     finish(services, operation_id, root, changes, evidence, failure)
 
 
-def _leave_for_recovery(services: Services, operation_id: str, applied: list[int]) -> None:
+def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
     """The daemon is stopping: journal the steps done; recovery finishes the rest."""
-    with services.db.session() as session:
+    with db.session() as session:
         journal.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
         journal.set_status(
             session,
@@ -344,7 +357,9 @@ def _leave_for_recovery(services: Services, operation_id: str, applied: list[int
 
 
 def _stage_temps(
-    services: Services,
+    db: Database,
+    blobs: BlobStore,
+    stopping: threading.Event,
     operation_id: str,
     attempt: int,
     apply: Applier,
@@ -362,16 +377,16 @@ def _stage_temps(
         if not change.new.exists or seq not in wanted:
             continue
         assert change.new.sha256 is not None
-        if services.stopping.is_set():
+        if stopping.is_set():
             raise Stopped("the daemon is stopping; nothing was written")
-        data = services.blobs.read(change.new.sha256)
+        data = blobs.read(change.new.sha256)
         apply.stage(
             seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
         )
     known = set(journaled_dirs) | {wire_path(d) for d in journaled_dirs}
     unjournaled = [d for d in apply.created_dirs if d not in known]
     if unjournaled:
-        with services.db.session() as session:
+        with db.session() as session:
             journal.add_created_dirs(session, operation_id, unjournaled)
     faults.point("after_temps_journaled")
 

@@ -243,7 +243,7 @@ def _reclassify(
         )
     if blocked:
         outcome.fail_closed(
-            services,
+            services.db,
             operation_id,
             [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
             None,

@@ -128,7 +128,7 @@ class StepRun:
             self.lock.check_held()
             _grouped(deletes, self._delete)
             self._remove_emptied([s for s in self.steps if s.operation == "delete"])
-            journal_intent(self.services, self.operation_id, self.root, [s.path for s in writes])
+            journal_intent(self.services.db, self.operation_id, self.root, [s.path for s in writes])
             with self.shadow.reader() as cat:
                 _grouped(writes, lambda step, sync: self._write(cat, step, sync))
         except (PromoterError, OSError) as exc:
