@@ -11,12 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
-
 from promoter.engine.services import Services
 from promoter.engine.snapshots import gc_snapshots
 from promoter.errors import PromoterError
-from promoter.store.tables import BlobRow, BundleBlobRow
+from promoter.store import repo
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class GcReport:
 
 def referenced_blobs(services: Services) -> set[str]:
     with services.db.session() as session:
-        return set(session.scalars(select(BundleBlobRow.sha256).distinct()))
+        return repo.referenced_blobs(session)
 
 
 def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 100) -> GcReport:
@@ -52,10 +50,7 @@ def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 
             services.blobs.remove(digest)
     if removed and not dry_run:
         with services.db.session() as session:
-            for digest in removed:
-                row = session.get(BlobRow, digest)
-                if row is not None:
-                    session.delete(row)
+            repo.forget_blobs(session, removed)
     repositories = 0
     if not dry_run:
         for repository in services.registry.all():

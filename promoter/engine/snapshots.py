@@ -18,8 +18,6 @@ import logging
 import os
 from typing import Any, Literal
 
-from sqlalchemy import select
-
 from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
@@ -27,9 +25,7 @@ from promoter.errors import NotFound, OperationUnknown, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
 from promoter.git.shadow import DIFF_LIMIT, ShadowRepository
-from promoter.store import journal
-from promoter.store.repo import now
-from promoter.store.tables import OperationRow, SnapshotRow
+from promoter.store import journal, snapshot_log
 
 __all__ = [
     "MAX_LABEL",
@@ -143,17 +139,13 @@ def _capture_locked(
     if captured.nested_repositories:
         nested = list(captured.nested_repositories)
         log.info("the snapshot of %s leaves out nested repositories %s", repo.name, nested)
-    row = SnapshotRow(
-        repository_identity=repo.identity, tree=captured.tree, label=label, captured_at=now()
-    )
     with services.db.session() as session:
         if operation is not None:
             operation_id, which = operation
             if journal.get_operation(session, operation_id) is None:
                 raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
             journal.set_snapshot(session, operation_id, which, captured.tree)
-        session.add(row)
-    return {"tree": row.tree, "label": row.label, "captured_at": row.captured_at}
+        return snapshot_log.add(session, repo.identity, captured.tree, label)
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -162,16 +154,8 @@ def _capture_locked(
 def list_snapshots(services: Services, repository: Repository | str) -> list[dict[str, str]]:
     """Every recorded snapshot of the repository, oldest first."""
     repo = resolve(services, repository)
-    query = (
-        select(SnapshotRow)
-        .where(SnapshotRow.repository_identity == repo.identity)
-        .order_by(SnapshotRow.captured_at, SnapshotRow.id)
-    )
     with services.db.session() as session:
-        return [
-            {"tree": row.tree, "label": row.label, "captured_at": row.captured_at}
-            for row in session.scalars(query)
-        ]
+        return snapshot_log.entries(session, repo.identity)
 
 
 def diff(
@@ -203,23 +187,10 @@ def gc_snapshots(services: Services, repository: Repository | str, keep: int) ->
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
         raise ValidationFailed("keep must be a non-negative integer")
     repo = resolve(services, repository)
-    snapshots = (
-        select(SnapshotRow)
-        .where(SnapshotRow.repository_identity == repo.identity)
-        .order_by(SnapshotRow.captured_at.desc(), SnapshotRow.id.desc())
-    )
-    operations = select(OperationRow).where(OperationRow.repository_identity == repo.identity)
     lock = lock_repository(services, repo)
     try:
         with services.db.session() as session:
-            rows = list(session.scalars(snapshots))
-            for row in rows[keep:]:
-                session.delete(row)
-            wanted: set[str | None] = {row.tree for row in rows[:keep]}
-            for op in session.scalars(operations):
-                wanted |= {op.pre_snapshot, op.post_snapshot}
-                if op.kind == "restore" and op.report:
-                    wanted |= {op.report.get("from"), op.report.get("restore_to")}
+            removed, wanted = snapshot_log.prune(session, repo.identity, keep)
         shadow = shadow_for(services, repo)
         forgotten = sorted(tree for tree in shadow.kept_trees() if tree not in wanted)
         for tree in forgotten:
@@ -227,4 +198,4 @@ def gc_snapshots(services: Services, repository: Repository | str, keep: int) ->
         shadow.collect_garbage()
     finally:
         lock.release()
-    return {"removed_snapshots": len(rows[keep:]), "forgotten_trees": len(forgotten)}
+    return {"removed_snapshots": removed, "forgotten_trees": len(forgotten)}

@@ -91,6 +91,19 @@ def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
     return found
 
 
+def referenced_blobs(session: Session) -> set[str]:
+    """Every blob some stored bundle refers to."""
+    return set(session.scalars(select(BundleBlobRow.sha256).distinct()))
+
+
+def forget_blobs(session: Session, digests: Iterable[str]) -> None:
+    """Drop the records of blobs whose files were removed."""
+    for digest in digests:
+        row = session.get(BlobRow, digest)
+        if row is not None:
+            session.delete(row)
+
+
 def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
     """Record a verified bundle and pin its blobs; False if it was already recorded."""
     if session.get(BundleRow, bundle.bundle_id) is not None:
