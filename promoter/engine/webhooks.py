@@ -20,31 +20,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import httpx
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from promoter.config import WebhookConfig
-from promoter.domain.canonical import canonical_bytes, rfc3339, utcnow
+from promoter.domain.canonical import canonical_bytes
 from promoter.engine.services import Services
 from promoter.errors import PromoterError
-from promoter.store import feed
-from promoter.store.tables import FeedRow, WebhookDeliveryRow, WebhookSubscriberRow
+from promoter.store import webhook_queue
 from promoter.store.wakeup import COMMITS
 
 RECHECK_SECONDS = 1.0
 LOG = logging.getLogger("promoter.webhooks")
 SEND_TIMEOUT = 10.0
-PENDING, DELIVERED = "pending", "delivered"
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -82,86 +81,43 @@ class Dispatcher:
         limit = self.services.settings.webhook_queue_max
         with self.services.db.session() as session:
             for name, config in self.subscribers.items():
-                row = session.get(WebhookSubscriberRow, name, with_for_update=True)
-                if row is None:  # a new subscriber starts at the end of the feed
-                    end = session.scalar(select(func.max(FeedRow.position))) or 0
-                    row = WebhookSubscriberRow(
-                        name=name, position=end, failures=0, paused=0, updated_at=_now()
-                    )
-                    session.add(row)
-                    continue
-                pending = session.scalar(
-                    select(func.count())
-                    .select_from(WebhookDeliveryRow)
-                    .where(WebhookDeliveryRow.subscriber == name)
-                    .where(WebhookDeliveryRow.status == PENDING)
+                webhook_queue.fill(
+                    session,
+                    name,
+                    config.kinds,
+                    limit,
+                    functools.partial(self._delivery, name),
+                    self.clock(),
                 )
-                room = limit - int(pending or 0)
-                if room <= 0:
-                    continue
-                entries = feed.after(session, row.position, room)
-                for entry in entries:
-                    if config.kinds is None or entry.kind in config.kinds:
-                        session.add(self._delivery(name, entry))
-                if entries:
-                    row.position = entries[-1].position
-                    row.updated_at = _now()
 
-    def _delivery(self, name: str, entry: FeedRow) -> WebhookDeliveryRow:
-        ident = delivery_id(name, entry.position)
-        body = {"delivery_id": ident, "subscriber": name, "entry": feed.as_wire(entry)}
-        return WebhookDeliveryRow(
-            delivery_id=ident,
-            subscriber=name,
-            position=entry.position,
-            body=canonical_bytes(body).decode(),
-            status=PENDING,
-            attempts=0,
-            next_attempt_at=self.clock(),
-            created_at=_now(),
-        )
+    def _delivery(self, name: str, position: int, entry: dict[str, Any]) -> tuple[str, str]:
+        ident = delivery_id(name, position)
+        body = {"delivery_id": ident, "subscriber": name, "entry": entry}
+        return ident, canonical_bytes(body).decode()
 
     def heads(self) -> list[tuple[str, str, str, float]]:
         """(subscriber, delivery id, body, due time) of each live subscriber's oldest delivery."""
-        heads = []
         with self.services.db.session() as session:
-            for name in self.subscribers:
-                row = session.get(WebhookSubscriberRow, name)
-                if row is None or row.paused:
-                    continue
-                head = session.scalars(
-                    select(WebhookDeliveryRow)
-                    .where(WebhookDeliveryRow.subscriber == name)
-                    .where(WebhookDeliveryRow.status == PENDING)
-                    .order_by(WebhookDeliveryRow.position)
-                    .limit(1)
-                ).first()
-                if head is not None:
-                    heads.append((name, head.delivery_id, head.body, head.next_attempt_at))
-        return heads
+            found = [webhook_queue.head(session, name) for name in self.subscribers]
+        return [(h.subscriber, h.delivery_id, h.body, h.due) for h in found if h is not None]
 
     def record(self, name: str, ident: str, error: str | None) -> None:
         """The outcome of one attempt: delivered, or retried later (or the subscriber paused)."""
         settings = self.services.settings
+
+        def retry_at(attempts: int) -> float:
+            delay = settings.webhook_backoff_seconds * 2 ** (attempts - 1)
+            return float(self.clock() + min(delay, settings.webhook_backoff_max_seconds))
+
         with self.services.db.session() as session:
-            row = session.get(WebhookDeliveryRow, ident)
-            subscriber = session.get(WebhookSubscriberRow, name)
-            if row is None or subscriber is None:
-                return
-            row.attempts += 1
-            row.last_error = error
-            if error is None:
-                row.status = DELIVERED
-                subscriber.failures = 0
-            else:
-                delay = settings.webhook_backoff_seconds * 2 ** (row.attempts - 1)
-                row.next_attempt_at = self.clock() + min(
-                    delay, settings.webhook_backoff_max_seconds
-                )
-                subscriber.failures += 1
-                if subscriber.failures >= self.subscribers[name].max_failures:
-                    subscriber.paused = 1
-            subscriber.updated_at = _now()
+            webhook_queue.record(
+                session,
+                name,
+                ident,
+                error,
+                retry_at=retry_at,
+                max_failures=self.subscribers[name].max_failures,
+            )
         with self.recorded:
             self.attempts += 1
             self.recorded.notify_all()
@@ -247,21 +203,11 @@ class WebhookGauges(Collector):
             "promoter_webhook_pending", "Deliveries waiting, by subscriber.", labels=["subscriber"]
         )
         with self._services.db.session() as session:
-            for row in session.scalars(select(WebhookSubscriberRow)):
-                paused.add_metric([row.name], row.paused)
-                count = session.scalar(
-                    select(func.count())
-                    .select_from(WebhookDeliveryRow)
-                    .where(WebhookDeliveryRow.subscriber == row.name)
-                    .where(WebhookDeliveryRow.status == PENDING)
-                )
-                pending.add_metric([row.name], int(count or 0))
+            for name, is_paused, waiting in webhook_queue.gauges(session):
+                paused.add_metric([name], is_paused)
+                pending.add_metric([name], waiting)
         yield paused
         yield pending
 
     def describe(self) -> Iterable[Metric]:
         return []
-
-
-def _now() -> str:
-    return rfc3339(utcnow())

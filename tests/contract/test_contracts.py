@@ -89,6 +89,20 @@ def test_core_layers_do_not_import_adapters() -> None:
     assert offenders == []
 
 
+def test_database_rows_never_leave_the_store() -> None:
+    """The store hands out typed records; only ``promoter.store`` knows the tables."""
+    offenders = []
+    for path in (ROOT / "promoter").rglob("*.py"):
+        if path.parent.name == "store":
+            continue
+        offenders += [
+            f"{path.relative_to(ROOT)}: {name}"
+            for name in _imports(path)
+            if name == "promoter.store.tables"
+        ]
+    assert offenders == []
+
+
 def test_readme_documents_every_command() -> None:
     import typer.main
 
