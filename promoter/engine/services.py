@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from promoter.domain.records import Ticket
     from promoter.engine.keyring import Keyring
+    from promoter.engine.webhooks import Dispatcher
     from promoter.store.quota import RunQuota
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ class Services:
     base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     run_quota: RunQuota | None = None
     document_slots: anyio.Semaphore | None = None
-    webhooks: Any = None  # the webhook dispatcher, when subscribers are configured
+    webhooks: Dispatcher | None = None  # the webhook dispatcher, when subscribers are configured
     # set on SIGTERM: running attempts stop after the current step and are left for recovery
     stopping: threading.Event = field(default_factory=threading.Event)
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
