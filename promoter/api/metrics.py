@@ -103,7 +103,8 @@ class Metrics:
         )
         self.blob_bytes = Counter(
             "promoter_blob_intake_bytes",
-            "Bytes of blob bodies received by PUT /v1/blobs, by status code.",
+            "Bytes of blob bodies received by PUT /v1/blobs and POST /v1/blobs:batchUpdate, "
+            "by status code (a batch's blobs each under their own).",
             ["status"],
             registry=r,
         )

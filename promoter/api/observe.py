@@ -57,6 +57,7 @@ _EVENT_FIELDS = ("allowed", "code", "detail", "fence", "target_count", "check_ch
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 BUNDLES = "/v1/bundles"
 BLOB_PUT = "/v1/blobs/sha256/{sha256}"
+BLOB_BATCH = "/v1/blobs:batchUpdate"
 
 
 def _answer_fields(body: bytes) -> dict[str, Any]:
@@ -139,6 +140,9 @@ class ObserveMiddleware:
             m.verification_duration.labels(status).observe(elapsed)
         if method == "PUT" and route == BLOB_PUT:
             m.blob_bytes.labels(status).inc(seen["received"])
+        if method == "POST" and route == BLOB_BATCH:
+            for blob_status, size in (scope.get("state") or {}).get("blob_intake", []):
+                m.blob_bytes.labels(str(blob_status)).inc(size)
         params = scope.get("path_params") or {}
         fields = {k: params[k] for k in _PATH_FIELDS if isinstance(params.get(k), str)}
         if "name" in fields:

@@ -23,10 +23,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from promoter.api.logs import REQUEST_ID, LogFormat, handler, safe_request_id
+from promoter.domain.blob_frames import frame_header
 from promoter.engine import operations as engine_operations
 from promoter.engine import promote as engine_promote
 from promoter.fs import lock as fs_lock
 from tests.support.daemon import Daemon
+from tests.support.flows import sha
 from tests.support.promotion import promote, submit
 
 V1 = b"print('v1')\n"
@@ -345,3 +347,24 @@ def test_an_unknown_method_is_one_bounded_label(daemon: Daemon) -> None:
         dict(labels).get("method") for name, labels in got if name == "promoter_http_requests_total"
     }
     assert "other" in methods and not methods & {"BREW", "PROPFIND", "XYZZY"}
+
+
+def test_blob_intake_counts_each_blob_of_a_batch_under_its_own_status(daemon: Daemon) -> None:
+    fresh, again, forged = b"batched blob\n", b"stored twice\n", b"not what it claims"
+    with daemon.executor("run_metrics") as ex:
+        first = ex.post("/v1/blobs:batchUpdate", content=frame_header(sha(again), 13) + again)
+        assert first.status_code == 200, first.text
+        frames = [
+            frame_header(sha(fresh), len(fresh)) + fresh,
+            frame_header(sha(again), len(again)) + again,
+            frame_header(sha(b"something else"), len(forged)) + forged,
+        ]
+        answer = ex.post("/v1/blobs:batchUpdate", content=b"".join(frames))
+    assert answer.status_code == 200, answer.text
+    statuses = [r["status"] for r in answer.json()["responses"]]
+    assert statuses[:2] == [201, 200] and statuses[2] >= 400
+    got = samples(metrics_text(daemon))
+    assert got[("promoter_blob_intake_bytes_total", (("status", "201"),))] == 13 + len(fresh)
+    assert got[("promoter_blob_intake_bytes_total", (("status", "200"),))] == len(again)
+    refused = got[("promoter_blob_intake_bytes_total", (("status", str(statuses[2])),))]
+    assert refused == answer.json()["responses"][2]["bytes"]

@@ -273,6 +273,8 @@ async def batch_update_blobs(
     except BaseException:
         batch.abort()  # unlinks of temp files and reservations given back: safe cancelled
         raise
+    # what the metrics count as blob intake: each blob's bytes under its own status
+    request.state.blob_intake = [(int(a["status"]), int(a["bytes"] or 0)) for a in answers]
     return json_response({"responses": answers})
 
 
