@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError, NotFound
+from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 
 __all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
@@ -157,7 +157,12 @@ def list_runs(state_dir: Path) -> list[RunRecord]:
 
 
 def remove(state_dir: Path, run_id: str) -> Path:
-    """Delete a sandbox directory; refuses anything that is not exactly one."""
+    """Delete a sandbox directory; refuses anything that is not exactly one.
+
+    The directory is removed by descriptors (``promoter.fs.own_tree``) and only when the
+    ``run.json`` read through the opened directory names this very run; a bind mount
+    inside the sandbox is kept and named, never emptied.
+    """
     record = load(state_dir, run_id)
     root = runs_dir(state_dir).resolve()
     home = (runs_dir(state_dir) / run_id).resolve()
@@ -166,5 +171,20 @@ def remove(state_dir: Path, run_id: str) -> Path:
         raise ConfigError(f"{home} is not a sandbox directory under {root}")
     if worktree == home or home in worktree.parents or worktree in home.parents:
         raise ConfigError(f"the sandbox {home} overlaps the guarded worktree {worktree}")
-    shutil.rmtree(home)
-    return home
+    return remove_own_tree(root, run_id, lambda fd: _names_run(fd, run_id))
+
+
+def _names_run(home_fd: int, run_id: str) -> bool:
+    """Whether the sandbox open at ``home_fd`` holds the record of run ``run_id``."""
+    try:
+        fd = os.open("run.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=home_fd)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+    return isinstance(data, dict) and data.get("run_id") == run_id
