@@ -34,7 +34,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex
 from promoter.errors import ConfigError
-from promoter.store.durable import fsync_dir, make_dirs, write_new, write_replace
+from promoter.store.durable import (
+    fsync_dir,
+    make_dirs,
+    remove_written,
+    write_new,
+    write_replace,
+)
 
 KEY_FILE = "host-signing.key"
 NEXT_KEY_FILE = "host-signing.key.next"
@@ -315,7 +321,7 @@ def _finish_pending(credentials_dir: Path, active_keyid: str) -> None:
         if HostKey.from_pem(data, next_path).keyid == active_keyid:
             os.replace(next_path, credentials_dir / KEY_FILE)
         else:  # written by a rotation that stopped before listing it: never signed anything
-            next_path.unlink()
+            remove_written(next_path, data)
         fsync_dir(credentials_dir)
     except OSError as exc:
         raise ConfigError(f"cannot finish the key rotation in {credentials_dir}: {exc}") from exc

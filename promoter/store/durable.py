@@ -25,6 +25,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def remove_written(path: Path, expected: bytes) -> bool:
+    """Unlink ``path`` only while it holds exactly ``expected`` (bytes promoter wrote).
+
+    The file is first renamed to a fresh aside name, then read there through a
+    descriptor: the same bytes with one link are removed; anything else is linked back
+    under its own name (never over a file that took the name meanwhile: then it stays
+    under the aside name) and False is returned.
+    """
+    aside = path.with_name(f".{path.name}.removing-{secrets.token_hex(8)}")
+    os.rename(path, aside)
+    fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            found = handle.read(len(expected) + 1)
+    finally:
+        os.close(fd)
+    if found == expected and info.st_nlink == 1:
+        os.unlink(aside)
+        return True
+    try:
+        os.link(aside, path)  # back under its name, never over another file
+        os.unlink(aside)
+    except FileExistsError:
+        pass  # the name was taken meanwhile: the bytes stay under the aside name
+    return False
+
+
 def make_dirs(path: Path, mode: int = 0o755) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=mode)
 
