@@ -6,6 +6,7 @@ disk only through descriptor chains (``promoter.fs``). Violations raise ``PathIn
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -18,8 +19,12 @@ MAX_COMPONENT_BYTES = 255
 RESERVED_PREFIXES = (".promoter-tmp-", ".promoter-kept-")
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in text)
+    """A C0 control, DEL or a C1 control anywhere in ``text``."""
+    return _CONTROL.search(text) is not None
 
 
 def check_path(path: str) -> str:

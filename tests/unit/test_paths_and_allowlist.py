@@ -109,3 +109,11 @@ def test_allowlist_glob_semantics(pattern: str, path: str, expected: bool) -> No
 def test_unsupported_pattern_is_refused(pattern: str) -> None:
     with pytest.raises(GrantInvalid):
         check_pattern(pattern)
+
+
+def test_control_characters_are_exactly_c0_del_and_c1() -> None:
+    from promoter.domain.paths import _has_control
+
+    for code in [*range(0, 0x400), 0x2028, 0xFEFF, 0x10FFFF]:
+        expected = code < 0x20 or 0x7F <= code < 0xA0
+        assert _has_control(f"a{chr(code)}b") is expected, hex(code)
