@@ -10,6 +10,12 @@ move-aside-then-verify, and the mode rule of SPEC §3.1 (keep the replaced file'
 permission bits, set or clear the execute bits where read is set; new files get
 ``0666 & ~umask``).
 
+A temp's bytes come whole (``bytes``) or from a ``Source`` (a stored blob,
+``BlobStore.stream``) written in chunks and hashed in the same pass: bytes that do not
+hash to the source's sha256 raise (``BlobHashMismatch``) before the temp gets its name,
+so no whole blob is held in memory and no unchecked byte is ever named. Where there is no
+``O_TMPFILE`` the named temp is removed instead (it is promoter's own inode).
+
 Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
 - A create uses ``renameat2(RENAME_NOREPLACE)``.
 - A modify uses ``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file through

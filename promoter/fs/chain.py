@@ -15,6 +15,9 @@ compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
 bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
 descriptor's mount never changes, the held ones were checked when opened, and a mount
 placed over a component later changes its (device, inode), which the re-walk compares.
+A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
+the chain with a ``stat`` and a mount id per component, no opens, and re-walks only when
+that finds a difference (so the refusal is the re-walk's, as before).
 Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
 (``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
 ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).

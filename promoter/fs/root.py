@@ -4,10 +4,13 @@
 target through a descriptor chain (creating missing directories when asked) and returns
 the ``Parent`` that changes it (``atomic.py``); ``read_state`` reads what is at a path
 without following anything; ``remove_dir_if_empty`` removes an empty directory. This
-module imports ``atomic.py``, never the other way round.
+module imports ``atomic.py``, never the other way round. ``Root.walks`` and
+``Root.rewalks`` count the chains walked from the root and the full re-walks of
+``verify_chain`` (read by tests and benchmarks; nothing decides on them).
 
-Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), and
-any change to a file (``atomic.py``, ``delete.py``).
+Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), the
+directories a pass holds (``held.py``), and any change to a file (``atomic.py``,
+``delete.py``).
 """
 
 from __future__ import annotations
