@@ -45,6 +45,7 @@ from typing import Any
 import rfc8785
 
 from bench import bench_promote as bp
+from bench import rows_fswrite
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
@@ -63,6 +64,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "verify_10k": (1.5, "x"),
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
+    **rows_fswrite.GOALS,
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -71,6 +73,7 @@ LABELS = {
     "verify_10k": "verification, 10k changes, vs re-hash + JCS",
     "healthz_during_verify_10k": "/healthz max latency during that verification",
     "cli_help": "promoter --help start",
+    **rows_fswrite.LABELS,
 }
 
 
@@ -425,6 +428,7 @@ def run(
             lambda r: promotion(table, "promote_115", work, r, small_source, small, small_template),
             lambda r: verification(table, work, r, small_source, creates),
             lambda r: cli_start(table, r),
+            lambda r: rows_fswrite.rss_promote(table, work, r),
         ]
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:

@@ -5,7 +5,9 @@ the state the journal expects there:
 
 - ``stage`` opens the target's parent through a descriptor chain (creating missing
   directories, each recorded in ``created_dirs`` even when a later step fails) and writes
-  the new bytes to the step's journaled temp name, fsynced;
+  the new bytes to the step's journaled temp name, fsynced; the bytes are given whole or
+  as a stream (a stored blob, ``BlobStore.stream``) that the fs layer hashes while
+  writing and refuses before the temp gets its name if they are not the expected blob;
 - ``place`` swaps the staged temp in over exactly the expected old state (``replace``:
   exchange, verify what was displaced, swap back on a mismatch);
 - ``remove`` moves exactly the expected old state aside to the step's temp name and
@@ -18,9 +20,14 @@ Promotions stage every temp first and then place them in bundle order; rollbacks
 restores write step by step; all of them go through these methods, so a write rule
 changes here and in ``promoter.fs`` only.
 
+One pass walks to each directory once: the steps in a directory share one held
+descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
+every change; ``parents`` holds each step's ``Parent`` view of it, and ``close`` closes
+each directory once.
+
 Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
-and each kind's module), journaling, reading blobs (callers pass the bytes), and the
-fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete``).
+and each kind's module), journaling, opening blobs (callers pass bytes or a stream),
+and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete``).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from typing import Any
 
 from promoter.domain.state import State
 from promoter.errors import PromoterError, TargetDrift
-from promoter.fs.atomic import Parent
+from promoter.fs.atomic import Parent, Source
+from promoter.fs.held import Directories
 from promoter.fs.root import Root
 
 __all__ = ["Applier"]
@@ -41,17 +49,21 @@ log = logging.getLogger("promoter.apply")
 
 @dataclass
 class Applier:
-    """The held parents, staged temps, created directories and kept bytes of one pass."""
+    """The held directories, staged temps, created directories and kept bytes of one pass."""
 
     root: Root
-    parents: dict[int, Parent] = field(default_factory=dict)
+    parents: dict[int, Parent] = field(default_factory=dict)  # seq -> its view of a directory
     staged: dict[int, tuple[str, State]] = field(default_factory=dict)  # seq -> (temp, new)
     created_dirs: list[str] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
+    directories: Directories = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.directories = Directories(self.root)
 
     def _parent(self, seq: int, path: str, *, create: bool) -> Parent:
         try:
-            parent = self.root.open_parent(path, create=create)
+            parent = self.directories.open_parent(path, create=create)
         except PromoterError as exc:  # directories made before the walk failed
             self.created_dirs.extend(exc.context.get("created_dirs", []))
             raise
@@ -62,8 +74,11 @@ class Applier:
         self.parents[seq] = parent
         return parent
 
-    def stage(self, seq: int, path: str, new: State, data: bytes, temp: str) -> None:
-        """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``."""
+    def stage(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
+        """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``.
+
+        ``data``: the bytes, or a ``Source`` streamed and checked against its sha256.
+        """
         assert new.exists and new.mode is not None
         parent = self._parent(seq, path, create=True)
         self.staged[seq] = (parent.write_temp(data, new.mode, temp=temp), new)
@@ -73,7 +88,9 @@ class Applier:
         temp, _ = self.staged.pop(seq)
         self.parents[seq].replace(temp, expected_old=old, new=new)
 
-    def write(self, seq: int, path: str, old: State, new: State, data: bytes, temp: str) -> None:
+    def write(
+        self, seq: int, path: str, old: State, new: State, data: bytes | Source, temp: str
+    ) -> None:
         """``stage`` and ``place`` one step."""
         self.stage(seq, path, new, data, temp)
         self.place(seq, old, new)
@@ -118,12 +135,14 @@ class Applier:
             self.staged.pop(seq, None)
 
     def release(self, seq: int) -> None:
-        """Close the held parent of step ``seq`` (a step-by-step pass keeps few open)."""
+        """Forget step ``seq``'s view (its directory stays held until ``close``)."""
         parent = self.parents.pop(seq, None)
         if parent is not None:
             parent.close()
 
     def close(self) -> None:
+        """Close every directory the pass held, each once."""
         for parent in self.parents.values():
             parent.close()
         self.parents.clear()
+        self.directories.close()

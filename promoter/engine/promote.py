@@ -379,7 +379,7 @@ def _stage_temps(
         assert change.new.sha256 is not None
         if stopping.is_set():
             raise Stopped("the daemon is stopping; nothing was written")
-        data = blobs.read(change.new.sha256)
+        data = blobs.stream(change.new.sha256)
         apply.stage(
             seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
         )

@@ -10,6 +10,12 @@ move-aside-then-verify, and the mode rule of SPEC §3.1 (keep the replaced file'
 permission bits, set or clear the execute bits where read is set; new files get
 ``0666 & ~umask``).
 
+A temp's bytes come whole (``bytes``) or from a ``Source`` (a stored blob,
+``BlobStore.stream``) written in chunks and hashed in the same pass: bytes that do not
+hash to the source's sha256 raise (``BlobHashMismatch``) before the temp gets its name,
+so no whole blob is held in memory and no unchecked byte is ever named. Where there is no
+``O_TMPFILE`` the named temp is removed instead (it is promoter's own inode).
+
 Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
 - A create uses ``renameat2(RENAME_NOREPLACE)``.
 - A modify uses ``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file through
@@ -50,13 +56,15 @@ after the displaced file was verified, is lost with it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import hashlib
 import logging
 import os
 import stat
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Generator
+from typing import Any, NoReturn, Protocol
 
 from promoter import faults
 from promoter.domain.state import SYMLINK_MODE
@@ -83,6 +91,48 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 _ANON_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
 
 
+class Source(Protocol):
+    """Bytes to write, read in chunks, and the sha256 they must have (a stored blob)."""
+
+    sha256: str
+
+    def chunks(self) -> Generator[bytes, None, None]: ...
+
+    def mismatch(self, actual: str) -> PromoterError:
+        """The error to raise when the bytes hash to ``actual`` instead."""
+        ...
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _write_checked(fd: int, source: Source) -> None:
+    """Write ``source`` chunk by chunk to ``fd``, hashing as it goes; raise on a mismatch."""
+    digest = hashlib.sha256()
+    with contextlib.closing(source.chunks()) as chunks:
+        for chunk in chunks:
+            digest.update(chunk)
+            _write_all(fd, chunk)
+    actual = digest.hexdigest()
+    if actual != source.sha256:
+        raise source.mismatch(actual)
+
+
+def _whole(data: bytes | Source) -> bytes:
+    """A link target's text: ``data`` itself, or the source's bytes checked against its sha256."""
+    if isinstance(data, bytes):
+        return data
+    with contextlib.closing(data.chunks()) as chunks:
+        whole = b"".join(chunks)
+    actual = hashlib.sha256(whole).hexdigest()
+    if actual != data.sha256:
+        raise data.mismatch(actual)
+    return whole
+
+
 @functools.cache
 def _proc_fd_links() -> bool:
     """Whether ``/proc/self/fd`` exists, through which an ``O_TMPFILE`` gets a name."""
@@ -96,16 +146,20 @@ class Parent(Deleting):
         super().__init__(*args, **kwargs)
         self.written: dict[str, tuple[int, int]] = {}
 
-    def write_temp(self, data: bytes, git_mode: str, *, temp: str) -> str:
+    def write_temp(self, data: bytes | Source, git_mode: str, *, temp: str) -> str:
         """Write ``data`` durably to the journaled temp name ``temp``; return it.
 
+        ``data`` is the bytes themselves, or a ``Source`` streamed in chunks and hashed in
+        the same pass: bytes that do not hash to ``source.sha256`` raise
+        ``source.mismatch(actual)`` before the temp gets its name (an anonymous temp is
+        simply closed; a named fallback temp is removed as promoter's own).
         A name that is already taken is refused (``PathUnsafe``) and left untouched. With
         ``git_mode`` 120000, ``data`` is a link's target text and the temp is a symlink.
         """
         check_temp_name(temp)
         self.verify_chain()
         if git_mode == SYMLINK_MODE:
-            return self._write_link_temp(data, temp)
+            return self._write_link_temp(_whole(data), temp)
         try:
             current = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
             replaced = current.st_mode if stat.S_ISREG(current.st_mode) else None
@@ -120,9 +174,10 @@ class Parent(Deleting):
                 if not anonymous:  # the name is ours from here, even half written
                     st = os.fstat(fd)
                     self.written[temp] = (st.st_dev, st.st_ino)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                if isinstance(data, bytes):
+                    _write_all(fd, data)
+                else:
+                    _write_checked(fd, data)
                 os.fchmod(fd, mode)
                 os.fsync(fd)
                 if anonymous:

@@ -15,6 +15,9 @@ compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
 bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
 descriptor's mount never changes, the held ones were checked when opened, and a mount
 placed over a component later changes its (device, inode), which the re-walk compares.
+A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
+the chain with a ``stat`` and a mount id per component, no opens, and re-walks only when
+that finds a difference (so the refusal is the re-walk's, as before).
 Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
 (``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
 ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
@@ -63,7 +66,8 @@ from promoter.fs.leaf import (
 )
 from promoter.fs.syscalls import open_dir_component
 
-if TYPE_CHECKING:  # types only: root.py imports this module
+if TYPE_CHECKING:  # types only: root.py and held.py import this module
+    from promoter.fs.held import HeldDir
     from promoter.fs.root import Root
 
 __all__ = [
@@ -150,6 +154,11 @@ class ParentChain(HoldsFd):
     ``ids`` holds the (dev, ino) of every directory from the root's first child down to
     the parent, as they were when the chain was opened; ``verify_chain`` re-walks by
     name and requires the same identities.
+
+    With ``held`` (a directory a pass holds for all its steps, ``promoter.fs.held``) the
+    descriptor is borrowed from it: ``close`` leaves it open, and ``verify_chain`` first
+    asks ``held.still_in_place()`` (a ``stat`` and a mount id per component, no opens),
+    re-walking only when that finds a difference, so a refusal reads as it always did.
     """
 
     def __init__(
@@ -159,6 +168,7 @@ class ParentChain(HoldsFd):
         fd: int,
         ids: list[tuple[int, int]],
         created_dirs: list[str],
+        held: HeldDir | None = None,
     ) -> None:
         self.root = root
         self.rel = rel
@@ -167,13 +177,23 @@ class ParentChain(HoldsFd):
         self.dir_parts = rel.split("/")[:-1]
         self.ids = ids
         self.created_dirs = created_dirs
+        self.held = held
+
+    def close(self) -> None:
+        if self.held is not None:  # borrowed: the pass closes its directories once
+            self.fd = -1
+            return
+        super().close()
 
     def verify_chain(self) -> None:
         """Raise ``PathUnsafe`` unless the root and every held directory are still in place.
 
-        No mount ids are read here: the held descriptors were checked when opened and
-        every re-walked directory must be the same (device, inode).
+        No mount ids are read by the re-walk: the held descriptors were checked when
+        opened and every re-walked directory must be the same (device, inode).
         """
+        if self.held is not None and self.held.still_in_place():
+            return
+        self.root.rewalks += 1
         self.root.recheck()
         current = os.dup(self.root.fd)
         try:

@@ -4,10 +4,13 @@
 target through a descriptor chain (creating missing directories when asked) and returns
 the ``Parent`` that changes it (``atomic.py``); ``read_state`` reads what is at a path
 without following anything; ``remove_dir_if_empty`` removes an empty directory. This
-module imports ``atomic.py``, never the other way round.
+module imports ``atomic.py``, never the other way round. ``Root.walks`` and
+``Root.rewalks`` count the chains walked from the root and the full re-walks of
+``verify_chain`` (read by tests and benchmarks; nothing decides on them).
 
-Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), and
-any change to a file (``atomic.py``, ``delete.py``).
+Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), the
+directories a pass holds (``held.py``), and any change to a file (``atomic.py``,
+``delete.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Root(HoldsFd):
         self.dev = dev
         self.ino = ino
         self.mnt_id = mnt_id
+        self.walks = 0  # chains walked from the root: counters tests and benchmarks read
+        self.rewalks = 0  # full re-walks of ``ParentChain.verify_chain``
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Root:
@@ -85,38 +90,64 @@ class Root(HoldsFd):
 
     def _walk(self, rel: str, dir_parts: list[str], *, create: bool) -> Walked | None:
         """Open the chain to ``dir_parts``; None if a directory is missing and not created."""
+        self.walks += 1
         current = os.dup(self.fd)
         walked = Walked(fd=-1, ids=[], created=[])
         try:
-            for depth, name in enumerate(dir_parts):
+            for depth in range(len(dir_parts)):
                 at = "/".join(dir_parts[: depth + 1])
-                nxt = open_dir(current, name, rel, at, self.dev)
-                if nxt is None and create:
-                    if self._mkdir(current, name, at):
-                        walked.created.append(at)  # recorded before the sync can fail
-                        self._sync_new_dir(current, rel)
-                    nxt = open_dir(current, name, rel, at, self.dev)
+                nxt = self.open_component(current, dir_parts[depth], rel, at, create, walked)
                 os.close(current)
                 current = -1
                 if nxt is None:
                     return None
                 current = nxt
-                self.check_mount(current, "", rel, at)
-                st = os.fstat(current)
-                walked.ids.append((st.st_dev, st.st_ino))
-                if not (walked.created and walked.created[-1] == at):
-                    self._refuse_nested_repository(current, rel, at)
         except BaseException as exc:
             if current >= 0:
                 os.close(current)
-            error = os_error("opening a directory", rel, exc) if isinstance(exc, OSError) else exc
-            if isinstance(error, PromoterError) and walked.created:
-                error.context["created_dirs"] = list(walked.created)
+            error = self.walk_error(exc, rel, walked.created)
             if error is exc:
                 raise
             raise error from exc
         walked.fd = current
         return walked
+
+    def open_component(
+        self, current: int, name: str, rel: str, at: str, create: bool, walked: Walked
+    ) -> int | None:
+        """Open directory ``name`` below the held ``current`` (``at`` is its path), as a walk does.
+
+        Made first when missing and ``create`` (recorded in ``walked.created`` before its
+        sync can fail); then checked to be on the root's mount and, unless just made, not
+        a nested repository; its (device, inode) is appended to ``walked.ids``. None when
+        it is missing and not created. The returned descriptor is the caller's to close.
+        """
+        nxt = open_dir(current, name, rel, at, self.dev)
+        if nxt is None and create:
+            if self._mkdir(current, name, at):
+                walked.created.append(at)  # recorded before the sync can fail
+                self._sync_new_dir(current, rel)
+            nxt = open_dir(current, name, rel, at, self.dev)
+        if nxt is None:
+            return None
+        try:
+            self.check_mount(nxt, "", rel, at)
+            st = os.fstat(nxt)
+            walked.ids.append((st.st_dev, st.st_ino))
+            if not (walked.created and walked.created[-1] == at):
+                self._refuse_nested_repository(nxt, rel, at)
+        except BaseException:
+            os.close(nxt)
+            raise
+        return nxt
+
+    @staticmethod
+    def walk_error(exc: BaseException, rel: str, created: list[str]) -> BaseException:
+        """``exc`` as a walk raises it: an ``OSError`` translated, ``created_dirs`` attached."""
+        error = os_error("opening a directory", rel, exc) if isinstance(exc, OSError) else exc
+        if isinstance(error, PromoterError) and created:
+            error.context["created_dirs"] = list(created)
+        return error
 
     @staticmethod
     def _mkdir(dir_fd: int, name: str, at: str) -> bool:

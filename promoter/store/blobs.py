@@ -7,6 +7,11 @@ removes the temp file and raises ``StorageError``, so a failed upload leaves no 
 blob. Stored blobs are immutable. Reference counting and pinning live in the database
 (``promoter.store.repo``), quotas in ``promoter.store.quota``, not here.
 
+``stream`` opens a stored blob for reading in chunks without checking it: whoever
+consumes it (the fs layer writing a temp file, ``Parent.write_temp``) hashes the bytes as
+they pass and refuses a mismatch before using them, so each blob is read and hashed once
+and never held whole in memory. ``read`` (whole bytes, re-hashed) stays for small blobs.
+
 Fault points: ``blob_write`` (before each chunk is written), ``blob_commit`` (before
 the temp file is fsynced and linked into place). A batch (``promoter.store.blob_batch``)
 uses ``sync`` and ``link`` instead of ``commit``, so it can fsync each fan-out directory
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from promoter.domain.models import blob_path
@@ -26,6 +31,38 @@ from promoter.faults import point
 from promoter.store.durable import fsync_dir, make_dirs, temp_path
 
 CHUNK = 1 << 20
+
+
+class BlobStream:
+    """A stored blob, read in ``CHUNK`` pieces by ``chunks``; ``sha256`` is what it must hash to.
+
+    The file is opened when ``chunks`` starts (a blob removed since ``BlobStore.stream``
+    raises ``BlobMissing`` then) and closed when the iteration ends or is closed. Nothing
+    here checks the digest: the reader does, in the same pass that uses the bytes.
+    """
+
+    def __init__(self, sha256: str, path: Path) -> None:
+        self.sha256 = sha256
+        self.path = path
+
+    def chunks(self) -> Generator[bytes, None, None]:
+        try:
+            handle = self.path.open("rb", buffering=0)
+        except FileNotFoundError as exc:
+            raise BlobMissing(
+                f"blob {self.sha256} is not in the blob store", sha256=self.sha256
+            ) from exc
+        with handle:
+            while chunk := handle.read(CHUNK):
+                yield chunk
+
+    def mismatch(self, actual: str) -> BlobHashMismatch:
+        """The error for bytes that did not hash to ``sha256`` (as ``BlobStore.read`` raises)."""
+        return BlobHashMismatch(
+            f"stored blob {self.sha256} no longer hashes correctly",
+            sha256=self.sha256,
+            actual=actual,
+        )
 
 
 class BlobWriter:
@@ -161,6 +198,13 @@ class BlobStore:
                 f"stored blob {sha256} no longer hashes correctly", sha256=sha256
             )
         return data
+
+    def stream(self, sha256: str) -> BlobStream:
+        """The blob, to be read in chunks and checked by its reader; ``BlobMissing`` if absent."""
+        path = self.path_for(sha256)
+        if not path.is_file():
+            raise BlobMissing(f"blob {sha256} is not in the blob store", sha256=sha256)
+        return BlobStream(sha256, path)
 
     def measure(self, sha256: str) -> int | None:
         """Re-read and re-hash a blob; its size if intact, None if missing or corrupt."""

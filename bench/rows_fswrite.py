@@ -1,0 +1,281 @@
+"""The write path's rows of the speed table: peak memory promoting big new files.
+
+- ``rss_promote_4x256mib``: the peak resident set (``VmHWM`` of ``/proc/self/status``, MiB)
+  of a child process that opens the state directory and promotes a verified bundle of
+  4 new files of 256 MiB each (evidence re-check, staging, writes, read-back), measured
+  side by side with the same child that opens the state directory and promotes nothing
+  (``rss_promote_4x256mib.idle_mib``: the floor of imports and services). The set-up
+  (repository, blobs written chunk by chunk into the store, grant, lease, the bundle's
+  first verification) runs in this process and is not measured.
+
+``bench_table`` calls ``rss_promote`` once per round. ``python -m bench.rows_fswrite``
+runs only the rows named with ``--rows`` (this one and ``promote_1150``/``promote_115``
+of ``bench_table``), interleaved for ``--rounds`` rounds, and prints them as the table does.
+
+Deliberately not here: gating on the figures, and any other row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import bench_promote as bp
+from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.documents import seal_bundle
+from promoter.domain.models import blob_path
+from promoter.engine import grants, operations
+from promoter.engine.bundles import submit_bundle
+from promoter.engine.services import build_services
+
+if TYPE_CHECKING:
+    from bench.bench_table import Table
+
+GOALS = {"rss_promote_4x256mib": (150.0, "MiB")}
+LABELS = {"rss_promote_4x256mib": "peak RSS promoting 4 x 256 MiB new files"}
+FILES, SIZE = 4, 256 << 20
+_CHUNK = 1 << 20
+
+
+def _write_blob(audit: Path, seed: int, size: int) -> tuple[str, int]:
+    """A blob of ``size`` pseudo-random bytes written into the store layout in chunks."""
+    rng = random.Random(seed)
+    (audit / "tmp").mkdir(parents=True, exist_ok=True)
+    temp = audit / "tmp" / f"bench-{seed}"
+    digest = hashlib.sha256()
+    with temp.open("wb") as handle:
+        left = size
+        while left:
+            chunk = rng.randbytes(min(_CHUNK, left))
+            digest.update(chunk)
+            handle.write(chunk)
+            left -= len(chunk)
+    target = audit / blob_path(digest.hexdigest())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp.chmod(0o444)
+    temp.rename(target)
+    return digest.hexdigest(), size
+
+
+def _state(digest: str, size: int) -> dict[str, Any]:
+    ref = {"path": blob_path(digest), "sha256": digest}
+    return {"exists": True, "sha256": digest, "mode": "100644", "bytes": size, "blob_ref": ref}
+
+
+def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Path, str, str]:
+    """A repository and a state directory holding a verified bundle of ``files`` creates.
+
+    Returns (repository, state directory, bundle id, receipt sha256).
+    """
+    repo, state = here / "repo", here / "state"
+    repo.mkdir(parents=True)
+    bp.git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_bytes(b"# big files\n")
+    bp.git(repo, "add", "-A")
+    bp.git(repo, "commit", "-q", "-m", "base")
+    base_commit = bp.git(repo, "rev-parse", "HEAD").decode().strip()
+    base_tree = bp.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
+    blobs = [_write_blob(state / "audit", seed, size) for seed in range(files)]
+    settings = load_settings(
+        state_dir=state, repositories={bp.REPO_NAME: RepositoryConfig(path=repo)}
+    )
+    services = build_services(settings)
+    try:
+        identity = services.registry.by_name(bp.REPO_NAME).identity
+        now = utcnow()
+        grant, _ = grants.register_grant(
+            services,
+            {
+                "schema": "GrantV1",
+                "grant_id": "grt_bench_rss",
+                "repository_identity": identity,
+                "branch": "refs/heads/main",
+                "base_commit": base_commit,
+                "base_tree": base_tree,
+                "executor_run_id": bp.RUN_ID,
+                "workflow_id": bp.WORKFLOW,
+                "stage": bp.STAGE,
+                "attempt": 1,
+                "generation": 1,
+                "resume_epoch": 0,
+                "fence": bp.FENCE,
+                "not_before": rfc3339(now - timedelta(minutes=5)),
+                "expires_at": rfc3339(now + timedelta(hours=2)),
+                "write_allowlist": [{"pattern": "**", "operations": ["create"]}],
+                "target_preconditions": [],
+                "limits": {"max_changes": files, "max_total_bytes": files * size},
+            },
+        )
+        lease = {
+            "run_id": bp.RUN_ID,
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": bp.FENCE,
+            "expires_at": rfc3339(now + timedelta(hours=2)),
+        }
+        grants.set_lease(services, bp.WORKFLOW, bp.STAGE, lease)
+        changes = [
+            {"path": f"big/f{n}.bin", "operation": "create", "old": bp._state(None), "new": s}
+            for n, s in enumerate(_state(d, b) for d, b in blobs)
+        ]
+        assert grant.grant_sha256 is not None
+        document = seal_bundle(
+            {
+                "schema": "PatchBundleV1",
+                "bundle_id": "",
+                "bundle_sha256": "",
+                "grant_id": grant.grant_id,
+                "grant_sha256": grant.grant_sha256,
+                "executor_run_id": bp.RUN_ID,
+                "repository_identity": identity,
+                "base_commit": base_commit,
+                "base_tree": base_tree,
+                "changes": changes,
+                "change_count": len(changes),
+                "total_bytes": files * size,
+                "created_at": rfc3339(now),
+            }
+        )
+        submitted = submit_bundle(services, document, run_id=None)
+    finally:
+        services.close()
+    return repo, state, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256
+
+
+def _peak_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: bool) -> None:
+    """The measured process: open the state directory, promote (or not), print the peak."""
+    settings = load_settings(
+        state_dir=state, repositories={bp.REPO_NAME: RepositoryConfig(path=repo)}
+    )
+    services = build_services(settings)
+    status = "idle"
+    try:
+        if promote:
+            requested = operations.request_promotion(services, bundle_id, receipt, bp.FENCE)
+            operations.wait_for(services, requested.operation_id, timeout=3600)
+            status = operations.operation_view(services, requested.operation_id)["status"]
+        operations.runner(services).shutdown()
+    finally:
+        services.close()
+    print(json.dumps({"peak_mib": _peak_mib(), "status": status}), flush=True)
+
+
+def _run_child(prepared: tuple[Path, Path, str, str], *, promote: bool) -> dict[str, Any]:
+    repo, state, bundle_id, receipt = prepared
+    argv = [sys.executable, "-m", "bench.rows_fswrite", "--child", str(repo), str(state)]
+    argv += [bundle_id, receipt, "promote" if promote else "idle"]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=3600)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def rss_promote(
+    table: Table, work: Path, round_no: int, files: int = FILES, size: int = SIZE
+) -> None:
+    here = work / f"rss{round_no}"
+    prepared = prepare(here, files, size)
+    figures: dict[str, dict[str, Any]] = {}
+    runs: list[tuple[str, Callable[[], None]]] = [
+        ("promote", lambda: figures.__setitem__("promote", _run_child(prepared, promote=True))),
+        ("idle", lambda: figures.__setitem__("idle", _run_child(prepared, promote=False))),
+    ]
+    for _, run in runs[round_no % 2 :] + runs[: round_no % 2]:
+        run()
+    if figures["promote"]["status"] != "completed":
+        raise AssertionError(f"the promotion ended {figures['promote']['status']}")
+    for n in range(files):
+        if (prepared[0] / f"big/f{n}.bin").stat().st_size != size:
+            raise AssertionError(f"big/f{n}.bin does not hold {size} bytes")
+    table.add("rss_promote_4x256mib", figures["promote"]["peak_mib"])
+    table.note("rss_promote_4x256mib.idle_mib", figures["idle"]["peak_mib"])
+    shutil.rmtree(here)
+
+
+def _promotion_row(
+    bt: Any, table: Table, name: str, work: Path, source: bp.Source, load: bp.Workload, t: Path
+) -> Callable[[int], None]:
+    return lambda round_no: bt.promotion(table, name, work, round_no, source, load, t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run only some rows of the speed table.")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rows", default="rss_promote_4x256mib,promote_1150,promote_115", help="comma-separated"
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        repo, state, bundle_id, receipt, mode = args.child
+        child(Path(repo), Path(state), bundle_id, receipt, promote=mode == "promote")
+        return 0
+    from bench import bench_table as bt  # the table imports this module
+
+    wanted = set(args.rows.split(","))
+    work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
+    try:
+        table = bt.Table()
+        rows: list[Callable[[int], None]] = []
+        for name, files in (("promote_1150", 1150), ("promote_115", 115)):
+            if name not in wanted:
+                continue
+            load = bp.make_workload(files, 4096)
+            (work / name).mkdir()
+            (work / f"t-{name}").mkdir()
+            source = bp.make_source(work / name, load)
+            template, _, _ = bp.make_blob_template(work / f"t-{name}", load)
+            rows.append(_promotion_row(bt, table, name, work, source, load, template))
+        if "rss_promote_4x256mib" in wanted:
+            rows.append(lambda r: rss_promote(table, work, r))
+        load_before = os.getloadavg()
+        for round_no in range(args.rounds):
+            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+                step(round_no)
+        result = {
+            "rounds": args.rounds,
+            "cpus": os.cpu_count() or 1,
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "filesystem": bp.filesystem_of(work.parent),
+            "rows": {
+                row: {
+                    "median": statistics.median(values),
+                    "samples": values,
+                    "goal": bt.GOALS[row][0],
+                    "unit": bt.GOALS[row][1],
+                    "met": statistics.median(values) <= bt.GOALS[row][0],
+                }
+                for row, values in table.samples.items()
+            },
+            "details": {k: statistics.median(v) for k, v in table.extra.items()},
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(bt.format_result(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

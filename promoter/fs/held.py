@@ -1,0 +1,117 @@
+"""The directories one pass of writes holds open: each reached from the root once.
+
+``Directories`` is the applier's (``promoter.engine.apply``) cache for one pass: the
+first step in a directory walks the descriptor chain from the root (``Root._walk``,
+every rule of ``chain.py``), and every later step in that directory gets a ``Parent``
+that borrows the same descriptor (``HeldDir``). Before a step reuses a held directory,
+and before and after each of its writes, replaces and unlinks (``ParentChain.verify_chain``),
+the chain is re-verified cheaply by ``HeldDir.still_in_place``: the root's path is
+re-checked, then for each component path below the root one ``stat`` (no symlink
+followed) that must give the (device, inode) recorded when it was opened and, where the
+process reads mount ids, one ``statx`` mount id that must be the root's. No directory is
+opened. Any difference falls back to the full re-walk of ``verify_chain``, which raises
+the refusal it always raised (or, when reusing, to a fresh walk from the root, as every
+step made before, so a replaced directory is found, not trusted). A reused directory is
+also checked again for a ``.git`` entry in each component (a nested repository), as a
+fresh walk would.
+
+A pass holds one descriptor per distinct directory; ``close`` closes each once.
+
+Deliberately not here: the walk and its per-component rules (``root.py``,
+``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
+Residual risk: the per-component checks are a snapshot, like the re-walk; a directory
+swapped away and back between two checks is unseen by both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from promoter.errors import PathUnsafe, TargetDrift
+from promoter.fs.atomic import Parent
+from promoter.fs.chain import HoldsFd
+from promoter.fs.leaf import os_error, split_rel
+from promoter.fs.root import Root
+from promoter.fs.syscalls import mount_id
+
+__all__ = ["Directories", "HeldDir"]
+
+
+class HeldDir(HoldsFd):
+    """One directory below (or at) the root, held open by descriptor for a pass."""
+
+    def __init__(self, root: Root, parts: tuple[str, ...], fd: int, ids: list[tuple[int, int]]):
+        self.root = root
+        self.parts = parts
+        self.fd = fd
+        self.ids = ids
+        self.prefixes = ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
+
+    def still_in_place(self) -> bool:
+        """True when every component path still names the directory recorded for it.
+
+        Raises ``PathUnsafe`` when the root itself was moved or replaced (as the re-walk
+        does); any other difference answers False and the caller re-walks.
+        """
+        self.root.recheck()
+        mnt_id = self.root.mnt_id
+        for prefix, ident in zip(self.prefixes, self.ids, strict=True):
+            try:
+                st = os.stat(prefix, dir_fd=self.root.fd, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) != ident:
+                    return False
+                if mnt_id is not None and mount_id(self.root.fd, prefix) != mnt_id:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def refuse_nested_repository(self, rel: str) -> None:
+        """Raise ``PathUnsafe`` if a component now holds a ``.git`` entry (as a walk would)."""
+        for prefix in self.prefixes:
+            try:
+                os.stat(f"{prefix}/.git", dir_fd=self.root.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise os_error("inspecting a directory", rel, exc) from exc
+            raise PathUnsafe("path is inside a nested repository", path=rel, at=prefix)
+
+
+class Directories:
+    """The held directories of one pass, by their parts below the root."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self._held: dict[tuple[str, ...], HeldDir] = {}
+        self._all: list[HeldDir] = []  # every one opened, replaced ones too, closed once
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def open_parent(self, rel: str, *, create: bool) -> Parent:
+        """The ``Parent`` of ``rel``, sharing the pass's descriptor of its directory.
+
+        Same contract as ``Root.open_parent``: missing directories are made with
+        ``create`` (listed in the parent's ``created_dirs``, or in the error's context
+        when the walk fails); without it a missing one raises ``TargetDrift``
+        (``found="missing_parent"``).
+        """
+        parts = tuple(split_rel(rel)[:-1])
+        held = self._held.get(parts)
+        if held is not None and held.still_in_place():
+            held.refuse_nested_repository(rel)
+            return Parent(self.root, rel, held.fd, held.ids, [], held=held)
+        walked = self.root._walk(rel, list(parts), create=create)
+        if walked is None:
+            raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
+        held = HeldDir(self.root, parts, walked.fd, walked.ids)
+        self._held[parts] = held
+        self._all.append(held)
+        return Parent(self.root, rel, held.fd, held.ids, walked.created, held=held)
+
+    def close(self) -> None:
+        for held in self._all:
+            held.close()
+        self._all.clear()
+        self._held.clear()
