@@ -413,8 +413,10 @@ def _one(
     try:
         if old.exists:
             assert old.sha256 is not None
-            data = services.blobs.read(old.sha256)
-            apply.write(0, step["path"], new, old, data, aside)
+            source = services.blobs.stream(
+                old.sha256
+            )  # checked against its sha256 as it is written
+            apply.write(0, step["path"], new, old, source, aside)
         else:
             apply.remove(0, step["path"], new, aside)
         apply.sync(0)
