@@ -172,6 +172,7 @@ class BlobStore:
     def __init__(self, audit_root: Path) -> None:
         self.root = audit_root
         self.tmp_dir = audit_root / "tmp"
+        self._root = os.fspath(audit_root)
 
     def path_for(self, sha256: str) -> Path:
         return self.root / blob_path(sha256)
@@ -208,15 +209,19 @@ class BlobStore:
 
     def measure(self, sha256: str) -> int | None:
         """Re-read and re-hash a blob; its size if intact, None if missing or corrupt."""
+        # a plain descriptor and a string path: a bundle's verification measures every blob
+        try:
+            fd = os.open(os.path.join(self._root, blob_path(sha256)), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
         digest = hashlib.sha256()
         size = 0
         try:
-            with self.path_for(sha256).open("rb") as handle:
-                while chunk := handle.read(CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-        except FileNotFoundError:
-            return None
+            while chunk := os.read(fd, CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
         return size if digest.hexdigest() == sha256 else None
 
     def iter_chunks(self, sha256: str) -> Iterator[bytes]:
