@@ -1,0 +1,403 @@
+"""The builder's shadow tree, seeded from the worktree's own index so it scales with the change.
+
+This module owns ``SeededShadow``: the same answers as ``worktree_tree.ShadowTree``
+(the changes of a worktree against its seed ``base_tree``, with tracked = in the base
+tree and untracked = not ignored, nested repositories reported) computed without
+re-hashing an unchanged tree and without compressing throw-away objects:
+
+1. The worktree's ``.git/index`` is copied into the private directory, its modification
+   time kept (git's racy-entry rule compares entries against it: an entry whose mtime is
+   not older than the index is compared by content, never trusted by stat).
+2. Four read-only git commands run side by side on that copy, with the private
+   configuration and attributes: ``ls-files -v -s`` (flags, gitlinks, attribute files),
+   ``diff-files`` (index against the files, by stat), ``diff-index --cached`` (the
+   base tree against the index) and ``ls-files -o`` (untracked, not ignored). When
+   the index's paths differ from the base tree's, the untracked listing is taken from
+   a private index of the base tree instead, so "tracked" still means "in the base".
+3. Only the paths those name are read, each once: one pass computes the git blob id
+   and the sha256, and writes the bytes as a loose object stored uncompressed (zlib
+   level 0) in the private object directory, where the upload reads them.
+
+The seed is used only when it cannot change the answer: an index git can read here
+(not split), every entry plain (no assume-unchanged, skip-worktree, intent-to-add or
+unmerged entry), no ``.gitattributes`` anywhere and no configuration that converts
+content (``autocrlf``, ``eol``, filters, includes, an attributes file) in the
+repository's or the user's git configuration, so the bytes the index's stat data
+vouches for are the raw bytes. Otherwise ``ShadowTree``'s full computation runs (its
+object writes uncompressed too). The stat data is trusted the way ``git status``
+trusts it: an index forged to claim a changed file clean can only leave that change out
+of the worktree's own bundle, and the host verifies every state a bundle names.
+
+It deliberately does not judge the changes (``builder.py`` does), never writes the
+worktree or its ``.git``, and computes the tree id only when asked (``tree``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+import zlib
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from promoter.errors import GitError, RepositoryInvalid
+from promoter.git.layout import RepoLayout
+from promoter.git.records import DiffEntry, decode_path, parse_diff_raw, require_oid
+from promoter.git.runner import GitResult, run_git
+from promoter.git.worktree_tree import _OPTIONS, ShadowTree
+
+__all__ = ["SeededShadow"]
+
+# Objects the shadow writes are thrown away with it: never spend time compressing them.
+_NO_COMPRESSION = ("-c", "core.compression=0", "-c", "core.looseCompression=0")
+_CHUNK = 1 << 20
+_GITLINK = "160000"
+_LINK = "120000"
+_GITLINK_ENTRY = re.compile(rb"(?:\A|\0)H 160000 [0-9a-f]{40} 0\t([^\0]+)")
+_ATTRIBUTE_FILE = re.compile(rb"(?:\A|[\0\t/])\.gitattributes\0")
+# Conservative: any of these words at a line start (or a section) disables the seed.
+_CONVERTING_CONFIG = re.compile(
+    rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*(?:filter|include)"
+)
+_NULL_OID = "0" * 40
+
+
+class _NoSeed(Exception):
+    """The seed cannot be trusted to give ShadowTree's answer; compute in full."""
+
+
+class SeededShadow(ShadowTree):
+    """``ShadowTree`` for the builder; ``seed=False`` forces the full computation.
+
+    After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
+    tree's gitlink paths when the seed showed them (``None``: list the base tree).
+    """
+
+    def __init__(
+        self,
+        layout: RepoLayout,
+        *,
+        base_tree: str,
+        tmpdir: str | None = None,
+        timeout: float = 600.0,
+        seed: bool = True,
+    ) -> None:
+        super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
+        self._seed = seed
+        self._entries: list[DiffEntry] | None = None
+        self._digests: dict[str, tuple[str, int]] = {}
+        self.seeded = False
+        self.gitlinks: tuple[str, ...] | None = None
+
+    # --- computing --------------------------------------------------------------------
+
+    def _compute(self) -> str:
+        if self._seed and self.base_tree is not None:
+            try:
+                self._entries = self._seeded(self.base_tree)
+            except _NoSeed:
+                self._entries = None
+                self.gitlinks = None
+                self.nested_repositories = ()
+            else:
+                self.seeded = True
+                return ""  # the tree id is written only when asked for
+        return super()._compute()
+
+    def _git(
+        self,
+        args: list[str],
+        *,
+        input: bytes | None = None,
+        literal: bool = False,
+        read: bool = False,
+    ) -> GitResult:
+        return super()._git([*_NO_COMPRESSION, *args], input=input, literal=literal, read=read)
+
+    def _seeded(self, base: str) -> list[DiffEntry]:
+        assert self._root is not None
+        if _converting_config(self.layout) or _nonempty(
+            os.path.join(self.layout.common_dir, "info", "attributes")
+        ):
+            raise _NoSeed
+        seed = os.path.join(self._root, "seed-index")
+        _copy_index(os.path.join(self.layout.git_dir, "index"), seed)
+        env = {**self._read_env, "GIT_INDEX_FILE": seed}
+        commands = {
+            "listing": ["ls-files", "-v", "-s", "-z"],
+            "files": ["diff-files", "-z", "--raw", "--no-abbrev", "--ignore-submodules=dirty"],
+            "cached": ["diff-index", "--cached", "-r", "-z", "--no-renames", "--no-abbrev", base],
+            "untracked": ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"],
+        }
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            futures = {
+                name: pool.submit(self._seed_git, args, env) for name, args in commands.items()
+            }
+            out = {name: future.result() for name, future in futures.items()}
+        listing = out["listing"]
+        if not _plain(listing) or _has_attributes(listing) or _has_attributes(out["untracked"]):
+            raise _NoSeed
+        files = parse_diff_raw(out["files"])
+        cached = parse_diff_raw(out["cached"])
+        if any(e.status == "A" for e in files):  # intent-to-add
+            raise _NoSeed
+        if any(os.path.basename(e.path) == ".gitattributes" for e in cached):
+            raise _NoSeed
+        same_paths = all(e.status in "MT" for e in cached)
+        same_links = not any(_GITLINK in (e.old_mode, e.new_mode) for e in cached)
+        untracked = out["untracked"]
+        if not (same_paths and same_links):
+            self._git(["read-tree", base], read=True)  # the base's own index, no stat data
+            untracked = self._seed_git(commands["untracked"], self._env)
+        if same_links:
+            found = _GITLINK_ENTRY.findall(listing) if b" 160000 " in listing else []
+            self.gitlinks = tuple(decode_path(m) for m in found)
+        return self._changes(files, cached, untracked)
+
+    def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
+        try:
+            result = run_git(
+                [*_OPTIONS, *args], cwd=self.layout.worktree, env=env, timeout=self._timeout
+            )
+        except GitError as exc:  # e.g. a split index whose shared part is not here
+            raise _NoSeed from exc
+        return result.stdout
+
+    def _changes(
+        self, files: list[DiffEntry], cached: list[DiffEntry], untracked: bytes
+    ) -> list[DiffEntry]:
+        """The base-to-worktree changes at every path the seed could not vouch for."""
+        base: dict[str, tuple[str, str | None] | None] = {}
+        for entry in cached:  # base -> index
+            base[entry.path] = None if entry.old_mode is None else (entry.old_mode, entry.old_oid)
+        for entry in files:  # index -> files; the index equals the base where not cached
+            if entry.path not in base and entry.old_mode is not None:
+                base[entry.path] = (entry.old_mode, entry.old_oid)
+        added: list[str] = []
+        nested: list[str] = []
+        for raw in untracked.split(b"\0")[:-1]:
+            if raw.endswith(b"/"):
+                nested.append(decode_path(raw[:-1]))
+            elif base.get(decode_path(raw)) is None:
+                added.append(decode_path(raw))
+        self.nested_repositories = tuple(nested)
+        moved = {e.path for e in files}
+        entries: list[DiffEntry] = []
+        for path, old in base.items():
+            if old is None:
+                continue
+            if old[0] == _GITLINK and path in moved:  # its HEAD moved: refused by the caller
+                entries.append(DiffEntry("M", path, old[0], _GITLINK, old[1], None))
+                continue
+            new = self._read(path, tracked_gitlink=old[0] == _GITLINK)
+            if new is None:
+                entries.append(DiffEntry("D", path, old[0], None, old[1], None))
+            elif new != old:
+                status = "M" if _kind(new[0]) == _kind(old[0]) else "T"
+                entries.append(DiffEntry(status, path, old[0], new[0], old[1], new[1]))
+        for path in added:
+            new = self._read(path, tracked_gitlink=False)
+            if new is not None:
+                entries.append(DiffEntry("A", path, None, new[0], None, new[1]))
+        return sorted(entries, key=lambda e: os.fsencode(e.path))  # diff-tree's order
+
+    # --- reading the worktree ---------------------------------------------------------
+
+    def _read(self, path: str, *, tracked_gitlink: bool) -> tuple[str, str] | None:
+        """(mode, blob id) of ``path`` in the worktree, stored; ``None`` when absent."""
+        raw = os.fsencode(path)
+        top = os.fsencode(self.layout.worktree)
+        parts = raw.split(b"/")
+        for depth in range(1, len(parts)):  # a leading symlink or file: git sees no entry
+            try:
+                if not stat.S_ISDIR(os.lstat(os.path.join(top, *parts[:depth])).st_mode):
+                    return None
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        full = os.path.join(top, raw)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            if tracked_gitlink:
+                raise _NoSeed  # whatever the directory holds, ShadowTree's add decides
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return _LINK, self._store_bytes(os.readlink(full))
+        if not stat.S_ISREG(st.st_mode):
+            raise _NoSeed  # git's own refusal, with its own message
+        mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
+        return mode, self._store_file(full, path)
+
+    def _store_bytes(self, data: bytes) -> str:
+        return self._store([data], len(data))
+
+    def _store_file(self, full: bytes, path: str) -> str:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(full, flags)
+        except OSError as exc:
+            raise RepositoryInvalid(f"{path!r} cannot be read: {exc.strerror or exc}") from exc
+        with os.fdopen(fd, "rb", buffering=0) as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _NoSeed
+            size = st.st_size
+            buffer = bytearray(_CHUNK)
+            view = memoryview(buffer)
+
+            def chunks() -> Iterable[bytes | memoryview]:
+                while True:
+                    count = handle.readinto(buffer)
+                    if not count:
+                        return
+                    yield view[:count]
+
+            return self._store(chunks(), size, path)
+
+    def _store(self, chunks: Iterable[bytes | memoryview], size: int, path: str = "") -> str:
+        """Write one blob as an uncompressed loose object; its id (sha256 remembered)."""
+        assert self._root is not None
+        objects = os.path.join(self._env["GIT_DIR"], "objects")
+        header = b"blob %d\0" % size
+        sha1 = hashlib.sha1(header, usedforsecurity=False)  # git's object name
+        sha256 = hashlib.sha256()
+        deflate = zlib.compressobj(0)
+        seen = 0
+        fd, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=objects)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(deflate.compress(header))
+                for chunk in chunks:
+                    seen += len(chunk)
+                    sha1.update(chunk)
+                    sha256.update(chunk)
+                    out.write(deflate.compress(chunk))
+                out.write(deflate.flush())
+            if seen != size:
+                raise RepositoryInvalid(
+                    f"{path!r} changed while it was read; build the bundle again", path=path
+                )
+            oid = sha1.hexdigest()
+            folder = os.path.join(objects, oid[:2])
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            target = os.path.join(folder, oid[2:])
+            if os.path.exists(target):
+                os.unlink(temp)
+            else:
+                os.rename(temp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        self._digests[oid] = (sha256.hexdigest(), size)
+        return oid
+
+    # --- results ----------------------------------------------------------------------
+
+    @property
+    def tree(self) -> str:
+        """The id of the worktree's tree (written on first use after a seeded scan)."""
+        if self._tree is None or self._root is None:
+            raise RuntimeError("ShadowTree is not open; use it as a context manager")
+        if self._tree == "":
+            self._tree = self._write_tree()
+        return self._tree
+
+    def _write_tree(self) -> str:
+        assert self._entries is not None and self.base_tree is not None
+        self._git(["read-tree", self.base_tree], read=True)
+        lines = b""
+        for e in self._entries:
+            mode = e.new_mode or "0"
+            oid = (e.new_oid or e.old_oid or _NULL_OID) if e.new_mode else _NULL_OID
+            lines += b"%s %s\t%s\0" % (mode.encode(), oid.encode(), os.fsencode(e.path))
+        if lines:
+            self._git(["update-index", "-z", "--index-info"], input=lines, literal=True)
+        tree = self._git(["write-tree", "--missing-ok"]).stdout.decode("ascii", "replace").strip()
+        return require_oid(tree, "written tree")
+
+    def diff(self, base_tree: str | None = None) -> list[DiffEntry]:
+        if self._entries is not None and base_tree in (None, self.base_tree):
+            return list(self._entries)
+        return super().diff(base_tree)
+
+    def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        wanted = list(dict.fromkeys(oids))
+        known = {oid: self._digests[oid] for oid in wanted if oid in self._digests}
+        rest = [oid for oid in wanted if oid not in known]
+        return {**known, **(super().blob_sha256(rest) if rest else {})}
+
+
+def _plain(listing: bytes) -> bool:
+    """Whether every ``ls-files -v -s -z`` record is a plain cached entry (tag ``H``)."""
+    if not listing:
+        return True
+    records = listing.count(b"\0")
+    return listing.startswith(b"H ") and listing.count(b"\0H ") == records - 1
+
+
+def _has_attributes(listing: bytes) -> bool:
+    return b".gitattributes\0" in listing and _ATTRIBUTE_FILE.search(listing) is not None
+
+
+def _kind(mode: str) -> str:
+    return mode[:3]  # 100 file, 120 link, 160 gitlink
+
+
+def _copy_index(source: str, dest: str) -> None:
+    """Copy the worktree's index with its modification time (git's racy rule needs it)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(source, flags)
+    except OSError as exc:
+        raise _NoSeed from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _NoSeed
+        with open(dest, "xb") as out:
+            shutil.copyfileobj(handle, out, _CHUNK)
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def _converting_config(layout: RepoLayout) -> bool:
+    """Whether a git configuration that may have converted checked-out bytes exists."""
+    home = os.environ.get("HOME", "")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    candidates = [
+        os.path.join(layout.common_dir, "config"),
+        os.path.join(layout.git_dir, "config.worktree"),
+        os.path.join(home, ".gitconfig") if home else "",
+        os.path.join(xdg, "git", "config"),
+        "/etc/gitconfig",
+        os.environ.get("GIT_CONFIG_GLOBAL", ""),
+        os.environ.get("GIT_CONFIG_SYSTEM", ""),
+    ]
+    if os.environ.get("GIT_CONFIG_PARAMETERS") or os.environ.get("GIT_CONFIG_COUNT"):
+        return True
+    for path in dict.fromkeys(p for p in candidates if p and p != "/dev/null"):
+        try:
+            with open(path, "rb") as handle:
+                if _CONVERTING_CONFIG.search(handle.read()):
+                    return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+    return False
