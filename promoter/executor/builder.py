@@ -96,6 +96,8 @@ class BuiltBundle:
         self.blobs = blobs
         self._shadow: SeededShadow | None = shadow
         self._tree: str | None = None
+        self.seeded = shadow.seeded
+        """Whether the worktree's index served as the stat cache (else every file was read)."""
 
     @property
     def tree(self) -> str:
