@@ -60,9 +60,10 @@ _GITLINK = "160000"
 _LINK = "120000"
 _GITLINK_ENTRY = re.compile(rb"(?:\A|\0)H 160000 [0-9a-f]{40} 0\t([^\0]+)")
 _ATTRIBUTE_FILE = re.compile(rb"(?:\A|[\0\t/])\.gitattributes\0")
-# Conservative: any of these words at a line start (or a section) disables the seed.
+# Conservative: any of these keys, or an include we do not follow, disables the seed. (A
+# filter driver alone converts nothing: only attributes name one, and those are checked.)
 _CONVERTING_CONFIG = re.compile(
-    rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*(?:filter|include)"
+    rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*include"
 )
 _NULL_OID = "0" * 40
 
@@ -377,7 +378,12 @@ def _nonempty(path: str) -> bool:
 
 
 def _converting_config(layout: RepoLayout) -> bool:
-    """Whether a git configuration that may have converted checked-out bytes exists."""
+    """Whether a git configuration or attributes file that may convert bytes exists.
+
+    These are the files the user's own git reads when it checks out or adds (the
+    repository's, the user's and the system's); the seed is not trusted when any of
+    them may have made a file's bytes differ from the blob its index entry names.
+    """
     home = os.environ.get("HOME", "")
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     candidates = [
@@ -390,6 +396,9 @@ def _converting_config(layout: RepoLayout) -> bool:
         os.environ.get("GIT_CONFIG_SYSTEM", ""),
     ]
     if os.environ.get("GIT_CONFIG_PARAMETERS") or os.environ.get("GIT_CONFIG_COUNT"):
+        return True
+    # the attributes files git reads when no configuration names one
+    if _nonempty(os.path.join(xdg, "git", "attributes")) or _nonempty("/etc/gitattributes"):
         return True
     for path in dict.fromkeys(p for p in candidates if p and p != "/dev/null"):
         try:
