@@ -42,14 +42,21 @@ import shutil
 import stat
 import tempfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from promoter.errors import GitError, RepositoryInvalid
 from promoter.git.layout import RepoLayout
-from promoter.git.records import DiffEntry, decode_path, parse_diff_raw, require_oid
+from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
+from promoter.git.records import (
+    DiffEntry,
+    check_pathspec_paths,
+    decode_path,
+    parse_diff_raw,
+    require_oid,
+)
 from promoter.git.runner import GitResult, run_git
-from promoter.git.worktree_tree import _OPTIONS, ShadowTree
+from promoter.git.worktree_tree import _OPTIONS, _UNSUPPORTED_MODES, ShadowTree
 
 __all__ = ["SeededShadow"]
 
@@ -94,6 +101,7 @@ class SeededShadow(ShadowTree):
         self._digests: dict[str, tuple[str, int]] = {}
         self.seeded = False
         self.gitlinks: tuple[str, ...] | None = None
+        self._index_gitlinks: frozenset[str] | None = None
 
     # --- computing --------------------------------------------------------------------
 
@@ -155,9 +163,10 @@ class SeededShadow(ShadowTree):
         if not (same_paths and same_links):
             self._git(["read-tree", base], read=True)  # the base's own index, no stat data
             untracked = self._seed_git(commands["untracked"], self._env)
+        found = _GITLINK_ENTRY.findall(listing) if b" 160000 " in listing else []
+        self._index_gitlinks = frozenset(decode_path(m) for m in found)
         if same_links:
-            found = _GITLINK_ENTRY.findall(listing) if b" 160000 " in listing else []
-            self.gitlinks = tuple(decode_path(m) for m in found)
+            self.gitlinks = tuple(sorted(self._index_gitlinks))
         return self._changes(files, cached, untracked)
 
     def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
@@ -323,6 +332,34 @@ class SeededShadow(ShadowTree):
             self._git(["update-index", "-z", "--index-info"], input=lines, literal=True)
         tree = self._git(["write-tree", "--missing-ok"]).stdout.decode("ascii", "replace").strip()
         return require_oid(tree, "written tree")
+
+    def unsupported(
+        self, entries: Sequence[DiffEntry] | None = None, *, symlinks: bool = False
+    ) -> dict[str, str]:
+        """``ShadowTree.unsupported``, answered from the seed's listing when it holds the
+        gitlinks of the index and of HEAD (HEAD's tree is the base tree); the same
+        reasons, in the same order as ``readback.gitlinks_and_nested`` gives them."""
+        if self._index_gitlinks is None or self.gitlinks is None:
+            return super().unsupported(entries, symlinks=symlinks)
+        head = head_commit(self.layout)
+        if head is None or commit_tree(self.layout, head) != self.base_tree:
+            return super().unsupported(entries, symlinks=symlinks)
+        changes = self.diff() if entries is None else list(entries)
+        found: dict[str, str] = {}
+        for entry in changes:
+            for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
+                if mode in _UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
+                    found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
+        for path in self.nested_repositories:
+            found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
+        others = [entry.path for entry in changes if entry.path not in found]
+        check_pathspec_paths(others)
+        in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
+        for path in others:
+            reason = _first_reason(self.layout, _prefixes(path), in_index, in_head)
+            if reason is not None:
+                found.setdefault(path, reason)
+        return dict(sorted(found.items()))
 
     def diff(self, base_tree: str | None = None) -> list[DiffEntry]:
         if self._entries is not None and base_tree in (None, self.base_tree):

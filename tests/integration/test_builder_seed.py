@@ -229,6 +229,18 @@ def _nested_repository(executor: Path) -> None:
     (nested / "file.txt").write_bytes(b"in a nested repository\n")
 
 
+def _tracked_file_inside_a_new_nested_repository(executor: Path) -> None:
+    git(executor / "src/deep", "init", "-q")
+    (executor / "src/deep/er/mod.py").write_bytes(b"x = 3\n")
+
+
+def _gitlink_added_in_the_index(executor: Path) -> None:
+    git(executor, "update-index", "--add", "--cacheinfo", f"160000,{'b' * 40},src/sub")
+    (executor / "src/sub").mkdir()
+    (executor / "src/sub/x.txt").write_bytes(b"under a gitlink only the index knows\n")
+    (executor / "src/app.py").write_bytes(b"print('v2')\n")
+
+
 CASES: list[tuple[Callable[[Path], None], list[str] | str, bool | None]] = [
     (_touch_everything, [], True),
     (_rewrite_same_bytes, [], True),
@@ -255,6 +267,8 @@ CASES: list[tuple[Callable[[Path], None], list[str] | str, bool | None]] = [
     (_split_index, ["src/app.py"], False),
     (_index_version_4, ["src/deep/er/mod.py"], True),
     (_nested_repository, "PathUnsafe", None),
+    (_tracked_file_inside_a_new_nested_repository, "PathUnsafe", None),
+    (_gitlink_added_in_the_index, "PathUnsafe", None),
 ]
 
 
