@@ -63,6 +63,8 @@ __all__ = ["SeededShadow"]
 # Objects the shadow writes are thrown away with it: never spend time compressing them.
 _NO_COMPRESSION = ("-c", "core.compression=0", "-c", "core.looseCompression=0")
 _CHUNK = 1 << 20
+_IN_MEMORY = 4 << 20  # read whole below this size; stream above
+_REFRESH_OVER = 256  # more stat-dirty entries than this: let git compare them first
 _GITLINK = "160000"
 _LINK = "120000"
 _GITLINK_ENTRY = re.compile(rb"(?:\A|\0)H 160000 [0-9a-f]{40} 0\t([^\0]+)")
@@ -152,6 +154,9 @@ class SeededShadow(ShadowTree):
         if not _plain(listing) or _has_attributes(listing) or _has_attributes(out["untracked"]):
             raise _NoSeed
         files = parse_diff_raw(out["files"])
+        if len(files) > _REFRESH_OVER:  # many touched files: git hashes them, in place of us
+            self._seed_git(["update-index", "-q", "--refresh"], env)
+            files = parse_diff_raw(self._seed_git(commands["files"], env))
         cached = parse_diff_raw(out["cached"])
         if any(e.status == "A" for e in files):  # intent-to-add
             raise _NoSeed
@@ -204,7 +209,7 @@ class SeededShadow(ShadowTree):
             if old[0] == _GITLINK and path in moved:  # its HEAD moved: refused by the caller
                 entries.append(DiffEntry("M", path, old[0], _GITLINK, old[1], None))
                 continue
-            new = self._read(path, tracked_gitlink=old[0] == _GITLINK)
+            new = self._read(path, tracked_gitlink=old[0] == _GITLINK, known=old[1])
             if new is None:
                 entries.append(DiffEntry("D", path, old[0], None, old[1], None))
             elif new != old:
@@ -218,8 +223,13 @@ class SeededShadow(ShadowTree):
 
     # --- reading the worktree ---------------------------------------------------------
 
-    def _read(self, path: str, *, tracked_gitlink: bool) -> tuple[str, str] | None:
-        """(mode, blob id) of ``path`` in the worktree, stored; ``None`` when absent."""
+    def _read(
+        self, path: str, *, tracked_gitlink: bool, known: str | None = None
+    ) -> tuple[str, str] | None:
+        """(mode, blob id) of ``path`` in the worktree, stored; ``None`` when absent.
+
+        Bytes whose id is ``known`` (the base's) are hashed and not stored.
+        """
         raw = os.fsencode(path)
         top = os.fsencode(self.layout.worktree)
         parts = raw.split(b"/")
@@ -239,16 +249,13 @@ class SeededShadow(ShadowTree):
                 raise _NoSeed  # whatever the directory holds, ShadowTree's add decides
             return None
         if stat.S_ISLNK(st.st_mode):
-            return _LINK, self._store_bytes(os.readlink(full))
+            return _LINK, self._store_bytes(os.readlink(full), known)
         if not stat.S_ISREG(st.st_mode):
             raise _NoSeed  # git's own refusal, with its own message
         mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
-        return mode, self._store_file(full, path)
+        return mode, self._store_file(full, path, known)
 
-    def _store_bytes(self, data: bytes) -> str:
-        return self._store([data], len(data))
-
-    def _store_file(self, full: bytes, path: str) -> str:
+    def _store_file(self, full: bytes, path: str, known: str | None) -> str:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(full, flags)
@@ -259,6 +266,11 @@ class SeededShadow(ShadowTree):
             if not stat.S_ISREG(st.st_mode):
                 raise _NoSeed
             size = st.st_size
+            if size <= _IN_MEMORY:
+                data = handle.readall()
+                if len(data) != size:
+                    raise _changed(path)
+                return self._store_bytes(data, known)
             buffer = bytearray(_CHUNK)
             view = memoryview(buffer)
 
@@ -269,45 +281,81 @@ class SeededShadow(ShadowTree):
                         return
                     yield view[:count]
 
-            return self._store(chunks(), size, path)
+            return self._store(chunks(), size, path, known)
 
-    def _store(self, chunks: Iterable[bytes | memoryview], size: int, path: str = "") -> str:
-        """Write one blob as an uncompressed loose object; its id (sha256 remembered)."""
-        assert self._root is not None
-        objects = os.path.join(self._env["GIT_DIR"], "objects")
+    def _store_bytes(self, data: bytes, known: str | None) -> str:
+        header = b"blob %d\0" % len(data)
+        oid = hashlib.sha1(header + data, usedforsecurity=False).hexdigest()  # git's name
+        if oid != known and oid not in self._digests:
+            self._write_object(oid, [header, data])
+            self._digests[oid] = (hashlib.sha256(data).hexdigest(), len(data))
+        return oid
+
+    def _store(
+        self, chunks: Iterable[bytes | memoryview], size: int, path: str, known: str | None
+    ) -> str:
+        """Stream one blob into an uncompressed loose object; its id (sha256 remembered)."""
         header = b"blob %d\0" % size
         sha1 = hashlib.sha1(header, usedforsecurity=False)  # git's object name
         sha256 = hashlib.sha256()
-        deflate = zlib.compressobj(0)
         seen = 0
-        fd, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=objects)
+
+        def hashed() -> Iterable[bytes | memoryview]:
+            nonlocal seen
+            yield header
+            for chunk in chunks:
+                seen += len(chunk)
+                sha1.update(chunk)
+                sha256.update(chunk)
+                yield chunk
+
+        temp = self._write_temp(hashed())
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(deflate.compress(header))
-                for chunk in chunks:
-                    seen += len(chunk)
-                    sha1.update(chunk)
-                    sha256.update(chunk)
-                    out.write(deflate.compress(chunk))
-                out.write(deflate.flush())
             if seen != size:
-                raise RepositoryInvalid(
-                    f"{path!r} changed while it was read; build the bundle again", path=path
-                )
+                raise _changed(path)
             oid = sha1.hexdigest()
-            folder = os.path.join(objects, oid[:2])
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            target = os.path.join(folder, oid[2:])
-            if os.path.exists(target):
+            if oid == known or oid in self._digests:
                 os.unlink(temp)
             else:
-                os.rename(temp, target)
+                self._place(temp, oid)
+                self._digests[oid] = (sha256.hexdigest(), size)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
-        self._digests[oid] = (sha256.hexdigest(), size)
         return oid
+
+    def _write_object(self, oid: str, parts: Iterable[bytes | memoryview]) -> None:
+        temp = self._write_temp(parts)
+        try:
+            self._place(temp, oid)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+
+    def _write_temp(self, parts: Iterable[bytes | memoryview]) -> str:
+        """``parts`` as a zlib stream stored without compression, in a private temp file."""
+        deflate = zlib.compressobj(0)
+        fd, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=self._objects())
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for part in parts:
+                    out.write(deflate.compress(part))
+                out.write(deflate.flush())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        return temp
+
+    def _place(self, temp: str, oid: str) -> None:
+        folder = os.path.join(self._objects(), oid[:2])
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.rename(temp, os.path.join(folder, oid[2:]))
+
+    def _objects(self) -> str:
+        return os.path.join(self._env["GIT_DIR"], "objects")
 
     # --- results ----------------------------------------------------------------------
 
@@ -371,6 +419,10 @@ class SeededShadow(ShadowTree):
         known = {oid: self._digests[oid] for oid in wanted if oid in self._digests}
         rest = [oid for oid in wanted if oid not in known]
         return {**known, **(super().blob_sha256(rest) if rest else {})}
+
+
+def _changed(path: str) -> RepositoryInvalid:
+    return RepositoryInvalid(f"{path!r} changed while it was read; build the bundle again")
 
 
 def _plain(listing: bytes) -> bool:

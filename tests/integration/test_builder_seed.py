@@ -377,3 +377,19 @@ def test_the_tree_id_is_the_one_the_full_scan_writes(source: Path, executor: Pat
     with build_bundle(executor, _grant(source)) as built:
         assert built.seeded
         assert built.tree == expected
+
+
+def test_many_touched_files_are_compared_by_git_before_any_is_read(tmp_path: Path) -> None:
+    files = {**BASE_FILES, **{f"many/f{i:03d}.txt": b"file %d\n" % i for i in range(300)}}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    for rel in files:
+        os.utime(executor / rel, ns=(1, 2_000_000_000_000_000_000))
+    (executor / "many/f007.txt").write_bytes(b"file 7, edited\n")
+    os.chmod(executor / "many/f008.txt", 0o755)
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is True
+    assert _paths(outcome) == ["many/f007.txt", "many/f008.txt"]
