@@ -1,4 +1,4 @@
-"""The builder's shadow tree, seeded from the worktree's own index so it scales with the change.
+"""The builder's shadow tree, seeded from the worktree's own index: it scales with the change.
 
 This module owns ``SeededShadow``: the same answers as ``worktree_tree.ShadowTree``
 (the changes of a worktree against its seed ``base_tree``, with tracked = in the base
@@ -7,11 +7,12 @@ re-hashing an unchanged tree and without compressing throw-away objects:
 
 1. The worktree's ``.git/index`` is copied into the private directory, its modification
    time kept (git's racy-entry rule compares entries against it: an entry whose mtime is
-   not older than the index is compared by content, never trusted by stat).
-2. Four read-only git commands run side by side on that copy, with the private
-   configuration and attributes: ``ls-files -v -s`` (flags, gitlinks, attribute files),
-   ``diff-files`` (index against the files, by stat), ``diff-index --cached`` (the
-   base tree against the index) and ``ls-files -o`` (untracked, not ignored). When
+   not older than the index is compared by content, never trusted by stat), and its
+   entries are checked (``seed_index.py``).
+2. Three read-only git commands run side by side on that copy, with the private
+   configuration and attributes: ``diff-files`` (index against the files, by stat),
+   ``diff-index --cached`` (the base tree against the index) and ``ls-files -o``
+   (untracked, not ignored). When
    the index's paths differ from the base tree's, the untracked listing is taken from
    a private index of the base tree instead, so "tracked" still means "in the base".
 3. Only the paths those name are read, each once: one pass computes the git blob id
@@ -19,9 +20,9 @@ re-hashing an unchanged tree and without compressing throw-away objects:
    level 0) in the private object directory, where the upload reads them.
 
 The seed is used only when it cannot change the answer: an index git can read here
-(not split), every entry plain (no assume-unchanged, skip-worktree, intent-to-add or
-unmerged entry), no ``.gitattributes`` anywhere and no configuration that converts
-content (``autocrlf``, ``eol``, filters, includes, an attributes file) in the
+(not split or sparse), every entry plain (no assume-unchanged, skip-worktree,
+intent-to-add or unmerged entry), no ``.gitattributes`` anywhere and no configuration
+that converts content (``autocrlf``, ``eol``, includes, an attributes file) in the
 repository's or the user's git configuration, so the bytes the index's stat data
 vouches for are the raw bytes. Otherwise ``ShadowTree``'s full computation runs (its
 object writes uncompressed too). The stat data is trusted the way ``git status``
@@ -37,8 +38,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
-import shutil
 import stat
 import tempfile
 import zlib
@@ -46,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from promoter.errors import GitError, RepositoryInvalid
+from promoter.executor.seed_index import NotPlain, converting_config, copy_index, plain_gitlinks
 from promoter.git.layout import RepoLayout
 from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
 from promoter.git.records import (
@@ -67,13 +67,6 @@ _IN_MEMORY = 4 << 20  # read whole below this size; stream above
 _REFRESH_OVER = 256  # more stat-dirty entries than this: let git compare them first
 _GITLINK = "160000"
 _LINK = "120000"
-_GITLINK_ENTRY = re.compile(rb"(?:\A|\0)H 160000 [0-9a-f]{40} 0\t([^\0]+)")
-_ATTRIBUTE_FILE = re.compile(rb"(?:\A|[\0\t/])\.gitattributes\0")
-# Conservative: any of these keys, or an include we do not follow, disables the seed. (A
-# filter driver alone converts nothing: only attributes name one, and those are checked.)
-_CONVERTING_CONFIG = re.compile(
-    rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*include"
-)
 _NULL_OID = "0" * 40
 
 
@@ -132,15 +125,15 @@ class SeededShadow(ShadowTree):
 
     def _seeded(self, base: str) -> list[DiffEntry]:
         assert self._root is not None
-        if _converting_config(self.layout) or _nonempty(
-            os.path.join(self.layout.common_dir, "info", "attributes")
-        ):
+        if converting_config(self.layout.common_dir, self.layout.git_dir):
             raise _NoSeed
         seed = os.path.join(self._root, "seed-index")
-        _copy_index(os.path.join(self.layout.git_dir, "index"), seed)
+        try:
+            data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
+        except NotPlain as exc:
+            raise _NoSeed from exc
         env = {**self._read_env, "GIT_INDEX_FILE": seed}
         commands = {
-            "listing": ["ls-files", "-v", "-s", "-z"],
             "files": ["diff-files", "-z", "--raw", "--no-abbrev", "--ignore-submodules=dirty"],
             "cached": ["diff-index", "--cached", "-r", "-z", "--no-renames", "--no-abbrev", base],
             "untracked": ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"],
@@ -149,9 +142,12 @@ class SeededShadow(ShadowTree):
             futures = {
                 name: pool.submit(self._seed_git, args, env) for name, args in commands.items()
             }
+            try:  # while git reads the copy
+                index_gitlinks = plain_gitlinks(data)
+            except NotPlain as exc:
+                raise _NoSeed from exc
             out = {name: future.result() for name, future in futures.items()}
-        listing = out["listing"]
-        if not _plain(listing) or _has_attributes(listing) or _has_attributes(out["untracked"]):
+        if b".gitattributes" in out["untracked"]:
             raise _NoSeed
         files = parse_diff_raw(out["files"])
         if len(files) > _REFRESH_OVER:  # many touched files: git hashes them, in place of us
@@ -168,8 +164,7 @@ class SeededShadow(ShadowTree):
         if not (same_paths and same_links):
             self._git(["read-tree", base], read=True)  # the base's own index, no stat data
             untracked = self._seed_git(commands["untracked"], self._env)
-        found = _GITLINK_ENTRY.findall(listing) if b" 160000 " in listing else []
-        self._index_gitlinks = frozenset(decode_path(m) for m in found)
+        self._index_gitlinks = frozenset(index_gitlinks)
         if same_links:
             self.gitlinks = tuple(sorted(self._index_gitlinks))
         return self._changes(files, cached, untracked)
@@ -425,77 +420,5 @@ def _changed(path: str) -> RepositoryInvalid:
     return RepositoryInvalid(f"{path!r} changed while it was read; build the bundle again")
 
 
-def _plain(listing: bytes) -> bool:
-    """Whether every ``ls-files -v -s -z`` record is a plain cached entry (tag ``H``)."""
-    if not listing:
-        return True
-    records = listing.count(b"\0")
-    return listing.startswith(b"H ") and listing.count(b"\0H ") == records - 1
-
-
-def _has_attributes(listing: bytes) -> bool:
-    return b".gitattributes\0" in listing and _ATTRIBUTE_FILE.search(listing) is not None
-
-
 def _kind(mode: str) -> str:
     return mode[:3]  # 100 file, 120 link, 160 gitlink
-
-
-def _copy_index(source: str, dest: str) -> None:
-    """Copy the worktree's index with its modification time (git's racy rule needs it)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(source, flags)
-    except OSError as exc:
-        raise _NoSeed from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _NoSeed
-        with open(dest, "xb") as out:
-            shutil.copyfileobj(handle, out, _CHUNK)
-    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def _nonempty(path: str) -> bool:
-    try:
-        return os.stat(path).st_size > 0
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-
-
-def _converting_config(layout: RepoLayout) -> bool:
-    """Whether a git configuration or attributes file that may convert bytes exists.
-
-    These are the files the user's own git reads when it checks out or adds (the
-    repository's, the user's and the system's); the seed is not trusted when any of
-    them may have made a file's bytes differ from the blob its index entry names.
-    """
-    home = os.environ.get("HOME", "")
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    candidates = [
-        os.path.join(layout.common_dir, "config"),
-        os.path.join(layout.git_dir, "config.worktree"),
-        os.path.join(home, ".gitconfig") if home else "",
-        os.path.join(xdg, "git", "config"),
-        "/etc/gitconfig",
-        os.environ.get("GIT_CONFIG_GLOBAL", ""),
-        os.environ.get("GIT_CONFIG_SYSTEM", ""),
-    ]
-    if os.environ.get("GIT_CONFIG_PARAMETERS") or os.environ.get("GIT_CONFIG_COUNT"):
-        return True
-    # the attributes files git reads when no configuration names one
-    if _nonempty(os.path.join(xdg, "git", "attributes")) or _nonempty("/etc/gitattributes"):
-        return True
-    for path in dict.fromkeys(p for p in candidates if p and p != "/dev/null"):
-        try:
-            with open(path, "rb") as handle:
-                if _CONVERTING_CONFIG.search(handle.read()):
-                    return True
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return True
-    return False

@@ -393,3 +393,21 @@ def test_many_touched_files_are_compared_by_git_before_any_is_read(tmp_path: Pat
 
     assert used_seed is True
     assert _paths(outcome) == ["many/f007.txt", "many/f008.txt"]
+
+
+def test_an_attributes_file_is_found_in_a_version_4_index_whose_names_are_compressed(
+    tmp_path: Path,
+) -> None:
+    """v4 stores ``.gitattributes`` after ``.git-blame-ignore-revs`` as ``attributes``."""
+    files = {**BASE_FILES, ".git-blame-ignore-revs": b"\n", ".gitattributes": b"*.py -text\n"}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    git(executor, "update-index", "--index-version", "4")
+    assert b".gitattributes" not in (executor / ".git/index").read_bytes()
+    (executor / "src/app.py").write_bytes(b"print('v2')\n")
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is False
+    assert _paths(outcome) == ["src/app.py"]
