@@ -23,6 +23,7 @@ from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
 from promoter.executor import build_bundle
+from promoter.executor.seed_index import NotPlain, plain_gitlinks
 from tests.gitutil import blob_oid, commit_all, git, tree_digest
 from tests.support.flows import make_grant
 
@@ -411,3 +412,33 @@ def test_an_attributes_file_is_found_in_a_version_4_index_whose_names_are_compre
 
     assert used_seed is False
     assert _paths(outcome) == ["src/app.py"]
+
+
+@pytest.mark.parametrize("version", ["2", "4"])  # git writes 3 only for extended flags
+def test_the_index_reader_walks_every_version_long_names_and_gitlinks(
+    tmp_path: Path, version: str
+) -> None:
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    (repo / "a.txt").write_bytes(b"a\n")
+    git(repo, "add", "-A")
+    deep = "/".join(["d" * 200] * 21) + "/leaf.txt"  # longer than the 12-bit name field
+    oid = git(repo, "hash-object", "-w", "a.txt")
+    git(repo, "update-index", "--add", "--cacheinfo", f"100644,{oid},{deep}")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'c' * 40},sub/mod")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'d' * 40},zz")
+    git(repo, "update-index", "--index-version", version)
+    data = (repo / ".git/index").read_bytes()
+    assert data[4:8] == int(version).to_bytes(4, "big")
+
+    assert plain_gitlinks(data) == ("sub/mod", "zz")
+
+    git(repo, "update-index", "--assume-unchanged", "a.txt")
+    with pytest.raises(NotPlain):
+        plain_gitlinks((repo / ".git/index").read_bytes())
+    git(repo, "update-index", "--no-assume-unchanged", "a.txt")
+    git(repo, "update-index", "--skip-worktree", "a.txt")  # version 3 (or 4) now
+    with pytest.raises(NotPlain):
+        plain_gitlinks((repo / ".git/index").read_bytes())
+    with pytest.raises(NotPlain):
+        plain_gitlinks(data[: len(data) // 2])
