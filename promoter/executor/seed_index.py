@@ -120,7 +120,7 @@ def _gitlinks_of_plain(data: bytes) -> list[bytes]:
             if name in _REFUSED_EXTENSIONS:
                 raise NotPlain
             off += 8 + size
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:  # cut short
         raise NotPlain from exc
     return gitlinks
 
