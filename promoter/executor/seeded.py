@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from promoter.errors import GitError, RepositoryInvalid
+from promoter.errors import GitError
 from promoter.executor.seed_index import NotPlain, converting_config, copy_index, plain_gitlinks
 from promoter.git.layout import RepoLayout
 from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
@@ -167,7 +167,10 @@ class SeededShadow(ShadowTree):
         self._index_gitlinks = frozenset(index_gitlinks)
         if same_links:
             self.gitlinks = tuple(sorted(self._index_gitlinks))
-        return self._changes(files, cached, untracked)
+        try:
+            return self._changes(files, cached, untracked)
+        except OSError as exc:  # unreadable, or no room: git's own error, from the full run
+            raise _NoSeed from exc
 
     def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
         try:
@@ -196,7 +199,7 @@ class SeededShadow(ShadowTree):
             elif base.get(decode_path(raw)) is None:
                 added.append(decode_path(raw))
         self.nested_repositories = tuple(nested)
-        moved = {e.path for e in files}
+        moved = {e.path for e in files if e.new_mode == _GITLINK}
         entries: list[DiffEntry] = []
         for path, old in base.items():
             if old is None:
@@ -234,17 +237,25 @@ class SeededShadow(ShadowTree):
                     return None
             except (FileNotFoundError, NotADirectoryError):
                 return None
+            except OSError as exc:
+                raise _NoSeed from exc
         full = os.path.join(top, raw)
         try:
             st = os.lstat(full)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise _NoSeed from exc  # git's own error, from the full computation
         if stat.S_ISDIR(st.st_mode):
             if tracked_gitlink:
                 raise _NoSeed  # whatever the directory holds, ShadowTree's add decides
             return None
         if stat.S_ISLNK(st.st_mode):
-            return _LINK, self._store_bytes(os.readlink(full), known)
+            try:
+                target = os.readlink(full)
+            except OSError as exc:
+                raise _NoSeed from exc
+            return _LINK, self._store_bytes(target, known)
         if not stat.S_ISREG(st.st_mode):
             raise _NoSeed  # git's own refusal, with its own message
         mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
@@ -255,7 +266,7 @@ class SeededShadow(ShadowTree):
         try:
             fd = os.open(full, flags)
         except OSError as exc:
-            raise RepositoryInvalid(f"{path!r} cannot be read: {exc.strerror or exc}") from exc
+            raise _NoSeed from exc  # git's own error, from the full computation
         with os.fdopen(fd, "rb", buffering=0) as handle:
             st = os.fstat(handle.fileno())
             if not stat.S_ISREG(st.st_mode):
@@ -264,7 +275,7 @@ class SeededShadow(ShadowTree):
             if size <= _IN_MEMORY:
                 data = handle.readall()
                 if len(data) != size:
-                    raise _changed(path)
+                    raise _NoSeed  # it changed while read: as git would see it, again
                 return self._store_bytes(data, known)
             buffer = bytearray(_CHUNK)
             view = memoryview(buffer)
@@ -307,7 +318,7 @@ class SeededShadow(ShadowTree):
         temp = self._write_temp(hashed())
         try:
             if seen != size:
-                raise _changed(path)
+                raise _NoSeed  # it changed while read: as git would see it, again
             oid = sha1.hexdigest()
             if oid == known or oid in self._digests:
                 os.unlink(temp)
@@ -414,10 +425,6 @@ class SeededShadow(ShadowTree):
         known = {oid: self._digests[oid] for oid in wanted if oid in self._digests}
         rest = [oid for oid in wanted if oid not in known]
         return {**known, **(super().blob_sha256(rest) if rest else {})}
-
-
-def _changed(path: str) -> RepositoryInvalid:
-    return RepositoryInvalid(f"{path!r} changed while it was read; build the bundle again")
 
 
 def _kind(mode: str) -> str:

@@ -370,6 +370,11 @@ def test_a_tracked_ignored_file_and_a_gitlink_keep_their_meaning(tmp_path: Path)
     refused, _ = _agree(executor, _grant(source))
     assert refused[0] == "PathUnsafe" and "vendor/lib" in refused[2]
 
+    (executor / "vendor/lib/hidden.txt").unlink()
+    (executor / "vendor/lib").rmdir()  # the gitlink deleted
+    refused, _ = _agree(executor, _grant(source))
+    assert refused[0] == "PathUnsafe" and "the old state is a gitlink" in refused[2]
+
 
 def test_the_tree_id_is_the_one_the_full_scan_writes(source: Path, executor: Path) -> None:
     _every_kind(executor)
