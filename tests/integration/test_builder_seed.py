@@ -447,3 +447,23 @@ def test_the_index_reader_walks_every_version_long_names_and_gitlinks(
         plain_gitlinks((repo / ".git/index").read_bytes())
     with pytest.raises(NotPlain):
         plain_gitlinks(data[: len(data) // 2])
+
+
+def test_links_the_grant_allows_are_read_as_their_target_text(tmp_path: Path) -> None:
+    source = _source(tmp_path / "source", BASE_FILES)
+    os.symlink("app.py", source / "src/link")
+    os.symlink("util.py", source / "src/kept")
+    commit_all(source, "links")
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    (executor / "src/link").unlink()
+    os.symlink("util.py", executor / "src/link")  # retargeted, same length
+    os.symlink("deep/er/mod.py", executor / "src/new-link")
+    (executor / "src/util.py").unlink()
+    os.symlink("app.py", executor / "src/util.py")  # a file became a link
+
+    outcome, used_seed = _agree(executor, _grant(source, symlinks="inside"))
+
+    assert used_seed is True
+    assert _paths(outcome) == ["src/link", "src/new-link", "src/util.py"]
+    assert b"deep/er/mod.py" in outcome[1].values()
