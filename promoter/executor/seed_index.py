@@ -2,10 +2,11 @@
 
 This module owns the preconditions of ``seeded.SeededShadow``: ``copy_index`` copies
 ``.git/index`` (keeping its modification time, which git's racy-entry rule compares
-entries against), and ``plain_gitlinks`` reads its entries (index versions 2 to 4) to
+entries against), and ``plain_index`` reads its entries (index versions 2 to 4) to
 refuse any that is not plain (assume-unchanged, skip-worktree, intent-to-add, a stage
-other than 0), a split or sparse index, and any path naming ``.gitattributes``; it
-returns the index's gitlink paths. ``converting_config`` says whether a git
+other than 0) and a split or sparse index; it returns the index's gitlink and
+``.gitattributes`` paths. ``harmless_attributes`` says whether an attributes text sets
+only attributes that never change bytes. ``converting_config`` says whether a git
 configuration or attributes file exists that may have converted bytes on checkout or
 add (``autocrlf``, ``eol``, an attributes file, ``ignoreStat``, an include not followed).
 
@@ -20,8 +21,17 @@ import os
 import re
 import stat
 import struct
+from dataclasses import dataclass
 
-__all__ = ["NotPlain", "converting_config", "copy_index", "nonempty", "plain_gitlinks"]
+__all__ = [
+    "NotPlain",
+    "PlainIndex",
+    "converting_config",
+    "copy_index",
+    "harmless_attributes",
+    "nonempty",
+    "plain_index",
+]
 
 _LIMIT = 1 << 31
 _ENTRY = struct.Struct(">I12x20sH")  # mode, (uid gid size), sha-1, flags; at offset 24
@@ -29,6 +39,11 @@ _ASSUME_VALID, _EXTENDED, _STAGE, _NAME = 0x8000, 0x4000, 0x3000, 0x0FFF
 _SKIP_WORKTREE, _INTENT_TO_ADD = 0x4000, 0x2000
 _GITLINK = 0o160000
 _REFUSED_EXTENSIONS = (b"link", b"sdir")  # split index, sparse index
+# Attributes that only steer diff, merge, archive or hosting tools, never the bytes.
+_HARMLESS = {b"binary", b"diff", b"merge", b"delta", b"lockable", b"export-ignore"}
+_HARMLESS |= {b"export-subst", b"whitespace"}
+_HARMLESS_VALUED = {b"diff", b"merge", b"whitespace", b"conflict-marker-size", b"delta"}
+_HARMLESS_PREFIXES = (b"linguist-", b"gitlab-")
 # Any of these keys, or an include we do not follow, refuses the seed. (A filter driver
 # alone converts nothing: only attributes name one, and those are checked.)
 _CONVERTING_CONFIG = re.compile(
@@ -58,16 +73,28 @@ def copy_index(source: str, dest: str) -> bytes:
     return data
 
 
-def plain_gitlinks(data: bytes) -> tuple[str, ...]:
-    """The gitlink paths of an index (its bytes) whose every entry is plain; else
-    ``NotPlain`` (also for a name that is, or may be, a ``.gitattributes``)."""
-    if b".gitattributes" in data:
-        raise NotPlain
-    return tuple(os.fsdecode(path) for path in _gitlinks_of_plain(data))
+@dataclass(frozen=True)
+class PlainIndex:
+    """What the builder needs of a plain index: its gitlinks and ``.gitattributes`` files."""
+
+    gitlinks: tuple[str, ...]
+    attributes: tuple[str, ...]
 
 
-def _gitlinks_of_plain(data: bytes) -> list[bytes]:
-    """The gitlink paths of an index whose every entry is plain; else ``NotPlain``."""
+def plain_index(data: bytes) -> PlainIndex:
+    """The gitlink and attribute-file paths of an index (its bytes) whose every entry is
+    plain; else ``NotPlain``."""
+    gitlinks, attributes = _walk_plain(data, names=b".gitattributes" in data)
+    return PlainIndex(
+        tuple(os.fsdecode(p) for p in gitlinks), tuple(os.fsdecode(p) for p in attributes)
+    )
+
+
+def _walk_plain(data: bytes, *, names: bool) -> tuple[list[bytes], list[bytes]]:
+    """Gitlink and ``.gitattributes`` paths of a plain index; else ``NotPlain``.
+
+    Version 4 names are always rebuilt (compression may split ``.gitattributes``); in
+    versions 2 and 3 only with ``names`` (the text occurs somewhere in the index)."""
     if len(data) < 32:
         raise NotPlain
     signature, version, count = struct.unpack_from(">4sII", data, 0)
@@ -77,6 +104,7 @@ def _gitlinks_of_plain(data: bytes) -> list[bytes]:
     off = 12
     previous = b""
     gitlinks: list[bytes] = []
+    attributes: list[bytes] = []
     unpack = _ENTRY.unpack_from
     find = data.find
     try:
@@ -98,8 +126,6 @@ def _gitlinks_of_plain(data: bytes) -> list[bytes]:
                 if stop < 0 or strip > len(previous):
                     raise NotPlain
                 path = previous[: len(previous) - strip] + data[start:stop]
-                if path == b".gitattributes" or path.endswith(b"/.gitattributes"):
-                    raise NotPlain  # v4 compresses names: the text check may miss one
                 previous = path
                 off = stop + 1
             else:
@@ -107,14 +133,14 @@ def _gitlinks_of_plain(data: bytes) -> list[bytes]:
                 stop = start + length if length < _NAME else find(b"\0", start)
                 if stop < 0:
                     raise NotPlain
-                path = b""
-                if mode == _GITLINK:
-                    path = data[start:stop]
+                path = data[start:stop] if names or mode == _GITLINK else b""
                 off += (stop - off + 8) & ~7
             if off > end:
                 raise NotPlain
             if mode == _GITLINK:
                 gitlinks.append(path)
+            elif path == b".gitattributes" or path.endswith(b"/.gitattributes"):
+                attributes.append(path)
         while off + 8 <= end:  # extensions: signature, size, payload
             name, size = struct.unpack_from(">4sI", data, off)
             if name in _REFUSED_EXTENSIONS:
@@ -122,7 +148,31 @@ def _gitlinks_of_plain(data: bytes) -> list[bytes]:
             off += 8 + size
     except (struct.error, IndexError) as exc:  # cut short
         raise NotPlain from exc
-    return gitlinks
+    return gitlinks, attributes
+
+
+def harmless_attributes(text: bytes) -> bool:
+    """Whether a ``.gitattributes`` text sets nothing that changes bytes on checkout or add.
+
+    Only the listed attributes pass (``binary``, ``diff``, ``merge``, ``whitespace``,
+    ``export-*``, ``linguist-*`` …, any unset or unspecified one); a macro definition, a
+    quoted pattern or any other attribute (``text``, ``eol``, ``filter``, ``ident``,
+    ``working-tree-encoding``, a macro) does not.
+    """
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if line.startswith((b"[attr]", b'"')):
+            return False
+        for token in line.split()[1:]:
+            if token.startswith((b"-", b"!")) or token in _HARMLESS:
+                continue
+            name = token.split(b"=", 1)[0]
+            if name in _HARMLESS_VALUED or name.startswith(_HARMLESS_PREFIXES):
+                continue
+            return False
+    return True
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:

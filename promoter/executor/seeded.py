@@ -12,22 +12,24 @@ re-hashing an unchanged tree and without compressing throw-away objects:
 2. Three read-only git commands run side by side on that copy, with the private
    configuration and attributes: ``diff-files`` (index against the files, by stat),
    ``diff-index --cached`` (the base tree against the index) and ``ls-files -o``
-   (untracked, not ignored). When
-   the index's paths differ from the base tree's, the untracked listing is taken from
-   a private index of the base tree instead, so "tracked" still means "in the base".
+   (untracked, not ignored). When the index's paths differ from the base tree's, the
+   untracked listing is taken from a private index of the base tree instead, so
+   "tracked" still means "in the base".
 3. Only the paths those name are read, each once: one pass computes the git blob id
    and the sha256, and writes the bytes as a loose object stored uncompressed (zlib
    level 0) in the private object directory, where the upload reads them.
 
 The seed is used only when it cannot change the answer: an index git can read here
 (not split or sparse), every entry plain (no assume-unchanged, skip-worktree,
-intent-to-add or unmerged entry), no ``.gitattributes`` anywhere and no configuration
-that converts content (``autocrlf``, ``eol``, includes, an attributes file) in the
-repository's or the user's git configuration, so the bytes the index's stat data
-vouches for are the raw bytes. Otherwise ``ShadowTree``'s full computation runs (its
-object writes uncompressed too). The stat data is trusted the way ``git status``
-trusts it: an index forged to claim a changed file clean can only leave that change out
-of the worktree's own bundle, and the host verifies every state a bundle names.
+intent-to-add or unmerged entry), no ``.gitattributes`` but tracked, unchanged ones
+that set only attributes which never change bytes (``binary``, ``diff``, ``linguist-*``
+…), and no configuration that converts content (``autocrlf``, ``eol``, includes, an
+attributes file) in the repository's or the user's git configuration, so the bytes the
+index's stat data vouches for are the raw bytes. Otherwise ``ShadowTree``'s full
+computation runs (its object writes uncompressed too). The stat data is trusted the way
+``git status`` trusts it: an index forged to claim a changed file clean can only leave
+that change out of the worktree's own bundle, and the host verifies every state a bundle
+names.
 
 It deliberately does not judge the changes (``builder.py`` does), never writes the
 worktree or its ``.git``, and computes the tree id only when asked (``tree``).
@@ -45,7 +47,13 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from promoter.errors import GitError
-from promoter.executor.seed_index import NotPlain, converting_config, copy_index, plain_gitlinks
+from promoter.executor.seed_index import (
+    NotPlain,
+    converting_config,
+    copy_index,
+    harmless_attributes,
+    plain_index,
+)
 from promoter.git.layout import RepoLayout
 from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
 from promoter.git.records import (
@@ -143,7 +151,7 @@ class SeededShadow(ShadowTree):
                 name: pool.submit(self._seed_git, args, env) for name, args in commands.items()
             }
             try:  # while git reads the copy
-                index_gitlinks = plain_gitlinks(data)
+                index = plain_index(data)
             except NotPlain as exc:
                 raise _NoSeed from exc
             out = {name: future.result() for name, future in futures.items()}
@@ -164,13 +172,30 @@ class SeededShadow(ShadowTree):
         if not (same_paths and same_links):
             self._git(["read-tree", base], read=True)  # the base's own index, no stat data
             untracked = self._seed_git(commands["untracked"], self._env)
-        self._index_gitlinks = frozenset(index_gitlinks)
+        touched = {e.path for e in files} | {e.path for e in cached}
+        for path in index.attributes:  # as checked out and added, and harmless
+            if path in touched or not self._harmless_attributes(path):
+                raise _NoSeed
+        self._index_gitlinks = frozenset(index.gitlinks)
         if same_links:
             self.gitlinks = tuple(sorted(self._index_gitlinks))
         try:
             return self._changes(files, cached, untracked)
         except OSError as exc:  # unreadable, or no room: git's own error, from the full run
             raise _NoSeed from exc
+
+    def _harmless_attributes(self, path: str) -> bool:
+        full = os.path.join(os.fsencode(self.layout.worktree), os.fsencode(path))
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(full, flags)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _IN_MEMORY:
+                return False
+            return harmless_attributes(handle.read())
 
     def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
         try:

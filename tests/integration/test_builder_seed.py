@@ -23,7 +23,7 @@ from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
 from promoter.executor import build_bundle
-from promoter.executor.seed_index import NotPlain, plain_gitlinks
+from promoter.executor.seed_index import NotPlain, plain_index
 from tests.gitutil import blob_oid, commit_all, git, tree_digest
 from tests.support.flows import make_grant
 
@@ -405,7 +405,7 @@ def test_an_attributes_file_is_found_in_a_version_4_index_whose_names_are_compre
     tmp_path: Path,
 ) -> None:
     """v4 stores ``.gitattributes`` after ``.git-blame-ignore-revs`` as ``attributes``."""
-    files = {**BASE_FILES, ".git-blame-ignore-revs": b"\n", ".gitattributes": b"*.py -text\n"}
+    files = {**BASE_FILES, ".git-blame-ignore-revs": b"\n", ".gitattributes": b"*.py text\n"}
     source = _source(tmp_path / "source", files)
     git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
     executor = tmp_path / "executor"
@@ -436,17 +436,17 @@ def test_the_index_reader_walks_every_version_long_names_and_gitlinks(
     data = (repo / ".git/index").read_bytes()
     assert data[4:8] == int(version).to_bytes(4, "big")
 
-    assert plain_gitlinks(data) == ("sub/mod", "zz")
+    assert plain_index(data).gitlinks == ("sub/mod", "zz")
 
     git(repo, "update-index", "--assume-unchanged", "a.txt")
     with pytest.raises(NotPlain):
-        plain_gitlinks((repo / ".git/index").read_bytes())
+        plain_index((repo / ".git/index").read_bytes())
     git(repo, "update-index", "--no-assume-unchanged", "a.txt")
     git(repo, "update-index", "--skip-worktree", "a.txt")  # version 3 (or 4) now
     with pytest.raises(NotPlain):
-        plain_gitlinks((repo / ".git/index").read_bytes())
+        plain_index((repo / ".git/index").read_bytes())
     with pytest.raises(NotPlain):
-        plain_gitlinks(data[: len(data) // 2])
+        plain_index(data[: len(data) // 2])
 
 
 def test_links_the_grant_allows_are_read_as_their_target_text(tmp_path: Path) -> None:
@@ -467,3 +467,43 @@ def test_links_the_grant_allows_are_read_as_their_target_text(tmp_path: Path) ->
     assert used_seed is True
     assert _paths(outcome) == ["src/link", "src/new-link", "src/util.py"]
     assert b"deep/er/mod.py" in outcome[1].values()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "seeded"),
+    [
+        (b"# binary assets\n*.png binary\n*.md linguist-documentation diff=markdown\n", True),
+        (b"*.py -text !eol whitespace=trailing-space export-ignore\n", True),
+        (b"* text=auto\n", False),
+        (b"*.sh eol=lf\n", False),
+        (b"*.dat filter=lfs\n", False),
+        (b"[attr]mine text\n*.c mine\n", False),
+        (b"*.c mine\n", False),  # a macro defined elsewhere
+    ],
+)
+def test_attributes_that_never_change_bytes_keep_the_seed(
+    tmp_path: Path, attributes: bytes, seeded: bool
+) -> None:
+    files = {**BASE_FILES, "src/.gitattributes": attributes, "img.png": b"\x89PNG\r\n"}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    (executor / "src/app.py").write_bytes(b"print('v2')\r\n")
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is seeded
+    assert _paths(outcome) == ["src/app.py"]
+
+
+def test_an_attributes_file_edited_after_checkout_drops_the_seed(tmp_path: Path) -> None:
+    files = {**BASE_FILES, ".gitattributes": b"*.png binary\n"}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    (executor / ".gitattributes").write_bytes(b"*.png -text\n")  # harmless, yet edited
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is False
+    assert _paths(outcome) == [".gitattributes"]

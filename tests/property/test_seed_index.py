@@ -7,7 +7,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promoter.executor.seed_index import NotPlain, plain_gitlinks
+from promoter.executor.seed_index import NotPlain, plain_index
 
 
 @settings(max_examples=300, deadline=None)
@@ -17,7 +17,7 @@ def test_any_bytes_after_a_header_give_gitlinks_or_not_plain(
 ) -> None:
     data = b"DIRC" + struct.pack(">II", version, count) + body
     try:
-        result = plain_gitlinks(data)
+        result = plain_index(data)
     except NotPlain:
         return
-    assert isinstance(result, tuple)
+    assert isinstance(result.gitlinks, tuple) and isinstance(result.attributes, tuple)
