@@ -15,9 +15,10 @@ re-hashing an unchanged tree and without compressing throw-away objects:
    (untracked, not ignored). When the index's paths differ from the base tree's, the
    untracked listing is taken from a private index of the base tree instead, so
    "tracked" still means "in the base".
-3. Only the paths those name are read, each once: one pass computes the git blob id
-   and the sha256, and writes the bytes as a loose object stored uncompressed (zlib
-   level 0) in the private object directory, where the upload reads them.
+3. Only the paths those name are read, each once (``loose_objects.py``): one pass
+   computes the git blob id and the sha256, and writes the bytes as a loose object
+   stored uncompressed (zlib level 0) in the private object directory, where the
+   upload reads them.
 
 The seed is used only when it cannot change the answer: an index git can read here
 (not split or sparse), every entry plain (no assume-unchanged, skip-worktree,
@@ -37,16 +38,13 @@ worktree or its ``.git``, and computes the tree id only when asked (``tree``).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import stat
-import tempfile
-import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from promoter.errors import GitError
+from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (
     NotPlain,
     converting_config,
@@ -70,8 +68,6 @@ __all__ = ["SeededShadow"]
 
 # Objects the shadow writes are thrown away with it: never spend time compressing them.
 _NO_COMPRESSION = ("-c", "core.compression=0", "-c", "core.looseCompression=0")
-_CHUNK = 1 << 20
-_IN_MEMORY = 4 << 20  # read whole below this size; stream above
 _REFRESH_OVER = 256  # more stat-dirty entries than this: let git compare them first
 _GITLINK = "160000"
 _LINK = "120000"
@@ -101,7 +97,7 @@ class SeededShadow(ShadowTree):
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
         self._entries: list[DiffEntry] | None = None
-        self._digests: dict[str, tuple[str, int]] = {}
+        self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
         self.gitlinks: tuple[str, ...] | None = None
         self._index_gitlinks: frozenset[str] | None = None
@@ -133,6 +129,7 @@ class SeededShadow(ShadowTree):
 
     def _seeded(self, base: str) -> list[DiffEntry]:
         assert self._root is not None
+        self._objects = LooseObjects(os.path.join(self._env["GIT_DIR"], "objects"))
         if converting_config(self.layout.common_dir, self.layout.git_dir):
             raise _NoSeed
         seed = os.path.join(self._root, "seed-index")
@@ -193,7 +190,7 @@ class SeededShadow(ShadowTree):
             return False
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > _IN_MEMORY:
+            if not stat.S_ISREG(st.st_mode) or st.st_size > IN_MEMORY:
                 return False
             return harmless_attributes(handle.read())
 
@@ -276,117 +273,14 @@ class SeededShadow(ShadowTree):
                 raise _NoSeed  # whatever the directory holds, ShadowTree's add decides
             return None
         if stat.S_ISLNK(st.st_mode):
-            try:
-                target = os.readlink(full)
-            except OSError as exc:
-                raise _NoSeed from exc
-            return _LINK, self._store_bytes(target, known)
+            return _LINK, self._objects.store_bytes(os.readlink(full), known)
         if not stat.S_ISREG(st.st_mode):
             raise _NoSeed  # git's own refusal, with its own message
         mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
-        return mode, self._store_file(full, path, known)
-
-    def _store_file(self, full: bytes, path: str, known: str | None) -> str:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(full, flags)
-        except OSError as exc:
-            raise _NoSeed from exc  # git's own error, from the full computation
-        with os.fdopen(fd, "rb", buffering=0) as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise _NoSeed
-            size = st.st_size
-            if size <= _IN_MEMORY:
-                data = handle.readall()
-                if len(data) != size:
-                    raise _NoSeed  # it changed while read: as git would see it, again
-                return self._store_bytes(data, known)
-            buffer = bytearray(_CHUNK)
-            view = memoryview(buffer)
-
-            def chunks() -> Iterable[bytes | memoryview]:
-                while True:
-                    count = handle.readinto(buffer)
-                    if not count:
-                        return
-                    yield view[:count]
-
-            return self._store(chunks(), size, path, known)
-
-    def _store_bytes(self, data: bytes, known: str | None) -> str:
-        header = b"blob %d\0" % len(data)
-        oid = hashlib.sha1(header + data, usedforsecurity=False).hexdigest()  # git's name
-        if oid != known and oid not in self._digests:
-            self._write_object(oid, [header, data])
-            self._digests[oid] = (hashlib.sha256(data).hexdigest(), len(data))
-        return oid
-
-    def _store(
-        self, chunks: Iterable[bytes | memoryview], size: int, path: str, known: str | None
-    ) -> str:
-        """Stream one blob into an uncompressed loose object; its id (sha256 remembered)."""
-        header = b"blob %d\0" % size
-        sha1 = hashlib.sha1(header, usedforsecurity=False)  # git's object name
-        sha256 = hashlib.sha256()
-        seen = 0
-
-        def hashed() -> Iterable[bytes | memoryview]:
-            nonlocal seen
-            yield header
-            for chunk in chunks:
-                seen += len(chunk)
-                sha1.update(chunk)
-                sha256.update(chunk)
-                yield chunk
-
-        temp = self._write_temp(hashed())
-        try:
-            if seen != size:
-                raise _NoSeed  # it changed while read: as git would see it, again
-            oid = sha1.hexdigest()
-            if oid == known or oid in self._digests:
-                os.unlink(temp)
-            else:
-                self._place(temp, oid)
-                self._digests[oid] = (sha256.hexdigest(), size)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        return oid
-
-    def _write_object(self, oid: str, parts: Iterable[bytes | memoryview]) -> None:
-        temp = self._write_temp(parts)
-        try:
-            self._place(temp, oid)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-
-    def _write_temp(self, parts: Iterable[bytes | memoryview]) -> str:
-        """``parts`` as a zlib stream stored without compression, in a private temp file."""
-        deflate = zlib.compressobj(0)
-        fd, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=self._objects())
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for part in parts:
-                    out.write(deflate.compress(part))
-                out.write(deflate.flush())
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        return temp
-
-    def _place(self, temp: str, oid: str) -> None:
-        folder = os.path.join(self._objects(), oid[:2])
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.rename(temp, os.path.join(folder, oid[2:]))
-
-    def _objects(self) -> str:
-        return os.path.join(self._env["GIT_DIR"], "objects")
+            return mode, self._objects.store_file(full, known)
+        except Unstable as exc:  # changed while read: as git would see it, again
+            raise _NoSeed from exc
 
     # --- results ----------------------------------------------------------------------
 
@@ -447,7 +341,7 @@ class SeededShadow(ShadowTree):
 
     def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
         wanted = list(dict.fromkeys(oids))
-        known = {oid: self._digests[oid] for oid in wanted if oid in self._digests}
+        known = {oid: self._objects.digests[oid] for oid in wanted if oid in self._objects.digests}
         rest = [oid for oid in wanted if oid not in known]
         return {**known, **(super().blob_sha256(rest) if rest else {})}
 

@@ -507,3 +507,20 @@ def test_an_attributes_file_edited_after_checkout_drops_the_seed(tmp_path: Path)
 
     assert used_seed is False
     assert _paths(outcome) == [".gitattributes"]
+
+
+def test_files_above_the_in_memory_size_are_streamed_once(tmp_path: Path) -> None:
+    big = bytes(range(256)) * (5 << 12)  # 5 MiB, read in chunks
+    files = {**BASE_FILES, "data/same.bin": big, "data/edited.bin": big}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    os.utime(executor / "data/same.bin", ns=(1, 2_000_000_000_000_000_000))  # touched only
+    (executor / "data/edited.bin").write_bytes(big[:-1] + b"!")
+    (executor / "data/new.bin").write_bytes(big + b"more")
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is True
+    assert _paths(outcome) == ["data/edited.bin", "data/new.bin"]
+    assert outcome[1][hashlib.sha256(big + b"more").hexdigest()] == big + b"more"
