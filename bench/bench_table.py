@@ -18,6 +18,8 @@ the median of its per-round figures. The rows:
   of the bundle.
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
+- ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
+  long): the bundle builder, see ``bench.rows_builder``.
 
 What this does not do: gate anything (the exit status is 0 whatever the figures), or
 measure the rows the issue lists that need a 100k-file repository (``--full`` in
@@ -45,7 +47,7 @@ from typing import Any
 import rfc8785
 
 from bench import bench_promote as bp
-from bench import rows_fswrite
+from bench import rows_builder, rows_fswrite
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
@@ -65,6 +67,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
     **rows_fswrite.GOALS,
+    **rows_builder.BUILDER_GOALS,
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -74,6 +77,7 @@ LABELS = {
     "healthz_during_verify_10k": "/healthz max latency during that verification",
     "cli_help": "promoter --help start",
     **rows_fswrite.LABELS,
+    **rows_builder.BUILDER_LABELS,
 }
 
 
@@ -405,6 +409,7 @@ def run(
     big_files: int = 1150,
     small_files: int = 115,
     verify_changes: int = 10_000,
+    builder: bool = bool(os.environ.get("PROMOTER_BENCH_BUILDER")),
 ) -> dict[str, Any]:
     """Every row ``rounds`` times, interleaved; the medians and every sample."""
     work = Path(
@@ -430,6 +435,10 @@ def run(
             lambda r: cli_start(table, r),
             lambda r: rows_fswrite.rss_promote(table, work, r),
         ]
+        if builder:  # long: a 100k-file repository and 1 GiB of new content
+            made = rows_builder.prepare(work)
+            rows += [lambda r: rows_builder.build_1_in_100k(table, made, r)]
+            rows += [lambda r: rows_builder.build_1gib(table, made, r)]
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
                 step(round_no)

@@ -2,18 +2,19 @@
 
 This module owns the executor side of SPEC §3.5 and §8 (second paragraph):
 ``build_bundle`` finds every change of a worktree against the grant's ``base_tree`` with
-a ``ShadowTree`` (tracked files and untracked files that are not ignored; a temporary
+a ``SeededShadow`` (tracked files and untracked files that are not ignored; a temporary
 index and object directory, so the worktree's ``.git`` is never written), trusting no
-list of changed files that anyone reports. It refuses, before anything is uploaded,
-gitlinks, nested repositories and symlinks the grant does not allow (``PathUnsafe``;
-with ``symlinks: inside|any`` links are included and their targets checked against the
-policy, ``VerificationFailed`` naming each target text), paths that break the path
-rules (``PathInvalid``) and changes the grant does not authorize (``VerificationFailed``,
-see ``policy.py``), each naming every offending path. Old states are the base tree's,
-which is what the host checks; for a chained grant (``base_operation``), the states the
-base operations left at the paths they touched (``since``). ``upload_and_submit``
-uploads only the blobs the host lacks, old and new, then submits the bundle and returns
-the verification receipt.
+list of changed files that anyone reports; the worktree's own index serves only as a
+stat cache, the way ``git status`` uses it, so an unchanged tree is not re-read. It
+refuses, before anything is uploaded, gitlinks, nested repositories and symlinks the
+grant does not allow (``PathUnsafe``; with ``symlinks: inside|any`` links are included
+and their targets checked against the policy, ``VerificationFailed`` naming each target
+text), paths that break the path rules (``PathInvalid``) and changes the grant does not
+authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
+Old states are the base tree's, which is what the host checks; for a chained grant
+(``base_operation``), the states the base operations left at the paths they touched
+(``since``). ``upload_and_submit`` uploads only the blobs the host lacks, old and new,
+then submits the bundle and returns the verification receipt.
 
 It deliberately does not register grants, set leases or promote (orchestrator work),
 and it never writes the worktree or its repository.
@@ -44,11 +45,11 @@ from promoter.domain.parsing import load_json, parse_model
 from promoter.domain.paths import sort_key
 from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, VerificationFailed
 from promoter.executor.policy import check_changes, check_paths, printable
+from promoter.executor.seeded import SeededShadow
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry
-from promoter.git.worktree_tree import ShadowTree
 
 __all__ = [
     "BlobSource",
@@ -89,12 +90,21 @@ class BuiltBundle:
     """
 
     def __init__(
-        self, bundle: dict[str, Any], blobs: dict[str, BlobSource], shadow: ShadowTree
+        self, bundle: dict[str, Any], blobs: dict[str, BlobSource], shadow: SeededShadow
     ) -> None:
         self.bundle = bundle
         self.blobs = blobs
-        self.tree = shadow.tree
-        self._shadow: ShadowTree | None = shadow
+        self._shadow: SeededShadow | None = shadow
+        self._tree: str | None = None
+        self.seeded = shadow.seeded
+        """Whether the worktree's index served as the stat cache (else every file was read)."""
+
+    @property
+    def tree(self) -> str:
+        """The worktree's tree id, written on first use (while the bundle is open)."""
+        if self._tree is None:
+            self._tree = self._open().tree
+        return self._tree
 
     @property
     def bundle_id(self) -> str:
@@ -114,7 +124,7 @@ class BuiltBundle:
     def read_blob(self, sha256: str) -> bytes:
         return self._open().read_blob(self.blobs[sha256].oid)
 
-    def _open(self) -> ShadowTree:
+    def _open(self) -> SeededShadow:
         if self._shadow is None:
             raise RuntimeError("the built bundle is closed; its new blobs are gone")
         return self._shadow
@@ -158,16 +168,20 @@ def _bound_sha256(grant: GrantV1) -> str:
     return computed
 
 
-def _hidden_in_gitlinks(layout: RepoLayout, base_tree: str) -> dict[str, str]:
+def _hidden_in_gitlinks(
+    layout: RepoLayout, base_tree: str, gitlinks: tuple[str, ...] | None
+) -> dict[str, str]:
     """Gitlinks of the base tree whose directory holds files but is not a repository.
 
     git sees nothing inside a gitlink's directory, so files put there would silently
-    be left out of the bundle; they are refused instead.
+    be left out of the bundle; they are refused instead. ``gitlinks``: the base tree's
+    gitlink paths when already known (else the base tree is listed).
     """
+    if gitlinks is None:
+        listing = list_tree_files(layout, base_tree).items()
+        gitlinks = tuple(path for path, entry in listing if entry.mode == GITLINK_MODE)
     found: dict[str, str] = {}
-    for path, entry in list_tree_files(layout, base_tree).items():
-        if entry.mode != GITLINK_MODE:
-            continue
+    for path in gitlinks:
         directory = os.path.join(layout.worktree, path)
         try:
             if not stat.S_ISDIR(os.lstat(directory).st_mode):
@@ -184,10 +198,10 @@ def _hidden_in_gitlinks(layout: RepoLayout, base_tree: str) -> dict[str, str]:
 
 
 def _refuse_unsupported(
-    layout: RepoLayout, shadow: ShadowTree, entries: list[DiffEntry], grant: GrantV1
+    layout: RepoLayout, shadow: SeededShadow, entries: list[DiffEntry], grant: GrantV1
 ) -> None:
     unsupported = {
-        **_hidden_in_gitlinks(layout, grant.base_tree),
+        **_hidden_in_gitlinks(layout, grant.base_tree, shadow.gitlinks),
         **shadow.unsupported(entries, symlinks=grant.symlinks != "none"),
     }
     if unsupported:
@@ -199,7 +213,7 @@ def _refuse_unsupported(
 
 
 def _changes(
-    shadow: ShadowTree, entries: list[DiffEntry]
+    shadow: SeededShadow, entries: list[DiffEntry]
 ) -> tuple[list[Change], dict[str, BlobSource]]:
     """Changes with FileStates of exact bytes, and where each referenced blob lives."""
     oids = [oid for e in entries for oid in (e.old_oid, e.new_oid) if oid is not None]
@@ -226,7 +240,7 @@ def _changes(
 
 
 def _check_links(
-    changes: list[Change], blobs: dict[str, BlobSource], shadow: ShadowTree, grant: GrantV1
+    changes: list[Change], blobs: dict[str, BlobSource], shadow: SeededShadow, grant: GrantV1
 ) -> None:
     """``VerificationFailed`` naming every new link whose target the grant's policy refuses."""
     refused: list[dict[str, str]] = []
@@ -251,7 +265,7 @@ def _state_of(change: Change | None, base: FileState) -> FileState:
 
 
 def _rebase(
-    shadow: ShadowTree,
+    shadow: SeededShadow,
     layout: RepoLayout,
     base_tree: str,
     changes: list[Change],
@@ -292,6 +306,7 @@ def build_bundle(
     *,
     created_at: str | None = None,
     since: dict[str, FileState] | None = None,
+    seed: bool = True,
 ) -> BuiltBundle:
     """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
 
@@ -303,11 +318,12 @@ def build_bundle(
     name every offending path: ``PathUnsafe`` (symlink, gitlink, nested repository),
     ``PathInvalid`` (path rules), ``VerificationFailed`` (allowlist, explicit
     preconditions, limits). The caller owns the result and must ``close`` it.
+    ``seed=False`` ignores the worktree's index (every file is read; same bundle).
     """
     bound = _bound_sha256(grant)
     layout = discover(worktree)
     _require_tree(layout.worktree, repo_env(layout), grant.base_tree)
-    shadow = ShadowTree(layout, base_tree=grant.base_tree)
+    shadow = SeededShadow(layout, base_tree=grant.base_tree, seed=seed)
     shadow.__enter__()
     try:
         entries = shadow.diff(grant.base_tree)

@@ -1,0 +1,233 @@
+"""Whether a worktree's own index can serve the builder as a stat cache, and its copy.
+
+This module owns the preconditions of ``seeded.SeededShadow``: ``copy_index`` copies
+``.git/index`` (keeping its modification time, which git's racy-entry rule compares
+entries against), and ``plain_index`` reads its entries (index versions 2 to 4) to
+refuse any that is not plain (assume-unchanged, skip-worktree, intent-to-add, a stage
+other than 0) and a split or sparse index; it returns the index's gitlink and
+``.gitattributes`` paths. ``harmless_attributes`` says whether an attributes text sets
+only attributes that never change bytes. ``converting_config`` says whether a git
+configuration or attributes file exists that may have converted bytes on checkout or
+add (``autocrlf``, ``eol``, an attributes file, ``ignoreStat``, an include not followed).
+
+It deliberately does not run git, verify the index's checksum (the git commands that
+read the same copy do, and fail) or decide anything about changes. Every refusal is
+``NotPlain``; the caller then computes without the seed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "NotPlain",
+    "PlainIndex",
+    "converting_config",
+    "copy_index",
+    "harmless_attributes",
+    "nonempty",
+    "plain_index",
+]
+
+_LIMIT = 1 << 31
+_ENTRY = struct.Struct(">I12x20sH")  # mode, (uid gid size), sha-1, flags; at offset 24
+_ASSUME_VALID, _EXTENDED, _STAGE, _NAME = 0x8000, 0x4000, 0x3000, 0x0FFF
+_SKIP_WORKTREE, _INTENT_TO_ADD = 0x4000, 0x2000
+_GITLINK = 0o160000
+_REFUSED_EXTENSIONS = (b"link", b"sdir")  # split index, sparse index
+# Attributes that only steer diff, merge, archive or hosting tools, never the bytes.
+_HARMLESS = {b"binary", b"diff", b"merge", b"delta", b"lockable", b"export-ignore"}
+_HARMLESS |= {b"export-subst", b"whitespace"}
+_HARMLESS_VALUED = {b"diff", b"merge", b"whitespace", b"conflict-marker-size", b"delta"}
+_HARMLESS_PREFIXES = (b"linguist-", b"gitlab-")
+# Any of these keys, or an include we do not follow, refuses the seed. (A filter driver
+# alone converts nothing: only attributes name one, and those are checked.)
+_CONVERTING_CONFIG = re.compile(
+    rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*include"
+)
+
+
+class NotPlain(Exception):
+    """The index cannot vouch for raw bytes; compute without it."""
+
+
+def copy_index(source: str, dest: str) -> bytes:
+    """Copy the index at ``source`` to ``dest``, its modification time kept; its bytes."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(source, flags)
+    except OSError as exc:
+        raise NotPlain from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _LIMIT:
+            raise NotPlain
+        data = handle.read()
+    with open(dest, "xb") as out:
+        out.write(data)
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return data
+
+
+@dataclass(frozen=True)
+class PlainIndex:
+    """What the builder needs of a plain index: its gitlinks and ``.gitattributes`` files."""
+
+    gitlinks: tuple[str, ...]
+    attributes: tuple[str, ...]
+
+
+def plain_index(data: bytes) -> PlainIndex:
+    """The gitlink and attribute-file paths of an index (its bytes) whose every entry is
+    plain; else ``NotPlain``."""
+    gitlinks, attributes = _walk_plain(data, names=b".gitattributes" in data)
+    return PlainIndex(
+        tuple(os.fsdecode(p) for p in gitlinks), tuple(os.fsdecode(p) for p in attributes)
+    )
+
+
+def _walk_plain(data: bytes, *, names: bool) -> tuple[list[bytes], list[bytes]]:
+    """Gitlink and ``.gitattributes`` paths of a plain index; else ``NotPlain``.
+
+    Version 4 names are always rebuilt (compression may split ``.gitattributes``); in
+    versions 2 and 3 only with ``names`` (the text occurs somewhere in the index)."""
+    if len(data) < 32:
+        raise NotPlain
+    signature, version, count = struct.unpack_from(">4sII", data, 0)
+    if signature != b"DIRC" or version not in (2, 3, 4):
+        raise NotPlain
+    end = len(data) - 20
+    off = 12
+    previous = b""
+    gitlinks: list[bytes] = []
+    attributes: list[bytes] = []
+    unpack = _ENTRY.unpack_from
+    find = data.find
+    try:
+        for _ in range(count):
+            mode, _oid, flags = unpack(data, off + 24)
+            if flags & (_ASSUME_VALID | _STAGE):
+                raise NotPlain
+            start = off + 62
+            if flags & _EXTENDED:
+                if version < 3:
+                    raise NotPlain
+                (extended,) = struct.unpack_from(">H", data, start)
+                if extended & (_SKIP_WORKTREE | _INTENT_TO_ADD):
+                    raise NotPlain
+                start += 2
+            if version == 4:
+                strip, start = _varint(data, start)
+                stop = find(b"\0", start)
+                if stop < 0 or strip > len(previous):
+                    raise NotPlain
+                path = previous[: len(previous) - strip] + data[start:stop]
+                previous = path
+                off = stop + 1
+            else:
+                length = flags & _NAME
+                stop = start + length if length < _NAME else find(b"\0", start)
+                if stop < 0:
+                    raise NotPlain
+                path = data[start:stop] if names or mode == _GITLINK else b""
+                off += (stop - off + 8) & ~7
+            if off > end:
+                raise NotPlain
+            if mode == _GITLINK:
+                gitlinks.append(path)
+            elif path == b".gitattributes" or path.endswith(b"/.gitattributes"):
+                attributes.append(path)
+        while off + 8 <= end:  # extensions: signature, size, payload
+            name, size = struct.unpack_from(">4sI", data, off)
+            if name in _REFUSED_EXTENSIONS:
+                raise NotPlain
+            off += 8 + size
+    except (struct.error, IndexError) as exc:  # cut short
+        raise NotPlain from exc
+    return gitlinks, attributes
+
+
+def harmless_attributes(text: bytes) -> bool:
+    """Whether a ``.gitattributes`` text sets nothing that changes bytes on checkout or add.
+
+    Only the listed attributes pass (``binary``, ``diff``, ``merge``, ``whitespace``,
+    ``export-*``, ``linguist-*`` …, any unset or unspecified one); a macro definition, a
+    quoted pattern or any other attribute (``text``, ``eol``, ``filter``, ``ident``,
+    ``working-tree-encoding``, a macro) does not.
+    """
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if line.startswith((b"[attr]", b'"')):
+            return False
+        for token in line.split()[1:]:
+            if token.startswith((b"-", b"!")) or token in _HARMLESS:
+                continue
+            name = token.split(b"=", 1)[0]
+            if name in _HARMLESS_VALUED or name.startswith(_HARMLESS_PREFIXES):
+                continue
+            return False
+    return True
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """git's offset varint (``decode_varint``) at ``at``: (value, next offset)."""
+    byte = data[at]
+    at += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        byte = data[at]
+        at += 1
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, at
+
+
+def nonempty(path: str) -> bool:
+    """Whether ``path`` exists with content (unreadable counts as content)."""
+    try:
+        return os.stat(path).st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def converting_config(common_dir: str, git_dir: str) -> bool:
+    """Whether a git configuration or attributes file that may convert bytes exists.
+
+    These are the files the user's own git reads when it checks out or adds (the
+    repository's, the user's and the system's); the seed is not trusted when any of
+    them may have made a file's bytes differ from the blob its index entry names.
+    """
+    if os.environ.get("GIT_CONFIG_PARAMETERS") or os.environ.get("GIT_CONFIG_COUNT"):
+        return True
+    home = os.environ.get("HOME", "")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    attributes = [os.path.join(common_dir, "info", "attributes"), "/etc/gitattributes"]
+    attributes.append(os.path.join(xdg, "git", "attributes"))
+    if any(nonempty(path) for path in attributes):
+        return True
+    candidates = [
+        os.path.join(common_dir, "config"),
+        os.path.join(git_dir, "config.worktree"),
+        os.path.join(home, ".gitconfig") if home else "",
+        os.path.join(xdg, "git", "config"),
+        "/etc/gitconfig",
+        os.environ.get("GIT_CONFIG_GLOBAL", ""),
+        os.environ.get("GIT_CONFIG_SYSTEM", ""),
+    ]
+    for path in dict.fromkeys(p for p in candidates if p and p != "/dev/null"):
+        try:
+            with open(path, "rb") as handle:
+                if _CONVERTING_CONFIG.search(handle.read()):
+                    return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+    return False

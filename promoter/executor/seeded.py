@@ -1,0 +1,350 @@
+"""The builder's shadow tree, seeded from the worktree's own index: it scales with the change.
+
+This module owns ``SeededShadow``: the same answers as ``worktree_tree.ShadowTree``
+(the changes of a worktree against its seed ``base_tree``, with tracked = in the base
+tree and untracked = not ignored, nested repositories reported) computed without
+re-hashing an unchanged tree and without compressing throw-away objects:
+
+1. The worktree's ``.git/index`` is copied into the private directory, its modification
+   time kept (git's racy-entry rule compares entries against it: an entry whose mtime is
+   not older than the index is compared by content, never trusted by stat), and its
+   entries are checked (``seed_index.py``).
+2. Three read-only git commands run side by side on that copy, with the private
+   configuration and attributes: ``diff-files`` (index against the files, by stat),
+   ``diff-index --cached`` (the base tree against the index) and ``ls-files -o``
+   (untracked, not ignored). When the index's paths differ from the base tree's, the
+   untracked listing is taken from a private index of the base tree instead, so
+   "tracked" still means "in the base".
+3. Only the paths those name are read, each once (``loose_objects.py``): one pass
+   computes the git blob id and the sha256, and writes the bytes as a loose object
+   stored uncompressed (zlib level 0) in the private object directory, where the
+   upload reads them.
+
+The seed is used only when it cannot change the answer: an index git can read here
+(not split or sparse), every entry plain (no assume-unchanged, skip-worktree,
+intent-to-add or unmerged entry), no ``.gitattributes`` but tracked, unchanged ones
+that set only attributes which never change bytes (``binary``, ``diff``, ``linguist-*``
+…), and no configuration that converts content (``autocrlf``, ``eol``, includes, an
+attributes file) in the repository's or the user's git configuration, so the bytes the
+index's stat data vouches for are the raw bytes. Otherwise ``ShadowTree``'s full
+computation runs (its object writes uncompressed too). The stat data is trusted the way
+``git status`` trusts it: an index forged to claim a changed file clean can only leave
+that change out of the worktree's own bundle, and the host verifies every state a bundle
+names.
+
+It deliberately does not judge the changes (``builder.py`` does), never writes the
+worktree or its ``.git``, and computes the tree id only when asked (``tree``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from promoter.errors import GitError
+from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
+from promoter.executor.seed_index import (
+    NotPlain,
+    converting_config,
+    copy_index,
+    harmless_attributes,
+    plain_index,
+)
+from promoter.git.layout import RepoLayout
+from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
+from promoter.git.records import (
+    DiffEntry,
+    check_pathspec_paths,
+    decode_path,
+    parse_diff_raw,
+    require_oid,
+)
+from promoter.git.runner import GitResult, run_git
+from promoter.git.worktree_tree import _OPTIONS, _UNSUPPORTED_MODES, ShadowTree
+
+__all__ = ["SeededShadow"]
+
+# Objects the shadow writes are thrown away with it: never spend time compressing them.
+_NO_COMPRESSION = ("-c", "core.compression=0", "-c", "core.looseCompression=0")
+_REFRESH_OVER = 256  # more stat-dirty entries than this: let git compare them first
+_GITLINK = "160000"
+_LINK = "120000"
+_NULL_OID = "0" * 40
+
+
+class _NoSeed(Exception):
+    """The seed cannot be trusted to give ShadowTree's answer; compute in full."""
+
+
+class SeededShadow(ShadowTree):
+    """``ShadowTree`` for the builder; ``seed=False`` forces the full computation.
+
+    After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
+    tree's gitlink paths when the seed showed them (``None``: list the base tree).
+    """
+
+    def __init__(
+        self,
+        layout: RepoLayout,
+        *,
+        base_tree: str,
+        tmpdir: str | None = None,
+        timeout: float = 600.0,
+        seed: bool = True,
+    ) -> None:
+        super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
+        self._seed = seed
+        self._entries: list[DiffEntry] | None = None
+        self._objects = LooseObjects("")  # its directory is known on entry
+        self.seeded = False
+        self.gitlinks: tuple[str, ...] | None = None
+        self._index_gitlinks: frozenset[str] | None = None
+
+    # --- computing --------------------------------------------------------------------
+
+    def _compute(self) -> str:
+        if self._seed and self.base_tree is not None:
+            try:
+                self._entries = self._seeded(self.base_tree)
+            except _NoSeed:
+                self._entries = None
+                self.gitlinks = None
+                self.nested_repositories = ()
+            else:
+                self.seeded = True
+                return ""  # the tree id is written only when asked for
+        return super()._compute()
+
+    def _git(
+        self,
+        args: list[str],
+        *,
+        input: bytes | None = None,
+        literal: bool = False,
+        read: bool = False,
+    ) -> GitResult:
+        return super()._git([*_NO_COMPRESSION, *args], input=input, literal=literal, read=read)
+
+    def _seeded(self, base: str) -> list[DiffEntry]:
+        assert self._root is not None
+        self._objects = LooseObjects(os.path.join(self._env["GIT_DIR"], "objects"))
+        if converting_config(self.layout.common_dir, self.layout.git_dir):
+            raise _NoSeed
+        seed = os.path.join(self._root, "seed-index")
+        try:
+            data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
+        except NotPlain as exc:
+            raise _NoSeed from exc
+        env = {**self._read_env, "GIT_INDEX_FILE": seed}
+        commands = {
+            "files": ["diff-files", "-z", "--raw", "--no-abbrev", "--ignore-submodules=dirty"],
+            "cached": ["diff-index", "--cached", "-r", "-z", "--no-renames", "--no-abbrev", base],
+            "untracked": ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"],
+        }
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            futures = {
+                name: pool.submit(self._seed_git, args, env) for name, args in commands.items()
+            }
+            try:  # while git reads the copy
+                index = plain_index(data)
+            except NotPlain as exc:
+                raise _NoSeed from exc
+            out = {name: future.result() for name, future in futures.items()}
+        if b".gitattributes" in out["untracked"]:
+            raise _NoSeed
+        files = parse_diff_raw(out["files"])
+        if len(files) > _REFRESH_OVER:  # many touched files: git hashes them, in place of us
+            self._seed_git(["update-index", "-q", "--refresh"], env)
+            files = parse_diff_raw(self._seed_git(commands["files"], env))
+        cached = parse_diff_raw(out["cached"])
+        if any(e.status == "A" for e in files):  # intent-to-add
+            raise _NoSeed
+        if any(os.path.basename(e.path) == ".gitattributes" for e in cached):
+            raise _NoSeed
+        same_paths = all(e.status in "MT" for e in cached)
+        same_links = not any(_GITLINK in (e.old_mode, e.new_mode) for e in cached)
+        untracked = out["untracked"]
+        if not (same_paths and same_links):
+            self._git(["read-tree", base], read=True)  # the base's own index, no stat data
+            untracked = self._seed_git(commands["untracked"], self._env)
+        touched = {e.path for e in files} | {e.path for e in cached}
+        for path in index.attributes:  # as checked out and added, and harmless
+            if path in touched or not self._harmless_attributes(path):
+                raise _NoSeed
+        self._index_gitlinks = frozenset(index.gitlinks)
+        if same_links:
+            self.gitlinks = tuple(sorted(self._index_gitlinks))
+        try:
+            return self._changes(files, cached, untracked)
+        except OSError as exc:  # unreadable, or no room: git's own error, from the full run
+            raise _NoSeed from exc
+
+    def _harmless_attributes(self, path: str) -> bool:
+        full = os.path.join(os.fsencode(self.layout.worktree), os.fsencode(path))
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(full, flags)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > IN_MEMORY:
+                return False
+            return harmless_attributes(handle.read())
+
+    def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
+        try:
+            result = run_git(
+                [*_OPTIONS, *args], cwd=self.layout.worktree, env=env, timeout=self._timeout
+            )
+        except GitError as exc:  # e.g. a split index whose shared part is not here
+            raise _NoSeed from exc
+        return result.stdout
+
+    def _changes(
+        self, files: list[DiffEntry], cached: list[DiffEntry], untracked: bytes
+    ) -> list[DiffEntry]:
+        """The base-to-worktree changes at every path the seed could not vouch for."""
+        base: dict[str, tuple[str, str | None] | None] = {}
+        for entry in cached:  # base -> index
+            base[entry.path] = None if entry.old_mode is None else (entry.old_mode, entry.old_oid)
+        for entry in files:  # index -> files; the index equals the base where not cached
+            if entry.path not in base and entry.old_mode is not None:
+                base[entry.path] = (entry.old_mode, entry.old_oid)
+        added: list[str] = []
+        nested: list[str] = []
+        for raw in untracked.split(b"\0")[:-1]:
+            if raw.endswith(b"/"):
+                nested.append(decode_path(raw[:-1]))
+            elif base.get(decode_path(raw)) is None:
+                added.append(decode_path(raw))
+        self.nested_repositories = tuple(nested)
+        moved = {e.path for e in files if e.new_mode == _GITLINK}
+        entries: list[DiffEntry] = []
+        for path, old in base.items():
+            if old is None:
+                continue
+            if old[0] == _GITLINK and path in moved:  # its HEAD moved: refused by the caller
+                entries.append(DiffEntry("M", path, old[0], _GITLINK, old[1], None))
+                continue
+            new = self._read(path, tracked_gitlink=old[0] == _GITLINK, known=old[1])
+            if new is None:
+                entries.append(DiffEntry("D", path, old[0], None, old[1], None))
+            elif new != old:
+                status = "M" if _kind(new[0]) == _kind(old[0]) else "T"
+                entries.append(DiffEntry(status, path, old[0], new[0], old[1], new[1]))
+        for path in added:
+            new = self._read(path, tracked_gitlink=False)
+            if new is not None:
+                entries.append(DiffEntry("A", path, None, new[0], None, new[1]))
+        return sorted(entries, key=lambda e: os.fsencode(e.path))  # diff-tree's order
+
+    # --- reading the worktree ---------------------------------------------------------
+
+    def _read(
+        self, path: str, *, tracked_gitlink: bool, known: str | None = None
+    ) -> tuple[str, str] | None:
+        """(mode, blob id) of ``path`` in the worktree, stored; ``None`` when absent.
+
+        Bytes whose id is ``known`` (the base's) are hashed and not stored.
+        """
+        raw = os.fsencode(path)
+        top = os.fsencode(self.layout.worktree)
+        parts = raw.split(b"/")
+        for depth in range(1, len(parts)):  # a leading symlink or file: git sees no entry
+            try:
+                if not stat.S_ISDIR(os.lstat(os.path.join(top, *parts[:depth])).st_mode):
+                    return None
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                raise _NoSeed from exc
+        full = os.path.join(top, raw)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise _NoSeed from exc  # git's own error, from the full computation
+        if stat.S_ISDIR(st.st_mode):
+            if tracked_gitlink:
+                raise _NoSeed  # whatever the directory holds, ShadowTree's add decides
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return _LINK, self._objects.store_bytes(os.readlink(full), known)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NoSeed  # git's own refusal, with its own message
+        mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
+        try:
+            return mode, self._objects.store_file(full, known)
+        except Unstable as exc:  # changed while read: as git would see it, again
+            raise _NoSeed from exc
+
+    # --- results ----------------------------------------------------------------------
+
+    @property
+    def tree(self) -> str:
+        """The id of the worktree's tree (written on first use after a seeded scan)."""
+        if self._tree is None or self._root is None:
+            raise RuntimeError("ShadowTree is not open; use it as a context manager")
+        if self._tree == "":
+            self._tree = self._write_tree()
+        return self._tree
+
+    def _write_tree(self) -> str:
+        assert self._entries is not None and self.base_tree is not None
+        self._git(["read-tree", self.base_tree], read=True)
+        lines = b""
+        for e in self._entries:
+            mode = e.new_mode or "0"
+            oid = (e.new_oid or e.old_oid or _NULL_OID) if e.new_mode else _NULL_OID
+            lines += b"%s %s\t%s\0" % (mode.encode(), oid.encode(), os.fsencode(e.path))
+        if lines:
+            self._git(["update-index", "-z", "--index-info"], input=lines, literal=True)
+        tree = self._git(["write-tree", "--missing-ok"]).stdout.decode("ascii", "replace").strip()
+        return require_oid(tree, "written tree")
+
+    def unsupported(
+        self, entries: Sequence[DiffEntry] | None = None, *, symlinks: bool = False
+    ) -> dict[str, str]:
+        """``ShadowTree.unsupported``, answered from the seed's listing when it holds the
+        gitlinks of the index and of HEAD (HEAD's tree is the base tree); the same
+        reasons, in the same order as ``readback.gitlinks_and_nested`` gives them."""
+        if self._index_gitlinks is None or self.gitlinks is None:
+            return super().unsupported(entries, symlinks=symlinks)
+        head = head_commit(self.layout)
+        if head is None or commit_tree(self.layout, head) != self.base_tree:
+            return super().unsupported(entries, symlinks=symlinks)
+        changes = self.diff() if entries is None else list(entries)
+        found: dict[str, str] = {}
+        for entry in changes:
+            for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
+                if mode in _UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
+                    found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
+        for path in self.nested_repositories:
+            found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
+        others = [entry.path for entry in changes if entry.path not in found]
+        check_pathspec_paths(others)
+        in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
+        for path in others:
+            reason = _first_reason(self.layout, _prefixes(path), in_index, in_head)
+            if reason is not None:
+                found.setdefault(path, reason)
+        return dict(sorted(found.items()))
+
+    def diff(self, base_tree: str | None = None) -> list[DiffEntry]:
+        if self._entries is not None and base_tree in (None, self.base_tree):
+            return list(self._entries)
+        return super().diff(base_tree)
+
+    def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        wanted = list(dict.fromkeys(oids))
+        known = {oid: self._objects.digests[oid] for oid in wanted if oid in self._objects.digests}
+        rest = [oid for oid in wanted if oid not in known]
+        return {**known, **(super().blob_sha256(rest) if rest else {})}
+
+
+def _kind(mode: str) -> str:
+    return mode[:3]  # 100 file, 120 link, 160 gitlink
