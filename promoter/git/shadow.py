@@ -34,7 +34,6 @@ import errno
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -54,7 +53,7 @@ from promoter.git.records import (
     parse_ls_tree,
     require_oid,
 )
-from promoter.git.runner import GitResult, git_argv, git_environment, run_git, stderr_tail
+from promoter.git.runner import GitResult, git_argv, popen_git, run_git, stderr_tail
 from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, _OPTIONS, ShadowTree
 
 __all__ = ["DIFF_LIMIT", "INDEX_NAME", "Capture", "ShadowRepository", "SnapshotDiff"]
@@ -249,15 +248,7 @@ class ShadowRepository:
         argv = git_argv([*_OPTIONS, *args])
         with tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=self.path,
-                    env=git_environment(self._env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    close_fds=True,
-                )
+                proc = popen_git([*_OPTIONS, *args], cwd=self.path, env=self._env, stderr=err)
             except OSError as exc:
                 raise GitError(f"git could not be started: {exc.strerror or exc}") from exc
             timer = threading.Timer(self.timeout, proc.kill)
