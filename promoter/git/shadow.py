@@ -169,6 +169,8 @@ class ShadowRepository:
             return None
         if sum(len(os.fsencode(path)) + 9 for path in paths) > _PATHS_BYTES:
             return None
+        if any(_is_dir(os.path.join(self.layout.worktree, path)) for path in paths):
+            return None
         if self._refresh_excludes():
             return None
         _unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))
@@ -383,6 +385,13 @@ def _put(path: str, data: bytes) -> bool:
         _unlink_missing_ok(temp)
         raise
     return True
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_missing_ok(path: str) -> None:
