@@ -19,13 +19,16 @@ the median of its per-round figures. The rows:
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 
-What this does not do: gate anything (the exit status is 0 whatever the figures), or
-measure the rows the issue lists that need a 100k-file repository (``--full`` in
-``bench.run`` adds the older, longer benchmarks).
+With ``full`` (``--full`` in ``bench.run``) the rows of ``bench.rows_gitcost`` join the
+rounds: a 1-file promotion in a 100k-file repository (nested, with snapshots, flat)
+over the same in a 10-file one; they build their repositories once per run.
+
+What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +48,7 @@ from typing import Any
 import rfc8785
 
 from bench import bench_promote as bp
+from bench import rows_gitcost
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
@@ -63,6 +67,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "verify_10k": (1.5, "x"),
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
+    **rows_gitcost.GOALS,  # with full=True only: they build 100k-file repositories
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -71,6 +76,7 @@ LABELS = {
     "verify_10k": "verification, 10k changes, vs re-hash + JCS",
     "healthz_during_verify_10k": "/healthz max latency during that verification",
     "cli_help": "promoter --help start",
+    **rows_gitcost.LABELS,
 }
 
 
@@ -402,6 +408,7 @@ def run(
     big_files: int = 1150,
     small_files: int = 115,
     verify_changes: int = 10_000,
+    full: bool = False,
 ) -> dict[str, Any]:
     """Every row ``rounds`` times, interleaved; the medians and every sample."""
     work = Path(
@@ -426,9 +433,12 @@ def run(
             lambda r: verification(table, work, r, small_source, creates),
             lambda r: cli_start(table, r),
         ]
-        for round_no in range(rounds):
-            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
-                step(round_no)
+        with contextlib.ExitStack() as stack:
+            if full:
+                rows += rows_gitcost.rows(table, work, stack)
+            for round_no in range(rounds):
+                for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+                    step(round_no)
         load_after = os.getloadavg()
     finally:
         if not os.environ.get("PROMOTER_BENCH_KEEP"):

@@ -20,12 +20,14 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   the ref's object type and tree come with it); any other case (detached, unborn,
   another branch, not a commit) is answered by ``symbolic_head``, ``head_commit`` and
   ``commit_tree`` exactly as before.
-- ``index_entries``: one ``git ls-files`` per argv-sized batch, each path given as a
-  ``:(glob)`` pathspec with every character that is special to it escaped and the
-  first one always escaped. An escaped pattern has no literal prefix, so git matches it
-  with ``wildmatch`` against whole names only: it matches the path itself and never the
-  entries below it (a literal pathspec ``d`` would list all of ``d/``). This is why
-  the leading directories of a path can be asked about at no extra cost.
+- ``index_entries``: one ``git ls-files`` per argv-sized batch. A path that may be a
+  directory (a leading directory of another path asked about, or a directory on disk)
+  is given as a ``:(glob)`` pathspec with every character that is special to it escaped
+  and the first one always escaped. An escaped pattern has no literal prefix, so git
+  matches it with ``wildmatch`` against whole names only: it matches the path itself
+  and never the entries below it (a literal pathspec ``d`` would list all of ``d/``).
+  This is why the leading directories of a path can be asked about at no extra cost.
+  Other paths are ``:(literal)`` (cheaper for git to match; a file has nothing below).
 - ``path_entries``: a tree's entries of some paths and of every leading directory of
   them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
   so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
@@ -239,18 +241,20 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
     found: dict[str, list[IndexEntry]] = {path: [] for path in wanted}
+    # A literal pathspec is cheaper for git to match than a pattern, and exact for a
+    # file; a path that may be a directory (a leading directory of another path asked
+    # about, or a directory on disk) gets the exact pattern, so nothing below is listed.
+    leading = {p for path in wanted for p in prefixes_of(path)[:-1]}
+    specs = {
+        path: exact_pathspec(path)
+        if path in leading or _is_real_dir(layout, path)
+        else ":(literal)" + path
+        for path in wanted
+    }
     for batch in _batches(wanted):
         result = _git(
             layout,
-            [
-                "ls-files",
-                "-s",
-                "-z",
-                "--debug",
-                "--full-name",
-                "--",
-                *(exact_pathspec(path) for path in batch),
-            ],
+            ["ls-files", "-s", "-z", "--debug", "--full-name", "--", *(specs[p] for p in batch)],
         )
         for path, entry in parse_ls_files_stage(result.stdout, debug=True):
             if path in found:
