@@ -13,10 +13,11 @@ shape, measured side by side, the two in an order that rotates with the round:
 - ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
 
 The repositories are built once per run with ``git fast-import`` in a temp directory and
-checked out; every round promotes the target from its current content to a new one (a
-new grant, lease and verified bundle each round, prepared untimed), so the worktree is
-not copied between rounds. What this does not do: gate anything, or measure anything
-but the promotion itself (upload, verification and set-up are outside the timing).
+checked out; every round promotes the target from its base content to a new one (a new
+grant, lease and verified bundle each round, prepared untimed) and then writes the base
+content back (untimed), so the worktrees are never copied and the rows share them.
+What this does not do: gate anything, or measure anything but the promotion itself
+(upload, verification and set-up are outside the timing).
 
 Run alone: ``python -m bench.rows_gitcost [--rounds N] [--files N]``; the speed table
 runs these rows with ``--full``.
@@ -129,7 +130,7 @@ class Side:
         """A grant, a lease and a verified bundle from the target's content to the next."""
         services = self.services
         identity = services.registry.by_name(bp.REPO_NAME).identity
-        old, new = content(self.index, self.version), content(self.index, self.version + 1)
+        old, new = content(self.index), content(self.index, self.version + 1)
         now = utcnow()
         workflow = f"wf_gitcost_{round_no}"
         grant, _ = grants.register_grant(
@@ -204,9 +205,10 @@ class Side:
                 f"{self.name}: {operation_id} ended {view['status']} ({view['code']})"
             )
         self.version += 1
-        on_disk = (self.repo / self.target).read_bytes()
-        if on_disk != content(self.index, self.version):
+        target = self.repo / self.target
+        if target.read_bytes() != content(self.index, self.version):
             raise AssertionError(f"{self.name}: the target does not hold the new content")
+        target.write_bytes(content(self.index))  # back to the base (old = the base tree's)
 
 
 def _side(
@@ -249,19 +251,17 @@ def rows(
     built: dict[tuple[bool, int], Path] = {}
     for flat in (False, True):
         for count in (files, SMALL):
-            path = work / f"{'flat' if flat else 'tree'}-{count}" / "source"
+            path = work / f"{'flat' if flat else 'tree'}-{count}" / ("flat" if flat else "tree")
             build_repo(path, count, flat=flat)
             built[(flat, count)] = path
 
     def pair(row: str, flat: bool, snapshots_on: bool) -> Callable[[int], None]:
         sides = []
-        for count in (files, SMALL):
-            copy = work / f"{row}-{count}" / ("flat" if flat else "tree")
-            copy.parent.mkdir(parents=True)
-            bp.copy_repo(built[(flat, count)], copy)
+        for count in (files, SMALL):  # rows share a worktree: each promotion restores it
             name = f"{row}.{count}"
-            state = work / f"{row}-{count}" / "state"
-            sides.append(_side(stack, name, copy, state, count, snapshots_on=snapshots_on))
+            state = work / "states" / name
+            repo = built[(flat, count)]
+            sides.append(_side(stack, name, repo, state, count, snapshots_on=snapshots_on))
         big, small = sides
 
         def measure(round_no: int) -> None:
