@@ -40,6 +40,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 
 from promoter.domain.states import OperationStatus
+from promoter.engine.bundles import load_bundle
 from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
@@ -194,12 +195,11 @@ def _capture_locked(
                 raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
             if which == "pre":
                 op.pre_snapshot = captured.tree
-            else:
-                op.post_snapshot = captured.tree
-            if which == "pre":
                 mark = _Fresh(operation_id, op.attempt, captured.tree, threading.get_ident())
                 with _fresh_lock:
                     _fresh[repo.identity] = mark
+            else:
+                op.post_snapshot = captured.tree
         session.add(row)
     return {"tree": row.tree, "label": row.label, "captured_at": row.captured_at}
 
@@ -219,8 +219,6 @@ def _post_from_pre(
         if op.status != OperationStatus.COMPLETED or (op.report or {}).get("kept"):
             return None
         bundle_id = op.bundle_id
-    from promoter.engine.bundles import load_bundle  # the engine's, loaded only here
-
     try:
         paths = [change.path for change in load_bundle(services, bundle_id).changes]
         return shadow.capture_paths(paths)
