@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig
-from promoter.engine import promote
+from promoter.engine import operations, promote, snapshots
 from promoter.git import runner
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.promotion import promote as request_promotion
@@ -93,11 +93,15 @@ def test_with_snapshots_the_post_snapshot_updates_only_the_targets(
         with counting_attempts(monkeypatch) as attempts:
             view = request_promotion(daemon, bundle, receipt).json()
         assert view["status"] == "completed", view
+        done = operations.operation_view(daemon.services, view["operation_id"])
+        # the limited post capture is the tree a full capture of the worktree gives now
+        full = snapshots.capture(daemon.services, "work", "check")["tree"]
+        assert done["post_snapshot"] == full != done["pre_snapshot"]
     (attempt,) = attempts
     assert attempt[: len(READ_BACK)] == READ_BACK
-    snapshots = attempt[len(READ_BACK) :]
+    captures = attempt[len(READ_BACK) :]
     # The pre snapshot is a full capture (the shadow's index starts empty, so every file
     # is added); the post snapshot brings only the target up to date and writes the tree.
     pre = ["add", "ls-files", "ls-files", "update-index", "write-tree", "update-ref"]
     post = ["update-index", "ls-files", "write-tree", "update-ref"]
-    assert snapshots == pre + post, " ".join(snapshots)
+    assert captures == pre + post, " ".join(captures)
