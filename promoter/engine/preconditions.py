@@ -19,9 +19,10 @@ the checked unlink would refuse only after writing had begun).
 What is read costs a fixed handful of git processes, whatever the bundle's size (within
 one argv batch) and whatever the repository's: HEAD, its commit and its tree in one
 (``read_head``); the tree entries of every target and of each of its leading directories
-in one (``path_entries``; the base tree's entries for the implicit preconditions come
-from the same call when HEAD's tree is the base tree, which is the case whenever the
-read-back can pass); the index entries of the same paths in one (``index_entries``). The
+in one (``path_entries``; none when the bundle's verification read them in the same
+tree; the base tree's entries for the implicit preconditions come from the same answer
+when HEAD's tree is the base tree, which is the case whenever the read-back can pass);
+the index entries of the same paths in one (``index_entries``). The
 gitlink check uses those answers instead of asking again.
 
 Deliberately not here: what to do about drift (the caller refuses), re-checking at

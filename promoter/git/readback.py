@@ -36,12 +36,16 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   absent, is shown or found missing). A leading directory that is neither shown nor was
   named (a gitlink that is checked out as a directory) is asked about in a second,
   small ``ls-tree``, so the answer is the same as naming every leading directory.
+  Answers are remembered per repository, tree id and path, bounded in number: a tree
+  id fixes the tree's entries (replace refs are off), so a remembered answer is the
+  answer git would give.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -85,6 +89,9 @@ GITLINK_MODE = "160000"
 _ARGV_BYTES = 256 * 1024  # pathspec bytes (and pointers) per command, well under ARG_MAX
 _ARGV_COUNT = 20_000
 _GLOB_SPECIAL = frozenset("*?[\\")
+_TREE_CACHE_LIMIT = 200_000
+_TREE_CACHE: dict[tuple[str, str, str], TreeEntry | None] = {}  # (common dir, tree, path)
+_TREE_CACHE_LOCK = threading.Lock()
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
@@ -299,10 +306,31 @@ def path_entries(
     layout: RepoLayout, tree: str, paths: Sequence[str]
 ) -> dict[str, TreeEntry | None]:
     """``tree_entries`` of every path and every leading directory of one, without
-    listing the contents of those directories (see the module docstring)."""
+    listing the contents of those directories (see the module docstring).
+
+    Answers are remembered per repository, tree id and path (a tree's id fixes its
+    entries), so a path read once, e.g. when its bundle was verified, costs no git
+    process the next time it is asked about in the same tree.
+    """
     require_oid(tree, "tree")
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
+    everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
+    store = (layout.common_dir, tree)
+    with _TREE_CACHE_LOCK:
+        known = {p: _TREE_CACHE[(*store, p)] for p in everything if (*store, p) in _TREE_CACHE}
+    todo = [path for path in wanted if any(p not in known for p in prefixes_of(path))]
+    if not todo:
+        return {p: known[p] for p in everything}
+    fresh = _path_entries(layout, tree, todo)
+    with _TREE_CACHE_LOCK:
+        if len(_TREE_CACHE) + len(fresh) > _TREE_CACHE_LIMIT:
+            _TREE_CACHE.clear()
+        _TREE_CACHE.update({(*store, p): entry for p, entry in fresh.items()})
+    return {p: fresh[p] if p in fresh else known[p] for p in everything}
+
+
+def _path_entries(layout: RepoLayout, tree: str, wanted: list[str]) -> dict[str, TreeEntry | None]:
     everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
     leading = [p for p in everything if p not in set(wanted)]
     named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]

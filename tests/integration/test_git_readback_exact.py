@@ -216,3 +216,22 @@ def test_commit_tree_is_one_process(repo: Path) -> None:
     assert commit_tree(layout, tree) is None
     assert commit_tree(layout, "0" * 40) is None
     assert os.path.isdir(repo / ".git")
+
+
+def test_path_entries_are_remembered_per_tree(repo: Path) -> None:
+    layout = discover(repo)
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    first = path_entries(layout, tree, ["src/app.py", "gen/new.txt"])
+    with runner.counting() as started:
+        again = path_entries(layout, tree, ["gen/new.txt", "src/app.py"])
+        part = path_entries(layout, tree, ["src/app.py", "run.sh"])
+    assert again == first
+    assert started == ["ls-tree"]  # only run.sh was new
+    assert part == tree_entries(layout, tree, ["src", "src/app.py", "run.sh"])
+    (repo / "src" / "app.py").write_bytes(b"changed\n")
+    commit_all(repo, "next")
+    newer = git(repo, "rev-parse", "HEAD^{tree}")
+    with runner.counting() as started:
+        fresh = path_entries(layout, newer, ["src/app.py"])
+    assert started == ["ls-tree"]  # another tree is asked afresh
+    assert fresh["src/app.py"] != first["src/app.py"]
