@@ -21,13 +21,16 @@ the median of its per-round figures. The rows:
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
-What this does not do: gate anything (the exit status is 0 whatever the figures), or
-measure the rows the issue lists that need a 100k-file repository (``--full`` in
-``bench.run`` adds the older, longer benchmarks).
+With ``full`` (``--full`` in ``bench.run``) the rows of ``bench.rows_gitcost`` join the
+rounds: a 1-file promotion in a 100k-file repository (nested, with snapshots, flat)
+over the same in a 10-file one; they build their repositories once per run.
+
+What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -47,7 +50,7 @@ from typing import Any
 import rfc8785
 
 from bench import bench_promote as bp
-from bench import rows_builder, rows_fswrite
+from bench import rows_builder, rows_fswrite, rows_gitcost
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
@@ -67,7 +70,8 @@ GOALS: dict[str, tuple[float, str]] = {
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
     **rows_fswrite.GOALS,
-    **rows_builder.BUILDER_GOALS,
+    **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
+    **rows_gitcost.GOALS,
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -78,6 +82,7 @@ LABELS = {
     "cli_help": "promoter --help start",
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
+    **rows_gitcost.LABELS,
 }
 
 
@@ -409,6 +414,7 @@ def run(
     big_files: int = 1150,
     small_files: int = 115,
     verify_changes: int = 10_000,
+    full: bool = False,
     builder: bool = bool(os.environ.get("PROMOTER_BENCH_BUILDER")),
 ) -> dict[str, Any]:
     """Every row ``rounds`` times, interleaved; the medians and every sample."""
@@ -435,13 +441,16 @@ def run(
             lambda r: cli_start(table, r),
             lambda r: rows_fswrite.rss_promote(table, work, r),
         ]
-        if builder:  # long: a 100k-file repository and 1 GiB of new content
+        if full or builder:  # long: a 100k-file repository and 1 GiB of new content
             made = rows_builder.prepare(work)
             rows += [lambda r: rows_builder.build_1_in_100k(table, made, r)]
             rows += [lambda r: rows_builder.build_1gib(table, made, r)]
-        for round_no in range(rounds):
-            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
-                step(round_no)
+        with contextlib.ExitStack() as stack:
+            if full:  # long: 100k-file repositories, nested and flat
+                rows += rows_gitcost.rows(table, work, stack)
+            for round_no in range(rounds):
+                for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+                    step(round_no)
         load_after = os.getloadavg()
     finally:
         if not os.environ.get("PROMOTER_BENCH_KEEP"):

@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench import bench_table
 
         table = run_one(
-            "table", bench_table, lambda: bench_table.run(max(3, args.rounds), args.size)
+            "table",
+            bench_table,
+            lambda: bench_table.run(max(3, args.rounds), args.size, full=args.full),
         )
         if table is not None:
             results["table"] = table

@@ -4,6 +4,10 @@ Reads, through the read-only git layer, the mode and content sha256 of paths in 
 A regular blob or a symlink (mode 120000, its target text the blob) is reported with the
 sha256 of its blob; anything else (directory, gitlink) with ``sha256: null`` and its git
 mode so that it equals no promotable old state.
+
+The entries are read with ``path_entries``, which remembers them (and those of the
+paths' leading directories) per tree: the read-back under the lock of a later promotion
+of the same paths finds them there instead of starting ``git ls-tree`` again.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from promoter.git.readback import RepoLayout, blob_sha256, tree_entries
+from promoter.git.readback import RepoLayout, blob_sha256, path_entries
 
 CACHE_LIMIT = 200_000
 _CONTENT_MODES = ("100644", "100755", "120000")  # a link's content is its target text
@@ -34,7 +38,9 @@ class GitBaseTree:
         return {p: dict(self._cache[(base_tree, p)]) for p in paths}
 
     def _read(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
-        entries = tree_entries(self._layout, base_tree, list(paths))
+        # path_entries also remembers the leading directories' entries, so the read-back
+        # of a promotion of these paths in this tree asks git nothing more about them.
+        entries = path_entries(self._layout, base_tree, list(paths))
         blobs = [
             entry.oid
             for entry in entries.values()

@@ -16,6 +16,15 @@ repository, a leaf that kept changing), or a delete whose target is exactly ``ol
 has other hard links (removing one name would leave the bytes reachable elsewhere, and
 the checked unlink would refuse only after writing had begun).
 
+What is read costs a fixed handful of git processes, whatever the bundle's size (within
+one argv batch) and whatever the repository's: HEAD, its commit and its tree in one
+(``read_head``); the tree entries of every target and of each of its leading directories
+in one (``path_entries``; none when the bundle's verification read them in the same
+tree; the base tree's entries for the implicit preconditions come from the same answer
+when HEAD's tree is the base tree, which is the case whenever the read-back can pass);
+the index entries of the same paths in one (``index_entries``). The
+gitlink check uses those answers instead of asking again.
+
 Deliberately not here: what to do about drift (the caller refuses), re-checking at
 write time (``fs/atomic.py`` does, under the same rules), and leaf kinds such as a
 symlink or FIFO at a target, which are ``neither`` old nor new and so drift.
@@ -32,12 +41,15 @@ from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.git.readback import (
+    HeadState,
+    IndexEntry,
     RepoLayout,
-    commit_tree,
+    TreeEntry,
     gitlinks_and_nested,
-    head_commit,
     index_entries,
-    symbolic_head,
+    path_entries,
+    prefixes_of,
+    read_head,
     tree_entries,
 )
 
@@ -91,23 +103,36 @@ class ReadBack:
         }
 
 
-def read_repository(layout: RepoLayout, grant: GrantV1) -> dict[str, Any]:
-    branch = symbolic_head(layout)
-    head = head_commit(layout)
-    tree = commit_tree(layout, head) if head else None
+def read_repository(
+    layout: RepoLayout, grant: GrantV1, head: HeadState | None = None
+) -> dict[str, Any]:
+    if head is None:
+        head = read_head(layout, grant.branch)
+    branch, commit, tree = head.branch, head.commit, head.tree
     return {
         "branch": {"expected": grant.branch, "actual": branch, "ok": branch == grant.branch},
-        "head": {"expected": grant.base_commit, "actual": head, "ok": head == grant.base_commit},
+        "head": {
+            "expected": grant.base_commit,
+            "actual": commit,
+            "ok": commit == grant.base_commit,
+        },
         "tree": {"expected": grant.base_tree, "actual": tree, "ok": tree == grant.base_tree},
     }
 
 
 def expected_index(
-    grant: GrantV1, bundle: PatchBundleV1, layout: RepoLayout
+    grant: GrantV1,
+    bundle: PatchBundleV1,
+    layout: RepoLayout,
+    base_entries: dict[str, TreeEntry | None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
+    """Each target's expected index entries; ``base_entries``: the base tree's, if read."""
     explicit = {p.path: p for p in grant.target_preconditions}
     implicit = [c.path for c in bundle.changes if c.path not in explicit]
-    base = tree_entries(layout, grant.base_tree, implicit) if implicit else {}
+    if base_entries is not None:
+        base = base_entries
+    else:
+        base = tree_entries(layout, grant.base_tree, implicit) if implicit else {}
     expected: dict[str, list[dict[str, Any]]] = {}
     for change in bundle.changes:
         if change.path in explicit:
@@ -127,11 +152,16 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
     Raises ``PathUnsafe`` (with ``paths`` and the ``drift_report``) when any target is
     ``unsafe``; otherwise returns the read-back, drifted or not.
     """
-    result = ReadBack(read_repository(layout, grant))
+    head = read_head(layout, grant.branch)
+    result = ReadBack(read_repository(layout, grant, head))
     paths = [c.path for c in bundle.changes]
-    wanted_index = expected_index(grant, bundle, layout)
-    actual_index = index_entries(layout, paths)
-    blocked = gitlinks_and_nested(layout, paths)
+    head_entries = path_entries(layout, head.tree, paths) if head.tree is not None else {}
+    base_entries = head_entries if head.tree == grant.base_tree else None
+    wanted_index = expected_index(grant, bundle, layout, base_entries)
+    prefixes = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    index: dict[str, list[IndexEntry]] = index_entries(layout, prefixes)
+    actual_index = {path: index[path] for path in paths}
+    blocked = gitlinks_and_nested(layout, paths, index=index, head_tree=(head.tree, head_entries))
     for change in bundle.changes:
         reasons: list[str] = []
         actual: dict[str, Any] | None = None

@@ -8,6 +8,23 @@ refers to stay, the rest of the shadow is pruned). It also holds the small helpe
 restore modules share (``resolve``, ``shadow_for``, ``tree_id``, ``known_tree``,
 ``lock_repository``).
 
+A promotion's post snapshot updates only the bundle's targets in the shadow index
+instead of re-reading the whole worktree, when that gives the tree a full capture would
+(``ShadowRepository.capture_paths``). The rule: the pre snapshot was captured, in full,
+by the same thread for the same attempt of the same operation, and no capture of the
+repository happened since (both are taken under the repository lock, which the attempt
+holds from before the pre snapshot until after the post snapshot, so the shadow index
+still holds the pre tree); the attempt ended ``completed`` (so promoter wrote only the
+targets: temp files are never captured, created directories hold only targets, and no
+``.promoter-kept-`` file was made); no target is a ``.gitignore`` and the exclude file
+did not change (so no other path's ignore status moved). Under that rule the only paths
+whose answer can differ between the pre and the post capture are the targets, so the
+post tree is the pre tree with each target read back from disk. Anything else (no
+fresh pre snapshot, another outcome, a declined or failed incremental capture) falls
+back to a full capture. What the rule does not cover: a file that someone other than
+promoter changes outside the targets while the attempt runs is in a full capture of
+the post state and not in the incremental one; it is in the next full capture.
+
 Deliberately not here: restoring (``promoter.engine.snapshot_restore``), git plumbing
 (``promoter.git.shadow``), HTTP and the CLI. Nothing here writes to a worktree.
 """
@@ -16,15 +33,19 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from promoter.domain.states import OperationStatus
+from promoter.engine.bundles import load_bundle
 from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.errors import NotFound, OperationUnknown, ValidationFailed
+from promoter.errors import NotFound, OperationUnknown, PromoterError, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
-from promoter.git.shadow import DIFF_LIMIT, ShadowRepository
+from promoter.git.shadow import DIFF_LIMIT, Capture, ShadowRepository
 from promoter.store import journal, snapshot_log
 
 __all__ = [
@@ -44,6 +65,20 @@ __all__ = [
 log = logging.getLogger("promoter.snapshots")
 
 MAX_LABEL = 200
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    """The last capture of a repository in this process, when it was a promotion's pre."""
+
+    operation_id: str
+    attempt: int
+    tree: str
+    thread: int
+
+
+_fresh: dict[str, _Fresh] = {}  # repository identity -> its last capture, if a pre
+_fresh_lock = threading.Lock()
 
 
 # --- shared helpers --------------------------------------------------------------------------
@@ -134,7 +169,13 @@ def _capture_locked(
     operation: tuple[str, Literal["pre", "post"]] | None = None,
 ) -> dict[str, str]:
     shadow = shadow_for(services, repo)
-    captured = shadow.capture()
+    with _fresh_lock:
+        fresh = _fresh.pop(repo.identity, None)
+    captured: Capture | None = None
+    if operation is not None and operation[1] == "post" and fresh is not None:
+        captured = _post_from_pre(services, shadow, operation[0], fresh)
+    if captured is None:
+        captured = shadow.capture()
     shadow.keep(captured.tree)
     if captured.nested_repositories:
         nested = list(captured.nested_repositories)
@@ -142,10 +183,38 @@ def _capture_locked(
     with services.db.session() as session:
         if operation is not None:
             operation_id, which = operation
-            if journal.get_operation(session, operation_id) is None:
+            op = journal.get_operation(session, operation_id)
+            if op is None:
                 raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
             journal.set_snapshot(session, operation_id, which, captured.tree)
+            if which == "pre":
+                mark = _Fresh(operation_id, op.attempt, captured.tree, threading.get_ident())
+                with _fresh_lock:
+                    _fresh[repo.identity] = mark
         return snapshot_log.add(session, repo.identity, captured.tree, label)
+
+
+def _post_from_pre(
+    services: Services, shadow: ShadowRepository, operation_id: str, fresh: _Fresh
+) -> Capture | None:
+    """The post capture from the pre one by the module docstring's rule; ``None``: no."""
+    if fresh.operation_id != operation_id or fresh.thread != threading.get_ident():
+        return None
+    with services.db.session() as session:
+        op = journal.get_operation(session, operation_id)
+        if op is None or op.kind != "promotion" or op.bundle_id is None:
+            return None
+        if op.attempt != fresh.attempt or op.pre_snapshot != fresh.tree:
+            return None
+        if op.status != OperationStatus.COMPLETED or (op.report or {}).get("kept"):
+            return None
+        bundle_id = op.bundle_id
+    try:
+        paths = [change.path for change in load_bundle(services, bundle_id).changes]
+        return shadow.capture_paths(paths)
+    except PromoterError as exc:
+        log.info("the post snapshot of %s is captured in full: %s", operation_id, exc.detail)
+        return None
 
 
 # --- reading -----------------------------------------------------------------------------------

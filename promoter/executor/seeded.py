@@ -53,7 +53,7 @@ from promoter.executor.seed_index import (
     plain_index,
 )
 from promoter.git.layout import RepoLayout
-from promoter.git.readback import _first_reason, _prefixes, commit_tree, head_commit
+from promoter.git.readback import commit_tree, first_gitlink_reason, head_commit, prefixes_of
 from promoter.git.records import (
     DiffEntry,
     check_pathspec_paths,
@@ -62,7 +62,7 @@ from promoter.git.records import (
     require_oid,
 )
 from promoter.git.runner import GitResult, run_git
-from promoter.git.worktree_tree import _OPTIONS, _UNSUPPORTED_MODES, ShadowTree
+from promoter.git.worktree_tree import NO_CONVERSION, UNSUPPORTED_MODES, ShadowTree
 
 __all__ = ["SeededShadow"]
 
@@ -197,7 +197,7 @@ class SeededShadow(ShadowTree):
     def _seed_git(self, args: list[str], env: dict[str, str]) -> bytes:
         try:
             result = run_git(
-                [*_OPTIONS, *args], cwd=self.layout.worktree, env=env, timeout=self._timeout
+                [*NO_CONVERSION, *args], cwd=self.layout.worktree, env=env, timeout=self._timeout
             )
         except GitError as exc:  # e.g. a split index whose shared part is not here
             raise _NoSeed from exc
@@ -321,15 +321,15 @@ class SeededShadow(ShadowTree):
         found: dict[str, str] = {}
         for entry in changes:
             for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
-                if mode in _UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
-                    found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
+                if mode in UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
+                    found.setdefault(entry.path, f"the {side} state is {UNSUPPORTED_MODES[mode]}")
         for path in self.nested_repositories:
             found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
         others = [entry.path for entry in changes if entry.path not in found]
         check_pathspec_paths(others)
         in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
         for path in others:
-            reason = _first_reason(self.layout, _prefixes(path), in_index, in_head)
+            reason = first_gitlink_reason(self.layout, prefixes_of(path), in_index, in_head)
             if reason is not None:
                 found.setdefault(path, reason)
         return dict(sorted(found.items()))

@@ -26,7 +26,7 @@ from typing import IO
 
 from promoter.errors import GitError
 from promoter.git.records import require_oid
-from promoter.git.runner import git_argv, git_environment, stderr_tail
+from promoter.git.runner import git_argv, git_environment, popen_git, stderr_tail
 
 __all__ = ["CHUNK_SIZE", "CatFile", "ObjectInfo"]
 
@@ -69,14 +69,13 @@ class CatFile:
     def __enter__(self) -> CatFile:
         self._stderr = tempfile.TemporaryFile()
         try:
-            self._proc = subprocess.Popen(
-                git_argv(["cat-file", "--batch"]),
+            self._proc = popen_git(
+                ["cat-file", "--batch"],
                 cwd=self._cwd,
                 env=self._env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
-                close_fds=True,
             )
         except OSError as exc:
             self._stderr.close()

@@ -7,17 +7,47 @@ repositories in the way of a path, and full tree listings. ``RepoLayout``, ``dis
 and ``repository_identity`` live in ``layout.py`` and are re-exported here.
 
 Every git command here only reads: plumbing commands, ``GIT_OPTIONAL_LOCKS=0``, the
-repository pinned with ``GIT_DIR`` and ``GIT_WORK_TREE`` once discovered, literal
-pathspecs. Nothing here writes the index, refs, objects or config. It deliberately does
-not decide what a fact means for a promotion (the engine compares), and its look at the
-disk in ``gitlinks_and_nested`` is advisory: the descriptor-chain writer re-checks.
+repository pinned with ``GIT_DIR`` and ``GIT_WORK_TREE`` once discovered, pathspecs that
+match exactly the paths named. Nothing here writes the index, refs, objects or config.
+It deliberately does not decide what a fact means for a promotion (the engine compares),
+and its look at the disk in ``gitlinks_and_nested`` is advisory: the descriptor-chain
+writer re-checks.
+
+What the look-ups cost scales with the paths asked about, not with the repository:
+
+- ``read_head``: symbolic HEAD, HEAD's commit and its tree from one ``git for-each-ref``
+  of the branch HEAD is expected on (``%(HEAD)`` marks the ref HEAD resolves to, and
+  the ref's object type and tree come with it); any other case (detached, unborn,
+  another branch, not a commit) is answered by ``symbolic_head``, ``head_commit`` and
+  ``commit_tree`` exactly as before.
+- ``index_entries``: one ``git ls-files`` per argv-sized batch. A path that may be a
+  directory (a leading directory of another path asked about, or a directory on disk)
+  is given as a ``:(glob)`` pathspec with every character that is special to it escaped
+  and the first one always escaped. An escaped pattern has no literal prefix, so git
+  matches it with ``wildmatch`` against whole names only: it matches the path itself
+  and never the entries below it (a literal pathspec ``d`` would list all of ``d/``).
+  This is why the leading directories of a path can be asked about at no extra cost.
+  Other paths are ``:(literal)`` (cheaper for git to match; a file has nothing below).
+- ``path_entries``: a tree's entries of some paths and of every leading directory of
+  them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
+  so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
+  ``-t`` (which shows the trees walked through), plus each leading directory that is
+  not a directory on disk (so is probably no tree: a blob or a gitlink in the way, or
+  absent, is shown or found missing). A leading directory that is neither shown nor was
+  named (a gitlink that is checked out as a directory) is asked about in a second,
+  small ``ls-tree``, so the answer is the same as naming every leading directory.
+  Answers are remembered per repository, tree id and path, bounded in number: a tree
+  id fixes the tree's entries (replace refs are off), so a remembered answer is the
+  answer git would give.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from promoter.errors import GitError
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
@@ -33,6 +63,7 @@ from promoter.git.records import (
 from promoter.git.runner import GitResult, run_git, stderr_tail
 
 __all__ = [
+    "HeadState",
     "IndexEntry",
     "RepoLayout",
     "TreeEntry",
@@ -45,15 +76,22 @@ __all__ = [
     "index_entries",
     "iter_blob",
     "list_tree_files",
+    "path_entries",
+    "prefixes_of",
     "read_blob",
+    "read_head",
     "repository_identity",
     "symbolic_head",
     "tree_entries",
 ]
 
 GITLINK_MODE = "160000"
-_ARGV_BYTES = 64 * 1024  # pathspec bytes per command, well under ARG_MAX
-_ARGV_COUNT = 1000
+_ARGV_BYTES = 256 * 1024  # pathspec bytes (and pointers) per command, well under ARG_MAX
+_ARGV_COUNT = 20_000
+_GLOB_SPECIAL = frozenset("*?[\\")
+_TREE_CACHE_LIMIT = 200_000
+_TREE_CACHE: dict[tuple[str, str, str], TreeEntry | None] = {}  # (common dir, tree, path)
+_TREE_CACHE_LOCK = threading.Lock()
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
@@ -95,6 +133,48 @@ def head_commit(layout: RepoLayout) -> str | None:
     return oid
 
 
+@dataclass(frozen=True)
+class HeadState:
+    """Symbolic HEAD (``None``: detached), HEAD's commit (``None``: unborn) and its tree."""
+
+    branch: str | None
+    commit: str | None
+    tree: str | None
+
+
+def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
+    """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
+
+    When HEAD is ``expected_branch`` and that ref points at a commit, one
+    ``git for-each-ref`` answers all three; otherwise (or when it fails) they are read
+    one by one, so the answers are always those of the three functions.
+    """
+    if expected_branch is not None and expected_branch.startswith("refs/"):
+        fast = _head_from_ref(layout, expected_branch)
+        if fast is not None:
+            return fast
+    branch = symbolic_head(layout)
+    commit = head_commit(layout)
+    tree = commit_tree(layout, commit) if commit else None
+    return HeadState(branch, commit, tree)
+
+
+def _head_from_ref(layout: RepoLayout, branch: str) -> HeadState | None:
+    fields = "%(HEAD)%00%(refname)%00%(objecttype)%00%(objectname)%00%(tree)"
+    result = _git(layout, ["for-each-ref", f"--format={fields}", "--", branch], check=False)
+    if result.returncode != 0:
+        return None
+    for line in result.stdout.split(b"\n"):
+        parts = line.split(b"\0")
+        if len(parts) != 5 or os.fsdecode(parts[1]) != branch:
+            continue
+        marker, _, kind, commit, tree = (part.decode("ascii", "replace") for part in parts)
+        if marker != "*" or kind != "commit":
+            return None
+        return HeadState(branch, require_oid(commit, "HEAD"), require_oid(tree, "tree"))
+    return None
+
+
 def _peel(layout: RepoLayout, oid: str, kind: str) -> str | None:
     result = _git(layout, ["rev-parse", "-q", "--verify", f"{oid}^{{{kind}}}"], check=False)
     if result.returncode != 0:
@@ -109,13 +189,27 @@ def commit_exists(layout: RepoLayout, oid: str) -> bool:
 
 
 def commit_tree(layout: RepoLayout, commit: str) -> str | None:
-    """The tree of commit ``commit``, or ``None`` if there is no such commit."""
-    if not commit_exists(layout, commit):
+    """The tree of commit ``commit``, or ``None`` if there is no such commit.
+
+    One ``git cat-file --batch-check`` peels ``commit`` to a commit and to a tree.
+    """
+    require_oid(commit, "commit")
+    request = f"{commit}^{{commit}}\n{commit}^{{tree}}\n".encode("ascii")
+    result = run_git(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        cwd=layout.worktree,
+        env=repo_env(layout),
+        input=request,
+    )
+    lines = result.stdout.decode("ascii", "replace").split("\n")
+    if len(lines) != 3 or lines[2]:
+        raise GitError("unexpected output from git cat-file --batch-check", commit=commit)
+    if lines[0] != f"{commit} commit":
         return None
-    tree = _peel(layout, commit, "tree")
-    if tree is None:
+    oid, _, kind = lines[1].partition(" ")
+    if kind != "tree":
         raise GitError(f"commit {commit} has no readable tree", commit=commit)
-    return require_oid(tree, "tree")
+    return require_oid(oid, "tree")
 
 
 # --- index and trees ----------------------------------------------------------------------
@@ -126,7 +220,7 @@ def _batches(paths: Sequence[str]) -> Iterator[list[str]]:
     batch: list[str] = []
     size = 0
     for path in paths:
-        cost = len(os.fsencode(path)) + 1
+        cost = len(os.fsencode(path)) + 9
         if batch and (size + cost > _ARGV_BYTES or len(batch) >= _ARGV_COUNT):
             yield batch
             batch, size = [], 0
@@ -136,19 +230,38 @@ def _batches(paths: Sequence[str]) -> Iterator[list[str]]:
         yield batch
 
 
+def exact_pathspec(path: str) -> str:
+    """A pathspec that matches exactly ``path`` and nothing below it (module docstring)."""
+    escaped = "".join("\\" + char if char in _GLOB_SPECIAL else char for char in path)
+    if not escaped.startswith("\\"):
+        escaped = "\\" + escaped
+    return ":(glob)" + escaped
+
+
 def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[IndexEntry]]:
     """Every index entry of each exact path, stages in order; ``[]`` when not in the index.
 
-    A path that is a directory in the index has no entry of its own and maps to ``[]``.
+    A path that is a directory in the index has no entry of its own and maps to ``[]``;
+    the entries below it are not listed at all, so asking costs the same for a directory
+    of ten files as for one of a hundred thousand.
     """
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
     found: dict[str, list[IndexEntry]] = {path: [] for path in wanted}
+    # A literal pathspec is cheaper for git to match than a pattern, and exact for a
+    # file; a path that may be a directory (a leading directory of another path asked
+    # about, or a directory on disk) gets the exact pattern, so nothing below is listed.
+    leading = {p for path in wanted for p in prefixes_of(path)[:-1]}
+    specs = {
+        path: exact_pathspec(path)
+        if path in leading or _is_real_dir(layout, path)
+        else ":(literal)" + path
+        for path in wanted
+    }
     for batch in _batches(wanted):
         result = _git(
             layout,
-            ["ls-files", "-s", "-z", "--debug", "--full-name", "--", *batch],
-            literal=True,
+            ["ls-files", "-s", "-z", "--debug", "--full-name", "--", *(specs[p] for p in batch)],
         )
         for path, entry in parse_ls_files_stage(result.stdout, debug=True):
             if path in found:
@@ -183,6 +296,84 @@ def tree_entries(
     return found
 
 
+def prefixes_of(path: str) -> list[str]:
+    """``a``, ``a/b``, ``a/b/c`` for ``a/b/c``: the path's leading directories and itself."""
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def path_entries(
+    layout: RepoLayout, tree: str, paths: Sequence[str]
+) -> dict[str, TreeEntry | None]:
+    """``tree_entries`` of every path and every leading directory of one, without
+    listing the contents of those directories (see the module docstring).
+
+    Answers are remembered per repository, tree id and path (a tree's id fixes its
+    entries), so a path read once, e.g. when its bundle was verified, costs no git
+    process the next time it is asked about in the same tree.
+    """
+    require_oid(tree, "tree")
+    wanted = list(dict.fromkeys(paths))
+    check_pathspec_paths(wanted)
+    everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
+    store = (layout.common_dir, tree)
+    with _TREE_CACHE_LOCK:
+        known = {p: _TREE_CACHE[(*store, p)] for p in everything if (*store, p) in _TREE_CACHE}
+    todo = [path for path in wanted if any(p not in known for p in prefixes_of(path))]
+    if not todo:
+        return {p: known[p] for p in everything}
+    fresh = _path_entries(layout, tree, todo)
+    with _TREE_CACHE_LOCK:
+        if len(_TREE_CACHE) + len(fresh) > _TREE_CACHE_LIMIT:
+            _TREE_CACHE.clear()
+        _TREE_CACHE.update({(*store, p): entry for p, entry in fresh.items()})
+    return {p: fresh[p] if p in fresh else known[p] for p in everything}
+
+
+def _path_entries(layout: RepoLayout, tree: str, wanted: list[str]) -> dict[str, TreeEntry | None]:
+    everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
+    leading = [p for p in everything if p not in set(wanted)]
+    named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]
+    shown = _ls_tree(layout, tree, named)
+    found: dict[str, TreeEntry | None] = {p: shown.get(p) for p in everything}
+    # A leading directory that was not named and is not shown as a tree walked through
+    # may still be a non-tree entry (a gitlink checked out as a directory): ask for it.
+    asked = set(named)
+    unknown: list[str] = []
+    for path in wanted:
+        for prefix in prefixes_of(path)[:-1]:
+            entry = shown.get(prefix)
+            if entry is not None and entry.type == "tree":
+                continue
+            if entry is None and prefix not in asked:
+                unknown.append(prefix)
+            break
+    if unknown:
+        more = _ls_tree(layout, tree, list(dict.fromkeys(unknown)))
+        found.update({p: more.get(p) for p in unknown})
+    return found
+
+
+def _ls_tree(layout: RepoLayout, tree: str, paths: list[str]) -> dict[str, TreeEntry]:
+    shown: dict[str, TreeEntry] = {}
+    for batch in _batches(paths):
+        # -t shows the trees it walks through, so a named directory is listed itself.
+        result = _git(
+            layout,
+            ["ls-tree", "-t", "-z", "--full-tree", tree, "--", *batch],
+            literal=True,
+        )
+        shown.update(parse_ls_tree(result.stdout))
+    return shown
+
+
+def _is_real_dir(layout: RepoLayout, path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(layout.worktree, path)).st_mode)
+    except OSError:
+        return False
+
+
 def list_tree_files(layout: RepoLayout, tree: str) -> dict[str, TreeEntry]:
     """Every non-directory entry of ``tree``, recursively: blobs and gitlinks (commits)."""
     require_oid(tree, "tree")
@@ -214,12 +405,13 @@ def iter_blob(layout: RepoLayout, oid: str, chunk_size: int = CHUNK_SIZE) -> Ite
 # --- repository shape ---------------------------------------------------------------------
 
 
-def _prefixes(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def gitlinks_and_nested(layout: RepoLayout, paths: Sequence[str]) -> dict[str, str]:
+def gitlinks_and_nested(
+    layout: RepoLayout,
+    paths: Sequence[str],
+    *,
+    index: dict[str, list[IndexEntry]] | None = None,
+    head_tree: tuple[str | None, dict[str, TreeEntry | None]] | None = None,
+) -> dict[str, str]:
     """Paths that sit on or under a gitlink or a nested repository, with the reason.
 
     For each path, the path itself and each of its leading directories is looked up as a
@@ -227,34 +419,40 @@ def gitlinks_and_nested(layout: RepoLayout, paths: Sequence[str]) -> dict[str, s
     holding a ``.git`` entry. The disk walk uses ``lstat`` and stops at the first
     component that is not a real directory; it never follows a symlink. Clean paths are
     absent from the result.
+
+    A caller that has already read them passes ``index`` (``index_entries`` of every
+    path and leading directory) and ``head_tree`` (HEAD's tree, ``None`` when unborn,
+    with ``path_entries`` of the paths in it), so nothing is read twice.
     """
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
-    prefixes = list(dict.fromkeys(p for path in wanted for p in _prefixes(path)))
+    prefixes = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
+    if index is None:
+        index = index_entries(layout, prefixes)
     in_index = {
         prefix
-        for prefix, entries in index_entries(layout, prefixes).items()
-        if any(entry.mode == GITLINK_MODE for entry in entries)
+        for prefix in prefixes
+        if any(entry.mode == GITLINK_MODE for entry in index.get(prefix, []))
     }
-    in_head: set[str] = set()
-    head = head_commit(layout)
-    if head is not None:
-        tree = commit_tree(layout, head)
-        assert tree is not None
-        in_head = {
-            prefix
-            for prefix, entry in tree_entries(layout, tree, prefixes).items()
-            if entry is not None and entry.mode == GITLINK_MODE
-        }
+    if head_tree is None:
+        head = head_commit(layout)
+        tree = None if head is None else commit_tree(layout, head)
+        head_tree = (tree, path_entries(layout, tree, wanted) if tree is not None else {})
+    entries = head_tree[1]
+    in_head = {
+        prefix
+        for prefix in prefixes
+        if (entry := entries.get(prefix)) is not None and entry.mode == GITLINK_MODE
+    }
     offending: dict[str, str] = {}
     for path in wanted:
-        reason = _first_reason(layout, _prefixes(path), in_index, in_head)
+        reason = first_gitlink_reason(layout, prefixes_of(path), in_index, in_head)
         if reason is not None:
             offending[path] = reason
     return offending
 
 
-def _first_reason(
+def first_gitlink_reason(
     layout: RepoLayout, prefixes: list[str], in_index: set[str], in_head: set[str]
 ) -> str | None:
     for prefix in prefixes:

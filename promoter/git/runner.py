@@ -11,6 +11,12 @@ partial clone cannot lazily fetch into the repository), no optional locks are ta
 read-only commands never refresh an index), fsmonitor and the untracked cache are off,
 and paths are printed unquoted.
 
+Every git process promoter starts goes through ``run_git`` or ``popen_git``, which count
+it: ``spawned()`` is the total since this process started, and ``counting()`` records the
+subcommand of each git process the calling thread starts inside the block (a test pins
+how many git processes one promotion costs with it). Counting is a few integer updates;
+it changes nothing about what runs.
+
 It deliberately knows nothing about repositories, layouts or output formats: callers
 choose ``cwd`` and pass ``GIT_DIR``-style variables through ``env``; parsing lives in
 ``records.py``.
@@ -18,20 +24,27 @@ choose ``cwd`` and pass ``GIT_DIR``-style variables through ``env``; parsing liv
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from promoter.errors import GitError
 
 __all__ = [
     "GIT_OPTIONS",
     "GitResult",
+    "counting",
     "git_argv",
     "git_environment",
+    "popen_git",
     "run_git",
+    "spawned",
     "stderr_tail",
 ]
 
@@ -73,6 +86,45 @@ _FIXED_ENV: dict[str, str] = {
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _STDERR_TAIL = 2000
+
+
+# --- counting ------------------------------------------------------------------------------
+
+_total = itertools.count(1)
+_total_lock = threading.Lock()
+_spawned = 0
+_local = threading.local()
+
+
+def _note(args: Sequence[str]) -> None:
+    """Count one git process about to start (total, and the thread's open records)."""
+    global _spawned
+    with _total_lock:
+        _spawned = next(_total)
+    for record in getattr(_local, "records", ()):
+        record.append(_subcommand(args))
+
+
+def spawned() -> int:
+    """How many git processes this process has started (or tried to start) so far."""
+    with _total_lock:
+        return _spawned
+
+
+@contextmanager
+def counting() -> Iterator[list[str]]:
+    """The subcommands of the git processes this thread starts inside the block, in order.
+
+    Blocks may nest; each sees every process started while it is open. Processes started
+    by other threads are not recorded.
+    """
+    record: list[str] = []
+    records: list[list[str]] = getattr(_local, "records", [])
+    _local.records = [*records, record]
+    try:
+        yield record
+    finally:
+        _local.records = records
 
 
 @dataclass(frozen=True)
@@ -133,6 +185,7 @@ def run_git(
     always raise ``GitError``.
     """
     argv = git_argv(args)
+    _note(args)
     try:
         completed = subprocess.run(
             argv,
@@ -165,6 +218,28 @@ def run_git(
             stderr=stderr_tail(result.stderr),
         )
     return result
+
+
+def popen_git(
+    args: Sequence[str],
+    *,
+    cwd: str | Path | None,
+    env: Mapping[str, str] | None = None,
+    stdin: int | IO[bytes] | None = subprocess.DEVNULL,
+    stdout: int | IO[bytes] | None = subprocess.PIPE,
+    stderr: int | IO[bytes] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start one long-running git command (counted); the caller talks to it and waits.
+
+    ``env`` is completed by ``git_environment``. A failure to start raises ``OSError``
+    as ``subprocess.Popen`` does; the caller words the ``GitError``.
+    """
+    argv = git_argv(args)
+    environment = git_environment(env)
+    _note(args)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=environment, stdin=stdin, stdout=stdout, stderr=stderr, close_fds=True
+    )
 
 
 def _subcommand(args: Sequence[str]) -> str:

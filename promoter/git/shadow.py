@@ -23,6 +23,13 @@ now ignored are dropped, untracked files that ``.gitignore``, the repository's
 ``write-tree``. The tree is therefore a function of the worktree's files alone, not of
 the capture history. promoter's own temp files are never captured.
 
+``capture_paths`` is the same capture limited to some paths, for a caller that knows
+nothing else can differ from the shadow index (``promoter.engine.snapshots`` says when):
+each path is brought to what is on disk (``update-index --add --remove``), dropped again
+if ignored, and the tree written. It declines (``None``) when the exclude rules changed,
+a path is a ``.gitignore``, or a path is a directory on disk, since then other paths'
+answers could differ too.
+
 Deliberately not here: the repository lock (callers hold it around ``capture`` and
 ``collect_garbage``), the database, and any write to the worktree.
 """
@@ -34,10 +41,9 @@ import errno
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -54,14 +60,15 @@ from promoter.git.records import (
     parse_ls_tree,
     require_oid,
 )
-from promoter.git.runner import GitResult, git_argv, git_environment, run_git, stderr_tail
-from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, _OPTIONS, ShadowTree
+from promoter.git.runner import GitResult, git_argv, popen_git, run_git, stderr_tail
+from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, NO_CONVERSION, ShadowTree
 
 __all__ = ["DIFF_LIMIT", "INDEX_NAME", "Capture", "ShadowRepository", "SnapshotDiff"]
 
 INDEX_NAME = "promoter-index"
 REF_PREFIX = "refs/snapshots/"
 DIFF_LIMIT = 1 << 20
+_PATHS_BYTES = 128 * 1024  # capture_paths names its paths in one argv
 # Appended to ShadowTree's configuration: the shadow has no worktree of its own.
 _EXTRA_CONFIG = "[core]\n\tbare = true\n\tlogAllRefUpdates = false\n"
 _OWN_EXCLUDES = (
@@ -153,11 +160,43 @@ class ShadowRepository:
         tree = self._work(["write-tree"]).stdout.decode("ascii", "replace").strip()
         return Capture(require_oid(tree, "written tree"), tuple(nested))
 
-    def _refresh_excludes(self) -> None:
+    def capture_paths(self, paths: Sequence[str]) -> Capture | None:
+        """Capture when only ``paths`` can differ from the shadow index; ``None``: declined.
+
+        The result equals ``capture()`` under that condition (module docstring).
+        """
+        if any(path.rsplit("/", 1)[-1] == ".gitignore" for path in paths):
+            return None
+        if sum(len(os.fsencode(path)) + 9 for path in paths) > _PATHS_BYTES:
+            return None
+        if any(_is_dir(os.path.join(self.layout.worktree, path)) for path in paths):
+            return None
+        if self._refresh_excludes():
+            return None
+        _unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))
+        if paths:
+            listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
+            updated = self._work(
+                ["update-index", "--add", "--remove", "--replace", "-z", "--stdin"],
+                input=listing,
+                check=False,
+            )
+            if updated.returncode != 0:  # a directory (or worse) at a path: capture all
+                return None
+            ignored = self._work(
+                ["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *paths]
+            ).stdout
+            if ignored:
+                self._work(["update-index", "--force-remove", "-z", "--stdin"], input=ignored)
+        tree = self._work(["write-tree"]).stdout.decode("ascii", "replace").strip()
+        return Capture(require_oid(tree, "written tree"), ())
+
+    def _refresh_excludes(self) -> bool:
+        """Bring the shadow's exclude file up to date; whether it changed."""
         user = ShadowTree(self.layout)._user_excludes()  # the same copy ShadowTree makes
         data = user + (b"" if not user or user.endswith(b"\n") else b"\n")
         try:
-            _put(os.path.join(self.path, "info", "exclude"), data + _OWN_EXCLUDES.encode())
+            return _put(os.path.join(self.path, "info", "exclude"), data + _OWN_EXCLUDES.encode())
         except OSError as exc:
             raise StorageError(f"cannot write the shadow's exclude file: {exc}") from exc
 
@@ -230,7 +269,7 @@ class ShadowRepository:
 
     def _git(self, args: list[str], *, input: bytes | None = None, check: bool = True) -> GitResult:
         return run_git(
-            [*_OPTIONS, *args],
+            [*NO_CONVERSION, *args],
             cwd=self.path,
             env=self._env,
             input=input,
@@ -238,26 +277,25 @@ class ShadowRepository:
             check=check,
         )
 
-    def _work(self, args: list[str], *, input: bytes | None = None) -> GitResult:
+    def _work(
+        self, args: list[str], *, input: bytes | None = None, check: bool = True
+    ) -> GitResult:
         env = {**self._work_env, "GIT_LITERAL_PATHSPECS": "1"}
         return run_git(
-            [*_OPTIONS, *args], cwd=self.layout.worktree, env=env, input=input, timeout=self.timeout
+            [*NO_CONVERSION, *args],
+            cwd=self.layout.worktree,
+            env=env,
+            input=input,
+            timeout=self.timeout,
+            check=check,
         )
 
     def _bounded(self, args: list[str], limit: int) -> tuple[bytes, bool]:
         """stdout of a read-only command, at most ``limit + 1`` bytes kept (then killed)."""
-        argv = git_argv([*_OPTIONS, *args])
+        argv = git_argv([*NO_CONVERSION, *args])
         with tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=self.path,
-                    env=git_environment(self._env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    close_fds=True,
-                )
+                proc = popen_git([*NO_CONVERSION, *args], cwd=self.path, env=self._env, stderr=err)
             except OSError as exc:
                 raise GitError(f"git could not be started: {exc.strerror or exc}") from exc
             timer = threading.Timer(self.timeout, proc.kill)
@@ -324,12 +362,15 @@ def _create(path: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _put(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` (temp, fsync, rename) unless it already holds it."""
+def _put(path: str, data: bytes) -> bool:
+    """Replace ``path`` with ``data`` (temp, fsync, rename) unless it already holds it.
+
+    Whether it was replaced.
+    """
     try:
         with open(path, "rb") as handle:
             if handle.read() == data:
-                return
+                return False
     except FileNotFoundError:
         pass
     temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
@@ -343,6 +384,14 @@ def _put(path: str, data: bytes) -> None:
     except BaseException:
         _unlink_missing_ok(temp)
         raise
+    return True
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_missing_ok(path: str) -> None:

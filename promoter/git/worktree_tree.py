@@ -51,7 +51,7 @@ from promoter.git.runner import GitResult, run_git
 
 __all__ = ["EMPTY_TREE", "DiffEntry", "ShadowTree", "worktree_tree"]
 
-_UNSUPPORTED_MODES = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
+UNSUPPORTED_MODES = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
 
 _CONFIG = """\
 [core]
@@ -73,7 +73,7 @@ _CONFIG = """\
 
 _ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 
-_OPTIONS = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
+NO_CONVERSION = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
 
 
 class ShadowTree:
@@ -221,7 +221,7 @@ class ShadowTree:
         if literal:
             env["GIT_LITERAL_PATHSPECS"] = "1"
         return run_git(
-            [*_OPTIONS, *args],
+            [*NO_CONVERSION, *args],
             cwd=self.layout.worktree,
             env=env,
             input=input,
@@ -267,8 +267,8 @@ class ShadowTree:
         found: dict[str, str] = {}
         for entry in changes:
             for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
-                if mode in _UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
-                    found.setdefault(entry.path, f"the {side} state is {_UNSUPPORTED_MODES[mode]}")
+                if mode in UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
+                    found.setdefault(entry.path, f"the {side} state is {UNSUPPORTED_MODES[mode]}")
         for path in self.nested_repositories:
             found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
         others = [entry.path for entry in changes if entry.path not in found]

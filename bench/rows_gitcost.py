@@ -1,0 +1,343 @@
+"""Speed-table rows: what a 1-file promotion costs in a 100k-file repository.
+
+Each row is the time of one promotion (``request_promotion`` until the operation has
+ended, in-process, as ``bench_promote.promote_once`` times it) in a repository of
+100 000 tracked files over the same promotion in a repository of 10 files of the same
+shape, measured side by side, the two in an order that rotates with the round:
+
+- ``promote_1_in_100k``: the files spread over 1 000 directories, 100 each, two levels
+  deep (``src/gNNN/mN/fNNNNNN.txt``); one file in the middle modified.
+- ``promote_1_in_100k_snapshots``: the same with ``snapshots = true``, so the promotion
+  also records its pre and post snapshots (each shadow is captured once, untimed,
+  before the first round: its first capture adds every file).
+- ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
+
+The repositories are built once per run with ``git fast-import`` in a temp directory and
+checked out; every round promotes the target from its base content to a new one (a new
+grant, lease and verified bundle each round, prepared untimed) and then writes the base
+content back (untimed), so the worktrees are never copied and the rows share them.
+What this does not do: gate anything, or measure anything but the promotion itself
+(upload, verification and set-up are outside the timing).
+
+Run alone: ``python -m bench.rows_gitcost [--rounds N] [--files N]``; the speed table
+runs these rows with ``--full``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench import bench_promote as bp
+from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_bundle
+from promoter.engine import grants, operations, snapshots
+from promoter.engine.bundles import submit_bundle
+from promoter.engine.services import Services, build_services
+
+__all__ = ["GOALS", "LABELS", "ROWS", "rows"]
+
+BIG = 100_000
+SMALL = 10
+GOALS: dict[str, tuple[float, str]] = {
+    "promote_1_in_100k": (1.2, "x"),
+    "promote_1_in_100k_snapshots": (1.5, "x"),
+    "promote_1_in_100k_flat": (1.2, "x"),
+}
+LABELS = {
+    "promote_1_in_100k": "1-file promotion, 100k files vs 10",
+    "promote_1_in_100k_snapshots": "the same with snapshots on",
+    "promote_1_in_100k_flat": "the same, 100k files in one directory",
+}
+ROWS = tuple(GOALS)
+
+
+class Recorder(Protocol):
+    def add(self, row: str, value: float) -> None: ...
+
+    def note(self, key: str, value: float) -> None: ...
+
+
+# --- the repositories --------------------------------------------------------------------------
+
+
+def path_of(i: int, flat: bool) -> str:
+    return f"flat/f{i:06d}.txt" if flat else f"src/g{i // 100:03d}/m{i // 10 % 10}/f{i:06d}.txt"
+
+
+def content(i: int, version: int = 0) -> bytes:
+    return f"file {i} version {version}\n".encode() * 4
+
+
+def build_repo(path: Path, files: int, *, flat: bool) -> None:
+    """``files`` tracked files committed with ``git fast-import``, then checked out."""
+    path.mkdir(parents=True)
+    bp.git(path, "init", "-q", "-b", "main")
+    with tempfile.TemporaryFile() as stream:
+        for i in range(files):
+            data = content(i)
+            stream.write(b"blob\nmark :%d\ndata %d\n%s\n" % (i + 1, len(data), data))
+        message = b"base\n"
+        stream.write(b"commit refs/heads/main\n")
+        stream.write(b"committer Bench <bench@example.invalid> 1767225600 +0000\n")
+        stream.write(b"data %d\n%s" % (len(message), message))
+        for i in range(files):
+            stream.write(b"M 100644 :%d %s\n" % (i + 1, path_of(i, flat).encode()))
+        stream.write(b"\n")
+        stream.seek(0)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path), **bp._GIT_ENV}
+        subprocess.run(
+            ["git", "fast-import", "--quiet"],
+            cwd=path,
+            env=env,
+            stdin=stream,
+            check=True,
+            timeout=1800,
+        )
+    bp.git(path, "reset", "-q", "--hard", "main")
+
+
+# --- one side of a row: a repository, its daemon services, its target ---------------------------
+
+
+@dataclass
+class Side:
+    name: str
+    repo: Path
+    services: Services
+    index: int
+    base_commit: str
+    base_tree: str
+    version: int = 0
+
+    @property
+    def target(self) -> str:
+        return path_of(self.index, self.repo.name.startswith("flat"))
+
+    def prepare(self, round_no: int) -> bp.Prepared:
+        """A grant, a lease and a verified bundle from the target's content to the next."""
+        services = self.services
+        identity = services.registry.by_name(bp.REPO_NAME).identity
+        old, new = content(self.index), content(self.index, self.version + 1)
+        now = utcnow()
+        workflow = f"wf_gitcost_{round_no}"
+        grant, _ = grants.register_grant(
+            services,
+            {
+                "schema": "GrantV1",
+                "grant_id": f"grt_gitcost_{round_no}",
+                "repository_identity": identity,
+                "branch": "refs/heads/main",
+                "base_commit": self.base_commit,
+                "base_tree": self.base_tree,
+                "executor_run_id": bp.RUN_ID,
+                "workflow_id": workflow,
+                "stage": bp.STAGE,
+                "attempt": 1,
+                "generation": 1,
+                "resume_epoch": 0,
+                "fence": bp.FENCE,
+                "not_before": rfc3339(now - timedelta(minutes=5)),
+                "expires_at": rfc3339(now + timedelta(hours=2)),
+                "write_allowlist": [{"pattern": "**", "operations": ["modify"]}],
+                "target_preconditions": [],
+                "limits": {"max_changes": 10, "max_total_bytes": 1 << 30},
+            },
+        )
+        lease = {
+            "run_id": bp.RUN_ID,
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": bp.FENCE,
+            "expires_at": rfc3339(now + timedelta(hours=2)),
+        }
+        grants.set_lease(services, workflow, bp.STAGE, lease)
+        for data in (old, new):
+            if not services.blobs.has(sha256_hex(data)):
+                services.blobs.put(sha256_hex(data), data)
+        assert grant.grant_sha256 is not None
+        document = seal_bundle(
+            {
+                "schema": "PatchBundleV1",
+                "bundle_id": "",
+                "bundle_sha256": "",
+                "grant_id": grant.grant_id,
+                "grant_sha256": grant.grant_sha256,
+                "executor_run_id": bp.RUN_ID,
+                "repository_identity": identity,
+                "base_commit": self.base_commit,
+                "base_tree": self.base_tree,
+                "changes": [
+                    {
+                        "path": self.target,
+                        "operation": "modify",
+                        "old": bp._state(old),
+                        "new": bp._state(new),
+                    }
+                ],
+                "change_count": 1,
+                "total_bytes": len(new),
+                "created_at": rfc3339(now),
+            }
+        )
+        submitted = submit_bundle(services, document, run_id=None)
+        return bp.Prepared(
+            services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, 0.0
+        )
+
+    def promoted(self, operation_id: str) -> None:
+        view = operations.operation_view(self.services, operation_id)
+        if view["status"] != "completed":
+            raise AssertionError(
+                f"{self.name}: {operation_id} ended {view['status']} ({view['code']})"
+            )
+        self.version += 1
+        target = self.repo / self.target
+        if target.read_bytes() != content(self.index, self.version):
+            raise AssertionError(f"{self.name}: the target does not hold the new content")
+        target.write_bytes(content(self.index))  # back to the base (old = the base tree's)
+
+
+def _side(
+    stack: ExitStack, name: str, repo: Path, state: Path, files: int, *, snapshots_on: bool
+) -> Side:
+    settings = load_settings(
+        state_dir=state,
+        repositories={bp.REPO_NAME: RepositoryConfig(path=repo, snapshots=snapshots_on)},
+    )
+    services = build_services(settings)
+    stack.callback(services.close)
+    stack.callback(lambda: operations.runner(services).shutdown())
+    if snapshots_on:
+        snapshots.capture(services, bp.REPO_NAME, "warm-up")  # the shadow's first full add
+    commit = bp.git(repo, "rev-parse", "HEAD").decode().strip()
+    tree = bp.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
+    return Side(name, repo, services, files // 2 + 1, commit, tree)
+
+
+def _timed_pair(round_no: int, big: Side, small: Side) -> tuple[float, float]:
+    prepared = {side.name: side.prepare(round_no) for side in (big, small)}
+    order = [big, small] if round_no % 2 == 0 else [small, big]
+    seconds: dict[str, float] = {}
+    for side in order:
+        os.sync()
+        started = time.perf_counter()
+        operation_id = bp.promote_once(prepared[side.name])
+        seconds[side.name] = time.perf_counter() - started
+        side.promoted(operation_id)
+    return seconds[big.name], seconds[small.name]
+
+
+def rows(
+    table: Recorder, work: Path, stack: ExitStack, *, files: int = BIG
+) -> list[Callable[[int], None]]:
+    """Build the repositories under ``work`` once; one callable per row, per round.
+
+    ``stack`` closes the services when the caller is done with every round.
+    """
+    built: dict[tuple[bool, int], Path] = {}
+    for flat in (False, True):
+        for count in (files, SMALL):
+            path = work / f"{'flat' if flat else 'tree'}-{count}" / ("flat" if flat else "tree")
+            build_repo(path, count, flat=flat)
+            built[(flat, count)] = path
+
+    def pair(row: str, flat: bool, snapshots_on: bool) -> Callable[[int], None]:
+        sides = []
+        for count in (files, SMALL):  # rows share a worktree: each promotion restores it
+            name = f"{row}.{count}"
+            state = work / "states" / name
+            repo = built[(flat, count)]
+            sides.append(_side(stack, name, repo, state, count, snapshots_on=snapshots_on))
+        big, small = sides
+
+        def measure(round_no: int) -> None:
+            big_s, small_s = _timed_pair(round_no, big, small)
+            table.add(row, big_s / small_s)
+            table.note(f"{row}.seconds", big_s)
+            table.note(f"{row}.small_seconds", small_s)
+
+        return measure
+
+    return [
+        pair("promote_1_in_100k", False, False),
+        pair("promote_1_in_100k_snapshots", False, True),
+        pair("promote_1_in_100k_flat", True, False),
+    ]
+
+
+# --- running alone -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Table:
+    samples: dict[str, list[float]]
+    extra: dict[str, list[float]]
+
+    def add(self, row: str, value: float) -> None:
+        self.samples.setdefault(row, []).append(value)
+
+    def note(self, key: str, value: float) -> None:
+        self.extra.setdefault(key, []).append(value)
+
+
+def run(rounds: int = 3, files: int = BIG) -> dict[str, Any]:
+    """These rows alone: ``rounds`` interleaved rounds, medians and samples."""
+    table = _Table({}, {})
+    work = Path(
+        tempfile.mkdtemp(prefix="promoter-bench-gitcost-", dir=os.environ.get("PROMOTER_BENCH_DIR"))
+    )
+    try:
+        with ExitStack() as stack:
+            steps = rows(table, work, stack, files=files)
+            for round_no in range(rounds):
+                for step in steps[round_no % len(steps) :] + steps[: round_no % len(steps)]:
+                    step(round_no)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "rounds": rounds,
+        "files": files,
+        "rows": {
+            row: {"median": statistics.median(values), "samples": values}
+            for row, values in table.samples.items()
+        },
+        "details": {key: statistics.median(values) for key, values in table.extra.items()},
+    }
+
+
+def _lines(result: dict[str, Any]) -> Iterator[str]:
+    yield f"1-file promotion, {result['files']} files vs {SMALL}: median of {result['rounds']}"
+    for row, figure in result["rows"].items():
+        samples = ", ".join(f"{s:.3g}" for s in figure["samples"])
+        goal = GOALS[row][0]
+        verdict = "met" if figure["median"] <= goal else "MISSED"
+        yield f"  {LABELS[row]:<42} {figure['median']:7.3g}x (goal {goal}x, {verdict}) {samples}"
+    for key, value in sorted(result["details"].items()):
+        yield f"    {key}: {value:.4g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--files", type=int, default=BIG)
+    args = parser.parse_args(argv)
+    print("\n".join(_lines(run(max(1, args.rounds), args.files))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

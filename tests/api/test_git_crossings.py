@@ -1,0 +1,110 @@
+"""How many git processes one promotion attempt starts.
+
+Counts, with the runner's own counter (``promoter.git.runner.counting``), every git
+process the attempt's thread starts from the moment the attempt begins until it has
+ended, through the real server. The read-back under the lock needs three facts, whatever
+the bundle's size and the repository's: HEAD with its commit and tree (one process), the
+tree entries of the targets and their leading directories (already known from the
+bundle's verification: no process; one ``ls-tree`` otherwise), and their index entries
+(one process). The count is pinned here so
+that a change that adds a git process says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promoter.config import RepositoryConfig
+from promoter.engine import operations, promote, snapshots
+from promoter.git import runner
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.promotion import promote as request_promotion
+from tests.support.promotion import submit
+
+V1, V2 = b"print('v1')\n", b"print('v2')\n"
+# the tree entries were read (and remembered) when the bundle was verified
+READ_BACK = ["for-each-ref", "ls-files"]
+
+
+@contextmanager
+def counting_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
+    """The git subcommands of each promotion attempt started inside the block."""
+    attempts: list[list[str]] = []
+    real_run = promote.run
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        with runner.counting() as record:
+            attempts.append(record)
+            real_run(*args, **kwargs)
+
+    monkeypatch.setattr(promote, "run", run)
+    yield attempts
+
+
+def test_a_promotion_attempt_starts_two_git_processes(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(
+        daemon,
+        repo,
+        identity,
+        [("src/app.py", V1, V2), ("src/new/deeper/made.txt", None, b"new\n")],
+    )
+    before = runner.spawned()
+    with counting_attempts(monkeypatch) as attempts:
+        view = request_promotion(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    assert attempts == [READ_BACK]
+    assert runner.spawned() - before >= len(READ_BACK)
+
+
+def test_the_count_does_not_grow_with_the_bundle(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changes: list[Any] = [("src/app.py", V1, V2)]
+    changes += [(f"gen/d{i % 7}/f{i:03d}.txt", None, b"%d\n" % i) for i in range(120)]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    with counting_attempts(monkeypatch) as attempts:
+        view = request_promotion(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    assert attempts == [READ_BACK]
+
+
+def test_a_drifted_promotion_is_refused_after_the_same_two(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
+    (repo / "src" / "app.py").write_bytes(b"someone else's\n")
+    with counting_attempts(monkeypatch) as attempts:
+        view = request_promotion(daemon, bundle, receipt).json()
+    assert view["status"] == "refused", view
+    assert attempts == [READ_BACK]
+
+
+def test_with_snapshots_the_post_snapshot_updates_only_the_targets(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = RepositoryConfig(path=repo, snapshots=True)
+    with running_daemon(tmp_path / "snap-state", {"work": config}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
+        with counting_attempts(monkeypatch) as attempts:
+            view = request_promotion(daemon, bundle, receipt).json()
+        assert view["status"] == "completed", view
+        done = operations.operation_view(daemon.services, view["operation_id"])
+        # the limited post capture is the tree a full capture of the worktree gives now
+        full = snapshots.capture(daemon.services, "work", "check")["tree"]
+        assert done["post_snapshot"] == full != done["pre_snapshot"]
+    (attempt,) = attempts
+    assert attempt[: len(READ_BACK)] == READ_BACK
+    captures = attempt[len(READ_BACK) :]
+    # The pre snapshot is a full capture (the shadow's index starts empty, so every file
+    # is added); the post snapshot brings only the target up to date and writes the tree.
+    pre = ["add", "ls-files", "ls-files", "update-index", "write-tree", "update-ref"]
+    post = ["update-index", "ls-files", "write-tree", "update-ref"]
+    assert captures == pre + post, " ".join(captures)

@@ -1,0 +1,237 @@
+"""Read-back that scales with the paths asked about, not with the repository.
+
+Each test compares the batched look-ups of ``promoter.git.readback`` with the answers
+the one-fact-per-command functions give on the same real repository, and pins how many
+git processes the batched ones start (``promoter.git.runner.counting``). That a
+directory's contents are never listed is checked on git's own output for the exact
+pathspecs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from promoter.git import runner
+from promoter.git.layout import repo_env
+from promoter.git.readback import (
+    HeadState,
+    commit_tree,
+    discover,
+    exact_pathspec,
+    gitlinks_and_nested,
+    head_commit,
+    index_entries,
+    path_entries,
+    prefixes_of,
+    read_head,
+    symbolic_head,
+    tree_entries,
+)
+from promoter.git.records import parse_ls_files_stage
+from tests.gitutil import commit_all, git, make_repo
+
+ODD = ["a*", "ab", ":x", "[x]", "x", "back\\slash", "q?", "sp ace", "new\nline", "-n", "café"]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = make_repo(tmp_path)
+    for rel in ["src/app.py", "flat/keep.txt", "run.sh", *(f"odd/{n}" for n in ODD), *ODD]:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(rel.encode() + b"\n")
+    for i in range(300):
+        (repo / "flat" / f"f{i:04d}.txt").write_bytes(b"%d\n" % i)
+    commit_all(repo, "base")
+    return repo
+
+
+def _ls_files(repo: Path, paths: list[str]) -> list[str]:
+    layout = discover(repo)
+    out = runner.run_git(
+        ["ls-files", "-s", "-z", "--", *(exact_pathspec(p) for p in paths)],
+        cwd=layout.worktree,
+        env=repo_env(layout),
+    ).stdout
+    return [path for path, _ in parse_ls_files_stage(out, debug=False)]
+
+
+def test_an_exact_pathspec_matches_the_path_and_nothing_below_it(repo: Path) -> None:
+    assert _ls_files(repo, ["flat"]) == []
+    assert _ls_files(repo, ["flat", "flat/f0007.txt"]) == ["flat/f0007.txt"]
+    assert _ls_files(repo, ["odd"]) == []
+    assert sorted(_ls_files(repo, ODD)) == sorted(ODD)
+    for name in ODD:
+        assert _ls_files(repo, [name]) == [name]
+        assert _ls_files(repo, [f"odd/{name}"]) == [f"odd/{name}"]
+    assert _ls_files(repo, ["*", "?", "a?", "[a]b", "odd/*"]) == []
+
+
+def test_index_entries_of_leading_directories_list_nothing_below(repo: Path) -> None:
+    layout = discover(repo)
+    with runner.counting() as started:
+        entries = index_entries(layout, ["flat", "flat/f0001.txt", "src", "src/app.py"])
+    assert started == ["ls-files"]
+    assert entries["flat"] == [] and entries["src"] == []
+    assert len(entries["flat/f0001.txt"]) == 1 and len(entries["src/app.py"]) == 1
+
+
+def _mixed(repo: Path) -> tuple[str, list[str]]:
+    """A tree with a gitlink checked out as a directory, one not on disk, a blob in the
+    way, a directory gone from disk; and paths through each of them."""
+    (repo / "gone").mkdir()
+    (repo / "gone" / "f.txt").write_bytes(b"gone\n")
+    commit = commit_all(repo, "gone")
+    for sub in ("mod", "vendor/lib"):
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{commit},{sub}")
+    git(repo, "commit", "-q", "-m", "gitlinks")
+    (repo / "mod").mkdir()
+    (repo / "mod" / "file.c").write_bytes(b"x\n")
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    for path in (repo / "gone").iterdir():
+        path.unlink()
+    (repo / "gone").rmdir()
+    paths = [
+        "src/app.py",
+        "src/new/deeper/made.txt",
+        "flat/f0003.txt",
+        "flat/new/x.txt",
+        "mod/file.c",
+        "vendor/lib/a/b.c",
+        "run.sh/below",
+        "gone/f.txt",
+        "brand/new/file",
+        "odd/[x]",
+        "odd/a*",
+    ]
+    return tree, paths
+
+
+def test_path_entries_equal_tree_entries_of_every_leading_directory(repo: Path) -> None:
+    tree, paths = _mixed(repo)
+    layout = discover(repo)
+    everything = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    with runner.counting() as started:
+        found = path_entries(layout, tree, paths)
+    assert found == tree_entries(layout, tree, everything)
+    assert set(found) == set(everything)
+    # the checked-out gitlink "mod" is the one leading directory asked about again
+    assert started == ["ls-tree", "ls-tree"]
+    assert found["mod"] is not None and found["mod"].type == "commit"
+
+
+def test_path_entries_in_one_process_when_nothing_is_in_the_way(repo: Path) -> None:
+    layout = discover(repo)
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    with runner.counting() as started:
+        found = path_entries(layout, tree, ["flat/f0009.txt", "src/new/made.txt", "x"])
+    assert started == ["ls-tree"]
+    assert found["flat"] is not None and found["flat"].type == "tree"
+    assert found["src/new"] is None and found["src/new/made.txt"] is None
+
+
+def test_gitlinks_and_nested_with_read_answers_equal_its_own(repo: Path) -> None:
+    tree, paths = _mixed(repo)
+    layout = discover(repo)
+    prefixes = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    own = gitlinks_and_nested(layout, paths)
+    given = gitlinks_and_nested(
+        layout,
+        paths,
+        index=index_entries(layout, prefixes),
+        head_tree=(tree, path_entries(layout, tree, paths)),
+    )
+    assert own == given
+    assert set(own) == {"mod/file.c", "vendor/lib/a/b.c"}
+
+
+def _triple(repo: Path) -> HeadState:
+    layout = discover(repo)
+    commit = head_commit(layout)
+    return HeadState(symbolic_head(layout), commit, commit_tree(layout, commit) if commit else None)
+
+
+def test_read_head_on_the_expected_branch_is_one_process(repo: Path) -> None:
+    layout = discover(repo)
+    with runner.counting() as started:
+        head = read_head(layout, "refs/heads/main")
+    assert started == ["for-each-ref"]
+    assert head == _triple(repo)
+    git(repo, "pack-refs", "--all")
+    with runner.counting() as started:
+        packed = read_head(layout, "refs/heads/main")
+    assert started == ["for-each-ref"]
+    assert packed == _triple(repo)
+
+
+@pytest.mark.parametrize("case", ["detached", "other branch", "symref chain", "tag ref"])
+def test_read_head_elsewhere_answers_as_the_single_reads(repo: Path, case: str) -> None:
+    if case == "detached":
+        git(repo, "checkout", "-q", "--detach")
+    elif case == "other branch":
+        git(repo, "checkout", "-q", "-b", "topic")
+    elif case == "symref chain":
+        git(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+        git(repo, "symbolic-ref", "HEAD", "refs/heads/alias")
+    else:
+        git(repo, "tag", "-a", "-m", "t", "v1")
+        git(repo, "symbolic-ref", "HEAD", "refs/tags/v1")  # HEAD at an annotated tag
+    layout = discover(repo)
+    names = ("refs/heads/main", "refs/heads/alias", "refs/heads/topic", "refs/tags/v1", None)
+    for expected in names:
+        try:
+            triple = _triple(repo)
+        except Exception as exc:  # a HEAD that is no commit: both refuse alike
+            with pytest.raises(type(exc)):
+                read_head(layout, expected)
+        else:
+            assert read_head(layout, expected) == triple
+
+
+def test_read_head_on_an_unborn_branch(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, "empty")
+    assert read_head(discover(repo), "refs/heads/main") == HeadState("refs/heads/main", None, None)
+
+
+def test_read_head_of_a_linked_worktree(repo: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    (linked / "side.txt").write_bytes(b"side\n")
+    commit_all(linked, "side")
+    layout = discover(linked)
+    head = read_head(layout, "refs/heads/side")
+    assert head == _triple(linked)
+    assert head.commit == git(linked, "rev-parse", "HEAD") != git(repo, "rev-parse", "HEAD")
+
+
+def test_commit_tree_is_one_process(repo: Path) -> None:
+    layout = discover(repo)
+    commit = git(repo, "rev-parse", "HEAD")
+    with runner.counting() as started:
+        assert commit_tree(layout, commit) == git(repo, "rev-parse", "HEAD^{tree}")
+    assert started == ["cat-file"]
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    assert commit_tree(layout, tree) is None
+    assert commit_tree(layout, "0" * 40) is None
+    assert os.path.isdir(repo / ".git")
+
+
+def test_path_entries_are_remembered_per_tree(repo: Path) -> None:
+    layout = discover(repo)
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    first = path_entries(layout, tree, ["src/app.py", "gen/new.txt"])
+    with runner.counting() as started:
+        again = path_entries(layout, tree, ["gen/new.txt", "src/app.py"])
+        part = path_entries(layout, tree, ["src/app.py", "run.sh"])
+    assert again == first
+    assert started == ["ls-tree"]  # only run.sh was new
+    assert part == tree_entries(layout, tree, ["src", "src/app.py", "run.sh"])
+    (repo / "src" / "app.py").write_bytes(b"changed\n")
+    commit_all(repo, "next")
+    newer = git(repo, "rev-parse", "HEAD^{tree}")
+    with runner.counting() as started:
+        fresh = path_entries(layout, newer, ["src/app.py"])
+    assert started == ["ls-tree"]  # another tree is asked afresh
+    assert fresh["src/app.py"] != first["src/app.py"]
