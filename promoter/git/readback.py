@@ -90,7 +90,8 @@ _ARGV_BYTES = 256 * 1024  # pathspec bytes (and pointers) per command, well unde
 _ARGV_COUNT = 20_000
 _GLOB_SPECIAL = frozenset("*?[\\")
 _TREE_CACHE_LIMIT = 200_000
-_TREE_CACHE: dict[tuple[str, str, str], TreeEntry | None] = {}  # (common dir, tree, path)
+# (common dir, tree) -> path -> entry; at most _TREE_CACHE_LIMIT entries in all
+_TREE_CACHE: dict[tuple[str, str], dict[str, TreeEntry | None]] = {}
 _TREE_CACHE_LOCK = threading.Lock()
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
@@ -316,23 +317,26 @@ def path_entries(
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
     everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
-    store = (layout.common_dir, tree)
+    store = (os.fspath(layout.common_dir), tree)
     with _TREE_CACHE_LOCK:
-        known = {p: _TREE_CACHE[(*store, p)] for p in everything if (*store, p) in _TREE_CACHE}
+        cached = _TREE_CACHE.get(store, {})
+        known = {p: cached[p] for p in everything if p in cached}
     todo = [path for path in wanted if any(p not in known for p in prefixes_of(path))]
     if not todo:
         return {p: known[p] for p in everything}
     fresh = _path_entries(layout, tree, todo)
     with _TREE_CACHE_LOCK:
-        if len(_TREE_CACHE) + len(fresh) > _TREE_CACHE_LIMIT:
+        held = sum(len(entries) for entries in _TREE_CACHE.values())
+        if held + len(fresh) > _TREE_CACHE_LIMIT:
             _TREE_CACHE.clear()
-        _TREE_CACHE.update({(*store, p): entry for p, entry in fresh.items()})
+        _TREE_CACHE.setdefault(store, {}).update(fresh)
     return {p: fresh[p] if p in fresh else known[p] for p in everything}
 
 
 def _path_entries(layout: RepoLayout, tree: str, wanted: list[str]) -> dict[str, TreeEntry | None]:
     everything = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
-    leading = [p for p in everything if p not in set(wanted)]
+    named_paths = set(wanted)
+    leading = [p for p in everything if p not in named_paths]
     named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]
     shown = _ls_tree(layout, tree, named)
     found: dict[str, TreeEntry | None] = {p: shown.get(p) for p in everything}
