@@ -13,14 +13,14 @@ is read, is refused with ``Unstable``; other ``OSError`` reach the caller.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
+
+from promoter.fs.own_temp import OwnTemp
 
 __all__ = ["LooseObjects", "Unstable"]
 
@@ -89,33 +89,31 @@ class LooseObjects:
             self.digests[oid] = (sha256.hexdigest(), size)
         return oid
 
-    def _write_temp(self, parts: Iterable[bytes | memoryview]) -> str:
+    def _write_temp(self, parts: Iterable[bytes | memoryview]) -> OwnTemp:
         """``parts`` as a zlib stream stored without compression, in a private temp file."""
         deflate = zlib.compressobj(0)
-        fd, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=self.objects)
+        temp = OwnTemp.create(self.objects, "tmp_obj_")
         try:
-            with os.fdopen(fd, "wb") as out:
+            with os.fdopen(temp.fd, "wb") as out:
                 for part in parts:
                     out.write(deflate.compress(part))
                 out.write(deflate.flush())
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            temp.discard()
             raise
         return temp
 
-    def _place_or_drop(self, temp: str, oid: str, *, keep: bool) -> None:
+    def _place_or_drop(self, temp: OwnTemp, oid: str, *, keep: bool) -> None:
         try:
             if keep:
                 folder = os.path.join(self.objects, oid[:2])
                 os.makedirs(folder, mode=0o700, exist_ok=True)
-                os.rename(temp, os.path.join(folder, oid[2:]))
+                temp.place(os.path.join(folder, oid[2:]))
                 return
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            temp.discard()
             raise
-        os.unlink(temp)  # our own temp file in the private directory
+        temp.discard()  # our own temp file in the private directory
 
 
 def _chunks(handle: io.RawIOBase) -> Iterator[memoryview]:
