@@ -29,6 +29,8 @@ class RepositoryConfig(BaseModel):
     # after a write failed once writing began: hold (needs_reconciliation) or roll back by CAS
     on_write_failure: Literal["hold", "rollback"] = "hold"
     snapshots: bool = False
+    # a promotion's snapshots from the last one plus the paths an inotify watch saw change
+    snapshot_watch: bool = True
     # "required": every promotion waits in awaiting_approval for the operator's decision
     approval: Literal["none", "required"] = "none"
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from promoter.config import Settings
 from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
+from promoter.engine.snapshot_watch import SnapshotWatch
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -71,6 +72,8 @@ class Services:
     webhooks: Dispatcher | None = None  # the webhook dispatcher, when subscribers are configured
     # set on SIGTERM: running attempts stop after the current step and are left for recovery
     stopping: threading.Event = field(default_factory=threading.Event)
+    # worktree watches for promotions' snapshots, by shadow repository path
+    snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def once(self, name: str, make: Callable[[], T]) -> T:
@@ -93,6 +96,8 @@ class Services:
         return self.owner.stamp(self.settings.owner_lease_seconds)
 
     def close(self) -> None:
+        for watch in list(self.snapshot_watches.values()):
+            watch.close()
         self.db.dispose()
 
 

@@ -42,6 +42,7 @@ from promoter.engine.bundles import load_bundle
 from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
+from promoter.engine.snapshot_watch import SnapshotWatch
 from promoter.errors import NotFound, OperationUnknown, PromoterError, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
@@ -171,11 +172,20 @@ def _capture_locked(
     shadow = shadow_for(services, repo)
     with _fresh_lock:
         fresh = _fresh.pop(repo.identity, None)
+    watch = _watch_for(services, repo, shadow) if operation is not None else None
     captured: Capture | None = None
-    if operation is not None and operation[1] == "post" and fresh is not None:
+    full = False
+    if watch is not None:
+        captured = watch.capture(shadow)
+    if captured is None and operation is not None and operation[1] == "post" and fresh is not None:
         captured = _post_from_pre(services, shadow, operation[0], fresh)
     if captured is None:
+        if watch is not None:
+            watch.before_full()
         captured = shadow.capture()
+        full = True
+        if watch is not None:
+            watch.after_full(shadow, captured.tree)
     shadow.keep(captured.tree)
     if captured.nested_repositories:
         nested = list(captured.nested_repositories)
@@ -187,11 +197,24 @@ def _capture_locked(
             if op is None:
                 raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
             journal.set_snapshot(session, operation_id, which, captured.tree)
-            if which == "pre":
+            if which == "pre" and full:  # the shadow index holds exactly this tree
                 mark = _Fresh(operation_id, op.attempt, captured.tree, threading.get_ident())
                 with _fresh_lock:
                     _fresh[repo.identity] = mark
         return snapshot_log.add(session, repo.identity, captured.tree, label)
+
+
+def _watch_for(
+    services: Services, repo: Repository, shadow: ShadowRepository
+) -> SnapshotWatch | None:
+    """The watch of the repository's worktree (made on first use), if it is to be watched."""
+    if not repo.config.snapshot_watch or not SnapshotWatch.possible():
+        return None
+    with _fresh_lock:
+        watch = services.snapshot_watches.get(shadow.path)
+        if watch is None:
+            watch = services.snapshot_watches[shadow.path] = SnapshotWatch(repo.worktree)
+    return watch
 
 
 def _post_from_pre(
@@ -261,6 +284,9 @@ def gc_snapshots(services: Services, repository: Repository | str, keep: int) ->
         with services.db.session() as session:
             removed, wanted = snapshot_log.prune(session, repo.identity, keep)
         shadow = shadow_for(services, repo)
+        watch = services.snapshot_watches.get(shadow.path)
+        if watch is not None:
+            watch.forget()
         forgotten = sorted(tree for tree in shadow.kept_trees() if tree not in wanted)
         for tree in forgotten:
             shadow.forget(tree)

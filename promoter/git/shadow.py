@@ -43,7 +43,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +61,13 @@ from promoter.git.records import (
     require_oid,
 )
 from promoter.git.runner import GitResult, git_argv, popen_git, run_git, stderr_tail
+from promoter.git.tree_edit import TreeConflict, edit_tree
 from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, NO_CONVERSION, ShadowTree
 
 __all__ = ["DIFF_LIMIT", "INDEX_NAME", "Capture", "ShadowRepository", "SnapshotDiff"]
 
 INDEX_NAME = "promoter-index"
+DELTA_INDEX_NAME = "promoter-index-delta"  # capture_changed's private index, never kept
 REF_PREFIX = "refs/snapshots/"
 DIFF_LIMIT = 1 << 20
 _PATHS_BYTES = 128 * 1024  # capture_paths names its paths in one argv
@@ -191,6 +193,65 @@ class ShadowRepository:
         tree = self._work(["write-tree"]).stdout.decode("ascii", "replace").strip()
         return Capture(require_oid(tree, "written tree"), ())
 
+    def capture_changed(self, base: str, paths: Iterable[bytes]) -> Capture | None:
+        """Capture when only ``paths`` (and what is below them) can differ from ``base``.
+
+        ``base`` is a tree this shadow captured and ``paths`` are worktree-relative. The
+        result equals ``capture()`` under that condition; ``None``: declined (the exclude
+        rules changed, or git or the tree edit refused), so the caller captures in full.
+        The shadow index is neither read nor written: each path is listed the way the
+        full capture lists untracked files (``ls-files -o --exclude-standard``, nested
+        repositories left out), hashed into a private index of its own, and set into
+        ``base`` by ``promoter.git.tree_edit``.
+        """
+        wanted = _coarsened(_outermost(paths), _PATHS_BYTES)
+        if wanted is None:
+            return None
+        if not wanted:
+            return Capture(require_oid(base, "tree"), ())
+        if self._refresh_excludes():
+            return None
+        delta = os.path.join(self.path, DELTA_INDEX_NAME)
+        _unlink_missing_ok(delta)
+        _unlink_missing_ok(delta + ".lock")
+        try:
+            return self._capture_delta(base, wanted, delta)
+        finally:
+            _unlink_missing_ok(delta)
+
+    def _capture_delta(self, base: str, wanted: list[bytes], delta: str) -> Capture | None:
+        specs = [os.fsdecode(path) for path in wanted]
+        listing = self._work(
+            ["ls-files", "-z", "-o", "--exclude-standard", "--", *specs], index=delta, check=False
+        )
+        if listing.returncode != 0:
+            return None
+        files: list[bytes] = []
+        nested: list[str] = []
+        for raw in listing.stdout.split(b"\0")[:-1]:
+            if raw.endswith(b"/"):
+                nested.append(decode_path(raw[:-1]))
+            else:
+                files.append(raw)
+        added: dict[bytes, tuple[bytes, str]] = {}
+        if files:
+            stdin = b"".join(raw + b"\0" for raw in files)
+            args = ["update-index", "--add", "--remove", "-z", "--stdin"]
+            if self._work(args, input=stdin, index=delta, check=False).returncode != 0:
+                return None
+            for record in self._work(["ls-files", "-s", "-z"], index=delta).stdout.split(b"\0"):
+                if record:
+                    meta, path = record.split(b"\t", 1)
+                    mode, oid, _stage = meta.split(b" ")
+                    added[path] = (mode, oid.decode("ascii"))
+        try:
+            with self.reader() as cat:
+                objects = os.path.join(self.path, "objects")
+                tree = edit_tree(cat, objects, base, wanted, added)
+        except TreeConflict:
+            return None
+        return Capture(tree, tuple(nested))
+
     def _refresh_excludes(self) -> bool:
         """Bring the shadow's exclude file up to date; whether it changed."""
         user = ShadowTree(self.layout)._user_excludes()  # the same copy ShadowTree makes
@@ -278,9 +339,16 @@ class ShadowRepository:
         )
 
     def _work(
-        self, args: list[str], *, input: bytes | None = None, check: bool = True
+        self,
+        args: list[str],
+        *,
+        input: bytes | None = None,
+        check: bool = True,
+        index: str | None = None,
     ) -> GitResult:
         env = {**self._work_env, "GIT_LITERAL_PATHSPECS": "1"}
+        if index is not None:
+            env["GIT_INDEX_FILE"] = index
         return run_git(
             [*NO_CONVERSION, *args],
             cwd=self.layout.worktree,
@@ -385,6 +453,27 @@ def _put(path: str, data: bytes) -> bool:
         _unlink_missing_ok(temp)
         raise
     return True
+
+
+def _outermost(paths: Iterable[bytes]) -> list[bytes]:
+    """``paths`` without those below another of them, sorted."""
+    unique = set(paths)
+    kept = set()
+    for path in unique:
+        parts = path.split(b"/")
+        if not any(b"/".join(parts[:end]) in unique for end in range(1, len(parts))):
+            kept.add(path)
+    return sorted(kept)
+
+
+def _coarsened(paths: list[bytes], limit: int) -> list[bytes] | None:
+    """``paths`` replaced by their parents until they fit ``limit`` argv bytes; ``None``: never."""
+    while sum(len(path) + 9 for path in paths) > limit:
+        parents = {path.rpartition(b"/")[0] for path in paths}
+        if b"" in parents:
+            return None  # it comes to the whole worktree: a full capture
+        paths = _outermost(parents)
+    return paths
 
 
 def _is_dir(path: str) -> bool:

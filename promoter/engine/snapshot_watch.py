@@ -1,0 +1,109 @@
+"""Watched snapshots: a promotion's capture from the last one plus the paths that changed.
+
+This module owns ``SnapshotWatch``, one per shadow repository in a daemon: an inotify
+watch of the worktree (``promoter.fs.watch``) and the last tree captured while the watch
+ran. The rule that makes a watched capture equal a full one: the set of changed paths is
+taken (and a new one started) *before* the capture reads anything, so every change
+after that moment is in the next set; a path that is not in the set has not changed
+since the capture that produced the base tree read it. So the new tree is the base tree
+with each changed path listed and hashed again (``ShadowRepository.capture_changed``).
+
+A full capture is taken instead (and the watch started again when it had given up)
+whenever the watch cannot answer (``promoter.fs.watch`` says when), the shadow's objects
+were collected since the base tree was captured (``forget``, called by snapshot
+retention, and a changed ``objects/pack`` directory both count), or the watched capture
+declines. With no changed path the base tree is the answer and git is not started.
+
+Used for a promotion's ``pre`` and ``post`` snapshots only; an operator's capture and a
+restore's check of the current tree always capture in full. What a watch cannot see
+(``promoter.fs.watch``: writes through ``mmap``, through a hard link kept outside the
+worktree, or from another machine on a network filesystem) is in the next full capture
+and not in a watched one; a repository configured with ``snapshot_watch = false`` is
+always captured in full.
+
+Deliberately not here: the repository lock (callers hold it around every call), the
+database, the snapshot log, and any write to the worktree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from promoter.errors import PromoterError
+from promoter.fs import inotify
+from promoter.fs.watch import TreeWatch
+from promoter.git.shadow import Capture, ShadowRepository
+
+__all__ = ["SnapshotWatch"]
+
+log = logging.getLogger("promoter.snapshots")
+
+
+def _pack_mark(shadow: ShadowRepository) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(os.path.join(shadow.path, "objects", "pack"))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+class SnapshotWatch:
+    """The watch of one worktree and the last tree captured while it ran."""
+
+    def __init__(self, worktree: str) -> None:
+        self.watch = TreeWatch(worktree)
+        self.lock = threading.Lock()  # one capture at a time also within one process
+        self._tree: str | None = None
+        self._mark: tuple[int, int, int] | None = None
+
+    @staticmethod
+    def possible() -> bool:
+        """Whether this system can watch worktrees at all."""
+        return inotify.available()
+
+    def capture(self, shadow: ShadowRepository) -> Capture | None:
+        """The tree now from the base tree and the changed paths; ``None``: capture in full."""
+        if self._tree is None or self._mark != _pack_mark(shadow):
+            return None
+        changed = self.watch.take()
+        if changed is None:
+            where = shadow.layout.worktree
+            log.info("a snapshot of %s is captured in full: %s", where, self.watch.reason)
+            self._tree = None
+            return None
+        try:
+            captured = shadow.capture_changed(self._tree, changed)
+        except (PromoterError, OSError) as exc:
+            log.info("a snapshot of %s is captured in full: %s", shadow.layout.worktree, exc)
+            captured = None
+        if captured is None:
+            self._tree = None
+            return None
+        self._tree = captured.tree
+        return captured
+
+    def before_full(self) -> None:
+        """Start the set of changed paths now, right before a full capture reads anything."""
+        self._tree = None
+        if self.watch.valid:
+            self.watch.take()
+        elif not self.watch.start():
+            where = self.watch.root.decode(errors="replace")
+            log.info("%s is not watched: %s", where, self.watch.reason)
+
+    def after_full(self, shadow: ShadowRepository, tree: str) -> None:
+        """The full capture that followed ``before_full`` produced ``tree``."""
+        if self.watch.valid:
+            self._tree = tree
+            self._mark = _pack_mark(shadow)
+
+    def forget(self) -> None:
+        """The shadow's objects are being collected: the next capture is a full one."""
+        self._tree = None
+
+    def close(self) -> None:
+        """Stop watching."""
+        self._tree = None
+        self.watch.close()

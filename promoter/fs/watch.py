@@ -1,0 +1,214 @@
+"""Which paths of a worktree may have changed since the last look: an inotify watch.
+
+This module owns ``TreeWatch``: one inotify descriptor watching every directory of a
+worktree (never inside an entry named ``.git``; a nested repository's own directory is
+watched, its subdirectories are not), and ``take``, which reads every queued event and
+hands back the set of worktree-relative paths that were created, written, changed in
+mode, deleted or renamed since the previous ``take`` (or since ``start``), then starts
+a new set. A directory created later is watched as it is reported, and its own path is
+in the set, so everything below it is looked at again. The guarantee: a change made
+through the worktree's directories after ``start`` (or after a ``take``) is in the set
+of the next ``take``.
+
+The watch gives up (``take`` returns ``None`` until ``start`` again) whenever the set
+could be incomplete or its paths wrong: the kernel's queue overflowed, a directory was
+renamed (its watches would name the old path), the worktree itself was moved, deleted
+or unmounted, an entry named ``.git`` or ``.gitignore`` was touched anywhere (which
+repositories exist and which paths are ignored may have changed: a caller must look at
+everything), an event came from a watch it does not know, more than ``max_dirty`` paths
+piled up, or a directory could not be watched (for example at the kernel's watch limit).
+
+What inotify cannot see, and so neither can this module: writes through a shared
+``mmap`` of a file, writes through a hard link that lives in a directory outside the
+worktree, and changes made by another machine on a network filesystem. Callers that
+cannot accept that must look at every file instead.
+
+Deliberately not here: what a change means for a snapshot (``promoter.git.shadow``),
+git, threads (events are read only when ``take`` is called) and any write anywhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+
+from promoter.fs import inotify
+from promoter.fs.inotify import Event, Inotify
+
+__all__ = ["MAX_DIRTY", "MAX_WATCHES", "TreeWatch"]
+
+MAX_DIRTY = 20_000  # past this many changed paths, looking at everything is cheaper
+MAX_WATCHES = 100_000  # directories one watch may hold
+
+_MASK = (
+    inotify.IN_MODIFY
+    | inotify.IN_ATTRIB
+    | inotify.IN_CLOSE_WRITE
+    | inotify.IN_MOVED_FROM
+    | inotify.IN_MOVED_TO
+    | inotify.IN_CREATE
+    | inotify.IN_DELETE
+    | inotify.IN_DELETE_SELF
+    | inotify.IN_MOVE_SELF
+)
+_SPECIAL = {b".git", b".gitignore"}
+
+
+class TreeWatch:
+    """The changed paths of the worktree at ``root``; ``start`` before the first ``take``."""
+
+    def __init__(
+        self, root: str, *, max_dirty: int = MAX_DIRTY, max_watches: int = MAX_WATCHES
+    ) -> None:
+        self.root = os.fsencode(root)
+        self.max_dirty = max_dirty
+        self.max_watches = max_watches
+        self.reason = "not started"  # why the watch is not valid, when it is not
+        self._ino: Inotify | None = None
+        self._paths: dict[int, bytes] = {}  # watch descriptor -> directory, b"" the root
+        self._dirty: set[bytes] = set()
+        self._valid = False
+
+    @property
+    def valid(self) -> bool:
+        """Whether the next ``take`` can answer (no reason to give up seen so far)."""
+        if self._valid:
+            self._drain()
+        return self._valid
+
+    def start(self) -> bool:
+        """Watch the worktree from now on, forgetting what was seen before; whether it could."""
+        self.close()
+        self.reason = ""
+        try:
+            self._ino = Inotify()
+            self._valid = True
+            self._watch_tree(b"")
+        except OSError as exc:
+            self._give_up(f"the worktree cannot be watched: {exc.strerror or exc}")
+        return self._valid
+
+    def take(self) -> set[bytes] | None:
+        """The paths changed since the last ``take`` or ``start``; ``None``: not known."""
+        self._drain()
+        if not self._valid:
+            return None
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def close(self) -> None:
+        """Stop watching; ``take`` returns ``None`` until ``start``."""
+        if self._ino is not None:
+            self._ino.close()
+        self._ino = None
+        self._paths = {}
+        self._dirty = set()
+        self._valid = False
+        self.reason = self.reason or "closed"
+
+    # --- events -----------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        if self._ino is None or not self._valid:
+            return
+        try:
+            events = self._ino.read_events()
+        except OSError as exc:
+            self._give_up(f"the watch could not be read: {exc.strerror or exc}")
+            return
+        for event in events:
+            self._apply(event)
+            if not self._valid:
+                return
+        if len(self._dirty) > self.max_dirty:
+            self._give_up(f"more than {self.max_dirty} paths changed")
+
+    def _apply(self, event: Event) -> None:
+        mask = event.mask
+        if mask & inotify.IN_Q_OVERFLOW:
+            self._give_up("the kernel's event queue overflowed")
+            return
+        where = self._paths.get(event.wd)
+        if where is None:
+            if mask & inotify.IN_IGNORED:
+                return
+            self._give_up("an event came from an unknown watch")
+            return
+        if mask & inotify.IN_IGNORED:
+            del self._paths[event.wd]
+            if where == b"":
+                self._give_up("the worktree is no longer watched")
+            return
+        if mask & (inotify.IN_MOVE_SELF | inotify.IN_UNMOUNT):
+            self._give_up("a watched directory was moved or unmounted")
+            return
+        if mask & inotify.IN_DELETE_SELF:
+            if where == b"":
+                self._give_up("the worktree was deleted")
+            return  # the parent reports the deletion by name
+        if not event.name:
+            return  # the directory's own mode or times: not part of any tree
+        if event.name in _SPECIAL:
+            self._give_up(f"{event.name.decode()} changed")
+            return
+        path = where + b"/" + event.name if where else event.name
+        if mask & inotify.IN_ISDIR and mask & (inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO):
+            self._give_up("a directory was renamed")
+            return
+        self._dirty.add(path)
+        if mask & inotify.IN_ISDIR and mask & inotify.IN_CREATE:
+            try:
+                self._watch_tree(path)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    return  # gone again, or not a directory now: the path is in the set
+                self._give_up(f"{os.fsdecode(path)} cannot be watched: {exc.strerror or exc}")
+
+    def _give_up(self, reason: str) -> None:
+        self._valid = False
+        self.reason = reason
+
+    # --- watching -----------------------------------------------------------------------
+
+    def _watch_tree(self, top: bytes) -> None:
+        """Watch ``top`` and every directory below it (``OSError`` when one cannot be)."""
+        assert self._ino is not None
+        pending = [top]
+        while pending:
+            rel = pending.pop()
+            full = self.root + b"/" + rel if rel else self.root
+            if len(self._paths) >= self.max_watches:
+                raise OSError(errno.ENOSPC, f"more than {self.max_watches} directories")
+            try:
+                wd = self._ino.add_watch(full, _MASK)
+            except OSError as exc:
+                if rel != top and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue  # removed meanwhile: the watched parent reports it
+                raise
+            self._paths[wd] = rel
+            children = [name for name in _subdirectories(full) if name != b".git"]
+            if rel and _has_entry(full, b".git"):
+                continue  # a nested repository: its own directory only
+            pending.extend(rel + b"/" + name if rel else name for name in children)
+
+
+def _subdirectories(full: bytes) -> Iterator[bytes]:
+    try:
+        with os.scandir(full) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        yield entry.name
+                except OSError:
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return
+
+
+def _has_entry(full: bytes, name: bytes) -> bool:
+    try:
+        os.lstat(full + b"/" + name)
+    except OSError:
+        return False
+    return True
