@@ -8,8 +8,10 @@ shape, measured side by side, the two in an order that rotates with the round:
 - ``promote_1_in_100k``: the files spread over 1 000 directories, 100 each, two levels
   deep (``src/gNNN/mN/fNNNNNN.txt``); one file in the middle modified.
 - ``promote_1_in_100k_snapshots``: the same with ``snapshots = true``, so the promotion
-  also records its pre and post snapshots (each shadow is captured once, untimed,
-  before the first round: its first capture adds every file).
+  also records its pre and post snapshots. One untimed promotion per side comes first,
+  as in a daemon that has run for a while: its pre snapshot is the shadow's first full
+  capture (which adds every file) and starts the worktree's watch, so the timed ones
+  are watched captures (``promoter.engine.snapshot_watch``).
 - ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
 
 The repositories are built once per run with ``git fast-import`` in a temp directory and
@@ -43,7 +45,7 @@ from bench import bench_promote as bp
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_bundle
-from promoter.engine import grants, operations, snapshots
+from promoter.engine import grants, operations
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import Services, build_services
 
@@ -221,11 +223,12 @@ def _side(
     services = build_services(settings)
     stack.callback(services.close)
     stack.callback(lambda: operations.runner(services).shutdown())
-    if snapshots_on:
-        snapshots.capture(services, bp.REPO_NAME, "warm-up")  # the shadow's first full add
     commit = bp.git(repo, "rev-parse", "HEAD").decode().strip()
     tree = bp.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
-    return Side(name, repo, services, files // 2 + 1, commit, tree)
+    side = Side(name, repo, services, files // 2 + 1, commit, tree)
+    if snapshots_on:  # a running daemon's state: the shadow filled, the worktree watched
+        side.promoted(bp.promote_once(side.prepare(999)))
+    return side
 
 
 def _timed_pair(round_no: int, big: Side, small: Side) -> tuple[float, float]:

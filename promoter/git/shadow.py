@@ -205,12 +205,10 @@ class ShadowRepository:
         ``base`` by ``promoter.git.tree_edit``.
         """
         wanted = _coarsened(_outermost(paths), _PATHS_BYTES)
-        if wanted is None:
+        if wanted is None or self._refresh_excludes():
             return None
         if not wanted:
             return Capture(require_oid(base, "tree"), ())
-        if self._refresh_excludes():
-            return None
         delta = os.path.join(self.path, DELTA_INDEX_NAME)
         _unlink_missing_ok(delta)
         _unlink_missing_ok(delta + ".lock")

@@ -21,7 +21,9 @@ import pytest
 
 from promoter.config import RepositoryConfig
 from promoter.engine import operations, promote, snapshots
+from promoter.fs import inotify
 from promoter.git import runner
+from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.promotion import promote as request_promotion
 from tests.support.promotion import submit
@@ -89,7 +91,7 @@ def test_a_drifted_promotion_is_refused_after_the_same_two(
 def test_with_snapshots_the_post_snapshot_updates_only_the_targets(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = RepositoryConfig(path=repo, snapshots=True)
+    config = RepositoryConfig(path=repo, snapshots=True, snapshot_watch=False)
     with running_daemon(tmp_path / "snap-state", {"work": config}) as daemon:
         identity = daemon.services.registry.by_name("work").identity
         _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
@@ -108,3 +110,41 @@ def test_with_snapshots_the_post_snapshot_updates_only_the_targets(
     pre = ["add", "ls-files", "ls-files", "update-index", "write-tree", "update-ref"]
     post = ["update-index", "ls-files", "write-tree", "update-ref"]
     assert captures == pre + post, " ".join(captures)
+
+
+@pytest.mark.skipif(not inotify.available(), reason="inotify is not available here")
+def test_watched_snapshots_read_only_what_changed(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pre snapshot is a full capture; after it, git looks only at changed paths.
+
+    The post snapshot lists and hashes the paths the watch saw change (the target and
+    promoter's temp file) into a private index and edits the pre tree; the next
+    promotion's pre snapshot, with nothing changed since, starts no capture command at
+    all (only the ref that keeps the tree).
+    """
+    config = RepositoryConfig(path=repo, snapshots=True)
+    with running_daemon(tmp_path / "snap-state", {"work": config}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        trees = []
+        with counting_attempts(monkeypatch) as attempts:
+            for round_no, (old, new) in enumerate([(V1, V2), (V2, V1)]):
+                if round_no:
+                    git(repo, "commit", "-qam", "next base")
+                changes = [("src/app.py", old, new)]
+                grant_id, workflow_id = f"grt_r{round_no}", f"wf_r{round_no}"
+                _, bundle, receipt = submit(
+                    daemon, repo, identity, changes, grant_id=grant_id, workflow_id=workflow_id
+                )
+                view = request_promotion(daemon, bundle, receipt).json()
+                assert view["status"] == "completed", view
+                done = operations.operation_view(daemon.services, view["operation_id"])
+                full = snapshots.capture(daemon.services, "work", "check")["tree"]
+                assert done["post_snapshot"] == full != done["pre_snapshot"]
+                trees.append((done["pre_snapshot"], done["post_snapshot"]))
+    assert trees[1][0] == trees[0][1]  # the commit between them changed no file
+    first, second = attempts
+    full_pre = ["add", "ls-files", "ls-files", "update-index", "write-tree", "update-ref"]
+    watched_post = ["ls-files", "update-index", "ls-files", "cat-file", "update-ref"]
+    assert first[len(READ_BACK) :] == full_pre + watched_post, " ".join(first)
+    assert second[len(READ_BACK) :] == ["update-ref", *watched_post], " ".join(second)

@@ -228,3 +228,49 @@ def test_a_restore_whose_write_failed_after_its_rename_is_not_called_refused(
     # the file was replaced before the error: something was written, so it is not "refused"
     assert answer.json()["status"] == "needs_reconciliation"
     assert (work / "src" / "app.py").read_bytes() == b"print('v1')\n"
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "full"])
+def test_promotion_snapshots_hold_the_users_edits_between_promotions(
+    tmp_path: Path, watched: bool
+) -> None:
+    """Each pre and post snapshot is the tree a full capture gives at that moment.
+
+    The operator's capture is always a full one; nothing changes between it and the
+    promotion, so the promotion's pre snapshot must be that same tree, and the capture
+    right after the promotion its post snapshot. Between promotions the user edits,
+    creates and deletes files that no bundle names.
+    """
+    from promoter.config import RepositoryConfig
+
+    repo = init_repo(tmp_path / "snap", {"a.txt": b"1\n", "notes/user.txt": b"mine\n"})
+    config = RepositoryConfig(path=repo, snapshots=True, snapshot_watch=watched)
+    edits = [
+        lambda: (repo / "notes" / "user.txt").write_bytes(b"mine, edited\n"),
+        lambda: (repo / "notes" / "new" / "draft.txt").parent.mkdir(parents=True),
+        lambda: (repo / "notes" / "new" / "draft.txt").write_bytes(b"draft\n"),
+        lambda: (repo / "notes" / "user.txt").unlink(),
+    ]
+    with running_daemon(tmp_path / "state", {"snap": config}) as daemon:
+        identity = daemon.services.registry.by_name("snap").identity
+        with daemon.operator() as op:
+            for round_no, edit in enumerate(edits):
+                edit()
+                before = op.post("/v1/repositories/snap/snapshots", json={}).json()["tree"]
+                target = f"gen/round{round_no}.txt"
+                change = [(target, None, b"round %d\n" % round_no)]
+                grant_id = f"grt_round{round_no}"
+                _, bundle, receipt = submit(
+                    daemon, repo, identity, change, grant_id=grant_id, workflow_id=f"wf_{round_no}"
+                )
+                view = promote(daemon, bundle, receipt).json()
+                assert view["status"] == "completed"
+                after = op.post("/v1/repositories/snap/snapshots", json={}).json()["tree"]
+                assert (view["pre_snapshot"], view["post_snapshot"]) == (before, after)
+                diff = op.get(
+                    "/v1/repositories/snap/snapshots/diff", params={"from": before, "to": after}
+                ).json()
+                assert (diff["modified"], diff["added"], diff["deleted"]) == ([], [target], [])
+        watches = daemon.services.snapshot_watches
+        assert bool(watches) is watched
+        assert all(watch.watch.valid for watch in watches.values())
