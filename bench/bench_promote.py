@@ -54,6 +54,7 @@ from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_bundle
 from promoter.domain.models import blob_path
+from promoter.domain.records import Ticket
 from promoter.engine import grants, operations, promote
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import Services, build_services
@@ -355,13 +356,14 @@ class InlineRunner(operations.Runner):
         self._bench_services = services
         self._done: dict[str, Future[None]] = {}
 
-    def submit(self, operation_id: str, fence: int) -> Future[None]:
+    def submit(self, ticket: Ticket) -> Future[None]:
+        operation_id = ticket.operation_id
         future: Future[None] = Future()
         try:
             try:
-                promote.run(self._bench_services, operation_id, fence)
+                promote.run(self._bench_services, ticket)
             except PromoterError as exc:
-                promote.refuse(self._bench_services, operation_id, exc)
+                promote.refuse(self._bench_services.db, operation_id, exc)
         except Exception as exc:
             future.set_exception(exc)
         else:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -198,7 +199,7 @@ def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
 # --- the rows ---------------------------------------------------------------------------------
 
 
-def _alternate(round_no: int, runs: list[tuple[str, Callable[[], None]]]) -> dict[str, float]:
+def _alternate(round_no: int, runs: list[tuple[str, Callable[[], object]]]) -> dict[str, float]:
     """Time each run (after ``sync``), in an order that rotates with ``round_no``."""
     order = runs[round_no % len(runs) :] + runs[: round_no % len(runs)]
     seconds: dict[str, float] = {}
@@ -400,7 +401,7 @@ def cli_start(table: Table, round_no: int) -> None:
 
 
 def _creates(count: int, size: int) -> list[bp.Step]:
-    rng = bp.random.Random(11)
+    rng = random.Random(11)
     return [
         bp.Step(f"verify/d{i // 100:03d}/c{i:05d}.txt", None, bp._text(rng, size))
         for i in range(count)

@@ -141,7 +141,7 @@ def prepare(work: Path, *, big: bool = True) -> dict[str, Any]:
     return prepared
 
 
-def _alternate(round_no: int, runs: list[tuple[str, Callable[[], None]]]) -> dict[str, float]:
+def _alternate(round_no: int, runs: list[tuple[str, Callable[[], object]]]) -> dict[str, float]:
     order = runs[round_no % len(runs) :] + runs[: round_no % len(runs)]
     seconds: dict[str, float] = {}
     for name, call in order:
