@@ -8,9 +8,14 @@ refers to stay, the rest of the shadow is pruned). It also holds the small helpe
 restore modules share (``resolve``, ``shadow_for``, ``tree_id``, ``known_tree``,
 ``lock_repository``).
 
-A promotion's post snapshot updates only the bundle's targets in the shadow index
-instead of re-reading the whole worktree, when that gives the tree a full capture would
-(``ShadowRepository.capture_paths``). The rule: the pre snapshot was captured, in full,
+A promotion's ``pre`` and ``post`` snapshots are watched captures when the repository is
+watched (``snapshot_watch``, the default): the last capture plus the paths an inotify
+watch saw change (``promoter.engine.snapshot_watch`` says why that equals a full
+capture, and when it falls back to one). An operator's capture is always a full one.
+
+Without a watch, a promotion's post snapshot updates only the bundle's targets in the
+shadow index instead of re-reading the whole worktree, when that gives the tree a full
+capture would (``ShadowRepository.capture_paths``). The rule: the pre snapshot was captured, in full,
 by the same thread for the same attempt of the same operation, and no capture of the
 repository happened since (both are taken under the repository lock, which the attempt
 holds from before the pre snapshot until after the post snapshot, so the shadow index
