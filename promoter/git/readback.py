@@ -20,7 +20,10 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   the ref's object type and tree come with it); any other case (detached, unborn,
   another branch, not a commit) is answered by ``symbolic_head``, ``head_commit`` and
   ``commit_tree`` exactly as before.
-- ``index_entries``: one ``git ls-files`` per argv-sized batch. A path that may be a
+- ``index_entries``: one ``git ls-files`` per argv-sized batch, for the paths not
+  answered before from the same index file (``promoter.git.index_memo``: the answer of
+  a path is remembered under the index file's identity, checksum included, when that
+  identity was the same before and after git read it). A path that may be a
   directory (a leading directory of another path asked about, or a directory on disk)
   is given as a ``:(glob)`` pathspec with every character that is special to it escaped
   and the first one always escaped. An escaped pattern has no literal prefix, so git
@@ -50,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from promoter.errors import GitError
+from promoter.git import index_memo
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.records import (
@@ -248,7 +252,12 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
     """
     wanted = list(dict.fromkeys(paths))
     check_pathspec_paths(wanted)
-    found: dict[str, list[IndexEntry]] = {path: [] for path in wanted}
+    before = index_memo.identity(layout)
+    found = index_memo.recall(layout, before, wanted) if before is not None else {}
+    asked = [path for path in wanted if path not in found]
+    if not asked:
+        return {path: found[path] for path in wanted}
+    fresh: dict[str, list[IndexEntry]] = {path: [] for path in asked}
     # A literal pathspec is cheaper for git to match than a pattern, and exact for a
     # file; a path that may be a directory (a leading directory of another path asked
     # about, or a directory on disk) gets the exact pattern, so nothing below is listed.
@@ -257,19 +266,22 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
         path: exact_pathspec(path)
         if path in leading or _is_real_dir(layout, path)
         else ":(literal)" + path
-        for path in wanted
+        for path in asked
     }
-    for batch in _batches(wanted):
+    for batch in _batches(asked):
         result = _git(
             layout,
             ["ls-files", "-s", "-z", "--debug", "--full-name", "--", *(specs[p] for p in batch)],
         )
         for path, entry in parse_ls_files_stage(result.stdout, debug=True):
-            if path in found:
-                found[path].append(entry)
-    for entries in found.values():
+            if path in fresh:
+                fresh[path].append(entry)
+    for entries in fresh.values():
         entries.sort(key=lambda entry: entry.stage)
-    return found
+    if before is not None and index_memo.identity(layout) == before:
+        index_memo.remember(layout, before, fresh)  # git read the file ``before`` names
+    found.update(fresh)
+    return {path: found[path] for path in wanted}
 
 
 def tree_entries(

@@ -148,3 +148,30 @@ def test_watched_snapshots_read_only_what_changed(
     watched_post = ["ls-files", "update-index", "ls-files", "cat-file", "update-ref"]
     assert first[len(READ_BACK) :] == full_pre + watched_post, " ".join(first)
     assert second[len(READ_BACK) :] == ["update-ref", *watched_post], " ".join(second)
+
+
+def test_a_path_promoted_again_under_the_same_index_is_not_asked_again(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index entries of a path are remembered while the index file is the same.
+
+    The user puts the file back between the promotions (the index is not written); the
+    second attempt answers the index look-up from memory. After ``git add`` the index
+    is another file, and the look-up asks git again and sees the staged entry.
+    """
+    views = []
+    with counting_attempts(monkeypatch) as attempts:
+        for round_no in range(3):
+            if round_no == 2:
+                (repo / "src" / "app.py").write_bytes(V2)
+                git(repo, "add", "src/app.py")
+            (repo / "src" / "app.py").write_bytes(V1)
+            changes = [("src/app.py", V1, V2)]
+            grant_id, workflow_id = f"grt_again{round_no}", f"wf_again{round_no}"
+            _, bundle, receipt = submit(
+                daemon, repo, identity, changes, grant_id=grant_id, workflow_id=workflow_id
+            )
+            views.append(request_promotion(daemon, bundle, receipt).json())
+    assert [view["status"] for view in views] == ["completed", "completed", "refused"]
+    assert views[2]["code"] == "target_drift", views[2]  # the staged entry differs
+    assert [attempt[:2] for attempt in attempts] == [READ_BACK, ["for-each-ref"], READ_BACK]
