@@ -15,8 +15,8 @@ capture, and when it falls back to one). An operator's capture is always a full 
 
 Without a watch, a promotion's post snapshot updates only the bundle's targets in the
 shadow index instead of re-reading the whole worktree, when that gives the tree a full
-capture would (``ShadowRepository.capture_paths``). The rule: the pre snapshot was captured, in full,
-by the same thread for the same attempt of the same operation, and no capture of the
+capture would (``ShadowRepository.capture_paths``). The rule: the pre snapshot was
+captured, in full, by the same thread for the same attempt of the same operation, and no capture of the
 repository happened since (both are taken under the repository lock, which the attempt
 holds from before the pre snapshot until after the post snapshot, so the shadow index
 still holds the pre tree); the attempt ended ``completed`` (so promoter wrote only the
