@@ -16,18 +16,18 @@ capture, and when it falls back to one). An operator's capture is always a full 
 Without a watch, a promotion's post snapshot updates only the bundle's targets in the
 shadow index instead of re-reading the whole worktree, when that gives the tree a full
 capture would (``ShadowRepository.capture_paths``). The rule: the pre snapshot was
-captured, in full, by the same thread for the same attempt of the same operation, and no capture of the
-repository happened since (both are taken under the repository lock, which the attempt
-holds from before the pre snapshot until after the post snapshot, so the shadow index
-still holds the pre tree); the attempt ended ``completed`` (so promoter wrote only the
-targets: temp files are never captured, created directories hold only targets, and no
-``.promoter-kept-`` file was made); no target is a ``.gitignore`` and the exclude file
-did not change (so no other path's ignore status moved). Under that rule the only paths
-whose answer can differ between the pre and the post capture are the targets, so the
-post tree is the pre tree with each target read back from disk. Anything else (no
-fresh pre snapshot, another outcome, a declined or failed incremental capture) falls
-back to a full capture. What the rule does not cover: a file that someone other than
-promoter changes outside the targets while the attempt runs is in a full capture of
+captured, in full, by the same thread for the same attempt of the same operation, and no
+capture of the repository happened since (both are taken under the repository lock,
+which the attempt holds from before the pre snapshot until after the post snapshot, so
+the shadow index still holds the pre tree); the attempt ended ``completed`` (so promoter
+wrote only the targets: temp files are never captured, created directories hold only
+targets, and no ``.promoter-kept-`` file was made); no target is a ``.gitignore`` and
+the exclude file did not change (so no other path's ignore status moved). Under that
+rule the only paths whose answer can differ between the pre and the post capture are the
+targets, so the post tree is the pre tree with each target read back from disk. Anything
+else (no fresh pre snapshot, another outcome, a declined or failed incremental capture)
+falls back to a full capture. What the rule does not cover: a file that someone other
+than promoter changes outside the targets while the attempt runs is in a full capture of
 the post state and not in the incremental one; it is in the next full capture.
 
 Deliberately not here: restoring (``promoter.engine.snapshot_restore``), git plumbing
