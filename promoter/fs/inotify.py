@@ -18,6 +18,7 @@ import ctypes.util
 import errno
 import os
 import struct
+import weakref
 from dataclasses import dataclass
 
 __all__ = [
@@ -111,6 +112,7 @@ class Inotify:
         if fd < 0:
             _raise("inotify_init1")
         self.fd: int | None = fd
+        self._finalizer = weakref.finalize(self, os.close, fd)  # closed if never closed
 
     def _fd(self) -> int:
         if self.fd is None:
@@ -151,5 +153,5 @@ class Inotify:
     def close(self) -> None:
         """Release the descriptor (and so every watch)."""
         if self.fd is not None:
-            fd, self.fd = self.fd, None
-            os.close(fd)
+            self.fd = None
+            self._finalizer()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from tests.gitutil import git
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is not available here")
 
-Change = Callable[[Path], None]
+Change = Callable[[Path], object]
 
 
 def _make_repo(path: Path) -> Path:
@@ -65,9 +65,20 @@ def _shadow(where: Path, repo: Path, name: str) -> ShadowRepository:
     return ShadowRepository.open(discover(repo), str(where / name), "repo_" + "0" * 32)
 
 
+_open: list[SnapshotWatch | TreeWatch] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_watches() -> Iterator[None]:
+    yield
+    while _open:
+        _open.pop().close()
+
+
 def _armed(where: Path, repo: Path) -> tuple[SnapshotWatch, ShadowRepository]:
     shadow = _shadow(where, repo, "watched")
     watch = SnapshotWatch(str(repo))
+    _open.append(watch)
     watch.before_full()
     watch.after_full(shadow, shadow.capture().tree)
     return watch, shadow
@@ -255,6 +266,7 @@ def test_watch_gives_up_past_its_limit(tmp_path: Path) -> None:
     root.mkdir()
     watch = TreeWatch(str(root), max_dirty=10)
     assert watch.start()
+    _open.append(watch)
     for i in range(11):
         (root / f"f{i}").write_bytes(b"x")
     assert watch.take() is None
@@ -266,6 +278,7 @@ def test_watch_gives_up_when_the_queue_overflows(tmp_path: Path) -> None:
     root.mkdir()
     watch = TreeWatch(str(root))
     assert watch.start()
+    _open.append(watch)
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     for i in range(limit // 2 + 100):  # a create and a close-after-write each, unread
         os.close(os.open(root / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644))
@@ -278,6 +291,7 @@ def test_watch_reports_paths_in_new_directories(tmp_path: Path) -> None:
     root.mkdir()
     watch = TreeWatch(str(root))
     assert watch.start()
+    _open.append(watch)
     (root / "new").mkdir()
     assert watch.take() == {b"new"}
     (root / "new" / "deeper").mkdir()
@@ -290,6 +304,7 @@ def test_watch_reports_paths_in_new_directories(tmp_path: Path) -> None:
 def test_watch_never_looks_inside_dot_git(tmp_path: Path, repo: Path) -> None:
     watch = TreeWatch(str(repo))
     assert watch.start()
+    _open.append(watch)
     git(repo, "update-index", "--refresh", check=False)  # git writes only inside .git
     (repo / ".git" / "description").write_bytes(b"changed\n")
     assert watch.take() == set()
