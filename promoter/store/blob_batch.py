@@ -26,6 +26,7 @@ deciding which blobs go into a batch (the client's).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -232,7 +233,7 @@ class BlobBatch:
 
     def _link(self, good: list[_Item]) -> None:
         refund = 0
-        parents: dict[Path, None] = {}
+        parents: dict[str, None] = {}
         pending = list(good)
         try:
             while pending:
@@ -242,7 +243,7 @@ class BlobBatch:
                 item.created = item.writer.link()
                 item.writer = None
                 pending.pop(0)
-                parents[self.store.path_for(item.sha256).parent] = None
+                parents[os.path.dirname(self.store.location(item.sha256))] = None
                 if item.charge and not item.created:
                     refund += item.charge
         except BaseException:
@@ -252,7 +253,7 @@ class BlobBatch:
             try:
                 for parent in parents:
                     try:
-                        fsync_dir(parent)
+                        fsync_dir(Path(parent))
                     except OSError as exc:
                         raise StorageError(f"cannot store blob: {exc}") from exc
             finally:

@@ -20,15 +20,17 @@ once for many blobs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from promoter.domain.models import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
 from promoter.faults import point
-from promoter.store.durable import fsync_dir, make_dirs, temp_path
+from promoter.store.durable import fsync_dir, make_dirs
 
 CHUNK = 1 << 20
 
@@ -74,11 +76,14 @@ class BlobWriter:
         self._max = max_bytes
         self._hash = hashlib.sha256()
         self.size = 0
-        self._tmp = temp_path(store.tmp_dir)
+        self._tmp = os.path.join(store._tmp, f".tmp-{secrets.token_hex(8)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            make_dirs(store.tmp_dir)
-            self._fd: int | None = os.open(self._tmp, flags, 0o600)
+            try:
+                self._fd: int | None = os.open(self._tmp, flags, 0o600)
+            except FileNotFoundError:  # the temp directory is made on first use
+                make_dirs(store.tmp_dir)
+                self._fd = os.open(self._tmp, flags, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot store blob: {exc}") from exc
 
@@ -119,14 +124,13 @@ class BlobWriter:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-            target = self._store.path_for(self._sha256)
-            make_dirs(target.parent)
+            target = self._store.location(self._sha256)
             try:
-                os.link(self._tmp, target)
+                _link_making_parent(self._tmp, target)
                 created = True
             except FileExistsError:
                 created = False
-            fsync_dir(target.parent)
+            fsync_dir(Path(os.path.dirname(target)))
         except OSError as exc:
             raise StorageError(f"cannot store blob: {exc}") from exc
         finally:
@@ -149,10 +153,9 @@ class BlobWriter:
         """Link the synced temp file into place (the caller fsyncs the directory); new?"""
         assert self._fd is None
         try:
-            target = self._store.path_for(self._sha256)
-            make_dirs(target.parent)
+            target = self._store.location(self._sha256)
             try:
-                os.link(self._tmp, target)
+                _link_making_parent(self._tmp, target)
                 return True
             except FileExistsError:
                 return False
@@ -165,7 +168,8 @@ class BlobWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)  # the temp this writer created in the store's own tmp/
 
 
 class BlobStore:
@@ -173,12 +177,17 @@ class BlobStore:
         self.root = audit_root
         self.tmp_dir = audit_root / "tmp"
         self._root = os.fspath(audit_root)
+        self._tmp = os.fspath(self.tmp_dir)
 
     def path_for(self, sha256: str) -> Path:
         return self.root / blob_path(sha256)
 
+    def location(self, sha256: str) -> str:
+        """``path_for`` as a string (no ``Path`` built: intake asks it for every blob)."""
+        return os.path.join(self._root, blob_path(sha256))
+
     def has(self, sha256: str) -> bool:
-        return self.path_for(sha256).is_file()
+        return os.path.isfile(self.location(sha256))
 
     def writer(self, sha256: str, max_bytes: int) -> BlobWriter:
         return BlobWriter(self, sha256, max_bytes)
@@ -235,3 +244,18 @@ class BlobStore:
 
     def remove(self, sha256: str) -> None:
         self.path_for(sha256).unlink(missing_ok=True)
+
+
+def _link_making_parent(source: str, target: str) -> None:
+    """``os.link``, making the target's fan-out directory when it is not there yet.
+
+    The caller fsyncs the fan-out directory after the link; a directory made here has
+    its entry in ``sha256/`` fsynced first.
+    """
+    try:
+        os.link(source, target)
+    except FileNotFoundError:
+        parent = Path(os.path.dirname(target))
+        make_dirs(parent)
+        fsync_dir(parent.parent)  # the new fan-out directory's own entry is durable
+        os.link(source, target)

@@ -75,11 +75,13 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
     sizes = dict(blobs)
     known = known_blobs(session, sizes)
     created = now()
-    session.add_all(
-        BlobRow(sha256=sha256, size=size, created_at=created)
+    rows = [
+        {"sha256": sha256, "size": size, "created_at": created}
         for sha256, size in sizes.items()
         if sha256 not in known
-    )
+    ]
+    if rows:  # one executemany, without building an ORM object per blob
+        session.execute(insert(BlobRow), rows)
 
 
 def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
