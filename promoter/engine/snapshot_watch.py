@@ -84,12 +84,23 @@ class SnapshotWatch:
         self._tree = captured.tree
         return captured
 
-    def before_full(self) -> None:
-        """Start the set of changed paths now, right before a full capture reads anything."""
+    def before_full(self, shadow: ShadowRepository) -> None:
+        """Start the set of changed paths now, right before a full capture reads anything.
+
+        A watch started here skips the directories the ignore rules exclude as a whole
+        (nothing below them is ever captured, and a change to the rules makes the watch
+        give up), so a ``node_modules`` or a virtual environment costs no watches.
+        """
         self._tree = None
         if self.watch.valid:
             self.watch.take()
-        elif not self.watch.start():
+            return
+        try:
+            skip = shadow.ignored_directories()
+        except PromoterError as exc:
+            log.info("%s: ignored directories not known: %s", shadow.layout.worktree, exc)
+            skip = []
+        if not self.watch.start(skip):
             where = self.watch.root.decode(errors="replace")
             log.info("%s is not watched: %s", where, self.watch.reason)
 

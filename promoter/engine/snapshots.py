@@ -186,7 +186,7 @@ def _capture_locked(
         captured = _post_from_pre(services, shadow, operation[0], fresh)
     if captured is None:
         if watch is not None:
-            watch.before_full()
+            watch.before_full(shadow)
         captured = shadow.capture()
         full = True
         if watch is not None:

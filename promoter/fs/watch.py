@@ -1,8 +1,9 @@
 """Which paths of a worktree may have changed since the last look: an inotify watch.
 
 This module owns ``TreeWatch``: one inotify descriptor watching every directory of a
-worktree (never inside an entry named ``.git``; a nested repository's own directory is
-watched, its subdirectories are not), and ``take``, which reads every queued event and
+worktree (never inside an entry named ``.git``, nor inside the directories the caller
+says to skip; a nested repository's own directory is watched, its subdirectories are
+not), and ``take``, which reads every queued event and
 hands back the set of worktree-relative paths that were created, written, changed in
 mode, deleted or renamed since the previous ``take`` (or since ``start``), then starts
 a new set. A directory created later is watched as it is reported, and its own path is
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from promoter.fs import inotify
 from promoter.fs.inotify import Event, Inotify
@@ -68,6 +69,7 @@ class TreeWatch:
         self._ino: Inotify | None = None
         self._paths: dict[int, bytes] = {}  # watch descriptor -> directory, b"" the root
         self._dirty: set[bytes] = set()
+        self._skip: frozenset[bytes] = frozenset()
         self._valid = False
 
     @property
@@ -77,10 +79,15 @@ class TreeWatch:
             self._drain()
         return self._valid
 
-    def start(self) -> bool:
-        """Watch the worktree from now on, forgetting what was seen before; whether it could."""
+    def start(self, skip: Collection[bytes] = ()) -> bool:
+        """Watch the worktree from now on, forgetting what was seen before; whether it could.
+
+        Directories in ``skip`` (worktree-relative) are not watched, nor anything below
+        them; their own entries are still reported by their parent's watch.
+        """
         self.close()
         self.reason = ""
+        self._skip = frozenset(skip)
         try:
             self._ino = Inotify()
             self._valid = True
@@ -190,7 +197,8 @@ class TreeWatch:
             children = [name for name in _subdirectories(full) if name != b".git"]
             if rel and _has_entry(full, b".git"):
                 continue  # a nested repository: its own directory only
-            pending.extend(rel + b"/" + name if rel else name for name in children)
+            below = (rel + b"/" + name if rel else name for name in children)
+            pending.extend(path for path in below if path not in self._skip)
 
 
 def _subdirectories(full: bytes) -> Iterator[bytes]:

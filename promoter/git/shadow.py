@@ -217,6 +217,33 @@ class ShadowRepository:
         finally:
             _unlink_missing_ok(delta)
 
+    def ignored_directories(self) -> list[bytes]:
+        """The worktree's directories that are ignored themselves (nothing below is captured).
+
+        ``ls-files -o -i --directory`` against an empty private index names each directory
+        whose whole content is ignored; ``check-ignore`` keeps those a rule ignores as a
+        directory (a directory that merely holds only ignored files is not one of them:
+        a new file there may be captured).
+        """
+        delta = os.path.join(self.path, DELTA_INDEX_NAME)
+        _unlink_missing_ok(delta)
+        args = ["ls-files", "-z", "-o", "-i", "--exclude-standard", "--directory"]
+        listing = self._work(args, index=delta).stdout
+        candidates = [raw for raw in listing.split(b"\0") if raw.endswith(b"/")]
+        if not candidates:
+            return []
+        stdin = b"".join(raw + b"\0" for raw in candidates)
+        checked = self._work(
+            ["check-ignore", "-z", "--stdin", "--no-index"],
+            input=stdin,
+            index=delta,
+            check=False,
+            literal=False,  # check-ignore takes names, and refuses pathspec magic
+        )
+        if checked.returncode not in (0, 1):  # 1: none of them is ignored
+            raise GitError("git check-ignore failed", stderr=stderr_tail(checked.stderr))
+        return [raw[:-1] for raw in checked.stdout.split(b"\0") if raw.endswith(b"/")]
+
     def _capture_delta(self, base: str, wanted: list[bytes], delta: str) -> Capture | None:
         specs = [os.fsdecode(path) for path in wanted]
         listing = self._work(
@@ -343,8 +370,9 @@ class ShadowRepository:
         input: bytes | None = None,
         check: bool = True,
         index: str | None = None,
+        literal: bool = True,
     ) -> GitResult:
-        env = {**self._work_env, "GIT_LITERAL_PATHSPECS": "1"}
+        env = {**self._work_env, "GIT_LITERAL_PATHSPECS": "1"} if literal else {**self._work_env}
         if index is not None:
             env["GIT_INDEX_FILE"] = index
         return run_git(

@@ -51,8 +51,10 @@ def _make_repo(path: Path) -> Path:
     git(path, "commit", "-q", "-m", "base")
     (path / "untracked.txt").write_bytes(b"not in git, in the snapshot\n")
     (path / "noise.log").write_bytes(b"ignored\n")
-    (path / "build").mkdir()
+    (path / "build" / "deeper").mkdir(parents=True)
     (path / "build" / "out.o").write_bytes(b"ignored\n")
+    (path / "logs").mkdir()
+    (path / "logs" / "only.log").write_bytes(b"a directory holding only ignored files\n")
     return path
 
 
@@ -79,7 +81,7 @@ def _armed(where: Path, repo: Path) -> tuple[SnapshotWatch, ShadowRepository]:
     shadow = _shadow(where, repo, "watched")
     watch = SnapshotWatch(str(repo))
     _open.append(watch)
-    watch.before_full()
+    watch.before_full(shadow)
     watch.after_full(shadow, shadow.capture().tree)
     return watch, shadow
 
@@ -162,6 +164,8 @@ EQUAL: dict[str, list[Change]] = {
     "delete a whole directory": [_rmtree("deep")],
     "mode only": [_write("tool.sh", b"#!/bin/sh\n", 0o755)],
     "create an ignored file": [_write("build/more.o", b"ignored\n")],
+    "create in an ignored directory's subdirectory": [_write("build/deeper/x/y.o", b"no\n")],
+    "a file where only ignored files were": [_write("logs/new.txt", b"captured\n")],
     "create a file ignored below": [_write("sub/local.txt", b"local\n")],
     "an ignored file changed": [_write("noise.log", b"still ignored\n")],
     "a symbolic link": [_link("link", "app.py")],
@@ -221,7 +225,7 @@ def test_watch_declines_when_it_cannot_know(tmp_path: Path, repo: Path, name: st
         change(repo)
     assert watch.capture(shadow) is None
     # the caller then captures in full, which arms the watch again
-    watch.before_full()
+    watch.before_full(shadow)
     full = shadow.capture().tree
     watch.after_full(shadow, full)
     _write("after.py", b"seen by the watch again\n")(repo)
@@ -361,7 +365,15 @@ def test_watched_captures_follow_any_sequence_of_changes(
         captured = watch.capture(shadow)
         if captured is None:  # only when the watch said why
             assert watch.watch.reason
-            watch.before_full()
+            watch.before_full(shadow)
             watch.after_full(shadow, shadow.capture().tree)
             continue
         assert captured.tree == _full_tree(where, repo), ops
+
+
+def test_ignored_directories_are_not_watched(tmp_path: Path, repo: Path) -> None:
+    watch, shadow = _armed(tmp_path, repo)
+    watched = set(watch.watch._paths.values())
+    assert {b"", b"deep", b"deep/a", b"sub", b"logs"} <= watched
+    assert shadow.ignored_directories() == [b"build"]
+    assert not {path for path in watched if path.startswith(b"build")}
