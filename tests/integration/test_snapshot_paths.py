@@ -10,8 +10,6 @@ cases where the equivalence cannot hold are declined (``None``), never guessed.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,72 +17,36 @@ import pytest
 from promoter.git import runner
 from promoter.git.layout import discover
 from promoter.git.shadow import ShadowRepository
-from tests.gitutil import git
-
-Change = Callable[[Path], None]
+from tests.support.snapshot_repo import Change, delete, link, snapshot_worktree, write
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    files = {
-        "app.py": b"print('v1')\n",
-        ".gitignore": b"*.log\nbuild/\n",
-        "sub/.gitignore": b"local.txt\n",
-        "sub/kept.txt": b"kept\n",
-        "deep/a/b.txt": b"deep\n",
-        "tool.sh": b"#!/bin/sh\n",
-    }
-    for rel, data in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_bytes(data)
-    git(path.parent, "init", "-q", "-b", "main", str(path))
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    (path / "untracked.txt").write_bytes(b"not in git, in the snapshot\n")
-    (path / "noise.log").write_bytes(b"ignored\n")
-    return path
+    return snapshot_worktree(tmp_path / "work")
 
 
 def _shadow(tmp_path: Path, repo: Path, name: str) -> ShadowRepository:
     return ShadowRepository.open(discover(repo), str(tmp_path / name), "repo_" + "0" * 32)
 
 
-def _write(rel: str, data: bytes, mode: int = 0o644) -> Change:
-    def change(repo: Path) -> None:
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(data)
-        os.chmod(repo / rel, mode)
-
-    return change
-
-
-def _delete(rel: str) -> Change:
-    return lambda repo: (repo / rel).unlink()
-
-
-def _link(rel: str, target: str) -> Change:
-    return lambda repo: (repo / rel).symlink_to(target)
-
-
 CASES: dict[str, tuple[list[str], list[Change]]] = {
-    "modify": (["app.py"], [_write("app.py", b"print('v2')\n")]),
-    "modify an untracked file": (["untracked.txt"], [_write("untracked.txt", b"changed\n")]),
-    "create in new directories": (["gen/x/y/new.txt"], [_write("gen/x/y/new.txt", b"new\n")]),
-    "delete": (["deep/a/b.txt"], [_delete("deep/a/b.txt")]),
-    "mode only": (["tool.sh"], [_write("tool.sh", b"#!/bin/sh\n", 0o755)]),
-    "create an ignored file": (["build/out.txt"], [_write("build/out.txt", b"ignored\n")]),
-    "create a file ignored below": (["sub/local.txt"], [_write("sub/local.txt", b"local\n")]),
-    "an ignored file changed": (["noise.log"], [_write("noise.log", b"still ignored\n")]),
-    "a symbolic link": (["link"], [_link("link", "app.py")]),
+    "modify": (["app.py"], [write("app.py", b"print('v2')\n")]),
+    "modify an untracked file": (["untracked.txt"], [write("untracked.txt", b"changed\n")]),
+    "create in new directories": (["gen/x/y/new.txt"], [write("gen/x/y/new.txt", b"new\n")]),
+    "delete": (["deep/a/b.txt"], [delete("deep/a/b.txt")]),
+    "mode only": (["tool.sh"], [write("tool.sh", b"#!/bin/sh\n", 0o755)]),
+    "create an ignored file": (["build/out.txt"], [write("build/out.txt", b"ignored\n")]),
+    "create a file ignored below": (["sub/local.txt"], [write("sub/local.txt", b"local\n")]),
+    "an ignored file changed": (["noise.log"], [write("noise.log", b"still ignored\n")]),
+    "a symbolic link": (["link"], [link("link", "app.py")]),
     "a target that did not change": (["app.py", "absent/never.txt"], []),
     "several at once": (
         ["app.py", "deep/a/b.txt", "deep/a/c.txt", "odd name [x]*?.txt"],
         [
-            _write("app.py", b"print('v3')\n"),
-            _delete("deep/a/b.txt"),
-            _write("deep/a/c.txt", b"c\n"),
-            _write("odd name [x]*?.txt", b"odd\n"),
+            write("app.py", b"print('v3')\n"),
+            delete("deep/a/b.txt"),
+            write("deep/a/c.txt", b"c\n"),
+            write("odd name [x]*?.txt", b"odd\n"),
         ],
     ),
 }

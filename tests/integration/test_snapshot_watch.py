@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,30 +27,13 @@ from promoter.git import runner
 from promoter.git.layout import discover
 from promoter.git.shadow import ShadowRepository
 from tests.gitutil import git
+from tests.support.snapshot_repo import Change, delete, link, snapshot_worktree, write
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is not available here")
 
-Change = Callable[[Path], object]
-
 
 def _make_repo(path: Path) -> Path:
-    files = {
-        "app.py": b"print('v1')\n",
-        ".gitignore": b"*.log\nbuild/\n",
-        "sub/.gitignore": b"local.txt\n",
-        "sub/kept.txt": b"kept\n",
-        "deep/a/b.txt": b"deep\n",
-        "deep/a/c.txt": b"deep too\n",
-        "tool.sh": b"#!/bin/sh\n",
-    }
-    for rel, data in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_bytes(data)
-    git(path.parent, "init", "-q", "-b", "main", str(path))
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    (path / "untracked.txt").write_bytes(b"not in git, in the snapshot\n")
-    (path / "noise.log").write_bytes(b"ignored\n")
+    snapshot_worktree(path, {"deep/a/c.txt": b"deep too\n"})
     (path / "build" / "deeper").mkdir(parents=True)
     (path / "build" / "out.o").write_bytes(b"ignored\n")
     (path / "logs").mkdir()
@@ -92,15 +75,6 @@ def _full_tree(where: Path, repo: Path) -> str:
     return _shadow(where, repo, "fresh").capture().tree
 
 
-def _write(rel: str, data: bytes, mode: int = 0o644) -> Change:
-    def change(repo: Path) -> None:
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(data)
-        os.chmod(repo / rel, mode)
-
-    return change
-
-
 def _replace(rel: str, data: bytes) -> Change:
     """The way promoter and most editors save: a temp file renamed over the name."""
 
@@ -112,16 +86,8 @@ def _replace(rel: str, data: bytes) -> Change:
     return change
 
 
-def _delete(rel: str) -> Change:
-    return lambda repo: (repo / rel).unlink()
-
-
 def _rmtree(rel: str) -> Change:
     return lambda repo: shutil.rmtree(repo / rel)
-
-
-def _link(rel: str, target: str) -> Change:
-    return lambda repo: (repo / rel).symlink_to(target)
 
 
 def _file_to_dir(rel: str) -> Change:
@@ -156,30 +122,30 @@ def _init_nested(rel: str) -> Change:
 
 EQUAL: dict[str, list[Change]] = {
     "nothing changed": [],
-    "modify in place": [_write("app.py", b"print('v2')\n")],
+    "modify in place": [write("app.py", b"print('v2')\n")],
     "replace by rename": [_replace("deep/a/b.txt", b"renamed over\n")],
-    "modify an untracked file": [_write("untracked.txt", b"changed\n")],
-    "create in new directories": [_write("gen/x/y/new.txt", b"new\n")],
-    "delete": [_delete("deep/a/b.txt")],
+    "modify an untracked file": [write("untracked.txt", b"changed\n")],
+    "create in new directories": [write("gen/x/y/new.txt", b"new\n")],
+    "delete": [delete("deep/a/b.txt")],
     "delete a whole directory": [_rmtree("deep")],
-    "mode only": [_write("tool.sh", b"#!/bin/sh\n", 0o755)],
-    "create an ignored file": [_write("build/more.o", b"ignored\n")],
-    "create in an ignored directory's subdirectory": [_write("build/deeper/x/y.o", b"no\n")],
-    "a file where only ignored files were": [_write("logs/new.txt", b"captured\n")],
-    "create a file ignored below": [_write("sub/local.txt", b"local\n")],
-    "an ignored file changed": [_write("noise.log", b"still ignored\n")],
-    "a symbolic link": [_link("link", "app.py")],
-    "a link to a directory": [_link("deeplink", "deep")],
+    "mode only": [write("tool.sh", b"#!/bin/sh\n", 0o755)],
+    "create an ignored file": [write("build/more.o", b"ignored\n")],
+    "create in an ignored directory's subdirectory": [write("build/deeper/x/y.o", b"no\n")],
+    "a file where only ignored files were": [write("logs/new.txt", b"captured\n")],
+    "create a file ignored below": [write("sub/local.txt", b"local\n")],
+    "an ignored file changed": [write("noise.log", b"still ignored\n")],
+    "a symbolic link": [link("link", "app.py")],
+    "a link to a directory": [link("deeplink", "deep")],
     "a file becomes a directory": [_file_to_dir("app.py")],
     "a directory becomes a file": [_dir_to_file("deep/a")],
     "an empty directory": [lambda repo: (repo / "empty" / "er").mkdir(parents=True)],
     "promoter's temp file": [_own_temp(".promoter-tmp-0123")],
     "a new directory that is a repository": [_init_nested("sub/inner")],
     "several at once": [
-        _write("app.py", b"print('v3')\n"),
-        _delete("sub/kept.txt"),
-        _write("sub/new.txt", b"new\n"),
-        _write("a-b", b"sorts between a and a/\n"),
+        write("app.py", b"print('v3')\n"),
+        delete("sub/kept.txt"),
+        write("sub/new.txt", b"new\n"),
+        write("a-b", b"sorts between a and a/\n"),
     ],
 }
 
@@ -207,7 +173,7 @@ def test_no_git_runs_when_nothing_changed(tmp_path: Path, repo: Path) -> None:
 
 
 DECLINED: dict[str, list[Change]] = {
-    "a .gitignore edited": [_write(".gitignore", b"*.log\n")],
+    "a .gitignore edited": [write(".gitignore", b"*.log\n")],
     "a directory renamed": [lambda repo: os.rename(repo / "deep", repo / "shallow")],
     "a directory becomes a repository": [_init_nested("deep")],
     "a nested repository stops being one": [_rmtree("vendor/lib/.git")],
@@ -228,7 +194,7 @@ def test_watch_declines_when_it_cannot_know(tmp_path: Path, repo: Path, name: st
     watch.before_full(shadow)
     full = shadow.capture().tree
     watch.after_full(shadow, full)
-    _write("after.py", b"seen by the watch again\n")(repo)
+    write("after.py", b"seen by the watch again\n")(repo)
     captured = watch.capture(shadow)
     assert captured is not None and captured.tree != full
     assert captured.tree == shadow.capture().tree  # what the full capture of that shadow gives
@@ -249,12 +215,12 @@ def test_forget_declines_the_watched_capture(tmp_path: Path, repo: Path) -> None
 def test_a_change_during_the_capture_is_in_the_next_one(tmp_path: Path, repo: Path) -> None:
     """A file written after the changed set was taken is looked at again next time."""
     watch, shadow = _armed(tmp_path, repo)
-    _write("app.py", b"print('first')\n")(repo)
+    write("app.py", b"print('first')\n")(repo)
     original = shadow.capture_changed
 
     def racing(base: str, paths: object) -> object:
-        _write("app.py", b"print('written during the capture')\n")(repo)
-        _write("late.txt", b"late\n")(repo)
+        write("app.py", b"print('written during the capture')\n")(repo)
+        write("late.txt", b"late\n")(repo)
         return original(base, paths)  # type: ignore[arg-type]
 
     shadow.capture_changed = racing  # type: ignore[method-assign,assignment]
@@ -265,12 +231,17 @@ def test_a_change_during_the_capture_is_in_the_next_one(tmp_path: Path, repo: Pa
     assert second is not None and second.tree == _full_tree(tmp_path, repo)
 
 
-def test_watch_gives_up_past_its_limit(tmp_path: Path) -> None:
+def _started(tmp_path: Path, **limits: int) -> tuple[Path, TreeWatch]:
     root = tmp_path / "tree"
     root.mkdir()
-    watch = TreeWatch(str(root), max_dirty=10)
+    watch = TreeWatch(str(root), **limits)
     assert watch.start()
     _open.append(watch)
+    return root, watch
+
+
+def test_watch_gives_up_past_its_limit(tmp_path: Path) -> None:
+    root, watch = _started(tmp_path, max_dirty=10)
     for i in range(11):
         (root / f"f{i}").write_bytes(b"x")
     assert watch.take() is None
@@ -278,11 +249,7 @@ def test_watch_gives_up_past_its_limit(tmp_path: Path) -> None:
 
 
 def test_watch_gives_up_when_the_queue_overflows(tmp_path: Path) -> None:
-    root = tmp_path / "tree"
-    root.mkdir()
-    watch = TreeWatch(str(root))
-    assert watch.start()
-    _open.append(watch)
+    root, watch = _started(tmp_path)
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     for i in range(limit // 2 + 100):  # a create and a close-after-write each, unread
         os.close(os.open(root / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644))
@@ -291,11 +258,7 @@ def test_watch_gives_up_when_the_queue_overflows(tmp_path: Path) -> None:
 
 
 def test_watch_reports_paths_in_new_directories(tmp_path: Path) -> None:
-    root = tmp_path / "tree"
-    root.mkdir()
-    watch = TreeWatch(str(root))
-    assert watch.start()
-    _open.append(watch)
+    root, watch = _started(tmp_path)
     (root / "new").mkdir()
     assert watch.take() == {b"new"}
     (root / "new" / "deeper").mkdir()
