@@ -7,8 +7,10 @@ the median of its per-round figures. The rows:
 - ``http_flow_1150``: the whole flow over HTTP against a real daemon on a loopback
   port (grant, executor token, blob upload, bundle submit + verification, lease,
   ``POST /v1/promotions`` with ``wait``), 1150 small files, over the bare per-file
-  durable-write loop (``bench_promote.bare_loop``) on an identical copy. The upload's
-  share of the flow is reported next to it.
+  durable-write loop (``bench_promote.bare_loop``) on an identical copy. The daemon is
+  ``promoter serve`` in its own process, as deployed; the same flow against a daemon in
+  the client's own interpreter (sharing its lock) is reported next to it
+  (``http_flow_1150.in_process``), as is the upload's share of the flow.
 - ``promote_1150``, ``promote_115``: promotion alone (``request_promotion`` until the
   operation completed, in-process; blobs, grant, lease and first verification before)
   over the bare loop.
@@ -211,22 +213,73 @@ def _alternate(round_no: int, runs: list[tuple[str, Callable[[], object]]]) -> d
     return seconds
 
 
+@contextmanager
+def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]]:
+    """``promoter serve`` in its own process: ``(url, orchestrator token, identity)``.
+
+    How a deployed daemon runs: its own interpreter, so the client's work (hashing,
+    framing, JSON) does not share its lock. Ready when it prints its URL on stderr.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
+    argv += ["--port", "0", "--repo", f"{bp.REPO_NAME}={repo}"]
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stderr is not None
+        url = ""
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith("promoter: ready on "):
+                url = line.removeprefix("promoter: ready on ")
+                break
+        if not url:
+            raise RuntimeError("the benchmark daemon exited before it was ready")
+        drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
+        drain.start()
+        token = (state_dir / "credentials" / "orchestrator.token").read_text().strip()
+        with PromoterClient(url, token, timeout=60) as orch:
+            identity = str(orch.repositories()[0]["repository_identity"])
+        yield url, token, identity
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+@contextmanager
+def _flow_daemon(state_dir: Path, repo: Path, separate: bool) -> Iterator[tuple[str, str, str]]:
+    if separate:
+        with daemon_process(state_dir, repo) as answer:
+            yield answer
+        return
+    with daemon(state_dir, repo) as (url, services):
+        identity = services.registry.by_name(bp.REPO_NAME).identity
+        yield url, services.tokens["orchestrator"], identity
+
+
 def http_flow(
-    table: Table, work: Path, round_no: int, source: bp.Source, workload: bp.Workload
+    table: Table,
+    work: Path,
+    round_no: int,
+    source: bp.Source,
+    workload: bp.Workload,
+    *,
+    separate: bool = True,
 ) -> None:
-    here = work / f"http{round_no}"
+    """The flow against a daemon in its own process (``separate``), or in this one."""
+    here = work / f"http{round_no}{'' if separate else '-in-process'}"
     here.mkdir()
     ours = bp.copy_repo(source.path, here / "promoter")
     bare = bp.copy_repo(source.path, here / "bare")
     blobs = bp._blobs(workload)
     phases: dict[str, float] = {}
-    with daemon(here / "state", ours) as (url, services):
-        identity = services.registry.by_name(bp.REPO_NAME).identity
+    with _flow_daemon(here / "state", ours, separate) as (url, orchestrator, identity):
         grant = grant_document(identity, source, len(workload.steps))
 
         def flow() -> None:
             started = time.perf_counter()
-            with PromoterClient(url, services.tokens["orchestrator"], timeout=3600) as orch:
+            with PromoterClient(url, orchestrator, timeout=3600) as orch:
                 registered = orch.register_grant(grant)
                 token = orch.mint_executor_token(bp.RUN_ID)["token"]
                 bundle = bundle_document(grant, registered["grant_sha256"], workload.steps)
@@ -246,12 +299,16 @@ def http_flow(
         )
     bp.check_tree(ours, workload.target, "http flow")
     bp.check_tree(bare, workload.target, "bare loop")
+    shutil.rmtree(here)
+    if not separate:  # the daemon sharing the client's interpreter: a detail of the row
+        table.note("http_flow_1150.in_process", seconds["flow"] / seconds["bare"])
+        table.note("http_flow_1150.in_process_seconds", seconds["flow"])
+        return
     table.add("http_flow_1150", seconds["flow"] / seconds["bare"])
     table.note("http_flow_1150.seconds", seconds["flow"])
     table.note("http_flow_1150.bare_seconds", seconds["bare"])
     table.note("http_flow_1150.upload_share", phases["upload"] / seconds["flow"])
     table.note("http_flow_1150.upload_ms_per_blob", 1000 * phases["upload"] / len(blobs))
-    shutil.rmtree(here)
 
 
 def promotion(
@@ -436,6 +493,7 @@ def run(
         load_before = os.getloadavg()
         rows: list[Callable[[int], None]] = [
             lambda r: http_flow(table, work, r, big_source, big),
+            lambda r: http_flow(table, work, r, big_source, big, separate=False),
             lambda r: promotion(table, "promote_1150", work, r, big_source, big, big_template),
             lambda r: promotion(table, "promote_115", work, r, small_source, small, small_template),
             lambda r: verification(table, work, r, small_source, creates),
