@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
 from promoter.errors import PromoterError
 from promoter.fs import inotify
@@ -54,7 +53,6 @@ class SnapshotWatch:
 
     def __init__(self, worktree: str) -> None:
         self.watch = TreeWatch(worktree)
-        self.lock = threading.Lock()  # one capture at a time also within one process
         self._tree: str | None = None
         self._mark: tuple[int, int, int] | None = None
 
