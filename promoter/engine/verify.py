@@ -334,8 +334,8 @@ def check_preconditions(
             expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
         elif change.path in chained:
             expected, source = dict(chained[change.path]), "base_operation"
-        elif change.path in base_states:
-            expected, source = dict(base_states[change.path]), "base_tree"
+        elif change.path in base_states:  # a dict of its own per path: read, never changed
+            expected, source = base_states[change.path], "base_tree"
         else:
             evidence.append({"path": change.path, "source": "invalid_path", "expected": None})
             problems.append(f"{change.path!r}: no precondition applies to an invalid path")
