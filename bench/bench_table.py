@@ -16,8 +16,8 @@ the median of its per-round figures. The rows:
   over the bare loop.
 - ``healthz_during_verify_10k``: the largest ``/healthz`` latency (milliseconds, not a
   ratio) seen by a client polling it while ``POST /v1/bundles`` verifies a 10 000-change
-  bundle; ``verify_10k`` is that verification's time over re-hashing every blob plus JCS
-  of the bundle.
+  bundle; ``verify_10k`` is that verification's time (the submission alone: the probe
+  process starts before it is timed) over re-hashing every blob plus JCS of the bundle.
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
@@ -414,9 +414,13 @@ def verification(
         figures: dict[str, float] = {}
 
         def verify() -> None:
+            # the probe process starts (and stops) outside the time taken: only the
+            # submission is timed, while the probe polls
             with healthz_probe(url) as probe:
+                started = time.perf_counter()
                 with PromoterClient(url, token, timeout=3600) as executor:
                     executor.submit_bundle(bundle)
+                figures["seconds"] = time.perf_counter() - started
                 figures.update(probe())
 
         def baseline() -> None:
@@ -425,8 +429,9 @@ def verification(
             sha256_hex(rfc8785.dumps(bundle))
 
         seconds = _alternate(round_no, [("verify", verify), ("baseline", baseline)])
-    table.add("verify_10k", seconds["verify"] / seconds["baseline"])
-    table.note("verify_10k.seconds", seconds["verify"])
+    table.add("verify_10k", figures["seconds"] / seconds["baseline"])
+    table.note("verify_10k.seconds", figures["seconds"])
+    table.note("verify_10k.seconds_with_probe_start", seconds["verify"])
     table.add("healthz_during_verify_10k", figures["max_ms"])
     table.note("healthz_during_verify_10k.median_ms", figures["median_ms"])
     table.note("healthz_during_verify_10k.polls", figures["polls"])

@@ -40,12 +40,48 @@ def _check_value(value: Any, where: str) -> None:
     raise ValueError(f"{where}: {type(value).__name__} is not a JSON value")
 
 
+def _plain(value: Any) -> bool:
+    """True if ``value`` is built only of exact str, bool, None, ints within +-2^53, lists,
+    tuples and dicts whose keys are ASCII str: the documents ``_scan`` passes untouched.
+
+    Leaves are tested inline, so only containers cost a call; False says nothing about
+    why (``_scan`` then looks again, for its precise answer or error).
+    """
+    kind = type(value)
+    if kind is dict:
+        for key in value:
+            if type(key) is not str or not key.isascii():
+                return False
+        items: Iterable[Any] = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif kind is int:
+        return bool(-MAX_SAFE_INT < value < MAX_SAFE_INT)
+    else:
+        return kind is str or kind is bool or value is None
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if -MAX_SAFE_INT < item < MAX_SAFE_INT:
+                continue
+            return False
+        if not _plain(item):
+            return False
+    return True
+
+
 def _scan(value: Any) -> bool:
     """Validate like ``_check_value`` on the common types; True if every key is ASCII.
 
     Exact-type dispatch keeps this fast on large documents; anything unusual (subclasses,
     other mappings, floats) falls back to ``_check_value`` for its precise error.
     """
+    return _plain(value) or _scan_slowly(value)
+
+
+def _scan_slowly(value: Any) -> bool:
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return True
@@ -57,47 +93,62 @@ def _scan(value: Any) -> bool:
         for key, item in value.items():
             if type(key) is not str:
                 break
-            if not _scan(item) or not key.isascii():
+            if not _scan_slowly(item) or not key.isascii():
                 ascii_keys = False
         else:
             return ascii_keys
     elif kind is list or kind is tuple:
         ascii_keys = True
         for item in value:
-            if not _scan(item):
+            if not _scan_slowly(item):
                 ascii_keys = False
         return ascii_keys
     _check_value(value, "$")
     return False
 
 
-SLICE = 256  # items of a long top-level list encoded per call
+SLICE = 256  # items of a long list encoded per call
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _long(value: Any) -> bool:
+    return type(value) is list and len(value) > SLICE
+
+
+def _dumps_list(items: list[Any]) -> str:
+    """``_dumps(items)``, SLICE items per encoder call."""
+    return (
+        "["
+        + ",".join(
+            _dumps(items[start : start + SLICE])[1:-1] for start in range(0, len(items), SLICE)
+        )
+        + "]"
+    )
+
+
+def _members(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each member of ``document`` as ``(key, '"key":value')``, in key order."""
+    return [
+        (key, f"{_dumps(key)}:{_dumps_list(value) if _long(value) else _dumps(value)}")
+        for key, value in sorted(document.items())
+    ]
+
+
 def _encode(document: Any) -> str:
-    """``_dumps(document)``, with long lists in a top-level object encoded in slices.
+    """``_dumps(document)``, with a long list (the document, or a member of a top-level
+    object) encoded in slices.
 
     One C encoder call on a 10 000-change bundle holds the GIL for tens of milliseconds,
     stalling the event loop; slices let other threads run in between. Same text.
     """
-    if not isinstance(document, dict) or not any(
-        type(v) is list and len(v) > SLICE for v in document.values()
-    ):
+    if _long(document):
+        return _dumps_list(document)
+    if not isinstance(document, dict) or not any(_long(v) for v in document.values()):
         return _dumps(document)
-    parts = []
-    for key, value in sorted(document.items()):
-        if type(value) is list and len(value) > SLICE:
-            items = ",".join(
-                _dumps(value[start : start + SLICE])[1:-1] for start in range(0, len(value), SLICE)
-            )
-            parts.append(f"{_dumps(key)}:[{items}]")
-        else:
-            parts.append(f"{_dumps(key)}:{_dumps(value)}")
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join(member for _, member in _members(document)) + "}"
 
 
 def canonical_bytes(document: Any) -> bytes:
@@ -130,6 +181,28 @@ def projection(document: Mapping[str, Any], identity_fields: Iterable[str]) -> d
 def projection_sha256(document: Mapping[str, Any], identity_fields: Iterable[str]) -> str:
     """``sha256(JCS(projection))``: the hash that a document's identity fields carry."""
     return sha256_hex(canonical_bytes(projection(document, identity_fields)))
+
+
+def canonical_with_projection(
+    document: Mapping[str, Any], identity_fields: Iterable[str]
+) -> tuple[bytes, bytes]:
+    """``canonical_bytes(document)`` and ``canonical_bytes(projection(document, ...))``.
+
+    On the fast path each member is encoded once and both byte strings are joined from
+    the same member bytes (UTF-8 is concatenative, and a projection's members keep their
+    order); anything else encodes the two documents separately.
+    """
+    if type(document) is dict and _scan(document):
+        drop = set(identity_fields)
+        try:
+            members = [(key, text.encode("utf-8")) for key, text in _members(document)]
+        except UnicodeEncodeError:
+            pass  # lone surrogates: canonical_bytes hands them to rfc8785
+        else:
+            whole = b"{" + b",".join(data for _, data in members) + b"}"
+            kept = b"{" + b",".join(data for key, data in members if key not in drop) + b"}"
+            return whole, kept
+    return canonical_bytes(document), canonical_bytes(projection(document, identity_fields))
 
 
 def content_id(prefix: str, sha256: str) -> str:

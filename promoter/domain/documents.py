@@ -5,9 +5,16 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from promoter.domain.canonical import canonical_bytes, content_id, projection_sha256, sha256_hex
+from promoter.domain.canonical import (
+    canonical_bytes,
+    canonical_with_projection,
+    content_id,
+    projection_sha256,
+    sha256_hex,
+)
 from promoter.domain.models import (
     GrantV1,
     PatchBundleV1,
@@ -32,6 +39,25 @@ def sealed_grant(grant: GrantV1) -> GrantV1:
 
 def bundle_sha256(document: dict[str, Any]) -> str:
     return projection_sha256(document, BUNDLE_IDENTITY)
+
+
+@dataclass(frozen=True)
+class BundleBytes:
+    """A bundle document's canonical bytes and its ``bundle_sha256``, encoded once."""
+
+    canonical: bytes  # the bytes the audit store keeps: JCS of the whole document
+    sha256: str  # sha256(JCS(the document without bundle_id and bundle_sha256))
+
+
+def bundle_bytes(document: dict[str, Any]) -> BundleBytes:
+    """``canonical_bytes(document)`` and ``bundle_sha256(document)`` from one encoding.
+
+    For a document a ``PatchBundleV1`` was parsed from, the canonical bytes are those of
+    ``canonical(bundle)``: every field is required, none has a default and strict
+    parsing keeps every value as it was (a property test holds the two equal).
+    """
+    whole, projected = canonical_with_projection(document, BUNDLE_IDENTITY)
+    return BundleBytes(whole, sha256_hex(projected))
 
 
 def bundle_id_for(sha256: str) -> str:

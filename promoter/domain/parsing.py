@@ -23,10 +23,10 @@ def load_json(raw: bytes) -> Any:
     """Decode a JSON request body; duplicate keys and non-finite numbers are refused."""
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        if len(keys) != len(set(keys)):
+        found = dict(pairs)  # a repeated key leaves fewer members than pairs
+        if len(found) != len(pairs):
             raise ValueError("duplicate object key")
-        return dict(pairs)
+        return found
 
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")

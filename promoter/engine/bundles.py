@@ -68,8 +68,9 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
             verification_receipt=receipt_wire,
             failed_checks=[c.name for c in outcome.receipt.checks if c.status == "failed"],
         )
+    receipt_bytes = canonical(outcome.receipt)
     stored = services.audit.get("verification", bundle.bundle_id)
-    if stored is not None and stored != canonical(outcome.receipt):
+    if stored is not None and stored != receipt_bytes:
         raise ReceiptConflict(
             "re-verification differs from the stored passed receipt",
             stored_receipt_sha256=PatchVerificationReceiptV1.model_validate_json(
@@ -77,10 +78,11 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
             ).receipt_sha256,
             receipt_sha256=outcome.receipt.receipt_sha256,
         )
-    created = services.audit.put("bundle", bundle.bundle_id, canonical(bundle), BundleConflict)
-    services.audit.put(
-        "verification", bundle.bundle_id, canonical(outcome.receipt), ReceiptConflict
-    )
+    # the submitted document's canonical bytes, which are canonical(bundle): verification
+    # encoded them for manifest_integrity, and a passed check says they hash as claimed
+    document = outcome.document.canonical
+    created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
+    services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
     with services.db.session() as session:
         created = repo.add_bundle(session, bundle) or created
         if stored is None:

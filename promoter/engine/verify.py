@@ -11,13 +11,20 @@ no I/O of its own and stores nothing.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import islice
 from typing import Any, Protocol
 
 from promoter.domain import allowlist, links
-from promoter.domain.documents import bundle_id_for, bundle_sha256, evidence_sha256, seal_receipt
+from promoter.domain.documents import (
+    BundleBytes,
+    bundle_bytes,
+    bundle_id_for,
+    evidence_sha256,
+    seal_receipt,
+)
 from promoter.domain.models import (
     CHECK_ORDER,
     Change,
@@ -28,6 +35,7 @@ from promoter.domain.models import (
     PatchVerificationReceiptV1,
 )
 from promoter.domain.paths import check_path, check_path_set, sort_key
+from promoter.domain.state import SYMLINK_MODE
 from promoter.errors import PathInvalid, PromoterError
 
 
@@ -62,6 +70,35 @@ def _state(exists: bool, sha256: str | None, mode: str | None) -> dict[str, Any]
     return {"exists": exists, "sha256": sha256, "mode": mode}
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What several checks read of the bundle's changes, computed once per verification."""
+
+    paths: list[str]
+    in_order: bool  # the paths strictly increase by their UTF-8 bytes
+    total: int  # the bytes of the new states that exist
+    path_errors: list[str | None]  # per path: why ``check_path`` refuses it, or None
+
+    @classmethod
+    def of(cls, bundle: PatchBundleV1) -> Facts:
+        paths = [c.path for c in bundle.changes]
+        keys = [sort_key(path) for path in paths]
+        return cls(
+            paths=paths,
+            in_order=all(map(operator.lt, keys, islice(keys, 1, None))),
+            total=sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists),
+            path_errors=[_path_error(path) for path in paths],
+        )
+
+
+def _path_error(path: str) -> str | None:
+    try:
+        check_path(path)
+    except PathInvalid as exc:
+        return exc.detail
+    return None
+
+
 def _summarize(problems: list[str], limit: int = 5) -> str:
     more = len(problems) - limit
     head = "; ".join(problems[:limit])
@@ -85,9 +122,9 @@ def _operation_problem(change: Change) -> str | None:
     return None
 
 
-def check_manifest_integrity(document: Mapping[str, Any], bundle: PatchBundleV1) -> Outcome:
-    digest = bundle_sha256(dict(document))
-    total = sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists)
+def check_manifest_integrity(digest: str, bundle: PatchBundleV1, facts: Facts) -> Outcome:
+    """``digest``: the ``bundle_sha256`` of the document as submitted."""
+    total = facts.total
     problems: list[str] = []
     code = "verification_failed"
     if digest != bundle.bundle_sha256 or bundle_id_for(digest) != bundle.bundle_id:
@@ -99,8 +136,7 @@ def check_manifest_integrity(document: Mapping[str, Any], bundle: PatchBundleV1)
         )
     if bundle.total_bytes != total:
         problems.append(f"total_bytes is {bundle.total_bytes}, the new states add up to {total}")
-    keys = [sort_key(c.path) for c in bundle.changes]
-    if any(a >= b for a, b in pairwise(keys)):
+    if not facts.in_order:
         problems.append("changes are not sorted by the UTF-8 bytes of path, or repeat a path")
     problems.extend(p for c in bundle.changes if (p := _operation_problem(c)) is not None)
     evidence = {
@@ -172,8 +208,8 @@ def _link_problems(
     evidence: list[dict[str, Any]] = []
     problems: list[str] = []
     for change in bundle.changes:
-        if not (links.is_link(change.old.mode) or links.is_link(change.new.mode)):
-            continue
+        if change.old.mode != SYMLINK_MODE and change.new.mode != SYMLINK_MODE:
+            continue  # neither side a link (``links.is_link``)
         target: bytes | None = None
         if links.is_link(change.new.mode) and change.new.sha256 is not None:
             try:
@@ -198,25 +234,28 @@ def _link_problems(
 
 
 def check_path_policy(
-    bundle: PatchBundleV1, grant: GrantV1 | None = None, blobs: BlobSizes | None = None
+    bundle: PatchBundleV1,
+    facts: Facts,
+    grant: GrantV1 | None = None,
+    blobs: BlobSizes | None = None,
 ) -> Outcome:
-    paths = [c.path for c in bundle.changes]
+    paths = facts.paths
     problems: list[str] = []
     link_evidence: list[dict[str, Any]] = []
     if grant is not None and blobs is not None:
         link_evidence, problems = _link_problems(bundle, grant, blobs)
-    for path in paths:
-        try:
-            check_path(path)
-        except PathInvalid as exc:
-            problems.append(f"{path!r}: {exc.detail}")
+    problems.extend(
+        f"{path!r}: {error}"
+        for path, error in zip(paths, facts.path_errors, strict=True)
+        if error is not None
+    )
     try:
         check_path_set(paths)
     except PathInvalid as exc:
         problems.append(
             f"{exc.context.get('path')!r} and {exc.context.get('other')!r}: {exc.detail}"
         )
-    evidence: Any = sorted(paths, key=sort_key)
+    evidence: Any = list(paths) if facts.in_order else sorted(paths, key=sort_key)
     if link_evidence:  # only bundles with links carry it, so earlier receipts keep their bytes
         evidence = {"paths": evidence, "links": link_evidence}
     return Outcome(not problems, evidence, _summarize(problems), "path_invalid")
@@ -225,9 +264,9 @@ def check_path_policy(
 # (5) limits: the grant's count and size limits
 
 
-def check_limits(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
+def check_limits(bundle: PatchBundleV1, grant: GrantV1, facts: Facts) -> Outcome:
     count = len(bundle.changes)
-    total = sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists)
+    total = facts.total
     evidence = {
         "change_count": count,
         "total_bytes": total,
@@ -267,18 +306,11 @@ def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
 # (7) preconditions: every old state equals the explicit or implicit precondition
 
 
-def _lexically_valid(path: str) -> bool:
-    try:
-        check_path(path)
-    except PathInvalid:
-        return False
-    return True
-
-
 def check_preconditions(
     bundle: PatchBundleV1,
     grant: GrantV1,
     base: BaseTree,
+    facts: Facts,
     chained: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Outcome:
     """Explicit preconditions first; then, for a chained grant, the states its base
@@ -286,9 +318,9 @@ def check_preconditions(
     explicit = {p.path: p for p in grant.target_preconditions}
     chained = chained or {}
     implicit_paths = [
-        c.path
-        for c in bundle.changes
-        if c.path not in explicit and c.path not in chained and _lexically_valid(c.path)
+        path
+        for path, error in zip(facts.paths, facts.path_errors, strict=True)
+        if path not in explicit and path not in chained and error is None
     ]
     try:
         base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
@@ -302,8 +334,8 @@ def check_preconditions(
             expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
         elif change.path in chained:
             expected, source = dict(chained[change.path]), "base_operation"
-        elif change.path in base_states:
-            expected, source = dict(base_states[change.path]), "base_tree"
+        elif change.path in base_states:  # a dict of its own per path: read, never changed
+            expected, source = base_states[change.path], "base_tree"
         else:
             evidence.append({"path": change.path, "source": "invalid_path", "expected": None})
             problems.append(f"{change.path!r}: no precondition applies to an invalid path")
@@ -319,6 +351,7 @@ def check_preconditions(
 class Verification:
     receipt: PatchVerificationReceiptV1
     failure_codes: dict[str, str]
+    document: BundleBytes  # the verified document's canonical bytes and its bundle_sha256
 
     @property
     def passed(self) -> bool:
@@ -344,15 +377,18 @@ def verify(
     """Run the seven checks and build the deterministic receipt.
 
     ``chained``: the implicit preconditions a grant's ``base_operation`` gives its paths.
+    The document is encoded once: its hash for check (1), its bytes for the caller.
     """
+    encoded = bundle_bytes(dict(document))
+    facts = Facts.of(bundle)
     checks: dict[CheckName, Callable[[], Outcome]] = {
-        "manifest_integrity": lambda: check_manifest_integrity(document, bundle),  # (1)
+        "manifest_integrity": lambda: check_manifest_integrity(encoded.sha256, bundle, facts),  # 1
         "blob_integrity": lambda: check_blob_integrity(bundle, blobs),  # (2)
         "grant_binding": lambda: check_grant_binding(bundle, grant),  # (3)
-        "path_policy": lambda: check_path_policy(bundle, grant, blobs),  # (4)
-        "limits": lambda: check_limits(bundle, grant),  # (5)
+        "path_policy": lambda: check_path_policy(bundle, facts, grant, blobs),  # (4)
+        "limits": lambda: check_limits(bundle, grant, facts),  # (5)
         "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
-        "preconditions": lambda: check_preconditions(bundle, grant, base, chained),  # (7)
+        "preconditions": lambda: check_preconditions(bundle, grant, base, facts, chained),  # (7)
     }
     results = [(name, checks[name]()) for name in CHECK_ORDER]
     receipt = {
@@ -375,4 +411,5 @@ def verify(
         ],
     }
     codes: dict[str, str] = {name: outcome.code for name, outcome in results if not outcome.passed}
-    return Verification(PatchVerificationReceiptV1.model_validate(seal_receipt(receipt)), codes)
+    sealed = PatchVerificationReceiptV1.model_validate(seal_receipt(receipt))
+    return Verification(sealed, codes, encoded)

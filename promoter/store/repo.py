@@ -128,9 +128,10 @@ def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
         for state in (change.old, change.new)
         if state.sha256 is not None
     }
-    if digests:  # one bulk statement: a 10 000-change bundle pins its blobs in one go
+    if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
+        pins = BundleBlobRow.metadata.tables[BundleBlobRow.__tablename__]
         session.execute(
-            insert(BundleBlobRow),
+            insert(pins),
             [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)],
         )
     return True

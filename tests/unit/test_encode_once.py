@@ -1,0 +1,130 @@
+"""A bundle is encoded once: the joined encodings equal the separate ones, byte for byte.
+
+``canonical_with_projection`` builds a document's canonical bytes and those of its
+projection from one encoding of each member; ``bundle_bytes`` gives what the audit store
+keeps for a submitted bundle, which must be ``canonical(bundle)`` of the parsed model.
+``_plain`` is the quick pass of the canonical scan; whenever it says yes the full scan
+must too. ``load_json`` refuses a repeated key at any depth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from promoter.domain import canonical
+from promoter.domain.canonical import canonical_bytes, canonical_with_projection, projection
+from promoter.domain.documents import BUNDLE_IDENTITY, bundle_bytes, bundle_sha256
+from promoter.domain.documents import canonical as model_bytes
+from promoter.domain.models import PatchBundleV1
+from promoter.domain.parsing import load_json, parse_model
+from promoter.errors import BadRequest
+from tests.support.flows import seal_bundle, state
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+keys = st.one_of(st.sampled_from(["bundle_id", "bundle_sha256", "changes", "a"]), texts)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1), texts
+)
+values: st.SearchStrategy[Any] = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(keys, inner, max_size=5)),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(keys, values, max_size=6))
+def test_joined_forms_equal_separate_encodings(document: dict[str, Any]) -> None:
+    whole, kept = canonical_with_projection(document, BUNDLE_IDENTITY)
+    assert whole == canonical_bytes(document) == rfc8785.dumps(document)
+    assert kept == canonical_bytes(projection(document, BUNDLE_IDENTITY))
+
+
+@settings(max_examples=400, deadline=None)
+@given(values)
+def test_quick_scan_never_passes_what_the_full_scan_refuses(value: Any) -> None:
+    if canonical._plain(value):
+        assert canonical._scan_slowly(value) is True
+
+
+@pytest.mark.parametrize(
+    "value", [1.5, 2**53, {1: "a"}, {"\u00e9": 1}, ["x", [True, {"k": 2**60}]], b"x"]
+)
+def test_quick_scan_refuses_what_is_not_plain(value: Any) -> None:
+    assert not canonical._plain(value)
+
+
+def test_long_lists_are_sliced_to_the_same_text() -> None:
+    items = [{"path": f"p{i}", "n": i, "\u00e9": None} for i in range(canonical.SLICE * 3 + 7)]
+    assert canonical_bytes(items) == rfc8785.dumps(items)
+    assert canonical_bytes({"x": items, "y": 1}) == rfc8785.dumps({"x": items, "y": 1})
+
+
+def test_refused_values_still_raise_through_both_forms() -> None:
+    with pytest.raises(ValueError):
+        canonical_with_projection({"a": [1.5]}, ("b",))
+    with pytest.raises(ValueError):
+        canonical_with_projection({"a": "\ud800"}, ("b",))
+
+
+def _bundle(changes: int) -> dict[str, Any]:
+    wire: list[dict[str, Any]] = [
+        {
+            "path": f"d{i // 100}/f\u00e9{i:05d}.txt",
+            "operation": "create",
+            "old": state(None),
+            "new": state(b"%d\n" % i, "100755" if i % 3 else "100644"),
+        }
+        for i in range(changes)
+    ]
+    return seal_bundle(
+        {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": "grt_1",
+            "grant_sha256": "0" * 64,
+            "executor_run_id": "run_1",
+            "repository_identity": "repo_" + "0" * 32,
+            "base_commit": "a" * 40,
+            "base_tree": "b" * 40,
+            "changes": wire,
+            "change_count": changes,
+            "total_bytes": sum(c["new"]["bytes"] for c in wire),
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+    )
+
+
+@pytest.mark.parametrize("changes", [0, 1, canonical.SLICE + 1, 700])
+def test_bundle_bytes_are_those_of_the_parsed_model(changes: int) -> None:
+    document = _bundle(changes)
+    encoded = bundle_bytes(document)
+    bundle = parse_model(PatchBundleV1, document)
+    assert encoded.canonical == model_bytes(bundle) == rfc8785.dumps(document)
+    assert encoded.sha256 == bundle_sha256(document) == bundle.bundle_sha256
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1, "a": 2}',
+        b'{"changes": [{"path": "x", "path": "y"}]}',
+        b'[{"k": {"n": 1, "m": 2, "n": 1}}]',
+    ],
+)
+def test_a_repeated_key_is_refused_at_any_depth(raw: bytes) -> None:
+    with pytest.raises(BadRequest, match="duplicate object key"):
+        load_json(raw)
+
+
+def test_distinct_keys_parse_as_dicts() -> None:
+    assert load_json(b'{"a": {"b": 1, "c": [{"b": 2}]}, "b": null}') == {
+        "a": {"b": 1, "c": [{"b": 2}]},
+        "b": None,
+    }
