@@ -4,7 +4,8 @@ This module owns ``renameat2`` through ctypes (libc's wrapper, or the raw syscal
 number where libc lacks it; ``ENOSYS`` when neither exists), opening one directory
 component with ``openat2(RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
 where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the
-mount id of an open descriptor or of a directory entry (``mount_id``), reading the
+mount id of an open descriptor or of a directory entry (``mount_id``; with the device
+and inode in one call, ``statx_identity``), reading the
 process umask without changing it (``/proc/self/status``; set-and-restore under a lock
 only as a fallback, which is racy against other threads creating files), and the
 permission bits SPEC §3.1 gives a written file.
@@ -147,10 +148,18 @@ class _Statx(ctypes.Structure):
 
     _fields_ = (
         ("stx_mask", ctypes.c_uint32),  # offset 0
-        ("_up_to_mnt_id", ctypes.c_uint8 * 140),
+        ("_up_to_ino", ctypes.c_uint8 * 28),
+        ("stx_ino", ctypes.c_uint64),  # offset 32
+        ("_up_to_dev", ctypes.c_uint8 * 96),
+        ("stx_dev_major", ctypes.c_uint32),  # offset 136
+        ("stx_dev_minor", ctypes.c_uint32),  # offset 140
         ("stx_mnt_id", ctypes.c_uint64),  # offset 144
         ("_rest", ctypes.c_uint8 * 104),
     )
+
+
+assert ctypes.sizeof(_Statx) == 256 and _Statx.stx_mnt_id.offset == 144
+assert _Statx.stx_ino.offset == 32 and _Statx.stx_dev_major.offset == 136
 
 
 RawStatx = Callable[[int, bytes, int, int, Any], int]
@@ -207,6 +216,61 @@ def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
     if not buf.stx_mask & STATX_MNT_ID:
         return None
     return int(buf.stx_mnt_id)
+
+
+STATX_INO = 0x100
+_IDENTITY_MASK = STATX_INO | STATX_MNT_ID
+_ENTRY_FLAGS = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT
+
+
+def statx_identity(dir_fd: int, path: bytes) -> tuple[int, int, int]:
+    """(device, inode, mount id) of ``path`` below ``dir_fd`` in one ``statx``, not following
+    a final symlink; the device is encoded as ``os.stat``'s ``st_dev`` is.
+
+    Only for a process whose ``identity_by_statx()`` is True; raises ``OSError`` when the
+    entry cannot be read or the kernel did not fill the inode and mount id.
+    """
+    impl = _statx_impl()
+    assert impl is not None
+    buf = _statx_buffer()
+    if impl(dir_fd, path, _ENTRY_FLAGS, _IDENTITY_MASK, ctypes.byref(buf)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    if buf.stx_mask & _IDENTITY_MASK != _IDENTITY_MASK:
+        raise OSError(errno.ENODATA, "statx did not report the inode and mount id", path)
+    return os.makedev(buf.stx_dev_major, buf.stx_dev_minor), buf.stx_ino, buf.stx_mnt_id
+
+
+def entry_errno(dir_fd: int, path: bytes) -> int:
+    """0 when ``path`` below ``dir_fd`` exists (a final symlink not followed), else the errno
+    of the failed lookup (``ENOENT`` for a missing entry), as ``os.stat`` would raise it.
+
+    Only for a process whose ``identity_by_statx()`` is True: one ``statx`` and no
+    exception for a missing entry.
+    """
+    impl = _statx_impl()
+    assert impl is not None
+    if impl(dir_fd, path, _ENTRY_FLAGS, 0, ctypes.byref(_statx_buffer())) != 0:
+        return ctypes.get_errno() or errno.EIO
+    return 0
+
+
+@functools.cache
+def identity_by_statx() -> bool:
+    """Whether ``statx_identity`` answers as ``os.stat`` and ``mount_id`` do (probed on ``/``)."""
+    if _statx_impl() is None:
+        return False
+    try:
+        found = statx_identity(_AT_FDCWD, b"/")
+        st = os.stat("/", follow_symlinks=False)
+        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            expected_mnt = statx_mount_id(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return found == (st.st_dev, st.st_ino, expected_mnt) and entry_errno(_AT_FDCWD, b"/") == 0
 
 
 def fdinfo_mount_id(fd: int) -> int | None:
