@@ -51,6 +51,7 @@ _RESOLVE_COMPONENT = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLIN
 _UNAVAILABLE = (errno.ENOSYS, errno.EPERM)  # EPERM: a seccomp filter that forbids statx
 _GIT_MODES = ("100644", "100755")
 _umask_lock = threading.Lock()
+_STATUS_READ = 1 << 16  # the whole of /proc/self/status; its Umask line is the second
 
 Renameat2 = Callable[[int, str, int, str, int], None]
 MountIdSource = Literal["statx", "fdinfo", "none"]
@@ -335,11 +336,15 @@ def mount_id(dir_fd: int, name: str = "") -> int | None:
 def current_umask() -> int:
     """The process umask, read from ``/proc/self/status`` (set-and-restore as fallback)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
+        fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, _STATUS_READ)
+        finally:
+            os.close(fd)
+        at = status.find(b"\nUmask:")
+        if at >= 0:
+            return int(status[at + 7 : status.index(b"\n", at + 7)].strip(), 8)
+    except (OSError, ValueError):
         pass
     with _umask_lock:
         mask = os.umask(0o022)
