@@ -52,12 +52,10 @@ class HeldDir(HoldsFd):
         self.prefixes = ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
         self._encoded = [os.fsencode(prefix) for prefix in self.prefixes]
         self._dot_git = [os.fsencode(f"{prefix}/.git") for prefix in self.prefixes]
-
-    @staticmethod
-    def _by_statx(mnt_id: int | None) -> bool:
-        """Whether one ``statx`` per component gives the (device, inode) and mount id."""
-        return (
-            mnt_id is not None
+        # one statx per component gives the (device, inode) and mount id: decided once,
+        # as the root's mount id was read once
+        self._by_statx = (
+            root.mnt_id is not None
             and syscalls.mount_id_source() == "statx"
             and syscalls.identity_by_statx()
         )
@@ -72,7 +70,7 @@ class HeldDir(HoldsFd):
         """
         self.root.recheck()
         mnt_id = self.root.mnt_id
-        if self._by_statx(mnt_id):
+        if self._by_statx:
             root_fd = self.root.fd
             try:
                 for path, (dev, ino) in zip(self._encoded, self.ids, strict=True):
@@ -94,7 +92,7 @@ class HeldDir(HoldsFd):
 
     def refuse_nested_repository(self, rel: str) -> None:
         """Raise ``PathUnsafe`` if a component now holds a ``.git`` entry (as a walk would)."""
-        if self._by_statx(self.root.mnt_id):
+        if self._by_statx:
             for prefix, dot_git in zip(self.prefixes, self._dot_git, strict=True):
                 code = entry_errno(self.root.fd, dot_git)
                 if code == errno.ENOENT:

@@ -190,10 +190,16 @@ def _statx_impl() -> RawStatx | None:
 
 def _statx_buffer() -> _Statx:
     """One result buffer per thread, reused (a ``statx`` call fills it before it is read)."""
-    buf: _Statx | None = getattr(_per_thread, "statx", None)
-    if buf is None:
-        buf = _per_thread.statx = _Statx()
-    return buf
+    return _statx_slot()[0]
+
+
+def _statx_slot() -> tuple[_Statx, Any]:
+    """This thread's result buffer and the reference ``statx`` is given to fill it."""
+    slot: tuple[_Statx, Any] | None = getattr(_per_thread, "statx", None)
+    if slot is None:
+        buf = _Statx()
+        slot = _per_thread.statx = (buf, ctypes.byref(buf))
+    return slot
 
 
 def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
@@ -233,8 +239,8 @@ def statx_identity(dir_fd: int, path: bytes) -> tuple[int, int, int]:
     """
     impl = _statx_impl()
     assert impl is not None
-    buf = _statx_buffer()
-    if impl(dir_fd, path, _ENTRY_FLAGS, _IDENTITY_MASK, ctypes.byref(buf)) != 0:
+    buf, ref = _statx_slot()
+    if impl(dir_fd, path, _ENTRY_FLAGS, _IDENTITY_MASK, ref) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), path)
     if buf.stx_mask & _IDENTITY_MASK != _IDENTITY_MASK:
@@ -251,7 +257,7 @@ def entry_errno(dir_fd: int, path: bytes) -> int:
     """
     impl = _statx_impl()
     assert impl is not None
-    if impl(dir_fd, path, _ENTRY_FLAGS, 0, ctypes.byref(_statx_buffer())) != 0:
+    if impl(dir_fd, path, _ENTRY_FLAGS, 0, _statx_slot()[1]) != 0:
         return ctypes.get_errno() or errno.EIO
     return 0
 
