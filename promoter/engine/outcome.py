@@ -64,7 +64,7 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     """Every target read from disk now: a per-path report, and whether all are exactly new."""
     paths: list[dict[str, Any]] = []
     all_new = True
-    with closing(Directories(root)) as directories:
+    with closing(Directories.for_reads(root)) as directories:
         for change in changes:
             try:
                 leaf = directories.read_state(change.path)

@@ -165,7 +165,7 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
     index: dict[str, list[IndexEntry]] = index_entries(layout, prefixes)
     actual_index = {path: index[path] for path in paths}
     blocked = gitlinks_and_nested(layout, paths, index=index, head_tree=(head.tree, head_entries))
-    with closing(Directories(root)) as directories:
+    with closing(Directories.for_reads(root)) as directories:
         _read_paths(result, directories, bundle, actual_index, wanted_index, blocked)
     if result.unsafe:
         raise PathUnsafe(

@@ -17,7 +17,8 @@ directory is found, not trusted). A reused directory is also checked again for a
 
 A pass holds one descriptor per distinct directory; ``close`` closes each once.
 ``Directories.read_state`` is ``Root.read_state`` through the same cache, for a pass
-that reads many targets (the read-backs before and after a promotion's writes).
+that reads many targets (the read-backs before and after a promotion's writes); such a
+pass (``Directories.for_reads``) keeps at most ``READS_HOLD_AT_MOST`` directories open.
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
@@ -111,13 +112,28 @@ class HeldDir(HoldsFd):
             raise PathUnsafe("path is inside a nested repository", path=rel, at=prefix)
 
 
-class Directories:
-    """The held directories of one pass, by their parts below the root."""
+READS_HOLD_AT_MOST = 64  # directories a reading pass keeps open at once
 
-    def __init__(self, root: Root) -> None:
+
+class Directories:
+    """The held directories of one pass, by their parts below the root.
+
+    ``hold_at_most`` bounds the descriptors a pass that only reads (``read_state``, no
+    ``open_parent``) keeps open: past it the directory held longest is closed (a later
+    read there walks again). A pass that lent descriptors to ``Parent`` views keeps all.
+    """
+
+    def __init__(self, root: Root, *, hold_at_most: int | None = None) -> None:
         self.root = root
+        self.hold_at_most = hold_at_most
         self._held: dict[tuple[str, ...], HeldDir] = {}
         self._all: list[HeldDir] = []  # every one opened, replaced ones too, closed once
+        self._lent = False  # a Parent borrowed a held descriptor: none is closed before close()
+
+    @classmethod
+    def for_reads(cls, root: Root) -> Directories:
+        """A pass that only reads targets, holding at most ``READS_HOLD_AT_MOST`` directories."""
+        return cls(root, hold_at_most=READS_HOLD_AT_MOST)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -131,6 +147,7 @@ class Directories:
         (``found="missing_parent"``).
         """
         parts = tuple(split_rel(rel)[:-1])
+        self._lent = True
         held = self._reuse(rel, parts)
         if held is not None:
             return Parent(self.root, rel, held.fd, held.ids, [], held=held)
@@ -149,10 +166,20 @@ class Directories:
         return None
 
     def _hold(self, parts: tuple[str, ...], fd: int, ids: list[tuple[int, int]]) -> HeldDir:
+        if not self._lent:  # nothing borrowed: a replaced or the longest-held one can go
+            stale = self._held.pop(parts, None)
+            if stale is not None:
+                self._release(stale)
+            while self.hold_at_most is not None and len(self._held) >= max(self.hold_at_most, 1):
+                self._release(self._held.pop(next(iter(self._held))))
         held = HeldDir(self.root, parts, fd, ids)
         self._held[parts] = held
         self._all.append(held)
         return held
+
+    def _release(self, held: HeldDir) -> None:
+        held.close()
+        self._all.remove(held)
 
     def read_state(self, rel: str) -> LeafState:
         """What is at ``rel`` now: ``Root.read_state``'s answer through the held directory.

@@ -165,3 +165,40 @@ def test_a_bind_mount_of_a_held_directory_onto_itself_is_refused(
     assert reads.read_state("c/four.txt").kind == "file"
     with bind_mount(work / "c", work / "c"), pytest.raises(PathUnsafe):
         reads.read_state("c/four.txt")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_reading_pass_holds_a_bounded_number_of_directories(root: Root, work: Path) -> None:
+    rels = [f"d{n}/sub/f.txt" for n in range(6)]
+    for rel in rels:
+        (work / rel).parent.mkdir(parents=True)
+        (work / rel).write_bytes(rel.encode())
+    fresh = [root.read_state(rel) for rel in rels]
+    before = _open_fds()
+    directories = Directories(root, hold_at_most=2)
+    try:
+        for _ in range(2):
+            for rel in rels:
+                assert directories.read_state(rel) == fresh[rels.index(rel)]
+                assert len(directories) <= 2
+                assert _open_fds() - before <= 2
+    finally:
+        directories.close()
+    assert _open_fds() == before
+    assert Directories.for_reads(root).hold_at_most is not None
+
+
+def test_a_swapped_directory_in_a_reading_pass_is_closed_when_walked_afresh(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    (work / "z").mkdir()
+    (work / "z/one.txt").write_bytes(b"in z")
+    reads.read_state("a/one.txt")
+    before = _open_fds()
+    syscalls.renameat2(root.fd, "a", root.fd, "z", syscalls.RENAME_EXCHANGE)
+    reads.read_state("a/one.txt")
+    assert _open_fds() == before  # the replaced one was closed, the fresh one is held
