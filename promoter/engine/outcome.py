@@ -1,6 +1,8 @@
 """How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
 
-After the writes every target is read back through a descriptor chain. All exactly new:
+After the writes every target is read back through a descriptor chain (each directory
+walked once for the read-back and re-checked before and after every read,
+``promoter.fs.held.Directories``). All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
 ``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
 the same bytes are written to the audit store, and only then is the operation
@@ -30,6 +32,7 @@ Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_re
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 from promoter import faults
@@ -46,6 +49,7 @@ from promoter.engine.rollback import rollback_held
 from promoter.engine.services import Services
 from promoter.engine.worktree_diff import Baseline
 from promoter.errors import PromoterError
+from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo
 from promoter.store.audit import AuditStore
@@ -60,22 +64,23 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     """Every target read from disk now: a per-path report, and whether all are exactly new."""
     paths: list[dict[str, Any]] = []
     all_new = True
-    for change in changes:
-        try:
-            leaf = root.read_state(change.path)
-            found, actual = verdict(leaf, change), leaf_report(leaf)
-        except PromoterError as exc:
-            found, actual = "neither", {"error": exc.code, "detail": exc.detail}
-        all_new = all_new and found == "new"
-        paths.append(
-            {
-                "path": change.path,
-                "verdict": found,
-                "actual": actual,
-                "expected_old": State.of(change.old).wire(),
-                "expected_new": State.of(change.new).wire(),
-            }
-        )
+    with closing(Directories.for_reads(root)) as directories:
+        for change in changes:
+            try:
+                leaf = directories.read_state(change.path)
+                found, actual = verdict(leaf, change), leaf_report(leaf)
+            except PromoterError as exc:
+                found, actual = "neither", {"error": exc.code, "detail": exc.detail}
+            all_new = all_new and found == "new"
+            paths.append(
+                {
+                    "path": change.path,
+                    "verdict": found,
+                    "actual": actual,
+                    "expected_old": State.of(change.old).wire(),
+                    "expected_new": State.of(change.new).wire(),
+                }
+            )
     return paths, all_new
 
 

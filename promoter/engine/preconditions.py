@@ -4,8 +4,9 @@ Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tre
 base tree; every target's index entries must equal its precondition (explicit, or the
 base tree's entry at stage 0, or absent; also for a chained grant, since promoter never
 writes the index); every worktree target must be exactly its old
-or exactly its new state. The result lists, per path, what was expected and what was
-found; it writes nothing.
+or exactly its new state (each read as ``Root.read_state`` reads it, through the
+directories held for the read-back: ``promoter.fs.held.Directories``). The result lists,
+per path, what was expected and what was found; it writes nothing.
 
 One decision is made here: a target that is unsafe to touch gets the verdict
 ``unsafe`` and ``read_back`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
@@ -32,6 +33,7 @@ symlink or FIFO at a target, which are ``neither`` old nor new and so drift.
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,7 @@ from promoter.domain.models import Change, GrantV1, PatchBundleV1
 from promoter.domain.state import State, classify, observed
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
+from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.git.readback import (
     HeadState,
@@ -162,13 +165,33 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
     index: dict[str, list[IndexEntry]] = index_entries(layout, prefixes)
     actual_index = {path: index[path] for path in paths}
     blocked = gitlinks_and_nested(layout, paths, index=index, head_tree=(head.tree, head_entries))
+    with closing(Directories.for_reads(root)) as directories:
+        _read_paths(result, directories, bundle, actual_index, wanted_index, blocked)
+    if result.unsafe:
+        raise PathUnsafe(
+            "a target is unsafe to touch; nothing was written",
+            paths=result.unsafe,
+            drift_report=result.report(),
+        )
+    return result
+
+
+def _read_paths(
+    result: ReadBack,
+    directories: Directories,
+    bundle: PatchBundleV1,
+    actual_index: dict[str, list[IndexEntry]],
+    wanted_index: dict[str, list[dict[str, Any]]],
+    blocked: dict[str, str],
+) -> None:
+    """Each target's verdict, read through the directories held for this read-back."""
     for change in bundle.changes:
         reasons: list[str] = []
         actual: dict[str, Any] | None = None
         found = "neither"
         unsafe = False
         try:
-            leaf = root.read_state(change.path)
+            leaf = directories.read_state(change.path)
             actual = leaf_report(leaf)
             reading = classify(leaf, change.old, change.new)
             found = reading.verdict.value
@@ -206,10 +229,3 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
                 "reasons": reasons,
             }
         )
-    if result.unsafe:
-        raise PathUnsafe(
-            "a target is unsafe to touch; nothing was written",
-            paths=result.unsafe,
-            drift_report=result.report(),
-        )
-    return result

@@ -16,8 +16,9 @@ bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
 descriptor's mount never changes, the held ones were checked when opened, and a mount
 placed over a component later changes its (device, inode), which the re-walk compares.
 A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
-the chain with a ``stat`` and a mount id per component, no opens, and re-walks only when
-that finds a difference (so the refusal is the re-walk's, as before).
+the chain per component (device, inode and mount id: one ``statx``, or a ``stat`` and a
+mount id read), no opens, and re-walks only when that finds a difference (so the refusal
+is the re-walk's, as before).
 Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
 (``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
 ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
@@ -157,7 +158,7 @@ class ParentChain(HoldsFd):
 
     With ``held`` (a directory a pass holds for all its steps, ``promoter.fs.held``) the
     descriptor is borrowed from it: ``close`` leaves it open, and ``verify_chain`` first
-    asks ``held.still_in_place()`` (a ``stat`` and a mount id per component, no opens),
+    asks ``held.still_in_place()`` (identity and mount id per component, no opens),
     re-walking only when that finds a difference, so a refusal reads as it always did.
     """
 

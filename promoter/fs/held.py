@@ -6,16 +6,19 @@ every rule of ``chain.py``), and every later step in that directory gets a ``Par
 that borrows the same descriptor (``HeldDir``). Before a step reuses a held directory,
 and before and after each of its writes, replaces and unlinks (``ParentChain.verify_chain``),
 the chain is re-verified cheaply by ``HeldDir.still_in_place``: the root's path is
-re-checked, then for each component path below the root one ``stat`` (no symlink
-followed) that must give the (device, inode) recorded when it was opened and, where the
-process reads mount ids, one ``statx`` mount id that must be the root's. No directory is
-opened. Any difference falls back to the full re-walk of ``verify_chain``, which raises
-the refusal it always raised (or, when reusing, to a fresh walk from the root, as every
-step made before, so a replaced directory is found, not trusted). A reused directory is
-also checked again for a ``.git`` entry in each component (a nested repository), as a
-fresh walk would.
+re-checked, then each component path below the root must give (no symlink followed)
+the (device, inode) recorded when it was opened and, where the process reads mount ids,
+the root's mount id: one ``statx`` per component where mount ids come from ``statx``,
+else a ``stat`` and a mount id read. No directory is opened. Any difference falls back
+to the full re-walk of ``verify_chain``, which raises the refusal it always raised (or,
+when reusing, to a fresh walk from the root, as every step made before, so a replaced
+directory is found, not trusted). A reused directory is also checked again for a
+``.git`` entry in each component (a nested repository), as a fresh walk would.
 
 A pass holds one descriptor per distinct directory; ``close`` closes each once.
+``Directories.read_state`` is ``Root.read_state`` through the same cache, for a pass
+that reads many targets (the read-backs before and after a promotion's writes); such a
+pass (``Directories.for_reads``) keeps at most ``READS_HOLD_AT_MOST`` directories open.
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
@@ -25,14 +28,16 @@ swapped away and back between two checks is unseen by both.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from promoter.errors import PathUnsafe, TargetDrift
+from promoter.fs import syscalls
 from promoter.fs.atomic import Parent
-from promoter.fs.chain import HoldsFd
-from promoter.fs.leaf import os_error, split_rel
+from promoter.fs.chain import HoldsFd, ParentChain
+from promoter.fs.leaf import MISSING, LeafState, os_error, split_rel
 from promoter.fs.root import Root
-from promoter.fs.syscalls import mount_id
+from promoter.fs.syscalls import entry_errno, mount_id, statx_identity
 
 __all__ = ["Directories", "HeldDir"]
 
@@ -46,15 +51,35 @@ class HeldDir(HoldsFd):
         self.fd = fd
         self.ids = ids
         self.prefixes = ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
+        self._encoded = [os.fsencode(prefix) for prefix in self.prefixes]
+        self._dot_git = [os.fsencode(f"{prefix}/.git") for prefix in self.prefixes]
+        # one statx per component gives the (device, inode) and mount id: decided once,
+        # as the root's mount id was read once
+        self._by_statx = (
+            root.mnt_id is not None
+            and syscalls.mount_id_source() == "statx"
+            and syscalls.identity_by_statx()
+        )
 
     def still_in_place(self) -> bool:
         """True when every component path still names the directory recorded for it.
 
         Raises ``PathUnsafe`` when the root itself was moved or replaced (as the re-walk
-        does); any other difference answers False and the caller re-walks.
+        does); any other difference answers False and the caller re-walks. Where mount ids
+        come from ``statx``, each component costs that one call (device, inode and mount
+        id together); elsewhere a ``stat`` and a mount id read.
         """
         self.root.recheck()
         mnt_id = self.root.mnt_id
+        if self._by_statx:
+            root_fd = self.root.fd
+            try:
+                for path, (dev, ino) in zip(self._encoded, self.ids, strict=True):
+                    if statx_identity(root_fd, path) != (dev, ino, mnt_id):
+                        return False
+            except OSError:
+                return False
+            return True
         for prefix, ident in zip(self.prefixes, self.ids, strict=True):
             try:
                 st = os.stat(prefix, dir_fd=self.root.fd, follow_symlinks=False)
@@ -68,6 +93,15 @@ class HeldDir(HoldsFd):
 
     def refuse_nested_repository(self, rel: str) -> None:
         """Raise ``PathUnsafe`` if a component now holds a ``.git`` entry (as a walk would)."""
+        if self._by_statx:
+            for prefix, dot_git in zip(self.prefixes, self._dot_git, strict=True):
+                code = entry_errno(self.root.fd, dot_git)
+                if code == errno.ENOENT:
+                    continue
+                if code:
+                    raise os_error("inspecting a directory", rel, OSError(code, os.strerror(code)))
+                raise PathUnsafe("path is inside a nested repository", path=rel, at=prefix)
+            return
         for prefix in self.prefixes:
             try:
                 os.stat(f"{prefix}/.git", dir_fd=self.root.fd, follow_symlinks=False)
@@ -78,13 +112,28 @@ class HeldDir(HoldsFd):
             raise PathUnsafe("path is inside a nested repository", path=rel, at=prefix)
 
 
-class Directories:
-    """The held directories of one pass, by their parts below the root."""
+READS_HOLD_AT_MOST = 64  # directories a reading pass keeps open at once
 
-    def __init__(self, root: Root) -> None:
+
+class Directories:
+    """The held directories of one pass, by their parts below the root.
+
+    ``hold_at_most`` bounds the descriptors a pass that only reads (``read_state``, no
+    ``open_parent``) keeps open: past it the directory held longest is closed (a later
+    read there walks again). A pass that lent descriptors to ``Parent`` views keeps all.
+    """
+
+    def __init__(self, root: Root, *, hold_at_most: int | None = None) -> None:
         self.root = root
+        self.hold_at_most = hold_at_most
         self._held: dict[tuple[str, ...], HeldDir] = {}
         self._all: list[HeldDir] = []  # every one opened, replaced ones too, closed once
+        self._lent = False  # a Parent borrowed a held descriptor: none is closed before close()
+
+    @classmethod
+    def for_reads(cls, root: Root) -> Directories:
+        """A pass that only reads targets, holding at most ``READS_HOLD_AT_MOST`` directories."""
+        return cls(root, hold_at_most=READS_HOLD_AT_MOST)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -98,17 +147,59 @@ class Directories:
         (``found="missing_parent"``).
         """
         parts = tuple(split_rel(rel)[:-1])
-        held = self._held.get(parts)
-        if held is not None and held.still_in_place():
-            held.refuse_nested_repository(rel)
+        self._lent = True
+        held = self._reuse(rel, parts)
+        if held is not None:
             return Parent(self.root, rel, held.fd, held.ids, [], held=held)
         walked = self.root._walk(rel, list(parts), create=create)
         if walked is None:
             raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
-        held = HeldDir(self.root, parts, walked.fd, walked.ids)
+        held = self._hold(parts, walked.fd, walked.ids)
+        return Parent(self.root, rel, held.fd, held.ids, walked.created, held=held)
+
+    def _reuse(self, rel: str, parts: tuple[str, ...]) -> HeldDir | None:
+        """The held directory of ``parts`` when it is still in place (checked), else None."""
+        held = self._held.get(parts)
+        if held is not None and held.still_in_place():
+            held.refuse_nested_repository(rel)
+            return held
+        return None
+
+    def _hold(self, parts: tuple[str, ...], fd: int, ids: list[tuple[int, int]]) -> HeldDir:
+        if not self._lent:  # nothing borrowed: a replaced or the longest-held one can go
+            stale = self._held.pop(parts, None)
+            if stale is not None:
+                self._release(stale)
+            while self.hold_at_most is not None and len(self._held) >= max(self.hold_at_most, 1):
+                self._release(self._held.pop(next(iter(self._held))))
+        held = HeldDir(self.root, parts, fd, ids)
         self._held[parts] = held
         self._all.append(held)
-        return Parent(self.root, rel, held.fd, held.ids, walked.created, held=held)
+        return held
+
+    def _release(self, held: HeldDir) -> None:
+        held.close()
+        self._all.remove(held)
+
+    def read_state(self, rel: str) -> LeafState:
+        """What is at ``rel`` now: ``Root.read_state``'s answer through the held directory.
+
+        The first read in a directory walks the chain from the root (and holds it); a
+        later one re-checks it per component first (walking afresh on any difference),
+        then reads the leaf and verifies the chain after reading, as every read does. A
+        missing directory on the way reads as a missing leaf and is not held.
+        """
+        parts = tuple(split_rel(rel)[:-1])
+        held = self._reuse(rel, parts)
+        if held is None:
+            walked = self.root._walk(rel, list(parts), create=False)
+            if walked is None:
+                return MISSING
+            held = self._hold(parts, walked.fd, walked.ids)
+        chain = ParentChain(self.root, rel, held.fd, held.ids, [], held=held)
+        state = chain.leaf_state()
+        chain.verify_chain()
+        return state
 
     def close(self) -> None:
         for held in self._all:

@@ -4,7 +4,8 @@ This module owns ``renameat2`` through ctypes (libc's wrapper, or the raw syscal
 number where libc lacks it; ``ENOSYS`` when neither exists), opening one directory
 component with ``openat2(RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
 where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the
-mount id of an open descriptor or of a directory entry (``mount_id``), reading the
+mount id of an open descriptor or of a directory entry (``mount_id``; with the device
+and inode in one call, ``statx_identity``), reading the
 process umask without changing it (``/proc/self/status``; set-and-restore under a lock
 only as a fallback, which is racy against other threads creating files), and the
 permission bits SPEC §3.1 gives a written file.
@@ -50,6 +51,7 @@ _RESOLVE_COMPONENT = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLIN
 _UNAVAILABLE = (errno.ENOSYS, errno.EPERM)  # EPERM: a seccomp filter that forbids statx
 _GIT_MODES = ("100644", "100755")
 _umask_lock = threading.Lock()
+_STATUS_READ = 1 << 16  # the whole of /proc/self/status; its Umask line is the second
 
 Renameat2 = Callable[[int, str, int, str, int], None]
 MountIdSource = Literal["statx", "fdinfo", "none"]
@@ -147,10 +149,18 @@ class _Statx(ctypes.Structure):
 
     _fields_ = (
         ("stx_mask", ctypes.c_uint32),  # offset 0
-        ("_up_to_mnt_id", ctypes.c_uint8 * 140),
+        ("_up_to_ino", ctypes.c_uint8 * 28),
+        ("stx_ino", ctypes.c_uint64),  # offset 32
+        ("_up_to_dev", ctypes.c_uint8 * 96),
+        ("stx_dev_major", ctypes.c_uint32),  # offset 136
+        ("stx_dev_minor", ctypes.c_uint32),  # offset 140
         ("stx_mnt_id", ctypes.c_uint64),  # offset 144
         ("_rest", ctypes.c_uint8 * 104),
     )
+
+
+assert ctypes.sizeof(_Statx) == 256 and _Statx.stx_mnt_id.offset == 144
+assert _Statx.stx_ino.offset == 32 and _Statx.stx_dev_major.offset == 136
 
 
 RawStatx = Callable[[int, bytes, int, int, Any], int]
@@ -180,10 +190,16 @@ def _statx_impl() -> RawStatx | None:
 
 def _statx_buffer() -> _Statx:
     """One result buffer per thread, reused (a ``statx`` call fills it before it is read)."""
-    buf: _Statx | None = getattr(_per_thread, "statx", None)
-    if buf is None:
-        buf = _per_thread.statx = _Statx()
-    return buf
+    return _statx_slot()[0]
+
+
+def _statx_slot() -> tuple[_Statx, Any]:
+    """This thread's result buffer and the reference ``statx`` is given to fill it."""
+    slot: tuple[_Statx, Any] | None = getattr(_per_thread, "statx", None)
+    if slot is None:
+        buf = _Statx()
+        slot = _per_thread.statx = (buf, ctypes.byref(buf))
+    return slot
 
 
 def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
@@ -207,6 +223,61 @@ def statx_mount_id(dir_fd: int, name: str = "") -> int | None:
     if not buf.stx_mask & STATX_MNT_ID:
         return None
     return int(buf.stx_mnt_id)
+
+
+STATX_INO = 0x100
+_IDENTITY_MASK = STATX_INO | STATX_MNT_ID
+_ENTRY_FLAGS = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT
+
+
+def statx_identity(dir_fd: int, path: bytes) -> tuple[int, int, int]:
+    """(device, inode, mount id) of ``path`` below ``dir_fd`` in one ``statx``, not following
+    a final symlink; the device is encoded as ``os.stat``'s ``st_dev`` is.
+
+    Only for a process whose ``identity_by_statx()`` is True; raises ``OSError`` when the
+    entry cannot be read or the kernel did not fill the inode and mount id.
+    """
+    impl = _statx_impl()
+    assert impl is not None
+    buf, ref = _statx_slot()
+    if impl(dir_fd, path, _ENTRY_FLAGS, _IDENTITY_MASK, ref) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    if buf.stx_mask & _IDENTITY_MASK != _IDENTITY_MASK:
+        raise OSError(errno.ENODATA, "statx did not report the inode and mount id", path)
+    return os.makedev(buf.stx_dev_major, buf.stx_dev_minor), buf.stx_ino, buf.stx_mnt_id
+
+
+def entry_errno(dir_fd: int, path: bytes) -> int:
+    """0 when ``path`` below ``dir_fd`` exists (a final symlink not followed), else the errno
+    of the failed lookup (``ENOENT`` for a missing entry), as ``os.stat`` would raise it.
+
+    Only for a process whose ``identity_by_statx()`` is True: one ``statx`` and no
+    exception for a missing entry.
+    """
+    impl = _statx_impl()
+    assert impl is not None
+    if impl(dir_fd, path, _ENTRY_FLAGS, 0, _statx_slot()[1]) != 0:
+        return ctypes.get_errno() or errno.EIO
+    return 0
+
+
+@functools.cache
+def identity_by_statx() -> bool:
+    """Whether ``statx_identity`` answers as ``os.stat`` and ``mount_id`` do (probed on ``/``)."""
+    if _statx_impl() is None:
+        return False
+    try:
+        found = statx_identity(_AT_FDCWD, b"/")
+        st = os.stat("/", follow_symlinks=False)
+        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            expected_mnt = statx_mount_id(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return found == (st.st_dev, st.st_ino, expected_mnt) and entry_errno(_AT_FDCWD, b"/") == 0
 
 
 def fdinfo_mount_id(fd: int) -> int | None:
@@ -271,11 +342,15 @@ def mount_id(dir_fd: int, name: str = "") -> int | None:
 def current_umask() -> int:
     """The process umask, read from ``/proc/self/status`` (set-and-restore as fallback)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
+        fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, _STATUS_READ)
+        finally:
+            os.close(fd)
+        at = status.find(b"\nUmask:")
+        if at >= 0:
+            return int(status[at + 7 : status.index(b"\n", at + 7)].strip(), 8)
+    except (OSError, ValueError):
         pass
     with _umask_lock:
         mask = os.umask(0o022)

@@ -21,9 +21,11 @@ once for many blobs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from promoter.faults import point
 from promoter.store.durable import fsync_dir, make_dirs
 
 CHUNK = 1 << 20
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as ``Path.is_file`` reads
 
 
 class BlobStream:
@@ -43,20 +46,22 @@ class BlobStream:
     here checks the digest: the reader does, in the same pass that uses the bytes.
     """
 
-    def __init__(self, sha256: str, path: Path) -> None:
+    def __init__(self, sha256: str, path: str) -> None:
         self.sha256 = sha256
         self.path = path
 
     def chunks(self) -> Generator[bytes, None, None]:
         try:
-            handle = self.path.open("rb", buffering=0)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError as exc:
             raise BlobMissing(
                 f"blob {self.sha256} is not in the blob store", sha256=self.sha256
             ) from exc
-        with handle:
-            while chunk := handle.read(CHUNK):
+        try:
+            while chunk := os.read(fd, CHUNK):
                 yield chunk
+        finally:
+            os.close(fd)
 
     def mismatch(self, actual: str) -> BlobHashMismatch:
         """The error for bytes that did not hash to ``sha256`` (as ``BlobStore.read`` raises)."""
@@ -210,9 +215,16 @@ class BlobStore:
         return data
 
     def stream(self, sha256: str) -> BlobStream:
-        """The blob, to be read in chunks and checked by its reader; ``BlobMissing`` if absent."""
-        path = self.path_for(sha256)
-        if not path.is_file():
+        """The blob, to be read in chunks and checked by its reader; ``BlobMissing`` if absent
+        (or not a regular file)."""
+        path = os.path.join(self._root, blob_path(sha256))
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError as exc:
+            if exc.errno not in _ABSENT:
+                raise
+            regular = False
+        if not regular:
             raise BlobMissing(f"blob {sha256} is not in the blob store", sha256=sha256)
         return BlobStream(sha256, path)
 

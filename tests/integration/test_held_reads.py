@@ -1,0 +1,204 @@
+"""Reading many targets through held directories (``Directories.read_state``), and the
+one-``statx`` identity check a held directory is re-verified with (``promoter.fs.held``).
+
+Each read answers what ``Root.read_state`` answers, walks each directory once, and still
+refuses (or walks afresh) the moment a held directory is swapped, moved, made a nested
+repository or mounted over; both ways of re-checking a component are exercised (one
+``statx``, or a ``stat`` and a mount id read).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter.errors import PathUnsafe
+from promoter.fs import syscalls
+from promoter.fs.held import Directories
+from promoter.fs.root import Root
+from tests.support.mounts import bind_mount
+
+CHECKS = ["statx", "stat"]
+
+
+@pytest.fixture(params=CHECKS)
+def check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    which: str = request.param
+    if which == "statx" and not syscalls.identity_by_statx():
+        pytest.skip("this kernel's statx gives no mount ids")
+    if which == "stat":
+        monkeypatch.setattr(syscalls, "identity_by_statx", lambda: False)
+    return which
+
+
+@pytest.fixture
+def reads(root: Root, check: str) -> Iterator[Directories]:
+    directories = Directories(root)
+    try:
+        yield directories
+    finally:
+        directories.close()
+
+
+def _tree(work: Path) -> None:
+    (work / "a/b").mkdir(parents=True)
+    (work / "c").mkdir()
+    for rel in ("top.txt", "a/one.txt", "a/b/two.txt", "a/b/three.txt", "c/four.txt"):
+        (work / rel).write_bytes(rel.encode())
+    (work / "a/b/link").symlink_to("two.txt")
+    (work / "a/b/exec.sh").write_bytes(b"#!/bin/sh\n")
+    (work / "a/b/exec.sh").chmod(0o755)
+
+
+PATHS = [
+    "top.txt",
+    "a/one.txt",
+    "a/b/two.txt",
+    "a/b/three.txt",
+    "a/b/link",
+    "a/b/exec.sh",
+    "a/b/missing.txt",
+    "c/four.txt",
+    "gone/deeper/x.txt",
+    "a/b",
+]
+
+
+def test_statx_identity_agrees_with_stat_and_mount_ids(work: Path) -> None:
+    if not syscalls.identity_by_statx():
+        pytest.skip("this kernel's statx gives no mount ids")
+    _tree(work)
+    fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel in ("a", "a/b", "a/b/two.txt", "a/b/link"):
+            st = os.stat(rel, dir_fd=fd, follow_symlinks=False)
+            found = syscalls.statx_identity(fd, os.fsencode(rel))
+            assert found == (st.st_dev, st.st_ino, syscalls.mount_id(fd, rel))
+        with pytest.raises(FileNotFoundError):
+            syscalls.statx_identity(fd, b"a/nothing")
+        assert syscalls.entry_errno(fd, b"a/b/link") == 0
+        assert syscalls.entry_errno(fd, b"a/nothing") == errno.ENOENT
+        assert syscalls.entry_errno(fd, b"top.txt/.git") == errno.ENOTDIR
+    finally:
+        os.close(fd)
+
+
+def test_each_read_answers_as_a_fresh_read_and_walks_each_directory_once(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    fresh = [root.read_state(rel) for rel in PATHS]
+    walks, rewalks = root.walks, root.rewalks
+    assert [reads.read_state(rel) for rel in PATHS] == fresh
+    assert [reads.read_state(rel) for rel in PATHS] == fresh
+    # root, a, a/b, c held once each; the missing directory is walked on every read
+    assert root.walks - walks == 4 + 2
+    assert root.rewalks == rewalks  # every check after reading was the per-component one
+    assert len(reads) == 4
+
+
+def test_a_swapped_held_directory_is_read_afresh(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    (work / "z").mkdir()
+    (work / "z/one.txt").write_bytes(b"in z")
+    before = reads.read_state("a/one.txt")
+    syscalls.renameat2(root.fd, "a", root.fd, "z", syscalls.RENAME_EXCHANGE)
+    after = reads.read_state("a/one.txt")
+    assert after == root.read_state("a/one.txt") != before
+    assert after.sha256 is not None and (work / "a/one.txt").read_bytes() == b"in z"
+
+
+def test_a_held_directory_moved_away_reads_as_missing(
+    root: Root, work: Path, tmp_path: Path, reads: Directories
+) -> None:
+    _tree(work)
+    assert reads.read_state("a/b/two.txt").kind == "file"
+    os.rename(work / "a", tmp_path / "elsewhere")
+    assert reads.read_state("a/b/two.txt").kind == "missing"
+
+
+def test_a_held_directory_replaced_by_a_symlink_is_refused(
+    root: Root, work: Path, outside: Path, reads: Directories
+) -> None:
+    _tree(work)
+    assert reads.read_state("c/four.txt").kind == "file"
+    os.rename(work / "c", work / "c.moved")
+    os.symlink(outside, work / "c")
+    with pytest.raises(PathUnsafe):
+        reads.read_state("c/f.txt")
+
+
+def test_a_nested_repository_appearing_in_a_held_directory_is_refused(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    assert reads.read_state("a/b/two.txt").kind == "file"
+    (work / "a/.git").mkdir()
+    with pytest.raises(PathUnsafe) as info:
+        reads.read_state("a/b/three.txt")
+    assert "nested repository" in info.value.detail
+    assert info.value.context["at"] == "a"
+
+
+def test_a_bind_mount_over_a_held_directory_is_refused(
+    root: Root, work: Path, outside: Path, reads: Directories
+) -> None:
+    _tree(work)
+    assert reads.read_state("c/four.txt").kind == "file"
+    with bind_mount(outside, work / "c"), pytest.raises(PathUnsafe):
+        reads.read_state("c/f.txt")
+
+
+def test_a_bind_mount_of_a_held_directory_onto_itself_is_refused(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    """Same device and inode at the name: only the mount id tells it apart."""
+    if root.mnt_id is None:
+        pytest.skip("this process cannot read mount ids")
+    _tree(work)
+    assert reads.read_state("c/four.txt").kind == "file"
+    with bind_mount(work / "c", work / "c"), pytest.raises(PathUnsafe):
+        reads.read_state("c/four.txt")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_reading_pass_holds_a_bounded_number_of_directories(root: Root, work: Path) -> None:
+    rels = [f"d{n}/sub/f.txt" for n in range(6)]
+    for rel in rels:
+        (work / rel).parent.mkdir(parents=True)
+        (work / rel).write_bytes(rel.encode())
+    fresh = [root.read_state(rel) for rel in rels]
+    before = _open_fds()
+    directories = Directories(root, hold_at_most=2)
+    try:
+        for _ in range(2):
+            for rel in rels:
+                assert directories.read_state(rel) == fresh[rels.index(rel)]
+                assert len(directories) <= 2
+                assert _open_fds() - before <= 2
+    finally:
+        directories.close()
+    assert _open_fds() == before
+    assert Directories.for_reads(root).hold_at_most is not None
+
+
+def test_a_swapped_directory_in_a_reading_pass_is_closed_when_walked_afresh(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    (work / "z").mkdir()
+    (work / "z/one.txt").write_bytes(b"in z")
+    reads.read_state("a/one.txt")
+    before = _open_fds()
+    syscalls.renameat2(root.fd, "a", root.fd, "z", syscalls.RENAME_EXCHANGE)
+    reads.read_state("a/one.txt")
+    assert _open_fds() == before  # the replaced one was closed, the fresh one is held
