@@ -30,6 +30,13 @@ if ignored, and the tree written. It declines (``None``) when the exclude rules 
 a path is a ``.gitignore``, or a path is a directory on disk, since then other paths'
 answers could differ too.
 
+``capture_changed`` is the capture when only some paths (and what is below them) can
+differ from a tree this shadow captured (``promoter.engine.snapshot_watch`` knows which,
+from an inotify watch): the paths are listed the way the full capture lists untracked
+files, into a private index that is never kept, and set into that tree by
+``promoter.git.tree_edit``; the shadow index is neither read nor written.
+``ignored_directories`` names the directories ignored as a whole, which a watch skips.
+
 Deliberately not here: the repository lock (callers hold it around ``capture`` and
 ``collect_garbage``), the database, and any write to the worktree.
 """
