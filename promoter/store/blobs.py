@@ -183,13 +183,17 @@ class BlobStore:
         self.tmp_dir = audit_root / "tmp"
         self._root = os.fspath(audit_root)
         self._tmp = os.fspath(self.tmp_dir)
+        self._fan_out = os.path.join(self._root, "blobs", "sha256")  # + /<hex[:2]>/<hex>
 
     def path_for(self, sha256: str) -> Path:
         return self.root / blob_path(sha256)
 
     def location(self, sha256: str) -> str:
-        """``path_for`` as a string (no ``Path`` built: intake asks it for every blob)."""
-        return os.path.join(self._root, blob_path(sha256))
+        """``path_for`` as a string (no ``Path`` built: intake asks it for every blob).
+
+        Joined by hand: ``sha256`` is the caller's already-validated lowercase hex.
+        """
+        return f"{self._fan_out}/{sha256[0:2]}/{sha256}"
 
     def has(self, sha256: str) -> bool:
         return os.path.isfile(self.location(sha256))
@@ -217,7 +221,7 @@ class BlobStore:
     def stream(self, sha256: str) -> BlobStream:
         """The blob, to be read in chunks and checked by its reader; ``BlobMissing`` if absent
         (or not a regular file)."""
-        path = os.path.join(self._root, blob_path(sha256))
+        path = self.location(sha256)
         try:
             regular = stat.S_ISREG(os.stat(path).st_mode)
         except OSError as exc:
@@ -232,7 +236,7 @@ class BlobStore:
         """Re-read and re-hash a blob; its size if intact, None if missing or corrupt."""
         # a plain descriptor and a string path: a bundle's verification measures every blob
         try:
-            fd = os.open(os.path.join(self._root, blob_path(sha256)), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.location(sha256), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         digest = hashlib.sha256()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -24,6 +24,8 @@ from promoter.store.tables import (
     LeaseRow,
     VerificationRow,
 )
+
+BLOBS: Table = BlobRow.__table__  # type: ignore[assignment]  # the Core table, for bulk rows
 
 
 def now() -> str:
@@ -80,8 +82,8 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
         for sha256, size in sizes.items()
         if sha256 not in known
     ]
-    if rows:  # one executemany, without building an ORM object per blob
-        session.execute(insert(BlobRow), rows)
+    if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
+        session.execute(insert(BLOBS), rows)
 
 
 def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
