@@ -337,7 +337,7 @@ class PromoterClient:
         return [answers[index] for index in sorted(answers)]
 
     def _post_batch(self, batch: list[tuple[str, int, BlobSource]], length: int) -> list[Json]:
-        def frames() -> Iterator[bytes]:
+        def pieces() -> Iterator[bytes]:
             for sha256, size, source in batch:
                 yield frame_header(sha256, size)
                 if isinstance(source, bytes):
@@ -346,6 +346,16 @@ class PromoterClient:
                     yield from file_chunks(source)
                 else:
                     yield from source
+
+        def frames() -> Iterator[bytes]:  # pieces joined: one send per CHUNK, not per piece
+            pending = bytearray()
+            for piece in pieces():
+                pending += piece
+                if len(pending) >= CHUNK:
+                    yield bytes(pending)
+                    pending.clear()
+            if pending:
+                yield bytes(pending)
 
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length)}
         answer = self._json("POST", "/v1/blobs:batchUpdate", content=frames(), headers=headers)

@@ -39,6 +39,11 @@ from promoter.store.blob_batch import BlobBatch
 from promoter.store.blobs import BlobWriter
 from promoter.store.quota import RunQuota
 
+# bytes of a batch body gathered on the event loop before one worker-thread hop parses
+# and writes them: a body arrives in pieces of a few KiB, and a hop per piece cost more
+# than the writes
+FEED_BYTES = 1 << 20
+
 router = APIRouter(prefix="/v1")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
@@ -260,6 +265,7 @@ async def batch_update_blobs(
         record=lambda blobs: _record_blobs(services, blobs),
     )
     received = 0
+    pending = bytearray()  # chunks as they arrive, handed to the worker FEED_BYTES at a time
     try:
         async for chunk in request.stream():
             received += len(chunk)
@@ -267,8 +273,12 @@ async def batch_update_blobs(
                 raise PayloadTooLarge(
                     f"a batch is at most {BATCH_MAX_BYTES} bytes", limit=BATCH_MAX_BYTES
                 )
-            if chunk:
-                await run_in_threadpool(batch.feed, chunk)
+            pending += chunk
+            if len(pending) >= FEED_BYTES:
+                await run_in_threadpool(batch.feed, bytes(pending))
+                pending.clear()
+        if pending:
+            await run_in_threadpool(batch.feed, bytes(pending))
         answers = await run_in_threadpool(batch.finish)
     except BaseException:
         batch.abort()  # unlinks of temp files and reservations given back: safe cancelled
