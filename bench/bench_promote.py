@@ -567,7 +567,8 @@ def repetition(
                 runs[name]()
         seconds[name], cpu[name] = sample[0]
         check_tree(copies[name], workload.target, name)
-    shutil.rmtree(here)
+    # ``here`` is kept until the run ends: a tree deleted between repetitions slows every
+    # inode allocation after it on ext4 without a journal (see ``bench.bench_table``)
     return Repetition(seconds, cpu, prepared.verify_seconds)
 
 
