@@ -34,8 +34,10 @@ __all__ = [
 ]
 
 _LIMIT = 1 << 31
-_ENTRY = struct.Struct(">I12x20sH")  # mode, (uid gid size), sha-1, flags; at offset 24
+_ENTRY = struct.Struct(">I32xH")  # mode, (uid gid size sha-1), flags; at offset 24
 _ASSUME_VALID, _EXTENDED, _STAGE, _NAME = 0x8000, 0x4000, 0x3000, 0x0FFF
+_FLAG_BITS = _ASSUME_VALID | _EXTENDED | _STAGE
+_ATTRIBUTES, _NESTED_ATTRIBUTES = b".gitattributes", b"/.gitattributes"
 _SKIP_WORKTREE, _INTENT_TO_ADD = 0x4000, 0x2000
 _GITLINK = 0o160000
 _REFUSED_EXTENSIONS = (b"link", b"sdir")  # split index, sparse index
@@ -109,11 +111,11 @@ def _walk_plain(data: bytes, *, names: bool) -> tuple[list[bytes], list[bytes]]:
     find = data.find
     try:
         for _ in range(count):
-            mode, _oid, flags = unpack(data, off + 24)
-            if flags & (_ASSUME_VALID | _STAGE):
-                raise NotPlain
+            mode, flags = unpack(data, off + 24)
             start = off + 62
-            if flags & _EXTENDED:
+            if flags & _FLAG_BITS:  # rare: each bit looked at only when one is set
+                if flags & (_ASSUME_VALID | _STAGE):
+                    raise NotPlain
                 if version < 3:
                     raise NotPlain
                 (extended,) = struct.unpack_from(">H", data, start)
@@ -128,19 +130,29 @@ def _walk_plain(data: bytes, *, names: bool) -> tuple[list[bytes], list[bytes]]:
                 path = previous[: len(previous) - strip] + data[start:stop]
                 previous = path
                 off = stop + 1
-            else:
-                length = flags & _NAME
-                stop = start + length if length < _NAME else find(b"\0", start)
-                if stop < 0:
+                if off > end:
                     raise NotPlain
-                path = data[start:stop] if names or mode == _GITLINK else b""
-                off += (stop - off + 8) & ~7
+                if mode == _GITLINK:
+                    gitlinks.append(path)
+                elif path == _ATTRIBUTES or path.endswith(_NESTED_ATTRIBUTES):
+                    attributes.append(path)
+                continue
+            length = flags & _NAME
+            stop = start + length if length < _NAME else find(b"\0", start)
+            if stop < 0:
+                raise NotPlain
+            off += (stop - off + 8) & ~7
             if off > end:
                 raise NotPlain
+            # a name is sliced out only when it is kept
             if mode == _GITLINK:
-                gitlinks.append(path)
-            elif path == b".gitattributes" or path.endswith(b"/.gitattributes"):
-                attributes.append(path)
+                gitlinks.append(data[start:stop])
+            elif (
+                names
+                and data.endswith(_ATTRIBUTES, start, stop)
+                and (stop - start == len(_ATTRIBUTES) or data[stop - len(_ATTRIBUTES) - 1] == 0x2F)
+            ):
+                attributes.append(data[start:stop])
         while off + 8 <= end:  # extensions: signature, size, payload
             name, size = struct.unpack_from(">4sI", data, off)
             if name in _REFUSED_EXTENSIONS:

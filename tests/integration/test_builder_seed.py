@@ -449,6 +449,30 @@ def test_the_index_reader_walks_every_version_long_names_and_gitlinks(
         plain_index(data[: len(data) // 2])
 
 
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_attribute_files_are_found_by_their_whole_last_name_in_every_version(
+    tmp_path: Path, version: str
+) -> None:
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    names = [".gitattributes", "a/.gitattributes", "a/x.gitattributes", "b/c/.gitattributes"]
+    names += ["bgitattributes", "z.txt"]
+    for name in names:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(b"* -diff\n")
+    git(repo, "add", "-A")
+    oid = git(repo, "hash-object", "-w", "z.txt")
+    deep = "/".join(["n" * 200] * 21) + "/.gitattributes"  # a name past the 12-bit field
+    git(repo, "update-index", "--add", "--cacheinfo", f"100644,{oid},{deep}")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'c' * 40},sub/mod")
+    git(repo, "update-index", "--index-version", version)
+
+    found = plain_index((repo / ".git/index").read_bytes())
+
+    assert found.attributes == (".gitattributes", "a/.gitattributes", "b/c/.gitattributes", deep)
+    assert found.gitlinks == ("sub/mod",)
+
+
 def test_links_the_grant_allows_are_read_as_their_target_text(tmp_path: Path) -> None:
     source = _source(tmp_path / "source", BASE_FILES)
     os.symlink("app.py", source / "src/link")
