@@ -65,22 +65,22 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     paths: list[dict[str, Any]] = []
     all_new = True
     with closing(Directories.for_reads(root)) as directories:
-        for change in changes:
-            try:
-                leaf = directories.read_state(change.path)
-                found, actual = verdict(leaf, change), leaf_report(leaf)
-            except PromoterError as exc:
-                found, actual = "neither", {"error": exc.code, "detail": exc.detail}
-            all_new = all_new and found == "new"
-            paths.append(
-                {
-                    "path": change.path,
-                    "verdict": found,
-                    "actual": actual,
-                    "expected_old": State.of(change.old).wire(),
-                    "expected_new": State.of(change.new).wire(),
-                }
-            )
+        leaves = directories.read_states([change.path for change in changes])
+    for change, leaf in zip(changes, leaves, strict=True):
+        if isinstance(leaf, PromoterError):
+            found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
+        else:
+            found, actual = verdict(leaf, change), leaf_report(leaf)
+        all_new = all_new and found == "new"
+        paths.append(
+            {
+                "path": change.path,
+                "verdict": found,
+                "actual": actual,
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
+            }
+        )
     return paths, all_new
 
 
