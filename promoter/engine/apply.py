@@ -22,8 +22,10 @@ changes here and in ``promoter.fs`` only.
 
 One pass walks to each directory once: the steps in a directory share one held
 descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
-every change; ``parents`` holds each step's ``Parent`` view of it, and ``close`` closes
-each directory once.
+every change (a step's first write or delete uses the re-check its directory was reused
+with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
+of it, and ``close`` closes each directory once. The process umask is read once per pass
+(``umask``) for the mode of every new file.
 
 Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
 and each kind's module), journaling, opening blobs (callers pass bytes or a stream),

@@ -19,6 +19,12 @@ A pass holds one descriptor per distinct directory; ``close`` closes each once.
 ``Directories.read_state`` is ``Root.read_state`` through the same cache, for a pass
 that reads many targets (the read-backs before and after a promotion's writes); such a
 pass (``Directories.for_reads``) keeps at most ``READS_HOLD_AT_MOST`` directories open.
+``Directories.read_states`` reads many paths in one call: nothing is done between two of
+its reads, so the verification after one read is the check before the next one in the
+same directory (the nested-repository check and the verification after reading still run
+per path). ``open_parent`` marks a reused directory's ``Parent`` (``checked_at_open``):
+its chain was re-checked by that call, so the applier's write or delete that follows at
+once need not check it again before starting.
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
