@@ -1,8 +1,8 @@
 """How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
 
 After the writes every target is read back through a descriptor chain (each directory
-walked once for the read-back and re-checked before and after every read,
-``promoter.fs.held.Directories``). All exactly new:
+walked once for the read-back and re-checked around every read, all in one
+``promoter.fs.held.Directories.read_states`` call). All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
 ``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
 the same bytes are written to the audit store, and only then is the operation
