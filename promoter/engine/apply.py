@@ -22,8 +22,10 @@ changes here and in ``promoter.fs`` only.
 
 One pass walks to each directory once: the steps in a directory share one held
 descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
-every change; ``parents`` holds each step's ``Parent`` view of it, and ``close`` closes
-each directory once.
+every change (a step's first write or delete uses the re-check its directory was reused
+with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
+of it, and ``close`` closes each directory once. The process umask is read once per pass
+(``umask``) for the mode of every new file.
 
 Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
 and each kind's module), journaling, opening blobs (callers pass bytes or a stream),
@@ -41,6 +43,7 @@ from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent, Source
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
+from promoter.fs.syscalls import current_umask
 
 __all__ = ["Applier"]
 
@@ -57,11 +60,14 @@ class Applier:
     created_dirs: list[str] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
     directories: Directories = field(init=False)
+    umask: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
+        self.umask = current_umask()  # read once per pass, not once per temp
 
-    def _parent(self, seq: int, path: str, *, create: bool) -> Parent:
+    def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
+        """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
         try:
             parent = self.directories.open_parent(path, create=create)
         except PromoterError as exc:  # directories made before the walk failed
@@ -72,7 +78,8 @@ class Applier:
         if previous is not None:
             previous.close()
         self.parents[seq] = parent
-        return parent
+        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
+        return parent, checked
 
     def stage(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
         """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``.
@@ -80,8 +87,11 @@ class Applier:
         ``data``: the bytes, or a ``Source`` streamed and checked against its sha256.
         """
         assert new.exists and new.mode is not None
-        parent = self._parent(seq, path, create=True)
-        self.staged[seq] = (parent.write_temp(data, new.mode, temp=temp), new)
+        parent, checked = self._parent(seq, path, create=True)
+        written = parent.write_temp(
+            data, new.mode, temp=temp, umask=self.umask, chain_checked=checked
+        )
+        self.staged[seq] = (written, new)
 
     def place(self, seq: int, old: State, new: State) -> None:
         """Put step ``seq``'s staged temp in place over exactly ``old``."""
@@ -102,12 +112,12 @@ class Applier:
         (False is returned and nothing is done).
         """
         try:
-            parent = self._parent(seq, path, create=False)
+            parent, checked = self._parent(seq, path, create=False)
         except TargetDrift as exc:
             if gone_ok and exc.context.get("found") == "missing_parent":
                 return False
             raise
-        parent.unlink_checked(old, aside=aside)
+        parent.unlink_checked(old, aside=aside, chain_checked=checked)
         return True
 
     def sync(self, seq: int) -> None:

@@ -1,8 +1,8 @@
 """How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
 
 After the writes every target is read back through a descriptor chain (each directory
-walked once for the read-back and re-checked before and after every read,
-``promoter.fs.held.Directories``). All exactly new:
+walked once for the read-back and re-checked around every read, all in one
+``promoter.fs.held.Directories.read_states`` call). All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
 ``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
 the same bytes are written to the audit store, and only then is the operation
@@ -65,22 +65,22 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     paths: list[dict[str, Any]] = []
     all_new = True
     with closing(Directories.for_reads(root)) as directories:
-        for change in changes:
-            try:
-                leaf = directories.read_state(change.path)
-                found, actual = verdict(leaf, change), leaf_report(leaf)
-            except PromoterError as exc:
-                found, actual = "neither", {"error": exc.code, "detail": exc.detail}
-            all_new = all_new and found == "new"
-            paths.append(
-                {
-                    "path": change.path,
-                    "verdict": found,
-                    "actual": actual,
-                    "expected_old": State.of(change.old).wire(),
-                    "expected_new": State.of(change.new).wire(),
-                }
-            )
+        leaves = directories.read_states([change.path for change in changes])
+    for change, leaf in zip(changes, leaves, strict=True):
+        if isinstance(leaf, PromoterError):
+            found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
+        else:
+            found, actual = verdict(leaf, change), leaf_report(leaf)
+        all_new = all_new and found == "new"
+        paths.append(
+            {
+                "path": change.path,
+                "verdict": found,
+                "actual": actual,
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
+            }
+        )
     return paths, all_new
 
 

@@ -184,14 +184,19 @@ def _read_paths(
     wanted_index: dict[str, list[dict[str, Any]]],
     blocked: dict[str, str],
 ) -> None:
-    """Each target's verdict, read through the directories held for this read-back."""
-    for change in bundle.changes:
+    """Each target's verdict, read through the directories held for this read-back
+    (all in one ``read_states`` call)."""
+    leaves = directories.read_states([change.path for change in bundle.changes])
+    for change, leaf in zip(bundle.changes, leaves, strict=True):
         reasons: list[str] = []
         actual: dict[str, Any] | None = None
         found = "neither"
         unsafe = False
-        try:
-            leaf = directories.read_state(change.path)
+        if isinstance(leaf, PromoterError):
+            reasons.append(f"{leaf.code}: {leaf.detail}")
+            actual = {"error": leaf.code, **{k: str(v) for k, v in leaf.context.items()}}
+            unsafe = isinstance(leaf, PathUnsafe)
+        else:
             actual = leaf_report(leaf)
             reading = classify(leaf, change.old, change.new)
             found = reading.verdict.value
@@ -203,10 +208,6 @@ def _read_paths(
                 reasons.append(f"{PathUnsafe.code}: {refusal}")
                 actual["links"] = leaf.nlink
                 unsafe = True
-        except PromoterError as exc:
-            reasons.append(f"{exc.code}: {exc.detail}")
-            actual = {"error": exc.code, **{k: str(v) for k, v in exc.context.items()}}
-            unsafe = isinstance(exc, PathUnsafe)
         index_now = [
             {"mode": e.mode, "oid": e.oid, "stage": e.stage}
             for e in actual_index.get(change.path, [])

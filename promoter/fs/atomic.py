@@ -145,8 +145,20 @@ class Parent(Deleting):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.written: dict[str, tuple[int, int]] = {}
+        # set by ``Directories.open_parent`` when it re-checked the held chain just now
+        # (``HeldDir.still_in_place`` and the nested-repository check); the caller that
+        # changes nothing before its first write passes it on as ``chain_checked`` once
+        self.checked_at_open = False
 
-    def write_temp(self, data: bytes | Source, git_mode: str, *, temp: str) -> str:
+    def write_temp(
+        self,
+        data: bytes | Source,
+        git_mode: str,
+        *,
+        temp: str,
+        umask: int | None = None,
+        chain_checked: bool = False,
+    ) -> str:
         """Write ``data`` durably to the journaled temp name ``temp``; return it.
 
         ``data`` is the bytes themselves, or a ``Source`` streamed in chunks and hashed in
@@ -155,9 +167,16 @@ class Parent(Deleting):
         simply closed; a named fallback temp is removed as promoter's own).
         A name that is already taken is refused (``PathUnsafe``) and left untouched. With
         ``git_mode`` 120000, ``data`` is a link's target text and the temp is a symlink.
+
+        ``umask``: the process umask as the caller read it for its pass (read here when
+        None). ``chain_checked``: the caller opened or re-checked this parent's chain
+        immediately before the call, with nothing done in the worktree in between
+        (``promoter.engine.apply``), so the check before the write is that one; the
+        check after the write always runs.
         """
         check_temp_name(temp)
-        self.verify_chain()
+        if not chain_checked:
+            self.verify_chain()
         if git_mode == SYMLINK_MODE:
             return self._write_link_temp(_whole(data), temp)
         try:
@@ -167,7 +186,7 @@ class Parent(Deleting):
             replaced = None
         except OSError as exc:
             raise os_error("inspecting the target", self.rel, exc) from exc
-        mode = file_mode(git_mode, replaced, current_umask())
+        mode = file_mode(git_mode, replaced, current_umask() if umask is None else umask)
         fd, anonymous = self._open_temp(temp)
         try:
             try:

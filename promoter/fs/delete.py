@@ -36,7 +36,9 @@ _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 class Deleting(ParentChain):
     """The delete operations of a held parent directory."""
 
-    def unlink_checked(self, expected_old: ExpectedState, *, aside: str) -> None:
+    def unlink_checked(
+        self, expected_old: ExpectedState, *, aside: str, chain_checked: bool = False
+    ) -> None:
         """Delete the target only if it is our singly linked regular file equal to ``expected_old``.
 
         Move-aside-then-verify: the target is renamed to the journaled temp name
@@ -44,12 +46,17 @@ class Deleting(ParentChain):
         goes back (or is kept, with ``kept`` in the refusal). Already missing is success.
         A hard-linked, foreign-owned, symlinked, special or swapped target raises
         ``PathUnsafe``; other content or mode raises ``TargetDrift``.
+
+        ``chain_checked``: as for ``Parent.write_temp``, the caller checked the chain
+        immediately before the call, so the check before reading the target is that
+        one; the check after reading (before the rename) always runs.
         """
         if not expected_old.exists:
             raise ValueError("unlink_checked needs the existing state to remove")
         check_temp_name(aside)
         try:
-            self.verify_chain()
+            if not chain_checked:
+                self.verify_chain()
             if leaf_kind(expected_old.mode) == "symlink":
                 found = self._checked_link(expected_old)
                 if found.kind == "missing":

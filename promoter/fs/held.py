@@ -19,6 +19,12 @@ A pass holds one descriptor per distinct directory; ``close`` closes each once.
 ``Directories.read_state`` is ``Root.read_state`` through the same cache, for a pass
 that reads many targets (the read-backs before and after a promotion's writes); such a
 pass (``Directories.for_reads``) keeps at most ``READS_HOLD_AT_MOST`` directories open.
+``Directories.read_states`` reads many paths in one call: nothing is done between two of
+its reads, so the verification after one read is the check before the next one in the
+same directory (the nested-repository check and the verification after reading still run
+per path). ``open_parent`` marks a reused directory's ``Parent`` (``checked_at_open``):
+its chain was re-checked by that call, so the applier's write or delete that follows at
+once need not check it again before starting.
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
@@ -30,8 +36,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 
-from promoter.errors import PathUnsafe, TargetDrift
+from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs import syscalls
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import HoldsFd, ParentChain
@@ -144,13 +151,18 @@ class Directories:
         Same contract as ``Root.open_parent``: missing directories are made with
         ``create`` (listed in the parent's ``created_dirs``, or in the error's context
         when the walk fails); without it a missing one raises ``TargetDrift``
-        (``found="missing_parent"``).
+        (``found="missing_parent"``). A reused directory's ``Parent`` has
+        ``checked_at_open`` set: its chain was re-checked by this call (the root's path
+        included); a freshly walked one has not (the walk does not re-check the root's
+        path), so its first write checks the chain as usual.
         """
         parts = tuple(split_rel(rel)[:-1])
         self._lent = True
         held = self._reuse(rel, parts)
         if held is not None:
-            return Parent(self.root, rel, held.fd, held.ids, [], held=held)
+            parent = Parent(self.root, rel, held.fd, held.ids, [], held=held)
+            parent.checked_at_open = True
+            return parent
         walked = self.root._walk(rel, list(parts), create=create)
         if walked is None:
             raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
@@ -189,17 +201,52 @@ class Directories:
         then reads the leaf and verifies the chain after reading, as every read does. A
         missing directory on the way reads as a missing leaf and is not held.
         """
+        return self._read(rel, None)[0]
+
+    def read_states(self, rels: Sequence[str]) -> list[LeafState | PromoterError]:
+        """``read_state`` of each of ``rels``, in order, in one call; a refusal is returned
+        in the path's place (an ``OSError`` or other error propagates, as from
+        ``read_state``).
+
+        Nothing is done in the worktree between two reads of one call, so when a read
+        is in the directory whose chain the previous read verified after reading, that
+        verification is also the check before this read: the chain is not re-checked a
+        second time in the same instant. The nested-repository check of every component
+        and the verification after every read still run for each path.
+        """
+        found: list[LeafState | PromoterError] = []
+        checked: HeldDir | None = None
+        for rel in rels:
+            try:
+                state, checked = self._read(rel, checked)
+            except PromoterError as exc:
+                found.append(exc)
+                checked = None
+                continue
+            found.append(state)
+        return found
+
+    def _read(self, rel: str, checked: HeldDir | None) -> tuple[LeafState, HeldDir | None]:
+        """Read ``rel``; ``checked``: the held directory whose chain was verified just now.
+
+        Returns the state and the held directory this read verified after reading (None
+        when the read held none: a missing directory on the way).
+        """
         parts = tuple(split_rel(rel)[:-1])
-        held = self._reuse(rel, parts)
+        held = self._held.get(parts)
+        if held is not None and held is checked:
+            held.refuse_nested_repository(rel)
+        else:
+            held = self._reuse(rel, parts)
         if held is None:
             walked = self.root._walk(rel, list(parts), create=False)
             if walked is None:
-                return MISSING
+                return MISSING, None
             held = self._hold(parts, walked.fd, walked.ids)
         chain = ParentChain(self.root, rel, held.fd, held.ids, [], held=held)
         state = chain.leaf_state()
         chain.verify_chain()
-        return state
+        return state, held
 
     def close(self) -> None:
         for held in self._all:

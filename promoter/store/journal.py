@@ -11,9 +11,9 @@ Deliberately not here: the hash-chained events (``promoter.store.ledger``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.records import Attempt, Operation, Step
@@ -23,6 +23,7 @@ from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
 
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
+_STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
 
 
 def _record(row: OperationRow) -> Operation:
@@ -287,10 +288,12 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
 
 
 def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
+    """Insert the steps (all ``pending``) in one Core ``executemany`` on the table: the
+    ORM's per-row bulk bookkeeping is skipped (no row object is made for them)."""
     if not steps:
         return
     session.execute(
-        insert(StepRow),
+        insert(_STEPS),
         [
             {
                 "operation_id": operation_id,

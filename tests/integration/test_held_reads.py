@@ -18,7 +18,8 @@ import pytest
 
 from promoter.errors import PathUnsafe
 from promoter.fs import syscalls
-from promoter.fs.held import Directories
+from promoter.fs.chain import LeafState, ParentChain
+from promoter.fs.held import Directories, HeldDir
 from promoter.fs.root import Root
 from tests.support.mounts import bind_mount
 
@@ -202,3 +203,90 @@ def test_a_swapped_directory_in_a_reading_pass_is_closed_when_walked_afresh(
     syscalls.renameat2(root.fd, "a", root.fd, "z", syscalls.RENAME_EXCHANGE)
     reads.read_state("a/one.txt")
     assert _open_fds() == before  # the replaced one was closed, the fresh one is held
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> list[str]:
+    """Count calls of ``cls.name`` (the original still runs)."""
+    calls: list[str] = []
+    original = getattr(cls, name)
+
+    def counted(self: object, *args: object) -> object:
+        calls.append(name)
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def test_reads_in_one_call_answer_as_single_reads(
+    root: Root, work: Path, reads: Directories
+) -> None:
+    _tree(work)
+    fresh = [root.read_state(rel) for rel in PATHS]
+    assert reads.read_states(PATHS) == fresh
+    assert reads.read_states(PATHS) == fresh
+
+
+def test_reads_in_one_call_check_each_chain_once_between_two_reads(
+    root: Root, work: Path, reads: Directories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two reads of one call in one directory nothing is done: the check after the
+    first read is the check before the second. The nested-repository check still runs
+    for every read."""
+    _tree(work)
+    rels = ["a/b/two.txt", "a/b/three.txt", "a/b/exec.sh", "a/b/link"]
+    reads.read_states(rels)  # every directory held
+    checks = _counting(monkeypatch, HeldDir, "still_in_place")
+    nested = _counting(monkeypatch, HeldDir, "refuse_nested_repository")
+    reads.read_states(rels)
+    assert len(checks) == len(rels) + 1  # one before the first read, one after each
+    assert len(nested) == len(rels)
+    checks.clear()
+    for rel in rels:
+        reads.read_state(rel)
+    assert len(checks) == 2 * len(rels)  # single reads check before and after each
+
+
+def test_a_nested_repository_appearing_during_a_read_of_one_call_is_refused_for_the_next(
+    root: Root, work: Path, reads: Directories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(work)
+    original = ParentChain.leaf_state
+
+    def then_a_repository(self: ParentChain) -> LeafState:
+        state = original(self)
+        if self.rel == "a/b/two.txt":
+            (work / "a/.git").mkdir(exist_ok=True)
+        return state
+
+    monkeypatch.setattr(ParentChain, "leaf_state", then_a_repository)
+    first, second = reads.read_states(["a/b/two.txt", "a/b/three.txt"])
+    assert isinstance(first, LeafState) and first.kind == "file"
+    assert isinstance(second, PathUnsafe)
+    assert "nested repository" in second.detail and second.context["at"] == "a"
+
+
+def test_a_directory_swapped_during_a_read_of_one_call_is_refused_in_that_paths_place(
+    root: Root, work: Path, reads: Directories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(work)
+    (work / "z").mkdir()
+    (work / "z/four.txt").write_bytes(b"in z")
+    original = ParentChain.leaf_state
+    swaps: list[str] = []
+
+    def then_swapped(self: ParentChain) -> LeafState:
+        state = original(self)
+        if not swaps:
+            swaps.append(self.rel)
+            syscalls.renameat2(root.fd, "c", root.fd, "z", syscalls.RENAME_EXCHANGE)
+        return state
+
+    reads.read_state("c/four.txt")  # held
+    monkeypatch.setattr(ParentChain, "leaf_state", then_swapped)
+    swapped, after = reads.read_states(["c/four.txt", "c/four.txt"])
+    assert swaps == ["c/four.txt"]
+    assert isinstance(swapped, PathUnsafe)  # the check after reading saw it
+    assert isinstance(after, LeafState)
+    assert after == root.read_state("c/four.txt")  # the next read walked afresh
+    assert (work / "c/four.txt").read_bytes() == b"in z"

@@ -20,6 +20,7 @@ from promoter.domain.state import MISSING, State
 from promoter.engine.apply import Applier
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs import syscalls
+from promoter.fs.held import HeldDir
 from promoter.fs.leaf import TEMP_PREFIX
 from promoter.fs.root import Root
 from tests.support.fsutil import snapshot
@@ -188,3 +189,48 @@ def test_bind_mount_of_a_held_directory_onto_itself_is_refused(
     with bind_mount(work / "a", work / "a"), pytest.raises(PathUnsafe):
         apply.place(0, new(b"old"), new(b"new"))
     assert (work / "a/f.txt").read_bytes() == b"old"
+
+
+def test_a_reused_directory_is_checked_once_before_a_write_and_once_after(
+    root: Root, work: Path, apply: Applier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reusing the held directory re-checks its chain; the write that follows at once uses
+    that check, and the check after the write still runs."""
+    (work / "a").mkdir()
+    apply.stage(0, "a/f.txt", new(b"f"), b"f", tmp(0))
+    checks: list[int] = []
+    original = HeldDir.still_in_place
+
+    def counted(self: HeldDir) -> bool:
+        checks.append(1)
+        return original(self)
+
+    monkeypatch.setattr(HeldDir, "still_in_place", counted)
+    apply.stage(1, "a/g.txt", new(b"g"), b"g", tmp(1))
+    assert len(checks) == 2  # the reuse (before the write) and after the write
+    assert not apply.parents[1].checked_at_open  # good for one call only
+    checks.clear()
+    apply.place(1, MISSING, new(b"g"))
+    assert len(checks) == 2  # a later call on the same view checks before and after
+    assert (work / "a/g.txt").read_bytes() == b"g"
+
+
+def test_the_umask_is_read_once_per_pass(
+    root: Root, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+
+    def umask() -> int:
+        reads.append(1)
+        return 0o027
+
+    monkeypatch.setattr("promoter.engine.apply.current_umask", umask)
+    monkeypatch.setattr("promoter.fs.atomic.current_umask", umask)
+    applier = Applier(root)
+    try:
+        for seq in range(3):
+            applier.write(seq, f"n{seq}.txt", MISSING, new(b"x"), b"x", tmp(seq))
+    finally:
+        applier.close()
+    assert reads == [1]
+    assert [(work / f"n{seq}.txt").stat().st_mode & 0o777 for seq in range(3)] == [0o640] * 3
