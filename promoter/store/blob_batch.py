@@ -2,7 +2,9 @@
 
 ``BlobBatch.feed`` parses the frames of ``promoter.domain.blob_frames`` as chunks
 arrive and writes each blob to its own temp file while hashing it, within its declared
-size; its quota is reserved when its header arrives. ``finish`` then commits every blob
+size; its quota is reserved when its header arrives, and the writeback of a blob that
+hashed right starts as its last byte is written (``start_writeback``: a hint, not an
+fsync). ``finish`` then commits every blob
 that hashed right at once: each temp fsynced, the run charged once for all new bytes,
 one database commit recording every blob, the links into place, one fsync per fan-out
 directory touched, and one refund for blobs someone else stored meanwhile. The order is
@@ -183,6 +185,8 @@ class BlobBatch:
         except BlobHashMismatch as exc:
             item.error = exc
             item.writer = None
+            return
+        item.writer.start_writeback()  # its fsync in ``finish`` then waits far less
 
     # --- committing ---------------------------------------------------------------------
 

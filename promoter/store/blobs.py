@@ -32,7 +32,7 @@ from pathlib import Path
 from promoter.domain.models import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
 from promoter.faults import point
-from promoter.store.durable import fsync_dir, make_dirs
+from promoter.store.durable import fsync_dir, make_dirs, start_writeback
 
 CHUNK = 1 << 20
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as ``Path.is_file`` reads
@@ -107,6 +107,11 @@ class BlobWriter:
         except OSError as exc:
             self.abort()
             raise StorageError(f"cannot store blob: {exc}") from exc
+
+    def start_writeback(self) -> None:
+        """Begin writing the temp file's bytes to the disk now (``sync`` still fsyncs it)."""
+        if self._fd is not None:
+            start_writeback(self._fd)
 
     def check(self) -> None:
         """Raise ``BlobHashMismatch`` (and store nothing) unless the bytes hash right."""
