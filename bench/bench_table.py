@@ -16,8 +16,9 @@ the median of its per-round figures. The rows:
   over the bare loop.
 - ``healthz_during_verify_10k``: the largest ``/healthz`` latency (milliseconds, not a
   ratio) seen by a client polling it while ``POST /v1/bundles`` verifies a 10 000-change
-  bundle; ``verify_10k`` is that verification's time (the submission alone: the probe
-  process starts before it is timed) over re-hashing every blob plus JCS of the bundle.
+  bundle; ``verify_10k`` is that verification's time (the submission alone, timed by a
+  client process of its own: the probe and the client start before it is timed) over
+  re-hashing every blob plus JCS of the bundle.
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
