@@ -184,15 +184,17 @@ def projection_sha256(document: Mapping[str, Any], identity_fields: Iterable[str
 
 
 def canonical_with_projection(
-    document: Mapping[str, Any], identity_fields: Iterable[str]
+    document: Mapping[str, Any], identity_fields: Iterable[str], *, plain: bool = False
 ) -> tuple[bytes, bytes]:
     """``canonical_bytes(document)`` and ``canonical_bytes(projection(document, ...))``.
 
     On the fast path each member is encoded once and both byte strings are joined from
     the same member bytes (UTF-8 is concatenative, and a projection's members keep their
-    order); anything else encodes the two documents separately.
+    order); anything else encodes the two documents separately. ``plain``: the caller
+    knows the document is built only of what ``_scan`` admits (a strict wire model was
+    parsed from it), so it is not walked again; lone surrogates still go to ``rfc8785``.
     """
-    if type(document) is dict and _scan(document):
+    if type(document) is dict and (plain or _scan(document)):
         drop = set(identity_fields)
         try:
             members = [(key, text.encode("utf-8")) for key, text in _members(document)]

@@ -49,14 +49,19 @@ class BundleBytes:
     sha256: str  # sha256(JCS(the document without bundle_id and bundle_sha256))
 
 
-def bundle_bytes(document: dict[str, Any]) -> BundleBytes:
+def bundle_bytes(document: dict[str, Any], *, parsed: bool = False) -> BundleBytes:
     """``canonical_bytes(document)`` and ``bundle_sha256(document)`` from one encoding.
 
     For a document a ``PatchBundleV1`` was parsed from, the canonical bytes are those of
     ``canonical(bundle)``: every field is required, none has a default and strict
     parsing keeps every value as it was (a property test holds the two equal).
+
+    ``parsed``: a ``PatchBundleV1`` was parsed from ``document`` (or it is a bundle's
+    ``wire()``). Then every key is a field name of a model that forbids others (ASCII),
+    and every value a strict str, bool, null or integer below 2^53, so the walk that
+    decides between the standard library's encoder and ``rfc8785`` is skipped.
     """
-    whole, projected = canonical_with_projection(document, BUNDLE_IDENTITY)
+    whole, projected = canonical_with_projection(document, BUNDLE_IDENTITY, plain=parsed)
     return BundleBytes(whole, sha256_hex(projected))
 
 

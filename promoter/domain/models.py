@@ -98,14 +98,19 @@ class FileState(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> FileState:
-        fields = (self.sha256, self.mode, self.bytes, self.blob_ref)
+        # plain comparisons, no tuple or generator: this runs twice per change of a bundle
+        ref = self.blob_ref
         if self.exists:
-            if any(value is None for value in fields):
+            if ref is None or self.sha256 is None or self.mode is None or self.bytes is None:
                 raise ValueError("an existing FileState needs sha256, mode, bytes and blob_ref")
-            assert self.blob_ref is not None
-            if self.blob_ref.sha256 != self.sha256:
+            if ref.sha256 != self.sha256:
                 raise ValueError("blob_ref.sha256 must equal sha256")
-        elif any(value is not None for value in fields):
+        elif (
+            ref is not None
+            or self.sha256 is not None
+            or self.mode is not None
+            or self.bytes is not None
+        ):
             raise ValueError("a missing FileState has null sha256, mode, bytes and blob_ref")
         return self
 

@@ -377,9 +377,10 @@ def verify(
     """Run the seven checks and build the deterministic receipt.
 
     ``chained``: the implicit preconditions a grant's ``base_operation`` gives its paths.
-    The document is encoded once: its hash for check (1), its bytes for the caller.
+    ``document`` is the document ``bundle`` was parsed from (or ``bundle.wire()``). It is
+    encoded once: its hash for check (1), its bytes for the caller.
     """
-    encoded = bundle_bytes(dict(document))
+    encoded = bundle_bytes(dict(document), parsed=True)
     facts = Facts.of(bundle)
     checks: dict[CheckName, Callable[[], Outcome]] = {
         "manifest_integrity": lambda: check_manifest_integrity(encoded.sha256, bundle, facts),  # 1

@@ -108,6 +108,18 @@ def test_bundle_bytes_are_those_of_the_parsed_model(changes: int) -> None:
     bundle = parse_model(PatchBundleV1, document)
     assert encoded.canonical == model_bytes(bundle) == rfc8785.dumps(document)
     assert encoded.sha256 == bundle_sha256(document) == bundle.bundle_sha256
+    assert bundle_bytes(document, parsed=True) == encoded  # the walk skipped, the same bytes
+    assert bundle_bytes(bundle.wire(), parsed=True) == encoded
+
+
+def test_a_parsed_bundle_with_non_ascii_paths_encodes_as_rfc8785() -> None:
+    document = _bundle(3)
+    for index, change in enumerate(document["changes"]):
+        change["path"] = f"src/\u00e9t\u00e9-\U0001f600-{index}\u2028.txt"
+    bundle = parse_model(PatchBundleV1, document)
+    encoded = bundle_bytes(document, parsed=True)
+    assert encoded.canonical == rfc8785.dumps(document) == model_bytes(bundle)
+    assert encoded.sha256 == bundle_sha256(document)
 
 
 @pytest.mark.parametrize(
