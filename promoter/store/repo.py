@@ -8,7 +8,7 @@ open ``Session``; the caller owns the transaction. Journal and ledger queries li
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
@@ -25,7 +25,7 @@ from promoter.store.tables import (
     VerificationRow,
 )
 
-BLOBS: Table = BlobRow.__table__  # type: ignore[assignment]  # the Core table, for bulk rows
+BLOBS = cast(Table, BlobRow.__table__)  # the table itself, for Core bulk inserts
 
 
 def now() -> str:

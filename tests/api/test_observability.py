@@ -235,6 +235,19 @@ def test_a_request_id_is_echoed_and_in_every_line_of_its_request(
     assert (mine[0]["http_status"], mine[0]["code"]) == (404, "operation_unknown")
 
 
+def test_healthz_answers_the_exact_bytes_every_time_and_a_fresh_request_id(
+    daemon: Daemon,
+) -> None:
+    with daemon.client() as client:
+        answers = [client.get("/healthz") for _ in range(2)]
+    for answer in answers:
+        assert answer.status_code == 200
+        assert answer.content == b'{"status": "ok"}'
+        assert answer.headers["content-type"] == "application/json"
+        assert answer.headers["content-length"] == str(len(b'{"status": "ok"}'))
+    assert answers[0].headers["x-request-id"] != answers[1].headers["x-request-id"]
+
+
 def test_a_generated_request_id_is_echoed_when_none_is_offered(daemon: Daemon) -> None:
     with daemon.client() as client:
         first = client.get("/healthz").headers["x-request-id"]
