@@ -72,6 +72,7 @@ def make_server(
         log_config=None,  # the caller configures logging (``promoter.api.logs.configure``)
         access_log=False,  # ``promoter.access`` writes one richer line per request
         lifespan="on",
+        http="httptools",  # C parsing: a third of a small request's CPU under h11
         timeout_graceful_shutdown=10,
     )
     return ReadyServer(config, announce=announce, on_exit=on_exit)

@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from promoter.api.logs import REQUEST_ID, LogFormat, handler, safe_request_id
+from promoter.api.routes.health import router as health_router
 from promoter.domain.blob_frames import frame_header
 from promoter.engine import operations as engine_operations
 from promoter.engine import promote as engine_promote
@@ -246,6 +249,31 @@ def test_healthz_answers_the_exact_bytes_every_time_and_a_fresh_request_id(
         assert answer.headers["content-type"] == "application/json"
         assert answer.headers["content-length"] == str(len(b'{"status": "ok"}'))
     assert answers[0].headers["x-request-id"] != answers[1].headers["x-request-id"]
+
+
+def test_healthz_answered_before_routing_keeps_its_line_its_count_and_the_routes_bytes(
+    daemon: Daemon, log_buffer: io.StringIO
+) -> None:
+    with daemon.client() as client:
+        served = client.get("/healthz", headers={"X-Request-ID": "alive-1"})
+        refused = client.post("/healthz")  # only GET is answered before routing
+    mine = [line for line in lines(log_buffer) if line.get("request_id") == "alive-1"]
+    assert [(line["logger"], line["route"], line["http_status"]) for line in mine] == [
+        ("promoter.access", "/healthz", 200)
+    ]
+    assert (mine[0]["method"], mine[0]["path"], mine[0]["status"]) == ("GET", "/healthz", "ok")
+    assert refused.status_code == 405
+    got = samples(metrics_text(daemon))
+    counted = (("method", "GET"), ("route", "/healthz"), ("status", "200"))
+    assert got[("promoter_http_requests_total", counted)] == 1
+    # the route behind it (for an app without the middleware) answers the very same bytes
+    bare = FastAPI()
+    bare.include_router(health_router)
+    with TestClient(bare) as plain:
+        routed = plain.get("/healthz")
+    assert (routed.status_code, routed.content) == (200, served.content)
+    assert routed.headers["content-type"] == served.headers["content-type"]
+    assert routed.headers["content-length"] == served.headers["content-length"]
 
 
 def test_a_generated_request_id_is_echoed_when_none_is_offered(daemon: Daemon) -> None:

@@ -4,7 +4,10 @@
 every worker thread is busy (a slow bundle, a write waiting on a database lock), which
 is what it reports: the daemon is alive and serving. Its body is encoded once, at import:
 a client may poll it in a tight loop, and every poll's CPU is taken from the interpreter
-lock that a verifying worker thread needs. It checks nothing else (``/readyz`` does).
+lock that a verifying worker thread needs. A served daemon answers ``GET /healthz`` in
+``promoter.api.observe`` with these same bytes, before routing; the route stays for the
+contract (OpenAPI) and for an app without that middleware. It checks nothing else
+(``/readyz`` does).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from promoter.api.responses import json_response
 from promoter.errors import Unauthenticated
 
 router = APIRouter()
+HEALTHZ = "/healthz"
+ALIVE = json_response({"status": "ok"}).body  # the same bytes json_response gives
 
 
 @router.get(
-    "/healthz",
+    HEALTHZ,
     **operation(
         "getHealth",
         summary="Liveness",
@@ -35,10 +40,7 @@ router = APIRouter()
     ),
 )
 async def healthz() -> Response:
-    return Response(_ALIVE, media_type="application/json")
-
-
-_ALIVE = json_response({"status": "ok"}).body  # the same bytes json_response gives
+    return Response(ALIVE, media_type="application/json")
 
 
 @router.get(
