@@ -14,7 +14,11 @@ the state the journal expects there:
   unlinks it only when it is still promoter's to remove (``unlink_checked``);
 - ``write`` is ``stage`` then ``place`` for one step, ``drop_staged`` removes staged temps
   that are still promoter's own (anything else is kept, in ``kept``), and ``fsync`` syncs
-  each touched directory once.
+  each touched directory once;
+- ``begin`` is ``stage`` without the fsync and the naming, which ``end_begun`` does for
+  every begun step in the order begun: a promotion begins a group of temps before it
+  ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
+  before it is named, and named before anything is placed).
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
 restores write step by step; all of them go through these methods, so a write rule
@@ -40,7 +44,7 @@ from typing import Any
 
 from promoter.domain.state import State
 from promoter.errors import PromoterError, TargetDrift
-from promoter.fs.atomic import Parent, Source
+from promoter.fs.atomic import Parent, PendingTemp, Source
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.fs.syscalls import current_umask
@@ -57,6 +61,7 @@ class Applier:
     root: Root
     parents: dict[int, Parent] = field(default_factory=dict)  # seq -> its view of a directory
     staged: dict[int, tuple[str, State]] = field(default_factory=dict)  # seq -> (temp, new)
+    begun: dict[int, tuple[PendingTemp, State]] = field(default_factory=dict)  # not yet named
     created_dirs: list[str] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
     directories: Directories = field(init=False)
@@ -92,6 +97,41 @@ class Applier:
             data, new.mode, temp=temp, umask=self.umask, chain_checked=checked
         )
         self.staged[seq] = (written, new)
+
+    def begin(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
+        """``stage`` up to the temp's fsync: its bytes written and its writeback started.
+
+        ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
+        """
+        assert new.exists and new.mode is not None
+        parent, checked = self._parent(seq, path, create=True)
+        begun = parent.begin_temp(
+            data, new.mode, temp=temp, umask=self.umask, chain_checked=checked
+        )
+        if isinstance(begun, str):
+            self.staged[seq] = (begun, new)
+        else:
+            self.begun[seq] = (begun, new)
+
+    def end_begun(self) -> None:
+        """fsync and name every begun temp, in the order begun, each then staged. The first
+        failure drops the temps not yet ended (as promoter's own) and is raised."""
+        while self.begun:
+            seq = next(iter(self.begun))
+            begun, new = self.begun.pop(seq)
+            try:
+                self.staged[seq] = (self.parents[seq].end_temp(begun), new)
+            except BaseException:
+                self._drop_begun()
+                raise
+
+    def _drop_begun(self) -> None:
+        for seq, (begun, _) in list(self.begun.items()):
+            try:
+                self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
+            except (PromoterError, OSError):
+                log.warning("could not remove temp file %s; left in place", begun.temp)
+            self.begun.pop(seq, None)
 
     def place(self, seq: int, old: State, new: State) -> None:
         """Put step ``seq``'s staged temp in place over exactly ``old``."""
@@ -134,7 +174,9 @@ class Applier:
                 parent.fsync()
 
     def drop_staged(self, from_seq: int = 0) -> None:
-        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own."""
+        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own
+        (and every begun one not yet ended)."""
+        self._drop_begun()
         for seq, (temp, new) in list(self.staged.items()):
             if seq < from_seq:
                 continue
@@ -151,7 +193,8 @@ class Applier:
             parent.close()
 
     def close(self) -> None:
-        """Close every directory the pass held, each once."""
+        """Close every directory the pass held, each once (a begun temp is dropped first)."""
+        self._drop_begun()
         for parent in self.parents.values():
             parent.close()
         self.parents.clear()

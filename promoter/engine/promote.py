@@ -53,6 +53,7 @@ from promoter.store.blobs import BlobStore
 from promoter.store.db import Database
 
 log = logging.getLogger("promoter.promote")
+TEMPS_TOGETHER = 64  # temps written before the first of them is fsynced (``_stage_temps``)
 
 
 def targets_digest(changes: list[Change]) -> str:
@@ -369,6 +370,10 @@ def _stage_temps(
 ) -> None:
     """Write every new file of ``wanted`` to its journaled temp name.
 
+    ``TEMPS_TOGETHER`` temps are begun (written, writeback started) before the first of
+    them is ended (fsynced and named), so their fsyncs wait for the disk together; the
+    open descriptors stay bounded by it.
+
     The temp names are the plan's (journaled with the steps); a directory the staging had
     to make that was not journaled as to be created (it went missing after the plan) is
     journaled here, so only that case crosses into the store.
@@ -380,9 +385,12 @@ def _stage_temps(
         if stopping.is_set():
             raise Stopped("the daemon is stopping; nothing was written")
         data = blobs.stream(change.new.sha256)
-        apply.stage(
+        apply.begin(
             seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
         )
+        if len(apply.begun) >= TEMPS_TOGETHER:
+            apply.end_begun()
+    apply.end_begun()
     known = set(journaled_dirs) | {wire_path(d) for d in journaled_dirs}
     unjournaled = [d for d in apply.created_dirs if d not in known]
     if unjournaled:

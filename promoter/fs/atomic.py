@@ -15,6 +15,10 @@ A temp's bytes come whole (``bytes``) or from a ``Source`` (a stored blob,
 hash to the source's sha256 raise (``BlobHashMismatch``) before the temp gets its name,
 so no whole blob is held in memory and no unchecked byte is ever named. Where there is no
 ``O_TMPFILE`` the named temp is removed instead (it is promoter's own inode).
+``write_temp`` is ``begin_temp`` (bytes, mode, writeback started) then ``end_temp``
+(fsync, name, chain re-check): a caller writing many temps begins several before it
+ends the first, so their fsyncs wait for the disk together, each temp still fsynced
+before it is named.
 
 Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
 - A create uses ``renameat2(RENAME_NOREPLACE)``.
@@ -64,6 +68,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from promoter import faults
@@ -82,6 +87,7 @@ from promoter.fs.syscalls import (
     current_umask,
     file_mode,
     renameat2,
+    start_writeback,
 )
 
 log = logging.getLogger("promoter.fs")
@@ -139,6 +145,16 @@ def _proc_fd_links() -> bool:
     return os.path.isdir("/proc/self/fd")
 
 
+@dataclass(frozen=True)
+class PendingTemp:
+    """A temp file written but not yet fsynced (``Parent.begin_temp``): its journaled name,
+    its open descriptor and whether it is still anonymous (``O_TMPFILE``)."""
+
+    temp: str
+    fd: int
+    anonymous: bool
+
+
 class Parent(Deleting):
     """The held parent directory of one target, with the operations that change it."""
 
@@ -174,6 +190,25 @@ class Parent(Deleting):
         (``promoter.engine.apply``), so the check before the write is that one; the
         check after the write always runs.
         """
+        begun = self.begin_temp(data, git_mode, temp=temp, umask=umask, chain_checked=chain_checked)
+        return begun if isinstance(begun, str) else self.end_temp(begun)
+
+    def begin_temp(
+        self,
+        data: bytes | Source,
+        git_mode: str,
+        *,
+        temp: str,
+        umask: int | None = None,
+        chain_checked: bool = False,
+    ) -> str | PendingTemp:
+        """The first half of ``write_temp``: every byte written and its mode set, the
+        writeback started, but not yet fsynced nor (an anonymous temp) named.
+
+        ``end_temp`` finishes it (fsync, name, the chain re-check), ``abort_temp`` drops it.
+        Many temps begun before the first is ended wait for the disk together. A link temp
+        is written whole here (its name is its only content): its name is returned.
+        """
         check_temp_name(temp)
         if not chain_checked:
             self.verify_chain()
@@ -198,8 +233,22 @@ class Parent(Deleting):
                 else:
                     _write_checked(fd, data)
                 os.fchmod(fd, mode)
+                start_writeback(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException as exc:
+            self._fail_temp(temp, exc, "writing a temp file")
+        return PendingTemp(temp, fd, anonymous)
+
+    def end_temp(self, pending: PendingTemp) -> str:
+        """fsync a begun temp, give an anonymous one its journaled name, re-check the
+        chain; return the name. On any failure the temp is dropped as in ``write_temp``."""
+        temp, fd = pending.temp, pending.fd
+        try:
+            try:
                 os.fsync(fd)
-                if anonymous:
+                if pending.anonymous:
                     faults.point("before_temp_named")
                     self._link_temp(fd, temp)
                     st = os.fstat(fd)
@@ -211,6 +260,15 @@ class Parent(Deleting):
         except BaseException as exc:
             self._fail_temp(temp, exc, "writing a temp file")
         return temp
+
+    def abort_temp(self, pending: PendingTemp) -> list[Kept]:
+        """Drop a begun temp that will not be ended: an anonymous one vanishes with its
+        descriptor, a named one is removed while it is still promoter's own. Returns what
+        was kept (nothing, normally)."""
+        os.close(pending.fd)
+        if pending.temp not in self.written:
+            return []
+        return self.drop_temp(pending.temp, ExpectedState(True, None, None))
 
     def _write_link_temp(self, target: bytes, temp: str) -> str:
         """``symlinkat(target, parent, temp)``, the parent fsynced; the link is never followed."""

@@ -5,46 +5,26 @@ directory, whose paths promoter chose itself; worktree writes never come here (t
 through ``promoter.fs`` descriptor chains). A failed write (``ENOSPC``, ``EDQUOT``, ``EIO``)
 removes its temp file and raises the ``OSError``; callers translate it.
 
-``start_writeback`` asks the kernel to begin writing a file's dirty pages now
-(``sync_file_range(SYNC_FILE_RANGE_WRITE)``, where there is one). It is a hint and
-makes nothing durable: the file is still fsynced, and that fsync reports any error.
-Many files written one after another and then fsynced together wait far less when each
-one's writeback started as soon as its last byte was written.
+``start_writeback`` (``promoter.fs.syscalls``, re-exported here) asks the kernel to
+begin writing a file's dirty pages now (``sync_file_range(SYNC_FILE_RANGE_WRITE)``,
+where there is one). It is a hint and makes nothing durable: the file is still fsynced,
+and that fsync reports any error. Many files written one after another and then fsynced
+together wait far less when each one's writeback started as soon as its last byte was
+written.
 
 Fault point: ``state_write`` (before a temp file's bytes are written).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 import secrets
-from collections.abc import Callable
 from pathlib import Path
 
 from promoter.faults import point
+from promoter.fs.syscalls import start_writeback
 
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-@functools.cache
-def _sync_file_range() -> Callable[..., int] | None:
-    try:
-        func = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):  # not Linux, or a libc without it
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
-def start_writeback(fd: int) -> None:
-    """Start writing ``fd``'s dirty pages to the disk without waiting (a hint: errors of
-    the call are ignored; the fsync that must follow reports any write error)."""
-    func = _sync_file_range()
-    if func is not None:
-        func(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+__all__ = ["start_writeback"]  # re-exported: the state directory's writers use it too
 
 
 def fsync_dir(path: Path) -> None:

@@ -1,0 +1,138 @@
+"""Temps begun together (``Applier.begin`` then ``end_begun``): each is fsynced before it is
+named, in the order begun, and a failure part-way through a group leaves no temp of the
+group behind, whether the filesystem gives anonymous temps (``O_TMPFILE``) or named ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter import faults
+from promoter.domain.paths import temp_name
+from promoter.domain.state import State
+from promoter.engine.apply import Applier
+from promoter.errors import BlobHashMismatch, PromoterError
+from promoter.fs import atomic
+from promoter.fs.root import Root
+from promoter.store.blobs import BlobStore
+from tests.support.daemon import running_daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import promote, submit, tree_bytes
+
+CONTENTS = [f"file {i}\n".encode() * (i + 1) for i in range(5)]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def new_state(data: bytes) -> State:
+    return State(True, sha(data), "100644")
+
+
+@pytest.fixture(params=[True, False], ids=["o_tmpfile", "named_temp"])
+def anonymous(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    if not request.param:  # the filesystem without O_TMPFILE: each temp named from the start
+        monkeypatch.setattr(atomic, "_proc_fd_links", lambda: False)
+    return bool(request.param)
+
+
+@pytest.fixture
+def inject(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(faults.ENV, "after_temp_write=EIO@2")
+    faults.reset()
+    yield
+    faults.reset()
+
+
+def names(work: Path) -> list[str]:
+    return sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+
+
+def test_begun_temps_get_their_names_only_when_ended_and_hold_every_byte(
+    root: Root, work: Path, anonymous: bool
+) -> None:
+    apply = Applier(root)
+    temps = [temp_name("op_grouped", 1, seq) for seq in range(len(CONTENTS))]
+    try:
+        for seq, data in enumerate(CONTENTS):
+            apply.begin(seq, f"d/f{seq}.txt", new_state(data), data, temps[seq])
+        named_before_end = names(work)
+        apply.end_begun()
+        assert sorted(apply.staged) == list(range(len(CONTENTS)))
+        for seq, data in enumerate(CONTENTS):
+            assert (work / "d" / temps[seq]).read_bytes() == data
+    finally:
+        apply.close()
+    expected_early = [] if anonymous else sorted(f"d/{t}" for t in temps)
+    assert named_before_end == expected_early
+
+
+def test_a_failed_end_drops_every_temp_still_begun_and_keeps_the_ones_staged(
+    root: Root, work: Path, anonymous: bool, inject: None
+) -> None:
+    apply = Applier(root)
+    temps = [temp_name("op_grouped", 1, seq) for seq in range(len(CONTENTS))]
+    try:
+        for seq, data in enumerate(CONTENTS):
+            apply.begin(seq, f"d/f{seq}.txt", new_state(data), data, temps[seq])
+        with pytest.raises(PromoterError) as info:
+            apply.end_begun()  # the second temp's end fails (EIO after its write)
+        assert info.value.code == "write_failed"
+        assert list(apply.staged) == [0] and not apply.begun and not apply.kept
+        assert names(work) == [f"d/{temps[0]}"]  # the failed one and the later ones: gone
+        apply.drop_staged()
+        assert names(work) == []
+    finally:
+        apply.close()
+
+
+def test_a_blob_altered_inside_a_group_drops_the_group_when_the_pass_is_dropped(
+    root: Root, work: Path, tmp_path: Path, anonymous: bool
+) -> None:
+    store = BlobStore(tmp_path / "audit")
+    for data in CONTENTS:
+        store.put(sha(data), data)
+    altered = store.path_for(sha(CONTENTS[2]))
+    altered.chmod(0o644)
+    altered.write_bytes(b"X" * len(CONTENTS[2]))
+    apply = Applier(root)
+    try:
+        with pytest.raises(BlobHashMismatch):
+            for seq, data in enumerate(CONTENTS):
+                temp = temp_name("op_grouped", 1, seq)
+                apply.begin(seq, f"d/f{seq}.txt", new_state(data), store.stream(sha(data)), temp)
+        assert sorted(apply.begun) == [0, 1]
+        apply.drop_staged()  # what a promotion does on a staging failure
+        assert not apply.begun and not apply.staged and not apply.kept
+    finally:
+        apply.close()
+    assert names(work) == []
+
+
+def test_promotion_with_more_changes_than_one_group_refuses_cleanly_on_eio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, anonymous: bool
+) -> None:
+    files = {f"src/f{i:03d}.txt": f"old {i}\n".encode() for i in range(150)}
+    changes = [(p, d, d.replace(b"old", b"new")) for p, d in files.items()]
+    repo = init_repo(tmp_path / "lab", files)
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        identity = daemon.services.registry.by_name("lab").identity
+        _, bundle, receipt = submit(daemon, repo, identity, changes)
+        before = tree_bytes(repo)
+        monkeypatch.setenv(faults.ENV, "after_temp_write=EIO@70")  # inside the second group
+        faults.reset()
+        view = promote(daemon, bundle, receipt).json()
+        assert (view["status"], view["code"]) == ("refused", "write_failed"), view
+        assert tree_bytes(repo) == before
+        assert not list(repo.rglob(".promoter-tmp-*"))
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+        assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+        assert {p: tree_bytes(repo)[p][0] for p, _, _ in changes} == {
+            p: new for p, _, new in changes
+        }
