@@ -7,10 +7,11 @@ hashed right starts as its last byte is written (``start_writeback``: a hint, no
 fsync). ``finish`` then commits every blob
 that hashed right at once: each temp fsynced, the run charged once for all new bytes,
 one database commit recording every blob, the links into place, one fsync per fan-out
-directory touched, and one refund for blobs someone else stored meanwhile. The order is
-the single upload's (``promoter.api.routes.blobs``): charged, recorded, then linked, so
-a kill anywhere leaves no blob visible that is not recorded and paid for, and never a
-half-written blob (a blob appears only by a link of its complete, fsynced temp file).
+directory touched (a few at once, as the temps), and one refund for blobs someone else
+stored meanwhile. The order is the single upload's (``promoter.api.routes.blobs``):
+charged, recorded, then linked, so a kill anywhere leaves no blob visible that is not
+recorded and paid for, and never a half-written blob (a blob appears only by a link of
+its complete, fsynced temp file).
 
 Per blob, the answers are those of a single upload: ``payload_too_large`` (a blob
 larger than a batch carries), ``quota_exceeded`` and ``blob_hash_mismatch`` refuse that
@@ -29,11 +30,11 @@ deciding which blobs go into a batch (the client's).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from promoter.domain.blob_frames import BATCH_MAX_BLOBS, HEADER_MAX, parse_header
 from promoter.errors import (
@@ -50,6 +51,7 @@ from promoter.store.durable import fsync_dir
 from promoter.store.quota import RunQuota
 
 SYNC_WORKERS = 8
+T = TypeVar("T")
 Record = Callable[[list[tuple[str, int]]], None]
 
 
@@ -59,6 +61,26 @@ def _point(name: str) -> None:
         point(name)
     except OSError as exc:
         raise StorageError(f"cannot store blob: {exc}") from exc
+
+
+def _in_shares(items: Sequence[T], work: Callable[[T], object]) -> None:
+    """``work`` on every item, in up to ``SYNC_WORKERS`` threads that each take every n-th
+    item in one task (a task per item cost more in hand-offs than the fsyncs it
+    overlapped); the first error of a share ends that share and is raised once all ended.
+    """
+    if len(items) < 2:
+        for item in items:
+            work(item)
+        return
+    workers = min(SYNC_WORKERS, len(items))
+
+    def share(first: int) -> None:
+        for item in items[first::workers]:
+            work(item)
+
+    with ThreadPoolExecutor(workers, "blob-batch-sync") as pool:
+        for done in [pool.submit(share, first) for first in range(workers)]:
+            done.result()
 
 
 @dataclass
@@ -226,24 +248,8 @@ class BlobBatch:
 
     @staticmethod
     def _sync(writers: list[BlobWriter]) -> None:
-        """fsync every temp file, a few at once: concurrent fsyncs share journal commits.
-
-        Each of up to ``SYNC_WORKERS`` threads takes every n-th writer in one call (a
-        task per writer cost more in hand-offs than the fsyncs it overlapped).
-        """
-        if len(writers) < 2:
-            for writer in writers:
-                writer.sync()
-            return
-        workers = min(SYNC_WORKERS, len(writers))
-
-        def sync_share(first: int) -> None:
-            for writer in writers[first::workers]:
-                writer.sync()
-
-        with ThreadPoolExecutor(workers, "blob-batch-sync") as pool:
-            for done in [pool.submit(sync_share, first) for first in range(workers)]:
-                done.result()
+        """fsync every temp file, a few at once: concurrent fsyncs share journal commits."""
+        _in_shares(writers, lambda writer: writer.sync())
 
     def _link(self, good: list[_Item]) -> None:
         refund = 0
@@ -265,11 +271,10 @@ class BlobBatch:
             raise
         finally:
             try:
-                for parent in parents:
-                    try:
-                        fsync_dir(Path(parent))
-                    except OSError as exc:
-                        raise StorageError(f"cannot store blob: {exc}") from exc
+                try:  # each fan-out directory once, a few at once
+                    _in_shares(list(parents), lambda parent: fsync_dir(Path(parent)))
+                except OSError as exc:
+                    raise StorageError(f"cannot store blob: {exc}") from exc
             finally:
                 for item in pending:
                     self._drop(item)

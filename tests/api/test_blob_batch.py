@@ -7,6 +7,7 @@ the batch leave nothing stored and no quota held.
 
 from __future__ import annotations
 
+import errno
 import threading
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from promoter.api.deps import run_quota
 from promoter.client import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
+from promoter.store import blob_batch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
@@ -203,6 +205,34 @@ def test_io_error_inside_a_batch_stores_nothing_and_keeps_no_quota(
         assert temps(daemon.state_dir) == []
         again = ex.post(URL, content=body(*blobs))
         assert [i["status"] for i in again.json()["responses"]] == [201, 201]
+
+
+def test_a_failed_fan_out_directory_fsync_refuses_the_batch_and_is_never_trusted(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blobs = [bytes([i]) * 300 for i in range(40)]  # over many fan-out directories
+    fan_out = {sha(b)[:2] for b in blobs}
+    tried: list[str] = []
+    real = blob_batch.fsync_dir
+
+    def failing_once(path: Path) -> None:
+        tried.append(path.name)
+        if len(tried) == 1:
+            raise OSError(errno.EIO, "injected")
+        real(path)
+
+    with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
+        monkeypatch.setattr(blob_batch, "fsync_dir", failing_once)
+        answer = ex.post(URL, content=body(*blobs))
+        assert code(answer) == (507, "storage_error")
+        assert set(tried) <= fan_out and len(tried) == len(set(tried))  # each once at most
+        monkeypatch.setattr(blob_batch, "fsync_dir", real)
+        tried.clear()
+        again = ex.post(URL, content=body(*blobs))
+        assert again.status_code == 200, again.text
+        assert all(r["status"] in (200, 201) for r in again.json()["responses"])
+        assert stored(daemon.state_dir) == {sha(b) for b in blobs}
+        assert temps(daemon.state_dir) == []
 
 
 def test_same_blobs_stored_by_another_batch_while_one_is_held_are_charged_once(
