@@ -28,10 +28,15 @@ from promoter.errors import GitError
 from promoter.git.records import require_oid
 from promoter.git.runner import git_argv, git_environment, popen_git, stderr_tail
 
-__all__ = ["CHUNK_SIZE", "CatFile", "ObjectInfo"]
+__all__ = ["AHEAD", "CHUNK_SIZE", "CatFile", "ObjectInfo"]
 
 CHUNK_SIZE = 1 << 16
 _MAX_HEADER = 1024
+# requests written at once, each window only after every earlier answer was read (git
+# has taken every earlier request): 62 lines of at most 65 bytes (a SHA-256 id and LF)
+# fit one 4 KiB pipe page, the smallest pipe Linux gives, so the write never waits for
+# git, whose own writes wait for this side's reads (no deadlock, whatever the sizes)
+AHEAD = 62
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,21 @@ class CatFile:
         """Ask for one object; its header, or ``None`` if the object does not exist."""
         require_oid(oid)
         self._skip_pending()
+        self._send([oid])
+        return self._answer(oid)
+
+    def _send(self, oids: list[str]) -> None:
+        """Write requests for ``oids`` (checked full ids), one flush for all of them."""
         proc = self._running()
         assert proc.stdin is not None
         try:
-            proc.stdin.write(oid.encode("ascii") + b"\n")
+            proc.stdin.write(b"".join(oid.encode("ascii") + b"\n" for oid in oids))
             proc.stdin.flush()
         except OSError as exc:
             raise self._failure("git cat-file stopped accepting requests") from exc
+
+    def _answer(self, oid: str) -> ObjectInfo | None:
+        """Read the header git answered the next request (``oid``) with."""
         header = self._readline()
         fields = header.split(b" ")
         if len(fields) == 2 and fields[0] == oid.encode() and fields[1] == b"missing":
@@ -170,19 +183,53 @@ class CatFile:
         return b"".join(self.blob_chunks(oid))
 
     def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        """For each blob id, the sha256 of its exact bytes and its size, streamed."""
+        """For each blob id, the sha256 of its exact bytes and its size, streamed.
+
+        Up to ``AHEAD`` requests are written before their answers are read, so git never
+        waits for the next request; the answers are still read one object at a time.
+        A missing object or one that is not a blob raises ``GitError`` once every
+        request in flight has been answered, so the process stays usable.
+        """
+        wanted = list(dict.fromkeys(oids))
+        for oid in wanted:
+            require_oid(oid)
+        self._skip_pending()
         result: dict[str, tuple[str, int]] = {}
-        for oid in dict.fromkeys(oids):
+        sent = 0
+        for index, oid in enumerate(wanted):
+            if index == sent:
+                ahead = wanted[sent : sent + AHEAD]
+                self._send(ahead)
+                sent += len(ahead)
+            try:
+                self._blob_answer(oid)
+            except GitError:
+                if self._proc is not None:  # not closed by a protocol failure
+                    self._drain(wanted[index + 1 : sent])
+                raise
             digest = hashlib.sha256()
             size = 0
-            for chunk in self.blob_chunks(oid):
+            for chunk in self.chunks():
                 digest.update(chunk)
                 size += len(chunk)
             result[oid] = (digest.hexdigest(), size)
         return result
 
+    def _drain(self, oids: list[str]) -> None:
+        """Read and drop the answers to requests still in flight."""
+        self._skip_pending()
+        for oid in oids:
+            self._answer(oid)
+            self._skip_pending()
+
     def _require_blob(self, oid: str) -> ObjectInfo:
-        info = self.request(oid)
+        require_oid(oid)
+        self._skip_pending()
+        self._send([oid])
+        return self._blob_answer(oid)
+
+    def _blob_answer(self, oid: str) -> ObjectInfo:
+        info = self._answer(oid)
         if info is None:
             raise GitError(f"object {oid} is not in the repository", oid=oid)
         if info.type != "blob":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from promoter.errors import GitError
-from promoter.git.objects import CatFile
+from promoter.git.objects import AHEAD, CatFile
 from promoter.git.runner import git_environment, run_git
 from tests.gitutil import blob_oid, commit_all, git, make_repo
 
@@ -117,6 +117,47 @@ def test_cat_file_refuses_a_tree_as_a_blob_and_stays_usable(tmp_path: Path) -> N
         with pytest.raises(GitError, match="is a tree, not a blob"):
             cat.read_blob(tree)
         assert cat.read_blob(blob_oid(b"content")) == b"content"
+
+
+def test_cat_file_hashes_many_blobs_with_requests_ahead_of_large_answers(
+    tmp_path: Path,
+) -> None:
+    """More blobs than one window of requests, some far larger than a pipe: every answer
+    is read in order and nothing deadlocks (git's writes wait for this side's reads)."""
+    repo = make_repo(tmp_path)
+    contents = [
+        (bytes([i % 251]) * (300_000 if i % 40 == 0 else i + 1)) for i in range(3 * AHEAD + 5)
+    ]
+    for i, data in enumerate(contents):
+        (repo / f"f{i:03d}").write_bytes(data)
+    commit_all(repo)
+    oids = [blob_oid(data) for data in contents]
+    with CatFile(cwd=repo) as cat:
+        assert cat.blob_sha256(oids) == {
+            blob_oid(d): (hashlib.sha256(d).hexdigest(), len(d)) for d in contents
+        }
+
+
+@pytest.mark.parametrize("where", [0, AHEAD // 2, AHEAD - 1, AHEAD + 3])
+def test_cat_file_refuses_a_missing_blob_inside_a_window_and_stays_in_step(
+    tmp_path: Path, where: int
+) -> None:
+    repo = make_repo(tmp_path)
+    contents = [f"blob {i}\n".encode() * (i + 1) for i in range(2 * AHEAD)]
+    for i, data in enumerate(contents):
+        (repo / f"f{i:03d}").write_bytes(data)
+    (repo / "after").write_bytes(b"read after the failure")
+    commit_all(repo)
+    oids = [blob_oid(data) for data in contents]
+    oids[where] = "e" * 40  # not in the repository
+    with CatFile(cwd=repo) as cat:
+        with pytest.raises(GitError, match="is not in the repository"):
+            cat.blob_sha256(oids)
+        # every answer in flight was read: the next requests get their own answers
+        assert cat.read_blob(blob_oid(b"read after the failure")) == b"read after the failure"
+        assert cat.blob_sha256([blob_oid(contents[1])]) == {
+            blob_oid(contents[1]): (hashlib.sha256(contents[1]).hexdigest(), len(contents[1]))
+        }
 
 
 def test_cat_file_refuses_revision_expressions(tmp_path: Path) -> None:
