@@ -53,22 +53,29 @@ def names(work: Path) -> list[str]:
     return sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
 
 
+TEMPS = [temp_name("op_grouped", 1, seq) for seq in range(len(CONTENTS))]
+
+
+def begin_all(apply: Applier) -> None:
+    """Begin a temp of ``CONTENTS[seq]`` for ``d/f<seq>.txt``, every one of them."""
+    for seq, data in enumerate(CONTENTS):
+        apply.begin(seq, f"d/f{seq}.txt", new_state(data), data, TEMPS[seq])
+
+
 def test_begun_temps_get_their_names_only_when_ended_and_hold_every_byte(
     root: Root, work: Path, anonymous: bool
 ) -> None:
     apply = Applier(root)
-    temps = [temp_name("op_grouped", 1, seq) for seq in range(len(CONTENTS))]
     try:
-        for seq, data in enumerate(CONTENTS):
-            apply.begin(seq, f"d/f{seq}.txt", new_state(data), data, temps[seq])
+        begin_all(apply)
         named_before_end = names(work)
         apply.end_begun()
         assert sorted(apply.staged) == list(range(len(CONTENTS)))
         for seq, data in enumerate(CONTENTS):
-            assert (work / "d" / temps[seq]).read_bytes() == data
+            assert (work / "d" / TEMPS[seq]).read_bytes() == data
     finally:
         apply.close()
-    expected_early = [] if anonymous else sorted(f"d/{t}" for t in temps)
+    expected_early = [] if anonymous else sorted(f"d/{t}" for t in TEMPS)
     assert named_before_end == expected_early
 
 
@@ -76,15 +83,13 @@ def test_a_failed_end_drops_every_temp_still_begun_and_keeps_the_ones_staged(
     root: Root, work: Path, anonymous: bool, inject: None
 ) -> None:
     apply = Applier(root)
-    temps = [temp_name("op_grouped", 1, seq) for seq in range(len(CONTENTS))]
     try:
-        for seq, data in enumerate(CONTENTS):
-            apply.begin(seq, f"d/f{seq}.txt", new_state(data), data, temps[seq])
+        begin_all(apply)
         with pytest.raises(PromoterError) as info:
             apply.end_begun()  # the second temp's end fails (EIO after its write)
         assert info.value.code == "write_failed"
         assert list(apply.staged) == [0] and not apply.begun and not apply.kept
-        assert names(work) == [f"d/{temps[0]}"]  # the failed one and the later ones: gone
+        assert names(work) == [f"d/{TEMPS[0]}"]  # the failed one and the later ones: gone
         apply.drop_staged()
         assert names(work) == []
     finally:
