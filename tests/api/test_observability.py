@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -274,6 +274,27 @@ def test_healthz_answered_before_routing_keeps_its_line_its_count_and_the_routes
     assert (routed.status_code, routed.content) == (200, served.content)
     assert routed.headers["content-type"] == served.headers["content-type"]
     assert routed.headers["content-length"] == served.headers["content-length"]
+
+
+def test_healthz_polls_never_reach_the_router_and_other_requests_still_do(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    routed: list[str] = []
+    real = APIRouter.__call__
+
+    async def counting(self: APIRouter, scope: Any, receive: Any, send: Any) -> None:
+        routed.append(f"{scope['method']} {scope['path']}")
+        await real(self, scope, receive, send)
+
+    monkeypatch.setattr(APIRouter, "__call__", counting)
+    with daemon.client() as client:
+        answers = [client.get("/healthz") for _ in range(3)]
+        refused = client.post("/healthz")
+        ready = client.get("/readyz")
+    assert [a.content for a in answers] == [b'{"status": "ok"}'] * 3
+    assert (refused.status_code, ready.status_code) == (405, 200)
+    assert [r for r in routed if r.endswith("/healthz")] == ["POST /healthz"]
+    assert "GET /readyz" in routed
 
 
 def test_a_generated_request_id_is_echoed_when_none_is_offered(daemon: Daemon) -> None:
