@@ -328,8 +328,9 @@ class SeededShadow(ShadowTree):
         others = [entry.path for entry in changes if entry.path not in found]
         check_pathspec_paths(others)
         in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
+        seen: dict[str, str | None] = {}
         for path in others:
-            reason = first_gitlink_reason(self.layout, prefixes_of(path), in_index, in_head)
+            reason = first_gitlink_reason(self.layout, prefixes_of(path), in_index, in_head, seen)
             if reason is not None:
                 found.setdefault(path, reason)
         return dict(sorted(found.items()))

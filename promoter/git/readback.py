@@ -468,35 +468,63 @@ def gitlinks_and_nested(
         if (entry := entries.get(prefix)) is not None and entry.mode == GITLINK_MODE
     }
     offending: dict[str, str] = {}
+    seen: dict[str, str | None] = {}
     for path in wanted:
-        reason = first_gitlink_reason(layout, prefixes_of(path), in_index, in_head)
+        reason = first_gitlink_reason(layout, prefixes_of(path), in_index, in_head, seen)
         if reason is not None:
             offending[path] = reason
     return offending
 
 
+_GO_ON = ""  # a directory without a ``.git`` entry: look at the next component
+
+
 def first_gitlink_reason(
-    layout: RepoLayout, prefixes: list[str], in_index: set[str], in_head: set[str]
+    layout: RepoLayout,
+    prefixes: list[str],
+    in_index: set[str],
+    in_head: set[str],
+    seen: dict[str, str | None] | None = None,
 ) -> str | None:
+    """Why a path with these ``prefixes`` (leading directories first, the path last) is
+    on or under a gitlink or a nested repository; None when it is not.
+
+    ``seen``: what the disk said of each prefix already looked at in the same pass (a
+    caller checking many paths passes one dict to all of them), so each distinct
+    directory costs its two ``lstat`` calls once per pass, not once per path below it.
+    """
     for prefix in prefixes:
         if prefix in in_index:
             return f"{prefix!r} is a gitlink (submodule) in the index"
         if prefix in in_head:
             return f"{prefix!r} is a gitlink (submodule) in HEAD"
     for prefix in prefixes:
-        directory = os.path.join(layout.worktree, prefix)
-        try:
-            if not stat.S_ISDIR(os.lstat(directory).st_mode):
-                return None
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
-        try:
-            os.lstat(os.path.join(directory, ".git"))
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
-        return f"{prefix!r} is a nested repository (it holds a .git entry)"
+        if seen is None:
+            found = _on_disk(layout, prefix)
+        elif prefix in seen:
+            found = seen[prefix]
+        else:
+            found = seen[prefix] = _on_disk(layout, prefix)
+        if found != _GO_ON:
+            return found
     return None
+
+
+def _on_disk(layout: RepoLayout, prefix: str) -> str | None:
+    """``_GO_ON`` for a real directory without ``.git``; None when ``prefix`` is not a
+    directory (nothing below it can be a repository); else the reason."""
+    directory = os.path.join(layout.worktree, prefix)
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
+    try:
+        os.lstat(os.path.join(directory, ".git"))
+    except FileNotFoundError:
+        return _GO_ON
+    except OSError as exc:
+        return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
+    return f"{prefix!r} is a nested repository (it holds a .git entry)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -264,6 +265,39 @@ def test_gitlinks_and_nested_repositories_are_reported(repo: Path, tmp_path: Pat
         "src/inner/x": "'src/inner' is a nested repository (it holds a .git entry)",
         "src/inner": "'src/inner' is a nested repository (it holds a .git entry)",
     }
+
+
+def test_a_pass_looks_at_each_directory_once_and_answers_as_one_path_at_a_time(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nested = make_repo(repo, "deep/inner")
+    (nested / "x").write_text("x")
+    (repo / "deep" / "plain").mkdir()
+    (repo / "afile").write_text("not a directory")
+    paths = [f"deep/plain/f{i}" for i in range(40)] + [f"deep/inner/y{i}" for i in range(5)]
+    paths += ["afile/below", "deep/inner", "deep/plain", "gone/dir/f"]
+    layout = discover(repo)
+    alone = {}
+    for path in paths:
+        alone.update(gitlinks_and_nested(layout, [path]))
+    calls: list[str] = []
+    real_lstat = os.lstat
+
+    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        calls.append(os.fspath(path))
+        return real_lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", counting)
+    together = gitlinks_and_nested(layout, paths)
+    monkeypatch.undo()
+    assert together == alone
+    assert (
+        together["deep/inner/y3"] == "'deep/inner' is a nested repository (it holds a .git entry)"
+    )
+    assert "afile/below" not in together and "deep/plain/f7" not in together
+    disk = [c for c in calls if c.startswith(str(repo))]
+    assert len(disk) == len(set(disk)), "a directory was looked at twice in one pass"
+    assert disk.count(os.path.join(str(repo), "deep", ".git")) == 1
 
 
 def test_gitlink_only_in_head_is_reported(repo: Path) -> None:
