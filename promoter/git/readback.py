@@ -259,6 +259,12 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
     if not asked:
         return {path: found[path] for path in wanted}
     fresh: dict[str, list[IndexEntry]] = {path: [] for path in asked}
+    if _whole_listing_is_cheaper(layout, len(asked)):
+        listed = _git(layout, ["ls-files", "-s", "-z", "--debug", "--full-name"])
+        for path, entry in parse_ls_files_stage(listed.stdout, debug=True):
+            if path in fresh:
+                fresh[path].append(entry)
+        return _remembered(layout, before, found, fresh, wanted)
     # A literal pathspec is cheaper for git to match than a pattern, and exact for a
     # file; a path that may be a directory (a leading directory of another path asked
     # about, or a directory on disk) gets the exact pattern, so nothing below is listed.
@@ -277,12 +283,49 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
         for path, entry in parse_ls_files_stage(result.stdout, debug=True):
             if path in fresh:
                 fresh[path].append(entry)
+    return _remembered(layout, before, found, fresh, wanted)
+
+
+def _remembered(
+    layout: RepoLayout,
+    before: index_memo.Identity | None,
+    found: dict[str, list[IndexEntry]],
+    fresh: dict[str, list[IndexEntry]],
+    wanted: list[str],
+) -> dict[str, list[IndexEntry]]:
+    """The answer of ``index_entries``: ``fresh`` sorted by stage and remembered when the
+    index file git read is provably the one ``before`` names."""
     for entries in fresh.values():
         entries.sort(key=lambda entry: entry.stage)
     if before is not None and index_memo.identity(layout) == before:
         index_memo.remember(layout, before, fresh)  # git read the file ``before`` names
     found.update(fresh)
     return {path: found[path] for path in wanted}
+
+
+WHOLE_LISTING_PER_PATH = 2  # index entries per asked path up to which all are listed
+
+
+def _whole_listing_is_cheaper(layout: RepoLayout, asked: int) -> bool:
+    """Whether the index holds at most ``WHOLE_LISTING_PER_PATH`` entries per asked path
+    (read from its header), so that listing every entry costs git less than matching each
+    entry against every pathspec (that matching grows as paths x entries)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(os.path.join(layout.git_dir, "index"), flags)
+    except FileNotFoundError:
+        return True  # no index: nothing to list
+    except OSError:
+        return False
+    try:
+        header = os.pread(fd, 12, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if len(header) != 12 or header[:4] != b"DIRC":
+        return False
+    return int.from_bytes(header[8:12], "big") <= WHOLE_LISTING_PER_PATH * asked
 
 
 def tree_entries(

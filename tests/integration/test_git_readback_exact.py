@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from promoter.git import runner
+from promoter.git import index_memo, readback, runner
 from promoter.git.layout import repo_env
 from promoter.git.readback import (
     HeadState,
@@ -76,6 +76,61 @@ def test_index_entries_of_leading_directories_list_nothing_below(repo: Path) -> 
     assert started == ["ls-files"]
     assert entries["flat"] == [] and entries["src"] == []
     assert len(entries["flat/f0001.txt"]) == 1 and len(entries["src/app.py"]) == 1
+
+
+def test_index_entries_listed_whole_or_by_pathspec_give_the_same_answers(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree, paths = _mixed(repo)
+    (repo / "c.txt").write_bytes(b"base\n")
+    commit_all(repo, "add c")
+    git(repo, "checkout", "-q", "-b", "other")
+    (repo / "c.txt").write_bytes(b"theirs\n")
+    commit_all(repo, "theirs")
+    git(repo, "checkout", "-q", "main")
+    (repo / "c.txt").write_bytes(b"ours\n")
+    commit_all(repo, "ours")
+    git(repo, "merge", "-q", "other", check=False)  # c.txt in stages 1 to 3
+    (repo / "planned").write_bytes(b"later\n")
+    git(repo, "add", "-N", "planned")
+    (repo / "src" / "app.py").write_bytes(b"staged\n")
+    git(repo, "add", "src/app.py")
+    asked = [*paths, "c.txt", "planned", "flat", "odd", "mod", "vendor/lib", "absent"]
+    asked += [*ODD, *(f"odd/{n}" for n in ODD), *(p for x in paths for p in prefixes_of(x))]
+    layout = discover(repo)
+    monkeypatch.setattr(index_memo, "identity", lambda _layout: None)  # nothing recalled
+    answers = []
+    for per_path in (0, 10**9):  # by pathspec, then the whole index listed
+        monkeypatch.setattr(readback, "WHOLE_LISTING_PER_PATH", per_path)
+        answers.append(index_entries(layout, asked))
+    assert answers[0] == answers[1]
+    assert [e.stage for e in answers[1]["c.txt"]] == [1, 2, 3]
+    assert answers[1]["planned"][0].intent_to_add
+    assert answers[1]["mod"][0].mode == "160000" and answers[1]["flat"] == []
+
+
+def test_the_whole_index_is_listed_only_when_it_is_small_beside_the_paths_asked(
+    repo: Path, tmp_path: Path
+) -> None:
+    layout = discover(repo)
+    entries = len(ODD) * 2 + 3 + 300
+    assert not readback._whole_listing_is_cheaper(layout, 2)
+    assert not readback._whole_listing_is_cheaper(layout, entries // 2 - 1)
+    assert readback._whole_listing_is_cheaper(layout, (entries + 1) // 2)
+    with runner.counting() as started:
+        index_entries(layout, ["flat/f0001.txt"])
+    assert started == ["ls-files"]
+    unborn = make_repo(tmp_path, "unborn")  # no index file yet: nothing to list
+    assert readback._whole_listing_is_cheaper(discover(unborn), 1)
+    assert index_entries(discover(unborn), ["a"]) == {"a": []}
+
+
+def test_a_fifo_in_place_of_the_index_is_not_waited_on(repo: Path) -> None:
+    layout = discover(repo)
+    index = Path(layout.git_dir) / "index"
+    index.unlink()
+    os.mkfifo(index)
+    assert not readback._whole_listing_is_cheaper(layout, 10**6)
 
 
 def _mixed(repo: Path) -> tuple[str, list[str]]:
