@@ -31,6 +31,14 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   and never the entries below it (a literal pathspec ``d`` would list all of ``d/``).
   This is why the leading directories of a path can be asked about at no extra cost.
   Other paths are ``:(literal)`` (cheaper for git to match; a file has nothing below).
+  git matches every pathspec against every entry, so when the index holds at most
+  ``WHOLE_LISTING_PER_PATH`` entries per path asked (read from the index header: a
+  regular file, ``DIRC``, its entry count), one ``ls-files`` without pathspecs lists it
+  whole and the answers are picked out of that listing: the same entries, cheaper.
+- ``gitlinks_and_nested``: a gitlink or nested repository in the way of a path, from
+  the index entries of its leading directories and one look at each leading directory
+  on disk; a pass shares one ``seen`` map, so a directory is looked at once per pass
+  however many paths lie below it.
 - ``path_entries``: a tree's entries of some paths and of every leading directory of
   them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
   so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
