@@ -1,7 +1,8 @@
 """The content-addressed blob store: ``<state>/audit/blobs/sha256/ab/<hex>``.
 
-Blobs are streamed in, hashed while written to a temp file, size-limited, fsynced,
-made read-only (0444) and moved into place; a wrong hash or an oversized stream stores
+Blobs are streamed in, hashed while written to a temp file (anonymous, ``O_TMPFILE``,
+where the filesystem has it), size-limited, fsynced, made read-only (0444) and linked
+into place; a wrong hash or an oversized stream stores
 nothing. Any ``OSError`` while writing (a full state directory: ``ENOSPC``, ``EDQUOT``)
 removes the temp file and raises ``StorageError``, so a failed upload leaves no partial
 blob. Stored blobs are immutable. Reference counting and pinning live in the database
@@ -35,6 +36,9 @@ from promoter.faults import point
 from promoter.store.durable import fsync_dir, make_dirs, start_writeback
 
 CHUNK = 1 << 20
+_ANON_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
+_NAMED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_TMPFILE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EISDIR)
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as ``Path.is_file`` reads
 
 
@@ -73,7 +77,13 @@ class BlobStream:
 
 
 class BlobWriter:
-    """One upload in progress: ``write`` chunks, then ``commit`` or ``abort``."""
+    """One upload in progress: ``write`` chunks, then ``commit`` or ``abort``.
+
+    The temp file is anonymous (``O_TMPFILE`` in the store's ``tmp/``) where the
+    filesystem and ``/proc/self/fd`` allow it: it has no name until its link into place,
+    so nothing is created or removed in ``tmp/`` and a crash leaves nothing behind.
+    Elsewhere it is a fresh ``.tmp-<hex>`` name in ``tmp/``, removed once linked.
+    """
 
     def __init__(self, store: BlobStore, sha256: str, max_bytes: int) -> None:
         self._store = store
@@ -81,16 +91,28 @@ class BlobWriter:
         self._max = max_bytes
         self._hash = hashlib.sha256()
         self.size = 0
-        self._tmp = os.path.join(store._tmp, f".tmp-{secrets.token_hex(8)}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._tmp: str | None = None  # the temp's name, when it is not anonymous
+        self._synced = False
         try:
             try:
-                self._fd: int | None = os.open(self._tmp, flags, 0o600)
+                self._fd: int | None = self._open_temp()
             except FileNotFoundError:  # the temp directory is made on first use
                 make_dirs(store.tmp_dir)
-                self._fd = os.open(self._tmp, flags, 0o600)
+                self._fd = self._open_temp()
         except OSError as exc:
             raise StorageError(f"cannot store blob: {exc}") from exc
+
+    def _open_temp(self) -> int:
+        store = self._store
+        if store.anonymous_temps:
+            try:
+                return os.open(store._tmp, _ANON_FLAGS, 0o600)
+            except OSError as exc:
+                if exc.errno not in _NO_TMPFILE:
+                    raise
+                store.anonymous_temps = False  # this filesystem has none: named from now on
+        self._tmp = os.path.join(store._tmp, f".tmp-{secrets.token_hex(8)}")
+        return os.open(self._tmp, _NAMED_FLAGS, 0o600)
 
     def write(self, chunk: bytes) -> None:
         assert self._fd is not None
@@ -130,21 +152,16 @@ class BlobWriter:
         self.check()
         try:
             point("blob_commit")
-            os.fchmod(self._fd, 0o444)
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
-            target = self._store.location(self._sha256)
-            try:
-                _link_making_parent(self._tmp, target)
-                created = True
-            except FileExistsError:
-                created = False
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"cannot store blob: {exc}") from exc
+        self.sync()
+        target = self._store.location(self._sha256)
+        created = self.link()
+        try:
             fsync_dir(Path(os.path.dirname(target)))
         except OSError as exc:
             raise StorageError(f"cannot store blob: {exc}") from exc
-        finally:
-            self.abort()
         return created
 
     def sync(self) -> None:
@@ -153,19 +170,21 @@ class BlobWriter:
         try:
             os.fchmod(self._fd, 0o444)
             os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            if self._tmp is not None:  # a named temp is linked by its name
+                os.close(self._fd)
+                self._fd = None
+            self._synced = True
         except OSError as exc:
             self.abort()
             raise StorageError(f"cannot store blob: {exc}") from exc
 
     def link(self) -> bool:
         """Link the synced temp file into place (the caller fsyncs the directory); new?"""
-        assert self._fd is None
+        assert self._synced
         try:
             target = self._store.location(self._sha256)
             try:
-                _link_making_parent(self._tmp, target)
+                _link_making_parent(self._tmp if self._tmp is not None else self._fd, target)
                 return True
             except FileExistsError:
                 return False
@@ -176,10 +195,11 @@ class BlobWriter:
 
     def abort(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            os.close(self._fd)  # an anonymous temp vanishes with its last descriptor
             self._fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._tmp)  # the temp this writer created in the store's own tmp/
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)  # the temp this writer created in the store's own tmp/
 
 
 class BlobStore:
@@ -189,6 +209,9 @@ class BlobStore:
         self._root = os.fspath(audit_root)
         self._tmp = os.fspath(self.tmp_dir)
         self._fan_out = os.path.join(self._root, "blobs", "sha256")  # + /<hex[:2]>/<hex>
+        # anonymous temps need /proc/self/fd to be linked by; cleared at the first
+        # filesystem that refuses O_TMPFILE
+        self.anonymous_temps = os.path.isdir("/proc/self/fd")
 
     def path_for(self, sha256: str) -> Path:
         return self.root / blob_path(sha256)
@@ -267,16 +290,32 @@ class BlobStore:
         self.path_for(sha256).unlink(missing_ok=True)
 
 
-def _link_making_parent(source: str, target: str) -> None:
-    """``os.link``, making the target's fan-out directory when it is not there yet.
+def _link_making_parent(source: str | int | None, target: str) -> None:
+    """Link ``source`` (a temp's name, or the descriptor of an anonymous temp) as
+    ``target``, making the target's fan-out directory when it is not there yet.
 
     The caller fsyncs the fan-out directory after the link; a directory made here has
     its entry in ``sha256/`` fsynced first.
     """
+    assert source is not None
     try:
-        os.link(source, target)
+        _link(source, target)
     except FileNotFoundError:
         parent = Path(os.path.dirname(target))
         make_dirs(parent)
         fsync_dir(parent.parent)  # the new fan-out directory's own entry is durable
+        _link(source, target)
+
+
+def _link(source: str | int, target: str) -> None:
+    if isinstance(source, str):
         os.link(source, target)
+        return
+    # ``linkat(AT_SYMLINK_FOLLOW)`` of the descriptor's /proc link names the anonymous
+    # inode itself; Python asks for it only with a directory descriptor given
+    parent, name = os.path.split(target)
+    dir_fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.link(f"/proc/self/fd/{source}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+    finally:
+        os.close(dir_fd)

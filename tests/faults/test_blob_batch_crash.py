@@ -4,7 +4,8 @@ Each run posts one ``POST /v1/blobs:batchUpdate`` of several blobs to a daemon
 subprocess whose ``PROMOTER_FAULTS`` kills it (``os._exit``, like SIGKILL) at one point
 of the batch intake. Afterwards, on the same state directory: every file in the blob
 store hashes to its name and is read-only, every one of them is recorded in the
-database, the run's quota charge covers every stored byte (it may over-charge, never
+database, no temp file is left in the store's ``tmp/`` (they are anonymous where the
+filesystem has ``O_TMPFILE``), the run's quota charge covers every stored byte (it may over-charge, never
 under-charge), and the same batch sent again to a restarted daemon stores every blob.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -39,6 +41,19 @@ def _store(state_dir: Path) -> dict[str, Path]:
     return {p.name: p for p in (state_dir / "audit" / "blobs").rglob("*") if p.is_file()}
 
 
+def _temps(state_dir: Path) -> list[str]:
+    tmp = state_dir / "audit" / "tmp"
+    return sorted(os.listdir(tmp)) if tmp.exists() else []
+
+
+def _o_tmpfile_works(directory: Path) -> bool:
+    try:
+        os.close(os.open(directory, os.O_WRONLY | os.O_TMPFILE, 0o600))
+    except OSError:
+        return False
+    return os.path.isdir("/proc/self/fd")
+
+
 def _charged(state_dir: Path) -> int:
     files = list((state_dir / "quota").glob("*.json")) if (state_dir / "quota").exists() else []
     return sum(int(json.loads(f.read_bytes())["bytes"]) for f in files)
@@ -64,6 +79,8 @@ def test_kill_mid_batch_leaves_no_half_blob_and_nothing_unaccounted(
     sizes = {sha(b): len(b) for b in BLOBS}
     assert set(visible) <= set(sizes)
     assert _charged(state) >= sum(sizes[name] for name in visible)
+    if _o_tmpfile_works(tmp_path):
+        assert _temps(state) == []  # an anonymous temp died with the process
     with running_daemon(state, {"work": repo}) as restarted:
         with restarted.services.db.session() as session:
             rows = set(session.scalars(select(BlobRow.sha256)))
