@@ -28,15 +28,16 @@ def in_tmp(store: BlobStore) -> list[str]:
     return sorted(os.listdir(store.tmp_dir)) if store.tmp_dir.exists() else []
 
 
-def without_o_tmpfile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """``os.open`` refusing ``O_TMPFILE`` as a filesystem without it does; the refusals."""
+def refusing_o_tmpfile(monkeypatch: pytest.MonkeyPatch, code: int) -> list[int]:
+    """``os.open`` failing every ``O_TMPFILE`` open with ``code`` (``EOPNOTSUPP``: as a
+    filesystem without it does); the flags of the opens refused."""
     real_open = os.open
     refused: list[int] = []
 
     def fake_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         if flags & os.O_TMPFILE == os.O_TMPFILE:
             refused.append(flags)
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported", path)
+            raise OSError(code, os.strerror(code), path)
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", fake_open)
@@ -113,7 +114,7 @@ def test_a_filesystem_without_o_tmpfile_falls_back_to_named_temps(
 ) -> None:
     store = BlobStore(tmp_path / "audit")
     store.anonymous_temps = True
-    refused = without_o_tmpfile(monkeypatch)
+    refused = refusing_o_tmpfile(monkeypatch, errno.EOPNOTSUPP)
     first, second = b"one\n", b"two\n"
     writer = store.writer(sha(first), 10)
     writer.write(first)
@@ -132,14 +133,7 @@ def test_an_o_tmpfile_failure_that_is_not_a_missing_feature_is_a_storage_error(
     store = BlobStore(tmp_path / "audit")
     store.anonymous_temps = True
     store.tmp_dir.mkdir(parents=True)
-    real_open = os.open
-
-    def full_disk(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if flags & os.O_TMPFILE == os.O_TMPFILE:
-            raise OSError(errno.ENOSPC, "No space left on device", path)
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", full_disk)
+    refusing_o_tmpfile(monkeypatch, errno.ENOSPC)
     with pytest.raises(StorageError, match="No space left"):
         store.writer(sha(b"x"), 1)
     assert store.anonymous_temps is True  # a full disk is not a filesystem without it
