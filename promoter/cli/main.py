@@ -117,6 +117,7 @@ def serve(
     """Run the daemon: migrate the database, check repositories, serve HTTP."""
     from promoter.api import logs
     from promoter.api.app import create_app
+    from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
     from promoter.api.server import make_server
     from promoter.config import load_settings, parse_repo_flags
@@ -161,6 +162,16 @@ def serve(
         announce=True,
         on_exit=services.stopping.set,
     )
+    open_files = raise_open_files()  # a full blob batch holds a descriptor per blob
+    if open_files < NEEDED:
+        logs.event(
+            started,
+            f"open-file limit {open_files} is below {NEEDED}: a full blob batch may be "
+            "refused (raise LimitNOFILE or ulimit -n)",
+            logging.WARNING,
+            open_files=open_files,
+            needed=NEEDED,
+        )
     tune_for_serving()  # start-up objects frozen: no long GC pauses on the event loop
     try:
         server.run()

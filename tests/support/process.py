@@ -8,6 +8,7 @@ thread so the pipe never fills.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -29,7 +30,9 @@ class DaemonProcess:
         *,
         faults: str = "",
         extra_env: dict[str, str] | None = None,
+        open_files: tuple[int, int] | None = None,
     ) -> None:
+        """``open_files``: the (soft, hard) ``RLIMIT_NOFILE`` the daemon starts with."""
         self.state_dir = state_dir
         env = {
             k: v
@@ -51,9 +54,15 @@ class DaemonProcess:
         ]
         for name, path in repositories.items():
             argv += ["--repo", f"{name}={path}"]
+
+        def limits() -> None:
+            if open_files is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
+
         self.proc = subprocess.Popen(
             argv,
             env=env,
+            preexec_fn=limits if open_files is not None else None,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -53,6 +53,7 @@ def test_units_run_serve_with_json_logs_in_a_sandbox() -> None:
             "SystemCallFilter=@system-service",
             "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
             "UMask=0077",
+            "LimitNOFILE=65536",
         ):
             assert f"\n{option}\n" in unit, (name, option)
     assert "\nUser=promoter\n" in (DEPLOY / "promoter.service").read_text()
