@@ -24,6 +24,7 @@ from promoter.domain.blob_frames import frame_header
 from promoter.store.tables import BlobRow
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo, sha
+from tests.support.fsutil import anonymous_temps_work
 from tests.support.process import DaemonProcess
 
 BLOBS = [b"blob %d\n" % n * (n + 1) for n in range(5)]
@@ -44,14 +45,6 @@ def _store(state_dir: Path) -> dict[str, Path]:
 def _temps(state_dir: Path) -> list[str]:
     tmp = state_dir / "audit" / "tmp"
     return sorted(os.listdir(tmp)) if tmp.exists() else []
-
-
-def _o_tmpfile_works(directory: Path) -> bool:
-    try:
-        os.close(os.open(directory, os.O_WRONLY | os.O_TMPFILE, 0o600))
-    except OSError:
-        return False
-    return os.path.isdir("/proc/self/fd")
 
 
 def _charged(state_dir: Path) -> int:
@@ -79,7 +72,7 @@ def test_kill_mid_batch_leaves_no_half_blob_and_nothing_unaccounted(
     sizes = {sha(b): len(b) for b in BLOBS}
     assert set(visible) <= set(sizes)
     assert _charged(state) >= sum(sizes[name] for name in visible)
-    if _o_tmpfile_works(tmp_path):
+    if anonymous_temps_work(tmp_path):
         assert _temps(state) == []  # an anonymous temp died with the process
     with running_daemon(state, {"work": repo}) as restarted:
         with restarted.services.db.session() as session:

@@ -18,6 +18,7 @@ import pytest
 
 from promoter.errors import BlobHashMismatch, PayloadTooLarge, StorageError
 from promoter.store.blobs import BlobStore
+from tests.support.fsutil import anonymous_temps_work
 
 
 def sha(data: bytes) -> str:
@@ -47,8 +48,8 @@ def refusing_o_tmpfile(monkeypatch: pytest.MonkeyPatch, code: int) -> list[int]:
 @pytest.fixture(params=[True, False], ids=["anonymous", "named"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
     store = BlobStore(tmp_path / "audit")
-    if not store.anonymous_temps and request.param:
-        pytest.skip("this machine has no /proc/self/fd: every temp is named")
+    if request.param and not anonymous_temps_work(tmp_path):
+        pytest.skip("no O_TMPFILE or /proc/self/fd here: every temp is named")
     store.anonymous_temps = request.param
     return store
 

@@ -47,3 +47,13 @@ def write(root: Root, rel: str, data: bytes, old: ExpectedState, *, create: bool
 def delete(root: Root, rel: str, old: ExpectedState) -> None:
     with root.open_parent(rel, create=False) as parent:
         parent.unlink_checked(old, aside=TMP)
+
+
+def anonymous_temps_work(directory: Path) -> bool:
+    """Whether ``directory``'s filesystem gives ``O_TMPFILE`` files and ``/proc/self/fd``
+    is there to link them by (else promoter's temps there are named)."""
+    try:
+        os.close(os.open(directory, os.O_WRONLY | os.O_TMPFILE, 0o600))
+    except OSError:
+        return False
+    return os.path.isdir("/proc/self/fd")
