@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -129,10 +129,24 @@ def _dumps_list(items: list[Any]) -> str:
     )
 
 
-def _members(document: dict[str, Any]) -> list[tuple[str, str]]:
-    """Each member of ``document`` as ``(key, '"key":value')``, in key order."""
+Writer = Callable[[Any], "str | None"]  # a member's JCS text, or None: not its shape
+
+
+def _member_text(value: Any, writer: Writer | None) -> str:
+    text = None if writer is None else writer(value)
+    if text is not None:
+        return text
+    return _dumps_list(value) if _long(value) else _dumps(value)
+
+
+def _members(
+    document: dict[str, Any], writers: Mapping[str, Writer] | None = None
+) -> list[tuple[str, str]]:
+    """Each member of ``document`` as ``(key, '"key":value')``, in key order; a member
+    with a writer in ``writers`` is written by it unless it answers None."""
+    writers = writers or {}
     return [
-        (key, f"{_dumps(key)}:{_dumps_list(value) if _long(value) else _dumps(value)}")
+        (key, f"{_dumps(key)}:{_member_text(value, writers.get(key))}")
         for key, value in sorted(document.items())
     ]
 
@@ -184,7 +198,11 @@ def projection_sha256(document: Mapping[str, Any], identity_fields: Iterable[str
 
 
 def canonical_with_projection(
-    document: Mapping[str, Any], identity_fields: Iterable[str], *, plain: bool = False
+    document: Mapping[str, Any],
+    identity_fields: Iterable[str],
+    *,
+    plain: bool = False,
+    writers: Mapping[str, Writer] | None = None,
 ) -> tuple[bytes, bytes]:
     """``canonical_bytes(document)`` and ``canonical_bytes(projection(document, ...))``.
 
@@ -193,11 +211,13 @@ def canonical_with_projection(
     order); anything else encodes the two documents separately. ``plain``: the caller
     knows the document is built only of what ``_scan`` admits (a strict wire model was
     parsed from it), so it is not walked again; lone surrogates still go to ``rfc8785``.
+    ``writers``: per member key, a writer that answers that member's JCS text (exactly
+    what the standard library's encoder would) or None for the general encoder.
     """
     if type(document) is dict and (plain or _scan(document)):
         drop = set(identity_fields)
         try:
-            members = [(key, text.encode("utf-8")) for key, text in _members(document)]
+            members = [(key, text.encode("utf-8")) for key, text in _members(document, writers)]
         except UnicodeEncodeError:
             pass  # lone surrogates: canonical_bytes hands them to rfc8785
         else:

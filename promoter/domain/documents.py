@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from promoter.domain import jcs_rows
 from promoter.domain.canonical import (
     canonical_bytes,
     canonical_with_projection,
@@ -59,9 +60,13 @@ def bundle_bytes(document: dict[str, Any], *, parsed: bool = False) -> BundleByt
     ``parsed``: a ``PatchBundleV1`` was parsed from ``document`` (or it is a bundle's
     ``wire()``). Then every key is a field name of a model that forbids others (ASCII),
     and every value a strict str, bool, null or integer below 2^53, so the walk that
-    decides between the standard library's encoder and ``rfc8785`` is skipped.
+    decides between the standard library's encoder and ``rfc8785`` is skipped, and the
+    changes are written row by row (``jcs_rows.changes_text``).
     """
-    whole, projected = canonical_with_projection(document, BUNDLE_IDENTITY, plain=parsed)
+    writers = {"changes": jcs_rows.changes_text} if parsed else None
+    whole, projected = canonical_with_projection(
+        document, BUNDLE_IDENTITY, plain=parsed, writers=writers
+    )
     return BundleBytes(whole, sha256_hex(projected))
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
-from promoter.domain import allowlist, links
+from promoter.domain import allowlist, jcs_rows, links
+from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.documents import (
     BundleBytes,
     bundle_bytes,
     bundle_id_for,
-    evidence_sha256,
     seal_receipt,
 )
 from promoter.domain.models import (
@@ -40,8 +40,8 @@ from promoter.errors import PathInvalid, PromoterError
 
 
 class BlobSizes(Protocol):
-    def measure(self, sha256: str) -> int | None:
-        """Size of the intact blob, or None if missing or not hashing to ``sha256``."""
+    def measure_all(self, digests: Sequence[str]) -> list[int | None]:
+        """Per digest, the size of the intact blob, or None if missing or not hashing to it."""
 
     def read(self, sha256: str) -> bytes:
         """The intact blob's bytes (a link's target text); raises when missing or corrupt."""
@@ -64,6 +64,9 @@ class Outcome:
     evidence: Any
     detail: str = ""
     code: str = "verification_failed"
+    # the evidence's canonical bytes: a long list of fixed-shape rows has a writer of its
+    # own (``jcs_rows``), which answers exactly what ``canonical_bytes`` would
+    encode: Callable[[Any], bytes] = canonical_bytes
 
 
 def _state(exists: bool, sha256: str | None, mode: str | None) -> dict[str, Any]:
@@ -162,8 +165,8 @@ def check_blob_integrity(bundle: PatchBundleV1, blobs: BlobSizes) -> Outcome:
     evidence: list[dict[str, Any]] = []
     missing: list[str] = []
     wrong_size: list[str] = []
-    for sha256 in sorted(claimed):
-        size = blobs.measure(sha256)
+    digests = sorted(claimed)
+    for sha256, size in zip(digests, blobs.measure_all(digests), strict=True):
         evidence.append({"sha256": sha256, "bytes": size})
         if size is None:
             missing.append(sha256)
@@ -172,7 +175,7 @@ def check_blob_integrity(bundle: PatchBundleV1, blobs: BlobSizes) -> Outcome:
     problems = [f"blob {s} is missing or does not hash correctly" for s in missing]
     problems += [f"blob {s} has {sorted(claimed[s])} bytes claimed" for s in wrong_size]
     code = "blob_missing" if missing else "blob_hash_mismatch"
-    return Outcome(not problems, evidence, _summarize(problems), code)
+    return Outcome(not problems, evidence, _summarize(problems), code, jcs_rows.blob_rows)
 
 
 # (3) grant_binding: the bundle names this grant and agrees with it
@@ -300,7 +303,7 @@ def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
         evidence.append({"path": change.path, "operation": change.operation, "pattern": chosen})
         if chosen is None:
             problems.append(f"{change.path}: {change.operation} is not allowed by the grant")
-    return Outcome(not problems, evidence, _summarize(problems))
+    return Outcome(not problems, evidence, _summarize(problems), encode=jcs_rows.allowlist_rows)
 
 
 # (7) preconditions: every old state equals the explicit or implicit precondition
@@ -344,7 +347,7 @@ def check_preconditions(
         evidence.append({"path": change.path, "source": source, "expected": expected})
         if actual != expected:
             problems.append(f"{change.path}: old state differs from the {source} precondition")
-    return Outcome(not problems, evidence, _summarize(problems))
+    return Outcome(not problems, evidence, _summarize(problems), encode=jcs_rows.precondition_rows)
 
 
 @dataclass(frozen=True)
@@ -405,7 +408,7 @@ def verify(
             Check(
                 name=name,
                 status="passed" if outcome.passed else "failed",
-                evidence_sha256=evidence_sha256(outcome.evidence),
+                evidence_sha256=sha256_hex(outcome.encode(outcome.evidence)),
                 detail="" if outcome.passed else outcome.detail,
             ).wire()
             for name, outcome in results
