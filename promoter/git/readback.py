@@ -57,6 +57,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -101,6 +102,8 @@ __all__ = [
 GITLINK_MODE = "160000"
 _ARGV_BYTES = 256 * 1024  # pathspec bytes (and pointers) per command, well under ARG_MAX
 _ARGV_COUNT = 20_000
+_FS_ENCODING = sys.getfilesystemencoding()  # what os.fsencode encodes names with
+_FS_ERRORS = sys.getfilesystemencodeerrors()
 _GLOB_SPECIAL = frozenset("*?[\\")
 _TREE_CACHE_LIMIT = 200_000
 # (common dir, tree) -> path -> entry; at most _TREE_CACHE_LIMIT entries in all
@@ -234,7 +237,7 @@ def _batches(paths: Sequence[str]) -> Iterator[list[str]]:
     batch: list[str] = []
     size = 0
     for path in paths:
-        cost = len(os.fsencode(path)) + 9
+        cost = len(path.encode(_FS_ENCODING, _FS_ERRORS)) + 9  # os.fsencode, minus a call
         if batch and (size + cost > _ARGV_BYTES or len(batch) >= _ARGV_COUNT):
             yield batch
             batch, size = [], 0
@@ -391,10 +394,14 @@ def path_entries(
     with _TREE_CACHE_LOCK:
         cached = _TREE_CACHE.get(store, {})
         known = {p: cached[p] for p in everything if p in cached}
-    todo = [path for path in wanted if any(p not in known for p in _prefixes(path))]
-    if not todo:
-        return {p: known[p] for p in everything}
-    fresh = _path_entries(layout, tree, todo)
+    if not known:  # nothing remembered (a first verification): every path is asked about
+        todo, asked = wanted, everything
+    else:
+        todo = [path for path in wanted if any(p not in known for p in _prefixes(path))]
+        if not todo:
+            return {p: known[p] for p in everything}
+        asked = list(dict.fromkeys(p for path in todo for p in _prefixes(path)))
+    fresh = _path_entries(layout, tree, todo, asked)
     with _TREE_CACHE_LOCK:
         held = sum(len(entries) for entries in _TREE_CACHE.values())
         if held + len(fresh) > _TREE_CACHE_LIMIT:
@@ -403,8 +410,10 @@ def path_entries(
     return {p: fresh[p] if p in fresh else known[p] for p in everything}
 
 
-def _path_entries(layout: RepoLayout, tree: str, wanted: list[str]) -> dict[str, TreeEntry | None]:
-    everything = list(dict.fromkeys(p for path in wanted for p in _prefixes(path)))
+def _path_entries(
+    layout: RepoLayout, tree: str, wanted: list[str], everything: list[str]
+) -> dict[str, TreeEntry | None]:
+    """``everything``: ``wanted`` and their leading directories, each once, in order."""
     named_paths = set(wanted)
     leading = [p for p in everything if p not in named_paths]
     named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]

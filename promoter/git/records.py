@@ -38,6 +38,7 @@ _ZERO_OID = "0" * 40
 _ABSENT_MODE = "000000"
 
 _OID = re.compile(r"[0-9a-f]{40}")
+_NOT_NORMALIZED = re.compile(r"(?:\A|/)\.{0,2}(?:/|\Z)")  # an empty, "." or ".." component
 _STAGE_LINE = re.compile(rb"([0-7]{6}) ([0-9a-f]{40}) ([0-3])\t(.+)", re.DOTALL)
 _TREE_LINE = re.compile(rb"([0-7]{6}) (blob|tree|commit) ([0-9a-f]{40})\t(.+)", re.DOTALL)
 _RAW_HEAD = re.compile(rb":([0-7]{6}) ([0-7]{6}) ([0-9a-f]{40}) ([0-9a-f]{40}) ([ADMT])")
@@ -105,7 +106,7 @@ def check_pathspec_paths(paths: list[str]) -> None:
     for path in paths:
         if not isinstance(path, str) or not path or "\0" in path:
             raise ValueError(f"not a usable path: {path!r}")
-        if any(part in ("", ".", "..") for part in path.split("/")):
+        if _NOT_NORMALIZED.search(path) is not None:
             raise ValueError(f"path is not a normalized relative path: {path!r}")
 
 

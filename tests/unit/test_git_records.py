@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from promoter.errors import GitError
 from promoter.git.records import (
@@ -164,3 +166,17 @@ def test_pathspecs_that_git_would_rewrite_or_widen_are_refused(path: str) -> Non
 
 def test_literal_looking_glob_names_are_fine_as_pathspecs() -> None:
     check_pathspec_paths(["a*", "[x]", ":(exclude)y", "-n", "sp ace/é"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="./a\n\\", min_size=1, max_size=14))
+def test_pathspec_guard_refuses_exactly_paths_with_an_empty_dot_or_dotdot_component(
+    path: str,
+) -> None:
+    unnormalized = any(part in ("", ".", "..") for part in path.split("/"))
+    try:
+        check_pathspec_paths([path])
+    except ValueError:
+        assert unnormalized
+    else:
+        assert not unnormalized
