@@ -79,14 +79,11 @@ def blob_path(sha256: str) -> str:
 
 
 class BlobRef(Strict):
+    """Where a state's blob lives; ``FileState`` requires ``path == blob_path(sha256)``
+    (checked there, where it runs once per state instead of once more per reference)."""
+
     path: str
     sha256: Sha256
-
-    @model_validator(mode="after")
-    def _path_matches(self) -> BlobRef:
-        if self.path != blob_path(self.sha256):
-            raise ValueError("blob_ref.path must be blobs/sha256/<hex[0:2]>/<hex>")
-        return self
 
 
 class FileState(Strict):
@@ -105,6 +102,8 @@ class FileState(Strict):
                 raise ValueError("an existing FileState needs sha256, mode, bytes and blob_ref")
             if ref.sha256 != self.sha256:
                 raise ValueError("blob_ref.sha256 must equal sha256")
+            if ref.path != blob_path(ref.sha256):
+                raise ValueError("blob_ref.path must be blobs/sha256/<hex[0:2]>/<hex>")
         elif (
             ref is not None
             or self.sha256 is not None
