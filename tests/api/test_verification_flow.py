@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from promoter.engine import bundles
 from tests.support.daemon import Daemon
 from tests.support.flows import grant_sha, jcs_sha, make_bundle, make_grant, sha, upload
 
@@ -113,3 +118,31 @@ def test_failed_receipt_lists_every_failed_check_then_passes_after_upload(
         assert ex.get(f"/v1/bundles/{bundle['bundle_id']}").status_code == 404
         assert ex.get(f"/v1/bundles/{bundle['bundle_id']}/verification").json() == receipt
     assert not (daemon.state_dir / "audit" / "bundles" / f"{bundle['bundle_id']}.json").exists()
+
+
+def test_a_submission_is_verified_with_the_collector_paused_and_resumes_it(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    verify_bundle = bundles.verify_bundle
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return verify_bundle(*args, **kwargs)
+
+    monkeypatch.setattr(bundles, "verify_bundle", watched)
+    grant = make_grant(repo, identity)
+    with daemon.orchestrator() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+    new = b"paused\n"
+    bundle = make_bundle(grant, [("src/app.py", b"print('v1')\n", new)])
+    with daemon.executor("run_1") as ex:
+        failed = ex.post("/v1/bundles", json=bundle)
+        assert (failed.status_code, failed.json()["code"]) == (422, "blob_missing")
+        assert gc.isenabled()  # a refused submission resumes collection too
+        upload(ex, new, b"print('v1')\n")
+        passed = ex.post("/v1/bundles", json=bundle)
+        assert passed.status_code == 201, passed.text
+        assert passed.json()["verification_receipt"]["status"] == "passed"
+    assert seen == [False, False]
+    assert gc.isenabled()
