@@ -79,9 +79,9 @@ def blob_path(sha256: str) -> str:
 
 
 class BlobRef(Strict):
-    """Where a state's blob lives; ``FileState`` requires ``path == blob_path(sha256)``
-    (checked there, where it runs once per state instead of once more per reference)."""
-
+    # Where a state's blob lives. ``FileState`` requires ``path == blob_path(sha256)``:
+    # checked there, one validator call per state instead of one more per reference (and
+    # a comment, not a docstring, so the published schemas keep their bytes).
     path: str
     sha256: Sha256
 

@@ -12,6 +12,7 @@ no I/O of its own and stores nothing.
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -287,18 +288,27 @@ def check_limits(bundle: PatchBundleV1, grant: GrantV1, facts: Facts) -> Outcome
 # (6) allowlist: some entry matches the path and lists the operation
 
 
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    """The pattern's matcher; None for one the grant should not hold (it matches nothing)."""
+    try:
+        return allowlist.compile_pattern(pattern)
+    except PromoterError:
+        return None
+
+
 def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
     evidence: list[dict[str, Any]] = []
     problems: list[str] = []
+    entries = [(e.pattern, _compiled(e.pattern), e.operations) for e in grant.write_allowlist]
     for change in bundle.changes:
         chosen: str | None = None
-        for entry in grant.write_allowlist:
-            try:
-                ok = allowlist.matches(entry.pattern, change.path)
-            except PromoterError:
-                ok = False
-            if ok and change.operation in entry.operations:
-                chosen = entry.pattern
+        for pattern, matcher, operations in entries:
+            if (
+                matcher is not None
+                and change.operation in operations
+                and matcher.fullmatch(change.path) is not None
+            ):
+                chosen = pattern
                 break
         evidence.append({"path": change.path, "operation": change.operation, "pattern": chosen})
         if chosen is None:
