@@ -41,6 +41,12 @@ def _text_or_null(value: Any) -> str:
     return "null" if value is None else _text(value)
 
 
+def _flag(value: Any) -> str:
+    if type(value) is not bool:
+        raise _Unusual
+    return "true" if value else "false"
+
+
 def _whole(rows: Any, row: Callable[[Any], str]) -> bytes:
     if type(rows) is not list:
         return canonical_bytes(rows)
@@ -85,11 +91,8 @@ def _state(state: Any) -> str:
         return "null"
     if type(state) is not dict or len(state) != 3:
         raise _Unusual
-    exists = state["exists"]
-    if type(exists) is not bool:
-        raise _Unusual
     return (
-        f'{{"exists":{"true" if exists else "false"},"mode":{_text_or_null(state["mode"])},'
+        f'{{"exists":{_flag(state["exists"])},"mode":{_text_or_null(state["mode"])},'
         f'"sha256":{_text_or_null(state["sha256"])}}}'
     )
 
@@ -120,9 +123,6 @@ def _int_or_null(value: Any) -> str:
 def _file_state(state: Any) -> str:
     if type(state) is not dict or len(state) != 5:
         raise _Unusual
-    exists = state["exists"]
-    if type(exists) is not bool:
-        raise _Unusual
     ref = state["blob_ref"]
     if ref is None:
         written_ref = "null"
@@ -132,7 +132,7 @@ def _file_state(state: Any) -> str:
         written_ref = f'{{"path":{_text(ref["path"])},"sha256":{_text(ref["sha256"])}}}'
     return (
         f'{{"blob_ref":{written_ref},"bytes":{_int_or_null(state["bytes"])},'
-        f'"exists":{"true" if exists else "false"},"mode":{_text_or_null(state["mode"])},'
+        f'"exists":{_flag(state["exists"])},"mode":{_text_or_null(state["mode"])},'
         f'"sha256":{_text_or_null(state["sha256"])}}}'
     )
 

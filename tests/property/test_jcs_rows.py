@@ -23,7 +23,7 @@ from promoter.domain.documents import bundle_bytes
 from promoter.domain.documents import canonical as model_bytes
 from promoter.domain.models import PatchBundleV1
 from promoter.domain.parsing import load_json, parse_model
-from tests.support.flows import seal_bundle, state
+from tests.support.flows import sealed_document, state
 
 
 class Text(str):
@@ -166,23 +166,7 @@ def test_a_parsed_bundle_written_row_by_row_has_its_canonical_bytes(
         for path, old, new, mode in sorted(items, key=lambda item: item[0].encode())
         if old != new
     ]
-    document = seal_bundle(
-        {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": "grt_1",
-            "grant_sha256": "0" * 64,
-            "executor_run_id": "run_1",
-            "repository_identity": "repo_" + "0" * 32,
-            "base_commit": "a" * 40,
-            "base_tree": "b" * 40,
-            "changes": wire,
-            "change_count": len(wire),
-            "total_bytes": sum(c["new"]["bytes"] for c in wire),
-            "created_at": "2026-01-01T00:00:00Z",
-        }
-    )
+    document = sealed_document(wire)
     data = load_json(rfc8785.dumps(document))
     bundle = parse_model(PatchBundleV1, data)
     written = bundle_bytes(data, parsed=True).canonical

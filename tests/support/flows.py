@@ -153,6 +153,33 @@ def seal_bundle(bundle: dict[str, Any]) -> dict[str, Any]:
     return {**bundle, "bundle_sha256": digest, "bundle_id": "bnd_" + digest[:32]}
 
 
+def sealed_document(
+    changes: list[dict[str, Any]], total_bytes: int | None = None
+) -> dict[str, Any]:
+    """A sealed PatchBundleV1 document of ``changes`` under fixed grant fields (for parsing
+    and encoding tests: it names no registered grant); ``total_bytes`` defaults to the sum
+    of the new states' sizes."""
+    if total_bytes is None:
+        total_bytes = sum(c["new"]["bytes"] or 0 for c in changes)
+    return seal_bundle(
+        {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": "grt_1",
+            "grant_sha256": "0" * 64,
+            "executor_run_id": "run_1",
+            "repository_identity": "repo_" + "0" * 32,
+            "base_commit": "a" * 40,
+            "base_tree": "b" * 40,
+            "changes": changes,
+            "change_count": len(changes),
+            "total_bytes": total_bytes,
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+    )
+
+
 def upload(client: httpx.Client, *blobs: bytes) -> None:
     for data in blobs:
         answer = client.put(f"/v1/blobs/sha256/{sha(data)}", content=data)

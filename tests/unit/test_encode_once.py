@@ -23,7 +23,7 @@ from promoter.domain.documents import canonical as model_bytes
 from promoter.domain.models import PatchBundleV1
 from promoter.domain.parsing import load_json, parse_model
 from promoter.errors import BadRequest
-from tests.support.flows import seal_bundle, state
+from tests.support.flows import sealed_document, state
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 keys = st.one_of(st.sampled_from(["bundle_id", "bundle_sha256", "changes", "a"]), texts)
@@ -82,23 +82,7 @@ def _bundle(changes: int) -> dict[str, Any]:
         }
         for i in range(changes)
     ]
-    return seal_bundle(
-        {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": "grt_1",
-            "grant_sha256": "0" * 64,
-            "executor_run_id": "run_1",
-            "repository_identity": "repo_" + "0" * 32,
-            "base_commit": "a" * 40,
-            "base_tree": "b" * 40,
-            "changes": wire,
-            "change_count": changes,
-            "total_bytes": sum(c["new"]["bytes"] for c in wire),
-            "created_at": "2026-01-01T00:00:00Z",
-        }
-    )
+    return sealed_document(wire)
 
 
 @pytest.mark.parametrize("changes", [0, 1, canonical.SLICE + 1, 700])

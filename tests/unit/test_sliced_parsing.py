@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from promoter.domain import canonical, parsing
 from promoter.domain.models import PatchBundleV1
 from promoter.errors import ValidationFailed
-from tests.support.flows import seal_bundle, state
+from tests.support.flows import sealed_document, state
 
 
 def _bundle(changes: int) -> dict[str, Any]:
@@ -29,23 +29,7 @@ def _bundle(changes: int) -> dict[str, Any]:
         }
         for i in range(changes)
     ]
-    return seal_bundle(
-        {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": "grt_1",
-            "grant_sha256": "0" * 64,
-            "executor_run_id": "run_1",
-            "repository_identity": "repo_" + "0" * 32,
-            "base_commit": "a" * 40,
-            "base_tree": "b" * 40,
-            "changes": wire,
-            "change_count": changes,
-            "total_bytes": 0,
-            "created_at": "2026-01-01T00:00:00Z",
-        }
-    )
+    return sealed_document(wire, total_bytes=0)
 
 
 @pytest.mark.parametrize("changes", [0, 1, canonical.SLICE, canonical.SLICE + 1, 1000])
