@@ -5,7 +5,8 @@ allowlist, preconditions) of 10 000 rows each. The general encoder walks every v
 choose between the standard library's encoder and ``rfc8785``, then lets the standard
 library sort each row's keys. These rows have fixed keys and values of known types, so
 here each row is written from one format string with its keys already in JCS order:
-about a third of the time (65 -> 20 ms for the evidence, 32 -> 20 ms for the changes).
+about a third to a half of the time (49 -> 16 ms for the three evidence lists of a
+10 000-change bundle, 32 -> 16-20 ms for its changes; docs/decisions.md).
 
 Every row's keys and value types are checked as it is written. A list holding anything
 else — another key, a float, a subclass of ``str``, an integer beyond +-2^53, a lone
