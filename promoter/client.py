@@ -20,7 +20,9 @@ flow. It deliberately holds no policy: it does not build or check documents.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -131,6 +133,27 @@ def _raise_for(response: httpx.Response) -> None:
     )
 
 
+@functools.cache
+def _verifying_tls() -> ssl.SSLContext:
+    """httpx's default verifying context (certifi's bundle, or ``SSL_CERT_FILE``/``_DIR``),
+    made once per process: loading the bundle takes about 50 ms of CPU."""
+    return httpx.create_ssl_context()
+
+
+def tls_context(url: str) -> ssl.SSLContext:
+    """The TLS context a client of ``url`` is given.
+
+    An ``https`` daemon gets the verifying context, shared by every client of the
+    process. A plain ``http`` one (the loopback default) gets a context that trusts no
+    certificate at all: no TLS is spoken to it, and were it ever (redirects are not
+    followed), every handshake would fail. Either way no client loads the CA bundle for
+    itself, which every CLI command and both clients of an orchestrator's flow paid.
+    """
+    if url.lower().startswith("https:"):
+        return _verifying_tls()
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no trust anchors
+
+
 class PromoterClient:
     """One connection pool to one daemon, with one bearer token (or none)."""
 
@@ -150,7 +173,11 @@ class PromoterClient:
         self._backoff = backoff
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=tls_context(self.url),
         )
 
     def with_token(self, token: str | None) -> PromoterClient:
@@ -559,7 +586,11 @@ class AsyncPromoterClient:
         self._backoff = backoff
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=tls_context(self.url),
         )
 
     async def aclose(self) -> None:

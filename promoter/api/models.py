@@ -1,5 +1,8 @@
 """Request and response models of the HTTP API, and ``parse`` for request bodies.
 
+The path parameters' types are in ``promoter.api.params``: they need FastAPI, which the
+client (``promoter.client``, every CLI command that talks to a daemon) does not import.
+
 Request models are strict pydantic models that reject unknown fields and coerce nothing
 (a ``true`` is no integer, ``1.0`` no fence): they replace the routes' hand-written body
 checks with the same outcome, ``validation_failed`` (422). Bodies still arrive through
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import Path
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -31,7 +33,6 @@ from pydantic import (
 
 from promoter.domain.models import (
     HEX40,
-    NAME_PATTERN,
     Name,
     PatchVerificationReceiptV1,
     SafeInt,
@@ -45,37 +46,6 @@ TREE_ID = HEX40
 MAX_DIGESTS = 100_000
 
 Tree = Annotated[str, StringConstraints(pattern=TREE_ID)]
-
-# Ids in paths. The patterns are published, not enforced: an id of another shape names
-# nothing that could exist, and answers the same 404 code as an unknown one, as before.
-BundleIdParam = Annotated[
-    str,
-    Path(
-        description="a bundle id: `bnd_` and 32 hex",
-        json_schema_extra={"pattern": BUNDLE_ID},
-        examples=["bnd_153e71e2b5433df959fb7897a3a9edb7"],
-    ),
-]
-OperationIdParam = Annotated[
-    str,
-    Path(
-        description="an operation id: `op_` and 32 hex",
-        json_schema_extra={"pattern": OPERATION_ID},
-        examples=["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
-    ),
-]
-GrantIdParam = Annotated[
-    str,
-    Path(
-        description="a grant id: a name of `[A-Za-z0-9_.:-]`, at most 200 characters",
-        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 200},
-        examples=["grt_demo1"],
-    ),
-]
-# Names and trees are enforced, as they were: a malformed one is `validation_failed`.
-NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200, examples=["demo"])]
-TreeParam = Annotated[str, Path(pattern=TREE_ID, examples=["6a9fde31bac7" + "0" * 28])]
-HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", examples=["0" * 64])]
 
 
 class Request(BaseModel):

@@ -54,6 +54,22 @@ def test_help_imports_no_heavy_module() -> None:
     assert out.strip().splitlines()[-1] == "[]"
 
 
+def test_the_client_imports_no_server_framework() -> None:
+    """Every CLI command that talks to a daemon imports the client; FastAPI, Starlette,
+    uvicorn and SQLAlchemy are the daemon's (importing FastAPI alone took half a second)."""
+    probe = (
+        "import sys\n"
+        "from promoter.client import PromoterClient\n"
+        "PromoterClient('http://127.0.0.1:8787', None).close()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'fastapi', 'starlette', 'uvicorn', 'sqlalchemy', 'alembic'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
 def test_help_lists_every_command_and_the_exit_codes() -> None:
     for flag in ("--help", "-h"):
         result = run_cli(flag)

@@ -10,6 +10,7 @@ slept, against a loopback port nothing listens on and a loopback server that ans
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from promoter.api.models import OperationAccepted, OperationView
-from promoter.client import AsyncPromoterClient, Backoff, PromoterClient
+from promoter.client import AsyncPromoterClient, Backoff, PromoterClient, tls_context
 from promoter.errors import (
     ConfigError,
     DatabaseBusy,
@@ -224,3 +225,120 @@ def test_a_503_that_stays_is_raised_as_its_problem_after_the_last_attempt() -> N
 
         asyncio.run(run())
     assert (len(requests), slept) == (4, [0.25, 0.5, 1.0])
+
+
+# --- TLS contexts -----------------------------------------------------------------------
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    start = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(start)
+        .not_valid_after(start + dt.timedelta(days=365 * 30))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def test_a_plain_http_client_loads_no_certificate_bundle(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import certifi
+
+    def refused() -> str:
+        raise AssertionError("a plain-http client loaded the CA bundle")
+
+    monkeypatch.setattr(certifi, "where", refused)
+    with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
+        assert client.healthz()["status"] == "ok"
+        with client.with_token(None) as second:
+            assert second.healthz()["status"] == "ok"
+    asyncio.run(AsyncPromoterClient(daemon.url, None).aclose())
+
+
+def test_the_plain_http_context_fails_a_tls_handshake_closed(tmp_path: Path) -> None:
+    """Were TLS ever spoken with a plain-http client's context (a redirect, a proxy), no
+    certificate would be trusted: a self-signed server is refused, not accepted."""
+    import ssl
+
+    cert_file, key_file = _self_signed(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert_file, key_file)
+    context = tls_context("http://127.0.0.1:8787")
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] == 0
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn, contextlib.suppress(ssl.SSLError, OSError):
+                server_context.wrap_socket(conn, server_side=True).close()
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port)) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            context.wrap_socket(raw, server_hostname="127.0.0.1")
+        thread.join(30)
+    # the same server's certificate, once trusted, is accepted: the refusal was the trust
+    trusting = tls_context("http://127.0.0.1:8787")
+    trusting.load_verify_locations(cert_file)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        accepted: list[bool] = []
+
+        def serve_once() -> None:
+            conn, _ = listener.accept()
+            with conn, server_context.wrap_socket(conn, server_side=True):
+                accepted.append(True)
+
+        thread = threading.Thread(target=serve_once)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port)) as raw,
+            trusting.wrap_socket(raw, server_hostname="127.0.0.1"),
+        ):
+            pass
+        thread.join(30)
+        assert accepted == [True]
+
+
+def test_https_clients_share_one_verifying_context() -> None:
+    import ssl
+
+    first = tls_context("https://promoter.example:8787")
+    assert tls_context("HTTPS://other.example") is first
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    assert tls_context("http://127.0.0.1:8787") is not first

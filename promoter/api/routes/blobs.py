@@ -27,8 +27,9 @@ from promoter.api.deps import (
     read_json_bytes,
     run_quota,
 )
-from promoter.api.models import BlobsMissingRequest, BlobStored, HexParam, MissingBlobs
+from promoter.api.models import BlobsMissingRequest, BlobStored, MissingBlobs
 from promoter.api.openapi import Ok, operation
+from promoter.api.params import HexParam
 from promoter.api.responses import json_response
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json

@@ -19,8 +19,9 @@ from promoter.api.deps import (
     document_slot,
     read_json_bytes,
 )
-from promoter.api.models import BundleIdParam, BundleSubmitted
+from promoter.api.models import BundleSubmitted
 from promoter.api.openapi import Ok, operation
+from promoter.api.params import BundleIdParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1

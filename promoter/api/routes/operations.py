@@ -25,9 +25,7 @@ from promoter.api.deps import (
 )
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.models import (
-    BundleIdParam,
     OperationAccepted,
-    OperationIdParam,
     OperationList,
     OperationView,
     Preflight,
@@ -39,6 +37,7 @@ from promoter.api.models import (
     parse,
 )
 from promoter.api.openapi import Ok, operation
+from promoter.api.params import BundleIdParam, OperationIdParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.states import FINAL, OperationStatus

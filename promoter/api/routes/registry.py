@@ -20,14 +20,13 @@ from promoter.api.deps import (
 from promoter.api.models import (
     ExecutorToken,
     ExecutorTokenRequest,
-    GrantIdParam,
     GrantRegistered,
     LeaseSet,
-    NameParam,
     RepositoryList,
     parse,
 )
 from promoter.api.openapi import Ok, operation
+from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1

@@ -20,17 +20,16 @@ from starlette.concurrency import run_in_threadpool
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
 from promoter.api.models import (
     TREE_ID,
-    NameParam,
     OperationAccepted,
     RestoreRequest,
     Snapshot,
     SnapshotDiff,
     SnapshotList,
     SnapshotRequest,
-    TreeParam,
     parse,
 )
 from promoter.api.openapi import Ok, operation
+from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
 from promoter.engine import snapshot_restore, snapshots
 from promoter.engine.services import Services
