@@ -5,21 +5,20 @@ failed receipt tells the executor everything that is wrong at once. Each check r
 the evidence it compared; the receipt carries the evidence's sha256. The result holds no
 wall-clock time, so the same bundle, grant and blobs always give the same bytes.
 
-Reading blobs and the base tree are ports (``BlobSizes``, ``BaseTree``); this module does
-no I/O of its own and stores nothing.
+Reading blobs and the base tree are ports (``BlobSizes``, ``BaseTree``, with what the
+checks share, in ``promoter.engine.verify_shared``); this module does no I/O of its own
+and stores nothing.
 """
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 from promoter.domain import allowlist, jcs_rows, links
-from promoter.domain.canonical import canonical_bytes, sha256_hex
+from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import (
     BundleBytes,
     bundle_bytes,
@@ -35,79 +34,17 @@ from promoter.domain.models import (
     PatchBundleV1,
     PatchVerificationReceiptV1,
 )
-from promoter.domain.paths import check_path, check_path_set, sort_key
+from promoter.domain.paths import check_path_set, sort_key
 from promoter.domain.state import SYMLINK_MODE
+from promoter.engine.verify_shared import (
+    BaseTree,
+    BlobSizes,
+    Facts,
+    Outcome,
+    state_dict,
+    summarize,
+)
 from promoter.errors import PathInvalid, PromoterError
-
-
-class BlobSizes(Protocol):
-    def measure_all(self, digests: Sequence[str]) -> list[int | None]:
-        """Per digest, the size of the intact blob, or None if missing or not hashing to it."""
-
-    def read(self, sha256: str) -> bytes:
-        """The intact blob's bytes (a link's target text); raises when missing or corrupt."""
-
-
-class BaseTree(Protocol):
-    def states(self, base_tree: str, paths: Sequence[str]) -> Mapping[str, dict[str, Any]]:
-        """Per path ``{"exists", "sha256", "mode"}`` in ``base_tree``.
-
-        A symlink is reported with the sha256 of its target text and mode 120000; a
-        path that is neither a regular blob nor a link there (a directory or gitlink) is
-        reported with ``exists: true, sha256: null`` and its git mode, so it equals no
-        promotable old state.
-        """
-
-
-@dataclass(frozen=True)
-class Outcome:
-    passed: bool
-    evidence: Any
-    detail: str = ""
-    code: str = "verification_failed"
-    # the evidence's canonical bytes: a long list of fixed-shape rows has a writer of its
-    # own (``jcs_rows``), which answers exactly what ``canonical_bytes`` would
-    encode: Callable[[Any], bytes] = canonical_bytes
-
-
-def _state(exists: bool, sha256: str | None, mode: str | None) -> dict[str, Any]:
-    return {"exists": exists, "sha256": sha256, "mode": mode}
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What several checks read of the bundle's changes, computed once per verification."""
-
-    paths: list[str]
-    in_order: bool  # the paths strictly increase by their UTF-8 bytes
-    total: int  # the bytes of the new states that exist
-    path_errors: list[str | None]  # per path: why ``check_path`` refuses it, or None
-
-    @classmethod
-    def of(cls, bundle: PatchBundleV1) -> Facts:
-        paths = [c.path for c in bundle.changes]
-        keys = [sort_key(path) for path in paths]
-        return cls(
-            paths=paths,
-            in_order=all(map(operator.lt, keys, islice(keys, 1, None))),
-            total=sum(c.new.bytes or 0 for c in bundle.changes if c.new.exists),
-            path_errors=[_path_error(path) for path in paths],
-        )
-
-
-def _path_error(path: str) -> str | None:
-    try:
-        check_path(path)
-    except PathInvalid as exc:
-        return exc.detail
-    return None
-
-
-def _summarize(problems: list[str], limit: int = 5) -> str:
-    more = len(problems) - limit
-    head = "; ".join(problems[:limit])
-    return head + (f"; and {more} more" if more > 0 else "")
-
 
 # (1) manifest_integrity: hash, id, counts, order and operation/state agreement
 
@@ -151,7 +88,7 @@ def check_manifest_integrity(digest: str, bundle: PatchBundleV1, facts: Facts) -
     }
     if problems and code != "bundle_hash_mismatch":
         code = "validation_failed"
-    return Outcome(not problems, evidence, _summarize(problems), code)
+    return Outcome(not problems, evidence, summarize(problems), code)
 
 
 # (2) blob_integrity: every referenced blob present and hashing correctly, sizes agree
@@ -176,7 +113,7 @@ def check_blob_integrity(bundle: PatchBundleV1, blobs: BlobSizes) -> Outcome:
     problems = [f"blob {s} is missing or does not hash correctly" for s in missing]
     problems += [f"blob {s} has {sorted(claimed[s])} bytes claimed" for s in wrong_size]
     code = "blob_missing" if missing else "blob_hash_mismatch"
-    return Outcome(not problems, evidence, _summarize(problems), code, jcs_rows.blob_rows)
+    return Outcome(not problems, evidence, summarize(problems), code, jcs_rows.blob_rows)
 
 
 # (3) grant_binding: the bundle names this grant and agrees with it
@@ -199,7 +136,7 @@ def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
         for name in BINDING_FIELDS
         if getattr(bundle, name) != evidence[name]
     ]
-    return Outcome(not problems, evidence, _summarize(problems))
+    return Outcome(not problems, evidence, summarize(problems))
 
 
 # (4) path_policy: the lexical path rules of SPEC §3.2 and the grant's symlink policy
@@ -262,7 +199,7 @@ def check_path_policy(
     evidence: Any = list(paths) if facts.in_order else sorted(paths, key=sort_key)
     if link_evidence:  # only bundles with links carry it, so earlier receipts keep their bytes
         evidence = {"paths": evidence, "links": link_evidence}
-    return Outcome(not problems, evidence, _summarize(problems), "path_invalid")
+    return Outcome(not problems, evidence, summarize(problems), "path_invalid")
 
 
 # (5) limits: the grant's count and size limits
@@ -282,7 +219,7 @@ def check_limits(bundle: PatchBundleV1, grant: GrantV1, facts: Facts) -> Outcome
         problems.append(f"{count} changes exceed the grant's limit of {grant.limits.max_changes}")
     if total > grant.limits.max_total_bytes:
         problems.append(f"{total} bytes exceed the grant's limit of {grant.limits.max_total_bytes}")
-    return Outcome(not problems, evidence, _summarize(problems), "payload_too_large")
+    return Outcome(not problems, evidence, summarize(problems), "payload_too_large")
 
 
 # (6) allowlist: some entry matches the path and lists the operation
@@ -313,7 +250,7 @@ def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
         evidence.append({"path": change.path, "operation": change.operation, "pattern": chosen})
         if chosen is None:
             problems.append(f"{change.path}: {change.operation} is not allowed by the grant")
-    return Outcome(not problems, evidence, _summarize(problems), encode=jcs_rows.allowlist_rows)
+    return Outcome(not problems, evidence, summarize(problems), encode=jcs_rows.allowlist_rows)
 
 
 # (7) preconditions: every old state equals the explicit or implicit precondition
@@ -344,7 +281,7 @@ def check_preconditions(
     for change in bundle.changes:
         if change.path in explicit:
             spec = explicit[change.path].old
-            expected, source = _state(spec.exists, spec.sha256, spec.mode), "explicit"
+            expected, source = state_dict(spec.exists, spec.sha256, spec.mode), "explicit"
         elif change.path in chained:
             expected, source = dict(chained[change.path]), "base_operation"
         elif change.path in base_states:  # a dict of its own per path: read, never changed
@@ -353,11 +290,11 @@ def check_preconditions(
             evidence.append({"path": change.path, "source": "invalid_path", "expected": None})
             problems.append(f"{change.path!r}: no precondition applies to an invalid path")
             continue
-        actual = _state(change.old.exists, change.old.sha256, change.old.mode)
+        actual = state_dict(change.old.exists, change.old.sha256, change.old.mode)
         evidence.append({"path": change.path, "source": source, "expected": expected})
         if actual != expected:
             problems.append(f"{change.path}: old state differs from the {source} precondition")
-    return Outcome(not problems, evidence, _summarize(problems), encode=jcs_rows.precondition_rows)
+    return Outcome(not problems, evidence, summarize(problems), encode=jcs_rows.precondition_rows)
 
 
 @dataclass(frozen=True)
