@@ -143,3 +143,56 @@ def test_delete_and_executable_bit_changes(daemon: Daemon, tmp_path: Path) -> No
     assert (repo / "src" / "app.py").stat().st_mode & 0o777 == 0o750
     assert (repo / "tool.sh").stat().st_mode & 0o777 == 0o644
     assert (repo / "src" / "app.py").read_bytes() == V1
+
+
+def test_an_operation_views_steps_are_the_journal_rows_exactly(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """The steps are read as plain rows: every column of every row, in seq order, and a
+    change made in the same session (not yet flushed) is read as changed."""
+    from sqlalchemy import select
+
+    from promoter.store import journal
+    from promoter.store.tables import StepRow
+
+    changes = [
+        ("src/app.py", V1, b"print('v2')\n"),
+        ("src/b.txt", None, b"b\n"),
+        ("src/a.txt", None, b"a\n"),
+    ]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    operation_id = view["operation_id"]
+    with daemon.services.db.session() as session:
+        rows = list(
+            session.scalars(
+                select(StepRow).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
+            )
+        )
+        expected = [
+            (r.seq, r.path, r.operation, r.old_state, r.new_state, r.status, r.temp_name, r.detail)
+            for r in rows
+        ]
+        read = [
+            (
+                s.seq,
+                s.path,
+                s.operation,
+                s.old_state,
+                s.new_state,
+                s.status.value,
+                s.temp_name,
+                s.detail,
+            )
+            for s in journal.steps(session, operation_id)
+        ]
+        assert read == expected
+        assert [r[0] for r in read] == [0, 1, 2]
+        assert [r[1] for r in read] == [s["path"] for s in view["steps"]]
+        rows[1].status, rows[1].detail = "failed", "changed in this session"
+        again = journal.steps(session, operation_id)
+        assert (again[1].status.value, again[1].detail) == ("failed", "changed in this session")
+        session.rollback()
+    with daemon.services.db.session() as session:
+        assert [s.status.value for s in journal.steps(session, operation_id)] == ["completed"] * 3
