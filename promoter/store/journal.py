@@ -23,7 +23,8 @@ from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
 
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
-_STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
+_STEPS = cast(Table, StepRow.__table__)  # the tables themselves, for Core bulk inserts
+_CREATED_DIRS = cast(Table, CreatedDirRow.__table__)
 
 
 def _record(row: OperationRow) -> Operation:
@@ -310,11 +311,6 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     )
 
 
-def _step_rows(session: Session, operation_id: str) -> list[StepRow]:
-    query = select(StepRow).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
-    return list(session.scalars(query))
-
-
 _STEP_COLUMNS = (
     StepRow.seq,
     StepRow.path,
@@ -384,18 +380,23 @@ def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> N
 
 
 def delete_steps(session: Session, operation_id: str) -> None:
-    for row in _step_rows(session, operation_id):
-        session.delete(row)
+    """Remove every step of an operation in one statement (a new plan replaces them)."""
+    session.execute(delete(StepRow).where(StepRow.operation_id == operation_id))
 
 
 def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
+    """Journal the directories not yet journaled for the operation, after those that are."""
     known = set(created_dirs(session, operation_id))
     start = len(known)
     fresh = [p for p in dict.fromkeys(paths) if p not in known]
-    session.add_all(
-        CreatedDirRow(operation_id=operation_id, path=path, seq=start + index)
-        for index, path in enumerate(fresh)
-    )
+    if fresh:
+        session.execute(
+            insert(_CREATED_DIRS),
+            [
+                {"operation_id": operation_id, "path": path, "seq": start + index}
+                for index, path in enumerate(fresh)
+            ],
+        )
 
 
 def delete_created_dirs(session: Session, operation_id: str) -> None:

@@ -3,7 +3,7 @@
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
 hash covers the previous one. ``append`` adds one event inside the caller's transaction;
-``verify_chain`` re-checks a whole chain; ``events`` and ``last_event`` read it. Each
+``verify_chain`` re-checks a whole chain; ``events`` and ``last_link`` read it. Each
 appended event also enters the watch feed (``promoter.store.feed``) when its transaction
 commits.
 Deliberately not here: what an event says (each operation kind's engine module).
@@ -39,9 +39,8 @@ def event_sha256(
 
 def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
     """Append an event to the operation's chain; returns its ``evt_…`` id."""
-    previous = last_event(session, operation_id)
-    seq = 0 if previous is None else previous.seq + 1
-    prev = None if previous is None else previous.event_sha256
+    previous = last_link(session, operation_id)
+    seq, prev = (0, None) if previous is None else (previous[0] + 1, previous[1])
     at = rfc3339(utcnow())
     digest = event_sha256(operation_id, seq, kind, payload, prev, at)
     event_id = content_id("evt", digest)
@@ -92,14 +91,17 @@ def events(session: Session, operation_id: str) -> list[EventRow]:
     return list(session.scalars(query))
 
 
-def last_event(session: Session, operation_id: str) -> EventRow | None:
+def last_link(session: Session, operation_id: str) -> tuple[int, str] | None:
+    """The ``seq`` and ``event_sha256`` of the operation's last event (what the next one
+    chains to), read as two columns: no event row, and no payload, is loaded."""
     query = (
-        select(EventRow)
+        select(EventRow.seq, EventRow.event_sha256)
         .where(EventRow.operation_id == operation_id)
         .order_by(EventRow.seq.desc())
         .limit(1)
     )
-    return session.scalars(query).first()
+    found = session.execute(query).first()
+    return None if found is None else (found[0], found[1])
 
 
 def event_count(session: Session, operation_id: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -144,9 +144,8 @@ def bundle_row(session: Session, bundle_id: str) -> BundleRow | None:
 
 
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
-    row = session.get(BundleRow, bundle_id)
-    if row is not None:
-        row.state = state
+    """Set a bundle's state in one statement (nothing when there is no such bundle)."""
+    session.execute(update(BundleRow).where(BundleRow.bundle_id == bundle_id).values(state=state))
 
 
 def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:

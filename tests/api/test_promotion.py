@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import rfc8785
 
 from tests.support.daemon import Daemon
@@ -196,3 +197,56 @@ def test_an_operation_views_steps_are_the_journal_rows_exactly(
         session.rollback()
     with daemon.services.db.session() as session:
         assert [s.status.value for s in journal.steps(session, operation_id)] == ["completed"] * 3
+
+
+def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 journals its plan (steps, a directory) and is refused while staging (an
+    injected ENOSPC); attempt 2 replaces the plan: one step per change, the directory
+    once, the event chain continued and verified, the bundle promoted."""
+    from promoter import faults
+    from promoter.store import journal, ledger, repo as store_repo
+
+    changes = [
+        ("src/app.py", V1, b"print('v2')\n"),
+        ("src/made/one.txt", None, b"one\n"),
+        ("src/two.txt", None, b"two\n"),
+    ]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    before = tree_bytes(repo)
+    faults.reset()
+    monkeypatch.setenv(faults.ENV, "after_temp_write=ENOSPC@1")
+    try:
+        first = promote(daemon, bundle, receipt).json()
+    finally:
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+    assert (first["status"], first["attempt"]) == ("refused", 1), first
+    assert tree_bytes(repo) == before
+    assert not list(repo.rglob(".promoter-tmp-*"))
+    operation_id = first["operation_id"]
+    with daemon.services.db.session() as session:
+        assert len(journal.steps(session, operation_id)) == 3  # the plan was journaled
+
+    second = promote(daemon, bundle, receipt).json()
+    assert (second["status"], second["attempt"]) == ("completed", 2), second
+    assert [a["status"] for a in second["attempts"]] == ["refused", "completed"]
+    assert [(s["path"], s["status"]) for s in second["steps"]] == [
+        (path, "completed") for path, _, _ in changes
+    ]
+    assert second["created_directories"] == ["src/made"]
+    assert [e["kind"] for e in second["events"]] == [
+        *("decision", "action", "decision", "outcome"),  # attempt 1: the plan, its refusal
+        *("decision", "action", "outcome"),  # attempt 2
+    ]
+    assert second["events_verified"] is True
+    with daemon.services.db.session() as session:
+        steps = journal.steps(session, operation_id)
+        assert [(s.seq, s.path) for s in steps] == [(i, c[0]) for i, c in enumerate(changes)]
+        assert journal.created_dirs(session, operation_id) == ["src/made"]
+        assert ledger.verify_chain(ledger.events(session, operation_id))
+        row = store_repo.bundle_row(session, bundle["bundle_id"])
+        assert row is not None and row.state == "promoted"
+    after = tree_bytes(repo)
+    assert [after[p][0] for p, _, _ in changes] == [new for _, _, new in changes]
