@@ -206,7 +206,8 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     injected ENOSPC); attempt 2 replaces the plan: one step per change, the directory
     once, the event chain continued and verified, the bundle promoted."""
     from promoter import faults
-    from promoter.store import journal, ledger, repo as store_repo
+    from promoter.store import journal, ledger
+    from promoter.store import repo as store_repo
 
     changes = [
         ("src/app.py", V1, b"print('v2')\n"),
