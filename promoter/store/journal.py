@@ -23,8 +23,7 @@ from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
 
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
-_STEPS = cast(Table, StepRow.__table__)  # the tables themselves, for Core bulk inserts
-_CREATED_DIRS = cast(Table, CreatedDirRow.__table__)
+_STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
 
 
 def _record(row: OperationRow) -> Operation:
@@ -385,18 +384,13 @@ def delete_steps(session: Session, operation_id: str) -> None:
 
 
 def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
-    """Journal the directories not yet journaled for the operation, after those that are."""
     known = set(created_dirs(session, operation_id))
     start = len(known)
     fresh = [p for p in dict.fromkeys(paths) if p not in known]
-    if fresh:
-        session.execute(
-            insert(_CREATED_DIRS),
-            [
-                {"operation_id": operation_id, "path": path, "seq": start + index}
-                for index, path in enumerate(fresh)
-            ],
-        )
+    session.add_all(
+        CreatedDirRow(operation_id=operation_id, path=path, seq=start + index)
+        for index, path in enumerate(fresh)
+    )
 
 
 def delete_created_dirs(session: Session, operation_id: str) -> None:

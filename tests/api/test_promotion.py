@@ -203,9 +203,11 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Attempt 1 journals its plan (steps, a directory) and is refused while staging (an
-    injected ENOSPC); attempt 2 replaces the plan: one step per change, the directory
-    once, the event chain continued and verified, the bundle promoted."""
+    injected ENOSPC); attempt 2 replaces the plan: one step per change under attempt 2's
+    temp names, the directory once, the event chain continued and verified, the bundle
+    promoted."""
     from promoter import faults
+    from promoter.domain.paths import temp_name
     from promoter.store import journal, ledger
     from promoter.store import repo as store_repo
 
@@ -223,19 +225,29 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     finally:
         monkeypatch.delenv(faults.ENV)
         faults.reset()
-    assert (first["status"], first["attempt"]) == ("refused", 1), first
+    assert (first["status"], first["code"], first["attempt"]) == ("refused", "write_failed", 1)
     assert tree_bytes(repo) == before
+    assert not (repo / "src" / "made").exists()  # the directory made for the plan is gone
     assert not list(repo.rglob(".promoter-tmp-*"))
     operation_id = first["operation_id"]
-    with daemon.services.db.session() as session:
-        assert len(journal.steps(session, operation_id)) == 3  # the plan was journaled
+
+    def plan(attempt: int, status: str) -> list[tuple[int, str, str, str, str]]:
+        operations = ["modify", "create", "create"]
+        return [
+            (seq, path, operations[seq], temp_name(operation_id, attempt, seq), status)
+            for seq, (path, _, _) in enumerate(changes)
+        ]
+
+    with daemon.services.db.session() as session:  # the refused attempt's plan, journaled
+        steps = journal.steps(session, operation_id)
+        assert [(s.seq, s.path, s.operation, s.temp_name, s.status.value) for s in steps] == plan(
+            1, "pending"
+        )
+        assert journal.created_dirs(session, operation_id) == []
 
     second = promote(daemon, bundle, receipt).json()
-    assert (second["status"], second["attempt"]) == ("completed", 2), second
+    assert (second["status"], second["code"], second["attempt"]) == ("completed", None, 2)
     assert [a["status"] for a in second["attempts"]] == ["refused", "completed"]
-    assert [(s["path"], s["status"]) for s in second["steps"]] == [
-        (path, "completed") for path, _, _ in changes
-    ]
     assert second["created_directories"] == ["src/made"]
     assert [e["kind"] for e in second["events"]] == [
         *("decision", "action", "decision", "outcome"),  # attempt 1: the plan, its refusal
@@ -244,10 +256,15 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     assert second["events_verified"] is True
     with daemon.services.db.session() as session:
         steps = journal.steps(session, operation_id)
-        assert [(s.seq, s.path) for s in steps] == [(i, c[0]) for i, c in enumerate(changes)]
+        assert [(s.seq, s.path, s.operation, s.temp_name, s.status.value) for s in steps] == plan(
+            2, "completed"
+        )
         assert journal.created_dirs(session, operation_id) == ["src/made"]
-        assert ledger.verify_chain(ledger.events(session, operation_id))
+        events = ledger.events(session, operation_id)
+        assert [e.seq for e in events] == list(range(7))
+        assert ledger.verify_chain(events)
         row = store_repo.bundle_row(session, bundle["bundle_id"])
         assert row is not None and row.state == "promoted"
     after = tree_bytes(repo)
     assert [after[p][0] for p, _, _ in changes] == [new for _, _, new in changes]
+    assert not list(repo.rglob(".promoter-tmp-*"))
