@@ -46,7 +46,7 @@ from promoter.domain.records import Ticket
 from promoter.engine.operations import Runner
 from promoter.engine.services import Services
 from promoter.fs import lock as fs_lock
-from promoter.store import journal, ledger
+from promoter.store import journal, ledger, step_rows
 
 access_log = logging.getLogger("promoter.access")
 outcome_log = logging.getLogger("promoter.outcome")
@@ -250,7 +250,7 @@ class ObservedRunner(Runner):
                         **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
                     )
             if status == "completed":
-                for step in journal.steps(session, operation_id):
+                for step in step_rows.steps(session, operation_id):
                     files[step.operation] = files.get(step.operation, 0) + 1
                     new = step.new_state if isinstance(step.new_state, dict) else {}
                     if new.get("exists") and isinstance(new.get("bytes"), int):

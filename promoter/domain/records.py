@@ -3,8 +3,9 @@
 ``Ticket`` is what one promotion attempt decides on, read in the transaction that started
 the attempt (the request, or the operator's approval), so the attempt itself does not go
 back to the store before it journals its plan. ``Operation`` and ``Step`` are the
-journal's rows as values (``promoter.store.journal`` converts them); the engine reads
-them, and changes the journal only through the store's functions.
+journal's rows as values (``promoter.store.journal`` and ``promoter.store.step_rows``
+convert them); the engine reads them, and changes the journal only through the store's
+functions.
 
 Deliberately not here: database rows (``promoter.store.tables`` keeps them inside the
 store), and anything that reads or writes.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from promoter import faults
 from promoter.domain.paths import wire_path
 from promoter.fs.root import Root
-from promoter.store import journal
+from promoter.store import step_rows
 from promoter.store.db import Database
 
 
@@ -41,6 +41,6 @@ def journal_intent(db: Database, operation_id: str, root: Root, paths: list[str]
     intended = missing_dirs(root, paths)
     if intended:
         with db.session() as session:
-            journal.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
+            step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
     faults.point("after_dir_intent")
     return intended

@@ -47,7 +47,7 @@ from promoter.errors import (
     VerificationFailed,
 )
 from promoter.fs.root import Root
-from promoter.store import journal, ledger
+from promoter.store import journal, ledger, step_rows
 
 log = logging.getLogger("promoter.operations")
 
@@ -94,7 +94,7 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
         with services.db.session() as session:
             row = journal.get_operation(session, operation_id)
             running = row is not None and row.status in RUNNING
-            wrote = running and bool(journal.steps(session, operation_id))
+            wrote = running and bool(step_rows.steps(session, operation_id))
             if running and wrote:
                 assert row is not None
                 journal.set_status(
@@ -214,9 +214,9 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
-        steps = journal.steps(session, operation_id)
+        steps = step_rows.steps(session, operation_id)
         events = ledger.events(session, operation_id)
-        dirs = journal.created_dirs(session, operation_id)
+        dirs = step_rows.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
         return {
             "operation_id": row.operation_id,
@@ -351,7 +351,7 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         identity = row.repository_identity
-        steps = [(s.path, s.old_state, s.new_state) for s in journal.steps(session, operation_id)]
+        steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
     repository = services.registry.by_identity(identity)
     found: list[dict[str, Any]] = []
     with Root.open(repository.worktree) as root:

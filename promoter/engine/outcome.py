@@ -51,7 +51,7 @@ from promoter.engine.worktree_diff import Baseline
 from promoter.errors import PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo
+from promoter.store import journal, ledger, repo, step_rows
 from promoter.store.audit import AuditStore
 from promoter.store.db import Database
 
@@ -128,7 +128,7 @@ def post_check(
     config = repository.config
     assert config.check_command is not None
     with services.db.session() as session:
-        journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         journal.set_status(session, operation_id, OperationStatus.APPLIED_UNVERIFIED)
     try:
         baseline = Baseline.take(repository.layout)
@@ -232,7 +232,7 @@ def fail_closed(
         row = journal.require(session, operation_id)
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
-        for step, path in zip(journal.steps(session, operation_id), paths, strict=True):
+        for step, path in zip(step_rows.steps(session, operation_id), paths, strict=True):
             if path["verdict"] == "new":
                 statuses[step.seq] = StepStatus.COMPLETED
             elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
@@ -242,7 +242,7 @@ def fail_closed(
                     if failure and step.seq == failure[0]
                     else "read back as neither old nor new"
                 )
-        journal.set_steps(session, operation_id, statuses, details)
+        step_rows.set_steps(session, operation_id, statuses, details)
         ledger.append(
             session,
             operation_id,
@@ -311,7 +311,7 @@ def complete(
     faults.point("before_receipt")
     with db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
         row = journal.require(session, operation_id)
-        journal.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         if row.receipt is None:
             outcome = ledger.append(
                 session,

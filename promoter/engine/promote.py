@@ -48,7 +48,7 @@ from promoter.engine.services import Services
 from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo
+from promoter.store import journal, ledger, repo, step_rows
 from promoter.store.blobs import BlobStore
 from promoter.store.db import Database
 
@@ -216,9 +216,9 @@ def _journal(
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)
-        journal.delete_steps(session, operation_id)
+        step_rows.delete_steps(session, operation_id)
         session.flush()
-        journal.add_steps(
+        step_rows.add_steps(
             session,
             operation_id,
             journal_steps(
@@ -246,7 +246,7 @@ def _journal(
             {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
         )
         journal.set_plan_events(session, operation_id, decision, action)
-        journal.add_created_dirs(session, operation_id, creates)
+        step_rows.add_created_dirs(session, operation_id, creates)
         return row.attempt, creates
 
 
@@ -302,7 +302,7 @@ def apply_changes(
         if recovering:
             raise error from exc
         with services.db.session() as session:
-            journal.delete_created_dirs(session, operation_id)
+            step_rows.delete_created_dirs(session, operation_id)
         refuse(services.db, operation_id, error, stage="staging temp files")
         return
     failure: tuple[int, PromoterError] | None = None
@@ -347,7 +347,7 @@ def apply_changes(
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
     """The daemon is stopping: journal the steps done; recovery finishes the rest."""
     with db.session() as session:
-        journal.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
+        step_rows.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
         journal.set_status(
             session,
             operation_id,
@@ -395,7 +395,7 @@ def _stage_temps(
     unjournaled = [d for d in apply.created_dirs if d not in known]
     if unjournaled:
         with db.session() as session:
-            journal.add_created_dirs(session, operation_id, unjournaled)
+            step_rows.add_created_dirs(session, operation_id, unjournaled)
     faults.point("after_temps_journaled")
 
 

@@ -46,7 +46,7 @@ from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo
+from promoter.store import journal, ledger, repo, step_rows
 
 log = logging.getLogger("promoter.recover")
 
@@ -143,7 +143,7 @@ def recover(
             guard(kind, row.status, "recover", role=role, operation_id=operation_id)
             services.claim(session, row.operation_id)
             journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
-            has_steps = bool(journal.steps(session, operation_id))
+            has_steps = bool(step_rows.steps(session, operation_id))
         claimed = True
         if not has_steps:  # died before the journal: nothing was written
             promote.run_locked(services, operation_id, fence, evidence, repository, lock)
@@ -203,7 +203,7 @@ def _reclassify(
     changes = list(evidence.bundle.changes)
     removed, kept = settle_temps(services, operation_id, root, changes)
     with services.db.session() as session:
-        steps = {s.seq: StepStatus(s.status) for s in journal.steps(session, operation_id)}
+        steps = {s.seq: StepStatus(s.status) for s in step_rows.steps(session, operation_id)}
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
     actuals: list[dict[str, Any]] = []

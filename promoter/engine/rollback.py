@@ -66,7 +66,7 @@ from promoter.errors import (
 )
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
-from promoter.store import journal, ledger
+from promoter.store import journal, ledger, step_rows
 
 ROLLBACK_FROM = {
     OperationStatus.COMPLETED,
@@ -280,13 +280,13 @@ def _rollback_locked(
     with services.db.session() as session:
         promoted = [
             {"path": s.path, "old": s.old_state, "new": s.new_state}
-            for s in reversed(journal.steps(session, parent_id))
+            for s in reversed(step_rows.steps(session, parent_id))
         ]
-        dirs = journal.created_dirs(session, parent_id)
-        done = {s.seq: s.status for s in journal.steps(session, child_id)}
+        dirs = step_rows.created_dirs(session, parent_id)
+        done = {s.seq: s.status for s in step_rows.steps(session, child_id)}
         if not done:
             faults.point("rollback_before_journal")
-            journal.add_steps(
+            step_rows.add_steps(
                 session,
                 child_id,
                 journal_steps(
@@ -318,7 +318,7 @@ def _rollback_locked(
             )
         with services.db.session() as session:
             done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
-            journal.set_steps(session, child_id, {seq: done_as}, {seq: reason})
+            step_rows.set_steps(session, child_id, {seq: done_as}, {seq: reason})
         faults.point("rollback_after_step")
         targets.append(_target(str(step["path"]), reason, leaf, exc))
     removed = [

@@ -52,7 +52,7 @@ from promoter.errors import (
 from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal, ledger
+from promoter.store import journal, ledger, step_rows
 
 __all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
 
@@ -191,7 +191,7 @@ def _journal(
                 pre_snapshot=current,
             )
         else:  # a finished restore from the same tree to the same tree: a new attempt
-            journal.delete_steps(session, operation_id)
+            step_rows.delete_steps(session, operation_id)
             journal.next_attempt(
                 session,
                 operation_id,
@@ -202,7 +202,7 @@ def _journal(
         session.flush()
         journal.start_attempt(session, operation_id)
         attempt = journal.require(session, operation_id).attempt
-        journal.add_steps(
+        step_rows.add_steps(
             session,
             operation_id,
             journal_steps(
@@ -280,7 +280,7 @@ def recover_restore(
             )
         target, identity = str((row.report or {})["restore_to"]), row.repository_identity
         current = row.pre_snapshot
-        journaled = journal.steps(session, operation_id)
+        journaled = step_rows.steps(session, operation_id)
         rows = [(s.path, s.operation, s.old_state, s.new_state) for s in journaled]
     repo = resolve(services, identity)
     shadow = shadow_for(services, repo)

@@ -37,7 +37,7 @@ from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.git.objects import CatFile
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal, ledger
+from promoter.store import journal, ledger, step_rows
 
 __all__ = ["Step", "StepRun", "dir_key", "verdict_of"]
 
@@ -219,12 +219,12 @@ class StepRun:
                     verdict, StepStatus.FAILED
                 )
                 for step, verdict in zip(
-                    journal.steps(session, row.operation_id), verdicts, strict=True
+                    step_rows.steps(session, row.operation_id), verdicts, strict=True
                 )
             }
-            journal.set_steps(session, row.operation_id, statuses)
+            step_rows.set_steps(session, row.operation_id, statuses)
             created, removed = wire_all(self.created), wire_all(self.removed)
-            journal.add_created_dirs(session, row.operation_id, created)
+            step_rows.add_created_dirs(session, row.operation_id, created)
             dirs = {"removed_directories": removed, "created_directories": created}
             code, detail = (error.code, wire_path(error.detail)) if error else (None, None)
             payload = {"status": status, "code": code, **dirs}

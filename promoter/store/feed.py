@@ -9,7 +9,8 @@ also tells every status change. On PostgreSQL, where concurrent transactions cou
 positions out of order, the feed rows are written under a transaction-scoped advisory
 lock taken after everything else of the transaction has been flushed (so the lock never
 waits on a row lock). After every commit that wrote, ``promoter.store.wakeup.COMMITS``
-is notified. ``after`` reads the rows after a position; ``cursor``/``position`` turn a
+is notified: a write is a flush of ORM objects or an INSERT, UPDATE or DELETE statement
+executed on the session (the journal writes steps that way, with no ORM object). ``after`` reads the rows after a position; ``cursor``/``position`` turn a
 position into the opaque cursor and back.
 
 Deliberately not here: the events' content and hash chain (``promoter.store.ledger``),
@@ -22,7 +23,7 @@ import re
 from typing import Any
 
 from sqlalchemy import event, inspect, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.errors import BadRequest
@@ -78,6 +79,12 @@ def _wrote(session: Session, _context: Any) -> None:
     for row in [*session.new, *session.dirty]:
         if isinstance(row, OperationRow) and inspect(row).attrs.status.history.has_changes():
             session.info.setdefault(CHANGED, set()).add(row.operation_id)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _wrote_statement(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info[WROTE] = True
 
 
 @event.listens_for(Session, "after_commit")

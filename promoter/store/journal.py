@@ -1,29 +1,29 @@
-"""The journal (SPEC §5.3) in the database: operations, attempts, steps, created directories.
+"""The journal (SPEC §5.3) in the database: operations and their attempts.
 
 Functions take an open ``Session``; the engine decides what goes into one transaction
 (every state change is committed before the next side effect). Reads return the typed
 records of ``promoter.domain.records`` (rows never leave the store); writes take the
 operation id and say what they change. Every status change goes through the transition
 table of ``promoter.domain.states`` (the row refuses any other).
-Deliberately not here: the hash-chained events (``promoter.store.ledger``).
+Deliberately not here: the hash-chained events (``promoter.store.ledger``); an operation's
+steps and created directories (``promoter.store.step_rows``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Iterable
+from typing import Any, Literal
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from promoter.domain.records import Attempt, Operation, Step
-from promoter.domain.states import OperationKind, OperationStatus, StepStatus
+from promoter.domain.records import Attempt, Operation
+from promoter.domain.states import OperationKind, OperationStatus
 from promoter.errors import OperationUnknown
 from promoter.store.repo import now
-from promoter.store.tables import AttemptRow, CreatedDirRow, OperationRow, StepRow
+from promoter.store.tables import AttemptRow, OperationRow
 
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
-_STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
 
 
 def _record(row: OperationRow) -> Operation:
@@ -285,120 +285,3 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
         )
         for row in session.scalars(query.order_by(AttemptRow.attempt))
     ]
-
-
-def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
-    """Insert the steps (all ``pending``) in one Core ``executemany`` on the table: the
-    ORM's per-row bulk bookkeeping is skipped (no row object is made for them)."""
-    if not steps:
-        return
-    session.execute(
-        insert(_STEPS),
-        [
-            {
-                "operation_id": operation_id,
-                "seq": seq,
-                "path": step["path"],
-                "operation": step["operation"],
-                "old_state": step["old"],
-                "new_state": step["new"],
-                "status": StepStatus.PENDING.value,
-                "temp_name": step.get("temp_name"),
-            }
-            for seq, step in enumerate(steps)
-        ],
-    )
-
-
-_STEP_COLUMNS = (
-    StepRow.seq,
-    StepRow.path,
-    StepRow.operation,
-    StepRow.old_state,
-    StepRow.new_state,
-    StepRow.status,
-    StepRow.temp_name,
-    StepRow.detail,
-)
-
-
-def steps(session: Session, operation_id: str) -> list[Step]:
-    """The operation's steps in order, read as plain rows: no ORM object is made per step
-    (an operation view of 1150 steps spent most of its time making them). The session
-    flushes first, as for any query, so a step changed in it is read as changed."""
-    query = select(*_STEP_COLUMNS).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
-    return [
-        Step(
-            seq=seq,
-            path=path,
-            operation=operation,
-            old_state=old_state,
-            new_state=new_state,
-            status=StepStatus(status),
-            temp_name=temp_name,
-            detail=detail,
-        )
-        for seq, path, operation, old_state, new_state, status, temp_name, detail in (
-            session.execute(query)
-        )
-    ]
-
-
-def has_steps(session: Session, operation_id: str) -> bool:
-    query = select(StepRow.seq).where(StepRow.operation_id == operation_id).limit(1)
-    return session.scalar(query) is not None
-
-
-def set_steps(
-    session: Session,
-    operation_id: str,
-    statuses: dict[int, StepStatus],
-    details: dict[int, str] | None = None,
-) -> None:
-    """Set the status (and detail) of the steps named by seq, in one bulk statement."""
-    if statuses:
-        session.execute(
-            update(StepRow),
-            [
-                {
-                    "operation_id": operation_id,
-                    "seq": seq,
-                    "status": status.value,
-                    **({"detail": details[seq]} if details and seq in details else {}),
-                }
-                for seq, status in statuses.items()
-            ],
-        )
-
-
-def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
-    """Set every step of an operation to ``status`` in one statement."""
-    session.execute(
-        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status.value)
-    )
-
-
-def delete_steps(session: Session, operation_id: str) -> None:
-    """Remove every step of an operation in one statement (a new plan replaces them)."""
-    session.execute(delete(StepRow).where(StepRow.operation_id == operation_id))
-
-
-def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
-    known = set(created_dirs(session, operation_id))
-    start = len(known)
-    fresh = [p for p in dict.fromkeys(paths) if p not in known]
-    session.add_all(
-        CreatedDirRow(operation_id=operation_id, path=path, seq=start + index)
-        for index, path in enumerate(fresh)
-    )
-
-
-def delete_created_dirs(session: Session, operation_id: str) -> None:
-    """Forget the directory intents of an attempt that was refused (its directories are gone)."""
-    session.execute(delete(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id))
-
-
-def created_dirs(session: Session, operation_id: str) -> list[str]:
-    """The directories the operation journaled as to be created, in journal order."""
-    query = select(CreatedDirRow.path).where(CreatedDirRow.operation_id == operation_id)
-    return list(session.scalars(query.order_by(CreatedDirRow.seq)))

@@ -153,7 +153,7 @@ def test_an_operation_views_steps_are_the_journal_rows_exactly(
     change made in the same session (not yet flushed) is read as changed."""
     from sqlalchemy import select
 
-    from promoter.store import journal
+    from promoter.store import step_rows
     from promoter.store.tables import StepRow
 
     changes = [
@@ -186,17 +186,17 @@ def test_an_operation_views_steps_are_the_journal_rows_exactly(
                 s.temp_name,
                 s.detail,
             )
-            for s in journal.steps(session, operation_id)
+            for s in step_rows.steps(session, operation_id)
         ]
         assert read == expected
         assert [r[0] for r in read] == [0, 1, 2]
         assert [r[1] for r in read] == [s["path"] for s in view["steps"]]
         rows[1].status, rows[1].detail = "failed", "changed in this session"
-        again = journal.steps(session, operation_id)
+        again = step_rows.steps(session, operation_id)
         assert (again[1].status.value, again[1].detail) == ("failed", "changed in this session")
         session.rollback()
     with daemon.services.db.session() as session:
-        assert [s.status.value for s in journal.steps(session, operation_id)] == ["completed"] * 3
+        assert [s.status.value for s in step_rows.steps(session, operation_id)] == ["completed"] * 3
 
 
 def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
@@ -208,7 +208,7 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     promoted."""
     from promoter import faults
     from promoter.domain.paths import temp_name
-    from promoter.store import journal, ledger
+    from promoter.store import ledger, step_rows
     from promoter.store import repo as store_repo
 
     changes = [
@@ -239,11 +239,11 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
         ]
 
     with daemon.services.db.session() as session:  # the refused attempt's plan, journaled
-        steps = journal.steps(session, operation_id)
+        steps = step_rows.steps(session, operation_id)
         assert [(s.seq, s.path, s.operation, s.temp_name, s.status.value) for s in steps] == plan(
             1, "pending"
         )
-        assert journal.created_dirs(session, operation_id) == []
+        assert step_rows.created_dirs(session, operation_id) == []
 
     second = promote(daemon, bundle, receipt).json()
     assert (second["status"], second["code"], second["attempt"]) == ("completed", None, 2)
@@ -255,11 +255,11 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     ]
     assert second["events_verified"] is True
     with daemon.services.db.session() as session:
-        steps = journal.steps(session, operation_id)
+        steps = step_rows.steps(session, operation_id)
         assert [(s.seq, s.path, s.operation, s.temp_name, s.status.value) for s in steps] == plan(
             2, "completed"
         )
-        assert journal.created_dirs(session, operation_id) == ["src/made"]
+        assert step_rows.created_dirs(session, operation_id) == ["src/made"]
         events = ledger.events(session, operation_id)
         assert [e.seq for e in events] == list(range(7))
         assert ledger.verify_chain(events)

@@ -1,0 +1,139 @@
+"""The journal's steps and created directories (SPEC §5.3) in the database, per operation.
+
+Functions take an open ``Session`` and the operation id; the engine decides what goes into
+one transaction. Steps are written and read in bulk, as plain rows (no ORM object is made
+per step: a plan of 1150 steps spent most of its time making them); reads return the
+typed ``Step`` records of ``promoter.domain.records``. Deliberately not here: the
+operation's status and attempts (``promoter.store.journal``), deciding what a step is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from promoter.domain.records import Step
+from promoter.domain.states import StepStatus
+from promoter.store.tables import CreatedDirRow, StepRow
+
+_STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
+
+
+def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
+    """Insert the steps (all ``pending``) in one Core ``executemany`` on the table: the
+    ORM's per-row bulk bookkeeping is skipped (no row object is made for them)."""
+    if not steps:
+        return
+    session.execute(
+        insert(_STEPS),
+        [
+            {
+                "operation_id": operation_id,
+                "seq": seq,
+                "path": step["path"],
+                "operation": step["operation"],
+                "old_state": step["old"],
+                "new_state": step["new"],
+                "status": StepStatus.PENDING.value,
+                "temp_name": step.get("temp_name"),
+            }
+            for seq, step in enumerate(steps)
+        ],
+    )
+
+
+_STEP_COLUMNS = (
+    StepRow.seq,
+    StepRow.path,
+    StepRow.operation,
+    StepRow.old_state,
+    StepRow.new_state,
+    StepRow.status,
+    StepRow.temp_name,
+    StepRow.detail,
+)
+
+
+def steps(session: Session, operation_id: str) -> list[Step]:
+    """The operation's steps in order, read as plain rows: no ORM object is made per step
+    (an operation view of 1150 steps spent most of its time making them). The session
+    flushes first, as for any query, so a step changed in it is read as changed."""
+    query = select(*_STEP_COLUMNS).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
+    return [
+        Step(
+            seq=seq,
+            path=path,
+            operation=operation,
+            old_state=old_state,
+            new_state=new_state,
+            status=StepStatus(status),
+            temp_name=temp_name,
+            detail=detail,
+        )
+        for seq, path, operation, old_state, new_state, status, temp_name, detail in (
+            session.execute(query)
+        )
+    ]
+
+
+def has_steps(session: Session, operation_id: str) -> bool:
+    query = select(StepRow.seq).where(StepRow.operation_id == operation_id).limit(1)
+    return session.scalar(query) is not None
+
+
+def set_steps(
+    session: Session,
+    operation_id: str,
+    statuses: dict[int, StepStatus],
+    details: dict[int, str] | None = None,
+) -> None:
+    """Set the status (and detail) of the steps named by seq, in one bulk statement."""
+    if statuses:
+        session.execute(
+            update(StepRow),
+            [
+                {
+                    "operation_id": operation_id,
+                    "seq": seq,
+                    "status": status.value,
+                    **({"detail": details[seq]} if details and seq in details else {}),
+                }
+                for seq, status in statuses.items()
+            ],
+        )
+
+
+def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
+    """Set every step of an operation to ``status`` in one statement."""
+    session.execute(
+        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status.value)
+    )
+
+
+def delete_steps(session: Session, operation_id: str) -> None:
+    """Remove every step of an operation in one statement (a new plan replaces them)."""
+    session.execute(delete(StepRow).where(StepRow.operation_id == operation_id))
+
+
+def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
+    known = set(created_dirs(session, operation_id))
+    start = len(known)
+    fresh = [p for p in dict.fromkeys(paths) if p not in known]
+    session.add_all(
+        CreatedDirRow(operation_id=operation_id, path=path, seq=start + index)
+        for index, path in enumerate(fresh)
+    )
+
+
+def delete_created_dirs(session: Session, operation_id: str) -> None:
+    """Forget the directory intents of an attempt that was refused (its directories are gone)."""
+    session.execute(delete(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id))
+
+
+def created_dirs(session: Session, operation_id: str) -> list[str]:
+    """The directories the operation journaled as to be created, in journal order."""
+    query = select(CreatedDirRow.path).where(CreatedDirRow.operation_id == operation_id)
+    return list(session.scalars(query.order_by(CreatedDirRow.seq)))
