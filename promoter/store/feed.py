@@ -10,8 +10,9 @@ positions out of order, the feed rows are written under a transaction-scoped adv
 lock taken after everything else of the transaction has been flushed (so the lock never
 waits on a row lock). After every commit that wrote, ``promoter.store.wakeup.COMMITS``
 is notified: a write is a flush of ORM objects or an INSERT, UPDATE or DELETE statement
-executed on the session (the journal writes steps that way, with no ORM object). ``after`` reads the rows after a position; ``cursor``/``position`` turn a
-position into the opaque cursor and back.
+executed on the session (the journal writes steps that way, with no ORM object).
+``after`` reads the rows after a position; ``cursor``/``position`` turn a position into
+the opaque cursor and back.
 
 Deliberately not here: the events' content and hash chain (``promoter.store.ledger``),
 waiting (``promoter.api.longpoll``), webhooks.
