@@ -31,7 +31,7 @@ from promoter.api.deps import (
 from promoter.api.models import DecisionRequest, OperationView
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
-from promoter.api.routes.operations import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
+from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.engine import operations
 from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.bundles import bundle_owner
