@@ -33,8 +33,9 @@ Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_b
 
 Deliberately not here: whether an operation may be recovered or reconciled at all (the
 guard of ``promoter.domain.states``; ``recover_rollback`` only re-checks the status it was
-called for), the writes themselves (``promoter.fs``), and deciding to roll back on a
-failed check or write (``promoter.engine.outcome``).
+called for), the writes themselves (``promoter.fs``), deciding to roll back on a
+failed check or write (``promoter.engine.outcome``), and how each target is worded in the
+receipt (``promoter.engine.rollback_report``).
 """
 
 from __future__ import annotations
@@ -49,19 +50,24 @@ from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
-from promoter.domain.state import State, observed
+from promoter.domain.state import State
 from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
+from promoter.engine.rollback_report import (
+    AT_OLD,
+    Outcome,
+    reason_of,
+    rollback_status,
+    target_report,
+)
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.errors import (
     NotRecoverable,
     OperationConflict,
     OperationUnknown,
-    PathUnsafe,
     PromoterError,
-    TargetDrift,
     WriteFailed,
 )
 from promoter.fs.chain import LeafState
@@ -77,63 +83,6 @@ ROLLBACK_FROM = {
 
 def rollback_id(operation_id: str) -> str:
     return content_id("op", sha256_hex(canonical_bytes({"rollback_of": operation_id})))
-
-
-AT_OLD = ("restored", "already_old")
-Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
-
-
-def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
-    """What the path read back as, with its kind; None when it could not be read at all."""
-    return None if leaf is None else observed(leaf, leaf.size)
-
-
-def _reason_of(exc: PromoterError | OSError) -> str:
-    """Why a target could not be restored, from the error that stopped it."""
-    if isinstance(exc, TargetDrift):
-        return "conflict"
-    if isinstance(exc, PathUnsafe):
-        return "unsafe"
-    if isinstance(exc, OSError) or (isinstance(exc, WriteFailed) and _errno(exc) is not None):
-        return "io_error"
-    if exc.code in ("storage_error", "blob_missing", "blob_hash_mismatch"):
-        return "storage_error"
-    return "error"
-
-
-def _errno(exc: PromoterError | OSError) -> int | None:
-    value = exc.errno if isinstance(exc, OSError) else exc.context.get("errno")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
-    if exc is None:
-        return None
-    if isinstance(exc, OSError):
-        return {"code": "write_failed", "errno": exc.errno, "detail": str(exc)[:500]}
-    return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
-
-
-def _target(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
-    result = reason if reason in (*AT_OLD, "conflict") else "failed"
-    error = None if reason in AT_OLD else _error(exc)
-    return {
-        "path": path,
-        "result": result,
-        "reason": reason,
-        "error": error,
-        "actual": _actual(leaf),
-    }
-
-
-def rollback_status(targets: list[dict[str, Any]]) -> OperationStatus:
-    """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
-    at_old = sum(1 for t in targets if t["result"] in AT_OLD)
-    if at_old == len(targets):
-        return OperationStatus.ROLLED_BACK
-    if at_old == 0:
-        return OperationStatus.ROLLBACK_FAILED
-    return OperationStatus.ROLLBACK_PARTIAL
 
 
 def _load(session: Any, operation_id: str) -> Operation:
@@ -320,7 +269,7 @@ def _rollback_locked(
             done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
             step_rows.set_steps(session, child_id, {seq: done_as}, {seq: reason})
         faults.point("rollback_after_step")
-        targets.append(_target(str(step["path"]), reason, leaf, exc))
+        targets.append(target_report(str(step["path"]), reason, leaf, exc))
     removed = [
         d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
     ]
@@ -405,7 +354,7 @@ def _one(
     try:
         leaf = root.read_state(step["path"])
     except PromoterError as exc:
-        return _reason_of(exc), None, exc
+        return reason_of(exc), None, exc
     move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
     if move is not RollbackMove.WRITE_OLD:
         return move.value, leaf, None
@@ -429,10 +378,10 @@ def _one(
         try:
             leaf = root.read_state(step["path"])
         except PromoterError:
-            return _reason_of(exc), None, exc
+            return reason_of(exc), None, exc
         if leaf.matches(old):
             return "restored", leaf, None
         if leaf.matches(new):  # nothing changed: the write itself failed
-            return _reason_of(exc), leaf, exc
+            return reason_of(exc), leaf, exc
         return "conflict", leaf, exc
     return ("restored" if leaf.matches(old) else "conflict"), leaf, None
