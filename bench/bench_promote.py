@@ -582,7 +582,7 @@ PHASES: tuple[tuple[str, _Lookup], ...] = (
     ("repository lock", (("fs/lock.py", "acquire"),)),
     ("read-back under the lock", (("engine/preconditions.py", "read_back"),)),
     ("journal: steps + decision + action", (("engine/promote.py", "_journal"),)),
-    ("write temps + fsync + journal", (("engine/promote.py", "_stage_temps"),)),
+    ("write temps + fsync + journal", (("engine/staging.py", "stage_temps"),)),
     ("replaces and unlinks", (("engine/apply.py", "place"), ("engine/apply.py", "remove"))),
     ("parent directory fsyncs", (("engine/apply.py", "fsync"),)),
     ("final read-back + receipt (finish)", (("engine/outcome.py", "finish"),)),

@@ -15,14 +15,13 @@ per-path report. Requests, idempotency and scheduling live in
 How the attempt ends (read-back, check, receipt) is ``promoter.engine.outcome``'s.
 
 Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
-(``promoter.engine.dirs``), ``after_temps_journaled``, ``after_replaces`` (plus the fs
-layer's own and ``promoter.engine.outcome``'s).
+(``promoter.engine.dirs``), ``after_temps_journaled`` (``promoter.engine.staging``),
+``after_replaces`` (plus the fs layer's own and ``promoter.engine.outcome``'s).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -30,7 +29,7 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1
-from promoter.domain.paths import temp_name, wire_path
+from promoter.domain.paths import temp_name
 from promoter.domain.plan import journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.state import State
@@ -45,15 +44,14 @@ from promoter.engine.outcome import finish
 from promoter.engine.preconditions import ReadBack, read_back
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, Stopped, TargetDrift, WriteFailed
+from promoter.engine.staging import remove_dirs, stage_temps
+from promoter.errors import PromoterError, TargetDrift, WriteFailed
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
-from promoter.store.blobs import BlobStore
 from promoter.store.db import Database
 
 log = logging.getLogger("promoter.promote")
-TEMPS_TOGETHER = 64  # temps written before the first of them is fsynced (``_stage_temps``)
 
 
 def targets_digest(changes: list[Change]) -> str:
@@ -279,7 +277,7 @@ def apply_changes(
                 c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists
             ]
             journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
-        _stage_temps(
+        stage_temps(
             services.db,
             services.blobs,
             services.stopping,
@@ -292,7 +290,7 @@ def apply_changes(
         )
     except (PromoterError, OSError) as exc:
         apply.drop_staged()
-        _remove_dirs(root, apply.created_dirs)
+        remove_dirs(root, apply.created_dirs)
         apply.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
         if apply.kept:  # someone else's bytes were found at a temp name: fail closed
@@ -355,53 +353,3 @@ def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> 
             code="stopped",
             detail=f"the daemon stopped after {len(applied)} of the steps",
         )
-
-
-def _stage_temps(
-    db: Database,
-    blobs: BlobStore,
-    stopping: threading.Event,
-    operation_id: str,
-    attempt: int,
-    apply: Applier,
-    changes: list[Change],
-    wanted: set[int],
-    journaled_dirs: list[str],
-) -> None:
-    """Write every new file of ``wanted`` to its journaled temp name.
-
-    ``TEMPS_TOGETHER`` temps are begun (written, writeback started) before the first of
-    them is ended (fsynced and named), so their fsyncs wait for the disk together; the
-    open descriptors stay bounded by it.
-
-    The temp names are the plan's (journaled with the steps); a directory the staging had
-    to make that was not journaled as to be created (it went missing after the plan) is
-    journaled here, so only that case crosses into the store.
-    """
-    for seq, change in enumerate(changes):
-        if not change.new.exists or seq not in wanted:
-            continue
-        assert change.new.sha256 is not None
-        if stopping.is_set():
-            raise Stopped("the daemon is stopping; nothing was written")
-        data = blobs.stream(change.new.sha256)
-        apply.begin(
-            seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
-        )
-        if len(apply.begun) >= TEMPS_TOGETHER:
-            apply.end_begun()
-    apply.end_begun()
-    known = set(journaled_dirs) | {wire_path(d) for d in journaled_dirs}
-    unjournaled = [d for d in apply.created_dirs if d not in known]
-    if unjournaled:
-        with db.session() as session:
-            step_rows.add_created_dirs(session, operation_id, unjournaled)
-    faults.point("after_temps_journaled")
-
-
-def _remove_dirs(root: Root, created: list[str]) -> None:
-    for directory in sorted(set(created), key=lambda d: d.count("/"), reverse=True):
-        try:
-            root.remove_dir_if_empty(directory)
-        except (PromoterError, OSError):
-            log.warning("could not remove created directory %s", directory)
