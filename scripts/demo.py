@@ -95,7 +95,8 @@ def run_demo() -> int:
     from promoter.client import PromoterClient
     from promoter.domain.canonical import rfc3339, utcnow
     from promoter.domain.models import GrantV1
-    from promoter.executor.builder import build_bundle, upload_and_submit
+    from promoter.executor.builder import build_bundle
+    from promoter.executor.handover import upload_and_submit
 
     with tempfile.TemporaryDirectory(prefix="promoter-demo-") as scratch:
         root = Path(scratch)

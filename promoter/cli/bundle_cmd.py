@@ -48,12 +48,8 @@ from promoter.client import PromoterClient
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.errors import GrantInvalid, PromoterError
-from promoter.executor.builder import (
-    BuiltBundle,
-    build_bundle,
-    grant_from_file,
-    upload_and_submit,
-)
+from promoter.executor.builder import BuiltBundle, build_bundle
+from promoter.executor.handover import grant_from_file, upload_and_submit
 
 __all__ = ["print_bundle", "print_diff", "print_receipt", "register"]
 

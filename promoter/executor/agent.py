@@ -23,7 +23,8 @@ from typing import Any
 
 from promoter.client import PromoterClient
 from promoter.errors import PromoterError
-from promoter.executor.builder import build_bundle, upload_and_submit
+from promoter.executor.builder import build_bundle
+from promoter.executor.handover import upload_and_submit
 
 __all__ = ["AgentTools"]
 

@@ -13,24 +13,23 @@ text), paths that break the path rules (``PathInvalid``) and changes the grant d
 authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
 Old states are the base tree's, which is what the host checks; for a chained grant
 (``base_operation``), the states the base operations left at the paths they touched
-(``since``). ``upload_and_submit`` uploads only the blobs the host lacks, old and new,
-then submits the bundle and returns the verification receipt.
+(``since``).
 
-It deliberately does not register grants, set leases or promote (orchestrator work),
-and it never writes the worktree or its repository.
+It deliberately does not talk to the host (``promoter.executor.handover`` uploads and
+submits), register grants, set leases or promote (orchestrator work), and it never
+writes the worktree or its repository.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from promoter.client import PromoterClient
 from promoter.domain import links
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import grant_sha256, seal_bundle
@@ -39,9 +38,7 @@ from promoter.domain.models import (
     FileState,
     GrantV1,
     PatchBundleV1,
-    PatchVerificationReceiptV1,
 )
-from promoter.domain.parsing import load_json, parse_model
 from promoter.domain.paths import sort_key
 from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, VerificationFailed
 from promoter.executor.policy import check_changes, check_paths, printable
@@ -51,18 +48,7 @@ from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry
 
-__all__ = [
-    "BlobSource",
-    "BuiltBundle",
-    "Progress",
-    "build_bundle",
-    "grant_from_file",
-    "upload_and_submit",
-    "upload_missing",
-]
-
-Progress = Callable[[int, int], None]
-"""Called with (bytes uploaded so far, bytes to upload in all)."""
+__all__ = ["BlobSource", "BuiltBundle", "build_bundle"]
 
 _OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
 
@@ -362,47 +348,3 @@ def build_bundle(
     except BaseException:
         shadow.close()
         raise
-
-
-def upload_missing(
-    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
-) -> list[str]:
-    """Upload the referenced blobs the host does not hold (small ones batched); their sha256s."""
-    missing = [s for s in client.blobs_missing(sorted(built.blobs)) if s in built.blobs]
-    total = sum(built.blobs[s].size for s in missing)
-    sent = 0
-    if progress is not None:
-        progress(0, total)
-
-    def counted(sha256: str) -> Iterator[bytes]:
-        nonlocal sent
-        for chunk in built.iter_blob(sha256):
-            sent += len(chunk)
-            if progress is not None:
-                progress(sent, total)
-            yield chunk
-
-    client.put_blobs((s, built.blobs[s].size, counted(s)) for s in missing)
-    return missing
-
-
-def upload_and_submit(
-    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
-) -> PatchVerificationReceiptV1:
-    """Upload missing blobs, submit the bundle, return the passed verification receipt.
-
-    A failed verification is raised by the client as the code of the first failed check,
-    the failed receipt in the error's ``verification_receipt`` context member.
-    """
-    upload_missing(client, built, progress)
-    answer = client.submit_bundle(built.bundle)
-    return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
-
-
-def grant_from_file(path: Path) -> GrantV1:
-    """A GrantV1 read from a JSON file (sealed or not)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
-    return parse_model(GrantV1, load_json(raw))

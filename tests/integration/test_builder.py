@@ -15,7 +15,7 @@ from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.errors import PathInvalid, PathUnsafe, PromoterError, VerificationFailed
 from promoter.executor import build_bundle, upload_and_submit, upload_missing
-from promoter.executor.builder import grant_from_file
+from promoter.executor.handover import grant_from_file
 from tests.gitutil import commit_all, git, tree_digest
 from tests.support.daemon import Daemon
 from tests.support.flows import jcs_sha, make_grant, sha, state

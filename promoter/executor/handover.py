@@ -1,0 +1,68 @@
+"""Handing a built bundle to the host: upload the blobs it lacks, submit, read a grant.
+
+``upload_and_submit`` uploads only the referenced blobs the host does not hold, old and
+new (small ones batched, big ones streamed, with progress), then submits the bundle and
+returns the verification receipt; ``grant_from_file`` reads a grant document.
+Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
+transport (``promoter.client``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from promoter.client import PromoterClient
+from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
+from promoter.domain.parsing import load_json, parse_model
+from promoter.errors import GrantInvalid
+from promoter.executor.builder import BuiltBundle
+
+__all__ = ["Progress", "grant_from_file", "upload_and_submit", "upload_missing"]
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes uploaded so far, bytes to upload in all)."""
+
+
+def upload_missing(
+    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
+) -> list[str]:
+    """Upload the referenced blobs the host does not hold (small ones batched); their sha256s."""
+    missing = [s for s in client.blobs_missing(sorted(built.blobs)) if s in built.blobs]
+    total = sum(built.blobs[s].size for s in missing)
+    sent = 0
+    if progress is not None:
+        progress(0, total)
+
+    def counted(sha256: str) -> Iterator[bytes]:
+        nonlocal sent
+        for chunk in built.iter_blob(sha256):
+            sent += len(chunk)
+            if progress is not None:
+                progress(sent, total)
+            yield chunk
+
+    client.put_blobs((s, built.blobs[s].size, counted(s)) for s in missing)
+    return missing
+
+
+def upload_and_submit(
+    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
+) -> PatchVerificationReceiptV1:
+    """Upload missing blobs, submit the bundle, return the passed verification receipt.
+
+    A failed verification is raised by the client as the code of the first failed check,
+    the failed receipt in the error's ``verification_receipt`` context member.
+    """
+    upload_missing(client, built, progress)
+    answer = client.submit_bundle(built.bundle)
+    return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+
+
+def grant_from_file(path: Path) -> GrantV1:
+    """A GrantV1 read from a JSON file (sealed or not)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
+    return parse_model(GrantV1, load_json(raw))
