@@ -39,7 +39,8 @@ from promoter.domain.models import (
 from promoter.domain.paths import check_path
 from promoter.errors import BadRequest, ConfigError, PathUnsafe, PromoterError, error_class
 from promoter.fs.root import Root
-from promoter.git.readback import RepoLayout, commit_tree, discover, index_entries
+from promoter.git.head import commit_tree
+from promoter.git.readback import RepoLayout, discover, index_entries
 
 __all__ = ["capture_precondition", "parse_allow", "register"]
 

@@ -32,7 +32,7 @@ from promoter.errors import (
     LeaseFenceRegression,
     StorageError,
 )
-from promoter.git.readback import commit_tree
+from promoter.git.head import commit_tree
 from promoter.store import repo
 
 _lease_lock = threading.Lock()

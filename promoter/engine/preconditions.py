@@ -43,16 +43,15 @@ from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
+from promoter.git.gitlinks import gitlinks_and_nested
+from promoter.git.head import HeadState, read_head
 from promoter.git.readback import (
-    HeadState,
     IndexEntry,
     RepoLayout,
     TreeEntry,
-    gitlinks_and_nested,
     index_entries,
     path_entries,
     prefixes_of,
-    read_head,
     tree_entries,
 )
 

@@ -52,8 +52,10 @@ from promoter.executor.seed_index import (
     harmless_attributes,
     plain_index,
 )
+from promoter.git.gitlinks import first_gitlink_reason
+from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
-from promoter.git.readback import commit_tree, first_gitlink_reason, head_commit, prefixes_of
+from promoter.git.readback import prefixes_of
 from promoter.git.records import (
     DiffEntry,
     check_pathspec_paths,
@@ -311,7 +313,7 @@ class SeededShadow(ShadowTree):
     ) -> dict[str, str]:
         """``ShadowTree.unsupported``, answered from the seed's listing when it holds the
         gitlinks of the index and of HEAD (HEAD's tree is the base tree); the same
-        reasons, in the same order as ``readback.gitlinks_and_nested`` gives them."""
+        reasons, in the same order as ``gitlinks.gitlinks_and_nested`` gives them."""
         if self._index_gitlinks is None or self.gitlinks is None:
             return super().unsupported(entries, symlinks=symlinks)
         head = head_commit(self.layout)

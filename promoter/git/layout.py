@@ -5,8 +5,8 @@ guard, and why others are refused), the ``RepoLayout`` it returns, the repositor
 identity of SPEC §5.1, and the environment that pins later git commands to a layout
 instead of letting git rediscover it.
 
-It deliberately reads nothing else from the repository: HEAD, index, trees and blobs are
-``readback.py``'s. Discovery runs ``git rev-parse`` only.
+It deliberately reads nothing else from the repository: HEAD is ``head.py``'s, index,
+trees and blobs are ``readback.py``'s. Discovery runs ``git rev-parse`` only.
 """
 
 from __future__ import annotations

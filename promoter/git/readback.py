@@ -1,25 +1,19 @@
 """Typed, read-only facts about a git worktree.
 
-This module owns what promoter reads out of a repository to decide whether it may write:
-symbolic HEAD and HEAD's commit and tree, the index entries and tree entries of given
-paths (every merge stage kept apart), blob contents and hashes, gitlinks and nested
-repositories in the way of a path, and full tree listings. ``RepoLayout``, ``discover``
-and ``repository_identity`` live in ``layout.py`` and are re-exported here.
+This module owns what promoter reads out of a repository's index and trees to decide
+whether it may write: the index entries and tree entries of given paths (every merge
+stage kept apart), blob contents and hashes, and full tree listings. HEAD and commits
+are ``head.py``'s, gitlinks and nested repositories in the way of a path
+``gitlinks.py``'s. ``RepoLayout``, ``discover`` and ``repository_identity`` live in
+``layout.py`` and are re-exported here.
 
 Every git command here only reads: plumbing commands, ``GIT_OPTIONAL_LOCKS=0``, the
 repository pinned with ``GIT_DIR`` and ``GIT_WORK_TREE`` once discovered, pathspecs that
 match exactly the paths named. Nothing here writes the index, refs, objects or config.
-It deliberately does not decide what a fact means for a promotion (the engine compares),
-and its look at the disk in ``gitlinks_and_nested`` is advisory: the descriptor-chain
-writer re-checks.
+It deliberately does not decide what a fact means for a promotion (the engine compares).
 
 What the look-ups cost scales with the paths asked about, not with the repository:
 
-- ``read_head``: symbolic HEAD, HEAD's commit and its tree from one ``git for-each-ref``
-  of the branch HEAD is expected on (``%(HEAD)`` marks the ref HEAD resolves to, and
-  the ref's object type and tree come with it); any other case (detached, unborn,
-  another branch, not a commit) is answered by ``symbolic_head``, ``head_commit`` and
-  ``commit_tree`` exactly as before.
 - ``index_entries``: one ``git ls-files`` per argv-sized batch, for the paths not
   answered before from the same index file (``promoter.git.index_memo``: the answer of
   a path is remembered under the index file's identity, checksum included, when that
@@ -35,10 +29,6 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   ``WHOLE_LISTING_PER_PATH`` entries per path asked (read from the index header: a
   regular file, ``DIRC``, its entry count), one ``ls-files`` without pathspecs lists it
   whole and the answers are picked out of that listing: the same entries, cheaper.
-- ``gitlinks_and_nested``: a gitlink or nested repository in the way of a path, from
-  the index entries of its leading directories and one look at each leading directory
-  on disk; a pass shares one ``seen`` map, so a directory is looked at once per pass
-  however many paths lie below it.
 - ``path_entries``: a tree's entries of some paths and of every leading directory of
   them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
   so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
@@ -60,9 +50,7 @@ import stat
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
-from promoter.errors import GitError
 from promoter.git import index_memo
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
@@ -74,28 +62,21 @@ from promoter.git.records import (
     parse_ls_tree,
     require_oid,
 )
-from promoter.git.runner import GitResult, run_git, stderr_tail
+from promoter.git.runner import GitResult, run_git
 
 __all__ = [
-    "HeadState",
     "IndexEntry",
     "RepoLayout",
     "TreeEntry",
     "blob_sha256",
-    "commit_exists",
-    "commit_tree",
     "discover",
-    "gitlinks_and_nested",
-    "head_commit",
     "index_entries",
     "iter_blob",
     "list_tree_files",
     "path_entries",
     "prefixes_of",
     "read_blob",
-    "read_head",
     "repository_identity",
-    "symbolic_head",
     "tree_entries",
 ]
 
@@ -123,110 +104,6 @@ def _git(
     if literal:
         env.update(_LITERAL)
     return run_git(args, cwd=layout.worktree, env=env, check=check)
-
-
-# --- HEAD and commits ---------------------------------------------------------------------
-
-
-def symbolic_head(layout: RepoLayout) -> str | None:
-    """The ref HEAD points at (``refs/heads/main``), or ``None`` when HEAD is detached."""
-    result = _git(layout, ["symbolic-ref", "-q", "HEAD"], check=False)
-    if result.returncode == 1:
-        return None
-    if result.returncode != 0:
-        raise GitError("git symbolic-ref HEAD failed", stderr=stderr_tail(result.stderr))
-    return result.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
-
-
-def head_commit(layout: RepoLayout) -> str | None:
-    """HEAD's commit id, or ``None`` on an unborn branch; ``GitError`` if HEAD is no commit."""
-    result = _git(layout, ["rev-parse", "-q", "--verify", "HEAD"], check=False)
-    if result.returncode != 0:
-        return None
-    oid = result.stdout.decode("ascii", "replace").strip()
-    require_oid(oid, "HEAD")
-    if not commit_exists(layout, oid):
-        raise GitError(f"HEAD points at {oid}, which is not a commit in the repository")
-    return oid
-
-
-@dataclass(frozen=True)
-class HeadState:
-    """Symbolic HEAD (``None``: detached), HEAD's commit (``None``: unborn) and its tree."""
-
-    branch: str | None
-    commit: str | None
-    tree: str | None
-
-
-def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
-    """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
-
-    When HEAD is ``expected_branch`` and that ref points at a commit, one
-    ``git for-each-ref`` answers all three; otherwise (or when it fails) they are read
-    one by one, so the answers are always those of the three functions.
-    """
-    if expected_branch is not None and expected_branch.startswith("refs/"):
-        fast = _head_from_ref(layout, expected_branch)
-        if fast is not None:
-            return fast
-    branch = symbolic_head(layout)
-    commit = head_commit(layout)
-    tree = commit_tree(layout, commit) if commit else None
-    return HeadState(branch, commit, tree)
-
-
-def _head_from_ref(layout: RepoLayout, branch: str) -> HeadState | None:
-    fields = "%(HEAD)%00%(refname)%00%(objecttype)%00%(objectname)%00%(tree)"
-    result = _git(layout, ["for-each-ref", f"--format={fields}", "--", branch], check=False)
-    if result.returncode != 0:
-        return None
-    for line in result.stdout.split(b"\n"):
-        parts = line.split(b"\0")
-        if len(parts) != 5 or os.fsdecode(parts[1]) != branch:
-            continue
-        marker, _, kind, commit, tree = (part.decode("ascii", "replace") for part in parts)
-        if marker != "*" or kind != "commit":
-            return None
-        return HeadState(branch, require_oid(commit, "HEAD"), require_oid(tree, "tree"))
-    return None
-
-
-def _peel(layout: RepoLayout, oid: str, kind: str) -> str | None:
-    result = _git(layout, ["rev-parse", "-q", "--verify", f"{oid}^{{{kind}}}"], check=False)
-    if result.returncode != 0:
-        return None
-    return result.stdout.decode("ascii", "replace").strip()
-
-
-def commit_exists(layout: RepoLayout, oid: str) -> bool:
-    """Whether ``oid`` names a commit object in the repository (a tag to one does not)."""
-    require_oid(oid, "commit")
-    return _peel(layout, oid, "commit") == oid
-
-
-def commit_tree(layout: RepoLayout, commit: str) -> str | None:
-    """The tree of commit ``commit``, or ``None`` if there is no such commit.
-
-    One ``git cat-file --batch-check`` peels ``commit`` to a commit and to a tree.
-    """
-    require_oid(commit, "commit")
-    request = f"{commit}^{{commit}}\n{commit}^{{tree}}\n".encode("ascii")
-    result = run_git(
-        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
-        cwd=layout.worktree,
-        env=repo_env(layout),
-        input=request,
-    )
-    lines = result.stdout.decode("ascii", "replace").split("\n")
-    if len(lines) != 3 or lines[2]:
-        raise GitError("unexpected output from git cat-file --batch-check", commit=commit)
-    if lines[0] != f"{commit} commit":
-        return None
-    oid, _, kind = lines[1].partition(" ")
-    if kind != "tree":
-        raise GitError(f"commit {commit} has no readable tree", commit=commit)
-    return require_oid(oid, "tree")
 
 
 # --- index and trees ----------------------------------------------------------------------
@@ -483,108 +360,3 @@ def iter_blob(layout: RepoLayout, oid: str, chunk_size: int = CHUNK_SIZE) -> Ite
     """The content of blob ``oid`` in chunks, without holding it whole."""
     with CatFile(cwd=layout.worktree, env=repo_env(layout)) as cat:
         yield from cat.blob_chunks(oid, chunk_size)
-
-
-# --- repository shape ---------------------------------------------------------------------
-
-
-def gitlinks_and_nested(
-    layout: RepoLayout,
-    paths: Sequence[str],
-    *,
-    index: dict[str, list[IndexEntry]] | None = None,
-    head_tree: tuple[str | None, dict[str, TreeEntry | None]] | None = None,
-) -> dict[str, str]:
-    """Paths that sit on or under a gitlink or a nested repository, with the reason.
-
-    For each path, the path itself and each of its leading directories is looked up as a
-    gitlink (mode 160000) in the index and in HEAD's tree, and on disk as a directory
-    holding a ``.git`` entry. The disk walk uses ``lstat`` and stops at the first
-    component that is not a real directory; it never follows a symlink. Clean paths are
-    absent from the result.
-
-    A caller that has already read them passes ``index`` (``index_entries`` of every
-    path and leading directory) and ``head_tree`` (HEAD's tree, ``None`` when unborn,
-    with ``path_entries`` of the paths in it), so nothing is read twice.
-    """
-    wanted = list(dict.fromkeys(paths))
-    check_pathspec_paths(wanted)
-    prefixes = list(dict.fromkeys(p for path in wanted for p in prefixes_of(path)))
-    if index is None:
-        index = index_entries(layout, prefixes)
-    in_index = {
-        prefix
-        for prefix in prefixes
-        if any(entry.mode == GITLINK_MODE for entry in index.get(prefix, []))
-    }
-    if head_tree is None:
-        head = head_commit(layout)
-        tree = None if head is None else commit_tree(layout, head)
-        head_tree = (tree, path_entries(layout, tree, wanted) if tree is not None else {})
-    entries = head_tree[1]
-    in_head = {
-        prefix
-        for prefix in prefixes
-        if (entry := entries.get(prefix)) is not None and entry.mode == GITLINK_MODE
-    }
-    offending: dict[str, str] = {}
-    seen: dict[str, str | None] = {}
-    for path in wanted:
-        reason = first_gitlink_reason(layout, prefixes_of(path), in_index, in_head, seen)
-        if reason is not None:
-            offending[path] = reason
-    return offending
-
-
-_GO_ON = ""  # a directory without a ``.git`` entry: look at the next component
-
-
-def first_gitlink_reason(
-    layout: RepoLayout,
-    prefixes: list[str],
-    in_index: set[str],
-    in_head: set[str],
-    seen: dict[str, str | None] | None = None,
-) -> str | None:
-    """Why a path with these ``prefixes`` (leading directories first, the path last) is
-    on or under a gitlink or a nested repository; None when it is not.
-
-    ``seen``: what the disk said of each prefix already looked at in the same pass (a
-    caller checking many paths passes one dict to all of them), so each distinct
-    directory costs its two ``lstat`` calls once per pass, not once per path below it.
-    """
-    for prefix in prefixes:
-        if prefix in in_index:
-            return f"{prefix!r} is a gitlink (submodule) in the index"
-        if prefix in in_head:
-            return f"{prefix!r} is a gitlink (submodule) in HEAD"
-    for prefix in prefixes:
-        if seen is None:
-            found = _on_disk(layout, prefix)
-        elif prefix in seen:
-            found = seen[prefix]
-        else:
-            found = seen[prefix] = _on_disk(layout, prefix)
-        if found != _GO_ON:
-            return found
-    return None
-
-
-def _on_disk(layout: RepoLayout, prefix: str) -> str | None:
-    """``_GO_ON`` for a real directory without ``.git``; None when ``prefix`` is not a
-    directory (nothing below it can be a repository); else the reason."""
-    directory = os.path.join(layout.worktree, prefix)
-    try:
-        if not stat.S_ISDIR(os.lstat(directory).st_mode):
-            return None
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
-    try:
-        os.lstat(os.path.join(directory, ".git"))
-    except FileNotFoundError:
-        return _GO_ON
-    except OSError as exc:
-        return f"{prefix!r} cannot be examined: {exc.strerror or exc}"
-    return f"{prefix!r} is a nested repository (it holds a .git entry)"

@@ -12,7 +12,7 @@ set to the worktree and ``GIT_INDEX_FILE`` inside the private directory. Of the
 repository, these commands read only its objects and a copy of its ``info/exclude``;
 its config never applies to them, so its filters, hooks, fsmonitor or ``core.autocrlf``
 cannot run or apply. (HEAD for the default seed and the gitlink look-ups of
-``unsupported`` go through ``readback.py``, read-only.) The repository's object
+``unsupported`` go through ``head.py`` and ``gitlinks.py``, read-only.) The repository's object
 directory is made visible as an alternate (``GIT_ALTERNATE_OBJECT_DIRECTORIES``) only
 to commands that read objects (``read-tree``, the stat refresh, ``diff-tree``,
 ``cat-file``); the commands that write objects (``add``, ``write-tree --missing-ok``)
@@ -43,9 +43,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
 from promoter.errors import RepositoryInvalid
+from promoter.git.gitlinks import gitlinks_and_nested
+from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
-from promoter.git.readback import commit_tree, gitlinks_and_nested, head_commit
 from promoter.git.records import EMPTY_TREE, DiffEntry, decode_path, parse_diff_raw, require_oid
 from promoter.git.runner import GitResult, run_git
 

@@ -9,20 +9,17 @@ from pathlib import Path
 import pytest
 
 from promoter.errors import GitError
+from promoter.git.gitlinks import gitlinks_and_nested
+from promoter.git.head import commit_exists, commit_tree, head_commit, symbolic_head
 from promoter.git.readback import (
     IndexEntry,
     TreeEntry,
     blob_sha256,
-    commit_exists,
-    commit_tree,
     discover,
-    gitlinks_and_nested,
-    head_commit,
     index_entries,
     iter_blob,
     list_tree_files,
     read_blob,
-    symbolic_head,
     tree_entries,
 )
 from promoter.git.records import EMPTY_BLOB

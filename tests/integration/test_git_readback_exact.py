@@ -15,19 +15,15 @@ from pathlib import Path
 import pytest
 
 from promoter.git import index_memo, readback, runner
+from promoter.git.gitlinks import gitlinks_and_nested
+from promoter.git.head import HeadState, commit_tree, head_commit, read_head, symbolic_head
 from promoter.git.layout import repo_env
 from promoter.git.readback import (
-    HeadState,
-    commit_tree,
     discover,
     exact_pathspec,
-    gitlinks_and_nested,
-    head_commit,
     index_entries,
     path_entries,
     prefixes_of,
-    read_head,
-    symbolic_head,
     tree_entries,
 )
 from promoter.git.records import parse_ls_files_stage

@@ -32,7 +32,7 @@ from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.engine.grants import load_grant, register_grant, set_lease
 from promoter.errors import Forbidden, ValidationFailed
-from promoter.git.readback import head_commit, symbolic_head
+from promoter.git.head import head_commit, symbolic_head
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")

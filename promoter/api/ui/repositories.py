@@ -27,8 +27,8 @@ from promoter.engine import snapshot_restore, snapshots
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, SnapshotStale
+from promoter.git.head import head_commit, symbolic_head
 from promoter.git.layout import repo_env
-from promoter.git.readback import head_commit, symbolic_head
 from promoter.git.runner import run_git
 from promoter.store import journal
 
