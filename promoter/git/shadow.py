@@ -37,25 +37,19 @@ files, into a private index that is never kept, and set into that tree by
 ``promoter.git.tree_edit``; the shadow index is neither read nor written.
 ``ignored_directories`` names the directories ignored as a whole, which a watch skips.
 
-Deliberately not here: the repository lock (callers hold it around ``capture`` and
-``collect_garbage``), the database, and any write to the worktree.
+Deliberately not here: the shadow's own files on disk (``shadow_files.py``), the diff's
+shape and its capped read (``shadow_diff.py``), the repository lock (callers hold it
+around ``capture`` and ``collect_garbage``), the database, and any write to the worktree.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import shutil
 import stat
-import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from promoter.domain.paths import wire_path
 from promoter.errors import GitError, StorageError
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CatFile
@@ -67,24 +61,18 @@ from promoter.git.records import (
     parse_ls_tree,
     require_oid,
 )
-from promoter.git.runner import GitResult, git_argv, popen_git, run_git, stderr_tail
+from promoter.git.runner import GitResult, run_git, stderr_tail
+from promoter.git.shadow_diff import DIFF_FLAGS, DIFF_LIMIT, SnapshotDiff, bounded_stdout
+from promoter.git.shadow_files import OWN_EXCLUDES, ensure_shadow, put_file, unlink_missing_ok
 from promoter.git.tree_edit import TreeConflict, edit_tree
-from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG, NO_CONVERSION, ShadowTree
+from promoter.git.worktree_tree import NO_CONVERSION, ShadowTree
 
 __all__ = ["DIFF_LIMIT", "INDEX_NAME", "Capture", "ShadowRepository", "SnapshotDiff"]
 
 INDEX_NAME = "promoter-index"
 DELTA_INDEX_NAME = "promoter-index-delta"  # capture_changed's private index, never kept
 REF_PREFIX = "refs/snapshots/"
-DIFF_LIMIT = 1 << 20
 _PATHS_BYTES = 128 * 1024  # capture_paths names its paths in one argv
-# Appended to ShadowTree's configuration: the shadow has no worktree of its own.
-_EXTRA_CONFIG = "[core]\n\tbare = true\n\tlogAllRefUpdates = false\n"
-_OWN_EXCLUDES = (
-    "# promoter: never snapshot a git directory or promoter's own temp files\n"
-    "/.git\n.git\n.promoter-tmp-*\n"
-)
-_DIFF_FLAGS = ("-r", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color")
 
 
 @dataclass(frozen=True)
@@ -93,33 +81,6 @@ class Capture:
 
     tree: str
     nested_repositories: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SnapshotDiff:
-    """What changed from one tree to another; ``unified_diff`` is cut at ``limit`` bytes."""
-
-    entries: tuple[DiffEntry, ...]
-    unified_diff: str
-    truncated: bool
-
-    def wire(self) -> dict[str, Any]:
-        """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified).
-
-        Path bytes that are not UTF-8 are shown as ``\\xNN`` (``wire_path``); the unified
-        diff shows them as U+FFFD.
-        """
-
-        def paths(*statuses: str) -> list[str]:
-            return [_text(e.path) for e in self.entries if e.status in statuses]
-
-        return {
-            "added": paths("A"),
-            "modified": paths("M", "T"),
-            "deleted": paths("D"),
-            "unified_diff": self.unified_diff,
-            "truncated": self.truncated,
-        }
 
 
 class ShadowRepository:
@@ -140,7 +101,7 @@ class ShadowRepository:
             raise ValueError(f"not a repository identity: {identity!r}")
         path = os.path.join(os.path.realpath(snapshots_dir), identity + ".git")
         try:
-            _ensure(path)
+            ensure_shadow(path)
         except OSError as exc:
             raise StorageError(f"cannot prepare the shadow repository {path}: {exc}") from exc
         return cls(layout, path)
@@ -150,7 +111,7 @@ class ShadowRepository:
     def capture(self) -> Capture:
         """Bring the shadow index to the worktree's files and write their tree."""
         self._refresh_excludes()
-        _unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))  # a killed capture's
+        unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))  # a killed capture's
         self._work(["add", "-u"])
         ignored = self._work(["ls-files", "-z", "-c", "-i", "--exclude-standard"]).stdout
         if ignored:
@@ -182,7 +143,7 @@ class ShadowRepository:
             return None
         if self._refresh_excludes():
             return None
-        _unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))
+        unlink_missing_ok(os.path.join(self.path, INDEX_NAME + ".lock"))
         if paths:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
             updated = self._work(
@@ -217,12 +178,12 @@ class ShadowRepository:
         if not wanted:
             return Capture(require_oid(base, "tree"), ())
         delta = os.path.join(self.path, DELTA_INDEX_NAME)
-        _unlink_missing_ok(delta)
-        _unlink_missing_ok(delta + ".lock")
+        unlink_missing_ok(delta)
+        unlink_missing_ok(delta + ".lock")
         try:
             return self._capture_delta(base, wanted, delta)
         finally:
-            _unlink_missing_ok(delta)
+            unlink_missing_ok(delta)
 
     def ignored_directories(self) -> list[bytes]:
         """The worktree's directories that are ignored themselves (nothing below is captured).
@@ -233,7 +194,7 @@ class ShadowRepository:
         a new file there may be captured).
         """
         delta = os.path.join(self.path, DELTA_INDEX_NAME)
-        _unlink_missing_ok(delta)
+        unlink_missing_ok(delta)
         args = ["ls-files", "-z", "-o", "-i", "--exclude-standard", "--directory"]
         listing = self._work(args, index=delta).stdout
         candidates = [raw for raw in listing.split(b"\0") if raw.endswith(b"/")]
@@ -289,7 +250,9 @@ class ShadowRepository:
         user = ShadowTree(self.layout)._user_excludes()  # the same copy ShadowTree makes
         data = user + (b"" if not user or user.endswith(b"\n") else b"\n")
         try:
-            return _put(os.path.join(self.path, "info", "exclude"), data + _OWN_EXCLUDES.encode())
+            return put_file(
+                os.path.join(self.path, "info", "exclude"), data + OWN_EXCLUDES.encode()
+            )
         except OSError as exc:
             raise StorageError(f"cannot write the shadow's exclude file: {exc}") from exc
 
@@ -337,7 +300,7 @@ class ShadowRepository:
         """Raw changes from ``from_tree`` to ``to_tree`` (renames as delete + create)."""
         require_oid(from_tree, "tree")
         require_oid(to_tree, "tree")
-        args = ["diff-tree", *_DIFF_FLAGS, "-z", "--no-abbrev", from_tree, to_tree]
+        args = ["diff-tree", *DIFF_FLAGS, "-z", "--no-abbrev", from_tree, to_tree]
         return parse_diff_raw(self._git(args).stdout)
 
     def diff(self, from_tree: str, to_tree: str, *, limit: int = DIFF_LIMIT) -> SnapshotDiff:
@@ -345,8 +308,10 @@ class ShadowRepository:
         entries = self.diff_entries(from_tree, to_tree)
         data, truncated = b"", False
         if entries:
-            args = ["diff-tree", *_DIFF_FLAGS, "-p", from_tree, to_tree]
-            data, truncated = self._bounded(args, limit)
+            args = ["diff-tree", *DIFF_FLAGS, "-p", from_tree, to_tree]
+            data, truncated = bounded_stdout(
+                args, cwd=self.path, env=self._env, timeout=self.timeout, limit=limit
+            )
         if truncated:
             cut = data.rfind(b"\n", 0, limit)
             data = data[: cut + 1] if cut >= 0 else data[:limit]
@@ -391,102 +356,6 @@ class ShadowRepository:
             check=check,
         )
 
-    def _bounded(self, args: list[str], limit: int) -> tuple[bytes, bool]:
-        """stdout of a read-only command, at most ``limit + 1`` bytes kept (then killed)."""
-        argv = git_argv([*NO_CONVERSION, *args])
-        with tempfile.TemporaryFile() as err:
-            try:
-                proc = popen_git([*NO_CONVERSION, *args], cwd=self.path, env=self._env, stderr=err)
-            except OSError as exc:
-                raise GitError(f"git could not be started: {exc.strerror or exc}") from exc
-            timer = threading.Timer(self.timeout, proc.kill)
-            timer.start()
-            try:
-                assert proc.stdout is not None
-                data = proc.stdout.read(limit + 1)
-                truncated = len(data) > limit
-                if truncated:
-                    proc.kill()
-                proc.stdout.close()
-                returncode = proc.wait()
-            finally:
-                timer.cancel()
-            if not truncated and returncode != 0:
-                err.seek(0)
-                raise GitError(
-                    "git diff-tree failed",
-                    argv=argv,
-                    returncode=returncode,
-                    stderr=stderr_tail(err.read()),
-                )
-        return data, truncated
-
-
-def _text(path: str) -> str:
-    return wire_path(path)
-
-
-# --- the shadow's files ----------------------------------------------------------------------
-
-
-def _ensure(path: str) -> None:
-    """Create the shadow at ``path`` atomically, or refresh its config and attributes."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        _create(path)
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        raise StorageError(f"{path} is not a directory", path=path)
-    _put(os.path.join(path, "config"), (_CONFIG + _EXTRA_CONFIG).encode())
-    _put(os.path.join(path, "info", "attributes"), _ATTRIBUTES.encode())
-
-
-def _create(path: str) -> None:
-    parent = os.path.dirname(path)
-    os.makedirs(parent, mode=0o700, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".init-", dir=parent)
-    try:
-        for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
-            os.makedirs(os.path.join(staging, sub), mode=0o700)
-        _put(os.path.join(staging, "HEAD"), b"ref: refs/heads/main\n")
-        _put(os.path.join(staging, "config"), (_CONFIG + _EXTRA_CONFIG).encode())
-        _put(os.path.join(staging, "info", "attributes"), _ATTRIBUTES.encode())
-        _put(os.path.join(staging, "info", "exclude"), _OWN_EXCLUDES.encode())
-        try:
-            os.rename(staging, path)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            _ensure(path)  # another thread or process created it first
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _put(path: str, data: bytes) -> bool:
-    """Replace ``path`` with ``data`` (temp, fsync, rename) unless it already holds it.
-
-    Whether it was replaced.
-    """
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data:
-                return False
-    except FileNotFoundError:
-        pass
-    temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        _unlink_missing_ok(temp)
-        raise
-    return True
-
 
 def _outermost(paths: Iterable[bytes]) -> list[bytes]:
     """``paths`` without those below another of them, sorted."""
@@ -514,8 +383,3 @@ def _is_dir(path: str) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def _unlink_missing_ok(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
