@@ -22,8 +22,8 @@ from promoter.domain.states import (
 from promoter.errors import OperationConflict
 from promoter.store import journal
 from promoter.store.db import Database, upgrade
-from promoter.store.repo import now
 from promoter.store.tables import OperationRow, StepRow
+from tests.support.rows import operation_row
 
 _ids = itertools.count()
 
@@ -39,18 +39,7 @@ def _row_at(database: Database, kind: OperationKind, path: list[OperationStatus]
     """A fresh operation of ``kind`` moved along ``path`` (each move allowed)."""
     operation_id = f"op_{next(_ids):06d}"
     with database.session() as session:
-        session.add(
-            OperationRow(
-                operation_id=operation_id,
-                kind=kind.value,
-                repository_identity="repo_" + "0" * 32,
-                repository_name="demo",
-                status="in_progress",
-                attempt=1,
-                created_at=now(),
-                updated_at=now(),
-            )
-        )
+        session.add(operation_row(operation_id, kind.value))
     with database.session() as session:
         for status in path:
             journal.set_status(session, operation_id, status)

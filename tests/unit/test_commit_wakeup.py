@@ -15,9 +15,8 @@ import pytest
 from promoter.domain.states import StepStatus
 from promoter.store import feed, journal, step_rows
 from promoter.store.db import Database, upgrade
-from promoter.store.repo import now
-from promoter.store.tables import OperationRow
 from promoter.store.wakeup import Notifier
+from tests.support.rows import operation_row
 
 OPERATION = "op_000001"
 STEP = {"path": "src/app.py", "operation": "modify", "old": None, "new": None}
@@ -36,18 +35,7 @@ def database(tmp_path: Path) -> Database:
     upgrade(url)
     database = Database(url, 5.0)
     with database.session() as session:
-        session.add(
-            OperationRow(
-                operation_id=OPERATION,
-                kind="promotion",
-                repository_identity="repo_" + "0" * 32,
-                repository_name="demo",
-                status="in_progress",
-                attempt=1,
-                created_at=now(),
-                updated_at=now(),
-            )
-        )
+        session.add(operation_row(OPERATION))
     return database
 
 

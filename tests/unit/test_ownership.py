@@ -7,23 +7,14 @@ from pathlib import Path
 from promoter.engine.ownership import Heartbeat, Owner, lease_expired, orphaned
 from promoter.store import journal
 from promoter.store.db import Database, upgrade
-from promoter.store.repo import now
 from promoter.store.tables import OperationRow
+from tests.support.rows import operation_row
 
 PAST = "2000-01-01T00:00:00Z"
 
 
 def _row(operation_id: str, owner: Owner) -> OperationRow:
-    row = OperationRow(
-        operation_id=operation_id,
-        kind="promotion",
-        repository_identity="repo_" + "0" * 32,
-        repository_name="demo",
-        status="in_progress",
-        attempt=1,
-        created_at=now(),
-        updated_at=now(),
-    )
+    row = operation_row(operation_id)
     row.owner_pid, row.owner_start, row.owner_boot = owner.pid, owner.start, owner.boot
     row.owner_host, row.owner_lease_until = owner.host, PAST
     return row
