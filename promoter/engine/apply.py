@@ -44,10 +44,11 @@ from typing import Any
 
 from promoter.domain.state import State
 from promoter.errors import PromoterError, TargetDrift
-from promoter.fs.atomic import Parent, PendingTemp, Source
+from promoter.fs.atomic import Parent
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.fs.syscalls import current_umask
+from promoter.fs.temps import PendingTemp, Source
 
 __all__ = ["Applier"]
 

@@ -225,7 +225,7 @@ def test_the_umask_is_read_once_per_pass(
         return 0o027
 
     monkeypatch.setattr("promoter.engine.apply.current_umask", umask)
-    monkeypatch.setattr("promoter.fs.atomic.current_umask", umask)
+    monkeypatch.setattr("promoter.fs.temps.current_umask", umask)
     applier = Applier(root)
     try:
         for seq in range(3):
