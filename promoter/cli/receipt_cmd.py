@@ -15,7 +15,6 @@ download bytes and write them unchanged; they check nothing.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import sys
 from pathlib import Path
@@ -23,9 +22,6 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from rich.markup import escape
 
 from promoter.cli.common import (
@@ -37,14 +33,12 @@ from promoter.cli.common import (
     read_token,
     server_url,
 )
-from promoter.domain.canonical import parse_rfc3339
+from promoter.cli.trusted_keys import load_trusted, trusted_from_json
 from promoter.engine.receipt_chain import check_chain
 from promoter.engine.receipt_worktree import TargetMatch, compare_targets
 from promoter.engine.signing import (
-    ALGORITHM,
     TrustedKey,
     VerifiedDocument,
-    keyid_of,
     verify_document,
 )
 from promoter.engine.statement import open_statement
@@ -381,87 +375,3 @@ def _write(data: bytes, out: Path | None) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc}") from exc
     err_console.print(f"wrote {len(data)} bytes to {escape(str(out))}")
-
-
-# --- public keys ---------------------------------------------------------------------------
-
-
-def load_public_keys(path: Path) -> list[Ed25519PublicKey]:
-    """Every key in a PEM public key file, a JWKS or the JSON ``GET /v1/keys`` serves."""
-    return [key.public_key for key in load_trusted(path)]
-
-
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    """The first key of ``load_public_keys``."""
-    return load_public_keys(path)[0]
-
-
-def load_trusted(path: Path) -> list[TrustedKey]:
-    """``load_public_keys`` with each listed key's end of validity (``not_after``)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read public key file {path}: {exc}") from exc
-    if data.lstrip().startswith(b"-----BEGIN"):
-        return [TrustedKey(_pem_public_key(data, str(path)))]
-    return trusted_from_json(data, str(path))
-
-
-def trusted_from_json(data: bytes, where: str) -> list[TrustedKey]:
-    try:
-        served = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where} is neither a PEM public key nor a JWKS") from exc
-    entries = served.get("keys") if isinstance(served, dict) and "keys" in served else [served]
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{where} lists no keys")
-    return [_served_key(entry, where) for entry in entries]
-
-
-def _served_key(entry: Any, where: str) -> TrustedKey:
-    """One JWKS or ``/v1/keys`` entry; every id and key form it carries must agree."""
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: a key entry is not a JSON object")
-    pem, x = entry.get("public_key_pem"), entry.get("x")
-    if isinstance(pem, str) and entry.get("algorithm", ALGORITHM) == ALGORITHM:
-        key = _pem_public_key(pem.encode("ascii", "replace"), where)
-    elif entry.get("kty") == "OKP" and entry.get("crv") == "Ed25519" and isinstance(x, str):
-        key = _jwk_public_key(x, where)
-    else:
-        raise ConfigError(f"{where}: a key entry is neither {ALGORITHM} PEM nor an OKP JWK")
-    keyid = keyid_of(key)
-    if isinstance(x, str) and keyid_of(_jwk_public_key(x, where)) != keyid:
-        raise ConfigError(f"{where}: the key entry's x does not match its PEM")
-    kid = entry.get("kid")
-    if entry.get("keyid", keyid) != keyid or (_is_keyid(kid) and kid != keyid):
-        raise ConfigError(f"{where}: the key entry's keyid does not match its key")
-    not_after = entry.get("not_after")
-    if not_after is not None:
-        try:
-            parse_rfc3339(str(not_after))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: not_after {not_after!r} is not a timestamp") from exc
-    return TrustedKey(key, None if not_after is None else str(not_after))
-
-
-def _is_keyid(value: Any) -> bool:
-    hexdigits = "0123456789abcdef"
-    return isinstance(value, str) and len(value) == 64 and all(c in hexdigits for c in value)
-
-
-def _jwk_public_key(x: str, where: str) -> Ed25519PublicKey:
-    try:
-        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except (ValueError, binascii.Error) as exc:
-        raise ConfigError(f"{where}: the JWK x is not a 32-byte Ed25519 key") from exc
-
-
-def _pem_public_key(data: bytes, where: str) -> Ed25519PublicKey:
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise ConfigError(f"{where}: not a PEM public key: {exc}") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"{where}: holds a {type(key).__name__}, not an Ed25519 key")
-    return key

@@ -10,7 +10,7 @@ Deliberately not here: the key files and rotation (``promoter.engine.keyring``),
 Statement's shape and subjects (``promoter.engine.statement``), storing or finding
 receipts (``promoter.engine.operations``, ``promoter.store.audit``), deciding who may
 fetch them (``promoter.api``), reading an operator's public key files
-(``promoter.cli.receipt_cmd``), and checks that need the blob store or a repository.
+(``promoter.cli.trusted_keys``), and checks that need the blob store or a repository.
 """
 
 from __future__ import annotations

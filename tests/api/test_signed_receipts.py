@@ -22,7 +22,7 @@ import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from promoter.cli.receipt_cmd import load_public_key, load_public_keys
+from promoter.cli.trusted_keys import load_public_key, load_public_keys
 from promoter.engine.signing import verify_document
 from promoter.errors import ConfigError
 from tests.support.daemon import Daemon, running_daemon
