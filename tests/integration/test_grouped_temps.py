@@ -16,7 +16,7 @@ from promoter.domain.paths import temp_name
 from promoter.domain.state import State
 from promoter.engine.apply import Applier
 from promoter.errors import BlobHashMismatch, PromoterError
-from promoter.fs import atomic
+from promoter.fs import temps
 from promoter.fs.root import Root
 from promoter.store.blobs import BlobStore
 from tests.support.daemon import running_daemon
@@ -37,7 +37,7 @@ def new_state(data: bytes) -> State:
 @pytest.fixture(params=[True, False], ids=["o_tmpfile", "named_temp"])
 def anonymous(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:  # the filesystem without O_TMPFILE: each temp named from the start
-        monkeypatch.setattr(atomic, "_proc_fd_links", lambda: False)
+        monkeypatch.setattr(temps, "_proc_fd_links", lambda: False)
     return bool(request.param)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from promoter import faults
 from promoter.errors import BlobHashMismatch, BlobMissing
-from promoter.fs import atomic
+from promoter.fs import temps
 from promoter.fs.leaf import TEMP_PREFIX
 from promoter.fs.root import Root
 from promoter.store.blobs import CHUNK, BlobStore
@@ -84,7 +84,7 @@ def test_blob_altered_after_intake_never_gets_the_temp_name(
     anonymous: bool,
 ) -> None:
     if not anonymous:  # the filesystem without O_TMPFILE: the temp is named from the start
-        monkeypatch.setattr(atomic, "_proc_fd_links", lambda: False)
+        monkeypatch.setattr(temps, "_proc_fd_links", lambda: False)
     data = b"promoter's verified bytes\n" * 1000
     store.put(sha(data), data)
     (work / "f.txt").write_bytes(b"user's\n")
