@@ -10,6 +10,10 @@ checks that a promotion receipt names the verification receipt it rests on
 server. A failed check raises ``ReceiptInvalid``, which the main handler prints and
 exits with; the other outcomes are the exit codes below. ``fetch`` and ``keys`` only
 download bytes and write them unchanged; they check nothing.
+
+Deliberately not here: reading public key files (``promoter.cli.trusted_keys``),
+checking signatures and hashes (``promoter.engine.signing``), and the chain's rules
+(``promoter.engine.receipt_chain``).
 """
 
 from __future__ import annotations
