@@ -51,7 +51,6 @@ class Backoff:
 
 
 DEFAULT_BACKOFF = Backoff()
-NO_RETRY = Backoff(attempts=1)
 
 Json = dict[str, Any]
 BlobSource = bytes | Path | Iterable[bytes]
