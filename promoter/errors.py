@@ -352,3 +352,13 @@ def error_class(code: str) -> type[PromoterError]:
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]
+
+
+def stopped_by(exc: Exception, what: str) -> PromoterError:
+    """The error a run that ``exc`` stopped answers and records: a ``PromoterError`` as it
+    is, an ``OSError`` as ``write_failed`` with its errno, anything else ``internal``."""
+    if isinstance(exc, PromoterError):
+        return exc
+    if isinstance(exc, OSError):
+        return WriteFailed(f"{what} stopped: {exc.strerror or exc}", errno=exc.errno)
+    return PromoterError(f"{what} stopped: {str(exc)[:500]}")

@@ -45,6 +45,7 @@ from promoter.errors import (
     TargetDrift,
     ValidationFailed,
     VerificationFailed,
+    stopped_by,
 )
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
@@ -90,7 +91,7 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
         promote.run(services, ticket)
     except Exception as exc:
         log.exception("attempt of %s failed unexpectedly", operation_id)
-        error = exc if isinstance(exc, PromoterError) else PromoterError(str(exc)[:500])
+        error = stopped_by(exc, "the attempt")
         with services.db.session() as session:
             row = journal.get_operation(session, operation_id)
             running = row is not None and row.status in RUNNING

@@ -3,15 +3,18 @@
 On start every ``in_progress`` operation whose owner process is gone becomes
 ``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
 ``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
-lock, marks the operation ``in_progress`` under a new owner (so a crash during recovery
-leaves it ``needs_recovery`` again), settles the temp names its journal allowed
-(promoter's bytes removed, anything else kept and reported; never a sweep by prefix) and
-reclassifies every target with the table of SPEC §5.5. It never rolls completed files
-back by itself, and the operation ends with the same id and exactly one receipt.
+lock, marks the operation ``in_progress`` under a new owner (a crash during recovery
+leaves it ``needs_recovery`` again; an error of any kind puts it back at once, with the
+error's code, an ``OSError`` as ``write_failed``), settles the temp names its journal
+allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
+prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
+completed files back by itself, and the operation ends with the same id and exactly one
+receipt.
 
 ``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
-``continue`` (the same reclassification, after a manual fix), ``abandon`` (close it,
-leave the files) or ``rollback`` (``promoter.engine.rollback``).
+``continue`` (the same reclassification, after a manual fix; an error during it leaves
+the operation ``needs_reconciliation`` again), ``abandon`` (close it, leave the files)
+or ``rollback`` (``promoter.engine.rollback``).
 
 Every entry point (``recover`` from the API, ``reconcile``, ``auto_recover`` at start-up)
 first asks ``promoter.domain.states.guard`` whether the caller's role may move the
@@ -44,7 +47,7 @@ from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
-from promoter.errors import OperationUnknown, PromoterError
+from promoter.errors import OperationUnknown, PromoterError, stopped_by
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
 
@@ -150,22 +153,35 @@ def recover(
         else:
             with Root.open(repository.worktree) as root:
                 _reclassify(services, operation_id, root, lock, evidence, reason="recovery")
-    except PromoterError as exc:
-        with services.db.session() as session:
-            row = _load(session, operation_id)
-            if claimed and row.status == OperationStatus.IN_PROGRESS:
-                journal.set_status(
-                    session,
-                    row.operation_id,
-                    OperationStatus.NEEDS_RECOVERY,
-                    code=exc.code,
-                    detail=exc.detail,
-                )
-        raise
+    except Exception as exc:
+        if not claimed:
+            raise
+        error = _fall_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         lock.release()
     with services.db.session() as session:
         return _load(session, operation_id).status
+
+
+def _fall_back(
+    services: Services, operation_id: str, status: OperationStatus, exc: Exception
+) -> PromoterError:
+    """A claimed run that stopped goes back to ``status`` with the error's code and
+    detail, unless it has already moved on from ``in_progress``: never left running.
+    Returns the error to answer with (``promoter.errors.stopped_by``)."""
+    if not isinstance(exc, PromoterError | OSError):
+        log.exception("%s stopped unexpectedly", operation_id)
+    error = stopped_by(exc, "the run")
+    with services.db.session() as session:
+        row = _load(session, operation_id)
+        if row.status == OperationStatus.IN_PROGRESS:
+            journal.set_status(
+                session, row.operation_id, status, code=error.code, detail=error.detail
+            )
+    return error
 
 
 def settle_temps(
@@ -312,18 +328,13 @@ def reconcile(
             _reclassify(
                 services, operation_id, root, lock, evidence, reason=f"reconcile continue: {note}"
             )
-    except PromoterError as exc:
-        with services.db.session() as session:
-            row = _load(session, operation_id)
-            if claimed and row.status == OperationStatus.IN_PROGRESS:
-                journal.set_status(
-                    session,
-                    row.operation_id,
-                    OperationStatus.NEEDS_RECONCILIATION,
-                    code=exc.code,
-                    detail=exc.detail,
-                )
-        raise
+    except Exception as exc:
+        if not claimed:
+            raise
+        error = _fall_back(services, operation_id, OperationStatus.NEEDS_RECONCILIATION, exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         lock.release()
     with services.db.session() as session:

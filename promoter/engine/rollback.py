@@ -68,7 +68,7 @@ from promoter.errors import (
     OperationConflict,
     OperationUnknown,
     PromoterError,
-    WriteFailed,
+    stopped_by,
 )
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
@@ -201,11 +201,7 @@ def _leave_for_recovery(
     services: Services, child_id: str, exc: PromoterError | OSError
 ) -> PromoterError:
     """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
-    error = (
-        exc
-        if isinstance(exc, PromoterError)
-        else WriteFailed(f"the rollback stopped: {exc.strerror or exc}", errno=exc.errno)
-    )
+    error = stopped_by(exc, "the rollback")
     with services.db.session() as session:
         child = _load(session, child_id)
         if child.status == OperationStatus.IN_PROGRESS:

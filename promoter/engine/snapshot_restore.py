@@ -48,6 +48,7 @@ from promoter.errors import (
     PromoterError,
     SnapshotStale,
     TargetDrift,
+    stopped_by,
 )
 from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
@@ -320,16 +321,15 @@ def recover_restore(
                 run.failure = TargetDrift("a target is neither its old nor its new state")
             status = run.finish() if run.failure else run.apply(plan.todo)
         _post_capture(services, shadow, operation_id, target)
-    except PromoterError as exc:
-        if claimed:
-            _set_status(
-                services,
-                operation_id,
-                OperationStatus.NEEDS_RECOVERY,
-                error=exc,
-                only_if=OperationStatus.IN_PROGRESS,
-            )
-        raise
+    except Exception as exc:
+        if not claimed:
+            raise
+        error = stopped_by(exc, "the restore")
+        back = OperationStatus.NEEDS_RECOVERY
+        _set_status(services, operation_id, back, error=error, only_if=OperationStatus.IN_PROGRESS)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         lock.release()
     return status

@@ -107,3 +107,67 @@ def test_error_after_writing_began_fails_closed_then_continue_finishes(
     assert done.json()["status"] == "completed", done.json()
     for path, _old, new in changes:
         assert tree_bytes(repo).get(path, (None, 0))[0] == new
+
+
+def _receipts(daemon: Daemon, op_id: str) -> list[bytes]:
+    folder = daemon.state_dir / "audit" / "receipts" / "promotion"
+    return [p.read_bytes() for p in sorted(folder.glob(f"{op_id}*"))]
+
+
+@pytest.mark.parametrize("spec", ["after_readback=EIO", "before_receipt=ENOSPC"])
+def test_io_error_during_continue_leaves_it_needs_reconciliation_never_stuck_running(
+    spec: str, lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An I/O error while ``continue`` finishes the operation answers ``write_failed`` and
+    puts it back to ``needs_reconciliation``; it was answered 500 and left ``in_progress``."""
+    daemon, repo = lab
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    _inject(monkeypatch, "after_replace=ENOSPC@3")
+    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    _inject(monkeypatch, spec)
+    with daemon.operator() as op:
+        answer = op.post(f"/v1/operations/{op_id}/reconcile", json={"decision": "continue"})
+        assert (answer.status_code, answer.json()["code"]) == (503, "write_failed"), answer.text
+        view = op.get(f"/v1/operations/{op_id}").json()
+    assert (view["status"], view["code"]) == ("needs_reconciliation", "write_failed"), view
+    _assert_untorn(repo)
+    assert _receipts(daemon, op_id) == []
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    with daemon.operator() as op:
+        done = op.post(f"/v1/operations/{op_id}/reconcile", json={"decision": "continue"})
+    assert done.json()["status"] == "completed", done.json()
+    assert {p: tree_bytes(repo)[p][0] for p, _old, _new in CHANGES} == {
+        p: new for p, _old, new in CHANGES
+    }
+    assert len(_receipts(daemon, op_id)) == 1
+
+
+def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
+    lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for ``recover``: the receipt recorded before the crash is the one published
+    once recovery gets through, whatever failed in between."""
+    daemon, repo = lab
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    _inject(monkeypatch, "after_receipt=EIO")
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "needs_recovery", view
+    op_id = view["operation_id"]
+    recorded = _receipts(daemon, op_id)
+    assert len(recorded) == 1
+    _inject(monkeypatch, "before_receipt=EIO")
+    with daemon.orchestrator() as orch:
+        answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+        assert (answer.status_code, answer.json()["code"]) == (503, "write_failed"), answer.text
+        view = orch.get(f"/v1/operations/{op_id}").json()
+    assert (view["status"], view["code"]) == ("needs_recovery", "write_failed"), view
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    with daemon.orchestrator() as orch:
+        done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+        assert done.json()["status"] == "completed", done.json()
+        assert orch.get(f"/v1/operations/{op_id}/receipt").content == recorded[0]
+    assert _receipts(daemon, op_id) == recorded

@@ -7,6 +7,7 @@ lock file aside).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from promoter.domain.states import OperationStatus
 from promoter.engine import operations, snapshot_restore, snapshots
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshot_steps import StepRun
-from promoter.errors import NotFound, PathUnsafe, SnapshotStale, ValidationFailed
+from promoter.errors import NotFound, PathUnsafe, SnapshotStale, ValidationFailed, WriteFailed
 from promoter.store import journal
 from tests.gitutil import git, tree_digest
 
@@ -380,6 +381,45 @@ def test_an_interrupted_restore_is_recovered_to_the_target(
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
     assert not (repo / "new").exists()
+
+
+def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_running(
+    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``OSError`` (not a promoter error) during a restore's recovery: it answered as an
+    unexpected error and left the restore ``in_progress``; now ``write_failed``, and the
+    restore ``needs_recovery`` again, which a later recovery finishes."""
+    base = capture(services)
+    files = worktree(repo)
+    (repo / "calculator.py").write_bytes(b"broken\n")
+    current = capture(services)
+
+    def crash(self: StepRun, todo: set[int]) -> str:
+        raise KeyboardInterrupt("the process dies")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StepRun, "apply", crash)
+        with pytest.raises(KeyboardInterrupt):
+            snapshot_restore.restore(services, "work", base, current)
+    operation_id = snapshot_restore.restore_id(
+        services.registry.by_name("work").identity, current, base
+    )
+    with services.db.session() as session:
+        journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
+
+    def failing_settle(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(snapshot_restore, "_settle_temps", failing_settle)
+        with pytest.raises(WriteFailed) as failed:
+            snapshot_restore.recover_restore(services, operation_id)
+    assert failed.value.context["errno"] == errno.EIO
+    view = operations.operation_view(services, operation_id)
+    assert (view["status"], view["code"]) == ("needs_recovery", "write_failed")
+    assert (repo / "calculator.py").read_bytes() == b"broken\n"
+    assert snapshot_restore.recover_restore(services, operation_id) == "completed"
+    assert worktree(repo) == files
 
 
 def test_bad_and_unknown_trees_are_refused(services: Services, repo: Path) -> None:
