@@ -109,7 +109,7 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
     child_id, _ = _prepare(services, operation_id)
     try:
         return _rollback_locked(services, child_id, operation_id, root, note)
-    except (PromoterError, OSError) as exc:
+    except Exception as exc:
         error = _leave_for_recovery(services, child_id, exc)
         if error is exc:
             raise
@@ -188,7 +188,7 @@ def _run(
     try:
         with Root.open(repository.worktree) as root:
             return _rollback_locked(services, child_id, parent_id, root, note)
-    except (PromoterError, OSError) as exc:
+    except Exception as exc:
         error = _leave_for_recovery(services, child_id, exc)
         if error is exc:
             raise
@@ -197,9 +197,7 @@ def _run(
         lock.release()
 
 
-def _leave_for_recovery(
-    services: Services, child_id: str, exc: PromoterError | OSError
-) -> PromoterError:
+def _leave_for_recovery(services: Services, child_id: str, exc: Exception) -> PromoterError:
     """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
     error = stopped_by(exc, "the rollback")
     with services.db.session() as session:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import rfc8785
 
+from promoter.engine import rollback as rollback_module
 from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import git, init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
@@ -208,3 +209,30 @@ def test_rollback_of_refused_operation_is_a_conflict(tmp_path: Path, lab: Path) 
         answer = _rollback(daemon, view["operation_id"])
         assert (answer.status_code, answer.json()["code"]) == (409, "operation_conflict")
         git(lab, "status", "--porcelain")
+
+
+def test_unexpected_fault_in_a_rollback_leaves_it_for_recovery_never_running(
+    tmp_path: Path, lab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not an I/O error (those were caught already) but any exception: the rollback is
+    ``needs_recovery`` with code ``internal``, not ``in_progress`` under a live owner,
+    and recovering it finishes the rollback."""
+    for daemon in serve_lab(tmp_path, lab):
+        before = tree_bytes(lab)
+        _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES)
+        op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+
+        def broken(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("rollback broke")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(rollback_module, "_rollback_locked", broken)
+            answer = _rollback(daemon, op_id)
+        assert (answer.status_code, answer.json()["code"]) == (500, "internal"), answer.text
+        child = rollback_module.rollback_id(op_id)
+        with daemon.operator() as op:
+            view = op.get(f"/v1/operations/{child}").json()
+            assert (view["status"], view["code"]) == ("needs_recovery", "internal"), view
+            done = op.post(f"/v1/operations/{child}/recover", json={"fence": 7})
+            assert done.json()["status"] == "rolled_back", done.text
+        assert tree_bytes(lab) == before
