@@ -103,17 +103,17 @@ def restore(
                 )
             steps = _plan(shadow, current, tree)
             operation_id = _journal(services, repo, current, tree, steps)
-            run = StepRun(
-                services,
-                operation_id,
-                root,
-                lock,
-                shadow,
-                tree,
-                steps,
-                attempt=_attempt(services, operation_id),
-            )
-            status = run.apply(set(range(len(steps))))
+            try:
+                attempt = _attempt(services, operation_id)
+                run = StepRun(
+                    services, operation_id, root, lock, shadow, tree, steps, attempt=attempt
+                )
+                status = run.apply(set(range(len(steps))))
+            except Exception as exc:
+                error = _stopped(services, operation_id, exc)
+                if error is exc:
+                    raise
+                raise error from exc
         _post_capture(services, shadow, operation_id, tree)
     finally:
         lock.release()
@@ -324,9 +324,7 @@ def recover_restore(
     except Exception as exc:
         if not claimed:
             raise
-        error = stopped_by(exc, "the restore")
-        back = OperationStatus.NEEDS_RECOVERY
-        _set_status(services, operation_id, back, error=error, only_if=OperationStatus.IN_PROGRESS)
+        error = _stopped(services, operation_id, exc)
         if error is exc:
             raise
         raise error from exc
@@ -351,21 +349,16 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
         journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
 
 
-def _set_status(
-    services: Services,
-    operation_id: str,
-    status: OperationStatus,
-    *,
-    error: PromoterError | None = None,
-    only_if: str | None = None,
-) -> None:
+def _stopped(services: Services, operation_id: str, exc: Exception) -> PromoterError:
+    """A running restore that ``exc`` stopped is ``needs_recovery``, never left running."""
+    error = stopped_by(exc, "the restore")
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         assert row is not None
-        if only_if is not None and row.status != only_if:
-            return
-        code, detail = (error.code, error.detail) if error else (None, None)
-        journal.set_status(session, row.operation_id, status, code=code, detail=detail)
+        if row.status == OperationStatus.IN_PROGRESS:
+            back = OperationStatus.NEEDS_RECOVERY
+            journal.set_status(session, operation_id, back, code=error.code, detail=error.detail)
+    return error
 
 
 def _attempt(services: Services, operation_id: str) -> int:

@@ -20,7 +20,14 @@ from promoter.domain.states import OperationStatus
 from promoter.engine import operations, snapshot_restore, snapshots
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshot_steps import StepRun
-from promoter.errors import NotFound, PathUnsafe, SnapshotStale, ValidationFailed, WriteFailed
+from promoter.errors import (
+    NotFound,
+    PathUnsafe,
+    PromoterError,
+    SnapshotStale,
+    ValidationFailed,
+    WriteFailed,
+)
 from promoter.store import journal
 from tests.gitutil import git, tree_digest
 
@@ -418,6 +425,33 @@ def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_run
     view = operations.operation_view(services, operation_id)
     assert (view["status"], view["code"]) == ("needs_recovery", "write_failed")
     assert (repo / "calculator.py").read_bytes() == b"broken\n"
+    assert snapshot_restore.recover_restore(services, operation_id) == "completed"
+    assert worktree(repo) == files
+
+
+def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
+    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any exception out of a restore's pass (a process that dies is the test above):
+    the restore is ``needs_recovery`` with code ``internal``, and recovery finishes it."""
+    base = capture(services)
+    files = worktree(repo)
+    (repo / "calculator.py").write_bytes(b"broken\n")
+    current = capture(services)
+
+    def broken(self: StepRun, todo: set[int]) -> str:
+        raise RuntimeError("the pass broke")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StepRun, "apply", broken)
+        with pytest.raises(PromoterError) as failed:
+            snapshot_restore.restore(services, "work", base, current)
+    assert failed.value.code == "internal"
+    operation_id = snapshot_restore.restore_id(
+        services.registry.by_name("work").identity, current, base
+    )
+    view = operations.operation_view(services, operation_id)
+    assert (view["status"], view["code"]) == ("needs_recovery", "internal")
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
 
