@@ -41,6 +41,7 @@ receipt (``promoter.engine.rollback_report``).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from promoter import faults
@@ -73,6 +74,8 @@ from promoter.errors import (
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
+
+log = logging.getLogger("promoter.rollback")
 
 ROLLBACK_FROM = {
     OperationStatus.COMPLETED,
@@ -199,6 +202,8 @@ def _run(
 
 def _leave_for_recovery(services: Services, child_id: str, exc: Exception) -> PromoterError:
     """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
+    if not isinstance(exc, PromoterError | OSError):
+        log.exception("rollback %s stopped unexpectedly", child_id)
     error = stopped_by(exc, "the rollback")
     with services.db.session() as session:
         child = _load(session, child_id)

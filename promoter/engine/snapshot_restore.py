@@ -351,6 +351,8 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
 
 def _stopped(services: Services, operation_id: str, exc: Exception) -> PromoterError:
     """A running restore that ``exc`` stopped is ``needs_recovery``, never left running."""
+    if not isinstance(exc, PromoterError | OSError):
+        log.exception("restore %s stopped unexpectedly", operation_id)
     error = stopped_by(exc, "the restore")
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)

@@ -212,7 +212,7 @@ def test_rollback_of_refused_operation_is_a_conflict(tmp_path: Path, lab: Path) 
 
 
 def test_unexpected_fault_in_a_rollback_leaves_it_for_recovery_never_running(
-    tmp_path: Path, lab: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, lab: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Not an I/O error (those were caught already) but any exception: the rollback is
     ``needs_recovery`` with code ``internal``, not ``in_progress`` under a live owner,
@@ -230,6 +230,10 @@ def test_unexpected_fault_in_a_rollback_leaves_it_for_recovery_never_running(
             answer = _rollback(daemon, op_id)
         assert (answer.status_code, answer.json()["code"]) == (500, "internal"), answer.text
         child = rollback_module.rollback_id(op_id)
+        logged = [r for r in caplog.records if r.getMessage().endswith("stopped unexpectedly")]
+        assert [(r.getMessage(), r.exc_info is not None) for r in logged] == [
+            (f"rollback {child} stopped unexpectedly", True)
+        ]
         with daemon.operator() as op:
             view = op.get(f"/v1/operations/{child}").json()
             assert (view["status"], view["code"]) == ("needs_recovery", "internal"), view

@@ -430,7 +430,10 @@ def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_run
 
 
 def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
-    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
+    services: Services,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Any exception out of a restore's pass (a process that dies is the test above):
     the restore is ``needs_recovery`` with code ``internal``, and recovery finishes it."""
@@ -452,6 +455,10 @@ def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
     )
     view = operations.operation_view(services, operation_id)
     assert (view["status"], view["code"]) == ("needs_recovery", "internal")
+    logged = [r for r in caplog.records if r.getMessage().endswith("stopped unexpectedly")]
+    assert [(r.getMessage(), r.exc_info is not None) for r in logged] == [
+        (f"restore {operation_id} stopped unexpectedly", True)
+    ]
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
 
