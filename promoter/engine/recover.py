@@ -47,7 +47,8 @@ from promoter.engine.rollback import recover_rollback, rollback
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_restore import recover_restore
-from promoter.errors import OperationUnknown, PromoterError, stopped_by
+from promoter.engine.stopped import put_back
+from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
 
@@ -154,34 +155,13 @@ def recover(
             with Root.open(repository.worktree) as root:
                 _reclassify(services, operation_id, root, lock, evidence, reason="recovery")
     except Exception as exc:
-        if not claimed:
-            raise
-        error = _fall_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        if claimed:
+            put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "recovery")
+        raise
     finally:
         lock.release()
     with services.db.session() as session:
         return _load(session, operation_id).status
-
-
-def _fall_back(
-    services: Services, operation_id: str, status: OperationStatus, exc: Exception
-) -> PromoterError:
-    """A claimed run that stopped goes back to ``status`` with the error's code and
-    detail, unless it has already moved on from ``in_progress``: never left running.
-    Returns the error to answer with (``promoter.errors.stopped_by``)."""
-    if not isinstance(exc, PromoterError | OSError):
-        log.exception("%s stopped unexpectedly", operation_id)
-    error = stopped_by(exc, "the run")
-    with services.db.session() as session:
-        row = _load(session, operation_id)
-        if row.status == OperationStatus.IN_PROGRESS:
-            journal.set_status(
-                session, row.operation_id, status, code=error.code, detail=error.detail
-            )
-    return error
 
 
 def settle_temps(
@@ -329,12 +309,9 @@ def reconcile(
                 services, operation_id, root, lock, evidence, reason=f"reconcile continue: {note}"
             )
     except Exception as exc:
-        if not claimed:
-            raise
-        error = _fall_back(services, operation_id, OperationStatus.NEEDS_RECONCILIATION, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        if claimed:
+            put_back(services, operation_id, _RECONCILING, exc, "reconciliation")
+        raise
     finally:
         lock.release()
     with services.db.session() as session:

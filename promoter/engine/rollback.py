@@ -41,7 +41,6 @@ receipt (``promoter.engine.rollback_report``).
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from promoter import faults
@@ -64,18 +63,16 @@ from promoter.engine.rollback_report import (
 )
 from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
+from promoter.engine.stopped import put_back
 from promoter.errors import (
     NotRecoverable,
     OperationConflict,
     OperationUnknown,
     PromoterError,
-    stopped_by,
 )
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
-
-log = logging.getLogger("promoter.rollback")
 
 ROLLBACK_FROM = {
     OperationStatus.COMPLETED,
@@ -113,10 +110,8 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
     try:
         return _rollback_locked(services, child_id, operation_id, root, note)
     except Exception as exc:
-        error = _leave_for_recovery(services, child_id, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
+        raise
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
@@ -186,36 +181,16 @@ def _run(
     try:
         lock.acquire()
     except PromoterError as exc:
-        _leave_for_recovery(services, child_id, exc)
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
         raise
     try:
         with Root.open(repository.worktree) as root:
             return _rollback_locked(services, child_id, parent_id, root, note)
     except Exception as exc:
-        error = _leave_for_recovery(services, child_id, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
+        raise
     finally:
         lock.release()
-
-
-def _leave_for_recovery(services: Services, child_id: str, exc: Exception) -> PromoterError:
-    """A rollback that stopped half-way is ``needs_recovery``, never left ``in_progress``."""
-    if not isinstance(exc, PromoterError | OSError):
-        log.exception("rollback %s stopped unexpectedly", child_id)
-    error = stopped_by(exc, "the rollback")
-    with services.db.session() as session:
-        child = _load(session, child_id)
-        if child.status == OperationStatus.IN_PROGRESS:
-            journal.set_status(
-                session,
-                child.operation_id,
-                OperationStatus.NEEDS_RECOVERY,
-                code=error.code,
-                detail=error.detail,
-            )
-    return error
 
 
 def _rollback_locked(

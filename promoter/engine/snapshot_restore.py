@@ -40,6 +40,7 @@ from promoter.engine.services import Services
 from promoter.engine.settle import newly_kept, settle_step_temps
 from promoter.engine.snapshot_steps import Step, StepRun, dir_key
 from promoter.engine.snapshots import known_tree, lock_repository, resolve, shadow_for, tree_id
+from promoter.engine.stopped import put_back
 from promoter.errors import (
     NotRecoverable,
     OperationConflict,
@@ -48,7 +49,6 @@ from promoter.errors import (
     PromoterError,
     SnapshotStale,
     TargetDrift,
-    stopped_by,
 )
 from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
@@ -110,10 +110,8 @@ def restore(
                 )
                 status = run.apply(set(range(len(steps))))
             except Exception as exc:
-                error = _stopped(services, operation_id, exc)
-                if error is exc:
-                    raise
-                raise error from exc
+                put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
+                raise
         _post_capture(services, shadow, operation_id, tree)
     finally:
         lock.release()
@@ -322,12 +320,9 @@ def recover_restore(
             status = run.finish() if run.failure else run.apply(plan.todo)
         _post_capture(services, shadow, operation_id, target)
     except Exception as exc:
-        if not claimed:
-            raise
-        error = _stopped(services, operation_id, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        if claimed:
+            put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
+        raise
     finally:
         lock.release()
     return status
@@ -347,20 +342,6 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
             )
         services.claim(session, row.operation_id)
         journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
-
-
-def _stopped(services: Services, operation_id: str, exc: Exception) -> PromoterError:
-    """A running restore that ``exc`` stopped is ``needs_recovery``, never left running."""
-    if not isinstance(exc, PromoterError | OSError):
-        log.exception("restore %s stopped unexpectedly", operation_id)
-    error = stopped_by(exc, "the restore")
-    with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None
-        if row.status == OperationStatus.IN_PROGRESS:
-            back = OperationStatus.NEEDS_RECOVERY
-            journal.set_status(session, operation_id, back, code=error.code, detail=error.detail)
-    return error
 
 
 def _attempt(services: Services, operation_id: str) -> int:

@@ -390,27 +390,36 @@ def test_an_interrupted_restore_is_recovered_to_the_target(
     assert not (repo / "new").exists()
 
 
+def _restore_stopped_by(
+    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch, fault: BaseException
+) -> tuple[str, dict[str, tuple[bytes, int]], BaseException]:
+    """A restore back to a capture whose pass ``fault`` stops: its operation id, the
+    worktree it restores to, and what the restore raised."""
+    base = capture(services)
+    files = worktree(repo)
+    (repo / "calculator.py").write_bytes(b"broken\n")
+    current = capture(services)
+
+    def stopped(self: StepRun, todo: set[int]) -> str:
+        raise fault
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StepRun, "apply", stopped)
+        with pytest.raises(BaseException) as raised:
+            snapshot_restore.restore(services, "work", base, current)
+    identity = services.registry.by_name("work").identity
+    return snapshot_restore.restore_id(identity, current, base), files, raised.value
+
+
 def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_running(
     services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ``OSError`` (not a promoter error) during a restore's recovery: it answered as an
     unexpected error and left the restore ``in_progress``; now ``write_failed``, and the
     restore ``needs_recovery`` again, which a later recovery finishes."""
-    base = capture(services)
-    files = worktree(repo)
-    (repo / "calculator.py").write_bytes(b"broken\n")
-    current = capture(services)
-
-    def crash(self: StepRun, todo: set[int]) -> str:
-        raise KeyboardInterrupt("the process dies")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(StepRun, "apply", crash)
-        with pytest.raises(KeyboardInterrupt):
-            snapshot_restore.restore(services, "work", base, current)
-    operation_id = snapshot_restore.restore_id(
-        services.registry.by_name("work").identity, current, base
-    )
+    dies = KeyboardInterrupt("the process dies")
+    operation_id, files, raised = _restore_stopped_by(services, repo, monkeypatch, dies)
+    assert raised is dies
     with services.db.session() as session:
         journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
 
@@ -437,22 +446,10 @@ def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
 ) -> None:
     """Any exception out of a restore's pass (a process that dies is the test above):
     the restore is ``needs_recovery`` with code ``internal``, and recovery finishes it."""
-    base = capture(services)
-    files = worktree(repo)
-    (repo / "calculator.py").write_bytes(b"broken\n")
-    current = capture(services)
-
-    def broken(self: StepRun, todo: set[int]) -> str:
-        raise RuntimeError("the pass broke")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(StepRun, "apply", broken)
-        with pytest.raises(PromoterError) as failed:
-            snapshot_restore.restore(services, "work", base, current)
-    assert failed.value.code == "internal"
-    operation_id = snapshot_restore.restore_id(
-        services.registry.by_name("work").identity, current, base
-    )
+    broke = RuntimeError("the pass broke")
+    operation_id, files, raised = _restore_stopped_by(services, repo, monkeypatch, broke)
+    assert isinstance(raised, PromoterError) and raised.code == "internal"
+    assert raised.__cause__ is broke
     view = operations.operation_view(services, operation_id)
     assert (view["status"], view["code"]) == ("needs_recovery", "internal")
     logged = [r for r in caplog.records if r.getMessage().endswith("stopped unexpectedly")]
