@@ -11,6 +11,7 @@ handler and the CLI's top-level handler do that.
 
 from __future__ import annotations
 
+import errno
 from typing import Any, ClassVar
 
 # Problem ``type`` URIs are served by the daemon itself: ``GET /problems/{code}``.
@@ -351,14 +352,22 @@ def error_class(code: str) -> type[PromoterError]:
     return PromoterError
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota
 
 
 def stopped_by(exc: Exception, what: str) -> PromoterError:
     """The error a run that ``exc`` stopped answers and records: a ``PromoterError`` as it
-    is, an ``OSError`` as ``write_failed`` with its errno, anything else ``internal``."""
+    is; an ``OSError`` as ``storage_error`` when the disk is full (as the API answers any
+    untranslated one, SPEC §10.10), else as ``write_failed`` with its errno; anything else
+    ``internal``."""
     if isinstance(exc, PromoterError):
         return exc
     if isinstance(exc, OSError):
-        return WriteFailed(f"{what} stopped: {exc.strerror or exc}", errno=exc.errno)
+        why = f"{what} stopped: {exc.strerror or exc}"
+        if exc.errno in FULL_ERRNOS:
+            return StorageError(why, errno=exc.errno)
+        return WriteFailed(why, errno=exc.errno)
     return PromoterError(f"{what} stopped: {str(exc)[:500]}")
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

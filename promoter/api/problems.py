@@ -16,7 +16,6 @@ for the OpenAPI document. Nothing here decides which route gives which code
 
 from __future__ import annotations
 
-import errno
 import html
 import json
 import logging
@@ -28,6 +27,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from promoter.errors import (
+    FULL_ERRNOS,
     PROBLEM_TYPE_BASE,
     PromoterError,
     StorageError,
@@ -37,7 +37,6 @@ from promoter.errors import (
 log = logging.getLogger("promoter.api")
 
 MEDIA_TYPE = "application/problem+json"
-_FULL = {errno.ENOSPC, errno.EDQUOT}
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthenticated",
@@ -154,7 +153,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, OSError) and exc.errno in _FULL:
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
             log.error("storage full on %s %s: %s", request.method, request.url.path, exc)
             full = StorageError(f"the state directory is full: {exc.strerror}")
             return problem_response(full.to_problem(), request)

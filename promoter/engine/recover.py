@@ -5,7 +5,7 @@ On start every ``in_progress`` operation whose owner process is gone becomes
 ``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
 lock, marks the operation ``in_progress`` under a new owner (a crash during recovery
 leaves it ``needs_recovery`` again; an error of any kind puts it back at once, with the
-error's code, an ``OSError`` as ``write_failed``), settles the temp names its journal
+error's code, ``promoter.engine.stopped``), settles the temp names its journal
 allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
 prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
 completed files back by itself, and the operation ends with the same id and exactly one

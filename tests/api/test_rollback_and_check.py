@@ -236,7 +236,11 @@ def test_unexpected_fault_in_a_rollback_leaves_it_for_recovery_never_running(
         ]
         with daemon.operator() as op:
             view = op.get(f"/v1/operations/{child}").json()
-            assert (view["status"], view["code"]) == ("needs_recovery", "internal"), view
+            assert (view["status"], view["code"], view["detail"]) == (
+                "needs_recovery",
+                "internal",
+                "the rollback stopped: rollback broke",
+            ), view
             done = op.post(f"/v1/operations/{child}/recover", json={"fence": 7})
             assert done.json()["status"] == "rolled_back", done.text
         assert tree_bytes(lab) == before

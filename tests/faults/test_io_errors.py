@@ -114,34 +114,55 @@ def _receipts(daemon: Daemon, op_id: str) -> list[bytes]:
     return [p.read_bytes() for p in sorted(folder.glob(f"{op_id}*"))]
 
 
-@pytest.mark.parametrize("spec", ["after_readback=EIO", "before_receipt=ENOSPC"])
+@pytest.mark.parametrize(
+    ("spec", "status", "code", "why"),
+    [
+        ("after_readback=EIO", 503, "write_failed", "after_readback: Input/output error"),
+        ("before_receipt=ENOSPC", 507, "storage_error", "before_receipt: No space left on device"),
+    ],
+)
 def test_io_error_during_continue_leaves_it_needs_reconciliation_never_stuck_running(
-    spec: str, lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
+    spec: str,
+    status: int,
+    code: str,
+    why: str,
+    lab: tuple[Daemon, Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An I/O error while ``continue`` finishes the operation answers ``write_failed`` and
-    puts it back to ``needs_reconciliation``; it was answered 500 and left ``in_progress``."""
+    """An I/O error while ``continue`` finishes the operation answers its code (a full disk
+    ``storage_error``, SPEC §10.10) and puts it back to ``needs_reconciliation``; it was
+    answered 500 and left ``in_progress``."""
     daemon, repo = lab
     identity = daemon.services.registry.by_name("lab").identity
     _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
     _inject(monkeypatch, "after_replace=ENOSPC@3")
-    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    first = promote(daemon, bundle, receipt).json()
+    op_id = first["operation_id"]
+    assert first["status"] == "needs_reconciliation", first
     _inject(monkeypatch, spec)
     with daemon.operator() as op:
         answer = op.post(f"/v1/operations/{op_id}/reconcile", json={"decision": "continue"})
-        assert (answer.status_code, answer.json()["code"]) == (503, "write_failed"), answer.text
+        assert (answer.status_code, answer.json()["code"]) == (status, code), answer.text
         view = op.get(f"/v1/operations/{op_id}").json()
-    assert (view["status"], view["code"]) == ("needs_reconciliation", "write_failed"), view
+    detail = f"the reconciliation stopped: injected fault at {why}"
+    assert (view["status"], view["code"], view["detail"]) == (
+        "needs_reconciliation",
+        code,
+        detail,
+    ), view
+    assert answer.json()["detail"] == detail
     _assert_untorn(repo)
     assert _receipts(daemon, op_id) == []
     monkeypatch.delenv(faults.ENV)
     faults.reset()
     with daemon.operator() as op:
         done = op.post(f"/v1/operations/{op_id}/reconcile", json={"decision": "continue"})
-    assert done.json()["status"] == "completed", done.json()
+        assert done.json()["status"] == "completed", done.json()
+        served = op.get(f"/v1/operations/{op_id}/receipt").content
     assert {p: tree_bytes(repo)[p][0] for p, _old, _new in CHANGES} == {
         p: new for p, _old, new in CHANGES
     }
-    assert len(_receipts(daemon, op_id)) == 1
+    assert _receipts(daemon, op_id) == [served]
 
 
 def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
@@ -163,7 +184,12 @@ def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
         answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
         assert (answer.status_code, answer.json()["code"]) == (503, "write_failed"), answer.text
         view = orch.get(f"/v1/operations/{op_id}").json()
-    assert (view["status"], view["code"]) == ("needs_recovery", "write_failed"), view
+    assert (view["status"], view["code"], view["detail"]) == (
+        "needs_recovery",
+        "write_failed",
+        "the recovery stopped: injected fault at before_receipt: Input/output error",
+    ), view
+    _assert_untorn(repo)
     monkeypatch.delenv(faults.ENV)
     faults.reset()
     with daemon.orchestrator() as orch:

@@ -432,7 +432,11 @@ def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_run
             snapshot_restore.recover_restore(services, operation_id)
     assert failed.value.context["errno"] == errno.EIO
     view = operations.operation_view(services, operation_id)
-    assert (view["status"], view["code"]) == ("needs_recovery", "write_failed")
+    assert (view["status"], view["code"], view["detail"]) == (
+        "needs_recovery",
+        "write_failed",
+        "the restore stopped: Input/output error",
+    )
     assert (repo / "calculator.py").read_bytes() == b"broken\n"
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
@@ -451,7 +455,11 @@ def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
     assert isinstance(raised, PromoterError) and raised.code == "internal"
     assert raised.__cause__ is broke
     view = operations.operation_view(services, operation_id)
-    assert (view["status"], view["code"]) == ("needs_recovery", "internal")
+    assert (view["status"], view["code"], view["detail"]) == (
+        "needs_recovery",
+        "internal",
+        "the restore stopped: the pass broke",
+    )
     logged = [r for r in caplog.records if r.getMessage().endswith("stopped unexpectedly")]
     assert [(r.getMessage(), r.exc_info is not None) for r in logged] == [
         (f"restore {operation_id} stopped unexpectedly", True)
