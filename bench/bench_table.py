@@ -465,7 +465,9 @@ def _submission(
     seconds, and with ``probed`` the ``/healthz`` figures of a probe polling meanwhile."""
     (here / "state" / "audit").mkdir(parents=True)
     repo = bp.copy_repo(source.path, here / "repo")
-    _plain_blob_store(here / "state" / "audit" / "blobs", [s.new for s in creates if s.new])
+    _plain_blob_store(
+        here / "state" / "audit" / "blobs", [s.new for s in creates if s.new is not None]
+    )
     with daemon(here / "state", repo) as (url, services):
         identity = services.registry.by_name(bp.REPO_NAME).identity
         grant = grant_document(identity, source, len(creates))
