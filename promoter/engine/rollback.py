@@ -43,6 +43,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
+
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
@@ -51,7 +53,7 @@ from promoter.domain.paths import temp_name
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
 from promoter.domain.state import State
-from promoter.domain.states import OperationKind, OperationStatus, StepStatus
+from promoter.domain.states import FINAL, OperationKind, OperationStatus, StepStatus
 from promoter.engine.apply import Applier
 from promoter.engine.locking import repo_lock
 from promoter.engine.rollback_report import (
@@ -126,6 +128,14 @@ def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
+    """The promotion's rollback, journaled and claimed by this process.
+
+    Made the first time it is asked for. Asked again after it stopped
+    (``needs_recovery``, e.g. the repository lock was busy), it is resumed once claimed
+    here; in any other status it is refused and nothing runs: a running rollback is
+    someone else's, one in ``needs_reconciliation`` moves only by the operator's
+    ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
+    """
     with services.db.session() as session:
         parent = _load(session, operation_id)
         if parent.kind != "promotion" or parent.status not in ROLLBACK_FROM:
@@ -136,7 +146,8 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
             )
         repository = services.registry.by_identity(parent.repository_identity)
         child_id = rollback_id(operation_id)
-        if journal.get_operation(session, child_id) is None:
+        child = journal.get_operation(session, child_id)
+        if child is None:
             journal.create_operation(
                 session,
                 operation_id=child_id,
@@ -148,9 +159,31 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
                 parent_operation_id=operation_id,
                 bundle_id=parent.bundle_id,
             )
-            session.flush()
+            try:
+                session.flush()
+            except IntegrityError as exc:  # another request made it first: it is running
+                raise _refused(child_id, operation_id, OperationStatus.IN_PROGRESS) from exc
             journal.start_attempt(session, child_id)
-    return child_id, repository
+            return child_id, repository
+        if journal.claim_from(session, child_id, OperationStatus.NEEDS_RECOVERY, services.stamp()):
+            return child_id, repository  # asked again after it stopped: resumed
+    raise _refused(child_id, operation_id, child.status)
+
+
+def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
+    if status == OperationStatus.NEEDS_RECONCILIATION:
+        why, next_step = "only the operator's reconcile moves it", "reconcile"
+    elif status in FINAL:
+        why, next_step = "a final operation never runs again", None
+    else:
+        why, next_step = "it is running", "wait"
+    return OperationConflict(
+        f"rollback {child_id} of {parent_id} is {status}: {why}",
+        operation_id=child_id,
+        kind=OperationKind.ROLLBACK.value,
+        current_status=status,
+        next=next_step,
+    )
 
 
 def recover_rollback(
@@ -159,7 +192,9 @@ def recover_rollback(
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with services.db.session() as session:
         child = _load(session, child_id)
-        if child.kind != "rollback" or child.status != from_status:
+        if child.kind != "rollback" or not journal.claim_from(
+            session, child_id, OperationStatus(from_status), services.stamp()
+        ):
             raise NotRecoverable(
                 f"rollback {child_id} is {child.status}, not {from_status}",
                 operation_id=child_id,
@@ -168,8 +203,6 @@ def recover_rollback(
             )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
-        services.claim(session, child.operation_id)
-        journal.set_status(session, child.operation_id, OperationStatus.IN_PROGRESS)
     assert parent_id is not None
     return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
 

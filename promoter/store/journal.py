@@ -203,6 +203,31 @@ def claim(session: Session, operation_id: str, owner: Owner) -> None:
     _own(_row(session, operation_id), owner)
 
 
+def claim_from(
+    session: Session, operation_id: str, from_status: OperationStatus, owner: Owner
+) -> bool:
+    """Claim the operation for ``owner`` and move it to ``in_progress``, only while it is
+    still in ``from_status``: one conditional statement, so of two claims racing for the
+    same row on any database at most one wins. False when it was not in ``from_status``."""
+    pid, start, boot, host, lease_until = owner
+    result = session.execute(
+        update(OperationRow)
+        .where(OperationRow.operation_id == operation_id, OperationRow.status == from_status)
+        .values(
+            owner_pid=pid,
+            owner_start=start,
+            owner_boot=boot,
+            owner_host=host,
+            owner_lease_until=lease_until,
+        )
+        .execution_options(synchronize_session="fetch")
+    )
+    if int(getattr(result, "rowcount", 0) or 0) != 1:
+        return False
+    set_status(session, operation_id, OperationStatus.IN_PROGRESS)
+    return True
+
+
 def set_status(
     session: Session,
     operation_id: str,
