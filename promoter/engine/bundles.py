@@ -71,11 +71,11 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     receipt_bytes = canonical(outcome.receipt)
     stored = services.audit.get("verification", bundle.bundle_id)
     if stored is not None and stored != receipt_bytes:
+        earlier = services.audit.load("verification", bundle.bundle_id, PatchVerificationReceiptV1)
+        assert earlier is not None  # read just above; the store never deletes
         raise ReceiptConflict(
             "re-verification differs from the stored passed receipt",
-            stored_receipt_sha256=PatchVerificationReceiptV1.model_validate_json(
-                stored
-            ).receipt_sha256,
+            stored_receipt_sha256=earlier.receipt_sha256,
             receipt_sha256=outcome.receipt.receipt_sha256,
         )
     # the submitted document's canonical bytes, which are canonical(bundle): verification
@@ -91,18 +91,20 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
 
 
 def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
-    raw = services.audit.get("bundle", bundle_id) if bundle_id.startswith("bnd_") else None
-    if raw is None or "/" in bundle_id:
+    if not bundle_id.startswith("bnd_") or "/" in bundle_id:
         raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
-    return PatchBundleV1.model_validate_json(raw)
+    bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
+    if bundle is None:
+        raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
+    return bundle
 
 
 def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
     """The stored passed receipt, else the latest failed one on record."""
     if bundle_id.startswith("bnd_") and "/" not in bundle_id:
-        raw = services.audit.get("verification", bundle_id)
-        if raw is not None:
-            return dict(PatchVerificationReceiptV1.model_validate_json(raw).wire())
+        stored = services.audit.load("verification", bundle_id, PatchVerificationReceiptV1)
+        if stored is not None:
+            return dict(stored.wire())
         with services.db.session() as session:
             record = repo.latest_verification(session, bundle_id)
         if record is not None:

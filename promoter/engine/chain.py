@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from promoter.domain.models import FileState, GrantV1, PatchBundleV1
+from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchPromotionReceiptV1
 from promoter.domain.states import OperationKind, OperationStatus
 from promoter.engine.services import Services
 from promoter.errors import GrantInvalid, PromoterError, VerificationFailed
@@ -35,10 +35,10 @@ MAX_CHAIN = 1000  # links walked before the chain is refused as too long
 
 
 def _grant(services: Services, grant_id: str) -> GrantV1:
-    raw = services.audit.get("grant", grant_id)
-    if raw is None:
+    grant = services.audit.load("grant", grant_id, GrantV1)
+    if grant is None:
         raise VerificationFailed(f"the base operation's grant {grant_id!r} is not on record")
-    return GrantV1.model_validate_json(raw)
+    return grant
 
 
 def _link(
@@ -77,13 +77,13 @@ def _link(
             f"({base_grant.base_commit[:12]} on {base_grant.branch})",
             base_operation=operation_id,
         )
-    raw_receipt = services.audit.get("promotion", operation_id)
-    raw_bundle = services.audit.get("bundle", bundle_id)
-    if raw_receipt is None or raw_bundle is None:
+    raw_receipt = services.audit.checked("promotion", operation_id, PatchPromotionReceiptV1)
+    base_bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
+    if raw_receipt is None or base_bundle is None:
         raise VerificationFailed(f"the base operation {operation_id} has no stored receipt")
     targets = {t["path"]: t for t in json.loads(raw_receipt)["targets"]}
     states: dict[str, FileState] = {}
-    for change in PatchBundleV1.model_validate_json(raw_bundle).changes:
+    for change in base_bundle.changes:
         target = targets.get(change.path)
         read = None if target is None else (target["exists"], target["sha256"], target["mode"])
         if read != (change.new.exists, change.new.sha256, change.new.mode):

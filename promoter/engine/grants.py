@@ -92,10 +92,10 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
 
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
-    raw = services.audit.get("grant", grant_id) if _safe_name(grant_id) else None
-    if raw is None:
+    grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
+    if grant is None:
         raise GrantUnknown(f"no grant {grant_id!r} is registered", grant_id=grant_id)
-    return GrantV1.model_validate_json(raw)
+    return grant
 
 
 def _safe_name(name: str) -> bool:

@@ -88,7 +88,9 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
     """Recover with the current lease's fence (the ``auto_recover`` setting).
 
     Goes through the same guard as the API (role ``host``): only ``needs_recovery``
-    operations run; anything else is logged and left alone.
+    operations run; anything else is logged and left alone. An operation that cannot be
+    recovered now (an error, expected or not) is logged and left where it is, and the next
+    one is tried: nothing here keeps the daemon from starting.
     """
     for operation_id in operation_ids:
         try:
@@ -106,6 +108,8 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
                 recover(services, operation_id, lease.fence, role="host")
         except PromoterError as exc:
             log.warning("automatic recovery of %s failed: %s", operation_id, exc.detail)
+        except Exception:  # a fault of promoter's own: the traceback, then the next one
+            log.exception("automatic recovery of %s stopped by an unexpected error", operation_id)
 
 
 def _load(session: Any, operation_id: str) -> Operation:

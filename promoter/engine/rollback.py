@@ -118,13 +118,10 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
     """The stored receipt exactly as written (checked, never re-encoded by the model)."""
-    stored = (
-        services.audit.get("rollback", operation_id) if operation_id.startswith("op_") else None
-    )
-    if stored is None:
+    if not operation_id.startswith("op_"):
         return None
-    RollbackReceiptV1.model_validate_json(stored)
-    return dict(json.loads(stored))
+    stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
+    return None if stored is None else dict(json.loads(stored))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:

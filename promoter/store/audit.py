@@ -3,16 +3,24 @@
 Grants, bundles and receipts are stored as their exact canonical bytes, once. Writing
 the same bytes again is a no-op; different bytes under the same name raise the conflict
 class the caller names. Nothing here ever rewrites or deletes a document.
+
+A stored document read back as its model (``load``, ``checked``) that no longer parses
+(the state directory was damaged or edited by hand) raises ``StorageError`` naming the
+file: never an unexpected error, and never a document trusted unchecked.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from promoter.errors import DocumentConflict, PromoterError, StorageError
 from promoter.store.durable import write_new
 
+M = TypeVar("M", bound=BaseModel)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 KINDS = {
@@ -61,3 +69,26 @@ class AuditStore:
             return None
         except OSError as exc:
             raise StorageError(f"cannot read {kind} {name}: {exc}") from exc
+
+    def load(self, kind: str, name: str, model: type[M]) -> M | None:
+        """The stored document parsed as ``model``, or None when nothing is stored."""
+        raw = self.get(kind, name)
+        return None if raw is None else self._parse(kind, name, raw, model)
+
+    def checked(self, kind: str, name: str, model: type[M]) -> bytes | None:
+        """The stored bytes, exactly as written, once they parse as ``model``; or None."""
+        raw = self.get(kind, name)
+        if raw is not None:
+            self._parse(kind, name, raw, model)
+        return raw
+
+    def _parse(self, kind: str, name: str, raw: bytes, model: type[M]) -> M:
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            where = self.path(kind, name)
+            raise StorageError(
+                f"the stored {kind} {name} is damaged: {where} no longer parses as a "
+                f"{model.__name__}; nothing was changed",
+                path=str(where),
+            ) from exc
