@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from promoter.domain.models import LeaseV1
+from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.domain.state import State
 from promoter.domain.states import OperationKind, OperationStatus, StepStatus
 
@@ -29,7 +29,9 @@ class Ticket:
 
     ``lease`` is the grant stage's lease as read when the attempt was started (None: none
     was set); the attempt checks it first (SPEC §5.4 step 1) and reads it again, locked,
-    in the transaction that journals its plan.
+    in the transaction that journals its plan. ``loaded``: the bundle and grant as the
+    request that started the attempt had just read them from the store (None: the attempt
+    reads them); the attempt re-verifies them either way.
     """
 
     operation_id: str
@@ -38,6 +40,7 @@ class Ticket:
     bundle_id: str
     verification_receipt_sha256: str
     lease: LeaseV1 | None
+    loaded: tuple[PatchBundleV1, GrantV1] | None = None
 
 
 @dataclass(frozen=True)

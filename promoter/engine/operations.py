@@ -173,7 +173,7 @@ def request_promotion(
                 operation_id=operation_id,
             ) from exc
         journal.start_attempt(session, operation_id)
-        ticket = None if held else promote.ticket(session, operation_id, grant)
+        ticket = None if held else promote.ticket(session, operation_id, grant, (bundle, grant))
     if ticket is None:
         return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
     runner(services).submit(ticket)

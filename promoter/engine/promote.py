@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
-from promoter.domain.models import Change, GrantV1
+from promoter.domain.models import Change, GrantV1, PatchBundleV1
 from promoter.domain.paths import temp_name
 from promoter.domain.plan import journal_steps
 from promoter.domain.records import Ticket
@@ -89,8 +89,14 @@ def attempt_of(db: Database, operation_id: str) -> int:
         return journal.require(session, operation_id).attempt
 
 
-def ticket(session: Session, operation_id: str, grant: GrantV1) -> Ticket:
-    """The attempt the operation starts, with the stage's lease as read in this transaction."""
+def ticket(
+    session: Session,
+    operation_id: str,
+    grant: GrantV1,
+    loaded: tuple[PatchBundleV1, GrantV1] | None = None,
+) -> Ticket:
+    """The attempt the operation starts, with the stage's lease as read in this transaction
+    (``loaded``: the bundle and grant the caller has just read, handed on to the attempt)."""
     row = journal.require(session, operation_id)
     assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
     assert row.fence is not None
@@ -101,6 +107,7 @@ def ticket(session: Session, operation_id: str, grant: GrantV1) -> Ticket:
         bundle_id=row.bundle_id,
         verification_receipt_sha256=row.verification_receipt_sha256,
         lease=repo.get_lease(session, grant.workflow_id, grant.stage),
+        loaded=loaded,
     )
 
 
@@ -112,8 +119,11 @@ def run(services: Services, ticket: Ticket) -> None:
     """
     operation_id, fence = ticket.operation_id, ticket.fence
     try:
-        bundle = load_bundle(services, ticket.bundle_id)
-        grant = load_grant(services, bundle.grant_id)
+        if ticket.loaded is not None:
+            bundle, grant = ticket.loaded
+        else:
+            bundle = load_bundle(services, ticket.bundle_id)
+            grant = load_grant(services, bundle.grant_id)
         check_lease(grant, fence, ticket.lease)  # (1) authority
         evidence = recheck_evidence(  # (2) evidence
             services, ticket.bundle_id, ticket.verification_receipt_sha256, loaded=(bundle, grant)
