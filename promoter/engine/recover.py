@@ -22,7 +22,11 @@ operation in its current status, for every kind: ``recover`` only ever acts on
 ``needs_recovery``, ``needs_reconciliation`` only moves by the operator's ``reconcile``,
 and a final operation never runs again (``not_recoverable``, nothing written). The
 dispatch to a rollback's or a restore's own recovery comes after that guard, never
-before it. Deliberately not here: the guard's rules themselves (pure, in ``domain``).
+before it. ``abandon`` closes the operation in the transaction that read its status;
+if another request or host moved it in between, nothing is recorded and the request is
+answered ``operation_conflict`` (the row's status is its version, ``store.tables``).
+Fault point: ``abandon_decided`` (the status read and guarded, nothing written yet).
+Deliberately not here: the guard's rules themselves (pure, in ``domain``).
 """
 
 from __future__ import annotations
@@ -281,6 +285,7 @@ def reconcile(
         with services.db.session() as session:
             row = _load(session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
+            faults.point("abandon_decided")
             ledger.append(
                 session,
                 operation_id,

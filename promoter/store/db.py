@@ -21,8 +21,15 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
-from promoter.errors import DatabaseBusy, PromoterError, StorageError, ValidationFailed
+from promoter.errors import (
+    DatabaseBusy,
+    OperationConflict,
+    PromoterError,
+    StorageError,
+    ValidationFailed,
+)
 
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 
@@ -50,13 +57,19 @@ def make_engine(url: str, busy_timeout: float = 30.0) -> Engine:
 
 
 def translate(exc: SQLAlchemyError) -> PromoterError:
-    """The promoter error for a database failure: busy (503), storage (507), or bad text.
+    """The promoter error for a database failure: busy (503), storage (507), bad text, or
+    an operation whose status moved under the request (``operation_conflict``, 409).
 
     PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
     is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
     """
     if isinstance(exc, DataError) and "NUL" in str(exc.orig):
         return ValidationFailed("a text value holds a NUL character, which cannot be stored")
+    if isinstance(exc, StaleDataError):  # the row's status moved since it was read
+        return OperationConflict(
+            "the operation was changed by another request or host while this one was "
+            "deciding; nothing of this request was recorded; look at it again"
+        )
     code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
     if isinstance(exc, OperationalError) and isinstance(code, int) and code & 0xFF in _SQLITE_BUSY:
         return DatabaseBusy("the database stayed locked by another writer; try again")

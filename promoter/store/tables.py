@@ -146,6 +146,12 @@ class OperationRow(Base):
     created_at: Mapped[str] = mapped_column(String(20))
     updated_at: Mapped[str] = mapped_column(String(20))
 
+    # Every UPDATE of a row through the ORM says ``WHERE status = <the status it was read
+    # with>``: a row another request or host moved in the meantime is not overwritten (the
+    # flush raises ``StaleDataError``, answered as ``operation_conflict``). The status is
+    # the version, set by the code (never generated), so a write that keeps it still checks.
+    __mapper_args__ = {"version_id_col": status, "version_id_generator": False}
+
     @validates("status")
     def _transition(self, _key: str, status: str) -> str:
         """Every status change goes through the table of ``promoter.domain.states``."""

@@ -1,0 +1,91 @@
+"""A journal write made from a stale read never overwrites a newer status.
+
+The operations row's status is its version (``promoter.store.tables``): every UPDATE
+through the ORM carries ``WHERE status = <the status the row was read with>``. Here one
+session holds a row while a second moves it and commits; the first session's write is
+refused (``operation_conflict``) and nothing of it is recorded. Before, the first write
+won: a report landed on a row whose status it had never seen, and a status change that
+the transition table allowed from the stale status (``needs_reconciliation`` →
+``abandoned``) overwrote ``completed``. Runs on SQLite, and on PostgreSQL under
+``PROMOTER_TEST_DATABASE=postgresql``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from promoter.domain.states import OperationStatus as S
+from promoter.errors import OperationConflict
+from promoter.store import journal
+from promoter.store.db import Database, upgrade
+from promoter.store.tables import OperationRow
+from tests.support.rows import operation_row
+
+_ids = itertools.count()
+STALE = (
+    "the operation was changed by another request or host while this one was deciding; "
+    "nothing of this request was recorded; look at it again"
+)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Database:
+    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'journal.db'}"
+    upgrade(url)
+    return Database(url, 5.0)
+
+
+def _at(database: Database, *path: S) -> str:
+    operation_id = f"op_stale{next(_ids):06d}"
+    with database.session() as session:
+        session.add(operation_row(operation_id))
+    with database.session() as session:
+        for status in path:
+            journal.set_status(session, operation_id, status)
+    return operation_id
+
+
+def _row(database: Database, operation_id: str) -> tuple[str, dict[str, object] | None]:
+    with database.session() as session:
+        row = journal.require(session, operation_id)
+        return row.status, row.report
+
+
+def test_a_status_change_from_a_stale_read_is_refused(database: Database) -> None:
+    op_id = _at(database, S.NEEDS_RECONCILIATION)
+    with pytest.raises(OperationConflict) as refused, database.session() as stale:
+        held = stale.get(OperationRow, op_id)  # read as needs_reconciliation, and kept
+        assert held is not None and held.status == S.NEEDS_RECONCILIATION
+        with database.session() as other:  # meanwhile: continue claims it and completes
+            journal.set_status(other, op_id, S.IN_PROGRESS)
+            journal.set_status(other, op_id, S.COMPLETED)
+        journal.set_status(stale, op_id, S.ABANDONED, code="abandoned")
+    assert refused.value.detail == STALE
+    assert _row(database, op_id) == (S.COMPLETED, None)
+
+
+def test_a_report_written_from_a_stale_read_is_refused(database: Database) -> None:
+    op_id = _at(database)
+    with pytest.raises(OperationConflict) as refused, database.session() as stale:
+        held = stale.get(OperationRow, op_id)
+        assert held is not None and held.status == S.IN_PROGRESS
+        with database.session() as other:
+            journal.set_status(other, op_id, S.NEEDS_RECOVERY, report={"why": "owner gone"})
+        journal.set_report(stale, op_id, {"written": "from the stale read"})
+    assert refused.value.detail == STALE
+    assert _row(database, op_id) == (S.NEEDS_RECOVERY, {"why": "owner gone"})
+
+
+def test_a_write_after_a_change_that_kept_the_status_goes_through(database: Database) -> None:
+    op_id = _at(database)
+    with database.session() as first:
+        held = first.get(OperationRow, op_id)
+        assert held is not None
+        with database.session() as other:  # the status stays: nothing for the check to see
+            journal.set_report(other, op_id, {"by": "other"})
+        journal.set_status(first, op_id, S.COMPLETED)
+    assert _row(database, op_id)[0] == S.COMPLETED
