@@ -30,9 +30,11 @@ import tempfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench import bench_promote as bp
+from bench import prepared as pp
+from bench import workload as wl
+from bench.harness import Table
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import seal_bundle
@@ -40,9 +42,6 @@ from promoter.domain.models import blob_path
 from promoter.engine import grants, operations
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import build_services
-
-if TYPE_CHECKING:
-    from bench.bench_table import Table
 
 GOALS = {"rss_promote_4x256mib": (150.0, "MiB")}
 LABELS = {"rss_promote_4x256mib": "peak RSS promoting 4 x 256 MiB new files"}
@@ -82,19 +81,19 @@ def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Pat
     """
     repo, state = here / "repo", here / "state"
     repo.mkdir(parents=True)
-    bp.git(repo, "init", "-q", "-b", "main")
+    wl.git(repo, "init", "-q", "-b", "main")
     (repo / "README.md").write_bytes(b"# big files\n")
-    bp.git(repo, "add", "-A")
-    bp.git(repo, "commit", "-q", "-m", "base")
-    base_commit = bp.git(repo, "rev-parse", "HEAD").decode().strip()
-    base_tree = bp.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
+    wl.git(repo, "add", "-A")
+    wl.git(repo, "commit", "-q", "-m", "base")
+    base_commit = wl.git(repo, "rev-parse", "HEAD").decode().strip()
+    base_tree = wl.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
     blobs = [_write_blob(state / "audit", seed, size) for seed in range(files)]
     settings = load_settings(
-        state_dir=state, repositories={bp.REPO_NAME: RepositoryConfig(path=repo)}
+        state_dir=state, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
     try:
-        identity = services.registry.by_name(bp.REPO_NAME).identity
+        identity = services.registry.by_name(pp.REPO_NAME).identity
         now = utcnow()
         grant, _ = grants.register_grant(
             services,
@@ -105,13 +104,13 @@ def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Pat
                 "branch": "refs/heads/main",
                 "base_commit": base_commit,
                 "base_tree": base_tree,
-                "executor_run_id": bp.RUN_ID,
-                "workflow_id": bp.WORKFLOW,
-                "stage": bp.STAGE,
+                "executor_run_id": pp.RUN_ID,
+                "workflow_id": pp.WORKFLOW,
+                "stage": pp.STAGE,
                 "attempt": 1,
                 "generation": 1,
                 "resume_epoch": 0,
-                "fence": bp.FENCE,
+                "fence": pp.FENCE,
                 "not_before": rfc3339(now - timedelta(minutes=5)),
                 "expires_at": rfc3339(now + timedelta(hours=2)),
                 "write_allowlist": [{"pattern": "**", "operations": ["create"]}],
@@ -120,16 +119,16 @@ def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Pat
             },
         )
         lease = {
-            "run_id": bp.RUN_ID,
+            "run_id": pp.RUN_ID,
             "attempt": 1,
             "generation": 1,
             "resume_epoch": 0,
-            "fence": bp.FENCE,
+            "fence": pp.FENCE,
             "expires_at": rfc3339(now + timedelta(hours=2)),
         }
-        grants.set_lease(services, bp.WORKFLOW, bp.STAGE, lease)
+        grants.set_lease(services, pp.WORKFLOW, pp.STAGE, lease)
         changes = [
-            {"path": f"big/f{n}.bin", "operation": "create", "old": bp._state(None), "new": s}
+            {"path": f"big/f{n}.bin", "operation": "create", "old": pp.state_of(None), "new": s}
             for n, s in enumerate(_state(d, b) for d, b in blobs)
         ]
         assert grant.grant_sha256 is not None
@@ -140,7 +139,7 @@ def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Pat
                 "bundle_sha256": "",
                 "grant_id": grant.grant_id,
                 "grant_sha256": grant.grant_sha256,
-                "executor_run_id": bp.RUN_ID,
+                "executor_run_id": pp.RUN_ID,
                 "repository_identity": identity,
                 "base_commit": base_commit,
                 "base_tree": base_tree,
@@ -167,13 +166,13 @@ def _peak_mib() -> float:
 def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: bool) -> None:
     """The measured process: open the state directory, promote (or not), print the peak."""
     settings = load_settings(
-        state_dir=state, repositories={bp.REPO_NAME: RepositoryConfig(path=repo)}
+        state_dir=state, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
     status = "idle"
     try:
         if promote:
-            requested = operations.request_promotion(services, bundle_id, receipt, bp.FENCE)
+            requested = operations.request_promotion(services, bundle_id, receipt, pp.FENCE)
             operations.wait_for(services, requested.operation_id, timeout=3600)
             status = operations.operation_view(services, requested.operation_id)["status"]
         operations.runner(services).shutdown()
@@ -214,7 +213,7 @@ def rss_promote(
 
 
 def _promotion_row(
-    bt: Any, table: Table, name: str, work: Path, source: bp.Source, load: bp.Workload, t: Path
+    bt: Any, table: Table, name: str, work: Path, source: wl.Source, load: wl.Workload, t: Path
 ) -> Callable[[int], None]:
     return lambda round_no: bt.promotion(table, name, work, round_no, source, load, t)
 
@@ -236,16 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.rows.split(","))
     work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
     try:
-        table = bt.Table()
+        table = Table()
         rows: list[Callable[[int], None]] = []
         for name, files in (("promote_1150", 1150), ("promote_115", 115)):
             if name not in wanted:
                 continue
-            load = bp.make_workload(files, 4096)
+            load = wl.make_workload(files, 4096)
             (work / name).mkdir()
             (work / f"t-{name}").mkdir()
-            source = bp.make_source(work / name, load)
-            template, _, _ = bp.make_blob_template(work / f"t-{name}", load)
+            source = wl.make_source(work / name, load)
+            template, _, _ = pp.make_blob_template(work / f"t-{name}", load)
             rows.append(_promotion_row(bt, table, name, work, source, load, template))
         if "rss_promote_4x256mib" in wanted:
             rows.append(lambda r: rss_promote(table, work, r))
@@ -258,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count() or 1,
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "filesystem": bp.filesystem_of(work.parent),
+            "filesystem": wl.filesystem_of(work.parent),
             "rows": {
                 row: {
                     "median": statistics.median(values),

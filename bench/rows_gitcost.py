@@ -1,7 +1,7 @@
 """Speed-table rows: what a 1-file promotion costs in a 100k-file repository.
 
 Each row is the time of one promotion (``request_promotion`` until the operation has
-ended, in-process, as ``bench_promote.promote_once`` times it) in a repository of
+ended, in-process, as ``bench.prepared.promote_once`` times it) in a repository of
 100 000 tracked files over the same promotion in a repository of 10 files of the same
 shape, measured side by side, the two in an order that rotates with the round:
 
@@ -41,7 +41,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import bench_promote as bp
+from bench import prepared as pp
+from bench import workload as wl
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_bundle
@@ -86,7 +87,7 @@ def content(i: int, version: int = 0) -> bytes:
 def build_repo(path: Path, files: int, *, flat: bool) -> None:
     """``files`` tracked files committed with ``git fast-import``, then checked out."""
     path.mkdir(parents=True)
-    bp.git(path, "init", "-q", "-b", "main")
+    wl.git(path, "init", "-q", "-b", "main")
     with tempfile.TemporaryFile() as stream:
         for i in range(files):
             data = content(i)
@@ -99,7 +100,7 @@ def build_repo(path: Path, files: int, *, flat: bool) -> None:
             stream.write(b"M 100644 :%d %s\n" % (i + 1, path_of(i, flat).encode()))
         stream.write(b"\n")
         stream.seek(0)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path), **bp._GIT_ENV}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path), **wl.GIT_ENV}
         subprocess.run(
             ["git", "fast-import", "--quiet"],
             cwd=path,
@@ -108,7 +109,7 @@ def build_repo(path: Path, files: int, *, flat: bool) -> None:
             check=True,
             timeout=1800,
         )
-    bp.git(path, "reset", "-q", "--hard", "main")
+    wl.git(path, "reset", "-q", "--hard", "main")
 
 
 # --- one side of a row: a repository, its daemon services, its target ---------------------------
@@ -128,10 +129,10 @@ class Side:
     def target(self) -> str:
         return path_of(self.index, self.repo.name.startswith("flat"))
 
-    def prepare(self, round_no: int) -> bp.Prepared:
+    def prepare(self, round_no: int) -> pp.Prepared:
         """A grant, a lease and a verified bundle from the target's content to the next."""
         services = self.services
-        identity = services.registry.by_name(bp.REPO_NAME).identity
+        identity = services.registry.by_name(pp.REPO_NAME).identity
         old, new = content(self.index), content(self.index, self.version + 1)
         now = utcnow()
         workflow = f"wf_gitcost_{round_no}"
@@ -144,13 +145,13 @@ class Side:
                 "branch": "refs/heads/main",
                 "base_commit": self.base_commit,
                 "base_tree": self.base_tree,
-                "executor_run_id": bp.RUN_ID,
+                "executor_run_id": pp.RUN_ID,
                 "workflow_id": workflow,
-                "stage": bp.STAGE,
+                "stage": pp.STAGE,
                 "attempt": 1,
                 "generation": 1,
                 "resume_epoch": 0,
-                "fence": bp.FENCE,
+                "fence": pp.FENCE,
                 "not_before": rfc3339(now - timedelta(minutes=5)),
                 "expires_at": rfc3339(now + timedelta(hours=2)),
                 "write_allowlist": [{"pattern": "**", "operations": ["modify"]}],
@@ -159,14 +160,14 @@ class Side:
             },
         )
         lease = {
-            "run_id": bp.RUN_ID,
+            "run_id": pp.RUN_ID,
             "attempt": 1,
             "generation": 1,
             "resume_epoch": 0,
-            "fence": bp.FENCE,
+            "fence": pp.FENCE,
             "expires_at": rfc3339(now + timedelta(hours=2)),
         }
-        grants.set_lease(services, workflow, bp.STAGE, lease)
+        grants.set_lease(services, workflow, pp.STAGE, lease)
         for data in (old, new):
             if not services.blobs.has(sha256_hex(data)):
                 services.blobs.put(sha256_hex(data), data)
@@ -178,7 +179,7 @@ class Side:
                 "bundle_sha256": "",
                 "grant_id": grant.grant_id,
                 "grant_sha256": grant.grant_sha256,
-                "executor_run_id": bp.RUN_ID,
+                "executor_run_id": pp.RUN_ID,
                 "repository_identity": identity,
                 "base_commit": self.base_commit,
                 "base_tree": self.base_tree,
@@ -186,8 +187,8 @@ class Side:
                     {
                         "path": self.target,
                         "operation": "modify",
-                        "old": bp._state(old),
-                        "new": bp._state(new),
+                        "old": pp.state_of(old),
+                        "new": pp.state_of(new),
                     }
                 ],
                 "change_count": 1,
@@ -196,7 +197,7 @@ class Side:
             }
         )
         submitted = submit_bundle(services, document, run_id=None)
-        return bp.Prepared(
+        return pp.Prepared(
             services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, 0.0
         )
 
@@ -218,16 +219,16 @@ def _side(
 ) -> Side:
     settings = load_settings(
         state_dir=state,
-        repositories={bp.REPO_NAME: RepositoryConfig(path=repo, snapshots=snapshots_on)},
+        repositories={pp.REPO_NAME: RepositoryConfig(path=repo, snapshots=snapshots_on)},
     )
     services = build_services(settings)
     stack.callback(services.close)
     stack.callback(lambda: operations.runner(services).shutdown())
-    commit = bp.git(repo, "rev-parse", "HEAD").decode().strip()
-    tree = bp.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
+    commit = wl.git(repo, "rev-parse", "HEAD").decode().strip()
+    tree = wl.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
     side = Side(name, repo, services, files // 2 + 1, commit, tree)
     if snapshots_on:  # a running daemon's state: the shadow filled, the worktree watched
-        side.promoted(bp.promote_once(side.prepare(999)))
+        side.promoted(pp.promote_once(side.prepare(999)))
     return side
 
 
@@ -238,7 +239,7 @@ def _timed_pair(round_no: int, big: Side, small: Side) -> tuple[float, float]:
     for side in order:
         os.sync()
         started = time.perf_counter()
-        operation_id = bp.promote_once(prepared[side.name])
+        operation_id = pp.promote_once(prepared[side.name])
         seconds[side.name] = time.perf_counter() - started
         side.promoted(operation_id)
     return seconds[big.name], seconds[small.name]

@@ -1,0 +1,194 @@
+"""What the speed table's rows share: the table, daemons, documents, the interleaved timer.
+
+``Table`` collects each row's per-round figures; ``daemon`` serves a repository from
+this process (the collector tuned as ``promoter serve`` tunes it), ``daemon_process``
+runs ``promoter serve`` in its own; ``grant_document``, ``bundle_document`` and
+``lease_document`` make the documents a flow needs, ``upload`` sends blobs;
+``alternate`` times several runs in an order that rotates with the round.
+Deliberately not here: any row (``bench.bench_table``, ``bench.rows_*``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import prepared as pp
+from bench import workload as wl
+from promoter.api import gc_policy
+from promoter.api.app import create_app
+from promoter.api.server import make_server
+from promoter.client import PromoterClient
+from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_bundle
+from promoter.engine.services import Services, build_services
+
+
+@dataclass
+class Table:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, row: str, value: float) -> None:
+        self.samples.setdefault(row, []).append(value)
+
+    def note(self, key: str, value: float) -> None:
+        self.extra.setdefault(key, []).append(value)
+
+
+# --- a daemon in this process ---------------------------------------------------------------
+
+
+@contextmanager
+def daemon(state_dir: Path, repo: Path) -> Iterator[tuple[str, Services]]:
+    settings = load_settings(
+        None, state_dir=state_dir, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
+    )
+    services = build_services(settings)
+    server = make_server(create_app(settings, services), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name="bench-server", daemon=True)
+    previous = gc_policy.tune_for_serving()  # as ``promoter serve`` does
+    thread.start()
+    try:
+        if not server.ready.wait(60):
+            raise RuntimeError("the benchmark daemon did not start")
+        yield f"http://127.0.0.1:{server.port}", services
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        services.close()
+        gc_policy.restore(previous)
+
+
+def grant_document(
+    identity: str, source: wl.Source, changes: int, grant_id: str = "grt_bench"
+) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "schema": "GrantV1",
+        "grant_id": grant_id,
+        "repository_identity": identity,
+        "branch": "refs/heads/main",
+        "base_commit": source.base_commit,
+        "base_tree": source.base_tree,
+        "executor_run_id": pp.RUN_ID,
+        "workflow_id": pp.WORKFLOW,
+        "stage": pp.STAGE,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": pp.FENCE,
+        "not_before": rfc3339(now - timedelta(minutes=5)),
+        "expires_at": rfc3339(now + timedelta(hours=2)),
+        "write_allowlist": [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
+        "target_preconditions": [],
+        "limits": {"max_changes": changes + 10, "max_total_bytes": 1 << 40},
+    }
+
+
+def bundle_document(
+    grant: dict[str, Any], grant_sha256: str, steps: list[wl.Step]
+) -> dict[str, Any]:
+    changes = [
+        {
+            "path": s.path,
+            "operation": s.operation,
+            "old": pp.state_of(s.old),
+            "new": pp.state_of(s.new),
+        }
+        for s in steps
+    ]
+    return seal_bundle(
+        {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": grant["grant_id"],
+            "grant_sha256": grant_sha256,
+            "executor_run_id": pp.RUN_ID,
+            "repository_identity": grant["repository_identity"],
+            "base_commit": grant["base_commit"],
+            "base_tree": grant["base_tree"],
+            "changes": changes,
+            "change_count": len(changes),
+            "total_bytes": sum(len(s.new) for s in steps if s.new is not None),
+            "created_at": rfc3339(utcnow()),
+        }
+    )
+
+
+def lease_document() -> dict[str, Any]:
+    return {
+        "run_id": pp.RUN_ID,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": pp.FENCE,
+        "expires_at": rfc3339(utcnow() + timedelta(hours=2)),
+    }
+
+
+def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
+    """Every blob the host lacks: batched when the client can, else one PUT each."""
+    batch = getattr(executor, "put_blobs", None)
+    if callable(batch):
+        batch([(sha256_hex(b), len(b), b) for b in blobs])
+        return
+    for data in blobs:
+        executor.put_blob(sha256_hex(data), data)
+
+
+def alternate(round_no: int, runs: list[tuple[str, Callable[[], object]]]) -> dict[str, float]:
+    """Time each run (after ``sync``), in an order that rotates with ``round_no``."""
+    order = runs[round_no % len(runs) :] + runs[: round_no % len(runs)]
+    seconds: dict[str, float] = {}
+    for name, call in order:
+        os.sync()
+        started = time.perf_counter()
+        call()
+        seconds[name] = time.perf_counter() - started
+    return seconds
+
+
+@contextmanager
+def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]]:
+    """``promoter serve`` in its own process: ``(url, orchestrator token, identity)``.
+
+    How a deployed daemon runs: its own interpreter, so the client's work (hashing,
+    framing, JSON) does not share its lock. Ready when it prints its URL on stderr.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
+    argv += ["--port", "0", "--repo", f"{pp.REPO_NAME}={repo}"]
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stderr is not None
+        url = ""
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith("promoter: ready on "):
+                url = line.removeprefix("promoter: ready on ")
+                break
+        if not url:
+            raise RuntimeError("the benchmark daemon exited before it was ready")
+        drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
+        drain.start()
+        token = (state_dir / "credentials" / "orchestrator.token").read_text().strip()
+        with PromoterClient(url, token, timeout=60) as orch:
+            identity = str(orch.repositories()[0]["repository_identity"])
+        yield url, token, identity
+    finally:
+        proc.terminate()
+        proc.wait(60)

@@ -1,0 +1,207 @@
+"""Promoter made ready for a timed promotion, in this process.
+
+``prepare_promoter`` gives a copy of the source repository a fresh state directory
+(its blob store copied from a template, ``make_blob_template``), a grant, a lease and a
+verified bundle; ``promote_once`` is the timed part (``request_promotion`` until the
+attempt has ended) and ``finish_promoter`` checks that it completed. ``InlineRunner``
+runs the attempt in the requesting thread, for a profiler there.
+
+Deliberately not here: the workload and the bare variants (``bench.workload``), timing.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.workload import Source, Workload, copy_repo
+from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_bundle
+from promoter.domain.models import blob_path
+from promoter.domain.records import Ticket
+from promoter.engine import grants, operations, promote
+from promoter.engine.bundles import submit_bundle
+from promoter.engine.services import Services, build_services
+from promoter.errors import PromoterError
+from promoter.store.blobs import BlobStore
+
+REPO_NAME = "bench"
+FENCE = 7
+WORKFLOW, STAGE, RUN_ID = "wf_bench", "implement", "run_bench"
+
+
+class InlineRunner(operations.Runner):
+    """Runs an attempt in the requesting thread, so a profiler there sees all of it.
+
+    Set as ``services.runner``; ``operations.runner`` picks it up. It does what
+    the worker pool's task does: ``promote.run``, a ``PromoterError`` closed as refused.
+    """
+
+    def __init__(self, services: Services) -> None:
+        super().__init__(services, workers=1)
+        self._bench_services = services
+        self._done: dict[str, Future[None]] = {}
+
+    def submit(self, ticket: Ticket) -> Future[None]:
+        operation_id = ticket.operation_id
+        future: Future[None] = Future()
+        try:
+            try:
+                promote.run(self._bench_services, ticket)
+            except PromoterError as exc:
+                promote.refuse(self._bench_services.db, operation_id, exc)
+        except Exception as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
+        self._done[operation_id] = future
+        return future
+
+    def future(self, operation_id: str) -> Future[None] | None:
+        return self._done.get(operation_id)
+
+
+@dataclass
+class Prepared:
+    """A copy with a fresh state directory, grant, lease, blobs and a verified bundle."""
+
+    services: Services
+    bundle_id: str
+    receipt_sha256: str
+    verify_seconds: float
+
+
+def state_of(data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {"exists": False, "sha256": None, "mode": None, "bytes": None, "blob_ref": None}
+    digest = sha256_hex(data)
+    ref = {"path": blob_path(digest), "sha256": digest}
+    return {"exists": True, "sha256": digest, "mode": "100644", "bytes": len(data), "blob_ref": ref}
+
+
+def blobs_of(workload: Workload) -> list[bytes]:
+    unique = {s: None for step in workload.steps for s in (step.old, step.new) if s is not None}
+    return list(unique)
+
+
+def make_blob_template(work: Path, workload: Workload) -> tuple[Path, float, int]:
+    """Upload every old and new blob once (timed); states copy the store from here."""
+    audit = work / "blob-template" / "audit"
+    audit.mkdir(parents=True)
+    store = BlobStore(audit)
+    blobs = blobs_of(workload)
+    started = time.perf_counter()
+    for data in blobs:
+        store.put(sha256_hex(data), data)
+    return audit / "blobs", time.perf_counter() - started, len(blobs)
+
+
+def prepare_promoter(
+    copy: Path,
+    state_dir: Path,
+    source: Source,
+    workload: Workload,
+    blob_template: Path,
+    *,
+    inline: bool = False,
+) -> Prepared:
+    (state_dir / "audit").mkdir(parents=True)
+    copy_repo(blob_template, state_dir / "audit" / "blobs")
+    settings = load_settings(
+        state_dir=state_dir, repositories={REPO_NAME: RepositoryConfig(path=copy)}
+    )
+    services = build_services(settings)
+    if inline:
+        services.runner = InlineRunner(services)
+    repository = services.registry.by_name(REPO_NAME)
+    now = utcnow()
+    grant, _ = grants.register_grant(
+        services,
+        {
+            "schema": "GrantV1",
+            "grant_id": "grt_bench",
+            "repository_identity": repository.identity,
+            "branch": "refs/heads/main",
+            "base_commit": source.base_commit,
+            "base_tree": source.base_tree,
+            "executor_run_id": RUN_ID,
+            "workflow_id": WORKFLOW,
+            "stage": STAGE,
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": FENCE,
+            "not_before": rfc3339(now - timedelta(minutes=5)),
+            "expires_at": rfc3339(now + timedelta(hours=2)),
+            "write_allowlist": [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
+            "target_preconditions": [],
+            "limits": {"max_changes": len(workload.steps) + 10, "max_total_bytes": 1 << 40},
+        },
+    )
+    lease = {
+        "run_id": RUN_ID,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": FENCE,
+        "expires_at": rfc3339(now + timedelta(hours=2)),
+    }
+    grants.set_lease(services, WORKFLOW, STAGE, lease)
+    for data in blobs_of(workload):
+        digest = sha256_hex(data)
+        if not services.blobs.has(digest):
+            services.blobs.put(digest, data)
+    changes = [
+        {"path": s.path, "operation": s.operation, "old": state_of(s.old), "new": state_of(s.new)}
+        for s in workload.steps
+    ]
+    assert grant.grant_sha256 is not None
+    document = seal_bundle(
+        {
+            "schema": "PatchBundleV1",
+            "bundle_id": "",
+            "bundle_sha256": "",
+            "grant_id": grant.grant_id,
+            "grant_sha256": grant.grant_sha256,
+            "executor_run_id": RUN_ID,
+            "repository_identity": repository.identity,
+            "base_commit": source.base_commit,
+            "base_tree": source.base_tree,
+            "changes": changes,
+            "change_count": len(changes),
+            "total_bytes": sum(len(s.new) for s in workload.steps if s.new is not None),
+            "created_at": rfc3339(now),
+        }
+    )
+    started = time.perf_counter()
+    submitted = submit_bundle(services, document, run_id=None)
+    verified = time.perf_counter() - started
+    return Prepared(
+        services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, verified
+    )
+
+
+def promote_once(prepared: Prepared) -> str:
+    """The timed part: request the promotion and wait until its attempt has ended."""
+    services = prepared.services
+    requested = operations.request_promotion(
+        services, prepared.bundle_id, prepared.receipt_sha256, FENCE
+    )
+    operations.wait_for(services, requested.operation_id, timeout=3600)
+    return requested.operation_id
+
+
+def finish_promoter(prepared: Prepared, operation_id: str) -> None:
+    view = operations.operation_view(prepared.services, operation_id)
+    operations.runner(prepared.services).shutdown()
+    prepared.services.close()
+    if view["status"] != "completed" or not view["events_verified"]:
+        raise AssertionError(
+            f"promoter: operation {operation_id} ended {view['status']} "
+            f"({view['code']}: {view['detail']})"
+        )
