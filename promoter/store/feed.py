@@ -74,12 +74,18 @@ def _enter(session: Session) -> None:
     session.flush()
 
 
-@event.listens_for(Session, "after_flush")
-def _wrote(session: Session, _context: Any) -> None:
-    session.info[WROTE] = True
+@event.listens_for(Session, "before_flush")
+def _changing(session: Session, _context: Any, _instances: Any) -> None:
+    # before the flush: the status is the row's version column, so the flush itself
+    # expires it (to read back what was written) and its history is gone after it
     for row in [*session.new, *session.dirty]:
         if isinstance(row, OperationRow) and inspect(row).attrs.status.history.has_changes():
             session.info.setdefault(CHANGED, set()).add(row.operation_id)
+
+
+@event.listens_for(Session, "after_flush")
+def _wrote(session: Session, _context: Any) -> None:
+    session.info[WROTE] = True
 
 
 @event.listens_for(Session, "do_orm_execute")
