@@ -54,17 +54,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import documents as bd
 from bench import prepared as pp
 from bench import rows_builder, rows_fswrite, rows_gitcost, rows_verify
 from bench import workload as wl
 from bench.harness import (
     Table,
     alternate,
-    bundle_document,
     daemon,
     daemon_process,
-    grant_document,
-    lease_document,
     upload,
 )
 from promoter.api import gc_policy
@@ -106,7 +104,7 @@ def _flow_daemon(state_dir: Path, repo: Path, separate: bool) -> Iterator[tuple[
             yield answer
         return
     with daemon(state_dir, repo) as (url, services):
-        identity = services.registry.by_name(pp.REPO_NAME).identity
+        identity = services.registry.by_name(bd.REPO_NAME).identity
         yield url, services.tokens["orchestrator"], identity
 
 
@@ -127,22 +125,26 @@ def http_flow(
     blobs = pp.blobs_of(workload)
     phases: dict[str, float] = {}
     with _flow_daemon(here / "state", ours, separate) as (url, orchestrator, identity):
-        grant = grant_document(identity, source, len(workload.steps))
+        grant = bd.grant_document(
+            identity, source.base_commit, source.base_tree, max_changes=len(workload.steps) + 10
+        )
 
         def flow() -> None:
             started = time.perf_counter()
             with PromoterClient(url, orchestrator, timeout=3600) as orch:
                 registered = orch.register_grant(grant)
-                token = orch.mint_executor_token(pp.RUN_ID)["token"]
-                bundle = bundle_document(grant, registered["grant_sha256"], workload.steps)
+                token = orch.mint_executor_token(bd.RUN_ID)["token"]
+                bundle = bd.bundle_document(
+                    grant, registered["grant_sha256"], bd.step_changes(workload.steps)
+                )
                 with orch.with_token(token) as executor:
                     missing = set(executor.blobs_missing(sha256_hex(b) for b in blobs))
                     upload(executor, [b for b in blobs if sha256_hex(b) in missing])
                     phases["upload"] = time.perf_counter() - started
                     submitted = executor.submit_bundle(bundle)
-                orch.set_lease(pp.WORKFLOW, pp.STAGE, lease_document())
+                orch.set_lease(bd.WORKFLOW, bd.STAGE, bd.lease_document())
                 receipt = submitted["verification_receipt"]["receipt_sha256"]
-                done = orch.promote(bundle["bundle_id"], receipt, pp.FENCE, wait=True)
+                done = orch.promote(bundle["bundle_id"], receipt, bd.FENCE, wait=True)
                 if done.get("status") != "completed":
                     raise AssertionError(f"the promotion ended {done.get('status')}: {done}")
 

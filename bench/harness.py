@@ -2,8 +2,7 @@
 
 ``Table`` collects each row's per-round figures; ``daemon`` serves a repository from
 this process (the collector tuned as ``promoter serve`` tunes it), ``daemon_process``
-runs ``promoter serve`` in its own; ``grant_document``, ``bundle_document`` and
-``lease_document`` make the documents a flow needs, ``upload`` sends blobs;
+runs ``promoter serve`` in its own; ``upload`` sends blobs;
 ``alternate`` times several runs in an order that rotates with the round.
 Deliberately not here: any row (``bench.bench_table``, ``bench.rows_*``).
 """
@@ -18,19 +17,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from bench import prepared as pp
-from bench import workload as wl
+from bench import documents as bd
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
 from promoter.client import PromoterClient
 from promoter.config import RepositoryConfig, load_settings
-from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_bundle
+from promoter.domain.canonical import sha256_hex
 from promoter.engine.services import Services, build_services
 
 
@@ -52,7 +47,7 @@ class Table:
 @contextmanager
 def daemon(state_dir: Path, repo: Path) -> Iterator[tuple[str, Services]]:
     settings = load_settings(
-        None, state_dir=state_dir, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
+        None, state_dir=state_dir, repositories={bd.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
     server = make_server(create_app(settings, services), "127.0.0.1", 0)
@@ -68,74 +63,6 @@ def daemon(state_dir: Path, repo: Path) -> Iterator[tuple[str, Services]]:
         thread.join(60)
         services.close()
         gc_policy.restore(previous)
-
-
-def grant_document(
-    identity: str, source: wl.Source, changes: int, grant_id: str = "grt_bench"
-) -> dict[str, Any]:
-    now = utcnow()
-    return {
-        "schema": "GrantV1",
-        "grant_id": grant_id,
-        "repository_identity": identity,
-        "branch": "refs/heads/main",
-        "base_commit": source.base_commit,
-        "base_tree": source.base_tree,
-        "executor_run_id": pp.RUN_ID,
-        "workflow_id": pp.WORKFLOW,
-        "stage": pp.STAGE,
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": pp.FENCE,
-        "not_before": rfc3339(now - timedelta(minutes=5)),
-        "expires_at": rfc3339(now + timedelta(hours=2)),
-        "write_allowlist": [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
-        "target_preconditions": [],
-        "limits": {"max_changes": changes + 10, "max_total_bytes": 1 << 40},
-    }
-
-
-def bundle_document(
-    grant: dict[str, Any], grant_sha256: str, steps: list[wl.Step]
-) -> dict[str, Any]:
-    changes = [
-        {
-            "path": s.path,
-            "operation": s.operation,
-            "old": pp.state_of(s.old),
-            "new": pp.state_of(s.new),
-        }
-        for s in steps
-    ]
-    return seal_bundle(
-        {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": grant["grant_id"],
-            "grant_sha256": grant_sha256,
-            "executor_run_id": pp.RUN_ID,
-            "repository_identity": grant["repository_identity"],
-            "base_commit": grant["base_commit"],
-            "base_tree": grant["base_tree"],
-            "changes": changes,
-            "change_count": len(changes),
-            "total_bytes": sum(len(s.new) for s in steps if s.new is not None),
-            "created_at": rfc3339(utcnow()),
-        }
-    )
-
-
-def lease_document() -> dict[str, Any]:
-    return {
-        "run_id": pp.RUN_ID,
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": pp.FENCE,
-        "expires_at": rfc3339(utcnow() + timedelta(hours=2)),
-    }
 
 
 def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
@@ -169,7 +96,7 @@ def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
-    argv += ["--port", "0", "--repo", f"{pp.REPO_NAME}={repo}"]
+    argv += ["--port", "0", "--repo", f"{bd.REPO_NAME}={repo}"]
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

@@ -14,25 +14,27 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
+from bench.documents import (
+    FENCE,
+    REPO_NAME,
+    STAGE,
+    WORKFLOW,
+    bundle_document,
+    grant_document,
+    lease_document,
+    step_changes,
+)
 from bench.workload import Source, Workload, copy_repo
 from promoter.config import RepositoryConfig, load_settings
-from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_bundle
-from promoter.domain.models import blob_path
+from promoter.domain.canonical import sha256_hex
 from promoter.domain.records import Ticket
 from promoter.engine import grants, operations, promote
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import Services, build_services
 from promoter.errors import PromoterError
 from promoter.store.blobs import BlobStore
-
-REPO_NAME = "bench"
-FENCE = 7
-WORKFLOW, STAGE, RUN_ID = "wf_bench", "implement", "run_bench"
 
 
 class InlineRunner(operations.Runner):
@@ -76,14 +78,6 @@ class Prepared:
     verify_seconds: float
 
 
-def state_of(data: bytes | None) -> dict[str, Any]:
-    if data is None:
-        return {"exists": False, "sha256": None, "mode": None, "bytes": None, "blob_ref": None}
-    digest = sha256_hex(data)
-    ref = {"path": blob_path(digest), "sha256": digest}
-    return {"exists": True, "sha256": digest, "mode": "100644", "bytes": len(data), "blob_ref": ref}
-
-
 def blobs_of(workload: Workload) -> list[bytes]:
     unique = {s: None for step in workload.steps for s in (step.old, step.new) if s is not None}
     return list(unique)
@@ -119,67 +113,22 @@ def prepare_promoter(
     if inline:
         services.runner = InlineRunner(services)
     repository = services.registry.by_name(REPO_NAME)
-    now = utcnow()
-    grant, _ = grants.register_grant(
-        services,
-        {
-            "schema": "GrantV1",
-            "grant_id": "grt_bench",
-            "repository_identity": repository.identity,
-            "branch": "refs/heads/main",
-            "base_commit": source.base_commit,
-            "base_tree": source.base_tree,
-            "executor_run_id": RUN_ID,
-            "workflow_id": WORKFLOW,
-            "stage": STAGE,
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": FENCE,
-            "not_before": rfc3339(now - timedelta(minutes=5)),
-            "expires_at": rfc3339(now + timedelta(hours=2)),
-            "write_allowlist": [{"pattern": "**", "operations": ["create", "modify", "delete"]}],
-            "target_preconditions": [],
-            "limits": {"max_changes": len(workload.steps) + 10, "max_total_bytes": 1 << 40},
-        },
+    document = grant_document(
+        repository.identity,
+        source.base_commit,
+        source.base_tree,
+        max_changes=len(workload.steps) + 10,
     )
-    lease = {
-        "run_id": RUN_ID,
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": FENCE,
-        "expires_at": rfc3339(now + timedelta(hours=2)),
-    }
-    grants.set_lease(services, WORKFLOW, STAGE, lease)
+    grant, _ = grants.register_grant(services, document)
+    grants.set_lease(services, WORKFLOW, STAGE, lease_document())
     for data in blobs_of(workload):
         digest = sha256_hex(data)
         if not services.blobs.has(digest):
             services.blobs.put(digest, data)
-    changes = [
-        {"path": s.path, "operation": s.operation, "old": state_of(s.old), "new": state_of(s.new)}
-        for s in workload.steps
-    ]
     assert grant.grant_sha256 is not None
-    document = seal_bundle(
-        {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": grant.grant_id,
-            "grant_sha256": grant.grant_sha256,
-            "executor_run_id": RUN_ID,
-            "repository_identity": repository.identity,
-            "base_commit": source.base_commit,
-            "base_tree": source.base_tree,
-            "changes": changes,
-            "change_count": len(changes),
-            "total_bytes": sum(len(s.new) for s in workload.steps if s.new is not None),
-            "created_at": rfc3339(now),
-        }
-    )
+    bundle = bundle_document(document, grant.grant_sha256, step_changes(workload.steps))
     started = time.perf_counter()
-    submitted = submit_bundle(services, document, run_id=None)
+    submitted = submit_bundle(services, bundle, run_id=None)
     verified = time.perf_counter() - started
     return Prepared(
         services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, verified

@@ -28,16 +28,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import documents as bd
 from bench import prepared as pp
 from bench import workload as wl
 from bench.harness import Table
 from promoter.config import RepositoryConfig, load_settings
-from promoter.domain.canonical import rfc3339, utcnow
-from promoter.domain.documents import seal_bundle
 from promoter.domain.models import blob_path
 from promoter.engine import grants, operations
 from promoter.engine.bundles import submit_bundle
@@ -69,11 +67,6 @@ def _write_blob(audit: Path, seed: int, size: int) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _state(digest: str, size: int) -> dict[str, Any]:
-    ref = {"path": blob_path(digest), "sha256": digest}
-    return {"exists": True, "sha256": digest, "mode": "100644", "bytes": size, "blob_ref": ref}
-
-
 def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Path, str, str]:
     """A repository and a state directory holding a verified bundle of ``files`` creates.
 
@@ -89,67 +82,29 @@ def prepare(here: Path, files: int = FILES, size: int = SIZE) -> tuple[Path, Pat
     base_tree = wl.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
     blobs = [_write_blob(state / "audit", seed, size) for seed in range(files)]
     settings = load_settings(
-        state_dir=state, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
+        state_dir=state, repositories={bd.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
     try:
-        identity = services.registry.by_name(pp.REPO_NAME).identity
-        now = utcnow()
-        grant, _ = grants.register_grant(
-            services,
-            {
-                "schema": "GrantV1",
-                "grant_id": "grt_bench_rss",
-                "repository_identity": identity,
-                "branch": "refs/heads/main",
-                "base_commit": base_commit,
-                "base_tree": base_tree,
-                "executor_run_id": pp.RUN_ID,
-                "workflow_id": pp.WORKFLOW,
-                "stage": pp.STAGE,
-                "attempt": 1,
-                "generation": 1,
-                "resume_epoch": 0,
-                "fence": pp.FENCE,
-                "not_before": rfc3339(now - timedelta(minutes=5)),
-                "expires_at": rfc3339(now + timedelta(hours=2)),
-                "write_allowlist": [{"pattern": "**", "operations": ["create"]}],
-                "target_preconditions": [],
-                "limits": {"max_changes": files, "max_total_bytes": files * size},
-            },
+        identity = services.registry.by_name(bd.REPO_NAME).identity
+        document = bd.grant_document(
+            identity,
+            base_commit,
+            base_tree,
+            max_changes=files,
+            max_total_bytes=files * size,
+            operations=["create"],
+            grant_id="grt_bench_rss",
         )
-        lease = {
-            "run_id": pp.RUN_ID,
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": pp.FENCE,
-            "expires_at": rfc3339(now + timedelta(hours=2)),
-        }
-        grants.set_lease(services, pp.WORKFLOW, pp.STAGE, lease)
+        grant, _ = grants.register_grant(services, document)
+        grants.set_lease(services, bd.WORKFLOW, bd.STAGE, bd.lease_document())
         changes = [
-            {"path": f"big/f{n}.bin", "operation": "create", "old": pp.state_of(None), "new": s}
-            for n, s in enumerate(_state(d, b) for d, b in blobs)
+            {"path": f"big/f{n}.bin", "operation": "create", "old": bd.state_of(None), "new": s}
+            for n, s in enumerate(bd.stored_state(d, b) for d, b in blobs)
         ]
         assert grant.grant_sha256 is not None
-        document = seal_bundle(
-            {
-                "schema": "PatchBundleV1",
-                "bundle_id": "",
-                "bundle_sha256": "",
-                "grant_id": grant.grant_id,
-                "grant_sha256": grant.grant_sha256,
-                "executor_run_id": pp.RUN_ID,
-                "repository_identity": identity,
-                "base_commit": base_commit,
-                "base_tree": base_tree,
-                "changes": changes,
-                "change_count": len(changes),
-                "total_bytes": files * size,
-                "created_at": rfc3339(now),
-            }
-        )
-        submitted = submit_bundle(services, document, run_id=None)
+        bundle = bd.bundle_document(document, grant.grant_sha256, changes)
+        submitted = submit_bundle(services, bundle, run_id=None)
     finally:
         services.close()
     return repo, state, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256
@@ -166,13 +121,13 @@ def _peak_mib() -> float:
 def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: bool) -> None:
     """The measured process: open the state directory, promote (or not), print the peak."""
     settings = load_settings(
-        state_dir=state, repositories={pp.REPO_NAME: RepositoryConfig(path=repo)}
+        state_dir=state, repositories={bd.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
     status = "idle"
     try:
         if promote:
-            requested = operations.request_promotion(services, bundle_id, receipt, pp.FENCE)
+            requested = operations.request_promotion(services, bundle_id, receipt, bd.FENCE)
             operations.wait_for(services, requested.operation_id, timeout=3600)
             status = operations.operation_view(services, requested.operation_id)["status"]
         operations.runner(services).shutdown()

@@ -37,15 +37,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench import documents as bd
 from bench import prepared as pp
 from bench import workload as wl
 from promoter.config import RepositoryConfig, load_settings
-from promoter.domain.canonical import rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_bundle
+from promoter.domain.canonical import sha256_hex
 from promoter.engine import grants, operations
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import Services, build_services
@@ -132,71 +131,33 @@ class Side:
     def prepare(self, round_no: int) -> pp.Prepared:
         """A grant, a lease and a verified bundle from the target's content to the next."""
         services = self.services
-        identity = services.registry.by_name(pp.REPO_NAME).identity
+        identity = services.registry.by_name(bd.REPO_NAME).identity
         old, new = content(self.index), content(self.index, self.version + 1)
-        now = utcnow()
         workflow = f"wf_gitcost_{round_no}"
-        grant, _ = grants.register_grant(
-            services,
-            {
-                "schema": "GrantV1",
-                "grant_id": f"grt_gitcost_{round_no}",
-                "repository_identity": identity,
-                "branch": "refs/heads/main",
-                "base_commit": self.base_commit,
-                "base_tree": self.base_tree,
-                "executor_run_id": pp.RUN_ID,
-                "workflow_id": workflow,
-                "stage": pp.STAGE,
-                "attempt": 1,
-                "generation": 1,
-                "resume_epoch": 0,
-                "fence": pp.FENCE,
-                "not_before": rfc3339(now - timedelta(minutes=5)),
-                "expires_at": rfc3339(now + timedelta(hours=2)),
-                "write_allowlist": [{"pattern": "**", "operations": ["modify"]}],
-                "target_preconditions": [],
-                "limits": {"max_changes": 10, "max_total_bytes": 1 << 30},
-            },
+        document = bd.grant_document(
+            identity,
+            self.base_commit,
+            self.base_tree,
+            max_changes=10,
+            max_total_bytes=1 << 30,
+            operations=["modify"],
+            grant_id=f"grt_gitcost_{round_no}",
+            workflow=workflow,
         )
-        lease = {
-            "run_id": pp.RUN_ID,
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": pp.FENCE,
-            "expires_at": rfc3339(now + timedelta(hours=2)),
-        }
-        grants.set_lease(services, workflow, pp.STAGE, lease)
+        grant, _ = grants.register_grant(services, document)
+        grants.set_lease(services, workflow, bd.STAGE, bd.lease_document())
         for data in (old, new):
             if not services.blobs.has(sha256_hex(data)):
                 services.blobs.put(sha256_hex(data), data)
         assert grant.grant_sha256 is not None
-        document = seal_bundle(
-            {
-                "schema": "PatchBundleV1",
-                "bundle_id": "",
-                "bundle_sha256": "",
-                "grant_id": grant.grant_id,
-                "grant_sha256": grant.grant_sha256,
-                "executor_run_id": pp.RUN_ID,
-                "repository_identity": identity,
-                "base_commit": self.base_commit,
-                "base_tree": self.base_tree,
-                "changes": [
-                    {
-                        "path": self.target,
-                        "operation": "modify",
-                        "old": pp.state_of(old),
-                        "new": pp.state_of(new),
-                    }
-                ],
-                "change_count": 1,
-                "total_bytes": len(new),
-                "created_at": rfc3339(now),
-            }
-        )
-        submitted = submit_bundle(services, document, run_id=None)
+        change = {
+            "path": self.target,
+            "operation": "modify",
+            "old": bd.state_of(old),
+            "new": bd.state_of(new),
+        }
+        bundle = bd.bundle_document(document, grant.grant_sha256, [change])
+        submitted = submit_bundle(services, bundle, run_id=None)
         return pp.Prepared(
             services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, 0.0
         )
@@ -219,7 +180,7 @@ def _side(
 ) -> Side:
     settings = load_settings(
         state_dir=state,
-        repositories={pp.REPO_NAME: RepositoryConfig(path=repo, snapshots=snapshots_on)},
+        repositories={bd.REPO_NAME: RepositoryConfig(path=repo, snapshots=snapshots_on)},
     )
     services = build_services(settings)
     stack.callback(services.close)

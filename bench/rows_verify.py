@@ -24,9 +24,9 @@ from typing import Any
 
 import rfc8785
 
-from bench import prepared as pp
+from bench import documents as bd
 from bench import workload as wl
-from bench.harness import Table, alternate, bundle_document, daemon, grant_document
+from bench.harness import Table, alternate, daemon
 from promoter.client import PromoterClient
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.models import blob_path
@@ -154,13 +154,16 @@ def _submission(
         here / "state" / "audit" / "blobs", [s.new for s in creates if s.new is not None]
     )
     with daemon(here / "state", repo) as (url, services):
-        identity = services.registry.by_name(pp.REPO_NAME).identity
-        grant = grant_document(identity, source, len(creates))
+        identity = services.registry.by_name(bd.REPO_NAME).identity
+        grant = bd.grant_document(
+            identity, source.base_commit, source.base_tree, max_changes=len(creates) + 10
+        )
         with PromoterClient(url, services.tokens["orchestrator"], timeout=3600) as orch:
             registered = orch.register_grant(grant)
-            token = orch.mint_executor_token(pp.RUN_ID)["token"]
+            token = orch.mint_executor_token(bd.RUN_ID)["token"]
         document = here / "bundle.json"
-        document.write_text(json.dumps(bundle_document(grant, registered["grant_sha256"], creates)))
+        bundle = bd.bundle_document(grant, registered["grant_sha256"], bd.step_changes(creates))
+        document.write_text(json.dumps(bundle))
         figures: dict[str, float] = {}
         # the probe and the submitting client are processes of their own, started (and
         # stopped) outside the time taken; neither shares the daemon's interpreter lock
