@@ -121,9 +121,11 @@ def test_second_rollback_while_the_first_runs_is_refused_and_never_puts_it_back(
     assert _view(daemon, child)["status"] == _view(daemon, op_id)["status"] == "rolled_back"
 
 
-def test_rollback_stopped_by_an_io_error_is_resumed_when_asked_again(
+def _stopped_rollback(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[str, str]:
+    """A completed promotion whose rollback an injected ``EIO`` stopped after its first
+    target: (the promotion, its rollback), the rollback ``needs_recovery``."""
     op_id = _completed(daemon, repo)
     child = rollback_id(op_id)
     monkeypatch.setenv(faults.ENV, "rollback_after_step=EIO@1")
@@ -133,6 +135,13 @@ def test_rollback_stopped_by_an_io_error_is_resumed_when_asked_again(
     assert stopped.status_code == 503, stopped.text
     assert stopped.json()["code"] == "write_failed"
     assert _view(daemon, child)["status"] == "needs_recovery"
+    return op_id, child
+
+
+def test_rollback_stopped_by_an_io_error_is_resumed_when_asked_again(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op_id, child = _stopped_rollback(daemon, repo, monkeypatch)
     assert _view(daemon, op_id)["status"] == "completed"
     resumed = _rollback(daemon, op_id)
     assert resumed.status_code == 200, resumed.text
@@ -156,12 +165,7 @@ def _to(daemon: Daemon, operation_id: str, *statuses: OperationStatus) -> None:
 def test_rollback_awaiting_reconcile_or_abandoned_never_runs_again(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    op_id = _completed(daemon, repo)
-    child = rollback_id(op_id)
-    monkeypatch.setenv(faults.ENV, "rollback_after_step=EIO@1")
-    faults.reset()
-    assert _rollback(daemon, op_id).status_code == 503
-    monkeypatch.delenv(faults.ENV)
+    op_id, child = _stopped_rollback(daemon, repo, monkeypatch)
     _to(daemon, child, OperationStatus.IN_PROGRESS, OperationStatus.NEEDS_RECONCILIATION)
     tree, git = tree_bytes(repo), git_dir_digest(repo)
     views = {i: _still(_view(daemon, i)) for i in (op_id, child)}
