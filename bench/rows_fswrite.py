@@ -29,17 +29,19 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import documents as bd
 from bench import prepared as pp
 from bench import workload as wl
-from bench.harness import Table
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.models import blob_path
 from promoter.engine import grants, operations
 from promoter.engine.bundles import submit_bundle
 from promoter.engine.services import build_services
+
+if TYPE_CHECKING:  # the measured child must not import the daemon's web stack
+    from bench.harness import Table
 
 GOALS = {"rss_promote_4x256mib": (150.0, "MiB")}
 LABELS = {"rss_promote_4x256mib": "peak RSS promoting 4 x 256 MiB new files"}
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.rows.split(","))
     work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
     try:
+        from bench.harness import Table
+
         table = Table()
         rows: list[Callable[[int], None]] = []
         for name, files in (("promote_1150", 1150), ("promote_115", 115)):
