@@ -85,7 +85,8 @@ async def _orchestrate(daemon: Daemon, repo: Path, identity: str) -> tuple[str, 
 def test_the_async_client_runs_the_whole_orchestrator_flow(
     daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    op_id, receipt, seen = asyncio.run(_orchestrate(daemon, repo, identity))
+    flow = _orchestrate(daemon, repo, identity)
+    op_id, receipt, seen = asyncio.run(asyncio.wait_for(flow, 120))  # bound: a broken feed fails
     assert json.loads(receipt)["operation_id"] == op_id
     assert (repo / "src" / "app.py").read_bytes() == NEW
     with daemon.orchestrator() as orch:
