@@ -71,8 +71,9 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     receipt_bytes = canonical(outcome.receipt)
     stored = services.audit.get("verification", bundle.bundle_id)
     if stored is not None and stored != receipt_bytes:
-        earlier = services.audit.load("verification", bundle.bundle_id, PatchVerificationReceiptV1)
-        assert earlier is not None  # read just above; the store never deletes
+        earlier = services.audit.parsed(
+            "verification", bundle.bundle_id, stored, PatchVerificationReceiptV1
+        )
         raise ReceiptConflict(
             "re-verification differs from the stored passed receipt",
             stored_receipt_sha256=earlier.receipt_sha256,

@@ -9,7 +9,10 @@ if empty, deepest first. Every target is attempted and failures are aggregated. 
 
 A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
 with one step per target, so a crash mid-rollback is recovered like a promotion: steps
-already ``completed`` report ``restored``, the rest are re-classified.
+already ``completed`` report ``restored``, the rest are re-classified. A promotion has one
+rollback: asked for again, a finished one answers its stored receipt, a stopped one
+(``needs_recovery``) is claimed and resumed, and any other is refused
+(``operation_conflict``) before anything is read or written.
 
 Each target is reported with what happened (``result``) and why (``reason``): exactly
 ``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are

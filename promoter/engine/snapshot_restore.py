@@ -331,17 +331,16 @@ def recover_restore(
 def _claim(services: Services, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
     with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None
-        if row.status != from_status:
+        row = journal.require(session, operation_id)
+        if not journal.claim_from(
+            session, operation_id, OperationStatus(from_status), services.stamp()
+        ):
             raise NotRecoverable(
                 f"restore {operation_id} is {row.status}, not {from_status}",
                 operation_id=operation_id,
                 kind="restore",
                 current_status=row.status,
             )
-        services.claim(session, row.operation_id)
-        journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
 
 
 def _attempt(services: Services, operation_id: str) -> int:

@@ -73,16 +73,17 @@ class AuditStore:
     def load(self, kind: str, name: str, model: type[M]) -> M | None:
         """The stored document parsed as ``model``, or None when nothing is stored."""
         raw = self.get(kind, name)
-        return None if raw is None else self._parse(kind, name, raw, model)
+        return None if raw is None else self.parsed(kind, name, raw, model)
 
     def checked(self, kind: str, name: str, model: type[M]) -> bytes | None:
         """The stored bytes, exactly as written, once they parse as ``model``; or None."""
         raw = self.get(kind, name)
         if raw is not None:
-            self._parse(kind, name, raw, model)
+            self.parsed(kind, name, raw, model)
         return raw
 
-    def _parse(self, kind: str, name: str, raw: bytes, model: type[M]) -> M:
+    def parsed(self, kind: str, name: str, raw: bytes, model: type[M]) -> M:
+        """``raw``, the bytes stored as ``kind`` ``name``, parsed as ``model``."""
         try:
             return model.model_validate_json(raw)
         except ValidationError as exc:

@@ -206,24 +206,14 @@ def claim(session: Session, operation_id: str, owner: Owner) -> None:
 def claim_from(
     session: Session, operation_id: str, from_status: OperationStatus, owner: Owner
 ) -> bool:
-    """Claim the operation for ``owner`` and move it to ``in_progress``, only while it is
-    still in ``from_status``: one conditional statement, so of two claims racing for the
-    same row on any database at most one wins. False when it was not in ``from_status``."""
-    pid, start, boot, host, lease_until = owner
-    result = session.execute(
-        update(OperationRow)
-        .where(OperationRow.operation_id == operation_id, OperationRow.status == from_status)
-        .values(
-            owner_pid=pid,
-            owner_start=start,
-            owner_boot=boot,
-            owner_host=host,
-            owner_lease_until=lease_until,
-        )
-        .execution_options(synchronize_session="fetch")
-    )
-    if int(getattr(result, "rowcount", 0) or 0) != 1:
+    """Claim the operation for ``owner`` and move it to ``in_progress`` if it is in
+    ``from_status``; False (nothing changed) if it is not. The row's status is its version
+    (``store.tables``): of two claims racing for the same row, the later one's flush fails
+    (``operation_conflict``) on any database."""
+    row = _row(session, operation_id)
+    if row.status != from_status:
         return False
+    _own(row, owner)
     set_status(session, operation_id, OperationStatus.IN_PROGRESS)
     return True
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ from promoter import faults
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
-from tests.support.promotion import promote, submit, tree_bytes
+from tests.support.promotion import operation_view, promote, submit, tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(3)}
 CHANGES = [(p, d, d.replace(b"old", b"new")) for p, d in FILES.items()]
@@ -41,11 +40,6 @@ def _reconcile(daemon: Daemon, op_id: str, decision: str) -> httpx.Response:
         return op.post(f"/v1/operations/{op_id}/reconcile", json={"decision": decision})
 
 
-def _view(daemon: Daemon, op_id: str) -> dict[str, Any]:
-    with daemon.operator() as op:
-        return dict(op.get(f"/v1/operations/{op_id}").json())
-
-
 def test_abandon_racing_a_continue_never_overwrites_its_completion(
     lab: tuple[Daemon, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,7 +49,7 @@ def test_abandon_racing_a_continue_never_overwrites_its_completion(
     monkeypatch.setenv(faults.ENV, "after_replace=EIO@2")
     faults.reset()
     op_id = promote(daemon, bundle, receipt).json()["operation_id"]
-    assert _view(daemon, op_id)["status"] == "needs_reconciliation"
+    assert operation_view(daemon, op_id)["status"] == "needs_reconciliation"
     pause = Pause(tmp_path, "abandon_decided")
     monkeypatch.setenv(faults.ENV, pause.spec)
     faults.reset()
@@ -77,7 +71,7 @@ def test_abandon_racing_a_continue_never_overwrites_its_completion(
         "operation_conflict",
         "a promotion cannot move from completed to abandoned",
     ), answer.text
-    view = _view(daemon, op_id)
+    view = operation_view(daemon, op_id)
     assert (view["status"], view["code"]) == ("completed", None), view
     assert [e for e in view["events"] if e["kind"] == "outcome"][-1]["payload"]["status"] == (
         "completed"

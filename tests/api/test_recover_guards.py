@@ -14,7 +14,6 @@ import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import rfc8785
@@ -27,7 +26,14 @@ from promoter.errors import Forbidden, NotRecoverable, OperationConflict, Promot
 from promoter.store import journal
 from tests.support.daemon import Daemon, running_daemon, serve_lab
 from tests.support.flows import init_repo
-from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+from tests.support.promotion import (
+    git_dir_digest,
+    operation_view,
+    promote,
+    submit,
+    tree_bytes,
+    unchanged,
+)
 
 FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
 CHANGES = [
@@ -58,18 +64,6 @@ def _completed(daemon: Daemon, repo: Path) -> str:
     return str(view["operation_id"])
 
 
-def _view(daemon: Daemon, op_id: str) -> dict[str, Any]:
-    with daemon.operator() as op:
-        answer = op.get(f"/v1/operations/{op_id}")
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def _unchanged(view: dict[str, Any]) -> tuple[Any, ...]:
-    """What a refused request must leave as it was: status, attempts, steps, events."""
-    return (view["status"], view["attempts"], view["steps"], view["events"])
-
-
 def _audit(daemon: Daemon) -> dict[str, bytes]:
     root = daemon.state_dir / "audit" / "receipts"
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.json")}
@@ -86,7 +80,7 @@ def test_recover_on_finished_rollback_is_refused_and_writes_nothing(
     (repo / "src" / "app.py").write_bytes(USER)  # the user goes on working,
     (repo / "src" / "util.py").write_bytes(CHANGES[1][2])  # and re-types the new version
     before, git_before, audit_before = tree_bytes(repo), git_dir_digest(repo), _audit(daemon)
-    views = {i: _unchanged(_view(daemon, i)) for i in (op_id, child)}
+    views = {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)}
     for client in (daemon.orchestrator(), daemon.operator()):
         with client:
             for target in (child, op_id):
@@ -103,7 +97,7 @@ def test_recover_on_finished_rollback_is_refused_and_writes_nothing(
     assert tree_bytes(repo) == before
     assert git_dir_digest(repo) == git_before
     assert _audit(daemon) == audit_before
-    assert {i: _unchanged(_view(daemon, i)) for i in (op_id, child)} == views
+    assert {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)} == views
 
 
 def _restore_needing_reconciliation(
@@ -129,7 +123,7 @@ def test_recover_on_restore_awaiting_reconciliation_is_refused(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     op_id, original = _restore_needing_reconciliation(daemon, repo, monkeypatch)
-    before, view = tree_bytes(repo), _unchanged(_view(daemon, op_id))
+    before, view = tree_bytes(repo), unchanged(operation_view(daemon, op_id))
     assert view[0] == "needs_reconciliation"
     for client in (daemon.orchestrator(), daemon.operator()):
         with client:
@@ -143,7 +137,7 @@ def test_recover_on_restore_awaiting_reconciliation_is_refused(
             "reconcile",
         )
     assert tree_bytes(repo) == before
-    assert _unchanged(_view(daemon, op_id)) == view
+    assert unchanged(operation_view(daemon, op_id)) == view
     with daemon.orchestrator() as orch:
         forbidden = orch.post(
             f"/v1/operations/{op_id}/reconcile", json={"decision": "continue", "note": "x"}
@@ -162,7 +156,7 @@ def test_orchestrator_cannot_reconcile(tmp_path: Path, repo: Path) -> None:
     for daemon in serve_lab(tmp_path, repo, check_command=["false"]):
         _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
         op_id = promote(daemon, bundle, receipt).json()["operation_id"]
-        before, view = tree_bytes(repo), _unchanged(_view(daemon, op_id))
+        before, view = tree_bytes(repo), unchanged(operation_view(daemon, op_id))
         assert view[0] == "needs_reconciliation"
         with daemon.orchestrator() as orch:
             for decision in ("continue", "rollback", "abandon"):
@@ -171,7 +165,7 @@ def test_orchestrator_cannot_reconcile(tmp_path: Path, repo: Path) -> None:
             recovered = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
             assert (recovered.status_code, recovered.json()["code"]) == (409, "not_recoverable")
         assert tree_bytes(repo) == before
-        assert _unchanged(_view(daemon, op_id)) == view
+        assert unchanged(operation_view(daemon, op_id)) == view
         assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
 
 
@@ -181,7 +175,7 @@ def test_recover_on_completed_promotion_never_runs_again(daemon: Daemon, repo: P
         receipt = orch.get(f"/v1/operations/{op_id}/receipt").content
     (repo / "src" / "util.py").write_bytes(USER)
     (repo / "src" / "app.py").write_bytes(FILES["src/app.py"])  # back to old by hand
-    before, view, audit = tree_bytes(repo), _unchanged(_view(daemon, op_id)), _audit(daemon)
+    before, view, audit = tree_bytes(repo), unchanged(operation_view(daemon, op_id)), _audit(daemon)
     with daemon.orchestrator() as orch:
         for fence in (7, 8):
             refused = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": fence})
@@ -192,7 +186,7 @@ def test_recover_on_completed_promotion_never_runs_again(daemon: Daemon, repo: P
             )
         assert orch.get(f"/v1/operations/{op_id}/receipt").content == receipt
     assert tree_bytes(repo) == before
-    assert _unchanged(_view(daemon, op_id)) == view
+    assert unchanged(operation_view(daemon, op_id)) == view
     assert _audit(daemon) == audit
 
 
@@ -387,4 +381,4 @@ def test_a_different_audit_file_is_an_error_never_overwritten(
     assert (answer.status_code, answer.json()["code"]) == (409, "document_conflict")
     assert path.read_bytes() == foreign
     assert _row_bytes(daemon, op_id) == recorded
-    assert _view(daemon, op_id)["status"] == "needs_recovery"
+    assert operation_view(daemon, op_id)["status"] == "needs_recovery"

@@ -15,7 +15,6 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +26,14 @@ from promoter.store import journal
 from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
-from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+from tests.support.promotion import (
+    git_dir_digest,
+    operation_view,
+    promote,
+    submit,
+    tree_bytes,
+    unchanged,
+)
 
 FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
 CHANGES = [
@@ -57,17 +63,6 @@ def _completed(daemon: Daemon, repo: Path) -> str:
 def _rollback(daemon: Daemon, op_id: str) -> httpx.Response:
     with daemon.operator() as op:
         return op.post(f"/v1/operations/{op_id}/rollback", json={"note": "asked"})
-
-
-def _view(daemon: Daemon, op_id: str) -> dict[str, Any]:
-    with daemon.operator() as op:
-        answer = op.get(f"/v1/operations/{op_id}")
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def _still(view: dict[str, Any]) -> tuple[Any, ...]:
-    return (view["status"], view["attempts"], view["steps"], view["events"])
 
 
 def _stored(daemon: Daemon, op_id: str) -> bytes:
@@ -100,14 +95,16 @@ def test_second_rollback_while_the_first_runs_is_refused_and_never_puts_it_back(
     try:
         pause.reached()  # the first rollback holds the lock, one target restored
         monkeypatch.delenv(faults.ENV)
-        mid_tree, mid_view = tree_bytes(repo), _still(_view(daemon, child))
+        mid_tree, mid_view = tree_bytes(repo), unchanged(operation_view(daemon, child))
         assert mid_view[0] == "in_progress"
         again = _rollback(daemon, op_id)
         _refusal(again, child, op_id, "in_progress", "it is running")
         assert again.json()["next"] == "wait"
         assert tree_bytes(repo) == mid_tree
-        assert _still(_view(daemon, child)) == mid_view  # still its first owner's, running
-        assert _view(daemon, op_id)["status"] == "completed"
+        assert (
+            unchanged(operation_view(daemon, child)) == mid_view
+        )  # still its first owner's, running
+        assert operation_view(daemon, op_id)["status"] == "completed"
     finally:
         pause.release()
         worker.join(60)
@@ -118,7 +115,11 @@ def test_second_rollback_while_the_first_runs_is_refused_and_never_puts_it_back(
     assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
     asked_again = _rollback(daemon, op_id)  # finished: the stored receipt, byte for byte
     assert (asked_again.status_code, asked_again.content) == (200, answer.content)
-    assert _view(daemon, child)["status"] == _view(daemon, op_id)["status"] == "rolled_back"
+    assert (
+        operation_view(daemon, child)["status"]
+        == operation_view(daemon, op_id)["status"]
+        == "rolled_back"
+    )
 
 
 def _stopped_rollback(
@@ -134,7 +135,7 @@ def _stopped_rollback(
     monkeypatch.delenv(faults.ENV)
     assert stopped.status_code == 503, stopped.text
     assert stopped.json()["code"] == "write_failed"
-    assert _view(daemon, child)["status"] == "needs_recovery"
+    assert operation_view(daemon, child)["status"] == "needs_recovery"
     return op_id, child
 
 
@@ -142,7 +143,7 @@ def test_rollback_stopped_by_an_io_error_is_resumed_when_asked_again(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     op_id, child = _stopped_rollback(daemon, repo, monkeypatch)
-    assert _view(daemon, op_id)["status"] == "completed"
+    assert operation_view(daemon, op_id)["status"] == "completed"
     resumed = _rollback(daemon, op_id)
     assert resumed.status_code == 200, resumed.text
     document = json.loads(resumed.content)
@@ -150,7 +151,7 @@ def test_rollback_stopped_by_an_io_error_is_resumed_when_asked_again(
     assert [t["reason"] for t in document["targets"]] == ["restored", "restored"]
     assert resumed.content == _stored(daemon, op_id)
     assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
-    view = _view(daemon, child)
+    view = operation_view(daemon, child)
     assert view["status"] == "rolled_back"
     assert view["code"] is None
 
@@ -168,24 +169,24 @@ def test_rollback_awaiting_reconcile_or_abandoned_never_runs_again(
     op_id, child = _stopped_rollback(daemon, repo, monkeypatch)
     _to(daemon, child, OperationStatus.IN_PROGRESS, OperationStatus.NEEDS_RECONCILIATION)
     tree, git = tree_bytes(repo), git_dir_digest(repo)
-    views = {i: _still(_view(daemon, i)) for i in (op_id, child)}
+    views = {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)}
     refused = _rollback(daemon, op_id)
     _refusal(
         refused, child, op_id, "needs_reconciliation", "only the operator's reconcile moves it"
     )
     assert refused.json()["next"] == "reconcile"
     assert (tree_bytes(repo), git_dir_digest(repo)) == (tree, git)
-    assert {i: _still(_view(daemon, i)) for i in (op_id, child)} == views
+    assert {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)} == views
     with daemon.operator() as op:
         abandoned = op.post(
             f"/v1/operations/{child}/reconcile", json={"decision": "abandon", "note": "left"}
         )
     assert abandoned.status_code == 200, abandoned.text
-    assert _view(daemon, op_id)["status"] == "completed"  # its promotion stays as it was
-    views = {i: _still(_view(daemon, i)) for i in (op_id, child)}
+    assert operation_view(daemon, op_id)["status"] == "completed"  # its promotion stays as it was
+    views = {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)}
     final = _rollback(daemon, op_id)
     _refusal(final, child, op_id, "abandoned", "a final operation never runs again")
     assert final.json()["next"] is None
     assert (tree_bytes(repo), git_dir_digest(repo)) == (tree, git)
-    assert {i: _still(_view(daemon, i)) for i in (op_id, child)} == views
+    assert {i: unchanged(operation_view(daemon, i)) for i in (op_id, child)} == views
     assert not (daemon.state_dir / "audit" / "receipts" / "rollback" / f"{op_id}.json").exists()

@@ -88,4 +88,4 @@ def test_a_write_after_a_change_that_kept_the_status_goes_through(database: Data
         with database.session() as other:  # the status stays: nothing for the check to see
             journal.set_report(other, op_id, {"by": "other"})
         journal.set_status(first, op_id, S.COMPLETED)
-    assert _row(database, op_id)[0] == S.COMPLETED
+    assert _row(database, op_id) == (S.COMPLETED, {"by": "other"})

@@ -93,3 +93,16 @@ def promote(
                 "wait": wait,
             },
         )
+
+
+def operation_view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
+    """``GET /v1/operations/{id}`` with the operator token, which must answer 200."""
+    with daemon.operator() as op:
+        answer = op.get(f"/v1/operations/{operation_id}")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def unchanged(view: dict[str, Any]) -> tuple[Any, ...]:
+    """What a refused request must leave as it was: status, attempts, steps, events."""
+    return (view["status"], view["attempts"], view["steps"], view["events"])
