@@ -14,16 +14,16 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from promoter.api.models import OperationAccepted, OperationView
+from promoter.api.models import FeedEvent, OperationAccepted, OperationView
 from promoter.client import AsyncPromoterClient, Backoff, PromoterClient, tls_context
 from promoter.errors import (
     ConfigError,
@@ -37,6 +37,7 @@ from tests.support.flows import make_bundle, make_grant, sha, ts
 from tests.support.promotion import promote, submit
 
 OLD, NEW = b"print('v1')\n", b"print('v2')\n"
+T = TypeVar("T")
 
 
 def _lease(grant: dict[str, Any]) -> dict[str, Any]:
@@ -95,17 +96,35 @@ def test_the_async_client_runs_the_whole_orchestrator_flow(
     assert [e.event_id for e in seen if e.event_id] == ledger
 
 
+def _until_completed(client: PromoterClient) -> list[FeedEvent]:
+    entries = []
+    for entry in client.watch():
+        entries.append(entry)
+        if entry.status == "completed":
+            break
+    return entries
+
+
+def _within(seconds: float, work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread; a test failure if it has not returned in ``seconds``
+    (the sync watch loop cannot be interrupted: a feed that never says 'completed' would
+    hang the suite)."""
+    done: list[T] = []
+    thread = threading.Thread(target=lambda: done.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not done:
+        pytest.fail(f"no answer within {seconds} s (or it raised: see the thread's output)")
+    return done[0]
+
+
 def test_the_sync_client_watches_the_feed_and_waits_on_an_operation(
     daemon: Daemon, repo: Path, identity: str
 ) -> None:
     _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", OLD, NEW)])
     op_id = promote(daemon, bundle, receipt).json()["operation_id"]
     with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
-        entries = []
-        for entry in client.watch():
-            entries.append(entry)
-            if entry.status == "completed":
-                break
+        entries = _within(120, lambda: _until_completed(client))  # a broken feed fails
         assert {e.operation_id for e in entries} == {op_id}
         assert client.operation(op_id, wait=30, status="in_progress").status == "completed"
         assert client.events(entries[-1].cursor).events == []
