@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     database_busy_timeout: float = Field(default=30.0, gt=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
     auto_recover: bool = False
+    # One syncfs for a group of files where it is as durable as an fsync of each
+    # (promoter.fs.group_sync); false: an fsync per file and directory, always.
+    group_sync: bool = True
     metrics_public: bool = True
     blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     log_level: str = "info"

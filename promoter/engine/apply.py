@@ -18,7 +18,10 @@ the state the journal expects there:
 - ``begin`` is ``stage`` without the fsync and the naming, which ``end_begun`` does for
   every begun step in the order begun: a promotion begins a group of temps before it
   ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
-  before it is named, and named before anything is placed).
+  before it is named, and named before anything is placed). Where the worktree's
+  filesystem allows (``promoter.fs.group_sync``, started before the first temp is
+  begun), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
+  touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
 restores write step by step; all of them go through these methods, so a write rule
@@ -42,10 +45,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from promoter import faults
 from promoter.domain.state import State
 from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent
+from promoter.fs.group_sync import GroupSync
 from promoter.fs.held import Directories
+from promoter.fs.leaf import os_error
 from promoter.fs.root import Root
 from promoter.fs.syscalls import current_umask
 from promoter.fs.temps import PendingTemp, Source
@@ -67,6 +73,9 @@ class Applier:
     kept: list[dict[str, Any]] = field(default_factory=list)
     directories: Directories = field(init=False)
     umask: int = field(init=False)
+    group: bool = False  # whether to ask for a group sync (the ``group_sync`` setting)
+    group_sync: GroupSync | None = None  # one syncfs per group where it is as good (begin)
+    _group_tried: bool = False
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
@@ -103,11 +112,20 @@ class Applier:
         """``stage`` up to the temp's fsync: its bytes written and its writeback started.
 
         ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
+        The pass's ``group_sync`` is started before its first temp is begun.
         """
         assert new.exists and new.mode is not None
+        if self.group and not self._group_tried:
+            self._group_tried = True
+            self.group_sync = GroupSync.start(self.root.fd)
         parent, checked = self._parent(seq, path, create=True)
         begun = parent.begin_temp(
-            data, new.mode, temp=temp, umask=self.umask, chain_checked=checked
+            data,
+            new.mode,
+            temp=temp,
+            umask=self.umask,
+            chain_checked=checked,
+            writeback=self.group_sync is None,
         )
         if isinstance(begun, str):
             self.staged[seq] = (begun, new)
@@ -116,12 +134,24 @@ class Applier:
 
     def end_begun(self) -> None:
         """fsync and name every begun temp, in the order begun, each then staged. The first
-        failure drops the temps not yet ended (as promoter's own) and is raised."""
+        failure drops the temps not yet ended (as promoter's own) and is raised.
+
+        Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
+        durable before the first is named, instead of an fsync each.
+        """
+        synced = False
+        if len(self.begun) > 1 and self.group_sync is not None:
+            try:
+                self.group_sync.sync()
+            except OSError as exc:
+                self._drop_begun()
+                raise os_error("syncing the new files", "", exc) from exc
+            synced = True
         while self.begun:
             seq = next(iter(self.begun))
             begun, new = self.begun.pop(seq)
             try:
-                self.staged[seq] = (self.parents[seq].end_temp(begun), new)
+                self.staged[seq] = (self.parents[seq].end_temp(begun, synced=synced), new)
             except BaseException:
                 self._drop_begun()
                 raise
@@ -166,13 +196,20 @@ class Applier:
         self.parents[seq].fsync()
 
     def fsync(self) -> None:
-        """fsync every directory this pass touched, once each."""
-        seen: set[str] = set()
+        """fsync every directory this pass touched, once each (or, where the filesystem
+        allows and there are several, one ``syncfs`` for all of them: ``group_sync``)."""
+        seen: dict[str, Parent] = {}
         for parent in self.parents.values():
-            directory = "/".join(parent.dir_parts)
-            if directory not in seen:
-                seen.add(directory)
-                parent.fsync()
+            seen.setdefault("/".join(parent.dir_parts), parent)
+        if len(seen) > 1 and self.group_sync is not None:
+            try:
+                self.group_sync.sync()
+                faults.point("after_parent_fsync")
+            except OSError as exc:
+                raise os_error("syncing the parent directories", "", exc) from exc
+            return
+        for parent in seen.values():
+            parent.fsync()
 
     def drop_staged(self, from_seq: int = 0) -> None:
         """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own
@@ -198,5 +235,8 @@ class Applier:
         self._drop_begun()
         for parent in self.parents.values():
             parent.close()
+        if self.group_sync is not None:
+            self.group_sync.close()
+            self.group_sync = None
         self.parents.clear()
         self.directories.close()

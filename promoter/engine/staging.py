@@ -2,7 +2,8 @@
 
 ``stage_temps`` writes every new file of the attempt from the blob store to the temp name
 the plan journaled, ``TEMPS_TOGETHER`` at a time begun before the first is fsynced, and
-journals any directory it had to make that the plan did not; ``remove_dirs`` takes the
+journals any directory it had to make that the plan did not (where the filesystem allows,
+one ``syncfs`` makes each group durable: ``Applier.end_begun``); ``remove_dirs`` takes the
 directories an attempt made away again, deepest first, when they are empty.
 
 Fault point: ``after_temps_journaled``. Deliberately not here: the replaces and unlinks

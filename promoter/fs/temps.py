@@ -157,6 +157,7 @@ class Temps(Deleting):
         temp: str,
         umask: int | None = None,
         chain_checked: bool = False,
+        writeback: bool = True,
     ) -> str | PendingTemp:
         """The first half of ``write_temp``: every byte written and its mode set, the
         writeback started, but not yet fsynced nor (an anonymous temp) named.
@@ -164,6 +165,7 @@ class Temps(Deleting):
         ``end_temp`` finishes it (fsync, name, the chain re-check), ``abort_temp`` drops it.
         Many temps begun before the first is ended wait for the disk together. A link temp
         is written whole here (its name is its only content): its name is returned.
+        ``writeback=False``: no early writeback (a group synced at once writes it then).
         """
         check_temp_name(temp)
         if not chain_checked:
@@ -189,7 +191,8 @@ class Temps(Deleting):
                 else:
                     _write_checked(fd, data)
                 os.fchmod(fd, mode)
-                start_writeback(fd)
+                if writeback:
+                    start_writeback(fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -197,13 +200,18 @@ class Temps(Deleting):
             self._fail_temp(temp, exc, "writing a temp file")
         return PendingTemp(temp, fd, anonymous)
 
-    def end_temp(self, pending: PendingTemp) -> str:
+    def end_temp(self, pending: PendingTemp, *, synced: bool = False) -> str:
         """fsync a begun temp, give an anonymous one its journaled name, re-check the
-        chain; return the name. On any failure the temp is dropped as in ``write_temp``."""
+        chain; return the name. On any failure the temp is dropped as in ``write_temp``.
+
+        ``synced``: the caller made the temp durable already, with the rest of its group
+        (``promoter.fs.group_sync``), after it was begun: no fsync of its own.
+        """
         temp, fd = pending.temp, pending.fd
         try:
             try:
-                os.fsync(fd)
+                if not synced:
+                    os.fsync(fd)
                 if pending.anonymous:
                     faults.point("before_temp_named")
                     self._link_temp(fd, temp)

@@ -8,7 +8,11 @@ fsync). ``finish`` then commits every blob
 that hashed right at once: each temp fsynced, the run charged once for all new bytes,
 one database commit recording every blob, the links into place, one fsync per fan-out
 directory touched (a few at once, as the temps), and one refund for blobs someone else
-stored meanwhile. The order is the single upload's (``promoter.api.routes.blobs``):
+stored meanwhile. Where the filesystem allows (``promoter.fs.group_sync``, started
+before the first byte is written), one ``syncfs`` stands for every temp's fsync and one
+for every directory's (a fan-out directory made for a link included), and no early
+writeback is started: a failed ``syncfs`` refuses the whole batch like a failed fsync.
+The order is the single upload's (``promoter.api.routes.blobs``):
 charged, recorded, then linked, so a kill anywhere leaves no blob visible that is not
 recorded and paid for, and never a half-written blob (a blob appears only by a link of
 its complete, fsynced temp file).
@@ -46,6 +50,7 @@ from promoter.errors import (
     StorageError,
 )
 from promoter.faults import point
+from promoter.fs.group_sync import GroupSync
 from promoter.store.blobs import BlobStore, BlobWriter
 from promoter.store.durable import fsync_dir
 from promoter.store.quota import RunQuota
@@ -130,6 +135,7 @@ class BlobBatch:
         blob_limit: int,
         record: Record,
         max_blobs: int = BATCH_MAX_BLOBS,
+        group_sync: bool = False,
     ) -> None:
         self.store = store
         self.quota = quota
@@ -138,6 +144,10 @@ class BlobBatch:
         self.max_blobs = max_blobs
         self._record = record
         self.items: list[_Item] = []
+        # one syncfs for the temps and one for the links, where it is as good as fsyncs;
+        # started before anything is written (it samples the filesystem's errors now), on
+        # the temps' own directory (a link into place never leaves its filesystem)
+        self._group = GroupSync.start_at(os.fspath(store.tmp_dir)) if group_sync else None
         self._head = bytearray()
         self._current: _Item | None = None
         self._remaining = 0
@@ -208,12 +218,24 @@ class BlobBatch:
             item.error = exc
             item.writer = None
             return
-        item.writer.start_writeback()  # its fsync in ``finish`` then waits far less
+        if self._group is None:  # one syncfs writes them all at once; else hint each
+            item.writer.start_writeback()  # its fsync in ``finish`` then waits far less
 
     # --- committing ---------------------------------------------------------------------
 
     def finish(self) -> list[dict[str, Any]]:
         """Commit every blob that hashed right; one answer per frame, in frame order."""
+        try:
+            return self._finish()
+        finally:
+            self._close_group()
+
+    def _close_group(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+
+    def _finish(self) -> list[dict[str, Any]]:
         if self._current is not None or self._head:
             raise BadRequest("the batch ended inside a blob frame")
         good = [i for i in self.items if i.error is None and i.writer is not None]
@@ -246,21 +268,30 @@ class BlobBatch:
         self._link(good)
         return [item.answer() for item in self.items]
 
-    @staticmethod
-    def _sync(writers: list[BlobWriter]) -> None:
-        """fsync every temp file, a few at once: concurrent fsyncs share journal commits."""
+    def _sync(self, writers: list[BlobWriter]) -> None:
+        """fsync every temp file, a few at once: concurrent fsyncs share journal commits;
+        or, where the filesystem allows (``GroupSync``), one ``syncfs`` for them all."""
+        if len(writers) > 1 and self._group is not None:
+            for writer in writers:
+                writer.sync(fsync=False)
+            try:
+                self._group.sync()
+            except OSError as exc:
+                raise StorageError(f"cannot store blob: {exc}") from exc
+            return
         _in_shares(writers, lambda writer: writer.sync())
 
     def _link(self, good: list[_Item]) -> None:
         refund = 0
         parents: dict[str, None] = {}
         pending = list(good)
+        group = self._group if len(good) > 1 else None  # one syncfs after every link
         try:
             while pending:
                 item = pending[0]
                 assert item.writer is not None
                 _point("blob_batch_link")
-                item.created = item.writer.link()
+                item.created = item.writer.link(synced_after=group is not None)
                 item.writer = None
                 pending.pop(0)
                 parents[os.path.dirname(self.store.location(item.sha256))] = None
@@ -271,8 +302,11 @@ class BlobBatch:
             raise
         finally:
             try:
-                try:  # each fan-out directory once, a few at once
-                    _in_shares(list(parents), lambda parent: fsync_dir(Path(parent)))
+                try:  # each fan-out directory once, a few at once; or one syncfs
+                    if group is not None:
+                        group.sync()
+                    else:
+                        _in_shares(list(parents), lambda parent: fsync_dir(Path(parent)))
                 except OSError as exc:
                     raise StorageError(f"cannot store blob: {exc}") from exc
             finally:
@@ -288,6 +322,7 @@ class BlobBatch:
 
     def abort(self) -> None:
         """Remove every temp file and give back every reservation not yet settled."""
+        self._close_group()
         for item in self.items:
             self._drop(item)
         if not self._settled:

@@ -16,7 +16,8 @@ and never held whole in memory. ``read`` (whole bytes, re-hashed) stays for smal
 Fault points: ``blob_write`` (before each chunk is written), ``blob_commit`` (before
 the temp file is fsynced and linked into place). A batch (``promoter.store.blob_batch``)
 uses ``sync`` and ``link`` instead of ``commit``, so it can fsync each fan-out directory
-once for many blobs.
+once for many blobs, or make all its temps durable with one ``syncfs`` and all its links
+with another (``promoter.fs.group_sync``; ``sync(fsync=False)``, ``link(synced_after=True)``).
 """
 
 from __future__ import annotations
@@ -164,12 +165,17 @@ class BlobWriter:
             raise StorageError(f"cannot store blob: {exc}") from exc
         return created
 
-    def sync(self) -> None:
-        """Make the temp file read-only and durable, ready for ``link`` (no hash check)."""
+    def sync(self, *, fsync: bool = True) -> None:
+        """Make the temp file read-only and durable, ready for ``link`` (no hash check).
+
+        ``fsync=False``: read-only only; the caller makes it durable with its group
+        (``promoter.fs.group_sync``) before it links it.
+        """
         assert self._fd is not None
         try:
             os.fchmod(self._fd, 0o444)
-            os.fsync(self._fd)
+            if fsync:
+                os.fsync(self._fd)
             if self._tmp is not None:  # a named temp is linked by its name
                 os.close(self._fd)
                 self._fd = None
@@ -178,13 +184,19 @@ class BlobWriter:
             self.abort()
             raise StorageError(f"cannot store blob: {exc}") from exc
 
-    def link(self) -> bool:
-        """Link the synced temp file into place (the caller fsyncs the directory); new?"""
+    def link(self, *, synced_after: bool = False) -> bool:
+        """Link the synced temp file into place (the caller fsyncs the directory); new?
+
+        ``synced_after``: the caller syncs the whole filesystem after its links
+        (``promoter.fs.group_sync``), which makes a fan-out directory made here durable
+        with them; otherwise its entry is fsynced before the link.
+        """
         assert self._synced
         try:
             target = self._store.location(self._sha256)
             try:
-                _link_making_parent(self._tmp if self._tmp is not None else self._fd, target)
+                source = self._tmp if self._tmp is not None else self._fd
+                _link_making_parent(source, target, sync_parent=not synced_after)
                 return True
             except FileExistsError:
                 return False
@@ -313,12 +325,13 @@ class BlobStore:
         self.path_for(sha256).unlink(missing_ok=True)
 
 
-def _link_making_parent(source: str | int | None, target: str) -> None:
+def _link_making_parent(source: str | int | None, target: str, *, sync_parent: bool) -> None:
     """Link ``source`` (a temp's name, or the descriptor of an anonymous temp) as
     ``target``, making the target's fan-out directory when it is not there yet.
 
     The caller fsyncs the fan-out directory after the link; a directory made here has
-    its entry in ``sha256/`` fsynced first.
+    its entry in ``sha256/`` fsynced first (``sync_parent``), unless the caller syncs
+    the whole filesystem after its links.
     """
     assert source is not None
     try:
@@ -326,7 +339,8 @@ def _link_making_parent(source: str | int | None, target: str) -> None:
     except FileNotFoundError:
         parent = Path(os.path.dirname(target))
         make_dirs(parent)
-        fsync_dir(parent.parent)  # the new fan-out directory's own entry is durable
+        if sync_parent:
+            fsync_dir(parent.parent)  # the new fan-out directory's own entry is durable
         _link(source, target)
 
 

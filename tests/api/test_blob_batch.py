@@ -8,6 +8,7 @@ the batch leave nothing stored and no quota held.
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from promoter.api.deps import run_quota
 from promoter.client import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
+from promoter.fs import group_sync
 from promoter.store import blob_batch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
@@ -221,7 +223,10 @@ def test_a_failed_fan_out_directory_fsync_refuses_the_batch_and_is_never_trusted
             raise OSError(errno.EIO, "injected")
         real(path)
 
-    with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
+    with (
+        running_daemon(tmp_path / "s", {"work": repo}, group_sync=False) as daemon,
+        daemon.executor("r") as ex,
+    ):
         monkeypatch.setattr(blob_batch, "fsync_dir", failing_once)
         answer = ex.post(URL, content=body(*blobs))
         assert code(answer) == (507, "storage_error")
@@ -262,3 +267,43 @@ def test_same_blobs_stored_by_another_batch_while_one_is_held_are_charged_once(
         assert recorded(daemon) == stored(daemon.state_dir)
         assert run_quota(daemon.services).used("run_1") == 900  # paid once; held one refunded
         assert temps(daemon.state_dir) == []
+
+
+def _group_sync_here(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        group = group_sync.GroupSync.start(fd)
+    finally:
+        os.close(fd)
+    if group is None:
+        pytest.skip("this filesystem or kernel takes an fsync per blob (no group syncfs here)")
+    group.close()
+
+
+@pytest.mark.parametrize(
+    ("nth", "linked"), [(1, False), (2, True)], ids=["temps_sync", "links_sync"]
+)
+def test_a_failed_group_sync_refuses_the_batch_and_is_never_trusted(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, nth: int, linked: bool
+) -> None:
+    """One ``syncfs`` stands for every temp's fsync, another for every fan-out directory's:
+    either failing refuses the whole batch (507), leaves no temp and is not retried; the
+    same batch again stores every blob."""
+    blobs = [bytes([i]) * 300 for i in range(40)]
+    with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
+        _group_sync_here(daemon.state_dir)
+        monkeypatch.setenv(faults.ENV, f"after_group_sync=EIO@{nth}")
+        faults.reset()
+        answer = ex.post(URL, content=body(*blobs))
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+        assert code(answer) == (507, "storage_error")
+        assert "Input/output error" in answer.json()["detail"]
+        # the temps' sync failed: nothing linked; the links' sync failed: linked, not trusted
+        assert stored(daemon.state_dir) == ({sha(b) for b in blobs} if linked else set())
+        assert temps(daemon.state_dir) == []
+        again = ex.post(URL, content=body(*blobs))
+        assert again.status_code == 200, again.text
+        assert all(r["status"] in (200, 201) for r in again.json()["responses"])
+        assert stored(daemon.state_dir) == {sha(b) for b in blobs}
+        assert recorded(daemon) == {sha(b) for b in blobs}

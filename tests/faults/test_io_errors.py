@@ -9,12 +9,14 @@ disk behaves. A failed fsync is never retried and trusted.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from promoter import faults
+from promoter.fs import group_sync
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import promote, submit, tree_bytes
@@ -24,11 +26,25 @@ CHANGES = [(p, d, d.replace(b"old", b"new")) for p, d in FILES.items()]
 CHANGES.append(("src/new/created.txt", None, b"created\n"))
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
+@pytest.fixture(params=["group_sync", "fsync_each"])
+def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon, Path]]:
+    """The lab repository and its daemon; every case runs with one ``syncfs`` per group
+    of files where this filesystem allows it, and with an fsync per file and directory."""
     repo = init_repo(tmp_path / "lab", FILES)
-    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+    grouped = request.param == "group_sync"
+    with running_daemon(tmp_path / "state", {"lab": repo}, group_sync=grouped) as daemon:
         yield daemon, repo
+
+
+def _group_sync_here(repo: Path) -> None:
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        group = group_sync.GroupSync.start(fd)
+    finally:
+        os.close(fd)
+    if group is None:
+        pytest.skip("this filesystem or kernel takes an fsync per file (no group syncfs here)")
+    group.close()
 
 
 def _inject(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
@@ -197,3 +213,48 @@ def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
         assert done.json()["status"] == "completed", done.json()
         assert orch.get(f"/v1/operations/{op_id}/receipt").content == recorded[0]
     assert _receipts(daemon, op_id) == recorded
+
+
+@pytest.mark.parametrize(
+    ("nth", "status"),
+    [(1, "refused"), (2, "needs_reconciliation")],
+    ids=["temps_sync", "directories_sync"],
+)
+def test_a_failed_group_sync_fails_like_a_failed_fsync_and_is_never_retried(
+    nth: int, status: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``syncfs`` that stands for every temp's fsync fails: nothing is named or
+    replaced (``refused``); the one that stands for every directory's fsync fails: the
+    replaces are done but not trusted (``needs_reconciliation``). No target is torn,
+    no temp is left, and the promotion (or ``continue``) finishes once the disk behaves."""
+    repo = init_repo(tmp_path / "lab", FILES)
+    _group_sync_here(repo)
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        _fail_a_group_sync(daemon, repo, nth, status, monkeypatch)
+
+
+def _fail_a_group_sync(
+    daemon: Daemon, repo: Path, nth: int, status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    before = tree_bytes(repo)
+    _inject(monkeypatch, f"after_group_sync=EIO@{nth}")
+    view = promote(daemon, bundle, receipt).json()
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert (view["status"], view["code"]) == (status, "write_failed"), view
+    _assert_untorn(repo)
+    if status == "refused":
+        assert tree_bytes(repo) == before
+        assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+    else:
+        assert "new" in [p["verdict"] for p in view["report"]["paths"]]
+        with daemon.operator() as op:
+            done = op.post(
+                f"/v1/operations/{view['operation_id']}/reconcile",
+                json={"decision": "continue", "note": "disk replaced"},
+            )
+        assert done.json()["status"] == "completed", done.json()
+    for path, _old, new in CHANGES:
+        assert tree_bytes(repo).get(path, (None, 0))[0] == new

@@ -16,7 +16,7 @@ from promoter.domain.paths import temp_name
 from promoter.domain.state import State
 from promoter.engine.apply import Applier
 from promoter.errors import BlobHashMismatch, PromoterError
-from promoter.fs import temps
+from promoter.fs import group_sync, temps
 from promoter.fs.root import Root
 from promoter.store.blobs import BlobStore
 from tests.support.daemon import running_daemon
@@ -141,3 +141,36 @@ def test_promotion_with_more_changes_than_one_group_refuses_cleanly_on_eio(
         assert {p: tree_bytes(repo)[p][0] for p, _, _ in changes} == {
             p: new for p, _, new in changes
         }
+
+
+def test_one_group_sync_makes_every_begun_temp_durable_before_the_first_is_named(
+    root: Root, work: Path, anonymous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a group sync stands for the temps' fsyncs: it runs once, after every temp of
+    the group holds all its bytes and its mode, before any anonymous temp has a name; no
+    temp is fsynced on its own, and no early writeback is asked for."""
+    monkeypatch.setattr(group_sync, "kernel_reports_errors", lambda: True)
+    monkeypatch.setattr(group_sync, "filesystem_type", lambda fd: 0xEF53)
+    monkeypatch.setattr(group_sync, "pending_bytes", lambda: 0)
+    real = group_sync._syncfs
+    seen: list[list[str]] = []
+
+    def syncfs(fd: int) -> None:
+        seen.append(names(work))
+        real(fd)
+
+    (work / "d").mkdir(exist_ok=True)  # a directory made on the way is fsynced: not a temp
+    fsynced: list[int] = []
+    monkeypatch.setattr(group_sync, "_syncfs", syncfs)
+    monkeypatch.setattr(temps.os, "fsync", lambda fd: fsynced.append(fd))
+    monkeypatch.setattr(temps, "start_writeback", lambda fd: fsynced.append(-fd))
+    apply = Applier(root, group=True)
+    try:
+        begin_all(apply)
+        apply.end_begun()
+        staged = {seq: (work / "d" / TEMPS[seq]).read_bytes() for seq in apply.staged}
+    finally:
+        apply.close()
+    assert seen == [[] if anonymous else sorted(f"d/{t}" for t in TEMPS)]
+    assert fsynced == []
+    assert staged == dict(enumerate(CONTENTS))

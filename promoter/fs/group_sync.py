@@ -1,0 +1,169 @@
+"""One ``syncfs(2)`` for a group of files, where it is as durable as an fsync of each.
+
+Writing many small files durably costs an fsync each (and one per directory whose entries
+changed); on a journaling filesystem each is a journal commit and a disk flush.
+``syncfs`` writes back every dirty page and inode of the filesystem and commits its
+journal once, flushing the disk: after it returns, each file and each directory entry
+written on that filesystem before the call is as durable as its own fsync would have made
+it. ``GroupSync.start(fd)`` decides whether a group may use it:
+
+- the kernel reports writeback errors through ``syncfs`` (Linux 5.8 and newer: the
+  filesystem's error sequence, sampled when a descriptor is opened). ``start`` opens its
+  own descriptor on the directory *before* the group is written, so any writeback error
+  of the group's pages (or of anything else on that filesystem since) fails ``sync``;
+  a failed ``sync`` is raised and never retried or trusted;
+- the filesystem is a local journaling one whose ``sync_fs`` commits and flushes
+  (ext4, XFS, btrfs; ``statfs`` magic numbers); anything else (NFS, FUSE, overlay, tmpfs)
+  keeps per-file fsyncs;
+- little else is waiting to be written (``Dirty`` + ``Writeback`` in ``/proc/meminfo``
+  below ``DIRTY_LIMIT``): ``syncfs`` also writes other programs' dirty pages on that
+  filesystem, which on a busy disk would cost more than the fsyncs it saves.
+
+Any "no" answers ``None`` and the caller fsyncs each file as before: the outcome on disk
+is the same either way, only the number of flushes differs. Callers ask only when the
+``group_sync`` setting is on (the default).
+
+Fault point: ``after_group_sync`` (after the ``syncfs`` call, as if it had failed).
+
+Deliberately not here: which files make a group, naming them, or anything about one
+file's fsync (the callers keep theirs for a group this declines).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import platform
+import re
+import threading
+
+from promoter import faults
+
+DIRTY_LIMIT = 64 << 20  # bytes dirty or under writeback system-wide above which: fsync each
+_LOCAL_JOURNALED = {
+    0xEF53: "ext4",  # also ext2/ext3
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+}
+_MEMINFO = re.compile(rb"^(Dirty|Writeback):\s+(\d+) kB$", re.MULTILINE)
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = (("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 112))
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.cache
+def kernel_reports_errors() -> bool:
+    """Whether ``syncfs`` returns writeback errors here (Linux 5.8 and newer)."""
+    if platform.system() != "Linux":
+        return False
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    return found is not None and (int(found[1]), int(found[2])) >= (5, 8)
+
+
+def filesystem_type(fd: int) -> int | None:
+    """The ``statfs`` magic number of the filesystem holding ``fd`` (None if unknown)."""
+    buffer = _StatFs()
+    try:
+        if _libc().fstatfs(fd, ctypes.byref(buffer)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return int(buffer.f_type) & 0xFFFFFFFF
+
+
+def pending_bytes() -> int | None:
+    """Bytes dirty or under writeback system-wide (None when ``/proc/meminfo`` is unread)."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    found = _MEMINFO.findall(text)
+    if len(found) != 2:
+        return None
+    return sum(int(kb) for _, kb in found) * 1024
+
+
+def _syncfs(fd: int) -> None:
+    if _libc().syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+class GroupSync:
+    """A descriptor opened before a group was written; ``sync`` makes the group durable."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._failed: OSError | None = None
+        self._lock = threading.Lock()  # ``close`` may come from another thread (a cancel)
+
+    @classmethod
+    def start(cls, dir_fd: int) -> GroupSync | None:
+        """A ``GroupSync`` for the filesystem of directory ``dir_fd``, or None (fsync each)."""
+        if not kernel_reports_errors():
+            return None
+        if filesystem_type(dir_fd) not in _LOCAL_JOURNALED:
+            return None
+        pending = pending_bytes()
+        if pending is None or pending > DIRTY_LIMIT:
+            return None
+        try:  # a descriptor of its own: it samples the filesystem's error sequence now
+            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return None
+        return cls(fd)
+
+    @classmethod
+    def start_at(cls, directory: str) -> GroupSync | None:
+        """``start`` for a directory of promoter's own state, by path (None: fsync each)."""
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return cls.start(fd)
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """``syncfs``: every file and entry written on the filesystem so far is durable.
+
+        Raises the ``OSError`` of a failed call (a writeback error since ``start``), and
+        the same error on every later call: a failed sync is never retried and trusted
+        (the kernel reports an error once per descriptor).
+        """
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            if self._fd is None:
+                raise OSError(errno.EBADF, "the group's sync was closed")
+            fd = os.dup(self._fd)  # the same open file: the same error sequence sample
+        try:
+            _syncfs(fd)
+            faults.point("after_group_sync")
+        except OSError as exc:
+            self._failed = exc
+            raise
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> GroupSync:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
