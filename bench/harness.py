@@ -93,8 +93,14 @@ def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]
 
     How a deployed daemon runs: its own interpreter, so the client's work (hashing,
     framing, JSON) does not share its lock. Ready when it prints its URL on stderr.
+    Of the caller's ``PROMOTER_*`` variables only ``PROMOTER_GROUP_SYNC`` is passed on
+    (so that a run can compare the daemon with and without group syncs).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROMOTER_") or k == "PROMOTER_GROUP_SYNC"
+    }
     argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
     argv += ["--port", "0", "--repo", f"{bd.REPO_NAME}={repo}"]
     proc = subprocess.Popen(
