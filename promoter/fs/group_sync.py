@@ -161,9 +161,3 @@ class GroupSync:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-
-    def __enter__(self) -> GroupSync:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

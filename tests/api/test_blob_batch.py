@@ -8,7 +8,6 @@ the batch leave nothing stored and no quota held.
 from __future__ import annotations
 
 import errno
-import os
 import threading
 from pathlib import Path
 
@@ -21,11 +20,11 @@ from promoter.api.deps import run_quota
 from promoter.client import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
-from promoter.fs import group_sync
 from promoter.store import blob_batch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
+from tests.support.fsutil import skip_without_group_sync
 from tests.support.pause import Pause
 
 URL = "/v1/blobs:batchUpdate"
@@ -269,17 +268,6 @@ def test_same_blobs_stored_by_another_batch_while_one_is_held_are_charged_once(
         assert temps(daemon.state_dir) == []
 
 
-def _group_sync_here(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        group = group_sync.GroupSync.start(fd)
-    finally:
-        os.close(fd)
-    if group is None:
-        pytest.skip("this filesystem or kernel takes an fsync per blob (no group syncfs here)")
-    group.close()
-
-
 @pytest.mark.parametrize(
     ("nth", "linked"), [(1, False), (2, True)], ids=["temps_sync", "links_sync"]
 )
@@ -291,7 +279,7 @@ def test_a_failed_group_sync_refuses_the_batch_and_is_never_trusted(
     same batch again stores every blob."""
     blobs = [bytes([i]) * 300 for i in range(40)]
     with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
-        _group_sync_here(daemon.state_dir)
+        skip_without_group_sync(daemon.state_dir)
         monkeypatch.setenv(faults.ENV, f"after_group_sync=EIO@{nth}")
         faults.reset()
         answer = ex.post(URL, content=body(*blobs))

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.support.flows import init_repo
+from tests.support.fsutil import skip_without_group_sync
 from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import git_dir_digest, tree_bytes
 
@@ -42,6 +43,8 @@ POINTS = [
     "after_unlink",
     "after_replaces",
     "after_parent_fsync",
+    "after_group_sync=kill@1",  # the one syncfs for the temps (where the filesystem allows)
+    "after_group_sync=kill@2",  # the one for every touched directory
     "after_readback",
     "before_receipt",
     "after_receipt",
@@ -71,8 +74,11 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     point: str, tmp_path: Path
 ) -> None:
     repo = init_repo(tmp_path / "work", FILES)
+    if point.startswith("after_group_sync"):
+        skip_without_group_sync(repo)
     state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults=f"{point}=kill")
+    spec = point if "=" in point else f"{point}=kill"
+    first = DaemonProcess(state, {"work": repo}, faults=spec)
     try:
         request = prepare_promotion(first, repo, _changes())
         before, git_before = tree_bytes(repo), git_dir_digest(repo)

@@ -9,16 +9,15 @@ disk behaves. A failed fsync is never retried and trusted.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from promoter import faults
-from promoter.fs import group_sync
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
+from tests.support.fsutil import skip_without_group_sync
 from tests.support.promotion import promote, submit, tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(4)}
@@ -34,17 +33,6 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon
     grouped = request.param == "group_sync"
     with running_daemon(tmp_path / "state", {"lab": repo}, group_sync=grouped) as daemon:
         yield daemon, repo
-
-
-def _group_sync_here(repo: Path) -> None:
-    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        group = group_sync.GroupSync.start(fd)
-    finally:
-        os.close(fd)
-    if group is None:
-        pytest.skip("this filesystem or kernel takes an fsync per file (no group syncfs here)")
-    group.close()
 
 
 def _inject(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
@@ -228,7 +216,7 @@ def test_a_failed_group_sync_fails_like_a_failed_fsync_and_is_never_retried(
     replaces are done but not trusted (``needs_reconciliation``). No target is torn,
     no temp is left, and the promotion (or ``continue``) finishes once the disk behaves."""
     repo = init_repo(tmp_path / "lab", FILES)
-    _group_sync_here(repo)
+    skip_without_group_sync(repo)
     with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
         _fail_a_group_sync(daemon, repo, nth, status, monkeypatch)
 

@@ -7,7 +7,10 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from promoter.domain.paths import temp_name
+from promoter.fs import group_sync
 from promoter.fs.chain import ExpectedState
 from promoter.fs.root import Root
 
@@ -57,3 +60,15 @@ def anonymous_temps_work(directory: Path) -> bool:
     except OSError:
         return False
     return os.path.isdir("/proc/self/fd")
+
+
+def skip_without_group_sync(directory: Path) -> None:
+    """Skip, in one line, where the filesystem of ``directory`` takes an fsync per file."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        group = group_sync.GroupSync.start(fd)
+    finally:
+        os.close(fd)
+    if group is None:
+        pytest.skip("this filesystem or kernel takes an fsync per file (no group syncfs here)")
+    group.close()
