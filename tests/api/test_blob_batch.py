@@ -53,6 +53,19 @@ def code(answer: httpx.Response) -> tuple[int, str]:
     return answer.status_code, answer.json()["code"]
 
 
+def _post_with_fault(
+    ex: httpx.Client, monkeypatch: pytest.MonkeyPatch, spec: str, blobs: list[bytes]
+) -> httpx.Response:
+    """Post ``blobs`` as one batch with the fault ``spec`` injected, then clear it."""
+    monkeypatch.setenv(faults.ENV, spec)
+    faults.reset()
+    try:
+        return ex.post(URL, content=body(*blobs))
+    finally:
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+
+
 def test_batch_stores_each_blob_and_answers_in_frame_order(daemon: Daemon) -> None:
     blobs = [b"alpha\n", b"", b"gamma" * 1000]
     with daemon.executor("run_1") as ex:
@@ -196,11 +209,7 @@ def test_io_error_inside_a_batch_stores_nothing_and_keeps_no_quota(
     blobs = [b"a" * 400, b"b" * 400]
     daemon_cm = running_daemon(tmp_path / "s", {"work": repo}, executor_quota_bytes=1000)
     with daemon_cm as daemon, daemon.executor("run_1") as ex:
-        monkeypatch.setenv(faults.ENV, f"{point}={error}@1+")
-        faults.reset()
-        answer = ex.post(URL, content=body(*blobs))
-        monkeypatch.delenv(faults.ENV)
-        faults.reset()
+        answer = _post_with_fault(ex, monkeypatch, f"{point}={error}@1+", blobs)
         assert code(answer) == (507, "storage_error")
         assert stored(daemon.state_dir) == set()
         assert temps(daemon.state_dir) == []
@@ -280,11 +289,7 @@ def test_a_failed_group_sync_refuses_the_batch_and_is_never_trusted(
     blobs = [bytes([i]) * 300 for i in range(40)]
     with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
         skip_without_group_sync(daemon.state_dir)
-        monkeypatch.setenv(faults.ENV, f"after_group_sync=EIO@{nth}")
-        faults.reset()
-        answer = ex.post(URL, content=body(*blobs))
-        monkeypatch.delenv(faults.ENV)
-        faults.reset()
+        answer = _post_with_fault(ex, monkeypatch, f"after_group_sync=EIO@{nth}", blobs)
         assert code(answer) == (507, "storage_error")
         assert "Input/output error" in answer.json()["detail"]
         # the temps' sync failed: nothing linked; the links' sync failed: linked, not trusted

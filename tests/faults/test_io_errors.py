@@ -103,9 +103,16 @@ def test_error_after_writing_began_fails_closed_then_continue_finishes(
         assert now.get(path, (None, 0))[0] in (old, new), path
     assert not list(repo.rglob(".promoter-tmp-*"))
     monkeypatch.delenv(faults.ENV)
+    _continue_to_new(daemon, repo, view["operation_id"], changes)
+
+
+def _continue_to_new(
+    daemon: Daemon, repo: Path, op_id: str, changes: list[tuple[str, bytes | None, bytes]]
+) -> None:
+    """The operator's ``continue`` completes the operation; every target holds its new bytes."""
     with daemon.operator() as op:
         done = op.post(
-            f"/v1/operations/{view['operation_id']}/reconcile",
+            f"/v1/operations/{op_id}/reconcile",
             json={"decision": "continue", "note": "disk replaced"},
         )
     assert done.json()["status"] == "completed", done.json()
@@ -236,13 +243,8 @@ def _fail_a_group_sync(
     if status == "refused":
         assert tree_bytes(repo) == before
         assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+        for path, _old, new in CHANGES:
+            assert tree_bytes(repo).get(path, (None, 0))[0] == new
     else:
         assert "new" in [p["verdict"] for p in view["report"]["paths"]]
-        with daemon.operator() as op:
-            done = op.post(
-                f"/v1/operations/{view['operation_id']}/reconcile",
-                json={"decision": "continue", "note": "disk replaced"},
-            )
-        assert done.json()["status"] == "completed", done.json()
-    for path, _old, new in CHANGES:
-        assert tree_bytes(repo).get(path, (None, 0))[0] == new
+        _continue_to_new(daemon, repo, view["operation_id"], CHANGES)
