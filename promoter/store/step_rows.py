@@ -119,6 +119,10 @@ def delete_steps(session: Session, operation_id: str) -> None:
 
 
 def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
+    """Journal the directories in ``paths`` not journaled yet (nothing is read for none)."""
+    paths = list(paths)
+    if not paths:
+        return
     known = set(created_dirs(session, operation_id))
     start = len(known)
     fresh = [p for p in dict.fromkeys(paths) if p not in known]
