@@ -34,12 +34,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import logging
 import os
 import platform
 import re
 import threading
 
 from promoter import faults
+
+log = logging.getLogger("promoter.fs")
 
 DIRTY_LIMIT = 64 << 20  # bytes dirty or under writeback system-wide above which: fsync each
 _LOCAL_JOURNALED = {
@@ -109,18 +112,30 @@ class GroupSync:
     @classmethod
     def start(cls, dir_fd: int) -> GroupSync | None:
         """A ``GroupSync`` for the filesystem of directory ``dir_fd``, or None (fsync each)."""
+        why = cls._declined(dir_fd)
+        if why is None:
+            try:  # a descriptor of its own: it samples the filesystem's error sequence now
+                return cls(os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd))
+            except OSError as exc:
+                why = f"the directory could not be opened again ({exc.strerror})"
+        log.debug("an fsync per file, not one syncfs: %s", why)
+        return None
+
+    @staticmethod
+    def _declined(dir_fd: int) -> str | None:
+        """Why a group sync would not be as good as an fsync of each file (None: it is)."""
         if not kernel_reports_errors():
-            return None
-        if filesystem_type(dir_fd) not in _LOCAL_JOURNALED:
-            return None
+            return "this kernel does not report writeback errors through syncfs"
+        kind = filesystem_type(dir_fd)
+        if kind not in _LOCAL_JOURNALED:
+            magic = "unknown" if kind is None else hex(kind)
+            return f"the filesystem (statfs magic {magic}) is not ext4, XFS or btrfs"
         pending = pending_bytes()
-        if pending is None or pending > DIRTY_LIMIT:
-            return None
-        try:  # a descriptor of its own: it samples the filesystem's error sequence now
-            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-        except OSError:
-            return None
-        return cls(fd)
+        if pending is None:
+            return "/proc/meminfo could not be read"
+        if pending > DIRTY_LIMIT:
+            return f"{pending >> 20} MiB are waiting to be written (more than {DIRTY_LIMIT >> 20})"
+        return None
 
     @classmethod
     def start_at(cls, directory: str) -> GroupSync | None:

@@ -10,6 +10,7 @@ refuses instead of syncing some other descriptor.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,10 +57,18 @@ def test_offered_when_every_condition_holds(offered: None, dir_fd: int) -> None:
     ],
 )
 def test_declined_where_it_would_not_be_as_good_as_fsyncs(
-    offered: None, dir_fd: int, monkeypatch: pytest.MonkeyPatch, name: str, value: object
+    offered: None,
+    dir_fd: int,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    value: object,
 ) -> None:
     monkeypatch.setattr(group_sync, name, value)
-    assert GroupSync.start(dir_fd) is None
+    with caplog.at_level(logging.DEBUG, logger="promoter.fs"):
+        assert GroupSync.start(dir_fd) is None
+    [record] = [r for r in caplog.records if r.name == "promoter.fs"]
+    assert record.getMessage().startswith("an fsync per file, not one syncfs: ")
 
 
 def test_a_failed_sync_fails_every_later_call_too(
