@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # One syncfs for a group of files where it is as durable as an fsync of each
     # (promoter.fs.group_sync); false: an fsync per file and directory, always.
     group_sync: bool = True
+    # ...and only while at most this many bytes wait to be written system-wide (syncfs
+    # writes other programs' dirty pages too: on a busy disk an fsync each costs less).
+    group_sync_max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     metrics_public: bool = True
     blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     log_level: str = "info"
@@ -100,6 +103,11 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings)
+
+    @property
+    def group_sync_limit(self) -> int | None:
+        """The most bytes pending under which a group sync is asked for (None: never)."""
+        return self.group_sync_max_pending_bytes if self.group_sync else None
 
     @property
     def db_url(self) -> str:

@@ -19,8 +19,8 @@ the state the journal expects there:
   every begun step in the order begun: a promotion begins a group of temps before it
   ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
   before it is named, and named before anything is placed). Where the worktree's
-  filesystem allows (``promoter.fs.group_sync``, started before the first temp is
-  begun), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
+  filesystem allows (``promoter.fs.group_sync``, started with the pass, before anything
+  is written), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
   touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
@@ -73,13 +73,17 @@ class Applier:
     kept: list[dict[str, Any]] = field(default_factory=list)
     directories: Directories = field(init=False)
     umask: int = field(init=False)
-    group: bool = False  # whether to ask for a group sync (the ``group_sync`` setting)
-    group_sync: GroupSync | None = None  # one syncfs per group where it is as good (begin)
-    _group_tried: bool = False
+    # bytes pending system-wide under which to ask for a group sync (None: never; the
+    # settings' ``group_sync_limit``)
+    group_sync_limit: int | None = None
+    group_sync: GroupSync | None = field(init=False)  # one syncfs per group where as good
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
         self.umask = current_umask()  # read once per pass, not once per temp
+        # started before anything is written: it samples the filesystem's errors now
+        limit = self.group_sync_limit
+        self.group_sync = None if limit is None else GroupSync.start(self.root.fd, limit)
 
     def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
         """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
@@ -112,12 +116,8 @@ class Applier:
         """``stage`` up to the temp's fsync: its bytes written and its writeback started.
 
         ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
-        The pass's ``group_sync`` is started before its first temp is begun.
         """
         assert new.exists and new.mode is not None
-        if self.group and not self._group_tried:
-            self._group_tried = True
-            self.group_sync = GroupSync.start(self.root.fd)
         parent, checked = self._parent(seq, path, create=True)
         begun = parent.begin_temp(
             data,

@@ -277,7 +277,7 @@ def apply_changes(
     are found and journaled here first).
     """
     attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
-    apply = Applier(root, group=services.settings.group_sync)
+    apply = Applier(root, group_sync_limit=services.settings.group_sync_limit)
     wanted = set(range(len(changes))) if todo is None else todo
     try:
         if journaled_dirs is not None:

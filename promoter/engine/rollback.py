@@ -165,9 +165,12 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
                 raise _refused(child_id, operation_id, OperationStatus.IN_PROGRESS) from exc
             journal.start_attempt(session, child_id)
             return child_id, repository
-        if journal.claim_from(session, child_id, OperationStatus.NEEDS_RECOVERY, services.stamp()):
+        found = journal.claim_from(
+            session, child_id, OperationStatus.NEEDS_RECOVERY, services.stamp()
+        )
+        if found is None:
             return child_id, repository  # asked again after it stopped: resumed
-    raise _refused(child_id, operation_id, child.status)
+        raise _refused(child_id, operation_id, found)
 
 
 def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
@@ -192,14 +195,19 @@ def recover_rollback(
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with services.db.session() as session:
         child = _load(session, child_id)
-        if child.kind != "rollback" or not journal.claim_from(
-            session, child_id, OperationStatus(from_status), services.stamp()
-        ):
+        found = (
+            child.status
+            if child.kind != "rollback"
+            else journal.claim_from(
+                session, child_id, OperationStatus(from_status), services.stamp()
+            )
+        )
+        if found is not None:
             raise NotRecoverable(
-                f"rollback {child_id} is {child.status}, not {from_status}",
+                f"rollback {child_id} is {found}, not {from_status}",
                 operation_id=child_id,
                 kind=child.kind,
-                current_status=child.status,
+                current_status=found,
             )
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)

@@ -331,15 +331,15 @@ def recover_restore(
 def _claim(services: Services, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
     with services.db.session() as session:
-        row = journal.require(session, operation_id)
-        if not journal.claim_from(
+        found = journal.claim_from(
             session, operation_id, OperationStatus(from_status), services.stamp()
-        ):
+        )
+        if found is not None:
             raise NotRecoverable(
-                f"restore {operation_id} is {row.status}, not {from_status}",
+                f"restore {operation_id} is {found}, not {from_status}",
                 operation_id=operation_id,
                 kind="restore",
-                current_status=row.status,
+                current_status=found,
             )
 
 

@@ -5,7 +5,7 @@ changed); on a journaling filesystem each is a journal commit and a disk flush.
 ``syncfs`` writes back every dirty page and inode of the filesystem and commits its
 journal once, flushing the disk: after it returns, each file and each directory entry
 written on that filesystem before the call is as durable as its own fsync would have made
-it. ``GroupSync.start(fd)`` decides whether a group may use it:
+it. ``GroupSync.start(fd, max_pending)`` decides whether a group may use it:
 
 - the kernel reports writeback errors through ``syncfs`` (Linux 5.8 and newer: the
   filesystem's error sequence, sampled when a descriptor is opened). ``start`` opens its
@@ -16,8 +16,9 @@ it. ``GroupSync.start(fd)`` decides whether a group may use it:
   (ext4, XFS, btrfs; ``statfs`` magic numbers); anything else (NFS, FUSE, overlay, tmpfs)
   keeps per-file fsyncs;
 - little else is waiting to be written (``Dirty`` + ``Writeback`` in ``/proc/meminfo``
-  below ``DIRTY_LIMIT``): ``syncfs`` also writes other programs' dirty pages on that
-  filesystem, which on a busy disk would cost more than the fsyncs it saves.
+  at most ``max_pending`` bytes, the ``group_sync_max_pending_bytes`` setting):
+  ``syncfs`` also writes other programs' dirty pages on that filesystem, which on a busy
+  disk would cost more than the fsyncs it saves.
 
 Any "no" answers ``None`` and the caller fsyncs each file as before: the outcome on disk
 is the same either way, only the number of flushes differs. Callers ask only when the
@@ -44,7 +45,6 @@ from promoter import faults
 
 log = logging.getLogger("promoter.fs")
 
-DIRTY_LIMIT = 64 << 20  # bytes dirty or under writeback system-wide above which: fsync each
 _LOCAL_JOURNALED = {
     0xEF53: "ext4",  # also ext2/ext3
     0x58465342: "xfs",
@@ -95,6 +95,16 @@ def pending_bytes() -> int | None:
     return sum(int(kb) for _, kb in found) * 1024
 
 
+def _busy(max_pending: int) -> str | None:
+    """Why the disk is too busy for a group sync now (None: it is not)."""
+    pending = pending_bytes()
+    if pending is None:
+        return "/proc/meminfo could not be read"
+    if pending > max_pending:
+        return f"{pending >> 20} MiB are waiting to be written (more than {max_pending >> 20})"
+    return None
+
+
 def _syncfs(fd: int) -> None:
     if _libc().syncfs(fd) != 0:
         code = ctypes.get_errno()
@@ -110,9 +120,10 @@ class GroupSync:
         self._lock = threading.Lock()  # ``close`` may come from another thread (a cancel)
 
     @classmethod
-    def start(cls, dir_fd: int) -> GroupSync | None:
-        """A ``GroupSync`` for the filesystem of directory ``dir_fd``, or None (fsync each)."""
-        why = cls._declined(dir_fd)
+    def start(cls, dir_fd: int, max_pending: int) -> GroupSync | None:
+        """A ``GroupSync`` for the filesystem of directory ``dir_fd``, or None (fsync each)
+        (also when more than ``max_pending`` bytes wait to be written system-wide)."""
+        why = cls.unsupported(dir_fd) or _busy(max_pending)
         if why is None:
             try:  # a descriptor of its own: it samples the filesystem's error sequence now
                 return cls(os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd))
@@ -122,30 +133,26 @@ class GroupSync:
         return None
 
     @staticmethod
-    def _declined(dir_fd: int) -> str | None:
-        """Why a group sync would not be as good as an fsync of each file (None: it is)."""
+    def unsupported(dir_fd: int) -> str | None:
+        """Why a group sync is never as durable as an fsync of each file on the filesystem
+        of ``dir_fd`` (None: it is, whenever the disk is not busy)."""
         if not kernel_reports_errors():
             return "this kernel does not report writeback errors through syncfs"
         kind = filesystem_type(dir_fd)
         if kind not in _LOCAL_JOURNALED:
             magic = "unknown" if kind is None else hex(kind)
             return f"the filesystem (statfs magic {magic}) is not ext4, XFS or btrfs"
-        pending = pending_bytes()
-        if pending is None:
-            return "/proc/meminfo could not be read"
-        if pending > DIRTY_LIMIT:
-            return f"{pending >> 20} MiB are waiting to be written (more than {DIRTY_LIMIT >> 20})"
         return None
 
     @classmethod
-    def start_at(cls, directory: str) -> GroupSync | None:
+    def start_at(cls, directory: str, max_pending: int) -> GroupSync | None:
         """``start`` for a directory of promoter's own state, by path (None: fsync each)."""
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
-            return cls.start(fd)
+            return cls.start(fd, max_pending)
         finally:
             os.close(fd)
 

@@ -135,7 +135,7 @@ class BlobBatch:
         blob_limit: int,
         record: Record,
         max_blobs: int = BATCH_MAX_BLOBS,
-        group_sync: bool = False,
+        group_sync_limit: int | None = None,
     ) -> None:
         self.store = store
         self.quota = quota
@@ -147,7 +147,11 @@ class BlobBatch:
         # one syncfs for the temps and one for the links, where it is as good as fsyncs;
         # started before anything is written (it samples the filesystem's errors now), on
         # the temps' own directory (a link into place never leaves its filesystem)
-        self._group = GroupSync.start_at(os.fspath(store.tmp_dir)) if group_sync else None
+        self._group = (
+            None
+            if group_sync_limit is None
+            else GroupSync.start_at(os.fspath(store.tmp_dir), group_sync_limit)
+        )
         self._head = bytearray()
         self._current: _Item | None = None
         self._remaining = 0

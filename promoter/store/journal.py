@@ -205,17 +205,18 @@ def claim(session: Session, operation_id: str, owner: Owner) -> None:
 
 def claim_from(
     session: Session, operation_id: str, from_status: OperationStatus, owner: Owner
-) -> bool:
+) -> str | None:
     """Claim the operation for ``owner`` and move it to ``in_progress`` if it is in
-    ``from_status``; False (nothing changed) if it is not. The row's status is its version
-    (``store.tables``): of two claims racing for the same row, the later one's flush fails
-    (``operation_conflict``) on any database."""
+    ``from_status``: None when claimed, else the status it is in (nothing changed), read
+    by the same statement that decided, so a refusal names what was found. The row's
+    status is its version (``store.tables``): of two claims racing for the same row, the
+    later one's flush fails (``operation_conflict``) on any database."""
     row = _row(session, operation_id)
     if row.status != from_status:
-        return False
+        return str(row.status)
     _own(row, owner)
     set_status(session, operation_id, OperationStatus.IN_PROGRESS)
-    return True
+    return None
 
 
 def set_status(

@@ -24,7 +24,7 @@ from promoter.store import blob_batch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
-from tests.support.fsutil import skip_without_group_sync
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.pause import Pause
 
 URL = "/v1/blobs:batchUpdate"
@@ -287,16 +287,24 @@ def test_a_failed_group_sync_refuses_the_batch_and_is_never_trusted(
     either failing refuses the whole batch (507), leaves no temp and is not retried; the
     same batch again stores every blob."""
     blobs = [bytes([i]) * 300 for i in range(40)]
-    with running_daemon(tmp_path / "s", {"work": repo}) as daemon, daemon.executor("r") as ex:
+    settings = {"group_sync_max_pending_bytes": NEVER_BUSY}
+    with (
+        running_daemon(tmp_path / "s", {"work": repo}, **settings) as daemon,
+        daemon.executor("r") as ex,
+    ):
         skip_without_group_sync(daemon.state_dir)
         answer = _post_with_fault(ex, monkeypatch, f"after_group_sync=EIO@{nth}", blobs)
         assert code(answer) == (507, "storage_error")
-        assert "Input/output error" in answer.json()["detail"]
-        # the temps' sync failed: nothing linked; the links' sync failed: linked, not trusted
-        assert stored(daemon.state_dir) == ({sha(b) for b in blobs} if linked else set())
+        assert answer.json()["detail"] == (
+            "cannot store blob: [Errno 5] injected fault at after_group_sync: Input/output error"
+        )
+        # the temps' sync failed: nothing recorded or linked; the links' sync failed:
+        # recorded and linked, and made durable only by a later sync
+        every = {sha(b) for b in blobs}
+        assert stored(daemon.state_dir) == recorded(daemon) == (every if linked else set())
         assert temps(daemon.state_dir) == []
         again = ex.post(URL, content=body(*blobs))
         assert again.status_code == 200, again.text
-        assert all(r["status"] in (200, 201) for r in again.json()["responses"])
-        assert stored(daemon.state_dir) == {sha(b) for b in blobs}
-        assert recorded(daemon) == {sha(b) for b in blobs}
+        statuses = [(r["status"], r["created"]) for r in again.json()["responses"]]
+        assert statuses == [(200, False) if linked else (201, True)] * len(blobs)
+        assert stored(daemon.state_dir) == recorded(daemon) == every

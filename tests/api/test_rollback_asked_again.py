@@ -101,9 +101,8 @@ def test_second_rollback_while_the_first_runs_is_refused_and_never_puts_it_back(
         _refusal(again, child, op_id, "in_progress", "it is running")
         assert again.json()["next"] == "wait"
         assert tree_bytes(repo) == mid_tree
-        assert (
-            unchanged(operation_view(daemon, child)) == mid_view
-        )  # still its first owner's, running
+        # still its first owner's, running
+        assert unchanged(operation_view(daemon, child)) == mid_view
         assert operation_view(daemon, op_id)["status"] == "completed"
     finally:
         pause.release()

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.support.flows import init_repo
-from tests.support.fsutil import skip_without_group_sync
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import git_dir_digest, tree_bytes
 
@@ -78,7 +78,8 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
         skip_without_group_sync(repo)
     state = tmp_path / "state"
     spec = point if "=" in point else f"{point}=kill"
-    first = DaemonProcess(state, {"work": repo}, faults=spec)
+    never_busy = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
+    first = DaemonProcess(state, {"work": repo}, faults=spec, extra_env=never_busy)
     try:
         request = prepare_promotion(first, repo, _changes())
         before, git_before = tree_bytes(repo), git_dir_digest(repo)

@@ -17,7 +17,7 @@ import pytest
 from promoter import faults
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
-from tests.support.fsutil import skip_without_group_sync
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.promotion import promote, submit, tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(4)}
@@ -31,7 +31,12 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon
     of files where this filesystem allows it, and with an fsync per file and directory."""
     repo = init_repo(tmp_path / "lab", FILES)
     grouped = request.param == "group_sync"
-    with running_daemon(tmp_path / "state", {"lab": repo}, group_sync=grouped) as daemon:
+    with running_daemon(
+        tmp_path / "state",
+        {"lab": repo},
+        group_sync=grouped,
+        group_sync_max_pending_bytes=NEVER_BUSY,
+    ) as daemon:
         yield daemon, repo
 
 
@@ -224,7 +229,9 @@ def test_a_failed_group_sync_fails_like_a_failed_fsync_and_is_never_retried(
     no temp is left, and the promotion (or ``continue``) finishes once the disk behaves."""
     repo = init_repo(tmp_path / "lab", FILES)
     skip_without_group_sync(repo)
-    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+    with running_daemon(
+        tmp_path / "state", {"lab": repo}, group_sync_max_pending_bytes=NEVER_BUSY
+    ) as daemon:
         _fail_a_group_sync(daemon, repo, nth, status, monkeypatch)
 
 
@@ -239,6 +246,11 @@ def _fail_a_group_sync(
     monkeypatch.delenv(faults.ENV)
     faults.reset()
     assert (view["status"], view["code"]) == (status, "write_failed"), view
+    what = "the new files" if status == "refused" else "the parent directories"
+    assert (
+        view["detail"]
+        == f"syncing {what} failed: injected fault at after_group_sync: Input/output error"
+    )
     _assert_untorn(repo)
     if status == "refused":
         assert tree_bytes(repo) == before

@@ -164,7 +164,7 @@ def test_one_group_sync_makes_every_begun_temp_durable_before_the_first_is_named
     monkeypatch.setattr(group_sync, "_syncfs", syncfs)
     monkeypatch.setattr(temps.os, "fsync", lambda fd: fsynced.append(fd))
     monkeypatch.setattr(temps, "start_writeback", lambda fd: fsynced.append(-fd))
-    apply = Applier(root, group=True)
+    apply = Applier(root, group_sync_limit=0)
     try:
         begin_all(apply)
         apply.end_begun()

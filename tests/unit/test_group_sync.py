@@ -21,6 +21,8 @@ from promoter import faults
 from promoter.fs import group_sync
 from promoter.fs.group_sync import GroupSync
 
+LIMIT = 64 << 20  # bytes pending system-wide above which a group is declined
+
 
 @pytest.fixture
 def dir_fd(tmp_path: Path) -> Iterator[int]:
@@ -38,7 +40,7 @@ def offered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_offered_when_every_condition_holds(offered: None, dir_fd: int) -> None:
-    group = GroupSync.start(dir_fd)
+    group = GroupSync.start(dir_fd, LIMIT)
     assert group is not None
     group.sync()
     group.close()
@@ -52,7 +54,7 @@ def test_offered_when_every_condition_holds(offered: None, dir_fd: int) -> None:
         ("filesystem_type", lambda fd: 0x6969),  # NFS
         ("filesystem_type", lambda fd: 0x65735546),  # FUSE
         ("filesystem_type", lambda fd: None),  # unknown
-        ("pending_bytes", lambda: group_sync.DIRTY_LIMIT + 1),  # a busy disk
+        ("pending_bytes", lambda: LIMIT + 1),  # a busy disk
         ("pending_bytes", lambda: None),  # /proc/meminfo unread
     ],
 )
@@ -66,7 +68,7 @@ def test_declined_where_it_would_not_be_as_good_as_fsyncs(
 ) -> None:
     monkeypatch.setattr(group_sync, name, value)
     with caplog.at_level(logging.DEBUG, logger="promoter.fs"):
-        assert GroupSync.start(dir_fd) is None
+        assert GroupSync.start(dir_fd, LIMIT) is None
     [record] = [r for r in caplog.records if r.name == "promoter.fs"]
     assert record.getMessage().startswith("an fsync per file, not one syncfs: ")
 
@@ -74,7 +76,7 @@ def test_declined_where_it_would_not_be_as_good_as_fsyncs(
 def test_a_failed_sync_fails_every_later_call_too(
     offered: None, dir_fd: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = GroupSync.start(dir_fd)
+    group = GroupSync.start(dir_fd, LIMIT)
     assert group is not None
     monkeypatch.setenv(faults.ENV, "after_group_sync=EIO@1")
     faults.reset()
@@ -93,7 +95,7 @@ def test_a_failed_sync_fails_every_later_call_too(
 def test_a_closed_group_refuses_instead_of_syncing_another_descriptor(
     offered: None, dir_fd: int
 ) -> None:
-    group = GroupSync.start(dir_fd)
+    group = GroupSync.start(dir_fd, LIMIT)
     assert group is not None
     group.close()
     group.close()  # twice is harmless

@@ -264,7 +264,7 @@ async def batch_update_blobs(
         principal.run_id,
         blob_limit=min(services.settings.max_blob_bytes, BATCH_BLOB_MAX),
         record=lambda blobs: _record_blobs(services, blobs),
-        group_sync=services.settings.group_sync,
+        group_sync_limit=services.settings.group_sync_limit,
     )
     received = 0
     pending = bytearray()  # chunks as they arrive, handed to the worker FEED_BYTES at a time
