@@ -3,8 +3,8 @@
 One grant shape (every field the benchmarks share; the allowlist's operations, the limits,
 the grant id and the workflow chosen per row), the stage's lease, a bundle sealed over
 its changes, and ``state_of`` (a file's state from its bytes, ``None`` for missing).
-The names every row shares (``REPO_NAME``, ``RUN_ID``, ``WORKFLOW``, ``STAGE``,
-``FENCE``) are here. Deliberately not here: registering or submitting them.
+The names every row shares (``REPO_NAME``, ``WARM_REPO_NAME``, ``RUN_ID``, ``WORKFLOW``,
+``STAGE``, ``FENCE``) are here. Deliberately not here: registering or submitting them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from promoter.domain.documents import seal_bundle
 from promoter.domain.models import blob_path
 
 REPO_NAME = "bench"
+WARM_REPO_NAME = "bench-warm"  # a daemon's earlier promotion, untimed (``prepared``)
 FENCE = 7
 WORKFLOW, STAGE, RUN_ID = "wf_bench", "implement", "run_bench"
 EVERY_OPERATION = ("create", "modify", "delete")
