@@ -5,6 +5,15 @@ Functions take an open ``Session``; the engine decides what goes into one transa
 records of ``promoter.domain.records`` (rows never leave the store); writes take the
 operation id and say what they change. Every status change goes through the transition
 table of ``promoter.domain.states`` (the row refuses any other).
+
+An operation's row, once read or created in a session, is held by that session until it
+closes (``_hold``): every later read in the same transaction is the same object, with no
+statement, and its status is the one every write of the transaction is checked against
+(``WHERE status = <the status first read>``, the row's version). A row another request
+or host moved since this transaction first read it is therefore never written over, even
+where the transaction read it again (``operation_conflict``); without the hold, SQLAlchemy's
+identity map (which holds rows weakly) could drop it and read the row again, and the
+check would compare with that later read.
 Deliberately not here: the hash-chained events (``promoter.store.ledger``); an operation's
 steps and created directories (``promoter.store.step_rows``).
 """
@@ -61,8 +70,18 @@ def _record(row: OperationRow) -> Operation:
     )
 
 
+_HELD = "promoter.journal.held"  # session.info: operation id -> its row, held for the session
+
+
+def _hold(session: Session, row: OperationRow | None) -> OperationRow | None:
+    """Keep ``row`` referenced for the session's life (see the module docstring)."""
+    if row is not None:
+        session.info.setdefault(_HELD, {})[row.operation_id] = row
+    return row
+
+
 def _row(session: Session, operation_id: str) -> OperationRow:
-    row = session.get(OperationRow, operation_id)
+    row = _hold(session, session.get(OperationRow, operation_id))
     if row is None:
         raise OperationUnknown(
             f"operation {operation_id} vanished from the journal", operation_id=operation_id
@@ -71,7 +90,7 @@ def _row(session: Session, operation_id: str) -> OperationRow:
 
 
 def get_operation(session: Session, operation_id: str) -> Operation | None:
-    row = session.get(OperationRow, operation_id)
+    row = _hold(session, session.get(OperationRow, operation_id))
     return None if row is None else _record(row)
 
 
@@ -149,6 +168,7 @@ def create_operation(
     row.status = status.value
     _own(row, owner)
     session.add(row)
+    _hold(session, row)
 
 
 def next_attempt(

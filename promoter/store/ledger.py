@@ -2,7 +2,10 @@
 
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
-hash covers the previous one. ``append`` adds one event inside the caller's transaction;
+hash covers the previous one. ``append`` adds one event inside the caller's transaction
+(a session remembers the last link it appended to each chain, so a second event of the
+same transaction does not read the chain again; events are never deleted, and a
+concurrent append of the same ``seq`` fails on the ``(operation_id, seq)`` key);
 ``verify_chain`` re-checks a whole chain; ``events`` and ``last_link`` read it. Each
 appended event also enters the watch feed (``promoter.store.feed``) when its transaction
 commits.
@@ -21,6 +24,7 @@ from promoter.store import feed
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
+_LINKS = "promoter.ledger.links"  # session.info: operation id -> (seq, sha256) appended last
 
 
 def event_sha256(
@@ -39,7 +43,8 @@ def event_sha256(
 
 def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
     """Append an event to the operation's chain; returns its ``evt_…`` id."""
-    previous = last_link(session, operation_id)
+    links: dict[str, tuple[int, str]] = session.info.setdefault(_LINKS, {})
+    previous = links.get(operation_id) or last_link(session, operation_id)
     seq, prev = (0, None) if previous is None else (previous[0] + 1, previous[1])
     at = rfc3339(utcnow())
     digest = event_sha256(operation_id, seq, kind, payload, prev, at)
@@ -57,6 +62,7 @@ def append(session: Session, operation_id: str, kind: EventKind, payload: dict[s
         )
     )
     session.flush()
+    links[operation_id] = (seq, digest)
     feed.record(session, event_id, operation_id, kind, at)
     return event_id
 

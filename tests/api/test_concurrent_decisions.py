@@ -2,11 +2,12 @@
 
 An ``abandon`` reads ``needs_reconciliation`` and pauses at ``abandon_decided`` while a
 ``continue`` claims the operation and completes it; when the abandon goes on, its write
-reads the row again and is refused (``operation_conflict``: a completed promotion does
-not move to ``abandoned``), nothing of it recorded, on SQLite and on PostgreSQL. The
-write itself carries ``WHERE status = <the status read>`` (the row's status is its
-version), so even a status read a moment before the write cannot be overwritten in
-between: ``tests/contract/test_stale_rows.py``.
+is checked against the status it decided on (the row, read once, is held for the
+transaction: ``promoter.store.journal``), finds the row moved and is refused
+(``operation_conflict``: changed by another request while this one was deciding),
+nothing of it recorded, on SQLite and on PostgreSQL. The write carries ``WHERE status =
+<the status read>`` (the row's status is its version), so even a status read a moment
+before the write cannot be overwritten in between: ``tests/contract/test_stale_rows.py``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def test_abandon_racing_a_continue_never_overwrites_its_completion(
     assert (answer.status_code, problem["code"], problem["detail"]) == (
         409,
         "operation_conflict",
-        "a promotion cannot move from completed to abandoned",
+        "the operation was changed by another request or host while this one was "
+        "deciding; nothing of this request was recorded; look at it again",
     ), answer.text
     view = operation_view(daemon, op_id)
     assert (view["status"], view["code"]) == ("completed", None), view

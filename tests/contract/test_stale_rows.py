@@ -6,17 +6,21 @@ session holds a row while a second moves it and commits; the first session's wri
 refused (``operation_conflict``) and nothing of it is recorded. Before, the first write
 won: a report landed on a row whose status it had never seen, and a status change that
 the transition table allowed from the stale status (``needs_reconciliation`` →
-``abandoned``) overwrote ``completed``. Runs on SQLite, and on PostgreSQL under
+``abandoned``) overwrote ``completed``. A row read through the journal is held by its
+session, so a later read in the same transaction neither reads it again nor changes what
+the write is checked against. Runs on SQLite, and on PostgreSQL under
 ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from promoter.domain.states import OperationStatus as S
 from promoter.errors import OperationConflict
@@ -89,3 +93,45 @@ def test_a_write_after_a_change_that_kept_the_status_goes_through(database: Data
             journal.set_report(other, op_id, {"by": "other"})
         journal.set_status(first, op_id, S.COMPLETED)
     assert _row(database, op_id) == (S.COMPLETED, {"by": "other"})
+
+
+def test_a_row_read_through_the_journal_stays_the_one_writes_are_checked_against(
+    database: Database,
+) -> None:
+    # the journal hands out records, not rows: before the session held the row, nothing
+    # kept it, the identity map let it go, and the write read it again (seeing
+    # ``completed``) instead of being checked against what the decision was made on
+    op_id = _at(database, S.NEEDS_RECONCILIATION)
+    with pytest.raises(OperationConflict) as refused, database.session() as stale:
+        decided_on = journal.require(stale, op_id)
+        assert decided_on.status == S.NEEDS_RECONCILIATION
+        gc.collect()
+        with database.session() as other:
+            journal.set_status(other, op_id, S.IN_PROGRESS)
+            journal.set_status(other, op_id, S.COMPLETED)
+        assert journal.require(stale, op_id).status == S.NEEDS_RECONCILIATION
+        journal.set_status(stale, op_id, S.ABANDONED, code="abandoned")
+    assert refused.value.detail == STALE
+    assert _row(database, op_id) == (S.COMPLETED, None)
+
+
+def test_an_operation_is_read_once_per_transaction(database: Database) -> None:
+    op_id = _at(database)
+    selects: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM operations" in statement:
+            selects.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", count)
+    try:
+        with database.session() as session:
+            journal.require(session, op_id)
+            gc.collect()
+            journal.set_report(session, op_id, {"step": 1})
+            journal.require(session, op_id)
+            journal.set_status(session, op_id, S.COMPLETED)
+    finally:
+        event.remove(database.engine, "before_cursor_execute", count)
+    assert len(selects) == 1, selects
+    assert _row(database, op_id) == (S.COMPLETED, {"step": 1})

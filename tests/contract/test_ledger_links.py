@@ -1,0 +1,62 @@
+"""Events appended in one transaction chain onto each other without reading the chain again.
+
+``ledger.append`` remembers, per session, the last link it appended to each operation's
+chain: the second and later events of a transaction chain onto it, and the chain is read
+once per transaction (a plan's ``decision`` and ``action`` are two events of one). The
+chain verifies across transactions. Runs on SQLite, and on PostgreSQL under
+``PROMOTER_TEST_DATABASE=postgresql``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+
+from promoter.store import ledger
+from promoter.store.db import Database, upgrade
+from tests.support.rows import operation_row
+
+OP = "op_links000001"
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Database:
+    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'journal.db'}"
+    upgrade(url)
+    db = Database(url, 5.0)
+    with db.session() as session:
+        session.add(operation_row(OP))
+    return db
+
+
+def test_events_of_one_transaction_read_the_chain_once(database: Database) -> None:
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM events" in statement:
+            reads.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", count)
+    try:
+        with database.session() as session:
+            ids = [
+                ledger.append(session, OP, kind, {"n": n})
+                for n, kind in enumerate(["decision", "action"])
+            ]
+        first_transaction = len(reads)
+        with database.session() as session:
+            ids += [ledger.append(session, OP, "outcome", {"n": 2})]
+            ids += [ledger.append(session, OP, "outcome", {"n": 3})]
+    finally:
+        event.remove(database.engine, "before_cursor_execute", count)
+    assert (first_transaction, len(reads)) == (1, 2), reads
+    with database.session() as session:
+        rows = ledger.events(session, OP)
+        assert [(r.event_id, r.seq, r.payload) for r in rows] == [
+            (ids[n], n, {"n": n}) for n in range(4)
+        ]
+        assert [r.prev_event_sha256 for r in rows] == [None, *(r.event_sha256 for r in rows[:3])]
+        assert ledger.verify_chain(rows)
