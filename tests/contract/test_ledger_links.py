@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
 
 from promoter.store import ledger
 from promoter.store.db import Database, upgrade
 from tests.support.rows import operation_row
+from tests.support.statements import selects_from, statements
 
 OP = "op_links000001"
 
@@ -33,26 +33,15 @@ def database(tmp_path: Path) -> Database:
 
 
 def test_events_of_one_transaction_read_the_chain_once(database: Database) -> None:
-    reads: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM events" in statement:
-            reads.append(statement)
-
-    event.listen(database.engine, "before_cursor_execute", count)
-    try:
+    with statements(database.engine) as seen:
         with database.session() as session:
-            ids = [
-                ledger.append(session, OP, kind, {"n": n})
-                for n, kind in enumerate(["decision", "action"])
-            ]
-        first_transaction = len(reads)
+            ids = [ledger.append(session, OP, "decision", {"n": 0})]
+            ids += [ledger.append(session, OP, "action", {"n": 1})]
+        first_transaction = len(selects_from(seen, "events"))
         with database.session() as session:
             ids += [ledger.append(session, OP, "outcome", {"n": 2})]
             ids += [ledger.append(session, OP, "outcome", {"n": 3})]
-    finally:
-        event.remove(database.engine, "before_cursor_execute", count)
-    assert (first_transaction, len(reads)) == (1, 2), reads
+    assert (first_transaction, len(selects_from(seen, "events"))) == (1, 2), seen
     with database.session() as session:
         rows = ledger.events(session, OP)
         assert [(r.event_id, r.seq, r.payload) for r in rows] == [

@@ -20,7 +20,6 @@ import os
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
 
 from promoter.domain.states import OperationStatus as S
 from promoter.errors import OperationConflict
@@ -28,6 +27,7 @@ from promoter.store import journal
 from promoter.store.db import Database, upgrade
 from promoter.store.tables import OperationRow
 from tests.support.rows import operation_row
+from tests.support.statements import selects_from, statements
 
 _ids = itertools.count()
 STALE = (
@@ -117,21 +117,11 @@ def test_a_row_read_through_the_journal_stays_the_one_writes_are_checked_against
 
 def test_an_operation_is_read_once_per_transaction(database: Database) -> None:
     op_id = _at(database)
-    selects: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM operations" in statement:
-            selects.append(statement)
-
-    event.listen(database.engine, "before_cursor_execute", count)
-    try:
-        with database.session() as session:
-            journal.require(session, op_id)
-            gc.collect()
-            journal.set_report(session, op_id, {"step": 1})
-            journal.require(session, op_id)
-            journal.set_status(session, op_id, S.COMPLETED)
-    finally:
-        event.remove(database.engine, "before_cursor_execute", count)
-    assert len(selects) == 1, selects
+    with statements(database.engine) as seen, database.session() as session:
+        journal.require(session, op_id)
+        gc.collect()
+        journal.set_report(session, op_id, {"step": 1})
+        journal.require(session, op_id)
+        journal.set_status(session, op_id, S.COMPLETED)
+    assert len(selects_from(seen, "operations")) == 1, seen
     assert _row(database, op_id) == (S.COMPLETED, {"step": 1})
