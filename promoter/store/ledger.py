@@ -4,8 +4,9 @@ An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
 hash covers the previous one. ``append`` adds one event inside the caller's transaction
 (a session remembers the last link it appended to each chain, so a second event of the
-same transaction does not read the chain again; events are never deleted, and a
-concurrent append of the same ``seq`` fails on the ``(operation_id, seq)`` key);
+same transaction does not read the chain again; events are never deleted, a rollback
+forgets the links, and a concurrent append of the same ``seq`` fails on the
+``(operation_id, seq)`` key);
 ``verify_chain`` re-checks a whole chain; ``events`` and ``last_link`` read it. Each
 appended event also enters the watch feed (``promoter.store.feed``) when its transaction
 commits.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
@@ -25,6 +26,12 @@ from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
 _LINKS = "promoter.ledger.links"  # session.info: operation id -> (seq, sha256) appended last
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_links(session: Session) -> None:
+    """A rolled-back transaction's events are gone: so are the links remembered for them."""
+    session.info.pop(_LINKS, None)
 
 
 def event_sha256(

@@ -3,8 +3,8 @@
 ``ledger.append`` remembers, per session, the last link it appended to each operation's
 chain: the second and later events of a transaction chain onto it, and the chain is read
 once per transaction (a plan's ``decision`` and ``action`` are two events of one). The
-chain verifies across transactions. Runs on SQLite, and on PostgreSQL under
-``PROMOTER_TEST_DATABASE=postgresql``.
+chain verifies across transactions, and an event rolled back is not chained onto. Runs
+on SQLite, and on PostgreSQL under ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session
 
 from promoter.store import ledger
 from promoter.store.db import Database, upgrade
@@ -48,4 +49,16 @@ def test_events_of_one_transaction_read_the_chain_once(database: Database) -> No
             (ids[n], n, {"n": n}) for n in range(4)
         ]
         assert [r.prev_event_sha256 for r in rows] == [None, *(r.event_sha256 for r in rows[:3])]
+        assert ledger.verify_chain(rows)
+
+
+def test_a_rolled_back_event_is_not_chained_onto(database: Database) -> None:
+    with Session(database.engine) as session:
+        ledger.append(session, OP, "decision", {"n": "rolled back"})
+        session.rollback()
+        kept = ledger.append(session, OP, "decision", {"n": 0})
+        session.commit()
+    with database.session() as session:
+        rows = ledger.events(session, OP)
+        assert [(r.event_id, r.seq, r.prev_event_sha256) for r in rows] == [(kept, 0, None)]
         assert ledger.verify_chain(rows)
