@@ -5,9 +5,9 @@
 verified bundle; ``promote_once`` is the timed part (``request_promotion`` until the
 attempt has ended) and ``finish_promoter`` checks that it completed. With ``warm_copy``
 the same daemon first promotes the same workload into that second copy (untimed), as a
-daemon in service has promoted before: what a daemon does once after it starts (its
-statements compiled, its database pages read) is then not in the timed promotion. ``InlineRunner``
-runs the attempt in the requesting thread, for a profiler there.
+daemon in service has promoted before: what a daemon does once after it starts (its SQL
+statements compiled) is then not in the timed promotion. ``InlineRunner`` runs the
+attempt in the requesting thread, for a profiler there.
 
 Deliberately not here: the workload and the bare variants (``bench.workload``), timing.
 """

@@ -227,10 +227,11 @@ def claim_from(
     session: Session, operation_id: str, from_status: OperationStatus, owner: Owner
 ) -> str | None:
     """Claim the operation for ``owner`` and move it to ``in_progress`` if it is in
-    ``from_status``: None when claimed, else the status it is in (nothing changed), read
-    by the same statement that decided, so a refusal names what was found. The row's
-    status is its version (``store.tables``): of two claims racing for the same row, the
-    later one's flush fails (``operation_conflict``) on any database."""
+    ``from_status``: None when claimed, else the status it is in (nothing changed): the
+    status the transaction holds for it (``_hold``), the one the decision was made on, so
+    a refusal names what was decided on. The row's status is its version
+    (``store.tables``): of two claims racing for the same row, the later one's flush fails
+    (``operation_conflict``) on any database."""
     row = _row(session, operation_id)
     if row.status != from_status:
         return str(row.status)
