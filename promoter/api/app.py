@@ -1,7 +1,8 @@
 """The FastAPI application: ``create_app(settings)``.
 
 The lifespan builds the services (state directory, migrations, credentials, the
-repository registry) and runs the start-up recovery scan before the daemon serves.
+repository registry), runs the start-up recovery scan and rehearses a promotion's journal
+(``promoter.engine.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``.
 """
 
@@ -30,6 +31,7 @@ from promoter.config import Settings
 from promoter.engine import webhooks
 from promoter.engine.ownership import Heartbeat
 from promoter.engine.recover import auto_recover, scan_orphans
+from promoter.engine.rehearsal import rehearse
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
 
@@ -68,6 +70,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
+        rehearse(app.state.services)  # the first promotion finds its statements compiled
         dispatcher = start_webhooks(app)
         try:
             yield

@@ -18,7 +18,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
@@ -114,6 +114,32 @@ class Database:
             raise
         finally:
             session.close()
+
+    @contextmanager
+    def rolled_back(self, lock_wait_ms: int) -> Iterator[Session]:
+        """A session whose transaction is always rolled back, never committed (a
+        rehearsal's); a lock it would wait for longer than ``lock_wait_ms`` fails it
+        instead (SQLite's busy timeout, PostgreSQL's ``lock_timeout``). On SQLite the
+        connection is then dropped from the pool, so the shorter wait never outlives it."""
+        session = self._factory()
+        dialect = self.engine.dialect.name
+        connection: Connection | None = None
+        try:
+            connection = session.connection()
+            if dialect == "sqlite":
+                connection.exec_driver_sql(f"PRAGMA busy_timeout={int(lock_wait_ms)}")
+            elif dialect == "postgresql":  # for this transaction only
+                connection.exec_driver_sql(f"SET LOCAL lock_timeout = {int(lock_wait_ms)}")
+            yield session
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
+        finally:
+            try:
+                if dialect == "sqlite" and connection is not None:
+                    connection.invalidate()  # closed: SQLite rolls its transaction back
+                session.rollback()
+            finally:
+                session.close()
 
     def ping(self) -> bool:
         try:

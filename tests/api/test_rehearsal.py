@@ -1,0 +1,160 @@
+"""The promotion rehearsed at start: its statements compiled, nothing of it kept.
+
+``promoter serve`` rehearses a promotion's journal before it serves
+(``promoter.engine.rehearsal``) in one transaction that is rolled back. Here: a daemon's
+first promotion, through the HTTP API, compiles none of the statements its journal runs
+(without the rehearsal it compiled eighteen); the rehearsal leaves every table exactly as
+it was and wakes no watcher; and with another writer holding the database it gives up
+after ``LOCK_WAIT_MS`` having changed nothing, and the connections the daemon goes on
+with wait for locks as long as configured. Runs on SQLite, and on PostgreSQL under
+``PROMOTER_TEST_DATABASE=postgresql``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, select, text
+from sqlalchemy.engine.interfaces import CacheStats
+
+from promoter.api import app
+from promoter.config import load_settings
+from promoter.engine import rehearsal
+from promoter.engine.services import Services, build_services
+from promoter.store import feed
+from promoter.store.tables import Base
+from promoter.store.wakeup import COMMITS
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.promotion import promote, submit
+
+JOURNAL = ("operations", "operation_attempts", "steps", "created_dirs", "events", "event_feed")
+
+
+@contextmanager
+def compiled(engine: Engine) -> Iterator[list[str]]:
+    """The statements ``engine`` had to compile (not found in its statement cache)."""
+    missed: list[str] = []
+
+    def note(_c: Any, _cur: Any, statement: str, _p: Any, context: Any, _many: bool) -> None:
+        if getattr(context, "cache_hit", None) is CacheStats.CACHE_MISS:
+            missed.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield missed
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
+def _tables(services: Services) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, in a stable order."""
+    with services.db.session() as session:
+        return {
+            table.name: sorted(
+                (tuple(str(v) for v in row) for row in session.execute(select(table))),
+            )
+            for table in Base.metadata.sorted_tables
+        }
+
+
+CHANGES = [
+    ("README.md", b"# project\n", b"# project, promoted\n"),
+    ("src/new/data.txt", None, b"new\n"),
+]
+
+
+def _journal_compiled(daemon: Daemon, repo: Path, identity: str) -> list[str]:
+    """Promote ``CHANGES`` through the API; the journal's statements it compiled."""
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    with compiled(daemon.services.db.engine) as missed:
+        answer = promote(daemon, bundle, receipt)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "completed"
+    assert (repo / "README.md").read_bytes() == b"# project, promoted\n"
+    assert (repo / "src/new/data.txt").read_bytes() == b"new\n"
+    return [s for s in missed if any(f" {t} " in f" {s} " for t in JOURNAL)]
+
+
+def test_first_promotion_compiles_none_of_its_journal_statements(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    journal_misses = _journal_compiled(daemon, repo, identity)
+    assert not journal_misses, "\n".join(journal_misses)
+
+
+def test_first_promotion_without_the_rehearsal_compiles_them(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above can fail: a daemon started without the rehearsal compiles
+    statements of every journal table in the same promotion."""
+    monkeypatch.setattr(app, "rehearse", lambda _services: False)
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        journal_misses = _journal_compiled(daemon, repo, identity)
+    touched = {t for t in JOURNAL if any(f" {t} " in f" {s} " for s in journal_misses)}
+    assert touched == set(JOURNAL)
+    assert len(journal_misses) >= 18
+
+
+@pytest.fixture
+def services(tmp_path: Path, repo: Path) -> Iterator[Services]:
+    built = build_services(load_settings(None, state_dir=tmp_path / "state", repositories={}))
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+def test_rehearsal_keeps_no_row_and_wakes_no_watcher(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, identity, [("README.md", b"# project\n", b"x\n")])
+    assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+    before = _tables(daemon.services)
+    assert before["operations"] and before["events"] and before["event_feed"]
+    assert rehearsal.rehearse(daemon.services) is True
+    assert _tables(daemon.services) == before
+
+
+def test_rehearsal_notifies_no_commit(services: Services) -> None:
+    generation = COMMITS.generation
+    assert rehearsal.rehearse(services) is True
+    assert COMMITS.generation == generation
+    assert all(rows == [] for name, rows in _tables(services).items() if name in JOURNAL)
+
+
+@contextmanager
+def another_writer(services: Services) -> Iterator[None]:
+    """Another connection holding what every journal commit needs: SQLite's write lock,
+    PostgreSQL's feed lock."""
+    with services.db.engine.connect() as other:
+        if other.dialect.name == "sqlite":
+            other.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            other.begin()
+            other.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": feed.ADVISORY_KEY})
+        try:
+            yield
+        finally:
+            other.rollback()
+
+
+def test_rehearsal_behind_another_writer_gives_up_and_changes_nothing(
+    services: Services,
+) -> None:
+    before = _tables(services)
+    with another_writer(services):
+        assert rehearsal.rehearse(services) is False
+    assert _tables(services) == before
+    with ExitStack() as stack:  # every pooled connection (and one more) waits as configured
+        for _ in range(3):
+            connection = stack.enter_context(services.db.engine.connect())
+            if connection.dialect.name == "sqlite":
+                waits = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
+                assert waits == int(services.settings.database_busy_timeout * 1000)
+            else:
+                assert connection.exec_driver_sql("SHOW lock_timeout").scalar() == "0"
