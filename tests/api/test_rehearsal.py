@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select, text
-from sqlalchemy.engine.interfaces import CacheStats
+from sqlalchemy import select, text
 
 from promoter.api import app
 from promoter.config import load_settings
@@ -30,24 +29,9 @@ from promoter.store.tables import Base
 from promoter.store.wakeup import COMMITS
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.promotion import promote, submit
+from tests.support.statements import statements
 
 JOURNAL = ("operations", "operation_attempts", "steps", "created_dirs", "events", "event_feed")
-
-
-@contextmanager
-def compiled(engine: Engine) -> Iterator[list[str]]:
-    """The statements ``engine`` had to compile (not found in its statement cache)."""
-    missed: list[str] = []
-
-    def note(_c: Any, _cur: Any, statement: str, _p: Any, context: Any, _many: bool) -> None:
-        if getattr(context, "cache_hit", None) is CacheStats.CACHE_MISS:
-            missed.append(statement)
-
-    event.listen(engine, "before_cursor_execute", note)
-    try:
-        yield missed
-    finally:
-        event.remove(engine, "before_cursor_execute", note)
 
 
 def _tables(services: Services) -> dict[str, list[tuple[Any, ...]]]:
@@ -70,7 +54,7 @@ CHANGES = [
 def _journal_compiled(daemon: Daemon, repo: Path, identity: str) -> list[str]:
     """Promote ``CHANGES`` through the API; the journal's statements it compiled."""
     _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
-    with compiled(daemon.services.db.engine) as missed:
+    with statements(daemon.services.db.engine, compiled_only=True) as missed:
         answer = promote(daemon, bundle, receipt)
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "completed"
@@ -101,7 +85,7 @@ def test_first_promotion_without_the_rehearsal_compiles_them(
 
 
 @pytest.fixture
-def services(tmp_path: Path, repo: Path) -> Iterator[Services]:
+def services(tmp_path: Path) -> Iterator[Services]:
     built = build_services(load_settings(None, state_dir=tmp_path / "state", repositories={}))
     try:
         yield built
@@ -109,9 +93,7 @@ def services(tmp_path: Path, repo: Path) -> Iterator[Services]:
         built.close()
 
 
-def test_rehearsal_keeps_no_row_and_wakes_no_watcher(
-    daemon: Daemon, repo: Path, identity: str
-) -> None:
+def test_rehearsal_keeps_no_row(daemon: Daemon, repo: Path, identity: str) -> None:
     _, bundle, receipt = submit(daemon, repo, identity, [("README.md", b"# project\n", b"x\n")])
     assert promote(daemon, bundle, receipt).json()["status"] == "completed"
     before = _tables(daemon.services)
@@ -120,7 +102,7 @@ def test_rehearsal_keeps_no_row_and_wakes_no_watcher(
     assert _tables(daemon.services) == before
 
 
-def test_rehearsal_notifies_no_commit(services: Services) -> None:
+def test_rehearsal_wakes_no_watcher(services: Services) -> None:
     generation = COMMITS.generation
     assert rehearsal.rehearse(services) is True
     assert COMMITS.generation == generation
