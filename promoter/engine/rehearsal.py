@@ -17,7 +17,8 @@ and the lease and bundle it names do not exist, so ``FOR UPDATE`` and the bundle
 ``UPDATE`` match nothing); the worktree, the blob store and the audit store; the
 statements of refusals, rollbacks and restores (rarer: they compile on first use). A
 rehearsal that fails, a lock held elsewhere for longer than ``LOCK_WAIT_MS`` included,
-is logged and changes nothing: the first promotion then compiles as before. On
+is logged, changes nothing and never keeps the daemon from serving: the first promotion
+then compiles as before. On
 PostgreSQL the rehearsal holds the feed's advisory lock for its few milliseconds, as any
 commit that writes the feed does.
 """
@@ -50,6 +51,9 @@ def rehearse(services: Services) -> bool:
                 _promotion(services, session, changes)
     except PromoterError as exc:
         log.info("statements not compiled ahead (the first promotion will): %s", exc.detail)
+        return False
+    except Exception:  # an optimization never stops the daemon from serving
+        log.warning("the rehearsal failed; nothing of it was kept", exc_info=True)
         return False
     return True
 

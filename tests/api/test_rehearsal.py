@@ -6,7 +6,8 @@ first promotion, through the HTTP API, compiles none of the statements its journ
 (without the rehearsal it compiled eighteen); the rehearsal leaves every table exactly as
 it was and wakes no watcher; and with another writer holding the database it gives up
 after ``LOCK_WAIT_MS`` having changed nothing, and the connections the daemon goes on
-with wait for locks as long as configured. Runs on SQLite, and on PostgreSQL under
+with wait for locks as long as configured; a rehearsal that fails on a fault keeps
+nothing and the daemon serves all the same. Runs on SQLite, and on PostgreSQL under
 ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
@@ -140,3 +141,28 @@ def test_rehearsal_behind_another_writer_gives_up_and_changes_nothing(
                 assert waits == int(services.settings.database_busy_timeout * 1000)
             else:
                 assert connection.exec_driver_sql("SHOW lock_timeout").scalar() == "0"
+
+
+def test_a_failing_rehearsal_keeps_nothing_and_the_daemon_serves(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fault in the middle of the rehearsal (after rows were written in its
+    transaction): nothing is kept, it is logged, and the daemon starts and promotes."""
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("injected fault in the rehearsal")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(rehearsal.step_rows, "add_created_dirs", broken)
+        with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+            patched.undo()
+            assert "the rehearsal failed; nothing of it was kept" in caplog.text
+            assert all(
+                rows == [] for name, rows in _tables(daemon.services).items() if name in JOURNAL
+            )
+            with daemon.client() as client:
+                assert client.get("/healthz").status_code == 200
+            identity = daemon.services.registry.by_name("work").identity
+            _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+            answer = promote(daemon, bundle, receipt)
+            assert answer.status_code == 200 and answer.json()["status"] == "completed"
