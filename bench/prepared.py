@@ -8,8 +8,8 @@ until the attempt has ended) and ``finish_promoter`` checks that it completed. W
 ``warm_copy`` the same daemon first promotes the same workload into that second copy
 (untimed), as a daemon in service has promoted before: what a daemon's first promotion
 still does once (the statements the rehearsal does not make) is then not in the timed
-promotion. ``InlineRunner`` runs the
-attempt in the requesting thread, for a profiler there.
+promotion. ``InlineRunner`` runs the attempt in the requesting thread, for a profiler
+there.
 
 Deliberately not here: the workload and the bare variants (``bench.workload``), timing.
 """

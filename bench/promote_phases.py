@@ -2,8 +2,9 @@
 
 ``python -m bench.promote_phases --files 115 --rounds 11`` times the same promotion as the
 table's ``promote_115`` row (``bench.prepared``, in the requesting thread) on two daemons
-per round: one whose first promotion it is, and one that has promoted the same workload
-into another copy before (``warm_copy``); the bare durable loop runs beside them, the
+per round (both after the start-up rehearsal, as ``bench.prepared`` makes them): one
+whose first promotion it is, and one that has promoted the same workload into another
+copy before (``warm_copy``); the bare durable loop runs beside them, the
 three in an order that rotates with the round. Each phase is timed by wrapping the
 function that does it where the promotion looks it up (``PHASES``), with
 ``time.perf_counter`` and nothing else; the SQL statements compiled during the promotion

@@ -2,8 +2,9 @@
 
 ``promoter serve`` rehearses a promotion's journal before it serves
 (``promoter.engine.rehearsal``) in one transaction that is rolled back. Here: a daemon's
-first promotion, through the HTTP API, compiles none of the statements its journal runs
-(without the rehearsal it compiled eighteen); the rehearsal leaves every table exactly as
+first promotion through the HTTP API, of one change or of two (single rows and batches
+are cached apart), compiles none of the statements its journal runs (without the
+rehearsal it compiled eighteen; with only one of the two shapes rehearsed, both fail); the rehearsal leaves every table exactly as
 it was and wakes no watcher; and with another writer holding the database it gives up
 after ``LOCK_WAIT_MS`` having changed nothing, and the connections the daemon goes on
 with wait for locks as long as configured; a rehearsal that fails on a fault keeps
@@ -46,28 +47,32 @@ def _tables(services: Services) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-CHANGES = [
-    ("README.md", b"# project\n", b"# project, promoted\n"),
-    ("src/new/data.txt", None, b"new\n"),
-]
+ONE = [("README.md", b"# project\n", b"# project, promoted\n")]  # a single row of each
+CHANGES = [*ONE, ("src/new/data.txt", None, b"new\n")]  # batches, and a directory made
 
 
-def _journal_compiled(daemon: Daemon, repo: Path, identity: str) -> list[str]:
-    """Promote ``CHANGES`` through the API; the journal's statements it compiled."""
-    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+def _journal_compiled(
+    daemon: Daemon, repo: Path, identity: str, changes: list[Any] = CHANGES
+) -> list[str]:
+    """Promote ``changes`` through the API; the journal's statements it compiled."""
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
     with statements(daemon.services.db.engine, compiled_only=True) as missed:
         answer = promote(daemon, bundle, receipt)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["status"] == "completed"
-    assert (repo / "README.md").read_bytes() == b"# project, promoted\n"
-    assert (repo / "src/new/data.txt").read_bytes() == b"new\n"
+    view = answer.json()
+    assert view["status"] == "completed"
+    assert [s["status"] for s in view["steps"]] == ["completed"] * len(changes)
+    assert [e["kind"] for e in view["events"]] == ["decision", "action", "outcome"]
+    for path, _, new in changes:
+        assert (repo / path).read_bytes() == new
     return [s for s in missed if any(f" {t} " in f" {s} " for t in JOURNAL)]
 
 
+@pytest.mark.parametrize("changes", [ONE, CHANGES], ids=["one-change", "two-changes"])
 def test_first_promotion_compiles_none_of_its_journal_statements(
-    daemon: Daemon, repo: Path, identity: str
+    daemon: Daemon, repo: Path, identity: str, changes: list[Any]
 ) -> None:
-    journal_misses = _journal_compiled(daemon, repo, identity)
+    journal_misses = _journal_compiled(daemon, repo, identity, changes)
     assert not journal_misses, "\n".join(journal_misses)
 
 
