@@ -4,7 +4,7 @@
 (``promoter.engine.rehearsal``) in one transaction that is rolled back. Here: a daemon's
 first promotion through the HTTP API, of one change or of two (single rows and batches
 are cached apart), compiles none of the statements its journal runs (without the
-rehearsal it compiled eighteen; with only one of the two shapes rehearsed, both fail); the rehearsal leaves every table exactly as
+rehearsal it compiled eighteen; with only the two-change operation rehearsed, both fail); the rehearsal leaves every table exactly as
 it was and wakes no watcher; and with another writer holding the database it gives up
 after ``LOCK_WAIT_MS`` having changed nothing, and the connections the daemon goes on
 with wait for locks as long as configured; a rehearsal that fails on a fault keeps
