@@ -18,7 +18,10 @@ the median of its per-round figures. The rows:
   promotion on a daemon that has already promoted the same workload into another copy
   (``prepared.prepare_promoter``'s ``warm_copy``) is a detail (``promote_115.warm``, its
   ratio over the same bare loop): the difference is what a daemon pays once after it
-  starts (statements compiled, database pages read), not per promotion.
+  starts (statements compiled, database pages read), not per promotion. The processor
+  time of the first promotion and of the bare loop, user and system apart, per change in
+  microseconds, is a detail too (``promote_115.user_us_per_change``,
+  ``promote_115.bare_system_us_per_change``, …): where the two differ, and by whose time.
 - ``verify_10k``: the first ``POST /v1/bundles`` of a 10 000-change bundle to a fresh
   daemon (timed by a client process of its own, started before it is timed) over
   re-hashing every blob plus JCS of the bundle.
@@ -193,6 +196,7 @@ def promotion(
         warm_copy=wl.copy_repo(source.path, here / "warm-up"),
     )
     done: dict[str, str] = {}
+    cpu: dict[str, tuple[float, float]] = {}
     previous = gc_policy.tune_for_serving()  # the collector as ``promoter serve`` sets it
     try:
         seconds = alternate(
@@ -202,6 +206,7 @@ def promotion(
                 ("bare", lambda: wl.bare_loop(bare, workload.steps)),
                 ("warm", lambda: done.setdefault("warm", pp.promote_once(warmed))),
             ],
+            cpu,
         )
     finally:
         gc_policy.restore(previous)
@@ -215,6 +220,11 @@ def promotion(
     table.note(f"{row}.bare_seconds", seconds["bare"])
     table.note(f"{row}.warm", seconds["warm"] / seconds["bare"])
     table.note(f"{row}.warm_seconds", seconds["warm"])
+    changes = len(workload.steps)  # processor time a change, microseconds: user, system
+    for variant, key in (("promoter", ""), ("bare", "bare_")):
+        user, system = cpu[variant]
+        table.note(f"{row}.{key}user_us_per_change", 1e6 * user / changes)
+        table.note(f"{row}.{key}system_us_per_change", 1e6 * system / changes)
     # kept until the run ends (see the module docstring: deleted inodes)
 
 

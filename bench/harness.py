@@ -10,6 +10,7 @@ Deliberately not here: any row (``bench.bench_table``, ``bench.rows_*``).
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -75,16 +76,35 @@ def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
         executor.put_blob(sha256_hex(data), data)
 
 
-def alternate(round_no: int, runs: list[tuple[str, Callable[[], object]]]) -> dict[str, float]:
-    """Time each run (after ``sync``), in an order that rotates with ``round_no``."""
+def alternate(
+    round_no: int,
+    runs: list[tuple[str, Callable[[], object]]],
+    cpu: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, float]:
+    """Time each run (after ``sync``), in an order that rotates with ``round_no``.
+
+    With ``cpu``, each run's processor time is also put there by name: (user, system)
+    seconds of this process (all its threads) and of the children it waited for meanwhile.
+    """
     order = runs[round_no % len(runs) :] + runs[: round_no % len(runs)]
     seconds: dict[str, float] = {}
     for name, call in order:
         os.sync()
+        before = _cpu_times()
         started = time.perf_counter()
         call()
         seconds[name] = time.perf_counter() - started
+        if cpu is not None:
+            after = _cpu_times()
+            cpu[name] = (after[0] - before[0], after[1] - before[1])
     return seconds
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(user, system) seconds of this process and its waited-for children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
 
 
 @contextmanager
