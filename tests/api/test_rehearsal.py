@@ -4,12 +4,12 @@
 (``promoter.engine.rehearsal``) in one transaction that is rolled back. Here: a daemon's
 first promotion through the HTTP API, of one change or of two (single rows and batches
 are cached apart), compiles none of the statements its journal runs (without the
-rehearsal it compiled eighteen; with only the two-change operation rehearsed, both fail); the rehearsal leaves every table exactly as
-it was and wakes no watcher; and with another writer holding the database it gives up
-after ``LOCK_WAIT_MS`` having changed nothing, and the connections the daemon goes on
-with wait for locks as long as configured; a rehearsal that fails on a fault keeps
-nothing and the daemon serves all the same. Runs on SQLite, and on PostgreSQL under
-``PROMOTER_TEST_DATABASE=postgresql``.
+rehearsal it compiled eighteen; with only the two-change operation rehearsed, both
+fail); the rehearsal leaves every table exactly as it was and wakes no watcher; with
+another writer holding the database it gives up after ``LOCK_WAIT_MS`` having changed
+nothing, and the connections the daemon goes on with wait for locks as long as
+configured; a rehearsal that fails on a fault keeps nothing and the daemon serves all
+the same. Runs on SQLite, and on PostgreSQL under ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
 from __future__ import annotations
@@ -170,4 +170,9 @@ def test_a_failing_rehearsal_keeps_nothing_and_the_daemon_serves(
             identity = daemon.services.registry.by_name("work").identity
             _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
             answer = promote(daemon, bundle, receipt)
-            assert answer.status_code == 200 and answer.json()["status"] == "completed"
+            assert answer.status_code == 200, answer.text
+            view = answer.json()
+            assert view["status"] == "completed"
+            assert [e["kind"] for e in view["events"]] == ["decision", "action", "outcome"]
+            for path, _, new in CHANGES:
+                assert (repo / path).read_bytes() == new
