@@ -27,7 +27,7 @@ Where the kernel or filesystem answers ``EINVAL``/``ENOSYS`` to ``renameat2``, a
 falls back to ``link`` + ``unlink`` (still never replaces), a modify to a plain
 ``rename`` right after a re-check and a delete to a re-check and ``unlinkat``: those
 fallbacks cannot verify or restore the displaced file, so an edit landing in that window
-is lost (the README's residual risks). ``replace`` does not fsync the parent directory:
+is lost (the residual risks in docs/protocol.md). ``replace`` does not fsync the parent directory:
 callers batch and call ``Parent.fsync`` once.
 
 Fault points called here: ``before_replace`` (old state checked, nothing renamed yet),
