@@ -176,7 +176,7 @@ class Dispatcher:
             return f"{exc.code}: {exc.detail}"[:500]
         except TimeoutError:
             return f"deadline: no answer within {settings.webhook_timeout_seconds} s"
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError) as exc:  # OSError: the name did not resolve
             return f"{exc.__class__.__name__}: {exc}"[:500]
 
     async def _post(
@@ -223,7 +223,7 @@ class Dispatcher:
         async with httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: connect to the checked address
-            timeout=self.services.settings.webhook_timeout_seconds,
+            timeout=None,  # ``send`` bounds the whole delivery, not each read
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         ) as client:
             while not self.services.stopping.is_set():
