@@ -223,7 +223,8 @@ class Dispatcher:
         async with httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: connect to the checked address
-            timeout=None,  # ``send`` bounds the whole delivery, not each read
+            # ``send``'s deadline bounds the whole delivery; this only backs it up
+            timeout=2 * self.services.settings.webhook_timeout_seconds,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         ) as client:
             while not self.services.stopping.is_set():
