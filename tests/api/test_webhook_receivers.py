@@ -129,6 +129,9 @@ def test_a_dripping_receiver_does_not_delay_another_subscriber(
             assert len(drip.requests) == 1
             assert [json.loads(r.body)["entry"] for r in recorder.requests] == entries
             assert json.loads(drip.requests[0].body)["entry"] == entries[0]
+            with daemon.client() as anyone:  # the daemon itself is not held up either
+                assert anyone.get("/healthz").status_code == 200
+            assert drip.hanging == 1
     finally:
         drip.done.set()
         drip.close()
