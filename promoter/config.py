@@ -92,6 +92,15 @@ class Settings(BaseSettings):
     webhook_queue_max: int = Field(default=1000, ge=1)
     webhook_backoff_seconds: float = Field(default=1.0, gt=0)
     webhook_backoff_max_seconds: float = Field(default=600.0, gt=0)
+    # One delivery's whole time (resolve, connect, send, headers, body) before it fails.
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    # The most of a receiver's answer read; the rest is never read (the connection closes).
+    webhook_max_response_bytes: int = Field(default=64 * 1024, ge=0, le=16 * 1024 * 1024)
+    # Targets the policy would refuse (loopback, link-local, private…) allowed by the
+    # operator: host names as written in a URL, or networks in CIDR form.
+    webhook_allowed_targets: list[str] = Field(default_factory=list)
+    # Host header names served besides loopback names and the bound address (DNS rebinding).
+    allowed_hosts: list[str] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(

@@ -55,6 +55,13 @@ class BadRequest(PromoterError):
     title = "The request is malformed"
 
 
+class HostNotAllowed(PromoterError):
+    code = "host_not_allowed"
+    http_status = 421
+    exit_code = 64
+    title = "The request's Host is not a name of this daemon"
+
+
 class ValidationFailed(PromoterError):
     code = "validation_failed"
     http_status = 422
@@ -331,6 +338,13 @@ class ConfigError(PromoterError):
     http_status = 500
     exit_code = 78
     title = "The configuration is invalid"
+
+
+class WebhookTargetRefused(PromoterError):
+    code = "webhook_target_refused"
+    http_status = 422
+    exit_code = 78
+    title = "The webhook target is an address the policy refuses"
 
 
 def all_error_classes() -> list[type[PromoterError]]:

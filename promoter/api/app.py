@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from promoter import __version__
 from promoter.api import docs, observe, openapi, problems, ui
+from promoter.api.hosts import HostAllowlist
 from promoter.api.routes import (
     blobs,
     bundles,
@@ -96,6 +97,8 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     problems.install(app)
     openapi.install(app)
     app.include_router(docs.router)
+    # inside observe: a refused Host is logged and counted like any answer
+    app.add_middleware(HostAllowlist, listen_host=settings.host, allowed=settings.allowed_hosts)
     observe.install(app)  # request ids, access and outcome lines, metrics
 
     for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):

@@ -25,6 +25,7 @@ from promoter.config import Settings
 from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.engine.snapshot_watch import SnapshotWatch
+from promoter.engine.webhook_targets import check_configured
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -110,6 +111,7 @@ def prepare_state_dir(state_dir: Path) -> None:
 
 
 def build_services(settings: Settings, *, migrate: bool = True) -> Services:
+    check_configured(settings)  # a refused webhook target stops the start, with its code
     prepare_state_dir(settings.state_dir)
     if migrate:
         dbmod.upgrade(settings.db_url)

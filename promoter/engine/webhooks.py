@@ -4,26 +4,39 @@ Each subscriber (``Settings.webhooks``: the operator's config, never a bundle's)
 place in the feed (``promoter.store.feed``); ``Dispatcher.enqueue`` turns the feed
 entries after it into delivery rows, at most ``webhook_queue_max`` pending per
 subscriber (the feed itself holds the rest, so nothing is dropped), in one transaction
-with the place. ``Dispatcher.run`` delivers each subscriber's oldest pending delivery, in
-feed order: a POST of the JSON body to the configured URL only, redirects not followed,
-with ``Promoter-Delivery`` (the delivery id, the same on every retry: receivers
-deduplicate by it), ``Promoter-Timestamp`` and ``Promoter-Signature: t=<ts>,v1=<hex>``
-(HMAC-SHA256 with the subscriber's secret over ``<ts>.<body>``). A 2xx answer delivers
-it; anything else is retried after a delay doubling from ``webhook_backoff_seconds``,
-measured on ``clock`` (replaceable in tests), and a subscriber whose ``max_failures``
-attempts in a row failed is paused (``webhook_gauges`` shows it in the metrics).
-``verify`` is the receiver's check. Deliberately not here: the feed's order, resuming a
-paused subscriber (an operator's change of config and restart does not yet unpause).
+with the place. Each subscriber has its own worker (a task of ``Dispatcher.run``) that
+delivers its oldest pending delivery, in feed order, so a slow or dead receiver delays
+only its own deliveries. A delivery is a POST of the JSON body to the configured URL
+only, redirects not followed, to the address ``promoter.engine.webhook_targets``
+resolved and permitted (DNS rebinding cannot move it to loopback or cloud metadata),
+with the Standard Webhooks headers ``webhook-id`` (the delivery id, the same on every
+retry: receivers deduplicate by it), ``webhook-timestamp`` and ``webhook-signature:
+v1,<base64 HMAC-SHA256 over <id>.<ts>.<body>>``, and the older ``Promoter-Delivery``,
+``Promoter-Timestamp`` and ``Promoter-Signature: t=<ts>,v1=<hex HMAC-SHA256 over
+<ts>.<body>>``; the HMAC key is the subscriber's secret, as UTF-8 bytes.
+
+A delivery has one deadline for all of it (resolve, connect, send, the answer's headers
+and body: ``webhook_timeout_seconds``), and at most ``webhook_max_response_bytes`` of
+the answer are read; the rest is never read, the connection is closed. A 2xx answer
+delivers it; anything else is retried after a delay doubling from
+``webhook_backoff_seconds``, measured on ``clock`` (replaceable in tests), and a
+subscriber whose ``max_failures`` attempts in a row failed is paused (``webhook_gauges``
+shows it in the metrics). ``verify`` is the receiver's check of ``Promoter-Signature``;
+it answers False, never raises, on anything malformed. Deliberately not here: the feed's
+order, the target policy, resuming a paused subscriber (an operator's change of config
+and restart does not yet unpause).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import hashlib
 import hmac
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,27 +50,50 @@ from starlette.concurrency import run_in_threadpool
 from promoter.config import WebhookConfig
 from promoter.domain.canonical import canonical_bytes
 from promoter.engine.services import Services
-from promoter.errors import PromoterError
+from promoter.engine.webhook_targets import TargetPolicy
+from promoter.errors import PromoterError, WebhookTargetRefused
 from promoter.store import webhook_queue
 from promoter.store.wakeup import COMMITS
 
 RECHECK_SECONDS = 1.0
 LOG = logging.getLogger("promoter.webhooks")
-SEND_TIMEOUT = 10.0
+
+
+STAMP = re.compile(r"[0-9]{1,15}")
+HEX_MAC = re.compile(r"[0-9a-f]{64}")
+
+
+def _mac(secret: str, message: bytes) -> bytes:
+    return hmac.new(secret.encode("utf-8", "surrogatepass"), message, hashlib.sha256).digest()
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp},v1={mac.hexdigest()}"
+    """``Promoter-Signature``: ``t=<ts>,v1=<hex HMAC-SHA256 over <ts>.<body>>``."""
+    return f"t={timestamp},v1={_mac(secret, f'{timestamp}.'.encode() + body).hex()}"
+
+
+def standard_signature(secret: str, ident: str, timestamp: int, body: bytes) -> str:
+    """``webhook-signature`` of the Standard Webhooks convention (key: the secret's bytes)."""
+    mac = _mac(secret, f"{ident}.{timestamp}.".encode() + body)
+    return "v1," + base64.b64encode(mac).decode("ascii")
 
 
 def verify(secret: str, header: str, body: bytes, now: float, tolerance: float = 300) -> bool:
-    """Whether ``header`` signs ``body`` with ``secret`` at a time within ``tolerance``."""
+    """Whether ``header`` signs ``body`` with ``secret`` at a time within ``tolerance``.
+
+    Anything malformed (no or a non-ASCII-digit ``t``, a ``v1`` that is not 64 lowercase
+    hex digits, a header that is not text) answers False; this never raises.
+    """
+    if not isinstance(header, str) or not isinstance(body, bytes | bytearray):
+        return False
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     stamp, mac = parts.get("t", ""), parts.get("v1", "")
-    if not stamp.isdigit() or abs(now - int(stamp)) > tolerance:
+    if STAMP.fullmatch(stamp) is None or HEX_MAC.fullmatch(mac) is None:
         return False
-    return hmac.compare_digest(signature(secret, int(stamp), body), f"t={stamp},v1={mac}")
+    if not abs(now - int(stamp)) <= tolerance:  # also False for a NaN ``now``
+        return False
+    expected = _mac(secret, f"{stamp}.".encode() + bytes(body))
+    return hmac.compare_digest(expected, bytes.fromhex(mac))
 
 
 def delivery_id(subscriber: str, position: int) -> str:
@@ -73,18 +109,19 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self.recorded = threading.Condition()  # notified after each attempt is recorded
         self.attempts = 0
+        self.policy = TargetPolicy(services.settings.webhook_allowed_targets)
 
     # --- the queue (worker threads) -----------------------------------------------------
 
-    def enqueue(self) -> None:
-        """Queue the feed entries after each subscriber's place, up to the bound."""
+    def enqueue(self, names: Iterable[str] | None = None) -> None:
+        """Queue the feed entries after each subscriber's place (or ``names``'), to the bound."""
         limit = self.services.settings.webhook_queue_max
         with self.services.db.session() as session:
-            for name, config in self.subscribers.items():
+            for name in self.subscribers if names is None else names:
                 webhook_queue.fill(
                     session,
                     name,
-                    config.kinds,
+                    self.subscribers[name].kinds,
                     limit,
                     functools.partial(self._delivery, name),
                     self.clock(),
@@ -95,11 +132,11 @@ class Dispatcher:
         body = {"delivery_id": ident, "subscriber": name, "entry": entry}
         return ident, canonical_bytes(body).decode()
 
-    def heads(self) -> list[tuple[str, str, str, float]]:
-        """(subscriber, delivery id, body, due time) of each live subscriber's oldest delivery."""
+    def head(self, name: str) -> tuple[str, str, float] | None:
+        """(delivery id, body, due time) of ``name``'s oldest delivery (None: none or paused)."""
         with self.services.db.session() as session:
-            found = [webhook_queue.head(session, name) for name in self.subscribers]
-        return [(h.subscriber, h.delivery_id, h.body, h.due) for h in found if h is not None]
+            found = webhook_queue.head(session, name)
+        return None if found is None else (found.delivery_id, found.body, found.due)
 
     def record(self, name: str, ident: str, error: str | None) -> None:
         """The outcome of one attempt: delivered, or retried later (or the subscriber paused)."""
@@ -130,47 +167,92 @@ class Dispatcher:
     # --- delivering (the event loop) ----------------------------------------------------
 
     async def send(self, client: httpx.AsyncClient, name: str, ident: str, body: str) -> str | None:
-        """POST one delivery; ``None`` when delivered, else what went wrong."""
+        """POST one delivery within the deadline; ``None`` when delivered, else what failed."""
+        settings = self.services.settings
+        try:
+            async with asyncio.timeout(settings.webhook_timeout_seconds):
+                return await self._post(client, name, ident, body)
+        except WebhookTargetRefused as exc:
+            return f"{exc.code}: {exc.detail}"[:500]
+        except TimeoutError:
+            return f"deadline: no answer within {settings.webhook_timeout_seconds} s"
+        except (httpx.HTTPError, OSError) as exc:  # OSError: the name did not resolve
+            return f"{exc.__class__.__name__}: {exc}"[:500]
+
+    async def _post(
+        self, client: httpx.AsyncClient, name: str, ident: str, body: str
+    ) -> str | None:
         config = self.subscribers[name]
+        target = await self.policy.resolve(config.url)
         data = body.encode()
         stamp = int(self.clock())
         headers = {
+            "Host": target.host,
             "Content-Type": "application/json",
+            "webhook-id": ident,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": standard_signature(config.secret, ident, stamp, data),
             "Promoter-Delivery": ident,
             "Promoter-Timestamp": str(stamp),
             "Promoter-Signature": signature(config.secret, stamp, data),
         }
+        extensions = {} if target.server_name is None else {"sni_hostname": target.server_name}
+        cap = self.services.settings.webhook_max_response_bytes
+        request = client.build_request(
+            "POST", target.url, content=data, headers=headers, extensions=extensions
+        )
+        answer = await client.send(request, stream=True)
         try:
-            answer = await client.post(config.url, content=data, headers=headers)
-        except httpx.HTTPError as exc:
-            return f"{exc.__class__.__name__}: {exc}"[:500]
+            read = 0
+            if cap > 0:
+                async for chunk in answer.aiter_raw():
+                    read += len(chunk)
+                    if read >= cap:
+                        break  # the rest is never read: closing drops the connection
+        finally:
+            await answer.aclose()
         return None if answer.is_success else f"answered {answer.status_code}"
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(follow_redirects=False, timeout=SEND_TIMEOUT) as client:
+        """One worker per subscriber: a slow or dead receiver holds up only its own queue."""
+        async with asyncio.TaskGroup() as group:
+            for name in self.subscribers:
+                group.create_task(self._worker(name), name=f"webhook {name}")
+
+    async def _worker(self, name: str) -> None:
+        async with httpx.AsyncClient(
+            follow_redirects=False,
+            trust_env=False,  # no proxy from the environment: connect to the checked address
+            # ``send``'s deadline bounds the whole delivery; this only backs it up
+            timeout=2 * self.services.settings.webhook_timeout_seconds,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        ) as client:
             while not self.services.stopping.is_set():
                 seen = COMMITS.generation
                 try:
-                    wake = await self._round(client)
+                    wake = await self._round(client, name)
                 except PromoterError as exc:  # e.g. database_busy: the next round retries
-                    LOG.warning("webhook round failed: %s: %s", exc.code, exc.detail)
+                    LOG.warning("webhook round of %s failed: %s: %s", name, exc.code, exc.detail)
+                    wake = RECHECK_SECONDS
+                except Exception:  # a bug must not end this worker, nor any other's
+                    LOG.exception("webhook round of %s failed", name)
                     wake = RECHECK_SECONDS
                 if wake > 0:
                     await COMMITS.wait(seen, wake)
 
-    async def _round(self, client: httpx.AsyncClient) -> float:
-        """Queue and send what is due; how long until the next look (0: look again now)."""
-        await run_in_threadpool(self.enqueue)
-        wake = RECHECK_SECONDS
-        for name, ident, body, due in await run_in_threadpool(self.heads):
-            now = self.clock()
-            if due > now:
-                wake = min(wake, due - now)
-                continue
-            error = await self.send(client, name, ident, body)
-            await run_in_threadpool(self.record, name, ident, error)
-            wake = 0.0
-        return wake
+    async def _round(self, client: httpx.AsyncClient, name: str) -> float:
+        """Queue and send what is due to ``name``; how long until the next look (0: now)."""
+        await run_in_threadpool(self.enqueue, [name])
+        head = await run_in_threadpool(self.head, name)
+        if head is None:
+            return RECHECK_SECONDS
+        ident, body, due = head
+        now = self.clock()
+        if due > now:
+            return min(RECHECK_SECONDS, due - now)
+        error = await self.send(client, name, ident, body)
+        await run_in_threadpool(self.record, name, ident, error)
+        return 0.0
 
     def kick(self) -> None:
         """Look at the queue now (after a test moved ``clock``)."""

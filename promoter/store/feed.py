@@ -36,6 +36,7 @@ WROTE = "promoter.feed.wrote"
 CHANGED = "promoter.feed.changed"
 ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
 CURSOR = re.compile(r"^evc_([0-9a-f]{16})$")
+LAST_POSITION = 2**63 - 1  # the largest signed 64-bit integer, SQLite's and PostgreSQL's
 
 
 def record(session: Session, event_id: str, operation_id: str, kind: str, at: str) -> None:
@@ -116,10 +117,13 @@ def position(value: str | None) -> int:
     """The position a cursor stands for; no cursor is the start of the ledger."""
     if value is None or value == "":
         return 0
-    match = CURSOR.match(value)
+    match = CURSOR.fullmatch(value)
     if match is None:
         raise BadRequest("the cursor is not one this daemon gave out", cursor=value[:40])
-    return int(match.group(1), 16)
+    found = int(match.group(1), 16)
+    if found > LAST_POSITION:  # no row can have it; the database's integers stop there
+        raise BadRequest("the cursor is not one this daemon gave out", cursor=value[:40])
+    return found
 
 
 def after(session: Session, start: int, limit: int) -> list[FeedRow]:

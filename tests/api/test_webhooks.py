@@ -29,6 +29,7 @@ from tests.support.promotion import promote, submit
 
 SECRET = "whsec_" + "k" * 32
 BOUND = 60.0
+LOOPBACK = ["127.0.0.1"]  # the receivers' address, allowed by name (the policy refuses it)
 CHANGE = [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
 
 
@@ -95,7 +96,9 @@ def _daemon(
     tmp_path: Path, repo: Path, receiver: Receiver, **config: Any
 ) -> Iterator[tuple[Daemon, Dispatcher, Clock]]:
     hook = WebhookConfig(url=receiver.url, secret=SECRET, **config)
-    with running_daemon(tmp_path / "state", {"work": repo}, webhooks={"orch": hook}) as daemon:
+    with running_daemon(
+        tmp_path / "state", {"work": repo}, webhooks={"orch": hook}, webhook_allowed_targets=LOOPBACK
+    ) as daemon:
         clock = Clock()
         dispatcher: Dispatcher = daemon.services.webhooks
         dispatcher.clock = clock
@@ -167,6 +170,7 @@ def test_the_queue_is_kept_across_a_daemon_restart(
         tmp_path / "state",
         {"work": repo},
         webhooks={"orch": WebhookConfig(url=receiver.url, secret=SECRET)},
+        webhook_allowed_targets=LOOPBACK,
     ) as again:
         posts = receiver.wait_for(1 + len(entries))
         delivered = [json.loads(p[1]) for p in posts if p[2] == 200]
