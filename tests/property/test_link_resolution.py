@@ -25,9 +25,11 @@ FILES = ("c", "a/c", ".git/config")
 SLOTS = ("l", "m", "n", "a/l", "a/m", "a/a/l", "b/l", "b/m")
 PARTS = ("a", "b", "c", "l", "m", "n", "..", ".", ".git", "")
 
-targets = st.lists(st.sampled_from(PARTS), min_size=1, max_size=5).map(
-    lambda parts: "/".join(parts).encode()
-).filter(lambda t: t != b"" and not t.startswith(b"/"))
+targets = (
+    st.lists(st.sampled_from(PARTS), min_size=1, max_size=5)
+    .map(lambda parts: "/".join(parts).encode())
+    .filter(lambda t: t != b"" and not t.startswith(b"/"))
+)
 trees = st.dictionaries(st.sampled_from(SLOTS), targets, min_size=1, max_size=8)
 
 
