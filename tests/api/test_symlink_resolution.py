@@ -10,12 +10,14 @@ that do stay inside, through other links too, still promote.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.api.test_cli_surface import run_cli
 from tests.support.daemon import Daemon
 from tests.support.flows import git, make_bundle, make_grant, state, upload
 from tests.support.promotion import git_dir_digest, promote, set_lease, tree_bytes
@@ -207,3 +209,20 @@ def test_links_that_resolve_inside_still_promote(
             assert os.readlink(repo / path) == data.decode()
         else:
             assert (repo / path).read_bytes() == data
+
+
+def test_the_cli_preflight_names_the_escape_and_exits_with_its_code(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant, bundle, answer = submit(daemon, repo, identity, links(p__r="q/../.."))
+    assert answer.status_code == 201, answer.text
+    set_lease(daemon, grant)
+    (repo / "p").mkdir()
+    os.symlink("..", repo / "p" / "q")  # the person's link, made after verification
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.orchestrator_token}
+    refused = run_cli("preflight", bundle["bundle_id"], "--fence", "7", env=env)
+    assert refused.returncode == 65, refused.stdout + refused.stderr
+    assert "[symlink_policy]" in refused.stderr
+    assert "p/r: resolves outside the worktree through p/q" in refused.stderr
+    as_json = json.loads(run_cli("preflight", bundle["bundle_id"], "--json", env=env).stdout)
+    assert (as_json["status"], as_json["code"]) == ("refused", "symlink_policy")
