@@ -226,3 +226,22 @@ def test_the_cli_preflight_names_the_escape_and_exits_with_its_code(
     assert "p/r: resolves outside the worktree through p/q" in refused.stderr
     as_json = json.loads(run_cli("preflight", bundle["bundle_id"], "--json", env=env).stdout)
     assert (as_json["status"], as_json["code"]) == ("refused", "symlink_policy")
+
+
+def test_a_committed_link_retargeted_through_the_new_link_is_seen_at_preflight_and_apply(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    commit_link(repo, "d/e", "../src")
+    grant, bundle, answer = submit(daemon, repo, identity, links(p="."))
+    assert answer.status_code == 201, answer.text  # d/e reaches no new link in the base tree
+    set_lease(daemon, grant)
+    os.unlink(repo / "d" / "e")
+    os.symlink("../p/..", repo / "d" / "e")  # the person's edit: through p once it exists
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    reason = "d/e: already in the worktree, through p, resolves outside the worktree"
+    found = preflight(daemon, bundle)
+    assert (found["status"], found["code"]) == ("refused", "symlink_policy"), found
+    assert reason in found["detail"]
+    view = promote(daemon, bundle, answer.json()["verification_receipt"]).json()
+    assert (view["status"], view["code"]) == ("refused", "symlink_policy"), view
+    assert (tree_bytes(repo), git_dir_digest(repo)) == (before, git_before)
