@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from promoter.domain.canonical import canonical_bytes, sha256_hex
 from tests.api.test_cli_surface import run_cli
 from tests.support.daemon import Daemon
 from tests.support.flows import git, make_bundle, make_grant, state, upload
@@ -200,9 +201,20 @@ def test_links_that_resolve_inside_still_promote(
     contents = LEGIT[case]
     grant, bundle, answer = submit(daemon, repo, identity, contents)
     assert answer.status_code == 201, answer.text
+    receipt = answer.json()["verification_receipt"]
+    evidence = {  # what a passed path_policy hashed before resolution existed: unchanged
+        "paths": sorted(contents),
+        "links": [
+            {"path": path, "target": data.decode(), "policy": "inside"}
+            for path, (data, mode) in sorted(contents.items())
+            if mode == "120000"
+        ],
+    }
+    checks = {c["name"]: c for c in receipt["checks"]}
+    assert checks["path_policy"]["evidence_sha256"] == sha256_hex(canonical_bytes(evidence))
     set_lease(daemon, grant)
     assert preflight(daemon, bundle)["status"] == "passed"
-    view = promote(daemon, bundle, answer.json()["verification_receipt"]).json()
+    view = promote(daemon, bundle, receipt).json()
     assert view["status"] == "completed", view
     for path, (data, mode) in contents.items():
         if mode == "120000":
