@@ -76,6 +76,15 @@ class PathInvalid(PromoterError):
     title = "A path breaks the path rules"
 
 
+class SymlinkPolicy(PromoterError):
+    """A link, resolved in the tree the promotion would leave, breaks ``symlinks: inside``."""
+
+    code = "symlink_policy"
+    http_status = 422
+    exit_code = 65
+    title = "A symlink resolves outside the worktree or into .git"
+
+
 class PayloadTooLarge(PromoterError):
     code = "payload_too_large"
     http_status = 413

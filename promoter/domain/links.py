@@ -12,8 +12,9 @@ Under every policy a target must be non-empty, hold no NUL and be at most
 ``MAX_TARGET_BYTES`` long (the kernel's limit for a link's text).
 
 Pure and lexical: nothing here reads the disk. Whether a component of the target is
-itself a link is deliberately not judged: promoter never follows a link, at any step,
-so what a target points to matters only to the programs that follow it later.
+itself a link is not judged here: promoter never follows a link, at any step, but the
+programs that follow it later do, so under ``inside`` each link is also resolved through
+the links of the tree the promotion would leave (SPEC §10.11, ``promoter.domain.resolve``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from promoter.engine.link_resolution import cached_tree_links
 from promoter.git.readback import RepoLayout, blob_sha256, path_entries
 
 CACHE_LIMIT = 200_000
@@ -24,9 +25,19 @@ _CONTENT_MODES = ("100644", "100755", "120000")  # a link's content is its targe
 class GitBaseTree:
     """Base-tree states, cached by ``(tree, path)``: git objects never change."""
 
-    def __init__(self, layout: RepoLayout, cache: dict[tuple[str, str], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        layout: RepoLayout,
+        cache: dict[tuple[str, str], dict[str, Any]],
+        links: dict[str, dict[str, bytes]] | None = None,
+    ) -> None:
         self._layout = layout
         self._cache = cache
+        self._links = {} if links is None else links
+
+    def links(self, base_tree: str) -> dict[str, bytes]:
+        """The tree's symlinks and target texts (``promoter.git.tree_links``), remembered."""
+        return cached_tree_links(self._links, self._layout, base_tree)
 
     def states(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
         missing = [p for p in paths if (base_tree, p) not in self._cache]

@@ -45,7 +45,7 @@ def verify_bundle(
     repository = services.registry.by_identity(grant.repository_identity)
     cache = services.base_trees.setdefault(repository.identity, {})
     chained = implicit_states(services, grant) if grant.base_operation else None
-    base = GitBaseTree(repository.layout, cache)
+    base = GitBaseTree(repository.layout, cache, services.tree_links)
     return verify(document, bundle, grant, services.blobs, base, chained)
 
 

@@ -32,6 +32,7 @@ from promoter.engine import approval, promote
 from promoter.engine.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.bundles import load_bundle, load_verification
 from promoter.engine.grants import load_grant
+from promoter.engine.link_resolution import refuse_escapes_on_disk
 from promoter.engine.ownership import owner_view
 from promoter.engine.preconditions import leaf_report, read_back
 from promoter.engine.rollback import rollback_id
@@ -330,6 +331,8 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         repository = services.registry.by_identity(evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
+            if readback.ok:  # as the promotion does: links resolved once the read-back passed
+                refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
         return {
             **result,

@@ -39,6 +39,7 @@ from promoter.engine.apply import Applier
 from promoter.engine.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.bundles import load_bundle
 from promoter.engine.grants import load_grant
+from promoter.engine.link_resolution import refuse_escapes_on_disk
 from promoter.engine.locking import repo_lock
 from promoter.engine.outcome import finish
 from promoter.engine.preconditions import ReadBack, read_back
@@ -179,6 +180,11 @@ def run_locked(
                 drifted=readback.drifted,
             )
             refuse(services.db, operation_id, drift, drift_report=readback.report())
+            return
+        try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+            refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+        except PromoterError as exc:
+            refuse(services.db, operation_id, exc)
             return
         if repository.config.snapshots:
             _snapshot(services, repository, operation_id, "pre")

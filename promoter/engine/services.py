@@ -68,6 +68,8 @@ class Services:
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change
     base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    # each tree's symlinks and their target texts, by tree id (``engine.link_resolution``)
+    tree_links: dict[str, dict[str, bytes]] = field(default_factory=dict)
     run_quota: RunQuota | None = None
     document_slots: anyio.Semaphore | None = None
     webhooks: Dispatcher | None = None  # the webhook dispatcher, when subscribers are configured

@@ -36,6 +36,7 @@ from promoter.domain.models import (
 )
 from promoter.domain.paths import check_path_set, sort_key
 from promoter.domain.state import SYMLINK_MODE
+from promoter.engine import link_resolution
 from promoter.engine.verify_shared import (
     BaseTree,
     BlobSizes,
@@ -139,7 +140,8 @@ def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
     return Outcome(not problems, evidence, summarize(problems))
 
 
-# (4) path_policy: the lexical path rules of SPEC §3.2 and the grant's symlink policy
+# (4) path_policy: the lexical path rules of SPEC §3.2 and the grant's symlink policy,
+# links also by resolution against the base tree's links (SPEC §10.11)
 
 
 def _link_problems(
@@ -174,17 +176,37 @@ def _link_problems(
     return evidence, problems
 
 
+def _resolution_problems(
+    bundle: PatchBundleV1, grant: GrantV1, blobs: BlobSizes, base: BaseTree
+) -> list[tuple[str, str]]:
+    """Under ``inside``, the bundle's links resolved over the base tree's (``domain.resolve``).
+    Run only once every link passed the lexical rule (so every target blob was read)."""
+    if grant.symlinks != "inside":
+        return []
+    changes = link_resolution.bundle_changes(bundle, blobs.read)
+    if changes is None:
+        return []
+    return link_resolution.resolution_problems(changes, base.links(grant.base_tree))
+
+
 def check_path_policy(
     bundle: PatchBundleV1,
     facts: Facts,
     grant: GrantV1 | None = None,
     blobs: BlobSizes | None = None,
+    base: BaseTree | None = None,
 ) -> Outcome:
     paths = facts.paths
     problems: list[str] = []
     link_evidence: list[dict[str, Any]] = []
+    resolution: list[tuple[str, str]] = []
     if grant is not None and blobs is not None:
         link_evidence, problems = _link_problems(bundle, grant, blobs)
+        if not problems and base is not None:
+            try:
+                resolution = _resolution_problems(bundle, grant, blobs, base)
+            except PromoterError as exc:
+                problems.append(f"the base tree's links cannot be read: {exc.detail}")
     problems.extend(
         f"{path!r}: {error}"
         for path, error in zip(paths, facts.path_errors, strict=True)
@@ -196,10 +218,14 @@ def check_path_policy(
         problems.append(
             f"{exc.context.get('path')!r} and {exc.context.get('other')!r}: {exc.detail}"
         )
+    code = "symlink_policy" if resolution and not problems else "path_invalid"
+    problems.extend(f"{path}: {why} (symlinks: inside)" for path, why in resolution)
     evidence: Any = list(paths) if facts.in_order else sorted(paths, key=sort_key)
     if link_evidence:  # only bundles with links carry it, so earlier receipts keep their bytes
         evidence = {"paths": evidence, "links": link_evidence}
-    return Outcome(not problems, evidence, summarize(problems), "path_invalid")
+        if resolution:  # only a failed check: a passed one keeps the bytes it had before
+            evidence["resolution"] = [{"path": p, "problem": w} for p, w in resolution]
+    return Outcome(not problems, evidence, summarize(problems), code)
 
 
 # (5) limits: the grant's count and size limits
@@ -336,7 +362,7 @@ def verify(
         "manifest_integrity": lambda: check_manifest_integrity(encoded.sha256, bundle, facts),  # 1
         "blob_integrity": lambda: check_blob_integrity(bundle, blobs),  # (2)
         "grant_binding": lambda: check_grant_binding(bundle, grant),  # (3)
-        "path_policy": lambda: check_path_policy(bundle, facts, grant, blobs),  # (4)
+        "path_policy": lambda: check_path_policy(bundle, facts, grant, blobs, base),  # (4)
         "limits": lambda: check_limits(bundle, grant, facts),  # (5)
         "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
         "preconditions": lambda: check_preconditions(bundle, grant, base, facts, chained),  # (7)

@@ -38,6 +38,9 @@ class BaseTree(Protocol):
         promotable old state.
         """
 
+    def links(self, base_tree: str) -> Mapping[str, bytes]:
+        """Every symlink of ``base_tree`` (path -> target text), to resolve new links."""
+
 
 @dataclass(frozen=True)
 class Outcome:

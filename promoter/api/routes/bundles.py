@@ -65,6 +65,7 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
             "blob_missing",
             "blob_hash_mismatch",
             "path_invalid",
+            "symlink_policy",
             "verification_failed",
             "grant_unknown",
             "grant_expired",
