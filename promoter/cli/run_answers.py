@@ -178,7 +178,8 @@ def refusal(
         err_console.print(f"drifted: {escape(line)}", soft_wrap=True, highlight=False)
     err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
     detail = str(preflight.get("detail") or "the preflight refused the promotion")
-    if lines:
-        detail += "; drifted: " + "; ".join(lines)
+    if report:
+        named = ", ".join(item["path"] for item in report)
+        detail += f": {named} changed since the run began (each shown above)"
     code = str(preflight.get("code") or "target_drift")
     return error_class(code)(f"{detail}; next: {nxt}", paths=report, bundle_id=bundle_id)
