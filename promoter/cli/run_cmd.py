@@ -2,13 +2,18 @@
 
 ``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] -- CMD ARGS…`` makes a sandbox
 (``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
-state directory), registers a grant and a lease for it, mints an executor token, runs
-CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and ``--timeout``), builds
-and submits the bundle, shows its summary and diff, runs the preflight, asks on a
-terminal (or takes ``--yes``), promotes and prints the receipt. The clone stays: ``--continue
-RUN -- CMD`` runs the next step in it, chained on the last completed promotion, so each
-step hands in only its new edits. ``--list`` and ``--remove RUN`` manage sandboxes and
-never touch the user's worktree.
+state directory, its worktree then made equal to the person's worktree as it is, unless
+``--from-head``), registers a grant and a lease for it (its preconditions: that state),
+mints an executor token, runs CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN``
+set (and ``--timeout``), builds and submits the bundle (or takes the one CMD submitted
+through ``promoter mcp`` when the sandbox still gives it), shows its summary and diff
+(never paged with ``--yes``), runs the preflight (a refusal names every drifted path,
+``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
+``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
+removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
+the next step in a kept sandbox, chained on the last completed promotion, so each step
+hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
+RUN`` manage sandboxes and never touch the user's worktree.
 
 The clone isolates the worktree, not the process: CMD runs as the person, with their
 permissions. Run it under a real sandbox (bubblewrap with only the clone writable, or a

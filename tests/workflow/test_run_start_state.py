@@ -231,3 +231,41 @@ def test_a_completed_runs_sandbox_is_removed_and_kept_with_keep(daemon: Daemon, 
     record = _only_run(daemon)
     assert Path(record.clone).is_dir()
     assert f"promoter run --continue {record.run_id}" in kept.stdout
+
+
+def test_a_chain_edits_a_dirty_file_twice_and_the_persons_staging_stays(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    index_before = _index(repo)
+    step = "printf 'step one\\n' >> src/app.py; printf 'one\\n' >> notes.txt"
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", step)
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    step = "printf 'step two\\n' >> src/app.py; rm notes.txt"
+    second = _run(daemon, "run", "--continue", record.run_id, "--yes", "--", "sh", "-c", step)
+    assert second.exit_code == 0, second.output
+    assert (repo / "src" / "app.py").read_bytes() == PERSON_APP + b"step one\nstep two\n"
+    assert not (repo / "notes.txt").exists()
+    op1 = _receipt(daemon, str(record.steps[0].operation_id))
+    assert sorted(t["path"] for t in op1["targets"]) == ["notes.txt", "src/app.py"]
+    assert _index(repo) == index_before
+    assert sandboxes.list_runs(daemon.state_dir) == []  # completed, not kept: removed
+
+
+def test_a_file_the_person_stages_during_the_run_drifts_on_its_index_entry(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    script = (
+        "printf 'agent\\n' >> notes.txt; "
+        'git -C "$PERSON_WORKTREE" add notes.txt'  # the person stages their notes meanwhile
+    )
+    done = _cli(
+        daemon, "--repo", "work", "--yes", "--", "sh", "-c", script, PERSON_WORKTREE=str(repo)
+    )
+    err = " ".join(done.stderr.decode().split())
+    assert done.returncode == TargetDrift.exit_code, err
+    assert "drifted: notes.txt: reads 100644" in err
+    assert "the index entry differs from the precondition" in err
+    assert (repo / "notes.txt").read_bytes() == b"the person's untracked notes\n"
