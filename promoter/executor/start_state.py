@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,13 +125,14 @@ def _delete(root_fd: int, path: str) -> None:
             os.close(fd)
 
 
-def _write(root_fd: int, path: str, mode: str, data: bytes) -> None:
+def _write(root_fd: int, path: str, mode: str, chunks: Iterable[bytes]) -> None:
+    """Write ``path`` in the clone: a link (its target text) or a file, as a new leaf."""
     *parents, name = os.fsencode(path).split(b"/")
     fd = _open_dir(root_fd, parents, create=True)
     try:
         _remove_leaf(fd, name)
         if mode == _LINK:
-            os.symlink(data, name, dir_fd=fd)
+            os.symlink(b"".join(chunks), name, dir_fd=fd)
             return
         perms = 0o777 if mode == _EXEC else 0o666
         out = os.open(
@@ -141,9 +142,10 @@ def _write(root_fd: int, path: str, mode: str, data: bytes) -> None:
             dir_fd=fd,
         )
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
             if mode == _EXEC:  # the umask may have cleared it; set it where read is set
                 current = os.fstat(out).st_mode & 0o777
                 os.fchmod(out, current | ((current & 0o444) >> 2))
@@ -206,11 +208,17 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
             for entry in ordered:
                 if entry.path in skipped or entry.new_oid is None or entry.new_mode is None:
                     continue
-                data = shadow.read_blob(entry.new_oid)
-                if objects.store_bytes(data) != entry.new_oid:
+                if entry.new_mode == _LINK:
+                    target = shadow.read_blob(entry.new_oid)
+                    _write(root_fd, entry.path, _LINK, [target])
+                    oid = objects.store_bytes(target)
+                else:  # streamed into the clone, then stored from there and re-hashed
+                    _write(root_fd, entry.path, entry.new_mode, shadow.iter_blob(entry.new_oid))
+                    oid = objects.store_file(os.fsencode(clone / entry.path))
+                if oid != entry.new_oid:
                     raise ConfigError(f"{entry.path!r} changed while it was captured; run again")
-                _write(root_fd, entry.path, entry.new_mode, data)
-                captured[entry.path] = (hashlib.sha256(data).hexdigest(), entry.new_mode, len(data))
+                sha256, size = objects.digests[oid]
+                captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
         finally:
             os.close(root_fd)
