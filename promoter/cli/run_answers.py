@@ -42,7 +42,7 @@ def started(record: sandboxes.RunRecord) -> str:
         return line + " (HEAD only)"
     line += f", with your {len(record.preconditions)} uncommitted path(s)"
     for item in record.skipped:
-        line += f"\n  not in the sandbox: {escape(item['path'])} ({escape(item['reason'])})"
+        line += f"\n  {escape(item['path'])}: {escape(item['reason'])}"
     return line
 
 

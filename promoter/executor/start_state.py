@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promoter.domain.paths import sort_key, wire_path
-from promoter.errors import ConfigError
+from promoter.domain.paths import check_path, sort_key, wire_path
+from promoter.errors import ConfigError, PathInvalid
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.git.layout import discover, repo_env
@@ -57,7 +57,8 @@ class StartState:
     preconditions: list[dict[str, Any]] = field(default_factory=list)
     """Wire ``Precondition`` documents, sorted by path."""
     skipped: list[dict[str, str]] = field(default_factory=list)
-    """Paths not captured (gitlinks, nested repositories), each with its reason."""
+    """Paths not captured (gitlinks, nested repositories) or captured without a
+    precondition (``_admissible``), each with its reason."""
 
 
 def _index_only(worktree: str, env: dict[str, str], base_tree: str) -> list[str]:
@@ -260,8 +261,44 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
                 "index": None if spec is None else {"mode": spec.mode, "oid": spec.oid, "stage": 0},
             }
         )
+    admitted, refused = _admissible(preconditions)
     return StartState(
         tree=tree,
-        preconditions=preconditions,
-        skipped=[{"path": p, "reason": why} for p, why in skipped.items()],
+        preconditions=admitted,
+        skipped=[{"path": p, "reason": why} for p, why in skipped.items()] + refused,
     )
+
+
+def _admissible(
+    preconditions: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The preconditions a grant can hold (SPEC §3.2 path rules, §3.3 path set), and the rest.
+
+    A file that replaced a directory (or the reverse) gives two paths, one a prefix
+    directory of the other: the one whose captured state is missing is left out. A path
+    left out has the implicit precondition (HEAD's), which refuses an edit of it.
+    """
+    refused: list[dict[str, str]] = []
+    valid: dict[str, dict[str, Any]] = {}
+    for item in preconditions:
+        try:
+            check_path(item["path"])
+        except PathInvalid as exc:
+            refused.append({"path": item["path"], "reason": f"no precondition: {exc.detail}"})
+            continue
+        valid[item["path"]] = item
+    folded: dict[str, list[str]] = {}
+    for path in valid:
+        folded.setdefault(path.casefold(), []).append(path)
+    drop = {p for group in folded.values() if len(group) > 1 for p in group}
+    for path in valid:
+        parts = path.casefold().split("/")
+        for depth in range(1, len(parts)):
+            for prefix in folded.get("/".join(parts[:depth]), []):
+                pair = (prefix, path)
+                gone = [p for p in pair if not valid[p]["old"]["exists"]]
+                drop.update(gone or pair)
+    for path in sorted(drop, key=sort_key):
+        why = "no precondition: its path collides with another changed path"
+        refused.append({"path": path, "reason": why})
+    return [item for path, item in valid.items() if path not in drop], refused

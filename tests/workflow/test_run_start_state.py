@@ -269,3 +269,17 @@ def test_a_file_the_person_stages_during_the_run_drifts_on_its_index_entry(
     assert "drifted: notes.txt: reads 100644" in err
     assert "the index entry differs from the precondition" in err
     assert (repo / "notes.txt").read_bytes() == b"the person's untracked notes\n"
+
+
+def test_a_file_that_replaced_a_directory_still_registers_a_grant_and_promotes(
+    daemon: Daemon, repo: Path
+) -> None:
+    (repo / "src" / "app.py").unlink()
+    (repo / "src").rmdir()
+    (repo / "src").write_bytes(b"a file where a directory was\n")
+    script = "printf 'more\\n' >> src; printf 'agent\\n' > README.md"
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert result.exit_code == 0, result.output
+    assert "src/app.py: no precondition: its path collides" in result.stdout
+    assert (repo / "src").read_bytes() == b"a file where a directory was\nmore\n"
+    assert (repo / "README.md").read_bytes() == b"agent\n"
