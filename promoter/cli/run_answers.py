@@ -101,7 +101,7 @@ def _read_pointer(path: Path) -> dict[str, Any] | None:
 
 
 def agent_bundle(
-    orch: PromoterClient,
+    client: PromoterClient,
     record: sandboxes.RunRecord,
     grant: GrantV1,
     since: dict[str, FileState] | None,
@@ -119,8 +119,8 @@ def agent_bundle(
     if not isinstance(bundle_id, str):
         return None
     try:
-        submitted = orch.get_bundle(bundle_id)
-        receipt = orch.get_verification(bundle_id)
+        submitted = client.get_bundle(bundle_id)
+        receipt = client.get_verification(bundle_id)
     except PromoterError as exc:
         err_console.print(f"the command's bundle {escape(bundle_id)} is not usable: {exc.detail}")
         return None

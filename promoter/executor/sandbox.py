@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promoter.errors import ConfigError, NotFound
+from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
@@ -137,17 +137,30 @@ def create(
         created_at=created_at,
         allow=allow,
     )
-    if not from_head:
-        _start_from_person(record, home)
     save(state_dir, record)
+    if not from_head:
+        _start_from_person(state_dir, record, home)
     return record
 
 
-def _start_from_person(record: RunRecord, home: Path) -> None:
-    state = capture_into(record.worktree, Path(record.clone), home, record.base_tree)
+def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
+    """Lay the person's worktree into the clone; a sandbox that could not is removed."""
+    try:
+        state = capture_into(record.worktree, Path(record.clone), home, record.base_tree)
+    except OSError as exc:
+        remove(state_dir, record.run_id)
+        raise WriteFailed(
+            f"your worktree could not be laid into the sandbox: {exc.strerror or exc}; "
+            "the sandbox was removed",
+            run_id=record.run_id,
+        ) from exc
+    except BaseException:
+        remove(state_dir, record.run_id)
+        raise
     record.start_tree = state.tree
     record.preconditions = state.preconditions
     record.skipped = state.skipped
+    save(state_dir, record)
 
 
 def save(state_dir: Path, record: RunRecord) -> None:

@@ -14,6 +14,9 @@ intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses 
 edit of it); gitlinks and nested repositories are not captured and are named in
 ``skipped``.
 
+Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
+written yet).
+
 Deliberately not here: cloning (``sandbox.py``), building bundles (``builder.py``
 diffs against the start tree this module records) and any command that moves a
 worktree (no checkout, reset or stash: the clone's files are written one by one).
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
 from promoter.executor.loose_objects import LooseObjects
@@ -223,6 +227,7 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
                 laid.append(entry)
         finally:
             os.close(root_fd)
+    faults.point("start_state_laid")
     tree = _start_tree(clone, home, base_tree, laid)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)

@@ -283,3 +283,18 @@ def test_a_file_that_replaced_a_directory_still_registers_a_grant_and_promotes(
     assert "src/app.py: no precondition: its path collides" in result.stdout
     assert (repo / "src").read_bytes() == b"a file where a directory was\nmore\n"
     assert (repo / "README.md").read_bytes() == b"agent\n"
+
+
+def test_a_sandbox_that_could_not_take_the_persons_state_is_removed(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    done = _cli(
+        daemon, "--repo", "work", "--yes", "--", "true", PROMOTER_FAULTS="start_state_laid=EIO"
+    )
+    err = " ".join(done.stderr.decode().split())
+    assert done.returncode == 74, err
+    assert "[write_failed] your worktree could not be laid into the sandbox" in err
+    assert list(sandboxes.runs_dir(daemon.state_dir).iterdir()) == []
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
