@@ -297,6 +297,14 @@ class SnapshotStale(Conflict):
     title = "The worktree is not at the expected tree"
 
 
+class NotConfirmed(Conflict):
+    """A person's command that writes their worktree was not confirmed (declined, or no
+    terminal to ask at and no ``--yes``); nothing was written."""
+
+    code = "not_confirmed"
+    title = "The promotion was not confirmed; nothing was written"
+
+
 # --- host-side failures (5xx) -------------------------------------------------------------
 
 

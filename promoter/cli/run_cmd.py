@@ -2,13 +2,18 @@
 
 ``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] -- CMD ARGS…`` makes a sandbox
 (``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
-state directory), registers a grant and a lease for it, mints an executor token, runs
-CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and ``--timeout``), builds
-and submits the bundle, shows its summary and diff, runs the preflight, asks on a
-terminal (or takes ``--yes``), promotes and prints the receipt. The clone stays: ``--continue
-RUN -- CMD`` runs the next step in it, chained on the last completed promotion, so each
-step hands in only its new edits. ``--list`` and ``--remove RUN`` manage sandboxes and
-never touch the user's worktree.
+state directory, its worktree then made equal to the person's worktree as it is, unless
+``--from-head``), registers a grant and a lease for it (its preconditions: that state),
+mints an executor token, runs CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN``
+set (and ``--timeout``), builds and submits the bundle (or takes the one CMD submitted
+through ``promoter mcp`` when the sandbox still gives it), shows its summary and diff
+(never paged with ``--yes``), runs the preflight (a refusal names every drifted path,
+``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
+``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
+removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
+the next step in a kept sandbox, chained on the last completed promotion, so each step
+hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
+RUN`` manage sandboxes and never touch the user's worktree.
 
 The clone isolates the worktree, not the process: CMD runs as the person, with their
 permissions. Run it under a real sandbox (bubblewrap with only the clone writable, or a
@@ -31,13 +36,15 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from promoter.cli import run_answers as answers
+from promoter.cli import run_manage as manage
 from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
 from promoter.cli.common import UrlOpt, console, err_console, server_url
 from promoter.cli.orchestrate_cmd import parse_allow
 from promoter.client import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
-from promoter.errors import ConfigError, PromoterError, error_class
+from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
 from promoter.executor import build_bundle, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 
@@ -47,7 +54,10 @@ HELP = (
     "Run CMD in an isolated clone of a guarded repository and promote what it changed.\n\n"
     "promoter run --repo NAME [--allow 'src/**:create,modify,delete']... [--yes] -- CMD ARGS...\n"
     "promoter run --continue RUN -- CMD ARGS...   (the next step, chained on the last one)\n"
-    "promoter run --list | --remove RUN\n\n"
+    "promoter run --list | --remove RUN | --prune [--older-than 7d]\n\n"
+    "The sandbox starts from your worktree as it is (uncommitted and untracked files "
+    "included; --from-head: from HEAD); your own edits are not part of what it promotes. "
+    "A completed run's sandbox is removed unless --keep.\n\n"
     "The clone isolates the worktree, not the process: CMD runs with your permissions and "
     "can read and write whatever you can. For an untrusted CMD wrap it in a real sandbox, "
     "e.g. -- sh -c 'exec bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp "
@@ -74,6 +84,13 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _token_or_none(state_dir: Path, token_file: Path | None) -> str | None:
+    try:
+        return _orchestrator_token(state_dir, token_file)
+    except ConfigError:
+        return None
+
+
 def _orchestrator_token(state_dir: Path, token_file: Path | None) -> str:
     if token_file is not None:
         token = _read(token_file)
@@ -88,7 +105,13 @@ def _orchestrator_token(state_dir: Path, token_file: Path | None) -> str:
     return token
 
 
-def _grant(record: sandboxes.RunRecord, identity: str, number: int, base: str | None) -> Any:
+def _grant(
+    record: sandboxes.RunRecord,
+    identity: str,
+    number: int,
+    base: str | None,
+    preconditions: list[dict[str, Any]] | None = None,
+) -> Any:
     now = utcnow()
     grant: dict[str, Any] = {
         "schema": "GrantV1",
@@ -107,7 +130,7 @@ def _grant(record: sandboxes.RunRecord, identity: str, number: int, base: str | 
         "not_before": rfc3339(now - timedelta(minutes=1)),
         "expires_at": rfc3339(now + timedelta(hours=GRANT_HOURS)),
         "write_allowlist": record.allow,
-        "target_preconditions": [],
+        "target_preconditions": preconditions or [],
         "limits": LIMITS,
     }
     if base is not None:
@@ -177,7 +200,8 @@ def _step(
             )
         base = record.last_completed
         number = len(record.steps) + 1
-        grant_doc = _grant(record, repository["repository_identity"], number, base)
+        preconditions = answers.chained_preconditions(orch, record)
+        grant_doc = _grant(record, repository["repository_identity"], number, base, preconditions)
         orch.register_grant(grant_doc)
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
         orch.set_lease(
@@ -195,6 +219,7 @@ def _step(
             PROMOTER_TOKEN=str(minted["token"]),
             PROMOTER_GRANT=grant_doc["grant_id"],
             PROMOTER_RUN=record.run_id,
+            **answers.agent_env(record),
         )
         code = _run_command(command, record, env, timeout)
         if code != 0:
@@ -208,19 +233,26 @@ def _step(
         with executor:
             grant = executor.get_grant(grant_doc["grant_id"])
             since = executor.grant_base(grant.grant_id) if base else None
-            with build_bundle(Path(record.clone), grant, since=since) as built:
-                if not built.bundle["changes"]:
-                    step.status = "no_changes"
-                    sandboxes.save(state_dir, record)
-                    _say("no changes since the last promotion: nothing to promote")
-                    return
-                receipt = upload_and_submit(executor, built)
-                bundle = built.bundle
+            adopted = answers.agent_bundle(executor, record, grant, since)
+            if adopted is not None:
+                bundle, receipt = adopted
+                _say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
+            else:
+                with build_bundle(
+                    Path(record.clone), grant, since=since, start_tree=record.start_tree
+                ) as built:
+                    if not built.bundle["changes"]:
+                        step.status = "no_changes"
+                        sandboxes.save(state_dir, record)
+                        _say("no changes since the last promotion: nothing to promote")
+                        return
+                    receipt = upload_and_submit(executor, built)
+                    bundle = built.bundle
         step.bundle_id = str(bundle["bundle_id"])
         step.status = "submitted"
         sandboxes.save(state_dir, record)
         print_bundle(bundle)
-        print_diff(orch.bundle_diff(step.bundle_id))
+        print_diff(orch.bundle_diff(step.bundle_id), pager=not yes)
         print_receipt(receipt.wire())
         _promote(orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes)
 
@@ -241,12 +273,18 @@ def _promote(
     if preflight["status"] != "passed":
         step.status = "preflight_refused"
         sandboxes.save(state_dir, record)
-        raise error_class(str(preflight["code"]))(str(preflight["detail"]))
+        raise answers.refusal(preflight, record, step.bundle_id)
     consent = _approve_here(yes)
     if consent is None:
         step.status = "declined"
         sandboxes.save(state_dir, record)
-        raise PromoterError(f"not promoted; bundle {step.bundle_id} stays submitted")
+        raise NotConfirmed(
+            f"not promoted; bundle {step.bundle_id} stays submitted (the sandbox is kept: "
+            f"{record.clone}); promote it with promoter run --continue {record.run_id} --yes "
+            "-- true, or answer yes at a terminal",
+            bundle_id=step.bundle_id,
+            run_id=record.run_id,
+        )
     view = orch.promote(step.bundle_id, receipt_sha256, grant.fence, wait=True)
     step.operation_id = str(view["operation_id"])
     if view.get("status") == "awaiting_approval":
@@ -276,19 +314,19 @@ def _promote(
     for target in promoted["targets"]:
         state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
         _say(f"  {escape(target['path'])}  {state}")
-    _say(f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD")
 
 
-def _list(state_dir: Path) -> None:
-    runs = sandboxes.list_runs(state_dir)
-    if not runs:
-        _say(f"no sandboxes under {sandboxes.runs_dir(state_dir)}")
-    for record in runs:
-        last = record.steps[-1].status if record.steps else "new"
-        _say(
-            f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
-            f"last {last}  {record.clone}"
-        )
+def _finish(state_dir: Path, record: sandboxes.RunRecord, *, keep: bool) -> None:
+    """A completed run's sandbox is removed (unless ``keep``); any other is kept and named."""
+    last = record.steps[-1].status if record.steps else "new"
+    if last == "completed" and not keep:
+        removed = sandboxes.remove(state_dir, record.run_id)
+        _say(f"sandbox {record.run_id} removed ({removed}); --keep keeps it for --continue")
+        return
+    _say(
+        f"sandbox kept: {record.clone}\n"
+        f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD"
+    )
 
 
 def run(
@@ -300,11 +338,27 @@ def run(
         list[str] | None,
         typer.Option("--allow", help="PATTERN:OPS the run may write (default all paths)."),
     ] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Promote without asking.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Promote without asking (and never page).")
+    ] = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the sandbox after a completed promotion.")
+    ] = False,
+    from_head: Annotated[
+        bool,
+        typer.Option("--from-head", help="Start the sandbox at HEAD, not at your worktree."),
+    ] = False,
     continue_run: Annotated[
         str | None, typer.Option("--continue", help="Continue this run's sandbox.")
     ] = None,
     list_runs: Annotated[bool, typer.Option("--list", help="List the sandboxes.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove finished or abandoned sandboxes.")
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="With --prune: only those older than this (7d, 12h)."),
+    ] = None,
     remove: Annotated[
         str | None, typer.Option("--remove", help="Delete this run's sandbox.")
     ] = None,
@@ -321,7 +375,12 @@ def run(
 ) -> None:
     state = _state_dir(state_dir)
     if list_runs:
-        _list(state)
+        manage.list_sandboxes(state, server_url(url), _token_or_none(state, token_file))
+        return
+    if prune:
+        manage.prune(
+            state, server_url(url), _token_or_none(state, token_file), manage.age(older_than)
+        )
         return
     if remove is not None:
         _say(f"removed {sandboxes.remove(state, remove)}")
@@ -347,9 +406,15 @@ def run(
             head=str(repository["head"]),
             created_at=rfc3339(utcnow()),
             allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
+            from_head=from_head,
         )
-        _say(f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]}")
-    _step(address, token, state, record, command, yes=yes, timeout=timeout)
+        _say(answers.started(record))
+    try:
+        _step(address, token, state, record, command, yes=yes, timeout=timeout)
+    except PromoterError:
+        err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
+        raise
+    _finish(state, record, keep=keep)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,13 @@ bundle's promotions; ``bundle_diff`` the diff the host built from the stored blo
 ``preflight`` the host's read-back of the real worktree, which needs the orchestrator's
 token given explicitly (``PROMOTER_ORCHESTRATOR_TOKEN``).
 
+Inside ``promoter run`` two more variables say where the sandbox started and where to
+leave word of a submission: ``PROMOTER_START_TREE`` (the person's worktree state the
+sandbox started from: the bundle's old states are taken from it) and
+``PROMOTER_SUBMITTED_FILE`` (a file in the sandbox where ``submit_worktree`` writes the
+submitted bundle's id and grant, so that ``run`` promotes that very bundle once it has
+rebuilt it and found it equal; the file is a pointer, never trusted for content).
+
 Deliberately not here: promoting, approving, registering grants or leases. No tool does
 any of that; an executor's token could not, and the orchestrator's token is used for the
 preflight only. Host errors are answers (``status: "refused"``), never exceptions, so an
@@ -18,6 +25,8 @@ agent always gets the code and detail.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,8 @@ class AgentTools:
         self.grant_id = grant_id
         self.worktree = worktree or Path.cwd()
         self.orchestrator_token = orchestrator_token
+        self.start_tree = os.environ.get("PROMOTER_START_TREE") or None
+        self.submitted_file = os.environ.get("PROMOTER_SUBMITTED_FILE") or None
 
     def close(self) -> None:
         self.client.close()
@@ -66,7 +77,10 @@ class AgentTools:
             grant = self.client.get_grant(grant_name)
             since = self.client.grant_base(grant.grant_id) if grant.base_operation else None
             with build_bundle(
-                Path(worktree) if worktree else self.worktree, grant, since=since
+                Path(worktree) if worktree else self.worktree,
+                grant,
+                since=since,
+                start_tree=self.start_tree,
             ) as built:
                 changes = [
                     {"path": c["path"], "operation": c["operation"]}
@@ -78,6 +92,7 @@ class AgentTools:
                 bundle_id = built.bundle_id
         except PromoterError as exc:
             return refusal(exc)
+        self._leave_word(bundle_id, grant.grant_id)
         return {
             "status": "submitted",
             "bundle_id": bundle_id,
@@ -86,6 +101,18 @@ class AgentTools:
             "changes": changes,
             "verification_receipt": receipt.wire(),
         }
+
+    def _leave_word(self, bundle_id: str, grant_id: str) -> None:
+        """Tell ``promoter run`` which bundle was submitted (best effort: a pointer only)."""
+        if self.submitted_file is None:
+            return
+        target = Path(self.submitted_file)
+        temp = target.with_name(target.name + ".tmp")
+        try:
+            temp.write_text(json.dumps({"bundle_id": bundle_id, "grant_id": grant_id}) + "\n")
+            os.replace(temp, target)
+        except OSError:
+            pass
 
     def promotion_status(self, bundle_id: str) -> dict[str, Any]:
         try:

@@ -13,7 +13,8 @@ text), paths that break the path rules (``PathInvalid``) and changes the grant d
 authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
 Old states are the base tree's, which is what the host checks; for a chained grant
 (``base_operation``), the states the base operations left at the paths they touched
-(``since``).
+(``since``); for a sandbox that started from the person's worktree, the start tree's
+(``start_tree``: the grant's explicit preconditions).
 
 It deliberately does not talk to the host (``promoter.executor.handover`` uploads and
 submits), register grants, set leases or promote (orchestrator work), and it never
@@ -253,7 +254,7 @@ def _state_of(change: Change | None, base: FileState) -> FileState:
 def _rebase(
     shadow: SeededShadow,
     layout: RepoLayout,
-    base_tree: str,
+    start_tree: str,
     changes: list[Change],
     blobs: dict[str, BlobSource],
     since: dict[str, FileState],
@@ -265,7 +266,7 @@ def _rebase(
     """
     by_path = {c.path: c for c in changes}
     untouched = [p for p in since if p not in by_path]
-    entries = tree_entries(layout, base_tree, untouched) if untouched else {}
+    entries = tree_entries(layout, start_tree, untouched) if untouched else {}
     oids = [e.oid for e in entries.values() if e is not None]
     digests = shadow.blob_sha256(oids) if oids else {}
     out = [c for c in changes if c.path not in since]
@@ -293,12 +294,18 @@ def build_bundle(
     created_at: str | None = None,
     since: dict[str, FileState] | None = None,
     seed: bool = True,
+    start_tree: str | None = None,
 ) -> BuiltBundle:
     """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
 
     ``since`` (a chained grant's base, ``PromoterClient.grant_base``): the states the
     base operations left, which replace the base tree's at their paths, so the bundle
     holds only the edits made after the base promotion.
+
+    ``start_tree`` (a sandbox that started from the person's worktree, ``start_state``):
+    the changes are taken against it instead of ``base_tree``, so a change's old state
+    is the person's captured state (the grant's explicit precondition) and their own
+    edits are not in the bundle.
 
     Nothing is uploaded and nothing in the worktree or its ``.git`` is written. Refusals
     name every offending path: ``PathUnsafe`` (symlink, gitlink, nested repository),
@@ -309,10 +316,13 @@ def build_bundle(
     bound = _bound_sha256(grant)
     layout = discover(worktree)
     _require_tree(layout.worktree, repo_env(layout), grant.base_tree)
-    shadow = SeededShadow(layout, base_tree=grant.base_tree, seed=seed)
+    start = start_tree or grant.base_tree
+    if start != grant.base_tree:
+        _require_tree(layout.worktree, repo_env(layout), start)
+    shadow = SeededShadow(layout, base_tree=start, seed=seed)
     shadow.__enter__()
     try:
-        entries = shadow.diff(grant.base_tree)
+        entries = shadow.diff(start)
         _refuse_unsupported(layout, shadow, entries, grant)
         odd = [
             {"path": printable(e.path), "reason": "a type change"}
@@ -324,7 +334,7 @@ def build_bundle(
         check_paths([e.path for e in entries])
         changes, blobs = _changes(shadow, entries)
         if since:
-            changes = _rebase(shadow, layout, grant.base_tree, changes, blobs, since)
+            changes = _rebase(shadow, layout, start, changes, blobs, since)
         check_changes(changes, grant)
         _check_links(changes, blobs, shadow, grant)
         document: dict[str, Any] = {

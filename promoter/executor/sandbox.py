@@ -2,11 +2,12 @@
 
 A sandbox is ``<state>/runs/<run_id>/``: ``clone/`` is ``git clone --local`` of the
 guarded repository at its HEAD (objects hardlinked where the filesystem allows, its own
-``.git``; cloning only reads the user's repository), and ``run.json`` records the
-repository, the base commit and every step (grant, bundle, operation, status), so that a
-later ``--continue`` chains on the last completed promotion. ``remove`` deletes a
-sandbox's directory only after checking that it is a sandbox directory under the runs
-directory and holds no guarded worktree.
+``.git``; cloning only reads the user's repository), its worktree then made equal to the
+person's worktree as it is (``start_state.py``; not with ``from_head``), and
+``run.json`` records the repository, the base commit and every step (grant, bundle,
+operation, status), so that a later ``--continue`` chains on the last completed
+promotion. ``remove`` deletes a sandbox's directory only after checking that it is a
+sandbox directory under the runs directory and holds no guarded worktree.
 
 Deliberately not here: running the command, talking to the host, or any isolation of
 the process: a clone isolates the worktree, not what the command can reach.
@@ -21,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promoter.errors import ConfigError, NotFound
+from promoter.errors import ConfigError, NotFound, WriteFailed
+from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 
@@ -51,6 +53,12 @@ class RunRecord:
     created_at: str
     allow: list[dict[str, Any]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    start_tree: str | None = None
+    """The person's worktree state the clone started from (None: HEAD, ``--from-head``)."""
+    preconditions: list[dict[str, Any]] = field(default_factory=list)
+    """That state's grant preconditions (``start_state.capture_into``)."""
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """Paths of the person's worktree the clone does not hold (gitlinks, nested repositories)."""
 
     @property
     def last_completed(self) -> str | None:
@@ -87,8 +95,13 @@ def create(
     head: str,
     created_at: str,
     allow: list[dict[str, Any]],
+    from_head: bool = False,
 ) -> RunRecord:
-    """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it."""
+    """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
+
+    Unless ``from_head``, the clone's worktree is then made equal to the person's
+    worktree as it is (``start_state.capture_into``).
+    """
     real = Path(worktree).resolve()
     if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
         raise ConfigError(
@@ -125,7 +138,29 @@ def create(
         allow=allow,
     )
     save(state_dir, record)
+    if not from_head:
+        _start_from_person(state_dir, record, home)
     return record
+
+
+def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
+    """Lay the person's worktree into the clone; a sandbox that could not is removed."""
+    try:
+        state = capture_into(record.worktree, Path(record.clone), home, record.base_tree)
+    except OSError as exc:
+        remove(state_dir, record.run_id)
+        raise WriteFailed(
+            f"your worktree could not be laid into the sandbox: {exc.strerror or exc}; "
+            "the sandbox was removed",
+            run_id=record.run_id,
+        ) from exc
+    except BaseException:
+        remove(state_dir, record.run_id)
+        raise
+    record.start_tree = state.tree
+    record.preconditions = state.preconditions
+    record.skipped = state.skipped
+    save(state_dir, record)
 
 
 def save(state_dir: Path, record: RunRecord) -> None:

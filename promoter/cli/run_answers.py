@@ -1,0 +1,185 @@
+"""What ``promoter run`` tells a person and asks the host between its steps.
+
+This module owns four small answers of ``run_cmd``: the grant preconditions of a step
+(the person's captured state, ``start_state``, with the states a chain's completed
+promotions left at the paths they wrote), the environment an agent in the sandbox gets
+to build against that state and to leave word of its own submission, the adoption of
+the bundle the agent submitted (``agent_bundle``: promoted instead of a new one only
+when the sandbox, rebuilt with the same creation time, gives the very same
+``bundle_sha256``), and a refusal a person can act on (every drifted path with what it
+reads now and what was expected, and the next command to try).
+
+Deliberately not here: registering grants, promoting, or deciding anything the host
+decides; the pointer file an agent writes is never trusted for content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from promoter.cli.common import err_console
+from promoter.client import PromoterClient
+from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+from promoter.errors import PromoterError, error_class
+from promoter.executor import build_bundle
+from promoter.executor import sandbox as sandboxes
+
+__all__ = ["agent_bundle", "agent_env", "chained_preconditions", "refusal", "started"]
+
+SUBMITTED = "promoter-submitted.json"
+_POINTER_BYTES = 4096
+
+
+def started(record: sandboxes.RunRecord) -> str:
+    """The line that says where the sandbox is and what it started from."""
+    line = f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]}"
+    if record.start_tree is None:
+        return line + " (HEAD only)"
+    line += f", with your {len(record.preconditions)} uncommitted path(s)"
+    for item in record.skipped:
+        line += f"\n  {escape(item['path'])}: {escape(item['reason'])}"
+    return line
+
+
+def chained_preconditions(orch: PromoterClient, record: sandboxes.RunRecord) -> list[Any]:
+    """The next step's preconditions: a path a completed step wrote has that step's state.
+
+    The person's index entry stays what was captured (a promotion never writes the
+    index); the old state of a path the chain wrote is the chain's newest read-back.
+    """
+    if not record.preconditions:
+        return []
+    written: dict[str, dict[str, Any]] = {}
+    for step in record.steps:
+        if step.status == "completed" and step.operation_id:
+            receipt = json.loads(orch.get_receipt(step.operation_id))
+            for target in receipt["targets"]:
+                written[str(target["path"])] = {
+                    "exists": bool(target["exists"]),
+                    "sha256": target.get("sha256") if target["exists"] else None,
+                    "mode": target.get("mode") if target["exists"] else None,
+                }
+    return [
+        {**item, "old": written[item["path"]]} if item["path"] in written else item
+        for item in record.preconditions
+    ]
+
+
+def _pointer(record: sandboxes.RunRecord) -> Path:
+    return Path(record.clone) / ".git" / SUBMITTED
+
+
+def agent_env(record: sandboxes.RunRecord) -> dict[str, str]:
+    """Variables for the command: the start tree, and where a submission is recorded."""
+    env = {"PROMOTER_SUBMITTED_FILE": str(_pointer(record))}
+    if record.start_tree is not None:
+        env["PROMOTER_START_TREE"] = record.start_tree
+    return env
+
+
+def _read_pointer(path: Path) -> dict[str, Any] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _POINTER_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        loaded = json.loads(data)
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def agent_bundle(
+    client: PromoterClient,
+    record: sandboxes.RunRecord,
+    grant: GrantV1,
+    since: dict[str, FileState] | None,
+) -> tuple[dict[str, Any], PatchVerificationReceiptV1] | None:
+    """The bundle the command submitted for ``grant``, when the sandbox still gives it.
+
+    The sandbox is rebuilt with the submitted bundle's ``created_at``; the bundle is
+    adopted only when the rebuilt ``bundle_sha256`` is the submitted one and its
+    verification passed. Otherwise None (and a new bundle is built and submitted).
+    """
+    pointer = _read_pointer(_pointer(record))
+    if pointer is None or pointer.get("grant_id") != grant.grant_id:
+        return None
+    bundle_id = pointer.get("bundle_id")
+    if not isinstance(bundle_id, str):
+        return None
+    try:
+        submitted = client.get_bundle(bundle_id)
+        receipt = client.get_verification(bundle_id)
+    except PromoterError as exc:
+        err_console.print(f"the command's bundle {escape(bundle_id)} is not usable: {exc.detail}")
+        return None
+    if submitted.grant_id != grant.grant_id or receipt.status != "passed":
+        return None
+    wire = submitted.wire()
+    with build_bundle(
+        Path(record.clone),
+        grant,
+        since=since,
+        start_tree=record.start_tree,
+        created_at=str(wire["created_at"]),
+    ) as built:
+        if built.bundle_sha256 != submitted.bundle_sha256:
+            err_console.print(
+                f"the sandbox changed after the command submitted {escape(bundle_id)}: "
+                "a new bundle is built from it"
+            )
+            return None
+    return wire, receipt
+
+
+def _state(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "unknown"
+    if "error" in value:
+        return f"unreadable ({value['error']})"
+    if not value.get("exists"):
+        return "missing"
+    sha = str(value.get("sha256") or "")[:12]
+    size = value.get("bytes", value.get("size"))
+    return f"{value.get('mode')} sha256:{sha}" + (f" ({size} bytes)" if size is not None else "")
+
+
+def refusal(
+    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str
+) -> PromoterError:
+    """The preflight's refusal as an error naming every drifted path, printed as well."""
+    drifted = [p for p in preflight.get("paths") or [] if p.get("verdict") in ("drift", "unsafe")]
+    lines: list[str] = []
+    report: list[dict[str, Any]] = []
+    for item in drifted:
+        path = str(item.get("path"))
+        now, expected = _state(item.get("actual")), _state(item.get("expected_old"))
+        reasons = "; ".join(item.get("reasons") or [])
+        lines.append(f"{path}: reads {now} now, expected {expected} ({reasons})")
+        report.append(
+            {"path": path, "actual": item.get("actual"), "expected": item.get("expected_old")}
+        )
+    nxt = (
+        f"look: promoter preflight {bundle_id}; start again from your files as they are now: "
+        f"promoter run --repo {record.repository} -- CMD"
+    )
+    for line in lines:
+        err_console.print(f"drifted: {escape(line)}", soft_wrap=True, highlight=False)
+    err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
+    detail = str(preflight.get("detail") or "the preflight refused the promotion")
+    if report:
+        named = ", ".join(item["path"] for item in report)
+        detail += f": {named} changed since the run began (each shown above)"
+    code = str(preflight.get("code") or "target_drift")
+    return error_class(code)(f"{detail}; next: {nxt}", paths=report, bundle_id=bundle_id)

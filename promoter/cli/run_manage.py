@@ -1,0 +1,189 @@
+"""``promoter run --list`` and ``--prune``: the sandboxes, their true status, their size.
+
+``list_sandboxes`` refreshes each step that waits on the host (an operation awaiting
+approval or in progress) from the daemon when it answers, and says ``unknown`` when it
+does not; each line shows the sandbox's size on disk. ``prune`` removes, through the
+safe ``sandbox.remove``, every sandbox whose last step is finished (``completed`` or
+``no_changes``) and untouched for ``--older-than`` (default: any age), and every
+abandoned one (any other status the host is not still working on) untouched for
+``--older-than`` but at least ``ABANDONED_AFTER``; never one that a live process has
+as its working or root directory, never one whose status is unknown; it prints what it
+freed.
+
+Deliberately not here: anything that touches a person's worktree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+from rich.markup import escape
+
+from promoter.cli.common import console
+from promoter.client import PromoterClient
+from promoter.errors import ConfigError, PromoterError
+from promoter.executor import sandbox as sandboxes
+
+__all__ = ["age", "list_sandboxes", "prune"]
+
+FINISHED = frozenset({"completed", "no_changes"})
+AT_THE_HOST = frozenset({"awaiting_approval", "in_progress", "needs_recovery"})
+STILL_AT_THE_HOST = AT_THE_HOST | {"needs_reconciliation", "unknown"}
+ABANDONED_AFTER = 24 * 3600.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def age(text: str | None) -> float:
+    """Seconds of ``7d``, ``12h``, ``30m``, ``45s``, ``2w`` (None: 0)."""
+    if text is None:
+        return 0.0
+    match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
+    if match is None:
+        raise ConfigError(f"--older-than {text!r}: give a number and a unit: 45s, 30m, 12h, 7d, 2w")
+    return float(int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _size(home: Path) -> int:
+    """Bytes on disk under ``home`` (links not followed, hard links counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, dirs, files in os.walk(home, followlinks=False):
+        for name in (*dirs, *files):
+            try:
+                st = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += st.st_blocks * 512
+    return total
+
+
+def human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def _refresh(client: PromoterClient | None, record: sandboxes.RunRecord) -> str:
+    """The last step's status, asked of the host where the host still decides it."""
+    if not record.steps:
+        return "new"
+    last = record.steps[-1]
+    if last.status not in AT_THE_HOST or last.operation_id is None:
+        return last.status
+    if client is None:
+        return "unknown"
+    try:
+        last.status = str(client.get_operation(last.operation_id)["status"])
+    except PromoterError:
+        return "unknown"
+    return last.status
+
+
+def _client(url: str, token: str | None) -> PromoterClient | None:
+    if token is None:
+        return None
+    client = PromoterClient(url, token, timeout=10.0)
+    try:
+        client.healthz()
+    except PromoterError:
+        client.close()
+        return None
+    return client
+
+
+def _statuses(
+    state_dir: Path, url: str, token: str | None
+) -> list[tuple[sandboxes.RunRecord, str]]:
+    client = _client(url, token)
+    try:
+        found = []
+        for record in sandboxes.list_runs(state_dir):
+            before = record.steps[-1].status if record.steps else None
+            status = _refresh(client, record)
+            if record.steps and status != before and status != "unknown":
+                sandboxes.save(state_dir, record)
+            found.append((record, status))
+        return found
+    finally:
+        if client is not None:
+            client.close()
+
+
+def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
+    runs = _statuses(state_dir, url, token)
+    if not runs:
+        console.print(f"no sandboxes under {sandboxes.runs_dir(state_dir)}", soft_wrap=True)
+    for record, status in runs:
+        home = sandboxes.runs_dir(state_dir) / record.run_id
+        console.print(
+            f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
+            f"last {status}  {human(_size(home))}  {record.clone}",
+            soft_wrap=True,
+            highlight=False,
+        )
+
+
+def _live(home: Path) -> list[int]:
+    """Processes whose working or root directory is inside ``home``."""
+    real = os.path.realpath(home)
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        for link in ("cwd", "root"):
+            try:
+                target = os.readlink(f"/proc/{entry}/{link}")
+            except OSError:
+                continue
+            if target == real or target.startswith(real + "/"):
+                found.append(int(entry))
+                break
+    return found
+
+
+def _untouched_for(state_dir: Path, run_id: str) -> float:
+    try:
+        st = os.lstat(sandboxes.runs_dir(state_dir) / run_id / "run.json")
+    except OSError:
+        return 0.0
+    return time.time() - st.st_mtime if stat.S_ISREG(st.st_mode) else 0.0
+
+
+def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> None:
+    freed = 0
+    removed = 0
+    for record, status in _statuses(state_dir, url, token):
+        home = sandboxes.runs_dir(state_dir) / record.run_id
+        idle = _untouched_for(state_dir, record.run_id)
+        if status in STILL_AT_THE_HOST:
+            why = f"kept: last {status}"
+        elif status not in FINISHED and idle < max(older_than, ABANDONED_AFTER):
+            why = f"kept: last {status}, not abandoned yet"
+        elif idle < older_than:
+            why = "kept: newer than --older-than"
+        elif pids := _live(home):
+            why = f"kept: process {', '.join(map(str, pids))} runs in it"
+        else:
+            size = _size(home)
+            sandboxes.remove(state_dir, record.run_id)
+            freed += size
+            removed += 1
+            console.print(
+                f"removed {record.run_id} (last {status}), freed {human(size)}",
+                soft_wrap=True,
+                highlight=False,
+            )
+            continue
+        console.print(f"{record.run_id}  {why}", soft_wrap=True, highlight=False)
+    console.print(f"pruned {removed} sandbox(es), freed {human(freed)}", soft_wrap=True)

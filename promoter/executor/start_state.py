@@ -1,0 +1,309 @@
+"""A sandbox starts from the person's worktree as it is (SPEC §10.16).
+
+This module owns the start state of a ``promoter run`` sandbox: ``capture_into`` reads
+the person's worktree with a ``SeededShadow`` (tracked files with their uncommitted
+content, staged or not; untracked files that are not ignored; modes and symlinks; a
+private index and object directory, so the person's ``.git`` and worktree are only
+read), lays every difference from HEAD into the fresh sandbox clone (through directory
+descriptors opened without following links, in promoter's own sandbox only), writes
+the captured blobs and the start tree into the clone's object directory, and returns
+the grant's ``target_preconditions``: for each path whose worktree or index state
+differs from HEAD, ``old`` is the captured state and ``index`` the person's index
+entry (``None`` when the path is not in the index). A path with a merge conflict or an
+intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses an
+edit of it); gitlinks and nested repositories are not captured and are named in
+``skipped``.
+
+Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
+written yet).
+
+Deliberately not here: cloning (``sandbox.py``), building bundles (``builder.py``
+diffs against the start tree this module records) and any command that moves a
+worktree (no checkout, reset or stash: the clone's files are written one by one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from promoter import faults
+from promoter.domain.paths import check_path, sort_key, wire_path
+from promoter.errors import ConfigError, PathInvalid
+from promoter.executor.loose_objects import LooseObjects
+from promoter.executor.seeded import SeededShadow
+from promoter.git.layout import discover, repo_env
+from promoter.git.readback import blob_sha256, index_entries, tree_entries
+from promoter.git.records import DiffEntry, decode_path, require_oid
+from promoter.git.runner import run_git
+
+__all__ = ["StartState", "capture_into"]
+
+_NULL_OID = "0" * 40
+_LINK = "120000"
+_EXEC = "100755"
+_MODES = ("100644", _EXEC, _LINK)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class StartState:
+    """What ``capture_into`` laid into the clone."""
+
+    tree: str
+    """The start tree, in the clone's objects: HEAD's tree with the person's changes."""
+    preconditions: list[dict[str, Any]] = field(default_factory=list)
+    """Wire ``Precondition`` documents, sorted by path."""
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """Paths not captured (gitlinks, nested repositories) or captured without a
+    precondition (``_admissible``), each with its reason."""
+
+
+def _index_only(worktree: str, env: dict[str, str], base_tree: str) -> list[str]:
+    """Paths whose index entry differs from ``base_tree`` (staged changes); reads only."""
+    result = run_git(
+        ["diff-index", "--cached", "-z", "--no-renames", "--name-only", base_tree, "--"],
+        cwd=worktree,
+        env=env,
+    )
+    return [decode_path(raw) for raw in result.stdout.split(b"\0") if raw]
+
+
+def _open_dir(root_fd: int, parts: list[bytes], *, create: bool) -> int:
+    """A descriptor of the directory ``parts`` under ``root_fd``; no link is followed."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_leaf(parent_fd: int, name: bytes) -> None:
+    try:
+        st = os.lstat(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(
+            f"the sandbox holds a directory at {os.fsdecode(name)!r} where the person's "
+            "worktree has a file"
+        )
+    os.unlink(name, dir_fd=parent_fd)
+
+
+def _delete(root_fd: int, path: str) -> None:
+    *parents, name = os.fsencode(path).split(b"/")
+    try:
+        fd = _open_dir(root_fd, parents, create=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        _remove_leaf(fd, name)
+    finally:
+        os.close(fd)
+    for depth in range(len(parents), 0, -1):  # directories the deletes left empty
+        try:
+            fd = _open_dir(root_fd, parents[: depth - 1], create=False)
+        except OSError:
+            return
+        try:
+            os.rmdir(parents[depth - 1], dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+                return
+            raise
+        finally:
+            os.close(fd)
+
+
+def _write(root_fd: int, path: str, mode: str, chunks: Iterable[bytes]) -> None:
+    """Write ``path`` in the clone: a link (its target text) or a file, as a new leaf."""
+    *parents, name = os.fsencode(path).split(b"/")
+    fd = _open_dir(root_fd, parents, create=True)
+    try:
+        _remove_leaf(fd, name)
+        if mode == _LINK:
+            os.symlink(b"".join(chunks), name, dir_fd=fd)
+            return
+        perms = 0o777 if mode == _EXEC else 0o666
+        out = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            perms,
+            dir_fd=fd,
+        )
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+            if mode == _EXEC:  # the umask may have cleared it; set it where read is set
+                current = os.fstat(out).st_mode & 0o777
+                os.fchmod(out, current | ((current & 0o444) >> 2))
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry]) -> str:
+    """HEAD's tree with ``entries`` applied, written into the clone's objects."""
+    index = home / "start-index"
+    env = {"GIT_DIR": str(clone / ".git"), "GIT_INDEX_FILE": str(index)}
+    try:
+        run_git(["read-tree", base_tree], cwd=clone, env=env)
+        lines = b"".join(
+            b"%s %s\t%s\0"
+            % (
+                (e.new_mode or "0").encode(),
+                (e.new_oid or _NULL_OID).encode(),
+                os.fsencode(e.path),
+            )
+            for e in entries
+        )
+        if lines:
+            run_git(
+                ["update-index", "-z", "--index-info"],
+                cwd=clone,
+                env={**env, "GIT_LITERAL_PATHSPECS": "1"},
+                input=lines,
+            )
+        tree = run_git(["write-tree"], cwd=clone, env=env).stdout.decode("ascii", "replace")
+    finally:
+        index.unlink(missing_ok=True)
+    return require_oid(tree.strip(), "start tree")
+
+
+def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> StartState:
+    """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
+
+    ``home`` is the sandbox directory (a scratch index lives there for a moment). Reads
+    the person's worktree and ``.git`` only; writes only inside ``clone``.
+    """
+    layout = discover(worktree)
+    env = repo_env(layout)
+    objects = LooseObjects(str(clone / ".git" / "objects"))
+    laid: list[DiffEntry] = []
+    captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
+    with SeededShadow(layout, base_tree=base_tree) as shadow:
+        entries = shadow.diff()
+        skipped = shadow.unsupported(entries, symlinks=True)
+        root_fd = os.open(clone, _DIR_FLAGS)
+        try:
+            ordered = sorted(entries, key=lambda e: sort_key(e.path))
+            for entry in ordered:  # deletions first: a file may replace a directory
+                if entry.path not in skipped and entry.new_oid is None:
+                    _delete(root_fd, entry.path)
+                    captured[entry.path] = None
+                    laid.append(entry)
+            for entry in ordered:
+                if entry.path in skipped or entry.new_oid is None or entry.new_mode is None:
+                    continue
+                if entry.new_mode == _LINK:
+                    target = shadow.read_blob(entry.new_oid)
+                    _write(root_fd, entry.path, _LINK, [target])
+                    oid = objects.store_bytes(target)
+                else:  # streamed into the clone, then stored from there and re-hashed
+                    _write(root_fd, entry.path, entry.new_mode, shadow.iter_blob(entry.new_oid))
+                    oid = objects.store_file(os.fsencode(clone / entry.path))
+                if oid != entry.new_oid:
+                    raise ConfigError(f"{entry.path!r} changed while it was captured; run again")
+                sha256, size = objects.digests[oid]
+                captured[entry.path] = (sha256, entry.new_mode, size)
+                laid.append(entry)
+        finally:
+            os.close(root_fd)
+    faults.point("start_state_laid")
+    tree = _start_tree(clone, home, base_tree, laid)
+    staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
+    paths = sorted(set(captured) | set(staged), key=sort_key)
+    unchanged = [p for p in paths if p not in captured]
+    if unchanged:  # staged only: the worktree holds HEAD's content there
+        base = tree_entries(layout, base_tree, unchanged)
+        oids = [e.oid for e in base.values() if e is not None]
+        digests = blob_sha256(layout, oids) if oids else {}
+        for path in unchanged:
+            head = base.get(path)
+            if head is not None and head.mode not in _MODES:
+                skipped.setdefault(path, f"mode {head.mode} in HEAD (not a file or link)")
+                paths.remove(path)
+            elif head is None:
+                captured[path] = None
+            else:
+                sha256, size = digests[head.oid]
+                captured[path] = (sha256, head.mode, size)
+    index = index_entries(layout, paths) if paths else {}
+    preconditions: list[dict[str, Any]] = []
+    for path in paths:
+        listed = index.get(path, [])
+        if len(listed) > 1 or any(e.stage != 0 or e.intent_to_add for e in listed):
+            continue  # unmerged or intent-to-add: no precondition can say it
+        state = captured[path]
+        old = (
+            {"exists": False, "sha256": None, "mode": None}
+            if state is None
+            else {"exists": True, "sha256": state[0], "mode": state[1]}
+        )
+        spec = listed[0] if listed else None
+        preconditions.append(
+            {
+                "path": wire_path(path),
+                "old": old,
+                "index": None if spec is None else {"mode": spec.mode, "oid": spec.oid, "stage": 0},
+            }
+        )
+    admitted, refused = _admissible(preconditions)
+    return StartState(
+        tree=tree,
+        preconditions=admitted,
+        skipped=[{"path": p, "reason": why} for p, why in skipped.items()] + refused,
+    )
+
+
+def _admissible(
+    preconditions: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The preconditions a grant can hold (SPEC §3.2 path rules, §3.3 path set), and the rest.
+
+    A file that replaced a directory (or the reverse) gives two paths, one a prefix
+    directory of the other: the one whose captured state is missing is left out. A path
+    left out has the implicit precondition (HEAD's), which refuses an edit of it.
+    """
+    refused: list[dict[str, str]] = []
+    valid: dict[str, dict[str, Any]] = {}
+    for item in preconditions:
+        try:
+            check_path(item["path"])
+        except PathInvalid as exc:
+            refused.append({"path": item["path"], "reason": f"no precondition: {exc.detail}"})
+            continue
+        valid[item["path"]] = item
+    folded: dict[str, list[str]] = {}
+    for path in valid:
+        folded.setdefault(path.casefold(), []).append(path)
+    drop = {p for group in folded.values() if len(group) > 1 for p in group}
+    for path in valid:
+        parts = path.casefold().split("/")
+        for depth in range(1, len(parts)):
+            for prefix in folded.get("/".join(parts[:depth]), []):
+                pair = (prefix, path)
+                gone = [p for p in pair if not valid[p]["old"]["exists"]]
+                drop.update(gone or pair)
+    for path in sorted(drop, key=sort_key):
+        why = "no precondition: its path collides with another changed path"
+        refused.append({"path": path, "reason": why})
+    return [item for path, item in valid.items() if path not in drop], refused

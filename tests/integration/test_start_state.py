@@ -1,0 +1,71 @@
+"""``start_state.capture_into``: the person's worktree laid into a fresh clone, exactly.
+
+Real repositories; the person's worktree and ``.git`` are compared byte for byte before
+and after, and nothing outside the clone may change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from promoter.executor.start_state import capture_into
+from tests.gitutil import git
+from tests.support.flows import init_repo
+from tests.support.promotion import git_dir_digest, tree_bytes
+
+
+def _clone(tmp_path: Path, repo: Path) -> tuple[Path, Path, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    clone = home / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    return clone, home, git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def test_a_link_in_head_replaced_by_a_directory_is_never_followed_when_laying(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = init_repo(tmp_path / "work", {"README.md": b"r\n", "d/f": b"in a directory\n"})
+    os.symlink(str(outside), repo / "lnk")
+    git(repo, "add", "lnk")
+    git(repo, "commit", "-q", "-m", "a link")
+    clone, home, tree = _clone(tmp_path, repo)
+    # the person: the link becomes a directory, the directory becomes a file
+    (repo / "lnk").unlink()
+    (repo / "lnk").mkdir()
+    (repo / "lnk" / "x").write_bytes(b"inside now\n")
+    (repo / "d" / "f").unlink()
+    (repo / "d").rmdir()
+    (repo / "d").write_bytes(b"a file now\n")
+    person, person_git = tree_bytes(repo), git_dir_digest(repo)
+
+    state = capture_into(str(repo), clone, home, tree)
+
+    assert list(outside.iterdir()) == []
+    assert tree_bytes(clone) == person
+    assert tree_bytes(repo) == person and git_dir_digest(repo) == person_git
+    # a file where a directory was: the path whose state is missing has no precondition
+    assert sorted(p["path"] for p in state.preconditions) == ["d", "lnk/x"]
+    assert {s["path"] for s in state.skipped} == {"d/f", "lnk"}
+    listed = git(clone, "ls-tree", "-r", "--name-only", state.tree).split("\n")
+    assert listed == ["README.md", "d", "lnk/x"]
+    assert not (home / "start-index").exists()
+
+
+def test_a_nested_repository_is_named_and_not_copied(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work")
+    init_repo(repo / "vendor" / "lib")  # an untracked nested repository
+    (repo / "notes.txt").write_bytes(b"notes\n")
+    clone, home, tree = _clone(tmp_path, repo)
+    person_git = git_dir_digest(repo)
+
+    state = capture_into(str(repo), clone, home, tree)
+
+    assert [s["path"] for s in state.skipped] == ["vendor/lib"]
+    assert not (clone / "vendor").exists()
+    assert (clone / "notes.txt").read_bytes() == b"notes\n"
+    assert [p["path"] for p in state.preconditions] == ["notes.txt"]
+    assert git_dir_digest(repo) == person_git

@@ -1,0 +1,300 @@
+"""``promoter run`` starts from the person's worktree as it is (SPEC §10.16, TESTS S3).
+
+A real daemon, a real repository with staged, unstaged, untracked, ignored, deleted,
+executable and symlinked work of the person's, and a real shell command in the sandbox.
+The person's edit during the run is made by the command itself (it writes the person's
+worktree by the path it is given: nothing confines it in these tests), so the test
+needs no timing. Exit statuses are those of the real CLI, run as a process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promoter.errors import NotConfirmed, PromoterError, TargetDrift
+from promoter.executor import sandbox as sandboxes
+from tests.gitutil import git, git_bytes
+from tests.support.daemon import Daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.workflow.test_run_command import _only_run, _receipt, _run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FILES = {
+    ".gitignore": b"*.log\n",
+    "README.md": b"# project\n",
+    "src/app.py": b"print('v1')\n",
+    "tool.sh": b"echo tool\n",
+    "old.txt": b"to be deleted by the person\n",
+    "staged_only.txt": b"head content\n",
+}
+PERSON_README = b"# project\nthe person's unstaged line\n"
+PERSON_APP = b"print('staged by the person')\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "work", FILES)
+
+
+def _dirty(repo: Path) -> None:
+    """The person's uncommitted work of every kind."""
+    (repo / "README.md").write_bytes(PERSON_README)  # unstaged
+    (repo / "src" / "app.py").write_bytes(PERSON_APP)
+    git(repo, "add", "src/app.py")  # staged
+    (repo / "staged_only.txt").write_bytes(b"staged, then put back in the worktree\n")
+    git(repo, "add", "staged_only.txt")
+    (repo / "staged_only.txt").write_bytes(FILES["staged_only.txt"])  # index differs only
+    (repo / "notes.txt").write_bytes(b"the person's untracked notes\n")  # untracked
+    (repo / "latest").symlink_to("notes.txt")  # an untracked link
+    (repo / "tool.sh").chmod(0o755)  # an exec bit
+    (repo / "old.txt").unlink()  # deleted, not staged
+    (repo / "debug.log").write_bytes(b"ignored: never copied\n")  # ignored
+
+
+def _cli(daemon: Daemon, *args: str, **env: str) -> Any:
+    import subprocess
+
+    argv = [sys.executable, "-m", "promoter.cli.main", "run"]
+    argv += ["--state-dir", str(daemon.state_dir), "--url", daemon.url, *args]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    return subprocess.run(
+        argv,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _index(repo: Path) -> bytes:
+    return git_bytes(repo, "ls-files", "-s", "-z")
+
+
+def test_the_persons_staged_unstaged_and_untracked_work_starts_the_sandbox_and_promotes(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    index_before = _index(repo)
+    git_before = git_dir_digest(repo)
+    script = "printf 'the agent line\\n' >> README.md; printf 'x = 1\\n' > src/new.py"
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", script)
+    assert result.exit_code == 0, result.output
+    record = _only_run(daemon)
+    # the sandbox held the person's files byte for byte (the agent's two edits on top)
+    person = tree_bytes(repo)
+    assert person.pop("debug.log")[0] == b"ignored: never copied\n"
+    assert tree_bytes(Path(record.clone)) == person
+    assert person["latest"] == (b"notes.txt", -1)
+    assert person["tool.sh"][1] & 0o100
+    assert "old.txt" not in person
+    # only the agent's edits were handed in, the agent's line on top of the person's
+    op = record.steps[0].operation_id
+    assert op is not None
+    targets = {t["path"]: t for t in _receipt(daemon, op)["targets"]}
+    assert sorted(targets) == ["README.md", "src/new.py"]
+    assert (repo / "README.md").read_bytes() == PERSON_README + b"the agent line\n"
+    assert (repo / "src" / "app.py").read_bytes() == PERSON_APP
+    assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
+    # the person's staging is untouched: the index and all of .git are byte-identical
+    assert _index(repo) == index_before
+    assert git_dir_digest(repo) == git_before
+    # the grant's preconditions are the person's state, index entries included
+    pre = {p["path"]: p for p in record.preconditions}
+    assert sorted(pre) == [
+        "README.md",
+        "latest",
+        "notes.txt",
+        "old.txt",
+        "src/app.py",
+        "staged_only.txt",
+        "tool.sh",
+    ]
+    assert pre["notes.txt"]["index"] is None
+    assert pre["old.txt"]["old"] == {"exists": False, "sha256": None, "mode": None}
+    assert pre["latest"]["old"]["mode"] == "120000"
+    assert pre["tool.sh"]["old"]["mode"] == "100755"
+    staged = git_bytes(repo, "rev-parse", ":staged_only.txt").decode().strip()
+    assert pre["staged_only.txt"]["index"] == {"mode": "100644", "oid": staged, "stage": 0}
+    assert pre["staged_only.txt"]["old"]["sha256"] == _sha(FILES["staged_only.txt"])
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_an_agent_edit_of_a_file_the_person_staged_promotes_and_keeps_the_staging(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    index_before = _index(repo)
+    script = "printf 'print(2)\\n' >> src/app.py; printf 'agent\\n' > staged_only.txt"
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert result.exit_code == 0, result.output
+    assert (repo / "src" / "app.py").read_bytes() == PERSON_APP + b"print(2)\n"
+    assert (repo / "staged_only.txt").read_bytes() == b"agent\n"
+    assert _index(repo) == index_before  # what the person staged stays staged
+
+
+def test_a_file_the_person_edits_during_the_run_drifts_and_is_named(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    script = (
+        "printf 'agent\\n' >> README.md; printf 'agent\\n' >> notes.txt; "
+        "printf 'print(3)\\n' > src/app.py; "
+        'printf "the person saves during the run\\n" > "$PERSON_WORKTREE/README.md"'
+    )
+    before = tree_bytes(repo)
+    done = _cli(
+        daemon, "--repo", "work", "--yes", "--", "sh", "-c", script, PERSON_WORKTREE=str(repo)
+    )
+    err = done.stderr.decode()
+    assert done.returncode == TargetDrift.exit_code, err
+    assert "[target_drift]" in err
+    record = _only_run(daemon)
+    readme_now = b"the person saves during the run\n"
+    assert (
+        f"drifted: README.md: reads 100644 sha256:{_sha(readme_now)[:12]} ({len(readme_now)} bytes) now, expected 100644 sha256:{_sha(PERSON_README)[:12]}"
+        in " ".join(err.split())
+    )
+    drifted = [line for line in err.splitlines() if line.startswith("drifted: ")]
+    assert len(drifted) == 1, err  # the other files the agent edited are as expected
+    assert "promoter run --repo work -- CMD" in " ".join(err.split())
+    assert f"sandbox kept: {record.clone}" in " ".join(err.split())
+    # nothing of the run was written; the person's save stands
+    after = tree_bytes(repo)
+    assert after.pop("README.md")[0] == readme_now
+    before.pop("README.md")
+    assert after == before
+    assert Path(record.clone).is_dir()
+    assert record.steps[0].status == "preflight_refused"
+
+
+def test_from_head_starts_at_head_and_an_edit_of_a_dirty_file_is_refused(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    before = tree_bytes(repo)
+    result = _run(
+        daemon,
+        "run",
+        "--repo",
+        "work",
+        "--from-head",
+        "--yes",
+        "--",
+        "sh",
+        "-c",
+        "cat README.md > ../seen; printf 'agent\\n' >> README.md",
+    )
+    assert isinstance(result.exception, PromoterError), result.output
+    assert result.exception.code == "target_drift"
+    record = _only_run(daemon)
+    assert record.start_tree is None and record.preconditions == []
+    assert (Path(record.clone).parent / "seen").read_bytes() == FILES["README.md"]
+    assert not (Path(record.clone) / "notes.txt").exists()
+    assert "README.md changed since the run began" in result.exception.detail
+    assert [p["path"] for p in result.exception.context["paths"]] == ["README.md"]
+    assert tree_bytes(repo) == before
+
+
+def test_without_a_terminal_or_yes_the_run_exits_not_confirmed(daemon: Daemon, repo: Path) -> None:
+    before = tree_bytes(repo)
+    done = _cli(daemon, "--repo", "work", "--", "sh", "-c", "echo hi > src/app.py")
+    err = " ".join(done.stderr.decode().split())
+    assert done.returncode == NotConfirmed.exit_code != 70, err
+    assert "[not_confirmed]" in err and "stays submitted" in err
+    assert tree_bytes(repo) == before
+    record = _only_run(daemon)
+    assert record.steps[0].status == "declined" and Path(record.clone).is_dir()
+
+
+def test_a_completed_runs_sandbox_is_removed_and_kept_with_keep(daemon: Daemon, repo: Path) -> None:
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", "echo a > a.txt")
+    assert first.exit_code == 0, first.output
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert "removed" in first.stdout and (repo / "a.txt").read_bytes() == b"a\n"
+    kept = _run(
+        daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", "echo b > b.txt"
+    )
+    assert kept.exit_code == 0, kept.output
+    record = _only_run(daemon)
+    assert Path(record.clone).is_dir()
+    assert f"promoter run --continue {record.run_id}" in kept.stdout
+
+
+def test_a_chain_edits_a_dirty_file_twice_and_the_persons_staging_stays(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    index_before = _index(repo)
+    step = "printf 'step one\\n' >> src/app.py; printf 'one\\n' >> notes.txt"
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", step)
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    step = "printf 'step two\\n' >> src/app.py; rm notes.txt"
+    second = _run(daemon, "run", "--continue", record.run_id, "--yes", "--", "sh", "-c", step)
+    assert second.exit_code == 0, second.output
+    assert (repo / "src" / "app.py").read_bytes() == PERSON_APP + b"step one\nstep two\n"
+    assert not (repo / "notes.txt").exists()
+    op1 = _receipt(daemon, str(record.steps[0].operation_id))
+    assert sorted(t["path"] for t in op1["targets"]) == ["notes.txt", "src/app.py"]
+    assert _index(repo) == index_before
+    assert sandboxes.list_runs(daemon.state_dir) == []  # completed, not kept: removed
+
+
+def test_a_file_the_person_stages_during_the_run_drifts_on_its_index_entry(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    script = (
+        "printf 'agent\\n' >> notes.txt; "
+        'git -C "$PERSON_WORKTREE" add notes.txt'  # the person stages their notes meanwhile
+    )
+    done = _cli(
+        daemon, "--repo", "work", "--yes", "--", "sh", "-c", script, PERSON_WORKTREE=str(repo)
+    )
+    err = " ".join(done.stderr.decode().split())
+    assert done.returncode == TargetDrift.exit_code, err
+    assert "drifted: notes.txt: reads 100644" in err
+    assert "the index entry differs from the precondition" in err
+    assert (repo / "notes.txt").read_bytes() == b"the person's untracked notes\n"
+
+
+def test_a_file_that_replaced_a_directory_still_registers_a_grant_and_promotes(
+    daemon: Daemon, repo: Path
+) -> None:
+    (repo / "src" / "app.py").unlink()
+    (repo / "src").rmdir()
+    (repo / "src").write_bytes(b"a file where a directory was\n")
+    script = "printf 'more\\n' >> src; printf 'agent\\n' > README.md"
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert result.exit_code == 0, result.output
+    assert "src/app.py: no precondition: its path collides" in result.stdout
+    assert (repo / "src").read_bytes() == b"a file where a directory was\nmore\n"
+    assert (repo / "README.md").read_bytes() == b"agent\n"
+
+
+def test_a_sandbox_that_could_not_take_the_persons_state_is_removed(
+    daemon: Daemon, repo: Path
+) -> None:
+    _dirty(repo)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    done = _cli(
+        daemon, "--repo", "work", "--yes", "--", "true", PROMOTER_FAULTS="start_state_laid=EIO"
+    )
+    err = " ".join(done.stderr.decode().split())
+    assert done.returncode == 74, err
+    assert "[write_failed] your worktree could not be laid into the sandbox" in err
+    assert list(sandboxes.runs_dir(daemon.state_dir).iterdir()) == []
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
