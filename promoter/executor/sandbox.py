@@ -24,6 +24,7 @@ from typing import Any
 from promoter.errors import ConfigError, NotFound
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
+from promoter.store.durable import write_replace
 
 __all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
 
@@ -129,10 +130,11 @@ def create(
 
 
 def save(state_dir: Path, record: RunRecord) -> None:
+    """Replace the sandbox's ``run.json`` durably (``promoter.store.durable``: no temp
+    name is left behind by a kill)."""
     path = _record_path(state_dir, record.run_id)
-    temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps(record.wire(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temp, path)
+    data = json.dumps(record.wire(), indent=2, sort_keys=True) + "\n"
+    write_replace(path, data.encode("utf-8"), fault="run_record")
 
 
 def load(state_dir: Path, run_id: str) -> RunRecord:
