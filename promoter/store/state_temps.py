@@ -16,8 +16,10 @@ shadow repository), (3) in promoter's own directories: the state directory's top
 audit store (not the blob fan-out, where only links land), the credentials, the run
 quotas, each sandbox's own directory (never its ``clone/``, which is the executor's
 worktree) and each shadow repository's top and ``info/`` (never git's ``objects/`` or
-``refs/``). A temp whose writer is alive (another daemon or a CLI command on the same
-state directory) is kept. Nothing is followed through a symlink.
+``refs/``); in ``snapshots/`` also a directory with promoter's temp name (a shadow
+repository staged by a writer that died before renaming it into place), removed by
+descriptors (``promoter.fs.own_tree``). A temp whose writer is alive (another daemon or
+a CLI command on the same state directory) is kept. Nothing is followed through a symlink.
 
 Deliberately not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``),
 and anything in a user's worktree (SPEC §10.1: recovery removes only journaled temps
@@ -33,6 +35,9 @@ import re
 import secrets
 import stat
 from pathlib import Path
+
+from promoter.errors import PathUnsafe
+from promoter.fs.own_tree import remove_own_tree
 
 __all__ = ["PREFIX", "is_own_temp", "sweep", "temp_name"]
 
@@ -179,6 +184,9 @@ def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
             continue
         with contextlib.suppress(FileNotFoundError):
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if place == "snapshots" and stat.S_ISDIR(info.st_mode) and is_own_temp(name):
+                gone += _remove_staging(directory, name)
+                continue
             if not stat.S_ISREG(info.st_mode):
                 log.warning("kept %s: named like a temp but not a regular file", directory / name)
                 continue
@@ -186,3 +194,18 @@ def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
             log.warning("removed leftover temp %s (%d bytes)", directory / name, info.st_size)
             gone.append(directory / name)
     return gone
+
+
+def _remove_staging(snapshots: Path, name: str) -> list[Path]:
+    """Remove a shadow repository staged by a writer that is gone (never renamed into place).
+
+    By descriptors, never through a symlink or onto another mount
+    (``promoter.fs.own_tree``); what cannot be removed is kept and logged.
+    """
+    try:
+        removed = remove_own_tree(snapshots, name, lambda _fd: True)
+    except (PathUnsafe, OSError) as exc:
+        log.warning("kept %s: %s", snapshots / name, exc)
+        return []
+    log.warning("removed leftover staging directory %s", removed)
+    return [removed]

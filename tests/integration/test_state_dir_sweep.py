@@ -153,3 +153,27 @@ def test_a_kill_while_a_sandbox_record_is_saved_leaves_the_old_record_and_no_tem
     assert len(temps) == (1 if leaves_name else 0) and len(names) == 1 + len(temps)
     assert [p.name for p in sweep(state)] == temps
     assert os.listdir(home) == ["run.json"]
+
+
+KILLED_SHADOW = """
+import sys
+from promoter.git.shadow_files import ensure_shadow
+ensure_shadow(sys.argv[1])  # killed while its staging directory is being filled
+"""
+
+
+def test_a_shadow_repository_staged_by_a_killed_writer_is_removed_whole(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    shadow = state / "snapshots" / "repo_1.git"
+    env = {**os.environ, "PROMOTER_FAULTS": "shadow_after_fsync=kill@2"}
+    done = subprocess.run([sys.executable, "-c", KILLED_SHADOW, str(shadow)], env=env, check=False)
+    assert done.returncode == 137
+    staged = list((state / "snapshots").iterdir())
+    assert len(staged) == 1 and staged[0].name.startswith(PREFIX) and staged[0].is_dir()
+    assert (staged[0] / "HEAD").read_bytes() == b"ref: refs/heads/main\n"
+    live = state / "snapshots" / temp_name()  # one this process is staging now
+    live.mkdir()
+    assert sweep(state) == staged
+    assert sorted(p.name for p in (state / "snapshots").iterdir()) == [live.name]
+    subprocess.run([sys.executable, "-c", KILLED_SHADOW, str(shadow)], check=True)
+    assert (shadow / "HEAD").is_file() and (shadow / "objects" / "pack").is_dir()
