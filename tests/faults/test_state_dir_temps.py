@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from promoter.store.state_temps import PREFIX
-from tests.support.flows import init_repo, sha
+from tests.support.flows import init_repo, make_bundle, make_grant, sha
 from tests.support.process import DaemonProcess, prepare_promotion
 
 FILES = {"src/a.py": b"v1 a\n", "src/b.py": b"v1 b\n"}
@@ -143,3 +143,60 @@ def test_kill_between_receipt_write_syscalls_leaves_no_stray_file_in_state_dir(
     assert (repo / "src/a.py").read_bytes() == NEW["src/a.py"]
     assert (repo / "src/c.py").read_bytes() == NEW["src/c.py"]
     assert _listing(state) == _expected(state, request, op_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "point",
+    [
+        "audit_verification_after_mkdir",
+        "audit_verification_after_create",
+        "audit_verification_after_fsync",
+        "audit_verification_after_link",
+    ],
+)
+def test_kill_while_a_verification_receipt_is_written_leaves_no_stray_file(
+    point: str, tmp_path: Path
+) -> None:
+    """The same for the verification receipt (named temps): the executor submits the bundle
+    again after the restart and gets the receipt; nothing else is left."""
+    repo = init_repo(tmp_path / "work", FILES)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo}, faults=f"{point}=kill,{NAMED}")
+    try:
+        with first.client() as orch:
+            identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+            grant = make_grant(repo, identity)
+            assert orch.post("/v1/grants", json=grant).status_code == 201
+        bundle = make_bundle(grant, CHANGES)
+        with first.executor("run_1") as ex:
+            for _, old, new in CHANGES:
+                for data in (d for d in (old, new) if d is not None):
+                    ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+            with contextlib.suppress(httpx.HTTPError):
+                ex.post("/v1/bundles", json=bundle)  # the daemon dies mid-request
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        with second.executor("run_1") as ex:
+            again = ex.post("/v1/bundles", json=bundle)
+            # 201 while no receipt was in place; once linked, it is the stored one: 200
+            linked = point == "audit_verification_after_link"
+            assert again.status_code == (200 if linked else 201), again.text
+            receipt = again.json()["verification_receipt"]
+            served = ex.get(f"/v1/bundles/{bundle['bundle_id']}/verification")
+            assert served.status_code == 200
+    finally:
+        second.stop()
+    kind = state / "audit" / "receipts" / "verification"
+    assert os.listdir(kind) == [f"{bundle['bundle_id']}.json"]
+    stored = (kind / f"{bundle['bundle_id']}.json").read_bytes()
+    assert stored == served.content
+    assert json.loads(stored)["receipt_sha256"] == receipt["receipt_sha256"]
+    assert json.loads(stored)["status"] == "passed"
+    expected = _expected(state, {"bundle_id": bundle["bundle_id"]}, "")
+    expected -= {"audit/receipts/promotion/", "audit/receipts/promotion/.json"}
+    assert _listing(state) == expected
