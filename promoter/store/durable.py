@@ -134,9 +134,9 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         created = temp.link(path.name, fault)
+        os.fsync(temp.dir_fd)
     finally:
         temp.close()
-    fsync_dir(path.parent)
     point(f"{fault}_after_dir_fsync")
     return created
 
@@ -146,9 +146,9 @@ def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "s
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         temp.replace(path.name, fault)
+        os.fsync(temp.dir_fd)
     finally:
         temp.close()
-    fsync_dir(path.parent)
     point(f"{fault}_after_dir_fsync")
 
 
