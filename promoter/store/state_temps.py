@@ -75,11 +75,16 @@ def _start_of(pid: int) -> str | None:
 _BOOT = _boot()
 
 
+_self: tuple[int, str] | None = None  # (pid, start) of this process, read once per pid
+
+
 def temp_name() -> str:
     """A fresh temp name that names this process as its writer."""
+    global _self
     pid = os.getpid()
-    start = _start_of(pid) or _UNKNOWN_START
-    return f"{PREFIX}{_BOOT}-{pid}-{start}-{secrets.token_hex(8)}"
+    if _self is None or _self[0] != pid:  # first use, or a forked child
+        _self = (pid, _start_of(pid) or _UNKNOWN_START)
+    return f"{PREFIX}{_BOOT}-{pid}-{_self[1]}-{secrets.token_hex(8)}"
 
 
 def is_own_temp(name: str) -> bool:
