@@ -39,7 +39,7 @@ def anonymous(
 def _record_points(monkeypatch: pytest.MonkeyPatch, directory: Path) -> list[tuple[str, list[str]]]:
     """Each fault point reached, with the names in ``directory`` at that moment."""
     seen: list[tuple[str, list[str]]] = []
-    real = durable.point
+    real = faults.point
 
     def recorder(name: str) -> None:
         names = sorted(os.listdir(directory)) if directory.is_dir() else []
