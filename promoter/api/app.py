@@ -1,8 +1,9 @@
 """The FastAPI application: ``create_app(settings)``.
 
 The lifespan builds the services (state directory, migrations, credentials, the
-repository registry), runs the start-up recovery scan and rehearses a promotion's journal
-(``promoter.engine.rehearsal``, rolled back) before the daemon serves.
+repository registry), sweeps the state directory's leftover temps
+(``promoter.store.state_temps``), runs the start-up recovery scan and rehearses a
+promotion's journal (``promoter.engine.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``.
 """
 
@@ -35,6 +36,7 @@ from promoter.engine.recover import auto_recover, scan_orphans
 from promoter.engine.rehearsal import rehearse
 from promoter.engine.services import Services, build_services
 from promoter.engine.signing import host_key
+from promoter.store.state_temps import sweep as sweep_state_temps
 
 API_DESCRIPTION = (
     "Executors hand in sealed, content-addressed patch bundles; the orchestrator promotes "
@@ -61,6 +63,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or build_services(settings)
+        sweep_state_temps(app.state.services.settings.state_dir)  # leftovers of a killed writer
         host_key(app.state.services)  # created on first start (SPEC §3.9)
         heartbeat = Heartbeat(
             app.state.services.db,

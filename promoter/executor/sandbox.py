@@ -26,6 +26,7 @@ from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
+from promoter.store.durable import write_replace
 
 __all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
 
@@ -164,10 +165,11 @@ def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
 
 
 def save(state_dir: Path, record: RunRecord) -> None:
+    """Replace the sandbox's ``run.json`` durably (``promoter.store.durable``: no temp
+    name is left behind by a kill)."""
     path = _record_path(state_dir, record.run_id)
-    temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps(record.wire(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temp, path)
+    data = json.dumps(record.wire(), indent=2, sort_keys=True) + "\n"
+    write_replace(path, data.encode("utf-8"), fault="run_record")
 
 
 def load(state_dir: Path, run_id: str) -> RunRecord:

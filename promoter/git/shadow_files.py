@@ -1,9 +1,10 @@
 """The shadow repository's own files: created atomically, its config and attributes kept.
 
-``ensure_shadow`` creates a shadow bare repository (staged in a temp directory, then
-renamed into place; a racing creator's is kept) or refreshes its ``config`` and
-``info/attributes``; ``put_file`` replaces a small file (temp, fsync, rename) only when
-its bytes differ. The configuration and attributes are ``worktree_tree.ShadowTree``'s.
+``ensure_shadow`` creates a shadow bare repository (staged in a temp directory named by
+``promoter.store.state_temps.temp_name``, then renamed into place; a racing creator's is
+kept) or refreshes its ``config`` and ``info/attributes``; ``put_file`` replaces a small
+file (``promoter.store.durable.write_replace``) only when its bytes differ. The
+configuration and attributes are ``worktree_tree.ShadowTree``'s.
 Deliberately not here: running git in the shadow, capture and diff (``shadow.py``), and
 any file outside the shadow.
 """
@@ -15,11 +16,12 @@ import errno
 import os
 import shutil
 import stat
-import tempfile
-import threading
+from pathlib import Path
 
 from promoter.errors import StorageError
 from promoter.git.worktree_tree import _ATTRIBUTES, _CONFIG
+from promoter.store.durable import fsync_dir, make_dirs, write_replace
+from promoter.store.state_temps import temp_name
 
 __all__ = ["OWN_EXCLUDES", "ensure_shadow", "put_file", "unlink_missing_ok"]
 
@@ -46,8 +48,11 @@ def ensure_shadow(path: str) -> None:
 
 def _create(path: str) -> None:
     parent = os.path.dirname(path)
-    os.makedirs(parent, mode=0o700, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".init-", dir=parent)
+    make_dirs(Path(parent), mode=0o700, fault="shadow")
+    # staged under a name that names this process: a start-up sweep removes it once the
+    # process is gone (``promoter.store.state_temps``)
+    staging = os.path.join(parent, temp_name())
+    os.mkdir(staging, 0o700)
     try:
         for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
             os.makedirs(os.path.join(staging, sub), mode=0o700)
@@ -57,6 +62,7 @@ def _create(path: str) -> None:
         put_file(os.path.join(staging, "info", "exclude"), OWN_EXCLUDES.encode())
         try:
             os.rename(staging, path)
+            fsync_dir(Path(parent))
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
@@ -66,7 +72,8 @@ def _create(path: str) -> None:
 
 
 def put_file(path: str, data: bytes) -> bool:
-    """Replace ``path`` with ``data`` (temp, fsync, rename) unless it already holds it.
+    """Replace ``path`` with ``data`` durably (``promoter.store.durable.write_replace``)
+    unless it already holds it.
 
     Whether it was replaced.
     """
@@ -76,17 +83,7 @@ def put_file(path: str, data: bytes) -> bool:
                 return False
     except FileNotFoundError:
         pass
-    temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        unlink_missing_ok(temp)
-        raise
+    write_replace(Path(path), data, mode=0o600, fault="shadow")
     return True
 
 

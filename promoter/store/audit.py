@@ -2,7 +2,10 @@
 
 Grants, bundles and receipts are stored as their exact canonical bytes, once. Writing
 the same bytes again is a no-op; different bytes under the same name raise the conflict
-class the caller names. Nothing here ever rewrites or deletes a document.
+class the caller names. Nothing here ever rewrites or deletes a document. Each write goes
+through ``promoter.store.durable.write_new`` (an anonymous temp linked into place, the
+parents of new directories fsynced), whose fault points are named ``audit_<kind>_after_*``
+(e.g. ``audit_promotion_after_link``).
 
 A stored document read back as its model (``load``, ``checked``) that no longer parses
 (the state directory was damaged or edited by hand) raises ``StorageError`` naming the
@@ -51,7 +54,7 @@ class AuditStore:
         """Store ``data``; True if new, False if identical bytes were already there."""
         target = self.path(kind, name)
         try:
-            created = write_new(target, data)
+            created = write_new(target, data, fault=f"audit_{kind}")
             existing = None if created else target.read_bytes()
         except OSError as exc:
             raise StorageError(f"cannot write {kind} {name}: {exc}") from exc

@@ -26,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
@@ -34,12 +33,12 @@ from pathlib import Path
 from promoter.domain.models import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
 from promoter.faults import point
-from promoter.store.durable import fsync_dir, make_dirs, start_writeback
+from promoter.store.durable import NO_TMPFILE, fsync_dir, make_dirs, start_writeback
+from promoter.store.state_temps import temp_name
 
 CHUNK = 1 << 20
 _ANON_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
 _NAMED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_NO_TMPFILE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EISDIR)
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as ``Path.is_file`` reads
 
 
@@ -83,7 +82,8 @@ class BlobWriter:
     The temp file is anonymous (``O_TMPFILE`` in the store's ``tmp/``) where the
     filesystem and ``/proc/self/fd`` allow it: it has no name until its link into place,
     so nothing is created or removed in ``tmp/`` and a crash leaves nothing behind.
-    Elsewhere it is a fresh ``.tmp-<hex>`` name in ``tmp/``, removed once linked.
+    Elsewhere it is a fresh name in ``tmp/`` (``promoter.store.state_temps.temp_name``,
+    which the daemon's start-up sweep removes once its writer is gone), removed once linked.
     """
 
     def __init__(self, store: BlobStore, sha256: str, max_bytes: int) -> None:
@@ -109,10 +109,10 @@ class BlobWriter:
             try:
                 return os.open(store._tmp, _ANON_FLAGS, 0o600)
             except OSError as exc:
-                if exc.errno not in _NO_TMPFILE:
+                if exc.errno not in NO_TMPFILE:
                     raise
                 store.anonymous_temps = False  # this filesystem has none: named from now on
-        self._tmp = os.path.join(store._tmp, f".tmp-{secrets.token_hex(8)}")
+        self._tmp = os.path.join(store._tmp, temp_name())
         return os.open(self._tmp, _NAMED_FLAGS, 0o600)
 
     def write(self, chunk: bytes) -> None:
@@ -337,10 +337,8 @@ def _link_making_parent(source: str | int | None, target: str, *, sync_parent: b
     try:
         _link(source, target)
     except FileNotFoundError:
-        parent = Path(os.path.dirname(target))
-        make_dirs(parent)
-        if sync_parent:
-            fsync_dir(parent.parent)  # the new fan-out directory's own entry is durable
+        # the new fan-out directory's own entry is made durable (unless synced after)
+        make_dirs(Path(os.path.dirname(target)), sync=sync_parent)
         _link(source, target)
 
 

@@ -1,34 +1,70 @@
-"""Durable file primitives for promoter's own state directory.
+"""Durable file primitives for promoter's own state directory: the one way to write there.
 
-Temp file + write + fsync + rename + directory fsync. These write only under the state
-directory, whose paths promoter chose itself; worktree writes never come here (they go
-through ``promoter.fs`` descriptor chains). A failed write (``ENOSPC``, ``EDQUOT``, ``EIO``)
-removes its temp file and raises the ``OSError``; callers translate it.
+A file is written as a temp, its bytes written, made read-only or private, fsynced, then
+linked (``write_new``: never over an existing file) or renamed (``write_replace``) into
+place, and its directory fsynced. The temp has no name while it is written: it is an
+``O_TMPFILE`` file in the target's directory, linked into place through
+``/proc/self/fd/N`` (``write_replace`` first links it under a temp name, then renames
+that over the target). Where the filesystem refuses ``O_TMPFILE`` (or ``/proc`` is
+missing) the temp is named from its creation, by ``promoter.store.state_temps.temp_name``:
+a recognisable name that says which process wrote it, which the daemon's start-up sweep
+(``state_temps.sweep``) removes once that process is gone. So a killed writer leaves
+nothing behind, or a temp that the next start removes.
+
+``make_dirs`` creates a directory chain and fsyncs, for every level it created, the
+directory that holds it (a new directory's entry is as durable as the files written into
+it). Every directory the state directory gains goes through it.
+
+These write only under the state directory, whose paths promoter chose itself; worktree
+writes never come here (they go through ``promoter.fs`` descriptor chains). A failed write
+(``ENOSPC``, ``EDQUOT``, ``EIO``) removes its temp and raises the ``OSError``; callers
+translate it.
 
 ``start_writeback`` (``promoter.fs.syscalls``, re-exported here) asks the kernel to
 begin writing a file's dirty pages now (``sync_file_range(SYNC_FILE_RANGE_WRITE)``,
 where there is one). It is a hint and makes nothing durable: the file is still fsynced,
-and that fsync reports any error. Many files written one after another and then fsynced
-together wait far less when each one's writeback started as soon as its last byte was
-written.
+and that fsync reports any error.
 
-Fault point: ``state_write`` (before a temp file's bytes are written).
+Fault points: ``state_write`` (before a temp file's bytes are written), and one point
+after each syscall of a write, named after the writer (``fault``, default ``state``; the
+audit store passes ``audit_<kind>``, e.g. ``audit_promotion``): ``<fault>_after_mkdir``
+(a directory level created, its parent not yet fsynced), ``<fault>_after_mkdir_sync``,
+``<fault>_after_create`` (the temp exists), ``<fault>_after_write``,
+``<fault>_after_fsync``, ``<fault>_after_link`` (the file is in place; for a replace: its
+temp name is), ``<fault>_after_rename`` (replace only), ``<fault>_after_unlink_temp`` (a
+named temp's name removed after its link), ``<fault>_after_dir_fsync``. ``state_tmpfile``
+fires just before ``O_TMPFILE`` is asked for: an errno such as ``EOPNOTSUPP`` there
+behaves like a filesystem without it (the named path, for tests).
+
+Deliberately not here: which names documents get (``promoter.store.audit``), blobs
+(``promoter.store.blobs`` has its own anonymous temps, named by the same ``temp_name``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
+import threading
 from pathlib import Path
 
 from promoter.faults import point
 from promoter.fs.syscalls import start_writeback
+from promoter.store.state_temps import temp_name
 
 __all__ = ["start_writeback"]  # re-exported: the state directory's writers use it too
 
+# errnos that mean "this filesystem has no O_TMPFILE", not "this write failed"
+NO_TMPFILE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EISDIR)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_NAMED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_no_tmpfile: set[int] = set()  # devices that refused O_TMPFILE once: named from then on
+_no_tmpfile_lock = threading.Lock()
+
 
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(path, _DIR_FLAGS)
     try:
         os.fsync(fd)
     finally:
@@ -63,63 +99,162 @@ def remove_written(path: Path, expected: bytes) -> bool:
     return False
 
 
-def make_dirs(path: Path, mode: int = 0o755) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=mode)
+def make_dirs(path: Path, mode: int = 0o755, *, fault: str = "state", sync: bool = True) -> None:
+    """Create ``path`` and any missing parents; fsync the parent of every level created.
+
+    A level another process created at the same moment is fsynced in its parent too (its
+    creator may not have got there yet). ``sync=False``: no fsync, for a caller that syncs
+    the whole filesystem afterwards (``promoter.fs.group_sync``).
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for level in reversed(missing):
+        try:
+            os.mkdir(level, mode)
+        except FileExistsError:
+            if not level.is_dir():
+                raise
+        point(f"{fault}_after_mkdir")
+        if sync:
+            fsync_dir(level.parent)
+            point(f"{fault}_after_mkdir_sync")
 
 
-def temp_path(directory: Path) -> Path:
-    return directory / f".tmp-{secrets.token_hex(8)}"
-
-
-def write_new(path: Path, data: bytes, *, mode: int = 0o444) -> bool:
+def write_new(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state") -> bool:
     """Write ``data`` at ``path`` durably unless a file is already there.
 
     Returns True when this call created the file, False when something already stood
     at ``path`` (the caller compares contents).
     """
-    tmp = _write_temp(path.parent, data, mode)
+    temp = _Temp.written(path.parent, data, mode, fault)
     try:
-        os.link(tmp, path)  # never replaces an existing file
-        created = True
-    except FileExistsError:
-        created = False
+        created = temp.link(path.name, fault)
+        os.fsync(temp.dir_fd)
     finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        temp.close()
+    point(f"{fault}_after_dir_fsync")
     return created
 
 
-def write_replace(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state") -> None:
     """Write ``data`` at ``path`` durably, atomically replacing what was there."""
-    tmp = _write_temp(path.parent, data, mode)
+    temp = _Temp.written(path.parent, data, mode, fault)
     try:
-        os.replace(tmp, path)
+        temp.replace(path.name, fault)
+        os.fsync(temp.dir_fd)
     finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def _write_temp(directory: Path, data: bytes, mode: int) -> Path:
-    """A new fsynced temp file in ``directory`` holding ``data``; removed on failure."""
-    make_dirs(directory)
-    tmp = temp_path(directory)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        point("state_write")
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fchmod(fd, mode)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    return tmp
+        temp.close()
+    point(f"{fault}_after_dir_fsync")
 
 
 def write_private(path: Path, data: bytes) -> None:
     """Write a 0600 file (credentials) durably, replacing nothing that exists."""
     write_new(path, data, mode=0o600)
+
+
+class _Temp:
+    """A written, fsynced temp file in one directory: anonymous (``name is None``) or named."""
+
+    def __init__(self, directory: Path, dir_fd: int, fd: int, name: str | None) -> None:
+        self.directory = directory
+        self.dir_fd = dir_fd
+        self.fd: int | None = fd
+        self.name = name
+
+    @classmethod
+    def written(cls, directory: Path, data: bytes, mode: int, fault: str) -> _Temp:
+        """A new temp in ``directory`` (made if missing) holding ``data``, fsynced."""
+        make_dirs(directory, fault=fault)
+        dir_fd = os.open(directory, _DIR_FLAGS)
+        try:
+            fd, name = _open_temp(dir_fd)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+        temp = cls(directory, dir_fd, fd, name)
+        try:
+            point(f"{fault}_after_create")
+            point("state_write")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            point(f"{fault}_after_write")
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+            point(f"{fault}_after_fsync")
+        except BaseException:
+            temp.close()
+            raise
+        return temp
+
+    def link(self, target: str, fault: str) -> bool:
+        """Link the temp as ``target`` (never over a file); False when ``target`` exists."""
+        try:
+            self._link_as(target)
+        except FileExistsError:
+            return False
+        point(f"{fault}_after_link")
+        if self.name is not None:
+            self._drop_name()
+            point(f"{fault}_after_unlink_temp")
+        return True
+
+    def replace(self, target: str, fault: str) -> None:
+        """Rename the temp over ``target`` (an anonymous one is first given a temp name)."""
+        if self.name is None:
+            name = temp_name()
+            self._link_as(name)
+            self.name = name
+            point(f"{fault}_after_link")
+        os.rename(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.name = None
+        point(f"{fault}_after_rename")
+
+    def _link_as(self, target: str) -> None:
+        if self.name is not None:
+            os.link(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            return
+        assert self.fd is not None
+        # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc link names the anonymous inode
+        os.link(f"/proc/self/fd/{self.fd}", target, dst_dir_fd=self.dir_fd, follow_symlinks=True)
+
+    def _drop_name(self) -> None:
+        name, self.name = self.name, None
+        if name is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self.dir_fd)
+
+    def close(self) -> None:
+        """Close the descriptors and remove the temp's name, if it still has one."""
+        if self.fd is not None:
+            os.close(self.fd)  # an anonymous temp vanishes with its last descriptor
+            self.fd = None
+        self._drop_name()
+        os.close(self.dir_fd)
+
+
+def _open_temp(dir_fd: int) -> tuple[int, str | None]:
+    """A new temp file in the directory ``dir_fd``: (descriptor, None) when anonymous,
+    (descriptor, name) when the filesystem has no ``O_TMPFILE``."""
+    device = os.fstat(dir_fd).st_dev
+    if device not in _no_tmpfile and _PROC_FD:
+        try:
+            point("state_tmpfile")
+            return os.open(
+                ".", os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+            ), None
+        except OSError as exc:
+            if exc.errno not in NO_TMPFILE:
+                raise
+            with _no_tmpfile_lock:
+                _no_tmpfile.add(device)
+    name = temp_name()
+    return os.open(name, _NAMED_FLAGS, 0o600, dir_fd=dir_fd), name
+
+
+_PROC_FD = os.path.isdir("/proc/self/fd")

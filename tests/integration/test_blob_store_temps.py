@@ -18,6 +18,7 @@ import pytest
 
 from promoter.errors import BlobHashMismatch, PayloadTooLarge, StorageError
 from promoter.store.blobs import BlobStore
+from promoter.store.state_temps import PREFIX
 from tests.support.fsutil import anonymous_temps_work
 
 
@@ -119,7 +120,7 @@ def test_a_filesystem_without_o_tmpfile_falls_back_to_named_temps(
     first, second = b"one\n", b"two\n"
     writer = store.writer(sha(first), 10)
     writer.write(first)
-    assert len(in_tmp(store)) == 1 and in_tmp(store)[0].startswith(".tmp-")
+    assert len(in_tmp(store)) == 1 and in_tmp(store)[0].startswith(PREFIX)
     assert writer.commit() is True
     assert store.anonymous_temps is False  # asked once, then named straight away
     store.put(sha(second), second)

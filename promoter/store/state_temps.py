@@ -1,0 +1,216 @@
+"""Names of promoter's named temp files in its state directory, and the start-up sweep.
+
+Most temps in the state directory have no name at all (``O_TMPFILE``, see
+``promoter.store.durable``). Where a name is needed (a filesystem without ``O_TMPFILE``,
+or the moment before a rename over an existing file) it is ``temp_name()``:
+``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, which names its writer (the first
+8 hex of the boot id, the process id and the process's start time in clock ticks). A
+temp whose writer is provably gone (another boot, no such process, or a pid now held by
+a younger process) can be nothing but a leftover of a killed writer.
+
+``sweep(state_dir)`` runs once when the daemon starts. It removes, and logs one line for
+each, only entries that are (1) regular files, (2) named by promoter's own temp pattern
+(or by the temp names older versions used: ``.tmp-<16 hex>`` in the audit store and the
+credentials, ``run.tmp`` beside a sandbox's ``run.json``, ``<file>.tmp-<pid>-<tid>`` in a
+shadow repository), (3) in promoter's own directories: the state directory's top, the
+audit store (not the blob fan-out, where only links land), the credentials, the run
+quotas, each sandbox's own directory (never its ``clone/``, which is the executor's
+worktree) and each shadow repository's top and ``info/`` (never git's ``objects/`` or
+``refs/``); in ``snapshots/`` also a directory with promoter's temp name (a shadow
+repository staged by a writer that died before renaming it into place), removed by
+descriptors (``promoter.fs.own_tree``). A temp whose writer is alive (another daemon or
+a CLI command on the same state directory) is kept. Nothing is followed through a symlink.
+
+Deliberately not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``),
+and anything in a user's worktree (SPEC §10.1: recovery removes only journaled temps
+there, never by pattern).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+
+from promoter.errors import PathUnsafe
+from promoter.fs.own_tree import remove_own_tree
+
+__all__ = ["PREFIX", "is_own_temp", "sweep", "temp_name"]
+
+log = logging.getLogger("promoter.state")
+
+PREFIX = ".promoter-state-tmp-"
+_OWN = re.compile(r"\.promoter-state-tmp-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
+_LEGACY_AUDIT = re.compile(r"\.tmp-[0-9a-f]{16}")  # durable.py and blobs.py, before
+_LEGACY_SHADOW = re.compile(r".+\.tmp-(\d+)-\d+")  # shadow_files.put_file, before
+_LEGACY_RUN = "run.tmp"  # sandbox.save, before
+_UNKNOWN_START = "0"
+
+
+def _boot() -> str:
+    try:
+        raw = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "0" * 8
+    digits = raw.replace("-", "").lower()
+    return digits[:8] if re.fullmatch(r"[0-9a-f]{8,}", digits) else "0" * 8
+
+
+def _start_of(pid: int) -> str | None:
+    """The start time (clock ticks since boot) of ``pid``; None if there is no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _UNKNOWN_START
+    fields = raw.rsplit(")", 1)[1].split()  # the command name may hold ')' and spaces
+    return fields[19] if len(fields) > 19 else _UNKNOWN_START
+
+
+_BOOT = _boot()
+
+
+_self: tuple[int, str] | None = None  # (pid, start) of this process, read once per pid
+
+
+def temp_name() -> str:
+    """A fresh temp name that names this process as its writer."""
+    global _self
+    pid = os.getpid()
+    if _self is None or _self[0] != pid:  # first use, or a forked child
+        _self = (pid, _start_of(pid) or _UNKNOWN_START)
+    return f"{PREFIX}{_BOOT}-{pid}-{_self[1]}-{secrets.token_hex(8)}"
+
+
+def is_own_temp(name: str) -> bool:
+    return _OWN.fullmatch(name) is not None
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that named temp ``name`` may still be writing it."""
+    match = _OWN.fullmatch(name)
+    if match is None:
+        return False
+    boot, pid, start = match.group(1), int(match.group(2)), match.group(3)
+    if boot != _BOOT:
+        return False  # written before this boot: its writer is gone
+    now = _start_of(pid)
+    if now is None:
+        return False
+    return start == _UNKNOWN_START or now in (_UNKNOWN_START, start)
+
+
+def _legacy_pid_alive(pid: int) -> bool:
+    return _start_of(pid) is not None
+
+
+def _removable(place: str, name: str) -> bool:
+    """Whether ``name`` in a directory of kind ``place`` is a leftover temp of promoter's."""
+    if is_own_temp(name):
+        return not _writer_alive(name)
+    if place in ("audit", "credentials", "quota") and _LEGACY_AUDIT.fullmatch(name):
+        return True
+    if place == "run" and name == _LEGACY_RUN:
+        return True
+    if place == "shadow":
+        legacy = _LEGACY_SHADOW.fullmatch(name)
+        return legacy is not None and not _legacy_pid_alive(int(legacy.group(1)))
+    return False
+
+
+def _directories(state_dir: Path) -> list[tuple[str, Path]]:
+    """Every directory of promoter's own that a temp may be left in, with its kind."""
+    places: list[tuple[str, Path]] = [("top", state_dir)]
+    audit = state_dir / "audit"
+    places += [("audit", audit)]
+    for found in _walk(audit, skip={audit / "blobs"}):
+        places.append(("audit", found))
+    for name in ("credentials", "quota"):
+        places.append((name, state_dir / name))
+    runs = state_dir / "runs"
+    places.append(("runs", runs))
+    places += [("run", run) for run in _children(runs)]
+    snapshots = state_dir / "snapshots"
+    places.append(("snapshots", snapshots))
+    for shadow in _children(snapshots):
+        places += [("shadow", shadow), ("shadow", shadow / "info")]
+    return places
+
+
+def _children(directory: Path) -> list[Path]:
+    """The real directories (not symlinks) directly in ``directory``."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(Path(entry.path) for entry in entries if entry.is_dir(follow_symlinks=False))
+
+
+def _walk(directory: Path, *, skip: set[Path]) -> list[Path]:
+    found: list[Path] = []
+    for child in _children(directory):
+        if child in skip:
+            continue
+        found.append(child)
+        found += _walk(child, skip=skip)
+    return found
+
+
+def sweep(state_dir: Path) -> list[Path]:
+    """Remove leftover temps of promoter's own under ``state_dir``; the paths removed."""
+    removed: list[Path] = []
+    for place, directory in _directories(state_dir):
+        try:
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            log.warning("cannot sweep %s for leftover temps: %s", directory, exc)
+            continue
+        try:
+            gone = _sweep_one(place, directory, dir_fd)
+            if gone:
+                os.fsync(dir_fd)
+            removed += gone
+        finally:
+            os.close(dir_fd)
+    return removed
+
+
+def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
+    gone: list[Path] = []
+    for name in sorted(os.listdir(dir_fd)):
+        if not _removable(place, name):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if place == "snapshots" and stat.S_ISDIR(info.st_mode) and is_own_temp(name):
+                gone += _remove_staging(directory, name)
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                log.warning("kept %s: named like a temp but not a regular file", directory / name)
+                continue
+            os.unlink(name, dir_fd=dir_fd)
+            log.warning("removed leftover temp %s (%d bytes)", directory / name, info.st_size)
+            gone.append(directory / name)
+    return gone
+
+
+def _remove_staging(snapshots: Path, name: str) -> list[Path]:
+    """Remove a shadow repository staged by a writer that is gone (never renamed into place).
+
+    By descriptors, never through a symlink or onto another mount
+    (``promoter.fs.own_tree``); what cannot be removed is kept and logged.
+    """
+    try:
+        removed = remove_own_tree(snapshots, name, lambda _fd: True)
+    except (PathUnsafe, OSError) as exc:
+        log.warning("kept %s: %s", snapshots / name, exc)
+        return []
+    log.warning("removed leftover staging directory %s", removed)
+    return [removed]
