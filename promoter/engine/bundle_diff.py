@@ -1,10 +1,25 @@
 """What a stored bundle would change, as a unified diff from its own old and new blobs.
 
 ``bundle_diff`` reads the bundle and, for every change, the stored blobs of its old and
-new states, and returns one entry per path (operation, modes, sizes, whether it is
-binary, lines added and removed) plus one unified diff of the text files, cut at a line
-end once it passes ``limit`` bytes (``truncated``). A file is binary when either side
-holds a NUL byte or is not UTF-8; it is summarized, never diffed.
+new states, and returns one entry per path (operation, modes, sizes, sha256s, line
+counts, whether it is binary or summarized, lines added and removed, and ``flags`` that
+reveal what can hide code: see ``promoter.engine.diff_scan``) plus one unified diff of
+the text files, cut at a line end once it passes ``limit`` bytes (``truncated``).
+
+What is shown is what will run. A file is binary only as git would say: a NUL byte in
+the first 8000 bytes of either side; it is summarized, never diffed. Every other file is
+diffed, and its lines are shown with bytes that are not UTF-8 as ``\\xNN`` and hidden
+characters (bidirectional controls, zero-width and other invisible characters, control
+characters) as ``<U+XXXX>``.
+
+Work per request is bounded. Every side is read once, streaming, to hash, count and flag
+it. A side larger than ``review_diff_max_file_bytes`` is not diffed: the file is
+summarized (``summarized``: sizes, sha256s, line counts, flags). Small files (both sides
+at most ``SMALL_BYTES`` and ``SMALL_LINES``) are diffed by ``difflib`` in memory; the rest
+by ``git diff --no-index`` on the stored blob files (hermetic, ``promoter.git.runner``,
+killed after ``review_diff_timeout``), whose output is read line by line and kept only
+up to ``limit``. At most ``review_diff_concurrency`` bundle diffs are built at once in a
+process; more wait (callers run this in a worker thread, never on the event loop).
 
 Deliberately not here: the worktree. The diff is built from what the bundle claims and
 the audit store holds, so it shows what a promotion would write, not what the worktree
@@ -14,35 +29,86 @@ reads as now (that is the preflight's). Rendering (colour, pager) is the CLI's.
 from __future__ import annotations
 
 import difflib
+import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from promoter.domain.models import Change, FileState
 from promoter.engine.bundles import load_bundle
+from promoter.engine.diff_scan import Scan, mode_flags, path_flags, scan_blob, scan_bytes, visible
 from promoter.engine.services import Services
+from promoter.errors import GitError
+from promoter.git.runner import popen_git
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "bundle_diff", "file_diff"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "bundle_diff"]
 
 DEFAULT_LIMIT = 1 << 20  # bytes of unified diff returned unless asked otherwise
 MAX_LIMIT = 8 << 20
+SMALL_BYTES = 64 * 1024  # both sides at most this (and SMALL_LINES): difflib in memory
+SMALL_LINES = 2000
 NO_NEWLINE = "\\ No newline at end of file\n"
+GIT_DIFF = (
+    "diff",
+    "--no-index",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--text",
+    "--diff-algorithm=myers",
+    "-U3",
+)
+
+_slots_lock = threading.Lock()
+_slots: dict[int, threading.BoundedSemaphore] = {}
 
 
-@dataclass(frozen=True)
-class FileDiff:
-    binary: bool
-    added: int
-    removed: int
-    text: str
+def _slot(count: int) -> threading.BoundedSemaphore:
+    """The process's semaphore of ``count`` bundle-diff slots."""
+    with _slots_lock:
+        return _slots.setdefault(count, threading.BoundedSemaphore(count))
 
 
-def _text(data: bytes) -> str | None:
-    if b"\x00" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+@dataclass
+class _Side:
+    state: FileState
+    scan: Scan | None = None
+    path: str | None = None  # the stored blob's file
+    data: bytes | None = None  # the bytes, when small
+
+
+def _side(services: Services, state: FileState) -> _Side:
+    side = _Side(state)
+    if not state.exists or state.sha256 is None:
+        return side
+    side.path = services.blobs.location(state.sha256)
+    if (state.bytes or 0) <= SMALL_BYTES:
+        side.data = services.blobs.read(state.sha256)
+        side.scan = scan_bytes(side.data)
+    else:
+        side.scan = scan_blob(side.path, state.sha256)
+    return side
+
+
+class _Output:
+    """The unified diff being built: whole lines while they fit in ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.parts: list[str] = []
+        self.truncated = False
+
+    def add(self, line: str) -> None:
+        if self.truncated:
+            return
+        size = len(line.encode("utf-8"))
+        if self.size + size > self.limit:
+            self.truncated = True
+            return
+        self.parts.append(line)
+        self.size += size
 
 
 def _header(change: Change) -> list[str]:
@@ -57,75 +123,168 @@ def _header(change: Change) -> list[str]:
     return lines
 
 
-def file_diff(change: Change, old_bytes: bytes, new_bytes: bytes) -> FileDiff:
-    """The git-style diff of one change from its two contents (empty when missing)."""
-    header = _header(change)
-    old_text, new_text = _text(old_bytes), _text(new_bytes)
+def _split(data: bytes) -> list[str]:
+    """Lines as git splits them (at line feeds only), decoded losslessly."""
+    parts = data.decode("utf-8", "surrogateescape").split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _difflib_lines(old: bytes, new: bytes) -> Iterator[str]:
+    """Hunk lines of two small contents, as git prints them."""
+    diff = difflib.unified_diff(_split(old), _split(new), n=3, lineterm="")
+    for index, line in enumerate(diff):
+        if index < 2:
+            continue  # the ---/+++ lines
+        if line.startswith("@@"):
+            yield line + "\n"
+        elif line.endswith("\n"):
+            yield line
+        else:
+            yield line + "\n"
+            yield NO_NEWLINE
+
+
+def _git_lines(old: str | None, new: str | None, timeout: float) -> Iterator[str]:
+    """Hunk lines of ``git diff --no-index`` of two stored blob files, read as they come."""
+    args = [*GIT_DIFF, old or "/dev/null", new or "/dev/null"]
+    try:
+        process = popen_git(
+            args,
+            cwd="/",
+            env={"GIT_CEILING_DIRECTORIES": "/"},
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        raise GitError(f"git diff could not be started: {exc.strerror or exc}") from exc
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        assert process.stdout is not None
+        in_hunks = False
+        for raw in process.stdout:
+            in_hunks = in_hunks or raw.startswith(b"@@")
+            if in_hunks:
+                yield raw.decode("utf-8", "surrogateescape")
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+        returncode = process.wait()
+    if returncode not in (0, 1):
+        raise GitError(
+            f"git diff ended with status {returncode} (limit {timeout:g} s)",
+            returncode=returncode,
+        )
+
+
+def _render(line: str) -> str:
+    """One hunk line with nothing hidden (and no function context on ``@@`` lines)."""
+    if line.startswith("@@"):
+        end = line.find("@@", 2)
+        return line[: end + 2] + "\n" if end > 0 else line
+    if line.startswith("\\"):
+        return line
+    body = line[:-1] if line.endswith("\n") else line
+    return line[:1] + visible(body[1:]) + "\n"
+
+
+def _summary(change: Change, old: _Side, new: _Side, cap: int) -> str:
+    def one(name: str, side: _Side) -> str:
+        if side.scan is None:
+            return "/dev/null"
+        scan = side.scan
+        return f"{name} {scan.size} bytes, {scan.lines} lines, sha256 {scan.sha256}"
+
+    return (
+        f"File too large to diff here (over {cap} bytes): "
+        f"{one('a/' + change.path, old)}; {one('b/' + change.path, new)}\n"
+    )
+
+
+def _flags(change: Change, new: _Side, binary: bool) -> list[str]:
+    flags = set(path_flags(change.path)) | set(mode_flags(change.old.mode, change.new.mode))
+    if new.scan is not None and not binary:
+        flags |= new.scan.flags
+    return sorted(flags)
+
+
+def _symlink_target(new: _Side) -> str | None:
+    if new.state.mode != "120000" or new.scan is None:
+        return None
+    return visible(new.scan.head.decode("utf-8", "surrogateescape"))
+
+
+def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
+    settings = services.settings
+    cap = settings.review_diff_max_file_bytes
+    old, new = _side(services, change.old), _side(services, change.new)
+    scans = [s.scan for s in (old, new) if s.scan is not None]
+    binary = any(s.binary for s in scans)
+    summarized = not binary and any(s.size > cap for s in scans)
+    for line in _header(change):
+        out.add(line)
     a = f"a/{change.path}" if change.old.exists else "/dev/null"
     b = f"b/{change.path}" if change.new.exists else "/dev/null"
-    if old_text is None or new_text is None:
-        return FileDiff(True, 0, 0, "".join(header) + f"Binary files {a} and {b} differ\n")
-    old_lines = old_text.splitlines(keepends=True)
-    new_lines = new_text.splitlines(keepends=True)
-    body: list[str] = []
     added = removed = 0
-    for line in list(difflib.unified_diff(old_lines, new_lines, n=3, lineterm=""))[2:]:
-        if line.startswith("@@"):
-            body.append(line + "\n")
-            continue
-        if line.startswith("+"):
-            added += 1
-        elif line.startswith("-"):
-            removed += 1
-        body.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
-    if body:
-        header += [f"--- {a}\n", f"+++ {b}\n"]
-    return FileDiff(False, added, removed, "".join(header + body))
-
-
-def _content(services: Services, state: FileState) -> bytes:
-    if not state.exists or state.sha256 is None:
-        return b""
-    return services.blobs.read(state.sha256)
+    if binary:
+        out.add(f"Binary files {a} and {b} differ\n")
+    elif summarized:
+        out.add(_summary(change, old, new, cap))
+    else:
+        small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
+        if small:
+            lines = _difflib_lines(old.data or b"", new.data or b"")
+        else:
+            lines = _git_lines(old.path, new.path, settings.review_diff_timeout)
+        started = False
+        for line in lines:
+            if not started:
+                out.add(f"--- {a}\n")
+                out.add(f"+++ {b}\n")
+                started = True
+            if line.startswith("+"):
+                added += 1
+            elif line.startswith("-"):
+                removed += 1
+            out.add(_render(line))
+    return {
+        "path": change.path,
+        "operation": change.operation,
+        "old_mode": change.old.mode,
+        "new_mode": change.new.mode,
+        "old_bytes": change.old.bytes,
+        "new_bytes": change.new.bytes,
+        "old_sha256": change.old.sha256,
+        "new_sha256": change.new.sha256,
+        "old_lines": old.scan.lines if old.scan else None,
+        "new_lines": new.scan.lines if new.scan else None,
+        "longest_line": new.scan.longest_line if new.scan else 0,
+        "binary": binary,
+        "summarized": summarized,
+        "added": added,
+        "removed": removed,
+        "flags": _flags(change, new, binary),
+        "symlink_target": _symlink_target(new),
+    }
 
 
 def bundle_diff(services: Services, bundle_id: str, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    """``{bundle_id, files, unified_diff, truncated, limit}`` of a stored bundle."""
+    """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes}`` of a bundle.
+
+    Blocking (reads blobs, may run git): call it in a worker thread.
+    """
     bundle = load_bundle(services, bundle_id)
-    files: list[dict[str, Any]] = []
-    parts: list[str] = []
-    size = 0
-    truncated = False
-    for change in bundle.changes:
-        diff = file_diff(change, _content(services, change.old), _content(services, change.new))
-        files.append(
-            {
-                "path": change.path,
-                "operation": change.operation,
-                "old_mode": change.old.mode,
-                "new_mode": change.new.mode,
-                "old_bytes": change.old.bytes,
-                "new_bytes": change.new.bytes,
-                "binary": diff.binary,
-                "added": diff.added,
-                "removed": diff.removed,
-            }
-        )
-        if truncated:
-            continue
-        encoded = diff.text.encode("utf-8")
-        if size + len(encoded) <= limit:
-            parts.append(diff.text)
-            size += len(encoded)
-            continue
-        room = encoded[: limit - size]
-        cut = room.rfind(b"\n") + 1
-        parts.append(room[:cut].decode("utf-8", errors="ignore"))
-        truncated = True
+    out = _Output(limit)
+    with _slot(services.settings.review_diff_concurrency):
+        files = [_file(services, change, out) for change in bundle.changes]
     return {
         "bundle_id": bundle.bundle_id,
         "files": files,
-        "unified_diff": "".join(parts),
-        "truncated": truncated,
+        "unified_diff": "".join(out.parts),
+        "truncated": out.truncated,
         "limit": limit,
+        "max_file_bytes": services.settings.review_diff_max_file_bytes,
     }
