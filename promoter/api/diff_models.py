@@ -43,7 +43,10 @@ class FileDiffView(Reply):
     new_sha256: str | None
     old_lines: int | None = Field(description="lines of the old content (null: none)")
     new_lines: int | None = Field(description="lines of the new content (null: none)")
-    longest_line: int = Field(description="bytes in the new content's longest line")
+    longest_line: int | None = Field(
+        description="bytes in the new content's longest line (null: summarized and no line "
+        "over 1000 bytes, not measured)"
+    )
     binary: bool = Field(description="a NUL byte in the first 8000 bytes of a side")
     summarized: bool = Field(description="a side is over `max_file_bytes`: not diffed")
     added: int

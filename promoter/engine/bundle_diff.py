@@ -21,6 +21,8 @@ killed after ``review_diff_timeout``), whose output is read line by line and kep
 up to ``limit``. At most ``review_diff_concurrency`` bundle diffs are built at once in a
 process; more wait (callers run this in a worker thread, never on the event loop).
 
+Fault point: ``bundle_diff_file`` (a file's sides scanned, before it is diffed).
+
 Deliberately not here: the worktree. The diff is built from what the bundle claims and
 the audit store holds, so it shows what a promotion would write, not what the worktree
 reads as now (that is the preflight's). Rendering (colour, pager) is the CLI's.
@@ -37,9 +39,18 @@ from typing import Any
 
 from promoter.domain.models import Change, FileState
 from promoter.engine.bundles import load_bundle
-from promoter.engine.diff_scan import Scan, mode_flags, path_flags, scan_blob, scan_bytes, visible
+from promoter.engine.diff_scan import (
+    LONG_LINE,
+    Scan,
+    mode_flags,
+    path_flags,
+    scan_blob,
+    scan_bytes,
+    visible,
+)
 from promoter.engine.services import Services
 from promoter.errors import GitError
+from promoter.faults import point
 from promoter.git.runner import popen_git
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "bundle_diff"]
@@ -87,7 +98,8 @@ def _side(services: Services, state: FileState) -> _Side:
         side.data = services.blobs.read(state.sha256)
         side.scan = scan_bytes(side.data)
     else:
-        side.scan = scan_blob(side.path, state.sha256)
+        exact = (state.bytes or 0) <= services.settings.review_diff_max_file_bytes
+        side.scan = scan_blob(side.path, state.sha256, exact=exact)
     return side
 
 
@@ -211,6 +223,14 @@ def _flags(change: Change, new: _Side, binary: bool) -> list[str]:
     return sorted(flags)
 
 
+def _longest(scan: Scan | None) -> int | None:
+    if scan is None:
+        return 0
+    if scan.longest_exact or scan.longest_line > LONG_LINE:
+        return scan.longest_line
+    return None  # summarized, and no line over LONG_LINE: not measured
+
+
 def _symlink_target(new: _Side) -> str | None:
     if new.state.mode != "120000" or new.scan is None:
         return None
@@ -221,6 +241,7 @@ def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     old, new = _side(services, change.old), _side(services, change.new)
+    point("bundle_diff_file")
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
     summarized = not binary and any(s.size > cap for s in scans)
@@ -261,7 +282,7 @@ def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
         "new_sha256": change.new.sha256,
         "old_lines": old.scan.lines if old.scan else None,
         "new_lines": new.scan.lines if new.scan else None,
-        "longest_line": new.scan.longest_line if new.scan else 0,
+        "longest_line": _longest(new.scan),
         "binary": binary,
         "summarized": summarized,
         "added": added,

@@ -62,8 +62,17 @@ INVISIBLE = (
 CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _BIDI = re.compile(f"[{BIDI}]")
 _INVISIBLE = re.compile(f"[{INVISIBLE}]")
-_CONTROL = re.compile(f"[{CONTROL}]|\r(?!\n)")
+_LONE_CR = re.compile("\r(?!\n)")
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
+_SUSPECT = re.compile(f"[{BIDI}{INVISIBLE}{CONTROL}\udc80-\udcff]")
+_TEXT_FLAGS = frozenset({"bidi_control", "invisible_character", "control_character", "not_utf8"})
+# Bytes that are shown as they are in ASCII text: tab, line feed, carriage return, printable.
+_ASCII_SHOWN = bytes([9, 10, 13, *range(32, 127)])
+# Every byte but those that can begin a character of BIDI, INVISIBLE or CONTROL in UTF-8:
+# a chunk without any is searched no further (stray bytes are found by encoding back).
+_SUSPECT_BYTES = {*range(0, 9), 11, 12, *range(14, 32), 127, 0xC2, 0xCD, 0xD8, 0xE1, 0xE2}
+_SUSPECT_BYTES |= {0xE3, 0xEF, 0xF3}
+_NOT_SUSPECT = bytes(b for b in range(256) if b not in _SUSPECT_BYTES)
 _HIDDEN = re.compile(f"[{BIDI}{INVISIBLE}{CONTROL}\udc80-\udcff]|\r(?!\n|$)")
 
 # Paths whose content runs without the person asking: CI configuration runs on a push,
@@ -106,12 +115,26 @@ class Scan:
     longest_line: int = 0
     binary: bool = False
     flags: set[str] = field(default_factory=set)
+    longest_exact: bool = True  # false: ``longest_line`` is exact only over LONG_LINE
     head: bytes = b""  # the first bytes (a symlink's target text)
 
 
+def _kind(char: str) -> str:
+    if _BIDI.match(char):
+        return "bidi_control"
+    if _INVISIBLE.match(char):
+        return "invisible_character"
+    if _NOT_UTF8.match(char):
+        return "not_utf8"
+    return "control_character"
+
+
 class _Scanner:
-    def __init__(self) -> None:
-        self.scan = Scan()
+    """Feeds of chunks in order; ``exact``: measure the longest line even when short (cost:
+    an object per line), else only lines over ``LONG_LINE`` are measured."""
+
+    def __init__(self, exact: bool) -> None:
+        self.scan = Scan(longest_exact=exact)
         self._hash = hashlib.sha256()
         self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
         self._run = 0  # bytes since the last line feed
@@ -138,14 +161,26 @@ class _Scanner:
         if text.endswith("\r") and not final:
             text = text[:-1]
             self._pending_cr = True
-        for name, pattern in (
-            ("bidi_control", _BIDI),
-            ("invisible_character", _INVISIBLE),
-            ("control_character", _CONTROL),
-            ("not_utf8", _NOT_UTF8),
-        ):
-            if name not in scan.flags and pattern.search(text):
-                scan.flags.add(name)
+        self._characters(chunk, text)
+
+    def _characters(self, chunk: bytes, text: str) -> None:
+        flags = self.scan.flags
+        if "\r" in text and _LONE_CR.search(text):
+            flags.add("control_character")
+        if text.isascii():  # the common case: one pass in C
+            if text.encode("ascii").translate(None, _ASCII_SHOWN):
+                flags.add("control_character")
+            return
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            flags.add("not_utf8")
+        if not chunk.translate(None, _NOT_SUSPECT):
+            return  # no byte that can start a hidden character
+        for found in _SUSPECT.finditer(text):
+            flags.add(_kind(found.group()))
+            if len(flags & _TEXT_FLAGS) == len(_TEXT_FLAGS):
+                return
 
     def _lines(self, chunk: bytes) -> None:
         scan = self.scan
@@ -156,13 +191,22 @@ class _Scanner:
             return
         scan.longest_line = max(scan.longest_line, self._run + first)
         last = chunk.rfind(b"\n")
-        pos = first + 1
-        while pos < last:
-            found = re.compile(b"[^\n]{%d,}" % (scan.longest_line + 1)).search(chunk, pos, last)
-            if found is None:
-                break
-            scan.longest_line = found.end() - found.start()
-            pos = found.end()
+        if scan.longest_exact:
+            if last > first:
+                inner = chunk[first + 1 : last].split(b"\n")
+                scan.longest_line = max(scan.longest_line, max(map(len, inner)))
+        else:
+            # a line of more than LONG_LINE bytes holds a probe: probes are that far apart
+            stride = LONG_LINE + 1
+            pos = first + stride
+            while pos < last:
+                if chunk[pos] == 0x0A:
+                    pos += stride
+                    continue
+                start = chunk.rfind(b"\n", 0, pos) + 1
+                end = chunk.find(b"\n", pos)
+                scan.longest_line = max(scan.longest_line, end - start)
+                pos = end + stride
         self._run = len(chunk) - last - 1
         scan.longest_line = max(scan.longest_line, self._run)
 
@@ -179,7 +223,7 @@ class _Scanner:
 
 def scan_bytes(data: bytes) -> Scan:
     """The scan of bytes already in memory (a small blob)."""
-    scanner = _Scanner()
+    scanner = _Scanner(exact=True)
     scanner.feed(data)
     return scanner.finish()
 
@@ -193,9 +237,13 @@ def _chunks(path: str) -> Iterator[bytes]:
         os.close(fd)
 
 
-def scan_blob(path: str, sha256: str) -> Scan:
-    """Scan the stored blob at ``path``, streaming; its bytes must hash to ``sha256``."""
-    scanner = _Scanner()
+def scan_blob(path: str, sha256: str, *, exact: bool = True) -> Scan:
+    """Scan the stored blob at ``path``, streaming; its bytes must hash to ``sha256``.
+
+    ``exact=False`` (a side too large to diff): the longest line is measured only when it
+    is over ``LONG_LINE`` bytes (``Scan.longest_exact`` is then false).
+    """
+    scanner = _Scanner(exact)
     try:
         for chunk in _chunks(path):
             scanner.feed(chunk)
