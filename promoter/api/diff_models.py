@@ -48,7 +48,10 @@ class FileDiffView(Reply):
         "over 1000 bytes, not measured)"
     )
     binary: bool = Field(description="a NUL byte in the first 8000 bytes of a side")
-    summarized: bool = Field(description="a side is over `max_file_bytes`: not diffed")
+    summarized: bool = Field(
+        description="not diffed in full: a side is over `max_file_bytes`, or the request's "
+        "time for diffs was spent"
+    )
     added: int
     removed: int
     flags: list[DiffFlag] = Field(description="what can hide code or make it run, sorted")

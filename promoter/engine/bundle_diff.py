@@ -16,10 +16,12 @@ Work per request is bounded. Every side is read once, streaming, to hash, count 
 it. A side larger than ``review_diff_max_file_bytes`` is not diffed: the file is
 summarized (``summarized``: sizes, sha256s, line counts, flags). Small files (both sides
 at most ``SMALL_BYTES`` and ``SMALL_LINES``) are diffed by ``difflib`` in memory; the rest
-by ``git diff --no-index`` on the stored blob files (hermetic, ``promoter.git.runner``,
-killed after ``review_diff_timeout``), whose output is read line by line and kept only
-up to ``limit``. At most ``review_diff_concurrency`` bundle diffs are built at once in a
-process; more wait (callers run this in a worker thread, never on the event loop).
+by ``git diff --no-index`` on the stored blob files (hermetic, ``promoter.git.runner``),
+whose output is read line by line and kept only up to ``limit``. A request's git diffs
+share ``review_diff_timeout`` seconds: one still running then is killed, and the files
+not diffed by then are summarized too (said in the diff text). At most
+``review_diff_concurrency`` bundle diffs are built at once in a process; more wait
+(callers run this in a worker thread, never on the event loop).
 
 Fault point: ``bundle_diff_file`` (a file's sides scanned, before it is diffed).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import difflib
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -159,37 +162,42 @@ def _difflib_lines(old: bytes, new: bytes) -> Iterator[str]:
             yield NO_NEWLINE
 
 
-def _git_lines(old: str | None, new: str | None, timeout: float) -> Iterator[str]:
-    """Hunk lines of ``git diff --no-index`` of two stored blob files, read as they come."""
-    args = [*GIT_DIFF, old or "/dev/null", new or "/dev/null"]
-    try:
-        process = popen_git(
-            args,
-            cwd="/",
-            env={"GIT_CEILING_DIRECTORIES": "/"},
-            stderr=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        raise GitError(f"git diff could not be started: {exc.strerror or exc}") from exc
-    timer = threading.Timer(timeout, process.kill)
-    timer.start()
-    try:
-        assert process.stdout is not None
-        in_hunks = False
-        for raw in process.stdout:
-            in_hunks = in_hunks or raw.startswith(b"@@")
-            if in_hunks:
-                yield raw.decode("utf-8", "surrogateescape")
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            process.kill()
-        returncode = process.wait()
-    if returncode not in (0, 1):
-        raise GitError(
-            f"git diff ended with status {returncode} (limit {timeout:g} s)",
-            returncode=returncode,
-        )
+class _GitDiff:
+    """``git diff --no-index`` of two stored blob files; ``lines`` yields its hunk lines as
+    they come. Killed when ``timeout`` passes (``timed_out``: the diff is not whole)."""
+
+    def __init__(self, old: str | None, new: str | None, timeout: float) -> None:
+        self.args = [*GIT_DIFF, old or "/dev/null", new or "/dev/null"]
+        self.timeout = timeout
+        self.timed_out = False
+
+    def _expire(self, process: subprocess.Popen[bytes]) -> None:
+        self.timed_out = True
+        process.kill()
+
+    def lines(self) -> Iterator[str]:
+        try:
+            process = popen_git(
+                self.args, cwd="/", env={"GIT_CEILING_DIRECTORIES": "/"}, stderr=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise GitError(f"git diff could not be started: {exc.strerror or exc}") from exc
+        timer = threading.Timer(self.timeout, self._expire, (process,))
+        timer.start()
+        try:
+            assert process.stdout is not None
+            in_hunks = False
+            for raw in process.stdout:
+                in_hunks = in_hunks or raw.startswith(b"@@")
+                if in_hunks:
+                    yield raw.decode("utf-8", "surrogateescape")
+        finally:
+            timer.cancel()
+            if process.poll() is None:
+                process.kill()
+            returncode = process.wait()
+        if returncode not in (0, 1) and not self.timed_out:
+            raise GitError(f"git diff ended with status {returncode}", returncode=returncode)
 
 
 def _render(line: str) -> str:
@@ -203,17 +211,14 @@ def _render(line: str) -> str:
     return line[:1] + visible(body[1:]) + "\n"
 
 
-def _summary(change: Change, old: _Side, new: _Side, cap: int) -> str:
+def _summary(change: Change, old: _Side, new: _Side, why: str) -> str:
     def one(name: str, side: _Side) -> str:
         if side.scan is None:
             return "/dev/null"
         scan = side.scan
         return f"{name} {scan.size} bytes, {scan.lines} lines, sha256 {scan.sha256}"
 
-    return (
-        f"File too large to diff here (over {cap} bytes): "
-        f"{one('a/' + change.path, old)}; {one('b/' + change.path, new)}\n"
-    )
+    return f"{why}: {one('a/' + change.path, old)}; {one('b/' + change.path, new)}\n"
 
 
 def _flags(change: Change, new: _Side, binary: bool) -> list[str]:
@@ -237,14 +242,20 @@ def _symlink_target(new: _Side) -> str | None:
     return visible(new.scan.head.decode("utf-8", "surrogateescape"))
 
 
-def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
+def _file(services: Services, change: Change, out: _Output, deadline: float) -> dict[str, Any]:
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     old, new = _side(services, change.old), _side(services, change.new)
     point("bundle_diff_file")
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
-    summarized = not binary and any(s.size > cap for s in scans)
+    small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
+    left = deadline - time.monotonic()
+    why = ""
+    if not binary and any(s.size > cap for s in scans):
+        why = f"File too large to diff here (over {cap} bytes)"
+    elif not binary and not small and left <= 0:
+        why = f"Not diffed: this request's {settings.review_diff_timeout:g} s for diffs are spent"
     for line in _header(change):
         out.add(line)
     a = f"a/{change.path}" if change.old.exists else "/dev/null"
@@ -252,14 +263,11 @@ def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
     added = removed = 0
     if binary:
         out.add(f"Binary files {a} and {b} differ\n")
-    elif summarized:
-        out.add(_summary(change, old, new, cap))
+    elif why:
+        out.add(_summary(change, old, new, why))
     else:
-        small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
-        if small:
-            lines = _difflib_lines(old.data or b"", new.data or b"")
-        else:
-            lines = _git_lines(old.path, new.path, settings.review_diff_timeout)
+        git = None if small else _GitDiff(old.path, new.path, left)
+        lines = _difflib_lines(old.data or b"", new.data or b"") if git is None else git.lines()
         started = False
         for line in lines:
             if not started:
@@ -271,6 +279,11 @@ def _file(services: Services, change: Change, out: _Output) -> dict[str, Any]:
             elif line.startswith("-"):
                 removed += 1
             out.add(_render(line))
+        if git is not None and git.timed_out:
+            spent = settings.review_diff_timeout
+            why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
+            out.add(_summary(change, old, new, why))
+    summarized = bool(why)
     return {
         "path": change.path,
         "operation": change.operation,
@@ -300,7 +313,8 @@ def bundle_diff(services: Services, bundle_id: str, limit: int = DEFAULT_LIMIT) 
     bundle = load_bundle(services, bundle_id)
     out = _Output(limit)
     with _slot(services.settings.review_diff_concurrency):
-        files = [_file(services, change, out) for change in bundle.changes]
+        deadline = time.monotonic() + services.settings.review_diff_timeout
+        files = [_file(services, change, out, deadline) for change in bundle.changes]
     return {
         "bundle_id": bundle.bundle_id,
         "files": files,

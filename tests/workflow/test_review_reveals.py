@@ -255,3 +255,23 @@ def test_a_side_over_the_cap_is_summarized_not_diffed(tmp_path: Path, repo: Path
         "File too large to diff here (over 4096 bytes): /dev/null; "
         f"b/big.txt {len(big)} bytes, 3001 lines, sha256 {entry['new_sha256']}\n"
     )
+
+
+def test_a_diff_past_the_requests_time_is_summarized_not_waited_for(
+    tmp_path: Path, repo: Path
+) -> None:
+    # a pair of files that costs git minutes (random lines from two values) must not hold
+    # a diff slot: past review_diff_timeout the rest is summarized, and says so
+    old = b"".join(b"line %d\n" % i for i in range(3000))
+    with running_daemon(tmp_path / "timed", {"work": repo}, review_diff_timeout=1e-9) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, _ = submit(daemon, repo, identity, [("slow.txt", None, old)])
+        body = _diff(daemon, bundle)
+    entry = _file(body, "slow.txt")
+    assert (entry["summarized"], entry["added"], entry["new_lines"]) == (True, 0, 3000)
+    assert body["unified_diff"] == (
+        "diff --git a/slow.txt b/slow.txt\n"
+        "new file mode 100644\n"
+        "Not diffed: this request's 1e-09 s for diffs are spent: /dev/null; "
+        f"b/slow.txt {len(old)} bytes, 3000 lines, sha256 {entry['new_sha256']}\n"
+    )
