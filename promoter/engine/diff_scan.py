@@ -151,6 +151,7 @@ class _Scanner:
         scan.size += len(chunk)
         scan.lines += chunk.count(b"\n")
         self._lines(chunk)
+        carried = bool(self._decoder.getstate()[0])  # a character begun in the last chunk
         text = self._decoder.decode(chunk, final)
         if not self._started and text:
             self._started = True
@@ -161,9 +162,9 @@ class _Scanner:
         if text.endswith("\r") and not final:
             text = text[:-1]
             self._pending_cr = True
-        self._characters(chunk, text)
+        self._characters(chunk, text, carried)
 
-    def _characters(self, chunk: bytes, text: str) -> None:
+    def _characters(self, chunk: bytes, text: str, carried: bool) -> None:
         flags = self.scan.flags
         if "\r" in text and _LONE_CR.search(text):
             flags.add("control_character")
@@ -175,7 +176,7 @@ class _Scanner:
             text.encode("utf-8")
         except UnicodeEncodeError:
             flags.add("not_utf8")
-        if not chunk.translate(None, _NOT_SUSPECT):
+        if not carried and not chunk.translate(None, _NOT_SUSPECT):
             return  # no byte that can start a hidden character
         for found in _SUSPECT.finditer(text):
             flags.add(_kind(found.group()))
