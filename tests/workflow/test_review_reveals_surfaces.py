@@ -1,4 +1,4 @@
-"""What hides code is flagged and shown in ``promoter review`` and the console's review page.
+"""What hides code is flagged and shown in ``promoter review``, the console, and MCP.
 
 A promotion held for approval carries a Trojan Source line, a Latin-1 byte and an
 executable bit; the operator reading the CLI or the console sees each, with the flags.
@@ -15,10 +15,13 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
+from promoter.client import PromoterClient
 from promoter.config import RepositoryConfig
 from tests.console.support import held, login
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
+from tests.support.promotion import submit
+from tests.workflow.test_mcp_server import _tools
 
 OLD = b"print('v1')\n"
 TROJAN = "if access != 'user\u202e \u2066# admin\u2069 \u2066':\n    grant()\n".encode()
@@ -84,3 +87,18 @@ def test_console_review_page_badges_and_shows_trojan_source(gated: Gated) -> Non
     assert "+if access != &#39;user&lt;U+202E&gt; &lt;U+2066&gt;# admin" in html
     assert "+# \\xa9 ACME" in html
     assert "\u202e" not in html and "\u2066" not in html
+
+
+def test_mcp_bundle_diff_flags_and_shows_trojan_source(
+    tmp_path: Path, daemon: Daemon, repo: Path, identity: str
+) -> None:
+    _, bundle, _ = submit(daemon, repo, identity, [("src/app.py", OLD, TROJAN)])
+    orch = PromoterClient(daemon.url, daemon.orchestrator_token)
+    token = str(orch.mint_executor_token("run_1")["token"])
+    _, (diff,) = _tools(
+        daemon, tmp_path, token, [("bundle_diff", {"bundle_id": bundle["bundle_id"]})]
+    )
+    assert diff["files"][0]["flags"] == ["bidi_control"]
+    assert (
+        "+if access != 'user<U+202E> <U+2066># admin<U+2069> <U+2066>':\n" in (diff["unified_diff"])
+    )
