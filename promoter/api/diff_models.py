@@ -34,6 +34,7 @@ class FileDiffView(Reply):
     """One changed path: what it was, what it becomes, what to look at closely."""
 
     path: str
+    path_shown: str = Field(description="the path with hidden characters as `<U+XXXX>`")
     operation: str
     old_mode: str | None
     new_mode: str | None

@@ -299,7 +299,8 @@ def diff_flags(result: dict[str, Any]) -> Text:
             flags.append("summarized")
         if not flags:
             continue
-        out.append(f" ! {f['path']}: {', '.join(flags)}", style="bold yellow")
+        path = f.get("path_shown", f["path"])
+        out.append(f" ! {path}: {', '.join(flags)}", style="bold yellow")
         if f.get("symlink_target") is not None:
             out.append(f" -> {f['symlink_target']}", style="bold yellow")
         out.append("\n")
@@ -310,9 +311,10 @@ def diff_stat(result: dict[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets), then the totals."""
     out = Text()
-    width = max((len(f["path"]) for f in result["files"]), default=0)
-    for f in result["files"]:
-        out.append(f" {f['operation']:<6} {f['path']:<{width}}  ")
+    paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
+    width = max((len(p) for p in paths), default=0)
+    for f, path in zip(result["files"], paths, strict=True):
+        out.append(f" {f['operation']:<6} {path:<{width}}  ")
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"
             out.append(f"{kind}, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")

@@ -127,7 +127,7 @@ class _Output:
 
 
 def _header(change: Change) -> list[str]:
-    path, old, new = change.path, change.old, change.new
+    path, old, new = visible(change.path), change.old, change.new
     lines = [f"diff --git a/{path} b/{path}\n"]
     if not old.exists:
         lines.append(f"new file mode {new.mode}\n")
@@ -218,11 +218,13 @@ def _summary(change: Change, old: _Side, new: _Side, why: str) -> str:
         scan = side.scan
         return f"{name} {scan.size} bytes, {scan.lines} lines, sha256 {scan.sha256}"
 
-    return f"{why}: {one('a/' + change.path, old)}; {one('b/' + change.path, new)}\n"
+    path = visible(change.path)
+    return f"{why}: {one('a/' + path, old)}; {one('b/' + path, new)}\n"
 
 
 def _flags(change: Change, new: _Side, binary: bool) -> list[str]:
     flags = set(path_flags(change.path)) | set(mode_flags(change.old.mode, change.new.mode))
+    flags |= scan_bytes(change.path.encode()).flags & {"bidi_control", "invisible_character"}
     if new.scan is not None and not binary:
         flags |= new.scan.flags
     return sorted(flags)
@@ -258,8 +260,8 @@ def _file(services: Services, change: Change, out: _Output, deadline: float) -> 
         why = f"Not diffed: this request's {settings.review_diff_timeout:g} s for diffs are spent"
     for line in _header(change):
         out.add(line)
-    a = f"a/{change.path}" if change.old.exists else "/dev/null"
-    b = f"b/{change.path}" if change.new.exists else "/dev/null"
+    a = f"a/{visible(change.path)}" if change.old.exists else "/dev/null"
+    b = f"b/{visible(change.path)}" if change.new.exists else "/dev/null"
     added = removed = 0
     if binary:
         out.add(f"Binary files {a} and {b} differ\n")
@@ -286,6 +288,7 @@ def _file(services: Services, change: Change, out: _Output, deadline: float) -> 
     summarized = bool(why)
     return {
         "path": change.path,
+        "path_shown": visible(change.path),
         "operation": change.operation,
         "old_mode": change.old.mode,
         "new_mode": change.new.mode,

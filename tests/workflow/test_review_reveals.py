@@ -275,3 +275,23 @@ def test_a_diff_past_the_requests_time_is_summarized_not_waited_for(
         "Not diffed: this request's 1e-09 s for diffs are spent: /dev/null; "
         f"b/slow.txt {len(old)} bytes, 3000 lines, sha256 {entry['new_sha256']}\n"
     )
+
+
+def test_a_bidi_override_in_a_path_is_flagged_and_shown(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    # "docs/\u202etxt.py" reads "docs/yp.txt" on a screen: a text file, seemingly
+    path = "docs/\u202etxt.py"
+    _, bundle, _ = submit(daemon, repo, identity, [(path, None, b"x = 1\n")])
+    body = _diff(daemon, bundle)
+    entry = _file(body, path)
+    assert entry["path_shown"] == "docs/<U+202E>txt.py"
+    assert entry["flags"] == ["bidi_control"]
+    assert body["unified_diff"] == (
+        "diff --git a/docs/<U+202E>txt.py b/docs/<U+202E>txt.py\n"
+        "new file mode 100644\n"
+        "--- /dev/null\n"
+        "+++ b/docs/<U+202E>txt.py\n"
+        "@@ -0,0 +1 @@\n"
+        "+x = 1\n"
+    )

@@ -68,6 +68,7 @@ DIFF_EXAMPLE = {
     "files": [
         {
             "path": "src/app.py",
+            "path_shown": "src/app.py",
             "operation": "modify",
             "old_mode": "100644",
             "new_mode": "100644",
