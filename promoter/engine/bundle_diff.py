@@ -244,7 +244,14 @@ def _symlink_target(new: _Side) -> str | None:
     return visible(new.scan.head.decode("utf-8", "surrogateescape"))
 
 
-def _file(services: Services, change: Change, out: _Output, deadline: float) -> dict[str, Any]:
+class _Budget:
+    """The seconds a request's git diffs may still take together."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+
+def _file(services: Services, change: Change, out: _Output, budget: _Budget) -> dict[str, Any]:
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     old, new = _side(services, change.old), _side(services, change.new)
@@ -252,7 +259,7 @@ def _file(services: Services, change: Change, out: _Output, deadline: float) -> 
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
     small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
-    left = deadline - time.monotonic()
+    left = budget.left
     why = ""
     if not binary and any(s.size > cap for s in scans):
         why = f"File too large to diff here (over {cap} bytes)"
@@ -269,6 +276,7 @@ def _file(services: Services, change: Change, out: _Output, deadline: float) -> 
         out.add(_summary(change, old, new, why))
     else:
         git = None if small else _GitDiff(old.path, new.path, left)
+        started_at = time.monotonic()
         lines = _difflib_lines(old.data or b"", new.data or b"") if git is None else git.lines()
         started = False
         for line in lines:
@@ -281,6 +289,8 @@ def _file(services: Services, change: Change, out: _Output, deadline: float) -> 
             elif line.startswith("-"):
                 removed += 1
             out.add(_render(line))
+        if git is not None:
+            budget.left -= time.monotonic() - started_at
         if git is not None and git.timed_out:
             spent = settings.review_diff_timeout
             why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
@@ -316,8 +326,8 @@ def bundle_diff(services: Services, bundle_id: str, limit: int = DEFAULT_LIMIT) 
     bundle = load_bundle(services, bundle_id)
     out = _Output(limit)
     with _slot(services.settings.review_diff_concurrency):
-        deadline = time.monotonic() + services.settings.review_diff_timeout
-        files = [_file(services, change, out, deadline) for change in bundle.changes]
+        budget = _Budget(services.settings.review_diff_timeout)
+        files = [_file(services, change, out, budget) for change in bundle.changes]
     return {
         "bundle_id": bundle.bundle_id,
         "files": files,

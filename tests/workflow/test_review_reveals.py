@@ -8,6 +8,7 @@ written out by hand, byte for byte.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -260,20 +261,33 @@ def test_a_side_over_the_cap_is_summarized_not_diffed(tmp_path: Path, repo: Path
 def test_a_diff_past_the_requests_time_is_summarized_not_waited_for(
     tmp_path: Path, repo: Path
 ) -> None:
-    # a pair of files that costs git minutes (random lines from two values) must not hold
-    # a diff slot: past review_diff_timeout the rest is summarized, and says so
-    old = b"".join(b"line %d\n" % i for i in range(3000))
-    with running_daemon(tmp_path / "timed", {"work": repo}, review_diff_timeout=1e-9) as daemon:
+    # random lines of two values cost git diff minutes: such a file must not hold a diff
+    # slot. Past review_diff_timeout its git is killed and the files after it are not
+    # diffed; each is summarized and says so
+    rng = random.Random(1)
+    slow_old = b"".join(rng.choice((b"a\n", b"b\n")) for _ in range(1_500_000))
+    slow_new = b"".join(rng.choice((b"a\n", b"b\n")) for _ in range(1_500_000))
+    later = b"".join(b"line %d\n" % i for i in range(3000))
+    (repo / "slow.txt").write_bytes(slow_old)
+    commit_all(repo, "slow")
+    with running_daemon(tmp_path / "timed", {"work": repo}, review_diff_timeout=0.2) as daemon:
         identity = daemon.services.registry.by_name("work").identity
-        _, bundle, _ = submit(daemon, repo, identity, [("slow.txt", None, old)])
+        changes: list[Any] = [("slow.txt", slow_old, slow_new), ("z.txt", None, later)]
+        _, bundle, _ = submit(daemon, repo, identity, changes)
         body = _diff(daemon, bundle)
-    entry = _file(body, "slow.txt")
-    assert (entry["summarized"], entry["added"], entry["new_lines"]) == (True, 0, 3000)
-    assert body["unified_diff"] == (
-        "diff --git a/slow.txt b/slow.txt\n"
+    slow, after = _file(body, "slow.txt"), _file(body, "z.txt")
+    assert (slow["summarized"], after["summarized"], after["added"]) == (True, True, 0)
+    text = body["unified_diff"]
+    stopped = (
+        "Diff stopped: this request's 0.2 s for diffs are spent: "
+        f"a/slow.txt {len(slow_old)} bytes, 1500000 lines, sha256 {slow['old_sha256']}; "
+        f"b/slow.txt {len(slow_new)} bytes, 1500000 lines, sha256 {slow['new_sha256']}\n"
+    )
+    assert text.endswith(
+        stopped + "diff --git a/z.txt b/z.txt\n"
         "new file mode 100644\n"
-        "Not diffed: this request's 1e-09 s for diffs are spent: /dev/null; "
-        f"b/slow.txt {len(old)} bytes, 3000 lines, sha256 {entry['new_sha256']}\n"
+        "Not diffed: this request's 0.2 s for diffs are spent: /dev/null; "
+        f"b/z.txt {len(later)} bytes, 3000 lines, sha256 {after['new_sha256']}\n"
     )
 
 
