@@ -5,10 +5,15 @@ sha256 (checked against the name it is stored under), line count, longest line, 
 git would call it binary (a NUL byte in its first ``BINARY_PROBE`` bytes, as git's
 ``buffer_is_binary``), whether it is valid UTF-8, and which kinds of characters that hide
 code it holds (bidirectional controls, invisible characters, control characters). Memory
-stays at a few chunks whatever the blob's size.
+stays at a few chunks whatever the blob's size. ASCII chunks are checked in one pass in C;
+a non-ASCII chunk is searched only when it holds a byte that can begin a hidden character
+(or continues one begun in the last chunk). With ``exact=False`` only lines over
+``LONG_LINE`` bytes are measured, by probes ``LONG_LINE + 1`` bytes apart (no object per
+line).
 
 ``visible`` renders one line of a diff so that nothing in it is hidden: bytes that are not
-UTF-8 become ``\\xNN``, and every character of ``HIDDEN`` becomes ``<U+XXXX>``. Lines are
+UTF-8 become ``\\xNN``, and every character of BIDI, INVISIBLE and CONTROL (and a carriage
+return not ending the line) becomes ``<U+XXXX>``. Lines are
 decoded with ``surrogateescape`` first (lossless), so no byte is dropped or replaced.
 
 ``path_flags`` and ``mode_flags`` name what a path or mode change means for what runs:
