@@ -13,8 +13,8 @@ line).
 
 ``visible`` renders one line of a diff so that nothing in it is hidden: bytes that are not
 UTF-8 become ``\\xNN``, and every character of BIDI, INVISIBLE and CONTROL (and a carriage
-return not ending the line) becomes ``<U+XXXX>``. Lines are
-decoded with ``surrogateescape`` first (lossless), so no byte is dropped or replaced.
+return not ending the line) becomes ``<U+XXXX>``. Lines are decoded with
+``surrogateescape`` first (lossless), so no byte is dropped or replaced.
 
 ``path_flags`` and ``mode_flags`` name what a path or mode change means for what runs:
 CI configuration, files run by hooks or on entering the directory, an executable bit
