@@ -290,18 +290,40 @@ def diff(
     print_diff(result, stat=stat, pager=pager)
 
 
-def diff_stat(result: dict[str, Any]) -> Text:
-    """One line per file (``+added -removed``, or ``binary``), then the totals."""
+def diff_flags(result: dict[str, Any]) -> Text:
+    """One warning line per file whose diff carries flags (what can hide code or run)."""
     out = Text()
-    width = max((len(f["path"]) for f in result["files"]), default=0)
     for f in result["files"]:
-        out.append(f" {f['operation']:<6} {f['path']:<{width}}  ")
-        if f["binary"]:
-            out.append(f"binary, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
+        flags = list(f.get("flags") or [])
+        if f.get("summarized"):
+            flags.append("summarized")
+        if not flags:
+            continue
+        path = f.get("path_shown", f["path"])
+        out.append(f" ! {path}: {', '.join(flags)}", style="bold yellow")
+        if f.get("symlink_target") is not None:
+            out.append(f" -> {f['symlink_target']}", style="bold yellow")
+        out.append("\n")
+    return out
+
+
+def diff_stat(result: dict[str, Any]) -> Text:
+    """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
+    flags in brackets), then the totals."""
+    out = Text()
+    paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
+    width = max((len(p) for p in paths), default=0)
+    for f, path in zip(result["files"], paths, strict=True):
+        out.append(f" {f['operation']:<6} {path:<{width}}  ")
+        if f["binary"] or f.get("summarized"):
+            kind = "binary" if f["binary"] else "summarized"
+            out.append(f"{kind}, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
         else:
             out.append(f"+{f['added']}", style="green")
             out.append(" ")
             out.append(f"-{f['removed']}", style="red")
+        if f.get("flags"):
+            out.append(f"  [{', '.join(f['flags'])}]", style="bold yellow")
         out.append("\n")
     added = sum(f["added"] for f in result["files"])
     removed = sum(f["removed"] for f in result["files"])
@@ -328,8 +350,9 @@ def diff_text(patch: str) -> Text:
 
 
 def print_diff(result: dict[str, Any], *, stat: bool = False, pager: bool = True) -> None:
-    """Print a bundle diff answer: the stat, or the whole patch (paged when long)."""
-    body = diff_stat(result) if stat else diff_text(result["unified_diff"])
+    """Print a bundle diff answer: the stat, or the flagged files then the whole patch
+    (paged when long)."""
+    body = diff_stat(result) if stat else diff_flags(result) + diff_text(result["unified_diff"])
     if not stat and result["truncated"]:
         body.append(f"... the diff was cut at {result['limit']} bytes\n", style="yellow")
     long = body.plain.count("\n") > console.height

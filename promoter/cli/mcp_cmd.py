@@ -59,7 +59,10 @@ def build_server(tools: AgentTools) -> Any:
 
     @server.tool()
     def bundle_diff(bundle_id: str, max_bytes: int | None = None) -> dict[str, Any]:
-        """The unified diff a promotion of the bundle would write, from its stored blobs."""
+        """The unified diff a promotion of the bundle would write, from its stored blobs:
+        non-UTF-8 bytes as \\xNN, hidden characters as <U+XXXX>, and per file the flags
+        that reveal what can hide code or make it run (bidi_control, invisible_character,
+        executable, symlink, ci_config, hook_path, long_line, ...)."""
         return tools.bundle_diff(bundle_id, max_bytes)
 
     return server

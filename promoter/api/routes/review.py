@@ -28,6 +28,7 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
+from promoter.api.diff_models import BundleDiffView
 from promoter.api.models import DecisionRequest, OperationView
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
@@ -67,19 +68,30 @@ DIFF_EXAMPLE = {
     "files": [
         {
             "path": "src/app.py",
+            "path_shown": "src/app.py",
             "operation": "modify",
             "old_mode": "100644",
             "new_mode": "100644",
             "old_bytes": 12,
             "new_bytes": 12,
+            "old_sha256": "0" * 64,
+            "new_sha256": "1" * 64,
+            "old_lines": 1,
+            "new_lines": 1,
+            "longest_line": 11,
             "binary": False,
+            "summarized": False,
             "added": 1,
             "removed": 1,
+            "flags": [],
+            "symlink_target": None,
         }
     ],
-    "unified_diff": "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-print('v1')\n+print('v2')\n",
+    "unified_diff": "diff --git a/src/app.py b/src/app.py\n--- a/src/app.py\n+++ b/src/app.py\n"
+    "@@ -1 +1 @@\n-print('v1')\n+print('v2')\n",
     "truncated": False,
     "limit": DEFAULT_LIMIT,
+    "max_file_bytes": 4 * 1024 * 1024,
 }
 OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
@@ -91,11 +103,14 @@ DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "
         "getBundleDiff",
         summary="A bundle's diff before it lands",
         description="The unified diff a promotion of the bundle would write, built from its "
-        "stored old and new blobs (binary files summarized), cut at a line end past "
-        "`max_bytes`. An executor may read its own run's bundles only.",
+        "stored old and new blobs, cut at a line end past `max_bytes`. Binary files (a NUL "
+        "byte in the first 8000 bytes) and sides over `max_file_bytes` are summarized; "
+        "bytes that are not UTF-8 show as `\\xNN`, hidden characters as `<U+XXXX>`; each "
+        "file's `flags` name what can hide code or make it run. An executor may read its "
+        "own run's bundles only.",
         tags=["orchestrator", "operator", "executor"],
         errors=["bundle_unknown", "not_found", "forbidden", "blob_missing"],
-        ok={200: Ok("per-file summary and the unified diff", OBJECT, DIFF_EXAMPLE)},
+        ok={200: Ok("per-file summary and the unified diff", BundleDiffView, DIFF_EXAMPLE)},
     ),
 )
 async def get_bundle_diff(
