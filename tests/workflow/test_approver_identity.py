@@ -358,3 +358,20 @@ def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_u
     assert decision["by"] == {"role": "operator", "name": "operator"}
     assert decision["note"] == f"confirmed at the terminal by {getpass.getuser()}"
     assert (repo / "src" / "a.py").read_bytes() == b"a\n"
+
+
+def test_ops_show_names_the_credential_that_decided(gated: Gated) -> None:
+    from promoter.cli.main import app
+
+    daemon, repo, identity = gated
+    operation_id, _, _ = _held(daemon, repo, identity)
+    fay = _named(daemon, "fay")
+    with daemon.client(fay) as client:
+        client.post(
+            f"/v1/operations/{operation_id}/reject", json={"note": "no", "by": "the person"}
+        )
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "  rejected by fay (operator): no\n" in shown.stdout
+    assert "the person" not in shown.stdout
