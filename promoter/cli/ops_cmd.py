@@ -123,7 +123,8 @@ def approval_lines(view: dict[str, Any]) -> list[str]:
             continue
         if "approval" not in payload:
             continue
-        by = payload.get("by") if isinstance(payload.get("by"), dict) else {}
+        claimed = payload.get("by")
+        by: dict[str, Any] = claimed if isinstance(claimed, dict) else {}
         line = f"{payload['approval']} by {by.get('name', '?')} ({by.get('role', '?')})"
         if payload.get("note"):
             line += f": {payload['note']}"
