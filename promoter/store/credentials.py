@@ -5,8 +5,10 @@ The two trusted tokens are random strings created on first start in
 role (``orchestrator``, ``operator``). More operator credentials, each with its own name,
 are files ``<state>/credentials/operators/<name>.token`` (mode 0600) made by
 ``promoter credentials add NAME``; the daemon re-reads that folder when it changes, so
-a new or removed credential counts from the next request on. Executor tokens are minted
-on request, bound to one ``executor_run_id``, expiring, and stored only as their sha256.
+a new or removed credential counts from the next request on (a token file edited in
+place is not noticed: remove the credential and add it again to rotate it). Executor
+tokens are minted on request, bound to one ``executor_run_id``, expiring, and stored
+only as their sha256.
 
 This module decides *who* a token is: a ``Principal`` with its role and its name. The
 name is what an approval records as its approver (SPEC §10.13); nothing a request says
@@ -21,6 +23,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +41,7 @@ Role = Literal["executor", "orchestrator", "operator"]
 TRUSTED_ROLES: tuple[Role, ...] = ("orchestrator", "operator")
 OPERATORS_DIR = "operators"
 CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+RACY_NS = 2_000_000_000  # a folder changed this recently is re-read on every request
 
 
 @dataclass(frozen=True)
@@ -127,10 +131,16 @@ class Authenticator:
         self._trusted = trusted
         self._operators_dir = None if credentials_dir is None else credentials_dir / OPERATORS_DIR
         self._operators: tuple[int | None, dict[str, str]] = (None, {})
+        self._racy = True
         self._lock = threading.Lock()
 
     def _named(self) -> dict[str, str]:
-        """The named operator credentials, re-read whenever their folder changed."""
+        """The named operator credentials, re-read whenever their folder changed.
+
+        The folder's mtime is the cache key, trusted only once it is older than
+        ``RACY_NS`` when read (as git treats a racily clean index entry): a credential
+        added or removed within the timestamp's granularity of the last read is still seen.
+        """
         if self._operators_dir is None:
             return {}
         try:
@@ -140,7 +150,8 @@ class Authenticator:
         with self._lock:
             if stamp is None:
                 self._operators = (None, {})
-            elif stamp != self._operators[0]:
+            elif stamp != self._operators[0] or self._racy:
+                self._racy = time.time_ns() - stamp < RACY_NS
                 self._operators = (stamp, _named_operators(self._operators_dir))
             return self._operators[1]
 

@@ -375,3 +375,26 @@ def test_ops_show_names_the_credential_that_decided(gated: Gated) -> None:
     assert shown.exit_code == 0, shown.output
     assert "  rejected by fay (operator): no\n" in shown.stdout
     assert "the person" not in shown.stdout
+
+
+def test_a_credential_removed_within_the_folders_timestamp_granularity_stops_working(
+    gated: Gated,
+) -> None:
+    import os
+
+    from promoter.errors import Unauthenticated
+    from promoter.store.credentials import remove_operator
+
+    daemon, _, _ = gated
+    credentials = daemon.state_dir / "credentials"
+    folder = credentials / "operators"
+    auth = daemon.services.auth
+    token = add_operator(credentials, "gus")
+    assert auth.authenticate(token).name == "gus"
+    seen = folder.stat()
+    remove_operator(credentials, "gus")
+    # a coarse clock: the removal leaves the folder's mtime where the last read saw it
+    os.utime(folder, ns=(seen.st_atime_ns, seen.st_mtime_ns))
+    assert folder.stat().st_mtime_ns == seen.st_mtime_ns
+    with pytest.raises(Unauthenticated):
+        auth.authenticate(token)
