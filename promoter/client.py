@@ -227,17 +227,22 @@ class PromoterClient(BlobCalls):
         path = f"/v1/bundles/{segment(bundle_id)}/verification.dsse"
         return DsseEnvelope.model_validate_json(self._send("GET", path).content)
 
-    def approve(
-        self, operation_id: str, note: str = "", by: str = "", *, wait: bool = False
-    ) -> Json:
-        """Approve a promotion held in ``awaiting_approval`` (operator); the operation view."""
-        body = {"note": note, "by": by, "wait": wait}
+    def approve(self, operation_id: str, note: str = "", *, wait: bool = False) -> Json:
+        """Approve a promotion held in ``awaiting_approval`` (operator); the operation view.
+
+        The host records the token's credential as the approver; no name is sent."""
+        body = {"note": note, "wait": wait}
         return self._json("POST", f"/v1/operations/{segment(operation_id)}/approve", json_body=body)
 
-    def reject(self, operation_id: str, note: str = "", by: str = "") -> Json:
+    def reject(self, operation_id: str, note: str = "") -> Json:
         """Reject a promotion held in ``awaiting_approval`` (operator); the operation view."""
-        body = {"note": note, "by": by}
+        body = {"note": note}
         return self._json("POST", f"/v1/operations/{segment(operation_id)}/reject", json_body=body)
+
+    def reopen(self, operation_id: str, note: str = "") -> Json:
+        """Hold a rejected promotion for a decision again (operator); the operation view."""
+        body = {"note": note}
+        return self._json("POST", f"/v1/operations/{segment(operation_id)}/reopen", json_body=body)
 
     def recover(self, operation_id: str, fence: int) -> Json:
         path = f"/v1/operations/{segment(operation_id)}/recover"

@@ -282,6 +282,11 @@ class OperationConflict(Conflict):
     title = "The operation is not in a state that allows this"
 
 
+class ApprovalRejected(Conflict):
+    code = "approval_rejected"
+    title = "A person rejected this promotion; it is not held again unless reopened"
+
+
 class NotRecoverable(Conflict):
     code = "not_recoverable"
     title = "Only an operation that needs recovery can be recovered"

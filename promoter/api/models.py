@@ -140,8 +140,19 @@ class DecisionRequest(Request):
     """The operator's approval or rejection of a held promotion (every field optional)."""
 
     note: str = Field(default="", max_length=2000)
-    by: str = Field(default="", max_length=2000)
+    by: str = Field(
+        default="",
+        max_length=2000,
+        description="deprecated, decides nothing: the approver recorded is the authenticated "
+        "credential; a name given here is journaled as `claimed_by` only",
+    )
     wait: bool = False
+
+
+class ReopenRequest(Request):
+    """The operator's reopening of a rejected promotion (every field optional)."""
+
+    note: str = Field(default="", max_length=2000)
 
 
 class SnapshotRequest(Request):

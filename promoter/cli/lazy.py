@@ -62,6 +62,16 @@ ENTRIES = (
         "promoter.cli.review_cmd",
     ),
     Entry(
+        "reopen",
+        "Reopen a rejected promotion: it awaits a decision again (operator).",
+        "promoter.cli.review_cmd",
+    ),
+    Entry(
+        "credentials",
+        "Named operator credentials: the approver an approval records.",
+        "promoter.cli.credentials_cmd",
+    ),
+    Entry(
         "run",
         "Run CMD in an isolated clone of a guarded repository and promote what it changed.",
         "promoter.cli.run_cmd",

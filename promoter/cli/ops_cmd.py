@@ -2,7 +2,8 @@
 
 Thin commands over ``promoter.client``: rich tables for people, ``--json`` for scripts.
 ``show`` prints, per path, the journal step, the expected old and new states and the
-state the target reads as now, and says what the operator can do next. Deciding anything
+state the target reads as now, each approval decision with the credential that made it,
+and says what the operator can do next. Deciding anything
 is the host's job; this module only asks and prints.
 """
 
@@ -113,6 +114,24 @@ def show(
         _show_after(client, operation_id, json_output)
 
 
+def approval_lines(view: dict[str, Any]) -> list[str]:
+    """One line per approval decision: what, by which credential, and the note."""
+    lines = []
+    for event in view.get("events", []):
+        payload = event.get("payload")
+        if event.get("kind") != "decision" or not isinstance(payload, dict):
+            continue
+        if "approval" not in payload:
+            continue
+        claimed = payload.get("by")
+        by: dict[str, Any] = claimed if isinstance(claimed, dict) else {}
+        line = f"{payload['approval']} by {by.get('name', '?')} ({by.get('role', '?')})"
+        if payload.get("note"):
+            line += f": {payload['note']}"
+        lines.append(line)
+    return lines
+
+
 def print_view(view: dict[str, Any]) -> None:
     console.print(
         f"[bold]{view['operation_id']}[/] {view['kind']} in {escape(view['repository'])}: "
@@ -121,6 +140,8 @@ def print_view(view: dict[str, Any]) -> None:
     if view.get("code"):
         code, detail = escape(f"[{view['code']}]"), escape(str(view.get("detail") or ""))
         console.print(f"  {code} {detail}")
+    for line in approval_lines(view):
+        console.print(f"  {escape(line)}")
     current = {item["path"]: item for item in view.get("current_targets", [])}
     table = Table()
     table.add_column("path", overflow="fold")

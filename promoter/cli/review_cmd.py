@@ -1,9 +1,12 @@
-"""The approval gate from the command line: ``promoter review``, ``approve``, ``reject``.
+"""The approval gate from the command line: ``promoter review``, ``approve``, ``reject``,
+``reopen``.
 
 ``review`` lists every promotion held in ``awaiting_approval`` with its bundle's diff
 (``--stat`` for the summary only); ``approve OP`` and ``reject OP`` send the operator's
-decision with a note and a name (``--by``, default ``$USER``), which the host journals
-as a ``decision`` event. All three need the operator token.
+decision with a note, which the host journals as a ``decision`` event whose approver is
+the token's credential (no name is sent: the host knows who holds the token);
+``reopen OP`` holds a rejected promotion for a decision again. All need an operator
+token.
 
 Deliberately thin: the gate, the binding of an approval to one operation and its expiry
 are the host's (``promoter.engine.approval``); this module only asks and prints.
@@ -11,7 +14,6 @@ are the host's (``promoter.engine.approval``); this module only asks and prints.
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,22 +29,12 @@ from promoter.errors import PromoterError, error_class
 __all__ = ["print_decided", "register"]
 
 NoteOpt = Annotated[str, typer.Option("--note", help="Why: journaled with the decision.")]
-ByOpt = Annotated[str | None, typer.Option("--by", help="Who decides (default: the login name).")]
 OpArg = Annotated[str, typer.Argument(help="The operation awaiting approval.")]
 WAIT_TIMEOUT = 660.0
 
 
 def _client(url: str | None, token_file: Path | None) -> PromoterClient:
     return PromoterClient(server_url(url), read_token(token_file), timeout=WAIT_TIMEOUT)
-
-
-def _who(by: str | None) -> str:
-    if by:
-        return by
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "operator"
 
 
 def review(
@@ -100,7 +92,6 @@ def _raise_unless_done(view: dict[str, Any], wanted: tuple[str, ...]) -> None:
 def approve(
     operation: OpArg,
     note: NoteOpt = "",
-    by: ByOpt = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the attempt.")] = True,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
@@ -108,7 +99,7 @@ def approve(
 ) -> None:
     """Approve a held promotion: its attempt starts and re-checks everything (operator)."""
     with _client(url, token_file) as client:
-        view = client.approve(operation, note, _who(by), wait=wait)
+        view = client.approve(operation, note, wait=wait)
     if json_output:
         typer.echo(json.dumps(view, indent=2, sort_keys=True))
     else:
@@ -119,14 +110,29 @@ def approve(
 def reject(
     operation: OpArg,
     note: NoteOpt = "",
-    by: ByOpt = None,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
     """Reject a held promotion: it is refused and nothing is written (operator)."""
     with _client(url, token_file) as client:
-        view = client.reject(operation, note, _who(by))
+        view = client.reject(operation, note)
+    if json_output:
+        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        print_decided(view)
+
+
+def reopen(
+    operation: Annotated[str, typer.Argument(help="The rejected operation.")],
+    note: NoteOpt = "",
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Reopen a rejected promotion: it awaits a decision again (operator)."""
+    with _client(url, token_file) as client:
+        view = client.reopen(operation, note)
     if json_output:
         typer.echo(json.dumps(view, indent=2, sort_keys=True))
     else:
@@ -134,7 +140,8 @@ def reject(
 
 
 def register(app: typer.Typer) -> None:
-    """Attach ``review``, ``approve`` and ``reject`` to the main app."""
+    """Attach ``review``, ``approve``, ``reject`` and ``reopen`` to the main app."""
     app.command("review")(review)
     app.command("approve")(approve)
     app.command("reject")(reject)
+    app.command("reopen")(reopen)

@@ -25,6 +25,7 @@ preflight, the approval gate, the promotion); this module orchestrates and print
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import subprocess
@@ -257,6 +258,14 @@ def _step(
         _promote(orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes)
 
 
+def _confirmed_note() -> str:
+    """The note an approval at the terminal carries: who confirmed (never the approver)."""
+    try:
+        return f"confirmed at the terminal by {getpass.getuser()}"
+    except (KeyError, OSError):
+        return "confirmed at the terminal"
+
+
 def _promote(
     orch: PromoterClient,
     state_dir: Path,
@@ -295,10 +304,8 @@ def _promote(
             sandboxes.save(state_dir, record)
             _say(f"awaiting approval: promoter approve {step.operation_id}")
             return
-        with orch.with_token(operator) as approver:
-            view = approver.approve(
-                step.operation_id, "approved at promoter run", "promoter run", wait=True
-            )
+        with orch.with_token(operator) as approver:  # the approver is this credential
+            view = approver.approve(step.operation_id, _confirmed_note(), wait=True)
     step.status = str(view["status"])
     sandboxes.save(state_dir, record)
     if step.status != "completed":

@@ -3,7 +3,8 @@
 ``request_promotion`` derives the deterministic operation id (SPEC §5.2) and never starts
 a second run of the same operation: completed returns the stored receipt's state, in
 progress its status, needs recovery or reconciliation that status; only a ``refused``
-operation gets a new attempt. Attempts run on a small worker pool off the request
+operation gets a new attempt, unless a person rejected it (``approval_rejected``; final
+until an operator reopens it). Attempts run on a small worker pool off the request
 thread; ``wait`` blocks on the attempt's future. Under the approval gate
 (``promoter.engine.approval``) a request is held as ``awaiting_approval`` until
 ``decide``, and an approval starts the attempt. The protocol itself is in
@@ -146,6 +147,8 @@ def request_promotion(
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
+        if row is not None:  # a person's rejection is final (SPEC §10.13): nothing is written
+            approval.refuse_if_rejected(session, row)
         held = gated and (row is None or not approval.approved(session, row, grant))
         status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
         if row is None:
@@ -182,9 +185,19 @@ def request_promotion(
 
 
 def decide(
-    services: Services, operation_id: str, verdict: str, *, note: str, by: str, role: str
+    services: Services,
+    operation_id: str,
+    verdict: str,
+    *,
+    note: str,
+    by: str,
+    role: str,
+    claimed_by: str = "",
 ) -> Requested:
-    """The operator's decision on a held promotion; an approval starts its attempt."""
+    """The operator's decision on a held promotion; an approval starts its attempt.
+
+    ``by`` and ``role`` are the authenticated principal's; ``claimed_by`` a name the
+    request carried, journaled apart and deciding nothing."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
     with _request_lock:
@@ -195,10 +208,18 @@ def decide(
             note=note,
             by=by,
             role=role,
+            claimed_by=claimed_by,
         )
     if decided.ticket is not None:
         runner(services).submit(decided.ticket)
         return Requested(operation_id, decided.status, True)
+    return Requested(operation_id, decided.status, False)
+
+
+def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Requested:
+    """The operator's reopening of a rejected promotion: held for a decision again."""
+    with _request_lock:
+        decided = approval.reopen(services, operation_id, note=note, by=by, role=role)
     return Requested(operation_id, decided.status, False)
 
 

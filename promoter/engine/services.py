@@ -125,7 +125,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         blobs=BlobStore(settings.audit_dir),
         audit=AuditStore(settings.audit_dir),
         registry=Registry.from_settings(settings),
-        auth=Authenticator(database, tokens),
+        auth=Authenticator(database, tokens, settings.credentials_dir),
         tokens=tokens,
         owner=Owner.me(settings.host_id or machine_host_id()),
     )

@@ -1,9 +1,18 @@
-"""Bearer credentials: the orchestrator and operator tokens and executor tokens.
+"""Bearer credentials: the orchestrator and operator tokens, named operators, executors.
 
 The two trusted tokens are random strings created on first start in
-``<state>/credentials/{orchestrator,operator}.token`` (mode 0600). Executor tokens are
-minted on request, bound to one ``executor_run_id``, expiring, and stored only as their
-sha256. This module decides *who* a token is; what a role may do is the API's business.
+``<state>/credentials/{orchestrator,operator}.token`` (mode 0600); each is named after its
+role (``orchestrator``, ``operator``). More operator credentials, each with its own name,
+are files ``<state>/credentials/operators/<name>.token`` (mode 0600) made by
+``promoter credentials add NAME``; the daemon re-reads that folder when it changes, so
+a new or removed credential counts from the next request on (a token file edited in
+place is not noticed: remove the credential and add it again to rotate it). Executor
+tokens are minted on request, bound to one ``executor_run_id``, expiring, and stored
+only as their sha256.
+
+This module decides *who* a token is: a ``Principal`` with its role and its name. The
+name is what an approval records as its approver (SPEC §10.13); nothing a request says
+about itself can change it. What a role may do is the API's business.
 """
 
 from __future__ import annotations
@@ -11,7 +20,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -27,12 +39,19 @@ from promoter.store.tables import ExecutorTokenRow
 
 Role = Literal["executor", "orchestrator", "operator"]
 TRUSTED_ROLES: tuple[Role, ...] = ("orchestrator", "operator")
+OPERATORS_DIR = "operators"
+CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+RACY_NS = 2_000_000_000  # a folder changed this recently is re-read on every request
 
 
 @dataclass(frozen=True)
 class Principal:
+    """Who a token is: its role, the run an executor token is bound to, and its name
+    (a trusted token's role, a named operator credential's name, an executor's run id)."""
+
     role: Role
     run_id: str | None = None
+    name: str = ""
 
 
 def token_sha256(token: str) -> str:
@@ -48,17 +67,93 @@ def ensure_trusted_tokens(credentials_dir: Path) -> dict[Role, str]:
         path = credentials_dir / f"{role}.token"
         if not path.exists():
             write_private(path, (f"p{role[:2]}_" + secrets.token_urlsafe(32) + "\n").encode())
-        info = path.lstat()
-        if not path.is_file() or path.is_symlink() or info.st_mode & 0o077:
-            raise ConfigError(f"{path} must be a regular file readable only by its owner (0600)")
-        tokens[role] = path.read_text(encoding="utf-8").strip()
+        tokens[role] = _read_private(path)
     return tokens
 
 
+def _read_private(path: Path) -> str:
+    info = path.lstat()
+    if not path.is_file() or path.is_symlink() or info.st_mode & 0o077:
+        raise ConfigError(f"{path} must be a regular file readable only by its owner (0600)")
+    return path.read_text(encoding="utf-8").strip()
+
+
+def _operator_path(credentials_dir: Path, name: str) -> Path:
+    if not CREDENTIAL_NAME.fullmatch(name) or name in TRUSTED_ROLES:
+        raise ConfigError(
+            f"a credential name is 1-63 of a-z 0-9 . _ - (starting with a letter or digit) "
+            f"and not {' or '.join(TRUSTED_ROLES)}; got {name!r}"
+        )
+    return credentials_dir / OPERATORS_DIR / f"{name}.token"
+
+
+def add_operator(credentials_dir: Path, name: str) -> str:
+    """Make the named operator credential ``name``; return its token (shown once)."""
+    path = _operator_path(credentials_dir, name)
+    make_dirs(path.parent, mode=0o700)
+    if path.exists() or path.is_symlink():
+        raise ConfigError(f"an operator credential named {name!r} exists already")
+    write_private(path, ("pop_" + secrets.token_urlsafe(32) + "\n").encode())
+    return _read_private(path)
+
+
+def remove_operator(credentials_dir: Path, name: str) -> None:
+    """Remove the named operator credential ``name`` (its own 0600 file, nothing else)."""
+    path = _operator_path(credentials_dir, name)
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"no operator credential named {name!r}")
+    _read_private(path)  # a regular private file of ours, not a link or anything else
+    path.unlink()
+
+
+def operator_names(credentials_dir: Path) -> list[str]:
+    """The names of the named operator credentials, sorted."""
+    return sorted(_named_operators(credentials_dir / OPERATORS_DIR))
+
+
+def _named_operators(folder: Path) -> dict[str, str]:
+    """Name → token of every ``<name>.token`` in ``folder`` (none when it is absent)."""
+    found: dict[str, str] = {}
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.iterdir()):
+        name = path.name.removesuffix(".token")
+        if path.name.endswith(".token") and CREDENTIAL_NAME.fullmatch(name):
+            found[name] = _read_private(path)
+    return found
+
+
 class Authenticator:
-    def __init__(self, db: Database, trusted: dict[Role, str]) -> None:
+    def __init__(
+        self, db: Database, trusted: dict[Role, str], credentials_dir: Path | None = None
+    ) -> None:
         self._db = db
         self._trusted = trusted
+        self._operators_dir = None if credentials_dir is None else credentials_dir / OPERATORS_DIR
+        self._operators: tuple[int | None, dict[str, str]] = (None, {})
+        self._racy = True
+        self._lock = threading.Lock()
+
+    def _named(self) -> dict[str, str]:
+        """The named operator credentials, re-read whenever their folder changed.
+
+        The folder's mtime is the cache key, trusted only once it is older than
+        ``RACY_NS`` when read (as git treats a racily clean index entry): a credential
+        added or removed within the timestamp's granularity of the last read is still seen.
+        """
+        if self._operators_dir is None:
+            return {}
+        try:
+            stamp: int | None = self._operators_dir.stat().st_mtime_ns
+        except FileNotFoundError:
+            stamp = None
+        with self._lock:
+            if stamp is None:
+                self._operators = (None, {})
+            elif stamp != self._operators[0] or self._racy:
+                self._racy = time.time_ns() - stamp < RACY_NS
+                self._operators = (stamp, _named_operators(self._operators_dir))
+            return self._operators[1]
 
     def mint_executor_token(self, run_id: str, ttl_seconds: int) -> tuple[str, str]:
         token = "pex_" + secrets.token_urlsafe(32)
@@ -80,7 +175,10 @@ class Authenticator:
             raise Unauthenticated("an Authorization: Bearer token is required")
         for role, secret in self._trusted.items():
             if hmac.compare_digest(token.encode(), secret.encode()):
-                return Principal(role=role)
+                return Principal(role=role, name=role)
+        for name, secret in self._named().items():
+            if hmac.compare_digest(token.encode(), secret.encode()):
+                return Principal(role="operator", name=name)
         with self._db.session() as session:
             row = session.scalar(
                 select(ExecutorTokenRow).where(ExecutorTokenRow.token_sha256 == token_sha256(token))
@@ -89,4 +187,4 @@ class Authenticator:
             raise Unauthenticated("the token is not known")
         if parse_rfc3339(row.expires_at) <= utcnow():
             raise Unauthenticated("the executor token has expired", expired_at=row.expires_at)
-        return Principal(role="executor", run_id=row.executor_run_id)
+        return Principal(role="executor", run_id=row.executor_run_id, name=row.executor_run_id)

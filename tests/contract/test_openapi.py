@@ -47,6 +47,7 @@ WITH_BODY = {
     ("post", "/v1/operations/{operation_id}/rollback"),
     ("post", "/v1/operations/{operation_id}/approve"),
     ("post", "/v1/operations/{operation_id}/reject"),
+    ("post", "/v1/operations/{operation_id}/reopen"),
     ("post", "/v1/repositories/{name}/snapshots"),
     ("post", "/v1/repositories/{name}/snapshots/{tree}/restore"),
 }

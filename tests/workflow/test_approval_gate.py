@@ -63,12 +63,14 @@ def test_required_by_the_repository_holds_then_reject_writes_nothing(
     assert tree_bytes(repo) == before
     (decision,) = _decisions(daemon, operation_id)
     assert decision["approval"] == "rejected"
-    assert decision["by"] == {"role": "operator", "name": "ana"}
+    assert decision["by"] == {"role": "operator", "name": "operator"}  # the credential
+    assert decision["claimed_by"] == "ana"  # what the body said, deciding nothing
     assert decision["note"] == "too broad"
     assert decision["bundle_sha256"] == bundle["bundle_sha256"]
-    # asking again holds it again: a rejection is not an approval
+    # asking again is refused: a rejection is final (SPEC §10.13)
     again = promote(daemon, bundle, receipt)
-    assert again.json()["status"] == "awaiting_approval"
+    assert again.status_code == 409, again.text
+    assert again.json()["code"] == "approval_rejected"
     assert tree_bytes(repo) == before
 
 
@@ -192,9 +194,7 @@ def test_review_approve_and_reject_commands(gated: tuple[Daemon, Path, str]) -> 
     assert listed.exit_code == 0, listed.output
     assert f"{operation_id} awaiting approval" in listed.stdout
     assert "-print('v1')\n+print('approved')\n" in listed.stdout
-    approved = runner.invoke(
-        _app(), ["approve", operation_id, "--note", "ok", "--by", "ana"], env=env
-    )
+    approved = runner.invoke(_app(), ["approve", operation_id, "--note", "ok"], env=env)
     assert approved.exit_code == 0, approved.output
     assert f"operation {operation_id} completed" in approved.stdout
     assert (repo / "src" / "app.py").read_bytes() == NEW

@@ -2,18 +2,19 @@
 
 The server is the real command (``python -m promoter.cli.main mcp``) in a subprocess,
 started in the sandbox clone with the executor's token only; the daemon runs in-process
-on a loopback port.
+on a loopback port. Its stderr goes to a file the tests read: nothing but warnings.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from promoter.client import PromoterClient
 from tests.gitutil import git
@@ -24,29 +25,59 @@ from tests.support.promotion import set_lease, tree_bytes
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tools(
-    daemon: Daemon, clone: Path, token: str, calls: list[tuple[str, dict[str, Any]]], **env: str
-) -> tuple[list[str], list[dict[str, Any]]]:
+def _session(
+    daemon: Daemon,
+    clone: Path,
+    token: str,
+    calls: list[tuple[str, dict[str, Any]]],
+    **env: str,
+) -> tuple[list[str], list[Any], str | None, str]:
+    """Tool names, each call's result, ``serverInfo.version`` and the server's stderr."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "promoter.cli.main", "mcp"],
         env={"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": token, "PYTHONPATH": str(ROOT), **env},
         cwd=str(clone),
     )
+    results: list[Any] = []
+    errlog = clone.parent / "mcp-stderr.txt"
+
+    async def main() -> tuple[list[str], str | None]:
+        with errlog.open("w", encoding="utf-8") as stderr:
+            transport = stdio_client(params, errlog=stderr)
+            async with Client(transport, read_timeout_seconds=120) as client:
+                info = client.server_info
+                listed = await client.list_tools()
+                for name, arguments in calls:
+                    results.append(await client.call_tool(name, arguments))
+                version = None if info is None else info.version
+                return sorted(t.name for t in listed.tools), version
+
+    names, version = anyio.run(main)
+    return names, results, version, errlog.read_text(encoding="utf-8")
+
+
+def _tools(
+    daemon: Daemon, clone: Path, token: str, calls: list[tuple[str, dict[str, Any]]], **env: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    names, results, _, stderr = _session(daemon, clone, token, calls, **env)
     answers: list[dict[str, Any]] = []
-
-    async def main() -> list[str]:
-        async with Client(params, read_timeout_seconds=120) as client:
-            listed = await client.list_tools()
-            for name, arguments in calls:
-                result = await client.call_tool(name, arguments)
-                assert result.is_error is False, result
-                assert isinstance(result.structured_content, dict)
-                answers.append(result.structured_content)
-            return sorted(t.name for t in listed.tools)
-
-    names = anyio.run(main)
+    for result in results:
+        assert isinstance(result.structured_content, dict)
+        refused = result.structured_content.get("status") == "refused"
+        assert result.is_error is refused, result
+        answers.append(result.structured_content)
+    assert _not_warnings(stderr) == [], stderr
     return names, answers
+
+
+def _not_warnings(stderr: str) -> list[str]:
+    """Lines of stderr that are not warnings (nothing but warnings may appear)."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and "warning" not in line.lower() and not line.startswith(" ")
+    ]
 
 
 def test_mcp_tools_listed_and_called_through_the_sdk_client(
@@ -129,3 +160,27 @@ def test_mcp_submit_returns_local_refusals_with_every_path(
     assert "README.md" in refused["detail"]
     with daemon.operator() as operator:
         assert operator.get("/v1/operations").json()["operations"] == []
+
+
+def test_mcp_refusal_is_an_error_result_with_its_code_and_the_package_version(
+    tmp_path: Path, daemon: Daemon, repo: Path, identity: str
+) -> None:
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    orch = PromoterClient(daemon.url, daemon.orchestrator_token)
+    token = str(orch.mint_executor_token("run_1")["token"])
+    calls = [
+        ("promotion_status", {"bundle_id": "bnd_" + "0" * 32}),
+        ("preflight", {"bundle_id": "bnd_" + "0" * 32}),
+    ]
+    _, (unknown, forbidden), version, stderr = _session(daemon, clone, token, calls)
+    assert version == metadata.version("promoter")
+    assert version != ""
+    assert unknown.is_error is True
+    assert unknown.structured_content["status"] == "refused"
+    assert unknown.structured_content["code"] == "not_found"
+    assert unknown.structured_content["detail"]
+    assert '"code": "not_found"' in unknown.content[0].text
+    assert forbidden.is_error is True
+    assert forbidden.structured_content["code"] == "forbidden"
+    assert _not_warnings(stderr) == [], stderr

@@ -163,7 +163,7 @@ def test_yes_does_not_pass_the_approval_gate(gated: tuple[Daemon, Path]) -> None
     assert not (repo / "src" / "a.py").exists()
     env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
     assert operation_id is not None
-    approved = CliRunner().invoke(_app(), ["approve", operation_id, "--by", "ana"], env=env)
+    approved = CliRunner().invoke(_app(), ["approve", operation_id], env=env)
     assert approved.exit_code == 0, approved.output
     assert (repo / "src" / "a.py").read_bytes() == b"a\n"
     # the next step chains on it once the record learns it completed

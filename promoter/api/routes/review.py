@@ -1,13 +1,16 @@
 """Review before writing: a bundle's diff, and the operator's approval decisions.
 
 ``GET /v1/bundles/{id}/diff`` (orchestrator, operator, or the bundle's own executor, who
-built both sides) answers the unified diff a
-promotion of the bundle would write, built from its stored blobs and capped at
-``max_bytes``. ``POST /v1/operations/{id}/approve`` and ``/reject`` (operator only)
-decide a promotion held in ``awaiting_approval``; with ``wait`` an approval answers once
-its attempt ended. ``GET /v1/grants/{id}/base`` (orchestrator, or the executor of the
-grant's run) answers, for a chained grant, the state its base operations left at every
-path they touched: what the executor builds its next bundle against. Thin adapters over
+built both sides) answers the unified diff a promotion of the bundle would write, built
+from its stored blobs and capped at ``max_bytes``. ``POST /v1/operations/{id}/approve``
+and ``/reject`` (operator only) decide a promotion held in ``awaiting_approval``; with
+``wait`` an approval answers once its attempt ended. The approver recorded is the
+authenticated credential's name; a ``by`` in the body is journaled as ``claimed_by``
+only (docs/decisions/approver-identity.md). ``POST /v1/operations/{id}/reopen``
+(operator only) holds a rejected promotion for a decision again. ``GET
+/v1/grants/{id}/base`` (orchestrator, or the executor of the grant's run) answers, for a
+chained grant, the state its base operations left at every path they touched: what the
+executor builds its next bundle against. Thin adapters over
 ``promoter.engine.bundle_diff``, ``promoter.engine.operations.decide`` and
 ``promoter.engine.chain``; no decision is made here. ``GET /v1/bundles/{id}/operations``
 lists a bundle's promotions and their status for its executor.
@@ -29,7 +32,7 @@ from promoter.api.deps import (
     read_json_body,
 )
 from promoter.api.diff_models import BundleDiffView
-from promoter.api.models import DecisionRequest, OperationView
+from promoter.api.models import DecisionRequest, OperationView, ReopenRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
@@ -95,6 +98,7 @@ DIFF_EXAMPLE = {
 }
 OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
+REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 
 
 @router.get(
@@ -154,11 +158,11 @@ async def get_bundle_operations(
     return json_response(result)
 
 
-def _decision_body(raw: Any) -> dict[str, Any]:
+def _decision_body(raw: Any, allowed: frozenset[str]) -> dict[str, Any]:
     body = {} if raw is None else raw
     if not isinstance(body, dict):
         raise ValidationFailed("the body must be a JSON object")
-    unknown = set(body) - {"note", "by", "wait"}
+    unknown = set(body) - allowed
     if unknown:
         raise ValidationFailed(f"unknown fields: {sorted(unknown)}")
     for name in ("note", "by"):
@@ -170,14 +174,21 @@ def _decision_body(raw: Any) -> dict[str, Any]:
     return body
 
 
-def _decide(services: Services, operation_id: str, verdict: str, body: dict[str, Any]) -> Any:
+DECISION_FIELDS = frozenset({"note", "by", "wait"})
+REOPEN_FIELDS = frozenset({"note"})
+
+
+def _decide(
+    services: Services, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
+) -> Any:
     decided = operations.decide(
         services,
         operation_id,
         verdict,
         note=body.get("note", ""),
-        by=body.get("by", "") or "operator",
-        role="operator",
+        by=principal.name,  # the credential, never the body (SPEC §10.13)
+        role=principal.role,
+        claimed_by=body.get("by", ""),
     )
     if decided.started and body.get("wait"):
         operations.wait_for(services, operation_id, WAIT_SECONDS)
@@ -185,11 +196,11 @@ def _decide(services: Services, operation_id: str, verdict: str, body: dict[str,
 
 
 async def _post_decision(
-    operation_id: str, verdict: str, request: Request, services: Services
+    operation_id: str, verdict: str, request: Request, principal: Principal, services: Services
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
-    body = _decision_body(raw)
-    view = await run_in_threadpool(_decide, services, operation_id, verdict, body)
+    body = _decision_body(raw, DECISION_FIELDS)
+    view = await run_in_threadpool(_decide, services, principal, operation_id, verdict, body)
     return json_response(view)
 
 
@@ -199,22 +210,23 @@ async def _post_decision(
         "approveOperation",
         summary="Approve a held promotion",
         description="The operator's approval of a promotion in `awaiting_approval`, journaled "
-        "as a `decision` event; its attempt starts and re-checks everything. Any other "
-        "status is `operation_conflict`. The body is optional.",
+        "as a `decision` event that records the authenticated credential as the approver "
+        "(a `by` in the body is kept as `claimed_by` only); its attempt starts and re-checks "
+        "everything. Any other status is `operation_conflict`. The body is optional.",
         tags=["operator"],
         roles=["operator"],
         errors=DECISION_ERRORS,
         body=DecisionRequest,
         body_required=False,
-        body_example={"note": "reviewed the diff", "by": "alice", "wait": True},
+        body_example={"note": "reviewed the diff", "wait": True},
         ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
     ),
 )
 async def post_approve(
-    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
 ) -> Response:
     """Approve a promotion held in ``awaiting_approval``: its attempt starts."""
-    return await _post_decision(operation_id, "approve", request, services)
+    return await _post_decision(operation_id, "approve", request, principal, services)
 
 
 @router.post(
@@ -223,21 +235,57 @@ async def post_approve(
         "rejectOperation",
         summary="Reject a held promotion",
         description="The operator's rejection of a promotion in `awaiting_approval`: it is "
-        "refused (`approval_rejected`) and nothing is written. The body is optional.",
+        "refused (`approval_rejected`) and nothing is written; the rejection is final "
+        "(asking again answers `409 approval_rejected`) until an operator reopens it. The "
+        "approver recorded is the authenticated credential. The body is optional.",
         tags=["operator"],
         roles=["operator"],
         errors=DECISION_ERRORS,
         body=DecisionRequest,
         body_required=False,
-        body_example={"note": "touches the wrong module", "by": "alice"},
+        body_example={"note": "touches the wrong module"},
         ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
     ),
 )
 async def post_reject(
-    operation_id: str, request: Request, _: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
 ) -> Response:
     """Reject a promotion held in ``awaiting_approval``: it is refused, nothing written."""
-    return await _post_decision(operation_id, "reject", request, services)
+    return await _post_decision(operation_id, "reject", request, principal, services)
+
+
+def _reopen(services: Services, principal: Principal, operation_id: str, note: str) -> Any:
+    operations.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
+    return operations.operation_view(services, operation_id)
+
+
+@router.post(
+    "/operations/{operation_id}/reopen",
+    **operation(
+        "reopenOperation",
+        summary="Reopen a rejected promotion",
+        description="The operator's reopening of a promotion a person rejected, journaled as "
+        "a `decision` event (`approval: reopened`, the credential that reopened it): it is "
+        "held in `awaiting_approval` again for a new decision. Until then a rejection is "
+        "final: asking to promote it again answers `409 approval_rejected`. Any other "
+        "status is `operation_conflict`. The body is optional.",
+        tags=["operator"],
+        roles=["operator"],
+        errors=REOPEN_ERRORS,
+        body=ReopenRequest,
+        body_required=False,
+        body_example={"note": "rejected by mistake"},
+        ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
+    ),
+)
+async def post_reopen(
+    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
+) -> Response:
+    """Reopen a rejected promotion: held in ``awaiting_approval`` again."""
+    raw = await read_json_body(request, services, SMALL_BODY, empty=None)
+    body = _decision_body(raw, REOPEN_FIELDS)
+    view = await run_in_threadpool(_reopen, services, principal, operation_id, body.get("note", ""))
+    return json_response(view)
 
 
 def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[str, Any]:

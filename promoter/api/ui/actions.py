@@ -1,9 +1,11 @@
-"""The console's actions: approve, reject, recover, reconcile and roll back an operation.
+"""The console's actions: approve, reject, reopen, recover, reconcile, roll back an operation.
 
 Every action is a CSRF-checked form post from an operator session (no session: 401; no
 or a wrong CSRF token: 403) and calls the same engine function as its API route, with
 the operator role: ``operations.decide`` (then waits for the approved attempt, as the
-API's ``wait``), ``recover.recover``, ``recover.reconcile``, ``rollback.rollback``.
+API's ``wait``), ``operations.reopen``, ``recover.recover``, ``recover.reconcile``,
+``rollback.rollback``. A decision records the session's credential as the approver; the
+form asks for a note only.
 Whether the operation may move is the engine's guard; a refusal is shown with its code.
 On success the browser is sent to the operation's page (303).
 
@@ -20,6 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
+from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.engine import operations, recover, rollback
 from promoter.engine.services import Services
@@ -37,10 +40,13 @@ def _note(form: dict[str, str]) -> str:
     return note
 
 
-def _decide(verdict: str) -> Callable[[Services, str, dict[str, str]], None]:
-    def act(services: Services, operation_id: str, form: dict[str, str]) -> None:
+Action = Callable[[Services, Session, str, dict[str, str]], None]
+
+
+def _decide(verdict: str) -> Action:
+    def act(services: Services, session: Session, operation_id: str, form: dict[str, str]) -> None:
         decided = operations.decide(
-            services, operation_id, verdict, note=_note(form), by="operator", role="operator"
+            services, operation_id, verdict, note=_note(form), by=session.name, role=session.role
         )
         if decided.started:
             operations.wait_for(services, operation_id, WAIT_SECONDS)
@@ -48,25 +54,30 @@ def _decide(verdict: str) -> Callable[[Services, str, dict[str, str]], None]:
     return act
 
 
-def _recover(services: Services, operation_id: str, form: dict[str, str]) -> None:
+def _reopen(services: Services, session: Session, operation_id: str, form: dict[str, str]) -> None:
+    operations.reopen(services, operation_id, note=_note(form), by=session.name, role=session.role)
+
+
+def _recover(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
     fence = form.get("fence", "")
     if not fence.isdigit():
         raise ValidationFailed("the fence must be a whole number")
     recover.recover(services, operation_id, int(fence), role="operator")
 
 
-def _reconcile(services: Services, operation_id: str, form: dict[str, str]) -> None:
+def _reconcile(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
     decision = form.get("decision", "")
     recover.reconcile(services, operation_id, decision, _note(form), role="operator")
 
 
-def _rollback(services: Services, operation_id: str, form: dict[str, str]) -> None:
+def _rollback(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
     rollback.rollback(services, operation_id, note=_note(form))
 
 
-ACTIONS: dict[str, Callable[[Services, str, dict[str, str]], None]] = {
+ACTIONS: dict[str, Action] = {
     "approve": _decide("approve"),
     "reject": _decide("reject"),
+    "reopen": _reopen,
     "recover": _recover,
     "reconcile": _reconcile,
     "rollback": _rollback,
@@ -81,7 +92,7 @@ async def post_action(request: Request, operation_id: str, action: str) -> Respo
         act = ACTIONS.get(action)
         if act is None:
             return render("error.html", 404, session, code="not_found", detail="no such action")
-        await run_in_threadpool(act, get_services(request), operation_id, form)
+        await run_in_threadpool(act, get_services(request), session, operation_id, form)
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
     return secure(RedirectResponse(f"/ui/operations/{operation_id}", status_code=303))

@@ -3,7 +3,8 @@
 ``GET /ui/login`` shows the form with a fresh double-submit token (also set as a
 cookie); ``POST /ui/login`` checks that token, authenticates the pasted token exactly as
 the API does (``services.auth``) and admits the operator role only, the role every
-console page needs, then sets the session cookie. ``POST /ui/logout`` (CSRF-checked)
+console page needs, then sets the session cookie; the session remembers the credential's
+name, which its approvals and rejections record as the approver. ``POST /ui/logout`` (CSRF-checked)
 drops the session. The token is never stored, logged or echoed back.
 
 Deliberately not here: the pages themselves (``promoter.api.ui.pages``).
@@ -47,7 +48,7 @@ async def post_login(request: Request) -> Response:
         return _form(request, 401, "That token is not valid.")
     if principal.role != "operator":
         return _form(request, 403, "The console needs the operator token.")
-    session = sessions(request).open(principal.role)
+    session = sessions(request).open(principal.role, principal.name)
     response = secure(RedirectResponse("/ui/operations", status_code=303))
     set_cookie(request, response, COOKIE, session.session_id)
     response.delete_cookie(LOGIN_COOKIE, path="/ui")

@@ -1,7 +1,8 @@
 """Console sessions: the operator token exchanged for a session id, and its CSRF token.
 
 ``Sessions`` keeps, in the daemon's memory, one entry per logged-in browser: a random
-session id (the cookie's value), the role it was granted and a random CSRF token that
+session id (the cookie's value), the role it was granted, the name of the credential that
+logged in (what its decisions record as the approver) and a random CSRF token that
 every form of that session carries. ``LOGIN_COOKIE`` carries the double-submit token of the
 login form, which has no session yet. Comparisons are constant-time; a session idle for
 ``IDLE_SECONDS`` ends.
@@ -31,6 +32,7 @@ class Session:
     role: str
     csrf: str
     last_used: float
+    name: str = ""  # the credential that logged in: the approver its decisions record
 
 
 class Sessions:
@@ -46,9 +48,9 @@ class Sessions:
         self._clock = clock
         self._idle = idle_seconds
 
-    def open(self, role: str) -> Session:
+    def open(self, role: str, name: str = "") -> Session:
         token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        session = Session(token, role, csrf, self._clock())
+        session = Session(token, role, csrf, self._clock(), name or role)
         with self._lock:
             while len(self._by_id) >= MAX_SESSIONS:
                 self._by_id.pop(next(iter(self._by_id)))
