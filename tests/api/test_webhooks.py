@@ -97,7 +97,10 @@ def _daemon(
 ) -> Iterator[tuple[Daemon, Dispatcher, Clock]]:
     hook = WebhookConfig(url=receiver.url, secret=SECRET, **config)
     with running_daemon(
-        tmp_path / "state", {"work": repo}, webhooks={"orch": hook}, webhook_allowed_targets=LOOPBACK
+        tmp_path / "state",
+        {"work": repo},
+        webhooks={"orch": hook},
+        webhook_allowed_targets=LOOPBACK,
     ) as daemon:
         clock = Clock()
         dispatcher: Dispatcher = daemon.services.webhooks
