@@ -77,6 +77,7 @@ _ENTRY = Path(__file__).with_name("sandbox_entry.py")
 # inside the sandbox: fresh, private tmpfs mounts (nothing of the host's shows there)
 _PRIVATE_TMP = "/tmp"  # noqa: S108
 _ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run")  # noqa: S108
+_PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
 
 # Run by the host's Python before bwrap: set the limits, join the pids cgroup, exec.
 _LIMITS_SHIM = """\
@@ -303,7 +304,11 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
     hidden = {Path(p) for p in _ALWAYS_HIDDEN}
     hidden |= {Path(os.path.realpath(p)) for p in box.hide}
     for path in sorted(hidden, key=lambda p: (len(p.parts), str(p))):
+        if any(h in path.parents for h in hidden):
+            continue  # already hidden with its parent
         if path.is_dir() and not path.is_symlink() and path != Path("/"):
+            if str(path) not in _PRIVATE_WRITABLE:
+                argv += ["--perms", "0555"]  # read-only for a command without capabilities
             argv += ["--tmpfs", str(path)]
     base = Path(os.path.realpath(sys.base_prefix))
     if any(base == h or h in base.parents for h in hidden):
