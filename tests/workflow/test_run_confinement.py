@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -443,3 +444,29 @@ def test_without_bubblewrap_run_refuses_unless_unconfined(daemon: Daemon, repo: 
     after = tree_bytes(repo)
     after.pop("d.txt")
     assert after == before
+
+
+def test_ctrl_c_ends_every_process_of_the_sandbox(
+    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
+) -> None:
+    repo, git_before, files_before = person
+    # the command's output is the CLI's: its line says every sleeper has started
+    script = "setsid sleep 4444.5 & (sleep 4444.5 &) ; sleep 4444.5 & echo sandbox-up; wait"
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
+    argv += ["--url", daemon.url, "--repo", "work", "--yes", "--", "sh", "-c", script]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert cli.stdout is not None
+    seen = []
+    for line in cli.stdout:  # a blocking read until the command says it is up
+        seen.append(line)
+        if line.strip() == b"sandbox-up":
+            break
+    else:
+        raise AssertionError(b"".join(seen).decode())
+    cli.send_signal(signal.SIGINT)
+    rest = cli.stdout.read()
+    assert cli.wait(timeout=60) == 130, rest  # the CLI's exit status for SIGINT
+    assert _marked("4444.5") == []
+    assert git_dir_digest(repo) == git_before
+    _unchanged_but(repo, files_before)
