@@ -419,6 +419,7 @@ def run(
         pass_env=tuple(pass_env or ()),
         hide=tuple(p.resolve() for p in hide or ()),
     )
+    confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     if not unconfined:
         confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
     address = server_url(url)

@@ -470,3 +470,34 @@ def test_ctrl_c_ends_every_process_of_the_sandbox(
     assert _marked("4444.5") == []
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before)
+
+
+def test_a_bwrap_that_cannot_make_namespaces_is_refused_too(daemon: Daemon, repo: Path) -> None:
+    failing = {BWRAP_ENV: shutil.which("false") or "/bin/false"}  # starts, makes nothing
+    refused = _run(daemon, "--repo", "work", "--yes", "--", "true", env=failing)
+    assert isinstance(refused.exception, PromoterError), refused.output
+    assert refused.exception.code == "confinement_unavailable"
+    assert sandboxes.list_runs(daemon.state_dir) == []
+
+
+def test_only_the_variables_the_person_names_reach_the_command(
+    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
+) -> None:
+    repo, _, _ = person
+    body = """
+report["named"] = os.environ.get("AGENT_API_KEY")
+report["unnamed"] = os.environ.get("AWS_SECRET_ACCESS_KEY")
+"""
+    secrets = {"AGENT_API_KEY": "named-value", "AWS_SECRET_ACCESS_KEY": "unnamed-value"}
+    result = _run(
+        daemon, "--repo", "work", "--yes", "--pass-env", "AGENT_API_KEY", "--", *_probe(body),
+        env=secrets,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert _report(repo) == {"named": "named-value", "unnamed": None}
+    refused = _run(
+        daemon, "--repo", "work", "--pass-env", "PROMOTER_TOKEN", "--", "true", env=secrets
+    )
+    assert isinstance(refused.exception, PromoterError)
+    assert refused.exception.code == "config_error"
+    assert len(sandboxes.list_runs(daemon.state_dir)) == 1  # refused before a sandbox
