@@ -8,8 +8,10 @@ filesystem is the host's, read-only, with these exceptions:
 
 - hidden (an empty tmpfs over them): promoter's state directory (credentials, database,
   audit store, other sandboxes, the run's own record), the person's worktree and its git
-  directories, ``/tmp``, ``/var/tmp``, ``/run`` (no Unix socket there, e.g. a database's,
-  is reachable: a read-only mount does not stop ``connect``), and every ``hide`` path;
+  directories, ``/tmp``, ``/var/tmp``, ``/run``, ``/var/run`` (no Unix socket there, e.g.
+  a database's, is reachable: a read-only mount does not stop ``connect``), and every
+  ``hide`` path; the tmpfs is mode 0555, so a command without capabilities cannot write
+  it (``/tmp`` and ``/var/tmp`` are private and writable instead);
 - a fresh ``/dev`` and the sandbox's own ``/proc`` (its PID namespace: no other process,
   the daemon's included, can be seen, signalled or traced);
 - writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
@@ -76,7 +78,7 @@ _CGROUP2 = Path("/sys/fs/cgroup/unified")
 _ENTRY = Path(__file__).with_name("sandbox_entry.py")
 # inside the sandbox: fresh, private tmpfs mounts (nothing of the host's shows there)
 _PRIVATE_TMP = "/tmp"  # noqa: S108
-_ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run")  # noqa: S108
+_ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run")  # noqa: S108
 _PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
 
 # Run by the host's Python before bwrap: set the limits, join the pids cgroup, exec.
