@@ -355,6 +355,13 @@ class WriteFailed(PromoterError):
     title = "A worktree write failed"
 
 
+class ConfinementUnavailable(PromoterError):
+    code = "confinement_unavailable"
+    http_status = 503
+    exit_code = 69
+    title = "The sandbox cannot be confined here"
+
+
 class ConfigError(PromoterError):
     code = "config_error"
     http_status = 500

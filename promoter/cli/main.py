@@ -29,6 +29,7 @@ Exit codes:
   64  bad request
   65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
+  69  unavailable (confinement_unavailable: promoter run cannot confine)
   70  internal error
   73  quota exceeded
   74  storage, git or write error

@@ -4,20 +4,24 @@
 (``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
 state directory, its worktree then made equal to the person's worktree as it is, unless
 ``--from-head``), registers a grant and a lease for it (its preconditions: that state),
-mints an executor token, runs CMD in the clone with ``PROMOTER_URL``/``PROMOTER_TOKEN``
-set (and ``--timeout``), builds and submits the bundle (or takes the one CMD submitted
-through ``promoter mcp`` when the sandbox still gives it), shows its summary and diff
-(never paged with ``--yes``), runs the preflight (a refusal names every drifted path,
-``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
-``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
-removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
-the next step in a kept sandbox, chained on the last completed promotion, so each step
-hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
-RUN`` manage sandboxes and never touch the user's worktree.
+mints an executor token, runs CMD in the clone, confined (``promoter.executor.confine``:
+bubblewrap, no network but the way to the daemon, none of the person's files or
+promoter's state visible, limits) with ``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and
+``--timeout``), takes the clone's ``.git`` back (``sandbox_repo.restore``), builds and
+submits the bundle (or takes the one CMD submitted through ``promoter mcp`` when the
+sandbox still gives it), shows its summary and diff (never paged with ``--yes``), runs
+the preflight (a refusal names every drifted path, ``run_answers.py``), asks on a
+terminal (or takes ``--yes``; otherwise ``not_confirmed``), promotes and prints the
+receipt. A completed run's sandbox is then removed unless ``--keep``; any other is kept
+and named. ``--continue RUN -- CMD`` runs the next step in a kept sandbox, chained on the
+last completed promotion, so each step hands in only its new edits. ``--list``,
+``--prune`` (``run_manage.py``) and ``--remove RUN`` manage sandboxes and never touch the
+user's worktree.
 
-The clone isolates the worktree, not the process: CMD runs as the person, with their
-permissions. Run it under a real sandbox (bubblewrap with only the clone writable, or a
-container with the clone mounted) when it is not trusted; see the README.
+Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
+the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
+``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
+which ran. See docs/sandbox.md.
 
 Deliberately thin: every decision is the host's (grant checks, verification, the
 preflight, the approval gate, the promotion); this module orchestrates and prints.
@@ -28,8 +32,8 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import subprocess
 import sys
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,8 +50,9 @@ from promoter.client import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
-from promoter.executor import build_bundle, upload_and_submit
+from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
+from promoter.git.layout import discover
 
 __all__ = ["register"]
 
@@ -59,11 +64,11 @@ HELP = (
     "The sandbox starts from your worktree as it is (uncommitted and untracked files "
     "included; --from-head: from HEAD); your own edits are not part of what it promotes. "
     "A completed run's sandbox is removed unless --keep.\n\n"
-    "The clone isolates the worktree, not the process: CMD runs with your permissions and "
-    "can read and write whatever you can. For an untrusted CMD wrap it in a real sandbox, "
-    "e.g. -- sh -c 'exec bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp "
-    '--bind "$PWD" "$PWD" --chdir "$PWD" -- my-agent\' (only the clone writable), or a '
-    "container with the clone mounted."
+    "CMD runs confined by bubblewrap: only the clone, a private HOME and /tmp writable; "
+    "your worktree and promoter's state directory invisible; no network but the daemon "
+    "(--network to allow it); --memory, --max-procs, --max-file-size and --timeout limit "
+    "it. Without bubblewrap or user namespaces run refuses; --unconfined runs CMD with "
+    "your permissions instead. See docs/sandbox.md."
 )
 DEFAULT_ALLOW = [{"pattern": "**", "operations": ["create", "modify", "delete"]}]
 LIMITS = {"max_changes": 10_000, "max_total_bytes": 1 << 30}
@@ -112,6 +117,7 @@ def _grant(
     number: int,
     base: str | None,
     preconditions: list[dict[str, Any]] | None = None,
+    confinement: str = "bwrap",
 ) -> Any:
     now = utcnow()
     grant: dict[str, Any] = {
@@ -123,7 +129,7 @@ def _grant(
         "base_tree": record.base_tree,
         "executor_run_id": record.run_id,
         "workflow_id": f"wf_{record.run_id.removeprefix('run_')}",
-        "stage": "run",
+        "stage": f"run:{confinement}",  # which confinement ran, bound by grant_sha256
         "attempt": 1,
         "generation": 1,
         "resume_epoch": 0,
@@ -146,19 +152,66 @@ def _repository(client: PromoterClient, name: str) -> dict[str, Any]:
     raise error_class("repository_unknown")(f"the daemon guards no repository {name!r}")
 
 
-def _run_command(
-    command: list[str], record: sandboxes.RunRecord, env: dict[str, str], timeout: float
-) -> int:
-    _say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone}")
+@dataclass(frozen=True)
+class Confinement:
+    """How ``run`` confines CMD: the person's flags."""
+
+    unconfined: bool = False
+    network: bool = False
+    limits: confine.Limits = field(default_factory=confine.Limits)
+    pass_env: tuple[str, ...] = ()
+    hide: tuple[Path, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "unconfined" if self.unconfined else "bwrap"
+
+
+def _hidden(state_dir: Path, record: sandboxes.RunRecord, extra: tuple[Path, ...]) -> list[Path]:
+    """What the sandbox must not see: the state directory, the worktree, its git dirs."""
+    hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
     try:
-        completed = subprocess.run(command, cwd=record.clone, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise ConfigError(
-            f"the command did not finish within {timeout:g} s; it was killed"
-        ) from exc
-    except OSError as exc:
-        raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
-    return completed.returncode
+        layout = discover(record.worktree)
+        hidden += [Path(layout.git_dir), Path(layout.common_dir)]
+    except PromoterError:
+        pass  # the worktree itself stays hidden; the daemon will refuse what it cannot read
+    return hidden
+
+
+def _run_command(
+    command: list[str],
+    record: sandboxes.RunRecord,
+    env: dict[str, str],
+    timeout: float,
+    *,
+    how: Confinement,
+    state_dir: Path,
+    url: str,
+) -> int:
+    _say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
+    run_home = Path(record.clone).parent
+    home = run_home / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    if how.unconfined:
+        return confine.run_unconfined(command, Path(record.clone), {**base, **env}, timeout)
+    box = confine.Sandbox(
+        clone=Path(record.clone),
+        home=home,
+        hide=_hidden(state_dir, record, how.hide),
+        network=how.network,
+        limits=how.limits,
+    )
+    outcome = confine.run_confined(
+        command,
+        box,
+        confine.sandbox_env(base, env, home, how.pass_env),
+        url,
+        timeout,
+        record.run_id,
+    )
+    _say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
+    return outcome.returncode
 
 
 def _approve_here(yes: bool) -> str | None:
@@ -188,7 +241,9 @@ def _step(
     *,
     yes: bool,
     timeout: float,
+    how: Confinement | None = None,
 ) -> None:
+    how = how or Confinement()
     orch = PromoterClient(url, token, timeout=660.0)
     with orch:
         _refresh(orch, state_dir, record)
@@ -202,27 +257,31 @@ def _step(
         base = record.last_completed
         number = len(record.steps) + 1
         preconditions = answers.chained_preconditions(orch, record)
-        grant_doc = _grant(record, repository["repository_identity"], number, base, preconditions)
+        grant_doc = _grant(
+            record, repository["repository_identity"], number, base, preconditions, how.kind
+        )
         orch.register_grant(grant_doc)
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
         orch.set_lease(
             grant_doc["workflow_id"],
-            "run",
+            grant_doc["stage"],
             {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
         )
-        step = sandboxes.Step(grant_id=grant_doc["grant_id"], base_operation=base)
+        step = sandboxes.Step(
+            grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
+        )
         record.steps.append(step)
         sandboxes.save(state_dir, record)
         minted = orch.mint_executor_token(record.run_id, int(timeout) + 3600)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
-        env.update(
-            PROMOTER_URL=url,
-            PROMOTER_TOKEN=str(minted["token"]),
-            PROMOTER_GRANT=grant_doc["grant_id"],
-            PROMOTER_RUN=record.run_id,
+        env = {
+            "PROMOTER_URL": url,
+            "PROMOTER_TOKEN": str(minted["token"]),
+            "PROMOTER_GRANT": grant_doc["grant_id"],
+            "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
-        )
-        code = _run_command(command, record, env, timeout)
+        }
+        code = _run_command(command, record, env, timeout, how=how, state_dir=state_dir, url=url)
+        sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             step.status = "command_failed"
             sandboxes.save(state_dir, record)
@@ -379,6 +438,28 @@ def run(
     token_file: Annotated[
         Path | None, typer.Option("--token-file", help="Orchestrator token file.")
     ] = None,
+    unconfined: Annotated[
+        bool, typer.Option("--unconfined", help="Run CMD with your permissions, unconfined.")
+    ] = False,
+    network: Annotated[
+        bool, typer.Option("--network", help="Let the confined CMD use the network.")
+    ] = False,
+    memory: Annotated[
+        str, typer.Option("--memory", help="Address space CMD may map (RLIMIT_AS), e.g. 8G.")
+    ] = "8G",
+    max_procs: Annotated[
+        int, typer.Option("--max-procs", min=1, help="Processes CMD may run at once.")
+    ] = 1024,
+    max_file_size: Annotated[
+        str, typer.Option("--max-file-size", help="Largest file CMD may write, e.g. 4G.")
+    ] = "4G",
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option("--pass-env", help="An environment variable the confined CMD gets."),
+    ] = None,
+    hide: Annotated[
+        list[Path] | None, typer.Option("--hide", help="A directory the confined CMD must not see.")
+    ] = None,
 ) -> None:
     state = _state_dir(state_dir)
     if list_runs:
@@ -394,6 +475,16 @@ def run(
         return
     if not command:
         raise ConfigError("no command: promoter run --repo NAME -- CMD ARGS...")
+    how = Confinement(
+        unconfined=unconfined,
+        network=network,
+        limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
+        pass_env=tuple(pass_env or ()),
+        hide=tuple(p.resolve() for p in hide or ()),
+    )
+    confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
+    if not unconfined:
+        confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
     address = server_url(url)
     token = _orchestrator_token(state, token_file)
     if continue_run is not None:
@@ -417,11 +508,24 @@ def run(
         )
         _say(answers.started(record))
     try:
-        _step(address, token, state, record, command, yes=yes, timeout=timeout)
+        _step(address, token, state, record, command, yes=yes, timeout=timeout, how=how)
     except PromoterError:
         err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
         raise
     _finish(state, record, keep=keep)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """``512M``, ``8G``, ``1048576``: a byte count (binary units)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise ConfigError(f"not a size: {text!r} (e.g. 512M, 8G)")
+    return int(number) * _UNITS[unit]
 
 
 def register(app: typer.Typer) -> None:

@@ -1,16 +1,18 @@
 """Sandboxes of ``promoter run``: isolated clones under the state directory, and their record.
 
-A sandbox is ``<state>/runs/<run_id>/``: ``clone/`` is ``git clone --local`` of the
-guarded repository at its HEAD (objects hardlinked where the filesystem allows, its own
-``.git``; cloning only reads the user's repository), its worktree then made equal to the
-person's worktree as it is (``start_state.py``; not with ``from_head``), and
-``run.json`` records the repository, the base commit and every step (grant, bundle,
-operation, status), so that a later ``--continue`` chains on the last completed
-promotion. ``remove`` deletes a sandbox's directory only after checking that it is a
-sandbox directory under the runs directory and holds no guarded worktree.
+A sandbox is ``<state>/runs/<run_id>/``: ``clone/`` is ``git clone --local
+--no-hardlinks --dissociate`` of the guarded repository at its HEAD (its own ``.git``
+with its own copy of the objects, no hardlink or alternate into the person's; cloning
+only reads the user's repository; ``sandbox_repo.seal`` keeps its config beside it), its
+worktree then made equal to the person's worktree as it is (``start_state.py``; not with
+``from_head``), ``home/`` is the command's private HOME, and ``run.json`` records the
+repository, the base commit and every step (grant, bundle, operation, status), so that a
+later ``--continue`` chains on the last completed promotion. ``remove`` deletes a
+sandbox's directory only after checking that it is a sandbox directory under the runs
+directory and holds no guarded worktree.
 
-Deliberately not here: running the command, talking to the host, or any isolation of
-the process: a clone isolates the worktree, not what the command can reach.
+Deliberately not here: running the command and its confinement (``confine.py``), or
+talking to the host.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
+from promoter.executor import sandbox_repo
 from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
@@ -40,6 +43,7 @@ class Step:
     operation_id: str | None = None
     status: str = "started"
     base_operation: str | None = None
+    confinement: str | None = None  # "bwrap" or "unconfined": how the step's command ran
 
 
 @dataclass
@@ -116,10 +120,13 @@ def create(
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
+    # objects copied, never hardlinked or borrowed (SPEC §10.16): nothing the command can
+    # write is shared with the person's repository (docs/decisions/sandbox-objects.md)
+    copy = ["--local", "--no-hardlinks", "--dissociate"]
     run_git(
-        [*local, "clone", "--quiet", "--local", "--branch", short, worktree, str(clone)],
-        timeout=600,
+        [*local, "clone", "--quiet", *copy, "--branch", short, worktree, str(clone)], timeout=600
     )
+    sandbox_repo.seal(home, clone)
     cloned = run_git(["rev-parse", "HEAD"], cwd=clone).stdout.decode().strip()
     if cloned != head:
         raise ConfigError(

@@ -8,7 +8,7 @@ The environment and options make git's answers independent of the host's and the
 git configuration: no system or global config file is read, no global attributes or
 ignore file applies, replace refs are ignored, no network transport is allowed (so a
 partial clone cannot lazily fetch into the repository), no optional locks are taken (so
-read-only commands never refresh an index), fsmonitor and the untracked cache are off,
+read-only commands never refresh an index), fsmonitor, hooks and the untracked cache are off,
 and paths are printed unquoted.
 
 Every git process promoter starts goes through ``run_git`` or ``popen_git``, which count
@@ -53,6 +53,8 @@ GIT_OPTIONS: tuple[str, ...] = (
     "--no-pager",
     "-c",
     "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
     "-c",
     "core.untrackedCache=false",
     "-c",

@@ -1,0 +1,391 @@
+"""Confinement of ``promoter run``'s command: bubblewrap, limits, and the one way out.
+
+This module owns how the sandbox's command is started (SPEC §10.16). Confined (the
+default), the command runs under bubblewrap with new user, PID, IPC, UTS and cgroup
+namespaces (and a new network namespace unless ``network``), ``--die-with-parent``,
+``--new-session``, every capability dropped and ``no_new_privs`` (bwrap sets it). The
+filesystem is the host's, read-only, with these exceptions:
+
+- hidden (an empty tmpfs over them): promoter's state directory (credentials, database,
+  audit store, other sandboxes, the run's own record), the person's worktree and its git
+  directories, ``/tmp``, ``/var/tmp``, ``/run``, ``/var/run`` (no Unix socket there, e.g.
+  a database's, is reachable: a read-only mount does not stop ``connect``), and every
+  ``hide`` path; the tmpfs is mode 0555, so a command without capabilities cannot write
+  it (``/tmp`` and ``/var/tmp`` are private and writable instead);
+- a fresh ``/dev`` and the sandbox's own ``/proc`` (its PID namespace: no other process,
+  the daemon's included, can be seen, signalled or traced);
+- writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
+
+Without ``network`` the only way out is to the daemon: ``Relay`` serves a Unix socket
+(bound into the sandbox at ``/run/promoter/daemon.sock``) that forwards each connection
+to the daemon's TCP address, and the sandbox's first process (``sandbox_entry.py``, run
+by the host's Python with ``-I -S``) listens on the daemon's port at ``127.0.0.1`` inside
+the sandbox and forwards there, so ``PROMOTER_URL`` works unchanged. The environment is
+built from scratch: a few terminal and locale variables, the run's ``PROMOTER_*``
+(only the executor token), and what the person names with ``pass_env``.
+
+Limits are set on the process that execs bwrap (``_LIMITS_SHIM``): ``RLIMIT_AS``,
+``RLIMIT_FSIZE`` and ``RLIMIT_NPROC``; the kernel does not enforce ``RLIMIT_NPROC``
+for a real uid 0, so where a pids cgroup is writable (v1 ``/sys/fs/cgroup/pids`` or a
+cgroup2) the process joins a new one with ``pids.max`` and ``procs_limit`` says which
+ran. On timeout or Ctrl-C the whole tree ends: bwrap is killed, its PID namespace dies
+with it, and every process left in the pids cgroup is killed.
+
+Deliberately not here: disk quotas (a command can fill the sandbox's filesystem within
+``RLIMIT_FSIZE`` per file), CPU limits, seccomp filters, hiding the rest of the host's
+readable files (only ``hide`` paths), or any judgement of what the command wrote (the
+builder and the host do that). ``--unconfined`` runs the command as the person, with
+their permissions, in its own process group; only the worktree is isolated then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from promoter.errors import ConfigError, ConfinementUnavailable
+
+__all__ = [
+    "BWRAP_ENV",
+    "Limits",
+    "Outcome",
+    "Relay",
+    "Sandbox",
+    "bwrap_path",
+    "probe",
+    "run_confined",
+    "run_unconfined",
+    "sandbox_env",
+]
+
+BWRAP_ENV = "PROMOTER_BWRAP"  # the bubblewrap binary (default: bwrap on PATH)
+REMEDY = "install bubblewrap (apt-get install bubblewrap) or pass --unconfined"
+SOCKET_INSIDE = "/run/promoter/daemon.sock"
+_KEPT_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "COLUMNS")
+_PIDS_V1 = Path("/sys/fs/cgroup/pids")
+_CGROUP2 = Path("/sys/fs/cgroup/unified")
+_ENTRY = Path(__file__).with_name("sandbox_entry.py")
+# inside the sandbox: fresh, private tmpfs mounts (nothing of the host's shows there)
+_PRIVATE_TMP = "/tmp"  # noqa: S108
+_ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run")  # noqa: S108
+_PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
+
+# Run by the host's Python before bwrap: set the limits, join the pids cgroup, exec.
+_LIMITS_SHIM = """\
+import os, resource, sys
+a, f, n, procs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+resource.setrlimit(resource.RLIMIT_AS, (a, a))
+resource.setrlimit(resource.RLIMIT_FSIZE, (f, f))
+resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+if procs:
+    fd = os.open(procs, os.O_WRONLY)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+os.execv(sys.argv[5], sys.argv[5:])
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the command may use: bytes of address space, processes, bytes per file."""
+
+    memory: int = 8 << 30
+    procs: int = 1024
+    file_size: int = 4 << 30
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """Where a confined command runs and what it must not see."""
+
+    clone: Path
+    home: Path
+    hide: Sequence[Path]
+    network: bool = False
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    procs_limit: str  # "cgroup-v1", "cgroup-v2", "rlimit" or "none" (unconfined)
+
+
+def bwrap_path() -> str:
+    """The bubblewrap binary: ``$PROMOTER_BWRAP``, else ``bwrap`` on PATH."""
+    return os.environ.get(BWRAP_ENV) or shutil.which("bwrap") or "/usr/bin/bwrap"
+
+
+def probe(bwrap: str) -> None:
+    """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here."""
+    if not os.access(bwrap, os.X_OK):
+        raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
+    argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfinementUnavailable(f"bubblewrap does not start: {exc}; {REMEDY}") from exc
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip()[-300:]
+        raise ConfinementUnavailable(
+            f"bubblewrap cannot make namespaces here ({reason or done.returncode}); {REMEDY}",
+            bwrap=bwrap,
+        )
+
+
+_NAMESPACES = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+)
+
+
+def sandbox_env(
+    base: dict[str, str], promoter: dict[str, str], home: Path, pass_env: Sequence[str]
+) -> dict[str, str]:
+    """The command's environment, from scratch: no credential but the run's token."""
+    env = {k: base[k] for k in _KEPT_ENV if k in base}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    for name in pass_env:
+        if name.startswith("PROMOTER_"):
+            raise ConfigError(f"--pass-env {name}: the PROMOTER_ variables are the run's own")
+        if name in base:
+            env[name] = base[name]
+    env.update(HOME=str(home), TMPDIR=_PRIVATE_TMP, **promoter)
+    return env
+
+
+def inside_url(url: str) -> tuple[str, int]:
+    """The daemon's URL as the sandbox sees it (its host on loopback), and its port."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"a confined run reaches the daemon over http(s) only, not {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname
+    if host not in ("localhost", "127.0.0.1"):
+        host = "127.0.0.1"
+    return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", "")), port
+
+
+class Relay:
+    """A Unix socket whose every connection is forwarded to the daemon's TCP address."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        # a short private directory: a socket's path has at most 107 bytes
+        self.directory = Path(tempfile.mkdtemp(prefix="promoter-relay-"))
+        self.path = self.directory / "daemon.sock"
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(self.path))
+        self._server.listen(64)
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="promoter-relay", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=30)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        _pipe(client, upstream)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
+            self._server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)  # made by this relay, in its own directory
+            with contextlib.suppress(OSError):
+                os.rmdir(self.directory)
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            source.close()
+
+
+@contextlib.contextmanager
+def _pids_cgroup(name: str, limit: int) -> Iterator[tuple[str, Path | None]]:
+    """A new pids cgroup limited to ``limit`` processes, if one can be made; killed after."""
+    made: Path | None = None
+    kind = "rlimit"
+    for root, label in ((_PIDS_V1, "cgroup-v1"), (_CGROUP2, "cgroup-v2")):
+        if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
+            continue
+        if label == "cgroup-v2" and "pids" not in _read(root / "cgroup.controllers"):
+            continue
+        candidate = root / name
+        try:
+            candidate.mkdir()
+            (candidate / "pids.max").write_text(str(limit))
+        except OSError:
+            with contextlib.suppress(OSError):
+                candidate.rmdir()
+            continue
+        made, kind = candidate, label
+        break
+    try:
+        yield kind, made
+    finally:
+        if made is not None:
+            _kill_cgroup(made)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _kill_cgroup(group: Path) -> None:
+    """Kill every process left in ``group`` until it is empty, then remove it."""
+    for _ in range(100):
+        pids = [int(p) for p in _read(group / "cgroup.procs").split()]
+        if not pids:
+            break
+        for pid in pids:  # none is this process's child: bwrap, their ancestor, is reaped
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    for _ in range(1000):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            threading.Event().wait(0.01)  # a killed process is still being reaped
+
+
+def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> list[str]:
+    argv = [bwrap, *_NAMESPACES]
+    if not box.network:
+        argv.append("--unshare-net")
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    hidden = {Path(p) for p in _ALWAYS_HIDDEN}
+    hidden |= {Path(os.path.realpath(p)) for p in box.hide}
+    for path in sorted(hidden, key=lambda p: (len(p.parts), str(p))):
+        if any(h in path.parents for h in hidden):
+            continue  # already hidden with its parent
+        if path.is_dir() and not path.is_symlink() and path != Path("/"):
+            if str(path) not in _PRIVATE_WRITABLE:
+                argv += ["--perms", "0555"]  # read-only for a command without capabilities
+            argv += ["--tmpfs", str(path)]
+    base = Path(os.path.realpath(sys.base_prefix))
+    if any(base == h or h in base.parents for h in hidden):
+        argv += ["--ro-bind", str(base), str(base)]  # the entry's interpreter stays usable
+    clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
+    argv += ["--bind", clone, clone, "--bind", home, home]
+    if relay is not None:
+        argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
+    argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
+    argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
+    return argv
+
+
+def _python() -> str:
+    """The host's base interpreter (stdlib only: the entry needs no installed package)."""
+    candidate = getattr(sys, "_base_executable", None) or sys.executable
+    return str(candidate)
+
+
+def run_confined(
+    command: Sequence[str],
+    box: Sandbox,
+    env: dict[str, str],
+    url: str,
+    timeout: float,
+    run_id: str,
+) -> Outcome:
+    """Run ``command`` confined; its exit status and which process limit ran."""
+    bwrap = bwrap_path()
+    probe(bwrap)
+    box.home.mkdir(mode=0o700, exist_ok=True)
+    env = dict(env)
+    relay: Relay | None = None
+    port = 0
+    if not box.network:
+        env["PROMOTER_URL"], port = inside_url(env["PROMOTER_URL"])
+        relay = Relay(url)
+    try:
+        with _pids_cgroup(f"promoter-{run_id}-{os.getpid()}", box.limits.procs) as (kind, group):
+            procs = str(group / "cgroup.procs") if group is not None else ""
+            limits = box.limits
+            shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
+            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
+            argv = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            code = _wait(argv, env, box.clone, timeout)
+            return Outcome(code, kind)
+    finally:
+        if relay is not None:
+            relay.close()
+
+
+def run_unconfined(command: Sequence[str], clone: Path, env: dict[str, str], timeout: float) -> int:
+    """Run ``command`` as the person, in the clone, in a process group of its own."""
+    return _wait(list(command), env, clone, timeout)
+
+
+def _wait(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
+    try:
+        process = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
+    except OSError as exc:
+        raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _end(process)
+        raise ConfigError(
+            f"the command did not finish within {timeout:g} s; it was killed"
+        ) from exc
+    except BaseException:
+        _end(process)
+        raise
+    finally:
+        _end(process)
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """Kill the process group (bwrap's PID namespace dies with bwrap) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
