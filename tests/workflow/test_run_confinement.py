@@ -50,7 +50,8 @@ def _app() -> typer.Typer:
 
 
 def _run(daemon: Daemon, *args: str, env: dict[str, str] | None = None) -> Result:
-    argv = ["run", "--state-dir", str(daemon.state_dir), "--url", daemon.url, *args]
+    # --keep: these tests read the sandbox after a completed run
+    argv = ["run", "--state-dir", str(daemon.state_dir), "--url", daemon.url, "--keep", *args]
     return CliRunner().invoke(_app(), argv, env={"PROMOTER_TOKEN": "", **(env or {})})
 
 
