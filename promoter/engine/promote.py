@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.paths import disk_path, temp_name, wire_path
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.state import State
@@ -306,7 +306,7 @@ def apply_changes(
         apply.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
         if apply.kept:  # someone else's bytes were found at a temp name: fail closed
-            error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
+            error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
             finish(services, operation_id, root, changes, evidence, (-1, error))
             return
         if recovering:
@@ -340,7 +340,7 @@ def apply_changes(
                 failure = (seq, error)
                 apply.drop_staged(seq)
                 if apply.kept:
-                    error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
+                    error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
                 break
             applied.append(seq)
         faults.point("after_replaces")

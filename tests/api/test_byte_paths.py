@@ -124,6 +124,33 @@ def test_names_that_are_not_utf8_are_built_promoted_and_read_back_byte_exact(
     assert b'"src/caf\\\\xe9.txt"' in stored and b"\\\\\\\\xe9" not in stored
 
 
+def test_rollback_restores_names_that_are_not_utf8_byte_exact(
+    tmp_path: Path, daemon: Daemon, repo: Path, identity: str
+) -> None:
+    executor = _prepare(repo, tmp_path)
+    grant = make_grant(repo, identity)
+    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
+    orchestrator.register_grant(grant)
+    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
+    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
+        receipt = upload_and_submit(client, built)
+    set_lease(daemon, grant)
+    view = orchestrator.promote(built.bundle_id, receipt.receipt_sha256, 7, wait=True)
+    assert view["status"] == "completed", view
+
+    with daemon.operator() as operator:
+        answer = operator.post(f"/v1/operations/{view['operation_id']}/rollback")
+    assert answer.status_code == 200, answer.text
+    rolled = answer.json()
+    assert rolled["status"] == "rolled_back", rolled
+    assert {t["path"]: t["result"] for t in rolled["targets"]} == {
+        wire: "restored" for wire in WIRE.values()
+    }
+    assert _names(repo) == {b"app.py", os.path.basename(TRACKED), os.path.basename(GONE)}
+    assert _read(repo, TRACKED) == b"base\n"
+    assert _read(repo, GONE) == b"to be deleted\n"
+
+
 def _cli_app() -> typer.Typer:
     app = typer.Typer()
     bundle_cmd.register(app)
