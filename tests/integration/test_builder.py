@@ -188,9 +188,7 @@ def test_base_tree_missing_from_the_clone_is_a_clear_error(source: Path, executo
     assert caught.value.code == "repository_invalid"
 
 
-def test_a_name_that_is_not_utf8_is_built_under_its_wire_form(
-    source: Path, executor: Path
-) -> None:
+def test_a_name_that_is_not_utf8_is_built_under_its_wire_form(source: Path, executor: Path) -> None:
     (executor / os.fsdecode(b"src/bad\xff.txt")).write_bytes(b"x\n")
     (executor / os.fsdecode(b"src/back\\slash.txt")).write_bytes(b"y\n")
     with build_bundle(executor, _grant(source)) as built:

@@ -15,15 +15,14 @@ from typing import Any
 
 import pytest
 
-from promoter.domain.paths import wire_path
 from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.paths import wire_path
 from promoter.domain.states import OperationStatus
 from promoter.engine import operations, snapshot_restore, snapshots
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshot_steps import StepRun
 from promoter.errors import (
     NotFound,
-    PathUnsafe,
     PromoterError,
     SnapshotStale,
     ValidationFailed,

@@ -24,9 +24,7 @@ _INTERESTING = [0x41, 0x5C, 0x78, 0x80, 0xA9, 0xBF, 0xC0, 0xC3, 0xE0, 0xED, 0xF0
 raw_bytes = st.lists(
     st.one_of(st.sampled_from(_INTERESTING), st.integers(0, 255)), max_size=24
 ).map(bytes)
-texts = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12
-)
+texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
 @settings(max_examples=1500, deadline=None)
