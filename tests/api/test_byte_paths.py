@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,14 @@ def test_names_that_are_not_utf8_are_built_promoted_and_read_back_byte_exact(
     by_path = {t["path"]: t for t in targets}
     assert by_path[WIRE[NOT_TEXT]]["sha256"] == sha(bytes(range(256)))
     assert by_path[WIRE[GONE]]["exists"] is False
+    (tmp_path / "receipt.json").write_bytes(stored)
+    checked = cli(
+        "receipt", "verify", "receipt.json", "--worktree", str(repo), "--json", cwd=tmp_path
+    )
+    report = json.loads(checked.stdout)  # no key given: the signature is not checked (3)
+    assert (checked.returncode, report["hash_ok"]) == (3, True), checked.stdout
+    statuses = {t["path"]: t["status"] for t in report["worktree"]}
+    assert statuses == {wire: "match" for wire in WIRE.values()}
     # JSON text of the wire form: one escaped backslash, never the escape escaped again
     assert b'"src/caf\\\\xe9.txt"' in stored and b"\\\\\\\\xe9" not in stored
 
@@ -149,6 +159,21 @@ def test_rollback_restores_names_that_are_not_utf8_byte_exact(
     assert _names(repo) == {b"app.py", os.path.basename(TRACKED), os.path.basename(GONE)}
     assert _read(repo, TRACKED) == b"base\n"
     assert _read(repo, GONE) == b"to be deleted\n"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
+    env.pop("PROMOTER_URL", None)
+    env.pop("PROMOTER_TOKEN", None)
+    return subprocess.run(
+        [sys.executable, "-m", "promoter.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _cli_app() -> typer.Typer:
@@ -261,9 +286,9 @@ def test_changes_sorted_by_wire_text_instead_of_decoded_bytes_are_refused(
     daemon: Daemon, registered: dict[str, Any]
 ) -> None:
     # by text, "\\xff" (a backslash, 0x5c) sorts before "z"; by the bytes, 0xff is after
-    by_text = make_bundle(registered, [("src/\\xff", None, b"x\n"), ("src/z", None, b"y\n")])
-    assert [c["path"] for c in by_text["changes"]] == ["src/\\xff", "src/z"]
-    by_bytes = seal_bundle({**by_text, "changes": by_text["changes"][::-1]})
+    by_bytes = make_bundle(registered, [("src/\\xff", None, b"x\n"), ("src/z", None, b"y\n")])
+    assert [c["path"] for c in by_bytes["changes"]] == ["src/z", "src/\\xff"]
+    by_text = seal_bundle({**by_bytes, "changes": by_bytes["changes"][::-1]})
     with daemon.executor("run_1") as ex:
         refused = ex.post("/v1/bundles", json=by_text)
         accepted = ex.post("/v1/bundles", json=by_bytes)
