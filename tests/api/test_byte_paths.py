@@ -298,3 +298,14 @@ def test_changes_sorted_by_wire_text_instead_of_decoded_bytes_are_refused(
     checks = {c["name"]: c for c in accepted.json()["verification_receipt"]["checks"]}
     assert checks["manifest_integrity"]["status"] == "passed"
     assert checks["path_policy"]["status"] == "passed"
+
+
+def test_the_longest_path_of_bytes_that_are_not_utf8_parses_and_passes(
+    daemon: Daemon, registered: dict[str, Any]
+) -> None:
+    # 4095 bytes, each component 255 bytes of 0xff: 16,335 characters of wire form
+    longest = "/".join(["\\xff" * 255] * 16)
+    with daemon.executor("run_1") as ex:
+        answer = ex.post("/v1/bundles", json=_create(registered, [longest]))
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["verification_receipt"]["status"] == "passed"
