@@ -110,6 +110,10 @@ def test_names_that_are_not_utf8_are_built_promoted_and_read_back_byte_exact(
     assert {c["path"]: c["operation"] for c in changes}[WIRE[TRACKED]] == "modify"
     assert receipt.status == "passed"
     set_lease(daemon, grant)
+    with daemon.orchestrator() as orch:
+        pre = orch.post(f"/v1/bundles/{built.bundle_id}/preflight", json={"fence": 7}).json()
+    assert pre["status"] == "passed", pre
+    assert {p["path"]: p["verdict"] for p in pre["paths"]} == {WIRE[n]: "old" for n in sorted(WIRE)}
     view = orchestrator.promote(built.bundle_id, receipt.receipt_sha256, 7, wait=True)
 
     assert view["status"] == "completed", view
@@ -309,3 +313,24 @@ def test_the_longest_path_of_bytes_that_are_not_utf8_parses_and_passes(
         answer = ex.post("/v1/bundles", json=_create(registered, [longest]))
     assert answer.status_code == 201, answer.text
     assert answer.json()["verification_receipt"]["status"] == "passed"
+
+
+def test_a_person_s_edit_of_a_byte_name_is_drift_named_by_its_wire_form(
+    tmp_path: Path, daemon: Daemon, repo: Path, identity: str
+) -> None:
+    executor = _prepare(repo, tmp_path)
+    grant = make_grant(repo, identity)
+    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
+    orchestrator.register_grant(grant)
+    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
+    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
+        receipt = upload_and_submit(client, built)
+    set_lease(daemon, grant)
+    _write(repo, TRACKED, b"the person's own edit\n")
+    before = {name: _read(repo, name) for name in WIRE}
+
+    view = orchestrator.promote(built.bundle_id, receipt.receipt_sha256, 7, wait=True)
+
+    assert (view["status"], view["code"]) == ("refused", "target_drift"), view
+    assert {name: _read(repo, name) for name in WIRE} == before
+    assert view["report"]["drift_report"]["drifted"] == [WIRE[TRACKED]]
