@@ -22,12 +22,13 @@ from typer.testing import CliRunner
 
 from promoter.cli import bundle_cmd, orchestrate_cmd
 from promoter.client import PromoterClient
+from promoter.config import RepositoryConfig
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, seal_bundle, sha, upload
-from tests.support.promotion import git_dir_digest, set_lease
+from tests.support.promotion import git_dir_digest, promote, set_lease, submit
 
 LATIN1 = b"src/caf\xe9.txt"  # "café.txt" in Latin-1: \xe9 alone is not UTF-8
 BACKSLASH = b"src/back\\slash.txt"
@@ -334,3 +335,25 @@ def test_a_person_s_edit_of_a_byte_name_is_drift_named_by_its_wire_form(
     assert (view["status"], view["code"]) == ("refused", "target_drift"), view
     assert {name: _read(repo, name) for name in WIRE} == before
     assert view["report"]["drift_report"]["drifted"] == [WIRE[TRACKED]]
+
+
+def test_a_check_that_creates_byte_names_is_reported_by_their_wire_forms(
+    tmp_path: Path, repo: Path
+) -> None:
+    check = ["sh", "-c", "printf x > \"$(printf 'caf\\351.log')\" && printf y > 'a\\b.log'"]
+    config = RepositoryConfig(path=repo, check_command=check, check_timeout=60)
+    with running_daemon(tmp_path / "state", {"work": config}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        changes = [("src/\\xff.txt", None, b"promoted\n")]
+        _, bundle, receipt = submit(daemon, repo, identity, changes)
+        answer = promote(daemon, bundle, receipt)
+        with daemon.orchestrator() as orch:
+            view = orch.get(f"/v1/operations/{answer.json()['operation_id']}").json()
+    assert (view["status"], view["code"]) == ("needs_reconciliation", "check_changed_worktree")
+    changed = view["report"]["check_changed"]
+    assert changed["targets"] == []
+    assert changed["other_paths"] == [
+        {"path": "a\\\\b.log", "change": "created", "fields": []},
+        {"path": "caf\\xe9.log", "change": "created", "fields": []},
+    ]
+    assert _read(repo, b"src/\xff.txt") == b"promoted\n"
