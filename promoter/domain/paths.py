@@ -1,8 +1,10 @@
 """Lexical path rules for bundle targets (SPEC §3.2, §10.12).
 
 A bundle's path is a wire form (``wirepath``) naming a byte string; the rules apply to
-those bytes. Pure checks, no filesystem access: a path that passes here is still resolved on
-disk only through descriptor chains (``promoter.fs``). Violations raise ``PathInvalid``.
+those bytes, and sorting, uniqueness and case-folding compare them. ``disk_path`` and
+``wire_path`` convert between the wire form and the disk form the file system and git
+layers take. Pure checks, no filesystem access: a path that passes here is still resolved
+on disk only through descriptor chains (``promoter.fs``). Violations raise ``PathInvalid``.
 """
 
 from __future__ import annotations
