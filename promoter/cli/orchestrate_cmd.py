@@ -36,7 +36,7 @@ from promoter.domain.models import (
     Precondition,
     StateSpec,
 )
-from promoter.domain.paths import check_path
+from promoter.domain.paths import check_path, disk_path
 from promoter.errors import BadRequest, ConfigError, PathUnsafe, PromoterError, error_class
 from promoter.fs.root import Root
 from promoter.git.head import commit_tree
@@ -71,17 +71,21 @@ def parse_allow(flag: str) -> AllowEntry:
 
 
 def capture_precondition(layout: RepoLayout, path: str) -> Precondition:
-    """The current worktree state and index entry of ``path``, read without writing."""
+    """The current worktree state and index entry of ``path``, read without writing.
+
+    ``path`` is a wire form (SPEC §10.12): ``caf\\xe9.txt`` names the Latin-1 file.
+    """
     check_path(path)
+    name = disk_path(path)
     with Root.open(layout.worktree) as root:
-        leaf = root.read_state(path)
+        leaf = root.read_state(name)
     if leaf.kind in ("file", "symlink"):  # a link's state is its target text, mode 120000
         old = StateSpec(exists=True, sha256=leaf.sha256, mode=leaf.mode)  # type: ignore[arg-type]
     elif leaf.kind == "missing":
         old = StateSpec(exists=False, sha256=None, mode=None)
     else:
         raise PathUnsafe(f"{path!r} is a {leaf.kind}, not a regular file", path=path)
-    entries = index_entries(layout, [path])[path]
+    entries = index_entries(layout, [name])[name]
     if len(entries) > 1 or (entries and entries[0].stage != 0):
         raise BadRequest(f"{path!r} has a merge conflict in the index", path=path)
     if entries and entries[0].intent_to_add:

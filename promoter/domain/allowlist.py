@@ -4,6 +4,11 @@ A pattern without ``*`` or ``?`` matches exactly one path; ``*`` matches any cha
 within one component, ``**`` as a whole component matches zero or more whole components,
 ``?`` matches one character other than ``/``. Any other use of ``**``, and ``[``, are
 refused. Matching is case-sensitive and purely lexical.
+
+Patterns and paths are wire forms (SPEC §10.12, ``wirepath``): a pattern may name a
+byte that is not UTF-8 as ``\\xNN`` and a backslash as ``\\\\``, and must be canonical.
+Matching compares the decoded names (``subject``), so ``?`` stands for one UTF-8
+character or one byte that is not UTF-8, never for part of an escape.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from promoter.errors import GrantInvalid
+from promoter.domain import wirepath
+from promoter.errors import GrantInvalid, PathInvalid
 
 
 def _component_regex(component: str) -> str:
@@ -30,9 +36,17 @@ def check_pattern(pattern: str) -> None:
     """Raise ``GrantInvalid`` if ``pattern`` is not a valid allowlist pattern."""
     if not pattern or pattern.startswith("/") or pattern.endswith("/"):
         raise GrantInvalid("allowlist pattern must be a relative path", pattern=pattern)
-    if "[" in pattern or "\\" in pattern or "\x00" in pattern:
+    if "[" in pattern or "\x00" in pattern:
         raise GrantInvalid("allowlist pattern uses an unsupported character", pattern=pattern)
-    for component in pattern.split("/"):
+    try:
+        name = wirepath.to_disk(pattern)
+    except PathInvalid as exc:
+        raise GrantInvalid(
+            f"allowlist pattern is not a canonical wire form: {exc.detail}", pattern=pattern
+        ) from exc
+    if "\x00" in name:
+        raise GrantInvalid("allowlist pattern uses an unsupported character", pattern=pattern)
+    for component in name.split("/"):
         if component in ("", ".", ".."):
             raise GrantInvalid(
                 "allowlist pattern has an empty, '.' or '..' component", pattern=pattern
@@ -46,7 +60,7 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     """Compile a checked pattern; ``**`` stands for zero or more whole components."""
     check_pattern(pattern)
     components: list[str] = []
-    for component in pattern.split("/"):
+    for component in wirepath.to_disk(pattern).split("/"):
         if not (component == "**" and components and components[-1] == "**"):
             components.append(component)
     if components == ["**"]:
@@ -63,5 +77,15 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
+def subject(path: str) -> str | None:
+    """What a compiled pattern is matched against: the decoded wire path (None if the
+    path is not a canonical wire form, which no pattern matches)."""
+    try:
+        return wirepath.to_disk(path)
+    except PathInvalid:
+        return None
+
+
 def matches(pattern: str, path: str) -> bool:
-    return compile_pattern(pattern).fullmatch(path) is not None
+    name = subject(path)
+    return name is not None and compile_pattern(pattern).fullmatch(name) is not None

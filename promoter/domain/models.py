@@ -53,7 +53,9 @@ def _check_timestamp(value: str) -> str:
 Timestamp = Annotated[str, AfterValidator(_check_timestamp)]
 # Paths are checked by the verification's path_policy check, not at parse time, so that
 # a receipt can report every broken path; here they only need to be bounded strings.
-WirePath = Annotated[str, StringConstraints(max_length=8192)]
+# The bound admits the wire form (SPEC §10.12) of the longest path, 4096 bytes that are
+# not UTF-8, each written as four characters ``\xNN``.
+WirePath = Annotated[str, StringConstraints(max_length=16384)]
 
 
 class Strict(BaseModel):

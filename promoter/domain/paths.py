@@ -1,7 +1,10 @@
-"""Lexical path rules for bundle targets (SPEC §3.2).
+"""Lexical path rules for bundle targets (SPEC §3.2, §10.12).
 
-Pure string checks, no filesystem access: a path that passes here is still resolved on
-disk only through descriptor chains (``promoter.fs``). Violations raise ``PathInvalid``.
+A bundle's path is a wire form (``wirepath``) naming a byte string; the rules apply to
+those bytes, and sorting, uniqueness and case-folding compare them. ``disk_path`` and
+``wire_path`` convert between the wire form and the disk form the file system and git
+layers take. Pure checks, no filesystem access: a path that passes here is still resolved
+on disk only through descriptor chains (``promoter.fs``). Violations raise ``PathInvalid``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from promoter.domain import wirepath
 from promoter.errors import PathInvalid
 
 MAX_PATH_BYTES = 4096
@@ -27,47 +31,73 @@ def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
-def check_path(path: str) -> str:
-    """Return ``path`` unchanged if it obeys every rule of SPEC §3.2, else raise."""
+def _decoded(path: str) -> bytes:
     if not isinstance(path, str) or path == "":
         raise PathInvalid("path must be a non-empty string", path=path)
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PathInvalid("path is not valid UTF-8", path=repr(path)) from exc
-    if "\x00" in path:
+    return wirepath.decode(path)
+
+
+def check_path(path: str) -> str:
+    """Return ``path`` unchanged if it obeys every rule of SPEC §3.2 and §10.12, else raise.
+
+    ``path`` is a wire form (``wirepath``): it must be canonical; the byte rules (NUL,
+    ``/``, ``.``, ``..``, ``.git`` under case-folding, reserved prefixes, lengths) apply
+    to the bytes it names; control characters are refused wherever they appear as text;
+    the NFC rule applies to each component that is valid UTF-8.
+    """
+    raw = _decoded(path)
+    if b"\x00" in raw:
         raise PathInvalid("path contains NUL", path=repr(path))
     if _has_control(path):
         raise PathInvalid("path contains a control character", path=repr(path))
-    if "\\" in path:
-        raise PathInvalid("path contains a backslash", path=path)
-    if path.startswith("/"):
+    if raw.startswith(b"/"):
         raise PathInvalid("path must be relative", path=path)
-    if unicodedata.normalize("NFC", path) != path:
-        raise PathInvalid("path is not NFC-normalized", path=path)
-    if len(encoded) > MAX_PATH_BYTES:
+    if len(raw) > MAX_PATH_BYTES:
         raise PathInvalid(f"path is longer than {MAX_PATH_BYTES} bytes", path=path)
-    for component in path.split("/"):
-        if component in ("", ".", ".."):
+    for component in raw.split(b"/"):
+        if component in (b"", b".", b".."):
             raise PathInvalid("path has an empty, '.' or '..' component", path=path)
-        if len(component.encode("utf-8")) > MAX_COMPONENT_BYTES:
+        if len(component) > MAX_COMPONENT_BYTES:
             raise PathInvalid(
                 f"a path component is longer than {MAX_COMPONENT_BYTES} bytes", path=path
             )
-        if component.casefold() == ".git":
+        name = component.decode("utf-8", "surrogateescape")
+        if name.casefold() == ".git":
             raise PathInvalid("path has a '.git' component", path=path)
-        if component.casefold().startswith(RESERVED_PREFIXES):
+        if name.casefold().startswith(RESERVED_PREFIXES):
             raise PathInvalid(
                 "a path component uses a name reserved for promoter's own files", path=path
             )
+        if _is_text(component) and unicodedata.normalize("NFC", name) != name:
+            raise PathInvalid("path is not NFC-normalized", path=path)
     return path
 
 
+def _is_text(component: bytes) -> bool:
+    try:
+        component.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _folded(path: str) -> str:
+    """What uniqueness compares: the decoded bytes, case-folded (surrogateescape text)."""
+    try:
+        return wirepath.to_disk(path).casefold()
+    except PathInvalid:  # refused on its own by ``check_path``; compared as written
+        return path.casefold()
+
+
 def check_path_set(paths: Iterable[str]) -> None:
-    """Paths unique (also under casefold) and none a prefix directory of another."""
+    """Paths unique (also under casefold) and none a prefix directory of another.
+
+    Compared on the bytes the wire forms name (SPEC §10.12), case-folded as text with
+    each byte that is not UTF-8 standing for itself.
+    """
     seen: dict[str, str] = {}
     for path in paths:
-        folded = path.casefold()
+        folded = _folded(path)
         if folded in seen:
             raise PathInvalid(
                 "two paths collide (identical or equal under case-folding)",
@@ -88,17 +118,31 @@ def check_path_set(paths: Iterable[str]) -> None:
 
 
 def sort_key(path: str) -> bytes:
-    """Bundles list changes sorted by the UTF-8 bytes of ``path``."""
-    return path.encode("utf-8")
+    """Bundles list changes sorted by the bytes their wire paths name (SPEC §10.12).
+
+    For a valid UTF-8 path without a backslash that is its UTF-8 encoding. A wire form
+    that is not canonical (refused by ``check_path``) sorts by its own text's bytes.
+    """
+    try:
+        return wirepath.decode(path)
+    except PathInvalid:
+        return path.encode("utf-8", "surrogatepass")
 
 
 def wire_path(path: str) -> str:
-    """``path`` as UTF-8 text for journals, events and reports.
+    """The wire form (SPEC §10.12) of ``path`` as named on disk.
 
-    A name read from disk that is not valid UTF-8 (decoded with ``surrogateescape``) is
-    shown with each such byte as ``\\xNN``; a valid path is returned unchanged.
+    ``path`` is the disk form: a name read from disk or from git that is not valid UTF-8
+    holds its bytes as surrogates (``surrogateescape``); each such byte is shown as
+    ``\\xNN`` and a backslash as ``\\\\``. A valid path without a backslash is returned
+    unchanged.
     """
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return wirepath.from_disk(path)
+
+
+def disk_path(path: str) -> str:
+    """The disk form of the wire path ``path`` (``PathInvalid`` if it is not canonical)."""
+    return wirepath.to_disk(path)
 
 
 def wire_all(value: Any) -> Any:

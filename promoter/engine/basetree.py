@@ -8,6 +8,8 @@ mode so that it equals no promotable old state.
 The entries are read with ``path_entries``, which remembers them (and those of the
 paths' leading directories) per tree: the read-back under the lock of a later promotion
 of the same paths finds them there instead of starting ``git ls-tree`` again.
+
+Paths come in wire form (SPEC §10.12) and are handed to git in their disk form.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from promoter.domain.paths import disk_path
 from promoter.engine.link_resolution import cached_tree_links
 from promoter.git.readback import RepoLayout, blob_sha256, path_entries
 
@@ -51,7 +54,8 @@ class GitBaseTree:
     def _read(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
         # path_entries also remembers the leading directories' entries, so the read-back
         # of a promotion of these paths in this tree asks git nothing more about them.
-        entries = path_entries(self._layout, base_tree, list(paths))
+        disk = {path: disk_path(path) for path in paths}  # wire form in, git's names out
+        entries = path_entries(self._layout, base_tree, list(disk.values()))
         blobs = [
             entry.oid
             for entry in entries.values()
@@ -60,7 +64,7 @@ class GitBaseTree:
         digests = blob_sha256(self._layout, sorted(set(blobs))) if blobs else {}
         states: dict[str, dict[str, Any]] = {}
         for path in paths:
-            entry = entries.get(path)
+            entry = entries.get(disk[path])
             if entry is None:
                 states[path] = {"exists": False, "sha256": None, "mode": None}
             elif entry.type == "blob" and entry.mode in _CONTENT_MODES:

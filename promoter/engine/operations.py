@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
+from promoter.domain.paths import disk_path
 from promoter.domain.records import Ticket
 from promoter.domain.state import classify
 from promoter.domain.states import FINAL, RUNNING, OperationKind, OperationStatus
@@ -382,7 +383,7 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
     with Root.open(repository.worktree) as root:
         for path, old, new in steps:
             try:
-                leaf = root.read_state(path)
+                leaf = root.read_state(disk_path(path))  # journaled in wire form
             except PromoterError as exc:
                 found.append({"path": path, "matches": "neither", "actual": {"error": exc.code}})
                 continue

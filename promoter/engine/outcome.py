@@ -39,6 +39,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.state import State
 from promoter.domain.states import OperationStatus, StepStatus
 from promoter.engine.authority import Evidence
@@ -65,7 +66,7 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
     paths: list[dict[str, Any]] = []
     all_new = True
     with closing(Directories.for_reads(root)) as directories:
-        leaves = directories.read_states([change.path for change in changes])
+        leaves = directories.read_states([disk_path(change.path) for change in changes])
     for change, leaf in zip(changes, leaves, strict=True):
         if isinstance(leaf, PromoterError):
             found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
@@ -150,7 +151,7 @@ def post_check(
     named = [t["path"] for t in changed["targets"]]
     count = len(named)
     try:
-        found = baseline.changes([c.path for c in changes])
+        found = baseline.changes([disk_path(c.path) for c in changes])
         changed.update(found.wire())
         named += found.summary(SHOWN_PATHS)
         count += found.count
@@ -279,7 +280,7 @@ def build_receipt(
         "bundle_id": evidence.bundle.bundle_id,
         "bundle_sha256": evidence.bundle.bundle_sha256,
         "verification_receipt_sha256": evidence.receipt_sha256,
-        "targets": sorted(targets, key=lambda t: t["path"].encode()),
+        "targets": sorted(targets, key=lambda t: sort_key(t["path"])),
         "events": events,
         "promoted_at": rfc3339(utcnow()),
     }

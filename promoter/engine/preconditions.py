@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.paths import disk_path, wire_path
 from promoter.domain.state import State, classify, observed
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
@@ -134,7 +135,9 @@ def expected_index(
     if base_entries is not None:
         base = base_entries
     else:
-        base = tree_entries(layout, grant.base_tree, implicit) if implicit else {}
+        disk = {path: disk_path(path) for path in implicit}
+        found = tree_entries(layout, grant.base_tree, list(disk.values())) if implicit else {}
+        base = {path: found[name] for path, name in disk.items()}
     expected: dict[str, list[dict[str, Any]]] = {}
     for change in bundle.changes:
         if change.path in explicit:
@@ -156,14 +159,25 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
     """
     head = read_head(layout, grant.branch)
     result = ReadBack(read_repository(layout, grant, head))
-    paths = [c.path for c in bundle.changes]
+    # git and the file system are asked by disk names; everything reported is wire form
+    disk = {c.path: disk_path(c.path) for c in bundle.changes}
+    paths = list(disk.values())
     head_entries = path_entries(layout, head.tree, paths) if head.tree is not None else {}
-    base_entries = head_entries if head.tree == grant.base_tree else None
+    base_entries = (
+        {path: head_entries.get(name) for path, name in disk.items()}
+        if head.tree == grant.base_tree
+        else None
+    )
     wanted_index = expected_index(grant, bundle, layout, base_entries)
     prefixes = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
     index: dict[str, list[IndexEntry]] = index_entries(layout, prefixes)
-    actual_index = {path: index[path] for path in paths}
-    blocked = gitlinks_and_nested(layout, paths, index=index, head_tree=(head.tree, head_entries))
+    actual_index = {path: index[name] for path, name in disk.items()}
+    blocked = {
+        wire_path(name): why
+        for name, why in gitlinks_and_nested(
+            layout, paths, index=index, head_tree=(head.tree, head_entries)
+        ).items()
+    }
     with closing(Directories.for_reads(root)) as directories:
         _read_paths(result, directories, bundle, actual_index, wanted_index, blocked)
     if result.unsafe:
@@ -185,7 +199,7 @@ def _read_paths(
 ) -> None:
     """Each target's verdict, read through the directories held for this read-back
     (all in one ``read_states`` call)."""
-    leaves = directories.read_states([change.path for change in bundle.changes])
+    leaves = directories.read_states([disk_path(change.path) for change in bundle.changes])
     for change, leaf in zip(bundle.changes, leaves, strict=True):
         reasons: list[str] = []
         actual: dict[str, Any] | None = None

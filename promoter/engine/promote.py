@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.paths import temp_name
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.state import State
@@ -224,7 +224,7 @@ def _journal(
     the attempt and the directories journaled as to be created.
     """
     changes = list(evidence.bundle.changes)
-    creates = dirs.missing_dirs(root, [c.path for c in changes if not c.old.exists])
+    creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
     grant = evidence.grant
     with db.session() as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
@@ -260,7 +260,7 @@ def _journal(
             {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
         )
         journal.set_plan_events(session, operation_id, decision, action)
-        step_rows.add_created_dirs(session, operation_id, creates)
+        step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in creates])
         return row.attempt, creates
 
 
@@ -290,7 +290,9 @@ def apply_changes(
             faults.point("after_dir_intent")
         else:
             creates = [
-                c.path for seq, c in enumerate(changes) if seq in wanted and not c.old.exists
+                disk_path(c.path)
+                for seq, c in enumerate(changes)
+                if seq in wanted and not c.old.exists
             ]
             journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
         stage_temps(
@@ -310,7 +312,7 @@ def apply_changes(
         apply.close()
         error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
         if apply.kept:  # someone else's bytes were found at a temp name: fail closed
-            error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
+            error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
             finish(services, operation_id, root, changes, evidence, (-1, error))
             return
         if recovering:
@@ -336,13 +338,15 @@ def apply_changes(
                 if new.exists:
                     apply.place(seq, old, new)
                 else:
-                    apply.remove(seq, change.path, old, temp_name(operation_id, attempt, seq))
+                    apply.remove(
+                        seq, disk_path(change.path), old, temp_name(operation_id, attempt, seq)
+                    )
             except (PromoterError, OSError) as exc:
                 error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
                 failure = (seq, error)
                 apply.drop_staged(seq)
                 if apply.kept:
-                    error.context["kept"] = [*error.context.get("kept", []), *apply.kept]
+                    error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
                 break
             applied.append(seq)
         faults.point("after_replaces")

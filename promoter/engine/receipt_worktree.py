@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from promoter.errors import ReceiptInvalid
+from promoter.domain.paths import disk_path
+from promoter.errors import PathInvalid, ReceiptInvalid
 
 CHUNK = 1 << 20
 
@@ -85,9 +86,12 @@ def compare_targets(receipt: dict[str, Any], worktree: Path) -> list[TargetMatch
 
 
 def read_state(worktree: Path, relative: str) -> str:
-    """What is at ``relative`` under ``worktree``, without following any symlink."""
+    """What is at ``relative`` (a wire form, SPEC §10.12) under ``worktree``, without
+    following any symlink."""
     try:
-        return _read_state(worktree, relative)
+        return _read_state(worktree, disk_path(relative))
+    except PathInvalid as exc:
+        return f"unreadable ({exc.detail})"
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
 

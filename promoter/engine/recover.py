@@ -36,7 +36,7 @@ from typing import Any
 
 from promoter import faults
 from promoter.domain.models import Change
-from promoter.domain.paths import temp_name
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
@@ -186,13 +186,13 @@ def settle_temps(
     removed, kept = settle_step_temps(
         root,
         [
-            (change.path, temp_name(operation_id, attempt, seq), change.old, change.new)
+            (disk_path(change.path), temp_name(operation_id, attempt, seq), change.old, change.new)
             for seq, change in enumerate(changes)
             for attempt in range(1, attempts + 1)
         ],
     )
     faults.point("after_temps_settled")
-    return removed, kept
+    return [wire_path(r) for r in removed], wire_all(kept)
 
 
 def _reclassify(
@@ -213,7 +213,7 @@ def _reclassify(
     actuals: list[dict[str, Any]] = []
     for seq, change in enumerate(changes):
         try:
-            leaf = root.read_state(change.path)
+            leaf = root.read_state(disk_path(change.path))
             found, actual = Verdict(verdict(leaf, change)), leaf_report(leaf)
         except PromoterError as exc:
             found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}

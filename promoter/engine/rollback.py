@@ -52,7 +52,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
-from promoter.domain.paths import temp_name
+from promoter.domain.paths import disk_path, temp_name, wire_all
 from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
 from promoter.domain.state import State
@@ -263,13 +263,15 @@ def _rollback_locked(
             ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
     kept: list[dict[str, Any]] = []
     if done:  # a rollback that ran before: settle the temp names it was journaled to use
-        kept = settle_step_temps(
-            root,
-            [
-                (str(p["path"]), temp_name(child_id, 1, seq), p["new"], p["old"])
-                for seq, p in enumerate(promoted)
-            ],
-        )[1]
+        kept = wire_all(
+            settle_step_temps(
+                root,
+                [
+                    (disk_path(str(p["path"])), temp_name(child_id, 1, seq), p["new"], p["old"])
+                    for seq, p in enumerate(promoted)
+                ],
+            )[1]
+        )
     held = {k["path"] for k in newly_kept(kept)}
     targets: list[dict[str, Any]] = []
     for seq, step in enumerate(promoted):
@@ -339,15 +341,16 @@ def _publish(
 
 
 def _rmdir(root: Root, directory: str) -> bool:
+    """Remove the journaled (wire form) directory if it is empty."""
     try:
-        return root.remove_dir_if_empty(directory)
+        return root.remove_dir_if_empty(disk_path(directory))
     except PromoterError:
         return False
 
 
 def _leaf_or_none(root: Root, path: str) -> LeafState | None:
     try:
-        return root.read_state(path)
+        return root.read_state(disk_path(path))
     except PromoterError:
         return None
 
@@ -366,8 +369,9 @@ def _one(
     ``aside`` is the step's journaled temp name; bytes kept on the way go to ``kept``.
     """
     old, new = State.of(step["old"]), State.of(step["new"])
+    path = disk_path(step["path"])  # journaled in wire form; the file system's name
     try:
-        leaf = root.read_state(step["path"])
+        leaf = root.read_state(path)
     except PromoterError as exc:
         return reason_of(exc), None, exc
     move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
@@ -380,18 +384,18 @@ def _one(
             source = services.blobs.stream(
                 old.sha256
             )  # checked against its sha256 as it is written
-            apply.write(0, step["path"], new, old, source, aside)
+            apply.write(0, path, new, old, source, aside)
         else:
-            apply.remove(0, step["path"], new, aside)
+            apply.remove(0, path, new, aside)
         apply.sync(0)
         apply.close()
-        leaf = root.read_state(step["path"])
+        leaf = root.read_state(path)
     except (PromoterError, OSError) as exc:
         apply.close()
         if isinstance(exc, PromoterError):
-            kept.extend(exc.context.get("kept", []))
+            kept.extend(wire_all(exc.context.get("kept", [])))
         try:
-            leaf = root.read_state(step["path"])
+            leaf = root.read_state(path)
         except PromoterError:
             return reason_of(exc), None, exc
         if leaf.matches(old):

@@ -18,7 +18,7 @@ import threading
 
 from promoter import faults
 from promoter.domain.models import Change
-from promoter.domain.paths import temp_name, wire_path
+from promoter.domain.paths import disk_path, temp_name, wire_path
 from promoter.domain.state import State
 from promoter.engine.apply import Applier
 from promoter.errors import PromoterError, Stopped
@@ -60,7 +60,11 @@ def stage_temps(
             raise Stopped("the daemon is stopping; nothing was written")
         data = blobs.stream(change.new.sha256)
         apply.begin(
-            seq, change.path, State.of(change.new), data, temp_name(operation_id, attempt, seq)
+            seq,
+            disk_path(change.path),
+            State.of(change.new),
+            data,
+            temp_name(operation_id, attempt, seq),
         )
         if len(apply.begun) >= TEMPS_TOGETHER:
             apply.end_begun()
@@ -69,7 +73,7 @@ def stage_temps(
     unjournaled = [d for d in apply.created_dirs if d not in known]
     if unjournaled:
         with db.session() as session:
-            step_rows.add_created_dirs(session, operation_id, unjournaled)
+            step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in unjournaled])
     faults.point("after_temps_journaled")
 
 

@@ -79,7 +79,7 @@ def check_manifest_integrity(digest: str, bundle: PatchBundleV1, facts: Facts) -
     if bundle.total_bytes != total:
         problems.append(f"total_bytes is {bundle.total_bytes}, the new states add up to {total}")
     if not facts.in_order:
-        problems.append("changes are not sorted by the UTF-8 bytes of path, or repeat a path")
+        problems.append("changes are not sorted by the bytes of path, or repeat a path")
     problems.extend(p for c in bundle.changes if (p := _operation_problem(c)) is not None)
     evidence = {
         "bundle_sha256": digest,
@@ -265,11 +265,13 @@ def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
     entries = [(e.pattern, _compiled(e.pattern), e.operations) for e in grant.write_allowlist]
     for change in bundle.changes:
         chosen: str | None = None
+        name = allowlist.subject(change.path)
         for pattern, matcher, operations in entries:
             if (
                 matcher is not None
+                and name is not None
                 and change.operation in operations
-                and matcher.fullmatch(change.path) is not None
+                and matcher.fullmatch(name) is not None
             ):
                 chosen = pattern
                 break

@@ -30,6 +30,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from promoter.domain.paths import wire_path
 from promoter.fs.walk import RACY_WINDOW_NS, Difference, Tree, compare, hashed, walk
 from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.records import parse_ls_files_stage
@@ -44,7 +45,8 @@ _INDEX = "index"
 
 
 def _text(path: str) -> str:
-    return os.fsencode(path).decode("utf-8", "replace")
+    """The wire form (SPEC §10.12) a report names a path by: exact, never lossy."""
+    return wire_path(path)
 
 
 def _prune_worktree(rel: str) -> bool:

@@ -11,6 +11,9 @@ grant does not allow (``PathUnsafe``; with ``symlinks: inside|any`` links are in
 and their targets checked against the policy, ``VerificationFailed`` naming each target
 text), paths that break the path rules (``PathInvalid``) and changes the grant does not
 authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
+A name that is not UTF-8 is included like any other, under its wire form (SPEC §10.12):
+git's ``-z`` names arrive as disk-form text (``surrogateescape``) and leave as
+``wire_path`` of it.
 Old states are the base tree's, which is what the host checks; for a chained grant
 (``base_operation``), the states the base operations left at the paths they touched
 (``since``); for a sandbox that started from the person's worktree, the start tree's
@@ -40,7 +43,7 @@ from promoter.domain.models import (
     GrantV1,
     PatchBundleV1,
 )
-from promoter.domain.paths import sort_key
+from promoter.domain.paths import disk_path, sort_key, wire_path
 from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, VerificationFailed
 from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.executor.seeded import SeededShadow
@@ -216,12 +219,12 @@ def _changes(
 
     changes = [
         Change(
-            path=entry.path,
+            path=wire_path(entry.path),
             operation=_OPERATIONS[entry.status],  # type: ignore[arg-type]
             old=state(entry.old_oid, entry.old_mode, "base"),
             new=state(entry.new_oid, entry.new_mode, "new"),
         )
-        for entry in sorted(entries, key=lambda e: sort_key(e.path))
+        for entry in sorted(entries, key=lambda e: sort_key(wire_path(e.path)))
     ]
     return changes, blobs
 
@@ -237,9 +240,7 @@ def _check_links(
         target = shadow.read_blob(blobs[change.new.sha256].oid)
         why = links.target_problem(change.path, target, grant.symlinks)
         if why is not None:
-            refused.append(
-                {"path": printable(change.path), "target": links.shown(target), "reason": why}
-            )
+            refused.append({"path": change.path, "target": links.shown(target), "reason": why})
     if refused:
         listing = "; ".join(f"{r['path']!r} -> {r['target']!r}: {r['reason']}" for r in refused)
         raise VerificationFailed(
@@ -266,7 +267,8 @@ def _rebase(
     """
     by_path = {c.path: c for c in changes}
     untouched = [p for p in since if p not in by_path]
-    entries = tree_entries(layout, start_tree, untouched) if untouched else {}
+    found = tree_entries(layout, start_tree, [disk_path(p) for p in untouched]) if untouched else {}
+    entries = {wire_path(path): entry for path, entry in found.items()}
     oids = [e.oid for e in entries.values() if e is not None]
     digests = shadow.blob_sha256(oids) if oids else {}
     out = [c for c in changes if c.path not in since]
@@ -331,7 +333,7 @@ def build_bundle(
         ]
         if odd:
             raise PathUnsafe(f"git reports type changes at {[o['path'] for o in odd]}", paths=odd)
-        check_paths([e.path for e in entries])
+        check_paths([wire_path(e.path) for e in entries])
         changes, blobs = _changes(shadow, entries)
         if since:
             changes = _rebase(shadow, layout, start, changes, blobs, since)

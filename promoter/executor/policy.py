@@ -18,7 +18,7 @@ from typing import Any
 
 from promoter.domain import allowlist
 from promoter.domain.models import Change, FileState, GrantV1, StateSpec
-from promoter.domain.paths import check_path, check_path_set
+from promoter.domain.paths import check_path, check_path_set, wire_path
 from promoter.errors import PathInvalid, PromoterError, VerificationFailed
 
 __all__ = ["check_changes", "check_paths", "describe_state", "printable"]
@@ -39,12 +39,8 @@ def describe_state(state: FileState | StateSpec) -> str:
 
 
 def printable(path: str) -> str:
-    """The path itself, or its escaped form when it is not valid UTF-8 (surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return ascii(path)
-    return path
+    """The wire form (SPEC §10.12) of a disk-form path, as bundles and reports name it."""
+    return wire_path(path)
 
 
 def check_paths(paths: Sequence[str]) -> None:
@@ -54,7 +50,7 @@ def check_paths(paths: Sequence[str]) -> None:
         try:
             check_path(path)
         except PathInvalid as exc:
-            offending.append({"path": printable(path), "reason": exc.detail})
+            offending.append({"path": path, "reason": exc.detail})
     if not offending:
         try:
             check_path_set(paths)

@@ -188,15 +188,24 @@ def test_base_tree_missing_from_the_clone_is_a_clear_error(source: Path, executo
     assert caught.value.code == "repository_invalid"
 
 
-def test_a_name_that_is_not_utf8_is_refused_with_a_printable_message(
+def test_a_name_that_is_not_utf8_is_built_under_its_wire_form(source: Path, executor: Path) -> None:
+    (executor / os.fsdecode(b"src/bad\xff.txt")).write_bytes(b"x\n")
+    (executor / os.fsdecode(b"src/back\\slash.txt")).write_bytes(b"y\n")
+    with build_bundle(executor, _grant(source)) as built:
+        paths = [c["path"] for c in built.bundle["changes"]]
+    assert paths == ["src/back\\\\slash.txt", "src/bad\\xff.txt"]
+
+
+def test_a_name_not_nfc_is_refused_with_a_printable_message_beside_a_byte_name(
     source: Path, executor: Path
 ) -> None:
     (executor / os.fsdecode(b"src/bad\xff.txt")).write_bytes(b"x\n")
     (executor / "src/caf\u0065\u0301.txt").write_bytes(b"not NFC\n")
+    (executor / os.fsdecode(b"src/cafe\xcc\x81\xff.txt")).write_bytes(b"not UTF-8: no NFC\n")
     with pytest.raises(PathInvalid) as caught:
         build_bundle(executor, _grant(source))
+    assert [item["path"] for item in caught.value.context["paths"]] == ["src/cafe\u0301.txt"]
     assert [item["reason"] for item in caught.value.context["paths"]] == [
-        "path is not valid UTF-8",
         "path is not NFC-normalized",
     ]
     caught.value.detail.encode("utf-8")
@@ -237,8 +246,9 @@ def _break_nested_repository(work: Path, executor: Path) -> None:
     (nested / "file.txt").write_bytes(b"in a nested repository\n")
 
 
-def _break_backslash(work: Path, executor: Path) -> None:
-    (executor / "src/a\\b.txt").write_bytes(b"a backslash in the name\n")
+def _break_control_character(work: Path, executor: Path) -> None:
+    # a backslash is a byte like any other (SPEC §10.12); a control character is not
+    (executor / "src/a\x1bb.txt").write_bytes(b"an escape character in the name\n")
 
 
 def _break_case_collision(work: Path, executor: Path) -> None:
@@ -259,7 +269,7 @@ REFUSALS = [
     (_break_gitlink, PathUnsafe, ["vendor/lib"]),
     (_break_file_under_gitlink, PathUnsafe, ["vendor/lib"]),
     (_break_nested_repository, PathUnsafe, ["src/nested"]),
-    (_break_backslash, PathInvalid, ["src/a\\b.txt"]),
+    (_break_control_character, PathInvalid, ["src/a\x1bb.txt"]),
     (_break_case_collision, PathInvalid, ["src/app.py"]),
     (_break_allowlist, VerificationFailed, ["README.md", "docs/new.md"]),
 ]

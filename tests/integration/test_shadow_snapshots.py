@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig, load_settings
+from promoter.domain.paths import wire_path
 from promoter.domain.states import OperationStatus
 from promoter.engine import operations, snapshot_restore, snapshots
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshot_steps import StepRun
 from promoter.errors import (
     NotFound,
-    PathUnsafe,
     PromoterError,
     SnapshotStale,
     ValidationFailed,
@@ -297,21 +297,30 @@ def test_a_name_that_is_not_utf8_is_shown_escaped_and_restored(
         assert handle.read() == b"latin-1 name\n"
 
 
-def test_a_restore_it_cannot_do_wholly_is_refused_listing_every_path_and_writes_nothing(
+def test_names_a_display_would_conflate_have_distinct_wire_forms_and_restore_wholly(
     services: Services, repo: Path
 ) -> None:
+    # b"caf\xe9.txt" (latin-1) and b"caf\\xe9.txt" (a literal backslash) were once both
+    # shown as caf\xe9.txt and the restore refused; their wire forms differ (SPEC §10.12)
+    original = (repo / "utils.py").read_bytes()
     base = capture(services)
     (repo / "utils.py").write_bytes(b"changed\n")
-    for name in (b"caf\xe9.txt", b"caf\\xe9.txt"):  # latin-1, and a literal backslash
+    names = (b"caf\xe9.txt", b"caf\\xe9.txt")
+    for name in names:
         fd = os.open(os.path.join(os.fsencode(repo), name), os.O_CREAT | os.O_WRONLY)
         os.close(fd)
     current = capture(services)
-    with pytest.raises(PathUnsafe) as refused:
-        snapshot_restore.restore(services, "work", base, current)
-    assert list(refused.value.context["paths"]) == ["caf\\xe9.txt"]
-    assert "nothing was written" in refused.value.detail
-    assert (repo / "utils.py").read_bytes() == b"changed\n"
-    assert os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
+    assert sorted(wire_path(p) for p in shadow(services).tree_files(current)) == sorted(
+        [
+            *(wire_path(p) for p in shadow(services).tree_files(base)),
+            "caf\\xe9.txt",
+            "caf\\\\xe9.txt",
+        ]
+    )
+    assert snapshot_restore.restore(services, "work", base, current)["status"] == "completed"
+    assert (repo / "utils.py").read_bytes() == original
+    for name in names:
+        assert not os.path.lexists(os.path.join(os.fsencode(repo), name))
 
 
 def test_nested_repositories_are_left_out_of_snapshots(services: Services, repo: Path) -> None:

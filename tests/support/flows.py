@@ -9,6 +9,7 @@ by recomputing ``receipt_sha256`` independently with ``hashlib`` + ``rfc8785``.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ def make_bundle(
         path, old, new = change
         operation = "create" if old is None else ("delete" if new is None else "modify")
         wire.append({"path": path, "operation": operation, "old": state(old), "new": state(new)})
-    wire.sort(key=lambda c: c["path"].encode())
+    wire.sort(key=lambda c: wire_bytes(c["path"]))
     bundle: dict[str, Any] = {
         "schema": "PatchBundleV1",
         "bundle_id": "",
@@ -141,6 +142,15 @@ def make_bundle(
     }
     bundle.update(overrides)
     return seal_bundle(bundle) if seal else bundle
+
+
+def wire_bytes(path: str) -> bytes:
+    """The bytes a wire path names (SPEC §10.12), decoded independently of promoter."""
+    return re.sub(
+        rb"\\(\\|x[0-9a-f]{2})",
+        lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1)[1:], 16)]),
+        path.encode("utf-8", "surrogatepass"),
+    )
 
 
 def _a_minute_after(moment: str) -> str:
