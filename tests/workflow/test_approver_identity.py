@@ -347,6 +347,7 @@ def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_u
     run_cmd.register(app)
     app.command("noop")(lambda: None)
     argv = ["run", "--state-dir", str(daemon.state_dir), "--url", daemon.url, "--repo", "gated"]
+    argv.append("--keep")  # the test reads the sandbox's record after the run
     result = CliRunner().invoke(
         app, [*argv, "--", "sh", "-c", "echo a > src/a.py"], env={"PROMOTER_TOKEN": ""}
     )

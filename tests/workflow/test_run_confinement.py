@@ -239,6 +239,7 @@ report["token"] = os.environ["PROMOTER_TOKEN"]
     assert set(report["env"]) <= {
         "PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "COLUMNS",
         "HOME", "TMPDIR", "PWD", "PROMOTER_URL", "PROMOTER_TOKEN", "PROMOTER_GRANT", "PROMOTER_RUN",
+        "PROMOTER_START_TREE", "PROMOTER_SUBMITTED_FILE",  # the start tree; a file in the clone
     }  # fmt: skip
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before, "report.txt")

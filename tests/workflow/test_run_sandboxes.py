@@ -153,7 +153,7 @@ def test_list_refreshes_a_waiting_step_and_says_unknown_without_the_daemon(
     operation_id = record.steps[0].operation_id
     assert operation_id is not None
     env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
-    approved = CliRunner().invoke(_app(), ["approve", operation_id, "--by", "ana"], env=env)
+    approved = CliRunner().invoke(_app(), ["approve", operation_id], env=env)
     assert approved.exit_code == 0, approved.output
     listed = _run(daemon, "run", "--list")
     assert f"{record.run_id}  work  1 step(s), last completed" in listed.stdout
@@ -195,6 +195,7 @@ def _agent_run(daemon: Daemon, tmp_path: Path, *extra: str) -> tuple[str, dict[s
         "--repo",
         "work",
         "--yes",
+        "--unconfined",  # the agent's script and its answer live in the test's directory
         "--",
         sys.executable,
         str(script),

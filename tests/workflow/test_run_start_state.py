@@ -156,7 +156,16 @@ def test_a_file_the_person_edits_during_the_run_drifts_and_is_named(
     )
     before = tree_bytes(repo)
     done = _cli(
-        daemon, "--repo", "work", "--yes", "--", "sh", "-c", script, PERSON_WORKTREE=str(repo)
+        daemon,
+        "--repo",
+        "work",
+        "--yes",
+        "--unconfined",  # CMD plays the person too: it writes their worktree
+        "--",
+        "sh",
+        "-c",
+        script,
+        PERSON_WORKTREE=str(repo),
     )
     err = done.stderr.decode()
     assert done.returncode == TargetDrift.exit_code, err
@@ -192,6 +201,7 @@ def test_from_head_starts_at_head_and_an_edit_of_a_dirty_file_is_refused(
         "work",
         "--from-head",
         "--yes",
+        "--unconfined",  # CMD leaves what it saw beside the sandbox
         "--",
         "sh",
         "-c",
@@ -262,7 +272,16 @@ def test_a_file_the_person_stages_during_the_run_drifts_on_its_index_entry(
         'git -C "$PERSON_WORKTREE" add notes.txt'  # the person stages their notes meanwhile
     )
     done = _cli(
-        daemon, "--repo", "work", "--yes", "--", "sh", "-c", script, PERSON_WORKTREE=str(repo)
+        daemon,
+        "--repo",
+        "work",
+        "--yes",
+        "--unconfined",  # CMD plays the person too: it writes their worktree
+        "--",
+        "sh",
+        "-c",
+        script,
+        PERSON_WORKTREE=str(repo),
     )
     err = " ".join(done.stderr.decode().split())
     assert done.returncode == TargetDrift.exit_code, err
