@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import event, inspect, select, text
+from sqlalchemy import BigInteger, event, inspect, literal, select, text
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -127,7 +127,10 @@ def position(value: str | None) -> int:
 
 
 def after(session: Session, start: int, limit: int) -> list[FeedRow]:
-    query = select(FeedRow).where(FeedRow.position > start).order_by(FeedRow.position)
+    # bound as a 64-bit integer: PostgreSQL's column is 32-bit, and a cursor past its range
+    # must read as "after every row", never as an out-of-range parameter
+    query = select(FeedRow).where(FeedRow.position > literal(start, BigInteger))
+    query = query.order_by(FeedRow.position)
     return list(session.scalars(query.limit(limit)))
 
 
