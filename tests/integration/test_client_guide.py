@@ -1,4 +1,4 @@
-"""The README's Python client examples (sync, and the async orchestrator) run as printed."""
+"""The client guide's Python examples (sync, and the async orchestrator) run as printed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.support.daemon import Daemon
 from tests.support.flows import make_bundle, make_grant, upload
 from tests.support.promotion import submit
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "guide" / "client.md"
 MARKER = "<!-- client-example:"
 
 
