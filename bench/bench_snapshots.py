@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from promoter.config import RepositoryConfig, load_settings
-from promoter.engine import snapshot_restore, snapshots
+from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import build_services
+from promoter.engine.snapshots import capture as snapshots
 
 GOAL = 0.1
 _GIT_ENV = {

@@ -73,7 +73,7 @@ from bench.harness import (
     upload,
 )
 from promoter.api import gc_policy
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import sha256_hex
 
 # row -> (goal, unit): a ratio goal unless the unit says otherwise

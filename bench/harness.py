@@ -24,7 +24,7 @@ from bench import documents as bd
 from promoter.api import gc_policy
 from promoter.api.app import create_app
 from promoter.api.server import make_server
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import sha256_hex
 from promoter.engine.services import Services, build_services

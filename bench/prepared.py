@@ -3,7 +3,7 @@
 ``prepare_promoter`` gives a copy of the source repository a fresh state directory
 (its blob store copied from a template, ``make_blob_template``), a grant, a lease and a
 verified bundle, after the rehearsal ``promoter serve`` makes before it serves
-(``promoter.engine.rehearsal``); ``promote_once`` is the timed part (``request_promotion``
+(``promoter.engine.operation.rehearsal``); ``promote_once`` is the timed part (``request_promotion``
 until the attempt has ended) and ``finish_promoter`` checks that it completed. With
 ``warm_copy`` the same daemon first promotes the same workload into that second copy
 (untimed), as a daemon in service has promoted before: what a daemon's first promotion
@@ -36,9 +36,11 @@ from bench.workload import Source, Workload, copy_repo
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.records import Ticket
-from promoter.engine import grants, operations, promote
-from promoter.engine.bundles import submit_bundle
-from promoter.engine.rehearsal import rehearse
+from promoter.engine.intake import grants
+from promoter.engine.intake.bundles import submit_bundle
+from promoter.engine.operation import promote
+from promoter.engine.operation import requests as operations
+from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.services import Services, build_services
 from promoter.errors import PromoterError
 from promoter.store.blobs import BlobStore

@@ -39,17 +39,17 @@ from promoter.api import gc_policy
 
 # label -> (module, attribute): the functions whose calls are added up, where looked up
 PHASES: tuple[tuple[str, str, str], ...] = (
-    ("whole attempt", "promoter.engine.promote", "run"),
-    ("evidence re-check", "promoter.engine.promote", "recheck_evidence"),
+    ("whole attempt", "promoter.engine.operation.promote", "run"),
+    ("evidence re-check", "promoter.engine.operation.promote", "recheck_evidence"),
     ("repository lock", "promoter.fs.lock", "RepoLock.acquire"),
-    ("read-back under the lock", "promoter.engine.promote", "read_back"),
-    ("plan's transaction", "promoter.engine.promote", "_journal"),
-    ("temps (written, synced, named)", "promoter.engine.promote", "stage_temps"),
-    ("replaces", "promoter.engine.apply", "Applier.place"),
-    ("removals", "promoter.engine.apply", "Applier.remove"),
-    ("directories' sync", "promoter.engine.apply", "Applier.fsync"),
-    ("final read-back", "promoter.engine.outcome", "read_targets"),
-    ("receipt, its transactions and audit file", "promoter.engine.outcome", "complete"),
+    ("read-back under the lock", "promoter.engine.operation.promote", "read_back"),
+    ("plan's transaction", "promoter.engine.operation.promote", "_journal"),
+    ("temps (written, synced, named)", "promoter.engine.operation.promote", "stage_temps"),
+    ("replaces", "promoter.engine.operation.apply", "Applier.place"),
+    ("removals", "promoter.engine.operation.apply", "Applier.remove"),
+    ("directories' sync", "promoter.engine.operation.apply", "Applier.fsync"),
+    ("final read-back", "promoter.engine.operation.outcome", "read_targets"),
+    ("receipt, its transactions and audit file", "promoter.engine.operation.outcome", "complete"),
 )
 COMPILED = "SQL statements compiled"
 

@@ -22,17 +22,20 @@ from bench.workload import Source, Workload, check_tree, copy_repo
 # seconds of all matches are added up. "~" is the file of builtins.
 _Lookup = tuple[tuple[str, str], ...]
 PHASES: tuple[tuple[str, _Lookup], ...] = (
-    ("whole attempt (promote.run)", (("engine/promote.py", "run"),)),
-    ("evidence re-verification", (("engine/authority.py", "recheck_evidence"),)),
-    ("authority checks (x2)", (("engine/authority.py", "check_authority"),)),
+    ("whole attempt (promote.run)", (("engine/operation/promote.py", "run"),)),
+    ("evidence re-verification", (("engine/verify/authority.py", "recheck_evidence"),)),
+    ("authority checks (x2)", (("engine/verify/authority.py", "check_authority"),)),
     ("repository lock", (("fs/lock.py", "acquire"),)),
-    ("read-back under the lock", (("engine/preconditions.py", "read_back"),)),
-    ("journal: steps + decision + action", (("engine/promote.py", "_journal"),)),
-    ("write temps + fsync + journal", (("engine/staging.py", "stage_temps"),)),
-    ("replaces and unlinks", (("engine/apply.py", "place"), ("engine/apply.py", "remove"))),
-    ("parent directory fsyncs", (("engine/apply.py", "fsync"),)),
-    ("final read-back + receipt (finish)", (("engine/outcome.py", "finish"),)),
-    ("  of which receipt + journal", (("engine/outcome.py", "complete"),)),
+    ("read-back under the lock", (("engine/operation/preconditions.py", "read_back"),)),
+    ("journal: steps + decision + action", (("engine/operation/promote.py", "_journal"),)),
+    ("write temps + fsync + journal", (("engine/operation/staging.py", "stage_temps"),)),
+    (
+        "replaces and unlinks",
+        (("engine/operation/apply.py", "place"), ("engine/operation/apply.py", "remove")),
+    ),
+    ("parent directory fsyncs", (("engine/operation/apply.py", "fsync"),)),
+    ("final read-back + receipt (finish)", (("engine/operation/outcome.py", "finish"),)),
+    ("  of which receipt + journal", (("engine/operation/outcome.py", "complete"),)),
 )
 COSTS: tuple[tuple[str, _Lookup], ...] = (
     ("git subprocesses (run_git)", (("git/runner.py", "run_git"),)),

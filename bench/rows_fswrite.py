@@ -36,8 +36,9 @@ from bench import prepared as pp
 from bench import workload as wl
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.models import blob_path
-from promoter.engine import grants, operations
-from promoter.engine.bundles import submit_bundle
+from promoter.engine.intake import grants
+from promoter.engine.intake.bundles import submit_bundle
+from promoter.engine.operation import requests as operations
 from promoter.engine.services import build_services
 
 if TYPE_CHECKING:  # the measured child must not import the daemon's web stack

@@ -15,7 +15,7 @@ median of the rounds' figures):
   also records its pre and post snapshots. One untimed promotion per side comes first,
   as in a daemon that has run for a while: its pre snapshot is the shadow's first full
   capture (which adds every file) and starts the worktree's watch, so the timed ones
-  are watched captures (``promoter.engine.snapshot_watch``).
+  are watched captures (``promoter.engine.snapshots.watch``).
 - ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
 
 The repositories are built once per run with ``git fast-import`` in a temp directory and
@@ -49,8 +49,9 @@ from bench import prepared as pp
 from bench import workload as wl
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import sha256_hex
-from promoter.engine import grants, operations
-from promoter.engine.bundles import submit_bundle
+from promoter.engine.intake import grants
+from promoter.engine.intake.bundles import submit_bundle
+from promoter.engine.operation import requests as operations
 from promoter.engine.services import Services, build_services
 
 __all__ = ["GOALS", "LABELS", "ROWS", "rows"]

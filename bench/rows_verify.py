@@ -27,7 +27,7 @@ import rfc8785
 from bench import documents as bd
 from bench import workload as wl
 from bench.harness import Table, alternate, daemon
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.models import blob_path
 
@@ -96,7 +96,7 @@ def healthz_probe(url: str) -> Iterator[Callable[[], dict[str, float]]]:
 
 _SUBMIT = """
 import json, sys, time
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 bundle = json.loads(open(sys.argv[3], encoding="utf-8").read())
 with PromoterClient(sys.argv[1], sys.argv[2], timeout=3600) as executor:
     print("ready", flush=True)

@@ -92,7 +92,7 @@ def _executor_changes(clone: Path) -> None:
 
 
 def run_demo() -> int:
-    from promoter.client import PromoterClient
+    from promoter.client.sync import PromoterClient
     from promoter.domain.canonical import rfc3339, utcnow
     from promoter.domain.models import GrantV1
     from promoter.executor.builder import build_bundle

@@ -3,7 +3,7 @@
 The lifespan builds the services (state directory, migrations, credentials, the
 repository registry), sweeps the state directory's leftover temps
 (``promoter.store.state_temps``), runs the start-up recovery scan and rehearses a
-promotion's journal (``promoter.engine.rehearsal``, rolled back) before the daemon serves.
+promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``.
 """
 
@@ -31,11 +31,11 @@ from promoter.api.routes import (
 )
 from promoter.config import Settings
 from promoter.engine import webhooks
-from promoter.engine.ownership import Heartbeat
-from promoter.engine.recover import auto_recover, scan_orphans
-from promoter.engine.rehearsal import rehearse
+from promoter.engine.operation.ownership import Heartbeat
+from promoter.engine.operation.recover import auto_recover, scan_orphans
+from promoter.engine.operation.rehearsal import rehearse
+from promoter.engine.receipts.signing import host_key
 from promoter.engine.services import Services, build_services
-from promoter.engine.signing import host_key
 from promoter.store.state_temps import sweep as sweep_state_temps
 
 API_DESCRIPTION = (

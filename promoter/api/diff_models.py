@@ -1,8 +1,8 @@
 """The response model of ``GET /v1/bundles/{id}/diff``, for the OpenAPI document.
 
-The route answers the dict ``promoter.engine.bundle_diff.bundle_diff`` builds; these
+The route answers the dict ``promoter.engine.review.diff.bundle_diff`` builds; these
 models list its members (every one) so clients and the contract tests know them. The
-meaning of each flag is in ``docs/review.md`` and ``promoter.engine.diff_scan``.
+meaning of each flag is in ``docs/review.md`` and ``promoter.engine.review.scan``.
 
 Deliberately not here: building or validating the answer (the engine's).
 """

@@ -1,7 +1,7 @@
 """Request and response models of the HTTP API, and ``parse`` for request bodies.
 
 The path parameters' types are in ``promoter.api.params``: they need FastAPI, which the
-client (``promoter.client``, every CLI command that talks to a daemon) does not import.
+client (``promoter.client.sync``, every CLI command that talks to a daemon) does not import.
 
 Request models are strict pydantic models that reject unknown fields and coerce nothing
 (a ``true`` is no integer, ``1.0`` no fence): they replace the routes' hand-written body

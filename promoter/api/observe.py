@@ -43,7 +43,7 @@ from promoter.api.logs import REQUEST_ID, event, safe_request_id
 from promoter.api.metrics import WAITING, Metrics
 from promoter.api.routes.health import ALIVE, HEALTHZ
 from promoter.domain.records import Ticket
-from promoter.engine.operations import Runner
+from promoter.engine.operation.requests import Runner
 from promoter.engine.services import Services
 from promoter.fs import lock as fs_lock
 from promoter.store import journal, ledger, step_rows

@@ -9,7 +9,7 @@ file) per path; ``diff`` prints the unified diff the daemon builds from the bund
 stored blobs, coloured on a terminal and through a pager when longer than the screen.
 
 It deliberately holds no logic of its own: building and checking are
-``promoter.executor``'s, the wire is ``promoter.client``'s, and errors are printed and
+``promoter.executor``'s, the wire is ``promoter.client.sync``'s, and errors are printed and
 turned into exit codes by ``promoter.cli.main``.
 """
 
@@ -44,7 +44,7 @@ from promoter.cli.common import (
     read_token,
     server_url,
 )
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.errors import GrantInvalid, PromoterError

@@ -1,7 +1,7 @@
 """``promoter keys``: list and rotate the host's receipt-signing keys, on the state dir.
 
 Runs on the host, against ``<state>/credentials`` (no server needed): ``rotate`` retires
-the active key now and makes a new one active (``promoter.engine.keyring.rotate``); a
+the active key now and makes a new one active (``promoter.engine.receipts.keyring.rotate``); a
 running daemon signs with the new key from its next envelope on, and ``GET /v1/keys``
 keeps listing the retired public key with its validity window. ``list`` prints the
 listed keys.
@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from promoter.cli.common import JsonOpt, console
 from promoter.config import load_settings
-from promoter.engine.keyring import Keyring, load_keyring, rotate
+from promoter.engine.receipts.keyring import Keyring, load_keyring, rotate
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")

@@ -1,6 +1,6 @@
 """The operator's console: ``promoter ops list|show|recover|reconcile|rollback``.
 
-Thin commands over ``promoter.client``: rich tables for people, ``--json`` for scripts.
+Thin commands over ``promoter.client.sync``: rich tables for people, ``--json`` for scripts.
 ``show`` prints, per path, the journal step, the expected old and new states and the
 state the target reads as now, each approval decision with the credential that made it,
 and says what the operator can do next. Deciding anything
@@ -26,7 +26,7 @@ from promoter.cli.common import (
     read_token,
     server_url,
 )
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 
 ops_app = typer.Typer(
     help="Operations: inspect, recover, reconcile, roll back.", no_args_is_help=True

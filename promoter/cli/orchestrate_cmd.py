@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import canonical, sealed_grant
 from promoter.domain.models import (

@@ -28,7 +28,7 @@ def preflight(
 
     from rich.markup import escape
 
-    from promoter.client import PromoterClient
+    from promoter.client.sync import PromoterClient
     from promoter.errors import error_class
 
     with PromoterClient(server_url(url), read_token(token_file), timeout=120.0) as client:

@@ -3,17 +3,17 @@
 ``verify`` needs no server, no network and no state directory: it reads a file (a DSSE
 envelope, a bare receipt, a bundle or a grant) and optionally public keys (a PEM file,
 a JWKS or the JSON ``GET /v1/keys`` serves), runs
-``promoter.engine.signing.verify_document``, and with ``--worktree`` compares the
-receipt's targets with the disk (``promoter.engine.receipt_worktree``). ``--chain``
+``promoter.engine.receipts.signing.verify_document``, and with ``--worktree`` compares the
+receipt's targets with the disk (``promoter.engine.receipts.worktree``). ``--chain``
 checks that a promotion receipt names the verification receipt it rests on
-(``promoter.engine.receipt_chain``), from two files or, with ``--operation``, from the
+(``promoter.engine.receipts.chain``), from two files or, with ``--operation``, from the
 server. A failed check raises ``ReceiptInvalid``, which the main handler prints and
 exits with; the other outcomes are the exit codes below. ``fetch`` and ``keys`` only
 download bytes and write them unchanged; they check nothing.
 
 Deliberately not here: reading public key files (``promoter.cli.trusted_keys``),
-checking signatures and hashes (``promoter.engine.signing``), and the chain's rules
-(``promoter.engine.receipt_chain``).
+checking signatures and hashes (``promoter.engine.receipts.signing``), and the chain's rules
+(``promoter.engine.receipts.chain``).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from promoter.cli.common import (
     server_url,
 )
 from promoter.cli.trusted_keys import load_trusted, trusted_from_json
-from promoter.engine.receipt_chain import check_chain
-from promoter.engine.receipt_worktree import TargetMatch, compare_targets
-from promoter.engine.signing import (
+from promoter.engine.receipts.chain import check_chain
+from promoter.engine.receipts.signing import (
     TrustedKey,
     VerifiedDocument,
     verify_document,
 )
-from promoter.engine.statement import open_statement
+from promoter.engine.receipts.statement import open_statement
+from promoter.engine.receipts.worktree import TargetMatch, compare_targets
 from promoter.errors import ConfigError, PromoterError, ReceiptInvalid, error_class
 
 # Exit codes of ``promoter receipt verify`` (65 receipt_invalid and 78 config_error come

@@ -9,7 +9,7 @@ the token's credential (no name is sent: the host knows who holds the token);
 token.
 
 Deliberately thin: the gate, the binding of an approval to one operation and its expiry
-are the host's (``promoter.engine.approval``); this module only asks and prints.
+are the host's (``promoter.engine.review.approval``); this module only asks and prints.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.errors import PromoterError, error_class
 
 __all__ = ["print_decided", "register"]

@@ -23,7 +23,7 @@ from typing import Any
 from rich.markup import escape
 
 from promoter.cli.common import err_console
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
 from promoter.errors import PromoterError, error_class
 from promoter.executor import build_bundle

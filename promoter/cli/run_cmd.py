@@ -46,7 +46,7 @@ from promoter.cli import run_manage as manage
 from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
 from promoter.cli.common import UrlOpt, console, err_console, server_url
 from promoter.cli.orchestrate_cmd import parse_allow
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class

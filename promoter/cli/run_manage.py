@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from promoter.cli.common import console
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PromoterError
 from promoter.executor import sandbox as sandboxes
 

@@ -1,6 +1,6 @@
 """``promoter snapshot list|capture|diff|restore``: shadow snapshots over HTTP (SPEC §9).
 
-Each command is one request through ``promoter.client.PromoterClient`` with the operator
+Each command is one request through ``promoter.client.sync.PromoterClient`` with the operator
 token (``--token-file`` or ``PROMOTER_TOKEN``) to the server (``--url`` or
 ``PROMOTER_URL``). Answers are shown as rich tables, or printed as the raw JSON with
 ``--json``. Errors are the server's problem codes, raised as ``PromoterError`` for the
@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 
 RepositoryArg = Annotated[str, typer.Argument(help="Repository name, as configured.")]
 TreeArg = Annotated[str, typer.Argument(help="Tree id (40 hex) of a snapshot.")]

@@ -4,7 +4,7 @@ A PEM public key file, a JWKS (RFC 8037 OKP/Ed25519) or the JSON ``GET /v1/keys`
 serves; every id and key form an entry carries must agree (``keyid``, ``kid``, ``x`` and
 the PEM), and a listed end of validity (``not_after``) must be a timestamp. A file that
 is none of these raises ``ConfigError`` naming it. Deliberately not here: checking a
-signature (``promoter.engine.signing``), fetching keys (``promoter.cli.receipt_cmd``).
+signature (``promoter.engine.receipts.signing``), fetching keys (``promoter.cli.receipt_cmd``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from promoter.domain.canonical import parse_rfc3339
-from promoter.engine.signing import ALGORITHM, TrustedKey, keyid_of
+from promoter.engine.receipts.signing import ALGORITHM, TrustedKey, keyid_of
 from promoter.errors import ConfigError
 
 __all__ = ["load_public_key", "load_public_keys", "load_trusted", "trusted_from_json"]

@@ -6,7 +6,7 @@ and one model per receipt kind whose ``predicate`` is that receipt. The JSON Sch
 ``schemas/`` are generated from these models.
 
 Deliberately not here: building a Statement from receipt bytes or checking one
-(``promoter.engine.statement``), signing (``promoter.engine.signing``).
+(``promoter.engine.receipts.statement``), signing (``promoter.engine.receipts.signing``).
 """
 
 from __future__ import annotations

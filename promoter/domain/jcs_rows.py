@@ -13,7 +13,7 @@ else — another key, a float, a subclass of ``str``, an integer beyond +-2^53, 
 surrogate — is handed whole to the general encoder, so the answer is always the bytes
 ``canonical_bytes`` gives (or its error); property tests hold the two equal.
 
-It does not decide what the evidence says (``promoter.engine.verify`` does), and it
+It does not decide what the evidence says (``promoter.engine.verify.bundle`` does), and it
 writes nothing but these four shapes.
 """
 

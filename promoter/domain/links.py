@@ -19,7 +19,7 @@ the links of the tree the promotion would leave (SPEC §10.11, ``promoter.domain
 
 from __future__ import annotations
 
-from promoter.domain.state import SYMLINK_MODE
+from promoter.domain.path_state import SYMLINK_MODE
 
 __all__ = ["MAX_TARGET_BYTES", "POLICIES", "is_link", "shown", "target_problem"]
 

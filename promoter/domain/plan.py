@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. The engine observes (reads every target through the fs layer,
 settles the journaled temp names), hands the facts to a planner, and carries the plan out
-(``promoter.engine.apply`` and the kind's own module). The rules of SPEC §5.5 and §5.7
+(``promoter.engine.operation.apply`` and the kind's own module). The rules of SPEC §5.5 and §5.7
 are written once, here:
 
 - ``journal_steps``: the steps an attempt journals before anything is written, each with
@@ -18,7 +18,7 @@ are written once, here:
   promotion's new state is written back; anything else is a ``conflict`` and untouched.
 
 Deliberately not here: reading, writing or journaling (the engine's), and whether an
-operation may be recovered at all (``promoter.domain.states.guard``).
+operation may be recovered at all (``promoter.domain.status.guard``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from promoter.domain.path_state import Verdict
 from promoter.domain.paths import temp_name
-from promoter.domain.state import Verdict
-from promoter.domain.states import StepStatus
+from promoter.domain.status import StepStatus
 
 __all__ = [
     "Action",

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
-from promoter.domain.state import State
-from promoter.domain.states import OperationKind, OperationStatus, StepStatus
+from promoter.domain.path_state import State
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 
 __all__ = ["Attempt", "Operation", "Step", "Ticket"]
 

@@ -24,7 +24,7 @@ them, must resolve inside.
 
 Pure: the links of the final tree are given as a look-up (path -> target text or None);
 which paths are directories or files is not needed (see above). Gathering the look-up
-from the base tree or the disk is ``promoter.engine.link_resolution``'s job.
+from the base tree or the disk is ``promoter.engine.verify.link_resolution``'s job.
 """
 
 from __future__ import annotations

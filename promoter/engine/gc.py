@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from promoter.engine.services import Services
-from promoter.engine.snapshots import gc_snapshots
+from promoter.engine.snapshots.capture import gc_snapshots
 from promoter.errors import PromoterError
 from promoter.store import repo
 

@@ -5,8 +5,8 @@ creates the trusted tokens on first start and checks every configured repository
 here runs at import time; the API's lifespan and the CLI call it.
 
 Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
-pool, made on first use by ``promoter.engine.operations.runner``), the host keyring
-(``promoter.engine.signing.host_keyring``), the per-repository base-tree caches, the run
+pool, made on first use by ``promoter.engine.operation.requests.runner``), the host keyring
+(``promoter.engine.receipts.signing.host_keyring``), the per-repository base-tree caches, the run
 quota ledger and the API's document slots. Deliberately not here: creating any of them
 but the stores (each is made where it is used, once).
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from promoter.config import Settings
-from promoter.engine.ownership import Owner, machine_host_id
+from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
-from promoter.engine.snapshot_watch import SnapshotWatch
+from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.engine.webhook_targets import check_configured
 from promoter.store import db as dbmod
 from promoter.store import journal
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from promoter.domain.records import Ticket
-    from promoter.engine.keyring import Keyring
+    from promoter.engine.receipts.keyring import Keyring
     from promoter.engine.webhooks import Dispatcher
     from promoter.store.quota import RunQuota
 
@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 
 class AttemptRunner(Protocol):
-    """Runs promotion attempts off the request thread (``promoter.engine.operations``)."""
+    """Runs promotion attempts off the request thread (``promoter.engine.operation.requests``)."""
 
     def submit(self, ticket: Ticket) -> Future[None]: ...
     def future(self, operation_id: str) -> Future[None] | None: ...
@@ -64,7 +64,7 @@ class Services:
     tokens: dict[Role, str]
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
-    # the keyring and the stamp of its file when read (``promoter.engine.signing``)
+    # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change
     base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 ``builder.build_bundle`` computes and seals the changes of a throw-away worktree against
 a grant's base tree without writing its ``.git``; ``handover.upload_and_submit`` hands
-the blobs and the bundle to the host through ``promoter.client``. ``policy`` holds the
+the blobs and the bundle to the host through ``promoter.client.sync``. ``policy`` holds the
 local refusals that mirror the host's checks. Nothing here writes a source worktree:
 that is the host's job alone.
 """

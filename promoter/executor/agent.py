@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.errors import PromoterError
 from promoter.executor.builder import build_bundle
 from promoter.executor.handover import upload_and_submit

@@ -4,7 +4,7 @@
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
 returns the verification receipt; ``grant_from_file`` reads a grant document.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
-transport (``promoter.client``).
+transport (``promoter.client.sync``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json, parse_model
 from promoter.errors import GrantInvalid

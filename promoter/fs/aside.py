@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from promoter import faults
-from promoter.domain.state import leaf_kind
+from promoter.domain.path_state import leaf_kind
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf

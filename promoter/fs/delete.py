@@ -23,7 +23,7 @@ import os
 import stat
 
 from promoter import faults
-from promoter.domain.state import leaf_kind
+from promoter.domain.path_state import leaf_kind
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.aside import Kept, check_temp_name, keep, refusal, remove_if, with_kept
 from promoter.fs.chain import ParentChain

@@ -1,6 +1,6 @@
 """The directories one pass of writes holds open: each reached from the root once.
 
-``Directories`` is the applier's (``promoter.engine.apply``) cache for one pass: the
+``Directories`` is the applier's (``promoter.engine.operation.apply``) cache for one pass: the
 first step in a directory walks the descriptor chain from the root (``Root._walk``,
 every rule of ``chain.py``), and every later step in that directory gets a ``Parent``
 that borrows the same descriptor (``HeldDir``). Before a step reuses a held directory,

@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from promoter.domain.state import SYMLINK_MODE, State, holds
+from promoter.domain.path_state import SYMLINK_MODE, State, holds
 from promoter.errors import PathUnsafe, WriteFailed
 
 TEMP_PREFIX = ".promoter-tmp-"

@@ -8,7 +8,7 @@ refused with ``PathUnsafe``, as for every other read), the leaf is ``lstat``-ed 
 ``readlinkat``-ed by name in its directory, and the chain is verified after reading.
 
 Used to resolve links as the tree will be after a promotion
-(``promoter.engine.link_resolution``). Deliberately not here: what a target means
+(``promoter.engine.verify.link_resolution``). Deliberately not here: what a target means
 (``promoter.domain.resolve``), and any change to a link (``atomic.py``).
 """
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from promoter import faults
-from promoter.domain.state import SYMLINK_MODE
+from promoter.domain.path_state import SYMLINK_MODE
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.aside import Kept, check_temp_name, keep, remove_if, with_kept
 from promoter.fs.delete import Deleting
@@ -143,7 +143,7 @@ class Temps(Deleting):
         ``umask``: the process umask as the caller read it for its pass (read here when
         None). ``chain_checked``: the caller opened or re-checked this parent's chain
         immediately before the call, with nothing done in the worktree in between
-        (``promoter.engine.apply``), so the check before the write is that one; the
+        (``promoter.engine.operation.apply``), so the check before the write is that one; the
         check after the write always runs.
         """
         begun = self.begin_temp(data, git_mode, temp=temp, umask=umask, chain_checked=chain_checked)

@@ -21,7 +21,7 @@ Choices made here:
 - An entry that vanishes between listing and ``lstat`` is treated as absent.
 
 Deliberately not here: what a difference means for an operation
-(``promoter.engine.worktree_diff``), and any change to the tree: nothing here creates,
+(``promoter.engine.operation.worktree_diff``), and any change to the tree: nothing here creates,
 writes or removes anything. Residual risk: a change inside a directory that is not
 entered, and a write that restores size, both times and inode of a file outside the
 racy window (impossible without resetting the clock or the filesystem's ctime).

@@ -24,14 +24,14 @@ now ignored are dropped, untracked files that ``.gitignore``, the repository's
 the capture history. promoter's own temp files are never captured.
 
 ``capture_paths`` is the same capture limited to some paths, for a caller that knows
-nothing else can differ from the shadow index (``promoter.engine.snapshots`` says when):
+nothing else can differ from the shadow index (``promoter.engine.snapshots.capture`` says when):
 each path is brought to what is on disk (``update-index --add --remove``), dropped again
 if ignored, and the tree written. It declines (``None``) when the exclude rules changed,
 a path is a ``.gitignore``, or a path is a directory on disk, since then other paths'
 answers could differ too.
 
 ``capture_changed`` is the capture when only some paths (and what is below them) can
-differ from a tree this shadow captured (``promoter.engine.snapshot_watch`` knows which,
+differ from a tree this shadow captured (``promoter.engine.snapshots.watch`` knows which,
 from an inotify watch): the paths are listed the way the full capture lists untracked
 files, into a private index that is never kept, and set into that tree by
 ``promoter.git.tree_edit``; the shadow index is neither read nor written.

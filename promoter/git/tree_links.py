@@ -5,7 +5,7 @@ cat-file --batch`` for the blobs of its links. Only the records of mode ``120000
 parsed (picked out of the raw output by their prefix): on a tree of 100 000 files,
 parsing every record would cost seconds, picking costs milliseconds. Used to resolve the
 links a bundle creates against the base tree's links at verification
-(``promoter.engine.link_resolution``); the caller remembers the answer per tree, since
+(``promoter.engine.verify.link_resolution``); the caller remembers the answer per tree, since
 git objects never change.
 
 Deliberately not here: what a link's target means (``promoter.domain.resolve``) and the
@@ -14,7 +14,7 @@ links on disk (``promoter.fs.link_text``).
 
 from __future__ import annotations
 
-from promoter.domain.state import SYMLINK_MODE
+from promoter.domain.path_state import SYMLINK_MODE
 from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.records import parse_ls_tree, require_oid

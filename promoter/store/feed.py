@@ -47,7 +47,7 @@ def record(session: Session, event_id: str, operation_id: str, kind: str, at: st
 @event.listens_for(Session, "before_commit")
 def enter(session: Session) -> None:
     """Add the feed rows of what this session did (what its commit does first; also
-    called by ``promoter.engine.rehearsal``, which never commits)."""
+    called by ``promoter.engine.operation.rehearsal``, which never commits)."""
     if not session.info.get(PENDING) and not session.info.get(CHANGED):
         return
     session.flush()  # every other change first: the feed lock is taken last

@@ -4,7 +4,7 @@ Functions take an open ``Session``; the engine decides what goes into one transa
 (every state change is committed before the next side effect). Reads return the typed
 records of ``promoter.domain.records`` (rows never leave the store); writes take the
 operation id and say what they change. Every status change goes through the transition
-table of ``promoter.domain.states`` (the row refuses any other).
+table of ``promoter.domain.status`` (the row refuses any other).
 
 An operation's row, once read or created in a session, is held by that session until it
 closes (``_hold``): every later read in the same transaction is the same object, with no
@@ -27,7 +27,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.records import Attempt, Operation
-from promoter.domain.states import OperationKind, OperationStatus
+from promoter.domain.status import OperationKind, OperationStatus
 from promoter.errors import OperationUnknown
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from promoter.domain.states import OperationKind
+from promoter.domain.status import OperationKind
 from promoter.store.repo import now
 from promoter.store.tables import OperationRow, SnapshotRow
 

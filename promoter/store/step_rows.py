@@ -16,7 +16,7 @@ from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.records import Step
-from promoter.domain.states import StepStatus
+from promoter.domain.status import StepStatus
 from promoter.store.tables import CreatedDirRow, StepRow
 
 _STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
-from promoter.domain.states import StepStatus, check_transition
+from promoter.domain.status import StepStatus, check_transition
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -154,7 +154,7 @@ class OperationRow(Base):
 
     @validates("status")
     def _transition(self, _key: str, status: str) -> str:
-        """Every status change goes through the table of ``promoter.domain.states``."""
+        """Every status change goes through the table of ``promoter.domain.status``."""
         return str(check_transition(self.kind, self.status, status).value)
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from promoter import faults
 from promoter.api.deps import run_quota
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
 from promoter.store import blob_batch

@@ -21,7 +21,7 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import bundle_cmd, orchestrate_cmd
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.config import RepositoryConfig
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit

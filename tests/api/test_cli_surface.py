@@ -59,7 +59,7 @@ def test_the_client_imports_no_server_framework() -> None:
     uvicorn and SQLAlchemy are the daemon's (importing FastAPI alone took half a second)."""
     probe = (
         "import sys\n"
-        "from promoter.client import PromoterClient\n"
+        "from promoter.client.sync import PromoterClient\n"
         "PromoterClient('http://127.0.0.1:8787', None).close()\n"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
         " & {'fastapi', 'starlette', 'uvicorn', 'sqlalchemy', 'alembic'}))\n"

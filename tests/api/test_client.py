@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from promoter.api.models import FeedEvent, OperationAccepted, OperationView
-from promoter.client import AsyncPromoterClient, Backoff, PromoterClient, tls_context
+from promoter.client.sync import AsyncPromoterClient, Backoff, PromoterClient, tls_context
 from promoter.errors import (
     ConfigError,
     DatabaseBusy,

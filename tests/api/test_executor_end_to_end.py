@@ -23,7 +23,7 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import bundle_cmd, orchestrate_cmd
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
 from promoter.errors import (
     BadRequest,

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig
-from promoter.engine import operations, promote, snapshots
+from promoter.engine.operation import promote
+from promoter.engine.operation import requests as operations
+from promoter.engine.snapshots import capture as snapshots
 from promoter.fs import inotify
 from promoter.git import runner
 from tests.gitutil import git

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from promoter.api.logs import REQUEST_ID, LogFormat, handler, safe_request_id
 from promoter.api.routes.health import router as health_router
 from promoter.domain.blob_frames import frame_header
-from promoter.engine import operations as engine_operations
-from promoter.engine import promote as engine_promote
+from promoter.engine.operation import promote as engine_promote
+from promoter.engine.operation import requests as engine_operations
 from promoter.fs import lock as fs_lock
 from tests.support.daemon import Daemon
 from tests.support.flows import sha

@@ -19,9 +19,9 @@ import pytest
 import rfc8785
 
 from promoter import faults
-from promoter.domain import states
-from promoter.engine.recover import auto_recover
-from promoter.engine.rollback import rollback_id
+from promoter.domain import status as states
+from promoter.engine.operation.recover import auto_recover
+from promoter.engine.operation.rollback import rollback_id
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
 from promoter.store import journal
 from tests.support.daemon import Daemon, running_daemon, serve_lab

@@ -1,7 +1,7 @@
 """The promotion rehearsed at start: its statements compiled, nothing of it kept.
 
 ``promoter serve`` rehearses a promotion's journal before it serves
-(``promoter.engine.rehearsal``) in one transaction that is rolled back. Here: a daemon's
+(``promoter.engine.operation.rehearsal``) in one transaction that is rolled back. Here: a daemon's
 first promotion through the HTTP API, of one change or of two (single rows and batches
 are cached apart), compiles none of the statements its journal runs (without the
 rehearsal it compiled eighteen; with only the two-change operation rehearsed, both
@@ -24,7 +24,7 @@ from sqlalchemy import select, text
 
 from promoter.api import app
 from promoter.config import load_settings
-from promoter.engine import rehearsal
+from promoter.engine.operation import rehearsal
 from promoter.engine.services import Services, build_services
 from promoter.store import feed
 from promoter.store.tables import Base

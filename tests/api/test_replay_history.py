@@ -18,7 +18,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.api.test_executor_end_to_end import tree_of

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from promoter.engine import rollback as rollback_module
+from promoter.engine.operation import rollback as rollback_module
 from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import git, init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from promoter import faults
-from promoter.domain.states import OperationStatus
-from promoter.engine.rollback import rollback_id
+from promoter.domain.status import OperationStatus
+from promoter.engine.operation.rollback import rollback_id
 from promoter.store import journal
 from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import init_repo

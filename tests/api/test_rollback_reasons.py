@@ -20,7 +20,7 @@ import pytest
 import rfc8785
 
 from promoter import faults
-from promoter.engine.rollback import rollback_id
+from promoter.engine.operation.rollback import rollback_id
 from tests.support.daemon import Daemon, serve_lab
 from tests.support.flows import init_repo, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes

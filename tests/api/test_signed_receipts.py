@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from promoter.cli.trusted_keys import load_public_key, load_public_keys
-from promoter.engine.signing import verify_document
+from promoter.engine.receipts.signing import verify_document
 from promoter.errors import ConfigError
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from promoter.engine import promote
+from promoter.engine.operation import promote
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote as request_promotion
 from tests.support.promotion import submit

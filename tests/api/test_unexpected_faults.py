@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from promoter.domain.state import State
-from promoter.engine import outcome, promote
-from promoter.engine.apply import Applier
+from promoter.domain.path_state import State
+from promoter.engine.operation import outcome, promote
+from promoter.engine.operation.apply import Applier
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote as request_promotion
 from tests.support.promotion import submit

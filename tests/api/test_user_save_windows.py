@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from promoter import faults
 from promoter.cli.main import app
-from promoter.engine.rollback import rollback_id
+from promoter.engine.operation.rollback import rollback_id
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause, specs

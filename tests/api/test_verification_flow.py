@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from promoter.engine import bundles
+from promoter.engine.intake import bundles
 from tests.support.daemon import Daemon
 from tests.support.flows import grant_sha, jcs_sha, make_bundle, make_grant, sha, upload
 

@@ -11,7 +11,7 @@ import httpx
 from markupsafe import escape
 
 from promoter.api.ui.web import CSP
-from promoter.engine import operations
+from promoter.engine.operation import requests as operations
 from tests.console.support import (
     HOSTILE_CONTENT,
     HOSTILE_PATH,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from promoter.domain.states import OperationStatus as S
+from promoter.domain.status import OperationStatus as S
 from promoter.errors import OperationConflict
 from promoter.store import journal
 from promoter.store.db import Database, upgrade

@@ -1,6 +1,6 @@
 """The journal refuses every status change the transition table does not hold.
 
-Walks ``promoter.domain.states.TRANSITIONS`` through real rows in a real SQLite database
+Walks ``promoter.domain.status.TRANSITIONS`` through real rows in a real SQLite database
 (migrated by Alembic): every listed move is accepted, every other pair of statuses for
 the kind is refused with ``operation_conflict``, also when the status is assigned directly
 on the row instead of through ``journal.set_status``.
@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from promoter.domain.states import (
+from promoter.domain.status import (
     STATUSES,
     TRANSITIONS,
     OperationKind,

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from promoter.engine.rollback import rollback_id
+from promoter.engine.operation.rollback import rollback_id
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion

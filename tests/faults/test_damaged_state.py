@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from promoter.engine import recover as recover_module
-from promoter.engine.recover import auto_recover
+from promoter.engine.operation import recover as recover_module
+from promoter.engine.operation.recover import auto_recover
 from promoter.store import journal
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.errors import PathInvalid, PathUnsafe, PromoterError, VerificationFailed

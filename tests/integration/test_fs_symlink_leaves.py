@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
+from promoter.domain.path_state import MISSING, State
 from promoter.domain.paths import temp_name
-from promoter.domain.state import MISSING, State
-from promoter.engine.apply import Applier
+from promoter.engine.operation.apply import Applier
 from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs.root import Root
 

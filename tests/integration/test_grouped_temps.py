@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
+from promoter.domain.path_state import State
 from promoter.domain.paths import temp_name
-from promoter.domain.state import State
-from promoter.engine.apply import Applier
+from promoter.engine.operation.apply import Applier
 from promoter.errors import BlobHashMismatch, PromoterError
 from promoter.fs import group_sync, temps
 from promoter.fs.root import Root

@@ -17,10 +17,12 @@ import pytest
 
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.paths import wire_path
-from promoter.domain.states import OperationStatus
-from promoter.engine import operations, snapshot_restore, snapshots
+from promoter.domain.status import OperationStatus
+from promoter.engine.operation import requests as operations
+from promoter.engine.operation import restore as snapshot_restore
+from promoter.engine.operation.restore_steps import StepRun
 from promoter.engine.services import Services, build_services
-from promoter.engine.snapshot_steps import StepRun
+from promoter.engine.snapshots import capture as snapshots
 from promoter.errors import (
     NotFound,
     PromoterError,

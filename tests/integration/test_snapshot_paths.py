@@ -1,7 +1,7 @@
 """A capture limited to some paths equals a full capture when only they changed.
 
 ``ShadowRepository.capture_paths`` is how a promotion's post snapshot is taken from its
-pre snapshot (``promoter.engine.snapshots``). Each case captures a real worktree in
+pre snapshot (``promoter.engine.snapshots.capture``). Each case captures a real worktree in
 full, changes exactly the named paths, and compares the limited capture with a full
 capture into a second, fresh shadow of the same worktree; after it, a full capture into
 the first shadow must give the same tree again (its index was left consistent). The

@@ -1,6 +1,6 @@
 """A watched capture equals a full capture, or it declines and a full one is taken.
 
-``SnapshotWatch`` (``promoter.engine.snapshot_watch``) captures a promotion's snapshots
+``SnapshotWatch`` (``promoter.engine.snapshots.watch``) captures a promotion's snapshots
 from the last capture plus the paths an inotify watch saw change. Each case changes a
 real worktree after a watched full capture, takes the watched capture, and compares it
 with a full capture into a second, fresh shadow of the same worktree. Where the watch
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from promoter.engine.snapshot_watch import SnapshotWatch
+from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.fs import inotify
 from promoter.fs.watch import TreeWatch
 from promoter.git import runner

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from promoter.domain.path_state import MISSING, State
 from promoter.domain.paths import temp_name
-from promoter.domain.state import MISSING, State
-from promoter.engine.apply import Applier
+from promoter.engine.operation.apply import Applier
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs import syscalls
 from promoter.fs.held import HeldDir
@@ -224,7 +224,7 @@ def test_the_umask_is_read_once_per_pass(
         reads.append(1)
         return 0o027
 
-    monkeypatch.setattr("promoter.engine.apply.current_umask", umask)
+    monkeypatch.setattr("promoter.engine.operation.apply.current_umask", umask)
     monkeypatch.setattr("promoter.fs.temps.current_umask", umask)
     applier = Applier(root)
     try:

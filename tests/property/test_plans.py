@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from promoter.domain.path_state import MISSING, State, Verdict, classify
 from promoter.domain.plan import (
     Action,
     Observation,
@@ -19,8 +20,7 @@ from promoter.domain.plan import (
     recover_restore,
     rollback_target,
 )
-from promoter.domain.state import MISSING, State, Verdict, classify
-from promoter.domain.states import StepStatus
+from promoter.domain.status import StepStatus
 
 observations = st.builds(
     Observation, st.sampled_from(Verdict), st.sampled_from(StepStatus), st.booleans()

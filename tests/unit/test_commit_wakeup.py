@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from promoter.domain.states import StepStatus
+from promoter.domain.status import StepStatus
 from promoter.store import feed, journal, step_rows
 from promoter.store.db import Database, upgrade
 from promoter.store.wakeup import Notifier

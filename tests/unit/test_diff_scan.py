@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from promoter.engine.diff_scan import _Scanner, path_flags, scan_bytes, visible
+from promoter.engine.review.scan import _Scanner, path_flags, scan_bytes, visible
 
 SAMPLE = (
     "\ufeffok\n"  # a BOM first: not a flag

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from promoter.engine.keyring import (
+from promoter.engine.receipts.keyring import (
     KEY_FILE,
     KEYRING_FILE,
     NEXT_KEY_FILE,
@@ -31,7 +31,7 @@ from promoter.engine.keyring import (
     load_keyring,
     rotate,
 )
-from promoter.engine.signing import TrustedKey, sign_envelope, verify_document
+from promoter.engine.receipts.signing import TrustedKey, sign_envelope, verify_document
 from promoter.errors import ConfigError, ReceiptInvalid
 from tests.support.flows import jcs_sha
 

@@ -1,10 +1,10 @@
-"""Owner leases and who may take an operation over (``promoter.engine.ownership``)."""
+"""Owner leases and who may take an operation over (``promoter.engine.operation.ownership``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from promoter.engine.ownership import Heartbeat, Owner, lease_expired, orphaned
+from promoter.engine.operation.ownership import Heartbeat, Owner, lease_expired, orphaned
 from promoter.store import journal
 from promoter.store.db import Database, upgrade
 from promoter.store.tables import OperationRow

@@ -18,7 +18,7 @@ import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from promoter.engine.signing import HostKey, pae, sign_envelope, verify_document
+from promoter.engine.receipts.signing import HostKey, pae, sign_envelope, verify_document
 from promoter.errors import ConfigError, ReceiptInvalid
 from tests.support.flows import jcs_sha, make_bundle
 

@@ -16,8 +16,8 @@ import rfc8785
 from pydantic import ValidationError
 
 from promoter.domain.intoto import PromotionStatementV1, VerificationStatementV1
-from promoter.engine.receipt_worktree import compare_targets
-from promoter.engine.statement import statement_bytes, subjects_of
+from promoter.engine.receipts.statement import statement_bytes, subjects_of
+from promoter.engine.receipts.worktree import compare_targets
 from promoter.errors import ReceiptInvalid
 from tests.support.flows import jcs_sha
 

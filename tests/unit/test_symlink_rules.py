@@ -10,8 +10,8 @@ import pytest
 from promoter.domain.documents import grant_sha256
 from promoter.domain.links import target_problem
 from promoter.domain.models import GrantV1
+from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import wire_path
-from promoter.domain.state import State, Verdict, classify
 
 INSIDE_OK = [
     ("tests/certs/mtls/ca", b"../expired/ca"),

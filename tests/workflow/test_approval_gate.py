@@ -207,8 +207,8 @@ def test_review_approve_and_reject_commands(gated: tuple[Daemon, Path, str]) -> 
 def test_a_standing_approval_does_not_outlive_the_grant(
     gated: tuple[Daemon, Path, str],
 ) -> None:
-    from promoter.engine import approval
-    from promoter.engine.grants import load_grant
+    from promoter.engine.intake.grants import load_grant
+    from promoter.engine.review import approval
     from promoter.store import journal
 
     daemon, repo, identity = gated

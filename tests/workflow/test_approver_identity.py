@@ -265,7 +265,7 @@ def test_cli_after_a_rejection_promote_again_exits_with_the_code(gated: Gated) -
     env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
     runner = CliRunner()
     assert runner.invoke(_cli(), ["reject", operation_id], env=env).exit_code == 0
-    from promoter.client import PromoterClient
+    from promoter.client.sync import PromoterClient
 
     with (
         PromoterClient(daemon.url, daemon.orchestrator_token) as orch,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.errors import GrantInvalid, VerificationFailed
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git

@@ -16,7 +16,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from tests.gitutil import git
 from tests.support.daemon import Daemon
 from tests.support.flows import make_grant

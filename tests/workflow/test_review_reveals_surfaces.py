@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.config import RepositoryConfig
 from tests.console.support import held, login
 from tests.support.daemon import Daemon, running_daemon

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from promoter.client import PromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon
 from tests.workflow.test_run_command import _app, _only_run, _run, gated

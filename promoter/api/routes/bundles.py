@@ -26,7 +26,12 @@ from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json
-from promoter.engine.bundles import bundle_owner, load_bundle, load_verification, submit_bundle
+from promoter.engine.intake.bundles import (
+    bundle_owner,
+    load_bundle,
+    load_verification,
+    submit_bundle,
+)
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, NotFound
 from promoter.store.credentials import Principal

@@ -1,7 +1,7 @@
 """The host's public signing keys and DSSE-signed receipts (SPEC §3.9, §10.6, §7).
 
 Thin adapters: the receipts come from the engine exactly as the unsigned routes serve
-them, and ``promoter.engine.signing`` wraps their canonical bytes in an in-toto
+them, and ``promoter.engine.receipts.signing`` wraps their canonical bytes in an in-toto
 Statement and a DSSE envelope. ``GET /v1/keys`` lists every key the host signs or
 signed with (each entry is also an RFC 8037 OKP JWK, so the answer is a JWKS);
 ``GET /v1/keys.pem`` is the active key's PEM. Who may
@@ -21,10 +21,10 @@ from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import _check_owner
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import DsseEnvelope
-from promoter.engine import operations
-from promoter.engine.bundles import load_verification
+from promoter.engine.intake.bundles import load_verification
+from promoter.engine.operation import requests as operations
+from promoter.engine.receipts.signing import host_key, host_keyring, sign_envelope
 from promoter.engine.services import Services
-from promoter.engine.signing import host_key, host_keyring, sign_envelope
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")

@@ -3,7 +3,7 @@
 Thin adapters over the engine. Roles: the orchestrator (or operator) requests, polls,
 reads receipts and recovers promotions; ``reconcile`` and ``rollback`` are the operator's.
 Whether an existing operation may move at all is the engine's one guard
-(``promoter.domain.states.guard``), never decided here. Bodies are small and bounded
+(``promoter.domain.status.guard``), never decided here. Bodies are small and bounded
 while they stream (``SMALL_BODY``); every engine call and every read of an operation's
 journal runs in a worker thread, off the event loop.
 """
@@ -41,8 +41,9 @@ from promoter.api.params import BundleIdParam, OperationIdParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
-from promoter.domain.states import FINAL, OperationStatus
-from promoter.engine import operations, recover, rollback
+from promoter.domain.status import FINAL, OperationStatus
+from promoter.engine.operation import recover, rollback
+from promoter.engine.operation import requests as operations
 from promoter.engine.services import Services
 from promoter.store import journal
 

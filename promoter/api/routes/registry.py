@@ -30,7 +30,7 @@ from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
-from promoter.engine.grants import load_grant, register_grant, set_lease
+from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.git.head import head_commit, symbolic_head
 

@@ -11,8 +11,8 @@ only (docs/decisions/approver-identity.md). ``POST /v1/operations/{id}/reopen``
 /v1/grants/{id}/base`` (orchestrator, or the executor of the grant's run) answers, for a
 chained grant, the state its base operations left at every path they touched: what the
 executor builds its next bundle against. Thin adapters over
-``promoter.engine.bundle_diff``, ``promoter.engine.operations.decide`` and
-``promoter.engine.chain``; no decision is made here. ``GET /v1/bundles/{id}/operations``
+``promoter.engine.review.diff``, ``promoter.engine.operation.requests.decide`` and
+``promoter.engine.intake.chained``; no decision is made here. ``GET /v1/bundles/{id}/operations``
 lists a bundle's promotions and their status for its executor.
 """
 
@@ -36,11 +36,11 @@ from promoter.api.models import DecisionRequest, OperationView, ReopenRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
-from promoter.engine import operations
-from promoter.engine.bundle_diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
-from promoter.engine.bundles import bundle_owner
-from promoter.engine.chain import chain_states
-from promoter.engine.grants import load_grant
+from promoter.engine.intake.bundles import bundle_owner
+from promoter.engine.intake.chained import chain_states
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.operation import requests as operations
+from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, NotFound, ValidationFailed
 from promoter.store.credentials import Principal

@@ -1,6 +1,6 @@
 """Shadow snapshots of a repository's worktree, for the operator (SPEC §7, §8).
 
-Thin adapters over ``promoter.engine.snapshots`` and ``promoter.engine.snapshot_restore``:
+Thin adapters over ``promoter.engine.snapshots.capture`` and ``promoter.engine.operation.restore``:
 parse and check the request (repository names, 40-hex tree ids, bodies with no unknown
 fields), run the blocking engine call in a worker thread, answer JSON. Errors are the
 engine's ``PromoterError`` codes: ``validation_failed`` (422) for malformed input,
@@ -31,8 +31,9 @@ from promoter.api.models import (
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
-from promoter.engine import snapshot_restore, snapshots
+from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import Services
+from promoter.engine.snapshots import capture as snapshots
 
 router = APIRouter(prefix="/v1")
 OPERATOR = ("operator",)

@@ -24,7 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from promoter.api.deps import get_services
 from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
-from promoter.engine import operations, recover, rollback
+from promoter.engine.operation import recover, rollback
+from promoter.engine.operation import requests as operations
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, ValidationFailed
 

@@ -1,6 +1,6 @@
 """A bundle diff cut into per-file blocks of classified lines, for the review page.
 
-``file_blocks`` splits the unified diff of ``promoter.engine.bundle_diff`` at its
+``file_blocks`` splits the unified diff of ``promoter.engine.review.diff`` at its
 ``diff --git`` headers and tags every line (``add``, ``del``, ``hunk``, ``meta``,
 ``ctx``) so the template can colour it; a block longer than ``FOLD_LINES`` is marked to
 be folded. The lines stay text: escaping is the template's (autoescape).

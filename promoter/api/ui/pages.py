@@ -2,8 +2,8 @@
 
 Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
 reads through the same engine functions the API routes call
-(``promoter.store.journal.list_operations``, ``promoter.engine.operations.operation_view``
-and ``current_targets``, ``promoter.engine.bundle_diff``), in a worker thread. Receipts
+(``promoter.store.journal.list_operations``, ``promoter.engine.operation.requests.operation_view``
+and ``current_targets``, ``promoter.engine.review.diff``), in a worker thread. Receipts
 are offered as downloads of the same bytes the API answers.
 
 Deliberately not here: anything that changes an operation (``promoter.api.ui.actions``).
@@ -22,11 +22,11 @@ from promoter.api.deps import get_services
 from promoter.api.ui.diffview import file_blocks
 from promoter.api.ui.web import render, secure, session_of
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.states import STATUSES, OperationStatus
-from promoter.engine import operations
-from promoter.engine.bundle_diff import bundle_diff
+from promoter.domain.status import STATUSES, OperationStatus
+from promoter.engine.operation import requests as operations
+from promoter.engine.receipts.signing import host_key, sign_envelope
+from promoter.engine.review.diff import bundle_diff
 from promoter.engine.services import Services
-from promoter.engine.signing import host_key, sign_envelope
 from promoter.errors import PromoterError
 from promoter.store import journal
 

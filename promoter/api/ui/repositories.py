@@ -6,8 +6,8 @@ refreshed on disk) and its last operations. ``/ui/repositories/{name}/snapshots`
 timeline (newest first), a diff between any two trees, a capture form and a restore
 form per snapshot whose ``expected_current_tree`` is the newest snapshot the page
 showed, so a worktree that moved since is refused as ``snapshot_stale`` with a clear
-message. Engine calls are the API routes' own (``promoter.engine.snapshots``,
-``promoter.engine.snapshot_restore``), CSRF-checked and operator-only.
+message. Engine calls are the API routes' own (``promoter.engine.snapshots.capture``,
+``promoter.engine.operation.restore``), CSRF-checked and operator-only.
 
 Deliberately not here: deciding whether a restore may run (the engine's, under the lock).
 """
@@ -23,9 +23,10 @@ from starlette.concurrency import run_in_threadpool
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import file_blocks
 from promoter.api.ui.web import form_of, render, secure, session_of
-from promoter.engine import snapshot_restore, snapshots
+from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
+from promoter.engine.snapshots import capture as snapshots
 from promoter.errors import PromoterError, SnapshotStale
 from promoter.git.head import head_commit, symbolic_head
 from promoter.git.layout import repo_env

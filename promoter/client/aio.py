@@ -1,0 +1,228 @@
+"""The orchestrator's calls to the daemon over httpx's async client, answering API models.
+
+``AsyncPromoterClient`` makes the same retries as ``PromoterClient``
+(``Backoff.async_sleep``) and the same problem to ``PromoterError`` translation;
+``watch`` is an async iterator over the event feed. Deliberately not here: blob
+streaming from files, the operator's calls (``promoter.client.sync``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from promoter.api.models import (
+    BlobStored,
+    BundleSubmitted,
+    EventFeed,
+    ExecutorToken,
+    FeedEvent,
+    GrantRegistered,
+    LeaseSet,
+    MissingBlobs,
+    OperationAccepted,
+    OperationView,
+)
+from promoter.client.wire import (
+    DEFAULT_BACKOFF,
+    MISSING_BATCH,
+    WATCH_WAIT,
+    Backoff,
+    feed_params,
+    model_of,
+    raise_for,
+    retry_delays,
+    segment,
+    tls_context,
+    unreachable,
+    wait_params,
+)
+from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
+
+
+class AsyncPromoterClient:
+    """The orchestrator's calls over httpx's async client, answering the API's models.
+
+    The same retries as ``PromoterClient`` (``Backoff.async_sleep``), the same problem to
+    ``PromoterError`` translation; ``watch`` is an async iterator over the feed.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._backoff = backoff
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=tls_context(self.url),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPromoterClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        delays = retry_delays(self._backoff, method, content, idempotent)
+        limit = timeout or self._timeout
+        while True:
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=limit,
+                )
+            except httpx.TransportError as exc:
+                delay = next(delays, None)
+                if delay is None or isinstance(exc, httpx.TimeoutException):
+                    raise unreachable(self.url, method, path, limit, exc) from exc
+                await self._backoff.async_sleep(delay)
+                continue
+            if response.status_code == 503:
+                delay = next(delays, None)
+                if delay is not None:
+                    await self._backoff.async_sleep(delay)
+                    continue
+            raise_for(response)
+            return response
+
+    async def mint_executor_token(
+        self, executor_run_id: str, ttl_seconds: int = 3600
+    ) -> ExecutorToken:
+        body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}
+        return model_of(
+            ExecutorToken, await self._send("POST", "/v1/executor-tokens", json_body=body)
+        )
+
+    async def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> GrantRegistered:
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        response = await self._send("POST", "/v1/grants", json_body=document, idempotent=True)
+        return model_of(GrantRegistered, response)
+
+    async def set_lease(
+        self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]
+    ) -> LeaseSet:
+        document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
+        return model_of(LeaseSet, await self._send("PUT", path, json_body=document))
+
+    async def blobs_missing(self, digests: Iterable[str]) -> list[str]:
+        wanted = list(dict.fromkeys(digests))
+        missing: list[str] = []
+        for start in range(0, len(wanted), MISSING_BATCH):
+            body = {"sha256": wanted[start : start + MISSING_BATCH]}
+            response = await self._send(
+                "POST", "/v1/blobs:missing", json_body=body, idempotent=True
+            )
+            missing.extend(model_of(MissingBlobs, response).missing)
+        return missing
+
+    async def put_blob(self, sha256: str, data: bytes) -> BlobStored:
+        headers = {"Content-Type": "application/octet-stream"}
+        path = f"/v1/blobs/sha256/{segment(sha256)}"
+        return model_of(BlobStored, await self._send("PUT", path, content=data, headers=headers))
+
+    async def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> BundleSubmitted:
+        document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
+        response = await self._send("POST", "/v1/bundles", json_body=document, idempotent=True)
+        return model_of(BundleSubmitted, response)
+
+    async def promote(
+        self, bundle_id: str, receipt_sha256: str, fence: int, *, wait: bool = False
+    ) -> OperationAccepted | OperationView:
+        """202's ``OperationAccepted``, or (with ``wait``) the ended ``OperationView``."""
+        body = {
+            "bundle_id": bundle_id,
+            "verification_receipt_sha256": receipt_sha256,
+            "fence": fence,
+            "wait": wait,
+        }
+        response = await self._send("POST", "/v1/promotions", json_body=body, idempotent=True)
+        if response.status_code == 202:
+            return model_of(OperationAccepted, response)
+        return model_of(OperationView, response)
+
+    async def operation(
+        self, operation_id: str, *, wait: float | None = None, status: str | None = None
+    ) -> OperationView:
+        path = f"/v1/operations/{segment(operation_id)}"
+        params = wait_params(wait, status)
+        response = await self._send("GET", path, params=params, timeout=self._long(wait))
+        return model_of(OperationView, response)
+
+    async def receipt(self, operation_id: str) -> bytes:
+        """The promotion receipt's exact stored canonical bytes."""
+        path = f"/v1/operations/{segment(operation_id)}/receipt"
+        return (await self._send("GET", path)).content
+
+    async def recover(self, operation_id: str, fence: int) -> OperationView:
+        path = f"/v1/operations/{segment(operation_id)}/recover"
+        return model_of(OperationView, await self._send("POST", path, json_body={"fence": fence}))
+
+    async def events(
+        self,
+        after: str | None = None,
+        *,
+        wait: float | None = None,
+        repository: str | None = None,
+        status: str | None = None,
+    ) -> EventFeed:
+        params = feed_params(after, wait, repository, status)
+        response = await self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
+        return model_of(EventFeed, response)
+
+    async def watch(
+        self,
+        after: str | None = None,
+        *,
+        repository: str | None = None,
+        status: str | None = None,
+        wait: float = WATCH_WAIT,
+    ) -> AsyncIterator[FeedEvent]:
+        """Every feed entry after ``after``, long-polling for more; never ends by itself."""
+        while True:
+            page = await self.events(after, wait=wait, repository=repository, status=status)
+            for entry in page.events:
+                yield entry
+            after = page.cursor
+
+    def _long(self, wait: float | None) -> float:
+        return self._timeout + (wait or 0.0)

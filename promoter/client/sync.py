@@ -1,0 +1,283 @@
+"""A typed HTTP client for the promoter daemon (SPEC §7); the CLI and executors use it.
+
+This module owns the wire side of every endpoint: one method per endpoint, the bearer
+token, streaming blob uploads, and the translation of answers. A problem+json answer is
+raised as the promoter error class named by its ``code`` (``error_class(code)``), with
+the problem's other members as the error's context, so callers catch the same
+``PromoterError`` subclasses the engine raises. A server that cannot be reached is a
+``ConfigError`` naming the URL.
+
+Idempotent calls (every GET and PUT, and the POSTs the server deduplicates: grants,
+bundles, blobs:missing, promotions) are retried with exponential backoff (``Backoff``,
+whose ``sleep`` a test may replace) on connection errors and on 503; a body streamed
+from an iterable is never retried. The older methods return the server's answers as
+plain dicts (the CLI reads them), or as wire models where SPEC §3 defines the document;
+``operation``, ``events`` and ``watch`` answer the API's response models, and
+``AsyncPromoterClient`` (httpx's async client) answers them for the whole orchestrator
+flow. It deliberately holds no policy: it does not build or check documents. The
+pieces: ``client_wire`` (retries, problems, TLS), ``client_transport`` (the pool and
+the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from promoter.api.models import EventFeed, FeedEvent, OperationView
+from promoter.client.aio import AsyncPromoterClient
+from promoter.client.blobs import BlobCalls
+from promoter.client.wire import (
+    MISSING_BATCH,
+    WATCH_WAIT,
+    Backoff,
+    Json,
+    feed_params,
+    file_chunks,
+    segment,
+    tls_context,
+    wait_params,
+)
+from promoter.domain.models import (
+    DsseEnvelope,
+    FileState,
+    GrantV1,
+    LeaseV1,
+    PatchBundleV1,
+    PatchVerificationReceiptV1,
+)
+from promoter.errors import PromoterError
+
+__all__ = [
+    "MISSING_BATCH",
+    "AsyncPromoterClient",
+    "Backoff",
+    "PromoterClient",
+    "file_chunks",
+    "tls_context",
+]
+
+
+class PromoterClient(BlobCalls):
+    """One connection pool to one daemon, with one bearer token (or none)."""
+
+    def with_token(self, token: str | None) -> PromoterClient:
+        """A second client for the same server with another token (e.g. an executor's)."""
+        return PromoterClient(
+            self.url, token, timeout=self._timeout, transport=self._transport, backoff=self._backoff
+        )
+
+    # --- health ---------------------------------------------------------------------------
+
+    def healthz(self) -> Json:
+        return self._json("GET", "/healthz")
+
+    def readyz(self) -> Json:
+        """Readiness; a 503 ``not_ready`` answer is returned, not raised."""
+        return self._json("GET", "/readyz", ok_statuses=(503,))
+
+    def keys(self) -> Json:
+        return self._json("GET", "/v1/keys")
+
+    # --- orchestrator: repositories, tokens, grants, leases -------------------------------
+
+    def repositories(self) -> list[Json]:
+        return list(self._json("GET", "/v1/repositories")["repositories"])
+
+    def mint_executor_token(self, executor_run_id: str, ttl_seconds: int = 3600) -> Json:
+        """``{token, executor_run_id, expires_at}`` for a new executor token."""
+        body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}
+        return self._json("POST", "/v1/executor-tokens", json_body=body)
+
+    def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Json:
+        """``{grant_id, grant_sha256, created}``; registering identical bytes again is a no-op."""
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        response = self._send("POST", "/v1/grants", json_body=document, idempotent=True)
+        return {**response.json(), "created": response.status_code == 201}
+
+    def get_grant(self, grant_id: str) -> GrantV1:
+        response = self._send("GET", f"/v1/grants/{segment(grant_id)}")
+        return GrantV1.model_validate_json(response.content)
+
+    def grant_base(self, grant_id: str) -> dict[str, FileState]:
+        """A chained grant's base: per path the state its base operations left."""
+        answer = self._json("GET", f"/v1/grants/{segment(grant_id)}/base")
+        return {
+            str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
+        }
+
+    def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
+        document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
+        return self._json("PUT", path, json_body=document)
+
+    # --- bundles --------------------------------------------------------------------------
+
+    def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> Json:
+        """``{bundle_id, bundle_sha256, verification_receipt}`` of a passed verification.
+
+        A failed verification is raised as the code of its first failed check, with the
+        failed receipt in the error's ``verification_receipt`` context member.
+        """
+        document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
+        return self._json("POST", "/v1/bundles", json_body=document, idempotent=True)
+
+    def get_bundle(self, bundle_id: str) -> PatchBundleV1:
+        response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}")
+        return PatchBundleV1.model_validate_json(response.content)
+
+    def get_verification(self, bundle_id: str) -> PatchVerificationReceiptV1:
+        response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}/verification")
+        return PatchVerificationReceiptV1.model_validate_json(response.content)
+
+    def bundle_diff(self, bundle_id: str, max_bytes: int | None = None) -> Json:
+        """``{bundle_id, files, unified_diff, truncated, limit}`` (orchestrator/operator)."""
+        params = None if max_bytes is None else {"max_bytes": str(max_bytes)}
+        return self._json("GET", f"/v1/bundles/{segment(bundle_id)}/diff", params=params)
+
+    def bundle_operations(self, bundle_id: str) -> list[Json]:
+        """The promotions of a bundle with their status (its own executor may ask)."""
+        answer = self._json("GET", f"/v1/bundles/{segment(bundle_id)}/operations")
+        return list(answer["operations"])
+
+    def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
+        body = None if fence is None else {"fence": fence}
+        return self._json("POST", f"/v1/bundles/{segment(bundle_id)}/preflight", json_body=body)
+
+    # --- promotions and operations --------------------------------------------------------
+
+    def promote(
+        self, bundle_id: str, receipt_sha256: str, fence: int, *, wait: bool = False
+    ) -> Json:
+        """``{operation_id, status}`` (202), or the operation's final view when waited on."""
+        body = {
+            "bundle_id": bundle_id,
+            "verification_receipt_sha256": receipt_sha256,
+            "fence": fence,
+            "wait": wait,
+        }
+        return self._json("POST", "/v1/promotions", json_body=body, idempotent=True)
+
+    def operation(
+        self, operation_id: str, *, wait: float | None = None, status: str | None = None
+    ) -> OperationView:
+        """The operation; with ``wait``, once its status differs from ``status`` (or now)."""
+        params = wait_params(wait, status)
+        path = f"/v1/operations/{segment(operation_id)}"
+        response = self._send("GET", path, params=params, timeout=self._long(wait))
+        return OperationView.model_validate_json(response.content)
+
+    def events(
+        self,
+        after: str | None = None,
+        *,
+        wait: float | None = None,
+        repository: str | None = None,
+        status: str | None = None,
+    ) -> EventFeed:
+        """One page of the watch feed after the cursor ``after``."""
+        params = feed_params(after, wait, repository, status)
+        response = self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
+        return EventFeed.model_validate_json(response.content)
+
+    def watch(
+        self,
+        after: str | None = None,
+        *,
+        repository: str | None = None,
+        status: str | None = None,
+        wait: float = WATCH_WAIT,
+    ) -> Iterator[FeedEvent]:
+        """Every feed entry after ``after``, long-polling for more; never ends by itself.
+
+        Each entry carries its ``cursor``: save the last one handled to resume there,
+        also after a restart of either side.
+        """
+        while True:
+            page = self.events(after, wait=wait, repository=repository, status=status)
+            yield from page.events
+            after = page.cursor
+
+    def _long(self, wait: float | None) -> float:
+        return self._timeout + (wait or 0.0)
+
+    def get_operation(self, operation_id: str, *, current: bool = False) -> Json:
+        params = {"current": "true"} if current else None
+        return self._json("GET", f"/v1/operations/{segment(operation_id)}", params=params)
+
+    def list_operations(
+        self, status: str | None = None, repository: str | None = None
+    ) -> list[Json]:
+        params = {k: v for k, v in (("status", status), ("repository", repository)) if v}
+        return list(self._json("GET", "/v1/operations", params=params)["operations"])
+
+    def get_receipt(self, operation_id: str) -> bytes:
+        """The promotion receipt's exact stored canonical bytes."""
+        return self._send("GET", f"/v1/operations/{segment(operation_id)}/receipt").content
+
+    def receipt_dsse(self, operation_id: str) -> DsseEnvelope:
+        path = f"/v1/operations/{segment(operation_id)}/receipt.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def rollback_receipt_dsse(self, operation_id: str) -> DsseEnvelope:
+        path = f"/v1/operations/{segment(operation_id)}/rollback-receipt.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def verification_dsse(self, bundle_id: str) -> DsseEnvelope:
+        path = f"/v1/bundles/{segment(bundle_id)}/verification.dsse"
+        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+
+    def approve(self, operation_id: str, note: str = "", *, wait: bool = False) -> Json:
+        """Approve a promotion held in ``awaiting_approval`` (operator); the operation view.
+
+        The host records the token's credential as the approver; no name is sent."""
+        body = {"note": note, "wait": wait}
+        return self._json("POST", f"/v1/operations/{segment(operation_id)}/approve", json_body=body)
+
+    def reject(self, operation_id: str, note: str = "") -> Json:
+        """Reject a promotion held in ``awaiting_approval`` (operator); the operation view."""
+        body = {"note": note}
+        return self._json("POST", f"/v1/operations/{segment(operation_id)}/reject", json_body=body)
+
+    def reopen(self, operation_id: str, note: str = "") -> Json:
+        """Hold a rejected promotion for a decision again (operator); the operation view."""
+        body = {"note": note}
+        return self._json("POST", f"/v1/operations/{segment(operation_id)}/reopen", json_body=body)
+
+    def recover(self, operation_id: str, fence: int) -> Json:
+        path = f"/v1/operations/{segment(operation_id)}/recover"
+        return self._json("POST", path, json_body={"fence": fence})
+
+    def reconcile(self, operation_id: str, decision: str, note: str = "") -> Json:
+        path = f"/v1/operations/{segment(operation_id)}/reconcile"
+        return self._json("POST", path, json_body={"decision": decision, "note": note})
+
+    def rollback(self, operation_id: str, note: str = "") -> Json:
+        """The RollbackReceiptV1 of an operator's rollback."""
+        body = {"note": note} if note else None
+        path = f"/v1/operations/{segment(operation_id)}/rollback"
+        return self._json("POST", path, json_body=body)
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def snapshots(self, repository: str) -> list[Json]:
+        """``[{tree, label, captured_at}, ...]`` (a bare list or ``{"snapshots": [...]}``)."""
+        path = f"/v1/repositories/{segment(repository)}/snapshots"
+        answer = self._send("GET", path).json()
+        items = answer.get("snapshots") if isinstance(answer, dict) else answer
+        if not isinstance(items, list):
+            raise PromoterError(f"GET {path} answered with no list of snapshots")
+        return items
+
+    def capture_snapshot(self, repository: str, label: str = "") -> Json:
+        path = f"/v1/repositories/{segment(repository)}/snapshots"
+        return self._json("POST", path, json_body={"label": label})
+
+    def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> Json:
+        path = f"/v1/repositories/{segment(repository)}/snapshots/diff"
+        return self._json("GET", path, params={"from": from_tree, "to": to_tree})
+
+    def restore_snapshot(self, repository: str, tree: str, expected_current_tree: str) -> Json:
+        path = f"/v1/repositories/{segment(repository)}/snapshots/{segment(tree)}/restore"
+        body = {"expected_current_tree": expected_current_tree}
+        return self._json("POST", path, json_body=body)

@@ -1,0 +1,121 @@
+"""One connection pool to one daemon with one bearer token, and the retrying send.
+
+``Transport`` is the base of ``PromoterClient``: it opens the pool (TLS context from
+``tls_context``), sends a request with the retries ``Backoff`` allows for idempotent
+calls with a replayable body, raises a problem answer as its promoter error, and reads
+a JSON object answer. Deliberately not here: the endpoints (``promoter.client.sync`` and
+``promoter.client.blobs``), the async client (``promoter.client.aio``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from promoter.client.wire import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    Json,
+    raise_for,
+    retry_delays,
+    tls_context,
+    unreachable,
+)
+from promoter.errors import PromoterError
+
+
+class Transport:
+    """One connection pool to one daemon, with one bearer token (or none)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._transport = transport
+        self._backoff = backoff
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=tls_context(self.url),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | Iterable[bytes] | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        ok_statuses: tuple[int, ...] = (),
+        idempotent: bool | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        delays = retry_delays(self._backoff, method, content, idempotent, ok_statuses)
+        while True:
+            try:
+                response = self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout or self._timeout,
+                )
+            except httpx.TransportError as exc:
+                delay = next(delays, None)
+                if delay is None or isinstance(exc, httpx.TimeoutException):
+                    limit = timeout or self._timeout
+                    raise unreachable(self.url, method, path, limit, exc) from exc
+                self._backoff.sleep(delay)
+                continue
+            if response.status_code == 503 and 503 not in ok_statuses:
+                delay = next(delays, None)
+                if delay is not None:
+                    self._backoff.sleep(delay)
+                    continue
+            if response.status_code not in ok_statuses:
+                raise_for(response)
+            return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Json:
+        response = self._send(method, path, **kwargs)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise PromoterError(f"{method} {path} answered with a body that is not JSON") from exc
+        if not isinstance(body, dict):
+            raise PromoterError(f"{method} {path} answered with JSON that is not an object")
+        return body

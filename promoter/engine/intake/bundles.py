@@ -1,0 +1,118 @@
+"""Bundle intake: store and verify a PatchBundleV1 (SPEC §3.5, §3.6).
+
+A bundle that passes verification is stored once as its canonical bytes, its blobs are
+pinned and its passed receipt is stored once; a later verification that differs is a
+``receipt_conflict``. A bundle that fails is not stored: the failed receipt is kept in
+the database for the record and returned in the error, and a later submission of the
+same bundle verifies afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from promoter.domain.documents import canonical
+from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
+from promoter.domain.parsing import parse_model
+from promoter.engine.intake.chained import implicit_states
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.services import Services
+from promoter.engine.verify.basetree import GitBaseTree
+from promoter.engine.verify.bundle import Verification, verify
+from promoter.errors import (
+    BundleConflict,
+    BundleUnknown,
+    Forbidden,
+    NotFound,
+    ReceiptConflict,
+    error_class,
+)
+from promoter.store import repo
+
+
+@dataclass(frozen=True)
+class Submitted:
+    bundle: PatchBundleV1
+    receipt: PatchVerificationReceiptV1
+    created: bool
+
+
+def verify_bundle(
+    services: Services, document: dict[str, Any], bundle: PatchBundleV1
+) -> Verification:
+    grant = load_grant(services, bundle.grant_id)
+    repository = services.registry.by_identity(grant.repository_identity)
+    cache = services.base_trees.setdefault(repository.identity, {})
+    chained = implicit_states(services, grant) if grant.base_operation else None
+    base = GitBaseTree(repository.layout, cache, services.tree_links)
+    return verify(document, bundle, grant, services.blobs, base, chained)
+
+
+def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:
+    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted)."""
+    bundle = parse_model(PatchBundleV1, data)
+    if run_id is not None and bundle.executor_run_id != run_id:
+        raise Forbidden("an executor may submit bundles of its own run only")
+    grant = load_grant(services, bundle.grant_id)
+    if run_id is not None and grant.executor_run_id != run_id:
+        raise Forbidden("the bundle names a grant of another run", grant_id=grant.grant_id)
+    outcome = verify_bundle(services, data, bundle)
+    receipt_wire = outcome.receipt.wire()
+    if not outcome.passed:
+        with services.db.session() as session:
+            repo.add_verification(session, bundle.bundle_id, receipt_wire)
+        raise error_class(outcome.code)(
+            "the bundle did not pass verification: "
+            + "; ".join(f"{c.name}: {c.detail}" for c in outcome.receipt.checks if c.detail),
+            verification_receipt=receipt_wire,
+            failed_checks=[c.name for c in outcome.receipt.checks if c.status == "failed"],
+        )
+    receipt_bytes = canonical(outcome.receipt)
+    stored = services.audit.get("verification", bundle.bundle_id)
+    if stored is not None and stored != receipt_bytes:
+        earlier = services.audit.parsed(
+            "verification", bundle.bundle_id, stored, PatchVerificationReceiptV1
+        )
+        raise ReceiptConflict(
+            "re-verification differs from the stored passed receipt",
+            stored_receipt_sha256=earlier.receipt_sha256,
+            receipt_sha256=outcome.receipt.receipt_sha256,
+        )
+    # the submitted document's canonical bytes, which are canonical(bundle): verification
+    # encoded them for manifest_integrity, and a passed check says they hash as claimed
+    document = outcome.document.canonical
+    created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
+    services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
+    with services.db.session() as session:
+        created = repo.add_bundle(session, bundle) or created
+        if stored is None:
+            repo.add_verification(session, bundle.bundle_id, receipt_wire)
+    return Submitted(bundle, outcome.receipt, created and stored is None)
+
+
+def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
+    if not bundle_id.startswith("bnd_") or "/" in bundle_id:
+        raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
+    bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
+    if bundle is None:
+        raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
+    return bundle
+
+
+def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
+    """The stored passed receipt, else the latest failed one on record."""
+    if bundle_id.startswith("bnd_") and "/" not in bundle_id:
+        stored = services.audit.load("verification", bundle_id, PatchVerificationReceiptV1)
+        if stored is not None:
+            return dict(stored.wire())
+        with services.db.session() as session:
+            record = repo.latest_verification(session, bundle_id)
+        if record is not None:
+            return record
+    raise NotFound(f"no verification of bundle {bundle_id!r} is on record", bundle_id=bundle_id)
+
+
+def bundle_owner(services: Services, bundle_id: str) -> str | None:
+    with services.db.session() as session:
+        return repo.verification_run(session, bundle_id)

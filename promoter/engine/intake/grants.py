@@ -1,0 +1,151 @@
+"""Grant registration and leases (SPEC §3.3, §3.4).
+
+A grant is registered once as its exact canonical bytes after checking it against the
+real repository: known repository, base commit present, base tree matching, allowlist
+patterns valid, times sane, precondition paths valid. Leases move their fence forward
+only. Promotion-time authority checks live in ``promoter.engine.verify.authority``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from promoter import faults
+from promoter.domain import allowlist
+from promoter.domain.canonical import parse_rfc3339, utcnow
+from promoter.domain.documents import canonical, grant_sha256, sealed_grant
+from promoter.domain.models import GrantV1, LeaseV1
+from promoter.domain.parsing import parse_model
+from promoter.domain.paths import check_path, check_path_set
+from promoter.engine.intake.chained import check_chain
+from promoter.engine.services import Services
+from promoter.errors import (
+    GrantConflict,
+    GrantInvalid,
+    GrantUnknown,
+    LeaseConflict,
+    LeaseFenceRegression,
+    StorageError,
+)
+from promoter.git.head import commit_tree
+from promoter.store import repo
+
+_lease_lock = threading.Lock()
+
+
+def _check_times(grant: GrantV1) -> None:
+    not_before = parse_rfc3339(grant.not_before)
+    expires_at = parse_rfc3339(grant.expires_at)
+    if expires_at <= not_before:
+        raise GrantInvalid("expires_at must be later than not_before")
+    if expires_at <= utcnow():
+        raise GrantInvalid("the grant has already expired", expires_at=grant.expires_at)
+
+
+def validate_grant(services: Services, grant: GrantV1) -> None:
+    for entry in grant.write_allowlist:
+        allowlist.check_pattern(entry.pattern)
+    paths = [check_path(p.path) for p in grant.target_preconditions]
+    check_path_set(paths)
+    _check_times(grant)
+    repository = services.registry.by_identity(grant.repository_identity)
+    tree = commit_tree(repository.layout, grant.base_commit)
+    if tree is None:
+        raise GrantInvalid(
+            f"base_commit {grant.base_commit} does not exist in {repository.name}",
+            base_commit=grant.base_commit,
+        )
+    if tree != grant.base_tree:
+        raise GrantInvalid(
+            f"base_tree {grant.base_tree} is not the tree of base_commit (that is {tree})",
+            base_tree=grant.base_tree,
+            actual_tree=tree,
+        )
+    check_chain(services, grant)
+
+
+def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
+    """Validate and store a grant; returns it sealed and whether it is new."""
+    grant = parse_model(GrantV1, data)
+    digest = grant_sha256(grant)
+    if grant.grant_sha256 is not None and grant.grant_sha256 != digest:
+        raise GrantInvalid("grant_sha256 does not match the grant's content", computed=digest)
+    sealed = sealed_grant(grant)
+    existing = services.audit.get("grant", grant.grant_id)
+    if existing is not None:
+        if existing != canonical(sealed):
+            raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
+        return sealed, False
+    with services.db.session() as session:  # another host may have registered the id
+        recorded = repo.grant_sha256_of(session, grant.grant_id)
+    if recorded is not None and recorded != sealed.grant_sha256:
+        raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
+    validate_grant(services, sealed)
+    created = services.audit.put("grant", grant.grant_id, canonical(sealed), GrantConflict)
+    retrying(services, lambda session: repo.add_grant(session, sealed))
+    return sealed, created and recorded is None
+
+
+def load_grant(services: Services, grant_id: str) -> GrantV1:
+    grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
+    if grant is None:
+        raise GrantUnknown(f"no grant {grant_id!r} is registered", grant_id=grant_id)
+    return grant
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and "/" not in name and not name.startswith(".") and "\x00" not in name
+
+
+def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tuple[LeaseV1, bool]:
+    """Set the current lease; fences only move forward. Returns (lease, changed)."""
+    lease = parse_model(LeaseV1, data)
+
+    def compare_and_set(session: Session) -> bool:
+        # the row stays locked until the commit: daemons sharing the ledger take turns
+        current = repo.get_lease(session, workflow_id, stage, lock=True)
+        faults.point("lease_compared")
+        if current is not None:
+            if lease.fence < current.fence:
+                raise LeaseFenceRegression(
+                    f"fence {lease.fence} is lower than the current fence {current.fence}",
+                    current_fence=current.fence,
+                )
+            if lease.fence == current.fence:
+                if lease == current:
+                    return False
+                raise LeaseConflict(
+                    f"fence {lease.fence} is already set with other fields",
+                    current=current.wire(),
+                )
+        repo.put_lease(session, workflow_id, stage, lease)
+        return True
+
+    with _lease_lock:
+        changed = retrying(services, compare_and_set)
+    return lease, changed
+
+
+T = TypeVar("T")
+
+
+def retrying(services: Services, work: Callable[[Session], T], attempts: int = 5) -> T:
+    """Run ``work`` in a transaction; again when another daemon inserted the same row first.
+
+    A unique-key race between two daemons sharing the ledger makes the loser's insert
+    fail; the next try reads the winner's row and decides on it (equal: nothing to do;
+    different: the usual conflict).
+    """
+    for attempt in range(attempts):
+        try:
+            with services.db.session() as session:
+                return work(session)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, IntegrityError) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,4 @@
+"""Operations that write a worktree: promote, recover, rollback, restore, and what they share.
+
+Not here: verification of a bundle (``engine.verify``), receipts (``engine.receipts``).
+"""

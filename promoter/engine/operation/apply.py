@@ -1,0 +1,242 @@
+"""The one applier: how a planned step becomes fs calls, for every operation kind.
+
+A step either puts a new leaf in place or removes one, always by compare-and-swap against
+the state the journal expects there:
+
+- ``stage`` opens the target's parent through a descriptor chain (creating missing
+  directories, each recorded in ``created_dirs`` even when a later step fails) and writes
+  the new bytes to the step's journaled temp name, fsynced; the bytes are given whole or
+  as a stream (a stored blob, ``BlobStore.stream``) that the fs layer hashes while
+  writing and refuses before the temp gets its name if they are not the expected blob;
+- ``place`` swaps the staged temp in over exactly the expected old state (``replace``:
+  exchange, verify what was displaced, swap back on a mismatch);
+- ``remove`` moves exactly the expected old state aside to the step's temp name and
+  unlinks it only when it is still promoter's to remove (``unlink_checked``);
+- ``write`` is ``stage`` then ``place`` for one step, ``drop_staged`` removes staged temps
+  that are still promoter's own (anything else is kept, in ``kept``), and ``fsync`` syncs
+  each touched directory once;
+- ``begin`` is ``stage`` without the fsync and the naming, which ``end_begun`` does for
+  every begun step in the order begun: a promotion begins a group of temps before it
+  ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
+  before it is named, and named before anything is placed). Where the worktree's
+  filesystem allows (``promoter.fs.group_sync``, started with the pass, before anything
+  is written), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
+  touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
+
+Promotions stage every temp first and then place them in bundle order; rollbacks and
+restores write step by step; all of them go through these methods, so a write rule
+changes here and in ``promoter.fs`` only.
+
+One pass walks to each directory once: the steps in a directory share one held
+descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
+every change (a step's first write or delete uses the re-check its directory was reused
+with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
+of it, and ``close`` closes each directory once. The process umask is read once per pass
+(``umask``) for the mode of every new file.
+
+Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
+and each kind's module), journaling, opening blobs (callers pass bytes or a stream),
+and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter import faults
+from promoter.domain.path_state import State
+from promoter.errors import PromoterError, TargetDrift
+from promoter.fs.atomic import Parent
+from promoter.fs.group_sync import GroupSync
+from promoter.fs.held import Directories
+from promoter.fs.leaf import os_error
+from promoter.fs.root import Root
+from promoter.fs.syscalls import current_umask
+from promoter.fs.temps import PendingTemp, Source
+
+__all__ = ["Applier"]
+
+log = logging.getLogger("promoter.apply")
+
+
+@dataclass
+class Applier:
+    """The held directories, staged temps, created directories and kept bytes of one pass."""
+
+    root: Root
+    parents: dict[int, Parent] = field(default_factory=dict)  # seq -> its view of a directory
+    staged: dict[int, tuple[str, State]] = field(default_factory=dict)  # seq -> (temp, new)
+    begun: dict[int, tuple[PendingTemp, State]] = field(default_factory=dict)  # not yet named
+    created_dirs: list[str] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    directories: Directories = field(init=False)
+    umask: int = field(init=False)
+    # bytes pending system-wide under which to ask for a group sync (None: never; the
+    # settings' ``group_sync_limit``)
+    group_sync_limit: int | None = None
+    group_sync: GroupSync | None = field(init=False)  # one syncfs per group where as good
+
+    def __post_init__(self) -> None:
+        self.directories = Directories(self.root)
+        self.umask = current_umask()  # read once per pass, not once per temp
+        # started before anything is written: it samples the filesystem's errors now
+        limit = self.group_sync_limit
+        self.group_sync = None if limit is None else GroupSync.start(self.root.fd, limit)
+
+    def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
+        """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
+        try:
+            parent = self.directories.open_parent(path, create=create)
+        except PromoterError as exc:  # directories made before the walk failed
+            self.created_dirs.extend(exc.context.get("created_dirs", []))
+            raise
+        self.created_dirs.extend(parent.created_dirs)
+        previous = self.parents.pop(seq, None)
+        if previous is not None:
+            previous.close()
+        self.parents[seq] = parent
+        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
+        return parent, checked
+
+    def stage(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
+        """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``.
+
+        ``data``: the bytes, or a ``Source`` streamed and checked against its sha256.
+        """
+        assert new.exists and new.mode is not None
+        parent, checked = self._parent(seq, path, create=True)
+        written = parent.write_temp(
+            data, new.mode, temp=temp, umask=self.umask, chain_checked=checked
+        )
+        self.staged[seq] = (written, new)
+
+    def begin(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
+        """``stage`` up to the temp's fsync: its bytes written and its writeback started.
+
+        ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
+        """
+        assert new.exists and new.mode is not None
+        parent, checked = self._parent(seq, path, create=True)
+        begun = parent.begin_temp(
+            data,
+            new.mode,
+            temp=temp,
+            umask=self.umask,
+            chain_checked=checked,
+            writeback=self.group_sync is None,
+        )
+        if isinstance(begun, str):
+            self.staged[seq] = (begun, new)
+        else:
+            self.begun[seq] = (begun, new)
+
+    def end_begun(self) -> None:
+        """fsync and name every begun temp, in the order begun, each then staged. The first
+        failure drops the temps not yet ended (as promoter's own) and is raised.
+
+        Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
+        durable before the first is named, instead of an fsync each.
+        """
+        synced = False
+        if len(self.begun) > 1 and self.group_sync is not None:
+            try:
+                self.group_sync.sync()
+            except OSError as exc:
+                self._drop_begun()
+                raise os_error("syncing the new files", "", exc) from exc
+            synced = True
+        while self.begun:
+            seq = next(iter(self.begun))
+            begun, new = self.begun.pop(seq)
+            try:
+                self.staged[seq] = (self.parents[seq].end_temp(begun, synced=synced), new)
+            except BaseException:
+                self._drop_begun()
+                raise
+
+    def _drop_begun(self) -> None:
+        for seq, (begun, _) in list(self.begun.items()):
+            try:
+                self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
+            except (PromoterError, OSError):
+                log.warning("could not remove temp file %s; left in place", begun.temp)
+            self.begun.pop(seq, None)
+
+    def place(self, seq: int, old: State, new: State) -> None:
+        """Put step ``seq``'s staged temp in place over exactly ``old``."""
+        temp, _ = self.staged.pop(seq)
+        self.parents[seq].replace(temp, expected_old=old, new=new)
+
+    def write(
+        self, seq: int, path: str, old: State, new: State, data: bytes | Source, temp: str
+    ) -> None:
+        """``stage`` and ``place`` one step."""
+        self.stage(seq, path, new, data, temp)
+        self.place(seq, old, new)
+
+    def remove(self, seq: int, path: str, old: State, aside: str, *, gone_ok: bool = False) -> bool:
+        """Remove exactly ``old`` at ``path`` (moved aside to ``aside`` first).
+
+        With ``gone_ok`` a missing parent directory means the file is already gone
+        (False is returned and nothing is done).
+        """
+        try:
+            parent, checked = self._parent(seq, path, create=False)
+        except TargetDrift as exc:
+            if gone_ok and exc.context.get("found") == "missing_parent":
+                return False
+            raise
+        parent.unlink_checked(old, aside=aside, chain_checked=checked)
+        return True
+
+    def sync(self, seq: int) -> None:
+        """fsync the directory of step ``seq`` now."""
+        self.parents[seq].fsync()
+
+    def fsync(self) -> None:
+        """fsync every directory this pass touched, once each (or, where the filesystem
+        allows and there are several, one ``syncfs`` for all of them: ``group_sync``)."""
+        seen: dict[str, Parent] = {}
+        for parent in self.parents.values():
+            seen.setdefault("/".join(parent.dir_parts), parent)
+        if len(seen) > 1 and self.group_sync is not None:
+            try:
+                self.group_sync.sync()
+                faults.point("after_parent_fsync")
+            except OSError as exc:
+                raise os_error("syncing the parent directories", "", exc) from exc
+            return
+        for parent in seen.values():
+            parent.fsync()
+
+    def drop_staged(self, from_seq: int = 0) -> None:
+        """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own
+        (and every begun one not yet ended)."""
+        self._drop_begun()
+        for seq, (temp, new) in list(self.staged.items()):
+            if seq < from_seq:
+                continue
+            try:
+                self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
+            except (PromoterError, OSError):
+                log.warning("could not remove temp file %s; left in place", temp)
+            self.staged.pop(seq, None)
+
+    def release(self, seq: int) -> None:
+        """Forget step ``seq``'s view (its directory stays held until ``close``)."""
+        parent = self.parents.pop(seq, None)
+        if parent is not None:
+            parent.close()
+
+    def close(self) -> None:
+        """Close every directory the pass held, each once (a begun temp is dropped first)."""
+        self._drop_begun()
+        for parent in self.parents.values():
+            parent.close()
+        if self.group_sync is not None:
+            self.group_sync.close()
+            self.group_sync = None
+        self.parents.clear()
+        self.directories.close()

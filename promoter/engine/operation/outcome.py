@@ -1,0 +1,347 @@
+"""How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
+
+After the writes every target is read back through a descriptor chain (each directory
+walked once for the read-back and re-checked around every read, all in one
+``promoter.fs.held.Directories.read_states`` call). All exactly new:
+the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
+``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
+the same bytes are written to the audit store, and only then is the operation
+``completed`` (a re-run after a crash reuses the recorded receipt, so the row and the audit
+file never differ). The receipt's ``targets`` are always what was read from disk last,
+never copied from the bundle. Anything else fails closed as ``needs_reconciliation`` with
+a per-path report; under the repository's ``on_write_failure = "rollback"`` a failed write
+then rolls back what the attempt wrote, by compare-and-swap (``operation.rollback``).
+The writes themselves are ``operation.promote``'s.
+
+The check (SPEC §10.4): the repository is fingerprinted just before it runs
+(``operation.worktree_diff``, paid only by repositories with a ``check_command``);
+after it ends every target is read back again and the repository compared. A check that
+failed keeps code ``check_failed``; one that passed but changed a target or any other
+path ends ``check_changed_worktree``. Either way the report's ``check_changed`` names the
+targets not exactly new and every other path (worktree, git directory, index entries),
+and there is no receipt: ``needs_reconciliation`` under ``on_check_failure = "hold"``, or
+a rollback by compare-and-swap under ``"rollback"``, which restores only targets still
+exactly new; what the check changed is never touched.
+
+Deliberately not here: the writes (``operation.promote``), the rollback itself
+(``operation.rollback``) and running the check (``operation.check``).
+
+Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_receipt``,
+``after_receipt``.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import Any
+
+from promoter import faults
+from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_receipt
+from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.path_state import State
+from promoter.domain.paths import disk_path, sort_key
+from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine.operation.check import run_check
+from promoter.engine.operation.preconditions import leaf_report, verdict
+from promoter.engine.operation.rollback import rollback_held
+from promoter.engine.operation.worktree_diff import Baseline
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.engine.verify.authority import Evidence
+from promoter.errors import PromoterError
+from promoter.fs.held import Directories
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo, step_rows
+from promoter.store.audit import AuditStore
+from promoter.store.db import Database
+
+CHECK_FAILED = "check_failed"
+CHECK_CHANGED = "check_changed_worktree"
+SHOWN_PATHS = 10
+
+
+def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]], bool]:
+    """Every target read from disk now: a per-path report, and whether all are exactly new."""
+    paths: list[dict[str, Any]] = []
+    all_new = True
+    with closing(Directories.for_reads(root)) as directories:
+        leaves = directories.read_states([disk_path(change.path) for change in changes])
+    for change, leaf in zip(changes, leaves, strict=True):
+        if isinstance(leaf, PromoterError):
+            found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
+        else:
+            found, actual = verdict(leaf, change), leaf_report(leaf)
+        all_new = all_new and found == "new"
+        paths.append(
+            {
+                "path": change.path,
+                "verdict": found,
+                "actual": actual,
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
+            }
+        )
+    return paths, all_new
+
+
+def finish(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    changes: list[Change],
+    evidence: Evidence,
+    failure: tuple[int, PromoterError] | None,
+) -> None:
+    """Read every target back; complete with a receipt, or fail closed."""
+    paths, all_new = read_targets(root, changes)
+    faults.point("after_readback")
+    if failure is not None or not all_new:
+        fail_closed(services.db, operation_id, paths, failure)
+        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        if failure is not None and repository.config.on_write_failure == "rollback":
+            note = f"on_write_failure = rollback: [{failure[1].code}] {failure[1].detail}"
+            rollback_held(services, operation_id, root, note)  # by CAS, under the same lock
+        return
+    repository = services.registry.by_identity(evidence.grant.repository_identity)
+    if repository.config.check_command:
+        checked = post_check(services, operation_id, root, repository, changes)
+        if checked is None:
+            return
+        paths = checked
+    complete(services.db, services.audit, operation_id, changes, evidence, paths)
+
+
+def post_check(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    repository: Repository,
+    changes: list[Change],
+) -> list[dict[str, Any]] | None:
+    """Run the repository's check and compare the repository before and after it.
+
+    Returns the targets as read back after the check when it passed and changed
+    nothing (the caller completes with them); otherwise the operation has ended
+    (``needs_reconciliation``, or a rollback under ``on_check_failure = "rollback"``)
+    and None is returned.
+    """
+    config = repository.config
+    assert config.check_command is not None
+    with services.db.session() as session:
+        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        journal.set_status(session, operation_id, OperationStatus.APPLIED_UNVERIFIED)
+    try:
+        baseline = Baseline.take(repository.layout)
+    except PromoterError as exc:
+        detail = f"the repository could not be fingerprinted before the check: {exc.detail}"
+        _end_check(services, operation_id, root, config.on_check_failure, CHECK_FAILED, detail)
+        return None
+    faults.point("before_check")
+    result = run_check(config.check_command, repository.worktree, config.check_timeout)
+    faults.point("after_check")
+    paths, _ = read_targets(root, changes)
+    changed: dict[str, Any] = {
+        "targets": [
+            {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
+            for p in paths
+            if p["verdict"] != "new"
+        ]
+    }
+    named = [t["path"] for t in changed["targets"]]
+    count = len(named)
+    try:
+        found = baseline.changes([disk_path(c.path) for c in changes])
+        changed.update(found.wire())
+        named += found.summary(SHOWN_PATHS)
+        count += found.count
+    except PromoterError as exc:
+        changed["error"] = {"code": exc.code, "detail": exc.detail}
+        named.append(f"(the comparison failed: {exc.detail})")
+        count += 1
+    shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
+    with services.db.session() as session:
+        row = journal.require(session, operation_id)
+        ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
+        )
+        journal.set_report(
+            session,
+            operation_id,
+            {
+                **(row.report or {}),
+                "check": result.wire(),
+                "paths": paths,
+                "check_changed": changed,
+            },
+        )
+    if result.passed and count == 0:
+        return paths
+    if not result.passed:
+        code = CHECK_FAILED
+        detail = (
+            f"the post-promotion check {'timed out' if result.timed_out else 'failed'}"
+            f" (exit code {result.exit_code})"
+        )
+        if count:
+            detail += f"; it also changed {count} path(s): {shown}"
+    else:
+        code = CHECK_CHANGED
+        detail = f"the post-promotion check changed {count} path(s): {shown}"
+    _end_check(services, operation_id, root, config.on_check_failure, code, detail)
+    return None
+
+
+def _end_check(
+    services: Services, operation_id: str, root: Root, policy: str, code: str, detail: str
+) -> None:
+    """Hold for the operator, or roll back by compare-and-swap; never a receipt."""
+    if policy == "rollback":
+        rollback_held(services, operation_id, root, detail)
+        with services.db.session() as session:
+            row = journal.require(session, operation_id)
+            journal.set_status(session, operation_id, row.status, code=code, detail=detail)
+        return
+    with services.db.session() as session:
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
+        )
+        journal.set_status(
+            session, operation_id, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
+        )
+
+
+def fail_closed(
+    db: Database,
+    operation_id: str,
+    paths: list[dict[str, Any]],
+    failure: tuple[int, PromoterError] | None,
+    *,
+    kept: list[dict[str, Any]] | None = None,
+) -> None:
+    """Close the attempt as ``needs_reconciliation``; the report names any kept bytes."""
+    kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]
+    code = failure[1].code if failure else "target_drift"
+    detail = failure[1].detail if failure else "a target did not read back as its new state"
+    with db.session() as session:
+        row = journal.require(session, operation_id)
+        statuses: dict[int, StepStatus] = {}
+        details: dict[int, str] = {}
+        for step, path in zip(step_rows.steps(session, operation_id), paths, strict=True):
+            if path["verdict"] == "new":
+                statuses[step.seq] = StepStatus.COMPLETED
+            elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
+                statuses[step.seq] = StepStatus.FAILED
+                details[step.seq] = (
+                    detail
+                    if failure and step.seq == failure[0]
+                    else "read back as neither old nor new"
+                )
+        step_rows.set_steps(session, operation_id, statuses, details)
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
+            | ({"kept": kept} if kept else {}),
+        )
+        report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
+        if kept:
+            report["kept"] = kept
+        journal.set_status(
+            session,
+            operation_id,
+            OperationStatus.NEEDS_RECONCILIATION,
+            code=code,
+            detail=detail,
+            report=report,
+        )
+
+
+def build_receipt(
+    operation_id: str,
+    evidence: Evidence,
+    repository_identity: str,
+    targets: list[dict[str, Any]],
+    events: dict[str, str],
+) -> PatchPromotionReceiptV1:
+    document = {
+        "schema": "PatchPromotionReceiptV1",
+        "operation_id": operation_id,
+        "repository_identity": repository_identity,
+        "grant_id": evidence.grant.grant_id,
+        "grant_sha256": evidence.grant.grant_sha256,
+        "bundle_id": evidence.bundle.bundle_id,
+        "bundle_sha256": evidence.bundle.bundle_sha256,
+        "verification_receipt_sha256": evidence.receipt_sha256,
+        "targets": sorted(targets, key=lambda t: sort_key(t["path"])),
+        "events": events,
+        "promoted_at": rfc3339(utcnow()),
+    }
+    if evidence.grant.base_operation is not None:  # a chained run names its base
+        document["base_operation"] = evidence.grant.base_operation
+    return PatchPromotionReceiptV1.model_validate(seal_receipt(document))
+
+
+def complete(
+    db: Database,
+    audit: AuditStore,
+    operation_id: str,
+    changes: list[Change],
+    evidence: Evidence,
+    paths: list[dict[str, Any]],
+) -> None:
+    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
+    assert [p["path"] for p in paths] == [c.path for c in changes]
+    assert all(p["verdict"] == "new" for p in paths)
+    targets = [
+        {
+            "path": p["path"],
+            "exists": p["actual"]["exists"],
+            "sha256": p["actual"]["sha256"],
+            "mode": p["actual"]["mode"],
+        }
+        for p in paths
+    ]
+    faults.point("before_receipt")
+    with db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
+        row = journal.require(session, operation_id)
+        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        if row.receipt is None:
+            outcome = ledger.append(
+                session,
+                operation_id,
+                "outcome",
+                {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
+            )
+            assert row.decision_event_id is not None and row.action_event_id is not None
+            events = {"decision": row.decision_event_id, "action": row.action_event_id}
+            journal.set_outcome_event(session, operation_id, outcome)
+            receipt = build_receipt(
+                operation_id,
+                evidence,
+                row.repository_identity,
+                targets,
+                {**events, "outcome": outcome},
+            )
+            journal.set_receipt(session, operation_id, receipt.wire(), receipt.receipt_sha256)
+            recorded = receipt.wire()
+        else:
+            recorded = row.receipt
+        data = canonical_bytes(recorded)
+    # (2) the same bytes into the audit store, fsynced: identical bytes already there are
+    # reused, different ones raise and are never overwritten; (3) only then completed.
+    audit.put("promotion", operation_id, data)
+    faults.point("after_receipt")
+    with db.session() as session:
+        row = journal.require(session, operation_id)
+        report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
+        journal.set_report(session, operation_id, report)
+        journal.set_status(session, operation_id, OperationStatus.COMPLETED)
+        repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")

@@ -1,0 +1,245 @@
+"""Step 4 of the host protocol (SPEC §5.4): read back the repository under the lock.
+
+Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tree the
+base tree; every target's index entries must equal its precondition (explicit, or the
+base tree's entry at stage 0, or absent; also for a chained grant, since promoter never
+writes the index); every worktree target must be exactly its old
+or exactly its new state (each read as ``Root.read_state`` reads it, through the
+directories held for the read-back: ``promoter.fs.held.Directories``). The result lists,
+per path, what was expected and what was found; it writes nothing.
+
+One decision is made here: a target that is unsafe to touch gets the verdict
+``unsafe`` and ``read_back`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
+whole report, so the promotion and the preflight refuse before anything is journaled or
+written. Unsafe means the fs layer refused to read the path (``PathUnsafe``: a mount or
+bind mount on the way or at the leaf, a symlinked or swapped directory, a nested
+repository, a leaf that kept changing), or a delete whose target is exactly ``old`` but
+has other hard links (removing one name would leave the bytes reachable elsewhere, and
+the checked unlink would refuse only after writing had begun).
+
+What is read costs a fixed handful of git processes, whatever the bundle's size (within
+one argv batch) and whatever the repository's: HEAD, its commit and its tree in one
+(``read_head``); the tree entries of every target and of each of its leading directories
+in one (``path_entries``; none when the bundle's verification read them in the same
+tree; the base tree's entries for the implicit preconditions come from the same answer
+when HEAD's tree is the base tree, which is the case whenever the read-back can pass);
+the index entries of the same paths in one (``index_entries``). The
+gitlink check uses those answers instead of asking again.
+
+Deliberately not here: what to do about drift (the caller refuses), re-checking at
+write time (``fs/atomic.py`` does, under the same rules), and leaf kinds such as a
+symlink or FIFO at a target, which are ``neither`` old nor new and so drift.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.path_state import State, classify, observed
+from promoter.domain.paths import disk_path, wire_path
+from promoter.errors import PathUnsafe, PromoterError
+from promoter.fs.chain import LeafState
+from promoter.fs.held import Directories
+from promoter.fs.root import Root
+from promoter.git.gitlinks import gitlinks_and_nested
+from promoter.git.head import HeadState, read_head
+from promoter.git.readback import (
+    IndexEntry,
+    RepoLayout,
+    TreeEntry,
+    index_entries,
+    path_entries,
+    prefixes_of,
+    tree_entries,
+)
+
+
+def leaf_report(leaf: LeafState) -> dict[str, Any]:
+    """What a target reads as, for reports (``promoter.domain.path_state.observed``)."""
+    return observed(leaf, leaf.size)
+
+
+def verdict(leaf: LeafState, change: Change) -> str:
+    """``new``, ``old`` or ``neither`` (``promoter.domain.path_state.classify``)."""
+    return classify(leaf, change.old, change.new).verdict.value
+
+
+def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None:
+    """Why a delete of this leaf is unsafe (other hard links), or None."""
+    if change.operation != "delete" or found != "old" or leaf.kind not in ("file", "symlink"):
+        return None
+    if leaf.nlink is None or leaf.nlink <= 1:
+        return None
+    return f"the delete target has {leaf.nlink} hard links: its bytes would stay at the others"
+
+
+@dataclass
+class ReadBack:
+    repository: dict[str, Any]
+    paths: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def repository_ok(self) -> bool:
+        return all(item["ok"] for item in self.repository.values())
+
+    @property
+    def drifted(self) -> list[str]:
+        return [p["path"] for p in self.paths if p["verdict"] == "drift"]
+
+    @property
+    def unsafe(self) -> list[str]:
+        return [p["path"] for p in self.paths if p["verdict"] == "unsafe"]
+
+    @property
+    def ok(self) -> bool:
+        return self.repository_ok and not self.drifted and not self.unsafe
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "repository": self.repository,
+            "paths": self.paths,
+            "drifted": self.drifted,
+            "unsafe": self.unsafe,
+        }
+
+
+def read_repository(
+    layout: RepoLayout, grant: GrantV1, head: HeadState | None = None
+) -> dict[str, Any]:
+    if head is None:
+        head = read_head(layout, grant.branch)
+    branch, commit, tree = head.branch, head.commit, head.tree
+    return {
+        "branch": {"expected": grant.branch, "actual": branch, "ok": branch == grant.branch},
+        "head": {
+            "expected": grant.base_commit,
+            "actual": commit,
+            "ok": commit == grant.base_commit,
+        },
+        "tree": {"expected": grant.base_tree, "actual": tree, "ok": tree == grant.base_tree},
+    }
+
+
+def expected_index(
+    grant: GrantV1,
+    bundle: PatchBundleV1,
+    layout: RepoLayout,
+    base_entries: dict[str, TreeEntry | None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each target's expected index entries; ``base_entries``: the base tree's, if read."""
+    explicit = {p.path: p for p in grant.target_preconditions}
+    implicit = [c.path for c in bundle.changes if c.path not in explicit]
+    if base_entries is not None:
+        base = base_entries
+    else:
+        disk = {path: disk_path(path) for path in implicit}
+        found = tree_entries(layout, grant.base_tree, list(disk.values())) if implicit else {}
+        base = {path: found[name] for path, name in disk.items()}
+    expected: dict[str, list[dict[str, Any]]] = {}
+    for change in bundle.changes:
+        if change.path in explicit:
+            index = explicit[change.path].index
+            expected[change.path] = [] if index is None else [index.wire()]
+        else:
+            entry = base.get(change.path)
+            expected[change.path] = (
+                [] if entry is None else [{"mode": entry.mode, "oid": entry.oid, "stage": 0}]
+            )
+    return expected
+
+
+def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
+    """Read everything a promotion decides on; never writes.
+
+    Raises ``PathUnsafe`` (with ``paths`` and the ``drift_report``) when any target is
+    ``unsafe``; otherwise returns the read-back, drifted or not.
+    """
+    head = read_head(layout, grant.branch)
+    result = ReadBack(read_repository(layout, grant, head))
+    # git and the file system are asked by disk names; everything reported is wire form
+    disk = {c.path: disk_path(c.path) for c in bundle.changes}
+    paths = list(disk.values())
+    head_entries = path_entries(layout, head.tree, paths) if head.tree is not None else {}
+    base_entries = (
+        {path: head_entries.get(name) for path, name in disk.items()}
+        if head.tree == grant.base_tree
+        else None
+    )
+    wanted_index = expected_index(grant, bundle, layout, base_entries)
+    prefixes = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    index: dict[str, list[IndexEntry]] = index_entries(layout, prefixes)
+    actual_index = {path: index[name] for path, name in disk.items()}
+    blocked = {
+        wire_path(name): why
+        for name, why in gitlinks_and_nested(
+            layout, paths, index=index, head_tree=(head.tree, head_entries)
+        ).items()
+    }
+    with closing(Directories.for_reads(root)) as directories:
+        _read_paths(result, directories, bundle, actual_index, wanted_index, blocked)
+    if result.unsafe:
+        raise PathUnsafe(
+            "a target is unsafe to touch; nothing was written",
+            paths=result.unsafe,
+            drift_report=result.report(),
+        )
+    return result
+
+
+def _read_paths(
+    result: ReadBack,
+    directories: Directories,
+    bundle: PatchBundleV1,
+    actual_index: dict[str, list[IndexEntry]],
+    wanted_index: dict[str, list[dict[str, Any]]],
+    blocked: dict[str, str],
+) -> None:
+    """Each target's verdict, read through the directories held for this read-back
+    (all in one ``read_states`` call)."""
+    leaves = directories.read_states([disk_path(change.path) for change in bundle.changes])
+    for change, leaf in zip(bundle.changes, leaves, strict=True):
+        reasons: list[str] = []
+        actual: dict[str, Any] | None = None
+        found = "neither"
+        unsafe = False
+        if isinstance(leaf, PromoterError):
+            reasons.append(f"{leaf.code}: {leaf.detail}")
+            actual = {"error": leaf.code, **{k: str(v) for k, v in leaf.context.items()}}
+            unsafe = isinstance(leaf, PathUnsafe)
+        else:
+            actual = leaf_report(leaf)
+            reading = classify(leaf, change.old, change.new)
+            found = reading.verdict.value
+            if found == "neither":
+                reasons.append(
+                    f"the worktree file is neither the old nor the new state: {reading.reason}"
+                )
+            elif refusal := hard_link_refusal(leaf, change, found):
+                reasons.append(f"{PathUnsafe.code}: {refusal}")
+                actual["links"] = leaf.nlink
+                unsafe = True
+        index_now = [
+            {"mode": e.mode, "oid": e.oid, "stage": e.stage}
+            for e in actual_index.get(change.path, [])
+        ]
+        if index_now != wanted_index[change.path]:
+            reasons.append("the index entry differs from the precondition")
+        if change.path in blocked:
+            reasons.append(blocked[change.path])
+        verdict = "unsafe" if unsafe else "drift" if reasons else found
+        result.paths.append(
+            {
+                "path": change.path,
+                "operation": change.operation,
+                "expected_old": State.of(change.old).wire(),
+                "expected_new": State.of(change.new).wire(),
+                "actual": actual,
+                "index_expected": wanted_index[change.path],
+                "index_actual": index_now,
+                "verdict": verdict,
+                "reasons": reasons,
+            }
+        )

@@ -1,0 +1,376 @@
+"""Running one promotion attempt: the host protocol of SPEC §5.4, steps 1 to 7.
+
+Authority and evidence first (refused on failure), then the repository lock, the
+read-back under the lock (refused with a drift report on any difference), the journal
+(steps with their temp names plus ``decision`` and ``action`` events in one
+transaction), the directories the writes will create (journaled before any is made),
+the writes in two batches (every temp file written and fsynced, journaled, then every
+replace/unlink in bundle order, one fsync per parent directory), the read-back of every
+target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
+found where it expected its own, are kept and named in the report (``kept``). Anything
+unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
+per-path report. Requests, idempotency and scheduling live in
+``operation.requests``.
+
+How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
+
+Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
+(``operation.dirs``), ``after_temps_journaled`` (``operation.staging``),
+``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from promoter import faults
+from promoter.domain.canonical import canonical_bytes, sha256_hex
+from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.path_state import State
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
+from promoter.domain.plan import journal_steps
+from promoter.domain.records import Ticket
+from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine.intake.bundles import load_bundle
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.operation import dirs
+from promoter.engine.operation.apply import Applier
+from promoter.engine.operation.locking import repo_lock
+from promoter.engine.operation.outcome import finish
+from promoter.engine.operation.preconditions import ReadBack, read_back
+from promoter.engine.operation.staging import remove_dirs, stage_temps
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.engine.snapshots import capture as snapshots
+from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
+from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
+from promoter.errors import PromoterError, TargetDrift, WriteFailed
+from promoter.fs.lock import RepoLock
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo, step_rows
+from promoter.store.db import Database
+
+log = logging.getLogger("promoter.promote")
+
+
+def targets_digest(changes: list[Change]) -> str:
+    """sha256 of what the action is about to write: every path, operation and new state."""
+    listed = [
+        {"path": c.path, "operation": c.operation, "new": State.of(c.new).wire()} for c in changes
+    ]
+    return sha256_hex(canonical_bytes(listed))
+
+
+def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) -> None:
+    """Close the attempt as ``refused``: nothing was written."""
+    payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
+    with db.session() as session:
+        ledger.append(session, operation_id, "decision", payload)
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": OperationStatus.REFUSED, "code": error.code},
+        )
+        report = {"error": error.to_problem(), **extra}
+        journal.set_status(
+            session,
+            operation_id,
+            OperationStatus.REFUSED,
+            code=error.code,
+            detail=error.detail,
+            report=report,
+        )
+
+
+def attempt_of(db: Database, operation_id: str) -> int:
+    with db.session() as session:
+        return journal.require(session, operation_id).attempt
+
+
+def ticket(
+    session: Session,
+    operation_id: str,
+    grant: GrantV1,
+    loaded: tuple[PatchBundleV1, GrantV1] | None = None,
+) -> Ticket:
+    """The attempt the operation starts, with the stage's lease as read in this transaction
+    (``loaded``: the bundle and grant the caller has just read, handed on to the attempt)."""
+    row = journal.require(session, operation_id)
+    assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
+    assert row.fence is not None
+    return Ticket(
+        operation_id=row.operation_id,
+        attempt=row.attempt,
+        fence=row.fence,
+        bundle_id=row.bundle_id,
+        verification_receipt_sha256=row.verification_receipt_sha256,
+        lease=repo.get_lease(session, grant.workflow_id, grant.stage),
+        loaded=loaded,
+    )
+
+
+def run(services: Services, ticket: Ticket) -> None:
+    """Carry out one attempt of a promotion; every outcome is journaled.
+
+    Nothing is read from the store before the plan is journaled: the ticket carries what
+    the attempt decides on, and the lease is read again, locked, with the plan.
+    """
+    operation_id, fence = ticket.operation_id, ticket.fence
+    try:
+        if ticket.loaded is not None:
+            bundle, grant = ticket.loaded
+        else:
+            bundle = load_bundle(services, ticket.bundle_id)
+            grant = load_grant(services, bundle.grant_id)
+        check_lease(grant, fence, ticket.lease)  # (1) authority
+        evidence = recheck_evidence(  # (2) evidence
+            services, ticket.bundle_id, ticket.verification_receipt_sha256, loaded=(bundle, grant)
+        )
+        repository = services.registry.by_identity(evidence.grant.repository_identity)
+    except PromoterError as exc:
+        refuse(services.db, operation_id, exc)
+        return
+    lock = repo_lock(services, repository)
+    try:
+        lock.acquire()
+    except PromoterError as exc:
+        refuse(services.db, operation_id, exc)
+        return
+    try:
+        run_locked(services, operation_id, fence, evidence, repository, lock)
+        if repository.config.snapshots:
+            _snapshot(services, repository, operation_id, "post")
+    finally:
+        lock.release()
+
+
+def _snapshot(services: Services, repository: Repository, operation_id: str, which: str) -> None:
+    """Record a pre/post shadow snapshot of the worktree; a failure is logged, not fatal."""
+    try:
+        snapshots.capture_for_operation(services, repository, operation_id, which)  # type: ignore[arg-type]
+    except PromoterError as exc:
+        log.warning("%s snapshot of %s failed: %s", which, operation_id, exc.detail)
+
+
+def run_locked(
+    services: Services,
+    operation_id: str,
+    fence: int,
+    evidence: Evidence,
+    repository: Repository,
+    lock: RepoLock,
+) -> None:
+    try:
+        root = Root.open(repository.worktree)
+    except PromoterError as exc:
+        refuse(services.db, operation_id, exc)
+        return
+    with root:
+        try:
+            readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
+        except PromoterError as exc:
+            refuse(services.db, operation_id, exc)
+            return
+        if not readback.ok:
+            drift = TargetDrift(
+                "the repository is not in an authorized old state",
+                drifted=readback.drifted,
+            )
+            refuse(services.db, operation_id, drift, drift_report=readback.report())
+            return
+        try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+            refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+        except PromoterError as exc:
+            refuse(services.db, operation_id, exc)
+            return
+        if repository.config.snapshots:
+            _snapshot(services, repository, operation_id, "pre")
+        faults.point("before_journal")
+        changes = list(evidence.bundle.changes)
+        try:
+            attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
+        except PromoterError as exc:  # the transaction rolled back: nothing is journaled
+            refuse(services.db, operation_id, exc)
+            return
+        faults.point("after_journal")
+        apply_changes(
+            services,
+            operation_id,
+            root,
+            lock,
+            changes,
+            evidence,
+            attempt=attempt,
+            journaled_dirs=creates,
+        )
+
+
+def _journal(
+    db: Database,
+    operation_id: str,
+    fence: int,
+    evidence: Evidence,
+    readback: ReadBack,
+    root: Root,
+) -> tuple[int, list[str]]:
+    """(5) In one transaction: authority again, the steps, the directories, the events.
+
+    The lease is read again here, atomically with the plan: time passed while the lock
+    and the read-back were waited for. The steps carry their temp names, so nothing about
+    the writes needs journaling later unless a directory went missing meanwhile. Returns
+    the attempt and the directories journaled as to be created.
+    """
+    changes = list(evidence.bundle.changes)
+    creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
+    grant = evidence.grant
+    with db.session() as session:
+        lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
+        check_lease(grant, fence, lease)
+        row = journal.require(session, operation_id)
+        step_rows.delete_steps(session, operation_id)
+        session.flush()
+        step_rows.add_steps(
+            session,
+            operation_id,
+            journal_steps(
+                operation_id,
+                row.attempt,
+                [(c.path, c.operation, c.old.wire(), c.new.wire()) for c in changes],
+            ),
+        )
+        decision = ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {
+                "allowed": True,
+                "fence": fence,
+                "bundle_sha256": evidence.bundle.bundle_sha256,
+                "verification_receipt_sha256": evidence.receipt_sha256,
+                "already_new": [p["path"] for p in readback.paths if p["verdict"] == "new"],
+            },
+        )
+        action = ledger.append(
+            session,
+            operation_id,
+            "action",
+            {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
+        )
+        journal.set_plan_events(session, operation_id, decision, action)
+        step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in creates])
+        return row.attempt, creates
+
+
+def apply_changes(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    lock: RepoLock,
+    changes: list[Change],
+    evidence: Evidence,
+    *,
+    todo: set[int] | None = None,
+    recovering: bool = False,
+    attempt: int | None = None,
+    journaled_dirs: list[str] | None = None,
+) -> None:
+    """Write the steps in ``todo`` (default: all), then read back every target.
+
+    ``journaled_dirs``: the directories the caller journaled as to be created (None: they
+    are found and journaled here first).
+    """
+    attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
+    apply = Applier(root, group_sync_limit=services.settings.group_sync_limit)
+    wanted = set(range(len(changes))) if todo is None else todo
+    try:
+        if journaled_dirs is not None:
+            faults.point("after_dir_intent")
+        else:
+            creates = [
+                disk_path(c.path)
+                for seq, c in enumerate(changes)
+                if seq in wanted and not c.old.exists
+            ]
+            journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
+        stage_temps(
+            services.db,
+            services.blobs,
+            services.stopping,
+            operation_id,
+            attempt,
+            apply,
+            changes,
+            wanted,
+            journaled_dirs,
+        )
+    except (PromoterError, OSError) as exc:
+        apply.drop_staged()
+        remove_dirs(root, apply.created_dirs)
+        apply.close()
+        error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+        if apply.kept:  # someone else's bytes were found at a temp name: fail closed
+            error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
+            finish(services, operation_id, root, changes, evidence, (-1, error))
+            return
+        if recovering:
+            raise error from exc
+        with services.db.session() as session:
+            step_rows.delete_created_dirs(session, operation_id)
+        refuse(services.db, operation_id, error, stage="staging temp files")
+        return
+    failure: tuple[int, PromoterError] | None = None
+    applied: list[int] = []
+    stopped = False
+    try:
+        lock.check_held()
+        for seq, change in enumerate(changes):
+            if seq not in wanted:
+                continue
+            if services.stopping.is_set():  # SIGTERM: stop between two steps
+                stopped = True
+                apply.drop_staged(seq)
+                break
+            old, new = State.of(change.old), State.of(change.new)
+            try:
+                if new.exists:
+                    apply.place(seq, old, new)
+                else:
+                    apply.remove(
+                        seq, disk_path(change.path), old, temp_name(operation_id, attempt, seq)
+                    )
+            except (PromoterError, OSError) as exc:
+                error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+                failure = (seq, error)
+                apply.drop_staged(seq)
+                if apply.kept:
+                    error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
+                break
+            applied.append(seq)
+        faults.point("after_replaces")
+        apply.fsync()
+    except (PromoterError, OSError) as exc:
+        error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
+        failure = failure or (-1, error)
+    finally:
+        apply.close()
+    if stopped and failure is None:
+        _leave_for_recovery(services.db, operation_id, applied)
+        return
+    finish(services, operation_id, root, changes, evidence, failure)
+
+
+def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
+    """The daemon is stopping: journal the steps done; recovery finishes the rest."""
+    with db.session() as session:
+        step_rows.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
+        journal.set_status(
+            session,
+            operation_id,
+            OperationStatus.NEEDS_RECOVERY,
+            code="stopped",
+            detail=f"the daemon stopped after {len(applied)} of the steps",
+        )

@@ -1,0 +1,327 @@
+"""Crash recovery and reconciliation of promotions (SPEC §5.5, §5.7).
+
+On start every ``in_progress`` operation whose owner process is gone becomes
+``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
+``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
+lock, marks the operation ``in_progress`` under a new owner (a crash during recovery
+leaves it ``needs_recovery`` again; an error of any kind puts it back at once, with the
+error's code, ``promoter.engine.operation.stopped``), settles the temp names its journal
+allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
+prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
+completed files back by itself, and the operation ends with the same id and exactly one
+receipt.
+
+``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
+``continue`` (the same reclassification, after a manual fix; an error during it leaves
+the operation ``needs_reconciliation`` again), ``abandon`` (close it, leave the files)
+or ``rollback`` (``promoter.engine.operation.rollback``).
+
+Every entry point (``recover`` from the API, ``reconcile``, ``auto_recover`` at start-up)
+first asks ``promoter.domain.status.guard`` whether the caller's role may move the
+operation in its current status, for every kind: ``recover`` only ever acts on
+``needs_recovery``, ``needs_reconciliation`` only moves by the operator's ``reconcile``,
+and a final operation never runs again (``not_recoverable``, nothing written). The
+dispatch to a rollback's or a restore's own recovery comes after that guard, never
+before it. ``abandon`` closes the operation in the transaction that read its status;
+if another request or host moved it in between, nothing is recorded and the request is
+answered ``operation_conflict`` (the row's status is its version, ``store.tables``).
+Fault point: ``abandon_decided`` (the status read and guarded, nothing written yet).
+Deliberately not here: the guard's rules themselves (pure, in ``domain``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from promoter import faults
+from promoter.domain.models import Change
+from promoter.domain.path_state import Verdict
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
+from promoter.domain.plan import Observation
+from promoter.domain.plan import recover_promotion as plan_recovery
+from promoter.domain.records import Operation
+from promoter.domain.status import OperationStatus, StepStatus, guard
+from promoter.engine.operation import outcome, promote
+from promoter.engine.operation.locking import repo_lock
+from promoter.engine.operation.ownership import orphaned as is_orphan
+from promoter.engine.operation.preconditions import leaf_report, verdict
+from promoter.engine.operation.restore import recover_restore
+from promoter.engine.operation.rollback import recover_rollback, rollback
+from promoter.engine.operation.settle import newly_kept, settle_step_temps
+from promoter.engine.operation.stopped import put_back
+from promoter.engine.services import Services
+from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
+from promoter.errors import OperationUnknown, PromoterError
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, repo, step_rows
+
+log = logging.getLogger("promoter.recover")
+
+_RECONCILING = OperationStatus.NEEDS_RECONCILIATION
+
+
+def scan_orphans(services: Services) -> list[str]:
+    """Mark this host's running operations whose owner is gone ``needs_recovery``.
+
+    Only operations of repositories configured here and owned by this host are looked
+    at (``promoter.engine.operation.ownership.orphaned``); another host's are never touched.
+    """
+    orphaned: list[str] = []
+    configured = {repository.identity for repository in services.registry.all()}
+    with services.db.session() as session:
+        running = journal.operations_with_status(session, OperationStatus.IN_PROGRESS)
+        running += journal.operations_with_status(session, OperationStatus.APPLIED_UNVERIFIED)
+        for row in running:
+            if row.repository_identity not in configured or not is_orphan(row, services.owner):
+                continue  # another host's, or a live process (possibly this one) runs it
+            journal.set_status(
+                session,
+                row.operation_id,
+                OperationStatus.NEEDS_RECOVERY,
+                code="owner_gone",
+                detail=f"the process that ran it (pid {row.owner_pid}) is gone",
+            )
+            orphaned.append(row.operation_id)
+    for operation_id in orphaned:
+        log.warning("operation %s needs recovery", operation_id)
+    return orphaned
+
+
+def auto_recover(services: Services, operation_ids: list[str]) -> None:
+    """Recover with the current lease's fence (the ``auto_recover`` setting).
+
+    Goes through the same guard as the API (role ``host``): only ``needs_recovery``
+    operations run; anything else is logged and left alone. An operation that cannot be
+    recovered now (an error, expected or not) is logged and left where it is, and the next
+    one is tried: nothing here keeps the daemon from starting.
+    """
+    for operation_id in operation_ids:
+        try:
+            with services.db.session() as session:
+                row = _load(session, operation_id)
+                kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
+                guard(kind, row.status, "recover", role="host", operation_id=operation_id)
+            if kind != "promotion" or bundle_id is None or receipt is None:
+                recover(services, operation_id, 0, role="host")  # no lease for these kinds
+                continue
+            grant = recheck_evidence(services, bundle_id, receipt).grant
+            with services.db.session() as session:
+                lease = repo.get_lease(session, grant.workflow_id, grant.stage)
+            if lease is not None:
+                recover(services, operation_id, lease.fence, role="host")
+        except PromoterError as exc:
+            log.warning("automatic recovery of %s failed: %s", operation_id, exc.detail)
+        except Exception:  # a fault of promoter's own: the traceback, then the next one
+            log.exception("automatic recovery of %s stopped by an unexpected error", operation_id)
+
+
+def _load(session: Any, operation_id: str) -> Operation:
+    row = journal.get_operation(session, operation_id)
+    if row is None:
+        raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+    return row
+
+
+def recover(
+    services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
+) -> str:
+    """Recover one ``needs_recovery`` operation; returns its status afterwards.
+
+    Any other status is refused (``not_recoverable``) before anything is read or written,
+    whatever the kind; see ``promoter.domain.status.guard``.
+    """
+    with services.db.session() as session:
+        row = _load(session, operation_id)
+        kind = row.kind
+        bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
+        guard(kind, row.status, "recover", role=role, operation_id=operation_id)
+    if kind == "rollback":
+        return recover_rollback(services, operation_id)
+    if kind == "restore":
+        return str(recover_restore(services, operation_id))
+    assert bundle_id is not None and receipt is not None
+    evidence = recheck_evidence(services, bundle_id, receipt)
+    grant = evidence.grant
+    with services.db.session() as session:
+        check_recovery_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
+    repository = services.registry.by_identity(grant.repository_identity)
+    lock = repo_lock(services, repository)
+    lock.acquire()
+    claimed = False
+    try:
+        with services.db.session() as session:
+            row = _load(session, operation_id)  # again under the lock: it may have moved
+            guard(kind, row.status, "recover", role=role, operation_id=operation_id)
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+            has_steps = bool(step_rows.steps(session, operation_id))
+        claimed = True
+        if not has_steps:  # died before the journal: nothing was written
+            promote.run_locked(services, operation_id, fence, evidence, repository, lock)
+        else:
+            with Root.open(repository.worktree) as root:
+                _reclassify(services, operation_id, root, lock, evidence, reason="recovery")
+    except Exception as exc:
+        if claimed:
+            put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "recovery")
+        raise
+    finally:
+        lock.release()
+    with services.db.session() as session:
+        return _load(session, operation_id).status
+
+
+def settle_temps(
+    services: Services, operation_id: str, root: Root, changes: list[Change]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Settle every temp name this operation's attempts were journaled to use (SPEC §10.1).
+
+    Returns the temp files removed (promoter's own) and the kept entries (someone else's
+    bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
+    Fault point ``after_temps_settled``.
+    """
+    with services.db.session() as session:
+        attempts = journal.require(session, operation_id).attempt
+    removed, kept = settle_step_temps(
+        root,
+        [
+            (disk_path(change.path), temp_name(operation_id, attempt, seq), change.old, change.new)
+            for seq, change in enumerate(changes)
+            for attempt in range(1, attempts + 1)
+        ],
+    )
+    faults.point("after_temps_settled")
+    return [wire_path(r) for r in removed], wire_all(kept)
+
+
+def _reclassify(
+    services: Services,
+    operation_id: str,
+    root: Root,
+    lock: Any,
+    evidence: Evidence,
+    *,
+    reason: str,
+) -> None:
+    changes = list(evidence.bundle.changes)
+    removed, kept = settle_temps(services, operation_id, root, changes)
+    with services.db.session() as session:
+        steps = {s.seq: StepStatus(s.status) for s in step_rows.steps(session, operation_id)}
+    held = {k["path"] for k in newly_kept(kept)}
+    seen: list[Observation] = []
+    actuals: list[dict[str, Any]] = []
+    for seq, change in enumerate(changes):
+        try:
+            leaf = root.read_state(disk_path(change.path))
+            found, actual = Verdict(verdict(leaf, change)), leaf_report(leaf)
+        except PromoterError as exc:
+            found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
+        step = steps.get(seq, StepStatus.PENDING)
+        seen.append(Observation(found, step, kept=change.path in held))
+        actuals.append(actual)
+    plan = plan_recovery(seen)
+    todo, blocked = plan.todo, plan.blocked
+    paths = [
+        {
+            "path": change.path,
+            "step": s.step.value,
+            "found": s.verdict.value,
+            "action": action.value,
+            "actual": actual,
+        }
+        for change, s, action, actual in zip(changes, seen, plan.actions, actuals, strict=True)
+    ]
+    with services.db.session() as session:
+        ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {
+                "reason": reason,
+                "allowed": not blocked,
+                "paths": paths,
+                "removed_temp_files": removed,
+                "kept": kept,
+            },
+        )
+    if blocked:
+        outcome.fail_closed(
+            services.db,
+            operation_id,
+            [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
+            None,
+            kept=kept,
+        )
+        return
+    promote.apply_changes(
+        services, operation_id, root, lock, changes, evidence, todo=todo, recovering=True
+    )
+
+
+def reconcile(
+    services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
+) -> dict[str, Any]:
+    """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
+    with services.db.session() as session:
+        row = _load(session, operation_id)
+        bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
+        kind = row.kind
+        guard(
+            kind,
+            row.status,
+            "reconcile",
+            role=role,
+            decision=decision,
+            operation_id=operation_id,
+        )
+    if kind == "restore" and decision == "continue":
+        return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
+    if kind == "rollback" and decision == "continue":
+        return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
+    if decision == "rollback":
+        return {"status": rollback(services, operation_id, note=note)["status"]}
+    if decision == "abandon":
+        with services.db.session() as session:
+            row = _load(session, operation_id)  # again in the transaction that closes it
+            guard(kind, row.status, "reconcile", role=role, decision=decision)
+            faults.point("abandon_decided")
+            ledger.append(
+                session,
+                operation_id,
+                "outcome",
+                {"status": OperationStatus.ABANDONED, "note": note},
+            )
+            journal.set_status(
+                session,
+                row.operation_id,
+                OperationStatus.ABANDONED,
+                code="abandoned",
+                detail=note or None,
+            )
+        return {"status": OperationStatus.ABANDONED}
+    assert bundle_id is not None and receipt is not None
+    evidence = recheck_evidence(services, bundle_id, receipt)
+    repository = services.registry.by_identity(evidence.grant.repository_identity)
+    lock = repo_lock(services, repository)
+    lock.acquire()
+    claimed = False
+    try:
+        with services.db.session() as session:
+            row = _load(session, operation_id)  # again under the lock: it may have moved
+            guard(kind, row.status, "reconcile", role=role, decision=decision)
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+        claimed = True
+        with Root.open(repository.worktree) as root:
+            _reclassify(
+                services, operation_id, root, lock, evidence, reason=f"reconcile continue: {note}"
+            )
+    except Exception as exc:
+        if claimed:
+            put_back(services, operation_id, _RECONCILING, exc, "reconciliation")
+        raise
+    finally:
+        lock.release()
+    with services.db.session() as session:
+        return {"status": _load(session, operation_id).status}

@@ -1,0 +1,410 @@
+"""Promotion requests, operation identity and idempotency, scheduling and views.
+
+``request_promotion`` derives the deterministic operation id (SPEC §5.2) and never starts
+a second run of the same operation: completed returns the stored receipt's state, in
+progress its status, needs recovery or reconciliation that status; only a ``refused``
+operation gets a new attempt, unless a person rejected it (``approval_rejected``; final
+until an operator reopens it). Attempts run on a small worker pool off the request
+thread; ``wait`` blocks on the attempt's future. Under the approval gate
+(``promoter.engine.review.approval``) a request is held as ``awaiting_approval`` until
+``decide``, and an approval starts the attempt. The protocol itself is in
+``operation.promote``; preflight (SPEC §5.6) reuses its read-back and writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from promoter.domain.canonical import canonical_bytes
+from promoter.domain.documents import operation_id_for
+from promoter.domain.path_state import classify
+from promoter.domain.paths import disk_path
+from promoter.domain.records import Ticket
+from promoter.domain.status import FINAL, RUNNING, OperationKind, OperationStatus
+from promoter.engine.intake.bundles import load_bundle, load_verification
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.operation import promote
+from promoter.engine.operation.ownership import owner_view
+from promoter.engine.operation.preconditions import leaf_report, read_back
+from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.review import approval
+from promoter.engine.services import AttemptRunner, Services
+from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
+from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
+from promoter.errors import (
+    OperationConflict,
+    OperationUnknown,
+    PromoterError,
+    ReceiptConflict,
+    ReceiptUnavailable,
+    TargetDrift,
+    ValidationFailed,
+    VerificationFailed,
+    stopped_by,
+)
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, step_rows
+
+log = logging.getLogger("promoter.operations")
+
+
+@dataclass(frozen=True)
+class Requested:
+    operation_id: str
+    status: str
+    started: bool
+
+
+class Runner:
+    """Runs attempts off the request thread and remembers their futures."""
+
+    def __init__(self, services: Services, workers: int = 4) -> None:
+        self._services = services
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promoter-op")
+        self._futures: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, ticket: Ticket) -> Future[None]:
+        with self._lock:
+            run = contextvars.copy_context().run  # the request's context (its id) goes along
+            future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            self._futures[ticket.operation_id] = future
+            return future
+
+    def future(self, operation_id: str) -> Future[None] | None:
+        with self._lock:
+            return self._futures.get(operation_id)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _guarded_run(services: Services, ticket: Ticket) -> None:
+    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck."""
+    operation_id = ticket.operation_id
+    try:
+        promote.run(services, ticket)
+    except Exception as exc:
+        log.exception("attempt of %s failed unexpectedly", operation_id)
+        error = stopped_by(exc, "the attempt")
+        with services.db.session() as session:
+            row = journal.get_operation(session, operation_id)
+            running = row is not None and row.status in RUNNING
+            wrote = running and bool(step_rows.steps(session, operation_id))
+            if running and wrote:
+                assert row is not None
+                journal.set_status(
+                    session,
+                    row.operation_id,
+                    OperationStatus.NEEDS_RECOVERY,
+                    code=error.code,
+                    detail=error.detail,
+                )
+        if running and not wrote:
+            promote.refuse(services.db, operation_id, error)
+
+
+_request_lock = threading.Lock()
+
+
+def runner(services: Services) -> AttemptRunner:
+    """The daemon's attempt runner, made on first use."""
+    return services.once("runner", lambda: Runner(services))
+
+
+def request_promotion(
+    services: Services, bundle_id: str, receipt_sha256: str, fence: int
+) -> Requested:
+    bundle = load_bundle(services, bundle_id)
+    grant = load_grant(services, bundle.grant_id)
+    assert grant.grant_sha256 is not None
+    stored = load_verification(services, bundle_id)
+    if stored.get("status") != "passed":
+        raise VerificationFailed("the bundle has no passed verification receipt")
+    if stored["receipt_sha256"] != receipt_sha256:
+        raise ReceiptConflict(
+            "the request names another verification receipt than the stored one",
+            stored_receipt_sha256=stored["receipt_sha256"],
+        )
+    repository = services.registry.by_identity(grant.repository_identity)
+    operation_id = operation_id_for(
+        grant_sha256=grant.grant_sha256,
+        bundle_sha256=bundle.bundle_sha256,
+        verification_receipt_sha256=receipt_sha256,
+        repository_identity=repository.identity,
+    )
+    gated = approval.required(repository, grant)
+    if gated:  # held for a decision: the lease and the evidence must hold already
+        approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
+    with _request_lock, services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is not None and row.status != OperationStatus.REFUSED:
+            return Requested(operation_id, row.status, False)
+        if row is not None:  # a person's rejection is final (SPEC §10.13): nothing is written
+            approval.refuse_if_rejected(session, row)
+        held = gated and (row is None or not approval.approved(session, row, grant))
+        status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
+        if row is None:
+            journal.create_operation(
+                session,
+                operation_id=operation_id,
+                kind=OperationKind.PROMOTION,
+                status=status,
+                repository_identity=repository.identity,
+                repository_name=repository.name,
+                owner=services.stamp(),
+                grant_id=grant.grant_id,
+                bundle_id=bundle.bundle_id,
+                grant_sha256=grant.grant_sha256,
+                bundle_sha256=bundle.bundle_sha256,
+                verification_receipt_sha256=receipt_sha256,
+                fence=fence,
+            )
+        else:
+            journal.next_attempt(session, operation_id, status, owner=services.stamp(), fence=fence)
+        try:
+            session.flush()
+        except IntegrityError as exc:  # another daemon created it first
+            raise OperationConflict(
+                "the operation was created concurrently by another daemon; ask again",
+                operation_id=operation_id,
+            ) from exc
+        journal.start_attempt(session, operation_id)
+        ticket = None if held else promote.ticket(session, operation_id, grant, (bundle, grant))
+    if ticket is None:
+        return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
+    runner(services).submit(ticket)
+    return Requested(operation_id, OperationStatus.IN_PROGRESS, True)
+
+
+def decide(
+    services: Services,
+    operation_id: str,
+    verdict: str,
+    *,
+    note: str,
+    by: str,
+    role: str,
+    claimed_by: str = "",
+) -> Requested:
+    """The operator's decision on a held promotion; an approval starts its attempt.
+
+    ``by`` and ``role`` are the authenticated principal's; ``claimed_by`` a name the
+    request carried, journaled apart and deciding nothing."""
+    if verdict not in ("approve", "reject"):
+        raise ValidationFailed("the decision must be approve or reject")
+    with _request_lock:
+        decided = approval.decide(
+            services,
+            operation_id,
+            "approve" if verdict == "approve" else "reject",
+            note=note,
+            by=by,
+            role=role,
+            claimed_by=claimed_by,
+        )
+    if decided.ticket is not None:
+        runner(services).submit(decided.ticket)
+        return Requested(operation_id, decided.status, True)
+    return Requested(operation_id, decided.status, False)
+
+
+def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Requested:
+    """The operator's reopening of a rejected promotion: held for a decision again."""
+    with _request_lock:
+        decided = approval.reopen(services, operation_id, note=note, by=by, role=role)
+    return Requested(operation_id, decided.status, False)
+
+
+def wait_for(services: Services, operation_id: str, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the running attempt; return early if none runs here."""
+    future = runner(services).future(operation_id)
+    if future is None:
+        return
+    with contextlib.suppress(FutureTimeout):
+        future.result(timeout=timeout)
+
+
+def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        steps = step_rows.steps(session, operation_id)
+        events = ledger.events(session, operation_id)
+        dirs = step_rows.created_dirs(session, operation_id)
+        attempts = journal.attempts(session, operation_id)
+        return {
+            "operation_id": row.operation_id,
+            "kind": row.kind,
+            "status": row.status,
+            "attempt": row.attempt,
+            "repository": row.repository_name,
+            "repository_identity": row.repository_identity,
+            "grant_id": row.grant_id,
+            "bundle_id": row.bundle_id,
+            "verification_receipt_sha256": row.verification_receipt_sha256,
+            "fence": row.fence,
+            "code": row.code,
+            "detail": row.detail,
+            "receipt_sha256": row.receipt_sha256,
+            "owner": owner_view(row),
+            "event_ids": {
+                "decision": row.decision_event_id,
+                "action": row.action_event_id,
+                "outcome": row.outcome_event_id,
+            },
+            "pre_snapshot": row.pre_snapshot,
+            "post_snapshot": row.post_snapshot,
+            "report": row.report,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+            "steps": [
+                {
+                    "seq": s.seq,
+                    "path": s.path,
+                    "operation": s.operation,
+                    "status": s.status,
+                    "old": s.old_state,
+                    "new": s.new_state,
+                    "detail": s.detail,
+                }
+                for s in steps
+            ],
+            "created_directories": dirs,
+            "attempts": [
+                {
+                    "attempt": a.attempt,
+                    "status": a.status,
+                    "code": a.code,
+                    "started_at": a.started_at,
+                    "ended_at": a.ended_at,
+                }
+                for a in attempts
+            ],
+            "events": [ledger.as_wire(e) for e in events],
+            "events_verified": ledger.verify_chain(events),
+        }
+
+
+def promotion_receipt(services: Services, operation_id: str) -> bytes:
+    """The promotion receipt's bytes, only once the operation is ``completed`` (SPEC §7).
+
+    A crash between writing the audit file and the final status leaves a receipt that is
+    not served until recovery finishes the operation.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        receipt = row.receipt
+        status = row.status
+    if receipt is None or status != OperationStatus.COMPLETED:
+        raise ReceiptUnavailable(
+            f"operation {operation_id} has no receipt (status {status})", current_status=status
+        )
+    stored = services.audit.get("promotion", operation_id)
+    if stored is not None:
+        return stored
+    data = canonical_bytes(receipt)
+    services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
+    return data
+
+
+def rollback_receipt(services: Services, operation_id: str) -> bytes:
+    """The rollback receipt of promotion ``operation_id``: the host-local audit copy, else
+    the bytes recorded in the ledger (a rollback another host carried out), once final.
+    """
+    if operation_id.startswith("op_") and "/" not in operation_id:
+        stored = services.audit.get("rollback", operation_id)
+        if stored is not None:
+            return stored
+        with services.db.session() as session:
+            child = journal.get_operation(session, rollback_id(operation_id))
+            recorded = None if child is None or child.status not in FINAL else child.receipt
+        if recorded is not None:
+            return canonical_bytes(recorded)
+    raise ReceiptUnavailable(
+        f"operation {operation_id} has no rollback receipt", operation_id=operation_id
+    )
+
+
+def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:
+    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing."""
+    verification = load_verification(services, bundle_id)
+    result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
+    try:
+        grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
+        if fence is not None:  # (1) authority
+            check_authority(services, grant, fence)
+        else:
+            check_grant_window(grant)
+        result["checks"]["authority"] = {"ok": True}
+        evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
+        result["checks"]["evidence"] = {"ok": True}  # (2) evidence
+        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        with Root.open(repository.worktree) as root:
+            readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
+            if readback.ok:  # as the promotion does: links resolved once the read-back passed
+                refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+    except PromoterError as exc:
+        return {
+            **result,
+            "status": "refused",
+            "code": exc.code,
+            "detail": exc.detail,
+            "error": exc.to_problem(),
+        }
+    report = readback.report()
+    if not readback.ok:
+        drift = TargetDrift("the repository is not in an authorized old state")
+        return {**result, "status": "refused", "code": drift.code, "detail": drift.detail, **report}
+    return {**result, "status": "passed", "code": None, "detail": "", **report}
+
+
+def current_targets(services: Services, operation_id: str) -> list[dict[str, Any]]:
+    """Each step's target as it reads now (read-only, without the lock)."""
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        identity = row.repository_identity
+        steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
+    repository = services.registry.by_identity(identity)
+    found: list[dict[str, Any]] = []
+    with Root.open(repository.worktree) as root:
+        for path, old, new in steps:
+            try:
+                leaf = root.read_state(disk_path(path))  # journaled in wire form
+            except PromoterError as exc:
+                found.append({"path": path, "matches": "neither", "actual": {"error": exc.code}})
+                continue
+            matches = classify(leaf, old, new).verdict.value
+            found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
+    return found
+
+
+def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
+    """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
+    with services.db.session() as session:
+        return [
+            {
+                "operation_id": row.operation_id,
+                "status": row.status,
+                "attempt": row.attempt,
+                "code": row.code,
+                "detail": row.detail,
+                "receipt_sha256": row.receipt_sha256,
+                "updated_at": row.updated_at,
+            }
+            for row in journal.promotions_of_bundle(session, bundle_id)
+        ]

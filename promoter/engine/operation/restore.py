@@ -1,0 +1,377 @@
+"""Restoring a worktree to a shadow snapshot, as a journaled operation (SPEC §8, §5.3–5.5).
+
+This module owns ``restore`` and ``recover_restore``: the decision and the journal.
+Under the repository lock ``restore`` captures the worktree; unless that tree equals
+``expected_current_tree`` it refuses with ``SnapshotStale`` and writes nothing.
+Otherwise it plans one step per changed path from the current tree to the target:
+regular files and symlinks (mode 120000, written as links, never followed), with names
+that need not be UTF-8 (journals, events and reports carry them escaped, ``\\xNN``, by
+``wire_path``; recovery maps them back through the two trees). Nothing or everything:
+a path the restore truly cannot handle (a gitlink on either side, a component promoter
+never writes, two names that escape alike) refuses the whole restore before anything
+is journaled, listing every such path; otherwise every path is restored. It journals
+the operation (kind
+``restore``, id from ``restore_id``), its steps with old/new FileStates and the
+``decision`` and ``action`` events in one transaction, and hands the steps to
+``snapshot_steps.StepRun``, which writes and journals the outcome. A ``post`` capture
+then records what the worktree holds. The same restore (same repository, same current
+and target trees) again is a new attempt of the same operation once the earlier one is
+finished; while it is unfinished it is ``operation_conflict``.
+
+Deliberately not here: the writes themselves (``promoter.engine.operation.restore_steps``),
+snapshot bookkeeping (``promoter.engine.snapshots.capture``) and git plumbing
+(``promoter.git.shadow``). Never ``read-tree -u``, ``checkout-index``, ``checkout``,
+``reset``, ``stash`` or ``clean``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
+from promoter.domain.path_state import State, Verdict
+from promoter.domain.paths import temp_name, wire_path
+from promoter.domain.plan import Observation, journal_steps
+from promoter.domain.plan import recover_restore as plan_recovery
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus
+from promoter.engine.operation.restore_steps import Step, StepRun, dir_key
+from promoter.engine.operation.settle import newly_kept, settle_step_temps
+from promoter.engine.operation.stopped import put_back
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.engine.snapshots.capture import (
+    known_tree,
+    lock_repository,
+    resolve,
+    shadow_for,
+    tree_id,
+)
+from promoter.errors import (
+    NotRecoverable,
+    OperationConflict,
+    OperationUnknown,
+    PathUnsafe,
+    PromoterError,
+    SnapshotStale,
+    TargetDrift,
+)
+from promoter.fs.leaf import split_rel
+from promoter.fs.root import Root
+from promoter.git.shadow import ShadowRepository
+from promoter.store import journal, ledger, step_rows
+
+__all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
+
+log = logging.getLogger("promoter.restore")
+
+RESTARTABLE = {
+    OperationStatus.COMPLETED,
+    OperationStatus.REFUSED,
+    OperationStatus.ABANDONED,
+}
+_KINDS = {"160000": "a gitlink (submodule)"}
+_WRITABLE = ("100644", "100755", "120000")
+_OPERATIONS = {"A": "create", "D": "delete", "M": "modify", "T": "modify"}
+_MISSING: dict[str, Any] = {
+    "exists": False,
+    "sha256": None,
+    "mode": None,
+    "bytes": None,
+    "blob_ref": None,
+}
+
+
+def restore_id(repository_identity: str, current: str, target: str) -> str:
+    document = {"restore_to": target, "from": current, "repository_identity": repository_identity}
+    return content_id("op", sha256_hex(canonical_bytes(document)))
+
+
+def restore(
+    services: Services, repository: Repository | str, tree: str, expected_current_tree: str
+) -> dict[str, str]:
+    """Bring the worktree to snapshot ``tree``; ``{operation_id, status}``."""
+    tree_id(tree)
+    tree_id(expected_current_tree, "expected_current_tree")
+    repo = resolve(services, repository)
+    shadow = shadow_for(services, repo)
+    lock = lock_repository(services, repo)
+    try:
+        known_tree(shadow, tree, "tree")  # under the lock: retention cannot prune it now
+        with Root.open(repo.worktree) as root:
+            current = shadow.capture().tree
+            shadow.keep(current)
+            if current != expected_current_tree:
+                raise SnapshotStale(
+                    "the worktree is not at the expected tree; review the diff again",
+                    expected_current_tree=expected_current_tree,
+                    current_tree=current,
+                )
+            steps = _plan(shadow, current, tree)
+            operation_id = _journal(services, repo, current, tree, steps)
+            try:
+                attempt = _attempt(services, operation_id)
+                run = StepRun(
+                    services, operation_id, root, lock, shadow, tree, steps, attempt=attempt
+                )
+                status = run.apply(set(range(len(steps))))
+            except Exception as exc:
+                put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
+                raise
+        _post_capture(services, shadow, operation_id, tree)
+    finally:
+        lock.release()
+    return {"operation_id": operation_id, "status": status}
+
+
+def _plan(shadow: ShadowRepository, current: str, target: str) -> list[Step]:
+    """One step per changed path: deletions first, then writes, grouped by directory."""
+    entries = shadow.diff_entries(current, target)
+    refused: dict[str, str] = {}
+    shown: dict[str, str] = {}
+    for entry in entries:
+        for side, mode in (("current", entry.old_mode), ("target", entry.new_mode)):
+            if mode is not None and mode not in _WRITABLE:
+                kind = _KINDS.get(mode, f"a mode {mode} entry")
+                refused.setdefault(entry.path, f"it is {kind} in the {side} tree")
+        try:
+            split_rel(entry.path)
+        except PathUnsafe:
+            refused.setdefault(entry.path, "the path has a component promoter never writes")
+        other = shown.setdefault(wire_path(entry.path), entry.path)
+        if other != entry.path:
+            for path in (other, entry.path):
+                refused.setdefault(
+                    path, f"its name and another are both shown as {wire_path(path)!r}"
+                )
+    if refused:
+        raise PathUnsafe(
+            "restore refused as a whole, nothing was written: these paths cannot be restored",
+            paths={wire_path(p): why for p, why in sorted(refused.items())},
+        )
+    with shadow.reader() as cat:
+        hashes = cat.blob_sha256(o for e in entries for o in (e.old_oid, e.new_oid) if o)
+
+    def state(mode: str | None, oid: str | None) -> dict[str, Any]:
+        if oid is None:
+            return dict(_MISSING)
+        sha256, size = hashes[oid]
+        return {"exists": True, "sha256": sha256, "mode": mode, "bytes": size, "blob_ref": None}
+
+    steps = [
+        Step(
+            e.path,
+            _OPERATIONS[e.status],
+            state(e.old_mode, e.old_oid),
+            state(e.new_mode, e.new_oid),
+            e.new_oid,
+        )
+        for e in entries
+    ]
+    return sorted(steps, key=lambda s: (s.operation != "delete", *dir_key(s.path)))
+
+
+def _journal(
+    services: Services, repo: Repository, current: str, target: str, steps: list[Step]
+) -> str:
+    """The operation, its steps and the decision and action events, in one transaction."""
+    operation_id = restore_id(repo.identity, current, target)
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is not None and row.status not in RESTARTABLE:
+            raise OperationConflict(
+                f"restore {operation_id} is {row.status}; recover or reconcile it first",
+                operation_id=operation_id,
+                status=row.status,
+            )
+        if row is None:
+            journal.create_operation(
+                session,
+                operation_id=operation_id,
+                kind=OperationKind.RESTORE,
+                status=OperationStatus.IN_PROGRESS,
+                repository_identity=repo.identity,
+                repository_name=repo.name,
+                owner=services.stamp(),
+                pre_snapshot=current,
+            )
+        else:  # a finished restore from the same tree to the same tree: a new attempt
+            step_rows.delete_steps(session, operation_id)
+            journal.next_attempt(
+                session,
+                operation_id,
+                OperationStatus.IN_PROGRESS,
+                owner=services.stamp(),
+                pre_snapshot=current,
+            )
+        session.flush()
+        journal.start_attempt(session, operation_id)
+        attempt = journal.require(session, operation_id).attempt
+        step_rows.add_steps(
+            session,
+            operation_id,
+            journal_steps(
+                operation_id, attempt, [(s.shown, s.operation, s.old, s.new) for s in steps]
+            ),
+        )
+        decision = ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {"allowed": True, "restore_to": target, "from": current, "attempt": attempt},
+        )
+        action = ledger.append(
+            session,
+            operation_id,
+            "action",
+            {
+                "targets": [
+                    {"path": s.shown, "operation": s.operation, "new": State.of(s.new).wire()}
+                    for s in steps
+                ]
+            },
+        )
+        journal.set_plan_events(session, operation_id, decision, action)
+        journal.set_report(session, operation_id, {"restore_to": target, "from": current})
+    return operation_id
+
+
+def _post_capture(
+    services: Services, shadow: ShadowRepository, operation_id: str, target: str
+) -> None:
+    """Record what the worktree holds after the restore as the ``post_snapshot``."""
+    try:
+        post = shadow.capture().tree
+        shadow.keep(post)
+    except PromoterError as exc:
+        log.warning("the capture after restore %s failed: %s", operation_id, exc.detail)
+        return
+    with services.db.session() as session:
+        row = journal.require(session, operation_id)
+        journal.set_snapshot(session, operation_id, "post", post)
+        journal.set_report(
+            session, operation_id, {**(row.report or {}), "post_tree_matches": post == target}
+        )
+
+
+def recover_restore(
+    services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+) -> str:
+    """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
+
+    Under the lock, the temp names its journal allowed are settled (promoter's bytes removed,
+    anything else kept and the restore failed closed) and each
+    step is re-read: exactly new is confirmed, exactly old is applied again, anything else
+    leaves the operation ``needs_reconciliation``. Serves ``needs_recovery`` (the default)
+    and, only when the caller says so after the operator's ``reconcile`` passed the guard
+    (``from_status="needs_reconciliation"``), an operator's ``continue``. Any other status
+    is refused before anything is written.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None or row.kind != "restore":
+            raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
+        if from_status not in (
+            OperationStatus.NEEDS_RECOVERY,
+            OperationStatus.NEEDS_RECONCILIATION,
+        ):
+            raise ValueError(f"a restore is never recovered from {from_status!r}")
+        if row.status != from_status:
+            raise NotRecoverable(
+                f"restore {operation_id} is {row.status}, not {from_status}",
+                operation_id=operation_id,
+                kind="restore",
+                current_status=row.status,
+            )
+        target, identity = str((row.report or {})["restore_to"]), row.repository_identity
+        current = row.pre_snapshot
+        journaled = step_rows.steps(session, operation_id)
+        rows = [(s.path, s.operation, s.old_state, s.new_state) for s in journaled]
+    repo = resolve(services, identity)
+    shadow = shadow_for(services, repo)
+    files = shadow.tree_files(target)
+    real = _real_paths(shadow, current, target)
+    steps = [
+        Step(real.get(p, p), op, old, new, files[real.get(p, p)].oid if new["exists"] else None)
+        for p, op, old, new in rows
+    ]
+    lock = lock_repository(services, repo)
+    claimed = False
+    try:
+        _claim(services, operation_id, from_status)  # again under the lock: it may have moved
+        claimed = True
+        with Root.open(repo.worktree) as root:
+            attempt = _attempt(services, operation_id)
+            run = StepRun(
+                services,
+                operation_id,
+                root,
+                lock,
+                shadow,
+                target,
+                steps,
+                touched=True,
+                attempt=attempt,
+            )
+            run.kept = _settle_temps(root, operation_id, attempt, steps)
+            if newly_kept(run.kept):
+                run.failure = TargetDrift(
+                    "bytes that are not promoter's were found at its temp names; they are kept"
+                )
+            plan = plan_recovery(
+                [Observation(Verdict(run.verdict(step)[0]), StepStatus.PENDING) for step in steps]
+            )
+            if plan.blocked:
+                run.failure = TargetDrift("a target is neither its old nor its new state")
+            status = run.finish() if run.failure else run.apply(plan.todo)
+        _post_capture(services, shadow, operation_id, target)
+    except Exception as exc:
+        if claimed:
+            put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
+        raise
+    finally:
+        lock.release()
+    return status
+
+
+def _claim(services: Services, operation_id: str, from_status: str) -> None:
+    """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
+    with services.db.session() as session:
+        found = journal.claim_from(
+            session, operation_id, OperationStatus(from_status), services.stamp()
+        )
+        if found is not None:
+            raise NotRecoverable(
+                f"restore {operation_id} is {found}, not {from_status}",
+                operation_id=operation_id,
+                kind="restore",
+                current_status=found,
+            )
+
+
+def _attempt(services: Services, operation_id: str) -> int:
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        assert row is not None
+        return row.attempt
+
+
+def _settle_temps(
+    root: Root, operation_id: str, attempts: int, steps: list[Step]
+) -> list[dict[str, Any]]:
+    """Settle the temp names the restore's attempts were journaled to use; return kept."""
+    return settle_step_temps(
+        root,
+        [
+            (step.path, temp_name(operation_id, attempt, seq), step.old, step.new)
+            for seq, step in enumerate(steps)
+            for attempt in range(1, attempts + 1)
+        ],
+    )[1]
+
+
+def _real_paths(shadow: ShadowRepository, current: str | None, target: str) -> dict[str, str]:
+    """Journaled (escaped) path -> the name on disk, from the diff the restore was planned on."""
+    if current is None:
+        return {}
+    return {wire_path(e.path): e.path for e in shadow.diff_entries(current, target)}

@@ -1,0 +1,406 @@
+"""Rollback of promoter's own bytes (SPEC §5.7, RollbackReceiptV1 of §3.8).
+
+Under the repository lock, in reverse step order, each target gets a compare-and-swap
+through the descriptor-chain writer: exactly ``new`` is restored to ``old`` (old blob and
+mode; a created file is removed with a checked unlink), exactly ``old`` is left, anything
+else is a ``conflict`` and is not touched. Directories the operation created are removed
+if empty, deepest first. Every target is attempted and failures are aggregated. Never
+``git reset``/``checkout``.
+
+A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
+with one step per target, so a crash mid-rollback is recovered like a promotion: steps
+already ``completed`` report ``restored``, the rest are re-classified. A promotion has one
+rollback: asked for again, a finished one answers its stored receipt, a stopped one
+(``needs_recovery``) is claimed and resumed, and any other is refused
+(``operation_conflict``) before anything is read or written.
+
+Each target is reported with what happened (``result``) and why (``reason``): exactly
+``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are
+there; ``io_error`` (with the errno) when a read or write failed; ``unsafe`` when the path
+is no longer safe to walk (``path_unsafe``); ``storage_error`` when the old blob could not
+be read; ``error`` for anything else. Every failure that is not a conflict has the
+``result`` ``failed`` and an ``error`` member with its code, errno and detail. ``actual``
+is what the path was read back as, with its kind; ``null`` (never "missing") when it could
+not be read. The status: ``rolled_back`` when every target is at its old state (restored
+or already old), ``rollback_failed`` when none is, ``rollback_partial`` otherwise.
+
+The receipt is journaled once: the first pass that finishes the targets records it in the
+rollback's row (with the ``outcome`` events), then it is written to the audit store
+(fsynced; identical bytes already there are reused, different bytes are an error and are
+never overwritten), and only then are the rollback and its promotion given their final
+status. A re-run after a crash anywhere in between reuses the recorded receipt, so the
+database row and the audit file never hold different bytes.
+
+Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``,
+``rollback_after_receipt`` (recorded and written, final status not yet journaled).
+
+Deliberately not here: whether an operation may be recovered or reconciled at all (the
+guard of ``promoter.domain.status``; ``recover_rollback`` only re-checks the status it was
+called for), the writes themselves (``promoter.fs``), deciding to roll back on a
+failed check or write (``promoter.engine.operation.outcome``), and how each target is worded in the
+receipt (``promoter.engine.operation.rollback_report``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from promoter import faults
+from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
+from promoter.domain.documents import seal_receipt
+from promoter.domain.models import RollbackReceiptV1
+from promoter.domain.path_state import State
+from promoter.domain.paths import disk_path, temp_name, wire_all
+from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
+from promoter.domain.records import Operation
+from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
+from promoter.engine.operation.apply import Applier
+from promoter.engine.operation.locking import repo_lock
+from promoter.engine.operation.rollback_report import (
+    AT_OLD,
+    Outcome,
+    reason_of,
+    rollback_status,
+    target_report,
+)
+from promoter.engine.operation.settle import newly_kept, settle_step_temps
+from promoter.engine.operation.stopped import put_back
+from promoter.engine.services import Services
+from promoter.errors import (
+    NotRecoverable,
+    OperationConflict,
+    OperationUnknown,
+    PromoterError,
+)
+from promoter.fs.chain import LeafState
+from promoter.fs.root import Root
+from promoter.store import journal, ledger, step_rows
+
+ROLLBACK_FROM = {
+    OperationStatus.COMPLETED,
+    OperationStatus.NEEDS_RECONCILIATION,
+    OperationStatus.APPLIED_UNVERIFIED,
+}
+
+
+def rollback_id(operation_id: str) -> str:
+    return content_id("op", sha256_hex(canonical_bytes({"rollback_of": operation_id})))
+
+
+def _load(session: Any, operation_id: str) -> Operation:
+    row = journal.get_operation(session, operation_id)
+    if row is None:
+        raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+    return row
+
+
+def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+    """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
+    stored = _stored(services, operation_id)
+    if stored is not None:
+        return stored
+    child_id, repository = _prepare(services, operation_id)
+    return _run(services, child_id, operation_id, repository, note)
+
+
+def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+    """Roll back while the caller already holds the repository lock and the root."""
+    stored = _stored(services, operation_id)
+    if stored is not None:
+        return stored
+    child_id, _ = _prepare(services, operation_id)
+    try:
+        return _rollback_locked(services, child_id, operation_id, root, note)
+    except Exception as exc:
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
+        raise
+
+
+def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
+    """The stored receipt exactly as written (checked, never re-encoded by the model)."""
+    if not operation_id.startswith("op_"):
+        return None
+    stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
+    return None if stored is None else dict(json.loads(stored))
+
+
+def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
+    """The promotion's rollback, journaled and claimed by this process.
+
+    Made the first time it is asked for. Asked again after it stopped
+    (``needs_recovery``, e.g. the repository lock was busy), it is resumed once claimed
+    here; in any other status it is refused and nothing runs: a running rollback is
+    someone else's, one in ``needs_reconciliation`` moves only by the operator's
+    ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
+    """
+    with services.db.session() as session:
+        parent = _load(session, operation_id)
+        if parent.kind != "promotion" or parent.status not in ROLLBACK_FROM:
+            raise OperationConflict(
+                f"operation {operation_id} is {parent.status}; only a completed, "
+                "applied_unverified or needs_reconciliation promotion can be rolled back",
+                current_status=parent.status,
+            )
+        repository = services.registry.by_identity(parent.repository_identity)
+        child_id = rollback_id(operation_id)
+        child = journal.get_operation(session, child_id)
+        if child is None:
+            journal.create_operation(
+                session,
+                operation_id=child_id,
+                kind=OperationKind.ROLLBACK,
+                status=OperationStatus.IN_PROGRESS,
+                repository_identity=parent.repository_identity,
+                repository_name=parent.repository_name,
+                owner=services.stamp(),
+                parent_operation_id=operation_id,
+                bundle_id=parent.bundle_id,
+            )
+            try:
+                session.flush()
+            except IntegrityError as exc:  # another request made it first: it is running
+                raise _refused(child_id, operation_id, OperationStatus.IN_PROGRESS) from exc
+            journal.start_attempt(session, child_id)
+            return child_id, repository
+        found = journal.claim_from(
+            session, child_id, OperationStatus.NEEDS_RECOVERY, services.stamp()
+        )
+        if found is None:
+            return child_id, repository  # asked again after it stopped: resumed
+        raise _refused(child_id, operation_id, found)
+
+
+def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
+    if status == OperationStatus.NEEDS_RECONCILIATION:
+        why, next_step = "only the operator's reconcile moves it", "reconcile"
+    elif status in FINAL:
+        why, next_step = "a final operation never runs again", None
+    else:
+        why, next_step = "it is running", "wait"
+    return OperationConflict(
+        f"rollback {child_id} of {parent_id} is {status}: {why}",
+        operation_id=child_id,
+        kind=OperationKind.ROLLBACK.value,
+        current_status=status,
+        next=next_step,
+    )
+
+
+def recover_rollback(
+    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+) -> str:
+    """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
+    with services.db.session() as session:
+        child = _load(session, child_id)
+        found = (
+            child.status
+            if child.kind != "rollback"
+            else journal.claim_from(
+                session, child_id, OperationStatus(from_status), services.stamp()
+            )
+        )
+        if found is not None:
+            raise NotRecoverable(
+                f"rollback {child_id} is {found}, not {from_status}",
+                operation_id=child_id,
+                kind=child.kind,
+                current_status=found,
+            )
+        parent_id = child.parent_operation_id
+        repository = services.registry.by_identity(child.repository_identity)
+    assert parent_id is not None
+    return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
+
+
+def _run(
+    services: Services, child_id: str, parent_id: str, repository: Any, note: str
+) -> dict[str, Any]:
+    lock = repo_lock(services, repository)
+    try:
+        lock.acquire()
+    except PromoterError as exc:
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
+        raise
+    try:
+        with Root.open(repository.worktree) as root:
+            return _rollback_locked(services, child_id, parent_id, root, note)
+    except Exception as exc:
+        put_back(services, child_id, OperationStatus.NEEDS_RECOVERY, exc, "rollback")
+        raise
+    finally:
+        lock.release()
+
+
+def _rollback_locked(
+    services: Services, child_id: str, parent_id: str, root: Root, note: str
+) -> dict[str, Any]:
+    with services.db.session() as session:
+        recorded = _load(session, child_id).receipt
+    if recorded is not None:  # an earlier pass recorded it: publish that one, never another
+        return _publish(services, child_id, parent_id, dict(recorded))
+    with services.db.session() as session:
+        promoted = [
+            {"path": s.path, "old": s.old_state, "new": s.new_state}
+            for s in reversed(step_rows.steps(session, parent_id))
+        ]
+        dirs = step_rows.created_dirs(session, parent_id)
+        done = {s.seq: s.status for s in step_rows.steps(session, child_id)}
+        if not done:
+            faults.point("rollback_before_journal")
+            step_rows.add_steps(
+                session,
+                child_id,
+                journal_steps(
+                    child_id,
+                    1,
+                    [(str(p["path"]), "rollback", p["new"], p["old"]) for p in promoted],
+                ),
+            )
+            ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
+            ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
+    kept: list[dict[str, Any]] = []
+    if done:  # a rollback that ran before: settle the temp names it was journaled to use
+        kept = wire_all(
+            settle_step_temps(
+                root,
+                [
+                    (disk_path(str(p["path"])), temp_name(child_id, 1, seq), p["new"], p["old"])
+                    for seq, p in enumerate(promoted)
+                ],
+            )[1]
+        )
+    held = {k["path"] for k in newly_kept(kept)}
+    targets: list[dict[str, Any]] = []
+    for seq, step in enumerate(promoted):
+        if step["path"] in held:  # someone else's bytes were found at our temp name
+            reason, leaf, exc = "conflict", _leaf_or_none(root, str(step["path"])), None
+        else:
+            aside = temp_name(child_id, 1, seq)
+            reason, leaf, exc = _one(
+                services, root, step, aside, kept, already=done.get(seq) == "completed"
+            )
+        with services.db.session() as session:
+            done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
+            step_rows.set_steps(session, child_id, {seq: done_as}, {seq: reason})
+        faults.point("rollback_after_step")
+        targets.append(target_report(str(step["path"]), reason, leaf, exc))
+    removed = [
+        d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
+    ]
+    status = rollback_status(targets)
+    faults.point("rollback_before_receipt")
+    receipt = RollbackReceiptV1.model_validate(
+        seal_receipt(
+            {
+                "schema": "RollbackReceiptV1",
+                "operation_id": parent_id,
+                "status": status,
+                "targets": targets,
+                "removed_directories": removed,
+                "rolled_back_at": rfc3339(utcnow()),
+            }
+        )
+    )
+    with services.db.session() as session:  # (1) record the receipt, once
+        child = _load(session, child_id)
+        if child.receipt is None:
+            ledger.append(
+                session,
+                child_id,
+                "outcome",
+                {"status": status, "receipt_sha256": receipt.receipt_sha256},
+            )
+            ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
+            journal.set_receipt(session, child_id, receipt.wire(), receipt.receipt_sha256)
+            report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
+            journal.set_report(session, child_id, report)
+            recorded = receipt.wire()
+        else:
+            recorded = dict(child.receipt)  # a concurrent pass recorded one first
+    return _publish(services, child_id, parent_id, recorded)
+
+
+def _publish(
+    services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
+) -> dict[str, Any]:
+    """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
+    status = OperationStatus(RollbackReceiptV1.model_validate(recorded).status)
+    services.audit.put("rollback", parent_id, canonical_bytes(recorded))
+    faults.point("rollback_after_receipt")
+    with services.db.session() as session:
+        child = _load(session, child_id)
+        parent = _load(session, parent_id)
+        note = str((child.report or {}).get("note") or "") or None
+        journal.set_status(session, child.operation_id, status)
+        if parent.status != status:
+            journal.set_status(session, parent.operation_id, status, code=None, detail=note)
+    return recorded
+
+
+def _rmdir(root: Root, directory: str) -> bool:
+    """Remove the journaled (wire form) directory if it is empty."""
+    try:
+        return root.remove_dir_if_empty(disk_path(directory))
+    except PromoterError:
+        return False
+
+
+def _leaf_or_none(root: Root, path: str) -> LeafState | None:
+    try:
+        return root.read_state(disk_path(path))
+    except PromoterError:
+        return None
+
+
+def _one(
+    services: Services,
+    root: Root,
+    step: dict[str, Any],
+    aside: str,
+    kept: list[dict[str, Any]],
+    *,
+    already: bool,
+) -> Outcome:
+    """Compare-and-swap one target back to its old state: (reason, read-back, error).
+
+    ``aside`` is the step's journaled temp name; bytes kept on the way go to ``kept``.
+    """
+    old, new = State.of(step["old"]), State.of(step["new"])
+    path = disk_path(step["path"])  # journaled in wire form; the file system's name
+    try:
+        leaf = root.read_state(path)
+    except PromoterError as exc:
+        return reason_of(exc), None, exc
+    move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
+    if move is not RollbackMove.WRITE_OLD:
+        return move.value, leaf, None
+    apply = Applier(root)
+    try:
+        if old.exists:
+            assert old.sha256 is not None
+            source = services.blobs.stream(
+                old.sha256
+            )  # checked against its sha256 as it is written
+            apply.write(0, path, new, old, source, aside)
+        else:
+            apply.remove(0, path, new, aside)
+        apply.sync(0)
+        apply.close()
+        leaf = root.read_state(path)
+    except (PromoterError, OSError) as exc:
+        apply.close()
+        if isinstance(exc, PromoterError):
+            kept.extend(wire_all(exc.context.get("kept", [])))
+        try:
+            leaf = root.read_state(path)
+        except PromoterError:
+            return reason_of(exc), None, exc
+        if leaf.matches(old):
+            return "restored", leaf, None
+        if leaf.matches(new):  # nothing changed: the write itself failed
+            return reason_of(exc), leaf, exc
+        return "conflict", leaf, exc
+    return ("restored" if leaf.matches(old) else "conflict"), leaf, None

@@ -1,0 +1,74 @@
+"""How a rollback reports each target and sums them up (SPEC §5.7, RollbackReceiptV1).
+
+``target_report`` turns what happened to one target (a reason, the leaf read back, the
+error) into the receipt's target: ``result`` (``restored``, ``already_old``, ``conflict``
+or ``failed``), ``reason``, ``error`` (code, errno, detail) and ``actual``; ``reason_of``
+names the reason an error stands for; ``rollback_status`` sums the targets up.
+Deliberately not here: reading or writing anything, the journal (``operation.rollback``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from promoter.domain.path_state import observed
+from promoter.domain.status import OperationStatus
+from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
+from promoter.fs.chain import LeafState
+
+AT_OLD = ("restored", "already_old")
+Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
+
+
+def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
+    """What the path read back as, with its kind; None when it could not be read at all."""
+    return None if leaf is None else observed(leaf, leaf.size)
+
+
+def reason_of(exc: PromoterError | OSError) -> str:
+    """Why a target could not be restored, from the error that stopped it."""
+    if isinstance(exc, TargetDrift):
+        return "conflict"
+    if isinstance(exc, PathUnsafe):
+        return "unsafe"
+    if isinstance(exc, OSError) or (isinstance(exc, WriteFailed) and _errno(exc) is not None):
+        return "io_error"
+    if exc.code in ("storage_error", "blob_missing", "blob_hash_mismatch"):
+        return "storage_error"
+    return "error"
+
+
+def _errno(exc: PromoterError | OSError) -> int | None:
+    value = exc.errno if isinstance(exc, OSError) else exc.context.get("errno")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
+    if exc is None:
+        return None
+    if isinstance(exc, OSError):
+        return {"code": "write_failed", "errno": exc.errno, "detail": str(exc)[:500]}
+    return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
+
+
+def target_report(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
+    """One target of the receipt: what happened, why, the error, what was read back."""
+    result = reason if reason in (*AT_OLD, "conflict") else "failed"
+    error = None if reason in AT_OLD else _error(exc)
+    return {
+        "path": path,
+        "result": result,
+        "reason": reason,
+        "error": error,
+        "actual": _actual(leaf),
+    }
+
+
+def rollback_status(targets: list[dict[str, Any]]) -> OperationStatus:
+    """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
+    at_old = sum(1 for t in targets if t["result"] in AT_OLD)
+    if at_old == len(targets):
+        return OperationStatus.ROLLED_BACK
+    if at_old == 0:
+        return OperationStatus.ROLLBACK_FAILED
+    return OperationStatus.ROLLBACK_PARTIAL

@@ -1,0 +1,4 @@
+"""What a person reviews before a promotion writes: the diff, and the approval gate.
+
+Not here: the console that shows it (``api.ui``).
+"""

@@ -1,0 +1,249 @@
+"""The approval gate: a promotion that waits for a person's decision before it writes.
+
+A repository (operator config ``approval = "required"``) or a grant (``approval:
+"required"``) can require it. ``required`` says whether it applies; ``precheck`` is what
+a gated request checks before it is held (the lease and the evidence, exactly as an
+attempt would; nothing is written); ``approved`` finds a standing approval of an
+operation; ``decide`` journals the operator's ``approve`` or ``reject`` as a
+``decision`` event carrying who and why and the hashes it binds, and moves the
+operation: approved starts the attempt (which re-checks everything as usual), rejected
+refuses it.
+
+Who decided is the authenticated credential (SPEC §10.13): the caller passes the
+principal's role and name, never a name from a request body; a name a body claims is
+kept apart as ``claimed_by`` and decides nothing. A rejection is final for its
+operation: ``rejected`` finds it and a later request for the same operation is refused
+(``ApprovalRejected``) without writing anything, until an operator ``reopen``s it, which
+is journaled as a decision too and holds the operation for a decision again.
+
+An approval binds one operation id, which derives from the grant, bundle and
+verification hashes, and the event repeats those hashes: nothing else can ride on it.
+It lasts as long as the grant's window (``expires_at``): an approval of an expired
+grant is refused, and a standing approval found on a later request counts only while
+the grant is inside its window.
+
+Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
+(the route admits the operator only), and the attempt's own checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from promoter.domain.documents import operation_id_for
+from promoter.domain.models import GrantV1
+from promoter.domain.records import Operation, Ticket
+from promoter.domain.status import OperationKind, OperationStatus
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.operation import promote
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
+from promoter.errors import ApprovalRejected, OperationConflict, OperationUnknown, PromoterError
+from promoter.store import journal, ledger
+
+__all__ = ["Decided", "approved", "decide", "precheck", "rejected", "reopen", "required"]
+
+Verdict = Literal["approve", "reject"]
+REJECTED = "approval_rejected"
+
+
+def required(repository: Repository, grant: GrantV1) -> bool:
+    """Whether a promotion of ``grant`` into ``repository`` waits for a decision."""
+    return repository.config.approval == "required" or grant.approval == "required"
+
+
+def precheck(
+    services: Services, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
+) -> None:
+    """Steps 1 and 2 of an attempt, before the operation is held: lease and evidence."""
+    check_authority(services, grant, fence)
+    recheck_evidence(services, bundle_id, receipt_sha256)
+
+
+def _binding(row: Operation) -> dict[str, Any]:
+    return {
+        "operation_id": row.operation_id,
+        "grant_sha256": row.grant_sha256,
+        "bundle_sha256": row.bundle_sha256,
+        "verification_receipt_sha256": row.verification_receipt_sha256,
+        "repository_identity": row.repository_identity,
+    }
+
+
+def _bound(row: Operation) -> bool:
+    """The row's operation id is the one its hashes derive (SPEC §5.2)."""
+    if None in (row.grant_sha256, row.bundle_sha256, row.verification_receipt_sha256):
+        return False
+    derived = operation_id_for(
+        grant_sha256=str(row.grant_sha256),
+        bundle_sha256=str(row.bundle_sha256),
+        verification_receipt_sha256=str(row.verification_receipt_sha256),
+        repository_identity=row.repository_identity,
+    )
+    return derived == row.operation_id
+
+
+def _latest(session: Session, operation_id: str) -> dict[str, Any] | None:
+    """The payload of the operation's latest approval decision (approved, rejected, reopened)."""
+    latest: dict[str, Any] | None = None
+    for event in ledger.events(session, operation_id):
+        payload = event.payload
+        if event.kind == "decision" and isinstance(payload, dict) and "approval" in payload:
+            latest = payload
+    return latest
+
+
+def rejected(session: Session, row: Operation) -> dict[str, Any] | None:
+    """The standing rejection of an operation by a person, if its latest decision is one.
+
+    A refusal of an approval past the grant's window (which carries its ``code``) is not a
+    person's rejection: that grant is dead anyway and every later request says so.
+    """
+    latest = _latest(session, row.operation_id)
+    if latest is None or latest.get("approval") != "rejected" or "code" in latest:
+        return None
+    return latest
+
+
+def refuse_if_rejected(session: Session, row: Operation) -> None:
+    """Raise ``ApprovalRejected`` when a person rejected the operation and nobody reopened it."""
+    standing = rejected(session, row)
+    if standing is None:
+        return
+    claimed = standing.get("by")
+    by: dict[str, Any] = claimed if isinstance(claimed, dict) else {}
+    raise ApprovalRejected(
+        f"operation {row.operation_id} was rejected by {by.get('name', '?')}; a rejection is "
+        f"final: it is not held again unless an operator reopens it "
+        f"(promoter reopen {row.operation_id})",
+        operation_id=row.operation_id,
+        rejected_by=by,
+        note=standing.get("note", ""),
+    )
+
+
+def approved(session: Session, row: Operation, grant: GrantV1) -> bool:
+    """A standing approval: the latest decision is ``approved``, binds this row, in window."""
+    latest = _latest(session, row.operation_id)
+    if latest is None or latest.get("approval") != "approved" or not _bound(row):
+        return False
+    if {k: latest.get(k) for k in _binding(row)} != _binding(row):
+        return False
+    try:
+        check_grant_window(grant)
+    except PromoterError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Decided:
+    operation_id: str
+    status: OperationStatus
+    ticket: Ticket | None  # the attempt an approval starts
+
+
+def decide(
+    services: Services,
+    operation_id: str,
+    verdict: Verdict,
+    *,
+    note: str,
+    by: str,
+    role: str,
+    claimed_by: str = "",
+) -> Decided:
+    """Journal the decision on an ``awaiting_approval`` promotion and move it.
+
+    ``by`` and ``role`` are the authenticated principal's name and role; ``claimed_by``
+    is a name the request itself carried, recorded apart (and only when given).
+
+    Raises ``OperationConflict`` unless the operation is a promotion awaiting approval
+    whose id its hashes derive; ``GrantExpired`` (after refusing it) when approving past
+    the grant's window. The caller starts the attempt of an approved operation.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        if row.kind != OperationKind.PROMOTION or row.status != OperationStatus.AWAITING_APPROVAL:
+            raise OperationConflict(
+                f"operation {operation_id} is {row.status}, not awaiting_approval",
+                operation_id=operation_id,
+                current_status=row.status,
+            )
+        if not _bound(row):
+            raise OperationConflict(
+                f"operation {operation_id} does not derive from its grant, bundle and "
+                "verification hashes; it cannot be approved",
+                operation_id=operation_id,
+            )
+        grant = load_grant(services, str(row.grant_id))
+        expired: PromoterError | None = None
+        if verdict == "approve":
+            try:
+                check_grant_window(grant)
+            except PromoterError as exc:
+                expired = exc
+        who = {"role": role, "name": by}
+        payload = {
+            "approval": "approved" if verdict == "approve" and expired is None else "rejected",
+            "by": who,
+            "note": note,
+            "expires_at": grant.expires_at,
+            **_binding(row),
+        }
+        if claimed_by:
+            payload["claimed_by"] = claimed_by
+        if expired is not None:
+            payload["code"] = expired.code
+        ledger.append(session, operation_id, "decision", payload)
+        if payload["approval"] == "approved":
+            services.claim(session, row.operation_id)
+            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+            started = promote.ticket(session, operation_id, grant)
+            return Decided(operation_id, OperationStatus.IN_PROGRESS, started)
+        code = expired.code if expired is not None else REJECTED
+        detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
+        ledger.append(session, operation_id, "outcome", {"status": "refused", "code": code})
+        journal.set_status(
+            session, row.operation_id, OperationStatus.REFUSED, code=code, detail=detail
+        )
+    if expired is not None:
+        raise expired
+    return Decided(operation_id, OperationStatus.REFUSED, None)
+
+
+def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Decided:
+    """Undo a person's rejection: journal ``reopened`` and hold the operation again.
+
+    The operation must be a refused promotion whose latest decision is a person's
+    rejection (else ``OperationConflict``). Its next attempt is held in
+    ``awaiting_approval`` with the fence it had; nothing is written until an approval,
+    whose attempt re-checks everything as usual.
+    """
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        if (
+            row.kind != OperationKind.PROMOTION
+            or row.status != OperationStatus.REFUSED
+            or rejected(session, row) is None
+        ):
+            raise OperationConflict(
+                f"operation {operation_id} is {row.status} and not rejected by a person; "
+                "only a rejected promotion can be reopened",
+                operation_id=operation_id,
+                current_status=row.status,
+            )
+        payload = {"approval": "reopened", "by": {"role": role, "name": by}, "note": note}
+        ledger.append(session, operation_id, "decision", {**payload, **_binding(row)})
+        journal.next_attempt(
+            session, operation_id, OperationStatus.AWAITING_APPROVAL, owner=services.stamp()
+        )
+    return Decided(operation_id, OperationStatus.AWAITING_APPROVAL, None)
