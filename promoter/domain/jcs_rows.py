@@ -6,7 +6,8 @@ choose between the standard library's encoder and ``rfc8785``, then lets the sta
 library sort each row's keys. These rows have fixed keys and values of known types, so
 here each row is written from one format string with its keys already in JCS order:
 about a third to a half of the time (49 -> 16 ms for the three evidence lists of a
-10 000-change bundle, 32 -> 16-20 ms for its changes; docs/decisions.md).
+10 000-change bundle, 32 -> 16-20 ms for its changes;
+docs/decisions/verification-rows-and-paused-collector.md).
 
 Every row's keys and value types are checked as it is written. A list holding anything
 else — another key, a float, a subclass of ``str``, an integer beyond +-2^53, a lone

@@ -8,7 +8,7 @@ the worktree created, modified or removed outside the promotion's targets, and e
 change in the git directory. The targets themselves are read back by
 ``promoter.engine.operation.outcome`` through the descriptor chain, by content.
 
-Choices made here (docs/decisions.md, "Checks are compared before and after"):
+Choices made here (docs/decisions/checks-compared-before-and-after.md):
 
 - Ignored files count: a check that rewrites a user's ignored ``.env`` is as visible as
   one that edits a tracked file.
