@@ -9,6 +9,10 @@ Patterns and paths are wire forms (SPEC §10.12, ``wirepath``): a pattern may na
 byte that is not UTF-8 as ``\\xNN`` and a backslash as ``\\\\``, and must be canonical.
 Matching compares the decoded names (``subject``), so ``?`` stands for one UTF-8
 character or one byte that is not UTF-8, never for part of an escape.
+
+Not a glob library's matcher: wcmatch and pathspec both refuse ``src/**`` for ``src``
+(zero components), and pathspec lets ``src`` match ``src/a.py``; see
+``docs/decisions/libraries-signing-globs-inotify.md``. wcmatch is the tests' oracle.
 """
 
 from __future__ import annotations

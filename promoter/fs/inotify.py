@@ -1,25 +1,31 @@
-"""The Linux inotify calls promoter uses, through libc: open, watch, unwatch, read events.
+"""The Linux inotify calls promoter uses: open, watch, unwatch, read events.
 
-This module owns the thin binding: ``Inotify`` (one non-blocking, close-on-exec inotify
-descriptor), ``add_watch`` for a directory that is not followed through a symlink,
-``remove_watch``, and ``read_events``, which returns every queued event without
-blocking. The event masks are the kernel's.
+This module owns the thin adapter over ``inotify_simple`` (which binds libc and parses the
+kernel's event records): ``Inotify`` (one non-blocking, close-on-exec inotify descriptor),
+``add_watch`` for a directory that is not followed through a symlink, ``remove_watch``,
+and ``read_events``, which returns every queued event without blocking, each name as the
+exact bytes the kernel gave. The event masks are the kernel's.
 
 It deliberately does not decide what to watch or what an event means for a snapshot
 (``promoter.fs.watch`` does), and it never touches the files it watches. Where inotify
-is not available (not Linux, or no libc symbol) ``available()`` is false and ``Inotify``
-raises ``OSError``.
+is not available (not Linux) ``available()`` is false and ``Inotify`` raises ``OSError``,
+as it does on a libc without the inotify calls.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import os
-import struct
-import weakref
+import sys
 from dataclasses import dataclass
+from typing import Any
+
+try:
+    import inotify_simple
+except ImportError:  # not POSIX (termios, fcntl): available() is false
+    _simple: Any = None
+else:
+    _simple = inotify_simple
 
 __all__ = [
     "IN_ATTRIB",
@@ -56,11 +62,6 @@ IN_ONLYDIR = 0x01000000
 IN_DONT_FOLLOW = 0x02000000
 IN_ISDIR = 0x40000000
 
-_IN_NONBLOCK = os.O_NONBLOCK
-_IN_CLOEXEC = os.O_CLOEXEC
-_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
-_READ_SIZE = 1 << 16
-
 
 @dataclass(frozen=True)
 class Event:
@@ -71,87 +72,53 @@ class Event:
     name: bytes
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        lib = ctypes.CDLL(name, use_errno=True) if name else ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    if not all(hasattr(lib, f) for f in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch")):
-        return None
-    lib.inotify_init1.argtypes = [ctypes.c_int]
-    lib.inotify_init1.restype = ctypes.c_int
-    lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    lib.inotify_add_watch.restype = ctypes.c_int
-    lib.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    lib.inotify_rm_watch.restype = ctypes.c_int
-    return lib
-
-
-_LIBC = _libc()
+_AVAILABLE = _simple is not None and sys.platform.startswith("linux")
 
 
 def available() -> bool:
     """Whether this system offers inotify."""
-    return _LIBC is not None
-
-
-def _raise(what: str) -> None:
-    code = ctypes.get_errno()
-    raise OSError(code, f"{what}: {os.strerror(code)}")
+    return _AVAILABLE
 
 
 class Inotify:
     """One inotify descriptor; ``close`` releases it and every watch on it."""
 
     def __init__(self) -> None:
-        if _LIBC is None:
+        if not _AVAILABLE:
             raise OSError(errno.ENOSYS, "inotify is not available on this system")
-        self._lib = _LIBC
-        fd = self._lib.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if fd < 0:
-            _raise("inotify_init1")
-        self.fd: int | None = fd
-        self._finalizer = weakref.finalize(self, os.close, fd)  # closed if never closed
+        # close-on-exec, non-blocking; the descriptor is closed with the object if never closed
+        try:
+            self._ino: Any = _simple.INotify(inheritable=False, nonblocking=True)
+        except AttributeError as exc:  # a libc without the inotify calls
+            raise OSError(errno.ENOSYS, "inotify is not available on this system") from exc
 
-    def _fd(self) -> int:
-        if self.fd is None:
+    @property
+    def fd(self) -> int | None:
+        return None if self._ino is None else int(self._ino.fileno())
+
+    def _open(self) -> Any:
+        if self._ino is None:
             raise OSError(errno.EBADF, "the inotify descriptor is closed")
-        return self.fd
+        return self._ino
 
     def add_watch(self, path: bytes, mask: int) -> int:
         """Watch the directory ``path`` (a final symlink is not followed); its descriptor."""
-        wd = self._lib.inotify_add_watch(self._fd(), path, mask | IN_ONLYDIR | IN_DONT_FOLLOW)
-        if wd < 0:
-            _raise(f"inotify_add_watch {path!r}")
-        return int(wd)
+        return int(self._open().add_watch(path, mask | IN_ONLYDIR | IN_DONT_FOLLOW))
 
     def remove_watch(self, wd: int) -> None:
         """Stop watching ``wd``; a watch the kernel already dropped is not an error."""
-        if self._lib.inotify_rm_watch(self._fd(), wd) < 0 and ctypes.get_errno() != errno.EINVAL:
-            _raise("inotify_rm_watch")
+        try:
+            self._open().rm_watch(wd)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
 
     def read_events(self) -> list[Event]:
         """Every event queued now, without waiting."""
-        fd = self._fd()
-        events: list[Event] = []
-        while True:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                return events
-            if not data:
-                return events
-            offset = 0
-            while offset + _HEADER.size <= len(data):
-                wd, mask, _cookie, size = _HEADER.unpack_from(data, offset)
-                offset += _HEADER.size
-                name = data[offset : offset + size].rstrip(b"\0")
-                offset += size
-                events.append(Event(wd, mask, name))
+        return [Event(e.wd, e.mask, os.fsencode(e.name)) for e in self._open().read(timeout=0)]
 
     def close(self) -> None:
         """Release the descriptor (and so every watch)."""
-        if self.fd is not None:
-            self.fd = None
-            self._finalizer()
+        if self._ino is not None:
+            ino, self._ino = self._ino, None
+            ino.close()

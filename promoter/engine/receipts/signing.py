@@ -1,7 +1,8 @@
 """Signed receipts (SPEC §3.9 as amended by §10.6): DSSE envelopes over in-toto Statements.
 
 Owns the DSSE v1 envelope (``payloadType: application/vnd.in-toto+json``) over the
-canonical Statement whose predicate is the exact canonical bytes of a receipt, and
+canonical Statement whose predicate is the exact canonical bytes of a receipt (made and
+pre-authentication-encoded by ``securesystemslib.dsse``), and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
 ``host_key(services)`` is the one place a running daemon gets its active signing key.
@@ -25,6 +26,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from promoter.domain.canonical import canonical_bytes, parse_rfc3339, projection_sha256
 from promoter.domain.documents import GRANT_IDENTITY, bundle_id_for, bundle_sha256, receipt_sha256
@@ -101,27 +104,33 @@ def host_key(services: Services) -> HostKey:
 
 
 def pae(payload_type_: str, body: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding (lengths are ASCII decimal byte counts)."""
-    kind = payload_type_.encode("utf-8")
-    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body)
+    """DSSE v1 pre-authentication encoding (lengths are ASCII decimal byte counts).
+
+    securesystemslib's ``Envelope`` computes it, for signing and verifying alike.
+    """
+    return Envelope(body, payload_type_, {}).pae()
+
+
+def _signer(key: HostKey) -> CryptoSigner:
+    """The host key as a securesystemslib signer whose signatures carry promoter's keyid."""
+    public = SSlibKey.from_crypto(key.public_key, keyid=key.keyid, scheme=ALGORITHM)
+    return CryptoSigner(key.private_key, public)
 
 
 def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
     """A DSSE envelope over the in-toto Statement of a receipt's exact canonical bytes.
 
     The bytes are checked first as ``verify_document`` checks them, so the host never
-    signs a receipt that an offline verifier would reject.
+    signs a receipt that an offline verifier would reject. The envelope is securesystemslib's
+    (standard base64, one ``{keyid, sig}`` per signature).
     """
     checked = check_document(receipt_bytes)
     if checked.schema not in RECEIPTS:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
-    body = statement_bytes(receipt_bytes)
-    sig = base64.b64encode(key.sign(pae(PAYLOAD_TYPE, body))).decode("ascii")
-    return {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.b64encode(body).decode("ascii"),
-        "signatures": [{"keyid": key.keyid, "sig": sig}],
-    }
+    envelope = Envelope(statement_bytes(receipt_bytes), PAYLOAD_TYPE, {})
+    envelope.sign(_signer(key))
+    document: dict[str, Any] = envelope.to_dict()
+    return document
 
 
 # --- offline verification -------------------------------------------------------------------
@@ -244,7 +253,12 @@ def _check_window(signer: TrustedKey, predicate: bytes) -> str:
 def _check_signatures(
     envelope: DsseEnvelope, kind: str, body: bytes, keys: Sequence[TrustedKey]
 ) -> TrustedKey | None:
-    """The first given key that verifies a signature; None if no keys were given."""
+    """The first given key that verifies a signature; None if no keys were given.
+
+    Not ``Envelope.verify``: that one only tries a key on a signature that claims the
+    key's keyid, and ``Envelope.from_dict`` refuses two signatures with one keyid. A DSSE
+    keyid is an unauthenticated hint, so every given key is tried on every signature.
+    """
     if not keys:
         return None
     message = pae(kind, body)
