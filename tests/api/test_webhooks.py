@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from promoter.adapters.webhooks.dispatcher import Dispatcher, signature, verify
 from promoter.config import WebhookConfig
-from promoter.engine.webhooks import Dispatcher, signature, verify
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.promotion import promote, submit
 

@@ -7,7 +7,7 @@ subscriber (the feed itself holds the rest, so nothing is dropped), in one trans
 with the place. Each subscriber has its own worker (a task of ``Dispatcher.run``) that
 delivers its oldest pending delivery, in feed order, so a slow or dead receiver delays
 only its own deliveries. A delivery is a POST of the JSON body to the configured URL
-only, redirects not followed, to the address ``promoter.engine.webhook_targets``
+only, redirects not followed, to the address ``promoter.adapters.webhooks.targets``
 resolved and permitted (DNS rebinding cannot move it to loopback or cloud metadata),
 with the Standard Webhooks headers ``webhook-id`` (the delivery id, the same on every
 retry: receivers deduplicate by it), ``webhook-timestamp`` and ``webhook-signature:
@@ -22,9 +22,10 @@ delivers it; anything else is retried after a delay doubling from
 ``webhook_backoff_seconds``, measured on ``clock`` (replaceable in tests), and a
 subscriber whose ``max_failures`` attempts in a row failed is paused (``webhook_gauges``
 shows it in the metrics). ``verify`` is the receiver's check of ``Promoter-Signature``;
-it answers False, never raises, on anything malformed. Deliberately not here: the feed's
-order, the target policy, resuming a paused subscriber (an operator's change of config
-and restart does not yet unpause).
+it answers False, never raises, on anything malformed. ``Dispatcher`` is the engine's
+``WebhookDeliveries`` port (``promoter.engine.services``). Deliberately not here: the
+feed's order, the target policy, resuming a paused subscriber (an operator's change of
+config and restart does not yet unpause).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
+from promoter.adapters.webhooks.targets import TargetPolicy
 from promoter.config import WebhookConfig
 from promoter.domain.canonical import canonical_bytes
 from promoter.engine.services import Services
-from promoter.engine.webhook_targets import TargetPolicy
 from promoter.errors import PromoterError, WebhookTargetRefused
 from promoter.store import webhook_queue
 from promoter.store.wakeup import COMMITS
