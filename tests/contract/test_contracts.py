@@ -115,6 +115,41 @@ def test_the_engine_speaks_no_http() -> None:
     assert offenders == []
 
 
+# What ``promoter.api`` still imports from the store, each for a reason that is not a read:
+# reads go through ``promoter.engine.queries`` (and the engine's other use cases).
+API_STORE_IMPORTS = {
+    # the authenticated caller and the executor's quota: types the dependencies hand out
+    "promoter/api/deps.py": {"promoter.store.credentials", "promoter.store.quota"},
+    "promoter/api/routes/bundles.py": {"promoter.store.credentials"},
+    "promoter/api/routes/review.py": {"promoter.store.credentials"},
+    # the upload stream: bytes written to the blob store as the request body arrives
+    "promoter/api/routes/blobs.py": {
+        "promoter.store",
+        "promoter.store.blob_batch",
+        "promoter.store.blobs",
+        "promoter.store.quota",
+    },
+    # the commit signal a long-poll waits on: it carries no data
+    "promoter/api/longpoll.py": {"promoter.store.wakeup"},
+    # the start-up sweep of a killed writer's temps in the state directory: a write
+    "promoter/api/app.py": {"promoter.store.state_temps"},
+}
+
+
+def test_the_api_reads_through_engine_queries() -> None:
+    """No API module reads the store or runs git itself."""
+    offenders = []
+    for path in (ROOT / "promoter" / "api").rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        allowed = API_STORE_IMPORTS.get(where, set())
+        offenders += [
+            f"{where}: {name}"
+            for name in _imports(path)
+            if name.startswith(("promoter.git", "promoter.store")) and name not in allowed
+        ]
+    assert offenders == []
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
