@@ -30,8 +30,8 @@ def start(services: Services, metrics: CollectorRegistry) -> Dispatcher | None:
     """The webhook dispatcher of the configured subscribers, started (none without any)."""
     if not services.settings.webhooks:
         return None
-    dispatcher = Dispatcher(services)
+    dispatcher = Dispatcher(services.settings, services.db, services.stopping)
     services.webhooks = dispatcher
-    metrics.register(WebhookGauges(services))
+    metrics.register(WebhookGauges(services.db))
     dispatcher.start()
     return dispatcher

@@ -49,11 +49,11 @@ from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
 from promoter.adapters.webhooks.targets import TargetPolicy
-from promoter.config import WebhookConfig
+from promoter.config import Settings, WebhookConfig
 from promoter.domain.canonical import canonical_bytes
-from promoter.engine.services import Services
 from promoter.errors import PromoterError, WebhookTargetRefused
 from promoter.store import webhook_queue
+from promoter.store.db import Database
 from promoter.store.wakeup import COMMITS
 
 RECHECK_SECONDS = 1.0
@@ -103,21 +103,32 @@ def delivery_id(subscriber: str, position: int) -> str:
 
 
 class Dispatcher:
-    def __init__(self, services: Services, clock: Callable[[], float] = time.time) -> None:
-        self.services = services
+    """The deliveries of ``settings.webhooks``, queued in ``db``; the workers end once
+    ``stopping`` is set (the daemon's SIGTERM)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        stopping: threading.Event,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.stopping = stopping
         self.clock = clock
-        self.subscribers: dict[str, WebhookConfig] = dict(services.settings.webhooks)
+        self.subscribers: dict[str, WebhookConfig] = dict(settings.webhooks)
         self._task: asyncio.Task[None] | None = None
         self.recorded = threading.Condition()  # notified after each attempt is recorded
         self.attempts = 0
-        self.policy = TargetPolicy(services.settings.webhook_allowed_targets)
+        self.policy = TargetPolicy(settings.webhook_allowed_targets)
 
     # --- the queue (worker threads) -----------------------------------------------------
 
     def enqueue(self, names: Iterable[str] | None = None) -> None:
         """Queue the feed entries after each subscriber's place (or ``names``'), to the bound."""
-        limit = self.services.settings.webhook_queue_max
-        with self.services.db.session() as session:
+        limit = self.settings.webhook_queue_max
+        with self.db.session() as session:
             for name in self.subscribers if names is None else names:
                 webhook_queue.fill(
                     session,
@@ -135,19 +146,19 @@ class Dispatcher:
 
     def head(self, name: str) -> tuple[str, str, float] | None:
         """(delivery id, body, due time) of ``name``'s oldest delivery (None: none or paused)."""
-        with self.services.db.session() as session:
+        with self.db.session() as session:
             found = webhook_queue.head(session, name)
         return None if found is None else (found.delivery_id, found.body, found.due)
 
     def record(self, name: str, ident: str, error: str | None) -> None:
         """The outcome of one attempt: delivered, or retried later (or the subscriber paused)."""
-        settings = self.services.settings
+        settings = self.settings
 
         def retry_at(attempts: int) -> float:
             delay = settings.webhook_backoff_seconds * 2 ** (attempts - 1)
             return float(self.clock() + min(delay, settings.webhook_backoff_max_seconds))
 
-        with self.services.db.session() as session:
+        with self.db.session() as session:
             webhook_queue.record(
                 session,
                 name,
@@ -169,7 +180,7 @@ class Dispatcher:
 
     async def send(self, client: httpx.AsyncClient, name: str, ident: str, body: str) -> str | None:
         """POST one delivery within the deadline; ``None`` when delivered, else what failed."""
-        settings = self.services.settings
+        settings = self.settings
         try:
             async with asyncio.timeout(settings.webhook_timeout_seconds):
                 return await self._post(client, name, ident, body)
@@ -198,7 +209,7 @@ class Dispatcher:
             "Promoter-Signature": signature(config.secret, stamp, data),
         }
         extensions = {} if target.server_name is None else {"sni_hostname": target.server_name}
-        cap = self.services.settings.webhook_max_response_bytes
+        cap = self.settings.webhook_max_response_bytes
         request = client.build_request(
             "POST", target.url, content=data, headers=headers, extensions=extensions
         )
@@ -225,10 +236,10 @@ class Dispatcher:
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: connect to the checked address
             # ``send``'s deadline bounds the whole delivery; this only backs it up
-            timeout=2 * self.services.settings.webhook_timeout_seconds,
+            timeout=2 * self.settings.webhook_timeout_seconds,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         ) as client:
-            while not self.services.stopping.is_set():
+            while not self.stopping.is_set():
                 seen = COMMITS.generation
                 try:
                     wake = await self._round(client, name)
@@ -273,8 +284,8 @@ class Dispatcher:
 class WebhookGauges(Collector):
     """Pending deliveries and paused subscribers, read from the database at each scrape."""
 
-    def __init__(self, services: Services) -> None:
-        self._services = services
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def collect(self) -> Iterable[Metric]:
         paused = GaugeMetricFamily(
@@ -285,7 +296,7 @@ class WebhookGauges(Collector):
         pending = GaugeMetricFamily(
             "promoter_webhook_pending", "Deliveries waiting, by subscriber.", labels=["subscriber"]
         )
-        with self._services.db.session() as session:
+        with self._db.session() as session:
             for name, is_paused, waiting in webhook_queue.gauges(session):
                 paused.add_metric([name], is_paused)
                 pending.add_metric([name], waiting)
