@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
 from promoter.engine.operation.ownership import Owner, machine_host_id
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from promoter.store.quota import RunQuota
 
 T = TypeVar("T")
+LazyField = Literal["runner", "run_quota", "document_slots"]  # the fields ``once`` makes
 
 
 class AttemptRunner(Protocol):
@@ -87,7 +88,16 @@ class Services:
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def once(self, name: str, make: Callable[[], T]) -> T:
+    # ``once`` fills only these fields: the overloads tie each name to its field's type
+    @overload
+    def once(self, name: Literal["runner"], make: Callable[[], AttemptRunner]) -> AttemptRunner: ...
+    @overload
+    def once(self, name: Literal["run_quota"], make: Callable[[], RunQuota]) -> RunQuota: ...
+    @overload
+    def once(
+        self, name: Literal["document_slots"], make: Callable[[], anyio.Semaphore]
+    ) -> anyio.Semaphore: ...
+    def once(self, name: LazyField, make: Callable[[], T]) -> T:
         """The field ``name``, made by ``make()`` the first time (thread-safe)."""
         value = getattr(self, name)
         if value is None:
