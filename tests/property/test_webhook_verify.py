@@ -13,8 +13,8 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promoter.adapters.webhooks.dispatcher import signature, verify
 from promoter.adapters.webhooks.targets import TargetPolicy, globally_routable
+from promoter.engine.webhooks import signature, verify
 
 SECRET = "whsec_" + "k" * 32
 pieces = st.one_of(

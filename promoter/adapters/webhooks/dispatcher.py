@@ -13,7 +13,8 @@ with the Standard Webhooks headers ``webhook-id`` (the delivery id, the same on 
 retry: receivers deduplicate by it), ``webhook-timestamp`` and ``webhook-signature:
 v1,<base64 HMAC-SHA256 over <id>.<ts>.<body>>``, and the older ``Promoter-Delivery``,
 ``Promoter-Timestamp`` and ``Promoter-Signature: t=<ts>,v1=<hex HMAC-SHA256 over
-<ts>.<body>>``; the HMAC key is the subscriber's secret, as UTF-8 bytes.
+<ts>.<body>>``; the HMAC key is the subscriber's secret, as UTF-8 bytes (the signatures
+and the delivery id are ``promoter.engine.webhooks``').
 
 A delivery has one deadline for all of it (resolve, connect, send, the answer's headers
 and body: ``webhook_timeout_seconds``), and at most ``webhook_max_response_bytes`` of
@@ -21,23 +22,18 @@ the answer are read; the rest is never read, the connection is closed. A 2xx ans
 delivers it; anything else is retried after a delay doubling from
 ``webhook_backoff_seconds``, measured on ``clock`` (replaceable in tests), and a
 subscriber whose ``max_failures`` attempts in a row failed is paused (``webhook_gauges``
-shows it in the metrics). ``verify`` is the receiver's check of ``Promoter-Signature``;
-it answers False, never raises, on anything malformed. ``Dispatcher`` is the engine's
-``WebhookDeliveries`` port (``promoter.engine.services``). Deliberately not here: the
-feed's order, the target policy, resuming a paused subscriber (an operator's change of
-config and restart does not yet unpause).
+shows it in the metrics). ``Dispatcher`` is the engine's ``WebhookDeliveries`` port
+(``promoter.engine.services``). Deliberately not here: the feed's order, the target
+policy, resuming a paused subscriber (an operator's change of config and restart does
+not yet unpause).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import functools
-import hashlib
-import hmac
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -51,6 +47,7 @@ from starlette.concurrency import run_in_threadpool
 from promoter.adapters.webhooks.targets import TargetPolicy
 from promoter.config import Settings, WebhookConfig
 from promoter.domain.canonical import canonical_bytes
+from promoter.engine.webhooks import delivery_id, signature, standard_signature
 from promoter.errors import PromoterError, WebhookTargetRefused
 from promoter.store import webhook_queue
 from promoter.store.db import Database
@@ -58,48 +55,6 @@ from promoter.store.wakeup import COMMITS
 
 RECHECK_SECONDS = 1.0
 LOG = logging.getLogger("promoter.webhooks")
-
-
-STAMP = re.compile(r"[0-9]{1,15}")
-HEX_MAC = re.compile(r"[0-9a-f]{64}")
-
-
-def _mac(secret: str, message: bytes) -> bytes:
-    return hmac.new(secret.encode("utf-8", "surrogatepass"), message, hashlib.sha256).digest()
-
-
-def signature(secret: str, timestamp: int, body: bytes) -> str:
-    """``Promoter-Signature``: ``t=<ts>,v1=<hex HMAC-SHA256 over <ts>.<body>>``."""
-    return f"t={timestamp},v1={_mac(secret, f'{timestamp}.'.encode() + body).hex()}"
-
-
-def standard_signature(secret: str, ident: str, timestamp: int, body: bytes) -> str:
-    """``webhook-signature`` of the Standard Webhooks convention (key: the secret's bytes)."""
-    mac = _mac(secret, f"{ident}.{timestamp}.".encode() + body)
-    return "v1," + base64.b64encode(mac).decode("ascii")
-
-
-def verify(secret: str, header: str, body: bytes, now: float, tolerance: float = 300) -> bool:
-    """Whether ``header`` signs ``body`` with ``secret`` at a time within ``tolerance``.
-
-    Anything malformed (no or a non-ASCII-digit ``t``, a ``v1`` that is not 64 lowercase
-    hex digits, a header that is not text) answers False; this never raises.
-    """
-    if not isinstance(header, str) or not isinstance(body, bytes | bytearray):
-        return False
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
-    stamp, mac = parts.get("t", ""), parts.get("v1", "")
-    if STAMP.fullmatch(stamp) is None or HEX_MAC.fullmatch(mac) is None:
-        return False
-    if not abs(now - int(stamp)) <= tolerance:  # also False for a NaN ``now``
-        return False
-    expected = _mac(secret, f"{stamp}.".encode() + bytes(body))
-    return hmac.compare_digest(expected, bytes.fromhex(mac))
-
-
-def delivery_id(subscriber: str, position: int) -> str:
-    digest = hashlib.sha256(f"{subscriber}\0{position}".encode()).hexdigest()
-    return "whd_" + digest[:32]
 
 
 class Dispatcher:
