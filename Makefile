@@ -71,7 +71,7 @@ format: $(STAMP)
 
 schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
-	$(PY) -m promoter.api.openapi schemas
+	$(PY) -m promoter.api.openapi_export schemas
 
 bench: $(STAMP)
 	$(PY) -m bench.run $(BENCH)

@@ -43,11 +43,15 @@ finds that out inode by inode on every allocation: a tree deleted between rows m
 every file created after it, promoter's and the bare loop's, pay for each inode freed,
 by whichever variant happens to share a block group with it.
 
+``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
+named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``), for ``--rounds`` rounds.
+
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -301,6 +305,16 @@ def run(
     finally:
         if not os.environ.get("PROMOTER_BENCH_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
+    return _result(table, rounds, load_before, load_after, work)
+
+
+def _result(
+    table: Table,
+    rounds: int,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+    work: Path,
+) -> dict[str, Any]:
     return {
         "rounds": rounds,
         "cpus": os.cpu_count() or 1,
@@ -319,6 +333,39 @@ def run(
         },
         "details": {key: statistics.median(values) for key, values in table.extra.items()},
     }
+
+
+def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
+    """Only the write path's rows named in ``wanted`` (``rss_promote_4x256mib``,
+    ``promote_1150``, ``promote_115``), interleaved for ``rounds`` rounds."""
+    work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
+    try:
+        table = Table()
+        rows: list[Callable[[int], None]] = []
+        for name, files in (("promote_1150", 1150), ("promote_115", 115)):
+            if name not in wanted:
+                continue
+            load = wl.make_workload(files, 4096)
+            (work / name).mkdir()
+            (work / f"t-{name}").mkdir()
+            source = wl.make_source(work / name, load)
+            template, _, _ = pp.make_blob_template(work / f"t-{name}", load)
+            rows.append(_promotion_row(table, name, work, source, load, template))
+        if "rss_promote_4x256mib" in wanted:
+            rows.append(lambda r: rows_fswrite.rss_promote(table, work, r))
+        load_before = os.getloadavg()
+        for round_no in range(rounds):
+            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+                step(round_no)
+        return _result(table, rounds, load_before, os.getloadavg(), work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _promotion_row(
+    table: Table, name: str, work: Path, source: wl.Source, load: wl.Workload, t: Path
+) -> Callable[[int], None]:
+    return lambda round_no: promotion(table, name, work, round_no, source, load, t)
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -343,5 +390,21 @@ def format_result(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The speed table, or only some of its rows.")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rows",
+        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115 "
+        "(default: the whole table)",
+    )
+    args = parser.parse_args(argv)
+    if args.rows is None:
+        print(format_result(run(args.rounds)))
+    else:
+        print(format_result(some_rows(set(args.rows.split(",")), args.rounds)))
+    return 0
+
+
 if __name__ == "__main__":
-    print(format_result(run()))
+    raise SystemExit(main())

@@ -8,9 +8,10 @@
   (repository, blobs written chunk by chunk into the store, grant, lease, the bundle's
   first verification) runs in this process and is not measured.
 
-``bench_table`` calls ``rss_promote`` once per round. ``python -m bench.rows_fswrite``
-runs only the rows named with ``--rows`` (this one and ``promote_1150``/``promote_115``
-of ``bench_table``), interleaved for ``--rounds`` rounds, and prints them as the table does.
+``bench_table`` calls ``rss_promote`` once per round; ``python -m bench.bench_table --rows
+rss_promote_4x256mib,promote_1150,promote_115`` runs only these rows (this module does not
+import the table: the table imports it). ``python -m bench.rows_fswrite --child ...`` is
+the measured child.
 
 Deliberately not here: gating on the figures, and any other row.
 """
@@ -20,19 +21,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import documents as bd
-from bench import prepared as pp
 from bench import workload as wl
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.models import blob_path
@@ -170,69 +167,13 @@ def rss_promote(
     shutil.rmtree(here)
 
 
-def _promotion_row(
-    bt: Any, table: Table, name: str, work: Path, source: wl.Source, load: wl.Workload, t: Path
-) -> Callable[[int], None]:
-    return lambda round_no: bt.promotion(table, name, work, round_no, source, load, t)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run only some rows of the speed table.")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--rows", default="rss_promote_4x256mib,promote_1150,promote_115", help="comma-separated"
-    )
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    """The measured child (``--child``): ``rss_promote`` starts it, one per promotion."""
+    parser = argparse.ArgumentParser(description="The measured child of rss_promote_4x256mib.")
+    parser.add_argument("--child", nargs=5, required=True, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        repo, state, bundle_id, receipt, mode = args.child
-        child(Path(repo), Path(state), bundle_id, receipt, promote=mode == "promote")
-        return 0
-    from bench import bench_table as bt  # the table imports this module
-
-    wanted = set(args.rows.split(","))
-    work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
-    try:
-        from bench.harness import Table
-
-        table = Table()
-        rows: list[Callable[[int], None]] = []
-        for name, files in (("promote_1150", 1150), ("promote_115", 115)):
-            if name not in wanted:
-                continue
-            load = wl.make_workload(files, 4096)
-            (work / name).mkdir()
-            (work / f"t-{name}").mkdir()
-            source = wl.make_source(work / name, load)
-            template, _, _ = pp.make_blob_template(work / f"t-{name}", load)
-            rows.append(_promotion_row(bt, table, name, work, source, load, template))
-        if "rss_promote_4x256mib" in wanted:
-            rows.append(lambda r: rss_promote(table, work, r))
-        load_before = os.getloadavg()
-        for round_no in range(args.rounds):
-            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
-                step(round_no)
-        result = {
-            "rounds": args.rounds,
-            "cpus": os.cpu_count() or 1,
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "filesystem": wl.filesystem_of(work.parent),
-            "rows": {
-                row: {
-                    "median": statistics.median(values),
-                    "samples": values,
-                    "goal": bt.GOALS[row][0],
-                    "unit": bt.GOALS[row][1],
-                    "met": statistics.median(values) <= bt.GOALS[row][0],
-                }
-                for row, values in table.samples.items()
-            },
-            "details": {k: statistics.median(v) for k, v in table.extra.items()},
-        }
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(bt.format_result(result))
+    repo, state, bundle_id, receipt, mode = args.child
+    child(Path(repo), Path(state), bundle_id, receipt, promote=mode == "promote")
     return 0
 
 

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from promoter import __version__
+from promoter.adapters import webhooks
 from promoter.api import docs, observe, openapi, problems, ui
 from promoter.api.hosts import HostAllowlist
 from promoter.api.routes import (
@@ -30,12 +31,11 @@ from promoter.api.routes import (
     snapshots,
 )
 from promoter.config import Settings
-from promoter.engine import webhooks
 from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.receipts.signing import host_key
-from promoter.engine.services import Services, build_services
+from promoter.engine.services import Services
 from promoter.store.state_temps import sweep as sweep_state_temps
 
 API_DESCRIPTION = (
@@ -46,23 +46,11 @@ API_DESCRIPTION = (
 )
 
 
-def start_webhooks(app: FastAPI) -> webhooks.Dispatcher | None:
-    """The webhook dispatcher of the configured subscribers, started (none without any)."""
-    services: Services = app.state.services
-    if not services.settings.webhooks:
-        return None
-    dispatcher = webhooks.Dispatcher(services)
-    services.webhooks = dispatcher
-    app.state.metrics.registry.register(webhooks.WebhookGauges(services))
-    dispatcher.start()
-    return dispatcher
-
-
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
-        app.state.services = services or build_services(settings)
+        app.state.services = services or webhooks.daemon_services(settings)
         sweep_state_temps(app.state.services.settings.state_dir)  # leftovers of a killed writer
         host_key(app.state.services)  # created on first start (SPEC §3.9)
         heartbeat = Heartbeat(
@@ -75,7 +63,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
         rehearse(app.state.services)  # the first promotion finds its statements compiled
-        dispatcher = start_webhooks(app)
+        dispatcher = webhooks.start(app.state.services, app.state.metrics.registry)
         try:
             yield
         finally:

@@ -43,10 +43,10 @@ from promoter.api.logs import REQUEST_ID, event, safe_request_id
 from promoter.api.metrics import WAITING, Metrics
 from promoter.api.routes.health import ALIVE, HEALTHZ
 from promoter.domain.records import Ticket
+from promoter.engine import queries
 from promoter.engine.operation.requests import Runner
 from promoter.engine.services import Services
 from promoter.fs import lock as fs_lock
-from promoter.store import journal, ledger, step_rows
 
 access_log = logging.getLogger("promoter.access")
 outcome_log = logging.getLogger("promoter.outcome")
@@ -204,8 +204,7 @@ class ObservedRunner(Runner):
         operation_id = ticket.operation_id
         request_id = REQUEST_ID.get()
         started = time.perf_counter()
-        with self._observed_services.db.session() as session:
-            first_event = ledger.event_count(session, operation_id)
+        first_event = queries.event_count(self._observed_services.db, operation_id)
         observed: Future[None] = Future()
         with self._observed_lock:
             self._observed[operation_id] = observed
@@ -228,33 +227,25 @@ class ObservedRunner(Runner):
             return self._observed.get(operation_id)
 
     def _ended(self, operation_id: str, first_event: int, elapsed: float) -> None:
-        files: dict[str, int] = {}
-        written = 0
-        with self._observed_services.db.session() as session:
-            row = journal.get_operation(session, operation_id)
-            if row is None:
-                return
-            status, code, kind = row.status, row.code, row.kind
-            bundle_id, repository, attempt = row.bundle_id, row.repository_name, row.attempt
-            for seen in ledger.events(session, operation_id)[first_event:]:
-                if seen.kind in _EVENT_LOGS:
-                    payload = seen.payload if isinstance(seen.payload, dict) else {}
-                    event(
-                        _EVENT_LOGS[seen.kind],
-                        f"{kind} {seen.kind}" + _allowed(payload),
-                        operation_id=operation_id,
-                        bundle_id=bundle_id,
-                        repository=repository,
-                        event=seen.kind,
-                        seq=seen.seq,
-                        **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
-                    )
-            if status == "completed":
-                for step in step_rows.steps(session, operation_id):
-                    files[step.operation] = files.get(step.operation, 0) + 1
-                    new = step.new_state if isinstance(step.new_state, dict) else {}
-                    if new.get("exists") and isinstance(new.get("bytes"), int):
-                        written += new["bytes"]
+        found = queries.outcome(self._observed_services.db, operation_id, first_event)
+        if found is None:
+            return
+        row, files, written = found.operation, found.files, found.written
+        status, code, kind = row.status, row.code, row.kind
+        bundle_id, repository, attempt = row.bundle_id, row.repository_name, row.attempt
+        for seen in found.events:
+            if seen.kind in _EVENT_LOGS:
+                payload = seen.payload if isinstance(seen.payload, dict) else {}
+                event(
+                    _EVENT_LOGS[seen.kind],
+                    f"{kind} {seen.kind}" + _allowed(payload),
+                    operation_id=operation_id,
+                    bundle_id=bundle_id,
+                    repository=repository,
+                    event=seen.kind,
+                    seq=seen.seq,
+                    **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
+                )
         m = self._metrics
         if kind == "promotion":
             m.promotions.labels(status, code or "").inc()
@@ -305,8 +296,7 @@ def _waiting_counter(app: FastAPI) -> Callable[[], dict[str, int]]:
         services = getattr(live.state, "services", None) if live is not None else None
         if services is None:
             return {}
-        with services.db.session() as session:
-            return {s: len(journal.operations_with_status(session, s)) for s in WAITING}
+        return queries.count_by_status(services.db, WAITING)
 
     return count
 

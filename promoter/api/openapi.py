@@ -6,8 +6,9 @@ the actors that call it, a description that states the role it needs, and (kept 
 problem+json response it can give with the enum of their codes, and its security
 requirement (the bearer scheme with the roles admitted as the requirement's "scopes",
 which OpenAPI 3.1 allows for role names). ``install(app)`` makes ``app.openapi()``
-build the document from FastAPI's paths plus these entries; ``python -m
-promoter.api.openapi DIR`` writes it to ``DIR/openapi.json`` (``make schemas``).
+build the document from FastAPI's paths plus these entries. Writing the document to
+``schemas/`` is ``promoter.api.openapi_export``'s (it builds the app; this module never
+imports it, so the routes can import this one).
 
 This module does not check roles or validate bodies: ``promoter.api.deps`` and the
 models do. Which codes an operation lists is its documentation, kept true by the contract
@@ -16,11 +17,8 @@ tests (schemathesis fails on any status or code an operation does not list).
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -247,24 +245,3 @@ def install(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def render() -> str:
-    """The document as ``schemas/openapi.json`` holds it."""
-    from promoter.api.app import create_app
-    from promoter.config import Settings
-
-    app = create_app(Settings())
-    return json.dumps(app.openapi(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    target = Path(argv[0] if argv else "schemas")
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "openapi.json").write_text(render(), encoding="utf-8")
-    print(f"wrote {target / 'openapi.json'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -116,13 +116,13 @@ def serve(
     ] = None,
 ) -> None:
     """Run the daemon: migrate the database, check repositories, serve HTTP."""
+    from promoter.adapters.webhooks import daemon_services
     from promoter.api import logs
     from promoter.api.app import create_app
     from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
     from promoter.api.server import make_server
     from promoter.config import load_settings, parse_repo_flags
-    from promoter.engine.services import build_services
     from promoter.errors import ConfigError
 
     if log_format not in (None, "json", "text"):
@@ -139,7 +139,7 @@ def serve(
         host_id=host_id,
     )
     logs.configure(fmt, settings.log_level)
-    services = build_services(settings)
+    services = daemon_services(settings)
     started = logging.getLogger("promoter.serve")
     logs.event(
         started,
@@ -205,15 +205,15 @@ def gc(
     keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
 ) -> None:
     """Remove unreferenced blobs older than the retention period; prune old snapshots."""
+    from promoter.adapters.webhooks import daemon_services
     from promoter.cli.common import err_console, iec
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.gc import collect
-    from promoter.engine.services import build_services
 
     settings = load_settings(
         config, state_dir=state_dir, repositories=parse_repo_flags(repo) if repo else None
     )
-    services = build_services(settings)
+    services = daemon_services(settings)
     try:
         report = collect(services, dry_run=dry_run, keep_snapshots=keep_snapshots)
     finally:

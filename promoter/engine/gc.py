@@ -15,6 +15,7 @@ from promoter.engine.services import Services
 from promoter.engine.snapshots.capture import gc_snapshots
 from promoter.errors import PromoterError
 from promoter.store import repo
+from promoter.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,15 @@ class GcReport:
     snapshot_repositories: int
 
 
-def referenced_blobs(services: Services) -> set[str]:
-    with services.db.session() as session:
+def referenced_blobs(db: Database) -> set[str]:
+    """Every blob some stored bundle refers to."""
+    with db.session() as session:
         return repo.referenced_blobs(session)
 
 
 def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 100) -> GcReport:
     retention = services.settings.blob_retention_seconds
-    pinned = referenced_blobs(services)
+    pinned = referenced_blobs(services.db)
     cutoff = time.time() - retention
     removed: list[str] = []
     freed = 0

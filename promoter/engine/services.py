@@ -7,8 +7,10 @@ here runs at import time; the API's lifespan and the CLI call it.
 Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
 pool, made on first use by ``promoter.engine.operation.requests.runner``), the host keyring
 (``promoter.engine.receipts.signing.host_keyring``), the per-repository base-tree caches, the run
-quota ledger and the API's document slots. Deliberately not here: creating any of them
-but the stores (each is made where it is used, once).
+quota ledger, the API's document slots and the webhook deliveries (through the
+``WebhookDeliveries`` port: the HTTP dispatcher is an adapter, ``promoter.adapters.webhooks``).
+Deliberately not here: creating any of them but the stores (each is made where it is used,
+once), and checking the webhook targets (the adapter's ``daemon_services`` does, first).
 """
 
 from __future__ import annotations
@@ -19,13 +21,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
 from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.engine.snapshots.watch import SnapshotWatch
-from promoter.engine.webhook_targets import check_configured
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -39,10 +40,10 @@ if TYPE_CHECKING:
 
     from promoter.domain.records import Ticket
     from promoter.engine.receipts.keyring import Keyring
-    from promoter.engine.webhooks import Dispatcher
     from promoter.store.quota import RunQuota
 
 T = TypeVar("T")
+LazyField = Literal["runner", "run_quota", "document_slots"]  # the fields ``once`` makes
 
 
 class AttemptRunner(Protocol):
@@ -51,6 +52,14 @@ class AttemptRunner(Protocol):
     def submit(self, ticket: Ticket) -> Future[None]: ...
     def future(self, operation_id: str) -> Future[None] | None: ...
     def shutdown(self) -> None: ...
+
+
+class WebhookDeliveries(Protocol):
+    """The signed webhook deliveries of the watch feed: a port, whose adapter sends them
+    over HTTP (``promoter.adapters.webhooks``); the engine never imports it."""
+
+    def kick(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 @dataclass
@@ -72,14 +81,23 @@ class Services:
     tree_links: dict[str, dict[str, bytes]] = field(default_factory=dict)
     run_quota: RunQuota | None = None
     document_slots: anyio.Semaphore | None = None
-    webhooks: Dispatcher | None = None  # the webhook dispatcher, when subscribers are configured
+    webhooks: WebhookDeliveries | None = None  # when subscribers are configured
     # set on SIGTERM: running attempts stop after the current step and are left for recovery
     stopping: threading.Event = field(default_factory=threading.Event)
     # worktree watches for promotions' snapshots, by shadow repository path
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def once(self, name: str, make: Callable[[], T]) -> T:
+    # ``once`` fills only these fields: the overloads tie each name to its field's type
+    @overload
+    def once(self, name: Literal["runner"], make: Callable[[], AttemptRunner]) -> AttemptRunner: ...
+    @overload
+    def once(self, name: Literal["run_quota"], make: Callable[[], RunQuota]) -> RunQuota: ...
+    @overload
+    def once(
+        self, name: Literal["document_slots"], make: Callable[[], anyio.Semaphore]
+    ) -> anyio.Semaphore: ...
+    def once(self, name: LazyField, make: Callable[[], T]) -> T:
         """The field ``name``, made by ``make()`` the first time (thread-safe)."""
         value = getattr(self, name)
         if value is None:
@@ -113,7 +131,8 @@ def prepare_state_dir(state_dir: Path) -> None:
 
 
 def build_services(settings: Settings, *, migrate: bool = True) -> Services:
-    check_configured(settings)  # a refused webhook target stops the start, with its code
+    """The wired services; the daemon checks its webhook targets first
+    (``promoter.adapters.webhooks.daemon_services``)."""
     prepare_state_dir(settings.state_dir)
     if migrate:
         dbmod.upgrade(settings.db_url)

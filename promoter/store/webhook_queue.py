@@ -5,7 +5,7 @@ deliveries (at most ``limit`` pending, the feed holds the rest), ``head`` is the
 pending delivery of a live subscriber, ``record`` the outcome of one attempt (delivered,
 or retried at a later due time, and the subscriber paused after ``max_failures`` in a
 row), ``gauges`` what the metrics show. Functions take an open ``Session``.
-Deliberately not here: sending, signing and the retry clock (``promoter.engine.webhooks``).
+Deliberately not here: sending, signing and the retry clock (``promoter.adapters.webhooks``).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
+from promoter.adapters.webhooks.dispatcher import Dispatcher
+from promoter.adapters.webhooks.targets import TargetPolicy
 from promoter.config import WebhookConfig
-from promoter.engine.webhook_targets import TargetPolicy
-from promoter.engine.webhooks import Dispatcher
 from promoter.errors import WebhookTargetRefused
 from promoter.store.tables import WebhookDeliveryRow
 from tests.support.daemon import Daemon, running_daemon

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from promoter.adapters.webhooks.dispatcher import Dispatcher
 from promoter.config import WebhookConfig
-from promoter.engine.webhooks import Dispatcher, signature, verify
+from promoter.engine.webhooks import signature, verify
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.promotion import promote, submit
 

@@ -84,9 +84,143 @@ def test_core_layers_do_not_import_adapters() -> None:
             offenders += [
                 f"{path.name}: {name}"
                 for name in _imports(path)
-                if name.startswith(("promoter.api", "promoter.cli"))
+                if name.startswith(("promoter.api", "promoter.cli", "promoter.adapters"))
             ]
     assert offenders == []
+
+
+def test_adapters_sit_below_the_api_and_the_cli() -> None:
+    offenders = []
+    for path in (ROOT / "promoter" / "adapters").rglob("*.py"):
+        offenders += [
+            f"{path.relative_to(ROOT)}: {name}"
+            for name in _imports(path)
+            if name.startswith(("promoter.api", "promoter.cli"))
+        ]
+    assert offenders == []
+
+
+HTTP_STACK = {"httpx", "starlette", "fastapi", "uvicorn"}
+
+
+def test_the_engine_speaks_no_http() -> None:
+    """HTTP is the adapters' and the API's: the engine reaches them through ports."""
+    offenders = []
+    for path in (ROOT / "promoter" / "engine").rglob("*.py"):
+        offenders += [
+            f"{path.relative_to(ROOT)}: {name}"
+            for name in _imports(path)
+            if name.split(".")[0] in HTTP_STACK
+        ]
+    assert offenders == []
+
+
+# What ``promoter.api`` still imports from the store, each for a reason that is not a read:
+# reads go through ``promoter.engine.queries`` (and the engine's other use cases).
+API_STORE_IMPORTS = {
+    # the authenticated caller and the executor's quota: types the dependencies hand out
+    "promoter/api/deps.py": {"promoter.store.credentials", "promoter.store.quota"},
+    "promoter/api/routes/bundles.py": {"promoter.store.credentials"},
+    "promoter/api/routes/review.py": {"promoter.store.credentials"},
+    # the upload stream: bytes written to the blob store as the request body arrives
+    "promoter/api/routes/blobs.py": {
+        "promoter.store",
+        "promoter.store.blob_batch",
+        "promoter.store.blobs",
+        "promoter.store.quota",
+    },
+    # the commit signal a long-poll waits on: it carries no data
+    "promoter/api/longpoll.py": {"promoter.store.wakeup"},
+    # the start-up sweep of a killed writer's temps in the state directory: a write
+    "promoter/api/app.py": {"promoter.store.state_temps"},
+}
+
+
+def test_the_api_reads_through_engine_queries() -> None:
+    """No API module reads the store or runs git itself."""
+    offenders = []
+    for path in (ROOT / "promoter" / "api").rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        allowed = API_STORE_IMPORTS.get(where, set())
+        offenders += [
+            f"{where}: {name}"
+            for name in _imports(path)
+            if name.startswith(("promoter.git", "promoter.store")) and name not in allowed
+        ]
+    assert offenders == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the promoter and bench modules it imports, anywhere in it: a function's
+    own import and one under ``if TYPE_CHECKING`` tie the two modules all the same."""
+    paths = [*(ROOT / "promoter").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    modules = {_module_name(path): path for path in paths}
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        graph[module] = {t for t in map(known, names) if t is not None and t != module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(component)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+# the file-system handle's modules import each other; they are being untied on their own
+KNOWN_CIRCLES = [
+    frozenset(
+        f"promoter.fs.{m}" for m in ("aside", "atomic", "chain", "delete", "held", "root", "temps")
+    )
+]
+
+
+def test_no_import_circles() -> None:
+    circles = [c for c in _circles(_import_graph()) if not any(c <= k for k in KNOWN_CIRCLES)]
+    assert circles == []
 
 
 def test_database_rows_never_leave_the_store() -> None:

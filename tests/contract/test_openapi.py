@@ -21,7 +21,7 @@ import jsonschema_rs  # schemathesis's validator
 import pytest
 import schemathesis
 
-from promoter.api.openapi import render
+from promoter.api.openapi_export import render
 from promoter.api.problems import CODES, MEDIA_TYPE
 from promoter.errors import all_error_classes
 from tests.support.daemon import Daemon

@@ -13,7 +13,7 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promoter.engine.webhook_targets import TargetPolicy, globally_routable
+from promoter.adapters.webhooks.targets import TargetPolicy, globally_routable
 from promoter.engine.webhooks import signature, verify
 
 SECRET = "whsec_" + "k" * 32

@@ -15,10 +15,11 @@ from typing import Any
 
 import httpx
 
+from promoter.adapters.webhooks import daemon_services
 from promoter.api.app import create_app
 from promoter.api.server import make_server
 from promoter.config import RepositoryConfig, load_settings
-from promoter.engine.services import Services, build_services
+from promoter.engine.services import Services
 
 
 @dataclass
@@ -63,7 +64,7 @@ def running_daemon(
         for name, value in repositories.items()
     }
     config = load_settings(None, state_dir=state_dir, repositories=repos, **settings)
-    services = build_services(config)
+    services = daemon_services(config)
     server = make_server(create_app(config, services), "127.0.0.1", 0)
     thread = threading.Thread(target=server.run, name="promoter-test-server", daemon=True)
     thread.start()

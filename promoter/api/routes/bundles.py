@@ -96,7 +96,7 @@ async def post_bundle(request: Request, principal: ExecutorDep, services: Servic
 def _check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
     if principal.role != "executor":
         return
-    owner = bundle_owner(services, bundle_id)
+    owner = bundle_owner(services.db, bundle_id)
     if owner is None:
         raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
     if owner != principal.run_id:

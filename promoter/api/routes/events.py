@@ -1,10 +1,10 @@
 """The watch feed: ``GET /v1/events?after=<cursor>&wait=<seconds>`` (orchestrator).
 
-Answers the ledger's events after the cursor in the feed's order (``promoter.store.feed``)
-as soon as there is at least one that passes the filters (``repository``, ``status``),
-or an empty page with the cursor moved past what was read once ``wait`` ends. The wait
-is a ``promoter.api.longpoll`` long-poll: bounded, and no worker thread is held while it
-waits. Deliberately not here: webhooks, or the operation's own wait
+Answers the ledger's events after the cursor in the feed's order
+(``promoter.engine.queries.scan_feed``) as soon as there is at least one that passes the
+filters (``repository``, ``status``), or an empty page with the cursor moved past what was
+read once ``wait`` ends. The wait is a ``promoter.api.longpoll`` long-poll: bounded, and no
+worker thread is held while it waits. Deliberately not here: webhooks, or the operation's own wait
 (``GET /v1/operations/{id}?wait=``, in ``promoter.api.routes.operations``).
 """
 
@@ -20,7 +20,7 @@ from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.models import EventFeed
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
-from promoter.store import feed
+from promoter.engine import queries
 
 router = APIRouter(prefix="/v1")
 PAGE = 500
@@ -70,25 +70,19 @@ async def get_events(
     status: Annotated[str | None, Query(max_length=40)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE)] = 100,
 ) -> Response:
-    start = feed.position(after)
-    read = {"position": start}
+    read = {"position": queries.feed_position(after)}
 
     def probe() -> list[dict[str, Any]] | None:
-        with services.db.session() as session:
-            for _page in range(SCAN_PAGES):
-                rows = feed.after(session, read["position"], limit)
-                if not rows:
-                    return None
-                read["position"] = rows[-1].position
-                kept = [
-                    feed.as_wire(row)
-                    for row in rows
-                    if (repository is None or row.repository_name == repository)
-                    and (status is None or row.status == status)
-                ]
-                if kept:
-                    return kept
-            return []  # a long run of filtered-out events: answer the moved cursor
+        scan = queries.scan_feed(
+            services.db,
+            read["position"],
+            limit,
+            pages=SCAN_PAGES,
+            repository=repository,
+            status=status,
+        )
+        read["position"] = scan.position
+        return scan.events  # empty: a long run of filtered-out events, the cursor moved
 
     events = await long_poll(services, probe, wait)
-    return json_response({"events": events or [], "cursor": feed.cursor(read["position"])})
+    return json_response({"events": events or [], "cursor": queries.feed_cursor(read["position"])})

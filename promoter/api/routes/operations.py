@@ -42,10 +42,10 @@ from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.status import FINAL, OperationStatus
+from promoter.engine import queries
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
 from promoter.engine.services import Services
-from promoter.store import journal
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
@@ -200,21 +200,19 @@ def list_operations(
     status: str | None = Query(default=None, max_length=40),
     repository: str | None = Query(default=None, max_length=200),
 ) -> Response:
-    with services.db.session() as session:
-        rows = journal.list_operations(session, status=status, repository=repository)
-        items = [
-            {
-                "operation_id": r.operation_id,
-                "kind": r.kind,
-                "status": r.status,
-                "attempt": r.attempt,
-                "repository": r.repository_name,
-                "bundle_id": r.bundle_id,
-                "code": r.code,
-                "updated_at": r.updated_at,
-            }
-            for r in rows
-        ]
+    items = [
+        {
+            "operation_id": r.operation_id,
+            "kind": r.kind,
+            "status": r.status,
+            "attempt": r.attempt,
+            "repository": r.repository_name,
+            "bundle_id": r.bundle_id,
+            "code": r.code,
+            "updated_at": r.updated_at,
+        }
+        for r in queries.list_operations(services.db, status=status, repository=repository)
+    ]
     return json_response({"operations": items})
 
 

@@ -30,9 +30,9 @@ from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
+from promoter.engine import queries
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.errors import Forbidden, ValidationFailed
-from promoter.git.head import head_commit, symbolic_head
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
@@ -98,13 +98,13 @@ LEASE_EXAMPLE = {
 def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
     items = [
         {
-            "name": repo.name,
-            "repository_identity": repo.identity,
-            "worktree": repo.worktree,
-            "branch": symbolic_head(repo.layout),
-            "head": head_commit(repo.layout),
+            "name": now.name,
+            "repository_identity": now.identity,
+            "worktree": now.worktree,
+            "branch": now.branch,
+            "head": now.head,
         }
-        for repo in services.registry.all()
+        for now in map(queries.repository_head, services.registry.all())
     ]
     return json_response({"repositories": items})
 

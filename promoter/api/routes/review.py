@@ -54,7 +54,7 @@ def _own_bundle(services: Services, principal: Principal, bundle_id: str) -> Non
     """An executor reads only its own run's bundles (orchestrator and operator: any)."""
     if principal.role != "executor":
         return
-    owner = bundle_owner(services, bundle_id)
+    owner = bundle_owner(services.db, bundle_id)
     if owner is None:
         raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
     if owner != principal.run_id:

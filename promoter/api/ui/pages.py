@@ -2,7 +2,7 @@
 
 Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
 reads through the same engine functions the API routes call
-(``promoter.store.journal.list_operations``, ``promoter.engine.operation.requests.operation_view``
+(``promoter.engine.queries.list_operations``, ``promoter.engine.operation.requests.operation_view``
 and ``current_targets``, ``promoter.engine.review.diff``), in a worker thread. Receipts
 are offered as downloads of the same bytes the API answers.
 
@@ -23,12 +23,12 @@ from promoter.api.ui.diffview import file_blocks
 from promoter.api.ui.web import render, secure, session_of
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.status import STATUSES, OperationStatus
+from promoter.engine import queries
 from promoter.engine.operation import requests as operations
 from promoter.engine.receipts.signing import host_key, sign_envelope
 from promoter.engine.review.diff import bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import PromoterError
-from promoter.store import journal
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 REVIEW_DIFF_BYTES = 256 * 1024
@@ -40,22 +40,20 @@ def _login() -> Response:
 
 
 def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
-    with services.db.session() as session:
-        rows = journal.list_operations(session, status=status, repository=repository)
-        return [
-            {
-                "operation_id": r.operation_id,
-                "kind": r.kind,
-                "status": r.status,
-                "attempt": r.attempt,
-                "repository": r.repository_name,
-                "bundle_id": r.bundle_id,
-                "code": r.code,
-                "created_at": r.created_at,
-                "updated_at": r.updated_at,
-            }
-            for r in rows
-        ]
+    return [
+        {
+            "operation_id": r.operation_id,
+            "kind": r.kind,
+            "status": r.status,
+            "attempt": r.attempt,
+            "repository": r.repository_name,
+            "bundle_id": r.bundle_id,
+            "code": r.code,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+        }
+        for r in queries.list_operations(services.db, status=status, repository=repository)
+    ]
 
 
 @router.get("")

@@ -6,8 +6,9 @@ refreshed on disk) and its last operations. ``/ui/repositories/{name}/snapshots`
 timeline (newest first), a diff between any two trees, a capture form and a restore
 form per snapshot whose ``expected_current_tree`` is the newest snapshot the page
 showed, so a worktree that moved since is refused as ``snapshot_stale`` with a clear
-message. Engine calls are the API routes' own (``promoter.engine.snapshots.capture``,
-``promoter.engine.operation.restore``), CSRF-checked and operator-only.
+message. Reads go through ``promoter.engine.queries``; the other engine calls are the API
+routes' own (``promoter.engine.snapshots.capture``, ``promoter.engine.operation.restore``),
+CSRF-checked and operator-only.
 
 Deliberately not here: deciding whether a restore may run (the engine's, under the lock).
 """
@@ -23,15 +24,11 @@ from starlette.concurrency import run_in_threadpool
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import file_blocks
 from promoter.api.ui.web import form_of, render, secure, session_of
+from promoter.engine import queries
 from promoter.engine.operation import restore as snapshot_restore
-from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
 from promoter.errors import PromoterError, SnapshotStale
-from promoter.git.head import head_commit, symbolic_head
-from promoter.git.layout import repo_env
-from promoter.git.runner import run_git
-from promoter.store import journal
 
 router = APIRouter(prefix="/ui/repositories", include_in_schema=False)
 LAST_OPERATIONS = 5
@@ -41,30 +38,20 @@ STALE = (
 )
 
 
-def dirty_paths(repository: Repository) -> int:
-    """How many paths ``git status`` lists (read-only; the index file is not rewritten)."""
-    args = ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all"]
-    result = run_git(args, cwd=repository.worktree, env=repo_env(repository.layout))
-    records = [r for r in result.stdout.split(b"\0") if r]
-    renames = sum(1 for r in records if r[:1] in (b"R", b"C"))
-    return len(records) - renames  # a rename's second record is its old name
-
-
 def _overview(services: Services) -> list[dict[str, Any]]:
     found = []
     for repo in services.registry.all():
-        with services.db.session() as session:
-            rows = journal.list_operations(session, repository=repo.identity, limit=LAST_OPERATIONS)
-            last = [(r.operation_id, r.kind, r.status) for r in rows]
+        rows = queries.list_operations(services.db, repository=repo.identity, limit=LAST_OPERATIONS)
+        now = queries.repository_head(repo)
         found.append(
             {
-                "name": repo.name,
-                "identity": repo.identity,
-                "worktree": repo.worktree,
-                "branch": symbolic_head(repo.layout),
-                "head": head_commit(repo.layout),
-                "dirty": dirty_paths(repo),
-                "last": last,
+                "name": now.name,
+                "identity": now.identity,
+                "worktree": now.worktree,
+                "branch": now.branch,
+                "head": now.head,
+                "dirty": queries.dirty_paths(repo),
+                "last": [(r.operation_id, r.kind, r.status) for r in rows],
             }
         )
     return found

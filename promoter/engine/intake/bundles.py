@@ -29,6 +29,7 @@ from promoter.errors import (
     error_class,
 )
 from promoter.store import repo
+from promoter.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
     raise NotFound(f"no verification of bundle {bundle_id!r} is on record", bundle_id=bundle_id)
 
 
-def bundle_owner(services: Services, bundle_id: str) -> str | None:
-    with services.db.session() as session:
+def bundle_owner(db: Database, bundle_id: str) -> str | None:
+    """The run whose executor submitted the bundle (``None``: not on record)."""
+    with db.session() as session:
         return repo.verification_run(session, bundle_id)

@@ -34,6 +34,7 @@ from promoter.errors import (
 )
 from promoter.git.head import commit_tree
 from promoter.store import repo
+from promoter.store.db import Database
 
 _lease_lock = threading.Lock()
 
@@ -87,7 +88,7 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
         raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
     validate_grant(services, sealed)
     created = services.audit.put("grant", grant.grant_id, canonical(sealed), GrantConflict)
-    retrying(services, lambda session: repo.add_grant(session, sealed))
+    retrying(services.db, lambda session: repo.add_grant(session, sealed))
     return sealed, created and recorded is None
 
 
@@ -127,14 +128,14 @@ def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tu
         return True
 
     with _lease_lock:
-        changed = retrying(services, compare_and_set)
+        changed = retrying(services.db, compare_and_set)
     return lease, changed
 
 
 T = TypeVar("T")
 
 
-def retrying(services: Services, work: Callable[[Session], T], attempts: int = 5) -> T:
+def retrying(db: Database, work: Callable[[Session], T], attempts: int = 5) -> T:
     """Run ``work`` in a transaction; again when another daemon inserted the same row first.
 
     A unique-key race between two daemons sharing the ledger makes the loser's insert
@@ -143,7 +144,7 @@ def retrying(services: Services, work: Callable[[Session], T], attempts: int = 5
     """
     for attempt in range(attempts):
         try:
-            with services.db.session() as session:
+            with db.session() as session:
                 return work(session)
         except StorageError as exc:
             if not isinstance(exc.__cause__, IntegrityError) or attempt == attempts - 1:

@@ -177,7 +177,7 @@ def _capture_locked(
     shadow = shadow_for(services, repo)
     with _fresh_lock:
         fresh = _fresh.pop(repo.identity, None)
-    watch = _watch_for(services, repo, shadow) if operation is not None else None
+    watch = _watch_for(services.snapshot_watches, repo, shadow) if operation is not None else None
     captured: Capture | None = None
     full = False
     if watch is not None:
@@ -210,15 +210,15 @@ def _capture_locked(
 
 
 def _watch_for(
-    services: Services, repo: Repository, shadow: ShadowRepository
+    watches: dict[str, SnapshotWatch], repo: Repository, shadow: ShadowRepository
 ) -> SnapshotWatch | None:
     """The watch of the repository's worktree (made on first use), if it is to be watched."""
     if not repo.config.snapshot_watch or not SnapshotWatch.possible():
         return None
     with _fresh_lock:
-        watch = services.snapshot_watches.get(shadow.path)
+        watch = watches.get(shadow.path)
         if watch is None:
-            watch = services.snapshot_watches[shadow.path] = SnapshotWatch(repo.worktree)
+            watch = watches[shadow.path] = SnapshotWatch(repo.worktree)
     return watch
 
 

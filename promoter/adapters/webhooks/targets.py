@@ -17,7 +17,7 @@ IPv6 address. The operator allows more in ``webhook_allowed_targets``: a host na
 name resolving into it). ``check_configured`` refuses at start-up a subscriber whose URL
 names a refused address literally, or a name that is loopback by definition
 (``localhost``). Deliberately not here: sending, signing and retrying
-(``promoter.engine.webhooks``). Risk left open: a NAT64 prefix (``64:ff9b::/96``) maps
+(``promoter.adapters.webhooks.dispatcher``). Risk left open: a NAT64 prefix (``64:ff9b::/96``) maps
 IPv4 addresses into IPv6 and is refused only as far as Python counts it non-global.
 """
 

@@ -1,0 +1,180 @@
+"""The read side the API and the console use: typed views of the journal, the ledger, the
+watch feed and the guarded repositories.
+
+Each function opens its own session (or runs its own read-only git) and returns records
+or small frozen views, never a database row: ``promoter.api`` reads through here and
+imports neither ``promoter.store`` nor ``promoter.git`` for a read
+(``tests/contract/test_contracts.py``). Each takes only what it reads (the database, a
+repository), not the whole ``Services``.
+
+Deliberately not here: an operation's full view (``promoter.engine.operation.requests``),
+snapshots and reviews (``promoter.engine.snapshots``, ``promoter.engine.review``), and any
+write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from promoter.domain.records import Operation
+from promoter.engine.repos import Repository
+from promoter.git.head import head_commit, symbolic_head
+from promoter.git.layout import repo_env
+from promoter.git.runner import run_git
+from promoter.store import feed, journal, ledger, step_rows
+from promoter.store.db import Database
+
+# --- operations -------------------------------------------------------------------------
+
+
+def list_operations(
+    db: Database,
+    *,
+    status: str | None = None,
+    repository: str | None = None,
+    limit: int | None = None,
+) -> list[Operation]:
+    """The newest operations first, by status and repository (its name or identity)."""
+    with db.session() as session:
+        if limit is None:
+            return journal.list_operations(session, status=status, repository=repository)
+        return journal.list_operations(session, status=status, repository=repository, limit=limit)
+
+
+def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:
+    """How many operations have each of ``statuses`` now."""
+    with db.session() as session:
+        return {s: len(journal.operations_with_status(session, s)) for s in statuses}
+
+
+def event_count(db: Database, operation_id: str) -> int:
+    """How many ledger events the operation has."""
+    with db.session() as session:
+        return ledger.event_count(session, operation_id)
+
+
+@dataclass(frozen=True)
+class SeenEvent:
+    """One ledger event, as an outcome line tells it."""
+
+    kind: str
+    seq: int
+    payload: Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An operation as an attempt left it: its record, the events the attempt appended and,
+    once completed, the files written by operation (``create``, ``modify``, …) and bytes."""
+
+    operation: Operation
+    events: list[SeenEvent]
+    files: dict[str, int]
+    written: int
+
+
+def outcome(db: Database, operation_id: str, first_event: int) -> Outcome | None:
+    """The operation with its events from ``first_event`` on (``None``: no such operation)."""
+    files: dict[str, int] = {}
+    written = 0
+    with db.session() as session:
+        found = journal.get_operation(session, operation_id)
+        if found is None:
+            return None
+        seen = [
+            SeenEvent(kind=row.kind, seq=row.seq, payload=row.payload)
+            for row in ledger.events(session, operation_id)[first_event:]
+        ]
+        if found.status == "completed":
+            for step in step_rows.steps(session, operation_id):
+                files[step.operation] = files.get(step.operation, 0) + 1
+                new = step.new_state if isinstance(step.new_state, dict) else {}
+                if new.get("exists") and isinstance(new.get("bytes"), int):
+                    written += new["bytes"]
+    return Outcome(operation=found, events=seen, files=files, written=written)
+
+
+# --- the watch feed ---------------------------------------------------------------------
+
+
+def feed_position(cursor: str | None) -> int:
+    """The position an opaque cursor stands for (none: the start); ``BadRequest`` if malformed."""
+    return feed.position(cursor)
+
+
+def feed_cursor(position: int) -> str:
+    """The opaque cursor of a feed position."""
+    return feed.cursor(position)
+
+
+@dataclass(frozen=True)
+class FeedScan:
+    """What a scan of the feed found: ``events`` (``None``: nothing after the start; empty:
+    only filtered-out events) and the position read up to."""
+
+    events: list[dict[str, Any]] | None
+    position: int
+
+
+def scan_feed(
+    db: Database,
+    start: int,
+    limit: int,
+    *,
+    pages: int,
+    repository: str | None = None,
+    status: str | None = None,
+) -> FeedScan:
+    """The feed's entries after ``start`` that match, in its wire form, at most ``pages``
+    pages of ``limit`` rows read; the position moves past every row read."""
+    position = start
+    with db.session() as session:
+        for _page in range(pages):
+            rows = feed.after(session, position, limit)
+            if not rows:
+                return FeedScan(None, position)
+            position = rows[-1].position
+            kept = [
+                feed.as_wire(row)
+                for row in rows
+                if (repository is None or row.repository_name == repository)
+                and (status is None or row.status == status)
+            ]
+            if kept:
+                return FeedScan(kept, position)
+        return FeedScan([], position)
+
+
+# --- repositories -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepositoryHead:
+    """A guarded repository as it reads now: its branch (``None``: detached) and HEAD
+    (``None``: an unborn branch)."""
+
+    name: str
+    identity: str
+    worktree: str
+    branch: str | None
+    head: str | None
+
+
+def repository_head(repository: Repository) -> RepositoryHead:
+    return RepositoryHead(
+        name=repository.name,
+        identity=repository.identity,
+        worktree=repository.worktree,
+        branch=symbolic_head(repository.layout),
+        head=head_commit(repository.layout),
+    )
+
+
+def dirty_paths(repository: Repository) -> int:
+    """How many paths ``git status`` lists (read-only; the index file is not rewritten)."""
+    args = ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all"]
+    result = run_git(args, cwd=repository.worktree, env=repo_env(repository.layout))
+    records = [r for r in result.stdout.split(b"\0") if r]
+    renames = sum(1 for r in records if r[:1] in (b"R", b"C"))
+    return len(records) - renames  # a rename's second record is its old name
