@@ -133,6 +133,11 @@ def _openat2_impl() -> Openat2 | None:
     return call
 
 
+def lookup_refuses_mounts() -> bool:
+    """Whether ``open_dir_component``'s lookup itself refuses to cross a mount (``openat2``)."""
+    return _openat2_impl() is not None
+
+
 def open_dir_component(dir_fd: int, name: str, flags: int) -> int:
     """Open the single component ``name`` below ``dir_fd`` with ``flags``.
 
