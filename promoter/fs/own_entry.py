@@ -9,10 +9,10 @@ Two proofs, one for each way promoter comes to own a name outside a user's workt
   is left in place and refused with ``PathUnsafe``.
 - ``OwnTree``: a directory tree promoter made (a sandbox's clone, its ``.git``, the
   sandbox directory), held open by descriptor. Every directory below it is reached one
-  component at a time with ``O_DIRECTORY|O_NOFOLLOW`` (``openat2`` without symlinks or
-  mount crossings where the kernel has it) and must be on the tree's device and mount, so
-  an ``OwnDir`` it hands out is provably inside the tree: never reached through a
-  symlink, a swapped directory or a mount. ``OwnDir.remove_entry`` unlinks one
+  component at a time with ``O_DIRECTORY|O_NOFOLLOW``: ``openat2`` without symlinks or
+  mount crossings where the kernel has it, elsewhere each directory's device and mount id
+  are compared with the top's. So an ``OwnDir`` it hands out is provably inside the
+  tree: never reached through a symlink, a swapped directory or a mount. ``OwnDir.remove_entry`` unlinks one
   non-directory entry by name there (refusing a directory, and an entry on another
   device, with ``PathUnsafe``); ``OwnDir.remove_empty_dir`` removes an empty directory
   (``rmdir`` never removes anything else).
@@ -119,45 +119,57 @@ class OwnTree(HoldsFd):
 
         Each component is opened below the previous one without following a link and
         must be on the tree's device and mount (else ``PathUnsafe``); with ``create`` a
-        missing one is made first (mode 0777, the umask applies). The kernel's refusals
+        missing one is made (mode 0777, the umask applies). The kernel's refusals
         propagate as ``OSError`` (``ENOENT`` missing, ``ELOOP``/``ENOTDIR`` a link or a
-        file, ``EXDEV`` a mount crossed).
+        file, ``EXDEV`` a mount crossed). Where the lookup itself refuses every mount
+        crossing (``openat2``), nothing more is read per component.
         """
+        check = not lookup_refuses_mounts()
         fd = os.dup(self.fd)
-        where = self.path
         try:
-            for part in parts:
-                name = os.fsdecode(part)
-                if create:
+            for depth, part in enumerate(parts):
+                try:
+                    child = open_dir_component(fd, part, _DIR_FLAGS)
+                except FileNotFoundError:
+                    if not create:
+                        raise
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, 0o777, dir_fd=fd)
-                child = open_dir_component(fd, name, _DIR_FLAGS)
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                    child = open_dir_component(fd, part, _DIR_FLAGS)
                 os.close(fd)
                 fd = child
-                where = os.path.join(where, name)
-                self._check_mount(fd, where)
+                if check:
+                    self._check_mount(fd, parts[: depth + 1])
         except BaseException:
             os.close(fd)
             raise
-        return OwnDir(self, fd, where)
+        return OwnDir(self, fd, tuple(parts))
 
-    def _check_mount(self, fd: int, where: str) -> None:
-        """Refuse a directory on another device or (read unless the lookup refused any
-        mount crossing itself) another mount than the top's."""
+    def below(self, parts: Sequence[str | bytes]) -> str:
+        """The path of ``parts`` below the top (for messages)."""
+        return os.path.join(self.path, *(os.fsdecode(part) for part in parts))
+
+    def _check_mount(self, fd: int, parts: Sequence[str | bytes]) -> None:
+        """Refuse a directory on another device or mount than the top's."""
         other = os.fstat(fd).st_dev != self.device
-        if not other and self.mount is not None and not lookup_refuses_mounts():
+        if not other and self.mount is not None:
             other = mount_id(fd) != self.mount
         if other:
+            where = self.below(parts)
             raise PathUnsafe(f"{where} is on another mount than {self.path}", path=where)
 
 
 class OwnDir(HoldsFd):
     """One directory of an ``OwnTree``, opened by it; entries are removed by name in it."""
 
-    def __init__(self, tree: OwnTree, fd: int, path: str) -> None:
+    def __init__(self, tree: OwnTree, fd: int, parts: tuple[str | bytes, ...]) -> None:
         self.tree = tree
         self.fd = fd
-        self.path = path
+        self.parts = parts
+
+    @property
+    def path(self) -> str:
+        return self.tree.below(self.parts)
 
     def mode(self, name: str | bytes) -> int | None:
         """The ``st_mode`` of entry ``name`` (never followed), or None when it is missing."""

@@ -19,7 +19,9 @@ import pytest
 from promoter.errors import PathUnsafe, RepositoryInvalid
 from promoter.executor import sandbox_repo
 from promoter.executor.confine import Relay
+from promoter.fs import own_entry
 from promoter.fs.own_entry import Made, OwnTree
+from tests.support.mounts import bind_mount
 
 
 def test_a_made_file_and_directory_are_removed_and_gone_is_not_an_error(tmp_path: Path) -> None:
@@ -100,6 +102,32 @@ def test_directories_are_made_below_an_own_tree_with_create(tmp_path: Path) -> N
     with OwnTree.open(top) as tree, tree.directory(["a", "b"], create=True) as folder:
         assert folder.path == str(top / "a" / "b")
         assert (top / "a" / "b").is_dir()
+
+
+@pytest.mark.parametrize("lookup", ["openat2", "openat"])
+def test_a_mount_inside_an_own_tree_is_never_entered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookup: str
+) -> None:
+    if lookup == "openat":  # no openat2: the device and mount id checks are the guard
+        monkeypatch.setattr(own_entry, "lookup_refuses_mounts", lambda: False)
+        monkeypatch.setattr(
+            own_entry, "open_dir_component", lambda fd, name, flags: os.open(name, flags, dir_fd=fd)
+        )
+    elif not own_entry.lookup_refuses_mounts():
+        pytest.skip("this kernel has no openat2")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"person's bytes")
+    top = tmp_path / "clone"
+    (top / "mnt").mkdir(parents=True)
+    with bind_mount(outside, top / "mnt"), OwnTree.open(top) as tree:
+        with pytest.raises((OSError, PathUnsafe)) as raised:
+            tree.directory(["mnt"])
+        if lookup == "openat":
+            assert isinstance(raised.value, PathUnsafe)
+        else:
+            assert isinstance(raised.value, OSError) and raised.value.errno == errno.EXDEV
+        assert (top / "mnt" / "victim").read_bytes() == b"person's bytes"
 
 
 def _sandbox(tmp_path: Path) -> tuple[Path, Path]:
