@@ -12,10 +12,11 @@ Two proofs, one for each way promoter comes to own a name outside a user's workt
   component at a time with ``O_DIRECTORY|O_NOFOLLOW``: ``openat2`` without symlinks or
   mount crossings where the kernel has it, elsewhere each directory's device and mount id
   are compared with the top's. So an ``OwnDir`` it hands out is provably inside the
-  tree: never reached through a symlink, a swapped directory or a mount. ``OwnDir.remove_entry`` unlinks one
-  non-directory entry by name there (refusing a directory, and an entry on another
-  device, with ``PathUnsafe``); ``OwnDir.remove_empty_dir`` removes an empty directory
-  (``rmdir`` never removes anything else).
+  tree: never reached through a symlink, a swapped directory or a mount.
+  ``OwnDir.remove_entry`` unlinks one non-directory entry by name there (refusing a
+  directory, and an entry on another device, with ``PathUnsafe``);
+  ``OwnDir.remove_empty_dir`` removes an empty directory (``rmdir`` never removes
+  anything else).
 
 Deliberately not here: whole trees (``own_tree.py``), promoter's own temp files
 (``own_temp.py``), anything in a user's worktree (``delete.py``, ``aside.py`` and
