@@ -41,20 +41,23 @@ their permissions, in its own process group; only the worktree is isolated then.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from promoter.errors import ConfigError, ConfinementUnavailable
+from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.fs.own_entry import Made
+
+log = logging.getLogger("promoter.run")
 
 __all__ = [
     "BWRAP_ENV",
@@ -191,10 +194,12 @@ class Relay:
         parts = urlsplit(url)
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         # a short private directory: a socket's path has at most 107 bytes
-        self.directory = Path(tempfile.mkdtemp(prefix="promoter-relay-"))
+        self._made_directory = Made.mkdtemp("promoter-relay-")
+        self.directory = Path(self._made_directory.path)
         self.path = self.directory / "daemon.sock"
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.path))
+        self._made_socket = Made.record(self.path)
         self._server.listen(64)
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="promoter-relay", daemon=True)
@@ -224,10 +229,13 @@ class Relay:
             with contextlib.suppress(OSError):
                 self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)  # made by this relay, in its own directory
-            with contextlib.suppress(OSError):
-                os.rmdir(self.directory)
+            # both made by this relay: removed only while they are still what it made
+            try:
+                self._made_socket.remove()
+                with contextlib.suppress(OSError):  # not empty: it stays
+                    self._made_directory.remove()
+            except PathUnsafe as exc:
+                log.warning("%s", exc.detail)
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -245,8 +253,11 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
 
 @contextlib.contextmanager
 def _pids_cgroup(name: str, limit: int) -> Iterator[tuple[str, Path | None]]:
-    """A new pids cgroup limited to ``limit`` processes, if one can be made; killed after."""
-    made: Path | None = None
+    """A new pids cgroup limited to ``limit`` processes, if one can be made; killed after.
+
+    Only a cgroup this call made is ever removed: a name that was taken is left alone.
+    """
+    made: Made | None = None
     kind = "rlimit"
     for root, label in ((_PIDS_V1, "cgroup-v1"), (_CGROUP2, "cgroup-v2")):
         if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
@@ -255,16 +266,20 @@ def _pids_cgroup(name: str, limit: int) -> Iterator[tuple[str, Path | None]]:
             continue
         candidate = root / name
         try:
-            candidate.mkdir()
+            made = Made.mkdir(candidate)
+        except OSError:
+            continue
+        try:
             (candidate / "pids.max").write_text(str(limit))
         except OSError:
-            with contextlib.suppress(OSError):
-                candidate.rmdir()
+            with contextlib.suppress(OSError, PathUnsafe):
+                made.remove()
+            made = None
             continue
-        made, kind = candidate, label
+        kind = label
         break
     try:
-        yield kind, made
+        yield kind, None if made is None else Path(made.path)
     finally:
         if made is not None:
             _kill_cgroup(made)
@@ -277,8 +292,9 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _kill_cgroup(group: Path) -> None:
-    """Kill every process left in ``group`` until it is empty, then remove it."""
+def _kill_cgroup(made: Made) -> None:
+    """Kill every process left in the cgroup ``made`` until it is empty, then remove it."""
+    group = Path(made.path)
     for _ in range(100):
         pids = [int(p) for p in _read(group / "cgroup.procs").split()]
         if not pids:
@@ -288,9 +304,10 @@ def _kill_cgroup(group: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
     for _ in range(1000):
         try:
-            group.rmdir()
+            made.remove()  # False: gone already
             return
-        except FileNotFoundError:
+        except PathUnsafe as exc:
+            log.warning("%s", exc.detail)
             return
         except OSError:
             threading.Event().wait(0.01)  # a killed process is still being reaped

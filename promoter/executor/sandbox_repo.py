@@ -12,7 +12,9 @@ This module owns two moments of a sandbox clone's ``.git`` (SPEC §10.16):
   filters, fsmonitor, includes, ``core.worktree`` never apply), and the files that would
   widen what git reads are removed: ``objects/info/alternates`` and
   ``http-alternates``, ``info/attributes``, ``info/grafts``, ``commondir``,
-  ``gitdir``, ``shallow``. Promoter owns the sandbox, so these are its own to remove.
+  ``gitdir``, ``shallow``. Promoter owns the sandbox, so these are its own to remove:
+  each is removed through ``promoter.fs.own_entry`` (reached below the clone's ``.git``
+  by descriptors, never through a link: a linked directory on the way is refused).
 
 Hooks are not removed: no git command promoter runs executes one, and every one runs
 with ``core.hooksPath=/dev/null`` besides. It deliberately does not touch the
@@ -26,7 +28,8 @@ import os
 import stat
 from pathlib import Path
 
-from promoter.errors import ConfigError, RepositoryInvalid
+from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
+from promoter.fs.own_entry import OwnTree
 
 __all__ = ["KEPT_CONFIG", "restore", "seal"]
 
@@ -77,14 +80,34 @@ def restore(home: Path, clone: Path) -> list[str]:
     if _lstat(config) is None or not stat.S_ISREG(_lstat(config) or 0) or _read(config) != kept:
         _write(config, kept)
         changed.append("config")
-    for name in _WIDENING:
-        path = git / name
-        if _lstat(path) is not None:
-            if stat.S_ISDIR(_lstat(path) or 0):
-                raise RepositoryInvalid(f"the sandbox's .git/{name} is a directory", path=str(path))
-            os.unlink(path)
-            changed.append(name)
+    with OwnTree.open(git) as own:
+        for name in _WIDENING:
+            if _remove_widening(own, name):
+                changed.append(name)
     return changed
+
+
+def _remove_widening(git: OwnTree, name: str) -> bool:
+    """Remove ``.git/name`` (a file) from the sandbox's repository; False when absent."""
+    path = os.path.join(git.path, name)
+    *parents, leaf = name.split("/")
+    try:
+        folder = git.directory(parents)
+    except FileNotFoundError:
+        return False
+    except (OSError, PathUnsafe) as exc:
+        raise RepositoryInvalid(
+            f"the sandbox's {_show(os.path.dirname(name))} is not a directory of its own "
+            "(a symlink or a mount?); nothing was read through it",
+            path=os.path.dirname(path),
+        ) from exc
+    with folder:
+        mode = folder.mode(leaf)
+        if mode is None:
+            return False
+        if stat.S_ISDIR(mode):
+            raise RepositoryInvalid(f"the sandbox's .git/{name} is a directory", path=path)
+        return folder.remove_entry(leaf)
 
 
 def _show(name: str) -> str:
@@ -114,7 +137,9 @@ def _write(path: Path, data: bytes) -> None:
     """Replace ``path`` (never through a link at it) with ``data``, durably."""
     temp = path.with_name(f".{path.name}.promoter-restore")
     if _lstat(temp) is not None and not stat.S_ISDIR(_lstat(temp) or 0):
-        os.unlink(temp)  # the sandbox is promoter's: whatever sits at its temp name goes
+        # the sandbox is promoter's: whatever sits at its temp name there goes
+        with OwnTree.open(path.parent) as own, own.directory([]) as folder:
+            folder.remove_entry(temp.name)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)

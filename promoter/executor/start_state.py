@@ -5,7 +5,8 @@ the person's worktree with a ``SeededShadow`` (tracked files with their uncommit
 content, staged or not; untracked files that are not ignored; modes and symlinks; a
 private index and object directory, so the person's ``.git`` and worktree are only
 read), lays every difference from HEAD into the fresh sandbox clone (through directory
-descriptors opened without following links, in promoter's own sandbox only), writes
+descriptors opened without following links, in promoter's own sandbox only: the clone is
+an ``OwnTree`` of ``promoter.fs.own_entry``, which removes only what is inside it), writes
 the captured blobs and the start tree into the clone's object directory, and returns
 the grant's ``target_preconditions``: for each path whose worktree or index state
 differs from HEAD, ``old`` is the captured state and ``index`` the person's index
@@ -24,8 +25,6 @@ worktree (no checkout, reset or stash: the clone's files are written one by one)
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -38,6 +37,7 @@ from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
+from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.git.layout import discover, repo_env
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, decode_path, require_oid
@@ -49,7 +49,7 @@ _NULL_OID = "0" * 40
 _LINK = "120000"
 _EXEC = "100755"
 _MODES = ("100644", _EXEC, _LINK)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_START_INDEX = "start-index"
 
 
 @dataclass
@@ -75,67 +75,42 @@ def _index_only(worktree: str, env: dict[str, str], base_tree: str) -> list[str]
     return [decode_path(raw) for raw in result.stdout.split(b"\0") if raw]
 
 
-def _open_dir(root_fd: int, parts: list[bytes], *, create: bool) -> int:
-    """A descriptor of the directory ``parts`` under ``root_fd``; no link is followed."""
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=fd)
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _remove_leaf(parent_fd: int, name: bytes) -> None:
-    try:
-        st = os.lstat(name, dir_fd=parent_fd)
-    except FileNotFoundError:
+def _remove_leaf(folder: OwnDir, name: bytes) -> None:
+    mode = folder.mode(name)
+    if mode is None:
         return
-    if stat.S_ISDIR(st.st_mode):
+    if stat.S_ISDIR(mode):
         raise ConfigError(
             f"the sandbox holds a directory at {os.fsdecode(name)!r} where the person's "
             "worktree has a file"
         )
-    os.unlink(name, dir_fd=parent_fd)
+    folder.remove_entry(name)
 
 
-def _delete(root_fd: int, path: str) -> None:
+def _delete(clone: OwnTree, path: str) -> None:
     *parents, name = os.fsencode(path).split(b"/")
     try:
-        fd = _open_dir(root_fd, parents, create=False)
+        folder = clone.directory(parents)
     except (FileNotFoundError, NotADirectoryError):
         return
-    try:
-        _remove_leaf(fd, name)
-    finally:
-        os.close(fd)
+    with folder:
+        _remove_leaf(folder, name)
     for depth in range(len(parents), 0, -1):  # directories the deletes left empty
         try:
-            fd = _open_dir(root_fd, parents[: depth - 1], create=False)
+            folder = clone.directory(parents[: depth - 1])
         except OSError:
             return
-        try:
-            os.rmdir(parents[depth - 1], dir_fd=fd)
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+        with folder:
+            if not folder.remove_empty_dir(parents[depth - 1]):
                 return
-            raise
-        finally:
-            os.close(fd)
 
 
-def _write(root_fd: int, path: str, mode: str, chunks: Iterable[bytes]) -> None:
+def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> None:
     """Write ``path`` in the clone: a link (its target text) or a file, as a new leaf."""
     *parents, name = os.fsencode(path).split(b"/")
-    fd = _open_dir(root_fd, parents, create=True)
-    try:
-        _remove_leaf(fd, name)
+    with clone.directory(parents, create=True) as folder:
+        fd = folder.fd
+        _remove_leaf(folder, name)
         if mode == _LINK:
             os.symlink(b"".join(chunks), name, dir_fd=fd)
             return
@@ -156,13 +131,11 @@ def _write(root_fd: int, path: str, mode: str, chunks: Iterable[bytes]) -> None:
                 os.fchmod(out, current | ((current & 0o444) >> 2))
         finally:
             os.close(out)
-    finally:
-        os.close(fd)
 
 
 def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry]) -> str:
     """HEAD's tree with ``entries`` applied, written into the clone's objects."""
-    index = home / "start-index"
+    index = home / _START_INDEX
     env = {"GIT_DIR": str(clone / ".git"), "GIT_INDEX_FILE": str(index)}
     try:
         run_git(["read-tree", base_tree], cwd=clone, env=env)
@@ -183,8 +156,9 @@ def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry
                 input=lines,
             )
         tree = run_git(["write-tree"], cwd=clone, env=env).stdout.decode("ascii", "replace")
-    finally:
-        index.unlink(missing_ok=True)
+    finally:  # the sandbox directory is promoter's: its scratch index goes
+        with OwnTree.open(home) as sandbox, sandbox.directory([]) as top:
+            top.remove_entry(_START_INDEX)
     return require_oid(tree.strip(), "start tree")
 
 
@@ -202,12 +176,11 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
     with SeededShadow(layout, base_tree=base_tree) as shadow:
         entries = shadow.diff()
         skipped = shadow.unsupported(entries, symlinks=True)
-        root_fd = os.open(clone, _DIR_FLAGS)
-        try:
+        with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
             for entry in ordered:  # deletions first: a file may replace a directory
                 if entry.path not in skipped and entry.new_oid is None:
-                    _delete(root_fd, entry.path)
+                    _delete(into, entry.path)
                     captured[entry.path] = None
                     laid.append(entry)
             for entry in ordered:
@@ -215,18 +188,16 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
                     continue
                 if entry.new_mode == _LINK:
                     target = shadow.read_blob(entry.new_oid)
-                    _write(root_fd, entry.path, _LINK, [target])
+                    _write(into, entry.path, _LINK, [target])
                     oid = objects.store_bytes(target)
                 else:  # streamed into the clone, then stored from there and re-hashed
-                    _write(root_fd, entry.path, entry.new_mode, shadow.iter_blob(entry.new_oid))
+                    _write(into, entry.path, entry.new_mode, shadow.iter_blob(entry.new_oid))
                     oid = objects.store_file(os.fsencode(clone / entry.path))
                 if oid != entry.new_oid:
                     raise ConfigError(f"{entry.path!r} changed while it was captured; run again")
                 sha256, size = objects.digests[oid]
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
-        finally:
-            os.close(root_fd)
     faults.point("start_state_laid")
     tree = _start_tree(clone, home, base_tree, laid)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from promoter import faults
 from promoter.domain.path_state import leaf_kind
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
-from promoter.fs.chain import ParentChain
+from promoter.fs.chain import ParentView
 from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState, read_leaf
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
 
@@ -71,7 +71,7 @@ class Settlement:
     kept: Kept | None = None
 
 
-def beside(parent: ParentChain, name: str) -> str:
+def beside(parent: ParentView, name: str) -> str:
     """The worktree-relative path of ``name`` in the parent's directory."""
     return "/".join([*parent.dir_parts, name])
 
@@ -84,7 +84,7 @@ def check_temp_name(name: str) -> None:
 
 
 def remove_if(
-    parent: ParentChain, name: str, ours: Callable[[LeafState], bool]
+    parent: ParentView, name: str, ours: Callable[[LeafState], bool]
 ) -> tuple[Literal["absent", "removed", "left"], LeafState]:
     """Unlink temp ``name`` only if what is there is a file or link ``ours`` accepts.
 
@@ -108,7 +108,7 @@ def _kept_candidates(temp: str) -> list[str]:
     return [base if n == 0 else f"{base}.{n}" for n in range(_KEPT_TRIES)]
 
 
-def kept_earlier(parent: ParentChain, temp: str) -> list[Kept]:
+def kept_earlier(parent: ParentView, temp: str) -> list[Kept]:
     """The kept files already beside the target for temp name ``temp`` (never touched).
 
     A crash between keeping a file and journaling the report leaves one unreported; this
@@ -124,7 +124,7 @@ def kept_earlier(parent: ParentChain, temp: str) -> list[Kept]:
     return found
 
 
-def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
+def keep(parent: ParentView, temp: str, found: LeafState) -> Kept:
     """Move temp ``temp`` (someone else's bytes) to a kept name beside it; never replaces.
 
     If no kept name can be taken (an I/O error, a filesystem without ``renameat2``), the
@@ -151,7 +151,7 @@ def keep(parent: ParentChain, temp: str, found: LeafState) -> Kept:
     )
 
 
-def settle(parent: ParentChain, temp: str, *, old: ExpectedState, new: ExpectedState) -> Settlement:
+def settle(parent: ParentView, temp: str, *, old: ExpectedState, new: ExpectedState) -> Settlement:
     """Recovery's decision for journaled temp ``temp`` of the target held by ``parent``.
 
     Removed: promoter's ``new`` bytes, or the exact ``old`` state while the target holds

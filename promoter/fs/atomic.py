@@ -1,12 +1,15 @@
 """Durable writes into a worktree with compare-and-swap on the target.
 
-This module owns every change promoter makes to a file in a worktree: ``Parent`` writes
-a temp file next to the target under the name the journal gave it (``Temps`` of
-``temps.py``: written whole or streamed and hashed in one pass, fsynced before it is
-named), puts it in place only while the target is still the expected old state, deletes
-by move-aside-then-verify (``Deleting`` of ``delete.py``), and applies the mode rule of
-SPEC §3.1 (keep the replaced file's permission bits, set or clear the execute bits where
-read is set; new files get ``0666 & ~umask``).
+This module owns every change promoter makes to a file in a worktree. ``Parent`` is the
+directory handle of one target: it holds the target's ``ParentChain`` (``chain.py``) and
+delegates to collaborators that share it: ``Temps`` (``temps.py``) writes a temp file
+next to the target under the name the journal gave it (whole or streamed and hashed in
+one pass, fsynced before it is named, with the mode rule of SPEC §3.1: keep the replaced
+file's permission bits, set or clear the execute bits where read is set; new files get
+``0666 & ~umask``), ``Swap`` (here) puts it in place only while the target is still the
+expected old state, and ``Deletion`` (``delete.py``) deletes by move-aside-then-verify.
+This is the top of the handle's modules: ``root.py`` and ``held.py`` hand out ``Parent``
+views, and nothing this module imports imports them.
 
 Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
 - A create uses ``renameat2(RENAME_NOREPLACE)``.
@@ -48,10 +51,14 @@ from __future__ import annotations
 
 import errno
 import os
+from types import TracebackType
+from typing import Self
 
 from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs.aside import Kept, beside, check_temp_name, refusal, remove_if, with_kept
+from promoter.fs.chain import ChainRoot, InPlace, ParentChain
+from promoter.fs.delete import Deletion
 from promoter.fs.leaf import (
     ExpectedState,
     LeafState,
@@ -62,11 +69,15 @@ from promoter.fs.syscalls import (
     RENAME_NOREPLACE,
     renameat2,
 )
-from promoter.fs.temps import UNSUPPORTED, Temps
+from promoter.fs.temps import UNSUPPORTED, PendingTemp, Source, Temps
 
 
-class Parent(Temps):
-    """The held parent directory of one target, with the operations that change it."""
+class Swap:
+    """The compare-and-swap that puts a written temp at the target (see the module)."""
+
+    def __init__(self, chain: ParentChain, temps: Temps) -> None:
+        self.chain = chain
+        self.temps = temps
 
     def replace(self, temp: str, *, expected_old: ExpectedState, new: ExpectedState) -> None:
         """Put ``temp`` at the target only if the target is ``expected_old`` (or already ``new``).
@@ -80,13 +91,13 @@ class Parent(Temps):
             raise ValueError("replace writes a file; deletes use unlink_checked")
         settled = False
         try:
-            self.verify_chain()
-            current = self.leaf_state()
+            self.chain.verify_chain()
+            current = self.chain.leaf_state()
             if current.matches(new):
-                self.drop_temp(temp, new)
+                self.temps.drop_temp(temp, new)
                 return
             if not current.matches(expected_old):
-                raise refusal(self.rel, expected_old, current)
+                raise refusal(self.chain.rel, expected_old, current)
             faults.point("before_replace")
             if not expected_old.exists:
                 self._create_from(temp, new)
@@ -94,22 +105,22 @@ class Parent(Temps):
                 settled = True  # from here the exchange settles the temp name itself
                 self._exchange_in(temp, current, expected_old, new)
             faults.point("after_replace")
-            self.verify_chain()
+            self.chain.verify_chain()
         except OSError as exc:
-            error = os_error("replacing the target", self.rel, exc)
+            error = os_error("replacing the target", self.chain.rel, exc)
             if not settled:
-                with_kept(error, self.drop_temp(temp, new))
+                with_kept(error, self.temps.drop_temp(temp, new))
             raise error from exc
         except PromoterError as exc:
             if not settled:
-                with_kept(exc, self.drop_temp(temp, new))
+                with_kept(exc, self.temps.drop_temp(temp, new))
             raise
         if not settled:
-            self.drop_temp(temp, new)  # normally gone: the rename consumed it
+            self.temps.drop_temp(temp, new)  # normally gone: the rename consumed it
 
     def _create_from(self, temp: str, new: ExpectedState) -> None:
         try:
-            renameat2(self.fd, temp, self.fd, self.name, RENAME_NOREPLACE)
+            renameat2(self.chain.fd, temp, self.chain.fd, self.chain.name, RENAME_NOREPLACE)
             return
         except OSError as exc:
             if exc.errno == errno.EEXIST:
@@ -118,7 +129,13 @@ class Parent(Temps):
             if exc.errno not in UNSUPPORTED:
                 raise
         try:
-            os.link(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+            os.link(
+                temp,
+                self.chain.name,
+                src_dir_fd=self.chain.fd,
+                dst_dir_fd=self.chain.fd,
+                follow_symlinks=False,
+            )
             return
         except FileExistsError as exc:
             self._raise_unless_new(new, ExpectedState(False, None, None), exc)
@@ -126,31 +143,32 @@ class Parent(Temps):
         except OSError as exc:
             if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
                 raise
-        found = self.leaf_state()
+        found = self.chain.leaf_state()
         if not found.matches(False):
-            raise refusal(self.rel, ExpectedState(False, None, None), found)
-        os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            raise refusal(self.chain.rel, ExpectedState(False, None, None), found)
+        os.rename(temp, self.chain.name, src_dir_fd=self.chain.fd, dst_dir_fd=self.chain.fd)
 
     def _raise_unless_new(self, new: ExpectedState, old: ExpectedState, exc: OSError) -> None:
-        found = self.leaf_state()
+        found = self.chain.leaf_state()
         if not found.matches(new):
-            raise refusal(self.rel, old, found) from exc
+            raise refusal(self.chain.rel, old, found) from exc
 
     def _exchange_in(
         self, temp: str, current: LeafState, expected_old: ExpectedState, new: ExpectedState
     ) -> None:
         """Exchange temp and target, then settle what the exchange displaced (see the module)."""
         try:
-            renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
+            renameat2(self.chain.fd, temp, self.chain.fd, self.chain.name, RENAME_EXCHANGE)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
-                found = self.leaf_state()
+                found = self.chain.leaf_state()
                 raise with_kept(
-                    refusal(self.rel, expected_old, found), self.drop_temp(temp, new)
+                    refusal(self.chain.rel, expected_old, found), self.temps.drop_temp(temp, new)
                 ) from exc
             if exc.errno not in UNSUPPORTED:
                 raise with_kept(
-                    os_error("exchanging the target", self.rel, exc), self.drop_temp(temp, new)
+                    os_error("exchanging the target", self.chain.rel, exc),
+                    self.temps.drop_temp(temp, new),
                 ) from exc
             self._rename_after_recheck(temp, current, expected_old, new, exc)
             return
@@ -161,40 +179,44 @@ class Parent(Temps):
             return same_inode and leaf.matches(expected_old)
 
         try:
-            done, displaced = remove_if(self, temp, is_old)
+            done, displaced = remove_if(self.chain, temp, is_old)
         except PromoterError:
             done, displaced = "left", LeafState(kind="special")
         if done != "left":
             return
         faults.point("before_swap_back")
         try:
-            renameat2(self.fd, temp, self.fd, self.name, RENAME_EXCHANGE)
+            renameat2(self.chain.fd, temp, self.chain.fd, self.chain.name, RENAME_EXCHANGE)
         except OSError as exc:
             held = Kept(
-                self.rel, beside(self, temp), displaced.kind, displaced.sha256, displaced.size
+                self.chain.rel,
+                beside(self.chain, temp),
+                displaced.kind,
+                displaced.sha256,
+                displaced.size,
             )
             raise with_kept(
                 WriteFailed(
                     "could not put the displaced file back; it is kept under the temp name",
-                    path=self.rel,
+                    path=self.chain.rel,
                     errno=exc.errno,
                 ),
                 [held],
             ) from exc
-        kept = self.drop_temp(temp, new)
+        kept = self.temps.drop_temp(temp, new)
         error: PromoterError
         if displaced.kind in ("file", "symlink") and displaced.matches(expected_old):
             error = TargetDrift(
                 "target was replaced between the check and the exchange",
-                path=self.rel,
+                path=self.chain.rel,
                 expected=expected_old.to_dict(),
                 found=displaced.to_dict(),
                 reason="swapped",
             )
         elif displaced.kind in ("file", "symlink", "missing"):
-            error = refusal(self.rel, expected_old, displaced)
+            error = refusal(self.chain.rel, expected_old, displaced)
         else:
-            error = PathUnsafe("the displaced file could not be verified", path=self.rel)
+            error = PathUnsafe("the displaced file could not be verified", path=self.chain.rel)
         raise with_kept(error, kept)
 
     def _rename_after_recheck(
@@ -206,17 +228,151 @@ class Parent(Temps):
         cause: OSError,
     ) -> None:
         """Fallback without ``RENAME_EXCHANGE``: re-check, then a plain rename (residual risk)."""
-        again = self.leaf_state()
+        again = self.chain.leaf_state()
         if not again.matches(expected_old) or (again.dev, again.ino) != (current.dev, current.ino):
             raise with_kept(
-                refusal(self.rel, expected_old, again), self.drop_temp(temp, new)
+                refusal(self.chain.rel, expected_old, again), self.temps.drop_temp(temp, new)
             ) from cause
-        os.rename(temp, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.rename(temp, self.chain.name, src_dir_fd=self.chain.fd, dst_dir_fd=self.chain.fd)
+
+
+class Parent:
+    """The held parent directory of one target, with the operations that change it.
+
+    It holds the ``ParentChain`` (the descriptor, its identities, ``verify_chain``,
+    ``leaf_state``) and delegates each change to a collaborator sharing that chain: temp
+    files to ``Temps``, the delete to ``Deletion``, putting a temp in place to ``Swap``.
+    """
+
+    def __init__(self, chain: ParentChain) -> None:
+        self.chain = chain
+        self.temps = Temps(chain)
+        self.deletion = Deletion(chain)
+        self.swap = Swap(chain, self.temps)
+        # set by ``Directories.open_parent`` when it re-checked the held chain just now
+        # (``HeldDir.still_in_place`` and the nested-repository check); the caller that
+        # changes nothing before its first write passes it on as ``chain_checked`` once
+        self.checked_at_open = False
+
+    # -- the held chain -----------------------------------------------------------------
+
+    @property
+    def root(self) -> ChainRoot:
+        return self.chain.root
+
+    @property
+    def fd(self) -> int:
+        return self.chain.fd
+
+    @property
+    def rel(self) -> str:
+        return self.chain.rel
+
+    @property
+    def name(self) -> str:
+        return self.chain.name
+
+    @property
+    def dir_parts(self) -> list[str]:
+        return self.chain.dir_parts
+
+    @property
+    def created_dirs(self) -> list[str]:
+        return self.chain.created_dirs
+
+    @property
+    def held(self) -> InPlace | None:
+        """The pass's held directory whose descriptor this view borrows (``held.py``)."""
+        return self.chain.held
+
+    def verify_chain(self) -> None:
+        self.chain.verify_chain()
+
+    def leaf_state(self) -> LeafState:
+        return self.chain.leaf_state()
+
+    def close(self) -> None:
+        self.chain.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- temps (``temps.py``) -------------------------------------------------------------
+
+    @property
+    def written(self) -> dict[str, tuple[int, int]]:
+        return self.temps.written
+
+    def write_temp(
+        self,
+        data: bytes | Source,
+        git_mode: str,
+        *,
+        temp: str,
+        umask: int | None = None,
+        chain_checked: bool = False,
+    ) -> str:
+        """``Temps.write_temp``: ``data`` written durably to the journaled temp name ``temp``."""
+        return self.temps.write_temp(
+            data, git_mode, temp=temp, umask=umask, chain_checked=chain_checked
+        )
+
+    def begin_temp(
+        self,
+        data: bytes | Source,
+        git_mode: str,
+        *,
+        temp: str,
+        umask: int | None = None,
+        chain_checked: bool = False,
+        writeback: bool = True,
+    ) -> str | PendingTemp:
+        """``Temps.begin_temp``: the first half of ``write_temp`` (no fsync, no name yet)."""
+        return self.temps.begin_temp(
+            data,
+            git_mode,
+            temp=temp,
+            umask=umask,
+            chain_checked=chain_checked,
+            writeback=writeback,
+        )
+
+    def end_temp(self, pending: PendingTemp, *, synced: bool = False) -> str:
+        """``Temps.end_temp``: fsync, name and re-check a begun temp."""
+        return self.temps.end_temp(pending, synced=synced)
+
+    def abort_temp(self, pending: PendingTemp) -> list[Kept]:
+        """``Temps.abort_temp``: drop a begun temp that will not be ended."""
+        return self.temps.abort_temp(pending)
+
+    def drop_temp(self, temp: str, new: ExpectedState) -> list[Kept]:
+        """``Temps.drop_temp``: remove the temp promoter wrote; keep anything else."""
+        return self.temps.drop_temp(temp, new)
+
+    # -- changing the target ----------------------------------------------------------------
+
+    def replace(self, temp: str, *, expected_old: ExpectedState, new: ExpectedState) -> None:
+        """``Swap.replace``: ``temp`` at the target only if it is ``expected_old`` (or ``new``)."""
+        self.swap.replace(temp, expected_old=expected_old, new=new)
+
+    def unlink_checked(
+        self, expected_old: ExpectedState, *, aside: str, chain_checked: bool = False
+    ) -> None:
+        """``Deletion.unlink_checked``: delete the target only if it is ``expected_old``."""
+        self.deletion.unlink_checked(expected_old, aside=aside, chain_checked=chain_checked)
 
     def fsync(self) -> None:
         """fsync the held parent directory (once per batch); a failure is raised, never retried."""
         try:
-            os.fsync(self.fd)
+            os.fsync(self.chain.fd)
             faults.point("after_parent_fsync")
         except OSError as exc:
             raise os_error("syncing the parent directory", self.rel, exc) from exc

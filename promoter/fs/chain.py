@@ -39,8 +39,13 @@ Choices made here:
 Fault point called here: ``after_mkdir`` (a new directory was made and the directory
 holding it fsynced).
 
+This is the bottom of the fs layer's directory handle: it imports neither ``root.py`` nor
+``held.py`` (what a chain needs of them is the ``ChainRoot`` and ``InPlace`` protocols),
+and ``ParentView`` names what the collaborators of a held parent read of it (the
+``ParentChain`` itself, or the ``atomic.Parent`` that has one).
+
 Deliberately not here: the root and the walk (``root.py``), changing files
-(``atomic.py``, whose ``Parent`` extends ``ParentChain``), the repository lock
+(``atomic.py``, whose ``Parent`` holds a ``ParentChain``), the repository lock
 (``lock.py``), and what a state means for a promotion. Residual risks: a held directory
 moved out of the root after a ``verify_chain`` is only seen by the next one; a file
 mounted on a leaf's name and unmounted again between the read and its check goes unseen,
@@ -56,7 +61,7 @@ import os
 import stat
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
 from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs.leaf import (
@@ -67,16 +72,15 @@ from promoter.fs.leaf import (
 )
 from promoter.fs.syscalls import open_dir_component
 
-if TYPE_CHECKING:  # types only: root.py and held.py import this module
-    from promoter.fs.held import HeldDir
-    from promoter.fs.root import Root
-
 __all__ = [
     "ON_ANOTHER_MOUNT",
+    "ChainRoot",
     "ExpectedState",
     "HoldsFd",
+    "InPlace",
     "LeafState",
     "ParentChain",
+    "ParentView",
     "Walked",
     "open_dir",
 ]
@@ -127,6 +131,55 @@ class Walked:
     created: list[str]
 
 
+class ChainRoot(Protocol):
+    """What a chain needs of the held worktree root (``root.Root``)."""
+
+    rewalks: int
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def dev(self) -> int: ...
+
+    def recheck(self) -> None: ...
+
+    def check_mount(self, dir_fd: int, name: str, rel: str, at: str | None = None) -> None: ...
+
+
+class InPlace(Protocol):
+    """A directory a pass holds (``held.HeldDir``): its chain re-checked without opens."""
+
+    @property
+    def fd(self) -> int: ...
+
+    def still_in_place(self) -> bool: ...
+
+
+class ParentView(Protocol):
+    """The held parent of one target as its collaborators read it (``aside.py``,
+    ``temps.py``, ``delete.py``): a ``ParentChain``, or the ``atomic.Parent`` holding one."""
+
+    @property
+    def root(self) -> ChainRoot: ...
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def rel(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dir_parts(self) -> list[str]: ...
+
+    def leaf_state(self) -> LeafState: ...
+
+    def verify_chain(self) -> None: ...
+
+
 class HoldsFd:
     """Closes ``fd`` once, on ``close()`` or at the end of a ``with`` block."""
 
@@ -164,12 +217,12 @@ class ParentChain(HoldsFd):
 
     def __init__(
         self,
-        root: Root,
+        root: ChainRoot,
         rel: str,
         fd: int,
         ids: list[tuple[int, int]],
         created_dirs: list[str],
-        held: HeldDir | None = None,
+        held: InPlace | None = None,
     ) -> None:
         self.root = root
         self.rel = rel

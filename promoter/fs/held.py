@@ -160,14 +160,14 @@ class Directories:
         self._lent = True
         held = self._reuse(rel, parts)
         if held is not None:
-            parent = Parent(self.root, rel, held.fd, held.ids, [], held=held)
+            parent = Parent(ParentChain(self.root, rel, held.fd, held.ids, [], held=held))
             parent.checked_at_open = True
             return parent
         walked = self.root._walk(rel, list(parts), create=create)
         if walked is None:
             raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
         held = self._hold(parts, walked.fd, walked.ids)
-        return Parent(self.root, rel, held.fd, held.ids, walked.created, held=held)
+        return Parent(ParentChain(self.root, rel, held.fd, held.ids, walked.created, held=held))
 
     def _reuse(self, rel: str, parts: tuple[str, ...]) -> HeldDir | None:
         """The held directory of ``parts`` when it is still in place (checked), else None."""

@@ -2,11 +2,12 @@
 
 ``Root.open(path)`` holds the worktree root; ``open_parent`` reaches the directory of a
 target through a descriptor chain (creating missing directories when asked) and returns
-the ``Parent`` that changes it (``atomic.py``); ``read_state`` reads what is at a path
-without following anything; ``remove_dir_if_empty`` removes an empty directory. This
-module imports ``atomic.py``, never the other way round. ``Root.walks`` and
-``Root.rewalks`` count the chains walked from the root and the full re-walks of
-``verify_chain`` (read by tests and benchmarks; nothing decides on them).
+the ``Parent`` that changes it (``atomic.py``: a handle holding that chain);
+``read_state`` reads what is at a path without following anything;
+``remove_dir_if_empty`` removes an empty directory. This module imports ``atomic.py`` and
+``chain.py``, never the other way round (a chain knows its root as ``chain.ChainRoot``).
+``Root.walks`` and ``Root.rewalks`` count the chains walked from the root and the full
+re-walks of ``verify_chain`` (read by tests and benchmarks; nothing decides on them).
 
 Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), the
 directories a pass holds (``held.py``), and any change to a file (``atomic.py``,
@@ -190,7 +191,7 @@ class Root(HoldsFd):
         walked = self._walk(rel, parts[:-1], create=create)
         if walked is None:
             raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
-        return Parent(self, rel, walked.fd, walked.ids, walked.created)
+        return Parent(ParentChain(self, rel, walked.fd, walked.ids, walked.created))
 
     def _open_chain(self, rel: str) -> ParentChain | None:
         parts = split_rel(rel)

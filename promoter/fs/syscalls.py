@@ -102,7 +102,7 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-Openat2 = Callable[[int, str, int, int], int]
+Openat2 = Callable[[int, str | bytes, int, int], int]
 
 
 @functools.cache
@@ -113,7 +113,7 @@ def _openat2_impl() -> Openat2 | None:
     syscall.restype = ctypes.c_long
     size = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
 
-    def call(dir_fd: int, name: str, flags: int, resolve: int) -> int:
+    def call(dir_fd: int, name: str | bytes, flags: int, resolve: int) -> int:
         how = _OpenHow(flags, 0, resolve)
         path = os.fsencode(name)
         fd = syscall(
@@ -133,7 +133,12 @@ def _openat2_impl() -> Openat2 | None:
     return call
 
 
-def open_dir_component(dir_fd: int, name: str, flags: int) -> int:
+def lookup_refuses_mounts() -> bool:
+    """Whether ``open_dir_component``'s lookup itself refuses to cross a mount (``openat2``)."""
+    return _openat2_impl() is not None
+
+
+def open_dir_component(dir_fd: int, name: str | bytes, flags: int) -> int:
     """Open the single component ``name`` below ``dir_fd`` with ``flags``.
 
     Where ``openat2`` exists the lookup may not cross a mount (``EXDEV``), follow a

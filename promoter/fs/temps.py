@@ -1,6 +1,7 @@
 """Temp files next to a target, under the names the journal gave them.
 
-``Temps`` is the part of a held parent directory (``atomic.Parent``) that writes temps:
+``Temps`` is the collaborator of a held parent directory (``atomic.Parent``, whose
+``ParentChain`` it holds too) that writes temps and remembers which it wrote:
 an anonymous ``O_TMPFILE`` that gets its journaled name (``temp_name`` in
 ``promoter.domain.paths``) only after all bytes, the mode and ``fsync``, or
 ``O_CREAT|O_EXCL|O_NOFOLLOW`` where the filesystem has no ``O_TMPFILE``; a link temp
@@ -36,13 +37,13 @@ import os
 import stat
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from promoter import faults
 from promoter.domain.path_state import SYMLINK_MODE
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.aside import Kept, check_temp_name, keep, remove_if, with_kept
-from promoter.fs.delete import Deleting
+from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import ExpectedState, LeafState, os_error
 from promoter.fs.syscalls import current_umask, file_mode, start_writeback
 
@@ -111,16 +112,14 @@ class PendingTemp:
     anonymous: bool
 
 
-class Temps(Deleting):
+class Temps:
     """A held parent directory's temp files: written, named, dropped."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, chain: ParentChain) -> None:
+        self.chain = chain
+        # journaled temp name -> (device, inode) promoter wrote there: what ``drop_temp``
+        # may remove
         self.written: dict[str, tuple[int, int]] = {}
-        # set by ``Directories.open_parent`` when it re-checked the held chain just now
-        # (``HeldDir.still_in_place`` and the nested-repository check); the caller that
-        # changes nothing before its first write passes it on as ``chain_checked`` once
-        self.checked_at_open = False
 
     def write_temp(
         self,
@@ -169,16 +168,16 @@ class Temps(Deleting):
         """
         check_temp_name(temp)
         if not chain_checked:
-            self.verify_chain()
+            self.chain.verify_chain()
         if git_mode == SYMLINK_MODE:
             return self._write_link_temp(_whole(data), temp)
         try:
-            current = os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+            current = os.stat(self.chain.name, dir_fd=self.chain.fd, follow_symlinks=False)
             replaced = current.st_mode if stat.S_ISREG(current.st_mode) else None
         except FileNotFoundError:
             replaced = None
         except OSError as exc:
-            raise os_error("inspecting the target", self.rel, exc) from exc
+            raise os_error("inspecting the target", self.chain.rel, exc) from exc
         mode = file_mode(git_mode, replaced, current_umask() if umask is None else umask)
         fd, anonymous = self._open_temp(temp)
         try:
@@ -220,7 +219,7 @@ class Temps(Deleting):
             finally:
                 os.close(fd)
             faults.point("after_temp_write")
-            self.verify_chain()
+            self.chain.verify_chain()
         except BaseException as exc:
             self._fail_temp(temp, exc, "writing a temp file")
         return temp
@@ -237,19 +236,21 @@ class Temps(Deleting):
     def _write_link_temp(self, target: bytes, temp: str) -> str:
         """``symlinkat(target, parent, temp)``, the parent fsynced; the link is never followed."""
         if not target or b"\x00" in target:
-            raise PathUnsafe("a link target must be non-empty text without NUL", path=self.rel)
+            raise PathUnsafe(
+                "a link target must be non-empty text without NUL", path=self.chain.rel
+            )
         try:
-            os.symlink(target, os.fsencode(temp), dir_fd=self.fd)
+            os.symlink(target, os.fsencode(temp), dir_fd=self.chain.fd)
         except FileExistsError as exc:
             raise self._name_taken(temp) from exc
         except OSError as exc:
-            raise os_error("creating a temp link", self.rel, exc) from exc
+            raise os_error("creating a temp link", self.chain.rel, exc) from exc
         try:
-            st = os.stat(temp, dir_fd=self.fd, follow_symlinks=False)
+            st = os.stat(temp, dir_fd=self.chain.fd, follow_symlinks=False)
             self.written[temp] = (st.st_dev, st.st_ino)
-            os.fsync(self.fd)
+            os.fsync(self.chain.fd)
             faults.point("after_temp_write")
-            self.verify_chain()
+            self.chain.verify_chain()
         except BaseException as exc:
             self._fail_temp(temp, exc, "writing a temp link")
         return temp
@@ -258,7 +259,7 @@ class Temps(Deleting):
         """Remove a temp that is still promoter's own and raise, naming anything kept."""
         kept = self.drop_temp(temp, ExpectedState(True, None, None)) if temp in self.written else []
         if isinstance(exc, OSError):
-            raise with_kept(os_error(action, self.rel, exc), kept) from exc
+            raise with_kept(os_error(action, self.chain.rel, exc), kept) from exc
         if isinstance(exc, PromoterError):
             with_kept(exc, kept)
         raise exc
@@ -272,28 +273,28 @@ class Temps(Deleting):
         """
         if _proc_fd_links():
             try:
-                return os.open(".", _ANON_FLAGS, 0o600, dir_fd=self.fd), True
+                return os.open(".", _ANON_FLAGS, 0o600, dir_fd=self.chain.fd), True
             except OSError as exc:
                 if exc.errno not in (*UNSUPPORTED, errno.EISDIR):
-                    raise os_error("creating a temp file", self.rel, exc) from exc
+                    raise os_error("creating a temp file", self.chain.rel, exc) from exc
         try:
-            return os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.fd), False
+            return os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=self.chain.fd), False
         except FileExistsError as exc:
             raise self._name_taken(temp) from exc
         except OSError as exc:
-            raise os_error("creating a temp file", self.rel, exc) from exc
+            raise os_error("creating a temp file", self.chain.rel, exc) from exc
 
     def _link_temp(self, fd: int, temp: str) -> None:
         """Give the anonymous temp ``fd`` its journaled name (never replacing anything)."""
         try:
-            os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=self.fd, follow_symlinks=True)
+            os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=self.chain.fd, follow_symlinks=True)
         except FileExistsError as exc:
             raise self._name_taken(temp) from exc
 
     def _name_taken(self, temp: str) -> PathUnsafe:
         return PathUnsafe(
             "something already has promoter's journaled temp name; it was left alone",
-            path=self.rel,
+            path=self.chain.rel,
             name=temp,
         )
 
@@ -315,11 +316,11 @@ class Temps(Deleting):
         whose write failed part-way). Returns what was kept (nothing, normally).
         """
         try:
-            done, found = remove_if(self, temp, self._is_own(temp, new))
+            done, found = remove_if(self.chain, temp, self._is_own(temp, new))
         except PromoterError:
-            log.warning("could not read temp file %s in %s; left in place", temp, self.rel)
+            log.warning("could not read temp file %s in %s; left in place", temp, self.chain.rel)
             return []
         if done != "left":
             self.written.pop(temp, None)
             return []
-        return [keep(self, temp, found)]
+        return [keep(self.chain, temp, found)]
