@@ -210,17 +210,8 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return circles
 
 
-# the file-system handle's modules import each other; they are being untied on their own
-KNOWN_CIRCLES = [
-    frozenset(
-        f"promoter.fs.{m}" for m in ("aside", "atomic", "chain", "delete", "held", "root", "temps")
-    )
-]
-
-
 def test_no_import_circles() -> None:
-    circles = [c for c in _circles(_import_graph()) if not any(c <= k for k in KNOWN_CIRCLES)]
-    assert circles == []
+    assert _circles(_import_graph()) == []
 
 
 def test_database_rows_never_leave_the_store() -> None:
