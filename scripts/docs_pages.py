@@ -67,8 +67,8 @@ def expand(docname: str, text: str, root: Path) -> str:
         return makers[name]()
 
     text = MARKER.sub(replace, text)
-    if docname == "index" and not (root / "docs" / "decisions" / "index.md").is_file():
-        text = text.replace("](decisions/index.md)", "](decisions.md)")
+    if not (root / "docs" / "decisions" / "index.md").is_file():  # until the records have one
+        text = text.replace("decisions/index.md)", "decisions.md)")
     if docname == "decisions/index":
         text += "\n\n```{toctree}\n:hidden:\n:glob:\n\n*\n```\n"
     return text
