@@ -1,6 +1,7 @@
 """Sphinx configuration of promoter's documentation site (``make docs``).
 
-Owns: the site's settings (Furo theme, MyST Markdown, Mermaid diagrams) and the one hook
+Owns: the site's settings (Furo theme, MyST Markdown, Graphviz diagrams drawn as SVG
+files at build time by Debian's ``graphviz``) and the one hook
 that fills the generated parts of pages at build time (``scripts.docs_pages``: the API
 reference from ``schemas/openapi.json``, the state diagrams from
 ``promoter.domain.status``, the layer picture from the package's imports, the decision
@@ -25,12 +26,12 @@ project = "promoter"
 author = "the promoter authors"
 copyright = "the promoter authors"  # noqa: A001
 root_doc = "index"
-extensions = ["myst_parser", "sphinxcontrib.mermaid"]
+extensions = ["myst_parser", "sphinx.ext.graphviz"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = docs_pages.excluded(ROOT / "docs")
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
-mermaid_version = "11.4.1"  # the readers' browsers load this one; the page's tables need none
+graphviz_output_format = "svg"
 html_theme = "furo"
 html_title = "promoter"
 html_last_updated_fmt = None

@@ -7,13 +7,16 @@ replaces it while Sphinx reads the page (``docs/conf.py`` calls it). The parts:
 - ``openapi``: the HTTP API reference from ``schemas/openapi.json`` (what ``make schemas``
   writes): every endpoint with its roles, parameters, request body, answers and problem
   codes, then every model with its fields. Plain Markdown tables, no script to read it.
-- ``states``: one Mermaid ``stateDiagram-v2`` per operation kind and the table of moves,
-  both from ``TRANSITIONS`` in ``promoter.domain.status``, so the picture cannot drift from
-  what the journal allows.
+- ``states``: one state diagram per operation kind and the table of moves, both from
+  ``TRANSITIONS`` in ``promoter.domain.status``, so the picture cannot drift from what the
+  journal allows.
 - ``layers``: the floors of the package (domain, fs, git, store, engine, api, executor,
-  cli, and the client beside them) as a Mermaid graph of who imports whom, with a count of
-  the importing modules on each edge, read from the package's source with ``ast``; the same
+  cli, and the client beside them) as a graph of who imports whom, with a count of the
+  importing modules on each edge, read from the package's source with ``ast``; the same
   as a table.
+
+The diagrams are Graphviz ``dot`` sources in a ``{graphviz}`` block: Sphinx renders them
+to SVG files when it builds (Debian's ``graphviz``), so reading them needs no script.
 - ``decisions-nav``: the navigation entry of the decision records (their index, and every
   record under it).
 
@@ -31,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from promoter.domain.status import TRANSITIONS, OperationKind
+from promoter.domain.status import FINAL, TRANSITIONS, OperationKind
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 FLOORS = ("domain", "fs", "git", "store", "engine", "api", "executor", "cli", "client")
@@ -249,7 +252,7 @@ def openapi_markdown(doc: Mapping[str, Any]) -> str:
 
 
 def _state_id(status: str | None) -> str:
-    return "[*]" if status is None else str(status)
+    return "new" if status is None else str(status)
 
 
 def states_markdown(
@@ -258,12 +261,24 @@ def states_markdown(
     """A state diagram and a table of moves per operation kind."""
     lines: list[str] = []
     for kind, moves in transitions.items():
-        lines += [f"#### {str(kind).capitalize()}", "", "```{mermaid}", "stateDiagram-v2"]
-        for source in sorted(moves, key=lambda s: "" if s is None else str(s)):
+        sources = sorted(moves, key=lambda s: "" if s is None else str(s))
+        seen = sorted(
+            {str(s) for s in sources if s is not None} | {str(t) for s in sources for t in moves[s]}
+        )
+        lines += [f"#### {str(kind).capitalize()}", "", "```{graphviz}", f"digraph {kind} {{"]
+        lines += [
+            "    node [shape=box, style=rounded, fontname=sans, fontsize=11];",
+            "    edge [arrowsize=0.7];",
+            '    new [shape=point, width=0.15, label=""];',
+        ]
+        for status in seen:
+            final = ", peripheries=2" if status in FINAL else ""
+            lines.append(f'    {status} [label="{status}"{final}];')
+        for source in sources:
             for target in sorted(str(t) for t in moves[source]):
-                lines.append(f"    {_state_id(source)} --> {target}")
-        lines += ["```", "", "| from | may move to |", "|---|---|"]
-        for source in sorted(moves, key=lambda s: "" if s is None else str(s)):
+                lines.append(f"    {_state_id(source)} -> {target};")
+        lines += ["}", "```", "", "| from | may move to |", "|---|---|"]
+        for source in sources:
             shown = "(new)" if source is None else f"`{source}`"
             targets = ", ".join(f"`{t}`" for t in sorted(str(t) for t in moves[source]))
             lines.append(f"| {shown} | {targets} |")
@@ -321,25 +336,24 @@ def floor_imports(package: Path) -> Counter[tuple[str, str]]:
 
 
 def layers_markdown(package: Path) -> str:
-    """The floors as a Mermaid graph (an arrow: "imports", the importer above) and a table.
+    """The floors as a graph (an arrow: "imports", the importer above) and a table.
 
-    The graph leaves out the edges into the shared top-level modules; the table has all.
+    The graph leaves out the shared top-level modules, which every floor uses; the table
+    has every edge.
     """
     edges = floor_imports(package)
-    names = [*FLOORS, SHARED]
-    ids = {name: re.sub(r"\W+", "_", name).strip("_") for name in names}
-    lines = ["```{mermaid}", "flowchart TB"]
-    lines += [f'    {ids[name]}["{name}"]' for name in reversed(names)]
-    for (source, target), count in sorted(edges.items()):
-        if target != SHARED:  # every floor uses them: the table lists those edges
-            lines.append(f"    {ids[source]} -->|{count}| {ids[target]}")
-    lines += [
-        "```",
-        "",
-        "| floor | imports (modules that do) |",
-        "|---|---|",
+    lines = [
+        "```{graphviz}",
+        "digraph layers {",
+        "    node [shape=box, style=rounded, fontname=sans, fontsize=11];",
+        "    edge [arrowsize=0.7, fontname=sans, fontsize=9];",
     ]
-    for name in names:
+    lines += [f"    {name};" for name in FLOORS]
+    for (source, target), count in sorted(edges.items()):
+        if target != SHARED:
+            lines.append(f'    {source} -> {target} [label="{count}"];')
+    lines += ["}", "```", "", "| floor | imports (modules that do) |", "|---|---|"]
+    for name in [*FLOORS, SHARED]:
         used = [(t, c) for (s, t), c in sorted(edges.items()) if s == name]
         shown = ", ".join(f"{t} ({c})" for t, c in used) or "nothing of promoter's"
         lines.append(f"| {name} | {shown} |")
