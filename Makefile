@@ -74,8 +74,11 @@ schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
 	$(PY) -m promoter.api.openapi schemas
 
+# the speed table, printed and written into docs/benchmarks.md (the last run only)
 bench: $(STAMP)
-	$(PY) -m bench.run $(BENCH)
+	@mkdir -p build && rm -f build/bench.json
+	$(PY) -m bench.run --json build/bench.json $(BENCH)
+	$(PY) -m scripts.docs_bench build/bench.json docs/benchmarks.md
 
 # the site from docs/ into site/; strict: a warning (a broken link or anchor) fails it
 docs: $(STAMP)
