@@ -141,20 +141,12 @@ def schema_type(schema: Mapping[str, Any]) -> str:
     return shown
 
 
-def _problem_codes(response: Mapping[str, Any]) -> list[str]:
-    codes: list[str] = []
-    for media in response.get("content", {}).values():
-        for part in media.get("schema", {}).get("allOf", []):
-            codes += part.get("properties", {}).get("code", {}).get("enum", [])
-    return codes
-
-
 def _response_body(response: Mapping[str, Any]) -> str:
     shown = []
     for media_type, media in sorted(response.get("content", {}).items()):
         schema = media.get("schema")
         if media_type == "application/problem+json":
-            shown.append("problem: " + ", ".join(f"`{c}`" for c in _problem_codes(response)))
+            shown.append("[Problem](#model-problem)")
         elif schema:
             shown.append(f"{schema_type(schema)} (`{media_type}`)")
         else:
@@ -163,12 +155,14 @@ def _response_body(response: Mapping[str, Any]) -> str:
 
 
 def _endpoint(method: str, path: str, op: Mapping[str, Any]) -> list[str]:
-    lines = [f"### {method.upper()} `{path}`", ""]
+    lines = [f"#### {method.upper()} `{path}`", ""]
     if op.get("summary"):
         lines += [f"**{_prose(op['summary'])}.**", ""]
     if op.get("description"):
         lines += [_prose(op["description"]), ""]
-    lines += ["Roles: " + ", ".join(f"`{tag}`" for tag in op.get("tags", [])) + ".", ""]
+    if "Role" not in op.get("description", ""):  # the description names the roles
+        roles = sorted({r for need in op.get("security", []) for r in need.get("bearer", [])})
+        lines += ["Roles: " + (", ".join(f"`{r}`" for r in roles) or "none (no token)") + ".", ""]
     parameters = op.get("parameters", [])
     if parameters:
         lines += ["| parameter | in | type | required | meaning |", "|---|---|---|---|---|"]
@@ -237,7 +231,7 @@ def openapi_markdown(doc: Mapping[str, Any]) -> str:
         "",
     ]
     for tag in order:
-        lines += [f"## {tag.capitalize()} endpoints", ""]
+        lines += [f"### {tag.capitalize()} endpoints", ""]
         if tags.get(tag):
             lines += [_prose(tags[tag]), ""]
         for method, path, op in operations[tag]:

@@ -56,7 +56,7 @@ def test_every_endpoint_of_the_openapi_document_is_in_the_reference() -> None:
     text = docs_pages.openapi_markdown(doc)
     for path, item in doc["paths"].items():
         for method in item:
-            assert f"### {method.upper()} `{path}`" in text
+            assert f"#### {method.upper()} `{path}`" in text
     for name in doc["components"]["schemas"]:
         assert f"({docs_pages._model_anchor(name)[1:]})=\n### {name}\n" in text
     assert "<state>" not in text  # a bare tag would vanish in the browser
