@@ -48,7 +48,7 @@ def excluded(docs: Path) -> list[str]:
 
     The old decision log leaves the site once the decision records have their index.
     """
-    patterns = ["_build", "console", "hooks"]
+    patterns = ["_build", "console"]
     if (docs / "decisions" / "index.md").is_file():
         patterns.append("decisions.md")
     return patterns
