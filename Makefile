@@ -12,7 +12,7 @@ REPO   ?=
 BENCH  ?=
 NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
 
-.PHONY: help venv serve test test-sqlite test-postgres test-fast lint format bench demo schemas clean
+.PHONY: help venv serve test test-sqlite test-postgres test-fast lint format bench demo schemas docs clean
 
 help:
 	@echo "make serve [REPO=/path/to/worktree]  run the daemon on $(HOST):$(PORT)"
@@ -21,11 +21,12 @@ help:
 	@echo "make bench [BENCH=--full]            the speed table (ratios; --full adds the long ones)"
 	@echo "make demo                            the whole flow on a scratch repository"
 	@echo "make schemas                         regenerate schemas/ (JSON Schemas, openapi.json)"
+	@echo "make docs                            build the documentation site into site/ (strict)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -73,11 +74,18 @@ schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
 	$(PY) -m promoter.api.openapi_export schemas
 
+# the speed table, printed and written into docs/benchmarks.md (the last run only)
 bench: $(STAMP)
-	$(PY) -m bench.run $(BENCH)
+	@mkdir -p build && rm -f build/bench.json
+	$(PY) -m bench.run --json build/bench.json $(BENCH)
+	$(PY) -m scripts.docs_bench build/bench.json docs/benchmarks.md
+
+# the site from docs/ into site/; strict: a warning (a broken link or anchor) fails it
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -b html -n -W --keep-going -q -E -d build/doctrees docs site
 
 demo: $(STAMP)
 	$(PY) -m scripts.demo run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site build/doctrees

@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     # Large executor documents (bundles, digest queries) parsed and verified at once; more
     # wait on the event loop. Verification is GIL-bound: more would add latency, not speed.
     max_concurrent_documents: int = Field(default=2, ge=1)
-    # A bundle diff (docs/review.md): a side larger than this is summarized, not diffed;
+    # A bundle diff (docs/guide/review.md): a side larger than this is summarized, not diffed;
     # at most this many diffs are built at once; a git diff of one file may take this long.
     review_diff_max_file_bytes: int = Field(default=4 * 1024 * 1024, ge=0)
     review_diff_concurrency: int = Field(default=2, ge=1)

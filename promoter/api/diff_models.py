@@ -2,7 +2,7 @@
 
 The route answers the dict ``promoter.engine.review.diff.bundle_diff`` builds; these
 models list its members (every one) so clients and the contract tests know them. The
-meaning of each flag is in ``docs/review.md`` and ``promoter.engine.review.scan``.
+meaning of each flag is in ``docs/guide/review.md`` and ``promoter.engine.review.scan``.
 
 Deliberately not here: building or validating the answer (the engine's).
 """

@@ -21,7 +21,7 @@ user's worktree.
 Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
 the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
 ``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
-which ran. See docs/sandbox.md.
+which ran. See docs/guide/sandbox.md.
 
 Deliberately thin: every decision is the host's (grant checks, verification, the
 preflight, the approval gate, the promotion); this module orchestrates and prints.
@@ -68,7 +68,7 @@ HELP = (
     "your worktree and promoter's state directory invisible; no network but the daemon "
     "(--network to allow it); --memory, --max-procs, --max-file-size and --timeout limit "
     "it. Without bubblewrap or user namespaces run refuses; --unconfined runs CMD with "
-    "your permissions instead. See docs/sandbox.md."
+    "your permissions instead. See docs/guide/sandbox.md."
 )
 DEFAULT_ALLOW = [{"pattern": "**", "operations": ["create", "modify", "delete"]}]
 LIMITS = {"max_changes": 10_000, "max_total_bytes": 1 << 30}

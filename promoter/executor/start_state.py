@@ -136,7 +136,8 @@ def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> Non
 def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry]) -> str:
     """HEAD's tree with ``entries`` applied, written into the clone's objects."""
     index = home / _START_INDEX
-    env = {"GIT_DIR": str(clone / ".git"), "GIT_INDEX_FILE": str(index)}
+    # absolute: git runs in the clone, and the state directory may be given relative
+    env = {"GIT_DIR": str(clone.absolute() / ".git"), "GIT_INDEX_FILE": str(index.absolute())}
     try:
         run_git(["read-tree", base_tree], cwd=clone, env=env)
         lines = b"".join(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from promoter.executor.start_state import capture_into
 from tests.gitutil import git
 from tests.support.flows import init_repo
@@ -69,3 +71,18 @@ def test_a_nested_repository_is_named_and_not_copied(tmp_path: Path) -> None:
     assert (clone / "notes.txt").read_bytes() == b"notes\n"
     assert [p["path"] for p in state.preconditions] == ["notes.txt"]
     assert git_dir_digest(repo) == person_git
+
+
+def test_a_clone_named_by_a_relative_path_is_laid_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``promoter run`` with the default state directory, ``.promoter``, names it relative."""
+    repo = init_repo(tmp_path / "work")
+    (repo / "notes.txt").write_bytes(b"notes\n")
+    clone, home, tree = _clone(tmp_path, repo)
+    monkeypatch.chdir(tmp_path)
+
+    state = capture_into(str(repo), clone.relative_to(tmp_path), home.relative_to(tmp_path), tree)
+
+    assert tree_bytes(clone) == tree_bytes(repo)
+    assert "notes.txt" in git(clone, "ls-tree", "-r", "--name-only", state.tree).split("\n")
