@@ -37,21 +37,15 @@ from typing import Any
 from promoter.domain.status import FINAL, TRANSITIONS, OperationKind
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
-FLOORS = ("domain", "fs", "git", "store", "engine", "api", "executor", "cli", "client")
+FLOORS = ("domain", "fs", "git", "store", "engine", "adapters", "api", "executor", "cli", "client")
 SHARED = "errors, config, faults"  # promoter's top-level modules: every floor may use them
 TAG_ORDER = ("public", "executor", "orchestrator", "operator")
 METHODS = ("get", "put", "post", "patch", "delete")
 
 
 def excluded(docs: Path) -> list[str]:
-    """The patterns Sphinx must not read as pages under ``docs``.
-
-    The old decision log leaves the site once the decision records have their index.
-    """
-    patterns = ["_build", "console"]
-    if (docs / "decisions" / "index.md").is_file():
-        patterns.append("decisions.md")
-    return patterns
+    """The patterns Sphinx must not read as pages under ``docs``."""
+    return ["_build", "console"]
 
 
 def expand(docname: str, text: str, root: Path) -> str:
@@ -84,11 +78,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def decisions_nav(docs: Path) -> str:
     """The toctree of the decisions: their index (whose own toctree lists every record)."""
-    if (docs / "decisions" / "index.md").is_file():
-        entries = ":maxdepth: 1\n\ndecisions/index"
-    else:  # the records beside the log they are being drawn from
-        entries = ":maxdepth: 1\n:glob:\n\ndecisions\ndecisions/*"
-    return f"```{{toctree}}\n:caption: Decisions\n:hidden:\n{entries}\n```"
+    return "```{toctree}\n:caption: Decisions\n:hidden:\n:maxdepth: 1\n\ndecisions/index\n```"
 
 
 # --- the HTTP API, from the OpenAPI document -------------------------------------------
