@@ -1,18 +1,32 @@
 """Settings of the daemon and the CLI (pydantic-settings).
 
 Precedence: command-line flags > ``PROMOTER_*`` environment variables > the TOML config
-file > defaults. Nothing is read at import time; ``load_settings`` builds one ``Settings``
-object in ``main()`` or in a test. Defaults give a working daemon with nothing configured.
+file > defaults, merged by pydantic-settings' own sources (init, environment, and
+``TomlConfigSettingsSource`` for the file). A variable replaces the file's value of its
+key whole (``PROMOTER_REPOSITORIES`` is the whole table, not merged into the file's); a
+``--repo`` flag adds to the repositories of the file or the variable, one name at a time.
+
+Nothing is read at import time; ``load_settings`` builds one ``Settings`` object in
+``main()`` or in a test. Defaults give a working daemon with nothing configured. Not
+here: what any setting does (its users), or the command-line flags (``promoter.cli``).
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from promoter.errors import ConfigError
 
@@ -116,7 +130,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings)
+        config_file = ConfigFileSource(settings_cls, toml_file=_CONFIG_FILE.get())
+        return (init_settings, env_settings, config_file)
 
     @property
     def group_sync_limit(self) -> int | None:
@@ -154,26 +169,55 @@ def parse_repo_flags(flags: list[str]) -> dict[str, RepositoryConfig]:
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build settings: ``overrides`` (flags) > environment > TOML file > defaults."""
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            file_values = tomllib.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+    """Build settings: ``overrides`` (flags) > environment > TOML file > defaults.
+
+    An override of ``None`` is a flag not given. Each repository of a ``repositories``
+    override replaces the file's or the environment's repository of its name whole (a
+    model, never merged key by key as two tables would be). A file that cannot be read
+    or parsed, and any value that does not validate, is a ``ConfigError``.
+    """
+    flags = {k: v for k, v in overrides.items() if v is not None}
     try:
-        base = Settings()  # environment and defaults
-        env_set = set(base.model_fields_set)
-        merged: dict[str, Any] = {k: v for k, v in file_values.items() if k not in env_set}
-        merged.update({k: getattr(base, k) for k in env_set})
-        flags = {k: v for k, v in overrides.items() if v is not None}
-        if "repositories" in flags and "repositories" in merged:
-            flags["repositories"] = {**_as_dict(merged["repositories"]), **flags["repositories"]}
-        merged.update(flags)
-        return Settings(**merged)
+        if "repositories" in flags:
+            flags["repositories"] = {
+                name: RepositoryConfig.model_validate(repository)
+                for name, repository in flags["repositories"].items()
+            }
+        with _reading(config_file):
+            return Settings(**flags)
     except ValidationError as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, dict) else {}
+class ConfigFileSource(TomlConfigSettingsSource):
+    """The TOML config file, below the environment: a key a ``PROMOTER_*`` variable sets
+    is left out here, so the variable's value replaces the file's instead of being merged
+    into it. A file that is named must exist and parse (no file named: nothing read)."""
+
+    @staticmethod
+    def _existing_files(files: Any) -> list[Any]:
+        # a named file is read even when it is missing or a directory: the error says so
+        return [] if files is None else [files]
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            return super()._read_file(file_path)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {file_path}: {exc}") from exc
+
+    def __call__(self) -> dict[str, Any]:
+        from_env = self.settings_sources_data.get("EnvSettingsSource", {})
+        return {k: v for k, v in super().__call__().items() if k not in from_env}
+
+
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("promoter_config_file", default=None)
+
+
+@contextmanager
+def _reading(config_file: Path | None) -> Iterator[None]:
+    """``Settings()`` built inside reads ``config_file`` as its TOML source."""
+    token = _CONFIG_FILE.set(config_file)
+    try:
+        yield
+    finally:
+        _CONFIG_FILE.reset(token)

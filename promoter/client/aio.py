@@ -31,10 +31,10 @@ from promoter.client.wire import (
     MISSING_BATCH,
     WATCH_WAIT,
     Backoff,
+    async_retrying,
     feed_params,
     model_of,
     raise_for,
-    retry_delays,
     segment,
     tls_context,
     unreachable,
@@ -97,32 +97,23 @@ class AsyncPromoterClient:
         idempotent: bool | None = None,
         timeout: float | None = None,
     ) -> httpx.Response:
-        delays = retry_delays(self._backoff, method, content, idempotent)
         limit = timeout or self._timeout
-        while True:
-            try:
-                response = await self._http.request(
-                    method,
-                    path,
-                    json=json_body,
-                    content=content,
-                    params=params,
-                    headers=headers,
-                    timeout=limit,
-                )
-            except httpx.TransportError as exc:
-                delay = next(delays, None)
-                if delay is None or isinstance(exc, httpx.TimeoutException):
-                    raise unreachable(self.url, method, path, limit, exc) from exc
-                await self._backoff.async_sleep(delay)
-                continue
-            if response.status_code == 503:
-                delay = next(delays, None)
-                if delay is not None:
-                    await self._backoff.async_sleep(delay)
-                    continue
-            raise_for(response)
-            return response
+        send = async_retrying(self._backoff, method, content, idempotent)
+        try:
+            response: httpx.Response = await send(
+                self._http.request,
+                method,
+                path,
+                json=json_body,
+                content=content,
+                params=params,
+                headers=headers,
+                timeout=limit,
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, method, path, limit, exc) from exc
+        raise_for(response)
+        return response
 
     async def mint_executor_token(
         self, executor_run_id: str, ttl_seconds: int = 3600

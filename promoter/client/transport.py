@@ -2,9 +2,10 @@
 
 ``Transport`` is the base of ``PromoterClient``: it opens the pool (TLS context from
 ``tls_context``), sends a request with the retries ``Backoff`` allows for idempotent
-calls with a replayable body, raises a problem answer as its promoter error, and reads
-a JSON object answer. Deliberately not here: the endpoints (``promoter.client.sync`` and
-``promoter.client.blobs``), the async client (``promoter.client.aio``).
+calls with a replayable body (``promoter.client.wire.retrying``), raises a problem
+answer as its promoter error, and reads a JSON object answer. Deliberately not here: the
+endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the async client
+(``promoter.client.aio``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from promoter.client.wire import (
     Backoff,
     Json,
     raise_for,
-    retry_delays,
+    retrying,
     tls_context,
     unreachable,
 )
@@ -82,33 +83,24 @@ class Transport:
         idempotent: bool | None = None,
         timeout: float | None = None,
     ) -> httpx.Response:
-        delays = retry_delays(self._backoff, method, content, idempotent, ok_statuses)
-        while True:
-            try:
-                response = self._http.request(
-                    method,
-                    path,
-                    json=json_body,
-                    content=content,
-                    params=params,
-                    headers=headers,
-                    timeout=timeout or self._timeout,
-                )
-            except httpx.TransportError as exc:
-                delay = next(delays, None)
-                if delay is None or isinstance(exc, httpx.TimeoutException):
-                    limit = timeout or self._timeout
-                    raise unreachable(self.url, method, path, limit, exc) from exc
-                self._backoff.sleep(delay)
-                continue
-            if response.status_code == 503 and 503 not in ok_statuses:
-                delay = next(delays, None)
-                if delay is not None:
-                    self._backoff.sleep(delay)
-                    continue
-            if response.status_code not in ok_statuses:
-                raise_for(response)
-            return response
+        limit = timeout or self._timeout
+        send = retrying(self._backoff, method, content, idempotent, ok_statuses)
+        try:
+            response: httpx.Response = send(
+                self._http.request,
+                method,
+                path,
+                json=json_body,
+                content=content,
+                params=params,
+                headers=headers,
+                timeout=limit,
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, method, path, limit, exc) from exc
+        if response.status_code not in ok_statuses:
+            raise_for(response)
+        return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         response = self._send(method, path, **kwargs)

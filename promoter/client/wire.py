@@ -1,6 +1,12 @@
 """What both daemon clients share: retries, the problem translation, TLS, URL segments.
 
-``Backoff`` says how idempotent calls are retried; ``raise_for`` raises the promoter
+``Backoff`` says how idempotent calls are retried and ``retrying``/``async_retrying``
+give the tenacity controller that sends one call with those retries: a connection error
+(never a timeout) or a 503 answer is tried again, with delays doubling from
+``Backoff.first`` up to ``Backoff.cap``, ``Backoff.attempts`` tries in all, and only for
+an idempotent call whose body can be sent again (bytes or none: a streamed body is
+never retried). After the last try the error is raised as it came and a 503 answer is
+returned as it came (its problem raised by the caller). ``raise_for`` raises the promoter
 error a problem+json answer stands for (``error_class(code)``, the problem's other
 members as context); ``tls_context`` gives each client its TLS context without loading
 the CA bundle more than once per process; ``segment`` makes a value one URL path
@@ -23,6 +29,16 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_any,
+    retry_if_exception,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
@@ -43,11 +59,6 @@ class Backoff:
     cap: float = 8.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
-
-    def delays(self) -> Iterator[float]:
-        """The delay before each retry (``attempts - 1`` of them)."""
-        for retry in range(max(self.attempts, 1) - 1):
-            yield min(self.first * (2**retry), self.cap)
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -114,18 +125,71 @@ def tls_context(url: str) -> ssl.SSLContext:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no trust anchors
 
 
-def retry_delays(
+def _may_retry(
+    method: str, content: bytes | Iterable[bytes] | None, idempotent: bool | None
+) -> bool:
+    """Whether a call may be sent again: idempotent, with a body that can be replayed."""
+    if idempotent is None:
+        idempotent = method in IDEMPOTENT_METHODS
+    return idempotent and (content is None or isinstance(content, bytes))
+
+
+def _connection_error(exc: BaseException) -> bool:
+    """A transport error worth another try; a timeout is not (it already waited)."""
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.TimeoutException)
+
+
+def _last_outcome(state: RetryCallState) -> Any:
+    """After the last try: the answer it got (a 503, raised by the caller) or its error."""
+    assert state.outcome is not None
+    return state.outcome.result()
+
+
+def _policy(
+    backoff: Backoff,
+    method: str,
+    content: bytes | Iterable[bytes] | None,
+    idempotent: bool | None,
+    ok_statuses: tuple[int, ...],
+) -> dict[str, Any]:
+    unavailable = 503 not in ok_statuses
+
+    def busy(response: Any) -> bool:
+        return (
+            unavailable and isinstance(response, httpx.Response) and (response.status_code == 503)
+        )
+
+    attempts = max(backoff.attempts, 1) if _may_retry(method, content, idempotent) else 1
+    return {
+        "stop": stop_after_attempt(attempts),
+        "wait": wait_exponential(multiplier=backoff.first, exp_base=2, max=backoff.cap),
+        "retry": retry_any(retry_if_exception(_connection_error), retry_if_result(busy)),
+        "retry_error_callback": _last_outcome,
+    }
+
+
+def retrying(
     backoff: Backoff,
     method: str,
     content: bytes | Iterable[bytes] | None,
     idempotent: bool | None,
     ok_statuses: tuple[int, ...] = (),
-) -> Iterator[float]:
-    """The delays of the retries a call may make (none for a call that is not idempotent)."""
-    if idempotent is None:
-        idempotent = method in IDEMPOTENT_METHODS
-    replayable = content is None or isinstance(content, bytes)
-    return backoff.delays() if idempotent and replayable else iter(())
+) -> Retrying:
+    """The controller that sends one call with the retries ``backoff`` allows it."""
+    policy = _policy(backoff, method, content, idempotent, ok_statuses)
+    return Retrying(sleep=backoff.sleep, **policy)
+
+
+def async_retrying(
+    backoff: Backoff,
+    method: str,
+    content: bytes | Iterable[bytes] | None,
+    idempotent: bool | None,
+    ok_statuses: tuple[int, ...] = (),
+) -> AsyncRetrying:
+    """``retrying`` for the async client: the same policy, sleeping on the event loop."""
+    policy = _policy(backoff, method, content, idempotent, ok_statuses)
+    return AsyncRetrying(sleep=backoff.async_sleep, **policy)
 
 
 def unreachable(
