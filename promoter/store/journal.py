@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import flag_modified
 
 from promoter.domain.records import Attempt, Operation
 from promoter.domain.status import OperationKind, OperationStatus
@@ -190,7 +191,7 @@ def next_attempt(
     if pre_snapshot is not None:
         row.pre_snapshot, row.post_snapshot = pre_snapshot, None
     _own(row, owner)
-    row.updated_at = now()
+    touch(row)
 
 
 def _own(row: OperationRow, owner: Owner) -> None:
@@ -255,7 +256,7 @@ def set_status(
     operation.detail = detail
     if report is not None:
         operation.report = report
-    operation.updated_at = now()
+    touch(operation)
     attempt = session.get(AttemptRow, (operation.operation_id, operation.attempt))
     if attempt is not None:
         attempt.status = status
@@ -263,6 +264,14 @@ def set_status(
         attempt.detail = detail
         if status is not OperationStatus.IN_PROGRESS:
             attempt.ended_at = now()
+
+
+def touch(row: OperationRow) -> None:
+    """Stamp ``updated_at``, always written: the stamp has whole seconds, and an UPDATE
+    whose columns depended on whether the second had turned would be compiled anew
+    by whichever promotion met the other shape first (the rehearsal's is the model)."""
+    row.updated_at = now()
+    flag_modified(row, "updated_at")
 
 
 def set_report(session: Session, operation_id: str, report: dict[str, Any] | None) -> None:

@@ -27,6 +27,7 @@ from promoter.config import load_settings
 from promoter.engine.operation import rehearsal
 from promoter.engine.services import Services, build_services
 from promoter.store import feed
+from promoter.store import journal as store_journal
 from promoter.store.tables import Base
 from promoter.store.wakeup import COMMITS
 from tests.support.daemon import Daemon, running_daemon
@@ -73,6 +74,30 @@ def test_first_promotion_compiles_none_of_its_journal_statements(
     daemon: Daemon, repo: Path, identity: str, changes: list[Any]
 ) -> None:
     journal_misses = _journal_compiled(daemon, repo, identity, changes)
+    assert not journal_misses, "\n".join(journal_misses)
+
+
+@pytest.mark.parametrize("clocks", [("still", "turning"), ("turning", "still")])
+def test_the_journal_statements_do_not_depend_on_the_second_turning(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, clocks: tuple[str, str]
+) -> None:
+    """The stamps have whole seconds: whether or not the second turns between two writes
+    of an operation's row (never, or at every stamp), during the rehearsal and then
+    during the first promotion, that promotion compiles none of its journal's
+    statements. A row's ``updated_at`` left out of an UPDATE when it had not changed
+    made the statement's shape depend on the clock."""
+    seconds = iter(range(10**6))
+    clock = [clocks[0]]
+
+    def stamp() -> str:
+        tick = 0 if clock[0] == "still" else next(seconds)
+        return f"2026-12-05T{tick // 3600 % 24:02d}:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
+
+    monkeypatch.setattr(store_journal, "now", stamp)
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        clock[0] = clocks[1]
+        identity = daemon.services.registry.by_name("work").identity
+        journal_misses = _journal_compiled(daemon, repo, identity, ONE)
     assert not journal_misses, "\n".join(journal_misses)
 
 
