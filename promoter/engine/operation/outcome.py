@@ -39,7 +39,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
-from promoter.domain.path_state import State
+from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.check import run_check
@@ -69,14 +69,14 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for change, leaf in zip(changes, leaves, strict=True):
         if isinstance(leaf, PromoterError):
-            found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
+            found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:
             found, actual = verdict(leaf, change), leaf_report(leaf)
-        all_new = all_new and found == "new"
+        all_new = all_new and found is Verdict.NEW
         paths.append(
             {
                 "path": change.path,
-                "verdict": found,
+                "verdict": found.value,
                 "actual": actual,
                 "expected_old": State.of(change.old).wire(),
                 "expected_new": State.of(change.new).wire(),
@@ -145,7 +145,7 @@ def post_check(
         "targets": [
             {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
             for p in paths
-            if p["verdict"] != "new"
+            if p["verdict"] != Verdict.NEW
         ]
     }
     named = [t["path"] for t in changed["targets"]]
@@ -234,9 +234,9 @@ def fail_closed(
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
         for step, path in zip(step_rows.steps(session, operation_id), paths, strict=True):
-            if path["verdict"] == "new":
+            if path["verdict"] == Verdict.NEW:
                 statuses[step.seq] = StepStatus.COMPLETED
-            elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
+            elif (failure and step.seq == failure[0]) or path["verdict"] == Verdict.NEITHER:
                 statuses[step.seq] = StepStatus.FAILED
                 details[step.seq] = (
                     detail
@@ -299,7 +299,7 @@ def complete(
 ) -> None:
     """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
     assert [p["path"] for p in paths] == [c.path for c in changes]
-    assert all(p["verdict"] == "new" for p in paths)
+    assert all(p["verdict"] == Verdict.NEW for p in paths)
     targets = [
         {
             "path": p["path"],

@@ -38,10 +38,10 @@ from promoter import faults
 from promoter.domain.models import Change
 from promoter.domain.path_state import Verdict
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
-from promoter.domain.plan import Observation
+from promoter.domain.plan import Decision, Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
-from promoter.domain.status import OperationStatus, StepStatus, guard
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus, guard
 from promoter.engine.operation import outcome, promote
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.ownership import orphaned as is_orphan
@@ -102,7 +102,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
                 row = _load(session, operation_id)
                 kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
                 guard(kind, row.status, "recover", role="host", operation_id=operation_id)
-            if kind != "promotion" or bundle_id is None or receipt is None:
+            if kind != OperationKind.PROMOTION or bundle_id is None or receipt is None:
                 recover(services, operation_id, 0, role="host")  # no lease for these kinds
                 continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
@@ -136,9 +136,9 @@ def recover(
         kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         guard(kind, row.status, "recover", role=role, operation_id=operation_id)
-    if kind == "rollback":
+    if kind == OperationKind.ROLLBACK:
         return recover_rollback(services, operation_id)
-    if kind == "restore":
+    if kind == OperationKind.RESTORE:
         return str(recover_restore(services, operation_id))
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
@@ -214,7 +214,7 @@ def _reclassify(
     for seq, change in enumerate(changes):
         try:
             leaf = root.read_state(disk_path(change.path))
-            found, actual = Verdict(verdict(leaf, change)), leaf_report(leaf)
+            found, actual = verdict(leaf, change), leaf_report(leaf)
         except PromoterError as exc:
             found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
         step = steps.get(seq, StepStatus.PENDING)
@@ -275,13 +275,13 @@ def reconcile(
             decision=decision,
             operation_id=operation_id,
         )
-    if kind == "restore" and decision == "continue":
+    if kind == OperationKind.RESTORE and decision == Decision.CONTINUE:
         return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
-    if kind == "rollback" and decision == "continue":
+    if kind == OperationKind.ROLLBACK and decision == Decision.CONTINUE:
         return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
-    if decision == "rollback":
+    if decision == Decision.ROLLBACK:
         return {"status": rollback(services, operation_id, note=note)["status"]}
-    if decision == "abandon":
+    if decision == Decision.ABANDON:
         with services.db.session() as session:
             row = _load(session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
