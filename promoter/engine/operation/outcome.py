@@ -128,9 +128,9 @@ def post_check(
     """
     config = repository.config
     assert config.check_command is not None
-    with services.db.session() as session:
-        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
-        journal.set_status(session, operation_id, OperationStatus.APPLIED_UNVERIFIED)
+    with journal.attempt(services.db, operation_id) as j:
+        step_rows.mark_all_steps(j.session, operation_id, StepStatus.COMPLETED)
+        j.set_status(OperationStatus.APPLIED_UNVERIFIED)
     try:
         baseline = Baseline.take(repository.layout)
     except PromoterError as exc:
@@ -160,17 +160,13 @@ def post_check(
         named.append(f"(the comparison failed: {exc.detail})")
         count += 1
     shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
-    with services.db.session() as session:
-        row = journal.require(session, operation_id)
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        row = j.row
+        j.event(
             "decision",
             {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
         )
-        journal.set_report(
-            session,
-            operation_id,
+        j.set_report(
             {
                 **(row.report or {}),
                 "check": result.wire(),
@@ -201,20 +197,15 @@ def _end_check(
     """Hold for the operator, or roll back by compare-and-swap; never a receipt."""
     if policy == "rollback":
         rollback_held(services, operation_id, root, detail)
-        with services.db.session() as session:
-            row = journal.require(session, operation_id)
-            journal.set_status(session, operation_id, row.status, code=code, detail=detail)
+        with journal.attempt(services.db, operation_id) as j:
+            j.set_status(j.row.status, code=code, detail=detail)
         return
-    with services.db.session() as session:
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        j.event(
             "outcome",
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
         )
-        journal.set_status(
-            session, operation_id, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
-        )
+        j.set_status(OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail)
 
 
 def fail_closed(
@@ -229,11 +220,11 @@ def fail_closed(
     kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]
     code = failure[1].code if failure else "target_drift"
     detail = failure[1].detail if failure else "a target did not read back as its new state"
-    with db.session() as session:
-        row = journal.require(session, operation_id)
+    with journal.attempt(db, operation_id) as j:
+        row = j.row
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
-        for step, path in zip(step_rows.steps(session, operation_id), paths, strict=True):
+        for step, path in zip(j.steps(), paths, strict=True):
             if path["verdict"] == Verdict.NEW:
                 statuses[step.seq] = StepStatus.COMPLETED
             elif (failure and step.seq == failure[0]) or path["verdict"] == Verdict.NEITHER:
@@ -243,10 +234,8 @@ def fail_closed(
                     if failure and step.seq == failure[0]
                     else "read back as neither old nor new"
                 )
-        step_rows.set_steps(session, operation_id, statuses, details)
-        ledger.append(
-            session,
-            operation_id,
+        j.set_steps(statuses, details)
+        j.event(
             "outcome",
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
             | ({"kept": kept} if kept else {}),
@@ -254,9 +243,7 @@ def fail_closed(
         report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
         if kept:
             report["kept"] = kept
-        journal.set_status(
-            session,
-            operation_id,
+        j.set_status(
             OperationStatus.NEEDS_RECONCILIATION,
             code=code,
             detail=detail,

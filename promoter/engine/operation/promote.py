@@ -69,28 +69,16 @@ def targets_digest(changes: list[Change]) -> str:
 def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) -> None:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
-    with db.session() as session:
-        ledger.append(session, operation_id, "decision", payload)
-        ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": OperationStatus.REFUSED, "code": error.code},
-        )
+    with journal.attempt(db, operation_id) as j:
+        j.event("decision", payload)
+        j.event("outcome", {"status": OperationStatus.REFUSED, "code": error.code})
         report = {"error": error.to_problem(), **extra}
-        journal.set_status(
-            session,
-            operation_id,
-            OperationStatus.REFUSED,
-            code=error.code,
-            detail=error.detail,
-            report=report,
-        )
+        j.set_status(OperationStatus.REFUSED, code=error.code, detail=error.detail, report=report)
 
 
 def attempt_of(db: Database, operation_id: str) -> int:
-    with db.session() as session:
-        return journal.require(session, operation_id).attempt
+    with journal.attempt(db, operation_id) as j:
+        return j.row.attempt
 
 
 def ticket(
@@ -329,8 +317,8 @@ def apply_changes(
             return
         if recovering:
             raise error from exc
-        with services.db.session() as session:
-            step_rows.delete_created_dirs(session, operation_id)
+        with journal.attempt(services.db, operation_id) as j:
+            j.delete_created_dirs()
         refuse(services.db, operation_id, error, stage="staging temp files")
         return
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
@@ -342,11 +330,9 @@ def apply_changes(
 
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
     """The daemon is stopping: journal the steps done; recovery finishes the rest."""
-    with db.session() as session:
-        step_rows.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
-        journal.set_status(
-            session,
-            operation_id,
+    with journal.attempt(db, operation_id) as j:
+        j.set_steps(dict.fromkeys(applied, StepStatus.COMPLETED))
+        j.set_status(
             OperationStatus.NEEDS_RECOVERY,
             code="stopped",
             detail=f"the daemon stopped after {len(applied)} of the steps",

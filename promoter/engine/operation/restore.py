@@ -350,10 +350,8 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
 
 
 def _attempt(services: Services, operation_id: str) -> int:
-    with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None
-        return row.attempt
+    with journal.attempt(services.db, operation_id) as j:
+        return j.row.attempt
 
 
 def _settle_temps(

@@ -41,7 +41,7 @@ from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.git.objects import CatFile
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal, ledger, step_rows
+from promoter.store import journal
 
 __all__ = ["Step", "StepRun", "dir_key", "verdict_of"]
 
@@ -234,35 +234,30 @@ class StepRun:
             else OperationStatus.REFUSED
         )
         error = None if ok else self.failure or TargetDrift("a target did not read back as new")
-        with self.services.db.session() as session:
-            row = journal.get_operation(session, self.operation_id)
-            assert row is not None
+        with journal.attempt(self.services.db, self.operation_id) as j:
+            row = j.row
             statuses = {
                 step.seq: {Verdict.NEW: StepStatus.COMPLETED, Verdict.OLD: StepStatus.PENDING}.get(
                     verdict, StepStatus.FAILED
                 )
-                for step, verdict in zip(
-                    step_rows.steps(session, row.operation_id), verdicts, strict=True
-                )
+                for step, verdict in zip(j.steps(), verdicts, strict=True)
             }
-            step_rows.set_steps(session, row.operation_id, statuses)
+            j.set_steps(statuses)
             created, removed = wire_all(self.created), wire_all(self.removed)
-            step_rows.add_created_dirs(session, row.operation_id, created)
+            j.add_created_dirs(created)
             dirs = {"removed_directories": removed, "created_directories": created}
             code, detail = (error.code, wire_path(error.detail)) if error else (None, None)
             payload = {"status": status, "code": code, **dirs}
-            outcome = ledger.append(session, row.operation_id, "outcome", payload)
+            outcome = j.event("outcome", payload)
             report = {**(row.report or {}), "paths": problems, **dirs}
-            journal.set_outcome_event(session, row.operation_id, outcome)
+            j.set_outcome_event(outcome)
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
             kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]
             if kept:
                 report["kept"] = wire_all(kept)
             report = wire_all(report)
-            journal.set_status(
-                session, row.operation_id, status, code=code, detail=detail, report=report
-            )
+            j.set_status(status, code=code, detail=detail, report=report)
         return status
 
 

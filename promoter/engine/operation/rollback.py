@@ -52,10 +52,10 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
-from promoter.domain.path_state import State
 from promoter.domain.paths import disk_path, temp_name, wire_all
 from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
+from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.locking import repo_lock
@@ -239,17 +239,15 @@ def _run(
 def _rollback_locked(
     services: Services, child_id: str, parent_id: str, root: Root, note: str
 ) -> dict[str, Any]:
-    with services.db.session() as session:
-        recorded = _load(session, child_id).receipt
+    with journal.attempt(services.db, child_id) as j:
+        recorded = j.row.receipt
     if recorded is not None:  # an earlier pass recorded it: publish that one, never another
         return _publish(services, child_id, parent_id, dict(recorded))
-    with services.db.session() as session:
-        promoted = [
-            {"path": s.path, "old": s.old_state, "new": s.new_state}
-            for s in reversed(step_rows.steps(session, parent_id))
-        ]
+    with journal.attempt(services.db, child_id) as j:
+        session = j.session
+        promoted = list(reversed(step_rows.steps(session, parent_id)))  # the steps undone
         dirs = step_rows.created_dirs(session, parent_id)
-        done = {s.seq: s.status for s in step_rows.steps(session, child_id)}
+        done = {s.seq: s.status for s in j.steps()}
         if not done:
             faults.point("rollback_before_journal")
             step_rows.add_steps(
@@ -258,18 +256,18 @@ def _rollback_locked(
                 journal_steps(
                     child_id,
                     1,
-                    [(str(p["path"]), "rollback", p["new"], p["old"]) for p in promoted],
+                    [(p.path, "rollback", p.new_state, p.old_state) for p in promoted],
                 ),
             )
-            ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
-            ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
+            j.event("decision", {"rollback_of": parent_id, "note": note})
+            j.event("action", {"targets": [p.path for p in promoted]})
     kept: list[dict[str, Any]] = []
     if done:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
             settle_step_temps(
                 root,
                 [
-                    (disk_path(str(p["path"])), temp_name(child_id, 1, seq), p["new"], p["old"])
+                    (disk_path(p.path), temp_name(child_id, 1, seq), p.new_state, p.old_state)
                     for seq, p in enumerate(promoted)
                 ],
             )[1]
@@ -278,16 +276,16 @@ def _rollback_locked(
     targets: list[dict[str, Any]] = []
     with Driver(root, Ordering.STEP_BY_STEP) as driver:  # one pass: directories held once
         for seq, promotion_step in enumerate(promoted):
-            path = str(promotion_step["path"])
+            path = promotion_step.path
             if path in held:  # someone else's bytes were found at our temp name
                 reason, leaf, exc = Reason.CONFLICT, _leaf_or_none(root, path), None
             else:
                 step = _step(services, seq, promotion_step, temp_name(child_id, 1, seq))
                 already = done.get(seq) == StepStatus.COMPLETED
                 reason, leaf, exc = _one(driver, root, step, already=already)
-            with services.db.session() as session:
+            with journal.attempt(services.db, child_id) as j:
                 done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
-                step_rows.set_steps(session, child_id, {seq: done_as}, {seq: reason.value})
+                j.set_steps({seq: done_as}, {seq: reason.value})
             faults.point("rollback_after_step")
             targets.append(target_report(path, reason, leaf, exc))
     kept += wire_all(driver.kept)
@@ -349,17 +347,17 @@ def _leaf_or_none(root: Root, path: str) -> LeafState | None:
         return None
 
 
-def _step(services: Services, seq: int, promoted: dict[str, Any], aside: str) -> Step:
+def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step:
     """Rollback step ``seq``: the promotion's step from its new state back to its old one,
     the old bytes streamed from the blob store (checked against their sha256)."""
-    old, new = State.of(promoted["old"]), State.of(promoted["new"])
+    old, new = promoted.old, promoted.new
     sha256 = old.sha256
 
     def data() -> Source:
         assert sha256 is not None
         return services.blobs.stream(sha256)
 
-    path = disk_path(promoted["path"])  # journaled in wire form; the file system's name
+    path = disk_path(promoted.path)  # journaled in wire form; the file system's name
     return Step.between(seq, path, new, old, aside, data if old.exists else None)
 
 

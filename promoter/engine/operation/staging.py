@@ -20,7 +20,7 @@ from promoter.domain.paths import wire_path
 from promoter.domain.plan import Move
 from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Step
 from promoter.errors import Stopped
-from promoter.store import step_rows
+from promoter.store import journal
 from promoter.store.db import Database
 
 __all__ = ["TEMPS_TOGETHER", "stage_temps"]
@@ -54,6 +54,6 @@ def stage_temps(
     known = set(journaled_dirs) | {wire_path(d) for d in journaled_dirs}
     unjournaled = [d for d in driver.created_dirs if d not in known]
     if unjournaled:
-        with db.session() as session:
-            step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in unjournaled])
+        with journal.attempt(db, operation_id) as j:
+            j.add_created_dirs([wire_path(d) for d in unjournaled])
     faults.point("after_temps_journaled")
