@@ -32,7 +32,9 @@ Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 from promoter import faults
@@ -61,9 +63,34 @@ CHECK_CHANGED = "check_changed_worktree"
 SHOWN_PATHS = 10
 
 
-def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]], bool]:
+@dataclass(frozen=True)
+class Target:
+    """One target as read back from disk: its verdict and what was found (``actual``),
+    with the states it was expected in when the read-back knows them."""
+
+    path: str  # wire form
+    verdict: Verdict
+    actual: Mapping[str, Any]
+    expected_old: Mapping[str, Any] | None = None
+    expected_new: Mapping[str, Any] | None = None
+
+    @property
+    def new(self) -> bool:
+        return self.verdict is Verdict.NEW
+
+    def wire(self) -> dict[str, Any]:
+        """The per-path report, as journaled (the expected states only when known)."""
+        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
+        if self.expected_old is not None:
+            wired["expected_old"] = self.expected_old
+        if self.expected_new is not None:
+            wired["expected_new"] = self.expected_new
+        return wired
+
+
+def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]:
     """Every target read from disk now: a per-path report, and whether all are exactly new."""
-    paths: list[dict[str, Any]] = []
+    paths: list[Target] = []
     all_new = True
     with closing(Directories.for_reads(root)) as directories:
         leaves = directories.read_states([disk_path(change.path) for change in changes])
@@ -74,13 +101,13 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]
             found, actual = verdict(leaf, change), leaf_report(leaf)
         all_new = all_new and found is Verdict.NEW
         paths.append(
-            {
-                "path": change.path,
-                "verdict": found.value,
-                "actual": actual,
-                "expected_old": State.of(change.old).wire(),
-                "expected_new": State.of(change.new).wire(),
-            }
+            Target(
+                change.path,
+                found,
+                actual,
+                State.of(change.old).wire(),
+                State.of(change.new).wire(),
+            )
         )
     return paths, all_new
 
@@ -118,7 +145,7 @@ def post_check(
     root: Root,
     repository: Repository,
     changes: list[Change],
-) -> list[dict[str, Any]] | None:
+) -> list[Target] | None:
     """Run the repository's check and compare the repository before and after it.
 
     Returns the targets as read back after the check when it passed and changed
@@ -143,9 +170,9 @@ def post_check(
     paths, _ = read_targets(root, changes)
     changed: dict[str, Any] = {
         "targets": [
-            {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
+            {"path": p.path, "actual": p.actual, "expected": p.expected_new}
             for p in paths
-            if p["verdict"] != Verdict.NEW
+            if not p.new
         ]
     }
     named = [t["path"] for t in changed["targets"]]
@@ -170,7 +197,7 @@ def post_check(
             {
                 **(row.report or {}),
                 "check": result.wire(),
-                "paths": paths,
+                "paths": [p.wire() for p in paths],
                 "check_changed": changed,
             },
         )
@@ -211,7 +238,7 @@ def _end_check(
 def fail_closed(
     db: Database,
     operation_id: str,
-    paths: list[dict[str, Any]],
+    paths: list[Target],
     failure: tuple[int, PromoterError] | None,
     *,
     kept: list[dict[str, Any]] | None = None,
@@ -225,9 +252,9 @@ def fail_closed(
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
         for step, path in zip(j.steps(), paths, strict=True):
-            if path["verdict"] == Verdict.NEW:
+            if path.verdict is Verdict.NEW:
                 statuses[step.seq] = StepStatus.COMPLETED
-            elif (failure and step.seq == failure[0]) or path["verdict"] == Verdict.NEITHER:
+            elif (failure and step.seq == failure[0]) or path.verdict is Verdict.NEITHER:
                 statuses[step.seq] = StepStatus.FAILED
                 details[step.seq] = (
                     detail
@@ -240,7 +267,8 @@ def fail_closed(
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
             | ({"kept": kept} if kept else {}),
         )
-        report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
+        wired = [p.wire() for p in paths]
+        report = {**(row.report or {}), "paths": wired, "error": {"code": code, "detail": detail}}
         if kept:
             report["kept"] = kept
         j.set_status(
@@ -282,17 +310,17 @@ def complete(
     operation_id: str,
     changes: list[Change],
     evidence: Evidence,
-    paths: list[dict[str, Any]],
+    paths: list[Target],
 ) -> None:
     """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
-    assert [p["path"] for p in paths] == [c.path for c in changes]
-    assert all(p["verdict"] == Verdict.NEW for p in paths)
+    assert [p.path for p in paths] == [c.path for c in changes]
+    assert all(p.new for p in paths)
     targets = [
         {
-            "path": p["path"],
-            "exists": p["actual"]["exists"],
-            "sha256": p["actual"]["sha256"],
-            "mode": p["actual"]["mode"],
+            "path": p.path,
+            "exists": p.actual["exists"],
+            "sha256": p.actual["sha256"],
+            "mode": p.actual["mode"],
         }
         for p in paths
     ]

@@ -249,7 +249,10 @@ def _reclassify(
         outcome.fail_closed(
             services.db,
             operation_id,
-            [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
+            [
+                outcome.Target(change.path, s.verdict, actual)
+                for change, s, actual in zip(changes, seen, actuals, strict=True)
+            ],
             None,
             kept=kept,
         )
