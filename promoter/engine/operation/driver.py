@@ -4,8 +4,8 @@ A planner (each kind's module, with the rules of ``promoter.domain.plan``) turns
 journal into typed ``Step``s: the step's seq, its path on disk, the old and new ``State``,
 a ``Move`` (write or remove), its journaled temp name and where its bytes come from. A
 ``Driver`` carries them out through ONE ``Applier`` for the whole pass, so the held
-directories (each walked to once) and the group sync are shared by every step, in the
-pass's ``Ordering``:
+directories (each walked to once) and, where the pass starts one, the group sync are
+shared by every step, in the pass's ``Ordering``:
 
 - ``STAGE_THEN_PLACE`` (a promotion, and a recovery that applies its steps again): every
   new file is staged at its temp name first (``stage`` and ``end_staging``), then
@@ -17,8 +17,10 @@ pass's ``Ordering``:
   its directory when asked; the caller reads it back and decides what the failure means.
 
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
-whichever way they were met. ``remove_empty_dirs`` is the one removal of directories a
-pass made or emptied: deepest first, only when empty, a failure logged.
+whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
+(its ``Verdict``, what was found, the states expected), journaled as ``Target.wire()``.
+``remove_empty_dirs`` is the one removal of directories a pass made or emptied: deepest
+first, only when empty, a failure logged.
 
 Deliberately not here: planning (what each step is), journaling and receipts (each kind's
 module turns the ``Passed`` result into its outcome), and the write rules themselves
@@ -29,12 +31,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from promoter import faults
-from promoter.domain.path_state import State
+from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import wire_all
 from promoter.domain.plan import Move, Ordering
 from promoter.engine.operation.apply import Applier
@@ -42,7 +44,7 @@ from promoter.errors import PromoterError, as_promoter_error, translated
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 
-__all__ = ["Driver", "Passed", "Step", "remove_empty_dirs"]
+__all__ = ["Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
 
 log = logging.getLogger("promoter.driver")
 
@@ -95,6 +97,31 @@ def _with_kept(error: PromoterError, kept: list[dict[str, Any]]) -> PromoterErro
     if kept:
         error.context["kept"] = [*error.context.get("kept", []), *wire_all(kept)]
     return error
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target as read back from disk: its verdict and what was found (``actual``),
+    with the states it was expected in when the read-back knows them."""
+
+    path: str  # wire form
+    verdict: Verdict
+    actual: Mapping[str, Any]
+    expected_old: Mapping[str, Any] | None = None
+    expected_new: Mapping[str, Any] | None = None
+
+    @property
+    def new(self) -> bool:
+        return self.verdict is Verdict.NEW
+
+    def wire(self) -> dict[str, Any]:
+        """The per-path report, as journaled (the expected states only when known)."""
+        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
+        if self.expected_old is not None:
+            wired["expected_old"] = self.expected_old
+        if self.expected_new is not None:
+            wired["expected_new"] = self.expected_new
+        return wired
 
 
 class Driver:

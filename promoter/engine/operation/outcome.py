@@ -32,9 +32,7 @@ Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import closing
-from dataclasses import dataclass
 from typing import Any
 
 from promoter import faults
@@ -45,6 +43,7 @@ from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.check import run_check
+from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
@@ -61,31 +60,6 @@ from promoter.store.db import Database
 CHECK_FAILED = "check_failed"
 CHECK_CHANGED = "check_changed_worktree"
 SHOWN_PATHS = 10
-
-
-@dataclass(frozen=True)
-class Target:
-    """One target as read back from disk: its verdict and what was found (``actual``),
-    with the states it was expected in when the read-back knows them."""
-
-    path: str  # wire form
-    verdict: Verdict
-    actual: Mapping[str, Any]
-    expected_old: Mapping[str, Any] | None = None
-    expected_new: Mapping[str, Any] | None = None
-
-    @property
-    def new(self) -> bool:
-        return self.verdict is Verdict.NEW
-
-    def wire(self) -> dict[str, Any]:
-        """The per-path report, as journaled (the expected states only when known)."""
-        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
-        if self.expected_old is not None:
-            wired["expected_old"] = self.expected_old
-        if self.expected_new is not None:
-            wired["expected_new"] = self.expected_new
-        return wired
 
 
 def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]:

@@ -43,6 +43,7 @@ from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus, guard
 from promoter.engine.operation import outcome, promote
+from promoter.engine.operation.driver import Target
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.ownership import orphaned as is_orphan
 from promoter.engine.operation.preconditions import leaf_report, verdict
@@ -54,7 +55,7 @@ from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo, step_rows
+from promoter.store import journal, repo, step_rows
 
 log = logging.getLogger("promoter.recover")
 
@@ -181,8 +182,8 @@ def settle_temps(
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
     Fault point ``after_temps_settled``.
     """
-    with services.db.session() as session:
-        attempts = journal.require(session, operation_id).attempt
+    with journal.attempt(services.db, operation_id) as j:
+        attempts = j.row.attempt
     removed, kept = settle_step_temps(
         root,
         [
@@ -206,8 +207,8 @@ def _reclassify(
 ) -> None:
     changes = list(evidence.bundle.changes)
     removed, kept = settle_temps(services, operation_id, root, changes)
-    with services.db.session() as session:
-        steps = {s.seq: StepStatus(s.status) for s in step_rows.steps(session, operation_id)}
+    with journal.attempt(services.db, operation_id) as j:
+        steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
     actuals: list[dict[str, Any]] = []
@@ -232,10 +233,8 @@ def _reclassify(
         }
         for change, s, action, actual in zip(changes, seen, plan.actions, actuals, strict=True)
     ]
-    with services.db.session() as session:
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        j.event(
             "decision",
             {
                 "reason": reason,
@@ -250,7 +249,7 @@ def _reclassify(
             services.db,
             operation_id,
             [
-                outcome.Target(change.path, s.verdict, actual)
+                Target(change.path, s.verdict, actual)
                 for change, s, actual in zip(changes, seen, actuals, strict=True)
             ],
             None,
@@ -285,23 +284,12 @@ def reconcile(
     if decision == Decision.ROLLBACK:
         return {"status": rollback(services, operation_id, note=note)["status"]}
     if decision == Decision.ABANDON:
-        with services.db.session() as session:
-            row = _load(session, operation_id)  # again in the transaction that closes it
+        with journal.attempt(services.db, operation_id) as j:
+            row = _load(j.session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
             faults.point("abandon_decided")
-            ledger.append(
-                session,
-                operation_id,
-                "outcome",
-                {"status": OperationStatus.ABANDONED, "note": note},
-            )
-            journal.set_status(
-                session,
-                row.operation_id,
-                OperationStatus.ABANDONED,
-                code="abandoned",
-                detail=note or None,
-            )
+            j.event("outcome", {"status": OperationStatus.ABANDONED, "note": note})
+            j.set_status(OperationStatus.ABANDONED, code="abandoned", detail=note or None)
         return {"status": OperationStatus.ABANDONED}
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)

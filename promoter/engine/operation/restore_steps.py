@@ -31,7 +31,7 @@ from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.dirs import journal_intent
-from promoter.engine.operation.driver import Driver, remove_empty_dirs
+from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.services import Services
@@ -205,7 +205,7 @@ class StepRun:
     def finish(self) -> str:
         """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""
         verdicts: list[Verdict] = []
-        problems: list[dict[str, Any]] = []
+        problems: list[Target] = []
         for step in self.steps:
             try:
                 verdict, actual = self.verdict(step)
@@ -213,15 +213,7 @@ class StepRun:
                 verdict, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
             verdicts.append(verdict)
             if verdict is not Verdict.NEW:
-                problems.append(
-                    {
-                        "path": step.shown,
-                        "verdict": verdict.value,
-                        "actual": actual,
-                        "expected_old": step.old,
-                        "expected_new": step.new,
-                    }
-                )
+                problems.append(Target(step.shown, verdict, actual, step.old, step.new))
         ok = self.failure is None and not problems and not newly_kept(self.kept)
         # a step that reads back as new was written by this pass (a fresh restore plans
         # only paths that differ), even when the write then failed after its rename
@@ -249,7 +241,8 @@ class StepRun:
             code, detail = (error.code, wire_path(error.detail)) if error else (None, None)
             payload = {"status": status, "code": code, **dirs}
             outcome = j.event("outcome", payload)
-            report = {**(row.report or {}), "paths": problems, **dirs}
+            paths = [p.wire() for p in problems]
+            report = {**(row.report or {}), "paths": paths, **dirs}
             j.set_outcome_event(outcome)
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
