@@ -12,6 +12,8 @@ handler and the CLI's top-level handler do that.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 # Problem ``type`` URIs are served by the daemon itself: ``GET /problems/{code}``.
@@ -411,6 +413,32 @@ def stopped_by(exc: Exception, what: str) -> PromoterError:
             return StorageError(why, errno=exc.errno)
         return WriteFailed(why, errno=exc.errno)
     return PromoterError(f"{what} stopped: {str(exc)[:500]}")
+
+
+def as_promoter_error(
+    exc: BaseException, default: type[PromoterError] | None = None
+) -> PromoterError:
+    """``exc`` as promoter's own error: a ``PromoterError`` as it is, anything else wrapped
+    in ``default`` (``WriteFailed`` unless given) with its text."""
+    if isinstance(exc, PromoterError):
+        return exc
+    return (default or WriteFailed)(str(exc))
+
+
+@contextmanager
+def translated(
+    default: type[PromoterError] | None = None,
+    catch: tuple[type[BaseException], ...] = (OSError,),
+) -> Iterator[None]:
+    """Let a ``PromoterError`` through; raise any ``catch`` exception as ``default``
+    (``WriteFailed`` unless given), chained from it. The one place the conversion of
+    an ``OSError`` met while writing is written out."""
+    try:
+        yield
+    except PromoterError:
+        raise
+    except catch as exc:
+        raise as_promoter_error(exc, default) from exc
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -101,6 +101,17 @@ class Verdict(StrEnum):
     NEITHER = "neither"
 
 
+class Finding(StrEnum):
+    """What the read-back before a promotion finds at a target: its ``Verdict``, or why it
+    may not be written (``drift``: something else differs; ``unsafe``: never touched)."""
+
+    OLD = "old"
+    NEW = "new"
+    NEITHER = "neither"
+    DRIFT = "drift"
+    UNSAFE = "unsafe"
+
+
 @dataclass(frozen=True)
 class Reading:
     verdict: Verdict

@@ -13,6 +13,8 @@ are written once, here:
   someone else's bytes were kept. One failing step blocks the whole plan.
 - ``recover_restore``: exactly new is confirmed and everything else is applied again, but
   any path that is neither, or any kept bytes, blocks the whole plan (nothing is written).
+- ``Move`` and ``Ordering``: the typed move of one step and how a pass orders its
+  writes, which the one driver (``promoter.engine.operation.driver``) carries out.
 - ``rollback_target``: a compare-and-swap back to the promotion's old state: already old
   is ``restored`` (this rollback did it before a crash) or ``already_old``; exactly the
   promotion's new state is written back; anything else is a ``conflict`` and untouched.
@@ -34,7 +36,10 @@ from promoter.domain.status import StepStatus
 
 __all__ = [
     "Action",
+    "Decision",
+    "Move",
     "Observation",
+    "Ordering",
     "Plan",
     "RollbackMove",
     "journal_steps",
@@ -42,6 +47,33 @@ __all__ = [
     "recover_restore",
     "rollback_target",
 ]
+
+
+class Move(StrEnum):
+    """What the driver does at one step's path (``promoter.engine.operation.driver``)."""
+
+    WRITE = "write"  # the new bytes in place over exactly the old state
+    REMOVE = "remove"  # exactly the old state moved aside and unlinked
+
+    @classmethod
+    def to(cls, new_exists: bool) -> Move:
+        """The move that reaches a new state that exists (a write) or does not (a removal)."""
+        return cls.WRITE if new_exists else cls.REMOVE
+
+
+class Ordering(StrEnum):
+    """How one pass orders its writes."""
+
+    STAGE_THEN_PLACE = "stage_then_place"  # a promotion: every temp first, then in order
+    STEP_BY_STEP = "step_by_step"  # a rollback, a restore: each step written and synced
+
+
+class Decision(StrEnum):
+    """An operator's decision on a ``needs_reconciliation`` operation (SPEC §5.7)."""
+
+    CONTINUE = "continue"
+    ROLLBACK = "rollback"
+    ABANDON = "abandon"
 
 
 class Action(StrEnum):

@@ -14,22 +14,32 @@ or host moved since this transaction first read it is therefore never written ov
 where the transaction read it again (``operation_conflict``); without the hold, SQLAlchemy's
 identity map (which holds rows weakly) could drop it and read the row again, and the
 check would compare with that later read.
-Deliberately not here: the hash-chained events (``promoter.store.ledger``); an operation's
-steps and created directories (``promoter.store.step_rows``).
+``attempt`` is the unit of work of one operation: ``with journal.attempt(db, op) as j:``
+opens one transaction (committed when the block ends, rolled back on any error) and ``j``
+changes that operation only: its status and report, its steps and created directories
+(``promoter.store.step_rows``), its events (``promoter.store.ledger``).
+
+Deliberately not here: the hash-chained events themselves (``promoter.store.ledger``); an
+operation's steps and created directories (``promoter.store.step_rows``); deciding what a
+transaction holds (the engine's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
-from promoter.domain.records import Attempt, Operation
-from promoter.domain.status import OperationKind, OperationStatus
+from promoter.domain.records import Attempt, Operation, Step
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 from promoter.errors import OperationUnknown
+from promoter.store import ledger, step_rows
+from promoter.store.db import Database
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow
 
@@ -331,3 +341,58 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
         )
         for row in session.scalars(query.order_by(AttemptRow.attempt))
     ]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One transaction's changes to one operation (``attempt``)."""
+
+    session: Session
+    operation_id: str
+
+    @property
+    def row(self) -> Operation:
+        """The operation as this transaction holds it."""
+        return require(self.session, self.operation_id)
+
+    def set_status(
+        self,
+        status: OperationStatus,
+        *,
+        code: str | None = None,
+        detail: str | None = None,
+        report: dict[str, Any] | None = None,
+    ) -> None:
+        set_status(self.session, self.operation_id, status, code=code, detail=detail, report=report)
+
+    def set_report(self, report: dict[str, Any] | None) -> None:
+        set_report(self.session, self.operation_id, report)
+
+    def event(self, kind: ledger.EventKind, payload: dict[str, Any]) -> str:
+        """Append an event to the operation's ledger; its id."""
+        return ledger.append(self.session, self.operation_id, kind, payload)
+
+    def steps(self) -> list[Step]:
+        return step_rows.steps(self.session, self.operation_id)
+
+    def set_steps(
+        self, statuses: dict[int, StepStatus], details: dict[int, str] | None = None
+    ) -> None:
+        step_rows.set_steps(self.session, self.operation_id, statuses, details)
+
+    def add_created_dirs(self, paths: Iterable[str]) -> None:
+        step_rows.add_created_dirs(self.session, self.operation_id, paths)
+
+    def set_outcome_event(self, event_id: str) -> None:
+        set_outcome_event(self.session, self.operation_id, event_id)
+
+    def delete_created_dirs(self) -> None:
+        step_rows.delete_created_dirs(self.session, self.operation_id)
+
+
+@contextmanager
+def attempt(db: Database, operation_id: str) -> Iterator[Unit]:
+    """The unit of work of ``operation_id``: one transaction, committed when the block
+    ends, rolled back on any error (``Database.session``)."""
+    with db.session() as session:
+        yield Unit(session, operation_id)

@@ -24,8 +24,9 @@ the state the journal expects there:
   touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
-restores write step by step; all of them go through these methods, so a write rule
-changes here and in ``promoter.fs`` only.
+restores write step by step; one driver (``promoter.engine.operation.driver``) owns one
+``Applier`` per pass for all of them, so a write rule changes here and in
+``promoter.fs`` only.
 
 One pass walks to each directory once: the steps in a directory share one held
 descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
@@ -190,6 +191,11 @@ class Applier:
             raise
         parent.unlink_checked(old, aside=aside, chain_checked=checked)
         return True
+
+    def created_at(self, seq: int) -> list[str]:
+        """The directories step ``seq``'s walk made (none when it has no view)."""
+        parent = self.parents.get(seq)
+        return [] if parent is None else list(parent.created_dirs)
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""

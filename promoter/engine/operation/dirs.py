@@ -14,7 +14,7 @@ from __future__ import annotations
 from promoter import faults
 from promoter.domain.paths import wire_path
 from promoter.fs.root import Root
-from promoter.store import step_rows
+from promoter.store import journal
 from promoter.store.db import Database
 
 
@@ -40,7 +40,7 @@ def journal_intent(db: Database, operation_id: str, root: Root, paths: list[str]
     fault ``after_dir_intent``."""
     intended = missing_dirs(root, paths)
     if intended:
-        with db.session() as session:
-            step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in intended])
+        with journal.attempt(db, operation_id) as j:
+            j.add_created_dirs([wire_path(d) for d in intended])
     faults.point("after_dir_intent")
     return intended

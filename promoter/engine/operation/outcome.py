@@ -39,10 +39,11 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
-from promoter.domain.path_state import State
+from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.check import run_check
+from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
@@ -61,26 +62,26 @@ CHECK_CHANGED = "check_changed_worktree"
 SHOWN_PATHS = 10
 
 
-def read_targets(root: Root, changes: list[Change]) -> tuple[list[dict[str, Any]], bool]:
+def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]:
     """Every target read from disk now: a per-path report, and whether all are exactly new."""
-    paths: list[dict[str, Any]] = []
+    paths: list[Target] = []
     all_new = True
     with closing(Directories.for_reads(root)) as directories:
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for change, leaf in zip(changes, leaves, strict=True):
         if isinstance(leaf, PromoterError):
-            found, actual = "neither", {"error": leaf.code, "detail": leaf.detail}
+            found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:
             found, actual = verdict(leaf, change), leaf_report(leaf)
-        all_new = all_new and found == "new"
+        all_new = all_new and found is Verdict.NEW
         paths.append(
-            {
-                "path": change.path,
-                "verdict": found,
-                "actual": actual,
-                "expected_old": State.of(change.old).wire(),
-                "expected_new": State.of(change.new).wire(),
-            }
+            Target(
+                change.path,
+                found,
+                actual,
+                State.of(change.old).wire(),
+                State.of(change.new).wire(),
+            )
         )
     return paths, all_new
 
@@ -118,7 +119,7 @@ def post_check(
     root: Root,
     repository: Repository,
     changes: list[Change],
-) -> list[dict[str, Any]] | None:
+) -> list[Target] | None:
     """Run the repository's check and compare the repository before and after it.
 
     Returns the targets as read back after the check when it passed and changed
@@ -128,9 +129,9 @@ def post_check(
     """
     config = repository.config
     assert config.check_command is not None
-    with services.db.session() as session:
-        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
-        journal.set_status(session, operation_id, OperationStatus.APPLIED_UNVERIFIED)
+    with journal.attempt(services.db, operation_id) as j:
+        step_rows.mark_all_steps(j.session, operation_id, StepStatus.COMPLETED)
+        j.set_status(OperationStatus.APPLIED_UNVERIFIED)
     try:
         baseline = Baseline.take(repository.layout)
     except PromoterError as exc:
@@ -143,9 +144,9 @@ def post_check(
     paths, _ = read_targets(root, changes)
     changed: dict[str, Any] = {
         "targets": [
-            {"path": p["path"], "actual": p["actual"], "expected": p["expected_new"]}
+            {"path": p.path, "actual": p.actual, "expected": p.expected_new}
             for p in paths
-            if p["verdict"] != "new"
+            if not p.new
         ]
     }
     named = [t["path"] for t in changed["targets"]]
@@ -160,21 +161,17 @@ def post_check(
         named.append(f"(the comparison failed: {exc.detail})")
         count += 1
     shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
-    with services.db.session() as session:
-        row = journal.require(session, operation_id)
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        row = j.row
+        j.event(
             "decision",
             {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
         )
-        journal.set_report(
-            session,
-            operation_id,
+        j.set_report(
             {
                 **(row.report or {}),
                 "check": result.wire(),
-                "paths": paths,
+                "paths": [p.wire() for p in paths],
                 "check_changed": changed,
             },
         )
@@ -201,26 +198,21 @@ def _end_check(
     """Hold for the operator, or roll back by compare-and-swap; never a receipt."""
     if policy == "rollback":
         rollback_held(services, operation_id, root, detail)
-        with services.db.session() as session:
-            row = journal.require(session, operation_id)
-            journal.set_status(session, operation_id, row.status, code=code, detail=detail)
+        with journal.attempt(services.db, operation_id) as j:
+            j.set_status(j.row.status, code=code, detail=detail)
         return
-    with services.db.session() as session:
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        j.event(
             "outcome",
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
         )
-        journal.set_status(
-            session, operation_id, OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail
-        )
+        j.set_status(OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail)
 
 
 def fail_closed(
     db: Database,
     operation_id: str,
-    paths: list[dict[str, Any]],
+    paths: list[Target],
     failure: tuple[int, PromoterError] | None,
     *,
     kept: list[dict[str, Any]] | None = None,
@@ -229,34 +221,31 @@ def fail_closed(
     kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]
     code = failure[1].code if failure else "target_drift"
     detail = failure[1].detail if failure else "a target did not read back as its new state"
-    with db.session() as session:
-        row = journal.require(session, operation_id)
+    with journal.attempt(db, operation_id) as j:
+        row = j.row
         statuses: dict[int, StepStatus] = {}
         details: dict[int, str] = {}
-        for step, path in zip(step_rows.steps(session, operation_id), paths, strict=True):
-            if path["verdict"] == "new":
+        for step, path in zip(j.steps(), paths, strict=True):
+            if path.verdict is Verdict.NEW:
                 statuses[step.seq] = StepStatus.COMPLETED
-            elif (failure and step.seq == failure[0]) or path["verdict"] == "neither":
+            elif (failure and step.seq == failure[0]) or path.verdict is Verdict.NEITHER:
                 statuses[step.seq] = StepStatus.FAILED
                 details[step.seq] = (
                     detail
                     if failure and step.seq == failure[0]
                     else "read back as neither old nor new"
                 )
-        step_rows.set_steps(session, operation_id, statuses, details)
-        ledger.append(
-            session,
-            operation_id,
+        j.set_steps(statuses, details)
+        j.event(
             "outcome",
             {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
             | ({"kept": kept} if kept else {}),
         )
-        report = {**(row.report or {}), "paths": paths, "error": {"code": code, "detail": detail}}
+        wired = [p.wire() for p in paths]
+        report = {**(row.report or {}), "paths": wired, "error": {"code": code, "detail": detail}}
         if kept:
             report["kept"] = kept
-        journal.set_status(
-            session,
-            operation_id,
+        j.set_status(
             OperationStatus.NEEDS_RECONCILIATION,
             code=code,
             detail=detail,
@@ -295,17 +284,17 @@ def complete(
     operation_id: str,
     changes: list[Change],
     evidence: Evidence,
-    paths: list[dict[str, Any]],
+    paths: list[Target],
 ) -> None:
     """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
-    assert [p["path"] for p in paths] == [c.path for c in changes]
-    assert all(p["verdict"] == "new" for p in paths)
+    assert [p.path for p in paths] == [c.path for c in changes]
+    assert all(p.new for p in paths)
     targets = [
         {
-            "path": p["path"],
-            "exists": p["actual"]["exists"],
-            "sha256": p["actual"]["sha256"],
-            "mode": p["actual"]["mode"],
+            "path": p.path,
+            "exists": p.actual["exists"],
+            "sha256": p.actual["sha256"],
+            "mode": p.actual["mode"],
         }
         for p in paths
     ]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.path_state import State, classify, observed
+from promoter.domain.path_state import Finding, State, Verdict, classify, observed
 from promoter.domain.paths import disk_path, wire_path
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
@@ -62,14 +62,16 @@ def leaf_report(leaf: LeafState) -> dict[str, Any]:
     return observed(leaf, leaf.size)
 
 
-def verdict(leaf: LeafState, change: Change) -> str:
+def verdict(leaf: LeafState, change: Change) -> Verdict:
     """``new``, ``old`` or ``neither`` (``promoter.domain.path_state.classify``)."""
-    return classify(leaf, change.old, change.new).verdict.value
+    return classify(leaf, change.old, change.new).verdict
 
 
-def hard_link_refusal(leaf: LeafState, change: Change, found: str) -> str | None:
+def hard_link_refusal(leaf: LeafState, change: Change, found: Verdict) -> str | None:
     """Why a delete of this leaf is unsafe (other hard links), or None."""
-    if change.operation != "delete" or found != "old" or leaf.kind not in ("file", "symlink"):
+    if change.operation != "delete" or found is not Verdict.OLD:
+        return None
+    if leaf.kind not in ("file", "symlink"):
         return None
     if leaf.nlink is None or leaf.nlink <= 1:
         return None
@@ -87,11 +89,11 @@ class ReadBack:
 
     @property
     def drifted(self) -> list[str]:
-        return [p["path"] for p in self.paths if p["verdict"] == "drift"]
+        return [p["path"] for p in self.paths if p["verdict"] == Finding.DRIFT]
 
     @property
     def unsafe(self) -> list[str]:
-        return [p["path"] for p in self.paths if p["verdict"] == "unsafe"]
+        return [p["path"] for p in self.paths if p["verdict"] == Finding.UNSAFE]
 
     @property
     def ok(self) -> bool:
@@ -203,7 +205,7 @@ def _read_paths(
     for change, leaf in zip(bundle.changes, leaves, strict=True):
         reasons: list[str] = []
         actual: dict[str, Any] | None = None
-        found = "neither"
+        found = Verdict.NEITHER
         unsafe = False
         if isinstance(leaf, PromoterError):
             reasons.append(f"{leaf.code}: {leaf.detail}")
@@ -212,8 +214,8 @@ def _read_paths(
         else:
             actual = leaf_report(leaf)
             reading = classify(leaf, change.old, change.new)
-            found = reading.verdict.value
-            if found == "neither":
+            found = reading.verdict
+            if found is Verdict.NEITHER:
                 reasons.append(
                     f"the worktree file is neither the old nor the new state: {reading.reason}"
                 )
@@ -229,7 +231,7 @@ def _read_paths(
             reasons.append("the index entry differs from the precondition")
         if change.path in blocked:
             reasons.append(blocked[change.path])
-        verdict = "unsafe" if unsafe else "drift" if reasons else found
+        verdict = Finding.UNSAFE if unsafe else Finding.DRIFT if reasons else Finding(found)
         result.paths.append(
             {
                 "path": change.path,
@@ -239,7 +241,7 @@ def _read_paths(
                 "actual": actual,
                 "index_expected": wanted_index[change.path],
                 "index_actual": index_now,
-                "verdict": verdict,
+                "verdict": verdict.value,
                 "reasons": reasons,
             }
         )

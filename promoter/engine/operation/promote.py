@@ -22,6 +22,7 @@ Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -29,27 +30,28 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.path_state import State
-from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
-from promoter.domain.plan import journal_steps
+from promoter.domain.path_state import State, Verdict
+from promoter.domain.paths import disk_path, temp_name, wire_path
+from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import dirs
-from promoter.engine.operation.apply import Applier
+from promoter.engine.operation.driver import Driver, Step
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.outcome import finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
-from promoter.engine.operation.staging import remove_dirs, stage_temps
+from promoter.engine.operation.staging import stage_temps
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
 from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
-from promoter.errors import PromoterError, TargetDrift, WriteFailed
+from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
+from promoter.fs.temps import Source
 from promoter.store import journal, ledger, repo, step_rows
 from promoter.store.db import Database
 
@@ -67,28 +69,16 @@ def targets_digest(changes: list[Change]) -> str:
 def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) -> None:
     """Close the attempt as ``refused``: nothing was written."""
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
-    with db.session() as session:
-        ledger.append(session, operation_id, "decision", payload)
-        ledger.append(
-            session,
-            operation_id,
-            "outcome",
-            {"status": OperationStatus.REFUSED, "code": error.code},
-        )
+    with journal.attempt(db, operation_id) as j:
+        j.event("decision", payload)
+        j.event("outcome", {"status": OperationStatus.REFUSED, "code": error.code})
         report = {"error": error.to_problem(), **extra}
-        journal.set_status(
-            session,
-            operation_id,
-            OperationStatus.REFUSED,
-            code=error.code,
-            detail=error.detail,
-            report=report,
-        )
+        j.set_status(OperationStatus.REFUSED, code=error.code, detail=error.detail, report=report)
 
 
 def attempt_of(db: Database, operation_id: str) -> int:
-    with db.session() as session:
-        return journal.require(session, operation_id).attempt
+    with journal.attempt(db, operation_id) as j:
+        return j.row.attempt
 
 
 def ticket(
@@ -251,7 +241,7 @@ def _journal(
                 "fence": fence,
                 "bundle_sha256": evidence.bundle.bundle_sha256,
                 "verification_receipt_sha256": evidence.receipt_sha256,
-                "already_new": [p["path"] for p in readback.paths if p["verdict"] == "new"],
+                "already_new": [p["path"] for p in readback.paths if p["verdict"] == Verdict.NEW],
             },
         )
         action = ledger.append(
@@ -263,6 +253,30 @@ def _journal(
         journal.set_plan_events(session, operation_id, decision, action)
         step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in creates])
         return row.attempt, creates
+
+
+def plan_steps(
+    services: Services, operation_id: str, attempt: int, changes: list[Change], wanted: set[int]
+) -> list[Step]:
+    """The typed steps of ``wanted``, in bundle order: each new file streamed from the
+    blob store (checked against its sha256 as it is written)."""
+    blobs = services.blobs
+
+    def opener(sha256: str | None) -> Callable[[], Source] | None:
+        return None if sha256 is None else lambda: blobs.stream(sha256)
+
+    return [
+        Step.between(
+            seq,
+            disk_path(change.path),
+            State.of(change.old),
+            State.of(change.new),
+            temp_name(operation_id, attempt, seq),
+            opener(change.new.sha256 if change.new.exists else None),
+        )
+        for seq, change in enumerate(changes)
+        if seq in wanted
+    ]
 
 
 def apply_changes(
@@ -284,92 +298,41 @@ def apply_changes(
     are found and journaled here first).
     """
     attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
-    apply = Applier(root, group_sync_limit=services.settings.group_sync_limit)
     wanted = set(range(len(changes))) if todo is None else todo
+    steps = plan_steps(services, operation_id, attempt, changes, wanted)
+    driver = Driver(
+        root, Ordering.STAGE_THEN_PLACE, group_sync_limit=services.settings.group_sync_limit
+    )
     try:
         if journaled_dirs is not None:
             faults.point("after_dir_intent")
         else:
-            creates = [
-                disk_path(c.path)
-                for seq, c in enumerate(changes)
-                if seq in wanted and not c.old.exists
-            ]
+            creates = [s.path for s in steps if not s.old.exists]
             journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
-        stage_temps(
-            services.db,
-            services.blobs,
-            services.stopping,
-            operation_id,
-            attempt,
-            apply,
-            changes,
-            wanted,
-            journaled_dirs,
-        )
+        stage_temps(services.db, services.stopping, operation_id, driver, steps, journaled_dirs)
     except (PromoterError, OSError) as exc:
-        apply.drop_staged()
-        remove_dirs(root, apply.created_dirs)
-        apply.close()
-        error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
-        if apply.kept:  # someone else's bytes were found at a temp name: fail closed
-            error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
+        error = driver.abandon(exc)
+        if driver.kept:  # someone else's bytes were found at a temp name: fail closed
             finish(services, operation_id, root, changes, evidence, (-1, error))
             return
         if recovering:
             raise error from exc
-        with services.db.session() as session:
-            step_rows.delete_created_dirs(session, operation_id)
+        with journal.attempt(services.db, operation_id) as j:
+            j.delete_created_dirs()
         refuse(services.db, operation_id, error, stage="staging temp files")
         return
-    failure: tuple[int, PromoterError] | None = None
-    applied: list[int] = []
-    stopped = False
-    try:
-        lock.check_held()
-        for seq, change in enumerate(changes):
-            if seq not in wanted:
-                continue
-            if services.stopping.is_set():  # SIGTERM: stop between two steps
-                stopped = True
-                apply.drop_staged(seq)
-                break
-            old, new = State.of(change.old), State.of(change.new)
-            try:
-                if new.exists:
-                    apply.place(seq, old, new)
-                else:
-                    apply.remove(
-                        seq, disk_path(change.path), old, temp_name(operation_id, attempt, seq)
-                    )
-            except (PromoterError, OSError) as exc:
-                error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
-                failure = (seq, error)
-                apply.drop_staged(seq)
-                if apply.kept:
-                    error.context["kept"] = [*error.context.get("kept", []), *wire_all(apply.kept)]
-                break
-            applied.append(seq)
-        faults.point("after_replaces")
-        apply.fsync()
-    except (PromoterError, OSError) as exc:
-        error = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
-        failure = failure or (-1, error)
-    finally:
-        apply.close()
-    if stopped and failure is None:
-        _leave_for_recovery(services.db, operation_id, applied)
+    passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
+    if passed.stopped and passed.failure is None:
+        _leave_for_recovery(services.db, operation_id, passed.applied)
         return
-    finish(services, operation_id, root, changes, evidence, failure)
+    finish(services, operation_id, root, changes, evidence, passed.failure)
 
 
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
     """The daemon is stopping: journal the steps done; recovery finishes the rest."""
-    with db.session() as session:
-        step_rows.set_steps(session, operation_id, dict.fromkeys(applied, StepStatus.COMPLETED))
-        journal.set_status(
-            session,
-            operation_id,
+    with journal.attempt(db, operation_id) as j:
+        j.set_steps(dict.fromkeys(applied, StepStatus.COMPLETED))
+        j.set_status(
             OperationStatus.NEEDS_RECOVERY,
             code="stopped",
             detail=f"the daemon stopped after {len(applied)} of the steps",

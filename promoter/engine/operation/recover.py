@@ -38,11 +38,12 @@ from promoter import faults
 from promoter.domain.models import Change
 from promoter.domain.path_state import Verdict
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
-from promoter.domain.plan import Observation
+from promoter.domain.plan import Decision, Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
-from promoter.domain.status import OperationStatus, StepStatus, guard
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus, guard
 from promoter.engine.operation import outcome, promote
+from promoter.engine.operation.driver import Target
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.ownership import orphaned as is_orphan
 from promoter.engine.operation.preconditions import leaf_report, verdict
@@ -54,7 +55,7 @@ from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.root import Root
-from promoter.store import journal, ledger, repo, step_rows
+from promoter.store import journal, repo, step_rows
 
 log = logging.getLogger("promoter.recover")
 
@@ -102,7 +103,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
                 row = _load(session, operation_id)
                 kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
                 guard(kind, row.status, "recover", role="host", operation_id=operation_id)
-            if kind != "promotion" or bundle_id is None or receipt is None:
+            if kind != OperationKind.PROMOTION or bundle_id is None or receipt is None:
                 recover(services, operation_id, 0, role="host")  # no lease for these kinds
                 continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
@@ -136,9 +137,9 @@ def recover(
         kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         guard(kind, row.status, "recover", role=role, operation_id=operation_id)
-    if kind == "rollback":
+    if kind == OperationKind.ROLLBACK:
         return recover_rollback(services, operation_id)
-    if kind == "restore":
+    if kind == OperationKind.RESTORE:
         return str(recover_restore(services, operation_id))
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
@@ -181,8 +182,8 @@ def settle_temps(
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
     Fault point ``after_temps_settled``.
     """
-    with services.db.session() as session:
-        attempts = journal.require(session, operation_id).attempt
+    with journal.attempt(services.db, operation_id) as j:
+        attempts = j.row.attempt
     removed, kept = settle_step_temps(
         root,
         [
@@ -206,15 +207,15 @@ def _reclassify(
 ) -> None:
     changes = list(evidence.bundle.changes)
     removed, kept = settle_temps(services, operation_id, root, changes)
-    with services.db.session() as session:
-        steps = {s.seq: StepStatus(s.status) for s in step_rows.steps(session, operation_id)}
+    with journal.attempt(services.db, operation_id) as j:
+        steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
     actuals: list[dict[str, Any]] = []
     for seq, change in enumerate(changes):
         try:
             leaf = root.read_state(disk_path(change.path))
-            found, actual = Verdict(verdict(leaf, change)), leaf_report(leaf)
+            found, actual = verdict(leaf, change), leaf_report(leaf)
         except PromoterError as exc:
             found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
         step = steps.get(seq, StepStatus.PENDING)
@@ -232,10 +233,8 @@ def _reclassify(
         }
         for change, s, action, actual in zip(changes, seen, plan.actions, actuals, strict=True)
     ]
-    with services.db.session() as session:
-        ledger.append(
-            session,
-            operation_id,
+    with journal.attempt(services.db, operation_id) as j:
+        j.event(
             "decision",
             {
                 "reason": reason,
@@ -249,7 +248,10 @@ def _reclassify(
         outcome.fail_closed(
             services.db,
             operation_id,
-            [{"path": p["path"], "verdict": p["found"], "actual": p["actual"]} for p in paths],
+            [
+                Target(change.path, s.verdict, actual)
+                for change, s, actual in zip(changes, seen, actuals, strict=True)
+            ],
             None,
             kept=kept,
         )
@@ -275,30 +277,19 @@ def reconcile(
             decision=decision,
             operation_id=operation_id,
         )
-    if kind == "restore" and decision == "continue":
+    if kind == OperationKind.RESTORE and decision == Decision.CONTINUE:
         return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
-    if kind == "rollback" and decision == "continue":
+    if kind == OperationKind.ROLLBACK and decision == Decision.CONTINUE:
         return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
-    if decision == "rollback":
+    if decision == Decision.ROLLBACK:
         return {"status": rollback(services, operation_id, note=note)["status"]}
-    if decision == "abandon":
-        with services.db.session() as session:
-            row = _load(session, operation_id)  # again in the transaction that closes it
+    if decision == Decision.ABANDON:
+        with journal.attempt(services.db, operation_id) as j:
+            row = _load(j.session, operation_id)  # again in the transaction that closes it
             guard(kind, row.status, "reconcile", role=role, decision=decision)
             faults.point("abandon_decided")
-            ledger.append(
-                session,
-                operation_id,
-                "outcome",
-                {"status": OperationStatus.ABANDONED, "note": note},
-            )
-            journal.set_status(
-                session,
-                row.operation_id,
-                OperationStatus.ABANDONED,
-                code="abandoned",
-                detail=note or None,
-            )
+            j.event("outcome", {"status": OperationStatus.ABANDONED, "note": note})
+            j.set_status(OperationStatus.ABANDONED, code="abandoned", detail=note or None)
         return {"status": OperationStatus.ABANDONED}
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)

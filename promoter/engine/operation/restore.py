@@ -30,7 +30,7 @@ import logging
 from typing import Any
 
 from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
-from promoter.domain.path_state import State, Verdict
+from promoter.domain.path_state import State
 from promoter.domain.paths import temp_name, wire_path
 from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
@@ -269,7 +269,7 @@ def recover_restore(
     """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
-        if row is None or row.kind != "restore":
+        if row is None or row.kind != OperationKind.RESTORE:
             raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
         if from_status not in (
             OperationStatus.NEEDS_RECOVERY,
@@ -319,7 +319,7 @@ def recover_restore(
                     "bytes that are not promoter's were found at its temp names; they are kept"
                 )
             plan = plan_recovery(
-                [Observation(Verdict(run.verdict(step)[0]), StepStatus.PENDING) for step in steps]
+                [Observation(run.verdict(step)[0], StepStatus.PENDING) for step in steps]
             )
             if plan.blocked:
                 run.failure = TargetDrift("a target is neither its old nor its new state")
@@ -350,10 +350,8 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
 
 
 def _attempt(services: Services, operation_id: str) -> int:
-    with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None
-        return row.attempt
+    with journal.attempt(services.db, operation_id) as j:
+        return j.row.attempt
 
 
 def _settle_temps(

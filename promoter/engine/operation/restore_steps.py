@@ -1,8 +1,9 @@
 """Carrying out the per-file steps of a snapshot restore, and journaling how it ended.
 
 This module owns ``Step`` (one path: its journaled old and new FileState and the target
-blob in the shadow repository) and ``StepRun``: the writes of one pass through the
-descriptor-chain writer with a per-file compare-and-swap, in this order: checked unlinks,
+blob in the shadow repository) and ``StepRun``: the writes of one pass, step by step
+through the one driver (``promoter.engine.operation.driver``, one ``Applier`` for the
+pass) with a per-file compare-and-swap, in this order: checked unlinks,
 then the directories those unlinks left empty that the target tree does not hold (only
 those: ``rmdir`` removes nothing that is not empty), then the directories the writes
 will create are journaled (``promoter.engine.operation.dirs``), then creations and modifications (a
@@ -20,24 +21,27 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from promoter.domain.path_state import State, classify
+from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import temp_name, wire_all, wire_path
+from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
-from promoter.engine.operation.apply import Applier
 from promoter.engine.operation.dirs import journal_intent
+from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
+from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, TargetDrift, WriteFailed
+from promoter.errors import PromoterError, TargetDrift, translated
 from promoter.fs.chain import LeafState
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.git.objects import CatFile
 from promoter.git.shadow import ShadowRepository
-from promoter.store import journal, ledger, step_rows
+from promoter.store import journal
 
 __all__ = ["Step", "StepRun", "dir_key", "verdict_of"]
 
@@ -63,8 +67,8 @@ def dir_key(path: str) -> tuple[bytes, bytes]:
     return os.fsencode(directory), os.fsencode(name)
 
 
-def verdict_of(leaf: LeafState, step: Step) -> str:
-    return classify(leaf, step.old, step.new).verdict.value
+def verdict_of(leaf: LeafState, step: Step) -> Verdict:
+    return classify(leaf, step.old, step.new).verdict
 
 
 _GONE = {"kind": "missing", "sha256": None, "mode": None, "size": None}
@@ -89,6 +93,7 @@ class StepRun:
     kept: list[dict[str, Any]] = field(default_factory=list)
     _target_dirs: set[str] | None = None
     _seqs: dict[str, int] | None = None
+    _driver: Driver | None = None  # the pass's, while one is open
 
     def temp(self, step: Step) -> str:
         """The journaled temp name of ``step`` (its index among the steps) in this attempt."""
@@ -103,7 +108,7 @@ class StepRun:
             self._target_dirs = self.shadow.tree_dirs(self.target)
         return self._target_dirs
 
-    def verdict(self, step: Step) -> tuple[str, dict[str, Any]]:
+    def verdict(self, step: Step) -> tuple[Verdict, dict[str, Any]]:
         """``new``, ``old`` or ``neither`` for the path now, and what was found.
 
         A deleted file's path that is now a directory of the target tree, or lies below
@@ -113,39 +118,64 @@ class StepRun:
             leaf = self.root.read_state(step.path)
         except TargetDrift as exc:
             if not step.new["exists"] and exc.context.get("found") == "not_a_directory":
-                return "new", dict(_GONE)
+                return Verdict.NEW, dict(_GONE)
             raise
         verdict = verdict_of(leaf, step)
-        if verdict == "neither" and leaf.kind == "directory" and not step.new["exists"]:
-            verdict = "new" if step.path in self.target_dirs else verdict
+        if verdict is Verdict.NEITHER and leaf.kind == "directory" and not step.new["exists"]:
+            verdict = Verdict.NEW if step.path in self.target_dirs else verdict
         return verdict, leaf.to_dict()
 
+    def _planned(self, step: Step, data: Callable[[], bytes] | None = None) -> Planned:
+        """``step`` as the driver's typed step (its seq: its index among the steps)."""
+        self.temp(step)
+        assert self._seqs is not None
+        seq = self._seqs[step.path]
+        old, new = State.of(step.old), State.of(step.new)
+        return Planned.between(seq, step.path, old, new, self.temp(step), data)
+
+    @contextmanager
+    def _pass(self) -> Iterator[Driver]:
+        """The driver of this pass: the one open, or one opened (and closed) here."""
+        if self._driver is not None:
+            yield self._driver
+            return
+        driver = self._driver = Driver(self.root, Ordering.STEP_BY_STEP)
+        try:
+            yield driver
+        finally:
+            self._driver = None
+            driver.close()
+            self.created.extend(driver.created_dirs)
+
     def apply(self, todo: set[int]) -> str:
-        """Carry out the steps in ``todo``, read back every step, journal the outcome."""
+        """Carry out the steps in ``todo``, read back every step, journal the outcome.
+
+        One driver pass for all of them: each directory is walked to once.
+        """
         deletes = [s for i, s in enumerate(self.steps) if i in todo and s.operation == "delete"]
         writes = [s for i, s in enumerate(self.steps) if i in todo and s.operation != "delete"]
         try:
-            self.lock.check_held()
-            _grouped(deletes, self._delete)
-            self._remove_emptied([s for s in self.steps if s.operation == "delete"])
-            journal_intent(self.services.db, self.operation_id, self.root, [s.path for s in writes])
-            with self.shadow.reader() as cat:
-                _grouped(writes, lambda step, sync: self._write(cat, step, sync))
-        except (PromoterError, OSError) as exc:
-            self.failure = exc if isinstance(exc, PromoterError) else WriteFailed(str(exc))
-            if isinstance(exc, PromoterError) and exc.context.get("kept"):
+            with self._pass(), translated():
+                self.lock.check_held()
+                _grouped(deletes, self._delete)
+                self._remove_emptied([s for s in self.steps if s.operation == "delete"])
+                paths = [s.path for s in writes]
+                journal_intent(self.services.db, self.operation_id, self.root, paths)
+                with self.shadow.reader() as cat:
+                    _grouped(writes, lambda step, sync: self._write(cat, step, sync))
+        except PromoterError as exc:
+            self.failure = exc
+            if exc.context.get("kept"):
                 self.touched = True
         return self.finish()
 
     def _delete(self, step: Step, sync: bool) -> None:
-        apply = Applier(self.root)
-        try:
-            if apply.remove(0, step.path, State.of(step.old), self.temp(step), gone_ok=True):
+        with self._pass() as driver:
+            planned = self._planned(step)
+            if driver.step(planned, sync=False, gone_ok=True):
                 self.touched = True  # already gone, with its directory, when False
                 if sync:
-                    apply.sync(0)
-        finally:
-            apply.close()
+                    driver.sync(planned.seq)
 
     def _remove_emptied(self, deletes: list[Step]) -> None:
         """rmdir the deleted files' directories that are now empty and not in the target.
@@ -155,54 +185,39 @@ class StepRun:
         parts = [step.path.split("/")[:-1] for step in deletes]
         candidates = {"/".join(p[: i + 1]) for p in parts for i in range(len(p))}
         candidates -= self.target_dirs if candidates else set()
-        for directory in sorted(candidates, key=lambda d: (d.count("/"), d), reverse=True):
-            try:
-                if self.root.remove_dir_if_empty(directory):
-                    self.removed.append(directory)
-                    self.touched = True
-            except PromoterError as exc:
-                log.warning("could not remove emptied directory %s: %s", directory, exc.detail)
+        removed = remove_empty_dirs(self.root, candidates)
+        self.removed.extend(removed)
+        self.touched = self.touched or bool(removed)
 
     def _write(self, cat: CatFile, step: Step, sync: bool) -> None:
-        assert step.oid is not None
-        apply = Applier(self.root)
-        old, new = State.of(step.old), State.of(step.new)
-        try:
-            apply.stage(0, step.path, new, cat.read_blob(step.oid), self.temp(step))
-            apply.place(0, old, new)
-            self.touched = True
-            if sync:
-                apply.sync(0)
-        finally:
-            held = apply.parents.get(0)
-            self.touched = self.touched or bool(held is not None and held.created_dirs)
-            self.created.extend(apply.created_dirs)
-            apply.close()
+        oid = step.oid
+        assert oid is not None
+        planned = self._planned(step, lambda: cat.read_blob(oid))
+        with self._pass() as driver:
+            try:
+                driver.step(planned, sync=False)
+                self.touched = True
+                if sync:
+                    driver.sync(planned.seq)
+            finally:
+                self.touched = self.touched or bool(driver.created_at(planned.seq))
 
     def finish(self) -> str:
         """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""
-        verdicts: list[str] = []
-        problems: list[dict[str, Any]] = []
+        verdicts: list[Verdict] = []
+        problems: list[Target] = []
         for step in self.steps:
             try:
                 verdict, actual = self.verdict(step)
             except PromoterError as exc:
-                verdict, actual = "neither", {"error": exc.code, "detail": exc.detail}
+                verdict, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
             verdicts.append(verdict)
-            if verdict != "new":
-                problems.append(
-                    {
-                        "path": step.shown,
-                        "verdict": verdict,
-                        "actual": actual,
-                        "expected_old": step.old,
-                        "expected_new": step.new,
-                    }
-                )
+            if verdict is not Verdict.NEW:
+                problems.append(Target(step.shown, verdict, actual, step.old, step.new))
         ok = self.failure is None and not problems and not newly_kept(self.kept)
         # a step that reads back as new was written by this pass (a fresh restore plans
         # only paths that differ), even when the write then failed after its rename
-        touched = self.touched or "new" in verdicts
+        touched = self.touched or Verdict.NEW in verdicts
         status = (
             OperationStatus.COMPLETED
             if ok
@@ -211,35 +226,31 @@ class StepRun:
             else OperationStatus.REFUSED
         )
         error = None if ok else self.failure or TargetDrift("a target did not read back as new")
-        with self.services.db.session() as session:
-            row = journal.get_operation(session, self.operation_id)
-            assert row is not None
+        with journal.attempt(self.services.db, self.operation_id) as j:
+            row = j.row
             statuses = {
-                step.seq: {"new": StepStatus.COMPLETED, "old": StepStatus.PENDING}.get(
+                step.seq: {Verdict.NEW: StepStatus.COMPLETED, Verdict.OLD: StepStatus.PENDING}.get(
                     verdict, StepStatus.FAILED
                 )
-                for step, verdict in zip(
-                    step_rows.steps(session, row.operation_id), verdicts, strict=True
-                )
+                for step, verdict in zip(j.steps(), verdicts, strict=True)
             }
-            step_rows.set_steps(session, row.operation_id, statuses)
+            j.set_steps(statuses)
             created, removed = wire_all(self.created), wire_all(self.removed)
-            step_rows.add_created_dirs(session, row.operation_id, created)
+            j.add_created_dirs(created)
             dirs = {"removed_directories": removed, "created_directories": created}
             code, detail = (error.code, wire_path(error.detail)) if error else (None, None)
             payload = {"status": status, "code": code, **dirs}
-            outcome = ledger.append(session, row.operation_id, "outcome", payload)
-            report = {**(row.report or {}), "paths": problems, **dirs}
-            journal.set_outcome_event(session, row.operation_id, outcome)
+            outcome = j.event("outcome", payload)
+            paths = [p.wire() for p in problems]
+            report = {**(row.report or {}), "paths": paths, **dirs}
+            j.set_outcome_event(outcome)
             if error is not None:
                 report["error"] = {"code": code, "detail": detail}
             kept = [*self.kept, *(self.failure.context.get("kept", []) if self.failure else [])]
             if kept:
                 report["kept"] = wire_all(kept)
             report = wire_all(report)
-            journal.set_status(
-                session, row.operation_id, status, code=code, detail=detail, report=report
-            )
+            j.set_status(status, code=code, detail=detail, report=report)
         return status
 
 

@@ -52,16 +52,17 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
-from promoter.domain.path_state import State
 from promoter.domain.paths import disk_path, temp_name, wire_all
-from promoter.domain.plan import RollbackMove, journal_steps, rollback_target
+from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
+from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
-from promoter.engine.operation.apply import Applier
+from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
     Outcome,
+    Reason,
     reason_of,
     rollback_status,
     target_report,
@@ -77,6 +78,7 @@ from promoter.errors import (
 )
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
+from promoter.fs.temps import Source
 from promoter.store import journal, ledger, step_rows
 
 ROLLBACK_FROM = {
@@ -138,7 +140,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     """
     with services.db.session() as session:
         parent = _load(session, operation_id)
-        if parent.kind != "promotion" or parent.status not in ROLLBACK_FROM:
+        if parent.kind != OperationKind.PROMOTION or parent.status not in ROLLBACK_FROM:
             raise OperationConflict(
                 f"operation {operation_id} is {parent.status}; only a completed, "
                 "applied_unverified or needs_reconciliation promotion can be rolled back",
@@ -197,7 +199,7 @@ def recover_rollback(
         child = _load(session, child_id)
         found = (
             child.status
-            if child.kind != "rollback"
+            if child.kind != OperationKind.ROLLBACK
             else journal.claim_from(
                 session, child_id, OperationStatus(from_status), services.stamp()
             )
@@ -237,17 +239,15 @@ def _run(
 def _rollback_locked(
     services: Services, child_id: str, parent_id: str, root: Root, note: str
 ) -> dict[str, Any]:
-    with services.db.session() as session:
-        recorded = _load(session, child_id).receipt
+    with journal.attempt(services.db, child_id) as j:
+        recorded = j.row.receipt
     if recorded is not None:  # an earlier pass recorded it: publish that one, never another
         return _publish(services, child_id, parent_id, dict(recorded))
-    with services.db.session() as session:
-        promoted = [
-            {"path": s.path, "old": s.old_state, "new": s.new_state}
-            for s in reversed(step_rows.steps(session, parent_id))
-        ]
+    with journal.attempt(services.db, child_id) as j:
+        session = j.session
+        promoted = list(reversed(step_rows.steps(session, parent_id)))  # the steps undone
         dirs = step_rows.created_dirs(session, parent_id)
-        done = {s.seq: s.status for s in step_rows.steps(session, child_id)}
+        done = {s.seq: s.status for s in j.steps()}
         if not done:
             faults.point("rollback_before_journal")
             step_rows.add_steps(
@@ -256,40 +256,40 @@ def _rollback_locked(
                 journal_steps(
                     child_id,
                     1,
-                    [(str(p["path"]), "rollback", p["new"], p["old"]) for p in promoted],
+                    [(p.path, "rollback", p.new_state, p.old_state) for p in promoted],
                 ),
             )
-            ledger.append(session, child_id, "decision", {"rollback_of": parent_id, "note": note})
-            ledger.append(session, child_id, "action", {"targets": [p["path"] for p in promoted]})
+            j.event("decision", {"rollback_of": parent_id, "note": note})
+            j.event("action", {"targets": [p.path for p in promoted]})
     kept: list[dict[str, Any]] = []
     if done:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
             settle_step_temps(
                 root,
                 [
-                    (disk_path(str(p["path"])), temp_name(child_id, 1, seq), p["new"], p["old"])
+                    (disk_path(p.path), temp_name(child_id, 1, seq), p.new_state, p.old_state)
                     for seq, p in enumerate(promoted)
                 ],
             )[1]
         )
     held = {k["path"] for k in newly_kept(kept)}
     targets: list[dict[str, Any]] = []
-    for seq, step in enumerate(promoted):
-        if step["path"] in held:  # someone else's bytes were found at our temp name
-            reason, leaf, exc = "conflict", _leaf_or_none(root, str(step["path"])), None
-        else:
-            aside = temp_name(child_id, 1, seq)
-            reason, leaf, exc = _one(
-                services, root, step, aside, kept, already=done.get(seq) == "completed"
-            )
-        with services.db.session() as session:
-            done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
-            step_rows.set_steps(session, child_id, {seq: done_as}, {seq: reason})
-        faults.point("rollback_after_step")
-        targets.append(target_report(str(step["path"]), reason, leaf, exc))
-    removed = [
-        d for d in sorted(set(dirs), key=lambda d: d.count("/"), reverse=True) if _rmdir(root, d)
-    ]
+    with Driver(root, Ordering.STEP_BY_STEP) as driver:  # one pass: directories held once
+        for seq, promotion_step in enumerate(promoted):
+            path = promotion_step.path
+            if path in held:  # someone else's bytes were found at our temp name
+                reason, leaf, exc = Reason.CONFLICT, _leaf_or_none(root, path), None
+            else:
+                step = _step(services, seq, promotion_step, temp_name(child_id, 1, seq))
+                already = done.get(seq) == StepStatus.COMPLETED
+                reason, leaf, exc = _one(driver, root, step, already=already)
+            with journal.attempt(services.db, child_id) as j:
+                done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
+                j.set_steps({seq: done_as}, {seq: reason.value})
+            faults.point("rollback_after_step")
+            targets.append(target_report(path, reason, leaf, exc))
+    kept += wire_all(driver.kept)
+    removed = remove_empty_dirs(root, dirs, disk=disk_path)
     status = rollback_status(targets)
     faults.point("rollback_before_receipt")
     receipt = RollbackReceiptV1.model_validate(
@@ -340,14 +340,6 @@ def _publish(
     return recorded
 
 
-def _rmdir(root: Root, directory: str) -> bool:
-    """Remove the journaled (wire form) directory if it is empty."""
-    try:
-        return root.remove_dir_if_empty(disk_path(directory))
-    except PromoterError:
-        return False
-
-
 def _leaf_or_none(root: Root, path: str) -> LeafState | None:
     try:
         return root.read_state(disk_path(path))
@@ -355,52 +347,47 @@ def _leaf_or_none(root: Root, path: str) -> LeafState | None:
         return None
 
 
-def _one(
-    services: Services,
-    root: Root,
-    step: dict[str, Any],
-    aside: str,
-    kept: list[dict[str, Any]],
-    *,
-    already: bool,
-) -> Outcome:
+def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step:
+    """Rollback step ``seq``: the promotion's step from its new state back to its old one,
+    the old bytes streamed from the blob store (checked against their sha256)."""
+    old, new = promoted.old, promoted.new
+    sha256 = old.sha256
+
+    def data() -> Source:
+        assert sha256 is not None
+        return services.blobs.stream(sha256)
+
+    path = disk_path(promoted.path)  # journaled in wire form; the file system's name
+    return Step.between(seq, path, new, old, aside, data if old.exists else None)
+
+
+def _one(driver: Driver, root: Root, step: Step, *, already: bool) -> Outcome:
     """Compare-and-swap one target back to its old state: (reason, read-back, error).
 
-    ``aside`` is the step's journaled temp name; bytes kept on the way go to ``kept``.
+    ``step`` goes from the promotion's new state (``step.old``) back to its old state
+    (``step.new``) at the step's journaled temp name; bytes kept go to ``driver.kept``.
     """
-    old, new = State.of(step["old"]), State.of(step["new"])
-    path = disk_path(step["path"])  # journaled in wire form; the file system's name
+    at_old, at_new = step.new, step.old
     try:
-        leaf = root.read_state(path)
+        leaf = root.read_state(step.path)
     except PromoterError as exc:
         return reason_of(exc), None, exc
-    move = rollback_target(leaf.matches(old), leaf.matches(new), held=False, completed=already)
+    move = rollback_target(
+        leaf.matches(at_old), leaf.matches(at_new), held=False, completed=already
+    )
     if move is not RollbackMove.WRITE_OLD:
-        return move.value, leaf, None
-    apply = Applier(root)
+        return Reason(move.value), leaf, None
     try:
-        if old.exists:
-            assert old.sha256 is not None
-            source = services.blobs.stream(
-                old.sha256
-            )  # checked against its sha256 as it is written
-            apply.write(0, path, new, old, source, aside)
-        else:
-            apply.remove(0, path, new, aside)
-        apply.sync(0)
-        apply.close()
-        leaf = root.read_state(path)
+        driver.step(step)
+        leaf = root.read_state(step.path)
     except (PromoterError, OSError) as exc:
-        apply.close()
-        if isinstance(exc, PromoterError):
-            kept.extend(wire_all(exc.context.get("kept", [])))
         try:
-            leaf = root.read_state(path)
+            leaf = root.read_state(step.path)
         except PromoterError:
             return reason_of(exc), None, exc
-        if leaf.matches(old):
-            return "restored", leaf, None
-        if leaf.matches(new):  # nothing changed: the write itself failed
+        if leaf.matches(at_old):
+            return Reason.RESTORED, leaf, None
+        if leaf.matches(at_new):  # nothing changed: the write itself failed
             return reason_of(exc), leaf, exc
-        return "conflict", leaf, exc
-    return ("restored" if leaf.matches(old) else "conflict"), leaf, None
+        return Reason.CONFLICT, leaf, exc
+    return (Reason.RESTORED if leaf.matches(at_old) else Reason.CONFLICT), leaf, None

@@ -9,6 +9,7 @@ Deliberately not here: reading or writing anything, the journal (``operation.rol
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from promoter.domain.path_state import observed
@@ -16,8 +17,22 @@ from promoter.domain.status import OperationStatus
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs.chain import LeafState
 
-AT_OLD = ("restored", "already_old")
-Outcome = tuple[str, LeafState | None, PromoterError | OSError | None]
+
+class Reason(StrEnum):
+    """Why a target ended as it did (the receipt's ``reason``)."""
+
+    RESTORED = "restored"
+    ALREADY_OLD = "already_old"
+    CONFLICT = "conflict"
+    IO_ERROR = "io_error"
+    UNSAFE = "unsafe"
+    STORAGE_ERROR = "storage_error"
+    ERROR = "error"
+
+
+AT_OLD = frozenset({Reason.RESTORED, Reason.ALREADY_OLD})
+_AS_IS = AT_OLD | {Reason.CONFLICT}  # reasons that are also the target's ``result``
+Outcome = tuple[Reason, LeafState | None, PromoterError | OSError | None]
 
 
 def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
@@ -25,17 +40,17 @@ def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
     return None if leaf is None else observed(leaf, leaf.size)
 
 
-def reason_of(exc: PromoterError | OSError) -> str:
+def reason_of(exc: PromoterError | OSError) -> Reason:
     """Why a target could not be restored, from the error that stopped it."""
     if isinstance(exc, TargetDrift):
-        return "conflict"
+        return Reason.CONFLICT
     if isinstance(exc, PathUnsafe):
-        return "unsafe"
+        return Reason.UNSAFE
     if isinstance(exc, OSError) or (isinstance(exc, WriteFailed) and _errno(exc) is not None):
-        return "io_error"
+        return Reason.IO_ERROR
     if exc.code in ("storage_error", "blob_missing", "blob_hash_mismatch"):
-        return "storage_error"
-    return "error"
+        return Reason.STORAGE_ERROR
+    return Reason.ERROR
 
 
 def _errno(exc: PromoterError | OSError) -> int | None:
@@ -51,14 +66,14 @@ def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
     return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
 
 
-def target_report(path: str, reason: str, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
+def target_report(path: str, reason: Reason, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
     """One target of the receipt: what happened, why, the error, what was read back."""
-    result = reason if reason in (*AT_OLD, "conflict") else "failed"
+    result = reason.value if reason in _AS_IS else "failed"
     error = None if reason in AT_OLD else _error(exc)
     return {
         "path": path,
         "result": result,
-        "reason": reason,
+        "reason": reason.value,
         "error": error,
         "actual": _actual(leaf),
     }

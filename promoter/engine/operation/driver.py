@@ -1,0 +1,258 @@
+"""The one driver of every pass that writes a worktree: promotion, recovery, rollback, restore.
+
+A planner (each kind's module, with the rules of ``promoter.domain.plan``) turns its
+journal into typed ``Step``s: the step's seq, its path on disk, the old and new ``State``,
+a ``Move`` (write or remove), its journaled temp name and where its bytes come from. A
+``Driver`` carries them out through ONE ``Applier`` for the whole pass, so the held
+directories (each walked to once) and, where the pass starts one, the group sync are
+shared by every step, in the pass's ``Ordering``:
+
+- ``STAGE_THEN_PLACE`` (a promotion, and a recovery that applies its steps again): every
+  new file is staged at its temp name first (``stage`` and ``end_staging``), then
+  ``place_all`` puts each in place, or removes, in bundle order, stopping between two
+  steps when the daemon stops, at the first failure (the staged temps still promoter's
+  own dropped, anything else kept and named on the error), then one fsync per directory.
+  A staging that fails is undone by ``abandon``;
+- ``STEP_BY_STEP`` (a rollback, a restore): ``step`` writes or removes one step and syncs
+  its directory when asked; the caller reads it back and decides what the failure means.
+
+Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
+whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
+(its ``Verdict``, what was found, the states expected), journaled as ``Target.wire()``.
+``remove_empty_dirs`` is the one removal of directories a pass made or emptied: deepest
+first, only when empty, a failure logged.
+
+Deliberately not here: planning (what each step is), journaling and receipts (each kind's
+module turns the ``Passed`` result into its outcome), and the write rules themselves
+(``promoter.engine.operation.apply``, ``promoter.fs``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from promoter import faults
+from promoter.domain.path_state import State, Verdict
+from promoter.domain.paths import wire_all
+from promoter.domain.plan import Move, Ordering
+from promoter.engine.operation.apply import Applier
+from promoter.errors import PromoterError, as_promoter_error, translated
+from promoter.fs.root import Root
+from promoter.fs.temps import Source
+
+__all__ = ["Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
+
+log = logging.getLogger("promoter.driver")
+
+TEMPS_TOGETHER = 64  # temps begun before the first of them is fsynced (``Driver.stage``)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned step: ``path`` is the name on disk, ``temp`` its journaled temp name,
+    ``data`` opens the new bytes (given whole or as a checked stream) for a write."""
+
+    seq: int
+    path: str
+    old: State
+    new: State
+    move: Move
+    temp: str
+    data: Callable[[], bytes | Source] | None = None
+
+    @classmethod
+    def between(
+        cls,
+        seq: int,
+        path: str,
+        old: State,
+        new: State,
+        temp: str,
+        data: Callable[[], bytes | Source] | None = None,
+    ) -> Step:
+        """The step from ``old`` to ``new``: a write when ``new`` exists, else a removal."""
+        return cls(seq, path, old, new, Move.to(new.exists), temp, data)
+
+    def source(self) -> bytes | Source:
+        assert self.data is not None, "a write needs its bytes"
+        return self.data()
+
+
+@dataclass
+class Passed:
+    """How a ``place_all`` ended: the seqs done, the first failure (seq, or -1 for one
+    outside any step), and whether the daemon's stop ended it between two steps."""
+
+    applied: list[int] = field(default_factory=list)
+    failure: tuple[int, PromoterError] | None = None
+    stopped: bool = False
+
+
+def _with_kept(error: PromoterError, kept: list[dict[str, Any]]) -> PromoterError:
+    """``error`` naming the ``kept`` entries too (wire form), after any it named already."""
+    if kept:
+        error.context["kept"] = [*error.context.get("kept", []), *wire_all(kept)]
+    return error
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target as read back from disk: its verdict and what was found (``actual``),
+    with the states it was expected in when the read-back knows them."""
+
+    path: str  # wire form
+    verdict: Verdict
+    actual: Mapping[str, Any]
+    expected_old: Mapping[str, Any] | None = None
+    expected_new: Mapping[str, Any] | None = None
+
+    @property
+    def new(self) -> bool:
+        return self.verdict is Verdict.NEW
+
+    def wire(self) -> dict[str, Any]:
+        """The per-path report, as journaled (the expected states only when known)."""
+        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
+        if self.expected_old is not None:
+            wired["expected_old"] = self.expected_old
+        if self.expected_new is not None:
+            wired["expected_new"] = self.expected_new
+        return wired
+
+
+class Driver:
+    """One pass of writes over one worktree through one ``Applier``."""
+
+    def __init__(
+        self, root: Root, ordering: Ordering, *, group_sync_limit: int | None = None
+    ) -> None:
+        self.root = root
+        self.ordering = ordering
+        self.apply = Applier(root, group_sync_limit=group_sync_limit)
+        self.kept: list[dict[str, Any]] = self.apply.kept  # found at temp names, this pass
+        self._closed = False
+
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def created_dirs(self) -> list[str]:
+        """The directories this pass made (also those made by a step that then failed)."""
+        return self.apply.created_dirs
+
+    def created_at(self, seq: int) -> list[str]:
+        """The directories step ``seq``'s own walk made."""
+        return self.apply.created_at(seq)
+
+    # -- stage then place (a promotion) -------------------------------------------------
+
+    def stage(self, step: Step) -> None:
+        """Begin staging one write; every ``TEMPS_TOGETHER`` begun are ended together."""
+        assert self.ordering is Ordering.STAGE_THEN_PLACE and step.move is Move.WRITE
+        self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
+        if len(self.apply.begun) >= TEMPS_TOGETHER:
+            self.apply.end_begun()
+
+    def end_staging(self) -> None:
+        """Every begun temp fsynced and named."""
+        self.apply.end_begun()
+
+    def abandon(self, exc: BaseException) -> PromoterError:
+        """Undo a staging that ``exc`` stopped: the staged temps still promoter's own
+        dropped, the directories the pass made removed when empty, the pass closed.
+        Returns the error it stands for, naming anything kept."""
+        self.apply.drop_staged()
+        remove_empty_dirs(self.root, self.created_dirs)
+        self.close()
+        return _with_kept(as_promoter_error(exc), self.kept)
+
+    def place_all(
+        self, steps: Sequence[Step], *, check: Callable[[], None], stopping: threading.Event
+    ) -> Passed:
+        """Put every staged step in place (or remove it) in order, then sync each directory
+        once; ``check`` runs first (the lock still held). Closes the pass."""
+        passed = Passed()
+        try:
+            with translated():
+                check()
+                for step in steps:
+                    if stopping.is_set():  # SIGTERM: stop between two steps
+                        passed.stopped = True
+                        self.apply.drop_staged(step.seq)
+                        break
+                    try:
+                        with translated():
+                            self._place(step)
+                    except PromoterError as error:
+                        self.apply.drop_staged(step.seq)
+                        passed.failure = (step.seq, _with_kept(error, self.kept))
+                        break
+                    passed.applied.append(step.seq)
+                faults.point("after_replaces")
+                self.apply.fsync()
+        except PromoterError as error:
+            passed.failure = passed.failure or (-1, error)
+        finally:
+            self.close()
+        return passed
+
+    def _place(self, step: Step) -> None:
+        if step.move is Move.WRITE:
+            self.apply.place(step.seq, step.old, step.new)
+        else:
+            self.apply.remove(step.seq, step.path, step.old, step.temp)
+
+    # -- step by step (a rollback, a restore) -------------------------------------------
+
+    def step(self, step: Step, *, sync: bool = True, gone_ok: bool = False) -> bool:
+        """Write or remove one step now, its directory synced when ``sync``; whether
+        anything changed (False: ``gone_ok`` and its directory is already gone).
+
+        Raises what stopped it, as it was raised; bytes kept on the way are in ``kept``.
+        """
+        try:
+            if step.move is Move.WRITE:
+                self.apply.write(step.seq, step.path, step.old, step.new, step.source(), step.temp)
+            elif not self.apply.remove(step.seq, step.path, step.old, step.temp, gone_ok=gone_ok):
+                return False
+            if sync:
+                self.apply.sync(step.seq)
+        except PromoterError as exc:
+            self.kept.extend(exc.context.get("kept", []))
+            raise
+        return True
+
+    def sync(self, seq: int) -> None:
+        """fsync the directory of step ``seq`` now."""
+        self.apply.sync(seq)
+
+    def close(self) -> None:
+        """Close every directory the pass held, once."""
+        if not self._closed:
+            self._closed = True
+            self.apply.close()
+
+
+def remove_empty_dirs(
+    root: Root, directories: Iterable[str], *, disk: Callable[[str], str] | None = None
+) -> list[str]:
+    """Remove each directory that is empty now, deepest first; the ones removed, as given.
+
+    ``disk`` maps a directory as given (e.g. journaled, in wire form) to its name on
+    disk. Nothing that is not empty is ever removed; a failure is logged and skipped.
+    """
+    removed: list[str] = []
+    for directory in sorted(set(directories), key=lambda d: (d.count("/"), d), reverse=True):
+        try:
+            if root.remove_dir_if_empty(directory if disk is None else disk(directory)):
+                removed.append(directory)
+        except (PromoterError, OSError) as exc:
+            log.warning("could not remove directory %s: %s", directory, exc)
+    return removed
