@@ -11,8 +11,7 @@ endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the async cl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
@@ -25,10 +24,11 @@ from promoter.client.wire import (
     tls_context,
     unreachable,
 )
+from promoter.domain.closing import Closing
 from promoter.errors import PromoterError
 
 
-class Transport:
+class Transport(Closing):
     """One connection pool to one daemon, with one bearer token (or none)."""
 
     def __init__(
@@ -56,17 +56,6 @@ class Transport:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- transport ------------------------------------------------------------------------
 

@@ -51,10 +51,9 @@ from __future__ import annotations
 
 import errno
 import os
-from types import TracebackType
-from typing import Self
 
 from promoter import faults
+from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs.aside import Kept, beside, check_temp_name, refusal, remove_if, with_kept
 from promoter.fs.chain import ChainRoot, InPlace, ParentChain
@@ -236,7 +235,7 @@ class Swap:
         os.rename(temp, self.chain.name, src_dir_fd=self.chain.fd, dst_dir_fd=self.chain.fd)
 
 
-class Parent:
+class Parent(Closing):
     """The held parent directory of one target, with the operations that change it.
 
     It holds the ``ParentChain`` (the descriptor, its identities, ``verify_chain``,
@@ -293,17 +292,6 @@ class Parent:
 
     def close(self) -> None:
         self.chain.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- temps (``temps.py``) -------------------------------------------------------------
 

@@ -40,8 +40,8 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from types import TracebackType
 
+from promoter.domain.closing import Closing
 from promoter.errors import RepositoryInvalid
 from promoter.git.gitlinks import gitlinks_and_nested
 from promoter.git.head import commit_tree, head_commit
@@ -77,7 +77,7 @@ _ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 NO_CONVERSION = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
 
 
-class ShadowTree:
+class ShadowTree(Closing):
     """A worktree's current tree in a private object directory; a context manager.
 
     ``base_tree`` seeds the private index and defines which files count as tracked;
@@ -120,14 +120,6 @@ class ShadowTree:
             self.close()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop any reader and delete the private directory."""
