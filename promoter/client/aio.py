@@ -34,9 +34,9 @@ from promoter.client.wire import (
     async_retrying,
     feed_params,
     model_of,
+    pool_options,
     raise_for,
     segment,
-    tls_context,
     unreachable,
     wait_params,
 )
@@ -62,14 +62,7 @@ class AsyncPromoterClient:
         self.url = url.rstrip("/")
         self._timeout = timeout
         self._backoff = backoff
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            verify=tls_context(self.url),
-        )
+        self._http = httpx.AsyncClient(**pool_options(self.url, token, timeout, transport))
 
     async def aclose(self) -> None:
         await self._http.aclose()

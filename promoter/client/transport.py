@@ -1,9 +1,9 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
-``Transport`` is the base of ``PromoterClient``: it opens the pool (TLS context from
-``tls_context``), sends a request with the retries ``Backoff`` allows for idempotent
-calls with a replayable body (``promoter.client.wire.retrying``), raises a problem
-answer as its promoter error, and reads a JSON object answer. Deliberately not here: the
+``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
+context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
+idempotent calls with a replayable body (``promoter.client.wire.retrying``), raises a
+problem answer as its promoter error, and reads a JSON object answer. Deliberately not here: the
 endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the async client
 (``promoter.client.aio``).
 """
@@ -19,9 +19,9 @@ from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
     Json,
+    pool_options,
     raise_for,
     retrying,
-    tls_context,
     unreachable,
 )
 from promoter.domain.closing import Closing
@@ -45,14 +45,7 @@ class Transport(Closing):
         self._timeout = timeout
         self._transport = transport
         self._backoff = backoff
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            verify=tls_context(self.url),
-        )
+        self._http = httpx.Client(**pool_options(self.url, token, timeout, transport))
 
     def close(self) -> None:
         self._http.close()

@@ -9,7 +9,8 @@ never retried). After the last try the error is raised as it came and a 503 answ
 returned as it came (its problem raised by the caller). ``raise_for`` raises the promoter
 error a problem+json answer stands for (``error_class(code)``, the problem's other
 members as context); ``tls_context`` gives each client its TLS context without loading
-the CA bundle more than once per process; ``segment`` makes a value one URL path
+the CA bundle more than once per process, and ``pool_options`` the rest of its pool's
+settings (base URL, bearer token, timeout); ``segment`` makes a value one URL path
 segment, never a way to another route. Deliberately not here: any call to the daemon
 (``promoter.client.sync``, ``promoter.client.aio``).
 """
@@ -123,6 +124,17 @@ def tls_context(url: str) -> ssl.SSLContext:
     if url.lower().startswith("https:"):
         return _verifying_tls()
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no trust anchors
+
+
+def pool_options(url: str, token: str | None, timeout: float, transport: Any) -> dict[str, Any]:
+    """The keyword arguments of either client's httpx pool: base URL, bearer, TLS."""
+    return {
+        "base_url": url,
+        "headers": {"Authorization": f"Bearer {token}"} if token else {},
+        "timeout": timeout,
+        "transport": transport,
+        "verify": tls_context(url),
+    }
 
 
 def _may_retry(
