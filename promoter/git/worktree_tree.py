@@ -256,6 +256,17 @@ class ShadowTree(Closing):
         and changed paths on or under a gitlink or a nested repository (see
         ``gitlinks_and_nested``).
         """
+        found, others = self._by_mode(entries, symlinks=symlinks)
+        for path, reason in gitlinks_and_nested(self.layout, others).items():
+            found.setdefault(path, reason)
+        return dict(sorted(found.items()))
+
+    def _by_mode(
+        self, entries: Sequence[DiffEntry] | None, *, symlinks: bool
+    ) -> tuple[dict[str, str], list[str]]:
+        """The first half of ``unsupported``: the changed paths refused by their modes
+        (gitlinks, symlinks unless ``symlinks``) or as untracked nested repositories, with
+        the reason, and the other changed paths, still to check against gitlinks."""
         changes = self.diff() if entries is None else list(entries)
         found: dict[str, str] = {}
         for entry in changes:
@@ -265,9 +276,7 @@ class ShadowTree(Closing):
         for path in self.nested_repositories:
             found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
         others = [entry.path for entry in changes if entry.path not in found]
-        for path, reason in gitlinks_and_nested(self.layout, others).items():
-            found.setdefault(path, reason)
-        return dict(sorted(found.items()))
+        return found, others
 
     def _reader(self) -> CatFile:
         if self._cat is None:
