@@ -3,7 +3,7 @@ watch feed and the guarded repositories.
 
 Each function opens its own session (or runs its own read-only git) and returns records
 or small frozen views, never a database row (``operation_summary`` makes a record the
-entry of an operation list): ``promoter.api`` reads through here and
+entry of an operation list, which also heads its full view): ``promoter.api`` reads through here and
 imports neither ``promoter.store`` nor ``promoter.git`` for a read
 (``tests/contract/test_contracts.py``). Each takes only what it reads (the database, a
 repository), not the whole ``Services``.
@@ -44,7 +44,8 @@ def list_operations(
 
 
 def operation_summary(row: Operation) -> dict[str, Any]:
-    """One operation as the API's list and the console's lists show it."""
+    """One operation as the API's list and the console's lists show it (the first fields
+    of ``promoter.engine.operation.requests.operation_view``)."""
     return {
         "operation_id": row.operation_id,
         "kind": row.kind,
