@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying
 
 from promoter.api.models import (
     BlobStored,
@@ -31,11 +32,11 @@ from promoter.client.wire import (
     MISSING_BATCH,
     WATCH_WAIT,
     Backoff,
-    async_retrying,
     feed_params,
     model_of,
     pool_options,
     raise_for,
+    retry_policy,
     segment,
     unreachable,
     wait_params,
@@ -91,7 +92,8 @@ class AsyncPromoterClient:
         timeout: float | None = None,
     ) -> httpx.Response:
         limit = timeout or self._timeout
-        send = async_retrying(self._backoff, method, content, idempotent)
+        policy = retry_policy(self._backoff, method, content, idempotent)
+        send = AsyncRetrying(sleep=self._backoff.async_sleep, **policy)
         try:
             response: httpx.Response = await send(
                 self._http.request,

@@ -2,10 +2,10 @@
 
 ``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
 context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
-idempotent calls with a replayable body (``promoter.client.wire.retrying``), raises a
-problem answer as its promoter error, and reads a JSON object answer. Deliberately not here: the
-endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the async client
-(``promoter.client.aio``).
+idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), raises
+a problem answer as its promoter error, and reads a JSON object answer. Deliberately
+not here: the endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the
+async client (``promoter.client.aio``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
+from tenacity import Retrying
 
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
@@ -21,7 +22,7 @@ from promoter.client.wire import (
     Json,
     pool_options,
     raise_for,
-    retrying,
+    retry_policy,
     unreachable,
 )
 from promoter.domain.closing import Closing
@@ -66,7 +67,8 @@ class Transport(Closing):
         timeout: float | None = None,
     ) -> httpx.Response:
         limit = timeout or self._timeout
-        send = retrying(self._backoff, method, content, idempotent, ok_statuses)
+        policy = retry_policy(self._backoff, method, content, idempotent, ok_statuses)
+        send = Retrying(sleep=self._backoff.sleep, **policy)
         try:
             response: httpx.Response = send(
                 self._http.request,
