@@ -78,6 +78,14 @@ def print_decided(view: dict[str, Any]) -> None:
         console.print(f"  {escape(str(view['code']))}: {escape(str(view.get('detail') or ''))}")
 
 
+def _show(view: dict[str, Any], json_output: bool) -> None:
+    """The operation after a decision: its JSON, or ``print_decided``."""
+    if json_output:
+        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        print_decided(view)
+
+
 def _raise_unless_done(view: dict[str, Any], wanted: tuple[str, ...]) -> None:
     status = str(view.get("status"))
     if status in wanted:
@@ -100,10 +108,7 @@ def approve(
     """Approve a held promotion: its attempt starts and re-checks everything (operator)."""
     with _client(url, token_file) as client:
         view = client.approve(operation, note, wait=wait)
-    if json_output:
-        typer.echo(json.dumps(view, indent=2, sort_keys=True))
-    else:
-        print_decided(view)
+    _show(view, json_output)
     _raise_unless_done(view, ("completed", "in_progress", "applied_unverified"))
 
 
@@ -117,10 +122,7 @@ def reject(
     """Reject a held promotion: it is refused and nothing is written (operator)."""
     with _client(url, token_file) as client:
         view = client.reject(operation, note)
-    if json_output:
-        typer.echo(json.dumps(view, indent=2, sort_keys=True))
-    else:
-        print_decided(view)
+    _show(view, json_output)
 
 
 def reopen(
@@ -133,10 +135,7 @@ def reopen(
     """Reopen a rejected promotion: it awaits a decision again (operator)."""
     with _client(url, token_file) as client:
         view = client.reopen(operation, note)
-    if json_output:
-        typer.echo(json.dumps(view, indent=2, sort_keys=True))
-    else:
-        print_decided(view)
+    _show(view, json_output)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying
 
 from promoter.api.models import (
     BlobStored,
@@ -31,12 +32,12 @@ from promoter.client.wire import (
     MISSING_BATCH,
     WATCH_WAIT,
     Backoff,
-    async_retrying,
     feed_params,
     model_of,
+    pool_options,
     raise_for,
+    retry_policy,
     segment,
-    tls_context,
     unreachable,
     wait_params,
 )
@@ -62,14 +63,7 @@ class AsyncPromoterClient:
         self.url = url.rstrip("/")
         self._timeout = timeout
         self._backoff = backoff
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            verify=tls_context(self.url),
-        )
+        self._http = httpx.AsyncClient(**pool_options(self.url, token, timeout, transport))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -98,7 +92,8 @@ class AsyncPromoterClient:
         timeout: float | None = None,
     ) -> httpx.Response:
         limit = timeout or self._timeout
-        send = async_retrying(self._backoff, method, content, idempotent)
+        policy = retry_policy(self._backoff, method, content, idempotent)
+        send = AsyncRetrying(sleep=self._backoff.async_sleep, **policy)
         try:
             response: httpx.Response = await send(
                 self._http.request,

@@ -1,34 +1,35 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
-``Transport`` is the base of ``PromoterClient``: it opens the pool (TLS context from
-``tls_context``), sends a request with the retries ``Backoff`` allows for idempotent
-calls with a replayable body (``promoter.client.wire.retrying``), raises a problem
-answer as its promoter error, and reads a JSON object answer. Deliberately not here: the
-endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the async client
-(``promoter.client.aio``).
+``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
+context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
+idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), raises
+a problem answer as its promoter error, and reads a JSON object answer. Deliberately
+not here: the endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the
+async client (``promoter.client.aio``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
+from tenacity import Retrying
 
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
     Json,
+    pool_options,
     raise_for,
-    retrying,
-    tls_context,
+    retry_policy,
     unreachable,
 )
+from promoter.domain.closing import Closing
 from promoter.errors import PromoterError
 
 
-class Transport:
+class Transport(Closing):
     """One connection pool to one daemon, with one bearer token (or none)."""
 
     def __init__(
@@ -45,28 +46,10 @@ class Transport:
         self._timeout = timeout
         self._transport = transport
         self._backoff = backoff
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            verify=tls_context(self.url),
-        )
+        self._http = httpx.Client(**pool_options(self.url, token, timeout, transport))
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- transport ------------------------------------------------------------------------
 
@@ -84,7 +67,8 @@ class Transport:
         timeout: float | None = None,
     ) -> httpx.Response:
         limit = timeout or self._timeout
-        send = retrying(self._backoff, method, content, idempotent, ok_statuses)
+        policy = retry_policy(self._backoff, method, content, idempotent, ok_statuses)
+        send = Retrying(sleep=self._backoff.sleep, **policy)
         try:
             response: httpx.Response = send(
                 self._http.request,

@@ -1,7 +1,8 @@
 """What both daemon clients share: retries, the problem translation, TLS, URL segments.
 
-``Backoff`` says how idempotent calls are retried and ``retrying``/``async_retrying``
-give the tenacity controller that sends one call with those retries: a connection error
+``Backoff`` says how idempotent calls are retried and ``retry_policy`` gives the
+settings of the tenacity controller (``Retrying``, ``AsyncRetrying``) that sends one call
+with those retries: a connection error
 (never a timeout) or a 503 answer is tried again, with delays doubling from
 ``Backoff.first`` up to ``Backoff.cap``, ``Backoff.attempts`` tries in all, and only for
 an idempotent call whose body can be sent again (bytes or none: a streamed body is
@@ -9,7 +10,8 @@ never retried). After the last try the error is raised as it came and a 503 answ
 returned as it came (its problem raised by the caller). ``raise_for`` raises the promoter
 error a problem+json answer stands for (``error_class(code)``, the problem's other
 members as context); ``tls_context`` gives each client its TLS context without loading
-the CA bundle more than once per process; ``segment`` makes a value one URL path
+the CA bundle more than once per process, and ``pool_options`` the rest of its pool's
+settings (base URL, bearer token, timeout); ``segment`` makes a value one URL path
 segment, never a way to another route. Deliberately not here: any call to the daemon
 (``promoter.client.sync``, ``promoter.client.aio``).
 """
@@ -30,9 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 from tenacity import (
-    AsyncRetrying,
     RetryCallState,
-    Retrying,
     retry_any,
     retry_if_exception,
     retry_if_result,
@@ -125,6 +125,17 @@ def tls_context(url: str) -> ssl.SSLContext:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no trust anchors
 
 
+def pool_options(url: str, token: str | None, timeout: float, transport: Any) -> dict[str, Any]:
+    """The keyword arguments of either client's httpx pool: base URL, bearer, TLS."""
+    return {
+        "base_url": url,
+        "headers": {"Authorization": f"Bearer {token}"} if token else {},
+        "timeout": timeout,
+        "transport": transport,
+        "verify": tls_context(url),
+    }
+
+
 def _may_retry(
     method: str, content: bytes | Iterable[bytes] | None, idempotent: bool | None
 ) -> bool:
@@ -145,13 +156,15 @@ def _last_outcome(state: RetryCallState) -> Any:
     return state.outcome.result()
 
 
-def _policy(
+def retry_policy(
     backoff: Backoff,
     method: str,
     content: bytes | Iterable[bytes] | None,
     idempotent: bool | None,
-    ok_statuses: tuple[int, ...],
+    ok_statuses: tuple[int, ...] = (),
 ) -> dict[str, Any]:
+    """The tenacity controller's settings for one call with the retries ``backoff`` allows
+    it; the caller gives the sleep (``Backoff.sleep``, or ``async_sleep`` on the loop)."""
     unavailable = 503 not in ok_statuses
 
     def busy(response: Any) -> bool:
@@ -166,30 +179,6 @@ def _policy(
         "retry": retry_any(retry_if_exception(_connection_error), retry_if_result(busy)),
         "retry_error_callback": _last_outcome,
     }
-
-
-def retrying(
-    backoff: Backoff,
-    method: str,
-    content: bytes | Iterable[bytes] | None,
-    idempotent: bool | None,
-    ok_statuses: tuple[int, ...] = (),
-) -> Retrying:
-    """The controller that sends one call with the retries ``backoff`` allows it."""
-    policy = _policy(backoff, method, content, idempotent, ok_statuses)
-    return Retrying(sleep=backoff.sleep, **policy)
-
-
-def async_retrying(
-    backoff: Backoff,
-    method: str,
-    content: bytes | Iterable[bytes] | None,
-    idempotent: bool | None,
-    ok_statuses: tuple[int, ...] = (),
-) -> AsyncRetrying:
-    """``retrying`` for the async client: the same policy, sleeping on the event loop."""
-    policy = _policy(backoff, method, content, idempotent, ok_statuses)
-    return AsyncRetrying(sleep=backoff.async_sleep, **policy)
 
 
 def unreachable(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -248,15 +248,7 @@ CheckName = Literal[
     "allowlist",
     "preconditions",
 ]
-CHECK_ORDER: tuple[CheckName, ...] = (
-    "manifest_integrity",
-    "blob_integrity",
-    "grant_binding",
-    "path_policy",
-    "limits",
-    "allowlist",
-    "preconditions",
-)
+CHECK_ORDER: tuple[CheckName, ...] = get_args(CheckName)  # the checks, in the order they run
 
 
 class Check(Strict):

@@ -2,7 +2,8 @@
 watch feed and the guarded repositories.
 
 Each function opens its own session (or runs its own read-only git) and returns records
-or small frozen views, never a database row: ``promoter.api`` reads through here and
+or small frozen views, never a database row (``operation_summary`` makes a record the
+entry of an operation list, which also heads its full view): ``promoter.api`` reads through here and
 imports neither ``promoter.store`` nor ``promoter.git`` for a read
 (``tests/contract/test_contracts.py``). Each takes only what it reads (the database, a
 repository), not the whole ``Services``.
@@ -40,6 +41,21 @@ def list_operations(
         if limit is None:
             return journal.list_operations(session, status=status, repository=repository)
         return journal.list_operations(session, status=status, repository=repository, limit=limit)
+
+
+def operation_summary(row: Operation) -> dict[str, Any]:
+    """One operation as the API's list and the console's lists show it (the first fields
+    of ``promoter.engine.operation.requests.operation_view``)."""
+    return {
+        "operation_id": row.operation_id,
+        "kind": row.kind,
+        "status": row.status,
+        "attempt": row.attempt,
+        "repository": row.repository_name,
+        "bundle_id": row.bundle_id,
+        "code": row.code,
+        "updated_at": row.updated_at,
+    }
 
 
 def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:

@@ -31,11 +31,11 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from promoter.domain import links
 from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.closing import Closing
 from promoter.domain.documents import grant_sha256, seal_bundle
 from promoter.domain.models import (
     Change,
@@ -72,7 +72,7 @@ class BlobSource:
     origin: Literal["new", "base"]
 
 
-class BuiltBundle:
+class BuiltBundle(Closing):
     """A sealed bundle plus the means to read every blob it references.
 
     It keeps the shadow object directory open until ``close`` (use it as a context
@@ -123,17 +123,6 @@ class BuiltBundle:
         if self._shadow is not None:
             self._shadow.close()
             self._shadow = None
-
-    def __enter__(self) -> BuiltBundle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _require_tree(worktree: str, env: dict[str, str], tree: str) -> None:

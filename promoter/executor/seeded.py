@@ -64,7 +64,7 @@ from promoter.git.records import (
     require_oid,
 )
 from promoter.git.runner import GitResult, run_git
-from promoter.git.worktree_tree import NO_CONVERSION, UNSUPPORTED_MODES, ShadowTree
+from promoter.git.worktree_tree import NO_CONVERSION, ShadowTree
 
 __all__ = ["SeededShadow"]
 
@@ -319,15 +319,7 @@ class SeededShadow(ShadowTree):
         head = head_commit(self.layout)
         if head is None or commit_tree(self.layout, head) != self.base_tree:
             return super().unsupported(entries, symlinks=symlinks)
-        changes = self.diff() if entries is None else list(entries)
-        found: dict[str, str] = {}
-        for entry in changes:
-            for side, mode in (("new", entry.new_mode), ("old", entry.old_mode)):
-                if mode in UNSUPPORTED_MODES and not (symlinks and mode == "120000"):
-                    found.setdefault(entry.path, f"the {side} state is {UNSUPPORTED_MODES[mode]}")
-        for path in self.nested_repositories:
-            found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
-        others = [entry.path for entry in changes if entry.path not in found]
+        found, others = self._by_mode(entries, symlinks=symlinks)
         check_pathspec_paths(others)
         in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
         seen: dict[str, str | None] = {}

@@ -50,11 +50,13 @@ after the displaced file was verified, is lost with it.
 from __future__ import annotations
 
 import errno
+import functools
 import os
-from types import TracebackType
-from typing import Self
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from promoter import faults
+from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
 from promoter.fs.aside import Kept, beside, check_temp_name, refusal, remove_if, with_kept
 from promoter.fs.chain import ChainRoot, InPlace, ParentChain
@@ -69,7 +71,10 @@ from promoter.fs.syscalls import (
     RENAME_NOREPLACE,
     renameat2,
 )
-from promoter.fs.temps import UNSUPPORTED, PendingTemp, Source, Temps
+from promoter.fs.temps import UNSUPPORTED, Temps
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Swap:
@@ -236,12 +241,28 @@ class Swap:
         os.rename(temp, self.chain.name, src_dir_fd=self.chain.fd, dst_dir_fd=self.chain.fd)
 
 
-class Parent:
+def _forward(
+    part: str, method: Callable[Concatenate[Any, P], R]
+) -> Callable[Concatenate[Parent, P], R]:
+    """``Parent.<name>`` as the ``part`` collaborator's own ``<name>``: its signature and
+    documentation, looked up on the collaborator at each call."""
+    name = method.__name__
+
+    def forward(self: Parent, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[P, R] = getattr(getattr(self, part), name)
+        return bound(*args, **kwargs)
+
+    functools.update_wrapper(forward, method)
+    return forward
+
+
+class Parent(Closing):
     """The held parent directory of one target, with the operations that change it.
 
     It holds the ``ParentChain`` (the descriptor, its identities, ``verify_chain``,
     ``leaf_state``) and delegates each change to a collaborator sharing that chain: temp
     files to ``Temps``, the delete to ``Deletion``, putting a temp in place to ``Swap``.
+    Those methods are the collaborators' own (``_forward``: same signature and text).
     """
 
     def __init__(self, chain: ParentChain) -> None:
@@ -294,80 +315,22 @@ class Parent:
     def close(self) -> None:
         self.chain.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # -- temps (``temps.py``) -------------------------------------------------------------
 
     @property
     def written(self) -> dict[str, tuple[int, int]]:
         return self.temps.written
 
-    def write_temp(
-        self,
-        data: bytes | Source,
-        git_mode: str,
-        *,
-        temp: str,
-        umask: int | None = None,
-        chain_checked: bool = False,
-    ) -> str:
-        """``Temps.write_temp``: ``data`` written durably to the journaled temp name ``temp``."""
-        return self.temps.write_temp(
-            data, git_mode, temp=temp, umask=umask, chain_checked=chain_checked
-        )
-
-    def begin_temp(
-        self,
-        data: bytes | Source,
-        git_mode: str,
-        *,
-        temp: str,
-        umask: int | None = None,
-        chain_checked: bool = False,
-        writeback: bool = True,
-    ) -> str | PendingTemp:
-        """``Temps.begin_temp``: the first half of ``write_temp`` (no fsync, no name yet)."""
-        return self.temps.begin_temp(
-            data,
-            git_mode,
-            temp=temp,
-            umask=umask,
-            chain_checked=chain_checked,
-            writeback=writeback,
-        )
-
-    def end_temp(self, pending: PendingTemp, *, synced: bool = False) -> str:
-        """``Temps.end_temp``: fsync, name and re-check a begun temp."""
-        return self.temps.end_temp(pending, synced=synced)
-
-    def abort_temp(self, pending: PendingTemp) -> list[Kept]:
-        """``Temps.abort_temp``: drop a begun temp that will not be ended."""
-        return self.temps.abort_temp(pending)
-
-    def drop_temp(self, temp: str, new: ExpectedState) -> list[Kept]:
-        """``Temps.drop_temp``: remove the temp promoter wrote; keep anything else."""
-        return self.temps.drop_temp(temp, new)
+    write_temp = _forward("temps", Temps.write_temp)
+    begin_temp = _forward("temps", Temps.begin_temp)
+    end_temp = _forward("temps", Temps.end_temp)
+    abort_temp = _forward("temps", Temps.abort_temp)
+    drop_temp = _forward("temps", Temps.drop_temp)
 
     # -- changing the target ----------------------------------------------------------------
 
-    def replace(self, temp: str, *, expected_old: ExpectedState, new: ExpectedState) -> None:
-        """``Swap.replace``: ``temp`` at the target only if it is ``expected_old`` (or ``new``)."""
-        self.swap.replace(temp, expected_old=expected_old, new=new)
-
-    def unlink_checked(
-        self, expected_old: ExpectedState, *, aside: str, chain_checked: bool = False
-    ) -> None:
-        """``Deletion.unlink_checked``: delete the target only if it is ``expected_old``."""
-        self.deletion.unlink_checked(expected_old, aside=aside, chain_checked=chain_checked)
+    replace = _forward("swap", Swap.replace)
+    unlink_checked = _forward("deletion", Deletion.unlink_checked)
 
     def fsync(self) -> None:
         """fsync the held parent directory (once per batch); a failure is raised, never retried."""

@@ -60,9 +60,9 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
+from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs.leaf import (
     ExpectedState,
@@ -180,7 +180,7 @@ class ParentView(Protocol):
     def verify_chain(self) -> None: ...
 
 
-class HoldsFd:
+class HoldsFd(Closing):
     """Closes ``fd`` once, on ``close()`` or at the end of a ``with`` block."""
 
     fd: int
@@ -189,17 +189,6 @@ class HoldsFd:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class ParentChain(HoldsFd):

@@ -40,8 +40,8 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from types import TracebackType
 
+from promoter.domain.closing import Closing
 from promoter.errors import RepositoryInvalid
 from promoter.git.gitlinks import gitlinks_and_nested
 from promoter.git.head import commit_tree, head_commit
@@ -77,7 +77,7 @@ _ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 NO_CONVERSION = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
 
 
-class ShadowTree:
+class ShadowTree(Closing):
     """A worktree's current tree in a private object directory; a context manager.
 
     ``base_tree`` seeds the private index and defines which files count as tracked;
@@ -120,14 +120,6 @@ class ShadowTree:
             self.close()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop any reader and delete the private directory."""
@@ -264,6 +256,17 @@ class ShadowTree:
         and changed paths on or under a gitlink or a nested repository (see
         ``gitlinks_and_nested``).
         """
+        found, others = self._by_mode(entries, symlinks=symlinks)
+        for path, reason in gitlinks_and_nested(self.layout, others).items():
+            found.setdefault(path, reason)
+        return dict(sorted(found.items()))
+
+    def _by_mode(
+        self, entries: Sequence[DiffEntry] | None, *, symlinks: bool
+    ) -> tuple[dict[str, str], list[str]]:
+        """The first half of ``unsupported``: the changed paths refused by their modes
+        (gitlinks, symlinks unless ``symlinks``) or as untracked nested repositories, with
+        the reason, and the other changed paths, still to check against gitlinks."""
         changes = self.diff() if entries is None else list(entries)
         found: dict[str, str] = {}
         for entry in changes:
@@ -273,9 +276,7 @@ class ShadowTree:
         for path in self.nested_repositories:
             found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
         others = [entry.path for entry in changes if entry.path not in found]
-        for path, reason in gitlinks_and_nested(self.layout, others).items():
-            found.setdefault(path, reason)
-        return dict(sorted(found.items()))
+        return found, others
 
     def _reader(self) -> CatFile:
         if self._cat is None:

@@ -93,7 +93,8 @@ async def post_bundle(request: Request, principal: ExecutorDep, services: Servic
         return await run_in_threadpool(_submit, services, raw, principal.run_id)
 
 
-def _check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
+def check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
+    """An executor reads only its own run's bundles (orchestrator and operator: any)."""
     if principal.role != "executor":
         return
     owner = bundle_owner(services.db, bundle_id)
@@ -116,7 +117,7 @@ def _check_owner(services: Services, principal: Principal, bundle_id: str) -> No
     ),
 )
 def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
-    _check_owner(services, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return canonical_response(canonical(load_bundle(services, bundle_id)))
 
 
@@ -135,5 +136,5 @@ def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: Servic
 def get_verification(
     bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
-    _check_owner(services, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return canonical_response(load_verification(services, bundle_id))

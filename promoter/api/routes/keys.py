@@ -18,7 +18,7 @@ from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
 from promoter.api.models import KeySet
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
-from promoter.api.routes.bundles import _check_owner
+from promoter.api.routes.bundles import check_owner
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import DsseEnvelope
 from promoter.engine.intake.bundles import load_verification
@@ -124,5 +124,5 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
 def get_verification_envelope(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
-    _check_owner(services, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return _signed(services, canonical_bytes(load_verification(services, bundle_id)))

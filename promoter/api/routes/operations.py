@@ -201,16 +201,7 @@ def list_operations(
     repository: str | None = Query(default=None, max_length=200),
 ) -> Response:
     items = [
-        {
-            "operation_id": r.operation_id,
-            "kind": r.kind,
-            "status": r.status,
-            "attempt": r.attempt,
-            "repository": r.repository_name,
-            "bundle_id": r.bundle_id,
-            "code": r.code,
-            "updated_at": r.updated_at,
-        }
+        queries.operation_summary(r)
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
     return json_response({"operations": items})

@@ -35,14 +35,14 @@ from promoter.api.diff_models import BundleDiffView
 from promoter.api.models import DecisionRequest, OperationView, ReopenRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
+from promoter.api.routes.bundles import check_owner
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
-from promoter.engine.intake.bundles import bundle_owner
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.services import Services
-from promoter.errors import Forbidden, NotFound, ValidationFailed
+from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
@@ -50,19 +50,8 @@ WAIT_SECONDS = 600.0
 NOTE_LIMIT = 2000
 
 
-def _own_bundle(services: Services, principal: Principal, bundle_id: str) -> None:
-    """An executor reads only its own run's bundles (orchestrator and operator: any)."""
-    if principal.role != "executor":
-        return
-    owner = bundle_owner(services.db, bundle_id)
-    if owner is None:
-        raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
-    if owner != principal.run_id:
-        raise Forbidden("an executor may read the bundles of its own run only")
-
-
 def _diff(services: Services, principal: Principal, bundle_id: str, limit: int) -> Any:
-    _own_bundle(services, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return bundle_diff(services, bundle_id, limit)
 
 
@@ -128,7 +117,7 @@ async def get_bundle_diff(
 
 
 def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
-    _own_bundle(services, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return {"bundle_id": bundle_id, "operations": operations.bundle_operations(services, bundle_id)}
 
 

@@ -41,17 +41,7 @@ def _login() -> Response:
 
 def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
     return [
-        {
-            "operation_id": r.operation_id,
-            "kind": r.kind,
-            "status": r.status,
-            "attempt": r.attempt,
-            "repository": r.repository_name,
-            "bundle_id": r.bundle_id,
-            "code": r.code,
-            "created_at": r.created_at,
-            "updated_at": r.updated_at,
-        }
+        {**queries.operation_summary(r), "created_at": r.created_at}
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
 

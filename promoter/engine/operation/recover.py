@@ -41,7 +41,7 @@ from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Decision, Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
-from promoter.domain.status import OperationKind, OperationStatus, StepStatus, guard
+from promoter.domain.status import Action, OperationKind, OperationStatus, StepStatus, guard
 from promoter.engine.operation import outcome, promote
 from promoter.engine.operation.driver import Target
 from promoter.engine.operation.locking import repo_lock
@@ -124,6 +124,28 @@ def _load(session: Any, operation_id: str) -> Operation:
     return row
 
 
+def _claim(
+    session: Any,
+    services: Services,
+    operation_id: str,
+    kind: str,
+    action: Action,
+    *,
+    role: str,
+    decision: str | None = None,
+) -> None:
+    """Under the repository lock: the operation read again (it may have moved), guarded
+    for ``action`` once more and claimed ``in_progress`` by this process. (A ``recover``
+    guard names the operation; a ``reconcile`` one names the decision.)"""
+    row = _load(session, operation_id)
+    if decision is None:
+        guard(kind, row.status, action, role=role, operation_id=operation_id)
+    else:
+        guard(kind, row.status, action, role=role, decision=decision)
+    services.claim(session, row.operation_id)
+    journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+
+
 def recover(
     services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
@@ -152,10 +174,7 @@ def recover(
     claimed = False
     try:
         with services.db.session() as session:
-            row = _load(session, operation_id)  # again under the lock: it may have moved
-            guard(kind, row.status, "recover", role=role, operation_id=operation_id)
-            services.claim(session, row.operation_id)
-            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+            _claim(session, services, operation_id, kind, "recover", role=role)
             has_steps = bool(step_rows.steps(session, operation_id))
         claimed = True
         if not has_steps:  # died before the journal: nothing was written
@@ -299,10 +318,7 @@ def reconcile(
     claimed = False
     try:
         with services.db.session() as session:
-            row = _load(session, operation_id)  # again under the lock: it may have moved
-            guard(kind, row.status, "reconcile", role=role, decision=decision)
-            services.claim(session, row.operation_id)
-            journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
+            _claim(session, services, operation_id, kind, "reconcile", role=role, decision=decision)
         claimed = True
         with Root.open(repository.worktree) as root:
             _reclassify(

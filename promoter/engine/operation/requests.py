@@ -36,6 +36,7 @@ from promoter.engine.operation import promote
 from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
 from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.queries import operation_summary
 from promoter.engine.review import approval
 from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
@@ -244,17 +245,11 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
         dirs = step_rows.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
         return {
-            "operation_id": row.operation_id,
-            "kind": row.kind,
-            "status": row.status,
-            "attempt": row.attempt,
-            "repository": row.repository_name,
+            **operation_summary(row),
             "repository_identity": row.repository_identity,
             "grant_id": row.grant_id,
-            "bundle_id": row.bundle_id,
             "verification_receipt_sha256": row.verification_receipt_sha256,
             "fence": row.fence,
-            "code": row.code,
             "detail": row.detail,
             "receipt_sha256": row.receipt_sha256,
             "owner": owner_view(row),
@@ -267,7 +262,6 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
             "post_snapshot": row.post_snapshot,
             "report": row.report,
             "created_at": row.created_at,
-            "updated_at": row.updated_at,
             "steps": [
                 {
                     "seq": s.seq,

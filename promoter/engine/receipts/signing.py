@@ -40,7 +40,6 @@ from promoter.domain.models import (
     PatchVerificationReceiptV1,
     RollbackReceiptV1,
 )
-from promoter.domain.parsing import load_json
 from promoter.engine.receipts.keyring import (
     ALGORITHM,
     KEY_FILE,
@@ -50,9 +49,14 @@ from promoter.engine.receipts.keyring import (
     keyring_stamp,
     load_keyring,
 )
-from promoter.engine.receipts.statement import check_subjects, open_statement, statement_bytes
+from promoter.engine.receipts.statement import (
+    check_subjects,
+    json_object,
+    open_statement,
+    statement_bytes,
+)
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, ReceiptInvalid
+from promoter.errors import ReceiptInvalid
 
 __all__ = [
     "ALGORITHM",
@@ -180,7 +184,7 @@ def verify_document(
     Without keys an envelope's signature is not checked: the result says so
     (``signature_checked`` is false) and callers must not call it valid.
     """
-    top = _json_object(data, "the file")
+    top = json_object(data, "the file")
     keys = [k if isinstance(k, TrustedKey) else TrustedKey(k) for k in public_keys or ()]
     if "payloadType" in top:
         return _verify_envelope(top, keys)
@@ -238,7 +242,7 @@ _MADE_AT = ("promoted_at", "rolled_back_at")
 def _check_window(signer: TrustedKey, predicate: bytes) -> str:
     """A retired key's signature is only good on receipts made before it was retired."""
     retired = signer.not_after or ""
-    receipt = _json_object(predicate, "the predicate")
+    receipt = json_object(predicate, "the predicate")
     made = next((receipt[f] for f in _MADE_AT if isinstance(receipt.get(f), str)), None)
     if made is None:
         return f"key window: {signer.keyid} retired {retired}; the receipt carries no time"
@@ -288,7 +292,7 @@ def _check_signatures(
 
 def check_document(data: bytes) -> VerifiedDocument:
     """Canonical bytes, schema and identity hash of a bare document (no signature)."""
-    document = _json_object(data, "the document")
+    document = json_object(data, "the document")
     schema = document.get("schema")
     if not isinstance(schema, str) or schema not in DOCUMENTS:
         raise ReceiptInvalid(f"unknown schema {schema!r}; expected one of {', '.join(DOCUMENTS)}")
@@ -338,16 +342,6 @@ def _check_identity(schema: str, document: dict[str, Any]) -> tuple[str, list[st
                 f"{what}: {field} says {stated!r} but the content gives {value!r}", field=field
             )
     return digest, [f"{field}: {value} recomputed, matches" for field, value in expected.items()]
-
-
-def _json_object(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = load_json(data)
-    except PromoterError as exc:
-        raise ReceiptInvalid(f"{what} is not JSON: {exc.detail}") from exc
-    if not isinstance(value, dict):
-        raise ReceiptInvalid(f"{what} is not a JSON object")
-    return value
 
 
 _URLSAFE = str.maketrans("-_", "+/")

@@ -11,9 +11,9 @@ is RFC 8785 canonical JSON, so the predicate's bytes are exactly the stored rece
 
 ``open_statement`` and ``check_subjects`` are the inverse check: Statement shape,
 predicate type, canonical bytes, and subjects that are exactly the ones the predicate
-gives. Checking the predicate
-receipt itself (schema, hash) is ``promoter.engine.receipts.signing.check_document``'s job; no
-signatures here.
+gives; ``json_object`` (the one JSON object check of a receipt's parts, the signing's
+too). Checking the predicate receipt itself (schema, hash) is
+``promoter.engine.receipts.signing.check_document``'s job; no signatures here.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def statement_of(receipt: dict[str, Any]) -> dict[str, Any]:
 
 def statement_bytes(receipt_bytes: bytes) -> bytes:
     """The canonical Statement whose predicate is exactly ``receipt_bytes``."""
-    receipt = _object(receipt_bytes, "the receipt")
+    receipt = json_object(receipt_bytes, "the receipt")
     body = canonical_bytes(statement_of(receipt))
     if receipt_bytes not in body:  # the receipt was not canonical: never re-encode it
         raise ReceiptInvalid("only canonical receipt bytes are wrapped in a Statement")
@@ -73,7 +73,7 @@ def open_statement(payload: bytes) -> tuple[dict[str, Any], bytes, list[str]]:
     Checks the Statement's shape, canonical bytes and predicate type; the caller checks
     the predicate receipt, then ``check_subjects``. Raises ``ReceiptInvalid``.
     """
-    statement = _object(payload, "the payload")
+    statement = json_object(payload, "the payload")
     if statement.get("_type") != STATEMENT_TYPE:
         raise ReceiptInvalid(
             f"not an in-toto Statement v1: _type is {statement.get('_type')!r}, expected "
@@ -109,7 +109,8 @@ def check_subjects(statement: dict[str, Any]) -> str:
     return f"subjects: {len(expected)} recomputed from the predicate, match"
 
 
-def _object(data: bytes, what: str) -> dict[str, Any]:
+def json_object(data: bytes, what: str) -> dict[str, Any]:
+    """``data`` as a JSON object, or ``ReceiptInvalid`` naming ``what`` it is."""
     try:
         value = load_json(data)
     except PromoterError as exc:
