@@ -1,4 +1,5 @@
-"""Shared fixtures: a real repository and a real daemon guarding it."""
+"""Shared fixtures: a real repository, a real daemon guarding it, and under PostgreSQL the
+test's own database (made by ``tests.support.databases``, which this file only wires in)."""
 
 from __future__ import annotations
 
