@@ -16,7 +16,8 @@ NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
 
 help:
 	@echo "make serve [REPO=/path/to/worktree]  run the daemon on $(HOST):$(PORT)"
-	@echo "make test                            run the whole test suite"
+	@echo "make test [JOBS=auto]                the whole suite, SQLite then PostgreSQL, in parallel"
+	@echo "make test-fast                       the suite without the slow tests, SQLite only"
 	@echo "make lint                            ruff + mypy --strict"
 	@echo "make bench [BENCH=--full]            the speed table (ratios; --full adds the long ones)"
 	@echo "make demo                            the whole flow on a scratch repository"
@@ -41,25 +42,29 @@ else
 endif
 
 PG_ADMIN ?= $(or $(PROMOTER_TEST_POSTGRES_URL),postgresql+psycopg://postgres@127.0.0.1:5432/postgres)
+# test workers (pytest-xdist): `auto` is one per core; JOBS=0 runs in this process, serially
+JOBS   ?= auto
+PYTEST := $(VENV)/bin/pytest -n $(JOBS)
 
 # the whole suite on SQLite, then again on PostgreSQL when a server answers at PG_ADMIN
 test: $(STAMP)
-	$(VENV)/bin/pytest
+	$(PYTEST)
 	@if PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' $(PY) -m tests.support.databases; then \
-		echo "PostgreSQL pass: the whole suite again, a fresh database per test"; \
-		PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(VENV)/bin/pytest; \
+		echo "PostgreSQL pass: the whole suite again, a database for each test that opens one"; \
+		PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(PYTEST); \
 	else \
 		echo "PostgreSQL pass skipped: no server answers at $(PG_ADMIN) (SQLite only)"; \
 	fi
 
 test-sqlite: $(STAMP)
-	$(VENV)/bin/pytest
+	$(PYTEST)
 
 test-postgres: $(STAMP)
-	PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(VENV)/bin/pytest
+	PROMOTER_TEST_POSTGRES_URL='$(PG_ADMIN)' PROMOTER_TEST_DATABASE=postgresql $(PYTEST)
 
+# the inner loop: SQLite, without the long crash and load tests
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check promoter scripts tests bench migrations

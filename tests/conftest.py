@@ -1,9 +1,11 @@
-"""Shared fixtures: a real repository and a real daemon guarding it."""
+"""Shared fixtures: a real repository, a real daemon guarding it, and under PostgreSQL the
+test's own database (made by ``tests.support.databases``, which this file only wires in)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,36 +16,68 @@ from tests.support.flows import init_repo
 
 def pytest_report_header(config: pytest.Config) -> str:
     if databases.backend() == "postgresql":
-        return f"database: PostgreSQL at {databases.admin_url()}, one database per test"
+        return (
+            f"database: PostgreSQL at {databases.admin_url()}, "
+            "a database of its own for each test that opens one"
+        )
     return "database: SQLite (set PROMOTER_TEST_DATABASE=postgresql for PostgreSQL)"
 
 
 @pytest.fixture(scope="session")
-def _postgres_template() -> Iterator[str | None]:
+def _postgres() -> Iterator[databases.Server | None]:
+    """Under PostgreSQL, this process's (this xdist worker's) databases on the server."""
     if databases.backend() != "postgresql":
         yield None
         return
-    with databases.migrated_template() as name:
-        yield name
+    with databases.install() as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
 def _database(
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
-    _postgres_template: str | None,
+    _postgres: databases.Server | None,
 ) -> Iterator[None]:
-    """Under PostgreSQL, a fresh database for every test, named in the environment."""
-    if databases.backend() != "postgresql":
+    """Under PostgreSQL, a database of the test's own, named in the environment and created
+    when the test first opens it (a test that never does costs none); dropped after it."""
+    if _postgres is None:
         if request.node.get_closest_marker("postgresql_only"):
             pytest.skip("needs PROMOTER_TEST_DATABASE=postgresql")
         yield
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("tests SQLite itself")
-    with databases.fresh_postgres_database(request.node.name, _postgres_template) as url:
-        monkeypatch.setenv("PROMOTER_DATABASE_URL", url)
+    pending = _postgres.reserve(request.node.name)
+    request.node.stash[_PENDING] = pending
+    monkeypatch.setenv("PROMOTER_DATABASE_URL", pending.url)
+    try:
         yield
+    finally:
+        pending.drop()
+
+
+_PENDING = pytest.StashKey[databases.PendingDatabase]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failure naming the test's database while it was never created gets a line saying
+    why: a child process opened it before this process did (see tests/support/databases)."""
+    report = yield
+    pending = item.stash.get(_PENDING, None)
+    if (
+        report.failed
+        and pending is not None
+        and not pending.created
+        and pending.name in report.longreprtext
+    ):
+        why = (
+            f"{pending.name} was never created: a child process opened it before the test "
+            "did; start it after databases.ensure(url), as tests.support.process does"
+        )
+        report.sections.append(("database", why))
+    return report
 
 
 @pytest.fixture

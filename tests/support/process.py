@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import databases
 from tests.support.flows import make_bundle, make_grant, sha, ts
 
 
@@ -42,6 +43,7 @@ class DaemonProcess:
         if faults:
             env["PROMOTER_FAULTS"] = faults
         env.update(extra_env or {})
+        databases.ensure(env.get("PROMOTER_DATABASE_URL"))  # made before the child opens it
         argv = [
             sys.executable,
             "-m",
