@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from promoter.domain.records import Operation
+from promoter.domain.status import OperationStatus
 from promoter.engine.repos import Repository
 from promoter.git.head import head_commit, symbolic_head
 from promoter.git.layout import repo_env
@@ -102,7 +103,7 @@ def outcome(db: Database, operation_id: str, first_event: int) -> Outcome | None
             SeenEvent(kind=row.kind, seq=row.seq, payload=row.payload)
             for row in ledger.events(session, operation_id)[first_event:]
         ]
-        if found.status == "completed":
+        if found.status == OperationStatus.COMPLETED:
             for step in step_rows.steps(session, operation_id):
                 files[step.operation] = files.get(step.operation, 0) + 1
                 new = step.new_state if isinstance(step.new_state, dict) else {}

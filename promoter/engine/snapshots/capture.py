@@ -42,7 +42,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from promoter.domain.status import OperationStatus
+from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.repos import Repository
@@ -230,7 +230,7 @@ def _post_from_pre(
         return None
     with services.db.session() as session:
         op = journal.get_operation(session, operation_id)
-        if op is None or op.kind != "promotion" or op.bundle_id is None:
+        if op is None or op.kind != OperationKind.PROMOTION or op.bundle_id is None:
             return None
         if op.attempt != fresh.attempt or op.pre_snapshot != fresh.tree:
             return None
