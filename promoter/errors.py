@@ -205,6 +205,13 @@ class RepositoryUnknown(PromoterError):
     title = "No repository with that name or identity is configured"
 
 
+class CommitUnknown(PromoterError):
+    code = "commit_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No commit of that name is in the repository"
+
+
 class OperationUnknown(PromoterError):
     code = "operation_unknown"
     http_status = 404

@@ -29,6 +29,7 @@ from promoter.api.routes import (
     registry,
     review,
     snapshots,
+    trace,
 )
 from promoter.config import Settings
 from promoter.engine.operation.ownership import Heartbeat
@@ -92,7 +93,17 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     app.add_middleware(HostAllowlist, listen_host=settings.host, allowed=settings.allowed_hosts)
     observe.install(app)  # request ids, access and outcome lines, metrics
 
-    for module in (health, registry, blobs, bundles, operations, keys, snapshots, problem_types):
+    for module in (
+        health,
+        registry,
+        blobs,
+        bundles,
+        operations,
+        keys,
+        snapshots,
+        trace,
+        problem_types,
+    ):
         app.include_router(module.router)
     app.include_router(review.router)
     app.include_router(events.router)  # the watch feed

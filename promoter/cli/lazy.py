@@ -44,6 +44,16 @@ ENTRIES = (
     Entry("bundle", "Executor side: build and submit patch bundles.", "promoter.cli.bundle_cmd"),
     Entry("receipt", "Signed receipts: verify offline, fetch.", "promoter.cli.receipt_cmd"),
     Entry("keys", "The host's receipt-signing keys.", "promoter.cli.keys_cmd"),
+    Entry(
+        "trace",
+        "Which promotion receipts wrote each path of a commit; writes nothing.",
+        "promoter.cli.trace_cmd",
+    ),
+    Entry(
+        "trailers",
+        "Print Promoted-by: trailers for what is staged; writes nothing.",
+        "promoter.cli.trace_cmd",
+    ),
     Entry("snapshot", "Shadow snapshots of a worktree.", "promoter.cli.snapshot_cmd"),
     Entry("ops", "Operations: inspect, recover, reconcile, roll back.", "promoter.cli.ops_cmd"),
     Entry(

@@ -21,8 +21,9 @@ the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from promoter.api.models import EventFeed, FeedEvent, OperationView
 from promoter.client.aio import AsyncPromoterClient
@@ -257,6 +258,22 @@ class PromoterClient(BlobCalls):
         body = {"note": note} if note else None
         path = f"/v1/operations/{segment(operation_id)}/rollback"
         return self._json("POST", path, json_body=body)
+
+    # --- trace ----------------------------------------------------------------------------
+
+    def trace(
+        self,
+        repository: str,
+        commit: str | None = None,
+        paths: Sequence[str] = (),
+        *,
+        staged: bool = False,
+    ) -> Json:
+        """Which promotion receipts wrote a commit's (or, ``staged``, the index's) bytes."""
+        pairs = [("repository", repository)]
+        pairs += [("staged", "true")] if staged else [("commit", commit or "")]
+        pairs += [("path", path) for path in paths]
+        return self._json("GET", f"/v1/trace?{urlencode(pairs)}")
 
     # --- snapshots ------------------------------------------------------------------------
 

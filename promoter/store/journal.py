@@ -137,6 +137,16 @@ def promotions_of_bundle(session: Session, bundle_id: str) -> list[Operation]:
     return [_record(row) for row in session.scalars(query.order_by(OperationRow.created_at))]
 
 
+def receipted_promotions(session: Session, repository_identity: str) -> list[Operation]:
+    """The promotions of one repository that hold a promotion receipt, oldest first."""
+    query = select(OperationRow).where(
+        OperationRow.repository_identity == repository_identity,
+        OperationRow.kind == OperationKind.PROMOTION.value,
+        OperationRow.receipt_sha256.is_not(None),
+    )
+    return [_record(row) for row in session.scalars(query.order_by(OperationRow.created_at))]
+
+
 def create_operation(
     session: Session,
     *,

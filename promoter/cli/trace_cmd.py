@@ -1,0 +1,122 @@
+"""``promoter trace COMMIT [PATH…]`` and ``promoter trailers``: receipts behind the bytes.
+
+Both ask the daemon (``GET /v1/trace``). ``trace`` prints, for each path the commit
+changed against its first parent (or each PATH given), the committed bytes' sha256, a
+verdict (``promoted``, ``changed_after_promotion``, ``not_promoted``, ``untouched``) and
+the promotion receipts that wrote exactly those bytes. ``trailers`` traces what is
+staged (the index against HEAD) and prints one ``Promoted-by: <operation> (<receipt
+sha256 prefix>)`` line per promotion that wrote staged bytes exactly, for a person who
+wants them in a commit message; hand edits print nothing.
+
+Neither writes anything: not to the repository (no ref, index or commit), not to the
+daemon. Deliberately not here: matching bytes to receipts (``promoter.engine.trace``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+
+RepoOpt = Annotated[str, typer.Option("--repo", help="Name of a repository the server guards.")]
+RECEIPT_PREFIX = 12
+
+
+def trace(
+    commit: Annotated[str, typer.Argument(help="The commit (id or ref name) to trace.")],
+    repo: RepoOpt,
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Only these paths.", show_default=False)
+    ] = None,
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Which promotion receipts wrote each path of a commit; writes nothing."""
+    result = _trace(repo, commit, paths or [], url, token_file, staged=False)
+    if json_output:
+        _print_json(result)
+        return
+    from rich.markup import escape
+
+    parent = result.get("parent")
+    console.print(
+        f"commit [bold]{escape(str(result.get('commit')))}[/] against "
+        f"{escape(str(parent)) if parent else 'no parent'}",
+        soft_wrap=True,
+    )
+    for item in result.get("paths") or []:
+        sha = item.get("sha256")
+        state = "deleted" if item.get("exists") is False else f"sha256 {sha}" if sha else ""
+        line = f"  {item.get('verdict', '?'):<24} {escape(str(item.get('path')))}"
+        console.print(line + (f"  ({state})" if state else ""), soft_wrap=True)
+        for promotion in item.get("promotions") or []:
+            console.print(f"      written by {_promotion(promotion)}", soft_wrap=True)
+        last = item.get("last_promotion")
+        if last:
+            console.print(f"      last promoted by {_promotion(last)}", soft_wrap=True)
+
+
+def trailers(
+    repo: RepoOpt,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Print Promoted-by: trailers for what is staged; writes nothing."""
+    result = _trace(repo, None, [], url, token_file, staged=True)
+    for line in staged_trailers(result):
+        typer.echo(line)
+
+
+def staged_trailers(result: dict[str, Any]) -> list[str]:
+    """One ``Promoted-by:`` line per promotion that wrote staged bytes exactly, in order."""
+    seen: dict[str, str] = {}
+    for item in result.get("paths") or []:
+        if item.get("verdict") != "promoted":
+            continue
+        for promotion in item.get("promotions") or []:
+            operation = str(promotion.get("operation_id"))
+            receipt = str(promotion.get("receipt_sha256"))[:RECEIPT_PREFIX]
+            seen.setdefault(operation, f"Promoted-by: {operation} ({receipt})")
+    return list(seen.values())
+
+
+def _promotion(promotion: dict[str, Any]) -> str:
+    from rich.markup import escape
+
+    run = promotion.get("executor_run_id") or "?"
+    text = (
+        f"{promotion.get('operation_id')} (bundle {promotion.get('bundle_id')}, grant "
+        f"{promotion.get('grant_id')}, run {run}, {promotion.get('promoted_at')}, receipt "
+        f"{str(promotion.get('receipt_sha256'))[:RECEIPT_PREFIX]}, {promotion.get('status')})"
+    )
+    return escape(text)
+
+
+def _trace(
+    repo: str,
+    commit: str | None,
+    paths: list[str],
+    url: str | None,
+    token_file: Path | None,
+    *,
+    staged: bool,
+) -> dict[str, Any]:
+    from promoter.client.sync import PromoterClient
+
+    with PromoterClient(server_url(url), read_token(token_file), timeout=120.0) as client:
+        return client.trace(repo, commit, paths, staged=staged)
+
+
+def _print_json(result: dict[str, Any]) -> None:
+    import json
+
+    console.print_json(json.dumps(result))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace")(trace)
+    app.command("trailers")(trailers)

@@ -1,0 +1,209 @@
+"""``GET /v1/trace``, ``promoter trace`` and ``promoter trailers`` on a real repository.
+
+Two promotions write files into the worktree, the person edits one of them by hand, adds
+a file of their own and commits everything: the trace names each promotion's receipt for
+its paths, says the edited path changed after promotion and the person's own file was
+never promoted, and nothing in the repository changes while it reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from promoter.cli import trace_cmd
+from tests.gitutil import git
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo, sha
+from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+
+INITIAL = {"README.md": b"# project\n", "src/app.py": b"print('v1')\n", "old.txt": b"old\n"}
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "work", INITIAL)
+
+
+@pytest.fixture
+def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
+    with running_daemon(tmp_path / "state", {"work": work}) as daemon:
+        yield daemon
+
+
+def _promote(daemon: Daemon, work: Path, changes: list[Any], **grant: Any) -> dict[str, Any]:
+    identity = daemon.services.registry.by_name("work").identity
+    _, bundle, receipt = submit(daemon, work, identity, changes, **grant)
+    answer = promote(daemon, bundle, receipt)
+    assert answer.status_code == 200, answer.text
+    view: dict[str, Any] = answer.json()
+    assert view["status"] == "completed", view
+    return view
+
+
+def _receipt_sha(daemon: Daemon, operation_id: str) -> str:
+    with daemon.orchestrator() as client:
+        answer = client.get(f"/v1/operations/{operation_id}/receipt")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["receipt_sha256"])
+
+
+def _repository_state(work: Path) -> tuple[Any, ...]:
+    """Refs, index, status, worktree bytes and every file under .git, to compare."""
+    return (
+        git(work, "for-each-ref"),
+        git(work, "status", "--porcelain"),
+        hashlib.sha256((work / ".git" / "index").read_bytes()).hexdigest(),
+        tree_bytes(work),
+        git_dir_digest(work),
+    )
+
+
+@pytest.fixture
+def history(served: Daemon, work: Path) -> dict[str, str]:
+    """Two promotions, one hand edit after them and one file of the person's, staged."""
+    first = _promote(
+        served,
+        work,
+        [("src/app.py", b"print('v1')\n", b"print('v2')\n"), ("src/a.py", None, b"a1\n")],
+        grant_id="grt_first",
+        run_id="run_first",
+    )
+    second = _promote(
+        served,
+        work,
+        [("src/b.py", None, b"b1\n"), ("old.txt", b"old\n", None)],
+        grant_id="grt_second",
+        run_id="run_second",
+        workflow_id="wf_2",
+    )
+    (work / "src" / "a.py").write_bytes(b"a2 by hand\n")
+    (work / "notes.txt").write_bytes(b"mine\n")
+    git(work, "add", "-A")
+    return {"first": first["operation_id"], "second": second["operation_id"]}
+
+
+def _cli(daemon: Daemon, tmp_path: Path, *args: str) -> Any:
+    app = typer.Typer()
+    trace_cmd.register(app)
+    token = tmp_path / "orchestrator.token"
+    token.write_text(daemon.orchestrator_token)
+    common = ["--url", daemon.url, "--token-file", str(token)]
+    return CliRunner().invoke(app, [*args, *common])
+
+
+def test_trace_names_both_promotions_and_the_hand_edit(
+    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+) -> None:
+    git(work, "commit", "-q", "-m", "the agents' work and mine")
+    before = _repository_state(work)
+    commit = git(work, "rev-parse", "HEAD")
+    with served.orchestrator() as client:
+        answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert report["commit"] == commit
+    assert report["parent"] == git(work, "rev-parse", "HEAD^")
+    paths = {item["path"]: item for item in report["paths"]}
+    assert sorted(paths) == ["notes.txt", "old.txt", "src/a.py", "src/app.py", "src/b.py"]
+
+    first, second = history["first"], history["second"]
+    app = paths["src/app.py"]
+    assert (app["verdict"], app["change"], app["mode"]) == ("promoted", "M", "100644")
+    assert app["sha256"] == sha(b"print('v2')\n")
+    [by] = app["promotions"]
+    assert by["operation_id"] == first
+    assert (by["grant_id"], by["executor_run_id"]) == ("grt_first", "run_first")
+    assert by["receipt_sha256"] == _receipt_sha(served, first)
+    assert by["promoted_at"] and by["bundle_id"].startswith("bnd_")
+    assert [p["operation_id"] for p in paths["src/b.py"]["promotions"]] == [second]
+    deleted = paths["old.txt"]
+    assert (deleted["verdict"], deleted["change"], deleted["exists"]) == ("promoted", "D", False)
+    assert [p["operation_id"] for p in deleted["promotions"]] == [second]
+    edited = paths["src/a.py"]
+    assert edited["verdict"] == "changed_after_promotion"
+    assert edited["sha256"] == sha(b"a2 by hand\n") and edited["promotions"] == []
+    assert edited["last_promotion"]["operation_id"] == first
+    mine = paths["notes.txt"]
+    assert (mine["verdict"], mine["promotions"], mine["last_promotion"]) == (
+        "not_promoted",
+        [],
+        None,
+    )
+
+    result = _cli(served, tmp_path, "trace", "HEAD", "--repo", "work")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert first in result.output and second in result.output
+    assert "changed_after_promotion" in result.output and "not_promoted" in result.output
+    as_json = _cli(served, tmp_path, "trace", commit, "--repo", "work", "--json")
+    assert json.loads(as_json.output) == report
+    assert _repository_state(work) == before
+
+
+def test_paths_given_the_commit_did_not_touch_are_untouched(
+    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+) -> None:
+    git(work, "commit", "-q", "-m", "the agents' work and mine")
+    result = _cli(
+        served, tmp_path, "trace", "HEAD", "src/b.py", "README.md", "--repo", "work", "--json"
+    )
+    assert result.exit_code == 0, (result.output, result.exception)
+    paths = {item["path"]: item for item in json.loads(result.output)["paths"]}
+    assert sorted(paths) == ["README.md", "src/b.py"]
+    assert paths["src/b.py"]["verdict"] == "promoted"
+    untouched = paths["README.md"]
+    assert (untouched["verdict"], untouched["change"], untouched["sha256"]) == (
+        "untouched",
+        None,
+        None,
+    )
+
+
+def test_trailers_name_the_promotions_of_what_is_staged(
+    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+) -> None:
+    before = _repository_state(work)
+    result = _cli(served, tmp_path, "trailers", "--repo", "work")
+    assert result.exit_code == 0, (result.output, result.exception)
+    lines = result.output.splitlines()
+    receipts = {op: _receipt_sha(served, op)[:12] for op in history.values()}
+    assert sorted(lines) == sorted(f"Promoted-by: {op} ({r})" for op, r in receipts.items())
+    assert _repository_state(work) == before
+
+
+def test_an_unknown_commit_is_refused_and_nothing_is_written(
+    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+) -> None:
+    before = _repository_state(work)
+    unknown = "0123456789abcdef0123456789abcdef01234567"
+    with served.orchestrator() as client:
+        for commit in (unknown, "no-such-branch", "--output=/tmp/x", "HEAD:README.md"):
+            answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
+            assert answer.status_code == 404, answer.text
+            assert answer.json()["code"] == "commit_unknown"
+        both = client.get(
+            "/v1/trace", params={"repository": "work", "commit": unknown, "staged": "true"}
+        )
+        assert both.status_code == 422 and both.json()["code"] == "validation_failed"
+    result = _cli(served, tmp_path, "trace", unknown, "--repo", "work")
+    assert result.exit_code != 0
+    assert getattr(result.exception, "code", None) == "commit_unknown"
+    assert _repository_state(work) == before
+
+
+def test_trace_reads_receipts_with_the_orchestrator_or_operator_role(
+    served: Daemon, work: Path, history: dict[str, str]
+) -> None:
+    params = {"repository": "work", "staged": "true"}
+    with served.operator() as client:
+        assert client.get("/v1/trace", params=params).status_code == 200
+    with served.executor("run_first") as client:
+        answer = client.get("/v1/trace", params=params)
+    assert answer.status_code == 403 and answer.json()["code"] == "forbidden"
