@@ -5,12 +5,20 @@ connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. A SQLite wr
 still locked out by another writer when the busy timeout ends raises ``DatabaseBusy``
 (503); a full disk (``SQLITE_FULL``) and every other database error raise
 ``StorageError`` (507). The schema is owned by Alembic: ``upgrade`` runs the migrations
-shipped as the ``promoter_migrations`` package (the top-level ``migrations/`` folder).
-This module holds no queries.
+shipped as the ``promoter_migrations`` package (the top-level ``migrations/`` folder)
+under a migration lock, so hosts starting together on one empty database migrate one
+after the other (SPEC §10.15): PostgreSQL's session advisory lock ``MIGRATION_LOCK_KEY``
+held on the migrating connection, or for SQLite an exclusive ``flock`` of the file
+``<database>.migrate-lock`` beside it (created once, never removed). A database whose
+schema is newer than the code's raises ``SchemaMismatch``. This module holds no queries.
+
+Fault point: ``migration_locked`` (the lock is held, no migration has run yet).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -18,20 +26,27 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from promoter import faults
 from promoter.errors import (
     DatabaseBusy,
     OperationConflict,
     PromoterError,
+    SchemaMismatch,
     StorageError,
     ValidationFailed,
 )
 
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+# pg_advisory_lock key of the migration lock: "promoter" in ASCII, as a signed 64-bit int
+MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Any:
@@ -84,12 +99,103 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str) -> None:
-    """Bring the database at ``url`` to the newest schema."""
+def head_revision(url: str) -> str | None:
+    """The newest schema revision the code ships."""
+    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+
+
+def _check_schema(url: str, connection: Connection, *, migrating: bool) -> None:
+    """Refuse a database whose revision is not the code's head (``SchemaMismatch``);
+    when ``migrating``, an older revision is fine (the upgrade brings it to head)."""
+    current = MigrationContext.configure(connection).get_current_revision()
+    head = head_revision(url)
+    if current == head:
+        return
+    script = ScriptDirectory.from_config(alembic_config(url))
+    known = current is None or any(r.revision == current for r in script.walk_revisions())
+    if known and migrating:
+        return
+    if known:
+        raise SchemaMismatch(
+            f"the database schema is at revision {current or 'none (empty)'}, older than "
+            f"this code's {head}; run `promoter db upgrade` first"
+        )
+    raise SchemaMismatch(
+        f"the database schema is at revision {current}, newer than this code's {head} "
+        "(a newer promoter migrated it); run the promoter version that migrated it, "
+        "or upgrade this one"
+    )
+
+
+@contextmanager
+def _file_lock(url: str) -> Iterator[None]:
+    """An exclusive ``flock`` beside a SQLite database file (none for a memory one)."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    descriptor = os.open(f"{database}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        command.upgrade(alembic_config(url), "head")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)  # waits for the host migrating now
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+@contextmanager
+def migration_lock(url: str, connection: Connection) -> Iterator[None]:
+    """Hold the migration lock of the database at ``url`` (waits while another host
+    holds it); ``connection`` is the one the migration runs on."""
+    if connection.dialect.name == "postgresql":
+        # no lock_timeout or statement_timeout here: a migration waits and runs as long
+        # as it takes; the advisory lock lives with the session, across transactions
+        connection.exec_driver_sql("SET lock_timeout = 0")
+        connection.exec_driver_sql("SET statement_timeout = 0")
+        connection.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.rollback()
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})")
+            connection.commit()
+    elif connection.dialect.name == "sqlite":
+        with _file_lock(url):
+            yield
+    else:
+        yield
+
+
+def upgrade(url: str) -> None:
+    """Bring the database at ``url`` to the newest schema, under the migration lock;
+    ``SchemaMismatch`` if it is newer than the code."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection, migration_lock(url, connection):
+            faults.point("migration_locked")
+            _check_schema(url, connection, migrating=True)
+            connection.commit()
+            config = alembic_config(url)
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            connection.commit()
     except SQLAlchemyError as exc:
         raise StorageError(f"database migration failed: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def check_schema(url: str) -> None:
+    """``SchemaMismatch`` unless the database at ``url`` is at the code's newest schema
+    (older: not migrated yet; newer: the code is older than the schema)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            _check_schema(url, connection, migrating=False)
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database schema check failed: {exc}") from exc
+    finally:
+        engine.dispose()
 
 
 class Database:
