@@ -135,7 +135,9 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     (``promoter.adapters.webhooks.daemon_services``)."""
     prepare_state_dir(settings.state_dir)
     if migrate:
-        dbmod.upgrade(settings.db_url)
+        dbmod.upgrade(settings.db_url)  # under the migration lock; refuses a newer schema
+    else:
+        dbmod.check_schema(settings.db_url)
     database = dbmod.Database(settings.db_url, settings.database_busy_timeout)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
     return Services(
