@@ -97,3 +97,8 @@ def test_a_held_row_lock_answers_database_busy_with_retry_after(tmp_path: Path) 
             assert orch.put(_LEASE, json=_lease(6)).status_code == 200
         finally:
             holder.dispose()
+
+
+def test_the_metrics_name_the_host(tmp_path: Path) -> None:
+    with running_daemon(tmp_path / "s", {}, host_id="host-m") as daemon, daemon.client() as c:
+        assert 'promoter_host_info{host_id="host-m"} 1.0' in c.get("/metrics").text
