@@ -1,4 +1,10 @@
-"""Alembic environment, configured in code (no alembic.ini needed)."""
+"""Alembic environment, configured in code (no alembic.ini needed).
+
+``promoter.store.db.upgrade`` hands it the connection to migrate on
+(``config.attributes["connection"]``), the one holding the migration lock; with none
+given (Alembic's own command line) it opens one of its own, with no lock. It does not
+decide when to migrate or check the schema's revision.
+"""
 
 from __future__ import annotations
 

@@ -89,6 +89,14 @@ class Settings(BaseSettings):
     executor_quota_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=0)
     # How long a database write waits for another writer's lock before database_busy.
     database_busy_timeout: float = Field(default=30.0, gt=0)
+    # PostgreSQL (docs/operator/many-hosts.md): seconds to connect, to wait for a row or
+    # table lock before database_busy, and for one statement (0: no limit); the pool of
+    # connections each host keeps, and the extra ones it may open under load.
+    database_connect_timeout: float = Field(default=10.0, ge=0)
+    database_lock_timeout: float = Field(default=5.0, ge=0)
+    database_statement_timeout: float = Field(default=60.0, ge=0)
+    database_pool_size: int = Field(default=5, ge=1)
+    database_max_overflow: int = Field(default=10, ge=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
     auto_recover: bool = False
     # One syncfs for a group of files where it is as durable as an fsync of each

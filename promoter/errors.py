@@ -343,6 +343,13 @@ class DatabaseBusy(PromoterError):
     title = "The database stayed locked by another writer; try again"
 
 
+class SchemaMismatch(PromoterError):
+    code = "schema_mismatch"
+    http_status = 503
+    exit_code = 78
+    title = "The database schema is not the one this code was built for"
+
+
 class Stopped(PromoterError):
     code = "stopped"
     http_status = 503

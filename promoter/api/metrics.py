@@ -2,7 +2,8 @@
 
 ``Metrics`` owns the registry and every metric the daemon exports: HTTP requests by
 route template and status, promotion outcomes by code, promotion and verification
-durations, files and bytes written, blob intake bytes and repository lock waits. Two
+durations, files and bytes written, blob intake bytes, repository lock waits, and the
+host (``promoter_host_info``, set once services exist). Two
 gauges (operations needing recovery or reconciliation) are read from the database at
 scrape time by ``OperationGauges``, so they are right after a restart too.
 
@@ -16,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -108,6 +115,7 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.host = Info("promoter_host", "The host this daemon serves as.", registry=r)
         self.lock_wait = Histogram(
             "promoter_lock_wait_seconds",
             "Time spent waiting for a repository lock before holding it.",
@@ -115,6 +123,10 @@ class Metrics:
             buckets=_LOCK_SECONDS,
             registry=r,
         )
+
+    def name_host(self, host_id: str) -> None:
+        """Export ``promoter_host_info{host_id=…} 1``: the host these metrics are of."""
+        self.host.info({"host_id": host_id})
 
     def watch_operations(self, count: CountStatuses) -> None:
         self.registry.register(OperationGauges(count))

@@ -324,6 +324,7 @@ def install(app: FastAPI) -> Metrics:
     async def lifespan(target: Any) -> AsyncIterator[Any]:
         async with inner(target) as state:
             services: Services = app.state.services
+            metrics.name_host(services.owner.host)
             if services.runner is None:
                 services.runner = ObservedRunner(services, metrics)
             observer = _lock_observer(services, metrics)

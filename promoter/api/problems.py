@@ -4,6 +4,7 @@ One handler turns any ``PromoterError`` into a problem document with its stable 
 FastAPI's request-validation errors and Starlette's HTTP errors are mapped to codes too, so
 no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``,
 ``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
+``database_busy`` (503) carries ``Retry-After`` (``RETRY_AFTER``).
 Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
 never reaches that path.
 
@@ -52,6 +53,8 @@ _HTTP_ONLY = {
     "unsupported_media_type": (415, "The body's media type is not accepted"),
     "http_error": (400, "The HTTP request was refused"),
 }
+# Codes answered with a Retry-After header (seconds): a lock held by another writer.
+RETRY_AFTER = {"database_busy": "1"}
 # Every code a problem response can carry: code -> (HTTP status, title).
 CODES: dict[str, tuple[int, str]] = {
     **{cls.code: (cls.http_status, cls.title) for cls in all_error_classes()},
@@ -113,6 +116,8 @@ def problem_response(problem: dict[str, Any], request: Request) -> Response:
     problem.setdefault("instance", request.url.path)
     body = json.dumps(problem, ensure_ascii=False, sort_keys=True, default=str).encode()
     headers = {"WWW-Authenticate": "Bearer"} if problem.get("status") == 401 else None
+    if problem.get("code") in RETRY_AFTER:
+        headers = {"Retry-After": RETRY_AFTER[problem["code"]]}
     return Response(
         body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers
     )

@@ -134,9 +134,20 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     """The wired services; the daemon checks its webhook targets first
     (``promoter.adapters.webhooks.daemon_services``)."""
     prepare_state_dir(settings.state_dir)
+    host_id = settings.host_id or machine_host_id()
+    server = dbmod.ServerOptions(
+        connect_timeout=settings.database_connect_timeout,
+        lock_timeout=settings.database_lock_timeout,
+        statement_timeout=settings.database_statement_timeout,
+        application_name=f"promoter/{host_id}",
+        pool_size=settings.database_pool_size,
+        max_overflow=settings.database_max_overflow,
+    )
     if migrate:
-        dbmod.upgrade(settings.db_url)
-    database = dbmod.Database(settings.db_url, settings.database_busy_timeout)
+        dbmod.upgrade(settings.db_url, server)  # under the migration lock; refuses a newer schema
+    else:
+        dbmod.check_schema(settings.db_url)
+    database = dbmod.Database(settings.db_url, settings.database_busy_timeout, server)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
     return Services(
         settings=settings,
@@ -146,5 +157,5 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         registry=Registry.from_settings(settings),
         auth=Authenticator(database, tokens, settings.credentials_dir),
         tokens=tokens,
-        owner=Owner.me(settings.host_id or machine_host_id()),
+        owner=Owner.me(host_id),
     )

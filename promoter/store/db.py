@@ -1,37 +1,60 @@
 """Database engine, connection pragmas, sessions and migrations.
 
 SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
-connection; other SQLAlchemy URLs (PostgreSQL) are used as they are. A SQLite write
-still locked out by another writer when the busy timeout ends raises ``DatabaseBusy``
-(503); a full disk (``SQLITE_FULL``) and every other database error raise
-``StorageError`` (507). The schema is owned by Alembic: ``upgrade`` runs the migrations
-shipped as the ``promoter_migrations`` package (the top-level ``migrations/`` folder).
-This module holds no queries.
+connection; a PostgreSQL connection gets ``ServerOptions``: a connect timeout, the
+session's ``lock_timeout`` and ``statement_timeout``, an ``application_name`` (the
+daemon's is ``promoter/<host id>``) and the pool's size. A SQLite write still locked out
+by another writer when the busy timeout ends, and a PostgreSQL statement past its
+``lock_timeout`` (SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a full disk
+(``SQLITE_FULL``) and every other database error raise ``StorageError`` (507).
+
+The schema is owned by Alembic: ``upgrade`` runs the migrations shipped as the
+``promoter_migrations`` package (the top-level ``migrations/`` folder) under a
+migration lock, so hosts starting together on one empty database migrate one after the
+other (SPEC §10.15): PostgreSQL's session advisory lock ``MIGRATION_LOCK_KEY`` held on
+the migrating connection, or for SQLite an exclusive ``flock`` of the file
+``<database>.migrate-lock`` beside it (created once, never removed). A database whose
+schema is newer than the code's raises ``SchemaMismatch``; ``check_schema`` also
+refuses an older one. This module holds no queries.
+
+Fault point: ``migration_locked`` (the lock is held, no migration has run yet).
 """
 
 from __future__ import annotations
 
+import fcntl
+import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from promoter import faults
 from promoter.errors import (
     DatabaseBusy,
     OperationConflict,
     PromoterError,
+    SchemaMismatch,
     StorageError,
     ValidationFailed,
 )
 
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed, or NOWAIT found the row locked
+# pg_advisory_lock key of the migration lock: "promoter" in ASCII, as a signed 64-bit int
+MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Any:
@@ -46,14 +69,55 @@ def _sqlite_pragmas(busy_timeout: float) -> Any:
     return apply
 
 
-def make_engine(url: str, busy_timeout: float = 30.0) -> Engine:
+@dataclass(frozen=True)
+class ServerOptions:
+    """How a database server (PostgreSQL) is connected to: timeouts in seconds (0: none),
+    the name the server shows for this host's connections, and the pool's size."""
+
+    connect_timeout: float = 10.0
+    lock_timeout: float = 5.0
+    statement_timeout: float = 60.0
+    application_name: str = "promoter"
+    pool_size: int = 5
+    max_overflow: int = 10
+
+    def connect_args(self) -> dict[str, Any]:
+        """psycopg's connection arguments: the connect timeout, the name, and the
+        session's ``lock_timeout`` and ``statement_timeout`` (milliseconds)."""
+        lock_ms, statement_ms = _ms(self.lock_timeout), _ms(self.statement_timeout)
+        return {
+            "connect_timeout": max(1, math.ceil(self.connect_timeout))
+            if self.connect_timeout
+            else 0,
+            "application_name": self.application_name[:63],  # the server's NAMEDATALEN
+            "options": f"-c lock_timeout={lock_ms} -c statement_timeout={statement_ms}",
+        }
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+def make_engine(
+    url: str, busy_timeout: float = 30.0, server: ServerOptions | None = None
+) -> Engine:
+    """An engine for ``url``: SQLite with its pragmas and ``busy_timeout``; PostgreSQL
+    with ``server``'s timeouts, name and pool size (other URLs: only the pool)."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"check_same_thread": False, "timeout": busy_timeout}
         )
         event.listen(engine, "connect", _sqlite_pragmas(busy_timeout))
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    server = server or ServerOptions()
+    connect_args = server.connect_args() if url.startswith("postgresql") else {}
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=server.pool_size,
+        max_overflow=server.max_overflow,
+        connect_args=connect_args,
+    )
 
 
 def translate(exc: SQLAlchemyError) -> PromoterError:
@@ -70,9 +134,17 @@ def translate(exc: SQLAlchemyError) -> PromoterError:
             "the operation was changed by another request or host while this one was "
             "deciding; nothing of this request was recorded; look at it again"
         )
-    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlite_errorcode", None)
     if isinstance(exc, OperationalError) and isinstance(code, int) and code & 0xFF in _SQLITE_BUSY:
         return DatabaseBusy("the database stayed locked by another writer; try again")
+    if isinstance(exc, OperationalError) and getattr(orig, "sqlstate", None) == (
+        _PG_LOCK_NOT_AVAILABLE
+    ):
+        return DatabaseBusy(
+            "a row or table stayed locked by another transaction past database_lock_timeout; "
+            "try again"
+        )
     return StorageError(f"database error: {exc.__class__.__name__}: {exc}")
 
 
@@ -84,20 +156,114 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str) -> None:
-    """Bring the database at ``url`` to the newest schema."""
+def head_revision(url: str) -> str | None:
+    """The newest schema revision the code ships."""
+    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+
+
+def _check_schema(url: str, connection: Connection, *, migrating: bool) -> None:
+    """Refuse a database whose revision is not the code's head (``SchemaMismatch``);
+    when ``migrating``, an older revision is fine (the upgrade brings it to head)."""
+    current = MigrationContext.configure(connection).get_current_revision()
+    head = head_revision(url)
+    if current == head:
+        return
+    script = ScriptDirectory.from_config(alembic_config(url))
+    known = current is None or any(r.revision == current for r in script.walk_revisions())
+    if known and migrating:
+        return
+    if known:
+        raise SchemaMismatch(
+            f"the database schema is at revision {current or 'none (empty)'}, older than "
+            f"this code's {head}; run `promoter db upgrade` first"
+        )
+    raise SchemaMismatch(
+        f"the database schema is at revision {current}, newer than this code's {head} "
+        "(a newer promoter migrated it); run the promoter version that migrated it, "
+        "or upgrade this one"
+    )
+
+
+@contextmanager
+def _file_lock(url: str) -> Iterator[None]:
+    """An exclusive ``flock`` beside a SQLite database file (none for a memory one)."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    descriptor = os.open(f"{database}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        command.upgrade(alembic_config(url), "head")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)  # waits for the host migrating now
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+@contextmanager
+def migration_lock(url: str, connection: Connection) -> Iterator[None]:
+    """Hold the migration lock of the database at ``url`` (waits while another host
+    holds it); ``connection`` is the one the migration runs on."""
+    if connection.dialect.name == "postgresql":
+        # no lock_timeout or statement_timeout here: a migration waits and runs as long
+        # as it takes; the advisory lock lives with the session, across transactions
+        connection.exec_driver_sql("SET lock_timeout = 0")
+        connection.exec_driver_sql("SET statement_timeout = 0")
+        connection.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.rollback()
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})")
+            connection.commit()
+    elif connection.dialect.name == "sqlite":
+        with _file_lock(url):
+            yield
+    else:
+        yield
+
+
+def upgrade(url: str, server: ServerOptions | None = None) -> None:
+    """Bring the database at ``url`` to the newest schema, under the migration lock;
+    ``SchemaMismatch`` if it is newer than the code. The migration's own connection has
+    no lock or statement timeout (``server``'s connect timeout and name apply)."""
+    engine = make_engine(url, server=server)
+    try:
+        with engine.connect() as connection, migration_lock(url, connection):
+            faults.point("migration_locked")
+            _check_schema(url, connection, migrating=True)
+            connection.commit()
+            config = alembic_config(url)
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            connection.commit()
     except SQLAlchemyError as exc:
         raise StorageError(f"database migration failed: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def check_schema(url: str) -> None:
+    """``SchemaMismatch`` unless the database at ``url`` is at the code's newest schema
+    (older: not migrated yet; newer: the code is older than the schema)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            _check_schema(url, connection, migrating=False)
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database schema check failed: {exc}") from exc
+    finally:
+        engine.dispose()
 
 
 class Database:
     """An engine plus a session factory; ``session()`` commits or rolls back."""
 
-    def __init__(self, url: str, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, busy_timeout: float = 30.0, server: ServerOptions | None = None
+    ) -> None:
         self.url = url
-        self.engine = make_engine(url, busy_timeout)
+        self.engine = make_engine(url, busy_timeout, server)
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

@@ -170,7 +170,10 @@ def test_rehearsal_behind_another_writer_gives_up_and_changes_nothing(
                 waits = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
                 assert waits == int(services.settings.database_busy_timeout * 1000)
             else:
-                assert connection.exec_driver_sql("SHOW lock_timeout").scalar() == "0"
+                waits = connection.exec_driver_sql(
+                    "SELECT extract(epoch FROM current_setting('lock_timeout')::interval)"
+                ).scalar()
+                assert float(waits) == services.settings.database_lock_timeout
 
 
 def test_a_failing_rehearsal_keeps_nothing_and_the_daemon_serves(
