@@ -343,6 +343,13 @@ class DatabaseBusy(PromoterError):
     title = "The database stayed locked by another writer; try again"
 
 
+class DatabaseUnavailable(PromoterError):
+    code = "database_unavailable"
+    http_status = 503
+    exit_code = 75
+    title = "The database cannot be reached; try again"
+
+
 class SchemaMismatch(PromoterError):
     code = "schema_mismatch"
     http_status = 503

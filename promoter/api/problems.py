@@ -4,7 +4,8 @@ One handler turns any ``PromoterError`` into a problem document with its stable 
 FastAPI's request-validation errors and Starlette's HTTP errors are mapped to codes too, so
 no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``,
 ``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
-``database_busy`` (503) carries ``Retry-After`` (``RETRY_AFTER``).
+``database_busy`` and ``database_unavailable`` (503) carry ``Retry-After``
+(``RETRY_AFTER``).
 Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
 never reaches that path.
 
@@ -53,8 +54,9 @@ _HTTP_ONLY = {
     "unsupported_media_type": (415, "The body's media type is not accepted"),
     "http_error": (400, "The HTTP request was refused"),
 }
-# Codes answered with a Retry-After header (seconds): a lock held by another writer.
-RETRY_AFTER = {"database_busy": "1"}
+# Codes answered with a Retry-After header (seconds): a lock held by another writer, a
+# database that does not answer (a restart takes seconds).
+RETRY_AFTER = {"database_busy": "1", "database_unavailable": "2"}
 # Every code a problem response can carry: code -> (HTTP status, title).
 CODES: dict[str, tuple[int, str]] = {
     **{cls.code: (cls.http_status, cls.title) for cls in all_error_classes()},

@@ -5,8 +5,11 @@ connection; a PostgreSQL connection gets ``ServerOptions``: a connect timeout, t
 session's ``lock_timeout`` and ``statement_timeout``, an ``application_name`` (the
 daemon's is ``promoter/<host id>``) and the pool's size. A SQLite write still locked out
 by another writer when the busy timeout ends, and a PostgreSQL statement past its
-``lock_timeout`` (SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a full disk
-(``SQLITE_FULL``) and every other database error raise ``StorageError`` (507).
+``lock_timeout`` (SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a database that cannot
+be reached or dropped the connection (refused, shut down, restarting: ``unreachable``)
+raises ``DatabaseUnavailable`` (503); a full disk (``SQLITE_FULL``) and every other
+database error raise ``StorageError`` (507). PostgreSQL's pool checks a connection
+before lending it (``pool_pre_ping``), so the first request after a restart gets a new one.
 
 The schema is owned by Alembic: ``upgrade`` runs the migrations shipped as the
 ``promoter_migrations`` package (the top-level ``migrations/`` folder) under a
@@ -23,6 +26,7 @@ Fault point: ``migration_locked`` (the lock is held, no migration has run yet).
 from __future__ import annotations
 
 import fcntl
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -37,13 +41,20 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from promoter import faults
 from promoter.errors import (
     DatabaseBusy,
+    DatabaseUnavailable,
     OperationConflict,
     PromoterError,
     SchemaMismatch,
@@ -51,8 +62,13 @@ from promoter.errors import (
     ValidationFailed,
 )
 
+log = logging.getLogger("promoter.store")
+
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed, or NOWAIT found the row locked
+# SQLSTATEs of a server that is gone or not there yet: class 08 (connection exception),
+# admin_shutdown, crash_shutdown, cannot_connect_now (starting up or shutting down)
+_PG_GONE = ("08", "57P01", "57P02", "57P03")
 # pg_advisory_lock key of the migration lock: "promoter" in ASCII, as a signed 64-bit int
 MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
 
@@ -120,9 +136,26 @@ def make_engine(
     )
 
 
+def unreachable(exc: SQLAlchemyError) -> bool:
+    """Whether ``exc`` says the database server cannot be reached or dropped the
+    connection: a disconnect SQLAlchemy noticed (``connection_invalidated``, the pool's
+    ``DisconnectionError``), or a psycopg ``OperationalError`` without a SQLSTATE (refused,
+    no route, closed) or with one of a server gone or starting (``_PG_GONE``)."""
+    if isinstance(exc, DisconnectionError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None)
+    if not isinstance(exc, OperationalError) or not hasattr(orig, "sqlstate"):
+        return False  # sqlite3's errors carry no SQLSTATE: SQLite has no server
+    sqlstate = getattr(orig, "sqlstate", None)
+    return sqlstate is None or str(sqlstate).startswith(_PG_GONE)
+
+
 def translate(exc: SQLAlchemyError) -> PromoterError:
-    """The promoter error for a database failure: busy (503), storage (507), bad text, or
-    an operation whose status moved under the request (``operation_conflict``, 409).
+    """The promoter error for a database failure: busy (503), unreachable (503), storage
+    (507), bad text, or an operation whose status moved under the request
+    (``operation_conflict``, 409).
 
     PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
     is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
@@ -145,7 +178,18 @@ def translate(exc: SQLAlchemyError) -> PromoterError:
             "a row or table stayed locked by another transaction past database_lock_timeout; "
             "try again"
         )
+    if unreachable(exc):
+        log.warning("the database cannot be reached: %s", _first_line(exc))
+        return DatabaseUnavailable(
+            f"the database cannot be reached ({_first_line(exc)}); try again shortly"
+        )
     return StorageError(f"database error: {exc.__class__.__name__}: {exc}")
+
+
+def _first_line(exc: SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return (text.splitlines() or [exc.__class__.__name__])[0][:200]
 
 
 def alembic_config(url: str) -> Config:
@@ -238,6 +282,8 @@ def upgrade(url: str, server: ServerOptions | None = None) -> None:
             command.upgrade(config, "head")
             connection.commit()
     except SQLAlchemyError as exc:
+        if unreachable(exc):
+            raise translate(exc) from exc
         raise StorageError(f"database migration failed: {exc}") from exc
     finally:
         engine.dispose()
@@ -251,6 +297,8 @@ def check_schema(url: str) -> None:
         with engine.connect() as connection:
             _check_schema(url, connection, migrating=False)
     except SQLAlchemyError as exc:
+        if unreachable(exc):
+            raise translate(exc) from exc
         raise StorageError(f"database schema check failed: {exc}") from exc
     finally:
         engine.dispose()

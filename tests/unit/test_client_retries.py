@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from promoter.client.sync import AsyncPromoterClient, Backoff, PromoterClient
-from promoter.errors import ConfigError, DatabaseBusy
+from promoter.errors import ConfigError, DatabaseBusy, DatabaseUnavailable
 
 URL = "http://127.0.0.1:9"
 
@@ -23,8 +23,10 @@ URL = "http://127.0.0.1:9"
 class Tries:
     """A transport whose answers fail with ``fail`` (an exception class or a status)."""
 
-    def __init__(self, fail: type[Exception] | int, failures: int = 100) -> None:
-        self.fail, self.failures, self.count = fail, failures, 0
+    def __init__(
+        self, fail: type[Exception] | int, failures: int = 100, code: str = "database_busy"
+    ) -> None:
+        self.fail, self.failures, self.count, self.code = fail, failures, 0, code
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.count += 1
@@ -33,7 +35,7 @@ class Tries:
             return httpx.Response(200, json={})
         if isinstance(self.fail, int):
             problem = {"type": "about:blank", "title": "busy", "status": 503}
-            problem["code"] = "database_busy"
+            problem["code"] = self.code
             return httpx.Response(self.fail, json=problem)
         raise self.fail("refused", request=request)
 
@@ -149,3 +151,23 @@ def test_the_async_client_retries_alike() -> None:
     asyncio.run(run())
     assert (connect.count, busy.count) == (5, 2)
     assert slept == [0.5, 1.0, 1.0, 1.0, 0.5]  # four for the refusals, one for the 503
+
+
+def test_database_unavailable_is_retried_by_both_clients() -> None:
+    tries, (backoff, slept) = Tries(503, code="database_unavailable"), recording()
+    with client(tries, backoff) as c:
+        with pytest.raises(DatabaseUnavailable):
+            c._send("GET", "/v1/x")
+        tries.count, tries.failures = 0, 2
+        assert c._send("POST", "/v1/promotions", content=b"{}", idempotent=True).status_code == 200
+    assert (tries.count, slept) == (3, [0.25, 0.5, 1.0, 0.25, 0.5])
+
+    again = Tries(503, failures=1, code="database_unavailable")
+
+    async def run() -> None:
+        transport = httpx.MockTransport(again)
+        async with AsyncPromoterClient(URL, "t", transport=transport, backoff=backoff) as c:
+            assert (await c._send("GET", "/v1/x")).status_code == 200
+
+    asyncio.run(run())
+    assert again.count == 2

@@ -227,9 +227,13 @@ def reopen(services: Services, operation_id: str, *, note: str, by: str, role: s
 
 
 def wait_for(services: Services, operation_id: str, timeout: float) -> None:
-    """Wait up to ``timeout`` seconds for the running attempt; return early if none runs here."""
+    """Wait up to ``timeout`` seconds for the running attempt; return early if none runs here.
+
+    An attempt that had already failed before this request (its failure could not even be
+    recorded: the database was unreachable) is not waited for and its error is never
+    answered again: the request answers the operation's recorded status instead."""
     future = runner(services).future(operation_id)
-    if future is None:
+    if future is None or (future.done() and (future.cancelled() or future.exception())):
         return
     with contextlib.suppress(FutureTimeout):
         future.result(timeout=timeout)
