@@ -219,6 +219,18 @@ class OperationUnknown(PromoterError):
     title = "No operation with that id exists"
 
 
+class OwnedByOtherHost(PromoterError):
+    """The ledger holds it, but another host owns it and only that host can serve this.
+
+    Carries ``owner_host``: the host id to send the request to instead.
+    """
+
+    code = "owned_by_other_host"
+    http_status = 421
+    exit_code = 69
+    title = "Another host of the ledger owns this bundle or operation"
+
+
 class ReceiptUnavailable(PromoterError):
     code = "receipt_unavailable"
     http_status = 404

@@ -20,7 +20,8 @@ from typing import Any
 
 from promoter.domain.records import Operation
 from promoter.domain.status import OperationStatus
-from promoter.engine.repos import Repository
+from promoter.engine.repos import Registry, Repository
+from promoter.errors import OwnedByOtherHost
 from promoter.git.head import head_commit, symbolic_head
 from promoter.git.layout import repo_env
 from promoter.git.runner import run_git
@@ -28,6 +29,23 @@ from promoter.store import feed, journal, ledger, step_rows
 from promoter.store.db import Database
 
 # --- operations -------------------------------------------------------------------------
+
+
+def guarded_here(registry: Registry, host: str, row: Operation) -> Repository:
+    """The repository of an operation, when this daemon guards it.
+
+    An operation of a repository not configured here that another host owns is
+    ``owned_by_other_host`` naming that host; with no other owner on record it stays
+    ``repository_unknown``.
+    """
+    guarded = {repository.identity for repository in registry.all()}
+    if row.repository_identity not in guarded and row.owner_host and row.owner_host != host:
+        raise OwnedByOtherHost(
+            f"operation {row.operation_id} is owned by host {row.owner_host}, not this one",
+            operation_id=row.operation_id,
+            owner_host=row.owner_host,
+        )
+    return registry.by_identity(row.repository_identity)
 
 
 def list_operations(

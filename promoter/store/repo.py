@@ -22,6 +22,7 @@ from promoter.store.tables import (
     BundleRow,
     GrantRow,
     LeaseRow,
+    OperationRow,
     VerificationRow,
 )
 
@@ -108,8 +109,9 @@ def forget_blobs(session: Session, digests: Iterable[str]) -> None:
             session.delete(row)
 
 
-def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
-    """Record a verified bundle and pin its blobs; False if it was already recorded."""
+def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
+    """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
+    was already recorded."""
     if session.get(BundleRow, bundle.bundle_id) is not None:
         return False
     session.add(
@@ -121,6 +123,7 @@ def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
             repository_identity=bundle.repository_identity,
             state="verified",
             created_at=now(),
+            owner_host=owner_host,
         )
     )
     session.flush()
@@ -141,6 +144,25 @@ def add_bundle(session: Session, bundle: PatchBundleV1) -> bool:
 
 def bundle_row(session: Session, bundle_id: str) -> BundleRow | None:
     return session.get(BundleRow, bundle_id)
+
+
+def bundle_owner_host(session: Session, bundle_id: str) -> tuple[bool, str | None]:
+    """Whether the ledger records the bundle, and the host holding its document.
+
+    A bundle recorded before hosts were (``None``) is named by the host of an operation
+    that promoted it, if any.
+    """
+    row = session.get(BundleRow, bundle_id)
+    if row is None:
+        return False, None
+    if row.owner_host is not None:
+        return True, row.owner_host
+    host = session.scalars(
+        select(OperationRow.owner_host)
+        .where(OperationRow.bundle_id == bundle_id, OperationRow.owner_host.is_not(None))
+        .limit(1)
+    ).first()
+    return True, host
 
 
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:

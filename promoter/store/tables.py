@@ -77,6 +77,8 @@ class BundleRow(Base):
     # verified -> promoted | refused | expired; pinned blobs follow this state
     state: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[str] = mapped_column(String(20))
+    # the host whose state directory holds the bundle's document (None: recorded before 0007)
+    owner_host: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class BundleBlobRow(Base):

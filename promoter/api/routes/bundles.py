@@ -112,7 +112,7 @@ def check_owner(services: Services, principal: Principal, bundle_id: str) -> Non
         description="The stored canonical bytes of a bundle. An executor may read the "
         "bundles of its own run only.",
         tags=["orchestrator", "executor"],
-        errors=["bundle_unknown", "not_found", "forbidden"],
+        errors=["bundle_unknown", "owned_by_other_host", "not_found", "forbidden"],
         ok={200: Ok("the bundle's canonical bytes", PatchBundleV1)},
     ),
 )

@@ -57,6 +57,7 @@ ORCHESTRATOR = ("orchestrator", "operator")
 OPERATOR = ("operator",)
 PROMOTE_CODES = [
     "bundle_unknown",
+    "owned_by_other_host",
     "grant_unknown",
     "grant_expired",
     "lease_stale",
@@ -218,7 +219,7 @@ def list_operations(
         "when the wait ends.",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
-        errors=["operation_unknown", "repository_unknown", "git_error"],
+        errors=["operation_unknown", "repository_unknown", "owned_by_other_host", "git_error"],
         ok={200: Ok("the operation", OperationView, VIEW_EXAMPLE)},
     ),
 )

@@ -102,7 +102,7 @@ REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
         "file's `flags` name what can hide code or make it run. An executor may read its "
         "own run's bundles only.",
         tags=["orchestrator", "operator", "executor"],
-        errors=["bundle_unknown", "not_found", "forbidden", "blob_missing"],
+        errors=["bundle_unknown", "owned_by_other_host", "not_found", "forbidden", "blob_missing"],
         ok={200: Ok("per-file summary and the unified diff", BundleDiffView, DIFF_EXAMPLE)},
     ),
 )

@@ -25,6 +25,7 @@ from promoter.errors import (
     BundleUnknown,
     Forbidden,
     NotFound,
+    OwnedByOtherHost,
     ReceiptConflict,
     error_class,
 )
@@ -86,17 +87,26 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
     services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
     with services.db.session() as session:
-        created = repo.add_bundle(session, bundle) or created
+        created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
     return Submitted(bundle, outcome.receipt, created and stored is None)
 
 
 def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
+    """The stored bundle; one the ledger records on another host is ``owned_by_other_host``."""
     if not bundle_id.startswith("bnd_") or "/" in bundle_id:
         raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
     bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
     if bundle is None:
+        with services.db.session() as session:
+            recorded, host = repo.bundle_owner_host(session, bundle_id)
+        if recorded and host is not None and host != services.owner.host:
+            raise OwnedByOtherHost(
+                f"bundle {bundle_id} is stored on host {host}, not on this one",
+                bundle_id=bundle_id,
+                owner_host=host,
+            )
         raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
     return bundle
 

@@ -36,7 +36,7 @@ from promoter.engine.operation import promote
 from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
 from promoter.engine.operation.rollback import rollback_id
-from promoter.engine.queries import operation_summary
+from promoter.engine.queries import guarded_here, operation_summary
 from promoter.engine.review import approval
 from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
@@ -375,9 +375,8 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
-        identity = row.repository_identity
+        repository = guarded_here(services.registry, services.owner.host, row)
         steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
-    repository = services.registry.by_identity(identity)
     found: list[dict[str, Any]] = []
     with Root.open(repository.worktree) as root:
         for path, old, new in steps:

@@ -69,6 +69,7 @@ from promoter.engine.operation.rollback_report import (
 )
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
+from promoter.engine.queries import guarded_here
 from promoter.engine.services import Services
 from promoter.errors import (
     NotRecoverable,
@@ -146,7 +147,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
                 "applied_unverified or needs_reconciliation promotion can be rolled back",
                 current_status=parent.status,
             )
-        repository = services.registry.by_identity(parent.repository_identity)
+        repository = guarded_here(services.registry, services.owner.host, parent)
         child_id = rollback_id(operation_id)
         child = journal.get_operation(session, child_id)
         if child is None:
