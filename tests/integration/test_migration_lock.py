@@ -52,6 +52,16 @@ def _until(condition: object, what: str) -> None:
         time.sleep(0.02)
 
 
+def _flock_waiters(lock: Path) -> int:
+    """How many processes wait for a lock on ``lock`` (``/proc/locks``' blocked entries)."""
+    if not lock.exists():
+        return 0
+    st = lock.stat()
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as table:
+        return sum(1 for line in table if "->" in line and inode in line.split())
+
+
 def _finish(processes: list[subprocess.Popen[bytes]]) -> list[tuple[int, str]]:
     results = []
     for process in processes:
@@ -131,8 +141,9 @@ def test_hosts_migrating_one_empty_sqlite_database_wait_and_all_succeed(
     pause.reached()
     others = [_migrator(tmp_path / f"s{i}", url) for i in range(1, _HOSTS)]
     try:
-        time.sleep(1.0)  # long enough for an unlocked migration to have finished
-        assert all(p.poll() is None for p in others)  # waiting on the file lock
+        lock = Path(f"{tmp_path / 'shared.db'}.migrate-lock")
+        _until(lambda: _flock_waiters(lock) == _HOSTS - 1, "the others wait on the file lock")
+        assert all(p.poll() is None for p in others)
     finally:
         pause.release()
     results = _finish([first, *others])
