@@ -56,7 +56,17 @@ def _database(
     if _postgres is None:
         if request.node.get_closest_marker("postgresql_only"):
             pytest.skip("needs PROMOTER_TEST_DATABASE=postgresql")
-        yield
+        if not _database_free(request.node):
+            yield
+            return
+        with databases.watch_database_free(request.node.nodeid):
+            yield
+        if request.node.nodeid in databases.opened_by_database_free:
+            pytest.fail(
+                "this test opened a daemon's database, but tests/unit and tests/property run "
+                "in the SQLite pass only: mark it `pytest.mark.database`",
+                pytrace=False,
+            )
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("tests SQLite itself")
@@ -70,6 +80,23 @@ def _database(
 
 
 _PENDING = pytest.StashKey[databases.PendingDatabase]()
+_ROOT = Path(__file__).parent
+
+
+def _database_free(item: pytest.Item) -> bool:
+    markers = {mark.name for mark in item.iter_markers()}
+    return databases.database_free(item.path.relative_to(_ROOT).as_posix(), markers)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL pass leaves out the tests that never open a database: the SQLite
+    pass ran them, and checked that they open none."""
+    if databases.backend() != "postgresql":
+        return
+    free = [item for item in items if _database_free(item)]
+    if free:
+        config.hook.pytest_deselected(items=free)
+        items[:] = [item for item in items if not _database_free(item)]
 
 
 @pytest.hookimpl(wrapper=True)
