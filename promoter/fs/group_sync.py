@@ -42,6 +42,7 @@ import re
 import threading
 
 from promoter import faults
+from promoter.fs import flush
 
 log = logging.getLogger("promoter.fs")
 
@@ -106,9 +107,7 @@ def _busy(max_pending: int) -> str | None:
 
 
 def _syncfs(fd: int) -> None:
-    if _libc().syncfs(fd) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
+    flush.syncfs(fd)
 
 
 class GroupSync:

@@ -50,6 +50,7 @@ import threading
 from pathlib import Path
 
 from promoter.faults import point
+from promoter.fs import flush
 from promoter.fs.syscalls import start_writeback
 from promoter.store.state_temps import temp_name
 
@@ -66,7 +67,7 @@ _no_tmpfile_lock = threading.Lock()
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, _DIR_FLAGS)
     try:
-        os.fsync(fd)
+        flush.fsync(fd)
     finally:
         os.close(fd)
 
@@ -134,7 +135,7 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         created = temp.link(path.name, fault)
-        os.fsync(temp.dir_fd)
+        flush.fsync(temp.dir_fd)
     finally:
         temp.close()
     point(f"{fault}_after_dir_fsync")
@@ -146,7 +147,7 @@ def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "s
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         temp.replace(path.name, fault)
-        os.fsync(temp.dir_fd)
+        flush.fsync(temp.dir_fd)
     finally:
         temp.close()
     point(f"{fault}_after_dir_fsync")
@@ -185,7 +186,7 @@ class _Temp:
                 view = view[os.write(fd, view) :]
             point(f"{fault}_after_write")
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            flush.fsync(fd)
             point(f"{fault}_after_fsync")
         except BaseException:
             temp.close()
