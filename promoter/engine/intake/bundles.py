@@ -86,7 +86,9 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     document = outcome.document.canonical
     created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
     services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
-    with services.db.session() as session:
+    # not flushed: the bundle and its receipt are durable documents already, and a row
+    # lost with a power failure is recorded again when the same bundle is submitted again
+    with services.db.session(durable=False) as session:
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)

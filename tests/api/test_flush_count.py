@@ -1,0 +1,82 @@
+"""How many flushes and git processes the fixed cost of a 1-file change is made of.
+
+A 1-file flow is the upload of its blob, the submission of its bundle and the promotion
+(``wait``), through the real server, on a daemon that has already promoted once (so the
+state directory's folders, the blob's fan-out folder and the compiled statements exist:
+what every later change pays, not what the first one does once). Flushes are counted
+with the fs layer's own counter (``promoter.fs.flush``: ``fsync``, ``fdatasync``,
+``syncfs``) and the database's durable commits (``sqlite_commit``: one flush of the WAL
+each; PostgreSQL's are the server's, and none is counted); git processes with the
+runner's (``promoter.git.runner.spawned``).
+
+The counts are pinned so that a change that adds a flush or a git process says so; a
+flush fewer is a change of the protocol's durability and must say why in its decision
+record (``docs/decisions/durable-commits-where-the-protocol-needs-them.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+from promoter.fs import flush
+from promoter.git import runner
+from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, make_grant, upload
+from tests.support.promotion import promote, set_lease
+
+# per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
+# folder), the bundle and its verification receipt (temp and folder each), the worktree
+# file (temp, folder), the promotion receipt (temp, folder)
+FS_FLUSHES = {"fsync": 12}
+# the plan before the first write, the receipt's row before its document, the outcome
+# before the answer; the blob's row, the bundle's and the request's are not flushed
+SQLITE_COMMITS = 3
+# the tree entries read when the bundle is verified (ls-tree); HEAD (for-each-ref) and
+# the index (ls-files) at the read-back
+GIT = 3
+
+
+def _same_fan_out(data: bytes) -> bytes:
+    """Other bytes whose blob lands in the same fan-out folder as ``data``'s."""
+    prefix = hashlib.sha256(data).hexdigest()[:2]
+    for n in range(100_000):
+        other = b"warm-up %d\n" % n
+        if hashlib.sha256(other).hexdigest()[:2] == prefix:
+            return other
+    raise AssertionError("no bytes found for the fan-out folder")
+
+
+def _flow(daemon: Daemon, repo: Path, identity: str, n: int, data: bytes) -> Counter[str]:
+    """One 1-file flow; the flushes of its upload, submit and promotion."""
+    grant = make_grant(repo, identity, grant_id=f"grt_flush{n}", workflow_id=f"wf_flush{n}")
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code == 201, answer.text
+    set_lease(daemon, grant)
+    changes: list[tuple[str, bytes | None, bytes | None]] = [(f"src/f{n}.py", None, data)]
+    bundle = make_bundle(grant, changes)
+    with daemon.executor(grant["executor_run_id"]) as executor:
+        before, spawned = flush.flushes(), runner.spawned()
+        upload(executor, data)
+        answer = executor.post("/v1/bundles", json=bundle)
+        assert answer.status_code == 201, answer.text
+        receipt = answer.json()["verification_receipt"]
+        view = promote(daemon, bundle, receipt).json()
+        counted = flush.flushes() - before
+        assert runner.spawned() - spawned == GIT
+    assert view["status"] == "completed", view
+    return counted
+
+
+def test_a_one_file_flow_pays_a_pinned_number_of_flushes_and_git_processes(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    data = b"print('one file')\n"
+    _flow(daemon, repo, identity, 0, _same_fan_out(data))
+    counted = _flow(daemon, repo, identity, 1, data)
+    sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    expected = Counter(FS_FLUSHES) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
+    assert counted == expected, counted
+    assert (repo / "src" / "f1.py").read_bytes() == data
