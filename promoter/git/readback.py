@@ -51,7 +51,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
-from promoter.git import index_memo
+from promoter.git import index_memo, tree_reader
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.records import (
@@ -290,7 +290,52 @@ def path_entries(
 def _path_entries(
     layout: RepoLayout, tree: str, wanted: list[str], everything: list[str]
 ) -> dict[str, TreeEntry | None]:
-    """``everything``: ``wanted`` and their leading directories, each once, in order."""
+    """``everything``: ``wanted`` and their leading directories, each once, in order.
+
+    Walked through the tree objects (``tree_reader``: no process once the repository's
+    reader runs); where a tree on the way is too large to parse here, ``ls-tree``."""
+    walked = _walked_entries(layout, tree, everything)
+    if walked is not None:
+        return walked
+    return _listed_entries(layout, tree, wanted, everything)
+
+
+def _walked_entries(
+    layout: RepoLayout, tree: str, everything: list[str]
+) -> dict[str, TreeEntry | None] | None:
+    """Each path's entry, found by walking from ``tree`` one name at a time: absent
+    when a leading directory is absent or no tree (a blob or a gitlink in the way)."""
+    found: dict[str, TreeEntry | None] = {}
+
+    def entry(path: str) -> TreeEntry | None | bool:
+        if path in found:
+            return found[path]
+        parent, _, name = path.rpartition("/")
+        if parent:
+            above = entry(parent)
+            if above is False:
+                return False
+            if above is None or not isinstance(above, TreeEntry) or above.type != "tree":
+                found[path] = None
+                return None
+            listing = tree_reader.children(layout, above.oid)
+        else:
+            listing = tree_reader.children(layout, tree)
+        if listing is None:
+            return False  # too large to parse here
+        found[path] = listing.get(name)
+        return found[path]
+
+    for path in everything:
+        if entry(path) is False:
+            return None
+    return {p: found[p] for p in everything}
+
+
+def _listed_entries(
+    layout: RepoLayout, tree: str, wanted: list[str], everything: list[str]
+) -> dict[str, TreeEntry | None]:
+    """``_path_entries`` through ``ls-tree`` (see the module docstring)."""
     named_paths = set(wanted)
     leading = [p for p in everything if p not in named_paths]
     named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]
