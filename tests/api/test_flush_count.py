@@ -17,19 +17,25 @@ record (``docs/decisions/durable-commits-where-the-protocol-needs-them.md``).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
 from promoter.git import runner
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, upload
 from tests.support.promotion import promote, set_lease
 
 # per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
-# folder), the bundle and its verification receipt (temp and folder each), the worktree
-# file (temp, folder), the promotion receipt (temp, folder)
+# folder), the bundle and its verification receipt (temp and folder each, or, where a
+# group sync is offered, one syncfs for both temps and one for both folders), the
+# worktree file (temp, folder), the promotion receipt (temp, folder)
 FS_FLUSHES = {"fsync": 12}
+FS_FLUSHES_GROUPED = {"fsync": 8, "syncfs": 2}
 # the plan before the first write, the receipt's row before its document, the outcome
 # before the answer; the blob's row, the bundle's and the request's are not flushed
 SQLITE_COMMITS = 3
@@ -71,14 +77,25 @@ def _flow(
     return counted, started
 
 
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
 def test_a_one_file_flow_pays_a_pinned_number_of_flushes_and_git_processes(
-    daemon: Daemon, repo: Path, identity: str
+    tmp_path: Path, repo: Path, group_sync: bool
 ) -> None:
-    data = b"print('one file')\n"
-    _flow(daemon, repo, identity, 0, _same_fan_out(data))
-    counted, started = _flow(daemon, repo, identity, 1, data)
-    sqlite = daemon.services.db.engine.dialect.name == "sqlite"
-    expected = Counter(FS_FLUSHES) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
+    # out of reach: a busy machine's dirty pages cannot turn the group path into fsyncs
+    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        data = b"print('one file')\n"
+        _flow(daemon, repo, identity, 0, _same_fan_out(data))
+        counted, started = _flow(daemon, repo, identity, 1, data)
+        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        grouped = group_sync and GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+    fs = FS_FLUSHES_GROUPED if grouped else FS_FLUSHES
+    expected = Counter(fs) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
     assert counted == expected, counted
     assert started == GIT
     assert (repo / "src" / "f1.py").read_bytes() == data
