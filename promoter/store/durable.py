@@ -198,7 +198,7 @@ def _group_for(directories: list[Path], limit: int | None) -> GroupSync | None:
         return None
     if len({os.stat(directory).st_dev for directory in directories}) != 1:
         return None
-    return GroupSync.start_at(os.fspath(directories[0]), limit)
+    return GroupSync.start_at(os.fspath(directories[0]), limit, "after_state_group_sync")
 
 
 def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state") -> None:

@@ -82,7 +82,7 @@ def test_a_failed_sync_of_the_temps_names_no_document(
     items = _items(tmp_path)
     for path, _, _ in items:
         durable.make_dirs(path.parent)
-    monkeypatch.setenv(faults.ENV, "after_group_sync=EIO@1")
+    monkeypatch.setenv(faults.ENV, "after_state_group_sync=EIO@1")
     faults.reset()
     with pytest.raises(OSError) as failed:
         durable.write_new_together(items, group_sync_limit=UNREACHABLE)
