@@ -31,7 +31,8 @@ the median of its per-round figures. The rows:
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 - ``flow_1``: a 1-file flow (upload, submit, promotion) over a bare 1-file durable write,
-  with its flushes, git processes and processor time; see ``bench.rows_fixed``.
+  with its flushes, git processes and processor time; ``flow_10``: a 10-file change over
+  ``git apply`` + ``sync``; see ``bench.rows_fixed``.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
@@ -46,9 +47,10 @@ every file created after it, promoter's and the bare loop's, pay for each inode 
 by whichever variant happens to share a block group with it.
 
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
-named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``, ``flow_1``), for
-``--rounds`` rounds. ``flow_1`` is ``bench.rows_fixed``'s: a 1-file flow's time, flushes and
-git processes.
+named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``, ``flow_1``,
+``flow_10``), for ``--rounds`` rounds. ``flow_1`` and ``flow_10`` are
+``bench.rows_fixed``'s: a 1-file flow's time, flushes and git processes, and a 10-file
+change beside ``git apply`` + ``sync``.
 
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
@@ -297,6 +299,7 @@ def run(
             lambda r: cli_start(table, r),
             lambda r: rows_fswrite.rss_promote(table, work, r),
             lambda r: rows_fixed.flow_1(table, work, r, small_source),
+            lambda r: rows_fixed.flow_10(table, work, r, small_source),
         ]
         if full or builder:  # long: a 100k-file repository and 1 GiB of new content
             made = rows_builder.prepare(work)
@@ -364,6 +367,10 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             (work / "flow_1").mkdir()
             flow_source = wl.make_source(work / "flow_1", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_1(table, work, r, flow_source))
+        if "flow_10" in wanted:
+            (work / "flow_10").mkdir()
+            agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
+            rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
         load_before = os.getloadavg()
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
@@ -406,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--rows",
-        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115, flow_1 "
+        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115, flow_1, "
+        "flow_10 "
         "(default: the whole table)",
     )
     args = parser.parse_args(argv)

@@ -206,8 +206,8 @@ async def put_blob(
 
 
 def _record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
-    """Every blob of a batch in one database commit."""
-    with services.db.session() as session:
+    """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
+    with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)
 
 
