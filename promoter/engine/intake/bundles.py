@@ -84,9 +84,15 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     # the submitted document's canonical bytes, which are canonical(bundle): verification
     # encoded them for manifest_integrity, and a passed check says they hash as claimed
     document = outcome.document.canonical
-    created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
-    services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
-    with services.db.session() as session:
+    created, _ = services.audit.put_all(  # flushed together
+        [
+            ("bundle", bundle.bundle_id, document, BundleConflict),
+            ("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict),
+        ]
+    )
+    # not flushed: the bundle and its receipt are durable documents already, and a row
+    # lost with a power failure is recorded again when the same bundle is submitted again
+    with services.db.session(durable=False) as session:
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)

@@ -146,7 +146,10 @@ def request_promotion(
     gated = approval.required(repository, grant)
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
-    with _request_lock, services.db.session() as session:
+    # not flushed: the attempt's plan is a durable commit made before its first write, and
+    # that flush of the WAL makes this earlier commit durable too; a request lost with a
+    # power failure before then has changed nothing and is asked again
+    with _request_lock, services.db.session(durable=False) as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
