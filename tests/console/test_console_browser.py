@@ -129,3 +129,41 @@ def test_restore_a_snapshot_in_the_browser(gated: Gated, browser: Any) -> None:
     finally:
         context.close()
     assert (repo / "src" / "app.py").read_bytes() == OLD
+
+
+def test_uncheck_files_on_the_review_page_and_only_the_checked_ones_land(
+    gated: Gated, browser: Any
+) -> None:
+    daemon, repo, identity = gated
+    changes = [
+        ("src/app.py", OLD, NEW),
+        ("src/one.py", None, b"one\n"),
+        ("src/two.py", None, b"2\n"),
+    ]
+    operation_id = held(daemon, repo, identity, changes)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        _log_in(page, daemon)
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        boxes = card.locator("input.accept")
+        assert boxes.count() == 3
+        assert all(boxes.nth(i).is_checked() for i in range(3))
+        card.locator("input.accept[value='src/one.py']").uncheck()
+        card.locator("input.accept[value='src/two.py']").uncheck()
+        card.locator("button.approve").click()
+        page.wait_for_url(f"{daemon.url}/ui/operations/op_*")
+        assert operation_id not in page.url
+        assert page.inner_text("#status") == "completed"
+    finally:
+        context.close()
+    assert (repo / "src" / "app.py").read_bytes() == NEW
+    assert not (repo / "src" / "one.py").exists()
+    assert not (repo / "src" / "two.py").exists()
+    derived = page.url.rsplit("/", 1)[1]
+    with daemon.operator() as operator:
+        receipt = operator.get(f"/v1/operations/{derived}/receipt").json()
+        parent = operator.get(f"/v1/operations/{operation_id}").json()
+    assert receipt["declined_paths"] == ["src/one.py", "src/two.py"]
+    assert parent["code"] == "approved_in_part"
