@@ -322,3 +322,34 @@ def test_accepting_one_of_three_hunks_yields_exact_bytes(gated: Gated) -> None:
 def _git_commit(repo: Path) -> None:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "text")
+
+
+def test_hunks_in_a_binary_file_are_refused_and_all_hunks_are_the_agents_bytes(
+    gated: Gated,
+) -> None:
+    daemon, repo, identity = gated
+    binary_old, binary_new = b"\0bin\n" + OLD_TEXT, b"\0bin\n" + _three_hunks(OLD_TEXT)
+    (repo / "src/blob.bin").write_bytes(binary_old)
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    new = _three_hunks(OLD_TEXT)
+    changes = [("src/blob.bin", binary_old, binary_new), ("src/text.txt", OLD_TEXT, new)]
+    parent_id, _ = _held(daemon, repo, identity, changes)
+    before = tree_bytes(repo)
+    answer = _approve(daemon, parent_id, hunks={"src/blob.bin": [1]})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["code"] == "selection_invalid"
+    assert "binary" in answer.json()["detail"]
+    assert tree_bytes(repo) == before
+    answer = _approve(daemon, parent_id, only=["src/text.txt"], hunks={"src/text.txt": [3, 1, 2]})
+    assert answer.status_code == 200, answer.text
+    derived = answer.json()
+    assert derived["status"] == "completed"
+    assert (repo / "src/text.txt").read_bytes() == new
+    assert (repo / "src/blob.bin").read_bytes() == binary_old
+    receipt = _receipt(daemon, derived["operation_id"])
+    assert receipt["composed"] == []  # every hunk chosen: the agent's own bytes
+    assert receipt["declined_paths"] == ["src/blob.bin"]
+    again = _approve(daemon, parent_id, only=["src/text.txt"])
+    assert again.status_code == 409, again.text
+    assert again.json()["code"] == "operation_conflict"
