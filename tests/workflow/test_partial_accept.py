@@ -9,6 +9,7 @@ claims to be derived (to ride on a review it never had), and asking again for th
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterator
@@ -17,12 +18,14 @@ from typing import Any
 
 import pytest
 import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
 from promoter.config import RepositoryConfig
 from promoter.domain.documents import seal_bundle
 from promoter.domain.hunks import compose
+from promoter.engine.receipts.signing import verify_document
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
@@ -353,3 +356,24 @@ def test_hunks_in_a_binary_file_are_refused_and_all_hunks_are_the_agents_bytes(
     again = _approve(daemon, parent_id, only=["src/text.txt"])
     assert again.status_code == 409, again.text
     assert again.json()["code"] == "operation_conflict"
+
+
+def test_the_parts_signed_receipt_verifies_offline_and_names_the_declined(gated: Gated) -> None:
+    daemon, repo, identity = gated
+    parent_id, bundle = _five(daemon, repo, identity)
+    answer = _approve(daemon, parent_id, **{"except": ["src/m5.py"]})
+    assert answer.status_code == 200, answer.text
+    derived_id = answer.json()["operation_id"]
+    with daemon.client() as anonymous:
+        (entry,) = anonymous.get("/v1/keys").json()["keys"]
+    key = Ed25519PublicKey.from_public_bytes(base64.b64decode(entry["public_key_raw_b64"]))
+    with daemon.orchestrator() as orch:
+        envelope = orch.get(f"/v1/operations/{derived_id}/receipt.dsse")
+    assert envelope.status_code == 200, envelope.text
+    result = verify_document(envelope.content, [key])
+    assert result.kind == "promotion_receipt"
+    assert result.keyid == entry["keyid"]
+    signed = json.loads(result.body)
+    assert signed["parent_bundle_id"] == bundle["bundle_id"]
+    assert signed["declined_paths"] == ["src/m5.py"]
+    assert result.identity_sha256 == _receipt(daemon, derived_id)["receipt_sha256"]

@@ -153,6 +153,8 @@ def _compose(
     path = change.path
     if change.operation != "modify" or change.old.sha256 is None or change.new.sha256 is None:
         raise SelectionInvalid(f"hunks can be chosen in modified files only, not in {path!r}")
+    if "120000" in (change.old.mode, change.new.mode):
+        raise SelectionInvalid(f"{path!r} is a symbolic link: accept or decline it whole")
     if not chosen:
         raise SelectionInvalid(f"no hunk is chosen in {path!r}: decline the path instead")
     old = services.blobs.read(change.old.sha256)
