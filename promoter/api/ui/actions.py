@@ -47,16 +47,32 @@ def _note(form: dict[str, str]) -> str:
 Action = Callable[[Services, Session, str, dict[str, str]], str | None]
 
 
+def _hunks(form: dict[str, str], accepted: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Per accepted file offered hunk by hunk (``hunkpath-I``, ``hunkcount-I``), the hunks
+    checked (``hunk-I-N``), when some are not."""
+    chosen: dict[str, tuple[int, ...]] = {}
+    for key, path in form.items():
+        index = key.removeprefix("hunkpath-")
+        count = form.get(f"hunkcount-{index}", "")
+        if key == index or not count.isdigit() or path not in accepted:
+            continue
+        checked = tuple(n for n in range(1, int(count) + 1) if f"hunk-{index}-{n}" in form)
+        if len(checked) < int(count):
+            chosen[path] = checked
+    return chosen
+
+
 def _selection(form: dict[str, str]) -> Selection | None:
-    """The review page's per-file checkboxes (``accept-N``, ``files`` of them shown): a
-    part when some are unchecked, None when all are."""
+    """The review page's checkboxes (``accept-N``, ``files`` of them shown; hunks): a part
+    when some are unchecked, None when all are."""
     shown = form.get("files", "")
     if not shown.isdigit():
         return None
     accepted = tuple(v for k, v in form.items() if k.startswith("accept-"))
+    hunks = _hunks(form, accepted)
     if len(accepted) == int(shown):
-        return None
-    return Selection(only=accepted)
+        return Selection(hunks=hunks) if hunks else None
+    return Selection(only=accepted, hunks=hunks)
 
 
 def _decide(verdict: str) -> Action:

@@ -162,7 +162,9 @@ def _compose(
     sides = (old, new)
     if not all(_text(s) for s in sides):
         raise SelectionInvalid(f"{path!r} is binary: accept or decline it whole")
-    small = all(len(s) <= SMALL_BYTES and s.count(b"\n") < SMALL_LINES for s in sides)
+    small = all(
+        len(s) <= SMALL_BYTES and len(hunk_math.split_lines(s)) <= SMALL_LINES for s in sides
+    )
     if not small:
         raise SelectionInvalid(
             f"{path!r} is too large to choose hunks in (over {SMALL_BYTES} bytes or "
