@@ -64,7 +64,9 @@ def review(
         print_diff(diffs[op["operation_id"]], stat=stat, pager=False)
         console.print(
             f"  approve: promoter approve {op['operation_id']} --note '...'; "
-            f"reject: promoter reject {op['operation_id']} --note '...'"
+            f"reject: promoter reject {op['operation_id']} --note '...'; "
+            "a part: add --only PATH... or --except PATH..., or --hunks PATH=N,N "
+            "(hunks numbered by their @@ lines in each file, from 1)"
         )
 
 
