@@ -155,8 +155,10 @@ def approve(
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Approve a held promotion, or a part of it: its attempt starts and re-checks
-    everything (operator)."""
+    """Approve a held promotion (or a part: --only, --except, --hunks) (operator).
+
+    Its attempt starts and re-checks everything; a part is derived, verified again and
+    promoted as its own operation."""
     if only and except_:
         raise typer.BadParameter("give --only or --except, not both")
     if (only or except_) != bool(paths):
