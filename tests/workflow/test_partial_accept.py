@@ -377,3 +377,15 @@ def test_the_parts_signed_receipt_verifies_offline_and_names_the_declined(gated:
     assert signed["parent_bundle_id"] == bundle["bundle_id"]
     assert signed["declined_paths"] == ["src/m5.py"]
     assert result.identity_sha256 == _receipt(daemon, derived_id)["receipt_sha256"]
+
+
+def test_selecting_every_path_and_hunk_is_an_ordinary_approval(gated: Gated) -> None:
+    daemon, repo, identity = gated
+    parent_id, _ = _five(daemon, repo, identity)
+    answer = _approve(daemon, parent_id, only=sorted(FILES), hunks={"src/m1.py": [1]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["operation_id"] == parent_id
+    assert answer.json()["status"] == "completed"
+    receipt = _receipt(daemon, parent_id)
+    assert "parent_bundle_id" not in receipt and "declined_paths" not in receipt
+    assert all((repo / p).read_bytes() == NEW[p] for p in FILES)

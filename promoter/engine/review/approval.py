@@ -286,7 +286,8 @@ def decide_part(
     """Approve the part of a held promotion that ``selection`` accepts.
 
     The sub-bundle is derived and verified (and stored) first: a selection that is
-    refused changes nothing. Then, in one transaction, the held operation is journaled
+    refused changes nothing. A selection of every path and every hunk is the whole
+    bundle: an ordinary approval. Then, in one transaction, the held operation is journaled
     ``approved_in_part`` and refused with that code, and the derived bundle's operation
     is created with its approval and started (``ticket``).
     """
@@ -295,6 +296,10 @@ def decide_part(
         parent_bundle_id = str(parent_row.bundle_id)
     parent = load_bundle(services, parent_bundle_id)
     derived = partial.derive(services, parent, selection, by)
+    if not derived.declined and not derived.composed:  # every path, every hunk: all of it
+        return decide(
+            services, operation_id, "approve", note=note, by=by, role=role, claimed_by=claimed_by
+        )
     receipt = partial.store(services, derived)
     bundle = derived.bundle
     with services.db.session() as session:
