@@ -59,7 +59,12 @@ def test_hostile_path_and_content_render_as_text_and_no_script_runs(
     context = browser.new_context(bypass_csp=True)  # escaping alone must hold
     page = context.new_page()
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
     try:
         _log_in(page, daemon)
         for url in ("/ui/review", f"/ui/operations/{operation_id}", "/ui/operations"):
