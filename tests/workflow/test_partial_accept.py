@@ -26,6 +26,7 @@ from promoter.config import RepositoryConfig
 from promoter.domain.documents import seal_bundle
 from promoter.domain.hunks import compose
 from promoter.engine.receipts.signing import verify_document
+from promoter.store.credentials import add_operator
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
@@ -389,3 +390,27 @@ def test_selecting_every_path_and_hunk_is_an_ordinary_approval(gated: Gated) -> 
     receipt = _receipt(daemon, parent_id)
     assert "parent_bundle_id" not in receipt and "declined_paths" not in receipt
     assert all((repo / p).read_bytes() == NEW[p] for p in FILES)
+
+
+def test_a_named_credential_is_the_author_of_composed_bytes_not_a_claimed_name(
+    gated: Gated,
+) -> None:
+    daemon, repo, identity = gated
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    new = _three_hunks(OLD_TEXT)
+    parent_id, _ = _held(daemon, repo, identity, [("src/text.txt", OLD_TEXT, new)])
+    ana = add_operator(daemon.state_dir / "credentials", "ana")
+    with daemon.client(ana) as client:
+        answer = client.post(
+            f"/v1/operations/{parent_id}/approve",
+            json={"hunks": {"src/text.txt": [1]}, "by": "the agent", "wait": True},
+        )
+    assert answer.status_code == 200, answer.text
+    derived = answer.json()
+    receipt = _receipt(daemon, derived["operation_id"])
+    assert receipt["composed"] == [{"path": "src/text.txt", "hunks": [1], "by": "ana"}]
+    first = next(e for e in derived["events"] if e["kind"] == "decision")["payload"]
+    assert first["by"] == {"role": "operator", "name": "ana"}
+    assert first["claimed_by"] == "the agent"
+    assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 2\n", b"line two\n")
