@@ -23,6 +23,7 @@ from promoter.engine.verify.bundle import Verification, verify
 from promoter.errors import (
     BundleConflict,
     BundleUnknown,
+    DerivedBundleRefused,
     Forbidden,
     NotFound,
     OwnedByOtherHost,
@@ -52,7 +53,16 @@ def verify_bundle(
 
 
 def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:
-    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted)."""
+    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
+
+    A document carrying ``derived_from`` is refused whoever sends it: only the host
+    derives a bundle, from a stored one, on an operator's decision
+    (``promoter.engine.review.partial``), so no bundle can claim a review it never had.
+    """
+    if isinstance(data, dict) and "derived_from" in data:
+        raise DerivedBundleRefused(
+            "a bundle that names derived_from is made by the host at review, never submitted"
+        )
     bundle = parse_model(PatchBundleV1, data)
     if run_id is not None and bundle.executor_run_id != run_id:
         raise Forbidden("an executor may submit bundles of its own run only")

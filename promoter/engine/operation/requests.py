@@ -37,7 +37,7 @@ from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.queries import guarded_here, operation_summary
-from promoter.engine.review import approval
+from promoter.engine.review import approval, partial
 from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
@@ -199,11 +199,13 @@ def decide(
     by: str,
     role: str,
     claimed_by: str = "",
+    selection: partial.Selection | None = None,
 ) -> Requested:
     """The operator's decision on a held promotion; an approval starts its attempt.
 
     ``by`` and ``role`` are the authenticated principal's; ``claimed_by`` a name the
-    request carried, journaled apart and deciding nothing."""
+    request carried, journaled apart and deciding nothing. ``selection``: the part an
+    approval accepts; then the operation answered is the derived one, which runs."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
     with _request_lock:
@@ -215,9 +217,12 @@ def decide(
             by=by,
             role=role,
             claimed_by=claimed_by,
+            selection=selection,
         )
     if decided.ticket is not None:
         runner(services).submit(decided.ticket)
+        if decided.derived_operation_id is not None:
+            return Requested(decided.derived_operation_id, OperationStatus.IN_PROGRESS, True)
         return Requested(operation_id, decided.status, True)
     return Requested(operation_id, decided.status, False)
 
