@@ -22,11 +22,13 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import merge_cmd, review_cmd
+from promoter.domain.documents import seal_bundle
+from promoter.engine.intake.bundles import submit_bundle
 from promoter.engine.review.merge import MAX_MERGE_BYTES
-from promoter.errors import MergeConflict, MergeUnsupported
+from promoter.errors import MergeConflict, MergeUnsupported, VerificationFailed
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, make_bundle, sha, upload
+from tests.support.flows import init_repo, make_bundle, sha, state, upload
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
 BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
@@ -356,4 +358,45 @@ def test_cli_merge_shows_the_conflict_and_writes_nothing(
     assert "<<<<<<< yours\nline 2 by the person\n=======\nline 2 by the agent\n>>>>>>> agent\n" in (
         shown.output
     )
+    assert _worktree(work) == before
+
+
+def _forged(document: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The merged bundle ``document`` with fields replaced, sealed again."""
+    forged = {k: v for k, v in document.items() if k not in ("bundle_id", "bundle_sha256")}
+    forged.update(changes)
+    forged["change_count"] = len(forged["changes"])
+    forged["total_bytes"] = sum(c["new"]["bytes"] or 0 for c in forged["changes"])
+    return seal_bundle(forged)
+
+
+@pytest.mark.parametrize("attack", ["smuggled_path", "carried_change_altered", "old_not_bound"])
+def test_merged_bundle_that_breaks_its_binding_is_refused_even_from_the_host(
+    served: Daemon, work: Path, attack: str
+) -> None:
+    operation_id = _drifted(served, work, PERSON)
+    result = _merge(served, operation_id).json()
+    with served.orchestrator() as orch:
+        document = orch.get(f"/v1/bundles/{result['bundle_id']}").json()
+    changes = {c["path"]: c for c in document["changes"]}
+    other = b"not the person's bytes\n"
+    served.services.blobs.put(sha(other), other)
+    if attack == "smuggled_path":
+        extra = {
+            "path": "src/zz.py",
+            "operation": "create",
+            "old": state(None),
+            "new": state(other),
+        }
+        forged = _forged(document, changes=[*document["changes"], extra])
+    elif attack == "carried_change_altered":
+        changes["src/extra.py"] = {**changes["src/extra.py"], "new": state(other)}
+        forged = _forged(document, changes=[changes["src/app.py"], changes["src/extra.py"]])
+    else:
+        changes["src/app.py"] = {**changes["src/app.py"], "old": state(other)}
+        forged = _forged(document, changes=[changes["src/app.py"], changes["src/extra.py"]])
+    before = _worktree(work)
+    with pytest.raises(VerificationFailed, match="the merge binding does not hold"):
+        submit_bundle(served.services, forged, run_id=None, host_made=True)
+    assert served.services.audit.get("bundle", forged["bundle_id"]) is None
     assert _worktree(work) == before
