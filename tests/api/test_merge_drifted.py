@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from promoter import faults
 from promoter.cli import merge_cmd, review_cmd
 from promoter.domain.documents import seal_bundle
 from promoter.engine.intake.bundles import submit_bundle
@@ -29,6 +31,7 @@ from promoter.errors import MergeConflict, MergeUnsupported, VerificationFailed
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, make_bundle, sha, state, upload
+from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
 BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
@@ -400,3 +403,29 @@ def test_merged_bundle_that_breaks_its_binding_is_refused_even_from_the_host(
         submit_bundle(served.services, forged, run_id=None, host_made=True)
     assert served.services.audit.get("bundle", forged["bundle_id"]) is None
     assert _worktree(work) == before
+
+
+def test_save_landing_while_the_merge_runs_is_never_overwritten(
+    served: Daemon, work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    operation_id = _drifted(served, work, PERSON)
+    pause = Pause(tmp_path, "merge_inputs_read")
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(_merge(served, operation_id)))
+    thread.start()
+    pause.reached()  # the merge read the person's bytes and has not merged yet
+    newest = PERSON + b"saved while the merge ran\n"
+    (work / "src" / "app.py").write_bytes(newest)
+    pause.release()
+    thread.join(120)
+    monkeypatch.delenv(faults.ENV)
+    [answer] = answers
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["paths"][0]["current"]["sha256"] == sha(PERSON)  # what it read
+    held = answer.json()["promotion"]["operation_id"]
+    with served.operator() as op:
+        view = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
+    assert (view["status"], view["code"], view["steps"]) == ("refused", "target_drift", [])
+    assert (work / "src" / "app.py").read_bytes() == newest
+    assert not (work / "src" / "extra.py").exists()

@@ -22,6 +22,9 @@ at most ``MAX_MERGE_BYTES``), and never written.
   over ``MAX_MERGE_BYTES``): ``MergeUnsupported`` with the old, current and new hashes,
   modes and sizes side by side; no bundle, nothing written.
 
+Fault point: ``merge_inputs_read`` (the person's bytes were read, nothing merged yet: a
+save that lands now is not in the merge, and the merged bundle's promotion refuses it).
+
 A merge of a merged bundle's operation starts again from the original bundle, so a file
 that moved once more can be merged afresh. The same inputs always make the same bundle
 (its ``created_at`` is the original's), hence the same held operation.
@@ -37,6 +40,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from promoter import faults
 from promoter.domain.documents import seal_bundle
 from promoter.domain.models import Change, FileState, MergedPath, MergeOrigin, PatchBundleV1
 from promoter.domain.path_state import SYMLINK_MODE, Verdict, classify
@@ -233,6 +237,7 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
     repository = services.registry.by_identity(identity)
     drifted = _read_drifted(services, str(repository.worktree), original)
+    faults.point("merge_inputs_read")
     if not drifted:
         raise MergeUnsupported(
             "no target file differs from the bundle's old and new states: the drift is "
