@@ -429,3 +429,18 @@ def test_save_landing_while_the_merge_runs_is_never_overwritten(
     assert (view["status"], view["code"], view["steps"]) == ("refused", "target_drift", [])
     assert (work / "src" / "app.py").read_bytes() == newest
     assert not (work / "src" / "extra.py").exists()
+
+
+def test_persons_execute_bit_is_kept_through_the_merge(served: Daemon, work: Path) -> None:
+    _, bundle, receipt = submit(served, work, _identity(served), CHANGES)
+    (work / "src" / "app.py").chmod(0o755)  # the person's only change: the mode
+    view = promote(served, bundle, receipt).json()
+    assert view["code"] == "target_drift"
+    answer = _merge(served, view["operation_id"])
+    assert answer.status_code == 201, answer.text
+    held = answer.json()["promotion"]["operation_id"]
+    with served.operator() as op:
+        done = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
+    assert done["status"] == "completed"
+    assert (work / "src" / "app.py").read_bytes() == AGENT
+    assert (work / "src" / "app.py").stat().st_mode & 0o777 == 0o755
