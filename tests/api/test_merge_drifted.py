@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -444,3 +445,28 @@ def test_persons_execute_bit_is_kept_through_the_merge(served: Daemon, work: Pat
     assert done["status"] == "completed"
     assert (work / "src" / "app.py").read_bytes() == AGENT
     assert (work / "src" / "app.py").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_name_that_is_not_utf8_is_read_and_written_under_its_exact_bytes(
+    served: Daemon, work: Path
+) -> None:
+    disk, wire = b"src/caf\xe9.py", "src/caf\\xe9.py"  # Latin-1 on disk, wire form in JSON
+    at = os.path.join(os.fsencode(work), disk)
+    with open(at, "wb") as out:
+        out.write(BASE)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "a Latin-1 name")
+    _, bundle, receipt = submit(served, work, _identity(served), [(wire, BASE, AGENT)])
+    with open(at, "wb") as out:
+        out.write(PERSON)
+    view = promote(served, bundle, receipt).json()
+    assert view["code"] == "target_drift"
+    answer = _merge(served, view["operation_id"])
+    assert answer.status_code == 201, answer.text
+    assert [p["path"] for p in answer.json()["paths"]] == [wire]
+    held = answer.json()["promotion"]["operation_id"]
+    with served.operator() as op:
+        done = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
+    assert done["status"] == "completed", done
+    with open(at, "rb") as src:
+        assert src.read() == MERGED
