@@ -470,3 +470,32 @@ def test_a_name_that_is_not_utf8_is_read_and_written_under_its_exact_bytes(
     assert done["status"] == "completed", done
     with open(at, "rb") as src:
         assert src.read() == MERGED
+
+
+def test_a_staged_edit_is_refused_with_how_to_unstage_it(served: Daemon, work: Path) -> None:
+    operation_id = _drifted(served, work, PERSON)
+    git(work, "add", "src/app.py")
+    before = _worktree(work)
+    answer = _merge(served, operation_id)
+    assert answer.status_code == 409, answer.text
+    problem = answer.json()
+    assert (problem["code"], problem["staged"], problem["paths"]) == (
+        "merge_unsupported",
+        ["src/app.py"],
+        [],
+    )
+    assert "git restore --staged" in problem["detail"]
+    assert _worktree(work) == before
+    git(work, "restore", "--staged", "src/app.py")
+    assert _merge(served, operation_id).status_code == 201
+
+
+def test_head_moved_is_refused_since_the_grant_cannot_hold(served: Daemon, work: Path) -> None:
+    operation_id = _drifted(served, work, PERSON)
+    git(work, "commit", "-q", "-am", "the person commits their edit")
+    answer = _merge(served, operation_id)
+    assert answer.status_code == 409, answer.text
+    problem = answer.json()
+    assert problem["code"] == "merge_unsupported"
+    assert problem["repository"]["head"]["ok"] is False
+    assert (work / "src" / "app.py").read_bytes() == PERSON

@@ -17,6 +17,9 @@ at most ``MAX_MERGE_BYTES``), and never written.
   a person's approval, and its attempt refuses (``target_drift``) if a file moved again.
 - Any drifted path has conflicts: ``MergeConflict`` carrying, per path, the merged text
   with its conflict markers (cut at ``SHOWN_CHARS``); no bundle, nothing written.
+- The grant's HEAD, branch or tree moved, or a target is staged in the index (read as
+  the promotion's read-back reads them): ``MergeUnsupported`` at once, since a merged
+  bundle is held to the same grant and could never be promoted.
 - Any drifted path is not text on every side (binary: a NUL byte; a symlink, directory,
   special file or missing file in the worktree; a create, delete or link in the bundle;
   over ``MAX_MERGE_BYTES``): ``MergeUnsupported`` with the old, current and new hashes,
@@ -47,8 +50,11 @@ from promoter.domain.path_state import SYMLINK_MODE, Verdict, classify
 from promoter.domain.paths import disk_path
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle, submit_bundle
+from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests
+from promoter.engine.operation.preconditions import read_back
 from promoter.engine.queries import guarded_here
+from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import (
     MergeConflict,
@@ -168,6 +174,33 @@ def _read_drifted(services: Services, worktree: str, bundle: PatchBundleV1) -> l
     return found
 
 
+def _refuse_what_a_merge_cannot_mend(
+    services: Services, repository: Repository, bundle: PatchBundleV1, operation_id: str
+) -> None:
+    """``MergeUnsupported`` when the grant's HEAD, branch or tree moved, or a target is
+    staged: a merged bundle is held to the same grant, so it could never be promoted."""
+    grant = load_grant(services, bundle.grant_id)
+    with Root.open(repository.worktree) as root:
+        found = read_back(repository.layout, root, grant, bundle)
+    if not found.repository_ok:
+        raise MergeUnsupported(
+            "the repository moved since the grant (HEAD, branch or tree): a merged bundle "
+            "is held to the same grant and could not be promoted; ask for a new run",
+            operation_id=operation_id,
+            paths=[],
+            repository=found.repository,
+        )
+    staged = [p["path"] for p in found.paths if p["index_actual"] != p["index_expected"]]
+    if staged:
+        raise MergeUnsupported(
+            "a target is staged in the index, which promoter never writes: unstage it "
+            "(git restore --staged PATH, your file stays as it is) and merge again",
+            operation_id=operation_id,
+            paths=[],
+            staged=staged,
+        )
+
+
 def _merge_all(services: Services, drifted: list[PathMerge]) -> None:
     scratch = services.settings.state_dir / "merge"
     for item in drifted:
@@ -236,12 +269,12 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     bundle = load_bundle(services, bundle_id)
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
     repository = services.registry.by_identity(identity)
+    _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
     drifted = _read_drifted(services, str(repository.worktree), original)
     faults.point("merge_inputs_read")
     if not drifted:
         raise MergeUnsupported(
-            "no target file differs from the bundle's old and new states: the drift is "
-            "elsewhere (HEAD, branch or index), which a merge cannot mend",
+            "no target file differs from the bundle's old and new states: nothing to merge",
             operation_id=operation_id,
             paths=[],
         )
