@@ -40,7 +40,7 @@ operator only).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from promoter import faults
@@ -86,7 +86,6 @@ class PathMerge:
     current: bytes | None = None
     merged: bytes | None = None
     conflicts: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         old, new = self.change.old, self.change.new
