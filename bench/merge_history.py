@@ -24,6 +24,7 @@ import argparse
 import difflib
 import itertools
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,7 @@ class Tally:
     placed_by_line_numbers: int = 0
     conflicts_among_placed: int = 0
     seconds: float = 0.0
+    merge_ms: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -193,6 +195,14 @@ class Replay:
         for client in (self.orchestrator, self.operator, self.executor):
             client.close()
 
+    def _merge(self, operation_id: str, tally: Tally) -> dict[str, Any]:
+        """The merge request, timed (clean: storing and holding the bundle included)."""
+        started = time.perf_counter()
+        try:
+            return self.operator.merge(operation_id)
+        finally:
+            tally.merge_ms.append((time.perf_counter() - started) * 1000)
+
     def one(self, number: int, pair: Pair, tally: Tally) -> None:
         rel = f"p{number:04d}/{pair.path}"
         target = self.repo / rel
@@ -225,7 +235,7 @@ class Replay:
         tally.placed_by_line_numbers += pair.placed
         tally.person_bytes_total += sum(len(line) * n for line, n in person_added.items())
         try:
-            merged = self.operator.merge(str(refused["operation_id"]))
+            merged = self._merge(str(refused["operation_id"]), tally)
         except MergeConflict:
             tally.conflicts += 1
             tally.conflicts_among_placed += pair.placed
@@ -274,7 +284,11 @@ def run(source: Path, wanted: int, commits: int) -> dict[str, Any]:
             finally:
                 replay.close()
             tally.seconds = time.perf_counter() - started
-    result = {k: v for k, v in tally.__dict__.items() if k != "notes"}
+    result = {k: v for k, v in tally.__dict__.items() if k not in ("notes", "merge_ms")}
+    times = sorted(tally.merge_ms)
+    if times:  # the merge request alone; a clean one includes storing and holding the bundle
+        result["merge_ms_median"] = round(statistics.median(times), 1)
+        result["merge_ms_max"] = round(times[-1], 1)
     result["notes"] = tally.notes[:20]
     return result
 
