@@ -334,6 +334,21 @@ class ApprovedInPart(Conflict):
     title = "A person accepted part of this bundle; the part is promoted as its own operation"
 
 
+class MergeConflict(Conflict):
+    """A three-way merge of a drifted file left conflicts: they are shown, nothing written."""
+
+    code = "merge_conflict"
+    title = "The merge of a drifted file has conflicts; nothing was written"
+
+
+class MergeUnsupported(Conflict):
+    """A drifted path cannot be merged as text (binary, a symlink, missing, too large):
+    shown side by side, nothing written."""
+
+    code = "merge_unsupported"
+    title = "A drifted path cannot be merged as text; nothing was written"
+
+
 class NotRecoverable(Conflict):
     code = "not_recoverable"
     title = "Only an operation that needs recovery can be recovered"

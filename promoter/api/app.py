@@ -24,6 +24,7 @@ from promoter.api.routes import (
     events,
     health,
     keys,
+    merge,
     operations,
     problem_types,
     registry,
@@ -103,6 +104,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         keys,
         snapshots,
         trace,
+        merge,
         problem_types,
     ):
         app.include_router(module.router)

@@ -77,6 +77,11 @@ ENTRIES = (
         "promoter.cli.review_cmd",
     ),
     Entry(
+        "merge",
+        "Merge a drifted promotion's files into a new bundle held for approval (operator).",
+        "promoter.cli.merge_cmd",
+    ),
+    Entry(
         "credentials",
         "Named operator credentials: the approver an approval records.",
         "promoter.cli.credentials_cmd",

@@ -262,6 +262,11 @@ class PromoterClient(BlobCalls):
         body = {"note": note}
         return self._json("POST", f"/v1/operations/{segment(operation_id)}/reopen", json_body=body)
 
+    def merge(self, operation_id: str) -> Json:
+        """Merge a promotion refused with ``target_drift`` into a new bundle held for
+        approval (operator); ``MergeConflict``/``MergeUnsupported`` carry ``paths``."""
+        return self._json("POST", f"/v1/operations/{segment(operation_id)}/merge")
+
     def recover(self, operation_id: str, fence: int) -> Json:
         path = f"/v1/operations/{segment(operation_id)}/recover"
         return self._json("POST", path, json_body={"fence": fence})

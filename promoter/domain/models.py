@@ -244,6 +244,24 @@ class DerivedFrom(Strict):
     composed: list[ComposedPath]
 
 
+class MergedPath(Strict):
+    # One path of a merged bundle: the three inputs of its three-way merge, by sha256.
+    # ``old_sha256`` the original bundle's old state (the merge base), ``current_sha256``
+    # the person's bytes found in the worktree, ``new_sha256`` the original's new state.
+    path: WirePath
+    old_sha256: Sha256
+    current_sha256: Sha256
+    new_sha256: Sha256
+
+
+class MergeOrigin(Strict):
+    # What a merged bundle (SPEC §10.14) was made from: the original bundle and, per
+    # merged path, the three input hashes. Part of the bundle's identity.
+    bundle_id: BundleId
+    bundle_sha256: Sha256
+    paths: Annotated[list[MergedPath], Field(min_length=1, max_length=1_000_000)]
+
+
 class PatchBundleV1(Document):
     schema_: Literal["PatchBundleV1"] = Field(alias="schema")
     bundle_id: BundleId
@@ -262,9 +280,12 @@ class PatchBundleV1(Document):
     # accepted); left out of the wire when unset, so executor bundles keep their bytes.
     # Intake refuses any submitted document that carries it.
     derived_from: DerivedFrom | None = None
+    # set only on a bundle the host made by merging a drifted bundle (SPEC §10.14); left
+    # out of the wire when unset, so every other bundle keeps its v1 bytes and hash
+    merge: MergeOrigin | None = None
 
     def wire(self) -> dict[str, Any]:
-        return _without_unset(super().wire(), ("derived_from",))
+        return _without_unset(super().wire(), ("derived_from", "merge"))
 
 
 CheckName = Literal[

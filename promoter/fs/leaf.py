@@ -204,6 +204,39 @@ def hash_steady(fd: int, before: os.stat_result) -> LeafState | None:
     )
 
 
+def read_leaf_bytes(dir_fd: int, name: str, rel: str, state: LeafState, limit: int) -> bytes:
+    """The bytes of the regular file ``name`` that was just read as ``state``.
+
+    Opened ``O_NOFOLLOW|O_NONBLOCK``; it must be the same inode, at most ``limit`` bytes
+    (never more is read), and hash to ``state.sha256``: otherwise it changed since it was
+    read and ``PathUnsafe`` is raised (nothing is returned of a file in flux).
+    """
+    changed = PathUnsafe("the file changed while it was read", path=rel)
+    try:
+        fd = os.open(name, LEAF_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise changed from exc
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (state.dev, state.ino):
+            raise changed
+        while chunk := os.read(fd, min(_CHUNK, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise changed
+    except OSError as exc:
+        raise os_error("reading the target", rel, exc) from exc
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if hashlib.sha256(data).hexdigest() != state.sha256:
+        raise changed
+    return data
+
+
 def read_leaf(dir_fd: int, name: str, rel: str, root_dev: int) -> LeafState:
     """Classify the entry ``name`` of an open directory without following or blocking.
 

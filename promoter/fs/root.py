@@ -3,7 +3,8 @@
 ``Root.open(path)`` holds the worktree root; ``open_parent`` reaches the directory of a
 target through a descriptor chain (creating missing directories when asked) and returns
 the ``Parent`` that changes it (``atomic.py``: a handle holding that chain);
-``read_state`` reads what is at a path without following anything;
+``read_state`` reads what is at a path without following anything (``read_content`` its
+bytes too, bounded);
 ``remove_dir_if_empty`` removes an empty directory. This module imports ``atomic.py`` and
 ``chain.py``, never the other way round (a chain knows its root as ``chain.ChainRoot``).
 ``Root.walks`` and ``Root.rewalks`` count the chains walked from the root and the full
@@ -25,7 +26,7 @@ from promoter.errors import PathUnsafe, PromoterError, TargetDrift
 from promoter.fs import flush
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import DIR_FLAGS, ON_ANOTHER_MOUNT, HoldsFd, ParentChain, Walked, open_dir
-from promoter.fs.leaf import MISSING, LeafState, os_error, split_rel
+from promoter.fs.leaf import MISSING, LeafState, os_error, read_leaf_bytes, split_rel
 from promoter.fs.syscalls import mount_id
 
 __all__ = ["Root"]
@@ -210,6 +211,25 @@ class Root(HoldsFd):
             state = chain.leaf_state()
             chain.verify_chain()
         return state
+
+    def read_content(self, rel: str, limit: int) -> tuple[LeafState, bytes | None]:
+        """What is at ``rel`` and, for a regular file of at most ``limit`` bytes, its bytes.
+
+        Read through a fresh chain as ``read_state`` reads (no symlink followed anywhere,
+        mounts refused); the bytes come from the same inode and must hash to the state
+        read (``leaf.read_leaf_bytes``). A symlink, directory, special file or larger file
+        comes back without bytes, and nothing of a larger file is held in memory.
+        """
+        chain = self._open_chain(rel)
+        if chain is None:
+            return MISSING, None
+        with chain:
+            state = chain.leaf_state()
+            data: bytes | None = None
+            if state.kind == "file" and state.size is not None and state.size <= limit:
+                data = read_leaf_bytes(chain.fd, chain.name, rel, state, limit)
+            chain.verify_chain()
+        return state, data
 
     def remove_dir_if_empty(self, rel: str) -> bool:
         """``rmdir`` directory ``rel`` if empty; False if missing, non-empty or not a directory."""

@@ -17,6 +17,7 @@ from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.intake.merged import merged_states
 from promoter.engine.services import Services
 from promoter.engine.verify.basetree import GitBaseTree
 from promoter.engine.verify.bundle import Verification, verify
@@ -48,22 +49,29 @@ def verify_bundle(
     repository = services.registry.by_identity(grant.repository_identity)
     cache = services.base_trees.setdefault(repository.identity, {})
     chained = implicit_states(services, grant) if grant.base_operation else None
+    merged = merged_states(services, bundle) if bundle.merge is not None else None
     base = GitBaseTree(repository.layout, cache, services.tree_links)
-    return verify(document, bundle, grant, services.blobs, base, chained)
+    return verify(document, bundle, grant, services.blobs, base, chained, merged)
 
 
-def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:
+def submit_bundle(
+    services: Services, data: Any, *, run_id: str | None, host_made: bool = False
+) -> Submitted:
     """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
 
     A document carrying ``derived_from`` is refused whoever sends it: only the host
     derives a bundle, from a stored one, on an operator's decision
     (``promoter.engine.review.partial``), so no bundle can claim a review it never had.
+    A merged bundle (``merge`` set) is made by the host only (``host_made``): from anyone
+    else it is ``forbidden``, since its old states are the person's bytes, not the grant's.
     """
     if isinstance(data, dict) and "derived_from" in data:
         raise DerivedBundleRefused(
             "a bundle that names derived_from is made by the host at review, never submitted"
         )
     bundle = parse_model(PatchBundleV1, data)
+    if bundle.merge is not None and not host_made:
+        raise Forbidden("a merged bundle is made by the host (promoter merge), never submitted")
     if run_id is not None and bundle.executor_run_id != run_id:
         raise Forbidden("an executor may submit bundles of its own run only")
     grant = load_grant(services, bundle.grant_id)

@@ -5,7 +5,8 @@ a second run of the same operation: completed returns the stored receipt's state
 progress its status, needs recovery or reconciliation that status; only a ``refused``
 operation gets a new attempt, unless a person rejected it (``approval_rejected``; final
 until an operator reopens it). Attempts run on a small worker pool off the request
-thread; ``wait`` blocks on the attempt's future. Under the approval gate
+thread; ``wait`` blocks on the attempt's future. Under the approval gate (always for a
+merged bundle, whatever the grant and the repository say)
 (``promoter.engine.review.approval``) a request is held as ``awaiting_approval`` until
 ``decide``, and an approval starts the attempt. The protocol itself is in
 ``operation.promote``; preflight (SPEC §5.6) reuses its read-back and writes nothing.
@@ -143,7 +144,8 @@ def request_promotion(
         verification_receipt_sha256=receipt_sha256,
         repository_identity=repository.identity,
     )
-    gated = approval.required(repository, grant)
+    # a merged bundle (SPEC §10.14) always waits for a person's approval
+    gated = approval.required(repository, grant) or bundle.merge is not None
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
     # not flushed: the attempt's plan is a durable commit made before its first write, and

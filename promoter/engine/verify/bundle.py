@@ -290,15 +290,19 @@ def check_preconditions(
     base: BaseTree,
     facts: Facts,
     chained: Mapping[str, Mapping[str, Any]] | None = None,
+    merged: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Outcome:
-    """Explicit preconditions first; then, for a chained grant, the states its base
-    operations left (``chained``: source ``base_operation``); then the base tree."""
+    """For a merged bundle's merged paths, the person's bytes the merge bound (``merged``:
+    source ``merge``, SPEC §10.14); then explicit preconditions; then, for a chained grant,
+    the states its base operations left (``chained``: source ``base_operation``); then the
+    base tree."""
     explicit = {p.path: p for p in grant.target_preconditions}
     chained = chained or {}
+    merged = merged or {}
     implicit_paths = [
         path
         for path, error in zip(facts.paths, facts.path_errors, strict=True)
-        if path not in explicit and path not in chained and error is None
+        if path not in explicit and path not in chained and path not in merged and error is None
     ]
     try:
         base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
@@ -307,7 +311,9 @@ def check_preconditions(
     evidence: list[dict[str, Any]] = []
     problems: list[str] = []
     for change in bundle.changes:
-        if change.path in explicit:
+        if change.path in merged:
+            expected, source = dict(merged[change.path]), "merge"
+        elif change.path in explicit:
             spec = explicit[change.path].old
             expected, source = state_dict(spec.exists, spec.sha256, spec.mode), "explicit"
         elif change.path in chained:
@@ -351,10 +357,12 @@ def verify(
     blobs: BlobSizes,
     base: BaseTree,
     chained: Mapping[str, Mapping[str, Any]] | None = None,
+    merged: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Verification:
     """Run the seven checks and build the deterministic receipt.
 
-    ``chained``: the implicit preconditions a grant's ``base_operation`` gives its paths.
+    ``chained``: the implicit preconditions a grant's ``base_operation`` gives its paths;
+    ``merged``: a merged bundle's bound old states (``promoter.engine.intake.merged``).
     ``document`` is the document ``bundle`` was parsed from (or ``bundle.wire()``). It is
     encoded once: its hash for check (1), its bytes for the caller.
     """
@@ -367,7 +375,9 @@ def verify(
         "path_policy": lambda: check_path_policy(bundle, facts, grant, blobs, base),  # (4)
         "limits": lambda: check_limits(bundle, grant, facts),  # (5)
         "allowlist": lambda: check_allowlist(bundle, grant),  # (6)
-        "preconditions": lambda: check_preconditions(bundle, grant, base, facts, chained),  # (7)
+        "preconditions": lambda: check_preconditions(
+            bundle, grant, base, facts, chained, merged
+        ),  # (7)
     }
     results = [(name, checks[name]()) for name in CHECK_ORDER]
     receipt = {

@@ -1,0 +1,135 @@
+"""``POST /v1/operations/{id}/merge``: merge a drifted promotion into a new, held bundle.
+
+A thin adapter over ``promoter.engine.review.merge``: the operator only (the merge reads
+the person's worktree and makes a bundle whose old states are the person's bytes). A
+clean merge answers ``201`` with the new bundle, its verification receipt and its
+promotion held in ``awaiting_approval``; a conflicted one ``409 merge_conflict`` with the
+merged text and its markers per path; a path that is not text ``409 merge_unsupported``
+with the three sides' hashes and sizes. Nothing is written to the worktree in any case.
+Deliberately not here: the merge and its rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import OperatorDep, ServicesDep
+from promoter.api.models import Reply
+from promoter.api.openapi import Ok, operation
+from promoter.api.params import OperationIdParam
+from promoter.api.responses import json_response
+from promoter.api.routes.examples import BUNDLE_ID, OP_ID
+from promoter.engine.review.merge import merge_operation
+from promoter.engine.services import Services
+
+router = APIRouter(prefix="/v1")
+
+
+class MergeSide(Reply):
+    kind: str | None = None
+    sha256: str | None
+    mode: str | None
+    bytes: int | None
+
+
+class MergePathReport(Reply):
+    path: str
+    result: str
+    reason: str
+    old: MergeSide
+    current: MergeSide
+    new: MergeSide
+    conflicts: int | None = None
+    merged_text: str | None = None
+    truncated: bool | None = None
+
+
+class HeldPromotion(Reply):
+    operation_id: str | None
+    status: str
+    code: str | None
+    detail: str
+
+
+class MergeResult(Reply):
+    operation_id: str
+    bundle_id: str
+    bundle_sha256: str
+    verification_receipt_sha256: str
+    merged_from: str
+    paths: list[MergePathReport]
+    promotion: HeldPromotion
+
+
+SIDE = {"sha256": "2" * 64, "mode": "100644", "bytes": 24}
+MERGE_EXAMPLE: dict[str, Any] = {
+    "operation_id": OP_ID,
+    "bundle_id": "bnd_" + "7" * 32,
+    "bundle_sha256": "7" * 64,
+    "verification_receipt_sha256": "8" * 64,
+    "merged_from": BUNDLE_ID,
+    "paths": [
+        {
+            "path": "src/app.py",
+            "result": "clean",
+            "reason": "",
+            "old": SIDE,
+            "current": {"kind": "file", **SIDE},
+            "new": SIDE,
+        }
+    ],
+    "promotion": {
+        "operation_id": "op_" + "9" * 32,
+        "status": "awaiting_approval",
+        "code": None,
+        "detail": "",
+    },
+}
+MERGE_ERRORS = [
+    "operation_unknown",
+    "operation_conflict",
+    "merge_conflict",
+    "merge_unsupported",
+    "path_unsafe",
+    "owned_by_other_host",
+    "repository_unknown",
+    "verification_failed",
+    "blob_missing",
+    "git_error",
+]
+
+
+def _merge(services: Services, operation_id: str, by: str, role: str) -> dict[str, Any]:
+    return merge_operation(services, operation_id, by=by, role=role)
+
+
+@router.post(
+    "/operations/{operation_id}/merge",
+    **operation(
+        "mergeOperation",
+        summary="Merge a drifted promotion into a new bundle",
+        description="For a promotion refused with `target_drift`: a three-way merge "
+        "(`git merge-file`, in promoter's state directory, never the worktree) of the "
+        "bundle's old, the person's current and the bundle's new bytes of every drifted "
+        "file. Clean: a new bundle bound to the original and the three input hashes, whose "
+        "old states are the person's bytes, verified against the original grant and held "
+        "for approval (`201`). Conflicts: `409 merge_conflict` with the merged text and its "
+        "markers. Binary files, symlinks and files over the limit: `409 merge_unsupported`, "
+        "shown side by side. Nothing is written to the worktree. Operator only.",
+        tags=["operator"],
+        roles=["operator"],
+        errors=MERGE_ERRORS,
+        ok={201: Ok("the merged bundle and its held promotion", MergeResult, MERGE_EXAMPLE)},
+    ),
+)
+async def post_merge(
+    operation_id: OperationIdParam, principal: OperatorDep, services: ServicesDep
+) -> Response:
+    """Merge a drifted promotion's files into a new bundle held for approval."""
+    # who merged is the authenticated credential, never a name the request carries
+    result = await run_in_threadpool(_merge, services, operation_id, principal.name, principal.role)
+    return json_response(result, 201)

@@ -1,0 +1,57 @@
+"""The console's Merge button: merge a drifted promotion into a new bundle held for approval.
+
+``POST /ui/operations/{id}/merge`` is a CSRF-checked form post from an operator session
+(as every action in ``actions.py``) that calls the same engine function as
+``POST /v1/operations/{id}/merge`` with the session's credential. A clean merge sends the
+browser to the held promotion of the new bundle (303), where Approve and Reject are
+offered as for any held promotion. A conflicted merge, or a path that is not text, is
+shown on ``merge.html``: each conflicted file's merged text with its markers, or the
+old, current and new sides' hashes, modes and sizes next to each other; nothing was
+written. Any other refusal is the error page with its code.
+
+Deliberately not here: the merge and its rules (``promoter.engine.review.merge``), and
+what the operation page offers (``operation.html``'s ``merge`` block shows the button
+only on a promotion refused with ``target_drift``).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import get_services
+from promoter.api.ui.web import form_of, render, secure
+from promoter.engine.review.merge import merge_operation
+from promoter.errors import MergeConflict, MergeUnsupported, PromoterError
+
+router = APIRouter(prefix="/ui/operations/{operation_id}", include_in_schema=False)
+
+
+@router.post("/merge")
+async def post_merge(request: Request, operation_id: str) -> Response:
+    session = None
+    try:
+        session, _ = await form_of(request)
+        result = await run_in_threadpool(
+            merge_operation,
+            get_services(request),
+            operation_id,
+            by=session.name,
+            role=session.role,
+        )
+    except (MergeConflict, MergeUnsupported) as exc:
+        paths = exc.context.get("paths") or []
+        return render(
+            "merge.html",
+            exc.http_status,
+            session,
+            operation_id=operation_id,
+            code=exc.code,
+            detail=exc.detail,
+            paths=paths,
+        )
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    held = result["promotion"]["operation_id"] or operation_id
+    return secure(RedirectResponse(f"/ui/operations/{held}", status_code=303))

@@ -1,0 +1,87 @@
+"""``promoter merge OP``: merge a drifted promotion away from the worktree (operator).
+
+Asks the host (``POST /v1/operations/{id}/merge``) for a three-way merge of every file of
+the operation's bundle that the person changed, and prints what came of it: the new
+bundle held for approval (approve it with ``promoter approve``), or each conflict with
+the merged text and its markers (nothing was written, no bundle made), or the paths that
+are not text shown side by side (old, current and new hash and size). Exits with the
+error's exit code when the merge made no bundle.
+
+Deliberately thin: the merge, its scratch area and its rules are the host's
+(``promoter.engine.review.merge``); this module only asks and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.client.sync import PromoterClient
+from promoter.errors import MergeConflict, MergeUnsupported
+
+__all__ = ["register"]
+
+
+def _side(name: str, side: dict[str, Any]) -> str:
+    digest = side.get("sha256") or "-"
+    kind = f" {side['kind']}" if side.get("kind") not in (None, "file") else ""
+    return f"{name}={str(digest)[:12]} {side.get('mode') or '-'} {side.get('bytes')} bytes{kind}"
+
+
+def _print_paths(paths: list[dict[str, Any]]) -> None:
+    for item in paths:
+        sides = ", ".join(_side(n, item[n]) for n in ("old", "current", "new"))
+        reason = f" ({escape(item['reason'])})" if item.get("reason") else ""
+        console.print(f"  {item['result']:<11} {escape(item['path'])}{reason}")
+        console.print(f"              {escape(sides)}")
+        if item.get("merged_text") is not None:
+            console.print(f"  --- {escape(item['path'])} with conflict markers (not written) ---")
+            typer.echo(item["merged_text"], nl=not item["merged_text"].endswith("\n"))
+            if item.get("truncated"):
+                console.print("  [... cut: the text is longer ...]")
+
+
+def merge(
+    operation: Annotated[str, typer.Argument(help="A promotion refused with target_drift.")],
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Merge a drifted promotion's files into a new bundle held for approval (operator)."""
+    with PromoterClient(server_url(url), read_token(token_file)) as client:
+        try:
+            result = client.merge(operation)
+        except (MergeConflict, MergeUnsupported) as exc:
+            if json_output:
+                typer.echo(json.dumps(exc.to_problem(), indent=2, sort_keys=True))
+            else:
+                console.print(f"[bold]{exc.code}[/]: {escape(exc.detail)}")
+                _print_paths(list(exc.context.get("paths") or []))
+            raise
+    if json_output:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    console.print(
+        f"merged into bundle [bold]{result['bundle_id']}[/] (from {result['merged_from']})"
+    )
+    _print_paths(result["paths"])
+    held = result["promotion"]
+    if held["operation_id"] is not None:
+        console.print(
+            f"operation [bold]{held['operation_id']}[/] {held['status']}: review it with "
+            f"promoter review, then promoter approve {held['operation_id']}"
+        )
+    else:
+        console.print(
+            f"the promotion is not held yet ({escape(str(held['code']))}: "
+            f"{escape(held['detail'])}); request it with a current fence"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``merge`` to the main app."""
+    app.command("merge")(merge)

@@ -1,0 +1,345 @@
+"""Merge a drifted promotion away from the worktree into a new bundle (SPEC §10.14).
+
+``merge_operation`` takes a promotion refused with ``target_drift`` and, for each of its
+bundle's targets that now reads as neither the bundle's old nor its new state (the person
+changed it), makes a three-way merge of (the bundle's old bytes, the person's current
+bytes, the bundle's new bytes) with ``git merge-file`` in a scratch directory under the
+state directory (``promoter.git.merge_file``). The person's bytes are read through the
+worktree's descriptor chain (``Root.read_content``: no symlink followed, mounts refused,
+at most ``MAX_MERGE_BYTES``), and never written.
+
+- Every drifted path merges cleanly: a new bundle is made whose merged paths have the
+  person's bytes as their old state and the merged bytes as their new state; the other
+  changes are carried over as they were; ``merge`` binds the original bundle and the
+  three input hashes per path. Its blobs are stored, it is verified against the original
+  grant (``promoter.engine.intake.merged`` says how) and stored, and a promotion of it is
+  held in ``awaiting_approval`` with the original's fence: it is never promoted without
+  a person's approval, and its attempt refuses (``target_drift``) if a file moved again.
+- Any drifted path has conflicts: ``MergeConflict`` carrying, per path, the merged text
+  with its conflict markers (cut at ``SHOWN_CHARS``); no bundle, nothing written.
+- The grant's HEAD, branch or tree moved, or a target is staged in the index (read as
+  the promotion's read-back reads them): ``MergeUnsupported`` at once, since a merged
+  bundle is held to the same grant and could never be promoted.
+- Any drifted path is not text on every side (binary: a NUL byte; a symlink, directory,
+  special file or missing file in the worktree; a create, delete or link in the bundle;
+  over ``MAX_MERGE_BYTES``): ``MergeUnsupported`` with the old, current and new hashes,
+  modes and sizes side by side; no bundle, nothing written.
+
+Fault point: ``merge_inputs_read`` (the person's bytes were read, nothing merged yet: a
+save that lands now is not in the merge, and the merged bundle's promotion refuses it).
+
+A merge of a merged bundle's operation starts again from the original bundle, so a file
+that moved once more can be merged afresh. The same inputs always make the same bundle
+(its ``created_at`` is the original's), hence the same held operation.
+
+Deliberately not here: the promotion protocol, which never merges (drift refuses), the
+approval itself (``promoter.engine.review.approval``) and roles (the route admits the
+operator only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from promoter import faults
+from promoter.domain.documents import seal_bundle
+from promoter.domain.models import Change, FileState, MergedPath, MergeOrigin, PatchBundleV1
+from promoter.domain.path_state import SYMLINK_MODE, Verdict, classify
+from promoter.domain.paths import disk_path
+from promoter.domain.status import OperationKind, OperationStatus
+from promoter.engine.intake.bundles import load_bundle, submit_bundle
+from promoter.engine.intake.grants import load_grant
+from promoter.engine.operation import requests
+from promoter.engine.operation.preconditions import read_back
+from promoter.engine.queries import guarded_here
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
+from promoter.errors import (
+    MergeConflict,
+    MergeUnsupported,
+    OperationConflict,
+    OperationUnknown,
+    PromoterError,
+)
+from promoter.fs.leaf import LeafState
+from promoter.fs.root import Root
+from promoter.git.merge_file import merge_bytes
+from promoter.store import journal, ledger
+
+__all__ = ["MAX_MERGE_BYTES", "SHOWN_CHARS", "merge_operation"]
+
+MAX_MERGE_BYTES = 8 * 1024 * 1024  # per side: larger files are shown, not merged
+SHOWN_CHARS = 256 * 1024  # of a conflicted merge's text, per path
+
+
+@dataclass
+class PathMerge:
+    """One drifted path: its three sides and what the merge made of them."""
+
+    path: str
+    change: Change
+    leaf: LeafState
+    result: str = "unsupported"  # "clean", "conflict" or "unsupported"
+    reason: str = ""
+    current: bytes | None = None
+    merged: bytes | None = None
+    conflicts: int = 0
+
+    def report(self) -> dict[str, Any]:
+        old, new = self.change.old, self.change.new
+        item: dict[str, Any] = {
+            "path": self.path,
+            "result": self.result,
+            "reason": self.reason,
+            "old": {"sha256": old.sha256, "mode": old.mode, "bytes": old.bytes},
+            "current": {
+                "kind": self.leaf.kind,
+                "sha256": self.leaf.sha256,
+                "mode": self.leaf.mode,
+                "bytes": self.leaf.size,
+            },
+            "new": {"sha256": new.sha256, "mode": new.mode, "bytes": new.bytes},
+        }
+        if self.result == "conflict" and self.merged is not None:
+            text = self.merged.decode("utf-8", errors="replace")
+            item["conflicts"] = self.conflicts
+            item["merged_text"] = text[:SHOWN_CHARS]
+            item["truncated"] = len(text) > SHOWN_CHARS
+        return item
+
+
+def _drifted_operation(services: Services, operation_id: str) -> tuple[str, int, str]:
+    """The bundle id, fence and repository identity of a promotion refused for drift."""
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        guarded_here(services.registry, services.owner.host, row)
+        drifted = row.status == OperationStatus.REFUSED and row.code == "target_drift"
+        if row.kind != OperationKind.PROMOTION or not drifted or row.bundle_id is None:
+            raise OperationConflict(
+                f"operation {operation_id} is {row.status} ({row.code or 'no code'}); only a "
+                "promotion refused with target_drift can be merged",
+                operation_id=operation_id,
+                current_status=row.status,
+            )
+        return row.bundle_id, int(row.fence or 0), row.repository_identity
+
+
+def _mode(change: Change, leaf: LeafState) -> str:
+    """The merged mode: each side's change of the execute bit is kept (both: the same)."""
+    base, yours, agent = change.old.mode, leaf.mode, change.new.mode
+    return str(agent if yours == base else yours)
+
+
+def _prepare(item: PathMerge, services: Services) -> tuple[bytes, bytes] | None:
+    """The old and new bytes when the path can be merged as text; else the reason set."""
+    change, leaf = item.change, item.leaf
+    if change.operation != "modify" or SYMLINK_MODE in (change.old.mode, change.new.mode):
+        item.reason = (
+            f"the bundle's change is a {change.operation} of a file or link, not a text edit"
+        )
+        return None
+    if leaf.kind != "file":
+        item.reason = f"the worktree holds a {leaf.kind} at this path, not a file"
+        return None
+    sizes = (change.old.bytes or 0, change.new.bytes or 0, leaf.size or 0)
+    if max(sizes) > MAX_MERGE_BYTES or item.current is None:
+        item.reason = f"a side is larger than the merge limit of {MAX_MERGE_BYTES} bytes"
+        return None
+    assert change.old.sha256 is not None and change.new.sha256 is not None
+    old, new = services.blobs.read(change.old.sha256), services.blobs.read(change.new.sha256)
+    if any(b"\0" in side for side in (old, item.current, new)):
+        item.reason = "binary: a side holds a NUL byte"
+        return None
+    return old, new
+
+
+def _read_drifted(services: Services, worktree: str, bundle: PatchBundleV1) -> list[PathMerge]:
+    """Each target that reads as neither old nor new, with the person's bytes if text-sized."""
+    found: list[PathMerge] = []
+    with Root.open(worktree) as root:
+        for change in bundle.changes:
+            leaf = root.read_state(disk_path(change.path))
+            if classify(leaf, change.old, change.new).verdict is not Verdict.NEITHER:
+                continue
+            item = PathMerge(change.path, change, leaf)
+            if leaf.kind == "file" and (leaf.size or 0) <= MAX_MERGE_BYTES:
+                leaf, item.current = root.read_content(disk_path(change.path), MAX_MERGE_BYTES)
+                item.leaf = leaf
+            found.append(item)
+    return found
+
+
+def _refuse_what_a_merge_cannot_mend(
+    services: Services, repository: Repository, bundle: PatchBundleV1, operation_id: str
+) -> None:
+    """``MergeUnsupported`` when the grant's HEAD, branch or tree moved, or a target is
+    staged: a merged bundle is held to the same grant, so it could never be promoted."""
+    grant = load_grant(services, bundle.grant_id)
+    with Root.open(repository.worktree) as root:
+        found = read_back(repository.layout, root, grant, bundle)
+    if not found.repository_ok:
+        raise MergeUnsupported(
+            "the repository moved since the grant (HEAD, branch or tree): a merged bundle "
+            "is held to the same grant and could not be promoted; ask for a new run",
+            operation_id=operation_id,
+            paths=[],
+            repository=found.repository,
+        )
+    staged = [p["path"] for p in found.paths if p["index_actual"] != p["index_expected"]]
+    if staged:
+        raise MergeUnsupported(
+            "a target is staged in the index, which promoter never writes: unstage it "
+            "(git restore --staged PATH, your file stays as it is) and merge again",
+            operation_id=operation_id,
+            paths=[],
+            staged=staged,
+        )
+
+
+def _merge_all(services: Services, drifted: list[PathMerge]) -> None:
+    scratch = services.settings.state_dir / "merge"
+    for item in drifted:
+        sides = _prepare(item, services)
+        if sides is None:
+            continue
+        assert item.current is not None
+        merged = merge_bytes(scratch, sides[0], item.current, sides[1])
+        item.merged, item.conflicts = merged.data, merged.conflicts
+        item.result = "clean" if merged.clean else "conflict"
+        item.reason = "" if merged.clean else f"{merged.conflicts} conflicting hunk(s)"
+
+
+def _state(data: bytes, mode: str) -> FileState:
+    return FileState.of(hashlib.sha256(data).hexdigest(), mode, len(data))
+
+
+def _merged_document(original: PatchBundleV1, merges: list[PathMerge]) -> dict[str, Any]:
+    by_path = {item.path: item for item in merges}
+    changes: list[dict[str, Any]] = []
+    for change in original.changes:
+        item = by_path.get(change.path)
+        if item is None:
+            changes.append(change.wire())
+            continue
+        assert item.current is not None and item.merged is not None
+        old = _state(item.current, str(item.leaf.mode))
+        new = _state(item.merged, _mode(change, item.leaf))
+        if old.same_content(new):
+            continue  # the person's bytes already are the merge: nothing left to write
+        changes.append(Change(path=change.path, operation="modify", old=old, new=new).wire())
+    origin = MergeOrigin(
+        bundle_id=original.bundle_id,
+        bundle_sha256=original.bundle_sha256,
+        paths=[
+            MergedPath(
+                path=item.path,
+                old_sha256=str(item.change.old.sha256),
+                current_sha256=str(item.leaf.sha256),
+                new_sha256=str(item.change.new.sha256),
+            )
+            for item in merges
+        ],
+    )
+    document = original.wire()
+    for name in ("bundle_id", "bundle_sha256"):
+        del document[name]
+    document.update(
+        changes=changes,
+        change_count=len(changes),
+        total_bytes=sum(c["new"]["bytes"] or 0 for c in changes),
+        merge=origin.wire(),
+    )
+    return seal_bundle(document)
+
+
+def merge_operation(services: Services, operation_id: str, *, by: str, role: str) -> dict[str, Any]:
+    """Merge the drifted paths of a promotion refused with ``target_drift`` (see above).
+
+    Answers the new bundle, its verification receipt, the held promotion (or why it could
+    not be held: e.g. ``lease_stale``; the bundle stays stored) and per path what the
+    merge made. Raises ``MergeConflict`` or ``MergeUnsupported`` with the per-path
+    report, ``OperationConflict`` for an operation that is not a drifted promotion.
+    """
+    bundle_id, fence, identity = _drifted_operation(services, operation_id)
+    bundle = load_bundle(services, bundle_id)
+    original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
+    repository = services.registry.by_identity(identity)
+    _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
+    drifted = _read_drifted(services, str(repository.worktree), original)
+    faults.point("merge_inputs_read")
+    if not drifted:
+        raise MergeUnsupported(
+            "no target file differs from the bundle's old and new states: nothing to merge",
+            operation_id=operation_id,
+            paths=[],
+        )
+    _merge_all(services, drifted)
+    report = [item.report() for item in drifted]
+    if any(item.result == "unsupported" for item in drifted):
+        raise MergeUnsupported(
+            "a drifted path cannot be merged as text; nothing was written",
+            operation_id=operation_id,
+            paths=report,
+        )
+    if any(item.result == "conflict" for item in drifted):
+        raise MergeConflict(
+            "the merge has conflicts; nothing was written and no bundle was made",
+            operation_id=operation_id,
+            paths=report,
+        )
+    document = _merged_document(original, drifted)
+    if not document["changes"]:
+        raise MergeUnsupported(
+            "the worktree already holds the merged result of every path: nothing is left "
+            "to promote",
+            operation_id=operation_id,
+            paths=report,
+        )
+    for item in drifted:
+        assert item.current is not None and item.merged is not None
+        services.blobs.put(hashlib.sha256(item.current).hexdigest(), item.current)
+        services.blobs.put(hashlib.sha256(item.merged).hexdigest(), item.merged)
+    submitted = submit_bundle(services, document, run_id=None, host_made=True)
+    merged = submitted.bundle
+    receipt_sha256 = submitted.receipt.receipt_sha256
+    with services.db.session() as session:
+        ledger.append(
+            session,
+            operation_id,
+            "decision",
+            {
+                "merge": {"bundle_id": merged.bundle_id, "bundle_sha256": merged.bundle_sha256},
+                "paths": [item.path for item in drifted],
+                "by": {"role": role, "name": by},
+            },
+        )
+    answer: dict[str, Any] = {
+        "operation_id": operation_id,
+        "bundle_id": merged.bundle_id,
+        "bundle_sha256": merged.bundle_sha256,
+        "verification_receipt_sha256": receipt_sha256,
+        "merged_from": original.bundle_id,
+        "paths": report,
+        "promotion": None,
+    }
+    try:
+        held = requests.request_promotion(services, merged.bundle_id, receipt_sha256, fence)
+    except PromoterError as exc:
+        answer["promotion"] = {
+            "operation_id": None,
+            "status": "not_held",
+            "code": exc.code,
+            "detail": exc.detail,
+        }
+    else:
+        answer["promotion"] = {
+            "operation_id": held.operation_id,
+            "status": held.status,
+            "code": None,
+            "detail": "",
+        }
+    return answer
