@@ -42,6 +42,7 @@ from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
+    HostFenced,
     OperationConflict,
     OperationUnknown,
     PromoterError,
@@ -94,6 +95,9 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
     operation_id = ticket.operation_id
     try:
         promote.run(services, ticket)
+    except HostFenced:  # logged by the check; the operation is the new owner's
+        log.error("the attempt of %s stopped: this host is fenced, nothing written", operation_id)
+        raise
     except Exception as exc:
         log.exception("attempt of %s failed unexpectedly", operation_id)
         error = stopped_by(exc, "the attempt")
@@ -147,6 +151,7 @@ def request_promotion(
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
     with _request_lock, services.db.session() as session:
+        services.db.guard_writes(session)  # a fenced host starts nothing
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
