@@ -30,6 +30,28 @@ FENCE_EXAMPLE = {
     "fenced_at": "2026-12-05T10:00:00Z",
     "operations": ["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
 }
+HOST_EXAMPLE = {
+    "host_id": "host-a",
+    "epoch": 2,
+    "status": "active",
+    "repositories": ["repo_6a9fde31bac70000000000000000000a"],
+    "registered_at": "2026-12-05T09:00:00Z",
+    "lease_until": None,
+    "lease_expired": True,
+    "fenced_at": "2026-12-05T10:00:00Z",
+    "fenced_by": "operator",
+    "fenced_to": "host-b",
+    "this_host": False,
+    "fences": [
+        {
+            "epoch": 2,
+            "to": "host-b",
+            "by": "operator",
+            "at": "2026-12-05T10:00:00Z",
+            "operations": ["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
+        }
+    ],
+}
 
 
 @router.get(
@@ -42,7 +64,7 @@ FENCE_EXAMPLE = {
         "its fences.",
         tags=["operator"],
         roles=OPERATOR,
-        ok={200: Ok("the hosts", HostList)},
+        ok={200: Ok("the hosts", HostList, {"hosts": [HOST_EXAMPLE]})},
     ),
 )
 async def get_hosts(_: OperatorDep, services: ServicesDep) -> Response:
@@ -86,7 +108,7 @@ async def post_fence(
         tags=["operator"],
         roles=OPERATOR,
         errors=["host_unknown", "database_busy"],
-        ok={200: Ok("the host", HostEntry)},
+        ok={200: Ok("the host", HostEntry, HOST_EXAMPLE)},
     ),
 )
 async def post_admit(host: HostIdParam, _: OperatorDep, services: ServicesDep) -> Response:
