@@ -274,6 +274,7 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger) -> None:
         assert (left["status"], left["owner"]["host"]) == ("needs_recovery", "host-b")
         assert [s["status"] for s in left["steps"]] == ["pending", "pending"]
     assert any("is fenced" in line for line in a.log)
+    assert _hosts(b)["host-a"]["lease_until"] is None  # its heartbeat renews nothing
     a.kill()
 
     back = ledger.daemon("a", env=SHORT_LEASE)  # a new process with host id A
