@@ -3,11 +3,11 @@
 Every daemon registers its host in the ledger at start (``register``) and keeps the
 epoch it read: from then on every transaction of an operation's unit of work, and every
 write path before its first worktree write (``check``), reads the host's row again
-under a share lock and goes on only while the host is ``active`` at that epoch; else it
-raises ``host_fenced`` and the caller writes nothing (the operation is left as it is,
-for the host it was handed to). A daemon that starts while its host is fenced stays
-fenced for its whole life: it serves reads and writes nothing until an operator admits
-the host again (``admit``) and it is restarted.
+holding the host's lock shared (``promoter.store.hosts``) and goes on only while the
+host is ``active`` at that epoch; else it raises ``host_fenced`` and the caller writes
+nothing (the operation is left as it is, for the host it was handed to). A daemon that
+starts while its host is fenced stays fenced for its whole life: it serves reads and
+writes nothing until an operator admits the host again (``admit``) and it is restarted.
 
 ``fence`` (an operator's action) is allowed only once the host lease and every owner
 lease of that host's unfinished operations have run out (else ``host_live``); it raises
@@ -95,7 +95,7 @@ def register(services: Services) -> Registration:
 
 def guard(registration: Registration) -> Callable[[Session], None]:
     """The epoch check for ``Database.write_guard``: raises ``host_fenced`` unless the
-    host is active at the registered epoch (its row held under a share lock)."""
+    host is active at the registered epoch (the host's lock held shared)."""
 
     def check(session: Session) -> None:
         row = hosts.current(session, registration.host_id)

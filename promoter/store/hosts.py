@@ -3,8 +3,11 @@
 A host's row holds its epoch, whether it is ``active`` or ``fenced``, the repository
 identities its daemon is configured for and a host lease its heartbeat moves forward.
 ``register`` adds the row at a daemon's first start (epoch 1) and otherwise reads it;
-``current`` reads it under a share lock (``FOR SHARE`` on PostgreSQL), so a fence, which
-updates the row, waits for a transaction that checked the epoch and commits after it;
+``current`` reads it holding the host's lock shared until the transaction ends, and
+``for_update`` (a fence's) holds it exclusive, so a fence waits for every transaction
+that checked the epoch before it and commits after them. On PostgreSQL the lock is a
+transaction-scoped advisory lock keyed by the host id (in memory: a ``FOR SHARE`` row lock
+would write the row at every check); SQLite serializes writers by itself;
 ``beat`` moves the host lease forward only while the epoch is the one given; ``fence``
 raises the epoch and journals who, when and to which host; ``admit`` makes a fenced
 host active again at its raised epoch.
@@ -15,11 +18,12 @@ operations handed over (``promoter.store.journal``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -68,8 +72,19 @@ def _record(row: HostRow) -> Host:
     )
 
 
+def lock_key(host_id: str) -> int:
+    """The advisory lock key of a host: 64 bits of sha256("promoter-host\0" + id), signed."""
+    digest = hashlib.sha256(b"promoter-host\0" + host_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def _locked(session: Session, host_id: str, *, read: bool) -> HostRow | None:
-    query = select(HostRow).where(HostRow.host_id == host_id).with_for_update(read=read)
+    if session.get_bind().dialect.name == "postgresql":
+        take = "pg_advisory_xact_lock_shared" if read else "pg_advisory_xact_lock"
+        session.execute(text(f"SELECT {take}(:key)"), {"key": lock_key(host_id)})
+    query = select(HostRow).where(HostRow.host_id == host_id)
+    if not read:
+        query = query.with_for_update()
     return session.scalars(query.execution_options(populate_existing=True)).one_or_none()
 
 
@@ -104,13 +119,13 @@ def get(session: Session, host_id: str) -> Host | None:
 
 
 def current(session: Session, host_id: str) -> Host | None:
-    """The host's row under a share lock held until the transaction ends."""
+    """The host's row, its lock held shared until the transaction ends."""
     row = _locked(session, host_id, read=True)
     return None if row is None else _record(row)
 
 
 def for_update(session: Session, host_id: str) -> Host | None:
-    """The host's row, locked for the fence that will update it."""
+    """The host's row, its lock held exclusive (and the row locked) for a fence."""
     row = _locked(session, host_id, read=False)
     return None if row is None else _record(row)
 
