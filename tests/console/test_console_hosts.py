@@ -4,7 +4,7 @@ The daemon's own host is live (its heartbeat renews its lease); a second host of
 ledger is registered with a lease that ran out long ago (a host that died). The page offers
 the fence form for the dead one only; a post without the CSRF token, or fencing the live
 host, changes nothing; fencing the dead one raises its epoch and records the session's
-credential as who fenced.
+credential as who fenced. Admitting it again (operator only) keeps the raised epoch.
 """
 
 from __future__ import annotations
@@ -49,3 +49,11 @@ def test_console_fences_only_a_dead_host_and_never_without_csrf(gated: Gated) ->
     dead = _ledger(daemon)["host-dead"]
     assert (dead["status"], dead["epoch"], dead["fenced_to"]) == ("fenced", 2, me)
     assert dead["fenced_by"] == "operator"
+    with daemon.orchestrator() as orch:
+        refused = orch.post("/v1/hosts/host-dead/admit")
+        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+    with daemon.operator() as op:
+        admitted = op.post("/v1/hosts/host-dead/admit").json()
+        assert (admitted["status"], admitted["epoch"]) == ("active", 2)  # the raised epoch
+        unknown = op.post("/v1/hosts/host-nobody/admit")
+        assert (unknown.status_code, unknown.json()["code"]) == (404, "host_unknown")

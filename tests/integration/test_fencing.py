@@ -11,7 +11,8 @@ configured for the repository are all refused and change nothing; a host killed 
 point mid-promotion is fenced to B, which recovers the operation exactly (one receipt, the
 exact bytes, no temp left); a host that was hung (SIGSTOP) while it was fenced continues
 and writes nothing (``host_fenced``), and a new process of the fenced host refuses every
-write and renews no lease. Through the API and the CLI.
+write and renews no lease. Through the API and the CLI. On PostgreSQL also: a fence
+started while a transaction that checked the epoch is open waits for its commit.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from promoter.engine.fencing import Registration, guard
+from promoter.errors import HostFenced
+from promoter.store import hosts
+from promoter.store.db import Database
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
@@ -296,3 +302,43 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger) -> None:
         done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7}).json()
         assert (done["status"], done["owner"]["host"]) == ("completed", "host-b")
     _exact_new(ledger.repo)
+
+
+@pytest.mark.postgresql_only
+def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
+    """A transaction that checked the epoch holds the host's lock shared until it commits:
+    a fence started meanwhile waits for that commit (seen in ``pg_locks``), and the next
+    check after the fence sees the raised epoch."""
+    database = Database(os.environ["PROMOTER_DATABASE_URL"], 5.0)
+    check = guard(Registration("host-a", 1, False))
+    with database.session() as session:
+        hosts.register(session, "host-a", [], "2000-01-01T00:00:00Z")
+    fenced: list[int] = []
+
+    def fence() -> None:
+        with database.session() as session:
+            assert hosts.for_update(session, "host-a") is not None
+            fenced.append(hosts.fence(session, "host-a", to="host-b", by="op", operations=[])[0])
+
+    with database.session() as attempt:
+        check(attempt)  # the attempt goes on: host-a is active at epoch 1
+        racer = threading.Thread(target=fence)
+        racer.start()
+        _until_an_advisory_lock_waits(database, racer)
+        assert fenced == []  # the fence waits for the attempt's commit
+        attempt.execute(text("SELECT 1"))
+    racer.join()
+    assert fenced == [2]
+    with database.session() as later, pytest.raises(HostFenced):
+        check(later)
+    database.dispose()
+
+
+def _until_an_advisory_lock_waits(database: Database, thread: threading.Thread) -> None:
+    query = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    deadline = time.monotonic() + 60
+    with database.engine.connect() as connection:
+        while thread.is_alive() and not connection.execute(query).scalar_one():
+            assert time.monotonic() < deadline, "the fence neither waited nor ended"
+            connection.rollback()
+            time.sleep(0.005)
