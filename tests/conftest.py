@@ -1,5 +1,6 @@
 """Shared fixtures: a real repository, a real daemon guarding it, and under PostgreSQL the
-test's own database (made by ``tests.support.databases``, which this file only wires in)."""
+test's own database (made by ``tests.support.databases``, which this file only wires in;
+under SQLite, ``tests.support.sqlite_template`` gives daemons a migrated file)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import databases
+from tests.support import databases, sqlite_template
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 
@@ -31,6 +32,17 @@ def _postgres() -> Iterator[databases.Server | None]:
         return
     with databases.install() as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sqlite_template() -> Iterator[None]:
+    """Under SQLite, each in-process daemon's database starts as a copy of one migrated
+    file (``tests.support.sqlite_template``) instead of migrating from nothing."""
+    if databases.backend() != "sqlite":
+        yield
+        return
+    with sqlite_template.install():
+        yield
 
 
 @pytest.fixture(autouse=True)
