@@ -250,11 +250,14 @@ def test_a_killed_host_is_fenced_only_when_dead_and_b_recovers_its_promotion_exa
     _exact_new(ledger.repo)
 
 
-def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger) -> None:
+@pytest.mark.parametrize("point", ["after_journal", "after_temps_journaled"])
+def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -> None:
     """A hung host (SIGSTOP) is fenced while stopped; continued, its attempt stops with
-    ``host_fenced`` before its first worktree write. A new process of the host starts
-    fenced: it refuses promotions and recoveries and renews no lease."""
-    pause = Pause(ledger.tmp, "after_journal")
+    ``host_fenced`` before its first worktree write (paused after its plan), or before
+    its first target is replaced (paused with its temps staged: they are journaled, and
+    the new owner's recovery removes them). A new process of the host starts fenced: it
+    refuses promotions and recoveries and renews no lease."""
+    pause = Pause(ledger.tmp, point)
     a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
     b = ledger.daemon("b")
     request = prepare_promotion(a, ledger.repo, CHANGES)
@@ -272,9 +275,11 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger) -> None:
     answer["thread"].join()
     assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
     assert answer["body"]["to_host"] == "host-b"
-    assert (ledger.repo / "src/app.txt").read_bytes() == V1  # A wrote nothing
+    assert (ledger.repo / "src/app.txt").read_bytes() == V1  # no target was replaced
     assert (ledger.repo / "src/lib.txt").read_bytes() == W1
-    assert sorted(_tree(ledger.repo)) == ["src/app.txt", "src/lib.txt"]
+    staged = sorted(set(_tree(ledger.repo)) - {"src/app.txt", "src/lib.txt"})
+    assert all(Path(name).name.startswith(".promoter-tmp-") for name in staged), staged
+    assert len(staged) == (2 if point == "after_temps_journaled" else 0)
     with b.client() as orch:
         left = orch.get(f"/v1/operations/{operation_id}").json()
         assert (left["status"], left["owner"]["host"]) == ("needs_recovery", "host-b")

@@ -327,6 +327,11 @@ def apply_changes(
             j.delete_created_dirs()
         refuse(services.db, operation_id, error, stage="staging temp files")
         return
+    try:
+        fencing.check(services)  # the host's epoch again, before the first target is replaced
+    except HostFenced:  # the staged temps are journaled: the new owner's recovery settles them
+        driver.close()
+        raise
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
     if passed.stopped and passed.failure is None:
         _leave_for_recovery(services.db, operation_id, passed.applied)
