@@ -2,12 +2,13 @@
 
 Every daemon registers its host in the ledger at start (``register``) and keeps the
 epoch it read: from then on every transaction of an operation's unit of work, and every
-write path before its first worktree write (``check``), reads the host's row again
-holding the host's lock shared (``promoter.store.hosts``) and goes on only while the
-host is ``active`` at that epoch; else it raises ``host_fenced`` and the caller writes
-nothing (the operation is left as it is, for the host it was handed to). A daemon that
-starts while its host is fenced stays fenced for its whole life: it serves reads and
-writes nothing until an operator admits the host again (``admit``) and it is restarted.
+write path before its first worktree write and its first replace (``check``), reads the
+host's row again holding the host's lock shared (``promoter.store.hosts``) and goes on
+only while the host is ``active`` at that epoch; else it raises ``host_fenced`` and the
+caller writes nothing (the operation is left as it is, for the host it was handed to).
+A daemon that starts while its host is fenced stays fenced for its whole life: it
+serves reads and writes nothing until an operator admits the host again (``admit``) and
+it is restarted.
 
 ``fence`` (an operator's action) is allowed only once the host lease and every owner
 lease of that host's unfinished operations have run out (else ``host_live``); it raises
