@@ -252,6 +252,13 @@ class OwnedByOtherHost(PromoterError):
     title = "Another host of the ledger owns this bundle or operation"
 
 
+class HostUnknown(PromoterError):
+    code = "host_unknown"
+    http_status = 404
+    exit_code = 66
+    title = "No host with that id is registered in the ledger"
+
+
 class ReceiptUnavailable(PromoterError):
     code = "receipt_unavailable"
     http_status = 404
@@ -352,6 +359,30 @@ class MergeUnsupported(Conflict):
 class NotRecoverable(Conflict):
     code = "not_recoverable"
     title = "Only an operation that needs recovery can be recovered"
+
+
+class HostFenced(Conflict):
+    """This daemon's host was fenced off by an operator: its epoch in the ledger is no
+    longer the one the daemon registered with, so it writes nothing; its operations
+    were handed to ``to_host``."""
+
+    code = "host_fenced"
+    title = "This host was fenced off; it writes nothing"
+
+
+class HostLive(Conflict):
+    """A fence of a host whose owner lease (or host lease) has not run out yet."""
+
+    code = "host_live"
+    title = "The host's owner lease has not expired; it cannot be fenced yet"
+
+
+class HandoverRefused(Conflict):
+    """The daemon host named to take over cannot: it is the fenced host itself, is
+    fenced too, or is not configured for the repositories of the operations."""
+
+    code = "handover_refused"
+    title = "The named host cannot take over the fenced host's operations"
 
 
 class PathUnsafe(Conflict):

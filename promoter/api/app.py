@@ -23,6 +23,7 @@ from promoter.api.routes import (
     bundles,
     events,
     health,
+    hosts,
     keys,
     merge,
     operations,
@@ -33,6 +34,7 @@ from promoter.api.routes import (
     trace,
 )
 from promoter.config import Settings
+from promoter.engine import fencing
 from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
@@ -55,13 +57,16 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         app.state.services = services or webhooks.daemon_services(settings)
         sweep_state_temps(app.state.services.settings.state_dir)  # leftovers of a killed writer
         host_key(app.state.services)  # created on first start (SPEC §3.9)
+        registration = fencing.register(app.state.services)  # its epoch; fenced: no writes
         heartbeat = Heartbeat(
             app.state.services.db,
             app.state.services.owner,
             app.state.services.settings.owner_lease_seconds,
+            None if registration.fenced else registration.epoch,
         )
-        heartbeat.start()
-        orphaned = scan_orphans(app.state.services)
+        if not registration.fenced:
+            heartbeat.start()
+        orphaned = [] if registration.fenced else scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
         if app.state.services.settings.rehearse_at_start:
@@ -101,6 +106,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         blobs,
         bundles,
         operations,
+        hosts,
         keys,
         snapshots,
         trace,

@@ -409,3 +409,34 @@ class FeedEvent(Reply):
 class EventFeed(Reply):
     events: list[FeedEvent]
     cursor: str = Field(description="resume after the events answered with `after=<cursor>`")
+
+
+class FenceRequest(Request):
+    to: str = Field(
+        min_length=1, max_length=200, description="the daemon host that takes the operations over"
+    )
+
+
+class HostEntry(View):
+    host_id: str
+    epoch: int
+    status: str = Field(description="`active` or `fenced`")
+    repositories: list[str]
+    lease_until: str | None
+    lease_expired: bool
+    fenced_at: str | None
+    fenced_by: str | None
+    fenced_to: str | None
+
+
+class HostList(Reply):
+    hosts: list[HostEntry]
+
+
+class Fenced(Reply):
+    host: str
+    epoch: int = Field(description="the host's epoch after the fence")
+    to: str
+    fenced_by: str
+    fenced_at: str
+    operations: list[str] = Field(description="the operations handed to `to`")

@@ -44,3 +44,11 @@ GrantIdParam = Annotated[
 NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200, examples=["demo"])]
 TreeParam = Annotated[str, Path(pattern=TREE_ID, examples=["6a9fde31bac7" + "0" * 28])]
 HexParam = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", examples=["0" * 64])]
+HostIdParam = Annotated[
+    str,
+    Path(
+        description="a host id of the ledger (the daemon's `host_id`)",
+        json_schema_extra={"maxLength": 200},
+        examples=["host-a"],
+    ),
+]

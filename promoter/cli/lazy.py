@@ -57,6 +57,11 @@ ENTRIES = (
     Entry("snapshot", "Shadow snapshots of a worktree.", "promoter.cli.snapshot_cmd"),
     Entry("ops", "Operations: inspect, recover, reconcile, roll back.", "promoter.cli.ops_cmd"),
     Entry(
+        "hosts",
+        "The hosts of the ledger: list, fence a dead one off, admit.",
+        "promoter.cli.hosts_cmd",
+    ),
+    Entry(
         "review",
         "List the promotions awaiting approval, each with its bundle's diff (operator).",
         "promoter.cli.review_cmd",

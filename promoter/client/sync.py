@@ -275,6 +275,18 @@ class PromoterClient(BlobCalls):
         path = f"/v1/operations/{segment(operation_id)}/reconcile"
         return self._json("POST", path, json_body={"decision": decision, "note": note})
 
+    def list_hosts(self) -> list[Json]:
+        """Every host of the ledger with its epoch and leases (operator)."""
+        return list(self._json("GET", "/v1/hosts")["hosts"])
+
+    def fence_host(self, host: str, to: str) -> Json:
+        """Fence ``host`` off and hand its operations to ``to`` (operator)."""
+        return self._json("POST", f"/v1/hosts/{segment(host)}/fence", json_body={"to": to})
+
+    def admit_host(self, host: str) -> Json:
+        """Let a fenced host write again once its daemon restarts (operator)."""
+        return self._json("POST", f"/v1/hosts/{segment(host)}/admit")
+
     def rollback(self, operation_id: str, note: str = "") -> Json:
         """The RollbackReceiptV1 of an operator's rollback."""
         body = {"note": note} if note else None

@@ -87,6 +87,8 @@ class Services:
     stopping: threading.Event = field(default_factory=threading.Event)
     # worktree watches for promotions' snapshots, by shadow repository path
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
+    # the epoch this daemon registered its host at (``promoter.engine.fencing``)
+    host_epoch: int | None = None
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # ``once`` fills only these fields: the overloads tie each name to its field's type

@@ -31,7 +31,7 @@ import fcntl
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -330,7 +330,11 @@ def _synchronous(session: Session, mode: str) -> None:
 
 
 class Database:
-    """An engine plus a session factory; ``session()`` commits or rolls back."""
+    """An engine plus a session factory; ``session()`` commits or rolls back.
+
+    ``write_guard``, when a daemon has set one, is called first in every transaction
+    of an operation's unit of work (``promoter.store.journal.attempt``) and raises to
+    refuse it (the host's epoch check, ``promoter.engine.fencing``)."""
 
     def __init__(
         self, url: str, busy_timeout: float = 30.0, server: ServerOptions | None = None
@@ -339,6 +343,12 @@ class Database:
         self.engine = make_engine(url, busy_timeout, server)
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
         self._sqlite = self.engine.dialect.name == "sqlite"
+        self.write_guard: Callable[[Session], None] | None = None
+
+    def guard_writes(self, session: Session) -> None:
+        """Run ``write_guard`` (if set) in ``session``: raises to refuse its writes."""
+        if self.write_guard is not None:
+            self.write_guard(session)
 
     @contextmanager
     def session(self, *, durable: bool = True) -> Iterator[Session]:

@@ -239,6 +239,32 @@ def renew_owner_leases(session: Session, owner: Owner, running: Iterable[Operati
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def unfinished_of_host(
+    session: Session, host: str, statuses: Iterable[OperationStatus]
+) -> list[Operation]:
+    """The operations ``host`` owns in ``statuses``, oldest first (held for the session)."""
+    query = (
+        select(OperationRow)
+        .where(
+            OperationRow.owner_host == host,
+            OperationRow.status.in_([s.value for s in statuses]),
+        )
+        .order_by(OperationRow.created_at, OperationRow.operation_id)
+    )
+    return [_record(row) for row in session.scalars(query) if _hold(session, row) is not None]
+
+
+def hand_over(session: Session, operation_id: str, host: str, detail: str) -> None:
+    """Give the operation to ``host`` with no owner process and no owner lease, as
+    ``needs_recovery`` (code ``host_fenced``): that host's daemon recovers it."""
+    row = _row(session, operation_id)
+    row.owner_pid = row.owner_start = row.owner_boot = None
+    row.owner_host, row.owner_lease_until = host, None
+    set_status(
+        session, operation_id, OperationStatus.NEEDS_RECOVERY, code="host_fenced", detail=detail
+    )
+
+
 def claim(session: Session, operation_id: str, owner: Owner) -> None:
     """Record ``owner`` (with its owner lease) as the process running the operation."""
     _own(_row(session, operation_id), owner)
@@ -405,4 +431,5 @@ def attempt(db: Database, operation_id: str) -> Iterator[Unit]:
     """The unit of work of ``operation_id``: one transaction, committed when the block
     ends, rolled back on any error (``Database.session``)."""
     with db.session() as session:
+        db.guard_writes(session)  # a fenced host writes nothing (``engine.fencing``)
         yield Unit(session, operation_id)

@@ -266,3 +266,30 @@ class WebhookDeliveryRow(Base):
     next_attempt_at: Mapped[float] = mapped_column(Float)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[str] = mapped_column(String(20))
+
+
+class HostRow(Base):
+    """A host of the ledger and its epoch (``promoter.store.hosts``)."""
+
+    __tablename__ = "hosts"
+    host_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer)  # raised by every fence of the host
+    status: Mapped[str] = mapped_column(String(20))  # active | fenced
+    repositories: Mapped[list[Any]] = mapped_column(JSON)  # identities configured there
+    registered_at: Mapped[str] = mapped_column(String(32))
+    lease_until: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    fenced_at: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    fenced_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    fenced_to: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+class HostFenceRow(Base):
+    """One fence of a host: who, when, to which host, the operations handed over."""
+
+    __tablename__ = "host_fences"
+    host_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)  # the epoch it raised to
+    to_host: Mapped[str] = mapped_column(String(200))
+    fenced_by: Mapped[str] = mapped_column(String(200))
+    fenced_at: Mapped[str] = mapped_column(String(32))
+    operations: Mapped[list[Any]] = mapped_column(JSON)

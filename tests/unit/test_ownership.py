@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from promoter.engine.operation.ownership import Heartbeat, Owner, lease_expired, orphaned
-from promoter.store import journal
+from promoter.store import hosts, journal
 from promoter.store.db import Database, upgrade
 from promoter.store.tables import OperationRow
 from tests.support.rows import operation_row
@@ -54,4 +54,29 @@ def test_heartbeat_renews_exactly_this_owners_running_operations(tmp_path: Path)
         }
         assert not lease_expired(journal.require(session, "op_mine"))
     assert leases["op_other_host"] == PAST and leases["op_done"] == PAST
+    database.dispose()
+
+
+def test_a_fenced_hosts_heartbeat_renews_nothing_and_stops(tmp_path: Path) -> None:
+    """Once the host's epoch was raised, its heartbeat renews neither the host lease nor
+    the owner lease of an operation it still records as its own, and stops."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(url)
+    database = Database(url, 5.0)
+    me = Owner.me("host-a")
+    with database.session() as session:
+        hosts.register(session, "host-a", [], PAST)
+        session.add(_row("op_mine", me))
+    heartbeat = Heartbeat(database, me, 60.0, epoch=1)
+    assert heartbeat.beat() == 1  # active at epoch 1: both leases move
+    with database.session() as session:
+        hosts.fence(session, "host-a", to="host-b", by="operator", operations=[])
+        journal.claim(session, "op_mine", me.stamp(-60.0))  # its lease ran out
+    assert heartbeat.beat() == 0
+    with database.session() as session:
+        assert lease_expired(journal.require(session, "op_mine"))
+        row = hosts.get(session, "host-a")
+        assert row is not None and (row.epoch, row.status, row.lease_until) == (2, "fenced", None)
+    heartbeat.start()  # stopped already: its thread ends at once
+    heartbeat.stop()
     database.dispose()

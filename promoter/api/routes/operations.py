@@ -72,6 +72,7 @@ PROMOTE_CODES = [
     "write_failed",
     "stopped",
     "database_busy",
+    "host_fenced",
 ]
 
 

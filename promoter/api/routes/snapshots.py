@@ -148,6 +148,7 @@ async def diff_snapshots(
             "git_error",
             "write_failed",
             "stopped",
+            "host_fenced",
             "database_busy",
         ],
         body=RestoreRequest,

@@ -1,7 +1,7 @@
 """The operator's web console at ``/ui``: server-rendered pages over the engine.
 
 ``install(app)`` adds the session table and the console's routers (login, pages,
-actions, the merge, repositories and snapshots) and serves ``/ui/static`` (one stylesheet; no
+actions, the merge, repositories and snapshots, hosts) and serves ``/ui/static`` (one stylesheet; no
 script). Every route is HTML and left out of the OpenAPI contract.
 
 Deliberately not here: any decision; the console calls the same engine functions as the
@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from promoter.api.ui import actions, login, merge, pages, repositories
+from promoter.api.ui import actions, hosts, login, merge, pages, repositories
 from promoter.api.ui.sessions import Sessions
 
 
@@ -23,5 +23,5 @@ def install(app: FastAPI) -> None:
     app.state.ui_sessions = Sessions()
     static = StaticFiles(directory=Path(__file__).parent / "static")
     app.mount("/ui/static", static, name="ui-static")
-    for module in (login, merge, actions, pages, repositories):  # merge before /{action}
+    for module in (login, merge, actions, pages, repositories, hosts):  # merge before /{action}
         app.include_router(module.router)

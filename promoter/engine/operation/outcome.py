@@ -305,6 +305,7 @@ def complete(
     ]
     faults.point("before_receipt")
     with db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
+        db.guard_writes(session)  # a fenced host records no outcome (``engine.fencing``)
         row = journal.require(session, operation_id)
         step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         if row.receipt is None:
@@ -334,6 +335,7 @@ def complete(
     audit.put("promotion", operation_id, data)
     faults.point("after_receipt")
     with db.session() as session:
+        db.guard_writes(session)
         row = journal.require(session, operation_id)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         journal.set_report(session, operation_id, report)

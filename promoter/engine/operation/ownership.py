@@ -35,7 +35,7 @@ from typing import Any
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.domain.records import Operation
 from promoter.domain.status import RUNNING
-from promoter.store import journal
+from promoter.store import hosts, journal
 
 log = logging.getLogger("promoter.ownership")
 
@@ -134,10 +134,18 @@ class Heartbeat:
     Every ``lease_seconds / 3`` a single ``UPDATE`` moves ``owner_lease_until`` forward
     for this owner's running operations. A beat that fails is logged and retried at the
     next one; the lease then simply runs out if the daemon cannot reach its database.
+
+    With the ``epoch`` its host registered at (``promoter.engine.fencing``), each beat
+    first moves the host lease forward, in the same transaction, only while the host is
+    active at that epoch; once it is not (the host was fenced off) the heartbeat renews
+    nothing and stops.
     """
 
-    def __init__(self, database: Any, me: Owner, lease_seconds: float) -> None:
+    def __init__(
+        self, database: Any, me: Owner, lease_seconds: float, epoch: int | None = None
+    ) -> None:
         self._db, self._me, self._seconds = database, me, lease_seconds
+        self._epoch = epoch
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promoter-heartbeat", daemon=True)
 
@@ -146,6 +154,12 @@ class Heartbeat:
 
     def beat(self) -> int:
         with self._db.session() as session:
+            if self._epoch is not None and not hosts.beat(
+                session, self._me.host, self._epoch, lease_until(self._seconds)
+            ):
+                log.error("host %s is fenced: the heartbeat renews no lease", self._me.host)
+                self._stop.set()
+                return 0
             return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING)
 
     def _run(self) -> None:

@@ -35,6 +35,7 @@ from promoter.domain.paths import disk_path, temp_name, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine import fencing
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import dirs
@@ -48,7 +49,7 @@ from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
 from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
-from promoter.errors import PromoterError, TargetDrift
+from promoter.errors import HostFenced, PromoterError, TargetDrift
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
@@ -67,7 +68,10 @@ def targets_digest(changes: list[Change]) -> str:
 
 
 def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) -> None:
-    """Close the attempt as ``refused``: nothing was written."""
+    """Close the attempt as ``refused``: nothing was written. A fenced host records
+    nothing: ``host_fenced`` is raised on, the operation left for its new owner."""
+    if isinstance(error, HostFenced):
+        raise error
     payload = {"allowed": False, "code": error.code, "detail": error.detail, **extra}
     with journal.attempt(db, operation_id) as j:
         j.event("decision", payload)
@@ -218,6 +222,7 @@ def _journal(
     creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
     grant = evidence.grant
     with db.session() as session:
+        db.guard_writes(session)  # the host's epoch, with the plan (``engine.fencing``)
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)
@@ -297,6 +302,7 @@ def apply_changes(
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
     are found and journaled here first).
     """
+    fencing.check(services)  # the host's epoch, before the first worktree write
     attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
     wanted = set(range(len(changes))) if todo is None else todo
     steps = plan_steps(services, operation_id, attempt, changes, wanted)
@@ -321,6 +327,11 @@ def apply_changes(
             j.delete_created_dirs()
         refuse(services.db, operation_id, error, stage="staging temp files")
         return
+    try:
+        fencing.check(services)  # the host's epoch again, before the first target is replaced
+    except HostFenced:  # the staged temps are journaled: the new owner's recovery settles them
+        driver.close()
+        raise
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
     if passed.stopped and passed.failure is None:
         _leave_for_recovery(services.db, operation_id, passed.applied)

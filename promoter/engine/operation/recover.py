@@ -137,6 +137,7 @@ def _claim(
     """Under the repository lock: the operation read again (it may have moved), guarded
     for ``action`` once more and claimed ``in_progress`` by this process. (A ``recover``
     guard names the operation; a ``reconcile`` one names the decision.)"""
+    services.db.guard_writes(session)  # a fenced host claims nothing
     row = _load(session, operation_id)
     if decision is None:
         guard(kind, row.status, action, role=role, operation_id=operation_id)

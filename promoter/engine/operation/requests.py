@@ -43,6 +43,7 @@ from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
+    HostFenced,
     OperationConflict,
     OperationUnknown,
     PromoterError,
@@ -95,6 +96,9 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
     operation_id = ticket.operation_id
     try:
         promote.run(services, ticket)
+    except HostFenced:  # logged by the check; the operation is the new owner's
+        log.error("the attempt of %s stopped: this host is fenced, nothing written", operation_id)
+        raise
     except Exception as exc:
         log.exception("attempt of %s failed unexpectedly", operation_id)
         error = stopped_by(exc, "the attempt")
@@ -152,6 +156,7 @@ def request_promotion(
     # that flush of the WAL makes this earlier commit durable too; a request lost with a
     # power failure before then has changed nothing and is asked again
     with _request_lock, services.db.session(durable=False) as session:
+        services.db.guard_writes(session)  # a fenced host starts nothing
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)

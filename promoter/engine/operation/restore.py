@@ -177,6 +177,7 @@ def _journal(
     """The operation, its steps and the decision and action events, in one transaction."""
     operation_id = restore_id(repo.identity, current, target)
     with services.db.session() as session:
+        services.db.guard_writes(session)  # a fenced host starts nothing
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status not in RESTARTABLE:
             raise OperationConflict(

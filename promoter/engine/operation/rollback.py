@@ -140,6 +140,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
     """
     with services.db.session() as session:
+        services.db.guard_writes(session)  # a fenced host starts nothing
         parent = _load(session, operation_id)
         if parent.kind != OperationKind.PROMOTION or parent.status not in ROLLBACK_FROM:
             raise OperationConflict(

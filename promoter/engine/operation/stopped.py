@@ -19,7 +19,7 @@ import logging
 
 from promoter.domain.status import OperationStatus
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, stopped_by
+from promoter.errors import HostFenced, PromoterError, stopped_by
 from promoter.store import journal
 
 log = logging.getLogger("promoter.stopped")
@@ -31,6 +31,8 @@ def put_back(
     """Put ``operation_id`` back to ``status`` after ``exc`` stopped its ``what`` (a word:
     ``recovery``, ``rollback``…); then raise the translation of ``exc`` from it, unless
     ``exc`` is a ``PromoterError``, which the caller's bare ``raise`` re-raises as it is."""
+    if isinstance(exc, HostFenced):  # the operation is the new owner's: nothing is written
+        return
     if not isinstance(exc, PromoterError | OSError):
         log.exception("%s %s stopped unexpectedly", what, operation_id)
     error = stopped_by(exc, f"the {what}")

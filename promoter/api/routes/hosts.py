@@ -1,0 +1,115 @@
+"""The hosts of the ledger: list them, fence a dead one off, admit a fenced one again.
+
+Thin adapters over ``promoter.engine.fencing``, for the operator only: ``GET /v1/hosts``
+lists every host with its epoch, status and leases; ``POST /v1/hosts/{host}/fence``
+with ``{"to": host}`` fences a host whose leases all ran out and hands its unfinished
+operations to the named daemon host; ``POST /v1/hosts/{host}/admit`` lets a fenced host
+write again once its daemon restarts. Deliberately not here: the rules (the engine's).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
+from promoter.api.models import Fenced, FenceRequest, HostEntry, HostList, parse
+from promoter.api.openapi import Ok, operation
+from promoter.api.params import HostIdParam
+from promoter.api.responses import json_response
+from promoter.engine import fencing
+
+router = APIRouter(prefix="/v1")
+OPERATOR = ("operator",)
+FENCE_EXAMPLE = {
+    "host": "host-a",
+    "epoch": 2,
+    "to": "host-b",
+    "fenced_by": "operator",
+    "fenced_at": "2026-12-05T10:00:00Z",
+    "operations": ["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
+}
+HOST_EXAMPLE = {
+    "host_id": "host-a",
+    "epoch": 2,
+    "status": "active",
+    "repositories": ["repo_6a9fde31bac70000000000000000000a"],
+    "registered_at": "2026-12-05T09:00:00Z",
+    "lease_until": None,
+    "lease_expired": True,
+    "fenced_at": "2026-12-05T10:00:00Z",
+    "fenced_by": "operator",
+    "fenced_to": "host-b",
+    "this_host": False,
+    "fences": [
+        {
+            "epoch": 2,
+            "to": "host-b",
+            "by": "operator",
+            "at": "2026-12-05T10:00:00Z",
+            "operations": ["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
+        }
+    ],
+}
+
+
+@router.get(
+    "/hosts",
+    **operation(
+        "listHosts",
+        summary="The hosts of the ledger",
+        description="Every host registered in the ledger: its epoch, whether it is `active` "
+        "or `fenced`, the repositories its daemon is configured for, its host lease and "
+        "its fences.",
+        tags=["operator"],
+        roles=OPERATOR,
+        ok={200: Ok("the hosts", HostList, {"hosts": [HOST_EXAMPLE]})},
+    ),
+)
+async def get_hosts(_: OperatorDep, services: ServicesDep) -> Response:
+    return json_response({"hosts": await run_in_threadpool(fencing.list_hosts, services)})
+
+
+@router.post(
+    "/hosts/{host}/fence",
+    **operation(
+        "fenceHost",
+        summary="Fence a dead host off and hand its operations over",
+        description="Allowed only once the host lease and every owner lease of the host "
+        "have run out (`host_live`). Raises the host's epoch (a fenced host writes nothing) "
+        "and hands its unfinished operations, as `needs_recovery`, to the daemon host `to`, "
+        "which must be registered, active and configured for their repositories "
+        "(`handover_refused`); that daemon recovers them.",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=["host_unknown", "host_live", "handover_refused", "database_busy"],
+        body=FenceRequest,
+        body_example={"to": "host-b"},
+        ok={200: Ok("the fence", Fenced, FENCE_EXAMPLE)},
+    ),
+)
+async def post_fence(
+    host: HostIdParam, request: Request, principal: OperatorDep, services: ServicesDep
+) -> Response:
+    body = parse(FenceRequest, await read_json_body(request, services, SMALL_BODY))
+    by = principal.name or principal.role
+    fenced = await run_in_threadpool(fencing.fence, services, host, body.to, by=by)
+    return json_response(fenced)
+
+
+@router.post(
+    "/hosts/{host}/admit",
+    **operation(
+        "admitHost",
+        summary="Let a fenced host write again",
+        description="Makes a fenced host `active` again at its raised epoch; its daemon "
+        "writes again once restarted (a daemon that started fenced stays fenced).",
+        tags=["operator"],
+        roles=OPERATOR,
+        errors=["host_unknown", "database_busy"],
+        ok={200: Ok("the host", HostEntry, HOST_EXAMPLE)},
+    ),
+)
+async def post_admit(host: HostIdParam, _: OperatorDep, services: ServicesDep) -> Response:
+    return json_response(await run_in_threadpool(fencing.admit, services, host))

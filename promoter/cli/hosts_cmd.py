@@ -1,0 +1,98 @@
+"""The hosts of the ledger: ``promoter hosts list|fence|admit`` (operator token).
+
+Thin commands over ``promoter.client.sync``: a table for people, ``--json`` for scripts.
+Whether a host may be fenced, and who takes its operations over, is the daemon's
+decision (``promoter.engine.fencing``); this module only asks and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.client.sync import PromoterClient
+
+hosts_app = typer.Typer(
+    help="The hosts of the ledger: list, fence a dead one off, admit.", no_args_is_help=True
+)
+
+
+def _client(url: str | None, token_file: Path | None) -> PromoterClient:
+    return PromoterClient(server_url(url), read_token(token_file), timeout=120.0)
+
+
+def _emit(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, sort_keys=True))
+
+
+@hosts_app.command("list")
+def list_hosts(
+    json_output: JsonOpt = False, url: UrlOpt = None, token_file: TokenFileOpt = None
+) -> None:
+    """List the hosts of the ledger: epoch, status, host lease, fences (operator token)."""
+    with _client(url, token_file) as client:
+        items = client.list_hosts()
+    if json_output:
+        _emit(items)
+        return
+    table = Table("host", "epoch", "status", "lease until", "expired", "fenced to", "repositories")
+    for item in items:
+        table.add_row(
+            item["host_id"] + (" (this)" if item.get("this_host") else ""),
+            str(item["epoch"]),
+            item["status"],
+            item.get("lease_until") or "",
+            "yes" if item["lease_expired"] else "no",
+            item.get("fenced_to") or "",
+            str(len(item["repositories"])),
+        )
+    console.print(table)
+
+
+@hosts_app.command("fence")
+def fence(
+    host: Annotated[str, typer.Argument(help="The dead host to fence off.")],
+    to: Annotated[
+        str, typer.Option("--to", help="The daemon host that takes its operations over.")
+    ],
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Fence a host whose leases all ran out and hand its operations to --to (operator)."""
+    with _client(url, token_file) as client:
+        fenced = client.fence_host(host, to)
+    if json_output:
+        _emit(fenced)
+        return
+    console.print(
+        f"host {fenced['host']} fenced at epoch {fenced['epoch']} by {fenced['fenced_by']}; "
+        f"{len(fenced['operations'])} operations handed to {fenced['to']}"
+    )
+    for operation_id in fenced["operations"]:
+        console.print(f"  {operation_id}: needs_recovery on {fenced['to']}")
+
+
+@hosts_app.command("admit")
+def admit(
+    host: Annotated[str, typer.Argument(help="The fenced host to let write again.")],
+    json_output: JsonOpt = False,
+    url: UrlOpt = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Let a fenced host write again; restart its daemon afterwards (operator)."""
+    with _client(url, token_file) as client:
+        admitted = client.admit_host(host)
+    if json_output:
+        _emit(admitted)
+        return
+    console.print(f"host {admitted['host_id']} is active at epoch {admitted['epoch']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(hosts_app, name="hosts")

@@ -1,0 +1,218 @@
+"""Fencing a dead host and handing its operations over (SPEC §10.15).
+
+Every daemon registers its host in the ledger at start (``register``) and keeps the
+epoch it read: from then on every transaction of an operation's unit of work, and every
+write path before its first worktree write and its first replace (``check``), reads the
+host's row again holding the host's lock shared (``promoter.store.hosts``) and goes on
+only while the host is ``active`` at that epoch; else it raises ``host_fenced`` and the
+caller writes nothing (the operation is left as it is, for the host it was handed to).
+A daemon that starts while its host is fenced stays fenced for its whole life: it
+serves reads and writes nothing until an operator admits the host again (``admit``) and
+it is restarted.
+
+``fence`` (an operator's action) is allowed only once the host lease and every owner
+lease of that host's unfinished operations have run out (else ``host_live``); it raises
+the host's epoch, journals who, when and to which host (``host_fences``), and hands each
+unfinished operation (``in_progress``, ``applied_unverified``, ``needs_recovery``) to
+the named daemon host as ``needs_recovery``, with no owner process, so that host's
+daemon recovers it by the usual table (SPEC §5.5). The named host must be registered,
+active, another host, and configured for the repository of every operation handed to it
+(``handover_refused``); it must reach the same worktree and state directory (a
+replacement on the same machine or a shared disk): nothing here can check that.
+
+Deliberately not here: the rows (``promoter.store.hosts``), recovery itself
+(``promoter.engine.operation.recover``), the heartbeat (``operation.ownership``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from promoter.domain.canonical import parse_rfc3339, utcnow
+from promoter.domain.status import OperationStatus
+from promoter.engine.operation.ownership import lease_expired, lease_until
+from promoter.engine.services import Services
+from promoter.errors import (
+    HandoverRefused,
+    HostFenced,
+    HostLive,
+    HostUnknown,
+    StorageError,
+    ValidationFailed,
+)
+from promoter.store import hosts, journal
+
+log = logging.getLogger("promoter.fencing")
+
+HANDED = (
+    OperationStatus.IN_PROGRESS,
+    OperationStatus.APPLIED_UNVERIFIED,
+    OperationStatus.NEEDS_RECOVERY,
+)
+
+
+@dataclass(frozen=True)
+class Registration:
+    host_id: str
+    epoch: int
+    fenced: bool  # the host was fenced when this daemon started: it writes nothing
+
+
+def register(services: Services) -> Registration:
+    """Register this daemon's host (at epoch 1 on its first start), set the epoch check
+    on the database and return what was read."""
+    host_id = services.owner.host
+    identities = [repository.identity for repository in services.registry.all()]
+    until = lease_until(services.settings.owner_lease_seconds)
+    try:
+        with services.db.session() as session:
+            row, _ = hosts.register(session, host_id, identities, until)
+    except StorageError:  # a twin with the same host id added it first: read it again
+        with services.db.session() as session:
+            row, _ = hosts.register(session, host_id, identities, until)
+    registration = Registration(host_id, row.epoch, row.status != hosts.ACTIVE)
+    services.host_epoch = registration.epoch
+    services.db.write_guard = guard(registration)
+    if registration.fenced:
+        log.error(
+            "host %s was fenced at %s by %s (epoch %d, operations handed to %s): this daemon "
+            "writes nothing until an operator runs `promoter hosts admit %s` and restarts it",
+            host_id,
+            row.fenced_at,
+            row.fenced_by,
+            row.epoch,
+            row.fenced_to,
+            host_id,
+        )
+    else:
+        log.info("host %s registered at epoch %d", host_id, registration.epoch)
+    return registration
+
+
+def guard(registration: Registration) -> Callable[[Session], None]:
+    """The epoch check for ``Database.write_guard``: raises ``host_fenced`` unless the
+    host is active at the registered epoch (the host's lock held shared)."""
+
+    def check(session: Session) -> None:
+        row = hosts.current(session, registration.host_id)
+        if (
+            registration.fenced
+            or row is None
+            or row.status != hosts.ACTIVE
+            or row.epoch != registration.epoch
+        ):
+            to = None if row is None else row.fenced_to
+            epoch = None if row is None else row.epoch
+            log.error(
+                "host %s is fenced (ledger epoch %s, this daemon's %d): it writes nothing; "
+                "its operations are %s's",
+                registration.host_id,
+                epoch,
+                registration.epoch,
+                to,
+            )
+            raise HostFenced(
+                f"host {registration.host_id} was fenced off (epoch {epoch}, this daemon "
+                f"registered at {registration.epoch}); it writes nothing",
+                host=registration.host_id,
+                epoch=epoch,
+                registered_epoch=registration.epoch,
+                to_host=to,
+            )
+
+    return check
+
+
+def check(services: Services) -> None:
+    """The epoch check now, in a transaction of its own (a daemon that registered)."""
+    if services.db.write_guard is not None:
+        with services.db.session() as session:
+            services.db.write_guard(session)
+
+
+def _live(row: hosts.Host) -> bool:
+    return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
+
+
+def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, Any]:
+    """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
+    if not to:
+        raise ValidationFailed("name the daemon host that takes over (to)")
+    with services.db.session() as session:
+        row = hosts.for_update(session, host_id)
+        if row is None:
+            raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
+        if to == host_id:
+            raise HandoverRefused("a host cannot take over its own operations", host=host_id)
+        target = hosts.get(session, to)
+        if target is None:
+            raise HostUnknown(f"no host {to!r} is registered to take over", host=to)
+        if target.status != hosts.ACTIVE:
+            raise HandoverRefused(f"host {to} is fenced itself", host=host_id, to=to)
+        operations = journal.unfinished_of_host(session, host_id, HANDED)
+        live = [o.operation_id for o in operations if not lease_expired(o)]
+        if live or _live(row):
+            raise HostLive(
+                f"host {host_id} still holds a live lease; fence it once it has run out",
+                host=host_id,
+                host_lease_until=row.lease_until,
+                live_operations=live,
+            )
+        missing = sorted({o.repository_identity for o in operations} - set(target.repositories))
+        if missing:
+            raise HandoverRefused(
+                f"host {to} is not configured for the repositories of {host_id}'s operations",
+                host=host_id,
+                to=to,
+                repositories=missing,
+            )
+        ids = [o.operation_id for o in operations]
+        epoch, at = hosts.fence(session, host_id, to=to, by=by, operations=ids)
+        detail = f"host {host_id} was fenced off by {by} at {at} (epoch {epoch}); handed to {to}"
+        for operation_id in ids:
+            journal.hand_over(session, operation_id, to, detail)
+    log.warning(
+        "host %s fenced by %s (epoch %d): %d operations handed to %s",
+        host_id,
+        by,
+        epoch,
+        len(ids),
+        to,
+    )
+    return {
+        "host": host_id,
+        "epoch": epoch,
+        "to": to,
+        "fenced_by": by,
+        "fenced_at": at,
+        "operations": ids,
+    }
+
+
+def admit(services: Services, host_id: str) -> dict[str, Any]:
+    """Make a fenced host active again at its raised epoch (its daemon is restarted)."""
+    with services.db.session() as session:
+        row = hosts.for_update(session, host_id)
+        if row is None:
+            raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
+        return _entry(session, services, hosts.admit(session, host_id))
+
+
+def list_hosts(services: Services) -> list[dict[str, Any]]:
+    """Every host of the ledger with its epoch, status, lease and fences."""
+    with services.db.session() as session:
+        return [_entry(session, services, row) for row in hosts.all_hosts(session)]
+
+
+def _entry(session: Session, services: Services, row: hosts.Host) -> dict[str, Any]:
+    return {
+        **row.wire(),
+        "lease_expired": not _live(row),
+        "this_host": row.host_id == services.owner.host,
+        "fences": hosts.fences(session, row.host_id),
+    }

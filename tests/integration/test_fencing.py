@@ -1,0 +1,349 @@
+"""Fencing a dead host and handing its operations to a daemon that reaches the same worktree.
+
+Two daemons on one ledger (the suite's PostgreSQL database, else one SQLite file), with
+distinct host ids, sharing one worktree and one state directory on this machine (the
+replacement on the same machine of SPEC §10.15). Host A runs with a one-second owner
+lease, so once its heartbeat stops its leases run out without a setting on B: the test
+waits for the condition the daemons report (``lease_expired``), never for a time.
+
+Checked: a live host, an executor or orchestrator token, an unknown host and a host not
+configured for the repository are all refused and change nothing; a host killed at a fault
+point mid-promotion is fenced to B, which recovers the operation exactly (one receipt, the
+exact bytes, no temp left); a host that was hung (SIGSTOP) while it was fenced continues
+and writes nothing (``host_fenced``), and a new process of the fenced host refuses every
+write and renews no lease. Through the API and the CLI. On PostgreSQL also: a fence
+started while a transaction that checked the epoch is open waits for its commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from promoter.engine.fencing import Registration, guard
+from promoter.errors import HostFenced
+from promoter.store import hosts
+from promoter.store.db import Database
+from tests.support.flows import init_repo
+from tests.support.pause import Pause
+from tests.support.process import DaemonProcess, prepare_promotion
+
+V1, V2 = b"one\n", b"two\n"
+W1, W2 = b"left\n", b"right\n"
+CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
+    ("src/app.txt", V1, V2),
+    ("src/lib.txt", W1, W2),
+]
+SHORT_LEASE = {"PROMOTER_OWNER_LEASE_SECONDS": "1"}
+
+
+class Ledger:
+    """The test's shared database, worktree and state directory, and its daemons."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'ledger.db'}"
+        self.repo = init_repo(tmp_path / "work", {"src/app.txt": V1, "src/lib.txt": W1})
+        self.state = tmp_path / "state"
+        self.started: list[DaemonProcess] = []
+
+    def daemon(
+        self,
+        name: str,
+        *,
+        repos: dict[str, Path] | None = None,
+        faults: str = "",
+        env: dict[str, str] | None = None,
+        state: Path | None = None,
+    ) -> DaemonProcess:
+        extra = {"PROMOTER_HOST_ID": f"host-{name}", "PROMOTER_DATABASE_URL": self.url}
+        daemon = DaemonProcess(
+            state or self.state,
+            {"work": self.repo} if repos is None else repos,
+            faults=faults,
+            extra_env={**extra, **(env or {})},
+        )
+        self.started.append(daemon)
+        return daemon
+
+    def close(self) -> None:
+        for daemon in self.started:
+            with contextlib.suppress(ProcessLookupError):
+                daemon.proc.send_signal(signal.SIGCONT)
+            daemon.kill()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    shared = Ledger(tmp_path)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+def _promote_in_background(daemon: DaemonProcess, request: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = {}
+
+    def post() -> None:
+        try:
+            with daemon.client() as orch:
+                response = orch.post("/v1/promotions", json=request)
+                answer["status"], answer["body"] = response.status_code, response.json()
+        except httpx.HTTPError as exc:
+            answer["error"] = repr(exc)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    answer["thread"] = thread
+    return answer
+
+
+def _operation_id(daemon: DaemonProcess) -> str:
+    with daemon.client("operator") as operator:
+        (listed,) = operator.get("/v1/operations").json()["operations"]
+    return str(listed["operation_id"])
+
+
+def _hosts(daemon: DaemonProcess) -> dict[str, dict[str, Any]]:
+    with daemon.client("operator") as operator:
+        return {h["host_id"]: h for h in operator.get("/v1/hosts").json()["hosts"]}
+
+
+def _until_leases_expired(daemon: DaemonProcess, host: str, operation_id: str) -> None:
+    """Until ``daemon`` reports the host lease and the operation's owner lease of ``host``
+    run out (a condition the ledger reports, bounded; no time is assumed)."""
+    deadline = time.monotonic() + 60
+    with daemon.client("operator") as operator:
+        while True:
+            owner = operator.get(f"/v1/operations/{operation_id}").json()["owner"]
+            hosts = {h["host_id"]: h for h in operator.get("/v1/hosts").json()["hosts"]}
+            if owner["lease_expired"] and hosts[host]["lease_expired"]:
+                return
+            assert time.monotonic() < deadline, "the leases never ran out"
+            time.sleep(0.05)
+
+
+def _fence(daemon: DaemonProcess, role: str, host: str, to: str) -> httpx.Response:
+    with daemon.client(role) as client:
+        return client.post(f"/v1/hosts/{host}/fence", json={"to": to})
+
+
+def _cli(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    token = daemon.state_dir / "credentials" / "operator.token"
+    argv = [sys.executable, "-m", "promoter.cli.main", *args, "--url", daemon.url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    return subprocess.run(
+        [*argv, "--token-file", str(token)], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def _tree(repo: Path) -> dict[str, str]:
+    """Every file of the worktree outside .git with the sha256 of its bytes."""
+    return {
+        str(path.relative_to(repo)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(repo.rglob("*"))
+        if path.is_file() and ".git" not in path.relative_to(repo).parts
+    }
+
+
+def _exact_new(repo: Path) -> None:
+    assert (repo / "src/app.txt").read_bytes() == V2
+    assert (repo / "src/lib.txt").read_bytes() == W2
+    assert sorted(_tree(repo)) == ["src/app.txt", "src/lib.txt"]  # no temp, nothing else
+
+
+def test_a_killed_host_is_fenced_only_when_dead_and_b_recovers_its_promotion_exactly(
+    ledger: Ledger,
+) -> None:
+    pause = Pause(ledger.tmp, "after_journal")
+    a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+    b = ledger.daemon("b")
+    c = ledger.daemon("c", repos={}, state=ledger.tmp / "state-c")  # guards no repository
+    request = prepare_promotion(a, ledger.repo, CHANGES)
+    answer = _promote_in_background(a, request)
+    pause.reached()  # A journaled its plan and holds the repository lock
+    operation_id = _operation_id(b)
+
+    # a live host is never fenced: B's own leases run (its heartbeat), A's too
+    live = _fence(a, "operator", "host-b", "host-a")
+    assert (live.status_code, live.json()["code"]) == (409, "host_live"), live.text
+    assert live.json()["host"] == "host-b"
+    refused = _fence(b, "orchestrator", "host-a", "host-b")
+    assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+    with b.executor("run_1") as executor:
+        refused = executor.post("/v1/hosts/host-a/fence", json={"to": "host-b"})
+        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+
+    a.kill()  # SIGKILL at the fault point: its leases are no longer renewed
+    answer["thread"].join()
+    assert "error" in answer
+    _until_leases_expired(b, "host-a", operation_id)
+
+    unknown = _fence(b, "operator", "host-a", "host-nobody")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "host_unknown")
+    unknown = _fence(b, "operator", "host-nobody", "host-b")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "host_unknown")
+    itself = _fence(b, "operator", "host-a", "host-a")
+    assert (itself.status_code, itself.json()["code"]) == (409, "handover_refused")
+    elsewhere = _fence(b, "operator", "host-a", "host-c")
+    assert (elsewhere.status_code, elsewhere.json()["code"]) == (409, "handover_refused")
+    with b.client() as orch:
+        (guarded,) = orch.get("/v1/repositories").json()["repositories"]
+    assert elsewhere.json()["repositories"] == [guarded["repository_identity"]]
+    before = _hosts(b)["host-a"]
+    assert (before["status"], before["epoch"], before["fences"]) == ("active", 1, [])
+    with b.client() as orch:
+        seen = orch.get(f"/v1/operations/{operation_id}").json()
+        assert (seen["status"], seen["owner"]["host"]) == ("in_progress", "host-a")
+    assert _tree(ledger.repo) == {
+        "src/app.txt": hashlib.sha256(V1).hexdigest(),
+        "src/lib.txt": hashlib.sha256(W1).hexdigest(),
+    }
+
+    fenced = _cli(b, "hosts", "fence", "host-a", "--to", "host-b", "--json")
+    assert fenced.returncode == 0, fenced.stderr
+    result = json.loads(fenced.stdout)
+    assert {k: result[k] for k in ("host", "epoch", "to", "fenced_by", "operations")} == {
+        "host": "host-a",
+        "epoch": 2,
+        "to": "host-b",
+        "fenced_by": "operator",
+        "operations": [operation_id],
+    }
+    after = _hosts(c)["host-a"]
+    assert (after["status"], after["epoch"], after["fenced_to"]) == ("fenced", 2, "host-b")
+    assert [(f["epoch"], f["to"], f["by"], f["operations"]) for f in after["fences"]] == [
+        (2, "host-b", "operator", [operation_id])
+    ]
+    again = _cli(b, "hosts", "fence", "host-b", "--to", "host-c")  # B is live
+    assert (again.returncode, again.stderr.split("]")[0]) == (75, "error [host_live")
+
+    with b.client() as orch:
+        handed = orch.get(f"/v1/operations/{operation_id}").json()
+        assert (handed["status"], handed["code"]) == ("needs_recovery", "host_fenced")
+        assert handed["owner"]["host"] == "host-b"
+        done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert done.status_code == 200, done.text
+        view = done.json()
+        assert (view["status"], view["owner"]["host"]) == ("completed", "host-b")
+        receipt = orch.get(f"/v1/operations/{operation_id}/receipt")
+        assert receipt.status_code == 200
+        assert json.loads(receipt.content)["operation_id"] == operation_id
+        assert view["receipt_sha256"] == json.loads(receipt.content)["receipt_sha256"]
+        assert [s["status"] for s in view["steps"]] == ["completed", "completed"]
+        assert view["events_verified"]
+    _exact_new(ledger.repo)
+
+
+@pytest.mark.parametrize("point", ["after_journal", "after_temps_journaled"])
+def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -> None:
+    """A hung host (SIGSTOP) is fenced while stopped; continued, its attempt stops with
+    ``host_fenced`` before its first worktree write (paused after its plan), or before
+    its first target is replaced (paused with its temps staged: they are journaled, and
+    the new owner's recovery removes them). A new process of the host starts fenced: it
+    refuses promotions and recoveries and renews no lease."""
+    pause = Pause(ledger.tmp, point)
+    a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+    b = ledger.daemon("b")
+    request = prepare_promotion(a, ledger.repo, CHANGES)
+    answer = _promote_in_background(a, request)
+    pause.reached()
+    operation_id = _operation_id(b)
+    a.proc.send_signal(signal.SIGSTOP)  # hung: no heartbeat, the lock still held
+    _until_leases_expired(b, "host-a", operation_id)
+    fenced = _fence(b, "operator", "host-a", "host-b")
+    assert fenced.status_code == 200, fenced.text
+    assert fenced.json()["operations"] == [operation_id]
+
+    a.proc.send_signal(signal.SIGCONT)
+    pause.release()
+    answer["thread"].join()
+    assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+    assert answer["body"]["to_host"] == "host-b"
+    assert (ledger.repo / "src/app.txt").read_bytes() == V1  # no target was replaced
+    assert (ledger.repo / "src/lib.txt").read_bytes() == W1
+    staged = sorted(set(_tree(ledger.repo)) - {"src/app.txt", "src/lib.txt"})
+    assert all(Path(name).name.startswith(".promoter-tmp-") for name in staged), staged
+    assert len(staged) == (2 if point == "after_temps_journaled" else 0)
+    with b.client() as orch:
+        left = orch.get(f"/v1/operations/{operation_id}").json()
+        assert (left["status"], left["owner"]["host"]) == ("needs_recovery", "host-b")
+        assert [s["status"] for s in left["steps"]] == ["pending", "pending"]
+    assert any("is fenced" in line for line in a.log)
+    assert _hosts(b)["host-a"]["lease_until"] is None  # its heartbeat renews nothing
+    a.kill()
+
+    back = ledger.daemon("a", env=SHORT_LEASE)  # a new process with host id A
+    assert any("was fenced at" in line for line in back.log)
+    with back.client() as orch:
+        again = orch.post("/v1/promotions", json=request)
+        assert (again.status_code, again.json()["code"]) == (409, "host_fenced"), again.text
+        recover = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert (recover.status_code, recover.json()["code"]) == (409, "host_fenced")
+        seen = orch.get(f"/v1/operations/{operation_id}").json()  # reads are served
+        assert (seen["status"], seen["owner"]["host"]) == ("needs_recovery", "host-b")
+    listed = _cli(back, "hosts", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    row = {h["host_id"]: h for h in json.loads(listed.stdout)}["host-a"]
+    assert (row["status"], row["epoch"], row["lease_until"]) == ("fenced", 2, None)
+    assert row["this_host"] is True
+
+    with b.client() as orch:
+        done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7}).json()
+        assert (done["status"], done["owner"]["host"]) == ("completed", "host-b")
+    _exact_new(ledger.repo)
+
+
+@pytest.mark.postgresql_only
+def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
+    """A transaction that checked the epoch holds the host's lock shared until it commits:
+    a fence started meanwhile waits for that commit (seen in ``pg_locks``), and the next
+    check after the fence sees the raised epoch."""
+    database = Database(os.environ["PROMOTER_DATABASE_URL"], 5.0)
+    check = guard(Registration("host-a", 1, False))
+    with database.session() as session:
+        hosts.register(session, "host-a", [], "2000-01-01T00:00:00Z")
+    fenced: list[int] = []
+
+    def fence() -> None:
+        with database.session() as session:
+            assert hosts.for_update(session, "host-a") is not None
+            fenced.append(hosts.fence(session, "host-a", to="host-b", by="op", operations=[])[0])
+
+    with database.session() as attempt:
+        check(attempt)  # the attempt goes on: host-a is active at epoch 1
+        racer = threading.Thread(target=fence)
+        racer.start()
+        _until_an_advisory_lock_waits(database, racer)
+        assert fenced == []  # the fence waits for the attempt's commit
+        attempt.execute(text("SELECT 1"))
+    racer.join()
+    assert fenced == [2]
+    with database.session() as later, pytest.raises(HostFenced):
+        check(later)
+    database.dispose()
+
+
+def _until_an_advisory_lock_waits(database: Database, thread: threading.Thread) -> None:
+    query = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    deadline = time.monotonic() + 60
+    with database.engine.connect() as connection:
+        while thread.is_alive() and not connection.execute(query).scalar_one():
+            assert time.monotonic() < deadline, "the fence neither waited nor ended"
+            connection.rollback()
+            time.sleep(0.005)
