@@ -17,6 +17,8 @@ from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.receipts.envelopes import VERIFICATION, receipt_signer
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.services import Services
 from promoter.engine.verify.basetree import GitBaseTree
 from promoter.engine.verify.bundle import Verification, verify
@@ -61,16 +63,18 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
         raise Forbidden("the bundle names a grant of another run", grant_id=grant.grant_id)
     outcome = verify_bundle(services, data, bundle)
     receipt_wire = outcome.receipt.wire()
+    receipt_bytes = canonical(outcome.receipt)
+    signer = receipt_signer(services)  # published before the receipt's transaction
     if not outcome.passed:
         with services.db.session() as session:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
+            record_envelope(session, signer, VERIFICATION, bundle.bundle_id, receipt_bytes)
         raise error_class(outcome.code)(
             "the bundle did not pass verification: "
             + "; ".join(f"{c.name}: {c.detail}" for c in outcome.receipt.checks if c.detail),
             verification_receipt=receipt_wire,
             failed_checks=[c.name for c in outcome.receipt.checks if c.status == "failed"],
         )
-    receipt_bytes = canonical(outcome.receipt)
     stored = services.audit.get("verification", bundle.bundle_id)
     if stored is not None and stored != receipt_bytes:
         earlier = services.audit.parsed(
@@ -90,6 +94,7 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
+        record_envelope(session, signer, VERIFICATION, bundle.bundle_id, receipt_bytes)
     return Submitted(bundle, outcome.receipt, created and stored is None)
 
 

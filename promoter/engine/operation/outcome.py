@@ -47,6 +47,8 @@ from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
+from promoter.engine.receipts.envelopes import PROMOTION, ReceiptSigner, receipt_signer
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence
@@ -110,7 +112,8 @@ def finish(
         if checked is None:
             return
         paths = checked
-    complete(services.db, services.audit, operation_id, changes, evidence, paths)
+    signer = receipt_signer(services)  # published before the receipt's transaction
+    complete(services.db, services.audit, operation_id, changes, evidence, paths, signer)
 
 
 def post_check(
@@ -285,8 +288,10 @@ def complete(
     changes: list[Change],
     evidence: Evidence,
     paths: list[Target],
+    signer: ReceiptSigner,
 ) -> None:
-    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
+    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk),
+    and the receipt's envelope, signed by ``signer`` in the same transaction."""
     assert [p.path for p in paths] == [c.path for c in changes]
     assert all(p.new for p in paths)
     targets = [
@@ -324,6 +329,7 @@ def complete(
         else:
             recorded = row.receipt
         data = canonical_bytes(recorded)
+        record_envelope(session, signer, PROMOTION, operation_id, data)  # a stored one stays
     # (2) the same bytes into the audit store, fsynced: identical bytes already there are
     # reused, different ones raise and are never overwritten; (3) only then completed.
     audit.put("promotion", operation_id, data)

@@ -70,6 +70,8 @@ from promoter.engine.operation.rollback_report import (
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
 from promoter.engine.queries import guarded_here
+from promoter.engine.receipts.envelopes import ROLLBACK, receipt_signer
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.services import Services
 from promoter.errors import (
     NotRecoverable,
@@ -305,9 +307,12 @@ def _rollback_locked(
             }
         )
     )
-    with services.db.session() as session:  # (1) record the receipt, once
+    signer = receipt_signer(services)  # published before the receipt's transaction
+    with services.db.session() as session:  # (1) record the receipt and its envelope, once
         child = _load(session, child_id)
         if child.receipt is None:
+            data = canonical_bytes(receipt.wire())
+            record_envelope(session, signer, ROLLBACK, parent_id, data)
             ledger.append(
                 session,
                 child_id,
