@@ -33,6 +33,7 @@ from promoter.engine.receipts.signing import host_keyring, sign_envelope
 from promoter.engine.services import Services
 from promoter.errors import OwnedByOtherHost, ReceiptInvalid
 from promoter.store import key_ledger
+from promoter.store.db import Database
 from promoter.store.key_ledger import PublishedKey, StoredEnvelope
 
 log = logging.getLogger("promoter.keys")
@@ -64,16 +65,21 @@ def published_keyring(services: Services) -> Keyring:
     """The host's keyring, published into the ledger whenever it was (re)loaded."""
     keyring = host_keyring(services)
     if services.published_keyring is not keyring:
-        with services.db.session() as session:
-            key_ledger.publish_keys(session, _published(services.owner.host, keyring))
+        publish_keyring(services.db, services.owner.host, keyring)
         services.published_keyring = keyring
-        log.info(
-            "published %d signing key(s) of host %s into the ledger (active %s)",
-            len(keyring.listed),
-            services.owner.host,
-            keyring.active.keyid,
-        )
     return keyring
+
+
+def publish_keyring(db: Database, host_id: str, keyring: Keyring) -> None:
+    """Every listed key of ``host_id``'s keyring into the ledger, in one transaction."""
+    with db.session() as session:
+        key_ledger.publish_keys(session, _published(host_id, keyring))
+    log.info(
+        "published %d signing key(s) of host %s into the ledger (active %s)",
+        len(keyring.listed),
+        host_id,
+        keyring.active.keyid,
+    )
 
 
 def _published(host_id: str, keyring: Keyring) -> list[PublishedKey]:

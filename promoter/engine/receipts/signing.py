@@ -146,6 +146,7 @@ class TrustedKey:
 
     public_key: Ed25519PublicKey
     not_after: str | None = None
+    host_id: str | None = None  # the host the ledger's key set names, when it names one
 
     @property
     def keyid(self) -> str:
@@ -216,7 +217,8 @@ def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> Verifie
         signers = ", ".join(s.keyid for s in envelope.signatures) or "nobody"
         lines.append(f"signature: NOT CHECKED (no public key given; signed by {signers})")
     else:
-        lines.append(f"signature: verified with key {signer.keyid}")
+        of_host = "" if signer.host_id is None else f" of host {signer.host_id}"
+        lines.append(f"signature: verified with key {signer.keyid}{of_host}")
     # (3) the payload is an in-toto Statement v1 with a promoter predicate type
     statement, predicate, statement_lines = open_statement(body)
     lines.extend(statement_lines)
