@@ -12,11 +12,13 @@ suite's PostgreSQL database when there is one, else both daemons share one SQLit
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,14 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.flows import init_repo
+from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 
 V1, V2 = b"one\n", b"two\n"
 
 
 class Hosts:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, faults: str = "") -> None:
         self.url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'ledger.db'}"
         self.tmp = tmp_path
         self.repo_a = init_repo(tmp_path / "work-a", {"src/app.txt": V1})
@@ -39,7 +42,12 @@ class Hosts:
         self.daemons: list[DaemonProcess] = []
         for name, repo in (("a", self.repo_a), ("b", repo_b)):
             self.daemons.append(
-                DaemonProcess(tmp_path / f"state-{name}", {name: repo}, extra_env=self.env(name))
+                DaemonProcess(
+                    tmp_path / f"state-{name}",
+                    {name: repo},
+                    extra_env=self.env(name),
+                    faults=faults if name == "a" else "",
+                )
             )
         self.a, self.b = self.daemons
 
@@ -83,13 +91,8 @@ class Hosts:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    made: Hosts | None = None
-    try:
-        made = Hosts(tmp_path)
+    with start(tmp_path) as made:
         yield made
-    finally:
-        for daemon in made.daemons if made is not None else []:
-            daemon.kill()
 
 
 def fetched(daemon: DaemonProcess, path: str) -> httpx.Response:
@@ -119,6 +122,17 @@ def predicate_of(data: bytes) -> dict[str, Any]:
     statement: dict[str, Any] = json.loads(base64.b64decode(json.loads(data)["payload"]))
     predicate: dict[str, Any] = statement["predicate"]
     return predicate
+
+
+@contextlib.contextmanager
+def start(tmp_path: Path, faults: str = "") -> Iterator[Hosts]:
+    made: Hosts | None = None
+    try:
+        made = Hosts(tmp_path, faults)
+        yield made
+    finally:
+        for daemon in made.daemons if made is not None else []:
+            daemon.kill()
 
 
 def test_receipt_made_by_a_fetched_from_b_is_a_s_bytes_and_verifies_with_b_s_key_set(
@@ -203,3 +217,28 @@ def test_a_rotated_key_keeps_verifying_a_s_older_envelopes_from_b(hosts: Hosts) 
         assert f"signature: verified with key {key} of host host-a" in done.stdout
     old = hosts.cli("receipt", "verify", "before.dsse", "--keys-from", hosts.b.url)
     assert f"before {old_key} was retired at {a_listed[old_key]['not_after']}" in old.stdout
+
+
+def test_a_rotation_while_a_receipt_is_made_never_signs_it_with_the_retired_key(
+    tmp_path: Path,
+) -> None:
+    """The key is looked up before the receipt exists; a rotation in between retires it at
+    a time before the receipt's ``promoted_at``, so the new key must sign."""
+    pause = Pause(tmp_path, "before_receipt")
+    with start(tmp_path, pause.spec) as made:
+        request = prepare_promotion(made.a, made.repo_a, [("src/app.txt", V1, V2)])
+        old_key = key_set(made.a)["active_keyid"]
+        with made.a.client() as orch, ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(orch.post, "/v1/promotions", json=request)
+            pause.reached()
+            rotated = made.cli("keys", "rotate", "--state-dir", str(made.a.state_dir), "--json")
+            assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+            pause.release()
+            view = answer.result().json()
+        assert view["status"] == "completed", view
+        new_key = json.loads(rotated.stdout)["active_keyid"]
+        data = envelope(made.b, f"/v1/operations/{view['operation_id']}/receipt.dsse")
+        assert signer_of(data) == new_key != old_key
+        (made.tmp / "raced.dsse").write_bytes(data)
+        done = made.cli("receipt", "verify", "raced.dsse", "--keys-from", made.b.url)
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -28,7 +29,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
-from promoter.engine.receipts.keyring import ALGORITHM, HostKey, Keyring, ListedKey, keyid_of
+from promoter.engine.receipts.keyring import (
+    ALGORITHM,
+    HostKey,
+    Keyring,
+    ListedKey,
+    keyid_of,
+    keyring_stamp,
+    load_keyring,
+)
 from promoter.engine.receipts.signing import host_keyring, sign_envelope
 from promoter.engine.services import Services
 from promoter.errors import OwnedByOtherHost, ReceiptInvalid
@@ -45,10 +54,20 @@ VERIFICATION = "verification_receipt"
 
 @dataclass(frozen=True)
 class ReceiptSigner:
-    """This host and its active key, published in the ledger before it signs."""
+    """This host and its active key, published in the ledger before it signs; the
+    keyring's file stamp when it was read, to see a rotation that lands in between."""
 
     host_id: str
     key: HostKey
+    credentials_dir: Path
+    stamp: tuple[int, int, int] | None
+
+    def current(self) -> HostKey:
+        """The active key now: a rotation since ``receipt_signer`` retired ``key`` at a time
+        that may precede the receipt, so the new key signs (the daemon publishes it too)."""
+        if keyring_stamp(self.credentials_dir) == self.stamp:
+            return self.key
+        return load_keyring(self.credentials_dir).active
 
 
 # --- (1) publishing -------------------------------------------------------------------------
@@ -58,7 +77,10 @@ def receipt_signer(services: Services) -> ReceiptSigner:
     """The host's active key, its keyring published first (call before opening the session
     that records the receipt: publishing commits on a session of its own)."""
     keyring = published_keyring(services)
-    return ReceiptSigner(services.owner.host, keyring.active)
+    cached = services.host_keyring
+    stamp = cached[0] if cached is not None and cached[1] is keyring else None
+    credentials = services.settings.credentials_dir
+    return ReceiptSigner(services.owner.host, keyring.active, credentials, stamp)
 
 
 def published_keyring(services: Services) -> Keyring:
@@ -137,11 +159,15 @@ def _ids(row: PublishedKey) -> tuple[str, str]:
 def make_envelope(
     signer: ReceiptSigner, kind: str, subject_id: str, receipt: bytes
 ) -> StoredEnvelope:
-    """The receipt's envelope signed by ``signer`` (the receipt is checked first)."""
-    data = canonical_bytes(sign_envelope(signer.key, receipt))
-    return StoredEnvelope(
-        _receipt_sha256(receipt), kind, subject_id, signer.host_id, signer.key.keyid, data
-    )
+    """The receipt's envelope signed by ``signer`` (the receipt is checked first).
+
+    Called once the receipt's bytes exist: a key still active now was not retired before
+    the receipt's time, so its window covers the receipt.
+    """
+    key = signer.current()
+    data = canonical_bytes(sign_envelope(key, receipt))
+    digest = _receipt_sha256(receipt)
+    return StoredEnvelope(digest, kind, subject_id, signer.host_id, key.keyid, data)
 
 
 def record(
