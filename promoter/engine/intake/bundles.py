@@ -17,7 +17,7 @@ from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.receipts.envelopes import VERIFICATION, receipt_signer
+from promoter.engine.receipts.envelopes import VERIFICATION, make_envelope, receipt_signer
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.services import Services
 from promoter.engine.verify.basetree import GitBaseTree
@@ -64,11 +64,12 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     outcome = verify_bundle(services, data, bundle)
     receipt_wire = outcome.receipt.wire()
     receipt_bytes = canonical(outcome.receipt)
-    signer = receipt_signer(services)  # published before the receipt's transaction
+    # signed by this host, the one that made the receipt, before its transaction opens
+    sealed = make_envelope(receipt_signer(services), VERIFICATION, bundle.bundle_id, receipt_bytes)
     if not outcome.passed:
         with services.db.session() as session:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
-            record_envelope(session, signer, VERIFICATION, bundle.bundle_id, receipt_bytes)
+            record_envelope(session, sealed)
         raise error_class(outcome.code)(
             "the bundle did not pass verification: "
             + "; ".join(f"{c.name}: {c.detail}" for c in outcome.receipt.checks if c.detail),
@@ -94,7 +95,7 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
-        record_envelope(session, signer, VERIFICATION, bundle.bundle_id, receipt_bytes)
+        record_envelope(session, sealed)
     return Submitted(bundle, outcome.receipt, created and stored is None)
 
 

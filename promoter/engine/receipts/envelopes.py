@@ -4,11 +4,13 @@
 Owns three things. (1) Publishing: before a host signs anything it publishes its
 keyring's public keys (keyid, host id, validity window) into the ledger
 (``promoter.store.key_ledger``), and again after a rotation. (2) Making: the host that
-makes a receipt signs its DSSE envelope with its active key, in the same transaction that
-records the receipt, so the two are durable together (``record``). (3) Serving: any host
-serves a receipt's stored envelope byte for byte; a receipt recorded before envelopes
-were stored is signed (once, then stored) only by the host that made it, and another host
-answers ``owned_by_other_host`` naming that host, never signing a write it did not make.
+makes a receipt signs its DSSE envelope with its active key once the receipt's bytes
+exist, and stores it in the transaction that makes the receipt servable (the final
+status, or the receipt's own row for a verification), so no served receipt lacks it
+(``make_envelope``, ``record``). (3) Serving: any host serves a receipt's stored envelope
+byte for byte; a receipt recorded before envelopes were stored is signed (once, then
+stored) only by the host that made it, and another host answers ``owned_by_other_host``
+naming that host, never signing a write it did not make.
 
 Deliberately not here: the envelope's format and offline verification
 (``promoter.engine.receipts.signing``), the key files and rotation
@@ -170,11 +172,11 @@ def make_envelope(
     return StoredEnvelope(digest, kind, subject_id, signer.host_id, key.keyid, data)
 
 
-def record(
-    session: Session, signer: ReceiptSigner, kind: str, subject_id: str, receipt: bytes
-) -> None:
-    """Store the receipt's envelope in the receipt's own transaction (a stored one stays)."""
-    key_ledger.add_envelope(session, make_envelope(signer, kind, subject_id, receipt))
+def record(session: Session, envelope: StoredEnvelope) -> None:
+    """Store the envelope in the transaction that makes its receipt servable (a stored one
+    stays). It is made (``make_envelope``) before that transaction opens: signing a large
+    receipt takes milliseconds that no database lock should wait for."""
+    key_ledger.add_envelope(session, envelope)
 
 
 def _receipt_sha256(receipt: bytes) -> str:
@@ -212,9 +214,9 @@ def served_envelope(
             owner_host=maker,
             receipt_sha256=digest,
         )
-    signer = receipt_signer(services)
+    sealed = make_envelope(receipt_signer(services), kind, subject_id, receipt)
     with services.db.session() as session:
-        record(session, signer, kind, subject_id, receipt)
+        record(session, sealed)
     with services.db.session() as session:
         stored = key_ledger.get_envelope(session, digest)
     assert stored is not None  # just inserted, or a concurrent request's
