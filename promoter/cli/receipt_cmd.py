@@ -363,7 +363,7 @@ def fetch(
 
 
 def keys(out: OutOpt = None, url: UrlOpt = None) -> None:
-    """Download the host's public signing keys (GET /v1/keys) for offline verification."""
+    """Download the ledger's key set, every host's public signing keys (GET /v1/keys)."""
     _write(_get(server_url(url), "/v1/keys", None), out)
 
 

@@ -10,7 +10,9 @@ signing (``promoter.engine.receipts``), deciding which host may sign what, and s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -48,20 +50,19 @@ class StoredEnvelope:
 def publish_keys(session: Session, keys: list[PublishedKey]) -> None:
     """Insert or bring up to date each key; a keyid another host published is refused."""
     for key in keys:
-        row = session.get(HostKeyRow, key.keyid, with_for_update=True)
-        if row is None:
-            session.add(
-                HostKeyRow(
-                    keyid=key.keyid,
-                    host_id=key.host_id,
-                    algorithm=key.algorithm,
-                    public_key_pem=key.public_key_pem,
-                    not_before=key.not_before,
-                    not_after=key.not_after,
-                    published_at=rfc3339(utcnow()),
-                )
-            )
-            continue
+        values = {
+            "keyid": key.keyid,
+            "host_id": key.host_id,
+            "algorithm": key.algorithm,
+            "public_key_pem": key.public_key_pem,
+            "not_before": key.not_before,
+            "not_after": key.not_after,
+            "published_at": rfc3339(utcnow()),
+        }
+        # a concurrent publisher of the same key (two requests after a rotation) is no error
+        session.execute(_insert(session)(HostKeyRow).values(**values).on_conflict_do_nothing())
+        row = session.get(HostKeyRow, key.keyid, with_for_update=True, populate_existing=True)
+        assert row is not None  # inserted, or there before
         if row.host_id != key.host_id:
             raise ConfigError(
                 f"signing key {key.keyid} is already published by host {row.host_id}, not "
@@ -115,10 +116,11 @@ def add_envelope(session: Session, envelope: StoredEnvelope) -> None:
         "envelope": envelope.envelope.decode("utf-8"),
         "created_at": rfc3339(utcnow()),
     }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    session.execute(
-        insert(ReceiptEnvelopeRow)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["receipt_sha256"])
-    )
+    session.execute(_insert(session)(ReceiptEnvelopeRow).values(**values).on_conflict_do_nothing())
+
+
+def _insert(session: Session) -> Callable[..., Any]:
+    """The dialect's INSERT, which has ``ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert
+    return sqlite.insert

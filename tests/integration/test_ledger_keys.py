@@ -15,6 +15,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -242,3 +243,23 @@ def test_a_rotation_while_a_receipt_is_made_never_signs_it_with_the_retired_key(
         (made.tmp / "raced.dsse").write_bytes(data)
         done = made.cli("receipt", "verify", "raced.dsse", "--keys-from", made.b.url)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_host_started_with_another_host_s_key_refuses_to_start(tmp_path: Path) -> None:
+    """A copied credentials directory would let B sign as A: the ledger names the key A's."""
+    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'ledger.db'}"
+    repo = init_repo(tmp_path / "work", {"src/app.txt": V1})
+    env = {"PROMOTER_DATABASE_URL": url}
+    a = DaemonProcess(tmp_path / "state-a", {"a": repo}, extra_env={**env, "PROMOTER_HOST_ID": "a"})
+    try:
+        a_key = key_set(a)["active_keyid"]
+        (tmp_path / "state-b").mkdir(mode=0o700)
+        shutil.copytree(a.state_dir / "credentials", tmp_path / "state-b" / "credentials")
+        with pytest.raises(RuntimeError) as refused:
+            DaemonProcess(
+                tmp_path / "state-b", {"b": repo}, extra_env={**env, "PROMOTER_HOST_ID": "b"}
+            )
+        assert f"signing key {a_key} is already published by host a, not b" in str(refused.value)
+        assert [(k["keyid"], k["host_id"]) for k in key_set(a)["keys"]] == [(a_key, "a")]
+    finally:
+        a.kill()
