@@ -5,7 +5,8 @@ canonical Statement whose predicate is the exact canonical bytes of a receipt (m
 pre-authentication-encoded by ``securesystemslib.dsse``), and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
-``host_key(services)`` is the one place a running daemon gets its active signing key.
+``host_keyring(services)`` is the one place a running daemon reads its keyring
+(``promoter.engine.receipts.envelopes`` publishes it into the ledger and signs with it).
 
 Deliberately not here: the key files and rotation (``promoter.engine.receipts.keyring``), the
 Statement's shape and subjects (``promoter.engine.receipts.statement``), storing or finding
@@ -97,11 +98,6 @@ def host_keyring(services: Services) -> Keyring:
     keyring = load_keyring(credentials)
     services.host_keyring = (keyring_stamp(credentials), keyring)
     return keyring
-
-
-def host_key(services: Services) -> HostKey:
-    """The key new envelopes are signed with: the keyring's active key."""
-    return host_keyring(services).active
 
 
 # --- DSSE -----------------------------------------------------------------------------------
