@@ -41,15 +41,20 @@ class Hosts:
         self.repo_a = init_repo(tmp_path / "work-a", {"src/app.txt": V1})
         repo_b = init_repo(tmp_path / "work-b", {"src/app.txt": V1})
         self.daemons: list[DaemonProcess] = []
-        for name, repo in (("a", self.repo_a), ("b", repo_b)):
-            self.daemons.append(
-                DaemonProcess(
-                    tmp_path / f"state-{name}",
-                    {name: repo},
-                    extra_env=self.env(name),
-                    faults=faults if name == "a" else "",
+        try:
+            for name, repo in (("a", self.repo_a), ("b", repo_b)):
+                self.daemons.append(
+                    DaemonProcess(
+                        tmp_path / f"state-{name}",
+                        {name: repo},
+                        extra_env=self.env(name),
+                        faults=faults if name == "a" else "",
+                    )
                 )
-            )
+        except BaseException:
+            for daemon in self.daemons:  # A started, B did not
+                daemon.kill()
+            raise
         self.a, self.b = self.daemons
 
     def env(self, name: str) -> dict[str, str]:
