@@ -6,7 +6,7 @@ raises it (``promoter.engine.fencing``). ``host_fences`` journals every fence: w
 when, from which host to which, and the operations handed over.
 
 Revision ID: 0009f
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-05 09:50:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009f"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

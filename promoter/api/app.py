@@ -38,7 +38,7 @@ from promoter.engine import fencing
 from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
-from promoter.engine.receipts.signing import host_key
+from promoter.engine.receipts.envelopes import published_keyring
 from promoter.engine.services import Services
 from promoter.store.state_temps import sweep as sweep_state_temps
 
@@ -56,7 +56,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         owned = services is None
         app.state.services = services or webhooks.daemon_services(settings)
         sweep_state_temps(app.state.services.settings.state_dir)  # leftovers of a killed writer
-        host_key(app.state.services)  # created on first start (SPEC §3.9)
+        published_keyring(app.state.services)  # created on first start, into the ledger
         registration = fencing.register(app.state.services)  # its epoch; fenced: no writes
         heartbeat = Heartbeat(
             app.state.services.db,

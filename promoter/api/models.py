@@ -370,8 +370,12 @@ class OperationList(Reply):
 
 
 class KeySet(View):
-    active_keyid: str
-    keys: list[dict[str, Any]]
+    active_keyid: str = Field(description="the key this host signs new receipts with")
+    host_id: str = Field(description="the host answering")
+    keys: list[dict[str, Any]] = Field(
+        description="every host's keys, each with `host_id`, `status`, `not_before`, "
+        "`not_after` and the RFC 8037 OKP JWK members"
+    )
 
 
 class Snapshot(Reply):

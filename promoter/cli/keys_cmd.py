@@ -3,8 +3,10 @@
 Runs on the host, against ``<state>/credentials`` (no server needed): ``rotate`` retires
 the active key now and makes a new one active (``promoter.engine.receipts.keyring.rotate``); a
 running daemon signs with the new key from its next envelope on, and ``GET /v1/keys``
-keeps listing the retired public key with its validity window. ``list`` prints the
-listed keys.
+keeps listing the retired public key with its validity window. ``rotate`` then publishes
+the keyring into the ledger (``promoter.engine.receipts.envelopes.publish_keyring``), so
+every host lists the new key at once; when the database cannot be reached it says so
+and the daemon publishes it before it signs with it. ``list`` prints the listed keys.
 
 Deliberately not here: verifying receipts (``promoter receipt verify``), serving keys
 (``promoter.api.routes.keys``), and any handling of the private keys beyond calling
@@ -21,9 +23,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from promoter.cli.common import JsonOpt, console
-from promoter.config import load_settings
+from promoter.cli.common import JsonOpt, console, err_console
+from promoter.config import Settings, load_settings
+from promoter.engine.operation.ownership import machine_host_id
+from promoter.engine.receipts.envelopes import publish_keyring
 from promoter.engine.receipts.keyring import Keyring, load_keyring, rotate
+from promoter.errors import PromoterError
+from promoter.store import db as dbmod
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -59,8 +65,28 @@ def rotate_keys(
     listed (GET /v1/keys) with its validity window. Exit codes: 0 rotated; 78
     config_error (unreadable or inconsistent key files).
     """
-    keyring = rotate(_credentials(state_dir, config), datetime.now(UTC))
+    settings = load_settings(config, state_dir=state_dir)
+    keyring = rotate(settings.credentials_dir, datetime.now(UTC))
+    _publish(settings, keyring)
     _show(keyring, as_json)
+
+
+def _publish(settings: Settings, keyring: Keyring) -> None:
+    """The rotated keyring into the ledger; a failure only delays it to the daemon."""
+    host_id = settings.host_id or machine_host_id()
+    try:
+        dbmod.check_schema(settings.db_url)
+        database = dbmod.Database(settings.db_url, settings.database_busy_timeout)
+        try:
+            publish_keyring(database, host_id, keyring)
+        finally:
+            database.dispose()
+    except PromoterError as exc:
+        err_console.print(
+            f"[yellow]not published into the ledger yet[/] ({escape(exc.code)}: "
+            f"{escape(exc.detail)}); the daemon publishes the keys before it signs with them",
+            soft_wrap=True,
+        )
 
 
 def _show(keyring: Keyring, as_json: bool) -> None:

@@ -2,7 +2,8 @@
 
 ``verify`` needs no server, no network and no state directory: it reads a file (a DSSE
 envelope, a bare receipt, a bundle or a grant) and optionally public keys (a PEM file,
-a JWKS or the JSON ``GET /v1/keys`` serves), runs
+a JWKS or the JSON ``GET /v1/keys`` serves; ``--keys-from URL`` alone fetches that JSON,
+the ledger's key set of every host, from a daemon), runs
 ``promoter.engine.receipts.signing.verify_document``, and with ``--worktree`` compares the
 receipt's targets with the disk (``promoter.engine.receipts.worktree``). ``--chain``
 checks that a promotion receipt names the verification receipt it rests on
@@ -83,6 +84,16 @@ KeysOpt = Annotated[
         show_default=False,
     ),
 ]
+KeysFromOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--keys-from",
+        help="A daemon's URL: fetch its GET /v1/keys, every host's keys in the ledger "
+        "(repeatable; the only option of verify that uses the network).",
+        metavar="URL",
+        show_default=False,
+    ),
+]
 NoSignatureOpt = Annotated[
     bool,
     typer.Option(
@@ -133,6 +144,7 @@ def verify(
     files: FilesArg = None,
     public_key: PublicKeyOpt = None,
     keys_file: KeysOpt = None,
+    keys_from: KeysFromOpt = None,
     no_signature: NoSignatureOpt = False,
     worktree: WorktreeOpt = None,
     chain: ChainOpt = False,
@@ -144,7 +156,8 @@ def verify(
     """Check a receipt offline: canonical bytes, hash, Statement and (with a key) signature.
 
     An envelope or receipt is valid only when its signature verifies with a given key
-    (--public-key or --keys); without one it is "hash ok, signature not checked".
+    (--public-key, --keys, or --keys-from a daemon's URL for the ledger's key set of every
+    host); without one it is "hash ok, signature not checked".
 
     Exit codes: 0 valid (with --worktree: every target matches; with --no-signature:
     hash ok, signature not checked); 1 valid, but a --worktree target is changed or
@@ -153,6 +166,7 @@ def verify(
     chain); 78 config_error (unreadable file or key); 2 usage.
     """
     keys = [k for path in [*(public_key or []), *(keys_file or [])] for k in load_trusted(path)]
+    keys += [k for base in keys_from or [] for k in ledger_keys(base)]
     if chain and worktree is not None:
         raise ConfigError("--worktree compares one receipt; it does not go with --chain")
     if chain:
@@ -313,6 +327,13 @@ def _fetch_chain(
     return [verification, promotion], keys
 
 
+def ledger_keys(url: str) -> list[TrustedKey]:
+    """The ledger's key set a daemon serves (``URL`` or ``URL/v1/keys``), with host ids."""
+    base = url.rstrip("/")
+    base = base.removesuffix("/v1/keys")
+    return trusted_from_json(_get(base, "/v1/keys", None), f"{base}/v1/keys")
+
+
 def _predicate_field(envelope: bytes, field: str) -> str:
     """One field of an envelope's predicate, read only to know what to fetch next."""
     try:
@@ -342,7 +363,7 @@ def fetch(
 
 
 def keys(out: OutOpt = None, url: UrlOpt = None) -> None:
-    """Download the host's public signing keys (GET /v1/keys) for offline verification."""
+    """Download the ledger's key set, every host's public signing keys (GET /v1/keys)."""
     _write(_get(server_url(url), "/v1/keys", None), out)
 
 

@@ -1,9 +1,11 @@
 """Public keys a receipt is checked against, read from a file or from what a daemon serves.
 
-A PEM public key file, a JWKS (RFC 8037 OKP/Ed25519) or the JSON ``GET /v1/keys``
-serves; every id and key form an entry carries must agree (``keyid``, ``kid``, ``x`` and
-the PEM), and a listed end of validity (``not_after``) must be a timestamp. A file that
-is none of these raises ``ConfigError`` naming it. Deliberately not here: checking a
+A PEM public key file (one key, or the ledger's key set ``GET /v1/keys.pem`` serves: PEM
+blocks each preceded by ``keyid:``, ``host_id:``, ``not_after:`` … lines), a JWKS (RFC 8037
+OKP/Ed25519) or the JSON ``GET /v1/keys`` serves; every id and key form an entry carries
+must agree (``keyid``, ``kid``, ``x`` and the PEM), and a listed end of validity
+(``not_after``) must be a timestamp. A file that is none of these raises ``ConfigError``
+naming it. Deliberately not here: checking a
 signature (``promoter.engine.receipts.signing``), fetching keys (``promoter.cli.receipt_cmd``).
 """
 
@@ -23,7 +25,13 @@ from promoter.domain.canonical import parse_rfc3339
 from promoter.engine.receipts.signing import ALGORITHM, TrustedKey, keyid_of
 from promoter.errors import ConfigError
 
-__all__ = ["load_public_key", "load_public_keys", "load_trusted", "trusted_from_json"]
+__all__ = [
+    "load_public_key",
+    "load_public_keys",
+    "load_trusted",
+    "trusted_from_json",
+    "trusted_from_pem",
+]
 
 
 def load_public_keys(path: Path) -> list[Ed25519PublicKey]:
@@ -42,9 +50,56 @@ def load_trusted(path: Path) -> list[TrustedKey]:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read public key file {path}: {exc}") from exc
+    if data.lstrip()[:1] in (b"{", b"["):
+        return trusted_from_json(data, str(path))
+    if PEM_BEGIN in data:
+        return trusted_from_pem(data, str(path))
     if data.lstrip().startswith(b"-----BEGIN"):
-        return [TrustedKey(_pem_public_key(data, str(path)))]
+        return [TrustedKey(_pem_public_key(data, str(path)))]  # says what it holds instead
     return trusted_from_json(data, str(path))
+
+
+PEM_BEGIN = b"-----BEGIN PUBLIC KEY-----"
+PEM_END = b"-----END PUBLIC KEY-----"
+
+
+def trusted_from_pem(data: bytes, where: str) -> list[TrustedKey]:
+    """Every PUBLIC KEY block, with the ``name: value`` lines written before it."""
+    keys: list[TrustedKey] = []
+    rest = data
+    while PEM_BEGIN in rest:
+        text, _, rest = rest.partition(PEM_BEGIN)
+        body, found, rest = rest.partition(PEM_END)
+        if not found:
+            raise ConfigError(f"{where}: a PEM block has no END line")
+        key = _pem_public_key(PEM_BEGIN + body + PEM_END + b"\n", where)
+        fields = _explanatory(text, where)
+        if fields.get("keyid", keyid_of(key)) != keyid_of(key):
+            raise ConfigError(f"{where}: the keyid line does not match the PEM block after it")
+        not_after = fields.get("not_after")
+        if not_after is not None:
+            _check_time(not_after, where)
+        keys.append(TrustedKey(key, not_after, fields.get("host_id")))
+    if not keys:
+        raise ConfigError(f"{where}: no PUBLIC KEY block")
+    return keys
+
+
+def _explanatory(text: bytes, where: str) -> dict[str, str]:
+    """The ``name: value`` lines before a PEM block (RFC 7468 explanatory text)."""
+    fields: dict[str, str] = {}
+    for raw in text.decode("utf-8", "replace").splitlines():
+        name, sep, value = raw.partition(":")
+        if sep and name.strip() in ("keyid", "host_id", "status", "not_before", "not_after"):
+            fields[name.strip()] = value.strip()
+    return fields
+
+
+def _check_time(value: str, where: str) -> None:
+    try:
+        parse_rfc3339(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: not_after {value!r} is not a timestamp") from exc
 
 
 def trusted_from_json(data: bytes, where: str) -> list[TrustedKey]:
@@ -77,11 +132,11 @@ def _served_key(entry: Any, where: str) -> TrustedKey:
         raise ConfigError(f"{where}: the key entry's keyid does not match its key")
     not_after = entry.get("not_after")
     if not_after is not None:
-        try:
-            parse_rfc3339(str(not_after))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: not_after {not_after!r} is not a timestamp") from exc
-    return TrustedKey(key, None if not_after is None else str(not_after))
+        _check_time(str(not_after), where)
+    host = entry.get("host_id")
+    return TrustedKey(
+        key, None if not_after is None else str(not_after), host if isinstance(host, str) else None
+    )
 
 
 def _is_keyid(value: Any) -> bool:

@@ -76,6 +76,8 @@ class Services:
     runner: AttemptRunner | None = None
     # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
+    # the keyring last published into the ledger (``promoter.engine.receipts.envelopes``)
+    published_keyring: Keyring | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change
     base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     # each tree's symlinks and their target texts, by tree id (``engine.link_resolution``)

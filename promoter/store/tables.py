@@ -293,3 +293,29 @@ class HostFenceRow(Base):
     fenced_by: Mapped[str] = mapped_column(String(200))
     fenced_at: Mapped[str] = mapped_column(String(32))
     operations: Mapped[list[Any]] = mapped_column(JSON)
+
+
+class HostKeyRow(Base):
+    """A receipt-signing public key a host published: the ledger's key set."""
+
+    __tablename__ = "host_keys"
+    keyid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host_id: Mapped[str] = mapped_column(String(200), index=True)
+    algorithm: Mapped[str] = mapped_column(String(20))
+    public_key_pem: Mapped[str] = mapped_column(Text)
+    not_before: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: first key
+    not_after: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: active
+    published_at: Mapped[str] = mapped_column(String(20))
+
+
+class ReceiptEnvelopeRow(Base):
+    """The DSSE envelope of a receipt, made once by the host that made the receipt."""
+
+    __tablename__ = "receipt_envelopes"
+    receipt_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(30))  # promotion | rollback | verification receipt
+    subject_id: Mapped[str] = mapped_column(String(40), index=True)  # operation or bundle
+    host_id: Mapped[str] = mapped_column(String(200))
+    keyid: Mapped[str] = mapped_column(String(64))
+    envelope: Mapped[str] = mapped_column(Text)  # the exact canonical bytes served
+    created_at: Mapped[str] = mapped_column(String(20))

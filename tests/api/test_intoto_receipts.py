@@ -197,7 +197,8 @@ def test_rotated_out_key_fails_on_new_envelopes_in_every_library(
     _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
     answer = promote(daemon, bundle, receipt)
     assert answer.status_code == 200, answer.text
-    path = f"/v1/operations/{answer.json()['operation_id']}/receipt.dsse"
+    operation_id = answer.json()["operation_id"]
+    path = f"/v1/operations/{operation_id}/receipt.dsse"
     before = _get(daemon, path)
     [old] = _keys(daemon)
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
@@ -221,7 +222,10 @@ def test_rotated_out_key_fails_on_new_envelopes_in_every_library(
     assert rotated.returncode == 0, rotated.stdout + rotated.stderr
     new, retired = _keys(daemon)
     assert retired["kid"] == old["kid"] and retired["status"] == "retired"
-    fresh = _get(daemon, path)
+    assert _get(daemon, path) == before  # made once, when the receipt was: never re-signed
+    with daemon.operator() as op:  # a receipt made after the rotation
+        assert op.post(f"/v1/operations/{operation_id}/rollback").status_code == 200
+    fresh = _get(daemon, f"/v1/operations/{operation_id}/rollback-receipt.dsse")
     assert fresh["signatures"][0]["keyid"] == new["kid"]
     with pytest.raises(VerificationError):
         Envelope.from_dict(deepcopy(fresh)).verify([sslib_key(old)], 1)

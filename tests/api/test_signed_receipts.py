@@ -230,7 +230,13 @@ def test_keys_are_served_as_a_jwks_and_as_pem(daemon: Daemon, tmp_path: Path) ->
     assert entry["not_after"] is None
     with daemon.client() as anonymous:
         pem = anonymous.get("/v1/keys.pem")
-    assert pem.status_code == 200 and pem.text == entry["public_key_pem"]
+    header = "".join(
+        f"{field}: {entry[field]}\n"
+        for field in ("keyid", "host_id", "status", "not_before", "not_after")
+        if entry[field] is not None
+    )
+    assert pem.status_code == 200 and pem.text == header + entry["public_key_pem"]
+    assert header.startswith(f"keyid: {entry['keyid']}\nhost_id: {entry['host_id']}\n")
     jwk_only = {k: entry[k] for k in ("kty", "crv", "x", "kid")}  # a JWKS from elsewhere
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk_only]}))
     [loaded] = load_public_keys(tmp_path / "jwks.json")
@@ -339,9 +345,18 @@ def test_public_key_files_load_from_pem_and_from_saved_keys(daemon: Daemon, tmp_
 # --- rotation ---------------------------------------------------------------------------------
 
 
+def _rolled_back(daemon: Daemon, operation_id: str) -> bytes:
+    """Roll the promotion back now; the envelope of its rollback receipt, made now."""
+    with daemon.operator() as op:
+        rolled = op.post(f"/v1/operations/{operation_id}/rollback", json={"note": "test"})
+    assert rolled.status_code == 200, rolled.text
+    return envelope_of(daemon, f"/v1/operations/{operation_id}/rollback-receipt.dsse")
+
+
 def test_rotation_signs_new_envelopes_with_the_new_key_and_old_ones_still_verify(
     daemon: Daemon, repo: Path, identity: str, tmp_path: Path
 ) -> None:
+    """An envelope is made once, when its receipt is: a rotation re-signs nothing."""
     operation_id, _ = promoted(daemon, repo, identity)
     path = f"/v1/operations/{operation_id}/receipt.dsse"
     old_keys, [old] = served_keys(daemon)
@@ -360,7 +375,8 @@ def test_rotation_signs_new_envelopes_with_the_new_key_and_old_ones_still_verify
     assert retired["not_after"] == new["not_before"] is not None
     assert retired["public_key_pem"] == old["public_key_pem"]
     (tmp_path / "new-keys.json").write_bytes(new_keys)
-    (tmp_path / "after.dsse").write_bytes(envelope_of(daemon, path))
+    assert envelope_of(daemon, path) == (tmp_path / "before.dsse").read_bytes()  # as stored
+    (tmp_path / "after.dsse").write_bytes(_rolled_back(daemon, operation_id))
     assert (
         json.loads((tmp_path / "after.dsse").read_bytes())["signatures"][0]["keyid"] == new["keyid"]
     )
@@ -405,7 +421,7 @@ def test_stolen_retired_key_cannot_pass_as_the_host_after_rotation(
     assert (credentials / "host-signing.key").read_bytes() != stolen.read_bytes()
     assert not (credentials / "host-signing.key.next").exists()
     new_keys, [new, _] = served_keys(daemon)
-    after = json.loads(envelope_of(daemon, f"/v1/operations/{operation_id}/receipt.dsse"))
+    after = json.loads(_rolled_back(daemon, operation_id))  # a receipt made after rotation
     assert after["signatures"][0]["keyid"] == new["keyid"]
     kept = b"".join(p.read_bytes() for p in credentials.iterdir() if p.is_file())
     assert stolen.read_bytes() not in kept

@@ -1,12 +1,13 @@
-"""The host's public signing keys and DSSE-signed receipts (SPEC §3.9, §10.6, §7).
+"""The ledger's receipt-signing public keys and DSSE-signed receipts (SPEC §3.9, §10.6,
+§10.15, §7).
 
-Thin adapters: the receipts come from the engine exactly as the unsigned routes serve
-them, and ``promoter.engine.receipts.signing`` wraps their canonical bytes in an in-toto
-Statement and a DSSE envelope. ``GET /v1/keys`` lists every key the host signs or
-signed with (each entry is also an RFC 8037 OKP JWK, so the answer is a JWKS);
-``GET /v1/keys.pem`` is the active key's PEM. Who may
-read which receipt is decided here, the same way as for the unsigned receipts; nothing
-here creates or changes a receipt.
+Thin adapters. ``GET /v1/keys`` lists every key of every host of the ledger (each entry
+names its ``host_id`` and validity window and is also an RFC 8037 OKP JWK, so the answer
+is a JWKS); ``GET /v1/keys.pem`` is the same set as PEM blocks, each preceded by its
+keyid, host, status and window (RFC 7468 explanatory text), this host's active key first.
+The signed receipts are the envelopes stored when the receipts were made, served byte for
+byte by ``promoter.engine.receipts.served``. Who may read which receipt is decided here,
+the same way as for the unsigned receipts; nothing here creates or changes a receipt.
 """
 
 from __future__ import annotations
@@ -19,45 +20,42 @@ from promoter.api.models import KeySet
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import check_owner
-from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import DsseEnvelope
-from promoter.engine.intake.bundles import load_verification
-from promoter.engine.operation import requests as operations
-from promoter.engine.receipts.signing import host_key, host_keyring, sign_envelope
-from promoter.engine.services import Services
+from promoter.engine.receipts import served
+from promoter.engine.receipts.envelopes import ledger_key_set
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
-
-
-def _signed(services: Services, receipt: bytes) -> Response:
-    return canonical_response(sign_envelope(host_key(services), receipt))
+PEM_FIELDS = ("keyid", "host_id", "status", "not_before", "not_after")
 
 
 @router.get(
     "/keys",
     **operation(
         "getKeys",
-        summary="The receipt-signing public keys",
-        description="Every receipt-signing public key, active first, retired ones with "
-        "their validity window; each entry is also an RFC 8037 OKP JWK (a JWKS).",
+        summary="The receipt-signing public keys of every host",
+        description="Every receipt-signing public key every host of the ledger published, "
+        "each with its `host_id` and validity window: this host's first (active, then "
+        "retired), then the other hosts'. Each entry is also an RFC 8037 OKP JWK (a JWKS).",
         tags=["public"],
         roles=None,
         ok={200: Ok("the keys", KeySet)},
     ),
 )
 def get_keys(services: ServicesDep) -> Response:
-    keyring = host_keyring(services)
-    return json_response({"active_keyid": keyring.active.keyid, "keys": keyring.entries()})
+    active, entries = ledger_key_set(services)
+    host = services.owner.host
+    return json_response({"active_keyid": active, "host_id": host, "keys": entries})
 
 
 @router.get(
     "/keys.pem",
     **operation(
         "getKeyPem",
-        summary="The active signing key as PEM",
-        description="The public key new receipts are signed with, as a PEM "
-        "SubjectPublicKeyInfo (Ed25519).",
+        summary="Every host's signing keys as PEM",
+        description="The keys of `GET /v1/keys` as PEM SubjectPublicKeyInfo blocks "
+        "(Ed25519), this host's active key first; before each block, RFC 7468 explanatory "
+        "lines `keyid:`, `host_id:`, `status:`, `not_before:`, `not_after:`.",
         tags=["public"],
         roles=None,
         ok={
@@ -70,8 +68,14 @@ def get_keys(services: ServicesDep) -> Response:
         },
     ),
 )
-def get_active_key_pem(services: ServicesDep) -> Response:
-    return Response(host_key(services).public_pem(), media_type="application/x-pem-file")
+def get_key_pems(services: ServicesDep) -> Response:
+    _, entries = ledger_key_set(services)
+    blocks = [
+        "".join(f"{f}: {entry[f]}\n" for f in PEM_FIELDS if entry.get(f) is not None)
+        + entry["public_key_pem"]
+        for entry in entries
+    ]
+    return Response("".join(blocks), media_type="application/x-pem-file")
 
 
 @router.get(
@@ -79,18 +83,20 @@ def get_active_key_pem(services: ServicesDep) -> Response:
     **operation(
         "getSignedPromotionReceipt",
         summary="The signed promotion receipt",
-        description="The promotion receipt in a DSSE envelope signed with the host key "
-        "(404 `receipt_unavailable` until the operation completed).",
+        description="The promotion receipt in the DSSE envelope its host signed when it "
+        "made it, served as stored (404 `receipt_unavailable` until the operation "
+        "completed; 421 `owned_by_other_host` for a receipt made before envelopes were "
+        "stored by another host, which alone signs it).",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
-        errors=["operation_unknown", "receipt_unavailable"],
+        errors=["operation_unknown", "receipt_unavailable", "owned_by_other_host"],
         ok={200: Ok("the envelope", DsseEnvelope)},
     ),
 )
 def get_promotion_envelope(
     operation_id: str, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    return _signed(services, operations.promotion_receipt(services, operation_id))
+    return canonical_response(served.promotion_envelope(services, operation_id))
 
 
 @router.get(
@@ -101,12 +107,12 @@ def get_promotion_envelope(
         description="The rollback receipt of an operation in a DSSE envelope.",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
-        errors=["receipt_unavailable"],
+        errors=["receipt_unavailable", "owned_by_other_host"],
         ok={200: Ok("the envelope", DsseEnvelope)},
     ),
 )
 def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
-    return _signed(services, operations.rollback_receipt(services, operation_id))
+    return canonical_response(served.rollback_envelope(services, operation_id))
 
 
 @router.get(
@@ -117,7 +123,13 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
         description="A bundle's verification receipt in a DSSE envelope. An executor may "
         "read those of its own run only.",
         tags=["orchestrator", "executor"],
-        errors=["bundle_unknown", "not_found", "forbidden", "receipt_unavailable"],
+        errors=[
+            "bundle_unknown",
+            "not_found",
+            "forbidden",
+            "receipt_unavailable",
+            "owned_by_other_host",
+        ],
         ok={200: Ok("the envelope", DsseEnvelope)},
     ),
 )
@@ -125,4 +137,4 @@ def get_verification_envelope(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
     check_owner(services, principal, bundle_id)
-    return _signed(services, canonical_bytes(load_verification(services, bundle_id)))
+    return canonical_response(served.verification_envelope(services, bundle_id))

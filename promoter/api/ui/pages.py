@@ -21,11 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import Block, file_blocks
 from promoter.api.ui.web import render, secure, session_of
-from promoter.domain.canonical import canonical_bytes
 from promoter.domain.status import STATUSES, OperationStatus
 from promoter.engine import queries
 from promoter.engine.operation import requests as operations
-from promoter.engine.receipts.signing import host_key, sign_envelope
+from promoter.engine.receipts import served
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import PromoterError
@@ -96,13 +95,13 @@ async def get_operation(request: Request, operation_id: str) -> Response:
 
 
 def _receipt(services: Services, operation_id: str, which: str) -> bytes:
+    if which.endswith(".dsse"):  # as stored when the receipt was made
+        if which.startswith("rollback"):
+            return served.rollback_envelope(services, operation_id)
+        return served.promotion_envelope(services, operation_id)
     if which.startswith("rollback"):
-        data = operations.rollback_receipt(services, operation_id)
-    else:
-        data = operations.promotion_receipt(services, operation_id)
-    if which.endswith(".dsse"):
-        return canonical_bytes(sign_envelope(host_key(services), data))
-    return data
+        return operations.rollback_receipt(services, operation_id)
+    return operations.promotion_receipt(services, operation_id)
 
 
 OP_ID = re.compile(r"op_[0-9a-f]{32}")  # the id names the downloaded file

@@ -18,6 +18,8 @@ from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.intake.merged import merged_states
+from promoter.engine.receipts.envelopes import VERIFICATION, make_envelope, receipt_signer
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.services import Services
 from promoter.engine.verify.basetree import GitBaseTree
 from promoter.engine.verify.bundle import Verification, verify
@@ -79,16 +81,19 @@ def submit_bundle(
         raise Forbidden("the bundle names a grant of another run", grant_id=grant.grant_id)
     outcome = verify_bundle(services, data, bundle)
     receipt_wire = outcome.receipt.wire()
+    receipt_bytes = canonical(outcome.receipt)
+    # signed by this host, the one that made the receipt, before its transaction opens
+    sealed = make_envelope(receipt_signer(services), VERIFICATION, bundle.bundle_id, receipt_bytes)
     if not outcome.passed:
         with services.db.session() as session:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
+            record_envelope(session, sealed)
         raise error_class(outcome.code)(
             "the bundle did not pass verification: "
             + "; ".join(f"{c.name}: {c.detail}" for c in outcome.receipt.checks if c.detail),
             verification_receipt=receipt_wire,
             failed_checks=[c.name for c in outcome.receipt.checks if c.status == "failed"],
         )
-    receipt_bytes = canonical(outcome.receipt)
     stored = services.audit.get("verification", bundle.bundle_id)
     if stored is not None and stored != receipt_bytes:
         earlier = services.audit.parsed(
@@ -114,6 +119,7 @@ def submit_bundle(
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
+        record_envelope(session, sealed)
     return Submitted(bundle, outcome.receipt, created and stored is None)
 
 

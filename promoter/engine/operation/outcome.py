@@ -47,6 +47,13 @@ from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
+from promoter.engine.receipts.envelopes import (
+    PROMOTION,
+    ReceiptSigner,
+    make_envelope,
+    receipt_signer,
+)
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence
@@ -110,7 +117,8 @@ def finish(
         if checked is None:
             return
         paths = checked
-    complete(services.db, services.audit, operation_id, changes, evidence, paths)
+    signer = receipt_signer(services)  # published before the receipt's transaction
+    complete(services.db, services.audit, operation_id, changes, evidence, paths, signer)
 
 
 def post_check(
@@ -290,8 +298,10 @@ def complete(
     changes: list[Change],
     evidence: Evidence,
     paths: list[Target],
+    signer: ReceiptSigner,
 ) -> None:
-    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk)."""
+    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk),
+    and with the final status the receipt's envelope, signed by ``signer``."""
     assert [p.path for p in paths] == [c.path for c in changes]
     assert all(p.new for p in paths)
     targets = [
@@ -331,11 +341,14 @@ def complete(
             recorded = row.receipt
         data = canonical_bytes(recorded)
     # (2) the same bytes into the audit store, fsynced: identical bytes already there are
-    # reused, different ones raise and are never overwritten; (3) only then completed.
+    # reused, different ones raise and are never overwritten; (3) only then completed,
+    # with the receipt's envelope (signed here, outside any transaction; a stored one stays).
     audit.put("promotion", operation_id, data)
     faults.point("after_receipt")
+    sealed = make_envelope(signer, PROMOTION, operation_id, data)
     with db.session() as session:
         db.guard_writes(session)
+        record_envelope(session, sealed)
         row = journal.require(session, operation_id)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         journal.set_report(session, operation_id, report)

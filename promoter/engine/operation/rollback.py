@@ -70,6 +70,8 @@ from promoter.engine.operation.rollback_report import (
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
 from promoter.engine.queries import guarded_here
+from promoter.engine.receipts.envelopes import ROLLBACK, make_envelope, receipt_signer
+from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.services import Services
 from promoter.errors import (
     NotRecoverable,
@@ -328,11 +330,16 @@ def _rollback_locked(
 def _publish(
     services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
 ) -> dict[str, Any]:
-    """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses."""
+    """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses
+    and the receipt's envelope."""
     status = OperationStatus(RollbackReceiptV1.model_validate(recorded).status)
-    services.audit.put("rollback", parent_id, canonical_bytes(recorded))
+    data = canonical_bytes(recorded)
+    services.audit.put("rollback", parent_id, data)
     faults.point("rollback_after_receipt")
+    # the envelope, made by this host now that the receipt exists, with the final statuses
+    sealed = make_envelope(receipt_signer(services), ROLLBACK, parent_id, data)
     with services.db.session() as session:
+        record_envelope(session, sealed)
         child = _load(session, child_id)
         parent = _load(session, parent_id)
         note = str((child.report or {}).get("note") or "") or None

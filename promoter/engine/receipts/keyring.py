@@ -11,7 +11,7 @@ that finds the keyring one step ahead of the key file (a crash between the last 
 steps) signs with the ``.next`` key the keyring names; the next ``rotate`` finishes it.
 
 Deliberately not here: signing or verifying (``promoter.engine.receipts.signing``), caching the
-keyring in a running daemon (``promoter.engine.receipts.signing.host_key``), serving keys
+keyring in a running daemon (``promoter.engine.receipts.signing.host_keyring``), serving keys
 (``promoter.api.routes.keys``). Retired private keys are not kept: only their public
 halves stay listed, so old envelopes still verify and nothing new can be signed by them.
 """

@@ -5,7 +5,8 @@ canonical Statement whose predicate is the exact canonical bytes of a receipt (m
 pre-authentication-encoded by ``securesystemslib.dsse``), and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
-``host_key(services)`` is the one place a running daemon gets its active signing key.
+``host_keyring(services)`` is the one place a running daemon reads its keyring
+(``promoter.engine.receipts.envelopes`` publishes it into the ledger and signs with it).
 
 Deliberately not here: the key files and rotation (``promoter.engine.receipts.keyring``), the
 Statement's shape and subjects (``promoter.engine.receipts.statement``), storing or finding
@@ -99,11 +100,6 @@ def host_keyring(services: Services) -> Keyring:
     return keyring
 
 
-def host_key(services: Services) -> HostKey:
-    """The key new envelopes are signed with: the keyring's active key."""
-    return host_keyring(services).active
-
-
 # --- DSSE -----------------------------------------------------------------------------------
 
 
@@ -146,6 +142,7 @@ class TrustedKey:
 
     public_key: Ed25519PublicKey
     not_after: str | None = None
+    host_id: str | None = None  # the host the ledger's key set names, when it names one
 
     @property
     def keyid(self) -> str:
@@ -216,7 +213,8 @@ def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> Verifie
         signers = ", ".join(s.keyid for s in envelope.signatures) or "nobody"
         lines.append(f"signature: NOT CHECKED (no public key given; signed by {signers})")
     else:
-        lines.append(f"signature: verified with key {signer.keyid}")
+        of_host = "" if signer.host_id is None else f" of host {signer.host_id}"
+        lines.append(f"signature: verified with key {signer.keyid}{of_host}")
     # (3) the payload is an in-toto Statement v1 with a promoter predicate type
     statement, predicate, statement_lines = open_statement(body)
     lines.extend(statement_lines)
