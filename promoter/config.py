@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     database_max_overflow: int = Field(default=10, ge=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
     auto_recover: bool = False
+    # Where this host's receipt-signing keys live (default: <state dir>/credentials). Two
+    # daemons sharing one state directory (a replacement taking a fenced host's work over)
+    # each need their own: the ledger refuses one key published by two hosts.
+    signing_key_dir: Path | None = None
     # Rehearse a promotion's journal before serving, rolled back, so the first promotion
     # finds its statements compiled (promoter.engine.operation.rehearsal).
     rehearse_at_start: bool = True
@@ -162,6 +166,11 @@ class Settings(BaseSettings):
     @property
     def credentials_dir(self) -> Path:
         return self.state_dir / "credentials"
+
+    @property
+    def signing_dir(self) -> Path:
+        """This host's receipt-signing keyring (``signing_key_dir``, else the credentials)."""
+        return self.signing_key_dir or self.credentials_dir
 
     @property
     def snapshots_dir(self) -> Path:

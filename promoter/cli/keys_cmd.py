@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _credentials(state_dir: Path | None, config: Path | None) -> Path:
-    return load_settings(config, state_dir=state_dir).credentials_dir
+    return load_settings(config, state_dir=state_dir).signing_dir
 
 
 def list_keys(
@@ -66,7 +66,7 @@ def rotate_keys(
     config_error (unreadable or inconsistent key files).
     """
     settings = load_settings(config, state_dir=state_dir)
-    keyring = rotate(settings.credentials_dir, datetime.now(UTC))
+    keyring = rotate(settings.signing_dir, datetime.now(UTC))
     _publish(settings, keyring)
     _show(keyring, as_json)
 

@@ -70,7 +70,13 @@ class Ledger:
         env: dict[str, str] | None = None,
         state: Path | None = None,
     ) -> DaemonProcess:
-        extra = {"PROMOTER_HOST_ID": f"host-{name}", "PROMOTER_DATABASE_URL": self.url}
+        extra = {
+            "PROMOTER_HOST_ID": f"host-{name}",
+            "PROMOTER_DATABASE_URL": self.url,
+            # one state directory, a signing key of each host's own (the ledger refuses
+            # a key two hosts publish)
+            "PROMOTER_SIGNING_KEY_DIR": str(self.state.parent / f"signing-{name}"),
+        }
         daemon = DaemonProcess(
             state or self.state,
             {"work": self.repo} if repos is None else repos,

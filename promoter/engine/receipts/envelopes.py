@@ -81,7 +81,7 @@ def receipt_signer(services: Services) -> ReceiptSigner:
     keyring = published_keyring(services)
     cached = services.host_keyring
     stamp = cached[0] if cached is not None and cached[1] is keyring else None
-    credentials = services.settings.credentials_dir
+    credentials = services.settings.signing_dir
     return ReceiptSigner(services.owner.host, keyring.active, credentials, stamp)
 
 

@@ -90,7 +90,7 @@ def host_keyring(services: Services) -> Keyring:
 
     The only function that touches ``services.host_keyring``.
     """
-    credentials = services.settings.credentials_dir
+    credentials = services.settings.signing_dir
     cached = services.host_keyring
     stamp = keyring_stamp(credentials)
     if cached is not None and cached[0] == stamp and stamp is not None:
