@@ -353,6 +353,7 @@ def _rolled_back(daemon: Daemon, operation_id: str) -> bytes:
     return envelope_of(daemon, f"/v1/operations/{operation_id}/rollback-receipt.dsse")
 
 
+@pytest.mark.slow
 def test_rotation_signs_new_envelopes_with_the_new_key_and_old_ones_still_verify(
     daemon: Daemon, repo: Path, identity: str, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ def _docs_extra_missing() -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     missing = _docs_extra_missing()
     if missing is not None:

@@ -161,6 +161,7 @@ def _admits(daemon: Daemon, token: str | None, method: str, path: str) -> bool:
     return code not in ("unauthenticated", "forbidden")
 
 
+@pytest.mark.slow
 def test_security_requirements_match_the_roles_routes_admit(
     served: dict[str, Any], daemon: Daemon
 ) -> None:

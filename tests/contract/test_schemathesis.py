@@ -102,6 +102,7 @@ def _fuzz(
     return seen
 
 
+@pytest.mark.slow
 def test_every_operation_answers_by_its_contract(daemon: Daemon) -> None:
     doc = httpx.get(f"{daemon.url}/openapi.json", timeout=60).json()
     schema = schemathesis.openapi.from_dict(doc)

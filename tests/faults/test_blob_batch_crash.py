@@ -52,6 +52,7 @@ def _charged(state_dir: Path) -> int:
     return sum(int(json.loads(f.read_bytes())["bytes"]) for f in files)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", POINTS)
 def test_kill_mid_batch_leaves_no_half_blob_and_nothing_unaccounted(
     tmp_path: Path, fault: str

@@ -52,6 +52,7 @@ def _files(root: Path) -> dict[bytes, bytes]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "point", ["after_temp_write", "after_exchange", "after_move_aside", "after_readback"]
 )

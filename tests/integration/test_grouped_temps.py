@@ -119,6 +119,7 @@ def test_a_blob_altered_inside_a_group_drops_the_group_when_the_pass_is_dropped(
     assert names(work) == []
 
 
+@pytest.mark.slow
 def test_promotion_with_more_changes_than_one_group_refuses_cleanly_on_eio(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, anonymous: bool
 ) -> None:

@@ -96,6 +96,7 @@ def empty_postgres() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.mark.slow
 def test_hosts_migrating_one_empty_postgresql_database_wait_and_all_succeed(
     tmp_path: Path, empty_postgres: str
 ) -> None:
@@ -131,6 +132,7 @@ def test_hosts_migrating_one_empty_postgresql_database_wait_and_all_succeed(
     assert _revision(url) == head_revision(url)
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only
 def test_hosts_migrating_one_empty_sqlite_database_wait_and_all_succeed(
     tmp_path: Path,

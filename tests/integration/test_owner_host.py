@@ -49,6 +49,7 @@ def _named(answer: httpx.Response, **ids: str) -> None:
         assert problem[key] == value
 
 
+@pytest.mark.slow
 def test_host_b_names_host_a_for_its_bundle_and_operation(
     hosts: tuple[DaemonProcess, DaemonProcess, Path],
 ) -> None:

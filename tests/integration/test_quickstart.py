@@ -21,6 +21,7 @@ from tests.gitutil import git_env
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "quickstart.sh"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the quickstart shows metrics with curl")
 def test_quickstart_script_promotes_into_its_own_scratch_repository(tmp_path: Path) -> None:
     env = {

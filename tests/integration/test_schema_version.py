@@ -42,6 +42,7 @@ def _cli(state_dir: Path, url: str, *argv: str) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_a_newer_schema_is_refused_by_upgrade_and_serve(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     upgrade(url)

@@ -312,6 +312,7 @@ def _apply(repo: Path, op: str, rel: str) -> None:
             shutil.rmtree(parent)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

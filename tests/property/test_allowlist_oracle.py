@@ -42,6 +42,7 @@ def oracle(disk_pattern: str, disk_path: str) -> bool:
     return any(glob.globmatch(disk_path, c, flags=FLAGS) for c in candidates)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(
     pattern=st.lists(pattern_component, min_size=1, max_size=4),

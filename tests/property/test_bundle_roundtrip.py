@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,7 @@ def bundles(draw: st.DrawFn) -> dict[str, object]:
     return seal_bundle(document)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(bundles())
 def test_bundle_id_recomputes_after_json_round_trip(document: dict[str, object]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ documents: st.SearchStrategy[Any] = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(documents)
 def test_canonical_bytes_equal_rfc8785(document: Any) -> None:

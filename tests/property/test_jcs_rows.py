@@ -103,6 +103,7 @@ def outcome(encode: Callable[[Any], bytes], value: Any) -> bytes | type[BaseExce
         return type(exc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("writer", "rows"),
     [
@@ -124,6 +125,7 @@ def test_evidence_rows_are_written_as_the_general_encoder_writes_them(
         assert expected == rfc8785.dumps(drawn)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(changes, max_size=5))
 def test_changes_are_written_as_the_general_encoder_writes_them(drawn: list[Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ clocks = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(headers, st.binary(max_size=64), clocks, st.floats(allow_nan=True))
 def test_verify_never_raises_on_any_header_body_or_clock(
@@ -59,6 +61,7 @@ def test_what_is_signed_verifies_and_any_change_does_not(
     assert not verify(SECRET, header.replace(f"t={stamp}", f"t={stamp + 1}"), body, stamp)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)))
 def test_no_address_the_policy_permits_is_loopback_link_local_or_private(

@@ -27,6 +27,7 @@ raw_bytes = st.lists(
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(raw_bytes)
 def test_decode_inverts_encode_for_every_byte_string(raw: bytes) -> None:
@@ -37,6 +38,7 @@ def test_decode_inverts_encode_for_every_byte_string(raw: bytes) -> None:
     assert wirepath.from_disk(os.fsdecode(raw)) == wire
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(st.one_of(texts, st.sampled_from(["\\", "\\x", "\\\\", "\\xc3", "\\xff"]))))
 def test_encode_inverts_decode_for_every_accepted_text(pieces: list[str]) -> None:
@@ -57,6 +59,7 @@ def test_utf8_text_without_a_backslash_is_its_own_wire_form(text: str) -> None:
     assert sort_key(text) == text.encode()  # the order bundles had before wire forms
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.lists(raw_bytes, max_size=8))
 def test_sort_key_orders_wire_forms_by_their_bytes(names: list[bytes]) -> None:

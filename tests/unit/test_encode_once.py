@@ -37,6 +37,7 @@ values: st.SearchStrategy[Any] = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(keys, values, max_size=6))
 def test_joined_forms_equal_separate_encodings(document: dict[str, Any]) -> None:
@@ -45,6 +46,7 @@ def test_joined_forms_equal_separate_encodings(document: dict[str, Any]) -> None
     assert kept == canonical_bytes(projection(document, BUNDLE_IDENTITY))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(values)
 def test_quick_scan_never_passes_what_the_full_scan_refuses(value: Any) -> None:

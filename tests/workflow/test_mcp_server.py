@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -80,6 +81,7 @@ def _not_warnings(stderr: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_mcp_tools_listed_and_called_through_the_sdk_client(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:

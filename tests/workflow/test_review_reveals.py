@@ -12,6 +12,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.gitutil import commit_all
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, state, upload
@@ -258,6 +260,7 @@ def test_a_side_over_the_cap_is_summarized_not_diffed(tmp_path: Path, repo: Path
     )
 
 
+@pytest.mark.slow
 def test_a_diff_past_the_requests_time_is_summarized_not_waited_for(
     tmp_path: Path, repo: Path
 ) -> None:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from promoter.client.sync import PromoterClient
@@ -213,6 +214,7 @@ def _operations(daemon: Daemon, bundle_id: str) -> list[str]:
         return [str(o["status"]) for o in orch.bundle_operations(bundle_id)]
 
 
+@pytest.mark.slow
 def test_the_bundle_the_agent_submitted_through_mcp_is_the_one_promoted(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
@@ -226,6 +228,7 @@ def test_the_bundle_the_agent_submitted_through_mcp_is_the_one_promoted(
     assert (repo / "README.md").read_bytes() == readme
 
 
+@pytest.mark.slow
 def test_a_sandbox_changed_after_the_agent_submitted_is_promoted_as_a_new_bundle(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
