@@ -2,7 +2,8 @@
 
 The lifespan builds the services (state directory, migrations, credentials, the
 repository registry), sweeps the state directory's leftover temps
-(``promoter.store.state_temps``), runs the start-up recovery scan and rehearses a
+(``promoter.store.state_temps``), starts the owner lease's heartbeat and the watchdog
+(``promoter.engine.operation.watchdog``), runs the start-up recovery scan and rehearses a
 promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``.
 """
@@ -35,6 +36,7 @@ from promoter.config import Settings
 from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
+from promoter.engine.operation.watchdog import Watchdog
 from promoter.engine.receipts.signing import host_key
 from promoter.engine.services import Services
 from promoter.store.state_temps import sweep as sweep_state_temps
@@ -58,8 +60,11 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             app.state.services.db,
             app.state.services.owner,
             app.state.services.settings.owner_lease_seconds,
+            app.state.services.live.now,  # only operations an attempt still runs
         )
         heartbeat.start()
+        watchdog = Watchdog(app.state.services)  # no operation left in_progress by a dead attempt
+        watchdog.start()
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
@@ -70,6 +75,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         finally:
             if dispatcher is not None:
                 await dispatcher.stop()
+            watchdog.stop()
             heartbeat.stop()
             if app.state.services.runner is not None:
                 app.state.services.runner.shutdown()

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -129,15 +130,23 @@ def owner_view(row: Operation) -> dict[str, Any]:
 
 
 class Heartbeat:
-    """Renews the owner lease of every running operation this process owns.
+    """Renews the owner lease of every running operation this process owns and runs.
 
     Every ``lease_seconds / 3`` a single ``UPDATE`` moves ``owner_lease_until`` forward
-    for this owner's running operations. A beat that fails is logged and retried at the
-    next one; the lease then simply runs out if the daemon cannot reach its database.
+    for this owner's running operations that a thread of this process still runs
+    (``live()``, ``promoter.engine.operation.liveness``): an operation whose attempt died
+    is not kept looking healthy. A beat that fails is logged and retried at the next one;
+    the lease then simply runs out if the daemon cannot reach its database.
     """
 
-    def __init__(self, database: Any, me: Owner, lease_seconds: float) -> None:
-        self._db, self._me, self._seconds = database, me, lease_seconds
+    def __init__(
+        self,
+        database: Any,
+        me: Owner,
+        lease_seconds: float,
+        live: Callable[[], Collection[str]] | None = None,
+    ) -> None:
+        self._db, self._me, self._seconds, self._live = database, me, lease_seconds, live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promoter-heartbeat", daemon=True)
 
@@ -146,7 +155,8 @@ class Heartbeat:
 
     def beat(self) -> int:
         with self._db.session() as session:
-            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING)
+            only = None if self._live is None else self._live()
+            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING, only)
 
     def _run(self) -> None:
         while not self._stop.wait(self._seconds / 3):

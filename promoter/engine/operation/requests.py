@@ -35,6 +35,7 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
 from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
+from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.queries import guarded_here, operation_summary
 from promoter.engine.review import approval
@@ -42,6 +43,8 @@ from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
+    DatabaseBusy,
+    DatabaseUnavailable,
     OperationConflict,
     OperationUnknown,
     PromoterError,
@@ -54,6 +57,7 @@ from promoter.errors import (
 )
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
+from promoter.store.outage import through_outage
 
 log = logging.getLogger("promoter.operations")
 
@@ -77,7 +81,12 @@ class Runner:
     def submit(self, ticket: Ticket) -> Future[None]:
         with self._lock:
             run = contextvars.copy_context().run  # the request's context (its id) goes along
-            future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            self._services.live.enter(ticket.operation_id)  # left when the attempt ends
+            try:
+                future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            except BaseException:
+                self._services.live.leave(ticket.operation_id)
+                raise
             self._futures[ticket.operation_id] = future
             return future
 
@@ -90,28 +99,57 @@ class Runner:
 
 
 def _guarded_run(services: Services, ticket: Ticket) -> None:
-    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck."""
+    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck.
+
+    The operation is put back (``_put_back``) through a database outage
+    (``promoter.store.outage``); once it is ``needs_recovery`` because the database went
+    away, a daemon with ``auto_recover`` recovers it at once."""
     operation_id = ticket.operation_id
     try:
-        promote.run(services, ticket)
-    except Exception as exc:
-        log.exception("attempt of %s failed unexpectedly", operation_id)
-        error = stopped_by(exc, "the attempt")
-        with services.db.session() as session:
-            row = journal.get_operation(session, operation_id)
-            running = row is not None and row.status in RUNNING
-            wrote = running and bool(step_rows.steps(session, operation_id))
-            if running and wrote:
-                assert row is not None
-                journal.set_status(
-                    session,
-                    row.operation_id,
-                    OperationStatus.NEEDS_RECOVERY,
-                    code=error.code,
-                    detail=error.detail,
-                )
-        if running and not wrote:
-            promote.refuse(services.db, operation_id, error)
+        try:
+            promote.run(services, ticket)
+        except Exception as exc:
+            outage = isinstance(exc, DatabaseUnavailable | DatabaseBusy)
+            if outage:
+                log.warning("attempt of %s lost its database: %s", operation_id, exc)
+            else:
+                log.exception("attempt of %s failed unexpectedly", operation_id)
+            error = stopped_by(exc, "the attempt")
+            status = through_outage(
+                lambda: _put_back(services, operation_id, error),
+                f"putting back operation {operation_id}",
+                services.settings.outage_retry_seconds,
+            )
+            log.warning("operation %s put back: %s", operation_id, status)
+            if (
+                outage
+                and status == OperationStatus.NEEDS_RECOVERY
+                and services.settings.auto_recover
+            ):
+                auto_recover(services, [operation_id])
+    finally:
+        services.live.leave(operation_id)
+
+
+def _put_back(services: Services, operation_id: str, error: PromoterError) -> str:
+    """The outcome the journal proves after a failed attempt, recorded: ``refused`` when no
+    step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
+    time: a commit whose answer was lost may have happened. Returns the status."""
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None or row.status not in RUNNING:
+            return "unknown" if row is None else str(row.status)
+        if step_rows.steps(session, operation_id):
+            journal.set_status(
+                session,
+                row.operation_id,
+                OperationStatus.NEEDS_RECOVERY,
+                code=error.code,
+                detail=error.detail,
+            )
+            return OperationStatus.NEEDS_RECOVERY
+    promote.refuse(services.db, operation_id, error)
+    return OperationStatus.REFUSED
 
 
 _request_lock = threading.Lock()
@@ -146,6 +184,20 @@ def request_promotion(
     gated = approval.required(repository, grant)
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
+    with services.live.running(operation_id):  # live before the row can be in_progress
+        return _request(services, operation_id, (bundle, grant), receipt_sha256, fence, gated)
+
+
+def _request(
+    services: Services,
+    operation_id: str,
+    loaded: tuple[Any, Any],
+    receipt_sha256: str,
+    fence: int,
+    gated: bool,
+) -> Requested:
+    bundle, grant = loaded
+    repository = services.registry.by_identity(grant.repository_identity)
     with _request_lock, services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
@@ -203,7 +255,7 @@ def decide(
     request carried, journaled apart and deciding nothing."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
-    with _request_lock:
+    with _request_lock, services.live.running(operation_id):
         decided = approval.decide(
             services,
             operation_id,

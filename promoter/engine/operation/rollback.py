@@ -101,6 +101,12 @@ def _load(session: Any, operation_id: str) -> Operation:
 
 
 def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+    """Roll back a promotion (its rollback live here while it runs); see ``_rollback_body``."""
+    with services.live.running(rollback_id(operation_id)):
+        return _rollback_body(services, operation_id, note=note)
+
+
+def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
     """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -110,6 +116,14 @@ def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[s
 
 
 def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+    """Roll back under the caller's lock and root (live here while it runs)."""
+    with services.live.running(rollback_id(operation_id)):
+        return _rollback_held_body(services, operation_id, root, note)
+
+
+def _rollback_held_body(
+    services: Services, operation_id: str, root: Root, note: str
+) -> dict[str, Any]:
     """Roll back while the caller already holds the repository lock and the root."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -193,6 +207,14 @@ def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
 
 
 def recover_rollback(
+    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+) -> str:
+    """Finish an interrupted rollback (live here while it runs); see ``_recover_rollback_body``."""
+    with services.live.running(child_id):
+        return _recover_rollback_body(services, child_id, from_status=from_status)
+
+
+def _recover_rollback_body(
     services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
