@@ -137,11 +137,19 @@ def _rollback_held_body(
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
-    """The stored receipt exactly as written (checked, never re-encoded by the model)."""
+    """The stored receipt exactly as written (checked, never re-encoded by the model),
+    once the rollback is final: a receipt whose final statuses were never recorded (the
+    database went away between the two) is the rollback's to finish, not an answer."""
     if not operation_id.startswith("op_"):
         return None
     stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
-    return None if stored is None else dict(json.loads(stored))
+    if stored is None:
+        return None
+    with services.db.session() as session:
+        child = journal.get_operation(session, rollback_id(operation_id))
+        if child is not None and child.status not in FINAL:
+            return None
+    return dict(json.loads(stored))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
