@@ -92,7 +92,9 @@ class Call:
         return self.answer
 
 
-def _outage(point: Pause, retry: Pause, stop: Callable[[], None], start: Callable[[], None]) -> float:
+def _outage(
+    point: Pause, retry: Pause, stop: Callable[[], None], start: Callable[[], None]
+) -> float:
     """Paused at ``point``: the database goes away, the operation goes on; once it retries
     its put-back the database comes back. Returns when the database answered again."""
     point.reached()
@@ -315,9 +317,7 @@ def test_a_restore_the_database_left_mid_way_is_recovered_exactly(
 
         def restore() -> httpx.Response:
             with daemon.operator() as op:
-                return op.post(
-                    f"{base}/{target}/restore", json={"expected_current_tree": current}
-                )
+                return op.post(f"{base}/{target}/restore", json={"expected_current_tree": current})
 
         call = Call(restore)
         _outage(paused, retry, cluster.stop, cluster.start)
@@ -366,4 +366,55 @@ def test_a_promotion_behind_a_locked_sqlite_file_completes_once_the_lock_is_gone
         assert answer.json()["status"] == "completed"
         view = _completed(daemon, answer.json()["operation_id"])
     assert view["status"] == "completed"
+    assert tree_bytes(repo) == _as_files(NEW)
+
+
+def test_the_daemons_watchdog_recovers_an_attempt_that_gave_up_behind_a_lock(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite, through the daemon's own watchdog thread: the attempt gives up at once
+    (``outage_retry_seconds = 0``) while the file is locked; once the lock is gone the
+    watchdog marks the operation and ``auto_recover`` completes it. The test follows the
+    status by long-polls (each answers on a change), never by sleeping."""
+    with running_daemon(
+        tmp_path / "s",
+        {"lab": repo},
+        auto_recover=True,
+        database_busy_timeout=0.2,
+        outage_retry_seconds=0,
+        watchdog_seconds=0.05,
+    ) as daemon:
+        assert any(t.name == "promoter-watchdog" for t in threading.enumerate())
+        path = daemon.services.db.engine.url.database
+        assert path is not None
+        bundle, receipt = _promotion(daemon, repo)
+        paused = Pause(tmp_path, "after_journal")
+        _faults(monkeypatch, paused)
+        started = promote(daemon, bundle, receipt, wait=False)
+        assert started.status_code == 202, started.text
+        operation_id = started.json()["operation_id"]
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            paused.reached()
+            holder.execute("BEGIN EXCLUSIVE")
+            paused.release()
+            future = runner(daemon.services).future(operation_id)
+            assert future is not None
+            with pytest.raises(Exception) as gave_up:
+                future.result(60)
+            assert getattr(gave_up.value, "code", None) == "database_busy"
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        seen = ["in_progress"]
+        with daemon.orchestrator() as orch:
+            while seen[-1] != "completed" and len(seen) < 4:
+                answer = orch.get(
+                    f"/v1/operations/{operation_id}", params={"wait": 60, "status": seen[-1]}
+                )
+                assert answer.status_code == 200, answer.text
+                seen.append(answer.json()["status"])
+        assert seen[-1] == "completed", seen
+        view = _completed(daemon, operation_id)
+    assert view["code"] is None
     assert tree_bytes(repo) == _as_files(NEW)
