@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     # How long an operation's owner lease lasts; the heartbeat renews it every third.
     owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
     # How long an attempt that lost its database keeps trying to put its operation back
-    # (bounded backoff, 0.25 s doubling to 10 s); past that the watchdog does it.
+    # (bounded backoff, 0.25 s doubling to 2 s); past that the watchdog does it.
     outage_retry_seconds: float = Field(default=600.0, ge=0.0)
     # How often the watchdog looks for this daemon's operations left `in_progress` by an
     # attempt that no longer runs (and for its host's orphans), marking them needs_recovery.

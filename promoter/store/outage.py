@@ -3,7 +3,7 @@
 ``through_outage(write, what, limit)`` calls ``write()`` and, while it fails with
 ``database_unavailable`` (the server is gone or restarting) or ``database_busy`` (a lock
 held by another connection, a locked SQLite file), calls it again after a backoff that
-starts at 0.25 s and doubles up to 10 s, for at most ``limit`` seconds in all; each wait
+starts at 0.25 s and doubles up to 2 s, for at most ``limit`` seconds in all; each wait
 is logged on ``promoter.store`` as a warning naming ``what``. Past the limit the last
 error is raised. Any other error is raised at once. ``write`` must be a whole
 transaction that can be run again (each call opens its own session and reads what it
@@ -38,7 +38,7 @@ log = logging.getLogger("promoter.store")
 T = TypeVar("T")
 
 FIRST_WAIT = 0.25
-LONGEST_WAIT = 10.0
+LONGEST_WAIT = 2.0
 
 
 def through_outage(write: Callable[[], T], what: str, limit: float) -> T:

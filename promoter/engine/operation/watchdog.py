@@ -32,7 +32,7 @@ import threading
 from promoter.domain.status import RUNNING, OperationStatus
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.services import Services
-from promoter.errors import OperationConflict
+from promoter.errors import OperationConflict, PromoterError
 from promoter.store import journal
 
 log = logging.getLogger("promoter.watchdog")
@@ -98,8 +98,10 @@ class Watchdog:
         while not self._stop.wait(self._services.settings.watchdog_seconds):
             try:
                 sweep(self._services)
-            except Exception:  # the database may be down: the next sweep tries again
-                log.warning("watchdog sweep failed", exc_info=True)
+            except PromoterError as exc:  # the database may be down: the next sweep tries
+                log.warning("watchdog sweep failed: [%s] %s", exc.code, exc.detail)
+            except Exception:
+                log.exception("watchdog sweep stopped by an unexpected error")
 
     def stop(self) -> None:
         self._stop.set()
