@@ -54,14 +54,17 @@ def cluster() -> Iterator[OwnPostgres]:
 
 
 @pytest.fixture
-def database_url(cluster: OwnPostgres, request: pytest.FixtureRequest) -> str:
-    """A new, empty database in the module's cluster (the server answering)."""
+def database_url(cluster: OwnPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new, empty database in the module's cluster (the server answering); dropped after."""
     name = "t_" + str(abs(hash(request.node.nodeid)) % 10**12)
     admin = cluster.url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(admin, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
         connection.execute(f'CREATE DATABASE "{name}"')
-    return cluster.url.rsplit("/", 1)[0] + "/" + name
+    yield cluster.url.rsplit("/", 1)[0] + "/" + name
+    cluster.start_if_stopped()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
