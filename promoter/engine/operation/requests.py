@@ -255,19 +255,20 @@ def decide(
     request carried, journaled apart and deciding nothing."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
-    with _request_lock, services.live.running(operation_id):
-        decided = approval.decide(
-            services,
-            operation_id,
-            "approve" if verdict == "approve" else "reject",
-            note=note,
-            by=by,
-            role=role,
-            claimed_by=claimed_by,
-        )
-    if decided.ticket is not None:
-        runner(services).submit(decided.ticket)
-        return Requested(operation_id, decided.status, True)
+    with services.live.running(operation_id):  # live until its attempt is submitted
+        with _request_lock:
+            decided = approval.decide(
+                services,
+                operation_id,
+                "approve" if verdict == "approve" else "reject",
+                note=note,
+                by=by,
+                role=role,
+                claimed_by=claimed_by,
+            )
+        if decided.ticket is not None:
+            runner(services).submit(decided.ticket)
+            return Requested(operation_id, decided.status, True)
     return Requested(operation_id, decided.status, False)
 
 
