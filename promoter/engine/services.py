@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.engine.operation import liveness
 from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
@@ -75,7 +76,7 @@ class Services:
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
     # the operations a thread of this process runs now (``engine.operation.liveness``)
-    live: LiveAttempts = field(default_factory=LiveAttempts)
+    live: LiveAttempts = field(default_factory=lambda: liveness.PROCESS)
     # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change

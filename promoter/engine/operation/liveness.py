@@ -10,6 +10,10 @@ the database was unreachable). The owner lease's heartbeat renews only live oper
 (``promoter.engine.operation.ownership.Heartbeat``) and the watchdog
 (``promoter.engine.operation.watchdog``) marks the others ``needs_recovery``.
 
+One registry serves the whole process (``PROCESS``, every ``Services``' default): an
+operation's recorded owner is a process, so two daemons' services in one process (tests)
+must see each other's attempts as live.
+
 Deliberately not here: the database (this is memory of one process only), and what is
 done about an operation that is not live (the watchdog's).
 """
@@ -56,3 +60,6 @@ class LiveAttempts:
         """The operations live at this moment."""
         with self._lock:
             return frozenset(self._count)
+
+
+PROCESS = LiveAttempts()  # this process's: see the module docstring
