@@ -11,7 +11,7 @@ status is its version): one that moved meanwhile is left as it is. A sweep also 
 this host's orphans (``promoter.engine.operation.recover.scan_orphans``), which the
 start-up scan may have missed while the database was down. With ``auto_recover`` the
 marked operations are then recovered by the usual table (``auto_recover``); otherwise
-they wait for ``promoter recover``.
+they wait for ``promoter ops recover``.
 
 Why reading the live set after the row is enough: every entry point enters
 ``running(operation_id)`` before the transaction that can make the row ``in_progress``,
