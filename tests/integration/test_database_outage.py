@@ -127,7 +127,17 @@ def _completed(daemon: Daemon, operation_id: str) -> dict[str, Any]:
 
 
 @needs_postgres
-@pytest.mark.parametrize("point", ["after_journal", "after_replace", "after_receipt"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "after_journal",
+        "after_temps_journaled",
+        "after_replace",
+        "after_readback",
+        "before_receipt",
+        "after_receipt",
+    ],
+)
 def test_a_promotion_the_database_left_mid_write_completes_once_it_is_back(
     tmp_path: Path,
     repo: Path,
@@ -261,7 +271,13 @@ def _rollback(daemon: Daemon, operation_id: str) -> httpx.Response:
 
 @needs_postgres
 @pytest.mark.parametrize(
-    "point", ["rollback_before_journal", "rollback_after_step", "rollback_after_receipt"]
+    "point",
+    [
+        "rollback_before_journal",
+        "rollback_after_step",
+        "rollback_before_receipt",
+        "rollback_after_receipt",
+    ],
 )
 def test_a_rollback_the_database_left_mid_way_finishes_when_asked_again(
     tmp_path: Path,
@@ -297,7 +313,7 @@ def test_a_rollback_the_database_left_mid_way_finishes_when_asked_again(
 
 
 @needs_postgres
-@pytest.mark.parametrize("point", ["after_replace", "after_unlink"])
+@pytest.mark.parametrize("point", ["after_temp_write", "after_replace", "after_unlink"])
 def test_a_restore_the_database_left_mid_way_is_recovered_exactly(
     tmp_path: Path,
     repo: Path,
