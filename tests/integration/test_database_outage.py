@@ -72,6 +72,11 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "lab", FILES)
 
 
+def _sqlite(tmp_path: Path) -> str:
+    """A SQLite ledger of the test's own, whatever database the suite runs on."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
 def _faults(monkeypatch: pytest.MonkeyPatch, *pauses: Pause) -> None:
     monkeypatch.setenv(faults.ENV, specs(*pauses))
     faults.reset()
@@ -359,7 +364,11 @@ def test_a_promotion_behind_a_locked_sqlite_file_completes_once_the_lock_is_gone
     records its outcome; the attempt's write ends ``database_busy`` and it retries putting
     the operation back until the lock is gone, then recovers it (``auto_recover``)."""
     with running_daemon(
-        tmp_path / "s", {"lab": repo}, auto_recover=True, database_busy_timeout=0.2
+        tmp_path / "s",
+        {"lab": repo},
+        database_url=_sqlite(tmp_path),
+        auto_recover=True,
+        database_busy_timeout=0.2,
     ) as daemon:
         assert daemon.services.db.engine.dialect.name == "sqlite"
         path = daemon.services.db.engine.url.database
@@ -398,6 +407,7 @@ def test_the_daemons_watchdog_recovers_an_attempt_that_gave_up_behind_a_lock(
     with running_daemon(
         tmp_path / "s",
         {"lab": repo},
+        database_url=_sqlite(tmp_path),
         auto_recover=True,
         database_busy_timeout=0.2,
         outage_retry_seconds=0,
