@@ -30,6 +30,9 @@ the median of its per-round figures. The rows:
   same bundle; that submission's ratio is a detail (``verify_10k.beside_probe``).
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
+- ``flow_1``: a 1-file flow (upload, submit, promotion) over a bare 1-file durable write,
+  with its flushes, git processes and processor time; ``flow_10``: a 10-file change over
+  ``git apply`` + ``sync``; see ``bench.rows_fixed``.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
@@ -44,7 +47,10 @@ every file created after it, promoter's and the bare loop's, pay for each inode 
 by whichever variant happens to share a block group with it.
 
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
-named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``), for ``--rounds`` rounds.
+named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``, ``flow_1``,
+``flow_10``), for ``--rounds`` rounds. ``flow_1`` and ``flow_10`` are
+``bench.rows_fixed``'s: a 1-file flow's time, flushes and git processes, and a 10-file
+change beside ``git apply`` + ``sync``.
 
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
@@ -67,7 +73,7 @@ from typing import Any
 
 from bench import documents as bd
 from bench import prepared as pp
-from bench import rows_builder, rows_fswrite, rows_gitcost, rows_verify
+from bench import rows_builder, rows_fixed, rows_fswrite, rows_gitcost, rows_verify
 from bench import workload as wl
 from bench.harness import (
     Table,
@@ -88,6 +94,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "verify_10k": (1.5, "x"),
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
+    **rows_fixed.GOALS,
     **rows_fswrite.GOALS,
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
     **rows_gitcost.GOALS,
@@ -99,6 +106,7 @@ LABELS = {
     "verify_10k": "verification, 10k changes, vs re-hash + JCS",
     "healthz_during_verify_10k": "/healthz max latency during a 10k verification",
     "cli_help": "promoter --help start",
+    **rows_fixed.LABELS,
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
@@ -290,6 +298,8 @@ def run(
             lambda r: rows_verify.verification(table, work, r, small_source, creates),
             lambda r: cli_start(table, r),
             lambda r: rows_fswrite.rss_promote(table, work, r),
+            lambda r: rows_fixed.flow_1(table, work, r, small_source),
+            lambda r: rows_fixed.flow_10(table, work, r, small_source),
         ]
         if full or builder:  # long: a 100k-file repository and 1 GiB of new content
             made = rows_builder.prepare(work)
@@ -353,6 +363,14 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             rows.append(_promotion_row(table, name, work, source, load, template))
         if "rss_promote_4x256mib" in wanted:
             rows.append(lambda r: rows_fswrite.rss_promote(table, work, r))
+        if "flow_1" in wanted:
+            (work / "flow_1").mkdir()
+            flow_source = wl.make_source(work / "flow_1", wl.make_workload(115, 4096))
+            rows.append(lambda r: rows_fixed.flow_1(table, work, r, flow_source))
+        if "flow_10" in wanted:
+            (work / "flow_10").mkdir()
+            agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
+            rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
         load_before = os.getloadavg()
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
@@ -395,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--rows",
-        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115 "
+        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115, flow_1, "
+        "flow_10 "
         "(default: the whole table)",
     )
     args = parser.parse_args(argv)

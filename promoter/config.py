@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     database_max_overflow: int = Field(default=10, ge=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)
     auto_recover: bool = False
+    # Rehearse a promotion's journal before serving, rolled back, so the first promotion
+    # finds its statements compiled (promoter.engine.operation.rehearsal).
+    rehearse_at_start: bool = True
     # One syncfs for a group of files where it is as durable as an fsync of each
     # (promoter.fs.group_sync); false: an fsync per file and directory, always.
     group_sync: bool = True

@@ -71,6 +71,27 @@ class ValidationFailed(PromoterError):
     title = "The document does not match its schema"
 
 
+class SelectionInvalid(PromoterError):
+    code = "selection_invalid"
+    http_status = 422
+    exit_code = 65
+    title = "The paths or hunks chosen at review do not select a part of the bundle"
+
+
+class SelectionSplitsPair(PromoterError):
+    code = "selection_splits_pair"
+    http_status = 422
+    exit_code = 65
+    title = "The selection accepts one half of a rename and declines the other"
+
+
+class DerivedBundleRefused(PromoterError):
+    code = "derived_bundle_refused"
+    http_status = 422
+    exit_code = 65
+    title = "A submitted bundle claims to be derived at review; only the host derives them"
+
+
 class PathInvalid(PromoterError):
     code = "path_invalid"
     http_status = 422
@@ -306,6 +327,11 @@ class OperationConflict(Conflict):
 class ApprovalRejected(Conflict):
     code = "approval_rejected"
     title = "A person rejected this promotion; it is not held again unless reopened"
+
+
+class ApprovedInPart(Conflict):
+    code = "approved_in_part"
+    title = "A person accepted part of this bundle; the part is promoted as its own operation"
 
 
 class NotRecoverable(Conflict):

@@ -1,5 +1,6 @@
 """Shared fixtures: a real repository, a real daemon guarding it, and under PostgreSQL the
-test's own database (made by ``tests.support.databases``, which this file only wires in)."""
+test's own database (made by ``tests.support.databases``, which this file only wires in;
+under SQLite, ``tests.support.sqlite_template`` gives daemons a migrated file)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import databases
+from tests.support import databases, sqlite_template
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 
@@ -33,6 +34,17 @@ def _postgres() -> Iterator[databases.Server | None]:
         yield server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sqlite_template() -> Iterator[None]:
+    """Under SQLite, each in-process daemon's database starts as a copy of one migrated
+    file (``tests.support.sqlite_template``) instead of migrating from nothing."""
+    if databases.backend() != "sqlite":
+        yield
+        return
+    with sqlite_template.install():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _database(
     request: pytest.FixtureRequest,
@@ -44,7 +56,17 @@ def _database(
     if _postgres is None:
         if request.node.get_closest_marker("postgresql_only"):
             pytest.skip("needs PROMOTER_TEST_DATABASE=postgresql")
-        yield
+        if not _database_free(request.node):
+            yield
+            return
+        with databases.watch_database_free(request.node.nodeid):
+            yield
+        if request.node.nodeid in databases.opened_by_database_free:
+            pytest.fail(
+                "this test opened a daemon's database, but tests/unit and tests/property run "
+                "in the SQLite pass only: mark it `pytest.mark.database`",
+                pytrace=False,
+            )
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("tests SQLite itself")
@@ -58,6 +80,23 @@ def _database(
 
 
 _PENDING = pytest.StashKey[databases.PendingDatabase]()
+_ROOT = Path(__file__).parent
+
+
+def _database_free(item: pytest.Item) -> bool:
+    markers = {mark.name for mark in item.iter_markers()}
+    return databases.database_free(item.path.relative_to(_ROOT).as_posix(), markers)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL pass leaves out the tests that never open a database: the SQLite
+    pass ran them, and checked that they open none."""
+    if databases.backend() != "postgresql":
+        return
+    free = [item for item in items if _database_free(item)]
+    if free:
+        config.hook.pytest_deselected(items=free)
+        items[:] = [item for item in items if not _database_free(item)]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -68,7 +68,8 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         orphaned = scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
-        rehearse(app.state.services)  # the first promotion finds its statements compiled
+        if app.state.services.settings.rehearse_at_start:
+            rehearse(app.state.services)  # the first promotion finds its statements compiled
         dispatcher = webhooks.start(app.state.services, app.state.metrics.registry)
         try:
             yield

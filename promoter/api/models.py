@@ -149,6 +149,25 @@ class DecisionRequest(Request):
     wait: bool = False
 
 
+class ApproveRequest(DecisionRequest):
+    """An approval, of the whole bundle or of a part of it (``only`` or ``except``, ``hunks``)."""
+
+    only: list[str] | None = Field(
+        default=None,
+        description="accept only these paths (wire form); the rest are declined",
+    )
+    except_: list[str] | None = Field(
+        default=None,
+        alias="except",
+        description="decline these paths (wire form); the rest are accepted",
+    )
+    hunks: dict[str, list[Annotated[int, Field(ge=1, lt=2**31)]]] | None = Field(
+        default=None,
+        description="per modified text path, the hunks to accept, numbered from 1 as in "
+        "the review diff; the host composes the new bytes from the old ones and these hunks",
+    )
+
+
 class ReopenRequest(Request):
     """The operator's reopening of a rejected promotion (every field optional)."""
 

@@ -63,6 +63,7 @@ def make_server(
     log_level: str = "warning",
     announce: bool = False,
     on_exit: Callable[[], None] | None = None,
+    server_type: type[ReadyServer] = ReadyServer,
 ) -> ReadyServer:
     config = uvicorn.Config(
         app,
@@ -75,4 +76,4 @@ def make_server(
         http="httptools",  # C parsing: a third of a small request's CPU under h11
         timeout_graceful_shutdown=10,
     )
-    return ReadyServer(config, announce=announce, on_exit=on_exit)
+    return server_type(config, announce=announce, on_exit=on_exit)

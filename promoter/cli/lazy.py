@@ -63,7 +63,7 @@ ENTRIES = (
     ),
     Entry(
         "approve",
-        "Approve a held promotion: its attempt starts and re-checks everything (operator).",
+        "Approve a held promotion (or a part: --only, --except, --hunks) (operator).",
         "promoter.cli.review_cmd",
     ),
     Entry(

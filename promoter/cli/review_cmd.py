@@ -6,7 +6,9 @@
 decision with a note, which the host journals as a ``decision`` event whose approver is
 the token's credential (no name is sent: the host knows who holds the token);
 ``reopen OP`` holds a rejected promotion for a decision again. All need an operator
-token.
+token. ``approve OP --only PATH…`` / ``--except PATH…`` / ``--hunks PATH=1,3`` accept a
+part of the bundle: the host promotes a derived sub-bundle as its own operation, whose
+view is printed.
 
 Deliberately thin: the gate, the binding of an approval to one operation and its expiry
 are the host's (``promoter.engine.review.approval``); this module only asks and prints.
@@ -62,7 +64,9 @@ def review(
         print_diff(diffs[op["operation_id"]], stat=stat, pager=False)
         console.print(
             f"  approve: promoter approve {op['operation_id']} --note '...'; "
-            f"reject: promoter reject {op['operation_id']} --note '...'"
+            f"reject: promoter reject {op['operation_id']} --note '...'; "
+            "a part: add --only PATH... or --except PATH..., or --hunks PATH=N,N "
+            "(hunks numbered by their @@ lines in each file, from 1)"
         )
 
 
@@ -76,6 +80,18 @@ def print_decided(view: dict[str, Any]) -> None:
         console.print(f"  {step['status']:<10} {step['operation']:<7} {escape(step['path'])}")
     if view.get("code"):
         console.print(f"  {escape(str(view['code']))}: {escape(str(view.get('detail') or ''))}")
+    for event in view.get("events", []):
+        payload = event.get("payload") or {}
+        if event.get("kind") == "decision" and payload.get("parent_operation_id"):
+            console.print(
+                f"  the accepted part of {payload['parent_operation_id']} "
+                f"(bundle {payload.get('parent_bundle_id')})"
+            )
+            for path in payload.get("declined_paths", []):
+                console.print(f"  declined   {escape(str(path))}")
+            for item in payload.get("composed", []):
+                numbers = ",".join(str(n) for n in item["hunks"])
+                console.print(f"  composed   {escape(str(item['path']))} (hunks {numbers})")
 
 
 def _show(view: dict[str, Any], json_output: bool) -> None:
@@ -97,17 +113,66 @@ def _raise_unless_done(view: dict[str, Any], wanted: tuple[str, ...]) -> None:
     raise PromoterError(f"operation {view['operation_id']} is {status}")
 
 
+def parse_hunks(values: list[str]) -> dict[str, list[int]]:
+    """``PATH=1,3`` options as ``{PATH: [1, 3]}`` (the last ``=`` splits: paths may hold one)."""
+    chosen: dict[str, list[int]] = {}
+    for value in values:
+        path, sep, numbers = value.rpartition("=")
+        try:
+            parsed = [int(n) for n in numbers.split(",")]
+        except ValueError:
+            parsed = []
+        if not sep or not path or not parsed or min(parsed) < 1:
+            raise typer.BadParameter(f"{value!r}: give PATH=N[,N...] with hunk numbers from 1")
+        chosen.setdefault(path, []).extend(parsed)
+    return chosen
+
+
 def approve(
     operation: OpArg,
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="With --only or --except: the paths (wire form).", show_default=False),
+    ] = None,
+    only: Annotated[
+        bool, typer.Option("--only", help="Accept only PATHS; the rest are declined.")
+    ] = False,
+    except_: Annotated[
+        bool, typer.Option("--except", help="Decline PATHS; the rest are accepted.")
+    ] = False,
+    hunks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hunks",
+            help="PATH=1,3: accept only these hunks of a modified text file (numbered as in "
+            "the review diff); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     note: NoteOpt = "",
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the attempt.")] = True,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Approve a held promotion: its attempt starts and re-checks everything (operator)."""
+    """Approve a held promotion (or a part: --only, --except, --hunks) (operator).
+
+    Its attempt starts and re-checks everything; a part is derived, verified again and
+    promoted as its own operation."""
+    if only and except_:
+        raise typer.BadParameter("give --only or --except, not both")
+    if (only or except_) != bool(paths):
+        raise typer.BadParameter("paths go with --only or --except (and those need paths)")
+    chosen = parse_hunks(hunks or [])
     with _client(url, token_file) as client:
-        view = client.approve(operation, note, wait=wait)
+        view = client.approve(
+            operation,
+            note,
+            wait=wait,
+            only=list(paths or []) if only else None,
+            except_=list(paths or []) if except_ else None,
+            hunks=chosen or None,
+        )
     _show(view, json_output)
     _raise_unless_done(view, ("completed", "in_progress", "applied_unverified"))
 

@@ -29,14 +29,21 @@ def trace(
     commit: Annotated[str, typer.Argument(help="The commit (id or ref name) to trace.")],
     repo: RepoOpt,
     paths: Annotated[
-        list[str] | None, typer.Argument(help="Only these paths.", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            help="Only these paths, as the file system names them (any bytes).",
+            show_default=False,
+        ),
     ] = None,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
     """Which promotion receipts wrote each path of a commit; writes nothing."""
-    result = _trace(repo, commit, paths or [], url, token_file, staged=False)
+    from promoter.domain.wirepath import from_disk
+
+    wire = [from_disk(path) for path in paths or []]
+    result = _trace(repo, commit, wire, url, token_file, staged=False)
     if json_output:
         _print_json(result)
         return

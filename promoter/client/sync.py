@@ -228,11 +228,28 @@ class PromoterClient(BlobCalls):
         path = f"/v1/bundles/{segment(bundle_id)}/verification.dsse"
         return DsseEnvelope.model_validate_json(self._send("GET", path).content)
 
-    def approve(self, operation_id: str, note: str = "", *, wait: bool = False) -> Json:
+    def approve(
+        self,
+        operation_id: str,
+        note: str = "",
+        *,
+        wait: bool = False,
+        only: list[str] | None = None,
+        except_: list[str] | None = None,
+        hunks: dict[str, list[int]] | None = None,
+    ) -> Json:
         """Approve a promotion held in ``awaiting_approval`` (operator); the operation view.
 
-        The host records the token's credential as the approver; no name is sent."""
-        body = {"note": note, "wait": wait}
+        The host records the token's credential as the approver; no name is sent.
+        ``only``/``except_``/``hunks`` accept a part: the view answered is then the
+        derived operation's."""
+        body: dict[str, Any] = {"note": note, "wait": wait}
+        if only is not None:
+            body["only"] = only
+        if except_ is not None:
+            body["except"] = except_
+        if hunks:
+            body["hunks"] = hunks
         return self._json("POST", f"/v1/operations/{segment(operation_id)}/approve", json_body=body)
 
     def reject(self, operation_id: str, note: str = "") -> Json:

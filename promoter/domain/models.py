@@ -223,6 +223,27 @@ class LeaseV1(Strict):
     expires_at: Timestamp
 
 
+HunkIndex = Annotated[int, Field(ge=1, lt=2**31)]
+
+
+class ComposedPath(Strict):
+    """A path of a derived bundle whose new bytes the operator composed from chosen hunks
+    (numbered from 1 as in the review diff of the parent bundle)."""
+
+    path: WirePath
+    hunks: Annotated[list[HunkIndex], Field(min_length=1)]
+    by: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class DerivedFrom(Strict):
+    """What a host-derived bundle was cut from: the parent bundle and the selection."""
+
+    parent_bundle_id: BundleId
+    parent_bundle_sha256: Sha256
+    declined_paths: list[WirePath]
+    composed: list[ComposedPath]
+
+
 class PatchBundleV1(Document):
     schema_: Literal["PatchBundleV1"] = Field(alias="schema")
     bundle_id: BundleId
@@ -237,6 +258,13 @@ class PatchBundleV1(Document):
     change_count: SafeInt
     total_bytes: SafeInt
     created_at: Timestamp
+    # Set only in a bundle the host derived from a stored one at review (a part of it
+    # accepted); left out of the wire when unset, so executor bundles keep their bytes.
+    # Intake refuses any submitted document that carries it.
+    derived_from: DerivedFrom | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return _without_unset(super().wire(), ("derived_from",))
 
 
 CheckName = Literal[
@@ -300,9 +328,18 @@ class PatchPromotionReceiptV1(Document):
     # the promotion this one was chained on (the grant's ``base_operation``); left out of
     # the wire when unset, so receipts of unchained promotions keep the v1 shape
     base_operation: OperationId | None = None
+    # A promotion of a derived bundle (part of a bundle accepted at review) names the
+    # parent bundle, the paths declined and the operator-composed paths; left out of the
+    # wire when unset.
+    parent_bundle_id: BundleId | None = None
+    declined_paths: list[WirePath] | None = None
+    composed: list[ComposedPath] | None = None
 
     def wire(self) -> dict[str, Any]:
-        return _without_unset(super().wire(), ("base_operation",))
+        return _without_unset(super().wire(), RECEIPT_OPTIONAL)
+
+
+RECEIPT_OPTIONAL = ("base_operation", "parent_bundle_id", "declined_paths", "composed")
 
 
 class ActualState(Strict):

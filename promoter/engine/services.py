@@ -29,6 +29,7 @@ from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.engine.snapshots.watch import SnapshotWatch
+from promoter.git import tree_reader
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -123,6 +124,7 @@ class Services:
     def close(self) -> None:
         for watch in list(self.snapshot_watches.values()):
             watch.close()
+        tree_reader.close_all()  # the repositories' long-lived cat-file processes
         self.db.dispose()
 
 
@@ -157,7 +159,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         settings=settings,
         db=database,
         blobs=BlobStore(settings.audit_dir),
-        audit=AuditStore(settings.audit_dir),
+        audit=AuditStore(settings.audit_dir, settings.group_sync_limit),
         registry=Registry.from_settings(settings),
         auth=Authenticator(database, tokens, settings.credentials_dir),
         tokens=tokens,

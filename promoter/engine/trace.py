@@ -14,6 +14,10 @@ never compared directly) and looks for the repository's promotion receipts whose
 - ``not_promoted``: no promotion receipt ever named the path.
 - ``untouched``: a path asked for that the commit (or the index) did not change.
 
+Paths are named in wire form (SPEC §10.12), as receipts name them: git's names are
+turned into it before they are compared, so a name with a backslash or bytes that are
+not UTF-8 is matched by its bytes; a path asked for must be canonical wire form.
+
 It reads only: git runs through the hermetic runner with no optional locks (no index
 refresh), ``diff-tree``/``diff-index``/``rev-parse`` and ``cat-file``; the journal is
 read in one session. Deliberately not here: writing trailers or commits (promoter writes
@@ -28,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from promoter.domain import wirepath
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
@@ -76,7 +81,7 @@ class Promotion:
 class PathTrace:
     """One path: what the commit holds there, and which receipts wrote it."""
 
-    path: str
+    path: str  # wire form (SPEC §10.12), as receipts name it
     change: str | None  # A, M, D, T; None when untouched
     exists: bool | None  # None when untouched
     sha256: str | None
@@ -150,28 +155,36 @@ def _trace(
     changes: list[DiffEntry],
     asked: Sequence[str],
 ) -> Trace:
+    for path in asked:
+        wirepath.decode(path)  # a path asked for is wire form: ``PathInvalid`` otherwise
+    named = [(wirepath.from_disk(c.path), c) for c in changes]
     if asked:
         wanted = set(asked)
-        changes = [c for c in changes if c.path in wanted]
+        named = [(path, c) for path, c in named if path in wanted]
+    changes = [c for _, c in named]
     oids = [c.new_oid for c in changes if c.new_oid and c.new_mode != _GITLINK]
     hashes = blob_sha256(repository.layout, oids) if oids else {}
     written = _receipt_targets(services, repository.identity)
     found: dict[str, PathTrace] = {}
-    for change in changes:
+    for path, change in named:
         exists = change.new_mode is not None
         sha = None
         if exists and change.new_oid and change.new_mode != _GITLINK:
             sha = hashes[change.new_oid][0]
-        found[change.path] = _judge(change, exists, sha, written.get(change.path, []))
+        found[path] = _judge(path, change, exists, sha, written.get(path, []))
     for path in asked:
         if path not in found:
             found[path] = PathTrace(path, None, None, None, None, "untouched", (), None)
-    ordered = sorted(found.values(), key=lambda p: p.path.encode("utf-8", "surrogateescape"))
+    ordered = sorted(found.values(), key=lambda p: wirepath.decode(p.path))
     return Trace(repository.name, commit, parent, tuple(ordered))
 
 
 def _judge(
-    change: DiffEntry, exists: bool, sha: str | None, written: list[tuple[Promotion, Any]]
+    path: str,
+    change: DiffEntry,
+    exists: bool,
+    sha: str | None,
+    written: list[tuple[Promotion, Any]],
 ) -> PathTrace:
     exact = tuple(
         promotion
@@ -182,7 +195,7 @@ def _judge(
     if written:
         verdict = "promoted" if exact else "changed_after_promotion"
     last = written[-1][0] if written and not exact else None
-    return PathTrace(change.path, change.status, exists, sha, change.new_mode, verdict, exact, last)
+    return PathTrace(path, change.status, exists, sha, change.new_mode, verdict, exact, last)
 
 
 def _receipt_targets(

@@ -29,6 +29,7 @@ import stat
 from pathlib import Path
 
 from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
+from promoter.fs import flush
 from promoter.fs.own_entry import OwnTree
 
 __all__ = ["KEPT_CONFIG", "restore", "seal"]
@@ -143,7 +144,7 @@ def _write(path: Path, data: bytes) -> None:
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        flush.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, path)

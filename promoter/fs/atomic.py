@@ -58,6 +58,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from promoter import faults
 from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
+from promoter.fs import flush
 from promoter.fs.aside import Kept, beside, check_temp_name, refusal, remove_if, with_kept
 from promoter.fs.chain import ChainRoot, InPlace, ParentChain
 from promoter.fs.delete import Deletion
@@ -335,7 +336,7 @@ class Parent(Closing):
     def fsync(self) -> None:
         """fsync the held parent directory (once per batch); a failure is raised, never retried."""
         try:
-            os.fsync(self.chain.fd)
+            flush.fsync(self.chain.fd)
             faults.point("after_parent_fsync")
         except OSError as exc:
             raise os_error("syncing the parent directory", self.rel, exc) from exc

@@ -24,7 +24,9 @@ Any "no" answers ``None`` and the caller fsyncs each file as before: the outcome
 is the same either way, only the number of flushes differs. Callers ask only when the
 ``group_sync`` setting is on (the default).
 
-Fault point: ``after_group_sync`` (after the ``syncfs`` call, as if it had failed).
+Fault point: ``after_group_sync`` (after the ``syncfs`` call, as if it had failed); a
+group of promoter's own state files (``promoter.store.durable.write_new_together``)
+names its own, ``after_state_group_sync``.
 
 Deliberately not here: which files make a group, naming them, or anything about one
 file's fsync (the callers keep theirs for a group this declines).
@@ -42,6 +44,7 @@ import re
 import threading
 
 from promoter import faults
+from promoter.fs import flush
 
 log = logging.getLogger("promoter.fs")
 
@@ -106,27 +109,29 @@ def _busy(max_pending: int) -> str | None:
 
 
 def _syncfs(fd: int) -> None:
-    if _libc().syncfs(fd) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
+    flush.syncfs(fd)
 
 
 class GroupSync:
     """A descriptor opened before a group was written; ``sync`` makes the group durable."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, fault: str = "after_group_sync") -> None:
+        self._fault = fault
         self._fd: int | None = fd
         self._failed: OSError | None = None
         self._lock = threading.Lock()  # ``close`` may come from another thread (a cancel)
 
     @classmethod
-    def start(cls, dir_fd: int, max_pending: int) -> GroupSync | None:
+    def start(
+        cls, dir_fd: int, max_pending: int, fault: str = "after_group_sync"
+    ) -> GroupSync | None:
         """A ``GroupSync`` for the filesystem of directory ``dir_fd``, or None (fsync each)
         (also when more than ``max_pending`` bytes wait to be written system-wide)."""
         why = cls.unsupported(dir_fd) or _busy(max_pending)
         if why is None:
             try:  # a descriptor of its own: it samples the filesystem's error sequence now
-                return cls(os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd))
+                own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+                return cls(own, fault)
             except OSError as exc:
                 why = f"the directory could not be opened again ({exc.strerror})"
         log.debug("an fsync per file, not one syncfs: %s", why)
@@ -145,14 +150,16 @@ class GroupSync:
         return None
 
     @classmethod
-    def start_at(cls, directory: str, max_pending: int) -> GroupSync | None:
+    def start_at(
+        cls, directory: str, max_pending: int, fault: str = "after_group_sync"
+    ) -> GroupSync | None:
         """``start`` for a directory of promoter's own state, by path (None: fsync each)."""
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
-            return cls.start(fd, max_pending)
+            return cls.start(fd, max_pending, fault)
         finally:
             os.close(fd)
 
@@ -171,7 +178,7 @@ class GroupSync:
             fd = os.dup(self._fd)  # the same open file: the same error sequence sample
         try:
             _syncfs(fd)
-            faults.point("after_group_sync")
+            faults.point(self._fault)
         except OSError as exc:
             self._failed = exc
             raise

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from promoter.errors import PathUnsafe
+from promoter.fs import flush
 from promoter.fs.syscalls import mount_id, open_dir_component
 
 __all__ = ["remove_own_tree"]
@@ -101,7 +102,7 @@ def remove_own_tree(parent: Path, name: str, proof: Callable[[int], bool]) -> Pa
             )
         os.rmdir(name, dir_fd=holder)
         with contextlib.suppress(OSError):
-            os.fsync(holder)
+            flush.fsync(holder)
     finally:
         os.close(holder)
     return where

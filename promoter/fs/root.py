@@ -22,6 +22,7 @@ import stat
 
 from promoter import faults
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift
+from promoter.fs import flush
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import DIR_FLAGS, ON_ANOTHER_MOUNT, HoldsFd, ParentChain, Walked, open_dir
 from promoter.fs.leaf import MISSING, LeafState, os_error, split_rel
@@ -163,7 +164,7 @@ class Root(HoldsFd):
     @staticmethod
     def _sync_new_dir(dir_fd: int, rel: str) -> None:
         try:
-            os.fsync(dir_fd)
+            flush.fsync(dir_fd)
             faults.point("after_mkdir")
         except OSError as exc:
             raise os_error("syncing a new directory", rel, exc) from exc
@@ -237,7 +238,7 @@ class Root(HoldsFd):
                     raise PathUnsafe(ON_ANOTHER_MOUNT, path=rel, at=rel) from exc
                 raise os_error("removing a directory", rel, exc) from exc
             try:
-                os.fsync(chain.fd)
+                flush.fsync(chain.fd)
             except OSError as exc:
                 raise os_error("syncing a directory", rel, exc) from exc
         return True

@@ -42,6 +42,7 @@ from typing import NoReturn, Protocol
 from promoter import faults
 from promoter.domain.path_state import SYMLINK_MODE
 from promoter.errors import PathUnsafe, PromoterError
+from promoter.fs import flush
 from promoter.fs.aside import Kept, check_temp_name, keep, remove_if, with_kept
 from promoter.fs.chain import ParentChain
 from promoter.fs.leaf import ExpectedState, LeafState, os_error
@@ -210,7 +211,7 @@ class Temps:
         try:
             try:
                 if not synced:
-                    os.fsync(fd)
+                    flush.fsync(fd)
                 if pending.anonymous:
                     faults.point("before_temp_named")
                     self._link_temp(fd, temp)
@@ -248,7 +249,7 @@ class Temps:
         try:
             st = os.stat(temp, dir_fd=self.chain.fd, follow_symlinks=False)
             self.written[temp] = (st.st_dev, st.st_ino)
-            os.fsync(self.chain.fd)
+            flush.fsync(self.chain.fd)
             faults.point("after_temp_write")
             self.chain.verify_chain()
         except BaseException as exc:

@@ -9,6 +9,10 @@ a new checksum; an identity that is equal before and after a look-up names the v
 the look-up read. An index without a checksum (``index.skipHash``), a missing index, or
 one that is not a regular file has no identity, and nothing is remembered for it.
 
+A whole listing of an index (``remember(..., complete=True)``) answers every path: a
+path it does not list has no entry (``[]``), so a later look-up of a new path under the
+same index file costs no git process either.
+
 Deliberately not here: running git or parsing its answers (``promoter.git.readback``
 does both and hands in what it read), and any write to the repository.
 """
@@ -28,7 +32,9 @@ __all__ = ["LIMIT", "identity", "recall", "remember"]
 LIMIT = 100_000  # remembered paths over all repositories
 Identity = tuple[int, int, int, int, int, bytes]
 
-_memory: dict[str, tuple[Identity, dict[str, tuple[IndexEntry, ...]]]] = {}
+# per index file: its identity, the answers read from it, and whether they are all of
+# its entries (a whole listing: every other path has none)
+_memory: dict[str, tuple[Identity, dict[str, tuple[IndexEntry, ...]], bool]] = {}
 _held = 0
 _lock = threading.Lock()
 
@@ -67,25 +73,41 @@ def recall(
         held = _memory.get(_index_path(layout))
         if held is None or held[0] != ident:
             return {}
-        answers = held[1]
+        answers, complete = held[1], held[2]
+        if complete:
+            return {path: list(answers.get(path, ())) for path in paths}
         return {path: list(answers[path]) for path in paths if path in answers}
 
 
-def remember(layout: RepoLayout, ident: Identity, answers: Mapping[str, list[IndexEntry]]) -> None:
-    """Keep ``answers``, read from the index ``ident`` names (a caller checked it after)."""
+def remember(
+    layout: RepoLayout,
+    ident: Identity,
+    answers: Mapping[str, list[IndexEntry]],
+    *,
+    complete: bool = False,
+) -> None:
+    """Keep ``answers``, read from the index ``ident`` names (a caller checked it after);
+    ``complete``: they are every entry of that index (a whole listing)."""
     global _held
     key = _index_path(layout)
     with _lock:
         held = _memory.get(key)
-        if held is None or held[0] != ident:
+        if held is not None and held[0] == ident and held[2]:
+            return  # every answer of this index is known already
+        if held is None or held[0] != ident or complete:
             if held is not None:
                 _held -= len(held[1])
-            held = (ident, {})
+            held = (ident, {}, False)
             _memory[key] = held
         if _held + len(answers) > LIMIT:
             _memory.clear()
             _held = 0
-            held = (ident, {})
+            held = (ident, {}, False)
+            _memory[key] = held
+            if len(answers) > LIMIT:
+                return
+        if complete:
+            held = (ident, held[1], True)
             _memory[key] = held
         for path, entries in answers.items():
             if path not in held[1]:

@@ -28,7 +28,10 @@ What the look-ups cost scales with the paths asked about, not with the repositor
   git matches every pathspec against every entry, so when the index holds at most
   ``WHOLE_LISTING_PER_PATH`` entries per path asked (read from the index header: a
   regular file, ``DIRC``, its entry count), one ``ls-files`` without pathspecs lists it
-  whole and the answers are picked out of that listing: the same entries, cheaper.
+  whole and the answers are picked out of that listing: the same entries, cheaper. An
+  index of at most ``WHOLE_LISTING_REMEMBERED`` entries that has an identity is listed
+  whole too, and the listing remembered as complete (``index_memo``): a later path,
+  listed or not, is answered under the same index file without git.
 - ``path_entries``: a tree's entries of some paths and of every leading directory of
   them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
   so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
@@ -51,7 +54,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
-from promoter.git import index_memo
+from promoter.git import index_memo, tree_reader
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.records import (
@@ -147,12 +150,14 @@ def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[In
     if not asked:
         return {path: found[path] for path in wanted}
     fresh: dict[str, list[IndexEntry]] = {path: [] for path in asked}
-    if _whole_listing_is_cheaper(layout, len(asked)):
+    if _whole_listing_is_cheaper(layout, len(asked), remembering=before is not None):
         listed = _git(layout, ["ls-files", "-s", "-z", "--debug", "--full-name"])
+        every: dict[str, list[IndexEntry]] = {}
         for path, entry in parse_ls_files_stage(listed.stdout, debug=True):
-            if path in fresh:
-                fresh[path].append(entry)
-        return _remembered(layout, before, found, fresh, wanted)
+            every.setdefault(path, []).append(entry)
+        for path in asked:
+            fresh[path] = every.get(path, [])
+        return _remembered(layout, before, found, fresh, wanted, every)
     # A literal pathspec is cheaper for git to match than a pattern, and exact for a
     # file; a path that may be a directory (a leading directory of another path asked
     # about, or a directory on disk) gets the exact pattern, so nothing below is listed.
@@ -180,24 +185,34 @@ def _remembered(
     found: dict[str, list[IndexEntry]],
     fresh: dict[str, list[IndexEntry]],
     wanted: list[str],
+    every: dict[str, list[IndexEntry]] | None = None,
 ) -> dict[str, list[IndexEntry]]:
     """The answer of ``index_entries``: ``fresh`` sorted by stage and remembered when the
-    index file git read is provably the one ``before`` names."""
-    for entries in fresh.values():
+    index file git read is provably the one ``before`` names (``every``: the whole
+    listing it came from, remembered as the answer for every path)."""
+    for entries in (*fresh.values(), *(every or {}).values()):
         entries.sort(key=lambda entry: entry.stage)
     if before is not None and index_memo.identity(layout) == before:
-        index_memo.remember(layout, before, fresh)  # git read the file ``before`` names
+        # git read the file ``before`` names
+        if every is not None:
+            index_memo.remember(layout, before, every, complete=True)
+        else:
+            index_memo.remember(layout, before, fresh)
     found.update(fresh)
     return {path: found[path] for path in wanted}
 
 
 WHOLE_LISTING_PER_PATH = 2  # index entries per asked path up to which all are listed
+WHOLE_LISTING_REMEMBERED = 4096  # entries up to which an index is listed whole, remembered
 
 
-def _whole_listing_is_cheaper(layout: RepoLayout, asked: int) -> bool:
+def _whole_listing_is_cheaper(layout: RepoLayout, asked: int, *, remembering: bool = False) -> bool:
     """Whether the index holds at most ``WHOLE_LISTING_PER_PATH`` entries per asked path
     (read from its header), so that listing every entry costs git less than matching each
-    entry against every pathspec (that matching grows as paths x entries)."""
+    entry against every pathspec (that matching grows as paths x entries); or, when the
+    listing will be ``remembering`` (the index file has an identity), at most
+    ``WHOLE_LISTING_REMEMBERED``: then every later look-up under the same index file is
+    answered from memory, whatever paths it asks about."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(os.path.join(layout.git_dir, "index"), flags)
@@ -213,7 +228,10 @@ def _whole_listing_is_cheaper(layout: RepoLayout, asked: int) -> bool:
         os.close(fd)
     if len(header) != 12 or header[:4] != b"DIRC":
         return False
-    return int.from_bytes(header[8:12], "big") <= WHOLE_LISTING_PER_PATH * asked
+    count = int.from_bytes(header[8:12], "big")
+    return count <= WHOLE_LISTING_PER_PATH * asked or (
+        remembering and count <= WHOLE_LISTING_REMEMBERED
+    )
 
 
 def tree_entries(
@@ -290,7 +308,52 @@ def path_entries(
 def _path_entries(
     layout: RepoLayout, tree: str, wanted: list[str], everything: list[str]
 ) -> dict[str, TreeEntry | None]:
-    """``everything``: ``wanted`` and their leading directories, each once, in order."""
+    """``everything``: ``wanted`` and their leading directories, each once, in order.
+
+    Walked through the tree objects (``tree_reader``: no process once the repository's
+    reader runs); where a tree on the way is too large to parse here, ``ls-tree``."""
+    walked = _walked_entries(layout, tree, everything)
+    if walked is not None:
+        return walked
+    return _listed_entries(layout, tree, wanted, everything)
+
+
+def _walked_entries(
+    layout: RepoLayout, tree: str, everything: list[str]
+) -> dict[str, TreeEntry | None] | None:
+    """Each path's entry, found by walking from ``tree`` one name at a time: absent
+    when a leading directory is absent or no tree (a blob or a gitlink in the way)."""
+    found: dict[str, TreeEntry | None] = {}
+
+    def entry(path: str) -> TreeEntry | None | bool:
+        if path in found:
+            return found[path]
+        parent, _, name = path.rpartition("/")
+        if parent:
+            above = entry(parent)
+            if above is False:
+                return False
+            if above is None or not isinstance(above, TreeEntry) or above.type != "tree":
+                found[path] = None
+                return None
+            listing = tree_reader.children(layout, above.oid)
+        else:
+            listing = tree_reader.children(layout, tree)
+        if listing is None:
+            return False  # too large to parse here
+        found[path] = listing.get(name)
+        return found[path]
+
+    for path in everything:
+        if entry(path) is False:
+            return None
+    return {p: found[p] for p in everything}
+
+
+def _listed_entries(
+    layout: RepoLayout, tree: str, wanted: list[str], everything: list[str]
+) -> dict[str, TreeEntry | None]:
+    """``_path_entries`` through ``ls-tree`` (see the module docstring)."""
     named_paths = set(wanted)
     leading = [p for p in everything if p not in named_paths]
     named = [*wanted, *(p for p in leading if not _is_real_dir(layout, p))]

@@ -15,13 +15,14 @@ file: never an unexpected error, and never a document trusted unchecked.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from promoter.errors import DocumentConflict, PromoterError, StorageError
-from promoter.store.durable import write_new
+from promoter.store.durable import write_new, write_new_together
 
 M = TypeVar("M", bound=BaseModel)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
@@ -36,8 +37,9 @@ KINDS = {
 
 
 class AuditStore:
-    def __init__(self, audit_root: Path) -> None:
+    def __init__(self, audit_root: Path, group_sync_limit: int | None = None) -> None:
         self.root = audit_root
+        self.group_sync_limit = group_sync_limit  # ``put_all``'s, see ``write_new_together``
 
     @staticmethod
     def valid_name(name: str) -> bool:
@@ -60,6 +62,36 @@ class AuditStore:
             raise StorageError(f"cannot write {kind} {name}: {exc}") from exc
         if existing is not None and existing != data:
             raise conflict(f"a different {kind} is already stored as {name}", name=name)
+        return created
+
+    def put_all(
+        self, documents: Sequence[tuple[str, str, bytes, type[PromoterError]]]
+    ) -> list[bool]:
+        """``put`` of several documents (``(kind, name, data, conflict)`` each), flushed
+        together (``write_new_together``); True for each that is new. A document that
+        differs from one already stored raises its conflict before anything is written
+        (and, stored meanwhile by another writer, after)."""
+        for kind, name, data, conflict in documents:
+            stored = self.get(kind, name)
+            if stored is not None and stored != data:
+                raise conflict(f"a different {kind} is already stored as {name}", name=name)
+        targets = [self.path(kind, name) for kind, name, _, _ in documents]
+        items = [
+            (target, data, f"audit_{kind}")
+            for target, (kind, _, data, _) in zip(targets, documents, strict=True)
+        ]
+        try:
+            created = write_new_together(items, group_sync_limit=self.group_sync_limit)
+            existing = [
+                None if new else target.read_bytes()
+                for new, target in zip(created, targets, strict=True)
+            ]
+        except OSError as exc:
+            names = ", ".join(f"{kind} {name}" for kind, name, _, _ in documents)
+            raise StorageError(f"cannot write {names}: {exc}") from exc
+        for (kind, name, data, conflict), found in zip(documents, existing, strict=True):
+            if found is not None and found != data:
+                raise conflict(f"a different {kind} is already stored as {name}", name=name)
         return created
 
     def get(self, kind: str, name: str) -> bytes | None:

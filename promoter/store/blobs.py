@@ -33,6 +33,7 @@ from pathlib import Path
 from promoter.domain.models import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
 from promoter.faults import point
+from promoter.fs import flush
 from promoter.store.durable import NO_TMPFILE, fsync_dir, make_dirs, start_writeback
 from promoter.store.state_temps import temp_name
 
@@ -175,7 +176,7 @@ class BlobWriter:
         try:
             os.fchmod(self._fd, 0o444)
             if fsync:
-                os.fsync(self._fd)
+                flush.fsync(self._fd)
             if self._tmp is not None:  # a named temp is linked by its name
                 os.close(self._fd)
                 self._fd = None

@@ -1,15 +1,17 @@
 """Database engine, connection pragmas, sessions and migrations.
 
 SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
-connection; a PostgreSQL connection gets ``ServerOptions``: a connect timeout, the
-session's ``lock_timeout`` and ``statement_timeout``, an ``application_name`` (the
-daemon's is ``promoter/<host id>``) and the pool's size. A SQLite write still locked out
-by another writer when the busy timeout ends, and a PostgreSQL statement past its
-``lock_timeout`` (SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a database that cannot
-be reached or dropped the connection (refused, shut down, restarting: ``unreachable``)
-raises ``DatabaseUnavailable`` (503); a full disk (``SQLITE_FULL``) and every other
-database error raise ``StorageError`` (507). PostgreSQL's pool checks a connection
-before lending it (``pool_pre_ping``), so the first request after a restart gets a new one.
+connection (a session opened with ``durable=False`` switches its connection to
+``synchronous=NORMAL`` for that transaction: its commit is not flushed); a PostgreSQL
+connection gets ``ServerOptions``: a connect timeout, the session's ``lock_timeout`` and
+``statement_timeout``, an ``application_name`` (the daemon's is ``promoter/<host id>``)
+and the pool's size. A SQLite write still locked out by another writer when the busy
+timeout ends, and a PostgreSQL statement past its ``lock_timeout`` (SQLSTATE 55P03),
+raise ``DatabaseBusy`` (503); a database that cannot be reached or dropped the
+connection (refused, shut down, restarting: ``unreachable``) raises
+``DatabaseUnavailable`` (503); a full disk (``SQLITE_FULL``) and every other database
+error raise ``StorageError`` (507). PostgreSQL's pool checks a connection before lending
+it (``pool_pre_ping``), so the first request after a restart gets a new one.
 
 The schema is owned by Alembic: ``upgrade`` runs the migrations shipped as the
 ``promoter_migrations`` package (the top-level ``migrations/`` folder) under a
@@ -61,6 +63,7 @@ from promoter.errors import (
     StorageError,
     ValidationFailed,
 )
+from promoter.fs import flush
 
 log = logging.getLogger("promoter.store")
 
@@ -74,13 +77,14 @@ MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Any:
-    def apply(dbapi_connection: Any, _record: Any) -> None:
+    def apply(dbapi_connection: Any, record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
+        record.info["synchronous"] = "FULL"
 
     return apply
 
@@ -304,6 +308,27 @@ def check_schema(url: str) -> None:
         engine.dispose()
 
 
+def _writes(session: Session) -> bool:
+    """Whether the session's transaction has written (or is about to write) anything."""
+    if session.new or session.dirty or session.deleted:
+        return True
+    if not session.in_transaction():
+        return False
+    raw = session.connection().connection.dbapi_connection
+    return bool(getattr(raw, "in_transaction", False))
+
+
+def _synchronous(session: Session, mode: str) -> None:
+    """Put the session's SQLite connection in ``synchronous=<mode>`` (a no-op when it is
+    already: each pooled connection remembers its mode from its ``connect``)."""
+    connection = session.connection()
+    info = connection.connection.info
+    if info.get("synchronous") != mode:
+        info.pop("synchronous", None)  # unknown until the pragma has run
+        connection.exec_driver_sql(f"PRAGMA synchronous={mode}")
+        info["synchronous"] = mode
+
+
 class Database:
     """An engine plus a session factory; ``session()`` commits or rolls back."""
 
@@ -313,12 +338,27 @@ class Database:
         self.url = url
         self.engine = make_engine(url, busy_timeout, server)
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
+        self._sqlite = self.engine.dialect.name == "sqlite"
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self, *, durable: bool = True) -> Iterator[Session]:
+        """One transaction, committed when the block ends, rolled back on any error.
+
+        ``durable=False`` (SQLite only): the commit is not flushed; it becomes durable
+        with the next durable commit or checkpoint (the WAL is one file, written in
+        order, so one sync of it makes every earlier commit durable too). For commits
+        whose loss in a power failure leaves nothing unsafe behind: see
+        ``docs/decisions/durable-commits-where-the-protocol-needs-them.md``. A durable
+        commit on SQLite is one flush of the WAL (counted as ``sqlite_commit`` by
+        ``promoter.fs.flush``); PostgreSQL's commits are always durable.
+        """
         session = self._factory()
         try:
+            if self._sqlite:  # before the transaction begins: pysqlite's BEGIN is deferred
+                _synchronous(session, "FULL" if durable else "NORMAL")
             yield session
+            if self._sqlite and durable and _writes(session):
+                flush.note("sqlite_commit")
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()

@@ -11,6 +11,10 @@ a recognisable name that says which process wrote it, which the daemon's start-u
 (``state_temps.sweep``) removes once that process is gone. So a killed writer leaves
 nothing behind, or a temp that the next start removes.
 
+``write_new_together`` writes several new files flushed together: every temp, one
+flush, every link, one flush (a ``syncfs`` each where ``promoter.fs.group_sync`` offers
+it, else an fsync of each temp and directory).
+
 ``make_dirs`` creates a directory chain and fsyncs, for every level it created, the
 directory that holds it (a new directory's entry is as durable as the files written into
 it). Every directory the state directory gains goes through it.
@@ -47,9 +51,12 @@ import errno
 import os
 import secrets
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from promoter.faults import point
+from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
 from promoter.fs.syscalls import start_writeback
 from promoter.store.state_temps import temp_name
 
@@ -66,7 +73,7 @@ _no_tmpfile_lock = threading.Lock()
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, _DIR_FLAGS)
     try:
-        os.fsync(fd)
+        flush.fsync(fd)
     finally:
         os.close(fd)
 
@@ -134,11 +141,64 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         created = temp.link(path.name, fault)
-        os.fsync(temp.dir_fd)
+        flush.fsync(temp.dir_fd)
     finally:
         temp.close()
     point(f"{fault}_after_dir_fsync")
     return created
+
+
+def write_new_together(
+    items: Sequence[tuple[Path, bytes, str]], *, group_sync_limit: int | None, mode: int = 0o444
+) -> list[bool]:
+    """``write_new`` of several files (``(path, data, fault)`` each), flushed together.
+
+    Every temp is written, then all are made durable, then each is linked into place
+    (never over a file: False where one stood), then their directories are made
+    durable. Where ``GroupSync`` offers it (``group_sync_limit`` not None, every
+    directory on one filesystem that allows it), each of the two flushes is one
+    ``syncfs``; otherwise an fsync of each temp and of each directory, as ``write_new``.
+    The fault points are ``write_new``'s, each file's in turn at each stage.
+    """
+    for path, _, fault in items:
+        make_dirs(path.parent, fault=fault)
+    group = _group_for([path.parent for path, _, _ in items], group_sync_limit)
+    temps: list[_Temp] = []
+    try:
+        for path, data, fault in items:
+            temps.append(_Temp.written(path.parent, data, mode, fault, sync=group is None))
+        if group is not None:
+            group.sync()
+            for _, _, fault in items:
+                point(f"{fault}_after_fsync")
+        created = [
+            temp.link(path.name, fault) for temp, (path, _, fault) in zip(temps, items, strict=True)
+        ]
+        if group is not None:
+            group.sync()
+        else:
+            synced: set[Path] = set()
+            for temp in temps:
+                if temp.directory not in synced:
+                    flush.fsync(temp.dir_fd)
+                    synced.add(temp.directory)
+    finally:
+        for temp in temps:
+            temp.close()
+        if group is not None:
+            group.close()
+    for _, _, fault in items:
+        point(f"{fault}_after_dir_fsync")
+    return created
+
+
+def _group_for(directories: list[Path], limit: int | None) -> GroupSync | None:
+    """One ``GroupSync`` for several files in ``directories`` (None: an fsync each)."""
+    if limit is None or len(directories) < 2:
+        return None
+    if len({os.stat(directory).st_dev for directory in directories}) != 1:
+        return None
+    return GroupSync.start_at(os.fspath(directories[0]), limit, "after_state_group_sync")
 
 
 def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state") -> None:
@@ -146,7 +206,7 @@ def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "s
     temp = _Temp.written(path.parent, data, mode, fault)
     try:
         temp.replace(path.name, fault)
-        os.fsync(temp.dir_fd)
+        flush.fsync(temp.dir_fd)
     finally:
         temp.close()
     point(f"{fault}_after_dir_fsync")
@@ -167,8 +227,11 @@ class _Temp:
         self.name = name
 
     @classmethod
-    def written(cls, directory: Path, data: bytes, mode: int, fault: str) -> _Temp:
-        """A new temp in ``directory`` (made if missing) holding ``data``, fsynced."""
+    def written(
+        cls, directory: Path, data: bytes, mode: int, fault: str, *, sync: bool = True
+    ) -> _Temp:
+        """A new temp in ``directory`` (made if missing) holding ``data``, fsynced
+        (``sync=False``: not, for a caller that syncs a group of them itself)."""
         make_dirs(directory, fault=fault)
         dir_fd = os.open(directory, _DIR_FLAGS)
         try:
@@ -185,8 +248,9 @@ class _Temp:
                 view = view[os.write(fd, view) :]
             point(f"{fault}_after_write")
             os.fchmod(fd, mode)
-            os.fsync(fd)
-            point(f"{fault}_after_fsync")
+            if sync:
+                flush.fsync(fd)
+                point(f"{fault}_after_fsync")
         except BaseException:
             temp.close()
             raise

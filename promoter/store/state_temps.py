@@ -37,6 +37,7 @@ import stat
 from pathlib import Path
 
 from promoter.errors import PathUnsafe
+from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
 
 __all__ = ["PREFIX", "is_own_temp", "sweep", "temp_name"]
@@ -175,7 +176,7 @@ def sweep(state_dir: Path) -> list[Path]:
         try:
             gone = _sweep_one(place, directory, dir_fd)
             if gone:
-                os.fsync(dir_fd)
+                flush.fsync(dir_fd)
             removed += gone
         finally:
             os.close(dir_fd)

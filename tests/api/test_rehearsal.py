@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from promoter.api import app
 from promoter.config import load_settings
 from promoter.engine.operation import rehearsal
 from promoter.engine.services import Services, build_services
@@ -69,6 +68,13 @@ def _journal_compiled(
     return [s for s in missed if any(f" {t} " in f" {s} " for t in JOURNAL)]
 
 
+@pytest.fixture
+def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    """A daemon that rehearses at start, as ``promoter serve`` does by default."""
+    with running_daemon(tmp_path / "state", {"work": repo}, rehearse_at_start=True) as running:
+        yield running
+
+
 @pytest.mark.parametrize("changes", [ONE, CHANGES], ids=["one-change", "two-changes"])
 def test_first_promotion_compiles_none_of_its_journal_statements(
     daemon: Daemon, repo: Path, identity: str, changes: list[Any]
@@ -94,20 +100,18 @@ def test_the_journal_statements_do_not_depend_on_the_second_turning(
         return f"2026-12-05T{tick // 3600 % 24:02d}:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
 
     monkeypatch.setattr(store_journal, "now", stamp)
-    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+    with running_daemon(tmp_path / "state", {"work": repo}, rehearse_at_start=True) as daemon:
         clock[0] = clocks[1]
         identity = daemon.services.registry.by_name("work").identity
         journal_misses = _journal_compiled(daemon, repo, identity, ONE)
     assert not journal_misses, "\n".join(journal_misses)
 
 
-def test_first_promotion_without_the_rehearsal_compiles_them(
-    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The test above can fail: a daemon started without the rehearsal compiles
-    statements of every journal table in the same promotion."""
-    monkeypatch.setattr(app, "rehearse", lambda _services: False)
-    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+def test_first_promotion_without_the_rehearsal_compiles_them(tmp_path: Path, repo: Path) -> None:
+    """The test above can fail: a daemon started without the rehearsal
+    (``rehearse_at_start = false``) compiles statements of every journal table in the
+    same promotion."""
+    with running_daemon(tmp_path / "state", {"work": repo}, rehearse_at_start=False) as daemon:
         identity = daemon.services.registry.by_name("work").identity
         journal_misses = _journal_compiled(daemon, repo, identity)
     touched = {t for t in JOURNAL if any(f" {t} " in f" {s} " for s in journal_misses)}
@@ -187,7 +191,7 @@ def test_a_failing_rehearsal_keeps_nothing_and_the_daemon_serves(
 
     with monkeypatch.context() as patched:
         patched.setattr(rehearsal.step_rows, "add_created_dirs", broken)
-        with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        with running_daemon(tmp_path / "state", {"work": repo}, rehearse_at_start=True) as daemon:
             patched.undo()
             assert "the rehearsal failed; nothing of it was kept" in caplog.text
             assert all(

@@ -207,3 +207,56 @@ def test_trace_reads_receipts_with_the_orchestrator_or_operator_role(
     with served.executor("run_first") as client:
         answer = client.get("/v1/trace", params=params)
     assert answer.status_code == 403 and answer.json()["code"] == "forbidden"
+
+
+BACKSLASH = "src/back\\\\slash.txt"  # wire form of the bytes src/back\slash.txt
+NOT_UTF8 = "src/caf\\xe9-\\xff.txt"  # wire form of src/caf<0xe9>-<0xff>.txt
+
+
+def test_names_with_a_backslash_or_bytes_that_are_not_utf8_trace_to_their_receipt(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    """Receipts name paths in wire form, git by their bytes: a trace matches them by bytes,
+    so neither name is reported `not_promoted` nor confused with a look-alike spelling."""
+    view = _promote(
+        served,
+        work,
+        [(BACKSLASH, None, b"backslash\n"), (NOT_UTF8, None, b"latin-1\n")],
+        grant_id="grt_bytes",
+        run_id="run_bytes",
+    )
+    assert (work / "src" / "back\\slash.txt").read_bytes() == b"backslash\n"
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "odd names")
+    commit = git(work, "rev-parse", "HEAD")
+
+    with served.orchestrator() as client:
+        answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
+        assert answer.status_code == 200, answer.text
+        paths = {item["path"]: item for item in answer.json()["paths"]}
+        assert sorted(paths) == sorted([BACKSLASH, NOT_UTF8])
+        for path, data in ((BACKSLASH, b"backslash\n"), (NOT_UTF8, b"latin-1\n")):
+            assert paths[path]["verdict"] == "promoted", paths[path]
+            assert paths[path]["sha256"] == sha(data)
+            assert [p["operation_id"] for p in paths[path]["promotions"]] == [view["operation_id"]]
+        asked = client.get(
+            "/v1/trace", params={"repository": "work", "commit": commit, "path": [NOT_UTF8]}
+        )
+        assert asked.status_code == 200, asked.text
+        assert [(p["path"], p["verdict"]) for p in asked.json()["paths"]] == [
+            (NOT_UTF8, "promoted")
+        ]
+        # a spelling that is not the canonical wire form names nothing: refused, not guessed
+        wrong = client.get(
+            "/v1/trace",
+            params={"repository": "work", "commit": commit, "path": ["src/caf\\xc3\\xa9"]},
+        )
+        assert (wrong.status_code, wrong.json()["code"]) == (422, "path_invalid")
+
+    # the command line takes the name as the file system spells it (argv bytes)
+    result = _cli(
+        served, tmp_path, "trace", "HEAD", "src/back\\slash.txt", "--repo", "work", "--json"
+    )
+    assert result.exit_code == 0, (result.output, result.exception)
+    [item] = json.loads(result.output)["paths"]
+    assert (item["path"], item["verdict"]) == (BACKSLASH, "promoted")

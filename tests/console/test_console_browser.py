@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.console.support import HOSTILE_CONTENT, HOSTILE_PATH, NEW, OLD, held, unreconciled
+from tests.gitutil import git
 from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
 
@@ -58,7 +59,12 @@ def test_hostile_path_and_content_render_as_text_and_no_script_runs(
     context = browser.new_context(bypass_csp=True)  # escaping alone must hold
     page = context.new_page()
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
     try:
         _log_in(page, daemon)
         for url in ("/ui/review", f"/ui/operations/{operation_id}", "/ui/operations"):
@@ -129,3 +135,78 @@ def test_restore_a_snapshot_in_the_browser(gated: Gated, browser: Any) -> None:
     finally:
         context.close()
     assert (repo / "src" / "app.py").read_bytes() == OLD
+
+
+def test_uncheck_files_on_the_review_page_and_only_the_checked_ones_land(
+    gated: Gated, browser: Any
+) -> None:
+    daemon, repo, identity = gated
+    changes = [
+        ("src/app.py", OLD, NEW),
+        ("src/one.py", None, b"one\n"),
+        ("src/two.py", None, b"2\n"),
+    ]
+    operation_id = held(daemon, repo, identity, changes)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        _log_in(page, daemon)
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        boxes = card.locator("input.accept")
+        assert boxes.count() == 3
+        assert all(boxes.nth(i).is_checked() for i in range(3))
+        card.locator("input.accept[value='src/one.py']").uncheck()
+        card.locator("input.accept[value='src/two.py']").uncheck()
+        card.locator("button.approve").click()
+        page.wait_for_url(f"{daemon.url}/ui/operations/op_*")
+        assert operation_id not in page.url
+        assert page.inner_text("#status") == "completed"
+    finally:
+        context.close()
+    assert (repo / "src" / "app.py").read_bytes() == NEW
+    assert not (repo / "src" / "one.py").exists()
+    assert not (repo / "src" / "two.py").exists()
+    derived = page.url.rsplit("/", 1)[1]
+    with daemon.operator() as operator:
+        receipt = operator.get(f"/v1/operations/{derived}/receipt").json()
+        parent = operator.get(f"/v1/operations/{operation_id}").json()
+    assert receipt["declined_paths"] == ["src/one.py", "src/two.py"]
+    assert parent["code"] == "approved_in_part"
+
+
+TEXT = b"".join(f"line {i}\n".encode() for i in range(1, 31))
+
+
+def test_uncheck_hunks_on_the_review_page_and_only_the_checked_hunk_lands(
+    gated: Gated, browser: Any
+) -> None:
+    daemon, repo, identity = gated
+    (repo / "src" / "text.txt").write_bytes(TEXT)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "text")
+    new = (
+        TEXT.replace(b"line 2\n", b"line two\n")
+        .replace(b"line 15\n", b"line fifteen\n")
+        .replace(b"line 28\n", b"line 28\nline 28.5\n")
+    )
+    operation_id = held(daemon, repo, identity, [("src/text.txt", TEXT, new)])
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        _log_in(page, daemon)
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        assert card.locator("input.hunk").count() == 3
+        card.locator("input[name='hunk-0-1']").uncheck()
+        card.locator("input[name='hunk-0-3']").uncheck()
+        card.locator("button.approve").click()
+        page.wait_for_url(f"{daemon.url}/ui/operations/op_*")
+        assert page.inner_text("#status") == "completed"
+        derived = page.url.rsplit("/", 1)[1]
+    finally:
+        context.close()
+    assert (repo / "src" / "text.txt").read_bytes() == TEXT.replace(b"line 15\n", b"line fifteen\n")
+    with daemon.operator() as operator:
+        receipt = operator.get(f"/v1/operations/{derived}/receipt").json()
+    assert receipt["composed"] == [{"path": "src/text.txt", "hunks": [2], "by": "operator"}]

@@ -20,6 +20,8 @@ import pytest
 from promoter.domain.status import TRANSITIONS
 from scripts import docs_bench, docs_pages
 
+pytestmark = pytest.mark.database_free  # the site is built once, in the SQLite pass
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_EXTRA = ("sphinx", "myst_parser", "furo")
 

@@ -6,6 +6,11 @@ point on a random (seeded) hit, or by a real SIGKILL from the test after a rando
 At the instant of death every target must be exactly old or exactly new; after a
 restart and recovery every target is new, no temp file is left, and there is exactly
 one receipt. Crashing again during recovery (C4) must converge too.
+
+The random delay of a real SIGKILL counts from an event, never from the request: the
+daemon pauses at a fault point once the operation is journaled, and the delay starts
+when the test releases it. Counted from the request, a loaded machine let the kill land
+before the operation existed, and the round tested nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,7 @@ import httpx
 import pytest
 
 from tests.support.flows import init_repo
+from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 from tests.support.promotion import tree_bytes
 
@@ -35,6 +42,21 @@ def _repo_and_changes(root: Path) -> tuple[Path, list[tuple[str, bytes | None, b
     changes += [(p, files[p], None) for p in paths[800:]]
     changes += [(f"new{i % 10}/sub/c{i:03d}.bin", None, bytes([i % 256]) * 64) for i in range(100)]
     return repo, changes
+
+
+def _kill_after_release(daemon: DaemonProcess, gate: Pause, delay: float) -> threading.Thread:
+    """Once ``daemon`` reaches ``gate``, release it and SIGKILL it ``delay`` seconds later
+    (the random instant: any outcome is asserted, so the delay synchronizes nothing)."""
+
+    def run() -> None:
+        gate.reached()
+        gate.release()
+        time.sleep(delay)
+        daemon.kill()
+
+    thread = threading.Thread(target=run, name="random-kill", daemon=True)
+    thread.start()
+    return thread
 
 
 def _assert_each_old_or_new(repo: Path, changes: list[Any], *, all_new: bool) -> None:
@@ -63,16 +85,17 @@ def test_kill_at_a_random_instant_of_a_1000_file_promotion(
     repo, changes = _repo_and_changes(tmp_path / "work")
     state = tmp_path / "state"
     hits = {"after_replace": 900, "after_temp_write": 900, "after_unlink": 100}
-    faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else ""
+    gate = Pause(tmp_path, "after_journal")
+    faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else gate.spec
     first = DaemonProcess(state, {"work": repo}, faults=faults)
     try:
         request = prepare_promotion(first, repo, changes)
         if how == "signal":
-            threading.Timer(rng.uniform(0.05, 0.6), first.kill).start()
+            killer = _kill_after_release(first, gate, rng.uniform(0.0, 0.5))
         with first.client() as orch, contextlib.suppress(httpx.HTTPError):
             orch.post("/v1/promotions", json=request)
-        if how == "signal" and first.proc.poll() is None:
-            first.kill()
+        if how == "signal":
+            killer.join()
         first.wait_exit()
     finally:
         first.kill()
@@ -147,7 +170,8 @@ def test_kill_at_a_random_instant_of_a_1000_file_rollback(
     if how == "fault":
         offset, count = hits[point]
         faults = f"{point}=kill@{offset + rng.randint(1, count)}"
-    first = DaemonProcess(state, {"work": repo}, faults=faults)
+    gate = Pause(tmp_path, "rollback_before_journal")
+    first = DaemonProcess(state, {"work": repo}, faults=faults or gate.spec)
     try:
         request = prepare_promotion(first, repo, changes)
         with first.client() as orch:
@@ -155,11 +179,11 @@ def test_kill_at_a_random_instant_of_a_1000_file_rollback(
         assert promoted["status"] == "completed", promoted
         op_id = promoted["operation_id"]
         if how == "signal":
-            threading.Timer(rng.uniform(0.05, 0.6), first.kill).start()
+            killer = _kill_after_release(first, gate, rng.uniform(0.0, 0.5))
         with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
             op.post(f"/v1/operations/{op_id}/rollback")
-        if how == "signal" and first.proc.poll() is None:
-            first.kill()
+        if how == "signal":
+            killer.join()
         first.wait_exit()
     finally:
         first.kill()
@@ -215,7 +239,8 @@ def test_kill_at_a_random_instant_of_a_snapshot_restore(
     state = tmp_path / "state"
     base = "/v1/repositories/work/snapshots"
     hits = {"after_temp_write": 250, "after_move_aside": 50}
-    faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else ""
+    gate = Pause(tmp_path, "after_temp_write")  # the restore's first temp: journaled
+    faults = f"{point}=kill@{rng.randint(1, hits[point])}" if how == "fault" else gate.spec
     first = DaemonProcess(state, {"work": repo}, faults=faults)
     try:
         with first.client("operator") as op:
@@ -231,11 +256,11 @@ def test_kill_at_a_random_instant_of_a_snapshot_restore(
                 (repo / f"extra{i % 5}" / f"x{i}.txt").write_bytes(b"extra\n")
             after = op.post(base, json={"label": "after"}).json()["tree"]
             if how == "signal":
-                threading.Timer(rng.uniform(0.05, 0.4), first.kill).start()
+                killer = _kill_after_release(first, gate, rng.uniform(0.0, 0.3))
             with contextlib.suppress(httpx.HTTPError):
                 op.post(f"{base}/{before}/restore", json={"expected_current_tree": after})
-        if how == "signal" and first.proc.poll() is None:
-            first.kill()
+        if how == "signal":
+            killer.join()
         first.wait_exit()
     finally:
         first.kill()

@@ -10,11 +10,13 @@ pathspecs.
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from promoter.git import index_memo, readback, runner
+from promoter.git import index_memo, readback, runner, tree_reader
 from promoter.git.gitlinks import gitlinks_and_nested
 from promoter.git.head import HeadState, commit_tree, head_commit, read_head, symbolic_head
 from promoter.git.layout import repo_env
@@ -168,8 +170,8 @@ def test_path_entries_equal_tree_entries_of_every_leading_directory(repo: Path) 
         found = path_entries(layout, tree, paths)
     assert found == tree_entries(layout, tree, everything)
     assert set(found) == set(everything)
-    # the checked-out gitlink "mod" is the one leading directory asked about again
-    assert started == ["ls-tree", "ls-tree"]
+    # the trees are read through the repository's one long-lived cat-file
+    assert started == ["cat-file"]
     assert found["mod"] is not None and found["mod"].type == "commit"
 
 
@@ -178,7 +180,7 @@ def test_path_entries_in_one_process_when_nothing_is_in_the_way(repo: Path) -> N
     tree = git(repo, "rev-parse", "HEAD^{tree}")
     with runner.counting() as started:
         found = path_entries(layout, tree, ["flat/f0009.txt", "src/new/made.txt", "x"])
-    assert started == ["ls-tree"]
+    assert started == ["cat-file"]
     assert found["flat"] is not None and found["flat"].type == "tree"
     assert found["src/new"] is None and found["src/new/made.txt"] is None
 
@@ -277,12 +279,64 @@ def test_path_entries_are_remembered_per_tree(repo: Path) -> None:
         again = path_entries(layout, tree, ["gen/new.txt", "src/app.py"])
         part = path_entries(layout, tree, ["src/app.py", "run.sh"])
     assert again == first
-    assert started == ["ls-tree"]  # only run.sh was new
+    assert started == []  # run.sh was new: its tree was read by the running cat-file
     assert part == tree_entries(layout, tree, ["src", "src/app.py", "run.sh"])
     (repo / "src" / "app.py").write_bytes(b"changed\n")
     commit_all(repo, "next")
     newer = git(repo, "rev-parse", "HEAD^{tree}")
     with runner.counting() as started:
         fresh = path_entries(layout, newer, ["src/app.py"])
-    assert started == ["ls-tree"]  # another tree is asked afresh
+    assert started == []  # another tree is read afresh by the same cat-file
     assert fresh["src/app.py"] != first["src/app.py"]
+
+
+@pytest.fixture
+def stopped_readers() -> Iterator[None]:
+    """The long-lived tree readers stopped after the test (the repository goes away)."""
+    yield
+    tree_reader.close_all()
+
+
+def test_a_tree_too_large_to_parse_here_is_asked_through_ls_tree(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, stopped_readers: None
+) -> None:
+    tree, paths = _mixed(repo)
+    layout = discover(repo)
+    everything = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    monkeypatch.setattr(tree_reader, "MAX_TREE_BYTES", 64)
+    with runner.counting() as started:
+        found = path_entries(layout, tree, paths)
+    assert found == tree_entries(layout, tree, everything)
+    # the root tree is larger than 64 bytes: the old listing, with the checked-out
+    # gitlink "mod" asked about in a second ls-tree
+    assert started[-2:] == ["ls-tree", "ls-tree"]
+
+
+def test_a_killed_tree_reader_is_replaced_and_answers_the_same(
+    repo: Path, stopped_readers: None
+) -> None:
+    tree, paths = _mixed(repo)
+    layout = discover(repo)
+    everything = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    first = path_entries(layout, tree, ["src/app.py"])
+    reader = tree_reader._readers[os.fspath(layout.common_dir)]
+    proc = reader._cat._proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with runner.counting() as started:
+        found = path_entries(layout, tree, paths)
+    assert started == ["cat-file"]  # a new reader, once
+    assert found == tree_entries(layout, tree, everything)
+    assert found["src/app.py"] == first["src/app.py"]
+
+
+def test_a_tree_reader_answers_git_s_own_entries_for_every_odd_name(
+    repo: Path, stopped_readers: None
+) -> None:
+    layout = discover(repo)
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    children = tree_reader.children(layout, tree)
+    assert children is not None
+    assert children == tree_entries(layout, tree, list(children))
+    assert set(ODD) <= set(children)

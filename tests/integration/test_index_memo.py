@@ -36,13 +36,33 @@ def _ls_files(repo: Path, paths: list[str]) -> tuple[dict[str, list[readback.Ind
     return answer, started.count("ls-files")
 
 
-def test_the_same_index_is_not_read_twice(repo: Path) -> None:
+def test_the_same_index_is_not_read_twice(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readback, "WHOLE_LISTING_PER_PATH", 0)  # asked path by path
+    monkeypatch.setattr(readback, "WHOLE_LISTING_REMEMBERED", 0)
     first, asked = _ls_files(repo, ["a.txt", "tool.sh"])
     assert asked == 1
     again, asked = _ls_files(repo, ["tool.sh", "a.txt"])
     assert (again, asked) == (first, 0)
     partly, asked = _ls_files(repo, ["a.txt", "missing.txt"])
     assert asked == 1 and partly["missing.txt"] == [] and partly["a.txt"] == first["a.txt"]
+
+
+def test_an_index_listed_whole_answers_a_new_path_without_git(repo: Path) -> None:
+    """A small index is listed whole once: a path asked later under the same file, in it
+    or not, is answered from that listing; after git rewrites the index it is read again."""
+    first, asked = _ls_files(repo, ["a.txt"])
+    assert asked == 1
+    later, asked = _ls_files(repo, ["tool.sh", "new/made.txt", "new"])
+    assert asked == 0
+    assert later["tool.sh"][0].mode == "100644"
+    assert later["new/made.txt"] == later["new"] == []
+    (repo / "new").mkdir()
+    (repo / "new" / "made.txt").write_bytes(b"made\n")
+    git(repo, "add", "new/made.txt")
+    after, asked = _ls_files(repo, ["new/made.txt", "new", "a.txt"])
+    assert asked == 1
+    assert after["new/made.txt"][0].mode == "100644" and after["new"] == []
+    assert after["a.txt"] == first["a.txt"]
 
 
 def test_an_index_git_rewrote_is_read_again(repo: Path) -> None:

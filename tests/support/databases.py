@@ -188,5 +188,49 @@ def ensure(url: str | None) -> None:
         pending.ensure()
 
 
+# Tests that never open the test's database (tests/unit and tests/property unless marked
+# ``database``, and any marked ``database_free``) run in the SQLite pass only: the
+# PostgreSQL pass would run the same code again. The SQLite pass holds them to it:
+# ``watch_database_free`` notes a connection to a daemon's default database (a
+# ``promoter.db``: under PostgreSQL, ``PROMOTER_DATABASE_URL`` names the test's database
+# instead) made by the test's thread or a thread it started. A file a test names itself
+# (``sqlite:///…/ledger.db``) is SQLite under either pass, so it needs no second run.
+_database_free: list[str] = []  # the node id of the database-free test now running
+_earlier_threads: set[int] = set()  # threads of earlier tests, still winding down
+opened_by_database_free: list[str] = []
+
+
+def _note_connect(dialect: Any, _record: Any, args: Any, _params: Any) -> None:
+    if not _database_free or dialect.name != "sqlite" or not args:
+        return
+    if threading.get_ident() in _earlier_threads:
+        return
+    if os.path.basename(str(args[0])) == "promoter.db":
+        opened_by_database_free.append(_database_free[0])
+
+
+@contextmanager
+def watch_database_free(nodeid: str) -> Iterator[None]:
+    """While ``nodeid`` runs, note every connection to a daemon's default database."""
+    _database_free[:] = [nodeid]
+    _earlier_threads.clear()
+    _earlier_threads.update(t.ident for t in threading.enumerate() if t.ident is not None)
+    _earlier_threads.discard(threading.get_ident())
+    event.listen(Engine, "do_connect", _note_connect)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "do_connect", _note_connect)
+        _database_free.clear()
+
+
+def database_free(path: str, markers: set[str]) -> bool:
+    """Whether a test (its file's path from the tests' root, its markers) never opens a
+    database, so the PostgreSQL pass need not run it again."""
+    if "database_free" in markers:
+        return True
+    return path.split("/", 1)[0] in {"unit", "property"} and "database" not in markers
+
+
 if __name__ == "__main__":  # `python -m tests.support.databases`: exit 0 when a server answers
     sys.exit(0 if postgres_answers() else 1)

@@ -136,7 +136,9 @@ class _Upload:
         self.settled = True
         self.quota.settle(self.run_id, self.reserved, charge)
         try:
-            with self.services.db.session() as session:
+            # not flushed: the blob's own bytes and name are; a row lost with a power
+            # failure only leaves a blob without its row, which nothing relies on
+            with self.services.db.session(durable=False) as session:
                 repo.record_blob(session, self.sha256, size)
             created = self.writer.commit()
         except BaseException:
@@ -204,8 +206,8 @@ async def put_blob(
 
 
 def _record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
-    """Every blob of a batch in one database commit."""
-    with services.db.session() as session:
+    """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
+    with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)
 
 

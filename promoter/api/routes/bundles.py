@@ -62,10 +62,12 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
         description="Store and verify a PatchBundleV1 of the token's own run: 201 with the "
         "passed verification receipt; the same bundle again answers 200. A failed verification "
         "answers 422 with the code of the first failed check and the whole failed receipt, "
-        "and stores nothing.",
+        "and stores nothing. A bundle carrying `derived_from` (made only by the host, when "
+        "an operator accepts part of a bundle) is refused: `derived_bundle_refused`.",
         tags=["executor"],
         roles=["executor"],
         errors=[
+            "derived_bundle_refused",
             "bundle_hash_mismatch",
             "blob_missing",
             "blob_hash_mismatch",

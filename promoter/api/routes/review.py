@@ -32,7 +32,7 @@ from promoter.api.deps import (
     read_json_body,
 )
 from promoter.api.diff_models import BundleDiffView
-from promoter.api.models import DecisionRequest, OperationView, ReopenRequest
+from promoter.api.models import ApproveRequest, DecisionRequest, OperationView, ReopenRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.bundles import check_owner
@@ -41,6 +41,7 @@ from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
+from promoter.engine.review.partial import Selection
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
@@ -87,6 +88,7 @@ DIFF_EXAMPLE = {
 }
 OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
+APPROVE_ERRORS = [*DECISION_ERRORS, "selection_invalid", "selection_splits_pair"]
 REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 
 
@@ -163,7 +165,37 @@ def _decision_body(raw: Any, allowed: frozenset[str]) -> dict[str, Any]:
     return body
 
 
+def _paths(body: dict[str, Any], name: str) -> tuple[str, ...] | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ValidationFailed(f"{name} must be a list of paths in wire form")
+    return tuple(value)
+
+
+def _hunks(body: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    value = body.get("hunks") or {}
+    if not isinstance(value, dict):
+        raise ValidationFailed("hunks must map paths to lists of hunk numbers")
+    chosen: dict[str, tuple[int, ...]] = {}
+    for path, numbers in value.items():
+        if not isinstance(numbers, list) or not all(
+            type(n) is int and 1 <= n < 2**31 for n in numbers
+        ):
+            raise ValidationFailed(f"hunks of {path!r} must be a list of numbers from 1")
+        chosen[path] = tuple(numbers)
+    return chosen
+
+
+def _selection(body: dict[str, Any]) -> Selection | None:
+    """The part of the bundle an approval accepts, or None for all of it."""
+    selection = Selection(_paths(body, "only"), _paths(body, "except"), _hunks(body))
+    return selection if selection.partial else None
+
+
 DECISION_FIELDS = frozenset({"note", "by", "wait"})
+APPROVE_FIELDS = DECISION_FIELDS | {"only", "except", "hunks"}
 REOPEN_FIELDS = frozenset({"note"})
 
 
@@ -178,17 +210,18 @@ def _decide(
         by=principal.name,  # the credential, never the body (SPEC §10.13)
         role=principal.role,
         claimed_by=body.get("by", ""),
+        selection=_selection(body) if verdict == "approve" else None,
     )
     if decided.started and body.get("wait"):
-        operations.wait_for(services, operation_id, WAIT_SECONDS)
-    return operations.operation_view(services, operation_id)
+        operations.wait_for(services, decided.operation_id, WAIT_SECONDS)
+    return operations.operation_view(services, decided.operation_id)
 
 
 async def _post_decision(
     operation_id: str, verdict: str, request: Request, principal: Principal, services: Services
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
-    body = _decision_body(raw, DECISION_FIELDS)
+    body = _decision_body(raw, APPROVE_FIELDS if verdict == "approve" else DECISION_FIELDS)
     view = await run_in_threadpool(_decide, services, principal, operation_id, verdict, body)
     return json_response(view)
 
@@ -201,13 +234,18 @@ async def _post_decision(
         description="The operator's approval of a promotion in `awaiting_approval`, journaled "
         "as a `decision` event that records the authenticated credential as the approver "
         "(a `by` in the body is kept as `claimed_by` only); its attempt starts and re-checks "
-        "everything. Any other status is `operation_conflict`. The body is optional.",
+        "everything. Any other status is `operation_conflict`. The body is optional. "
+        "`only` (paths to accept) or `except` (paths to decline), and `hunks` (per text "
+        "path, the hunk numbers of the review diff to accept) accept a part: the host "
+        "derives a sub-bundle (`derived_from` names the parent bundle and the selection), "
+        "verifies it against the same grant and promotes it as its own operation, whose "
+        "view is answered; the held operation is refused with `approved_in_part`.",
         tags=["operator"],
         roles=["operator"],
-        errors=DECISION_ERRORS,
-        body=DecisionRequest,
+        errors=APPROVE_ERRORS,
+        body=ApproveRequest,
         body_required=False,
-        body_example={"note": "reviewed the diff", "wait": True},
+        body_example={"note": "reviewed the diff", "wait": True, "except": ["docs/notes.md"]},
         ok={200: Ok("the operation afterwards", OperationView, VIEW_EXAMPLE)},
     ),
 )

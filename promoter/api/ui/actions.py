@@ -3,9 +3,10 @@
 Every action is a CSRF-checked form post from an operator session (no session: 401; no
 or a wrong CSRF token: 403) and calls the same engine function as its API route, with
 the operator role: ``operations.decide`` (then waits for the approved attempt, as the
-API's ``wait``), ``operations.reopen``, ``recover.recover``, ``recover.reconcile``,
-``rollback.rollback``. A decision records the session's credential as the approver; the
-form asks for a note only.
+API's ``wait``; the review page's unchecked files make it accept a part, and the browser
+is sent to the derived operation), ``operations.reopen``, ``recover.recover``,
+``recover.reconcile``, ``rollback.rollback``. A decision records the session's credential
+as the approver; the form asks for a note only.
 Whether the operation may move is the engine's guard; a refusal is shown with its code.
 On success the browser is sent to the operation's page (303).
 
@@ -16,6 +17,7 @@ the status allows; the engine refuses the rest anyway).
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +28,7 @@ from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
+from promoter.engine.review.partial import Selection
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, ValidationFailed
 
@@ -41,38 +44,85 @@ def _note(form: dict[str, str]) -> str:
     return note
 
 
-Action = Callable[[Services, Session, str, dict[str, str]], None]
+Action = Callable[[Services, Session, str, dict[str, str]], str | None]
+
+
+def _hunks(form: dict[str, str], accepted: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Per accepted file offered hunk by hunk (``hunkpath-I``, ``hunkcount-I``), the hunks
+    checked (``hunk-I-N``), when some are not."""
+    chosen: dict[str, tuple[int, ...]] = {}
+    for key, path in form.items():
+        index = key.removeprefix("hunkpath-")
+        count = form.get(f"hunkcount-{index}", "")
+        if key == index or not count.isdigit() or path not in accepted:
+            continue
+        checked = tuple(n for n in range(1, int(count) + 1) if f"hunk-{index}-{n}" in form)
+        if len(checked) < int(count):
+            chosen[path] = checked
+    return chosen
+
+
+def _selection(form: dict[str, str]) -> Selection | None:
+    """The review page's checkboxes (``accept-N``, ``files`` of them shown; hunks): a part
+    when some are unchecked, None when all are."""
+    shown = form.get("files", "")
+    if not shown.isdigit():
+        return None
+    accepted = tuple(v for k, v in form.items() if k.startswith("accept-"))
+    hunks = _hunks(form, accepted)
+    if len(accepted) == int(shown):
+        return Selection(hunks=hunks) if hunks else None
+    return Selection(only=accepted, hunks=hunks)
 
 
 def _decide(verdict: str) -> Action:
-    def act(services: Services, session: Session, operation_id: str, form: dict[str, str]) -> None:
+    def act(
+        services: Services, session: Session, operation_id: str, form: dict[str, str]
+    ) -> str | None:
         decided = operations.decide(
-            services, operation_id, verdict, note=_note(form), by=session.name, role=session.role
+            services,
+            operation_id,
+            verdict,
+            note=_note(form),
+            by=session.name,
+            role=session.role,
+            selection=_selection(form) if verdict == "approve" else None,
         )
         if decided.started:
-            operations.wait_for(services, operation_id, WAIT_SECONDS)
+            operations.wait_for(services, decided.operation_id, WAIT_SECONDS)
+        return decided.operation_id  # the derived operation when a part was accepted
 
     return act
 
 
-def _reopen(services: Services, session: Session, operation_id: str, form: dict[str, str]) -> None:
+def _reopen(
+    services: Services, session: Session, operation_id: str, form: dict[str, str]
+) -> str | None:
     operations.reopen(services, operation_id, note=_note(form), by=session.name, role=session.role)
+    return None
 
 
-def _recover(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
+def _recover(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> str | None:
     fence = form.get("fence", "")
     if not fence.isdigit():
         raise ValidationFailed("the fence must be a whole number")
     recover.recover(services, operation_id, int(fence), role="operator")
+    return None
 
 
-def _reconcile(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
+def _reconcile(
+    services: Services, _: Session, operation_id: str, form: dict[str, str]
+) -> str | None:
     decision = form.get("decision", "")
     recover.reconcile(services, operation_id, decision, _note(form), role="operator")
+    return None
 
 
-def _rollback(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> None:
+def _rollback(
+    services: Services, _: Session, operation_id: str, form: dict[str, str]
+) -> str | None:
     rollback.rollback(services, operation_id, note=_note(form))
+    return None
 
 
 ACTIONS: dict[str, Action] = {
@@ -93,7 +143,8 @@ async def post_action(request: Request, operation_id: str, action: str) -> Respo
         act = ACTIONS.get(action)
         if act is None:
             return render("error.html", 404, session, code="not_found", detail="no such action")
-        await run_in_threadpool(act, get_services(request), session, operation_id, form)
+        shown = await run_in_threadpool(act, get_services(request), session, operation_id, form)
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    return secure(RedirectResponse(f"/ui/operations/{operation_id}", status_code=303))
+    target = quote(shown or operation_id, safe="")
+    return secure(RedirectResponse(f"/ui/operations/{target}", status_code=303))

@@ -18,6 +18,14 @@ FOLD_LINES = 200
 @dataclass
 class Block:
     lines: list[tuple[str, str]] = field(default_factory=list)
+    # set by the review page for a file whose hunks may be chosen one by one
+    choosable: bool = False
+    path: str = ""
+    index: int = 0
+
+    @property
+    def hunks(self) -> int:
+        return sum(1 for kind, _ in self.lines if kind == "hunk")
 
     @property
     def folded(self) -> bool:

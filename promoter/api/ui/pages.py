@@ -19,14 +19,14 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
-from promoter.api.ui.diffview import file_blocks
+from promoter.api.ui.diffview import Block, file_blocks
 from promoter.api.ui.web import render, secure, session_of
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.status import STATUSES, OperationStatus
 from promoter.engine import queries
 from promoter.engine.operation import requests as operations
 from promoter.engine.receipts.signing import host_key, sign_envelope
-from promoter.engine.review.diff import bundle_diff
+from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import PromoterError
 
@@ -132,7 +132,24 @@ def _review(services: Services) -> list[dict[str, Any]]:
         diff = bundle_diff(services, item["bundle_id"], REVIEW_DIFF_BYTES)
         item["diff"] = diff
         item["blocks"] = file_blocks(diff["unified_diff"])
+        _mark_choosable(diff, item["blocks"])
     return held
+
+
+def _mark_choosable(diff: dict[str, Any], blocks: list[Block]) -> None:
+    """Offer hunk checkboxes in the modified text files whose hunks an approval may choose
+    (``promoter.engine.review.partial``: diffed in memory, more than one hunk)."""
+    if diff["truncated"] or len(blocks) != len(diff["files"]):
+        return
+    for index, (entry, block) in enumerate(zip(diff["files"], blocks, strict=True)):
+        small = all(
+            (entry[k] or 0) <= SMALL_BYTES and (entry[n] or 0) <= SMALL_LINES
+            for k, n in (("old_bytes", "old_lines"), ("new_bytes", "new_lines"))
+        )
+        text = not entry["binary"] and not entry["summarized"]
+        links = "120000" in (entry["old_mode"], entry["new_mode"])
+        if entry["operation"] == "modify" and text and small and not links and block.hunks > 1:
+            block.choosable, block.path, block.index = True, entry["path"], index
 
 
 @router.get("/review")

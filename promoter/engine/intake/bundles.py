@@ -23,6 +23,7 @@ from promoter.engine.verify.bundle import Verification, verify
 from promoter.errors import (
     BundleConflict,
     BundleUnknown,
+    DerivedBundleRefused,
     Forbidden,
     NotFound,
     OwnedByOtherHost,
@@ -52,7 +53,16 @@ def verify_bundle(
 
 
 def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submitted:
-    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted)."""
+    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
+
+    A document carrying ``derived_from`` is refused whoever sends it: only the host
+    derives a bundle, from a stored one, on an operator's decision
+    (``promoter.engine.review.partial``), so no bundle can claim a review it never had.
+    """
+    if isinstance(data, dict) and "derived_from" in data:
+        raise DerivedBundleRefused(
+            "a bundle that names derived_from is made by the host at review, never submitted"
+        )
     bundle = parse_model(PatchBundleV1, data)
     if run_id is not None and bundle.executor_run_id != run_id:
         raise Forbidden("an executor may submit bundles of its own run only")
@@ -84,9 +94,15 @@ def submit_bundle(services: Services, data: Any, *, run_id: str | None) -> Submi
     # the submitted document's canonical bytes, which are canonical(bundle): verification
     # encoded them for manifest_integrity, and a passed check says they hash as claimed
     document = outcome.document.canonical
-    created = services.audit.put("bundle", bundle.bundle_id, document, BundleConflict)
-    services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
-    with services.db.session() as session:
+    created, _ = services.audit.put_all(  # flushed together
+        [
+            ("bundle", bundle.bundle_id, document, BundleConflict),
+            ("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict),
+        ]
+    )
+    # not flushed: the bundle and its receipt are durable documents already, and a row
+    # lost with a power failure is recorded again when the same bundle is submitted again
+    with services.db.session(durable=False) as session:
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)

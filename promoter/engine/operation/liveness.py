@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -51,6 +51,25 @@ class LiveAttempts:
             yield
         finally:
             self.leave(operation_id)
+
+    @contextmanager
+    def handed_on(self) -> Iterator[Callable[[str], None]]:
+        """A block that makes operations live (``adopt(operation_id)``, before the
+        transaction that creates them commits) for a caller to start: when the block ends
+        normally they stay live and whoever submits their attempt leaves them; when it
+        raises (the commit included) they are left at once."""
+        adopted: list[str] = []
+
+        def adopt(operation_id: str) -> None:
+            self.enter(operation_id)
+            adopted.append(operation_id)
+
+        try:
+            yield adopt
+        except BaseException:
+            for operation_id in adopted:
+                self.leave(operation_id)
+            raise
 
     def has(self, operation_id: str) -> bool:
         with self._lock:

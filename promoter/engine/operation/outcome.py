@@ -260,7 +260,7 @@ def build_receipt(
     targets: list[dict[str, Any]],
     events: dict[str, str],
 ) -> PatchPromotionReceiptV1:
-    document = {
+    document: dict[str, Any] = {
         "schema": "PatchPromotionReceiptV1",
         "operation_id": operation_id,
         "repository_identity": repository_identity,
@@ -275,6 +275,11 @@ def build_receipt(
     }
     if evidence.grant.base_operation is not None:  # a chained run names its base
         document["base_operation"] = evidence.grant.base_operation
+    derived = evidence.bundle.derived_from
+    if derived is not None:  # a part accepted at review names what it was cut from
+        document["parent_bundle_id"] = derived.parent_bundle_id
+        document["declined_paths"] = list(derived.declined_paths)
+        document["composed"] = [c.wire() for c in derived.composed]
     return PatchPromotionReceiptV1.model_validate(seal_receipt(document))
 
 

@@ -38,7 +38,7 @@ from promoter.engine.operation.preconditions import leaf_report, read_back
 from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.queries import guarded_here, operation_summary
-from promoter.engine.review import approval
+from promoter.engine.review import approval, partial
 from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
@@ -198,7 +198,10 @@ def _request(
 ) -> Requested:
     bundle, grant = loaded
     repository = services.registry.by_identity(grant.repository_identity)
-    with _request_lock, services.db.session() as session:
+    # not flushed: the attempt's plan is a durable commit made before its first write, and
+    # that flush of the WAL makes this earlier commit durable too; a request lost with a
+    # power failure before then has changed nothing and is asked again
+    with _request_lock, services.db.session(durable=False) as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
@@ -248,11 +251,13 @@ def decide(
     by: str,
     role: str,
     claimed_by: str = "",
+    selection: partial.Selection | None = None,
 ) -> Requested:
     """The operator's decision on a held promotion; an approval starts its attempt.
 
     ``by`` and ``role`` are the authenticated principal's; ``claimed_by`` a name the
-    request carried, journaled apart and deciding nothing."""
+    request carried, journaled apart and deciding nothing. ``selection``: the part an
+    approval accepts; then the operation answered is the derived one, which runs."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
     with services.live.running(operation_id):  # live until its attempt is submitted
@@ -265,10 +270,18 @@ def decide(
                 by=by,
                 role=role,
                 claimed_by=claimed_by,
+                selection=selection,
             )
-        if decided.ticket is not None:
-            runner(services).submit(decided.ticket)
-            return Requested(operation_id, decided.status, True)
+        derived = decided.derived_operation_id  # live from before its row was committed
+        try:
+            if decided.ticket is not None:
+                runner(services).submit(decided.ticket)
+                if derived is not None:
+                    return Requested(derived, OperationStatus.IN_PROGRESS, True)
+                return Requested(operation_id, decided.status, True)
+        finally:
+            if derived is not None:
+                services.live.leave(derived)
     return Requested(operation_id, decided.status, False)
 
 

@@ -22,6 +22,16 @@ It lasts as long as the grant's window (``expires_at``): an approval of an expir
 grant is refused, and a standing approval found on a later request counts only while
 the grant is inside its window.
 
+An approval may accept part of the bundle (``partial.Selection``): the host derives a
+sub-bundle from the stored one and verifies it against the same grant
+(``promoter.engine.review.partial``), journals ``approved_in_part`` on the held
+operation (who, the accepted and declined paths, the composed ones, the derived bundle
+and operation) and refuses it with that code, naming the derived operation; and it
+creates the derived bundle's own operation, whose first event is the approval decision
+(``approved``, the same person, ``parent_operation_id``), and starts it. Like a
+rejection, that decision is final for the held operation: asking to promote the parent
+bundle again answers ``approved_in_part``.
+
 Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
 (the route admits the operator only), and the attempt's own checks.
 """
@@ -37,18 +47,27 @@ from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1
 from promoter.domain.records import Operation, Ticket
 from promoter.domain.status import OperationKind, OperationStatus
+from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
 from promoter.engine.repos import Repository
+from promoter.engine.review import partial
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
-from promoter.errors import ApprovalRejected, OperationConflict, OperationUnknown, PromoterError
+from promoter.errors import (
+    ApprovalRejected,
+    ApprovedInPart,
+    OperationConflict,
+    OperationUnknown,
+    PromoterError,
+)
 from promoter.store import journal, ledger
 
 __all__ = ["Decided", "approved", "decide", "precheck", "rejected", "reopen", "required"]
 
 Verdict = Literal["approve", "reject"]
 REJECTED = "approval_rejected"
+IN_PART = "approved_in_part"
 
 
 def required(repository: Repository, grant: GrantV1) -> bool:
@@ -110,7 +129,17 @@ def rejected(session: Session, row: Operation) -> dict[str, Any] | None:
 
 
 def refuse_if_rejected(session: Session, row: Operation) -> None:
-    """Raise ``ApprovalRejected`` when a person rejected the operation and nobody reopened it."""
+    """Raise ``ApprovalRejected`` when a person rejected the operation and nobody reopened
+    it, ``ApprovedInPart`` when a person accepted a part of it (promoted on its own)."""
+    latest = _latest(session, row.operation_id)
+    if latest is not None and latest.get("approval") == IN_PART:
+        raise ApprovedInPart(
+            f"operation {row.operation_id} was approved in part; the accepted part is "
+            f"operation {latest.get('derived_operation_id')}",
+            operation_id=row.operation_id,
+            derived_operation_id=latest.get("derived_operation_id"),
+            derived_bundle_id=latest.get("derived_bundle_id"),
+        )
     standing = rejected(session, row)
     if standing is None:
         return
@@ -145,6 +174,27 @@ class Decided:
     operation_id: str
     status: OperationStatus
     ticket: Ticket | None  # the attempt an approval starts
+    derived_operation_id: str | None = None  # the operation of the part accepted
+
+
+def _held(session: Session, operation_id: str) -> Operation:
+    """The promotion awaiting approval whose id its hashes derive, else the error."""
+    row = journal.get_operation(session, operation_id)
+    if row is None:
+        raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+    if row.kind != OperationKind.PROMOTION or row.status != OperationStatus.AWAITING_APPROVAL:
+        raise OperationConflict(
+            f"operation {operation_id} is {row.status}, not awaiting_approval",
+            operation_id=operation_id,
+            current_status=row.status,
+        )
+    if not _bound(row):
+        raise OperationConflict(
+            f"operation {operation_id} does not derive from its grant, bundle and "
+            "verification hashes; it cannot be approved",
+            operation_id=operation_id,
+        )
+    return row
 
 
 def decide(
@@ -156,32 +206,37 @@ def decide(
     by: str,
     role: str,
     claimed_by: str = "",
+    selection: partial.Selection | None = None,
 ) -> Decided:
     """Journal the decision on an ``awaiting_approval`` promotion and move it.
 
     ``by`` and ``role`` are the authenticated principal's name and role; ``claimed_by``
     is a name the request itself carried, recorded apart (and only when given).
+    ``selection``: the part of the bundle an approval accepts (``decide_part``).
 
     Raises ``OperationConflict`` unless the operation is a promotion awaiting approval
     whose id its hashes derive; ``GrantExpired`` (after refusing it) when approving past
     the grant's window. The caller starts the attempt of an approved operation.
     """
+    if verdict == "approve" and selection is not None and selection.partial:
+        with services.db.session() as session:
+            grant = load_grant(services, str(_held(session, operation_id).grant_id))
+        try:
+            check_grant_window(grant)
+        except PromoterError:
+            pass  # refused below, as a whole approval past the window is
+        else:
+            return decide_part(
+                services,
+                operation_id,
+                selection,
+                note=note,
+                by=by,
+                role=role,
+                claimed_by=claimed_by,
+            )
     with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        if row is None:
-            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
-        if row.kind != OperationKind.PROMOTION or row.status != OperationStatus.AWAITING_APPROVAL:
-            raise OperationConflict(
-                f"operation {operation_id} is {row.status}, not awaiting_approval",
-                operation_id=operation_id,
-                current_status=row.status,
-            )
-        if not _bound(row):
-            raise OperationConflict(
-                f"operation {operation_id} does not derive from its grant, bundle and "
-                "verification hashes; it cannot be approved",
-                operation_id=operation_id,
-            )
+        row = _held(session, operation_id)
         grant = load_grant(services, str(row.grant_id))
         expired: PromoterError | None = None
         if verdict == "approve":
@@ -216,6 +271,124 @@ def decide(
     if expired is not None:
         raise expired
     return Decided(operation_id, OperationStatus.REFUSED, None)
+
+
+def decide_part(
+    services: Services,
+    operation_id: str,
+    selection: partial.Selection,
+    *,
+    note: str,
+    by: str,
+    role: str,
+    claimed_by: str = "",
+) -> Decided:
+    """Approve the part of a held promotion that ``selection`` accepts.
+
+    The sub-bundle is derived and verified (and stored) first: a selection that is
+    refused changes nothing. A selection of every path and every hunk is the whole
+    bundle: an ordinary approval. Then, in one transaction, the held operation is journaled
+    ``approved_in_part`` and refused with that code, and the derived bundle's operation
+    is created with its approval and started (``ticket``).
+    """
+    with services.db.session() as session:
+        parent_row = _held(session, operation_id)
+        parent_bundle_id = str(parent_row.bundle_id)
+    parent = load_bundle(services, parent_bundle_id)
+    derived = partial.derive(services, parent, selection, by)
+    if not derived.declined and not derived.composed:  # every path, every hunk: all of it
+        return decide(
+            services, operation_id, "approve", note=note, by=by, role=role, claimed_by=claimed_by
+        )
+    receipt = partial.store(services, derived)
+    bundle = derived.bundle
+    # the derived operation is live from before its row commits (the caller leaves it
+    # once its attempt is submitted; an error, the commit's included, leaves it at once)
+    with services.live.handed_on() as adopt, services.db.session() as session:
+        row = _held(session, operation_id)  # still held: decisions are serialized
+        grant = load_grant(services, str(row.grant_id))
+        assert grant.grant_sha256 is not None and row.fence is not None
+        derived_id = operation_id_for(
+            grant_sha256=grant.grant_sha256,
+            bundle_sha256=bundle.bundle_sha256,
+            verification_receipt_sha256=receipt.receipt_sha256,
+            repository_identity=row.repository_identity,
+        )
+        if journal.get_operation(session, derived_id) is not None:
+            raise OperationConflict(
+                f"the part selected is already operation {derived_id}",
+                operation_id=operation_id,
+                derived_operation_id=derived_id,
+            )
+        who = {"role": role, "name": by}
+        chosen = {
+            "accepted_paths": derived.accepted,
+            "declined_paths": derived.declined,
+            "composed": derived.composed,
+            "selection": selection.wire(),
+        }
+        payload: dict[str, Any] = {
+            "approval": IN_PART,
+            "by": who,
+            "note": note,
+            "expires_at": grant.expires_at,
+            **chosen,
+            "derived_bundle_id": bundle.bundle_id,
+            "derived_operation_id": derived_id,
+            **_binding(row),
+        }
+        if claimed_by:
+            payload["claimed_by"] = claimed_by
+        decision = ledger.append(session, operation_id, "decision", payload)
+        ledger.append(
+            session,
+            operation_id,
+            "outcome",
+            {"status": "refused", "code": IN_PART, "derived_operation_id": derived_id},
+        )
+        journal.set_status(
+            session,
+            operation_id,
+            OperationStatus.REFUSED,
+            code=IN_PART,
+            detail=f"approved in part by {by}: the accepted part is operation {derived_id} "
+            f"(bundle {bundle.bundle_id}); declined {len(derived.declined)} path(s)",
+        )
+        adopt(derived_id)
+        journal.create_operation(
+            session,
+            operation_id=derived_id,
+            kind=OperationKind.PROMOTION,
+            status=OperationStatus.IN_PROGRESS,
+            repository_identity=row.repository_identity,
+            repository_name=row.repository_name,
+            owner=services.stamp(),
+            grant_id=grant.grant_id,
+            bundle_id=bundle.bundle_id,
+            grant_sha256=grant.grant_sha256,
+            bundle_sha256=bundle.bundle_sha256,
+            verification_receipt_sha256=receipt.receipt_sha256,
+            fence=row.fence,
+        )
+        session.flush()
+        journal.start_attempt(session, derived_id)
+        derived_row = journal.require(session, derived_id)
+        approval = {
+            "approval": "approved",
+            "by": who,
+            "note": note,
+            "expires_at": grant.expires_at,
+            **chosen,
+            "parent_operation_id": operation_id,
+            "parent_bundle_id": parent.bundle_id,
+            "parent_decision_event_id": decision,
+            **_binding(derived_row),
+        }
+        if claimed_by:
+            approval["claimed_by"] = claimed_by
+        ledger.append(session, derived_id, "decision", approval)
+        started = promote.ticket(session, derived_id, grant)
+    return Decided(operation_id, OperationStatus.REFUSED, started, derived_id)
 
 
 def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Decided:

@@ -1,0 +1,102 @@
+"""How many flushes and git processes the fixed cost of a 1-file change is made of.
+
+A 1-file flow is the upload of its blob, the submission of its bundle and the promotion
+(``wait``), through the real server, on a daemon that has already promoted once (so the
+state directory's folders, the blob's fan-out folder and the compiled statements exist:
+what every later change pays, not what the first one does once). Flushes are counted
+with the fs layer's own counter (``promoter.fs.flush``: ``fsync``, ``fdatasync``,
+``syncfs``) and the database's durable commits (``sqlite_commit``: one flush of the WAL
+each; PostgreSQL's are the server's, and none is counted); git processes with the
+runner's (``promoter.git.runner.spawned``).
+
+The counts are pinned so that a change that adds a flush or a git process says so; a
+flush fewer is a change of the protocol's durability and must say why in its decision
+record (``docs/decisions/durable-commits-where-the-protocol-needs-them.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
+from promoter.git import runner
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import make_bundle, make_grant, upload
+from tests.support.promotion import promote, set_lease
+
+# per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
+# folder), the bundle and its verification receipt (temp and folder each, or, where a
+# group sync is offered, one syncfs for both temps and one for both folders), the
+# worktree file (temp, folder), the promotion receipt (temp, folder)
+FS_FLUSHES = {"fsync": 12}
+FS_FLUSHES_GROUPED = {"fsync": 8, "syncfs": 2}
+# the plan before the first write, the receipt's row before its document, the outcome
+# before the answer; the blob's row, the bundle's and the request's are not flushed
+SQLITE_COMMITS = 3
+# HEAD (for-each-ref) at the read-back; the index entries come from the whole listing
+# the first flow made of the same index file, the tree entries read when the bundle is
+# verified from the repository's running cat-file (no process either)
+GIT = 1
+
+
+def _same_fan_out(data: bytes) -> bytes:
+    """Other bytes whose blob lands in the same fan-out folder as ``data``'s."""
+    prefix = hashlib.sha256(data).hexdigest()[:2]
+    for n in range(100_000):
+        other = b"warm-up %d\n" % n
+        if hashlib.sha256(other).hexdigest()[:2] == prefix:
+            return other
+    raise AssertionError("no bytes found for the fan-out folder")
+
+
+def _flow(
+    daemon: Daemon, repo: Path, identity: str, n: int, data: bytes
+) -> tuple[Counter[str], int]:
+    """One 1-file flow; the flushes and git processes of its upload, submit, promotion."""
+    grant = make_grant(repo, identity, grant_id=f"grt_flush{n}", workflow_id=f"wf_flush{n}")
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code == 201, answer.text
+    set_lease(daemon, grant)
+    changes: list[tuple[str, bytes | None, bytes | None]] = [(f"src/f{n}.py", None, data)]
+    bundle = make_bundle(grant, changes)
+    with daemon.executor(grant["executor_run_id"]) as executor:
+        before, spawned = flush.flushes(), runner.spawned()
+        upload(executor, data)
+        answer = executor.post("/v1/bundles", json=bundle)
+        assert answer.status_code == 201, answer.text
+        receipt = answer.json()["verification_receipt"]
+        view = promote(daemon, bundle, receipt).json()
+        counted, started = flush.flushes() - before, runner.spawned() - spawned
+    assert view["status"] == "completed", view
+    return counted, started
+
+
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
+def test_a_one_file_flow_pays_a_pinned_number_of_flushes_and_git_processes(
+    tmp_path: Path, repo: Path, group_sync: bool
+) -> None:
+    # out of reach: a busy machine's dirty pages cannot turn the group path into fsyncs
+    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        data = b"print('one file')\n"
+        _flow(daemon, repo, identity, 0, _same_fan_out(data))
+        counted, started = _flow(daemon, repo, identity, 1, data)
+        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        grouped = group_sync and GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+    fs = FS_FLUSHES_GROUPED if grouped else FS_FLUSHES
+    expected = Counter(fs) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
+    assert counted == expected, counted
+    assert started == GIT
+    assert (repo / "src" / "f1.py").read_bytes() == data
