@@ -119,6 +119,12 @@ class Settings(BaseSettings):
     host_id: str | None = Field(default=None, min_length=1, max_length=200)
     # How long an operation's owner lease lasts; the heartbeat renews it every third.
     owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
+    # How long an attempt that lost its database keeps trying to put its operation back
+    # (bounded backoff, 0.25 s doubling to 2 s); past that the watchdog does it.
+    outage_retry_seconds: float = Field(default=600.0, ge=0.0)
+    # How often the watchdog looks for this daemon's operations left `in_progress` by an
+    # attempt that no longer runs (and for its host's orphans), marking them needs_recovery.
+    watchdog_seconds: float = Field(default=15.0, gt=0.0)
     # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
     max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
     # Webhook subscribers by name; deliveries wait in a bounded queue in the database.

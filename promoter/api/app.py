@@ -2,7 +2,8 @@
 
 The lifespan builds the services (state directory, migrations, credentials, the
 repository registry), sweeps the state directory's leftover temps
-(``promoter.store.state_temps``), runs the start-up recovery scan and rehearses a
+(``promoter.store.state_temps``), starts the owner lease's heartbeat and the watchdog
+(``promoter.engine.operation.watchdog``), runs the start-up recovery scan and rehearses a
 promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``.
 """
@@ -38,6 +39,7 @@ from promoter.engine import fencing
 from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
+from promoter.engine.operation.watchdog import Watchdog
 from promoter.engine.receipts.envelopes import published_keyring
 from promoter.engine.services import Services
 from promoter.store.state_temps import sweep as sweep_state_temps
@@ -62,10 +64,13 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             app.state.services.db,
             app.state.services.owner,
             app.state.services.settings.owner_lease_seconds,
-            None if registration.fenced else registration.epoch,
+            app.state.services.live.now,  # only operations an attempt still runs
+            epoch=None if registration.fenced else registration.epoch,
         )
+        watchdog = Watchdog(app.state.services)  # no operation left in_progress by a dead attempt
         if not registration.fenced:
             heartbeat.start()
+            watchdog.start()
         orphaned = [] if registration.fenced else scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
@@ -77,6 +82,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         finally:
             if dispatcher is not None:
                 await dispatcher.stop()
+            watchdog.stop()
             heartbeat.stop()
             if app.state.services.runner is not None:
                 app.state.services.runner.shutdown()

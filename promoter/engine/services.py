@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.engine.operation import liveness
+from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.engine.snapshots.watch import SnapshotWatch
@@ -74,6 +76,8 @@ class Services:
     tokens: dict[Role, str]
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
+    # the operations a thread of this process runs now (``engine.operation.liveness``)
+    live: LiveAttempts = field(default_factory=lambda: liveness.PROCESS)
     # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None
     # the keyring last published into the ledger (``promoter.engine.receipts.envelopes``)

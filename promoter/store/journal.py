@@ -26,7 +26,7 @@ transaction holds (the engine's).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -122,6 +122,22 @@ def list_operations(
             | (OperationRow.repository_name == repository)
         )
     return [_record(row) for row in session.scalars(query)]
+
+
+def owned_by(
+    session: Session, owner: Owner, statuses: Iterable[OperationStatus]
+) -> list[Operation]:
+    """The operations in ``statuses`` whose recorded owner is exactly ``owner``'s process
+    (host, pid, process start, boot; the lease is not compared)."""
+    pid, start, boot, host, _ = owner
+    query = select(OperationRow).where(
+        OperationRow.owner_host == host,
+        OperationRow.owner_pid == pid,
+        OperationRow.owner_start == start,
+        OperationRow.owner_boot == boot,
+        OperationRow.status.in_([s.value for s in statuses]),
+    )
+    return [_record(row) for row in session.scalars(query.order_by(OperationRow.operation_id))]
 
 
 def operations_with_status(session: Session, status: str) -> list[Operation]:
@@ -220,21 +236,29 @@ def _own(row: OperationRow, owner: Owner) -> None:
     row.owner_host, row.owner_lease_until = host, lease_until
 
 
-def renew_owner_leases(session: Session, owner: Owner, running: Iterable[OperationStatus]) -> int:
+def renew_owner_leases(
+    session: Session,
+    owner: Owner,
+    running: Iterable[OperationStatus],
+    only: Collection[str] | None = None,
+) -> int:
     """Move the owner lease of ``owner``'s operations in ``running`` statuses forward, in
-    one statement; returns how many."""
+    one statement (of those in ``only``, when given: the ones a thread still runs);
+    returns how many."""
     pid, start, boot, host, lease_until = owner
+    if only is not None and not only:
+        return 0
+    query = update(OperationRow).where(
+        OperationRow.owner_host == host,
+        OperationRow.owner_pid == pid,
+        OperationRow.owner_start == start,
+        OperationRow.owner_boot == boot,
+        OperationRow.status.in_([s.value for s in running]),
+    )
+    if only is not None:
+        query = query.where(OperationRow.operation_id.in_(sorted(only)))
     result = session.execute(
-        update(OperationRow)
-        .where(
-            OperationRow.owner_host == host,
-            OperationRow.owner_pid == pid,
-            OperationRow.owner_start == start,
-            OperationRow.owner_boot == boot,
-            OperationRow.status.in_([s.value for s in running]),
-        )
-        .values(owner_lease_until=lease_until)
-        .execution_options(synchronize_session=False)
+        query.values(owner_lease_until=lease_until).execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
 

@@ -3,8 +3,9 @@
 The cluster lives in a temporary directory of its own (owned by the ``postgres`` user,
 as the server refuses to run as root), listens on a free loopback port with its socket in
 that directory, and trusts local connections. ``stop`` and ``start`` are synchronous
-(``pg_ctl --wait``): when they return the server is down or answers. The machine's own
-server is never touched. ``binaries`` finds ``initdb`` (``None`` when PostgreSQL is not
+(``pg_ctl --wait``): when they return the server is down or answers;
+``start_if_stopped`` serves the next test after one that failed with the server down.
+The machine's own server is never touched. ``binaries`` finds ``initdb`` (``None`` when PostgreSQL is not
 installed: the test skips). On leaving, the server is stopped and the directory, which
 this module made, removed.
 """
@@ -64,6 +65,14 @@ class OwnPostgres:
     def stop(self, mode: str = "fast") -> None:
         data = str(self._root / "data")
         self._run(str(self._bin / "pg_ctl"), "-D", data, "-m", mode, "-w", "stop")
+
+    def start_if_stopped(self) -> None:
+        """Start the server unless it runs (``pg_ctl status`` exits 3 when it does not);
+        a test that failed with the server stopped leaves the next one a running server."""
+        data = str(self._root / "data")
+        command = ["runuser", "-u", _USER, "--", str(self._bin / "pg_ctl"), "-D", data, "status"]
+        if subprocess.run(command, capture_output=True, timeout=60).returncode != 0:
+            self.start()
 
     def halt(self) -> None:
         """Stop the server if it runs (on leaving; a stopped one is fine)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Heartbeat, Owner, lease_expired, orphaned
 from promoter.store import hosts, journal
 from promoter.store.db import Database, upgrade
@@ -79,4 +80,22 @@ def test_a_fenced_hosts_heartbeat_renews_nothing_and_stops(tmp_path: Path) -> No
         assert row is not None and (row.epoch, row.status, row.lease_until) == (2, "fenced", None)
     heartbeat.start()  # stopped already: its thread ends at once
     heartbeat.stop()
+    database.dispose()
+
+
+def test_heartbeat_never_renews_an_operation_whose_attempt_is_dead(tmp_path: Path) -> None:
+    """Only the operations a thread of this process still runs keep their lease."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(url)
+    database = Database(url, 5.0)
+    me = Owner.me("host-a")
+    with database.session() as session:
+        session.add_all([_row("op_live", me), _row("op_dead", me)])
+    live = LiveAttempts()
+    assert Heartbeat(database, me, 60.0, live.now).beat() == 0  # nothing runs
+    with live.running("op_live"):
+        assert Heartbeat(database, me, 60.0, live.now).beat() == 1
+    with database.session() as session:
+        assert not lease_expired(journal.require(session, "op_live"))
+        assert journal.require(session, "op_dead").owner_lease_until == PAST
     database.dispose()

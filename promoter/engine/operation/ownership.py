@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -129,11 +130,13 @@ def owner_view(row: Operation) -> dict[str, Any]:
 
 
 class Heartbeat:
-    """Renews the owner lease of every running operation this process owns.
+    """Renews the owner lease of every running operation this process owns and runs.
 
     Every ``lease_seconds / 3`` a single ``UPDATE`` moves ``owner_lease_until`` forward
-    for this owner's running operations. A beat that fails is logged and retried at the
-    next one; the lease then simply runs out if the daemon cannot reach its database.
+    for this owner's running operations that a thread of this process still runs
+    (``live()``, ``promoter.engine.operation.liveness``): an operation whose attempt died
+    is not kept looking healthy. A beat that fails is logged and retried at the next one;
+    the lease then simply runs out if the daemon cannot reach its database.
 
     With the ``epoch`` its host registered at (``promoter.engine.fencing``), each beat
     first moves the host lease forward, in the same transaction, only while the host is
@@ -142,9 +145,15 @@ class Heartbeat:
     """
 
     def __init__(
-        self, database: Any, me: Owner, lease_seconds: float, epoch: int | None = None
+        self,
+        database: Any,
+        me: Owner,
+        lease_seconds: float,
+        live: Callable[[], Collection[str]] | None = None,
+        *,
+        epoch: int | None = None,
     ) -> None:
-        self._db, self._me, self._seconds = database, me, lease_seconds
+        self._db, self._me, self._seconds, self._live = database, me, lease_seconds, live
         self._epoch = epoch
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promoter-heartbeat", daemon=True)
@@ -160,7 +169,8 @@ class Heartbeat:
                 log.error("host %s is fenced: the heartbeat renews no lease", self._me.host)
                 self._stop.set()
                 return 0
-            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING)
+            only = None if self._live is None else self._live()
+            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING, only)
 
     def _run(self) -> None:
         while not self._stop.wait(self._seconds / 3):

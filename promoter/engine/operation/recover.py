@@ -150,6 +150,14 @@ def _claim(
 def recover(
     services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
+    """Recover one ``needs_recovery`` operation (live here while it runs); see ``_recover_body``."""
+    with services.live.running(operation_id):
+        return _recover_body(services, operation_id, fence, role=role)
+
+
+def _recover_body(
+    services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
+) -> str:
     """Recover one ``needs_recovery`` operation; returns its status afterwards.
 
     Any other status is refused (``not_recoverable``) before anything is read or written,
@@ -282,6 +290,14 @@ def _reclassify(
 
 
 def reconcile(
+    services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
+) -> dict[str, Any]:
+    """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``."""
+    with services.live.running(operation_id):
+        return _reconcile_body(services, operation_id, decision, note, role=role)
+
+
+def _reconcile_body(
     services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
 ) -> dict[str, Any]:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""

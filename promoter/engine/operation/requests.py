@@ -36,6 +36,7 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
 from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
+from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.queries import guarded_here, operation_summary
 from promoter.engine.review import approval, partial
@@ -43,6 +44,8 @@ from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
+    DatabaseBusy,
+    DatabaseUnavailable,
     HostFenced,
     OperationConflict,
     OperationUnknown,
@@ -56,6 +59,7 @@ from promoter.errors import (
 )
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
+from promoter.store.outage import through_outage
 
 log = logging.getLogger("promoter.operations")
 
@@ -79,7 +83,12 @@ class Runner:
     def submit(self, ticket: Ticket) -> Future[None]:
         with self._lock:
             run = contextvars.copy_context().run  # the request's context (its id) goes along
-            future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            self._services.live.enter(ticket.operation_id)  # left when the attempt ends
+            try:
+                future = self._pool.submit(run, _guarded_run, self._services, ticket)
+            except BaseException:
+                self._services.live.leave(ticket.operation_id)
+                raise
             self._futures[ticket.operation_id] = future
             return future
 
@@ -92,31 +101,62 @@ class Runner:
 
 
 def _guarded_run(services: Services, ticket: Ticket) -> None:
-    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck."""
+    """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck.
+
+    The operation is put back (``_put_back``) through a database outage
+    (``promoter.store.outage``); once it is ``needs_recovery`` because the database went
+    away, a daemon with ``auto_recover`` recovers it at once."""
     operation_id = ticket.operation_id
     try:
-        promote.run(services, ticket)
-    except HostFenced:  # logged by the check; the operation is the new owner's
-        log.error("the attempt of %s stopped: this host is fenced, nothing written", operation_id)
-        raise
-    except Exception as exc:
-        log.exception("attempt of %s failed unexpectedly", operation_id)
-        error = stopped_by(exc, "the attempt")
-        with services.db.session() as session:
-            row = journal.get_operation(session, operation_id)
-            running = row is not None and row.status in RUNNING
-            wrote = running and bool(step_rows.steps(session, operation_id))
-            if running and wrote:
-                assert row is not None
-                journal.set_status(
-                    session,
-                    row.operation_id,
-                    OperationStatus.NEEDS_RECOVERY,
-                    code=error.code,
-                    detail=error.detail,
-                )
-        if running and not wrote:
-            promote.refuse(services.db, operation_id, error)
+        try:
+            promote.run(services, ticket)
+        except HostFenced:  # logged by the check; the operation is the new owner's
+            log.error(
+                "the attempt of %s stopped: this host is fenced, nothing written", operation_id
+            )
+            raise
+        except Exception as exc:
+            outage = isinstance(exc, DatabaseUnavailable | DatabaseBusy)
+            if outage:
+                log.warning("attempt of %s lost its database: %s", operation_id, exc)
+            else:
+                log.exception("attempt of %s failed unexpectedly", operation_id)
+            error = stopped_by(exc, "the attempt")
+            status = through_outage(
+                lambda: _put_back(services, operation_id, error),
+                f"putting back operation {operation_id}",
+                services.settings.outage_retry_seconds,
+            )
+            log.warning("operation %s put back: %s", operation_id, status)
+            if (
+                outage
+                and status == OperationStatus.NEEDS_RECOVERY
+                and services.settings.auto_recover
+            ):
+                auto_recover(services, [operation_id])
+    finally:
+        services.live.leave(operation_id)
+
+
+def _put_back(services: Services, operation_id: str, error: PromoterError) -> str:
+    """The outcome the journal proves after a failed attempt, recorded: ``refused`` when no
+    step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
+    time: a commit whose answer was lost may have happened. Returns the status."""
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None or row.status not in RUNNING:
+            return "unknown" if row is None else str(row.status)
+        if step_rows.steps(session, operation_id):
+            journal.set_status(
+                session,
+                row.operation_id,
+                OperationStatus.NEEDS_RECOVERY,
+                code=error.code,
+                detail=error.detail,
+            )
+            return OperationStatus.NEEDS_RECOVERY
+    promote.refuse(services.db, operation_id, error)
+    return OperationStatus.REFUSED
 
 
 _request_lock = threading.Lock()
@@ -152,6 +192,20 @@ def request_promotion(
     gated = approval.required(repository, grant) or bundle.merge is not None
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
+    with services.live.running(operation_id):  # live before the row can be in_progress
+        return _request(services, operation_id, (bundle, grant), receipt_sha256, fence, gated)
+
+
+def _request(
+    services: Services,
+    operation_id: str,
+    loaded: tuple[Any, Any],
+    receipt_sha256: str,
+    fence: int,
+    gated: bool,
+) -> Requested:
+    bundle, grant = loaded
+    repository = services.registry.by_identity(grant.repository_identity)
     # not flushed: the attempt's plan is a durable commit made before its first write, and
     # that flush of the WAL makes this earlier commit durable too; a request lost with a
     # power failure before then has changed nothing and is asked again
@@ -215,22 +269,28 @@ def decide(
     approval accepts; then the operation answered is the derived one, which runs."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
-    with _request_lock:
-        decided = approval.decide(
-            services,
-            operation_id,
-            "approve" if verdict == "approve" else "reject",
-            note=note,
-            by=by,
-            role=role,
-            claimed_by=claimed_by,
-            selection=selection,
-        )
-    if decided.ticket is not None:
-        runner(services).submit(decided.ticket)
-        if decided.derived_operation_id is not None:
-            return Requested(decided.derived_operation_id, OperationStatus.IN_PROGRESS, True)
-        return Requested(operation_id, decided.status, True)
+    with services.live.running(operation_id):  # live until its attempt is submitted
+        with _request_lock:
+            decided = approval.decide(
+                services,
+                operation_id,
+                "approve" if verdict == "approve" else "reject",
+                note=note,
+                by=by,
+                role=role,
+                claimed_by=claimed_by,
+                selection=selection,
+            )
+        derived = decided.derived_operation_id  # live from before its row was committed
+        try:
+            if decided.ticket is not None:
+                runner(services).submit(decided.ticket)
+                if derived is not None:
+                    return Requested(derived, OperationStatus.IN_PROGRESS, True)
+                return Requested(operation_id, decided.status, True)
+        finally:
+            if derived is not None:
+                services.live.leave(derived)
     return Requested(operation_id, decided.status, False)
 
 

@@ -108,16 +108,18 @@ def restore(
                     current_tree=current,
                 )
             steps = _plan(shadow, current, tree)
-            operation_id = _journal(services, repo, current, tree, steps)
-            try:
-                attempt = _attempt(services, operation_id)
-                run = StepRun(
-                    services, operation_id, root, lock, shadow, tree, steps, attempt=attempt
-                )
-                status = run.apply(set(range(len(steps))))
-            except Exception as exc:
-                put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
-                raise
+            operation_id = restore_id(repo.identity, current, tree)
+            with services.live.running(operation_id):  # live before its row is in_progress
+                _journal(services, repo, current, tree, steps)
+                try:
+                    attempt = _attempt(services, operation_id)
+                    run = StepRun(
+                        services, operation_id, root, lock, shadow, tree, steps, attempt=attempt
+                    )
+                    status = run.apply(set(range(len(steps))))
+                except Exception as exc:
+                    put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
+                    raise
         _post_capture(services, shadow, operation_id, tree)
     finally:
         lock.release()
@@ -256,6 +258,14 @@ def _post_capture(
 
 
 def recover_restore(
+    services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+) -> str:
+    """Finish an interrupted restore (live here while it runs); see ``_recover_restore_body``."""
+    with services.live.running(operation_id):
+        return _recover_restore_body(services, operation_id, from_status=from_status)
+
+
+def _recover_restore_body(
     services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.

@@ -103,6 +103,12 @@ def _load(session: Any, operation_id: str) -> Operation:
 
 
 def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+    """Roll back a promotion (its rollback live here while it runs); see ``_rollback_body``."""
+    with services.live.running(rollback_id(operation_id)):
+        return _rollback_body(services, operation_id, note=note)
+
+
+def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
     """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -112,6 +118,14 @@ def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[s
 
 
 def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+    """Roll back under the caller's lock and root (live here while it runs)."""
+    with services.live.running(rollback_id(operation_id)):
+        return _rollback_held_body(services, operation_id, root, note)
+
+
+def _rollback_held_body(
+    services: Services, operation_id: str, root: Root, note: str
+) -> dict[str, Any]:
     """Roll back while the caller already holds the repository lock and the root."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -125,11 +139,19 @@ def rollback_held(services: Services, operation_id: str, root: Root, note: str) 
 
 
 def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
-    """The stored receipt exactly as written (checked, never re-encoded by the model)."""
+    """The stored receipt exactly as written (checked, never re-encoded by the model),
+    once the rollback is final: a receipt whose final statuses were never recorded (the
+    database went away between the two) is the rollback's to finish, not an answer."""
     if not operation_id.startswith("op_"):
         return None
     stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
-    return None if stored is None else dict(json.loads(stored))
+    if stored is None:
+        return None
+    with services.db.session() as session:
+        child = journal.get_operation(session, rollback_id(operation_id))
+        if child is not None and child.status not in FINAL:
+            return None
+    return dict(json.loads(stored))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
@@ -196,6 +218,14 @@ def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
 
 
 def recover_rollback(
+    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+) -> str:
+    """Finish an interrupted rollback (live here while it runs); see ``_recover_rollback_body``."""
+    with services.live.running(child_id):
+        return _recover_rollback_body(services, child_id, from_status=from_status)
+
+
+def _recover_rollback_body(
     services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""

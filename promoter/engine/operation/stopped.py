@@ -6,7 +6,11 @@ request's thread; each first claims its operation (``in_progress`` under this pr
 returns to the status the caller names (``needs_recovery``, or ``needs_reconciliation``
 for a ``continue``) with the error's code and detail, unless it has already moved on; an
 exception that is neither promoter's own nor an ``OSError`` is logged with its
-traceback. An attempt's runner does the same for attempts (``promoter.engine.operation.requests``).
+traceback. While the database cannot be reached the write is tried again with a bounded
+backoff (``promoter.store.outage``: the request waits); past the bound the error is
+raised and the daemon's watchdog puts the operation back once the database answers
+(``promoter.engine.operation.watchdog``). An attempt's runner does the same for attempts
+(``promoter.engine.operation.requests``).
 
 Deliberately not here: which status an operation goes back to (the caller's), how a
 foreign exception is translated (``promoter.errors.stopped_by``), and ``BaseException``s
@@ -21,6 +25,7 @@ from promoter.domain.status import OperationStatus
 from promoter.engine.services import Services
 from promoter.errors import HostFenced, PromoterError, stopped_by
 from promoter.store import journal
+from promoter.store.outage import through_outage
 
 log = logging.getLogger("promoter.stopped")
 
@@ -36,11 +41,17 @@ def put_back(
     if not isinstance(exc, PromoterError | OSError):
         log.exception("%s %s stopped unexpectedly", what, operation_id)
     error = stopped_by(exc, f"the {what}")
-    with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        if row is not None and row.status == OperationStatus.IN_PROGRESS:
-            journal.set_status(
-                session, row.operation_id, status, code=error.code, detail=error.detail
-            )
+
+    def write() -> None:
+        with services.db.session() as session:
+            row = journal.get_operation(session, operation_id)
+            if row is not None and row.status == OperationStatus.IN_PROGRESS:
+                journal.set_status(
+                    session, row.operation_id, status, code=error.code, detail=error.detail
+                )
+
+    through_outage(
+        write, f"putting back {what} {operation_id}", services.settings.outage_retry_seconds
+    )
     if error is not exc:
         raise error from exc

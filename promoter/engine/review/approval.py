@@ -302,7 +302,9 @@ def decide_part(
         )
     receipt = partial.store(services, derived)
     bundle = derived.bundle
-    with services.db.session() as session:
+    # the derived operation is live from before its row commits (the caller leaves it
+    # once its attempt is submitted; an error, the commit's included, leaves it at once)
+    with services.live.handed_on() as adopt, services.db.session() as session:
         row = _held(session, operation_id)  # still held: decisions are serialized
         grant = load_grant(services, str(row.grant_id))
         assert grant.grant_sha256 is not None and row.fence is not None
@@ -352,6 +354,7 @@ def decide_part(
             detail=f"approved in part by {by}: the accepted part is operation {derived_id} "
             f"(bundle {bundle.bundle_id}); declined {len(derived.declined)} path(s)",
         )
+        adopt(derived_id)
         journal.create_operation(
             session,
             operation_id=derived_id,

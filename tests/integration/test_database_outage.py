@@ -1,0 +1,449 @@
+"""S7: a database restarted under a promotion, a rollback or a restore strands nothing.
+
+Each test pauses the operation at a named fault point, stops the database, lets the
+operation go on into the outage, and starts the database again only once the attempt
+is retrying its put-back (the fault point ``database_retry``, reached before each
+wait of ``promoter.store.outage``). Each ends exact (``completed``, or rolled back,
+with exact bytes) without restarting the daemon. PostgreSQL is a throwaway cluster the
+module makes itself (``tests.support.own_postgres``, one fresh database per test); on
+SQLite the outage is a lock: another connection holds the database file exclusively.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from promoter import faults
+from promoter.engine.operation.ownership import Heartbeat
+from promoter.engine.operation.requests import runner
+from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.operation.watchdog import sweep
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo
+from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
+from tests.support.pause import Pause, specs
+from tests.support.promotion import operation_view, promote, submit, tree_bytes
+
+BIN = binaries()
+needs_postgres = pytest.mark.skipif(BIN is None, reason="no PostgreSQL initdb installed here")
+
+FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
+NEW = {"src/app.py": b"print('v2')\n", "src/util.py": b"def f():\n    return 2\n"}
+CHANGES = [(path, FILES[path], NEW[path]) for path in FILES]
+
+
+def _as_files(files: dict[str, bytes]) -> dict[str, tuple[bytes, int]]:
+    return {path: (data, 0o644) for path, data in sorted(files.items())}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[OwnPostgres]:
+    if BIN is None:
+        pytest.skip("no PostgreSQL initdb installed here")
+    with own_postgres(BIN) as server:
+        yield server
+
+
+@pytest.fixture
+def database_url(cluster: OwnPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new, empty database in the module's cluster (the server answering); dropped after."""
+    name = "t_" + str(abs(hash(request.node.nodeid)) % 10**12)
+    admin = cluster.url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    yield cluster.url.rsplit("/", 1)[0] + "/" + name
+    cluster.start_if_stopped()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "lab", FILES)
+
+
+def _sqlite(tmp_path: Path) -> str:
+    """A SQLite ledger of the test's own, whatever database the suite runs on."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+def _faults(monkeypatch: pytest.MonkeyPatch, *pauses: Pause) -> None:
+    monkeypatch.setenv(faults.ENV, specs(*pauses))
+    faults.reset()
+
+
+class Call:
+    """One HTTP request run in a thread of its own (it waits through the outage)."""
+
+    def __init__(self, send: Callable[[], httpx.Response]) -> None:
+        self._send = send
+        self.answer: httpx.Response | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.answer = self._send()
+
+    def result(self) -> httpx.Response:
+        self._thread.join(120)
+        assert self.answer is not None, "the request never answered"
+        return self.answer
+
+
+def _outage(
+    point: Pause, retry: Pause, stop: Callable[[], None], start: Callable[[], None]
+) -> float:
+    """Paused at ``point``: the database goes away, the operation goes on; once it retries
+    its put-back the database comes back. Returns when the database answered again."""
+    point.reached()
+    stop()
+    point.release()
+    retry.reached()
+    start()
+    back = time.monotonic()
+    retry.release()
+    return back
+
+
+def _promotion(daemon: Daemon, repo: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+    return bundle, receipt
+
+
+def _completed(daemon: Daemon, operation_id: str) -> dict[str, Any]:
+    view = operation_view(daemon, operation_id)
+    assert view["status"] == "completed", view
+    with daemon.orchestrator() as orch:
+        receipt = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert receipt.status_code == 200, receipt.text
+    assert receipt.json()["operation_id"] == operation_id
+    return view
+
+
+@needs_postgres
+@pytest.mark.parametrize(
+    "point",
+    [
+        "after_journal",
+        "after_temps_journaled",
+        "after_replace",
+        "after_readback",
+        "before_receipt",
+        "after_receipt",
+    ],
+)
+def test_a_promotion_the_database_left_mid_write_completes_once_it_is_back(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    point: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Files written, the database gone: the attempt puts the operation back
+    (``needs_recovery``) as soon as the database answers and, with ``auto_recover``,
+    recovers it by the usual table: the waiting request answers ``completed``."""
+    with running_daemon(
+        tmp_path / "s", {"lab": repo}, database_url=database_url, auto_recover=True
+    ) as daemon:
+        bundle, receipt = _promotion(daemon, repo)
+        paused, retry = Pause(tmp_path, point), Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+        call = Call(lambda: promote(daemon, bundle, receipt))
+        back = _outage(paused, retry, cluster.stop, cluster.start)
+        answer = call.result()
+        took = time.monotonic() - back
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "completed"
+        view = _completed(daemon, answer.json()["operation_id"])
+        print(f"\n[S7] promotion at {point}: database back -> completed in {took:.3f} s")
+    assert [a["status"] for a in view["attempts"]] == ["completed"]
+    assert [e["kind"] for e in view["events"]].count("outcome") == 1  # one receipt
+    assert view["events_verified"] is True
+    assert tree_bytes(repo) == _as_files(NEW)
+    assert not daemon.services.live.now()
+
+
+@needs_postgres
+def test_a_failed_attempt_is_refused_and_the_next_request_runs_a_new_one(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database gone before the plan was journaled: nothing was written, so the
+    attempt proves ``refused`` (``database_unavailable``); asking again never reuses that
+    attempt or its error: attempt 2 runs and completes."""
+    with running_daemon(tmp_path / "s", {"lab": repo}, database_url=database_url) as daemon:
+        bundle, receipt = _promotion(daemon, repo)
+        paused, retry = Pause(tmp_path, "before_journal"), Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+        call = Call(lambda: promote(daemon, bundle, receipt))
+        _outage(paused, retry, cluster.stop, cluster.start)
+        first = call.result()
+        assert first.status_code == 200, first.text
+        assert (first.json()["status"], first.json()["code"]) == (
+            "refused",
+            "database_unavailable",
+        )
+        assert tree_bytes(repo) == _as_files(FILES)
+        again = promote(daemon, bundle, receipt)
+        assert again.status_code == 200, again.text
+        view = _completed(daemon, again.json()["operation_id"])
+    assert [(a["attempt"], a["status"], a["code"]) for a in view["attempts"]] == [
+        (1, "refused", "database_unavailable"),
+        (2, "completed", None),
+    ]
+    assert tree_bytes(repo) == _as_files(NEW)
+
+
+@needs_postgres
+def test_an_attempt_that_gave_up_is_found_by_the_watchdog_and_recovered(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The issue's case: the attempt could not put its operation back before its bound
+    ran out (``outage_retry_seconds = 0``), leaving it ``in_progress`` with its files
+    written. The heartbeat no longer renews its lease; the watchdog marks it
+    ``needs_recovery``; ``recover`` (409 before) completes it, the daemon never restarted."""
+    with running_daemon(
+        tmp_path / "s",
+        {"lab": repo},
+        database_url=database_url,
+        outage_retry_seconds=0,
+        watchdog_seconds=3600,  # swept by the test, at a known moment
+    ) as daemon:
+        bundle, receipt = _promotion(daemon, repo)
+        paused = Pause(tmp_path, "after_journal")
+        _faults(monkeypatch, paused)
+        started = promote(daemon, bundle, receipt, wait=False)
+        assert started.status_code == 202, started.text
+        operation_id = started.json()["operation_id"]
+        paused.reached()
+        cluster.stop()
+        paused.release()
+        future = runner(daemon.services).future(operation_id)
+        assert future is not None
+        with pytest.raises(Exception) as gave_up:
+            future.result(60)
+        assert getattr(gave_up.value, "code", None) == "database_unavailable"
+        cluster.start()
+        stranded = operation_view(daemon, operation_id)
+        assert stranded["status"] == "in_progress"
+        assert tree_bytes(repo) == _as_files(NEW)  # every file written, no receipt
+        assert not daemon.services.live.has(operation_id)
+        services = daemon.services
+        beat = Heartbeat(services.db, services.owner, 60.0, services.live.now).beat()
+        assert beat == 0  # a dead attempt's lease is not kept alive
+        assert sweep(daemon.services) == [operation_id]
+        marked = operation_view(daemon, operation_id)
+        assert (marked["status"], marked["code"]) == ("needs_recovery", "attempt_lost")
+        assert sweep(daemon.services) == []  # once
+        with daemon.orchestrator() as orch:
+            answer = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "completed"
+        _completed(daemon, operation_id)
+    assert tree_bytes(repo) == _as_files(NEW)
+
+
+def _promoted(daemon: Daemon, repo: Path) -> str:
+    bundle, receipt = _promotion(daemon, repo)
+    answer = promote(daemon, bundle, receipt)
+    assert answer.json()["status"] == "completed", answer.text
+    return str(answer.json()["operation_id"])
+
+
+def _rollback(daemon: Daemon, operation_id: str) -> httpx.Response:
+    with daemon.operator() as op:
+        return op.post(f"/v1/operations/{operation_id}/rollback", json={"note": "undo"})
+
+
+@needs_postgres
+@pytest.mark.parametrize(
+    "point",
+    [
+        "rollback_before_journal",
+        "rollback_after_step",
+        "rollback_before_receipt",
+        "rollback_after_receipt",
+    ],
+)
+def test_a_rollback_the_database_left_mid_way_finishes_when_asked_again(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    point: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rollback's request answers 503 ``database_unavailable`` once its rollback is
+    put back (``needs_recovery``); the client's retry resumes it and the old bytes are
+    back exactly."""
+    with running_daemon(tmp_path / "s", {"lab": repo}, database_url=database_url) as daemon:
+        operation_id = _promoted(daemon, repo)
+        paused, retry = Pause(tmp_path, point), Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+        call = Call(lambda: _rollback(daemon, operation_id))
+        _outage(paused, retry, cluster.stop, cluster.start)
+        first = call.result()
+        assert first.status_code == 503, first.text
+        assert first.json()["code"] == "database_unavailable"
+        child = operation_view(daemon, rollback_id(operation_id))
+        assert child["status"] == "needs_recovery"
+        again = _rollback(daemon, operation_id)
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "rolled_back"
+        assert (
+            operation_view(daemon, rollback_id(operation_id))["status"]
+            == operation_view(daemon, operation_id)["status"]
+            == "rolled_back"
+        )
+    assert tree_bytes(repo) == _as_files(FILES)
+
+
+@needs_postgres
+@pytest.mark.parametrize("point", ["after_temp_write", "after_replace", "after_unlink"])
+def test_a_restore_the_database_left_mid_way_is_recovered_exactly(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    point: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restore's request answers 503 once it is put back; the operator's ``recover``
+    finishes it: the worktree is the snapshot's, byte for byte."""
+    base = "/v1/repositories/lab/snapshots"
+    with running_daemon(tmp_path / "s", {"lab": repo}, database_url=database_url) as daemon:
+        with daemon.operator() as op:
+            target = op.post(base, json={"label": "good"}).json()["tree"]
+            (repo / "src" / "app.py").write_bytes(b"print('broken')\n")
+            (repo / "junk.txt").write_bytes(b"junk\n")
+            current = op.post(base, json={"label": "broken"}).json()["tree"]
+        paused, retry = Pause(tmp_path, point), Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+
+        def restore() -> httpx.Response:
+            with daemon.operator() as op:
+                return op.post(f"{base}/{target}/restore", json={"expected_current_tree": current})
+
+        call = Call(restore)
+        _outage(paused, retry, cluster.stop, cluster.start)
+        first = call.result()
+        assert first.status_code == 503, first.text
+        assert first.json()["code"] == "database_unavailable"
+        with daemon.operator() as op:
+            listed = op.get("/v1/operations", params={"status": "needs_recovery"}).json()
+            (restore_op,) = [o["operation_id"] for o in listed["operations"]]
+            answer = op.post(f"/v1/operations/{restore_op}/recover", json={"fence": 0})
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["kind"], answer.json()["status"]) == ("restore", "completed")
+    assert tree_bytes(repo) == _as_files(FILES)
+
+
+def test_a_promotion_behind_a_locked_sqlite_file_completes_once_the_lock_is_gone(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: another connection holds the database file exclusively while the attempt
+    records its outcome; the attempt's write ends ``database_busy`` and it retries putting
+    the operation back until the lock is gone, then recovers it (``auto_recover``)."""
+    with running_daemon(
+        tmp_path / "s",
+        {"lab": repo},
+        database_url=_sqlite(tmp_path),
+        auto_recover=True,
+        database_busy_timeout=0.2,
+    ) as daemon:
+        assert daemon.services.db.engine.dialect.name == "sqlite"
+        path = daemon.services.db.engine.url.database
+        assert path is not None
+        bundle, receipt = _promotion(daemon, repo)
+        paused, retry = Pause(tmp_path, "after_journal"), Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        call = Call(lambda: promote(daemon, bundle, receipt))
+
+        def lock() -> None:
+            holder.execute("BEGIN EXCLUSIVE")
+
+        def unlock() -> None:
+            holder.execute("ROLLBACK")
+
+        try:
+            _outage(paused, retry, lock, unlock)
+        finally:
+            holder.close()
+        answer = call.result()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "completed"
+        view = _completed(daemon, answer.json()["operation_id"])
+    assert view["status"] == "completed"
+    assert tree_bytes(repo) == _as_files(NEW)
+
+
+def test_the_daemons_watchdog_recovers_an_attempt_that_gave_up_behind_a_lock(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite, through the daemon's own watchdog thread: the attempt gives up at once
+    (``outage_retry_seconds = 0``) while the file is locked; once the lock is gone the
+    watchdog marks the operation and ``auto_recover`` completes it. The test follows the
+    status by long-polls (each answers on a change), never by sleeping."""
+    with running_daemon(
+        tmp_path / "s",
+        {"lab": repo},
+        database_url=_sqlite(tmp_path),
+        auto_recover=True,
+        database_busy_timeout=0.2,
+        outage_retry_seconds=0,
+        watchdog_seconds=0.05,
+    ) as daemon:
+        assert any(t.name == "promoter-watchdog" for t in threading.enumerate())
+        path = daemon.services.db.engine.url.database
+        assert path is not None
+        bundle, receipt = _promotion(daemon, repo)
+        paused = Pause(tmp_path, "after_journal")
+        _faults(monkeypatch, paused)
+        started = promote(daemon, bundle, receipt, wait=False)
+        assert started.status_code == 202, started.text
+        operation_id = started.json()["operation_id"]
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            paused.reached()
+            holder.execute("BEGIN EXCLUSIVE")
+            paused.release()
+            future = runner(daemon.services).future(operation_id)
+            assert future is not None
+            with pytest.raises(Exception) as gave_up:
+                future.result(60)
+            assert getattr(gave_up.value, "code", None) == "database_busy"
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        seen = ["in_progress"]
+        with daemon.orchestrator() as orch:
+            while seen[-1] != "completed" and len(seen) < 4:
+                answer = orch.get(
+                    f"/v1/operations/{operation_id}", params={"wait": 60, "status": seen[-1]}
+                )
+                assert answer.status_code == 200, answer.text
+                seen.append(answer.json()["status"])
+        assert seen[-1] == "completed", seen
+        view = _completed(daemon, operation_id)
+    assert view["code"] is None
+    assert tree_bytes(repo) == _as_files(NEW)
