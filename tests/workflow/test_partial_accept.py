@@ -414,3 +414,45 @@ def test_a_named_credential_is_the_author_of_composed_bytes_not_a_claimed_name(
     assert first["by"] == {"role": "operator", "name": "ana"}
     assert first["claimed_by"] == "the agent"
     assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 2\n", b"line two\n")
+
+
+def test_review_labels_each_hunk_with_the_number_approve_takes(gated: Gated) -> None:
+    """The operator picks a hunk by the label review prints, never by counting ``@@``."""
+    daemon, repo, identity = gated
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    new = _three_hunks(OLD_TEXT)
+    parent_id, _ = _held(
+        daemon,
+        repo,
+        identity,
+        [
+            ("src/m1.py", FILES["src/m1.py"], NEW["src/m1.py"]),
+            ("src/new.txt", None, b"fresh\n"),
+            ("src/text.txt", OLD_TEXT, new),
+        ],
+    )
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    shown = CliRunner().invoke(_cli(), ["review"], env=env)
+    assert shown.exit_code == 0, shown.output
+    sections = {part.split(" ", 1)[0][2:]: part for part in shown.stdout.split("diff --git ")[1:]}
+    assert set(sections) == {"src/m1.py", "src/new.txt", "src/text.txt"}
+    lines = sections["src/text.txt"].splitlines()
+    labels = [(line, lines[i + 1]) for i, line in enumerate(lines) if line.startswith("hunk ")]
+    assert [label for label, _ in labels] == ["hunk 1", "hunk 2", "hunk 3"]
+    assert all(head.startswith("@@ ") for _, head in labels)  # each label right before its @@
+    assert sections["src/m1.py"].splitlines()[3:5] == ["hunk 1", "@@ -1 +1 @@"]
+    assert "hunk " not in sections["src/new.txt"]  # a created file is taken whole
+    # the label above the hunk that holds "line fifteen" is the number to approve
+    start = sections["src/text.txt"].index("+line fifteen")
+    chosen = sections["src/text.txt"][:start].rsplit("hunk ", 1)[1].split("\n", 1)[0]
+    assert chosen == "2"
+    result = CliRunner().invoke(
+        _cli(),
+        ["approve", parent_id, "--only", "src/text.txt", "--hunks", f"src/text.txt={chosen}"],
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 15\n", b"line fifteen\n")
+    assert (repo / "src/m1.py").read_bytes() == FILES["src/m1.py"]
+    assert not (repo / "src/new.txt").exists()
