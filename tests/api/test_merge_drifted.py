@@ -176,6 +176,22 @@ def test_async_client_merge_raises_the_conflict_with_its_paths(served: Daemon, w
     assert _worktree(work) == before
 
 
+def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
+    served: Daemon, work: Path
+) -> None:
+    from promoter.cli.main import app
+
+    operation_id = _drifted(served, work, PERSON)
+    result = _merge(served, operation_id).json()
+    env = {"PROMOTER_URL": served.url, "PROMOTER_TOKEN": served.operator_token, "COLUMNS": "200"}
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"  merged by operator (operator) into bundle {result['bundle_id']}\n"
+        "    merged paths: src/app.py\n"
+    ) in shown.stdout
+
+
 def test_conflicted_merge_writes_nothing_and_shows_the_conflict(served: Daemon, work: Path) -> None:
     operation_id = _drifted(served, work, CLASH)
     before = _worktree(work)

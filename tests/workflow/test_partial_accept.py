@@ -456,3 +456,54 @@ def test_review_labels_each_hunk_with_the_number_approve_takes(gated: Gated) -> 
     assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 15\n", b"line fifteen\n")
     assert (repo / "src/m1.py").read_bytes() == FILES["src/m1.py"]
     assert not (repo / "src/new.txt").exists()
+
+
+def test_ops_show_names_what_a_partial_approval_accepted_declined_and_derived(
+    gated: Gated,
+) -> None:
+    """Whoever reads a refused operation later sees it was approved in part, not lost."""
+    from promoter.cli.main import app
+
+    daemon, repo, identity = gated
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    parent_id, bundle = _held(
+        daemon,
+        repo,
+        identity,
+        [
+            ("src/m1.py", FILES["src/m1.py"], NEW["src/m1.py"]),
+            ("src/m2.py", FILES["src/m2.py"], NEW["src/m2.py"]),
+            ("src/text.txt", OLD_TEXT, _three_hunks(OLD_TEXT)),
+        ],
+    )
+    selection = {"except": ["src/m2.py"], "hunks": {"src/text.txt": [1, 3]}}
+    answer = _approve(daemon, parent_id, **selection, note="most")
+    assert answer.status_code == 200, answer.text
+    derived = answer.json()
+    derived_id = derived["operation_id"]
+    derived_bundle = _receipt(daemon, derived_id)["bundle_id"]
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
+
+    shown = CliRunner().invoke(app, ["ops", "show", parent_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "  approved_in_part by operator (operator): most\n"
+        "    accepted: src/m1.py, src/text.txt\n"
+        "    declined: src/m2.py\n"
+        f"    the accepted part is operation {derived_id} (bundle {derived_bundle})\n"
+        "    composed: src/text.txt (hunks 1,3)\n"
+    ) in shown.stdout
+    assert shown.stdout.endswith(
+        "next: Nothing of this operation was written as such; the accepted part is "
+        f"operation {derived_id}: `promoter ops show {derived_id}`.\n"
+    )
+
+    shown = CliRunner().invoke(app, ["ops", "show", derived_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "  approved by operator (operator): most\n"
+        f"    the accepted part of operation {parent_id} (bundle {bundle['bundle_id']})\n"
+        "    declined: src/m2.py\n"
+        "    composed: src/text.txt (hunks 1,3)\n"
+    ) in shown.stdout
