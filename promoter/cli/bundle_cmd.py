@@ -331,16 +331,28 @@ def diff_stat(result: dict[str, Any]) -> Text:
     return out
 
 
-def diff_text(patch: str) -> Text:
-    """The unified diff with git's colours (rich drops them when not on a terminal)."""
+def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
+    """The unified diff with git's colours (rich drops them when not on a terminal).
+
+    ``hunk_labels``: before each ``@@`` line of a modified file, a ``hunk N`` line with the
+    number ``promoter approve --hunks PATH=N`` takes (counted from 1 in each file; none
+    in a created or deleted file, whose change is taken whole)."""
     out = Text()
+    number, whole = 0, False
     for line in patch.splitlines(keepends=True):
         style = ""
         heads = ("diff --git", "--- ", "+++ ", "new file", "deleted file", "old mode", "new mode")
+        if line.startswith("diff --git"):
+            number, whole = 0, False
+        elif line.startswith(("new file", "deleted file")):
+            whole = True
         if line.startswith(heads):
             style = "bold"
         elif line.startswith("@@"):
             style = "cyan"
+            number += 1
+            if hunk_labels and not whole:
+                out.append(f"hunk {number}\n", style="bold magenta")
         elif line.startswith("+"):
             style = "green"
         elif line.startswith("-"):
@@ -349,10 +361,13 @@ def diff_text(patch: str) -> Text:
     return out
 
 
-def print_diff(result: dict[str, Any], *, stat: bool = False, pager: bool = True) -> None:
+def print_diff(
+    result: dict[str, Any], *, stat: bool = False, pager: bool = True, hunk_labels: bool = False
+) -> None:
     """Print a bundle diff answer: the stat, or the flagged files then the whole patch
-    (paged when long)."""
-    body = diff_stat(result) if stat else diff_flags(result) + diff_text(result["unified_diff"])
+    (paged when long; ``hunk_labels`` as in ``diff_text``)."""
+    patch = diff_text(result["unified_diff"], hunk_labels=hunk_labels)
+    body = diff_stat(result) if stat else diff_flags(result) + patch
     if not stat and result["truncated"]:
         body.append(f"... the diff was cut at {result['limit']} bytes\n", style="yellow")
     long = body.plain.count("\n") > console.height

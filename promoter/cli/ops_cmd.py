@@ -2,8 +2,9 @@
 
 Thin commands over ``promoter.client.sync``: rich tables for people, ``--json`` for scripts.
 ``show`` prints, per path, the journal step, the expected old and new states and the
-state the target reads as now, each approval decision with the credential that made it,
-and says what the operator can do next. Deciding anything
+state the target reads as now, each approval decision with the credential that made it
+(an approval in part with the paths accepted and declined and the operation of the part;
+a merge with the bundle it made), and says what the operator can do next. Deciding anything
 is the host's job; this module only asks and prints.
 """
 
@@ -114,21 +115,60 @@ def show(
         _show_after(client, operation_id, json_output)
 
 
+def _paths(items: Any) -> str:
+    return ", ".join(str(p) for p in items) if items else "none"
+
+
+def _part_lines(payload: dict[str, Any]) -> list[str]:
+    """What a partial approval kept and left out, and the operation of the part."""
+    lines = []
+    if payload.get("approval") == "approved_in_part":
+        lines.append(f"  accepted: {_paths(payload.get('accepted_paths'))}")
+        lines.append(f"  declined: {_paths(payload.get('declined_paths'))}")
+        lines.append(
+            f"  the accepted part is operation {payload.get('derived_operation_id')} "
+            f"(bundle {payload.get('derived_bundle_id')})"
+        )
+    elif payload.get("parent_operation_id"):
+        lines.append(
+            f"  the accepted part of operation {payload['parent_operation_id']} "
+            f"(bundle {payload.get('parent_bundle_id')})"
+        )
+        if payload.get("declined_paths"):
+            lines.append(f"  declined: {_paths(payload['declined_paths'])}")
+    else:
+        return lines
+    for item in payload.get("composed") or []:
+        numbers = ",".join(str(n) for n in item.get("hunks", []))
+        lines.append(f"  composed: {item.get('path')} (hunks {numbers})")
+    return lines
+
+
 def approval_lines(view: dict[str, Any]) -> list[str]:
-    """One line per approval decision: what, by which credential, and the note."""
+    """Per decision: the approval and the credential that made it, with the note; for an
+    approval in part the paths accepted and declined, the hunks composed and the operation
+    of the part (or, on that operation, the one it was part of); for a merge of a drifted
+    promotion the merged bundle and its paths."""
     lines = []
     for event in view.get("events", []):
         payload = event.get("payload")
         if event.get("kind") != "decision" or not isinstance(payload, dict):
             continue
-        if "approval" not in payload:
-            continue
         claimed = payload.get("by")
         by: dict[str, Any] = claimed if isinstance(claimed, dict) else {}
-        line = f"{payload['approval']} by {by.get('name', '?')} ({by.get('role', '?')})"
+        who = f"by {by.get('name', '?')} ({by.get('role', '?')})"
+        merge = payload.get("merge")
+        if isinstance(merge, dict):
+            lines.append(f"merged {who} into bundle {merge.get('bundle_id')}")
+            lines.append(f"  merged paths: {_paths(payload.get('paths'))}")
+            continue
+        if "approval" not in payload:
+            continue
+        line = f"{payload['approval']} {who}"
         if payload.get("note"):
             line += f": {payload['note']}"
         lines.append(line)
+        lines += _part_lines(payload)
     return lines
 
 
@@ -181,7 +221,26 @@ def print_view(view: dict[str, Any]) -> None:
     console.print(
         f"events: {len(view.get('events', []))}, chain verified: " f"{view.get('events_verified')}"
     )
-    console.print("next: " + NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"]))
+    console.print("next: " + _next_step(view), soft_wrap=True)
+
+
+def _next_step(view: dict[str, Any]) -> str:
+    if view.get("code") == "approved_in_part":
+        derived = next(
+            (
+                e["payload"].get("derived_operation_id")
+                for e in view.get("events", [])
+                if e.get("kind") == "decision" and isinstance(e.get("payload"), dict)
+                if e["payload"].get("derived_operation_id")
+            ),
+            None,
+        )
+        if derived:
+            return (
+                "Nothing of this operation was written as such; the accepted part is "
+                f"operation {derived}: `promoter ops show {derived}`."
+            )
+    return NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"])
 
 
 def _show_after(client: PromoterClient, operation_id: str, json_output: bool) -> None:

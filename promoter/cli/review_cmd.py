@@ -2,13 +2,14 @@
 ``reopen``.
 
 ``review`` lists every promotion held in ``awaiting_approval`` with its bundle's diff
-(``--stat`` for the summary only); ``approve OP`` and ``reject OP`` send the operator's
-decision with a note, which the host journals as a ``decision`` event whose approver is
-the token's credential (no name is sent: the host knows who holds the token);
-``reopen OP`` holds a rejected promotion for a decision again. All need an operator
-token. ``approve OP --only PATH…`` / ``--except PATH…`` / ``--hunks PATH=1,3`` accept a
-part of the bundle: the host promotes a derived sub-bundle as its own operation, whose
-view is printed.
+(``--stat`` for the summary only), a ``hunk N`` line before each hunk of a modified
+file giving the number ``approve --hunks PATH=N`` takes; ``approve OP`` and
+``reject OP`` send the operator's decision with a note, which the host journals as a
+``decision`` event whose approver is the token's credential (no name is sent: the
+host knows who holds the token); ``reopen OP`` holds a rejected promotion for a
+decision again. All need an operator token. ``approve OP --only PATH…`` /
+``--except PATH…`` / ``--hunks PATH=1,3`` accept a part of the bundle: the host
+promotes a derived sub-bundle as its own operation, whose view is printed.
 
 Deliberately thin: the gate, the binding of an approval to one operation and its expiry
 are the host's (``promoter.engine.review.approval``); this module only asks and prints.
@@ -61,12 +62,12 @@ def review(
             f"[bold]{op['operation_id']}[/] awaiting approval: bundle {op['bundle_id']} "
             f"into {escape(str(op['repository']))} (since {op['updated_at']})"
         )
-        print_diff(diffs[op["operation_id"]], stat=stat, pager=False)
+        print_diff(diffs[op["operation_id"]], stat=stat, pager=False, hunk_labels=True)
         console.print(
             f"  approve: promoter approve {op['operation_id']} --note '...'; "
             f"reject: promoter reject {op['operation_id']} --note '...'; "
             "a part: add --only PATH... or --except PATH..., or --hunks PATH=N,N "
-            "(hunks numbered by their @@ lines in each file, from 1)"
+            "(N as in the 'hunk N' lines of each file)"
         )
 
 

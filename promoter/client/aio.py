@@ -2,8 +2,9 @@
 
 ``AsyncPromoterClient`` makes the same retries as ``PromoterClient``
 (``Backoff.async_sleep``) and the same problem to ``PromoterError`` translation;
-``watch`` is an async iterator over the event feed. Deliberately not here: blob
-streaming from files, the operator's calls (``promoter.client.sync``).
+``watch`` is an async iterator over the event feed; ``merge`` (the operator's) answers
+the JSON document as ``PromoterClient.merge`` does. Deliberately not here: blob
+streaming from files, the operator's other calls (``promoter.client.sync``).
 """
 
 from __future__ import annotations
@@ -182,6 +183,13 @@ class AsyncPromoterClient:
     async def recover(self, operation_id: str, fence: int) -> OperationView:
         path = f"/v1/operations/{segment(operation_id)}/recover"
         return model_of(OperationView, await self._send("POST", path, json_body={"fence": fence}))
+
+    async def merge(self, operation_id: str) -> dict[str, Any]:
+        """Merge a promotion refused with ``target_drift`` into a new bundle held for
+        approval (operator); ``MergeConflict``/``MergeUnsupported`` carry ``paths``."""
+        path = f"/v1/operations/{segment(operation_id)}/merge"
+        answer: dict[str, Any] = (await self._send("POST", path)).json()
+        return answer
 
     async def events(
         self,

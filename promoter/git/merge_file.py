@@ -6,7 +6,12 @@ directory below ``scratch`` (promoter's own state directory, never a worktree), 
 and the number of conflicts (0: clean). The labels of the conflict markers name the sides
 for the person: ``yours`` (the current bytes), ``base`` and ``agent``. The directory and
 its three files are removed afterwards: they are this call's own, made with
-``mkdtemp`` (mode 0700), never shared.
+``os.mkdir`` (mode 0700) under a fresh name that names this process
+(``promoter.store.state_temps.scratch_name``), never shared. A writer killed
+mid-merge leaves the directory; the next start sweeps it (``state_temps.sweep``).
+
+Fault point: ``merge_scratch_written`` (the three inputs are in the scratch directory,
+git has not run).
 
 git is told not to look for a repository above the scratch directory
 (``GIT_CEILING_DIRECTORIES``), so no repository's attributes or merge drivers apply:
@@ -20,12 +25,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from promoter import faults
 from promoter.errors import GitError
 from promoter.git.runner import run_git
+from promoter.store.state_temps import scratch_name
 
 __all__ = ["LABELS", "Merged", "merge_bytes"]
 
@@ -59,11 +65,13 @@ def merge_bytes(scratch: Path, old: bytes, current: bytes, new: bytes) -> Merged
     Raises ``GitError`` when git fails (a negative status, or it cannot start).
     """
     scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-    place = Path(tempfile.mkdtemp(prefix="merge-", dir=scratch))
+    place = scratch / scratch_name()
+    os.mkdir(place, 0o700)
     try:
         names = {"yours": current, "base": old, "agent": new}
         for name, data in names.items():
             _write(place / name, data)
+        faults.point("merge_scratch_written")
         labels = [arg for label in LABELS for arg in ("-L", label)]
         result = run_git(
             ["merge-file", "-p", *labels, "yours", "base", "agent"],

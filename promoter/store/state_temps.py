@@ -18,8 +18,13 @@ quotas, each sandbox's own directory (never its ``clone/``, which is the executo
 worktree) and each shadow repository's top and ``info/`` (never git's ``objects/`` or
 ``refs/``); in ``snapshots/`` also a directory with promoter's temp name (a shadow
 repository staged by a writer that died before renaming it into place), removed by
-descriptors (``promoter.fs.own_tree``). A temp whose writer is alive (another daemon or
-a CLI command on the same state directory) is kept. Nothing is followed through a symlink.
+descriptors (``promoter.fs.own_tree``); in ``merge/`` only a directory named by
+``scratch_name()`` (``merge-<boot>-<pid>-<start>-<16 hex>``: a three-way merge's scratch,
+``promoter.git.merge_file``) holding nothing but the merge's own input files, removed
+the same way. A temp whose writer is alive (another daemon or a CLI command on the same
+state directory) is kept. Nothing is followed through a symlink; a look-alike (a file or
+a symlink under a scratch name, a directory with anything else in it, a name without
+its writer) is kept.
 
 Deliberately not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``),
 and anything in a user's worktree (SPEC §10.1: recovery removes only journaled temps
@@ -40,12 +45,23 @@ from promoter.errors import PathUnsafe
 from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
 
-__all__ = ["PREFIX", "is_own_temp", "sweep", "temp_name"]
+__all__ = [
+    "MERGE_INPUTS",
+    "MERGE_PREFIX",
+    "PREFIX",
+    "is_own_temp",
+    "scratch_name",
+    "sweep",
+    "temp_name",
+]
 
 log = logging.getLogger("promoter.state")
 
 PREFIX = ".promoter-state-tmp-"
 _OWN = re.compile(r"\.promoter-state-tmp-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
+MERGE_PREFIX = "merge-"
+MERGE_INPUTS = frozenset({"yours", "base", "agent"})  # the files merge_file writes
+_OWN_MERGE = re.compile(r"merge-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
 _LEGACY_AUDIT = re.compile(r"\.tmp-[0-9a-f]{16}")  # durable.py and blobs.py, before
 _LEGACY_SHADOW = re.compile(r".+\.tmp-(\d+)-\d+")  # shadow_files.put_file, before
 _LEGACY_RUN = "run.tmp"  # sandbox.save, before
@@ -81,20 +97,29 @@ _self: tuple[int, str] | None = None  # (pid, start) of this process, read once 
 
 def temp_name() -> str:
     """A fresh temp name that names this process as its writer."""
+    return PREFIX + _writer()
+
+
+def _writer() -> str:
     global _self
     pid = os.getpid()
     if _self is None or _self[0] != pid:  # first use, or a forked child
         _self = (pid, _start_of(pid) or _UNKNOWN_START)
-    return f"{PREFIX}{_BOOT}-{pid}-{_self[1]}-{secrets.token_hex(8)}"
+    return f"{_BOOT}-{pid}-{_self[1]}-{secrets.token_hex(8)}"
+
+
+def scratch_name() -> str:
+    """A fresh name for a merge's scratch directory in ``<state>/merge``, naming its writer."""
+    return MERGE_PREFIX + _writer()
 
 
 def is_own_temp(name: str) -> bool:
     return _OWN.fullmatch(name) is not None
 
 
-def _writer_alive(name: str) -> bool:
+def _writer_alive(name: str, pattern: re.Pattern[str] = _OWN) -> bool:
     """Whether the process that named temp ``name`` may still be writing it."""
-    match = _OWN.fullmatch(name)
+    match = pattern.fullmatch(name)
     if match is None:
         return False
     boot, pid, start = match.group(1), int(match.group(2)), match.group(3)
@@ -112,6 +137,8 @@ def _legacy_pid_alive(pid: int) -> bool:
 
 def _removable(place: str, name: str) -> bool:
     """Whether ``name`` in a directory of kind ``place`` is a leftover temp of promoter's."""
+    if place == "merge":
+        return _OWN_MERGE.fullmatch(name) is not None and not _writer_alive(name, _OWN_MERGE)
     if is_own_temp(name):
         return not _writer_alive(name)
     if place in ("audit", "credentials", "quota") and _LEGACY_AUDIT.fullmatch(name):
@@ -140,6 +167,7 @@ def _directories(state_dir: Path) -> list[tuple[str, Path]]:
     places.append(("snapshots", snapshots))
     for shadow in _children(snapshots):
         places += [("shadow", shadow), ("shadow", shadow / "info")]
+    places.append(("merge", state_dir / "merge"))
     return places
 
 
@@ -190,6 +218,9 @@ def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
             continue
         with contextlib.suppress(FileNotFoundError):
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if place == "merge":
+                gone += _remove_scratch(directory, name, info.st_mode)
+                continue
             if place == "snapshots" and stat.S_ISDIR(info.st_mode) and is_own_temp(name):
                 gone += _remove_staging(directory, name)
                 continue
@@ -214,4 +245,33 @@ def _remove_staging(snapshots: Path, name: str) -> list[Path]:
         log.warning("kept %s: %s", snapshots / name, exc)
         return []
     log.warning("removed leftover staging directory %s", removed)
+    return [removed]
+
+
+def _only_merge_inputs(fd: int) -> bool:
+    """Whether the open directory ``fd`` holds nothing but a merge's regular input files."""
+    for name in os.listdir(fd):
+        if name not in MERGE_INPUTS:
+            return False
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+    return True
+
+
+def _remove_scratch(merge: Path, name: str, mode: int) -> list[Path]:
+    """Remove a merge's scratch directory whose writer is gone (``promoter.git.merge_file``).
+
+    Only a real directory holding nothing but the merge's own input files; anything else
+    under a scratch name (a file, a symlink, a directory with other entries) is kept.
+    """
+    if not stat.S_ISDIR(mode):
+        log.warning("kept %s: named like a merge scratch but not a directory", merge / name)
+        return []
+    try:
+        removed = remove_own_tree(merge, name, _only_merge_inputs)
+    except (PathUnsafe, OSError) as exc:
+        log.warning("kept %s: %s", merge / name, exc)
+        return []
+    log.warning("removed leftover merge scratch %s", removed)
     return [removed]

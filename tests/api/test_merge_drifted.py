@@ -11,6 +11,7 @@ worktree before and after and asserts exact bytes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -25,6 +26,8 @@ from typer.testing import CliRunner
 
 from promoter import faults
 from promoter.cli import merge_cmd, review_cmd
+from promoter.client.aio import AsyncPromoterClient
+from promoter.client.sync import PromoterClient
 from promoter.domain.documents import seal_bundle
 from promoter.engine.intake.bundles import submit_bundle
 from promoter.engine.review.merge import MAX_MERGE_BYTES
@@ -144,6 +147,49 @@ def test_clean_merge_of_a_drifted_file_promotes_the_merged_bytes_keeping_the_per
         "src/app.py": sha(MERGED),
         "src/extra.py": sha(EXTRA),
     }
+
+
+def _async_merge(daemon: Daemon, operation_id: str) -> dict[str, Any]:
+    async def merge() -> dict[str, Any]:
+        async with AsyncPromoterClient(daemon.url, daemon.operator_token) as op:
+            return await op.merge(operation_id)
+
+    return asyncio.run(merge())
+
+
+def test_async_client_merge_answers_as_the_sync_client(served: Daemon, work: Path) -> None:
+    clean = _drifted(served, work, PERSON)
+    result = _async_merge(served, clean)
+    with PromoterClient(served.url, served.operator_token) as op:
+        assert op.merge(clean) == result  # the same inputs make the same bundle and hold
+    assert result["promotion"]["status"] == "awaiting_approval"
+    assert [(p["path"], p["result"]) for p in result["paths"]] == [("src/app.py", "clean")]
+
+
+def test_async_client_merge_raises_the_conflict_with_its_paths(served: Daemon, work: Path) -> None:
+    clashing = _drifted(served, work, CLASH)
+    before = _worktree(work)
+    with pytest.raises(MergeConflict) as raised:
+        _async_merge(served, clashing)
+    [path] = raised.value.context["paths"]
+    assert (path["path"], path["result"], path["conflicts"]) == ("src/app.py", "conflict", 1)
+    assert _worktree(work) == before
+
+
+def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
+    served: Daemon, work: Path
+) -> None:
+    from promoter.cli.main import app
+
+    operation_id = _drifted(served, work, PERSON)
+    result = _merge(served, operation_id).json()
+    env = {"PROMOTER_URL": served.url, "PROMOTER_TOKEN": served.operator_token, "COLUMNS": "200"}
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"  merged by operator (operator) into bundle {result['bundle_id']}\n"
+        "    merged paths: src/app.py\n"
+    ) in shown.stdout
 
 
 def test_conflicted_merge_writes_nothing_and_shows_the_conflict(served: Daemon, work: Path) -> None:

@@ -414,3 +414,96 @@ def test_a_named_credential_is_the_author_of_composed_bytes_not_a_claimed_name(
     assert first["by"] == {"role": "operator", "name": "ana"}
     assert first["claimed_by"] == "the agent"
     assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 2\n", b"line two\n")
+
+
+def test_review_labels_each_hunk_with_the_number_approve_takes(gated: Gated) -> None:
+    """The operator picks a hunk by the label review prints, never by counting ``@@``."""
+    daemon, repo, identity = gated
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    new = _three_hunks(OLD_TEXT)
+    parent_id, _ = _held(
+        daemon,
+        repo,
+        identity,
+        [
+            ("src/m1.py", FILES["src/m1.py"], NEW["src/m1.py"]),
+            ("src/new.txt", None, b"fresh\n"),
+            ("src/text.txt", OLD_TEXT, new),
+        ],
+    )
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    shown = CliRunner().invoke(_cli(), ["review"], env=env)
+    assert shown.exit_code == 0, shown.output
+    sections = {part.split(" ", 1)[0][2:]: part for part in shown.stdout.split("diff --git ")[1:]}
+    assert set(sections) == {"src/m1.py", "src/new.txt", "src/text.txt"}
+    lines = sections["src/text.txt"].splitlines()
+    labels = [(line, lines[i + 1]) for i, line in enumerate(lines) if line.startswith("hunk ")]
+    assert [label for label, _ in labels] == ["hunk 1", "hunk 2", "hunk 3"]
+    assert all(head.startswith("@@ ") for _, head in labels)  # each label right before its @@
+    assert sections["src/m1.py"].splitlines()[3:5] == ["hunk 1", "@@ -1 +1 @@"]
+    assert "hunk " not in sections["src/new.txt"]  # a created file is taken whole
+    # the label above the hunk that holds "line fifteen" is the number to approve
+    start = sections["src/text.txt"].index("+line fifteen")
+    chosen = sections["src/text.txt"][:start].rsplit("hunk ", 1)[1].split("\n", 1)[0]
+    assert chosen == "2"
+    result = CliRunner().invoke(
+        _cli(),
+        ["approve", parent_id, "--only", "src/text.txt", "--hunks", f"src/text.txt={chosen}"],
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    assert (repo / "src/text.txt").read_bytes() == OLD_TEXT.replace(b"line 15\n", b"line fifteen\n")
+    assert (repo / "src/m1.py").read_bytes() == FILES["src/m1.py"]
+    assert not (repo / "src/new.txt").exists()
+
+
+def test_ops_show_names_what_a_partial_approval_accepted_declined_and_derived(
+    gated: Gated,
+) -> None:
+    """Whoever reads a refused operation later sees it was approved in part, not lost."""
+    from promoter.cli.main import app
+
+    daemon, repo, identity = gated
+    (repo / "src/text.txt").write_bytes(OLD_TEXT)
+    _git_commit(repo)
+    parent_id, bundle = _held(
+        daemon,
+        repo,
+        identity,
+        [
+            ("src/m1.py", FILES["src/m1.py"], NEW["src/m1.py"]),
+            ("src/m2.py", FILES["src/m2.py"], NEW["src/m2.py"]),
+            ("src/text.txt", OLD_TEXT, _three_hunks(OLD_TEXT)),
+        ],
+    )
+    selection = {"except": ["src/m2.py"], "hunks": {"src/text.txt": [1, 3]}}
+    answer = _approve(daemon, parent_id, **selection, note="most")
+    assert answer.status_code == 200, answer.text
+    derived = answer.json()
+    derived_id = derived["operation_id"]
+    derived_bundle = _receipt(daemon, derived_id)["bundle_id"]
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
+
+    shown = CliRunner().invoke(app, ["ops", "show", parent_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "  approved_in_part by operator (operator): most\n"
+        "    accepted: src/m1.py, src/text.txt\n"
+        "    declined: src/m2.py\n"
+        f"    the accepted part is operation {derived_id} (bundle {derived_bundle})\n"
+        "    composed: src/text.txt (hunks 1,3)\n"
+    ) in shown.stdout
+    assert shown.stdout.endswith(
+        "next: Nothing of this operation was written as such; the accepted part is "
+        f"operation {derived_id}: `promoter ops show {derived_id}`.\n"
+    )
+
+    shown = CliRunner().invoke(app, ["ops", "show", derived_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "  approved by operator (operator): most\n"
+        f"    the accepted part of operation {parent_id} (bundle {bundle['bundle_id']})\n"
+        "    declined: src/m2.py\n"
+        "    composed: src/text.txt (hunks 1,3)\n"
+    ) in shown.stdout
