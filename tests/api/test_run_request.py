@@ -86,7 +86,8 @@ def test_one_request_registers_the_grant_sets_the_lease_and_mints_a_working_toke
     with daemon.client(token["token"]) as executor:  # the token is the grant's run's
         assert executor.get("/v1/grants/grt_test1").json()["grant_sha256"] == grant_sha(grant)
         upload(executor, V1, V2)
-        bundle = make_bundle(grant, [("src/app.py", V1, V2)])
+        change: list[tuple[str, bytes | None, bytes | None]] = [("src/app.py", V1, V2)]
+        bundle = make_bundle(grant, change)
         submitted = executor.post("/v1/bundles", json=bundle)
         assert submitted.status_code == 201, submitted.text
     receipt = submitted.json()["verification_receipt"]
