@@ -28,11 +28,13 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    WrapValidator,
     model_validator,
 )
 
 from promoter.domain.models import (
     HEX40,
+    GrantV1,
     Name,
     PatchVerificationReceiptV1,
     SafeInt,
@@ -94,6 +96,40 @@ def parse(model: type[M], body: Any) -> M:
 class ExecutorTokenRequest(Request):
     executor_run_id: Name
     ttl_seconds: Annotated[int, Field(ge=1, le=2**31)] = Field(
+        default=3600, description="at most the daemon's `executor_token_max_ttl`"
+    )
+
+
+def _as_sent(value: Any, _: Any) -> Any:
+    return value
+
+
+class RunLease(Request):
+    """The lease of a run's workflow stage: a LeaseV1 and the stage it is for."""
+
+    workflow_id: Name
+    stage: Name
+    run_id: Name
+    attempt: SafeInt
+    generation: SafeInt
+    resume_epoch: SafeInt
+    fence: SafeInt
+    expires_at: str = Field(description="RFC 3339, checked as LeaseV1's")
+
+    def lease(self) -> dict[str, Any]:
+        """The LeaseV1 document (without the stage it is for)."""
+        return self.model_dump(exclude={"workflow_id", "stage"})
+
+
+class RunRequest(Request):
+    """A run's grant, the lease of its workflow stage and its executor token's lifetime."""
+
+    # the grant is left as sent (a validator that does not call pydantic's): the engine
+    # checks it exactly as ``POST /v1/grants`` does, with the same refusals; the schema
+    # is GrantV1's
+    grant: Annotated[GrantV1, WrapValidator(_as_sent)]
+    lease: RunLease = Field(description="the lease of the grant's workflow stage and run")
+    token_ttl_seconds: Annotated[int, Field(ge=1, le=2**31)] = Field(
         default=3600, description="at most the daemon's `executor_token_max_ttl`"
     )
 
@@ -238,6 +274,13 @@ class LeaseSet(Reply):
     fence: int
     expires_at: str
     changed: bool
+
+
+class RunOpened(Reply):
+    grant: GrantRegistered
+    grant_created: bool
+    lease: LeaseSet
+    token: ExecutorToken
 
 
 class MissingBlobs(Reply):

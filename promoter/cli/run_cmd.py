@@ -3,20 +3,20 @@
 ``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] -- CMD ARGS…`` makes a sandbox
 (``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
 state directory, its worktree then made equal to the person's worktree as it is, unless
-``--from-head``), registers a grant and a lease for it (its preconditions: that state),
-mints an executor token, runs CMD in the clone, confined (``promoter.executor.confine``:
-bubblewrap, no network but the way to the daemon, none of the person's files or
-promoter's state visible, limits) with ``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and
-``--timeout``), takes the clone's ``.git`` back (``sandbox_repo.restore``), builds and
-submits the bundle (or takes the one CMD submitted through ``promoter mcp`` when the
-sandbox still gives it), shows its summary and diff (never paged with ``--yes``), runs
-the preflight (a refusal names every drifted path, ``run_answers.py``), asks on a
-terminal (or takes ``--yes``; otherwise ``not_confirmed``), promotes and prints the
-receipt. A completed run's sandbox is then removed unless ``--keep``; any other is kept
-and named. ``--continue RUN -- CMD`` runs the next step in a kept sandbox, chained on the
-last completed promotion, so each step hands in only its new edits. ``--list``,
-``--prune`` (``run_manage.py``) and ``--remove RUN`` manage sandboxes and never touch the
-user's worktree.
+``--from-head``), registers a grant and a lease for it (its preconditions: that state)
+and mints an executor token (one request, ``POST /v1/runs``), runs CMD in the clone,
+confined (``promoter.executor.confine``: bubblewrap, no network but the way to the
+daemon, none of the person's files or promoter's state visible, limits) with
+``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and ``--timeout``), takes the clone's ``.git``
+back (``sandbox_repo.restore``), builds and submits the bundle (or takes the one CMD
+submitted through ``promoter mcp`` when the sandbox still gives it), shows its summary
+and diff (never paged with ``--yes``), runs the preflight (a refusal names every drifted
+path, ``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
+``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
+removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
+the next step in a kept sandbox, chained on the last completed promotion, so each step
+hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
+RUN`` manage sandboxes and never touch the user's worktree.
 
 Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
 the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
@@ -260,19 +260,18 @@ def _step(
         grant_doc = _grant(
             record, repository["repository_identity"], number, base, preconditions, how.kind
         )
-        orch.register_grant(grant_doc)
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
-        orch.set_lease(
-            grant_doc["workflow_id"],
-            grant_doc["stage"],
+        opened = orch.open_run(  # the grant, its lease and the run's token: one request
+            grant_doc,
             {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
+            int(timeout) + 3600,
         )
+        minted = opened["token"]
         step = sandboxes.Step(
             grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
         )
         record.steps.append(step)
         sandboxes.save(state_dir, record)
-        minted = orch.mint_executor_token(record.run_id, int(timeout) + 3600)
         env = {
             "PROMOTER_URL": url,
             "PROMOTER_TOKEN": str(minted["token"]),

@@ -27,6 +27,7 @@ from promoter.api.models import (
     MissingBlobs,
     OperationAccepted,
     OperationView,
+    RunOpened,
 )
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
@@ -130,6 +131,23 @@ class AsyncPromoterClient:
         document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
         path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
         return model_of(LeaseSet, await self._send("PUT", path, json_body=document))
+
+    async def open_run(
+        self,
+        grant: GrantV1 | Mapping[str, Any],
+        lease: LeaseV1 | Mapping[str, Any],
+        token_ttl_seconds: int = 3600,
+    ) -> RunOpened:
+        """``PromoterClient.open_run``: the grant, its lease and the run's token at once."""
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        lease_doc = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        stage = {"workflow_id": document["workflow_id"], "stage": document["stage"]}
+        body = {
+            "grant": document,
+            "lease": {**stage, **lease_doc},
+            "token_ttl_seconds": token_ttl_seconds,
+        }
+        return model_of(RunOpened, await self._send("POST", "/v1/runs", json_body=body))
 
     async def blobs_missing(self, digests: Iterable[str]) -> list[str]:
         wanted = list(dict.fromkeys(digests))

@@ -112,6 +112,28 @@ class PromoterClient(BlobCalls):
         path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
         return self._json("PUT", path, json_body=document)
 
+    def open_run(
+        self,
+        grant: GrantV1 | Mapping[str, Any],
+        lease: LeaseV1 | Mapping[str, Any],
+        token_ttl_seconds: int = 3600,
+    ) -> Json:
+        """Register ``grant``, set ``lease`` (for the grant's workflow stage) and mint the
+        run's executor token in one request: ``{grant, grant_created, lease, token}``.
+        A refusal of any part changes nothing. Not retried: each call mints a token."""
+        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        lease_doc = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        body = {
+            "grant": document,
+            "lease": {
+                "workflow_id": document["workflow_id"],
+                "stage": document["stage"],
+                **lease_doc,
+            },
+            "token_ttl_seconds": token_ttl_seconds,
+        }
+        return self._json("POST", "/v1/runs", json_body=body)
+
     # --- bundles --------------------------------------------------------------------------
 
     def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> Json:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.errors import ConfigError, Unauthenticated
@@ -156,19 +157,8 @@ class Authenticator:
             return self._operators[1]
 
     def mint_executor_token(self, run_id: str, ttl_seconds: int) -> tuple[str, str]:
-        token = "pex_" + secrets.token_urlsafe(32)
-        now = utcnow()
-        expires_at = rfc3339(now + timedelta(seconds=ttl_seconds))
         with self._db.session() as session:
-            session.add(
-                ExecutorTokenRow(
-                    token_sha256=token_sha256(token),
-                    executor_run_id=run_id,
-                    expires_at=expires_at,
-                    created_at=rfc3339(now),
-                )
-            )
-        return token, expires_at
+            return add_executor_token(session, run_id, ttl_seconds)
 
     def authenticate(self, token: str | None) -> Principal:
         if not token:
@@ -188,3 +178,20 @@ class Authenticator:
         if parse_rfc3339(row.expires_at) <= utcnow():
             raise Unauthenticated("the executor token has expired", expired_at=row.expires_at)
         return Principal(role="executor", run_id=row.executor_run_id, name=row.executor_run_id)
+
+
+def add_executor_token(session: Session, run_id: str, ttl_seconds: int) -> tuple[str, str]:
+    """A new executor token for ``run_id`` added in ``session`` (valid once it commits):
+    ``(token, expires_at)``; only the token's sha256 is stored."""
+    token = "pex_" + secrets.token_urlsafe(32)
+    now = utcnow()
+    expires_at = rfc3339(now + timedelta(seconds=ttl_seconds))
+    session.add(
+        ExecutorTokenRow(
+            token_sha256=token_sha256(token),
+            executor_run_id=run_id,
+            expires_at=expires_at,
+            created_at=rfc3339(now),
+        )
+    )
+    return token, expires_at

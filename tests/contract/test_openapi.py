@@ -36,6 +36,7 @@ WITH_BODY = {
     ("post", "/v1/executor-tokens"),
     ("post", "/v1/grants"),
     ("put", "/v1/leases/{workflow_id}/{stage}"),
+    ("post", "/v1/runs"),
     ("post", "/v1/blobs:missing"),
     ("put", "/v1/blobs/sha256/{sha256}"),
     ("post", "/v1/blobs:batchUpdate"),

@@ -2,7 +2,8 @@
 
 Each daemon is its own process with its own host id, state directory and repositories;
 they share the test's database (``PROMOTER_DATABASE_URL``). Checked: concurrent lease
-updates from all three never leave a lower fence behind; a promotion on host A is
+updates from all three never leave a lower fence behind; a run whose lease loses to
+another host's leaves its grant registered nowhere; a promotion on host A is
 readable, with its receipt, from B and C; a promotion killed on A is never claimed by B,
 also across B's restart, and A recovers it when it comes back.
 """
@@ -22,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.flows import init_repo, ts
+from tests.support.flows import init_repo, make_grant, ts
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 
@@ -132,6 +133,65 @@ def test_a_lease_write_held_between_its_read_and_its_write_cannot_be_overtaken(
         b.kill()
     assert answers == {"a": 200, "b": 200}
     assert _fence("wf_held") == 20
+
+
+def test_a_run_whose_lease_loses_to_another_host_registers_its_grant_nowhere(
+    tmp_path: Path,
+) -> None:
+    """A holds the stage's lease row (fence 5) between its read and its write of 20; B's
+    ``POST /v1/runs`` (fence 10) adds its grant row, then waits for the lease row, reads
+    20 and is refused: the grant row it added is rolled back with it, no token is left,
+    and B writes no grant document."""
+    repo = init_repo(tmp_path / "work", {"src/app.txt": V1})
+    pause = Pause(tmp_path, "lease_compared", nth=2)
+    a = _host(tmp_path, "a", {}, faults=pause.spec)
+    b = _host(tmp_path, "b", {"work": repo})
+    answers: dict[str, httpx.Response] = {}
+    try:
+        with a.client() as orch:
+            assert orch.put("/v1/leases/wf_1/implement", json=_lease(5)).status_code == 200
+        with b.client() as orch:
+            identity = orch.get("/v1/repositories").json()["repositories"][0]
+        grant = make_grant(repo, identity["repository_identity"], grant_id="grt_raced", fence=10)
+        body = {
+            "grant": grant,
+            "lease": {"workflow_id": "wf_1", "stage": "implement", **_lease(10)},
+            "token_ttl_seconds": 600,
+        }
+
+        def put_on_a() -> None:
+            with a.client() as orch:
+                answers["a"] = orch.put("/v1/leases/wf_1/implement", json=_lease(20))
+
+        def run_on_b() -> None:
+            with b.client() as orch:
+                answers["b"] = orch.post("/v1/runs", json=body)
+
+        first = threading.Thread(target=put_on_a)
+        first.start()
+        pause.reached()  # A has read fence 5 and holds the stage's row
+        second = threading.Thread(target=run_on_b)
+        second.start()
+        _until_b_waits_or_answers(second)
+        pause.release()
+        first.join()
+        second.join()
+        assert not (b.state_dir / "audit" / "grants" / "grt_raced.json").exists()
+        with b.client() as orch:
+            assert orch.get("/v1/grants/grt_raced").json()["code"] == "grant_unknown"
+    finally:
+        a.kill()
+        b.kill()
+    assert answers["a"].status_code == 200
+    refused = answers["b"]
+    assert (refused.status_code, refused.json()["code"]) == (409, "lease_fence_regression")
+    assert _fence("wf_1") == 20
+    engine = create_engine(os.environ["PROMOTER_DATABASE_URL"])
+    with engine.connect() as connection:
+        grants = connection.execute(text("SELECT count(*) FROM grants")).scalar_one()
+        tokens = connection.execute(text("SELECT count(*) FROM executor_tokens")).scalar_one()
+    engine.dispose()
+    assert (grants, tokens) == (0, 0)
 
 
 def _fence(workflow_id: str) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import typer
 from click.testing import Result
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd, run_cmd
@@ -182,3 +183,73 @@ def test_remove_refuses_what_is_not_a_sandbox(daemon: Daemon, repo: Path) -> Non
     assert isinstance(result.exception, PromoterError)
     assert result.exception.code == "not_found"
     assert (repo / "README.md").exists()
+
+
+def _requests(daemon: Daemon) -> dict[tuple[str, str], float]:
+    """``promoter_http_requests_total`` by (method, route), any status."""
+    with daemon.client() as client:
+        text = client.get("/metrics").text
+    counts: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "promoter_http_requests_total":
+                key = (sample.labels["method"], sample.labels["route"])
+                counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
+def test_each_step_sets_up_its_grant_lease_and_token_in_one_request(
+    daemon: Daemon, repo: Path
+) -> None:
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "true")
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    second = _run(daemon, "run", "--continue", record.run_id, "--yes", "--keep", "--", "true")
+    assert second.exit_code == 0, second.output
+    counts = _requests(daemon)
+    assert counts[("POST", "/v1/runs")] == 2
+    for separate in (
+        ("POST", "/v1/grants"),
+        ("PUT", "/v1/leases/{workflow_id}/{stage}"),
+        ("POST", "/v1/executor-tokens"),
+    ):
+        assert counts.get(separate, 0) == 0, separate
+    record = _only_run(daemon)
+    with daemon.orchestrator() as orch:
+        for number, step in enumerate(record.steps, start=1):
+            grant = orch.get(f"/v1/grants/{step.grant_id}").json()
+            assert (grant["executor_run_id"], grant["fence"]) == (record.run_id, number)
+
+
+def test_a_step_whose_lease_would_move_back_registers_no_grant_and_runs_nothing(
+    daemon: Daemon, repo: Path
+) -> None:
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "true")
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    (step,) = record.steps
+    with daemon.orchestrator() as orch:
+        grant = orch.get(f"/v1/grants/{step.grant_id}").json()
+        ahead = {
+            "run_id": record.run_id,
+            "attempt": 1,
+            "generation": 1,
+            "resume_epoch": 0,
+            "fence": 50,
+            "expires_at": grant["expires_at"],
+        }
+        put = orch.put(f"/v1/leases/{grant['workflow_id']}/{grant['stage']}", json=ahead)
+        assert put.status_code == 200, put.text
+    marker = Path(record.clone) / "ran.txt"
+    script = f"echo ran > {marker}"
+    again = _run(
+        daemon, "run", "--continue", record.run_id, "--yes", "--keep", "--", "sh", "-c", script
+    )
+    assert isinstance(again.exception, PromoterError), again.output
+    assert again.exception.code == "lease_fence_regression"
+    assert not marker.exists()
+    assert len(_only_run(daemon).steps) == 1
+    second_grant = step.grant_id.removesuffix("_1") + "_2"
+    assert daemon.services.audit.get("grant", second_grant) is None
+    with daemon.orchestrator() as orch:
+        assert orch.get(f"/v1/grants/{second_grant}").json()["code"] == "grant_unknown"

@@ -1,4 +1,4 @@
-"""Repositories, executor tokens, grants and leases (orchestrator side of SPEC §7).
+"""Repositories, executor tokens, grants, leases and runs (orchestrator side of SPEC §7).
 
 Bodies are bounded while they stream; registration, token minting and lease writes (git
 reads and database writes) run in a worker thread, off the event loop.
@@ -23,6 +23,8 @@ from promoter.api.models import (
     GrantRegistered,
     LeaseSet,
     RepositoryList,
+    RunOpened,
+    RunRequest,
     parse,
 )
 from promoter.api.openapi import Ok, operation
@@ -30,9 +32,11 @@ from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
+from promoter.domain.parsing import parse_model
 from promoter.engine import queries
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
-from promoter.errors import Forbidden, ValidationFailed
+from promoter.engine.intake.runs import check_token_ttl, open_run
+from promoter.errors import Forbidden
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
@@ -138,9 +142,7 @@ async def mint_executor_token(
     request: Request, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
     body = parse(ExecutorTokenRequest, await read_json_body(request, services, SMALL_BODY))
-    max_ttl = services.settings.executor_token_max_ttl
-    if body.ttl_seconds > max_ttl:
-        raise ValidationFailed(f"ttl_seconds must be an integer from 1 to {max_ttl}")
+    check_token_ttl(services, body.ttl_seconds)
     run_id = body.executor_run_id
     token, expires_at = await run_in_threadpool(
         services.auth.mint_executor_token, run_id, body.ttl_seconds
@@ -236,4 +238,83 @@ async def put_lease(
     lease, changed = await run_in_threadpool(set_lease, services, workflow_id, stage, body)
     return json_response(
         {"workflow_id": workflow_id, "stage": stage, **lease.wire(), "changed": changed}
+    )
+
+
+@router.post(
+    "/runs",
+    **operation(
+        "openRun",
+        summary="Register a run's grant, set its lease and mint its executor token",
+        description="What `POST /v1/grants`, `PUT /v1/leases/{workflow_id}/{stage}` and "
+        "`POST /v1/executor-tokens` do, with the same checks, in one request and one "
+        "database transaction: a refusal of any part changes nothing. The lease must be "
+        "the grant's workflow stage's and name the grant's `executor_run_id`; the token "
+        "is that run's. Every call mints a new token.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=[
+            "grant_invalid",
+            "grant_conflict",
+            "repository_unknown",
+            "repository_invalid",
+            "git_error",
+            "lease_fence_regression",
+            "lease_conflict",
+            "database_busy",
+        ],
+        body=RunRequest,
+        body_example={
+            "grant": GRANT_EXAMPLE,
+            "lease": {"workflow_id": "wf_demo", "stage": "implement", **LEASE_EXAMPLE},
+            "token_ttl_seconds": 3600,
+        },
+        ok={
+            201: Ok(
+                "registered, set and minted",
+                RunOpened,
+                {
+                    "grant": {"grant_id": "grt_demo1", "grant_sha256": "b1880c2c" + "0" * 56},
+                    "grant_created": True,
+                    "lease": {
+                        "workflow_id": "wf_demo",
+                        "stage": "implement",
+                        **LEASE_EXAMPLE,
+                        "changed": True,
+                    },
+                    "token": {
+                        "token": "pex_...",
+                        "executor_run_id": "run_demo",
+                        "expires_at": "2026-11-30T23:35:07Z",
+                    },
+                },
+            )
+        },
+    ),
+)
+async def post_run(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+    body = parse(RunRequest, await read_json_body(request, services))
+    lease = parse_model(LeaseV1, body.lease.lease())
+    workflow_id, stage = body.lease.workflow_id, body.lease.stage
+    opened = await run_in_threadpool(
+        open_run, services, body.grant, workflow_id, stage, lease, body.token_ttl_seconds
+    )
+    grant = opened.grant
+    return json_response(
+        {
+            "grant": {"grant_id": grant.grant_id, "grant_sha256": grant.grant_sha256},
+            "grant_created": opened.grant_created,
+            "lease": {
+                "workflow_id": workflow_id,
+                "stage": stage,
+                **lease.wire(),
+                "changed": opened.lease_changed,
+            },
+            "token": {
+                "token": opened.token,
+                "executor_run_id": grant.executor_run_id,
+                "expires_at": opened.token_expires_at,
+            },
+        },
+        201,
     )

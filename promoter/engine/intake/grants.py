@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
@@ -36,7 +37,7 @@ from promoter.git.head import commit_tree
 from promoter.store import repo
 from promoter.store.db import Database
 
-_lease_lock = threading.Lock()
+LEASE_LOCK = threading.Lock()  # one lease compare-and-set at a time in this process
 
 
 def _check_times(grant: GrantV1) -> None:
@@ -70,8 +71,17 @@ def validate_grant(services: Services, grant: GrantV1) -> None:
     check_chain(services, grant)
 
 
-def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
-    """Validate and store a grant; returns it sealed and whether it is new."""
+@dataclass(frozen=True)
+class CheckedGrant:
+    """A grant that passed every registration check; nothing of it is written yet."""
+
+    grant: GrantV1  # sealed: ``grant_sha256`` set
+    stored: bool  # the audit store already holds these exact bytes: nothing to write
+    recorded: bool  # the ledger already records this grant (another host registered it)
+
+
+def check_grant(services: Services, data: Any) -> CheckedGrant:
+    """Every check ``register_grant`` makes, writing nothing."""
     grant = parse_model(GrantV1, data)
     digest = grant_sha256(grant)
     if grant.grant_sha256 is not None and grant.grant_sha256 != digest:
@@ -81,15 +91,32 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
     if existing is not None:
         if existing != canonical(sealed):
             raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
-        return sealed, False
+        return CheckedGrant(sealed, stored=True, recorded=True)
     with services.db.session() as session:  # another host may have registered the id
         recorded = repo.grant_sha256_of(session, grant.grant_id)
     if recorded is not None and recorded != sealed.grant_sha256:
         raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
     validate_grant(services, sealed)
-    created = services.audit.put("grant", grant.grant_id, canonical(sealed), GrantConflict)
-    retrying(services.db, lambda session: repo.add_grant(session, sealed))
-    return sealed, created and recorded is None
+    return CheckedGrant(sealed, stored=False, recorded=recorded is not None)
+
+
+def store_grant_document(services: Services, checked: CheckedGrant) -> bool:
+    """Write the checked grant's canonical bytes to the audit store; True if new."""
+    if checked.stored:
+        return False
+    return services.audit.put(
+        "grant", checked.grant.grant_id, canonical(checked.grant), GrantConflict
+    )
+
+
+def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
+    """Validate and store a grant; returns it sealed and whether it is new."""
+    checked = check_grant(services, data)
+    if checked.stored:
+        return checked.grant, False
+    created = store_grant_document(services, checked)
+    retrying(services.db, lambda session: repo.add_grant(session, checked.grant))
+    return checked.grant, created and not checked.recorded
 
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
@@ -103,32 +130,36 @@ def _safe_name(name: str) -> bool:
     return bool(name) and "/" not in name and not name.startswith(".") and "\x00" not in name
 
 
+def compare_and_set_lease(session: Session, workflow_id: str, stage: str, lease: LeaseV1) -> bool:
+    """Set ``lease`` in ``session``'s transaction if its fence moves forward; False when
+    it is already so. The caller holds ``LEASE_LOCK`` and commits."""
+    # the row stays locked until the commit: daemons sharing the ledger take turns
+    current = repo.get_lease(session, workflow_id, stage, lock=True)
+    faults.point("lease_compared")
+    if current is not None:
+        if lease.fence < current.fence:
+            raise LeaseFenceRegression(
+                f"fence {lease.fence} is lower than the current fence {current.fence}",
+                current_fence=current.fence,
+            )
+        if lease.fence == current.fence:
+            if lease == current:
+                return False
+            raise LeaseConflict(
+                f"fence {lease.fence} is already set with other fields",
+                current=current.wire(),
+            )
+    repo.put_lease(session, workflow_id, stage, lease)
+    return True
+
+
 def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tuple[LeaseV1, bool]:
     """Set the current lease; fences only move forward. Returns (lease, changed)."""
     lease = parse_model(LeaseV1, data)
-
-    def compare_and_set(session: Session) -> bool:
-        # the row stays locked until the commit: daemons sharing the ledger take turns
-        current = repo.get_lease(session, workflow_id, stage, lock=True)
-        faults.point("lease_compared")
-        if current is not None:
-            if lease.fence < current.fence:
-                raise LeaseFenceRegression(
-                    f"fence {lease.fence} is lower than the current fence {current.fence}",
-                    current_fence=current.fence,
-                )
-            if lease.fence == current.fence:
-                if lease == current:
-                    return False
-                raise LeaseConflict(
-                    f"fence {lease.fence} is already set with other fields",
-                    current=current.wire(),
-                )
-        repo.put_lease(session, workflow_id, stage, lease)
-        return True
-
-    with _lease_lock:
-        changed = retrying(services.db, compare_and_set)
+    with LEASE_LOCK:
+        changed = retrying(
+            services.db, lambda session: compare_and_set_lease(session, workflow_id, stage, lease)
+        )
     return lease, changed
 
 
