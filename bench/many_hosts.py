@@ -242,6 +242,11 @@ def _drive(host: Host, flows: int, barrier: threading.Barrier, out: dict[str, An
                 statuses[status] = statuses.get(status, 0) + 1
             out["promote_begin"], out["promote_end"] = begun, time.monotonic()
             out["statuses"] = statuses
+            expected = {
+                f"{host.host_id}_{i}.txt": f"flow {host.host_id}_{i}\n" for i in range(flows)
+            }
+            written = {p.name: p.read_text() for p in (host.repo / "flows").iterdir()}
+            out["worktree_exact"] = written == expected
     except BaseException as exc:
         out["error"] = repr(exc)
         barrier.abort()
@@ -272,6 +277,8 @@ def throughput_round(
     prepare = max(r["prepare_end"] for r in results) - min(r["prepare_begin"] for r in results)
     promote = max(r["promote_end"] for r in results) - min(r["promote_begin"] for r in results)
     statuses: dict[str, int] = {}
+    if not all(r["worktree_exact"] for r in results):
+        statuses["worktree differs"] = 1
     for r in results:
         for status, n in r["statuses"].items():
             statuses[status] = statuses.get(status, 0) + n
@@ -354,6 +361,13 @@ def main() -> None:
                     f"{row['promote_s']:9.2f}  {row['flows_per_s']:7.2f}  "
                     f"{row['promotions_per_s']:12.2f}  {row['statuses']}"
                 )
+    print("starts summary")
+    for count in args.starts:
+        rows = [r for r in report["starts"] if r["n"] == count]
+        full = [r["all_up_s"] for r in rows if r["all_up_s"] is not None]
+        ups = ", ".join(f"{r['up']} of {count}" for r in rows)
+        median = f"{statistics.median(full):.2f}" if full else "-"
+        print(f"  N = {count}: {ups} up; median time until all up {median} s")
     medians: dict[str, dict[str, float]] = {}
     for daemons in args.daemons:
         rows = [r for r in report["throughput"] if r["daemons"] == daemons]
