@@ -366,8 +366,8 @@ def main() -> None:
         rows = [r for r in report["starts"] if r["n"] == count]
         full = [r["all_up_s"] for r in rows if r["all_up_s"] is not None]
         ups = ", ".join(f"{r['up']} of {count}" for r in rows)
-        median = f"{statistics.median(full):.2f}" if full else "-"
-        print(f"  N = {count}: {ups} up; median time until all up {median} s")
+        all_up = f"{statistics.median(full):.2f}" if full else "-"
+        print(f"  N = {count}: {ups} up; median time until all up {all_up} s")
     medians: dict[str, dict[str, float]] = {}
     for daemons in args.daemons:
         rows = [r for r in report["throughput"] if r["daemons"] == daemons]
