@@ -346,11 +346,12 @@ def main() -> None:
                 )
                 for failure in row["failed"]:
                     print(f"        not up: {failure}")
-        print(
-            f"throughput: {args.flows} one-file flows split across the daemons "
-            "(one machine, 2 cores: daemons share the CPU)"
-        )
-        print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  statuses")
+        if args.daemons:
+            print(
+                f"throughput: {args.flows} one-file flows split across the daemons "
+                "(one machine, 2 cores: daemons share the CPU)"
+            )
+            print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  statuses")
         for daemons in args.daemons:
             for round_no in range(args.rounds):
                 work = Path(scratch) / f"throughput{daemons}_{round_no}"
@@ -376,7 +377,8 @@ def main() -> None:
             "promotions_per_s": statistics.median(r["promotions_per_s"] for r in rows),
         }
     report["throughput_medians"] = medians
-    print("medians (one machine, 2 cores: daemons share the CPU)")
+    if medians:
+        print("medians (one machine, 2 cores: daemons share the CPU)")
     for daemons, median in medians.items():
         print(
             f"  {daemons} daemon(s): {median['flows_per_s']:.2f} flows/s, "
