@@ -306,6 +306,10 @@ def _machine() -> str:
     return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores, {cpu}".strip()
 
 
+def _shared() -> str:
+    return f"one machine, {os.cpu_count()} cores: daemons share the CPU"
+
+
 def _postgres_version(cluster: OwnPostgres) -> str:
     admin = cluster.url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(admin, autocommit=True) as connection:
@@ -349,7 +353,7 @@ def main() -> None:
         if args.daemons:
             print(
                 f"throughput: {args.flows} one-file flows split across the daemons "
-                "(one machine, 2 cores: daemons share the CPU)"
+                f"({_shared()})"
             )
             print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  statuses")
         for daemons in args.daemons:
@@ -378,7 +382,7 @@ def main() -> None:
         }
     report["throughput_medians"] = medians
     if medians:
-        print("medians (one machine, 2 cores: daemons share the CPU)")
+        print(f"medians ({_shared()})")
     for daemons, median in medians.items():
         print(
             f"  {daemons} daemon(s): {median['flows_per_s']:.2f} flows/s, "
