@@ -13,7 +13,8 @@ used), each round on a database of its own made for it.
   hosts the ledger registered.
 - ``throughput``: 1, 2 and 3 daemons on one database, each guarding its own repository,
   share a fixed number of one-file flows (60 by default), one driving thread a daemon,
-  all threads at once. A flow is grant, lease, blob, bundle (verified) and promotion
+  all threads at once (each round runs every count, in an order rotating with the
+  round). A flow is grant, lease, blob, bundle (verified) and promotion
   (``wait``: answered when completed), each creating one new small file. Timed in two
   phases over all threads: ``prepare`` (grant to verified bundle) and ``promote`` (the
   promotion requests); reported as flows and promotions per second, the median of the
@@ -356,8 +357,11 @@ def main() -> None:
                 f"({_shared()})"
             )
             print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  statuses")
-        for daemons in args.daemons:
-            for round_no in range(args.rounds):
+        for round_no in range(args.rounds):
+            # each round runs every daemon count, in an order that rotates with the round,
+            # so that a slower spell of a shared machine does not fall on one count alone
+            shift = round_no % max(len(args.daemons), 1)
+            for daemons in args.daemons[shift:] + args.daemons[:shift]:
                 work = Path(scratch) / f"throughput{daemons}_{round_no}"
                 row = throughput_round(cluster, work, daemons, args.flows, round_no)
                 report["throughput"].append(row)
