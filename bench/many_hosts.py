@@ -370,7 +370,8 @@ def main() -> None:
                     f"{row['promote_s']:9.2f}  {row['flows_per_s']:7.2f}  "
                     f"{row['promotions_per_s']:12.2f}  {row['statuses']}"
                 )
-    print("starts summary")
+    if args.starts:
+        print("starts summary")
     for count in args.starts:
         rows = [r for r in report["starts"] if r["n"] == count]
         full = [r["all_up_s"] for r in rows if r["all_up_s"] is not None]
