@@ -159,12 +159,15 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         dbmod.check_schema(settings.db_url)
     database = dbmod.Database(settings.db_url, settings.database_busy_timeout, server)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
+    registry = Registry.from_settings(settings)
+    for guarded in registry.all():
+        tree_reader.serve(guarded.layout)  # a long-lived cat-file for the daemon's own
     return Services(
         settings=settings,
         db=database,
         blobs=BlobStore(settings.audit_dir),
         audit=AuditStore(settings.audit_dir, settings.group_sync_limit),
-        registry=Registry.from_settings(settings),
+        registry=registry,
         auth=Authenticator(database, tokens, settings.credentials_dir),
         tokens=tokens,
         owner=Owner.me(host_id),

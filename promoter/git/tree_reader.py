@@ -17,6 +17,12 @@ tree's direct entries: the mode as six octal digits, the object id, and the type
 ``MAX_TREE_BYTES`` is not parsed here (``None``): parsing a flat directory of 100 000
 entries in Python costs more than one ``ls-tree`` that names the paths.
 
+Only for a repository a daemon guards (``serve``, called when the daemon's services are
+built): anywhere else (an executor's clone, a sandbox, the command line) ``children``
+answers None and the caller asks ``ls-tree``, so no git process is left running inside a
+directory that is not the daemon's to keep (a sandbox with a live process in it is never
+pruned).
+
 Deliberately not here: which paths are asked about, leading directories, or what an
 entry means (``promoter.git.readback``); blobs (``promoter.git.objects``).
 """
@@ -31,7 +37,7 @@ from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.records import TreeEntry, require_oid
 
-__all__ = ["MAX_TREE_BYTES", "children", "close_all"]
+__all__ = ["MAX_TREE_BYTES", "children", "close_all", "serve"]
 
 MAX_TREE_BYTES = 1 << 20  # about 25 000 entries
 _LIMIT = 200_000  # remembered entries, all trees together
@@ -42,6 +48,13 @@ _lock = threading.Lock()  # guards the two dictionaries below
 _readers: dict[str, _Reader] = {}  # in the order they were last used
 _trees: dict[tuple[str, str], dict[str, TreeEntry]] = {}
 _held = 0
+_served: set[str] = set()  # common git directories of the repositories a daemon guards
+
+
+def serve(layout: RepoLayout) -> None:
+    """Let ``children`` keep a reader running for ``layout``'s repository (a daemon's)."""
+    with _lock:
+        _served.add(os.fspath(layout.common_dir))
 
 
 class _Reader:
@@ -130,11 +143,14 @@ def parse_tree(data: bytes, oid_bytes: int) -> dict[str, TreeEntry]:
 
 def children(layout: RepoLayout, oid: str) -> dict[str, TreeEntry] | None:
     """The direct entries of tree ``oid`` by name; None for a tree too large to parse
-    here (the caller asks ``ls-tree`` instead). ``GitError`` when it is no tree."""
+    here, or of a repository no daemon here guards (the caller asks ``ls-tree``
+    instead). ``GitError`` when it is no tree."""
     global _held
     require_oid(oid, "tree")
     key = (os.fspath(layout.common_dir), oid)
     with _lock:
+        if key[0] not in _served:
+            return None
         known = _trees.get(key)
     if known is not None:
         return known

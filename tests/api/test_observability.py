@@ -369,12 +369,14 @@ def test_a_fault_inside_an_attempt_is_logged_with_the_request_id(
     assert (view["status"], view["code"]) == ("refused", "internal")
     mine = [line for line in lines(log_buffer) if line.get("request_id") == "attempt-1"]
     assert [line["logger"] for line in mine] == [
-        "promoter.operations",
+        "promoter.operations",  # the fault, with its traceback
+        "promoter.operations",  # the operation put back (refused: nothing was journaled)
         "promoter.decision",
         "promoter.outcome",
         "promoter.access",
     ]
     assert "RuntimeError: read-back broke" in mine[0]["exception"]
+    assert "put back: refused" in mine[1]["message"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])

@@ -64,6 +64,10 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
     assert view["status"] == "completed", view
     assert opened == [
         "promote.py:_journal",  # the plan: the lease again, the steps, directories, events
+        # the host's epoch, before the first worktree write and before the first replace
+        # (promoter.engine.fencing): a fenced host writes nothing
+        "fencing.py:check",
+        "fencing.py:check",
         # the writes and the outcome: the step statuses and the receipt recorded once,
         # then (after its audit file) completed
         "outcome.py:complete",

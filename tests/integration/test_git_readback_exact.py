@@ -46,6 +46,15 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.fixture(autouse=True)
+def _guarded(repo: Path) -> Iterator[None]:
+    """``repo`` served as a daemon guarding it serves it (``tree_reader.serve``): its
+    trees are read through a long-lived cat-file, stopped after the test."""
+    tree_reader.serve(discover(repo))
+    yield
+    tree_reader.close_all()
+
+
 def _ls_files(repo: Path, paths: list[str]) -> list[str]:
     layout = discover(repo)
     out = runner.run_git(
@@ -340,3 +349,20 @@ def test_a_tree_reader_answers_git_s_own_entries_for_every_odd_name(
     assert children is not None
     assert children == tree_entries(layout, tree, list(children))
     assert set(ODD) <= set(children)
+
+
+def test_a_repository_no_daemon_guards_keeps_no_git_process_running(tmp_path: Path) -> None:
+    """An executor's clone or a sandbox is read with ``ls-tree``: no cat-file is left
+    running with its working directory inside (a sandbox with a live process in it is
+    never pruned)."""
+    clone = make_repo(tmp_path, "clone")
+    (clone / "d").mkdir()
+    (clone / "d" / "f.txt").write_bytes(b"f\n")
+    commit_all(clone, "a clone")
+    layout = discover(clone)
+    tree = git(clone, "rev-parse", "HEAD^{tree}")
+    assert tree_reader.children(layout, tree) is None
+    with runner.counting() as started:
+        found = path_entries(layout, tree, ["d/f.txt"])
+    assert found["d/f.txt"] is not None and "cat-file" not in started
+    assert os.fspath(layout.common_dir) not in tree_reader._readers
