@@ -18,7 +18,9 @@ placed over a component later changes its (device, inode), which the re-walk com
 A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
 the chain per component (device, inode and mount id: one ``statx``, or a ``stat`` and a
 mount id read), no opens, and re-walks only when that finds a difference (so the refusal
-is the re-walk's, as before).
+is the re-walk's, as before). A re-walk is first tried as one ``openat2`` beneath the
+root (``openat2.py``; ``Root.one_call_rechecks`` counts those that answered), the
+component walk staying the fallback and the reference.
 Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
 (``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
 ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
@@ -64,6 +66,7 @@ from typing import Protocol
 
 from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, TargetDrift
+from promoter.fs import openat2
 from promoter.fs.leaf import (
     ExpectedState,
     LeafState,
@@ -135,12 +138,16 @@ class ChainRoot(Protocol):
     """What a chain needs of the held worktree root (``root.Root``)."""
 
     rewalks: int
+    one_call_rechecks: int
 
     @property
     def fd(self) -> int: ...
 
     @property
     def dev(self) -> int: ...
+
+    @property
+    def ino(self) -> int: ...
 
     def recheck(self) -> None: ...
 
@@ -232,12 +239,19 @@ class ParentChain(HoldsFd):
         """Raise ``PathUnsafe`` unless the root and every held directory are still in place.
 
         No mount ids are read by the re-walk: the held descriptors were checked when
-        opened and every re-walked directory must be the same (device, inode).
+        opened and every re-walked directory must be the same (device, inode). Where the
+        kernel has ``openat2``, one call beneath the root answers first
+        (``openat2.chain_in_place``: the same identities compared); the walk runs only
+        when that finds a difference, so a refusal is the walk's own.
         """
         if self.held is not None and self.held.still_in_place():
             return
         self.root.rewalks += 1
         self.root.recheck()
+        root_id = (self.root.dev, self.root.ino)
+        if openat2.chain_in_place(self.root.fd, root_id, self.dir_parts, self.ids, self.fd):
+            self.root.one_call_rechecks += 1
+            return
         current = os.dup(self.root.fd)
         try:
             for depth, name in enumerate(self.dir_parts):
