@@ -12,9 +12,11 @@ mount of the root's own filesystem is refused (``PathUnsafe``) like any other mo
 The root's mount id is read once; each directory a walk opens costs one ``statx``
 (``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
 compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
-bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
-descriptor's mount never changes, the held ones were checked when opened, and a mount
-placed over a component later changes its (device, inode), which the re-walk compares.
+bind-mounted single file at a target. ``verify_chain`` reads no mount ids where the
+kernel has ``openat2`` (its lookups refuse a mount crossing): a descriptor's mount never
+changes and the held ones were checked when opened. Without it, each re-walked
+directory's mount id is read, since a directory bind-mounted onto itself keeps its
+(device, inode).
 A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
 the chain per component (device, inode and mount id: one ``statx``, or a ``stat`` and a
 mount id read), no opens, and re-walks only when that finds a difference (so the refusal
@@ -73,7 +75,7 @@ from promoter.fs.leaf import (
     os_error,
     read_leaf,
 )
-from promoter.fs.syscalls import open_dir_component
+from promoter.fs.syscalls import lookup_refuses_mounts, open_dir_component
 
 __all__ = [
     "ON_ANOTHER_MOUNT",
@@ -238,8 +240,10 @@ class ParentChain(HoldsFd):
     def verify_chain(self) -> None:
         """Raise ``PathUnsafe`` unless the root and every held directory are still in place.
 
-        No mount ids are read by the re-walk: the held descriptors were checked when
-        opened and every re-walked directory must be the same (device, inode). Where the
+        The re-walk reads no mount ids where its lookups refuse mount crossings
+        (``openat2``): the held descriptors were checked when opened and every re-walked
+        directory must be the same (device, inode). Elsewhere each re-walked directory's
+        mount id is read too, since a directory bind-mounted onto itself keeps both. Where the
         kernel has ``openat2``, one call beneath the root answers first
         (``openat2.chain_in_place``: the same identities compared); the walk runs only
         when that finds a difference, so a refusal is the walk's own.
@@ -265,6 +269,8 @@ class ParentChain(HoldsFd):
                 if nxt is None:
                     raise PathUnsafe("a held directory was moved", path=self.rel, at=at)
                 current = nxt
+                if not lookup_refuses_mounts():  # a bind mount of a held directory onto
+                    self.root.check_mount(current, "", self.rel, at)  # itself: same ids
                 st = os.fstat(current)
                 if (st.st_dev, st.st_ino) != self.ids[depth]:
                     raise PathUnsafe("a held directory was swapped", path=self.rel, at=at)

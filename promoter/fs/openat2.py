@@ -71,6 +71,11 @@ def available() -> bool:
 @functools.cache
 def kernel_has_it() -> bool:
     """Whether ``openat2`` with ``RESOLVE`` works here (probed once per process, on ``/``)."""
+    return probe()
+
+
+def probe() -> bool:
+    """One try of ``openat2`` with ``RESOLVE`` (``kernel_has_it`` keeps its first answer)."""
     try:
         root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
