@@ -278,6 +278,7 @@ def test_unavailable_openat2_is_probed_once_and_falls_back_for_good(
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))  # or EPERM under seccomp
 
     monkeypatch.setattr(syscalls, "openat2", refused)
+    monkeypatch.setattr(openat2, "_chosen", [True])  # whatever a daemon chose before
     monkeypatch.setattr(openat2, "kernel_has_it", functools.cache(openat2.probe))
     top = _tree(tmp_path)
     with Root.open(top) as root, _chain(root) as chain:
