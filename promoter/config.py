@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     # ...and only while at most this many bytes wait to be written system-wide (syncfs
     # writes other programs' dirty pages too: on a busy disk an fsync each costs less).
     group_sync_max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # A held directory's chain re-checked by one openat2 beneath the root where the kernel
+    # has it (promoter.fs.openat2); false: the component walk, always.
+    chain_recheck_openat2: bool = True
     metrics_public: bool = True
     blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     log_level: str = "info"

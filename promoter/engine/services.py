@@ -29,6 +29,7 @@ from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.engine.snapshots.watch import SnapshotWatch
+from promoter.fs import openat2
 from promoter.git import tree_reader
 from promoter.store import db as dbmod
 from promoter.store import journal
@@ -144,6 +145,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     """The wired services; the daemon checks its webhook targets first
     (``promoter.adapters.webhooks.daemon_services``)."""
     prepare_state_dir(settings.state_dir)
+    openat2.choose(settings.chain_recheck_openat2)  # process-wide, as the fs layer is
     host_id = settings.host_id or machine_host_id()
     server = dbmod.ServerOptions(
         connect_timeout=settings.database_connect_timeout,

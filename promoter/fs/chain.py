@@ -12,13 +12,17 @@ mount of the root's own filesystem is refused (``PathUnsafe``) like any other mo
 The root's mount id is read once; each directory a walk opens costs one ``statx``
 (``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
 compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
-bind-mounted single file at a target. ``verify_chain`` reads no mount ids: a
-descriptor's mount never changes, the held ones were checked when opened, and a mount
-placed over a component later changes its (device, inode), which the re-walk compares.
+bind-mounted single file at a target. ``verify_chain`` reads no mount ids where the
+kernel has ``openat2`` (its lookups refuse a mount crossing): a descriptor's mount never
+changes and the held ones were checked when opened. Without it, each re-walked
+directory's mount id is read, since a directory bind-mounted onto itself keeps its
+(device, inode).
 A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
 the chain per component (device, inode and mount id: one ``statx``, or a ``stat`` and a
 mount id read), no opens, and re-walks only when that finds a difference (so the refusal
-is the re-walk's, as before).
+is the re-walk's, as before). A re-walk is first tried as one ``openat2`` beneath the
+root (``openat2.py``; ``Root.one_call_rechecks`` counts those that answered), the
+component walk staying the fallback and the reference.
 Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
 (``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
 ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
@@ -64,13 +68,14 @@ from typing import Protocol
 
 from promoter.domain.closing import Closing
 from promoter.errors import PathUnsafe, TargetDrift
+from promoter.fs import openat2
 from promoter.fs.leaf import (
     ExpectedState,
     LeafState,
     os_error,
     read_leaf,
 )
-from promoter.fs.syscalls import open_dir_component
+from promoter.fs.syscalls import lookup_refuses_mounts, open_dir_component
 
 __all__ = [
     "ON_ANOTHER_MOUNT",
@@ -135,12 +140,16 @@ class ChainRoot(Protocol):
     """What a chain needs of the held worktree root (``root.Root``)."""
 
     rewalks: int
+    one_call_rechecks: int
 
     @property
     def fd(self) -> int: ...
 
     @property
     def dev(self) -> int: ...
+
+    @property
+    def ino(self) -> int: ...
 
     def recheck(self) -> None: ...
 
@@ -231,13 +240,22 @@ class ParentChain(HoldsFd):
     def verify_chain(self) -> None:
         """Raise ``PathUnsafe`` unless the root and every held directory are still in place.
 
-        No mount ids are read by the re-walk: the held descriptors were checked when
-        opened and every re-walked directory must be the same (device, inode).
+        The re-walk reads no mount ids where its lookups refuse mount crossings
+        (``openat2``): the held descriptors were checked when opened and every re-walked
+        directory must be the same (device, inode). Elsewhere each re-walked directory's
+        mount id is read too, since a directory bind-mounted onto itself keeps both. Where the
+        kernel has ``openat2``, one call beneath the root answers first
+        (``openat2.chain_in_place``: the same identities compared); the walk runs only
+        when that finds a difference, so a refusal is the walk's own.
         """
         if self.held is not None and self.held.still_in_place():
             return
         self.root.rewalks += 1
         self.root.recheck()
+        root_id = (self.root.dev, self.root.ino)
+        if openat2.chain_in_place(self.root.fd, root_id, self.dir_parts, self.ids, self.fd):
+            self.root.one_call_rechecks += 1
+            return
         current = os.dup(self.root.fd)
         try:
             for depth, name in enumerate(self.dir_parts):
@@ -251,6 +269,8 @@ class ParentChain(HoldsFd):
                 if nxt is None:
                     raise PathUnsafe("a held directory was moved", path=self.rel, at=at)
                 current = nxt
+                if not lookup_refuses_mounts():  # a bind mount of a held directory onto
+                    self.root.check_mount(current, "", self.rel, at)  # itself: same ids
                 st = os.fstat(current)
                 if (st.st_dev, st.st_ino) != self.ids[depth]:
                     raise PathUnsafe("a held directory was swapped", path=self.rel, at=at)

@@ -8,7 +8,8 @@ bytes too, bounded);
 ``remove_dir_if_empty`` removes an empty directory. This module imports ``atomic.py`` and
 ``chain.py``, never the other way round (a chain knows its root as ``chain.ChainRoot``).
 ``Root.walks`` and ``Root.rewalks`` count the chains walked from the root and the full
-re-walks of ``verify_chain`` (read by tests and benchmarks; nothing decides on them).
+re-checks of ``verify_chain`` (``Root.one_call_rechecks``: those one ``openat2`` answered
+without a walk; read by tests and benchmarks; nothing decides on them).
 
 Deliberately not here: the per-component rules and ``ParentChain`` (``chain.py``), the
 directories a pass holds (``held.py``), and any change to a file (``atomic.py``,
@@ -42,7 +43,8 @@ class Root(HoldsFd):
         self.ino = ino
         self.mnt_id = mnt_id
         self.walks = 0  # chains walked from the root: counters tests and benchmarks read
-        self.rewalks = 0  # full re-walks of ``ParentChain.verify_chain``
+        self.rewalks = 0  # re-checks of ``ParentChain.verify_chain`` past a held check
+        self.one_call_rechecks = 0  # of those, the ones one ``openat2`` answered (no walk)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Root:

@@ -3,7 +3,8 @@
 This module owns ``renameat2`` through ctypes (libc's wrapper, or the raw syscall
 number where libc lacks it; ``ENOSYS`` when neither exists), opening one directory
 component with ``openat2(RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)``
-where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once), the
+where the kernel has it (Linux 5.6+; plain ``openat`` otherwise, probed once; the call
+itself as ``openat2``), the
 mount id of an open descriptor or of a directory entry (``mount_id``; with the device
 and inode in one call, ``statx_identity``), reading the
 process umask without changing it (``/proc/self/status``; set-and-restore under a lock
@@ -131,6 +132,15 @@ def _openat2_impl() -> Openat2 | None:
     except OSError:  # ENOSYS, EPERM (seccomp), E2BIG/EINVAL (unknown flags): use openat
         return None
     return call
+
+
+def openat2(dir_fd: int, path: str | bytes, flags: int, resolve: int) -> int:
+    """The ``openat2`` syscall (``how.mode`` 0): a new descriptor, or ``OSError``
+    (``ENOSYS`` where this process found it unavailable)."""
+    impl = _openat2_impl()
+    if impl is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), path)
+    return impl(dir_fd, path, flags, resolve)
 
 
 def lookup_refuses_mounts() -> bool:

@@ -6,6 +6,7 @@ group behind, whether the filesystem gives anonymous temps (``O_TMPFILE``) or na
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +176,34 @@ def test_one_group_sync_makes_every_begun_temp_durable_before_the_first_is_named
     assert seen == [[] if anonymous else sorted(f"d/{t}" for t in TEMPS)]
     assert fsynced == []
     assert staged == dict(enumerate(CONTENTS))
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["group_syncfs", "fsync_each"])
+def test_debug_log_says_which_flush_path_a_pass_took(
+    root: Root,
+    work: Path,
+    grouped: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator reading a slow promotion's debug log sees whether its new files and
+    directories were made durable by one ``syncfs`` or by an fsync each."""
+    if grouped:
+        monkeypatch.setattr(group_sync, "kernel_reports_errors", lambda: True)
+        monkeypatch.setattr(group_sync, "filesystem_type", lambda fd: 0xEF53)
+        monkeypatch.setattr(group_sync, "pending_bytes", lambda: 0)
+    caplog.set_level(logging.DEBUG, logger="promoter.apply")
+    apply = Applier(root, group_sync_limit=0 if grouped else None)
+    try:
+        begin_all(apply)
+        apply.end_begun()
+        apply.fsync()
+    finally:
+        apply.close()
+    how = "one group syncfs" if grouped else "an fsync each"
+    lines = [r.getMessage() for r in caplog.records if r.name == "promoter.apply"]
+    # the temps of one directory still take one group sync; its one directory an fsync
+    assert lines == [
+        f"flush path: {how} for {len(CONTENTS)} new files",
+        "flush path: an fsync each for 1 directories",
+    ]

@@ -18,7 +18,7 @@ EXAMPLE = DEPLOY / "promoter.example.toml"
 
 
 def _named_keys(text: str) -> set[str]:
-    return set(re.findall(r"^#? ?([a-z_]+) = ", text, re.MULTILINE))
+    return set(re.findall(r"^#? ?([a-z][a-z0-9_]*) = ", text, re.MULTILINE))
 
 
 def test_example_config_names_every_setting() -> None:

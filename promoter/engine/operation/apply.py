@@ -141,7 +141,12 @@ class Applier:
         durable before the first is named, instead of an fsync each.
         """
         synced = False
-        if len(self.begun) > 1 and self.group_sync is not None:
+        grouped = len(self.begun) > 1 and self.group_sync is not None
+        if self.begun:
+            how = "one group syncfs" if grouped else "an fsync each"
+            log.debug("flush path: %s for %d new files", how, len(self.begun))
+        if grouped:
+            assert self.group_sync is not None
             try:
                 self.group_sync.sync()
             except OSError as exc:
@@ -207,7 +212,11 @@ class Applier:
         seen: dict[str, Parent] = {}
         for parent in self.parents.values():
             seen.setdefault("/".join(parent.dir_parts), parent)
-        if len(seen) > 1 and self.group_sync is not None:
+        grouped = len(seen) > 1 and self.group_sync is not None
+        how = "one group syncfs" if grouped else "an fsync each"
+        log.debug("flush path: %s for %d directories", how, len(seen))
+        if grouped:
+            assert self.group_sync is not None
             try:
                 self.group_sync.sync()
                 faults.point("after_parent_fsync")
