@@ -150,6 +150,16 @@ async def mint_executor_token(
     return json_response({"token": token, "executor_run_id": run_id, "expires_at": expires_at}, 201)
 
 
+# what registering a grant can answer, alone or as part of a run
+GRANT_ERRORS = (
+    "grant_invalid",
+    "grant_conflict",
+    "repository_unknown",
+    "repository_invalid",
+    "git_error",
+)
+
+
 @router.post(
     "/grants",
     **operation(
@@ -160,11 +170,7 @@ async def mint_executor_token(
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=[
-            "grant_invalid",
-            "grant_conflict",
-            "repository_unknown",
-            "repository_invalid",
-            "git_error",
+            *GRANT_ERRORS,
             "database_busy",
         ],
         body=GrantV1,
@@ -254,11 +260,7 @@ async def put_lease(
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=[
-            "grant_invalid",
-            "grant_conflict",
-            "repository_unknown",
-            "repository_invalid",
-            "git_error",
+            *GRANT_ERRORS,
             "lease_fence_regression",
             "lease_conflict",
             "database_busy",
