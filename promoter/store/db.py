@@ -28,6 +28,7 @@ Fault point: ``migration_locked`` (the lock is held, no migration has run yet).
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import math
 import os
@@ -206,20 +207,28 @@ def alembic_config(url: str) -> Config:
 
 def head_revision(url: str) -> str | None:
     """The newest schema revision the code ships."""
-    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    return _shipped()[0]
 
 
-def _check_schema(url: str, connection: Connection, *, migrating: bool) -> None:
+@functools.cache
+def _shipped() -> tuple[str | None, frozenset[str]]:
+    """The head and every revision of the migrations this code ships, read once a process:
+    they are files of the installed package and do not change while it runs."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions())
+
+
+def _check_schema(url: str, connection: Connection, *, migrating: bool) -> bool:
     """Refuse a database whose revision is not the code's head (``SchemaMismatch``);
-    when ``migrating``, an older revision is fine (the upgrade brings it to head)."""
+    when ``migrating``, an older revision is fine (the upgrade brings it to head).
+    True when the database is at the head already (nothing to migrate)."""
     current = MigrationContext.configure(connection).get_current_revision()
-    head = head_revision(url)
+    head, known_revisions = _shipped()
     if current == head:
-        return
-    script = ScriptDirectory.from_config(alembic_config(url))
-    known = current is None or any(r.revision == current for r in script.walk_revisions())
+        return True
+    known = current is None or current in known_revisions
     if known and migrating:
-        return
+        return False
     if known:
         raise SchemaMismatch(
             f"the database schema is at revision {current or 'none (empty)'}, older than "
@@ -279,8 +288,10 @@ def upgrade(url: str, server: ServerOptions | None = None) -> None:
     try:
         with engine.connect() as connection, migration_lock(url, connection):
             faults.point("migration_locked")
-            _check_schema(url, connection, migrating=True)
+            at_head = _check_schema(url, connection, migrating=True)
             connection.commit()
+            if at_head:
+                return  # Alembic's environment would find nothing to run
             config = alembic_config(url)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
