@@ -81,7 +81,7 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     never_busy = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
     first = DaemonProcess(state, {"work": repo}, faults=spec, extra_env=never_busy)
     try:
-        request = prepare_promotion(first, repo, _changes())
+        request = prepare_promotion(first, repo, _changes(), batched=False)
         before, git_before = tree_bytes(repo), git_dir_digest(repo)
         with first.client() as orch, contextlib.suppress(httpx.HTTPError):
             orch.post("/v1/promotions", json=request)  # the daemon dies mid-request

@@ -13,13 +13,21 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support import databases
+from promoter.domain.blob_frames import (
+    BATCH_BLOB_MAX,
+    BATCH_MAX_BLOBS,
+    BATCH_MAX_BYTES,
+    frame_bytes,
+    frame_header,
+)
+from tests.support import databases, forkserver
 from tests.support.flows import make_bundle, make_grant, sha, ts
 
 
@@ -42,6 +50,8 @@ class DaemonProcess:
         }
         if faults:
             env["PROMOTER_FAULTS"] = faults
+        # as for an in-process test daemon: no start-up rehearsal unless a test asks for it
+        env["PROMOTER_REHEARSE_AT_START"] = "false"
         env.update(extra_env or {})
         databases.ensure(env.get("PROMOTER_DATABASE_URL"))  # made before the child opens it
         argv = [
@@ -61,14 +71,18 @@ class DaemonProcess:
             if open_files is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
 
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            preexec_fn=limits if open_files is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        self.proc: subprocess.Popen[bytes] | forkserver.Forked
+        if forkserver.enabled():
+            self.proc = forkserver.spawn(argv, env, nofile=open_files)
+        else:
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                preexec_fn=limits if open_files is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
         self.log: list[str] = []
         self.url = self._await_ready()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -119,10 +133,49 @@ class DaemonProcess:
         return self.proc.wait(60)
 
 
+def upload_blobs(executor: httpx.Client, blobs: Iterable[bytes]) -> None:
+    """Upload ``blobs``: small ones in framed ``POST /v1/blobs:batchUpdate`` requests (a
+    thousand PUTs of small files took most of a crash test's time), big ones by ``PUT``;
+    each must be stored."""
+    batch: list[bytes] = []
+    size = 0
+
+    def send() -> None:
+        body = b"".join(frame_header(sha(data), len(data)) + data for data in batch)
+        answer = executor.post(
+            "/v1/blobs:batchUpdate",
+            content=body,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert answer.status_code == 200, answer.text
+        codes = [item.get("code") for item in answer.json()["responses"]]
+        assert codes == [None] * len(batch), codes
+
+    for data in sorted(blobs):
+        if len(data) > BATCH_BLOB_MAX:
+            answer = executor.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+            assert answer.status_code in (200, 201), answer.text
+            continue
+        added = frame_bytes(sha(data), len(data))
+        if batch and (len(batch) >= BATCH_MAX_BLOBS or size + added > BATCH_MAX_BYTES):
+            send()
+            batch, size = [], 0
+        batch.append(data)
+        size += added
+    if batch:
+        send()
+
+
 def prepare_promotion(
-    daemon: DaemonProcess, repo: Path, changes: list[tuple[str, bytes | None, bytes | None]]
+    daemon: DaemonProcess,
+    repo: Path,
+    changes: list[tuple[str, bytes | None, bytes | None]],
+    *,
+    batched: bool = True,
 ) -> dict[str, Any]:
-    """Grant, lease, blobs and a verified bundle; returns the promotion request body."""
+    """Grant, lease, blobs and a verified bundle; returns the promotion request body.
+    ``batched=False`` uploads one ``PUT`` a blob (a batch syncs its blobs as one group,
+    which a test counting ``after_group_sync`` hits must leave out)."""
     with daemon.client() as orch:
         identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
         grant = make_grant(repo, identity)
@@ -138,8 +191,13 @@ def prepare_promotion(
         assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
     bundle = make_bundle(grant, changes)
     with daemon.executor("run_1") as ex:
-        for data in {d for _, old, new in changes for d in (old, new) if d is not None}:
-            ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+        blobs = {d for _, old, new in changes for d in (old, new) if d is not None}
+        if batched:
+            upload_blobs(ex, blobs)
+        else:
+            for data in blobs:
+                answer = ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+                assert answer.status_code in (200, 201), answer.text
         answer = ex.post("/v1/bundles", json=bundle)
         assert answer.status_code == 201, answer.text
     receipt = answer.json()["verification_receipt"]
