@@ -496,8 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rows is None:
         print(format_result(run(args.rounds)))
-    else:
-        print(format_result(some_rows(set(args.rows.split(",")), args.rounds)))
+        return 0
+    wanted = set(args.rows.split(","))
+    if wanted - set(SOME_ROWS):
+        parser.error(f"not rows --rows can run: {', '.join(sorted(wanted - set(SOME_ROWS)))}")
+    print(format_result(some_rows(wanted, args.rounds)))
     return 0
 
 
