@@ -22,6 +22,18 @@ the median of its per-round figures. The rows:
   time of the first promotion and of the bare loop, user and system apart, per change in
   microseconds, is a detail too (``promote_115.user_us_per_change``,
   ``promote_115.bare_system_us_per_change``, …): where the two differ, and by whose time.
+- ``promote_1150_syncfs``: the same first promotion of ``promote_1150`` (one more variant
+  in its rounds, the same timed promotion) over ``bench.workload.bare_syncfs`` of the
+  same change on an identical copy: every temp written, renamed or unlinked with no
+  flush, then one ``syncfs`` of the filesystem, the cheapest durable write of a group.
+  The processor time of both, user plus system, per change in microseconds, is a
+  detail (``promote_1150_syncfs.cpu_us_per_change``, ``….syncfs_cpu_us_per_change``);
+  the kernel's writeback after a ``syncfs`` runs in its flusher threads, charged to
+  neither, while an ``fsync`` writes back in the caller's time.
+- ``promote_11500_syncfs`` (with ``full`` only: a round takes several minutes, most of
+  it making the copies, the blobs and the verified bundle of 11 500 changes): the same
+  at ten times the size, promotion and ``bare_syncfs`` alone (no bare loop, no warm
+  daemon).
 - ``verify_10k``: the first ``POST /v1/bundles`` of a 10 000-change bundle to a fresh
   daemon (timed by a client process of its own, started before it is timed) over
   re-hashing every blob plus JCS of the bundle.
@@ -31,8 +43,9 @@ the median of its per-round figures. The rows:
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 - ``flow_1``: a 1-file flow (upload, submit, promotion) over a bare 1-file durable write,
-  with its flushes, git processes and processor time; ``flow_10``: a 10-file change over
-  ``git apply`` + ``sync``; see ``bench.rows_fixed``.
+  with its flushes, git processes and processor time; ``flow_10``: an agent-sized change
+  (7 files modified, 3 created) over ``git apply`` + ``sync``, and ``flow_10_promotion``
+  its promotion alone over the same; see ``bench.rows_fixed``.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
@@ -47,10 +60,10 @@ every file created after it, promoter's and the bare loop's, pay for each inode 
 by whichever variant happens to share a block group with it.
 
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
-named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``, ``flow_1``,
-``flow_10``), for ``--rounds`` rounds. ``flow_1`` and ``flow_10`` are
-``bench.rows_fixed``'s: a 1-file flow's time, flushes and git processes, and a 10-file
-change beside ``git apply`` + ``sync``.
+named (``SOME_ROWS``: ``rss_promote_4x256mib``, ``promote_1150``, ``promote_1150_syncfs``,
+``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
+``flow_10_promotion``), for ``--rounds`` rounds; a row named alone brings only the
+variants it needs (``promote_1150_syncfs`` without the bare loop and the warm daemon).
 
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
@@ -91,6 +104,8 @@ GOALS: dict[str, tuple[float, str]] = {
     "http_flow_1150": (2.0, "x"),
     "promote_1150": (1.0, "x"),
     "promote_115": (1.2, "x"),
+    "promote_1150_syncfs": (1.5, "x"),
+    "promote_11500_syncfs": (2.0, "x"),  # with full=True only: long
     "verify_10k": (1.5, "x"),
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
@@ -103,6 +118,8 @@ LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
     "promote_1150": "promotion alone, 1150 changes, vs bare loop",
     "promote_115": "promotion alone, 115 changes, vs bare loop",
+    "promote_1150_syncfs": "promotion alone, 1150 changes, vs batched syncfs",
+    "promote_11500_syncfs": "promotion alone, 11,500 changes, vs batched syncfs",
     "verify_10k": "verification, 10k changes, vs re-hash + JCS",
     "healthz_during_verify_10k": "/healthz max latency during a 10k verification",
     "cli_help": "promoter --help start",
@@ -111,6 +128,18 @@ LABELS = {
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
 }
+
+# the rows ``--rows`` can name (``some_rows``)
+SOME_ROWS = (
+    "rss_promote_4x256mib",
+    "promote_1150",
+    "promote_1150_syncfs",
+    "promote_115",
+    "promote_11500_syncfs",
+    "flow_1",
+    "flow_10",
+    "flow_10_promotion",
+)
 
 
 # --- the rows ---------------------------------------------------------------------------------
@@ -192,52 +221,69 @@ def promotion(
     source: wl.Source,
     workload: wl.Workload,
     template: Path,
+    *,
+    loop: bool = True,
+    syncfs_row: str | None = None,
 ) -> None:
+    """A first promotion beside its baselines, alternating: the bare loop and a warm daemon
+    (``loop``, the row ``row``), one batched ``syncfs`` write (``syncfs_row``)."""
     here = work / f"{row}-{round_no}"
     here.mkdir()
     ours = wl.copy_repo(source.path, here / "promoter")
-    warm = wl.copy_repo(source.path, here / "promoter-warm")
-    bare = wl.copy_repo(source.path, here / "bare")
     prepared = pp.prepare_promoter(ours, here / "state", source, workload, template)
-    warmed = pp.prepare_promoter(
-        warm,
-        here / "state-warm",
-        source,
-        workload,
-        template,
-        warm_copy=wl.copy_repo(source.path, here / "warm-up"),
-    )
     done: dict[str, str] = {}
+    runs: list[tuple[str, Callable[[], object]]] = [
+        ("promoter", lambda: done.setdefault("cold", pp.promote_once(prepared)))
+    ]
+    copies = {"promoter": ours}
+    if loop:
+        warm = copies["warm"] = wl.copy_repo(source.path, here / "promoter-warm")
+        bare = copies["bare"] = wl.copy_repo(source.path, here / "bare")
+        warmed = pp.prepare_promoter(
+            warm,
+            here / "state-warm",
+            source,
+            workload,
+            template,
+            warm_copy=wl.copy_repo(source.path, here / "warm-up"),
+        )
+        runs += [
+            ("bare", lambda: wl.bare_loop(bare, workload.steps)),
+            ("warm", lambda: done.setdefault("warm", pp.promote_once(warmed))),
+        ]
+    if syncfs_row is not None:
+        batched = copies["syncfs"] = wl.copy_repo(source.path, here / "syncfs")
+        runs.append(("syncfs", lambda: wl.bare_syncfs(batched, workload.steps)))
     cpu: dict[str, tuple[float, float]] = {}
     previous = gc_policy.tune_for_serving()  # the collector as ``promoter serve`` sets it
     try:
-        seconds = alternate(
-            round_no,
-            [
-                ("promoter", lambda: done.setdefault("cold", pp.promote_once(prepared))),
-                ("bare", lambda: wl.bare_loop(bare, workload.steps)),
-                ("warm", lambda: done.setdefault("warm", pp.promote_once(warmed))),
-            ],
-            cpu,
-        )
+        seconds = alternate(round_no, runs, cpu)
     finally:
         gc_policy.restore(previous)
     pp.finish_promoter(prepared, done["cold"])
-    pp.finish_promoter(warmed, done["warm"])
-    wl.check_tree(ours, workload.target, row)
-    wl.check_tree(warm, workload.target, f"{row} (warm daemon)")
-    wl.check_tree(bare, workload.target, "bare loop")
+    if loop:
+        pp.finish_promoter(warmed, done["warm"])
+    for variant, copy in copies.items():
+        wl.check_tree(copy, workload.target, f"{row} ({variant})")
+    # kept until the run ends (see the module docstring: deleted inodes)
+    changes = len(workload.steps)  # processor time a change, microseconds
+    if syncfs_row is not None:
+        table.add(syncfs_row, seconds["promoter"] / seconds["syncfs"])
+        table.note(f"{syncfs_row}.seconds", seconds["promoter"])
+        table.note(f"{syncfs_row}.syncfs_seconds", seconds["syncfs"])
+        for variant, key in (("promoter", ""), ("syncfs", "syncfs_")):
+            table.note(f"{syncfs_row}.{key}cpu_us_per_change", 1e6 * sum(cpu[variant]) / changes)
+    if not loop:
+        return
     table.add(row, seconds["promoter"] / seconds["bare"])
     table.note(f"{row}.seconds", seconds["promoter"])
     table.note(f"{row}.bare_seconds", seconds["bare"])
     table.note(f"{row}.warm", seconds["warm"] / seconds["bare"])
     table.note(f"{row}.warm_seconds", seconds["warm"])
-    changes = len(workload.steps)  # processor time a change, microseconds: user, system
     for variant, key in (("promoter", ""), ("bare", "bare_")):
         user, system = cpu[variant]
         table.note(f"{row}.{key}user_us_per_change", 1e6 * user / changes)
         table.note(f"{row}.{key}system_us_per_change", 1e6 * system / changes)
-    # kept until the run ends (see the module docstring: deleted inodes)
 
 
 def cli_start(table: Table, round_no: int) -> None:
@@ -262,6 +308,9 @@ def cli_start(table: Table, round_no: int) -> None:
 
 
 # --- running and reporting --------------------------------------------------------------------
+
+
+SYNCFS = "promote_1150_syncfs"  # measured beside ``promote_1150``, the same promotion
 
 
 def run(
@@ -293,7 +342,9 @@ def run(
         rows: list[Callable[[int], None]] = [
             lambda r: http_flow(table, work, r, big_source, big),
             lambda r: http_flow(table, work, r, big_source, big, separate=False),
-            lambda r: promotion(table, "promote_1150", work, r, big_source, big, big_template),
+            _promotion_row(
+                table, "promote_1150", work, big_source, big, big_template, syncfs_row=SYNCFS
+            ),
             lambda r: promotion(table, "promote_115", work, r, small_source, small, small_template),
             lambda r: rows_verify.verification(table, work, r, small_source, creates),
             lambda r: cli_start(table, r),
@@ -305,6 +356,10 @@ def run(
             made = rows_builder.prepare(work)
             rows += [lambda r: rows_builder.build_1_in_100k(table, made, r)]
             rows += [lambda r: rows_builder.build_1gib(table, made, r)]
+        if full:  # long: 11,500 changes (see ``promote_11500_syncfs`` above)
+            rows.append(
+                _made_row(table, work, 11_500, loop=False, syncfs_row="promote_11500_syncfs")
+            )
         with contextlib.ExitStack() as stack:
             if full:  # long: 100k-file repositories, nested and flat
                 rows += rows_gitcost.rows(table, work, stack)
@@ -346,28 +401,30 @@ def _result(
 
 
 def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
-    """Only the write path's rows named in ``wanted`` (``rss_promote_4x256mib``,
-    ``promote_1150``, ``promote_115``), interleaved for ``rounds`` rounds."""
+    """Only the write path's rows named in ``wanted`` (``SOME_ROWS``), interleaved for
+    ``rounds`` rounds. A row measured beside another (``promote_1150_syncfs`` beside
+    ``promote_1150``, ``flow_10_promotion`` in ``flow_10``) brings only what it needs."""
+    unknown = wanted - set(SOME_ROWS)
+    if unknown:
+        raise ValueError(f"not rows --rows can run: {', '.join(sorted(unknown))}")
     work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
     try:
         table = Table()
         rows: list[Callable[[int], None]] = []
-        for name, files in (("promote_1150", 1150), ("promote_115", 115)):
-            if name not in wanted:
+        for files in (1150, 115, 11_500):
+            name, syncfs_row = f"promote_{files}", f"promote_{files}_syncfs"
+            loop = name in wanted
+            if not (loop or syncfs_row in wanted):
                 continue
-            load = wl.make_workload(files, 4096)
-            (work / name).mkdir()
-            (work / f"t-{name}").mkdir()
-            source = wl.make_source(work / name, load)
-            template, _, _ = pp.make_blob_template(work / f"t-{name}", load)
-            rows.append(_promotion_row(table, name, work, source, load, template))
+            syncfs = syncfs_row if syncfs_row in wanted else None
+            rows.append(_made_row(table, work, files, loop=loop, syncfs_row=syncfs))
         if "rss_promote_4x256mib" in wanted:
             rows.append(lambda r: rows_fswrite.rss_promote(table, work, r))
         if "flow_1" in wanted:
             (work / "flow_1").mkdir()
             flow_source = wl.make_source(work / "flow_1", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_1(table, work, r, flow_source))
-        if "flow_10" in wanted:
+        if wanted & {"flow_10", "flow_10_promotion"}:
             (work / "flow_10").mkdir()
             agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
@@ -380,10 +437,32 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _promotion_row(
-    table: Table, name: str, work: Path, source: wl.Source, load: wl.Workload, t: Path
+def _made_row(
+    table: Table, work: Path, files: int, *, loop: bool, syncfs_row: str | None
 ) -> Callable[[int], None]:
-    return lambda round_no: promotion(table, name, work, round_no, source, load, t)
+    """A ``promotion`` row of ``files`` changes, its workload, source and blobs made here."""
+    name = f"promote_{files}"
+    load = wl.make_workload(files, 4096)
+    (work / name).mkdir()
+    (work / f"t-{name}").mkdir()
+    source = wl.make_source(work / name, load)
+    template, _, _ = pp.make_blob_template(work / f"t-{name}", load)
+    return _promotion_row(table, name, work, source, load, template, loop, syncfs_row)
+
+
+def _promotion_row(
+    table: Table,
+    name: str,
+    work: Path,
+    source: wl.Source,
+    load: wl.Workload,
+    t: Path,
+    loop: bool = True,
+    syncfs_row: str | None = None,
+) -> Callable[[int], None]:
+    return lambda round_no: promotion(
+        table, name, work, round_no, source, load, t, loop=loop, syncfs_row=syncfs_row
+    )
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -412,16 +491,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The speed table, or only some of its rows.")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--rows",
-        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115, flow_1, "
-        "flow_10 "
-        "(default: the whole table)",
+        "--rows", help=f"comma-separated, of {', '.join(SOME_ROWS)} (default: the whole table)"
     )
     args = parser.parse_args(argv)
     if args.rows is None:
         print(format_result(run(args.rounds)))
-    else:
-        print(format_result(some_rows(set(args.rows.split(",")), args.rounds)))
+        return 0
+    wanted = set(args.rows.split(","))
+    if wanted - set(SOME_ROWS):
+        parser.error(f"not rows --rows can run: {', '.join(sorted(wanted - set(SOME_ROWS)))}")
+    print(format_result(some_rows(wanted, args.rounds)))
     return 0
 
 

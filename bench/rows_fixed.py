@@ -1,4 +1,4 @@
-"""The speed table's row for the fixed cost of a change: a 1-file flow.
+"""The speed table's rows for the fixed cost of a change: a 1-file flow, an agent-sized one.
 
 - ``flow_1``: the median time of a 1-file flow (``PUT`` of its blob, ``POST /v1/bundles``,
   ``POST /v1/promotions`` with ``wait``) against a daemon in this process, over the
@@ -13,18 +13,28 @@
   it starts (``flow_1.git_per_flow``) and the processor time of this process and its
   git children, user plus system, client included (``flow_1.cpu_ms_per_flow``).
 
-- ``flow_10``: the same for an agent-sized change of ``AGENT_FILES`` new files of
-  ``AGENT_LINES`` lines each (the blobs uploaded in one framed batch, the bundle
-  submitted, the promotion with ``wait``), over ``git apply`` of the same change as a
-  patch plus ``sync`` on an identical copy. The promotion alone over the same ``git
-  apply`` + ``sync`` is a detail (``flow_10.promotion_ratio``), as are the medians in
-  milliseconds and the flushes and git processes of a change.
+- ``flow_10``: the same for an agent-sized change mixed as a commit mixes it
+  (``agent_change``: ``AGENT_MODIFIED`` tracked files with a block of 20-60 lines
+  rewritten, ``AGENT_CREATED`` new files of 20-60 lines in a new directory; the old
+  and new contents uploaded in one framed batch, the bundle submitted, the promotion with
+  ``wait``), over ``git apply`` of the same change as a patch (``agent_patch``) plus
+  ``sync`` on an identical copy. Each change of a round modifies files no earlier one
+  touched, so every bundle's old states are the base commit's.
+- ``flow_10_promotion``: the promotion alone of the same changes (``POST
+  /v1/promotions`` with ``wait``, timed inside each flow) over the same ``git apply`` +
+  ``sync``. Details of both: the medians in milliseconds, the processor time (user plus
+  system, of this process with its daemon threads and of its git children) of a flow
+  (``flow_10.cpu_ms_per_flow``) and of a promotion and of ``git apply`` + ``sync`` per
+  change in microseconds (``flow_10_promotion.cpu_us_per_change``,
+  ``flow_10_promotion.apply_cpu_us_per_change``), and the flushes and git processes of
+  a flow.
 
 Deliberately not here: gating on the figures, and any other row.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import statistics
 import subprocess
@@ -39,13 +49,15 @@ from promoter.domain.canonical import sha256_hex
 from promoter.fs import flush
 from promoter.git import runner
 
-GOALS = {"flow_1": (10.0, "x"), "flow_10": (4.0, "x")}
+GOALS = {"flow_1": (10.0, "x"), "flow_10": (4.0, "x"), "flow_10_promotion": (2.0, "x")}
 LABELS = {
     "flow_1": "1-file flow p50 (upload + submit + promote) vs bare 1-file write",
     "flow_10": "10-file change p50 (upload + submit + promote) vs git apply + sync",
+    "flow_10_promotion": "the same, promotion alone, vs git apply + sync",
 }
 FLOWS = 7
-AGENT_FILES, AGENT_LINES = 10, 20
+AGENT_MODIFIED, AGENT_CREATED = 7, 3  # an agent-sized change, as a commit mixes them
+AGENT_FILES = AGENT_MODIFIED + AGENT_CREATED
 
 
 def flow_1(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
@@ -114,23 +126,55 @@ def flow_1(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
         table.note(f"flow_1.{kind}_per_flow", flushes[kind] / FLOWS)
 
 
-def _agent_files(n: int, round_no: int) -> dict[str, bytes]:
-    lines = [
-        b"line %d of file %%d, change %d, round %d\n" % (i, n, round_no) for i in range(AGENT_LINES)
-    ]
-    return {f"agent{n}/f{k}.py": b"".join(line % k for line in lines) for k in range(AGENT_FILES)}
-
-
-def _patch(files: dict[str, bytes]) -> bytes:
-    """``git diff`` of creating ``files`` (text, one hunk each)."""
-    out = []
-    for path, data in files.items():
-        body = data.splitlines(keepends=True)
-        out.append(
-            f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n"
-            f"+++ b/{path}\n@@ -0,0 +1,{len(body)} @@\n".encode()
+def agent_change(n: int, round_no: int, base: dict[str, bytes]) -> list[wl.Step]:
+    """Change ``n`` of a round: ``AGENT_MODIFIED`` base files with a block of 20-60 lines
+    rewritten (no file twice in a round) and ``AGENT_CREATED`` new files of 20-60 lines."""
+    paths = sorted(base)
+    if len(paths) < AGENT_MODIFIED * (FLOWS + 1):
+        raise ValueError(f"{len(paths)} base files are too few for the agent-sized changes")
+    steps: list[wl.Step] = []
+    for k in range(AGENT_MODIFIED):
+        index = n * AGENT_MODIFIED + k
+        path = paths[index]
+        old = base[path].splitlines(keepends=True)
+        count = min(len(old), _line_count(index))
+        start = (7 * index) % (len(old) - count + 1)
+        block = _lines(count, f"{path}, change {n}, round {round_no}")
+        steps.append(
+            wl.Step(path, base[path], b"".join(old[:start] + block + old[start + count :]))
         )
-        out += [b"+" + line for line in body]
+    for k in range(AGENT_CREATED):
+        lines = _lines(_line_count(n * AGENT_CREATED + k + 3), f"new {k}, change {n}")
+        steps.append(wl.Step(f"agent{n}/new{k}.py", None, b"".join(lines)))
+    return sorted(steps, key=lambda step: step.path.encode())
+
+
+def _line_count(index: int) -> int:
+    """Between 20 and 60 lines, varying with ``index``."""
+    return 20 + (13 * index) % 41
+
+
+def _lines(count: int, what: str) -> list[bytes]:
+    return [f"    line {i} of {what}\n".encode() for i in range(count)]
+
+
+def agent_patch(steps: list[wl.Step]) -> bytes:
+    """``git diff`` of ``steps`` (creations and modifications of text files)."""
+    out: list[bytes] = []
+    for step in steps:
+        path = step.path.encode()
+        assert step.new is not None
+        out.append(b"diff --git a/%s b/%s\n" % (path, path))
+        if step.old is None:
+            out.append(b"new file mode 100644\n")
+        old = step.old.splitlines(keepends=True) if step.old is not None else []
+        out += difflib.diff_bytes(
+            difflib.unified_diff,
+            old,
+            step.new.splitlines(keepends=True),
+            b"/dev/null" if step.old is None else b"a/" + path,
+            b"b/" + path,
+        )
     return b"".join(out)
 
 
@@ -139,6 +183,8 @@ def flow_10(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
     here.mkdir()
     ours = wl.copy_repo(source.path, here / "promoter")
     bare = wl.copy_repo(source.path, here / "bare")
+    base = wl.tree_files(source.path)
+    changes = {n: agent_change(n, round_no, base) for n in range(FLOWS + 1)}
     with daemon(here / "state", ours) as (url, services):
         identity = services.registry.by_name(bd.REPO_NAME).identity
         grant = bd.grant_document(
@@ -153,32 +199,27 @@ def flow_10(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
             token = orch.mint_executor_token(bd.RUN_ID)["token"]
             orch.set_lease(bd.WORKFLOW, bd.STAGE, bd.lease_document())
             with orch.with_token(token) as executor:
-                promotion: list[float] = []
+                promotion: list[tuple[float, float]] = []  # (wall, processor) seconds
 
                 def flow(n: int) -> None:
-                    files = _agent_files(n, round_no)
-                    changes = [
-                        {
-                            "path": path,
-                            "operation": "create",
-                            "old": bd.state_of(None),
-                            "new": bd.state_of(data),
-                        }
-                        for path, data in files.items()
-                    ]
-                    bundle = bd.bundle_document(grant, registered["grant_sha256"], changes)
-                    upload(executor, list(files.values()))  # one framed batch
+                    steps = changes[n]
+                    bundle = bd.bundle_document(
+                        grant, registered["grant_sha256"], bd.step_changes(steps)
+                    )
+                    # old and new contents, one framed batch: verification reads both
+                    upload(executor, [b for s in steps for b in (s.old, s.new) if b is not None])
                     submitted = executor.submit_bundle(bundle)
                     receipt = submitted["verification_receipt"]["receipt_sha256"]
-                    started = time.perf_counter()
+                    cpu_before, started = sum(_cpu_times()), time.perf_counter()
                     done = orch.promote(bundle["bundle_id"], receipt, bd.FENCE, wait=True)
-                    promotion.append(time.perf_counter() - started)
+                    wall = time.perf_counter() - started
+                    promotion.append((wall, sum(_cpu_times()) - cpu_before))
                     if done.get("status") != "completed":
                         raise AssertionError(f"the promotion ended {done.get('status')}: {done}")
 
                 def apply(n: int) -> None:
                     patch = here / f"agent{n}.patch"
-                    patch.write_bytes(_patch(_agent_files(n, round_no)))
+                    patch.write_bytes(agent_patch(changes[n]))
                     subprocess.run(["git", "apply", str(patch)], cwd=bare, check=True)
                     os.sync()
 
@@ -186,26 +227,37 @@ def flow_10(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
                 apply(0)
                 promotion.clear()
                 timed: dict[str, list[float]] = {"flow": [], "apply": []}
+                cpu: dict[str, list[float]] = {"flow": [], "apply": []}
                 flushes_before, spawned_before = flush.flushes(), runner.spawned()
                 for n in range(1, FLOWS + 1):
                     pair = [("flow", flow), ("apply", apply)]
                     for name, call in pair[(n + round_no) % 2 :] + pair[: (n + round_no) % 2]:
                         os.sync()
-                        started = time.perf_counter()
+                        cpu_before, started = sum(_cpu_times()), time.perf_counter()
                         call(n)
                         timed[name].append(time.perf_counter() - started)
+                        cpu[name].append(sum(_cpu_times()) - cpu_before)
                 flushes = flush.flushes() - flushes_before
                 spawned = runner.spawned() - spawned_before
-    for n in range(1, FLOWS + 1):
-        for path, data in _agent_files(n, round_no).items():
-            if (ours / path).read_bytes() != data or (bare / path).read_bytes() != data:
-                raise AssertionError(f"{path} differs after the flows")
+    target = wl.tree_files(source.path)
+    for steps in changes.values():
+        target.update({s.path: s.new for s in steps if s.new is not None})
+    wl.check_tree(ours, target, "flow_10 (promoter)")
+    wl.check_tree(bare, target, "flow_10 (git apply)")
     flow_p50, apply_p50 = statistics.median(timed["flow"]), statistics.median(timed["apply"])
+    promotion_p50 = statistics.median(wall for wall, _ in promotion)
     table.add("flow_10", flow_p50 / apply_p50)
-    table.note("flow_10.promotion_ratio", statistics.median(promotion) / apply_p50)
+    table.add("flow_10_promotion", promotion_p50 / apply_p50)
     table.note("flow_10.p50_ms", 1000 * flow_p50)
-    table.note("flow_10.promotion_p50_ms", 1000 * statistics.median(promotion))
     table.note("flow_10.apply_p50_ms", 1000 * apply_p50)
+    table.note("flow_10_promotion.p50_ms", 1000 * promotion_p50)
+    # processor time (user + system, this process and its git children), medians
+    table.note("flow_10.cpu_ms_per_flow", 1000 * statistics.median(cpu["flow"]))
+    table.note("flow_10.apply_cpu_ms_per_flow", 1000 * statistics.median(cpu["apply"]))
+    promotion_cpu = statistics.median(used for _, used in promotion)
+    table.note("flow_10_promotion.cpu_us_per_change", 1e6 * promotion_cpu / AGENT_FILES)
+    apply_cpu = statistics.median(cpu["apply"])
+    table.note("flow_10_promotion.apply_cpu_us_per_change", 1e6 * apply_cpu / AGENT_FILES)
     table.note("flow_10.git_per_flow", spawned / FLOWS)
     for kind in ("fsync", "syncfs", "sqlite_commit"):
         table.note(f"flow_10.{kind}_per_flow", flushes[kind] / FLOWS)

@@ -7,8 +7,9 @@ repository on the base commit with the binary diff base -> target beside it;
 ``copy_repo`` makes identical copies. The variants: ``bare_loop`` (per change a temp
 write + fsync + rename + parent-directory fsync; a delete: unlink + parent fsync; a new
 directory: mkdir + fsync of its parent), ``bare_batched`` (the same I/O in promoter's
-order) and ``git_apply_sync``. ``check_tree`` says whether a worktree holds exactly the
-target files.
+order), ``bare_syncfs`` (the same writes, renames, unlinks and mkdirs with no flush of
+their own, then one ``syncfs`` of the worktree's filesystem) and ``git_apply_sync``.
+``check_tree`` says whether a worktree holds exactly the target files.
 
 Deliberately not here: promoter itself (``bench.prepared``), timing and reporting.
 """
@@ -20,6 +21,8 @@ import random
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from promoter.fs import flush
 
 LINE = 64  # bytes per text line, newline included
 PER_DIR = 50
@@ -226,25 +229,28 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _make_parents(root: str, rel: str) -> None:
-    """mkdir each missing directory on the way to ``rel``, fsyncing the one holding it."""
+def _make_parents(root: str, rel: str, *, durable: bool = True) -> None:
+    """mkdir each missing directory on the way to ``rel``, fsyncing the one holding it
+    (unless not ``durable``)."""
     parts = rel.split("/")[:-1]
     current = root
     for name in parts:
         nxt = os.path.join(current, name)
         if not os.path.isdir(nxt):
             os.mkdir(nxt)
-            _fsync_dir(current)
+            if durable:
+                _fsync_dir(current)
         current = nxt
 
 
-def _write_temp(path: str, data: bytes) -> None:
+def _write_temp(path: str, data: bytes, *, durable: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -284,6 +290,34 @@ def bare_batched(root: Path, steps: list[Step]) -> None:
         parents[os.path.dirname(target)] = None
     for parent in parents:
         _fsync_dir(parent)
+
+
+def bare_syncfs(root: Path, steps: list[Step]) -> None:
+    """``bare_batched`` with no flush of its own, then one ``syncfs`` of ``root``'s filesystem.
+
+    All temps written, then renamed or the targets unlinked, the directories made on the
+    way, none of them flushed; then ``syncfs(2)`` through a descriptor on ``root``
+    opened before the first write (``promoter.fs.flush.syncfs``, which counts it, as
+    ``promoter.fs.group_sync`` does), after which every one of them is as durable as its
+    own fsync would have made it.
+    """
+    top = str(root)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        temps: dict[int, str] = {}
+        for i, step in enumerate(steps):
+            if step.new is not None:
+                _make_parents(top, step.path, durable=False)
+                temps[i] = os.path.join(top, os.path.dirname(step.path), f".bench-tmp-{i}")
+                _write_temp(temps[i], step.new, durable=False)
+        for i, step in enumerate(steps):
+            if step.new is None:
+                os.unlink(os.path.join(top, step.path))
+            else:
+                os.rename(temps[i], os.path.join(top, step.path))
+        flush.syncfs(fd)
+    finally:
+        os.close(fd)
 
 
 def git_apply_sync(root: Path, patch: Path) -> None:
