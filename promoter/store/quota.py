@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from promoter.errors import QuotaExceeded, StorageError
-from promoter.store.durable import StagedReplace, write_replace
+from promoter.store.durable import StagedReplace, make_dirs, write_replace
 
 
 class RunQuota:
@@ -74,6 +75,16 @@ class RunQuota:
                 return
             self._stored[run_id] = self._load(run_id) + stored
         self._persist(run_id, undo=stored)
+
+    def alongside(self, directory: Path) -> bool:
+        """Whether the quota records are on the filesystem of ``directory`` (their folder
+        made first if missing): then one ``syncfs`` there makes a record's temp durable
+        with the caller's files (``charging``)."""
+        try:
+            make_dirs(self.directory, fault="quota")
+            return os.stat(self.directory).st_dev == os.stat(directory).st_dev
+        except OSError as exc:
+            raise StorageError(f"cannot make the quota records' folder: {exc}") from exc
 
     @contextmanager
     def charging(self, run_id: str, reserved: int, stored: int) -> Iterator[None]:

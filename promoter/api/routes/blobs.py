@@ -47,7 +47,6 @@ from promoter.fs.group_sync import GroupSync
 from promoter.store import repo
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.blobs import BlobWriter
-from promoter.store.durable import make_dirs
 from promoter.store.quota import RunQuota
 
 # bytes of a batch body gathered on the event loop before one worker-thread hop parses
@@ -114,7 +113,6 @@ class _Upload:
         self.writer: BlobWriter | None = None
         self.free = False  # the blob is already stored: uploading it again costs nothing
         self.group: GroupSync | None = None  # the temp and the quota record, one syncfs
-        self.group_device = -1
 
     def reserve_up_to(self, size: int) -> None:
         if size > self.reserved and not self.free:
@@ -124,24 +122,18 @@ class _Upload:
     def open(self, limit: int, declared: int) -> None:
         self.free = self.services.blobs.has(self.sha256)
         self.reserve_up_to(declared)
+        self.writer = self.services.blobs.writer(self.sha256, limit)
         pending = self.services.settings.group_sync_limit
         if not self.free and pending is not None:  # before the first byte is written
-            state = os.fspath(self.services.settings.state_dir)
-            self.group = GroupSync.start_at(state, pending, "after_upload_group_sync")
-            self.group_device = os.stat(state).st_dev
-        self.writer = self.services.blobs.writer(self.sha256, limit)
+            tmp = os.fspath(self.services.blobs.tmp_dir)  # the temp's, made by the writer
+            self.group = GroupSync.start_at(tmp, pending, "after_upload_group_sync")
 
     def _grouped(self, charge: int) -> GroupSync | None:
-        """The group sync for this commit: a charge to write, and the blob's temps and the
-        quota records on the filesystem the group syncs (else None: an fsync each)."""
+        """The group sync for this commit: a charge to write, and the quota records on the
+        filesystem of the blob's temp (else None: an fsync each)."""
         if not charge or self.group is None:
             return None
-        try:
-            make_dirs(self.quota.directory, fault="quota")  # made once, as the first record's
-        except OSError as exc:
-            raise StorageError(f"cannot write the quota record of {self.run_id}: {exc}") from exc
-        devices = {os.stat(d).st_dev for d in (self.quota.directory, self.services.blobs.tmp_dir)}
-        return self.group if devices == {self.group_device} else None
+        return self.group if self.quota.alongside(self.services.blobs.tmp_dir) else None
 
     def _charge_together(self, group: GroupSync, charge: int) -> None:
         """Charge the run with the blob's temp and the quota record durable in one
