@@ -224,7 +224,7 @@ class StagedReplace:
     ``close`` drops a temp that was never finished (idempotent).
     """
 
-    def __init__(self, path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state"):
+    def __init__(self, path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state") -> None:
         self._name = path.name
         self._fault = fault
         self._temp: _Temp | None = _Temp.written(path.parent, data, mode, fault, sync=False)

@@ -90,14 +90,14 @@ class RunQuota:
     def charging(self, run_id: str, reserved: int, stored: int) -> Iterator[None]:
         """``settle``, the charge's record made durable by the caller's group sync.
 
-        On entering, the record's temp is written in ``directory`` and not flushed
+        On entering, the record's temp is written in the records' folder and not flushed
         (nothing is written when nothing is charged). The block must make that temp
-        durable (one ``syncfs`` of the filesystem holding ``directory``, with the caller's
-        own files); on leaving it the record is renamed
-        into place and its directory fsynced. An exception in the block, or while writing,
-        takes the charge back and leaves the record as it was (``StorageError`` for an
-        ``OSError`` of the record's own). Quota records are written one at a time, this
-        whole block included, so the file always ends at the newest total.
+        durable (one ``syncfs`` of that filesystem, with the caller's own files: see
+        ``alongside``); on leaving it, the record is renamed into place and its folder
+        fsynced. An exception in the block, or while writing, takes the charge back and
+        leaves the record as it was (``StorageError`` for an ``OSError`` of the record's
+        own). Quota records are written one at a time, this whole block included, so the
+        file always ends at the newest total.
         """
         with self._lock:
             self._pending[run_id] = max(0, self._pending.get(run_id, 0) - reserved)
