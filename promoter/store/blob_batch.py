@@ -15,7 +15,10 @@ writeback is started: a failed ``syncfs`` refuses the whole batch like a failed 
 The order is the single upload's (``promoter.api.routes.blobs``):
 charged, recorded, then linked, so a kill anywhere leaves no blob visible that is not
 recorded and paid for, and never a half-written blob (a blob appears only by a link of
-its complete, fsynced temp file).
+its complete, fsynced temp file). With a group sync, the run's charge is worked out
+before the temps are synced, and the quota record's temp joins their ``syncfs``
+(``RunQuota.charging``), then is named (its folder fsynced) before anything is
+recorded or linked: one fsync fewer than the record's own temp and folder.
 
 Per blob, the answers are those of a single upload: ``payload_too_large`` (a blob
 larger than a batch carries), ``quota_exceeded`` and ``blob_hash_mismatch`` refuse that
@@ -243,8 +246,34 @@ class BlobBatch:
         if self._current is not None or self._head:
             raise BadRequest("the batch ended inside a blob frame")
         good = [i for i in self.items if i.error is None and i.writer is not None]
-        self._sync([i.writer for i in good if i.writer is not None])
-        _point("blob_batch_synced")
+        alongside = len(good) > 1 and self._group is not None
+        group = self._group if alongside and self.quota.alongside(self.store.tmp_dir) else None
+        if group is None:
+            self._sync([i.writer for i in good if i.writer is not None])
+            _point("blob_batch_synced")
+        good = self._charge(good)
+        charged = sum(i.charge for i in good)
+        self._settled = True
+        reserved = sum(i.reserved for i in self.items)
+        if group is None:
+            self.quota.settle(self.run_id, reserved, charged)
+        else:  # the record's temp durable with the blobs' temps, then named, then linked
+            with self.quota.charging(self.run_id, reserved, charged):
+                self._sync_together([i.writer for i in good if i.writer is not None], group)
+                _point("blob_batch_synced")
+        try:
+            _point("blob_batch_charged")
+            self._record([(i.sha256, i.size) for i in good])
+        except BaseException:
+            if charged:
+                self.quota.refund(self.run_id, charged)
+            raise
+        _point("blob_batch_recorded")
+        self._link(good)
+        return [item.answer() for item in self.items]
+
+    def _charge(self, good: list[_Item]) -> list[_Item]:
+        """Set each blob's charge (none for one stored meanwhile); the blobs still good."""
         for item in good:
             if self.store.has(item.sha256):
                 continue
@@ -257,20 +286,16 @@ class BlobBatch:
                     continue
                 item.free, item.reserved = False, item.size
             item.charge = item.size
-        good = [i for i in good if i.error is None]
-        charged = sum(i.charge for i in good)
-        self._settled = True
-        self.quota.settle(self.run_id, sum(i.reserved for i in self.items), charged)
+        return [i for i in good if i.error is None]
+
+    def _sync_together(self, writers: list[BlobWriter], group: GroupSync) -> None:
+        """One ``syncfs`` for every temp and the quota record's (written by the caller)."""
+        for writer in writers:
+            writer.sync(fsync=False)
         try:
-            _point("blob_batch_charged")
-            self._record([(i.sha256, i.size) for i in good])
-        except BaseException:
-            if charged:
-                self.quota.refund(self.run_id, charged)
-            raise
-        _point("blob_batch_recorded")
-        self._link(good)
-        return [item.answer() for item in self.items]
+            group.sync()
+        except OSError as exc:
+            raise StorageError(f"cannot store blob: {exc}") from exc
 
     def _sync(self, writers: list[BlobWriter]) -> None:
         """fsync every temp file, a few at once: concurrent fsyncs share journal commits;

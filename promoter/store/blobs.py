@@ -14,7 +14,9 @@ they pass and refuses a mismatch before using them, so each blob is read and has
 and never held whole in memory. ``read`` (whole bytes, re-hashed) stays for small blobs.
 
 Fault points: ``blob_write`` (before each chunk is written), ``blob_commit`` (before
-the temp file is fsynced and linked into place). A batch (``promoter.store.blob_batch``)
+the temp file is fsynced and linked into place). A single upload that charges its run
+makes the temp durable together with the quota record (``sync(fsync=False)``, one
+``syncfs``, then ``place``; ``promoter.api.routes.blobs``). A batch (``promoter.store.blob_batch``)
 uses ``sync`` and ``link`` instead of ``commit``, so it can fsync each fan-out directory
 once for many blobs, or make all its temps durable with one ``syncfs`` and all its links
 with another (``promoter.fs.group_sync``; ``sync(fsync=False)``, ``link(synced_after=True)``).
@@ -158,6 +160,14 @@ class BlobWriter:
             self.abort()
             raise StorageError(f"cannot store blob: {exc}") from exc
         self.sync()
+        return self.place()
+
+    def place(self) -> bool:
+        """Link the synced temp file into place and fsync its directory; True if new.
+
+        ``commit`` without its hash check and sync, for a caller that made the temp
+        durable with a group of its own (``sync(fsync=False)``, then one ``syncfs``).
+        """
         target = self._store.location(self._sha256)
         created = self.link()
         try:

@@ -13,7 +13,9 @@ nothing behind, or a temp that the next start removes.
 
 ``write_new_together`` writes several new files flushed together: every temp, one
 flush, every link, one flush (a ``syncfs`` each where ``promoter.fs.group_sync`` offers
-it, else an fsync of each temp and directory).
+it, else an fsync of each temp and directory). ``StagedReplace`` is ``write_replace``
+for a caller whose own group sync makes the temp durable (a run's quota record, with
+the blob it pays for).
 
 ``make_dirs`` creates a directory chain and fsyncs, for every level it created, the
 directory that holds it (a new directory's entry is as durable as the files written into
@@ -210,6 +212,38 @@ def write_replace(path: Path, data: bytes, *, mode: int = 0o644, fault: str = "s
     finally:
         temp.close()
     point(f"{fault}_after_dir_fsync")
+
+
+class StagedReplace:
+    """A ``write_replace`` in two halves, for a caller that flushes a group of files.
+
+    Made: the temp is written (``state_write``, ``<fault>_after_create``,
+    ``<fault>_after_write``) and not flushed; the caller makes it durable with the rest
+    of its group (``promoter.fs.group_sync``). ``finish`` then renames it over the
+    target and fsyncs the directory (``<fault>_after_rename``, ``<fault>_after_dir_fsync``);
+    ``close`` drops a temp that was never finished (idempotent).
+    """
+
+    def __init__(self, path: Path, data: bytes, *, mode: int = 0o644, fault: str = "state") -> None:
+        self._name = path.name
+        self._fault = fault
+        self._temp: _Temp | None = _Temp.written(path.parent, data, mode, fault, sync=False)
+
+    def finish(self) -> None:
+        """Rename the (already durable) temp over the target; fsync its directory."""
+        temp = self._temp
+        assert temp is not None
+        try:
+            temp.replace(self._name, self._fault)
+            flush.fsync(temp.dir_fd)
+        finally:
+            self.close()
+        point(f"{self._fault}_after_dir_fsync")
+
+    def close(self) -> None:
+        if self._temp is not None:
+            temp, self._temp = self._temp, None
+            temp.close()
 
 
 def write_private(path: Path, data: bytes) -> None:

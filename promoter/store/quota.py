@@ -8,7 +8,14 @@ durable charge, the rest is given back. A run is charged first, then the blob is
 committed; a commit that fails or finds the blob already present gives the bytes back, so
 a crash between the two can only over-charge, never let a run store more than its quota.
 Charges live in one small file per run under ``<state>/quota/``, replaced with temp +
-fsync + rename, so they survive restarts.
+fsync + rename, so they survive restarts. ``charging`` is ``settle`` for an upload that
+flushes its blob's temp and the record's temp with one ``syncfs`` (``promoter.fs.
+group_sync``): the record's temp is written, the caller's block makes both durable,
+then the record is renamed into place and its directory fsynced, all before the blob
+is linked; the order on disk is the same as ``settle``'s, one flush fewer.
+
+Fault points: ``quota_after_*`` (``promoter.store.durable``'s, one after each syscall of a
+record's write).
 
 Deliberately not here: which blobs a run uploaded (blobs are shared and deduplicated; only
 the run that stored a blob first pays for it), and giving bytes back when ``gc`` removes
@@ -20,11 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from promoter.errors import QuotaExceeded, StorageError
-from promoter.store.durable import write_replace
+from promoter.store.durable import StagedReplace, make_dirs, write_replace
 
 
 class RunQuota:
@@ -66,6 +76,62 @@ class RunQuota:
             self._stored[run_id] = self._load(run_id) + stored
         self._persist(run_id, undo=stored)
 
+    def alongside(self, directory: Path) -> bool:
+        """Whether the quota records are on the filesystem of ``directory`` (their folder
+        made first if missing): then one ``syncfs`` there makes a record's temp durable
+        with the caller's files (``charging``)."""
+        try:
+            make_dirs(self.directory, fault="quota")
+            return os.stat(self.directory).st_dev == os.stat(directory).st_dev
+        except OSError as exc:
+            raise StorageError(f"cannot make the quota records' folder: {exc}") from exc
+
+    @contextmanager
+    def charging(self, run_id: str, reserved: int, stored: int) -> Iterator[None]:
+        """``settle``, the charge's record made durable by the caller's group sync.
+
+        On entering, the record's temp is written in the records' folder and not flushed
+        (nothing is written when nothing is charged). The block must make that temp
+        durable (one ``syncfs`` of that filesystem, with the caller's own files: see
+        ``alongside``); on leaving it, the record is renamed into place and its folder
+        fsynced. An exception in the block, or while writing, takes the charge back and
+        leaves the record as it was (``StorageError`` for an ``OSError`` of the record's
+        own). Quota records are written one at a time, this whole block included, so the
+        file always ends at the newest total.
+        """
+        with self._lock:
+            self._pending[run_id] = max(0, self._pending.get(run_id, 0) - reserved)
+            if not self._pending[run_id]:
+                del self._pending[run_id]
+            if stored:
+                self._stored[run_id] = self._load(run_id) + stored
+        if not stored:
+            yield
+            return
+        with self._save_lock:
+            staged: StagedReplace | None = None
+            try:
+                with self._lock:
+                    total = self._stored[run_id]
+                try:
+                    staged = StagedReplace(
+                        self._file(run_id), self._record(run_id, total), fault="quota"
+                    )
+                except OSError as exc:
+                    raise StorageError(f"cannot write the quota record of {run_id}: {exc}") from exc
+                yield
+                try:
+                    staged.finish()
+                except OSError as exc:
+                    raise StorageError(f"cannot write the quota record of {run_id}: {exc}") from exc
+            except BaseException:
+                with self._lock:
+                    self._stored[run_id] = max(0, self._stored[run_id] - stored)
+                raise
+            finally:
+                if staged is not None:
+                    staged.close()
+
     def refund(self, run_id: str, size: int) -> None:
         """Give back ``size`` durably charged bytes (a charged commit that failed)."""
         with self._lock:
@@ -102,9 +168,12 @@ class RunQuota:
                 raise StorageError(f"cannot read the quota record of {run_id}: {exc}") from exc
         return self._stored[run_id]
 
+    @staticmethod
+    def _record(run_id: str, total: int) -> bytes:
+        return json.dumps({"executor_run_id": run_id, "bytes": total}, sort_keys=True).encode()
+
     def _save(self, run_id: str, total: int) -> None:
-        record = json.dumps({"executor_run_id": run_id, "bytes": total}, sort_keys=True)
         try:
-            write_replace(self._file(run_id), record.encode())
+            write_replace(self._file(run_id), self._record(run_id, total), fault="quota")
         except OSError as exc:
             raise StorageError(f"cannot write the quota record of {run_id}: {exc}") from exc

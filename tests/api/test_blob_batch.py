@@ -8,6 +8,7 @@ the batch leave nothing stored and no quota held.
 from __future__ import annotations
 
 import errno
+import json
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from promoter.api.deps import run_quota
 from promoter.client.sync import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.errors import BlobHashMismatch
+from promoter.fs import flush
 from promoter.store import blob_batch
 from promoter.store.tables import BlobRow
 from tests.support.daemon import Daemon, running_daemon
@@ -308,3 +310,34 @@ def test_a_failed_group_sync_refuses_the_batch_and_is_never_trusted(
         statuses = [(r["status"], r["created"]) for r in again.json()["responses"]]
         assert statuses == [(200, False) if linked else (201, True)] * len(blobs)
         assert stored(daemon.state_dir) == recorded(daemon) == every
+
+
+def test_a_grouped_batch_makes_its_charge_durable_with_its_temps(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quota record's temp joins the temps' ``syncfs``: a batch of new blobs costs that
+    sync, an fsync of the record's folder and one ``syncfs`` for the links; a failed first
+    sync charges nothing, on disk or in memory."""
+    first = [bytes([i]) * 300 for i in range(3)]
+    blobs = [bytes([i]) * 200 for i in range(3, 8)]
+    settings = {"group_sync_max_pending_bytes": NEVER_BUSY}
+    with (
+        running_daemon(tmp_path / "s", {"work": repo}, **settings) as daemon,
+        daemon.executor("r") as ex,
+    ):
+        skip_without_group_sync(daemon.state_dir)
+        assert ex.post(URL, content=body(*first)).status_code == 200
+        (record,) = (daemon.state_dir / "quota").iterdir()
+        written = record.read_bytes()
+        assert json.loads(written)["bytes"] == 900
+        answer = _post_with_fault(ex, monkeypatch, "after_group_sync=EIO@1", blobs)
+        assert code(answer) == (507, "storage_error")
+        assert run_quota(daemon.services).used("r") == 900
+        assert [p.read_bytes() for p in (daemon.state_dir / "quota").iterdir()] == [written]
+        before = flush.flushes()
+        answer = ex.post(URL, content=body(*blobs))
+        counted = flush.flushes() - before
+        assert answer.status_code == 200, answer.text
+        assert [r["status"] for r in answer.json()["responses"]] == [201] * len(blobs)
+        assert counted == {"syncfs": 2, "fsync": 1}
+        assert json.loads(record.read_bytes())["bytes"] == 900 + 200 * len(blobs)

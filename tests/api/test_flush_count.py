@@ -31,11 +31,13 @@ from tests.support.flows import make_bundle, make_grant, upload
 from tests.support.promotion import promote, set_lease
 
 # per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
-# folder), the bundle and its verification receipt (temp and folder each, or, where a
-# group sync is offered, one syncfs for both temps and one for both folders), the
-# worktree file (temp, folder), the promotion receipt (temp, folder)
+# folder), the bundle and its verification receipt (temp and folder each), the worktree
+# file (temp, folder), the promotion receipt (temp, folder); where a group sync is
+# offered, one syncfs for the blob's and the quota record's temps (their folders an
+# fsync each, the record named before the blob), one for the submission's two temps and
+# one for its two folders
 FS_FLUSHES = {"fsync": 12}
-FS_FLUSHES_GROUPED = {"fsync": 8, "syncfs": 2}
+FS_FLUSHES_GROUPED = {"fsync": 6, "syncfs": 3}
 # the plan before the first write, the receipt's row before its document, the outcome
 # before the answer; the blob's row, the bundle's and the request's are not flushed
 SQLITE_COMMITS = 3

@@ -26,6 +26,7 @@ import pytest
 from promoter import faults
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, make_bundle, make_grant, seal_bundle, sha, state, upload
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.process import DaemonProcess
 
 HEALTHZ_BOUND = 1.0  # seconds: SPEC §10.10, TESTS W9
@@ -415,6 +416,33 @@ def test_full_state_dir_answers_storage_error_507(
         assert _stored_blobs(daemon.state_dir) == []
         assert _temp_files(daemon.state_dir) == []
         assert ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data).status_code == 201
+
+
+def test_failed_group_sync_of_an_upload_refuses_it_and_gives_the_charge_back(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state_dir = tmp_path / "s"
+    state_dir.mkdir()
+    skip_without_group_sync(state_dir)
+    first, data = b"stored first\n", b"y" * 5000
+    settings = {"group_sync_max_pending_bytes": NEVER_BUSY}
+    with running_daemon(state_dir, {"work": repo}, **settings) as daemon:
+        record = daemon.state_dir / "quota"
+        with daemon.executor("run_1") as ex:
+            assert ex.put(f"/v1/blobs/sha256/{sha(first)}", content=first).status_code == 201
+            (written,) = record.iterdir()
+            before = written.read_bytes()
+            monkeypatch.setenv(faults.ENV, "after_upload_group_sync=EIO@1")
+            faults.reset()
+            answer = ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
+            monkeypatch.delenv(faults.ENV)
+            assert _code(answer) == (507, "storage_error")
+            assert [p.name for p in _stored_blobs(daemon.state_dir)] == [sha(first)]
+            assert _temp_files(daemon.state_dir) == []
+            assert [p.read_bytes() for p in record.iterdir()] == [before]
+            assert json.loads(before)["bytes"] == len(first)
+            assert ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data).status_code == 201
+        assert json.loads(written.read_bytes())["bytes"] == len(first) + len(data)
 
 
 def test_full_state_dir_refuses_a_bundle_with_storage_error_507(

@@ -7,6 +7,8 @@ store hashes to its name and is read-only, every one of them is recorded in the
 database, no temp file is left in the store's ``tmp/`` (they are anonymous where the
 filesystem has ``O_TMPFILE``), the run's quota charge covers every stored byte (it may over-charge, never
 under-charge), and the same batch sent again to a restarted daemon stores every blob.
+Each point runs with group syncs (the quota record's temp then joins the temps' one
+``syncfs``) and with an fsync each (``group_sync = false``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from promoter.domain.blob_frames import frame_header
 from promoter.store.tables import BlobRow
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo, sha
-from tests.support.fsutil import anonymous_temps_work
+from tests.support.fsutil import NEVER_BUSY, anonymous_temps_work, skip_without_group_sync
 from tests.support.process import DaemonProcess
 
 BLOBS = [b"blob %d\n" % n * (n + 1) for n in range(5)]
@@ -32,6 +34,8 @@ BODY = b"".join(frame_header(sha(b), len(b)) + b for b in BLOBS)
 POINTS = [
     "blob_batch_write=kill@3",
     "blob_batch_synced=kill",
+    "quota_after_rename=kill",
+    "quota_after_dir_fsync=kill",
     "blob_batch_charged=kill",
     "blob_batch_recorded=kill",
     "blob_batch_link=kill@3",
@@ -53,13 +57,20 @@ def _charged(state_dir: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("grouped", [True, False], ids=["group-sync", "fsync-each"])
 @pytest.mark.parametrize("fault", POINTS)
 def test_kill_mid_batch_leaves_no_half_blob_and_nothing_unaccounted(
-    tmp_path: Path, fault: str
+    tmp_path: Path, fault: str, grouped: bool
 ) -> None:
     repo = init_repo(tmp_path / "repo")
     state = tmp_path / "state"
-    daemon = DaemonProcess(state, {"work": repo}, faults=fault)
+    env = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
+    if grouped:
+        state.mkdir()
+        skip_without_group_sync(state)
+    else:
+        env["PROMOTER_GROUP_SYNC"] = "false"
+    daemon = DaemonProcess(state, {"work": repo}, faults=fault, extra_env=env)
     try:
         with daemon.executor("run_1") as ex, pytest.raises(httpx.TransportError):
             ex.post("/v1/blobs:batchUpdate", content=BODY)

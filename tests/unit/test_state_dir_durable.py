@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
+from promoter.fs import flush
 from promoter.store import durable
 from promoter.store.state_temps import PREFIX, is_own_temp
 from tests.support.fsutil import anonymous_temps_work
@@ -109,6 +110,30 @@ def test_a_replace_links_its_temp_only_for_the_rename(
     assert [name for name, _ in seen][-2:] == ["state_after_rename", "state_after_dir_fsync"]
     assert path.read_bytes() == b"22"
     assert path.stat().st_mode & 0o777 == 0o600
+    assert os.listdir(path.parent) == ["q.json"]
+
+
+def test_a_staged_replace_flushes_nothing_until_it_is_finished(
+    anonymous: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "quota" / "q.json"
+    durable.write_replace(path, b"1")
+    before = flush.flushes()
+    dropped = durable.StagedReplace(path, b"22")
+    assert flush.flushes() - before == {}  # the caller's group sync makes it durable
+    dropped.close()
+    dropped.close()
+    assert path.read_bytes() == b"1"
+    assert os.listdir(path.parent) == ["q.json"]  # a dropped temp leaves no name
+    seen = _record_points(monkeypatch, path.parent)
+    staged = durable.StagedReplace(path, b"333")
+    assert path.read_bytes() == b"1"
+    staged.finish()
+    assert flush.flushes() - before == {"fsync": 1}  # the folder's, after the rename
+    names = [name for name, _ in seen]
+    assert "state_after_fsync" not in names
+    assert names[-2:] == ["state_after_rename", "state_after_dir_fsync"]
+    assert path.read_bytes() == b"333"
     assert os.listdir(path.parent) == ["q.json"]
 
 
