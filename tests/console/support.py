@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from promoter.client.wire import tls_context
 from tests.support.daemon import Daemon
 from tests.support.promotion import promote, submit
 
@@ -28,7 +29,7 @@ def hidden(html: str, name: str = "csrf") -> str:
 @contextmanager
 def login(daemon: Daemon, token: str | None = None) -> Iterator[httpx.Client]:
     """An httpx client holding a console session for ``token`` (the operator's)."""
-    with httpx.Client(base_url=daemon.url, timeout=60) as client:
+    with httpx.Client(base_url=daemon.url, timeout=60, verify=tls_context(daemon.url)) as client:
         yield _logged_in(client, daemon, token)
 
 

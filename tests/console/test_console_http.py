@@ -11,6 +11,7 @@ import httpx
 from markupsafe import escape
 
 from promoter.api.ui.web import CSP
+from promoter.client.wire import tls_context
 from promoter.engine.operation import requests as operations
 from tests.console.support import (
     HOSTILE_CONTENT,
@@ -30,7 +31,7 @@ Gated = tuple[Daemon, Path, str]
 
 def test_no_session_redirects_pages_to_login(gated: Gated) -> None:
     daemon, _, _ = gated
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         for page in ("/ui/operations", "/ui/review", "/ui/operations/op_x"):
             answer = client.get(page)
             assert answer.status_code == 303, page
@@ -41,7 +42,7 @@ def test_no_session_post_is_401_and_writes_nothing(gated: Gated) -> None:
     daemon, repo, identity = gated
     operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
     before = tree_bytes(repo)
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         answer = client.post(f"/ui/operations/{operation_id}/approve", data={"csrf": "x"})
     assert answer.status_code == 401
     assert tree_bytes(repo) == before
@@ -68,7 +69,7 @@ def test_csrf_less_post_is_refused(gated: Gated) -> None:
 
 def test_login_without_its_form_token_is_refused(gated: Gated) -> None:
     daemon, _, _ = gated
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         answer = client.post("/ui/login", data={"token": daemon.operator_token})
     assert answer.status_code == 403
     assert "promoter_ui=" not in answer.headers.get("set-cookie", "")
@@ -76,7 +77,7 @@ def test_login_without_its_form_token_is_refused(gated: Gated) -> None:
 
 def test_orchestrator_token_cannot_log_in(gated: Gated) -> None:
     daemon, _, _ = gated
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         form = client.get("/ui/login")
         answer = client.post(
             "/ui/login", data={"csrf": hidden(form.text), "token": daemon.orchestrator_token}
@@ -88,7 +89,7 @@ def test_orchestrator_token_cannot_log_in(gated: Gated) -> None:
 
 def test_wrong_token_cannot_log_in(gated: Gated) -> None:
     daemon, _, _ = gated
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         form = client.get("/ui/login")
         answer = client.post("/ui/login", data={"csrf": hidden(form.text), "token": "nope"})
     assert answer.status_code == 401
@@ -96,7 +97,7 @@ def test_wrong_token_cannot_log_in(gated: Gated) -> None:
 
 def test_session_cookie_flags_and_security_headers(gated: Gated) -> None:
     daemon, _, _ = gated
-    with httpx.Client(base_url=daemon.url) as client:
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
         form = client.get("/ui/login")
         answer = client.post(
             "/ui/login", data={"csrf": hidden(form.text), "token": daemon.operator_token}

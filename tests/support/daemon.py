@@ -20,6 +20,7 @@ import httpx
 from promoter.adapters.webhooks import daemon_services
 from promoter.api.app import create_app
 from promoter.api.server import ReadyServer, make_server
+from promoter.client.wire import tls_context
 from promoter.config import RepositoryConfig, load_settings
 from promoter.engine.services import Services
 
@@ -68,7 +69,9 @@ class Daemon:
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=60, verify=tls_context(self.url)
+        )
 
     def orchestrator(self) -> httpx.Client:
         return self.client(self.orchestrator_token)

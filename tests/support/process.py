@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from promoter.client.wire import tls_context
 from promoter.domain.blob_frames import (
     BATCH_BLOB_MAX,
     BATCH_MAX_BLOBS,
@@ -107,7 +108,10 @@ class DaemonProcess:
 
     def client(self, role: str = "orchestrator") -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token(role)}"}
+            base_url=self.url,
+            timeout=120,
+            headers={"Authorization": f"Bearer {self.token(role)}"},
+            verify=tls_context(self.url),
         )
 
     def executor(self, run_id: str) -> httpx.Client:
@@ -116,7 +120,10 @@ class DaemonProcess:
                 "/v1/executor-tokens", json={"executor_run_id": run_id, "ttl_seconds": 3600}
             ).json()["token"]
         return httpx.Client(
-            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"}
+            base_url=self.url,
+            timeout=120,
+            headers={"Authorization": f"Bearer {token}"},
+            verify=tls_context(self.url),
         )
 
     def kill(self) -> None:
