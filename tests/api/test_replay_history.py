@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
@@ -105,8 +106,8 @@ class History:
             touched.add(path)
 
 
+@pytest.mark.slow
 def test_generated_history_replays_commit_by_commit(tmp_path: Path) -> None:
-    started = time.monotonic()
     history_repo = tmp_path / "history"
     history_repo.mkdir()
     git(history_repo, "init", "-q", "-b", "main")
@@ -172,4 +173,3 @@ def test_generated_history_replays_commit_by_commit(tmp_path: Path) -> None:
 
     assert promoted_changes >= COMMITS
     assert not (source / "scratch.tmp").exists()
-    assert time.monotonic() - started < 60

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.gitutil import commit_all
 from tests.support.flows import init_repo
@@ -37,6 +38,7 @@ def _vm(pid: int, name: str) -> int:
     raise AssertionError(f"no {name} for {pid}")
 
 
+@pytest.mark.slow
 def test_three_diffs_of_64_mib_blobs_at_once_stay_in_bounded_memory(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "work", {"big.txt": BIG_OLD})
     commit_all(repo, "big")

@@ -33,6 +33,9 @@ from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
 from tests.support.pause import Pause, specs
 from tests.support.promotion import operation_view, promote, submit, tree_bytes
 
+# a database stopped and started a test: seconds alone
+pytestmark = pytest.mark.slow
+
 BIN = binaries()
 needs_postgres = pytest.mark.skipif(BIN is None, reason="no PostgreSQL initdb installed here")
 

@@ -40,6 +40,7 @@ def restarting(server: OwnPostgres) -> tuple[Backoff, list[float]]:
     return Backoff(4, 0.25, 8.0, sleep=sleep, async_sleep=async_sleep), slept
 
 
+@pytest.mark.slow
 def test_an_outage_answers_503_and_both_clients_retry_through_it(tmp_path: Path) -> None:
     assert BIN is not None
     repo = init_repo(tmp_path / "w", {"a.txt": b"1\n"})

@@ -42,6 +42,9 @@ from tests.support.flows import init_repo
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 
+# several daemons a test, each a process: seconds alone
+pytestmark = pytest.mark.slow
+
 V1, V2 = b"one\n", b"two\n"
 W1, W2 = b"left\n", b"right\n"
 CHANGES: list[tuple[str, bytes | None, bytes | None]] = [

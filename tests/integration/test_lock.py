@@ -115,10 +115,19 @@ def test_hard_linked_lock_file_is_refused(common: Path, tmp_path: Path) -> None:
 
 def test_fifo_lock_path_is_refused_without_hanging(common: Path) -> None:
     os.mkfifo(common / LOCK_NAME)
-    started = time.monotonic()
-    with pytest.raises(PathUnsafe):
-        RepoLock(common, timeout=1).acquire()
-    assert time.monotonic() - started < 1
+    raised: list[BaseException] = []
+
+    def acquire() -> None:
+        try:
+            RepoLock(common, timeout=3600).acquire()  # a wait would outlast the join
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=acquire, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "opening the FIFO blocked or waited for the lock"
+    assert [type(exc) for exc in raised] == [PathUnsafe]
     assert stat.S_ISFIFO((common / LOCK_NAME).lstat().st_mode)
 
 
@@ -320,7 +329,7 @@ def test_git_index_lock_makes_the_wait_time_out_and_is_left_alone(common: Path) 
     with pytest.raises(LockUnavailable) as info:
         RepoLock(common, timeout=0.3, index_lock_dirs=[str(common)]).acquire()
     elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 2.0
+    assert elapsed >= 0.3  # it waited its timeout; returning at all shows it gave up
     assert info.value.context["reason"] == "index_lock_present"
     after = index_lock.stat()
     assert index_lock.read_bytes() == b"git's"
