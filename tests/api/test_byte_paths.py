@@ -26,6 +26,7 @@ from promoter.config import RepositoryConfig
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git
+from tests.support import forkserver
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, seal_bundle, sha, upload
 from tests.support.promotion import git_dir_digest, promote, set_lease, submit
@@ -170,14 +171,8 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
     env.pop("PROMOTER_URL", None)
     env.pop("PROMOTER_TOKEN", None)
-    return subprocess.run(
-        [sys.executable, "-m", "promoter.cli.main", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return forkserver.run_text(
+        [sys.executable, "-m", "promoter.cli.main", *args], cwd=cwd, env=env, timeout=120
     )
 
 

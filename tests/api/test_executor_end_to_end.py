@@ -36,6 +36,7 @@ from promoter.errors import (
 )
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git, git_env
+from tests.support import forkserver
 from tests.support.daemon import Daemon
 from tests.support.flows import make_grant, sha, ts
 from tests.support.promotion import git_dir_digest, tree_bytes
@@ -298,13 +299,8 @@ def test_command_line_refuses_outside_the_allowlist_before_uploading(
 
 def _promoter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), **env}
-    return subprocess.run(
-        [sys.executable, "-m", "promoter.cli.main", *args],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return forkserver.run_text(
+        [sys.executable, "-m", "promoter.cli.main", *args], env=full_env, timeout=120
     )
 
 

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from promoter.cli.trusted_keys import load_public_key, load_public_keys
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import ConfigError
+from tests.support import forkserver
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
 from tests.support.promotion import promote, submit
@@ -40,14 +41,8 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
     env.pop("PROMOTER_URL", None)
     env.pop("PROMOTER_TOKEN", None)
-    return subprocess.run(
-        [sys.executable, "-m", "promoter.cli.main", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return forkserver.run_text(
+        [sys.executable, "-m", "promoter.cli.main", *args], cwd=cwd, env=env, timeout=120
     )
 
 

@@ -18,6 +18,7 @@ from alembic import command
 
 from promoter.errors import SchemaMismatch
 from promoter.store.db import alembic_config, check_schema, head_revision, upgrade
+from tests.support import forkserver
 
 _FUTURE = "9999_from_a_newer_promoter"
 
@@ -32,12 +33,9 @@ def _set_revision(url: str, revision: str) -> None:
 def _cli(state_dir: Path, url: str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     env["PROMOTER_DATABASE_URL"] = url
-    return subprocess.run(
+    return forkserver.run_text(
         [sys.executable, "-m", "promoter.cli.main", *argv, "--state-dir", str(state_dir)],
         env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

@@ -282,48 +282,113 @@ def _the_server() -> _Server:
         return _server
 
 
-def spawn(
+def _start(
     argv: list[str],
     env: dict[str, str],
+    streams: tuple[int, int, int],
     *,
-    stderr_pipe: bool = True,
+    cwd: str | None = None,
     nofile: tuple[int, int] | None = None,
-) -> Forked:
-    """Run ``argv`` (``[python, "-m", module, *args]``) as a child of the fork server, with
-    stdin from /dev/null, stdout to /dev/null and stderr to a pipe (or /dev/null)."""
+) -> tuple[socket.socket, int]:
+    """Ask the server for a child running ``argv`` with ``streams`` as its 0, 1 and 2:
+    the connection its exit status will come back on, and its pid."""
     if len(argv) < 3 or argv[1] != "-m":
         raise ValueError("the fork server runs `python -m module` commands only")
     server = _the_server()
-    devnull_in = os.open(os.devnull, os.O_RDONLY)
-    devnull_out = os.open(os.devnull, os.O_WRONLY)
-    read_end, write_end = os.pipe() if stderr_pipe else (-1, os.open(os.devnull, os.O_WRONLY))
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(server.path)
         body = json.dumps(
             {
-                "argv": [argv[0], *argv[1:]],
+                "argv": list(argv),
                 "env": env,
-                "cwd": os.getcwd(),
+                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                 "nofile": list(nofile) if nofile else None,
             }
         ).encode()
-        fds = array.array("i", [devnull_in, devnull_out, write_end])
         conn.sendmsg(
             [_HEADER.pack(len(body)), body],
-            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", streams).tobytes())],
         )
-        answer = json.loads(_readline(conn))
+        return conn, int(json.loads(_readline(conn))["pid"])
     except BaseException:
         conn.close()
-        if read_end >= 0:
-            os.close(read_end)
+        raise
+
+
+def spawn(
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    nofile: tuple[int, int] | None = None,
+) -> Forked:
+    """Run ``argv`` (``[python, "-m", module, *args]``) as a child of the fork server, with
+    stdin from /dev/null, stdout to /dev/null and stderr to a pipe (``Forked.stderr``)."""
+    devnull_in = os.open(os.devnull, os.O_RDONLY)
+    devnull_out = os.open(os.devnull, os.O_WRONLY)
+    read_end, write_end = os.pipe()
+    try:
+        conn, pid = _start(argv, env, (devnull_in, devnull_out, write_end), nofile=nofile)
+    except BaseException:
+        os.close(read_end)
         raise
     finally:
         for fd in (devnull_in, devnull_out, write_end):
             os.close(fd)
-    stderr = os.fdopen(read_end, "rb") if read_end >= 0 else None
-    return Forked(conn, int(answer["pid"]), stderr)
+    return Forked(conn, pid, os.fdopen(read_end, "rb"))
+
+
+def run(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run(argv, capture_output=True)`` for a ``python -m`` command, run by the
+    fork server (``PROMOTER_TEST_FORK=0``: by ``subprocess`` itself)."""
+    if not enabled():
+        return subprocess.run(
+            argv, env=env, cwd=cwd, input=input, capture_output=True, timeout=timeout, check=False
+        )
+    with (
+        tempfile.TemporaryFile() as stdin,
+        tempfile.TemporaryFile() as stdout,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        stdin.write(input or b"")
+        stdin.seek(0)
+        conn, pid = _start(
+            argv,
+            dict(os.environ) if env is None else env,
+            (stdin.fileno(), stdout.fileno(), stderr.fileno()),
+            cwd=os.fspath(cwd) if cwd is not None else None,
+        )
+        child = Forked(conn, pid, None)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(argv, code, stdout.read(), stderr.read())
+
+
+def run_text(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``run`` with the output decoded, as ``subprocess.run(..., text=True)`` gives it."""
+    done = run(argv, env=env, cwd=cwd, timeout=timeout)
+    return subprocess.CompletedProcess(
+        argv, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
 
 
 def _readline(conn: socket.socket) -> bytes:

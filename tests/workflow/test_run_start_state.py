@@ -19,6 +19,7 @@ import pytest
 from promoter.errors import NotConfirmed, PromoterError, TargetDrift
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git, git_bytes
+from tests.support import forkserver
 from tests.support.daemon import Daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
@@ -59,19 +60,10 @@ def _dirty(repo: Path) -> None:
 
 
 def _cli(daemon: Daemon, *args: str, **env: str) -> Any:
-    import subprocess
-
     argv = [sys.executable, "-m", "promoter.cli.main", "run"]
     argv += ["--state-dir", str(daemon.state_dir), "--url", daemon.url, *args]
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
-    return subprocess.run(
-        argv,
-        env={**base, "PYTHONPATH": str(ROOT), **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
+    return forkserver.run(argv, env={**base, "PYTHONPATH": str(ROOT), **env}, timeout=600)
 
 
 def _index(repo: Path) -> bytes:
