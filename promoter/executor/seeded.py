@@ -101,6 +101,8 @@ class SeededShadow(ShadowTree):
 
     After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
     tree's gitlink paths when the seed showed them (``None``: list the base tree).
+    ``head_tree``: HEAD's tree when the caller has read it (``None``: ``unsupported``
+    reads it).
     """
 
     def __init__(
@@ -111,9 +113,11 @@ class SeededShadow(ShadowTree):
         tmpdir: str | None = None,
         timeout: float = 600.0,
         seed: bool = True,
+        head_tree: str | None = None,
     ) -> None:
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
+        self._head_tree = head_tree
         self._entries: list[DiffEntry] | None = None
         self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
@@ -328,8 +332,11 @@ class SeededShadow(ShadowTree):
         reasons, in the same order as ``gitlinks.gitlinks_and_nested`` gives them."""
         if self._index_gitlinks is None or self.gitlinks is None:
             return super().unsupported(entries, symlinks=symlinks)
-        head = head_commit(self.layout)
-        if head is None or commit_tree(self.layout, head) != self.base_tree:
+        head_tree = self._head_tree
+        if head_tree is None:
+            head = head_commit(self.layout)
+            head_tree = None if head is None else commit_tree(self.layout, head)
+        if head_tree != self.base_tree:
             return super().unsupported(entries, symlinks=symlinks)
         found, others = self._by_mode(entries, symlinks=symlinks)
         check_pathspec_paths(others)
