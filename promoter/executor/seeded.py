@@ -162,12 +162,13 @@ class SeededShadow(ShadowTree):
         self._point_head_at(base)
         env = {**self._read_env, "GIT_INDEX_FILE": seed}
         with ThreadPoolExecutor(max_workers=1) as pool:
-            future = pool.submit(self._seed_git, _STATUS, env)
-            try:  # while git reads the copy
-                index = plain_index(data)
+            walked = pool.submit(plain_index, data)  # while git reads the copy
+            status = self._seed_git(_STATUS, env)
+            try:
+                index = walked.result()
             except NotPlain as exc:
                 raise _NoSeed from exc
-            files, cached, untracked = _parse_status(future.result())
+        files, cached, untracked = _parse_status(status)
         if b".gitattributes" in untracked:
             raise _NoSeed
         if any(e.status == "A" for e in files):  # intent-to-add
