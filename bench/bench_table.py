@@ -46,9 +46,11 @@ finds that out inode by inode on every allocation: a tree deleted between rows m
 every file created after it, promoter's and the bare loop's, pay for each inode freed,
 by whichever variant happens to share a block group with it.
 
-``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
-named (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``, ``flow_1``,
-``flow_10``), for ``--rounds`` rounds. ``flow_1`` and ``flow_10`` are
+``python -m bench.bench_table`` prints the table; with ``--rows`` only the rows named of
+the write path's (``rss_promote_4x256mib``, ``promote_1150``, ``promote_115``,
+``flow_1``, ``flow_10``) and the builder's (``build_1_in_100k``, ``build_1gib``; no
+``PROMOTER_BENCH_BUILDER`` needed), for ``--rounds`` rounds; a name it does not know
+stops it. ``flow_1`` and ``flow_10`` are
 ``bench.rows_fixed``'s: a 1-file flow's time, flushes and git processes, and a 10-file
 change beside ``git apply`` + ``sync``.
 
@@ -345,9 +347,23 @@ def _result(
     }
 
 
+SOME_ROWS = (
+    "rss_promote_4x256mib",
+    "promote_1150",
+    "promote_115",
+    "flow_1",
+    "flow_10",
+    "build_1_in_100k",
+    "build_1gib",
+)
+
+
 def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
-    """Only the write path's rows named in ``wanted`` (``rss_promote_4x256mib``,
-    ``promote_1150``, ``promote_115``), interleaved for ``rounds`` rounds."""
+    """Only the rows named in ``wanted`` (of ``SOME_ROWS``), interleaved for ``rounds``
+    rounds."""
+    unknown = wanted - set(SOME_ROWS)
+    if unknown:
+        raise SystemExit(f"--rows does not know {', '.join(sorted(unknown))}")
     work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
     try:
         table = Table()
@@ -371,6 +387,12 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             (work / "flow_10").mkdir()
             agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
+        if wanted & {"build_1_in_100k", "build_1gib"}:
+            made = rows_builder.prepare(work, big="build_1gib" in wanted)
+            if "build_1_in_100k" in wanted:
+                rows.append(lambda r: rows_builder.build_1_in_100k(table, made, r))
+            if "build_1gib" in wanted:
+                rows.append(lambda r: rows_builder.build_1gib(table, made, r))
         load_before = os.getloadavg()
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
@@ -413,9 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--rows",
-        help="comma-separated, of rss_promote_4x256mib, promote_1150, promote_115, flow_1, "
-        "flow_10 "
-        "(default: the whole table)",
+        help=f"comma-separated, of {', '.join(SOME_ROWS)} (default: the whole table)",
     )
     args = parser.parse_args(argv)
     if args.rows is None:
