@@ -396,6 +396,26 @@ def test_a_seeded_build_of_one_edit_starts_four_git_processes(source: Path, exec
     assert started == ["rev-parse", "cat-file", "status", "cat-file"]
 
 
+def test_a_stale_untracked_cache_in_the_index_hides_no_new_file(
+    source: Path, executor: Path
+) -> None:
+    """The person's git may trust the index's untracked cache; the status pass never does."""
+    git(executor, "config", "core.untrackedCache", "true")
+    git(executor, "config", "core.trustctime", "false")
+    folder, old = executor / "src", (1, 1_000_000_000_000_000_000)
+    os.utime(folder, ns=old)  # older than the index the next status writes
+    git(executor, "status", "--porcelain")  # writes the cache into the index
+    assert b"UNTR" in (executor / ".git/index").read_bytes()
+    (folder / "hidden.py").write_bytes(b"new\n")
+    os.utime(folder, ns=old)  # the stamp the cache holds for the folder
+    assert git(executor, "status", "--porcelain") == ""  # hidden from the person's status
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is True
+    assert _paths(outcome) == ["src/hidden.py"]
+
+
 def test_many_touched_files_are_compared_by_git_before_any_is_read(tmp_path: Path) -> None:
     files = {**BASE_FILES, **{f"many/f{i:03d}.txt": b"file %d\n" % i for i in range(300)}}
     source = _source(tmp_path / "source", files)
