@@ -59,11 +59,13 @@ finds that out inode by inode on every allocation: a tree deleted between rows m
 every file created after it, promoter's and the bare loop's, pay for each inode freed,
 by whichever variant happens to share a block group with it.
 
-``python -m bench.bench_table`` prints the table; with ``--rows`` only the write path's rows
-named (``SOME_ROWS``: ``rss_promote_4x256mib``, ``promote_1150``, ``promote_1150_syncfs``,
-``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
-``flow_10_promotion``), for ``--rounds`` rounds; a row named alone brings only the
-variants it needs (``promote_1150_syncfs`` without the bare loop and the warm daemon).
+``python -m bench.bench_table`` prints the table; with ``--rows`` only the rows named
+(``SOME_ROWS``: the write path's ``rss_promote_4x256mib``, ``promote_1150``,
+``promote_1150_syncfs``, ``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
+``flow_10_promotion``, and the builder's ``build_1_in_100k`` and ``build_1gib``, no
+``PROMOTER_BENCH_BUILDER`` needed), for ``--rounds`` rounds; a row named alone brings only
+the variants it needs (``promote_1150_syncfs`` without the bare loop and the warm daemon);
+a name it does not know stops it.
 
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
@@ -139,6 +141,8 @@ SOME_ROWS = (
     "flow_1",
     "flow_10",
     "flow_10_promotion",
+    "build_1_in_100k",
+    "build_1gib",
 )
 
 
@@ -401,7 +405,7 @@ def _result(
 
 
 def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
-    """Only the write path's rows named in ``wanted`` (``SOME_ROWS``), interleaved for
+    """Only the rows named in ``wanted`` (``SOME_ROWS``), interleaved for
     ``rounds`` rounds. A row measured beside another (``promote_1150_syncfs`` beside
     ``promote_1150``, ``flow_10_promotion`` in ``flow_10``) brings only what it needs."""
     unknown = wanted - set(SOME_ROWS)
@@ -428,6 +432,12 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             (work / "flow_10").mkdir()
             agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
+        if wanted & {"build_1_in_100k", "build_1gib"}:
+            made = rows_builder.prepare(work, big="build_1gib" in wanted)
+            if "build_1_in_100k" in wanted:
+                rows.append(lambda r: rows_builder.build_1_in_100k(table, made, r))
+            if "build_1gib" in wanted:
+                rows.append(lambda r: rows_builder.build_1gib(table, made, r))
         load_before = os.getloadavg()
         for round_no in range(rounds):
             for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:

@@ -44,13 +44,19 @@ from promoter.domain.models import (
     PatchBundleV1,
 )
 from promoter.domain.paths import disk_path, sort_key, wire_path
-from promoter.errors import GrantInvalid, PathUnsafe, RepositoryInvalid, VerificationFailed
+from promoter.errors import (
+    GitError,
+    GrantInvalid,
+    PathUnsafe,
+    RepositoryInvalid,
+    VerificationFailed,
+)
 from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.executor.seeded import SeededShadow
 from promoter.git.layout import RepoLayout, discover, repo_env
-from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
-from promoter.git.records import DiffEntry
+from promoter.git.records import DiffEntry, require_oid
+from promoter.git.runner import run_git
 
 __all__ = ["BlobSource", "BuiltBundle", "build_bundle"]
 
@@ -125,15 +131,31 @@ class BuiltBundle(Closing):
             self._shadow = None
 
 
-def _require_tree(worktree: str, env: dict[str, str], tree: str) -> None:
-    with CatFile(cwd=worktree, env=env) as cat:
-        info = cat.request(tree)
-    if info is None or info.type != "tree":
-        raise RepositoryInvalid(
-            f"the worktree's repository does not hold the grant's base_tree {tree}; "
-            "clone the source repository at the grant's base_commit",
-            base_tree=tree,
-        )
+def _require_trees(layout: RepoLayout, trees: list[str]) -> str | None:
+    """``RepositoryInvalid`` unless each of ``trees`` is a tree of the worktree's repository;
+    HEAD's tree when HEAD is a commit (else ``None``), from the same one
+    ``git cat-file --batch-check`` (``commit_tree``'s reading of HEAD)."""
+    request = "".join(f"{require_oid(tree, 'tree')}\n" for tree in trees) + "HEAD\nHEAD^{tree}\n"
+    result = run_git(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        cwd=layout.worktree,
+        env=repo_env(layout),
+        input=request.encode("ascii"),
+    )
+    lines = result.stdout.decode("ascii", "replace").split("\n")
+    if len(lines) != len(trees) + 3 or lines[-1]:
+        raise GitError("unexpected output from git cat-file --batch-check", trees=trees)
+    for tree, line in zip(trees, lines, strict=False):
+        if line != f"{tree} tree":
+            raise RepositoryInvalid(
+                f"the worktree's repository does not hold the grant's base_tree {tree}; "
+                "clone the source repository at the grant's base_commit",
+                base_tree=tree,
+            )
+    head, (tree, _, kind) = lines[-3], lines[-2].partition(" ")
+    if not head.endswith(" commit") or kind != "tree":
+        return None
+    return require_oid(tree, "tree")
 
 
 def _bound_sha256(grant: GrantV1) -> str:
@@ -306,11 +328,9 @@ def build_bundle(
     """
     bound = _bound_sha256(grant)
     layout = discover(worktree)
-    _require_tree(layout.worktree, repo_env(layout), grant.base_tree)
     start = start_tree or grant.base_tree
-    if start != grant.base_tree:
-        _require_tree(layout.worktree, repo_env(layout), start)
-    shadow = SeededShadow(layout, base_tree=start, seed=seed)
+    head_tree = _require_trees(layout, list(dict.fromkeys([grant.base_tree, start])))
+    shadow = SeededShadow(layout, base_tree=start, seed=seed, head_tree=head_tree)
     shadow.__enter__()
     try:
         entries = shadow.diff(start)

@@ -4,7 +4,8 @@ This module owns ``LooseObjects``: writing blobs into a private git object direc
 loose objects stored without compression (zlib level 0, which git reads like any other),
 computing the git blob id (SHA-1 of header and bytes) and the sha256 in the same pass
 that writes them, and remembering each stored blob's sha256 and size. Bytes whose id is
-the caller's ``known`` one (the base's) are hashed and not stored.
+the caller's ``known`` one (the base's) are hashed and not stored. ``store_object``
+stores one small object of another type the same way (the builder's private commit).
 
 It deliberately does not decide which paths to read, pack anything or read objects back
 (``cat-file`` does). A file that is not a regular file, or whose size changes while it
@@ -62,6 +63,13 @@ class LooseObjects:
             temp = self._write_temp([header, data])
             self._place_or_drop(temp, oid, keep=True)
             self.digests[oid] = (hashlib.sha256(data).hexdigest(), len(data))
+        return oid
+
+    def store_object(self, kind: bytes, data: bytes) -> str:
+        """The id of the ``kind`` object (``commit``, ``tree``) holding ``data``, stored."""
+        header = b"%s %d\0" % (kind, len(data))
+        oid = hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
+        self._place_or_drop(self._write_temp([header, data]), oid, keep=True)
         return oid
 
     def _stream(self, chunks: Iterable[memoryview], size: int, known: str | None) -> str:

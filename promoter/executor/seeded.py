@@ -9,13 +9,15 @@ re-hashing an unchanged tree and without compressing throw-away objects:
    time kept (git's racy-entry rule compares entries against it: an entry whose mtime is
    not older than the index is compared by content, never trusted by stat), and its
    entries are checked (``seed_index.py``).
-2. Three read-only git commands run side by side on that copy, with the private
-   configuration and attributes: ``diff-files`` (index against the files, by stat),
-   ``diff-index --cached`` (the base tree against the index) and ``ls-files -o``
-   (untracked, not ignored). When the index's paths differ from the base tree's, the
-   untracked listing is taken from a private index of the base tree instead, so
-   "tracked" still means "in the base".
-3. Only the paths those name are read, each once (``loose_objects.py``): one pass
+2. One read-only ``git status --porcelain=v2`` runs on that copy, with the private
+   configuration and attributes and a private commit of the base tree as the private
+   HEAD: the base tree against the index, the index against the files (by stat; an
+   entry whose stat data changed is compared by content, and named only when its
+   bytes differ) and the untracked files that are not ignored, in one pass as
+   ``git status`` makes it. When the index's paths differ from the base tree's, the
+   untracked listing is taken (``ls-files -o``) from a private index of the base tree
+   instead, so "tracked" still means "in the base".
+3. Only the paths it names are read, each once (``loose_objects.py``): one pass
    computes the git blob id and the sha256, and writes the bytes as a loose object
    stored uncompressed (zlib level 0) in the private object directory, where the
    upload reads them.
@@ -39,6 +41,7 @@ worktree or its ``.git``, and computes the tree id only when asked (``tree``).
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,7 +63,6 @@ from promoter.git.records import (
     DiffEntry,
     check_pathspec_paths,
     decode_path,
-    parse_diff_raw,
     require_oid,
 )
 from promoter.git.runner import GitResult, run_git
@@ -70,7 +72,21 @@ __all__ = ["SeededShadow"]
 
 # Objects the shadow writes are thrown away with it: never spend time compressing them.
 _NO_COMPRESSION = ("-c", "core.compression=0", "-c", "core.looseCompression=0")
-_REFRESH_OVER = 256  # more stat-dirty entries than this: let git compare them first
+# One pass over the copy, as ``git status`` makes it: the base (the private HEAD) against
+# the index, the index against the files (stat-dirty entries compared by content first,
+# so a touched file is not named) and the untracked files, each listed.
+_STATUS = [
+    "status",
+    "--porcelain=v2",
+    "-z",
+    "--untracked-files=all",
+    "--ignored=no",
+    "--no-renames",
+    "--ignore-submodules=dirty",
+]
+_UNTRACKED = ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"]
+# The private commit of the base tree that status compares the index against (HEAD).
+_BASE_COMMIT = b"tree %s\nauthor promoter <> 0 +0000\ncommitter promoter <> 0 +0000\n\nbase\n"
 _GITLINK = "160000"
 _LINK = "120000"
 _NULL_OID = "0" * 40
@@ -85,6 +101,8 @@ class SeededShadow(ShadowTree):
 
     After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
     tree's gitlink paths when the seed showed them (``None``: list the base tree).
+    ``head_tree``: HEAD's tree when the caller has read it (``None``: ``unsupported``
+    reads it).
     """
 
     def __init__(
@@ -95,9 +113,11 @@ class SeededShadow(ShadowTree):
         tmpdir: str | None = None,
         timeout: float = 600.0,
         seed: bool = True,
+        head_tree: str | None = None,
     ) -> None:
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
+        self._head_tree = head_tree
         self._entries: list[DiffEntry] | None = None
         self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
@@ -139,38 +159,27 @@ class SeededShadow(ShadowTree):
             data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
         except NotPlain as exc:
             raise _NoSeed from exc
+        self._point_head_at(base)
         env = {**self._read_env, "GIT_INDEX_FILE": seed}
-        commands = {
-            "files": ["diff-files", "-z", "--raw", "--no-abbrev", "--ignore-submodules=dirty"],
-            "cached": ["diff-index", "--cached", "-r", "-z", "--no-renames", "--no-abbrev", base],
-            "untracked": ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"],
-        }
-        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-            futures = {
-                name: pool.submit(self._seed_git, args, env) for name, args in commands.items()
-            }
-            try:  # while git reads the copy
-                index = plain_index(data)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            walked = pool.submit(plain_index, data)  # while git reads the copy
+            status = self._seed_git(_STATUS, env)
+            try:
+                index = walked.result()
             except NotPlain as exc:
                 raise _NoSeed from exc
-            out = {name: future.result() for name, future in futures.items()}
-        if b".gitattributes" in out["untracked"]:
+        files, cached, untracked = _parse_status(status)
+        if b".gitattributes" in untracked:
             raise _NoSeed
-        files = parse_diff_raw(out["files"])
-        if len(files) > _REFRESH_OVER:  # many touched files: git hashes them, in place of us
-            self._seed_git(["update-index", "-q", "--refresh"], env)
-            files = parse_diff_raw(self._seed_git(commands["files"], env))
-        cached = parse_diff_raw(out["cached"])
         if any(e.status == "A" for e in files):  # intent-to-add
             raise _NoSeed
         if any(os.path.basename(e.path) == ".gitattributes" for e in cached):
             raise _NoSeed
         same_paths = all(e.status in "MT" for e in cached)
         same_links = not any(_GITLINK in (e.old_mode, e.new_mode) for e in cached)
-        untracked = out["untracked"]
         if not (same_paths and same_links):
             self._git(["read-tree", base], read=True)  # the base's own index, no stat data
-            untracked = self._seed_git(commands["untracked"], self._env)
+            untracked = self._seed_git(_UNTRACKED, self._env)
         touched = {e.path for e in files} | {e.path for e in cached}
         for path in index.attributes:  # as checked out and added, and harmless
             if path in touched or not self._harmless_attributes(path):
@@ -182,6 +191,14 @@ class SeededShadow(ShadowTree):
             return self._changes(files, cached, untracked)
         except OSError as exc:  # unreadable, or no room: git's own error, from the full run
             raise _NoSeed from exc
+
+    def _point_head_at(self, base: str) -> None:
+        """The private HEAD (``refs/heads/main``) at a private commit of ``base``."""
+        commit = self._objects.store_object(b"commit", _BASE_COMMIT % base.encode("ascii"))
+        ref = os.path.join(self._env["GIT_DIR"], "refs", "heads", "main")
+        fd = os.open(ref, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(commit.encode("ascii") + b"\n")
 
     def _harmless_attributes(self, path: str) -> bool:
         full = os.path.join(os.fsencode(self.layout.worktree), os.fsencode(path))
@@ -316,8 +333,11 @@ class SeededShadow(ShadowTree):
         reasons, in the same order as ``gitlinks.gitlinks_and_nested`` gives them."""
         if self._index_gitlinks is None or self.gitlinks is None:
             return super().unsupported(entries, symlinks=symlinks)
-        head = head_commit(self.layout)
-        if head is None or commit_tree(self.layout, head) != self.base_tree:
+        head_tree = self._head_tree
+        if head_tree is None:
+            head = head_commit(self.layout)
+            head_tree = None if head is None else commit_tree(self.layout, head)
+        if head_tree != self.base_tree:
             return super().unsupported(entries, symlinks=symlinks)
         found, others = self._by_mode(entries, symlinks=symlinks)
         check_pathspec_paths(others)
@@ -339,6 +359,58 @@ class SeededShadow(ShadowTree):
         known = {oid: self._objects.digests[oid] for oid in wanted if oid in self._objects.digests}
         rest = [oid for oid in wanted if oid not in known]
         return {**known, **(super().blob_sha256(rest) if rest else {})}
+
+
+def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:
+    """``git status --porcelain=v2 -z`` (``_STATUS``) as diff-files entries (index to
+    files), diff-index ``--cached`` entries (base to index) and the untracked names,
+    each NUL-terminated as ``ls-files -o -z`` gives them.
+
+    Any other record (an unmerged entry, a rename) or shape is ``_NoSeed``.
+    """
+    files: list[DiffEntry] = []
+    cached: list[DiffEntry] = []
+    untracked: list[bytes] = []
+    if out and not out.endswith(b"\0"):
+        raise _NoSeed
+    for record in out.split(b"\0")[:-1]:
+        if record.startswith(b"? "):
+            untracked.append(record[2:])
+            continue
+        fields = record.split(b" ", 8)
+        if len(fields) != 9 or fields[0] != b"1" or not _STATUS_FIELDS.fullmatch(record):
+            raise _NoSeed
+        _, xy, _, head, index, work, head_oid, index_oid, raw = fields
+        path = decode_path(raw)
+        staged, unstaged = chr(xy[0]), chr(xy[1])
+        if staged != ".":
+            cached.append(_entry(staged, path, head, index, head_oid, index_oid))
+        if unstaged != ".":
+            files.append(_entry(unstaged, path, index, work, index_oid, None))
+    return files, cached, b"".join(raw + b"\0" for raw in untracked)
+
+
+_STATUS_FIELDS = re.compile(
+    rb"1 [.MTAD]{2} (?:N\.\.\.|S[.C][.M][.U])(?: [0-7]{6}){3}(?: [0-9a-f]{40}){2} .+", re.DOTALL
+)
+_ABSENT = b"000000"
+
+
+def _entry(
+    status: str, path: str, old: bytes, new: bytes, old_oid: bytes, new_oid: bytes | None
+) -> DiffEntry:
+    """A raw diff entry from status's fields; ``_NoSeed`` when status and modes disagree."""
+    old_absent, new_absent = old == _ABSENT, new == _ABSENT
+    if (status == "A") != old_absent or (status == "D") != new_absent:
+        raise _NoSeed
+    return DiffEntry(
+        status,
+        path,
+        None if old_absent else old.decode("ascii"),
+        None if new_absent else new.decode("ascii"),
+        None if old_absent else old_oid.decode("ascii"),
+        None if new_absent or new_oid is None else new_oid.decode("ascii"),
+    )
 
 
 def _kind(mode: str) -> str:

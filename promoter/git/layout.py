@@ -1,9 +1,10 @@
 """Where a worktree and its git directories are, and the identity derived from them.
 
 This module owns ``discover`` (which paths are accepted as a repository promoter may
-guard, and why others are refused), the ``RepoLayout`` it returns, the repository
-identity of SPEC §5.1, and the environment that pins later git commands to a layout
-instead of letting git rediscover it.
+guard, and why others are refused; one ``git rev-parse`` for a worktree's top level),
+the ``RepoLayout`` it returns, the repository identity of SPEC §5.1, and the
+environment that pins later git commands to a layout instead of letting git
+rediscover it.
 
 It deliberately reads nothing else from the repository: HEAD is ``head.py``'s, index,
 trees and blobs are ``readback.py``'s. Discovery runs ``git rev-parse`` only.
@@ -48,21 +49,17 @@ def discover(path: str | Path) -> RepoLayout:
     requested = os.path.realpath(path)
     if not os.path.isdir(requested):
         raise RepositoryInvalid(f"{requested} is not a directory", path=str(path))
-    probe = _discovery_git(
-        requested,
-        [
-            "rev-parse",
-            "--is-bare-repository",
-            "--is-inside-work-tree",
-            "--show-object-format",
-            "--path-format=absolute",
-            "--git-dir",
-            "--git-common-dir",
-        ],
-    )
-    lines = probe.stdout.decode("utf-8", "surrogateescape").split("\n")
-    if len(lines) != 6 or lines[5] != "":
-        raise GitError("unexpected output from git rev-parse", stdout_lines=len(lines))
+    # In a worktree one command answers everything; where git refuses --show-toplevel
+    # (a bare repository, a git directory) the probe without it names the reason.
+    both = run_git([*_PROBE, "--show-toplevel"], cwd=requested, check=False)
+    lines = both.stdout.decode("utf-8", "surrogateescape").split("\n")
+    shown_top: str | None = lines[5] if len(lines) == 7 else None
+    if both.returncode != 0 or shown_top is None or lines[6] != "":
+        probe = _discovery_git(requested, _PROBE)
+        lines = probe.stdout.decode("utf-8", "surrogateescape").split("\n")
+        shown_top = None
+        if len(lines) != 6 or lines[5] != "":
+            raise GitError("unexpected output from git rev-parse", stdout_lines=len(lines))
     is_bare, inside, object_format, git_dir, common_dir = lines[:5]
     if is_bare == "true":
         raise RepositoryInvalid(f"{requested} is a bare repository; a worktree is required")
@@ -74,8 +71,10 @@ def discover(path: str | Path) -> RepoLayout:
             "SHA-256 repositories are not supported in v1",
             object_format=object_format,
         )
-    top = _discovery_git(requested, ["rev-parse", "--show-toplevel"])
-    toplevel = os.path.realpath(top.stdout.decode("utf-8", "surrogateescape").rstrip("\n"))
+    if shown_top is None:
+        top = _discovery_git(requested, ["rev-parse", "--show-toplevel"])
+        shown_top = top.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    toplevel = os.path.realpath(shown_top)
     if toplevel != requested:
         raise RepositoryInvalid(
             f"{requested} is not the top level of its worktree ({toplevel}); "
@@ -88,6 +87,17 @@ def discover(path: str | Path) -> RepoLayout:
         common_dir=os.path.realpath(common_dir),
         object_format=object_format,
     )
+
+
+_PROBE = [
+    "rev-parse",
+    "--is-bare-repository",
+    "--is-inside-work-tree",
+    "--show-object-format",
+    "--path-format=absolute",
+    "--git-dir",
+    "--git-common-dir",
+]
 
 
 def _discovery_git(cwd: str, args: list[str]) -> GitResult:

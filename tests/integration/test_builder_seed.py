@@ -24,6 +24,7 @@ from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
 from promoter.executor import build_bundle
 from promoter.executor.seed_index import NotPlain, plain_index
+from promoter.git import runner
 from tests.gitutil import blob_oid, commit_all, git, tree_digest
 from tests.support.flows import make_grant
 
@@ -383,6 +384,36 @@ def test_the_tree_id_is_the_one_the_full_scan_writes(source: Path, executor: Pat
     with build_bundle(executor, _grant(source)) as built:
         assert built.seeded
         assert built.tree == expected
+
+
+def test_a_seeded_build_of_one_edit_starts_four_git_processes(source: Path, executor: Path) -> None:
+    """The layout, the base tree and HEAD, one status pass, and the base blob's bytes."""
+    (executor / "src/app.py").write_bytes(b"print('v2')\n")
+    grant = _grant(source)
+    with runner.counting() as started, build_bundle(executor, grant, created_at=STAMP) as built:
+        assert built.seeded is True
+        assert [c["path"] for c in built.bundle["changes"]] == ["src/app.py"]
+    assert started == ["rev-parse", "cat-file", "status", "cat-file"]
+
+
+def test_a_stale_untracked_cache_in_the_index_hides_no_new_file(
+    source: Path, executor: Path
+) -> None:
+    """The person's git may trust the index's untracked cache; the status pass never does."""
+    git(executor, "config", "core.untrackedCache", "true")
+    git(executor, "config", "core.trustctime", "false")
+    folder, old = executor / "src", (1, 1_000_000_000_000_000_000)
+    os.utime(folder, ns=old)  # older than the index the next status writes
+    git(executor, "status", "--porcelain")  # writes the cache into the index
+    assert b"UNTR" in (executor / ".git/index").read_bytes()
+    (folder / "hidden.py").write_bytes(b"new\n")
+    os.utime(folder, ns=old)  # the stamp the cache holds for the folder
+    assert git(executor, "status", "--porcelain") == ""  # hidden from the person's status
+
+    outcome, used_seed = _agree(executor, _grant(source))
+
+    assert used_seed is True
+    assert _paths(outcome) == ["src/hidden.py"]
 
 
 def test_many_touched_files_are_compared_by_git_before_any_is_read(tmp_path: Path) -> None:
