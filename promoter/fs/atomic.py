@@ -324,7 +324,9 @@ class Parent(Closing):
 
     write_temp = _forward("temps", Temps.write_temp)
     begin_temp = _forward("temps", Temps.begin_temp)
+    sync_begun = _forward("temps", Temps.sync_begun)
     end_temp = _forward("temps", Temps.end_temp)
+    fail_begun = _forward("temps", Temps.fail_begun)
     abort_temp = _forward("temps", Temps.abort_temp)
     drop_temp = _forward("temps", Temps.drop_temp)
 

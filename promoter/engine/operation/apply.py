@@ -22,6 +22,10 @@ the state the journal expects there:
   filesystem allows (``promoter.fs.group_sync``, started with the pass, before anything
   is written), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
   touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
+  Where it does not, the fsyncs of a group of temps, and of the touched directories, run
+  up to ``FSYNCS_AT_ONCE`` at once (``promoter.fs.shares``): each still before what
+  depends on it (every temp of the group fsynced before the first is named; every
+  directory after the last replace), the earliest failure raised as a loop would raise it.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
 restores write step by step; one driver (``promoter.engine.operation.driver``) owns one
@@ -54,12 +58,27 @@ from promoter.fs.group_sync import GroupSync
 from promoter.fs.held import Directories
 from promoter.fs.leaf import os_error
 from promoter.fs.root import Root
+from promoter.fs.shares import first_failure, in_shares
 from promoter.fs.syscalls import current_umask
 from promoter.fs.temps import PendingTemp, Source
 
 __all__ = ["Applier"]
 
 log = logging.getLogger("promoter.apply")
+
+# the fsyncs of a group of temps, or of a pass's directories, run at once where no group
+# sync stands for them (concurrent fsyncs share the disk's journal commits and flushes)
+FSYNCS_AT_ONCE = 16
+
+
+def _how(count: int, *, grouped: bool) -> str:
+    """The flush path a pass takes for ``count`` files or directories, as its debug log
+    line names it."""
+    if grouped:
+        return "one group syncfs"
+    if count > 1:
+        return f"an fsync each, up to {min(count, FSYNCS_AT_ONCE)} at once"
+    return "an fsync each"
 
 
 @dataclass
@@ -138,13 +157,18 @@ class Applier:
         failure drops the temps not yet ended (as promoter's own) and is raised.
 
         Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
-        durable before the first is named, instead of an fsync each.
+        durable before the first is named, instead of an fsync each. Where it does not,
+        the group's fsyncs run up to ``FSYNCS_AT_ONCE`` at once (``promoter.fs.shares``)
+        and every one has returned before the first temp is named; a failed one fails its
+        temp as its own fsync in ``end_temp`` would (the temps before it named, it and
+        the later ones dropped).
         """
         synced = False
-        grouped = len(self.begun) > 1 and self.group_sync is not None
-        if self.begun:
-            how = "one group syncfs" if grouped else "an fsync each"
-            log.debug("flush path: %s for %d new files", how, len(self.begun))
+        failed: tuple[int, BaseException] | None = None
+        count = len(self.begun)
+        grouped = count > 1 and self.group_sync is not None
+        if count:
+            log.debug("flush path: %s for %d new files", _how(count, grouped=grouped), count)
         if grouped:
             assert self.group_sync is not None
             try:
@@ -153,14 +177,27 @@ class Applier:
                 self._drop_begun()
                 raise os_error("syncing the new files", "", exc) from exc
             synced = True
+        elif count > 1:
+            begun = [(self.parents[seq], pending) for seq, (pending, _) in self.begun.items()]
+            failed = first_failure(
+                begun,
+                lambda item: item[0].sync_begun(item[1]),
+                workers=FSYNCS_AT_ONCE,
+                name="temp-fsync",
+            )
+            synced = True
+        index = 0
         while self.begun:
             seq = next(iter(self.begun))
-            begun, new = self.begun.pop(seq)
+            pending, new = self.begun.pop(seq)
             try:
-                self.staged[seq] = (self.parents[seq].end_temp(begun, synced=synced), new)
+                if failed is not None and index == failed[0]:
+                    self.parents[seq].fail_begun(pending, failed[1])
+                self.staged[seq] = (self.parents[seq].end_temp(pending, synced=synced), new)
             except BaseException:
                 self._drop_begun()
                 raise
+            index += 1
 
     def _drop_begun(self) -> None:
         for seq, (begun, _) in list(self.begun.items()):
@@ -207,14 +244,15 @@ class Applier:
         self.parents[seq].fsync()
 
     def fsync(self) -> None:
-        """fsync every directory this pass touched, once each (or, where the filesystem
-        allows and there are several, one ``syncfs`` for all of them: ``group_sync``)."""
+        """fsync every directory this pass touched, once each, up to ``FSYNCS_AT_ONCE`` at
+        once (or, where the filesystem allows and there are several, one ``syncfs`` for
+        all of them: ``group_sync``); returns once every one has, the earliest failure
+        (in the order touched) raised."""
         seen: dict[str, Parent] = {}
         for parent in self.parents.values():
             seen.setdefault("/".join(parent.dir_parts), parent)
         grouped = len(seen) > 1 and self.group_sync is not None
-        how = "one group syncfs" if grouped else "an fsync each"
-        log.debug("flush path: %s for %d directories", how, len(seen))
+        log.debug("flush path: %s for %d directories", _how(len(seen), grouped=grouped), len(seen))
         if grouped:
             assert self.group_sync is not None
             try:
@@ -223,8 +261,13 @@ class Applier:
             except OSError as exc:
                 raise os_error("syncing the parent directories", "", exc) from exc
             return
-        for parent in seen.values():
-            parent.fsync()
+        # a few at once; all have returned before this does, the earliest failure raised
+        in_shares(
+            list(seen.values()),
+            lambda parent: parent.fsync(),
+            workers=FSYNCS_AT_ONCE,
+            name="dir-fsync",
+        )
 
     def drop_staged(self, from_seq: int = 0) -> None:
         """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own
