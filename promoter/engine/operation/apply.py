@@ -54,6 +54,7 @@ from promoter import faults
 from promoter.domain.path_state import State
 from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent
+from promoter.fs.chain import InPlace
 from promoter.fs.group_sync import GroupSync
 from promoter.fs.held import Directories
 from promoter.fs.leaf import os_error
@@ -97,6 +98,10 @@ class Applier:
     # settings' ``group_sync_limit``)
     group_sync_limit: int | None = None
     group_sync: GroupSync | None = field(init=False)  # one syncfs per group where as good
+    # the held directory whose chain the previous replace checked after its rename, when
+    # that check was the last thing done in the worktree (``place``); any other step
+    # forgets it
+    _checked_last: InPlace | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
@@ -107,6 +112,7 @@ class Applier:
 
     def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
         """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
+        self._checked_last = None  # a walk or a re-check: no longer the last thing done
         try:
             parent = self.directories.open_parent(path, create=create)
         except PromoterError as exc:  # directories made before the walk failed
@@ -163,6 +169,7 @@ class Applier:
         temp as its own fsync in ``end_temp`` would (the temps before it named, it and
         the later ones dropped).
         """
+        self._checked_last = None
         synced = False
         failed: tuple[int, BaseException] | None = None
         count = len(self.begun)
@@ -200,6 +207,7 @@ class Applier:
             index += 1
 
     def _drop_begun(self) -> None:
+        self._checked_last = None
         for seq, (begun, _) in list(self.begun.items()):
             try:
                 self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
@@ -208,9 +216,18 @@ class Applier:
             self.begun.pop(seq, None)
 
     def place(self, seq: int, old: State, new: State) -> None:
-        """Put step ``seq``'s staged temp in place over exactly ``old``."""
+        """Put step ``seq``'s staged temp in place over exactly ``old``.
+
+        When the last thing this pass did in the worktree was the check after the previous
+        replace in the same held directory, that check is this replace's check before
+        (nothing was done in between: one check per instant); the check after it runs.
+        """
         temp, _ = self.staged.pop(seq)
-        self.parents[seq].replace(temp, expected_old=old, new=new)
+        parent = self.parents[seq]
+        held, self._checked_last = self._checked_last, None
+        checked = held is not None and parent.held is held
+        if parent.replace(temp, expected_old=old, new=new, chain_checked=checked):
+            self._checked_last = parent.held
 
     def write(
         self, seq: int, path: str, old: State, new: State, data: bytes | Source, temp: str
@@ -241,6 +258,7 @@ class Applier:
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""
+        self._checked_last = None
         self.parents[seq].fsync()
 
     def fsync(self) -> None:
@@ -248,6 +266,7 @@ class Applier:
         once (or, where the filesystem allows and there are several, one ``syncfs`` for
         all of them: ``group_sync``); returns once every one has, the earliest failure
         (in the order touched) raised."""
+        self._checked_last = None
         seen: dict[str, Parent] = {}
         for parent in self.parents.values():
             seen.setdefault("/".join(parent.dir_parts), parent)
