@@ -169,6 +169,16 @@ class Directories:
         held = self._hold(parts, walked.fd, walked.ids)
         return Parent(ParentChain(self.root, rel, held.fd, held.ids, walked.created, held=held))
 
+    def view(self, rel: str, held: HeldDir) -> Parent:
+        """A ``Parent`` of ``rel`` on ``held``, the held directory of ``rel``'s directory,
+        made without re-checking its chain: for a caller whose check of that chain still
+        stands (``promoter.engine.operation.apply``: begins in one directory that named
+        nothing in between); its changes check as they always do."""
+        if tuple(split_rel(rel)[:-1]) != held.parts or self._held.get(held.parts) is not held:
+            raise ValueError(f"{rel} is not in the held directory {'/'.join(held.parts)}")
+        self._lent = True
+        return Parent(ParentChain(self.root, rel, held.fd, held.ids, [], held=held))
+
     def _reuse(self, rel: str, parts: tuple[str, ...]) -> HeldDir | None:
         """The held directory of ``parts`` when it is still in place (checked), else None."""
         held = self._held.get(parts)

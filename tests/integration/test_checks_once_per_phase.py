@@ -1,10 +1,13 @@
-"""A pass's chain checks once per instant in the replace phase, and what that keeps.
+"""A pass's chain checks once per directory and phase where nothing is named between, and
+what that keeps.
 
 Replaces in the same held directory one after another: the check after one replace is
 the check before the next (nothing is done in the worktree in between), so a directory
 swapped in that instant is caught by the check after the next replace, which runs
 always; a replace in another directory, or after anything else, checks before as it
-did. A swap during a replace is caught by the check after it, as before.
+did. A swap during a replace is caught by the check after it, as before. Begins in one
+directory that name nothing (``O_TMPFILE``) take the check before the first of them as
+theirs; a swap between two of them is caught by the check after a temp is named.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from promoter.domain.path_state import State
 from promoter.domain.paths import temp_name
 from promoter.engine.operation.apply import Applier
 from promoter.errors import PathUnsafe
+from promoter.fs import temps
 from promoter.fs.root import Root
 
 OLD = [b"old zero\n", b"old one\n", b"old two\n"]
@@ -144,3 +148,31 @@ def test_a_directory_swapped_during_a_replace_is_caught_by_that_replaces_check_a
     assert (moved / "f1.txt").read_bytes() == NEW[1]
     assert (moved / "f2.txt").read_bytes() == OLD[2]
     assert (work / "d" / "f2.txt").read_bytes() == OLD[2]
+
+
+@pytest.mark.parametrize("anonymous", [True, False], ids=["o_tmpfile", "named_temp"])
+def test_a_directory_swapped_between_two_begins_in_it_is_caught_when_the_first_is_named(
+    root: Root, work: Path, anonymous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Begins in one directory that name nothing take the check before the first as
+    theirs; a swap between two of them is caught by the check after the first temp is
+    named (as it was when each begin checked: a begin after the swap walked to the new
+    directory, and the first temp's check after naming refused all the same). Nothing is
+    staged and no temp is left in either directory."""
+    if not anonymous:  # the filesystem without O_TMPFILE: each begin makes a name
+        monkeypatch.setattr(temps, "_proc_fd_links", lambda: False)
+    (work / "d").mkdir()
+    apply = Applier(root)
+    try:
+        apply.begin(0, "d/f0.txt", state(NEW[0]), NEW[0], temp_name("op_once", 1, 0))
+        moved = swap(work, "d", {})
+        apply.begin(1, "d/f1.txt", state(NEW[1]), NEW[1], temp_name("op_once", 1, 1))
+        with pytest.raises(PathUnsafe) as info:
+            apply.end_begun()
+        assert info.value.context["path"] == "d/f0.txt"
+        assert not apply.staged and not apply.begun and not apply.kept
+    finally:
+        apply.close()
+    assert leftovers(moved) == [] and leftovers(work / "d") == []
+    assert sorted(p.name for p in moved.iterdir()) == []
+    assert sorted(p.name for p in (work / "d").iterdir()) == []

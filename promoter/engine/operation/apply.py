@@ -56,8 +56,8 @@ from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import InPlace
 from promoter.fs.group_sync import GroupSync
-from promoter.fs.held import Directories
-from promoter.fs.leaf import os_error
+from promoter.fs.held import Directories, HeldDir
+from promoter.fs.leaf import os_error, split_rel
 from promoter.fs.root import Root
 from promoter.fs.shares import first_failure, in_shares
 from promoter.fs.syscalls import current_umask
@@ -102,6 +102,9 @@ class Applier:
     # that check was the last thing done in the worktree (``place``); any other step
     # forgets it
     _checked_last: InPlace | None = field(init=False, default=None)
+    # the held directory whose chain was checked before the begins since, when each of
+    # them wrote only an unnamed temp there (``begin``); any other step forgets it
+    _unnamed_in: HeldDir | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
@@ -112,19 +115,27 @@ class Applier:
 
     def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
         """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
-        self._checked_last = None  # a walk or a re-check: no longer the last thing done
+        self._forget()  # a walk or a re-check: no longer the last thing done
         try:
             parent = self.directories.open_parent(path, create=create)
         except PromoterError as exc:  # directories made before the walk failed
             self.created_dirs.extend(exc.context.get("created_dirs", []))
             raise
         self.created_dirs.extend(parent.created_dirs)
+        self._view_of(seq, parent)
+        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
+        return parent, checked
+
+    def _view_of(self, seq: int, parent: Parent) -> None:
         previous = self.parents.pop(seq, None)
         if previous is not None:
             previous.close()
         self.parents[seq] = parent
-        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
-        return parent, checked
+
+    def _forget(self) -> None:
+        """Something other than the step that recorded them was done: no check stands."""
+        self._checked_last = None
+        self._unnamed_in = None
 
     def stage(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
         """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``.
@@ -142,9 +153,23 @@ class Applier:
         """``stage`` up to the temp's fsync: its bytes written and its writeback started.
 
         ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
+
+        A begin in the directory of the begins just before it, each of which wrote only an
+        unnamed (``O_TMPFILE``) temp, takes the chain check made before the first of them
+        as its own: nothing in the worktree was named, moved or removed since, and each
+        temp gets its name only in ``end_begun``, which checks the chain after naming it
+        (and each replace checks before and after). A named temp (no ``O_TMPFILE``) or a
+        link temp makes a name at once: the next begin checks again, as does any begin
+        after another step.
         """
         assert new.exists and new.mode is not None
-        parent, checked = self._parent(seq, path, create=True)
+        held, self._unnamed_in = self._unnamed_in, None
+        if held is not None and held.parts == tuple(split_rel(path)[:-1]):
+            self._forget()
+            parent, checked = self.directories.view(path, held), True
+            self._view_of(seq, parent)
+        else:
+            parent, checked = self._parent(seq, path, create=True)
         begun = parent.begin_temp(
             data,
             new.mode,
@@ -157,6 +182,8 @@ class Applier:
             self.staged[seq] = (begun, new)
         else:
             self.begun[seq] = (begun, new)
+            if begun.anonymous and isinstance(parent.held, HeldDir):
+                self._unnamed_in = parent.held
 
     def end_begun(self) -> None:
         """fsync and name every begun temp, in the order begun, each then staged. The first
@@ -169,7 +196,7 @@ class Applier:
         temp as its own fsync in ``end_temp`` would (the temps before it named, it and
         the later ones dropped).
         """
-        self._checked_last = None
+        self._forget()
         synced = False
         failed: tuple[int, BaseException] | None = None
         count = len(self.begun)
@@ -207,7 +234,7 @@ class Applier:
             index += 1
 
     def _drop_begun(self) -> None:
-        self._checked_last = None
+        self._forget()
         for seq, (begun, _) in list(self.begun.items()):
             try:
                 self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
@@ -224,7 +251,8 @@ class Applier:
         """
         temp, _ = self.staged.pop(seq)
         parent = self.parents[seq]
-        held, self._checked_last = self._checked_last, None
+        held = self._checked_last
+        self._forget()
         checked = held is not None and parent.held is held
         if parent.replace(temp, expected_old=old, new=new, chain_checked=checked):
             self._checked_last = parent.held
@@ -258,7 +286,7 @@ class Applier:
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""
-        self._checked_last = None
+        self._forget()
         self.parents[seq].fsync()
 
     def fsync(self) -> None:
@@ -266,7 +294,7 @@ class Applier:
         once (or, where the filesystem allows and there are several, one ``syncfs`` for
         all of them: ``group_sync``); returns once every one has, the earliest failure
         (in the order touched) raised."""
-        self._checked_last = None
+        self._forget()
         seen: dict[str, Parent] = {}
         for parent in self.parents.values():
             seen.setdefault("/".join(parent.dir_parts), parent)
