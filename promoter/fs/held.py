@@ -24,7 +24,9 @@ its reads, so the verification after one read is the check before the next one i
 same directory (the nested-repository check and the verification after reading still run
 per path). ``open_parent`` marks a reused directory's ``Parent`` (``checked_at_open``):
 its chain was re-checked by that call, so the applier's write or delete that follows at
-once need not check it again before starting.
+once need not check it again before starting. ``view`` hands out a ``Parent`` on a held
+directory with no check, for a caller whose check of that chain still stands (the
+applier's begins in one directory that named nothing since).
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.

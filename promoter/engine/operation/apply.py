@@ -36,7 +36,12 @@ One pass walks to each directory once: the steps in a directory share one held
 descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
 every change (a step's first write or delete uses the re-check its directory was reused
 with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
-of it, and ``close`` closes each directory once. The process umask is read once per pass
+of it, and ``close`` closes each directory once. A check stands for the next change in
+the same directory only where nothing was named, moved or removed in between: a replace
+right after one in the same directory takes that one's check after as its check before
+(``place``), and begins in one directory that wrote only unnamed temps take the check
+before the first (``begin``); every check after a change (a temp named, a replace, a
+removal) still runs. The process umask is read once per pass
 (``umask``) for the mode of every new file.
 
 Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
