@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
 __all__ = ["first_failure", "in_shares"]
@@ -34,13 +34,20 @@ T = TypeVar("T")
 
 
 def first_failure(
-    items: Sequence[T], work: Callable[[T], object], *, workers: int, name: str = "flush"
+    items: Sequence[T],
+    work: Callable[[T], object],
+    *,
+    workers: int,
+    name: str = "flush",
+    pool: Executor | None = None,
 ) -> tuple[int, BaseException] | None:
     """``work`` on every item, in up to ``workers`` threads that each take every n-th item;
     once every share ended, the earliest failed item's index and error (None: none failed).
 
     A single item, or ``workers`` of 1, runs in the calling thread, in order, stopping at
-    the first failure as the shares do.
+    the first failure as the shares do. ``pool``: the caller's executor of at least
+    ``workers`` threads, kept for many calls (a pool made per call costs its threads'
+    start each time); without it, one is made for the call and shut down.
     """
     count = min(max(workers, 1), len(items))
     if count < 2:
@@ -62,9 +69,13 @@ def first_failure(
                     failures[index] = exc
                 return
 
-    with ThreadPoolExecutor(count, name) as pool:
+    if pool is not None:
         for done in [pool.submit(share, first) for first in range(count)]:
             done.result()
+    else:
+        with ThreadPoolExecutor(count, name) as own:
+            for done in [own.submit(share, first) for first in range(count)]:
+                done.result()
     if not failures:
         return None
     index = min(failures)
@@ -72,9 +83,14 @@ def first_failure(
 
 
 def in_shares(
-    items: Sequence[T], work: Callable[[T], object], *, workers: int, name: str = "flush"
+    items: Sequence[T],
+    work: Callable[[T], object],
+    *,
+    workers: int,
+    name: str = "flush",
+    pool: Executor | None = None,
 ) -> None:
     """``first_failure``, raising the earliest failed item's error as it was raised."""
-    failed = first_failure(items, work, workers=workers, name=name)
+    failed = first_failure(items, work, workers=workers, name=name, pool=pool)
     if failed is not None:
         raise failed[1]

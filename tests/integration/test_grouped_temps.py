@@ -239,7 +239,7 @@ def test_without_a_group_sync_every_temp_of_a_group_is_fsynced_before_the_first_
         apply.close()
     assert len(begun) == len(CONTENTS)
     assert len(seen) == len(CONTENTS)
-    assert all(thread.startswith("temp-fsync") for thread, _ in seen)
+    assert all(thread.startswith("pass-fsync") for thread, _ in seen)
     early = [] if anonymous else sorted(f"d/{t}" for t in TEMPS)
     assert [found for _, found in seen] == [early] * len(CONTENTS)
     assert staged == dict(enumerate(CONTENTS))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -72,3 +73,17 @@ def test_a_single_item_runs_in_the_calling_thread() -> None:
     threads: set[str] = set()
     in_shares([1], _work(set(), [], threads), workers=16)
     assert threads == {threading.current_thread().name}
+
+
+def test_a_callers_pool_is_used_and_left_running() -> None:
+    done: list[int] = []
+    threads: set[str] = set()
+    with ThreadPoolExecutor(4, "kept") as pool:
+        for _ in range(3):
+            assert (
+                first_failure(list(range(8)), _work(set(), done, threads), workers=4, pool=pool)
+                is None
+            )
+        assert sorted(done) == sorted(list(range(8)) * 3)
+        assert threads <= {f"kept_{n}" for n in range(4)}
+        assert pool.submit(lambda: 7).result() == 7  # still running: the caller shuts it

@@ -52,6 +52,7 @@ and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,8 @@ class Applier:
     # the held directory whose chain was checked before the begins since, when each of
     # them wrote only an unnamed temp there (``begin``); any other step forgets it
     _unnamed_in: HeldDir | None = field(init=False, default=None)
+    # the threads of the pass's fsyncs at once (``_fsyncs``), started at the first need
+    _pool: ThreadPoolExecutor | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
@@ -222,7 +225,7 @@ class Applier:
                 begun,
                 lambda item: item[0].sync_begun(item[1]),
                 workers=FSYNCS_AT_ONCE,
-                name="temp-fsync",
+                pool=self._fsyncs(),
             )
             synced = True
         index = 0
@@ -237,6 +240,12 @@ class Applier:
                 self._drop_begun()
                 raise
             index += 1
+
+    def _fsyncs(self) -> ThreadPoolExecutor:
+        """The pass's pool for fsyncs at once: made once, shut down by ``close``."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(FSYNCS_AT_ONCE, "pass-fsync")
+        return self._pool
 
     def _drop_begun(self) -> None:
         self._forget()
@@ -318,7 +327,7 @@ class Applier:
             list(seen.values()),
             lambda parent: parent.fsync(),
             workers=FSYNCS_AT_ONCE,
-            name="dir-fsync",
+            pool=self._fsyncs(),
         )
 
     def drop_staged(self, from_seq: int = 0) -> None:
@@ -348,5 +357,8 @@ class Applier:
         if self.group_sync is not None:
             self.group_sync.close()
             self.group_sync = None
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.parents.clear()
         self.directories.close()
