@@ -85,28 +85,44 @@ class Swap:
         self.chain = chain
         self.temps = temps
 
-    def replace(self, temp: str, *, expected_old: ExpectedState, new: ExpectedState) -> None:
+    def replace(
+        self,
+        temp: str,
+        *,
+        expected_old: ExpectedState,
+        new: ExpectedState,
+        chain_checked: bool = False,
+    ) -> bool:
         """Put ``temp`` at the target only if the target is ``expected_old`` (or already ``new``).
 
         Refuses with ``TargetDrift`` (another state) or ``PathUnsafe`` (symlink, special
         file, swapped chain); on a refusal before any rename the temp is removed and the
         target is left as found. Idempotent when the target already is ``new``.
+
+        ``chain_checked``: the caller verified this chain immediately before the call,
+        with nothing done in the worktree in between (the check after the previous
+        replace in the same held directory: ``promoter.engine.operation.apply``), so that
+        check is the one before this replace; the check after it always runs. Returns
+        True when that check after its rename was the last thing it did (False: the
+        target was already ``new`` and nothing was renamed).
         """
         check_temp_name(temp)
         if not new.exists:
             raise ValueError("replace writes a file; deletes use unlink_checked")
         settled = False
         try:
-            self.chain.verify_chain()
+            if not chain_checked:
+                self.chain.verify_chain()
             current = self.chain.leaf_state()
             if current.matches(new):
                 self.temps.drop_temp(temp, new)
-                return
+                return False
             if not current.matches(expected_old):
                 raise refusal(self.chain.rel, expected_old, current)
             faults.point("before_replace")
             if not expected_old.exists:
                 self._create_from(temp, new)
+                self.temps.drop_temp(temp, new)  # normally gone: the rename consumed it
             else:
                 settled = True  # from here the exchange settles the temp name itself
                 self._exchange_in(temp, current, expected_old, new)
@@ -121,8 +137,7 @@ class Swap:
             if not settled:
                 with_kept(exc, self.temps.drop_temp(temp, new))
             raise
-        if not settled:
-            self.temps.drop_temp(temp, new)  # normally gone: the rename consumed it
+        return True
 
     def _create_from(self, temp: str, new: ExpectedState) -> None:
         try:
@@ -324,7 +339,9 @@ class Parent(Closing):
 
     write_temp = _forward("temps", Temps.write_temp)
     begin_temp = _forward("temps", Temps.begin_temp)
+    sync_begun = _forward("temps", Temps.sync_begun)
     end_temp = _forward("temps", Temps.end_temp)
+    fail_begun = _forward("temps", Temps.fail_begun)
     abort_temp = _forward("temps", Temps.abort_temp)
     drop_temp = _forward("temps", Temps.drop_temp)
 

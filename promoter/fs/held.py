@@ -24,7 +24,9 @@ its reads, so the verification after one read is the check before the next one i
 same directory (the nested-repository check and the verification after reading still run
 per path). ``open_parent`` marks a reused directory's ``Parent`` (``checked_at_open``):
 its chain was re-checked by that call, so the applier's write or delete that follows at
-once need not check it again before starting.
+once need not check it again before starting. ``view`` hands out a ``Parent`` on a held
+directory with no check, for a caller whose check of that chain still stands (the
+applier's begins in one directory that named nothing since).
 
 Deliberately not here: the walk and its per-component rules (``root.py``,
 ``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
@@ -168,6 +170,16 @@ class Directories:
             raise TargetDrift("a parent directory is missing", path=rel, found="missing_parent")
         held = self._hold(parts, walked.fd, walked.ids)
         return Parent(ParentChain(self.root, rel, held.fd, held.ids, walked.created, held=held))
+
+    def view(self, rel: str, held: HeldDir) -> Parent:
+        """A ``Parent`` of ``rel`` on ``held``, the held directory of ``rel``'s directory,
+        made without re-checking its chain: for a caller whose check of that chain still
+        stands (``promoter.engine.operation.apply``: begins in one directory that named
+        nothing in between); its changes check as they always do."""
+        if tuple(split_rel(rel)[:-1]) != held.parts or self._held.get(held.parts) is not held:
+            raise ValueError(f"{rel} is not in the held directory {'/'.join(held.parts)}")
+        self._lent = True
+        return Parent(ParentChain(self.root, rel, held.fd, held.ids, [], held=held))
 
     def _reuse(self, rel: str, parts: tuple[str, ...]) -> HeldDir | None:
         """The held directory of ``parts`` when it is still in place (checked), else None."""

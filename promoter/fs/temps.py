@@ -19,8 +19,9 @@ so no whole blob is held in memory and no unchecked byte is ever named. Where th
 ends the first, so their fsyncs wait for the disk together, each temp still fsynced
 before it is named.
 
-Fault points called here: ``before_temp_named`` (an anonymous temp holds every byte, no
-name yet) and ``after_temp_write`` (temp written, chmod'ed, fsynced, named and closed).
+Fault points called here: ``after_temp_fsync`` (a begun temp fsynced, wherever that ran),
+``before_temp_named`` (an anonymous temp holds every byte, no name yet) and
+``after_temp_write`` (temp written, chmod'ed, fsynced, named and closed).
 
 Deliberately not here: putting a temp in place (``atomic.py``), deletes (``delete.py``),
 finding paths (``chain.py``) and deciding what to write.
@@ -211,7 +212,7 @@ class Temps:
         try:
             try:
                 if not synced:
-                    flush.fsync(fd)
+                    self.sync_begun(pending)
                 if pending.anonymous:
                     faults.point("before_temp_named")
                     self._link_temp(fd, temp)
@@ -224,6 +225,21 @@ class Temps:
         except BaseException as exc:
             self._fail_temp(temp, exc, "writing a temp file")
         return temp
+
+    def sync_begun(self, pending: PendingTemp) -> None:
+        """fsync a begun temp (fault point ``after_temp_fsync``); the ``OSError`` is raised
+        as it is. ``end_temp`` calls it, or a caller that fsyncs a group of begun temps a
+        few at once (``promoter.fs.shares``) before it ends each with ``synced``; it
+        touches nothing but the temp's own descriptor, so any thread may call it."""
+        flush.fsync(pending.fd)
+        faults.point("after_temp_fsync")
+
+    def fail_begun(self, pending: PendingTemp, exc: BaseException) -> NoReturn:
+        """End a begun temp whose fsync (``sync_begun``) raised ``exc`` as ``end_temp``
+        would have: the temp dropped (closed; a named one removed while promoter's own)
+        and the error raised as a ``WriteFailed`` naming anything kept."""
+        os.close(pending.fd)
+        self._fail_temp(pending.temp, exc, "writing a temp file")
 
     def abort_temp(self, pending: PendingTemp) -> list[Kept]:
         """Drop a begun temp that will not be ended: an anonymous one vanishes with its

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +53,7 @@ from promoter.errors import (
 )
 from promoter.faults import point
 from promoter.fs.group_sync import GroupSync
+from promoter.fs.shares import in_shares
 from promoter.store.blobs import BlobStore, BlobWriter
 from promoter.store.durable import fsync_dir
 from promoter.store.quota import RunQuota
@@ -73,22 +73,9 @@ def _point(name: str) -> None:
 
 def _in_shares(items: Sequence[T], work: Callable[[T], object]) -> None:
     """``work`` on every item, in up to ``SYNC_WORKERS`` threads that each take every n-th
-    item in one task (a task per item cost more in hand-offs than the fsyncs it
-    overlapped); the first error of a share ends that share and is raised once all ended.
-    """
-    if len(items) < 2:
-        for item in items:
-            work(item)
-        return
-    workers = min(SYNC_WORKERS, len(items))
-
-    def share(first: int) -> None:
-        for item in items[first::workers]:
-            work(item)
-
-    with ThreadPoolExecutor(workers, "blob-batch-sync") as pool:
-        for done in [pool.submit(share, first) for first in range(workers)]:
-            done.result()
+    item (``promoter.fs.shares``); the earliest failed item's error is raised once all
+    ended."""
+    in_shares(items, work, workers=SYNC_WORKERS, name="blob-batch-sync")
 
 
 @dataclass

@@ -32,6 +32,7 @@ POINTS = [
     "after_journal",
     "after_dir_intent",
     "after_mkdir",
+    "after_temp_fsync",  # an fsync of the group's, a few at once (no group sync: below)
     "before_temp_named",
     "after_temp_write",
     "after_temps_journaled",
@@ -78,8 +79,10 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
         skip_without_group_sync(repo)
     state = tmp_path / "state"
     spec = point if "=" in point else f"{point}=kill"
-    never_busy = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
-    first = DaemonProcess(state, {"work": repo}, faults=spec, extra_env=never_busy)
+    env = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
+    if point == "after_temp_fsync":  # only where no group sync stands for the fsyncs
+        env["PROMOTER_GROUP_SYNC"] = "false"
+    first = DaemonProcess(state, {"work": repo}, faults=spec, extra_env=env)
     try:
         request = prepare_promotion(first, repo, _changes(), batched=False)
         before, git_before = tree_bytes(repo), git_dir_digest(repo)

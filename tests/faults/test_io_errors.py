@@ -260,3 +260,32 @@ def _fail_a_group_sync(
     else:
         assert "new" in [p["verdict"] for p in view["report"]["paths"]]
         _continue_to_new(daemon, repo, view["operation_id"], CHANGES)
+
+
+@pytest.mark.parametrize("nth", [1, 3, 5])
+def test_a_failed_temp_fsync_of_the_concurrent_fallback_refuses_with_nothing_written(
+    nth: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No group sync: a group's temps are fsynced a few at once, and whichever of them
+    fails (the ``nth`` fsync to return), the promotion is refused exactly as a failed
+    fsync in the one-by-one loop refused it: ``write_failed`` naming that temp's path,
+    nothing replaced, no temp left; the same promotion then completes."""
+    repo = init_repo(tmp_path / "lab", FILES)
+    with running_daemon(tmp_path / "state", {"lab": repo}, group_sync=False) as daemon:
+        identity = daemon.services.registry.by_name("lab").identity
+        _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
+        before = tree_bytes(repo)
+        _inject(monkeypatch, f"after_temp_fsync=EIO@{nth}")
+        view = promote(daemon, bundle, receipt).json()
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+        assert (view["status"], view["code"]) == ("refused", "write_failed"), view
+        assert view["detail"] == (
+            "writing a temp file failed: injected fault at after_temp_fsync: Input/output error"
+        )
+        assert view["report"]["error"]["path"] in [path for path, _, _ in CHANGES]
+        assert tree_bytes(repo) == before
+        _assert_untorn(repo)
+        assert promote(daemon, bundle, receipt).json()["status"] == "completed"
+        for path, _old, new in CHANGES:
+            assert tree_bytes(repo).get(path, (None, 0))[0] == new

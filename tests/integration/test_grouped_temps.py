@@ -5,8 +5,11 @@ group behind, whether the filesystem gives anonymous temps (``O_TMPFILE``) or na
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from promoter import faults
 from promoter.domain.path_state import State
 from promoter.domain.paths import temp_name
+from promoter.engine.operation import apply as apply_module
 from promoter.engine.operation.apply import Applier
 from promoter.errors import BlobHashMismatch, PromoterError
 from promoter.fs import group_sync, temps
@@ -200,10 +204,78 @@ def test_debug_log_says_which_flush_path_a_pass_took(
         apply.fsync()
     finally:
         apply.close()
-    how = "one group syncfs" if grouped else "an fsync each"
+    how = "one group syncfs" if grouped else "an fsync each, up to 5 at once"
     lines = [r.getMessage() for r in caplog.records if r.name == "promoter.apply"]
     # the temps of one directory still take one group sync; its one directory an fsync
     assert lines == [
         f"flush path: {how} for {len(CONTENTS)} new files",
         "flush path: an fsync each for 1 directories",
     ]
+
+
+def test_without_a_group_sync_every_temp_of_a_group_is_fsynced_before_the_first_is_named(
+    root: Root, work: Path, anonymous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback's fsyncs run a few at once, off the calling thread, and every one of
+    them has returned before any anonymous temp gets its name."""
+    real = os.fsync
+    seen: list[tuple[str, list[str]]] = []
+    lock = threading.Lock()
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        with lock:
+            seen.append((threading.current_thread().name, names(work)))
+
+    apply = Applier(root)
+    try:
+        begin_all(apply)
+        begun = {pending.fd for pending, _ in apply.begun.values()}
+        monkeypatch.setattr(os, "fsync", fsync)
+        apply.end_begun()
+        monkeypatch.setattr(os, "fsync", real)
+        staged = {seq: (work / "d" / TEMPS[seq]).read_bytes() for seq in apply.staged}
+    finally:
+        apply.close()
+    assert len(begun) == len(CONTENTS)
+    assert len(seen) == len(CONTENTS)
+    assert all(thread.startswith("pass-fsync") for thread, _ in seen)
+    early = [] if anonymous else sorted(f"d/{t}" for t in TEMPS)
+    assert [found for _, found in seen] == [early] * len(CONTENTS)
+    assert staged == dict(enumerate(CONTENTS))
+
+
+@pytest.mark.parametrize("at_once", [1, apply_module.FSYNCS_AT_ONCE], ids=["serial", "shares"])
+def test_a_failed_fsync_in_the_concurrent_fallback_fails_the_group_as_the_serial_loop_did(
+    root: Root, work: Path, anonymous: bool, monkeypatch: pytest.MonkeyPatch, at_once: int
+) -> None:
+    """The third temp's fsync fails (EIO): the two before it are named and staged, it
+    and the ones after it are dropped, and the error is the one its own fsync raised,
+    whether the fsyncs ran one after another or a few at once; nothing is retried."""
+    monkeypatch.setattr(apply_module, "FSYNCS_AT_ONCE", at_once)
+    real = os.fsync
+    apply = Applier(root)
+    try:
+        begin_all(apply)
+        failing = apply.begun[2][0].fd
+        calls: list[int] = []
+
+        def fsync(fd: int) -> None:
+            calls.append(fd)
+            if fd == failing:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(PromoterError) as info:
+            apply.end_begun()
+        monkeypatch.setattr(os, "fsync", real)
+        assert (info.value.code, info.value.context["path"]) == ("write_failed", "d/f2.txt")
+        assert info.value.context["errno"] == errno.EIO
+        assert list(apply.staged) == [0, 1] and not apply.begun and not apply.kept
+        assert names(work) == [f"d/{TEMPS[0]}", f"d/{TEMPS[1]}"]
+        assert calls.count(failing) == 1  # never retried
+        apply.drop_staged()
+        assert names(work) == []
+    finally:
+        apply.close()

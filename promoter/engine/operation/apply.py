@@ -22,6 +22,10 @@ the state the journal expects there:
   filesystem allows (``promoter.fs.group_sync``, started with the pass, before anything
   is written), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
   touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
+  Where it does not, the fsyncs of a group of temps, and of the touched directories, run
+  up to ``FSYNCS_AT_ONCE`` at once (``promoter.fs.shares``): each still before what
+  depends on it (every temp of the group fsynced before the first is named; every
+  directory after the last replace), the earliest failure raised as a loop would raise it.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
 restores write step by step; one driver (``promoter.engine.operation.driver``) owns one
@@ -32,7 +36,12 @@ One pass walks to each directory once: the steps in a directory share one held
 descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
 every change (a step's first write or delete uses the re-check its directory was reused
 with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
-of it, and ``close`` closes each directory once. The process umask is read once per pass
+of it, and ``close`` closes each directory once. A check stands for the next change in
+the same directory only where nothing was named, moved or removed in between: a replace
+right after one in the same directory takes that one's check after as its check before
+(``place``), and begins in one directory that wrote only unnamed temps take the check
+before the first (``begin``); every check after a change (a temp named, a replace, a
+removal) still runs. The process umask is read once per pass
 (``umask``) for the mode of every new file.
 
 Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
@@ -43,6 +52,7 @@ and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,16 +60,32 @@ from promoter import faults
 from promoter.domain.path_state import State
 from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent
+from promoter.fs.chain import InPlace
 from promoter.fs.group_sync import GroupSync
-from promoter.fs.held import Directories
-from promoter.fs.leaf import os_error
+from promoter.fs.held import Directories, HeldDir
+from promoter.fs.leaf import os_error, split_rel
 from promoter.fs.root import Root
+from promoter.fs.shares import first_failure, in_shares
 from promoter.fs.syscalls import current_umask
 from promoter.fs.temps import PendingTemp, Source
 
 __all__ = ["Applier"]
 
 log = logging.getLogger("promoter.apply")
+
+# the fsyncs of a group of temps, or of a pass's directories, run at once where no group
+# sync stands for them (concurrent fsyncs share the disk's journal commits and flushes)
+FSYNCS_AT_ONCE = 16
+
+
+def _how(count: int, *, grouped: bool) -> str:
+    """The flush path a pass takes for ``count`` files or directories, as its debug log
+    line names it."""
+    if grouped:
+        return "one group syncfs"
+    if count > 1:
+        return f"an fsync each, up to {min(count, FSYNCS_AT_ONCE)} at once"
+    return "an fsync each"
 
 
 @dataclass
@@ -78,6 +104,15 @@ class Applier:
     # settings' ``group_sync_limit``)
     group_sync_limit: int | None = None
     group_sync: GroupSync | None = field(init=False)  # one syncfs per group where as good
+    # the held directory whose chain the previous replace checked after its rename, when
+    # that check was the last thing done in the worktree (``place``); any other step
+    # forgets it
+    _checked_last: InPlace | None = field(init=False, default=None)
+    # the held directory whose chain was checked before the begins since, when each of
+    # them wrote only an unnamed temp there (``begin``); any other step forgets it
+    _unnamed_in: HeldDir | None = field(init=False, default=None)
+    # the threads of the pass's fsyncs at once (``_fsyncs``), started at the first need
+    _pool: ThreadPoolExecutor | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.directories = Directories(self.root)
@@ -88,18 +123,27 @@ class Applier:
 
     def _parent(self, seq: int, path: str, *, create: bool) -> tuple[Parent, bool]:
         """Step ``seq``'s view of its directory, and whether its chain was checked just now."""
+        self._forget()  # a walk or a re-check: no longer the last thing done
         try:
             parent = self.directories.open_parent(path, create=create)
         except PromoterError as exc:  # directories made before the walk failed
             self.created_dirs.extend(exc.context.get("created_dirs", []))
             raise
         self.created_dirs.extend(parent.created_dirs)
+        self._view_of(seq, parent)
+        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
+        return parent, checked
+
+    def _view_of(self, seq: int, parent: Parent) -> None:
         previous = self.parents.pop(seq, None)
         if previous is not None:
             previous.close()
         self.parents[seq] = parent
-        checked, parent.checked_at_open = parent.checked_at_open, False  # good for one call
-        return parent, checked
+
+    def _forget(self) -> None:
+        """Something other than the step that recorded them was done: no check stands."""
+        self._checked_last = None
+        self._unnamed_in = None
 
     def stage(self, seq: int, path: str, new: State, data: bytes | Source, temp: str) -> None:
         """Write step ``seq``'s new bytes durably to its journaled temp name ``temp``.
@@ -117,9 +161,23 @@ class Applier:
         """``stage`` up to the temp's fsync: its bytes written and its writeback started.
 
         ``end_begun`` finishes it (a link temp is written whole here, and staged at once).
+
+        A begin in the directory of the begins just before it, each of which wrote only an
+        unnamed (``O_TMPFILE``) temp, takes the chain check made before the first of them
+        as its own: nothing in the worktree was named, moved or removed since, and each
+        temp gets its name only in ``end_begun``, which checks the chain after naming it
+        (and each replace checks before and after). A named temp (no ``O_TMPFILE``) or a
+        link temp makes a name at once: the next begin checks again, as does any begin
+        after another step.
         """
         assert new.exists and new.mode is not None
-        parent, checked = self._parent(seq, path, create=True)
+        held, self._unnamed_in = self._unnamed_in, None
+        if held is not None and held.parts == tuple(split_rel(path)[:-1]):
+            self._forget()
+            parent, checked = self.directories.view(path, held), True
+            self._view_of(seq, parent)
+        else:
+            parent, checked = self._parent(seq, path, create=True)
         begun = parent.begin_temp(
             data,
             new.mode,
@@ -132,19 +190,27 @@ class Applier:
             self.staged[seq] = (begun, new)
         else:
             self.begun[seq] = (begun, new)
+            if begun.anonymous and isinstance(parent.held, HeldDir):
+                self._unnamed_in = parent.held
 
     def end_begun(self) -> None:
         """fsync and name every begun temp, in the order begun, each then staged. The first
         failure drops the temps not yet ended (as promoter's own) and is raised.
 
         Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
-        durable before the first is named, instead of an fsync each.
+        durable before the first is named, instead of an fsync each. Where it does not,
+        the group's fsyncs run up to ``FSYNCS_AT_ONCE`` at once (``promoter.fs.shares``)
+        and every one has returned before the first temp is named; a failed one fails its
+        temp as its own fsync in ``end_temp`` would (the temps before it named, it and
+        the later ones dropped).
         """
+        self._forget()
         synced = False
-        grouped = len(self.begun) > 1 and self.group_sync is not None
-        if self.begun:
-            how = "one group syncfs" if grouped else "an fsync each"
-            log.debug("flush path: %s for %d new files", how, len(self.begun))
+        failed: tuple[int, BaseException] | None = None
+        count = len(self.begun)
+        grouped = count > 1 and self.group_sync is not None
+        if count:
+            log.debug("flush path: %s for %d new files", _how(count, grouped=grouped), count)
         if grouped:
             assert self.group_sync is not None
             try:
@@ -153,16 +219,36 @@ class Applier:
                 self._drop_begun()
                 raise os_error("syncing the new files", "", exc) from exc
             synced = True
+        elif count > 1:
+            begun = [(self.parents[seq], pending) for seq, (pending, _) in self.begun.items()]
+            failed = first_failure(
+                begun,
+                lambda item: item[0].sync_begun(item[1]),
+                workers=FSYNCS_AT_ONCE,
+                pool=self._fsyncs(),
+            )
+            synced = True
+        index = 0
         while self.begun:
             seq = next(iter(self.begun))
-            begun, new = self.begun.pop(seq)
+            pending, new = self.begun.pop(seq)
             try:
-                self.staged[seq] = (self.parents[seq].end_temp(begun, synced=synced), new)
+                if failed is not None and index == failed[0]:
+                    self.parents[seq].fail_begun(pending, failed[1])
+                self.staged[seq] = (self.parents[seq].end_temp(pending, synced=synced), new)
             except BaseException:
                 self._drop_begun()
                 raise
+            index += 1
+
+    def _fsyncs(self) -> ThreadPoolExecutor:
+        """The pass's pool for fsyncs at once: made once, shut down by ``close``."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(FSYNCS_AT_ONCE, "pass-fsync")
+        return self._pool
 
     def _drop_begun(self) -> None:
+        self._forget()
         for seq, (begun, _) in list(self.begun.items()):
             try:
                 self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
@@ -171,9 +257,19 @@ class Applier:
             self.begun.pop(seq, None)
 
     def place(self, seq: int, old: State, new: State) -> None:
-        """Put step ``seq``'s staged temp in place over exactly ``old``."""
+        """Put step ``seq``'s staged temp in place over exactly ``old``.
+
+        When the last thing this pass did in the worktree was the check after the previous
+        replace in the same held directory, that check is this replace's check before
+        (nothing was done in between: one check per instant); the check after it runs.
+        """
         temp, _ = self.staged.pop(seq)
-        self.parents[seq].replace(temp, expected_old=old, new=new)
+        parent = self.parents[seq]
+        held = self._checked_last
+        self._forget()
+        checked = held is not None and parent.held is held
+        if parent.replace(temp, expected_old=old, new=new, chain_checked=checked):
+            self._checked_last = parent.held
 
     def write(
         self, seq: int, path: str, old: State, new: State, data: bytes | Source, temp: str
@@ -204,17 +300,20 @@ class Applier:
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""
+        self._forget()
         self.parents[seq].fsync()
 
     def fsync(self) -> None:
-        """fsync every directory this pass touched, once each (or, where the filesystem
-        allows and there are several, one ``syncfs`` for all of them: ``group_sync``)."""
+        """fsync every directory this pass touched, once each, up to ``FSYNCS_AT_ONCE`` at
+        once (or, where the filesystem allows and there are several, one ``syncfs`` for
+        all of them: ``group_sync``); returns once every one has, the earliest failure
+        (in the order touched) raised."""
+        self._forget()
         seen: dict[str, Parent] = {}
         for parent in self.parents.values():
             seen.setdefault("/".join(parent.dir_parts), parent)
         grouped = len(seen) > 1 and self.group_sync is not None
-        how = "one group syncfs" if grouped else "an fsync each"
-        log.debug("flush path: %s for %d directories", how, len(seen))
+        log.debug("flush path: %s for %d directories", _how(len(seen), grouped=grouped), len(seen))
         if grouped:
             assert self.group_sync is not None
             try:
@@ -223,8 +322,13 @@ class Applier:
             except OSError as exc:
                 raise os_error("syncing the parent directories", "", exc) from exc
             return
-        for parent in seen.values():
-            parent.fsync()
+        # a few at once; all have returned before this does, the earliest failure raised
+        in_shares(
+            list(seen.values()),
+            lambda parent: parent.fsync(),
+            workers=FSYNCS_AT_ONCE,
+            pool=self._fsyncs(),
+        )
 
     def drop_staged(self, from_seq: int = 0) -> None:
         """Remove the staged temps of steps ``>= from_seq`` that are still promoter's own
@@ -253,5 +357,8 @@ class Applier:
         if self.group_sync is not None:
             self.group_sync.close()
             self.group_sync = None
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.parents.clear()
         self.directories.close()
