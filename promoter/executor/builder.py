@@ -54,6 +54,7 @@ from promoter.errors import (
 from promoter.executor.policy import check_changes, check_paths, printable
 from promoter.executor.seeded import SeededShadow
 from promoter.git.layout import RepoLayout, discover, repo_env
+from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry, require_oid
 from promoter.git.runner import run_git
@@ -136,26 +137,45 @@ def _require_trees(layout: RepoLayout, trees: list[str]) -> str | None:
     HEAD's tree when HEAD is a commit (else ``None``), from the same one
     ``git cat-file --batch-check`` (``commit_tree``'s reading of HEAD)."""
     request = "".join(f"{require_oid(tree, 'tree')}\n" for tree in trees) + "HEAD\nHEAD^{tree}\n"
-    result = run_git(
-        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
-        cwd=layout.worktree,
-        env=repo_env(layout),
-        input=request.encode("ascii"),
-    )
+    try:
+        result = run_git(
+            ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+            cwd=layout.worktree,
+            env=repo_env(layout),
+            input=request.encode("ascii"),
+        )
+    except GitError:
+        # git gave up (a damaged object, say): a tree it cannot read is the refusal the
+        # executor can act on; only with every tree readable is git's own error raised
+        for tree in trees:
+            _require_tree(layout, tree)
+        raise
     lines = result.stdout.decode("ascii", "replace").split("\n")
     if len(lines) != len(trees) + 3 or lines[-1]:
         raise GitError("unexpected output from git cat-file --batch-check", trees=trees)
     for tree, line in zip(trees, lines, strict=False):
         if line != f"{tree} tree":
-            raise RepositoryInvalid(
-                f"the worktree's repository does not hold the grant's base_tree {tree}; "
-                "clone the source repository at the grant's base_commit",
-                base_tree=tree,
-            )
+            raise _not_held(tree)
     head, (tree, _, kind) = lines[-3], lines[-2].partition(" ")
     if not head.endswith(" commit") or kind != "tree":
         return None
     return require_oid(tree, "tree")
+
+
+def _require_tree(layout: RepoLayout, tree: str) -> None:
+    """``RepositoryInvalid`` unless ``tree`` reads as a tree, asked alone."""
+    with CatFile(cwd=layout.worktree, env=repo_env(layout)) as cat:
+        info = cat.request(tree)
+    if info is None or info.type != "tree":
+        raise _not_held(tree)
+
+
+def _not_held(tree: str) -> RepositoryInvalid:
+    return RepositoryInvalid(
+        f"the worktree's repository does not hold the grant's base_tree {tree}; "
+        "clone the source repository at the grant's base_commit",
+        base_tree=tree,
+    )
 
 
 def _bound_sha256(grant: GrantV1) -> str:
