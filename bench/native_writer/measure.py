@@ -13,7 +13,8 @@ the round (each variant after a ``sync``, the median of the rounds):
   time of the promoting thread;
 - ``native``: the plan framed in Python (from the digests the journal already holds),
   the writer spawned with the worktree's root descriptor, the plan written to its stdin,
-  its result lines read and parsed (what promoter would journal), with one ``syncfs``
+  the directories it made read and the go-ahead byte sent once it says the temps are
+  staged, its result lines read and parsed (what promoter would journal), with one ``syncfs``
   per group of 64 temps and one for the directories where promoter takes that path;
 - ``native_fsync``: the same with an fsync per temp and per touched directory;
 - ``bare``: ``bench.workload.bare_loop``; ``git_apply``: ``git apply`` + ``sync``.
@@ -192,27 +193,35 @@ def run_writer(
         os.close(plan_r)
         os.close(out_w)
         os.close(root_fd)
-    try:
-        view = memoryview(plan)
-        while view:
-            view = view[os.write(plan_w, view) :]
-    except BrokenPipeError:
-        pass  # the writer refused early: its answer says why
-    finally:
-        os.close(plan_w)
+    dirs: list[bytes] = []  # what promoter would journal before the go-ahead
+    lines: list[bytes] = []
     with os.fdopen(out_r, "rb") as answer:
-        lines = answer.read().splitlines()
+        try:
+            view = memoryview(plan)
+            while view:
+                view = view[os.write(plan_w, view) :]
+            for line in answer:
+                lines.append(line)
+                if line.startswith(b"dir "):
+                    dirs.append(line[4:].rstrip(b"\n"))
+                elif line.startswith(b"staged "):
+                    os.write(plan_w, b"P")  # journaled, lock and fence checked: place
+                    break
+        except BrokenPipeError:
+            pass  # the writer refused early: its answer says why
+        finally:
+            os.close(plan_w)
+        lines += answer.read().splitlines(keepends=True)
     _, status, usage = os.wait4(pid, 0)
     results: list[tuple[int, str, int]] = []
     for line in lines:
         fields = line.split()
-        if fields[0] in (b"staged", b"synced"):
+        if fields[0] in (b"dir", b"staged", b"synced"):
             continue
-        if fields[2] not in (b"ok", b"already"):
+        if len(fields) < 3 or fields[2] not in (b"ok", b"already"):
             raise AssertionError(f"the writer refused: {line.decode(errors='replace')}")
-        results.append(
-            (int(fields[0]), fields[1].decode(), int(fields[3] if len(fields) > 3 else 0))
-        )
+        inode = int(fields[3]) if len(fields) > 3 else 0
+        results.append((int(fields[0]), fields[1].decode(), inode))
     after = resource.getrusage(resource.RUSAGE_SELF)
     if os.waitstatus_to_exitcode(status) != 0 or not lines or not lines[-1].startswith(b"synced"):
         raise AssertionError(f"the writer ended {status}: {lines[-3:]}")

@@ -6,7 +6,10 @@
  * from the worktree root, makes the temps durable (an fsync each, or one syncfs a
  * group), then puts each change in place by compare-and-swap in plan order and reports
  * one result line a change on stdout, and at the end makes every touched directory
- * durable (an fsync each, or one syncfs) and says so.
+ * durable (an fsync each, or one syncfs) and says so. Between staging and placing it
+ * waits for one byte from its caller: 'P' to place (the caller has journaled the
+ * directories the staging made and checked its lock and fence), anything else to drop
+ * its temps and stop. SIGTERM stops it between two placed changes.
  *
  * Per change, at the system-call level, what promoter's applier does
  * (promoter/engine/operation/apply.py with promoter/fs):
@@ -36,11 +39,15 @@
  *            delete), u8 source 'I' (u64 length + bytes) | 'B' (u16 length + blob file
  *            path) | 'N' (a delete)
  *   end:     u8 'E'
+ *   then, after "staged": u8 'P' (place) or anything else (abandon)
  * Results, one line each, on stdout:
+ *   "dir <path>"                   a directory the staging made (before "staged")
  *   "staged N"                     every temp written and durable
  *   "<seq> <op> ok <inode>"        a change in place (inode 0 for a delete)
  *   "<seq> <op> already"           the target already held the new state
  *   "<seq> <op> refused <what> <errno>"   then nothing more is placed; exit 1
+ *   "stopped <seq>"                SIGTERM: <seq> not placed, temps dropped; exit 3
+ *   "abandoned"                    no 'P' after staging: temps dropped; exit 4
  *   "synced N"                     N touched directories durable; exit 0
  *
  * Deliberately not here: verification, the journal, receipts, recovery, symlinks and
@@ -58,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,6 +84,9 @@ static int grouped;
 static unsigned group_size = 64;
 static mode_t umask_now;
 static unsigned char *buffer;
+static volatile sig_atomic_t stopping;
+
+static void on_term(int sig) { (void)sig; stopping = 1; }
 
 /* --- input ------------------------------------------------------------------------- */
 
@@ -197,7 +208,9 @@ static struct dir *open_dir(const char *path, unsigned seq, char op, int create)
             fail(seq, op, "unsafe-path", 0);
         int fd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && create) {
-            if (mkdirat(cur, c, 0777) < 0 && errno != EEXIST)
+            if (mkdirat(cur, c, 0777) == 0)
+                printf("dir %.*s\n", (int)(c - copy + strlen(c)), path);
+            else if (errno != EEXIST)
                 fail(seq, op, "mkdir", errno);
             if (!grouped && fsync(cur) < 0) /* the new entry; grouped: the next syncfs */
                 fail(seq, op, "fsync-dir", errno);
@@ -515,6 +528,8 @@ int main(int argc, char **argv)
         return 2;
     }
     root_fd = atoi(argv[2]);
+    struct sigaction term = {.sa_handler = on_term};
+    sigaction(SIGTERM, &term, NULL);
     buffer = malloc(CHUNK);
     table = calloc(table_size, sizeof *table);
     umask_now = umask(0);
@@ -584,9 +599,28 @@ int main(int argc, char **argv)
     if (grouped && in_group > 0)
         group_sync(0, '-');
     printf("staged %zu\n", n_changes);
+    fflush(stdout);
+    char go = 0;
+    if (in_pos < in_len)
+        go = (char)inbuf[in_pos++];
+    else if (read(0, &go, 1) != 1)
+        go = 0;
+    if (go != 'P') {
+        drop_temps();
+        printf("abandoned\n");
+        fflush(stdout);
+        return 4;
+    }
     touched = calloc(table_used + 1, sizeof *touched);
-    for (size_t i = 0; i < n_changes; i++)
+    for (size_t i = 0; i < n_changes; i++) {
+        if (stopping) {
+            drop_temps();
+            printf("stopped %u\n", changes[i].seq);
+            fflush(stdout);
+            return 3;
+        }
         place(&changes[i]);
+    }
     if (grouped && touched_n > 0) {
         if (syncfs(sync_fd) < 0)
             fail(0, '-', "syncfs-dirs", errno);
