@@ -9,8 +9,9 @@ the round (each variant after a ``sync``, the median of the rounds):
 - ``promoter``: promoter's own promotion of the same bundle, in this process
   (``bench.prepared``, in the requesting thread), a daemon's first promotion as the
   table's ``promote_*`` rows; its apply phase (the temps, the replaces, the removals and
-  the directories' sync: what the writer would own) is also timed apart, in processor
-  time of the promoting thread;
+  the directories' sync: what the writer would own), its read-backs, evidence re-check,
+  plan's transaction and receipt are also timed apart, in processor time of the
+  promoting thread (``PHASES``);
 - ``native``: the plan framed in Python (from the digests the journal already holds),
   the writer spawned with the worktree's root descriptor, the plan written to its stdin,
   the directories it made read and the go-ahead byte sent once it says the temps are
@@ -54,7 +55,7 @@ from typing import Any
 from bench import prepared as pp
 from bench import workload as wl
 from promoter.api import gc_policy
-from promoter.engine.operation import driver, promote
+from promoter.engine.operation import driver, outcome, promote
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "writer.c"
@@ -62,12 +63,17 @@ GROUP = 64  # temps per syncfs, as promoter's group
 FILE_MODE = 0o100644
 ZERO = bytes(32)
 
-# (owner, attribute): what the writer would own of promoter's promotion: the temps
-# (written, synced, named), then the replaces, removals and the directories' sync
-APPLY_PHASE: tuple[tuple[Any, str], ...] = (
-    (promote, "stage_temps"),
-    (driver.Driver, "place_all"),
-)
+# label -> (owner, attribute): promoter's phases timed apart in the promoting thread's
+# processor time. "apply" is what the writer would own (the temps written, synced and
+# named, then the replaces, removals and the directories' sync); the others stay in
+# Python as built (the read-backs could move too: reading and hashing leaves).
+PHASES: dict[str, tuple[tuple[Any, str], ...]] = {
+    "apply": ((promote, "stage_temps"), (driver.Driver, "place_all")),
+    "read_backs": ((promote, "read_back"), (outcome, "read_targets")),
+    "evidence": ((promote, "recheck_evidence"),),
+    "plan_journal": ((promote, "_journal"),),
+    "receipt": ((outcome, "complete"),),
+}
 
 
 def build(work: Path) -> tuple[Path, float]:
@@ -240,26 +246,33 @@ def run_writer(
 
 
 @contextmanager
-def apply_phase_clock(spent: list[float]) -> Iterator[None]:
-    """The apply phase's functions wrapped to add the thread's processor time to ``spent``."""
+def phase_clock(spent: dict[str, float]) -> Iterator[None]:
+    """``PHASES``' functions wrapped to add the thread's processor time to ``spent`` by
+    label; a call inside another timed call counts for the outer one only."""
     undo: list[tuple[Any, str, Any]] = []
+    active: list[str] = []
 
-    def wrap(owner: Any, name: str) -> None:
+    def wrap(owner: Any, name: str, label: str) -> None:
         original: Callable[..., Any] = getattr(owner, name)
 
         def timed_call(*args: Any, **kwargs: Any) -> Any:
+            if active:
+                return original(*args, **kwargs)
+            active.append(label)
             started = time.thread_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                spent[0] += time.thread_time() - started
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - started
+                active.pop()
 
         undo.append((owner, name, original))
         setattr(owner, name, timed_call)
 
     try:
-        for owner, name in APPLY_PHASE:
-            wrap(owner, name)
+        for label, functions in PHASES.items():
+            for owner, name in functions:
+                wrap(owner, name, label)
         yield
     finally:
         for owner, name, original in reversed(undo):
@@ -294,11 +307,11 @@ def one_round(
         copies["promoter"], here / "state", source, workload, template, inline=True
     )
     done: dict[str, str] = {}
-    apply_spent = [0.0]
+    phase_spent: dict[str, float] = dict.fromkeys(PHASES, 0.0)
     ran: dict[str, Ran] = {}
 
     def promoter() -> None:
-        with apply_phase_clock(apply_spent):
+        with phase_clock(phase_spent):
             done["op"] = pp.promote_once(prepared)
 
     def native(name: str, grouped: bool, inline: bool = False) -> Callable[[], None]:
@@ -331,7 +344,8 @@ def one_round(
     finally:
         gc_policy.restore(previous)
     pp.finish_promoter(prepared, done["op"])
-    samples["promoter"]["apply_phase_cpu"].append(apply_spent[0])
+    for label, seconds in phase_spent.items():
+        samples["promoter"][f"phase_{label}"].append(seconds)
     for name in ("native", "native_fsync", "native_inline"):
         samples[name]["writer_cpu"].append(ran[name].child_user + ran[name].child_system)
         samples[name]["writer_user"].append(ran[name].child_user)
@@ -423,7 +437,7 @@ def format_size(result: dict[str, Any]) -> str:
         figures = per[variant]
         detail = ""
         if variant == "promoter":
-            detail = f"apply phase {figures['apply_phase_cpu']:.1f}"
+            detail = ", ".join(f"{label} {figures[f'phase_{label}']:.1f}" for label in PHASES)
         elif variant.startswith("native"):
             detail = (
                 f"writer {figures['writer_cpu']:.1f} (user {figures['writer_user']:.1f}, "
@@ -431,7 +445,10 @@ def format_size(result: dict[str, Any]) -> str:
             )
         elif variant == "git_apply":
             detail = f"git {figures['cpu_children']:.1f}"
-        lines.append(f"  {variant:<14} {figures['wall']:11.1f} {figures['cpu']:10.1f}  {detail}")
+        lines.append(
+            f"  {variant:<14} {figures['wall']:14.1f} {figures['cpu']:13.1f} "
+            f"{figures['cpu_user']:7.1f} {figures['cpu_system']:7.1f}  {detail}"
+        )
     return "\n".join(lines)
 
 
