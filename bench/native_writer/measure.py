@@ -15,17 +15,21 @@ the round (each variant after a ``sync``, the median of the rounds):
 - ``native``: the plan framed in Python (from the digests the journal already holds),
   the writer spawned with the worktree's root descriptor, the plan written to its stdin,
   the directories it made read and the go-ahead byte sent once it says the temps are
-  staged, its result lines read and parsed (what promoter would journal), with one ``syncfs``
-  per group of 64 temps and one for the directories where promoter takes that path;
+  staged, its result lines read and parsed (what promoter would journal), with one
+  ``syncfs`` per group of 64 temps and one for the directories (promoter's path on
+  ext4, XFS and btrfs);
 - ``native_fsync``: the same with an fsync per temp and per touched directory;
+- ``native_inline``: as ``native``, the new bytes inline in the plan, not a blob path;
 - ``bare``: ``bench.workload.bare_loop``; ``git_apply``: ``git apply`` + ``sync``.
 
 Every copy is checked byte for byte against the target (``check_tree``) after the
-rounds. Processor time is reported beside wall time: the writer's own (``os.wait4``),
-the Python side's that frames the plan and reads the results (``RUSAGE_SELF``), a git
-child's (``RUSAGE_CHILDREN``). The spawn alone (an empty plan) is timed as well. The
-load average is printed with every size. Trees stay until the run ends (see
-``bench.bench_table``: deleted inodes).
+rounds, and then read back by the writer ('R' records: each target read and hashed
+through the held chain, compared with its expected sha256), timed apart: what moving
+promoter's read-backs into the writer would take. Processor time is reported beside
+wall time: the writer's own (``os.wait4``), the Python side's that frames the plan and
+reads the results (``RUSAGE_SELF``), a git child's (``RUSAGE_CHILDREN``). The spawn
+alone (an empty plan) is timed as well. The load average is printed with every size.
+Trees stay until the run ends (see ``bench.bench_table``: deleted inodes).
 
 Deliberately not here: anything promoter ships or runs. The writer is a bench prototype
 (docs/decisions/native-writer-prototype.md); nothing in ``promoter`` imports this.
@@ -175,12 +179,9 @@ class Ran:
     python_system: float
 
 
-def run_writer(
-    binary: Path, root: Path, rows: list[Change], grouped: bool, inline: bool = False
-) -> Ran:
-    """Frame the plan, spawn the writer on ``root``'s descriptor, feed it, read its results."""
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    plan = frame(rows, grouped, inline)
+def feed(binary: Path, root: Path, plan: bytes) -> tuple[list[bytes], int, resource.struct_rusage]:
+    """Spawn the writer on ``root``'s descriptor, write ``plan``, send the go-ahead once it
+    says ``staged``, and read every line it answers: (lines, wait status, its usage)."""
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     plan_r, plan_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -199,7 +200,6 @@ def run_writer(
         os.close(plan_r)
         os.close(out_w)
         os.close(root_fd)
-    dirs: list[bytes] = []  # what promoter would journal before the go-ahead
     lines: list[bytes] = []
     with os.fdopen(out_r, "rb") as answer:
         try:
@@ -208,10 +208,9 @@ def run_writer(
                 view = view[os.write(plan_w, view) :]
             for line in answer:
                 lines.append(line)
-                if line.startswith(b"dir "):
-                    dirs.append(line[4:].rstrip(b"\n"))
-                elif line.startswith(b"staged "):
-                    os.write(plan_w, b"P")  # journaled, lock and fence checked: place
+                if line.startswith(b"staged "):
+                    # promoter would journal the "dir" lines and check its lock and fence here
+                    os.write(plan_w, b"P")
                     break
         except BrokenPipeError:
             pass  # the writer refused early: its answer says why
@@ -219,6 +218,15 @@ def run_writer(
             os.close(plan_w)
         lines += answer.read().splitlines(keepends=True)
     _, status, usage = os.wait4(pid, 0)
+    return lines, status, usage
+
+
+def run_writer(
+    binary: Path, root: Path, rows: list[Change], grouped: bool, inline: bool = False
+) -> Ran:
+    """Frame the plan, feed it to the writer, parse its results (what would be journaled)."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    lines, status, usage = feed(binary, root, frame(rows, grouped, inline))
     results: list[tuple[int, str, int]] = []
     for line in lines:
         fields = line.split()
@@ -235,6 +243,40 @@ def run_writer(
         raise AssertionError(f"the writer reported {len(results)} of {len(rows)} changes")
     return Ran(
         results,
+        usage.ru_utime,
+        usage.ru_stime,
+        after.ru_utime - before.ru_utime,
+        after.ru_stime - before.ru_stime,
+    )
+
+
+def read_back(binary: Path, root: Path, expected: dict[bytes, bytes | None]) -> Ran:
+    """Every path of ``expected`` read back by the writer ('R' records) and compared with
+    its expected sha256 (None: missing), as promoter's final read-back compares them."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    paths = list(expected)
+    head = struct.Struct("<cI")
+    parts = [b"PNW1", struct.pack("<II", 0, GROUP)]
+    for seq, path in enumerate(paths):
+        parts += [head.pack(b"R", seq), struct.pack("<H", len(path)), path]
+        parts += [struct.pack("<HII", 0, 0, 0), ZERO, ZERO, b"N"]
+    parts.append(b"E")
+    lines, status, usage = feed(binary, root, b"".join(parts))
+    found = 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3 or fields[1] != b"R":
+            continue
+        want = expected[paths[int(fields[0])]]
+        got = bytes.fromhex(fields[3].decode()) if fields[2] == b"file" else None
+        if got != want:
+            raise AssertionError(f"read back {line!r}, expected {want!r}")
+        found += 1
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    if os.waitstatus_to_exitcode(status) != 0 or found != len(paths):
+        raise AssertionError(f"the read-back ended {status}: {found} of {len(paths)}")
+    return Ran(
+        [],
         usage.ru_utime,
         usage.ru_stime,
         after.ru_utime - before.ru_utime,
@@ -353,6 +395,15 @@ def one_round(
         samples[name]["python_cpu"].append(ran[name].python_user + ran[name].python_system)
     for name, copy in copies.items():
         wl.check_tree(copy, workload.target, name)
+    expected = {
+        s.path.encode(): None if s.new is None else hashlib.sha256(s.new).digest()
+        for s in workload.steps
+    }
+    started = time.perf_counter()
+    reads = read_back(binary, copies["native"], expected)
+    samples["native_read"]["wall"].append(time.perf_counter() - started)
+    samples["native_read"]["writer_cpu"].append(reads.child_user + reads.child_system)
+    samples["native_read"]["python_cpu"].append(reads.python_user + reads.python_system)
 
 
 def spawn_only(binary: Path, root: Path, times: int = 21) -> dict[str, float]:
@@ -449,6 +500,12 @@ def format_size(result: dict[str, Any]) -> str:
             f"  {variant:<14} {figures['wall']:14.1f} {figures['cpu']:13.1f} "
             f"{figures['cpu_user']:7.1f} {figures['cpu_system']:7.1f}  {detail}"
         )
+    reads = per["native_read"]
+    lines.append(
+        f"  a read-back of every target by the writer (one read a change): "
+        f"{reads['wall']:.1f} us wall, writer {reads['writer_cpu']:.1f} + python "
+        f"{reads['python_cpu']:.1f} us cpu a change"
+    )
     return "\n".join(lines)
 
 

@@ -32,16 +32,18 @@
  *
  * The plan (integers little-endian):
  *   header:  "PNW1", u32 flags (bit 0: group syncs), u32 group size (temps per syncfs)
- *   change:  u8 op 'C' create | 'M' modify | 'D' delete, u32 seq,
+ *   change:  u8 op 'C' create | 'M' modify | 'D' delete | 'R' read back, u32 seq,
  *            u16 length + path (relative, '/'-separated bytes), u16 length + temp name,
  *            u32 old git mode, u32 new git mode (0100644 or 0100755; 0 for missing),
  *            32 bytes old sha256 (zeros for a create), 32 bytes new sha256 (zeros for a
  *            delete), u8 source 'I' (u64 length + bytes) | 'B' (u16 length + blob file
  *            path) | 'N' (a delete)
+ *            (a read back 'R': the same fields, an empty temp name, source 'N')
  *   end:     u8 'E'
  *   then, after "staged": u8 'P' (place) or anything else (abandon)
  * Results, one line each, on stdout:
  *   "dir <path>"                   a directory the staging made (before "staged")
+ *   "<seq> R file <sha256> <mode>" what a read-back found ("missing", "other")
  *   "staged N"                     every temp written and durable
  *   "<seq> <op> ok <inode>"        a change in place (inode 0 for a delete)
  *   "<seq> <op> already"           the target already held the new state
@@ -193,7 +195,8 @@ static void fail(unsigned seq, char op, const char *what, int err)
     exit(1);
 }
 
-/* The held directory for "a/b" (created as needed), walked from the root once. */
+/* The held directory for "a/b", walked from the root once; ``create``: 1 make what is
+ * missing, 0 refuse it, -1 answer NULL for it (a read of a leaf that may be missing). */
 static struct dir *open_dir(const char *path, unsigned seq, char op, int create)
 {
     struct dir **slot = slot_of(path);
@@ -207,6 +210,14 @@ static struct dir *open_dir(const char *path, unsigned seq, char op, int create)
         if (bad_component(c) || d->depth == MAX_DEPTH)
             fail(seq, op, "unsafe-path", 0);
         int fd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT && create < 0) {
+            if (cur != root_fd)
+                close(cur);
+            free(copy);
+            free(d->path);
+            free(d);
+            return NULL;
+        }
         if (fd < 0 && errno == ENOENT && create) {
             if (mkdirat(cur, c, 0777) == 0)
                 printf("dir %.*s\n", (int)(c - copy + strlen(c)), path);
@@ -521,6 +532,33 @@ static void place(struct change *c)
     printf("%u %c ok %llu\n", c->seq, c->op, placed);
 }
 
+/* Report what is at ``path`` (a 'R' record): "<seq> R file <sha256> <git mode>",
+ * "<seq> R missing" or "<seq> R other"; the chain re-checked before and after. */
+static void read_back(unsigned seq, char *path)
+{
+    char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    if (slash)
+        *slash = 0;
+    if (bad_component(name))
+        fail(seq, 'R', "unsafe-path", 0);
+    struct dir *d = open_dir(slash ? path : "", seq, 'R', -1);
+    struct leaf now = {0};
+    if (d != NULL) {
+        recheck(d, seq, 'R');
+        read_leaf(d, name, &now, seq, 'R');
+        recheck(d, seq, 'R');
+    }
+    if (now.kind != 1) {
+        printf("%u R %s\n", seq, now.kind == 0 ? "missing" : "other");
+        return;
+    }
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        sprintf(hex + 2 * i, "%02x", now.sha[i]);
+    printf("%u R file %s %o\n", seq, hex, git_exec(now.mode) ? 0100755 : 0100644);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3 || strcmp(argv[1], "--root-fd") != 0) {
@@ -576,6 +614,12 @@ int main(int argc, char **argv)
         read_exact(c->new_sha, 32);
         char source;
         read_exact(&source, 1);
+        if (op == 'R') { /* a read-back: what is at the path now, nothing written */
+            read_back(c->seq, path);
+            free(path);
+            free(c->temp);
+            continue;
+        }
         if ((op != 'C' && op != 'M' && op != 'D') || (op == 'D') != (source == 'N') ||
             strncmp(c->temp, ".promoter-tmp-", 14) != 0 || strchr(c->temp, '/'))
             fail(c->seq, op, "bad-change", 0);
