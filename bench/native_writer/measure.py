@@ -48,6 +48,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -201,20 +202,30 @@ def feed(binary: Path, root: Path, plan: bytes) -> tuple[list[bytes], int, resou
         os.close(out_w)
         os.close(root_fd)
     lines: list[bytes] = []
-    with os.fdopen(out_r, "rb") as answer:
+
+    def write_plan() -> None:  # in its own thread: the writer answers while it reads
         try:
             view = memoryview(plan)
             while view:
                 view = view[os.write(plan_w, view) :]
+        except BrokenPipeError:
+            pass  # the writer refused early: its answer says why
+
+    writing = threading.Thread(target=write_plan, daemon=True)
+    writing.start()
+    with os.fdopen(out_r, "rb") as answer:
+        try:
             for line in answer:
                 lines.append(line)
                 if line.startswith(b"staged "):
+                    writing.join()
                     # promoter would journal the "dir" lines and check its lock and fence here
                     os.write(plan_w, b"P")
                     break
         except BrokenPipeError:
-            pass  # the writer refused early: its answer says why
+            pass
         finally:
+            writing.join()
             os.close(plan_w)
         lines += answer.read().splitlines(keepends=True)
     _, status, usage = os.wait4(pid, 0)
