@@ -1,0 +1,1 @@
+"""A native writer prototype for the apply phase, measured by the bench; never shipped."""
