@@ -44,8 +44,11 @@ endif
 PG_ADMIN ?= $(or $(PROMOTER_TEST_POSTGRES_URL),postgresql+psycopg://postgres@127.0.0.1:5432/postgres)
 # test workers (pytest-xdist): `auto` is one per core; JOBS=0 runs in this process, serially;
 # each pass ends with its fifteen slowest tests, to keep an eye on what the suite costs
+# and with bytecode caches written even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): without them every worker, daemon and command the suite
+# starts compiles what it imports, and assertion rewriting redoes every test module
 JOBS   ?= auto
-PYTEST := $(VENV)/bin/pytest -n $(JOBS) --durations=15
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -n $(JOBS) --durations=15
 
 # the whole suite on SQLite, then again on PostgreSQL when a server answers at PG_ADMIN
 test: $(STAMP)
