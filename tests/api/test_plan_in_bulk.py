@@ -9,7 +9,6 @@ worktree changed (SPEC §10: a crash after any write finds the plan).
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from promoter import faults
 from promoter.store import journal, step_rows
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo
+from tests.support.pause import Pause
 from tests.support.promotion import promote, submit, tree_bytes
 from tests.support.statements import statements
 
@@ -43,9 +43,8 @@ def test_the_plan_is_one_insert_per_table_committed_before_the_first_worktree_wr
         identity = daemon.services.registry.by_name("lab").identity
         _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
         before = tree_bytes(repo)
-        release = tmp_path / "release"
-        os.mkfifo(f"{release}.paused")  # the pause announces itself by opening it
-        monkeypatch.setenv(faults.ENV, f"after_journal=pause:{release}")
+        paused = Pause(tmp_path, "after_journal")
+        monkeypatch.setenv(faults.ENV, paused.spec)
         faults.reset()
         answers: list[Any] = []
         with statements(daemon.services.db.engine) as seen:
@@ -53,16 +52,8 @@ def test_the_plan_is_one_insert_per_table_committed_before_the_first_worktree_wr
                 target=lambda: answers.append(promote(daemon, bundle, receipt))
             )
             worker.start()
-            announced: list[str] = []
-            meet = threading.Thread(
-                target=lambda: announced.append(Path(f"{release}.paused").read_text()),
-                daemon=True,
-            )
-            meet.start()
-            meet.join(60)  # a bound for a broken test only: the open returns at the pause
             try:
-                assert announced == [str(os.getpid())], "after_journal was never reached"
-                monkeypatch.delenv(faults.ENV)
+                paused.reached()
                 at_pause = list(seen)
                 # committed: another session reads the whole plan; the worktree is as it was
                 with daemon.services.db.session() as session:
@@ -73,9 +64,11 @@ def test_the_plan_is_one_insert_per_table_committed_before_the_first_worktree_wr
                 assert sorted(dirs) == sorted(NEW_DIRS)
                 assert tree_bytes(repo) == before
             finally:
-                release.touch()
+                paused.release()
                 worker.join(120)
         assert answers[0].json()["status"] == "completed", answers[0].text
     assert len(_inserts(at_pause, "steps")) == 1
     assert len(_inserts(at_pause, "created_dirs")) == 1
     assert len(_inserts(seen, "steps")) == 1  # and none after it: the plan is not rewritten
+    after = {path: new for path, _, new in CHANGES}
+    assert {p: v[0] for p, v in tree_bytes(repo).items()} == after
