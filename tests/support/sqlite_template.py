@@ -8,8 +8,10 @@ process and hooks SQLAlchemy's ``do_connect``: the first connection to a file na
 into place (``link`` fails if the name exists), so two connections racing to the same
 new file never see two different files.
 
-Only that name, only in this process: a test that migrates by hand names its own file
-and gets the real migrations; a child process (``promoter serve``) migrates for itself;
+Only that name, only in this process and its forks: a test that migrates by hand names
+its own file and gets the real migrations; a daemon forked by ``tests.support.forkserver``
+finds the fork server's copy; a child started afresh (``PROMOTER_TEST_FORK=0``, or a
+command run by ``subprocess``) migrates for itself;
 under PostgreSQL the test's database comes from ``tests.support.databases`` instead.
 """
 
