@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -145,6 +146,50 @@ def _until_leases_expired(daemon: DaemonProcess, host: str, operation_id: str) -
                 return
             assert time.monotonic() < deadline, "the leases never ran out"
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _writers_held(url: str) -> Iterator[None]:
+    """The ledger held against writers while the block runs: on SQLite its write lock, on
+    PostgreSQL the tables a fence writes, locked in EXCLUSIVE mode (which waits for every
+    transaction that wrote them, or holds a host's row shared, to end). Inside the block no
+    daemon is in the middle of such a transaction."""
+    if url.startswith("sqlite"):
+        connection = sqlite3.connect(
+            url.removeprefix("sqlite:///"), timeout=60, isolation_level=None
+        )
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            yield
+            connection.execute("ROLLBACK")
+        finally:
+            connection.close()
+        return
+    database = Database(url, 60.0)
+    with database.session() as session:
+        session.execute(text("LOCK TABLE hosts, host_fences, operations IN EXCLUSIVE MODE"))
+        yield
+        session.rollback()
+
+
+def _hang(ledger: Ledger, daemon: DaemonProcess) -> None:
+    """SIGSTOP ``daemon`` between two of its transactions, as a hung host with no
+    transaction open (a host stopped inside one holds its locks: on SQLite that stops every
+    writer of the ledger until it is killed). Returns once every thread of it is stopped."""
+    with _writers_held(ledger.url):
+        daemon.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{daemon.proc.pid}/task")
+        deadline = time.monotonic() + 60
+        while not all(_state(task) in "tT" for task in tasks.iterdir()):
+            assert time.monotonic() < deadline, "the daemon never stopped"
+            time.sleep(0.005)
+
+
+def _state(task: Path) -> str:
+    """The one-letter state of a thread (``T``: stopped by a signal)."""
+    with contextlib.suppress(FileNotFoundError):
+        return (task / "stat").read_text().rpartition(")")[2].split()[0]
+    return "T"  # a thread that ended holds nothing
 
 
 def _fence(daemon: DaemonProcess, role: str, host: str, to: str) -> httpx.Response:
@@ -273,7 +318,7 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
     answer = _promote_in_background(a, request)
     pause.reached()
     operation_id = _operation_id(b)
-    a.proc.send_signal(signal.SIGSTOP)  # hung: no heartbeat, the lock still held
+    _hang(ledger, a)  # hung: no heartbeat, the repository lock still held
     _until_leases_expired(b, "host-a", operation_id)
     fenced = _fence(b, "operator", "host-a", "host-b")
     assert fenced.status_code == 200, fenced.text
