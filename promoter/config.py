@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     database_connect_timeout: float = Field(default=10.0, ge=0)
     database_lock_timeout: float = Field(default=5.0, ge=0)
     database_statement_timeout: float = Field(default=60.0, ge=0)
+    # PostgreSQL: seconds a transaction may stay open between statements before the server
+    # ends it and its locks (a host hung inside one; 0: no limit).
+    database_idle_transaction_timeout: float = Field(default=60.0, ge=0)
     database_pool_size: int = Field(default=5, ge=1)
     database_max_overflow: int = Field(default=10, ge=0)
     executor_token_max_ttl: int = Field(default=7 * 24 * 3600, gt=0)

@@ -151,6 +151,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         connect_timeout=settings.database_connect_timeout,
         lock_timeout=settings.database_lock_timeout,
         statement_timeout=settings.database_statement_timeout,
+        idle_transaction_timeout=settings.database_idle_transaction_timeout,
         application_name=f"promoter/{host_id}",
         pool_size=settings.database_pool_size,
         max_overflow=settings.database_max_overflow,

@@ -3,11 +3,13 @@
 SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
 connection (a session opened with ``durable=False`` switches its connection to
 ``synchronous=NORMAL`` for that transaction: its commit is not flushed); a PostgreSQL
-connection gets ``ServerOptions``: a connect timeout, the session's ``lock_timeout`` and
-``statement_timeout``, an ``application_name`` (the daemon's is ``promoter/<host id>``)
-and the pool's size. A SQLite write still locked out by another writer when the busy
-timeout ends, and a PostgreSQL statement past its ``lock_timeout`` (SQLSTATE 55P03),
-raise ``DatabaseBusy`` (503); a database that cannot be reached or dropped the
+connection gets ``ServerOptions``: a connect timeout, the session's ``lock_timeout``,
+``statement_timeout`` and ``idle_in_transaction_session_timeout`` (the server ends a
+transaction left open that long, so a host hung inside one, e.g. stopped, does not hold
+its locks for ever and can be fenced), an ``application_name`` (the daemon's is
+``promoter/<host id>``) and the pool's size. A SQLite write still locked out by another
+writer when the busy timeout ends, and a PostgreSQL statement past its ``lock_timeout``
+(SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a database that cannot be reached or dropped the
 connection (refused, shut down, restarting: ``unreachable``) raises
 ``DatabaseUnavailable`` (503); a full disk (``SQLITE_FULL``) and every other database
 error raise ``StorageError`` (507). PostgreSQL's pool checks a connection before lending
@@ -98,20 +100,24 @@ class ServerOptions:
     connect_timeout: float = 10.0
     lock_timeout: float = 5.0
     statement_timeout: float = 60.0
+    idle_transaction_timeout: float = 60.0
     application_name: str = "promoter"
     pool_size: int = 5
     max_overflow: int = 10
 
     def connect_args(self) -> dict[str, Any]:
         """psycopg's connection arguments: the connect timeout, the name, and the
-        session's ``lock_timeout`` and ``statement_timeout`` (milliseconds)."""
+        session's ``lock_timeout``, ``statement_timeout`` and
+        ``idle_in_transaction_session_timeout`` (milliseconds)."""
         lock_ms, statement_ms = _ms(self.lock_timeout), _ms(self.statement_timeout)
+        idle_ms = _ms(self.idle_transaction_timeout)
         return {
             "connect_timeout": max(1, math.ceil(self.connect_timeout))
             if self.connect_timeout
             else 0,
             "application_name": self.application_name[:63],  # the server's NAMEDATALEN
-            "options": f"-c lock_timeout={lock_ms} -c statement_timeout={statement_ms}",
+            "options": f"-c lock_timeout={lock_ms} -c statement_timeout={statement_ms} "
+            f"-c idle_in_transaction_session_timeout={idle_ms}",
         }
 
 
@@ -261,10 +267,11 @@ def migration_lock(url: str, connection: Connection) -> Iterator[None]:
     """Hold the migration lock of the database at ``url`` (waits while another host
     holds it); ``connection`` is the one the migration runs on."""
     if connection.dialect.name == "postgresql":
-        # no lock_timeout or statement_timeout here: a migration waits and runs as long
-        # as it takes; the advisory lock lives with the session, across transactions
+        # no lock, statement or idle timeout here: a migration waits and runs as long as
+        # it takes; the advisory lock lives with the session, across transactions
         connection.exec_driver_sql("SET lock_timeout = 0")
         connection.exec_driver_sql("SET statement_timeout = 0")
+        connection.exec_driver_sql("SET idle_in_transaction_session_timeout = 0")
         connection.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")
         connection.commit()
         try:
@@ -283,7 +290,7 @@ def migration_lock(url: str, connection: Connection) -> Iterator[None]:
 def upgrade(url: str, server: ServerOptions | None = None) -> None:
     """Bring the database at ``url`` to the newest schema, under the migration lock;
     ``SchemaMismatch`` if it is newer than the code. The migration's own connection has
-    no lock or statement timeout (``server``'s connect timeout and name apply)."""
+    no lock, statement or idle timeout (``server``'s connect timeout and name apply)."""
     engine = make_engine(url, server=server)
     try:
         with engine.connect() as connection, migration_lock(url, connection):

@@ -1,6 +1,8 @@
 """PostgreSQL timeouts and names (SPEC §10.15): a row lock held past
 ``database_lock_timeout`` is answered 503 ``database_busy`` with ``Retry-After``, not a
-wait without end; the daemon's connections are named ``promoter/<host id>``.
+wait without end; a transaction a hung host left open is ended by the server after
+``database_idle_transaction_timeout``, and its row locks with it; the daemon's
+connections are named ``promoter/<host id>``.
 
 Deterministic: another connection holds the lease's row lock, the request is issued and
 its code asserted, then the lock is released and the same request succeeds. The
@@ -20,8 +22,9 @@ from psycopg import errors as pg_errors
 from sqlalchemy.exc import OperationalError
 
 from promoter.config import load_settings
-from promoter.errors import DatabaseBusy
-from promoter.store.db import ServerOptions, translate
+from promoter.errors import DatabaseBusy, DatabaseUnavailable
+from promoter.store import hosts
+from promoter.store.db import Database, ServerOptions, translate
 from tests.support.daemon import running_daemon
 from tests.support.flows import ts
 
@@ -45,16 +48,22 @@ def test_settings_have_bounded_defaults_and_reach_the_connection_options(tmp_pat
         settings.database_connect_timeout,
         settings.database_lock_timeout,
         settings.database_statement_timeout,
+        settings.database_idle_transaction_timeout,
         settings.database_pool_size,
         settings.database_max_overflow,
-    ) == (10.0, 5.0, 60.0, 5, 10)
+    ) == (10.0, 5.0, 60.0, 60.0, 5, 10)
     options = ServerOptions(
-        connect_timeout=2.5, lock_timeout=0.25, statement_timeout=0, application_name="promoter/h1"
+        connect_timeout=2.5,
+        lock_timeout=0.25,
+        statement_timeout=0,
+        idle_transaction_timeout=1.5,
+        application_name="promoter/h1",
     )
     assert options.connect_args() == {
         "connect_timeout": 3,
         "application_name": "promoter/h1",
-        "options": "-c lock_timeout=250 -c statement_timeout=0",
+        "options": "-c lock_timeout=250 -c statement_timeout=0 "
+        "-c idle_in_transaction_session_timeout=1500",
     }
 
 
@@ -93,6 +102,37 @@ def test_a_held_row_lock_answers_database_busy_with_retry_after(tmp_path: Path) 
             assert orch.put(_LEASE, json=_lease(6)).status_code == 200
         finally:
             holder.dispose()
+
+
+@pytest.mark.postgresql_only
+def test_a_row_a_hung_host_holds_in_an_open_transaction_is_released_by_the_server() -> None:
+    """A host that stops inside a transaction (here: between its statements) holding a
+    host row locked: another host's update of that row waits, and goes through once the
+    server ends the idle transaction; the hung host's next statement finds its connection
+    gone (503 ``database_unavailable``) and nothing of its transaction was kept."""
+    url = os.environ["PROMOTER_DATABASE_URL"]
+    hung = Database(url, server=ServerOptions(idle_transaction_timeout=0.5))
+    other = Database(url, server=ServerOptions(lock_timeout=30))  # would answer busy
+    try:
+        with other.session() as session:
+            hosts.register(session, "host-hung", [], "2000-01-01T00:00:00Z")
+        with pytest.raises(DatabaseUnavailable), hung.session() as stuck:
+            stuck.execute(sa.text("UPDATE hosts SET epoch = 40 WHERE host_id = 'host-hung'"))
+            # the hung host's transaction sits idle here, its row lock held
+            with other.session() as session:
+                raised = session.execute(
+                    sa.text("UPDATE hosts SET epoch = epoch + 1 WHERE host_id = 'host-hung'")
+                )
+                assert raised.rowcount == 1
+            stuck.execute(sa.text("SELECT 1"))  # it continues: its connection is gone
+        with other.session() as session:
+            epoch = session.execute(
+                sa.text("SELECT epoch FROM hosts WHERE host_id = 'host-hung'")
+            ).scalar_one()
+        assert epoch == 2  # the other host's update, not the hung one's 40
+    finally:
+        hung.engine.dispose()
+        other.engine.dispose()
 
 
 def test_the_metrics_name_the_host(tmp_path: Path) -> None:
