@@ -21,9 +21,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, text, update
+from sqlalchemy import Table, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -78,13 +78,23 @@ def lock_key(host_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _locked(session: Session, host_id: str, *, read: bool) -> HostRow | None:
+# the host's row as plain columns, built once: the epoch check of every transaction of an
+# operation reads it, and needs no ORM object (nothing of it is ever written back)
+_HOSTS = cast(Table, HostRow.__table__)  # the table itself, for a Core select
+_CURRENT = select(*_HOSTS.c).where(_HOSTS.c.host_id == bindparam("host_id"))
+
+
+def _lock(session: Session, host_id: str, *, read: bool) -> None:
+    """On PostgreSQL, the host's advisory lock (shared to ``read``) until the transaction
+    ends; SQLite serializes writers by itself."""
     if session.get_bind().dialect.name == "postgresql":
         take = "pg_advisory_xact_lock_shared" if read else "pg_advisory_xact_lock"
         session.execute(text(f"SELECT {take}(:key)"), {"key": lock_key(host_id)})
-    query = select(HostRow).where(HostRow.host_id == host_id)
-    if not read:
-        query = query.with_for_update()
+
+
+def _locked(session: Session, host_id: str) -> HostRow | None:
+    _lock(session, host_id, read=False)
+    query = select(HostRow).where(HostRow.host_id == host_id).with_for_update()
     return session.scalars(query.execution_options(populate_existing=True)).one_or_none()
 
 
@@ -94,7 +104,7 @@ def register(
     """This host's row, added at epoch 1 if there is none (``flush`` to learn of a
     concurrent twin); its configured repositories are recorded while it is active.
     Returns the row and whether it was added."""
-    row = _locked(session, host_id, read=False)
+    row = _locked(session, host_id)
     added = row is None
     if row is None:
         row = HostRow(
@@ -119,14 +129,28 @@ def get(session: Session, host_id: str) -> Host | None:
 
 
 def current(session: Session, host_id: str) -> Host | None:
-    """The host's row, its lock held shared until the transaction ends."""
-    row = _locked(session, host_id, read=True)
-    return None if row is None else _record(row)
+    """The host's row, its lock held shared until the transaction ends (read from the
+    database every time, as plain columns: no ORM object is built or held)."""
+    _lock(session, host_id, read=True)
+    found = session.execute(_CURRENT, {"host_id": host_id}).first()
+    if found is None:
+        return None
+    return Host(
+        host_id=found.host_id,
+        epoch=found.epoch,
+        status=found.status,
+        repositories=[str(r) for r in found.repositories],
+        registered_at=found.registered_at,
+        lease_until=found.lease_until,
+        fenced_at=found.fenced_at,
+        fenced_by=found.fenced_by,
+        fenced_to=found.fenced_to,
+    )
 
 
 def for_update(session: Session, host_id: str) -> Host | None:
     """The host's row, its lock held exclusive (and the row locked) for a fence."""
-    row = _locked(session, host_id, read=False)
+    row = _locked(session, host_id)
     return None if row is None else _record(row)
 
 
