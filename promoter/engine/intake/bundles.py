@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from promoter.domain.documents import canonical
-from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
+from promoter.domain.models import GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
@@ -45,9 +45,15 @@ class Submitted:
 
 
 def verify_bundle(
-    services: Services, document: dict[str, Any], bundle: PatchBundleV1
+    services: Services,
+    document: dict[str, Any],
+    bundle: PatchBundleV1,
+    grant: GrantV1 | None = None,
 ) -> Verification:
-    grant = load_grant(services, bundle.grant_id)
+    """Verify ``bundle`` against its grant; ``grant`` is that grant when the caller has
+    just read it in the same request (a grant's stored bytes never change)."""
+    if grant is None:
+        grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
     cache = services.base_trees.setdefault(repository.identity, {})
     chained = implicit_states(services, grant) if grant.base_operation else None
@@ -79,7 +85,7 @@ def submit_bundle(
     grant = load_grant(services, bundle.grant_id)
     if run_id is not None and grant.executor_run_id != run_id:
         raise Forbidden("the bundle names a grant of another run", grant_id=grant.grant_id)
-    outcome = verify_bundle(services, data, bundle)
+    outcome = verify_bundle(services, data, bundle, grant)
     receipt_wire = outcome.receipt.wire()
     receipt_bytes = canonical(outcome.receipt)
     # signed by this host, the one that made the receipt, before its transaction opens

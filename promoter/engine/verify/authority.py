@@ -104,7 +104,7 @@ def recheck_evidence(
     stored = services.audit.get("verification", bundle_id)
     if stored is None:
         raise VerificationFailed("the bundle has no passed verification receipt")
-    outcome = verify_bundle(services, bundle.wire(), bundle)
+    outcome = verify_bundle(services, bundle.wire(), bundle, grant)
     if not outcome.passed:
         raise VerificationFailed(
             "the bundle no longer passes verification",
