@@ -2,7 +2,9 @@
 
 Roles: the operator may do everything the orchestrator may; an executor token is bound
 to one run. Each route declares the roles it admits with one of the ``Annotated``
-aliases below.
+aliases below. The dependencies that only read or compare (the services, the role
+checks) are coroutines, run on the event loop; the principal, which may read the
+database, runs in a worker thread.
 
 Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
 counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
@@ -35,7 +37,13 @@ def get_services(request: Request) -> Services:
     return services
 
 
-ServicesDep = Annotated[Services, Depends(get_services)]
+async def _services(request: Request) -> Services:
+    """``get_services`` as a dependency, on the event loop: it only reads an attribute, and
+    a plain function would cost a hop to a worker thread and back on every request."""
+    return get_services(request)
+
+
+ServicesDep = Annotated[Services, Depends(_services)]
 
 
 @asynccontextmanager
@@ -71,12 +79,14 @@ def _bearer(request: Request) -> str | None:
 
 
 def get_principal(request: Request, services: ServicesDep) -> Principal:
+    # a plain function, so in a worker thread: an executor token is looked up in the database
     return services.auth.authenticate(_bearer(request))
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
+# the role checks compare strings only: coroutines, run on the event loop
 def _require(principal: Principal, *roles: str) -> Principal:
     if principal.role not in roles:
         raise Forbidden(
@@ -86,19 +96,19 @@ def _require(principal: Principal, *roles: str) -> Principal:
     return principal
 
 
-def orchestrator(principal: PrincipalDep) -> Principal:
+async def orchestrator(principal: PrincipalDep) -> Principal:
     return _require(principal, "orchestrator", "operator")
 
 
-def operator(principal: PrincipalDep) -> Principal:
+async def operator(principal: PrincipalDep) -> Principal:
     return _require(principal, "operator")
 
 
-def executor(principal: PrincipalDep) -> Principal:
+async def executor(principal: PrincipalDep) -> Principal:
     return _require(principal, "executor")
 
 
-def any_role(principal: PrincipalDep) -> Principal:
+async def any_role(principal: PrincipalDep) -> Principal:
     return principal
 
 
