@@ -11,6 +11,7 @@ lock taken after everything else of the transaction has been flushed (so the loc
 waits on a row lock). After every commit that wrote, ``promoter.store.wakeup.COMMITS``
 is notified: a write is a flush of ORM objects or an INSERT, UPDATE or DELETE statement
 executed on the session (the journal writes steps that way, with no ORM object).
+The feed rows are written as one plain INSERT (no ORM object, no second flush).
 ``after`` reads the rows after a position; ``cursor``/``position`` turn a position into
 the opaque cursor and back.
 
@@ -21,9 +22,9 @@ waiting (``promoter.api.longpoll``), webhooks.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import BigInteger, event, inspect, literal, select, text
+from sqlalchemy import BigInteger, Table, event, insert, inspect, literal, select, text
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -37,6 +38,7 @@ CHANGED = "promoter.feed.changed"
 ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
 CURSOR = re.compile(r"^evc_([0-9a-f]{16})$")
 LAST_POSITION = 2**63 - 1  # the largest signed 64-bit integer, SQLite's and PostgreSQL's
+_FEED = cast(Table, FeedRow.__table__)  # the table itself, for a Core insert
 
 
 def record(session: Session, event_id: str, operation_id: str, kind: str, at: str) -> None:
@@ -58,23 +60,25 @@ def enter(session: Session) -> None:
     pending += [(None, op_id, "status", at) for op_id in sorted(changed - with_events)]
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_KEY})
+    rows: list[dict[str, Any]] = []
     for event_id, operation_id, kind, when in pending:
         operation = session.get(OperationRow, operation_id)
         if operation is None:  # the event's foreign key makes this impossible
             continue
-        session.add(
-            FeedRow(
-                event_id=event_id,
-                operation_id=operation_id,
-                operation_kind=operation.kind,
-                repository_name=operation.repository_name,
-                kind=kind,
-                status=str(operation.status),
-                code=operation.code,
-                at=when,
-            )
+        rows.append(
+            {
+                "event_id": event_id,
+                "operation_id": operation_id,
+                "operation_kind": operation.kind,
+                "repository_name": operation.repository_name,
+                "kind": kind,
+                "status": str(operation.status),
+                "code": operation.code,
+                "at": when,
+            }
         )
-    session.flush()
+    if rows:  # in the order given; a plain INSERT: no ORM object is built for a feed row
+        session.execute(insert(_FEED), rows)
 
 
 @event.listens_for(Session, "before_flush")
