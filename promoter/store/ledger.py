@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import event, func, select
+from sqlalchemy import String, bindparam, event, func, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
@@ -99,24 +99,29 @@ def verify_chain(rows: list[EventRow]) -> bool:
     return True
 
 
+# the reads of one operation's chain, built once with the operation id as a parameter: a
+# statement built per call cost more processor time than running it
+_OPERATION = bindparam("ledger_operation_id", type_=String())
+_EVENTS = select(EventRow).where(EventRow.operation_id == _OPERATION).order_by(EventRow.seq)
+_LAST_LINK = (
+    select(EventRow.seq, EventRow.event_sha256)
+    .where(EventRow.operation_id == _OPERATION)
+    .order_by(EventRow.seq.desc())
+    .limit(1)
+)
+_COUNT = select(func.count()).select_from(EventRow).where(EventRow.operation_id == _OPERATION)
+
+
 def events(session: Session, operation_id: str) -> list[EventRow]:
-    query = select(EventRow).where(EventRow.operation_id == operation_id).order_by(EventRow.seq)
-    return list(session.scalars(query))
+    return list(session.scalars(_EVENTS, {"ledger_operation_id": operation_id}))
 
 
 def last_link(session: Session, operation_id: str) -> tuple[int, str] | None:
     """The ``seq`` and ``event_sha256`` of the operation's last event (what the next one
     chains to), read as two columns: no event row, and no payload, is loaded."""
-    query = (
-        select(EventRow.seq, EventRow.event_sha256)
-        .where(EventRow.operation_id == operation_id)
-        .order_by(EventRow.seq.desc())
-        .limit(1)
-    )
-    found = session.execute(query).first()
+    found = session.execute(_LAST_LINK, {"ledger_operation_id": operation_id}).first()
     return None if found is None else (found[0], found[1])
 
 
 def event_count(session: Session, operation_id: str) -> int:
-    query = select(func.count()).select_from(EventRow).where(EventRow.operation_id == operation_id)
-    return int(session.scalar(query) or 0)
+    return int(session.scalar(_COUNT, {"ledger_operation_id": operation_id}) or 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import String, Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.records import Step
@@ -57,11 +57,34 @@ _STEP_COLUMNS = (
 )
 
 
+# the per-operation statements, built once with the operation id (and status) as
+# parameters: a statement built per call cost more processor time than running it. The
+# parameter names are not column names (an UPDATE reserves those for its SET clause).
+# No step is ever an ORM object in a session, so there is none to synchronize; the
+# session still flushes first, as before any ORM statement.
+_OPERATION = bindparam("steps_operation_id", type_=String())
+_UNSYNCED = {"synchronize_session": False}
+_STEPS_OF = select(*_STEP_COLUMNS).where(StepRow.operation_id == _OPERATION).order_by(StepRow.seq)
+_MARK_ALL = (
+    update(StepRow)
+    .where(StepRow.operation_id == _OPERATION)
+    .values(status=bindparam("steps_status"))
+    .execution_options(**_UNSYNCED)
+)
+_DELETE_STEPS = (
+    delete(StepRow).where(StepRow.operation_id == _OPERATION).execution_options(**_UNSYNCED)
+)
+_CREATED_DIRS = (
+    select(CreatedDirRow.path)
+    .where(CreatedDirRow.operation_id == _OPERATION)
+    .order_by(CreatedDirRow.seq)
+)
+
+
 def steps(session: Session, operation_id: str) -> list[Step]:
     """The operation's steps in order, read as plain rows: no ORM object is made per step
     (an operation view of 1150 steps spent most of its time making them). The session
     flushes first, as for any query, so a step changed in it is read as changed."""
-    query = select(*_STEP_COLUMNS).where(StepRow.operation_id == operation_id).order_by(StepRow.seq)
     return [
         Step(
             seq=seq,
@@ -74,7 +97,7 @@ def steps(session: Session, operation_id: str) -> list[Step]:
             detail=detail,
         )
         for seq, path, operation, old_state, new_state, status, temp_name, detail in (
-            session.execute(query)
+            session.execute(_STEPS_OF, {"steps_operation_id": operation_id})
         )
     ]
 
@@ -108,14 +131,12 @@ def set_steps(
 
 def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
     """Set every step of an operation to ``status`` in one statement."""
-    session.execute(
-        update(StepRow).where(StepRow.operation_id == operation_id).values(status=status.value)
-    )
+    session.execute(_MARK_ALL, {"steps_operation_id": operation_id, "steps_status": status.value})
 
 
 def delete_steps(session: Session, operation_id: str) -> None:
     """Remove every step of an operation in one statement (a new plan replaces them)."""
-    session.execute(delete(StepRow).where(StepRow.operation_id == operation_id))
+    session.execute(_DELETE_STEPS, {"steps_operation_id": operation_id})
 
 
 def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:
@@ -139,5 +160,4 @@ def delete_created_dirs(session: Session, operation_id: str) -> None:
 
 def created_dirs(session: Session, operation_id: str) -> list[str]:
     """The directories the operation journaled as to be created, in journal order."""
-    query = select(CreatedDirRow.path).where(CreatedDirRow.operation_id == operation_id)
-    return list(session.scalars(query.order_by(CreatedDirRow.seq)))
+    return list(session.scalars(_CREATED_DIRS, {"steps_operation_id": operation_id}))
