@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import String, bindparam, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
@@ -124,6 +124,12 @@ def _named_operators(folder: Path) -> dict[str, str]:
     return found
 
 
+# an executor token's row by the token's sha256, built once: every executor request reads it
+_TOKEN = select(ExecutorTokenRow).where(
+    ExecutorTokenRow.token_sha256 == bindparam("token_sha256", type_=String())
+)
+
+
 class Authenticator:
     def __init__(
         self, db: Database, trusted: dict[Role, str], credentials_dir: Path | None = None
@@ -170,9 +176,7 @@ class Authenticator:
             if hmac.compare_digest(token.encode(), secret.encode()):
                 return Principal(role="operator", name=name)
         with self._db.session() as session:
-            row = session.scalar(
-                select(ExecutorTokenRow).where(ExecutorTokenRow.token_sha256 == token_sha256(token))
-            )
+            row = session.scalar(_TOKEN, {"token_sha256": token_sha256(token)})
         if row is None:
             raise Unauthenticated("the token is not known")
         if parse_rfc3339(row.expires_at) <= utcnow():

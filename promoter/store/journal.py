@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import String, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -388,8 +388,16 @@ def start_attempt(session: Session, operation_id: str) -> None:
     )
 
 
+# built once, the operation id a parameter (a statement built per call cost more than
+# running it)
+_ATTEMPTS = (
+    select(AttemptRow)
+    .where(AttemptRow.operation_id == bindparam("journal_operation_id", type_=String()))
+    .order_by(AttemptRow.attempt)
+)
+
+
 def attempts(session: Session, operation_id: str) -> list[Attempt]:
-    query = select(AttemptRow).where(AttemptRow.operation_id == operation_id)
     return [
         Attempt(
             attempt=row.attempt,
@@ -399,7 +407,7 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
             started_at=row.started_at,
             ended_at=row.ended_at,
         )
-        for row in session.scalars(query.order_by(AttemptRow.attempt))
+        for row in session.scalars(_ATTEMPTS, {"journal_operation_id": operation_id})
     ]
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -116,7 +116,18 @@ def add_envelope(session: Session, envelope: StoredEnvelope) -> None:
         "envelope": envelope.envelope.decode("utf-8"),
         "created_at": rfc3339(utcnow()),
     }
-    session.execute(_insert(session)(ReceiptEnvelopeRow).values(**values).on_conflict_do_nothing())
+    postgres = session.get_bind().dialect.name == "postgresql"
+    session.execute(_ADD_ENVELOPE[postgres], values)
+
+
+# an envelope's INSERT … ON CONFLICT DO NOTHING, built once per dialect (PostgreSQL's,
+# else SQLite's, as ``_insert`` picks), its values given as parameters: a receipt's
+# envelope is added by every submission and every promotion
+_ENVELOPES = cast(Table, ReceiptEnvelopeRow.__table__)
+_ADD_ENVELOPE = {
+    True: postgresql.insert(_ENVELOPES).on_conflict_do_nothing(),
+    False: sqlite.insert(_ENVELOPES).on_conflict_do_nothing(),
+}
 
 
 def _insert(session: Session) -> Callable[..., Any]:
