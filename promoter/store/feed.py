@@ -39,6 +39,7 @@ ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
 CURSOR = re.compile(r"^evc_([0-9a-f]{16})$")
 LAST_POSITION = 2**63 - 1  # the largest signed 64-bit integer, SQLite's and PostgreSQL's
 _FEED = cast(Table, FeedRow.__table__)  # the table itself, for a Core insert
+_ADD_ROWS = insert(_FEED)  # built once, the rows its parameters
 
 
 def record(session: Session, event_id: str, operation_id: str, kind: str, at: str) -> None:
@@ -78,7 +79,7 @@ def enter(session: Session) -> None:
             }
         )
     if rows:  # in the order given; a plain INSERT: no ORM object is built for a feed row
-        session.execute(insert(_FEED), rows)
+        session.execute(_ADD_ROWS, rows)
 
 
 @event.listens_for(Session, "before_flush")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import String, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -165,9 +165,21 @@ def bundle_owner_host(session: Session, bundle_id: str) -> tuple[bool, str | Non
     return True, host
 
 
+# built once, its values parameters (a statement built per call cost more than running
+# it); the session still flushes first, as before any ORM statement. No caller holds the
+# bundle's row in the same session (a completed promotion's last transaction, the
+# rehearsal), so there is no object to synchronize.
+_SET_BUNDLE_STATE = (
+    update(BundleRow)
+    .where(BundleRow.bundle_id == bindparam("bundle_key", type_=String()))
+    .values(state=bindparam("bundle_state", type_=String()))
+    .execution_options(synchronize_session=False)
+)
+
+
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     """Set a bundle's state in one statement (nothing when there is no such bundle)."""
-    session.execute(update(BundleRow).where(BundleRow.bundle_id == bundle_id).values(state=state))
+    session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 
 def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:
