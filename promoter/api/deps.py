@@ -3,8 +3,8 @@
 Roles: the operator may do everything the orchestrator may; an executor token is bound
 to one run. Each route declares the roles it admits with one of the ``Annotated``
 aliases below. The dependencies that only read or compare (the services, the role
-checks) are coroutines, run on the event loop; the principal, which may read the
-database, runs in a worker thread.
+checks, a trusted token) are coroutines, run on the event loop; any other token is
+authenticated in a worker thread (a named operator's file, an executor token's row).
 
 Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
 counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
@@ -78,9 +78,14 @@ def _bearer(request: Request) -> str | None:
     return token.strip()
 
 
-def get_principal(request: Request, services: ServicesDep) -> Principal:
-    # a plain function, so in a worker thread: an executor token is looked up in the database
-    return services.auth.authenticate(_bearer(request))
+async def get_principal(request: Request, services: ServicesDep) -> Principal:
+    token = _bearer(request)
+    found = services.auth.trusted(token)  # compared in memory, on the event loop
+    if found is not None:
+        return found
+    # a named operator's credential is read from its file, an executor token from the
+    # database: in a worker thread
+    return await run_in_threadpool(services.auth.authenticate, token)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
