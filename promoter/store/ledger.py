@@ -2,7 +2,8 @@
 
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's
-hash covers the previous one. ``append`` adds one event inside the caller's transaction
+hash covers the previous one. ``append`` adds one event inside the caller's transaction,
+written at once as a plain INSERT after the session's pending changes
 (a session remembers the last link it appended to each chain, so a second event of the
 same transaction does not read the chain again; events are never deleted, a rollback
 forgets the links, and a concurrent append of the same ``seq`` fails on the
@@ -15,9 +16,9 @@ Deliberately not here: what an event says (each operation kind's engine module).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import String, bindparam, event, func, select
+from sqlalchemy import String, Table, bindparam, event, func, insert, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
@@ -26,6 +27,9 @@ from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
 _LINKS = "promoter.ledger.links"  # session.info: operation id -> (seq, sha256) appended last
+# an event goes in as one plain INSERT, written at once (a taken seq fails here), built
+# once: no ORM object is made for it, nor a unit-of-work flush run
+_ADD_EVENT = insert(cast(Table, EventRow.__table__))
 
 
 @event.listens_for(Session, "after_rollback")
@@ -56,19 +60,20 @@ def append(session: Session, operation_id: str, kind: EventKind, payload: dict[s
     at = rfc3339(utcnow())
     digest = event_sha256(operation_id, seq, kind, payload, prev, at)
     event_id = content_id("evt", digest)
-    session.add(
-        EventRow(
-            event_id=event_id,
-            operation_id=operation_id,
-            seq=seq,
-            kind=kind,
-            payload=payload,
-            prev_event_sha256=prev,
-            event_sha256=digest,
-            at=at,
-        )
+    session.flush()  # what the transaction changed before, written first, as before any event
+    session.execute(
+        _ADD_EVENT,
+        {
+            "event_id": event_id,
+            "operation_id": operation_id,
+            "seq": seq,
+            "kind": kind,
+            "payload": payload,
+            "prev_event_sha256": prev,
+            "event_sha256": digest,
+            "at": at,
+        },
     )
-    session.flush()
     links[operation_id] = (seq, digest)
     feed.record(session, event_id, operation_id, kind, at)
     return event_id
