@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, text, update
+from sqlalchemy import Row, Table, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -58,7 +58,8 @@ class Host:
         }
 
 
-def _record(row: HostRow) -> Host:
+def _record(row: HostRow | Row[Any]) -> Host:
+    """A host row (an ORM object, or plain columns of the same names) as a ``Host``."""
     return Host(
         host_id=row.host_id,
         epoch=row.epoch,
@@ -133,19 +134,7 @@ def current(session: Session, host_id: str) -> Host | None:
     database every time, as plain columns: no ORM object is built or held)."""
     _lock(session, host_id, read=True)
     found = session.execute(_CURRENT, {"host_id": host_id}).first()
-    if found is None:
-        return None
-    return Host(
-        host_id=found.host_id,
-        epoch=found.epoch,
-        status=found.status,
-        repositories=[str(r) for r in found.repositories],
-        registered_at=found.registered_at,
-        lease_until=found.lease_until,
-        fenced_at=found.fenced_at,
-        fenced_by=found.fenced_by,
-        fenced_to=found.fenced_to,
-    )
+    return None if found is None else _record(found)
 
 
 def for_update(session: Session, host_id: str) -> Host | None:
