@@ -85,13 +85,30 @@ def _check_component(rel: str, name: str) -> None:
         raise PathUnsafe("path has an unsafe component", path=rel, component=name)
 
 
+_NOT_NAMES = frozenset(("", ".", ".."))
+
+
 def split_rel(rel: str) -> list[str]:
-    """Split a worktree-relative file path into checked components (at least one)."""
-    if not rel or rel.startswith("/") or len(rel.encode("utf-8", "surrogateescape")) > 4096:
+    """Split a worktree-relative file path into checked components (at least one).
+
+    The whole path is looked at first: no NUL in it, at most 255 bytes in all (so in each
+    component), no empty, ``.`` or ``..`` component and none that case-folds to ``.git``
+    (``casefold`` maps each character on its own and never makes a ``/``, so the folded
+    path's components are the components' folds). Only a path failing one of those is
+    checked component by component, which raises the same ``PathUnsafe`` as always.
+    """
+    size = len(rel.encode("utf-8", "surrogateescape"))
+    if not rel or rel.startswith("/") or size > 4096:
         raise PathUnsafe("path is empty, absolute or too long", path=rel)
     parts = rel.split("/")
-    for name in parts:
-        _check_component(rel, name)
+    if (
+        size > 255
+        or "\x00" in rel
+        or not _NOT_NAMES.isdisjoint(parts)
+        or ".git" in rel.casefold().split("/")
+    ):
+        for name in parts:
+            _check_component(rel, name)
     return parts
 
 

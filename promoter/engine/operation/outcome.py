@@ -39,12 +39,12 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import Change, PatchPromotionReceiptV1
-from promoter.domain.path_state import State, Verdict
+from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.check import run_check
 from promoter.engine.operation.driver import Target
-from promoter.engine.operation.preconditions import leaf_report, verdict
+from promoter.engine.operation.preconditions import leaf_report
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
 from promoter.engine.receipts.envelopes import (
@@ -76,20 +76,13 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]
     with closing(Directories.for_reads(root)) as directories:
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for change, leaf in zip(changes, leaves, strict=True):
+        old, new = State.of(change.old), State.of(change.new)  # once per change
         if isinstance(leaf, PromoterError):
             found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:
-            found, actual = verdict(leaf, change), leaf_report(leaf)
+            found, actual = classify(leaf, old, new).verdict, leaf_report(leaf)
         all_new = all_new and found is Verdict.NEW
-        paths.append(
-            Target(
-                change.path,
-                found,
-                actual,
-                State.of(change.old).wire(),
-                State.of(change.new).wire(),
-            )
-        )
+        paths.append(Target(change.path, found, actual, old.wire(), new.wire()))
     return paths, all_new
 
 
@@ -335,8 +328,8 @@ def complete(
                 targets,
                 {**events, "outcome": outcome},
             )
-            journal.set_receipt(session, operation_id, receipt.wire(), receipt.receipt_sha256)
-            recorded = receipt.wire()
+            recorded = receipt.wire()  # one document: the row's and the audit file's bytes
+            journal.set_receipt(session, operation_id, recorded, receipt.receipt_sha256)
         else:
             recorded = row.receipt
         data = canonical_bytes(recorded)

@@ -207,13 +207,14 @@ def _read_paths(
         actual: dict[str, Any] | None = None
         found = Verdict.NEITHER
         unsafe = False
+        old, new = State.of(change.old), State.of(change.new)  # once per change
         if isinstance(leaf, PromoterError):
             reasons.append(f"{leaf.code}: {leaf.detail}")
             actual = {"error": leaf.code, **{k: str(v) for k, v in leaf.context.items()}}
             unsafe = isinstance(leaf, PathUnsafe)
         else:
             actual = leaf_report(leaf)
-            reading = classify(leaf, change.old, change.new)
+            reading = classify(leaf, old, new)
             found = reading.verdict
             if found is Verdict.NEITHER:
                 reasons.append(
@@ -236,8 +237,8 @@ def _read_paths(
             {
                 "path": change.path,
                 "operation": change.operation,
-                "expected_old": State.of(change.old).wire(),
-                "expected_new": State.of(change.new).wire(),
+                "expected_old": old.wire(),
+                "expected_new": new.wire(),
                 "actual": actual,
                 "index_expected": wanted_index[change.path],
                 "index_actual": index_now,
