@@ -408,7 +408,12 @@ def list_tree_files(layout: RepoLayout, tree: str) -> dict[str, TreeEntry]:
 
 
 def blob_sha256(layout: RepoLayout, oids: Sequence[str]) -> dict[str, tuple[str, int]]:
-    """For each blob id, the sha256 of its exact bytes and its size (streamed)."""
+    """For each blob id, the sha256 of its exact bytes and its size (streamed): through
+    the repository's running reader where a daemon guards it and the reader is free
+    (``tree_reader.blob_sha256``), else through a ``cat-file`` of its own."""
+    served = tree_reader.blob_sha256(layout, oids)
+    if served is not None:
+        return served
     with CatFile(cwd=layout.worktree, env=repo_env(layout)) as cat:
         return cat.blob_sha256(oids)
 

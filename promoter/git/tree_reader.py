@@ -23,21 +23,25 @@ answers None and the caller asks ``ls-tree``, so no git process is left running 
 directory that is not the daemon's to keep (a sandbox with a live process in it is never
 pruned).
 
+``blob_sha256`` asks the same reader for blobs' digests (a bundle's base states), when it
+is free: a question it would wait for goes to a ``cat-file`` of the caller's own.
+
 Deliberately not here: which paths are asked about, leading directories, or what an
-entry means (``promoter.git.readback``); blobs (``promoter.git.objects``).
+entry means (``promoter.git.readback``); reading blobs' bytes (``promoter.git.objects``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 
 from promoter.errors import GitError
 from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.records import TreeEntry, require_oid
 
-__all__ = ["MAX_TREE_BYTES", "children", "close_all", "serve"]
+__all__ = ["MAX_TREE_BYTES", "blob_sha256", "children", "close_all", "serve"]
 
 MAX_TREE_BYTES = 1 << 20  # about 25 000 entries
 _LIMIT = 200_000  # remembered entries, all trees together
@@ -75,6 +79,10 @@ class _Reader:
         if info.size > MAX_TREE_BYTES:
             return None  # its bytes are skipped by the next request
         return b"".join(self._cat.chunks())
+
+    def blob_sha256(self, oids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each blob's sha256 and size (``CatFile.blob_sha256``)."""
+        return self._cat.blob_sha256(oids)
 
     def close(self, *, kill: bool = False) -> None:
         self.closed = True
@@ -120,6 +128,31 @@ def _read(layout: RepoLayout, oid: str) -> bytes | None:
                 if attempt == 2:
                     raise
     raise GitError("the tree reader was closed while it was asked")
+
+
+def blob_sha256(layout: RepoLayout, oids: Sequence[str]) -> dict[str, tuple[str, int]] | None:
+    """For each blob id, the sha256 of its exact bytes and its size, through the
+    repository's running reader. None, and the caller starts a ``cat-file`` of its own as
+    it always did, when no daemon here guards the repository, when its reader is busy
+    answering another thread (a large blob is not waited for), or when the reader fails
+    (a missing object, one that is no blob, a process that died): that reader is
+    stopped, and the caller's own process gives the answer or the error it always gave."""
+    with _lock:
+        if os.fspath(layout.common_dir) not in _served:
+            return None
+    reader = _reader(layout)
+    if not reader.lock.acquire(blocking=False):
+        return None
+    try:
+        if reader.closed:
+            return None
+        try:
+            return reader.blob_sha256(oids)
+        except (GitError, OSError):
+            _drop(layout, reader)
+            return None
+    finally:
+        reader.lock.release()
 
 
 def parse_tree(data: bytes, oid_bytes: int) -> dict[str, TreeEntry]:

@@ -26,6 +26,7 @@ import pytest
 from promoter.fs import flush
 from promoter.fs.group_sync import GroupSync
 from promoter.git import runner
+from tests.gitutil import commit_all
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, upload
 from tests.support.promotion import promote, set_lease
@@ -102,3 +103,36 @@ def test_a_one_file_flow_pays_a_pinned_number_of_flushes_and_git_processes(
     assert counted == expected, counted
     assert started == GIT
     assert (repo / "src" / "f1.py").read_bytes() == data
+
+
+def test_a_flow_that_modifies_a_tracked_file_starts_no_more_git_processes(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The base state of a modified file is a blob's digest: asked of the repository's
+    running cat-file, not of a process of its own (the second flow's file is one no
+    earlier flow asked about)."""
+    olds = {n: b"tracked %d\n" % n for n in range(2)}
+    for n, old in olds.items():
+        (repo / "src" / f"tracked{n}.py").write_bytes(old)
+    commit_all(repo, "tracked files")
+    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        for n, old in olds.items():
+            new = b"changed %d\n" % n
+            grant = make_grant(repo, identity, grant_id=f"grt_mod{n}", workflow_id=f"wf_mod{n}")
+            with daemon.orchestrator() as orch:
+                assert orch.post("/v1/grants", json=grant).status_code == 201
+            set_lease(daemon, grant)
+            bundle = make_bundle(grant, [(f"src/tracked{n}.py", old, new)])
+            with daemon.executor(grant["executor_run_id"]) as executor:
+                spawned = runner.spawned()
+                upload(executor, old)
+                upload(executor, new)
+                answer = executor.post("/v1/bundles", json=bundle)
+                assert answer.status_code == 201, answer.text
+                receipt = answer.json()["verification_receipt"]
+                view = promote(daemon, bundle, receipt).json()
+                started = runner.spawned() - spawned
+            assert view["status"] == "completed", view
+            assert (repo / "src" / f"tracked{n}.py").read_bytes() == new
+    assert started == GIT  # the second flow: HEAD at the read-back, nothing else

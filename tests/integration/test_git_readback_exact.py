@@ -9,6 +9,7 @@ pathspecs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from collections.abc import Iterator
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from promoter.errors import GitError
 from promoter.git import index_memo, readback, runner, tree_reader
 from promoter.git.gitlinks import gitlinks_and_nested
 from promoter.git.head import HeadState, commit_tree, head_commit, read_head, symbolic_head
 from promoter.git.layout import repo_env
+from promoter.git.objects import CatFile
 from promoter.git.readback import (
     discover,
     exact_pathspec,
@@ -29,7 +32,7 @@ from promoter.git.readback import (
     tree_entries,
 )
 from promoter.git.records import parse_ls_files_stage
-from tests.gitutil import commit_all, git, make_repo
+from tests.gitutil import commit_all, git, git_bytes, make_repo
 
 ODD = ["a*", "ab", ":x", "[x]", "x", "back\\slash", "q?", "sp ace", "new\nline", "-n", "café"]
 
@@ -365,4 +368,79 @@ def test_a_repository_no_daemon_guards_keeps_no_git_process_running(tmp_path: Pa
     with runner.counting() as started:
         found = path_entries(layout, tree, ["d/f.txt"])
     assert found["d/f.txt"] is not None and "cat-file" not in started
+    assert os.fspath(layout.common_dir) not in tree_reader._readers
+
+
+def _blob_ids(repo: Path) -> dict[str, str]:
+    listed = git(repo, "ls-tree", "-r", "HEAD").splitlines()
+    return {line.split("\t", 1)[1]: line.split()[2] for line in listed if " blob " in line}
+
+
+def _digests_alone(repo: Path, oids: list[str]) -> dict[str, tuple[str, int]]:
+    """What a cat-file of its own answers (a repository no daemon guards)."""
+    layout = discover(repo)
+    tree_reader.close_all()
+    with CatFile(cwd=layout.worktree, env=repo_env(layout)) as cat:
+        return cat.blob_sha256(oids)
+
+
+def test_blob_digests_come_through_the_running_reader_with_no_process_started(
+    repo: Path, stopped_readers: None
+) -> None:
+    layout = discover(repo)
+    oids = sorted(set(_blob_ids(repo).values()))
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    assert tree_reader.children(layout, tree) is not None  # the reader runs
+    with runner.counting() as started:
+        found = readback.blob_sha256(layout, oids)
+    assert started == []
+    assert found == _digests_alone(repo, oids)
+    assert found[oids[0]][1] == len(git_bytes(repo, "cat-file", "blob", oids[0]))
+
+
+def test_a_busy_reader_is_not_waited_for_a_process_of_its_own_answers(
+    repo: Path, stopped_readers: None
+) -> None:
+    layout = discover(repo)
+    oids = sorted(set(_blob_ids(repo).values()))
+    tree_reader.children(layout, git(repo, "rev-parse", "HEAD^{tree}"))
+    reader = tree_reader._readers[os.fspath(layout.common_dir)]
+    with reader.lock:  # another thread is being answered
+        assert tree_reader.blob_sha256(layout, oids) is None
+        with runner.counting() as started:
+            found = readback.blob_sha256(layout, oids)
+    assert started == ["cat-file"]
+    assert found == _digests_alone(repo, oids)
+
+
+def test_a_missing_blob_is_the_error_it_always_was_and_the_next_question_is_answered(
+    repo: Path, stopped_readers: None
+) -> None:
+    layout = discover(repo)
+    oids = sorted(set(_blob_ids(repo).values()))
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    tree_reader.children(layout, tree)
+    missing = "0" * len(oids[0])
+    with pytest.raises(GitError) as through_reader:
+        readback.blob_sha256(layout, [oids[0], missing])
+    assert os.fspath(layout.common_dir) not in tree_reader._readers  # that reader stopped
+    with pytest.raises(GitError) as alone:
+        _digests_alone(repo, [oids[0], missing])
+    assert str(through_reader.value) == str(alone.value)
+    tree_reader.children(layout, tree)  # a new reader
+    assert readback.blob_sha256(layout, oids) == _digests_alone(repo, oids)
+
+
+def test_blob_digests_of_a_repository_no_daemon_guards_start_a_process_left_running_nowhere(
+    tmp_path: Path,
+) -> None:
+    clone = make_repo(tmp_path, "clone")
+    (clone / "f.txt").write_bytes(b"f\n")
+    commit_all(clone, "a clone")
+    layout = discover(clone)
+    oid = git(clone, "rev-parse", "HEAD:f.txt")
+    with runner.counting() as started:
+        found = readback.blob_sha256(layout, [oid])
+    assert started == ["cat-file"]
+    assert found == {oid: (hashlib.sha256(b"f\n").hexdigest(), 2)}
     assert os.fspath(layout.common_dir) not in tree_reader._readers
