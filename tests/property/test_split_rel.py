@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from promoter.errors import PathUnsafe
-from promoter.fs.leaf import split_rel
+from promoter.fs.leaf import _check_component, split_rel
 
 # pieces that meet every rule: separators, dots, NUL, .git spelled in other cases and
 # with characters whose case folding differs in length, a lone surrogate (a byte path),
@@ -40,15 +40,13 @@ paths = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=3)), max_s
 
 
 def _component_refused(name: str) -> bool:
-    """The rule of every component (``promoter.fs.leaf``), one name at a time."""
-    return (
-        not name
-        or name in (".", "..")
-        or "/" in name
-        or "\x00" in name
-        or name.casefold() == ".git"
-        or len(name.encode("utf-8", "surrogateescape")) > 255
-    )
+    """The rule of every component, one name at a time, as the per-component check the
+    whole-path look stands in for applies it (``promoter.fs.leaf._check_component``)."""
+    try:
+        _check_component(name, name)
+    except PathUnsafe:
+        return True
+    return False
 
 
 @pytest.mark.slow
