@@ -65,7 +65,7 @@ class Ordering(StrEnum):
     """How one pass orders its writes."""
 
     STAGE_THEN_PLACE = "stage_then_place"  # a promotion: every temp first, then in order
-    STEP_BY_STEP = "step_by_step"  # a rollback, a restore: each step written and synced
+    STEP_BY_STEP = "step_by_step"  # a rollback, a restore: each step written, then read back
 
 
 class Decision(StrEnum):
@@ -164,7 +164,8 @@ def rollback_target(at_old: bool, at_new: bool, *, held: bool, completed: bool) 
     """One target of a rollback: ``at_old``/``at_new`` say what it reads as exactly now.
 
     ``held``: someone else's bytes were kept at this target's temp name (a conflict);
-    ``completed``: the rollback's journal says an earlier pass already restored it.
+    ``completed``: the rollback's journal says an earlier pass restored it, or journaled
+    it as about to be written back.
     """
     if held:
         return RollbackMove.CONFLICT

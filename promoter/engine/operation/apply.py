@@ -13,8 +13,9 @@ the state the journal expects there:
 - ``remove`` moves exactly the expected old state aside to the step's temp name and
   unlinks it only when it is still promoter's to remove (``unlink_checked``);
 - ``write`` is ``stage`` then ``place`` for one step, ``drop_staged`` removes staged temps
-  that are still promoter's own (anything else is kept, in ``kept``), and ``fsync`` syncs
-  each touched directory once;
+  that are still promoter's own (anything else is kept, in ``kept``), ``fsync`` syncs
+  each touched directory once, and ``read_states`` reads targets through the same held
+  directories;
 - ``begin`` is ``stage`` without the fsync and the naming, which ``end_begun`` does for
   every begun step in the order begun: a promotion begins a group of temps before it
   ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
@@ -60,7 +61,7 @@ from promoter import faults
 from promoter.domain.path_state import State
 from promoter.errors import PromoterError, TargetDrift
 from promoter.fs.atomic import Parent
-from promoter.fs.chain import InPlace
+from promoter.fs.chain import InPlace, LeafState
 from promoter.fs.group_sync import GroupSync
 from promoter.fs.held import Directories, HeldDir
 from promoter.fs.leaf import os_error, split_rel
@@ -292,6 +293,13 @@ class Applier:
             raise
         parent.unlink_checked(old, aside=aside, chain_checked=checked)
         return True
+
+    def read_states(self, paths: list[str]) -> list[LeafState | PromoterError]:
+        """What is at each of ``paths`` now, read through the pass's held directories
+        (``Directories.read_states``: each chain re-checked, each leaf verified after
+        reading). A read is not a check a later change may reuse: none stands after it."""
+        self._forget()
+        return self.directories.read_states(paths)
 
     def created_at(self, seq: int) -> list[str]:
         """The directories step ``seq``'s walk made (none when it has no view)."""

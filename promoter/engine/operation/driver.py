@@ -14,7 +14,8 @@ shared by every step, in the pass's ``Ordering``:
   own dropped, anything else kept and named on the error), then one fsync per directory.
   A staging that fails is undone by ``abandon``;
 - ``STEP_BY_STEP`` (a rollback, a restore): ``step`` writes or removes one step and syncs
-  its directory when asked; the caller reads it back and decides what the failure means.
+  its directory when asked (or ``sync_touched`` syncs every directory of the pass once,
+  at its end); the caller reads it back and decides what the failure means.
 
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
 whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
@@ -41,6 +42,7 @@ from promoter.domain.paths import wire_all
 from promoter.domain.plan import Move, Ordering
 from promoter.engine.operation.apply import Applier
 from promoter.errors import PromoterError, as_promoter_error, translated
+from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 
@@ -232,6 +234,23 @@ class Driver:
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""
         self.apply.sync(seq)
+
+    def read_states(self, paths: list[str]) -> list[LeafState | PromoterError]:
+        """What is at each of ``paths`` (names on disk) now, through the pass's held
+        directories: as ``Root.read_state`` reads it, a refusal in the path's place."""
+        return self.apply.read_states(paths)
+
+    def read_state(self, path: str) -> LeafState:
+        """What is at ``path`` now, as ``read_states``; a refusal is raised."""
+        [found] = self.apply.read_states([path])
+        if isinstance(found, PromoterError):
+            raise found
+        return found
+
+    def sync_touched(self) -> None:
+        """Sync every directory the pass touched, once each (``Applier.fsync``: one
+        ``syncfs`` where the pass has a group sync); a failure is raised."""
+        self.apply.fsync()
 
     def close(self) -> None:
         """Close every directory the pass held, once."""

@@ -8,10 +8,15 @@ if empty, deepest first. Every target is attempted and failures are aggregated. 
 ``git reset``/``checkout``.
 
 A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
-with one step per target, so a crash mid-rollback is recovered like a promotion: steps
-already ``completed`` report ``restored``, the rest are re-classified. A promotion has one
-rollback: asked for again, a finished one answers its stored receipt, a stopped one
-(``needs_recovery``) is claimed and resumed, and any other is refused
+with one step per target, in one pass of three parts: every target is read and classified;
+the targets to write back are journaled as such (``write_old``, one durable commit) before
+the first is written; each is then written back and read back (its temp fsynced before
+it is named), every touched directory is synced once, and every target's outcome is
+journaled in one durable commit. A crash mid-rollback is recovered like a promotion: a
+target the journal says was restored, or was about to be, reports ``restored`` when it
+reads as old, and the rest are classified again (``already_old`` when old). A promotion
+has one rollback: asked for again, a finished one answers its stored receipt, a stopped
+one (``needs_recovery``) is claimed and resumed, and any other is refused
 (``operation_conflict``) before anything is read or written.
 
 Each target is reported with what happened (``result``) and why (``reason``): exactly
@@ -31,8 +36,9 @@ never overwritten), and only then are the rollback and its promotion given their
 status. A re-run after a crash anywhere in between reuses the recorded receipt, so the
 database row and the audit file never hold different bytes.
 
-Fault points: ``rollback_before_journal``, ``rollback_after_step``, ``rollback_before_receipt``,
-``rollback_after_receipt`` (recorded and written, final status not yet journaled).
+Fault points: ``rollback_before_journal``, ``rollback_after_step`` (after each target written
+back, before the next), ``rollback_before_receipt``, ``rollback_after_receipt`` (recorded
+and written, final status not yet journaled).
 
 Deliberately not here: whether an operation may be recovered or reconciled at all (the
 guard of ``promoter.domain.status``; ``recover_rollback`` only re-checks the status it was
@@ -281,8 +287,8 @@ def _rollback_locked(
         session = j.session
         promoted = list(reversed(step_rows.steps(session, parent_id)))  # the steps undone
         dirs = step_rows.created_dirs(session, parent_id)
-        done = {s.seq: s.status for s in j.steps()}
-        if not done:
+        journaled = {s.seq: (s.status, s.detail) for s in j.steps()}
+        if not journaled:
             faults.point("rollback_before_journal")
             step_rows.add_steps(
                 session,
@@ -296,7 +302,7 @@ def _rollback_locked(
             j.event("decision", {"rollback_of": parent_id, "note": note})
             j.event("action", {"targets": [p.path for p in promoted]})
     kept: list[dict[str, Any]] = []
-    if done:  # a rollback that ran before: settle the temp names it was journaled to use
+    if journaled:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
             settle_step_temps(
                 root,
@@ -307,21 +313,40 @@ def _rollback_locked(
             )[1]
         )
     held = {k["path"] for k in newly_kept(kept)}
-    targets: list[dict[str, Any]] = []
-    with Driver(root, Ordering.STEP_BY_STEP) as driver:  # one pass: directories held once
-        for seq, promotion_step in enumerate(promoted):
-            path = promotion_step.path
-            if path in held:  # someone else's bytes were found at our temp name
-                reason, leaf, exc = Reason.CONFLICT, _leaf_or_none(root, path), None
+    steps = [_step(services, seq, p, temp_name(child_id, 1, seq)) for seq, p in enumerate(promoted)]
+    outcomes: dict[int, Outcome] = {}
+    limit = services.settings.group_sync_limit
+    # one pass: each directory walked to once, for the reads, the writes and their syncs
+    with Driver(root, Ordering.STEP_BY_STEP, group_sync_limit=limit) as driver:
+        writes: list[Step] = []
+        leaves = driver.read_states([step.path for step in steps])
+        for step, promotion_step, leaf in zip(steps, promoted, leaves, strict=True):
+            restored = _restored(journaled.get(step.seq))
+            found = _classify(step, leaf, held=promotion_step.path in held, restored=restored)
+            if found is None:
+                writes.append(step)
             else:
-                step = _step(services, seq, promotion_step, temp_name(child_id, 1, seq))
-                already = done.get(seq) == StepStatus.COMPLETED
-                reason, leaf, exc = _one(driver, root, step, already=already)
+                outcomes[step.seq] = found
+        if writes:  # the targets about to be written back, journaled before the first is
             with journal.attempt(services.db, child_id) as j:
-                done_as = StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
-                j.set_steps({seq: done_as}, {seq: reason.value})
+                intent = RollbackMove.WRITE_OLD.value
+                j.set_steps(
+                    {s.seq: StepStatus.PENDING for s in writes}, {s.seq: intent for s in writes}
+                )
+        for step in writes:
+            outcomes[step.seq] = _write(driver, step)
             faults.point("rollback_after_step")
-            targets.append(target_report(path, reason, leaf, exc))
+        if writes:
+            driver.sync_touched()
+    with journal.attempt(services.db, child_id) as j:
+        j.set_steps(
+            {
+                seq: StepStatus.COMPLETED if reason in AT_OLD else StepStatus.FAILED
+                for seq, (reason, _, _) in outcomes.items()
+            },
+            {seq: reason.value for seq, (reason, _, _) in outcomes.items()},
+        )
+    targets = [target_report(p.path, *outcomes[seq]) for seq, p in enumerate(promoted)]
     kept += wire_all(driver.kept)
     removed = remove_empty_dirs(root, dirs, disk=disk_path)
     status = rollback_status(targets)
@@ -379,13 +404,6 @@ def _publish(
     return recorded
 
 
-def _leaf_or_none(root: Root, path: str) -> LeafState | None:
-    try:
-        return root.read_state(disk_path(path))
-    except PromoterError:
-        return None
-
-
 def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step:
     """Rollback step ``seq``: the promotion's step from its new state back to its old one,
     the old bytes streamed from the blob store (checked against their sha256)."""
@@ -400,28 +418,49 @@ def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step
     return Step.between(seq, path, new, old, aside, data if old.exists else None)
 
 
-def _one(driver: Driver, root: Root, step: Step, *, already: bool) -> Outcome:
-    """Compare-and-swap one target back to its old state: (reason, read-back, error).
+def _restored(journaled: tuple[StepStatus, str | None] | None) -> bool:
+    """Whether the journal says an earlier pass restored this target, or journaled it as
+    about to be written back (``write_old``): then a target at its old state was restored
+    by this rollback, not found old."""
+    if journaled is None:
+        return False
+    status, detail = journaled
+    if status == StepStatus.COMPLETED:
+        return detail != Reason.ALREADY_OLD.value
+    return status == StepStatus.PENDING and detail == RollbackMove.WRITE_OLD.value
+
+
+def _classify(
+    step: Step, leaf: LeafState | PromoterError, *, held: bool, restored: bool
+) -> Outcome | None:
+    """What one target's read ``leaf`` makes of it: its outcome, or None when it is exactly
+    the promotion's new state and is to be written back (``_write``).
 
     ``step`` goes from the promotion's new state (``step.old``) back to its old state
-    (``step.new``) at the step's journaled temp name; bytes kept go to ``driver.kept``.
+    (``step.new``); ``held``: someone else's bytes were found at its temp name (a
+    conflict); ``restored``: the journal says an earlier pass restored it (``_restored``).
     """
+    if isinstance(leaf, PromoterError):
+        return (Reason.CONFLICT, None, None) if held else (reason_of(leaf), None, leaf)
+    move = rollback_target(
+        leaf.matches(step.new), leaf.matches(step.old), held=held, completed=restored
+    )
+    if move is RollbackMove.WRITE_OLD:
+        return None
+    return Reason(move.value), leaf, None
+
+
+def _write(driver: Driver, step: Step) -> Outcome:
+    """Compare-and-swap one target back to its old state at the step's journaled temp name,
+    read back: (reason, read-back, error). Its directory is synced later, once for the
+    pass; bytes kept go to ``driver.kept``."""
     at_old, at_new = step.new, step.old
     try:
-        leaf = root.read_state(step.path)
-    except PromoterError as exc:
-        return reason_of(exc), None, exc
-    move = rollback_target(
-        leaf.matches(at_old), leaf.matches(at_new), held=False, completed=already
-    )
-    if move is not RollbackMove.WRITE_OLD:
-        return Reason(move.value), leaf, None
-    try:
-        driver.step(step)
-        leaf = root.read_state(step.path)
+        driver.step(step, sync=False)
+        leaf = driver.read_state(step.path)
     except (PromoterError, OSError) as exc:
         try:
-            leaf = root.read_state(step.path)
+            leaf = driver.read_state(step.path)
         except PromoterError:
             return reason_of(exc), None, exc
         if leaf.matches(at_old):

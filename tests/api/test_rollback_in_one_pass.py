@@ -1,0 +1,166 @@
+"""A rollback is one pass: targets classified, writes journaled before the first, every
+directory synced once, outcomes journaled once (``promoter.engine.operation.rollback``).
+
+Through the real server: the flushes of a rollback do not grow with its targets beyond
+one fsync per written temp (the durable commits are the same for 2 targets and for 6,
+the directories synced once each), the targets about to be written back are journaled
+as such before the first is written (so a resumed rollback says ``restored`` for what
+the stopped one wrote), a target someone else put back to its old bytes is still
+``already_old`` when the rollback is resumed, and a failed directory sync stops the
+rollback before any receipt, to be finished when asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from promoter import faults
+from promoter.domain.status import StepStatus
+from promoter.engine.operation.rollback import rollback_id
+from promoter.fs import flush
+from promoter.store import step_rows
+from tests.support.daemon import Daemon, running_daemon, serve_lab
+from tests.support.flows import init_repo
+from tests.support.pause import Pause
+from tests.support.promotion import operation_view, promote, submit, tree_bytes
+
+FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(6)}
+FILES["docs/guide.md"] = b"# guide\n"
+
+
+def _changes(paths: list[str]) -> list[tuple[str, bytes | None, bytes | None]]:
+    return [(p, FILES[p], FILES[p].replace(b"old", b"new") + b"!") for p in paths]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "lab", FILES)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    yield from serve_lab(tmp_path, repo)
+
+
+def _promoted(daemon: Daemon, repo: Path, changes: list[Any]) -> str:
+    identity = daemon.services.registry.by_name("lab").identity
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    return str(view["operation_id"])
+
+
+def _rollback(daemon: Daemon, op_id: str) -> httpx.Response:
+    with daemon.operator() as op:
+        return op.post(f"/v1/operations/{op_id}/rollback")
+
+
+def _faulted(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    monkeypatch.setenv(faults.ENV, spec)
+    faults.reset()
+
+
+def _journaled(daemon: Daemon, operation_id: str) -> list[tuple[str, StepStatus, str | None]]:
+    with daemon.services.db.session() as session:
+        return [(s.path, s.status, s.detail) for s in step_rows.steps(session, operation_id)]
+
+
+def test_a_rollback_pays_its_durable_commits_once_whatever_its_size(
+    tmp_path: Path,
+) -> None:
+    """Two rollbacks in the same two directories, of 2 and of 6 modified files: the same
+    durable commits, and 4 fsyncs more for the 4 more temps (each temp fsynced before it
+    is named; each directory once, not once a target)."""
+    counted: list[Counter[str]] = []
+    for size in (2, 6):
+        repo = init_repo(tmp_path / f"lab{size}", FILES)
+        paths = ["docs/guide.md", *[f"src/f{i}.txt" for i in range(size - 1)]]
+        with running_daemon(tmp_path / f"state{size}", {"lab": repo}, group_sync=False) as daemon:
+            op_id = _promoted(daemon, repo, _changes(paths))
+            before = flush.flushes()
+            answer = _rollback(daemon, op_id)
+            counted.append(flush.flushes() - before)
+        assert answer.status_code == 200, answer.text
+        assert [t["reason"] for t in json.loads(answer.content)["targets"]] == ["restored"] * size
+        assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
+    small, large = counted
+    assert large - small == Counter(fsync=4), (small, large)
+    assert small["sqlite_commit"] == large["sqlite_commit"]
+
+
+def test_every_target_to_write_back_is_journaled_before_the_first_is_written(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = ["src/f0.txt", "src/f1.txt", "src/f2.txt"]
+    op_id = _promoted(daemon, repo, _changes(paths))
+    child = rollback_id(op_id)
+    pause = Pause(tmp_path, "rollback_after_step")
+    _faulted(monkeypatch, pause.spec)
+    answers: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: answers.append(_rollback(daemon, op_id)))
+    worker.start()
+    try:
+        pause.reached()  # the first target (the last promoted) written back, no other
+        monkeypatch.delenv(faults.ENV)
+        assert (repo / "src" / "f2.txt").read_bytes() == FILES["src/f2.txt"]
+        assert (repo / "src" / "f0.txt").read_bytes() != FILES["src/f0.txt"]
+        journaled = _journaled(daemon, child)
+    finally:
+        pause.release()
+        worker.join(60)
+    assert journaled == [(p, StepStatus.PENDING, "write_old") for p in reversed(paths)]
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    assert _journaled(daemon, child) == [
+        (p, StepStatus.COMPLETED, "restored") for p in reversed(paths)
+    ]
+
+
+def test_a_target_found_old_stays_already_old_when_the_rollback_is_resumed(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone put one target back by hand; the rollback stops before its receipt. Resumed,
+    it must not claim it restored what it found already old."""
+    op_id = _promoted(daemon, repo, _changes(["src/f0.txt", "src/f1.txt"]))
+    (repo / "src" / "f1.txt").write_bytes(FILES["src/f1.txt"])
+    _faulted(monkeypatch, "rollback_before_receipt=EIO@1")
+    stopped = _rollback(daemon, op_id)
+    monkeypatch.delenv(faults.ENV)
+    assert stopped.status_code == 503, stopped.text
+    assert operation_view(daemon, rollback_id(op_id))["status"] == "needs_recovery"
+    resumed = _rollback(daemon, op_id)
+    assert resumed.status_code == 200, resumed.text
+    document = json.loads(resumed.content)
+    assert [(t["path"], t["reason"]) for t in document["targets"]] == [
+        ("src/f1.txt", "already_old"),
+        ("src/f0.txt", "restored"),
+    ]
+    assert document["status"] == "rolled_back"
+    assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
+
+
+def test_a_failed_directory_sync_stops_the_rollback_before_its_receipt(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The targets were written back but their names may not be durable: no receipt says
+    ``restored`` yet; asked again, the rollback finishes and says what it did."""
+    op_id = _promoted(daemon, repo, _changes(["src/f0.txt", "docs/guide.md"]))
+    _faulted(monkeypatch, "after_parent_fsync=EIO@1")
+    stopped = _rollback(daemon, op_id)
+    monkeypatch.delenv(faults.ENV)
+    assert (stopped.status_code, stopped.json()["code"]) == (503, "write_failed"), stopped.text
+    assert operation_view(daemon, rollback_id(op_id))["status"] == "needs_recovery"
+    assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
+    resumed = _rollback(daemon, op_id)
+    assert resumed.status_code == 200, resumed.text
+    document = json.loads(resumed.content)
+    assert [t["reason"] for t in document["targets"]] == ["restored", "restored"]
+    assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
