@@ -22,6 +22,9 @@ the median of its per-round figures. The rows:
   time of the first promotion and of the bare loop, user and system apart, per change in
   microseconds, is a detail too (``promote_115.user_us_per_change``,
   ``promote_115.bare_system_us_per_change``, …): where the two differ, and by whose time.
+  After every timed run of a round, the first promotion is rolled back, timed, and its
+  copy checked back at the base: the seconds and their ratio over the promotion are
+  details (``promote_1150.rollback_seconds``, ``promote_1150.rollback_over_promotion``).
 - ``promote_1150_syncfs``: the same first promotion of ``promote_1150`` (one more variant
   in its rounds, the same timed promotion) over ``bench.workload.bare_syncfs`` of the
   same change on an identical copy: every temp written, renamed or unlinked with no
@@ -264,11 +267,17 @@ def promotion(
         seconds = alternate(round_no, runs, cpu)
     finally:
         gc_policy.restore(previous)
-    pp.finish_promoter(prepared, done["cold"])
-    if loop:
-        pp.finish_promoter(warmed, done["warm"])
     for variant, copy in copies.items():
         wl.check_tree(copy, workload.target, f"{row} ({variant})")
+    if loop:  # undoing the first promotion, timed beside it (after every timed run)
+        rolled_back = pp.finish_with_rollback(prepared, done["cold"])
+        wl.check_tree(ours, workload.base, f"{row} (rolled back)")
+        table.note(f"{row}.rollback_seconds", rolled_back)
+        table.note(f"{row}.rollback_over_promotion", rolled_back / seconds["promoter"])
+    else:
+        pp.finish_promoter(prepared, done["cold"])
+    if loop:
+        pp.finish_promoter(warmed, done["warm"])
     # kept until the run ends (see the module docstring: deleted inodes)
     changes = len(workload.steps)  # processor time a change, microseconds
     if syncfs_row is not None:

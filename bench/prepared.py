@@ -3,15 +3,16 @@
 ``prepare_promoter`` gives a copy of the source repository a fresh state directory
 (its blob store copied from a template, ``make_blob_template``), a grant, a lease and a
 verified bundle, after the rehearsal ``promoter serve`` makes before it serves
-(``promoter.engine.operation.rehearsal``); ``promote_once`` is the timed part (``request_promotion``
-until the attempt has ended) and ``finish_promoter`` checks that it completed. With
-``warm_copy`` the same daemon first promotes the same workload into that second copy
-(untimed), as a daemon in service has promoted before: what a daemon's first promotion
-still does once (the statements the rehearsal does not make) is then not in the timed
-promotion. ``InlineRunner`` runs the attempt in the requesting thread, for a profiler
-there.
+(``promoter.engine.operation.rehearsal``); ``promote_once`` is the timed part
+(``request_promotion`` until the attempt has ended) and ``finish_promoter`` checks that
+it completed (``finish_with_rollback`` then times its rollback). With ``warm_copy`` the
+same daemon first promotes the same workload into that second copy (untimed), as a
+daemon in service has promoted before: what a daemon's first promotion still does once
+(the statements the rehearsal does not make) is then not in the timed promotion.
+``InlineRunner`` runs the attempt in the requesting thread, for a profiler there.
 
-Deliberately not here: the workload and the bare variants (``bench.workload``), timing.
+Deliberately not here: the workload and the bare variants (``bench.workload``), timing
+(but for the rollback's seconds).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from promoter.domain.canonical import sha256_hex
 from promoter.domain.records import Ticket
 from promoter.engine.intake import grants
 from promoter.engine.intake.bundles import submit_bundle
-from promoter.engine.operation import promote
+from promoter.engine.operation import promote, rollback
 from promoter.engine.operation import requests as operations
 from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.services import Services, build_services
@@ -173,11 +174,36 @@ def promote_once(prepared: Prepared) -> str:
 
 
 def finish_promoter(prepared: Prepared, operation_id: str) -> None:
+    _completed(prepared, operation_id)
+    _close(prepared)
+
+
+def finish_with_rollback(prepared: Prepared, operation_id: str) -> float:
+    """``finish_promoter``, the completed promotion first rolled back (timed, in seconds);
+    every target must read back restored."""
+    _completed(prepared, operation_id)
+    try:
+        started = time.perf_counter()
+        receipt = rollback.rollback(prepared.services, operation_id)
+        seconds = time.perf_counter() - started
+    finally:
+        _close(prepared)
+    reasons = {target["reason"] for target in receipt["targets"]}
+    if receipt["status"] != "rolled_back" or reasons != {"restored"}:
+        raise AssertionError(f"the rollback ended {receipt['status']}: {sorted(reasons)}")
+    return seconds
+
+
+def _completed(prepared: Prepared, operation_id: str) -> None:
     view = operations.operation_view(prepared.services, operation_id)
-    operations.runner(prepared.services).shutdown()
-    prepared.services.close()
     if view["status"] != "completed" or not view["events_verified"]:
+        _close(prepared)
         raise AssertionError(
             f"promoter: operation {operation_id} ended {view['status']} "
             f"({view['code']}: {view['detail']})"
         )
+
+
+def _close(prepared: Prepared) -> None:
+    operations.runner(prepared.services).shutdown()
+    prepared.services.close()
