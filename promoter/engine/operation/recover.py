@@ -32,6 +32,7 @@ Deliberately not here: the guard's rules themselves (pure, in ``domain``).
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import Any
 
 from promoter import faults
@@ -54,6 +55,7 @@ from promoter.engine.operation.stopped import put_back
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.errors import OperationUnknown, PromoterError
+from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, repo, step_rows
 
@@ -240,12 +242,13 @@ def _reclassify(
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
     actuals: list[dict[str, Any]] = []
-    for seq, change in enumerate(changes):
-        try:
-            leaf = root.read_state(disk_path(change.path))
+    with closing(Directories.for_reads(root)) as directories:  # one read pass
+        leaves = directories.read_states([disk_path(change.path) for change in changes])
+    for seq, (change, leaf) in enumerate(zip(changes, leaves, strict=True)):
+        if isinstance(leaf, PromoterError):
+            found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
+        else:
             found, actual = verdict(leaf, change), leaf_report(leaf)
-        except PromoterError as exc:
-            found, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
         step = steps.get(seq, StepStatus.PENDING)
         seen.append(Observation(found, step, kept=change.path in held))
         actuals.append(actual)

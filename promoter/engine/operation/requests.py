@@ -20,6 +20,7 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ from promoter.errors import (
     VerificationFailed,
     stopped_by,
 )
+from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
 from promoter.store.outage import through_outage
@@ -453,15 +455,14 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
         repository = guarded_here(services.registry, services.owner.host, row)
         steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
     found: list[dict[str, Any]] = []
-    with Root.open(repository.worktree) as root:
-        for path, old, new in steps:
-            try:
-                leaf = root.read_state(disk_path(path))  # journaled in wire form
-            except PromoterError as exc:
-                found.append({"path": path, "matches": "neither", "actual": {"error": exc.code}})
-                continue
-            matches = classify(leaf, old, new).verdict.value
-            found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
+    with Root.open(repository.worktree) as root, closing(Directories.for_reads(root)) as held:
+        leaves = held.read_states([disk_path(path) for path, _, _ in steps])  # wire form
+    for (path, old, new), leaf in zip(steps, leaves, strict=True):
+        if isinstance(leaf, PromoterError):
+            found.append({"path": path, "matches": "neither", "actual": {"error": leaf.code}})
+            continue
+        matches = classify(leaf, old, new).verdict.value
+        found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
     return found
 
 
