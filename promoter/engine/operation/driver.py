@@ -15,7 +15,9 @@ shared by every step, in the pass's ``Ordering``:
   A staging that fails is undone by ``abandon``;
 - ``STEP_BY_STEP`` (a rollback, a restore): ``step`` writes or removes one step and syncs
   its directory when asked (or ``sync_touched`` syncs every directory of the pass once,
-  at its end); the caller reads it back and decides what the failure means.
+  at its end); the caller reads it back and decides what the failure means. A caller may
+  stage a group of writes first (``stage_together``, their temps synced at once) and
+  ``place`` each in its turn; a step the group could not stage is written on its own.
 
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
 whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
@@ -30,6 +32,7 @@ module turns the ``Passed`` result into its outcome), and the write rules themse
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -230,6 +233,42 @@ class Driver:
             self.kept.extend(exc.context.get("kept", []))
             raise
         return True
+
+    def stage_together(self, steps: Sequence[Step]) -> set[int]:
+        """Stage the writes ``steps`` (at most ``TEMPS_TOGETHER``) as one group, for
+        ``place``: each begun, then all ended at once (one ``syncfs`` where the pass has a
+        group sync, else their fsyncs at once), every temp durable before the first is
+        named. Returns the seqs not staged: a failed begin, and on a failed end or group
+        sync every temp not yet named (each dropped as promoter's own); the caller writes
+        those one by one (``step``), as if they had never been grouped.
+        """
+        assert self.ordering is Ordering.STEP_BY_STEP and len(steps) <= TEMPS_TOGETHER
+        alone: set[int] = set()
+        for step in steps:
+            assert step.move is Move.WRITE
+            try:
+                self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
+            except (PromoterError, OSError):
+                alone.add(step.seq)  # written again on its own, which says what stops it
+        with contextlib.suppress(PromoterError, OSError):  # named before it: still staged
+            self.apply.end_begun()
+        return alone | {s.seq for s in steps if s.seq not in self.apply.staged}
+
+    def place(self, step: Step) -> None:
+        """Put a write staged by ``stage_together`` in place over exactly ``step.old``.
+
+        Raises what stopped it, as it was raised; bytes kept on the way are in ``kept``.
+        """
+        try:
+            self.apply.place(step.seq, step.old, step.new)
+        except PromoterError as exc:
+            self.kept.extend(exc.context.get("kept", []))
+            raise
+
+    def drop_staged(self) -> None:
+        """Remove every staged temp not yet placed that is still promoter's own (anything
+        else is kept, in ``kept``)."""
+        self.apply.drop_staged()
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""

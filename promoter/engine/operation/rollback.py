@@ -59,11 +59,11 @@ from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha2
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import disk_path, temp_name, wire_all
-from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
+from promoter.domain.plan import Move, Ordering, RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
-from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
+from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Step, remove_empty_dirs
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
@@ -333,9 +333,17 @@ def _rollback_locked(
                 j.set_steps(
                     {s.seq: StepStatus.PENDING for s in writes}, {s.seq: intent for s in writes}
                 )
-        for step in writes:
-            outcomes[step.seq] = _write(driver, step)
-            faults.point("rollback_after_step")
+        try:
+            for at in range(0, len(writes), TEMPS_TOGETHER):
+                group = writes[at : at + TEMPS_TOGETHER]
+                alone = driver.stage_together([s for s in group if s.move is Move.WRITE])
+                for step in group:
+                    staged = step.move is Move.WRITE and step.seq not in alone
+                    outcomes[step.seq] = _write(driver, step, staged=staged)
+                    faults.point("rollback_after_step")
+        except BaseException:
+            driver.drop_staged()  # a stop between two targets: no temp of ours left
+            raise
         if writes:
             driver.sync_touched()
     with journal.attempt(services.db, child_id) as j:
@@ -450,13 +458,17 @@ def _classify(
     return Reason(move.value), leaf, None
 
 
-def _write(driver: Driver, step: Step) -> Outcome:
-    """Compare-and-swap one target back to its old state at the step's journaled temp name,
-    read back: (reason, read-back, error). Its directory is synced later, once for the
-    pass; bytes kept go to ``driver.kept``."""
+def _write(driver: Driver, step: Step, *, staged: bool) -> Outcome:
+    """Compare-and-swap one target back to its old state at the step's journaled temp name
+    (``staged``: its temp already written with its group's), read back: (reason,
+    read-back, error). Its directory is synced later, once for the pass; bytes kept go to
+    ``driver.kept``."""
     at_old, at_new = step.new, step.old
     try:
-        driver.step(step, sync=False)
+        if staged:
+            driver.place(step)
+        else:
+            driver.step(step, sync=False)
         leaf = driver.read_state(step.path)
     except (PromoterError, OSError) as exc:
         try:
