@@ -1,17 +1,20 @@
-"""A rollback is one pass: targets classified, writes journaled before the first, every
-directory synced once, outcomes journaled once (``promoter.engine.operation.rollback``).
+"""A rollback is one pass: targets classified, writes journaled before the first, temps
+staged in groups, every directory synced once, outcomes journaled once
+(``promoter.engine.operation.rollback``).
 
 Through the real server: the flushes of a rollback do not grow with its targets beyond
-one fsync per written temp (the durable commits are the same for 2 targets and for 6,
-the directories synced once each), the targets about to be written back are journaled
-as such before the first is written (so a resumed rollback says ``restored`` for what
-the stopped one wrote), a target someone else put back to its old bytes is still
-``already_old`` when the rollback is resumed, and a failed directory sync stops the
-rollback before any receipt, to be finished when asked again.
-"""
+one fsync per written temp where no group sync is offered (the durable commits are the
+same for 2 targets and for 6, the directories synced once each); the targets about to be
+written back are journaled as such before the first is written (so a resumed rollback
+says ``restored`` for what the stopped one wrote); a target someone else put back to its
+old bytes is still ``already_old`` when the rollback is resumed; a failed directory sync
+stops the rollback before any receipt, and the resumed one syncs those directories
+itself; a temp that fails in its group is written again on its own, and says why when
+that fails too."""
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections import Counter
@@ -147,20 +150,63 @@ def test_a_target_found_old_stays_already_old_when_the_rollback_is_resumed(
     assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
 
 
-def test_a_failed_directory_sync_stops_the_rollback_before_its_receipt(
-    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_failed_directory_sync_stops_the_rollback_and_the_resumed_one_syncs_again(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The targets were written back but their names may not be durable: no receipt says
-    ``restored`` yet; asked again, the rollback finishes and says what it did."""
-    op_id = _promoted(daemon, repo, _changes(["src/f0.txt", "docs/guide.md"]))
-    _faulted(monkeypatch, "after_parent_fsync=EIO@1")
-    stopped = _rollback(daemon, op_id)
-    monkeypatch.delenv(faults.ENV)
-    assert (stopped.status_code, stopped.json()["code"]) == (503, "write_failed"), stopped.text
-    assert operation_view(daemon, rollback_id(op_id))["status"] == "needs_recovery"
-    assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
-    resumed = _rollback(daemon, op_id)
+    ``restored`` yet. Asked again, the rollback finds them old, syncs their directories
+    itself (one fsync each, the receipt's own besides), then says ``restored``."""
+    with running_daemon(tmp_path / "state", {"lab": repo}, group_sync=False) as daemon:
+        op_id = _promoted(daemon, repo, _changes(["src/f0.txt", "docs/guide.md"]))
+        _faulted(monkeypatch, "after_parent_fsync=EIO@1")
+        stopped = _rollback(daemon, op_id)
+        monkeypatch.delenv(faults.ENV)
+        assert (stopped.status_code, stopped.json()["code"]) == (503, "write_failed")
+        assert operation_view(daemon, rollback_id(op_id))["status"] == "needs_recovery"
+        assert not (daemon.state_dir / "audit" / "receipts" / "rollback").exists()
+        before = flush.flushes()
+        resumed = _rollback(daemon, op_id)
+        counted = flush.flushes() - before
     assert resumed.status_code == 200, resumed.text
     document = json.loads(resumed.content)
     assert [t["reason"] for t in document["targets"]] == ["restored", "restored"]
+    # docs/ and src/; the receipt's temp and folder, and receipts/ for its new folder
+    assert counted["fsync"] == 2 + 3, counted
     assert {p: b for p, (b, _) in tree_bytes(repo).items()} == FILES
+
+
+@pytest.mark.parametrize(
+    ("spec", "reasons"),
+    [
+        ("after_temp_write=EIO@2+", ["restored", "io_error", "io_error"]),
+        ("after_temp_write=EIO@2", ["restored", "restored", "restored"]),
+    ],
+    ids=["fails-again-alone", "succeeds-alone"],
+)
+def test_a_temp_that_fails_in_its_group_is_written_again_on_its_own(
+    daemon: Daemon,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: str,
+    reasons: list[str],
+) -> None:
+    """The three temps are staged as one group; the second one's naming fails, which drops
+    it and the third. Each is then written on its own: where that fails too, the target
+    says so with its errno; where it succeeds, the target is restored. Never a target
+    reported for another's failure, never a temp of promoter's left behind."""
+    paths = ["src/f0.txt", "src/f1.txt", "src/f2.txt"]
+    op_id = _promoted(daemon, repo, _changes(paths))
+    _faulted(monkeypatch, spec)
+    answer = _rollback(daemon, op_id)
+    monkeypatch.delenv(faults.ENV)
+    assert answer.status_code == 200, answer.text
+    document = json.loads(answer.content)
+    assert [t["path"] for t in document["targets"]] == list(reversed(paths))
+    assert [t["reason"] for t in document["targets"]] == reasons
+    for target in document["targets"]:
+        if target["reason"] == "io_error":
+            assert target["error"]["errno"] == errno.EIO
+            assert (repo / target["path"]).read_bytes() == _changes([target["path"]])[0][2]
+        else:
+            assert (repo / target["path"]).read_bytes() == FILES[target["path"]]
+    assert sorted(p.name for p in (repo / "src").iterdir()) == [f"f{i}.txt" for i in range(6)]

@@ -301,6 +301,18 @@ class Applier:
         self._forget()
         return self.directories.read_states(paths)
 
+    def hold(self, seq: int, path: str) -> bool:
+        """Hold step ``seq``'s directory for ``fsync`` without changing anything in it (a
+        step an earlier pass carried out, whose name this pass makes durable too); False
+        when the directory is gone."""
+        try:
+            self._parent(seq, path, create=False)
+        except TargetDrift as exc:
+            if exc.context.get("found") == "missing_parent":
+                return False
+            raise
+        return True
+
     def created_at(self, seq: int) -> list[str]:
         """The directories step ``seq``'s walk made (none when it has no view)."""
         parent = self.parents.get(seq)

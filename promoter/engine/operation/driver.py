@@ -286,6 +286,11 @@ class Driver:
             raise found
         return found
 
+    def hold(self, step: Step) -> bool:
+        """Hold ``step``'s directory, unchanged, for ``sync_touched`` (a step an earlier pass
+        carried out); False when the directory is gone."""
+        return self.apply.hold(step.seq, step.path)
+
     def sync_touched(self) -> None:
         """Sync every directory the pass touched, once each (``Applier.fsync``: one
         ``syncfs`` where the pass has a group sync); a failure is raised."""

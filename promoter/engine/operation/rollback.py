@@ -314,38 +314,9 @@ def _rollback_locked(
         )
     held = {k["path"] for k in newly_kept(kept)}
     steps = [_step(services, seq, p, temp_name(child_id, 1, seq)) for seq, p in enumerate(promoted)]
-    outcomes: dict[int, Outcome] = {}
-    limit = services.settings.group_sync_limit
-    # one pass: each directory walked to once, for the reads, the writes and their syncs
-    with Driver(root, Ordering.STEP_BY_STEP, group_sync_limit=limit) as driver:
-        writes: list[Step] = []
-        leaves = driver.read_states([step.path for step in steps])
-        for step, promotion_step, leaf in zip(steps, promoted, leaves, strict=True):
-            restored = _restored(journaled.get(step.seq))
-            found = _classify(step, leaf, held=promotion_step.path in held, restored=restored)
-            if found is None:
-                writes.append(step)
-            else:
-                outcomes[step.seq] = found
-        if writes:  # the targets about to be written back, journaled before the first is
-            with journal.attempt(services.db, child_id) as j:
-                intent = RollbackMove.WRITE_OLD.value
-                j.set_steps(
-                    {s.seq: StepStatus.PENDING for s in writes}, {s.seq: intent for s in writes}
-                )
-        try:
-            for at in range(0, len(writes), TEMPS_TOGETHER):
-                group = writes[at : at + TEMPS_TOGETHER]
-                alone = driver.stage_together([s for s in group if s.move is Move.WRITE])
-                for step in group:
-                    staged = step.move is Move.WRITE and step.seq not in alone
-                    outcomes[step.seq] = _write(driver, step, staged=staged)
-                    faults.point("rollback_after_step")
-        except BaseException:
-            driver.drop_staged()  # a stop between two targets: no temp of ours left
-            raise
-        if writes:
-            driver.sync_touched()
+    held_seqs = {seq for seq, p in enumerate(promoted) if p.path in held}
+    outcomes, kept_now = _one_pass(services, child_id, root, steps, journaled, held_seqs)
+    kept += kept_now
     with journal.attempt(services.db, child_id) as j:
         j.set_steps(
             {
@@ -355,7 +326,6 @@ def _rollback_locked(
             {seq: reason.value for seq, (reason, _, _) in outcomes.items()},
         )
     targets = [target_report(p.path, *outcomes[seq]) for seq, p in enumerate(promoted)]
-    kept += wire_all(driver.kept)
     removed = remove_empty_dirs(root, dirs, disk=disk_path)
     status = rollback_status(targets)
     faults.point("rollback_before_receipt")
@@ -388,6 +358,76 @@ def _rollback_locked(
         else:
             recorded = dict(child.receipt)  # a concurrent pass recorded one first
     return _publish(services, child_id, parent_id, recorded)
+
+
+def _one_pass(
+    services: Services,
+    child_id: str,
+    root: Root,
+    steps: list[Step],
+    journaled: dict[int, tuple[StepStatus, str | None]],
+    held: set[int],
+) -> tuple[dict[int, Outcome], list[dict[str, Any]]]:
+    """Every target through one driver (each directory walked to once, for the reads, the
+    writes and their syncs): each one's outcome by seq, and the bytes kept (wire form).
+
+    ``held``: the seqs whose temp name held someone else's bytes (conflicts).
+    """
+    limit = services.settings.group_sync_limit
+    with Driver(root, Ordering.STEP_BY_STEP, group_sync_limit=limit) as driver:
+        outcomes: dict[int, Outcome] = {}
+        writes: list[Step] = []
+        leaves = driver.read_states([step.path for step in steps])
+        for step, leaf in zip(steps, leaves, strict=True):
+            restored = _restored(journaled.get(step.seq))
+            found = _classify(step, leaf, held=step.seq in held, restored=restored)
+            if found is None:
+                writes.append(step)
+            else:
+                outcomes[step.seq] = found
+        if writes:  # the targets about to be written back, journaled before the first is
+            with journal.attempt(services.db, child_id) as j:
+                intent = RollbackMove.WRITE_OLD.value
+                j.set_steps(
+                    {s.seq: StepStatus.PENDING for s in writes}, {s.seq: intent for s in writes}
+                )
+        _write_back(driver, writes, outcomes)
+        _sync(driver, steps, writes, outcomes)
+    return outcomes, wire_all(driver.kept)
+
+
+def _write_back(driver: Driver, writes: list[Step], outcomes: dict[int, Outcome]) -> None:
+    """Each of ``writes`` written back in order, its outcome put in ``outcomes``; the temps
+    of up to ``TEMPS_TOGETHER`` consecutive writes staged together, any the group could
+    not stage written on its own. A stop between two targets leaves no temp of ours."""
+    try:
+        for at in range(0, len(writes), TEMPS_TOGETHER):
+            group = writes[at : at + TEMPS_TOGETHER]
+            alone = driver.stage_together([s for s in group if s.move is Move.WRITE])
+            for step in group:
+                staged = step.move is Move.WRITE and step.seq not in alone
+                outcomes[step.seq] = _write(driver, step, staged=staged)
+                faults.point("rollback_after_step")
+    except BaseException:
+        driver.drop_staged()
+        raise
+
+
+def _sync(
+    driver: Driver, steps: list[Step], writes: list[Step], outcomes: dict[int, Outcome]
+) -> None:
+    """Every directory of a restored target synced once: those written now, and those an
+    earlier pass restored (its sync may never have run, or may have failed); a failure
+    is raised, before any outcome is journaled."""
+    written = {step.seq for step in writes}
+    earlier = [
+        step
+        for step in steps
+        if step.seq not in written and outcomes[step.seq][0] is Reason.RESTORED
+    ]
+    held_again = [step for step in earlier if driver.hold(step)]
+    if writes or held_again:
+        driver.sync_touched()
 
 
 def _publish(
