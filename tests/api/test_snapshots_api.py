@@ -7,6 +7,8 @@ over TCP. The CLI group is driven against the same server.
 from __future__ import annotations
 
 import json
+import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import snapshot_cmd
+from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
@@ -274,3 +278,39 @@ def test_promotion_snapshots_hold_the_users_edits_between_promotions(
         watches = daemon.services.snapshot_watches
         assert bool(watches) is watched
         assert all(watch.watch.valid for watch in watches.values())
+
+
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
+def test_a_restore_makes_its_temps_durable_together_whatever_their_number(
+    tmp_path: Path, group_sync: bool
+) -> None:
+    """Two restores of one folder, of 2 and of 8 edited files: where a group sync is
+    offered their temps share one ``syncfs`` (the same flushes for both); where it is not,
+    each temp is fsynced (6 more, at once), and the folder once either way."""
+    counted: list[Counter[str]] = []
+    for size in (2, 8):
+        files = {f"src/f{i}.txt": b"base %d\n" % i for i in range(size)}
+        work = init_repo(tmp_path / f"work{size}", files)
+        # out of reach: a busy machine's dirty pages cannot turn the group path into fsyncs
+        settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+        with running_daemon(tmp_path / f"state{size}", {"work": work}, **settings) as daemon:
+            with daemon.operator() as op:
+                base = _capture(op, "base")
+                before_restore = tree_bytes(work)
+                for path in files:
+                    (work / path).write_bytes(b"edited\n")
+                edited = _capture(op, "edited")
+                before = flush.flushes()
+                answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": edited})
+                counted.append(flush.flushes() - before)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "completed"
+            assert tree_bytes(work) == before_restore
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        grouped = group_sync and GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+    small, large = counted
+    assert large - small == (Counter() if grouped else Counter(fsync=6)), (small, large)
+    assert small - large == Counter(), (small, large)

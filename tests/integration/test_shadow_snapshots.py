@@ -346,13 +346,14 @@ def test_a_conflict_after_a_write_needs_reconciliation_and_before_any_is_refused
     (repo / "temp.txt").write_bytes(b"to be deleted\n")
     (repo / "utils.py").write_bytes(b"to be restored\n")
     current = capture(services)
-    original = StepRun._write
+    original = StepRun._write_all
 
-    def racing_write(self: StepRun, cat: Any, step: Any, sync: bool) -> None:
-        (repo / step.path).write_bytes(b"the user got there first\n")
-        original(self, cat, step, sync)
+    def racing_writes(self: StepRun, cat: Any, writes: list[Any]) -> None:
+        for step in writes:  # the user writes each path just before promoter does
+            (repo / step.path).write_bytes(b"the user got there first\n")
+        original(self, cat, writes)
 
-    monkeypatch.setattr(StepRun, "_write", racing_write)
+    monkeypatch.setattr(StepRun, "_write_all", racing_writes)
     result = snapshot_restore.restore(services, "work", base, current)
     assert result["status"] == "needs_reconciliation"
     assert (repo / "utils.py").read_bytes() == b"the user got there first\n"

@@ -329,9 +329,9 @@ def _recover_restore_body(
                 run.failure = TargetDrift(
                     "bytes that are not promoter's were found at its temp names; they are kept"
                 )
-            plan = plan_recovery(
-                [Observation(run.verdict(step)[0], StepStatus.PENDING) for step in steps]
-            )
+            with run.reading():
+                seen = [Observation(run.verdict(step)[0], StepStatus.PENDING) for step in steps]
+            plan = plan_recovery(seen)
             if plan.blocked:
                 run.failure = TargetDrift("a target is neither its old nor its new state")
             status = run.finish() if run.failure else run.apply(plan.todo)

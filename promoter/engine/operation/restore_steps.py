@@ -6,9 +6,11 @@ through the one driver (``promoter.engine.operation.driver``, one ``Applier`` fo
 pass) with a per-file compare-and-swap, in this order: checked unlinks,
 then the directories those unlinks left empty that the target tree does not hold (only
 those: ``rmdir`` removes nothing that is not empty), then the directories the writes
-will create are journaled (``promoter.engine.operation.dirs``), then creations and modifications (a
-temp file with the blob's bytes, fsynced, atomically put in place only over the expected
-old state), one directory fsync per directory. ``finish`` reads every step back and
+will create are journaled (``promoter.engine.operation.dirs``), then creations and
+modifications (a temp file with the blob's bytes, the temps of up to ``TEMPS_TOGETHER``
+consecutive ones made durable together before the first is named, each atomically put in
+place only over the expected old state), then every directory they touched synced once.
+``finish`` reads every step back (one reading pass through held directories) and
 journals the outcome: ``completed`` when every path is exactly new, ``refused`` when a
 compare-and-swap failed before anything changed, else ``needs_reconciliation`` with a
 per-path report.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +33,13 @@ from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.dirs import journal_intent
-from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
+from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, TargetDrift, translated
 from promoter.fs.chain import LeafState
+from promoter.fs.held import Directories
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.git.objects import CatFile
@@ -94,6 +97,7 @@ class StepRun:
     _target_dirs: set[str] | None = None
     _seqs: dict[str, int] | None = None
     _driver: Driver | None = None  # the pass's, while one is open
+    _reads: Directories | None = None  # the held directories of ``reading``, while open
 
     def temp(self, step: Step) -> str:
         """The journaled temp name of ``step`` (its index among the steps) in this attempt."""
@@ -115,7 +119,7 @@ class StepRun:
         a file of the target, holds no file: that is its new state.
         """
         try:
-            leaf = self.root.read_state(step.path)
+            leaf = self._read(step.path)
         except TargetDrift as exc:
             if not step.new["exists"] and exc.context.get("found") == "not_a_directory":
                 return Verdict.NEW, dict(_GONE)
@@ -124,6 +128,24 @@ class StepRun:
         if verdict is Verdict.NEITHER and leaf.kind == "directory" and not step.new["exists"]:
             verdict = Verdict.NEW if step.path in self.target_dirs else verdict
         return verdict, leaf.to_dict()
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Every read of ``verdict`` in the block goes through one reading pass (each
+        directory walked to once, every chain re-checked, every leaf verified after
+        reading: ``promoter.fs.held.Directories``)."""
+        if self._reads is not None:
+            yield
+            return
+        with closing(Directories.for_reads(self.root)) as held:
+            self._reads = held
+            try:
+                yield
+            finally:
+                self._reads = None
+
+    def _read(self, path: str) -> LeafState:
+        return (self.root if self._reads is None else self._reads).read_state(path)
 
     def _planned(self, step: Step, data: Callable[[], bytes] | None = None) -> Planned:
         """``step`` as the driver's typed step (its seq: its index among the steps)."""
@@ -139,7 +161,8 @@ class StepRun:
         if self._driver is not None:
             yield self._driver
             return
-        driver = self._driver = Driver(self.root, Ordering.STEP_BY_STEP)
+        limit = self.services.settings.group_sync_limit
+        driver = self._driver = Driver(self.root, Ordering.STEP_BY_STEP, group_sync_limit=limit)
         try:
             yield driver
         finally:
@@ -162,7 +185,7 @@ class StepRun:
                 paths = [s.path for s in writes]
                 journal_intent(self.services.db, self.operation_id, self.root, paths)
                 with self.shadow.reader() as cat:
-                    _grouped(writes, lambda step, sync: self._write(cat, step, sync))
+                    self._write_all(cat, writes)
         except PromoterError as exc:
             self.failure = exc
             if exc.context.get("kept"):
@@ -189,31 +212,47 @@ class StepRun:
         self.removed.extend(removed)
         self.touched = self.touched or bool(removed)
 
-    def _write(self, cat: CatFile, step: Step, sync: bool) -> None:
-        oid = step.oid
-        assert oid is not None
-        planned = self._planned(step, lambda: cat.read_blob(oid))
+    def _write_all(self, cat: CatFile, writes: list[Step]) -> None:
+        """Every write, in order: the temps of up to ``TEMPS_TOGETHER`` consecutive ones
+        staged together (one ``syncfs``, or their fsyncs at once), each then put in place
+        over exactly its old state (one the group could not stage is written on its own,
+        which says what stops it), then every touched directory synced once. The first
+        failure stops the pass; no temp of promoter's is left staged."""
         with self._pass() as driver:
             try:
-                driver.step(planned, sync=False)
-                self.touched = True
-                if sync:
-                    driver.sync(planned.seq)
-            finally:
-                self.touched = self.touched or bool(driver.created_at(planned.seq))
+                for at in range(0, len(writes), TEMPS_TOGETHER):
+                    group = [
+                        self._planned(s, _blob(cat, s)) for s in writes[at : at + TEMPS_TOGETHER]
+                    ]
+                    try:
+                        alone = driver.stage_together(group)
+                    finally:
+                        made = any(driver.created_at(planned.seq) for planned in group)
+                        self.touched = self.touched or made
+                    for planned in group:
+                        if planned.seq in alone:
+                            driver.step(planned, sync=False)
+                        else:
+                            driver.place(planned)
+                        self.touched = True
+                driver.sync_touched()
+            except BaseException:
+                driver.drop_staged()
+                raise
 
     def finish(self) -> str:
         """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""
         verdicts: list[Verdict] = []
         problems: list[Target] = []
-        for step in self.steps:
-            try:
-                verdict, actual = self.verdict(step)
-            except PromoterError as exc:
-                verdict, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
-            verdicts.append(verdict)
-            if verdict is not Verdict.NEW:
-                problems.append(Target(step.shown, verdict, actual, step.old, step.new))
+        with self.reading():
+            for step in self.steps:
+                try:
+                    verdict, actual = self.verdict(step)
+                except PromoterError as exc:
+                    verdict, actual = Verdict.NEITHER, {"error": exc.code, "detail": exc.detail}
+                verdicts.append(verdict)
+                if verdict is not Verdict.NEW:
+                    problems.append(Target(step.shown, verdict, actual, step.old, step.new))
         ok = self.failure is None and not problems and not newly_kept(self.kept)
         # a step that reads back as new was written by this pass (a fresh restore plans
         # only paths that differ), even when the write then failed after its rename
@@ -259,3 +298,10 @@ def _grouped(steps: list[Step], run: Callable[[Step, bool], None]) -> None:
     for index, step in enumerate(steps):
         nxt = steps[index + 1] if index + 1 < len(steps) else None
         run(step, nxt is None or dir_key(nxt.path)[0] != dir_key(step.path)[0])
+
+
+def _blob(cat: CatFile, step: Step) -> Callable[[], bytes]:
+    """The target blob of ``step``, read when its temp is written."""
+    oid = step.oid
+    assert oid is not None
+    return lambda: cat.read_blob(oid)
