@@ -53,9 +53,9 @@ def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
     yield from serve_lab(tmp_path, repo)
 
 
-def _promoted(daemon: Daemon, repo: Path, changes: list[Any]) -> str:
+def _promoted(daemon: Daemon, repo: Path, changes: list[Any], **grant: Any) -> str:
     identity = daemon.services.registry.by_name("lab").identity
-    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    _, bundle, receipt = submit(daemon, repo, identity, changes, **grant)
     view = promote(daemon, bundle, receipt).json()
     assert view["status"] == "completed", view
     return str(view["operation_id"])
@@ -87,7 +87,9 @@ def test_a_rollback_pays_its_durable_commits_once_whatever_its_size(
         repo = init_repo(tmp_path / f"lab{size}", FILES)
         paths = ["docs/guide.md", *[f"src/f{i}.txt" for i in range(size - 1)]]
         with running_daemon(tmp_path / f"state{size}", {"lab": repo}, group_sync=False) as daemon:
-            op_id = _promoted(daemon, repo, _changes(paths))
+            # one ledger for both daemons on PostgreSQL: a grant and workflow of its own each
+            grant = {"grant_id": f"grt_size{size}", "workflow_id": f"wf_size{size}"}
+            op_id = _promoted(daemon, repo, _changes(paths), **grant)
             before = flush.flushes()
             answer = _rollback(daemon, op_id)
             counted.append(flush.flushes() - before)
