@@ -21,6 +21,7 @@ Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -332,11 +333,31 @@ def apply_changes(
     except HostFenced:  # the staged temps are journaled: the new owner's recovery settles them
         driver.close()
         raise
+    if recovering:  # what an earlier pass put in place is synced again with the rest
+        _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
     if passed.stopped and passed.failure is None:
         _leave_for_recovery(services.db, operation_id, passed.applied)
         return
     finish(services, operation_id, root, changes, evidence, passed.failure)
+
+
+def _hold_confirmed(
+    services: Services,
+    operation_id: str,
+    attempt: int,
+    changes: list[Change],
+    wanted: set[int],
+    driver: Driver,
+) -> None:
+    """Hold the directories of the steps a recovery confirms (an earlier pass put them in
+    place; their directory sync may never have run), so the pass's one sync of every
+    directory covers them before the outcome. A directory that is gone holds nothing,
+    and one that cannot be held safely is left to the read-back, which fails closed."""
+    confirmed = set(range(len(changes))) - wanted
+    for step in plan_steps(services, operation_id, attempt, changes, confirmed):
+        with contextlib.suppress(PromoterError):
+            driver.hold(step)
 
 
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:

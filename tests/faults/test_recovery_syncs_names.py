@@ -1,0 +1,68 @@
+"""A recovery makes durable the names an earlier pass wrote before it says ``completed``.
+
+A daemon killed after every replace of a promotion but before its directories were
+synced leaves every target new on disk, its names possibly only in the page cache. The
+recovery confirms those targets without writing them again; before it answers
+``completed`` (and signs a receipt saying so) it must sync each of their directories,
+or a power failure soon after could undo what the receipt claims. Checked with the fs
+layer's own flushes, each mapped to the directory it synced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from promoter.fs import flush
+from tests.support.daemon import running_daemon
+from tests.support.flows import init_repo
+from tests.support.process import DaemonProcess, prepare_promotion
+
+FILES = {"README.md": b"# project\n", "src/a.py": b"a = 1\n", "gone.txt": b"bye\n"}
+CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
+    ("src/a.py", b"a = 1\n", b"a = 2\n"),
+    ("src/new/b.txt", None, b"b\n"),
+    ("gone.txt", b"bye\n", None),
+]
+
+
+@pytest.mark.slow
+def test_a_recovery_syncs_the_directories_of_the_targets_it_confirms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo}, faults="after_replaces=kill")
+    try:
+        request = prepare_promotion(first, repo, CHANGES, batched=False)
+        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
+            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+    assert (repo / "src" / "a.py").read_bytes() == b"a = 2\n"  # every replace was made
+
+    synced: list[str] = []
+    fsync = flush.fsync
+
+    def recorded(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(flush, "fsync", recorded)
+    with (
+        running_daemon(state, {"work": repo}, group_sync=False) as daemon,
+        daemon.operator() as op,
+    ):
+        [listed] = op.get("/v1/operations").json()["operations"]
+        assert listed["status"] == "needs_recovery"
+        synced.clear()
+        answer = op.post(f"/v1/operations/{listed['operation_id']}/recover", json={"fence": 7})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "completed"
+    worktree = {str(repo), str(repo / "src"), str(repo / "src" / "new")}
+    assert worktree <= set(synced), synced
