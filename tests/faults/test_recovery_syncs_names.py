@@ -1,4 +1,5 @@
-"""A recovery makes durable the names an earlier pass wrote before it says ``completed``.
+"""A recovery makes durable the names an earlier pass wrote before it says ``completed``:
+a promotion's and a snapshot restore's.
 
 A daemon killed after every replace of a promotion but before its directories were
 synced leaves every target new on disk, its names possibly only in the page cache. The
@@ -30,6 +31,19 @@ CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
 ]
 
 
+def _recording_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every fsync of the fs layer from now on, as the path of what it synced."""
+    synced: list[str] = []
+    fsync = flush.fsync
+
+    def recorded(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(flush, "fsync", recorded)
+    return synced
+
+
 @pytest.mark.slow
 def test_a_recovery_syncs_the_directories_of_the_targets_it_confirms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -46,14 +60,7 @@ def test_a_recovery_syncs_the_directories_of_the_targets_it_confirms(
         first.kill()
     assert (repo / "src" / "a.py").read_bytes() == b"a = 2\n"  # every replace was made
 
-    synced: list[str] = []
-    fsync = flush.fsync
-
-    def recorded(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        fsync(fd)
-
-    monkeypatch.setattr(flush, "fsync", recorded)
+    synced = _recording_fsyncs(monkeypatch)
     with (
         running_daemon(state, {"work": repo}, group_sync=False) as daemon,
         daemon.operator() as op,
@@ -66,3 +73,41 @@ def test_a_recovery_syncs_the_directories_of_the_targets_it_confirms(
     assert answer.json()["status"] == "completed"
     worktree = {str(repo), str(repo / "src"), str(repo / "src" / "new")}
     assert worktree <= set(synced), synced
+
+
+@pytest.mark.slow
+def test_a_restore_recovery_syncs_the_directories_of_the_targets_it_confirms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a snapshot restore: killed right after its last replace, before its
+    one sync of every directory; recovered, it syncs them before ``completed``."""
+    repo = init_repo(tmp_path / "work", FILES)
+    state = tmp_path / "state"
+    snapshots = "/v1/repositories/work/snapshots"
+    first = DaemonProcess(state, {"work": repo}, faults="after_replace=kill@2")
+    try:
+        with first.client("operator") as op:
+            base = op.post(snapshots, json={"label": "base"}).json()["tree"]
+            (repo / "src" / "a.py").write_bytes(b"a = 2\n")
+            (repo / "README.md").write_bytes(b"# edited\n")
+            edited = op.post(snapshots, json={"label": "edited"}).json()["tree"]
+            with contextlib.suppress(httpx.HTTPError):  # the daemon dies mid-request
+                op.post(f"{snapshots}/{base}/restore", json={"expected_current_tree": edited})
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+    assert (repo / "src" / "a.py").read_bytes() == FILES["src/a.py"]  # both replaces made
+    assert (repo / "README.md").read_bytes() == FILES["README.md"]
+
+    synced = _recording_fsyncs(monkeypatch)
+    with (
+        running_daemon(state, {"work": repo}, group_sync=False) as daemon,
+        daemon.operator() as op,
+    ):
+        [listed] = op.get("/v1/operations").json()["operations"]
+        assert (listed["kind"], listed["status"]) == ("restore", "needs_recovery")
+        synced.clear()
+        answer = op.post(f"/v1/operations/{listed['operation_id']}/recover", json={"fence": 0})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "completed"
+    assert {str(repo), str(repo / "src")} <= set(synced), synced

@@ -21,6 +21,7 @@ Deliberately not here: deciding what to restore, the lock and the stale check
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -184,6 +185,7 @@ class StepRun:
                 self._remove_emptied([s for s in self.steps if s.operation == "delete"])
                 paths = [s.path for s in writes]
                 journal_intent(self.services.db, self.operation_id, self.root, paths)
+                self._hold_confirmed(todo)
                 with self.shadow.reader() as cat:
                     self._write_all(cat, writes)
         except PromoterError as exc:
@@ -211,6 +213,17 @@ class StepRun:
         removed = remove_empty_dirs(self.root, candidates)
         self.removed.extend(removed)
         self.touched = self.touched or bool(removed)
+
+    def _hold_confirmed(self, todo: set[int]) -> None:
+        """Hold the directories of the steps not in ``todo`` (a recovery confirms them: an
+        earlier pass put them in place, and its sync may never have run), so the pass's
+        one sync of every directory covers them; a directory that is gone, or cannot be
+        held safely, is left to the read-back."""
+        with self._pass() as driver:
+            for index, step in enumerate(self.steps):
+                if index not in todo:
+                    with contextlib.suppress(PromoterError):
+                        driver.hold(self._planned(step))
 
     def _write_all(self, cat: CatFile, writes: list[Step]) -> None:
         """Every write, in order: the temps of up to ``TEMPS_TOGETHER`` consecutive ones
