@@ -10,9 +10,10 @@ if empty, deepest first. Every target is attempted and failures are aggregated. 
 A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
 with one step per target, in one pass of three parts: every target is read and classified;
 the targets to write back are journaled as such (``write_old``, one durable commit) before
-the first is written; each is then written back and read back (its temp fsynced before
-it is named), every touched directory is synced once, and every target's outcome is
-journaled in one durable commit. A crash mid-rollback is recovered like a promotion: a
+the first is written; each is then written back and read back (the temps of up to
+``TEMPS_TOGETHER`` consecutive ones made durable together, each before it is named), every
+directory of a restored target is synced once, an earlier pass's too, and every target's
+outcome is journaled in one durable commit. A crash mid-rollback is recovered like a promotion: a
 target the journal says was restored, or was about to be, reports ``restored`` when it
 reads as old, and the rest are classified again (``already_old`` when old). A promotion
 has one rollback: asked for again, a finished one answers its stored receipt, a stopped
