@@ -94,3 +94,36 @@ def test_sigterm_mid_promotion_finishes_or_leaves_it_recoverable(tmp_path: Path)
         second.stop()
     for path, _old, new in CHANGES:
         assert tree_bytes(repo)[path][0] == new
+
+
+@pytest.mark.slow
+def test_a_rollback_killed_after_removing_folders_still_names_them_in_its_receipt(
+    tmp_path: Path,
+) -> None:
+    """Killed after the created folder was removed but before the receipt was recorded:
+    the resumed rollback finds the folder gone and still says it removed it, since the
+    folder was there when the stopped pass journaled its outcomes."""
+    repo = init_repo(tmp_path / "work", FILES)
+    before = tree_bytes(repo)
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {"work": repo}, faults="rollback_before_receipt=kill")
+    try:
+        op_id, _ = _promote(first, repo)
+        with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
+            op.post(f"/v1/operations/{op_id}/rollback")
+        assert first.wait_exit() == 137
+    finally:
+        first.kill()
+    assert not (repo / "src" / "made").exists()  # removed before the kill
+    second = DaemonProcess(state, {"work": repo})
+    try:
+        with second.client("operator") as op:
+            receipt = op.post(f"/v1/operations/{op_id}/rollback")
+    finally:
+        second.stop()
+    assert receipt.status_code == 200, receipt.text
+    document = json.loads(receipt.content)
+    assert document["status"] == "rolled_back"
+    assert [t["result"] for t in document["targets"]] == ["restored"] * len(CHANGES)
+    assert document["removed_directories"] == ["src/made"]
+    assert tree_bytes(repo) == before

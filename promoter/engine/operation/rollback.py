@@ -8,17 +8,19 @@ if empty, deepest first. Every target is attempted and failures are aggregated. 
 ``git reset``/``checkout``.
 
 A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
-with one step per target, in one pass of three parts: every target is read and classified;
-the targets to write back are journaled as such (``write_old``, one durable commit) before
-the first is written; each is then written back and read back (the temps of up to
-``TEMPS_TOGETHER`` consecutive ones made durable together, each before it is named), every
-directory of a restored target is synced once, an earlier pass's too, and every target's
-outcome is journaled in one durable commit. A crash mid-rollback is recovered like a promotion: a
-target the journal says was restored, or was about to be, reports ``restored`` when it
-reads as old, and the rest are classified again (``already_old`` when old). A promotion
-has one rollback: asked for again, a finished one answers its stored receipt, a stopped
-one (``needs_recovery``) is claimed and resumed, and any other is refused
-(``operation_conflict``) before anything is read or written.
+with one step per target, in one pass of three parts: every target is read and
+classified; the targets to write back are journaled as such (``write_old``, one durable
+commit) before the first is written; each is then written back and read back (the temps
+of up to ``TEMPS_TOGETHER`` consecutive ones made durable together, each before it is
+named), every directory of a restored target is synced once, an earlier pass's too, and
+every target's outcome is journaled in one durable commit, with the promotion's created
+directories found then (the report's ``directories_to_remove``). A crash mid-rollback is
+recovered like a promotion: a target the journal says was restored, or was about to be,
+reports ``restored`` when it reads as old, and the rest are classified again
+(``already_old`` when old); a directory journaled to remove and gone since is named in
+``removed_directories``. A promotion has one rollback: asked for again, a finished one
+answers its stored receipt, a stopped one (``needs_recovery``) is claimed and resumed,
+and any other is refused (``operation_conflict``) before anything is read or written.
 
 Each target is reported with what happened (``result``) and why (``reason``): exactly
 ``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are
@@ -90,6 +92,10 @@ from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 from promoter.store import journal, ledger, step_rows
+
+# the report's list of the promotion's created folders a pass found and may remove,
+# journaled with the outcomes: a pass resumed after the removals still names them
+REMOVING = "directories_to_remove"
 
 ROLLBACK_FROM = {
     OperationStatus.COMPLETED,
@@ -326,8 +332,15 @@ def _rollback_locked(
             },
             {seq: reason.value for seq, (reason, _, _) in outcomes.items()},
         )
+        report = dict(j.row.report or {})
+        earlier = set(report.get(REMOVING, []))  # folders a stopped pass found, to remove
+        present = {d for d in dirs if _is_dir(root, d)}
+        j.set_report({**report, REMOVING: sorted(earlier | present)})
     targets = [target_report(p.path, *outcomes[seq]) for seq, p in enumerate(promoted)]
-    removed = remove_empty_dirs(root, dirs, disk=disk_path)
+    removed_now = remove_empty_dirs(root, dirs, disk=disk_path)
+    # what a stopped pass removed after journaling it is gone now: removed by this rollback
+    gone = {d for d in earlier - present if not _is_dir(root, d)}
+    removed = sorted(set(removed_now) | gone, key=lambda d: (d.count("/"), d), reverse=True)
     status = rollback_status(targets)
     faults.point("rollback_before_receipt")
     receipt = RollbackReceiptV1.model_validate(
@@ -451,6 +464,15 @@ def _publish(
         if parent.status != status:
             journal.set_status(session, parent.operation_id, status, code=None, detail=note)
     return recorded
+
+
+def _is_dir(root: Root, directory: str) -> bool:
+    """Whether the promotion's created directory (wire form) is a directory now; one that
+    cannot be read safely is not counted as one."""
+    try:
+        return root.read_state(disk_path(directory)).kind == "directory"
+    except PromoterError:
+        return False
 
 
 def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step:
