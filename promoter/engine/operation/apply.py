@@ -29,7 +29,8 @@ the state the journal expects there:
   directory after the last replace), the earliest failure raised as a loop would raise it.
 
 Promotions stage every temp first and then place them in bundle order; rollbacks and
-restores write step by step; one driver (``promoter.engine.operation.driver``) owns one
+restores stage a group of temps, then place each in its turn (a step the group could not
+stage is written on its own); one driver (``promoter.engine.operation.driver``) owns one
 ``Applier`` per pass for all of them, so a write rule changes here and in
 ``promoter.fs`` only.
 

@@ -15,9 +15,10 @@ shared by every step, in the pass's ``Ordering``:
   A staging that fails is undone by ``abandon``;
 - ``STEP_BY_STEP`` (a rollback, a restore): ``step`` writes or removes one step and syncs
   its directory when asked (or ``sync_touched`` syncs every directory of the pass once,
-  at its end); the caller reads it back and decides what the failure means. A caller may
-  stage a group of writes first (``stage_together``, their temps synced at once) and
-  ``place`` each in its turn; a step the group could not stage is written on its own.
+  at its end); the caller reads it back and decides what the failure means.
+  ``write_grouped`` stages the temps of up to ``TEMPS_TOGETHER`` consecutive writes
+  together (synced at once) before the caller puts each in its turn (``put``); a step
+  the group could not stage is written on its own.
 
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
 whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
@@ -234,41 +235,50 @@ class Driver:
             raise
         return True
 
-    def stage_together(self, steps: Sequence[Step]) -> set[int]:
-        """Stage the writes ``steps`` (at most ``TEMPS_TOGETHER``) as one group, for
-        ``place``: each begun, then all ended at once (one ``syncfs`` where the pass has a
-        group sync, else their fsyncs at once), every temp durable before the first is
-        named. Returns the seqs not staged: a failed begin, and on a failed end or group
-        sync every temp not yet named (each dropped as promoter's own); the caller writes
-        those one by one (``step``), as if they had never been grouped.
+    def write_grouped(self, steps: Sequence[Step], each: Callable[[Step], None]) -> None:
+        """``each(step)`` for every step in order, each expected to ``put`` its step; the
+        temps of up to ``TEMPS_TOGETHER`` consecutive writes staged together first (each
+        begun, then all ended at once: one ``syncfs`` where the pass has a group sync, else
+        their fsyncs at once, every temp durable before the first is named). A write the
+        group could not stage (its begin, its end or the group's sync failed; the temps
+        not yet named dropped as promoter's own) is written on its own by ``put``, as if
+        never grouped, so it says what stops it. Whatever ``each`` raises drops the staged
+        temps not yet placed (anything not promoter's is kept, in ``kept``) and is raised.
         """
-        assert self.ordering is Ordering.STEP_BY_STEP and len(steps) <= TEMPS_TOGETHER
-        alone: set[int] = set()
-        for step in steps:
-            assert step.move is Move.WRITE
-            try:
+        assert self.ordering is Ordering.STEP_BY_STEP
+        try:
+            for at in range(0, len(steps), TEMPS_TOGETHER):
+                group = steps[at : at + TEMPS_TOGETHER]
+                self._stage_together([step for step in group if step.move is Move.WRITE])
+                for step in group:
+                    each(step)
+        except BaseException:
+            self.apply.drop_staged()
+            raise
+
+    def _stage_together(self, writes: Sequence[Step]) -> None:
+        for step in writes:
+            # a failed begin is left to ``put``, which writes the step on its own
+            with contextlib.suppress(PromoterError, OSError):
                 self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
-            except (PromoterError, OSError):
-                alone.add(step.seq)  # written again on its own, which says what stops it
         with contextlib.suppress(PromoterError, OSError):  # named before it: still staged
             self.apply.end_begun()
-        return alone | {s.seq for s in steps if s.seq not in self.apply.staged}
 
-    def place(self, step: Step) -> None:
-        """Put a write staged by ``stage_together`` in place over exactly ``step.old``.
+    def put(self, step: Step) -> None:
+        """Put ``step`` in place over exactly ``step.old``: its temp staged by
+        ``write_grouped`` when it has one, else written or removed on its own now
+        (``step``); its directory is synced later (``sync_touched``).
 
         Raises what stopped it, as it was raised; bytes kept on the way are in ``kept``.
         """
+        if step.seq not in self.apply.staged:
+            self.step(step, sync=False)
+            return
         try:
             self.apply.place(step.seq, step.old, step.new)
         except PromoterError as exc:
             self.kept.extend(exc.context.get("kept", []))
             raise
-
-    def drop_staged(self) -> None:
-        """Remove every staged temp not yet placed that is still promoter's own (anything
-        else is kept, in ``kept``)."""
-        self.apply.drop_staged()
 
     def sync(self, seq: int) -> None:
         """fsync the directory of step ``seq`` now."""

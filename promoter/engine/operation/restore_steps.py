@@ -34,7 +34,7 @@ from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.operation.dirs import journal_intent
-from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Target, remove_empty_dirs
+from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.services import Services
@@ -226,32 +226,22 @@ class StepRun:
                         driver.hold(self._planned(step))
 
     def _write_all(self, cat: CatFile, writes: list[Step]) -> None:
-        """Every write, in order: the temps of up to ``TEMPS_TOGETHER`` consecutive ones
-        staged together (one ``syncfs``, or their fsyncs at once), each then put in place
-        over exactly its old state (one the group could not stage is written on its own,
-        which says what stops it), then every touched directory synced once. The first
-        failure stops the pass; no temp of promoter's is left staged."""
+        """Every write, in order, each put in place over exactly its old state, their temps
+        staged in groups (``Driver.write_grouped``), then every touched directory synced
+        once. The first failure stops the pass; no temp of promoter's is left staged."""
+        planned = [self._planned(step, _blob(cat, step)) for step in writes]
         with self._pass() as driver:
+
+            def each(step: Planned) -> None:
+                driver.put(step)
+                self.touched = True
+
             try:
-                for at in range(0, len(writes), TEMPS_TOGETHER):
-                    group = [
-                        self._planned(s, _blob(cat, s)) for s in writes[at : at + TEMPS_TOGETHER]
-                    ]
-                    try:
-                        alone = driver.stage_together(group)
-                    finally:
-                        made = any(driver.created_at(planned.seq) for planned in group)
-                        self.touched = self.touched or made
-                    for planned in group:
-                        if planned.seq in alone:
-                            driver.step(planned, sync=False)
-                        else:
-                            driver.place(planned)
-                        self.touched = True
-                driver.sync_touched()
-            except BaseException:
-                driver.drop_staged()
-                raise
+                driver.write_grouped(planned, each)
+            finally:  # a directory a staged temp made counts, even when its step never ran
+                made = any(driver.created_at(step.seq) for step in planned)
+                self.touched = self.touched or made
+            driver.sync_touched()
 
     def finish(self) -> str:
         """Read every step back; ``completed``, ``refused`` or ``needs_reconciliation``."""

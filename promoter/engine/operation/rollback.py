@@ -62,11 +62,11 @@ from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha2
 from promoter.domain.documents import seal_receipt
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import disk_path, temp_name, wire_all
-from promoter.domain.plan import Move, Ordering, RollbackMove, journal_steps, rollback_target
+from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
 from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
-from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Step, remove_empty_dirs
+from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
@@ -335,7 +335,8 @@ def _rollback_locked(
         report = dict(j.row.report or {})
         earlier = set(report.get(REMOVING, []))  # folders a stopped pass found, to remove
         present = {d for d in dirs if _is_dir(root, d)}
-        j.set_report({**report, REMOVING: sorted(earlier | present)})
+        if earlier | present:
+            j.set_report({**report, REMOVING: sorted(earlier | present)})
     targets = [target_report(p.path, *outcomes[seq]) for seq, p in enumerate(promoted)]
     removed_now = remove_empty_dirs(root, dirs, disk=disk_path)
     # what a stopped pass removed after journaling it is gone now: removed by this rollback
@@ -411,20 +412,14 @@ def _one_pass(
 
 
 def _write_back(driver: Driver, writes: list[Step], outcomes: dict[int, Outcome]) -> None:
-    """Each of ``writes`` written back in order, its outcome put in ``outcomes``; the temps
-    of up to ``TEMPS_TOGETHER`` consecutive writes staged together, any the group could
-    not stage written on its own. A stop between two targets leaves no temp of ours."""
-    try:
-        for at in range(0, len(writes), TEMPS_TOGETHER):
-            group = writes[at : at + TEMPS_TOGETHER]
-            alone = driver.stage_together([s for s in group if s.move is Move.WRITE])
-            for step in group:
-                staged = step.move is Move.WRITE and step.seq not in alone
-                outcomes[step.seq] = _write(driver, step, staged=staged)
-                faults.point("rollback_after_step")
-    except BaseException:
-        driver.drop_staged()
-        raise
+    """Each of ``writes`` written back in order (``Driver.write_grouped``: their temps
+    staged in groups), its outcome put in ``outcomes``."""
+
+    def each(step: Step) -> None:
+        outcomes[step.seq] = _write(driver, step)
+        faults.point("rollback_after_step")
+
+    driver.write_grouped(writes, each)
 
 
 def _sync(
@@ -521,17 +516,13 @@ def _classify(
     return Reason(move.value), leaf, None
 
 
-def _write(driver: Driver, step: Step, *, staged: bool) -> Outcome:
+def _write(driver: Driver, step: Step) -> Outcome:
     """Compare-and-swap one target back to its old state at the step's journaled temp name
-    (``staged``: its temp already written with its group's), read back: (reason,
-    read-back, error). Its directory is synced later, once for the pass; bytes kept go to
-    ``driver.kept``."""
+    (``Driver.put``), read back: (reason, read-back, error). Its directory is synced later,
+    once for the pass; bytes kept go to ``driver.kept``."""
     at_old, at_new = step.new, step.old
     try:
-        if staged:
-            driver.place(step)
-        else:
-            driver.step(step, sync=False)
+        driver.put(step)
         leaf = driver.read_state(step.path)
     except (PromoterError, OSError) as exc:
         try:
