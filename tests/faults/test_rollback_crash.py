@@ -26,12 +26,10 @@ def _promote(daemon: DaemonProcess, repo: Path, wait: bool = True) -> tuple[str,
     return answer["operation_id"], request
 
 
-@pytest.mark.slow
-def test_crash_mid_rollback_recovers_to_a_consistent_receipt(tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "work", FILES)
-    before = tree_bytes(repo)
-    state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults="rollback_after_step=kill@3")
+def _killed_mid_rollback(state: Path, repo: Path, faults: str) -> str:
+    """A promotion made and its rollback asked for by a daemon that ``faults`` kills
+    mid-rollback; the promotion's id."""
+    first = DaemonProcess(state, {"work": repo}, faults=faults)
     try:
         op_id, _ = _promote(first, repo)
         with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
@@ -39,6 +37,15 @@ def test_crash_mid_rollback_recovers_to_a_consistent_receipt(tmp_path: Path) -> 
         assert first.wait_exit() == 137
     finally:
         first.kill()
+    return op_id
+
+
+@pytest.mark.slow
+def test_crash_mid_rollback_recovers_to_a_consistent_receipt(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    before = tree_bytes(repo)
+    state = tmp_path / "state"
+    op_id = _killed_mid_rollback(state, repo, "rollback_after_step=kill@3")
     now = tree_bytes(repo)
     for path, old, new in CHANGES:
         assert now.get(path, (None, 0))[0] in (old, new), path
@@ -106,14 +113,7 @@ def test_a_rollback_killed_after_removing_folders_still_names_them_in_its_receip
     repo = init_repo(tmp_path / "work", FILES)
     before = tree_bytes(repo)
     state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults="rollback_before_receipt=kill")
-    try:
-        op_id, _ = _promote(first, repo)
-        with first.client("operator") as op, contextlib.suppress(httpx.HTTPError):
-            op.post(f"/v1/operations/{op_id}/rollback")
-        assert first.wait_exit() == 137
-    finally:
-        first.kill()
+    op_id = _killed_mid_rollback(state, repo, "rollback_before_receipt=kill")
     assert not (repo / "src" / "made").exists()  # removed before the kill
     second = DaemonProcess(state, {"work": repo})
     try:
