@@ -74,13 +74,11 @@ from starlette.concurrency import run_in_threadpool
 
 from bench import documents as bd
 from bench import workload as wl
-from bench.harness import _cpu_times, daemon
-from promoter.api import gc_policy
+from bench.harness import SERVER_THREAD, _cpu_times, daemon, serving
 from promoter.api.hosts import HostAllowlist
 from promoter.api.metrics import Metrics
 from promoter.api.observe import ObserveMiddleware
 from promoter.api.responses import json_response
-from promoter.api.server import make_server
 from promoter.client.sync import PromoterClient
 from promoter.client.wire import pool_options
 from promoter.domain.canonical import sha256_hex
@@ -88,7 +86,6 @@ from promoter.fs import flush
 from promoter.git import runner
 
 TIMEOUT = 600.0
-SERVER_THREAD = "bench-server"  # as ``bench.harness.daemon`` names its thread
 # stand-ins of the same shapes as the real ones (``promoter.store.credentials``, ``repos``)
 EXECUTOR_TOKEN = "pex_" + "E" * 43
 ORCHESTRATOR_TOKEN = "por_" + "O" * 43
@@ -233,23 +230,6 @@ def minimal_app(*, middleware: bool, runner: ThreadPoolExecutor | None = None) -
 
 def _nothing() -> None:
     """A worker thread's job in ``stack_hops``."""
-
-
-@contextmanager
-def serving(app: FastAPI) -> Iterator[tuple[str, threading.Thread]]:
-    """``app`` served as ``bench.harness.daemon`` serves promoter's: ``(url, thread)``."""
-    server = make_server(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, name=SERVER_THREAD, daemon=True)
-    previous = gc_policy.tune_for_serving()  # as ``promoter serve`` does
-    thread.start()
-    try:
-        if not server.ready.wait(60):
-            raise RuntimeError("the benchmark server did not start")
-        yield f"http://127.0.0.1:{server.port}", thread
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        gc_policy.restore(previous)
 
 
 def stand_in_bundles(flows: int, round_no: int) -> dict[int, dict[str, Any]]:

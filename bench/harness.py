@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from starlette.types import ASGIApp
+
 from bench import documents as bd
 from promoter.api import gc_policy
 from promoter.api.app import create_app
@@ -45,25 +47,38 @@ class Table:
 # --- a daemon in this process ---------------------------------------------------------------
 
 
+SERVER_THREAD = "bench-server"  # the server's thread, by name (its clock is read apart)
+
+
+@contextmanager
+def serving(app: ASGIApp) -> Iterator[tuple[str, threading.Thread]]:
+    """``app`` served in this process as ``promoter serve`` serves it (``make_server``,
+    the collector tuned the same way), in a thread of its own: ``(url, thread)``."""
+    server = make_server(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name=SERVER_THREAD, daemon=True)
+    previous = gc_policy.tune_for_serving()  # as ``promoter serve`` does
+    thread.start()
+    try:
+        if not server.ready.wait(60):
+            raise RuntimeError("the benchmark server did not start")
+        yield f"http://127.0.0.1:{server.port}", thread
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        gc_policy.restore(previous)
+
+
 @contextmanager
 def daemon(state_dir: Path, repo: Path) -> Iterator[tuple[str, Services]]:
     settings = load_settings(
         None, state_dir=state_dir, repositories={bd.REPO_NAME: RepositoryConfig(path=repo)}
     )
     services = build_services(settings)
-    server = make_server(create_app(settings, services), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, name="bench-server", daemon=True)
-    previous = gc_policy.tune_for_serving()  # as ``promoter serve`` does
-    thread.start()
     try:
-        if not server.ready.wait(60):
-            raise RuntimeError("the benchmark daemon did not start")
-        yield f"http://127.0.0.1:{server.port}", services
+        with serving(create_app(settings, services)) as (url, _):
+            yield url, services
     finally:
-        server.should_exit = True
-        thread.join(60)
         services.close()
-        gc_policy.restore(previous)
 
 
 def upload(executor: PromoterClient, blobs: list[bytes]) -> None:
