@@ -8,7 +8,14 @@ one of this daemon's with ``421 host_not_allowed`` before a route sees it. Allow
 ``localhost``, any loopback address, the address the connection reached (an address
 literal cannot be rebound), the configured listen ``host`` and the names in the
 ``allowed_hosts`` setting; the port is not compared. A request without ``Host`` is
-refused too. ``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and
+refused too.
+
+The header is parsed strictly (``host_of``) as ``host[:port]``: ``host`` is a bracketed
+IPv6 literal (no zone), a dotted-quad IPv4 address or a DNS name (labels of letters,
+digits, ``-`` and ``_``, compared case-insensitively); ``port`` is 1 to 5 digits. Anything
+else is refused whole, not trimmed into something that matches: ``localhost:80.evil``,
+``[::1].evil``, ``localhost:`` and a name ending in a dot (``LOCALHOST.``: browsers treat a
+trailing-dot name as an origin of its own, and nothing promoter serves is named so). ``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and
 probes of load balancers and orchestrators often name the daemon by an address or name
 it cannot know. Deliberately not here: authentication (``promoter.api.deps``), and
 ``Origin``/CORS (no route answers with CORS headers, so a foreign page reads nothing
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,18 +40,37 @@ LOOPBACK_NAMES = frozenset({"localhost"})
 
 
 def _name(value: str) -> str:
-    return value.strip().lower().rstrip(".")
+    return value.strip().lower()
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
+
+
+def _dns_name(value: str) -> bool:
+    labels = value.split(".")
+    return len(value) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
 
 
 def host_of(header: str) -> str:
-    """The host part of a ``Host`` header value (without port; IPv6 without brackets)."""
-    value = header.strip()
+    """The host part of a ``Host`` header value, lower-cased (without port; IPv6 without
+    brackets), or ``""`` when the value is not exactly ``host[:port]`` as the module
+    docstring says."""
+    value = header.strip(" \t").lower()
     if value.startswith("["):
-        end = value.find("]")
-        return _name(value[1:end]) if end > 0 else ""
-    if value.count(":") == 1:
-        value = value.split(":", 1)[0]
-    return _name(value)
+        literal, bracket, rest = value[1:].partition("]")
+        if not bracket or "%" in literal:
+            return ""
+        if rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:])):
+            return ""
+        try:
+            return str(ipaddress.IPv6Address(literal))
+        except ValueError:
+            return ""
+    host, colon, port = value.partition(":")
+    if colon and not _PORT.fullmatch(port):
+        return ""
+    return host if _dns_name(host) else ""
 
 
 def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

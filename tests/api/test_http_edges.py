@@ -69,7 +69,7 @@ def test_loopback_names_the_bound_address_and_configured_names_are_served(named:
     for host in (
         f"127.0.0.1:{port}",
         "localhost",
-        f"LOCALHOST.:{port}",
+        f"LOCALHOST:{port}",
         "[::1]:1",
         "127.0.0.2",
         "promoter.internal",
@@ -78,6 +78,34 @@ def test_loopback_names_the_bound_address_and_configured_names_are_served(named:
         status, body = _raw_get(named, "/metrics", host)
         assert status == 200, (host, body)
         assert b"promoter_" in body
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost:80.evil",  # a port that is not digits: the rest is another name
+        "[::1].evil",  # an IPv6 literal with a name glued after it
+        "[::1]evil:80",
+        "LOCALHOST.",  # a trailing dot: a name of its own to a browser, refused not trimmed
+        "localhost.:80",
+        "promoter.internal.",
+        "localhost:",  # an empty port
+        "localhost:123456",
+        "::1",  # an IPv6 literal without brackets
+        "[::1",
+        "[fe80::1%25lo]",  # a zone
+        "127.0.0.1 evil.example",
+        "localhost:80:80",
+        "local_host..evil",
+    ],
+)
+def test_a_host_header_that_is_not_exactly_host_and_port_is_refused(
+    named: Daemon, host: str
+) -> None:
+    status, body = _raw_get(named, "/metrics", host)
+    assert status == 421, (host, body)
+    assert json.loads(body)["code"] == "host_not_allowed"
+    assert b"promoter_" not in body
 
 
 def test_healthz_answers_whatever_the_host(named: Daemon) -> None:
