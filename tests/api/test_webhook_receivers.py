@@ -195,6 +195,12 @@ REFUSED = [
     "http://[::ffff:127.0.0.1]/hook",  # IPv4-mapped loopback
     "http://0.0.0.0:8787/",
     "http://224.0.0.1/",
+    "http://[2002:7f00:1::]:8787/",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::]/latest",  # 6to4 of the metadata address
+    "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",  # Teredo
+    "http://[64:ff9b::a9fe:a9fe]/latest",  # NAT64 of the metadata address
+    "http://[64:ff9b:1::7f00:1]/",  # local-use NAT64 of loopback
+    "http://192.0.0.8/",  # IANA special-purpose
 ]
 
 

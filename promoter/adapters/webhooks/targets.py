@@ -11,14 +11,18 @@ name the certificate is checked against).
 
 An address is permitted when it is globally routable: loopback, link-local (cloud
 metadata at ``169.254.169.254``), private (RFC 1918, ``fc00::/7``, ``100.64.0.0/10``),
-unspecified, multicast and reserved addresses are refused, also inside an IPv4-mapped
-IPv6 address. The operator allows more in ``webhook_allowed_targets``: a host name
+unspecified, multicast and reserved addresses are refused, and so is the whole IANA
+special-purpose block ``192.0.0.0/24`` (Python counts some of it global). IPv6 addresses
+that carry an IPv4 address are judged by what they carry or refused outright: an
+IPv4-mapped address (``::ffff:0:0/96``) and a 6to4 address (``2002::/16``) by the IPv4
+address inside; Teredo (``2001::/32``) and the NAT64 prefixes (``64:ff9b::/96``,
+``64:ff9b:1::/48``) always, since a relay or translator on the path decides where they
+go. ``webhook_allowed_targets`` still admits any of them by name or network. The operator allows more in ``webhook_allowed_targets``: a host name
 (the URL's host, exactly, any address it resolves to) or a network in CIDR form (any
 name resolving into it). ``check_configured`` refuses at start-up a subscriber whose URL
 names a refused address literally, or a name that is loopback by definition
 (``localhost``). Deliberately not here: sending, signing and retrying
-(``promoter.adapters.webhooks.dispatcher``). Risk left open: a NAT64 prefix (``64:ff9b::/96``) maps
-IPv4 addresses into IPv6 and is refused only as far as Python counts it non-global.
+(``promoter.adapters.webhooks.dispatcher``).
 """
 
 from __future__ import annotations
@@ -60,10 +64,31 @@ def _literal(host: str) -> Address | None:
         return None
 
 
+SPECIAL_V4 = ipaddress.IPv4Network("192.0.0.0/24")  # IANA special-purpose (RFC 6890)
+# IPv6 ranges that carry an IPv4 address somewhere else decides the route for
+RELAYED_V6 = (
+    ipaddress.IPv6Network("2001::/32"),  # Teredo
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix (RFC 6052)
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # NAT64, local-use prefix (RFC 8215)
+)
+
+
+def embedded_v4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-mapped or 6to4 address carries, else None."""
+    if isinstance(address, ipaddress.IPv6Address):
+        return address.ipv4_mapped or address.sixtofour
+    return None
+
+
 def globally_routable(address: Address) -> bool:
     """Whether ``address`` is one the policy permits without the operator's allowance."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return globally_routable(address.ipv4_mapped)
+    inner = embedded_v4(address)
+    if inner is not None:
+        return globally_routable(inner)
+    if isinstance(address, ipaddress.IPv4Address) and address in SPECIAL_V4:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and any(address in n for n in RELAYED_V6):
+        return False
     return address.is_global and not address.is_multicast and not address.is_reserved
 
 
@@ -97,10 +122,9 @@ class TargetPolicy:
             return True
         if any(address in network for network in self.networks):
             return True
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            mapped = address.ipv4_mapped
-            if any(mapped in network for network in self.networks):
-                return True
+        inner = embedded_v4(address)
+        if inner is not None and any(inner in network for network in self.networks):
+            return True
         return globally_routable(address)
 
     def check_url(self, url: str) -> None:
@@ -152,8 +176,13 @@ class TargetPolicy:
 
 
 def _kind(address: Address) -> str:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _kind(address.ipv4_mapped)
+    inner = embedded_v4(address)
+    if inner is not None:
+        return _kind(inner)
+    if isinstance(address, ipaddress.IPv6Address) and any(address in n for n in RELAYED_V6):
+        return "relayed (Teredo or NAT64)"
+    if isinstance(address, ipaddress.IPv4Address) and address in SPECIAL_V4:
+        return "special-purpose"
     for kind, test in (
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
