@@ -8,15 +8,14 @@ one of this daemon's with ``421 host_not_allowed`` before a route sees it. Allow
 ``localhost``, any loopback address, the address the connection reached (an address
 literal cannot be rebound), the configured listen ``host`` and the names in the
 ``allowed_hosts`` setting; the port is not compared. A request without ``Host`` is
-refused too.
-
-The header is parsed strictly (``host_of``) as ``host[:port]``: ``host`` is a bracketed
+refused too. The header is parsed strictly (``host_of``) as ``host[:port]``: ``host`` is a bracketed
 IPv6 literal (no zone), a dotted-quad IPv4 address or a DNS name (labels of letters,
 digits, ``-`` and ``_``, compared case-insensitively); ``port`` is 1 to 5 digits. Anything
 else is refused whole, not trimmed into something that matches: ``localhost:80.evil``,
 ``[::1].evil``, ``localhost:`` and a name ending in a dot (``LOCALHOST.``: browsers treat a
-trailing-dot name as an origin of its own, and nothing promoter serves is named so). ``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and
-probes of load balancers and orchestrators often name the daemon by an address or name
+trailing-dot name as an origin of its own, and nothing promoter serves is named so).
+
+``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and probes of load balancers and orchestrators often name the daemon by an address or name
 it cannot know. Deliberately not here: authentication (``promoter.api.deps``), and
 ``Origin``/CORS (no route answers with CORS headers, so a foreign page reads nothing
 unless rebinding makes it same-origin, which this refuses).

@@ -17,8 +17,7 @@ that carry an IPv4 address are judged by what they carry or refused outright: an
 IPv4-mapped address (``::ffff:0:0/96``) and a 6to4 address (``2002::/16``) by the IPv4
 address inside; Teredo (``2001::/32``) and the NAT64 prefixes (``64:ff9b::/96``,
 ``64:ff9b:1::/48``) always, since a relay or translator on the path decides where they
-go. ``webhook_allowed_targets`` still admits any of them by name or network. The operator allows more in ``webhook_allowed_targets``: a host name
-(the URL's host, exactly, any address it resolves to) or a network in CIDR form (any
+go. The operator allows more in ``webhook_allowed_targets``: a host name (the URL's host, exactly, any address it resolves to) or a network in CIDR form (any
 name resolving into it). ``check_configured`` refuses at start-up a subscriber whose URL
 names a refused address literally, or a name that is loopback by definition
 (``localhost``). Deliberately not here: sending, signing and retrying
