@@ -15,10 +15,11 @@ else is refused whole, not trimmed into something that matches: ``localhost:80.e
 ``[::1].evil``, ``localhost:`` and a name ending in a dot (``LOCALHOST.``: browsers treat a
 trailing-dot name as an origin of its own, and nothing promoter serves is named so).
 
-``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and probes of load balancers and orchestrators often name the daemon by an address or name
-it cannot know. Deliberately not here: authentication (``promoter.api.deps``), and
-``Origin``/CORS (no route answers with CORS headers, so a foreign page reads nothing
-unless rebinding makes it same-origin, which this refuses).
+``GET /healthz`` is exempt: its answer is fixed bytes that say nothing, and probes of load
+balancers and orchestrators often name the daemon by an address or name it cannot know.
+Deliberately not here: authentication (``promoter.api.deps``), and ``Origin``/CORS (no
+route answers with CORS headers, so a foreign page reads nothing unless rebinding makes it
+same-origin, which this refuses).
 """
 
 from __future__ import annotations

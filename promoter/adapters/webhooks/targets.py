@@ -9,19 +9,19 @@ whose URL names the first address itself, so the connection goes where the check
 the request still carries the configured name in ``Host`` (and, over TLS, as the server
 name the certificate is checked against).
 
-An address is permitted when it is globally routable: loopback, link-local (cloud
-metadata at ``169.254.169.254``), private (RFC 1918, ``fc00::/7``, ``100.64.0.0/10``),
-unspecified, multicast and reserved addresses are refused, and so is the whole IANA
-special-purpose block ``192.0.0.0/24`` (Python counts some of it global). IPv6 addresses
-that carry an IPv4 address are judged by what they carry or refused outright: an
-IPv4-mapped address (``::ffff:0:0/96``) and a 6to4 address (``2002::/16``) by the IPv4
-address inside; Teredo (``2001::/32``) and the NAT64 prefixes (``64:ff9b::/96``,
-``64:ff9b:1::/48``) always, since a relay or translator on the path decides where they
-go. The operator allows more in ``webhook_allowed_targets``: a host name (the URL's host, exactly, any address it resolves to) or a network in CIDR form (any
-name resolving into it). ``check_configured`` refuses at start-up a subscriber whose URL
-names a refused address literally, or a name that is loopback by definition
-(``localhost``). Deliberately not here: sending, signing and retrying
-(``promoter.adapters.webhooks.dispatcher``).
+An address is permitted when it is globally routable: loopback, link-local (cloud metadata
+at ``169.254.169.254``), private (RFC 1918, ``fc00::/7``, ``100.64.0.0/10``), unspecified,
+multicast and reserved addresses are refused, and so is the whole IANA special-purpose
+block ``192.0.0.0/24`` (Python counts some of it global). IPv6 addresses that carry an
+IPv4 address are judged by what they carry or refused outright: an IPv4-mapped address
+(``::ffff:0:0/96``) and a 6to4 address (``2002::/16``) by the IPv4 address inside; Teredo
+(``2001::/32``) and the NAT64 prefixes (``64:ff9b::/96``, ``64:ff9b:1::/48``) always,
+since a relay or translator on the path decides where they go. The operator allows more in
+``webhook_allowed_targets``: a host name (the URL's host, exactly, any address it resolves
+to) or a network in CIDR form (any name resolving into it). ``check_configured`` refuses
+at start-up a subscriber whose URL names a refused address literally, or a name that is
+loopback by definition (``localhost``). Deliberately not here: sending, signing and
+retrying (``promoter.adapters.webhooks.dispatcher``).
 """
 
 from __future__ import annotations
