@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -29,6 +29,18 @@ from pydantic_settings import (
 )
 
 from promoter.errors import ConfigError
+
+AdmissionRole = Literal["executor", "orchestrator", "operator"]
+ADMISSION_ROLE_LIMITS: dict[AdmissionRole, int] = {
+    "executor": 16,
+    "orchestrator": 32,
+    "operator": 16,
+}
+ADMISSION_CREDENTIAL_LIMITS: dict[AdmissionRole, int] = {
+    "executor": 4,
+    "orchestrator": 32,
+    "operator": 8,
+}
 
 
 class RepositoryConfig(BaseModel):
@@ -133,6 +145,26 @@ class Settings(BaseSettings):
     watchdog_seconds: float = Field(default=15.0, gt=0.0)
     # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
     max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
+    # Admission of costly reads (SPEC §10.19, docs/operator/limits.md): per role, how many
+    # may run at once, in all and per credential (an executor's credential is its run);
+    # how many more may wait, per role, and for how long, before `429 too_many_requests`
+    # with `Retry-After` (seconds). A role left out keeps its default.
+    admission_role_limits: dict[AdmissionRole, PositiveInt] = Field(
+        default_factory=lambda: dict(ADMISSION_ROLE_LIMITS)
+    )
+    admission_credential_limits: dict[AdmissionRole, PositiveInt] = Field(
+        default_factory=lambda: dict(ADMISSION_CREDENTIAL_LIMITS)
+    )
+    admission_queue: int = Field(default=64, ge=0)
+    admission_wait_seconds: float = Field(default=5.0, ge=0.0, le=300.0)
+    admission_retry_after_seconds: int = Field(default=2, ge=1, le=3600)
+    # Worker threads of the operator's own (its routes, its console, /readyz): a flood of
+    # another role's requests never takes them.
+    operator_workers: int = Field(default=8, ge=1, le=256)
+    # A console session ends this long after its login whatever its use, and after this
+    # long unused; removing its credential ends it at once.
+    console_session_lifetime_seconds: float = Field(default=12 * 3600.0, gt=0.0)
+    console_session_idle_seconds: float = Field(default=8 * 3600.0, gt=0.0)
     # Webhook subscribers by name; deliveries wait in a bounded queue in the database.
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     webhook_queue_max: int = Field(default=1000, ge=1)

@@ -403,6 +403,18 @@ class NotConfirmed(Conflict):
     title = "The promotion was not confirmed; nothing was written"
 
 
+# --- too much at once (429) ---------------------------------------------------------------
+
+
+class TooManyRequests(PromoterError):
+    """A costly read past its role's or credential's bound (SPEC §10.19); ``Retry-After``."""
+
+    code = "too_many_requests"
+    http_status = 429
+    exit_code = 75
+    title = "Too many costly requests at once; try again after Retry-After seconds"
+
+
 # --- host-side failures (5xx) -------------------------------------------------------------
 
 

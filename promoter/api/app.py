@@ -5,7 +5,9 @@ repository registry), sweeps the state directory's leftover temps
 (``promoter.store.state_temps``), starts the owner lease's heartbeat and the watchdog
 (``promoter.engine.operation.watchdog``), runs the start-up recovery scan and rehearses a
 promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
-Routes are thin adapters over ``promoter.engine``.
+Routes are thin adapters over ``promoter.engine``. Costly reads pass
+``promoter.api.admission`` first; the operator's work runs on its own worker threads
+(``promoter.api.workers``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from fastapi import FastAPI
 
 from promoter import __version__
 from promoter.adapters import webhooks
-from promoter.api import docs, observe, openapi, problems, ui
+from promoter.api import docs, observe, openapi, problems, ui, workers
+from promoter.api.admission import AdmissionMiddleware, Gate
 from promoter.api.hosts import HostAllowlist
 from promoter.api.routes import (
     blobs,
@@ -102,6 +105,9 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     problems.install(app)
     openapi.install(app)
     app.include_router(docs.router)
+    workers.install(app.state, settings.operator_workers)  # the operator's own threads
+    # innermost: a costly read is admitted once its Host passed (SPEC §10.19)
+    app.add_middleware(AdmissionMiddleware, gate=Gate(settings))
     # inside observe: a refused Host is logged and counted like any answer
     app.add_middleware(HostAllowlist, listen_host=settings.host, allowed=settings.allowed_hosts)
     observe.install(app)  # request ids, access and outcome lines, metrics

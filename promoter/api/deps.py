@@ -4,7 +4,11 @@ Roles: the operator may do everything the orchestrator may; an executor token is
 to one run. Each route declares the roles it admits with one of the ``Annotated``
 aliases below. The dependencies that only read or compare (the services, the role
 checks, a trusted token) are coroutines, run on the event loop; any other token is
-authenticated in a worker thread (a named operator's file, an executor token's row).
+authenticated in a worker thread (a named operator's file, an executor token's row), on
+the pool ``promoter.api.workers`` chooses; an operator's request goes on on the
+operator's own pool. A principal the admission middleware already found
+(``PRINCIPAL_KEY`` in the scope) is taken as it is. ``caller_token`` is the token of the
+request being served (a long-poll checks it again while it waits).
 
 Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
 counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
@@ -18,13 +22,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
+from starlette.types import Scope
 
+from promoter.api import workers
 from promoter.api.jsonshape import ShapeBudget
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge
@@ -70,22 +78,53 @@ def run_quota(services: Services) -> RunQuota:
     )
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
+PRINCIPAL_KEY = "promoter.principal"  # in the scope's state: who the admission found
+_TOKEN: ContextVar[str | None] = ContextVar("promoter_caller_token", default=None)
+
+
+def _bearer_value(header: str) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
 
 
+def token_of(scope: Scope) -> str | None:
+    """The bearer token of a request's scope (its first ``Authorization`` header)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            return _bearer_value(value.decode("latin-1"))
+    return None
+
+
+def caller_token() -> str | None:
+    """The bearer token of the request this task serves, once it was authenticated."""
+    return _TOKEN.get()
+
+
+async def authenticate(state: State, services: Services, token: str | None) -> Principal:
+    """Who ``token`` is; an operator's request goes on on the operator's pool.
+
+    A trusted token is compared in memory, on the event loop; a named operator's
+    credential is read from its folder on the operator's pool, an executor token from
+    the database on the shared one (``promoter.api.workers``).
+    """
+    found = services.auth.trusted(token)
+    if found is None and token and token.startswith(workers.OPERATOR_TOKEN_PREFIX):
+        found = await workers.run_on_operator_pool(state, services.auth.named_operator, token)
+    if found is None:
+        found = await workers.run_in_threadpool(services.auth.authenticate, token)
+    if found.role == "operator":
+        workers.use_operator_pool(state)
+    _TOKEN.set(token)
+    return found
+
+
 async def get_principal(request: Request, services: ServicesDep) -> Principal:
-    token = _bearer(request)
-    found = services.auth.trusted(token)  # compared in memory, on the event loop
-    if found is not None:
-        return found
-    # a named operator's credential is read from its file, an executor token from the
-    # database: in a worker thread
-    return await run_in_threadpool(services.auth.authenticate, token)
+    known = request.scope.get("state", {}).get(PRINCIPAL_KEY)
+    if isinstance(known, Principal):
+        return known  # found by the admission middleware, in this same task
+    return await authenticate(request.app.state, services, token_of(request.scope))
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -16,8 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from starlette.concurrency import run_in_threadpool
-
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.services import Services
 from promoter.store.wakeup import COMMITS
 

@@ -5,7 +5,8 @@ FastAPI's request-validation errors and Starlette's HTTP errors are mapped to co
 no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``,
 ``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
 ``database_busy`` and ``database_unavailable`` (503) carry ``Retry-After``
-(``RETRY_AFTER``).
+(``RETRY_AFTER``), and so does an error that names its own ``retry_after`` seconds
+(``too_many_requests``, 429).
 Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
 never reaches that path.
 
@@ -120,6 +121,8 @@ def problem_response(problem: dict[str, Any], request: Request) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if problem.get("status") == 401 else None
     if problem.get("code") in RETRY_AFTER:
         headers = {"Retry-After": RETRY_AFTER[problem["code"]]}
+    elif type(problem.get("retry_after")) is int:  # the error's own (too_many_requests)
+        headers = {"Retry-After": str(problem["retry_after"])}
     return Response(
         body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers
     )

@@ -23,7 +23,6 @@ import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.blob_batch_models import BlobBatchStored
 from promoter.api.deps import (
@@ -38,6 +37,7 @@ from promoter.api.models import BlobsMissingRequest, BlobStored, MissingBlobs
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HexParam
 from promoter.api.responses import json_response
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api import gc_policy
 from promoter.api.deps import (
@@ -23,6 +22,7 @@ from promoter.api.models import BundleSubmitted
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam
 from promoter.api.responses import canonical_response, json_response
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json

@@ -4,7 +4,9 @@
 every worker thread is busy (a slow bundle, a write waiting on a database lock), which
 is what it reports: the daemon is alive and serving. Its body is encoded once, at import:
 a client may poll it in a tight loop, and every poll's CPU is taken from the interpreter
-lock that a verifying worker thread needs. A served daemon answers ``GET /healthz`` in
+lock that a verifying worker thread needs. ``/readyz`` runs its checks on the operator's
+own worker threads (``promoter.api.workers``), so a flood of other callers cannot make a
+daemon look unready. A served daemon answers ``GET /healthz`` in
 ``promoter.api.observe`` with these same bytes, before routing; the route stays for the
 contract (OpenAPI) and for an app without that middleware. It checks nothing else
 (``/readyz`` does).
@@ -21,6 +23,8 @@ from promoter.api.deps import ServicesDep
 from promoter.api.models import Health, Readiness
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
+from promoter.api.workers import run_on_operator_pool
+from promoter.engine.services import Services
 from promoter.errors import Unauthenticated
 
 router = APIRouter()
@@ -61,15 +65,19 @@ async def healthz() -> Response:
         },
     ),
 )
-def readyz(services: ServicesDep) -> Response:
-    checks = {
-        "database": services.db.ping(),
-        "state_dir_writable": os.access(services.settings.state_dir, os.W_OK),
-    }
+async def readyz(request: Request, services: ServicesDep) -> Response:
+    checks = await run_on_operator_pool(request.app.state, _checks, services)
     ready = all(checks.values())
     return json_response(
         {"status": "ready" if ready else "not_ready", "checks": checks}, 200 if ready else 503
     )
+
+
+def _checks(services: Services) -> dict[str, bool]:
+    return {
+        "database": services.db.ping(),
+        "state_dir_writable": os.access(services.settings.state_dir, os.W_OK),
+    }
 
 
 @router.get(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
 from promoter.api.models import Fenced, FenceRequest, HostEntry, HostList, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
 from promoter.api.responses import json_response
+from promoter.api.workers import run_in_threadpool
 from promoter.engine import fencing
 
 router = APIRouter(prefix="/v1")

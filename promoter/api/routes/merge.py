@@ -15,7 +15,6 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import OperatorDep, ServicesDep
 from promoter.api.models import Reply
@@ -23,6 +22,7 @@ from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.review.merge import merge_operation
 from promoter.engine.services import Services
 

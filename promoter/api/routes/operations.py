@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import (
     SMALL_BODY,
@@ -41,6 +40,7 @@ from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam, OperationIdParam
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.parsing import load_json
 from promoter.domain.status import FINAL, OperationStatus

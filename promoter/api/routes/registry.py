@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import (
     SMALL_BODY,
@@ -30,6 +29,7 @@ from promoter.api.models import (
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model

@@ -22,7 +22,6 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import (
     SMALL_BODY,
@@ -37,6 +36,7 @@ from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
 from promoter.api.models import (
@@ -31,6 +30,7 @@ from promoter.api.models import (
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots

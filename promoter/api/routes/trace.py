@@ -15,13 +15,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import StringConstraints
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import OrchestratorDep, ServicesDep
 from promoter.api.models import Reply
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import NAME_PATTERN
 from promoter.engine import trace as tracing
 from promoter.engine.services import Services

@@ -21,11 +21,11 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
 from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
 from promoter.engine.review.partial import Selection

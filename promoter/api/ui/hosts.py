@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
 from promoter.api.ui.web import form_of, render, secure, session_of
+from promoter.api.workers import run_in_threadpool
 from promoter.engine import fencing
 from promoter.errors import PromoterError
 

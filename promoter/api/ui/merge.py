@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
 from promoter.api.ui.web import form_of, render, secure
+from promoter.api.workers import run_in_threadpool
 from promoter.engine.review.merge import merge_operation
 from promoter.errors import MergeConflict, MergeUnsupported, PromoterError
 

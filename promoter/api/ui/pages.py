@@ -16,11 +16,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import Block, file_blocks
 from promoter.api.ui.web import render, secure, session_of
+from promoter.api.workers import run_in_threadpool
 from promoter.domain.status import STATUSES, OperationStatus
 from promoter.engine import queries
 from promoter.engine.operation import requests as operations

@@ -19,11 +19,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import file_blocks
 from promoter.api.ui.web import form_of, render, secure, session_of
+from promoter.api.workers import run_in_threadpool
 from promoter.engine import queries
 from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import Services

@@ -1,0 +1,180 @@
+"""Admission of costly reads: bounded per role and per credential before they take a worker.
+
+A costly read (``COSTLY``: a bundle's document, diff and verification, a blob, a trace, the
+watch feed, snapshots, receipts, a chained grant's base) holds a worker thread while it
+reads blobs, runs git or scans the ledger. Left unbounded, a hundred of them from one
+executor token fill every shared worker (the diff's own slots make them wait *inside*
+the threads) and everything else waits behind them. So ``AdmissionMiddleware`` (a plain
+ASGI middleware) authenticates the caller of a costly read, then asks ``Gate`` for a
+place before the route runs (SPEC §10.19):
+
+1. at most ``admission_role_limits[role]`` costly reads of one role run at once, and at
+   most ``admission_credential_limits[role]`` of one credential (an executor's credential
+   is its run, a named operator's its name);
+2. past that a request waits, on the event loop and holding no thread, for at most
+   ``admission_wait_seconds``; at most ``admission_queue`` requests of a role wait;
+3. past either bound it is answered ``429 too_many_requests`` with ``Retry-After:
+   admission_retry_after_seconds``, and nothing of it ran.
+
+Roles never share a count, so one role's flood leaves the others their places; the
+operator's requests, ``/readyz`` and ``/healthz`` also run on worker threads of their own
+(``promoter.api.workers``). A caller the middleware cannot authenticate is passed on
+untouched: the route refuses it as it always did. The principal found is kept in the
+request's scope (``PRINCIPAL_KEY``) so the route does not look the token up again.
+
+Deliberately not here: the cost bounds inside a read (``review_diff_concurrency``, the
+diff's byte limits, ``max_wait_seconds``), bodies (``promoter.api.deps``), and any route's
+own answer: the middleware matches paths, it does not change what a route does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from promoter.api.deps import PRINCIPAL_KEY, authenticate, token_of
+from promoter.api.problems import problem_response
+from promoter.config import (
+    ADMISSION_CREDENTIAL_LIMITS,
+    ADMISSION_ROLE_LIMITS,
+    AdmissionRole,
+    Settings,
+)
+from promoter.errors import PromoterError, TooManyRequests
+from promoter.store.credentials import Principal
+
+_ID = r"[^/]+"
+# (methods, path) of the costly reads; a path below one (a page of a diff) is one too
+COSTLY: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(pattern)
+    for pattern in (
+        rf"/v1/bundles/{_ID}",
+        rf"/v1/bundles/{_ID}/(diff|verification|verification\.dsse)(/.*)?",
+        rf"/v1/blobs/sha256/{_ID}",
+        r"/v1/trace(/.*)?",
+        r"/v1/events",
+        rf"/v1/repositories/{_ID}/snapshots(/diff)?",
+        rf"/v1/operations/{_ID}/(receipt|receipt\.dsse|rollback-receipt\.dsse)",
+        rf"/v1/grants/{_ID}/base",
+    )
+)
+READS = frozenset({"GET", "HEAD"})
+
+
+def is_costly(method: str, path: str) -> bool:
+    """Whether a request is a costly read that ``Gate`` admits."""
+    return method in READS and any(p.fullmatch(path) for p in COSTLY)
+
+
+@dataclass
+class _Counts:
+    running: Counter[str] = field(default_factory=Counter)  # by role
+    by_credential: Counter[tuple[str, str]] = field(default_factory=Counter)
+    waiting: Counter[str] = field(default_factory=Counter)  # by role
+
+
+class Gate:
+    """The places of costly reads, per role and per credential; used on the event loop only.
+
+    ``enter`` takes a place or raises ``TooManyRequests``; ``leave`` gives it back and
+    wakes every waiter to look again (at most ``admission_queue`` per role).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.role_limits = {**ADMISSION_ROLE_LIMITS, **settings.admission_role_limits}
+        self.credential_limits = {
+            **ADMISSION_CREDENTIAL_LIMITS,
+            **settings.admission_credential_limits,
+        }
+        self.queue = settings.admission_queue
+        self.wait = settings.admission_wait_seconds
+        self.retry_after = settings.admission_retry_after_seconds
+        self.counts = _Counts()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def _fits(self, role: AdmissionRole, key: tuple[str, str]) -> bool:
+        return (
+            self.counts.running[role] < self.role_limits[role]
+            and self.counts.by_credential[key] < self.credential_limits[role]
+        )
+
+    def _refuse(self, role: str, why: str) -> TooManyRequests:
+        return TooManyRequests(
+            f"too many costly requests of the {role} role at once ({why}); "
+            f"try again after {self.retry_after} s",
+            retry_after=self.retry_after,
+        )
+
+    async def enter(self, principal: Principal) -> None:
+        role, key = principal.role, (principal.role, principal.name)
+        if not self._fits(role, key):
+            await self._queue(role, key)
+        self.counts.running[role] += 1
+        self.counts.by_credential[key] += 1
+
+    async def _queue(self, role: AdmissionRole, key: tuple[str, str]) -> None:
+        if self.counts.waiting[role] >= self.queue:
+            raise self._refuse(role, "the queue is full")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        self.counts.waiting[role] += 1
+        try:
+            while not self._fits(role, key):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise self._refuse(role, f"none ended within {self.wait} s")
+                woken: asyncio.Future[None] = loop.create_future()
+                self._waiters.append(woken)
+                try:
+                    await asyncio.wait({woken}, timeout=remaining)
+                finally:
+                    if woken in self._waiters:
+                        self._waiters.remove(woken)
+        finally:
+            self.counts.waiting[role] -= 1
+
+    def leave(self, principal: Principal) -> None:
+        key = (principal.role, principal.name)
+        self.counts.running[principal.role] -= 1
+        self.counts.by_credential[key] -= 1
+        if not self.counts.by_credential[key]:
+            del self.counts.by_credential[key]
+        waiters, self._waiters = self._waiters, []
+        for woken in waiters:
+            if not woken.done():
+                woken.set_result(None)
+
+
+class AdmissionMiddleware:
+    """Admit each costly read through ``gate`` before the app sees it (module docstring)."""
+
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_costly(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        app_state = scope["app"].state
+        try:
+            principal = await authenticate(app_state, app_state.services, token_of(scope))
+        except PromoterError:
+            await self.app(scope, receive, send)  # the route refuses it as it always did
+            return
+        scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
+        try:
+            await self.gate.enter(principal)
+        except TooManyRequests as refused:
+            response = problem_response(refused.to_problem(), Request(scope))
+            await response(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.gate.leave(principal)
