@@ -128,5 +128,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(review.router)
     app.include_router(events.router)  # the watch feed
-    ui.install(app)  # the operator's console at /ui
+    ui.install(app, settings)  # the operator's console at /ui
     return app

@@ -6,6 +6,9 @@ thread (a wait is held at most the ``max_wait_seconds`` setting); while it answe
 ``promoter.store.wakeup.COMMITS`` (a commit of this process wakes it at once) for at
 most ``RECHECK_SECONDS``, the bound after which it reads again to see commits of other
 daemons sharing the ledger. A stopping daemon ends every wait at the next re-check.
+Each read first authenticates the caller's token again (``promoter.api.deps.caller_token``;
+the two trusted tokens never change): a wait whose credential was removed, or whose
+executor token expired, ends at the next re-check with ``401 unauthenticated``.
 Deliberately not here: what is probed (the routes of ``promoter.api.routes.events`` and
 ``operations``).
 """
@@ -16,6 +19,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
+from promoter.api.deps import caller_token
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.services import Services
 from promoter.store.wakeup import COMMITS
@@ -30,9 +34,17 @@ async def long_poll(services: Services, probe: Callable[[], T | None], wait: flo
     loop = asyncio.get_running_loop()
     limit = min(MAX_WAIT_SECONDS, services.settings.max_wait_seconds)
     deadline = loop.time() + min(max(wait, 0.0), limit)
+    token = caller_token()
+    checked = probe
+    if token is not None and services.auth.trusted(token) is None:
+
+        def checked() -> T | None:
+            services.auth.authenticate(token)  # Unauthenticated once removed or expired
+            return probe()
+
     while True:
         seen = COMMITS.generation
-        answer = await run_in_threadpool(probe)
+        answer = await run_in_threadpool(checked)
         remaining = deadline - loop.time()
         if answer is not None or remaining <= 0 or services.stopping.is_set():
             return answer

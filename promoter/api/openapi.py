@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from promoter.api.admission import is_costly
 from promoter.api.problems import CODES, MEDIA_TYPE, problem_schema, problem_type
 
 BEARER = "bearer"
@@ -217,14 +218,16 @@ def build(app: FastAPI) -> dict[str, Any]:
             "Each operation's requirement lists the roles it admits.",
         }
     }
-    for path_item in doc.get("paths", {}).values():
-        for op in path_item.values():
+    for path, path_item in doc.get("paths", {}).items():
+        for method, op in path_item.items():
             entry = _CONTRACT.get(op.get("operationId", ""))
             if entry is None:
                 continue
             codes = set(entry.codes)
             if op.get("parameters"):
                 codes.add("validation_failed")  # a malformed name, tree or query value
+            if is_costly(method.upper(), path):
+                codes.add("too_many_requests")  # admitted per role and credential
             op["responses"] = {**entry.responses, **problem_responses(codes)}
             op["security"] = entry.security
             if entry.roles is not None:

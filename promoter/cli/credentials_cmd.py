@@ -2,10 +2,12 @@
 
 Runs on the host, against ``<state>/credentials`` (no server needed). ``add NAME`` makes
 an operator credential named ``NAME`` and prints its token once; ``list`` prints the
-names (the trusted ``operator`` token is always there besides); ``remove NAME`` removes
-one. A running daemon sees the change on its next request. The name is what an approval
-or rejection made with the token records as its approver (SPEC §10.13), so give each
-person their own credential.
+names (the trusted ``operator`` token is always there besides) with their live console
+sessions (from the listing the daemon keeps in ``<state>/credentials``); ``remove NAME``
+removes one. A running daemon sees the change on its next request: the credential's
+token, its console sessions and its long-polls are refused from then on. The name is
+what an approval or rejection made with the token records as its approver (SPEC §10.13),
+so give each person their own credential.
 
 Deliberately not here: deciding who a token is (``promoter.store.credentials``) and any
 other role's tokens (the orchestrator's is created on first start; executors' are
@@ -15,14 +17,21 @@ minted by the orchestrator).
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from promoter.cli.common import JsonOpt, console
 from promoter.config import load_settings
-from promoter.store.credentials import add_operator, operator_names, remove_operator
+from promoter.store.credentials import (
+    SESSIONS_FILE,
+    add_operator,
+    operator_names,
+    remove_operator,
+)
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -46,16 +55,46 @@ def _dir(state_dir: Path | None, config: Path | None) -> Path:
     return load_settings(config, state_dir=state_dir).credentials_dir
 
 
+def _live_sessions(credentials_dir: Path, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The console sessions the daemon listed (``SESSIONS_FILE``) that are still live:
+    before their latest end and of a credential that still exists, per name."""
+    try:
+        listed = json.loads((credentials_dir / SESSIONS_FILE).read_bytes())["sessions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = []  # no daemon wrote one yet, or it is unreadable: none shown
+    now = time.time()
+    live: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for item in listed if isinstance(listed, list) else []:
+        if not isinstance(item, dict) or item.get("name") not in live:
+            continue
+        opened, expires = item.get("opened_at"), item.get("expires_at")
+        if isinstance(opened, int | float) and isinstance(expires, int | float) and expires > now:
+            live[item["name"]].append({"opened_at": _stamp(opened), "expires_at": _stamp(expires)})
+    return live
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def list_credentials(
     state_dir: StateDirOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Print the names of the operator credentials (``operator`` is the trusted token)."""
-    names = ["operator", *operator_names(_dir(state_dir, config))]
+    """Print the operator credentials (``operator`` is the trusted token) and their live
+    console sessions: how many, and when the last of them ends at the latest."""
+    folder = _dir(state_dir, config)
+    names = ["operator", *operator_names(folder)]
+    sessions = _live_sessions(folder, names)
     if as_json:
-        typer.echo(json.dumps({"operators": names}))
+        typer.echo(json.dumps({"operators": names, "sessions": sessions}))
         return
     for name in names:
-        console.print(name)
+        mine = sessions[name]
+        if not mine:
+            console.print(f"{name}  no console session")
+            continue
+        last = max(item["expires_at"] for item in mine)
+        console.print(f"{name}  {len(mine)} console session(s), the last ends by {last}")
 
 
 def add_credential(name: NameArg, state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
@@ -75,4 +114,4 @@ def remove_credential(
     Exit codes: 0 removed; 78 config_error (no such credential).
     """
     remove_operator(_dir(state_dir, config), name)
-    console.print(f"removed {name}")
+    console.print(f"removed {name}; its console sessions and long-polls end at their next request")

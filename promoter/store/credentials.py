@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import secrets
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import String, bindparam, select
 from sqlalchemy.orm import Session
@@ -35,13 +36,14 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.errors import ConfigError, Unauthenticated
 from promoter.store.db import Database
-from promoter.store.durable import make_dirs, write_private
+from promoter.store.durable import make_dirs, write_private, write_replace
 from promoter.store.tables import ExecutorTokenRow
 
 Role = Literal["executor", "orchestrator", "operator"]
 TRUSTED_ROLES: tuple[Role, ...] = ("orchestrator", "operator")
 OPERATORS_DIR = "operators"
 CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+SESSIONS_FILE = "console-sessions.json"  # the daemon's listing of live console sessions
 RACY_NS = 2_000_000_000  # a folder changed this recently is re-read on every request
 
 
@@ -105,6 +107,13 @@ def remove_operator(credentials_dir: Path, name: str) -> None:
         raise ConfigError(f"no operator credential named {name!r}")
     _read_private(path)  # a regular private file of ours, not a link or anything else
     path.unlink()
+
+
+def write_sessions_listing(credentials_dir: Path, sessions: list[dict[str, Any]]) -> None:
+    """Replace ``SESSIONS_FILE`` (0600) with the daemon's listing of live console sessions
+    (names and times only, never an id), which ``promoter credentials list`` reads."""
+    data = (json.dumps({"sessions": sessions}, sort_keys=True, indent=1) + "\n").encode()
+    write_replace(credentials_dir / SESSIONS_FILE, data, mode=0o600)
 
 
 def operator_names(credentials_dir: Path) -> list[str]:
@@ -186,6 +195,16 @@ class Authenticator:
             if hmac.compare_digest(token.encode(), secret.encode()):
                 return Principal(role="operator", name=name)
         return None
+
+    def credential_digest(self, name: str) -> str | None:
+        """The sha256 of the token the credential ``name`` holds now (a trusted role's name
+        or a named operator's), or None once it was removed: what a console session made
+        with it compares against before each use."""
+        for role, secret in self._trusted.items():
+            if role == name:
+                return token_sha256(secret)
+        named = self._named().get(name)
+        return None if named is None else token_sha256(named)
 
     def authenticate(self, token: str | None) -> Principal:
         if not token:

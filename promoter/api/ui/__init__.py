@@ -17,10 +17,14 @@ from fastapi.staticfiles import StaticFiles
 
 from promoter.api.ui import actions, hosts, login, merge, pages, repositories
 from promoter.api.ui.sessions import Sessions
+from promoter.config import Settings
 
 
-def install(app: FastAPI) -> None:
-    app.state.ui_sessions = Sessions()
+def install(app: FastAPI, settings: Settings) -> None:
+    app.state.ui_sessions = Sessions(
+        idle_seconds=settings.console_session_idle_seconds,
+        lifetime_seconds=settings.console_session_lifetime_seconds,
+    )
     static = StaticFiles(directory=Path(__file__).parent / "static")
     app.mount("/ui/static", static, name="ui-static")
     for module in (login, merge, actions, pages, repositories, hosts):  # merge before /{action}

@@ -25,7 +25,7 @@ router = APIRouter(prefix="/ui/hosts", include_in_schema=False)
 
 @router.get("")
 async def get_hosts(request: Request) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
     try:

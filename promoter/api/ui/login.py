@@ -4,7 +4,8 @@
 cookie); ``POST /ui/login`` checks that token, authenticates the pasted token exactly as
 the API does (``services.auth``) and admits the operator role only, the role every
 console page needs, then sets the session cookie; the session remembers the credential's
-name, which its approvals and rejections record as the approver. ``POST /ui/logout`` (CSRF-checked)
+name, which its approvals and rejections record as the approver, and its token's sha256,
+so removing or replacing the credential ends the session. ``POST /ui/logout`` (CSRF-checked)
 drops the session. The token is never stored, logged or echoed back.
 
 Deliberately not here: the pages themselves (``promoter.api.ui.pages``).
@@ -17,10 +18,19 @@ import secrets
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from promoter.api.deps import get_services
+from promoter.api.deps import authenticate, get_services
 from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, same_token
-from promoter.api.ui.web import form_of, read_form, render, secure, sessions, set_cookie
+from promoter.api.ui.web import (
+    form_of,
+    publish_sessions,
+    read_form,
+    render,
+    secure,
+    sessions,
+    set_cookie,
+)
 from promoter.errors import PromoterError
+from promoter.store.credentials import token_sha256
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -42,13 +52,16 @@ async def post_login(request: Request) -> Response:
     form = await read_form(request)
     if not same_token(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
         return _form(request, 403, "The form expired or was not sent from this page; try again.")
+    token = form.get("token", "").strip()
+    services = get_services(request)
     try:
-        principal = get_services(request).auth.authenticate(form.get("token", "").strip())
+        principal = await authenticate(request.app.state, services, token)
     except PromoterError:
         return _form(request, 401, "That token is not valid.")
     if principal.role != "operator":
         return _form(request, 403, "The console needs the operator token.")
-    session = sessions(request).open(principal.role, principal.name)
+    session = sessions(request).open(principal.role, principal.name, token_sha256(token))
+    await publish_sessions(request)
     response = secure(RedirectResponse("/ui/operations", status_code=303))
     set_cookie(request, response, COOKIE, session.session_id)
     response.delete_cookie(LOGIN_COOKIE, path="/ui")
@@ -62,6 +75,7 @@ async def post_logout(request: Request) -> Response:
     except PromoterError as exc:
         return render("error.html", exc.http_status, code=exc.code, detail=exc.detail)
     sessions(request).close(session.session_id)
+    await publish_sessions(request)
     response = secure(RedirectResponse("/ui/login", status_code=303))
     response.delete_cookie(COOKIE, path="/ui")
     return response

@@ -56,7 +56,7 @@ async def get_operations(
     status: str | None = Query(default=None, max_length=40),
     repository: str | None = Query(default=None, max_length=200),
 ) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return _login()
     services = get_services(request)
@@ -84,7 +84,7 @@ def _operation(services: Services, operation_id: str) -> dict[str, Any]:
 
 @router.get("/operations/{operation_id}")
 async def get_operation(request: Request, operation_id: str) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return _login()
     try:
@@ -110,7 +110,7 @@ RECEIPTS = ("receipt.json", "receipt.dsse", "rollback-receipt.json", "rollback-r
 
 @router.get("/operations/{operation_id}/{which}")
 async def get_receipt(request: Request, operation_id: str, which: str) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return _login()
     if which not in RECEIPTS or OP_ID.fullmatch(operation_id) is None:
@@ -153,7 +153,7 @@ def _mark_choosable(diff: dict[str, Any], blocks: list[Block]) -> None:
 
 @router.get("/review")
 async def get_review(request: Request) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return _login()
     try:

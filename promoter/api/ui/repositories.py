@@ -59,7 +59,7 @@ def _overview(services: Services) -> list[dict[str, Any]]:
 
 @router.get("")
 async def get_repositories(request: Request) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
     try:
@@ -89,7 +89,7 @@ async def get_snapshots(
     to_tree: str | None = Query(default=None, alias="to", max_length=64),
     message: str | None = Query(default=None, max_length=40),
 ) -> Response:
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
     services = get_services(request)

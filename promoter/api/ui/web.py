@@ -3,7 +3,8 @@
 ``render`` fills a Jinja2 template (autoescape always on: paths, diff lines and notes are
 attacker-controlled) and sets the headers every ``/ui`` page carries: a strict
 Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
-referrer, no caching. ``session_of`` reads the session cookie; ``form_of`` reads a small
+referrer, no caching. ``session_of`` reads the session cookie and checks that its
+credential still exists (removing a credential ends its sessions); ``form_of`` reads a small
 URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token.
 ``set_session_cookie`` writes the cookie ``HttpOnly``, ``SameSite=Strict``, scoped to
 ``/ui`` and ``Secure`` when the request came over TLS.
@@ -14,6 +15,7 @@ in (``promoter.api.ui.login``).
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -22,9 +24,11 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader
 
-from promoter.api.deps import SMALL_BODY, read_body
+from promoter.api.deps import SMALL_BODY, get_services, read_body
 from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
+from promoter.api.workers import run_on_operator_pool, use_operator_pool
 from promoter.errors import Forbidden, Unauthenticated
+from promoter.store.credentials import write_sessions_listing
 
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -64,8 +68,39 @@ def sessions(request: Request) -> Sessions:
     return table
 
 
-def session_of(request: Request) -> Session | None:
-    return sessions(request).get(request.cookies.get(COOKIE))
+async def session_of(request: Request) -> Session | None:
+    """The request's live session, or None: none, ended, or its credential removed since.
+
+    The credential is checked on the operator's worker threads before every use
+    (``promoter.api.workers``); a session whose credential is gone or was replaced is
+    ended with every other session of that name. A live session's request goes on on
+    the operator's threads.
+    """
+    table = sessions(request)
+    session = table.get(request.cookies.get(COOKIE))
+    state = request.app.state
+    services = get_services(request)
+    if session is not None:
+        current = await run_on_operator_pool(state, services.auth.credential_digest, session.name)
+        if current is None or not hmac.compare_digest(current, session.credential):
+            table.end_credential(session.name)
+            session = None
+        else:
+            use_operator_pool(state)
+    await publish_sessions(request)
+    return session
+
+
+async def publish_sessions(request: Request) -> None:
+    """Write the sessions' listing out if sessions opened or ended since it was written."""
+    table = sessions(request)
+    if table.changed():
+        directory = get_services(request).settings.credentials_dir
+        await run_on_operator_pool(request.app.state, _publish, directory, table)
+
+
+def _publish(credentials_dir: Path, table: Sessions) -> None:
+    write_sessions_listing(credentials_dir, table.listing())
 
 
 def is_tls(request: Request) -> bool:
@@ -91,7 +126,7 @@ async def read_form(request: Request) -> dict[str, str]:
 
 async def form_of(request: Request) -> tuple[Session, dict[str, str]]:
     """The session and form of a state-changing post: 401 without session, 403 without CSRF."""
-    session = session_of(request)
+    session = await session_of(request)
     if session is None:
         raise Unauthenticated("log in to the console first")
     form = await read_form(request)
