@@ -9,6 +9,7 @@ daemons sharing the ledger. A stopping daemon ends every wait at the next re-che
 Each read first authenticates the caller's token again (``promoter.api.deps.caller_token``;
 the two trusted tokens never change): a wait whose credential was removed, or whose
 executor token expired, ends at the next re-check with ``401 unauthenticated``.
+Fault point: ``long_poll_probe`` (in the worker thread, before each read).
 Deliberately not here: what is probed (the routes of ``promoter.api.routes.events`` and
 ``operations``).
 """
@@ -22,6 +23,7 @@ from typing import TypeVar
 from promoter.api.deps import caller_token
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.services import Services
+from promoter.faults import point
 from promoter.store.wakeup import COMMITS
 
 T = TypeVar("T")
@@ -35,12 +37,13 @@ async def long_poll(services: Services, probe: Callable[[], T | None], wait: flo
     limit = min(MAX_WAIT_SECONDS, services.settings.max_wait_seconds)
     deadline = loop.time() + min(max(wait, 0.0), limit)
     token = caller_token()
-    checked = probe
-    if token is not None and services.auth.trusted(token) is None:
+    again = token is not None and services.auth.trusted(token) is None
 
-        def checked() -> T | None:
+    def checked() -> T | None:
+        point("long_poll_probe")
+        if again:
             services.auth.authenticate(token)  # Unauthenticated once removed or expired
-            return probe()
+        return probe()
 
     while True:
         seen = COMMITS.generation

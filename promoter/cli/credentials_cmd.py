@@ -91,7 +91,7 @@ def list_credentials(
     for name in names:
         mine = sessions[name]
         if not mine:
-            console.print(f"{name}  no console session")
+            console.print(name)
             continue
         last = max(item["expires_at"] for item in mine)
         console.print(f"{name}  {len(mine)} console session(s), the last ends by {last}")
