@@ -48,27 +48,56 @@ from promoter.config import (
 from promoter.errors import PromoterError, TooManyRequests
 from promoter.store.credentials import Principal
 
-_ID = r"[^/]+"
-# (methods, path) of the costly reads; a path below one (a page of a diff) is one too
-COSTLY: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(pattern)
-    for pattern in (
-        rf"/v1/bundles/{_ID}",
-        rf"/v1/bundles/{_ID}/(diff|verification|verification\.dsse)(/.*)?",
-        rf"/v1/blobs/sha256/{_ID}",
-        r"/v1/trace(/.*)?",
-        r"/v1/events",
-        rf"/v1/repositories/{_ID}/snapshots(/diff)?",
-        rf"/v1/operations/{_ID}/(receipt|receipt\.dsse|rollback-receipt\.dsse)",
-        rf"/v1/grants/{_ID}/base",
-    )
+# the route templates of the costly reads; a path below the first two (a page of a
+# diff, a trace's part) is one too
+COSTLY_ROUTES = (
+    "/v1/bundles/{bundle_id}/diff",
+    "/v1/trace",
+    "/v1/bundles/{bundle_id}",
+    "/v1/bundles/{bundle_id}/verification",
+    "/v1/bundles/{bundle_id}/verification.dsse",
+    "/v1/blobs/sha256/{sha256}",
+    "/v1/events",
+    "/v1/repositories/{name}/snapshots",
+    "/v1/repositories/{name}/snapshots/diff",
+    "/v1/operations/{operation_id}/receipt",
+    "/v1/operations/{operation_id}/receipt.dsse",
+    "/v1/operations/{operation_id}/rollback-receipt.dsse",
+    "/v1/grants/{grant_id}/base",
 )
 READS = frozenset({"GET", "HEAD"})
 
 
+@dataclass(frozen=True)
+class _Template:
+    """A costly route's template (its label in logs and metrics) and its path pattern."""
+
+    path: str
+    pattern: re.Pattern[str]
+
+
+def _compile(template: str, below: bool) -> _Template:
+    pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template))
+    return _Template(template, re.compile(pattern + ("(/.*)?" if below else "")))
+
+
+COSTLY = tuple(_compile(t, below=n < 2) for n, t in enumerate(COSTLY_ROUTES))
+
+
+def costly_route(method: str, path: str) -> tuple[_Template, dict[str, str]] | None:
+    """The costly read's route and path parameters, or None for any other request."""
+    if method not in READS:
+        return None
+    for route in COSTLY:
+        found = route.pattern.fullmatch(path)
+        if found is not None:
+            return route, {k: v for k, v in found.groupdict().items() if v is not None}
+    return None
+
+
 def is_costly(method: str, path: str) -> bool:
     """Whether a request is a costly read that ``Gate`` admits."""
-    return method in READS and any(p.fullmatch(path) for p in COSTLY)
+    return costly_route(method, path) is not None
 
 
 @dataclass
@@ -158,7 +187,8 @@ class AdmissionMiddleware:
         self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_costly(scope["method"], scope["path"]):
+        found = costly_route(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if found is None:
             await self.app(scope, receive, send)
             return
         app_state = scope["app"].state
@@ -171,6 +201,7 @@ class AdmissionMiddleware:
         try:
             await self.gate.enter(principal)
         except TooManyRequests as refused:
+            scope["route"], scope["path_params"] = found  # counted and logged under its route
             response = problem_response(refused.to_problem(), Request(scope))
             await response(scope, receive, send)
             return

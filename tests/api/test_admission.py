@@ -135,6 +135,14 @@ def test_two_hundred_executor_diffs_leave_the_operator_its_routes_and_readyz(
             RETRY_AFTER,
         )
         assert problem["instance"] == f"/v1/bundles/{bundle['bundle_id']}/diff"
+    with limited.client() as anyone:
+        metrics = anyone.get("/metrics").text
+    refused = FLOOD - RUNNING - QUEUE
+    counted = [line for line in metrics.splitlines() if 'status="429"' in line]
+    assert counted == [
+        'promoter_http_requests_total{method="GET",route="/v1/bundles/{bundle_id}/diff",'
+        f'status="429"}} {float(refused)}'
+    ], counted
 
 
 def test_another_role_keeps_its_places_while_the_executor_role_is_full(
