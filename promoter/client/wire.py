@@ -3,10 +3,11 @@
 ``Backoff`` says how idempotent calls are retried and ``retry_policy`` gives the
 settings of the tenacity controller (``Retrying``, ``AsyncRetrying``) that sends one call
 with those retries: a connection error
-(never a timeout) or a 503 answer is tried again, with delays doubling from
-``Backoff.first`` up to ``Backoff.cap``, ``Backoff.attempts`` tries in all, and only for
-an idempotent call whose body can be sent again (bytes or none: a streamed body is
-never retried). After the last try the error is raised as it came and a 503 answer is
+(never a timeout), a 503 or a 429 (``too_many_requests``) answer is tried again, with
+delays doubling from ``Backoff.first`` up to ``Backoff.cap`` (at least a 429's
+``Retry-After``, within the cap), ``Backoff.attempts`` tries in all, and only for an
+idempotent call whose body can be sent again (bytes or none: a streamed body is never
+retried). After the last try the error is raised as it came and a 503 or 429 answer is
 returned as it came (its problem raised by the caller). ``raise_for`` raises the promoter
 error a problem+json answer stands for (``error_class(code)``, the problem's other
 members as context); ``tls_context`` gives each client its TLS context without loading
@@ -165,17 +166,29 @@ def retry_policy(
 ) -> dict[str, Any]:
     """The tenacity controller's settings for one call with the retries ``backoff`` allows
     it; the caller gives the sleep (``Backoff.sleep``, or ``async_sleep`` on the loop)."""
-    unavailable = 503 not in ok_statuses
+    again = {status for status in (503, 429) if status not in ok_statuses}
 
     def busy(response: Any) -> bool:
-        return (
-            unavailable and isinstance(response, httpx.Response) and (response.status_code == 503)
-        )
+        return isinstance(response, httpx.Response) and response.status_code in again
+
+    exponential = wait_exponential(multiplier=backoff.first, exp_base=2, max=backoff.cap)
+
+    def wait(state: RetryCallState) -> float:
+        """The doubling delay, or longer when a 429 asked for it (``Retry-After``, capped)."""
+        delay = float(exponential(state))
+        outcome = state.outcome
+        if outcome is not None and not outcome.failed:
+            response = outcome.result()
+            if isinstance(response, httpx.Response) and response.status_code == 429:
+                asked = response.headers.get("retry-after", "")
+                if asked.isdigit():
+                    delay = max(delay, min(float(asked), backoff.cap))
+        return delay
 
     attempts = max(backoff.attempts, 1) if _may_retry(method, content, idempotent) else 1
     return {
         "stop": stop_after_attempt(attempts),
-        "wait": wait_exponential(multiplier=backoff.first, exp_base=2, max=backoff.cap),
+        "wait": wait,
         "retry": retry_any(retry_if_exception(_connection_error), retry_if_result(busy)),
         "retry_error_callback": _last_outcome,
     }

@@ -2,7 +2,8 @@
 
 A mock transport counts the tries and fails them as told; the ``Backoff`` records its
 sleeps instead of sleeping. A connection error or a 503 is retried for an idempotent
-call with a replayable body only; a timeout and a streamed body never are.
+call with a replayable body only (a 429 after its Retry-After); a timeout and a streamed
+body never are.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from promoter.client.sync import AsyncPromoterClient, Backoff, PromoterClient
-from promoter.errors import ConfigError, DatabaseBusy, DatabaseUnavailable
+from promoter.errors import ConfigError, DatabaseBusy, DatabaseUnavailable, TooManyRequests
 
 URL = "http://127.0.0.1:9"
 
@@ -34,9 +35,10 @@ class Tries:
         if self.count > self.failures:
             return httpx.Response(200, json={})
         if isinstance(self.fail, int):
-            problem = {"type": "about:blank", "title": "busy", "status": 503}
+            problem = {"type": "about:blank", "title": "busy", "status": self.fail}
             problem["code"] = self.code
-            return httpx.Response(self.fail, json=problem)
+            headers = {"Retry-After": "3"} if self.fail == 429 else {}
+            return httpx.Response(self.fail, json=problem, headers=headers)
         raise self.fail("refused", request=request)
 
 
@@ -120,6 +122,21 @@ def test_a_503_the_caller_expects_is_returned_untried() -> None:
         with pytest.raises(DatabaseBusy):
             c._send("GET", "/v1/x")
     assert (tries.count, slept) == (1 + 4, [0.25, 0.5, 1.0])
+
+
+def test_a_429_is_retried_after_its_retry_after_then_raised() -> None:
+    tries, (backoff, slept) = Tries(429, code="too_many_requests"), recording()
+    with client(tries, backoff) as c, pytest.raises(TooManyRequests) as refused:
+        c._send("GET", "/v1/bundles/bnd_x/diff")
+    assert (tries.count, slept) == (4, [3.0, 3.0, 3.0])  # Retry-After, over the doubling
+    assert refused.value.code == "too_many_requests"
+    tries = Tries(429, failures=1, code="too_many_requests")
+    with client(tries, backoff) as c:
+        assert c._send("GET", "/v1/bundles/bnd_x/diff").status_code == 200
+    once = Tries(429, code="too_many_requests")
+    with client(once, backoff) as c, pytest.raises(TooManyRequests):
+        c._send("POST", "/v1/bundles", content=b"{}")
+    assert once.count == 1  # a call that is not idempotent is never repeated
 
 
 def test_no_attempts_is_one_try() -> None:
