@@ -17,10 +17,11 @@ place before the route runs (SPEC §10.19):
    admission_retry_after_seconds``, and nothing of it ran.
 
 Roles never share a count, so one role's flood leaves the others their places; the
-operator's requests, ``/readyz`` and ``/healthz`` also run on worker threads of their own
-(``promoter.api.workers``). A caller the middleware cannot authenticate is passed on
-untouched: the route refuses it as it always did. The principal found is kept in the
-request's scope (``PRINCIPAL_KEY``) so the route does not look the token up again.
+operator's requests and ``/readyz`` also run on worker threads of their own
+(``promoter.api.workers``), and ``/healthz`` needs none. A caller the middleware cannot
+authenticate is passed on, not admitted: the route refuses it as it always did. What the
+middleware found (the principal, or the refusal) is kept in the request's scope
+(``PRINCIPAL_KEY``) so the route does not look the token up again.
 
 Deliberately not here: the cost bounds inside a read (``review_diff_concurrency``, the
 diff's byte limits, ``max_wait_seconds``), bodies (``promoter.api.deps``), and any route's
@@ -194,8 +195,9 @@ class AdmissionMiddleware:
         app_state = scope["app"].state
         try:
             principal = await authenticate(app_state, app_state.services, token_of(scope))
-        except PromoterError:
-            await self.app(scope, receive, send)  # the route refuses it as it always did
+        except PromoterError as refused:
+            scope.setdefault("state", {})[PRINCIPAL_KEY] = refused  # the route answers it
+            await self.app(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
         try:

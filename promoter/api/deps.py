@@ -6,8 +6,8 @@ aliases below. The dependencies that only read or compare (the services, the rol
 checks, a trusted token) are coroutines, run on the event loop; any other token is
 authenticated in a worker thread (a named operator's file, an executor token's row), on
 the pool ``promoter.api.workers`` chooses; an operator's request goes on on the
-operator's own pool. A principal the admission middleware already found
-(``PRINCIPAL_KEY`` in the scope) is taken as it is. ``caller_token`` is the token of the
+operator's own pool. A principal the admission middleware already found, or its
+refusal (``PRINCIPAL_KEY`` in the scope), is taken as it is. ``caller_token`` is the token of the
 request being served (a long-poll checks it again while it waits).
 
 Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
@@ -35,7 +35,7 @@ from promoter.api.jsonshape import ShapeBudget
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.parsing import load_json
 from promoter.engine.services import Services
-from promoter.errors import BadRequest, Forbidden, PayloadTooLarge
+from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, PromoterError
 from promoter.store.credentials import Principal
 from promoter.store.quota import RunQuota
 
@@ -124,6 +124,8 @@ async def get_principal(request: Request, services: ServicesDep) -> Principal:
     known = request.scope.get("state", {}).get(PRINCIPAL_KEY)
     if isinstance(known, Principal):
         return known  # found by the admission middleware, in this same task
+    if isinstance(known, PromoterError):
+        raise known  # refused by it: the same answer, without a second look-up
     return await authenticate(request.app.state, services, token_of(request.scope))
 
 

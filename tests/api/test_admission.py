@@ -198,3 +198,14 @@ def test_admission_defaults_bound_every_role() -> None:
 )
 def test_which_requests_are_costly_reads(method: str, path: str, costly: bool) -> None:
     assert is_costly(method, path) is costly
+
+
+def test_a_costly_read_with_a_bad_token_is_refused_as_before_and_takes_no_place(
+    limited: Daemon,
+) -> None:
+    for token in ("pex_" + "x" * 43, "pop_" + "y" * 43, None):
+        with limited.client(token) as caller:
+            answer = caller.get("/v1/bundles/bnd_" + "0" * 32 + "/diff")
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["code"] == "unauthenticated"
+        assert answer.headers["www-authenticate"] == "Bearer"
