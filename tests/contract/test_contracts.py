@@ -155,6 +155,18 @@ def test_the_api_reads_through_engine_queries() -> None:
     assert offenders == []
 
 
+def test_the_api_hops_to_threads_through_its_own_pools() -> None:
+    """Blocking work of a route runs on the request's pool (``promoter.api.workers``): a
+    route that used Starlette's helper would put the operator's work on the shared pool
+    that other roles can fill (SPEC §10.19)."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "promoter" / "api").rglob("*.py")
+        if "starlette.concurrency" in _imports(path) or "fastapi.concurrency" in _imports(path)
+    ]
+    assert offenders == []
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
