@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
+from promoter.engine.host_state import HostState
 from promoter.engine.operation.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
 from promoter.errors import (
@@ -77,8 +78,16 @@ def register(services: Services) -> Registration:
             row, _ = hosts.register(session, host_id, identities, until)
     registration = Registration(host_id, row.epoch, row.status != hosts.ACTIVE)
     services.host_epoch = registration.epoch
-    services.db.write_guard = guard(registration)
+    services.host.registered(registration.epoch)
+    services.db.write_guard = guard(registration, services.host)
     if registration.fenced:
+        services.host.saw_fence(
+            row.epoch,
+            row.fenced_to,
+            f"host {host_id} was fenced at {row.fenced_at} by {row.fenced_by} (epoch "
+            f"{row.epoch}); an operator admits it (`promoter hosts admit {host_id}`) and "
+            "restarts this daemon",
+        )
         log.error(
             "host %s was fenced at %s by %s (epoch %d, operations handed to %s): this daemon "
             "writes nothing until an operator runs `promoter hosts admit %s` and restarts it",
@@ -94,9 +103,10 @@ def register(services: Services) -> Registration:
     return registration
 
 
-def guard(registration: Registration) -> Callable[[Session], None]:
+def guard(registration: Registration, state: HostState | None = None) -> Callable[[Session], None]:
     """The epoch check for ``Database.write_guard``: raises ``host_fenced`` unless the
-    host is active at the registered epoch (the host's lock held shared)."""
+    host is active at the registered epoch (the host's lock held shared); a fence seen is
+    noted in ``state`` (this daemon's memory of its host) for its whole life."""
 
     def check(session: Session) -> None:
         row = hosts.current(session, registration.host_id)
@@ -116,9 +126,14 @@ def guard(registration: Registration) -> Callable[[Session], None]:
                 registration.epoch,
                 to,
             )
-            raise HostFenced(
+            detail = (
                 f"host {registration.host_id} was fenced off (epoch {epoch}, this daemon "
-                f"registered at {registration.epoch}); it writes nothing",
+                f"registered at {registration.epoch}); it writes nothing"
+            )
+            if state is not None:
+                state.saw_fence(epoch, to, detail)
+            raise HostFenced(
+                detail,
                 host=registration.host_id,
                 epoch=epoch,
                 registered_epoch=registration.epoch,
@@ -133,6 +148,21 @@ def check(services: Services) -> None:
     if services.db.write_guard is not None:
         with services.db.session() as session:
             services.db.write_guard(session)
+
+
+def refuse_if_fenced(services: Services) -> None:
+    """``host_fenced`` when this daemon has seen its host fenced (at its registration, an
+    epoch check or a heartbeat): new grants, leases, runs, bundles and blobs are refused,
+    since nothing they lead to could ever be promoted here. From memory: no database read."""
+    state = services.host
+    if state.fenced:
+        raise HostFenced(
+            state.fenced_reason or f"host {state.host_id} was fenced off; it writes nothing",
+            host=state.host_id,
+            epoch=state.ledger_epoch,
+            registered_epoch=state.epoch,
+            to_host=state.fenced_to,
+        )
 
 
 def _live(row: hosts.Host) -> bool:

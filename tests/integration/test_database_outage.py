@@ -14,12 +14,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from promoter import faults
@@ -29,7 +28,7 @@ from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.operation.watchdog import sweep
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
-from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
+from tests.support.own_postgres import OwnPostgres, binaries
 from tests.support.pause import Pause, specs
 from tests.support.promotion import operation_view, promote, submit, tree_bytes
 
@@ -46,28 +45,6 @@ CHANGES = [(path, FILES[path], NEW[path]) for path in FILES]
 
 def _as_files(files: dict[str, bytes]) -> dict[str, tuple[bytes, int]]:
     return {path: (data, 0o644) for path, data in sorted(files.items())}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[OwnPostgres]:
-    if BIN is None:
-        pytest.skip("no PostgreSQL initdb installed here")
-    with own_postgres(BIN) as server:
-        yield server
-
-
-@pytest.fixture
-def database_url(cluster: OwnPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new, empty database in the module's cluster (the server answering); dropped after."""
-    name = "t_" + str(abs(hash(request.node.nodeid)) % 10**12)
-    admin = cluster.url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        connection.execute(f'CREATE DATABASE "{name}"')
-    yield cluster.url.rsplit("/", 1)[0] + "/" + name
-    cluster.start_if_stopped()
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
