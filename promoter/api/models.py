@@ -234,11 +234,13 @@ class Health(Reply):
 class ReadyChecks(Reply):
     database: bool
     state_dir_writable: bool
+    host_active: bool  # false once this daemon's host was fenced off: it writes nothing
 
 
 class Readiness(Reply):
     status: Literal["ready", "not_ready"]
     checks: ReadyChecks
+    reason: str | None = None  # why not ready, in a sentence (none when ready)
 
 
 class RepositoryInfo(Reply):

@@ -150,21 +150,6 @@ def check(services: Services) -> None:
             services.db.write_guard(session)
 
 
-def refuse_if_fenced(services: Services) -> None:
-    """``host_fenced`` when this daemon has seen its host fenced (at its registration, an
-    epoch check or a heartbeat): new grants, leases, runs, bundles and blobs are refused,
-    since nothing they lead to could ever be promoted here. From memory: no database read."""
-    state = services.host
-    if state.fenced:
-        raise HostFenced(
-            state.fenced_reason or f"host {state.host_id} was fenced off; it writes nothing",
-            host=state.host_id,
-            epoch=state.ledger_epoch,
-            registered_epoch=state.epoch,
-            to_host=state.fenced_to,
-        )
-
-
 def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 

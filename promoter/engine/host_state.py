@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from promoter.errors import HostFenced
+
 __all__ = ["HostState"]
 
 
@@ -49,12 +51,28 @@ class HostState:
             self.epoch = epoch
 
     def saw_fence(self, ledger_epoch: int | None, to_host: str | None, reason: str) -> None:
-        """The ledger says this host is fenced (at ``ledger_epoch``, handed to ``to_host``)."""
+        """The ledger says this host is fenced (at ``ledger_epoch``, handed to ``to_host``);
+        the first reason seen stays (it says the most: who fenced and when)."""
         with self._lock:
             self.fenced = True
-            self.ledger_epoch = ledger_epoch
-            self.fenced_to = to_host
-            self.fenced_reason = reason
+            self.ledger_epoch = ledger_epoch if ledger_epoch is not None else self.ledger_epoch
+            self.fenced_to = to_host or self.fenced_to
+            self.fenced_reason = self.fenced_reason or reason
+
+    def refuse_writes(self) -> None:
+        """``host_fenced`` once this daemon has seen its host fenced: new grants, leases,
+        runs, bundles and blobs are refused, since nothing they lead to could ever be
+        promoted here (the host owns no repository any more). From memory."""
+        with self._lock:
+            if not self.fenced:
+                return
+            raise HostFenced(
+                self.fenced_reason or f"host {self.host_id} was fenced off; it writes nothing",
+                host=self.host_id,
+                epoch=self.ledger_epoch,
+                registered_epoch=self.epoch,
+                to_host=self.fenced_to,
+            )
 
     def database_answered(self, at: str) -> None:
         with self._lock:

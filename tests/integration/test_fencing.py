@@ -35,6 +35,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from promoter.client.wire import tls_context
 from promoter.engine.fencing import Registration, guard
 from promoter.errors import HostFenced
 from promoter.store import hosts
@@ -53,6 +54,14 @@ CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
     ("src/lib.txt", W1, W2),
 ]
 SHORT_LEASE = {"PROMOTER_OWNER_LEASE_SECONDS": "1"}
+_LEASE = {
+    "run_id": "run_1",
+    "attempt": 1,
+    "generation": 1,
+    "resume_epoch": 0,
+    "fence": 7,
+    "expires_at": "2099-01-01T00:00:00Z",
+}
 
 
 class Ledger:
@@ -342,9 +351,10 @@ def test_a_killed_host_is_fenced_only_when_dead_and_b_recovers_its_promotion_exa
 def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -> None:
     """A hung host (SIGSTOP) is fenced while stopped; continued, its attempt stops with
     ``host_fenced`` before its first worktree write (paused after its plan), or before
-    its first target is replaced (paused with its temps staged: they are journaled, and
-    the new owner's recovery removes them). A new process of the host starts fenced: it
-    refuses promotions and recoveries and renews no lease."""
+    its first target is replaced (paused with its temps staged: it removes them, as its
+    own, and says so). A new process of the host starts fenced: it is not ready
+    (``/readyz`` 503, with the reason), refuses promotions, recoveries, grants, leases,
+    runs, blobs and bundles (409 ``host_fenced``) and renews no lease."""
     pause = Pause(ledger.tmp, point)
     a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
     b = ledger.daemon("b")
@@ -365,9 +375,12 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
     assert answer["body"]["to_host"] == "host-b"
     assert (ledger.repo / "src/app.txt").read_bytes() == V1  # no target was replaced
     assert (ledger.repo / "src/lib.txt").read_bytes() == W1
-    staged = sorted(set(_tree(ledger.repo)) - {"src/app.txt", "src/lib.txt"})
-    assert all(Path(name).name.startswith(".promoter-tmp-") for name in staged), staged
-    assert len(staged) == (2 if point == "after_temps_journaled" else 0)
+    assert sorted(_tree(ledger.repo)) == ["src/app.txt", "src/lib.txt"]  # no temp left
+    assert answer["body"]["worktree"] == (
+        "removed its 2 temp files and 0 directories"
+        if point == "after_temps_journaled"
+        else "nothing written"
+    )
     with b.client() as orch:
         left = orch.get(f"/v1/operations/{operation_id}").json()
         assert (left["status"], left["owner"]["host"]) == ("needs_recovery", "host-b")
@@ -385,6 +398,33 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
         assert (recover.status_code, recover.json()["code"]) == (409, "host_fenced")
         seen = orch.get(f"/v1/operations/{operation_id}").json()  # reads are served
         assert (seen["status"], seen["owner"]["host"]) == ("needs_recovery", "host-b")
+        grant = orch.get("/v1/grants/grt_test1").json()
+        refused = [
+            orch.post("/v1/grants", json={**grant, "grant_id": "grt_other", "grant_sha256": ""}),
+            orch.put("/v1/leases/wf_1/implement", json={**_LEASE, "fence": 8}),
+        ]
+        with back.executor("run_1") as executor:
+            blob = b"new bytes\n"
+            refused += [
+                executor.put(f"/v1/blobs/sha256/{hashlib.sha256(blob).hexdigest()}", content=blob),
+                executor.post("/v1/blobs:batchUpdate", content=b""),
+                executor.post("/v1/bundles", json={"schema": "PatchBundleV1"}),
+            ]
+        for answer_ in refused:
+            assert (answer_.status_code, answer_.json()["code"]) == (409, "host_fenced"), (
+                answer_.request.url,
+                answer_.text,
+            )
+            assert answer_.json()["to_host"] == "host-b"
+    ready = httpx.get(f"{back.url}/readyz", verify=tls_context(back.url))
+    assert ready.status_code == 503, ready.text
+    assert ready.json()["checks"] == {
+        "database": True,
+        "state_dir_writable": True,
+        "host_active": False,
+    }
+    assert "host-a was fenced at" in ready.json()["reason"]
+    assert "promoter hosts admit host-a" in ready.json()["reason"]
     listed = _cli(back, "hosts", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     row = {h["host_id"]: h for h in json.loads(listed.stdout)}["host-a"]
