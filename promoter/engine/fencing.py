@@ -219,15 +219,39 @@ def admit(services: Services, host_id: str) -> dict[str, Any]:
 
 
 def list_hosts(services: Services) -> list[dict[str, Any]]:
-    """Every host of the ledger with its epoch, status, lease and fences."""
+    """Every host of the ledger with its epoch, status, lease and fences (and this host's
+    address, the one this daemon serves on; the ledger holds no addresses)."""
     with services.db.session() as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 
+def this_host_only(services: Services) -> dict[str, Any]:
+    """This host as this daemon last saw it, without the database (an outage): what the
+    ledger would say that memory cannot is ``null`` (the lease, the fences' times)."""
+    seen = services.host.view()
+    return {
+        "host_id": seen["host_id"],
+        "epoch": seen["epoch"] if seen["epoch"] is not None else 0,
+        "status": seen["status"],
+        "repositories": [r.identity for r in services.registry.all()],
+        "registered_at": None,
+        "lease_until": None,
+        "lease_expired": None,
+        "fenced_at": None,
+        "fenced_by": None,
+        "fenced_to": seen["fenced_to"],
+        "this_host": True,
+        "address": seen["address"],
+        "fences": [],
+    }
+
+
 def _entry(session: Session, services: Services, row: hosts.Host) -> dict[str, Any]:
+    this = row.host_id == services.owner.host
     return {
         **row.wire(),
         "lease_expired": not _live(row),
-        "this_host": row.host_id == services.owner.host,
+        "this_host": this,
+        "address": services.host.address if this else None,
         "fences": hosts.fences(session, row.host_id),
     }
