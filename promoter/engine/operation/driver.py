@@ -185,7 +185,7 @@ class Driver:
             self._open_group()
         self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
         self._in_group += 1
-        if self._in_group >= TEMPS_TOGETHER or len(self.apply.begun) >= TEMPS_TOGETHER:
+        if self._in_group >= TEMPS_TOGETHER:  # a link temp counts, though staged at once
             self.apply.end_begun()
             self._in_group = 0
 

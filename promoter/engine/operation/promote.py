@@ -9,7 +9,10 @@ replace/unlink in bundle order, one fsync per parent directory), the read-back o
 target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
 found where it expected its own, are kept and named in the report (``kept``). Anything
 unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
-per-path report. Requests, idempotency and scheduling live in
+per-path report. The host's epoch is checked before the first temp, between groups of
+temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
+the temps it named and the empty directories it made, and raises ``host_fenced`` naming
+them (``worktree``). Requests, idempotency and scheduling live in
 ``operation.requests``.
 
 How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
