@@ -425,6 +425,8 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
     }
     assert "host-a was fenced at" in ready.json()["reason"]
     assert "promoter hosts admit host-a" in ready.json()["reason"]
+    scraped = httpx.get(f"{back.url}/metrics", verify=tls_context(back.url)).text.splitlines()
+    assert {"promoter_host_fenced 1.0", "promoter_host_epoch 2.0"} <= set(scraped)
     listed = _cli(back, "hosts", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     row = {h["host_id"]: h for h in json.loads(listed.stdout)}["host-a"]
