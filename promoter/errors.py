@@ -453,6 +453,16 @@ class SchemaMismatch(PromoterError):
     title = "The database schema is not the one this code was built for"
 
 
+class LedgerMissing(PromoterError):
+    """A command that needs the ledger found none where the settings point (a SQLite file
+    that does not exist): it refuses and creates nothing."""
+
+    code = "ledger_missing"
+    http_status = 503
+    exit_code = 78
+    title = "No ledger exists where the settings point"
+
+
 class Stopped(PromoterError):
     code = "stopped"
     http_status = 503

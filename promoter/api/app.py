@@ -69,6 +69,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
             app.state.services.settings.owner_lease_seconds,
             app.state.services.live.now,  # only operations an attempt still runs
             epoch=None if registration.fenced else registration.epoch,
+            state=app.state.services.host,  # the database's state and a fence, in memory
         )
         watchdog = Watchdog(app.state.services)  # no operation left in_progress by a dead attempt
         if not registration.fenced:

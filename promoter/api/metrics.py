@@ -5,7 +5,12 @@ route template and status, promotion outcomes by code, promotion and verificatio
 durations, files and bytes written, blob intake bytes, repository lock waits, and the
 host (``promoter_host_info``, set once services exist). Two
 gauges (operations needing recovery or reconciliation) are read from the database at
-scrape time by ``OperationGauges``, so they are right after a restart too.
+scrape time by ``OperationGauges``, so they are right after a restart too; while the
+database does not answer they keep the last values read. ``HostGauges`` reads this
+daemon's memory of its host (``promoter.engine.host_state``) at scrape time, never the
+database, so a scrape answers through an outage: ``promoter_database_up``,
+``promoter_database_outage_seconds_total``, ``promoter_host_fenced`` and
+``promoter_host_epoch``.
 
 It does not decide what to observe or when (``promoter.api.observe`` does) and never
 touches the global ``prometheus_client.REGISTRY``: several apps in one process do not
@@ -24,26 +29,34 @@ from prometheus_client import (
     Info,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+
+from promoter.engine.host_state import HostState
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _LOCK_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)
 WAITING = ("needs_recovery", "needs_reconciliation")
 
-CountStatuses = Callable[[], dict[str, int]]
+CountStatuses = Callable[[], dict[str, int] | None]  # None: the database did not answer
 
 
 class OperationGauges(Collector):
-    """Operations waiting for a person, counted from the database at each scrape."""
+    """Operations waiting for a person, counted from the database at each scrape (the last
+    counts read while it does not answer)."""
 
     def __init__(self, count: CountStatuses) -> None:
         self._count = count
+        self._last: dict[str, int] = {}
 
     def collect(self) -> Iterable[Metric]:
         counts = self._count()
+        if counts is None:
+            counts = self._last
+        else:
+            self._last = counts
         family = GaugeMetricFamily(
             "promoter_operations_waiting",
             "Operations that wait for recovery or an operator's reconciliation, by status.",
@@ -55,6 +68,45 @@ class OperationGauges(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return []  # collected lazily: no database query at registration
+
+
+class HostGauges(Collector):
+    """This host and its database as the daemon last saw them, read from memory."""
+
+    def __init__(self, host: Callable[[], HostState | None]) -> None:
+        self._host = host
+
+    def collect(self) -> Iterable[Metric]:
+        state = self._host()
+        if state is None:
+            return
+        up = GaugeMetricFamily(
+            "promoter_database_up",
+            "1 when the database answered this daemon's last query of it, else 0.",
+        )
+        up.add_metric([], 1 if state.database_up else 0)
+        yield up
+        outage = CounterMetricFamily(
+            "promoter_database_outage_seconds",
+            "Seconds the database was seen not answering, over the daemon's life.",
+        )
+        outage.add_metric([], state.outage_seconds())
+        yield outage
+        fenced = GaugeMetricFamily(
+            "promoter_host_fenced",
+            "1 once this daemon's host was fenced off by an operator (it writes nothing).",
+        )
+        fenced.add_metric([], 1 if state.fenced else 0)
+        yield fenced
+        epoch = GaugeMetricFamily(
+            "promoter_host_epoch",
+            "The epoch this daemon registered its host at (a fence raises the ledger's).",
+        )
+        epoch.add_metric([], state.epoch or 0)
+        yield epoch
+
+    def describe(self) -> Iterable[Metric]:
+        return []
 
 
 class Metrics:
@@ -130,6 +182,9 @@ class Metrics:
 
     def watch_operations(self, count: CountStatuses) -> None:
         self.registry.register(OperationGauges(count))
+
+    def watch_host(self, host: Callable[[], HostState | None]) -> None:
+        self.registry.register(HostGauges(host))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -234,11 +234,13 @@ class Health(Reply):
 class ReadyChecks(Reply):
     database: bool
     state_dir_writable: bool
+    host_active: bool  # false once this daemon's host was fenced off: it writes nothing
 
 
 class Readiness(Reply):
     status: Literal["ready", "not_ready"]
     checks: ReadyChecks
+    reason: str | None = None  # why not ready, in a sentence (none when ready)
 
 
 class RepositoryInfo(Reply):
@@ -470,14 +472,23 @@ class HostEntry(View):
     status: str = Field(description="`active` or `fenced`")
     repositories: list[str]
     lease_until: str | None
-    lease_expired: bool
+    lease_expired: bool | None = Field(description="null: not known (no database)")
     fenced_at: str | None
     fenced_by: str | None
     fenced_to: str | None
+    address: str | None = Field(
+        default=None, description="the URL the host's daemon serves on, where known"
+    )
 
 
 class HostList(Reply):
     hosts: list[HostEntry]
+    source: Literal["ledger", "this_host"] = Field(
+        description="`ledger`: every host, as the ledger says; `this_host`: the database "
+        "does not answer, so only this host as its daemon last saw it"
+    )
+    database_up: bool
+    detail: str | None = Field(default=None, description="why only this host is shown")
 
 
 class Fenced(Reply):

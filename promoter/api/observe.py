@@ -42,10 +42,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from promoter.api.logs import REQUEST_ID, event, safe_request_id
 from promoter.api.metrics import WAITING, Metrics
 from promoter.api.routes.health import ALIVE, HEALTHZ
+from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.records import Ticket
 from promoter.engine import queries
+from promoter.engine.host_state import HostState
 from promoter.engine.operation.requests import Runner
 from promoter.engine.services import Services
+from promoter.errors import DatabaseBusy, DatabaseUnavailable
 from promoter.fs import lock as fs_lock
 
 access_log = logging.getLogger("promoter.access")
@@ -288,17 +291,44 @@ def _settle(observed: Future[None], attempt: Future[None]) -> None:
         observed.set_result(None)
 
 
-def _waiting_counter(app: FastAPI) -> Callable[[], dict[str, int]]:
+def _services_of(app: FastAPI) -> Callable[[], Services | None]:
     ref = weakref.ref(app)
 
-    def count() -> dict[str, int]:
+    def services() -> Services | None:
         live = ref()
-        services = getattr(live.state, "services", None) if live is not None else None
+        return getattr(live.state, "services", None) if live is not None else None
+
+    return services
+
+
+def _waiting_counter(app: FastAPI) -> Callable[[], dict[str, int] | None]:
+    """The waiting operations, counted at scrape time; None when the database does not
+    answer (noted in the host's state: the scrape is itself a probe of the database)."""
+    services_of = _services_of(app)
+
+    def count() -> dict[str, int] | None:
+        services = services_of()
         if services is None:
             return {}
-        return queries.count_by_status(services.db, WAITING)
+        try:
+            counts = queries.count_by_status(services.db, WAITING)
+        except (DatabaseUnavailable, DatabaseBusy) as exc:
+            services.host.database_failed(f"{exc.code}: {exc.detail}")
+            return None
+        services.host.database_answered(rfc3339(utcnow()))
+        return counts
 
     return count
+
+
+def _host_of(app: FastAPI) -> Callable[[], HostState | None]:
+    services_of = _services_of(app)
+
+    def host() -> HostState | None:
+        services = services_of()
+        return None if services is None else services.host
+
+    return host
 
 
 def _lock_observer(services: Services, metrics: Metrics) -> fs_lock.LockObserver:
@@ -315,7 +345,8 @@ def _lock_observer(services: Services, metrics: Metrics) -> fs_lock.LockObserver
 def install(app: FastAPI) -> Metrics:
     """Add the middleware and the start-up wiring to ``app``; returns its ``Metrics``."""
     metrics = Metrics()
-    metrics.watch_operations(_waiting_counter(app))
+    metrics.watch_operations(_waiting_counter(app))  # first: the scrape's database probe
+    metrics.watch_host(_host_of(app))  # read after it, from memory
     app.state.metrics = metrics
     app.add_middleware(ObserveMiddleware, metrics=metrics)
     inner = app.router.lifespan_context

@@ -46,6 +46,10 @@ class ReadyServer(uvicorn.Server):
             for sock in server.sockets:
                 self.port = int(sock.getsockname()[1])
                 break
+        state = getattr(self.config.app, "state", None)
+        services = getattr(state, "services", None)
+        if services is not None:  # this host's address, for ``GET /v1/hosts``
+            services.host.address = f"http://{self.config.host}:{self.port}"
         if self._announce:
             print(
                 f"promoter: ready on http://{self.config.host}:{self.port}",

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    err_console,
+    read_token,
+    server_url,
+)
 from promoter.client.sync import PromoterClient
 
 hosts_app = typer.Typer(
@@ -34,22 +43,31 @@ def _emit(document: Any) -> None:
 def list_hosts(
     json_output: JsonOpt = False, url: UrlOpt = None, token_file: TokenFileOpt = None
 ) -> None:
-    """List the hosts of the ledger: epoch, status, host lease, fences (operator token)."""
+    """List the hosts of the ledger: epoch, status, host lease, fences, address (operator
+    token). While the database does not answer, the daemon shows only its own host, as it
+    last saw it, and a line on stderr says so."""
     with _client(url, token_file) as client:
-        items = client.list_hosts()
+        seen = client.hosts_seen()
+    items = seen["hosts"]
+    if seen.get("source") == "this_host":
+        err_console.print(f"[yellow]only this host's own view[/]: {escape(seen['detail'])}")
     if json_output:
         _emit(items)
         return
-    table = Table("host", "epoch", "status", "lease until", "expired", "fenced to", "repositories")
+    table = Table(
+        "host", "epoch", "status", "lease until", "expired", "fenced to", "repositories", "address"
+    )
     for item in items:
+        expired = item["lease_expired"]
         table.add_row(
             item["host_id"] + (" (this)" if item.get("this_host") else ""),
             str(item["epoch"]),
             item["status"],
             item.get("lease_until") or "",
-            "yes" if item["lease_expired"] else "no",
+            "unknown" if expired is None else ("yes" if expired else "no"),
             item.get("fenced_to") or "",
             str(len(item["repositories"])),
+            item.get("address") or "",
         )
     console.print(table)
 

@@ -15,6 +15,7 @@ the keyring.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,7 @@ from promoter.config import Settings, load_settings
 from promoter.engine.operation.ownership import machine_host_id
 from promoter.engine.receipts.envelopes import publish_keyring
 from promoter.engine.receipts.keyring import Keyring, load_keyring, rotate
-from promoter.errors import PromoterError
+from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
 from promoter.store import db as dbmod
 
 StateDirOpt = Annotated[
@@ -62,10 +63,16 @@ def rotate_keys(
     """Retire the active signing key now; new receipts are signed by a new key.
 
     Envelopes signed before still verify against the retired public key, which stays
-    listed (GET /v1/keys) with its validity window. Exit codes: 0 rotated; 78
-    config_error (unreadable or inconsistent key files).
+    listed (GET /v1/keys) with its validity window. It needs the ledger and refuses,
+    changing nothing, when there is none or it is not migrated. Exit codes: 0 rotated; 78
+    ledger_missing (no ledger where the settings point), schema_mismatch (not migrated)
+    or config_error (unreadable or inconsistent key files).
     """
     settings = load_settings(config, state_dir=state_dir)
+    # nothing is created when there is no ledger; in an outage the key is rotated now and
+    # published by the daemon before it signs with it (``_publish`` says so)
+    with contextlib.suppress(DatabaseUnavailable, DatabaseBusy):
+        dbmod.require_ledger(settings.db_url)
     keyring = rotate(settings.signing_dir, datetime.now(UTC))
     _publish(settings, keyring)
     _show(keyring, as_json)

@@ -204,15 +204,20 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
     keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
 ) -> None:
-    """Remove unreferenced blobs older than the retention period; prune old snapshots."""
+    """Remove unreferenced blobs older than the retention period; prune old snapshots.
+
+    Needs the daemon's ledger: exit 78 (ledger_missing, schema_mismatch) when there is
+    none where the settings point or it is not migrated; nothing is created."""
     from promoter.adapters.webhooks import daemon_services
     from promoter.cli.common import err_console, iec
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.gc import collect
+    from promoter.store.db import require_ledger
 
     settings = load_settings(
         config, state_dir=state_dir, repositories=parse_repo_flags(repo) if repo else None
     )
+    require_ledger(settings.db_url)  # no ledger, or not migrated: refused, nothing created
     services = daemon_services(settings)
     try:
         report = collect(services, dry_run=dry_run, keep_snapshots=keep_snapshots)
@@ -236,7 +241,9 @@ def main() -> None:
 
         from promoter.cli.common import err_console
 
-        err_console.print(f"[bold red]error[/] {escape(f'[{exc.code}]')} {escape(exc.detail)}")
+        err_console.print(  # one line, however long: never wrapped
+            f"[bold red]error[/] {escape(f'[{exc.code}]')} {escape(exc.detail)}", soft_wrap=True
+        )
         sys.exit(exc.exit_code)
 
 

@@ -301,6 +301,11 @@ class PromoterClient(BlobCalls):
         """Every host of the ledger with its epoch and leases (operator)."""
         return list(self._json("GET", "/v1/hosts")["hosts"])
 
+    def hosts_seen(self) -> Json:
+        """``GET /v1/hosts`` whole: the hosts, and whether they are the ledger's
+        (``source``) or, while the database does not answer, this daemon's own view."""
+        return self._json("GET", "/v1/hosts")
+
     def fence_host(self, host: str, to: str) -> Json:
         """Fence ``host`` off and hand its operations to ``to`` (operator)."""
         return self._json("POST", f"/v1/hosts/{segment(host)}/fence", json_body={"to": to})

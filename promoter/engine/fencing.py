@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
+from promoter.engine.host_state import HostState
 from promoter.engine.operation.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
 from promoter.errors import (
@@ -77,8 +78,16 @@ def register(services: Services) -> Registration:
             row, _ = hosts.register(session, host_id, identities, until)
     registration = Registration(host_id, row.epoch, row.status != hosts.ACTIVE)
     services.host_epoch = registration.epoch
-    services.db.write_guard = guard(registration)
+    services.host.registered(registration.epoch)
+    services.db.write_guard = guard(registration, services.host)
     if registration.fenced:
+        services.host.saw_fence(
+            row.epoch,
+            row.fenced_to,
+            f"host {host_id} was fenced at {row.fenced_at} by {row.fenced_by} (epoch "
+            f"{row.epoch}); an operator admits it (`promoter hosts admit {host_id}`) and "
+            "restarts this daemon",
+        )
         log.error(
             "host %s was fenced at %s by %s (epoch %d, operations handed to %s): this daemon "
             "writes nothing until an operator runs `promoter hosts admit %s` and restarts it",
@@ -94,9 +103,10 @@ def register(services: Services) -> Registration:
     return registration
 
 
-def guard(registration: Registration) -> Callable[[Session], None]:
+def guard(registration: Registration, state: HostState | None = None) -> Callable[[Session], None]:
     """The epoch check for ``Database.write_guard``: raises ``host_fenced`` unless the
-    host is active at the registered epoch (the host's lock held shared)."""
+    host is active at the registered epoch (the host's lock held shared); a fence seen is
+    noted in ``state`` (this daemon's memory of its host) for its whole life."""
 
     def check(session: Session) -> None:
         row = hosts.current(session, registration.host_id)
@@ -116,9 +126,14 @@ def guard(registration: Registration) -> Callable[[Session], None]:
                 registration.epoch,
                 to,
             )
-            raise HostFenced(
+            detail = (
                 f"host {registration.host_id} was fenced off (epoch {epoch}, this daemon "
-                f"registered at {registration.epoch}); it writes nothing",
+                f"registered at {registration.epoch}); it writes nothing"
+            )
+            if state is not None:
+                state.saw_fence(epoch, to, detail)
+            raise HostFenced(
+                detail,
                 host=registration.host_id,
                 epoch=epoch,
                 registered_epoch=registration.epoch,
@@ -204,15 +219,39 @@ def admit(services: Services, host_id: str) -> dict[str, Any]:
 
 
 def list_hosts(services: Services) -> list[dict[str, Any]]:
-    """Every host of the ledger with its epoch, status, lease and fences."""
+    """Every host of the ledger with its epoch, status, lease and fences (and this host's
+    address, the one this daemon serves on; the ledger holds no addresses)."""
     with services.db.session() as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 
+def this_host_only(services: Services) -> dict[str, Any]:
+    """This host as this daemon last saw it, without the database (an outage): what the
+    ledger would say that memory cannot is ``null`` (the lease, the fences' times)."""
+    seen = services.host.view()
+    return {
+        "host_id": seen["host_id"],
+        "epoch": seen["epoch"] if seen["epoch"] is not None else 0,
+        "status": seen["status"],
+        "repositories": [r.identity for r in services.registry.all()],
+        "registered_at": None,
+        "lease_until": None,
+        "lease_expired": None,
+        "fenced_at": None,
+        "fenced_by": None,
+        "fenced_to": seen["fenced_to"],
+        "this_host": True,
+        "address": seen["address"],
+        "fences": [],
+    }
+
+
 def _entry(session: Session, services: Services, row: hosts.Host) -> dict[str, Any]:
+    this = row.host_id == services.owner.host
     return {
         **row.wire(),
         "lease_expired": not _live(row),
-        "this_host": row.host_id == services.owner.host,
+        "this_host": this,
+        "address": services.host.address if this else None,
         "fences": hosts.fences(session, row.host_id),
     }

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.engine.host_state import HostState
 from promoter.engine.operation import liveness
 from promoter.engine.operation.liveness import LiveAttempts
 from promoter.engine.operation.ownership import Owner, machine_host_id
@@ -96,7 +97,12 @@ class Services:
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
     # the epoch this daemon registered its host at (``promoter.engine.fencing``)
     host_epoch: int | None = None
+    # this host and its database as last seen, without the database (``engine.host_state``)
+    host: HostState = field(init=False)
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.host = HostState(self.owner.host)
 
     # ``once`` fills only these fields: the overloads tie each name to its field's type
     @overload

@@ -24,6 +24,12 @@ Choices made here:
   under the lock is what decides a write.
 - A symlink, FIFO, socket, directory, hard-linked or foreign-owned lock path raises
   ``PathUnsafe`` at once (no retry, no hang).
+- The holder writes who it is into the lock file once it holds it (``holder``: its pid
+  and host id, as one JSON line; emptied again before release) and a waiter that times
+  out reads it, so ``LockUnavailable`` names the process that holds the lock, and on this
+  machine whether it is stopped (``/proc/<pid>/stat``). The record is a hint for the
+  operator, never a lock: a holder killed mid-write leaves a stale line that the next
+  holder overwrites.
 - The thread lock is not reentrant: taking the same repository's lock again in the
   same thread waits for the timeout.
 
@@ -35,13 +41,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from portalocker import AlreadyLocked, LockException, LockFlags
 from portalocker.portalocker import FlockLocker
@@ -51,6 +58,7 @@ from promoter.errors import LockUnavailable, PathUnsafe, WriteFailed
 LOCK_NAME = "promoter.lock"
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_HOLDER_BYTES = 512  # the holder's line, at most
 _FIRST_DELAY = 0.002
 _MAX_DELAY = 0.05
 
@@ -75,7 +83,11 @@ class RepoLock:
         *,
         timeout: float = 30.0,
         index_lock_dirs: Sequence[str | os.PathLike[str]] = (),
+        holder: str | None = None,
     ) -> None:
+        """``holder``: this process's name in the lock file while it holds the lock (a
+        host id); its pid is recorded beside it."""
+        self.holder = holder
         self.common_dir = os.path.realpath(common_dir)
         self.path = os.path.join(self.common_dir, LOCK_NAME)
         self.timeout = timeout
@@ -121,11 +133,14 @@ class RepoLock:
             reason = self._try_lock(fd)
             if reason is None:
                 self._fd = fd
+                self._record_holder()
                 return
-            os.close(fd)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._unavailable(reason)
+                holder = _read_holder(fd) if reason == "held_by_another_process" else None
+                os.close(fd)
+                raise self._unavailable(reason, holder)
+            os.close(fd)
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, _MAX_DELAY)
 
@@ -182,13 +197,30 @@ class RepoLock:
     def _index_lock_present(self) -> bool:
         return any(os.path.lexists(os.path.join(d, "index.lock")) for d in self.index_lock_dirs)
 
-    def _unavailable(self, reason: str) -> LockUnavailable:
+    def _unavailable(self, reason: str, holder: dict[str, Any] | None = None) -> LockUnavailable:
+        if holder is None:
+            return LockUnavailable(
+                "the repository lock could not be taken in time",
+                path=self.path,
+                reason=reason,
+                timeout_seconds=self.timeout,
+            )
         return LockUnavailable(
-            "the repository lock could not be taken in time",
+            f"the repository lock is held by {_describe(holder)}",
             path=self.path,
             reason=reason,
             timeout_seconds=self.timeout,
+            holder=holder,
         )
+
+    def _record_holder(self) -> None:
+        """Write this process into the held lock file (a hint; a failure is ignored)."""
+        if self.holder is None:
+            return
+        line = json.dumps({"pid": os.getpid(), "host": self.holder}, sort_keys=True) + "\n"
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, line.encode()[:_HOLDER_BYTES], 0)
 
     # -- holding and releasing ---------------------------------------------------------
 
@@ -201,6 +233,9 @@ class RepoLock:
 
     def release(self) -> None:
         """Drop the flock, close the descriptors and release the in-process lock."""
+        if self._fd >= 0 and self.holder is not None:
+            with contextlib.suppress(OSError):  # no stale holder left behind
+                os.ftruncate(self._fd, 0)
         if self._fd >= 0:
             # closing the last descriptor below drops the flock even if unlocking fails
             with contextlib.suppress(LockException):
@@ -231,3 +266,46 @@ class RepoLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    """The holder recorded in the lock file, with its state when its pid runs on this
+    machine (``stopped``, ``running``, ``gone``); None when none is recorded."""
+    try:
+        raw = os.pread(fd, _HOLDER_BYTES, 0)
+        found = json.loads(raw.decode("utf-8", "replace").splitlines()[0]) if raw else None
+    except (OSError, ValueError, IndexError):
+        return None
+    if not isinstance(found, dict) or not isinstance(found.get("pid"), int):
+        return None
+    holder: dict[str, Any] = {"pid": found["pid"], "host": str(found.get("host", ""))}
+    holder["state"] = _process_state(found["pid"])
+    return holder
+
+
+def _process_state(pid: int) -> str:
+    """``stopped`` (SIGSTOP, traced), ``running`` or ``gone`` for a pid of this machine's
+    process namespace (a holder on another machine sharing the disk reads as ``gone`` or
+    as an unrelated process: the host id in the record tells them apart)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat_file:
+            fields = stat_file.read().rpartition(")")[2].split()
+    except OSError:
+        return "gone"
+    return "stopped" if fields and fields[0] in ("T", "t") else "running"
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    """One sentence: who holds the lock and what the operator can do."""
+    pid, host, state = holder["pid"], holder["host"] or "an unknown host", holder["state"]
+    if state == "stopped":
+        return (
+            f"process {pid} of host {host}, which is stopped: `kill -CONT {pid}` lets it "
+            f"go on (a fenced host then stands down and releases it), `kill {pid}` ends it"
+        )
+    if state == "gone":
+        return (
+            f"process {pid} of host {host}, not running on this machine: it runs elsewhere "
+            "on a shared disk, or its lock is released when its process ends; try again"
+        )
+    return f"process {pid} of host {host}, which is running: try again once it is done"

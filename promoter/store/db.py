@@ -60,6 +60,7 @@ from promoter import faults
 from promoter.errors import (
     DatabaseBusy,
     DatabaseUnavailable,
+    LedgerMissing,
     OperationConflict,
     PromoterError,
     SchemaMismatch,
@@ -324,6 +325,33 @@ def check_schema(url: str) -> None:
         raise StorageError(f"database schema check failed: {exc}") from exc
     finally:
         engine.dispose()
+
+
+def require_ledger(url: str) -> None:
+    """For a command that needs an existing, migrated ledger: raise unless the database at
+    ``url`` exists and is at the code's newest schema, creating nothing.
+
+    A SQLite URL whose file does not exist is ``ledger_missing`` (connecting would create
+    an empty file); a database at another revision is ``schema_mismatch``; a server that
+    does not answer is ``database_unavailable``.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        if not path or path == ":memory:" or path.startswith("file:"):
+            raise LedgerMissing(f"{url} is not a ledger a command can open")
+        if not os.path.isfile(path):
+            raise LedgerMissing(
+                f"no ledger at {path}: point --state-dir at the daemon's state directory, "
+                "or set PROMOTER_DATABASE_URL to its database (`promoter db upgrade` makes "
+                "a new one)",
+                path=path,
+            )
+        if os.path.getsize(path) == 0:  # opening it would write a header, pragmas, a WAL
+            raise SchemaMismatch(
+                f"the ledger at {path} is empty (not migrated); run `promoter db upgrade` first"
+            )
+    check_schema(url)
 
 
 def _writes(session: Session) -> bool:

@@ -11,15 +11,17 @@ SQLite the outage is a lock: another connection holds the database file exclusiv
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from promoter import faults
@@ -29,7 +31,7 @@ from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.operation.watchdog import sweep
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
-from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
+from tests.support.own_postgres import OwnPostgres, binaries
 from tests.support.pause import Pause, specs
 from tests.support.promotion import operation_view, promote, submit, tree_bytes
 
@@ -46,28 +48,6 @@ CHANGES = [(path, FILES[path], NEW[path]) for path in FILES]
 
 def _as_files(files: dict[str, bytes]) -> dict[str, tuple[bytes, int]]:
     return {path: (data, 0o644) for path, data in sorted(files.items())}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[OwnPostgres]:
-    if BIN is None:
-        pytest.skip("no PostgreSQL initdb installed here")
-    with own_postgres(BIN) as server:
-        yield server
-
-
-@pytest.fixture
-def database_url(cluster: OwnPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new, empty database in the module's cluster (the server answering); dropped after."""
-    name = "t_" + str(abs(hash(request.node.nodeid)) % 10**12)
-    admin = cluster.url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        connection.execute(f'CREATE DATABASE "{name}"')
-    yield cluster.url.rsplit("/", 1)[0] + "/" + name
-    cluster.start_if_stopped()
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -452,3 +432,100 @@ def test_the_daemons_watchdog_recovers_an_attempt_that_gave_up_behind_a_lock(
         view = _completed(daemon, operation_id)
     assert view["code"] is None
     assert tree_bytes(repo) == _as_files(NEW)
+
+
+def _scrape(daemon: Daemon) -> dict[str, float]:
+    """``/metrics`` answered (200), as ``{sample: value}`` for promoter's own samples."""
+    with daemon.operator() as operator:
+        answer = operator.get("/metrics")
+    assert answer.status_code == 200, answer.text
+    samples: dict[str, float] = {}
+    for line in answer.text.splitlines():
+        if line.startswith("promoter_") and " " in line:
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def _hosts_cli(daemon: Daemon) -> subprocess.CompletedProcess[str]:
+    token = daemon.state_dir / "operator.token"
+    token.write_text(daemon.operator_token)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    argv = [sys.executable, "-m", "promoter.cli.main", "hosts", "list", "--url", daemon.url]
+    return subprocess.run(
+        [*argv, "--token-file", str(token)], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@needs_postgres
+def test_the_operator_sees_through_an_outage(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database stopped: ``/metrics`` still answers, from memory (the database down,
+    the outage's seconds growing, the host not fenced, its epoch); ``GET /v1/hosts`` and
+    ``promoter hosts list`` show this host's own view, labelled, with its address; each
+    failed heartbeat is one line, no traceback. The database back: up again, the outage's
+    seconds stop growing, the ledger's list comes back."""
+    with running_daemon(
+        tmp_path / "s", {"lab": repo}, database_url=database_url, owner_lease_seconds=1.0
+    ) as daemon:
+        host = daemon.services.owner.host
+        seen = _scrape(daemon)
+        assert (seen["promoter_database_up"], seen["promoter_host_fenced"]) == (1.0, 0.0)
+        assert seen["promoter_host_epoch"] == 1.0
+        assert seen["promoter_database_outage_seconds_total"] == 0.0
+        with daemon.operator() as operator:
+            listed = operator.get("/v1/hosts").json()
+        assert (listed["source"], listed["database_up"]) == ("ledger", True)
+        ((entry),) = listed["hosts"]
+        assert (entry["host_id"], entry["address"], entry["this_host"]) == (
+            host,
+            daemon.url,
+            True,
+        )
+
+        cluster.stop()
+        down = _scrape(daemon)
+        assert (down["promoter_database_up"], down["promoter_host_fenced"]) == (0.0, 0.0)
+        assert down["promoter_host_epoch"] == 1.0
+        later = _scrape(daemon)
+        assert (
+            later["promoter_database_outage_seconds_total"]
+            > (down["promoter_database_outage_seconds_total"])
+        )
+        with daemon.operator() as operator:
+            answer = operator.get("/v1/hosts")
+        assert answer.status_code == 200, answer.text
+        alone = answer.json()
+        assert (alone["source"], alone["database_up"]) == ("this_host", False)
+        assert f"this is {host}'s own view, not the ledger's" in alone["detail"]
+        ((mine),) = alone["hosts"]
+        assert (mine["host_id"], mine["status"], mine["epoch"]) == (host, "active", 1)
+        assert (mine["address"], mine["lease_expired"]) == (daemon.url, None)
+        shown = _hosts_cli(daemon)
+        assert shown.returncode == 0, shown.stderr
+        assert "only this host's own view" in shown.stderr
+        assert host in shown.stdout and "unknown" in shown.stdout
+        deadline = time.monotonic() + 60
+        while not [r for r in caplog.records if "heartbeat failed" in r.getMessage()]:
+            assert time.monotonic() < deadline, "the heartbeat never ran into the outage"
+            time.sleep(0.05)
+        beats = [r for r in caplog.records if "heartbeat failed" in r.getMessage()]
+        assert all(r.exc_info is None and "\n" not in r.getMessage() for r in beats)
+        assert "database_unavailable" in beats[0].getMessage()
+
+        cluster.start()
+        back = _scrape(daemon)
+        assert back["promoter_database_up"] == 1.0
+        again = _scrape(daemon)
+        assert (
+            again["promoter_database_outage_seconds_total"]
+            == (back["promoter_database_outage_seconds_total"])
+        )
+        assert back["promoter_database_outage_seconds_total"] > 0.0
+        with daemon.operator() as operator:
+            assert operator.get("/v1/hosts").json()["source"] == "ledger"

@@ -35,6 +35,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from promoter.client.wire import tls_context
 from promoter.engine.fencing import Registration, guard
 from promoter.errors import HostFenced
 from promoter.store import hosts
@@ -53,15 +54,27 @@ CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
     ("src/lib.txt", W1, W2),
 ]
 SHORT_LEASE = {"PROMOTER_OWNER_LEASE_SECONDS": "1"}
+_LEASE = {
+    "run_id": "run_1",
+    "attempt": 1,
+    "generation": 1,
+    "resume_epoch": 0,
+    "fence": 7,
+    "expires_at": "2099-01-01T00:00:00Z",
+}
 
 
 class Ledger:
     """The test's shared database, worktree and state directory, and its daemons."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(
+        self, tmp_path: Path, url: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
         self.tmp = tmp_path
-        self.url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'ledger.db'}"
-        self.repo = init_repo(tmp_path / "work", {"src/app.txt": V1, "src/lib.txt": W1})
+        self.url = (
+            url or os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'ledger.db'}"
+        )
+        self.repo = init_repo(tmp_path / "work", files or {"src/app.txt": V1, "src/lib.txt": W1})
         self.state = tmp_path / "state"
         self.started: list[DaemonProcess] = []
 
@@ -100,6 +113,19 @@ class Ledger:
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
     shared = Ledger(tmp_path)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+PERSONS = {"src/app.txt": V1, "src/lib.txt": W1, "notes/mine.txt": b"the person's notes\n"}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, database_url: str) -> Iterator[Ledger]:
+    """A ledger on a PostgreSQL cluster the module started itself (``database_url``)."""
+    shared = Ledger(tmp_path, database_url, PERSONS)
     try:
         yield shared
     finally:
@@ -215,6 +241,23 @@ def _tree(repo: Path) -> dict[str, str]:
     }
 
 
+def _listing(repo: Path) -> dict[str, str]:
+    """Every name in the worktree outside .git: ``dir`` for a directory, else the sha256
+    of the file's bytes (``link:<target>`` for a symlink)."""
+    found: dict[str, str] = {}
+    for path in sorted(repo.rglob("*")):
+        rel = path.relative_to(repo)
+        if rel.parts[0] == ".git":
+            continue
+        if path.is_symlink():
+            found[str(rel)] = f"link:{os.readlink(path)}"
+        elif path.is_dir():
+            found[str(rel)] = "dir"
+        else:
+            found[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
 def _exact_new(repo: Path) -> None:
     assert (repo / "src/app.txt").read_bytes() == V2
     assert (repo / "src/lib.txt").read_bytes() == W2
@@ -308,9 +351,10 @@ def test_a_killed_host_is_fenced_only_when_dead_and_b_recovers_its_promotion_exa
 def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -> None:
     """A hung host (SIGSTOP) is fenced while stopped; continued, its attempt stops with
     ``host_fenced`` before its first worktree write (paused after its plan), or before
-    its first target is replaced (paused with its temps staged: they are journaled, and
-    the new owner's recovery removes them). A new process of the host starts fenced: it
-    refuses promotions and recoveries and renews no lease."""
+    its first target is replaced (paused with its temps staged: it removes them, as its
+    own, and says so). A new process of the host starts fenced: it is not ready
+    (``/readyz`` 503, with the reason), refuses promotions, recoveries, grants, leases,
+    runs, blobs and bundles (409 ``host_fenced``) and renews no lease."""
     pause = Pause(ledger.tmp, point)
     a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
     b = ledger.daemon("b")
@@ -331,9 +375,12 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
     assert answer["body"]["to_host"] == "host-b"
     assert (ledger.repo / "src/app.txt").read_bytes() == V1  # no target was replaced
     assert (ledger.repo / "src/lib.txt").read_bytes() == W1
-    staged = sorted(set(_tree(ledger.repo)) - {"src/app.txt", "src/lib.txt"})
-    assert all(Path(name).name.startswith(".promoter-tmp-") for name in staged), staged
-    assert len(staged) == (2 if point == "after_temps_journaled" else 0)
+    assert sorted(_tree(ledger.repo)) == ["src/app.txt", "src/lib.txt"]  # no temp left
+    assert answer["body"]["worktree"] == (
+        "removed its 2 temp files and 0 directories"
+        if point == "after_temps_journaled"
+        else "nothing written"
+    )
     with b.client() as orch:
         left = orch.get(f"/v1/operations/{operation_id}").json()
         assert (left["status"], left["owner"]["host"]) == ("needs_recovery", "host-b")
@@ -351,6 +398,35 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
         assert (recover.status_code, recover.json()["code"]) == (409, "host_fenced")
         seen = orch.get(f"/v1/operations/{operation_id}").json()  # reads are served
         assert (seen["status"], seen["owner"]["host"]) == ("needs_recovery", "host-b")
+        grant = orch.get("/v1/grants/grt_test1").json()
+        refused = [
+            orch.post("/v1/grants", json={**grant, "grant_id": "grt_other", "grant_sha256": ""}),
+            orch.put("/v1/leases/wf_1/implement", json={**_LEASE, "fence": 8}),
+        ]
+        with back.executor("run_1") as executor:
+            blob = b"new bytes\n"
+            refused += [
+                executor.put(f"/v1/blobs/sha256/{hashlib.sha256(blob).hexdigest()}", content=blob),
+                executor.post("/v1/blobs:batchUpdate", content=b""),
+                executor.post("/v1/bundles", json={"schema": "PatchBundleV1"}),
+            ]
+        for answer_ in refused:
+            assert (answer_.status_code, answer_.json()["code"]) == (409, "host_fenced"), (
+                answer_.request.url,
+                answer_.text,
+            )
+            assert answer_.json()["to_host"] == "host-b"
+    ready = httpx.get(f"{back.url}/readyz", verify=tls_context(back.url))
+    assert ready.status_code == 503, ready.text
+    assert ready.json()["checks"] == {
+        "database": True,
+        "state_dir_writable": True,
+        "host_active": False,
+    }
+    assert "host-a was fenced at" in ready.json()["reason"]
+    assert "promoter hosts admit host-a" in ready.json()["reason"]
+    scraped = httpx.get(f"{back.url}/metrics", verify=tls_context(back.url)).text.splitlines()
+    assert {"promoter_host_fenced 1.0", "promoter_host_epoch 2.0"} <= set(scraped)
     listed = _cli(back, "hosts", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     row = {h["host_id"]: h for h in json.loads(listed.stdout)}["host-a"]
@@ -361,6 +437,74 @@ def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -
         done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7}).json()
         assert (done["status"], done["owner"]["host"]) == ("completed", "host-b")
     _exact_new(ledger.repo)
+
+
+BIG = 300  # new files in new directories: five groups of temps (TEMPS_TOGETHER = 64)
+
+
+def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_fence(
+    fleet: Ledger,
+) -> None:
+    """F1: host A promotes a large change and is stopped (SIGSTOP) inside its temp staging,
+    its second group of temps half named; the operator fences A to B. B's recovery meets
+    A's repository lock and names the stopped process that holds it. A, continued, sees
+    the fence before its next group: no temp, directory or name of it appears after the
+    fence, and it removes the temps and directories it made before (its own: journaled
+    names, its inode and bytes) and says so. The person's files are byte-identical; B
+    recovers exactly."""
+    scratch = fleet.repo / "scratch.txt"
+    scratch.write_bytes(b"the person's unsaved, untracked work\n")
+    changes: list[tuple[str, bytes | None, bytes | None]] = [("src/app.txt", V1, V2)]
+    changes += [(f"gen/d{i // 50}/f{i:04d}.txt", None, b"file %d\n" % i) for i in range(BIG)]
+    pause = Pause(fleet.tmp, "after_temp_write", nth=70)  # 64 named, then 6 of the second group
+    a = fleet.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+    b = fleet.daemon("b", env={"PROMOTER_LOCK_TIMEOUT": "1"})
+    request = prepare_promotion(a, fleet.repo, changes)
+    original = _listing(fleet.repo)
+    answer = _promote_in_background(a, request)
+    pause.reached()
+    operation_id = _operation_id(b)
+    _hang(fleet, a)  # stopped mid-staging: no heartbeat, the repository lock held
+    before_fence = _listing(fleet.repo)
+    made = sorted(set(before_fence) - set(original))
+    assert sum(Path(n).name.startswith(".promoter-tmp-") for n in made) == 70, made
+    _until_leases_expired(b, "host-a", operation_id)
+    fenced = _fence(b, "operator", "host-a", "host-b")
+    assert fenced.status_code == 200, fenced.text
+    assert fenced.json()["operations"] == [operation_id]
+
+    with b.client() as orch:  # A's lock: the stopped holder is named, nothing is written
+        held = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+    assert (held.status_code, held.json()["code"]) == (409, "lock_unavailable"), held.text
+    assert held.json()["holder"] == {"pid": a.proc.pid, "host": "host-a", "state": "stopped"}
+    assert f"kill -CONT {a.proc.pid}" in held.json()["detail"]
+    assert _listing(fleet.repo) == before_fence
+
+    a.proc.send_signal(signal.SIGCONT)
+    pause.release()
+    answer["thread"].join()
+    assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+    after = _listing(fleet.repo)
+    assert sorted(set(after) - set(before_fence)) == []  # nothing of A's after the fence
+    assert after == original  # and what it made before is gone: the person's bytes as they were
+    assert scratch.read_bytes() == b"the person's unsaved, untracked work\n"
+    dirs = [n for n in made if before_fence[n] == "dir"]
+    assert answer["body"]["worktree"] == (
+        f"removed its 128 temp files and {len(dirs)} directories"
+    ), answer["body"]
+    assert not any("nothing written" in line for line in a.log)
+    assert any("removed its 128 temp files" in line for line in a.log)
+
+    with b.client() as orch:
+        done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+    assert done.status_code == 200, done.text
+    assert (done.json()["status"], done.json()["owner"]["host"]) == ("completed", "host-b")
+    expected = {**original, "src/app.txt": hashlib.sha256(V2).hexdigest(), "gen": "dir"}
+    for path, _, new in changes[1:]:
+        assert new is not None
+        expected[path] = hashlib.sha256(new).hexdigest()
+        expected[str(Path(path).parent)] = "dir"
+    assert _listing(fleet.repo) == expected  # exact: no temp of anyone's left
 
 
 @pytest.mark.postgresql_only

@@ -271,3 +271,31 @@ def test_a_host_started_with_another_host_s_key_refuses_to_start(tmp_path: Path)
         assert [(k["keyid"], k["host_id"]) for k in key_set(a)["keys"]] == [(a_key, "a")]
     finally:
         a.kill()
+
+
+@pytest.mark.database_free  # its commands run with no database settings at all
+@pytest.mark.parametrize("ledger", ["absent", "empty"])
+@pytest.mark.parametrize("command", [("keys", "rotate"), ("gc",)])
+def test_a_command_that_needs_the_ledger_refuses_without_one_and_creates_nothing(
+    tmp_path: Path, ledger: str, command: tuple[str, ...]
+) -> None:
+    """No database settings and a state directory with no ledger (or an empty file, never
+    migrated): the command refuses in one line with exit 78 and creates nothing: no
+    ``promoter.db``, no key, no directory."""
+    empty = tmp_path / "EMPTY"
+    empty.mkdir()
+    if ledger == "empty":
+        (empty / "promoter.db").write_bytes(b"")
+    before = sorted(str(p.relative_to(empty)) for p in empty.rglob("*"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    argv = [sys.executable, "-m", "promoter.cli.main", *command, "--state-dir", str(empty)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert sorted(str(p.relative_to(empty)) for p in empty.rglob("*")) == before
+    assert (empty / "promoter.db").exists() is (ledger == "empty")
+    if ledger == "empty":
+        assert (empty / "promoter.db").read_bytes() == b""
+    (line,) = done.stderr.splitlines()
+    code = "ledger_missing" if ledger == "absent" else "schema_mismatch"
+    assert line.startswith(f"error [{code}] "), line
+    assert ("no ledger at " if ledger == "absent" else "promoter db upgrade") in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -369,3 +370,55 @@ def test_git_index_lock_removed_mid_wait_lets_the_lock_be_taken(
     (worktree_git / "index.lock").unlink()
     thread.join()
     assert outcome == [None]
+
+
+NAMED_HOLDER = """
+import sys
+from promoter.fs.lock import RepoLock
+with RepoLock(sys.argv[1], timeout=10, holder="host-a"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_waiter_is_told_which_process_holds_the_lock_and_that_it_is_stopped(
+    common: Path,
+) -> None:
+    """The holder records its pid and host id in the lock file while it holds the lock: a
+    waiter that times out names it, running or stopped (SIGSTOP), with what to do; the
+    record is emptied when the lock is released."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NAMED_HOLDER, str(common)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert proc.stdout.readline() == "held\n"
+        with pytest.raises(LockUnavailable) as running:
+            RepoLock(common, timeout=0.05).acquire()
+        assert running.value.context["holder"] == {
+            "pid": proc.pid,
+            "host": "host-a",
+            "state": "running",
+        }
+        proc.send_signal(signal.SIGSTOP)
+        stat_file = Path(f"/proc/{proc.pid}/stat")
+        deadline = time.monotonic() + 60
+        while stat_file.read_text().rpartition(")")[2].split()[0] not in "tT":
+            assert time.monotonic() < deadline, "the holder never stopped"
+            time.sleep(0.005)
+        with pytest.raises(LockUnavailable) as stopped:
+            RepoLock(common, timeout=0.05).acquire()
+        assert stopped.value.context["holder"]["state"] == "stopped"
+        assert f"kill -CONT {proc.pid}" in stopped.value.detail
+        proc.send_signal(signal.SIGCONT)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+    assert (common / LOCK_NAME).read_bytes() == b""  # released: no stale holder
+    with RepoLock(common, timeout=1):  # and free
+        pass

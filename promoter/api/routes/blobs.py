@@ -120,6 +120,7 @@ class _Upload:
             self.reserved = size
 
     def open(self, limit: int, declared: int) -> None:
+        self.services.host.refuse_writes()  # a fenced host could never promote it
         self.free = self.services.blobs.has(self.sha256)
         self.reserve_up_to(declared)
         self.writer = self.services.blobs.writer(self.sha256, limit)
@@ -310,6 +311,7 @@ async def batch_update_blobs(
             raise BadRequest("Content-Length is not a number")
         raise PayloadTooLarge(f"a batch is at most {BATCH_MAX_BYTES} bytes", limit=BATCH_MAX_BYTES)
     assert principal.run_id is not None  # an executor token is bound to one run
+    services.host.refuse_writes()  # a fenced host could never promote them
     batch = BlobBatch(
         services.blobs,
         run_quota(services),

@@ -24,6 +24,7 @@ from promoter.api.models import Health, Readiness
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
+from promoter.domain.canonical import rfc3339, utcnow
 from promoter.engine.services import Services
 from promoter.errors import Unauthenticated
 
@@ -52,32 +53,59 @@ async def healthz() -> Response:
     **operation(
         "getReadiness",
         summary="Readiness",
-        description="Whether the database answers and the state directory is writable.",
+        description="Whether the database answers, the state directory is writable and "
+        "this daemon's host is active (a fenced host is not ready: it writes nothing); "
+        "`reason` says why not.",
         tags=["public"],
         roles=None,
         ok={
             200: Ok(
                 "ready",
                 Readiness,
-                {"status": "ready", "checks": {"database": True, "state_dir_writable": True}},
+                {
+                    "status": "ready",
+                    "checks": {"database": True, "state_dir_writable": True, "host_active": True},
+                    "reason": None,
+                },
             ),
             503: Ok("not ready", Readiness),
         },
     ),
 )
 async def readyz(request: Request, services: ServicesDep) -> Response:
-    checks = await run_on_operator_pool(request.app.state, _checks, services)
-    ready = all(checks.values())
+    checks, reasons = await run_on_operator_pool(request.app.state, _checks, services)
+    ready = not reasons
     return json_response(
-        {"status": "ready" if ready else "not_ready", "checks": checks}, 200 if ready else 503
+        {
+            "status": "ready" if ready else "not_ready",
+            "checks": checks,
+            "reason": "; ".join(reasons) or None,
+        },
+        200 if ready else 503,
     )
 
 
-def _checks(services: Services) -> dict[str, bool]:
-    return {
-        "database": services.db.ping(),
+def _checks(services: Services) -> tuple[dict[str, bool], list[str]]:
+    """Each readiness check, and the reasons of those that fail."""
+    host = services.host
+    database = services.db.ping()
+    if database:
+        host.database_answered(rfc3339(utcnow()))
+    else:
+        host.database_failed("database_unavailable: /readyz could not reach it")
+    checks = {
+        "database": database,
         "state_dir_writable": os.access(services.settings.state_dir, os.W_OK),
+        "host_active": not host.fenced,
     }
+    reasons = []
+    if host.fenced:
+        reasons.append(host.fenced_reason or f"host {host.host_id} was fenced off")
+    if not checks["database"]:
+        reasons.append("the database does not answer")
+    if not checks["state_dir_writable"]:
+        reasons.append(f"the state directory {services.settings.state_dir} is not writable")
+    return checks, reasons
 
 
 @router.get(

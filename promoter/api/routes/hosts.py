@@ -19,6 +19,7 @@ from promoter.api.params import HostIdParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
 from promoter.engine import fencing
+from promoter.errors import DatabaseBusy, DatabaseUnavailable
 
 router = APIRouter(prefix="/v1")
 OPERATOR = ("operator",)
@@ -42,6 +43,7 @@ HOST_EXAMPLE = {
     "fenced_by": "operator",
     "fenced_to": "host-b",
     "this_host": False,
+    "address": None,
     "fences": [
         {
             "epoch": 2,
@@ -60,15 +62,35 @@ HOST_EXAMPLE = {
         "listHosts",
         summary="The hosts of the ledger",
         description="Every host registered in the ledger: its epoch, whether it is `active` "
-        "or `fenced`, the repositories its daemon is configured for, its host lease and "
-        "its fences.",
+        "or `fenced`, the repositories its daemon is configured for, its host lease, its "
+        "fences and its address where known. While the database does not answer, the "
+        "answer is still 200, with `source: this_host`: only this host, as its daemon "
+        "last saw it.",
         tags=["operator"],
         roles=OPERATOR,
-        ok={200: Ok("the hosts", HostList, {"hosts": [HOST_EXAMPLE]})},
+        ok={
+            200: Ok(
+                "the hosts",
+                HostList,
+                {"hosts": [HOST_EXAMPLE], "source": "ledger", "database_up": True, "detail": None},
+            )
+        },
     ),
 )
 async def get_hosts(_: OperatorDep, services: ServicesDep) -> Response:
-    return json_response({"hosts": await run_in_threadpool(fencing.list_hosts, services)})
+    try:
+        listed = await run_in_threadpool(fencing.list_hosts, services)
+    except (DatabaseUnavailable, DatabaseBusy) as exc:
+        services.host.database_failed(f"{exc.code}: {exc.detail}")
+        detail = (
+            f"the database does not answer ({exc.code}); this is {services.owner.host}'s "
+            "own view, not the ledger's"
+        )
+        only = fencing.this_host_only(services)
+        return json_response(
+            {"hosts": [only], "source": "this_host", "database_up": False, "detail": detail}
+        )
+    return json_response({"hosts": listed, "source": "ledger", "database_up": True, "detail": None})
 
 
 @router.post(

@@ -73,6 +73,7 @@ def submit_bundle(
     A merged bundle (``merge`` set) is made by the host only (``host_made``): from anyone
     else it is ``forbidden``, since its old states are the person's bytes, not the grant's.
     """
+    services.host.refuse_writes()  # a fenced host could never promote it
     if isinstance(data, dict) and "derived_from" in data:
         raise DerivedBundleRefused(
             "a bundle that names derived_from is made by the host at review, never submitted"

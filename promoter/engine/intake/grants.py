@@ -110,7 +110,9 @@ def store_grant_document(services: Services, checked: CheckedGrant) -> bool:
 
 
 def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
-    """Validate and store a grant; returns it sealed and whether it is new."""
+    """Validate and store a grant; returns it sealed and whether it is new (a fenced host
+    refuses: ``host_fenced``)."""
+    services.host.refuse_writes()
     checked = check_grant(services, data)
     if checked.stored:
         return checked.grant, False
@@ -154,7 +156,9 @@ def compare_and_set_lease(session: Session, workflow_id: str, stage: str, lease:
 
 
 def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tuple[LeaseV1, bool]:
-    """Set the current lease; fences only move forward. Returns (lease, changed)."""
+    """Set the current lease; fences only move forward. Returns (lease, changed). A fenced
+    host refuses (``host_fenced``)."""
+    services.host.refuse_writes()
     lease = parse_model(LeaseV1, data)
     with LEASE_LOCK:
         changed = retrying(

@@ -62,7 +62,9 @@ def open_run(
     lease: LeaseV1,
     token_ttl_seconds: int,
 ) -> OpenedRun:
-    """Register the grant, set the lease and mint the token, or refuse and change nothing."""
+    """Register the grant, set the lease and mint the token, or refuse and change nothing
+    (a fenced host refuses: ``host_fenced``)."""
+    services.host.refuse_writes()
     check_token_ttl(services, token_ttl_seconds)
     checked = check_grant(services, grant_data)
     grant = checked.grant

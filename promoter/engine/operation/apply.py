@@ -100,6 +100,8 @@ class Applier:
     begun: dict[int, tuple[PendingTemp, State]] = field(default_factory=dict)  # not yet named
     created_dirs: list[str] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
+    # the temps this pass named and then removed as its own (``drop_staged``), on disk
+    removed: list[str] = field(default_factory=list)
     directories: Directories = field(init=False)
     umask: int = field(init=False)
     # bytes pending system-wide under which to ask for a group sync (None: never; the
@@ -252,11 +254,22 @@ class Applier:
     def _drop_begun(self) -> None:
         self._forget()
         for seq, (begun, _) in list(self.begun.items()):
+            parent = self.parents[seq]
+            named = begun.temp in parent.written
             try:
-                self.kept += [k.to_dict() for k in self.parents[seq].abort_temp(begun)]
+                kept = [k.to_dict() for k in parent.abort_temp(begun)]
+                self.kept += kept
+                self._note_removed(parent, begun.temp, named=named, kept=kept)
             except (PromoterError, OSError):
                 log.warning("could not remove temp file %s; left in place", begun.temp)
             self.begun.pop(seq, None)
+
+    def _note_removed(
+        self, parent: Parent, temp: str, *, named: bool, kept: list[dict[str, Any]]
+    ) -> None:
+        """Note ``temp`` as removed when it had a name and is no longer promoter's (gone)."""
+        if named and not kept and temp not in parent.written:
+            self.removed.append("/".join([*parent.dir_parts, temp]))
 
     def place(self, seq: int, old: State, new: State) -> None:
         """Put step ``seq``'s staged temp in place over exactly ``old``.
@@ -358,8 +371,12 @@ class Applier:
         for seq, (temp, new) in list(self.staged.items()):
             if seq < from_seq:
                 continue
+            parent = self.parents[seq]
+            named = temp in parent.written
             try:
-                self.kept += [k.to_dict() for k in self.parents[seq].drop_temp(temp, new)]
+                kept = [k.to_dict() for k in parent.drop_temp(temp, new)]
+                self.kept += kept
+                self._note_removed(parent, temp, named=named, kept=kept)
             except (PromoterError, OSError):
                 log.warning("could not remove temp file %s; left in place", temp)
             self.staged.pop(seq, None)

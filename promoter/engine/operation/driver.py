@@ -20,6 +20,12 @@ shared by every step, in the pass's ``Ordering``:
   together (synced at once) before the caller puts each in its turn (``put``); a step
   the group could not stage is written on its own.
 
+Between two groups of temps (either ordering) the pass runs ``between_groups`` when it
+was given one: the host's epoch check (SPEC §10.23), so a fenced host makes at most the
+group it was in when the fence came; what it raises ends the pass (a promotion then
+``abandon``s it: its named temps removed as its own, ``removed_temps``, and the empty
+directories it made, ``removed_dirs``).
+
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
 whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
 (its ``Verdict``, what was found, the states expected), journaled as ``Target.wire()``.
@@ -134,12 +140,24 @@ class Driver:
     """One pass of writes over one worktree through one ``Applier``."""
 
     def __init__(
-        self, root: Root, ordering: Ordering, *, group_sync_limit: int | None = None
+        self,
+        root: Root,
+        ordering: Ordering,
+        *,
+        group_sync_limit: int | None = None,
+        between_groups: Callable[[], None] | None = None,
     ) -> None:
+        """``between_groups`` runs before the first temp of every group of temps after the
+        first (the host's epoch check, ``engine.fencing``): what it raises stops the pass
+        before that group makes a temp or a directory."""
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
         self.kept: list[dict[str, Any]] = self.apply.kept  # found at temp names, this pass
+        self.removed_dirs: list[str] = []  # the directories ``abandon`` removed
+        self._between_groups = between_groups
+        self._in_group = 0  # temps begun in the group now open (``stage``)
+        self._groups = 0  # groups of temps opened so far
         self._closed = False
 
     def __enter__(self) -> Driver:
@@ -160,22 +178,38 @@ class Driver:
     # -- stage then place (a promotion) -------------------------------------------------
 
     def stage(self, step: Step) -> None:
-        """Begin staging one write; every ``TEMPS_TOGETHER`` begun are ended together."""
+        """Begin staging one write; every ``TEMPS_TOGETHER`` begun are ended together.
+        Before the first temp of each group after the first, ``between_groups`` runs."""
         assert self.ordering is Ordering.STAGE_THEN_PLACE and step.move is Move.WRITE
+        if not self._in_group:
+            self._open_group()
         self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
-        if len(self.apply.begun) >= TEMPS_TOGETHER:
+        self._in_group += 1
+        if self._in_group >= TEMPS_TOGETHER:  # a link temp counts, though staged at once
             self.apply.end_begun()
+            self._in_group = 0
+
+    def _open_group(self) -> None:
+        if self._groups and self._between_groups is not None:
+            self._between_groups()
+        self._groups += 1
 
     def end_staging(self) -> None:
         """Every begun temp fsynced and named."""
         self.apply.end_begun()
+        self._in_group = 0
+
+    @property
+    def removed_temps(self) -> list[str]:
+        """The temps this pass named and then removed as its own (names on disk)."""
+        return self.apply.removed
 
     def abandon(self, exc: BaseException) -> PromoterError:
         """Undo a staging that ``exc`` stopped: the staged temps still promoter's own
         dropped, the directories the pass made removed when empty, the pass closed.
         Returns the error it stands for, naming anything kept."""
         self.apply.drop_staged()
-        remove_empty_dirs(self.root, self.created_dirs)
+        self.removed_dirs = remove_empty_dirs(self.root, self.created_dirs)
         self.close()
         return _with_kept(as_promoter_error(exc), self.kept)
 
@@ -249,6 +283,7 @@ class Driver:
         try:
             for at in range(0, len(steps), TEMPS_TOGETHER):
                 group = steps[at : at + TEMPS_TOGETHER]
+                self._open_group()
                 self._stage_together([step for step in group if step.move is Move.WRITE])
                 for step in group:
                     each(step)

@@ -13,4 +13,5 @@ def repo_lock(services: Services, repository: Repository) -> RepoLock:
         repository.layout.common_dir,
         timeout=services.settings.lock_timeout,
         index_lock_dirs=[repository.layout.git_dir],
+        holder=services.owner.host,  # named in the lock file: a waiter's error names it
     )

@@ -36,6 +36,8 @@ from typing import Any
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.domain.records import Operation
 from promoter.domain.status import RUNNING
+from promoter.engine.host_state import HostState
+from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
 from promoter.store import hosts, journal
 
 log = logging.getLogger("promoter.ownership")
@@ -142,6 +144,10 @@ class Heartbeat:
     first moves the host lease forward, in the same transaction, only while the host is
     active at that epoch; once it is not (the host was fenced off) the heartbeat renews
     nothing and stops.
+
+    With ``state`` (this daemon's memory of its host, ``promoter.engine.host_state``) each
+    beat says whether the database answered and notes a fence; a failed beat is one log
+    line (its code and detail, no traceback): an outage of minutes logs one line a beat.
     """
 
     def __init__(
@@ -152,9 +158,11 @@ class Heartbeat:
         live: Callable[[], Collection[str]] | None = None,
         *,
         epoch: int | None = None,
+        state: HostState | None = None,
     ) -> None:
         self._db, self._me, self._seconds, self._live = database, me, lease_seconds, live
         self._epoch = epoch
+        self._state = state
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promoter-heartbeat", daemon=True)
 
@@ -167,17 +175,44 @@ class Heartbeat:
                 session, self._me.host, self._epoch, lease_until(self._seconds)
             ):
                 log.error("host %s is fenced: the heartbeat renews no lease", self._me.host)
+                if self._state is not None:
+                    row = hosts.current(session, self._me.host)
+                    self._state.saw_fence(
+                        None if row is None else row.epoch,
+                        None if row is None else row.fenced_to,
+                        f"host {self._me.host} was fenced off (this daemon registered at "
+                        f"epoch {self._epoch}); it writes nothing",
+                    )
                 self._stop.set()
                 return 0
             only = None if self._live is None else self._live()
-            return journal.renew_owner_leases(session, self._me.stamp(self._seconds), RUNNING, only)
+            renewed = journal.renew_owner_leases(
+                session, self._me.stamp(self._seconds), RUNNING, only
+            )
+        if self._state is not None:
+            self._state.database_answered(rfc3339(utcnow()))
+        return renewed
 
     def _run(self) -> None:
         while not self._stop.wait(self._seconds / 3):
             try:
                 self.beat()
-            except Exception:  # the next beat tries again
-                log.warning("owner lease heartbeat failed", exc_info=True)
+            except Exception as exc:  # the next beat tries again
+                self.failed(exc)
+
+    def failed(self, exc: Exception) -> None:
+        """One line for a failed beat (what failed, never a traceback); an outage noted."""
+        if isinstance(exc, PromoterError):
+            why = f"{exc.code}: {exc.detail}"
+        else:
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if self._state is not None and isinstance(exc, DatabaseUnavailable | DatabaseBusy):
+            self._state.database_failed(why)
+        log.warning(
+            "owner lease heartbeat failed (%s); the next beat in %.0f s tries again",
+            why,
+            self._seconds / 3,
+        )
 
     def stop(self) -> None:
         self._stop.set()

@@ -9,7 +9,10 @@ replace/unlink in bundle order, one fsync per parent directory), the read-back o
 target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
 found where it expected its own, are kept and named in the report (``kept``). Anything
 unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
-per-path report. Requests, idempotency and scheduling live in
+per-path report. The host's epoch is checked before the first temp, between groups of
+temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
+the temps it named and the empty directories it made, and raises ``host_fenced`` naming
+them (``worktree``). Requests, idempotency and scheduling live in
 ``operation.requests``.
 
 How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
@@ -32,7 +35,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
 from promoter.domain.path_state import State, Verdict
-from promoter.domain.paths import disk_path, temp_name, wire_path
+from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import OperationStatus, StepStatus
@@ -303,12 +306,19 @@ def apply_changes(
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
     are found and journaled here first).
     """
-    fencing.check(services)  # the host's epoch, before the first worktree write
+    try:
+        fencing.check(services)  # the host's epoch, before the first worktree write
+    except HostFenced as exc:
+        exc.context["worktree"] = "nothing written"
+        raise
     attempt = attempt_of(services.db, operation_id) if attempt is None else attempt
     wanted = set(range(len(changes))) if todo is None else todo
     steps = plan_steps(services, operation_id, attempt, changes, wanted)
     driver = Driver(
-        root, Ordering.STAGE_THEN_PLACE, group_sync_limit=services.settings.group_sync_limit
+        root,
+        Ordering.STAGE_THEN_PLACE,
+        group_sync_limit=services.settings.group_sync_limit,
+        between_groups=lambda: fencing.check(services),  # and between groups of temps
     )
     try:
         if journaled_dirs is not None:
@@ -317,29 +327,76 @@ def apply_changes(
             creates = [s.path for s in steps if not s.old.exists]
             journaled_dirs = dirs.journal_intent(services.db, operation_id, root, creates)
         stage_temps(services.db, services.stopping, operation_id, driver, steps, journaled_dirs)
+    except HostFenced as exc:
+        raise _stand_down(operation_id, driver, exc) from exc
     except (PromoterError, OSError) as exc:
         error = driver.abandon(exc)
-        if driver.kept:  # someone else's bytes were found at a temp name: fail closed
-            finish(services, operation_id, root, changes, evidence, (-1, error))
-            return
-        if recovering:
-            raise error from exc
-        with journal.attempt(services.db, operation_id) as j:
-            j.delete_created_dirs()
-        refuse(services.db, operation_id, error, stage="staging temp files")
+        try:
+            if driver.kept:  # someone else's bytes were found at a temp name: fail closed
+                finish(services, operation_id, root, changes, evidence, (-1, error))
+                return
+            if recovering:
+                raise error from exc
+            with journal.attempt(services.db, operation_id) as j:
+                j.delete_created_dirs()
+            refuse(services.db, operation_id, error, stage="staging temp files")
+        except HostFenced as fenced:  # seen only now: the staging was abandoned already
+            raise _noted(operation_id, driver, fenced) from exc
         return
     try:
         fencing.check(services)  # the host's epoch again, before the first target is replaced
-    except HostFenced:  # the staged temps are journaled: the new owner's recovery settles them
-        driver.close()
-        raise
+    except HostFenced as exc:
+        raise _stand_down(operation_id, driver, exc) from exc
     if recovering:  # what an earlier pass put in place is synced again with the rest
         _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
-    if passed.stopped and passed.failure is None:
-        _leave_for_recovery(services.db, operation_id, passed.applied)
-        return
-    finish(services, operation_id, root, changes, evidence, passed.failure)
+    try:
+        if passed.stopped and passed.failure is None:
+            _leave_for_recovery(services.db, operation_id, passed.applied)
+            return
+        finish(services, operation_id, root, changes, evidence, passed.failure)
+    except HostFenced as exc:  # the targets are in place: the new owner's recovery confirms
+        exc.context["worktree"] = (
+            f"{len(passed.applied)} targets replaced before the fence was seen; the new "
+            "owner's recovery confirms them"
+        )
+        raise
+
+
+def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
+    """A fence seen while staging or before the first replace (SPEC §10.23): the temps
+    this pass named are removed as provably its own (journaled names, still the inode and
+    bytes it wrote: ``Temps.drop_temp``) and the empty directories it made; anything not
+    promoter's found at a temp name is kept in place. The lock is still held, so the new
+    owner's recovery cannot run meanwhile. Returns ``exc``, naming what was removed."""
+    driver.abandon(exc)
+    return _noted(operation_id, driver, exc)
+
+
+def _noted(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
+    """``exc`` naming what the abandoned pass removed and kept, logged once."""
+    temps, removed_dirs, kept = driver.removed_temps, driver.removed_dirs, driver.kept
+    exc.context["worktree"] = (
+        f"removed its {len(temps)} temp files and {len(removed_dirs)} directories"
+        + (f"; kept {len(kept)} entries that are not its own" if kept else "")
+    )
+    exc.context["removed_temps"] = wire_all(temps[:_LISTED])  # the counts are in ``worktree``
+    exc.context["removed_dirs"] = wire_all(removed_dirs[:_LISTED])
+    if kept:
+        exc.context["kept"] = wire_all(kept)
+    named = [wire_path(path) for path in [*temps, *removed_dirs]]
+    log.error(
+        "host fenced while staging %s: %s, the new owner recovers it (removed: %s%s)",
+        operation_id,
+        exc.context["worktree"],
+        ", ".join(named[:_NAMED]) or "none",
+        f" and {len(named) - _NAMED} more" if len(named) > _NAMED else "",
+    )
+    return exc
+
+
+_NAMED = 20  # removed names listed in the log line, at most
+_LISTED = 100  # removed names listed in the answer, at most
 
 
 def _hold_confirmed(

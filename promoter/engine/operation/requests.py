@@ -112,9 +112,11 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
     try:
         try:
             promote.run(services, ticket)
-        except HostFenced:  # logged by the check; the operation is the new owner's
+        except HostFenced as exc:  # logged by the check; the operation is the new owner's
             log.error(
-                "the attempt of %s stopped: this host is fenced, nothing written", operation_id
+                "the attempt of %s stopped: this host is fenced; in the worktree: %s",
+                operation_id,
+                exc.context.get("worktree", "nothing written"),
             )
             raise
         except Exception as exc:

@@ -22,6 +22,7 @@ Deliberately not here: deciding what to restore, the lock and the stale check
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine import fencing
 from promoter.engine.operation.dirs import journal_intent
 from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
@@ -163,7 +165,12 @@ class StepRun:
             yield self._driver
             return
         limit = self.services.settings.group_sync_limit
-        driver = self._driver = Driver(self.root, Ordering.STEP_BY_STEP, group_sync_limit=limit)
+        driver = self._driver = Driver(
+            self.root,
+            Ordering.STEP_BY_STEP,
+            group_sync_limit=limit,
+            between_groups=functools.partial(fencing.check, self.services),  # SPEC §10.23
+        )
         try:
             yield driver
         finally:

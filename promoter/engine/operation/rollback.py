@@ -52,6 +52,7 @@ receipt (``promoter.engine.operation.rollback_report``).
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -66,6 +67,7 @@ from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback
 from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
+from promoter.engine import fencing
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
@@ -389,7 +391,10 @@ def _one_pass(
     ``held``: the seqs whose temp name held someone else's bytes (conflicts).
     """
     limit = services.settings.group_sync_limit
-    with Driver(root, Ordering.STEP_BY_STEP, group_sync_limit=limit) as driver:
+    fenced = functools.partial(fencing.check, services)  # between groups (SPEC §10.23)
+    with Driver(
+        root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
+    ) as driver:
         outcomes: dict[int, Outcome] = {}
         writes: list[Step] = []
         leaves = driver.read_states([step.path for step in steps])
