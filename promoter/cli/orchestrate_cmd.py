@@ -49,7 +49,7 @@ WAIT_TIMEOUT = 660.0  # the server waits up to 600 s for a promotion
 
 
 def _client(url: str | None, token_file: Path | None, timeout: float = 60.0) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=timeout)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=timeout)
 
 
 def _emit(document: dict[str, Any]) -> None:
