@@ -71,7 +71,7 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
         except PromoterError as exc:
             _say(
                 f"credential  from {escape(target.token_from)}\n"
-                f"problem: the daemon refuses this credential [{exc.code}]: "
+                f"problem: the daemon refuses this credential {escape(f'[{exc.code}]')}: "
                 f"{escape(exc.detail)}; run promoter serve again to record its credential, "
                 "or pass --token-file FILE"
             )
