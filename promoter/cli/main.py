@@ -22,20 +22,22 @@ if TYPE_CHECKING:
     from promoter.api.logs import LogFormat
 
 EXIT_CODES = """\b
-Exit codes:
+Exit codes: (every code: docs/reference/errors.md)
   0   success
-  1   aborted
-  2   usage error (bad option or argument)
+  1   aborted (Ctrl-C; promoter run: 130)
+  2   usage error (bad option or argument; promoter run without --repo outside a guarded worktree)
   64  bad request
   65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
-  69  unavailable (confinement_unavailable: promoter run cannot confine)
+  69  unavailable (confinement_unavailable, address_in_use: the port is taken)
   70  internal error
+  71  command_failed: the command promoter run ran exited non-zero
   73  quota exceeded
   74  storage, git or write error
-  75  conflict or refusal, try again later (target_drift, lease_stale, lock_unavailable, ...)
+  75  conflict or refusal, try again later (target_drift, lease_stale, not_confirmed, ...)
   77  unauthenticated or forbidden
-  78  configuration error (config_error, repository_invalid)"""
+  78  configuration error (config_error, repository_invalid)
+  130 interrupted: promoter run stopped by Ctrl-C (what was kept is named)"""
 
 
 def _version(value: bool) -> None:

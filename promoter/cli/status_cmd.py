@@ -45,7 +45,7 @@ def worktree_here(cwd: Path | None = None) -> str | None:
 
 
 def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
-    """Which daemon the CLI reaches, which credential it uses, its repositories, any problem."""
+    """Which daemon and credential the CLI uses, its repositories, and what is wrong."""
     try:
         target = userconfig.resolve(url, token_file)
     except PromoterError as exc:

@@ -18,14 +18,11 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
-from promoter.store.tables import RepositorySettingRow
+from promoter.store import repo_settings as store
 
 __all__ = ["APPROVAL", "Approval", "approval", "set_approval"]
 
@@ -44,28 +41,17 @@ class Approval:
     at: str | None = None
 
 
-def _newest(session: Session, identity: str) -> RepositorySettingRow | None:
-    query = (
-        select(RepositorySettingRow)
-        .where(RepositorySettingRow.repository_identity == identity)
-        .where(RepositorySettingRow.setting == APPROVAL)
-        .order_by(RepositorySettingRow.id.desc())
-        .limit(1)
-    )
-    return session.scalar(query)
-
-
-def _of(repository: Repository, row: RepositorySettingRow | None) -> Approval:
-    if row is None or row.value not in VALUES:
+def _of(repository: Repository, change: store.SettingChange | None) -> Approval:
+    if change is None or change.value not in VALUES:
         return Approval(repository.config.approval, "config")
-    value: Literal["none", "required"] = "required" if row.value == "required" else "none"
-    return Approval(value, "ledger", row.by_name, row.at)
+    value: Literal["none", "required"] = "required" if change.value == "required" else "none"
+    return Approval(value, "ledger", change.by_name, change.at)
 
 
 def approval(services: Services, repository: Repository) -> Approval:
     """The approval setting in force for ``repository`` now."""
     with services.db.session(durable=False) as session:
-        return _of(repository, _newest(session, repository.identity))
+        return _of(repository, store.newest(session, repository.identity, APPROVAL))
 
 
 def requires_approval(services: Services, repository: Repository) -> bool:
@@ -83,8 +69,8 @@ def set_approval(
         )
     with services.db.session() as session:
         services.db.guard_writes(session)  # a fenced host changes nothing
-        before = _of(repository, _newest(session, repository.identity))
-        row = RepositorySettingRow(
+        before = _of(repository, store.newest(session, repository.identity, APPROVAL))
+        change = store.SettingChange(
             repository_identity=repository.identity,
             repository_name=repository.name,
             setting=APPROVAL,
@@ -95,9 +81,8 @@ def set_approval(
             host_id=services.owner.host,
             at=rfc3339(utcnow()),
         )
-        session.add(row)
-        session.flush()
-        now = _of(repository, row)
+        store.add(session, change)
+        now = _of(repository, change)
     fields = {
         "repository": repository.name,
         "setting": APPROVAL,

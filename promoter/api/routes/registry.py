@@ -127,7 +127,11 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
         description="The credential's role and name (an executor token's: its run). Never "
         "the token itself. `promoter status` shows it.",
         tags=["orchestrator", "executor", "operator"],
-        ok={200: Ok("the caller", Caller, {"role": "operator", "name": "operator"})},
+        ok={
+            200: Ok(
+                "the caller", Caller, {"role": "operator", "name": "operator", "run_id": None}
+            )
+        },
     ),
 )
 async def whoami(principal: AnyRoleDep) -> Response:
