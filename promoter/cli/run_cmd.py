@@ -554,7 +554,9 @@ def _kept_on_interrupt(state_dir: Path, record: sandboxes.RunRecord) -> Iterator
     the sandbox and the bundle kept and the next command (exit 130)."""
     try:
         yield
-    except (KeyboardInterrupt, Abort):
+    except (KeyboardInterrupt, Abort) as exc:
+        if isinstance(exc, Abort):
+            err_console.print()  # the question's line ends here
         raise _interrupted(state_dir, record) from None
 
 
