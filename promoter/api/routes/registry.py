@@ -128,9 +128,7 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
         "the token itself. `promoter status` shows it.",
         tags=["orchestrator", "executor", "operator"],
         ok={
-            200: Ok(
-                "the caller", Caller, {"role": "operator", "name": "operator", "run_id": None}
-            )
+            200: Ok("the caller", Caller, {"role": "operator", "name": "operator", "run_id": None})
         },
     ),
 )
