@@ -70,6 +70,7 @@ class Target:
     state_dir: Path
     state_from: str
     recorded: Recorded | None
+    token_problem: str | None = None  # why a token file found on the way could not be read
 
 
 def _private(info: os.stat_result, path: Path, *, directory: bool) -> None:
@@ -200,26 +201,34 @@ def resolve(
         state, state_from = LOCAL_STATE, "the current directory"
 
     token: str | None = None
+    found: Path | None = None  # a token file found on the way (not named by the person)
     if token_file is not None:
         token, token_from = _read_token(token_file), f"--token-file {token_file}"
     elif environ.get("PROMOTER_TOKEN", "").strip():
         token, token_from = environ["PROMOTER_TOKEN"].strip(), "PROMOTER_TOKEN"
     elif state_from in ("--state-dir", "PROMOTER_STATE_DIR") and _state_token(state).is_file():
-        token_from = str(_state_token(state))
-        token = _read_token(_state_token(state))
+        found = _state_token(state)
     elif ours and recorded is not None:
-        token, token_from = _read_token(recorded.token_file), str(recorded.token_file)
+        found = recorded.token_file
     elif address.rstrip("/") == DEFAULT_URL and _state_token(LOCAL_STATE).is_file():
-        token_from = str(_state_token(LOCAL_STATE))
-        token = _read_token(_state_token(LOCAL_STATE))
-    else:
+        found = _state_token(LOCAL_STATE)
+    problem = None
+    if found is not None:
+        token_from = str(found)
+        try:
+            token = _read_token(found)
+        except ConfigError as exc:  # said when a command needs it (``no_token``)
+            problem = exc.detail
+    elif token is None:
         token_from = "none"  # noqa: S105 (a description, not a secret)
-    return Target(address, url_from, token, token_from, state, state_from, recorded)
+    return Target(address, url_from, token, token_from, state, state_from, recorded, problem)
 
 
 def no_token(target: Target) -> ConfigError:
     """The error of a command that needs a credential and found none."""
-    if target.recorded is not None and target.url_from in ("--url", "PROMOTER_URL"):
+    if target.token_problem is not None:
+        where = target.token_problem
+    elif target.recorded is not None and target.url_from in ("--url", "PROMOTER_URL"):
         where = (
             f"{target.url} is not the daemon recorded in {target.recorded.path} "
             f"({target.recorded.url}), so its credential is not sent there"

@@ -291,3 +291,17 @@ def test_what_the_persons_credential_may_and_may_not_do(person: Person) -> None:
         events = http.get(f"/v1/operations/{operation_id}").json()["events"]
     decision = next(e for e in events if e["kind"] == "decision")
     assert decision["payload"]["by"] == {"role": "operator", "name": "operator"}
+
+
+def test_a_recorded_token_file_that_is_gone_is_named_and_listing_still_works(
+    person: Person, tmp_path: Path
+) -> None:
+    recorded = json.loads(person.user_config.read_text())
+    recorded["token_file"] = str(tmp_path / "gone.token")
+    person.user_config.write_text(json.dumps(recorded))
+    status = person.cli("status")
+    assert status.returncode == 78
+    assert f"problem: no token for {person.daemon.url}: cannot read token file " in (status.stdout)
+    listed = person.cli("run", "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("no sandboxes under ")
