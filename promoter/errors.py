@@ -491,6 +491,34 @@ class ConfinementUnavailable(PromoterError):
     title = "The sandbox cannot be confined here"
 
 
+class AddressInUse(PromoterError):
+    """``promoter serve``: the port is taken; refused before anything else started."""
+
+    code = "address_in_use"
+    http_status = 503
+    exit_code = 69
+    title = "The address the daemon should listen on is in use"
+
+
+class CommandFailed(PromoterError):
+    """``promoter run``: the person's command (the agent) exited non-zero; never an HTTP
+    answer. Its own exit status is in ``status``."""
+
+    code = "command_failed"
+    http_status = 500
+    exit_code = 71
+    title = "The command run in the sandbox failed"
+
+
+class Interrupted(PromoterError):
+    """``promoter run`` stopped by Ctrl-C (SIGINT); never an HTTP answer."""
+
+    code = "interrupted"
+    http_status = 500
+    exit_code = 130
+    title = "Interrupted"
+
+
 class ConfigError(PromoterError):
     code = "config_error"
     http_status = 500

@@ -4,6 +4,7 @@ under SQLite, ``tests.support.sqlite_template`` gives daemons a migrated file)."
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,23 @@ def _database(
         pending.drop()
 
 
+@pytest.fixture(scope="session")
+def _user_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("user-config")
+
+
+@pytest.fixture(autouse=True)
+def _user_config(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, _user_configs: Path
+) -> None:
+    """Each test's own per-user configuration folder (not made until a daemon records
+    itself there): a ``promoter serve`` a test starts never writes into the real
+    ~/.config, and no test finds another's daemon."""
+    folder = _user_configs / f"t{next(_CONFIG_NUMBERS)}"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(folder))
+
+
+_CONFIG_NUMBERS = itertools.count()
 _PENDING = pytest.StashKey[databases.PendingDatabase]()
 _ROOT = Path(__file__).parent
 

@@ -255,6 +255,33 @@ class RepositoryList(Reply):
     repositories: list[RepositoryInfo]
 
 
+class RepositoryApprovalRequest(Request):
+    """``promoter repos set NAME --approval``: the setting in force from now on."""
+
+    approval: Literal["none", "required"]
+
+
+class RepositoryApproval(Reply):
+    """A repository's approval setting in force and where it comes from."""
+
+    name: str
+    repository_identity: str
+    approval: Literal["none", "required"]
+    source: Literal["config", "ledger"] = Field(
+        description="`config`: the configuration file; `ledger`: set by `repos set`"
+    )
+    set_by: str | None = Field(description="the credential that set it (ledger only)")
+    set_at: str | None
+
+
+class Caller(Reply):
+    """Who the request's credential is: its role and its name (never the token)."""
+
+    role: Literal["executor", "orchestrator", "operator"]
+    name: str
+    run_id: str | None = Field(description="an executor token's run")
+
+
 class ExecutorToken(Reply):
     token: str
     executor_run_id: str

@@ -4,11 +4,15 @@
 uvicorn has started listening, so callers (``promoter serve``, tests) synchronize on an
 event or on the announcement line instead of polling. uvicorn's own logging set-up and
 access line are off: ``promoter serve`` configures logging once, and
-``promoter.api.observe`` writes the access line.
+``promoter.api.observe`` writes the access line. ``listen`` binds the daemon's socket
+before anything else starts, so a taken port is refused before a migration or a key is
+published (``AddressInUse``); ``on_ready`` runs once the server listens, before the
+announcement.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 import threading
@@ -18,6 +22,8 @@ from typing import Any
 
 import uvicorn
 
+from promoter.errors import AddressInUse, ConfigError
+
 
 class ReadyServer(uvicorn.Server):
     def __init__(
@@ -26,9 +32,11 @@ class ReadyServer(uvicorn.Server):
         *,
         announce: bool = False,
         on_exit: Callable[[], None] | None = None,
+        on_ready: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(config)
         self._on_exit = on_exit
+        self._on_ready = on_ready
         self.ready = threading.Event()
         self.port: int | None = None
         self._announce = announce
@@ -50,6 +58,8 @@ class ReadyServer(uvicorn.Server):
         services = getattr(state, "services", None)
         if services is not None:  # this host's address, for ``GET /v1/hosts``
             services.host.address = f"http://{self.config.host}:{self.port}"
+        if self._on_ready is not None:
+            self._on_ready(f"http://{self.config.host}:{self.port}")
         if self._announce:
             print(
                 f"promoter: ready on http://{self.config.host}:{self.port}",
@@ -67,6 +77,7 @@ def make_server(
     log_level: str = "warning",
     announce: bool = False,
     on_exit: Callable[[], None] | None = None,
+    on_ready: Callable[[str], None] | None = None,
     server_type: type[ReadyServer] = ReadyServer,
 ) -> ReadyServer:
     config = uvicorn.Config(
@@ -80,4 +91,35 @@ def make_server(
         http="httptools",  # C parsing: a third of a small request's CPU under h11
         timeout_graceful_shutdown=10,
     )
-    return server_type(config, announce=announce, on_exit=on_exit)
+    return server_type(config, announce=announce, on_exit=on_exit, on_ready=on_ready)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The daemon's listening socket on ``host``:``port``, bound now (port 0: any free one).
+
+    A port another process holds is ``AddressInUse``; an address this machine does not
+    have, or may not bind, is ``ConfigError``. Nothing else has started when either is
+    raised.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r} is not an address of this machine: {exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not SO_REUSEPORT
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(
+                f"{host}:{port} is in use by another process; nothing was started "
+                f"(stop it, or pass --port N, or --port 0 for any free port)",
+                host=host,
+                port=port,
+            ) from exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(False)
+    return sock

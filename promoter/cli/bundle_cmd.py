@@ -16,6 +16,7 @@ turned into exit codes by ``promoter.cli.main``.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,7 +48,14 @@ from promoter.cli.common import (
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
-from promoter.errors import GrantInvalid, PromoterError
+from promoter.domain.parsing import load_json, parse_model
+from promoter.errors import (
+    ConfigError,
+    GrantInvalid,
+    NotFound,
+    PromoterError,
+    ValidationFailed,
+)
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.handover import grant_from_file, upload_and_submit
 
@@ -76,7 +84,7 @@ def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1
     path = Path(grant)
     if path.is_file():
         return grant_from_file(path)
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
         return client.get_grant(grant)
 
 
@@ -186,7 +194,7 @@ def chained_base(
         )
     if grant.base_operation is None:
         return None
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
         return client.grant_base(grant.grant_id)
 
 
@@ -220,7 +228,7 @@ def build(
             if json_output:
                 typer.echo(json.dumps({"bundle": built.bundle}, indent=2, sort_keys=True))
             return
-        with PromoterClient(server_url(url), read_token(token_file)) as client:
+        with PromoterClient(server_url(url), read_token(token_file, url)) as client:
             try:
                 receipt = _upload(client, built).wire()
             except PromoterError as exc:
@@ -242,13 +250,31 @@ def _report(bundle: dict[str, Any], receipt: dict[str, Any], json_output: bool) 
 BundleArg = Annotated[str, typer.Argument(help="A bundle id, or a file holding a bundle.")]
 
 
+BUNDLE_ID = re.compile(r"^bnd_[0-9a-f]{32}$")
+
+
 def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[str, Any]:
+    """A bundle id (``bnd_`` and 32 hex) is asked of the daemon; anything else is a file,
+    read and parsed here: a missing, unreadable or damaged file is one line, never an id."""
+    if BUNDLE_ID.fullmatch(bundle) and not Path(bundle).exists():
+        with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+            return client.get_bundle(bundle).wire()
     path = Path(bundle)
-    if path.is_file():
-        loaded: dict[str, Any] = PatchBundleV1.model_validate_json(path.read_bytes()).wire()
-        return loaded
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
-        return client.get_bundle(bundle).wire()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFound(
+            f"no file {bundle} (and not a bundle id, which is bnd_ and 32 hex digits)",
+            path=bundle,
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {bundle}: {exc.strerror or exc}", path=bundle) from exc
+    try:
+        document = load_json(data)
+    except PromoterError as exc:
+        raise ValidationFailed(f"{bundle} is not a bundle: {exc.detail}", path=bundle) from exc
+    loaded: dict[str, Any] = parse_model(PatchBundleV1, document).wire()
+    return loaded
 
 
 def show(
@@ -282,7 +308,7 @@ def diff(
     token_file: TokenFileOpt = None,
 ) -> None:
     """The unified diff a promotion of BUNDLE would write (orchestrator or operator token)."""
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
         result = client.bundle_diff(bundle, max_bytes)
     if json_output:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))

@@ -1,12 +1,14 @@
 """Shared CLI plumbing: consoles, sizes in IEC units, server URL and token options.
 
+The URL and token are found by ``promoter.cli.userconfig.resolve``: the flags, the
+environment, the daemon ``promoter serve`` recorded for this user, then ./.promoter.
+
 Off a terminal (a pipe, a file, a CI log) the consoles neither wrap nor truncate: a path
 is printed whole on one line, whatever ``COLUMNS`` says. It does not print anything itself.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from promoter.errors import ConfigError
+from promoter.cli import userconfig
 
 UNBOUNDED = 1_000_000  # columns when not on a terminal: lines are never wrapped or cut
 
@@ -43,16 +45,19 @@ def iec(count: float) -> str:
     return f"{value:.1f} TiB"
 
 
-DEFAULT_URL = "http://127.0.0.1:8787"
-
 UrlOpt = Annotated[
-    str | None, typer.Option("--url", help="Server URL (env PROMOTER_URL).", show_default=False)
+    str | None,
+    typer.Option(
+        "--url",
+        help="Server URL (env PROMOTER_URL; else the daemon promoter serve recorded).",
+        show_default=False,
+    ),
 ]
 TokenFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--token-file",
-        help="File holding the bearer token (env PROMOTER_TOKEN).",
+        help="File holding the bearer token (env PROMOTER_TOKEN; else the recorded one).",
         show_default=False,
     ),
 ]
@@ -60,16 +65,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer
 
 
 def server_url(url: str | None) -> str:
-    return url or os.environ.get("PROMOTER_URL") or DEFAULT_URL
+    """The daemon's URL: ``--url``, ``PROMOTER_URL``, the recorded daemon, the default."""
+    return userconfig.resolve(url).url
 
 
-def read_token(token_file: Path | None) -> str:
-    if token_file is not None:
-        try:
-            return token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read token file {token_file}: {exc}") from exc
-    token = os.environ.get("PROMOTER_TOKEN", "").strip()
-    if not token:
-        raise ConfigError("no token: pass --token-file FILE or set PROMOTER_TOKEN")
-    return token
+def read_token(token_file: Path | None, url: str | None = None) -> str:
+    """The credential for the daemon at ``url`` (the ``--url`` given, if any): the flag,
+    ``PROMOTER_TOKEN``, the recorded one (only for the recorded daemon), ./.promoter's."""
+    target = userconfig.resolve(url, token_file)
+    if target.token is None:
+        raise userconfig.no_token(target)
+    return target.token

@@ -32,7 +32,7 @@ hosts_app = typer.Typer(
 
 
 def _client(url: str | None, token_file: Path | None) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=120.0)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0)
 
 
 def _emit(document: Any) -> None:

@@ -28,6 +28,16 @@ class Entry:
 
 
 ENTRIES = (
+    Entry(
+        "status",
+        "Which daemon and credential the CLI uses, its repositories, and what is wrong.",
+        "promoter.cli.status_cmd",
+    ),
+    Entry(
+        "repos",
+        "The guarded repositories: list; turn the approval gate on or off (operator).",
+        "promoter.cli.repos_cmd",
+    ),
     Entry("grant", "Grants: what an executor may change.", "promoter.cli.orchestrate_cmd"),
     Entry("lease", "Leases: who holds a workflow stage.", "promoter.cli.orchestrate_cmd"),
     Entry("token", "Executor tokens.", "promoter.cli.orchestrate_cmd"),

@@ -22,20 +22,22 @@ if TYPE_CHECKING:
     from promoter.api.logs import LogFormat
 
 EXIT_CODES = """\b
-Exit codes:
+Exit codes: (every code: docs/reference/errors.md)
   0   success
-  1   aborted
-  2   usage error (bad option or argument)
+  1   aborted (Ctrl-C; promoter run: 130)
+  2   usage error (bad option or argument; promoter run without --repo outside a guarded worktree)
   64  bad request
   65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
-  69  unavailable (confinement_unavailable: promoter run cannot confine)
+  69  unavailable (confinement_unavailable, address_in_use: the port is taken)
   70  internal error
+  71  command_failed: the command promoter run ran exited non-zero
   73  quota exceeded
   74  storage, git or write error
-  75  conflict or refusal, try again later (target_drift, lease_stale, lock_unavailable, ...)
+  75  conflict or refusal, try again later (target_drift, lease_stale, not_confirmed, ...)
   77  unauthenticated or forbidden
-  78  configuration error (config_error, repository_invalid)"""
+  78  configuration error (config_error, repository_invalid)
+  130 interrupted: promoter run stopped by Ctrl-C (what was kept is named)"""
 
 
 def _version(value: bool) -> None:
@@ -115,13 +117,17 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the daemon: migrate the database, check repositories, serve HTTP."""
+    """Run the daemon: listen, migrate the database, check repositories, serve HTTP.
+
+    Once it listens it records its URL, state directory and the person's credential in
+    the per-user configuration (~/.config/promoter/), so the CLI finds it from anywhere.
+    """
     from promoter.adapters.webhooks import daemon_services
     from promoter.api import logs
     from promoter.api.app import create_app
     from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
-    from promoter.api.server import make_server
+    from promoter.api.server import listen, make_server
     from promoter.config import load_settings, parse_repo_flags
     from promoter.errors import ConfigError
 
@@ -138,6 +144,8 @@ def serve(
         database_url=database_url,
         host_id=host_id,
     )
+    # the port first: a taken one is refused before a migration or a key publication
+    sock = listen(settings.host, settings.port)
     logs.configure(fmt, settings.log_level)
     services = daemon_services(settings)
     started = logging.getLogger("promoter.serve")
@@ -162,6 +170,7 @@ def serve(
         log_level=settings.log_level,
         announce=True,
         on_exit=services.stopping.set,
+        on_ready=lambda url: _record_for_the_person(url, settings.state_dir, started),
     )
     open_files = raise_open_files()  # a full blob batch holds a descriptor per blob
     if open_files < NEEDED:
@@ -175,9 +184,39 @@ def serve(
         )
     tune_for_serving()  # start-up objects frozen: no long GC pauses on the event loop
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         services.close()
+
+
+# a daemon listening on every address is reached by its own CLI over loopback
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}  # noqa: S104
+
+
+def _record_for_the_person(url: str, state_dir: Path, log: logging.Logger) -> None:
+    """The daemon's URL, state directory and the person's credential, into the per-user
+    configuration; a configuration that cannot be written is logged, never fatal."""
+    from promoter.api import logs
+    from promoter.cli import userconfig
+    from promoter.errors import PromoterError
+
+    scheme, _, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    address = f"{scheme}://{_WILDCARDS.get(host, host)}:{port}"
+    token_file = state_dir / "credentials" / "operator.token"
+    try:
+        path = userconfig.record(address, state_dir, token_file)
+    except (OSError, PromoterError) as exc:
+        detail = exc.detail if isinstance(exc, PromoterError) else (exc.strerror or str(exc))
+        logs.event(
+            log,
+            f"the per-user configuration was not written ({detail}): the CLI finds this "
+            f"daemon only with --url {address} --token-file {token_file.resolve()}",
+            logging.WARNING,
+        )
+        return
+    logs.event(log, f"recorded for this user's CLI in {path}", user_config=str(path))
 
 
 @db_app.command("upgrade")

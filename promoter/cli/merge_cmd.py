@@ -52,7 +52,7 @@ def merge(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Merge a drifted promotion's files into a new bundle held for approval (operator)."""
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
         try:
             result = client.merge(operation)
         except (MergeConflict, MergeUnsupported) as exc:

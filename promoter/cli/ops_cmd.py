@@ -51,7 +51,7 @@ NEXT_STEPS = {
 
 
 def _client(url: str | None, token_file: Path | None, timeout: float = 660.0) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=timeout)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=timeout)
 
 
 def _emit(document: Any) -> None:

@@ -49,7 +49,7 @@ WAIT_TIMEOUT = 660.0  # the server waits up to 600 s for a promotion
 
 
 def _client(url: str | None, token_file: Path | None, timeout: float = 60.0) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=timeout)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=timeout)
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -143,6 +143,14 @@ def grant_create(
         str,
         typer.Option("--symlinks", help="Links the bundle may hold: none, inside or any."),
     ] = "none",
+    approval: Annotated[
+        str,
+        typer.Option(
+            "--approval",
+            help="required: its promotions wait for an operator's decision; none: as the "
+            "repository says.",
+        ),
+    ] = "none",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the sealed grant's canonical JSON here.")
     ] = None,
@@ -153,6 +161,8 @@ def grant_create(
     """Create and register a grant on the current HEAD of a guarded repository."""
     if symlinks not in ("none", "inside", "any"):
         raise BadRequest(f"--symlinks takes none, inside or any, got {symlinks!r}")
+    if approval not in ("none", "required"):
+        raise BadRequest(f"--approval takes none or required, got {approval!r}")
     with _client(url, token_file) as client:
         info = _repository(client, repo)
         head, branch = info.get("head"), info.get("branch")
@@ -191,6 +201,8 @@ def grant_create(
                     "target_preconditions": captured,
                     "limits": Limits(max_changes=max_changes, max_total_bytes=max_bytes).wire(),
                     "symlinks": symlinks,
+                    # only when asked: a grant without it is the same grant as before
+                    **({"approval": "required"} if approval == "required" else {}),
                 }
             )
         )

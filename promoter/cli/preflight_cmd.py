@@ -31,7 +31,7 @@ def preflight(
     from promoter.client.sync import PromoterClient
     from promoter.errors import error_class
 
-    with PromoterClient(server_url(url), read_token(token_file), timeout=120.0) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
         result: dict[str, Any] = client.preflight(bundle_id, fence)
     if json_output:
         console.print_json(json.dumps(result))

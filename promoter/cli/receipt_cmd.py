@@ -370,7 +370,7 @@ def keys(out: OutOpt = None, url: UrlOpt = None) -> None:
 def _get(base: str, path: str, token_file: Path | None) -> bytes:
     headers: dict[str, str] = {}
     if path != "/v1/keys":  # the public keys need no token
-        headers["Authorization"] = f"Bearer {read_token(token_file)}"
+        headers["Authorization"] = f"Bearer {read_token(token_file, base)}"
     try:
         answer = httpx.get(base.rstrip("/") + path, headers=headers, timeout=60)
     except httpx.HTTPError as exc:

@@ -37,7 +37,7 @@ WAIT_TIMEOUT = 660.0
 
 
 def _client(url: str | None, token_file: Path | None) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=WAIT_TIMEOUT)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=WAIT_TIMEOUT)
 
 
 def review(

@@ -15,8 +15,18 @@ path, ``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
 ``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
 removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
 the next step in a kept sandbox, chained on the last completed promotion, so each step
-hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
-RUN`` manage sandboxes and never touch the user's worktree.
+hands in only its new edits; ``--continue RUN`` without CMD promotes the bundle its last
+step submitted and did not promote (declined, or interrupted at the question).
+``--list``, ``--prune`` (``run_manage.py``) and ``--remove RUN`` manage sandboxes and
+never touch the user's worktree.
+
+The daemon, the credential and the state directory come from the flags, the environment,
+the daemon ``promoter serve`` recorded for this user, then ./.promoter
+(``promoter.cli.userconfig``); inside a guarded worktree ``--repo`` may be left out. The
+person's credential (the operator's, docs/decisions/persons-cli-credential.md) runs,
+promotes and, confirmed at the terminal, approves; ``--yes`` never approves. The command's
+own failure is ``command_failed``; Ctrl-C at any stage is ``interrupted`` (exit 130),
+naming the sandbox and bundle kept and the next command.
 
 Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
 the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
@@ -33,6 +43,8 @@ import getpass
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -40,16 +52,27 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from typer._click.exceptions import UsageError  # the click typer's own groups use
+from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
 
 from promoter.cli import run_answers as answers
 from promoter.cli import run_manage as manage
+from promoter.cli import userconfig
 from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
-from promoter.cli.common import UrlOpt, console, err_console, server_url
+from promoter.cli.common import UrlOpt, console, err_console
 from promoter.cli.orchestrate_cmd import parse_allow
+from promoter.cli.status_cmd import worktree_here
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
-from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
+from promoter.errors import (
+    CommandFailed,
+    ConfigError,
+    Interrupted,
+    NotConfirmed,
+    PromoterError,
+    error_class,
+)
 from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
@@ -58,12 +81,15 @@ __all__ = ["register"]
 
 HELP = (
     "Run CMD in an isolated clone of a guarded repository and promote what it changed.\n\n"
-    "promoter run --repo NAME [--allow 'src/**:create,modify,delete']... [--yes] -- CMD ARGS...\n"
+    "promoter run [--repo NAME] [--allow 'src/**:create,modify,delete']... [--yes] -- CMD ARGS...\n"
     "promoter run --continue RUN -- CMD ARGS...   (the next step, chained on the last one)\n"
+    "promoter run --continue RUN [--yes]   (promote the bundle its last step left submitted)\n"
     "promoter run --list | --remove RUN | --prune [--older-than 7d]\n\n"
     "The sandbox starts from your worktree as it is (uncommitted and untracked files "
     "included; --from-head: from HEAD); your own edits are not part of what it promotes. "
-    "A completed run's sandbox is removed unless --keep.\n\n"
+    "A completed run's sandbox is removed unless --keep. Inside a guarded worktree --repo "
+    "may be left out; the daemon and credential are the ones promoter serve recorded "
+    "(promoter status shows them).\n\n"
     "CMD runs confined by bubblewrap: only the clone, a private HOME and /tmp writable; "
     "your worktree and promoter's state directory invisible; no network but the daemon "
     "(--network to allow it); --memory, --max-procs, --max-file-size and --timeout limit "
@@ -79,36 +105,30 @@ def _say(text: str) -> None:
     console.print(text, soft_wrap=True)
 
 
-def _state_dir(state_dir: Path | None) -> Path:
-    return state_dir or Path(os.environ.get("PROMOTER_STATE_DIR") or ".promoter")
+def _target(state_dir: Path | None, url: str | None, token_file: Path | None) -> userconfig.Target:
+    """The daemon, the person's credential and the state directory (the sandboxes' home)."""
+    return userconfig.resolve(url, token_file, state_dir)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
+def _token(target: userconfig.Target) -> str:
+    if target.token is None:
+        raise userconfig.no_token(target)
+    return target.token
 
 
-def _token_or_none(state_dir: Path, token_file: Path | None) -> str | None:
-    try:
-        return _orchestrator_token(state_dir, token_file)
-    except ConfigError:
-        return None
-
-
-def _orchestrator_token(state_dir: Path, token_file: Path | None) -> str:
-    if token_file is not None:
-        token = _read(token_file)
-        if token is None:
-            raise ConfigError(f"cannot read token file {token_file}")
-        return token
-    token = _read(state_dir / "credentials" / "orchestrator.token")
-    if token is None:
-        raise ConfigError(
-            f"no orchestrator token: pass --token-file FILE (none in {state_dir}/credentials)"
-        )
-    return token
+def _infer_repository(client: PromoterClient) -> str:
+    """The repository whose worktree the current directory is in (``--repo`` left out)."""
+    here = worktree_here()
+    repositories = client.repositories()
+    for repository in repositories:
+        if here is not None and here == str(Path(str(repository["worktree"])).resolve()):
+            return str(repository["name"])
+    names = ", ".join(str(r["name"]) for r in repositories) or "none"
+    where = f"{here} is not" if here is not None else "the current directory is not in"
+    raise UsageError(
+        f"name the repository: --repo NAME ({where} a worktree the daemon guards; "
+        f"it guards: {names})"
+    )
 
 
 def _grant(
@@ -284,9 +304,12 @@ def _step(
         if code != 0:
             step.status = "command_failed"
             sandboxes.save(state_dir, record)
-            raise ConfigError(
-                f"the command exited with status {code}; nothing was submitted "
-                f"(continue with promoter run --continue {record.run_id} -- CMD)"
+            raise CommandFailed(
+                f"the command exited with status {code}; nothing was submitted; the "
+                f"sandbox is kept: {record.clone} (the next step: promoter run --continue "
+                f"{record.run_id} -- CMD)",
+                status=code,
+                run_id=record.run_id,
             )
         executor = orch.with_token(str(minted["token"]))
         with executor:
@@ -347,23 +370,22 @@ def _promote(
         sandboxes.save(state_dir, record)
         raise NotConfirmed(
             f"not promoted; bundle {step.bundle_id} stays submitted (the sandbox is kept: "
-            f"{record.clone}); promote it with promoter run --continue {record.run_id} --yes "
-            "-- true, or answer yes at a terminal",
+            f"{record.clone}); promote that bundle with promoter run --continue "
+            f"{record.run_id} --yes, or without --yes to answer at a terminal",
             bundle_id=step.bundle_id,
             run_id=record.run_id,
         )
     view = orch.promote(step.bundle_id, receipt_sha256, grant.fence, wait=True)
     step.operation_id = str(view["operation_id"])
     if view.get("status") == "awaiting_approval":
-        # the gate wants a person: a confirmation at the terminal is one, --yes is not
-        operator = _read(state_dir / "credentials" / "operator.token")
-        if operator is None or consent != "asked":
+        # the gate wants a person: a confirmation at the terminal is one, --yes is not;
+        # the approver is the person's own credential (an operator's), never another
+        if consent != "asked" or orch.whoami().get("role") != "operator":
             step.status = "awaiting_approval"
             sandboxes.save(state_dir, record)
             _say(f"awaiting approval: promoter approve {step.operation_id}")
             return
-        with orch.with_token(operator) as approver:  # the approver is this credential
-            view = approver.approve(step.operation_id, _confirmed_note(), wait=True)
+        view = orch.approve(step.operation_id, _confirmed_note(), wait=True)
     step.status = str(view["status"])
     sandboxes.save(state_dir, record)
     if step.status != "completed":
@@ -435,7 +457,8 @@ def run(
     ] = None,
     url: UrlOpt = None,
     token_file: Annotated[
-        Path | None, typer.Option("--token-file", help="Orchestrator token file.")
+        Path | None,
+        typer.Option("--token-file", help="Token file (default: the one promoter serve recorded)."),
     ] = None,
     unconfined: Annotated[
         bool, typer.Option("--unconfined", help="Run CMD with your permissions, unconfined.")
@@ -460,20 +483,19 @@ def run(
         list[Path] | None, typer.Option("--hide", help="A directory the confined CMD must not see.")
     ] = None,
 ) -> None:
-    state = _state_dir(state_dir)
+    target = _target(state_dir, url, token_file)
+    state, address = target.state_dir, target.url
     if list_runs:
-        manage.list_sandboxes(state, server_url(url), _token_or_none(state, token_file))
+        manage.list_sandboxes(state, address, target.token)
         return
     if prune:
-        manage.prune(
-            state, server_url(url), _token_or_none(state, token_file), manage.age(older_than)
-        )
+        manage.prune(state, address, target.token, manage.age(older_than))
         return
     if remove is not None:
         _say(f"removed {sandboxes.remove(state, remove)}")
         return
-    if not command:
-        raise ConfigError("no command: promoter run --repo NAME -- CMD ARGS...")
+    if not command and continue_run is None:
+        raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
     how = Confinement(
         unconfined=unconfined,
         network=network,
@@ -482,36 +504,113 @@ def run(
         hide=tuple(p.resolve() for p in hide or ()),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
+    token = _token(target)
+    if continue_run is not None and not command:
+        record = sandboxes.load(state, continue_run)
+        with _kept_on_interrupt(state, record):
+            _promote_submitted(address, token, state, record, yes=yes)
+        _finish(state, record, keep=keep)
+        return
+    assert command is not None
     if not unconfined:
         confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
-    address = server_url(url)
-    token = _orchestrator_token(state, token_file)
     if continue_run is not None:
         record = sandboxes.load(state, continue_run)
         if allow:
             record.allow = [parse_allow(a).wire() for a in allow]
     else:
-        if repo is None:
-            raise ConfigError("name the repository: --repo NAME (or --continue RUN)")
-        with PromoterClient(address, token) as client:
-            repository = _repository(client, repo)
-        record = sandboxes.create(
-            state,
-            repository=repo,
-            worktree=str(repository["worktree"]),
-            branch=str(repository["branch"]),
-            head=str(repository["head"]),
-            created_at=rfc3339(utcnow()),
-            allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
-            from_head=from_head,
-        )
+        try:
+            with PromoterClient(address, token) as client:
+                name = repo if repo is not None else _infer_repository(client)
+                repository = _repository(client, name)
+            record = sandboxes.create(
+                state,
+                repository=name,
+                worktree=str(repository["worktree"]),
+                branch=str(repository["branch"]),
+                head=str(repository["head"]),
+                created_at=rfc3339(utcnow()),
+                allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
+                from_head=from_head,
+            )
+        except (KeyboardInterrupt, Abort):
+            raise Interrupted(
+                "interrupted before the sandbox was ready: nothing was run or promoted, and "
+                "nothing of yours was changed"
+            ) from None
         _say(answers.started(record))
-    try:
-        _step(address, token, state, record, command, yes=yes, timeout=timeout, how=how)
-    except PromoterError:
-        err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
-        raise
+    with _kept_on_interrupt(state, record):
+        try:
+            _step(address, token, state, record, command, yes=yes, timeout=timeout, how=how)
+        except PromoterError:
+            err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
+            raise
     _finish(state, record, keep=keep)
+
+
+@contextmanager
+def _kept_on_interrupt(state_dir: Path, record: sandboxes.RunRecord) -> Iterator[None]:
+    """Ctrl-C (SIGINT) at any stage: the step is marked ``interrupted`` and the error names
+    the sandbox and the bundle kept and the next command (exit 130)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Abort) as exc:
+        if isinstance(exc, Abort):
+            err_console.print()  # the question's line ends here
+        raise _interrupted(state_dir, record) from None
+
+
+def _interrupted(state_dir: Path, record: sandboxes.RunRecord) -> Interrupted:
+    step = record.steps[-1] if record.steps else None
+    if step is not None and step.status in ("started", "submitted", "declined"):
+        step.status = "interrupted"
+        sandboxes.save(state_dir, record)
+    kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
+    if step is not None and step.bundle_id is not None and step.operation_id is None:
+        return Interrupted(
+            f"{kept}; bundle {step.bundle_id} stays submitted: promote it with "
+            f"promoter run --continue {record.run_id} --yes",
+            run_id=record.run_id,
+            bundle_id=step.bundle_id,
+            sandbox=record.clone,
+        )
+    if step is not None and step.operation_id is not None:
+        return Interrupted(
+            f"interrupted while operation {step.operation_id} ran at the host, which finishes "
+            f"it; the sandbox is kept: {record.clone}; its status: promoter run --list",
+            run_id=record.run_id,
+            operation_id=step.operation_id,
+            sandbox=record.clone,
+        )
+    return Interrupted(
+        f"{kept}; run the step again with promoter run --continue {record.run_id} -- CMD",
+        run_id=record.run_id,
+        sandbox=record.clone,
+    )
+
+
+PROMOTABLE = ("declined", "interrupted", "submitted")
+
+
+def _promote_submitted(
+    url: str, token: str, state_dir: Path, record: sandboxes.RunRecord, *, yes: bool
+) -> None:
+    """``--continue RUN`` without CMD: promote the bundle the last step left submitted."""
+    step = record.steps[-1] if record.steps else None
+    if step is None or step.bundle_id is None or step.status not in PROMOTABLE:
+        last = step.status if step is not None else "nothing yet"
+        raise UsageError(
+            f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
+            f"give the next command: promoter run --continue {record.run_id} -- CMD"
+        )
+    with PromoterClient(url, token, timeout=660.0) as orch:
+        grant = orch.get_grant(step.grant_id)
+        receipt = orch.get_verification(step.bundle_id)
+        _say(f"promoting the bundle step {len(record.steps)} submitted: {step.bundle_id}")
+        print_bundle(orch.get_bundle(step.bundle_id).wire())
+        print_diff(orch.bundle_diff(step.bundle_id), pager=not yes)
+        print_receipt(receipt.wire())
+        _promote(orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes)
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

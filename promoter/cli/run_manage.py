@@ -2,7 +2,9 @@
 
 ``list_sandboxes`` refreshes each step that waits on the host (an operation awaiting
 approval or in progress) from the daemon when it answers, and says ``unknown`` when it
-does not; each line shows the sandbox's size on disk. ``prune`` removes, through the
+does not; a promotion an operator accepted in part reads ``approved in part`` (not
+``refused``), and a step left ``started`` with no process in its sandbox reads
+``interrupted``; each line shows the sandbox's size on disk. ``prune`` removes, through the
 safe ``sandbox.remove``, every sandbox whose last step is finished (``completed`` or
 ``no_changes``) and untouched for ``--older-than`` (default: any age), and every
 abandoned one (any other status the host is not still working on) untouched for
@@ -30,7 +32,9 @@ from promoter.executor import sandbox as sandboxes
 
 __all__ = ["age", "list_sandboxes", "prune"]
 
-FINISHED = frozenset({"completed", "no_changes"})
+IN_PART = "approved_in_part"
+FINISHED = frozenset({"completed", "no_changes", IN_PART})
+SHOWN = {IN_PART: "approved in part", "command_failed": "command failed"}
 AT_THE_HOST = frozenset({"awaiting_approval", "in_progress", "needs_recovery"})
 STILL_AT_THE_HOST = AT_THE_HOST | {"needs_reconciliation", "unknown"}
 ABANDONED_AFTER = 24 * 3600.0
@@ -84,9 +88,12 @@ def _refresh(client: PromoterClient | None, record: sandboxes.RunRecord) -> str:
     if client is None:
         return "unknown"
     try:
-        last.status = str(client.get_operation(last.operation_id)["status"])
+        view = client.get_operation(last.operation_id)
     except PromoterError:
         return "unknown"
+    last.status = str(view["status"])
+    if last.status == "refused" and view.get("code") == IN_PART:
+        last.status = IN_PART  # an operator accepted a part: promoted as its own operation
     return last.status
 
 
@@ -111,6 +118,8 @@ def _statuses(
         for record in sandboxes.list_runs(state_dir):
             before = record.steps[-1].status if record.steps else None
             status = _refresh(client, record)
+            if status == "started" and not _live(sandboxes.runs_dir(state_dir) / record.run_id):
+                status = "interrupted"  # no process runs the step any more
             if record.steps and status != before and status != "unknown":
                 sandboxes.save(state_dir, record)
             found.append((record, status))
@@ -128,7 +137,7 @@ def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
         home = sandboxes.runs_dir(state_dir) / record.run_id
         console.print(
             f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
-            f"last {status}  {human(_size(home))}  {record.clone}",
+            f"last {SHOWN.get(status, status)}  {human(_size(home))}  {record.clone}",
             soft_wrap=True,
             highlight=False,
         )

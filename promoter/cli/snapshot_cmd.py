@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _client(url: str | None, token_file: Path | None) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file), timeout=600.0)
+    return PromoterClient(server_url(url), read_token(token_file, url), timeout=600.0)
 
 
 def _print_json(value: Any) -> None:

@@ -114,7 +114,7 @@ def _trace(
 ) -> dict[str, Any]:
     from promoter.client.sync import PromoterClient
 
-    with PromoterClient(server_url(url), read_token(token_file), timeout=120.0) as client:
+    with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
         return client.trace(repo, commit, paths, staged=staged)
 
 

@@ -85,6 +85,20 @@ class PromoterClient(BlobCalls):
     def repositories(self) -> list[Json]:
         return list(self._json("GET", "/v1/repositories")["repositories"])
 
+    def whoami(self) -> Json:
+        """``{role, name, run_id}`` of this client's credential."""
+        return self._json("GET", "/v1/whoami")
+
+    def repository_approval(self, name: str) -> Json:
+        return self._json("GET", f"/v1/repositories/{segment(name)}/approval")
+
+    def set_repository_approval(self, name: str, approval: str) -> Json:
+        """Turn the repository's approval gate on (``required``) or off (``none``); operator."""
+        body = {"approval": approval}
+        return self._json(
+            "PUT", f"/v1/repositories/{segment(name)}/approval", json_body=body, idempotent=True
+        )
+
     def mint_executor_token(self, executor_run_id: str, ttl_seconds: int = 3600) -> Json:
         """``{token, executor_run_id, expires_at}`` for a new executor token."""
         body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}

@@ -319,3 +319,20 @@ class ReceiptEnvelopeRow(Base):
     keyid: Mapped[str] = mapped_column(String(64))
     envelope: Mapped[str] = mapped_column(Text)  # the exact canonical bytes served
     created_at: Mapped[str] = mapped_column(String(20))
+
+
+class RepositorySettingRow(Base):
+    """One change of a repository's setting by an operator (``promoter repos set``): the
+    newest row of a repository and setting is in force, over the configuration file."""
+
+    __tablename__ = "repository_settings"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repository_identity: Mapped[str] = mapped_column(String(40), index=True)
+    repository_name: Mapped[str] = mapped_column(String(200))
+    setting: Mapped[str] = mapped_column(String(40))
+    value: Mapped[str] = mapped_column(String(40))
+    previous: Mapped[str] = mapped_column(String(40))  # what was in force before
+    by_role: Mapped[str] = mapped_column(String(20))
+    by_name: Mapped[str] = mapped_column(String(200))
+    host_id: Mapped[str] = mapped_column(String(200))
+    at: Mapped[str] = mapped_column(String(32))

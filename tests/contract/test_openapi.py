@@ -52,6 +52,7 @@ WITH_BODY = {
     ("post", "/v1/repositories/{name}/snapshots"),
     ("post", "/v1/repositories/{name}/snapshots/{tree}/restore"),
     ("post", "/v1/hosts/{host}/fence"),
+    ("put", "/v1/repositories/{name}/approval"),
 }
 
 

@@ -12,15 +12,19 @@ from fastapi.responses import Response
 from promoter.api.deps import (
     SMALL_BODY,
     AnyRoleDep,
+    OperatorDep,
     OrchestratorDep,
     ServicesDep,
     read_json_body,
 )
 from promoter.api.models import (
+    Caller,
     ExecutorToken,
     ExecutorTokenRequest,
     GrantRegistered,
     LeaseSet,
+    RepositoryApproval,
+    RepositoryApprovalRequest,
     RepositoryList,
     RunOpened,
     RunRequest,
@@ -33,9 +37,11 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
-from promoter.engine import queries
+from promoter.engine import queries, repo_settings
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
+from promoter.engine.repos import Repository
+from promoter.engine.services import Services
 from promoter.errors import Forbidden
 
 router = APIRouter(prefix="/v1")
@@ -111,6 +117,97 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
         for now in map(queries.repository_head, services.registry.all())
     ]
     return json_response({"repositories": items})
+
+
+@router.get(
+    "/whoami",
+    **operation(
+        "whoami",
+        summary="Who the request's credential is",
+        description="The credential's role and name (an executor token's: its run). Never "
+        "the token itself. `promoter status` shows it.",
+        tags=["orchestrator", "executor", "operator"],
+        ok={
+            200: Ok("the caller", Caller, {"role": "operator", "name": "operator", "run_id": None})
+        },
+    ),
+)
+async def whoami(principal: AnyRoleDep) -> Response:
+    return json_response(
+        {"role": principal.role, "name": principal.name, "run_id": principal.run_id}
+    )
+
+
+APPROVAL_EXAMPLE = {
+    "name": "demo",
+    "repository_identity": REPO_IDENTITY,
+    "approval": "required",
+    "source": "ledger",
+    "set_by": "operator",
+    "set_at": "2026-12-06T08:00:00Z",
+}
+
+
+def _approval_view(services: Services, repository: Repository) -> dict[str, object]:
+    setting = repo_settings.approval(services, repository)
+    return {
+        "name": repository.name,
+        "repository_identity": repository.identity,
+        "approval": setting.value,
+        "source": setting.source,
+        "set_by": setting.by,
+        "set_at": setting.at,
+    }
+
+
+@router.get(
+    "/repositories/{name}/approval",
+    **operation(
+        "getRepositoryApproval",
+        summary="A repository's approval setting in force",
+        description="`required`: every promotion into it waits in `awaiting_approval` for an "
+        "operator's decision. `source` says whether the configuration file or an operator's "
+        "`PUT` (newest first, in the ledger) set it.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["repository_unknown", "database_busy"],
+        ok={200: Ok("the setting", RepositoryApproval, APPROVAL_EXAMPLE)},
+    ),
+)
+def get_repository_approval(name: NameParam, _: OrchestratorDep, services: ServicesDep) -> Response:
+    return json_response(_approval_view(services, services.registry.by_name(name)))
+
+
+@router.put(
+    "/repositories/{name}/approval",
+    **operation(
+        "setRepositoryApproval",
+        summary="Turn a repository's approval gate on or off",
+        description="Recorded in the ledger with the credential that asked (its name), the "
+        "time, the host and what was in force before, and logged; in force on every host "
+        "from the next promotion request on, over the configuration file. A promotion "
+        "already held stays held. Operator only.",
+        tags=["operator"],
+        roles=("operator",),
+        errors=["repository_unknown", "database_busy", "host_fenced"],
+        body=RepositoryApprovalRequest,
+        body_example={"approval": "required"},
+        ok={200: Ok("the setting now in force", RepositoryApproval, APPROVAL_EXAMPLE)},
+    ),
+)
+async def put_repository_approval(
+    name: NameParam, request: Request, principal: OperatorDep, services: ServicesDep
+) -> Response:
+    body = parse(RepositoryApprovalRequest, await read_json_body(request, services, SMALL_BODY))
+    repository = services.registry.by_name(name)
+
+    def change() -> dict[str, object]:
+        repo_settings.set_approval(
+            services, repository, body.approval, role=principal.role, name=principal.name
+        )
+        return _approval_view(services, repository)
+
+    return json_response(await run_in_threadpool(change))
 
 
 @router.post(

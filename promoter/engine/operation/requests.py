@@ -32,6 +32,7 @@ from promoter.domain.path_state import classify
 from promoter.domain.paths import disk_path
 from promoter.domain.records import Ticket
 from promoter.domain.status import FINAL, RUNNING, OperationKind, OperationStatus
+from promoter.engine import repo_settings
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
@@ -193,7 +194,11 @@ def request_promotion(
         repository_identity=repository.identity,
     )
     # a merged bundle (SPEC §10.14) always waits for a person's approval
-    gated = approval.required(repository, grant) or bundle.merge is not None
+    gated = (
+        approval.required(repository, grant)
+        or bundle.merge is not None
+        or repo_settings.requires_approval(services, repository)  # set by `repos set`
+    )
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)
     with services.live.running(operation_id):  # live before the row can be in_progress

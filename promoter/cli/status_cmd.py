@@ -1,0 +1,101 @@
+"""``promoter status``: which daemon the CLI reaches, with which credential, and what is wrong.
+
+It resolves the daemon, credential and state directory exactly as every client command
+does (``promoter.cli.userconfig.resolve``), says where each came from, asks the daemon
+who the credential is (``GET /v1/whoami``: its role and name, never the token) and which
+repositories it guards with their approval setting, and says which of them the current
+directory is the worktree of. Anything wrong (nothing recorded, a configuration others can
+read, the daemon not answering, the credential refused) is printed as a ``problem:`` line
+with the next command, and the command exits with that problem's code.
+
+Deliberately not here: changing anything. It only reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from promoter.cli import userconfig
+from promoter.cli.common import TokenFileOpt, UrlOpt, console
+from promoter.client.sync import PromoterClient
+from promoter.client.wire import Backoff
+from promoter.errors import PromoterError
+from promoter.git.runner import run_git
+
+__all__ = ["register", "worktree_here"]
+
+ONCE = Backoff(attempts=1)
+
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, highlight=False)
+
+
+def worktree_here(cwd: Path | None = None) -> str | None:
+    """The top level of the git worktree ``cwd`` is in (symlinks resolved), or None."""
+    where = Path.cwd() if cwd is None else cwd
+    result = run_git(["rev-parse", "--show-toplevel"], cwd=where, check=False)
+    if result.returncode != 0:
+        return None
+    top = result.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    return str(Path(top).resolve()) if top else None
+
+
+def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
+    """Which daemon and credential the CLI uses, its repositories, and what is wrong."""
+    try:
+        target = userconfig.resolve(url, token_file)
+    except PromoterError as exc:
+        _say(f"problem: {escape(exc.detail)}")
+        raise
+    _say(f"daemon      {escape(target.url)}  (from {escape(target.url_from)})")
+    _say(f"state       {escape(str(target.state_dir))}  (from {escape(target.state_from)})")
+    if target.token is None:
+        problem = userconfig.no_token(target)
+        _say(f"credential  none\nproblem: {escape(problem.detail)}")
+        raise problem
+    with PromoterClient(target.url, target.token, timeout=10.0, backoff=ONCE) as client:
+        try:
+            client.healthz()
+        except PromoterError as exc:
+            _say(
+                f"problem: the daemon does not answer: {escape(exc.detail)}; "
+                "start it with promoter serve (or make serve)"
+            )
+            raise
+        try:
+            caller = client.whoami()
+        except PromoterError as exc:
+            _say(
+                f"credential  from {escape(target.token_from)}\n"
+                f"problem: the daemon refuses this credential {escape(f'[{exc.code}]')}: "
+                f"{escape(exc.detail)}; run promoter serve again to record its credential, "
+                "or pass --token-file FILE"
+            )
+            raise
+        _say(
+            f"credential  {escape(str(caller['name']))} (role {caller['role']}), "
+            f"from {escape(target.token_from)}"
+        )
+        if caller["role"] == "executor":
+            _say("an executor token sees no repositories")
+            return
+        here = worktree_here()
+        repositories = client.repositories()
+        _say("repositories" if repositories else "repositories: none guarded")
+        for repository in repositories:
+            setting = client.repository_approval(str(repository["name"]))
+            head = str(repository.get("head") or "")[:12] or "no commit"
+            mark = "  (here)" if here == str(Path(str(repository["worktree"])).resolve()) else ""
+            _say(
+                f"  {escape(str(repository['name']))}  {escape(str(repository['worktree']))}  "
+                f"{escape(str(repository.get('branch') or 'detached'))} at {head}  "
+                f"approval {setting['approval']} ({setting['source']}){mark}"
+            )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)

@@ -1,0 +1,76 @@
+"""The ledger's record of repository settings changed at run time (``repos set``).
+
+``newest`` reads the setting in force (the newest row of a repository and setting) as a
+``SettingChange``; ``add`` appends a change in the caller's session. Rows never leave
+this module.
+
+Deliberately not here: what a setting means (``promoter.engine.repo_settings``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from promoter.store.tables import RepositorySettingRow
+
+__all__ = ["SettingChange", "add", "newest"]
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    repository_identity: str
+    repository_name: str
+    setting: str
+    value: str
+    previous: str
+    by_role: str
+    by_name: str
+    host_id: str
+    at: str
+
+
+def _change(row: RepositorySettingRow) -> SettingChange:
+    return SettingChange(
+        row.repository_identity,
+        row.repository_name,
+        row.setting,
+        row.value,
+        row.previous,
+        row.by_role,
+        row.by_name,
+        row.host_id,
+        row.at,
+    )
+
+
+def newest(session: Session, identity: str, setting: str) -> SettingChange | None:
+    """The change in force for ``identity``'s ``setting``, or None (the file's value)."""
+    query = (
+        select(RepositorySettingRow)
+        .where(RepositorySettingRow.repository_identity == identity)
+        .where(RepositorySettingRow.setting == setting)
+        .order_by(RepositorySettingRow.id.desc())
+        .limit(1)
+    )
+    row = session.scalar(query)
+    return None if row is None else _change(row)
+
+
+def add(session: Session, change: SettingChange) -> None:
+    """Append ``change`` in ``session`` (in force once it commits)."""
+    session.add(
+        RepositorySettingRow(
+            repository_identity=change.repository_identity,
+            repository_name=change.repository_name,
+            setting=change.setting,
+            value=change.value,
+            previous=change.previous,
+            by_role=change.by_role,
+            by_name=change.by_name,
+            host_id=change.host_id,
+            at=change.at,
+        )
+    )

@@ -1,0 +1,126 @@
+"""The CLI exits exactly as docs/reference/errors.md says, case by case, as a real process.
+
+Every error class's exit status is the table's; then each documented case that needs no
+daemon is run: a usage error (2), a taken port (69, one line, refused before a migration
+or a key), a damaged or missing bundle file (65, 66, one line, a missing file never taken
+for an id), a bad ``--log-format`` (78). The cases a running daemon answers (a missing
+``--repo`` outside a guarded worktree, an agent's failure, Ctrl-C, not confirmed) are in
+tests/workflow/test_run_interrupts.py and tests/workflow/test_persons_cli.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from promoter.errors import PromoterError, all_error_classes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _documented() -> dict[str, int]:
+    """code -> exit, from the table's rows (a row of several codes gives one exit, or one
+    exit per code in the same order)."""
+    found: dict[str, int] = {}
+    for line in (ROOT / "docs" / "reference" / "errors.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not cells[0].startswith("`"):
+            continue
+        codes = re.findall(r"`([a-z_]+)`", cells[0])
+        exits = [int(e) for e in cells[2].split(",")]
+        assert len(exits) in (1, len(codes)), line
+        for number, code in enumerate(codes):
+            found[code] = exits[0] if len(exits) == 1 else exits[number]
+    return found
+
+
+def test_every_error_exits_as_the_table_says() -> None:
+    documented = _documented()
+    wrong = {
+        cls.code: (cls.exit_code, documented.get(cls.code))
+        for cls in all_error_classes()
+        if cls is not PromoterError and documented.get(cls.code) != cls.exit_code
+    }
+    assert wrong == {}
+    assert documented["internal"] == PromoterError.exit_code
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "promoter.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_usage_errors_exit_2() -> None:
+    for args in (["run", "--bogus"], ["bundle", "show"], ["repos", "set", "x", "--approval", "x"]):
+        result = _cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("Usage: ")
+
+
+def test_a_taken_port_is_refused_before_any_migration_or_key(tmp_path: Path) -> None:
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    state = tmp_path / "state"
+    try:
+        result = _cli(
+            "serve", "--state-dir", str(state), "--port", str(port), "--log-format", "json"
+        )
+    finally:
+        holder.close()
+    assert result.returncode == 69
+    assert result.stderr == (
+        f"error [address_in_use] 127.0.0.1:{port} is in use by another process; nothing was "
+        "started (stop it, or pass --port N, or --port 0 for any free port)\n"
+    )
+    assert not (state / "promoter.db").exists()
+    assert not (state / "keys").exists()
+    assert not (tmp_path / "config").exists()
+
+
+def test_a_damaged_bundle_file_is_one_line_65(tmp_path: Path) -> None:
+    damaged = tmp_path / "bundle.json"
+    damaged.write_bytes(b'{"schema": "PatchBundleV1", ')
+    result = _cli("bundle", "show", str(damaged))
+    assert result.returncode == 65
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error [validation_failed] {damaged} is not a bundle: ")
+    wrong = tmp_path / "other.json"
+    wrong.write_bytes(b'{"schema": "GrantV1"}')
+    result = _cli("bundle", "show", str(wrong))
+    assert (result.returncode, result.stderr.count("\n")) == (65, 1)
+    assert result.stderr.startswith("error [validation_failed] PatchBundleV1: ")
+
+
+def test_a_missing_bundle_file_is_not_taken_for_an_id(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.json"
+    result = _cli("bundle", "show", str(missing))
+    assert result.returncode == 66
+    assert result.stderr == (
+        f"error [not_found] no file {missing} (and not a bundle id, which is bnd_ and 32 hex "
+        "digits)\n"
+    )
+    # a name shaped like an id, with no such file, is asked of the daemon (none here)
+    asked = _cli("bundle", "show", "bnd_" + "0" * 32, "--url", "http://127.0.0.1:9")
+    assert asked.returncode == 78
+    assert "no token for http://127.0.0.1:9" in asked.stderr
+
+
+def test_a_bad_log_format_is_a_configuration_error(tmp_path: Path) -> None:
+    result = _cli("serve", "--state-dir", str(tmp_path / "s"), "--log-format", "xml")
+    assert result.returncode == 78
+    assert result.stderr == "error [config_error] --log-format must be json or text, not 'xml'\n"

@@ -1,0 +1,234 @@
+"""``promoter run``'s exits at each stage, as a real process (TESTS.md P2).
+
+Ctrl-C is SIGINT sent to the real CLI process once a marker shows it reached the stage:
+the agent's own line (while it runs) or the question on a real pseudo-terminal (at the
+prompt). Each names what was kept (the sandbox, the bundle) and the next command, exits
+130, and leaves the person's worktree byte for byte as it was. The agent's own failure
+is ``command_failed`` (71); the not-confirmed remedy promotes the very bundle it named;
+``run --list`` tells a step interrupted or approved in part as such.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter.cli import run_manage
+from promoter.config import RepositoryConfig
+from promoter.executor import sandbox as sandboxes
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo
+from tests.support.promotion import tree_bytes
+
+INTERRUPTED = 130
+
+
+def _argv(daemon: Daemon, *args: str) -> list[str]:
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    return [sys.executable, "-m", "promoter.cli.main", args[0], *where, *args[1:]]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env.update(PAGER="cat", COLUMNS="2000", NO_COLOR="1")
+    return env
+
+
+def _cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with its current directory in the guarded worktree (no --repo needed)."""
+    return subprocess.run(
+        _argv(daemon, *args),
+        cwd=daemon.services.registry.by_name("work").worktree,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    return record
+
+
+def test_the_agents_failure_is_command_failed_with_its_status(daemon: Daemon, repo: Path) -> None:
+    before = tree_bytes(repo)
+    result = _cli(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", "echo x > a; exit 3")
+    assert result.returncode == 71
+    record = _only_run(daemon)
+    assert (
+        f"error [command_failed] the command exited with status 3; nothing was submitted; "
+        f"the sandbox is kept: {record.clone} (the next step: promoter run --continue "
+        f"{record.run_id} -- CMD)"
+    ) in result.stderr
+    assert tree_bytes(repo) == before
+    assert record.steps[0].status == "command_failed"
+
+
+def test_ctrl_c_while_the_agent_runs_keeps_the_sandbox_and_names_the_next_step(
+    daemon: Daemon, repo: Path
+) -> None:
+    (repo / "README.md").write_bytes(b"the person's own edit\n")
+    before = tree_bytes(repo)
+    agent = "echo x > src/app.py; echo AGENT-STARTED; exec sleep 600"
+    process = subprocess.Popen(
+        _argv(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", agent),
+        cwd=repo,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # blocking reads until the agent says it runs
+        if line.strip() == "AGENT-STARTED":
+            break
+    else:
+        pytest.fail("the agent never started: " + process.communicate()[1])
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == INTERRUPTED, stderr
+    record = _only_run(daemon)
+    assert stderr.splitlines()[-1] == (
+        f"error [interrupted] interrupted: nothing was promoted; the sandbox is kept: "
+        f"{record.clone}; run the step again with promoter run --continue {record.run_id} -- CMD"
+    )
+    assert tree_bytes(repo) == before
+    assert record.steps[0].status == "interrupted"
+    home = sandboxes.runs_dir(daemon.state_dir) / record.run_id
+    assert run_manage._live(home) == []  # the agent did not outlive the run
+    listed = _cli(daemon, "run", "--list")
+    assert f"{record.run_id}  work  1 step(s), last interrupted" in listed.stdout
+
+
+def _read_until(fd: int, marker: bytes, seen: bytearray) -> None:
+    while marker not in seen:
+        ready, _, _ = select.select([fd], [], [], 120)
+        assert ready, f"no {marker!r} within 120 s: {bytes(seen)!r}"
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side closed
+            chunk = b""
+        assert chunk, f"ended before {marker!r}: {bytes(seen)!r}"
+        seen += chunk
+
+
+def _read_to_end(fd: int, seen: bytearray) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        seen += chunk
+
+
+def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
+    daemon: Daemon, repo: Path
+) -> None:
+    before = tree_bytes(repo)
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        _argv(daemon, "run", "--unconfined", "--", "sh", "-c", "echo new > src/new.py"),
+        cwd=repo,
+        env=_env(),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+    try:
+        _read_until(master, b"Promote these changes into the worktree?", seen)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(120) == INTERRUPTED
+        _read_to_end(master, seen)
+    finally:
+        os.close(master)
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # bold on a terminal
+    record = _only_run(daemon)
+    (step,) = record.steps
+    assert step.bundle_id is not None and step.status == "interrupted"
+    assert "[y/N]: \nerror [interrupted]" in text  # the error on a line of its own
+    assert (
+        f"error [interrupted] interrupted: nothing was promoted; the sandbox is kept: "
+        f"{record.clone}; bundle {step.bundle_id} stays submitted: promote it with promoter "
+        f"run --continue {record.run_id} --yes"
+    ) in text
+    assert tree_bytes(repo) == before
+
+    remedy = _cli(daemon, "run", "--continue", record.run_id, "--yes")
+    assert remedy.returncode == 0, remedy.stderr + remedy.stdout
+    assert f"promoting the bundle step 1 submitted: {step.bundle_id}" in remedy.stdout
+    assert (repo / "src" / "new.py").read_bytes() == b"new\n"
+    _promoted_exactly(daemon, remedy.stdout, step.bundle_id)
+    assert not Path(record.clone).exists()  # completed: its sandbox removed
+
+
+def _promoted_exactly(daemon: Daemon, output: str, bundle_id: str) -> None:
+    """The remedy promoted ``bundle_id`` itself, not a bundle built anew."""
+    found = re.search(r"promoted: operation (op_[0-9a-f]+) completed", output)
+    assert found is not None, output
+    with daemon.operator() as operator:
+        view = operator.get(f"/v1/operations/{found.group(1)}").json()
+    assert (view["bundle_id"], view["status"]) == (bundle_id, "completed")
+
+
+def test_the_not_confirmed_remedy_promotes_the_bundle_it_named(daemon: Daemon, repo: Path) -> None:
+    before = tree_bytes(repo)
+    result = _cli(daemon, "run", "--unconfined", "--", "sh", "-c", "echo n > src/n.py")
+    assert result.returncode == 75
+    record = _only_run(daemon)
+    bundle_id = record.steps[0].bundle_id
+    assert bundle_id is not None
+    named = re.search(
+        r"promote that bundle with (promoter run --continue \S+ --yes)", result.stderr
+    )
+    assert named is not None and f"bundle {bundle_id} stays submitted" in result.stderr
+    assert tree_bytes(repo) == before
+    again = _cli(daemon, *named.group(1).split()[1:])
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert (repo / "src" / "n.py").read_bytes() == b"n\n"
+    _promoted_exactly(daemon, again.stdout, bundle_id)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
+    repo = init_repo(tmp_path / "gated")
+    config = RepositoryConfig(path=repo, approval="required")
+    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
+        yield daemon, repo
+
+
+def test_run_list_tells_a_promotion_approved_in_part(gated: tuple[Daemon, Path]) -> None:
+    daemon, repo = gated
+    script = "echo a > src/a.py; echo b > src/b.py"
+    held = _cli(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", script)
+    assert held.returncode == 0, held.stderr + held.stdout
+    record = _only_run(daemon)
+    operation_id = record.steps[0].operation_id
+    assert operation_id is not None
+    with daemon.operator() as operator:
+        answer = operator.post(
+            f"/v1/operations/{operation_id}/approve", json={"only": ["src/a.py"], "wait": True}
+        )
+        assert answer.status_code == 200, answer.text
+    listed = _cli(daemon, "run", "--list")
+    assert f"{record.run_id}  work  1 step(s), last approved in part" in listed.stdout
+    assert (repo / "src" / "a.py").read_bytes() == b"a\n"
+    assert not (repo / "src" / "b.py").exists()
