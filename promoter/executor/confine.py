@@ -56,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
 from promoter.fs.own_entry import Made
+from promoter.fs.own_tree import disarm_tree
 
 log = logging.getLogger("promoter.run")
 
@@ -66,6 +67,7 @@ __all__ = [
     "Relay",
     "Sandbox",
     "bwrap_path",
+    "disarm",
     "probe",
     "run_confined",
     "run_unconfined",
@@ -371,15 +373,55 @@ def run_confined(
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
             argv = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
             code = _wait(argv, env, box.clone, timeout)
-            return Outcome(code, kind)
-    finally:
-        if relay is not None:
-            relay.close()
+    except BaseException:
+        _after(relay, (box.clone, box.home), quiet=True)
+        raise
+    _after(relay, (box.clone, box.home), quiet=False)  # every process of it has ended
+    return Outcome(code, kind)
+
+
+def _after(relay: Relay | None, trees: Sequence[Path], *, quiet: bool) -> None:
+    """The relay closed and the trees disarmed; ``quiet``: an error is logged, not raised
+    (another one is on its way out)."""
+    if relay is not None:
+        relay.close()
+    try:
+        disarm(*trees)
+    except PathUnsafe as exc:
+        if not quiet:
+            raise
+        log.warning("%s", exc.detail)
 
 
 def run_unconfined(command: Sequence[str], clone: Path, env: dict[str, str], timeout: float) -> int:
     """Run ``command`` as the person, in the clone, in a process group of its own."""
-    return _wait(list(command), env, clone, timeout)
+    try:
+        code = _wait(list(command), env, clone, timeout)
+    except BaseException:
+        _after(None, (clone,), quiet=True)
+        raise
+    _after(None, (clone,), quiet=False)
+    return code
+
+
+def disarm(*trees: Path) -> None:
+    """Drop every set-ID bit the command left in the sandbox (``own_tree.disarm_tree``).
+
+    Inside the sandbox the bits never worked (its mounts are ``nosuid``, its user
+    namespace has no privilege); this keeps them from working on the host after the run.
+    """
+    for tree in trees:
+        try:
+            unlinked = disarm_tree(tree)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise PathUnsafe(
+                f"the set-ID bits in {tree} could not be dropped: {exc.strerror or exc}",
+                path=str(tree),
+            ) from exc
+        for path in unlinked:
+            log.warning("%s: a set-ID file with another link, unlinked from the sandbox", path)
 
 
 def _wait(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:

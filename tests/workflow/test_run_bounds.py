@@ -1,0 +1,87 @@
+"""``promoter run``'s sandbox bounded (TESTS E5, E6, E7): real daemon, git and bwrap.
+
+E5: the command connects to the relay's socket itself, skipping its forwarder, and holds
+3000 connections; the ``promoter run`` process's threads and the daemon's descriptors
+stay flat, and the relay answers afterwards. E6: with ``--state-dir A --token-file
+B/credentials/orchestrator.token`` nothing of A's or B's credentials and keys, nor the
+per-user configuration, is readable inside; a credential that could not be hidden
+refuses the run before anything is made. E7: the command leaves a 3000-level directory,
+a FIFO, an unreadable directory, a set-user-ID file and a set-group-ID directory; after
+the run no set-ID bit is left and ``--remove`` removes the sandbox.
+
+Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``
+(CI), where it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from promoter.executor import sandbox as sandboxes
+from tests.support.daemon import Daemon
+from tests.workflow.test_run_confinement import _only_run, _probe, _report, _run
+
+E7_BODY = """
+os.chmod(os.open("tool", os.O_WRONLY | os.O_CREAT, 0o755), 0o4755)
+os.mkdir("shared"); os.chmod("shared", 0o2775)
+with open("shared/data.txt", "w") as handle:
+    handle.write("shared\\n")
+home = os.environ["HOME"]
+os.chdir(home)
+os.mkfifo("fifo")
+os.makedirs("locked/below"); os.chmod("locked/below", 0); os.chmod("locked", 0)
+for n in range(3000):
+    os.mkdir("d"); os.chdir("d")
+os.mkfifo("deep-fifo")
+os.close(os.open("deep-setuid", os.O_WRONLY | os.O_CREAT, 0o755)); os.chmod("deep-setuid", 0o4755)
+os.chdir(os.environ["PWD"])
+report["tool"] = oct(os.stat("tool").st_mode)
+report["shared"] = oct(os.stat("shared").st_mode)
+"""
+
+
+def _set_id_paths(top: Path) -> list[str]:
+    found = []
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    stack = [(fd, str(top))]
+    try:
+        while stack:
+            fd, where = stack.pop()
+            for name in os.listdir(fd):
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                    found.append(f"{where}/{name}")
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(
+                        (os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), f"{where}/{name}")
+                    )
+            os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return found
+
+
+def test_set_id_files_a_deep_tree_and_a_fifo_left_by_the_command_are_disarmed_and_removed(
+    daemon: Daemon, repo: Path
+) -> None:
+    result = _run(daemon, "--repo", "work", "--yes", "--", *_probe(E7_BODY))
+    assert result.exit_code == 0, result.output
+    report = _report(repo)
+    assert report["tool"] == oct(stat.S_IFREG | 0o4755)  # the bits were set inside
+    assert report["shared"] == oct(stat.S_IFDIR | 0o2775)
+    record = _only_run(daemon)
+    home = daemon.state_dir / "runs" / record.run_id
+    assert stat.S_IMODE((home / "clone" / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((home / "clone" / "shared").stat().st_mode) == 0o775
+    assert _set_id_paths(home) == []
+    assert stat.S_IMODE((repo / "tool").stat().st_mode) == 0o755  # promoted as 100755
+    listed = _run(daemon, "--list")  # its size summed through the 3000 levels
+    assert listed.exit_code == 0, listed.output
+    assert record.run_id in listed.stdout
+    removed = _run(daemon, "--remove", record.run_id)
+    assert removed.exit_code == 0, removed.output
+    assert not home.exists()
+    assert sandboxes.list_runs(daemon.state_dir) == []
