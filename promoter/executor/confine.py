@@ -16,9 +16,10 @@ filesystem is the host's, read-only, with these exceptions:
   the daemon's included, can be seen, signalled or traced);
 - writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
 
-Without ``network`` the only way out is to the daemon: ``Relay`` serves a Unix socket
-(bound into the sandbox at ``/run/promoter/daemon.sock``) that forwards each connection
-to the daemon's TCP address, and the sandbox's first process (``sandbox_entry.py``, run
+Without ``network`` the only way out is to the daemon: ``Relay`` (``relay.py``, bounded:
+one thread, a cap on connections, an idle timeout) serves a Unix socket (bound into the
+sandbox at ``/run/promoter/daemon.sock``) that forwards each connection to the daemon's
+TCP address, and the sandbox's first process (``sandbox_entry.py``, run
 by the host's Python with ``-I -S``) listens on the daemon's port at ``127.0.0.1`` inside
 the sandbox and forwards there, so ``PROMOTER_URL`` works unchanged. The environment is
 built from scratch: a few terminal and locale variables, the run's ``PROMOTER_*``
@@ -45,7 +46,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -55,6 +55,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor.relay import Relay
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 
@@ -187,70 +188,6 @@ def inside_url(url: str) -> tuple[str, int]:
     if host not in ("localhost", "127.0.0.1"):
         host = "127.0.0.1"
     return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", "")), port
-
-
-class Relay:
-    """A Unix socket whose every connection is forwarded to the daemon's TCP address."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
-        # a short private directory: a socket's path has at most 107 bytes
-        self._made_directory = Made.mkdtemp("promoter-relay-")
-        self.directory = Path(self._made_directory.path)
-        self.path = self.directory / "daemon.sock"
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(str(self.path))
-        self._made_socket = Made.record(self.path)
-        self._server.listen(64)
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, name="promoter-relay", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=30)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with contextlib.suppress(OSError):
-                self._server.shutdown(socket.SHUT_RDWR)
-            self._server.close()
-            # both made by this relay: removed only while they are still what it made
-            try:
-                self._made_socket.remove()
-                with contextlib.suppress(OSError):  # not empty: it stays
-                    self._made_directory.remove()
-            except PathUnsafe as exc:
-                log.warning("%s", exc.detail)
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(OSError):
-            source.close()
 
 
 @contextlib.contextmanager

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from promoter.executor import sandbox as sandboxes
+from tests.integration.test_relay import _daemon_connections
 from tests.support.daemon import Daemon
 from tests.workflow.test_run_confinement import _only_run, _probe, _report, _run
 
@@ -85,3 +88,60 @@ def test_set_id_files_a_deep_tree_and_a_fifo_left_by_the_command_are_disarmed_an
     assert removed.exit_code == 0, removed.output
     assert not home.exists()
     assert sandboxes.list_runs(daemon.state_dir) == []
+
+
+E5_BODY = """
+import resource, socket, urllib.request
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+held = []
+for n in range(3000):  # straight to the relay's socket, past the forwarder
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect("/run/promoter/daemon.sock")
+    held.append(sock)
+os.mkfifo("release")
+print("holding", flush=True)
+with open("release") as fifo:  # until the test has counted
+    fifo.read()
+os.unlink("release")
+for sock in held:
+    sock.close()
+request = urllib.request.Request(
+    os.environ["PROMOTER_URL"] + "/v1/grants/" + os.environ["PROMOTER_GRANT"],
+    headers={"Authorization": "Bearer " + os.environ["PROMOTER_TOKEN"]})
+report["after"] = urllib.request.urlopen(request, timeout=60).status
+"""
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_three_thousand_connections_held_on_the_relay_leave_threads_and_descriptors_flat(
+    daemon: Daemon, repo: Path
+) -> None:
+    fds_before = _descriptors()  # the daemon serves from this process
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
+    argv += ["--url", daemon.url, "--repo", "work", "--yes", "--", *_probe(E5_BODY)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert cli.stdout is not None
+    seen = []
+    for line in cli.stdout:  # a blocking read until the command holds its connections
+        seen.append(line)
+        if line.strip() == b"holding":
+            break
+    else:
+        raise AssertionError(b"".join(seen).decode())
+    threads = len(os.listdir(f"/proc/{cli.pid}/task"))
+    fds = _descriptors() - fds_before
+    connections = _daemon_connections(daemon)
+    clone = Path(_only_run(daemon).clone)
+    with open(clone / "release", "w"):  # the command goes on once this is closed
+        pass
+    rest = cli.stdout.read()
+    assert cli.wait(timeout=600) == 0, (b"".join(seen) + rest).decode()
+    assert threads <= 4, threads  # the CLI's own and the relay's one
+    assert connections <= 32 + 2, connections  # the relay's bound, the CLI's own client
+    assert fds <= 2 * 32 + 16, fds
+    assert _report(repo) == {"after": 200}  # the relay still answers
