@@ -469,6 +469,13 @@ class ConfinementUnavailable(PromoterError):
     title = "The sandbox cannot be confined here"
 
 
+class CredentialsVisible(PromoterError):
+    code = "credentials_visible"
+    http_status = 500
+    exit_code = 78
+    title = "A credential would be visible in the sandbox"
+
+
 class ConfigError(PromoterError):
     code = "config_error"
     http_status = 500

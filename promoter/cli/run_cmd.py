@@ -50,7 +50,7 @@ from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
-from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
+from promoter.executor import build_bundle, confine, hidden, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
 
@@ -168,7 +168,8 @@ class Confinement:
 
 
 def _hidden(state_dir: Path, record: sandboxes.RunRecord, extra: tuple[Path, ...]) -> list[Path]:
-    """What the sandbox must not see: the state directory, the worktree, its git dirs."""
+    """What the sandbox must not see: the state directory, the worktree, its git dirs,
+    and ``extra`` (``--hide`` and every directory ``hidden.secret_dirs`` names)."""
     hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
     try:
         layout = discover(record.worktree)
@@ -474,17 +475,23 @@ def run(
         return
     if not command:
         raise ConfigError("no command: promoter run --repo NAME -- CMD ARGS...")
+    # every directory holding promoter's credentials, state or keys (unconfined: none)
+    address = server_url(url)
+    secrets = [] if unconfined else hidden.secret_dirs(state, token_file, address, os.environ)
     how = Confinement(
         unconfined=unconfined,
         network=network,
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
-        hide=tuple(p.resolve() for p in hide or ()),
+        hide=(*(p.resolve() for p in hide or ()), *secrets),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     if not unconfined:
         confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
-    address = server_url(url)
+        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
+        # bound back into the sandbox over what is hidden
+        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+        hidden.check_hidden(secrets, [token_file] if token_file else [], bound)
     token = _orchestrator_token(state, token_file)
     if continue_run is not None:
         record = sandboxes.load(state, continue_run)

@@ -55,6 +55,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor.hidden import check_hidden
 from promoter.executor.relay import Relay
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
@@ -69,6 +70,7 @@ __all__ = [
     "Sandbox",
     "bwrap_path",
     "disarm",
+    "interpreter_prefix",
     "probe",
     "run_confined",
     "run_unconfined",
@@ -266,16 +268,23 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
             if str(path) not in _PRIVATE_WRITABLE:
                 argv += ["--perms", "0555"]  # read-only for a command without capabilities
             argv += ["--tmpfs", str(path)]
-    base = Path(os.path.realpath(sys.base_prefix))
+    base = interpreter_prefix()
+    clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
+    # nothing hidden may sit below what is bound back over the hidden directories
+    check_hidden(hidden - {Path(p) for p in _ALWAYS_HIDDEN}, [], [Path(clone), Path(home), base])
     if any(base == h or h in base.parents for h in hidden):
         argv += ["--ro-bind", str(base), str(base)]  # the entry's interpreter stays usable
-    clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
     argv += ["--bind", clone, clone, "--bind", home, home]
     if relay is not None:
         argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
     return argv
+
+
+def interpreter_prefix() -> Path:
+    """The host interpreter's prefix, bound back into the sandbox when it is hidden."""
+    return Path(os.path.realpath(sys.base_prefix))
 
 
 def _python() -> str:

@@ -16,15 +16,22 @@ Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIR
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
 from tests.integration.test_relay import _daemon_connections
-from tests.support.daemon import Daemon
-from tests.workflow.test_run_confinement import _only_run, _probe, _report, _run
+from tests.support.daemon import Daemon, running_daemon
+from tests.workflow.test_run_confinement import _app, _only_run, _probe, _report, _run
 
 E7_BODY = """
 os.chmod(os.open("tool", os.O_WRONLY | os.O_CREAT, 0o755), 0o4755)
@@ -145,3 +152,87 @@ def test_three_thousand_connections_held_on_the_relay_leave_threads_and_descript
     assert connections <= 32 + 2, connections  # the relay's bound, the CLI's own client
     assert fds <= 2 * 32 + 16, fds
     assert _report(repo) == {"after": 200}  # the relay still answers
+
+
+@pytest.fixture
+def visible_place() -> Iterator[Path]:
+    """A directory the sandbox would see: not under ``/tmp`` (always hidden), but in HOME."""
+    made = Path(tempfile.mkdtemp(prefix=".promoter-test-", dir=Path.home()))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _secrets(place: Path) -> dict[str, Path]:
+    """A second state directory (A) and a per-user configuration, with secrets in both."""
+    paths = {
+        "A operator": place / "A" / "credentials" / "operator.token",
+        "A key": place / "A" / "keys" / "signing.key",
+        "config": place / "config" / "promoter" / "config.toml",
+    }
+    for name, path in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"secret of {name}\n")
+    return paths
+
+
+def test_a_token_file_in_another_state_directory_hides_that_directory_and_its_keys(
+    tmp_path: Path, repo: Path, visible_place: Path
+) -> None:
+    secrets = _secrets(visible_place)
+    with running_daemon(visible_place / "B", {"work": repo}) as daemon:  # B: the daemon's own
+        credentials = daemon.state_dir / "credentials"
+        secrets |= {f"B {p.name}": p for p in sorted(credentials.iterdir()) if p.is_file()}
+        assert {"B operator.token", "B orchestrator.token"} <= set(secrets)
+        assert any(name.startswith("B ") and "key" in name for name in secrets)  # signing keys
+        listed = {
+            "B": daemon.state_dir, "B credentials": credentials, "A": visible_place / "A",
+            "config": visible_place / "config" / "promoter", "place": visible_place,
+        }  # fmt: skip
+        body = f"""
+for name, path in {({k: str(v) for k, v in secrets.items()})!r}.items():
+    attempt(name, lambda: read(path))
+for name, path in {({k: str(v) for k, v in listed.items()})!r}.items():
+    attempt("list " + name, lambda: sorted(os.listdir(path)))
+"""
+        state_a = visible_place / "A"
+        argv = [
+            "run",
+            "--state-dir",
+            str(state_a),
+            "--token-file",
+            str(credentials / "orchestrator.token"),
+        ]
+        argv += ["--url", daemon.url, "--keep", "--repo", "work", "--yes", "--", *_probe(body)]
+        env = {"PROMOTER_TOKEN": "", "XDG_CONFIG_HOME": str(visible_place / "config")}
+        result = CliRunner().invoke(_app(), argv, env=env)
+        assert result.exit_code == 0, result.output
+    report = _report(repo)
+    for name in secrets:
+        assert report[name] == "FileNotFoundError", (name, report[name])
+    assert report["list B"] == []  # an empty tmpfs
+    assert report["list B credentials"] == "FileNotFoundError"
+    assert report["list A"] == ["runs"]  # an empty tmpfs but the path to the clone
+    assert report["list config"] == []
+    assert report["list place"] == sorted(["A", "B", "config"])  # seen, never read below
+    text = (repo / "report.txt").read_text()
+    assert "secret of" not in text
+    assert daemon.operator_token not in text and daemon.orchestrator_token not in text
+
+
+def test_a_credential_that_the_sandbox_would_see_refuses_the_run_before_anything_is_made(
+    daemon: Daemon, repo: Path
+) -> None:
+    runs = sandboxes.runs_dir(daemon.state_dir)
+    runs.mkdir(parents=True)
+    token = runs / "orchestrator.token"  # where sandboxes are bound back into the sandbox
+    token.write_text(daemon.orchestrator_token)
+    argv = ["run", "--state-dir", str(daemon.state_dir), "--token-file", str(token)]
+    argv += ["--url", daemon.url, "--repo", "work", "--yes", "--", "true"]
+    result = CliRunner().invoke(_app(), argv, env={"PROMOTER_TOKEN": ""})
+    assert isinstance(result.exception, PromoterError), result.output
+    assert result.exception.code == "credentials_visible"
+    assert result.exception.exit_code == 78
+    assert result.exception.context == {"path": str(runs), "visible_through": str(runs)}
+    assert sorted(os.listdir(runs)) == ["orchestrator.token"]  # no sandbox was made
