@@ -11,7 +11,9 @@ filesystem is the host's, read-only, with these exceptions:
   directories, ``/tmp``, ``/var/tmp``, ``/run``, ``/var/run`` (no Unix socket there, e.g.
   a database's, is reachable: a read-only mount does not stop ``connect``), and every
   ``hide`` path; the tmpfs is mode 0555, so a command without capabilities cannot write
-  it (``/tmp`` and ``/var/tmp`` are private and writable instead);
+  it (``/tmp`` and ``/var/tmp`` are private and writable instead); a hidden path below
+  what is bound back (the clone, HOME, the interpreter's prefix) is refused
+  (``credentials_visible``, ``hidden.py``);
 - a fresh ``/dev`` and the sandbox's own ``/proc`` (its PID namespace: no other process,
   the daemon's included, can be seen, signalled or traced);
 - writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
@@ -30,7 +32,9 @@ Limits are set on the process that execs bwrap (``_LIMITS_SHIM``): ``RLIMIT_AS``
 for a real uid 0, so where a pids cgroup is writable (v1 ``/sys/fs/cgroup/pids`` or a
 cgroup2) the process joins a new one with ``pids.max`` and ``procs_limit`` says which
 ran. On timeout or Ctrl-C the whole tree ends: bwrap is killed, its PID namespace dies
-with it, and every process left in the pids cgroup is killed.
+with it, and every process left in the pids cgroup is killed. Once it has ended, every
+set-ID bit in the clone and HOME is dropped (``disarm``; inside, bwrap's mounts are
+``nosuid`` already).
 
 Deliberately not here: disk quotas (a command can fill the sandbox's filesystem within
 ``RLIMIT_FSIZE`` per file), CPU limits, seccomp filters, hiding the rest of the host's

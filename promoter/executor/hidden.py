@@ -112,10 +112,12 @@ def check_hidden(dirs: Iterable[Path], files: Iterable[Path], exposed: Iterable[
 
 
 def _visible(path: Path, place: Path) -> CredentialsVisible:
+    real = Path(os.path.realpath(path))
+    why = "the sandbox binds it back" if real == place else f"it is inside {place}, bound back"
     return CredentialsVisible(
         f"{path} holds promoter's credentials or state and would be visible in the sandbox "
-        f"(it is inside {place}, which the sandbox sees); nothing was made. Move it out of "
-        f"{place} and run again",
+        f"({why}); nothing was made. Keep credentials in a directory of their own, "
+        f"outside {place}, and run again",
         path=str(path),
         visible_through=str(place),
     )
