@@ -11,8 +11,9 @@ ways for ``IDLE_SECONDS`` is closed, and each direction buffers at most ``CHUNK`
 with the socket, the host-side process keeps one thread for it and the daemon sees at
 most ``2 * MAX_CONNECTIONS`` connections from it.
 
-A half-close is forwarded (end of input from one side shuts the other side's writing);
-a connection ends when both sides have ended, on an error, or when idle. Within one
+The client's end of input is forwarded as a half-close (the daemon's answer still
+comes back); a connection ends once the daemon has ended it and all it sent was
+delivered, on an error, or when idle. Within one
 wake-up the relay serves its open connections before it accepts new ones, so the slots
 of connections the command closed are free before its next connection is looked at.
 
@@ -231,14 +232,11 @@ class Relay:
             if pair.client_done and not pair.to_upstream and not pair.connecting:
                 with contextlib.suppress(OSError):
                     pair.upstream.shutdown(socket.SHUT_WR)
-            if pair.upstream_done and not pair.to_client:
-                with contextlib.suppress(OSError):
-                    pair.client.shutdown(socket.SHUT_WR)
         except OSError:
             self._drop(pair)
             return
-        if pair.client_done and pair.upstream_done and not pair.to_client:
-            self._drop(pair)
+        if pair.upstream_done and not pair.to_client:
+            self._drop(pair)  # the daemon ended it and all it said was delivered
             return
         self._interest(pair)
 

@@ -132,3 +132,15 @@ def test_three_thousand_held_connections_keep_one_thread_and_few_daemon_connecti
     finally:
         relay.close()
     assert not [t for t in threading.enumerate() if t.name == "promoter-relay"]
+
+
+def test_a_client_that_ends_its_input_after_the_request_still_gets_the_answer(
+    relay: Relay,
+) -> None:
+    with _connect(relay) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)  # a half-close: the answer must still come back
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")
