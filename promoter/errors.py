@@ -519,6 +519,13 @@ class Interrupted(PromoterError):
     title = "Interrupted"
 
 
+class CredentialsVisible(PromoterError):
+    code = "credentials_visible"
+    http_status = 500
+    exit_code = 78
+    title = "A credential would be visible in the sandbox"
+
+
 class ConfigError(PromoterError):
     code = "config_error"
     http_status = 500

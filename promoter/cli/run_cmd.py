@@ -73,7 +73,7 @@ from promoter.errors import (
     PromoterError,
     error_class,
 )
-from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
+from promoter.executor import build_bundle, confine, hidden, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
 
@@ -188,7 +188,8 @@ class Confinement:
 
 
 def _hidden(state_dir: Path, record: sandboxes.RunRecord, extra: tuple[Path, ...]) -> list[Path]:
-    """What the sandbox must not see: the state directory, the worktree, its git dirs."""
+    """What the sandbox must not see: the state directory, the worktree, its git dirs,
+    and ``extra`` (``--hide`` and every directory ``hidden.secret_dirs`` names)."""
     hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
     try:
         layout = discover(record.worktree)
@@ -496,12 +497,15 @@ def run(
         return
     if not command and continue_run is None:
         raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
+    # every directory holding promoter's credentials, state or keys (unconfined: none)
+    credential = target.token_path
+    secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
     how = Confinement(
         unconfined=unconfined,
         network=network,
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
-        hide=tuple(p.resolve() for p in hide or ()),
+        hide=(*(p.resolve() for p in hide or ()), *secrets),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     token = _token(target)
@@ -514,6 +518,10 @@ def run(
     assert command is not None
     if not unconfined:
         confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
+        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
+        # bound back into the sandbox over what is hidden
+        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+        hidden.check_hidden(secrets, [credential] if credential else [], bound)
     if continue_run is not None:
         record = sandboxes.load(state, continue_run)
         if allow:

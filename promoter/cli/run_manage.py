@@ -27,8 +27,9 @@ from rich.markup import escape
 
 from promoter.cli.common import console
 from promoter.client.sync import PromoterClient
-from promoter.errors import ConfigError, PromoterError
+from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
+from promoter.fs.tree_walk import DIR_FLAGS, Level, Walk
 
 __all__ = ["age", "list_sandboxes", "prune"]
 
@@ -52,20 +53,36 @@ def age(text: str | None) -> float:
 
 
 def _size(home: Path) -> int:
-    """Bytes on disk under ``home`` (links not followed, hard links counted once)."""
+    """Bytes on disk under ``home`` (links not followed, hard links counted once, any
+    depth: ``promoter.fs.tree_walk``); what cannot be read is not counted."""
     seen: set[tuple[int, int]] = set()
     total = 0
-    for directory, dirs, files in os.walk(home, followlinks=False):
-        for name in (*dirs, *files):
-            try:
-                st = os.lstat(os.path.join(directory, name))
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-            total += st.st_blocks * 512
+
+    def count(info: os.stat_result) -> None:
+        nonlocal total
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+
+    def entry(level: Level, name: str, info: os.stat_result) -> bool:
+        count(info)
+        return True
+
+    def leave(parent: Level, child: Level) -> bool:
+        assert child.fd is not None
+        count(os.fstat(child.fd))
+        return True
+
+    try:
+        top = os.open(home, DIR_FLAGS)
+    except OSError:
+        return 0
+    try:
+        Walk(top, str(home)).run(entry, leave)
+    except (OSError, PathUnsafe):
+        pass  # a tree changing under the walk: what was counted so far
+    finally:
+        os.close(top)
     return total
 
 

@@ -71,6 +71,7 @@ class Target:
     state_from: str
     recorded: Recorded | None
     token_problem: str | None = None  # why a token file found on the way could not be read
+    token_path: Path | None = None  # the file the token was read from, if any
 
 
 def _private(info: os.stat_result, path: Path, *, directory: bool) -> None:
@@ -221,7 +222,17 @@ def resolve(
             problem = exc.detail
     elif token is None:
         token_from = "none"  # noqa: S105 (a description, not a secret)
-    return Target(address, url_from, token, token_from, state, state_from, recorded, problem)
+    return Target(
+        address,
+        url_from,
+        token,
+        token_from,
+        state,
+        state_from,
+        recorded,
+        problem,
+        token_file if token_file is not None else found,
+    )
 
 
 def no_token(target: Target) -> ConfigError:

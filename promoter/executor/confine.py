@@ -11,14 +11,17 @@ filesystem is the host's, read-only, with these exceptions:
   directories, ``/tmp``, ``/var/tmp``, ``/run``, ``/var/run`` (no Unix socket there, e.g.
   a database's, is reachable: a read-only mount does not stop ``connect``), and every
   ``hide`` path; the tmpfs is mode 0555, so a command without capabilities cannot write
-  it (``/tmp`` and ``/var/tmp`` are private and writable instead);
+  it (``/tmp`` and ``/var/tmp`` are private and writable instead); a hidden path below
+  what is bound back (the clone, HOME, the interpreter's prefix) is refused
+  (``credentials_visible``, ``hidden.py``);
 - a fresh ``/dev`` and the sandbox's own ``/proc`` (its PID namespace: no other process,
   the daemon's included, can be seen, signalled or traced);
 - writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
 
-Without ``network`` the only way out is to the daemon: ``Relay`` serves a Unix socket
-(bound into the sandbox at ``/run/promoter/daemon.sock``) that forwards each connection
-to the daemon's TCP address, and the sandbox's first process (``sandbox_entry.py``, run
+Without ``network`` the only way out is to the daemon: ``Relay`` (``relay.py``, bounded:
+one thread, a cap on connections, an idle timeout) serves a Unix socket (bound into the
+sandbox at ``/run/promoter/daemon.sock``) that forwards each connection to the daemon's
+TCP address, and the sandbox's first process (``sandbox_entry.py``, run
 by the host's Python with ``-I -S``) listens on the daemon's port at ``127.0.0.1`` inside
 the sandbox and forwards there, so ``PROMOTER_URL`` works unchanged. The environment is
 built from scratch: a few terminal and locale variables, the run's ``PROMOTER_*``
@@ -29,7 +32,9 @@ Limits are set on the process that execs bwrap (``_LIMITS_SHIM``): ``RLIMIT_AS``
 for a real uid 0, so where a pids cgroup is writable (v1 ``/sys/fs/cgroup/pids`` or a
 cgroup2) the process joins a new one with ``pids.max`` and ``procs_limit`` says which
 ran. On timeout or Ctrl-C the whole tree ends: bwrap is killed, its PID namespace dies
-with it, and every process left in the pids cgroup is killed.
+with it, and every process left in the pids cgroup is killed. Once it has ended, every
+set-ID bit in the clone and HOME is dropped (``disarm``; inside, bwrap's mounts are
+``nosuid`` already).
 
 Deliberately not here: disk quotas (a command can fill the sandbox's filesystem within
 ``RLIMIT_FSIZE`` per file), CPU limits, seccomp filters, hiding the rest of the host's
@@ -45,7 +50,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -55,7 +59,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor.hidden import check_hidden
+from promoter.executor.relay import Relay
 from promoter.fs.own_entry import Made
+from promoter.fs.own_tree import disarm_tree
 
 log = logging.getLogger("promoter.run")
 
@@ -66,6 +73,8 @@ __all__ = [
     "Relay",
     "Sandbox",
     "bwrap_path",
+    "disarm",
+    "interpreter_prefix",
     "probe",
     "run_confined",
     "run_unconfined",
@@ -187,70 +196,6 @@ def inside_url(url: str) -> tuple[str, int]:
     return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", "")), port
 
 
-class Relay:
-    """A Unix socket whose every connection is forwarded to the daemon's TCP address."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
-        # a short private directory: a socket's path has at most 107 bytes
-        self._made_directory = Made.mkdtemp("promoter-relay-")
-        self.directory = Path(self._made_directory.path)
-        self.path = self.directory / "daemon.sock"
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(str(self.path))
-        self._made_socket = Made.record(self.path)
-        self._server.listen(64)
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, name="promoter-relay", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=30)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with contextlib.suppress(OSError):
-                self._server.shutdown(socket.SHUT_RDWR)
-            self._server.close()
-            # both made by this relay: removed only while they are still what it made
-            try:
-                self._made_socket.remove()
-                with contextlib.suppress(OSError):  # not empty: it stays
-                    self._made_directory.remove()
-            except PathUnsafe as exc:
-                log.warning("%s", exc.detail)
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(OSError):
-            source.close()
-
-
 @contextlib.contextmanager
 def _pids_cgroup(name: str, limit: int) -> Iterator[tuple[str, Path | None]]:
     """A new pids cgroup limited to ``limit`` processes, if one can be made; killed after.
@@ -327,16 +272,23 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
             if str(path) not in _PRIVATE_WRITABLE:
                 argv += ["--perms", "0555"]  # read-only for a command without capabilities
             argv += ["--tmpfs", str(path)]
-    base = Path(os.path.realpath(sys.base_prefix))
+    base = interpreter_prefix()
+    clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
+    # nothing hidden may sit below what is bound back over the hidden directories
+    check_hidden(hidden - {Path(p) for p in _ALWAYS_HIDDEN}, [], [Path(clone), Path(home), base])
     if any(base == h or h in base.parents for h in hidden):
         argv += ["--ro-bind", str(base), str(base)]  # the entry's interpreter stays usable
-    clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
     argv += ["--bind", clone, clone, "--bind", home, home]
     if relay is not None:
         argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
     return argv
+
+
+def interpreter_prefix() -> Path:
+    """The host interpreter's prefix, bound back into the sandbox when it is hidden."""
+    return Path(os.path.realpath(sys.base_prefix))
 
 
 def _python() -> str:
@@ -371,15 +323,55 @@ def run_confined(
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
             argv = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
             code = _wait(argv, env, box.clone, timeout)
-            return Outcome(code, kind)
-    finally:
-        if relay is not None:
-            relay.close()
+    except BaseException:
+        _after(relay, (box.clone, box.home), quiet=True)
+        raise
+    _after(relay, (box.clone, box.home), quiet=False)  # every process of it has ended
+    return Outcome(code, kind)
+
+
+def _after(relay: Relay | None, trees: Sequence[Path], *, quiet: bool) -> None:
+    """The relay closed and the trees disarmed; ``quiet``: an error is logged, not raised
+    (another one is on its way out)."""
+    if relay is not None:
+        relay.close()
+    try:
+        disarm(*trees)
+    except PathUnsafe as exc:
+        if not quiet:
+            raise
+        log.warning("%s", exc.detail)
 
 
 def run_unconfined(command: Sequence[str], clone: Path, env: dict[str, str], timeout: float) -> int:
     """Run ``command`` as the person, in the clone, in a process group of its own."""
-    return _wait(list(command), env, clone, timeout)
+    try:
+        code = _wait(list(command), env, clone, timeout)
+    except BaseException:
+        _after(None, (clone,), quiet=True)
+        raise
+    _after(None, (clone,), quiet=False)
+    return code
+
+
+def disarm(*trees: Path) -> None:
+    """Drop every set-ID bit the command left in the sandbox (``own_tree.disarm_tree``).
+
+    Inside the sandbox the bits never worked (its mounts are ``nosuid``, its user
+    namespace has no privilege); this keeps them from working on the host after the run.
+    """
+    for tree in trees:
+        try:
+            unlinked = disarm_tree(tree)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise PathUnsafe(
+                f"the set-ID bits in {tree} could not be dropped: {exc.strerror or exc}",
+                path=str(tree),
+            ) from exc
+        for path in unlinked:
+            log.warning("%s: a set-ID file with another link, unlinked from the sandbox", path)
 
 
 def _wait(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
