@@ -13,7 +13,10 @@ attack at its real size (11 MiB against the default 8 MiB cap), the others set
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from html import escape
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +28,11 @@ from promoter.cli import bundle_cmd, review_cmd
 from promoter.config import RepositoryConfig
 from promoter.engine.review.diff import MAX_LIMIT
 from promoter.errors import DiffNotSeen
+from tests.console.support import login
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha, state, upload
 from tests.support.promotion import operation_view, promote, submit, tree_bytes, unchanged
+from tests.workflow.test_mcp_server import _tools
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -302,3 +307,119 @@ def test_cli_review_lists_the_tail_prints_it_and_approve_needs_it(gated: Gated) 
     approved = runner.invoke(_app(), ["approve", operation_id, "--all-seen"], env=env)
     assert approved.exit_code == 0, approved.output
     assert (repo / TAIL).read_bytes() == TAIL_NEW
+
+
+class _Form(HTMLParser):
+    """What a browser sends for the approve form of ``operation_id``: its own fields and
+    every checked box tied to it by ``form=``, plus the boxes ``tick`` names."""
+
+    def __init__(self, operation_id: str, tick: set[str]) -> None:
+        super().__init__()
+        self.form_id = f"approve-{operation_id}"
+        self.tick = tick
+        self.inside = False
+        self.data: dict[str, str] = {}
+        self.seen_boxes: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        if tag == "form" and found.get("id") == self.form_id:
+            self.inside = True
+        if tag != "input" or not (self.inside or found.get("form") == self.form_id):
+            return
+        name, value = found.get("name", ""), found.get("value", "")
+        if name.startswith("seen-"):
+            self.seen_boxes[value] = name
+        box = found.get("type") == "checkbox"
+        if box and "checked" not in found and not {value, name} & self.tick:
+            return
+        if name:
+            self.data[name] = value
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self.inside = False
+
+
+def _console_form(html: str, operation_id: str, tick: set[str]) -> _Form:
+    form = _Form(operation_id, tick)
+    form.feed(html)
+    return form
+
+
+def test_console_shows_the_unseen_first_pages_each_file_and_needs_ticks(gated: Gated) -> None:
+    daemon, repo, _ = gated
+    operation_id, _ = _attack(gated)
+    before = tree_bytes(repo)
+    with login(daemon) as client:
+        review = client.get("/ui/review")
+        assert review.status_code == 200
+        html = review.text
+        unseen_at = html.index("Not shown in full on this page (3)")
+        assert unseen_at < html.index('<table class="files">')  # listed before anything else
+        link = f"/ui/review/{operation_id}/file?path=zzz/tail.py"
+        assert f'<a href="{link}"><code class="path">{TAIL}</code></a>' in html
+        assert "+    return True" not in html
+
+        tail = client.get(f"/ui/review/{operation_id}/file", params={"path": TAIL})
+        assert tail.status_code == 200
+        assert str(escape("+    return True")) in tail.text
+        assert "End of this file" in tail.text
+        # a file larger than the console's page: each page its own request, linked
+        first = client.get(f"/ui/review/{operation_id}/file", params={"path": "docs/f0.md"})
+        assert "Next page of this file" in first.text
+        cursor = re.search(r"cursor=([0-9]+%3A[0-9]+)", first.text)
+        assert cursor is not None
+        second = client.get(
+            f"/ui/review/{operation_id}/file?path=docs/f0.md&cursor={cursor.group(1)}"
+        )
+        assert second.status_code == 200 and "End of this file" in second.text
+
+        unticked = _console_form(html, operation_id, set())
+        assert sorted(unticked.seen_boxes) == ["docs/f0.md", "docs/f1.md", TAIL]
+        refused = client.post(f"/ui/operations/{operation_id}/approve", data=unticked.data)
+        assert refused.status_code == 422
+        assert "diff_not_seen" in refused.text and TAIL in refused.text
+        assert tree_bytes(repo) == before
+        assert operation_view(daemon, operation_id)["status"] == "awaiting_approval"
+
+        ticked = _console_form(html, operation_id, {"docs/f0.md", "docs/f1.md", TAIL})
+        done = client.post(f"/ui/operations/{operation_id}/approve", data=ticked.data)
+        assert done.status_code == 303, done.text
+    assert (repo / TAIL).read_bytes() == TAIL_NEW
+    view = operation_view(daemon, operation_id)
+    assert view["status"] == "completed"
+    decision = next(e for e in view["events"] if e["kind"] == "decision")["payload"]
+    assert decision["seen"] == {
+        "all_seen": False,
+        "paths": ["docs/f0.md", "docs/f1.md", TAIL],
+        "page": PAGE,
+    }
+
+
+def test_mcp_bundle_diff_reaches_the_tail_by_path_and_cursor(tmp_path: Path, gated: Gated) -> None:
+    daemon, repo, identity = gated
+    _, bundle, _ = submit(
+        daemon, repo, identity, [*_filler(2, 100 * KIB), (TAIL, TAIL_OLD, TAIL_NEW)]
+    )
+    with daemon.executor("run_1") as executor:
+        token = executor.headers["Authorization"].removeprefix("Bearer ")
+    _, (cut, alone) = _tools(
+        daemon,
+        tmp_path,
+        token,
+        [
+            ("bundle_diff", {"bundle_id": bundle["bundle_id"]}),
+            ("bundle_diff", {"bundle_id": bundle["bundle_id"], "path": TAIL}),
+        ],
+    )
+    assert cut["truncated"] is True
+    assert [u["path"] for u in cut["unseen"]] == ["docs/f0.md", "docs/f1.md", TAIL]
+    assert alone["unified_diff"] == TAIL_DIFF
+    _, (rest,) = _tools(
+        daemon,
+        tmp_path,
+        token,
+        [("bundle_diff", {"bundle_id": bundle["bundle_id"], "cursor": cut["unseen"][2]["cursor"]})],
+    )
+    assert rest["unified_diff"] == TAIL_DIFF and rest["next_cursor"] is None

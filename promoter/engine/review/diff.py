@@ -498,12 +498,10 @@ def bundle_diff(
     }
 
 
-def unseen_at_bound(services: Services, bundle_id: str) -> list[dict[str, Any]]:
-    """The files the bundle's first page at ``review_diff_page_bytes`` does not show in
-    full, as ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
+def unseen_at_bound(services: Services, bundle_id: str, limit: int) -> list[dict[str, Any]]:
+    """The files the bundle's first page of ``limit`` bytes does not show in full, as
+    ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
     bundle = load_bundle(services, bundle_id)
     changes = list(enumerate(bundle.changes))
-    files, _ = _walk(
-        services, changes, services.settings.review_diff_page_bytes, (0, 0), rest=False
-    )
+    files, _ = _walk(services, changes, limit, (0, 0), rest=False)
     return _unseen(files)

@@ -13,8 +13,9 @@ name that is not a path of the bundle is ``selection_invalid``.
 
 The rule is the host's floor, the same for every credential and surface, computed from
 the bundle alone (its bytes are immutable; the executor chooses them but not the bound).
-A surface that showed less than a page (the console's review page) names, or makes its
-person tick, the files it did not show itself, a superset of these.
+A surface that showed a smaller first page (the console's review page) says so
+(``Seen.page``): the rule then holds at that page, and its person ticks the files it
+did not show.
 
 Deliberately not here: the decision (``promoter.engine.review.approval``), and what a
 person actually read (no server can know; the request says it, under the operator's own
@@ -45,10 +46,14 @@ class Seen:
 
     all_seen: bool = False
     paths: tuple[str, ...] = ()
+    page: int | None = None  # the surface showed a first page this small (else the host's)
 
     def wire(self) -> dict[str, Any]:
         """As journaled with the decision."""
-        return {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
+        out: dict[str, Any] = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
+        if self.page is not None:
+            out["page"] = self.page
+        return out
 
 
 def _accepted(paths: list[str], selection: Selection | None) -> set[str]:
@@ -91,9 +96,12 @@ def require(services: Services, operation_id: str, seen: Seen, selection: Select
         return
     accepted = _accepted(paths, selection)
     named = set(seen.paths)
+    bound = services.settings.review_diff_page_bytes
+    if seen.page is not None:
+        bound = min(bound, seen.page)
     missing = [
         entry
-        for entry in unseen_at_bound(services, bundle_id)
+        for entry in unseen_at_bound(services, bundle_id, bound)
         if entry["path"] in accepted and entry["path"] not in named
     ]
     if not missing:
