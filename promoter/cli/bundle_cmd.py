@@ -52,7 +52,7 @@ from promoter.errors import GrantInvalid, PromoterError
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.handover import grant_from_file, upload_and_submit
 
-__all__ = ["print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
+__all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
 
 GrantOpt = Annotated[
     str,

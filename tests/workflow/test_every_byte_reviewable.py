@@ -13,7 +13,12 @@ attack at its real size (11 MiB against the default 8 MiB cap), the others set
 
 from __future__ import annotations
 
+import os
+import pty
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from html import escape
 from html.parser import HTMLParser
@@ -27,13 +32,15 @@ from typer.testing import CliRunner
 from promoter.cli import bundle_cmd, review_cmd
 from promoter.config import RepositoryConfig
 from promoter.engine.review.diff import MAX_LIMIT
-from promoter.errors import DiffNotSeen
+from promoter.errors import DiffNotSeen, NotConfirmed
+from promoter.executor import sandbox as sandboxes
 from tests.console.support import login
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha, state, upload
 from tests.support.promotion import operation_view, promote, submit, tree_bytes, unchanged
 from tests.workflow.test_mcp_server import _tools
 
+ROOT = Path(__file__).resolve().parents[2]
 KIB = 1024
 MIB = 1024 * KIB
 PAGE = 64 * KIB
@@ -423,3 +430,92 @@ def test_mcp_bundle_diff_reaches_the_tail_by_path_and_cursor(tmp_path: Path, gat
         [("bundle_diff", {"bundle_id": bundle["bundle_id"], "cursor": cut["unseen"][2]["cursor"]})],
     )
     assert rest["unified_diff"] == TAIL_DIFF and rest["next_cursor"] is None
+
+
+def _answering(
+    argv: list[str], env: dict[str, str], answers: list[tuple[bytes, bytes]]
+) -> tuple[int, bytes]:
+    """Run ``argv`` on a pseudo-terminal; when the output shows each prompt in turn, type
+    its answer. The exit status and everything it printed."""
+    master, slave = pty.openpty()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    proc = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**base, "PYTHONPATH": str(ROOT), "TERM": "dumb", "PAGER": "cat", **env},
+        close_fds=True,
+    )
+    os.close(slave)
+    output, pending = b"", list(answers)
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+        if pending and pending[0][0] in output:
+            os.write(master, pending.pop(0)[1])
+            output += b"<answered>"
+    os.close(master)
+    return proc.wait(timeout=600), output
+
+
+TAIL_EDIT = "printf 'def check(user):\\n    return True\\n' > zzz/tail.py"
+FILL = "mkdir -p docs && seq 100000 120000 > docs/f0.md && seq 200000 220000 > docs/f1.md"
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, confirm: bool) -> None:
+    daemon, repo, _ = gated
+    if shutil.which("bwrap") is None:
+        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
+            raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    before = tree_bytes(repo)
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
+    argv += [
+        "--url",
+        daemon.url,
+        "--repo",
+        "gated",
+        "--keep",
+        "--",
+        "sh",
+        "-c",
+        f"{FILL} && {TAIL_EDIT}",
+    ]
+    code, output = _answering(
+        argv,
+        {},
+        [
+            (b"Promote these changes into the worktree?", b"y\n"),
+            (
+                b"Promote the 3 file(s) not shown in full, as they are?",
+                b"y\n" if confirm else b"n\n",
+            ),
+        ],
+    )
+    text = output.decode(errors="replace")
+    asked = text.index("Promote these changes into the worktree?")
+    listed = text.index(f" ? {TAIL}: shown: none", asked)  # again, right at the question
+    assert listed < text.index("Promote the 3 file(s) not shown in full", asked), text
+    if not confirm:
+        assert code == NotConfirmed.exit_code, text
+        assert tree_bytes(repo) == before
+        return
+    assert code == 0, text
+    assert (repo / TAIL).read_bytes() == TAIL_NEW
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    operation_id = record.steps[0].operation_id
+    assert operation_id is not None
+    decision = next(
+        e for e in operation_view(daemon, operation_id)["events"] if e["kind"] == "decision"
+    )
+    assert decision["payload"]["seen"] == {
+        "all_seen": False,
+        "paths": ["docs/f0.md", "docs/f1.md", TAIL],
+    }
