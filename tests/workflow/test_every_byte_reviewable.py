@@ -29,7 +29,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from promoter.cli import bundle_cmd, review_cmd
+from promoter.cli import bundle_cmd, ops_cmd, review_cmd
 from promoter.config import RepositoryConfig
 from promoter.engine.review.diff import MAX_LIMIT
 from promoter.errors import DiffNotSeen, NotConfirmed
@@ -113,6 +113,7 @@ def _app() -> typer.Typer:
     app = typer.Typer()
     review_cmd.register(app)
     bundle_cmd.register(app)
+    ops_cmd.register(app)
     return app
 
 
@@ -314,6 +315,9 @@ def test_cli_review_lists_the_tail_prints_it_and_approve_needs_it(gated: Gated) 
     approved = runner.invoke(_app(), ["approve", operation_id, "--all-seen"], env=env)
     assert approved.exit_code == 0, approved.output
     assert (repo / TAIL).read_bytes() == TAIL_NEW
+    shown = runner.invoke(_app(), ["ops", "show", operation_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "  files the review did not show in full, approved as seen: every file\n" in shown.stdout
 
 
 class _Form(HTMLParser):
