@@ -259,7 +259,7 @@ def decide(
         }
         if claimed_by:
             payload["claimed_by"] = claimed_by
-        if seen is not None and payload["approval"] == "approved":
+        if seen is not None and seen.said and payload["approval"] == "approved":
             payload["seen"] = seen.wire()
         if expired is not None:
             payload["code"] = expired.code
@@ -342,7 +342,7 @@ def decide_part(
             "composed": derived.composed,
             "selection": selection.wire(),
         }
-        if seen is not None:
+        if seen is not None and seen.said:
             chosen["seen"] = seen.wire()
         payload: dict[str, Any] = {
             "approval": IN_PART,

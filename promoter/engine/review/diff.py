@@ -33,6 +33,7 @@ reads as now (that is the preflight's). Rendering (colour, pager) is the CLI's.
 from __future__ import annotations
 
 import difflib
+import re
 import subprocess
 import threading
 import time
@@ -107,17 +108,18 @@ def _side(services: Services, state: FileState) -> _Side:
 
 
 Cursor = tuple[int, int]  # (the change's index in the bundle, a byte of its diff text)
+_CURSOR = re.compile(r"([0-9]{1,9}):([0-9]{1,12})")
 
 
 def parse_cursor(text: str, count: int) -> Cursor:
     """``"I:K"`` as a cursor into a bundle of ``count`` changes (``validation_failed``)."""
-    index, sep, offset = text.partition(":")
-    if not (sep and index.isdigit() and offset.isdigit() and int(index) < count):
+    found = _CURSOR.fullmatch(text)
+    if found is None or int(found.group(1)) >= count:
         raise ValidationFailed(
             f"cursor {text!r} is not I:K with I a change of the bundle (0..{count - 1}) and "
             "K a byte offset in its diff: pass a next_cursor the diff answered"
         )
-    return int(index), int(offset)
+    return int(found.group(1)), int(found.group(2))
 
 
 def _cursor(cursor: Cursor) -> str:

@@ -48,6 +48,11 @@ class Seen:
     paths: tuple[str, ...] = ()
     page: int | None = None  # the surface showed a first page this small (else the host's)
 
+    @property
+    def said(self) -> bool:
+        """Whether the request said anything (journaled only then)."""
+        return self.all_seen or bool(self.paths)
+
     def wire(self) -> dict[str, Any]:
         """As journaled with the decision."""
         out: dict[str, Any] = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
