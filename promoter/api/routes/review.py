@@ -49,7 +49,10 @@ from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
-PATH_MAX = 4 * MAX_PATH_BYTES  # a path's wire form: at most \xNN for every byte
+# A path asked for by name: its wire form, at most this many characters (a URL stays
+# under 64 KiB however it is encoded); a longer one (many \xNN escapes) is reached by its
+# cursor, which every answer's `unseen` gives.
+PATH_MAX = MAX_PATH_BYTES
 WAIT_SECONDS = 600.0
 NOTE_LIMIT = 2000
 
