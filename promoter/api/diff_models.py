@@ -61,7 +61,9 @@ class FileDiffView(Reply):
         description="not diffed in full: a side is over `max_file_bytes`, or the request's "
         "time for diffs was spent"
     )
-    added: int | None = Field(description="lines added (null: past the cut, not diffed)")
+    added: int | None = Field(
+        description="lines added (null: not diffed for this page, which begins after it)"
+    )
     removed: int | None
     flags: list[DiffFlag] = Field(
         description="what can hide code or make it run, sorted; from the file's own bytes, "

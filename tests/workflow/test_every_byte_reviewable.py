@@ -162,6 +162,8 @@ def test_tail_change_after_11_mib_is_reachable_by_path(tmp_path: Path) -> None:
     # the rest of the bundle from where the cut left it: the end of f2, then the tail
     assert resumed["unified_diff"].endswith(TAIL_DIFF)
     assert resumed["next_cursor"] is None
+    # a later page diffs only what it shows; every file is still listed with its flags
+    assert [f["added"] for f in resumed["files"]] == [None, None, whole["files"][2]["added"], 1]
 
 
 def test_whole_bundle_read_page_by_page_is_byte_identical(gated: Gated) -> None:

@@ -334,9 +334,9 @@ def _file(
     *,
     diff: bool = True,
 ) -> dict[str, Any]:
-    """One file's entry, its diff text written to ``out``. ``diff=False``: a file past the
-    cut is scanned (flags, sizes) but not diffed (``added``, ``removed``, ``diff_bytes``
-    are then None)."""
+    """One file's entry, its diff text written to ``out``. ``diff=False``: a file before
+    the cursor or past the cut is scanned (flags, sizes) but not diffed (``added``,
+    ``removed``, ``diff_bytes`` are then None)."""
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     out.begin(index)
@@ -346,7 +346,7 @@ def _file(
     binary = any(s.binary for s in scans)
     large = any(s.size > cap for s in scans)
     small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
-    diff = diff or not out.truncated
+    diff = diff or (not out.truncated and index >= out.start[0])
     left = budget.left
     why = ""
     if not binary and large:
@@ -485,7 +485,8 @@ def bundle_diff(
         start = parse_cursor(cursor, len(bundle.changes))
         if path is not None and start[0] != changes[0][0]:
             raise ValidationFailed(f"cursor {cursor!r} is not in {path!r}", path=path)
-    files, out = _walk(services, changes, limit, start)
+    # the first page counts every file's lines; a later one diffs only what it shows
+    files, out = _walk(services, changes, limit, start, rest=cursor is None or path is not None)
     return {
         "bundle_id": bundle.bundle_id,
         "files": [{k: v for k, v in f.items() if k != "cursor"} for f in files],
