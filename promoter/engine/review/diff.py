@@ -127,10 +127,15 @@ def _cursor(cursor: Cursor) -> str:
 
 
 def _head(encoded: bytes, size: int) -> int:
-    """The largest cut of ``encoded`` at most ``size`` bytes that splits no character."""
+    """The largest cut of ``encoded`` at most ``size`` bytes that splits no character, or
+    its first character when even that is larger (a page of 1 to 3 bytes moves on too)."""
     cut = min(size, len(encoded))
     while 0 < cut < len(encoded) and encoded[cut] & 0xC0 == 0x80:
         cut -= 1
+    if cut == 0 and size > 0 and encoded:
+        cut = 1
+        while cut < len(encoded) and encoded[cut] & 0xC0 == 0x80:
+            cut += 1
     return cut
 
 
