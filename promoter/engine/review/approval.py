@@ -32,6 +32,11 @@ creates the derived bundle's own operation, whose first event is the approval de
 rejection, that decision is final for the held operation: asking to promote the parent
 bundle again answers ``approved_in_part``.
 
+An approval of a bundle whose review's first page does not show every file in full
+names those it accepts, or says all were seen (SPEC §10 item 18): that rule is checked
+before ``decide`` (``promoter.engine.review.seen``), which journals what it said
+(``seen``) with the decision.
+
 Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
 (the route admits the operator only), and the attempt's own checks.
 """
