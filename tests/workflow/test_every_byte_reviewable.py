@@ -34,6 +34,7 @@ from promoter.config import RepositoryConfig
 from promoter.engine.review.diff import MAX_LIMIT
 from promoter.errors import DiffNotSeen, NotConfirmed
 from promoter.executor import sandbox as sandboxes
+from tests.console.browser import chromium_browser
 from tests.console.support import login
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha, state, upload
@@ -525,3 +526,49 @@ def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, conf
         "all_seen": False,
         "paths": ["docs/f0.md", "docs/f1.md", TAIL],
     }
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium, or a skip (a failure under PROMOTER_REQUIRE_BROWSER=1)."""
+    yield from chromium_browser()
+
+
+def test_browser_reads_the_tail_on_its_own_page_and_approves_only_once_ticked(
+    gated: Gated, browser: Any
+) -> None:
+    daemon, repo, _ = gated
+    operation_id, _ = _attack(gated)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(f"{daemon.url}/ui/login")
+        page.fill("input[name=token]", daemon.operator_token)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{daemon.url}/ui/operations")
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        unseen = card.locator("section.unseen code.path").all_inner_texts()
+        assert unseen == ["docs/f0.md", "docs/f1.md", TAIL]
+        card.locator(f"section.unseen a:has-text('{TAIL}')").click()
+        page.wait_for_url(f"{daemon.url}/ui/review/{operation_id}/file**")
+        assert page.locator("span.add").all_inner_texts() == ["+    return True"]
+        assert page.locator("span.del").all_inner_texts() == ["-    return user.is_admin"]
+
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        card.locator("button.approve").click()  # nothing ticked
+        page.wait_for_load_state()
+        assert "diff_not_seen" in page.content()
+        assert (repo / TAIL).read_bytes() == TAIL_OLD
+
+        page.goto(f"{daemon.url}/ui/review")
+        card = page.locator(f"#held-{operation_id}")
+        for box in card.locator("input.seen").all():
+            box.check()
+        card.locator("button.approve").click()
+        page.wait_for_url(f"{daemon.url}/ui/operations/{operation_id}")
+        assert page.inner_text("#status") == "completed"
+    finally:
+        context.close()
+    assert (repo / TAIL).read_bytes() == TAIL_NEW
