@@ -4,9 +4,10 @@ The attack: a bundle whose harmless files fill the review's budget, then a one-l
 in the path that sorts last. Before, the diff was cut at 8 MiB, no request could reach
 the rest, the last file showed only ``+1 -0`` with no sign that it was not shown, and an
 approval promoted it. Here the tail is reachable by path and by cursor through the real
-HTTP API and the CLI, every answer lists the files it does not show in full, a file's
-flags do not depend on the cut, and an approval that never names the tail is refused
-with nothing changed. The daemons are real (in-process, loopback); one test carries the
+HTTP API, the CLI, the console (HTTP and Chromium) and the MCP tool, every answer lists
+the files it does not show in full, a file's flags do not depend on the cut, and an
+approval (API, CLI, console, ``promoter run`` on a pseudo-terminal) that never names the
+tail is refused, or asks for it, with nothing changed. The daemons are real (in-process, loopback); one test carries the
 attack at its real size (11 MiB against the default 8 MiB cap), the others set
 ``review_diff_page_bytes`` to 64 KiB and fill it with a few hundred KiB.
 """
@@ -418,24 +419,20 @@ def test_mcp_bundle_diff_reaches_the_tail_by_path_and_cursor(tmp_path: Path, gat
     )
     with daemon.executor("run_1") as executor:
         token = executor.headers["Authorization"].removeprefix("Bearer ")
-    _, (cut, alone) = _tools(
+    _, (cut, alone, rest) = _tools(
         daemon,
         tmp_path,
         token,
         [
             ("bundle_diff", {"bundle_id": bundle["bundle_id"]}),
             ("bundle_diff", {"bundle_id": bundle["bundle_id"], "path": TAIL}),
+            ("bundle_diff", {"bundle_id": bundle["bundle_id"], "cursor": "2:0"}),
         ],
     )
     assert cut["truncated"] is True
     assert [u["path"] for u in cut["unseen"]] == ["docs/f0.md", "docs/f1.md", TAIL]
+    assert cut["unseen"][2]["cursor"] == "2:0"  # the cursor the last call passed
     assert alone["unified_diff"] == TAIL_DIFF
-    _, (rest,) = _tools(
-        daemon,
-        tmp_path,
-        token,
-        [("bundle_diff", {"bundle_id": bundle["bundle_id"], "cursor": cut["unseen"][2]["cursor"]})],
-    )
     assert rest["unified_diff"] == TAIL_DIFF and rest["next_cursor"] is None
 
 
