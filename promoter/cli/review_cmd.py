@@ -41,7 +41,7 @@ __all__ = ["print_decided", "register"]
 NoteOpt = Annotated[str, typer.Option("--note", help="Why: journaled with the decision.")]
 OpArg = Annotated[str, typer.Argument(help="The operation awaiting approval.")]
 WAIT_TIMEOUT = 660.0
-SEEN_HINT = 10  # files named in the approve hint; past that, --all-seen
+SEEN_HINT = 10  # files named one by one in the approve hint
 
 
 def _client(url: str | None, token_file: Path | None) -> PromoterClient:
@@ -52,7 +52,7 @@ def _approve_hint(operation_id: str, diff: dict[str, Any]) -> str:
     unseen = diff.get("unseen") or []
     seen = "".join(f" --seen {shlex.quote(str(u['path']))}" for u in unseen[:SEEN_HINT])
     if len(unseen) > SEEN_HINT:
-        seen = " --all-seen"
+        seen = f" --seen PATH (each of the {len(unseen)} listed above) or --all-seen"
     return (
         f"  approve: promoter approve {operation_id}{seen} --note '...'; "
         f"reject: promoter reject {operation_id} --note '...'; "
