@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     # at most this many diffs are built at once; a git diff of one file may take this long.
     review_diff_max_file_bytes: int = Field(default=4 * 1024 * 1024, ge=0)
     review_diff_concurrency: int = Field(default=2, ge=1)
+    # A review diff's page unless asked otherwise, and the bound of the approval rule: an
+    # approval names the files the bundle's first page does not show in full (SPEC §10.18).
+    review_diff_page_bytes: int = Field(default=1024 * 1024, ge=1, le=8 * 1024 * 1024)
     review_diff_timeout: float = Field(default=30.0, gt=0)
     # Bytes of new blobs one executor run may store (SPEC §10.10).
     executor_quota_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=0)

@@ -78,6 +78,13 @@ class SelectionInvalid(PromoterError):
     title = "The paths or hunks chosen at review do not select a part of the bundle"
 
 
+class DiffNotSeen(PromoterError):
+    code = "diff_not_seen"
+    http_status = 422
+    exit_code = 65
+    title = "The approval does not name the files its review did not show in full"
+
+
 class SelectionSplitsPair(PromoterError):
     code = "selection_splits_pair"
     http_status = 422

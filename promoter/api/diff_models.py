@@ -15,19 +15,27 @@ from pydantic import Field
 
 from promoter.api.models import Reply
 
-__all__ = ["BundleDiffView", "DiffFlag", "FileDiffView"]
+__all__ = ["BundleDiffView", "DiffFlag", "FileDiffView", "UnseenFileView"]
 
 DiffFlag = Literal[
     "bidi_control",
+    "binary",
     "ci_config",
     "control_character",
     "executable",
     "hook_path",
     "invisible_character",
+    "large",
     "long_line",
+    "mode_change",
     "not_utf8",
     "symlink",
 ]
+Shown = Literal["full", "partial", "none"]
+SHOWN = (
+    "how much of the file's diff this answer holds: `full`, `partial` (cut, or begun on "
+    "an earlier page) or `none`"
+)
 
 
 class FileDiffView(Reply):
@@ -53,16 +61,43 @@ class FileDiffView(Reply):
         description="not diffed in full: a side is over `max_file_bytes`, or the request's "
         "time for diffs was spent"
     )
-    added: int
-    removed: int
-    flags: list[DiffFlag] = Field(description="what can hide code or make it run, sorted")
+    added: int | None = Field(
+        description="lines added (null: not diffed for this page, which begins after it)"
+    )
+    removed: int | None
+    flags: list[DiffFlag] = Field(
+        description="what can hide code or make it run, sorted; from the file's own bytes, "
+        "modes and path, never from whether its diff fits the answer"
+    )
     symlink_target: str | None = Field(
         description="the new link's target text, hidden characters shown (null: no link)"
+    )
+    shown: Shown = Field(description=SHOWN)
+    diff_bytes: int | None = Field(description="bytes of the file's whole diff text")
+
+
+class UnseenFileView(Reply):
+    """A file this answer does not show in full, and how to reach it."""
+
+    path: str
+    path_shown: str
+    operation: str
+    old_bytes: int | None
+    new_bytes: int | None
+    diff_bytes: int | None
+    added: int | None
+    removed: int | None
+    flags: list[DiffFlag]
+    shown: Shown = Field(description=SHOWN)
+    summarized: bool = Field(description="its content is not diffed on any page")
+    cursor: str | None = Field(
+        description="the `cursor` of the page that shows it (null: summarized, nothing more)"
     )
 
 
 class BundleDiffView(Reply):
-    """A bundle's per-file summary and unified diff, cut at `limit` bytes."""
+    """A bundle's per-file summary and unified diff (or one path's), a page of at most
+    `limit` bytes from `cursor`."""
 
     bundle_id: str
     files: list[FileDiffView]
@@ -70,3 +105,9 @@ class BundleDiffView(Reply):
     truncated: bool
     limit: int
     max_file_bytes: int = Field(description="a side larger than this is summarized")
+    path: str | None = Field(description="the one path asked for (null: the whole bundle)")
+    cursor: str = Field(description="where this page begins, `I:K`")
+    next_cursor: str | None = Field(description="where the next page begins (null: none)")
+    unseen: list[UnseenFileView] = Field(
+        description="every file this answer does not show in full, in bundle order"
+    )

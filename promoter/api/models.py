@@ -202,6 +202,18 @@ class ApproveRequest(DecisionRequest):
         description="per modified text path, the hunks to accept, numbered from 1 as in "
         "the review diff; the host composes the new bytes from the old ones and these hunks",
     )
+    seen: list[str] | None = Field(
+        default=None,
+        description="paths (wire form) the review's first page does not show in full "
+        "(its `unseen`) that the approver read by path or accepts as they are; when that "
+        "page is cut, every accepted one must be named here, or `all_seen` given, else "
+        "`diff_not_seen`",
+    )
+    all_seen: bool = Field(
+        default=False,
+        description="the approver saw every file of the bundle, or accepts those not shown "
+        "in full as they are",
+    )
 
 
 class ReopenRequest(Request):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,7 +60,7 @@ from promoter.errors import (
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.handover import grant_from_file, upload_and_submit
 
-__all__ = ["print_bundle", "print_diff", "print_receipt", "register"]
+__all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
 
 GrantOpt = Annotated[
     str,
@@ -300,20 +301,34 @@ def diff(
     bundle: Annotated[str, typer.Argument(help="A bundle id.")],
     stat: Annotated[bool, typer.Option("--stat", help="Only lines added and removed.")] = False,
     max_bytes: Annotated[
-        int | None, typer.Option("--max-bytes", min=0, help="Cap on the diff's size.")
+        int | None, typer.Option("--max-bytes", min=1, help="Cap on one answer's size.")
     ] = None,
+    path: Annotated[
+        str | None,
+        typer.Option("--path", help="Only this path (wire form), printed whole, page by page."),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="The whole diff, page by page: every byte.")
+    ] = False,
     pager: Annotated[bool, typer.Option("--pager/--no-pager", help="Page long output.")] = True,
     json_output: JsonOpt = False,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """The unified diff a promotion of BUNDLE would write (orchestrator or operator token)."""
+    """The unified diff a promotion of BUNDLE would write (orchestrator or operator token).
+
+    One answer is bounded (--max-bytes, else the daemon's page); the files it does not
+    show in full are listed with their sizes and flags. --path or --all print them
+    whole, one bounded request a page."""
     with PromoterClient(server_url(url), read_token(token_file, url)) as client:
-        result = client.bundle_diff(bundle, max_bytes)
+        if path is not None or every:
+            result = whole_diff(client.bundle_diff_pages(bundle, max_bytes, path=path))
+        else:
+            result = client.bundle_diff(bundle, max_bytes)
     if json_output:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
         return
-    print_diff(result, stat=stat, pager=pager)
+    print_diff(result, stat=stat, pager=pager, hint=f"promoter bundle diff {bundle}")
 
 
 def diff_flags(result: dict[str, Any]) -> Text:
@@ -341,6 +356,7 @@ def diff_stat(result: dict[str, Any]) -> Text:
     width = max((len(p) for p in paths), default=0)
     for f, path in zip(result["files"], paths, strict=True):
         out.append(f" {f['operation']:<6} {path:<{width}}  ")
+        flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"
             out.append(f"{kind}, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
@@ -348,12 +364,38 @@ def diff_stat(result: dict[str, Any]) -> Text:
             out.append(f"+{f['added']}", style="green")
             out.append(" ")
             out.append(f"-{f['removed']}", style="red")
-        if f.get("flags"):
-            out.append(f"  [{', '.join(f['flags'])}]", style="bold yellow")
+        if flags:
+            out.append(f"  [{', '.join(flags)}]", style="bold yellow")
         out.append("\n")
-    added = sum(f["added"] for f in result["files"])
-    removed = sum(f["removed"] for f in result["files"])
+    added = sum(f["added"] or 0 for f in result["files"])
+    removed = sum(f["removed"] or 0 for f in result["files"])
     out.append(f" {len(result['files'])} file(s), {added} insertion(s), {removed} deletion(s)\n")
+    return out
+
+
+def _size(count: int | None) -> str:
+    return "-" if count is None else iec(count)
+
+
+def diff_unseen(result: dict[str, Any], hint: str = "") -> Text:
+    """Every file the answer does not show in full (SPEC §10 item 18), with its sizes,
+    lines, flags and, with ``hint`` (a command), how to read one whole."""
+    unseen = result.get("unseen") or []
+    out = Text()
+    if not unseen:
+        return out
+    out.append(f" {len(unseen)} file(s) not shown in full here:\n", style="bold yellow")
+    for u in unseen:
+        kind = "summarized, never diffed" if u["summarized"] else f"shown: {u['shown']}"
+        counts = "" if u["added"] is None else f", +{u['added']} -{u['removed']}"
+        flags = f" [{', '.join(u['flags'])}]" if u["flags"] else ""
+        out.append(
+            f" ? {u['path_shown']}: {kind}, {_size(u['old_bytes'])} -> "
+            f"{_size(u['new_bytes'])}{counts}{flags}\n",
+            style="bold yellow",
+        )
+    if hint:
+        out.append(f"   read one whole: {hint} --path PATH\n", style="yellow")
     return out
 
 
@@ -388,20 +430,57 @@ def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
 
 
 def print_diff(
-    result: dict[str, Any], *, stat: bool = False, pager: bool = True, hunk_labels: bool = False
+    result: dict[str, Any],
+    *,
+    stat: bool = False,
+    pager: bool = True,
+    hunk_labels: bool = False,
+    hint: str = "",
 ) -> None:
-    """Print a bundle diff answer: the stat, or the flagged files then the whole patch
-    (paged when long; ``hunk_labels`` as in ``diff_text``)."""
-    patch = diff_text(result["unified_diff"], hunk_labels=hunk_labels)
-    body = diff_stat(result) if stat else diff_flags(result) + patch
+    """Print a bundle diff answer: the stat, or the flagged files, the files it does not
+    show in full, then the patch (paged when long; ``hunk_labels`` as in ``diff_text``;
+    ``hint`` as in ``diff_unseen``)."""
+    unseen = diff_unseen(result, hint)
+    if stat:
+        body = diff_stat(result) + unseen
+    else:
+        body = (
+            diff_flags(result) + unseen + diff_text(result["unified_diff"], hunk_labels=hunk_labels)
+        )
     if not stat and result["truncated"]:
-        body.append(f"... the diff was cut at {result['limit']} bytes\n", style="yellow")
+        count = len(result.get("unseen") or [])
+        body.append(
+            f"... the diff was cut at {result['limit']} bytes: {count} file(s) not shown in "
+            "full, listed above\n",
+            style="yellow",
+        )
     long = body.plain.count("\n") > console.height
     if pager and console.is_terminal and long:
         with console.pager(styles=True):
             console.print(body, end="", soft_wrap=True, highlight=False)
     else:
         console.print(body, end="", soft_wrap=True, highlight=False)
+
+
+def whole_diff(pages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One answer from every page of a diff (``PromoterClient.bundle_diff_pages``): the
+    first page's files, the pages' text joined; unseen only what no page shows (the
+    summarized files)."""
+    first: dict[str, Any] | None = None
+    parts: list[str] = []
+    for page in pages:
+        first = first or page
+        parts.append(page["unified_diff"])
+    assert first is not None
+    files = [{**f, "shown": "full"} for f in first["files"]]
+    return {
+        **first,
+        "files": files,
+        "unified_diff": "".join(parts),
+        "truncated": False,
+        "next_cursor": None,
+        "unseen": [{**u, "cursor": None} for u in first["unseen"] if u["summarized"]],
+    }
 
 
 def register(app: typer.Typer) -> None:

@@ -90,12 +90,19 @@ def build_server(tools: AgentTools) -> Any:
         return tool_result(tools.preflight(bundle_id))
 
     @server.tool()
-    def bundle_diff(bundle_id: str, max_bytes: int | None = None) -> Result:
+    def bundle_diff(
+        bundle_id: str,
+        max_bytes: int | None = None,
+        path: str | None = None,
+        cursor: str | None = None,
+    ) -> Result:
         """The unified diff a promotion of the bundle would write, from its stored blobs:
         non-UTF-8 bytes as \\xNN, hidden characters as <U+XXXX>, and per file the flags
         that reveal what can hide code or make it run (bidi_control, invisible_character,
-        executable, symlink, ci_config, hook_path, long_line, ...)."""
-        return tool_result(tools.bundle_diff(bundle_id, max_bytes))
+        executable, symlink, binary, large, ci_config, hook_path, long_line, ...). One
+        answer is a page: `path` asks for one file, `cursor` (a `next_cursor`) for the
+        next page; `unseen` lists every file not shown in full, with its cursor."""
+        return tool_result(tools.bundle_diff(bundle_id, max_bytes, path, cursor))
 
     return server
 

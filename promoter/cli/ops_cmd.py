@@ -3,7 +3,8 @@
 Thin commands over ``promoter.client.sync``: rich tables for people, ``--json`` for scripts.
 ``show`` prints, per path, the journal step, the expected old and new states and the
 state the target reads as now, each approval decision with the credential that made it
-(an approval in part with the paths accepted and declined and the operation of the part;
+(an approval in part with the paths accepted and declined and the operation of the part,
+the files not shown in full that it named as seen;
 a merge with the bundle it made), and says what the operator can do next. Deciding anything
 is the host's job; this module only asks and prints.
 """
@@ -169,6 +170,10 @@ def approval_lines(view: dict[str, Any]) -> list[str]:
             line += f": {payload['note']}"
         lines.append(line)
         lines += _part_lines(payload)
+        seen = payload.get("seen")
+        if isinstance(seen, dict) and (seen.get("all_seen") or seen.get("paths")):
+            named = "every file" if seen.get("all_seen") else _paths(seen.get("paths"))
+            lines.append(f"  files the review did not show in full, approved as seen: {named}")
     return lines
 
 

@@ -58,7 +58,7 @@ from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
 from promoter.cli import run_answers as answers
 from promoter.cli import run_manage as manage
 from promoter.cli import userconfig
-from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
+from promoter.cli.bundle_cmd import diff_unseen, print_bundle, print_diff, print_receipt
 from promoter.cli.common import UrlOpt, console, err_console
 from promoter.cli.orchestrate_cmd import parse_allow
 from promoter.cli.status_cmd import worktree_here
@@ -235,14 +235,23 @@ def _run_command(
     return outcome.returncode
 
 
-def _approve_here(yes: bool) -> str | None:
-    """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined)."""
+def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> str | None:
+    """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
+
+    When the diff shown was cut (``unseen``: the files it did not show in full), the
+    person confirms those files too, listed again at the question (SPEC §10 item 18)."""
     if yes:
         return "yes"
     if not sys.stdin.isatty():
         err_console.print("not a terminal: pass --yes to promote without asking")
         return None
-    return "asked" if typer.confirm("Promote these changes into the worktree?") else None
+    if not typer.confirm("Promote these changes into the worktree?"):
+        return None
+    if unseen:
+        console.print(diff_unseen({"unseen": unseen}, "promoter bundle diff BUNDLE"), end="")
+        question = f"Promote the {len(unseen)} file(s) not shown in full, as they are?"
+        return "asked" if typer.confirm(question) else None
+    return "asked"
 
 
 def _refresh(orch: PromoterClient, state_dir: Path, record: sandboxes.RunRecord) -> None:
@@ -335,9 +344,13 @@ def _step(
         step.status = "submitted"
         sandboxes.save(state_dir, record)
         print_bundle(bundle)
-        print_diff(orch.bundle_diff(step.bundle_id), pager=not yes)
+        diff = orch.bundle_diff(step.bundle_id)
+        print_diff(diff, pager=not yes, hint=f"promoter bundle diff {step.bundle_id}")
         print_receipt(receipt.wire())
-        _promote(orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes)
+        unseen = list(diff.get("unseen") or [])
+        _promote(
+            orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes, unseen=unseen
+        )
 
 
 def _confirmed_note() -> str:
@@ -357,6 +370,7 @@ def _promote(
     receipt_sha256: str,
     *,
     yes: bool,
+    unseen: list[dict[str, Any]] | None = None,
 ) -> None:
     assert step.bundle_id is not None
     preflight = orch.preflight(step.bundle_id, grant.fence)
@@ -365,7 +379,7 @@ def _promote(
         step.status = "preflight_refused"
         sandboxes.save(state_dir, record)
         raise answers.refusal(preflight, record, step.bundle_id)
-    consent = _approve_here(yes)
+    consent = _approve_here(yes, unseen or [])
     if consent is None:
         step.status = "declined"
         sandboxes.save(state_dir, record)
@@ -386,7 +400,8 @@ def _promote(
             sandboxes.save(state_dir, record)
             _say(f"awaiting approval: promoter approve {step.operation_id}")
             return
-        view = orch.approve(step.operation_id, _confirmed_note(), wait=True)
+        seen = [str(u["path"]) for u in unseen or []]  # confirmed at the question
+        view = orch.approve(step.operation_id, _confirmed_note(), wait=True, seen=seen)
     step.status = str(view["status"])
     sandboxes.save(state_dir, record)
     if step.status != "completed":

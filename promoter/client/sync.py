@@ -167,10 +167,32 @@ class PromoterClient(BlobCalls):
         response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}/verification")
         return PatchVerificationReceiptV1.model_validate_json(response.content)
 
-    def bundle_diff(self, bundle_id: str, max_bytes: int | None = None) -> Json:
-        """``{bundle_id, files, unified_diff, truncated, limit}`` (orchestrator/operator)."""
-        params = None if max_bytes is None else {"max_bytes": str(max_bytes)}
-        return self._json("GET", f"/v1/bundles/{segment(bundle_id)}/diff", params=params)
+    def bundle_diff(
+        self,
+        bundle_id: str,
+        max_bytes: int | None = None,
+        *,
+        path: str | None = None,
+        cursor: str | None = None,
+    ) -> Json:
+        """A page of the bundle's diff (or of its one ``path``) from ``cursor``: ``{files,
+        unified_diff, truncated, next_cursor, unseen, ...}`` (orchestrator/operator)."""
+        params = {"max_bytes": max_bytes, "path": path, "cursor": cursor}
+        given = {k: str(v) for k, v in params.items() if v is not None}
+        return self._json("GET", f"/v1/bundles/{segment(bundle_id)}/diff", params=given or None)
+
+    def bundle_diff_pages(
+        self, bundle_id: str, max_bytes: int | None = None, *, path: str | None = None
+    ) -> Iterator[Json]:
+        """Every page of the bundle's diff (or of ``path``), one bounded request each."""
+        cursor: str | None = None
+        while True:
+            page = self.bundle_diff(bundle_id, max_bytes, path=path, cursor=cursor)
+            yield page
+            following = page.get("next_cursor")
+            if following is None or following == page.get("cursor"):
+                return  # the end (or a page of 0 bytes, which never moves on)
+            cursor = str(following)
 
     def bundle_operations(self, bundle_id: str) -> list[Json]:
         """The promotions of a bundle with their status (its own executor may ask)."""
@@ -273,13 +295,20 @@ class PromoterClient(BlobCalls):
         only: list[str] | None = None,
         except_: list[str] | None = None,
         hunks: dict[str, list[int]] | None = None,
+        seen: list[str] | None = None,
+        all_seen: bool = False,
     ) -> Json:
         """Approve a promotion held in ``awaiting_approval`` (operator); the operation view.
 
         The host records the token's credential as the approver; no name is sent.
         ``only``/``except_``/``hunks`` accept a part: the view answered is then the
-        derived operation's."""
+        derived operation's. ``seen`` names the files the review's first page did not
+        show in full that the person read or accepts; ``all_seen`` says it of all."""
         body: dict[str, Any] = {"note": note, "wait": wait}
+        if seen:
+            body["seen"] = seen
+        if all_seen:
+            body["all_seen"] = True
         if only is not None:
             body["only"] = only
         if except_ is not None:

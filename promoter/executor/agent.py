@@ -6,7 +6,8 @@
 by default; for a chained grant against the state its base promotion left), uploads the
 missing blobs and submits it, returning the verification receipt, or the refusal with
 every offending path when the builder or the host refuses; ``promotion_status`` lists a
-bundle's promotions; ``bundle_diff`` the diff the host built from the stored blobs;
+bundle's promotions; ``bundle_diff`` the diff the host built from the stored blobs (a
+page of it, for one path if asked, from a cursor);
 ``preflight`` the host's read-back of the real worktree, which needs the orchestrator's
 token given explicitly (``PROMOTER_ORCHESTRATOR_TOKEN``).
 
@@ -122,9 +123,15 @@ class AgentTools:
         latest = operations[-1]["status"] if operations else "not_requested"
         return {"bundle_id": bundle_id, "status": latest, "operations": operations}
 
-    def bundle_diff(self, bundle_id: str, max_bytes: int | None = None) -> dict[str, Any]:
+    def bundle_diff(
+        self,
+        bundle_id: str,
+        max_bytes: int | None = None,
+        path: str | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
         try:
-            return self.client.bundle_diff(bundle_id, max_bytes)
+            return self.client.bundle_diff(bundle_id, max_bytes, path=path, cursor=cursor)
         except PromoterError as exc:
             return refusal(exc)
 

@@ -342,7 +342,7 @@ def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_u
     from promoter.executor import sandbox as sandboxes
 
     daemon, repo, _ = gated
-    monkeypatch.setattr(run_cmd, "_approve_here", lambda yes: "asked")  # the person said y
+    monkeypatch.setattr(run_cmd, "_approve_here", lambda yes, unseen: "asked")  # the person said y
     app = typer.Typer()
     run_cmd.register(app)
     app.command("noop")(lambda: None)

@@ -142,7 +142,7 @@ def test_bundle_show_and_diff_commands(daemon: Daemon, repo: Path, identity: str
     assert "delete     README.md   100644 10 B" in shown.stdout
     diffed = runner.invoke(_app(), ["bundle", "diff", str(bundle["bundle_id"])], env=env)
     assert diffed.exit_code == 0, diffed.output
-    assert diffed.stdout == EXPECTED
+    assert diffed.stdout == " ! bin/blob: binary\n" + EXPECTED
     stat = runner.invoke(_app(), ["bundle", "diff", str(bundle["bundle_id"]), "--stat"], env=env)
     assert stat.exit_code == 0, stat.output
     assert stat.stdout.splitlines() == [

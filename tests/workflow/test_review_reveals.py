@@ -199,7 +199,7 @@ def test_nul_in_the_first_8000_bytes_is_binary_and_later_is_shown(
     _, bundle, _ = submit(daemon, repo, identity, changes)
     body = _diff(daemon, bundle)
     assert _file(body, "bin/early")["binary"] is True
-    assert _file(body, "bin/early")["flags"] == []
+    assert _file(body, "bin/early")["flags"] == ["binary"]
     assert "Binary files a/bin/early and b/bin/early differ\n" in body["unified_diff"]
     entry = _file(body, "late.txt")
     assert (entry["binary"], entry["added"], entry["flags"]) == (False, 4001, ["control_character"])
@@ -251,7 +251,7 @@ def test_a_side_over_the_cap_is_summarized_not_diffed(tmp_path: Path, repo: Path
     assert body["max_file_bytes"] == 4096
     assert (entry["summarized"], entry["binary"], entry["added"]) == (True, False, 0)
     assert (entry["new_lines"], entry["new_bytes"]) == (3001, len(big))
-    assert entry["flags"] == ["bidi_control"]
+    assert entry["flags"] == ["bidi_control", "large"]
     assert body["unified_diff"] == (
         "diff --git a/big.txt b/big.txt\n"
         "new file mode 100644\n"

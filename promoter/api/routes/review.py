@@ -37,23 +37,36 @@ from promoter.api.responses import json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.paths import MAX_PATH_BYTES
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.review.partial import Selection
+from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
+# A path asked for by name: its wire form, at most this many characters (a URL stays
+# under 64 KiB however it is encoded); a longer one (many \xNN escapes) is reached by its
+# cursor, which every answer's `unseen` gives.
+PATH_MAX = MAX_PATH_BYTES
 WAIT_SECONDS = 600.0
 NOTE_LIMIT = 2000
 
 
-def _diff(services: Services, principal: Principal, bundle_id: str, limit: int) -> Any:
+def _diff(
+    services: Services,
+    principal: Principal,
+    bundle_id: str,
+    limit: int | None,
+    path: str | None,
+    cursor: str | None,
+) -> Any:
     check_owner(services, principal, bundle_id)
-    return bundle_diff(services, bundle_id, limit)
+    return bundle_diff(services, bundle_id, limit, path=path, cursor=cursor)
 
 
 DIFF_EXAMPLE = {
@@ -78,6 +91,8 @@ DIFF_EXAMPLE = {
             "removed": 1,
             "flags": [],
             "symlink_target": None,
+            "shown": "full",
+            "diff_bytes": 94,
         }
     ],
     "unified_diff": "diff --git a/src/app.py b/src/app.py\n--- a/src/app.py\n+++ b/src/app.py\n"
@@ -85,10 +100,20 @@ DIFF_EXAMPLE = {
     "truncated": False,
     "limit": DEFAULT_LIMIT,
     "max_file_bytes": 4 * 1024 * 1024,
+    "path": None,
+    "cursor": "0:0",
+    "next_cursor": None,
+    "unseen": [],
 }
 OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
-APPROVE_ERRORS = [*DECISION_ERRORS, "selection_invalid", "selection_splits_pair"]
+APPROVE_ERRORS = [
+    *DECISION_ERRORS,
+    "selection_invalid",
+    "selection_splits_pair",
+    "diff_not_seen",
+    "validation_failed",
+]
 REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 
 
@@ -98,13 +123,25 @@ REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
         "getBundleDiff",
         summary="A bundle's diff before it lands",
         description="The unified diff a promotion of the bundle would write, built from its "
-        "stored old and new blobs, cut at a line end past `max_bytes`. Binary files (a NUL "
+        "stored old and new blobs, cut at a line end past `max_bytes` (default "
+        "`review_diff_page_bytes`, 1 MiB). `path` asks for one file; `cursor` (an answer's "
+        "`next_cursor`, `I:K`: change I, byte K of its diff) for the next page, so every "
+        "byte is reachable. Each file says how much of it the answer shows (`shown`); "
+        "`unseen` lists every file not shown in full, with its sizes, flags and the cursor "
+        "that reaches it. Binary files (a NUL "
         "byte in the first 8000 bytes) and sides over `max_file_bytes` are summarized; "
         "bytes that are not UTF-8 show as `\\xNN`, hidden characters as `<U+XXXX>`; each "
         "file's `flags` name what can hide code or make it run. An executor may read its "
         "own run's bundles only.",
         tags=["orchestrator", "operator", "executor"],
-        errors=["bundle_unknown", "owned_by_other_host", "not_found", "forbidden", "blob_missing"],
+        errors=[
+            "bundle_unknown",
+            "owned_by_other_host",
+            "not_found",
+            "forbidden",
+            "blob_missing",
+            "validation_failed",
+        ],
         ok={200: Ok("per-file summary and the unified diff", BundleDiffView, DIFF_EXAMPLE)},
     ),
 )
@@ -112,9 +149,13 @@ async def get_bundle_diff(
     bundle_id: str,
     principal: AnyRoleDep,
     services: ServicesDep,
-    max_bytes: int = Query(default=DEFAULT_LIMIT, ge=0, le=MAX_LIMIT),
+    max_bytes: int | None = Query(default=None, ge=0, le=MAX_LIMIT),
+    path: str | None = Query(default=None, max_length=PATH_MAX, description="one file"),
+    cursor: str | None = Query(
+        default=None, max_length=40, description="where the page begins: a `next_cursor`"
+    ),
 ) -> Response:
-    result = await run_in_threadpool(_diff, services, principal, bundle_id, max_bytes)
+    result = await run_in_threadpool(_diff, services, principal, bundle_id, max_bytes, path, cursor)
     return json_response(result)
 
 
@@ -188,6 +229,13 @@ def _hunks(body: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return chosen
 
 
+def _seen(body: dict[str, Any]) -> Seen:
+    all_seen = body.get("all_seen", False)
+    if not isinstance(all_seen, bool):
+        raise ValidationFailed("all_seen must be a boolean")
+    return Seen(all_seen, _paths(body, "seen") or ())
+
+
 def _selection(body: dict[str, Any]) -> Selection | None:
     """The part of the bundle an approval accepts, or None for all of it."""
     selection = Selection(_paths(body, "only"), _paths(body, "except"), _hunks(body))
@@ -195,7 +243,7 @@ def _selection(body: dict[str, Any]) -> Selection | None:
 
 
 DECISION_FIELDS = frozenset({"note", "by", "wait"})
-APPROVE_FIELDS = DECISION_FIELDS | {"only", "except", "hunks"}
+APPROVE_FIELDS = DECISION_FIELDS | {"only", "except", "hunks", "seen", "all_seen"}
 REOPEN_FIELDS = frozenset({"note"})
 
 
@@ -211,6 +259,7 @@ def _decide(
         role=principal.role,
         claimed_by=body.get("by", ""),
         selection=_selection(body) if verdict == "approve" else None,
+        seen=_seen(body) if verdict == "approve" else None,
     )
     if decided.started and body.get("wait"):
         operations.wait_for(services, decided.operation_id, WAIT_SECONDS)
@@ -239,7 +288,10 @@ async def _post_decision(
         "path, the hunk numbers of the review diff to accept) accept a part: the host "
         "derives a sub-bundle (`derived_from` names the parent bundle and the selection), "
         "verifies it against the same grant and promotes it as its own operation, whose "
-        "view is answered; the held operation is refused with `approved_in_part`.",
+        "view is answered; the held operation is refused with `approved_in_part`. When "
+        "the review's first page (`review_diff_page_bytes`) does not show every file in "
+        "full, the approval names each accepted one in `seen`, or says `all_seen`: else "
+        "`422 diff_not_seen`, listing them, and nothing changes.",
         tags=["operator"],
         roles=["operator"],
         errors=APPROVE_ERRORS,

@@ -6,7 +6,10 @@ the operator role: ``operations.decide`` (then waits for the approved attempt, a
 API's ``wait``; the review page's unchecked files make it accept a part, and the browser
 is sent to the derived operation), ``operations.reopen``, ``recover.recover``,
 ``recover.reconcile``, ``rollback.rollback``. A decision records the session's credential
-as the approver; the form asks for a note only.
+as the approver; the form asks for a note only. An approval carries what the person saw
+beyond the review page, which showed the console's page of the diff: the ticked
+``seen-N`` boxes and ``all_seen``; a file of that page not shown in full and left
+unticked refuses it (``diff_not_seen``, ``promoter.engine.review.seen``).
 Whether the operation may move is the engine's guard; a refusal is shown with its code.
 On success the browser is sent to the operation's page (303).
 
@@ -23,12 +26,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
+from promoter.api.ui.diffview import page_bytes
 from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
 from promoter.engine.review.partial import Selection
+from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
 from promoter.errors import PromoterError, ValidationFailed
 
@@ -75,6 +80,12 @@ def _selection(form: dict[str, str]) -> Selection | None:
     return Selection(only=accepted, hunks=hunks)
 
 
+def _seen(services: Services, form: dict[str, str]) -> Seen:
+    """The review page's ``seen-N`` ticks and ``all_seen``, at the console's page."""
+    ticked = tuple(v for k, v in form.items() if k.startswith("seen-"))
+    return Seen("all_seen" in form, ticked, page_bytes(services.settings))
+
+
 def _decide(verdict: str) -> Action:
     def act(
         services: Services, session: Session, operation_id: str, form: dict[str, str]
@@ -87,6 +98,7 @@ def _decide(verdict: str) -> Action:
             by=session.name,
             role=session.role,
             selection=_selection(form) if verdict == "approve" else None,
+            seen=_seen(services, form) if verdict == "approve" else None,
         )
         if decided.started:
             operations.wait_for(services, decided.operation_id, WAIT_SECONDS)

@@ -3,7 +3,9 @@
 ``file_blocks`` splits the unified diff of ``promoter.engine.review.diff`` at its
 ``diff --git`` headers and tags every line (``add``, ``del``, ``hunk``, ``meta``,
 ``ctx``) so the template can colour it; a block longer than ``FOLD_LINES`` is marked to
-be folded. The lines stay text: escaping is the template's (autoescape).
+be folded. The lines stay text: escaping is the template's (autoescape). ``page_bytes``
+is the console's page of a diff: the review page's first page, and each page of one
+file's own page (never more than the daemon's ``review_diff_page_bytes``).
 
 Deliberately not here: building the diff (the engine's) or any HTML.
 """
@@ -12,7 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from promoter.config import Settings
+
 FOLD_LINES = 200
+PAGE_BYTES = 256 * 1024
+
+
+def page_bytes(settings: Settings) -> int:
+    """The console's page of a diff: ``PAGE_BYTES``, or the daemon's page when smaller."""
+    return min(PAGE_BYTES, settings.review_diff_page_bytes)
 
 
 @dataclass

@@ -1,4 +1,10 @@
-"""The console's pages: operations, one operation, and the review of held promotions.
+"""The console's pages: operations, one operation, the review of held promotions, and one
+file's diff of a held promotion, page by page.
+
+The review page shows, first, every file its page of the diff does not show in full
+(sizes, flags, a link to the file's own page and a box to tick: an approval must name
+each, SPEC §10 item 18), then the file table and the diff. A file's own page is one
+request of at most a page, with a link to the next.
 
 Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
 reads through the same engine functions the API routes call
@@ -18,7 +24,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
-from promoter.api.ui.diffview import Block, file_blocks
+from promoter.api.routes.review import PATH_MAX
+from promoter.api.ui.diffview import Block, file_blocks, page_bytes
 from promoter.api.ui.web import render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.status import STATUSES, OperationStatus
@@ -27,10 +34,9 @@ from promoter.engine.operation import requests as operations
 from promoter.engine.receipts import served
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.engine.services import Services
-from promoter.errors import PromoterError
+from promoter.errors import OperationConflict, PromoterError
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
-REVIEW_DIFF_BYTES = 256 * 1024
 LOGIN = "/ui/login"
 
 
@@ -128,7 +134,7 @@ async def get_receipt(request: Request, operation_id: str, which: str) -> Respon
 def _review(services: Services) -> list[dict[str, Any]]:
     held = _list(services, OperationStatus.AWAITING_APPROVAL, None)
     for item in held:
-        diff = bundle_diff(services, item["bundle_id"], REVIEW_DIFF_BYTES)
+        diff = bundle_diff(services, item["bundle_id"], page_bytes(services.settings))
         item["diff"] = diff
         item["blocks"] = file_blocks(diff["unified_diff"])
         _mark_choosable(diff, item["blocks"])
@@ -161,3 +167,41 @@ async def get_review(request: Request) -> Response:
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
     return render("review.html", 200, session, held=held)
+
+
+def _held_bundle(services: Services, operation_id: str) -> str:
+    view = operations.operation_view(services, operation_id)
+    if view.get("status") != OperationStatus.AWAITING_APPROVAL or not view.get("bundle_id"):
+        raise OperationConflict(
+            f"operation {operation_id} is {view.get('status')}, not awaiting_approval",
+            operation_id=operation_id,
+        )
+    return str(view["bundle_id"])
+
+
+def _file_page(
+    services: Services, operation_id: str, path: str, cursor: str | None
+) -> dict[str, Any]:
+    bundle_id = _held_bundle(services, operation_id)
+    limit = page_bytes(services.settings)
+    diff = bundle_diff(services, bundle_id, limit, path=path, cursor=cursor)
+    return {"diff": diff, "blocks": file_blocks(diff["unified_diff"]), "entry": diff["files"][0]}
+
+
+@router.get("/review/{operation_id}/file")
+async def get_review_file(
+    request: Request,
+    operation_id: str,
+    path: str = Query(max_length=PATH_MAX),
+    cursor: str | None = Query(default=None, max_length=40),
+) -> Response:
+    """One file of a held promotion: a page of its diff, and a link to the next."""
+    session = await session_of(request)
+    if session is None:
+        return _login()
+    services = get_services(request)
+    try:
+        found = await run_in_threadpool(_file_page, services, operation_id, path, cursor)
+    except PromoterError as exc:
+        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    return render("review_file.html", 200, session, operation_id=operation_id, **found)

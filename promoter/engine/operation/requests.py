@@ -42,6 +42,8 @@ from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.queries import guarded_here, operation_summary
 from promoter.engine.review import approval, partial
+from promoter.engine.review.seen import Seen
+from promoter.engine.review.seen import require as require_seen
 from promoter.engine.services import AttemptRunner, Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
@@ -270,14 +272,20 @@ def decide(
     role: str,
     claimed_by: str = "",
     selection: partial.Selection | None = None,
+    seen: Seen | None = None,
 ) -> Requested:
     """The operator's decision on a held promotion; an approval starts its attempt.
 
     ``by`` and ``role`` are the authenticated principal's; ``claimed_by`` a name the
     request carried, journaled apart and deciding nothing. ``selection``: the part an
-    approval accepts; then the operation answered is the derived one, which runs."""
+    approval accepts; then the operation answered is the derived one, which runs.
+    ``seen``: what the approval says its person saw beyond the review's first page; an
+    approval that does not name a file that page does not show in full is refused
+    (``diff_not_seen``, ``promoter.engine.review.seen``) before anything is decided."""
     if verdict not in ("approve", "reject"):
         raise ValidationFailed("the decision must be approve or reject")
+    if verdict == "approve":  # outside the lock: it builds a page of the diff
+        require_seen(services, operation_id, seen or Seen(), selection)
     with services.live.running(operation_id):  # live until its attempt is submitted
         with _request_lock:
             decided = approval.decide(
@@ -289,6 +297,7 @@ def decide(
                 role=role,
                 claimed_by=claimed_by,
                 selection=selection,
+                seen=seen if verdict == "approve" else None,
             )
         derived = decided.derived_operation_id  # live from before its row was committed
         try:

@@ -32,6 +32,11 @@ creates the derived bundle's own operation, whose first event is the approval de
 rejection, that decision is final for the held operation: asking to promote the parent
 bundle again answers ``approved_in_part``.
 
+An approval of a bundle whose review's first page does not show every file in full
+names those it accepts, or says all were seen (SPEC §10 item 18): that rule is checked
+before ``decide`` (``promoter.engine.review.seen``), which journals what it said
+(``seen``) with the decision.
+
 Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
 (the route admits the operator only), and the attempt's own checks.
 """
@@ -52,6 +57,7 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
 from promoter.engine.repos import Repository
 from promoter.engine.review import partial
+from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.errors import (
@@ -207,12 +213,15 @@ def decide(
     role: str,
     claimed_by: str = "",
     selection: partial.Selection | None = None,
+    seen: Seen | None = None,
 ) -> Decided:
     """Journal the decision on an ``awaiting_approval`` promotion and move it.
 
     ``by`` and ``role`` are the authenticated principal's name and role; ``claimed_by``
     is a name the request itself carried, recorded apart (and only when given).
     ``selection``: the part of the bundle an approval accepts (``decide_part``).
+    ``seen``: what the approval said its person saw beyond the review's first page,
+    journaled with it (the rule is checked before: ``promoter.engine.review.seen``).
 
     Raises ``OperationConflict`` unless the operation is a promotion awaiting approval
     whose id its hashes derive; ``GrantExpired`` (after refusing it) when approving past
@@ -234,6 +243,7 @@ def decide(
                 by=by,
                 role=role,
                 claimed_by=claimed_by,
+                seen=seen,
             )
     with services.db.session() as session:
         row = _held(session, operation_id)
@@ -254,6 +264,8 @@ def decide(
         }
         if claimed_by:
             payload["claimed_by"] = claimed_by
+        if seen is not None and seen.said and payload["approval"] == "approved":
+            payload["seen"] = seen.wire()
         if expired is not None:
             payload["code"] = expired.code
         ledger.append(session, operation_id, "decision", payload)
@@ -282,6 +294,7 @@ def decide_part(
     by: str,
     role: str,
     claimed_by: str = "",
+    seen: Seen | None = None,
 ) -> Decided:
     """Approve the part of a held promotion that ``selection`` accepts.
 
@@ -298,7 +311,14 @@ def decide_part(
     derived = partial.derive(services, parent, selection, by)
     if not derived.declined and not derived.composed:  # every path, every hunk: all of it
         return decide(
-            services, operation_id, "approve", note=note, by=by, role=role, claimed_by=claimed_by
+            services,
+            operation_id,
+            "approve",
+            note=note,
+            by=by,
+            role=role,
+            claimed_by=claimed_by,
+            seen=seen,
         )
     receipt = partial.store(services, derived)
     bundle = derived.bundle
@@ -321,12 +341,14 @@ def decide_part(
                 derived_operation_id=derived_id,
             )
         who = {"role": role, "name": by}
-        chosen = {
+        chosen: dict[str, Any] = {
             "accepted_paths": derived.accepted,
             "declined_paths": derived.declined,
             "composed": derived.composed,
             "selection": selection.wire(),
         }
+        if seen is not None and seen.said:
+            chosen["seen"] = seen.wire()
         payload: dict[str, Any] = {
             "approval": IN_PART,
             "by": who,

@@ -33,6 +33,7 @@ reads as now (that is the preflight's). Rendering (colour, pager) is the CLI's.
 from __future__ import annotations
 
 import difflib
+import re
 import subprocess
 import threading
 import time
@@ -52,13 +53,13 @@ from promoter.engine.review.scan import (
     visible,
 )
 from promoter.engine.services import Services
-from promoter.errors import GitError
+from promoter.errors import GitError, ValidationFailed
 from promoter.faults import point
 from promoter.git.runner import popen_git
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "bundle_diff"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Cursor", "bundle_diff", "parse_cursor", "unseen_at_bound"]
 
-DEFAULT_LIMIT = 1 << 20  # bytes of unified diff returned unless asked otherwise
+DEFAULT_LIMIT = 1 << 20  # bytes of unified diff returned unless asked otherwise (a setting)
 MAX_LIMIT = 8 << 20
 SMALL_BYTES = 64 * 1024  # both sides at most this (and SMALL_LINES): difflib in memory
 SMALL_LINES = 2000
@@ -106,24 +107,97 @@ def _side(services: Services, state: FileState) -> _Side:
     return side
 
 
-class _Output:
-    """The unified diff being built: whole lines while they fit in ``limit`` bytes."""
+Cursor = tuple[int, int]  # (the change's index in the bundle, a byte of its diff text)
+_CURSOR = re.compile(r"([0-9]{1,9}):([0-9]{1,12})")
 
-    def __init__(self, limit: int) -> None:
+
+def parse_cursor(text: str, count: int) -> Cursor:
+    """``"I:K"`` as a cursor into a bundle of ``count`` changes (``validation_failed``)."""
+    found = _CURSOR.fullmatch(text)
+    if found is None or int(found.group(1)) >= count:
+        raise ValidationFailed(
+            f"cursor {text!r} is not I:K with I a change of the bundle (0..{count - 1}) and "
+            "K a byte offset in its diff: pass a next_cursor the diff answered"
+        )
+    return int(found.group(1)), int(found.group(2))
+
+
+def _cursor(cursor: Cursor) -> str:
+    return f"{cursor[0]}:{cursor[1]}"
+
+
+def _head(encoded: bytes, size: int) -> int:
+    """The largest cut of ``encoded`` at most ``size`` bytes that splits no character, or
+    its first character when even that is larger (a page of 1 to 3 bytes moves on too)."""
+    cut = min(size, len(encoded))
+    while 0 < cut < len(encoded) and encoded[cut] & 0xC0 == 0x80:
+        cut -= 1
+    if cut == 0 and size > 0 and encoded:
+        cut = 1
+        while cut < len(encoded) and encoded[cut] & 0xC0 == 0x80:
+            cut += 1
+    return cut
+
+
+class _Output:
+    """The unified diff being built: whole lines from ``start`` while they fit in ``limit``
+    bytes (a line longer than a whole page is cut at a character, so every page moves on).
+
+    ``begin`` starts a file; ``pos`` counts the bytes of its diff text, ``first`` is the
+    first byte of it this answer holds (None: none), ``cut`` whether any byte after that
+    is missing; once ``truncated``, ``next`` is where the next page begins."""
+
+    def __init__(self, limit: int, start: Cursor) -> None:
         self.limit = limit
+        self.start = start
         self.size = 0
         self.parts: list[str] = []
         self.truncated = False
+        self.next: Cursor | None = None
+        self.index = 0
+        self.pos = 0
+        self.first: int | None = None
+        self.cut = False
+
+    def begin(self, index: int) -> None:
+        self.index, self.pos, self.first, self.cut = index, 0, None, False
 
     def add(self, line: str) -> None:
+        encoded = line.encode("utf-8")
+        begin = self.pos
+        self.pos += len(encoded)
+        if (self.index, self.pos) <= self.start:
+            return  # wholly before the cursor
         if self.truncated:
+            self.cut = True
             return
-        size = len(line.encode("utf-8"))
-        if self.size + size > self.limit:
-            self.truncated = True
+        skip = 0
+        if (self.index, begin) < self.start:  # the cursor points inside this line
+            skip = self.start[1] - begin
+            while skip < len(encoded) and encoded[skip] & 0xC0 == 0x80:
+                skip += 1
+        take = encoded[skip:]
+        if self.size + len(take) > self.limit:
+            head = _head(take, self.limit) if self.size == 0 else 0
+            if head:
+                self._keep(take[:head], begin + skip)
+            self.truncated, self.cut = True, True
+            self.next = (self.index, begin + skip + head)
             return
-        self.parts.append(line)
-        self.size += size
+        self._keep(take, begin + skip)
+
+    def _keep(self, data: bytes, at: int) -> None:
+        self.parts.append(data.decode("utf-8"))
+        self.size += len(data)
+        if self.first is None:
+            self.first = at
+
+    @property
+    def shown(self) -> str:
+        """How much of the current file this answer holds: full, partial or none."""
+        if self.first is None:
+            return "none"
+        return "full" if self.first == 0 and not self.cut else "partial"
 
 
 def _header(change: Change) -> list[str]:
@@ -222,11 +296,16 @@ def _summary(change: Change, old: _Side, new: _Side, why: str) -> str:
     return f"{why}: {one('a/' + path, old)}; {one('b/' + path, new)}\n"
 
 
-def _flags(change: Change, new: _Side, binary: bool) -> list[str]:
+def _flags(change: Change, new: _Side, binary: bool, large: bool) -> list[str]:
+    """The file's flags: from its path, modes and scans only, never from the answer's cut."""
     flags = set(path_flags(change.path)) | set(mode_flags(change.old.mode, change.new.mode))
     flags |= scan_bytes(change.path.encode()).flags & {"bidi_control", "invisible_character"}
     if new.scan is not None and not binary:
         flags |= new.scan.flags
+    if binary:
+        flags.add("binary")
+    if large:
+        flags.add("large")
     return sorted(flags)
 
 
@@ -251,17 +330,31 @@ class _Budget:
         self.left = seconds
 
 
-def _file(services: Services, change: Change, out: _Output, budget: _Budget) -> dict[str, Any]:
+def _file(
+    services: Services,
+    index: int,
+    change: Change,
+    out: _Output,
+    budget: _Budget,
+    *,
+    diff: bool = True,
+) -> dict[str, Any]:
+    """One file's entry, its diff text written to ``out``. ``diff=False``: a file before
+    the cursor or past the cut is scanned (flags, sizes) but not diffed (``added``,
+    ``removed``, ``diff_bytes`` are then None)."""
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
+    out.begin(index)
     old, new = _side(services, change.old), _side(services, change.new)
     point("bundle_diff_file")
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
+    large = any(s.size > cap for s in scans)
     small = all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
+    diff = diff or (not out.truncated and index >= out.start[0])
     left = budget.left
     why = ""
-    if not binary and any(s.size > cap for s in scans):
+    if not binary and large:
         why = f"File too large to diff here (over {cap} bytes)"
     elif not binary and not small and left <= 0:
         why = f"Not diffed: this request's {settings.review_diff_timeout:g} s for diffs are spent"
@@ -269,16 +362,20 @@ def _file(services: Services, change: Change, out: _Output, budget: _Budget) -> 
         out.add(line)
     a = f"a/{visible(change.path)}" if change.old.exists else "/dev/null"
     b = f"b/{visible(change.path)}" if change.new.exists else "/dev/null"
-    added = removed = 0
+    added: int | None = 0
+    removed: int | None = 0
     if binary:
         out.add(f"Binary files {a} and {b} differ\n")
     elif why:
         out.add(_summary(change, old, new, why))
+    elif not diff:
+        added = removed = None
     else:
         git = None if small else _GitDiff(old.path, new.path, left)
         started_at = time.monotonic()
         lines = _difflib_lines(old.data or b"", new.data or b"") if git is None else git.lines()
         started = False
+        added = removed = 0
         for line in lines:
             if not started:
                 out.add(f"--- {a}\n")
@@ -313,26 +410,106 @@ def _file(services: Services, change: Change, out: _Output, budget: _Budget) -> 
         "summarized": summarized,
         "added": added,
         "removed": removed,
-        "flags": _flags(change, new, binary),
+        "flags": _flags(change, new, binary, large),
         "symlink_target": _symlink_target(new),
+        "shown": out.shown,
+        "diff_bytes": None if added is None else out.pos,
+        "cursor": _cursor(out.next) if out.next and out.next[0] == index else f"{index}:0",
     }
 
 
-def bundle_diff(services: Services, bundle_id: str, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes}`` of a bundle.
+UNSEEN_KEYS = (
+    "path",
+    "path_shown",
+    "operation",
+    "old_bytes",
+    "new_bytes",
+    "diff_bytes",
+    "added",
+    "removed",
+    "flags",
+    "shown",
+    "summarized",
+    "cursor",
+)
 
-    Blocking (reads blobs, may run git): call it in a worker thread.
-    """
-    bundle = load_bundle(services, bundle_id)
-    out = _Output(limit)
+
+def _unseen(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The files this answer does not show in full (a summarized file's content is never
+    shown), with what a reviewer needs to judge them and the cursor that reaches them."""
+    unseen = []
+    for entry in files:
+        if entry["shown"] != "full" or entry["summarized"]:
+            item = {key: entry[key] for key in UNSEEN_KEYS}
+            if entry["shown"] == "full":
+                item["cursor"] = None  # nothing more to show
+            unseen.append(item)
+    return unseen
+
+
+def _walk(
+    services: Services,
+    changes: list[tuple[int, Change]],
+    limit: int,
+    start: Cursor,
+    *,
+    rest: bool = True,
+) -> tuple[list[dict[str, Any]], _Output]:
+    out = _Output(limit, start)
     with _slot(services.settings.review_diff_concurrency):
         budget = _Budget(services.settings.review_diff_timeout)
-        files = [_file(services, change, out, budget) for change in bundle.changes]
+        files = [_file(services, i, c, out, budget, diff=rest) for i, c in changes]
+    return files, out
+
+
+def bundle_diff(
+    services: Services,
+    bundle_id: str,
+    limit: int | None = None,
+    *,
+    path: str | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes, path, cursor,
+    next_cursor, unseen}`` of a bundle, or of its one ``path``, from ``cursor`` on.
+
+    ``limit`` defaults to ``review_diff_page_bytes``. A ``path`` not in the bundle, or a
+    cursor outside it (or outside ``path``), is ``validation_failed``. Blocking (reads
+    blobs, may run git): call it in a worker thread.
+    """
+    settings = services.settings
+    limit = settings.review_diff_page_bytes if limit is None else limit
+    bundle = load_bundle(services, bundle_id)
+    changes = list(enumerate(bundle.changes))
+    if path is not None:
+        changes = [(i, c) for i, c in changes if c.path == path]
+        if not changes:
+            raise ValidationFailed(f"bundle {bundle_id} has no path {path!r}", path=path)
+    start = (changes[0][0], 0) if path is not None else (0, 0)
+    if cursor is not None:
+        start = parse_cursor(cursor, len(bundle.changes))
+        if path is not None and start[0] != changes[0][0]:
+            raise ValidationFailed(f"cursor {cursor!r} is not in {path!r}", path=path)
+    # the first page counts every file's lines; a later one diffs only what it shows
+    files, out = _walk(services, changes, limit, start, rest=cursor is None or path is not None)
     return {
         "bundle_id": bundle.bundle_id,
-        "files": files,
+        "files": [{k: v for k, v in f.items() if k != "cursor"} for f in files],
         "unified_diff": "".join(out.parts),
         "truncated": out.truncated,
         "limit": limit,
-        "max_file_bytes": services.settings.review_diff_max_file_bytes,
+        "max_file_bytes": settings.review_diff_max_file_bytes,
+        "path": path,
+        "cursor": _cursor(start),
+        "next_cursor": _cursor(out.next) if out.next is not None else None,
+        "unseen": _unseen(files),
     }
+
+
+def unseen_at_bound(services: Services, bundle_id: str, limit: int) -> list[dict[str, Any]]:
+    """The files the bundle's first page of ``limit`` bytes does not show in full, as
+    ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
+    bundle = load_bundle(services, bundle_id)
+    changes = list(enumerate(bundle.changes))
+    files, _ = _walk(services, changes, limit, (0, 0), rest=False)
+    return _unseen(files)

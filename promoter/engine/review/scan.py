@@ -287,10 +287,14 @@ def path_flags(path: str) -> list[str]:
 
 
 def mode_flags(old_mode: str | None, new_mode: str | None) -> list[str]:
-    """``executable`` when the executable bit is turned on, ``symlink`` for a link."""
+    """``executable`` when the executable bit is turned on, ``symlink`` for a link,
+    ``mode_change`` for any other change of an existing file's mode (the bit turned off,
+    a link made a file)."""
     flags = []
     if new_mode == "100755" and old_mode != "100755":
         flags.append("executable")
     if new_mode == "120000":
         flags.append("symlink")
+    if not flags and old_mode and new_mode and old_mode != new_mode:
+        flags.append("mode_change")
     return flags
