@@ -7,6 +7,9 @@ with a progress bar and submit the bundle, printing the verification receipt che
 check (or the raw JSON with ``--json``). ``show`` prints a stored bundle (or a bundle
 file) per path; ``diff`` prints the unified diff the daemon builds from the bundle's
 stored blobs, coloured on a terminal and through a pager when longer than the screen.
+rich's tables, text and progress bars, the bundle models and the builder are imported by
+the functions that use them: ``review`` and ``run --list`` import this module for
+``print_diff`` and ``print_bundle`` alone.
 
 It deliberately holds no logic of its own: building and checking are
 ``promoter.executor``'s, the wire is ``promoter.client.sync``'s, and errors are printed and
@@ -18,21 +21,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-)
-from rich.table import Table
-from rich.text import Text
 
 from promoter.cli.common import (
     JsonOpt,
@@ -40,16 +31,20 @@ from promoter.cli.common import (
     UrlOpt,
     console,
     err_console,
+    escape,
     iec,
     read_token,
     server_url,
 )
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.errors import GrantInvalid, PromoterError
-from promoter.executor.builder import BuiltBundle, build_bundle
-from promoter.executor.handover import grant_from_file, upload_and_submit
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+    from promoter.executor.builder import BuiltBundle
 
 __all__ = ["print_bundle", "print_diff", "print_receipt", "register"]
 
@@ -73,6 +68,8 @@ OutOpt = Annotated[
 
 
 def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1:
+    from promoter.executor.handover import grant_from_file
+
     path = Path(grant)
     if path.is_file():
         return grant_from_file(path)
@@ -85,6 +82,8 @@ SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
 
 def print_bundle(bundle: dict[str, Any], *, verbose: bool = False) -> None:
     """The bundle's identity and one line per change, or a summary of a big bundle."""
+    from rich.table import Table
+
     changes = bundle["changes"]
     console.print(
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
@@ -131,11 +130,15 @@ def print_receipt(receipt: dict[str, Any]) -> None:
 
 
 def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationReceiptV1:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from promoter.executor.handover import upload_and_submit
+
     columns = (
         TextColumn("uploading blobs"),
         BarColumn(),
         DownloadColumn(binary_units=True),
-        IecSpeedColumn(),
+        _iec_speed_column(),
     )
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("upload", total=None)
@@ -146,17 +149,26 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         return upload_and_submit(client, built, advance)
 
 
-class IecSpeedColumn(ProgressColumn):
-    """Transfer speed in IEC units (rich's own column counts in kB and MB)."""
+def _iec_speed_column() -> Any:
+    """A progress column of the transfer speed in IEC units (rich's counts in kB and MB)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
 
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+    class IecSpeedColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+
+    return IecSpeedColumn()
 
 
 def _hashing(
     worktree: Path, grant: GrantV1, since: dict[str, FileState] | None = None
 ) -> BuiltBundle:
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from promoter.executor.builder import build_bundle
+
     with Progress(
         SpinnerColumn(), TextColumn("hashing changed files"), console=err_console, transient=True
     ) as bar:
@@ -243,6 +255,8 @@ BundleArg = Annotated[str, typer.Argument(help="A bundle id, or a file holding a
 
 
 def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[str, Any]:
+    from promoter.domain.models import PatchBundleV1
+
     path = Path(bundle)
     if path.is_file():
         loaded: dict[str, Any] = PatchBundleV1.model_validate_json(path.read_bytes()).wire()
@@ -292,6 +306,8 @@ def diff(
 
 def diff_flags(result: dict[str, Any]) -> Text:
     """One warning line per file whose diff carries flags (what can hide code or run)."""
+    from rich.text import Text
+
     out = Text()
     for f in result["files"]:
         flags = list(f.get("flags") or [])
@@ -310,6 +326,8 @@ def diff_flags(result: dict[str, Any]) -> Text:
 def diff_stat(result: dict[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets), then the totals."""
+    from rich.text import Text
+
     out = Text()
     paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
     width = max((len(p) for p in paths), default=0)
@@ -337,6 +355,8 @@ def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
     ``hunk_labels``: before each ``@@`` line of a modified file, a ``hunk N`` line with the
     number ``promoter approve --hunks PATH=N`` takes (counted from 1 in each file; none
     in a created or deleted file, whose change is taken whole)."""
+    from rich.text import Text
+
     out = Text()
     number, whole = 0, False
     for line in patch.splitlines(keepends=True):

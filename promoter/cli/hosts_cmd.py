@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
 from promoter.client.sync import PromoterClient
@@ -40,6 +39,8 @@ def list_hosts(
     if json_output:
         _emit(items)
         return
+    from rich.table import Table
+
     table = Table("host", "epoch", "status", "lease until", "expired", "fenced to", "repositories")
     for item in items:
         table.add_row(

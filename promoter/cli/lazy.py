@@ -6,12 +6,14 @@ Typer command (from the module's ``register(app)``) when it is invoked, complete
 asked for its own help. ``PromoterGroup`` is the top-level group that lists them after
 the commands defined in ``promoter.cli.main``.
 
+``deferred`` names a function of a module that is imported on the function's first call.
 It does not change any command: the real command parses, runs and prints its help.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +116,17 @@ def load(entry: Entry) -> Command:
     group = typer.main.get_command(scratch)
     assert isinstance(group, TyperGroup)
     return group.commands[entry.name]
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name`` as a function that imports ``module`` on its first call, so a
+    command module can name what only some of its paths use without loading it."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 class LazyCommand(TyperCommand):

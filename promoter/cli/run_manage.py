@@ -21,9 +21,7 @@ import stat
 import time
 from pathlib import Path
 
-from rich.markup import escape
-
-from promoter.cli.common import console
+from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PromoterError
 from promoter.executor import sandbox as sandboxes
