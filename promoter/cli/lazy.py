@@ -4,7 +4,8 @@
 one line of help, not its module: ``LazyCommand`` carries those two and loads the real
 Typer command (from the module's ``register(app)``) when it is invoked, completed or
 asked for its own help. ``PromoterGroup`` is the top-level group that lists them after
-the commands defined in ``promoter.cli.main``.
+the commands defined in ``promoter.cli.main``; making its context spares the coercion
+of plain values (``promoter.cli.params``).
 
 ``deferred`` names a function of a module that is imported on the function's first call.
 It does not change any command: the real command parses, runs and prints its help.
@@ -20,6 +21,8 @@ from typing import Any
 import typer
 from typer._click.core import Command, Context  # typer's own click, which its groups use
 from typer.core import TyperCommand, TyperGroup
+
+from promoter.cli.params import spare
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,16 @@ class LazyCommand(TyperCommand):
 
 class PromoterGroup(TyperGroup):
     """The top level: the commands defined in ``main`` first, then the lazy ones."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:
+        spare()  # no pydantic adapter for a value typer returns as it is
+        return super().make_context(info_name, args, parent=parent, **extra)
 
     def list_commands(self, ctx: Context) -> list[str]:
         own = super().list_commands(ctx)
