@@ -2,8 +2,9 @@
 
 ``list_sandboxes`` refreshes each step that waits on the host (an operation awaiting
 approval or in progress) from the daemon when it answers, and says ``unknown`` when it
-does not; each line shows the sandbox's size on disk. ``prune`` removes, through the
-safe ``sandbox.remove``, every sandbox whose last step is finished (``completed`` or
+does not (the daemon is asked only for such steps, and not again once unreachable);
+each line shows the sandbox's size on disk. ``prune`` removes, through the safe
+``sandbox.remove``, every sandbox whose last step is finished (``completed`` or
 ``no_changes``) and untouched for ``--older-than`` (default: any age), and every
 abandoned one (any other status the host is not still working on) untouched for
 ``--older-than`` but at least ``ABANDONED_AFTER``; never one that a live process has
@@ -72,50 +73,63 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
-def _refresh(client: PromoterClient | None, record: sandboxes.RunRecord) -> str:
+class _Host:
+    """The daemon, asked only when a step waits on it; once unreachable, not asked again."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self._url = url
+        self._token = token
+        self._client: PromoterClient | None = None
+        self._reachable = token is not None
+
+    def status(self, operation_id: str) -> str | None:
+        """The operation's status, or None when the host cannot say."""
+        if not self._reachable:
+            return None
+        if self._client is None:
+            self._client = PromoterClient(self._url, self._token, timeout=10.0)
+        try:
+            return str(self._client.get_operation(operation_id)["status"])
+        except ConfigError:  # not reachable (or no answer in time): the rest are unknown too
+            self._reachable = False
+            return None
+        except PromoterError:
+            return None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _refresh(host: _Host, record: sandboxes.RunRecord) -> str:
     """The last step's status, asked of the host where the host still decides it."""
     if not record.steps:
         return "new"
     last = record.steps[-1]
     if last.status not in AT_THE_HOST or last.operation_id is None:
         return last.status
-    if client is None:
+    status = host.status(last.operation_id)
+    if status is None:
         return "unknown"
-    try:
-        last.status = str(client.get_operation(last.operation_id)["status"])
-    except PromoterError:
-        return "unknown"
+    last.status = status
     return last.status
-
-
-def _client(url: str, token: str | None) -> PromoterClient | None:
-    if token is None:
-        return None
-    client = PromoterClient(url, token, timeout=10.0)
-    try:
-        client.healthz()
-    except PromoterError:
-        client.close()
-        return None
-    return client
 
 
 def _statuses(
     state_dir: Path, url: str, token: str | None
 ) -> list[tuple[sandboxes.RunRecord, str]]:
-    client = _client(url, token)
+    host = _Host(url, token)
     try:
         found = []
         for record in sandboxes.list_runs(state_dir):
             before = record.steps[-1].status if record.steps else None
-            status = _refresh(client, record)
+            status = _refresh(host, record)
             if record.steps and status != before and status != "unknown":
                 sandboxes.save(state_dir, record)
             found.append((record, status))
         return found
     finally:
-        if client is not None:
-            client.close()
+        host.close()
 
 
 def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
