@@ -2,12 +2,13 @@
 
 typer (from 0.2x, with its own click) coerces every parameter's value through a pydantic
 ``TypeAdapter`` built on first use: the ``None`` of an option not given and a default of
-the annotation's own type too. Importing pydantic and building an adapter per option
+the annotation's own type, and a string typed for a ``str`` parameter, which it answers
+as it came, too. Importing pydantic and building an adapter per option
 cost a command like ``promoter run --list`` (about twenty options) some 50 ms of CPU,
 more than the command's work. After ``spare()`` each parameter gets a coercion that
-returns those two kinds of value exactly as typer's returns them (``None``, or ``()``
-for a repeatable option; the default itself) and hands every other value, anything the
-person typed or an environment variable gave, to typer's own coercion, built then. A
+returns those values exactly as typer's returns them (``None``, or ``()`` for a
+repeatable option; the default itself; the same string) and hands every other value (a
+number, a path, a list the person typed) to typer's own coercion, built then. A
 parameter with its own parser keeps typer's coercion for every value.
 
 It changes no command's parsing, help or errors, and does nothing with a typer whose
@@ -38,6 +39,9 @@ class _Spared:
     def coerce(self, value: Any, param: Any, ctx: Context) -> Any:
         if value is None:  # typer's coerce answers these before it coerces anything
             return () if (param.multiple or param.nargs == -1) else None
+        single = not (param.multiple or param.nargs == -1)
+        if type(value) is str and self._descriptor.annotation is str and single:
+            return value  # typer's str coercion answers this very object
         if (
             type(value) in _PLAIN
             and type(value) is self._descriptor.annotation
