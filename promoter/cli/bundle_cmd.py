@@ -30,10 +30,10 @@ from promoter.cli.common import (
     TokenFileOpt,
     UrlOpt,
     console,
-    err_console,
     escape,
     iec,
     read_token,
+    rich_console,
     server_url,
 )
 from promoter.client.sync import PromoterClient
@@ -140,7 +140,7 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         DownloadColumn(binary_units=True),
         _iec_speed_column(),
     )
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    with Progress(*columns, console=rich_console(stderr=True), transient=True) as bar:
         task = bar.add_task("upload", total=None)
 
         def advance(done: int, total: int) -> None:
@@ -170,7 +170,10 @@ def _hashing(
     from promoter.executor.builder import build_bundle
 
     with Progress(
-        SpinnerColumn(), TextColumn("hashing changed files"), console=err_console, transient=True
+        SpinnerColumn(),
+        TextColumn("hashing changed files"),
+        console=rich_console(stderr=True),
+        transient=True,
     ) as bar:
         bar.add_task("hash", total=None)
         return build_bundle(worktree, grant, since=since)

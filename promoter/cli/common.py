@@ -39,17 +39,25 @@ def _console(stderr: bool) -> Console:
     return Console(stderr=stderr, width=UNBOUNDED, soft_wrap=True)
 
 
+_made: dict[bool, Console] = {}
+
+
+def rich_console(*, stderr: bool) -> Console:
+    """The rich console behind ``err_console`` (``stderr``) or ``console``, made once: what
+    to hand to rich itself (a progress bar, a live display)."""
+    if stderr not in _made:
+        _made[stderr] = _console(stderr)
+    return _made[stderr]
+
+
 class _LazyConsole:
     """A rich ``Console`` made on first use: every attribute is the real console's."""
 
     def __init__(self, stderr: bool) -> None:
         self._stderr = stderr
-        self._real: Console | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if self._real is None:
-            self._real = _console(self._stderr)
-        return getattr(self._real, name)
+        return getattr(rich_console(stderr=self._stderr), name)
 
 
 console = cast("Console", _LazyConsole(stderr=False))
