@@ -36,13 +36,13 @@ from promoter.cli.common import (
     rich_console,
     server_url,
 )
-from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import canonical_bytes
 from promoter.errors import GrantInvalid, PromoterError
 
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from promoter.client.sync import PromoterClient
     from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
     from promoter.executor.builder import BuiltBundle
 
@@ -67,13 +67,20 @@ OutOpt = Annotated[
 ]
 
 
+def _client(url: str | None, token_file: Path | None) -> PromoterClient:
+    """A client of the daemon; a bundle built from a grant file needs none (nor httpx)."""
+    from promoter.client.sync import PromoterClient
+
+    return PromoterClient(server_url(url), read_token(token_file))
+
+
 def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1:
     from promoter.executor.handover import grant_from_file
 
     path = Path(grant)
     if path.is_file():
         return grant_from_file(path)
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with _client(url, token_file) as client:
         return client.get_grant(grant)
 
 
@@ -201,7 +208,7 @@ def chained_base(
         )
     if grant.base_operation is None:
         return None
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with _client(url, token_file) as client:
         return client.grant_base(grant.grant_id)
 
 
@@ -235,7 +242,7 @@ def build(
             if json_output:
                 typer.echo(json.dumps({"bundle": built.bundle}, indent=2, sort_keys=True))
             return
-        with PromoterClient(server_url(url), read_token(token_file)) as client:
+        with _client(url, token_file) as client:
             try:
                 receipt = _upload(client, built).wire()
             except PromoterError as exc:
@@ -264,7 +271,7 @@ def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[
     if path.is_file():
         loaded: dict[str, Any] = PatchBundleV1.model_validate_json(path.read_bytes()).wire()
         return loaded
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with _client(url, token_file) as client:
         return client.get_bundle(bundle).wire()
 
 
@@ -299,7 +306,7 @@ def diff(
     token_file: TokenFileOpt = None,
 ) -> None:
     """The unified diff a promotion of BUNDLE would write (orchestrator or operator token)."""
-    with PromoterClient(server_url(url), read_token(token_file)) as client:
+    with _client(url, token_file) as client:
         result = client.bundle_diff(bundle, max_bytes)
     if json_output:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
