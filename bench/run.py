@@ -2,9 +2,10 @@
 
 By default (``--quick``) runs the speed table (``bench.bench_table``): every row a ratio
 measured side by side, median of ``--rounds`` (at least 3) interleaved rounds, a few
-minutes in all. ``--full`` (or ``--profile``) adds the promotion benchmark
-(``bench.bench_promote``, with ``--profile`` one profiled run) and the snapshot
-benchmark (``bench.bench_snapshots``) when that module exposes ``run() -> dict``. A
+minutes in all, then the command line's processor time (``bench.cli_start``: its build
+row in 10 000 files, 100 000 with ``--full``). ``--full`` (or ``--profile``) adds the
+promotion benchmark (``bench.bench_promote``, with ``--profile`` one profiled run) and
+the snapshot benchmark (``bench.bench_snapshots``) when that module exposes ``run() -> dict``. A
 benchmark module may also expose ``format_result(dict) -> str`` for its own table;
 otherwise its result is printed key by key. This reports, it does not gate: the exit
 status is 0 whatever the figures are, and a benchmark that fails is reported and skipped.
@@ -121,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         if table is not None:
             results["table"] = table
+        from bench import cli_start
+
+        started = run_one(
+            "cli_start", cli_start, lambda: cli_start.run(max(5, args.rounds), full=args.full)
+        )
+        if started is not None:
+            results["cli_start"] = started
         if not (args.full or args.profile):
             _write(args.json, results)
             return 0

@@ -7,6 +7,9 @@ with a progress bar and submit the bundle, printing the verification receipt che
 check (or the raw JSON with ``--json``). ``show`` prints a stored bundle (or a bundle
 file) per path; ``diff`` prints the unified diff the daemon builds from the bundle's
 stored blobs, coloured on a terminal and through a pager when longer than the screen.
+rich's tables, text and progress bars, the bundle models and the builder are imported by
+the functions that use them: ``review`` and ``run --list`` import this module for
+``print_diff`` and ``print_bundle`` alone.
 
 It deliberately holds no logic of its own: building and checking are
 ``promoter.executor``'s, the wire is ``promoter.client.sync``'s, and errors are printed and
@@ -20,45 +23,30 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-)
-from rich.table import Table
-from rich.text import Text
 
 from promoter.cli.common import (
     JsonOpt,
     TokenFileOpt,
     UrlOpt,
     console,
-    err_console,
+    escape,
     iec,
     read_token,
+    rich_console,
     server_url,
 )
-from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchVerificationReceiptV1
-from promoter.domain.parsing import load_json, parse_model
-from promoter.errors import (
-    ConfigError,
-    GrantInvalid,
-    NotFound,
-    PromoterError,
-    ValidationFailed,
-)
-from promoter.executor.builder import BuiltBundle, build_bundle
-from promoter.executor.handover import grant_from_file, upload_and_submit
+from promoter.errors import ConfigError, GrantInvalid, NotFound, PromoterError, ValidationFailed
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from promoter.client.sync import PromoterClient
+    from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+    from promoter.executor.builder import BuiltBundle
 
 __all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
 
@@ -81,11 +69,20 @@ OutOpt = Annotated[
 ]
 
 
+def _client(url: str | None, token_file: Path | None) -> PromoterClient:
+    """A client of the daemon; a bundle built from a grant file needs none (nor httpx)."""
+    from promoter.client.sync import PromoterClient
+
+    return PromoterClient(server_url(url), read_token(token_file, url))
+
+
 def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1:
+    from promoter.executor.handover import grant_from_file
+
     path = Path(grant)
     if path.is_file():
         return grant_from_file(path)
-    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+    with _client(url, token_file) as client:
         return client.get_grant(grant)
 
 
@@ -94,6 +91,8 @@ SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
 
 def print_bundle(bundle: dict[str, Any], *, verbose: bool = False) -> None:
     """The bundle's identity and one line per change, or a summary of a big bundle."""
+    from rich.table import Table
+
     changes = bundle["changes"]
     console.print(
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
@@ -140,13 +139,17 @@ def print_receipt(receipt: dict[str, Any]) -> None:
 
 
 def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationReceiptV1:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from promoter.executor.handover import upload_and_submit
+
     columns = (
         TextColumn("uploading blobs"),
         BarColumn(),
         DownloadColumn(binary_units=True),
-        IecSpeedColumn(),
+        _iec_speed_column(),
     )
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    with Progress(*columns, console=rich_console(stderr=True), transient=True) as bar:
         task = bar.add_task("upload", total=None)
 
         def advance(done: int, total: int) -> None:
@@ -155,19 +158,31 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         return upload_and_submit(client, built, advance)
 
 
-class IecSpeedColumn(ProgressColumn):
-    """Transfer speed in IEC units (rich's own column counts in kB and MB)."""
+def _iec_speed_column() -> Any:
+    """A progress column of the transfer speed in IEC units (rich's counts in kB and MB)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
 
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+    class IecSpeedColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+
+    return IecSpeedColumn()
 
 
 def _hashing(
     worktree: Path, grant: GrantV1, since: dict[str, FileState] | None = None
 ) -> BuiltBundle:
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from promoter.executor.builder import build_bundle
+
     with Progress(
-        SpinnerColumn(), TextColumn("hashing changed files"), console=err_console, transient=True
+        SpinnerColumn(),
+        TextColumn("hashing changed files"),
+        console=rich_console(stderr=True),
+        transient=True,
     ) as bar:
         bar.add_task("hash", total=None)
         return build_bundle(worktree, grant, since=since)
@@ -195,7 +210,7 @@ def chained_base(
         )
     if grant.base_operation is None:
         return None
-    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+    with _client(url, token_file) as client:
         return client.grant_base(grant.grant_id)
 
 
@@ -229,7 +244,7 @@ def build(
             if json_output:
                 typer.echo(json.dumps({"bundle": built.bundle}, indent=2, sort_keys=True))
             return
-        with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+        with _client(url, token_file) as client:
             try:
                 receipt = _upload(client, built).wire()
             except PromoterError as exc:
@@ -257,8 +272,11 @@ BUNDLE_ID = re.compile(r"^bnd_[0-9a-f]{32}$")
 def _load_bundle(bundle: str, url: str | None, token_file: Path | None) -> dict[str, Any]:
     """A bundle id (``bnd_`` and 32 hex) is asked of the daemon; anything else is a file,
     read and parsed here: a missing, unreadable or damaged file is one line, never an id."""
+    from promoter.domain.models import PatchBundleV1
+    from promoter.domain.parsing import load_json, parse_model
+
     if BUNDLE_ID.fullmatch(bundle) and not Path(bundle).exists():
-        with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+        with _client(url, token_file) as client:
             return client.get_bundle(bundle).wire()
     path = Path(bundle)
     try:
@@ -320,7 +338,7 @@ def diff(
     One answer is bounded (--max-bytes, else the daemon's page); the files it does not
     show in full are listed with their sizes and flags. --path or --all print them
     whole, one bounded request a page."""
-    with PromoterClient(server_url(url), read_token(token_file, url)) as client:
+    with _client(url, token_file) as client:
         if path is not None or every:
             result = whole_diff(client.bundle_diff_pages(bundle, max_bytes, path=path))
         else:
@@ -333,6 +351,8 @@ def diff(
 
 def diff_flags(result: dict[str, Any]) -> Text:
     """One warning line per file whose diff carries flags (what can hide code or run)."""
+    from rich.text import Text
+
     out = Text()
     for f in result["files"]:
         flags = list(f.get("flags") or [])
@@ -351,6 +371,8 @@ def diff_flags(result: dict[str, Any]) -> Text:
 def diff_stat(result: dict[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets), then the totals."""
+    from rich.text import Text
+
     out = Text()
     paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
     width = max((len(p) for p in paths), default=0)
@@ -405,6 +427,8 @@ def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
     ``hunk_labels``: before each ``@@`` line of a modified file, a ``hunk N`` line with the
     number ``promoter approve --hunks PATH=N`` takes (counted from 1 in each file; none
     in a created or deleted file, whose change is taken whole)."""
+    from rich.text import Text
+
     out = Text()
     number, whole = 0, False
     for line in patch.splitlines(keepends=True):

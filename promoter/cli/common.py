@@ -4,33 +4,83 @@ The URL and token are found by ``promoter.cli.userconfig.resolve``: the flags, t
 environment, the daemon ``promoter serve`` recorded for this user, then ./.promoter.
 
 Off a terminal (a pipe, a file, a CI log) the consoles neither wrap nor truncate: a path
-is printed whole on one line, whatever ``COLUMNS`` says. It does not print anything itself.
+is printed whole on one line, whatever ``COLUMNS`` says. Each console is made (and rich
+imported) when first used, so a command that prints JSON or nothing never loads rich;
+``escape`` is rich's markup escape, loaded the same way. ``echo_json`` prints a document
+as rich's ``print_json`` does off a terminal, without rich. It does not print anything
+itself.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
 
 from promoter.cli import userconfig
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 UNBOUNDED = 1_000_000  # columns when not on a terminal: lines are never wrapped or cut
 
 
-def _console(stderr: bool) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
+def _isatty(stream: Any) -> bool:
     isatty = getattr(stream, "isatty", None)
-    if callable(isatty) and isatty():
+    return bool(callable(isatty) and isatty())
+
+
+def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    if _isatty(sys.stderr if stderr else sys.stdout):
         return Console(stderr=stderr)
     return Console(stderr=stderr, width=UNBOUNDED, soft_wrap=True)
 
 
-console = _console(stderr=False)
-err_console = _console(stderr=True)
+_made: dict[bool, Console] = {}
+
+
+def rich_console(*, stderr: bool) -> Console:
+    """The rich console behind ``err_console`` (``stderr``) or ``console``, made once: what
+    to hand to rich itself (a progress bar, a live display)."""
+    if stderr not in _made:
+        _made[stderr] = _console(stderr)
+    return _made[stderr]
+
+
+class _LazyConsole:
+    """A rich ``Console`` made on first use: every attribute is the real console's."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(rich_console(stderr=self._stderr), name)
+
+
+console = cast("Console", _LazyConsole(stderr=False))
+err_console = cast("Console", _LazyConsole(stderr=True))
+
+
+def escape(markup: str) -> str:
+    """rich's ``escape``: ``markup`` printed as it is, never read as markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
+
+
+def echo_json(text: str) -> None:
+    """``console.print_json(text)``: coloured on a terminal (by rich), and off one the
+    same bytes rich prints there (``json.dumps`` with indent 2, a newline), without rich."""
+    if _isatty(sys.stdout):
+        console.print_json(text)
+        return
+    document = json.loads(text)
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def iec(count: float) -> str:

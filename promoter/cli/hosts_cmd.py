@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from promoter.cli.common import (
     JsonOpt,
@@ -21,6 +19,7 @@ from promoter.cli.common import (
     UrlOpt,
     console,
     err_console,
+    escape,
     read_token,
     server_url,
 )
@@ -54,6 +53,8 @@ def list_hosts(
     if json_output:
         _emit(items)
         return
+    from rich.table import Table
+
     table = Table(
         "host", "epoch", "status", "lease until", "expired", "fenced to", "repositories", "address"
     )

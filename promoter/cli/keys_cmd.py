@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from promoter.cli.common import JsonOpt, console, err_console
+from promoter.cli.common import JsonOpt, console, echo_json, err_console, escape
 from promoter.config import Settings, load_settings
 from promoter.engine.operation.ownership import machine_host_id
 from promoter.engine.receipts.envelopes import publish_keyring
@@ -98,9 +97,7 @@ def _publish(settings: Settings, keyring: Keyring) -> None:
 
 def _show(keyring: Keyring, as_json: bool) -> None:
     if as_json:
-        console.print_json(
-            json.dumps({"active_keyid": keyring.active.keyid, "keys": keyring.entries()})
-        )
+        echo_json(json.dumps({"active_keyid": keyring.active.keyid, "keys": keyring.entries()}))
         return
     for key in keyring.listed:
         window = f"from {key.not_before or '(first key)'}"

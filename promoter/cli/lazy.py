@@ -4,20 +4,25 @@
 one line of help, not its module: ``LazyCommand`` carries those two and loads the real
 Typer command (from the module's ``register(app)``) when it is invoked, completed or
 asked for its own help. ``PromoterGroup`` is the top-level group that lists them after
-the commands defined in ``promoter.cli.main``.
+the commands defined in ``promoter.cli.main``; making its context spares the coercion
+of plain values (``promoter.cli.params``).
 
+``deferred`` names a function of a module that is imported on the function's first call.
 It does not change any command: the real command parses, runs and prints its help.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import typer
 from typer._click.core import Command, Context  # typer's own click, which its groups use
 from typer.core import TyperCommand, TyperGroup
+
+from promoter.cli.params import spare
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,17 @@ def load(entry: Entry) -> Command:
     return group.commands[entry.name]
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name`` as a function that imports ``module`` on its first call, so a
+    command module can name what only some of its paths use without loading it."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 class LazyCommand(TyperCommand):
     def __init__(self, entry: Entry) -> None:
         super().__init__(entry.name, help=entry.help, short_help=entry.help, add_help_option=False)
@@ -152,6 +168,16 @@ class LazyCommand(TyperCommand):
 
 class PromoterGroup(TyperGroup):
     """The top level: the commands defined in ``main`` first, then the lazy ones."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:
+        spare()  # no pydantic adapter for a value typer returns as it is
+        return super().make_context(info_name, args, parent=parent, **extra)
 
     def list_commands(self, ctx: Context) -> list[str]:
         own = super().list_commands(ctx)

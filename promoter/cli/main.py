@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from promoter import __version__
+from promoter.cli import startup
 from promoter.cli.lazy import PromoterGroup
 
 if TYPE_CHECKING:
@@ -271,6 +272,7 @@ def gc(
 
 
 def main() -> None:
+    """Run the command; print a ``PromoterError`` once and exit with its exit code."""
     from promoter.errors import PromoterError
 
     try:
@@ -286,5 +288,19 @@ def main() -> None:
         sys.exit(exc.exit_code)
 
 
+def entry() -> None:
+    """The ``promoter`` program: ``main``, then the process ends without its teardown
+    (``promoter.cli.startup.finish``); httpx's own command line is never loaded."""
+    startup.defer_httpx_cli()
+    try:
+        main()
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code
+        if not isinstance(code, int):
+            raise  # a message for stderr: the ordinary exit prints it
+        startup.finish(code)
+    startup.finish(0)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from promoter.cli.common import (
     JsonOpt,
     TokenFileOpt,
     UrlOpt,
     console,
+    escape,
     iec,
     read_token,
     server_url,
@@ -89,6 +88,8 @@ def list_ops(
     if json_output:
         _emit(items)
         return
+    from rich.table import Table
+
     table = Table("operation", "kind", "status", "attempt", "repository", "code", "updated")
     for item in items:
         table.add_row(
@@ -188,6 +189,8 @@ def print_view(view: dict[str, Any]) -> None:
     for line in approval_lines(view):
         console.print(f"  {escape(line)}")
     current = {item["path"]: item for item in view.get("current_targets", [])}
+    from rich.table import Table
+
     table = Table()
     table.add_column("path", overflow="fold")
     for header in ("step", "operation", "expected old", "expected new", "now", "matches"):
@@ -301,6 +304,8 @@ def rollback(
         _emit(receipt)
         return
     console.print(f"rollback of {operation_id}: [bold]{receipt['status']}[/]")
+    from rich.table import Table
+
     table = Table()
     for header in ("path", "result", "actual now"):
         table.add_column(header, overflow="fold")

@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    escape,
+    read_token,
+    server_url,
+)
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import canonical, sealed_grant

@@ -11,7 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    echo_json,
+    read_token,
+    server_url,
+)
 
 
 def preflight(
@@ -34,7 +42,7 @@ def preflight(
     with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
         result: dict[str, Any] = client.preflight(bundle_id, fence)
     if json_output:
-        console.print_json(json.dumps(result))
+        echo_json(json.dumps(result))
     else:
         console.print(f"preflight [bold]{escape(bundle_id)}[/]: {result.get('status')}")
         for name, check in (result.get("checks") or {}).items():

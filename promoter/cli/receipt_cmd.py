@@ -23,18 +23,18 @@ import base64
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
-from rich.markup import escape
 
 from promoter.cli.common import (
     JsonOpt,
     TokenFileOpt,
     UrlOpt,
     console,
+    echo_json,
     err_console,
+    escape,
     read_token,
     server_url,
 )
@@ -48,6 +48,9 @@ from promoter.engine.receipts.signing import (
 from promoter.engine.receipts.statement import open_statement
 from promoter.engine.receipts.worktree import TargetMatch, compare_targets
 from promoter.errors import ConfigError, PromoterError, ReceiptInvalid, error_class
+
+if TYPE_CHECKING:
+    import httpx
 
 # Exit codes of ``promoter receipt verify`` (65 receipt_invalid and 78 config_error come
 # from the error classes).
@@ -181,7 +184,7 @@ def verify(
     matches = None if worktree is None else compare_targets(load_json_object(result), worktree)
     code = _exit_code(result, matches, no_signature)
     if as_json:
-        console.print_json(json.dumps(_summary(result, matches, code)))
+        echo_json(json.dumps(_summary(result, matches, code)))
     else:
         _print_result(result, matches, no_signature)
     if code:
@@ -297,7 +300,7 @@ def _verify_chain(
     first, second = (verify_document(envelope, keys) for envelope in envelopes)
     lines = check_chain(first, second)
     if as_json:
-        console.print_json(
+        echo_json(
             json.dumps(
                 {
                     "valid": True,
@@ -368,6 +371,8 @@ def keys(out: OutOpt = None, url: UrlOpt = None) -> None:
 
 
 def _get(base: str, path: str, token_file: Path | None) -> bytes:
+    import httpx
+
     headers: dict[str, str] = {}
     if path != "/v1/keys":  # the public keys need no token
         headers["Authorization"] = f"Bearer {read_token(token_file, base)}"

@@ -29,10 +29,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from promoter.cli.bundle_cmd import print_diff, whole_diff
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    escape,
+    read_token,
+    server_url,
+)
 from promoter.client.sync import PromoterClient
 from promoter.errors import OperationConflict, PromoterError, error_class
 

@@ -18,16 +18,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
-from promoter.cli.common import err_console
+from promoter.cli.common import err_console, escape
 from promoter.client.sync import PromoterClient
-from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
 from promoter.errors import PromoterError, error_class
-from promoter.executor import build_bundle
 from promoter.executor import sandbox as sandboxes
+
+if TYPE_CHECKING:
+    from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
 
 __all__ = ["agent_bundle", "agent_env", "chained_preconditions", "refusal", "started"]
 
@@ -112,6 +111,8 @@ def agent_bundle(
     adopted only when the rebuilt ``bundle_sha256`` is the submitted one and its
     verification passed. Otherwise None (and a new bundle is built and submitted).
     """
+    from promoter.executor.builder import build_bundle
+
     pointer = _read_pointer(_pointer(record))
     if pointer is None or pointer.get("grant_id") != grant.grant_id:
         return None

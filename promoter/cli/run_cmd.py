@@ -48,10 +48,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from typer._click.exceptions import UsageError  # the click typer's own groups use
 from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
 
@@ -59,12 +58,11 @@ from promoter.cli import run_answers as answers
 from promoter.cli import run_manage as manage
 from promoter.cli import userconfig
 from promoter.cli.bundle_cmd import diff_unseen, print_bundle, print_diff, print_receipt
-from promoter.cli.common import UrlOpt, console, err_console
-from promoter.cli.orchestrate_cmd import parse_allow
+from promoter.cli.common import UrlOpt, console, err_console, escape
+from promoter.cli.lazy import deferred
 from promoter.cli.status_cmd import worktree_here
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
-from promoter.domain.models import GrantV1
 from promoter.errors import (
     CommandFailed,
     ConfigError,
@@ -73,9 +71,18 @@ from promoter.errors import (
     PromoterError,
     error_class,
 )
-from promoter.executor import build_bundle, confine, hidden, sandbox_repo, upload_and_submit
+from promoter.executor import confine, hidden, sandbox_repo
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
+
+if TYPE_CHECKING:
+    from promoter.cli.orchestrate_cmd import parse_allow
+    from promoter.domain.models import GrantV1
+    from promoter.executor import build_bundle, upload_and_submit
+else:  # the bundle models and the builder: loaded by a run, not by --list, --prune, --remove
+    parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
+    build_bundle = deferred("promoter.executor.builder", "build_bundle")
+    upload_and_submit = deferred("promoter.executor.handover", "upload_and_submit")
 
 __all__ = ["register"]
 

@@ -2,10 +2,11 @@
 
 ``list_sandboxes`` refreshes each step that waits on the host (an operation awaiting
 approval or in progress) from the daemon when it answers, and says ``unknown`` when it
-does not; a promotion an operator accepted in part reads ``approved in part`` (not
-``refused``), and a step left ``started`` with no process in its sandbox reads
-``interrupted``; each line shows the sandbox's size on disk. ``prune`` removes, through the
-safe ``sandbox.remove``, every sandbox whose last step is finished (``completed`` or
+does not (the daemon is asked only for such steps, and not again once unreachable); a
+promotion an operator accepted in part reads ``approved in part`` (not ``refused``), and a
+step left ``started`` with no process in its sandbox reads ``interrupted``; each line shows
+the sandbox's size on disk. ``prune`` removes, through the safe ``sandbox.remove``, every
+sandbox whose last step is finished (``completed`` or
 ``no_changes``) and untouched for ``--older-than`` (default: any age), and every
 abandoned one (any other status the host is not still working on) untouched for
 ``--older-than`` but at least ``ABANDONED_AFTER``; never one that a live process has
@@ -23,9 +24,7 @@ import stat
 import time
 from pathlib import Path
 
-from rich.markup import escape
-
-from promoter.cli.common import console
+from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
@@ -95,46 +94,60 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
-def _refresh(client: PromoterClient | None, record: sandboxes.RunRecord) -> str:
+class _Host:
+    """The daemon, asked only when a step waits on it; once unreachable, not asked again."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self._url = url
+        self._token = token
+        self._client: PromoterClient | None = None
+        self._reachable = token is not None
+
+    def status(self, operation_id: str) -> str | None:
+        """The operation's status, or None when the host cannot say."""
+        if not self._reachable:
+            return None
+        if self._client is None:
+            self._client = PromoterClient(self._url, self._token, timeout=10.0)
+        try:
+            view = self._client.get_operation(operation_id)
+        except ConfigError:  # not reachable (or no answer in time): the rest are unknown too
+            self._reachable = False
+            return None
+        except PromoterError:
+            return None
+        if view["status"] == "refused" and view.get("code") == IN_PART:
+            return IN_PART  # an operator accepted a part: promoted as its own operation
+        return str(view["status"])
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _refresh(host: _Host, record: sandboxes.RunRecord) -> str:
     """The last step's status, asked of the host where the host still decides it."""
     if not record.steps:
         return "new"
     last = record.steps[-1]
     if last.status not in AT_THE_HOST or last.operation_id is None:
         return last.status
-    if client is None:
+    status = host.status(last.operation_id)
+    if status is None:
         return "unknown"
-    try:
-        view = client.get_operation(last.operation_id)
-    except PromoterError:
-        return "unknown"
-    last.status = str(view["status"])
-    if last.status == "refused" and view.get("code") == IN_PART:
-        last.status = IN_PART  # an operator accepted a part: promoted as its own operation
+    last.status = status
     return last.status
-
-
-def _client(url: str, token: str | None) -> PromoterClient | None:
-    if token is None:
-        return None
-    client = PromoterClient(url, token, timeout=10.0)
-    try:
-        client.healthz()
-    except PromoterError:
-        client.close()
-        return None
-    return client
 
 
 def _statuses(
     state_dir: Path, url: str, token: str | None
 ) -> list[tuple[sandboxes.RunRecord, str]]:
-    client = _client(url, token)
+    host = _Host(url, token)
     try:
         found = []
         for record in sandboxes.list_runs(state_dir):
             before = record.steps[-1].status if record.steps else None
-            status = _refresh(client, record)
+            status = _refresh(host, record)
             if status == "started" and not _live(sandboxes.runs_dir(state_dir) / record.run_id):
                 status = "interrupted"  # no process runs the step any more
             if record.steps and status != before and status != "unknown":
@@ -142,8 +155,7 @@ def _statuses(
             found.append((record, status))
         return found
     finally:
-        if client is not None:
-            client.close()
+        host.close()
 
 
 def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:

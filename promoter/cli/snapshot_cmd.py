@@ -18,10 +18,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    echo_json,
+    escape,
+    read_token,
+    server_url,
+)
 from promoter.client.sync import PromoterClient
 
 RepositoryArg = Annotated[str, typer.Argument(help="Repository name, as configured.")]
@@ -43,7 +50,7 @@ def _client(url: str | None, token_file: Path | None) -> PromoterClient:
 
 
 def _print_json(value: Any) -> None:
-    console.print_json(json.dumps(value))
+    echo_json(json.dumps(value))
 
 
 def list_snapshots(
@@ -58,6 +65,8 @@ def list_snapshots(
     if as_json:
         _print_json({"snapshots": items})
         return
+    from rich.table import Table
+
     table = Table("tree", "label", "captured at", title=f"snapshots of {escape(repository)}")
     for item in items:
         table.add_row(item["tree"], escape(item["label"]), item["captured_at"])
@@ -95,6 +104,8 @@ def diff(
     if as_json:
         _print_json(result)
         return
+    from rich.table import Table
+
     table = Table("change", "path", title=f"{from_tree[:12]} → {to_tree[:12]}")
     for change in ("added", "modified", "deleted"):
         for path in result.get(change, []):

@@ -19,7 +19,15 @@ from typing import Annotated, Any
 
 import typer
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    echo_json,
+    read_token,
+    server_url,
+)
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="Name of a repository the server guards.")]
 RECEIPT_PREFIX = 12
@@ -121,7 +129,7 @@ def _trace(
 def _print_json(result: dict[str, Any]) -> None:
     import json
 
-    console.print_json(json.dumps(result))
+    echo_json(json.dumps(result))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,11 +22,9 @@ the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from promoter.api.models import EventFeed, FeedEvent, OperationView
-from promoter.client.aio import AsyncPromoterClient
 from promoter.client.blobs import BlobCalls
 from promoter.client.wire import (
     MISSING_BATCH,
@@ -39,15 +37,19 @@ from promoter.client.wire import (
     tls_context,
     wait_params,
 )
-from promoter.domain.models import (
-    DsseEnvelope,
-    FileState,
-    GrantV1,
-    LeaseV1,
-    PatchBundleV1,
-    PatchVerificationReceiptV1,
-)
 from promoter.errors import PromoterError
+
+if TYPE_CHECKING:
+    from promoter.api.models import EventFeed, FeedEvent, OperationView
+    from promoter.client.aio import AsyncPromoterClient
+    from promoter.domain.models import (
+        DsseEnvelope,
+        FileState,
+        GrantV1,
+        LeaseV1,
+        PatchBundleV1,
+        PatchVerificationReceiptV1,
+    )
 
 __all__ = [
     "MISSING_BATCH",
@@ -57,6 +59,26 @@ __all__ = [
     "file_chunks",
     "tls_context",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``AsyncPromoterClient``, still importable from here, loaded only when asked for."""
+    if name == "AsyncPromoterClient":
+        from promoter.client.aio import AsyncPromoterClient
+
+        return AsyncPromoterClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _document(value: Any) -> Json:
+    """The wire document of a model (``.wire()``) or a mapping given as it is."""
+    return dict(value) if isinstance(value, Mapping) else dict(value.wire())
+
+
+def _envelope(content: bytes) -> DsseEnvelope:
+    from promoter.domain.models import DsseEnvelope
+
+    return DsseEnvelope.model_validate_json(content)
 
 
 class PromoterClient(BlobCalls):
@@ -106,23 +128,27 @@ class PromoterClient(BlobCalls):
 
     def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Json:
         """``{grant_id, grant_sha256, created}``; registering identical bytes again is a no-op."""
-        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
+        document = _document(grant)
         response = self._send("POST", "/v1/grants", json_body=document, idempotent=True)
         return {**response.json(), "created": response.status_code == 201}
 
     def get_grant(self, grant_id: str) -> GrantV1:
+        from promoter.domain.models import GrantV1
+
         response = self._send("GET", f"/v1/grants/{segment(grant_id)}")
         return GrantV1.model_validate_json(response.content)
 
     def grant_base(self, grant_id: str) -> dict[str, FileState]:
         """A chained grant's base: per path the state its base operations left."""
+        from promoter.domain.models import FileState
+
         answer = self._json("GET", f"/v1/grants/{segment(grant_id)}/base")
         return {
             str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
         }
 
     def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
-        document = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        document = _document(lease)
         path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
         return self._json("PUT", path, json_body=document)
 
@@ -135,8 +161,8 @@ class PromoterClient(BlobCalls):
         """Register ``grant``, set ``lease`` (for the grant's workflow stage) and mint the
         run's executor token in one request: ``{grant, grant_created, lease, token}``.
         A refusal of any part changes nothing. Not retried: each call mints a token."""
-        document = grant.wire() if isinstance(grant, GrantV1) else dict(grant)
-        lease_doc = lease.wire() if isinstance(lease, LeaseV1) else dict(lease)
+        document = _document(grant)
+        lease_doc = _document(lease)
         body = {
             "grant": document,
             "lease": {
@@ -156,14 +182,18 @@ class PromoterClient(BlobCalls):
         A failed verification is raised as the code of its first failed check, with the
         failed receipt in the error's ``verification_receipt`` context member.
         """
-        document = bundle.wire() if isinstance(bundle, PatchBundleV1) else dict(bundle)
+        document = _document(bundle)
         return self._json("POST", "/v1/bundles", json_body=document, idempotent=True)
 
     def get_bundle(self, bundle_id: str) -> PatchBundleV1:
+        from promoter.domain.models import PatchBundleV1
+
         response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}")
         return PatchBundleV1.model_validate_json(response.content)
 
     def get_verification(self, bundle_id: str) -> PatchVerificationReceiptV1:
+        from promoter.domain.models import PatchVerificationReceiptV1
+
         response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}/verification")
         return PatchVerificationReceiptV1.model_validate_json(response.content)
 
@@ -221,6 +251,8 @@ class PromoterClient(BlobCalls):
         self, operation_id: str, *, wait: float | None = None, status: str | None = None
     ) -> OperationView:
         """The operation; with ``wait``, once its status differs from ``status`` (or now)."""
+        from promoter.api.models import OperationView
+
         params = wait_params(wait, status)
         path = f"/v1/operations/{segment(operation_id)}"
         response = self._send("GET", path, params=params, timeout=self._long(wait))
@@ -235,6 +267,8 @@ class PromoterClient(BlobCalls):
         status: str | None = None,
     ) -> EventFeed:
         """One page of the watch feed after the cursor ``after``."""
+        from promoter.api.models import EventFeed
+
         params = feed_params(after, wait, repository, status)
         response = self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
         return EventFeed.model_validate_json(response.content)
@@ -276,15 +310,15 @@ class PromoterClient(BlobCalls):
 
     def receipt_dsse(self, operation_id: str) -> DsseEnvelope:
         path = f"/v1/operations/{segment(operation_id)}/receipt.dsse"
-        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+        return _envelope(self._send("GET", path).content)
 
     def rollback_receipt_dsse(self, operation_id: str) -> DsseEnvelope:
         path = f"/v1/operations/{segment(operation_id)}/rollback-receipt.dsse"
-        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+        return _envelope(self._send("GET", path).content)
 
     def verification_dsse(self, bundle_id: str) -> DsseEnvelope:
         path = f"/v1/bundles/{segment(bundle_id)}/verification.dsse"
-        return DsseEnvelope.model_validate_json(self._send("GET", path).content)
+        return _envelope(self._send("GET", path).content)
 
     def approve(
         self,

@@ -19,7 +19,6 @@ segment, never a way to another route. Deliberately not here: any call to the da
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import ssl
@@ -27,11 +26,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
 from tenacity import (
     RetryCallState,
     retry_any,
@@ -43,12 +41,22 @@ from tenacity import (
 
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 MISSING_BATCH = 10_000  # digests per blobs:missing request (the server takes 100,000)
 CHUNK = 1 << 20
 _PROBLEM_MEMBERS = ("type", "title", "status", "detail", "code")
 IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE")
 WATCH_WAIT = 30.0  # seconds one long-poll of ``watch`` waits
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
+
+
+async def _asyncio_sleep(seconds: float) -> None:
+    """``asyncio.sleep``, imported by the asynchronous client only when it first waits."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class Backoff:
     first: float = 0.25
     cap: float = 8.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
+    async_sleep: Callable[[float], Awaitable[None]] = field(default=_asyncio_sleep, repr=False)
 
 
 DEFAULT_BACKOFF = Backoff()

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json, parse_model
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
+
+if TYPE_CHECKING:
+    from promoter.client.sync import PromoterClient
 
 __all__ = ["Progress", "grant_from_file", "upload_and_submit", "upload_missing"]
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor import sandbox_repo
-from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 from promoter.store.durable import write_replace
@@ -153,6 +152,8 @@ def create(
 
 def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
     """Lay the person's worktree into the clone; a sandbox that could not is removed."""
+    from promoter.executor.start_state import capture_into  # not for --list, --prune
+
     try:
         state = capture_into(record.worktree, Path(record.clone), home, record.base_tree)
     except OSError as exc:

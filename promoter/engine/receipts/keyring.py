@@ -14,6 +14,8 @@ Deliberately not here: signing or verifying (``promoter.engine.receipts.signing`
 keyring in a running daemon (``promoter.engine.receipts.signing.host_keyring``), serving keys
 (``promoter.api.routes.keys``). Retired private keys are not kept: only their public
 halves stay listed, so old envelopes still verify and nothing new can be signed by them.
+The durable writes (``promoter.store.durable``) are imported by the functions that write,
+so an offline verifier reading public keys loads none of the state directory's code.
 """
 
 from __future__ import annotations
@@ -34,13 +36,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex
 from promoter.errors import ConfigError
-from promoter.store.durable import (
-    fsync_dir,
-    make_dirs,
-    remove_written,
-    write_new,
-    write_replace,
-)
 
 KEY_FILE = "host-signing.key"
 NEXT_KEY_FILE = "host-signing.key.next"
@@ -112,6 +107,8 @@ class HostKey:
     @classmethod
     def load_or_create(cls, credentials_dir: Path) -> HostKey:
         """Read ``host-signing.key``, creating it durably (0600) when it does not exist."""
+        from promoter.store.durable import make_dirs, write_new
+
         make_dirs(credentials_dir, mode=0o700)
         path = credentials_dir / KEY_FILE
         data = read_key_file(path)
@@ -240,6 +237,8 @@ def _write_listed(path: Path, listed: list[ListedKey]) -> None:
         for key in listed
     ]
     data = canonical_bytes({"schema": KEYRING_SCHEMA, "keys": entries})
+    from promoter.store.durable import write_replace
+
     try:
         write_replace(path, data, mode=0o600)
     except OSError as exc:
@@ -290,6 +289,8 @@ def _mismatch(path: Path, current: HostKey) -> HostKey:
 
 def rotate(credentials_dir: Path, now: datetime) -> Keyring:
     """Retire the active key at ``now`` and make a new one active from ``now``."""
+    from promoter.store.durable import write_new
+
     keyring = load_keyring(credentials_dir)
     _finish_pending(credentials_dir, keyring.active.keyid)
     at = rfc3339(now)
@@ -313,6 +314,8 @@ def rotate(credentials_dir: Path, now: datetime) -> Keyring:
 
 def _finish_pending(credentials_dir: Path, active_keyid: str) -> None:
     """Move ``.next`` over the key file when it is the active key; drop a never-listed one."""
+    from promoter.store.durable import fsync_dir, remove_written
+
     next_path = credentials_dir / NEXT_KEY_FILE
     data = read_key_file(next_path)
     if data is None:

@@ -22,7 +22,7 @@ import binascii
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -56,8 +56,10 @@ from promoter.engine.receipts.statement import (
     open_statement,
     statement_bytes,
 )
-from promoter.engine.services import Services
 from promoter.errors import ReceiptInvalid
+
+if TYPE_CHECKING:
+    from promoter.engine.services import Services
 
 __all__ = [
     "ALGORITHM",

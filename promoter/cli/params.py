@@ -1,0 +1,72 @@
+"""Parameter values typer need not coerce, returned without building a coercion for them.
+
+typer (from 0.2x, with its own click) coerces every parameter's value through a pydantic
+``TypeAdapter`` built on first use: the ``None`` of an option not given and a default of
+the annotation's own type, and a string typed for a ``str`` parameter, which it answers
+as it came, too. Importing pydantic and building an adapter per option
+cost a command like ``promoter run --list`` (about twenty options) some 50 ms of CPU,
+more than the command's work. After ``spare()`` each parameter gets a coercion that
+returns those values exactly as typer's returns them (``None``, or ``()`` for a
+repeatable option; the default itself; the same string) and hands every other value (a
+number, a path, a list the person typed) to typer's own coercion, built then. A
+parameter with its own parser keeps typer's coercion for every value.
+
+It changes no command's parsing, help or errors, and does nothing with a typer whose
+parameters coerce otherwise (the attributes it relies on are checked first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from typer._click.core import Context, ParameterSource
+    from typer._coercion import build_runtime_param
+    from typer.core import _TyperParameter as Coerced
+except ImportError:  # another typer: its own coercion stays
+    Coerced = None  # type: ignore[assignment,misc]
+
+_PLAIN = (str, int, float)
+
+
+class _Spared:
+    """typer's ``RuntimeParam.coerce`` for ``None`` and plain defaults; typer's own else."""
+
+    def __init__(self, descriptor: Any) -> None:
+        self._descriptor = descriptor
+        self._real: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Context) -> Any:
+        if value is None:  # typer's coerce answers these before it coerces anything
+            return () if (param.multiple or param.nargs == -1) else None
+        single = not (param.multiple or param.nargs == -1)
+        if type(value) is str and self._descriptor.annotation is str and single:
+            return value  # typer's str coercion answers this very object
+        if (
+            type(value) in _PLAIN
+            and type(value) is self._descriptor.annotation
+            and ctx.get_parameter_source(param.name) is ParameterSource.DEFAULT
+        ):
+            return value  # the function's own default, of the type it declares
+        if self._real is None:
+            self._real = build_runtime_param(self._descriptor)
+        return self._real.coerce(value, param=param, ctx=ctx)
+
+
+def spare() -> None:
+    """From now on, every typer parameter without a parser of its own starts with the
+    cheap coercion (the help options typer makes per command too); once per process."""
+    if Coerced is None or "_runtime_param" not in getattr(Coerced, "__annotations__", {}):
+        return  # not the typer this was written against
+    if getattr(Coerced.get_runtime_param, "spared", False):
+        return
+
+    original = Coerced.get_runtime_param
+
+    def get_runtime_param(self: Any) -> Any:
+        if self._runtime_param is None and self.type_descriptor.parameter_info.parser is None:
+            self._runtime_param = _Spared(self.type_descriptor)
+        return original(self)
+
+    get_runtime_param.spared = True  # type: ignore[attr-defined]
+    Coerced.get_runtime_param = get_runtime_param  # type: ignore[method-assign]

@@ -1,0 +1,195 @@
+"""A command of the person's command line loads none of the daemon, and only what it uses.
+
+Each command runs as the installed program does (``promoter.cli.main.entry``) in a process
+of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
+must still run when the program ends without its teardown). No command that talks to a
+daemon may load the daemon's side: its web stack, its database, its services, the
+asynchronous client. A command printing JSON loads no rich, and one that reads no wire
+document loads no pydantic. What these cost is measured in ``bench/cli_start.py``, not
+here: the assertions are about modules, so they do not depend on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer._click.core import ParameterSource
+from typer._coercion import build_runtime_param
+
+from promoter.cli.lazy import ENTRIES, load
+from promoter.cli.params import _Spared
+from promoter.config import RepositoryConfig
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.promotion import promote, submit
+
+# the daemon's own: its web stack, its database, its services, the async client
+SERVER = (
+    "promoter.api",
+    "promoter.adapters",
+    "promoter.config",
+    "promoter.engine",
+    "promoter.store",
+    "promoter.client.aio",
+    "sqlalchemy",
+    "alembic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic_settings",
+    "asyncio",
+)
+# what an offline receipt check and a sandbox's own files legitimately use of those
+ALLOWED = (
+    "promoter.engine.receipts.signing",
+    "promoter.engine.receipts.keyring",
+    "promoter.engine.receipts.statement",
+    "promoter.engine.receipts.chain",
+    "promoter.engine.receipts.worktree",
+    "promoter.engine.receipts",
+    "promoter.engine",
+    "promoter.store",
+    "promoter.store.durable",
+    "promoter.store.state_temps",
+)
+PROBE = """\
+import atexit, json, os, sys
+def _loaded():
+    with open(os.environ["LOADED_OUT"], "w") as out:
+        json.dump(sorted(sys.modules), out)
+atexit.register(_loaded)
+sys.argv = ["promoter", *sys.argv[1:]]
+from promoter.cli.main import entry
+entry()
+"""
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def loaded_by(args: list[str], env: dict[str, str], out: Path) -> tuple[int, set[str], str]:
+    """The exit code, the modules loaded and stdout of ``promoter ARGS``."""
+    if out.exists():
+        out.unlink()
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **env, "LOADED_OUT": str(out)},
+        timeout=120,
+    )
+    assert out.exists(), f"the at-exit hook did not run: {result.stderr}"
+    modules = set(json.loads(out.read_text()))
+    modules.discard("httpx._main")  # the placeholder standing in for httpx's command line
+    return result.returncode, modules, result.stdout
+
+
+@pytest.fixture
+def held(tmp_path: Path, repo: Path) -> Iterator[tuple[Daemon, dict[str, str]]]:
+    """A daemon whose repository needs approval, one promotion held, its files on disk."""
+    config = RepositoryConfig(path=repo, approval="required")
+    with running_daemon(tmp_path / "state", {"work": config}) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        changes = [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
+        _, bundle, receipt = submit(daemon, repo, identity, changes)
+        assert promote(daemon, bundle, receipt).json()["status"] == "awaiting_approval"
+        with daemon.orchestrator() as client:
+            path = f"/v1/bundles/{bundle['bundle_id']}/verification.dsse"
+            (tmp_path / "verification.dsse").write_bytes(client.get(path).content)
+            (tmp_path / "keys.json").write_bytes(client.get("/v1/keys").content)
+        yield daemon, {"bundle": bundle["bundle_id"], "dir": str(tmp_path)}
+
+
+def _commands(found: dict[str, str]) -> dict[str, list[str]]:
+    envelope = [f"{found['dir']}/verification.dsse", "--keys", f"{found['dir']}/keys.json"]
+    return {
+        "help": ["--help"],
+        "run_list": ["run", "--list"],  # the state directory from PROMOTER_STATE_DIR
+        "review": ["review"],
+        "review_json": ["review", "--json"],
+        "ops_list": ["ops", "list"],
+        "ops_list_json": ["ops", "list", "--json"],
+        "bundle_show": ["bundle", "show", found["bundle"]],
+        "bundle_show_json": ["bundle", "show", found["bundle"], "--json"],
+        "bundle_diff_json": ["bundle", "diff", found["bundle"], "--json"],
+        "receipt_verify": ["receipt", "verify", *envelope],
+        "receipt_verify_json": ["receipt", "verify", *envelope, "--json"],
+    }
+
+
+NO_WIRE_MODEL = ("help", "run_list", "review", "review_json", "ops_list", "ops_list_json")
+
+
+def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
+    held: tuple[Daemon, dict[str, str]], tmp_path: Path
+) -> None:
+    daemon, found = held
+    env = {
+        "PROMOTER_URL": daemon.url,
+        "PROMOTER_TOKEN": daemon.operator_token,
+        "PROMOTER_STATE_DIR": str(tmp_path / "runs-state"),
+    }
+    for name, args in _commands(found).items():
+        code, modules, stdout = loaded_by(args, env, tmp_path / "loaded.json")
+        assert code == 0, (name, stdout)
+        server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
+        assert server == [], name
+        if name.endswith("_json"):
+            assert "rich" not in modules, name
+            json.loads(stdout)  # and what it printed is the JSON
+        if name in NO_WIRE_MODEL:
+            assert "pydantic" not in modules, name
+        if name == "help":
+            assert "httpx" not in modules and "rich" not in modules
+        if name == "review_json":
+            [waiting] = json.loads(stdout)
+            assert waiting["status"] == "awaiting_approval"
+            assert waiting["bundle_id"] == found["bundle"]
+        if name == "receipt_verify_json":
+            assert json.loads(stdout)["valid"] is True
+
+
+def test_the_program_exits_with_the_error_code_after_its_at_exit_work(tmp_path: Path) -> None:
+    """Ending without the interpreter's teardown keeps the exit code and the message."""
+    missing = tmp_path / "absent.dsse"
+    out = tmp_path / "loaded.json"
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, "receipt", "verify", str(missing)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "LOADED_OUT": str(out)},
+        timeout=120,
+    )
+    assert result.returncode == 78
+    assert "[config_error]" in result.stderr and str(missing) in result.stderr
+    assert out.exists()
+
+
+def test_spared_coercion_answers_what_typers_own_answers() -> None:
+    """For every parameter of every command: its default, None, and a typed string."""
+    for entry in ENTRIES:
+        command = load(entry)
+        commands = [command, *getattr(command, "commands", {}).values()]
+        for cmd in commands:
+            ctx = cmd.make_context(cmd.name, [], resilient_parsing=True)
+            for param in cmd.params:
+                descriptor = getattr(param, "type_descriptor", None)
+                if descriptor is None:
+                    continue
+                values = [param.get_default(ctx), None]
+                if descriptor.annotation is str:
+                    values += ["x", "caf\udce9 ", ""]
+                for value in values:
+                    for source in (ParameterSource.DEFAULT, ParameterSource.COMMANDLINE):
+                        ctx.set_parameter_source(param.name, source)
+                        spared = _Spared(descriptor).coerce(value, param, ctx)
+                        own = build_runtime_param(descriptor).coerce(value, param=param, ctx=ctx)
+                        assert (spared, type(spared)) == (own, type(own)), (cmd.name, param)
