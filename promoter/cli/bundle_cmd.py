@@ -402,6 +402,8 @@ def _size(count: int | None) -> str:
 def diff_unseen(result: dict[str, Any], hint: str = "") -> Text:
     """Every file the answer does not show in full (SPEC §10 item 18), with its sizes,
     lines, flags and, with ``hint`` (a command), how to read one whole."""
+    from rich.text import Text
+
     unseen = result.get("unseen") or []
     out = Text()
     if not unseen:

@@ -17,9 +17,16 @@ from enum import Enum
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from promoter.cli.common import JsonOpt, TokenFileOpt, UrlOpt, console, read_token, server_url
+from promoter.cli.common import (
+    JsonOpt,
+    TokenFileOpt,
+    UrlOpt,
+    console,
+    escape,
+    read_token,
+    server_url,
+)
 from promoter.client.sync import PromoterClient
 
 __all__ = ["register"]

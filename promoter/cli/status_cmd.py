@@ -16,10 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from promoter.cli import userconfig
-from promoter.cli.common import TokenFileOpt, UrlOpt, console
+from promoter.cli.common import TokenFileOpt, UrlOpt, console, escape
 from promoter.client.sync import PromoterClient
 from promoter.client.wire import Backoff
 from promoter.errors import PromoterError

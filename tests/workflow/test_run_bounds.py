@@ -174,6 +174,7 @@ def _secrets(place: Path) -> dict[str, Path]:
     for name, path in paths.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"secret of {name}\n")
+    (place / "config" / "promoter").chmod(0o700)  # private, as the CLI requires of it
     return paths
 
 
