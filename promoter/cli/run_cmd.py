@@ -29,10 +29,12 @@ preflight, the approval gate, the promotion); this module orchestrates and print
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import sys
+import termios
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -52,6 +54,7 @@ from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
 from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.terminal import RESET
 from promoter.git.layout import discover
 
 __all__ = ["register"]
@@ -214,6 +217,20 @@ def _run_command(
     return outcome.returncode
 
 
+def _fresh_screen() -> None:
+    """The person's terminal to a known state before promoter draws a review or a question
+    (SPEC §10.17): whatever the command left of scroll regions, modes or the alternate
+    screen is undone, and keys typed before the question are discarded. Off a terminal,
+    nothing."""
+    sys.stdout.flush()
+    if sys.stdout.isatty():
+        sys.stdout.write(RESET)
+        sys.stdout.flush()
+    if sys.stdin.isatty():
+        with contextlib.suppress(termios.error, OSError, ValueError):
+            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+
+
 def _approve_here(yes: bool) -> str | None:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined)."""
     if yes:
@@ -221,6 +238,7 @@ def _approve_here(yes: bool) -> str | None:
     if not sys.stdin.isatty():
         err_console.print("not a terminal: pass --yes to promote without asking")
         return None
+    _fresh_screen()
     return "asked" if typer.confirm("Promote these changes into the worktree?") else None
 
 
@@ -310,6 +328,7 @@ def _step(
         step.bundle_id = str(bundle["bundle_id"])
         step.status = "submitted"
         sandboxes.save(state_dir, record)
+        _fresh_screen()
         print_bundle(bundle)
         print_diff(orch.bundle_diff(step.bundle_id), pager=not yes)
         print_receipt(receipt.wire())
