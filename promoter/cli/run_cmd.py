@@ -18,6 +18,10 @@ the next step in a kept sandbox, chained on the last completed promotion, so eac
 hands in only its new edits. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
 RUN`` manage sandboxes and never touch the user's worktree.
 
+CMD never writes to the person's terminal (SPEC §10.17): it runs on a pseudo-terminal of
+its own whose output promoter shows filtered (``promoter.executor.pane``), and before the
+review and the question promoter resets the terminal and draws both itself.
+
 Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
 the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
 ``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
