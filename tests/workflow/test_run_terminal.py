@@ -140,6 +140,10 @@ class PersonTerminal:
             assert time.monotonic() < deadline, bytes(self.raw[-4000:]).decode("utf-8", "replace")
             assert self._read(1.0), bytes(self.raw[-4000:]).decode("utf-8", "replace")
 
+    def resize(self, rows: int, columns: int) -> None:
+        """As a terminal window does: the new size, and SIGWINCH to the CLI (the kernel's)."""
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
     def type(self, keys: bytes) -> None:
         os.write(self.master, keys)
 
@@ -246,6 +250,7 @@ def test_keystrokes_reach_an_interactive_command_through_its_own_terminal(
 ) -> None:
     term = _start(terminal, daemon, "--repo", "work", *confinement, "--", _python(), "-c", ASK)
     term.wait_for(b"your name? ")
+    term.resize(40, 100)  # the person resizes their terminal while the command waits
     term.type(b"the person\r")
     term.wait_for(QUESTION.encode(), after=RESET_SHOWN)
     term.type(b"y\r")
@@ -254,7 +259,7 @@ def test_keystrokes_reach_an_interactive_command_through_its_own_terminal(
     report = json.loads((repo / "typed.json").read_bytes())
     assert report["line"] == "the person\n"
     assert report["isatty"] == [True, True, True]
-    assert report["size"] == [COLUMNS, ROWS]
+    assert report["size"] == [100, 40]
     # the command's terminal is promoter's pane, never the person's
     assert term.device not in report["rdev"]
     assert len(set(report["rdev"])) == 1
@@ -262,3 +267,27 @@ def test_keystrokes_reach_an_interactive_command_through_its_own_terminal(
         assert report["tty"] == report["rdev"][0]
     else:  # bubblewrap's new session: no controlling terminal at all
         assert report["tty"] == 0
+
+
+def test_off_a_terminal_the_output_is_filtered_the_same_way(
+    daemon: Daemon, repo: Path, confinement: list[str]
+) -> None:
+    # a pipe for stdout and /dev/null for stdin, as in CI: still a pane, still filtered
+    argv = ["run", "--state-dir", str(daemon.state_dir), "--url", daemon.url, "--keep"]
+    argv += ["--repo", "work", "--yes", *confinement, "--", _python(), "-c", ATTACK]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(
+        [sys.executable, "-m", "promoter.cli.main", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env={**env, "PROMOTER_TOKEN": "", "LANG": "C.UTF-8"},
+        timeout=PATIENCE,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    # the command's own lines, as it wrote them (no carriage returns added), nothing else
+    fake = b"@@ -1 +1 @@\n-print('v1')\n+print('v2')\n\xef\xbf\xbd1;2r1;2rverification passed\n"
+    assert fake in done.stdout
+    assert b"\x1b" not in done.stdout and b"\x9b" not in done.stdout
+    assert SHOWN_LINE.encode() in done.stdout
+    assert (repo / "src/app.py").read_bytes() == REAL
