@@ -28,6 +28,10 @@ promotes and, confirmed at the terminal, approves; ``--yes`` never approves. The
 own failure is ``command_failed``; Ctrl-C at any stage is ``interrupted`` (exit 130),
 naming the sandbox and bundle kept and the next command.
 
+CMD never writes to the person's terminal (SPEC §10.17): it runs on a pseudo-terminal of
+its own whose output promoter shows filtered (``promoter.executor.pane``), and before the
+review and the question promoter resets the terminal and draws both itself.
+
 Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
 the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
 ``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
@@ -39,10 +43,12 @@ preflight, the approval gate, the promotion); this module orchestrates and print
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import sys
+import termios
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,6 +79,7 @@ from promoter.errors import (
 )
 from promoter.executor import confine, hidden, sandbox_repo
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.terminal import RESET
 from promoter.git.layout import discover
 
 if TYPE_CHECKING:
@@ -242,6 +249,20 @@ def _run_command(
     return outcome.returncode
 
 
+def _fresh_screen() -> None:
+    """The person's terminal to a known state before promoter draws a review or a question
+    (SPEC §10.17): whatever the command left of scroll regions, modes or the alternate
+    screen is undone, and keys typed before the question are discarded. Off a terminal,
+    nothing."""
+    sys.stdout.flush()
+    if sys.stdout.isatty():
+        sys.stdout.write(RESET)
+        sys.stdout.flush()
+    if sys.stdin.isatty():
+        with contextlib.suppress(termios.error, OSError, ValueError):
+            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+
+
 def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> str | None:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
@@ -252,6 +273,7 @@ def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> str | None:
     if not sys.stdin.isatty():
         err_console.print("not a terminal: pass --yes to promote without asking")
         return None
+    _fresh_screen()
     if not typer.confirm("Promote these changes into the worktree?"):
         return None
     if unseen:
@@ -350,6 +372,7 @@ def _step(
         step.bundle_id = str(bundle["bundle_id"])
         step.status = "submitted"
         sandboxes.save(state_dir, record)
+        _fresh_screen()
         print_bundle(bundle)
         diff = orch.bundle_diff(step.bundle_id)
         print_diff(diff, pager=not yes, hint=f"promoter bundle diff {step.bundle_id}")

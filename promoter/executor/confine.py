@@ -60,6 +60,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
 from promoter.executor.hidden import check_hidden
+from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
@@ -375,22 +376,28 @@ def disarm(*trees: Path) -> None:
 
 
 def _wait(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
-    try:
-        process = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
-    except OSError as exc:
-        raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
-    try:
-        return process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        _end(process)
-        raise ConfigError(
-            f"the command did not finish within {timeout:g} s; it was killed"
-        ) from exc
-    except BaseException:
-        _end(process)
-        raise
-    finally:
-        _end(process)
+    """Run ``argv`` on a pane of its own (``pane.py``): its output is shown filtered."""
+    with Pane() as shown:
+        try:
+            process = subprocess.Popen(shown.argv(argv), cwd=cwd, env=env, **shown.popen_args())
+        except OSError as exc:
+            raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
+        try:
+            try:
+                shown.started()
+            except OSError as exc:
+                raise ConfigError(f"the command could not be started: {exc.strerror}") from exc
+            return shown.pump(process, timeout, stop=lambda: _end(process))
+        except subprocess.TimeoutExpired as exc:
+            _end(process)
+            raise ConfigError(
+                f"the command did not finish within {timeout:g} s; it was killed"
+            ) from exc
+        except BaseException:
+            _end(process)
+            raise
+        finally:
+            _end(process)
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
