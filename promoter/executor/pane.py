@@ -191,6 +191,10 @@ class Pane:
             if 0 in ready:
                 keys = _read(0)
                 if keys:
+                    # a resize made before these keys reaches the command before them,
+                    # whenever the SIGWINCH handler runs (the kernel signals no one when
+                    # the size is unchanged)
+                    self._resized(signal.SIGWINCH, None)
                     pending += keys
                 elif keys is not None:
                     keys_open = False
