@@ -42,6 +42,8 @@ import typer
 from rich.markup import escape
 
 from promoter.cli import run_answers as answers
+from promoter.cli import run_drift as drift
+from promoter.cli import run_links as links
 from promoter.cli import run_manage as manage
 from promoter.cli.bundle_cmd import print_bundle, print_diff, print_receipt
 from promoter.cli.common import UrlOpt, console, err_console, server_url
@@ -50,7 +52,7 @@ from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
-from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
+from promoter.executor import confine, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
 
@@ -118,6 +120,7 @@ def _grant(
     base: str | None,
     preconditions: list[dict[str, Any]] | None = None,
     confinement: str = "bwrap",
+    symlinks: str = "none",
 ) -> Any:
     now = utcnow()
     grant: dict[str, Any] = {
@@ -142,6 +145,8 @@ def _grant(
     }
     if base is not None:
         grant["base_operation"] = base
+    if symlinks != "none":
+        grant["symlinks"] = symlinks
     return grant
 
 
@@ -161,6 +166,7 @@ class Confinement:
     limits: confine.Limits = field(default_factory=confine.Limits)
     pass_env: tuple[str, ...] = ()
     hide: tuple[Path, ...] = ()
+    symlinks: str = "none"  # the grant's link policy (run_links.py), not a confinement
 
     @property
     def kind(self) -> str:
@@ -258,7 +264,13 @@ def _step(
         number = len(record.steps) + 1
         preconditions = answers.chained_preconditions(orch, record)
         grant_doc = _grant(
-            record, repository["repository_identity"], number, base, preconditions, how.kind
+            record,
+            repository["repository_identity"],
+            number,
+            base,
+            preconditions,
+            how.kind,
+            how.symlinks,
         )
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
         opened = orch.open_run(  # the grant, its lease and the run's token: one request
@@ -297,9 +309,7 @@ def _step(
                 bundle, receipt = adopted
                 _say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with build_bundle(
-                    Path(record.clone), grant, since=since, start_tree=record.start_tree
-                ) as built:
+                with links.build(state_dir, record, step, grant, since, yes=yes) as built:
                     if not built.bundle["changes"]:
                         step.status = "no_changes"
                         sandboxes.save(state_dir, record)
@@ -337,11 +347,13 @@ def _promote(
     assert step.bundle_id is not None
     preflight = orch.preflight(step.bundle_id, grant.fence)
     _say(f"preflight {preflight['status']}")
-    if preflight["status"] != "passed":
+    drifted = preflight["status"] != "passed"
+    if drifted:  # a drift a merge can mend is offered the merge (run_drift.py)
         step.status = "preflight_refused"
         sandboxes.save(state_dir, record)
-        raise answers.refusal(preflight, record, step.bundle_id)
-    consent = _approve_here(yes)
+        consent: str | None = drift.offer(preflight, record, step.bundle_id, yes=yes)
+    else:
+        consent = _approve_here(yes)
     if consent is None:
         step.status = "declined"
         sandboxes.save(state_dir, record)
@@ -364,6 +376,19 @@ def _promote(
             return
         with orch.with_token(operator) as approver:  # the approver is this credential
             view = approver.approve(step.operation_id, _confirmed_note(), wait=True)
+    merged = drift.merged(  # refused target_drift: merged into a new bundle (run_drift.py)
+        orch,
+        state_dir,
+        record,
+        step,
+        view,
+        consent=consent,
+        agreed=drifted,
+        note=_confirmed_note(),
+    )
+    if merged is None:
+        return
+    view = merged
     step.status = str(view["status"])
     sandboxes.save(state_dir, record)
     if step.status != "completed":
@@ -459,6 +484,12 @@ def run(
     hide: Annotated[
         list[Path] | None, typer.Option("--hide", help="A directory the confined CMD must not see.")
     ] = None,
+    symlinks: Annotated[
+        str,
+        typer.Option(
+            "--symlinks", help="Links the bundle may carry: none, inside (the worktree), any."
+        ),
+    ] = "none",
 ) -> None:
     state = _state_dir(state_dir)
     if list_runs:
@@ -480,6 +511,7 @@ def run(
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
         hide=tuple(p.resolve() for p in hide or ()),
+        symlinks=links.policy(symlinks),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     if not unconfined:
@@ -511,7 +543,7 @@ def run(
     except PromoterError:
         err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
         raise
-    _finish(state, record, keep=keep)
+    _finish(state, record, keep=keep or links.keep_sandbox(record))
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
