@@ -6,12 +6,14 @@ Either way the agent's bundle cannot land as it is, and the host can merge it aw
 the worktree into a new bundle (SPEC §10.14, ``promoter.engine.review.merge``). The merge
 acts on a promotion refused with ``target_drift``, so this module:
 
-- ``offer``: after a drifted preflight whose drift a merge can mend (a path of the
-  bundle changed; HEAD, branch and tree as granted), asks "PATH changed while the agent
-  ran: merge your edit and the agent's? [Y/n]" (``--yes`` answers yes; no terminal and
-  no ``--yes``, or no: the refusal, every drifted path named). Yes is the consent the
-  promotion request needs: it is requested, and refused ``target_drift`` with the drift
-  recorded (or, should the file have gone back, it lands as it would have);
+- ``offer``: after a drifted preflight whose drift a merge can mend (a text file of the
+  bundle changed, not its index entry; HEAD, branch and tree as granted; the sandbox
+  started from the worktree, not ``--from-head``), names each drifted path and asks
+  "PATH changed while the agent ran: merge your edit and the agent's? [Y/n]" (``--yes``
+  answers yes; no terminal and no ``--yes``, or no: the refusal, every path named).
+  Yes is the consent the promotion request needs: it is requested, and refused
+  ``target_drift`` with the drift recorded (or, should the file have gone back, it
+  lands as it would have);
 - ``merged``: for a promotion refused with ``target_drift``, asks the same question
   (unless ``offer`` already did), asks the host for the merge, and then:
   clean: the merged diff is shown and the new bundle, held for approval as every merged
@@ -75,9 +77,15 @@ def _mendable(report: dict[str, Any]) -> list[str]:
     if not all(fact.get("ok", True) for fact in (report.get("repository") or {}).values()):
         return []
     paths = report.get("paths") or []
-    if any(p.get("verdict") == "unsafe" for p in paths):
+    drifted = [p for p in paths if p.get("verdict") in ("drift", "unsafe")]
+    if any(
+        p.get("verdict") == "unsafe"
+        or p.get("operation") != "modify"  # only a text edit merges
+        or p.get("index_actual") != p.get("index_expected")  # staged: the index is the person's
+        for p in drifted
+    ):
         return []
-    return [str(p["path"]) for p in paths if p.get("verdict") == "drift"]
+    return [str(p["path"]) for p in drifted]
 
 
 def _question(paths: list[str]) -> str:
@@ -101,11 +109,9 @@ def offer(
 ) -> str:
     """The consent to request a drifted promotion so that it can be merged, or the refusal."""
     paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
-    if not paths:
+    if not paths or record.start_tree is None:  # --from-head: the file was yours before
         raise answers.refusal(preflight, record, bundle_id)
-    for item in preflight.get("paths") or []:
-        if item.get("verdict") == "drift":
-            _say(f"changed since the run began: {escape(str(item['path']))}")
+    answers.print_drift(preflight)
     consent = _ask(paths, yes)
     if consent is None:
         raise answers.refusal(preflight, record, bundle_id)
