@@ -184,13 +184,12 @@ def refusal(
     """The preflight's refusal as an error naming every drifted path, printed as well."""
     report = print_drift(preflight)
     nxt = (
-        f"look: promoter preflight {bundle_id}; start again from your files as they are now: "
+        "start again from your files as they are now: "
         f"promoter run --repo {record.repository} -- CMD"
     )
-    err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
     detail = str(preflight.get("detail") or "the preflight refused the promotion")
     if report:
         named = ", ".join(item["path"] for item in report)
-        detail += f": {named} changed since the run began (each shown above)"
+        detail = f"{named} changed since the run began (shown above); nothing was written"
     code = str(preflight.get("code") or "target_drift")
     return error_class(code)(f"{detail}; next: {nxt}", paths=report, bundle_id=bundle_id)

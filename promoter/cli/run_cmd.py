@@ -23,6 +23,10 @@ the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
 ``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
 which ran. See docs/guide/sandbox.md.
 
+A file the person saved during the run or at the question is offered the merge
+(``run_drift.py``); a link the grant's policy refuses, the rest without it
+(``run_links.py``).
+
 Deliberately thin: every decision is the host's (grant checks, verification, the
 preflight, the approval gate, the promotion); this module orchestrates and prints.
 """

@@ -305,3 +305,37 @@ def test_symlinks_inside_promotes_a_link_that_stays_inside(
     term = _run(served, work, "ln -s app.py src/alias", "--yes", "--symlinks", "inside")
     assert term.finish() == 0, term.text()
     assert os.readlink(work / "src" / "alias") == "app.py"
+
+
+def _bwrap_or_skip() -> None:
+    from promoter.errors import ConfinementUnavailable
+    from promoter.executor import confine
+
+    try:
+        confine.probe(confine.bwrap_path())
+    except ConfinementUnavailable as exc:
+        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
+            raise
+        pytest.skip(f"bubblewrap cannot confine here: {exc.detail}")
+
+
+def test_confined_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    """The same under bubblewrap: the agent waits for a line on its terminal."""
+    _bwrap_or_skip()
+    agent = AGENT.decode().replace("\n", "\\n")
+    script = f"printf '{agent}' > src/app.py && echo agent-waits && read x && echo agent-goes"
+    argv = [*CLI, "run", "--state-dir", str(served.state_dir), "--url", served.url]
+    argv += ["--repo", "work", "--keep", "--", "sh", "-c", script]
+    term = Terminal(argv, work, {"PAGER": "cat"})
+    at = term.expect(b"agent-waits")
+    (work / "src" / "app.py").write_bytes(PERSON)
+    term.send(b"go\r")
+    term.expect(QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert b"confined by bubblewrap" in term.plain
+    assert (work / "src" / "app.py").read_bytes() == MERGED
+    [step] = _record(served).steps
+    assert (step.status, step.confinement) == ("completed", "bwrap")
