@@ -45,7 +45,13 @@ from promoter.cli import run_answers as answers
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.common import console, err_console
 from promoter.client.sync import PromoterClient
-from promoter.errors import ConfigError, MergeConflict, MergeUnsupported, error_class
+from promoter.errors import (
+    ConfigError,
+    MergeConflict,
+    MergeUnsupported,
+    PromoterError,
+    error_class,
+)
 from promoter.executor import sandbox as sandboxes
 
 __all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
@@ -167,9 +173,31 @@ def _unsupported(exc: MergeUnsupported) -> None:
         _say(f"  {escape(sides)}")
 
 
-def _drifted_paths(orch: PromoterClient, operation_id: str) -> list[str]:
+def _drift_report(orch: PromoterClient, operation_id: str) -> dict[str, Any]:
     view = orch.get_operation(operation_id)
-    return _mendable((view.get("report") or {}).get("drift_report") or {})
+    report: dict[str, Any] = (view.get("report") or {}).get("drift_report") or {}
+    return report
+
+
+def _refused(
+    report: dict[str, Any],
+    view: dict[str, Any],
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+) -> PromoterError:
+    """The refused promotion as the preflight's refusal: every drifted path, the next step."""
+    step.status = "refused"
+    sandboxes.save(state_dir, record)
+    operation_id = str(view["operation_id"])
+    err_console.print(
+        f"operation {escape(operation_id)} was refused: nothing was written "
+        f"(the merge later: promoter merge {escape(operation_id)})",
+        soft_wrap=True,
+        highlight=False,
+    )
+    preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
+    return answers.refusal(preflight, record, str(step.bundle_id))
 
 
 def merged(
@@ -189,11 +217,14 @@ def merged(
         if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
             return view
         operation_id = str(view["operation_id"])
-        paths = _drifted_paths(orch, operation_id)
+        report = _drift_report(orch, operation_id)
+        paths = _mendable(report)
         if not paths:
-            return view
-        if not agreed and _ask(paths, consent == "yes") is None:
-            return view
+            raise _refused(report, view, state_dir, record, step)
+        if not agreed:
+            answers.print_drift(report)
+            if _ask(paths, consent == "yes") is None:
+                raise _refused(report, view, state_dir, record, step)
         agreed = False  # a new save after this merge is asked about again
         outcome = _merge_once(orch, state_dir, record, step, operation_id, consent, note)
         if outcome is None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from promoter.errors import ConfigError
 from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
@@ -339,3 +340,32 @@ def test_confined_a_save_during_the_run_is_merged_with_the_agents_edit_and_promo
     assert (work / "src" / "app.py").read_bytes() == MERGED
     [step] = _record(served).steps
     assert (step.status, step.confinement) == ("completed", "bwrap")
+
+
+def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    term = _run(served, work, _agent_files(tmp_path))
+    at = term.expect(b"Promote these changes into the worktree?")
+    (work / "src" / "app.py").write_bytes(PERSON)
+    term.send(b"y\r")
+    term.expect(QUESTION, at)
+    term.send(b"n\r")
+    assert term.finish() != 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == PERSON
+    assert not (work / "src" / "extra.py").exists()
+    [step] = _record(served).steps
+    assert step.status == "refused" and step.operation_id is not None
+    plain = b" ".join(term.plain.split())
+    assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
+    assert f"promoter merge {step.operation_id}".encode() in plain
+    assert b"[target_drift] src/app.py changed since the run began" in plain
+
+
+def test_a_bad_symlinks_setting_is_refused_before_a_sandbox_exists(
+    served: Daemon, work: Path
+) -> None:
+    term = _run(served, work, "true", "--symlinks", "outside")
+    assert term.finish() == ConfigError.exit_code, term.text()
+    assert b"[config_error] --symlinks must be one of none, inside, any" in b" ".join(term.plain.split())
+    assert sandboxes.list_runs(served.state_dir) == []
