@@ -4,8 +4,9 @@ Thin commands over ``promoter.client.sync``: rich tables for people, ``--json`` 
 ``show`` prints, per path, the journal step, the expected old and new states and the
 state the target reads as now, each approval decision with the credential that made it
 (an approval in part with the paths accepted and declined and the operation of the part,
-the files not shown in full that it named as seen;
-a merge with the bundle it made), and says what the operator can do next. Deciding anything
+the files not shown in full that it named as seen; a merge with the bundle it made), each
+drifted path with what was expected and found, and says what the operator can do next (for
+a promotion refused with ``target_drift``: ``promoter merge``). Deciding anything
 is the host's job; this module only asks and prints.
 """
 
@@ -213,7 +214,10 @@ def print_view(view: dict[str, Any]) -> None:
             console.print(f"  drift {name}: expected {fact['expected']}, found {fact['actual']}")
     for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
-            console.print(f"  drift {escape(item['path'])}: {escape('; '.join(item['reasons']))}")
+            console.print(
+                f"  drift {escape(item['path'])}: expected {_state(item.get('expected_old'))}, "
+                f"found {_state(item.get('actual'))} ({escape('; '.join(item['reasons']))})"
+            )
     for kept in (view.get("report") or {}).get("kept") or []:
         sha = str(kept.get("sha256") or "")[:12]
         console.print(
@@ -248,6 +252,12 @@ def _next_step(view: dict[str, Any]) -> str:
                 "Nothing of this operation was written as such; the accepted part is "
                 f"operation {derived}: `promoter ops show {derived}`."
             )
+    if view.get("code") == "target_drift" and view.get("kind", "promotion") == "promotion":
+        return (
+            "Nothing was written: the files above changed under it. Merge its change into "
+            "them away from the worktree: `promoter merge OP` (a clean merge is a new bundle "
+            "held for approval; a conflict is shown and nothing is written)."
+        ).replace("OP", view["operation_id"])
     return NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"])
 
 

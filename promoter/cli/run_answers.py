@@ -28,7 +28,14 @@ from promoter.executor import sandbox as sandboxes
 if TYPE_CHECKING:
     from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
 
-__all__ = ["agent_bundle", "agent_env", "chained_preconditions", "refusal", "started"]
+__all__ = [
+    "agent_bundle",
+    "agent_env",
+    "chained_preconditions",
+    "print_drift",
+    "refusal",
+    "started",
+]
 
 SUBMITTED = "promoter-submitted.json"
 _POINTER_BYTES = 4096
@@ -156,31 +163,34 @@ def _state(value: Any) -> str:
     return f"{value.get('mode')} sha256:{sha}" + (f" ({size} bytes)" if size is not None else "")
 
 
-def refusal(
-    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str
-) -> PromoterError:
-    """The preflight's refusal as an error naming every drifted path, printed as well."""
+def print_drift(preflight: dict[str, Any]) -> list[dict[str, Any]]:
+    """Print every drifted path with what it reads now and what was expected; the list."""
     drifted = [p for p in preflight.get("paths") or [] if p.get("verdict") in ("drift", "unsafe")]
-    lines: list[str] = []
     report: list[dict[str, Any]] = []
     for item in drifted:
         path = str(item.get("path"))
         now, expected = _state(item.get("actual")), _state(item.get("expected_old"))
         reasons = "; ".join(item.get("reasons") or [])
-        lines.append(f"{path}: reads {now} now, expected {expected} ({reasons})")
+        line = f"{path}: reads {now} now, expected {expected} ({reasons})"
+        err_console.print(f"drifted: {escape(line)}", soft_wrap=True, highlight=False)
         report.append(
             {"path": path, "actual": item.get("actual"), "expected": item.get("expected_old")}
         )
+    return report
+
+
+def refusal(
+    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str
+) -> PromoterError:
+    """The preflight's refusal as an error naming every drifted path, printed as well."""
+    report = print_drift(preflight)
     nxt = (
-        f"look: promoter preflight {bundle_id}; start again from your files as they are now: "
+        "start again from your files as they are now: "
         f"promoter run --repo {record.repository} -- CMD"
     )
-    for line in lines:
-        err_console.print(f"drifted: {escape(line)}", soft_wrap=True, highlight=False)
-    err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
     detail = str(preflight.get("detail") or "the preflight refused the promotion")
     if report:
         named = ", ".join(item["path"] for item in report)
-        detail += f": {named} changed since the run began (each shown above)"
+        detail = f"{named} changed since the run began (shown above); nothing was written"
     code = str(preflight.get("code") or "target_drift")
     return error_class(code)(f"{detail}; next: {nxt}", paths=report, bundle_id=bundle_id)

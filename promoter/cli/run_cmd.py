@@ -37,6 +37,10 @@ the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
 ``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
 which ran. See docs/guide/sandbox.md.
 
+A file the person saved during the run or at the question is offered the merge
+(``run_drift.py``); a link the grant's policy refuses, the rest without it
+(``run_links.py``).
+
 Deliberately thin: every decision is the host's (grant checks, verification, the
 preflight, the approval gate, the promotion); this module orchestrates and prints.
 """
@@ -61,6 +65,8 @@ from typer._click.exceptions import UsageError  # the click typer's own groups u
 from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
 
 from promoter.cli import run_answers as answers
+from promoter.cli import run_drift as drift
+from promoter.cli import run_links as links
 from promoter.cli import run_manage as manage
 from promoter.cli import userconfig
 from promoter.cli.bundle_cmd import diff_unseen, print_bundle, print_diff, print_receipt
@@ -152,6 +158,7 @@ def _grant(
     base: str | None,
     preconditions: list[dict[str, Any]] | None = None,
     confinement: str = "bwrap",
+    symlinks: str = "none",
 ) -> Any:
     now = utcnow()
     grant: dict[str, Any] = {
@@ -176,6 +183,8 @@ def _grant(
     }
     if base is not None:
         grant["base_operation"] = base
+    if symlinks != "none":
+        grant["symlinks"] = symlinks
     return grant
 
 
@@ -195,6 +204,7 @@ class Confinement:
     limits: confine.Limits = field(default_factory=confine.Limits)
     pass_env: tuple[str, ...] = ()
     hide: tuple[Path, ...] = ()
+    symlinks: str = "none"  # the grant's link policy (run_links.py), not a confinement
 
     @property
     def kind(self) -> str:
@@ -317,7 +327,13 @@ def _step(
         number = len(record.steps) + 1
         preconditions = answers.chained_preconditions(orch, record)
         grant_doc = _grant(
-            record, repository["repository_identity"], number, base, preconditions, how.kind
+            record,
+            repository["repository_identity"],
+            number,
+            base,
+            preconditions,
+            how.kind,
+            how.symlinks,
         )
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
         opened = orch.open_run(  # the grant, its lease and the run's token: one request
@@ -359,9 +375,7 @@ def _step(
                 bundle, receipt = adopted
                 _say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with build_bundle(
-                    Path(record.clone), grant, since=since, start_tree=record.start_tree
-                ) as built:
+                with links.build(state_dir, record, step, grant, since, yes=yes) as built:
                     if not built.bundle["changes"]:
                         step.status = "no_changes"
                         sandboxes.save(state_dir, record)
@@ -405,11 +419,13 @@ def _promote(
     assert step.bundle_id is not None
     preflight = orch.preflight(step.bundle_id, grant.fence)
     _say(f"preflight {preflight['status']}")
-    if preflight["status"] != "passed":
+    drifted = preflight["status"] != "passed"
+    if drifted:  # a drift a merge can mend is offered the merge (run_drift.py)
         step.status = "preflight_refused"
         sandboxes.save(state_dir, record)
-        raise answers.refusal(preflight, record, step.bundle_id)
-    consent = _approve_here(yes, unseen or [])
+        consent: str | None = drift.offer(preflight, record, step.bundle_id, yes=yes)
+    else:
+        consent = _approve_here(yes, unseen or [])
     if consent is None:
         step.status = "declined"
         sandboxes.save(state_dir, record)
@@ -432,6 +448,19 @@ def _promote(
             return
         seen = [str(u["path"]) for u in unseen or []]  # confirmed at the question
         view = orch.approve(step.operation_id, _confirmed_note(), wait=True, seen=seen)
+    merged = drift.merged(  # refused target_drift: merged into a new bundle (run_drift.py)
+        orch,
+        state_dir,
+        record,
+        step,
+        view,
+        consent=consent,
+        agreed=drifted,
+        note=_confirmed_note(),
+    )
+    if merged is None:
+        return
+    view = merged
     step.status = str(view["status"])
     sandboxes.save(state_dir, record)
     if step.status != "completed":
@@ -528,6 +557,12 @@ def run(
     hide: Annotated[
         list[Path] | None, typer.Option("--hide", help="A directory the confined CMD must not see.")
     ] = None,
+    symlinks: Annotated[
+        str,
+        typer.Option(
+            "--symlinks", help="Links the bundle may carry: none, inside (the worktree), any."
+        ),
+    ] = "none",
 ) -> None:
     target = _target(state_dir, url, token_file)
     state, address = target.state_dir, target.url
@@ -551,6 +586,7 @@ def run(
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
         hide=(*(p.resolve() for p in hide or ()), *secrets),
+        symlinks=links.policy(symlinks),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     token = _token(target)
@@ -598,7 +634,7 @@ def run(
         except PromoterError:
             err_console.print(f"sandbox kept: {record.clone}", soft_wrap=True, highlight=False)
             raise
-    _finish(state, record, keep=keep)
+    _finish(state, record, keep=keep or links.keep_sandbox(record))
 
 
 @contextmanager

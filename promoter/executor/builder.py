@@ -328,6 +328,7 @@ def build_bundle(
     since: dict[str, FileState] | None = None,
     seed: bool = True,
     start_tree: str | None = None,
+    leave_out: frozenset[str] = frozenset(),
 ) -> BuiltBundle:
     """Seal every change of ``worktree`` against ``grant.base_tree`` into a bundle.
 
@@ -345,6 +346,9 @@ def build_bundle(
     ``PathInvalid`` (path rules), ``VerificationFailed`` (allowlist, explicit
     preconditions, limits). The caller owns the result and must ``close`` it.
     ``seed=False`` ignores the worktree's index (every file is read; same bundle).
+    ``leave_out``: changed paths (as git names them) the person chose not to promote
+    (``promoter run`` offers the rest of a bundle without a refused link); they are not
+    in the bundle, and nothing about them is checked.
     """
     bound = _bound_sha256(grant)
     layout = discover(worktree)
@@ -353,7 +357,7 @@ def build_bundle(
     shadow = SeededShadow(layout, base_tree=start, seed=seed, head_tree=head_tree)
     shadow.__enter__()
     try:
-        entries = shadow.diff(start)
+        entries = [e for e in shadow.diff(start) if e.path not in leave_out]
         _refuse_unsupported(layout, shadow, entries, grant)
         odd = [
             {"path": printable(e.path), "reason": "a type change"}

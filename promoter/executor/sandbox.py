@@ -43,6 +43,7 @@ class Step:
     status: str = "started"
     base_operation: str | None = None
     confinement: str | None = None  # "bwrap" or "unconfined": how the step's command ran
+    left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
 
 
 @dataclass

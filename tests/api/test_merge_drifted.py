@@ -545,3 +545,19 @@ def test_head_moved_is_refused_since_the_grant_cannot_hold(served: Daemon, work:
     assert problem["code"] == "merge_unsupported"
     assert problem["repository"]["head"]["ok"] is False
     assert (work / "src" / "app.py").read_bytes() == PERSON
+
+
+def test_ops_show_of_a_drifted_promotion_names_the_merge_as_the_next_step(
+    served: Daemon, work: Path
+) -> None:
+    from promoter.cli.main import app
+
+    operation_id = _drifted(served, work, PERSON)
+    env = {"PROMOTER_URL": served.url, "PROMOTER_TOKEN": served.operator_token, "COLUMNS": "400"}
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"  drift src/app.py: expected {sha(BASE)[:12]} 100644, found {sha(PERSON)[:12]} 100644"
+    ) in shown.stdout
+    assert f"`promoter merge {operation_id}`" in shown.stdout
+    assert "request the promotion again" not in shown.stdout

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from promoter.errors import NotConfirmed, PromoterError, TargetDrift
+from promoter.errors import MergeConflict, NotConfirmed, PromoterError, TargetDrift
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git, git_bytes
 from tests.support import forkserver
@@ -160,8 +160,9 @@ def test_a_file_the_person_edits_during_the_run_drifts_and_is_named(
         PERSON_WORKTREE=str(repo),
     )
     err = done.stderr.decode()
-    assert done.returncode == TargetDrift.exit_code, err
-    assert "[target_drift]" in err
+    # --yes answers the merge's question; the save conflicts with the agent's line
+    assert done.returncode == MergeConflict.exit_code, err
+    assert "[merge_conflict]" in err
     record = _only_run(daemon)
     readme_now = b"the person saves during the run\n"
     assert (
@@ -178,7 +179,7 @@ def test_a_file_the_person_edits_during_the_run_drifts_and_is_named(
     before.pop("README.md")
     assert after == before
     assert Path(record.clone).is_dir()
-    assert record.steps[0].status == "preflight_refused"
+    assert record.steps[0].status == "merge_conflict"
 
 
 def test_from_head_starts_at_head_and_an_edit_of_a_dirty_file_is_refused(

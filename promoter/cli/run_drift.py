@@ -1,0 +1,285 @@
+"""What ``promoter run`` does when a file the agent changed moved under the person.
+
+A person may save a file while the agent runs (the preflight says ``target_drift``) or
+while the question waits (the promotion, under the lock, is refused ``target_drift``).
+Either way the agent's bundle cannot land as it is, and the host can merge it away from
+the worktree into a new bundle (SPEC §10.14, ``promoter.engine.review.merge``). The merge
+acts on a promotion refused with ``target_drift``, so this module:
+
+- ``offer``: after a drifted preflight whose drift a merge can mend (a text file of the
+  bundle changed, not its index entry; HEAD, branch and tree as granted; the sandbox
+  started from the worktree, not ``--from-head``), names each drifted path and asks
+  "PATH changed while the agent ran: merge your edit and the agent's? [Y/n]" (``--yes``
+  answers yes; no terminal and no ``--yes``, or no: the refusal, every path named).
+  Yes is the consent the promotion request needs: it is requested, and refused
+  ``target_drift`` with the drift recorded (or, should the file have gone back, it
+  lands as it would have);
+- ``merged``: for a promotion refused with ``target_drift``, asks the same question
+  (unless ``offer`` already did), asks the host for the merge, and then:
+  clean: the merged diff is shown and the new bundle, held for approval as every merged
+  bundle is, is approved with the person's credential when the person answered at the
+  terminal (``--yes`` is not a person: the held operation and ``promoter approve`` are
+  named); a conflict: each file with its markers is written into the run's directory
+  (never the worktree), named, with the next command; a path that is not text: the
+  three sides shown. A merged promotion refused again (a new save) is merged again, a
+  bounded number of times.
+
+The merge and the approval go out under one credential, ``person``: today the operator
+token in the state directory, the one ``run`` approves with.
+
+Deliberately not here: the merge itself and its rules, the approval gate, and the
+promotion protocol, which never merges (drift refuses).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from promoter.cli import run_answers as answers
+from promoter.cli.bundle_cmd import print_diff
+from promoter.cli.common import console, err_console, escape
+from promoter.client.sync import PromoterClient
+from promoter.errors import (
+    ConfigError,
+    MergeConflict,
+    MergeUnsupported,
+    PromoterError,
+    error_class,
+)
+from promoter.executor import sandbox as sandboxes
+
+__all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
+
+CONFLICTS = "conflicts"  # under the run's directory: the marked files of a conflicted merge
+_ROUNDS = 3  # merges of one step, each after a new save refused the last
+
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, highlight=False)
+
+
+def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
+    """The credential a person's merge and approval go out under (the one place it is read):
+    the run's own when it is the person's operator credential
+    (docs/decisions/persons-cli-credential.md), else the state directory's operator token."""
+    if orch.whoami().get("role") == "operator":
+        return orch
+    try:
+        token = (state_dir / "credentials" / "operator.token").read_text("utf-8").strip()
+    except OSError:
+        token = ""
+    if not token:
+        raise ConfigError(
+            f"no operator credential in {state_dir}/credentials: the merge needs one "
+            "(promoter merge OP with --token-file)"
+        )
+    return orch.with_token(token)
+
+
+def _mendable(report: dict[str, Any]) -> list[str]:
+    """The drifted paths a merge could mend: none when HEAD, branch or tree moved."""
+    if not all(fact.get("ok", True) for fact in (report.get("repository") or {}).values()):
+        return []
+    paths = report.get("paths") or []
+    drifted = [p for p in paths if p.get("verdict") in ("drift", "unsafe")]
+    if any(
+        p.get("verdict") == "unsafe"
+        or p.get("operation") != "modify"  # only a text edit merges
+        or p.get("index_actual") != p.get("index_expected")  # staged: the index is the person's
+        for p in drifted
+    ):
+        return []
+    return [str(p["path"]) for p in drifted]
+
+
+def _question(paths: list[str]) -> str:
+    named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return f"{named} changed while the agent ran: merge your edit and the agent's?"
+
+
+def _ask(paths: list[str], yes: bool) -> str | None:
+    """``"yes"`` (the flag), ``"asked"`` (yes at the terminal), None (no, or no terminal)."""
+    if yes:
+        _say(f"{escape(_question(paths))} yes (--yes)")
+        return "yes"
+    if not sys.stdin.isatty():
+        err_console.print("not a terminal: pass --yes to merge and promote without asking")
+        return None
+    return "asked" if typer.confirm(_question(paths), default=True) else None
+
+
+def offer(
+    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, *, yes: bool
+) -> str:
+    """The consent to request a drifted promotion so that it can be merged, or the refusal."""
+    paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
+    if not paths or record.start_tree is None:  # --from-head: the file was yours before
+        raise answers.refusal(preflight, record, bundle_id)
+    answers.print_drift(preflight)
+    consent = _ask(paths, yes)
+    if consent is None:
+        raise answers.refusal(preflight, record, bundle_id)
+    return consent
+
+
+def conflict_file(record: sandboxes.RunRecord, operation_id: str, path: str) -> Path:
+    """Where the marked text of ``path`` goes: the run's directory, never the worktree."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(f"not a bundle path: {path!r}")
+    return Path(record.clone).parent / CONFLICTS / operation_id / Path(*parts)
+
+
+def _write_marked(target: Path, text: str) -> None:
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(target, flags, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(text.encode("utf-8", errors="surrogateescape"))
+
+
+def _conflict(exc: MergeConflict, record: sandboxes.RunRecord, operation_id: str) -> None:
+    written: list[str] = []
+    for item in exc.context.get("paths") or []:
+        if item.get("result") != "conflict" or item.get("merged_text") is None:
+            continue
+        target = conflict_file(record, operation_id, str(item["path"]))
+        _write_marked(target, str(item["merged_text"]))
+        cut = " (cut: the text is longer)" if item.get("truncated") else ""
+        _say(
+            f"conflict: {escape(str(item['path']))}: {item.get('conflicts')} conflicting "
+            f"hunk(s); both edits with markers in {escape(str(target))}{cut}"
+        )
+        written.append(str(item["path"]))
+    _say("nothing in your worktree changed")
+    nxt = (
+        f"resolve the markers and save the result as {', '.join(written)} yourself, then "
+        f"start again from your files as they are: promoter run --repo {record.repository} "
+        f"-- CMD (the conflict again: promoter merge {operation_id})"
+    )
+    err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
+    exc.detail = f"{exc.detail}; next: {nxt}"
+
+
+def _unsupported(exc: MergeUnsupported) -> None:
+    for item in exc.context.get("paths") or []:
+        sides = ", ".join(
+            f"{name} {str(item[name].get('sha256') or '-')[:12]} {item[name].get('bytes')} bytes"
+            for name in ("old", "current", "new")
+        )
+        _say(f"not merged: {escape(str(item['path']))}: {escape(item.get('reason') or '')}")
+        _say(f"  {escape(sides)}")
+
+
+def _drift_report(orch: PromoterClient, operation_id: str) -> dict[str, Any]:
+    view = orch.get_operation(operation_id)
+    report: dict[str, Any] = (view.get("report") or {}).get("drift_report") or {}
+    return report
+
+
+def _refused(
+    report: dict[str, Any],
+    view: dict[str, Any],
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+) -> PromoterError:
+    """The refused promotion as the preflight's refusal: every drifted path, the next step."""
+    step.status = "refused"
+    sandboxes.save(state_dir, record)
+    operation_id = str(view["operation_id"])
+    err_console.print(
+        f"operation {escape(operation_id)} was refused: nothing was written "
+        f"(the merge later: promoter merge {escape(operation_id)})",
+        soft_wrap=True,
+        highlight=False,
+    )
+    preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
+    return answers.refusal(preflight, record, str(step.bundle_id))
+
+
+def merged(
+    orch: PromoterClient,
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+    view: dict[str, Any],
+    *,
+    consent: str,
+    agreed: bool,
+    note: str,
+) -> dict[str, Any] | None:
+    """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
+    (the approved merged promotion's view, or None when it waits for an approval)."""
+    for _ in range(_ROUNDS):
+        if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
+            return view
+        operation_id = str(view["operation_id"])
+        report = _drift_report(orch, operation_id)
+        paths = _mendable(report)
+        if not paths:
+            raise _refused(report, view, state_dir, record, step)
+        if not agreed:
+            answers.print_drift(report)
+            if _ask(paths, consent == "yes") is None:
+                raise _refused(report, view, state_dir, record, step)
+        agreed = False  # a new save after this merge is asked about again
+        outcome = _merge_once(orch, state_dir, record, step, operation_id, consent, note)
+        if outcome is None:
+            return None
+        view = outcome
+    return view
+
+
+def _merge_once(
+    orch: PromoterClient,
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+    operation_id: str,
+    consent: str,
+    note: str,
+) -> dict[str, Any] | None:
+    with person(orch, state_dir) as merger:
+        try:
+            result = merger.merge(operation_id)
+        except MergeConflict as exc:
+            step.status = "merge_conflict"
+            sandboxes.save(state_dir, record)
+            _conflict(exc, record, operation_id)
+            raise
+        except MergeUnsupported as exc:
+            step.status = "merge_unsupported"
+            sandboxes.save(state_dir, record)
+            _unsupported(exc)
+            raise
+        _say(
+            f"merged your edit and the agent's into bundle [bold]{result['bundle_id']}[/] "
+            f"(from {result['merged_from']}); nothing in your worktree changed yet"
+        )
+        step.bundle_id = str(result["bundle_id"])
+        print_diff(orch.bundle_diff(step.bundle_id), pager=consent != "yes")
+        held = result["promotion"]
+        if held["operation_id"] is None:
+            step.status = "merge_not_held"
+            sandboxes.save(state_dir, record)
+            raise error_class(str(held["code"]))(
+                f"the merged bundle {step.bundle_id} is not held for approval: {held['detail']}"
+            )
+        step.operation_id = str(held["operation_id"])
+        if held["status"] != "awaiting_approval" or consent != "asked":
+            step.status = str(held["status"])
+            sandboxes.save(state_dir, record)
+            _say(
+                f"the merge waits for approval: promoter review {step.operation_id}, then "
+                f"promoter approve {step.operation_id}"
+            )
+            return None
+        sandboxes.save(state_dir, record)
+        approved: dict[str, Any] = merger.approve(step.operation_id, note, wait=True)
+        return approved

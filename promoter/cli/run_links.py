@@ -1,0 +1,137 @@
+"""What ``promoter run`` does when the grant's symlink policy refuses a link the agent made.
+
+A run's grant says which symbolic links a bundle may carry (``symlinks``: ``none``, the
+default; ``inside``: links whose target stays in the worktree and out of ``.git``;
+``any``), set by ``promoter run --symlinks``. When the sandbox holds a link the policy
+refuses, ``build`` names each refused link with the grant's policy and the setting that
+allows it, and offers the rest: on a terminal it asks "Promote the rest, without
+PATH?"; yes builds the bundle without the refused links (the rest then goes through
+the review and the question as any bundle), records them on the step (``left_out``)
+and keeps the sandbox after the promotion, so the links stay where the agent made them
+(``promoter run --continue RUN --symlinks inside -- true`` hands them in later). No, no
+terminal, or ``--yes`` (a part is never promoted unasked): the refusal, every link named,
+with the next commands; nothing is submitted.
+
+Deliberately not here: the policy itself (``promoter.domain.links``, checked again by
+the host's verification), and any other refusal of the builder, which stays as it was.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from promoter.cli.common import console, err_console, escape
+from promoter.cli.lazy import deferred
+from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
+from promoter.executor import sandbox as sandboxes
+
+if TYPE_CHECKING:
+    from promoter.domain.models import FileState, GrantV1
+    from promoter.executor.builder import BuiltBundle, build_bundle
+else:  # the builder and the bundle models: loaded by a run, not by --list
+    build_bundle = deferred("promoter.executor.builder", "build_bundle")
+
+__all__ = ["POLICIES", "build", "keep_sandbox", "policy"]
+
+POLICIES = ("none", "inside", "any")
+_WIDER = {"none": "inside", "inside": "any"}
+
+
+def policy(value: str) -> str:
+    """The ``--symlinks`` value, checked."""
+    if value not in POLICIES:
+        raise ConfigError(f"--symlinks must be one of {', '.join(POLICIES)}, not {value!r}")
+    return value
+
+
+def _refused_links(exc: PromoterError) -> list[dict[str, Any]] | None:
+    """The refused links of a builder refusal, or None when anything else is refused too."""
+    paths = list(exc.context.get("paths") or [])
+    if not paths:
+        return None
+    if isinstance(exc, PathUnsafe):
+        links = [p for p in paths if "symbolic link" in str(p.get("reason"))]
+    elif isinstance(exc, VerificationFailed) and "symlink policy" in exc.detail:
+        links = [p for p in paths if "target" in p]
+    else:
+        return None
+    return links if len(links) == len(paths) else None
+
+
+def _explain(links: list[dict[str, Any]], grant: GrantV1, record: sandboxes.RunRecord) -> str:
+    wider = _WIDER.get(grant.symlinks, "any")
+    for item in links:
+        target = f" -> {item['target']!r}" if item.get("target") is not None else ""
+        console.print(
+            f"refused link: {escape(str(item['path']))}{escape(target)}: "
+            f"{escape(str(item.get('reason')))}",
+            soft_wrap=True,
+            highlight=False,
+        )
+    allow = f"promoter run --continue {record.run_id} --symlinks {wider} -- true"
+    console.print(
+        f"the grant's policy is symlinks: {grant.symlinks}; --symlinks {wider} on promoter "
+        f"run allows {'links that stay inside the worktree' if wider == 'inside' else 'any link'}"
+        f" ({escape(allow)})",
+        soft_wrap=True,
+        highlight=False,
+    )
+    return allow
+
+
+def _ask(paths: list[str], yes: bool) -> bool:
+    if yes:
+        err_console.print("--yes never promotes a part: answer at a terminal to promote the rest")
+        return False
+    if not sys.stdin.isatty():
+        return False
+    named = ", ".join(paths)
+    return typer.confirm(f"Promote the rest, without {named}?", default=True)
+
+
+def build(
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    step: sandboxes.Step,
+    grant: GrantV1,
+    since: dict[str, FileState] | None,
+    *,
+    yes: bool,
+) -> BuiltBundle:
+    """The sandbox's bundle; with refused links, the rest when the person says so."""
+    clone = Path(record.clone)
+    try:
+        return build_bundle(clone, grant, since=since, start_tree=record.start_tree)
+    except (PathUnsafe, VerificationFailed) as exc:
+        links = _refused_links(exc)
+        if links is None:
+            raise
+        allow = _explain(links, grant, record)
+        paths = [str(item["path"]) for item in links]
+        if not _ask(paths, yes):
+            exc.detail = (
+                f"{exc.detail}; the grant's policy is symlinks: {grant.symlinks}; next: allow "
+                f"them with {allow}, or promote the rest without them at a terminal: "
+                f"promoter run --continue {record.run_id} -- true"
+            )
+            raise
+    step.left_out = paths
+    sandboxes.save(state_dir, record)
+    built = build_bundle(
+        clone, grant, since=since, start_tree=record.start_tree, leave_out=frozenset(paths)
+    )
+    console.print(
+        f"the rest, without {escape(', '.join(paths))} (kept in the sandbox {record.clone}):",
+        soft_wrap=True,
+        highlight=False,
+    )
+    return built
+
+
+def keep_sandbox(record: sandboxes.RunRecord) -> bool:
+    """Whether the last step left links out: its sandbox stays, the links in it."""
+    return bool(record.steps and record.steps[-1].left_out)

@@ -1,0 +1,373 @@
+"""P1: the person saves the file the agent changed, during ``promoter run`` and at its
+question; and a link the grant's policy refuses, with the rest of the bundle offered.
+
+The real CLI (``python -m promoter.cli.main``) runs from inside the guarded repository
+(not the promoter checkout) on a real pseudo-terminal against a real daemon on a loopback
+port, ``--unconfined`` so that no bubblewrap is needed. The person's save during the run
+is deterministic: the agent's command writes its edit, then waits on a FIFO the test
+opens only after it saved the person's edit into the worktree. The save at the question
+lands when the question is on the terminal, before the answer. Every test asserts the
+worktree's exact bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter.errors import ConfigError
+from promoter.executor import sandbox as sandboxes
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo, sha
+from tests.support.promotion import git_dir_digest, tree_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "promoter.cli.main"]
+BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
+AGENT = BASE.replace(b"line 2\n", b"line 2 by the agent\n")
+PERSON = BASE.replace(b"line 11\n", b"line 11 by the person\n")
+MERGED = AGENT.replace(b"line 11\n", b"line 11 by the person\n")
+CLASH = BASE.replace(b"line 2\n", b"line 2 by the person\n")
+EXTRA = b"a new file of the agent\n"
+WAIT = 120.0  # a bound on a step that hangs, never a synchronization
+
+
+class Terminal:
+    """A command on a pseudo-terminal: its output collected, awaited, answered."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        master, slave = pty.openpty()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env={**base, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "300", **env},
+            close_fds=True,
+        )
+        os.close(slave)
+        self.master = master
+        self.output = b""
+        self.closed = False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                chunk = b""
+            with self.changed:
+                self.output += chunk
+                self.closed = not chunk
+                self.changed.notify_all()
+            if not chunk:
+                return
+
+    def expect(self, text: bytes, after: int = 0) -> int:
+        """Wait until ``text`` appears past offset ``after``; the offset past it."""
+        with self.changed:
+            found = self.changed.wait_for(
+                lambda: text in self.output[after:] or self.closed, timeout=WAIT
+            )
+            at = self.output.find(text, after)
+            assert found and at >= 0, self.text()
+            return at + len(text)
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def finish(self) -> int:
+        code = self.proc.wait(timeout=WAIT)
+        self.reader.join(WAIT)
+        os.close(self.master)
+        return code
+
+    def text(self) -> str:
+        return self.output.decode(errors="replace")
+
+    @property
+    def plain(self) -> bytes:
+        """The output without terminal styling and carriage returns."""
+        return re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\r", b"", self.output)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "work", {"README.md": b"# project\n", "src/app.py": BASE})
+
+
+@pytest.fixture
+def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
+    with running_daemon(tmp_path / "state", {"work": work}) as daemon:
+        yield daemon
+
+
+def _run(daemon: Daemon, work: Path, script: str, *extra: str, keep: bool = True) -> Terminal:
+    argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv += ["--repo", "work", "--unconfined", *(["--keep"] if keep else []), *extra]
+    argv += ["--", "sh", "-c", script]
+    return Terminal(argv, work, {"PAGER": "cat"})
+
+
+def _agent_files(tmp_path: Path, content: bytes = AGENT) -> str:
+    """The agent's script: its edit of src/app.py and a new file."""
+    (tmp_path / "agent.py").write_bytes(content)
+    (tmp_path / "extra.py").write_bytes(EXTRA)
+    return f"cp {tmp_path / 'agent.py'} src/app.py && cp {tmp_path / 'extra.py'} src/extra.py"
+
+
+def _pausing_agent(tmp_path: Path) -> tuple[str, Path, Path]:
+    """The agent's script, which then says so on one FIFO and waits on another."""
+    ready, go = tmp_path / "ready.fifo", tmp_path / "go.fifo"
+    os.mkfifo(ready)
+    os.mkfifo(go)
+    return f"{_agent_files(tmp_path)} && echo edited > {ready} && read x < {go}", ready, go
+
+
+def _save_while_the_agent_waits(ready: Path, go: Path, work: Path, person: bytes) -> None:
+    """Wait for the agent's word, save the person's edit, let the agent finish."""
+    heard: list[bytes] = []
+    listener = threading.Thread(target=lambda: heard.append(ready.read_bytes()), daemon=True)
+    listener.start()
+    listener.join(WAIT)
+    assert heard == [b"edited\n"], "the agent never reached its pause"
+    (work / "src" / "app.py").write_bytes(person)
+    go.write_bytes(b"go\n")
+
+
+def _record(daemon: Daemon) -> sandboxes.RunRecord:
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    return record
+
+
+def _receipt_targets(daemon: Daemon, operation_id: str) -> dict[str, str]:
+    with daemon.orchestrator() as orch:
+        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert answer.status_code == 200, answer.text
+    return {t["path"]: t["sha256"] for t in answer.json()["targets"]}
+
+
+QUESTION = b"src/app.py changed while the agent ran: merge your edit and the agent's? [Y/n]"
+
+
+def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(served, work, script)
+    _save_while_the_agent_waits(ready, go, work, PERSON)
+    at = term.expect(b"preflight refused")
+    term.expect(QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == MERGED
+    assert (work / "src" / "extra.py").read_bytes() == EXTRA
+    record = _record(served)
+    [step] = record.steps
+    assert step.status == "completed"
+    assert step.operation_id is not None
+    assert _receipt_targets(served, step.operation_id) == {
+        "src/app.py": sha(MERGED),
+        "src/extra.py": sha(EXTRA),
+    }
+    assert b"merged your edit and the agent's into bundle" in term.plain
+    assert b"+line 2 by the agent" in term.plain[term.plain.find(b"merged your edit") :]
+    assert b"promoted: operation" in term.plain
+
+
+def test_a_save_at_the_question_is_merged_with_the_agents_edit_and_promoted(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    term = _run(served, work, _agent_files(tmp_path))
+    at = term.expect(b"Promote these changes into the worktree?")
+    (work / "src" / "app.py").write_bytes(PERSON)  # saved while the question waits
+    term.send(b"y\r")
+    term.expect(QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == MERGED
+    assert (work / "src" / "extra.py").read_bytes() == EXTRA
+    [step] = _record(served).steps
+    assert step.status == "completed" and step.operation_id is not None
+    assert _receipt_targets(served, step.operation_id)["src/app.py"] == sha(MERGED)
+
+
+def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_file(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    term = _run(served, work, _agent_files(tmp_path))
+    at = term.expect(b"Promote these changes into the worktree?")
+    (work / "src" / "app.py").write_bytes(CLASH)
+    before = tree_bytes(work), git_dir_digest(work)
+    term.send(b"y\r")
+    term.expect(QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() != 0, term.text()
+    assert (tree_bytes(work), git_dir_digest(work)) == before  # not a byte of the worktree
+    record = _record(served)
+    [step] = record.steps
+    assert step.status == "merge_conflict"
+    named = re.search(rb"both edits with markers in (\S+)", term.plain)
+    assert named is not None, term.text()
+    marked = Path(named.group(1).decode())
+    assert marked.parent.parent.parent == Path(record.clone).parent / "conflicts"
+    text = marked.read_bytes()
+    assert b"<<<<<<<" in text and b"line 2 by the person\n" in text
+    assert b"line 2 by the agent\n" in text and b">>>>>>>" in text
+    assert b"nothing in your worktree changed" in term.plain
+    assert b"next: resolve the markers" in term.plain
+    assert b"[merge_conflict]" in term.plain
+
+
+def test_with_yes_a_clean_merge_is_held_for_a_persons_approval(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(served, work, script, "--yes")
+    _save_while_the_agent_waits(ready, go, work, PERSON)
+    assert term.finish() == 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == PERSON  # --yes is not a person
+    [step] = _record(served).steps
+    assert step.status == "awaiting_approval" and step.operation_id is not None
+    assert f"promoter approve {step.operation_id}".encode() in term.plain
+    with served.operator() as op:
+        done = op.post(f"/v1/operations/{step.operation_id}/approve", json={"wait": True})
+    assert done.json()["status"] == "completed", done.text
+    assert (work / "src" / "app.py").read_bytes() == MERGED
+
+
+def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(served, work, script)
+    _save_while_the_agent_waits(ready, go, work, PERSON)
+    term.expect(QUESTION)
+    term.send(b"n\r")
+    assert term.finish() != 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == PERSON
+    assert not (work / "src" / "extra.py").exists()
+    assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
+
+
+def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    script = f"{_agent_files(tmp_path)} && ln -s ../../outside src/link"
+    term = _run(served, work, script, keep=False)
+    at = term.expect(b"Promote the rest, without src/link? [Y/n]")
+    term.send(b"y\r")
+    term.expect(b"Promote these changes into the worktree?", at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert b"the grant's policy is symlinks: none" in term.plain
+    assert b"--symlinks inside" in term.plain
+    assert (work / "src" / "app.py").read_bytes() == AGENT
+    assert (work / "src" / "extra.py").read_bytes() == EXTRA
+    assert not os.path.lexists(work / "src" / "link")
+    record = _record(served)
+    [step] = record.steps
+    assert (step.status, step.left_out) == ("completed", ["src/link"])
+    assert step.operation_id is not None
+    assert set(_receipt_targets(served, step.operation_id)) == {"src/app.py", "src/extra.py"}
+    # the sandbox stays, the link in it, for --symlinks inside later
+    assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
+
+
+def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    before = tree_bytes(work)
+    term = _run(served, work, "ln -s ../../outside src/link && echo x > src/x.py", "--yes")
+    assert term.finish() != 0, term.text()
+    assert tree_bytes(work) == before
+    assert b"[path_unsafe]" in term.plain
+    assert b"symlinks: none" in term.plain and b"--symlinks inside" in term.plain
+    [step] = _record(served).steps
+    assert step.bundle_id is None
+
+
+def test_symlinks_inside_promotes_a_link_that_stays_inside(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    term = _run(served, work, "ln -s app.py src/alias", "--yes", "--symlinks", "inside")
+    assert term.finish() == 0, term.text()
+    assert os.readlink(work / "src" / "alias") == "app.py"
+
+
+def _bwrap_or_skip() -> None:
+    from promoter.errors import ConfinementUnavailable
+    from promoter.executor import confine
+
+    try:
+        confine.probe(confine.bwrap_path())
+    except ConfinementUnavailable as exc:
+        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
+            raise
+        pytest.skip(f"bubblewrap cannot confine here: {exc.detail}")
+
+
+def test_confined_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    """The same under bubblewrap: the agent waits for a line on its terminal."""
+    _bwrap_or_skip()
+    agent = AGENT.decode().replace("\n", "\\n")
+    script = f"printf '{agent}' > src/app.py && echo agent-waits && read x && echo agent-goes"
+    argv = [*CLI, "run", "--state-dir", str(served.state_dir), "--url", served.url]
+    argv += ["--repo", "work", "--keep", "--", "sh", "-c", script]
+    term = Terminal(argv, work, {"PAGER": "cat"})
+    at = term.expect(b"agent-waits")
+    (work / "src" / "app.py").write_bytes(PERSON)
+    term.send(b"go\r")
+    term.expect(QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert b"confined by bubblewrap" in term.plain
+    assert (work / "src" / "app.py").read_bytes() == MERGED
+    [step] = _record(served).steps
+    assert (step.status, step.confinement) == ("completed", "bwrap")
+
+
+def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
+    served: Daemon, work: Path, tmp_path: Path
+) -> None:
+    term = _run(served, work, _agent_files(tmp_path))
+    at = term.expect(b"Promote these changes into the worktree?")
+    (work / "src" / "app.py").write_bytes(PERSON)
+    term.send(b"y\r")
+    term.expect(QUESTION, at)
+    term.send(b"n\r")
+    assert term.finish() != 0, term.text()
+    assert (work / "src" / "app.py").read_bytes() == PERSON
+    assert not (work / "src" / "extra.py").exists()
+    [step] = _record(served).steps
+    assert step.status == "refused" and step.operation_id is not None
+    plain = b" ".join(term.plain.split())
+    assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
+    assert f"promoter merge {step.operation_id}".encode() in plain
+    assert b"[target_drift] src/app.py changed since the run began" in plain
+
+
+def test_a_bad_symlinks_setting_is_refused_before_a_sandbox_exists(
+    served: Daemon, work: Path
+) -> None:
+    term = _run(served, work, "true", "--symlinks", "outside")
+    assert term.finish() == ConfigError.exit_code, term.text()
+    assert b"[config_error] --symlinks must be one of none, inside, any" in b" ".join(
+        term.plain.split()
+    )
+    assert sandboxes.list_runs(served.state_dir) == []
