@@ -68,7 +68,7 @@ def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
     the run's own when it is the person's operator credential
     (docs/decisions/persons-cli-credential.md), else the state directory's operator token."""
     if orch.whoami().get("role") == "operator":
-        return orch
+        return orch.with_token(orch.token)  # a client of its own: the caller closes it
     try:
         token = (state_dir / "credentials" / "operator.token").read_text("utf-8").strip()
     except OSError:

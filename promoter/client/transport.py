@@ -48,6 +48,11 @@ class Transport(Closing):
         self._backoff = backoff
         self._http = httpx.Client(**pool_options(self.url, token, timeout, transport))
 
+    @property
+    def token(self) -> str | None:
+        """The credential this client sends (for a second client of the same caller)."""
+        return self._token
+
     def close(self) -> None:
         self._http.close()
 
