@@ -50,7 +50,7 @@ from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
-from promoter.executor import build_bundle, confine, sandbox_repo, upload_and_submit
+from promoter.executor import confine, layered, layers, sandbox_repo, upload_and_submit
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
 
@@ -193,14 +193,17 @@ def _run_command(
     home = run_home / "home"
     home.mkdir(mode=0o700, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    overlay = layered.overlay_of(record) if record.layout == "overlay" else None
     if how.unconfined:
-        return confine.run_unconfined(command, Path(record.clone), {**base, **env}, timeout)
+        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
+        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
     box = confine.Sandbox(
         clone=Path(record.clone),
         home=home,
         hide=_hidden(state_dir, record, how.hide),
         network=how.network,
         limits=how.limits,
+        overlay=overlay,
     )
     outcome = confine.run_confined(
         command,
@@ -280,7 +283,8 @@ def _step(
             **answers.agent_env(record),
         }
         code = _run_command(command, record, env, timeout, how=how, state_dir=state_dir, url=url)
-        sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
+        if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             step.status = "command_failed"
             sandboxes.save(state_dir, record)
@@ -297,9 +301,7 @@ def _step(
                 bundle, receipt = adopted
                 _say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with build_bundle(
-                    Path(record.clone), grant, since=since, start_tree=record.start_tree
-                ) as built:
+                with layered.build(record, grant, since=since) as built:
                     if not built.bundle["changes"]:
                         step.status = "no_changes"
                         sandboxes.save(state_dir, record)
@@ -504,6 +506,7 @@ def run(
             created_at=rfc3339(utcnow()),
             allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
             from_head=from_head,
+            layout=layers.chosen_layout(unconfined, sandboxes.runs_dir(state)),
         )
         _say(answers.started(record))
     try:

@@ -55,6 +55,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor.layers import Overlay
 from promoter.fs.own_entry import Made
 
 log = logging.getLogger("promoter.run")
@@ -117,6 +118,8 @@ class Sandbox:
     hide: Sequence[Path]
     network: bool = False
     limits: Limits = field(default_factory=Limits)
+    overlay: Overlay | None = None
+    """A layered sandbox: ``clone`` is its mount point (``layers.Overlay.wrap``)."""
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,8 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
     argv += ["--bind", clone, clone, "--bind", home, home]
     if relay is not None:
         argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
+    if box.overlay is not None:
+        argv += box.overlay.binds()
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
     return argv
@@ -369,7 +374,8 @@ def run_confined(
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
-            argv = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            inner = [*_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            argv = [*shim, *(box.overlay.wrap(inner) if box.overlay else inner)]
             code = _wait(argv, env, box.clone, timeout)
             return Outcome(code, kind)
     finally:

@@ -18,6 +18,7 @@ talking to the host.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
-from promoter.executor import sandbox_repo
+from promoter.executor import layered, layers, sandbox_repo
 from promoter.executor.start_state import capture_into
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
@@ -34,6 +35,7 @@ from promoter.store.durable import write_replace
 __all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
 
 RUN_PREFIX = "run_"
+log = logging.getLogger("promoter.run")
 
 
 @dataclass
@@ -64,6 +66,8 @@ class RunRecord:
     """That state's grant preconditions (``start_state.capture_into``)."""
     skipped: list[dict[str, str]] = field(default_factory=list)
     """Paths of the person's worktree the clone does not hold (gitlinks, nested repositories)."""
+    layout: str = "copy"
+    """``copy`` (a clone) or ``overlay`` (layers over a shared base: ``layered.py``)."""
 
     @property
     def last_completed(self) -> str | None:
@@ -101,11 +105,13 @@ def create(
     created_at: str,
     allow: list[dict[str, Any]],
     from_head: bool = False,
+    layout: str = "copy",
 ) -> RunRecord:
     """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
 
     Unless ``from_head``, the clone's worktree is then made equal to the person's
-    worktree as it is (``start_state.capture_into``).
+    worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
+    overlay sandbox instead of a clone (``layered.create``).
     """
     real = Path(worktree).resolve()
     if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
@@ -117,6 +123,14 @@ def create(
     home = runs_dir(state_dir) / run_id
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
+    if layout == "overlay":
+        record = RunRecord(
+            run_id=run_id, repository=repository, worktree=worktree, branch=branch,
+            base_commit=head, base_tree="", clone=str(clone), created_at=created_at,
+            allow=allow, layout="overlay",
+        )  # fmt: skip
+        _lay_overlay(state_dir, record, home, from_head)
+        return record
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
@@ -149,6 +163,47 @@ def create(
     if not from_head:
         _start_from_person(state_dir, record, home)
     return record
+
+
+def _lay_overlay(state_dir: Path, record: RunRecord, home: Path, from_head: bool) -> None:
+    """``layered.create``; a sandbox that could not be laid is removed."""
+    try:
+        state = layered.create(
+            state_dir, record, home, from_head=from_head,
+            save=lambda r: save(state_dir, r), used=lambda: used_bases(state_dir),
+        )  # fmt: skip
+    except OSError as exc:
+        _remove_unfinished(state_dir, record.run_id)
+        raise WriteFailed(
+            f"your worktree could not be laid into the sandbox: {exc.strerror or exc}; "
+            "the sandbox was removed",
+            run_id=record.run_id,
+        ) from exc
+    except BaseException:
+        _remove_unfinished(state_dir, record.run_id)
+        raise
+    if state is not None:
+        record.start_tree = state.tree
+        record.preconditions = state.preconditions
+        record.skipped = state.skipped
+    save(state_dir, record)
+
+
+def _remove_unfinished(state_dir: Path, run_id: str) -> None:
+    """Remove a sandbox whose making failed (its record may not be written yet)."""
+    home = runs_dir(state_dir) / run_id
+    if not (home / "run.json").is_file():
+        try:
+            home.rmdir()  # nothing made in it yet
+        except OSError:
+            log.warning("an unfinished sandbox was kept: %s", home)
+        return
+    remove(state_dir, run_id)
+
+
+def used_bases(state_dir: Path) -> set[str]:
+    """The base trees the overlay sandboxes on record use."""
+    return {r.base_tree for r in list_runs(state_dir) if r.layout == "overlay" and r.base_tree}
 
 
 def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
@@ -215,6 +270,8 @@ def remove(state_dir: Path, run_id: str) -> Path:
         raise ConfigError(f"{home} is not a sandbox directory under {root}")
     if worktree == home or home in worktree.parents or worktree in home.parents:
         raise ConfigError(f"the sandbox {home} overlaps the guarded worktree {worktree}")
+    if record.layout == "overlay":
+        layers.prepare_removal(home)
     return remove_own_tree(root, run_id, lambda fd: _names_run(fd, run_id))
 
 

@@ -105,6 +105,24 @@ def _delete(clone: OwnTree, path: str) -> None:
                 return
 
 
+def _whiteout(layer: OwnTree, path: str) -> None:
+    """Mark ``path`` deleted in an overlay's start layer: a whiteout (a character device
+    0,0, which the kernel lets anyone make) hides the base's entry below it."""
+    *parents, name = os.fsencode(path).split(b"/")
+    with layer.directory(parents, create=True) as folder:
+        _remove_leaf(folder, name)
+        os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=folder.fd)
+
+
+def _hidden_anyway(path: str, written: set[str]) -> bool:
+    """Whether a deletion needs no whiteout: an ancestor is written as a file, or ``path``
+    becomes a directory of written files (either hides the base's entry in an overlay)."""
+    parts = path.split("/")
+    if any("/".join(parts[:depth]) in written for depth in range(1, len(parts))):
+        return True
+    return any(other.startswith(path + "/") for other in written)
+
+
 def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> None:
     """Write ``path`` in the clone: a link (its target text) or a file, as a new leaf."""
     *parents, name = os.fsencode(path).split(b"/")
@@ -133,11 +151,15 @@ def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> Non
             os.close(out)
 
 
-def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry]) -> str:
+def _start_tree(
+    clone: Path, home: Path, base_tree: str, entries: list[DiffEntry], alternates: str | None
+) -> str:
     """HEAD's tree with ``entries`` applied, written into the clone's objects."""
     index = home / _START_INDEX
     # absolute: git runs in the clone, and the state directory may be given relative
     env = {"GIT_DIR": str(clone.absolute() / ".git"), "GIT_INDEX_FILE": str(index.absolute())}
+    if alternates is not None:  # an overlay's start layer: HEAD's objects are the person's
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = alternates
     try:
         run_git(["read-tree", base_tree], cwd=clone, env=env)
         lines = b"".join(
@@ -163,11 +185,22 @@ def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry
     return require_oid(tree.strip(), "start tree")
 
 
-def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> StartState:
+def capture_into(
+    worktree: str,
+    clone: Path,
+    home: Path,
+    base_tree: str,
+    *,
+    whiteouts: bool = False,
+    alternates: str | None = None,
+) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
     ``home`` is the sandbox directory (a scratch index lives there for a moment). Reads
-    the person's worktree and ``.git`` only; writes only inside ``clone``.
+    the person's worktree and ``.git`` only; writes only inside ``clone``. With
+    ``whiteouts`` ``clone`` is an overlay's start layer (``layers.py``), empty but its
+    ``.git``: differences are laid as files, and deletions as whiteouts over the base;
+    ``alternates`` then names the person's object directory (HEAD's objects).
     """
     layout = discover(worktree)
     env = repo_env(layout)
@@ -179,9 +212,13 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
+            written = {e.path for e in ordered if e.path not in skipped and e.new_oid}
             for entry in ordered:  # deletions first: a file may replace a directory
                 if entry.path not in skipped and entry.new_oid is None:
-                    _delete(into, entry.path)
+                    if not whiteouts:
+                        _delete(into, entry.path)
+                    elif not _hidden_anyway(entry.path, written):
+                        _whiteout(into, entry.path)
                     captured[entry.path] = None
                     laid.append(entry)
             for entry in ordered:
@@ -200,7 +237,7 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
     faults.point("start_state_laid")
-    tree = _start_tree(clone, home, base_tree, laid)
+    tree = _start_tree(clone, home, base_tree, laid, alternates)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)
     unchanged = [p for p in paths if p not in captured]

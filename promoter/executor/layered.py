@@ -1,0 +1,118 @@
+"""Making a layered sandbox, and building any sandbox's bundle by its layout.
+
+``create`` lays an overlay sandbox (``layers.py``) into a new run directory: the base of
+HEAD's tree is found or made (``base_cache.ensure``, under the bases' lock, and the run
+record saved before the lock is let go, so a sweep never takes a base a run chose),
+then the start layer (the command's ``.git`` and, unless ``from_head``, the person's
+worktree where it differs from HEAD: ``start_state.capture_into`` with whiteouts). Its
+cost is the person's changed paths plus, once per commit, the base's checkout.
+
+``build`` hands a sandbox's bundle to the builder its layout needs: the upper layer
+(``upper.build_from_layers``) for an overlay, the clone's worktree
+(``builder.build_bundle``) for a copy clone.
+
+Fault points: ``layers_made`` (directories made, nothing captured), ``start_laid``
+(start layer complete, the record not yet saved).
+
+Deliberately not here: the run record itself (``sandbox.py``), running the command
+(``confine.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from promoter import faults
+from promoter.domain.models import FileState, GrantV1
+from promoter.errors import ConfigError
+from promoter.executor import base_cache, layers, upper
+from promoter.executor.builder import BuiltBundle, build_bundle
+from promoter.executor.start_state import StartState, capture_into
+from promoter.git.layout import discover, repo_env
+from promoter.git.runner import run_git
+
+if TYPE_CHECKING:
+    from promoter.executor.sandbox import RunRecord
+
+__all__ = ["build", "create", "overlay_of"]
+
+
+def _objects(worktree: str) -> str:
+    layout = discover(worktree)
+    return os.path.join(layout.common_dir, "objects")
+
+
+def create(
+    state_dir: Path,
+    record: RunRecord,
+    home: Path,
+    *,
+    from_head: bool,
+    save: Callable[[RunRecord], None],
+    used: Callable[[], set[str]],
+) -> StartState | None:
+    """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
+
+    ``save`` writes the record; ``used`` lists the base trees run records name.
+    """
+    layout = discover(record.worktree)
+    head = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
+    if head.stdout.decode().strip() != record.base_commit:
+        raise ConfigError(
+            f"the worktree's HEAD is not at {record.base_commit[:12]} any more; run again"
+        )
+    tree = run_git(["rev-parse", f"{record.base_commit}^{{tree}}"], env=repo_env(layout))
+    record.base_tree = tree.stdout.decode().strip()
+    objects = _objects(record.worktree)
+    with base_cache.lock(state_dir):
+        base = base_cache.ensure(state_dir, objects, record.base_tree)
+        box = layers.Layers(home, base.files)
+        layers.make_dirs(box)
+        save(record)  # the base is named by a record before the lock goes
+        base_cache.sweep(state_dir, used() | {record.base_tree})
+    faults.point("layers_made")
+    layers.lay_git(box.start, record.branch, record.base_commit)
+    state = None
+    if not from_head:
+        state = capture_into(
+            record.worktree, box.start, home, record.base_tree, whiteouts=True,
+            alternates=objects,
+        )  # fmt: skip
+        layers.collapse_empty(box)
+    layers.point_alternates(box.start)
+    faults.point("start_laid")
+    return state
+
+
+def overlay_of(record: RunRecord) -> layers.Overlay:
+    """What ``confine`` needs to mount ``record``'s overlay sandbox."""
+    box, _ = upper.run_layers(record.clone, record.base_tree)
+    return layers.Overlay(box, Path(_objects(record.worktree)))
+
+
+def build(
+    record: RunRecord,
+    grant: GrantV1,
+    *,
+    since: dict[str, FileState] | None = None,
+    created_at: str | None = None,
+) -> BuiltBundle:
+    """The bundle of ``record``'s sandbox, by its layout; the caller closes it."""
+    if record.layout == "overlay":
+        if grant.base_tree != record.base_tree:
+            raise ConfigError(
+                f"the grant's base_tree {grant.base_tree} is not the sandbox's "
+                f"{record.base_tree}",
+                base_tree=grant.base_tree,
+            )
+        box, gitlinks = upper.run_layers(record.clone, record.base_tree)
+        return upper.build_from_layers(
+            box, grant, gitlinks=gitlinks, since=since, created_at=created_at
+        )
+    return build_bundle(
+        Path(record.clone), grant, since=since, start_tree=record.start_tree,
+        created_at=created_at,
+    )  # fmt: skip
