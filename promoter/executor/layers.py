@@ -85,7 +85,7 @@ os.chdir(home)
 options = "lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr" % lower
 check(libc.mount(b"overlay", b"clone", b"overlay", 0, options.encode()), "overlay mount")
 os.chdir("clone")
-os.execv(argv[0], argv)
+os.execvp(argv[0], argv)
 """
 
 
@@ -363,6 +363,7 @@ def lay_git(start: Path, branch: str, head: str) -> None:
     for path in (git / "objects" / "info", git / "objects" / "pack", git / "info", ref.parent):
         path.mkdir(parents=True, exist_ok=True)
     (git / "refs" / "tags").mkdir(exist_ok=True)
+    (git / "hooks").mkdir(exist_ok=True)
     (git / "HEAD").write_bytes(f"ref: refs/heads/{short}\n".encode())
     ref.write_bytes(head.encode("ascii") + b"\n")
     (git / "config").write_bytes(_CONFIG)
