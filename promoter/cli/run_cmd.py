@@ -50,7 +50,14 @@ from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1
 from promoter.errors import ConfigError, NotConfirmed, PromoterError, error_class
-from promoter.executor import confine, layered, layers, sandbox_repo, upload_and_submit
+from promoter.executor import (
+    confine,
+    layered,
+    layers,
+    removal,
+    sandbox_repo,
+    upload_and_submit,
+)
 from promoter.executor import sandbox as sandboxes
 from promoter.git.layout import discover
 
@@ -386,9 +393,12 @@ def _promote(
 def _finish(state_dir: Path, record: sandboxes.RunRecord, *, keep: bool) -> None:
     """A completed run's sandbox is removed (unless ``keep``); any other is kept and named."""
     last = record.steps[-1].status if record.steps else "new"
-    if last == "completed" and not keep:
-        removed = sandboxes.remove(state_dir, record.run_id)
-        _say(f"sandbox {record.run_id} removed ({removed}); --keep keeps it for --continue")
+    if last == "completed" and not keep:  # off the critical path: after the answer
+        going = removal.remove_later(state_dir, record.run_id)
+        _say(
+            f"sandbox {record.run_id} removed: its files go in the background ({going}); "
+            "--keep keeps it for --continue"
+        )
         return
     _say(
         f"sandbox kept: {record.clone}\n"
@@ -495,6 +505,7 @@ def run(
     else:
         if repo is None:
             raise ConfigError("name the repository: --repo NAME (or --continue RUN)")
+        removal.sweep(state)  # removals whose process was killed
         with PromoterClient(address, token) as client:
             repository = _repository(client, repo)
         record = sandboxes.create(

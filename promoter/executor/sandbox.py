@@ -32,7 +32,18 @@ from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 from promoter.store.durable import write_replace
 
-__all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
+__all__ = [
+    "RunRecord",
+    "Step",
+    "check_removable",
+    "create",
+    "list_runs",
+    "load",
+    "names_run",
+    "remove",
+    "runs_dir",
+    "save",
+]
 
 RUN_PREFIX = "run_"
 log = logging.getLogger("promoter.run")
@@ -263,19 +274,26 @@ def remove(state_dir: Path, run_id: str) -> Path:
     inside the sandbox is kept and named, never emptied.
     """
     record = load(state_dir, run_id)
+    check_removable(state_dir, record)
+    home = runs_dir(state_dir) / run_id
+    if record.layout == "overlay":
+        layers.prepare_removal(home)
+    return remove_own_tree(runs_dir(state_dir), run_id, lambda fd: names_run(fd, run_id))
+
+
+def check_removable(state_dir: Path, record: RunRecord) -> None:
+    """``ConfigError`` unless ``record``'s sandbox is a directory right under the runs
+    directory that does not overlap the guarded worktree."""
     root = runs_dir(state_dir).resolve()
-    home = (runs_dir(state_dir) / run_id).resolve()
+    home = (runs_dir(state_dir) / record.run_id).resolve()
     worktree = Path(record.worktree).resolve()
     if home.parent != root or home.is_symlink():
         raise ConfigError(f"{home} is not a sandbox directory under {root}")
     if worktree == home or home in worktree.parents or worktree in home.parents:
         raise ConfigError(f"the sandbox {home} overlaps the guarded worktree {worktree}")
-    if record.layout == "overlay":
-        layers.prepare_removal(home)
-    return remove_own_tree(root, run_id, lambda fd: _names_run(fd, run_id))
 
 
-def _names_run(home_fd: int, run_id: str) -> bool:
+def names_run(home_fd: int, run_id: str) -> bool:
     """Whether the sandbox open at ``home_fd`` holds the record of run ``run_id``."""
     try:
         fd = os.open("run.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=home_fd)
