@@ -37,12 +37,22 @@ from promoter.git.runner import run_git
 if TYPE_CHECKING:
     from promoter.executor.sandbox import RunRecord
 
-__all__ = ["build", "create", "overlay_of"]
+__all__ = ["build", "create", "head_tree", "overlay_of"]
 
 
 def _objects(worktree: str) -> str:
     layout = discover(worktree)
     return os.path.join(layout.common_dir, "objects")
+
+
+def head_tree(worktree: str, head: str) -> str:
+    """The tree of ``head``, which must still be the worktree's HEAD."""
+    layout = discover(worktree)
+    found = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
+    if found.stdout.decode().strip() != head:
+        raise ConfigError(f"the worktree's HEAD is not at {head[:12]} any more; run again")
+    tree = run_git(["rev-parse", "--verify", f"{head}^{{tree}}"], env=repo_env(layout))
+    return tree.stdout.decode().strip()
 
 
 def create(
@@ -58,20 +68,12 @@ def create(
 
     ``save`` writes the record; ``used`` lists the base trees run records name.
     """
-    layout = discover(record.worktree)
-    head = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
-    if head.stdout.decode().strip() != record.base_commit:
-        raise ConfigError(
-            f"the worktree's HEAD is not at {record.base_commit[:12]} any more; run again"
-        )
-    tree = run_git(["rev-parse", f"{record.base_commit}^{{tree}}"], env=repo_env(layout))
-    record.base_tree = tree.stdout.decode().strip()
     objects = _objects(record.worktree)
+    save(record)  # named by a record before anything is made: --list shows it, --remove takes it
     with base_cache.lock(state_dir):
         base = base_cache.ensure(state_dir, objects, record.base_tree)
         box = layers.Layers(home, base.files)
         layers.make_dirs(box)
-        save(record)  # the base is named by a record before the lock goes
         base_cache.sweep(state_dir, used() | {record.base_tree})
     faults.point("layers_made")
     layers.lay_git(box.start, record.branch, record.base_commit)

@@ -12,7 +12,8 @@ holds an ``flock`` on the directory while it works.
 ``sweep`` (at the start of the next ``promoter run``) finishes a removal whose process
 is gone (the lock can be taken): a kill at any point leaves a directory that is still
 provably the run's, or nothing. It never removes a directory that is not so named and
-proved.
+proved; a run directory a kill left before its record was written is removed only when
+empty (``rmdir``).
 
 Fault points: ``removal_renamed`` (out of the runs, the process not started),
 ``removal_walking`` (in the detached process, before the walk).
@@ -102,6 +103,11 @@ def sweep(state_dir: Path) -> list[str]:
         return []
     done: list[str] = []
     for entry in sorted(os.listdir(root)):
+        if entry.startswith(sandboxes.RUN_PREFIX) and not (root / entry / "run.json").exists():
+            with contextlib.suppress(OSError):  # killed before its record: empty, or kept
+                os.rmdir(root / entry)
+                done.append(entry)
+            continue
         if not entry.startswith(REMOVING + sandboxes.RUN_PREFIX):
             continue
         run_id = entry.removeprefix(REMOVING)

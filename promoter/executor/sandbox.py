@@ -132,12 +132,13 @@ def create(
         )
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
+    tree = layered.head_tree(worktree, head) if layout == "overlay" else ""
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
     if layout == "overlay":
         record = RunRecord(
             run_id=run_id, repository=repository, worktree=worktree, branch=branch,
-            base_commit=head, base_tree="", clone=str(clone), created_at=created_at,
+            base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
             allow=allow, layout="overlay",
         )  # fmt: skip
         _lay_overlay(state_dir, record, home, from_head)
