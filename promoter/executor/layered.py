@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from promoter import faults
 from promoter.domain.models import FileState, GrantV1
@@ -34,8 +34,18 @@ from promoter.executor.start_state import StartState, capture_into
 from promoter.git.layout import discover, repo_env
 from promoter.git.runner import run_git
 
-if TYPE_CHECKING:
-    from promoter.executor.sandbox import RunRecord
+
+class RunRecord(Protocol):
+    """What this module reads of a run's record (``sandbox.RunRecord``)."""
+
+    worktree: str
+    branch: str
+    base_commit: str
+    base_tree: str
+    clone: str
+    layout: str
+    start_tree: str | None
+
 
 __all__ = ["build", "create", "head_tree", "overlay_of"]
 
@@ -61,7 +71,7 @@ def create(
     home: Path,
     *,
     from_head: bool,
-    save: Callable[[RunRecord], None],
+    save: Callable[[], None],
     used: Callable[[], set[str]],
 ) -> StartState | None:
     """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
@@ -69,7 +79,7 @@ def create(
     ``save`` writes the record; ``used`` lists the base trees run records name.
     """
     objects = _objects(record.worktree)
-    save(record)  # named by a record before anything is made: --list shows it, --remove takes it
+    save()  # named by a record before anything is made: --list shows it, --remove takes it
     with base_cache.lock(state_dir):
         base = base_cache.ensure(state_dir, objects, record.base_tree)
         box = layers.Layers(home, base.files)

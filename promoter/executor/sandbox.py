@@ -182,7 +182,7 @@ def _lay_overlay(state_dir: Path, record: RunRecord, home: Path, from_head: bool
     try:
         state = layered.create(
             state_dir, record, home, from_head=from_head,
-            save=lambda r: save(state_dir, r), used=lambda: used_bases(state_dir),
+            save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
         )  # fmt: skip
     except OSError as exc:
         _remove_unfinished(state_dir, record.run_id)
