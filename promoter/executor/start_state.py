@@ -37,8 +37,10 @@ from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
+from promoter.executor.tree_edit import edited_tree
 from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.git.layout import discover, repo_env
+from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, decode_path, require_oid
 from promoter.git.runner import run_git
@@ -237,7 +239,16 @@ def capture_into(
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
     faults.point("start_state_laid")
-    tree = _start_tree(clone, home, base_tree, laid, alternates)
+    if alternates is None:
+        tree = _start_tree(clone, home, base_tree, laid, None)
+    else:  # an overlay's start layer: only the trees on the laid paths are read
+        env = {
+            "GIT_DIR": str(clone.absolute() / ".git"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
+        }
+        edits = [(os.fsencode(e.path), e.new_mode, e.new_oid) for e in laid]
+        with CatFile(cwd=clone, env=env) as cat:
+            tree = edited_tree(cat, objects.store_object, base_tree, edits)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)
     unchanged = [p for p in paths if p not in captured]

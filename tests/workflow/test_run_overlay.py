@@ -121,7 +121,9 @@ def _python() -> str:
     return str(getattr(sys, "_base_executable", sys.executable))
 
 
-def test_the_start_state_is_byte_exact_inside_the_overlay(daemon: Daemon, repo: Path) -> None:
+def test_the_start_state_is_byte_exact_inside_the_overlay(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
     _dirty(repo)
     git_before = git_dir_digest(repo)
     person = _person_view(repo)
@@ -138,6 +140,15 @@ def test_the_start_state_is_byte_exact_inside_the_overlay(daemon: Daemon, repo: 
     assert layers.is_whiteout(os.lstat(start / "old.txt"))
     assert layers.is_whiteout(os.lstat(start / "emptied"))  # no empty directory left
     assert git_dir_digest(repo) == git_before
+    # the start tree, written from the edited paths only, is git's own tree of the worktree
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "index")}
+    for argv in (["read-tree", "HEAD"], ["add", "-A"]):
+        subprocess.run(["git", *argv], cwd=copy, env=env, check=True)
+    written = subprocess.run(["git", "write-tree"], cwd=copy, env=env, check=True,
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert record.start_tree == written
 
 
 def test_whiteouts_become_deletions_and_an_opaque_directory_removes_what_was_below(
