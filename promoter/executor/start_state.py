@@ -242,12 +242,12 @@ def capture_into(
     if alternates is None:
         tree = _start_tree(clone, home, base_tree, laid, None)
     else:  # an overlay's start layer: only the trees on the laid paths are read
-        env = {
+        start_env = {
             "GIT_DIR": str(clone.absolute() / ".git"),
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
         }
         edits = [(os.fsencode(e.path), e.new_mode, e.new_oid) for e in laid]
-        with CatFile(cwd=clone, env=env) as cat:
+        with CatFile(cwd=clone, env=start_env) as cat:
             tree = edited_tree(cat, objects.store_object, base_tree, edits)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)
