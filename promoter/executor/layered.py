@@ -47,7 +47,7 @@ class RunRecord(Protocol):
     start_tree: str | None
 
 
-__all__ = ["build", "create", "head_tree", "overlay_of"]
+__all__ = ["build", "create", "head_tree", "overlay_of", "written_tree"]
 
 
 def _objects(worktree: str) -> str:
@@ -97,6 +97,14 @@ def create(
     layers.point_alternates(box.start)
     faults.point("start_laid")
     return state
+
+
+def written_tree(record: RunRecord) -> Path:
+    """Where the command's writes are on the host: the overlay's upper layer, or the
+    clone (for a walk over what a kept sandbox holds, e.g. to drop setuid bits)."""
+    if record.layout == "overlay":
+        return Path(record.clone).parent / "layers" / "upper"
+    return Path(record.clone)
 
 
 def overlay_of(record: RunRecord) -> layers.Overlay:
