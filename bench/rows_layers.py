@@ -20,7 +20,8 @@ untracked file), this measures side by side:
   in it, ``git add -A`` and ``git diff --binary --cached HEAD | git apply`` into the
   worktree, ``git worktree remove --force``. Between rounds the bench puts the worktree
   back with plain file operations (``Change.undo``). ``promoter run`` leaves its
-  sandbox's removal to a process of its own; the bench waits for none.
+  sandbox's removal to a process of its own; the bench waits for none. One untimed run
+  first makes the base of the daemon's state directory and warms the daemon.
 
 What this does not do: gate anything. Run alone: ``python -m bench.rows_layers [--rounds
 N] [--files N]``; the speed table runs these rows every time (``BIG`` = 100 000 with
@@ -190,6 +191,7 @@ def rows(
     run_state = work / "run-state"
     url = stack.enter_context(rows_run._daemon(run_state, big.repo))
     change = rows_run.Change(big.repo, big_files)
+    rows_run._run(url, run_state, change, unconfined=False)  # untimed: the base, a warm daemon
 
     def run(round_no: int) -> None:
         loop = _worktree_loop(change, work)
