@@ -62,7 +62,9 @@ _START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
 
 # Run by the host's Python (``-I -S``) as the command's limits allow: a user and mount
 # namespace of its own (the caller's uid and gid mapped to themselves), nothing of it
-# propagated anywhere, the overlay mounted on ``clone``, then exec of bubblewrap.
+# propagated anywhere, the overlay mounted on ``clone``, then exec of bubblewrap. No
+# redirects and no metadata-only copy-up: every file in the upper layer is whole, and a
+# renamed directory is copied (``upper.py`` reads the layers as plain directories).
 _MOUNT = """\
 import ctypes, os, sys
 home, lower, argv = sys.argv[1], sys.argv[2], sys.argv[4:]
@@ -82,7 +84,8 @@ for name, data in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
     os.close(fd)
 check(libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None), "private mounts")
 os.chdir(home)
-options = "lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr" % lower
+options = ("lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr,"
+           "redirect_dir=nofollow,metacopy=off,index=off" % lower)
 check(libc.mount(b"overlay", b"clone", b"overlay", 0, options.encode()), "overlay mount")
 os.chdir("clone")
 os.execvp(argv[0], argv)
