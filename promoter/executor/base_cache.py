@@ -8,8 +8,11 @@ file's bytes are its blob's) and ``tree/.git/index``, the index of that checkout
 its stat data (the sandbox's git trusts it as ``git status`` trusts any index);
 ``base.json`` names the tree and its gitlinks.
 
-A base is made once and never written again: it is built under a temp name
-(``.promoter-tmp-base-…``, holding a ``.lock`` file locked while it is built), flushed
+A base is a whole checkout, or, when a base of an older commit is in the cache, the
+changes from that one's tree as a layer over it (``base_delta.py``: a chain of at most
+``_MAX_DEPTH`` layers, so a new commit costs its changes, not a checkout); a base's
+parents stay while it does. A base is made once and never written again: it is built
+under a temp name (``.promoter-tmp-base-…``, holding a ``.lock`` file locked while it is built), flushed
 (one ``syncfs``) and renamed into place with ``RENAME_NOREPLACE``; a run that finds it
 made uses it as it is. A base is in use while a run record names it (``layout:
 overlay`` and its ``base_tree``); ``sweep`` removes bases no record names, except the
@@ -41,19 +44,21 @@ from pathlib import Path
 
 from promoter import faults
 from promoter.errors import PathUnsafe
+from promoter.executor import base_delta
 from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
 from promoter.git.records import require_oid
 from promoter.git.runner import run_git
 
-__all__ = ["Base", "bases_dir", "ensure", "lock", "sweep"]
+__all__ = ["Base", "bases_dir", "ensure", "load", "lock", "sweep"]
 
 MARKER = "base.json"
 TEMP_PREFIX = ".promoter-tmp-base-"
 _LOCK = ".lock"
 _SCHEMA = "PromoterSandboxBaseV1"
 _KEEP = 4
+_MAX_DEPTH = 8  # a base over more layers than this is checked out whole
 _GITLINK = "160000"
 # nothing converted on checkout: a file's bytes are its blob's (SPEC §10.22)
 _ATTRIBUTES = b"* -text -eol -crlf -filter -ident -working-tree-encoding\n"
@@ -71,11 +76,19 @@ class Base:
     root: Path
     tree: str
     gitlinks: tuple[str, ...]
+    parent: str | None = None
+    """The base this one is a delta over (None: a whole checkout)."""
+    chain: tuple[Path, ...] = ()
+    """Its layers, top first: its own ``tree/`` and its parents' (``load`` fills it)."""
 
     @property
     def files(self) -> Path:
-        """The checked-out tree: the sandbox's lowest layer."""
+        """This base's own layer (the whole tree, or the changes over its parent)."""
         return self.root / "tree"
+
+    @property
+    def depth(self) -> int:
+        return len(self.chain)
 
 
 def bases_dir(state_dir: Path) -> Path:
@@ -96,15 +109,34 @@ def lock(state_dir: Path) -> Iterator[None]:
 
 
 def _load(root: Path, tree: str) -> Base | None:
-    try:
-        data = json.loads((root / MARKER).read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("schema") != _SCHEMA or data.get("tree") != tree:
-        return None
-    if not (root / "tree").is_dir():
-        return None
-    return Base(root, tree, tuple(str(p) for p in data.get("gitlinks", [])))
+    """The base at ``root`` (``<bases>/<tree>``) with its chain of parents; None when it,
+    or a parent it needs, is missing or damaged."""
+    chain: list[Path] = []
+    first: Base | None = None
+    at, wanted = root, tree
+    while True:
+        try:
+            data = json.loads((at / MARKER).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != _SCHEMA:
+            return None
+        if data.get("tree") != wanted or not (at / "tree").is_dir() or len(chain) > _MAX_DEPTH:
+            return None
+        chain.append(at / "tree")
+        parent = data.get("parent")
+        if first is None:
+            gitlinks = tuple(str(p) for p in data.get("gitlinks", []))
+            first = Base(root, tree, gitlinks, parent if isinstance(parent, str) else None)
+        if not isinstance(parent, str):
+            break
+        at, wanted = root.parent / parent, parent
+    return Base(first.root, first.tree, first.gitlinks, first.parent, tuple(chain))
+
+
+def load(state_dir: Path, tree: str) -> Base | None:
+    """The base of ``tree`` in ``state_dir`` with its chain; None when absent or damaged."""
+    return _load(bases_dir(state_dir) / require_oid(tree, "tree"), tree)
 
 
 def ensure(state_dir: Path, objects: str, tree: str, *, timeout: float = 1800.0) -> Base:
@@ -114,7 +146,8 @@ def ensure(state_dir: Path, objects: str, tree: str, *, timeout: float = 1800.0)
     root = bases_dir(state_dir)
     found = _load(root / tree, tree)
     if found is None:
-        found = _make(root, objects, tree, timeout)
+        parent = _newest(root)
+        found = _make(root, objects, tree, timeout, parent)
     with contextlib.suppress(OSError):
         os.utime(found.root / MARKER)
     return found
@@ -124,7 +157,23 @@ def _git(args: list[str], env: dict[str, str], timeout: float) -> bytes:
     return run_git([*_CONFIG, *args], env=env, timeout=timeout).stdout
 
 
-def _make(root: Path, objects: str, tree: str, timeout: float) -> Base:
+def _newest(root: Path) -> Base | None:
+    """The base used last whose chain can take one more layer, if any."""
+    found: list[tuple[float, str]] = []
+    for entry in os.scandir(root):
+        if len(entry.name) == 40 and entry.is_dir(follow_symlinks=False):
+            try:
+                found.append((os.lstat(Path(entry.path) / MARKER).st_mtime, entry.name))
+            except OSError:
+                continue
+    for _, name in sorted(found, reverse=True):
+        base = _load(root / name, name)
+        if base is not None:
+            return base if base.depth < _MAX_DEPTH else None
+    return None
+
+
+def _make(root: Path, objects: str, tree: str, timeout: float, parent: Base | None) -> Base:
     temp = Path(tempfile.mkdtemp(dir=root, prefix=TEMP_PREFIX))
     held = os.open(temp / _LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -143,18 +192,24 @@ def _make(root: Path, objects: str, tree: str, timeout: float) -> Base:
         (files / ".git").mkdir(parents=True)
         index = files / ".git" / "index"
         env = {"GIT_DIR": str(git), "GIT_WORK_TREE": str(files), "GIT_INDEX_FILE": str(index)}
-        _git(["read-tree", tree], env, timeout)
-        _git(["checkout-index", "--all", "--force", "--index"], env, timeout)
-        staged = _git(["ls-files", "--stage", "-z"], env, timeout)
-        gitlinks = [
-            os.fsdecode(record.split(b"\t", 1)[1])
-            for record in staged.split(b"\0")
-            if record.startswith(_GITLINK.encode())
-        ]
+        if parent is None:
+            _git(["read-tree", tree], env, timeout)
+            _git(["checkout-index", "--all", "--force", "--index"], env, timeout)
+            staged = _git(["ls-files", "--stage", "-z"], env, timeout)
+            gitlinks = [
+                os.fsdecode(record.split(b"\t", 1)[1])
+                for record in staged.split(b"\0")
+                if record.startswith(_GITLINK.encode())
+            ]
+        else:
+            over = (parent.tree, parent.chain, parent.gitlinks)
+            gitlinks = base_delta.lay(over, tree, files, env, timeout)
         later = time.time() + 2  # the index newer than every file: no entry is racy
         os.utime(index, (later, later))
         remove_own_tree(temp, "git", _is_private_git)
-        marker = {"schema": _SCHEMA, "tree": tree, "gitlinks": gitlinks}
+        marker: dict[str, object] = {"schema": _SCHEMA, "tree": tree, "gitlinks": gitlinks}
+        if parent is not None:
+            marker["parent"] = parent.tree
         (temp / MARKER).write_bytes(json.dumps(marker, sort_keys=True).encode())
         faults.point("base_built")
         fd = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -257,7 +312,13 @@ def sweep(state_dir: Path, used: set[str], *, keep: int = _KEEP) -> list[str]:
             continue
         unused.append((stamp, entry.name))
     unused.sort(reverse=True)
+    needed = set(used) | {name for _, name in unused[:keep]}
+    for name in list(needed):  # a base's parents stay with it
+        base = _load(root / name, name)
+        needed |= {p.parent.name for p in base.chain} if base is not None else set()
     for _, name in unused[keep:]:
+        if name in needed:
+            continue
         with contextlib.suppress(OSError, PathUnsafe):
             remove_own_tree(root, name, _is_base(name))
             removed.append(name)

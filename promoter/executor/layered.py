@@ -82,7 +82,7 @@ def create(
     save()  # named by a record before anything is made: --list shows it, --remove takes it
     with base_cache.lock(state_dir):
         base = base_cache.ensure(state_dir, objects, record.base_tree)
-        box = layers.Layers(home, base.files)
+        box = layers.Layers(home, base.chain)
         layers.make_dirs(box)
         base_cache.sweep(state_dir, used() | {record.base_tree})
     faults.point("layers_made")
@@ -93,7 +93,7 @@ def create(
             record.worktree, box.start, home, record.base_tree, whiteouts=True,
             alternates=objects,
         )  # fmt: skip
-        layers.collapse_empty(box)
+        layers.collapse_empty(box.start, box.bases)
     layers.point_alternates(box.start)
     faults.point("start_laid")
     return state

@@ -101,7 +101,8 @@ class Layers:
     """The directories of one overlay sandbox (``home`` is ``<state>/runs/<run_id>``)."""
 
     home: Path
-    base: Path
+    bases: tuple[Path, ...]
+    """The base's layers, top first (a base made over an older one is two or more)."""
 
     @property
     def start(self) -> Path:
@@ -121,11 +122,11 @@ class Layers:
 
     def below(self) -> list[Path]:
         """The read-only layers, top first: what the sandbox started from."""
-        return [self.start, self.base]
+        return [self.start, *self.bases]
 
     def all(self) -> list[Path]:
         """Every layer, top first: the sandbox as the command left it."""
-        return [self.upper, self.start, self.base]
+        return [self.upper, self.start, *self.bases]
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def _probe(where: str) -> bool:
         home = Path(temp)
         for name in ("layers/start", "layers/upper", "layers/work", "base", "clone"):
             (home / name).mkdir(parents=True)
-        overlay = Overlay(Layers(home, home / "base"), home)
+        overlay = Overlay(Layers(home, (home / "base",)), home)
         argv = overlay.wrap(["/bin/sh", "-c", ": > probe"])
         try:
             done = subprocess.run(argv, cwd=home, capture_output=True, timeout=30, check=False)
@@ -319,25 +320,35 @@ def walk_files(layers: Sequence[Path], directory: str) -> Iterator[str]:
                 yield path
 
 
-def collapse_empty(layers: Layers) -> None:
-    """Where the start layer's whiteouts leave a base directory with nothing, whiteout
-    the directory itself (a clone's deletes remove such a directory too)."""
-    start = os.fsencode(layers.start)
+def needs_no_whiteout(path: str, written: set[str]) -> bool:
+    """Whether a deletion needs no whiteout: an ancestor is written as a file, or ``path``
+    becomes a directory of written files (either hides the entry below it)."""
+    parts = path.split("/")
+    if any("/".join(parts[:depth]) in written for depth in range(1, len(parts))):
+        return True
+    return any(other.startswith(path + "/") for other in written)
+
+
+def collapse_empty(top: Path, lower: Sequence[Path]) -> None:
+    """Where ``top``'s whiteouts leave a directory of ``lower`` with nothing, whiteout the
+    directory itself (a clone's deletes remove such a directory too). ``top`` is
+    promoter's own layer in the making (a start layer, a base's delta)."""
+    start = os.fsencode(top)
     dirs: list[bytes] = []
-    for top, names, _ in os.walk(start):
-        rel = os.path.relpath(top, start)
+    for where, names, _ in os.walk(start):
+        rel = os.path.relpath(where, start)
         if rel == b".":
             names[:] = [n for n in names if n != b".git"]
             continue
         dirs.append(rel)
-    below = layers.below()
-    with OwnTree.open(layers.start) as tree:
+    merged = [top, *lower]
+    with OwnTree.open(top) as tree:
         for rel in sorted(dirs, key=lambda d: d.count(b"/"), reverse=True):
             path = os.fsdecode(rel)
-            if listing(below, path):
+            if listing(merged, path):
                 continue
-            if resolve([layers.base], path) is None:
-                continue  # the person's own empty directory: none in HEAD either
+            if resolve(lower, path) is None:
+                continue  # the person's own empty directory: none below either
             *parents, name = rel.split(b"/")
             with tree.directory([*parents, name]) as inner:
                 for entry in os.listdir(inner.fd):

@@ -35,6 +35,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
+from promoter.executor import layers
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.tree_edit import edited_tree
@@ -114,15 +115,6 @@ def _whiteout(layer: OwnTree, path: str) -> None:
     with layer.directory(parents, create=True) as folder:
         _remove_leaf(folder, name)
         os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=folder.fd)
-
-
-def _hidden_anyway(path: str, written: set[str]) -> bool:
-    """Whether a deletion needs no whiteout: an ancestor is written as a file, or ``path``
-    becomes a directory of written files (either hides the base's entry in an overlay)."""
-    parts = path.split("/")
-    if any("/".join(parts[:depth]) in written for depth in range(1, len(parts))):
-        return True
-    return any(other.startswith(path + "/") for other in written)
 
 
 def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> None:
@@ -219,7 +211,7 @@ def capture_into(
                 if entry.path not in skipped and entry.new_oid is None:
                     if not whiteouts:
                         _delete(into, entry.path)
-                    elif not _hidden_anyway(entry.path, written):
+                    elif not layers.needs_no_whiteout(entry.path, written):
                         _whiteout(into, entry.path)
                     captured[entry.path] = None
                     laid.append(entry)

@@ -34,14 +34,13 @@ the clone builder (``builder.py``).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from promoter.domain.models import Change, FileState, GrantV1
 from promoter.domain.paths import disk_path, sort_key, wire_path
@@ -315,12 +314,10 @@ def run_layers(record_clone: str, base_tree: str) -> tuple[layers.Layers, tuple[
     """The layers of the run whose mount point is ``record_clone``, and its base's gitlinks."""
     home = Path(record_clone).parent
     state_dir = home.parent.parent
-    root = base_cache.bases_dir(state_dir) / base_tree
-    try:
-        data: dict[str, Any] = json.loads((root / base_cache.MARKER).read_bytes())
-    except (OSError, ValueError) as exc:
+    base = base_cache.load(state_dir, base_tree)
+    if base is None:
+        root = base_cache.bases_dir(state_dir) / base_tree
         raise RepositoryInvalid(
             f"the sandbox's base {root} is missing or damaged; start a new run", path=str(root)
-        ) from exc
-    box = layers.Layers(home, root / "tree")
-    return box, tuple(str(p) for p in data.get("gitlinks", []))
+        )
+    return layers.Layers(home, base.chain), base.gitlinks

@@ -229,12 +229,22 @@ def test_the_base_of_a_live_run_stays_while_head_moves_and_a_new_run_gets_a_new_
     (first,) = sandboxes.list_runs(daemon.state_dir)
     base = base_cache.bases_dir(daemon.state_dir) / first.base_tree
     before = _digest(base)
+    # a commit of every kind of change: the new base is a layer of them over the old one
     (repo / "src" / "app.py").write_bytes(b"print('v2')\n")
-    git(repo, "commit", "-qam", "moved")
-    later = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "true")
+    _dirty(repo)
+    (repo / "latest").unlink()
+    (repo / "debug.log").unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "moved")
+    status = "git -c safe.directory='*' status --porcelain > \"$HOME/status\""
+    later = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", status)
     assert later.exit_code == 0, later.output
     (second,) = [r for r in sandboxes.list_runs(daemon.state_dir) if r.run_id != first.run_id]
     assert second.base_tree != first.base_tree
+    made = base_cache.load(daemon.state_dir, second.base_tree)
+    assert made is not None and made.parent == first.base_tree and made.depth == 2
+    assert sandbox_tree(second) == tree_bytes(repo)  # the chain is the new commit, exactly
+    assert (Path(second.clone).parent / "home" / "status").read_bytes() == b""  # its index
     with base_cache.lock(daemon.state_dir):
         assert (
             base_cache.sweep(daemon.state_dir, sandboxes.used_bases(daemon.state_dir), keep=0) == []
@@ -248,8 +258,12 @@ def test_the_base_of_a_live_run_stays_while_head_moves_and_a_new_run_gets_a_new_
     assert removed.exit_code == 0, removed.output
     with base_cache.lock(daemon.state_dir):
         swept = base_cache.sweep(daemon.state_dir, sandboxes.used_bases(daemon.state_dir), keep=0)
-    assert swept == [first.base_tree]  # unused now: promoter's own, provably
-    assert (base_cache.bases_dir(daemon.state_dir) / second.base_tree / "tree").is_dir()
+    assert swept == []  # the second base is a layer over the first: both stay
+    assert _run(daemon, "run", "--remove", second.run_id).exit_code == 0
+    with base_cache.lock(daemon.state_dir):
+        swept = base_cache.sweep(daemon.state_dir, sandboxes.used_bases(daemon.state_dir), keep=0)
+    assert sorted(swept) == sorted([first.base_tree, second.base_tree])  # provably promoter's
+    assert os.listdir(base_cache.bases_dir(daemon.state_dir)) == [".lock"]
 
 
 def _leftovers(state: Path) -> list[str]:
