@@ -12,15 +12,15 @@ A base is a whole checkout, or, when a base of an older commit is in the cache, 
 changes from that one's tree as a layer over it (``base_delta.py``: a chain of at most
 ``_MAX_DEPTH`` layers, so a new commit costs its changes, not a checkout); a base's
 parents stay while it does. A base is made once and never written again: it is built
-under a temp name (``.promoter-tmp-base-…``, holding a ``.lock`` file locked while it is built), flushed
-(one ``syncfs``) and renamed into place with ``RENAME_NOREPLACE``; a run that finds it
-made uses it as it is. A base is in use while a run record names it (``layout:
-overlay`` and its ``base_tree``); ``sweep`` removes bases no record names, except the
-``keep`` newest by use, and temp bases whose builder is gone (their ``.lock`` can be
-taken), each only after ``remove_own_tree`` found the marker that proves it promoter's.
-``lock`` serializes making and sweeping with the runs' own creation (an ``flock`` on
-``<state>/bases/.lock``), so a base is never removed between its choice by a run and
-that run's record.
+under a temp name (``.promoter-tmp-base-…``, holding a ``.lock`` file locked while it
+is built), flushed (one ``syncfs``) and renamed into place with ``RENAME_NOREPLACE``;
+a run that finds it made uses it as it is. A base is in use while a run record names
+it (``layout: overlay`` and its ``base_tree``); ``sweep`` removes bases that no record
+and no base above them need, except the ``keep`` newest by use, and temp bases whose
+builder is gone (their ``.lock`` can be taken), each only after ``remove_own_tree``
+found the marker that proves it promoter's. ``lock`` serializes making and sweeping
+with the runs' own creation (an ``flock`` on ``<state>/bases/.lock``), so a base is
+never removed between its choice by a run and that run's record.
 
 Fault points: ``base_built`` (files checked out, not yet renamed into place),
 ``base_placed`` (renamed, the temp name gone).
