@@ -173,6 +173,8 @@ def rows(
         repo = rows_run.make_repo(root, files)
         subprocess.run(["git", "gc", "--quiet"], cwd=repo, check=True, capture_output=True)
         _dirty(repo)
+        # the index refreshed, as the person's own git status leaves it
+        subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, check=False)
         sides[files] = Side(repo, root / "state", _head(repo))
         sides[files].state.mkdir()
         cold, _ = sides[files].ready()  # the base's first making, untimed in the rows
