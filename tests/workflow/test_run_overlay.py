@@ -355,3 +355,32 @@ def test_a_sandbox_holds_only_its_own_layers_before_the_command_writes(
     base = base_cache.bases_dir(daemon.state_dir) / record.base_tree / "tree"
     assert (base / "old.txt").read_bytes() == FILES["old.txt"]  # HEAD's, shared, as stored
     assert not any(p.stat().st_nlink > 1 for p in home.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+@pytest.mark.parametrize(
+    ("script", "path", "reason"),
+    [
+        ("ln -s /etc/passwd evil", "evil", "the new state is a symbolic link"),
+        ("mkdir sub && git init -q sub && echo x > sub/f", "sub", "nested repository"),
+    ],
+)
+def test_a_link_or_a_nested_repository_the_command_makes_is_refused_on_both_layouts(
+    daemon: Daemon,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layout: str,
+    script: str,
+    path: str,
+    reason: str,
+) -> None:
+    monkeypatch.setenv(layers.LAYOUT_ENV, layout)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert result.exception is not None, result.output
+    assert getattr(result.exception, "code", None) == "path_unsafe", result.output
+    assert reason in result.exception.args[0] or reason in str(result.exception)
+    assert path in str(result.exception)
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    assert record.layout == layout
