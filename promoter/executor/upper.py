@@ -145,6 +145,12 @@ def _state(stack: Sequence[Path], path: str) -> _State | None:
     return _State(mode, sha, oid, size, where, False)
 
 
+def _is_file(stack: Sequence[Path], path: str) -> bool:
+    """Whether ``path`` is a file or link git would track in the merged view of ``stack``."""
+    found = layers.resolve(stack, path)
+    return found is not None and (stat.S_ISREG(found[1].st_mode) or stat.S_ISLNK(found[1].st_mode))
+
+
 def _is_dir(stack: Sequence[Path], path: str) -> bool:
     found = layers.resolve(stack, path)
     return found is not None and stat.S_ISDIR(found[1].st_mode)
@@ -269,14 +275,13 @@ def build_from_layers(
     candidates = _candidates(box)
     candidates |= {disk_path(p) for p in (since or {})}
     below, stack = box.below(), box.all()
+    # new paths git would ignore are dropped before any file is read
+    fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
+    keep = _not_ignored(box, fresh)
+    candidates -= {path for path in fresh if path not in keep}
     changed: dict[str, tuple[_State | None, _State | None]] = {}
     for path in candidates:
         changed[path] = (_state(below, path), _state(stack, path))
-    fresh = sorted(p for p, (old, new) in changed.items() if old is None and new is not None)
-    keep = _not_ignored(box, fresh)
-    for path in fresh:
-        if path not in keep:
-            del changed[path]
     refused = _refusals(box, changed, gitlinks, grant)
     if refused:
         found = [{"path": printable(path), "reason": why} for path, why in refused.items()]
