@@ -52,9 +52,12 @@ the median of its per-round figures. The rows:
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
-With ``full`` (``--full`` in ``bench.run``) the rows of ``bench.rows_gitcost`` join the
-rounds: a 1-file promotion in a 100k-file repository (nested, with snapshots, flat)
-over the same in a 10-file one; they build their repositories once per run.
+The rows of ``bench.rows_layers`` (layered sandboxes of ``promoter run``: ready time
+and own disk at 10 000 files against 10, a run against a bare worktree loop) join every
+run's rounds, at 100 000 files with ``full``. With ``full`` (``--full`` in
+``bench.run``) the rows of ``bench.rows_gitcost`` join the rounds: a 1-file promotion
+in a 100k-file repository (nested, with snapshots, flat) over the same in a 10-file
+one; they build their repositories once per run.
 
 A row's files stay until the whole run ends. On ext4 without a journal (this kind of
 machine's disk) the kernel does not reuse an inode freed in the last 30 seconds, and it
@@ -91,7 +94,7 @@ from typing import Any
 
 from bench import documents as bd
 from bench import prepared as pp
-from bench import rows_builder, rows_fixed, rows_fswrite, rows_gitcost, rows_verify
+from bench import rows_builder, rows_fixed, rows_fswrite, rows_gitcost, rows_layers, rows_verify
 from bench import workload as wl
 from bench.harness import (
     Table,
@@ -118,6 +121,7 @@ GOALS: dict[str, tuple[float, str]] = {
     **rows_fswrite.GOALS,
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
     **rows_gitcost.GOALS,
+    **rows_layers.GOALS,  # 10k files; 100k with full=True
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -132,6 +136,7 @@ LABELS = {
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
+    **rows_layers.LABELS,
 }
 
 # the rows ``--rows`` can name (``some_rows``)
@@ -376,6 +381,7 @@ def run(
         with contextlib.ExitStack() as stack:
             if full:  # long: 100k-file repositories, nested and flat
                 rows += rows_gitcost.rows(table, work, stack)
+            rows += rows_layers.rows(table, work, stack, full=full)
             for round_no in range(rounds):
                 for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
                     step(round_no)

@@ -83,7 +83,7 @@ from promoter.errors import (
     PromoterError,
     error_class,
 )
-from promoter.executor import confine, hidden, sandbox_repo
+from promoter.executor import confine, hidden, layers, removal, sandbox_repo
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.terminal import RESET
 from promoter.git.layout import discover
@@ -238,14 +238,19 @@ def _run_command(
     home = run_home / "home"
     home.mkdir(mode=0o700, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    from promoter.executor import layered  # the builder: loaded by a run only
+
+    overlay = layered.overlay_of(record) if record.layout == "overlay" else None
     if how.unconfined:
-        return confine.run_unconfined(command, Path(record.clone), {**base, **env}, timeout)
+        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
+        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
     box = confine.Sandbox(
         clone=Path(record.clone),
         home=home,
         hide=_hidden(state_dir, record, how.hide),
         network=how.network,
         limits=how.limits,
+        overlay=overlay,
     )
     outcome = confine.run_confined(
         command,
@@ -355,7 +360,8 @@ def _step(
             **answers.agent_env(record),
         }
         code = _run_command(command, record, env, timeout, how=how, state_dir=state_dir, url=url)
-        sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
+        if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             step.status = "command_failed"
             sandboxes.save(state_dir, record)
@@ -481,9 +487,12 @@ def _promote(
 def _finish(state_dir: Path, record: sandboxes.RunRecord, *, keep: bool) -> None:
     """A completed run's sandbox is removed (unless ``keep``); any other is kept and named."""
     last = record.steps[-1].status if record.steps else "new"
-    if last == "completed" and not keep:
-        removed = sandboxes.remove(state_dir, record.run_id)
-        _say(f"sandbox {record.run_id} removed ({removed}); --keep keeps it for --continue")
+    if last == "completed" and not keep:  # off the critical path: after the answer
+        going = removal.remove_later(state_dir, record.run_id)
+        _say(
+            f"sandbox {record.run_id} removed: its files go in the background ({going}); "
+            "--keep keeps it for --continue"
+        )
         return
     _say(
         f"sandbox kept: {record.clone}\n"
@@ -608,6 +617,7 @@ def run(
         if allow:
             record.allow = [parse_allow(a).wire() for a in allow]
     else:
+        removal.sweep(state)  # removals whose process was killed
         try:
             with PromoterClient(address, token) as client:
                 name = repo if repo is not None else _infer_repository(client)
@@ -621,6 +631,7 @@ def run(
                 created_at=rfc3339(utcnow()),
                 allow=[parse_allow(a).wire() for a in allow] if allow else DEFAULT_ALLOW,
                 from_head=from_head,
+                layout=layers.chosen_layout(unconfined, sandboxes.runs_dir(state)),
             )
         except (KeyboardInterrupt, Abort):
             raise Interrupted(

@@ -25,15 +25,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from promoter.cli.common import console, err_console, escape
-from promoter.cli.lazy import deferred
 from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
 from promoter.executor import sandbox as sandboxes
 
 if TYPE_CHECKING:
     from promoter.domain.models import FileState, GrantV1
-    from promoter.executor.builder import BuiltBundle, build_bundle
-else:  # the builder and the bundle models: loaded by a run, not by --list
-    build_bundle = deferred("promoter.executor.builder", "build_bundle")
+    from promoter.executor.builder import BuiltBundle
 
 __all__ = ["POLICIES", "build", "keep_sandbox", "policy"]
 
@@ -103,9 +100,10 @@ def build(
     yes: bool,
 ) -> BuiltBundle:
     """The sandbox's bundle; with refused links, the rest when the person says so."""
-    clone = Path(record.clone)
+    from promoter.executor import layered  # the builder: loaded by a run, not by --list
+
     try:
-        return build_bundle(clone, grant, since=since, start_tree=record.start_tree)
+        return layered.build(record, grant, since=since)
     except (PathUnsafe, VerificationFailed) as exc:
         links = _refused_links(exc)
         if links is None:
@@ -121,9 +119,7 @@ def build(
             raise
     step.left_out = paths
     sandboxes.save(state_dir, record)
-    built = build_bundle(
-        clone, grant, since=since, start_tree=record.start_tree, leave_out=frozenset(paths)
-    )
+    built = layered.build(record, grant, since=since, leave_out=frozenset(paths))
     console.print(
         f"the rest, without {escape(', '.join(paths))} (kept in the sandbox {record.clone}):",
         soft_wrap=True,
