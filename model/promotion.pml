@@ -104,7 +104,7 @@ bit  fail; byte v[NT];
 bit  staging; bit recovering; bit made;   /* a staging pass; a recovery's pass; a directory this pass made */
 
 /* the code's fault points (promoter/faults.py) the model's actions carry */
-mtype = { after_keep, after_mkdir, after_group_sync, before_temp_named, after_temp_write, before_replace, after_exchange, before_swap_back, after_replace, before_unlink, after_move_aside, after_unlink, before_journal, after_journal, after_dir_intent, after_temps_journaled, after_replaces, after_parent_fsync, after_readback, before_receipt, after_receipt, after_temps_settled, rollback_before_journal, rollback_after_step, rollback_before_receipt };
+mtype = { after_keep, after_mkdir, after_group_sync, before_temp_named, after_temp_write, before_replace, after_exchange, before_swap_back, after_replace, before_unlink, after_move_aside, after_unlink, before_journal, after_journal, after_dir_intent, after_temps_journaled, after_replaces, after_parent_fsync, after_readback, before_receipt, after_receipt, after_temps_settled, rollback_before_journal, rollback_after_step, rollback_before_receipt, rollback_after_receipt };
 
 #define FP(p) atomic { printf("FP %e t=%d\n", p, t); if :: crashes < MAXC -> crashes++; goto crash :: true -> skip fi }
 
@@ -565,8 +565,10 @@ rbnext:
        fi
      }
 #endif
+     FP(after_parent_fsync);
      FP(rollback_before_receipt);
-     rstatus = ST_RB
+     rstatus = ST_RB;
+     FP(rollback_after_receipt)
   :: else -> skip
   fi;
 #else
