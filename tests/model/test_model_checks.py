@@ -18,6 +18,8 @@ import pytest
 
 from tests.model import spin
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("name", sorted(spin.CONFIGURATIONS))
 def test_every_interleaving_keeps_the_persons_bytes(name: str, tmp_path: Path) -> None:

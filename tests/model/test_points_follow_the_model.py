@@ -144,7 +144,13 @@ def test_promotion_rollback_and_restore_take_the_models_order(tmp_path: Path) ->
         with daemon.client() as orch:
             promoted = orch.post("/v1/promotions", json=request).json()
         assert promoted["status"] == "completed", promoted
-        _assert_follows(_taken(trace), _pattern("promotion", ORDER))
+        taken = _taken(trace)
+        _assert_follows(taken, _pattern("promotion", ORDER))
+        # the check can fail: the same points with one step's exchange moved first do not
+        reordered = taken.replace(
+            "before_replace after_exchange ", "after_exchange before_replace ", 1
+        )
+        assert re.fullmatch(_pattern("promotion", ORDER), reordered) is None
 
         with daemon.client("operator") as operator:
             rolled = operator.post(f"/v1/operations/{promoted['operation_id']}/rollback").json()
