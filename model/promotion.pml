@@ -175,6 +175,13 @@ inline name_temp(arr, t, newv) {
   if :: fail && phase == 0 -> goto failed :: fail && phase == 1 -> fail = 0 :: else -> skip fi
 }
 
+/* the displaced file is the very inode checked, with the old bytes (_exchange_in's is_old) */
+#ifdef MUTANT_NO_VERIFY_DISPLACED
+#define IS_OLD(x, cur, oldv) (1)                  /* a loss: removed unread */
+#else
+#define IS_OLD(x, cur, oldv) ((x) == (cur) && ic[x] == (oldv))
+#endif
+
 /* Swap.replace for an existing old state: exchange, verify what was displaced, swap back */
 inline replace_exchange(arr, t, oldv, newv) {
   if :: !CHAIN_OK(t) -> fail = 1; drop_temp(arr, S(t, held[t]), t, newv); goto failed :: else -> skip fi;
@@ -195,13 +202,9 @@ inline replace_exchange(arr, t, oldv, newv) {
   if :: fail -> drop_temp(arr, s, t, newv); goto failed :: else -> skip fi;
   FP(after_exchange);
   d_step { x = tmp[arr + s] }                 /* remove_if: read the displaced file by descriptor */
-#ifdef MUTANT_NO_VERIFY_DISPLACED
-  if :: true -> unlink_own(arr, s, t) :: false -> skip fi;
-  if :: false ->
-#endif
   if
   :: x == 0 -> skip
-  :: x != 0 && x == cur && ic[x] == oldv -> unlink_own(arr, s, t)
+  :: x != 0 && IS_OLD(x, cur, oldv) -> unlink_own(arr, s, t)
   :: else ->
      FP(before_swap_back);
      d_step {
@@ -217,9 +220,6 @@ inline replace_exchange(arr, t, oldv, newv) {
 #endif
      fail = 1; goto failed
   fi;
-#ifdef MUTANT_NO_VERIFY_DISPLACED
-  :: else -> skip fi;
-#endif
   FP(after_replace);
   if :: !CHAIN_OK(t) -> fail = 1; goto failed :: else -> skip fi
 }
