@@ -30,10 +30,17 @@ REQUIRE_ENV = "PROMOTER_REQUIRE_SPIN"
 # each configuration: seconds of search on one core; docs/protocol/model.md has the counts
 CONFIGURATIONS: dict[str, list[str]] = {
     "modify-delete-rollback": ["ROLLBACK"],
-    "create-in-new-dir-rollback": ["KIND0=CREATE", "DIR0", "KIND1=MODIFY", "ROLLBACK"],
+    "create-in-new-dir-two-crashes-rollback": [
+        "KIND0=CREATE",
+        "DIR0",
+        "KIND1=MODIFY",
+        "MAXC=2",
+        "ROLLBACK",
+    ],
     "create-delete-two-crashes-rollback": ["KIND0=CREATE", "KIND1=DELETE", "MAXC=2", "ROLLBACK"],
     "modify-delete-two-crashes": ["MAXC=2"],
     "three-targets": ["NT=3"],
+    "one-modify-three-actions-two-crashes-rollback": ["NT=1", "MAXP=3", "MAXC=2", "ROLLBACK"],
 }
 
 # a loss fixed earlier (or one the protocol's rules exist to prevent), one line in the model
