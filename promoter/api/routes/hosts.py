@@ -70,9 +70,9 @@ HOST_EXAMPLE = {
         summary="The hosts of the ledger",
         description="Every host registered in the ledger: its epoch, whether it is `active` "
         "or `fenced`, the repositories its daemon is configured for, its host lease, its "
-        "fences and the base URL its daemon published (`address`). While the database does not answer, the "
-        "answer is still 200, with `source: this_host`: only this host, as its daemon "
-        "last saw it.",
+        "fences and the base URL its daemon published (`address`). While the database does "
+        "not answer, the answer is still 200, with `source: this_host`: only this host, as "
+        "its daemon last saw it.",
         tags=["orchestrator", "operator"],
         roles=("orchestrator", "operator"),
         ok={
