@@ -15,7 +15,6 @@ in (``promoter.api.ui.login``).
 
 from __future__ import annotations
 
-import hmac
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -81,8 +80,10 @@ async def session_of(request: Request) -> Session | None:
     state = request.app.state
     services = get_services(request)
     if session is not None:
-        current = await run_on_operator_pool(state, services.auth.credential_digest, session.name)
-        if current is None or not hmac.compare_digest(current, session.credential):
+        live = await run_on_operator_pool(
+            state, services.auth.credential_live, session.name, session.credential
+        )
+        if not live:
             table.end_credential(session.name)
             session = None
         else:

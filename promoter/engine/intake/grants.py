@@ -124,8 +124,14 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
 
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
+    """The grant stored here; one the ledger records for a repository another host guards
+    is ``owned_by_other_host`` naming that host (SPEC §10.24), else ``grant_unknown``."""
     grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
     if grant is None:
+        with services.db.session() as session:
+            identity = repo.grant_repository(session, grant_id)
+        if identity is not None:
+            routing.refuse_unless_here(services, identity, grant_id=grant_id)
         raise GrantUnknown(f"no grant {grant_id!r} is registered", grant_id=grant_id)
     return grant
 
