@@ -21,6 +21,7 @@ operations handed over (``promoter.store.journal``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -45,7 +46,7 @@ class Host:
     fenced_by: str | None
     fenced_to: str | None
     address: str | None = None
-    repository_names: dict[str, str] | None = None
+    repository_names: dict[str, str | None] | None = None
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -108,14 +109,18 @@ def _locked(session: Session, host_id: str) -> HostRow | None:
 
 
 def register(
-    session: Session, host_id: str, repositories: dict[str, str], lease_until: str
+    session: Session,
+    host_id: str,
+    repositories: Mapping[str, str] | Iterable[str],
+    lease_until: str,
 ) -> tuple[Host, bool]:
     """This host's row, added at epoch 1 if there is none (``flush`` to learn of a
-    concurrent twin); its configured repositories (identity to name) are recorded while
-    it is active. Returns the row and whether it was added."""
+    concurrent twin); its configured repositories (identity to name, or identities alone)
+    are recorded while it is active. Returns the row and whether it was added."""
     row = _locked(session, host_id)
     added = row is None
-    names = {identity: repositories[identity] for identity in sorted(repositories)}
+    named = repositories if isinstance(repositories, Mapping) else {}
+    names = {identity: named.get(identity) for identity in sorted(set(repositories))}
     if row is None:
         row = HostRow(
             host_id=host_id,
