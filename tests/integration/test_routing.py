@@ -91,7 +91,8 @@ def _owner_of(guardians: list[dict[str, Any]] | None, identity: str) -> str:
 
 
 def _submit_as_executor(url: str, token: str, grant: dict[str, Any]) -> dict[str, Any]:
-    bundle = make_bundle(grant, [("notes.txt", OLD, NEW)])
+    changes: list[tuple[str, bytes | None, bytes | None]] = [("notes.txt", OLD, NEW)]
+    bundle = make_bundle(grant, changes)
     with PromoterClient(url, token) as executor:
         for data in (OLD, NEW):
             executor.put_blob(sha(data), data)
@@ -252,8 +253,7 @@ class _Hostile(BaseHTTPRequestHandler):
         self.seen.append((self.path, self.headers.get("authorization")))
         length = int(self.headers.get("content-length") or 0)
         self.rfile.read(length)
-        port = self.server.server_address[1]
-        here = f"http://127.0.0.1:{port}"
+        here = f"http://127.0.0.1:{self.server.server_port}"  # type: ignore[attr-defined]
         if self.path == "/v1/hosts":
             listed = self.routes.get("hosts", ("", []))[1]
             body = json.dumps({"hosts": [{"address": a} for a in listed]}).encode()
