@@ -12,14 +12,19 @@ unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
 per-path report. The host's epoch is checked before the first temp, between groups of
 temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
 the temps it named and the empty directories it made, and raises ``host_fenced`` naming
-them (``worktree``). Requests, idempotency and scheduling live in
-``operation.requests``.
+them (``worktree``). The database lost before the plan is journaled (nothing written)
+is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
+and the plan are done again: the same attempt goes on (SPEC §10.23); past the bound it
+raises ``database_unavailable`` naming the attempt, which the put-back records as
+``refused``. Requests, idempotency and scheduling live in ``operation.requests``.
 
 How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
 
 Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
 (``operation.dirs``), ``after_temps_journaled`` (``operation.staging``),
-``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s).
+``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s; the wait for
+the database reaches ``database_retry`` and ``outage_bound_passed``,
+``promoter.store.outage``).
 """
 
 from __future__ import annotations
