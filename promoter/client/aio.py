@@ -29,7 +29,7 @@ from promoter.api.models import (
     OperationView,
     RunOpened,
 )
-from promoter.client import follow
+from promoter.client.follow import cluster_origins, location, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     MISSING_BATCH,
@@ -110,7 +110,7 @@ class AsyncPromoterClient:
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, method, path, limit, exc) from exc
-        target = follow.location(response) if follow.replayable(content) else None
+        target = location(response) if replayable(content) else None
         if target is not None and await self._in_cluster(target):
             try:  # once: the owner's answer is the answer (SPEC §10.24)
                 response = await send(
@@ -135,7 +135,7 @@ class AsyncPromoterClient:
             return False
         if answer.status_code != 200:
             return False
-        return follow.within(target, self.url, follow.cluster_origins(answer.json()))
+        return within(target, self.url, cluster_origins(answer.json()))
 
     async def mint_executor_token(
         self, executor_run_id: str, ttl_seconds: int = 3600

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
-from promoter.client import follow
+from promoter.client.follow import cluster_origins, location, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -89,7 +89,7 @@ class Transport(Closing):
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, method, path, limit, exc) from exc
-        target = follow.location(response) if follow.replayable(content) else None
+        target = location(response) if replayable(content) else None
         if target is not None and self._in_cluster(target):
             try:  # once: the owner's answer is the answer (SPEC §10.24)
                 response = send(
@@ -115,7 +115,7 @@ class Transport(Closing):
             return False
         if answer.status_code != 200:
             return False
-        return follow.within(target, self.url, follow.cluster_origins(answer.json()))
+        return within(target, self.url, cluster_origins(answer.json()))
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         response = self._send(method, path, **kwargs)
