@@ -228,7 +228,7 @@ def _plan(
     try:
         readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+        _refuse_unless_outage(services, operation_id, exc)
         return None
     if not readback.ok:
         drift = TargetDrift(
@@ -240,7 +240,7 @@ def _plan(
     try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
         refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+        _refuse_unless_outage(services, operation_id, exc)
         return None
     if repository.config.snapshots:
         _snapshot(services, repository, operation_id, "pre")
@@ -248,12 +248,18 @@ def _plan(
     changes = list(evidence.bundle.changes)
     try:
         attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
-    except (DatabaseUnavailable, DatabaseBusy):
-        raise
     except PromoterError as exc:  # the transaction rolled back: nothing is journaled
-        refuse(services.db, operation_id, exc)
+        _refuse_unless_outage(services, operation_id, exc)
         return None
     return attempt, creates, changes
+
+
+def _refuse_unless_outage(services: Services, operation_id: str, error: PromoterError) -> None:
+    """Refuse the attempt for ``error``, unless it is the database gone (raised on: the
+    attempt waits for it, ``run_locked``)."""
+    if isinstance(error, DatabaseUnavailable | DatabaseBusy):
+        raise error
+    refuse(services.db, operation_id, error)
 
 
 def _wait_out(
