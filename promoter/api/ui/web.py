@@ -70,10 +70,9 @@ def sessions(request: Request) -> Sessions:
 async def session_of(request: Request) -> Session | None:
     """The request's live session, or None: none, ended, or its credential removed since.
 
-    The credential is checked through the ledger, on the operator's worker threads,
-    before every use
-    (``promoter.api.workers``); a session whose credential is gone or was replaced is
-    ended with every other session of that name. A live session's request goes on on
+    The credential is checked through the ledger, on the operator's worker threads
+    (``promoter.api.workers``), before every use; a session whose credential is gone or
+    was replaced is ended with every other session of that name. A live session's request goes on on
     the operator's threads.
     """
     table = sessions(request)
