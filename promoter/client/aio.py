@@ -29,6 +29,7 @@ from promoter.api.models import (
     OperationView,
     RunOpened,
 )
+from promoter.client.follow import cluster_origins, location, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     MISSING_BATCH,
@@ -109,8 +110,32 @@ class AsyncPromoterClient:
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, method, path, limit, exc) from exc
+        target = location(response) if replayable(content) else None
+        if target is not None and await self._in_cluster(target):
+            try:  # once: the owner's answer is the answer (SPEC §10.24)
+                response = await send(
+                    self._http.request,
+                    method,
+                    target,
+                    json=json_body,
+                    content=content,
+                    headers=headers,
+                    timeout=limit,
+                )
+            except httpx.TransportError as exc:
+                raise unreachable(target, method, path, limit, exc) from exc
         raise_for(response)
         return response
+
+    async def _in_cluster(self, target: str) -> bool:
+        """Whether ``target`` is another host the ledger lists (asked of this daemon)."""
+        try:
+            answer = await self._http.get("/v1/hosts", timeout=self._timeout)
+        except httpx.TransportError:
+            return False
+        if answer.status_code != 200:
+            return False
+        return within(target, self.url, cluster_origins(answer.json()))
 
     async def mint_executor_token(
         self, executor_run_id: str, ttl_seconds: int = 3600

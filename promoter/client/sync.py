@@ -107,6 +107,12 @@ class PromoterClient(BlobCalls):
     def repositories(self) -> list[Json]:
         return list(self._json("GET", "/v1/repositories")["repositories"])
 
+    def guardians(self) -> list[Json] | None:
+        """Every repository of the cluster with the host guarding it and its ``address``
+        (``GET /v1/repositories``' ``cluster``); None while the database does not answer."""
+        cluster = self._json("GET", "/v1/repositories").get("cluster")
+        return None if cluster is None else list(cluster)
+
     def whoami(self) -> Json:
         """``{role, name, run_id}`` of this client's credential."""
         return self._json("GET", "/v1/whoami")

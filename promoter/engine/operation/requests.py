@@ -32,7 +32,7 @@ from promoter.domain.path_state import classify
 from promoter.domain.paths import disk_path
 from promoter.domain.records import Ticket
 from promoter.domain.status import FINAL, RUNNING, OperationKind, OperationStatus
-from promoter.engine import repo_settings
+from promoter.engine import repo_settings, routing
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
@@ -53,6 +53,7 @@ from promoter.errors import (
     HostFenced,
     OperationConflict,
     OperationUnknown,
+    OwnedByOtherHost,
     PromoterError,
     ReceiptConflict,
     ReceiptUnavailable,
@@ -430,7 +431,8 @@ def rollback_receipt(services: Services, operation_id: str) -> bytes:
 
 
 def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:
-    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing."""
+    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. Another host's
+    bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
     verification = load_verification(services, bundle_id)
     result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
     try:
@@ -442,11 +444,13 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         result["checks"]["authority"] = {"ok": True}
         evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
         result["checks"]["evidence"] = {"ok": True}  # (2) evidence
-        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        repository = routing.local_repository(services, evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
             if readback.ok:  # as the promotion does: links resolved once the read-back passed
                 refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+    except OwnedByOtherHost:
+        raise  # asked of the wrong host: 421 naming the owner, as every other request
     except PromoterError as exc:
         return {
             **result,
