@@ -342,43 +342,44 @@ def test_every_receipt_route_serves_the_bytes_of_the_row_and_the_audit_file(
     )
 
 
-def test_a_rerun_after_the_receipt_was_written_reuses_it(
+def test_a_copy_that_failed_after_the_commit_is_written_when_the_receipt_is_read(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The receipt is part of the outcome's commit (SPEC §10.20): a copy that could not be
+    written after it leaves the operation completed, and the first read writes it."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "after_receipt=EIO")
+    monkeypatch.setenv(faults.ENV, "audit_promotion_after_create=EIO")
     faults.reset()
     view = promote(daemon, bundle, receipt).json()
     monkeypatch.delenv(faults.ENV)
-    assert view["status"] == "needs_recovery", view  # recorded and written, not completed
+    faults.reset()
+    assert view["status"] == "completed", view
     op_id = view["operation_id"]
-    written = (daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json").read_bytes()
-    assert written == _row_bytes(daemon, op_id)
+    path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
+    assert not path.exists()
     with daemon.orchestrator() as orch:
-        done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
-        assert done.json()["status"] == "completed", done.json()
-        assert orch.get(f"/v1/operations/{op_id}/receipt").content == written
-    assert _row_bytes(daemon, op_id) == written
-    outcomes = [e for e in done.json()["events"] if e["kind"] == "outcome"]
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert served == _row_bytes(daemon, op_id) == path.read_bytes()
+    outcomes = [e for e in operation_view(daemon, op_id)["events"] if e["kind"] == "outcome"]
     assert len(outcomes) == 1
 
 
-def test_a_different_audit_file_is_an_error_never_overwritten(
-    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_different_audit_file_is_set_aside_never_served_and_the_copy_made_again(
+    daemon: Daemon, repo: Path
 ) -> None:
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "after_receipt=EIO")
-    faults.reset()
     op_id = promote(daemon, bundle, receipt).json()["operation_id"]
-    monkeypatch.delenv(faults.ENV)
     recorded = _row_bytes(daemon, op_id)
-    path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
+    folder = daemon.state_dir / "audit" / "receipts" / "promotion"
+    path = folder / f"{op_id}.json"
+    assert path.read_bytes() == recorded
     foreign = recorded.replace(b'"promoted_at":"', b'"promoted_at":"1')
     path.chmod(0o644)
     path.write_bytes(foreign)
     with daemon.orchestrator() as orch:
-        answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
-    assert (answer.status_code, answer.json()["code"]) == (409, "document_conflict")
-    assert path.read_bytes() == foreign
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert served == recorded == path.read_bytes()
+    kept = sorted(p for p in folder.iterdir() if p.name.startswith(f".{op_id}.json.damaged-"))
+    assert [p.read_bytes() for p in kept] == [foreign]  # its bytes kept, never served
     assert _row_bytes(daemon, op_id) == recorded
-    assert operation_view(daemon, op_id)["status"] == "needs_recovery"
+    assert operation_view(daemon, op_id)["status"] == "completed"
