@@ -106,10 +106,13 @@ class AuditStore:
             if exc.errno in (errno.ELOOP, errno.EISDIR):
                 return b""
             raise
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return b""
-            return handle.read()
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                return handle.read()
+        finally:
+            os.close(fd)
 
     def put_all(
         self, documents: Sequence[tuple[str, str, bytes, type[PromoterError]]]

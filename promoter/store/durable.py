@@ -191,9 +191,11 @@ def set_aside(path: Path, expected: bytes) -> Path | None:
         fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return aside  # a symlink or anything unreadable: kept as it is
-    with os.fdopen(fd, "rb") as handle:
+    try:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        found = handle.read(len(expected) + 1) if regular else None
+        found = os.read(fd, len(expected) + 1) if regular else None
+    finally:
+        os.close(fd)
     if found != expected:
         return aside
     try:
