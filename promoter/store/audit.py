@@ -2,7 +2,8 @@
 
 Grants, bundles and receipts are stored as their exact canonical bytes, once. Writing
 the same bytes again is a no-op; different bytes under the same name raise the conflict
-class the caller names. Nothing here ever rewrites or deletes a document. Each write goes
+class the caller names. Nothing here ever rewrites or deletes a document (the one
+exception below is a copy, never a record). Each write goes
 through ``promoter.store.durable.write_new`` (an anonymous temp linked into place, the
 parents of new directories fsynced), whose fault points are named ``audit_<kind>_after_*``
 (e.g. ``audit_promotion_after_link``).
@@ -12,7 +13,7 @@ ledger (SPEC §10.20), and the file is a copy (``copy``), written without a flus
 the outcome's commit and compared byte for byte with the row's bytes whenever it is made
 or served; one missing is written again, one that differs is set aside under a hidden
 name beside it (``.<name>.json.damaged-<16 hex>``, its bytes kept, never served) and
-written again. The only rewrite here, and of a file whose record is elsewhere.
+written again.
 
 A stored document read back as its model (``load``, ``checked``) that no longer parses
 (the state directory was damaged or edited by hand) raises ``StorageError`` naming the

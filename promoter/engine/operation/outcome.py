@@ -64,7 +64,7 @@ from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence
-from promoter.errors import PromoterError, StorageError
+from promoter.errors import OperationConflict, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
@@ -334,8 +334,10 @@ def complete(
             continue
         break
     else:
-        raise StorageError(
-            f"the event chain of {operation_id} kept changing while its outcome was recorded"
+        raise OperationConflict(
+            f"the event chain of {operation_id} kept changing while its outcome was recorded;"
+            " nothing of the outcome was recorded",
+            operation_id=operation_id,
         )
     # the copy, after the commit and never flushed: the row is the record; a crash, a full
     # disk or a damaged file here is repaired from the row when the receipt is read
