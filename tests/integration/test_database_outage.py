@@ -123,7 +123,6 @@ def _completed(daemon: Daemon, operation_id: str) -> dict[str, Any]:
         "after_replace",
         "after_readback",
         "before_receipt",
-        "after_receipt",
     ],
 )
 def test_a_promotion_the_database_left_mid_write_completes_once_it_is_back(

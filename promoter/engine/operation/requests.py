@@ -391,8 +391,10 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
     """The promotion receipt's bytes, only once the operation is ``completed`` (SPEC §7).
 
-    A crash between writing the audit file and the final status leaves a receipt that is
-    not served until recovery finishes the operation.
+    The bytes are the row's (SPEC §10.20: the ledger's row is the record), never the audit
+    file's: the file is a copy, compared with them here and written again when missing or
+    different (``AuditStore.copy``; a different one is set aside, its bytes kept). A copy
+    that cannot be written is logged; the receipt is served all the same.
     """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
@@ -404,11 +406,18 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
         raise ReceiptUnavailable(
             f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
-    stored = services.audit.get("promotion", operation_id)
-    if stored is not None:
-        return stored
     data = canonical_bytes(receipt)
-    services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
+    try:
+        aside = services.audit.copy("promotion", operation_id, data)
+    except PromoterError as exc:
+        log.warning("the receipt copy of %s is not written: %s", operation_id, exc.detail)
+        return data
+    if aside is not None:
+        log.warning(
+            "the receipt copy of %s differed from the ledger's row: kept at %s, written again",
+            operation_id,
+            aside,
+        )
     return data
 
 
