@@ -96,7 +96,7 @@ def stored(daemon: Daemon) -> dict[str, list[str]]:
     return out
 
 
-NOTHING = {"blobs": [], "bundles": [], "receipts": [], "quota": [], "operations": []}
+NOTHING: dict[str, list[str]] = {"blobs": [], "bundles": [], "receipts": [], "quota": [], "operations": []}
 
 
 def problem(answer: httpx.Response) -> tuple[int, str]:
