@@ -130,6 +130,7 @@ class _Body:
             blob_limit=min(self.services.settings.max_blob_bytes, BATCH_BLOB_MAX),
             record=lambda blobs: record_blobs(self.services, blobs),
             group_sync_limit=self.services.settings.group_sync_limit,
+            group_one=True,  # a 1-file change: its blob's temp and the charge, one syncfs
         )
 
     def take_blobs(self, view: memoryview) -> bytes | None:
