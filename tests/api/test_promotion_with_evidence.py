@@ -10,8 +10,11 @@ operation, nothing charged); both clients' methods.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 import socket
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +30,9 @@ from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_h
 from promoter.domain.evidence_frames import bundle_header
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import Forbidden, Unauthenticated
-from tests.support.daemon import Daemon
+from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
 from tests.support.promotion import git_dir_digest, set_lease, tree_bytes
 
@@ -96,7 +101,13 @@ def stored(daemon: Daemon) -> dict[str, list[str]]:
     return out
 
 
-NOTHING: dict[str, list[str]] = {"blobs": [], "bundles": [], "receipts": [], "quota": [], "operations": []}
+NOTHING: dict[str, list[str]] = {
+    "blobs": [],
+    "bundles": [],
+    "receipts": [],
+    "quota": [],
+    "operations": [],
+}
 
 
 def problem(answer: httpx.Response) -> tuple[int, str]:
@@ -341,3 +352,52 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
     assert view.status == "completed"
     assert done.verification_receipt.receipt_sha256 == view.verification_receipt_sha256
     assert (repo / "src/app.py").read_bytes() == V2
+
+
+def _in_the_same_fan_out(data: bytes) -> bytes:
+    """Other bytes whose blob lands in the same fan-out folder as ``data``'s."""
+    prefix = hashlib.sha256(data).hexdigest()[:2]
+    return next(
+        other
+        for other in (b"warm-up %d\n" % n for n in range(100_000))
+        if hashlib.sha256(other).hexdigest()[:2] == prefix
+    )
+
+
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
+def test_one_request_pays_the_flushes_of_the_three_requests(
+    tmp_path: Path, repo: Path, group_sync: bool
+) -> None:
+    """A 1-file flow in one request (its fan-out folder made by an earlier one) makes the
+    flushes ``tests/api/test_flush_count.py`` pins for the three requests: 6 fsync and 3
+    syncfs with a group sync, 12 fsync without, and 3 durable commits."""
+    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+    data = b"print('one request')\n"
+    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        counts = []
+        for n, blob in enumerate((_in_the_same_fan_out(data), data)):
+            grant = make_grant(
+                repo, identity, grant_id=f"grt_f{n}", workflow_id=f"wf_f{n}", run_id=f"run_f{n}"
+            )
+            with daemon.orchestrator() as orch:
+                assert orch.post("/v1/grants", json=grant).status_code == 201
+            set_lease(daemon, grant)
+            change: tuple[str, bytes | None, bytes | None] = (f"src/f{n}.py", None, blob)
+            bundle = make_bundle(grant, [change])
+            token = _executor_token(daemon, f"run_f{n}")
+            before = flush.flushes()
+            answer = _post(daemon, body(bundle, blob), token)
+            counts.append(flush.flushes() - before)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["operation"]["status"] == "completed"
+        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        grouped = group_sync and GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+    expected = Counter({"fsync": 6, "syncfs": 3} if grouped else {"fsync": 12})
+    expected += Counter(sqlite_commit=3 if sqlite else 0)
+    assert counts[1] == expected, counts
+    assert (repo / "src" / "f1.py").read_bytes() == data

@@ -56,7 +56,9 @@ def _prepare(daemon: DaemonProcess, repo: Path) -> tuple[bytes, str]:
         token = orch.post(
             "/v1/executor-tokens", json={"executor_run_id": "run_1", "ttl_seconds": 3600}
         ).json()["token"]
-    changes = [(p, FILES.get(p), data) for p, data in NEW.items()]
+    changes: list[tuple[str, bytes | None, bytes | None]] = [
+        (p, FILES.get(p), data) for p, data in NEW.items()
+    ]
     document = json.dumps(make_bundle(grant, changes)).encode()
     blobs = [FILES["src/app.py"], *NEW.values()]
     frames = b"".join(frame_header(sha(b), len(b)) + b for b in blobs)
