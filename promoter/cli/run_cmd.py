@@ -91,11 +91,12 @@ from promoter.git.layout import discover
 if TYPE_CHECKING:
     from promoter.cli.orchestrate_cmd import parse_allow
     from promoter.domain.models import GrantV1
-    from promoter.executor import build_bundle, upload_and_submit
+    from promoter.executor import build_bundle, promote_with_evidence, upload_and_submit
 else:  # the bundle models and the builder: loaded by a run, not by --list, --prune, --remove
     parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
     build_bundle = deferred("promoter.executor.builder", "build_bundle")
     upload_and_submit = deferred("promoter.executor.handover", "upload_and_submit")
+    promote_with_evidence = deferred("promoter.executor.handover", "promote_with_evidence")
 
 __all__ = ["register"]
 
@@ -376,6 +377,7 @@ def _step(
         with executor:
             grant = executor.get_grant(grant_doc["grant_id"])
             since = executor.grant_base(grant.grant_id) if base else None
+            requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
             adopted = answers.agent_bundle(executor, record, grant, since)
             if adopted is not None:
                 bundle, receipt = adopted
@@ -387,7 +389,11 @@ def _step(
                         sandboxes.save(state_dir, record)
                         _say("no changes since the last promotion: nothing to promote")
                         return
-                    receipt = upload_and_submit(executor, built)
+                    if yes:  # nobody is asked: blobs, bundle and promotion, one request
+                        token = str(minted["token"])
+                        receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
+                    else:
+                        receipt = upload_and_submit(executor, built)
                     bundle = built.bundle
         step.bundle_id = str(bundle["bundle_id"])
         step.status = "submitted"
@@ -399,7 +405,15 @@ def _step(
         print_receipt(receipt.wire())
         unseen = list(diff.get("unseen") or [])
         _promote(
-            orch, state_dir, record, step, grant, receipt.receipt_sha256, yes=yes, unseen=unseen
+            orch,
+            state_dir,
+            record,
+            step,
+            grant,
+            receipt.receipt_sha256,
+            yes=yes,
+            unseen=unseen,
+            requested=requested,
         )
 
 
@@ -421,10 +435,17 @@ def _promote(
     *,
     yes: bool,
     unseen: list[dict[str, Any]] | None = None,
+    requested: dict[str, Any] | None = None,
 ) -> None:
+    """Preflight, ask, promote; ``requested``: the operation a ``--yes`` run's one request
+    already promoted with its evidence (docs/protocol.md), whose outcome stands for both."""
     assert step.bundle_id is not None
-    preflight = orch.preflight(step.bundle_id, grant.fence)
-    _say(f"preflight {preflight['status']}")
+    if requested is None:
+        preflight = orch.preflight(step.bundle_id, grant.fence)
+        _say(f"preflight {preflight['status']}")
+    else:  # a drift or a refusal is the operation's own (target_drift: merged below)
+        preflight = {"status": "passed"}
+        _say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
     if drifted:  # a drift a merge can mend is offered the merge (run_drift.py)
         step.status = "preflight_refused"
@@ -442,7 +463,7 @@ def _promote(
             bundle_id=step.bundle_id,
             run_id=record.run_id,
         )
-    view = orch.promote(step.bundle_id, receipt_sha256, grant.fence, wait=True)
+    view = requested or orch.promote(step.bundle_id, receipt_sha256, grant.fence, wait=True)
     step.operation_id = str(view["operation_id"])
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;

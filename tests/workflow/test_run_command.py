@@ -64,7 +64,7 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", script)
     assert first.exit_code == 0, first.output
     record = _only_run(daemon)
-    assert "preflight passed" in first.stdout
+    assert "requested with its evidence in one request" in first.stdout  # --yes: one request
     assert "+print('v2')" in first.stdout
     assert f"promoter run --continue {record.run_id}" in first.stdout
     assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
