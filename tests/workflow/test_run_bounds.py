@@ -28,6 +28,7 @@ import pytest
 from typer.testing import CliRunner
 
 from promoter.errors import PromoterError
+from promoter.executor import layered
 from promoter.executor import sandbox as sandboxes
 from tests.integration.test_relay import _daemon_connections
 from tests.support.daemon import Daemon, running_daemon
@@ -84,8 +85,9 @@ def test_set_id_files_a_deep_tree_and_a_fifo_left_by_the_command_are_disarmed_an
     assert report["shared"] == oct(stat.S_IFDIR | 0o2775)
     record = _only_run(daemon)
     home = daemon.state_dir / "runs" / record.run_id
-    assert stat.S_IMODE((home / "clone" / "tool").stat().st_mode) == 0o755
-    assert stat.S_IMODE((home / "clone" / "shared").stat().st_mode) == 0o775
+    written = layered.written_tree(record)  # the clone, or an overlay's upper layer
+    assert stat.S_IMODE((written / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((written / "shared").stat().st_mode) == 0o775
     assert _set_id_paths(home) == []
     assert stat.S_IMODE((repo / "tool").stat().st_mode) == 0o755  # promoted as 100755
     listed = _run(daemon, "--list")  # its size summed through the 3000 levels
@@ -143,8 +145,8 @@ def test_three_thousand_connections_held_on_the_relay_leave_threads_and_descript
     threads = len(os.listdir(f"/proc/{cli.pid}/task"))
     fds = _descriptors() - fds_before
     connections = _daemon_connections(daemon)
-    clone = Path(_only_run(daemon).clone)
-    with open(clone / "release", "w"):  # the command goes on once this is closed
+    written = layered.written_tree(_only_run(daemon))  # where the command's FIFO is
+    with open(written / "release", "w"):  # the command goes on once this is closed
         pass
     rest = cli.stdout.read()
     assert cli.wait(timeout=600) == 0, (b"".join(seen) + rest).decode()
