@@ -24,6 +24,7 @@ from promoter.errors import PathUnsafe
 from promoter.executor.sandbox import runs_dir
 from promoter.fs.own_tree import disarm_tree, remove_own_tree
 from promoter.fs.tree_walk import HELD_OPEN
+from tests.support.deep_trees import removed_after  # noqa: F401 (autouse)
 from tests.support.mounts import bind_mount, is_mount_point
 
 RUN = "run_0123456789abcdef"

@@ -32,6 +32,7 @@ from promoter.executor import layered
 from promoter.executor import sandbox as sandboxes
 from tests.integration.test_relay import _daemon_connections
 from tests.support.daemon import Daemon, running_daemon
+from tests.support.deep_trees import removed_after  # noqa: F401 (autouse)
 from tests.workflow.test_run_confinement import _app, _only_run, _probe, _report, _run
 
 E7_BODY = """
