@@ -1,0 +1,9 @@
+"""``promoter run``'s workflow, apart from its command line.
+
+``state`` (a step's states, their transition table, ``Run``: one save per move),
+``flow`` (one step: grant, command, bundle, review, preflight, promotion; ``Outcome``),
+``person`` (what the workflow shows and asks, as a protocol the CLI implements),
+``answers`` (preconditions, the agent's bundle, a drift refusal), ``drift`` (the merge
+offered for a file the person saved during the run) and ``links`` (a link the grant's
+policy refuses, the rest without it). Nothing here prints or reads a terminal.
+"""
