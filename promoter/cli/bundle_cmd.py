@@ -371,6 +371,18 @@ def diff_flags(result: dict[str, Any]) -> Text:
     return out
 
 
+def diff_renames(result: dict[str, Any]) -> Text:
+    """One line per rename the diff found: ``rename a → b (97 %)`` (the bundle itself
+    deletes ``a`` and creates ``b``)."""
+    from rich.text import Text
+
+    out = Text()
+    for f in result["files"]:
+        if f.get("rename_from") is not None:
+            out.append(f" rename {_shown_path(f)}\n", style="bold")
+    return out
+
+
 def diff_stat(result: dict[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets), then the totals."""
@@ -407,9 +419,12 @@ def diff_summary(result: dict[str, Any], hint: str = "") -> Text:
     out = Text()
     files = result["files"]
     paths = [_shown_path(f) for f in files]
+    renamed = [f for f in files if f.get("renamed_to") is not None]
     width = max((len(p) for p in paths), default=0)
     ops = max((len(_operation(f)) for f in files), default=0)
     for f, path in zip(files, paths, strict=True):
+        if f.get("renamed_to") is not None:
+            continue  # its rename's line names it
         out.append(f" {_operation(f):<{ops}} {path:<{width}}  ")
         out.append(f"{_size(f['old_bytes'])} -> {_size(f['new_bytes'])}, ")
         if f["binary"] or f.get("summarized"):
@@ -424,7 +439,11 @@ def diff_summary(result: dict[str, Any], hint: str = "") -> Text:
         out.append("\n")
     added = sum(f["added"] or 0 for f in files)
     removed = sum(f["removed"] or 0 for f in files)
-    out.append(f" {len(files)} file(s), {added} insertion(s), {removed} deletion(s)\n")
+    renames = f" ({len(renamed)} of them renamed)" if renamed else ""
+    out.append(
+        f" {len(files) - len(renamed)} file(s){renames}, {added} insertion(s), "
+        f"{removed} deletion(s)\n"
+    )
     out.append_text(diff_unseen(result))
     if hint:
         out.append(f"   the whole diff: {hint} (or --diff)\n", style="dim")
@@ -515,7 +534,7 @@ def print_diff(
     """Print a bundle diff answer: the stat, or the flagged files, the files it does not
     show in full, then the patch (paged when long; ``hunk_labels`` as in ``diff_text``;
     ``hint`` as in ``diff_unseen``)."""
-    unseen = diff_unseen(result, hint)
+    unseen = diff_renames(result) + diff_unseen(result, hint)
     if stat:
         body = diff_stat(result) + unseen
     else:
