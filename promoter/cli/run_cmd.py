@@ -1,48 +1,36 @@
-"""``promoter run``: one command for a person, from a sandbox clone to a promoted change.
+"""``promoter run``: the command line of a run, from a sandbox clone to a promoted change.
 
-``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] -- CMD ARGS…`` makes a sandbox
-(``promoter.executor.sandbox``: an isolated clone of the repository at HEAD under the
-state directory, its worktree then made equal to the person's worktree as it is, unless
-``--from-head``), registers a grant and a lease for it (its preconditions: that state)
-and mints an executor token (one request, ``POST /v1/runs``), runs CMD in the clone,
-confined (``promoter.executor.confine``: bubblewrap, no network but the way to the
-daemon, none of the person's files or promoter's state visible, limits) with
-``PROMOTER_URL``/``PROMOTER_TOKEN`` set (and ``--timeout``), takes the clone's ``.git``
-back (``sandbox_repo.restore``), builds and submits the bundle (or takes the one CMD
-submitted through ``promoter mcp`` when the sandbox still gives it), shows its summary
-and diff (never paged with ``--yes``), runs the preflight (a refusal names every drifted
-path, ``run_answers.py``), asks on a terminal (or takes ``--yes``; otherwise
-``not_confirmed``), promotes and prints the receipt. A completed run's sandbox is then
-removed unless ``--keep``; any other is kept and named. ``--continue RUN -- CMD`` runs
-the next step in a kept sandbox, chained on the last completed promotion, so each step
-hands in only its new edits; ``--continue RUN`` without CMD promotes the bundle its last
-step submitted and did not promote (declined, or interrupted at the question).
-``--list``, ``--prune`` (``run_manage.py``) and ``--remove RUN`` manage sandboxes and
-never touch the user's worktree.
+``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] [--diff] [--json] -- CMD ARGS…``
+runs one step of a run; the workflow itself is the executor's (``promoter.executor.run``:
+``flow.py`` makes the sandbox, registers the grant, runs CMD confined, builds or adopts
+the bundle, submits, preflights, offers the merge of a drift, promotes; ``state.py`` moves
+each step through its table and writes ``run.json`` once per move). This module owns the
+flags, the person at the terminal (``TerminalPerson``, the ``Person`` the workflow talks
+to: progress on stdout, questions at the terminal, the terminal reset before the review
+and the question, SPEC §10.17), and the outcome ``--json`` prints.
+
+The review: at a terminal without ``--yes``, the bundle, its whole diff (paged) and its
+verification receipt; with ``--yes``, a summary of the diff (paths, operations, sizes,
+flags, renames, files not shown in full) unless ``--diff``. ``--json`` prints the run's
+outcome (``flow.Outcome``) as one JSON document on stdout when the step ends, also in an
+error; every other word goes to stderr.
+
+``--continue RUN -- CMD`` runs the next step in a kept sandbox, chained on the last
+completed promotion; ``--continue RUN`` without CMD promotes the bundle its last step
+submitted and did not promote. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
+RUN`` manage sandboxes and never touch the user's worktree.
 
 The daemon, the credential and the state directory come from the flags, the environment,
 the daemon ``promoter serve`` recorded for this user, then ./.promoter
 (``promoter.cli.userconfig``); inside a guarded worktree ``--repo`` may be left out. The
 person's credential (the operator's, docs/decisions/persons-cli-credential.md) runs,
-promotes and, confirmed at the terminal, approves; ``--yes`` never approves. The command's
-own failure is ``command_failed``; Ctrl-C at any stage is ``interrupted`` (exit 130),
-naming the sandbox and bundle kept and the next command.
+promotes and, confirmed at the terminal, approves; ``--yes`` never approves. Ctrl-C at
+any stage is ``interrupted`` (exit 130), naming the sandbox and bundle kept and the next
+command. Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``)
+unless the person passes ``--unconfined``. See docs/guide/sandbox.md.
 
-CMD never writes to the person's terminal (SPEC §10.17): it runs on a pseudo-terminal of
-its own whose output promoter shows filtered (``promoter.executor.pane``), and before the
-review and the question promoter resets the terminal and draws both itself.
-
-Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``) unless
-the person passes ``--unconfined``; the grant's stage (``run:bwrap`` or
-``run:unconfined``), and so every receipt's ``grant_sha256``, and the run record name
-which ran. See docs/guide/sandbox.md.
-
-A file the person saved during the run or at the question is offered the merge
-(``run_drift.py``); a link the grant's policy refuses, the rest without it
-(``run_links.py``).
-
-Deliberately thin: every decision is the host's (grant checks, verification, the
-preflight, the approval gate, the promotion); this module orchestrates and prints.
+Deliberately thin: every decision is the host's, every step the workflow's; this module
+parses, prints and asks.
 """
 
 from __future__ import annotations
@@ -158,27 +146,25 @@ def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> Consent:
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
     person confirms those files too, listed again at the question (SPEC §10 item 18)."""
+    return _approve_at(yes, unseen, stderr=False)
+
+
+def _approve_at(yes: bool, unseen: list[dict[str, Any]], *, stderr: bool) -> Consent:
+    """``_approve_here`` with the questions on stderr when ``stderr`` (``--json``)."""
     if yes:
         return "yes"
     if not sys.stdin.isatty():
         err_console.print("not a terminal: pass --yes to promote without asking")
         return None
     _fresh_screen()
-    if not typer.confirm("Promote these changes into the worktree?", err=_json_mode()):
+    if not typer.confirm("Promote these changes into the worktree?", err=stderr):
         return None
     if unseen:
-        out = err_console if _json_mode() else console
+        out = err_console if stderr else console
         out.print(diff_unseen({"unseen": unseen}, "promoter bundle diff BUNDLE"), end="")
         question = f"Promote the {len(unseen)} file(s) not shown in full, as they are?"
-        return "asked" if typer.confirm(question, err=_json_mode()) else None
+        return "asked" if typer.confirm(question, err=stderr) else None
     return "asked"
-
-
-_JSON: list[bool] = [False]  # --json: this process's run prints one document on stdout
-
-
-def _json_mode() -> bool:
-    return _JSON[0]
 
 
 @dataclass(frozen=True)
@@ -228,6 +214,8 @@ class TerminalPerson:
             print_receipt(receipt)
 
     def approve(self, unseen: list[dict[str, Any]]) -> Consent:
+        if self.json:
+            return _approve_at(self.yes, unseen, stderr=True)
         return _approve_here(self.yes, unseen)
 
     def agree(self, question: str, *, no_terminal: str) -> Consent:
@@ -365,7 +353,6 @@ def run(
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     host = flow.Host(address, _token(target), state)
     person = TerminalPerson(yes=yes, whole_diff=whole_diff, json=json_output)
-    _JSON[0] = json_output
     if continue_run is not None and not command:
         run = Run(state, sandboxes.load(state, continue_run))
         with _outcome_printed(run, json_output) as outcome, _kept_on_interrupt(run):

@@ -26,7 +26,7 @@ from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor import sandbox_repo
-from promoter.executor.run.state import RunStatus
+from promoter.executor.run.status import RunStatus
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 from promoter.store.durable import write_replace

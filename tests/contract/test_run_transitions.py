@@ -1,6 +1,6 @@
 """A run step's states are a table: every listed move is taken, every other is refused.
 
-Walks ``promoter.executor.run.state.TRANSITIONS`` like ``test_transitions.py`` walks an
+Walks ``promoter.executor.run.status.TRANSITIONS`` like ``test_transitions.py`` walks an
 operation's: every pair of statuses is allowed exactly when the table holds it; every
 status is reachable from a new step; a record written before the statuses were an enum
 (plain strings) loads with the same strings and is written back byte for byte; a status
@@ -19,7 +19,8 @@ from promoter import faults
 from promoter.domain.status import OperationStatus
 from promoter.errors import ConfigError
 from promoter.executor import sandbox
-from promoter.executor.run.state import FINAL, TRANSITIONS, Run, RunStatus, check_move
+from promoter.executor.run.state import Run
+from promoter.executor.run.status import FINAL, TRANSITIONS, RunStatus, check_move
 
 SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
 EVERY: list[RunStatus | None] = [None, *RunStatus]

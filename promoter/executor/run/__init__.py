@@ -1,6 +1,7 @@
 """``promoter run``'s workflow, apart from its command line.
 
-``state`` (a step's states, their transition table, ``Run``: one save per move),
+``status`` (a step's states and their transition table), ``state`` (``Run``: one save
+per move),
 ``flow`` (one step: grant, command, bundle, review, preflight, promotion; ``Outcome``),
 ``person`` (what the workflow shows and asks, as a protocol the CLI implements),
 ``answers`` (preconditions, the agent's bundle, a drift refusal), ``drift`` (the merge

@@ -1,105 +1,25 @@
-"""A run's steps and their states: the vocabulary, the moves allowed, one save per move.
+"""A run's record and the one way its steps change state: one save per move.
 
-A step of ``promoter run`` (``promoter.executor.sandbox.Step``) is in one ``RunStatus``;
-each member equals the string ``run.json`` has always held, so an old record loads as it
-is. A step that handed its bundle to the host takes its operation's status
-(``promoter.domain.status.OperationStatus``), so every operation status is a run status
-too. The moves are data, like an operation's: ``TRANSITIONS[from]`` is where a step may
-go next (``None``: a new step). ``Run.move`` is the one way a step changes state: it
-checks the table, sets the step's fields and writes the record once (``sandbox.save``);
-a move to the state the step is in writes nothing.
+``Run`` holds a run's record (``promoter.executor.sandbox.RunRecord``) and its state
+directory. ``begin`` records a new step, ``move`` moves one: the move is checked against
+``status.TRANSITIONS`` (``check_move``), the step's fields are set, and ``run.json`` is
+written once (``sandbox.save``); a move that changes nothing writes nothing.
 
-Deliberately not here: what makes a step move (``flow.py``), or the record's file
-(``promoter.executor.sandbox``).
+Deliberately not here: the statuses and their table (``status.py``), what makes a step
+move (``flow.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from promoter.domain.status import OperationStatus
-from promoter.errors import ConfigError
-
-if TYPE_CHECKING:
-    from promoter.executor.sandbox import RunRecord, Step
+from promoter.executor import sandbox
+from promoter.executor.run.status import FINAL, PROMOTABLE, TRANSITIONS, RunStatus, check_move
+from promoter.executor.sandbox import RunRecord, Step
 
 __all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Run", "RunStatus", "check_move"]
-
-
-class RunStatus(StrEnum):
-    STARTED = "started"  # the grant is registered; the command runs or is to run
-    COMMAND_FAILED = "command_failed"
-    NO_CHANGES = "no_changes"
-    SUBMITTED = "submitted"  # the bundle is at the host, verified
-    PREFLIGHT_REFUSED = "preflight_refused"  # a drift; the merge may be offered
-    DECLINED = "declined"  # the person said no (or nobody could be asked)
-    INTERRUPTED = "interrupted"  # Ctrl-C, or no process runs the step any more
-    MERGE_CONFLICT = "merge_conflict"
-    MERGE_UNSUPPORTED = "merge_unsupported"
-    MERGE_NOT_HELD = "merge_not_held"
-    # the operation's statuses, once the bundle went to be promoted
-    AWAITING_APPROVAL = "awaiting_approval"
-    IN_PROGRESS = "in_progress"
-    APPLIED_UNVERIFIED = "applied_unverified"
-    NEEDS_RECOVERY = "needs_recovery"
-    NEEDS_RECONCILIATION = "needs_reconciliation"
-    ABANDONED = "abandoned"
-    COMPLETED = "completed"
-    REFUSED = "refused"
-    ROLLBACK_FAILED = "rollback_failed"
-    ROLLBACK_PARTIAL = "rollback_partial"
-    ROLLED_BACK = "rolled_back"
-    APPROVED_IN_PART = "approved_in_part"  # refused: an operator promoted a part of it
-
-
-R = RunStatus
-OPERATION = frozenset(RunStatus(s.value) for s in OperationStatus)
-MERGES = frozenset({R.MERGE_CONFLICT, R.MERGE_UNSUPPORTED, R.MERGE_NOT_HELD})
-# a bundle at the host, not promoted: it may be promoted (--continue RUN), merged or declined
-_HELD = frozenset({R.PREFLIGHT_REFUSED, R.DECLINED, R.INTERRUPTED, *MERGES, *OPERATION})
-# an operation the host still moves: its status is read again (refresh, --list)
-_MOVING = frozenset(
-    {R.AWAITING_APPROVAL, R.IN_PROGRESS, R.APPLIED_UNVERIFIED, R.NEEDS_RECOVERY}
-    | {R.NEEDS_RECONCILIATION}
-)
-
-TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
-    None: frozenset({R.STARTED}),
-    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED}),
-    R.SUBMITTED: _HELD,
-    R.DECLINED: _HELD,
-    R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
-    R.PREFLIGHT_REFUSED: _HELD - {R.INTERRUPTED},
-    **{status: OPERATION | {R.APPROVED_IN_PART} for status in _MOVING},
-    R.COMPLETED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL, R.ROLLBACK_FAILED}),
-    R.ROLLBACK_PARTIAL: frozenset({R.ROLLED_BACK, R.ROLLBACK_FAILED}),
-    R.ROLLBACK_FAILED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL}),
-}
-FINAL = frozenset(status for status in RunStatus if not TRANSITIONS.get(status))
-PROMOTABLE = frozenset({R.DECLINED, R.INTERRUPTED, R.SUBMITTED})  # --continue RUN, no CMD
-
-
-def check_move(current: str | None, wanted: str) -> RunStatus:
-    """``wanted`` as a ``RunStatus`` if a step may go there from ``current``.
-
-    Raises ``ConfigError`` for an unknown status or a move the table does not hold;
-    staying where it is is always allowed.
-    """
-    try:
-        status = RunStatus(wanted)
-        was = None if current is None else RunStatus(current)
-    except ValueError as exc:
-        raise ConfigError(f"unknown run step status {wanted!r}") from exc
-    if status is was:
-        return status
-    if status not in TRANSITIONS.get(was, frozenset()):
-        raise ConfigError(
-            f"a run step cannot move from {current} to {wanted}", current=current, status=wanted
-        )
-    return status
 
 
 @dataclass
@@ -136,6 +56,4 @@ class Run:
             self._save()
 
     def _save(self) -> None:
-        from promoter.executor import sandbox  # it loads this module's statuses
-
         sandbox.save(self.state_dir, self.record)
