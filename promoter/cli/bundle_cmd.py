@@ -385,14 +385,16 @@ def diff_renames(result: dict[str, Any]) -> Text:
 
 def diff_stat(result: dict[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
-    flags in brackets), then the totals."""
+    flags in brackets; a rename as ``rename a → b (97 %)``), then the totals."""
     from rich.text import Text
 
     out = Text()
-    paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
+    paths = [_shown_path(f) for f in result["files"]]
     width = max((len(p) for p in paths), default=0)
     for f, path in zip(result["files"], paths, strict=True):
-        out.append(f" {f['operation']:<6} {path:<{width}}  ")
+        if f.get("renamed_to") is not None:
+            continue  # its rename's line names it
+        out.append(f" {_operation(f):<6} {path:<{width}}  ")
         flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"

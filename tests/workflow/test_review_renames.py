@@ -119,6 +119,10 @@ def test_review_command_and_console_show_a_rename_as_a_rename(gated: Gated) -> N
     assert f" rename src/long.py → src/moved.py ({SIMILARITY} %)\n" in listed.stdout
     assert " rename src/app.py → src/main.py (100 %)\n" in listed.stdout
     assert "value_0 = 0" not in listed.stdout
+    stat = CliRunner().invoke(app, ["review", "--stat"], env=env)
+    assert stat.exit_code == 0, stat.output
+    assert f" rename src/long.py → src/moved.py ({SIMILARITY} %)" in stat.stdout
+    assert "delete src/long.py" not in stat.stdout and "delete README.md" in stat.stdout
     with login(daemon) as client:
         page = client.get("/ui/review")
     assert page.status_code == 200
