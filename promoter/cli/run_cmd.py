@@ -358,7 +358,7 @@ def run(
         with _outcome_printed(run, json_output) as outcome, _kept_on_interrupt(run):
             try:
                 flow.promote_submitted(host, run, person, outcome.outcome)
-            except ValueError as exc:
+            except flow.NothingToPromote as exc:
                 raise UsageError(str(exc)) from None
         flow.finish(run, person, keep=keep)
         return

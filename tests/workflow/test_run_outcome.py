@@ -128,3 +128,19 @@ def test_yes_prints_a_summary_and_diff_prints_the_whole_patch(daemon: Daemon, re
     assert whole.exit_code == 0, whole.output
     assert whole.stdout.count("@@ -1,") == 10 and "+51\n" in whole.stdout
     assert (repo / "src" / "f9.txt").read_bytes().endswith(b"50\n51\n")
+
+
+def test_continue_without_a_command_and_nothing_submitted_is_a_usage_error(
+    daemon: Daemon, repo: Path
+) -> None:
+    first = _run(daemon, "--repo", "work", "--yes", "--", "true")
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    assert [s.status for s in record.steps] == ["no_changes"]
+    again = _run(daemon, "--continue", record.run_id, "--yes")
+    assert again.exit_code == 2, again.output
+    assert f"run {record.run_id} has no submitted bundle to promote (its last step: " in (
+        again.output
+    )
+    assert "no_changes" in again.output
+    assert [s.status for s in _only_run(daemon).steps] == ["no_changes"]  # nothing written

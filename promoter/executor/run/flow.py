@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_ALLOW",
     "Confinement",
     "Host",
+    "NothingToPromote",
     "Outcome",
     "finish",
     "interrupted",
@@ -63,6 +64,10 @@ __all__ = [
 DEFAULT_ALLOW = [{"pattern": "**", "operations": ["create", "modify", "delete"]}]
 LIMITS = {"max_changes": 10_000, "max_total_bytes": 1 << 30}
 GRANT_HOURS = 24
+
+
+class NothingToPromote(ValueError):
+    """``--continue RUN`` without a command, and the last step left no bundle to promote."""
 
 
 @dataclass(frozen=True)
@@ -447,12 +452,12 @@ def promote_submitted(
 ) -> Outcome:
     """``--continue RUN`` without CMD: promote the bundle the last step left submitted.
 
-    Raises ``ValueError`` (the CLI's usage error) when the last step left none."""
+    Raises ``NothingToPromote`` (the CLI's usage error) when the last step left none."""
     record = run.record
     current = run.last
     if current is None or current.bundle_id is None or current.status not in PROMOTABLE:
         last = current.status if current is not None else "nothing yet"
-        raise ValueError(
+        raise NothingToPromote(
             f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
             f"give the next command: promoter run --continue {record.run_id} -- CMD"
         )
