@@ -49,12 +49,18 @@ the median of its per-round figures. The rows:
   with its flushes, git processes and processor time; ``flow_10``: an agent-sized change
   (7 files modified, 3 created) over ``git apply`` + ``sync``, and ``flow_10_promotion``
   its promotion alone over the same; see ``bench.rows_fixed``.
+- ``flow_1_one_request`` (and ``_cpu``, ``_flushes``): a 1-file flow in one request
+  (``bench.rows_one_request``) over the serving stack's floor for one request; its daemon
+  processor time and its flushes, the three-request flow's beside them.
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
-With ``full`` (``--full`` in ``bench.run``) the rows of ``bench.rows_gitcost`` join the
-rounds: a 1-file promotion in a 100k-file repository (nested, with snapshots, flat)
-over the same in a 10-file one; they build their repositories once per run.
+The rows of ``bench.rows_layers`` (layered sandboxes of ``promoter run``: ready time
+and own disk at 10 000 files against 10, a run against a bare worktree loop) join every
+run's rounds, at 100 000 files with ``full``. With ``full`` (``--full`` in
+``bench.run``) the rows of ``bench.rows_gitcost`` join the rounds: a 1-file promotion
+in a 100k-file repository (nested, with snapshots, flat) over the same in a 10-file
+one; they build their repositories once per run.
 
 A row's files stay until the whole run ends. On ext4 without a journal (this kind of
 machine's disk) the kernel does not reuse an inode freed in the last 30 seconds, and it
@@ -65,10 +71,11 @@ by whichever variant happens to share a block group with it.
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the rows named
 (``SOME_ROWS``: the write path's ``rss_promote_4x256mib``, ``promote_1150``,
 ``promote_1150_syncfs``, ``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
-``flow_10_promotion``, and the builder's ``build_1_in_100k`` and ``build_1gib``, no
-``PROMOTER_BENCH_BUILDER`` needed), for ``--rounds`` rounds; a row named alone brings only
-the variants it needs (``promote_1150_syncfs`` without the bare loop and the warm daemon);
-a name it does not know stops it.
+``flow_10_promotion``, the ``flow_1_one_request`` rows, and the builder's
+``build_1_in_100k`` and ``build_1gib``, no ``PROMOTER_BENCH_BUILDER`` needed), for
+``--rounds`` rounds; a row named alone brings only the variants it needs
+(``promote_1150_syncfs`` without the bare loop and the warm daemon); a name it does not
+know stops it.
 
 What this does not do: gate anything (the exit status is 0 whatever the figures).
 """
@@ -91,7 +98,15 @@ from typing import Any
 
 from bench import documents as bd
 from bench import prepared as pp
-from bench import rows_builder, rows_fixed, rows_fswrite, rows_gitcost, rows_verify
+from bench import (
+    rows_builder,
+    rows_fixed,
+    rows_fswrite,
+    rows_gitcost,
+    rows_layers,
+    rows_one_request,
+    rows_verify,
+)
 from bench import workload as wl
 from bench.harness import (
     Table,
@@ -115,9 +130,11 @@ GOALS: dict[str, tuple[float, str]] = {
     "healthz_during_verify_10k": (50.0, "ms"),
     "cli_help": (0.3, "s"),
     **rows_fixed.GOALS,
+    **rows_one_request.GOALS,
     **rows_fswrite.GOALS,
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
     **rows_gitcost.GOALS,
+    **rows_layers.GOALS,  # 10k files; 100k with full=True
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -129,9 +146,11 @@ LABELS = {
     "healthz_during_verify_10k": "/healthz max latency during a 10k verification",
     "cli_help": "promoter --help start",
     **rows_fixed.LABELS,
+    **rows_one_request.LABELS,
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
+    **rows_layers.LABELS,
 }
 
 # the rows ``--rows`` can name (``some_rows``)
@@ -144,6 +163,9 @@ SOME_ROWS = (
     "flow_1",
     "flow_10",
     "flow_10_promotion",
+    "flow_1_one_request",
+    "flow_1_one_request_cpu",
+    "flow_1_one_request_flushes",
     "build_1_in_100k",
     "build_1gib",
 )
@@ -364,6 +386,7 @@ def run(
             lambda r: rows_fswrite.rss_promote(table, work, r),
             lambda r: rows_fixed.flow_1(table, work, r, small_source),
             lambda r: rows_fixed.flow_10(table, work, r, small_source),
+            lambda r: rows_one_request.flow_1_one_request(table, work, r, small_source),
         ]
         if full or builder:  # long: a 100k-file repository and 1 GiB of new content
             made = rows_builder.prepare(work)
@@ -376,6 +399,7 @@ def run(
         with contextlib.ExitStack() as stack:
             if full:  # long: 100k-file repositories, nested and flat
                 rows += rows_gitcost.rows(table, work, stack)
+            rows += rows_layers.rows(table, work, stack, full=full)
             for round_no in range(rounds):
                 for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
                     step(round_no)
@@ -441,6 +465,10 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             (work / "flow_10").mkdir()
             agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
+        if wanted & set(rows_one_request.GOALS):
+            (work / "one_request").mkdir()
+            one_source = wl.make_source(work / "one_request", wl.make_workload(115, 4096))
+            rows.append(lambda r: rows_one_request.flow_1_one_request(table, work, r, one_source))
         if wanted & {"build_1_in_100k", "build_1gib"}:
             made = rows_builder.prepare(work, big="build_1gib" in wanted)
             if "build_1_in_100k" in wanted:

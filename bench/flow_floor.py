@@ -27,6 +27,12 @@ with the round (each block after one untimed flow, each flow after an ``os.sync`
   make (``run_in_threadpool``: five for the upload, two for the submission, one for the
   promotion, whose attempt runs on a thread of its own and is waited for), with nothing
   in them but the documents' ``json.loads``.
+- ``stack_one``: ``stack_middleware``'s app and pool, the flow as one request: the
+  bundle's frame and the blob's (``promoter.domain.evidence_frames``) posted to a route
+  that reads the body and answers a small JSON: the stack's floor for one request.
+- ``flow_1_one``: ``flow_1``'s change in one request (``POST
+  /v1/promotions:withEvidence`` with ``wait``, ``PromoterClient.promote_with_evidence``)
+  against the same kind of daemon.
 - ``flow_1``: the flow of ``bench.rows_fixed.flow_1`` (digest, bundle sealed, ``PUT``,
   submission, promotion with ``wait``, all timed) against ``bench.harness.daemon`` on
   a copy of a ``bench.workload`` source repository, grant, executor token and lease set
@@ -43,7 +49,8 @@ count), and the collector's (``gc.callbacks``: all threads', the calling thread'
 Of one more, untimed flow: the worker-thread hops (``anyio.to_thread.run_sync``, which
 ``run_in_threadpool`` enters) and, for ``flow_1``, its flushes, git processes and the
 sizes of its bodies and answers; ``flow_1``'s sealing of its bundle (client side) is
-timed apart too. Run: ``python -m bench.flow_floor --flows 50 --rounds 3``.
+timed apart too. Run: ``python -m bench.flow_floor --flows 50 --rounds 3`` (``--variants
+stack_one,flow_1_one,flow_1`` times only those beside ``bare``).
 
 Deliberately not here: gating on the figures, the speed table (``bench.bench_table``).
 """
@@ -79,8 +86,10 @@ from promoter.api.hosts import HostAllowlist
 from promoter.api.metrics import Metrics
 from promoter.api.observe import ObserveMiddleware
 from promoter.api.responses import json_response
+from promoter.client.evidence import bundle_frame
 from promoter.client.sync import PromoterClient
 from promoter.client.wire import pool_options
+from promoter.domain.blob_frames import frame_header
 from promoter.domain.canonical import sha256_hex
 from promoter.fs import flush
 from promoter.git import runner
@@ -222,6 +231,14 @@ def minimal_app(*, middleware: bool, runner: ThreadPoolExecutor | None = None) -
         answer = {"operation_id": OPERATION, "bundle_id": document["bundle_id"]}
         return json_response({**answer, "status": "completed"})
 
+    @app.post("/v1/promotions:withEvidence")
+    async def post_with_evidence(request: Request) -> Response:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+        answer = {"bytes": size, "verification_receipt": {"receipt_sha256": RECEIPT}}
+        return json_response({**answer, "operation": {"status": "completed"}})
+
     if middleware:  # as ``promoter.api.app.create_app`` and ``observe.install`` add them
         app.add_middleware(HostAllowlist, listen_host="127.0.0.1", allowed=[])
         app.add_middleware(ObserveMiddleware, metrics=Metrics())
@@ -316,6 +333,33 @@ def _stack(*, middleware: bool, client: bool, hops: bool = False) -> Setup:
     return setup
 
 
+@contextmanager
+def stack_one(work: Path, round_no: int, flows: int) -> Iterator[Rig]:
+    """The stack's floor for one request: the flow's body in one ``POST``, read and answered."""
+    bundles = stand_in_bundles(flows, round_no)
+    bodies = {}
+    for n, bundle in bundles.items():
+        data = payload(n, round_no)
+        bodies[n] = bundle_frame(bundle) + frame_header(sha256_hex(data), len(data)) + data
+    with ExitStack() as stack:
+        url, thread = stack.enter_context(serving(minimal_app(middleware=True)))
+        pool = stack.enter_context(
+            httpx.Client(**pool_options(url, ORCHESTRATOR_TOKEN, TIMEOUT, None))
+        )
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Promoter-Executor-Token": EXECUTOR_TOKEN,
+        }
+
+        def one(n: int) -> None:
+            path = "/v1/promotions:withEvidence"
+            done = _answer(pool.request("POST", path, content=bodies[n], headers=headers))
+            if done["operation"].get("status") != "completed":
+                raise AssertionError("the floor answered no completed operation")
+
+        yield Rig(one, thread, {"body_bytes": float(len(bodies[0]))})
+
+
 # --- the real flow -------------------------------------------------------------------------
 
 
@@ -371,6 +415,49 @@ def _flow_1(source: wl.Source) -> Setup:
                         return {**counts, **sizes}
 
                     yield Rig(flow, thread, per_flow=spent, after=counted)
+
+    return setup
+
+
+def _flow_1_one(source: wl.Source) -> Setup:
+    @contextmanager
+    def setup(work: Path, round_no: int, flows: int) -> Iterator[Rig]:
+        here = work / f"flow1one-{round_no}"
+        here.mkdir()
+        ours = wl.copy_repo(source.path, here / "promoter")
+        with daemon(here / "state", ours) as (url, services):
+            thread = next(t for t in threading.enumerate() if t.name == SERVER_THREAD)
+            identity = services.registry.by_name(bd.REPO_NAME).identity
+            grant = bd.grant_document(
+                identity, source.base_commit, source.base_tree, max_changes=10, grant_id="grt_one"
+            )
+            with PromoterClient(url, services.tokens["orchestrator"], timeout=TIMEOUT) as orch:
+                registered = orch.register_grant(grant)
+                token = str(orch.mint_executor_token(bd.RUN_ID)["token"])
+                orch.set_lease(bd.WORKFLOW, bd.STAGE, bd.lease_document())
+
+                def flow(n: int) -> None:  # the change of ``flow_1``, in one request
+                    data = payload(n, round_no)
+                    bundle = bd.bundle_document(
+                        grant, registered["grant_sha256"], [change_of(n, data)]
+                    )
+                    blobs = [(sha256_hex(data), len(data), data)]
+                    done = orch.promote_with_evidence(
+                        bundle, blobs, bd.FENCE, executor_token=token, wait=True
+                    )
+                    if done["operation"].get("status") != "completed":
+                        raise AssertionError(f"the promotion ended {done['operation']}")
+
+                def counted(n: int) -> dict[str, float]:
+                    """Flow ``n``, untimed, with its flushes and git processes."""
+                    flushes, spawned = flush.flushes(), runner.spawned()
+                    flow(n)
+                    made = flush.flushes() - flushes
+                    counts = {f"{kind}_per_flow": float(made[kind]) for kind in made}
+                    counts["git_per_flow"] = float(runner.spawned() - spawned)
+                    return counts
+
+                yield Rig(flow, thread, after=counted)
 
     return setup
 
@@ -488,8 +575,16 @@ def _timed(rig: Rig, n: int) -> Sample:
     return Sample(wall, cpu, client, server, _children_delta(children, _children_ns()))
 
 
-def run(flows: int, rounds: int, *, files: int = 115, size: int = 4096) -> dict[str, list[Round]]:
-    """Every variant ``rounds`` times, in an order that rotates with the round."""
+def run(
+    flows: int,
+    rounds: int,
+    *,
+    files: int = 115,
+    size: int = 4096,
+    only: set[str] | None = None,
+) -> dict[str, list[Round]]:
+    """Every variant (or ``bare`` and those in ``only``) ``rounds`` times, in an order that
+    rotates with the round."""
     work = Path(
         tempfile.mkdtemp(prefix="promoter-bench-floor-", dir=os.environ.get("PROMOTER_BENCH_DIR"))
     )
@@ -503,7 +598,11 @@ def run(flows: int, rounds: int, *, files: int = 115, size: int = 4096) -> dict[
             ("stack_client", _stack(middleware=True, client=True)),
             ("stack_hops", _stack(middleware=True, client=True, hops=True)),
             ("flow_1", _flow_1(source)),
+            ("stack_one", stack_one),
+            ("flow_1_one", _flow_1_one(source)),
         ]
+        if only is not None:
+            variants = [(n, v) for n, v in variants if n == "bare" or n in only]
         found: dict[str, list[Round]] = {name: [] for name, _ in variants}
         for round_no in range(rounds):
             turn = round_no % len(variants)
@@ -576,9 +675,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--flows", type=int, default=50, help="timed flows a variant a round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--variants", help="comma-separated variants to time beside bare (default: all)"
+    )
     args = parser.parse_args(argv)
+    only = None if args.variants is None else set(args.variants.split(","))
     before = os.getloadavg()
-    found = run(args.flows, args.rounds)
+    found = run(args.flows, args.rounds, only=only)
     after = os.getloadavg()
     load = " ".join(f"{x:.2f}" for x in before) + " -> " + " ".join(f"{x:.2f}" for x in after)
     print(

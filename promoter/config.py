@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # This daemon's host in a ledger shared by many hosts (default: from the machine id).
     host_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # The base URL clients and the other hosts reach this daemon at, published in the
+    # ledger (421 answers name it); default: the address it listens on.
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+/?$")
     # How long an operation's owner lease lasts; the heartbeat renews it every third.
     owner_lease_seconds: float = Field(default=60.0, ge=1.0, le=3600.0)
     # How long an attempt that lost its database keeps trying to put its operation back

@@ -13,8 +13,12 @@ test knows the point was reached), then blocks until ``<path>`` exists, for at m
 ``PROMOTER_FAULTS_PAUSE_LIMIT`` seconds (default 60; past that it goes on, so a broken
 test cannot hang the daemon for ever). Example: ``before_swap_back=pause:/tmp/go``.
 
-This module owns parsing and firing only; which points exist is documented where they
-are called.
+``PROMOTER_FAULTS_TRACE=<path>`` records every point the process passes, one name a line
+appended to ``<path>`` (whether or not ``PROMOTER_FAULTS`` is set): the model tests
+(``tests/model/``) compare that order with the one ``model/promotion.pml`` allows.
+
+This module owns parsing, firing and recording only; which points exist is documented
+where they are called.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 ENV = "PROMOTER_FAULTS"
+TRACE_ENV = "PROMOTER_FAULTS_TRACE"
 PAUSE_LIMIT_ENV = "PROMOTER_FAULTS_PAUSE_LIMIT"
 _POLL = 0.005
 _COUNT = re.compile(r"@(\d+)(\+?)$")
@@ -82,6 +87,9 @@ def hits(name: str) -> int:
 
 def point(name: str) -> None:
     """Fire the fault configured for ``name``, if any; otherwise do nothing."""
+    trace = os.environ.get(TRACE_ENV)
+    if trace:
+        _record(trace, name)
     if not os.environ.get(ENV):
         return
     rule = _rules().get(name)
@@ -100,6 +108,15 @@ def point(name: str) -> None:
     if not isinstance(code, int):
         raise ValueError(f"{ENV}: unknown action {rule.action!r} for point {name!r}")
     raise OSError(code, f"injected fault at {name}: {os.strerror(code)}")
+
+
+def _record(trace: str, name: str) -> None:
+    """Append ``name`` as one line to the trace file (one ``write`` of an ``O_APPEND`` file)."""
+    fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, (name + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _pause(release: str) -> None:

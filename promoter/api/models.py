@@ -263,8 +263,24 @@ class RepositoryInfo(Reply):
     head: str | None
 
 
+class GuardedRepository(Reply):
+    """A repository of the cluster and the host that guards it (from the ledger)."""
+
+    repository_identity: str
+    name: str | None = Field(description="its name on the host that guards it, where known")
+    host_id: str
+    address: str | None = Field(description="the base URL that host's daemon serves on")
+    this_host: bool
+
+
 class RepositoryList(Reply):
-    repositories: list[RepositoryInfo]
+    repositories: list[RepositoryInfo] = Field(description="the repositories guarded here")
+    host_id: str = Field(description="this host")
+    cluster: list[GuardedRepository] | None = Field(
+        default=None,
+        description="every repository of the cluster and who guards it, this host's "
+        "first; null while the database does not answer",
+    )
 
 
 class RepositoryApprovalRequest(Request):

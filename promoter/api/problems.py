@@ -6,7 +6,9 @@ no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``
 ``EDQUOT``) that no boundary translated still answers ``storage_error`` (507), never 500.
 ``database_busy`` and ``database_unavailable`` (503) carry ``Retry-After``
 (``RETRY_AFTER``), and so does an error that names its own ``retry_after`` seconds
-(``too_many_requests``, 429).
+(``too_many_requests``, 429). A 421 ``owned_by_other_host`` carries the owner's base
+URL from the ledger (``owner_url``, when it published one) and a ``Location`` header:
+the same path and query on the owner, which the clients follow once (SPEC §10.24).
 Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
 never reaches that path.
 
@@ -29,9 +31,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from promoter.api.workers import run_in_threadpool
+from promoter.engine import routing
 from promoter.errors import (
     FULL_ERRNOS,
     PROBLEM_TYPE_BASE,
+    OwnedByOtherHost,
     PromoterError,
     StorageError,
     all_error_classes,
@@ -123,15 +128,35 @@ def problem_response(problem: dict[str, Any], request: Request) -> Response:
         headers = {"Retry-After": RETRY_AFTER[problem["code"]]}
     elif type(problem.get("retry_after")) is int:  # the error's own (too_many_requests)
         headers = {"Retry-After": str(problem["retry_after"])}
+    elif problem.get("code") == "owned_by_other_host" and problem.get("owner_url"):
+        query = request.url.query
+        target = f"{problem['owner_url']}{request.url.path}" + (f"?{query}" if query else "")
+        headers = {"Location": target}
     return Response(
         body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers
     )
 
 
+async def _owner_url(request: Request, host: Any) -> str | None:
+    """The base URL the ledger records for ``host``; None when it is not known or the
+    database does not answer (the 421 still names the host)."""
+    services = getattr(request.app.state, "services", None)
+    if services is None or not isinstance(host, str):
+        return None
+    try:
+        return await run_in_threadpool(routing.owner_address, services, host)
+    except PromoterError as exc:
+        log.warning("the address of host %s is not known: %s", host, exc.detail)
+        return None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(PromoterError)
     async def _promoter_error(request: Request, exc: PromoterError) -> Response:
-        return problem_response(exc.to_problem(), request)
+        problem = exc.to_problem()
+        if isinstance(exc, OwnedByOtherHost) and "owner_url" not in problem:
+            problem["owner_url"] = await _owner_url(request, problem.get("owner_host"))
+        return problem_response(problem, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

@@ -20,8 +20,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import anyio
 import uvicorn
 
+from promoter.engine.fencing import publish_address
 from promoter.errors import AddressInUse, ConfigError
 
 
@@ -56,8 +58,10 @@ class ReadyServer(uvicorn.Server):
                 break
         state = getattr(self.config.app, "state", None)
         services = getattr(state, "services", None)
-        if services is not None:  # this host's address, for ``GET /v1/hosts``
-            services.host.address = f"http://{self.config.host}:{self.port}"
+        if services is not None:  # this host's address, published in the ledger
+            address = services.settings.public_url or f"http://{self.config.host}:{self.port}"
+            services.host.address = address.rstrip("/")
+            await anyio.to_thread.run_sync(publish_address, services, services.host.address)
         if self._on_ready is not None:
             self._on_ready(f"http://{self.config.host}:{self.port}")
         if self._announce:

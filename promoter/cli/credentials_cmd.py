@@ -1,11 +1,15 @@
-"""``promoter credentials``: named operator credentials, on the state dir.
+"""``promoter credentials``: named operator credentials, on the state dir and the ledger.
 
-Runs on the host, against ``<state>/credentials`` (no server needed). ``add NAME`` makes
-an operator credential named ``NAME`` and prints its token once; ``list`` prints the
-names (the trusted ``operator`` token is always there besides) with their live console
-sessions (from the listing the daemon keeps in ``<state>/credentials``); ``remove NAME``
-removes one. A running daemon sees the change on its next request: the credential's
-token, its console sessions and its long-polls are refused from then on. The name is
+Runs on the host, against ``<state>/credentials`` and the ledger the settings name (no
+server needed). ``add NAME`` makes an operator credential named ``NAME``, publishes its
+sha256 in the ledger (valid on every host of it) and prints its token once; ``list``
+prints the names (the trusted ``operator`` token is always there besides) with their
+live console sessions here (from the listing the daemon keeps in
+``<state>/credentials``); ``remove NAME`` removes one from the ledger, wherever it was
+added. Every daemon of the ledger sees the change on its next request: the credential's
+token, its console sessions and its long-polls are refused from then on. With no ledger
+yet (a SQLite file not made) only the file is written, and the daemon publishes it when
+it starts. The name is
 what an approval or rejection made with the token records as its approver (SPEC §10.13),
 so give each person their own credential.
 
@@ -16,8 +20,10 @@ minted by the orchestrator).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,12 +32,15 @@ import typer
 
 from promoter.cli.common import JsonOpt, console
 from promoter.config import load_settings
+from promoter.engine.operation.ownership import machine_host_id
+from promoter.errors import LedgerMissing
 from promoter.store.credentials import (
     SESSIONS_FILE,
     add_operator,
     operator_names,
     remove_operator,
 )
+from promoter.store.db import Database, require_ledger
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -51,8 +60,23 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="credentials")
 
 
-def _dir(state_dir: Path | None, config: Path | None) -> Path:
-    return load_settings(config, state_dir=state_dir).credentials_dir
+@contextlib.contextmanager
+def _ledger(
+    state_dir: Path | None, config: Path | None
+) -> Iterator[tuple[Path, Database | None, str]]:
+    """The credentials folder, the ledger (None where there is none yet) and this host."""
+    settings = load_settings(config, state_dir=state_dir)
+    host_id = settings.host_id or machine_host_id()
+    try:
+        require_ledger(settings.db_url)
+    except LedgerMissing:
+        yield settings.credentials_dir, None, host_id
+        return
+    database = Database(settings.db_url, settings.database_busy_timeout)
+    try:
+        yield settings.credentials_dir, database, host_id
+    finally:
+        database.dispose()
 
 
 def _live_sessions(credentials_dir: Path, names: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -82,8 +106,8 @@ def list_credentials(
 ) -> None:
     """Print the operator credentials (``operator`` is the trusted token) and their live
     console sessions: how many, and when the last of them ends at the latest."""
-    folder = _dir(state_dir, config)
-    names = ["operator", *operator_names(folder)]
+    with _ledger(state_dir, config) as (folder, db, _):
+        names = ["operator", *operator_names(folder, db)]
     sessions = _live_sessions(folder, names)
     if as_json:
         typer.echo(json.dumps({"operators": names, "sessions": sessions}))
@@ -102,7 +126,8 @@ def add_credential(name: NameArg, state_dir: StateDirOpt = None, config: ConfigO
 
     Exit codes: 0 made; 78 config_error (a bad or taken name).
     """
-    token = add_operator(_dir(state_dir, config), name)
+    with _ledger(state_dir, config) as (folder, db, host_id):
+        token = add_operator(folder, name, db, host_id)
     typer.echo(token)
 
 
@@ -113,5 +138,9 @@ def remove_credential(
 
     Exit codes: 0 removed; 78 config_error (no such credential).
     """
-    remove_operator(_dir(state_dir, config), name)
-    console.print(f"removed {name}; its console sessions and long-polls end at their next request")
+    with _ledger(state_dir, config) as (folder, db, host_id):
+        remove_operator(folder, name, db, host_id)
+    console.print(
+        f"removed {name} on every host of the ledger; its console sessions and long-polls "
+        "end at their next request"
+    )

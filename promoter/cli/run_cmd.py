@@ -64,7 +64,7 @@ from promoter.cli.lazy import deferred
 from promoter.cli.status_cmd import worktree_here
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, Interrupted, PromoterError
-from promoter.executor import confine, hidden
+from promoter.executor import confine, hidden, layers, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, flow, links
 from promoter.executor.run.person import Consent, escape
@@ -374,6 +374,7 @@ def run(
         if allow:
             run.record.allow = [parse_allow(a).wire() for a in allow]
     else:
+        removal.sweep(state)  # removals whose process was killed
         try:
             if repo is not None:
                 name = repo
@@ -381,7 +382,8 @@ def run(
                 with PromoterClient(address, host.token) as client:
                     name = _infer_repository(client)
             wanted = [parse_allow(a).wire() for a in allow] if allow else None
-            run = flow.start(host, name, allow=wanted, from_head=from_head)
+            layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+            run = flow.start(host, name, allow=wanted, from_head=from_head, layout=layout)
         except (KeyboardInterrupt, Abort):
             raise Interrupted(
                 "interrupted before the sandbox was ready: nothing was run or promoted, and "

@@ -25,6 +25,29 @@ from promoter.domain.blob_frames import (
 from promoter.errors import error_class
 
 
+def batch_frames(batch: Iterable[tuple[str, int, BlobSource]]) -> Iterator[bytes]:
+    """The frames of ``(sha256, size, source)`` blobs, joined: one send per ``CHUNK``."""
+
+    def pieces() -> Iterator[bytes]:
+        for sha256, size, source in batch:
+            yield frame_header(sha256, size)
+            if isinstance(source, bytes):
+                yield source
+            elif isinstance(source, Path):
+                yield from file_chunks(source)
+            else:
+                yield from source
+
+    pending = bytearray()
+    for piece in pieces():
+        pending += piece
+        if len(pending) >= CHUNK:
+            yield bytes(pending)
+            pending.clear()
+    if pending:
+        yield bytes(pending)
+
+
 class BlobCalls(Transport):
     """``Transport`` with the blob endpoints."""
 
@@ -93,28 +116,10 @@ class BlobCalls(Transport):
         return [answers[index] for index in sorted(answers)]
 
     def _post_batch(self, batch: list[tuple[str, int, BlobSource]], length: int) -> list[Json]:
-        def pieces() -> Iterator[bytes]:
-            for sha256, size, source in batch:
-                yield frame_header(sha256, size)
-                if isinstance(source, bytes):
-                    yield source
-                elif isinstance(source, Path):
-                    yield from file_chunks(source)
-                else:
-                    yield from source
-
-        def frames() -> Iterator[bytes]:  # pieces joined: one send per CHUNK, not per piece
-            pending = bytearray()
-            for piece in pieces():
-                pending += piece
-                if len(pending) >= CHUNK:
-                    yield bytes(pending)
-                    pending.clear()
-            if pending:
-                yield bytes(pending)
-
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length)}
-        answer = self._json("POST", "/v1/blobs:batchUpdate", content=frames(), headers=headers)
+        answer = self._json(
+            "POST", "/v1/blobs:batchUpdate", content=batch_frames(batch), headers=headers
+        )
         out: list[Json] = []
         for item in answer["responses"]:
             if item.get("code"):

@@ -21,15 +21,19 @@ the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from promoter.client.blobs import BlobCalls
+from promoter.client.blobs import BlobCalls, batch_frames
+from promoter.client.evidence import PATH as EVIDENCE_PATH
+from promoter.client.evidence import bundle_frame, request_parts, split_blobs
 from promoter.client.wire import (
     MISSING_BATCH,
     WATCH_WAIT,
     Backoff,
+    BlobSource,
     Json,
     feed_params,
     file_chunks,
@@ -37,6 +41,7 @@ from promoter.client.wire import (
     tls_context,
     wait_params,
 )
+from promoter.domain.blob_frames import frame_bytes
 from promoter.errors import PromoterError
 
 if TYPE_CHECKING:
@@ -106,6 +111,12 @@ class PromoterClient(BlobCalls):
 
     def repositories(self) -> list[Json]:
         return list(self._json("GET", "/v1/repositories")["repositories"])
+
+    def guardians(self) -> list[Json] | None:
+        """Every repository of the cluster with the host guarding it and its ``address``
+        (``GET /v1/repositories``' ``cluster``); None while the database does not answer."""
+        cluster = self._json("GET", "/v1/repositories").get("cluster")
+        return None if cluster is None else list(cluster)
 
     def whoami(self) -> Json:
         """``{role, name, run_id}`` of this client's credential."""
@@ -246,6 +257,34 @@ class PromoterClient(BlobCalls):
             "wait": wait,
         }
         return self._json("POST", "/v1/promotions", json_body=body, idempotent=True)
+
+    def promote_with_evidence(
+        self,
+        bundle: PatchBundleV1 | Mapping[str, Any],
+        blobs: Iterable[tuple[str, int, BlobSource]],
+        fence: int,
+        *,
+        executor_token: str,
+        wait: bool = False,
+    ) -> Json:
+        """Blobs, bundle and promotion in one request, for a caller with both authorities.
+
+        This client's token is the orchestrator's (or operator's), ``executor_token`` the
+        run's. Blobs a request cannot carry (bigger than a batch's blob, or past its count
+        or bytes) are stored first with the run's token. ``{bundle_id, bundle_sha256,
+        verification_receipt, operation}``: ``operation`` the ended view with ``wait``
+        (200), else ``{operation_id, status}`` (202). Asking again answers the same
+        operation; the streamed body is not retried.
+        """
+        framed, apart = split_blobs(blobs)
+        if apart:
+            with self.with_token(executor_token) as executor:
+                executor.put_blobs(apart)
+        head = bundle_frame(_document(bundle))
+        length = len(head) + sum(frame_bytes(s, n) for s, n, _ in framed)
+        params, headers = request_parts(fence, wait, executor_token, length)
+        content = itertools.chain((head,), batch_frames(framed))
+        return self._json("POST", EVIDENCE_PATH, content=content, params=params, headers=headers)
 
     def operation(
         self, operation_id: str, *, wait: float | None = None, status: str | None = None

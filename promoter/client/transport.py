@@ -2,7 +2,8 @@
 
 ``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
 context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
-idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), raises
+idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), follows
+a 421 to the owning host of the same cluster once (``promoter.client.follow``), raises
 a problem answer as its promoter error, and reads a JSON object answer. Deliberately
 not here: the endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the
 async client (``promoter.client.aio``).
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
+from promoter.client.follow import cluster_origins, location, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -87,9 +89,33 @@ class Transport(Closing):
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, method, path, limit, exc) from exc
+        target = location(response) if replayable(content) else None
+        if target is not None and self._in_cluster(target):
+            try:  # once: the owner's answer is the answer (SPEC §10.24)
+                response = send(
+                    self._http.request,
+                    method,
+                    target,
+                    json=json_body,
+                    content=content,
+                    headers=headers,
+                    timeout=limit,
+                )
+            except httpx.TransportError as exc:
+                raise unreachable(target, method, path, limit, exc) from exc
         if response.status_code not in ok_statuses:
             raise_for(response)
         return response
+
+    def _in_cluster(self, target: str) -> bool:
+        """Whether ``target`` is another host the ledger lists (asked of this daemon)."""
+        try:
+            answer = self._http.get("/v1/hosts", timeout=self._timeout)
+        except httpx.TransportError:
+            return False
+        if answer.status_code != 200:
+            return False
+        return within(target, self.url, cluster_origins(answer.json()))
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         response = self._send(method, path, **kwargs)

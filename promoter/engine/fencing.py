@@ -43,6 +43,7 @@ from promoter.errors import (
     HostFenced,
     HostLive,
     HostUnknown,
+    PromoterError,
     StorageError,
     ValidationFailed,
 )
@@ -68,7 +69,7 @@ def register(services: Services) -> Registration:
     """Register this daemon's host (at epoch 1 on its first start), set the epoch check
     on the database and return what was read."""
     host_id = services.owner.host
-    identities = [repository.identity for repository in services.registry.all()]
+    identities = {repository.identity: repository.name for repository in services.registry.all()}
     until = lease_until(services.settings.owner_lease_seconds)
     try:
         with services.db.session() as session:
@@ -218,9 +219,22 @@ def admit(services: Services, host_id: str) -> dict[str, Any]:
         return _entry(session, services, hosts.admit(session, host_id))
 
 
+def publish_address(services: Services, address: str) -> None:
+    """Publish the base URL this daemon serves on into its host's row; a database that
+    does not answer is logged (the daemon serves; its address is published at its next
+    start)."""
+    try:
+        with services.db.session() as session:
+            hosts.publish_address(session, services.owner.host, address)
+    except PromoterError as exc:
+        log.warning(
+            "host %s: its address %s is not published: %s", services.owner.host, address, exc.detail
+        )
+
+
 def list_hosts(services: Services) -> list[dict[str, Any]]:
-    """Every host of the ledger with its epoch, status, lease and fences (and this host's
-    address, the one this daemon serves on; the ledger holds no addresses)."""
+    """Every host of the ledger with its epoch, status, lease, fences and the address its
+    daemon published (this host's: the one it serves on, until it published it)."""
     with services.db.session() as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
@@ -252,6 +266,6 @@ def _entry(session: Session, services: Services, row: hosts.Host) -> dict[str, A
         **row.wire(),
         "lease_expired": not _live(row),
         "this_host": this,
-        "address": services.host.address if this else None,
+        "address": row.address or (services.host.address if this else None),
         "fences": hosts.fences(session, row.host_id),
     }

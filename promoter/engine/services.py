@@ -168,6 +168,8 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         dbmod.check_schema(settings.db_url)
     database = dbmod.Database(settings.db_url, settings.database_busy_timeout, server)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
+    auth = Authenticator(database, tokens, settings.credentials_dir, host_id)
+    auth.publish()  # this host's credentials into the ledger: valid on every host
     registry = Registry.from_settings(settings)
     for guarded in registry.all():
         tree_reader.serve(guarded.layout)  # a long-lived cat-file for the daemon's own
@@ -177,7 +179,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         blobs=BlobStore(settings.audit_dir),
         audit=AuditStore(settings.audit_dir, settings.group_sync_limit),
         registry=registry,
-        auth=Authenticator(database, tokens, settings.credentials_dir),
+        auth=auth,
         tokens=tokens,
         owner=Owner.me(host_id),
     )

@@ -15,13 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from promoter.executor.builder import BlobSource, BuiltBundle, build_bundle
-    from promoter.executor.handover import grant_from_file, upload_and_submit, upload_missing
+    from promoter.executor.handover import (
+        grant_from_file,
+        promote_with_evidence,
+        upload_and_submit,
+        upload_missing,
+    )
 
 __all__ = [
     "BlobSource",
     "BuiltBundle",
     "build_bundle",
     "grant_from_file",
+    "promote_with_evidence",
     "upload_and_submit",
     "upload_missing",
 ]
@@ -30,6 +36,7 @@ _HOMES = {
     "BuiltBundle": "promoter.executor.builder",
     "build_bundle": "promoter.executor.builder",
     "grant_from_file": "promoter.executor.handover",
+    "promote_with_evidence": "promoter.executor.handover",
     "upload_and_submit": "promoter.executor.handover",
     "upload_missing": "promoter.executor.handover",
 }

@@ -31,7 +31,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from promoter.domain import links
 from promoter.domain.canonical import rfc3339, utcnow
@@ -59,7 +59,7 @@ from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry, require_oid
 from promoter.git.runner import run_git
 
-__all__ = ["BlobSource", "BuiltBundle", "build_bundle"]
+__all__ = ["BlobReader", "BlobSource", "BuiltBundle", "build_bundle", "seal_changes"]
 
 _OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
 
@@ -79,6 +79,22 @@ class BlobSource:
     origin: Literal["new", "base"]
 
 
+class BlobReader(Protocol):
+    """What a built bundle reads its blobs through (``SeededShadow``, or a sandbox's
+    layers: ``upper.LayerBlobs``)."""
+
+    seeded: bool
+
+    @property
+    def tree(self) -> str: ...
+
+    def iter_blob(self, oid: str) -> Iterator[bytes]: ...
+
+    def read_blob(self, oid: str) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class BuiltBundle(Closing):
     """A sealed bundle plus the means to read every blob it references.
 
@@ -87,11 +103,11 @@ class BuiltBundle(Closing):
     """
 
     def __init__(
-        self, bundle: dict[str, Any], blobs: dict[str, BlobSource], shadow: SeededShadow
+        self, bundle: dict[str, Any], blobs: dict[str, BlobSource], shadow: BlobReader
     ) -> None:
         self.bundle = bundle
         self.blobs = blobs
-        self._shadow: SeededShadow | None = shadow
+        self._shadow: BlobReader | None = shadow
         self._tree: str | None = None
         self.seeded = shadow.seeded
         """Whether the worktree's index served as the stat cache (else every file was read)."""
@@ -121,7 +137,7 @@ class BuiltBundle(Closing):
     def read_blob(self, sha256: str) -> bytes:
         return self._open().read_blob(self.blobs[sha256].oid)
 
-    def _open(self) -> SeededShadow:
+    def _open(self) -> BlobReader:
         if self._shadow is None:
             raise RuntimeError("the built bundle is closed; its new blobs are gone")
         return self._shadow
@@ -261,7 +277,7 @@ def _changes(
 
 
 def _check_links(
-    changes: list[Change], blobs: dict[str, BlobSource], shadow: SeededShadow, grant: GrantV1
+    changes: list[Change], blobs: dict[str, BlobSource], shadow: BlobReader, grant: GrantV1
 ) -> None:
     """``VerificationFailed`` naming every new link whose target the grant's policy refuses."""
     refused: list[dict[str, str]] = []
@@ -350,7 +366,7 @@ def build_bundle(
     (``promoter run`` offers the rest of a bundle without a refused link); they are not
     in the bundle, and nothing about them is checked.
     """
-    bound = _bound_sha256(grant)
+    _bound_sha256(grant)
     layout = discover(worktree)
     start = start_tree or grant.base_tree
     head_tree = _require_trees(layout, list(dict.fromkeys([grant.base_tree, start])))
@@ -370,26 +386,41 @@ def build_bundle(
         changes, blobs = _changes(shadow, entries)
         if since:
             changes = _rebase(shadow, layout, start, changes, blobs, since)
-        check_changes(changes, grant)
-        _check_links(changes, blobs, shadow, grant)
-        document: dict[str, Any] = {
-            "schema": "PatchBundleV1",
-            "bundle_id": "",
-            "bundle_sha256": "",
-            "grant_id": grant.grant_id,
-            "grant_sha256": bound,
-            "executor_run_id": grant.executor_run_id,
-            "repository_identity": grant.repository_identity,
-            "base_commit": grant.base_commit,
-            "base_tree": grant.base_tree,
-            "changes": [change.wire() for change in changes],
-            "change_count": len(changes),
-            "total_bytes": sum(c.new.bytes or 0 for c in changes if c.new.exists),
-            "created_at": created_at or rfc3339(utcnow()),
-        }
-        sealed = seal_bundle(document)
-        PatchBundleV1.model_validate(sealed)  # the document the host will parse
+        sealed = seal_changes(grant, changes, blobs, shadow, created_at=created_at)
         return BuiltBundle(sealed, blobs, shadow)
     except BaseException:
         shadow.close()
         raise
+
+
+def seal_changes(
+    grant: GrantV1,
+    changes: list[Change],
+    blobs: dict[str, BlobSource],
+    reader: BlobReader,
+    *,
+    created_at: str | None = None,
+) -> dict[str, Any]:
+    """The sealed bundle of ``changes`` under ``grant``, after the grant's checks
+    (allowlist, preconditions, limits, symlink policy); ``VerificationFailed`` otherwise."""
+    bound = _bound_sha256(grant)
+    check_changes(changes, grant)
+    _check_links(changes, blobs, reader, grant)
+    document: dict[str, Any] = {
+        "schema": "PatchBundleV1",
+        "bundle_id": "",
+        "bundle_sha256": "",
+        "grant_id": grant.grant_id,
+        "grant_sha256": bound,
+        "executor_run_id": grant.executor_run_id,
+        "repository_identity": grant.repository_identity,
+        "base_commit": grant.base_commit,
+        "base_tree": grant.base_tree,
+        "changes": [change.wire() for change in changes],
+        "change_count": len(changes),
+        "total_bytes": sum(c.new.bytes or 0 for c in changes if c.new.exists),
+        "created_at": created_at or rfc3339(utcnow()),
+    }
+    sealed = seal_bundle(document)
+    PatchBundleV1.model_validate(sealed)  # the document the host will parse
+    return sealed

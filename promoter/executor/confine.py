@@ -60,6 +60,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
 from promoter.executor.hidden import check_hidden
+from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
 from promoter.fs.own_entry import Made
@@ -127,6 +128,8 @@ class Sandbox:
     hide: Sequence[Path]
     network: bool = False
     limits: Limits = field(default_factory=Limits)
+    overlay: Overlay | None = None
+    """A layered sandbox: ``clone`` is its mount point (``layers.Overlay.wrap``)."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,8 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
     argv += ["--bind", clone, clone, "--bind", home, home]
     if relay is not None:
         argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
+    if box.overlay is not None:
+        argv += box.overlay.binds()
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
     return argv
@@ -322,13 +327,22 @@ def run_confined(
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
-            argv = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            inner = [*_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            argv = [*shim, *(box.overlay.wrap(inner) if box.overlay else inner)]
             code = _wait(argv, env, box.clone, timeout)
     except BaseException:
-        _after(relay, (box.clone, box.home), quiet=True)
+        _after(relay, _written(box), quiet=True)
         raise
-    _after(relay, (box.clone, box.home), quiet=False)  # every process of it has ended
+    _after(relay, _written(box), quiet=False)  # every process of it has ended
     return Outcome(code, kind)
+
+
+def _written(box: Sandbox) -> tuple[Path, ...]:
+    """Where the command's writes are on the host: an overlay's upper layer (its clone is
+    only the mount point there), else the clone; and its HOME."""
+    if box.overlay is not None:
+        return (box.overlay.layers.upper, box.home)
+    return (box.clone, box.home)
 
 
 def _after(relay: Relay | None, trees: Sequence[Path], *, quiet: bool) -> None:

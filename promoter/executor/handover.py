@@ -2,7 +2,9 @@
 
 ``upload_and_submit`` uploads only the referenced blobs the host does not hold, old and
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
-returns the verification receipt; ``grant_from_file`` reads a grant document.
+returns the verification receipt; ``promote_with_evidence`` hands blobs, bundle and the
+promotion over in one request, for a caller holding both authorities (SPEC §10.21);
+``grant_from_file`` reads a grant document.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
 transport (``promoter.client.sync``).
 """
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
 from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json, parse_model
 from promoter.errors import GrantInvalid
@@ -21,7 +24,13 @@ from promoter.executor.builder import BuiltBundle
 if TYPE_CHECKING:
     from promoter.client.sync import PromoterClient
 
-__all__ = ["Progress", "grant_from_file", "upload_and_submit", "upload_missing"]
+__all__ = [
+    "Progress",
+    "grant_from_file",
+    "promote_with_evidence",
+    "upload_and_submit",
+    "upload_missing",
+]
 
 Progress = Callable[[int, int], None]
 """Called with (bytes uploaded so far, bytes to upload in all)."""
@@ -60,6 +69,28 @@ def upload_and_submit(
     upload_missing(client, built, progress)
     answer = client.submit_bundle(built.bundle)
     return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+
+
+def promote_with_evidence(
+    orchestrator: PromoterClient, executor_token: str, built: BuiltBundle, fence: int
+) -> tuple[PatchVerificationReceiptV1, dict[str, Any]]:
+    """Blobs, bundle and promotion in one request (``orchestrator`` holds an orchestrator's
+    or the operator's credential, ``executor_token`` is the run's); waits for the outcome.
+
+    The passed verification receipt and the operation (its view once it ended). Every
+    referenced blob rides in the request when they fit one batch (no question first); else
+    the host is asked which it lacks and only those are sent.
+    """
+    wanted = sorted(built.blobs)
+    if sum(frame_bytes(s, built.blobs[s].size) for s in wanted) > BATCH_MAX_BYTES:
+        with orchestrator.with_token(executor_token) as executor:
+            wanted = [s for s in executor.blobs_missing(wanted) if s in built.blobs]
+    blobs = ((s, built.blobs[s].size, built.iter_blob(s)) for s in wanted)
+    answer = orchestrator.promote_with_evidence(
+        built.bundle, blobs, fence, executor_token=executor_token, wait=True
+    )
+    receipt = PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+    return receipt, dict(answer["operation"])
 
 
 def grant_from_file(path: Path) -> GrantV1:

@@ -18,6 +18,7 @@ talking to the host.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -25,15 +26,27 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
-from promoter.executor import sandbox_repo
+from promoter.executor import layers, sandbox_repo
 from promoter.executor.run.status import RunStatus
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 from promoter.store.durable import write_replace
 
-__all__ = ["RunRecord", "Step", "create", "list_runs", "load", "remove", "runs_dir", "save"]
+__all__ = [
+    "RunRecord",
+    "Step",
+    "check_removable",
+    "create",
+    "list_runs",
+    "load",
+    "names_run",
+    "remove",
+    "runs_dir",
+    "save",
+]
 
 RUN_PREFIX = "run_"
+log = logging.getLogger("promoter.run")
 
 
 @dataclass
@@ -65,6 +78,8 @@ class RunRecord:
     """That state's grant preconditions (``start_state.capture_into``)."""
     skipped: list[dict[str, str]] = field(default_factory=list)
     """Paths of the person's worktree the clone does not hold (gitlinks, nested repositories)."""
+    layout: str = "copy"
+    """``copy`` (a clone) or ``overlay`` (layers over a shared base: ``layered.py``)."""
 
     @property
     def last_completed(self) -> str | None:
@@ -102,11 +117,13 @@ def create(
     created_at: str,
     allow: list[dict[str, Any]],
     from_head: bool = False,
+    layout: str = "copy",
 ) -> RunRecord:
     """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
 
     Unless ``from_head``, the clone's worktree is then made equal to the person's
-    worktree as it is (``start_state.capture_into``).
+    worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
+    overlay sandbox instead of a clone (``layered.create``).
     """
     real = Path(worktree).resolve()
     if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
@@ -116,8 +133,19 @@ def create(
         )
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
+    from promoter.executor import layered  # the builder's models: not for --list, --prune
+
+    tree = layered.head_tree(worktree, head) if layout == "overlay" else ""
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
+    if layout == "overlay":
+        record = RunRecord(
+            run_id=run_id, repository=repository, worktree=worktree, branch=branch,
+            base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
+            allow=allow, layout="overlay",
+        )  # fmt: skip
+        _lay_overlay(state_dir, record, home, from_head)
+        return record
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
@@ -150,6 +178,49 @@ def create(
     if not from_head:
         _start_from_person(state_dir, record, home)
     return record
+
+
+def _lay_overlay(state_dir: Path, record: RunRecord, home: Path, from_head: bool) -> None:
+    """``layered.create``; a sandbox that could not be laid is removed."""
+    from promoter.executor import layered
+
+    try:
+        state = layered.create(
+            state_dir, record, home, from_head=from_head,
+            save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
+        )  # fmt: skip
+    except OSError as exc:
+        _remove_unfinished(state_dir, record.run_id)
+        raise WriteFailed(
+            f"your worktree could not be laid into the sandbox: {exc.strerror or exc}; "
+            "the sandbox was removed",
+            run_id=record.run_id,
+        ) from exc
+    except BaseException:
+        _remove_unfinished(state_dir, record.run_id)
+        raise
+    if state is not None:
+        record.start_tree = state.tree
+        record.preconditions = state.preconditions
+        record.skipped = state.skipped
+    save(state_dir, record)
+
+
+def _remove_unfinished(state_dir: Path, run_id: str) -> None:
+    """Remove a sandbox whose making failed (its record may not be written yet)."""
+    home = runs_dir(state_dir) / run_id
+    if not (home / "run.json").is_file():
+        try:
+            home.rmdir()  # nothing made in it yet
+        except OSError:
+            log.warning("an unfinished sandbox was kept: %s", home)
+        return
+    remove(state_dir, run_id)
+
+
+def used_bases(state_dir: Path) -> set[str]:
+    """The base trees the overlay sandboxes on record use."""
+    return {r.base_tree for r in list_runs(state_dir) if r.layout == "overlay" and r.base_tree}
 
 
 def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
@@ -220,17 +291,26 @@ def remove(state_dir: Path, run_id: str) -> Path:
     inside the sandbox is kept and named, never emptied.
     """
     record = load(state_dir, run_id)
+    check_removable(state_dir, record)
+    home = runs_dir(state_dir) / run_id
+    if record.layout == "overlay":
+        layers.prepare_removal(home)
+    return remove_own_tree(runs_dir(state_dir), run_id, lambda fd: names_run(fd, run_id))
+
+
+def check_removable(state_dir: Path, record: RunRecord) -> None:
+    """``ConfigError`` unless ``record``'s sandbox is a directory right under the runs
+    directory that does not overlap the guarded worktree."""
     root = runs_dir(state_dir).resolve()
-    home = (runs_dir(state_dir) / run_id).resolve()
+    home = (runs_dir(state_dir) / record.run_id).resolve()
     worktree = Path(record.worktree).resolve()
     if home.parent != root or home.is_symlink():
         raise ConfigError(f"{home} is not a sandbox directory under {root}")
     if worktree == home or home in worktree.parents or worktree in home.parents:
         raise ConfigError(f"the sandbox {home} overlaps the guarded worktree {worktree}")
-    return remove_own_tree(root, run_id, lambda fd: _names_run(fd, run_id))
 
 
-def _names_run(home_fd: int, run_id: str) -> bool:
+def names_run(home_fd: int, run_id: str) -> bool:
     """Whether the sandbox open at ``home_fd`` holds the record of run ``run_id``."""
     try:
         fd = os.open("run.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=home_fd)

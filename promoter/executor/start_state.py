@@ -35,10 +35,13 @@ from typing import Any
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
+from promoter.executor import layers
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
+from promoter.executor.tree_edit import edited_tree
 from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.git.layout import discover, repo_env
+from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, decode_path, require_oid
 from promoter.git.runner import run_git
@@ -105,6 +108,15 @@ def _delete(clone: OwnTree, path: str) -> None:
                 return
 
 
+def _whiteout(layer: OwnTree, path: str) -> None:
+    """Mark ``path`` deleted in an overlay's start layer: a whiteout (a character device
+    0,0, which the kernel lets anyone make) hides the base's entry below it."""
+    *parents, name = os.fsencode(path).split(b"/")
+    with layer.directory(parents, create=True) as folder:
+        _remove_leaf(folder, name)
+        os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=folder.fd)
+
+
 def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> None:
     """Write ``path`` in the clone: a link (its target text) or a file, as a new leaf."""
     *parents, name = os.fsencode(path).split(b"/")
@@ -133,11 +145,15 @@ def _write(clone: OwnTree, path: str, mode: str, chunks: Iterable[bytes]) -> Non
             os.close(out)
 
 
-def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry]) -> str:
+def _start_tree(
+    clone: Path, home: Path, base_tree: str, entries: list[DiffEntry], alternates: str | None
+) -> str:
     """HEAD's tree with ``entries`` applied, written into the clone's objects."""
     index = home / _START_INDEX
     # absolute: git runs in the clone, and the state directory may be given relative
     env = {"GIT_DIR": str(clone.absolute() / ".git"), "GIT_INDEX_FILE": str(index.absolute())}
+    if alternates is not None:  # an overlay's start layer: HEAD's objects are the person's
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = alternates
     try:
         run_git(["read-tree", base_tree], cwd=clone, env=env)
         lines = b"".join(
@@ -163,11 +179,22 @@ def _start_tree(clone: Path, home: Path, base_tree: str, entries: list[DiffEntry
     return require_oid(tree.strip(), "start tree")
 
 
-def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> StartState:
+def capture_into(
+    worktree: str,
+    clone: Path,
+    home: Path,
+    base_tree: str,
+    *,
+    whiteouts: bool = False,
+    alternates: str | None = None,
+) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
     ``home`` is the sandbox directory (a scratch index lives there for a moment). Reads
-    the person's worktree and ``.git`` only; writes only inside ``clone``.
+    the person's worktree and ``.git`` only; writes only inside ``clone``. With
+    ``whiteouts`` ``clone`` is an overlay's start layer (``layers.py``), empty but its
+    ``.git``: differences are laid as files, and deletions as whiteouts over the base;
+    ``alternates`` then names the person's object directory (HEAD's objects).
     """
     layout = discover(worktree)
     env = repo_env(layout)
@@ -179,9 +206,13 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
+            written = {e.path for e in ordered if e.path not in skipped and e.new_oid}
             for entry in ordered:  # deletions first: a file may replace a directory
                 if entry.path not in skipped and entry.new_oid is None:
-                    _delete(into, entry.path)
+                    if not whiteouts:
+                        _delete(into, entry.path)
+                    elif not layers.needs_no_whiteout(entry.path, written):
+                        _whiteout(into, entry.path)
                     captured[entry.path] = None
                     laid.append(entry)
             for entry in ordered:
@@ -200,7 +231,16 @@ def capture_into(worktree: str, clone: Path, home: Path, base_tree: str) -> Star
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
     faults.point("start_state_laid")
-    tree = _start_tree(clone, home, base_tree, laid)
+    if alternates is None:
+        tree = _start_tree(clone, home, base_tree, laid, None)
+    else:  # an overlay's start layer: only the trees on the laid paths are read
+        start_env = {
+            "GIT_DIR": str(clone.absolute() / ".git"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
+        }
+        edits = [(os.fsencode(e.path), e.new_mode, e.new_oid) for e in laid]
+        with CatFile(cwd=clone, env=start_env) as cat:
+            tree = edited_tree(cat, objects.store_object, base_tree, edits)
     staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)
     unchanged = [p for p in paths if p not in captured]

@@ -2,10 +2,18 @@
 
 Grants, bundles and receipts are stored as their exact canonical bytes, once. Writing
 the same bytes again is a no-op; different bytes under the same name raise the conflict
-class the caller names. Nothing here ever rewrites or deletes a document. Each write goes
+class the caller names. Nothing here ever rewrites or deletes a document (the one
+exception below is a copy, never a record). Each write goes
 through ``promoter.store.durable.write_new`` (an anonymous temp linked into place, the
 parents of new directories fsynced), whose fault points are named ``audit_<kind>_after_*``
 (e.g. ``audit_promotion_after_link``).
+
+A promotion receipt's file is different: its record is the operation's row in the
+ledger (SPEC §10.20), and the file is a copy (``copy``), written without a flush after
+the outcome's commit and compared byte for byte with the row's bytes whenever it is made
+or served; one missing is written again, one that differs is set aside under a hidden
+name beside it (``.<name>.json.damaged-<16 hex>``, its bytes kept, never served) and
+written again.
 
 A stored document read back as its model (``load``, ``checked``) that no longer parses
 (the state directory was damaged or edited by hand) raises ``StorageError`` naming the
@@ -14,7 +22,10 @@ file: never an unexpected error, and never a document trusted unchecked.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -22,7 +33,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from promoter.errors import DocumentConflict, PromoterError, StorageError
-from promoter.store.durable import write_new, write_new_together
+from promoter.store.durable import set_aside, write_copy, write_new, write_new_together
 
 M = TypeVar("M", bound=BaseModel)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
@@ -63,6 +74,46 @@ class AuditStore:
         if existing is not None and existing != data:
             raise conflict(f"a different {kind} is already stored as {name}", name=name)
         return created
+
+    def copy(self, kind: str, name: str, data: bytes) -> Path | None:
+        """Make the file ``kind`` ``name`` hold exactly ``data``, the bytes of a record kept
+        elsewhere (a promotion receipt's row), with no flush; the path a damaged file was
+        set aside at, or None. Fault points ``audit_<kind>_after_*``, as ``write_new``'s
+        without the fsyncs'. ``StorageError`` when the file cannot be read or written."""
+        target = self.path(kind, name)
+        aside: Path | None = None
+        try:
+            for _ in range(3):  # a concurrent copy may take the name between the steps
+                found = self._read(target)
+                if found == data:
+                    return aside
+                if found is not None:
+                    aside = set_aside(target, data) or aside
+                if write_copy(target, data, fault=f"audit_{kind}"):
+                    return aside
+        except OSError as exc:
+            raise StorageError(f"cannot write the copy of {kind} {name}: {exc}") from exc
+        raise StorageError(f"the copy of {kind} {name} kept changing while it was written")
+
+    @staticmethod
+    def _read(target: Path) -> bytes | None:
+        """The bytes at ``target`` read without following a symlink; None when missing;
+        anything but a regular file (a symlink, a directory) reads as damaged (b"")."""
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                return b""
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return b""
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                return handle.read()
+        finally:
+            os.close(fd)
 
     def put_all(
         self, documents: Sequence[tuple[str, str, bytes, type[PromoterError]]]

@@ -18,7 +18,9 @@ recorded and paid for, and never a half-written blob (a blob appears only by a l
 its complete, fsynced temp file). With a group sync, the run's charge is worked out
 before the temps are synced, and the quota record's temp joins their ``syncfs``
 (``RunQuota.charging``), then is named (its folder fsynced) before anything is
-recorded or linked: one fsync fewer than the record's own temp and folder.
+recorded or linked: one fsync fewer than the record's own temp and folder. A batch of
+one blob does so only with ``group_one`` (as a single upload does: the blob's temp and
+the record's, one ``syncfs``); the plain batch route keeps an fsync each for it.
 
 Per blob, the answers are those of a single upload: ``payload_too_large`` (a blob
 larger than a batch carries), ``quota_exceeded`` and ``blob_hash_mismatch`` refuse that
@@ -126,6 +128,7 @@ class BlobBatch:
         record: Record,
         max_blobs: int = BATCH_MAX_BLOBS,
         group_sync_limit: int | None = None,
+        group_one: bool = False,
     ) -> None:
         self.store = store
         self.quota = quota
@@ -133,6 +136,7 @@ class BlobBatch:
         self.blob_limit = blob_limit
         self.max_blobs = max_blobs
         self._record = record
+        self._group_one = group_one  # one new blob's temp joins the quota record's syncfs
         self.items: list[_Item] = []
         # one syncfs for the temps and one for the links, where it is as good as fsyncs;
         # started before anything is written (it samples the filesystem's errors now), on
@@ -233,7 +237,7 @@ class BlobBatch:
         if self._current is not None or self._head:
             raise BadRequest("the batch ended inside a blob frame")
         good = [i for i in self.items if i.error is None and i.writer is not None]
-        alongside = len(good) > 1 and self._group is not None
+        alongside = (len(good) > 1 or self._group_one) and self._group is not None
         group = self._group if alongside and self.quota.alongside(self.store.tmp_dir) else None
         if group is None:
             self._sync([i.writer for i in good if i.writer is not None])

@@ -11,6 +11,11 @@ a recognisable name that says which process wrote it, which the daemon's start-u
 (``state_temps.sweep``) removes once that process is gone. So a killed writer leaves
 nothing behind, or a temp that the next start removes.
 
+``write_copy`` writes a new file without any flush: a copy whose record is durable
+elsewhere (a promotion receipt, whose record is the ledger's row), compared with that
+record whenever it is read; ``set_aside`` keeps a copy found damaged under a hidden name
+beside it, its bytes kept.
+
 ``write_new_together`` writes several new files flushed together: every temp, one
 flush, every link, one flush (a ``syncfs`` each where ``promoter.fs.group_sync`` offers
 it, else an fsync of each temp and directory). ``StagedReplace`` is ``write_replace``
@@ -52,6 +57,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -148,6 +154,56 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state
         temp.close()
     point(f"{fault}_after_dir_fsync")
     return created
+
+
+def write_copy(path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state") -> bool:
+    """``write_new`` without a flush: a copy of bytes whose record is durable elsewhere.
+
+    The temp is written and linked (never over a file) and nothing is fsynced, not even
+    a directory made for it: after a crash the name may be missing, and (on a
+    filesystem that does not order data before names) the file may be empty or short,
+    so its reader compares it with the record and rebuilds it (``promoter.store.audit``,
+    ``AuditStore.copy``). Fault points as ``write_new``'s, without the fsyncs'.
+    """
+    make_dirs(path.parent, fault=fault, sync=False)
+    temp = _Temp.written(path.parent, data, mode, fault, sync=False)
+    try:
+        return temp.link(path.name, fault)
+    finally:
+        temp.close()
+
+
+def set_aside(path: Path, expected: bytes) -> Path | None:
+    """Move the file at ``path`` to a fresh hidden name beside it unless it holds exactly
+    ``expected``; the aside path (its bytes kept), or None (it held ``expected``: linked
+    back, or nothing stood at ``path``).
+
+    For a copy found damaged: its bytes are kept and its name is free for the copy.
+    A file that turns out to hold ``expected`` (a concurrent writer's good copy) goes
+    back under its name, never over a file that took the name meanwhile.
+    """
+    aside = path.with_name(f".{path.name}.damaged-{secrets.token_hex(8)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return aside  # a symlink or anything unreadable: kept as it is
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        found = os.read(fd, len(expected) + 1) if regular else None
+    finally:
+        os.close(fd)
+    if found != expected:
+        return aside
+    try:
+        os.link(aside, path)
+        os.unlink(aside)  # the same bytes are under ``path`` again
+    except FileExistsError:
+        return aside  # another copy took the name: this one stays aside, kept
+    return None
 
 
 def write_new_together(

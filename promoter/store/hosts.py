@@ -10,7 +10,9 @@ transaction-scoped advisory lock keyed by the host id (in memory: a ``FOR SHARE`
 would write the row at every check); SQLite serializes writers by itself;
 ``beat`` moves the host lease forward only while the epoch is the one given; ``fence``
 raises the epoch and journals who, when and to which host; ``admit`` makes a fenced
-host active again at its raised epoch.
+host active again at its raised epoch. ``publish_address`` records the base URL the
+host's daemon serves on once it listens, and ``register`` the names of its repositories,
+so every host can say who guards which repository (``guardian``) and where it answers.
 
 Deliberately not here: the rules of fencing (``promoter.engine.fencing``), the
 operations handed over (``promoter.store.journal``).
@@ -19,7 +21,7 @@ operations handed over (``promoter.store.journal``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -43,6 +45,8 @@ class Host:
     fenced_at: str | None
     fenced_by: str | None
     fenced_to: str | None
+    address: str | None = None
+    repository_names: dict[str, str | None] | None = None
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class Host:
             "fenced_at": self.fenced_at,
             "fenced_by": self.fenced_by,
             "fenced_to": self.fenced_to,
+            "address": self.address,
         }
 
 
@@ -70,6 +75,10 @@ def _record(row: HostRow | Row[Any]) -> Host:
         fenced_at=row.fenced_at,
         fenced_by=row.fenced_by,
         fenced_to=row.fenced_to,
+        address=row.address,
+        repository_names=(
+            None if row.repository_names is None else dict(row.repository_names.items())
+        ),
     )
 
 
@@ -100,28 +109,56 @@ def _locked(session: Session, host_id: str) -> HostRow | None:
 
 
 def register(
-    session: Session, host_id: str, repositories: Iterable[str], lease_until: str
+    session: Session,
+    host_id: str,
+    repositories: Mapping[str, str] | Iterable[str],
+    lease_until: str,
 ) -> tuple[Host, bool]:
     """This host's row, added at epoch 1 if there is none (``flush`` to learn of a
-    concurrent twin); its configured repositories are recorded while it is active.
-    Returns the row and whether it was added."""
+    concurrent twin); its configured repositories (identity to name, or identities alone)
+    are recorded while it is active. Returns the row and whether it was added."""
     row = _locked(session, host_id)
     added = row is None
+    named = repositories if isinstance(repositories, Mapping) else {}
+    names = {identity: named.get(identity) for identity in sorted(set(repositories))}
     if row is None:
         row = HostRow(
             host_id=host_id,
             epoch=1,
             status=ACTIVE,
-            repositories=sorted(set(repositories)),
+            repositories=sorted(names),
             registered_at=now(),
             lease_until=lease_until,
+            repository_names=names,
         )
         session.add(row)
         session.flush()
     elif row.status == ACTIVE:
-        row.repositories = sorted(set(repositories))
+        row.repositories = sorted(names)
+        row.repository_names = names
         row.registered_at, row.lease_until = now(), lease_until
     return _record(row), added
+
+
+def publish_address(session: Session, host_id: str, address: str) -> None:
+    """Record the base URL the host's daemon serves on (it knows it once it listens)."""
+    session.execute(
+        update(HostRow)
+        .where(HostRow.host_id == host_id)
+        .values(address=address)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def guardian(session: Session, identity: str, *, besides: str) -> Host | None:
+    """The active host other than ``besides`` configured for repository ``identity``
+    (the one registered last, should two claim it), or None."""
+    found = [
+        host
+        for host in all_hosts(session)
+        if host.host_id != besides and host.status == ACTIVE and identity in host.repositories
+    ]
+    return max(found, key=lambda host: host.registered_at) if found else None
 
 
 def get(session: Session, host_id: str) -> Host | None:

@@ -8,6 +8,9 @@ written at once as a plain INSERT after the session's pending changes
 same transaction does not read the chain again; events are never deleted, a rollback
 forgets the links, and a concurrent append of the same ``seq`` fails on the
 ``(operation_id, seq)`` key);
+``prepare`` works an event out without appending it and ``append_prepared`` appends it
+later, in another transaction, only while the chain still ends where it did (for a
+receipt that names its outcome event and is signed before the outcome's commit);
 ``verify_chain`` re-checks a whole chain; ``events`` and ``last_link`` read it. Each
 appended event also enters the watch feed (``promoter.store.feed``) when its transaction
 commits.
@@ -16,6 +19,7 @@ Deliberately not here: what an event says (each operation kind's engine module).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from sqlalchemy import String, Table, bindparam, event, func, insert, select
@@ -52,30 +56,76 @@ def event_sha256(
     return sha256_hex(canonical_bytes(body))
 
 
-def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
-    """Append an event to the operation's chain; returns its ``evt_…`` id."""
-    links: dict[str, tuple[int, str]] = session.info.setdefault(_LINKS, {})
+@dataclass(frozen=True)
+class Prepared:
+    """An event worked out before its transaction: the link it chains to, its time, its
+    hash and id (``prepare``), so that what names it (a receipt, and the receipt's
+    signature) can be made before the transaction that appends it (``append_prepared``)."""
+
+    operation_id: str
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    prev: str | None
+    at: str
+    digest: str
+
+    @property
+    def event_id(self) -> str:
+        return content_id("evt", self.digest)
+
+
+class ChainMoved(Exception):
+    """The chain gained an event between ``prepare`` and ``append_prepared``."""
+
+
+def prepare(
+    session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]
+) -> Prepared:
+    """The next event of the operation's chain, worked out and not appended."""
+    links: dict[str, tuple[int, str]] = session.info.get(_LINKS, {})
     previous = links.get(operation_id) or last_link(session, operation_id)
     seq, prev = (0, None) if previous is None else (previous[0] + 1, previous[1])
     at = rfc3339(utcnow())
     digest = event_sha256(operation_id, seq, kind, payload, prev, at)
-    event_id = content_id("evt", digest)
+    return Prepared(operation_id, seq, kind, payload, prev, at, digest)
+
+
+def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
+    """Append an event to the operation's chain; returns its ``evt_…`` id."""
+    return _insert(session, prepare(session, operation_id, kind, payload))
+
+
+def append_prepared(session: Session, prepared: Prepared) -> str:
+    """Append ``prepared`` in this transaction; ``ChainMoved`` (nothing appended) when the
+    chain's last event is no longer the one it was prepared after."""
+    links: dict[str, tuple[int, str]] = session.info.get(_LINKS, {})
+    previous = links.get(prepared.operation_id) or last_link(session, prepared.operation_id)
+    expected = None if prepared.prev is None else (prepared.seq - 1, prepared.prev)
+    if previous != expected:
+        raise ChainMoved(prepared.operation_id)
+    return _insert(session, prepared)
+
+
+def _insert(session: Session, prepared: Prepared) -> str:
+    links: dict[str, tuple[int, str]] = session.info.setdefault(_LINKS, {})
+    event_id = prepared.event_id
     session.flush()  # what the transaction changed before, written first, as before any event
     session.execute(
         _ADD_EVENT,
         {
             "event_id": event_id,
-            "operation_id": operation_id,
-            "seq": seq,
-            "kind": kind,
-            "payload": payload,
-            "prev_event_sha256": prev,
-            "event_sha256": digest,
-            "at": at,
+            "operation_id": prepared.operation_id,
+            "seq": prepared.seq,
+            "kind": prepared.kind,
+            "payload": prepared.payload,
+            "prev_event_sha256": prepared.prev,
+            "event_sha256": prepared.digest,
+            "at": prepared.at,
         },
     )
-    links[operation_id] = (seq, digest)
-    feed.record(session, event_id, operation_id, kind, at)
+    links[prepared.operation_id] = (prepared.seq, prepared.digest)
+    feed.record(session, event_id, prepared.operation_id, prepared.kind, prepared.at)
     return event_id
 
 

@@ -9,6 +9,12 @@ error is raised. Any other error is raised at once. ``write`` must be a whole
 transaction that can be run again (each call opens its own session and reads what it
 decides on afresh).
 
+``wait_for_database(db, what, deadline)`` waits, with the same backoff, until a new
+connection answers ``SELECT 1``; past ``deadline`` (a ``time.monotonic()`` value) it
+reaches the fault point ``outage_bound_passed`` and returns False. It writes nothing: an
+attempt that lost its database before its plan was journaled waits here, then does its
+read-back and its plan again.
+
 Fault point ``database_retry``: reached before each wait (a test pauses there to bring
 the database back at a known moment).
 
@@ -19,6 +25,7 @@ client retries a 503 itself, ``promoter.client.wire``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -32,6 +39,7 @@ from tenacity import (
 
 from promoter import faults
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.store")
 
@@ -64,3 +72,26 @@ def through_outage(write: Callable[[], T], what: str, limit: float) -> T:
         reraise=True,
     )
     return retrying(write)
+
+
+def wait_for_database(db: Database, what: str, deadline: float) -> bool:
+    """Whether the database answered again before ``deadline`` (``time.monotonic()``)."""
+    delay, tries = FIRST_WAIT, 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            log.warning("%s: the database did not answer within its bound; giving up", what)
+            faults.point("outage_bound_passed")
+            return False
+        tries += 1
+        log.warning(
+            "%s: the database did not answer (try %d); trying again in %.2f s",
+            what,
+            tries,
+            min(delay, left),
+        )
+        faults.point("database_retry")
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, LONGEST_WAIT)
+        if db.ping():
+            return True

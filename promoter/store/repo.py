@@ -39,6 +39,12 @@ def grant_sha256_of(session: Session, grant_id: str) -> str | None:
     return None if row is None else row.grant_sha256
 
 
+def grant_repository(session: Session, grant_id: str) -> str | None:
+    """The repository identity ``grant_id`` was recorded for (any host's), or None."""
+    row = session.get(GrantRow, grant_id)
+    return None if row is None else row.repository_identity
+
+
 def add_grant(session: Session, grant: GrantV1) -> None:
     """Record a grant once; the same id with other content raises ``GrantConflict``."""
     assert grant.grant_sha256 is not None

@@ -281,6 +281,23 @@ class HostRow(Base):
     fenced_at: Mapped[str | None] = mapped_column(String(32), nullable=True)
     fenced_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
     fenced_to: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # the base URL its daemon serves on, and its repositories' names (from schema 0011h)
+    address: Mapped[str | None] = mapped_column(String(2000), nullable=True)
+    repository_names: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class CredentialRow(Base):
+    """An orchestrator or operator credential of the cluster, as its token's sha256
+    (``promoter.store.credentials``); live while ``removed_at`` is null."""
+
+    __tablename__ = "credentials"
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(20))  # orchestrator | operator
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    host_id: Mapped[str] = mapped_column(String(200))  # the host that published it
+    added_at: Mapped[str] = mapped_column(String(32))
+    removed_at: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    removed_on: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class HostFenceRow(Base):

@@ -33,15 +33,16 @@ from tests.support.promotion import promote, set_lease
 
 # per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
 # folder), the bundle and its verification receipt (temp and folder each), the worktree
-# file (temp, folder), the promotion receipt (temp, folder); where a group sync is
-# offered, one syncfs for the blob's and the quota record's temps (their folders an
-# fsync each, the record named before the blob), one for the submission's two temps and
-# one for its two folders
-FS_FLUSHES = {"fsync": 12}
-FS_FLUSHES_GROUPED = {"fsync": 6, "syncfs": 3}
-# the plan before the first write, the receipt's row before its document, the outcome
+# file (temp, folder); where a group sync is offered, one syncfs for the blob's and the
+# quota record's temps (their folders an fsync each, the record named before the blob),
+# one for the submission's two temps and one for its two folders. The promotion
+# receipt's file is a copy of the outcome's row, written after its commit, not flushed
+# (SPEC §10.20): its temp's and its folder's fsyncs are gone
+FS_FLUSHES = {"fsync": 10}
+FS_FLUSHES_GROUPED = {"fsync": 4, "syncfs": 3}
+# the plan before the first write, the outcome (event, receipt, envelope, ``completed``)
 # before the answer; the blob's row, the bundle's and the request's are not flushed
-SQLITE_COMMITS = 3
+SQLITE_COMMITS = 2
 # HEAD (for-each-ref) at the read-back; the index entries come from the whole listing
 # the first flow made of the same index file, the tree entries read when the bundle is
 # verified from the repository's running cat-file (no process either)

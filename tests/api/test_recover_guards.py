@@ -20,12 +20,14 @@ import rfc8785
 
 from promoter import faults
 from promoter.domain import status as states
+from promoter.engine.operation.outcome import build_receipt
 from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.verify.authority import recheck_evidence
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
-from promoter.store import journal
+from promoter.store import journal, ledger
 from tests.support.daemon import Daemon, running_daemon, serve_lab
-from tests.support.flows import init_repo
+from tests.support.flows import init_repo, sha
 from tests.support.promotion import (
     git_dir_digest,
     operation_view,
@@ -342,43 +344,82 @@ def test_every_receipt_route_serves_the_bytes_of_the_row_and_the_audit_file(
     )
 
 
-def test_a_rerun_after_the_receipt_was_written_reuses_it(
+def test_a_copy_that_failed_after_the_commit_is_written_when_the_receipt_is_read(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The receipt is part of the outcome's commit (SPEC §10.20): a copy that could not be
+    written after it leaves the operation completed, and the first read writes it."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "after_receipt=EIO")
+    monkeypatch.setenv(faults.ENV, "audit_promotion_after_create=EIO")
     faults.reset()
     view = promote(daemon, bundle, receipt).json()
     monkeypatch.delenv(faults.ENV)
-    assert view["status"] == "needs_recovery", view  # recorded and written, not completed
+    faults.reset()
+    assert view["status"] == "completed", view
     op_id = view["operation_id"]
-    written = (daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json").read_bytes()
-    assert written == _row_bytes(daemon, op_id)
+    path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
+    assert not path.exists()
     with daemon.orchestrator() as orch:
-        done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
-        assert done.json()["status"] == "completed", done.json()
-        assert orch.get(f"/v1/operations/{op_id}/receipt").content == written
-    assert _row_bytes(daemon, op_id) == written
-    outcomes = [e for e in done.json()["events"] if e["kind"] == "outcome"]
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert served == _row_bytes(daemon, op_id) == path.read_bytes()
+    outcomes = [e for e in operation_view(daemon, op_id)["events"] if e["kind"] == "outcome"]
     assert len(outcomes) == 1
 
 
-def test_a_different_audit_file_is_an_error_never_overwritten(
+def test_a_receipt_recorded_before_its_status_by_the_two_commit_outcome_is_the_one_completed(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A row left with its receipt recorded and not completed (the outcome in two commits,
+    interrupted between them) is completed by recovery with exactly that receipt."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "after_receipt=EIO")
+    monkeypatch.setenv(faults.ENV, "before_receipt=EIO")
     faults.reset()
-    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    view = promote(daemon, bundle, receipt).json()
     monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert view["status"] == "needs_recovery", view
+    op_id = view["operation_id"]
+    evidence = recheck_evidence(daemon.services, bundle["bundle_id"], receipt["receipt_sha256"])
+    targets = [
+        {"path": p, "exists": new is not None, "sha256": sha(new), "mode": "100644"}
+        for p, _old, new in CHANGES
+        if new is not None
+    ]
+    with daemon.services.db.session() as session:  # the first of the two commits
+        row = journal.require(session, op_id)
+        outcome = ledger.append(session, op_id, "outcome", {"status": "completed"})
+        journal.set_outcome_event(session, op_id, outcome)
+        assert row.decision_event_id is not None and row.action_event_id is not None
+        events = {"decision": row.decision_event_id, "action": row.action_event_id}
+        old = build_receipt(
+            op_id, evidence, row.repository_identity, targets, {**events, "outcome": outcome}
+        )
+        journal.set_receipt(session, op_id, old.wire(), old.receipt_sha256)
+    with daemon.orchestrator() as orch:
+        done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
+        assert done.json()["status"] == "completed", done.json()
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert json.loads(served)["receipt_sha256"] == old.receipt_sha256
+    assert served == _row_bytes(daemon, op_id)
+    assert [e["kind"] for e in done.json()["events"]].count("outcome") == 1
+
+
+def test_a_different_audit_file_is_set_aside_never_served_and_the_copy_made_again(
+    daemon: Daemon, repo: Path
+) -> None:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    op_id = promote(daemon, bundle, receipt).json()["operation_id"]
     recorded = _row_bytes(daemon, op_id)
-    path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
+    folder = daemon.state_dir / "audit" / "receipts" / "promotion"
+    path = folder / f"{op_id}.json"
+    assert path.read_bytes() == recorded
     foreign = recorded.replace(b'"promoted_at":"', b'"promoted_at":"1')
     path.chmod(0o644)
     path.write_bytes(foreign)
     with daemon.orchestrator() as orch:
-        answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
-    assert (answer.status_code, answer.json()["code"]) == (409, "document_conflict")
-    assert path.read_bytes() == foreign
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert served == recorded == path.read_bytes()
+    kept = sorted(p for p in folder.iterdir() if p.name.startswith(f".{op_id}.json.damaged-"))
+    assert [p.read_bytes() for p in kept] == [foreign]  # its bytes kept, never served
     assert _row_bytes(daemon, op_id) == recorded
-    assert operation_view(daemon, op_id)["status"] == "needs_recovery"
+    assert operation_view(daemon, op_id)["status"] == "completed"

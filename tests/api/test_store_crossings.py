@@ -5,10 +5,11 @@ its attempt starts until it is ``completed``, through the real server. What the 
 decides on comes with it (the ticket, read in the request's transaction); it journals the
 plan (the steps with their temp names, the directories, the events), and records the
 outcome. The writes need no transaction of their own: the plan named every temp, and the
-directories were journaled with it. The outcome takes two transactions by design: the
-receipt (with the step statuses) is recorded before its audit file is written and the
-operation is completed only after it, so a crash in between reuses the same bytes. The
-count is pinned here so that a change that adds a crossing says so.
+directories were journaled with it. The outcome takes two transactions: a read of the
+row and of the event chain's last link (the outcome event and the receipt that names it
+are made and signed outside any write transaction), then one commit of the event, the
+receipt, its envelope and ``completed`` (SPEC §10.20); the receipt's audit file is a copy
+written after it. The count is pinned here so that a change that adds a crossing says so.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
         # (promoter.engine.fencing): a fenced host writes nothing
         "fencing.py:check",
         "fencing.py:check",
-        # the writes and the outcome: the step statuses and the receipt recorded once,
-        # then (after its audit file) completed
-        "outcome.py:complete",
-        "outcome.py:complete",
+        # the outcome (SPEC §10.20): a read of the row and the chain's last link, with
+        # which the outcome event and the receipt naming it are made and signed, then
+        # one commit of the event, the receipt, its envelope and ``completed``
+        "outcome.py:_made",
+        "outcome.py:_commit",
     ]

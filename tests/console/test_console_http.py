@@ -67,6 +67,16 @@ def test_csrf_less_post_is_refused(gated: Gated) -> None:
         assert op.get(f"/v1/operations/{operation_id}").json()["status"] == "awaiting_approval"
 
 
+def test_the_login_page_says_where_the_operator_token_is(gated: Gated) -> None:
+    daemon, _, _ = gated
+    with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:
+        page = client.get("/ui/login")
+    assert page.status_code == 200
+    where = daemon.state_dir / "credentials" / "operator.token"
+    assert f"<code>{escape(str(where))}</code>" in page.text
+    assert "promoter credentials add NAME" in page.text
+
+
 def test_login_without_its_form_token_is_refused(gated: Gated) -> None:
     daemon, _, _ = gated
     with httpx.Client(base_url=daemon.url, verify=tls_context(daemon.url)) as client:

@@ -130,6 +130,11 @@ API_STORE_IMPORTS = {
         "promoter.store.blobs",
         "promoter.store.quota",
     },
+    # the one request's blobs streamed into a batch as blobs.py's, and its second credential
+    "promoter/api/routes/promotions.py": {
+        "promoter.store.blob_batch",
+        "promoter.store.credentials",
+    },
     # the commit signal a long-poll waits on: it carries no data
     "promoter/api/longpoll.py": {"promoter.store.wakeup"},
     # the start-up sweep of a killed writer's temps in the state directory: a write

@@ -43,6 +43,7 @@ WITH_BODY = {
     ("post", "/v1/bundles"),
     ("post", "/v1/bundles/{bundle_id}/preflight"),
     ("post", "/v1/promotions"),
+    ("post", "/v1/promotions:withEvidence"),
     ("post", "/v1/operations/{operation_id}/recover"),
     ("post", "/v1/operations/{operation_id}/reconcile"),
     ("post", "/v1/operations/{operation_id}/rollback"),

@@ -102,6 +102,7 @@ def _legacy_record(state: Path, statuses: list[str]) -> Path:
         "preconditions": [],
         "skipped": [],
         "start_tree": None,
+        "layout": "copy",  # the layouts came later than the statuses
         "steps": [
             {
                 "grant_id": f"grt_0123456789abcdef_{n}",

@@ -47,8 +47,7 @@ POINTS = [
     "after_group_sync=kill@1",  # the one syncfs for the temps (where the filesystem allows)
     "after_group_sync=kill@2",  # the one for every touched directory
     "after_readback",
-    "before_receipt",
-    "after_receipt",
+    "before_receipt",  # the outcome's one commit not made (after it: test_receipt_copy.py)
 ]
 
 
@@ -107,8 +106,8 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
                 "/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}
             ).json()["operations"][0]["operation_id"]
             status = orch.get(f"/v1/operations/{op_id}").json()["status"]
-            # after_receipt: the receipt is recorded and in the audit store, but the operation
-            # is completed only after that; recovery reuses the recorded receipt
+            # before_receipt: the outcome, the receipt and ``completed`` are one commit, not
+            # made; recovery reads the targets back and makes it, with one receipt
             assert status == "needs_recovery"
             recovered = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
             assert recovered.status_code == 200, recovered.text

@@ -184,17 +184,18 @@ def test_io_error_during_continue_leaves_it_needs_reconciliation_never_stuck_run
 def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
     lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same for ``recover``: the receipt recorded before the crash is the one published
-    once recovery gets through, whatever failed in between."""
+    """The same for ``recover``: an error before the outcome's one commit (the receipt is
+    part of it, SPEC §10.20) records nothing of it, twice; the recovery that gets through
+    makes exactly one receipt, its file the served bytes."""
     daemon, repo = lab
     identity = daemon.services.registry.by_name("lab").identity
     _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
-    _inject(monkeypatch, "after_receipt=EIO")
+    _inject(monkeypatch, "before_receipt=EIO")
     view = promote(daemon, bundle, receipt).json()
     assert view["status"] == "needs_recovery", view
     op_id = view["operation_id"]
-    recorded = _receipts(daemon, op_id)
-    assert len(recorded) == 1
+    assert view.get("receipt_sha256") is None, view
+    assert _receipts(daemon, op_id) == []
     _inject(monkeypatch, "before_receipt=EIO")
     with daemon.orchestrator() as orch:
         answer = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
@@ -206,13 +207,15 @@ def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
         "the recovery stopped: injected fault at before_receipt: Input/output error",
     ), view
     _assert_untorn(repo)
+    assert _receipts(daemon, op_id) == []
     monkeypatch.delenv(faults.ENV)
     faults.reset()
     with daemon.orchestrator() as orch:
         done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
         assert done.json()["status"] == "completed", done.json()
-        assert orch.get(f"/v1/operations/{op_id}/receipt").content == recorded[0]
-    assert _receipts(daemon, op_id) == recorded
+        served = orch.get(f"/v1/operations/{op_id}/receipt").content
+    assert _receipts(daemon, op_id) == [served]
+    assert [e["kind"] for e in done.json()["events"]].count("outcome") == 1
 
 
 @pytest.mark.parametrize(

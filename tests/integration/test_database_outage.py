@@ -123,7 +123,6 @@ def _completed(daemon: Daemon, operation_id: str) -> dict[str, Any]:
         "after_replace",
         "after_readback",
         "before_receipt",
-        "after_receipt",
     ],
 )
 def test_a_promotion_the_database_left_mid_write_completes_once_it_is_back(
@@ -159,29 +158,82 @@ def test_a_promotion_the_database_left_mid_write_completes_once_it_is_back(
 
 
 @needs_postgres
-def test_a_failed_attempt_is_refused_and_the_next_request_runs_a_new_one(
+def test_an_outage_before_the_plan_delays_the_same_attempt_which_completes(
     tmp_path: Path,
     repo: Path,
     cluster: OwnPostgres,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The database gone before the plan was journaled: nothing was written, so the
-    attempt proves ``refused`` (``database_unavailable``); asking again never reuses that
-    attempt or its error: attempt 2 runs and completes."""
+    """F2: the database gone before the plan was journaled, back within the bound
+    (``outage_retry_seconds``, 600 s here): nothing was written, so the attempt waits for
+    it, reads the worktree back and plans again: attempt 1 ends ``completed``, exact
+    bytes, one decision and one outcome; no refusal for the orchestrator to notice."""
     with running_daemon(tmp_path / "s", {"lab": repo}, database_url=database_url) as daemon:
         bundle, receipt = _promotion(daemon, repo)
         paused, retry = Pause(tmp_path, "before_journal"), Pause(tmp_path, "database_retry")
         _faults(monkeypatch, paused, retry)
         call = Call(lambda: promote(daemon, bundle, receipt))
-        _outage(paused, retry, cluster.stop, cluster.start)
+        back = _outage(paused, retry, cluster.stop, cluster.start)
         first = call.result()
+        took = time.monotonic() - back
         assert first.status_code == 200, first.text
-        assert (first.json()["status"], first.json()["code"]) == (
+        assert first.json()["status"] == "completed", first.text
+        print(f"\n[F2] database back before the plan -> completed in {took:.3f} s")
+        view = _completed(daemon, first.json()["operation_id"])
+    assert [(a["attempt"], a["status"], a["code"]) for a in view["attempts"]] == [
+        (1, "completed", None)
+    ]
+    kinds = [e["kind"] for e in view["events"]]
+    assert (kinds.count("decision"), kinds.count("action"), kinds.count("outcome")) == (1, 1, 1)
+    assert view["events_verified"] is True
+    assert tree_bytes(repo) == _as_files(NEW)
+
+
+@needs_postgres
+def test_an_outage_past_the_bound_refuses_with_database_unavailable_and_writes_nothing(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the bound (``outage_retry_seconds = 0``: the first failure is past it) the
+    attempt is refused ``database_unavailable`` naming attempt 1, nothing written; the
+    waiting request answers 503 with ``Retry-After`` (which the clients retry) and asking
+    again runs attempt 2 to ``completed``."""
+    with running_daemon(
+        tmp_path / "s", {"lab": repo}, database_url=database_url, outage_retry_seconds=0
+    ) as daemon:
+        bundle, receipt = _promotion(daemon, repo)
+        paused, bound = Pause(tmp_path, "before_journal"), Pause(tmp_path, "outage_bound_passed")
+        _faults(monkeypatch, paused, bound)
+        call = Call(lambda: promote(daemon, bundle, receipt))
+        paused.reached()
+        cluster.stop()
+        paused.release()
+        bound.reached()  # gave up; the refusal is recorded once the database answers
+        cluster.start()
+        bound.release()
+        first = call.result()
+        assert first.status_code == 503, first.text
+        assert first.headers["Retry-After"] == "2"
+        problem = first.json()
+        assert (problem["code"], problem["attempt"], problem["operation_status"]) == (
+            "database_unavailable",
+            1,
+            "refused",
+        )
+        operation_id = problem["operation_id"]
+        assert "outage_retry_seconds" in problem["detail"]
+        assert tree_bytes(repo) == _as_files(FILES)
+        refused = operation_view(daemon, operation_id)
+        assert (refused["status"], refused["code"], refused["steps"]) == (
             "refused",
             "database_unavailable",
+            [],
         )
-        assert tree_bytes(repo) == _as_files(FILES)
+        assert refused["report"]["error"]["attempt"] == 1
         again = promote(daemon, bundle, receipt)
         assert again.status_code == 200, again.text
         view = _completed(daemon, again.json()["operation_id"])

@@ -378,24 +378,27 @@ def test_ops_show_names_the_credential_that_decided(gated: Gated) -> None:
     assert "the person" not in shown.stdout
 
 
-def test_a_credential_removed_within_the_folders_timestamp_granularity_stops_working(
-    gated: Gated,
-) -> None:
+def test_a_removed_credential_whose_file_is_left_behind_stays_removed(gated: Gated) -> None:
+    """Removed through the ledger on another host, the credential's file stays here: its
+    token is refused at once, and the folder read again (a changed mtime, the daemon
+    started again) never publishes it anew (SPEC §10.24)."""
     import os
 
     from promoter.errors import Unauthenticated
-    from promoter.store.credentials import remove_operator
+    from promoter.store.credentials import remove_named
 
     daemon, _, _ = gated
     credentials = daemon.state_dir / "credentials"
     folder = credentials / "operators"
     auth = daemon.services.auth
-    token = add_operator(credentials, "gus")
+    token = add_operator(credentials, "gus")  # the file only: published on the next request
     assert auth.authenticate(token).name == "gus"
-    seen = folder.stat()
-    remove_operator(credentials, "gus")
-    # a coarse clock: the removal leaves the folder's mtime where the last read saw it
-    os.utime(folder, ns=(seen.st_atime_ns, seen.st_mtime_ns))
-    assert folder.stat().st_mtime_ns == seen.st_mtime_ns
+    with daemon.services.db.session() as session:
+        assert remove_named(session, "gus", "host-elsewhere") == 1
+    assert (folder / "gus.token").read_text().strip() == token  # left behind, as it was
+    with pytest.raises(Unauthenticated):
+        auth.authenticate(token)
+    os.utime(folder, ns=(folder.stat().st_atime_ns, folder.stat().st_mtime_ns + 10**10))
+    auth.publish()
     with pytest.raises(Unauthenticated):
         auth.authenticate(token)

@@ -190,3 +190,28 @@ def test_a_bundle_built_against_the_base_tree_instead_of_the_chain_is_refused(
     ):
         upload_and_submit(sandbox.executor, built)
     assert (repo / "src" / "app.py").read_bytes() == b"print('step 1')\n"
+
+
+@pytest.mark.parametrize("damage", ["deleted", "forged"])
+def test_a_chain_reads_its_base_receipt_from_the_row_not_the_audit_copy(
+    sandbox: Sandbox, daemon: Daemon, damage: str
+) -> None:
+    """SPEC §10.20: the ledger's row is the receipt's record; the audit file is a copy. A
+    base whose copy was deleted or forged (naming no target) still chains, on the row."""
+    box = sandbox.path
+    (box / "src" / "a.py").write_bytes(b"a = 1\n")
+    first, op1 = sandbox.step("grt_s1", None)
+    assert op1["status"] == "completed", op1
+    copy = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op1['operation_id']}.json"
+    copy.chmod(0o644)
+    if damage == "deleted":
+        copy.unlink()
+    else:
+        forged = json.loads(copy.read_bytes())
+        forged["targets"] = []
+        copy.write_text(json.dumps(forged))
+    (box / "src" / "a.py").write_bytes(b"a = 2\n")
+    second, op2 = sandbox.step("grt_s2", op1["operation_id"])
+    assert op2["status"] == "completed", op2
+    assert _ops(second) == [("src/a.py", "modify")]
+    assert second["changes"][0]["old"] == first["changes"][0]["new"]

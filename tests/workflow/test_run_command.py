@@ -24,6 +24,7 @@ from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.sandbox_view import sandbox_file, sandbox_tree
 
 USER_README = b"# project\nthe user's uncommitted line\n"
 
@@ -65,7 +66,7 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     )
     assert first.exit_code == 0, first.output
     record = _only_run(daemon)
-    assert "preflight passed" in first.stdout
+    assert "requested with its evidence in one request" in first.stdout  # --yes: one request
     assert "+print('v2')" in first.stdout
     assert f"promoter run --continue {record.run_id}" in first.stdout
     assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
@@ -109,7 +110,7 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     source = tree_bytes(repo)
     assert source["README.md"][0] == USER_README
     assert source["notes.txt"][0] == b"the user's notes\n"
-    assert source == tree_bytes(Path(record.clone))  # it started from the user's files
+    assert source == sandbox_tree(record)  # it started from the user's files
     assert git_dir_digest(repo) == git_before
 
     listed = _run(daemon, "run", "--list")
@@ -247,13 +248,13 @@ def test_a_step_whose_lease_would_move_back_registers_no_grant_and_runs_nothing(
         put = orch.put(f"/v1/leases/{grant['workflow_id']}/{grant['stage']}", json=ahead)
         assert put.status_code == 200, put.text
     marker = Path(record.clone) / "ran.txt"
-    script = f"echo ran > {marker}"
+    script = f"echo ran > {marker}"  # an absolute path inside the sandbox
     again = _run(
         daemon, "run", "--continue", record.run_id, "--yes", "--keep", "--", "sh", "-c", script
     )
     assert isinstance(again.exception, PromoterError), again.output
     assert again.exception.code == "lease_fence_regression"
-    assert not marker.exists()
+    assert sandbox_file(record, "ran.txt") is None
     assert len(_only_run(daemon).steps) == 1
     second_grant = step.grant_id.removesuffix("_1") + "_2"
     assert daemon.services.audit.get("grant", second_grant) is None

@@ -7,6 +7,10 @@ program run on the host (each would create a marker file). What the command saw 
 is written to ``report.txt`` in the clone, which the run promotes, so the test reads the
 sandbox's own account from the person's worktree.
 
+Every test runs on both sandbox layouts (``PROMOTER_SANDBOX_LAYOUT``: a copy clone, and
+layers over a shared base, SPEC §10.22); where the layouts differ by design (the
+command's ``.git``), each is checked for its own boundary.
+
 Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``
 (CI), where it fails instead.
 """
@@ -32,14 +36,23 @@ from promoter.config import RepositoryConfig
 from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.confine import BWRAP_ENV
+from promoter.executor.layers import LAYOUT_ENV, OBJECTS_INSIDE
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.sandbox_view import sandbox_file
 
 if shutil.which("bwrap") is None:
     if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
         raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
     pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True, params=["copy", "overlay"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sandbox layout every run of the test makes."""
+    monkeypatch.setenv(LAYOUT_ENV, request.param)
+    return str(request.param)
 
 
 def _app() -> typer.Typer:
@@ -112,32 +125,44 @@ def _unchanged_but(repo: Path, before: dict[str, Any], *promoted: str) -> None:
 
 
 def test_overwriting_every_object_and_pack_reachable_leaves_the_persons_git_intact(
-    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
+    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]], layout: str
 ) -> None:
     repo, git_before, files_before = person
     script = (
         "set -u; chmod -R u+w .git/objects;"
         ' find .git/objects -type f | while read f; do printf garbage > "$f"; done;'
-        f" for f in $(find {repo}/.git/objects -type f 2>/dev/null); do"
-        ' chmod u+w "$f"; printf garbage > "$f"; done;'
+        f" for f in $(find {repo}/.git/objects {OBJECTS_INSIDE} -type f 2>/dev/null); do"
+        ' chmod u+w "$f" 2>/dev/null; printf garbage > "$f" 2>/dev/null; done;'
         f" printf garbage > {repo}/.git/objects/pack/evil.pack 2>/dev/null;"
+        f" printf garbage > {OBJECTS_INSIDE}/pack/evil.pack 2>/dev/null;"
         " printf x > ../../../../work/.git/HEAD 2>/dev/null;"
         " printf \"print('v2')\\n\" > src/app.py; exit 0"
     )
     result = _run(daemon, "--repo", "work", "--yes", "--", "sh", "-c", script)
-    # the clone's own objects were destroyed: its base is unreadable, nothing is promoted
-    assert isinstance(result.exception, PromoterError), result.output
-    assert result.exception.code == "repository_invalid", result.exception.detail
-    assert "does not hold the grant's base_tree" in result.exception.detail
+    if layout == "copy":
+        # the clone's own objects were destroyed: its base is unreadable, nothing promoted
+        assert isinstance(result.exception, PromoterError), result.output
+        assert result.exception.code == "repository_invalid", result.exception.detail
+        assert "does not hold the grant's base_tree" in result.exception.detail
+        _unchanged_but(repo, files_before)
+    else:
+        # the person's objects were read-only in the sandbox, and promoter builds the
+        # bundle from the layers, never through the command's .git: the edit lands
+        assert result.exit_code == 0, result.output
+        assert (repo / "src" / "app.py").read_bytes() == b"print('v2')\n"
+        _unchanged_but(repo, files_before, "src/app.py")
     assert git_dir_digest(repo) == git_before
     _fsck(repo)
-    _unchanged_but(repo, files_before)
 
 
 def test_a_sandbox_clone_shares_no_object_file_with_the_person(
-    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
+    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]], layout: str
 ) -> None:
     repo, git_before, _ = person
+    if layout == "overlay":
+        _the_persons_objects_are_read_only_inside(daemon, repo)
+        assert git_dir_digest(repo) == git_before
+        return
     result = _run(daemon, "--repo", "work", "--yes", "--", "true")
     assert result.exit_code == 0, result.output
     clone = Path(_only_run(daemon).clone)
@@ -149,8 +174,55 @@ def test_a_sandbox_clone_shares_no_object_file_with_the_person(
     assert git_dir_digest(repo) == git_before
 
 
+def _the_persons_objects_are_read_only_inside(daemon: Daemon, repo: Path) -> None:
+    """An overlay sandbox's git reaches the person's objects only through a read-only
+    bind: every write there fails, and the command's own git still reads its history."""
+    body = f"""
+import subprocess
+found = [os.path.join(d, n) for d, _, ns in os.walk({OBJECTS_INSIDE!r}) for n in ns]
+report["found"] = len(found) > 0
+errors = set()
+for path in found:
+    try:
+        os.chmod(path, 0o644)
+    except OSError as exc:
+        errors.add(exc.errno)
+    try:
+        open(path, "ab").close()
+    except OSError as exc:
+        errors.add(exc.errno)
+for name in ("new-object", "pack/evil.pack", "info/alternates"):
+    try:
+        open(os.path.join({OBJECTS_INSIDE!r}, name), "wb").close()
+    except OSError as exc:
+        errors.add(exc.errno)
+report["errors"] = sorted(errors)
+report["alternates"] = open(".git/objects/info/alternates").read()
+git = ["git", "-c", "safe.directory=*"]
+report["log"] = subprocess.run(git + ["log", "--format=%s"], capture_output=True).stdout.decode()
+report["status"] = subprocess.run(
+    git + ["status", "--porcelain"], capture_output=True).stdout.decode()
+"""
+    result = _run(daemon, "--repo", "work", "--yes", "--", *_probe(body))
+    assert result.exit_code == 0, result.output
+    report = _report(repo)
+    assert report["found"] is True
+    assert report["errors"] in ([30], [13, 30])  # EROFS (EACCES first for a 0444 object)
+    assert report["alternates"] == OBJECTS_INSIDE + "\n"
+    assert report["log"] == "initial\n"
+    assert report["status"] == "?? notes.txt\n"  # the person's untracked file, as in a clone
+    record = _only_run(daemon)
+    upper = Path(record.clone).parent / "layers" / "upper"
+    person_inodes = {p.stat().st_ino for p in (repo / ".git").rglob("*") if p.is_file()}
+    mine = {p.stat().st_ino for p in upper.rglob("*") if p.is_file()}
+    assert not person_inodes & mine
+
+
 def test_planted_hooks_filters_fsmonitor_includes_and_alternates_never_run_on_the_host(
-    daemon: Daemon, tmp_path: Path, person: tuple[Path, dict[str, str], dict[str, Any]]
+    daemon: Daemon,
+    tmp_path: Path,
+    person: tuple[Path, dict[str, str], dict[str, Any]],
+    layout: str,
 ) -> None:
     repo, git_before, files_before = person
     marker = tmp_path / "planted-program-ran"
@@ -184,6 +256,10 @@ printf "print('v2')\\n" > src/app.py
     assert (repo / "src" / "app.py").read_bytes() == b"print('v2')\n"
     assert (repo / ".gitattributes").read_bytes() == b"* filter=evil diff=evil\n"
     clone = Path(_only_run(daemon).clone)
+    if layout == "overlay":  # the command's own .git: never read by promoter's git
+        _unchanged_but(repo, files_before, "src/app.py", ".gitattributes")
+        assert git_dir_digest(repo) == git_before
+        return
     assert not (clone / ".git" / "objects" / "info" / "alternates").exists()
     assert not (clone / ".git" / "info" / "attributes").exists()
     assert b"evil" not in (clone / ".git" / "config").read_bytes()
@@ -283,14 +359,16 @@ report["url"] = os.environ["PROMOTER_URL"]
     assert view["status"] == "awaiting_approval"
     assert not (repo / "src" / "a.py").exists()
     # the report itself waits for approval too: read it from the sandbox
-    report = json.loads((Path(record.clone) / "report.txt").read_bytes())
+    found = sandbox_file(record, "report.txt")
+    assert found is not None
+    report = json.loads(found.read_bytes())
     assert report["executor"] == 403  # the daemon answered through the relay, and refused
     assert report["operator"] == "FileNotFoundError"
     assert report["url"] == daemon.url
 
 
 def test_the_worktree_is_unwritable_by_absolute_path_and_proc_root_and_the_daemon_unreachable(
-    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
+    daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]], layout: str
 ) -> None:
     repo, git_before, files_before = person
     pid = os.getpid()  # the daemon serves from this process
@@ -324,7 +402,10 @@ attempt("database tcp", lambda: tcp(5432))
     assert report["kill"] == "ProcessLookupError"
     assert report["ptrace"] == [-1, 3]  # ESRCH: no such process in the sandbox
     assert max(report["pids"]) < 10  # its own PID namespace: bwrap's init, the entry, us
-    assert report["run"] == ["promoter"]  # the relay's socket only
+    # the relay's socket only (and the person's objects, read-only, in an overlay)
+    assert report["run"] == (
+        ["promoter", "promoter-objects"] if layout == "overlay" else ["promoter"]
+    )
     assert report["database socket"] == "FileNotFoundError"
     assert report["database tcp"] == "ConnectionRefusedError"  # its own network namespace
     assert git_dir_digest(repo) == git_before

@@ -73,7 +73,8 @@ def test_json_prints_the_outcome_as_one_document_and_words_on_stderr(
     result = _run(daemon, "--repo", "work", "--yes", "--json", "--", "sh", "-c", script)
     assert result.exit_code == 0, result.output
     outcome = json.loads(result.stdout)  # the whole of stdout: one document
-    assert "preflight passed" in result.stderr and "preflight" not in result.stdout
+    said = "requested with its evidence in one request"  # --yes: one request
+    assert said in result.stderr and said not in result.stdout
     assert sorted(outcome) == [
         "bundle",
         "operation_id",

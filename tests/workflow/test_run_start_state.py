@@ -23,6 +23,7 @@ from tests.support import forkserver
 from tests.support.daemon import Daemon
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.sandbox_view import sandbox_tree
 from tests.workflow.test_run_command import _only_run, _receipt, _run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +84,7 @@ def test_the_persons_staged_unstaged_and_untracked_work_starts_the_sandbox_and_p
     # the sandbox held the person's files byte for byte (the agent's two edits on top)
     person = tree_bytes(repo)
     assert person.pop("debug.log")[0] == b"ignored: never copied\n"
-    assert tree_bytes(Path(record.clone)) == person
+    assert sandbox_tree(record) == person
     assert person["latest"] == (b"notes.txt", -1)
     assert person["tool.sh"][1] & 0o100
     assert "old.txt" not in person

@@ -256,7 +256,7 @@ async def put_blob(
     )
 
 
-def _record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
+def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
     """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
     with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)
@@ -317,7 +317,7 @@ async def batch_update_blobs(
         run_quota(services),
         principal.run_id,
         blob_limit=min(services.settings.max_blob_bytes, BATCH_BLOB_MAX),
-        record=lambda blobs: _record_blobs(services, blobs),
+        record=lambda blobs: record_blobs(services, blobs),
         group_sync_limit=services.settings.group_sync_limit,
     )
     received = 0

@@ -37,6 +37,22 @@ from promoter.errors import Forbidden, NotFound
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
+SUBMIT_CODES = [
+    "derived_bundle_refused",
+    "bundle_hash_mismatch",
+    "blob_missing",
+    "blob_hash_mismatch",
+    "path_invalid",
+    "symlink_policy",
+    "verification_failed",
+    "grant_unknown",
+    "grant_expired",
+    "bundle_conflict",
+    "receipt_conflict",
+    "repository_unknown",
+    "git_error",
+    "database_busy",
+]
 
 
 def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
@@ -66,22 +82,7 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
         "an operator accepts part of a bundle) is refused: `derived_bundle_refused`.",
         tags=["executor"],
         roles=["executor"],
-        errors=[
-            "derived_bundle_refused",
-            "bundle_hash_mismatch",
-            "blob_missing",
-            "blob_hash_mismatch",
-            "path_invalid",
-            "symlink_policy",
-            "verification_failed",
-            "grant_unknown",
-            "grant_expired",
-            "bundle_conflict",
-            "receipt_conflict",
-            "repository_unknown",
-            "git_error",
-            "database_busy",
-        ],
+        errors=SUBMIT_CODES,
         body=PatchBundleV1,
         ok={
             201: Ok("stored and verified", BundleSubmitted),

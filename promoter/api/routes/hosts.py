@@ -1,7 +1,8 @@
 """The hosts of the ledger: list them, fence a dead one off, admit a fenced one again.
 
-Thin adapters over ``promoter.engine.fencing``, for the operator only: ``GET /v1/hosts``
-lists every host with its epoch, status and leases; ``POST /v1/hosts/{host}/fence``
+Thin adapters over ``promoter.engine.fencing``: ``GET /v1/hosts`` lists every host with
+its epoch, status, leases and published address (the orchestrator may read it too: it is
+the cluster's map, SPEC §10.24); the rest is the operator's: ``POST /v1/hosts/{host}/fence``
 with ``{"to": host}`` fences a host whose leases all ran out and hands its unfinished
 operations to the named daemon host; ``POST /v1/hosts/{host}/admit`` lets a fenced host
 write again once its daemon restarts. Deliberately not here: the rules (the engine's).
@@ -12,7 +13,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
+from promoter.api.deps import (
+    SMALL_BODY,
+    OperatorDep,
+    OrchestratorDep,
+    ServicesDep,
+    read_json_body,
+)
 from promoter.api.models import Fenced, FenceRequest, HostEntry, HostList, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
@@ -43,7 +50,7 @@ HOST_EXAMPLE = {
     "fenced_by": "operator",
     "fenced_to": "host-b",
     "this_host": False,
-    "address": None,
+    "address": "http://10.0.0.1:8420",
     "fences": [
         {
             "epoch": 2,
@@ -63,11 +70,11 @@ HOST_EXAMPLE = {
         summary="The hosts of the ledger",
         description="Every host registered in the ledger: its epoch, whether it is `active` "
         "or `fenced`, the repositories its daemon is configured for, its host lease, its "
-        "fences and its address where known. While the database does not answer, the "
-        "answer is still 200, with `source: this_host`: only this host, as its daemon "
-        "last saw it.",
-        tags=["operator"],
-        roles=OPERATOR,
+        "fences and the base URL its daemon published (`address`). While the database does "
+        "not answer, the answer is still 200, with `source: this_host`: only this host, as "
+        "its daemon last saw it.",
+        tags=["orchestrator", "operator"],
+        roles=("orchestrator", "operator"),
         ok={
             200: Ok(
                 "the hosts",
@@ -77,7 +84,7 @@ HOST_EXAMPLE = {
         },
     ),
 )
-async def get_hosts(_: OperatorDep, services: ServicesDep) -> Response:
+async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
     try:
         listed = await run_in_threadpool(fencing.list_hosts, services)
     except (DatabaseUnavailable, DatabaseBusy) as exc:

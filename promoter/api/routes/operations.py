@@ -48,6 +48,7 @@ from promoter.engine import queries
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
 from promoter.engine.services import Services
+from promoter.errors import DatabaseUnavailable
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
@@ -74,6 +75,7 @@ PROMOTE_CODES = [
     "write_failed",
     "stopped",
     "database_busy",
+    "database_unavailable",
     "host_fenced",
 ]
 
@@ -85,6 +87,16 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     if body.wait:
         operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
+        if view["status"] == OperationStatus.REFUSED and view["code"] == "database_unavailable":
+            # the attempt waited out its bound for the database (SPEC §10.23): nothing was
+            # written; a 503 the clients retry, which starts the next attempt
+            attempts = view["attempts"]
+            raise DatabaseUnavailable(
+                str(view["detail"] or "the database could not be reached; ask again"),
+                operation_id=requested.operation_id,
+                attempt=attempts[-1]["attempt"] if attempts else None,
+                operation_status=view["status"],
+            )
         if view["status"] in ENDED:
             return json_response(view, 200)
     view = operations.operation_view(services, requested.operation_id)

@@ -37,12 +37,12 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
-from promoter.engine import queries, repo_settings
+from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.errors import Forbidden
+from promoter.errors import DatabaseBusy, DatabaseUnavailable, Forbidden
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
@@ -82,7 +82,9 @@ LEASE_EXAMPLE = {
     **operation(
         "listRepositories",
         summary="List the guarded repositories",
-        description="Each configured repository: name, identity, worktree, branch and HEAD.",
+        description="Each repository configured here: name, identity, worktree, branch and "
+        "HEAD; under `cluster`, every repository of the ledger's hosts with the host that "
+        "guards it and that host's address (send its promotions there).",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=["git_error"],
@@ -99,7 +101,17 @@ LEASE_EXAMPLE = {
                             "branch": "refs/heads/main",
                             "head": "95429c8518c8" + "0" * 28,
                         }
-                    ]
+                    ],
+                    "host_id": "host-a",
+                    "cluster": [
+                        {
+                            "repository_identity": REPO_IDENTITY,
+                            "name": "demo",
+                            "host_id": "host-a",
+                            "address": "http://10.0.0.1:8420",
+                            "this_host": True,
+                        }
+                    ],
                 },
             )
         },
@@ -116,7 +128,22 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
         }
         for now in map(queries.repository_head, services.registry.all())
     ]
-    return json_response({"repositories": items})
+    try:
+        cluster: list[dict[str, object]] | None = [
+            {
+                "repository_identity": entry["identity"],
+                "name": entry["name"],
+                "host_id": entry["host_id"],
+                "address": entry["address"],
+                "this_host": entry["this_host"],
+            }
+            for entry in routing.repositories(services)
+        ]
+    except (DatabaseUnavailable, DatabaseBusy):
+        cluster = None  # this host's own still answer through an outage
+    return json_response(
+        {"repositories": items, "host_id": services.owner.host, "cluster": cluster}
+    )
 
 
 @router.get(

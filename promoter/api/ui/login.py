@@ -37,7 +37,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 def _form(request: Request, status_code: int = 200, message: str = "") -> Response:
     nonce = secrets.token_urlsafe(32)
-    response = render("login.html", status_code, nonce=nonce, message=message)
+    # where the person finds a token: the daemon's own operator token, on this machine
+    where = get_services(request).settings.credentials_dir / "operator.token"
+    response = render("login.html", status_code, nonce=nonce, message=message, where=str(where))
     set_cookie(request, response, LOGIN_COOKIE, nonce)
     return response
 

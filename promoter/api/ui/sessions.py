@@ -11,9 +11,10 @@ A session ends (SPEC §10.19, docs/operator/sessions.md):
 
 - ``lifetime_seconds`` after its login, however much it is used (an absolute bound);
 - ``idle_seconds`` after its last use;
-- when its credential is removed or replaced: ``promoter.api.ui.web`` checks the
-  credential (``end_credential``) before every use, so the next request of a session
-  whose credential is gone is refused and the session forgotten.
+- when its credential is removed or replaced, on any host of the ledger:
+  ``promoter.api.ui.web`` checks the credential's name and token hash against the
+  ledger (``Authenticator.credential_live``) before every use and ends the sessions of a
+  credential that is gone (``end_credential``), so its next request is refused.
 
 ``listing()`` describes the live sessions (name, opened, expires at the latest; no ids)
 for ``promoter credentials list``; ``changed()`` says whether that listing changed since it

@@ -15,7 +15,6 @@ in (``promoter.api.ui.login``).
 
 from __future__ import annotations
 
-import hmac
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -71,9 +70,9 @@ def sessions(request: Request) -> Sessions:
 async def session_of(request: Request) -> Session | None:
     """The request's live session, or None: none, ended, or its credential removed since.
 
-    The credential is checked on the operator's worker threads before every use
-    (``promoter.api.workers``); a session whose credential is gone or was replaced is
-    ended with every other session of that name. A live session's request goes on on
+    The credential is checked through the ledger, on the operator's worker threads
+    (``promoter.api.workers``), before every use; a session whose credential is gone or
+    was replaced is ended with every other session of that name. A live session's request goes on on
     the operator's threads.
     """
     table = sessions(request)
@@ -81,8 +80,10 @@ async def session_of(request: Request) -> Session | None:
     state = request.app.state
     services = get_services(request)
     if session is not None:
-        current = await run_on_operator_pool(state, services.auth.credential_digest, session.name)
-        if current is None or not hmac.compare_digest(current, session.credential):
+        live = await run_on_operator_pool(
+            state, services.auth.credential_live, session.name, session.credential
+        )
+        if not live:
             table.end_credential(session.name)
             session = None
         else:

@@ -62,16 +62,17 @@ def verify_bundle(
     return verify(document, bundle, grant, services.blobs, base, chained, merged)
 
 
-def submit_bundle(
+def admit_bundle(
     services: Services, data: Any, *, run_id: str | None, host_made: bool = False
-) -> Submitted:
-    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
+) -> tuple[PatchBundleV1, GrantV1]:
+    """The bundle and its grant, if ``run_id`` (None: trusted) may submit it; nothing stored.
 
     A document carrying ``derived_from`` is refused whoever sends it: only the host
     derives a bundle, from a stored one, on an operator's decision
     (``promoter.engine.review.partial``), so no bundle can claim a review it never had.
     A merged bundle (``merge`` set) is made by the host only (``host_made``): from anyone
     else it is ``forbidden``, since its old states are the person's bytes, not the grant's.
+    An executor submits bundles of its own run under its own run's grant only.
     """
     services.host.refuse_writes()  # a fenced host could never promote it
     if isinstance(data, dict) and "derived_from" in data:
@@ -86,6 +87,27 @@ def submit_bundle(
     grant = load_grant(services, bundle.grant_id)
     if run_id is not None and grant.executor_run_id != run_id:
         raise Forbidden("the bundle names a grant of another run", grant_id=grant.grant_id)
+    return bundle, grant
+
+
+def submit_bundle(
+    services: Services,
+    data: Any,
+    *,
+    run_id: str | None,
+    host_made: bool = False,
+    admitted: tuple[PatchBundleV1, GrantV1] | None = None,
+) -> Submitted:
+    """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
+
+    Who may submit what is ``admit_bundle``'s; ``admitted`` is its answer when the caller
+    asked it already in the same request (``promoter.engine.intake.with_evidence``).
+    """
+    if admitted is None:
+        admitted = admit_bundle(services, data, run_id=run_id, host_made=host_made)
+    else:
+        services.host.refuse_writes()
+    bundle, grant = admitted
     outcome = verify_bundle(services, data, bundle, grant)
     receipt_wire = outcome.receipt.wire()
     receipt_bytes = canonical(outcome.receipt)

@@ -3,7 +3,8 @@
 A grant may name ``base_operation``: a ``completed`` promotion into the same repository
 whose grant had the same branch, base commit and base tree. That operation may itself be
 chained; ``chain_states`` walks the chain back to its first link and merges, path by
-path, what each link's promotion receipt read back (later links win). Those states are
+path, what each link's promotion receipt read back (later links win), as the ledger's
+row records it (SPEC §10.20; the audit file is only its copy). Those states are
 the chained grant's implicit preconditions for the paths the chain touched; every other
 path keeps the base tree's. ``check_chain`` refuses (``VerificationFailed``, or
 ``GrantInvalid`` at registration) a base that is unknown, not a promotion, not
@@ -20,10 +21,9 @@ the ordinary read-back under the lock (``promoter.engine.operation.preconditions
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from promoter.domain.models import FileState, GrantV1, PatchBundleV1, PatchPromotionReceiptV1
+from promoter.domain.models import FileState, GrantV1, PatchBundleV1
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.services import Services
 from promoter.errors import GrantInvalid, PromoterError, VerificationFailed
@@ -52,7 +52,7 @@ def _link(
                 f"the base operation {operation_id} is unknown", base_operation=operation_id
             )
         kind, status, identity = row.kind, row.status, row.repository_identity
-        grant_id, bundle_id = row.grant_id, row.bundle_id
+        grant_id, bundle_id, recorded = row.grant_id, row.bundle_id, row.receipt
     if kind != OperationKind.PROMOTION or status != OperationStatus.COMPLETED:
         raise VerificationFailed(
             f"the base operation {operation_id} is a {kind} that is {status}, "
@@ -77,11 +77,10 @@ def _link(
             f"({base_grant.base_commit[:12]} on {base_grant.branch})",
             base_operation=operation_id,
         )
-    raw_receipt = services.audit.checked("promotion", operation_id, PatchPromotionReceiptV1)
     base_bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
-    if raw_receipt is None or base_bundle is None:
+    if recorded is None or base_bundle is None:
         raise VerificationFailed(f"the base operation {operation_id} has no stored receipt")
-    targets = {t["path"]: t for t in json.loads(raw_receipt)["targets"]}
+    targets = {t["path"]: t for t in recorded["targets"]}  # the row's receipt, the record
     states: dict[str, FileState] = {}
     for change in base_bundle.changes:
         target = targets.get(change.path)

@@ -23,6 +23,7 @@ from promoter.domain.documents import canonical, grant_sha256, sealed_grant
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
 from promoter.domain.paths import check_path, check_path_set
+from promoter.engine import routing
 from promoter.engine.intake.chained import check_chain
 from promoter.engine.services import Services
 from promoter.errors import (
@@ -55,7 +56,8 @@ def validate_grant(services: Services, grant: GrantV1) -> None:
     paths = [check_path(p.path) for p in grant.target_preconditions]
     check_path_set(paths)
     _check_times(grant)
-    repository = services.registry.by_identity(grant.repository_identity)
+    # another host's repository: 421 naming it (SPEC §10.24)
+    repository = routing.local_repository(services, grant.repository_identity)
     tree = commit_tree(repository.layout, grant.base_commit)
     if tree is None:
         raise GrantInvalid(
@@ -122,8 +124,14 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
 
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
+    """The grant stored here; one the ledger records for a repository another host guards
+    is ``owned_by_other_host`` naming that host (SPEC §10.24), else ``grant_unknown``."""
     grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
     if grant is None:
+        with services.db.session() as session:
+            identity = repo.grant_repository(session, grant_id)
+        if identity is not None:
+            routing.refuse_unless_here(services, identity, grant_id=grant_id)
         raise GrantUnknown(f"no grant {grant_id!r} is registered", grant_id=grant_id)
     return grant
 

@@ -4,14 +4,17 @@ After the writes every target is read back through a descriptor chain (each dire
 walked once for the read-back and re-checked around every read, all in one
 ``promoter.fs.held.Directories.read_states`` call). All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
-``outcome`` event and the PatchPromotionReceiptV1 are recorded once in the operation's row,
-the same bytes are written to the audit store, and only then is the operation
-``completed`` (a re-run after a crash reuses the recorded receipt, so the row and the audit
-file never differ). The receipt's ``targets`` are always what was read from disk last,
-never copied from the bundle. Anything else fails closed as ``needs_reconciliation`` with
-a per-path report; under the repository's ``on_write_failure = "rollback"`` a failed write
-then rolls back what the attempt wrote, by compare-and-swap (``operation.rollback``).
-The writes themselves are ``operation.promote``'s.
+``outcome`` event, the PatchPromotionReceiptV1, its signed envelope and ``completed`` are
+one durable commit (SPEC §10.20: the ledger's row is the receipt's record; the event and
+the receipt that names it are made and signed before the transaction opens). Only then is
+the receipt's file written into the audit store, a copy with no flush
+(``AuditStore.copy``), repaired from the row whenever the receipt is read
+(``operation.requests.promotion_receipt``). The receipt's ``targets`` are always what
+was read from disk last, never copied from the bundle. Anything else fails closed as
+``needs_reconciliation`` with a per-path report; under the repository's
+``on_write_failure = "rollback"`` a failed write then rolls back what the attempt
+wrote, by compare-and-swap (``operation.rollback``). The writes themselves are
+``operation.promote``'s.
 
 The check (SPEC §10.4): the repository is fingerprinted just before it runs
 (``operation.worktree_diff``, paid only by repositories with a ``check_command``);
@@ -26,13 +29,17 @@ exactly new; what the check changed is never touched.
 Deliberately not here: the writes (``operation.promote``), the rollback itself
 (``operation.rollback``) and running the check (``operation.check``).
 
-Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_receipt``,
-``after_receipt``.
+Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_receipt``
+(before the outcome's commit: a kill there leaves the operation to recovery, which
+completes it with one receipt); after the commit the copy's own points
+(``audit_promotion_after_create``, ``…_after_write``, ``…_after_link``).
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 from promoter import faults
@@ -57,16 +64,20 @@ from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.verify.authority import Evidence
-from promoter.errors import PromoterError
+from promoter.errors import OperationConflict, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
 from promoter.store.audit import AuditStore
 from promoter.store.db import Database
+from promoter.store.key_ledger import StoredEnvelope
 
 CHECK_FAILED = "check_failed"
 CHECK_CHANGED = "check_changed_worktree"
 SHOWN_PATHS = 10
+PREPARE_TRIES = 3  # an outcome made again when the chain moved before its commit
+
+log = logging.getLogger("promoter.outcome")
 
 
 def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]:
@@ -293,8 +304,16 @@ def complete(
     paths: list[Target],
     signer: ReceiptSigner,
 ) -> None:
-    """Journal the outcome and the receipt, built from ``paths`` (what was read from disk),
-    and with the final status the receipt's envelope, signed by ``signer``."""
+    """Complete the operation in one durable commit (SPEC §10.20): the outcome event, the
+    receipt built from ``paths`` (what was read from disk), its envelope signed by
+    ``signer`` and ``completed``; then the receipt's copy into the audit store, unflushed.
+
+    The outcome event is worked out (``ledger.prepare``), the receipt that names it built
+    and signed, all before the transaction opens; the transaction appends the prepared
+    event only while the chain still ends where it did (else everything is made again).
+    A row that already holds a receipt (recorded by a version that recorded it before its
+    status, then interrupted) keeps it: its bytes are the ones completed and copied.
+    """
     assert [p.path for p in paths] == [c.path for c in changes]
     assert all(p.new for p in paths)
     targets = [
@@ -306,43 +325,97 @@ def complete(
         }
         for p in paths
     ]
-    faults.point("before_receipt")
-    with db.session() as session:  # (1) the receipt is recorded once; a re-run reuses it
+    faults.point("before_receipt")  # the one point of the commit: before it, nothing of it
+    for _ in range(PREPARE_TRIES):
+        made = _made(db, operation_id, evidence, targets, signer)
+        try:
+            _commit(db, operation_id, evidence, made)
+        except ledger.ChainMoved:
+            continue
+        break
+    else:
+        raise OperationConflict(
+            f"the event chain of {operation_id} kept changing while its outcome was recorded;"
+            " nothing of the outcome was recorded",
+            operation_id=operation_id,
+        )
+    # the copy, after the commit and never flushed: the row is the record; a crash, a full
+    # disk or a damaged file here is repaired from the row when the receipt is read
+    try:
+        aside = audit.copy("promotion", operation_id, made.data)
+    except PromoterError as exc:
+        log.warning(
+            "the receipt copy of %s is not written (%s); the row is the record, "
+            "the copy is written when the receipt is read",
+            operation_id,
+            exc.detail,
+        )
+        return
+    if aside is not None:
+        log.warning("a damaged receipt copy of %s was kept at %s", operation_id, aside)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What the outcome's commit records, made before it: the prepared outcome event (None
+    when the row already holds its receipt), the receipt and its bytes, the envelope."""
+
+    outcome: ledger.Prepared | None
+    receipt: dict[str, Any]
+    receipt_sha256: str
+    data: bytes
+    sealed: StoredEnvelope
+
+
+def _made(
+    db: Database,
+    operation_id: str,
+    evidence: Evidence,
+    targets: list[dict[str, Any]],
+    signer: ReceiptSigner,
+) -> _Made:
+    """The outcome event, the receipt naming it and its signed envelope (no write)."""
+    with db.session() as session:
+        row = journal.require(session, operation_id)
+        if row.receipt is not None:
+            recorded, digest, outcome = row.receipt, row.receipt_sha256, None
+        else:
+            payload = {
+                "status": "completed",
+                "targets_sha256": sha256_hex(canonical_bytes(targets)),
+            }
+            outcome = ledger.prepare(session, operation_id, "outcome", payload)
+            assert row.decision_event_id is not None and row.action_event_id is not None
+            events = {
+                "decision": row.decision_event_id,
+                "action": row.action_event_id,
+                "outcome": outcome.event_id,
+            }
+            receipt = build_receipt(
+                operation_id, evidence, row.repository_identity, targets, events
+            )
+            recorded, digest = receipt.wire(), receipt.receipt_sha256
+    assert digest is not None
+    data = canonical_bytes(recorded)  # the row's bytes, the copy's and the signed ones
+    sealed = make_envelope(signer, PROMOTION, operation_id, data)
+    return _Made(outcome, recorded, digest, data, sealed)
+
+
+def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) -> None:
+    """The outcome's one durable commit; ``ledger.ChainMoved`` leaves nothing of it."""
+    with db.session() as session:
         db.guard_writes(session)  # a fenced host records no outcome (``engine.fencing``)
         row = journal.require(session, operation_id)
-        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
-        if row.receipt is None:
-            outcome = ledger.append(
-                session,
-                operation_id,
-                "outcome",
-                {"status": "completed", "targets_sha256": sha256_hex(canonical_bytes(targets))},
-            )
-            assert row.decision_event_id is not None and row.action_event_id is not None
-            events = {"decision": row.decision_event_id, "action": row.action_event_id}
+        if made.outcome is not None:
+            if row.receipt is not None:  # recorded meanwhile: make it all again
+                raise ledger.ChainMoved(operation_id)
+            outcome = ledger.append_prepared(session, made.outcome)
             journal.set_outcome_event(session, operation_id, outcome)
-            receipt = build_receipt(
-                operation_id,
-                evidence,
-                row.repository_identity,
-                targets,
-                {**events, "outcome": outcome},
-            )
-            recorded = receipt.wire()  # one document: the row's and the audit file's bytes
-            journal.set_receipt(session, operation_id, recorded, receipt.receipt_sha256)
-        else:
-            recorded = row.receipt
-        data = canonical_bytes(recorded)
-    # (2) the same bytes into the audit store, fsynced: identical bytes already there are
-    # reused, different ones raise and are never overwritten; (3) only then completed,
-    # with the receipt's envelope (signed here, outside any transaction; a stored one stays).
-    audit.put("promotion", operation_id, data)
-    faults.point("after_receipt")
-    sealed = make_envelope(signer, PROMOTION, operation_id, data)
-    with db.session() as session:
-        db.guard_writes(session)
-        record_envelope(session, sealed)
-        row = journal.require(session, operation_id)
+            journal.set_receipt(session, operation_id, made.receipt, made.receipt_sha256)
+        elif row.receipt != made.receipt:
+            raise ledger.ChainMoved(operation_id)
+        step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
+        record_envelope(session, made.sealed)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
         journal.set_report(session, operation_id, report)
         journal.set_status(session, operation_id, OperationStatus.COMPLETED)

@@ -12,20 +12,26 @@ unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
 per-path report. The host's epoch is checked before the first temp, between groups of
 temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
 the temps it named and the empty directories it made, and raises ``host_fenced`` naming
-them (``worktree``). Requests, idempotency and scheduling live in
-``operation.requests``.
+them (``worktree``). The database lost before the plan is journaled (nothing written)
+is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
+and the plan are done again: the same attempt goes on (SPEC §10.23); past the bound it
+raises ``database_unavailable`` naming the attempt, which the put-back records as
+``refused``. Requests, idempotency and scheduling live in ``operation.requests``.
 
 How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
 
 Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
 (``operation.dirs``), ``after_temps_journaled`` (``operation.staging``),
-``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s).
+``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s; the wait for
+the database reaches ``database_retry`` and ``outage_bound_passed``,
+``promoter.store.outage``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +44,7 @@ from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
-from promoter.domain.status import OperationStatus, StepStatus
+from promoter.domain.status import RUNNING, OperationStatus, StepStatus
 from promoter.engine import fencing
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
@@ -53,11 +59,17 @@ from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
 from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
-from promoter.errors import HostFenced, PromoterError, TargetDrift
+from promoter.errors import (
+    DatabaseBusy,
+    DatabaseUnavailable,
+    HostFenced,
+    PromoterError,
+    TargetDrift,
+)
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
-from promoter.store import journal, ledger, repo, step_rows
+from promoter.store import journal, ledger, outage, repo, step_rows
 from promoter.store.db import Database
 
 log = logging.getLogger("promoter.promote")
@@ -139,7 +151,9 @@ def run(services: Services, ticket: Ticket) -> None:
         refuse(services.db, operation_id, exc)
         return
     try:
-        run_locked(services, operation_id, fence, evidence, repository, lock)
+        run_locked(
+            services, operation_id, fence, evidence, repository, lock, attempt=ticket.attempt
+        )
         if repository.config.snapshots:
             _snapshot(services, repository, operation_id, "post")
     finally:
@@ -161,39 +175,32 @@ def run_locked(
     evidence: Evidence,
     repository: Repository,
     lock: RepoLock,
+    *,
+    attempt: int | None = None,
 ) -> None:
+    """Steps (3) to (7) under the repository lock. ``attempt``: the ticket's, named when
+    the attempt waits for its database (``_wait_out``)."""
     try:
         root = Root.open(repository.worktree)
     except PromoterError as exc:
         refuse(services.db, operation_id, exc)
         return
     with root:
-        try:
-            readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
-        except PromoterError as exc:
-            refuse(services.db, operation_id, exc)
-            return
-        if not readback.ok:
-            drift = TargetDrift(
-                "the repository is not in an authorized old state",
-                drifted=readback.drifted,
-            )
-            refuse(services.db, operation_id, drift, drift_report=readback.report())
-            return
-        try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
-            refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
-        except PromoterError as exc:
-            refuse(services.db, operation_id, exc)
-            return
-        if repository.config.snapshots:
-            _snapshot(services, repository, operation_id, "pre")
-        faults.point("before_journal")
-        changes = list(evidence.bundle.changes)
-        try:
-            attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
-        except PromoterError as exc:  # the transaction rolled back: nothing is journaled
-            refuse(services.db, operation_id, exc)
-            return
+        deadline: float | None = None
+        while True:
+            try:
+                planned = _plan(services, operation_id, fence, evidence, repository, root)
+            except (DatabaseUnavailable, DatabaseBusy) as exc:
+                # the database went away before the plan was journaled: nothing is written,
+                # so the attempt waits for it (bounded) and plans again (SPEC §10.23)
+                if deadline is None:
+                    deadline = time.monotonic() + services.settings.outage_retry_seconds
+                _wait_out(services, operation_id, attempt, exc, deadline)
+                continue
+            if planned is None:  # refused, and journaled as such
+                return
+            attempt, creates, changes = planned
+            break
         faults.point("after_journal")
         apply_changes(
             services,
@@ -205,6 +212,84 @@ def run_locked(
             attempt=attempt,
             journaled_dirs=creates,
         )
+
+
+def _plan(
+    services: Services,
+    operation_id: str,
+    fence: int,
+    evidence: Evidence,
+    repository: Repository,
+    root: Root,
+) -> tuple[int, list[str], list[Change]] | None:
+    """Read back, check links, journal the plan: (attempt, directories, changes), or None
+    when the attempt was refused (and that journaled). The database lost on the way raises
+    ``database_unavailable`` or ``database_busy`` with nothing journaled."""
+    try:
+        readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
+    except PromoterError as exc:
+        _refuse_unless_outage(services, operation_id, exc)
+        return None
+    if not readback.ok:
+        drift = TargetDrift(
+            "the repository is not in an authorized old state",
+            drifted=readback.drifted,
+        )
+        refuse(services.db, operation_id, drift, drift_report=readback.report())
+        return None
+    try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+        refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+    except PromoterError as exc:
+        _refuse_unless_outage(services, operation_id, exc)
+        return None
+    if repository.config.snapshots:
+        _snapshot(services, repository, operation_id, "pre")
+    faults.point("before_journal")
+    changes = list(evidence.bundle.changes)
+    try:
+        attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
+    except PromoterError as exc:  # the transaction rolled back: nothing is journaled
+        _refuse_unless_outage(services, operation_id, exc)
+        return None
+    return attempt, creates, changes
+
+
+def _refuse_unless_outage(services: Services, operation_id: str, error: PromoterError) -> None:
+    """Refuse the attempt for ``error``, unless it is the database gone (raised on: the
+    attempt waits for it, ``run_locked``)."""
+    if isinstance(error, DatabaseUnavailable | DatabaseBusy):
+        raise error
+    refuse(services.db, operation_id, error)
+
+
+def _wait_out(
+    services: Services,
+    operation_id: str,
+    attempt: int | None,
+    error: DatabaseUnavailable | DatabaseBusy,
+    deadline: float,
+) -> None:
+    """Wait for the database an attempt lost before its plan; past ``deadline`` raise
+    ``database_unavailable`` naming the attempt (the put-back records it ``refused``).
+    A plan whose commit happened though its answer was lost is not planned twice: the
+    error is raised on, and the put-back finds the steps (``needs_recovery``); so is one
+    whose operation a lost commit already closed."""
+    named = "an attempt" if attempt is None else f"attempt {attempt}"
+    what = f"{named} of {operation_id}, before its plan"
+    if not outage.wait_for_database(services.db, what, deadline):
+        bound = services.settings.outage_retry_seconds
+        raise DatabaseUnavailable(
+            f"{named} of {operation_id} waited {bound:g} s "
+            "(outage_retry_seconds) for the database before its plan was journaled; "
+            "nothing was written: ask again",
+            operation_id=operation_id,
+            attempt=attempt,
+        ) from error
+    with services.db.session() as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None or row.status not in RUNNING or step_rows.steps(session, operation_id):
+            raise error
+    log.warning("%s: the database answers again; planning again", what)
 
 
 def _journal(

@@ -9,7 +9,10 @@ error's code, ``promoter.engine.operation.stopped``), settles the temp names its
 allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
 prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
 completed files back by itself, and the operation ends with the same id and exactly one
-receipt.
+receipt: the outcome event, the receipt and ``completed`` are one commit
+(``operation.outcome``, SPEC §10.20), so an operation is either not completed (recovered
+here) or completed with its receipt; the receipt's audit file is a copy, written after
+that commit and rebuilt from the row when the receipt is read, never here.
 
 ``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
 ``continue`` (the same reclassification, after a manual fix; an error during it leaves

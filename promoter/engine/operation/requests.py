@@ -32,7 +32,7 @@ from promoter.domain.path_state import classify
 from promoter.domain.paths import disk_path
 from promoter.domain.records import Ticket
 from promoter.domain.status import FINAL, RUNNING, OperationKind, OperationStatus
-from promoter.engine import repo_settings
+from promoter.engine import repo_settings, routing
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import promote
@@ -53,6 +53,7 @@ from promoter.errors import (
     HostFenced,
     OperationConflict,
     OperationUnknown,
+    OwnedByOtherHost,
     PromoterError,
     ReceiptConflict,
     ReceiptUnavailable,
@@ -390,8 +391,10 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
     """The promotion receipt's bytes, only once the operation is ``completed`` (SPEC §7).
 
-    A crash between writing the audit file and the final status leaves a receipt that is
-    not served until recovery finishes the operation.
+    The bytes are the row's (SPEC §10.20: the ledger's row is the record), never the audit
+    file's: the file is a copy, compared with them here and written again when missing or
+    different (``AuditStore.copy``; a different one is set aside, its bytes kept). A copy
+    that cannot be written is logged; the receipt is served all the same.
     """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
@@ -403,11 +406,18 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
         raise ReceiptUnavailable(
             f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
-    stored = services.audit.get("promotion", operation_id)
-    if stored is not None:
-        return stored
     data = canonical_bytes(receipt)
-    services.audit.put("promotion", operation_id, data)  # a crash left it unwritten
+    try:
+        aside = services.audit.copy("promotion", operation_id, data)
+    except PromoterError as exc:
+        log.warning("the receipt copy of %s is not written: %s", operation_id, exc.detail)
+        return data
+    if aside is not None:
+        log.warning(
+            "the receipt copy of %s differed from the ledger's row: kept at %s, written again",
+            operation_id,
+            aside,
+        )
     return data
 
 
@@ -430,7 +440,8 @@ def rollback_receipt(services: Services, operation_id: str) -> bytes:
 
 
 def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:
-    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing."""
+    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. Another host's
+    bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
     verification = load_verification(services, bundle_id)
     result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
     try:
@@ -442,11 +453,13 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
         result["checks"]["authority"] = {"ok": True}
         evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
         result["checks"]["evidence"] = {"ok": True}  # (2) evidence
-        repository = services.registry.by_identity(evidence.grant.repository_identity)
+        repository = routing.local_repository(services, evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
             if readback.ok:  # as the promotion does: links resolved once the read-back passed
                 refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
+    except OwnedByOtherHost:
+        raise  # asked of the wrong host: 421 naming the owner, as every other request
     except PromoterError as exc:
         return {
             **result,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.client.sync import PromoterClient
 from promoter.errors import PromoterError, error_class
+from promoter.executor import layers
 from promoter.executor.run.person import Person, escape
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ _POINTER_BYTES = 4096
 
 def started(record: sandboxes.RunRecord) -> str:
     """The line that says where the sandbox is and what it started from."""
-    line = f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]}"
+    line = f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]} ({record.layout})"
     if record.start_tree is None:
         return line + " (HEAD only)"
     line += f", with your {len(record.preconditions)} uncommitted path(s)"
@@ -88,7 +89,20 @@ def agent_env(record: sandboxes.RunRecord) -> dict[str, str]:
     return env
 
 
-def _read_pointer(path: Path) -> dict[str, Any] | None:
+def _host_pointer(record: sandboxes.RunRecord) -> Path | None:
+    """Where the host reads the pointer: in the clone, or through an overlay's layers."""
+    if record.layout != "overlay":
+        return _pointer(record)
+    from promoter.executor import upper  # the bundle models: loaded by a run only
+
+    box, _ = upper.run_layers(record.clone, record.base_tree)
+    found = layers.resolve(box.all(), f".git/{SUBMITTED}")
+    return None if found is None else Path(os.fsdecode(found[0]))
+
+
+def _read_pointer(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -119,9 +133,7 @@ def agent_bundle(
     adopted only when the rebuilt ``bundle_sha256`` is the submitted one and its
     verification passed. Otherwise None (and a new bundle is built and submitted).
     """
-    from promoter.executor.builder import build_bundle
-
-    pointer = _read_pointer(_pointer(record))
+    pointer = _read_pointer(_host_pointer(record))
     if pointer is None or pointer.get("grant_id") != grant.grant_id:
         return None
     bundle_id = pointer.get("bundle_id")
@@ -136,13 +148,9 @@ def agent_bundle(
     if submitted.grant_id != grant.grant_id or receipt.status != "passed":
         return None
     wire = submitted.wire()
-    with build_bundle(
-        Path(record.clone),
-        grant,
-        since=since,
-        start_tree=record.start_tree,
-        created_at=str(wire["created_at"]),
-    ) as built:
+    from promoter.executor import layered  # the builder: loaded by a run only
+
+    with layered.build(record, grant, since=since, created_at=str(wire["created_at"])) as built:
         if built.bundle_sha256 != submitted.bundle_sha256:
             person.warn(
                 f"the sandbox changed after the command submitted {escape(bundle_id)}: "

@@ -202,7 +202,7 @@ def merged(
         operation_id = str(view["operation_id"])
         report = _drift_report(orch, operation_id)
         paths = _mendable(report)
-        if not paths:
+        if not paths or run.record.start_tree is None:  # --from-head: the file was yours
             raise _refused(report, view, run, step, person)
         if not agreed:
             answers.drift_report(report, person)

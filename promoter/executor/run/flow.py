@@ -1,19 +1,22 @@
 """The workflow of ``promoter run``: from a sandbox to a promoted change, one step at a time.
 
 ``start`` makes the sandbox (``promoter.executor.sandbox.create``: a clone of the guarded
-repository at HEAD, its worktree then the person's as it is, unless ``from_head``).
+repository at HEAD, or layers over a shared base, ``layered.py``; its worktree then the
+person's as it is, unless ``from_head``).
 ``step`` is one step of a run: the grant, its lease and the run's token in one request
 (``POST /v1/runs``; its preconditions: the state the sandbox started from, and the
 states a chain's completed promotions left, ``answers.chained_preconditions``), the
 command run in the sandbox (confined by ``promoter.executor.confine`` unless
-``Confinement.unconfined``), the clone's ``.git`` taken back (``sandbox_repo.restore``),
-the bundle adopted (the one the command submitted, ``answers.agent_bundle``) or built
-and submitted (``links.build``), the review shown, then ``promote``: the preflight (a
-drift a merge can mend is offered the merge, ``drift.py``), the person's answer, the
-promotion, the approval a confirmation at the terminal gives, and the receipt.
-``promote_submitted`` promotes the bundle a step left submitted (``--continue RUN``).
-``finish`` removes a completed run's sandbox (unless kept), ``interrupted`` turns
-Ctrl-C into the error that names what is kept.
+``Confinement.unconfined``; an overlay's layers mounted either way), a clone's ``.git``
+taken back (``sandbox_repo.restore``), the bundle adopted (the one the command
+submitted, ``answers.agent_bundle``) or built (``links.build``, through the layers) and
+submitted (when nobody will be asked, ``Person.yes``: promoted with its evidence in one
+request), the review shown, then ``promote``: the preflight (a drift a merge can mend is
+offered the merge, ``drift.py``), the person's answer, the promotion, the approval a
+confirmation at the terminal gives, and the receipt. ``promote_submitted`` promotes the
+bundle a step left submitted (``--continue RUN``). ``finish`` removes a completed run's
+sandbox (unless kept; its files in the background, ``removal.remove_later``),
+``interrupted`` turns Ctrl-C into the error that names what is kept.
 
 Every change of a step's state goes through ``state.Run`` (the transition table, one
 save per move). Everything shown or asked goes through a ``person.Person``; nothing here
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
-from promoter.executor import confine, sandbox_repo
+from promoter.executor import confine, removal, sandbox_repo
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
 from promoter.executor.run.person import Person, escape
@@ -157,8 +160,10 @@ def start(
     *,
     allow: list[dict[str, Any]] | None,
     from_head: bool,
+    layout: str = "copy",
 ) -> Run:
-    """A new sandbox of the guarded repository ``name`` (its record saved)."""
+    """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
+    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``)."""
     with PromoterClient(host.url, host.token) as client:
         found = repository(client, name)
     record = sandboxes.create(
@@ -170,6 +175,7 @@ def start(
         created_at=rfc3339(utcnow()),
         allow=allow if allow else DEFAULT_ALLOW,
         from_head=from_head,
+        layout=layout,
     )
     return Run(host.state_dir, record)
 
@@ -238,14 +244,19 @@ def _run_command(
     home = run_home / "home"
     home.mkdir(mode=0o700, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    from promoter.executor import layered  # the builder: loaded by a run only
+
+    overlay = layered.overlay_of(record) if record.layout == "overlay" else None
     if how.unconfined:
-        return confine.run_unconfined(command, Path(record.clone), {**base, **env}, timeout)
+        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
+        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
     box = confine.Sandbox(
         clone=Path(record.clone),
         home=home,
         hide=_hidden(host.state_dir, record, how.hide),
         network=how.network,
         limits=how.limits,
+        overlay=overlay,
     )
     outcome = confine.run_confined(
         command,
@@ -281,7 +292,10 @@ def step(
 
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
     in an error too."""
-    from promoter.executor.handover import upload_and_submit  # the bundle models: a run's
+    from promoter.executor.handover import (  # the bundle models: a run's
+        promote_with_evidence,
+        upload_and_submit,
+    )
 
     how = how or Confinement()
     outcome = outcome if outcome is not None else Outcome()
@@ -327,7 +341,8 @@ def step(
             **answers.agent_env(record),
         }
         code = _run_command(command, host, record, env, timeout, how, person)
-        sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
+        if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             run.move(current, RunStatus.COMMAND_FAILED)
             raise CommandFailed(
@@ -341,6 +356,7 @@ def step(
         with executor:
             grant = executor.get_grant(grant_doc["grant_id"])
             since = executor.grant_base(grant.grant_id) if base else None
+            requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
             adopted = answers.agent_bundle(executor, record, grant, since, person)
             if adopted is not None:
                 bundle, receipt = adopted
@@ -351,7 +367,11 @@ def step(
                         run.move(current, RunStatus.NO_CHANGES)
                         person.say("no changes since the last promotion: nothing to promote")
                         return outcome
-                    receipt = upload_and_submit(executor, built)
+                    if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
+                        token = str(minted["token"])
+                        receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
+                    else:
+                        receipt = upload_and_submit(executor, built)
                     bundle = built.bundle
         run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
         assert current.bundle_id is not None
@@ -361,7 +381,17 @@ def step(
         )
         unseen = list(diff.get("unseen") or [])
         outcome.bundle = bundle
-        promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome, unseen=unseen)
+        promote(
+            orch,
+            run,
+            current,
+            grant,
+            receipt.receipt_sha256,
+            person,
+            outcome,
+            unseen=unseen,
+            requested=requested,
+        )
         return outcome
 
 
@@ -383,12 +413,20 @@ def promote(
     outcome: Outcome,
     *,
     unseen: list[dict[str, Any]] | None = None,
+    requested: dict[str, Any] | None = None,
 ) -> None:
-    """The preflight, the person's answer, the promotion (and its approval), the receipt."""
+    """The preflight, the person's answer, the promotion (and its approval), the receipt.
+
+    ``requested``: the operation a ``--yes`` step's one request already promoted with its
+    evidence (docs/protocol.md); its outcome stands for the preflight and the promotion."""
     record = run.record
     assert current.bundle_id is not None
-    preflight = orch.preflight(current.bundle_id, grant.fence)
-    person.say(f"preflight {preflight['status']}")
+    if requested is None:
+        preflight = orch.preflight(current.bundle_id, grant.fence)
+        person.say(f"preflight {preflight['status']}")
+    else:  # a drift or a refusal is the operation's own (target_drift: merged below)
+        preflight = {"status": "passed"}
+        person.say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
@@ -404,7 +442,7 @@ def promote(
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
-    view = orch.promote(current.bundle_id, receipt_sha256, grant.fence, wait=True)
+    view = requested or orch.promote(current.bundle_id, receipt_sha256, grant.fence, wait=True)
     current.operation_id = str(view["operation_id"])  # saved with the status it comes to
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;
@@ -479,8 +517,11 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
     record = run.record
     last = run.last
     if last is not None and last.status is RunStatus.COMPLETED and not keep:
-        removed = sandboxes.remove(run.state_dir, record.run_id)
-        person.say(f"sandbox {record.run_id} removed ({removed}); --keep keeps it for --continue")
+        going = removal.remove_later(run.state_dir, record.run_id)  # after the answer
+        person.say(
+            f"sandbox {record.run_id} removed: its files go in the background ({going}); "
+            "--keep keeps it for --continue"
+        )
         return
     person.say(
         f"sandbox kept: {record.clone}\n"

@@ -18,7 +18,6 @@ the host's verification), and any other refusal of the builder, which stays as i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
@@ -83,11 +82,10 @@ def build(
     person: Person,
 ) -> BuiltBundle:
     """The sandbox's bundle; with refused links, the rest when the person says so."""
-    from promoter.executor.builder import build_bundle  # the bundle models: a run's, not --list
+    from promoter.executor import layered  # the builder: loaded by a run, not by --list
 
-    clone = Path(record.clone)
     try:
-        return build_bundle(clone, grant, since=since, start_tree=record.start_tree)
+        return layered.build(record, grant, since=since)
     except (PathUnsafe, VerificationFailed) as exc:
         links = _refused_links(exc)
         if links is None:
@@ -102,9 +100,7 @@ def build(
             )
             raise
     step.left_out = paths  # saved with the step's next move (submitted or no_changes)
-    built = build_bundle(
-        clone, grant, since=since, start_tree=record.start_tree, leave_out=frozenset(paths)
-    )
+    built = layered.build(record, grant, since=since, leave_out=frozenset(paths))
     person.say(
         f"the rest, without {escape(', '.join(paths))} (kept in the sandbox {record.clone}):"
     )

@@ -33,6 +33,11 @@ def escape(text: str) -> str:
 class Person(Protocol):
     """Who runs ``promoter run``: told what happens, shown the review, asked."""
 
+    @property
+    def yes(self) -> bool:
+        """Whether the person's flag (``--yes``) answered before anything was shown: nobody
+        will be asked, so a step's bundle is promoted with its evidence in one request."""
+
     def say(self, text: str) -> None:
         """A line of progress (stdout for the CLI)."""
 

@@ -1,0 +1,141 @@
+"""Making a layered sandbox, and building any sandbox's bundle by its layout.
+
+``create`` lays an overlay sandbox (``layers.py``) into a new run directory: the base of
+HEAD's tree is found or made (``base_cache.ensure``, under the bases' lock, and the run
+record saved before the lock is let go, so a sweep never takes a base a run chose),
+then the start layer (the command's ``.git`` and, unless ``from_head``, the person's
+worktree where it differs from HEAD: ``start_state.capture_into`` with whiteouts). Its
+cost is the person's changed paths plus, once per commit, the base's checkout.
+
+``build`` hands a sandbox's bundle to the builder its layout needs: the upper layer
+(``upper.build_from_layers``) for an overlay, the clone's worktree
+(``builder.build_bundle``) for a copy clone.
+
+Fault points: ``layers_made`` (directories made, nothing captured), ``start_laid``
+(start layer complete, the record not yet saved).
+
+Deliberately not here: the run record itself (``sandbox.py``), running the command
+(``confine.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from promoter import faults
+from promoter.domain.models import FileState, GrantV1
+from promoter.errors import ConfigError
+from promoter.executor import base_cache, layers, upper
+from promoter.executor.builder import BuiltBundle, build_bundle
+from promoter.executor.start_state import StartState, capture_into
+from promoter.git.layout import discover, repo_env
+from promoter.git.runner import run_git
+
+
+class RunRecord(Protocol):
+    """What this module reads of a run's record (``sandbox.RunRecord``)."""
+
+    worktree: str
+    branch: str
+    base_commit: str
+    base_tree: str
+    clone: str
+    layout: str
+    start_tree: str | None
+
+
+__all__ = ["build", "create", "head_tree", "overlay_of", "written_tree"]
+
+
+def _objects(worktree: str) -> str:
+    layout = discover(worktree)
+    return os.path.join(layout.common_dir, "objects")
+
+
+def head_tree(worktree: str, head: str) -> str:
+    """The tree of ``head``, which must still be the worktree's HEAD."""
+    layout = discover(worktree)
+    found = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
+    if found.stdout.decode().strip() != head:
+        raise ConfigError(f"the worktree's HEAD is not at {head[:12]} any more; run again")
+    tree = run_git(["rev-parse", "--verify", f"{head}^{{tree}}"], env=repo_env(layout))
+    return tree.stdout.decode().strip()
+
+
+def create(
+    state_dir: Path,
+    record: RunRecord,
+    home: Path,
+    *,
+    from_head: bool,
+    save: Callable[[], None],
+    used: Callable[[], set[str]],
+) -> StartState | None:
+    """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
+
+    ``save`` writes the record; ``used`` lists the base trees run records name.
+    """
+    objects = _objects(record.worktree)
+    save()  # named by a record before anything is made: --list shows it, --remove takes it
+    with base_cache.lock(state_dir):
+        base = base_cache.ensure(state_dir, objects, record.base_tree)
+        box = layers.Layers(home, base.chain)
+        layers.make_dirs(box)
+        base_cache.sweep(state_dir, used() | {record.base_tree})
+    faults.point("layers_made")
+    layers.lay_git(box.start, record.branch, record.base_commit)
+    state = None
+    if not from_head:
+        state = capture_into(
+            record.worktree, box.start, home, record.base_tree, whiteouts=True,
+            alternates=objects,
+        )  # fmt: skip
+        layers.collapse_empty(box.start, box.bases)
+    layers.point_alternates(box.start)
+    faults.point("start_laid")
+    return state
+
+
+def written_tree(record: RunRecord) -> Path:
+    """Where the command's writes are on the host: the overlay's upper layer, or the
+    clone (for a walk over what a kept sandbox holds, e.g. to drop setuid bits)."""
+    if record.layout == "overlay":
+        return Path(record.clone).parent / "layers" / "upper"
+    return Path(record.clone)
+
+
+def overlay_of(record: RunRecord) -> layers.Overlay:
+    """What ``confine`` needs to mount ``record``'s overlay sandbox."""
+    box, _ = upper.run_layers(record.clone, record.base_tree)
+    return layers.Overlay(box, Path(_objects(record.worktree)))
+
+
+def build(
+    record: RunRecord,
+    grant: GrantV1,
+    *,
+    since: dict[str, FileState] | None = None,
+    created_at: str | None = None,
+    leave_out: frozenset[str] = frozenset(),
+) -> BuiltBundle:
+    """The bundle of ``record``'s sandbox, by its layout; the caller closes it.
+    ``leave_out``: paths the person chose not to promote (a refused link's)."""
+    if record.layout == "overlay":
+        if grant.base_tree != record.base_tree:
+            raise ConfigError(
+                f"the grant's base_tree {grant.base_tree} is not the sandbox's "
+                f"{record.base_tree}",
+                base_tree=grant.base_tree,
+            )
+        box, gitlinks = upper.run_layers(record.clone, record.base_tree)
+        return upper.build_from_layers(
+            box, grant, gitlinks=gitlinks, since=since, created_at=created_at,
+            leave_out=leave_out,
+        )  # fmt: skip
+    return build_bundle(
+        Path(record.clone), grant, since=since, start_tree=record.start_tree,
+        created_at=created_at, leave_out=leave_out,
+    )  # fmt: skip

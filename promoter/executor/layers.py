@@ -1,0 +1,395 @@
+"""Layered sandboxes (SPEC §10.22): an overlay of a shared base, a start layer and the run's
+own upper layer.
+
+This module owns the layout of an overlay sandbox, ``<state>/runs/<run_id>/``:
+
+- ``layers/start/``: read-only, the person's worktree where it differs from HEAD
+  (``start_state.capture_into`` with whiteouts: changed and untracked files as they
+  are, a whiteout for each deleted tracked file, a whiteout for a directory left with
+  nothing) and the command's own small ``.git``: ``HEAD`` on the person's branch,
+  ``refs/heads/<branch>`` at HEAD, a fresh ``config``, the start tree's new objects,
+  and ``objects/info/alternates`` naming ``/run/promoter-objects``, where the person's
+  object directory is bound read-only inside the sandbox (never writable, never
+  hardlinked);
+- ``layers/upper/`` and ``layers/work/``: the overlay's upper and work directories,
+  which receive every write of the command;
+- ``clone/``: the mount point. The overlay is mounted there only inside a user and
+  mount namespace of the command's own (``wrap``), made one level out of bubblewrap,
+  which then runs inside it; on the host ``clone/`` stays an empty directory.
+
+Below them lies the base (``base_cache.py``): HEAD's tree checked out once per tree
+into promoter's own cache, with the index of that checkout as ``.git/index``, so the
+command's ``git status`` sees the person's changes as unstaged, as in a clone.
+
+``resolve`` reads a path through the layers as the kernel would (a whiteout, a file
+or an opaque directory hides what is below; links are never followed), so promoter
+reads a sandbox's files without mounting it and without the command's ``.git``.
+
+Deliberately not here: judging the upper layer's changes (``upper.py``), the base's
+making (``base_cache.py``), bubblewrap's other options (``confine.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from promoter.errors import ConfigError
+from promoter.fs.own_entry import OwnTree
+
+__all__ = [
+    "LAYOUT_ENV",
+    "OBJECTS_INSIDE",
+    "Layers",
+    "Overlay",
+    "available",
+    "chosen_layout",
+    "is_whiteout",
+    "resolve",
+]
+
+LAYOUT_ENV = "PROMOTER_SANDBOX_LAYOUT"  # "overlay", "copy" or "auto" (the default)
+OBJECTS_INSIDE = "/run/promoter-objects"
+OPAQUE = "user.overlay.opaque"
+_START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
+
+# Run by the host's Python (``-I -S``) as the command's limits allow: a user and mount
+# namespace of its own (the caller's uid and gid mapped to themselves), nothing of it
+# propagated anywhere, the overlay mounted on ``clone``, then exec of bubblewrap. No
+# redirects and no metadata-only copy-up: every file in the upper layer is whole, and a
+# renamed directory is copied (``upper.py`` reads the layers as plain directories).
+_MOUNT = """\
+import ctypes, os, sys
+home, lower, argv = sys.argv[1], sys.argv[2], sys.argv[4:]
+assert sys.argv[3] == "--"
+libc = ctypes.CDLL(None, use_errno=True)
+def check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        sys.stderr.write("promoter: %s: %s\\n" % (what, os.strerror(err)))
+        os._exit(125)
+uid, gid = os.getuid(), os.getgid()
+check(libc.unshare(0x10000000 | 0x00020000), "unshare")  # CLONE_NEWUSER | CLONE_NEWNS
+for name, data in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                   ("gid_map", "%d %d 1" % (gid, gid))):
+    fd = os.open("/proc/self/" + name, os.O_WRONLY)
+    os.write(fd, data.encode())
+    os.close(fd)
+check(libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None), "private mounts")
+os.chdir(home)
+options = ("lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr,"
+           "redirect_dir=nofollow,metacopy=off,index=off" % lower)
+check(libc.mount(b"overlay", b"clone", b"overlay", 0, options.encode()), "overlay mount")
+os.chdir("clone")
+os.execvp(argv[0], argv)
+"""
+
+
+def _python() -> str:
+    return str(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The directories of one overlay sandbox (``home`` is ``<state>/runs/<run_id>``)."""
+
+    home: Path
+    bases: tuple[Path, ...]
+    """The base's layers, top first (a base made over an older one is two or more)."""
+
+    @property
+    def start(self) -> Path:
+        return self.home / _START
+
+    @property
+    def upper(self) -> Path:
+        return self.home / _UPPER
+
+    @property
+    def work(self) -> Path:
+        return self.home / _WORK
+
+    @property
+    def mount_point(self) -> Path:
+        return self.home / "clone"
+
+    def below(self) -> list[Path]:
+        """The read-only layers, top first: what the sandbox started from."""
+        return [self.start, *self.bases]
+
+    def all(self) -> list[Path]:
+        """Every layer, top first: the sandbox as the command left it."""
+        return [self.upper, self.start, *self.bases]
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """What ``confine`` needs to run a command in an overlay sandbox."""
+
+    layers: Layers
+    objects: Path
+    """The person's object directory, bound read-only at ``OBJECTS_INSIDE``."""
+
+    def binds(self) -> list[str]:
+        return ["--ro-bind", os.path.realpath(self.objects), OBJECTS_INSIDE]
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` (bubblewrap's) run inside a namespace where the overlay is mounted."""
+        home = os.path.realpath(self.layers.home)
+        lower = [os.path.relpath(os.path.realpath(p), home) for p in self.layers.below()]
+        for path in lower:  # the mount options' separators
+            if any(c in path for c in ":,\\"):
+                raise ConfigError(f"a sandbox layer's path holds ':' or ',': {path}")
+        return [_python(), "-I", "-S", "-c", _MOUNT, home, ":".join(lower), "--", *argv]
+
+
+def chosen_layout(unconfined: bool, where: Path) -> str:
+    """``overlay`` or ``copy``: ``$PROMOTER_SANDBOX_LAYOUT``, else overlay where it works.
+
+    ``--unconfined`` runs keep the copy clone (no namespace to mount in). A layout asked
+    for by name that cannot be made here is refused (``ConfigError``).
+    """
+    wanted = os.environ.get(LAYOUT_ENV, "auto") or "auto"
+    if wanted not in ("auto", "overlay", "copy"):
+        raise ConfigError(f"{LAYOUT_ENV}={wanted!r}: one of auto, overlay, copy")
+    if wanted == "copy" or unconfined:
+        return "copy"
+    where.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if available(where):
+        return "overlay"
+    if wanted == "overlay":
+        raise ConfigError(
+            f"{LAYOUT_ENV}=overlay, but an overlay cannot be mounted in a user namespace here"
+        )
+    return "copy"
+
+
+_AVAILABLE: dict[str, bool] = {}
+
+
+def available(where: Path) -> bool:
+    """Whether an overlay can be mounted in a user namespace on ``where``'s filesystem
+    (a directory that exists; probed once per process)."""
+    key = os.path.realpath(where)
+    if key not in _AVAILABLE:
+        _AVAILABLE[key] = _probe(key)
+    return _AVAILABLE[key]
+
+
+def _probe(where: str) -> bool:
+    with tempfile.TemporaryDirectory(prefix=".promoter-tmp-probe-", dir=where) as temp:
+        home = Path(temp)
+        for name in ("layers/start", "layers/upper", "layers/work", "base", "clone"):
+            (home / name).mkdir(parents=True)
+        overlay = Overlay(Layers(home, (home / "base",)), home)
+        argv = overlay.wrap(["/bin/sh", "-c", ": > probe"])
+        try:
+            done = subprocess.run(argv, cwd=home, capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        else:
+            ok = done.returncode == 0 and (home / "layers" / "upper" / "probe").is_file()
+        _allow_removal(home / "layers" / "work")
+    return ok
+
+
+def _allow_removal(work: Path) -> None:
+    """The kernel leaves ``work/work`` with mode 0: make it the owner's again."""
+    with contextlib.suppress(OSError):
+        os.chmod(work / "work", 0o700, follow_symlinks=False)
+
+
+def prepare_removal(home: Path) -> None:
+    """Let a removal walk the sandbox ``home``: its overlay work directory readable."""
+    work = home / _WORK
+    if work.is_dir() and not work.is_symlink():
+        _allow_removal(work)
+
+
+def is_whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def opaque(path: str | bytes) -> bool:
+    try:
+        return os.getxattr(path, OPAQUE, follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _lstat(path: bytes) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def resolve(layers: Sequence[Path], path: str) -> tuple[bytes, os.stat_result] | None:
+    """Where ``path`` is in the merged view of ``layers`` (top first), and its lstat;
+    None when absent. Never follows a link; a whiteout, a non-directory or an opaque
+    directory hides everything below it in lower layers."""
+    parts = os.fsencode(path).split(b"/")
+    active = [os.fsencode(layer) for layer in layers]
+    for depth, name in enumerate(parts):
+        last = depth == len(parts) - 1
+        found: list[bytes] = []
+        for directory in active:
+            full = os.path.join(directory, name)
+            st = _lstat(full)
+            if st is None:
+                continue
+            if is_whiteout(st):
+                break
+            if last:
+                return full, st
+            if not stat.S_ISDIR(st.st_mode):
+                break
+            found.append(full)
+            if opaque(full):
+                break
+        if last or not found:
+            return None
+        active = found
+    return None
+
+
+def listing(layers: Sequence[Path], directory: str) -> dict[bytes, tuple[bytes, os.stat_result]]:
+    """The merged entries of ``directory`` ("" for the top): name -> (where, lstat)."""
+    if directory:
+        found = resolve(layers, directory)
+        if found is None or not stat.S_ISDIR(found[1].st_mode):
+            return {}
+    parts = os.fsencode(directory).split(b"/") if directory else []
+    stack = _directories(layers, parts)
+    merged: dict[bytes, tuple[bytes, os.stat_result]] = {}
+    hidden: set[bytes] = set()
+    for full in stack:
+        for name in os.listdir(full):
+            if name in merged or name in hidden:
+                continue
+            st = os.lstat(os.path.join(full, name))
+            if is_whiteout(st):
+                hidden.add(name)
+            else:
+                merged[name] = (os.path.join(full, name), st)
+    return merged
+
+
+def _directories(layers: Sequence[Path], parts: list[bytes]) -> list[bytes]:
+    """The layers' directories that merge at ``parts``, top first."""
+    active = [os.fsencode(layer) for layer in layers]
+    for name in parts:
+        found: list[bytes] = []
+        for directory in active:
+            full = os.path.join(directory, name)
+            st = _lstat(full)
+            if st is None:
+                continue
+            if is_whiteout(st) or not stat.S_ISDIR(st.st_mode):
+                break
+            found.append(full)
+            if opaque(full):
+                break
+        active = found
+    return active
+
+
+def walk_files(layers: Sequence[Path], directory: str) -> Iterator[str]:
+    """Every non-directory path at or below ``directory`` in the merged view."""
+    found = resolve(layers, directory) if directory else None
+    if directory and found is None:
+        return
+    if directory and found is not None and not stat.S_ISDIR(found[1].st_mode):
+        yield directory
+        return
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        for name, (_, st) in sorted(listing(layers, current).items()):
+            path = f"{current}/{os.fsdecode(name)}" if current else os.fsdecode(name)
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(path)
+            else:
+                yield path
+
+
+def needs_no_whiteout(path: str, written: set[str]) -> bool:
+    """Whether a deletion needs no whiteout: an ancestor is written as a file, or ``path``
+    becomes a directory of written files (either hides the entry below it)."""
+    parts = path.split("/")
+    if any("/".join(parts[:depth]) in written for depth in range(1, len(parts))):
+        return True
+    return any(other.startswith(path + "/") for other in written)
+
+
+def collapse_empty(top: Path, lower: Sequence[Path]) -> None:
+    """Where ``top``'s whiteouts leave a directory of ``lower`` with nothing, whiteout the
+    directory itself (a clone's deletes remove such a directory too). ``top`` is
+    promoter's own layer in the making (a start layer, a base's delta)."""
+    start = os.fsencode(top)
+    dirs: list[bytes] = []
+    for where, names, _ in os.walk(start):
+        rel = os.path.relpath(where, start)
+        if rel == b".":
+            names[:] = [n for n in names if n != b".git"]
+            continue
+        dirs.append(rel)
+    merged = [top, *lower]
+    with OwnTree.open(top) as tree:
+        for rel in sorted(dirs, key=lambda d: d.count(b"/"), reverse=True):
+            path = os.fsdecode(rel)
+            if listing(merged, path):
+                continue
+            if resolve(lower, path) is None:
+                continue  # the person's own empty directory: none below either
+            *parents, name = rel.split(b"/")
+            with tree.directory([*parents, name]) as inner:
+                for entry in os.listdir(inner.fd):
+                    inner.remove_entry(entry)
+            with tree.directory(parents) as folder:
+                folder.remove_empty_dir(name)
+                os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=folder.fd)
+
+
+_CONFIG = b"""\
+[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tlogallrefupdates = true
+\tsymlinks = true
+"""
+
+
+def lay_git(start: Path, branch: str, head: str) -> None:
+    """The command's own ``.git`` in the start layer (objects: the start tree's and,
+    through ``alternates``, the person's, read-only)."""
+    git = start / ".git"
+    short = branch.removeprefix("refs/heads/")
+    ref = git / "refs" / "heads" / short
+    for path in (git / "objects" / "info", git / "objects" / "pack", git / "info", ref.parent):
+        path.mkdir(parents=True, exist_ok=True)
+    (git / "refs" / "tags").mkdir(exist_ok=True)
+    (git / "hooks").mkdir(exist_ok=True)
+    (git / "HEAD").write_bytes(f"ref: refs/heads/{short}\n".encode())
+    ref.write_bytes(head.encode("ascii") + b"\n")
+    (git / "config").write_bytes(_CONFIG)
+    (git / "description").write_bytes(b"a sandbox of promoter run\n")
+
+
+def point_alternates(start: Path) -> None:
+    """Name the read-only bind of the person's objects (only inside the sandbox)."""
+    alternates = start / ".git" / "objects" / "info" / "alternates"
+    alternates.write_bytes(OBJECTS_INSIDE.encode() + b"\n")
+
+
+def make_dirs(layers: Layers) -> None:
+    for path in (layers.start, layers.upper, layers.work, layers.mount_point):
+        path.mkdir(parents=True, mode=0o700)

@@ -1,0 +1,131 @@
+"""Removing a finished sandbox off the person's critical path.
+
+``remove_later`` takes a sandbox out of the runs at once (a rename of
+``<state>/runs/<run_id>`` to ``<state>/runs/.promoter-removing-<run_id>``: one
+``renameat2`` with ``RENAME_NOREPLACE``, so ``--list`` and ``--continue`` no longer see
+it) and starts a detached process (``python -m promoter.executor.removal``, its own
+session, no terminal) that removes it through ``sandbox.remove_own``: by descriptors,
+only after the ``run.json`` read through the opened directory names that very run, and
+with an overlay only promoter's own layers (the base is shared and stays). That process
+holds an ``flock`` on the directory while it works.
+
+``sweep`` (at the start of the next ``promoter run``) finishes a removal whose process
+is gone (the lock can be taken): a kill at any point leaves a directory that is still
+provably the run's, or nothing. It never removes a directory that is not so named and
+proved; a run directory a kill left before its record was written is removed only when
+empty (``rmdir``).
+
+Fault points: ``removal_renamed`` (out of the runs, the process not started),
+``removal_walking`` (in the detached process, before the walk).
+
+Deliberately not here: deciding that a run is finished (``promoter.executor.run.flow``),
+removing the person's anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from promoter import faults
+from promoter.errors import PathUnsafe
+from promoter.executor import layers
+from promoter.executor import sandbox as sandboxes
+from promoter.fs.own_tree import remove_own_tree
+from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
+
+__all__ = ["REMOVING", "remove_later", "sweep"]
+
+REMOVING = ".promoter-removing-"
+log = logging.getLogger("promoter.run")
+
+
+def remove_later(state_dir: Path, run_id: str) -> Path:
+    """Take run ``run_id``'s sandbox out of the runs and remove it in the background;
+    returns where it is while it goes. Refuses what ``sandbox.remove`` refuses."""
+    record = sandboxes.load(state_dir, run_id)
+    sandboxes.check_removable(state_dir, record)
+    root = sandboxes.runs_dir(state_dir)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        renameat2(fd, run_id, fd, REMOVING + run_id, RENAME_NOREPLACE)
+    finally:
+        os.close(fd)
+    faults.point("removal_renamed")
+    argv = [sys.executable, "-m", "promoter.executor.removal", str(state_dir.absolute()), run_id]
+    subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return root / (REMOVING + run_id)
+
+
+def _remove_renamed(state_dir: Path, run_id: str, *, wait: bool) -> bool:
+    """Remove ``.promoter-removing-<run_id>`` under its lock; False when another holds it."""
+    root = sandboxes.runs_dir(state_dir)
+    name = REMOVING + run_id
+    try:
+        fd = os.open(root / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+        faults.point("removal_walking")
+        layers.prepare_removal(root / name)
+        try:
+            remove_own_tree(root, name, lambda top: sandboxes.names_run(top, run_id))
+        except FileNotFoundError:
+            return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def sweep(state_dir: Path) -> list[str]:
+    """Finish the removals whose process is gone; the run ids finished."""
+    root = sandboxes.runs_dir(state_dir)
+    if not root.is_dir():
+        return []
+    done: list[str] = []
+    for entry in sorted(os.listdir(root)):
+        if entry.startswith(sandboxes.RUN_PREFIX) and not (root / entry / "run.json").exists():
+            with contextlib.suppress(OSError):  # killed before its record: empty, or kept
+                os.rmdir(root / entry)
+                done.append(entry)
+            continue
+        if not entry.startswith(REMOVING + sandboxes.RUN_PREFIX):
+            continue
+        run_id = entry.removeprefix(REMOVING)
+        with contextlib.suppress(OSError, PathUnsafe):
+            if _remove_renamed(state_dir, run_id, wait=False):
+                done.append(run_id)
+    return done
+
+
+def main(argv: list[str]) -> int:
+    state_dir, run_id = Path(argv[0]), argv[1]
+    try:
+        _remove_renamed(state_dir, run_id, wait=True)
+    except (OSError, PathUnsafe) as exc:
+        log.warning("the sandbox of %s was not removed: %s", run_id, exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

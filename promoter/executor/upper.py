@@ -1,0 +1,331 @@
+"""The bundle of a layered sandbox, built from its upper layer (SPEC §10.22).
+
+This module owns ``build_from_layers``: the changes a command made in an overlay
+sandbox (``layers.py``) against the state it started from, found from the upper layer
+alone, so the cost follows the command's writes, not the repository's size:
+
+1. The upper layer is walked (never following a link). A file or link there is a
+   candidate path; a whiteout is a candidate (a deletion), and so is every file below
+   it in the lower layers when it hides a directory; an opaque directory (the command
+   removed a directory and made one again) makes every lower file below it a
+   candidate; a directory over a lower file makes that file a candidate. The top
+   ``.git`` is the command's own repository and never part of a bundle; one that is
+   not a directory any more is ``repository_invalid``, as in a copy clone. FIFOs,
+   sockets and devices are not files git tracks and are left out.
+2. Each candidate's old state is read through the start layer and the base (the start
+   state), or is the chain's (``since``), and its new state through every layer; equal
+   content (a file only copied up, or written back as it was) is no change.
+3. A new path (absent from the start state) counts only when git would list it as an
+   untracked file that is not ignored: the ``.gitignore`` files along its directories,
+   read through the layers, are laid with empty stand-ins of the new paths in a private
+   scratch repository, and ``git ls-files -o --exclude-standard`` says which remain.
+4. Gitlinks of the base, untracked nested repositories, and links the grant's policy
+   refuses are refused (``PathUnsafe``) as the clone builder refuses them, then the path
+   rules, the grant's checks and the seal (``builder.seal_changes``).
+
+Bytes are read from promoter's own layers on the host: no git runs in the command's
+repository, and nothing the command wrote is executed or followed. A blob's bytes are
+hashed when found and hashed again while they are uploaded; a difference is refused.
+
+Deliberately not here: mounting (``layers.py``), the base's making (``base_cache.py``),
+the clone builder (``builder.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from promoter.domain.models import Change, FileState, GrantV1
+from promoter.domain.paths import disk_path, sort_key, wire_path
+from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
+from promoter.executor import base_cache, layers
+from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
+from promoter.executor.policy import check_paths, printable
+from promoter.git.records import decode_path
+from promoter.git.runner import run_git
+
+__all__ = ["LayerBlobs", "build_from_layers", "run_layers"]
+
+_CHUNK = 1 << 20
+_LINK = "120000"
+
+
+@dataclass(frozen=True)
+class _State:
+    mode: str
+    sha256: str
+    oid: str
+    size: int
+    source: bytes  # the file's path in a layer, or a link's target text
+    link: bool
+
+
+class LayerBlobs:
+    """Reads the blobs of a layered sandbox's bundle from the layers' files (by git id)."""
+
+    seeded = True  # no tree is hashed: the upper layer says what changed
+
+    def __init__(self) -> None:
+        self._by_oid: dict[str, _State] = {}
+
+    def add(self, state: _State) -> None:
+        self._by_oid.setdefault(state.oid, state)
+
+    @property
+    def tree(self) -> str:
+        raise RuntimeError("a layered sandbox's bundle has no tree of its own")
+
+    def iter_blob(self, oid: str) -> Iterator[bytes]:
+        state = self._by_oid[oid]
+        if state.link:
+            yield state.source
+            return
+        digest = hashlib.sha256()
+        size = 0
+        fd = os.open(state.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                yield chunk
+        if digest.hexdigest() != state.sha256 or size != state.size:
+            raise ConfigError(
+                f"{os.fsdecode(state.source)} changed while the bundle was built; run again"
+            )
+
+    def read_blob(self, oid: str) -> bytes:
+        return b"".join(self.iter_blob(oid))
+
+    def close(self) -> None:
+        self._by_oid.clear()
+
+
+def _hash_file(path: bytes, st: os.stat_result) -> tuple[str, str, int]:
+    """(sha256, git blob id, size) of the regular file at ``path`` (opened, not followed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(handle.fileno())
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            raise ConfigError(f"{os.fsdecode(path)} changed while it was read; run again")
+        sha = hashlib.sha256()
+        oid = hashlib.sha1(b"blob %d\0" % opened.st_size, usedforsecurity=False)
+        size = 0
+        while chunk := handle.read(_CHUNK):
+            sha.update(chunk)
+            oid.update(chunk)
+            size += len(chunk)
+    if size != opened.st_size:
+        raise ConfigError(f"{os.fsdecode(path)} changed while it was read; run again")
+    return sha.hexdigest(), oid.hexdigest(), size
+
+
+def _state(stack: Sequence[Path], path: str) -> _State | None:
+    """The file or link at ``path`` in the merged view of ``stack``; None when absent
+    (or a directory, or not a file git tracks)."""
+    found = layers.resolve(stack, path)
+    if found is None:
+        return None
+    where, st = found
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(where)
+        blob = hashlib.sha1(b"blob %d\0" % len(target) + target, usedforsecurity=False)
+        digest = hashlib.sha256(target).hexdigest()
+        return _State(_LINK, digest, blob.hexdigest(), len(target), target, True)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    sha, oid, size = _hash_file(where, st)
+    mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
+    return _State(mode, sha, oid, size, where, False)
+
+
+def _is_file(stack: Sequence[Path], path: str) -> bool:
+    """Whether ``path`` is a file or link git would track in the merged view of ``stack``."""
+    found = layers.resolve(stack, path)
+    return found is not None and (stat.S_ISREG(found[1].st_mode) or stat.S_ISLNK(found[1].st_mode))
+
+
+def _is_dir(stack: Sequence[Path], path: str) -> bool:
+    found = layers.resolve(stack, path)
+    return found is not None and stat.S_ISDIR(found[1].st_mode)
+
+
+def _candidates(box: layers.Layers) -> set[str]:
+    """Every path the upper layer may have changed (step 1 of the module docstring)."""
+    upper = os.fsencode(box.upper)
+    top_git = os.path.join(upper, b".git")
+    try:
+        git_st = os.lstat(top_git)
+    except FileNotFoundError:
+        git_st = None
+    if git_st is not None and not stat.S_ISDIR(git_st.st_mode):
+        raise RepositoryInvalid(
+            "the sandbox's .git is not a directory any more (a symlink or a gitdir file?); "
+            "nothing was read through it",
+            path=".git",
+        )
+    below = box.below()
+    found: set[str] = set()
+    pending: list[bytes] = [b""]
+    while pending:
+        rel = pending.pop()
+        for entry in os.scandir(os.path.join(upper, rel) if rel else upper):
+            name = os.fsencode(entry.name)
+            if not rel and name == b".git":
+                continue
+            child = os.path.join(rel, name) if rel else name
+            path = os.fsdecode(child)
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                if layers.opaque(os.path.join(upper, child)):
+                    found.update(layers.walk_files(below, path))
+                elif not _is_dir(below, path) and layers.resolve(below, path) is not None:
+                    found.add(path)  # a directory over a file: the file is gone
+                pending.append(child)
+            elif layers.is_whiteout(st) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                found.add(path)
+                if _is_dir(below, path):
+                    found.update(layers.walk_files(below, path))
+    return found
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:depth]) for depth in range(len(parts))]
+
+
+def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
+    """Of new ``paths``, those git would list as untracked and not ignored (step 3)."""
+    if not paths:
+        return set()
+    stack = box.all()
+    with tempfile.TemporaryDirectory(prefix=".promoter-tmp-ignore-", dir=box.home) as temp:
+        tree = Path(temp) / "tree"
+        tree.mkdir()
+        run_git(["init", "--quiet", "--template=", str(tree)])
+        seen: set[str] = set()
+        for path in paths:
+            for directory in _ancestors(path):
+                if directory in seen:
+                    continue
+                seen.add(directory)
+                rules = layers.resolve(
+                    stack, f"{directory}/.gitignore" if directory else ".gitignore"
+                )
+                if rules is not None and stat.S_ISREG(rules[1].st_mode):
+                    (tree / directory).mkdir(parents=True, exist_ok=True)
+                    with open(rules[0], "rb") as handle:
+                        (tree / directory / ".gitignore").write_bytes(handle.read())
+            leaf = tree / path
+            leaf.parent.mkdir(parents=True, exist_ok=True)
+            if not leaf.exists():
+                leaf.write_bytes(b"")
+        listed = run_git(
+            ["ls-files", "-o", "-z", "--exclude-standard", "--full-name"], cwd=tree
+        ).stdout
+    return {decode_path(raw) for raw in listed.split(b"\0") if raw}
+
+
+def _refusals(
+    box: layers.Layers,
+    changed: dict[str, tuple[_State | None, _State | None]],
+    gitlinks: Sequence[str],
+    grant: GrantV1,
+) -> dict[str, str]:
+    """Changed paths that cannot be promoted, with the reason (step 4)."""
+    found: dict[str, str] = {}
+    stack = box.all()
+    nested: dict[str, bool] = {}
+    for path, (old, new) in changed.items():
+        for side, state in (("new", new), ("old", old)):
+            if state is not None and state.link and grant.symlinks == "none":
+                found.setdefault(path, f"the {side} state is a symbolic link")
+        for link in gitlinks:
+            if path == link or path.startswith(link + "/"):
+                found.setdefault(
+                    path, "a gitlink (submodule) whose directory holds files git does not see"
+                )
+        for directory in _ancestors(path)[1:]:
+            if directory not in nested:
+                nested[directory] = layers.resolve(stack, f"{directory}/.git") is not None
+            if nested[directory]:
+                found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
+    return dict(sorted(found.items()))
+
+
+def build_from_layers(
+    box: layers.Layers,
+    grant: GrantV1,
+    *,
+    gitlinks: Sequence[str] = (),
+    since: dict[str, FileState] | None = None,
+    created_at: str | None = None,
+    leave_out: frozenset[str] = frozenset(),
+) -> BuiltBundle:
+    """Seal the changes of the layered sandbox ``box`` against its start state.
+
+    ``since`` (a chained grant's base): the states the chain's promotions left, which
+    replace the start state's at their paths. ``leave_out``: paths (wire form) the person
+    chose not to promote, as ``builder.build_bundle``'s. Refusals as its too.
+    """
+    candidates = _candidates(box)
+    candidates |= {disk_path(p) for p in (since or {})}
+    candidates -= {disk_path(p) for p in leave_out}
+    below, stack = box.below(), box.all()
+    # new paths git would ignore are dropped before any file is read
+    fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
+    keep = _not_ignored(box, fresh)
+    candidates -= {path for path in fresh if path not in keep}
+    changed: dict[str, tuple[_State | None, _State | None]] = {}
+    for path in candidates:
+        changed[path] = (_state(below, path), _state(stack, path))
+    refused = _refusals(box, changed, gitlinks, grant)
+    if refused:
+        found = [{"path": printable(path), "reason": why} for path, why in refused.items()]
+        listing = "; ".join(f"{item['path']!r}: {item['reason']}" for item in found)
+        raise PathUnsafe(
+            f"the worktree has changes that cannot be promoted: {listing}", paths=found
+        )
+    reader = LayerBlobs()
+    blobs: dict[str, BlobSource] = {}
+
+    def file_state(state: _State | None, origin: Literal["new", "base"]) -> FileState:
+        if state is None:
+            return FileState.missing()
+        reader.add(state)
+        blobs.setdefault(state.sha256, BlobSource(state.sha256, state.oid, state.size, origin))
+        return FileState.of(state.sha256, state.mode, state.size)
+
+    changes: list[Change] = []
+    chained = since or {}
+    for path, (old_state, new_state) in changed.items():
+        wire = wire_path(path)
+        old = chained.get(wire) or file_state(old_state, "base")
+        new = file_state(new_state, "new")
+        if old.same_content(new):
+            continue
+        operation = "create" if not old.exists else "delete" if not new.exists else "modify"
+        changes.append(Change(path=wire, operation=operation, old=old, new=new))  # type: ignore[arg-type]
+    changes.sort(key=lambda c: sort_key(c.path))
+    check_paths([c.path for c in changes])
+    sealed = seal_changes(grant, changes, blobs, reader, created_at=created_at)
+    return BuiltBundle(sealed, blobs, reader)
+
+
+def run_layers(record_clone: str, base_tree: str) -> tuple[layers.Layers, tuple[str, ...]]:
+    """The layers of the run whose mount point is ``record_clone``, and its base's gitlinks."""
+    home = Path(record_clone).parent
+    state_dir = home.parent.parent
+    base = base_cache.load(state_dir, base_tree)
+    if base is None:
+        root = base_cache.bases_dir(state_dir) / base_tree
+        raise RepositoryInvalid(
+            f"the sandbox's base {root} is missing or damaged; start a new run", path=str(root)
+        )
+    return layers.Layers(home, base.chain), base.gitlinks

@@ -1,0 +1,404 @@
+"""Blobs, bundle and promotion in one request (``POST /v1/promotions:withEvidence``).
+
+Against a real daemon and repository: the flow completes with exact bytes and a receipt
+that verifies under the host's key; asking again is the same operation; a caller without
+both authorities, a bundle of another run, and a body the batch's bounds refuse are
+refused with their stable codes and nothing stored (no blob, no bundle, no receipt, no
+operation, nothing charged); both clients' methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from promoter.client.aio import AsyncPromoterClient
+from promoter.client.sync import PromoterClient
+from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
+from promoter.domain.evidence_frames import bundle_header
+from promoter.engine.receipts.signing import verify_document
+from promoter.errors import Forbidden, Unauthenticated
+from promoter.fs import flush
+from promoter.fs.group_sync import GroupSync
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
+from tests.support.promotion import git_dir_digest, set_lease, tree_bytes
+
+URL = "/v1/promotions:withEvidence"
+V1 = b"print('v1')\n"
+V2 = b"print('v2')\n"
+NEW = b"\x00binary\r\nbytes\xff"
+CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
+    ("src/app.py", V1, V2),
+    ("src/new/data.bin", None, NEW),
+]
+
+
+def _grant(daemon: Daemon, repo: Path, identity: str, run_id: str = "run_1") -> dict[str, Any]:
+    grant = make_grant(repo, identity, run_id=run_id, grant_id=f"grt_{run_id}")
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code == 201, answer.text
+    set_lease(daemon, grant)
+    return grant
+
+
+def _executor_token(daemon: Daemon, run_id: str) -> str:
+    with daemon.orchestrator() as orch:
+        answer = orch.post(
+            "/v1/executor-tokens", json={"executor_run_id": run_id, "ttl_seconds": 3600}
+        )
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["token"])
+
+
+def body(bundle: dict[str, Any], *blobs: bytes, frames: bytes | None = None) -> bytes:
+    document = json.dumps(bundle).encode()
+    blob_frames = b"".join(frame_header(sha(b), len(b)) + b for b in blobs)
+    return bundle_header(len(document)) + document + (blob_frames if frames is None else frames)
+
+
+def _post(
+    daemon: Daemon, content: bytes, executor: str | None, *, token: str | None = None, **q: Any
+) -> httpx.Response:
+    headers = {"Content-Type": "application/octet-stream"}
+    if executor is not None:
+        headers["Promoter-Executor-Token"] = executor
+    params = {"fence": "7", "wait": "true", **q}
+    with daemon.client(token or daemon.orchestrator_token) as client:
+        return client.post(URL, content=content, headers=headers, params=params)
+
+
+def stored(daemon: Daemon) -> dict[str, list[str]]:
+    """Every file promoter keeps for a submission or a promotion, and the run's charge."""
+    audit = daemon.state_dir / "audit"
+    out = {
+        name: sorted(p.name for p in (audit / name).rglob("*") if p.is_file())
+        if (audit / name).exists()
+        else []
+        for name in ("blobs", "bundles", "receipts")
+    }
+    quota = daemon.state_dir / "quota"
+    out["quota"] = sorted(
+        f"{p.name}:{json.loads(p.read_bytes())['bytes']}" for p in quota.glob("*.json")
+    )
+    with daemon.operator() as op:
+        out["operations"] = [
+            o["operation_id"] for o in op.get("/v1/operations").json()["operations"]
+        ]
+    return out
+
+
+NOTHING: dict[str, list[str]] = {
+    "blobs": [],
+    "bundles": [],
+    "receipts": [],
+    "quota": [],
+    "operations": [],
+}
+
+
+def problem(answer: httpx.Response) -> tuple[int, str]:
+    assert answer.headers["content-type"].startswith("application/problem+json"), answer.text
+    return answer.status_code, answer.json()["code"]
+
+
+def _host_key(daemon: Daemon) -> Ed25519PublicKey:
+    with daemon.orchestrator() as orch:
+        [entry] = orch.get("/v1/keys").json()["keys"]
+    key = load_pem_public_key(entry["public_key_pem"].encode())
+    assert isinstance(key, Ed25519PublicKey)
+    return key
+
+
+def test_one_request_promotes_exact_bytes_with_a_receipt_that_verifies(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    (repo / "notes.txt").write_bytes(b"the person's own work\n")
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor)
+
+    assert answer.status_code == 200, answer.text
+    reply = answer.json()
+    assert (reply["bundle_id"], reply["bundle_sha256"]) == (
+        bundle["bundle_id"],
+        bundle["bundle_sha256"],
+    )
+    verification = reply["verification_receipt"]
+    assert verification["status"] == "passed"
+    view = reply["operation"]
+    assert view["status"] == "completed", view
+    assert view["verification_receipt_sha256"] == verification["receipt_sha256"]
+    after = tree_bytes(repo)
+    assert after["src/app.py"][0] == V2
+    assert after["src/new/data.bin"][0] == NEW
+    untouched = {k: v for k, v in before.items() if k != "src/app.py"}
+    assert {k: after[k] for k in untouched} == untouched
+    assert git_dir_digest(repo) == git_before
+    with daemon.orchestrator() as orch:
+        served = orch.get(f"/v1/bundles/{bundle['bundle_id']}/verification")
+        raw = orch.get(f"/v1/operations/{view['operation_id']}/receipt")
+        signed = orch.get(f"/v1/operations/{view['operation_id']}/receipt.dsse")
+    assert json.loads(served.content) == verification  # the answered receipt is the stored one
+    promotion = json.loads(raw.content)
+    assert promotion["receipt_sha256"] == jcs_sha(
+        {k: v for k, v in promotion.items() if k != "receipt_sha256"}
+    )
+    assert promotion["verification_receipt_sha256"] == verification["receipt_sha256"]
+    assert {t["path"]: t["sha256"] for t in promotion["targets"]} == {
+        "src/app.py": sha(V2),
+        "src/new/data.bin": sha(NEW),
+    }
+    checked = verify_document(signed.content, [_host_key(daemon)])
+    assert checked.signature_checked and checked.kind == "promotion_receipt"
+    assert {sha(V1), sha(V2), sha(NEW)} <= set(stored(daemon)["blobs"])
+
+
+def test_asking_again_answers_the_same_operation_and_writes_nothing_twice(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    content = body(bundle, V1, V2, NEW)
+    first = _post(daemon, content, executor)
+    assert first.status_code == 200, first.text
+    files = stored(daemon)
+    again = _post(daemon, content, executor)
+    assert again.status_code == 200, again.text
+    assert again.json()["operation"]["operation_id"] == first.json()["operation"]["operation_id"]
+    assert again.json()["operation"]["attempt"] == 1
+    assert again.json()["verification_receipt"] == first.json()["verification_receipt"]
+    assert stored(daemon) == files  # no second receipt, no second charge
+    no_wait = _post(daemon, content, executor, wait="false")
+    assert no_wait.status_code == 202, no_wait.text
+    assert no_wait.json()["operation"] == {
+        "operation_id": first.json()["operation"]["operation_id"],
+        "status": "completed",
+    }
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        "no_executor_header",
+        "unknown_executor_token",
+        "orchestrator_token_as_executor",
+        "executor_token_in_authorization",
+        "executor_of_another_run",
+        "no_authorization",
+    ],
+)
+def test_a_caller_without_both_authorities_is_refused_and_nothing_is_stored(
+    daemon: Daemon, repo: Path, identity: str, who: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    content = body(bundle, V1, V2, NEW)
+    run_1 = _executor_token(daemon, "run_1")
+    expected = (403, "forbidden")
+    if who == "no_executor_header":
+        answer, expected = _post(daemon, content, None), (401, "unauthenticated")
+    elif who == "unknown_executor_token":
+        answer, expected = _post(daemon, content, "pex_unknown"), (401, "unauthenticated")
+    elif who == "orchestrator_token_as_executor":
+        answer = _post(daemon, content, daemon.orchestrator_token)
+    elif who == "executor_token_in_authorization":
+        answer = _post(daemon, content, run_1, token=run_1)
+    elif who == "executor_of_another_run":
+        answer = _post(daemon, content, _executor_token(daemon, "run_2"))
+    else:
+        with daemon.client(None) as anonymous:
+            answer = anonymous.post(
+                URL,
+                content=content,
+                params={"fence": "7"},
+                headers={"Promoter-Executor-Token": run_1},
+            )
+        expected = (401, "unauthenticated")
+    assert problem(answer) == expected
+    assert stored(daemon) == NOTHING
+    assert tree_bytes(repo)["src/app.py"][0] == V1
+
+
+def test_a_bundle_under_another_runs_grant_is_refused_before_any_blob(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity, run_id="run_2")
+    bundle = make_bundle(grant, CHANGES, executor_run_id="run_1")  # claims run_1
+    answer = _post(daemon, body(bundle, V1, V2, NEW), _executor_token(daemon, "run_1"))
+    assert problem(answer) == (403, "forbidden")
+    assert stored(daemon) == NOTHING
+
+
+def _hostile(bundle: dict[str, Any], case: str) -> bytes:
+    if case == "blob_larger_than_a_batch_carries":
+        big = b"x" * (BATCH_BLOB_MAX + 1)
+        return body(bundle, V1, V2, NEW, big)
+    if case == "too_many_frames":
+        return body(bundle, *[b"%d" % n for n in range(BATCH_MAX_BLOBS + 1)])
+    if case == "frame_size_lies_short":  # declares more bytes than the body holds
+        return body(bundle, frames=frame_header(sha(V2), len(V2) + 5) + V2)
+    if case == "frame_size_lies_long":  # declares fewer: the rest is not a header
+        return body(bundle, frames=frame_header(sha(V2), 3) + V2)
+    if case == "bytes_not_their_hash":
+        return body(bundle, V1, NEW, frames=frame_header(sha(V2), len(V2)) + b"print('v3')\n")
+    if case == "bundle_header_malformed":
+        return b"bundle 01\n{}"
+    if case == "body_ends_inside_the_bundle":
+        return body(bundle)[:-10]
+    if case == "bundle_not_json":
+        return bundle_header(3) + b"{x}"
+    raise AssertionError(case)
+
+
+HOSTILE = {
+    "blob_larger_than_a_batch_carries": (413, "payload_too_large"),
+    "too_many_frames": (413, "payload_too_large"),
+    "frame_size_lies_short": (400, "bad_request"),
+    "frame_size_lies_long": (400, "bad_request"),
+    "bytes_not_their_hash": (422, "blob_hash_mismatch"),
+    "bundle_header_malformed": (400, "bad_request"),
+    "body_ends_inside_the_bundle": (400, "bad_request"),
+    "bundle_not_json": (400, "invalid_json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_body_the_batch_bounds_refuse_stores_nothing(
+    daemon: Daemon, repo: Path, identity: str, case: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    answer = _post(daemon, _hostile(bundle, case), _executor_token(daemon, "run_1"))
+    status, code = problem(answer)
+    assert (status, code) == HOSTILE[case] or (case == "bundle_not_json" and status == 400)
+    assert stored(daemon) == NOTHING
+    assert not list((daemon.state_dir / "audit" / "tmp").glob("*"))
+
+
+def test_a_declared_length_past_the_bound_is_refused_before_reading(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    start = body(make_bundle(grant, CHANGES), V1)
+    limit = daemon.services.settings.max_document_bytes + (16 << 20) + 64
+    url = urlsplit(daemon.url)
+    head = (
+        f"POST {URL}?fence=7 HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {daemon.orchestrator_token}\r\n"
+        f"Promoter-Executor-Token: {_executor_token(daemon, 'run_1')}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {limit}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode() + start)  # far less than declared: never read
+        answer = sock.makefile("rb").readline()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    assert stored(daemon) == NOTHING
+
+
+def test_sync_client_promotes_in_one_request(daemon: Daemon, repo: Path, identity: str) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    big = b"big file\n" * (BATCH_BLOB_MAX // 8)  # stored first, by PUT with the run's token
+    changes = [*CHANGES, ("src/big.txt", None, big)]
+    bundle = make_bundle(grant, changes)
+    blobs = [(sha(b), len(b), b) for b in (V1, V2, NEW, big)]
+    with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
+        reply = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
+        assert reply["operation"]["status"] == "completed", reply
+        again = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
+        assert again["operation"]["operation_id"] == reply["operation"]["operation_id"]
+        with pytest.raises(Forbidden):
+            client.promote_with_evidence(bundle, blobs, 7, executor_token=daemon.orchestrator_token)
+    assert (repo / "src/big.txt").read_bytes() == big
+    assert (repo / "src/new/data.bin").read_bytes() == NEW
+
+
+def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identity: str) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+
+    async def flow() -> tuple[Any, Any]:
+        async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as client:
+            blobs = [(sha(b), b) for b in (V1, V2, NEW)]
+            done = await client.promote_with_evidence(
+                bundle, blobs, 7, executor_token=executor, wait=True
+            )
+            with pytest.raises(Unauthenticated):
+                await client.promote_with_evidence(bundle, blobs, 7, executor_token="pex_x")
+            return done, await client.operation(done.operation.operation_id)
+
+    done, view = asyncio.run(flow())
+    assert done.operation.status == "completed"
+    assert view.status == "completed"
+    assert done.verification_receipt.receipt_sha256 == view.verification_receipt_sha256
+    assert (repo / "src/app.py").read_bytes() == V2
+
+
+def _in_the_same_fan_out(data: bytes) -> bytes:
+    """Other bytes whose blob lands in the same fan-out folder as ``data``'s."""
+    prefix = hashlib.sha256(data).hexdigest()[:2]
+    return next(
+        other
+        for other in (b"warm-up %d\n" % n for n in range(100_000))
+        if hashlib.sha256(other).hexdigest()[:2] == prefix
+    )
+
+
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
+def test_one_request_pays_the_flushes_of_the_three_requests(
+    tmp_path: Path, repo: Path, group_sync: bool
+) -> None:
+    """A 1-file flow in one request (its fan-out folder made by an earlier one) makes the
+    flushes ``tests/api/test_flush_count.py`` pins for the three requests: 4 fsync and 3
+    syncfs with a group sync, 10 fsync without, and 2 durable commits (the promotion
+    receipt in the outcome's commit, SPEC §10.20)."""
+    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+    data = b"print('one request')\n"
+    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        counts = []
+        for n, blob in enumerate((_in_the_same_fan_out(data), data)):
+            grant = make_grant(
+                repo, identity, grant_id=f"grt_f{n}", workflow_id=f"wf_f{n}", run_id=f"run_f{n}"
+            )
+            with daemon.orchestrator() as orch:
+                assert orch.post("/v1/grants", json=grant).status_code == 201
+            set_lease(daemon, grant)
+            change: tuple[str, bytes | None, bytes | None] = (f"src/f{n}.py", None, blob)
+            bundle = make_bundle(grant, [change])
+            token = _executor_token(daemon, f"run_f{n}")
+            before = flush.flushes()
+            answer = _post(daemon, body(bundle, blob), token)
+            counts.append(flush.flushes() - before)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["operation"]["status"] == "completed"
+        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        grouped = group_sync and GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+    expected = Counter({"fsync": 4, "syncfs": 3} if grouped else {"fsync": 10})
+    expected += Counter(sqlite_commit=2 if sqlite else 0)
+    assert counts[1] == expected, counts
+    assert (repo / "src" / "f1.py").read_bytes() == data
