@@ -28,6 +28,7 @@ import pytest
 from typer.testing import CliRunner
 
 from promoter.errors import PromoterError
+from promoter.executor import layered
 from promoter.executor import sandbox as sandboxes
 from tests.integration.test_relay import _daemon_connections
 from tests.support.daemon import Daemon, running_daemon
@@ -84,8 +85,9 @@ def test_set_id_files_a_deep_tree_and_a_fifo_left_by_the_command_are_disarmed_an
     assert report["shared"] == oct(stat.S_IFDIR | 0o2775)
     record = _only_run(daemon)
     home = daemon.state_dir / "runs" / record.run_id
-    assert stat.S_IMODE((home / "clone" / "tool").stat().st_mode) == 0o755
-    assert stat.S_IMODE((home / "clone" / "shared").stat().st_mode) == 0o775
+    written = layered.written_tree(record)  # the clone, or an overlay's upper layer
+    assert stat.S_IMODE((written / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((written / "shared").stat().st_mode) == 0o775
     assert _set_id_paths(home) == []
     assert stat.S_IMODE((repo / "tool").stat().st_mode) == 0o755  # promoted as 100755
     listed = _run(daemon, "--list")  # its size summed through the 3000 levels
@@ -98,7 +100,7 @@ def test_set_id_files_a_deep_tree_and_a_fifo_left_by_the_command_are_disarmed_an
 
 
 E5_BODY = """
-import resource, socket, urllib.request
+import resource, socket, sys, urllib.request
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
 held = []
@@ -106,11 +108,8 @@ for n in range(3000):  # straight to the relay's socket, past the forwarder
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect("/run/promoter/daemon.sock")
     held.append(sock)
-os.mkfifo("release")
 print("holding", flush=True)
-with open("release") as fifo:  # until the test has counted
-    fifo.read()
-os.unlink("release")
+sys.stdin.readline()  # until the test has counted (its stdin reaches the command)
 for sock in held:
     sock.close()
 request = urllib.request.Request(
@@ -131,8 +130,10 @@ def test_three_thousand_connections_held_on_the_relay_leave_threads_and_descript
     argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
     argv += ["--url", daemon.url, "--repo", "work", "--yes", "--", *_probe(E5_BODY)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
-    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert cli.stdout is not None
+    cli = subprocess.Popen(
+        argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert cli.stdin is not None and cli.stdout is not None
     seen = []
     for line in cli.stdout:  # a blocking read until the command holds its connections
         seen.append(line)
@@ -143,9 +144,8 @@ def test_three_thousand_connections_held_on_the_relay_leave_threads_and_descript
     threads = len(os.listdir(f"/proc/{cli.pid}/task"))
     fds = _descriptors() - fds_before
     connections = _daemon_connections(daemon)
-    clone = Path(_only_run(daemon).clone)
-    with open(clone / "release", "w"):  # the command goes on once this is closed
-        pass
+    cli.stdin.write(b"counted\n")  # the command goes on once it reads this line
+    cli.stdin.close()
     rest = cli.stdout.read()
     assert cli.wait(timeout=600) == 0, (b"".join(seen) + rest).decode()
     assert threads <= 4, threads  # the CLI's own and the relay's one
