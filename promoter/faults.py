@@ -78,6 +78,13 @@ def reset() -> None:
         _hits.clear()
 
 
+def hits(name: str) -> int:
+    """How often ``name`` was reached since ``reset`` (counted only while ``PROMOTER_FAULTS``
+    is set: a test that counts writes sets an inert rule)."""
+    with _lock:
+        return _hits.get(name, 0)
+
+
 def point(name: str) -> None:
     """Fire the fault configured for ``name``, if any; otherwise do nothing."""
     trace = os.environ.get(TRACE_ENV)

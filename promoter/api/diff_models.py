@@ -74,6 +74,22 @@ class FileDiffView(Reply):
     )
     shown: Shown = Field(description=SHOWN)
     diff_bytes: int | None = Field(description="bytes of the file's whole diff text")
+    rename_from: str | None = Field(
+        default=None,
+        description="a created path that is a rename: the deleted path it came from; its "
+        "diff is against that path's old content (the bundle still deletes and creates)",
+    )
+    rename_from_shown: str | None = Field(
+        default=None, description="`rename_from` with hidden characters as `<U+XXXX>`"
+    )
+    similarity: int | None = Field(
+        default=None,
+        description="a rename's similarity in percent (100: the same content; at least 50)",
+    )
+    renamed_to: str | None = Field(
+        default=None,
+        description="a deleted path that is a rename: the created path whose diff shows it",
+    )
 
 
 class UnseenFileView(Reply):

@@ -89,8 +89,9 @@ def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1
 SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
 
 
-def print_bundle(bundle: dict[str, Any], *, verbose: bool = False) -> None:
-    """The bundle's identity and one line per change, or a summary of a big bundle."""
+def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool = True) -> None:
+    """The bundle's identity and one line per change, or a summary of a big bundle
+    (``paths=False``: its identity only)."""
     from rich.table import Table
 
     changes = bundle["changes"]
@@ -98,6 +99,8 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False) -> None:
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
         f"{iec(bundle['total_bytes'])} of new content, base tree {bundle['base_tree'][:12]}"
     )
+    if not paths:
+        return
     shown = changes if verbose or len(changes) <= SUMMARY_PATHS else changes[:SUMMARY_PATHS]
     if len(shown) < len(changes):
         counts = Counter(change["operation"] for change in changes)
@@ -368,16 +371,30 @@ def diff_flags(result: dict[str, Any]) -> Text:
     return out
 
 
-def diff_stat(result: dict[str, Any]) -> Text:
-    """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
-    flags in brackets), then the totals."""
+def diff_renames(result: dict[str, Any]) -> Text:
+    """One line per rename the diff found: ``rename a → b (97 %)`` (the bundle itself
+    deletes ``a`` and creates ``b``)."""
     from rich.text import Text
 
     out = Text()
-    paths = [str(f.get("path_shown", f["path"])) for f in result["files"]]
+    for f in result["files"]:
+        if f.get("rename_from") is not None:
+            out.append(f" rename {_shown_path(f)}\n", style="bold")
+    return out
+
+
+def diff_stat(result: dict[str, Any]) -> Text:
+    """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
+    flags in brackets; a rename as ``rename a → b (97 %)``), then the totals."""
+    from rich.text import Text
+
+    out = Text()
+    paths = [_shown_path(f) for f in result["files"]]
     width = max((len(p) for p in paths), default=0)
     for f, path in zip(result["files"], paths, strict=True):
-        out.append(f" {f['operation']:<6} {path:<{width}}  ")
+        if f.get("renamed_to") is not None:
+            continue  # its rename's line names it
+        out.append(f" {_operation(f):<6} {path:<{width}}  ")
         flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"
@@ -393,6 +410,59 @@ def diff_stat(result: dict[str, Any]) -> Text:
     removed = sum(f["removed"] or 0 for f in result["files"])
     out.append(f" {len(result['files'])} file(s), {added} insertion(s), {removed} deletion(s)\n")
     return out
+
+
+def diff_summary(result: dict[str, Any], hint: str = "") -> Text:
+    """The review without the patch (``promoter run --yes``): one line per file with its
+    operation, path, sizes, lines added and removed and flags; the totals; every file not
+    shown in full; and, with ``hint`` (a command), how to read the whole diff."""
+    from rich.text import Text
+
+    out = Text()
+    files = result["files"]
+    paths = [_shown_path(f) for f in files]
+    renamed = [f for f in files if f.get("renamed_to") is not None]
+    width = max((len(p) for p in paths), default=0)
+    ops = max((len(_operation(f)) for f in files), default=0)
+    for f, path in zip(files, paths, strict=True):
+        if f.get("renamed_to") is not None:
+            continue  # its rename's line names it
+        out.append(f" {_operation(f):<{ops}} {path:<{width}}  ")
+        out.append(f"{_size(f['old_bytes'])} -> {_size(f['new_bytes'])}, ")
+        if f["binary"] or f.get("summarized"):
+            out.append("binary" if f["binary"] else "summarized")
+        elif f["added"] is not None:
+            out.append(f"+{f['added']}", style="green")
+            out.append(" ")
+            out.append(f"-{f['removed']}", style="red")
+        flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
+        if flags:
+            out.append(f"  [{', '.join(flags)}]", style="bold yellow")
+        out.append("\n")
+    added = sum(f["added"] or 0 for f in files)
+    removed = sum(f["removed"] or 0 for f in files)
+    renames = f" ({len(renamed)} of them renamed)" if renamed else ""
+    out.append(
+        f" {len(files) - len(renamed)} file(s){renames}, {added} insertion(s), "
+        f"{removed} deletion(s)\n"
+    )
+    out.append_text(diff_unseen(result))
+    if hint:
+        out.append(f"   the whole diff: {hint} (or --diff)\n", style="dim")
+    return out
+
+
+def _operation(f: dict[str, Any]) -> str:
+    """``rename`` for a file the diff pairs with the path it came from, else its operation."""
+    return "rename" if f.get("rename_from") is not None else str(f["operation"])
+
+
+def _shown_path(f: dict[str, Any]) -> str:
+    """``old → new (97 %)`` for a rename, else the path as shown."""
+    path = str(f.get("path_shown", f["path"]))
+    if f.get("rename_from") is None:
+        return path
+    return f"{f.get('rename_from_shown', f['rename_from'])} → {path} ({f['similarity']} %)"
 
 
 def _size(count: int | None) -> str:
@@ -466,7 +536,7 @@ def print_diff(
     """Print a bundle diff answer: the stat, or the flagged files, the files it does not
     show in full, then the patch (paged when long; ``hunk_labels`` as in ``diff_text``;
     ``hint`` as in ``diff_unseen``)."""
-    unseen = diff_unseen(result, hint)
+    unseen = diff_renames(result) + diff_unseen(result, hint)
     if stat:
         body = diff_stat(result) + unseen
     else:

@@ -28,6 +28,7 @@ from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.run.state import Run
 from promoter.fs.tree_walk import DIR_FLAGS, Level, Walk
 
 __all__ = ["age", "list_sandboxes", "prune"]
@@ -133,10 +134,7 @@ def _refresh(host: _Host, record: sandboxes.RunRecord) -> str:
     if last.status not in AT_THE_HOST or last.operation_id is None:
         return last.status
     status = host.status(last.operation_id)
-    if status is None:
-        return "unknown"
-    last.status = status
-    return last.status
+    return "unknown" if status is None else status
 
 
 def _statuses(
@@ -148,10 +146,10 @@ def _statuses(
         for record in sandboxes.list_runs(state_dir):
             before = record.steps[-1].status if record.steps else None
             status = _refresh(host, record)
+            if record.steps and status != before and status != "unknown":
+                Run(state_dir, record).move(record.steps[-1], status)  # the host's word
             if status == "started" and not _live(sandboxes.runs_dir(state_dir) / record.run_id):
                 status = "interrupted"  # no process runs the step any more
-            if record.steps and status != before and status != "unknown":
-                sandboxes.save(state_dir, record)
             found.append((record, status))
         return found
     finally:

@@ -18,8 +18,8 @@ empty (``rmdir``).
 Fault points: ``removal_renamed`` (out of the runs, the process not started),
 ``removal_walking`` (in the detached process, before the walk).
 
-Deliberately not here: deciding that a run is finished (``run_cmd``), removing the
-person's anything.
+Deliberately not here: deciding that a run is finished (``promoter.executor.run.flow``),
+removing the person's anything.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor import layers, sandbox_repo
+from promoter.executor.run.status import RunStatus
 from promoter.fs.own_tree import remove_own_tree
 from promoter.git.runner import run_git
 from promoter.store.durable import write_replace
@@ -53,7 +54,7 @@ class Step:
     grant_id: str
     bundle_id: str | None = None
     operation_id: str | None = None
-    status: str = "started"
+    status: RunStatus = RunStatus.STARTED  # on disk its string (run/state.py)
     base_operation: str | None = None
     confinement: str | None = None  # "bwrap" or "unconfined": how the step's command ran
     left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
@@ -84,7 +85,7 @@ class RunRecord:
     def last_completed(self) -> str | None:
         """The newest completed promotion of this sandbox: the next step's base."""
         for step in reversed(self.steps):
-            if step.status == "completed" and step.operation_id:
+            if step.status is RunStatus.COMPLETED and step.operation_id:
                 return step.operation_id
         return None
 
@@ -258,8 +259,17 @@ def load(state_dir: Path, run_id: str) -> RunRecord:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise NotFound(f"no run {run_id!r} under {runs_dir(state_dir)}", run_id=run_id) from exc
-    steps = [Step(**s) for s in data.pop("steps", [])]
+    steps = [_step(s) for s in data.pop("steps", [])]
     return RunRecord(**data, steps=steps)
+
+
+def _step(data: dict[str, Any]) -> Step:
+    """A step as ``run.json`` holds it; its status string read as a ``RunStatus``."""
+    status = data.pop("status", RunStatus.STARTED.value)
+    try:
+        return Step(**data, status=RunStatus(status))
+    except ValueError as exc:
+        raise ConfigError(f"a run step has an unknown status {status!r}") from exc
 
 
 def list_runs(state_dir: Path) -> list[RunRecord]:

@@ -369,8 +369,9 @@ def test_one_request_pays_the_flushes_of_the_three_requests(
     tmp_path: Path, repo: Path, group_sync: bool
 ) -> None:
     """A 1-file flow in one request (its fan-out folder made by an earlier one) makes the
-    flushes ``tests/api/test_flush_count.py`` pins for the three requests: 6 fsync and 3
-    syncfs with a group sync, 12 fsync without, and 3 durable commits."""
+    flushes ``tests/api/test_flush_count.py`` pins for the three requests: 4 fsync and 3
+    syncfs with a group sync, 10 fsync without, and 2 durable commits (the promotion
+    receipt in the outcome's commit, SPEC §10.20)."""
     settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
     data = b"print('one request')\n"
     with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
@@ -397,7 +398,7 @@ def test_one_request_pays_the_flushes_of_the_three_requests(
         grouped = group_sync and GroupSync.unsupported(fd) is None
     finally:
         os.close(fd)
-    expected = Counter({"fsync": 6, "syncfs": 3} if grouped else {"fsync": 12})
-    expected += Counter(sqlite_commit=3 if sqlite else 0)
+    expected = Counter({"fsync": 4, "syncfs": 3} if grouped else {"fsync": 10})
+    expected += Counter(sqlite_commit=2 if sqlite else 0)
     assert counts[1] == expected, counts
     assert (repo / "src" / "f1.py").read_bytes() == data

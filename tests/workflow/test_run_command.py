@@ -61,7 +61,9 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     (repo / "notes.txt").write_bytes(b"the user's notes\n")
     git_before = git_dir_digest(repo)
     script = "printf 'x = 1\\n' > src/new.py; printf \"print('v2')\\n\" > src/app.py"
-    first = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", script)
+    first = _run(
+        daemon, "run", "--repo", "work", "--yes", "--diff", "--keep", "--", "sh", "-c", script
+    )
     assert first.exit_code == 0, first.output
     record = _only_run(daemon)
     assert "requested with its evidence in one request" in first.stdout  # --yes: one request
@@ -86,6 +88,10 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     )
     assert second.exit_code == 0, second.output
     assert f"chained on {op1}" in second.stdout
+    # --yes without --diff: the summary, never the patch
+    assert "+x = 2" not in second.stdout and "@@" not in second.stdout
+    assert " create src/other.py  - -> 2 B, +1 -0\n" in second.stdout
+    assert "2 file(s), 2 insertion(s), 1 deletion(s)" in second.stdout
     record = _only_run(daemon)
     op2 = record.steps[1].operation_id
     assert op2 is not None and _receipt(daemon, op2)["base_operation"] == op1

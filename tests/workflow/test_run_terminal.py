@@ -274,7 +274,7 @@ def test_off_a_terminal_the_output_is_filtered_the_same_way(
 ) -> None:
     # a pipe for stdout and /dev/null for stdin, as in CI: still a pane, still filtered
     argv = ["run", "--state-dir", str(daemon.state_dir), "--url", daemon.url, "--keep"]
-    argv += ["--repo", "work", "--yes", *confinement, "--", _python(), "-c", ATTACK]
+    argv += ["--repo", "work", "--yes", "--diff", *confinement, "--", _python(), "-c", ATTACK]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     done = subprocess.run(
         [sys.executable, "-m", "promoter.cli.main", *argv],

@@ -38,10 +38,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from promoter.domain import renames
 from promoter.domain.models import Change, FileState
+from promoter.domain.renames import Rename
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.review.scan import (
     LONG_LINE,
@@ -53,7 +55,7 @@ from promoter.engine.review.scan import (
     visible,
 )
 from promoter.engine.services import Services
-from promoter.errors import GitError, ValidationFailed
+from promoter.errors import GitError, PromoterError, ValidationFailed
 from promoter.faults import point
 from promoter.git.runner import popen_git
 
@@ -212,6 +214,47 @@ def _header(change: Change) -> list[str]:
     return lines
 
 
+def _rename_header(change: Change, rename: Rename, source: Change) -> list[str]:
+    """git's header of a rename: the paths, the similarity, and a mode that changed."""
+    old, new = visible(source.path), visible(change.path)
+    lines = [f"diff --git a/{old} b/{new}\n"]
+    if source.old.mode != change.new.mode:
+        lines += [f"old mode {source.old.mode}\n", f"new mode {change.new.mode}\n"]
+    lines += [
+        f"similarity index {rename.similarity}%\n",
+        f"rename from {old}\n",
+        f"rename to {new}\n",
+    ]
+    return lines
+
+
+@dataclass
+class _Moves:
+    """The bundle's renames by path: ``into`` a created path (with the deleted path's
+    change), ``out`` of a deleted one."""
+
+    into: dict[str, tuple[Rename, Change]] = field(default_factory=dict)
+    out: dict[str, Rename] = field(default_factory=dict)
+
+
+def _moves(services: Services, changes: list[Change]) -> _Moves:
+    """Which of the bundle's deletes and creates are renames (``promoter.domain.renames``;
+    contents of at most ``SMALL_BYTES`` compared, read from the blob store)."""
+
+    def content(sha256: str) -> bytes | None:
+        try:
+            return services.blobs.read(sha256)
+        except (OSError, PromoterError):
+            return None
+
+    by_path = {c.path: c for c in changes}
+    moves = _Moves()
+    for rename in renames.pairs(changes, content, max_bytes=SMALL_BYTES):
+        moves.into[rename.target] = (rename, by_path[rename.source])
+        moves.out[rename.source] = rename
+    return moves
+
+
 def _split(data: bytes) -> list[str]:
     """Lines as git splits them (at line feeds only), decoded losslessly."""
     parts = data.decode("utf-8", "surrogateescape").split("\n")
@@ -338,14 +381,21 @@ def _file(
     budget: _Budget,
     *,
     diff: bool = True,
+    moves: _Moves | None = None,
 ) -> dict[str, Any]:
     """One file's entry, its diff text written to ``out``. ``diff=False``: a file before
     the cursor or past the cut is scanned (flags, sizes) but not diffed (``added``,
-    ``removed``, ``diff_bytes`` are then None)."""
+    ``removed``, ``diff_bytes`` are then None). A rename's created path is diffed against
+    its deleted path (``rename_from``); the deleted path names where it went
+    (``renamed_to``) and shows no lines of its own."""
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     out.begin(index)
-    old, new = _side(services, change.old), _side(services, change.new)
+    moves = moves or _Moves()
+    came = moves.into.get(change.path)  # (the rename, the deleted path's change)
+    went = moves.out.get(change.path)
+    old = _side(services, came[1].old if came else change.old)
+    new = _side(services, change.new)
     point("bundle_diff_file")
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
@@ -358,13 +408,16 @@ def _file(
         why = f"File too large to diff here (over {cap} bytes)"
     elif not binary and not small and left <= 0:
         why = f"Not diffed: this request's {settings.review_diff_timeout:g} s for diffs are spent"
-    for line in _header(change):
+    for line in _rename_header(change, came[0], came[1]) if came else _header(change):
         out.add(line)
-    a = f"a/{visible(change.path)}" if change.old.exists else "/dev/null"
+    source = came[1] if came else change
+    a = f"a/{visible(source.path)}" if source.old.exists else "/dev/null"
     b = f"b/{visible(change.path)}" if change.new.exists else "/dev/null"
     added: int | None = 0
     removed: int | None = 0
-    if binary:
+    if went is not None:
+        out.add(f"renamed to {visible(went.target)} ({went.similarity} %): its diff is there\n")
+    elif binary:
         out.add(f"Binary files {a} and {b} differ\n")
     elif why:
         out.add(_summary(change, old, new, why))
@@ -393,7 +446,7 @@ def _file(
             why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
             out.add(_summary(change, old, new, why))
     summarized = bool(why)
-    return {
+    entry = {
         "path": change.path,
         "path_shown": visible(change.path),
         "operation": change.operation,
@@ -416,6 +469,12 @@ def _file(
         "diff_bytes": None if added is None else out.pos,
         "cursor": _cursor(out.next) if out.next and out.next[0] == index else f"{index}:0",
     }
+    rename = came[0] if came is not None else None
+    entry["rename_from"] = rename.source if rename else None
+    entry["rename_from_shown"] = visible(rename.source) if rename else None
+    entry["similarity"] = rename.similarity if rename else None
+    entry["renamed_to"] = went.target if went is not None else None
+    return entry
 
 
 UNSEEN_KEYS = (
@@ -454,11 +513,14 @@ def _walk(
     start: Cursor,
     *,
     rest: bool = True,
+    every: list[Change] | None = None,
 ) -> tuple[list[dict[str, Any]], _Output]:
+    """``changes`` diffed into one answer; renames found among ``every`` change."""
     out = _Output(limit, start)
     with _slot(services.settings.review_diff_concurrency):
+        moves = _moves(services, every if every is not None else [c for _, c in changes])
         budget = _Budget(services.settings.review_diff_timeout)
-        files = [_file(services, i, c, out, budget, diff=rest) for i, c in changes]
+        files = [_file(services, i, c, out, budget, diff=rest, moves=moves) for i, c in changes]
     return files, out
 
 
@@ -491,7 +553,8 @@ def bundle_diff(
         if path is not None and start[0] != changes[0][0]:
             raise ValidationFailed(f"cursor {cursor!r} is not in {path!r}", path=path)
     # the first page counts every file's lines; a later one diffs only what it shows
-    files, out = _walk(services, changes, limit, start, rest=cursor is None or path is not None)
+    rest = cursor is None or path is not None
+    files, out = _walk(services, changes, limit, start, rest=rest, every=list(bundle.changes))
     return {
         "bundle_id": bundle.bundle_id,
         "files": [{k: v for k, v in f.items() if k != "cursor"} for f in files],

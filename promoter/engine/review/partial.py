@@ -34,6 +34,7 @@ from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import canonical, seal_bundle
 from promoter.domain.models import Change, FileState, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
+from promoter.domain.renames import exact_groups
 from promoter.engine.intake.bundles import verify_bundle
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES
 from promoter.engine.services import Services
@@ -121,18 +122,9 @@ def _choose(parent: PatchBundleV1, selection: Selection) -> tuple[list[str], lis
 
 
 def _pairs(parent: PatchBundleV1, accepted: set[str]) -> None:
-    """Refuse a selection that splits a rename: a delete and a create of the same bytes."""
-    deleted: dict[str, list[str]] = {}
-    created: dict[str, list[str]] = {}
-    for change in parent.changes:
-        if change.operation == "delete" and change.old.bytes:
-            deleted.setdefault(str(change.old.sha256), []).append(change.path)
-        elif change.operation == "create" and change.new.bytes:
-            created.setdefault(str(change.new.sha256), []).append(change.path)
-    for digest, sources in sorted(deleted.items()):
-        group = sorted(sources + created.get(digest, []))
-        if not created.get(digest):
-            continue
+    """Refuse a selection that splits a rename: a delete and a create of the same bytes
+    (``promoter.domain.renames.exact_groups``, the pairs the review shows as renames)."""
+    for group in exact_groups(parent.changes):
         inside = [p for p in group if p in accepted]
         if inside and len(inside) != len(group):
             raise SelectionSplitsPair(

@@ -18,18 +18,14 @@ the host's verification), and any other refusal of the builder, which stays as i
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
-from promoter.cli.common import console, err_console, escape
 from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
-from promoter.executor import sandbox as sandboxes
+from promoter.executor.run.person import Person, escape
 
 if TYPE_CHECKING:
     from promoter.domain.models import FileState, GrantV1
+    from promoter.executor import sandbox as sandboxes
     from promoter.executor.builder import BuiltBundle
 
 __all__ = ["POLICIES", "build", "keep_sandbox", "policy"]
@@ -59,45 +55,31 @@ def _refused_links(exc: PromoterError) -> list[dict[str, Any]] | None:
     return links if len(links) == len(paths) else None
 
 
-def _explain(links: list[dict[str, Any]], grant: GrantV1, record: sandboxes.RunRecord) -> str:
+def _explain(
+    links: list[dict[str, Any]], grant: GrantV1, record: sandboxes.RunRecord, person: Person
+) -> str:
     wider = _WIDER.get(grant.symlinks, "any")
     for item in links:
         target = f" -> {item['target']!r}" if item.get("target") is not None else ""
-        console.print(
+        person.say(
             f"refused link: {escape(str(item['path']))}{escape(target)}: "
-            f"{escape(str(item.get('reason')))}",
-            soft_wrap=True,
-            highlight=False,
+            f"{escape(str(item.get('reason')))}"
         )
     allow = f"promoter run --continue {record.run_id} --symlinks {wider} -- true"
-    console.print(
+    person.say(
         f"the grant's policy is symlinks: {grant.symlinks}; --symlinks {wider} on promoter "
         f"run allows {'links that stay inside the worktree' if wider == 'inside' else 'any link'}"
-        f" ({escape(allow)})",
-        soft_wrap=True,
-        highlight=False,
+        f" ({escape(allow)})"
     )
     return allow
 
 
-def _ask(paths: list[str], yes: bool) -> bool:
-    if yes:
-        err_console.print("--yes never promotes a part: answer at a terminal to promote the rest")
-        return False
-    if not sys.stdin.isatty():
-        return False
-    named = ", ".join(paths)
-    return typer.confirm(f"Promote the rest, without {named}?", default=True)
-
-
 def build(
-    state_dir: Path,
     record: sandboxes.RunRecord,
     step: sandboxes.Step,
     grant: GrantV1,
     since: dict[str, FileState] | None,
-    *,
-    yes: bool,
+    person: Person,
 ) -> BuiltBundle:
     """The sandbox's bundle; with refused links, the rest when the person says so."""
     from promoter.executor import layered  # the builder: loaded by a run, not by --list
@@ -108,22 +90,19 @@ def build(
         links = _refused_links(exc)
         if links is None:
             raise
-        allow = _explain(links, grant, record)
+        allow = _explain(links, grant, record, person)
         paths = [str(item["path"]) for item in links]
-        if not _ask(paths, yes):
+        if not person.agree_to_part(f"Promote the rest, without {', '.join(paths)}?"):
             exc.detail = (
                 f"{exc.detail}; the grant's policy is symlinks: {grant.symlinks}; next: allow "
                 f"them with {allow}, or promote the rest without them at a terminal: "
                 f"promoter run --continue {record.run_id} -- true"
             )
             raise
-    step.left_out = paths
-    sandboxes.save(state_dir, record)
+    step.left_out = paths  # saved with the step's next move (submitted or no_changes)
     built = layered.build(record, grant, since=since, leave_out=frozenset(paths))
-    console.print(
-        f"the rest, without {escape(', '.join(paths))} (kept in the sandbox {record.clone}):",
-        soft_wrap=True,
-        highlight=False,
+    person.say(
+        f"the rest, without {escape(', '.join(paths))} (kept in the sandbox {record.clone}):"
     )
     return built
 

@@ -34,15 +34,9 @@ promotion protocol, which never merges (drift refuses).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from promoter.cli import run_answers as answers
-from promoter.cli.bundle_cmd import print_diff
-from promoter.cli.common import console, err_console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import (
     ConfigError,
@@ -52,15 +46,14 @@ from promoter.errors import (
     error_class,
 )
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.run import answers
+from promoter.executor.run.person import Consent, Person, escape
+from promoter.executor.run.state import Run, RunStatus
 
 __all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
 
 CONFLICTS = "conflicts"  # under the run's directory: the marked files of a conflicted merge
 _ROUNDS = 3  # merges of one step, each after a new save refused the last
-
-
-def _say(text: str) -> None:
-    console.print(text, soft_wrap=True, highlight=False)
 
 
 def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
@@ -102,28 +95,20 @@ def _question(paths: list[str]) -> str:
     return f"{named} changed while the agent ran: merge your edit and the agent's?"
 
 
-def _ask(paths: list[str], yes: bool) -> str | None:
-    """``"yes"`` (the flag), ``"asked"`` (yes at the terminal), None (no, or no terminal)."""
-    if yes:
-        _say(f"{escape(_question(paths))} yes (--yes)")
-        return "yes"
-    if not sys.stdin.isatty():
-        err_console.print("not a terminal: pass --yes to merge and promote without asking")
-        return None
-    return "asked" if typer.confirm(_question(paths), default=True) else None
+_NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
 
 
 def offer(
-    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, *, yes: bool
-) -> str:
+    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+) -> Consent:
     """The consent to request a drifted promotion so that it can be merged, or the refusal."""
     paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
     if not paths or record.start_tree is None:  # --from-head: the file was yours before
-        raise answers.refusal(preflight, record, bundle_id)
-    answers.print_drift(preflight)
-    consent = _ask(paths, yes)
+        raise answers.refusal(preflight, record, bundle_id, person)
+    answers.drift_report(preflight, person)
+    consent = person.agree(_question(paths), no_terminal=_NO_TERMINAL)
     if consent is None:
-        raise answers.refusal(preflight, record, bundle_id)
+        raise answers.refusal(preflight, record, bundle_id, person)
     return consent
 
 
@@ -143,7 +128,9 @@ def _write_marked(target: Path, text: str) -> None:
         out.write(text.encode("utf-8", errors="surrogateescape"))
 
 
-def _conflict(exc: MergeConflict, record: sandboxes.RunRecord, operation_id: str) -> None:
+def _conflict(
+    exc: MergeConflict, record: sandboxes.RunRecord, operation_id: str, person: Person
+) -> None:
     written: list[str] = []
     for item in exc.context.get("paths") or []:
         if item.get("result") != "conflict" or item.get("merged_text") is None:
@@ -151,29 +138,29 @@ def _conflict(exc: MergeConflict, record: sandboxes.RunRecord, operation_id: str
         target = conflict_file(record, operation_id, str(item["path"]))
         _write_marked(target, str(item["merged_text"]))
         cut = " (cut: the text is longer)" if item.get("truncated") else ""
-        _say(
+        person.say(
             f"conflict: {escape(str(item['path']))}: {item.get('conflicts')} conflicting "
             f"hunk(s); both edits with markers in {escape(str(target))}{cut}"
         )
         written.append(str(item["path"]))
-    _say("nothing in your worktree changed")
+    person.say("nothing in your worktree changed")
     nxt = (
         f"resolve the markers and save the result as {', '.join(written)} yourself, then "
         f"start again from your files as they are: promoter run --repo {record.repository} "
         f"-- CMD (the conflict again: promoter merge {operation_id})"
     )
-    err_console.print(f"next: {escape(nxt)}", soft_wrap=True, highlight=False)
+    person.warn(f"next: {escape(nxt)}")
     exc.detail = f"{exc.detail}; next: {nxt}"
 
 
-def _unsupported(exc: MergeUnsupported) -> None:
+def _unsupported(exc: MergeUnsupported, person: Person) -> None:
     for item in exc.context.get("paths") or []:
         sides = ", ".join(
             f"{name} {str(item[name].get('sha256') or '-')[:12]} {item[name].get('bytes')} bytes"
             for name in ("old", "current", "new")
         )
-        _say(f"not merged: {escape(str(item['path']))}: {escape(item.get('reason') or '')}")
-        _say(f"  {escape(sides)}")
+        person.say(f"not merged: {escape(str(item['path']))}: {escape(item.get('reason') or '')}")
+        person.say(f"  {escape(sides)}")
 
 
 def _drift_report(orch: PromoterClient, operation_id: str) -> dict[str, Any]:
@@ -183,34 +170,27 @@ def _drift_report(orch: PromoterClient, operation_id: str) -> dict[str, Any]:
 
 
 def _refused(
-    report: dict[str, Any],
-    view: dict[str, Any],
-    state_dir: Path,
-    record: sandboxes.RunRecord,
-    step: sandboxes.Step,
+    report: dict[str, Any], view: dict[str, Any], run: Run, step: sandboxes.Step, person: Person
 ) -> PromoterError:
     """The refused promotion as the preflight's refusal: every drifted path, the next step."""
-    step.status = "refused"
-    sandboxes.save(state_dir, record)
+    run.move(step, RunStatus.REFUSED)
     operation_id = str(view["operation_id"])
-    err_console.print(
+    person.warn(
         f"operation {escape(operation_id)} was refused: nothing was written "
-        f"(the merge later: promoter merge {escape(operation_id)})",
-        soft_wrap=True,
-        highlight=False,
+        f"(the merge later: promoter merge {escape(operation_id)})"
     )
     preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
-    return answers.refusal(preflight, record, str(step.bundle_id))
+    return answers.refusal(preflight, run.record, str(step.bundle_id), person)
 
 
 def merged(
     orch: PromoterClient,
-    state_dir: Path,
-    record: sandboxes.RunRecord,
+    run: Run,
     step: sandboxes.Step,
     view: dict[str, Any],
+    person: Person,
     *,
-    consent: str,
+    consent: Consent,
     agreed: bool,
     note: str,
 ) -> dict[str, Any] | None:
@@ -222,14 +202,14 @@ def merged(
         operation_id = str(view["operation_id"])
         report = _drift_report(orch, operation_id)
         paths = _mendable(report)
-        if not paths:
-            raise _refused(report, view, state_dir, record, step)
+        if not paths or run.record.start_tree is None:  # --from-head: the file was yours
+            raise _refused(report, view, run, step, person)
         if not agreed:
-            answers.print_drift(report)
-            if _ask(paths, consent == "yes") is None:
-                raise _refused(report, view, state_dir, record, step)
+            answers.drift_report(report, person)
+            if person.agree(_question(paths), no_terminal=_NO_TERMINAL) is None:
+                raise _refused(report, view, run, step, person)
         agreed = False  # a new save after this merge is asked about again
-        outcome = _merge_once(orch, state_dir, record, step, operation_id, consent, note)
+        outcome = _merge_once(orch, run, step, operation_id, person, consent, note)
         if outcome is None:
             return None
         view = outcome
@@ -238,48 +218,45 @@ def merged(
 
 def _merge_once(
     orch: PromoterClient,
-    state_dir: Path,
-    record: sandboxes.RunRecord,
+    run: Run,
     step: sandboxes.Step,
     operation_id: str,
-    consent: str,
+    who: Person,
+    consent: Consent,
     note: str,
 ) -> dict[str, Any] | None:
-    with person(orch, state_dir) as merger:
+    record = run.record
+    with person(orch, run.state_dir) as merger:
         try:
             result = merger.merge(operation_id)
         except MergeConflict as exc:
-            step.status = "merge_conflict"
-            sandboxes.save(state_dir, record)
-            _conflict(exc, record, operation_id)
+            run.move(step, RunStatus.MERGE_CONFLICT)
+            _conflict(exc, record, operation_id, who)
             raise
         except MergeUnsupported as exc:
-            step.status = "merge_unsupported"
-            sandboxes.save(state_dir, record)
-            _unsupported(exc)
+            run.move(step, RunStatus.MERGE_UNSUPPORTED)
+            _unsupported(exc, who)
             raise
-        _say(
+        who.say(
             f"merged your edit and the agent's into bundle [bold]{result['bundle_id']}[/] "
             f"(from {result['merged_from']}); nothing in your worktree changed yet"
         )
-        step.bundle_id = str(result["bundle_id"])
-        print_diff(orch.bundle_diff(step.bundle_id), pager=consent != "yes")
+        step.bundle_id = str(result["bundle_id"])  # saved with the move below
+        who.review(None, orch.bundle_diff(step.bundle_id), None, hint=None)
         held = result["promotion"]
         if held["operation_id"] is None:
-            step.status = "merge_not_held"
-            sandboxes.save(state_dir, record)
+            run.move(step, RunStatus.MERGE_NOT_HELD)
             raise error_class(str(held["code"]))(
                 f"the merged bundle {step.bundle_id} is not held for approval: {held['detail']}"
             )
-        step.operation_id = str(held["operation_id"])
+        held_id = str(held["operation_id"])
         if held["status"] != "awaiting_approval" or consent != "asked":
-            step.status = str(held["status"])
-            sandboxes.save(state_dir, record)
-            _say(
-                f"the merge waits for approval: promoter review {step.operation_id}, then "
-                f"promoter approve {step.operation_id}"
+            run.move(step, str(held["status"]), operation_id=held_id)
+            who.say(
+                f"the merge waits for approval: promoter review {held_id}, then "
+                f"promoter approve {held_id}"
             )
             return None
-        sandboxes.save(state_dir, record)
-        approved: dict[str, Any] = merger.approve(step.operation_id, note, wait=True)
+        run.move(step, step.status, operation_id=held_id)  # the held operation, named
+        approved: dict[str, Any] = merger.approve(held_id, note, wait=True)
         return approved

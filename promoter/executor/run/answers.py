@@ -1,11 +1,11 @@
 """What ``promoter run`` tells a person and asks the host between its steps.
 
-This module owns four small answers of ``run_cmd``: the grant preconditions of a step
-(the person's captured state, ``start_state``, with the states a chain's completed
-promotions left at the paths they wrote), the environment an agent in the sandbox gets
-to build against that state and to leave word of its own submission, the adoption of
-the bundle the agent submitted (``agent_bundle``: promoted instead of a new one only
-when the sandbox, rebuilt with the same creation time, gives the very same
+This module owns four small answers of the run's workflow (``flow.py``): the grant
+preconditions of a step (the person's captured state, ``start_state``, with the states a
+chain's completed promotions left at the paths they wrote), the environment an agent in
+the sandbox gets to build against that state and to leave word of its own submission,
+the adoption of the bundle the agent submitted (``agent_bundle``: promoted instead of a
+new one only when the sandbox, rebuilt with the same creation time, gives the very same
 ``bundle_sha256``), and a refusal a person can act on (every drifted path with what it
 reads now and what was expected, and the next command to try).
 
@@ -20,20 +20,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from promoter.cli.common import err_console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import PromoterError, error_class
 from promoter.executor import layers
-from promoter.executor import sandbox as sandboxes
+from promoter.executor.run.person import Person, escape
 
 if TYPE_CHECKING:
     from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+    from promoter.executor import sandbox as sandboxes
 
 __all__ = [
     "agent_bundle",
     "agent_env",
     "chained_preconditions",
-    "print_drift",
+    "drift_report",
     "refusal",
     "started",
 ]
@@ -125,6 +125,7 @@ def agent_bundle(
     record: sandboxes.RunRecord,
     grant: GrantV1,
     since: dict[str, FileState] | None,
+    person: Person,
 ) -> tuple[dict[str, Any], PatchVerificationReceiptV1] | None:
     """The bundle the command submitted for ``grant``, when the sandbox still gives it.
 
@@ -142,7 +143,7 @@ def agent_bundle(
         submitted = client.get_bundle(bundle_id)
         receipt = client.get_verification(bundle_id)
     except PromoterError as exc:
-        err_console.print(f"the command's bundle {escape(bundle_id)} is not usable: {exc.detail}")
+        person.warn(f"the command's bundle {escape(bundle_id)} is not usable: {exc.detail}")
         return None
     if submitted.grant_id != grant.grant_id or receipt.status != "passed":
         return None
@@ -151,7 +152,7 @@ def agent_bundle(
 
     with layered.build(record, grant, since=since, created_at=str(wire["created_at"])) as built:
         if built.bundle_sha256 != submitted.bundle_sha256:
-            err_console.print(
+            person.warn(
                 f"the sandbox changed after the command submitted {escape(bundle_id)}: "
                 "a new bundle is built from it"
             )
@@ -171,8 +172,8 @@ def _state(value: Any) -> str:
     return f"{value.get('mode')} sha256:{sha}" + (f" ({size} bytes)" if size is not None else "")
 
 
-def print_drift(preflight: dict[str, Any]) -> list[dict[str, Any]]:
-    """Print every drifted path with what it reads now and what was expected; the list."""
+def drift_report(preflight: dict[str, Any], person: Person) -> list[dict[str, Any]]:
+    """Tell every drifted path with what it reads now and what was expected; the list."""
     drifted = [p for p in preflight.get("paths") or [] if p.get("verdict") in ("drift", "unsafe")]
     report: list[dict[str, Any]] = []
     for item in drifted:
@@ -180,7 +181,7 @@ def print_drift(preflight: dict[str, Any]) -> list[dict[str, Any]]:
         now, expected = _state(item.get("actual")), _state(item.get("expected_old"))
         reasons = "; ".join(item.get("reasons") or [])
         line = f"{path}: reads {now} now, expected {expected} ({reasons})"
-        err_console.print(f"drifted: {escape(line)}", soft_wrap=True, highlight=False)
+        person.warn(f"drifted: {escape(line)}")
         report.append(
             {"path": path, "actual": item.get("actual"), "expected": item.get("expected_old")}
         )
@@ -188,10 +189,10 @@ def print_drift(preflight: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def refusal(
-    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str
+    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
 ) -> PromoterError:
-    """The preflight's refusal as an error naming every drifted path, printed as well."""
-    report = print_drift(preflight)
+    """The preflight's refusal as an error naming every drifted path, told as well."""
+    report = drift_report(preflight, person)
     nxt = (
         "start again from your files as they are now: "
         f"promoter run --repo {record.repository} -- CMD"

@@ -1,0 +1,561 @@
+"""The workflow of ``promoter run``: from a sandbox to a promoted change, one step at a time.
+
+``start`` makes the sandbox (``promoter.executor.sandbox.create``: a clone of the guarded
+repository at HEAD, or layers over a shared base, ``layered.py``; its worktree then the
+person's as it is, unless ``from_head``).
+``step`` is one step of a run: the grant, its lease and the run's token in one request
+(``POST /v1/runs``; its preconditions: the state the sandbox started from, and the
+states a chain's completed promotions left, ``answers.chained_preconditions``), the
+command run in the sandbox (confined by ``promoter.executor.confine`` unless
+``Confinement.unconfined``; an overlay's layers mounted either way), a clone's ``.git``
+taken back (``sandbox_repo.restore``), the bundle adopted (the one the command
+submitted, ``answers.agent_bundle``) or built (``links.build``, through the layers) and
+submitted (when nobody will be asked, ``Person.yes``: promoted with its evidence in one
+request), the review shown, then ``promote``: the preflight (a drift a merge can mend is
+offered the merge, ``drift.py``), the person's answer, the promotion, the approval a
+confirmation at the terminal gives, and the receipt. ``promote_submitted`` promotes the
+bundle a step left submitted (``--continue RUN``). ``finish`` removes a completed run's
+sandbox (unless kept; its files in the background, ``removal.remove_later``),
+``interrupted`` turns Ctrl-C into the error that names what is kept.
+
+Every change of a step's state goes through ``state.Run`` (the transition table, one
+save per move). Everything shown or asked goes through a ``person.Person``; nothing here
+prints or reads a terminal. The outcome (``Outcome``) is what ``--json`` prints.
+
+Deliberately not here: any decision the host makes (grant checks, verification, the
+preflight, the approval gate, the promotion), the command line and its flags
+(``promoter.cli.run_cmd``), and how a person is shown things.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from promoter.client.sync import PromoterClient
+from promoter.domain.canonical import rfc3339, utcnow
+from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
+from promoter.executor import confine, removal, sandbox_repo
+from promoter.executor import sandbox as sandboxes
+from promoter.executor.run import answers, drift, links
+from promoter.executor.run.person import Person, escape
+from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
+from promoter.git.layout import discover
+
+if TYPE_CHECKING:
+    from promoter.domain.models import GrantV1
+
+__all__ = [
+    "DEFAULT_ALLOW",
+    "Confinement",
+    "Host",
+    "NothingToPromote",
+    "Outcome",
+    "finish",
+    "interrupted",
+    "promote_submitted",
+    "repository",
+    "start",
+    "step",
+]
+
+DEFAULT_ALLOW = [{"pattern": "**", "operations": ["create", "modify", "delete"]}]
+LIMITS = {"max_changes": 10_000, "max_total_bytes": 1 << 30}
+GRANT_HOURS = 24
+
+
+class NothingToPromote(ValueError):
+    """``--continue RUN`` without a command, and the last step left no bundle to promote."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """The daemon a run talks to, the person's credential, and its state directory."""
+
+    url: str
+    token: str
+    state_dir: Path
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How ``run`` confines CMD: the person's flags."""
+
+    unconfined: bool = False
+    network: bool = False
+    limits: confine.Limits = field(default_factory=confine.Limits)
+    pass_env: tuple[str, ...] = ()
+    hide: tuple[Path, ...] = ()
+    symlinks: str = "none"  # the grant's link policy (links.py), not a confinement
+
+    @property
+    def kind(self) -> str:
+        return "unconfined" if self.unconfined else "bwrap"
+
+
+@dataclass
+class Outcome:
+    """What a step came to: the bundle, the operation and the promotion receipt's hash."""
+
+    bundle: dict[str, Any] | None = None
+    receipt_sha256: str | None = None  # the promotion's receipt (completed only)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+
+    def wire(self, run: Run) -> dict[str, Any]:
+        """The run's outcome as one JSON document (``promoter run --json``)."""
+        record = run.record
+        last = run.last
+        bundle = self.bundle
+        return {
+            "schema": "RunOutcomeV1",
+            "run_id": record.run_id,
+            "repository": record.repository,
+            "sandbox": record.clone,
+            "status": str(last.status) if last is not None else None,
+            "steps": [
+                {
+                    "grant_id": s.grant_id,
+                    "status": str(s.status),
+                    "bundle_id": s.bundle_id,
+                    "operation_id": s.operation_id,
+                    "base_operation": s.base_operation,
+                    "confinement": s.confinement,
+                    "left_out": list(s.left_out),
+                }
+                for s in record.steps
+            ],
+            "bundle": None
+            if bundle is None
+            else {
+                "bundle_id": bundle["bundle_id"],
+                "bundle_sha256": bundle.get("bundle_sha256"),
+                "change_count": bundle.get("change_count"),
+                "total_bytes": bundle.get("total_bytes"),
+                "changes": [
+                    {"path": c["path"], "operation": c["operation"]} for c in bundle["changes"]
+                ],
+            },
+            "operation_id": last.operation_id if last is not None else None,
+            "receipt_sha256": self.receipt_sha256,
+            "targets": self.targets,
+        }
+
+
+def repository(client: PromoterClient, name: str) -> dict[str, Any]:
+    """The guarded repository ``name`` as the daemon lists it."""
+    for found in client.repositories():
+        if found["name"] == name:
+            return found
+    raise error_class("repository_unknown")(f"the daemon guards no repository {name!r}")
+
+
+def start(
+    host: Host,
+    name: str,
+    *,
+    allow: list[dict[str, Any]] | None,
+    from_head: bool,
+    layout: str = "copy",
+) -> Run:
+    """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
+    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``)."""
+    with PromoterClient(host.url, host.token) as client:
+        found = repository(client, name)
+    record = sandboxes.create(
+        host.state_dir,
+        repository=name,
+        worktree=str(found["worktree"]),
+        branch=str(found["branch"]),
+        head=str(found["head"]),
+        created_at=rfc3339(utcnow()),
+        allow=allow if allow else DEFAULT_ALLOW,
+        from_head=from_head,
+        layout=layout,
+    )
+    return Run(host.state_dir, record)
+
+
+def grant_document(
+    record: sandboxes.RunRecord,
+    identity: str,
+    number: int,
+    base: str | None,
+    preconditions: list[dict[str, Any]] | None = None,
+    confinement: str = "bwrap",
+    symlinks: str = "none",
+) -> dict[str, Any]:
+    """Step ``number``'s grant: the sandbox's base, its allowlist, its preconditions."""
+    now = utcnow()
+    grant: dict[str, Any] = {
+        "schema": "GrantV1",
+        "grant_id": f"grt_{record.run_id.removeprefix('run_')}_{number}",
+        "repository_identity": identity,
+        "branch": record.branch,
+        "base_commit": record.base_commit,
+        "base_tree": record.base_tree,
+        "executor_run_id": record.run_id,
+        "workflow_id": f"wf_{record.run_id.removeprefix('run_')}",
+        "stage": f"run:{confinement}",  # which confinement ran, bound by grant_sha256
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": number,
+        "not_before": rfc3339(now - timedelta(minutes=1)),
+        "expires_at": rfc3339(now + timedelta(hours=GRANT_HOURS)),
+        "write_allowlist": record.allow,
+        "target_preconditions": preconditions or [],
+        "limits": LIMITS,
+    }
+    if base is not None:
+        grant["base_operation"] = base
+    if symlinks != "none":
+        grant["symlinks"] = symlinks
+    return grant
+
+
+def _hidden(state_dir: Path, record: sandboxes.RunRecord, extra: tuple[Path, ...]) -> list[Path]:
+    """What the sandbox must not see: the state directory, the worktree, its git dirs,
+    and ``extra`` (``--hide`` and every directory ``hidden.secret_dirs`` names)."""
+    hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
+    try:
+        layout = discover(record.worktree)
+        hidden += [Path(layout.git_dir), Path(layout.common_dir)]
+    except PromoterError:
+        pass  # the worktree itself stays hidden; the daemon will refuse what it cannot read
+    return hidden
+
+
+def _run_command(
+    command: list[str],
+    host: Host,
+    record: sandboxes.RunRecord,
+    env: dict[str, str],
+    timeout: float,
+    how: Confinement,
+    person: Person,
+) -> int:
+    person.say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
+    run_home = Path(record.clone).parent
+    home = run_home / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    from promoter.executor import layered  # the builder: loaded by a run only
+
+    overlay = layered.overlay_of(record) if record.layout == "overlay" else None
+    if how.unconfined:
+        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
+        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
+    box = confine.Sandbox(
+        clone=Path(record.clone),
+        home=home,
+        hide=_hidden(host.state_dir, record, how.hide),
+        network=how.network,
+        limits=how.limits,
+        overlay=overlay,
+    )
+    outcome = confine.run_confined(
+        command,
+        box,
+        confine.sandbox_env(base, env, home, how.pass_env),
+        host.url,
+        timeout,
+        record.run_id,
+    )
+    person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
+    return outcome.returncode
+
+
+def _refresh(orch: PromoterClient, run: Run) -> None:
+    """Steps left waiting (approval, a running attempt) take their operation's status now."""
+    for step in run.record.steps:
+        waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS)
+        if step.operation_id and step.status in waiting:
+            run.move(step, str(orch.get_operation(step.operation_id)["status"]))
+
+
+def step(
+    host: Host,
+    run: Run,
+    command: list[str],
+    *,
+    person: Person,
+    timeout: float,
+    how: Confinement | None = None,
+    outcome: Outcome | None = None,
+) -> Outcome:
+    """One step of ``run``: CMD run in the sandbox, its changes reviewed and promoted.
+
+    ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
+    in an error too."""
+    from promoter.executor.handover import (  # the bundle models: a run's
+        promote_with_evidence,
+        upload_and_submit,
+    )
+
+    how = how or Confinement()
+    outcome = outcome if outcome is not None else Outcome()
+    record = run.record
+    orch = PromoterClient(host.url, host.token, timeout=660.0)
+    with orch:
+        _refresh(orch, run)
+        found = repository(orch, record.repository)
+        if found["head"] != record.base_commit:
+            raise error_class("target_drift")(
+                f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
+                f"{str(found['head'])[:12]} since run {record.run_id} began; start a new "
+                f"run with promoter run --repo {record.repository}"
+            )
+        base = record.last_completed
+        number = len(record.steps) + 1
+        preconditions = answers.chained_preconditions(orch, record)
+        grant_doc = grant_document(
+            record,
+            found["repository_identity"],
+            number,
+            base,
+            preconditions,
+            how.kind,
+            how.symlinks,
+        )
+        lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
+        opened = orch.open_run(  # the grant, its lease and the run's token: one request
+            grant_doc,
+            {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
+            int(timeout) + 3600,
+        )
+        minted = opened["token"]
+        current = sandboxes.Step(
+            grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
+        )
+        run.begin(current)
+        env = {
+            "PROMOTER_URL": host.url,
+            "PROMOTER_TOKEN": str(minted["token"]),
+            "PROMOTER_GRANT": grant_doc["grant_id"],
+            "PROMOTER_RUN": record.run_id,
+            **answers.agent_env(record),
+        }
+        code = _run_command(command, host, record, env, timeout, how, person)
+        if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
+        if code != 0:
+            run.move(current, RunStatus.COMMAND_FAILED)
+            raise CommandFailed(
+                f"the command exited with status {code}; nothing was submitted; the "
+                f"sandbox is kept: {record.clone} (the next step: promoter run --continue "
+                f"{record.run_id} -- CMD)",
+                status=code,
+                run_id=record.run_id,
+            )
+        executor = orch.with_token(str(minted["token"]))
+        with executor:
+            grant = executor.get_grant(grant_doc["grant_id"])
+            since = executor.grant_base(grant.grant_id) if base else None
+            requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
+            adopted = answers.agent_bundle(executor, record, grant, since, person)
+            if adopted is not None:
+                bundle, receipt = adopted
+                person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
+            else:
+                with links.build(record, current, grant, since, person) as built:
+                    if not built.bundle["changes"]:
+                        run.move(current, RunStatus.NO_CHANGES)
+                        person.say("no changes since the last promotion: nothing to promote")
+                        return outcome
+                    if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
+                        token = str(minted["token"])
+                        receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
+                    else:
+                        receipt = upload_and_submit(executor, built)
+                    bundle = built.bundle
+        run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
+        assert current.bundle_id is not None
+        diff = orch.bundle_diff(current.bundle_id)
+        person.review(
+            bundle, diff, receipt.wire(), hint=f"promoter bundle diff {current.bundle_id}"
+        )
+        unseen = list(diff.get("unseen") or [])
+        outcome.bundle = bundle
+        promote(
+            orch,
+            run,
+            current,
+            grant,
+            receipt.receipt_sha256,
+            person,
+            outcome,
+            unseen=unseen,
+            requested=requested,
+        )
+        return outcome
+
+
+def _confirmed_note() -> str:
+    """The note an approval at the terminal carries: who confirmed (never the approver)."""
+    try:
+        return f"confirmed at the terminal by {getpass.getuser()}"
+    except (KeyError, OSError):
+        return "confirmed at the terminal"
+
+
+def promote(
+    orch: PromoterClient,
+    run: Run,
+    current: sandboxes.Step,
+    grant: GrantV1,
+    receipt_sha256: str,
+    person: Person,
+    outcome: Outcome,
+    *,
+    unseen: list[dict[str, Any]] | None = None,
+    requested: dict[str, Any] | None = None,
+) -> None:
+    """The preflight, the person's answer, the promotion (and its approval), the receipt.
+
+    ``requested``: the operation a ``--yes`` step's one request already promoted with its
+    evidence (docs/protocol.md); its outcome stands for the preflight and the promotion."""
+    record = run.record
+    assert current.bundle_id is not None
+    if requested is None:
+        preflight = orch.preflight(current.bundle_id, grant.fence)
+        person.say(f"preflight {preflight['status']}")
+    else:  # a drift or a refusal is the operation's own (target_drift: merged below)
+        preflight = {"status": "passed"}
+        person.say("requested with its evidence in one request; the promotion checked it")
+    drifted = preflight["status"] != "passed"
+    if drifted:  # a drift a merge can mend is offered the merge (drift.py)
+        run.move(current, RunStatus.PREFLIGHT_REFUSED)
+        consent = drift.offer(preflight, record, current.bundle_id, person)
+    else:
+        consent = person.approve(unseen or [])
+    if consent is None:
+        run.move(current, RunStatus.DECLINED)
+        raise NotConfirmed(
+            f"not promoted; bundle {current.bundle_id} stays submitted (the sandbox is kept: "
+            f"{record.clone}); promote that bundle with promoter run --continue "
+            f"{record.run_id} --yes, or without --yes to answer at a terminal",
+            bundle_id=current.bundle_id,
+            run_id=record.run_id,
+        )
+    view = requested or orch.promote(current.bundle_id, receipt_sha256, grant.fence, wait=True)
+    current.operation_id = str(view["operation_id"])  # saved with the status it comes to
+    if view.get("status") == "awaiting_approval":
+        # the gate wants a person: a confirmation at the terminal is one, --yes is not;
+        # the approver is the person's own credential (an operator's), never another
+        if consent != "asked" or orch.whoami().get("role") != "operator":
+            run.move(current, RunStatus.AWAITING_APPROVAL)
+            person.say(f"awaiting approval: promoter approve {current.operation_id}")
+            return
+        seen = [str(u["path"]) for u in unseen or []]  # confirmed at the question
+        view = orch.approve(current.operation_id, _confirmed_note(), wait=True, seen=seen)
+    merged = drift.merged(  # refused target_drift: merged into a new bundle (drift.py)
+        orch,
+        run,
+        current,
+        view,
+        person,
+        consent=consent,
+        agreed=drifted,
+        note=_confirmed_note(),
+    )
+    if merged is None:
+        return
+    view = merged
+    run.move(current, str(view["status"]))
+    if current.status is not RunStatus.COMPLETED:
+        raise error_class(str(view.get("code") or "internal"))(
+            f"operation {current.operation_id} is {current.status}: {view.get('detail') or ''}"
+        )
+    assert current.operation_id is not None
+    promoted = json.loads(orch.get_receipt(current.operation_id))
+    outcome.receipt_sha256 = str(promoted["receipt_sha256"])
+    outcome.targets = list(promoted["targets"])
+    person.say(
+        f"promoted: operation [bold]{current.operation_id}[/] completed, receipt "
+        f"{promoted['receipt_sha256']}"
+        + (f", chained on {promoted['base_operation']}" if promoted.get("base_operation") else "")
+    )
+    for target in promoted["targets"]:
+        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
+        person.say(f"  {escape(target['path'])}  {state}")
+
+
+def promote_submitted(
+    host: Host, run: Run, person: Person, outcome: Outcome | None = None
+) -> Outcome:
+    """``--continue RUN`` without CMD: promote the bundle the last step left submitted.
+
+    Raises ``NothingToPromote`` (the CLI's usage error) when the last step left none."""
+    record = run.record
+    current = run.last
+    if current is None or current.bundle_id is None or current.status not in PROMOTABLE:
+        last = current.status if current is not None else "nothing yet"
+        raise NothingToPromote(
+            f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
+            f"give the next command: promoter run --continue {record.run_id} -- CMD"
+        )
+    with PromoterClient(host.url, host.token, timeout=660.0) as orch:
+        grant = orch.get_grant(current.grant_id)
+        receipt = orch.get_verification(current.bundle_id)
+        person.say(f"promoting the bundle step {len(record.steps)} submitted: {current.bundle_id}")
+        bundle = orch.get_bundle(current.bundle_id).wire()
+        outcome = outcome if outcome is not None else Outcome()
+        outcome.bundle = bundle
+        diff = orch.bundle_diff(current.bundle_id)
+        person.review(bundle, diff, receipt.wire(), hint=None)
+        promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+        return outcome
+
+
+def finish(run: Run, person: Person, *, keep: bool) -> None:
+    """A completed run's sandbox is removed (unless ``keep``); any other is kept and named."""
+    record = run.record
+    last = run.last
+    if last is not None and last.status is RunStatus.COMPLETED and not keep:
+        going = removal.remove_later(run.state_dir, record.run_id)  # after the answer
+        person.say(
+            f"sandbox {record.run_id} removed: its files go in the background ({going}); "
+            "--keep keeps it for --continue"
+        )
+        return
+    person.say(
+        f"sandbox kept: {record.clone}\n"
+        f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD"
+    )
+
+
+def interrupted(run: Run) -> Interrupted:
+    """Ctrl-C at any stage: the step marked ``interrupted``; the error names the sandbox and
+    the bundle kept and the next command (exit 130)."""
+    record = run.record
+    current = run.last
+    resumable = (RunStatus.STARTED, RunStatus.SUBMITTED, RunStatus.DECLINED)
+    if current is not None and current.status in resumable:
+        run.move(current, RunStatus.INTERRUPTED)
+    kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
+    if current is not None and current.bundle_id is not None and current.operation_id is None:
+        return Interrupted(
+            f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
+            f"promoter run --continue {record.run_id} --yes",
+            run_id=record.run_id,
+            bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
+    if current is not None and current.operation_id is not None:
+        return Interrupted(
+            f"interrupted while operation {current.operation_id} ran at the host, which "
+            f"finishes it; the sandbox is kept: {record.clone}; its status: promoter run --list",
+            run_id=record.run_id,
+            operation_id=current.operation_id,
+            sandbox=record.clone,
+        )
+    return Interrupted(
+        f"{kept}; run the step again with promoter run --continue {record.run_id} -- CMD",
+        run_id=record.run_id,
+        sandbox=record.clone,
+    )

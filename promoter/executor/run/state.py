@@ -1,0 +1,59 @@
+"""A run's record and the one way its steps change state: one save per move.
+
+``Run`` holds a run's record (``promoter.executor.sandbox.RunRecord``) and its state
+directory. ``begin`` records a new step, ``move`` moves one: the move is checked against
+``status.TRANSITIONS`` (``check_move``), the step's fields are set, and ``run.json`` is
+written once (``sandbox.save``); a move that changes nothing writes nothing.
+
+Deliberately not here: the statuses and their table (``status.py``), what makes a step
+move (``flow.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from promoter.executor import sandbox
+from promoter.executor.run.status import FINAL, PROMOTABLE, TRANSITIONS, RunStatus, check_move
+from promoter.executor.sandbox import RunRecord, Step
+
+__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Run", "RunStatus", "check_move"]
+
+
+@dataclass
+class Run:
+    """A run's record and where it is kept; every change of a step's state goes through
+    ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
+
+    state_dir: Path
+    record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return str(self.record.run_id)
+
+    @property
+    def last(self) -> Step | None:
+        return self.record.steps[-1] if self.record.steps else None
+
+    def begin(self, step: Step) -> None:
+        """Record a new step, ``started``."""
+        step.status = check_move(None, RunStatus.STARTED)
+        self.record.steps.append(step)
+        self._save()
+
+    def move(self, step: Step, status: str, **fields: Any) -> None:
+        """Move ``step`` to ``status`` with ``fields`` set; saved once, or not at all when
+        neither the status nor a field changed."""
+        new = check_move(step.status, status)
+        changed = new != step.status or any(getattr(step, k) != v for k, v in fields.items())
+        step.status = new
+        for key, value in fields.items():
+            setattr(step, key, value)
+        if changed:
+            self._save()
+
+    def _save(self) -> None:
+        sandbox.save(self.state_dir, self.record)

@@ -1,0 +1,95 @@
+"""A run's step states: the vocabulary and the moves allowed.
+
+A step of ``promoter run`` (``promoter.executor.sandbox.Step``) is in one ``RunStatus``;
+each member equals the string ``run.json`` has always held, so an old record loads as it
+is. A step that handed its bundle to the host takes its operation's status
+(``promoter.domain.status.OperationStatus``), so every operation status is a run status
+too. The moves are data, like an operation's: ``TRANSITIONS[from]`` is where a step may
+go next (``None``: a new step); ``check_move`` is the one check (``state.Run.move``
+makes every move through it).
+
+Deliberately not here: what makes a step move (``flow.py``), saving the record
+(``state.py``, ``promoter.executor.sandbox``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from promoter.domain.status import OperationStatus
+from promoter.errors import ConfigError
+
+__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move"]
+
+
+class RunStatus(StrEnum):
+    STARTED = "started"  # the grant is registered; the command runs or is to run
+    COMMAND_FAILED = "command_failed"
+    NO_CHANGES = "no_changes"
+    SUBMITTED = "submitted"  # the bundle is at the host, verified
+    PREFLIGHT_REFUSED = "preflight_refused"  # a drift; the merge may be offered
+    DECLINED = "declined"  # the person said no (or nobody could be asked)
+    INTERRUPTED = "interrupted"  # Ctrl-C, or no process runs the step any more
+    MERGE_CONFLICT = "merge_conflict"
+    MERGE_UNSUPPORTED = "merge_unsupported"
+    MERGE_NOT_HELD = "merge_not_held"
+    # the operation's statuses, once the bundle went to be promoted
+    AWAITING_APPROVAL = "awaiting_approval"
+    IN_PROGRESS = "in_progress"
+    APPLIED_UNVERIFIED = "applied_unverified"
+    NEEDS_RECOVERY = "needs_recovery"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    ABANDONED = "abandoned"
+    COMPLETED = "completed"
+    REFUSED = "refused"
+    ROLLBACK_FAILED = "rollback_failed"
+    ROLLBACK_PARTIAL = "rollback_partial"
+    ROLLED_BACK = "rolled_back"
+    APPROVED_IN_PART = "approved_in_part"  # refused: an operator promoted a part of it
+
+
+R = RunStatus
+OPERATION = frozenset(RunStatus(s.value) for s in OperationStatus)
+MERGES = frozenset({R.MERGE_CONFLICT, R.MERGE_UNSUPPORTED, R.MERGE_NOT_HELD})
+# a bundle at the host, not promoted: it may be promoted (--continue RUN), merged or declined
+_HELD = frozenset({R.PREFLIGHT_REFUSED, R.DECLINED, R.INTERRUPTED, *MERGES, *OPERATION})
+# an operation the host still moves: its status is read again (refresh, --list)
+_MOVING = frozenset(
+    {R.AWAITING_APPROVAL, R.IN_PROGRESS, R.APPLIED_UNVERIFIED, R.NEEDS_RECOVERY}
+    | {R.NEEDS_RECONCILIATION}
+)
+
+TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
+    None: frozenset({R.STARTED}),
+    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED}),
+    R.SUBMITTED: _HELD,
+    R.DECLINED: _HELD,
+    R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
+    R.PREFLIGHT_REFUSED: _HELD - {R.INTERRUPTED},
+    **{status: OPERATION | {R.APPROVED_IN_PART} for status in _MOVING},
+    R.COMPLETED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL, R.ROLLBACK_FAILED}),
+    R.ROLLBACK_PARTIAL: frozenset({R.ROLLED_BACK, R.ROLLBACK_FAILED}),
+    R.ROLLBACK_FAILED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL}),
+}
+FINAL = frozenset(status for status in RunStatus if not TRANSITIONS.get(status))
+PROMOTABLE = frozenset({R.DECLINED, R.INTERRUPTED, R.SUBMITTED})  # --continue RUN, no CMD
+
+
+def check_move(current: str | None, wanted: str) -> RunStatus:
+    """``wanted`` as a ``RunStatus`` if a step may go there from ``current``.
+
+    Raises ``ConfigError`` for an unknown status or a move the table does not hold;
+    staying where it is is always allowed.
+    """
+    try:
+        status = RunStatus(wanted)
+        was = None if current is None else RunStatus(current)
+    except ValueError as exc:
+        raise ConfigError(f"unknown run step status {wanted!r}") from exc
+    if status is was:
+        return status
+    if status not in TRANSITIONS.get(was, frozenset()):
+        raise ConfigError(
+            f"a run step cannot move from {current} to {wanted}", current=current, status=wanted
+        )
+    return status

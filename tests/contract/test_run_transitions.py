@@ -1,0 +1,159 @@
+"""A run step's states are a table: every listed move is taken, every other is refused.
+
+Walks ``promoter.executor.run.status.TRANSITIONS`` like ``test_transitions.py`` walks an
+operation's: every pair of statuses is allowed exactly when the table holds it; every
+status is reachable from a new step; a record written before the statuses were an enum
+(plain strings) loads with the same strings and is written back byte for byte; a status
+the table does not know is refused on load; ``Run.move`` writes the record once per
+change and not at all when nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from promoter import faults
+from promoter.domain.status import OperationStatus
+from promoter.errors import ConfigError
+from promoter.executor import sandbox
+from promoter.executor.run.state import Run
+from promoter.executor.run.status import FINAL, TRANSITIONS, RunStatus, check_move
+
+SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
+EVERY: list[RunStatus | None] = [None, *RunStatus]
+
+
+@pytest.mark.parametrize("current", EVERY, ids=lambda s: str(s))
+def test_every_move_the_table_holds_is_allowed_and_no_other(current: RunStatus | None) -> None:
+    allowed = TRANSITIONS.get(current, frozenset())
+    for wanted in RunStatus:
+        if wanted is current or wanted in allowed:
+            assert check_move(current, wanted) is wanted
+        else:
+            with pytest.raises(ConfigError):
+                check_move(current, wanted)
+
+
+def test_every_status_is_reachable_from_a_new_step() -> None:
+    seen: set[RunStatus | None] = {None}
+    frontier: list[RunStatus | None] = [None]
+    while frontier:
+        nxt: list[RunStatus | None] = []
+        for status in frontier:
+            for target in TRANSITIONS.get(status, frozenset()):
+                if target not in seen:
+                    seen.add(target)
+                    nxt.append(target)
+        frontier = nxt
+    assert seen == set(EVERY)
+
+
+def test_every_operation_status_is_a_run_status_with_the_same_string() -> None:
+    assert {s.value for s in OperationStatus} <= {s.value for s in RunStatus}
+    assert all(RunStatus(s.value) == s.value for s in OperationStatus)
+
+
+def test_final_states_move_nowhere_and_a_completed_step_only_to_a_rollback() -> None:
+    assert RunStatus.COMMAND_FAILED in FINAL and RunStatus.NO_CHANGES in FINAL
+    assert RunStatus.STARTED not in FINAL
+    assert TRANSITIONS[RunStatus.COMPLETED] == {
+        RunStatus.ROLLED_BACK,
+        RunStatus.ROLLBACK_PARTIAL,
+        RunStatus.ROLLBACK_FAILED,
+    }
+    for status in FINAL:
+        with pytest.raises(ConfigError):
+            check_move(status, RunStatus.STARTED)
+
+
+def test_an_unknown_status_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        check_move(RunStatus.STARTED, "promoted_somehow")
+
+
+LEGACY = [
+    "started",
+    "submitted",
+    "declined",
+    "interrupted",
+    "preflight_refused",
+    "awaiting_approval",
+    "completed",
+    "approved_in_part",
+]
+
+
+def _legacy_record(state: Path, statuses: list[str]) -> Path:
+    home = sandbox.runs_dir(state) / "run_0123456789abcdef"
+    home.mkdir(parents=True)
+    record = {
+        "run_id": "run_0123456789abcdef",
+        "repository": "work",
+        "worktree": "/nowhere",
+        "branch": "refs/heads/main",
+        "base_commit": "a" * 40,
+        "base_tree": "b" * 40,
+        "clone": str(home / "clone"),
+        "created_at": "2026-01-01T00:00:00Z",
+        "allow": [],
+        "preconditions": [],
+        "skipped": [],
+        "start_tree": None,
+        "layout": "copy",  # the layouts came later than the statuses
+        "steps": [
+            {
+                "grant_id": f"grt_0123456789abcdef_{n}",
+                "bundle_id": None,
+                "operation_id": None,
+                "status": status,
+                "base_operation": None,
+                "confinement": "bwrap",
+                "left_out": [],
+            }
+            for n, status in enumerate(statuses, 1)
+        ],
+    }
+    path = home / "run.json"
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_old_record_loads_and_is_written_back_byte_for_byte(tmp_path: Path) -> None:
+    path = _legacy_record(tmp_path, LEGACY)
+    before = path.read_bytes()
+    loaded = sandbox.load(tmp_path, "run_0123456789abcdef")
+    assert [s.status for s in loaded.steps] == LEGACY
+    assert all(isinstance(s.status, RunStatus) for s in loaded.steps)
+    sandbox.save(tmp_path, loaded)
+    assert path.read_bytes() == before
+
+
+def test_a_record_with_an_unknown_status_is_refused_on_load(tmp_path: Path) -> None:
+    _legacy_record(tmp_path, ["started", "teleported"])
+    with pytest.raises(ConfigError, match="teleported"):
+        sandbox.load(tmp_path, "run_0123456789abcdef")
+
+
+def test_a_move_writes_the_record_once_and_a_non_move_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(faults.ENV, "run_record_after_dir_fsync=EIO@1000000")  # inert: counts
+    faults.reset()
+    _legacy_record(tmp_path, [])
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    step = sandbox.Step(grant_id="grt_0123456789abcdef_1")
+    run.begin(step)
+    assert faults.hits(SAVED) == 1
+    run.move(step, RunStatus.STARTED)  # no change: no write
+    assert faults.hits(SAVED) == 1
+    run.move(step, RunStatus.SUBMITTED, bundle_id="bnd_x")
+    assert faults.hits(SAVED) == 2
+    with pytest.raises(ConfigError):
+        run.move(step, RunStatus.COMMAND_FAILED)  # not from submitted
+    assert faults.hits(SAVED) == 2 and step.status is RunStatus.SUBMITTED
+    on_disk = json.loads((sandbox.runs_dir(tmp_path) / run.run_id / "run.json").read_text())
+    assert on_disk["steps"][0]["status"] == "submitted"
+    assert on_disk["steps"][0]["bundle_id"] == "bnd_x"

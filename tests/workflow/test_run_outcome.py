@@ -1,0 +1,147 @@
+"""``promoter run``'s outcome: the record written once per move, ``--json``, the summary.
+
+A real daemon, a real repository, the real command (confined as ``run`` always is). The
+run record's durable writes are counted at their fault point (an inert rule counts them);
+``--json`` must put exactly one JSON document on stdout, every word on stderr; ``--yes``
+prints a summary of the diff (paths, operations, sizes, flags, unseen files), ``--diff``
+the whole patch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from click.testing import Result
+from typer.testing import CliRunner
+
+from promoter import faults
+from promoter.cli import run_cmd
+from promoter.errors import NotConfirmed
+from promoter.executor import sandbox as sandboxes
+from tests.support.daemon import Daemon
+
+SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
+
+
+def _run(daemon: Daemon, *args: str) -> Result:
+    app = typer.Typer()
+    run_cmd.register(app)
+    argv = ["--state-dir", str(daemon.state_dir), "--url", daemon.url, *args]  # the one command
+    return CliRunner().invoke(app, argv, env={"PROMOTER_TOKEN": ""})
+
+
+def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    return record
+
+
+def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
+    with daemon.orchestrator() as orch:
+        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert answer.status_code == 200, answer.text
+    loaded: dict[str, Any] = answer.json()
+    return loaded
+
+
+def test_a_step_writes_the_run_record_once_per_change_of_state(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(faults.ENV, f"{SAVED}=EIO@1000000")  # inert: counts the writes
+    faults.reset()
+    first = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", "echo a > a.txt")
+    assert first.exit_code == 0, first.output
+    # made (1), laid from the person's worktree (1); started, submitted, completed (3)
+    assert faults.hits(SAVED) == 5
+    record = _only_run(daemon)
+    faults.reset()
+    nxt = _run(
+        daemon, "--continue", record.run_id, "--yes", "--keep", "--", "sh", "-c", "echo b > a.txt"
+    )
+    assert nxt.exit_code == 0, nxt.output
+    assert faults.hits(SAVED) == 3  # started, submitted, completed
+    assert [s.status for s in _only_run(daemon).steps] == ["completed", "completed"]
+
+
+def test_json_prints_the_outcome_as_one_document_and_words_on_stderr(
+    daemon: Daemon, repo: Path
+) -> None:
+    script = "printf 'x = 1\\n' > src/new.py; rm README.md"
+    result = _run(daemon, "--repo", "work", "--yes", "--json", "--", "sh", "-c", script)
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.stdout)  # the whole of stdout: one document
+    said = "requested with its evidence in one request"  # --yes: one request
+    assert said in result.stderr and said not in result.stdout
+    assert sorted(outcome) == [
+        "bundle",
+        "operation_id",
+        "receipt_sha256",
+        "repository",
+        "run_id",
+        "sandbox",
+        "schema",
+        "status",
+        "steps",
+        "targets",
+    ]
+    assert outcome["schema"] == "RunOutcomeV1" and outcome["status"] == "completed"
+    assert outcome["repository"] == "work" and outcome["run_id"].startswith("run_")
+    (step,) = outcome["steps"]
+    assert step["status"] == "completed" and step["operation_id"] == outcome["operation_id"]
+    assert step["bundle_id"] == outcome["bundle"]["bundle_id"]
+    assert outcome["bundle"]["changes"] == [
+        {"path": "README.md", "operation": "delete"},
+        {"path": "src/new.py", "operation": "create"},
+    ]
+    receipt = _receipt(daemon, outcome["operation_id"])
+    assert outcome["receipt_sha256"] == receipt["receipt_sha256"]
+    assert [t["path"] for t in outcome["targets"]] == ["README.md", "src/new.py"]
+    assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
+
+
+def test_json_prints_the_outcome_of_a_declined_step_too(daemon: Daemon, repo: Path) -> None:
+    result = _run(daemon, "--repo", "work", "--json", "--", "sh", "-c", "echo hi > src/app.py")
+    assert isinstance(result.exception, NotConfirmed), result.output
+    outcome = json.loads(result.stdout)
+    assert outcome["status"] == "declined" and outcome["receipt_sha256"] is None
+    assert outcome["steps"][0]["bundle_id"] == outcome["bundle"]["bundle_id"]
+    assert outcome["operation_id"] is None
+
+
+TEN = "for i in 0 1 2 3 4 5 6 7 8 9; do seq 1 50 > src/f$i.txt; done"
+
+
+def test_yes_prints_a_summary_and_diff_prints_the_whole_patch(daemon: Daemon, repo: Path) -> None:
+    summary = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", TEN)
+    assert summary.exit_code == 0, summary.output
+    assert "@@" not in summary.stdout and "+50\n" not in summary.stdout
+    for i in range(10):
+        assert f" create src/f{i}.txt  - -> 141 B, +50 -0\n" in summary.stdout
+    assert "10 file(s), 500 insertion(s), 0 deletion(s)" in summary.stdout
+    assert "the whole diff: promoter bundle diff bnd_" in summary.stdout
+    assert len(summary.stdout.splitlines()) < 40
+    record = _only_run(daemon)
+    edit = "for i in 0 1 2 3 4 5 6 7 8 9; do seq 2 51 > src/f$i.txt; done"
+    whole = _run(daemon, "--continue", record.run_id, "--yes", "--diff", "--", "sh", "-c", edit)
+    assert whole.exit_code == 0, whole.output
+    assert whole.stdout.count("@@ -1,") == 10 and "+51\n" in whole.stdout
+    assert (repo / "src" / "f9.txt").read_bytes().endswith(b"50\n51\n")
+
+
+def test_continue_without_a_command_and_nothing_submitted_is_a_usage_error(
+    daemon: Daemon, repo: Path
+) -> None:
+    first = _run(daemon, "--repo", "work", "--yes", "--", "true")
+    assert first.exit_code == 0, first.output
+    record = _only_run(daemon)
+    assert [s.status for s in record.steps] == ["no_changes"]
+    again = _run(daemon, "--continue", record.run_id, "--yes")
+    assert again.exit_code == 2, again.output
+    assert f"run {record.run_id} has no submitted bundle to promote (its last step: " in (
+        again.output
+    )
+    assert "no_changes" in again.output
+    assert [s.status for s in _only_run(daemon).steps] == ["no_changes"]  # nothing written
