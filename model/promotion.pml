@@ -104,7 +104,7 @@ bit  fail; byte v[NT];
 bit  staging; bit recovering; bit made;   /* a staging pass; a recovery's pass; a directory this pass made */
 
 /* the code's fault points (promoter/faults.py) the model's actions carry */
-mtype = { after_keep, after_mkdir, after_group_sync, before_temp_named, after_temp_write, before_replace, after_exchange, before_swap_back, after_replace, before_unlink, after_move_aside, after_unlink, before_journal, after_journal, after_dir_intent, after_temps_journaled, after_replaces, after_parent_fsync, after_readback, before_receipt, after_receipt, after_temps_settled, rollback_before_journal, rollback_after_step, rollback_before_receipt, rollback_after_receipt };
+mtype = { after_keep, after_mkdir, after_group_sync, before_temp_named, after_temp_write, before_replace, after_exchange, before_swap_back, after_replace, before_unlink, after_move_aside, after_unlink, before_journal, after_journal, after_dir_intent, after_temps_journaled, after_replaces, after_parent_fsync, after_readback, before_receipt, after_temps_settled, rollback_before_journal, rollback_after_step, rollback_before_receipt, rollback_after_receipt };
 
 #define FP(p) atomic { printf("FP %e t=%d\n", p, t); if :: crashes < MAXC -> crashes++; goto crash :: true -> skip fi }
 
@@ -443,8 +443,7 @@ failed:
      d_step {
        for (t : 0 .. NT - 1) { assert(v[t] == 2); js[t] = COMPLETED }   /* completed only as read back new */
        status = ST_DONE
-     }
-     FP(after_receipt)
+     }   /* the outcome, its receipt and completed: one commit (the copy is not modelled) */
   fi;
   goto rollback;
 
