@@ -125,8 +125,11 @@ def _read_until(fd: int, marker: bytes, seen: bytearray) -> None:
         seen += chunk
 
 
-def _read_to_end(fd: int, seen: bytearray) -> None:
+def _read_to_end(fd: int, seen: bytearray, within: float | None = None) -> None:
     while True:
+        if within is not None:
+            ready, _, _ = select.select([fd], [], [], within)
+            assert ready, f"no end within {within} s: {bytes(seen)!r}"
         try:
             chunk = os.read(fd, 65536)
         except OSError:
@@ -154,9 +157,10 @@ def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
     seen = bytearray()
     try:
         _read_until(master, b"Promote these changes into the worktree?", seen)
+        _read_until(master, b"[y/N]", seen)  # the prompt whole: the answer is being read
         process.send_signal(signal.SIGINT)
-        assert process.wait(120) == INTERRUPTED
-        _read_to_end(master, seen)
+        _read_to_end(master, seen, within=120.0)  # read while it ends: a full pty never blocks it
+        assert process.wait(10) == INTERRUPTED
     finally:
         os.close(master)
     text = seen.decode(errors="replace").replace("\r\n", "\n")
