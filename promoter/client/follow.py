@@ -47,6 +47,16 @@ def location(response: httpx.Response) -> str | None:
     return target if origin(target) is not None else None
 
 
+def base_url(url: str) -> str | None:
+    """``scheme://host:port`` of an absolute http(s) URL (the host a 421 sent a request
+    to); None for anything else."""
+    where = origin(url)
+    if where is None:
+        return None
+    scheme, host, port = where
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def replayable(content: bytes | Iterable[bytes] | None) -> bool:
     """Whether a request body can be sent a second time."""
     return content is None or isinstance(content, bytes | bytearray)
