@@ -5,18 +5,19 @@ Host A reaches PostgreSQL only through a forwarder the test owns
 worktree and one state directory (the replacement on the same machine of SPEC §10.15),
 on a PostgreSQL cluster the module starts itself (``database_url``). A is paused at a
 fault point of a large promotion (after its plan; at the end of its first group of
-temps; after every replace), then its link is cut: reset, or a silent black hole. Once
-B reports A's leases run out, the operator fences A to B; A goes on while still
-partitioned (it logged its wait for the ledger, or sent into the black hole), then the
-link heals.
+temps; after every replace), then its link is cut (reset, or a silent black hole) or
+stalled (its bytes held until the heal). Once B reports A's leases run out, the operator
+fences A to B; A goes on while still partitioned, and once its traffic met the partition
+(after a reset, its attempt logged its wait for the ledger; else the forwarder swallowed
+or held what A sent next, its heartbeat's or its attempt's) the link heals.
 
-Checked, for each point and each kind of cut: from the fence on nothing of A's appears
-in the worktree (an inotify watch of every directory from the fence until A answered:
-no name made, no byte written; removals only of A's own temps and directories; every
-name left holds the bytes it held at the fence); B cannot take the operation while A
-holds its lock, and takes it once A stands down; A answers ``host_fenced`` (409) and is
-not ready from then on; the promotion ends ``completed`` once, attempt 1, with the exact
-bytes, and the person's own files (tracked, untracked, unsaved) byte-identical
+Checked, for each point and each kind of partition: from the fence on nothing of A's
+appears in the worktree (an inotify watch of every directory from the fence until A
+answered: no name made, no byte written; removals only of A's own temps and directories;
+every name left holds the bytes it held at the fence); B cannot take the operation while
+A holds its lock, and takes it once A stands down; A answers ``host_fenced`` (409) and
+is not ready from then on; the promotion ends ``completed`` once, attempt 1, with the
+exact bytes, and the person's own files (tracked, untracked, unsaved) byte-identical
 throughout; a new process of A is not ready until an operator admits the host and it
 starts again.
 """
@@ -249,7 +250,7 @@ def _expected(original: dict[str, str]) -> dict[str, str]:
 POINTS = [("after_journal", 1), ("after_temp_write", 64), ("after_replaces", 1)]
 
 
-@pytest.mark.parametrize("how", ["reset", "drop"])
+@pytest.mark.parametrize("how", ["reset", "drop", "stall"])
 @pytest.mark.parametrize(("point", "nth"), POINTS)
 def test_a_host_partitioned_mid_promotion_writes_nothing_after_its_fence(
     fleet: Fleet, forwarder: Forwarder, database_url: str, point: str, nth: int, how: str
@@ -260,6 +261,9 @@ def test_a_host_partitioned_mid_promotion_writes_nothing_after_its_fence(
         forwarder.url(database_url),
         faults=pause.spec,
         PROMOTER_DATABASE_CONNECT_TIMEOUT="2",
+        # a transaction of A's stalled on the link (its heartbeat's, holding its host's
+        # lock shared) is ended by the server soon, as a hung host's is
+        PROMOTER_DATABASE_IDLE_TRANSACTION_TIMEOUT="2",
         **SHORT_LEASE,
     )
     b = fleet.daemon("b", database_url, PROMOTER_LOCK_TIMEOUT="1")
@@ -269,7 +273,10 @@ def test_a_host_partitioned_mid_promotion_writes_nothing_after_its_fence(
     pause.reached()
     operation_id = _operation_id(b)
 
-    forwarder.cut("reset" if how == "reset" else "drop")  # A alone loses the ledger
+    if how == "stall":
+        forwarder.pause()  # A alone loses the ledger: its bytes wait on the link
+    else:
+        forwarder.cut("reset" if how == "reset" else "drop")
     _until_leases_expired(b, "host-a", operation_id)
     at_fence = _listing(fleet.repo)
     watch = Watch(fleet.repo)
@@ -283,12 +290,14 @@ def test_a_host_partitioned_mid_promotion_writes_nothing_after_its_fence(
     assert held.json()["holder"]["pid"] == a.proc.pid
     assert _listing(fleet.repo) == at_fence
 
-    swallowed = forwarder.swallowed
+    swallowed, stalled = forwarder.swallowed, forwarder.stalled
     pause.release()  # A goes on, partitioned: it can confirm its epoch with nobody
     if how == "reset":  # A's next transaction fails: it waits for the ledger
         _until_logged(a, f"putting back operation {operation_id}: the database did not answer")
-    else:  # A's next transaction goes into the black hole, and waits there
+    elif how == "drop":  # A's next transaction goes into the black hole, and waits there
         forwarder.until_swallowed(swallowed)
+    else:  # A's next transaction waits on the stalled link
+        forwarder.until_stalled(stalled)
     now = _listing(fleet.repo)  # at most its own temps taken back
     assert {p: at_fence[p] for p in now} == now
     forwarder.heal()  # ... and once A's link heals, it learns of the fence

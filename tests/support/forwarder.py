@@ -20,7 +20,10 @@ others keep it:
 
 Every change is synchronous: when ``pause``, ``cut`` or ``heal`` returns, no byte is in
 flight through the forwarder, the connections it ended are ended, and every byte after it
-follows the new state. Nothing here waits for time: the test drives each change.
+follows the new state. Nothing here waits for time: the test drives each change, and
+waits on what the forwarder counts (``until_swallowed``: bytes the black hole took;
+``until_stalled``: sends and connections the pause held), bounded so that a broken test
+fails instead of hanging.
 
 Deliberately not here: which daemon uses it (the URL the test gives it), slowing a link
 by a delay, any address but loopback.
@@ -74,6 +77,7 @@ class Forwarder:
         self._closing = False
         self.accepted = 0  # connections accepted, for the test to see that the daemon tried
         self.swallowed = 0  # bytes the black hole swallowed (``cut("drop")``)
+        self.stalled = 0  # sends and new connections of the daemon the pause held
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
         self._acceptor.start()
 
@@ -92,6 +96,12 @@ class Forwarder:
     @property
     def state(self) -> str:
         return self._state
+
+    def until_stalled(self, more_than: int) -> None:
+        """Wait until the pause held more than ``more_than`` sends or new connections of
+        the daemon (bounded)."""
+        with self._cond:
+            self._until(lambda: self.stalled > more_than)
 
     def until_swallowed(self, more_than: int) -> None:
         """Wait until the black hole swallowed more than ``more_than`` bytes: the daemon
@@ -180,6 +190,9 @@ class Forwarder:
                     _reset(client)
                     return
                 self.accepted += 1
+                if self._state == PAUSED:
+                    self.stalled += 1
+                    self._cond.notify_all()
                 self._cond.wait_for(lambda: self._state != PAUSED or self._closing)
                 state = self._state
             if state == RESET or self._closing:
@@ -208,6 +221,9 @@ class Forwarder:
         while True:
             data = _recv(link.client)
             with self._cond:
+                if self._state == PAUSED and not link.dead:
+                    self.stalled += 1
+                    self._cond.notify_all()
                 self._cond.wait_for(lambda: self._state != PAUSED or link.dead)
                 if link.dead:
                     if data and self._state == DROPPED and not link.ended:
