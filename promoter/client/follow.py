@@ -47,13 +47,17 @@ def location(response: httpx.Response) -> str | None:
     return target if origin(target) is not None else None
 
 
-def base_url(url: str) -> str | None:
-    """``scheme://host:port`` of an absolute http(s) URL (the host a 421 sent a request
-    to); None for anything else."""
-    where = origin(url)
-    if where is None:
-        return None
-    scheme, host, port = where
+def owner(response: httpx.Response, target: str) -> str:
+    """The base URL of the host a followed 421 (``response``) sent the request to: the
+    problem's ``owner_url`` when it is that origin (it keeps a path prefix), else
+    ``scheme://host:port`` of ``target``."""
+    try:
+        named = response.json().get("owner_url")
+    except (ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and origin(named) is not None and origin(named) == origin(target):
+        return named.rstrip("/")
+    scheme, host, port = origin(target) or ("http", "", 0)
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 

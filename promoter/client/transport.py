@@ -7,9 +7,8 @@ a 421 to the owning host of the same cluster once (``promoter.client.follow``; t
 cluster is the hosts list this daemon answers, or for a credential that may not read it,
 an executor's, the list the client that made it read: ``cluster``) and says where it was
 sent (``followed``), raises a problem answer as its promoter error, and reads a JSON
-object answer. Deliberately
-not here: the endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the
-async client (``promoter.client.aio``).
+object answer. Deliberately not here: the endpoints (``promoter.client.sync`` and
+``promoter.client.blobs``), the async client (``promoter.client.aio``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
-from promoter.client.follow import Origin, base_url, cluster_origins, location, replayable, within
+from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -99,6 +98,7 @@ class Transport(Closing):
             raise unreachable(self.url, method, path, limit, exc) from exc
         target = location(response) if replayable(content) else None
         if target is not None and self._in_cluster(target):
+            misdirected = response
             try:  # once: the owner's answer is the answer (SPEC §10.24)
                 response = send(
                     self._http.request,
@@ -111,7 +111,7 @@ class Transport(Closing):
                 )
             except httpx.TransportError as exc:
                 raise unreachable(target, method, path, limit, exc) from exc
-            self.followed = base_url(target)
+            self.followed = owner(misdirected, target)
         if response.status_code not in ok_statuses:
             raise_for(response)
         return response
