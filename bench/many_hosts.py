@@ -18,10 +18,13 @@ used), each round on a database of its own made for it.
   (``wait``: answered when completed), each creating one new small file. Timed in two
   phases over all threads: ``prepare`` (grant to verified bundle) and ``promote`` (the
   promotion requests); reported as flows and promotions per second, the median of the
-  rounds. Every daemon runs on this one machine: they share its CPU (and the database's).
+  rounds. Every daemon runs on this one machine: they share its CPU (and the database's),
+  so each round also records the machine's load average (1 minute) before and after it:
+  other work on a shared machine moves these figures more than the daemon count may.
 
-Run: ``python -m bench.many_hosts [--json FILE] [--rounds R] [--flows F]``. It reports,
-it does not gate. Deliberately not here: any assertion about speed.
+Run: ``python -m bench.many_hosts [--json FILE] [--rounds R] [--flows F] [--starts N…]
+[--daemons N…]`` (``--starts`` with no count: throughput only). It reports, it does not
+gate. Deliberately not here: any assertion about speed.
 """
 
 from __future__ import annotations
@@ -258,6 +261,7 @@ def throughput_round(
     cluster: OwnPostgres, work: Path, daemons: int, flows: int, round_no: int
 ) -> dict[str, Any]:
     url = _database(cluster, f"throughput_{daemons}_{round_no}")
+    load_before = os.getloadavg()[0]
     with _hosts(work, url, daemons, f"host-t{daemons}r{round_no}") as (hosts, _):
         if not all(_healthy(h) for h in hosts):
             raise RuntimeError("a daemon did not come up: " + repr([h.log[-5:] for h in hosts]))
@@ -292,6 +296,8 @@ def throughput_round(
         "flows_per_s": flows / (prepare + promote),
         "promotions_per_s": flows / promote,
         "statuses": statuses,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
     }
 
 
@@ -356,7 +362,7 @@ def main() -> None:
                 f"throughput: {args.flows} one-file flows split across the daemons "
                 f"({_shared()})"
             )
-            print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  statuses")
+            print("daemons  round  prepare_s  promote_s  flows/s  promotions/s  load  statuses")
         for round_no in range(args.rounds):
             # each round runs every daemon count, in an order that rotates with the round,
             # so that a slower spell of a shared machine does not fall on one count alone
@@ -368,7 +374,8 @@ def main() -> None:
                 print(
                     f"{daemons:7d}  {round_no:5d}  {row['prepare_s']:9.2f}  "
                     f"{row['promote_s']:9.2f}  {row['flows_per_s']:7.2f}  "
-                    f"{row['promotions_per_s']:12.2f}  {row['statuses']}"
+                    f"{row['promotions_per_s']:12.2f}  "
+                    f"{row['load_before']:.1f}->{row['load_after']:.1f}  {row['statuses']}"
                 )
     if args.starts:
         print("starts summary")
@@ -381,9 +388,12 @@ def main() -> None:
     medians: dict[str, dict[str, float]] = {}
     for daemons in args.daemons:
         rows = [r for r in report["throughput"] if r["daemons"] == daemons]
+        loads = [r[k] for r in rows for k in ("load_before", "load_after")]
         medians[str(daemons)] = {
             "flows_per_s": statistics.median(r["flows_per_s"] for r in rows),
             "promotions_per_s": statistics.median(r["promotions_per_s"] for r in rows),
+            "load_min": min(loads),
+            "load_max": max(loads),
         }
     report["throughput_medians"] = medians
     if medians:
@@ -391,7 +401,8 @@ def main() -> None:
     for daemons, median in medians.items():
         print(
             f"  {daemons} daemon(s): {median['flows_per_s']:.2f} flows/s, "
-            f"{median['promotions_per_s']:.2f} promotions/s"
+            f"{median['promotions_per_s']:.2f} promotions/s "
+            f"(load average {median['load_min']:.1f} to {median['load_max']:.1f})"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -47,6 +47,20 @@ def location(response: httpx.Response) -> str | None:
     return target if origin(target) is not None else None
 
 
+def owner(response: httpx.Response, target: str) -> str:
+    """The base URL of the host a followed 421 (``response``) sent the request to: the
+    problem's ``owner_url`` when it is that origin (it keeps a path prefix), else
+    ``scheme://host:port`` of ``target``."""
+    try:
+        named = response.json().get("owner_url")
+    except (ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and origin(named) is not None and origin(named) == origin(target):
+        return named.rstrip("/")
+    scheme, host, port = origin(target) or ("http", "", 0)
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def replayable(content: bytes | Iterable[bytes] | None) -> bool:
     """Whether a request body can be sent a second time."""
     return content is None or isinstance(content, bytes | bytearray)

@@ -89,10 +89,17 @@ def _envelope(content: bytes) -> DsseEnvelope:
 class PromoterClient(BlobCalls):
     """One connection pool to one daemon, with one bearer token (or none)."""
 
-    def with_token(self, token: str | None) -> PromoterClient:
-        """A second client for the same server with another token (e.g. an executor's)."""
+    def with_token(self, token: str | None, url: str | None = None) -> PromoterClient:
+        """A second client for the same server (or ``url``, another host of its cluster)
+        with another token (e.g. an executor's), which follows a 421 within the cluster
+        this client read."""
         return PromoterClient(
-            self.url, token, timeout=self._timeout, transport=self._transport, backoff=self._backoff
+            url or self.url,
+            token,
+            timeout=self._timeout,
+            transport=self._transport,
+            backoff=self._backoff,
+            cluster=self._cluster,
         )
 
     # --- health ---------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 ``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
 context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
 idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), follows
-a 421 to the owning host of the same cluster once (``promoter.client.follow``), raises
-a problem answer as its promoter error, and reads a JSON object answer. Deliberately
-not here: the endpoints (``promoter.client.sync`` and ``promoter.client.blobs``), the
-async client (``promoter.client.aio``).
+a 421 to the owning host of the same cluster once (``promoter.client.follow``; the
+cluster is the hosts list this daemon answers, or for a credential that may not read it,
+an executor's, the list the client that made it read: ``cluster``) and says where it was
+sent (``followed``), raises a problem answer as its promoter error, and reads a JSON
+object answer. Deliberately not here: the endpoints (``promoter.client.sync`` and
+``promoter.client.blobs``), the async client (``promoter.client.aio``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
-from promoter.client.follow import cluster_origins, location, replayable, within
+from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -42,12 +44,17 @@ class Transport(Closing):
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
+        cluster: frozenset[Origin] | None = None,
     ) -> None:
+        """``cluster``: the origins of the cluster's hosts as another client of the same
+        caller read them, for a credential that may not read the hosts list itself."""
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._transport = transport
         self._backoff = backoff
+        self._cluster = cluster
+        self.followed: str | None = None  # the host the last 421 followed sent a request to
         self._http = httpx.Client(**pool_options(self.url, token, timeout, transport))
 
     @property
@@ -91,6 +98,7 @@ class Transport(Closing):
             raise unreachable(self.url, method, path, limit, exc) from exc
         target = location(response) if replayable(content) else None
         if target is not None and self._in_cluster(target):
+            misdirected = response
             try:  # once: the owner's answer is the answer (SPEC §10.24)
                 response = send(
                     self._http.request,
@@ -103,19 +111,28 @@ class Transport(Closing):
                 )
             except httpx.TransportError as exc:
                 raise unreachable(target, method, path, limit, exc) from exc
+            self.followed = owner(misdirected, target)
         if response.status_code not in ok_statuses:
             raise_for(response)
         return response
 
+    def in_cluster(self, target: str) -> bool:
+        """Whether ``target`` is another host of this daemon's cluster, one this client
+        may send its credential to (the rule a 421 is followed by)."""
+        return self._in_cluster(target)
+
     def _in_cluster(self, target: str) -> bool:
-        """Whether ``target`` is another host the ledger lists (asked of this daemon)."""
+        """Whether ``target`` is another host the ledger lists (asked of this daemon; for
+        a credential that may not ask, the list given at construction)."""
         try:
             answer = self._http.get("/v1/hosts", timeout=self._timeout)
         except httpx.TransportError:
             return False
-        if answer.status_code != 200:
+        if answer.status_code == 200:
+            self._cluster = cluster_origins(answer.json())
+        elif answer.status_code != 403 or self._cluster is None:
             return False
-        return within(target, self.url, cluster_origins(answer.json()))
+        return within(target, self.url, self._cluster)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         response = self._send(method, path, **kwargs)

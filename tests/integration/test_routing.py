@@ -6,9 +6,12 @@ repository) share one PostgreSQL database of the module's own cluster
 promotes into every host's repository through either client, each 421 followed once to
 the owner the ledger names; preflight and a grant for another host's repository answer
 421 with ``Location``; a credential added on one host is valid on the others, and removed
-on another it is refused everywhere, its console session on the first host ended. The
-client's rules for following (once, only http(s), only to a host the ledger lists) are
-checked against a small hostile server on loopback.
+on another it is refused everywhere, its console session on the first host ended;
+``promoter run`` (the real command line, in a process of its own) given host A's URL
+promotes into host B's repository: its first write is 421 on A, followed once, and the
+rest of the run, the executor's client included, goes to B. The client's rules for
+following (once, only http(s), only to a host the ledger lists) are checked against a
+small hostile server on loopback.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -35,7 +41,7 @@ from promoter.errors import OwnedByOtherHost, Unauthenticated
 from tests.console.support import login
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
-from tests.support.promotion import tree_bytes
+from tests.support.promotion import git_dir_digest, tree_bytes
 
 pytestmark = pytest.mark.slow  # a PostgreSQL cluster and three daemons
 
@@ -192,6 +198,75 @@ def test_preflight_and_a_grant_on_a_non_owner_are_421_with_location(
             "host-b": owner.url,
         }
         assert tree_bytes(repo) == {"notes.txt": (OLD, 0o644)}
+
+
+def test_an_executors_client_follows_a_421_within_the_cluster_its_maker_read(
+    tmp_path: Path, database_url: str
+) -> None:
+    """An executor's credential may not read the hosts list, so its own client cannot
+    tell a host of the cluster from any other: a 421 stays a 421. Made from the
+    orchestrator's client (``with_token``), it follows once within the cluster that
+    client read, and says where it went."""
+    with _cluster(tmp_path, database_url, ("a", "b")) as hosts:
+        first, (owner, repo) = hosts["a"][0], hosts["b"]
+        grant = _grant(repo, _identity(owner, "b"), "b")
+        with PromoterClient(first.url, first.orchestrator_token) as orch:
+            orch.register_grant(grant)  # followed to B
+            assert orch.followed == owner.url
+            token = orch.mint_executor_token(grant["executor_run_id"])["token"]
+            with PromoterClient(first.url, token) as alone, pytest.raises(OwnedByOtherHost):
+                alone.get_grant("grt_b")
+            with orch.with_token(token) as executor:
+                assert executor.get_grant("grt_b").grant_id == "grt_b"
+                assert executor.followed == owner.url
+
+
+def _answered(daemon: Daemon, status: str) -> dict[str, float]:
+    """The requests ``daemon`` answered with ``status``, by method and route."""
+    with daemon.client(daemon.orchestrator_token) as api:
+        scraped = api.get("/metrics").text
+    counted: dict[str, float] = {}
+    for line in scraped.splitlines():
+        if line.startswith("promoter_http_requests_total{") and f'status="{status}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            counted[labels.removeprefix("promoter_http_requests_total")] = float(value)
+    return counted
+
+
+def test_promoter_run_given_one_host_promotes_into_another_hosts_repository(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The person's ``promoter run --url A --repo lab-b``: the sandbox is made from B's
+    worktree (found through the cluster's map), the run's request is 421 on A and
+    followed once to B, the command's changes are promoted by B exactly; A's repository
+    and B's ``.git`` are untouched."""
+    with _cluster(tmp_path, database_url, ("a", "b")) as hosts:
+        (first, repo_a), (owner, repo_b) = hosts["a"], hosts["b"]
+        (repo_b / "mine.txt").write_bytes(b"the person's untracked notes\n")
+        git_before = git_dir_digest(repo_b)
+        argv = [sys.executable, "-m", "promoter.cli.main", "run"]
+        argv += ["--state-dir", str(first.state_dir), "--url", first.url, "--repo", "lab-b"]
+        argv += ["--yes", "--json", "--", "sh", "-c", "printf 'two\\n' > notes.txt"]
+        keep = ("PROMOTER_REQUIRE_BWRAP",)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_") or k in keep}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        outcome = json.loads(done.stdout)
+        assert (outcome["repository"], outcome["status"]) == ("lab-b", "completed"), outcome
+        said = done.stdout + done.stderr
+        assert f"lab-b is guarded by {owner.url}: the step goes on there" in said, said
+        with owner.orchestrator() as orch:
+            view = orch.get(f"/v1/operations/{outcome['operation_id']}").json()
+        assert (view["status"], view["owner"]["host"]) == ("completed", "host-b")
+        assert view["receipt_sha256"] == outcome["receipt_sha256"]
+        assert _answered(first, "421") == {'{method="POST",route="/v1/runs",status="421"}': 1.0}
+        assert not [k for k in _answered(first, "201") if "bundles" in k or "blobs" in k]
+        assert tree_bytes(repo_b) == {
+            "notes.txt": (NEW, 0o644),
+            "mine.txt": (b"the person's untracked notes\n", 0o644),
+        }
+        assert git_dir_digest(repo_b) == git_before
+        assert tree_bytes(repo_a) == {"notes.txt": (OLD, 0o644)}
 
 
 def _credentials(daemon: Daemon, database_url: str, *argv: str) -> str:

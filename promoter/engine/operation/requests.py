@@ -149,8 +149,11 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
 def _put_back(services: Services, operation_id: str, error: PromoterError) -> str:
     """The outcome the journal proves after a failed attempt, recorded: ``refused`` when no
     step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
-    time: a commit whose answer was lost may have happened. Returns the status."""
+    time: a commit whose answer was lost may have happened. Returns the status. A host
+    fenced meanwhile puts nothing back (``host_fenced``, noted for ``/readyz``): the
+    operation is the new owner's (SPEC §10.23)."""
     with services.db.session() as session:
+        services.db.guard_writes(session)
         row = journal.get_operation(session, operation_id)
         if row is None or row.status not in RUNNING:
             return "unknown" if row is None else str(row.status)

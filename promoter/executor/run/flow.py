@@ -18,6 +18,11 @@ bundle a step left submitted (``--continue RUN``). ``finish`` removes a complete
 sandbox (unless kept; its files in the background, ``removal.remove_later``),
 ``interrupted`` turns Ctrl-C into the error that names what is kept.
 
+A repository another host of the daemon's cluster guards is read from that host (the
+cluster's map, ``locate``); the step's first write, answered 421 by the daemon, is followed
+once to the owner, and the rest of the step (the command's ``PROMOTER_URL``, the
+executor's client, the review and the promotion) goes to the owner (SPEC §10.24).
+
 Every change of a step's state goes through ``state.Run`` (the transition table, one
 save per move). Everything shown or asked goes through a ``person.Person``; nothing here
 prints or reads a terminal. The outcome (``Outcome``) is what ``--json`` prints.
@@ -29,6 +34,7 @@ preflight, the approval gate, the promotion), the command line and its flags
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -147,10 +153,28 @@ class Outcome:
 
 
 def repository(client: PromoterClient, name: str) -> dict[str, Any]:
-    """The guarded repository ``name`` as the daemon lists it."""
+    """The guarded repository ``name`` as the daemon lists it, or as the host of the same
+    cluster that guards it lists it (``locate``)."""
+    return locate(client, name)[1]
+
+
+def locate(client: PromoterClient, name: str) -> tuple[str, dict[str, Any]]:
+    """The base URL of the host guarding repository ``name`` and the repository as that
+    host lists it: this daemon, else the host the cluster's map names (``GET
+    /v1/repositories``' ``cluster``), asked there only when it is a host of the cluster
+    (the rule a 421 is followed by: the credential goes nowhere else)."""
     for found in client.repositories():
         if found["name"] == name:
-            return found
+            return client.url, found
+    for entry in client.guardians() or []:
+        address = entry.get("address")
+        if entry.get("name") != name or entry.get("this_host") or not isinstance(address, str):
+            continue
+        if client.in_cluster(address):
+            with client.with_token(client.token, url=address) as owner:
+                for found in owner.repositories():
+                    if found["name"] == name:
+                        return owner.url, found
     raise error_class("repository_unknown")(f"the daemon guards no repository {name!r}")
 
 
@@ -301,7 +325,8 @@ def step(
     outcome = outcome if outcome is not None else Outcome()
     record = run.record
     orch = PromoterClient(host.url, host.token, timeout=660.0)
-    with orch:
+    with contextlib.ExitStack() as clients:
+        clients.enter_context(orch)
         _refresh(orch, run)
         found = repository(orch, record.repository)
         if found["head"] != record.base_commit:
@@ -323,11 +348,18 @@ def step(
             how.symlinks,
         )
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
+        orch.followed = None
         opened = orch.open_run(  # the grant, its lease and the run's token: one request
             grant_doc,
             {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
             int(timeout) + 3600,
         )
+        if orch.followed is not None:  # a 421, followed once: the step goes on at the owner
+            host = Host(orch.followed, host.token, host.state_dir)
+            orch = clients.enter_context(orch.with_token(host.token, url=host.url))
+            person.say(
+                f"{record.repository} is guarded by {escape(host.url)}: the step goes on there"
+            )
         minted = opened["token"]
         current = sandboxes.Step(
             grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
