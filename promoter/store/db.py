@@ -107,9 +107,9 @@ class ServerOptions:
     max_overflow: int = 10
 
     def connect_args(self) -> dict[str, Any]:
-        """psycopg's connection arguments: the connect timeout, the name, and the
-        session's ``lock_timeout``, ``statement_timeout`` and
-        ``idle_in_transaction_session_timeout`` (milliseconds)."""
+        """psycopg's connection arguments: the connect timeout, the name, the session's
+        ``lock_timeout``, ``statement_timeout`` and ``idle_in_transaction_session_timeout``
+        (milliseconds), and TCP's own bounds on a partition (``TCP_BOUNDS``)."""
         lock_ms, statement_ms = _ms(self.lock_timeout), _ms(self.statement_timeout)
         idle_ms = _ms(self.idle_transaction_timeout)
         return {
@@ -119,7 +119,21 @@ class ServerOptions:
             "application_name": self.application_name[:63],  # the server's NAMEDATALEN
             "options": f"-c lock_timeout={lock_ms} -c statement_timeout={statement_ms} "
             f"-c idle_in_transaction_session_timeout={idle_ms}",
+            **TCP_BOUNDS,
         }
+
+
+# a connection cut off from its server without a reset is given up in tens of seconds, not
+# after TCP's retransmissions (about 15 minutes): data unacknowledged for 30 s, or 3
+# keepalive probes 5 s apart unanswered after 10 s of silence, closes it, and the query
+# waiting on it fails as the database being unavailable
+TCP_BOUNDS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 
 
 def _ms(seconds: float) -> int:

@@ -64,6 +64,11 @@ def test_settings_have_bounded_defaults_and_reach_the_connection_options(tmp_pat
         "application_name": "promoter/h1",
         "options": "-c lock_timeout=250 -c statement_timeout=0 "
         "-c idle_in_transaction_session_timeout=1500",
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,
     }
 
 
