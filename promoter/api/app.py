@@ -58,7 +58,12 @@ API_DESCRIPTION = (
 )
 
 
-def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, services: Services | None = None, *, primary: bool = True
+) -> FastAPI:
+    """The app; ``primary=False`` for every worker of ``serve --workers N`` but the first:
+    no start-up recovery scan and no webhook dispatcher (``promoter.api.fleet``)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
@@ -78,12 +83,14 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         if not registration.fenced:
             heartbeat.start()
             watchdog.start()
-        orphaned = [] if registration.fenced else scan_orphans(app.state.services)
+        orphaned = [] if registration.fenced or not primary else scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
         if app.state.services.settings.rehearse_at_start:
             rehearse(app.state.services)  # the first promotion finds its statements compiled
-        dispatcher = webhooks.start(app.state.services, app.state.metrics.registry)
+        dispatcher = (
+            webhooks.start(app.state.services, app.state.metrics.registry) if primary else None
+        )
         try:
             yield
         finally:
