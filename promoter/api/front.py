@@ -15,7 +15,8 @@
    answer's last byte is sent, or when the app raised (the id stays set then, so the
    outer error handler's line carries it too).
 
-A websocket request passes the ``Host`` check only; lifespan messages go straight on.
+With the debug switch on (``promoter.api.phases``), a promotion request's time by phase
+is logged too. A websocket request passes the ``Host`` check only; lifespan messages go straight on.
 Starlette's own outer error handler and inner exception handlers stay where they are.
 Deliberately not here: what each check decides (the modules named above), bodies and
 authentication of other routes (``promoter.api.deps``).
@@ -27,6 +28,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from promoter.api import phases
 from promoter.api.admission import Admission
 from promoter.api.hosts import HostAllowlist
 from promoter.api.logs import REQUEST_ID, safe_request_id
@@ -44,6 +46,7 @@ class FrontDoor:
         self.recorder = recorder
         self.hosts = hosts
         self.admission = admission
+        self.phases = phases.install()  # the debug switch: a promotion's phases logged
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -68,12 +71,19 @@ class FrontDoor:
             return
         seen = Seen()
         recorded = False
+        clock = (
+            phases.start()
+            if self.phases and scope["method"] == "POST" and scope["path"] in phases.PATHS
+            else None
+        )
 
         def record() -> None:  # once, before the last byte goes out: the line precedes the answer
             nonlocal recorded
             if not recorded:
                 recorded = True
                 self.recorder.record(scope, seen, time.perf_counter() - started)
+                if clock is not None:
+                    phases.finish(clock, scope["path"])
 
         async def counted_receive() -> Message:
             message = await receive()

@@ -9,6 +9,7 @@ exits with the error's exit code, printing its code and detail; nothing else is 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -22,6 +23,7 @@ from promoter.cli.lazy import PromoterGroup
 if TYPE_CHECKING:
     from promoter.api.logs import LogFormat
 
+PHASE_TIMING = "PROMOTER_PHASE_TIMING"  # promoter.api.phases.ENV, without importing the server
 EXIT_CODES = """\b
 Exit codes: (every code: docs/reference/errors.md)
   0   success
@@ -128,12 +130,20 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    phase_timing: Annotated[
+        bool,
+        typer.Option(
+            "--phase-timing",
+            help="Log each promotion's time and processor time by phase (a debug switch; "
+            "also PROMOTER_PHASE_TIMING=1).",
+        ),
+    ] = False,
 ) -> None:
     """Run the daemon: listen, migrate the database, check repositories, serve HTTP.
 
     Once it listens it records its URL, state directory and the person's credential in
     the per-user configuration (~/.config/promoter/), so the CLI finds it from anywhere.
-    With --workers N (N > 1) it serves from N processes (docs/operations.md).
+    With --workers N (N > 1) it serves from N processes (docs/operator/workers.md).
     """
     from promoter.adapters.webhooks import daemon_services
     from promoter.api import fleet, logs
@@ -144,6 +154,8 @@ def serve(
     from promoter.config import load_settings, parse_repo_flags
     from promoter.errors import ConfigError
 
+    if phase_timing:  # read from the environment by every worker (promoter.api.phases)
+        os.environ[PHASE_TIMING] = "1"
     if log_format not in (None, "json", "text"):
         raise ConfigError(f"--log-format must be json or text, not {log_format!r}")
     fmt = logs.default_format() if log_format is None else cast("LogFormat", log_format)
