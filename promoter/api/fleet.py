@@ -21,7 +21,7 @@ What may run in every worker and what in one (worker 0, ``primary``):
 
 The repository lock (a file lock) and the ledger serialize what must be serialized
 between workers as between daemons. SQLite in WAL takes one writer at a time; the others
-wait up to the busy timeout (``docs/operations.md`` says when to move to PostgreSQL).
+wait up to the busy timeout (``docs/operator/workers.md`` says when to move to PostgreSQL).
 Kept in memory, so per worker: the admission of costly reads, the metrics (a scrape
 answers one worker's counters) and the console's sessions (a browser whose next
 connection lands on another worker is asked to log in again). The last is why the
