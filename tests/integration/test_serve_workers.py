@@ -7,11 +7,14 @@ have run promotions (the kernel hands each connection to one of them). Meanwhile
 person saves a file of their own in each worktree again and again. Checked: every
 promotion completed exactly once (one ``completed`` operation a bundle, its file holds the
 bundle's bytes), the operations were run by the daemon's two worker processes, and every
-one of the person's saves is there as last written: 0 lost.
+one of the person's saves is there as last written: 0 lost. And a worker that dies
+stops the other and the daemon, which exits with the worker's status.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -131,3 +134,26 @@ def test_two_workers_promote_and_lose_no_save(tmp_path: Path) -> None:
             assert path.read_bytes() == data  # the person's last save of each file: 0 lost
     finally:
         assert daemon.stop() == 0
+
+
+def _workers(pid: int) -> list[int]:
+    """The child processes of ``pid`` (its workers), from ``/proc``."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        children += [int(child) for child in text]
+    return sorted(children)
+
+
+def test_a_worker_that_dies_stops_the_daemon_with_its_status(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", {"README": b"hi\n"})
+    daemon = DaemonProcess(tmp_path / "state", {"demo": repo}, extra_env={"PROMOTER_WORKERS": "2"})
+    try:
+        first, second = _workers(daemon.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        assert daemon.wait_exit() == 128 + signal.SIGKILL  # as the worker ended
+        assert not Path(f"/proc/{second}").exists()  # the other one stopped, and was reaped
+        daemon._drain.join(60)  # its stderr read to the end
+        assert any("ended with status 137: the others stop" in line for line in daemon.log)
+    finally:
+        daemon.kill()
