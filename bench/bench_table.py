@@ -52,6 +52,9 @@ the median of its per-round figures. The rows:
 - ``flow_1_one_request`` (and ``_cpu``, ``_flushes``): a 1-file flow in one request
   (``bench.rows_one_request``) over the serving stack's floor for one request; its daemon
   processor time and its flushes, the three-request flow's beside them.
+- ``promotions_workers_2_over_1``: promotions of 8 clients into 8 repositories against
+  ``promoter serve --workers 2`` over the same against ``--workers 1``, time over time
+  (``bench.rows_workers``).
 - ``build_1_in_100k``, ``build_1gib`` (only with ``PROMOTER_BENCH_BUILDER=1``, they are
   long): the bundle builder, see ``bench.rows_builder``.
 
@@ -71,8 +74,8 @@ by whichever variant happens to share a block group with it.
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the rows named
 (``SOME_ROWS``: the write path's ``rss_promote_4x256mib``, ``promote_1150``,
 ``promote_1150_syncfs``, ``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
-``flow_10_promotion``, the ``flow_1_one_request`` rows, and the builder's
-``build_1_in_100k`` and ``build_1gib``, no ``PROMOTER_BENCH_BUILDER`` needed), for
+``flow_10_promotion``, the ``flow_1_one_request`` rows, ``promotions_workers_2_over_1``,
+and the builder's ``build_1_in_100k`` and ``build_1gib``, no ``PROMOTER_BENCH_BUILDER`` needed), for
 ``--rounds`` rounds; a row named alone brings only the variants it needs
 (``promote_1150_syncfs`` without the bare loop and the warm daemon); a name it does not
 know stops it.
@@ -106,6 +109,7 @@ from bench import (
     rows_layers,
     rows_one_request,
     rows_verify,
+    rows_workers,
 )
 from bench import workload as wl
 from bench.harness import (
@@ -131,6 +135,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "cli_help": (0.3, "s"),
     **rows_fixed.GOALS,
     **rows_one_request.GOALS,
+    **rows_workers.GOALS,
     **rows_fswrite.GOALS,
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
     **rows_gitcost.GOALS,
@@ -147,6 +152,7 @@ LABELS = {
     "cli_help": "promoter --help start",
     **rows_fixed.LABELS,
     **rows_one_request.LABELS,
+    **rows_workers.LABELS,
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
@@ -166,6 +172,7 @@ SOME_ROWS = (
     "flow_1_one_request",
     "flow_1_one_request_cpu",
     "flow_1_one_request_flushes",
+    "promotions_workers_2_over_1",
     "build_1_in_100k",
     "build_1gib",
 )
@@ -387,6 +394,7 @@ def run(
             lambda r: rows_fixed.flow_1(table, work, r, small_source),
             lambda r: rows_fixed.flow_10(table, work, r, small_source),
             lambda r: rows_one_request.flow_1_one_request(table, work, r, small_source),
+            lambda r: rows_workers.promotions_workers(table, work, r, small_source),
         ]
         if full or builder:  # long: a 100k-file repository and 1 GiB of new content
             made = rows_builder.prepare(work)
@@ -469,6 +477,10 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
             (work / "one_request").mkdir()
             one_source = wl.make_source(work / "one_request", wl.make_workload(115, 4096))
             rows.append(lambda r: rows_one_request.flow_1_one_request(table, work, r, one_source))
+        if wanted & set(rows_workers.GOALS):
+            (work / "workers").mkdir()
+            workers_source = wl.make_source(work / "workers", wl.make_workload(115, 4096))
+            rows.append(lambda r: rows_workers.promotions_workers(table, work, r, workers_source))
         if wanted & {"build_1_in_100k", "build_1gib"}:
             made = rows_builder.prepare(work, big="build_1gib" in wanted)
             if "build_1_in_100k" in wanted:

@@ -16,8 +16,8 @@ with the round (each block after one untimed flow, each flow after an ``os.sync`
   (``promoter.api.server.make_server``: uvicorn, httptools, the default loop, in a
   thread, the collector tuned by ``gc_policy.tune_for_serving``). Bodies and digests
   are made before the timer starts.
-- ``stack_middleware``: ``stack_empty`` with promoter's two ASGI middlewares added as
-  ``promoter.api.app`` adds them (``HostAllowlist`` inside ``ObserveMiddleware``, which
+- ``stack_middleware``: ``stack_empty`` behind promoter's one ASGI layer as
+  ``promoter.api.app`` adds it (``front_layer``: ``promoter.api.front.FrontDoor``, which
   counts into its own ``Metrics`` and writes the access line to ``promoter.access``,
   whose level the process leaves as ``bench.harness.daemon`` does).
 - ``stack_client``: ``stack_middleware`` called through ``PromoterClient`` (``put_blob``,
@@ -82,13 +82,16 @@ from starlette.concurrency import run_in_threadpool
 from bench import documents as bd
 from bench import workload as wl
 from bench.harness import SERVER_THREAD, _cpu_times, daemon, serving
+from promoter.api.admission import Admission, Gate
+from promoter.api.front import FrontDoor
 from promoter.api.hosts import HostAllowlist
 from promoter.api.metrics import Metrics
-from promoter.api.observe import ObserveMiddleware
+from promoter.api.observe import Recorder
 from promoter.api.responses import json_response
 from promoter.client.evidence import bundle_frame
 from promoter.client.sync import PromoterClient
 from promoter.client.wire import pool_options
+from promoter.config import Settings
 from promoter.domain.blob_frames import frame_header
 from promoter.domain.canonical import sha256_hex
 from promoter.fs import flush
@@ -180,6 +183,16 @@ def bare(work: Path, round_no: int, flows: int) -> Iterator[Rig]:
 # --- the stack, with nothing behind it -----------------------------------------------------
 
 
+def front_layer(app: FastAPI) -> None:
+    """Promoter's one ASGI layer on ``app``, with the default settings' bounds."""
+    app.add_middleware(
+        FrontDoor,
+        recorder=Recorder(Metrics()),
+        hosts=HostAllowlist("127.0.0.1", []),
+        admission=Admission(Gate(Settings())),
+    )
+
+
 def minimal_app(*, middleware: bool, runner: ThreadPoolExecutor | None = None) -> FastAPI:
     """The flow's three routes, each reading its body and answering a small JSON.
 
@@ -239,9 +252,8 @@ def minimal_app(*, middleware: bool, runner: ThreadPoolExecutor | None = None) -
         answer = {"bytes": size, "verification_receipt": {"receipt_sha256": RECEIPT}}
         return json_response({**answer, "operation": {"status": "completed"}})
 
-    if middleware:  # as ``promoter.api.app.create_app`` and ``observe.install`` add them
-        app.add_middleware(HostAllowlist, listen_host="127.0.0.1", allowed=[])
-        app.add_middleware(ObserveMiddleware, metrics=Metrics())
+    if middleware:  # as ``promoter.api.app.create_app`` adds it
+        front_layer(app)
     return app
 
 

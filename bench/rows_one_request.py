@@ -11,7 +11,7 @@ flow (``FLOWS`` each, after one untimed each, an ``os.sync`` before each):
   /v1/bundles``, ``POST /v1/promotions`` with ``wait``), as ``bench.rows_fixed.flow_1``;
 - ``floor``: the serving stack's own cost of one such request: the same body, posted by a
   plain pool with promoter's client options to a FastAPI app whose one route reads it and
-  answers a small JSON, served as promoter serves, with its two middlewares
+  answers a small JSON, served as promoter serves, behind its one ASGI layer
   (``bench.flow_floor.minimal_app``'s shape, one request instead of three).
 
 Rows: ``flow_1_one_request`` (the one request's p50 over the floor's),
@@ -40,10 +40,8 @@ from fastapi.responses import Response
 
 from bench import documents as bd
 from bench import workload as wl
+from bench.flow_floor import front_layer
 from bench.harness import Table, _cpu_times, daemon, serving
-from promoter.api.hosts import HostAllowlist
-from promoter.api.metrics import Metrics
-from promoter.api.observe import ObserveMiddleware
 from promoter.api.responses import json_response
 from promoter.client.evidence import bundle_frame
 from promoter.client.sync import PromoterClient
@@ -67,8 +65,8 @@ KINDS = ("fsync", "fdatasync", "syncfs", "sqlite_commit")
 
 
 def floor_app() -> FastAPI:
-    """One route that reads its body and answers a small JSON, behind promoter's two
-    middlewares as ``promoter.api.app`` adds them."""
+    """One route that reads its body and answers a small JSON, behind promoter's one
+    ASGI layer as ``promoter.api.app`` adds it."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.post("/v1/promotions:withEvidence")
@@ -78,8 +76,7 @@ def floor_app() -> FastAPI:
             size += len(chunk)
         return json_response({"bytes": size, "operation": {"status": "completed"}})
 
-    app.add_middleware(HostAllowlist, listen_host="127.0.0.1", allowed=[])
-    app.add_middleware(ObserveMiddleware, metrics=Metrics())
+    front_layer(app)
     return app
 
 

@@ -17,6 +17,9 @@ test cannot hang the daemon for ever). Example: ``before_swap_back=pause:/tmp/go
 appended to ``<path>`` (whether or not ``PROMOTER_FAULTS`` is set): the model tests
 (``tests/model/``) compare that order with the one ``model/promotion.pml`` allows.
 
+``OBSERVERS`` are told every point's name as it is passed (``promoter.api.phases``' debug
+timing); none are installed unless asked for.
+
 This module owns parsing, firing and recording only; which points exist is documented
 where they are called.
 """
@@ -28,6 +31,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ENV = "PROMOTER_FAULTS"
@@ -47,6 +51,7 @@ class _Rule:
 _lock = threading.Lock()
 _hits: dict[str, int] = {}
 _cache: tuple[str, dict[str, _Rule]] | None = None
+OBSERVERS: list[Callable[[str], None]] = []  # told each point passed
 
 
 def _parse(spec: str) -> dict[str, _Rule]:
@@ -87,6 +92,8 @@ def hits(name: str) -> int:
 
 def point(name: str) -> None:
     """Fire the fault configured for ``name``, if any; otherwise do nothing."""
+    for observe in OBSERVERS:
+        observe(name)
     trace = os.environ.get(TRACE_ENV)
     if trace:
         _record(trace, name)

@@ -4,9 +4,10 @@ A costly read (``COSTLY``: a bundle's document, diff and verification, a blob, a
 watch feed, snapshots, receipts, a chained grant's base) holds a worker thread while it
 reads blobs, runs git or scans the ledger. Left unbounded, a hundred of them from one
 executor token fill every shared worker (the diff's own slots make them wait *inside*
-the threads) and everything else waits behind them. So ``AdmissionMiddleware`` (a plain
-ASGI middleware) authenticates the caller of a costly read, then asks ``Gate`` for a
-place before the route runs (SPEC §10.19):
+the threads) and everything else waits behind them. So ``Admission`` (asked by the
+daemon's one ASGI layer, ``promoter.api.front``, once the ``Host`` passed) authenticates
+the caller of a costly read, then asks ``Gate`` for a place before the route runs (SPEC
+§10.19):
 
 1. at most ``admission_role_limits[role]`` costly reads of one role run at once, and at
    most ``admission_credential_limits[role]`` of one credential (an executor's credential
@@ -19,8 +20,8 @@ place before the route runs (SPEC §10.19):
 Roles never share a count, so one role's flood leaves the others their places; the
 operator's requests and ``/readyz`` also run on worker threads of their own
 (``promoter.api.workers``), and ``/healthz`` needs none. A caller the middleware cannot
-authenticate is passed on, not admitted: the route refuses it as it always did. What the
-middleware found (the principal, or the refusal) is kept in the request's scope
+authenticate is passed on, not admitted: the route refuses it as it always did. What it
+found (the principal, or the refusal) is kept in the request's scope
 (``PRINCIPAL_KEY``) so the route does not look the token up again.
 
 Deliberately not here: the cost bounds inside a read (``review_diff_concurrency``, the
@@ -180,24 +181,24 @@ class Gate:
                 woken.set_result(None)
 
 
-class AdmissionMiddleware:
+class Admission:
     """Admit each costly read through ``gate`` before the app sees it (module docstring)."""
 
-    def __init__(self, app: ASGIApp, gate: Gate) -> None:
-        self.app = app
+    def __init__(self, gate: Gate) -> None:
         self.gate = gate
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = costly_route(scope["method"], scope["path"]) if scope["type"] == "http" else None
+    async def __call__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run ``app`` on an HTTP request: at once, or once a costly read is admitted."""
+        found = costly_route(scope["method"], scope["path"])
         if found is None:
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
         app_state = scope["app"].state
         try:
             principal = await authenticate(app_state, app_state.services, token_of(scope))
         except PromoterError as refused:
             scope.setdefault("state", {})[PRINCIPAL_KEY] = refused  # the route answers it
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
         try:
@@ -208,6 +209,6 @@ class AdmissionMiddleware:
             await response(scope, receive, send)
             return
         try:
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
         finally:
             self.gate.leave(principal)

@@ -5,8 +5,9 @@ repository registry), sweeps the state directory's leftover temps
 (``promoter.store.state_temps``), starts the owner lease's heartbeat and the watchdog
 (``promoter.engine.operation.watchdog``), runs the start-up recovery scan and rehearses a
 promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
-Routes are thin adapters over ``promoter.engine``. Costly reads pass
-``promoter.api.admission`` first; the operator's work runs on its own worker threads
+Routes are thin adapters over ``promoter.engine``, behind one ASGI layer
+(``promoter.api.front``: request ids, ``Host``, admission, access line, metrics). Costly
+reads pass ``promoter.api.admission`` first; the operator's work runs on its own worker threads
 (``promoter.api.workers``).
 """
 
@@ -20,7 +21,8 @@ from fastapi import FastAPI
 from promoter import __version__
 from promoter.adapters import webhooks
 from promoter.api import docs, observe, openapi, problems, ui, workers
-from promoter.api.admission import AdmissionMiddleware, Gate
+from promoter.api.admission import Admission, Gate
+from promoter.api.front import FrontDoor
 from promoter.api.hosts import HostAllowlist
 from promoter.api.routes import (
     blobs,
@@ -56,7 +58,12 @@ API_DESCRIPTION = (
 )
 
 
-def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, services: Services | None = None, *, primary: bool = True
+) -> FastAPI:
+    """The app; ``primary=False`` for every worker of ``serve --workers N`` but the first:
+    no start-up recovery scan and no webhook dispatcher (``promoter.api.fleet``)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
@@ -76,12 +83,14 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
         if not registration.fenced:
             heartbeat.start()
             watchdog.start()
-        orphaned = [] if registration.fenced else scan_orphans(app.state.services)
+        orphaned = [] if registration.fenced or not primary else scan_orphans(app.state.services)
         if settings.auto_recover and orphaned:
             auto_recover(app.state.services, orphaned)
         if app.state.services.settings.rehearse_at_start:
             rehearse(app.state.services)  # the first promotion finds its statements compiled
-        dispatcher = webhooks.start(app.state.services, app.state.metrics.registry)
+        dispatcher = (
+            webhooks.start(app.state.services, app.state.metrics.registry) if primary else None
+        )
         try:
             yield
         finally:
@@ -108,11 +117,14 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     openapi.install(app)
     app.include_router(docs.router)
     workers.install(app.state, settings.operator_workers)  # the operator's own threads
-    # innermost: a costly read is admitted once its Host passed (SPEC §10.19)
-    app.add_middleware(AdmissionMiddleware, gate=Gate(settings))
-    # inside observe: a refused Host is logged and counted like any answer
-    app.add_middleware(HostAllowlist, listen_host=settings.host, allowed=settings.allowed_hosts)
-    observe.install(app)  # request ids, access and outcome lines, metrics
+    metrics = observe.install(app)  # outcome lines, lock waits, the metrics' registry
+    # one layer: request id, /healthz, Host, admission of costly reads, access line, metrics
+    app.add_middleware(
+        FrontDoor,
+        recorder=observe.Recorder(metrics),
+        hosts=HostAllowlist(settings.host, settings.allowed_hosts),
+        admission=Admission(Gate(settings)),  # a costly read, once its Host passed (§10.19)
+    )
 
     for module in (
         health,

@@ -30,7 +30,7 @@ from fastapi import Depends, Request
 from starlette.datastructures import State
 from starlette.types import Scope
 
-from promoter.api import workers
+from promoter.api import phases, workers
 from promoter.api.jsonshape import ShapeBudget
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.parsing import load_json
@@ -109,6 +109,7 @@ async def authenticate(state: State, services: Services, token: str | None) -> P
     credential is read from its folder on the operator's pool, an executor token from
     the database on the shared one (``promoter.api.workers``).
     """
+    phases.mark("request")  # the debug timing's phases; nothing without the switch
     found = services.auth.trusted(token)
     if found is None and token and token.startswith(workers.OPERATOR_TOKEN_PREFIX):
         found = await workers.run_on_operator_pool(state, services.auth.named_operator, token)
@@ -117,6 +118,7 @@ async def authenticate(state: State, services: Services, token: str | None) -> P
     if found.role == "operator":
         workers.use_operator_pool(state)
     _TOKEN.set(token)
+    phases.mark("auth")
     return found
 
 

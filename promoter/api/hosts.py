@@ -3,8 +3,9 @@
 DNS rebinding: a page served from ``evil.example`` makes the browser resolve that name
 again, now to ``127.0.0.1``, and reads this daemon's answers as its own origin (the
 metrics, the console's login page). The browser still sends ``Host: evil.example``, so
-``HostAllowlist`` (a plain ASGI middleware) answers any request whose ``Host`` is not
-one of this daemon's with ``421 host_not_allowed`` before a route sees it. Allowed are:
+``HostAllowlist`` (asked by the daemon's one ASGI layer, ``promoter.api.front``) answers any
+request whose ``Host`` is not one of this daemon's with ``421 host_not_allowed`` before a
+route sees it. Allowed are:
 ``localhost``, any loopback address, the address the connection reached (an address
 literal cannot be rebound), the configured listen ``host`` and the names in the
 ``allowed_hosts`` setting; the port is not compared. A request without ``Host`` is
@@ -30,7 +31,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from promoter.api.problems import MEDIA_TYPE
 from promoter.errors import HostNotAllowed
@@ -81,8 +82,7 @@ def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
 
 
 class HostAllowlist:
-    def __init__(self, app: ASGIApp, listen_host: str, allowed: Iterable[str]) -> None:
-        self.app = app
+    def __init__(self, listen_host: str, allowed: Iterable[str]) -> None:
         self.names = set(LOOPBACK_NAMES) | {_name(name) for name in allowed}
         listen = _address(_name(listen_host).strip("[]"))
         if listen is None:
@@ -103,18 +103,20 @@ class HostAllowlist:
         reached = _address(str(server[0])) if server else None
         return reached is not None and reached == address
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] in EXEMPT:
-            await self.app(scope, receive, send)
-            return
-        headers = [v for k, v in scope.get("headers", ()) if k == b"host"]
-        host = host_of(headers[0].decode("latin-1")) if len(headers) == 1 else ""
-        if self.allows(host, scope.get("server")):
-            await self.app(scope, receive, send)
-            return
-        await self._refuse(scope, send)
+    def permits(self, scope: Scope) -> bool:
+        """Whether an HTTP or websocket request may go on (exempt paths always may)."""
+        if scope["path"] in EXEMPT:
+            return True
+        found = None
+        for name, value in scope.get("headers", ()):
+            if name == b"host":
+                if found is not None:
+                    return False  # two Host headers: neither is believed
+                found = value
+        host = "" if found is None else host_of(found.decode("latin-1"))
+        return self.allows(host, scope.get("server"))
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
+    async def refuse(self, scope: Scope, send: Send) -> None:
         error = HostNotAllowed(
             "the Host header does not name this daemon; add the name to allowed_hosts "
             "if it is one"

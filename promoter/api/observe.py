@@ -1,10 +1,11 @@
 """What the operator sees of each request and each promotion: log lines and metrics.
 
-``install(app)`` adds ``ObserveMiddleware`` (a plain ASGI middleware) and wraps the app's
-lifespan. Per request the middleware takes or makes the request id (``X-Request-ID``,
-echoed on the response), counts the request by route template and status, times bundle
-submissions, counts blob intake bytes, and writes one ``promoter.access`` line (before
-the answer's last byte is sent, so a client that has the answer has the line) with the
+``install(app)`` gives the app its ``Metrics`` and wraps its lifespan. Per request the
+daemon's one ASGI layer (``promoter.api.front``) takes or makes the request id
+(``X-Request-ID``, echoed on the response) and ``Recorder`` counts the request by route
+template and status, times bundle submissions, counts blob intake bytes, and writes one
+``promoter.access`` line (before the answer's last byte is sent, so a client that has
+the answer has the line) with the
 route, the HTTP status and, from a small JSON answer, only the fields ``operation_id``,
 ``bundle_id``, ``repository``, ``status`` and ``code``. So a refusal answered with HTTP
 200 still shows ``status=refused code=target_drift``.
@@ -14,7 +15,7 @@ runner: when an attempt ends it logs one ``promoter.outcome`` line (with the req
 that started it) and counts the outcome, its duration, files and bytes written. A
 repository lock observer (``promoter.fs.lock.OBSERVERS``) feeds the lock-wait histogram.
 
-``GET /healthz`` is answered by the middleware itself, with the route's own bytes
+``GET /healthz`` is answered by that layer itself (``Recorder.alive``), with the route's own bytes
 (``health.ALIVE``): the same status, headers, request id, access line and metrics, but
 none of the routing, dependency and response machinery behind it, whose CPU a client
 polling liveness would otherwise take from the interpreter lock a worker thread needs.
@@ -37,9 +38,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Scope, Send
 
-from promoter.api.logs import REQUEST_ID, event, safe_request_id
+from promoter.api.logs import REQUEST_ID, event
 from promoter.api.metrics import WAITING, Metrics
 from promoter.api.routes.health import ALIVE, HEALTHZ
 from promoter.domain.canonical import rfc3339, utcnow
@@ -83,110 +84,98 @@ def _answer_fields(body: bytes) -> dict[str, Any]:
     return {k: document[k] for k in _ANSWER_FIELDS if isinstance(document.get(k), str)}
 
 
-class ObserveMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
+class Recorder:
+    """A request's metrics and its access line; the metric children of each route,
+    method and status are looked up once and kept (their label values are bounded)."""
+
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        self._http: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        offered = None
-        for name, value in scope.get("headers", ()):
-            if name == b"x-request-id":
-                offered = value.decode("latin-1")
-                break
-        request_id = safe_request_id(offered)
-        reset = REQUEST_ID.set(request_id)
-        started = time.perf_counter()
-        if scope["path"] == HEALTHZ and scope["method"] == "GET":
-            await self._alive(scope, send, request_id, started)
-            REQUEST_ID.reset(reset)
-            return
-        seen: dict[str, Any] = {"status": 500, "received": 0, "capture": False, "body": b""}
-        recorded = False
+    def _http_children(self, method: str, route: str, status: str) -> tuple[Any, Any]:
+        key = (method, route, status)
+        children = self._http.get(key)
+        if children is None:
+            m = self.metrics
+            children = self._http[key] = (
+                m.http_requests.labels(method, route, status),
+                m.http_duration.labels(method, route),
+            )
+        return children
 
-        def record() -> None:  # once, before the last byte goes out: the line precedes the answer
-            nonlocal recorded
-            if not recorded:
-                recorded = True
-                self._record(scope, seen, time.perf_counter() - started)
-
-        async def counted_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                seen["received"] += len(message.get("body", b""))
-            return message
-
-        async def observed_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                seen["status"] = int(message["status"])
-                headers = list(message.get("headers", ()))
-                kind = next((v for k, v in headers if k == b"content-type"), b"")
-                seen["capture"] = kind.split(b";")[0].strip() in _JSON_TYPES
-                headers.append((b"x-request-id", request_id.encode()))
-                message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body":
-                if seen["capture"]:
-                    body = seen["body"] + message.get("body", b"")
-                    seen["body"] = body
-                    if len(body) > _CAPTURE:
-                        seen["capture"], seen["body"] = False, b""
-                if not message.get("more_body", False):
-                    record()
-            await send(message)
-
-        try:
-            await self.app(scope, counted_receive, observed_send)
-        except BaseException:
-            record()  # the id stays set: the outer error handler's line carries it too
-            raise
-        record()
-        REQUEST_ID.reset(reset)
-
-    async def _alive(self, scope: Scope, send: Send, request_id: str, started: float) -> None:
-        """The ``/healthz`` route's answer, sent from here (see the module docstring)."""
-        headers = [*_ALIVE_HEADERS, (b"x-request-id", request_id.encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        seen = {"status": 200, "received": 0, "capture": True, "body": ALIVE}
-        self._record(scope, seen, time.perf_counter() - started, HEALTHZ)
-        await send({"type": "http.response.body", "body": ALIVE})
-
-    def _record(
-        self, scope: Scope, seen: dict[str, Any], elapsed: float, route: str | None = None
-    ) -> None:
-        route = route or getattr(scope.get("route"), "path", "unmatched")
-        method = str(scope.get("method", ""))
+    def record(self, scope: Scope, seen: Seen, elapsed: float, route: str | None = None) -> None:
+        route = route or str(getattr(scope.get("route"), "path", "unmatched"))
+        method = scope.get("method", "")
         method = method if method in _METHODS else "other"  # bounded label values
-        status = str(seen["status"])
+        code = seen.status
+        status = str(code)
+        requests, duration = self._http_children(method, route, status)
+        requests.inc()
+        duration.observe(elapsed)
         m = self.metrics
-        m.http_requests.labels(method, route, status).inc()
-        m.http_duration.labels(method, route).observe(elapsed)
-        if method == "POST" and route == BUNDLES:
-            m.verification_duration.labels(status).observe(elapsed)
-        if method == "PUT" and route == BLOB_PUT:
-            m.blob_bytes.labels(status).inc(seen["received"])
-        if method == "POST" and route == BLOB_BATCH:
-            for blob_status, size in (scope.get("state") or {}).get("blob_intake", []):
-                m.blob_bytes.labels(str(blob_status)).inc(size)
+        if method == "POST":
+            if route == BUNDLES:
+                m.verification_duration.labels(status).observe(elapsed)
+            elif route == BLOB_BATCH:
+                for blob_status, size in (scope.get("state") or {}).get("blob_intake", []):
+                    m.blob_bytes.labels(str(blob_status)).inc(size)
+        elif method == "PUT" and route == BLOB_PUT:
+            m.blob_bytes.labels(status).inc(seen.received)
+        level = logging.ERROR if code >= 500 else logging.INFO
+        if not access_log.isEnabledFor(level):
+            return
         params = scope.get("path_params") or {}
         fields = {k: params[k] for k in _PATH_FIELDS if isinstance(params.get(k), str)}
         if "name" in fields:
             fields["repository"] = fields.pop("name")
-        if seen["capture"] and seen["body"]:
-            fields.update(_answer_fields(seen["body"]))
+        if seen.capture and seen.body:
+            fields.update(_answer_fields(seen.body))
         event(
             access_log,
             f"{method} {route} {status}",
-            logging.ERROR if seen["status"] >= 500 else logging.INFO,
+            level,
             method=method,
-            path=str(scope.get("path", "")),
+            path=scope.get("path", ""),
             route=route,
-            http_status=seen["status"],
+            http_status=code,
             duration_ms=round(elapsed * 1000, 1),
             **fields,
         )
+
+    async def alive(self, scope: Scope, send: Send, request_id: str, started: float) -> None:
+        """The ``/healthz`` route's answer, sent from here (see the module docstring)."""
+        headers = [*_ALIVE_HEADERS, (b"x-request-id", request_id.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        seen = Seen(status=200, capture=True, body=bytes(ALIVE))
+        self.record(scope, seen, time.perf_counter() - started, HEALTHZ)
+        await send({"type": "http.response.body", "body": ALIVE})
+
+
+class Seen:
+    """What a request's answer showed so far: its status, the body bytes received, and
+    a small JSON answer's bytes (``capture``) for the access line's fields."""
+
+    __slots__ = ("body", "capture", "received", "status")
+
+    def __init__(self, status: int = 500, capture: bool = False, body: bytes = b"") -> None:
+        self.status = status
+        self.received = 0
+        self.capture = capture
+        self.body = body
+
+    def started(self, message: Message) -> None:
+        self.status = int(message["status"])
+        for name, value in message.get("headers", ()):
+            if name == b"content-type":
+                self.capture = value.split(b";")[0].strip() in _JSON_TYPES
+                break
+
+    def sent(self, chunk: bytes) -> None:
+        if self.capture and chunk:
+            body = self.body + chunk
+            if len(body) > _CAPTURE:
+                self.capture, body = False, b""
+            self.body = body
 
 
 class ObservedRunner(Runner):
@@ -343,12 +332,12 @@ def _lock_observer(services: Services, metrics: Metrics) -> fs_lock.LockObserver
 
 
 def install(app: FastAPI) -> Metrics:
-    """Add the middleware and the start-up wiring to ``app``; returns its ``Metrics``."""
+    """Add the start-up wiring to ``app``; returns its ``Metrics`` (``Recorder`` counts
+    into them, from ``promoter.api.front``)."""
     metrics = Metrics()
     metrics.watch_operations(_waiting_counter(app))  # first: the scrape's database probe
     metrics.watch_host(_host_of(app))  # read after it, from memory
     app.state.metrics = metrics
-    app.add_middleware(ObserveMiddleware, metrics=metrics)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -9,9 +9,10 @@ exits with the error's exit code, printing its code and detail; nothing else is 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -22,6 +23,7 @@ from promoter.cli.lazy import PromoterGroup
 if TYPE_CHECKING:
     from promoter.api.logs import LogFormat
 
+PHASE_TIMING = "PROMOTER_PHASE_TIMING"  # promoter.api.phases.ENV, without importing the server
 EXIT_CODES = """\b
 Exit codes: (every code: docs/reference/errors.md)
   0   success
@@ -117,14 +119,34 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            envvar="PROMOTER_WORKERS",
+            help="Serving processes on one ledger and state directory (default 1; "
+            "docs/operator/workers.md).",
+            show_default=False,
+        ),
+    ] = None,
+    phase_timing: Annotated[
+        bool,
+        typer.Option(
+            "--phase-timing",
+            help="Log each promotion's time and processor time by phase (a debug switch; "
+            "also PROMOTER_PHASE_TIMING=1).",
+        ),
+    ] = False,
 ) -> None:
     """Run the daemon: listen, migrate the database, check repositories, serve HTTP.
 
     Once it listens it records its URL, state directory and the person's credential in
     the per-user configuration (~/.config/promoter/), so the CLI finds it from anywhere.
+    With --workers N (N > 1) it serves from N processes (docs/operator/workers.md).
     """
     from promoter.adapters.webhooks import daemon_services
-    from promoter.api import logs
+    from promoter.api import fleet, logs
     from promoter.api.app import create_app
     from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
@@ -132,19 +154,24 @@ def serve(
     from promoter.config import load_settings, parse_repo_flags
     from promoter.errors import ConfigError
 
+    if phase_timing:  # read from the environment by every worker (promoter.api.phases)
+        os.environ[PHASE_TIMING] = "1"
     if log_format not in (None, "json", "text"):
         raise ConfigError(f"--log-format must be json or text, not {log_format!r}")
     fmt = logs.default_format() if log_format is None else cast("LogFormat", log_format)
 
+    overrides: dict[str, Any] = {
+        "state_dir": None if state_dir is None else str(state_dir),
+        "host": host,
+        "port": port,
+        "repositories": repo or None,
+        "database_url": database_url,
+        "host_id": host_id,
+    }
     settings = load_settings(
-        config,
-        state_dir=state_dir,
-        host=host,
-        port=port,
-        repositories=parse_repo_flags(repo) if repo else None,
-        database_url=database_url,
-        host_id=host_id,
+        config, **{**overrides, "repositories": parse_repo_flags(repo) if repo else None}
     )
+    count = 1 if workers is None else workers
     # the port first: a taken one is refused before a migration or a key publication
     sock = listen(settings.host, settings.port)
     logs.configure(fmt, settings.log_level)
@@ -163,6 +190,28 @@ def serve(
             worktree=str(repository.worktree),
             repository_identity=repository.identity,
         )
+    if count > 1:
+        from promoter.engine.receipts.envelopes import published_keyring
+
+        published_keyring(services)  # once, before any worker starts
+        services.close()  # each worker opens its own
+        bound = f"http://{settings.host}:{sock.getsockname()[1]}"
+
+        def ready() -> None:
+            print(f"promoter: ready on {bound}", file=sys.stderr, flush=True)
+            logs.event(started, f"{count} workers serve", workers=count)
+            _record_for_the_person(bound, settings.state_dir, started)
+
+        overrides["port"] = sock.getsockname()[1]
+        try:
+            code = fleet.Fleet(count, sock, config=config, overrides=overrides, log_format=fmt).run(
+                ready
+            )
+        finally:
+            sock.close()
+        if code:
+            raise typer.Exit(code)
+        return
     app_ = create_app(settings, services)
     server = make_server(
         app_,

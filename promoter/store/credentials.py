@@ -226,7 +226,9 @@ _CREDENTIAL = select(CredentialRow).where(
 )
 
 # an executor token's row by the token's sha256, built once: every executor request reads it
-_TOKEN = select(ExecutorTokenRow).where(
+# Core, built once: two columns of one row, read without an ORM session (every request
+# of an executor looks its token up)
+_TOKEN = select(ExecutorTokenRow.executor_run_id, ExecutorTokenRow.expires_at).where(
     ExecutorTokenRow.token_sha256 == bindparam("token_sha256", type_=String())
 )
 
@@ -337,8 +339,7 @@ class Authenticator:
             found = self.ledger(token)
         if found is not None:
             return found
-        with self._db.session() as session:
-            row = session.scalar(_TOKEN, {"token_sha256": token_sha256(token)})
+        row = self._db.first(_TOKEN, {"token_sha256": token_sha256(token)})
         if row is None:
             raise Unauthenticated("the token is not known")
         if parse_rfc3339(row.expires_at) <= utcnow():

@@ -34,7 +34,7 @@ import functools
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -44,7 +44,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Executable, Row, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     DataError,
@@ -409,6 +409,16 @@ class Database:
         """Run ``write_guard`` (if set) in ``session``: raises to refuse its writes."""
         if self.write_guard is not None:
             self.write_guard(session)
+
+    def first(self, statement: Executable, params: Mapping[str, Any]) -> Row[Any] | None:
+        """The first row of a read-only Core ``statement``, on a pooled connection and
+        without an ORM session (a hot read: the executor token look-up); errors are
+        translated as ``session``'s are. It writes nothing and sets no ``synchronous``."""
+        try:
+            with self.engine.connect() as connection:
+                return connection.execute(statement, params).first()
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
 
     @contextmanager
     def session(self, *, durable: bool = True) -> Iterator[Session]:

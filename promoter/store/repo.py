@@ -219,12 +219,28 @@ def verification_run(session: Session, bundle_id: str) -> str | None:
     return None if record is None else str(record["executor_run_id"])
 
 
+# Core, built once: the lease's columns (every promotion reads them twice), no ORM load
+_LEASE = select(
+    LeaseRow.run_id,
+    LeaseRow.attempt,
+    LeaseRow.generation,
+    LeaseRow.resume_epoch,
+    LeaseRow.fence,
+    LeaseRow.expires_at,
+).where(
+    LeaseRow.workflow_id == bindparam("workflow_id", type_=String()),
+    LeaseRow.stage == bindparam("stage", type_=String()),
+)
+_LEASE_LOCKED = _LEASE.with_for_update()
+
+
 def get_lease(
     session: Session, workflow_id: str, stage: str, *, lock: bool = False
 ) -> LeaseV1 | None:
     """The current lease; ``lock`` holds its row until the transaction ends (PostgreSQL
     ``FOR UPDATE``; SQLite has one writer at a time anyway)."""
-    row = session.get(LeaseRow, (workflow_id, stage), with_for_update=lock or None)
+    statement = _LEASE_LOCKED if lock else _LEASE
+    row = session.execute(statement, {"workflow_id": workflow_id, "stage": stage}).first()
     if row is None:
         return None
     return LeaseV1(

@@ -53,6 +53,9 @@ class DaemonProcess:
             env["PROMOTER_FAULTS"] = faults
         # as for an in-process test daemon: no start-up rehearsal unless a test asks for it
         env["PROMOTER_REHEARSE_AT_START"] = "false"
+        # one serving process: the process a test kills or pauses is the one that writes
+        # (a test of ``serve --workers`` asks for more in ``extra_env``)
+        env["PROMOTER_WORKERS"] = "1"
         env.update(extra_env or {})
         databases.ensure(env.get("PROMOTER_DATABASE_URL"))  # made before the child opens it
         argv = [

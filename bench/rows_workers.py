@@ -1,0 +1,156 @@
+"""The speed table's row for ``promoter serve --workers``: 2 workers against 1, same load.
+
+Per round, two daemons in processes of their own, as deployed (``promoter serve``, SQLite
+ledger), each guarding ``REPOSITORIES`` copies of a ``bench.workload`` source: one with
+``--workers 1``, one with ``--workers 2``, in an order that rotates with the round. Each
+is driven by ``CLIENTS`` threads, client ``n`` promoting into repository ``n`` only:
+1-file flows in one request (``PromoterClient.promote_with_evidence`` with ``wait``, the
+orchestrator's token and the run's), one untimed flow each, then ``FLOWS`` each, all
+threads released together; timed from the release to the last thread's end. Grants,
+lease and executor token are set up untimed.
+
+Row: ``promotions_workers_2_over_1``: the 2-worker daemon's time for the same promotions
+over the 1-worker daemon's (goal ≤ 0.625: at least 1.6 times the promotions a second).
+Details: each daemon's promotions a second. Both daemons run on this machine with the
+clients, which take their share of its cores.
+
+Deliberately not here: gating on the figures, and any other row.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench import documents as bd
+from bench import workload as wl
+from bench.harness import Table
+from promoter.client.sync import PromoterClient
+from promoter.domain.canonical import sha256_hex
+
+GOALS = {"promotions_workers_2_over_1": (0.625, "x")}
+LABELS = {
+    "promotions_workers_2_over_1": "promotions, 8 clients x 8 repos: 2 workers' time / 1's",
+}
+CLIENTS = 8
+REPOSITORIES = 8
+FLOWS = 6
+
+
+@contextmanager
+def served(state_dir: Path, repos: dict[str, Path], workers: int) -> Iterator[tuple[str, Path]]:
+    """``promoter serve --workers workers`` in its own process: ``(url, state_dir)``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROMOTER_") or k == "PROMOTER_GROUP_SYNC"
+    }
+    argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
+    argv += ["--port", "0", "--workers", str(workers)]
+    for name, path in repos.items():
+        argv += ["--repo", f"{name}={path}"]
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stderr is not None
+        url = ""
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith("promoter: ready on "):
+                url = line.removeprefix("promoter: ready on ")
+                break
+        if not url:
+            raise RuntimeError("the benchmark daemon exited before it was ready")
+        drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
+        drain.start()
+        yield url, state_dir
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+def _rate(here: Path, source: wl.Source, workers: int, round_no: int) -> float:
+    """Promotions a second of ``CLIENTS`` threads against a ``--workers workers`` daemon."""
+    here.mkdir()
+    repos = {f"r{n}": wl.copy_repo(source.path, here / f"r{n}") for n in range(REPOSITORIES)}
+    with ExitStack() as stack:
+        url, state = stack.enter_context(served(here / "state", repos, workers))
+        token = (state / "credentials" / "orchestrator.token").read_text().strip()
+        orch = stack.enter_context(PromoterClient(url, token, timeout=600))
+        identities = {str(r["name"]): str(r["repository_identity"]) for r in orch.repositories()}
+        grants: list[dict[str, Any]] = []
+        for n in range(CLIENTS):
+            grant = bd.grant_document(
+                identities[f"r{n % REPOSITORIES}"],
+                source.base_commit,
+                source.base_tree,
+                max_changes=10,
+                grant_id=f"grt_w{n}",
+            )
+            registered = orch.register_grant(grant)
+            grants.append({**grant, "grant_sha256": registered["grant_sha256"]})
+        executor = str(orch.mint_executor_token(bd.RUN_ID)["token"])
+        orch.set_lease(bd.WORKFLOW, bd.STAGE, bd.lease_document())
+        start = threading.Barrier(CLIENTS + 1)
+        errors: list[BaseException] = []
+
+        def client(n: int) -> None:
+            try:
+                with PromoterClient(url, token, timeout=600) as mine:
+                    for flow in range(FLOWS + 1):
+                        if flow == 1:
+                            start.wait()
+                        data = b"client %d flow %d round %d workers %d\n" % (
+                            n,
+                            flow,
+                            round_no,
+                            workers,
+                        )
+                        change = {
+                            "path": f"w{n}-{flow}.txt",
+                            "operation": "create",
+                            "old": bd.state_of(None),
+                            "new": bd.state_of(data),
+                        }
+                        grant = grants[n]
+                        bundle = bd.bundle_document(grant, grant["grant_sha256"], [change])
+                        done = mine.promote_with_evidence(
+                            bundle,
+                            [(sha256_hex(data), len(data), data)],
+                            bd.FENCE,
+                            executor_token=executor,
+                            wait=True,
+                        )
+                        if done["operation"].get("status") != "completed":
+                            raise AssertionError(f"the promotion ended {done['operation']}")
+            except BaseException as exc:
+                errors.append(exc)
+                start.abort()
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        began = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - began
+        if errors:
+            raise errors[0]
+    return CLIENTS * FLOWS / elapsed
+
+
+def promotions_workers(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
+    counts = (1, 2) if round_no % 2 == 0 else (2, 1)
+    rates = {n: _rate(work / f"workers-{n}-{round_no}", source, n, round_no) for n in counts}
+    table.add("promotions_workers_2_over_1", rates[1] / rates[2])
+    table.note("promotions_workers.per_second_1_worker", rates[1])
+    table.note("promotions_workers.per_second_2_workers", rates[2])

@@ -1,0 +1,159 @@
+"""``promoter serve --workers 2``: two processes promoting on one ledger and one state
+directory while the person keeps saving files (TESTS.md F4; both database passes).
+
+Eight executor clients, each on its own connection, promote 1-file bundles: half into one
+repository (several at once into the same one) and half into another, until both workers
+have run promotions (the kernel hands each connection to one of them). Meanwhile the
+person saves a file of their own in each worktree again and again. Checked: every
+promotion completed exactly once (one ``completed`` operation a bundle, its file holds the
+bundle's bytes), the operations were run by the daemon's two worker processes, and every
+one of the person's saves is there as last written: 0 lost. And a worker that dies
+stops the other and the daemon, which exits with the worker's status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.flows import init_repo, make_bundle, make_grant
+from tests.support.process import DaemonProcess, upload_blobs
+
+ROUNDS = 6  # promotions a client makes, at most; more if a worker served none yet
+CLIENTS = 8
+REPOS = ("left", "right")
+
+
+def _person(worktrees: list[Path], stop: threading.Event, last: dict[Path, bytes]) -> None:
+    """Save ``mine.txt`` in each worktree, again and again, until ``stop``."""
+    n = 0
+    while not stop.wait(0.002):  # a pace, not a synchronization: saves all along the run
+        for tree in worktrees:
+            data = b"save %d\n" % n
+            (tree / "mine.txt").write_bytes(data)
+            last[tree / "mine.txt"] = data
+        n += 1
+
+
+def test_two_workers_promote_and_lose_no_save(tmp_path: Path) -> None:
+    repos = {name: init_repo(tmp_path / name, {"README": b"hi\n"}) for name in REPOS}
+    daemon = DaemonProcess(tmp_path / "state", repos, extra_env={"PROMOTER_WORKERS": "2"})
+    try:
+        with daemon.client() as orch:
+            listed = orch.get("/v1/repositories").json()["repositories"]
+            identities = {r["name"]: r["repository_identity"] for r in listed}
+            grants: dict[str, dict[str, Any]] = {}
+            for name, repo in repos.items():
+                grant = make_grant(repo, identities[name], grant_id=f"grt_{name}")
+                assert orch.post("/v1/grants", json=grant).status_code == 201
+                grants[name] = grant
+            lease = {
+                "run_id": "run_1",
+                "attempt": 1,
+                "generation": 1,
+                "resume_epoch": 0,
+                "fence": 7,
+                "expires_at": "2099-01-01T00:00:00Z",
+            }
+            assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        with daemon.executor("run_1") as ex:
+            token = ex.headers["Authorization"]
+        owners: set[int] = set()
+        done: dict[str, tuple[Path, bytes]] = {}
+        seen = threading.Lock()
+
+        def promote(client_no: int, n: int) -> None:
+            name = REPOS[client_no % 2]
+            data = b"client %d promotion %d\n" % (client_no, n)
+            path = f"c{client_no}-{n}.txt"
+            change: list[tuple[str, bytes | None, bytes | None]] = [(path, None, data)]
+            bundle = make_bundle(grants[name], change)
+            # each promotion on a connection of its own: the kernel picks the worker
+            with (
+                httpx.Client(
+                    base_url=daemon.url, timeout=120, headers={"Authorization": token}
+                ) as ex,
+                daemon.client() as orch,
+            ):
+                upload_blobs(ex, [data])
+                answer = ex.post("/v1/bundles", json=bundle)
+                assert answer.status_code == 201, answer.text
+                receipt = answer.json()["verification_receipt"]["receipt_sha256"]
+                answer = orch.post(
+                    "/v1/promotions",
+                    json={
+                        "bundle_id": bundle["bundle_id"],
+                        "fence": 7,
+                        "wait": True,
+                        "verification_receipt_sha256": receipt,
+                    },
+                )
+                assert answer.status_code in (200, 201, 202), answer.text
+                operation = answer.json()
+                assert operation["status"] == "completed", operation
+                view = orch.get(f"/v1/operations/{operation['operation_id']}").json()
+            with seen:
+                owners.add(view["owner"]["pid"])
+                done[bundle["bundle_id"]] = (repos[name] / path, data)
+
+        def client(client_no: int) -> None:
+            n = 0
+            while n < ROUNDS or (len(owners) < 2 and n < 5 * ROUNDS):
+                promote(client_no, n)
+                n += 1
+
+        stop = threading.Event()
+        last: dict[Path, bytes] = {}
+        person = threading.Thread(target=_person, args=(list(repos.values()), stop, last))
+        person.start()
+        try:
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                for future in [pool.submit(client, c) for c in range(CLIENTS)]:
+                    future.result()
+        finally:
+            stop.set()
+            person.join()
+        assert len(owners) == 2, owners  # both workers promoted
+        assert daemon.proc.pid not in owners  # the parent serves nothing itself
+        for path, data in done.values():
+            assert path.read_bytes() == data
+        with daemon.client("operator") as op:
+            listed = op.get("/v1/operations").json()["operations"]
+        by_bundle: dict[str, list[str]] = {}
+        for operation in listed:
+            by_bundle.setdefault(operation["bundle_id"], []).append(operation["status"])
+        assert by_bundle == {bundle_id: ["completed"] for bundle_id in done}
+        assert len(last) == len(REPOS)
+        for path, data in last.items():
+            assert path.read_bytes() == data  # the person's last save of each file: 0 lost
+    finally:
+        assert daemon.stop() == 0
+
+
+def _workers(pid: int) -> list[int]:
+    """The child processes of ``pid`` (its workers), from ``/proc``."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        children += [int(child) for child in text]
+    return sorted(children)
+
+
+def test_a_worker_that_dies_stops_the_daemon_with_its_status(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", {"README": b"hi\n"})
+    daemon = DaemonProcess(tmp_path / "state", {"demo": repo}, extra_env={"PROMOTER_WORKERS": "2"})
+    try:
+        first, second = _workers(daemon.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        assert daemon.wait_exit() == 128 + signal.SIGKILL  # as the worker ended
+        assert not Path(f"/proc/{second}").exists()  # the other one stopped, and was reaped
+        daemon._drain.join(60)  # its stderr read to the end
+        assert any("ended with status 137: the others stop" in line for line in daemon.log)
+    finally:
+        daemon.kill()
