@@ -143,10 +143,16 @@ def bwrap_path() -> str:
     return os.environ.get(BWRAP_ENV) or shutil.which("bwrap") or "/usr/bin/bwrap"
 
 
+_PROBED: set[str] = set()  # bubblewrap binaries that made the namespaces in this process
+
+
 def probe(bwrap: str) -> None:
-    """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here."""
+    """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here
+    (once per binary and process: a run probes before its sandbox, then runs confined)."""
     if not os.access(bwrap, os.X_OK):
         raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
+    if bwrap in _PROBED:
+        return
     argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
@@ -158,6 +164,7 @@ def probe(bwrap: str) -> None:
             f"bubblewrap cannot make namespaces here ({reason or done.returncode}); {REMEDY}",
             bwrap=bwrap,
         )
+    _PROBED.add(bwrap)
 
 
 _NAMESPACES = (
