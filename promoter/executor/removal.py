@@ -3,11 +3,12 @@
 ``remove_later`` takes a sandbox out of the runs at once (a rename of
 ``<state>/runs/<run_id>`` to ``<state>/runs/.promoter-removing-<run_id>``: one
 ``renameat2`` with ``RENAME_NOREPLACE``, so ``--list`` and ``--continue`` no longer see
-it) and starts a detached process (``python -m promoter.executor.removal``, its own
-session, no terminal) that removes it through ``sandbox.remove_own``: by descriptors,
-only after the ``run.json`` read through the opened directory names that very run, and
-with an overlay only promoter's own layers (the base is shared and stays). That process
-holds an ``flock`` on the directory while it works.
+it) and starts a detached process (this module's ``main`` in this interpreter without
+``site``, given this process's import path; its own session, no terminal) that removes
+it through ``sandbox.remove_own``: by descriptors, only after the ``run.json`` read
+through the opened directory names that very run, and with an overlay only promoter's
+own layers (the base is shared and stays). That process holds an ``flock`` on the
+directory while it works.
 
 ``sweep`` (at the start of the next ``promoter run``) finishes a removal whose process
 is gone (the lock can be taken): a kill at any point leaves a directory that is still
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import subprocess
@@ -58,7 +60,8 @@ def remove_later(state_dir: Path, run_id: str) -> Path:
     finally:
         os.close(fd)
     faults.point("removal_renamed")
-    argv = [sys.executable, "-m", "promoter.executor.removal", str(state_dir.absolute()), run_id]
+    argv = [sys.executable, "-I", "-S", "-c", _BOOT, _import_path()]
+    argv += [str(state_dir.absolute()), run_id]
     subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -68,6 +71,20 @@ def remove_later(state_dir: Path, run_id: str) -> Path:
         close_fds=True,
     )
     return root / (REMOVING + run_id)
+
+
+# the detached process: this interpreter without ``site`` (no ``.pth`` files, no
+# editable-install finder to load), this process's import path, then ``main``
+_BOOT = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); del sys.argv[1]; "
+    "from promoter.executor.removal import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _import_path() -> str:
+    """Where this process found promoter (first), then its own import path, as JSON."""
+    package = Path(__file__).resolve().parent.parent.parent
+    return json.dumps([str(package), *(entry for entry in sys.path if entry)])
 
 
 def _remove_renamed(state_dir: Path, run_id: str, *, wait: bool) -> bool:
