@@ -20,7 +20,8 @@ out and packed. The edit is an agent's: 8 tracked files appended to, 2 new files
 Pairs interleaved (the order alternates with the round), the median of the ratios. One
 untimed run first makes the base and warms the daemon. Between rounds the worktree is
 put back with plain file operations. What this does not do: gate anything.
-Run alone: ``python -m bench.rows_run_small [--rounds N]``.
+Run alone: ``python -m bench.rows_run_small [--rounds N] [--before TREE]`` (``--before``:
+the run of another tree of promoter, first on ``PYTHONPATH``, timed beside in each round).
 """
 
 from __future__ import annotations
@@ -157,15 +158,21 @@ def become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def promoter_run(url: str, state: Path, edit: Edit, daemon_pid: int) -> tuple[float, float]:
-    """One ``promoter run --yes``: the person's wait, and the CPU of everything it ran."""
+def promoter_run(
+    url: str, state: Path, edit: Edit, daemon_pid: int, before: Path | None = None
+) -> tuple[float, float]:
+    """One ``promoter run --yes``: the person's wait, and the CPU of everything it ran
+    (``before``: another tree of promoter first on ``PYTHONPATH``, for a before/after)."""
+    env = rows_run._env()
+    if before is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(before), env.get("PYTHONPATH", "")])
     argv = [*rows_run._CLI, "run", "--repo", "bench", "--yes", "--state-dir", str(state)]
     argv += ["--url", url, "--", "sh", "-c", edit.script]
     _wait_removals()
     cpu, daemon_cpu = _children_cpu(), _process_cpu(daemon_pid)
     started = time.perf_counter()
     done = subprocess.run(
-        argv, cwd=state.parent, env=rows_run._env(), stdin=subprocess.DEVNULL,
+        argv, cwd=state.parent, env=env, stdin=subprocess.DEVNULL,
         capture_output=True, check=False,
     )  # fmt: skip
     wall = time.perf_counter() - started
@@ -223,8 +230,11 @@ def _daemon_pid(state: Path) -> int:
     raise RuntimeError("the daemon's process was not found")
 
 
-def rows(table: Recorder, work: Path, stack: ExitStack) -> list[Callable[[int], None]]:
-    """Build the repository under ``work`` once; one callable per round."""
+def rows(
+    table: Recorder, work: Path, stack: ExitStack, before: Path | None = None
+) -> list[Callable[[int], None]]:
+    """Build the repository under ``work`` once; one callable per round. With ``before``
+    (a tree of promoter), its run is timed in each round too (``run_small_*_before``)."""
     become_subreaper()
     root = work / "run-small"
     root.mkdir(parents=True)
@@ -240,14 +250,19 @@ def rows(table: Recorder, work: Path, stack: ExitStack) -> list[Callable[[int], 
             "run": lambda: promoter_run(served.url, state, edit, served.pid),
             "loop": lambda: worktree_loop(edit, root),
         }
-        order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
-        figures = {name: sides[name]() for name in order}
-        (run_wall, run_cpu), (loop_wall, loop_cpu) = figures["run"], figures["loop"]
-        table.add("run_small_wall", run_wall / loop_wall)
-        table.add("run_small_cpu", run_cpu / loop_cpu)
-        table.note("run_small_wall.seconds", run_wall)
+        if before is not None:
+            sides["before"] = lambda: promoter_run(served.url, state, edit, served.pid, before)
+        names = list(sides)
+        turn = round_no % len(names)
+        figures = {name: sides[name]() for name in names[turn:] + names[:turn]}
+        loop_wall, loop_cpu = figures.pop("loop")
+        for name, (wall, cpu) in figures.items():
+            suffix = "" if name == "run" else "_before"
+            table.add(f"run_small_wall{suffix}", wall / loop_wall)
+            table.add(f"run_small_cpu{suffix}", cpu / loop_cpu)
+            table.note(f"run_small_wall{suffix}.seconds", wall)
+            table.note(f"run_small_cpu{suffix}.seconds", cpu)
         table.note("run_small_wall.loop_seconds", loop_wall)
-        table.note("run_small_cpu.seconds", run_cpu)
         table.note("run_small_cpu.loop_seconds", loop_cpu)
 
     return [row]
@@ -268,7 +283,7 @@ class _Table:
         self.extra.setdefault(key, []).append(value)
 
 
-def run(rounds: int = 5) -> dict[str, Any]:
+def run(rounds: int = 5, before: Path | None = None) -> dict[str, Any]:
     """These rows alone: ``rounds`` rounds (at least 5), medians and samples."""
     table = _Table({}, {})
     load_before = os.getloadavg()
@@ -277,7 +292,7 @@ def run(rounds: int = 5) -> dict[str, Any]:
     )
     try:
         with ExitStack() as stack:
-            (step,) = rows(table, work, stack)
+            (step,) = rows(table, work, stack, before)
             for round_no in range(max(rounds, 5)):
                 step(round_no)
     finally:
@@ -301,11 +316,12 @@ def _lines(result: dict[str, Any]) -> Iterator[str]:
         f"load {before} before, {after} after"
     )
     for row, figure in result["rows"].items():
-        goal, unit = GOALS[row]
+        goal, unit = GOALS[row.removesuffix("_before")]
         samples = ", ".join(f"{s:.3g}" for s in figure["samples"])
         verdict = "met" if figure["median"] <= goal else "MISSED"
         shown = f"{figure['median']:8.3g}{unit} (goal {goal}{unit}, {verdict})"
-        yield f"  {LABELS[row]:<72} {shown} {samples}"
+        label = LABELS[row.removesuffix("_before")] + (" (before)" if "_before" in row else "")
+        yield f"  {label:<81} {shown} {samples}"
     for key, value in sorted(result["details"].items()):
         yield f"    {key}: {value:.4g}"
 
@@ -313,8 +329,11 @@ def _lines(result: dict[str, Any]) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--before", type=Path, help="a tree of promoter whose run is timed beside (PYTHONPATH)"
+    )
     args = parser.parse_args(argv)
-    print("\n".join(_lines(run(args.rounds))), flush=True)
+    print("\n".join(_lines(run(args.rounds, args.before))), flush=True)
     return 0
 
 
