@@ -131,17 +131,18 @@ def _process_cpu(pid: int) -> float:
 
 
 def _adopted_removals() -> list[int]:
-    """This process's children that are a sandbox's detached removal (adopted orphans)."""
+    """This process's children that are a sandbox's detached removal: adopted orphans
+    that lead a session of their own (the daemons this process started do not)."""
     me, found = os.getpid(), []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"promoter.executor.removal" in cmdline:
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me and int(fields[3]) == int(entry):
             found.append(int(entry))
     return found
 
