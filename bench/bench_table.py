@@ -60,7 +60,9 @@ the median of its per-round figures. The rows:
 
 The rows of ``bench.rows_layers`` (layered sandboxes of ``promoter run``: ready time
 and own disk at 10 000 files against 10, a run against a bare worktree loop) join every
-run's rounds, at 100 000 files with ``full``. With ``full`` (``--full`` in
+run's rounds, at 100 000 files with ``full``, and so do those of ``bench.rows_run_small``
+(``promoter run --yes`` of a 10-file edit on a 166-file project against the worktree
+loop: wall and CPU). With ``full`` (``--full`` in
 ``bench.run``) the rows of ``bench.rows_gitcost`` join the rounds: a 1-file promotion
 in a 100k-file repository (nested, with snapshots, flat) over the same in a 10-file
 one; they build their repositories once per run.
@@ -108,6 +110,7 @@ from bench import (
     rows_gitcost,
     rows_layers,
     rows_one_request,
+    rows_run_small,
     rows_verify,
     rows_workers,
 )
@@ -140,6 +143,7 @@ GOALS: dict[str, tuple[float, str]] = {
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
     **rows_gitcost.GOALS,
     **rows_layers.GOALS,  # 10k files; 100k with full=True
+    **rows_run_small.GOALS,
 }
 LABELS = {
     "http_flow_1150": "full HTTP flow, 1150 files, vs bare durable loop",
@@ -157,6 +161,7 @@ LABELS = {
     **rows_builder.BUILDER_LABELS,
     **rows_gitcost.LABELS,
     **rows_layers.LABELS,
+    **rows_run_small.LABELS,
 }
 
 # the rows ``--rows`` can name (``some_rows``)
@@ -408,6 +413,7 @@ def run(
             if full:  # long: 100k-file repositories, nested and flat
                 rows += rows_gitcost.rows(table, work, stack)
             rows += rows_layers.rows(table, work, stack, full=full)
+            rows += rows_run_small.rows(table, work, stack)
             for round_no in range(rounds):
                 for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
                     step(round_no)

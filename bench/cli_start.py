@@ -16,6 +16,10 @@ instance, included), the median of ``--rounds`` (at least 5) runs each, interlea
   ``bench.rows_builder.make_large_repository``), over ``git status --porcelain`` of the
   same worktree: the ratio, and both CPU figures.
 
+``--before TREE`` times each command of another tree of promoter too (the same
+interpreter, ``TREE`` first on ``PYTHONPATH``), interleaved with the rest: a
+before/after in one run.
+
 The daemon is ``promoter serve`` in its own process on a 166-file repository whose
 promotions need approval; the sandbox is made by ``promoter run --unconfined`` (no
 bubblewrap needed here). The goals are absolute (seconds of CPU; the ratio for the
@@ -137,7 +141,14 @@ def _prepare(work: Path, url: str, state: Path, repo: Path) -> dict[str, list[st
     }
 
 
-def _build_row(work: Path, files: int, rounds: int) -> dict[str, Any]:
+def _before_env(env: dict[str, str], before: Path | None) -> dict[str, str]:
+    """``env`` with another tree of promoter first on ``PYTHONPATH`` (``--before``)."""
+    if before is None:
+        return env
+    return {**env, "PYTHONPATH": os.pathsep.join([str(before), env.get("PYTHONPATH", "")])}
+
+
+def _build_row(work: Path, files: int, rounds: int, before: Path | None = None) -> dict[str, Any]:
     large = make_large_repository(work / f"large-{files}", files)
     (large / "d000" / "e00" / "f00007.txt").write_bytes(b"edited for the bench\n")
     grant = work / "grant.json"
@@ -147,19 +158,27 @@ def _build_row(work: Path, files: int, rounds: int) -> dict[str, Any]:
     status = ["git", "status", "--porcelain"]
     cpu_of(status, env, large)  # the index refreshed, as in a worktree someone works in
     pairs = []
+    runs = [("build", build, env), ("status", status, env)]
+    if before is not None:
+        runs.append(("build_before", build, _before_env(env, before)))
     for k in range(rounds):
-        runs = [("build", build), ("status", status)]
-        seconds = {name: cpu_of(argv, env, large) for name, argv in runs[k % 2 :] + runs[: k % 2]}
-        pairs.append(seconds)
-    return {
+        turn = k % len(runs)
+        pairs.append({name: cpu_of(argv, e, large) for name, argv, e in runs[turn:] + runs[:turn]})
+    result = {
         "files": files,
         "ratio": statistics.median(p["build"] / p["status"] for p in pairs),
         "build_cpu_s": statistics.median(p["build"] for p in pairs),
         "git_status_cpu_s": statistics.median(p["status"] for p in pairs),
     }
+    if before is not None:
+        result["ratio_before"] = statistics.median(p["build_before"] / p["status"] for p in pairs)
+        result["build_before_cpu_s"] = statistics.median(p["build_before"] for p in pairs)
+    return result
 
 
-def run(rounds: int = 5, *, full: bool = False) -> dict[str, Any]:
+def run(rounds: int = 5, *, full: bool = False, before: Path | None = None) -> dict[str, Any]:
+    """Each row ``rounds`` times, interleaved; ``before``: each command of another tree of
+    promoter (first on ``PYTHONPATH``) timed beside, as ``<row>_before``."""
     rounds = max(rounds, 5)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(
@@ -178,17 +197,23 @@ def run(rounds: int = 5, *, full: bool = False) -> dict[str, Any]:
                 "PROMOTER_STATE_DIR": str(state),
                 "PROMOTER_TOKEN": operator,
             }
-            samples: dict[str, list[float]] = {name: [] for name in [*commands, "python"]}
+            order: list[tuple[str, list[str] | None, dict[str, str]]] = [
+                *((name, args, env) for name, args in commands.items()),
+                ("python", None, env),
+            ]
+            if before is not None:
+                older = _before_env(env, before)
+                order += [(f"{name}_before", args, older) for name, args in commands.items()]
+            samples: dict[str, list[float]] = {name: [] for name, _, _ in order}
             for k in range(rounds):
-                order = [*commands.items(), ("python", None)]
-                for name, args in order[k % len(order) :] + order[: k % len(order)]:
+                for name, args, e in order[k % len(order) :] + order[: k % len(order)]:
                     argv = [sys.executable, "-c", "pass"] if args is None else [str(PROGRAM), *args]
-                    samples[name].append(cpu_of(argv, env, repo))
+                    samples[name].append(cpu_of(argv, e, repo))
         result: dict[str, Any] = {
             name: {"cpu_s": statistics.median(values), "samples": values}
             for name, values in samples.items()
         }
-        result["bundle_build"] = _build_row(work, 100_000 if full else 10_000, rounds)
+        result["bundle_build"] = _build_row(work, 100_000 if full else 10_000, rounds, before)
     result["load_average_before"] = list(load_before)
     result["load_average_after"] = list(os.getloadavg())
     result["rounds"] = rounds
@@ -207,6 +232,8 @@ def format_result(result: dict[str, Any]) -> str:
         if goal is not None:
             verdict += "met" if result[name]["cpu_s"] <= goal[0] else "NOT met"
         lines.append(f"  {name:<16} {result[name]['cpu_s']:.3f} s{verdict}")
+        if f"{name}_before" in result:
+            lines.append(f"  {name + ' before':<16} {result[name + '_before']['cpu_s']:.3f} s")
     build = result["bundle_build"]
     met = "met" if build["ratio"] <= GOALS["bundle_build"][0] else "NOT met"
     lines.append(
@@ -214,6 +241,10 @@ def format_result(result: dict[str, Any]) -> str:
         f"git status {build['git_status_cpu_s']:.3f} s: {build['ratio']:.2f}x "
         f"(goal <= {GOALS['bundle_build'][0]}x: {met})"
     )
+    if "ratio_before" in build:
+        lines.append(
+            f"  the same before: {build['build_before_cpu_s']:.3f} s, {build['ratio_before']:.2f}x"
+        )
     return "\n".join(lines)
 
 
@@ -221,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="CPU of promoter's command line.")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each (at least 5)")
     parser.add_argument("--full", action="store_true", help="the build row in 100k files")
+    parser.add_argument(
+        "--before", type=Path, help="a tree of promoter timed beside (first on PYTHONPATH)"
+    )
     args = parser.parse_args(argv)
-    print(format_result(run(args.rounds, full=args.full)))
+    print(format_result(run(args.rounds, full=args.full, before=args.before)))
     return 0
 
 

@@ -177,15 +177,15 @@ def _iec_speed_column() -> Any:
 def _hashing(
     worktree: Path, grant: GrantV1, since: dict[str, FileState] | None = None
 ) -> BuiltBundle:
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
     from promoter.executor.builder import build_bundle
 
+    shown = rich_console(stderr=True)
+    if not shown.is_terminal:  # a transient spinner off a terminal shows nothing
+        return build_bundle(worktree, grant, since=since)
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
     with Progress(
-        SpinnerColumn(),
-        TextColumn("hashing changed files"),
-        console=rich_console(stderr=True),
-        transient=True,
+        SpinnerColumn(), TextColumn("hashing changed files"), console=shown, transient=True
     ) as bar:
         bar.add_task("hash", total=None)
         return build_bundle(worktree, grant, since=since)

@@ -7,8 +7,9 @@ as it came, too. Importing pydantic and building an adapter per option
 cost a command like ``promoter run --list`` (about twenty options) some 50 ms of CPU,
 more than the command's work. After ``spare()`` each parameter gets a coercion that
 returns those values exactly as typer's returns them (``None``, or ``()`` for a
-repeatable option; the default itself; the same string) and hands every other value (a
-number, a path, a list the person typed) to typer's own coercion, built then. A
+repeatable option; the default itself; the same string), a flag's ``bool``, a list of
+the strings typed (``list[str]``) and a ``Path`` (through typer's own checks of a path),
+and hands every other value (a number, a choice) to typer's own coercion, built then. A
 parameter with its own parser keeps typer's coercion for every value.
 
 It changes no command's parsing, help or errors, and does nothing with a typer whose
@@ -17,16 +18,20 @@ parameters coerce otherwise (the attributes it relies on are checked first).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 try:
     from typer._click.core import Context, ParameterSource
+    from typer._click.exceptions import BadParameter
     from typer._coercion import build_runtime_param
+    from typer._param_types import coerce_cli_path
     from typer.core import _TyperParameter as Coerced
 except ImportError:  # another typer: its own coercion stays
     Coerced = None  # type: ignore[assignment,misc]
 
 _PLAIN = (str, int, float)
+_STRINGS = list[str]
 
 
 class _Spared:
@@ -48,9 +53,30 @@ class _Spared:
             and ctx.get_parameter_source(param.name) is ParameterSource.DEFAULT
         ):
             return value  # the function's own default, of the type it declares
+        annotation = self._descriptor.annotation
+        if type(value) is bool and annotation is bool and single:
+            return value  # a flag: typer's bool coercion answers this very object
+        strings = type(value) is tuple and all(type(item) is str for item in value)
+        if strings and annotation == _STRINGS and not single:
+            return list(value)  # typer's list of its str coercion of each
+        if type(value) is str and annotation is Path and single:
+            path = self._path(value, param, ctx)
+            if path is not None:
+                return path
         if self._real is None:
             self._real = build_runtime_param(self._descriptor)
         return self._real.coerce(value, param=param, ctx=ctx)
+
+    def _path(self, value: str, param: Any, ctx: Context) -> Any:
+        """typer's own checks of a path, given the ``Path`` its adapter makes of ``value``
+        (``None`` on a refusal: typer's coercion then refuses in its own words)."""
+        info = self._descriptor.parameter_info
+        if info.path_type not in (None, Path) or self._descriptor.file_annotation is not None:
+            return None
+        try:
+            return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+        except BadParameter:
+            return None
 
 
 def spare() -> None:

@@ -63,6 +63,7 @@ from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
+from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 
@@ -96,7 +97,8 @@ _ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run")  # noqa: S108
 _PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
 
 # Run by the host's Python before bwrap: set the limits, join the pids cgroup, exec.
-_LIMITS_SHIM = """\
+_LIMITS_SHIM = (
+    """\
 import os, resource, sys
 a, f, n, procs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 resource.setrlimit(resource.RLIMIT_AS, (a, a))
@@ -106,8 +108,14 @@ if procs:
     fd = os.open(procs, os.O_WRONLY)
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
+"""
+    + FOLD
+    + """\
+if is_shim(sys.argv[5:]):  # the overlay's mount, in this interpreter (``shims.py``)
+    run_shim(sys.argv[5:])
 os.execv(sys.argv[5], sys.argv[5:])
 """
+)
 
 
 @dataclass(frozen=True)
@@ -143,10 +151,16 @@ def bwrap_path() -> str:
     return os.environ.get(BWRAP_ENV) or shutil.which("bwrap") or "/usr/bin/bwrap"
 
 
+_PROBED: set[str] = set()  # bubblewrap binaries that made the namespaces in this process
+
+
 def probe(bwrap: str) -> None:
-    """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here."""
+    """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here
+    (once per binary and process: a run probes before its sandbox, then runs confined)."""
     if not os.access(bwrap, os.X_OK):
         raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
+    if bwrap in _PROBED:
+        return
     argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
@@ -158,6 +172,7 @@ def probe(bwrap: str) -> None:
             f"bubblewrap cannot make namespaces here ({reason or done.returncode}); {REMEDY}",
             bwrap=bwrap,
         )
+    _PROBED.add(bwrap)
 
 
 _NAMESPACES = (

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
 from typing import Any
 
+from promoter.executor.shims import FOLD
 from promoter.executor.terminal import OutputFilter
 
 __all__ = ["GRACE", "Pane"]
@@ -53,7 +54,8 @@ _READ = 1 << 16
 
 # Run by the host's Python as the pane's session leader: the pane becomes its controlling
 # terminal, then the command is executed; a failure to execute is reported on ``err``.
-_CTTY_SHIM = """\
+_CTTY_SHIM = (
+    """\
 import fcntl, os, sys, termios
 err = int(sys.argv[1])
 os.set_inheritable(err, False)
@@ -61,12 +63,18 @@ try:
     fcntl.ioctl(1, termios.TIOCSCTTY, 0)
 except OSError:
     pass
+"""
+    + FOLD
+    + """\
+if is_shim(sys.argv[2:]):  # the next shim, in this interpreter (``shims.py``)
+    run_shim(sys.argv[2:])
 try:
     os.execvp(sys.argv[2], sys.argv[2:])
 except OSError as exc:
     os.write(err, (exc.strerror or str(exc)).encode("utf-8", "replace"))
     os._exit(127)
 """
+)
 
 
 class Pane:

@@ -3,11 +3,13 @@
 ``remove_later`` takes a sandbox out of the runs at once (a rename of
 ``<state>/runs/<run_id>`` to ``<state>/runs/.promoter-removing-<run_id>``: one
 ``renameat2`` with ``RENAME_NOREPLACE``, so ``--list`` and ``--continue`` no longer see
-it) and starts a detached process (``python -m promoter.executor.removal``, its own
-session, no terminal) that removes it through ``sandbox.remove_own``: by descriptors,
-only after the ``run.json`` read through the opened directory names that very run, and
-with an overlay only promoter's own layers (the base is shared and stays). That process
-holds an ``flock`` on the directory while it works.
+it) and starts a detached process (a fork of this process when it runs no other thread,
+else this module's ``main`` in this interpreter without ``site``, given this process's
+import path; either in its own session, without a terminal) that removes it through
+``sandbox.remove_own``: by descriptors, only after the ``run.json`` read through the
+opened directory names that very run, and with an overlay only promoter's own layers
+(the base is shared and stays). That process holds an ``flock`` on the directory while
+it works.
 
 ``sweep`` (at the start of the next ``promoter run``) finishes a removal whose process
 is gone (the lock can be taken): a kill at any point leaves a directory that is still
@@ -27,10 +29,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from promoter import faults
@@ -58,16 +62,53 @@ def remove_later(state_dir: Path, run_id: str) -> Path:
     finally:
         os.close(fd)
     faults.point("removal_renamed")
-    argv = [sys.executable, "-m", "promoter.executor.removal", str(state_dir.absolute()), run_id]
-    subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    args = [str(state_dir.absolute()), run_id]
+    if threading.active_count() == 1:
+        _fork(args)  # this process's copy, everything it needs already loaded
+    else:  # a fork would copy another thread's locks: a new interpreter
+        argv = [sys.executable, "-I", "-S", "-c", _BOOT, _import_path(), *args]
+        subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
     return root / (REMOVING + run_id)
+
+
+def _fork(args: list[str]) -> None:
+    """``main(args)`` in a child of this (single-threaded) process, detached as the
+    spawned one is: its own session, no terminal, every descriptor but /dev/null on 0–2
+    closed; it leaves by ``os._exit`` (nothing of this process's runs again there)."""
+    pid = os.fork()
+    if pid != 0:
+        return
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        code = main(args)
+    finally:
+        os._exit(code)
+
+
+# the detached process: this interpreter without ``site`` (no ``.pth`` files, no
+# editable-install finder to load), this process's import path, then ``main``
+_BOOT = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); del sys.argv[1]; "
+    "from promoter.executor.removal import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _import_path() -> str:
+    """Where this process found promoter (first), then its own import path, as JSON."""
+    package = Path(__file__).resolve().parent.parent.parent
+    return json.dumps([str(package), *(entry for entry in sys.path if entry)])
 
 
 def _remove_renamed(state_dir: Path, run_id: str, *, wait: bool) -> bool:

@@ -15,11 +15,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer._click.core import ParameterSource
+from typer._click.exceptions import BadParameter
 from typer._coercion import build_runtime_param
 
 from promoter.cli.lazy import ENTRIES, load
@@ -173,8 +175,10 @@ def test_the_program_exits_with_the_error_code_after_its_at_exit_work(tmp_path: 
     assert out.exists()
 
 
-def test_spared_coercion_answers_what_typers_own_answers() -> None:
-    """For every parameter of every command: its default, None, and a typed string."""
+def test_spared_coercion_answers_what_typers_own_answers(tmp_path: Path) -> None:
+    """For every parameter of every command: its default, None, and what may be typed."""
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir(mode=0)
     for entry in ENTRIES:
         command = load(entry)
         commands = [command, *getattr(command, "commands", {}).values()]
@@ -184,12 +188,30 @@ def test_spared_coercion_answers_what_typers_own_answers() -> None:
                 descriptor = getattr(param, "type_descriptor", None)
                 if descriptor is None:
                     continue
-                values = [param.get_default(ctx), None]
-                if descriptor.annotation is str:
-                    values += ["x", "caf\udce9 ", ""]
+                values = [param.get_default(ctx), None, *_TYPED.get(descriptor.annotation, [])]
+                if descriptor.annotation is Path:
+                    values += [str(tmp_path), str(tmp_path / "absent"), str(unreadable)]
                 for value in values:
                     for source in (ParameterSource.DEFAULT, ParameterSource.COMMANDLINE):
                         ctx.set_parameter_source(param.name, source)
-                        spared = _Spared(descriptor).coerce(value, param, ctx)
-                        own = build_runtime_param(descriptor).coerce(value, param=param, ctx=ctx)
-                        assert (spared, type(spared)) == (own, type(own)), (cmd.name, param)
+                        spared = _answer(_Spared(descriptor).coerce, value, param, ctx)
+                        own = _answer(build_runtime_param(descriptor).coerce, value, param, ctx)
+                        assert spared == own, (cmd.name, param.name, value)
+
+
+# what the person may type, by annotation (a repeatable option's or the command's: tuples)
+_TYPED: dict[Any, list[Any]] = {
+    str: ["x", "caf\udce9 ", ""],
+    bool: [True, False],
+    list[str]: [("a", "caf\udce9 ", ""), ()],
+    Path: ["rel/p", "", "caf\udce9", "-"],
+}
+
+
+def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tuple[Any, ...]:
+    """A coercion's value and its type, or the refusal it raised and its words."""
+    try:
+        value = coerce(value, param, ctx)
+    except BadParameter as exc:
+        return ("refused", exc.format_message())
+    return (value, type(value))
