@@ -6,7 +6,7 @@ reads blobs, runs git or scans the ledger. Left unbounded, a hundred of them fro
 executor token fill every shared worker (the diff's own slots make them wait *inside*
 the threads) and everything else waits behind them. So ``AdmissionMiddleware`` (a plain
 ASGI middleware) authenticates the caller of a costly read, then asks ``Gate`` for a
-place before the route runs (SPEC §10.19):
+place before the route runs (protocol: api#work-bounded-per-caller):
 
 1. at most ``admission_role_limits[role]`` costly reads of one role run at once, and at
    most ``admission_credential_limits[role]`` of one credential (an executor's credential

@@ -108,7 +108,8 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     openapi.install(app)
     app.include_router(docs.router)
     workers.install(app.state, settings.operator_workers)  # the operator's own threads
-    # innermost: a costly read is admitted once its Host passed (SPEC §10.19)
+    # innermost: a costly read is admitted once its Host passed
+    # (protocol: api#work-bounded-per-caller)
     app.add_middleware(AdmissionMiddleware, gate=Gate(settings))
     # inside observe: a refused Host is logged and counted like any answer
     app.add_middleware(HostAllowlist, listen_host=settings.host, allowed=settings.allowed_hosts)

@@ -7,7 +7,7 @@ the bundle, submits, preflights, offers the merge of a drift, promotes; ``state.
 each step through its table and writes ``run.json`` once per move). This module owns the
 flags, the person at the terminal (``TerminalPerson``, the ``Person`` the workflow talks
 to: progress on stdout, questions at the terminal, the terminal reset before the review
-and the question, SPEC §10.17), and the outcome ``--json`` prints.
+and the question, protocol: runs#terminal-drawn-by-promoter), and the outcome ``--json`` prints.
 
 The review: at a terminal without ``--yes``, the bundle, its whole diff (paged) and its
 verification receipt; with ``--yes``, a summary of the diff (paths, operations, sizes,
@@ -129,9 +129,9 @@ def _infer_repository(client: PromoterClient) -> str:
 
 def _fresh_screen() -> None:
     """The person's terminal to a known state before promoter draws a review or a question
-    (SPEC §10.17): whatever the command left of scroll regions, modes or the alternate
-    screen is undone, and keys typed before the question are discarded. Off a terminal,
-    nothing."""
+    (protocol: runs#terminal-drawn-by-promoter): whatever the command left of scroll regions, modes
+    or the alternate screen is undone, and keys typed before the question are discarded. Off a
+    terminal, nothing."""
     sys.stdout.flush()
     if sys.stdout.isatty():
         sys.stdout.write(RESET)
@@ -145,7 +145,8 @@ def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> Consent:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
-    person confirms those files too, listed again at the question (SPEC §10 item 18)."""
+    person confirms those files too, listed again at the question
+    (protocol: api#every-byte-reviewable)."""
     return _approve_at(yes, unseen, stderr=False)
 
 

@@ -1,4 +1,5 @@
-"""A typed HTTP client for the promoter daemon (SPEC §7); the CLI and executors use it.
+"""A typed HTTP client for the promoter daemon (protocol: api#http-errors); the CLI and executors
+use it.
 
 This module owns the wire side of every endpoint: one method per endpoint, the bearer
 token, streaming blob uploads, and the translation of answers. A problem+json answer is
@@ -11,10 +12,10 @@ Idempotent calls (every GET and PUT, and the POSTs the server deduplicates: gran
 bundles, blobs:missing, promotions) are retried with exponential backoff (``Backoff``,
 whose ``sleep`` a test may replace) on connection errors and on 503; a body streamed
 from an iterable is never retried. The older methods return the server's answers as
-plain dicts (the CLI reads them), or as wire models where SPEC §3 defines the document;
-``operation``, ``events`` and ``watch`` answer the API's response models, and
-``AsyncPromoterClient`` (httpx's async client) answers them for the whole orchestrator
-flow. It deliberately holds no policy: it does not build or check documents. The
+plain dicts (the CLI reads them), or as wire models where the protocol defines the document
+(protocol: documents#strict-models); ``operation``, ``events`` and ``watch`` answer the API's
+response models, and ``AsyncPromoterClient`` (httpx's async client) answers them for the whole
+orchestrator flow. It deliberately holds no policy: it does not build or check documents. The
 pieces: ``client_wire`` (retries, problems, TLS), ``client_transport`` (the pool and
 the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
 """

@@ -1,4 +1,5 @@
-"""Symlinks by resolution (SPEC §10.11): where a link leads in the tree a promotion leaves.
+"""Symlinks by resolution (protocol: bundles#symlinks-by-resolution): where a link leads in the tree
+a promotion leaves.
 
 Under a grant's ``symlinks: inside`` a link must not only read as inside the worktree
 (``links.target_problem``, lexical and per link): resolved against the worktree as it

@@ -1,7 +1,7 @@
 """Operation statuses and the one guard that decides whether an operation may move.
 
-This module owns the vocabulary of operation statuses (SPEC §5.3 with the v1.1 additions
-of §10.5) and ``guard``, the single rule of SPEC §10.3 that every entry point which
+This module owns the vocabulary of operation statuses (protocol: promotion#operation-states)
+and ``guard``, the single rule (protocol: recovery#guards) that every entry point which
 restarts or decides an existing operation goes through, for every kind (promotion,
 rollback, restore) and every caller (the orchestrator's ``recover``, the operator's
 ``recover`` and ``reconcile``, the daemon's own start-up recovery):

@@ -14,8 +14,8 @@ never compared directly) and looks for the repository's promotion receipts whose
 - ``not_promoted``: no promotion receipt ever named the path.
 - ``untouched``: a path asked for that the commit (or the index) did not change.
 
-Paths are named in wire form (SPEC §10.12), as receipts name them: git's names are
-turned into it before they are compared, so a name with a backslash or bytes that are
+Paths are named in wire form (protocol: documents#byte-paths), as receipts name them: git's names
+are turned into it before they are compared, so a name with a backslash or bytes that are
 not UTF-8 is matched by its bytes; a path asked for must be canonical wire form.
 
 It reads only: git runs through the hermetic runner with no optional locks (no index
@@ -81,7 +81,7 @@ class Promotion:
 class PathTrace:
     """One path: what the commit holds there, and which receipts wrote it."""
 
-    path: str  # wire form (SPEC §10.12), as receipts name it
+    path: str  # wire form (protocol: documents#byte-paths), as receipts name it
     change: str | None  # A, M, D, T; None when untouched
     exists: bool | None  # None when untouched
     sha256: str | None

@@ -60,7 +60,7 @@ _SCHEMA = "PromoterSandboxBaseV1"
 _KEEP = 4
 _MAX_DEPTH = 8  # a base over more layers than this is checked out whole
 _GITLINK = "160000"
-# nothing converted on checkout: a file's bytes are its blob's (SPEC §10.22)
+# nothing converted on checkout: a file's bytes are its blob's (protocol: runs#layered-sandboxes)
 _ATTRIBUTES = b"* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 _CONFIG = (
     "-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.symlinks=true",

@@ -1,7 +1,7 @@
 """Confinement of ``promoter run``'s command: bubblewrap, limits, and the one way out.
 
-This module owns how the sandbox's command is started (SPEC §10.16). Confined (the
-default), the command runs under bubblewrap with new user, PID, IPC, UTS and cgroup
+This module owns how the sandbox's command is started (protocol: runs#sandbox-boundary). Confined
+(the default), the command runs under bubblewrap with new user, PID, IPC, UTS and cgroup
 namespaces (and a new network namespace unless ``network``), ``--die-with-parent``,
 ``--new-session``, every capability dropped and ``no_new_privs`` (bwrap sets it). The
 filesystem is the host's, read-only, with these exceptions:

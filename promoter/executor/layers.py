@@ -1,5 +1,5 @@
-"""Layered sandboxes (SPEC §10.22): an overlay of a shared base, a start layer and the run's
-own upper layer.
+"""Layered sandboxes (protocol: runs#layered-sandboxes): an overlay of a shared base, a start layer
+and the run's own upper layer.
 
 This module owns the layout of an overlay sandbox, ``<state>/runs/<run_id>/``:
 

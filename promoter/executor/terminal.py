@@ -1,4 +1,5 @@
-"""What of a sandboxed command's output may reach the person's terminal (SPEC §10.17).
+"""What of a sandboxed command's output may reach the person's terminal
+(protocol: runs#terminal-drawn-by-promoter).
 
 ``OutputFilter`` is a streaming state machine (the shape of the DEC/ECMA-48 parser every
 terminal runs) over the bytes a command writes to its pseudo-terminal. What it passes:

@@ -1,4 +1,4 @@
-"""The bundle of a layered sandbox, built from its upper layer (SPEC §10.22).
+"""The bundle of a layered sandbox, built from its upper layer (protocol: runs#layered-sandboxes).
 
 This module owns ``build_from_layers``: the changes a command made in an overlay
 sandbox (``layers.py``) against the state it started from, found from the upper layer

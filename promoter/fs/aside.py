@@ -1,4 +1,5 @@
-"""Removing only what is provably promoter's own, and keeping everything else (SPEC §10.1).
+"""Removing only what is provably promoter's own, and keeping everything else
+(protocol: recovery#removal-provably-ours).
 
 This module owns the three moves the rest of the fs layer builds removal on:
 ``remove_if`` (unlink a promoter temp name only after what is there was read through a
@@ -11,8 +12,8 @@ if that name is free, else it is kept).
 
 Only names that start with ``.promoter-tmp-`` are ever unlinked here, and only names
 the caller got from the journal (``promoter.domain.paths.temp_name``): nothing is swept
-by prefix. A bundle can never name such a path (SPEC §10.2), so a file there is either
-promoter's own or a process deliberately writing into promoter's reserved names.
+by prefix. A bundle can never name such a path (protocol: documents#reserved-names), so a file there
+is either promoter's own or a process deliberately writing into promoter's reserved names.
 
 Fault point: ``after_keep`` (someone else's bytes were just renamed to a kept name).
 

@@ -4,14 +4,15 @@ This module owns every change promoter makes to a file in a worktree. ``Parent``
 directory handle of one target: it holds the target's ``ParentChain`` (``chain.py``) and
 delegates to collaborators that share it: ``Temps`` (``temps.py``) writes a temp file
 next to the target under the name the journal gave it (whole or streamed and hashed in
-one pass, fsynced before it is named, with the mode rule of SPEC §3.1: keep the replaced
-file's permission bits, set or clear the execute bits where read is set; new files get
-``0666 & ~umask``), ``Swap`` (here) puts it in place only while the target is still the
+one pass, fsynced before it is named, with the mode rule (protocol: documents#written-file-mode):
+keep the replaced file's permission bits, set or clear the execute bits where read is set; new files
+get ``0666 & ~umask``), ``Swap`` (here) puts it in place only while the target is still the
 expected old state, and ``Deletion`` (``delete.py``) deletes by move-aside-then-verify.
 This is the top of the handle's modules: ``root.py`` and ``held.py`` hand out ``Parent``
 views, and nothing this module imports imports them.
 
-Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
+Nothing is unlinked unless it is provably promoter's own (protocol: recovery#removal-provably-ours,
+``aside.py``):
 - A create uses ``renameat2(RENAME_NOREPLACE)``.
 - A modify uses ``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file through
   a descriptor. The exact expected old state, and the very inode checked before, is

@@ -7,7 +7,7 @@ the root is opened once and any directory below it is reached one component at a
 anywhere on a chain is refused with ``PathUnsafe``. Leaf states (``LeafState``,
 ``ExpectedState``) are defined in ``leaf.py`` and re-exported here.
 
-Mounts (SPEC §5.4 step 6, §10.9) are told by mount id, not only device id, so a bind
+Mounts (protocol: promotion#mount-crossings) are told by mount id, not only device id, so a bind
 mount of the root's own filesystem is refused (``PathUnsafe``) like any other mount.
 The root's mount id is read once; each directory a walk opens costs one ``statx``
 (``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
@@ -36,7 +36,7 @@ Choices made here:
   (``found="missing_parent"``) when a directory on the way is missing; callers that
   only classify a path use ``read_state``.
 - Walks refuse to enter a nested repository: a directory below the root holding a
-  ``.git`` entry raises ``PathUnsafe`` (SPEC §6, rule 6).
+  ``.git`` entry raises ``PathUnsafe`` (protocol: promotion#repository-shape).
 - Any mount inside the worktree is refused, even one whose source is inside the same
   worktree: promoter does not reason about where a mount's bytes come from.
 

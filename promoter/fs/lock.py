@@ -1,4 +1,4 @@
-"""The repository lock (SPEC §5.4 step 3).
+"""The repository lock (protocol: promotion#step-lock).
 
 This module owns ``RepoLock``: an in-process ``threading.Lock`` per git common dir
 (keyed by its realpath, from a registry guarded by a lock) and an exclusive ``flock``

@@ -7,7 +7,8 @@ an anonymous ``O_TMPFILE`` that gets its journaled name (``temp_name`` in
 ``O_CREAT|O_EXCL|O_NOFOLLOW`` where the filesystem has no ``O_TMPFILE``; a link temp
 is a ``symlinkat`` with the parent fsynced. A name already taken is refused and left
 alone. ``drop_temp`` removes a temp only while it is still the inode promoter wrote
-(and, where given, its bytes); anything else is kept and named (SPEC §10.1).
+(and, where given, its bytes); anything else is kept and named
+(protocol: recovery#removal-provably-ours).
 
 A temp's bytes come whole (``bytes``) or from a ``Source`` (a stored blob,
 ``BlobStore.stream``) written in chunks and hashed in the same pass: bytes that do not

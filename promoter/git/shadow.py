@@ -1,4 +1,5 @@
-"""Shadow snapshot repositories (SPEC §8): one private bare repository per worktree.
+"""Shadow snapshot repositories (protocol: snapshots#shadow-repository): one private bare repository
+per worktree.
 
 This module owns ``<state>/snapshots/<repository_identity>.git``: creating it, keeping
 its configuration, ignore rules and neutral attributes current, ``capture`` (the tree of

@@ -1,7 +1,7 @@
 """The git tree of a worktree's current files, computed without writing its ``.git``.
 
-This module owns the shadow computation of SPEC §8's second paragraph: given a worktree
-and a seed tree, the id of the tree ``git add -A`` would write after
+This module owns the executor's shadow computation (protocol: snapshots#executor-side-shadow): given
+a worktree and a seed tree, the id of the tree ``git add -A`` would write after
 ``git read-tree <seed>`` (tracked = in the seed; untracked files that ``.gitignore`` and
 ``info/exclude`` do not ignore are added; untracked nested repositories are left out
 and reported), the raw diff of that tree against a base, and the new blobs' bytes.

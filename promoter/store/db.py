@@ -18,9 +18,9 @@ it (``pool_pre_ping``), so the first request after a restart gets a new one.
 The schema is owned by Alembic: ``upgrade`` runs the migrations shipped as the
 ``promoter_migrations`` package (the top-level ``migrations/`` folder) under a
 migration lock, so hosts starting together on one empty database migrate one after the
-other (SPEC §10.15): PostgreSQL's session advisory lock ``MIGRATION_LOCK_KEY`` held on
-the migrating connection, or for SQLite an exclusive ``flock`` of the file
-``<database>.migrate-lock`` beside it (created once, never removed). A database whose
+other (protocol: hosts#migrations-under-lock): PostgreSQL's session advisory lock
+``MIGRATION_LOCK_KEY`` held on the migrating connection, or for SQLite an exclusive ``flock`` of the
+file ``<database>.migrate-lock`` beside it (created once, never removed). A database whose
 schema is newer than the code's raises ``SchemaMismatch``; ``check_schema`` also
 refuses an older one. This module holds no queries.
 

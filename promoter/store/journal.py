@@ -1,4 +1,5 @@
-"""The journal (SPEC §5.3) in the database: operations and their attempts.
+"""The journal (protocol: promotion#operation-states) in the database: operations and their
+attempts.
 
 Functions take an open ``Session``; the engine decides what goes into one transaction
 (every state change is committed before the next side effect). Reads return the typed

@@ -27,8 +27,8 @@ a symlink under a scratch name, a directory with anything else in it, a name wit
 its writer) is kept.
 
 Deliberately not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``),
-and anything in a user's worktree (SPEC §10.1: recovery removes only journaled temps
-there, never by pattern).
+and anything in a user's worktree (protocol: recovery#removal-provably-ours: recovery removes only
+journaled temps there, never by pattern).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Property: allowlist matching agrees with an independent glob matcher (SPEC §3.3).
+"""Property: allowlist matching agrees with an independent glob matcher
+(protocol: grants#allowlist-patterns).
 
 ``wcmatch.glob.globmatch`` with ``GLOBSTAR | DOTGLOB`` is the oracle, on generated wire
 patterns and paths (not UTF-8 bytes, backslashes, dot names included). The one place

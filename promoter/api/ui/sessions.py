@@ -7,7 +7,7 @@ token, and a random CSRF token that every form of that session carries. ``LOGIN_
 carries the double-submit token of the login form, which has no session yet. Comparisons
 are constant-time.
 
-A session ends (SPEC §10.19, docs/operator/sessions.md):
+A session ends (protocol: api#work-bounded-per-caller, docs/operator/sessions.md):
 
 - ``lifetime_seconds`` after its login, however much it is used (an absolute bound);
 - ``idle_seconds`` after its last use;

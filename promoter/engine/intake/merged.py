@@ -1,4 +1,5 @@
-"""What a merged bundle's old states are checked against (SPEC §10.14, verification side).
+"""What a merged bundle's old states are checked against (protocol: runs#merges-are-new-bundles,
+verification side).
 
 A merged bundle (``PatchBundleV1.merge`` set) is made by the host from a drifted
 bundle: for each merged path its old state is the person's current bytes, which the

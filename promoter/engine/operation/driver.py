@@ -21,9 +21,9 @@ shared by every step, in the pass's ``Ordering``:
   the group could not stage is written on its own.
 
 Between two groups of temps (either ordering) the pass runs ``between_groups`` when it
-was given one: the host's epoch check (SPEC §10.23), so a fenced host makes at most the
-group it was in when the fence came; what it raises ends the pass (a promotion then
-``abandon``s it: its named temps removed as its own, ``removed_temps``, and the empty
+was given one: the host's epoch check (protocol: promotion#fence-stops-every-write), so a fenced
+host makes at most the group it was in when the fence came; what it raises ends the pass (a
+promotion then ``abandon``s it: its named temps removed as its own, ``removed_temps``, and the empty
 directories it made, ``removed_dirs``).
 
 Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``

@@ -1,13 +1,14 @@
-"""How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
+"""How a promotion attempt ends (protocol: promotion#step-outcome, recovery#post-promotion-check):
+read-back, check, receipt.
 
 After the writes every target is read back through a descriptor chain (each directory
 walked once for the read-back and re-checked around every read, all in one
 ``promoter.fs.held.Directories.read_states`` call). All exactly new:
 the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
 ``outcome`` event, the PatchPromotionReceiptV1, its signed envelope and ``completed`` are
-one durable commit (SPEC §10.20: the ledger's row is the receipt's record; the event and
-the receipt that names it are made and signed before the transaction opens). Only then is
-the receipt's file written into the audit store, a copy with no flush
+one durable commit (protocol: storage#receipt-in-outcome-commit: the ledger's row is the receipt's
+record; the event and the receipt that names it are made and signed before the transaction opens).
+Only then is the receipt's file written into the audit store, a copy with no flush
 (``AuditStore.copy``), repaired from the row whenever the receipt is read
 (``operation.requests.promotion_receipt``). The receipt's ``targets`` are always what
 was read from disk last, never copied from the bundle. Anything else fails closed as
@@ -16,8 +17,8 @@ was read from disk last, never copied from the bundle. Anything else fails close
 wrote, by compare-and-swap (``operation.rollback``). The writes themselves are
 ``operation.promote``'s.
 
-The check (SPEC §10.4): the repository is fingerprinted just before it runs
-(``operation.worktree_diff``, paid only by repositories with a ``check_command``);
+The check (protocol: recovery#post-promotion-check): the repository is fingerprinted just before it
+runs (``operation.worktree_diff``, paid only by repositories with a ``check_command``);
 after it ends every target is read back again and the repository compared. A check that
 failed keeps code ``check_failed``; one that passed but changed a target or any other
 path ends ``check_changed_worktree``. Either way the report's ``check_changed`` names the
@@ -304,9 +305,9 @@ def complete(
     paths: list[Target],
     signer: ReceiptSigner,
 ) -> None:
-    """Complete the operation in one durable commit (SPEC §10.20): the outcome event, the
-    receipt built from ``paths`` (what was read from disk), its envelope signed by
-    ``signer`` and ``completed``; then the receipt's copy into the audit store, unflushed.
+    """Complete the operation in one durable commit (protocol: storage#receipt-in-outcome-commit):
+    the outcome event, the receipt built from ``paths`` (what was read from disk), its envelope
+    signed by ``signer`` and ``completed``; then the receipt's copy into the audit store, unflushed.
 
     The outcome event is worked out (``ledger.prepare``), the receipt that names it built
     and signed, all before the transaction opens; the transaction appends the prepared

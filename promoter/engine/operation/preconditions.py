@@ -1,4 +1,5 @@
-"""Step 4 of the host protocol (SPEC §5.4): read back the repository under the lock.
+"""Step 4 of the host protocol (protocol: promotion#step-read-back): read back the repository under
+the lock.
 
 Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tree the
 base tree; every target's index entries must equal its precondition (explicit, or the

@@ -1,4 +1,5 @@
-"""Running one promotion attempt: the host protocol of SPEC §5.4, steps 1 to 7.
+"""Running one promotion attempt: the host protocol, steps 1 to 7
+(protocol: promotion#host-protocol).
 
 Authority and evidence first (refused on failure), then the repository lock, the
 read-back under the lock (refused with a drift report on any difference), the journal
@@ -10,12 +11,12 @@ target, and the ``outcome`` event with the receipt. Bytes that are not promoter'
 found where it expected its own, are kept and named in the report (``kept``). Anything
 unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
 per-path report. The host's epoch is checked before the first temp, between groups of
-temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
-the temps it named and the empty directories it made, and raises ``host_fenced`` naming
-them (``worktree``). The database lost before the plan is journaled (nothing written)
-is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
-and the plan are done again: the same attempt goes on (SPEC §10.23); past the bound it
-raises ``database_unavailable`` naming the attempt, which the put-back records as
+temps and before the first replace (protocol: promotion#fence-stops-every-write): a fenced host
+stands down, removing the temps it named and the empty directories it made, and raises
+``host_fenced`` naming them (``worktree``). The database lost before the plan is journaled (nothing
+written) is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
+and the plan are done again: the same attempt goes on (protocol: promotion#outage-before-plan); past
+the bound it raises ``database_unavailable`` naming the attempt, which the put-back records as
 ``refused``. Requests, idempotency and scheduling live in ``operation.requests``.
 
 How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
@@ -192,7 +193,8 @@ def run_locked(
                 planned = _plan(services, operation_id, fence, evidence, repository, root)
             except (DatabaseUnavailable, DatabaseBusy) as exc:
                 # the database went away before the plan was journaled: nothing is written,
-                # so the attempt waits for it (bounded) and plans again (SPEC §10.23)
+                # so the attempt waits for it (bounded) and plans again
+                # (protocol: promotion#outage-before-plan)
                 if deadline is None:
                     deadline = time.monotonic() + services.settings.outage_retry_seconds
                 _wait_out(services, operation_id, attempt, exc, deadline)
@@ -237,7 +239,9 @@ def _plan(
         )
         refuse(services.db, operation_id, drift, drift_report=readback.report())
         return None
-    try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+    # (4) links by resolution against the disk as it is now
+    # (protocol: bundles#symlinks-by-resolution)
+    try:
         refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
         _refuse_unless_outage(services, operation_id, exc)
@@ -449,11 +453,12 @@ def apply_changes(
 
 
 def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
-    """A fence seen while staging or before the first replace (SPEC §10.23): the temps
-    this pass named are removed as provably its own (journaled names, still the inode and
-    bytes it wrote: ``Temps.drop_temp``) and the empty directories it made; anything not
-    promoter's found at a temp name is kept in place. The lock is still held, so the new
-    owner's recovery cannot run meanwhile. Returns ``exc``, naming what was removed."""
+    """A fence seen while staging or before the first replace
+    (protocol: promotion#fence-stops-every-write): the temps this pass named are removed as provably
+    its own (journaled names, still the inode and bytes it wrote: ``Temps.drop_temp``) and the empty
+    directories it made; anything not promoter's found at a temp name is kept in place. The lock is
+    still held, so the new owner's recovery cannot run meanwhile. Returns ``exc``, naming what was
+    removed."""
     driver.abandon(exc)
     return _noted(operation_id, driver, exc)
 

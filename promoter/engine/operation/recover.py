@@ -1,4 +1,5 @@
-"""Crash recovery and reconciliation of promotions (SPEC §5.5, §5.7).
+"""Crash recovery and reconciliation of promotions (protocol: recovery#recovery,
+recovery#reconciliation).
 
 On start every ``in_progress`` operation whose owner process is gone becomes
 ``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
@@ -7,12 +8,12 @@ lock, marks the operation ``in_progress`` under a new owner (a crash during reco
 leaves it ``needs_recovery`` again; an error of any kind puts it back at once, with the
 error's code, ``promoter.engine.operation.stopped``), settles the temp names its journal
 allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
-prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
-completed files back by itself, and the operation ends with the same id and exactly one
+prefix) and reclassifies every target with the recovery table (protocol: recovery#recovery). It
+never rolls completed files back by itself, and the operation ends with the same id and exactly one
 receipt: the outcome event, the receipt and ``completed`` are one commit
-(``operation.outcome``, SPEC §10.20), so an operation is either not completed (recovered
-here) or completed with its receipt; the receipt's audit file is a copy, written after
-that commit and rebuilt from the row when the receipt is read, never here.
+(``operation.outcome``, protocol: storage#receipt-in-outcome-commit), so an operation is either not
+completed (recovered here) or completed with its receipt; the receipt's audit file is a copy,
+written after that commit and rebuilt from the row when the receipt is read, never here.
 
 ``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
 ``continue`` (the same reclassification, after a manual fix; an error during it leaves
@@ -209,7 +210,8 @@ def _recover_body(
 def settle_temps(
     services: Services, operation_id: str, root: Root, changes: list[Change]
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Settle every temp name this operation's attempts were journaled to use (SPEC §10.1).
+    """Settle every temp name this operation's attempts were journaled to use
+    (protocol: recovery#removal-provably-ours).
 
     Returns the temp files removed (promoter's own) and the kept entries (someone else's
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).

@@ -1,4 +1,5 @@
-"""Restoring a worktree to a shadow snapshot, as a journaled operation (SPEC §8, §5.3–5.5).
+"""Restoring a worktree to a shadow snapshot, as a journaled operation (protocol: snapshots#restore,
+promotion#operation-states, recovery#recovery).
 
 This module owns ``restore`` and ``recover_restore``: the decision and the journal.
 Under the repository lock ``restore`` captures the worktree; unless that tree equals
@@ -268,7 +269,8 @@ def recover_restore(
 def _recover_restore_body(
     services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
-    """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
+    """Finish an interrupted restore or fail closed (protocol: recovery#recovery); returns the new
+    status.
 
     Under the lock, the temp names its journal allowed are settled (promoter's bytes removed,
     anything else kept and the restore failed closed) and each

@@ -1,4 +1,4 @@
-"""Rollback of promoter's own bytes (SPEC §5.7, RollbackReceiptV1 of §3.8).
+"""Rollback of promoter's own bytes (protocol: recovery#rollback, bundles#rollback-receipt).
 
 Under the repository lock, in reverse step order, each target gets a compare-and-swap
 through the descriptor-chain writer: exactly ``new`` is restored to ``old`` (old blob and
@@ -176,7 +176,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     (``needs_recovery``, e.g. the repository lock was busy), it is resumed once claimed
     here; in any other status it is refused and nothing runs: a running rollback is
     someone else's, one in ``needs_reconciliation`` moves only by the operator's
-    ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
+    ``reconcile``, a final one never runs again (protocol: recovery#guards).
     """
     with services.db.session() as session:
         services.db.guard_writes(session)  # a fenced host starts nothing
@@ -391,7 +391,8 @@ def _one_pass(
     ``held``: the seqs whose temp name held someone else's bytes (conflicts).
     """
     limit = services.settings.group_sync_limit
-    fenced = functools.partial(fencing.check, services)  # between groups (SPEC §10.23)
+    # between groups (protocol: promotion#fence-stops-every-write)
+    fenced = functools.partial(fencing.check, services)
     with Driver(
         root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
     ) as driver:

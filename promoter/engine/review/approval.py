@@ -9,7 +9,7 @@ operation; ``decide`` journals the operator's ``approve`` or ``reject`` as a
 operation: approved starts the attempt (which re-checks everything as usual), rejected
 refuses it.
 
-Who decided is the authenticated credential (SPEC §10.13): the caller passes the
+Who decided is the authenticated credential (protocol: runs#approvals): the caller passes the
 principal's role and name, never a name from a request body; a name a body claims is
 kept apart as ``claimed_by`` and decides nothing. A rejection is final for its
 operation: ``rejected`` finds it and a later request for the same operation is refused
@@ -33,8 +33,8 @@ rejection, that decision is final for the held operation: asking to promote the 
 bundle again answers ``approved_in_part``.
 
 An approval of a bundle whose review's first page does not show every file in full
-names those it accepts, or says all were seen (SPEC §10 item 18): that rule is checked
-before ``decide`` (``promoter.engine.review.seen``), which journals what it said
+names those it accepts, or says all were seen (protocol: api#every-byte-reviewable): that rule is
+checked before ``decide`` (``promoter.engine.review.seen``), which journals what it said
 (``seen``) with the decision.
 
 Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
@@ -100,7 +100,8 @@ def _binding(row: Operation) -> dict[str, Any]:
 
 
 def _bound(row: Operation) -> bool:
-    """The row's operation id is the one its hashes derive (SPEC §5.2)."""
+    """The row's operation id is the one its hashes derive
+    (protocol: promotion#operation-identity)."""
     if None in (row.grant_sha256, row.bundle_sha256, row.verification_receipt_sha256):
         return False
     derived = operation_id_for(

@@ -1,4 +1,5 @@
-"""Merge a drifted promotion away from the worktree into a new bundle (SPEC §10.14).
+"""Merge a drifted promotion away from the worktree into a new bundle
+(protocol: runs#merges-are-new-bundles).
 
 ``merge_operation`` takes a promotion refused with ``target_drift`` and, for each of its
 bundle's targets that now reads as neither the bundle's old nor its new state (the person

@@ -1,4 +1,5 @@
-"""Shadow snapshots of a worktree: capture, list, diff, operation trees, retention (SPEC §8).
+"""Shadow snapshots of a worktree: capture, list, diff, operation trees, retention
+(protocol: snapshots#shadow-repository).
 
 This module owns what a snapshot means to promoter: one ``SnapshotRow`` per capture
 (its tree kept reachable in the shadow repository), captures taken under the repository

@@ -1,4 +1,5 @@
-"""Symlinks by resolution at verification, preflight and apply (SPEC §10.11).
+"""Symlinks by resolution at verification, preflight and apply
+(protocol: bundles#symlinks-by-resolution).
 
 Under ``symlinks: inside`` a bundle whose links, resolved in the tree the promotion
 would leave, lead outside the worktree or into ``.git`` is refused whole with
