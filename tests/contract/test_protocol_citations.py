@@ -120,6 +120,12 @@ def test_a_list_of_citations_broken_over_lines_is_read_whole() -> None:
     ]
 
 
+def test_no_citation_is_split_after_its_marker() -> None:
+    split = re.compile(r"protocol:[ \t]*\n")
+    left = [f"{name}: {match.start()}" for name, text in _texts() for match in split.finditer(text)]
+    assert left == []  # "protocol:" and its first anchor stay on one line, or it is not read
+
+
 def test_every_anchor_names_a_heading_and_is_unique_across_the_pages() -> None:
     seen: dict[str, str] = {}
     for page in sorted(PAGES.glob("*.md")):
