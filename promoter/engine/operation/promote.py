@@ -1,31 +1,17 @@
-"""Running one promotion attempt: the host protocol, steps 1 to 7
-(protocol: promotion#host-protocol).
+"""Running one promotion attempt: the host protocol, steps 1 to 7.
 
-Authority and evidence first (refused on failure), then the repository lock, the
-read-back under the lock (refused with a drift report on any difference), the journal
-(steps with their temp names plus ``decision`` and ``action`` events in one
-transaction), the directories the writes will create (journaled before any is made),
-the writes in two batches (every temp file written and fsynced, journaled, then every
-replace/unlink in bundle order, one fsync per parent directory), the read-back of every
-target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
-found where it expected its own, are kept and named in the report (``kept``). Anything
-unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
-per-path report. The host's epoch is checked before the first temp, between groups of
-temps and before the first replace (protocol: promotion#fence-stops-every-write): a fenced host
-stands down, removing the temps it named and the empty directories it made, and raises
-``host_fenced`` naming them (``worktree``). The database lost before the plan is journaled (nothing
-written) is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
-and the plan are done again: the same attempt goes on (protocol: promotion#outage-before-plan); past
-the bound it raises ``database_unavailable`` naming the attempt, which the put-back records as
-``refused``. Requests, idempotency and scheduling live in ``operation.requests``.
+Authority and evidence, the lock, the read-back, the journal (with the directories to
+create), the writes (every temp staged, then each replace or unlink in bundle order),
+the read-back and the outcome (protocol: promotion#host-protocol), with the host's epoch
+checked before the first temp, between groups and before the first replace
+(protocol: promotion#fence-stops-every-write) and an outage before the plan waited out
+(protocol: promotion#outage-before-plan). Bytes that are not promoter's are kept and
+named (``kept``); anything unexpected once writing has begun fails closed. Fault points:
+``before_journal``, ``after_journal``, ``after_dir_intent``, ``after_temps_journaled``,
+``after_replaces``.
 
-How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
-
-Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
-(``operation.dirs``), ``after_temps_journaled`` (``operation.staging``),
-``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s; the wait for
-the database reaches ``database_retry`` and ``outage_bound_passed``,
-``promoter.store.outage``).
+Not here: requests, idempotency and scheduling (``operation.requests``), how the attempt
+ends (``operation.outcome``), the waits for the database (``promoter.store.outage``).
 """
 
 from __future__ import annotations
