@@ -5,7 +5,7 @@ Code, tests, benchmarks, scripts and migrations cite a rule as ``protocol: PAGE#
 ``ANCHOR`` an explicit target ``(ANCHOR)=`` on that page. These tests read the pages'
 targets and every citation in the sources and fail on one that does not resolve, on a
 target that names no heading, and on any reference left to the old specification by
-section number. They read files only; the links of the documentation pages themselves are
+section number. They read the tracked files only; the links of the documentation pages are
 checked by the strict site build (``tests/contract/test_docs_site.py``).
 """
 
