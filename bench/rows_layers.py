@@ -1,4 +1,5 @@
-"""Speed-table rows: layered sandboxes of ``promoter run`` (SPEC §10.22) at any size.
+"""Speed-table rows: layered sandboxes of ``promoter run`` (protocol: runs#layered-sandboxes) at any
+size.
 
 For generated repositories (``bench.rows_run.make_repo``: 40-byte files, 100 per
 directory, one commit, packed) of 10 files and of ``BIG`` files (10 000; 100 000 with

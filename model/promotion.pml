@@ -113,7 +113,7 @@ inline killed(x) {
   if :: x != 0 && ISP(ic[x]) -> live[ic[x] - 8] = 0 :: else -> skip fi
 }
 
-/* promoter unlinks name tmp[arr + s]; it must be promoter's own bytes (SPEC 10.1) */
+/* promoter unlinks name tmp[arr + s]; it must be promoter's own bytes (protocol: recovery#removal-provably-ours) */
 inline unlink_own(arr, s, t) {
   d_step {
     assert(tmp[arr + s] == 0 || PROMOTERS(t, ic[tmp[arr + s]]));

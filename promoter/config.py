@@ -85,8 +85,9 @@ class Settings(BaseSettings):
     lock_timeout: float = Field(default=30.0, gt=0)
     max_blob_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     max_document_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    # Structural bounds on every JSON body, checked while it streams in (SPEC §10.10).
-    # 250 000 values hold a bundle of about 12 000 changes (about 20 values per change).
+    # Structural bounds on every JSON body, checked while it streams in
+    # (protocol: api#hostile-input). 250 000 values hold a bundle of about 12 000 changes (about 20
+    # values per change).
     max_json_depth: int = Field(default=64, ge=2)
     max_json_items: int = Field(default=250_000, ge=16)
     # Large executor documents (bundles, digest queries) parsed and verified at once; more
@@ -97,10 +98,11 @@ class Settings(BaseSettings):
     review_diff_max_file_bytes: int = Field(default=4 * 1024 * 1024, ge=0)
     review_diff_concurrency: int = Field(default=2, ge=1)
     # A review diff's page unless asked otherwise, and the bound of the approval rule: an
-    # approval names the files the bundle's first page does not show in full (SPEC §10.18).
+    # approval names the files the bundle's first page does not show in full
+    # (protocol: api#every-byte-reviewable).
     review_diff_page_bytes: int = Field(default=1024 * 1024, ge=1, le=8 * 1024 * 1024)
     review_diff_timeout: float = Field(default=30.0, gt=0)
-    # Bytes of new blobs one executor run may store (SPEC §10.10).
+    # Bytes of new blobs one executor run may store (protocol: storage#storage-quota).
     executor_quota_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=0)
     # How long a database write waits for another writer's lock before database_busy.
     database_busy_timeout: float = Field(default=30.0, gt=0)
@@ -151,9 +153,9 @@ class Settings(BaseSettings):
     watchdog_seconds: float = Field(default=15.0, gt=0.0)
     # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
     max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
-    # Admission of costly reads (SPEC §10.19, docs/operator/limits.md): per role, how many
-    # may run at once, in all and per credential (an executor's credential is its run);
-    # how many more may wait, per role, and for how long, before `429 too_many_requests`
+    # Admission of costly reads (protocol: api#work-bounded-per-caller, docs/operator/limits.md):
+    # per role, how many may run at once, in all and per credential (an executor's credential is its
+    # run); how many more may wait, per role, and for how long, before `429 too_many_requests`
     # with `Retry-After` (seconds). A role left out keeps its default.
     admission_role_limits: dict[AdmissionRole, PositiveInt] = Field(
         default_factory=lambda: dict(ADMISSION_ROLE_LIMITS)

@@ -1,8 +1,8 @@
 """The only exception hierarchy of promoter.
 
 Every error promoter raises on purpose is a ``PromoterError`` subclass that carries a
-stable machine-readable ``code`` (SPEC §7), the HTTP status the API answers with, and the
-exit code the CLI exits with. Foreign exceptions (``OSError``, SQLAlchemy, subprocess) are
+stable machine-readable ``code`` (protocol: api#http-errors), the HTTP status the API answers with,
+and the exit code the CLI exits with. Foreign exceptions (``OSError``, SQLAlchemy, subprocess) are
 translated into these at the boundary that meets them, with ``raise ... from exc``.
 
 This module deliberately holds no I/O and no formatting of responses: the API's problem
@@ -414,7 +414,8 @@ class NotConfirmed(Conflict):
 
 
 class TooManyRequests(PromoterError):
-    """A costly read past its role's or credential's bound (SPEC §10.19); ``Retry-After``."""
+    """A costly read past its role's or credential's bound (protocol: api#work-bounded-per-caller);
+    ``Retry-After``."""
 
     code = "too_many_requests"
     http_status = 429
@@ -572,8 +573,8 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota
 def stopped_by(exc: Exception, what: str) -> PromoterError:
     """The error a run that ``exc`` stopped answers and records: a ``PromoterError`` as it
     is; an ``OSError`` as ``storage_error`` when the disk is full (as the API answers any
-    untranslated one, SPEC §10.10), else as ``write_failed`` with its errno; anything else
-    ``internal``."""
+    untranslated one, protocol: storage#storage-quota), else as ``write_failed`` with its errno;
+    anything else ``internal``."""
     if isinstance(exc, PromoterError):
         return exc
     if isinstance(exc, OSError):

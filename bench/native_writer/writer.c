@@ -22,7 +22,7 @@
  *     same mount id by statx) and hashed: it must be the expected old state;
  *   - the temp: openat(O_CREAT|O_EXCL|O_NOFOLLOW), the bytes (inline, or copied from a
  *     blob file) hashed while written and refused when not the expected sha256, the
- *     mode rule of SPEC 3.1, fsync (or none, and one syncfs per group);
+ *     mode rule of protocol: documents#written-file-mode, fsync (or none, and one syncfs per group);
  *   - create: renameat2(RENAME_NOREPLACE); modify: renameat2(RENAME_EXCHANGE), then the
  *     displaced file read back at the temp name (same inode, expected bytes, one link)
  *     and only then unlinked, exchanged back otherwise; delete: renamed aside to its
@@ -396,7 +396,7 @@ static void write_all(int fd, const unsigned char *p, size_t n, struct change *c
     }
 }
 
-/* The mode rule of SPEC 3.1: a new file 0666 & ~umask, a replaced file keeps its bits;
+/* The mode rule (protocol: documents#written-file-mode): a new file 0666 & ~umask, a replaced file keeps its bits;
  * the execute bits set (or cleared) where the read bits are set. */
 static mode_t temp_mode(struct change *c)
 {

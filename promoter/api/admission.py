@@ -1,32 +1,16 @@
 """Admission of costly reads: bounded per role and per credential before they take a worker.
 
-A costly read (``COSTLY``: a bundle's document, diff and verification, a blob, a trace, the
-watch feed, snapshots, receipts, a chained grant's base) holds a worker thread while it
-reads blobs, runs git or scans the ledger. Left unbounded, a hundred of them from one
-executor token fill every shared worker (the diff's own slots make them wait *inside*
-the threads) and everything else waits behind them. So ``Admission`` (asked by the
-daemon's one ASGI layer, ``promoter.api.front``, once the ``Host`` passed) authenticates
-the caller of a costly read, then asks ``Gate`` for a place before the route runs (SPEC
-§10.19):
+``Admission`` (asked by the daemon's one ASGI layer, ``promoter.api.front``, once the
+``Host`` passed) authenticates the caller of a ``COSTLY`` read and asks ``Gate`` for a
+place before the route runs, within ``admission_role_limits``,
+``admission_credential_limits``, ``admission_wait_seconds`` and ``admission_queue``, else
+``429`` (protocol: api#work-bounded-per-caller). What it found (the principal, or the
+refusal) is kept in the scope (``PRINCIPAL_KEY``) so the route does not look the token up
+again.
 
-1. at most ``admission_role_limits[role]`` costly reads of one role run at once, and at
-   most ``admission_credential_limits[role]`` of one credential (an executor's credential
-   is its run, a named operator's its name);
-2. past that a request waits, on the event loop and holding no thread, for at most
-   ``admission_wait_seconds``; at most ``admission_queue`` requests of a role wait;
-3. past either bound it is answered ``429 too_many_requests`` with ``Retry-After:
-   admission_retry_after_seconds``, and nothing of it ran.
-
-Roles never share a count, so one role's flood leaves the others their places; the
-operator's requests and ``/readyz`` also run on worker threads of their own
-(``promoter.api.workers``), and ``/healthz`` needs none. A caller the middleware cannot
-authenticate is passed on, not admitted: the route refuses it as it always did. What it
-found (the principal, or the refusal) is kept in the request's scope
-(``PRINCIPAL_KEY``) so the route does not look the token up again.
-
-Deliberately not here: the cost bounds inside a read (``review_diff_concurrency``, the
-diff's byte limits, ``max_wait_seconds``), bodies (``promoter.api.deps``), and any route's
-own answer: the middleware matches paths, it does not change what a route does.
+Not here: the bounds inside a read (``review_diff_concurrency``, the diff's byte limits),
+bodies (``promoter.api.deps``), the operator's own threads (``promoter.api.workers``), and
+any route's own answer.
 """
 
 from __future__ import annotations

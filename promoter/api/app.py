@@ -119,11 +119,12 @@ def create_app(
     workers.install(app.state, settings.operator_workers)  # the operator's own threads
     metrics = observe.install(app)  # outcome lines, lock waits, the metrics' registry
     # one layer: request id, /healthz, Host, admission of costly reads, access line, metrics
+    # (protocol: api#work-bounded-per-caller)
     app.add_middleware(
         FrontDoor,
         recorder=observe.Recorder(metrics),
         hosts=HostAllowlist(settings.host, settings.allowed_hosts),
-        admission=Admission(Gate(settings)),  # a costly read, once its Host passed (§10.19)
+        admission=Admission(Gate(settings)),  # a costly read, once its Host passed
     )
 
     for module in (

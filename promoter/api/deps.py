@@ -10,8 +10,8 @@ operator's own pool. A principal the admission middleware already found, or its
 refusal (``PRINCIPAL_KEY`` in the scope), is taken as it is. ``caller_token`` is the token of the
 request being served (a long-poll checks it again while it waits).
 
-Bodies (SPEC §10.10): ``read_body`` streams with a byte limit, ``read_json_bytes`` also
-counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
+Bodies (protocol: api#hostile-input): ``read_body`` streams with a byte limit, ``read_json_bytes``
+also counts depth and values chunk by chunk (``promoter.api.jsonshape``) so hostile JSON is
 refused before it is held whole, and ``read_json_body`` parses in a worker thread.
 ``document_slot`` bounds how many large documents are parsed and verified at once;
 ``run_quota`` is the daemon's one ledger of executor storage quotas. Nothing here
@@ -71,7 +71,7 @@ async def document_slot(services: Services) -> AsyncIterator[None]:
 
 
 def run_quota(services: Services) -> RunQuota:
-    """The daemon's one ledger of executor-run storage quotas (SPEC §10.10)."""
+    """The daemon's one ledger of executor-run storage quotas (protocol: storage#storage-quota)."""
     settings = services.settings
     return services.once(
         "run_quota", lambda: RunQuota(settings.state_dir / "quota", settings.executor_quota_bytes)

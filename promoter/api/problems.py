@@ -8,9 +8,9 @@ no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``
 (``RETRY_AFTER``), and so does an error that names its own ``retry_after`` seconds
 (``too_many_requests``, 429). A 421 ``owned_by_other_host`` carries the owner's base
 URL from the ledger (``owner_url``, when it published one) and a ``Location`` header:
-the same path and query on the owner, which the clients follow once (SPEC §10.24).
-Unexpected exceptions answer a bare 500 ``internal`` problem and are logged; bad input
-never reaches that path.
+the same path and query on the owner, which the clients follow once
+(protocol: hosts#answers-that-route). Unexpected exceptions answer a bare 500 ``internal`` problem
+and are logged; bad input never reaches that path.
 
 Every problem's ``type`` is ``/problems/{code}``, a page this daemon serves itself
 (``page``: a short HTML page per code, served by ``promoter.api.routes.problem_types``).

@@ -6,9 +6,9 @@ call under the limiter chosen for the request it serves: the operator's own pool
 ``operator_workers`` threads once the request is known to be the operator's
 (``use_operator_pool``, called when its token or console session is authenticated) or
 for ``/readyz``, and the shared one otherwise. So requests of other roles that keep every
-shared thread busy, or waiting on a lock, cannot delay the operator's routes (SPEC
-§10.19). The choice lives in a context variable: it holds for the rest of the request's
-task and for nothing else.
+shared thread busy, or waiting on a lock, cannot delay the operator's routes
+(protocol: api#work-bounded-per-caller). The choice lives in a context variable: it holds for the
+rest of the request's task and for nothing else.
 
 A token that may be a named operator's (``OPERATOR_TOKEN_PREFIX``) is looked up on the
 operator's pool too; the lookup reads a folder's listing only, so a flood of made-up

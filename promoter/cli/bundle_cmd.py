@@ -1,4 +1,4 @@
-"""``promoter bundle build``, ``bundle show`` and ``bundle diff`` (SPEC §9).
+"""``promoter bundle build``, ``bundle show`` and ``bundle diff`` (protocol: api#command-line).
 
 This module owns the command line of the executor side: read the grant (a JSON file, or
 fetched by id with the executor's token), build the sealed bundle from an isolated
@@ -470,8 +470,8 @@ def _size(count: int | None) -> str:
 
 
 def diff_unseen(result: dict[str, Any], hint: str = "") -> Text:
-    """Every file the answer does not show in full (SPEC §10 item 18), with its sizes,
-    lines, flags and, with ``hint`` (a command), how to read one whole."""
+    """Every file the answer does not show in full (protocol: api#every-byte-reviewable), with its
+    sizes, lines, flags and, with ``hint`` (a command), how to read one whole."""
     from rich.text import Text
 
     unseen = result.get("unseen") or []

@@ -10,8 +10,8 @@ added. Every daemon of the ledger sees the change on its next request: the crede
 token, its console sessions and its long-polls are refused from then on. With no ledger
 yet (a SQLite file not made) only the file is written, and the daemon publishes it when
 it starts. The name is
-what an approval or rejection made with the token records as its approver (SPEC §10.13),
-so give each person their own credential.
+what an approval or rejection made with the token records as its approver
+(protocol: runs#approvals), so give each person their own credential.
 
 Deliberately not here: deciding who a token is (``promoter.store.credentials``) and any
 other role's tokens (the orchestrator's is created on first start; executors' are

@@ -1,6 +1,6 @@
 """Orchestrator commands: ``grant create``, ``lease set``, ``promote``, ``token mint``.
 
-This module owns the command line of the trusted orchestrator side of SPEC §9: it
+This module owns the command line of the trusted orchestrator side (protocol: api#command-line): it
 assembles a GrantV1 from flags and the named repository's current HEAD (base tree and
 explicit preconditions read from the worktree when it is on this machine, read-only),
 registers it, sets leases, mints executor tokens and requests promotions, printing what
@@ -80,7 +80,8 @@ def parse_allow(flag: str) -> AllowEntry:
 def capture_precondition(layout: RepoLayout, path: str) -> Precondition:
     """The current worktree state and index entry of ``path``, read without writing.
 
-    ``path`` is a wire form (SPEC §10.12): ``caf\\xe9.txt`` names the Latin-1 file.
+    ``path`` is a wire form (protocol: documents#byte-paths): ``caf\\xe9.txt`` names the Latin-1
+    file.
     """
     check_path(path)
     name = disk_path(path)

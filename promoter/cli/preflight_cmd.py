@@ -1,7 +1,7 @@
 """``promoter preflight BUNDLE``: would a promotion be refused now, and for which paths.
 
-Asks the daemon (``POST /v1/bundles/{id}/preflight``, SPEC §5.6) to run authority,
-evidence and the read-back against the worktree as it is now, and prints one verdict per
+Asks the daemon (``POST /v1/bundles/{id}/preflight``, protocol: promotion#preflight) to run
+authority, evidence and the read-back against the worktree as it is now, and prints one verdict per
 path. It writes nothing and changes nothing; a refusal exits with its code's exit status.
 """
 

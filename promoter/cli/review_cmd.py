@@ -6,7 +6,7 @@
 file giving the number ``approve --hunks PATH=N`` takes, and every file the answer does
 not show in full, with its sizes and flags; ``review OP --path PATH`` prints one file's
 diff whole and ``review OP --all`` the whole bundle's, one bounded request a page
-(SPEC §10 item 18). ``approve OP`` and
+(protocol: api#every-byte-reviewable). ``approve OP`` and
 ``reject OP`` send the operator's decision with a note, which the host journals as a
 ``decision`` event whose approver is the token's credential (no name is sent: the
 host knows who holds the token); ``reopen OP`` holds a rejected promotion for a

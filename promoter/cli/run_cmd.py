@@ -1,36 +1,15 @@
 """``promoter run``: the command line of a run, from a sandbox clone to a promoted change.
 
-``promoter run --repo NAME [--allow PATTERN:OPS]… [--yes] [--diff] [--json] -- CMD ARGS…``
-runs one step of a run; the workflow itself is the executor's (``promoter.executor.run``:
-``flow.py`` makes the sandbox, registers the grant, runs CMD confined, builds or adopts
-the bundle, submits, preflights, offers the merge of a drift, promotes; ``state.py`` moves
-each step through its table and writes ``run.json`` once per move). This module owns the
-flags, the person at the terminal (``TerminalPerson``, the ``Person`` the workflow talks
-to: progress on stdout, questions at the terminal, the terminal reset before the review
-and the question, SPEC §10.17), and the outcome ``--json`` prints.
+This module owns the flags (``--repo``, ``--allow``, ``--yes``, ``--diff``, ``--json``,
+``--continue``, ``--list``, ``--prune``, ``--remove``, ``--unconfined``), the person at the
+terminal (``TerminalPerson``: progress, the review, questions, and the terminal reset
+before them, protocol: runs#terminal-drawn-by-promoter) and the outcome ``--json``
+prints. The daemon and credential are found as protocol: api#persons-command-line says;
+``--yes`` never approves (protocol: runs#approvals); Ctrl-C is ``interrupted`` (exit 130).
+See docs/guide/sandbox.md.
 
-The review: at a terminal without ``--yes``, the bundle, its whole diff (paged) and its
-verification receipt; with ``--yes``, a summary of the diff (paths, operations, sizes,
-flags, renames, files not shown in full) unless ``--diff``. ``--json`` prints the run's
-outcome (``flow.Outcome``) as one JSON document on stdout when the step ends, also in an
-error; every other word goes to stderr.
-
-``--continue RUN -- CMD`` runs the next step in a kept sandbox, chained on the last
-completed promotion; ``--continue RUN`` without CMD promotes the bundle its last step
-submitted and did not promote. ``--list``, ``--prune`` (``run_manage.py``) and ``--remove
-RUN`` manage sandboxes and never touch the user's worktree.
-
-The daemon, the credential and the state directory come from the flags, the environment,
-the daemon ``promoter serve`` recorded for this user, then ./.promoter
-(``promoter.cli.userconfig``); inside a guarded worktree ``--repo`` may be left out. The
-person's credential (the operator's, docs/decisions/persons-cli-credential.md) runs,
-promotes and, confirmed at the terminal, approves; ``--yes`` never approves. Ctrl-C at
-any stage is ``interrupted`` (exit 130), naming the sandbox and bundle kept and the next
-command. Where confinement cannot be set up, ``run`` refuses (``confinement_unavailable``)
-unless the person passes ``--unconfined``. See docs/guide/sandbox.md.
-
-Deliberately thin: every decision is the host's, every step the workflow's; this module
-parses, prints and asks.
+Not here: any decision (the host's) or step of the workflow (``promoter.executor.run``);
+this module parses, prints and asks.
 """
 
 from __future__ import annotations
@@ -129,9 +108,9 @@ def _infer_repository(client: PromoterClient) -> str:
 
 def _fresh_screen() -> None:
     """The person's terminal to a known state before promoter draws a review or a question
-    (SPEC §10.17): whatever the command left of scroll regions, modes or the alternate
-    screen is undone, and keys typed before the question are discarded. Off a terminal,
-    nothing."""
+    (protocol: runs#terminal-drawn-by-promoter): whatever the command left of scroll regions, modes
+    or the alternate screen is undone, and keys typed before the question are discarded. Off a
+    terminal, nothing."""
     sys.stdout.flush()
     if sys.stdout.isatty():
         sys.stdout.write(RESET)
@@ -145,7 +124,8 @@ def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> Consent:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
-    person confirms those files too, listed again at the question (SPEC §10 item 18)."""
+    person confirms those files too, listed again at the question
+    (protocol: api#every-byte-reviewable)."""
     return _approve_at(yes, unseen, stderr=False)
 
 

@@ -1,4 +1,5 @@
-"""``promoter snapshot list|capture|diff|restore``: shadow snapshots over HTTP (SPEC §9).
+"""``promoter snapshot list|capture|diff|restore``: shadow snapshots over HTTP
+(protocol: api#command-line).
 
 Each command is one request through ``promoter.client.sync.PromoterClient`` with the operator
 token (``--token-file`` or ``PROMOTER_TOKEN``) to the server (``--url`` or

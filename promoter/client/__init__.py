@@ -1,4 +1,5 @@
-"""Clients of the promoter daemon (SPEC §7): synchronous, asynchronous, and what they share.
+"""Clients of the promoter daemon (protocol: api#http-errors): synchronous, asynchronous, and what
+they share.
 
 ``from promoter.client import PromoterClient`` (or ``AsyncPromoterClient``) is the public
 face; the modules beside this one are the parts. Each is imported when first asked for:

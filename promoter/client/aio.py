@@ -116,7 +116,7 @@ class AsyncPromoterClient:
             raise unreachable(self.url, method, path, limit, exc) from exc
         target = location(response) if replayable(content) else None
         if target is not None and await self._in_cluster(target):
-            try:  # once: the owner's answer is the answer (SPEC §10.24)
+            try:  # once: the owner's answer is the answer (protocol: hosts#answers-that-route)
                 response = await send(
                     self._http.request,
                     method,

@@ -1,8 +1,8 @@
 """Following a 421 to the host that owns the answer: once, and only within the cluster.
 
 A daemon asked about another host's work answers 421 ``owned_by_other_host`` with the
-owner's URL in ``Location`` (SPEC §10.24). Both clients send the same request there once,
-like a redirect, under these rules:
+owner's URL in ``Location`` (protocol: hosts#answers-that-route). Both clients send the same request
+there once, like a redirect, under these rules:
 
 - only a 421 whose ``Location`` is an absolute ``http`` or ``https`` URL is followed;
 - only to a host of the same cluster: the origin (scheme, host, port) must be the

@@ -1,22 +1,15 @@
-"""A typed HTTP client for the promoter daemon (SPEC §7); the CLI and executors use it.
+"""``PromoterClient``: the synchronous HTTP client of the daemon, used by the CLI and executors.
 
-This module owns the wire side of every endpoint: one method per endpoint, the bearer
-token, streaming blob uploads, and the translation of answers. A problem+json answer is
-raised as the promoter error class named by its ``code`` (``error_class(code)``), with
-the problem's other members as the error's context, so callers catch the same
-``PromoterError`` subclasses the engine raises. A server that cannot be reached is a
-``ConfigError`` naming the URL.
-
-Idempotent calls (every GET and PUT, and the POSTs the server deduplicates: grants,
-bundles, blobs:missing, promotions) are retried with exponential backoff (``Backoff``,
-whose ``sleep`` a test may replace) on connection errors and on 503; a body streamed
-from an iterable is never retried. The older methods return the server's answers as
-plain dicts (the CLI reads them), or as wire models where SPEC §3 defines the document;
-``operation``, ``events`` and ``watch`` answer the API's response models, and
-``AsyncPromoterClient`` (httpx's async client) answers them for the whole orchestrator
-flow. It deliberately holds no policy: it does not build or check documents. The
-pieces: ``client_wire`` (retries, problems, TLS), ``client_transport`` (the pool and
-the retrying send), ``client_blobs`` (the blob endpoints), ``client_async``.
+One method per endpoint, with the bearer token; a problem+json answer is raised as the
+``PromoterError`` subclass its ``code`` names (protocol: api#http-errors), an unreachable
+server as a ``ConfigError`` naming the URL. Idempotent calls are retried with backoff on
+connection errors and 503; a streamed body never is. Answers are plain dicts, wire models
+(protocol: documents#strict-models) or the API's response models, method by method.
+The parts are its neighbours: ``promoter.client.wire`` (retries, problems, TLS),
+``promoter.client.transport`` (the pool and the retrying send, following a 421 with
+``promoter.client.follow``), ``promoter.client.blobs`` (the blob endpoints);
+``promoter.client.aio`` is the asynchronous client. Not here: any policy (it neither
+builds nor checks documents).
 """
 
 from __future__ import annotations

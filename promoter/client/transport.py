@@ -99,7 +99,7 @@ class Transport(Closing):
         target = location(response) if replayable(content) else None
         if target is not None and self._in_cluster(target):
             misdirected = response
-            try:  # once: the owner's answer is the answer (SPEC §10.24)
+            try:  # once: the owner's answer is the answer (protocol: hosts#answers-that-route)
                 response = send(
                     self._http.request,
                     method,

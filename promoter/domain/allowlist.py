@@ -1,12 +1,12 @@
-"""Write-allowlist patterns of a grant (SPEC §3.3).
+"""Write-allowlist patterns of a grant (protocol: grants#allowlist-patterns).
 
 A pattern without ``*`` or ``?`` matches exactly one path; ``*`` matches any characters
 within one component, ``**`` as a whole component matches zero or more whole components,
 ``?`` matches one character other than ``/``. Any other use of ``**``, and ``[``, are
 refused. Matching is case-sensitive and purely lexical.
 
-Patterns and paths are wire forms (SPEC §10.12, ``wirepath``): a pattern may name a
-byte that is not UTF-8 as ``\\xNN`` and a backslash as ``\\\\``, and must be canonical.
+Patterns and paths are wire forms (protocol: documents#byte-paths, ``wirepath``): a pattern may name
+a byte that is not UTF-8 as ``\\xNN`` and a backslash as ``\\\\``, and must be canonical.
 Matching compares the decoded names (``subject``), so ``?`` stands for one UTF-8
 character or one byte that is not UTF-8, never for part of an escape.
 

@@ -1,4 +1,4 @@
-"""Canonical bytes and hashes (SPEC §2).
+"""Canonical bytes and hashes (protocol: documents#canonical-json).
 
 Every hashed document is JSON canonicalized with RFC 8785 (JCS) and encoded as UTF-8.
 This module is the single place that turns documents into bytes and bytes into
@@ -240,7 +240,7 @@ def rfc3339(moment: datetime) -> str:
 
 
 def parse_rfc3339(text: str) -> datetime:
-    """Parse the exact timestamp form of SPEC §2."""
+    """Parse the exact timestamp form (protocol: documents#timestamps)."""
     moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
     return moment.replace(tzinfo=UTC)
 

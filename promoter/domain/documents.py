@@ -1,4 +1,5 @@
-"""Hashes, ids and canonical bytes of the wire documents (SPEC §2, §3, §5.2).
+"""Hashes, ids and canonical bytes of the wire documents (protocol: documents#hashes-and-ids,
+documents#strict-models, promotion#operation-identity).
 
 One function per identity rule, all built on ``promoter.domain.canonical``. Pure: no I/O.
 """

@@ -1,4 +1,4 @@
-"""The in-toto Statement v1 that carries a signed receipt (SPEC §3.9 as amended, §10.6).
+"""The in-toto Statement v1 that carries a signed receipt (protocol: bundles#signed-receipts).
 
 Wire constants and strict models only: the DSSE payload type, the Statement type, one
 versioned ``predicateType`` per receipt kind (``urn:`` URIs, so no domain is claimed),

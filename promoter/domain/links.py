@@ -1,4 +1,5 @@
-"""The grant's symlink policy (SPEC §10, "Symlinks as targets"): which link targets a grant allows.
+"""The grant's symlink policy (protocol: documents#symlink-leaves): which link targets a grant
+allows.
 
 A symlink is promotable as a leaf of mode ``120000`` whose content (the blob) is its
 target text. The grant's ``symlinks`` field says which links a bundle may hold:
@@ -14,7 +15,8 @@ Under every policy a target must be non-empty, hold no NUL and be at most
 Pure and lexical: nothing here reads the disk. Whether a component of the target is
 itself a link is not judged here: promoter never follows a link, at any step, but the
 programs that follow it later do, so under ``inside`` each link is also resolved through
-the links of the tree the promotion would leave (SPEC §10.11, ``promoter.domain.resolve``).
+the links of the tree the promotion would leave (protocol: bundles#symlinks-by-resolution,
+``promoter.domain.resolve``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Wire documents of SPEC §3 as strict, frozen pydantic models.
+"""Wire documents as strict, frozen pydantic models (protocol: documents#strict-models).
 
 Every model rejects unknown fields and coerces nothing. Formats (digests, oids, modes,
 timestamps) and the internal consistency of a ``FileState`` are enforced at parse time.
 Cross-field invariants of a bundle (hash, counts, order, path rules, operation/state
 agreement) are deliberately *not* enforced here: they are checks of the verification
-receipt (SPEC §3.6), which must report all of them at once instead of stopping at the
-first. ``promoter.domain.documents`` adds hashing and ids on top of these models.
+receipt (protocol: bundles#verification-receipt), which must report all of them at once instead of
+stopping at the first. ``promoter.domain.documents`` adds hashing and ids on top of these models.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def _check_timestamp(value: str) -> str:
 Timestamp = Annotated[str, AfterValidator(_check_timestamp)]
 # Paths are checked by the verification's path_policy check, not at parse time, so that
 # a receipt can report every broken path; here they only need to be bounded strings.
-# The bound admits the wire form (SPEC §10.12) of the longest path, 4096 bytes that are
-# not UTF-8, each written as four characters ``\xNN``.
+# The bound admits the wire form (protocol: documents#byte-paths) of the longest path, 4096 bytes
+# that are not UTF-8, each written as four characters ``\xNN``.
 WirePath = Annotated[str, StringConstraints(max_length=16384)]
 
 
@@ -76,7 +76,7 @@ class Document(Strict):
 
 
 def blob_path(sha256: str) -> str:
-    """Where a blob lives relative to the audit store root (SPEC §3.1)."""
+    """Where a blob lives relative to the audit store root (protocol: documents#file-state)."""
     return f"blobs/sha256/{sha256[0:2]}/{sha256}"
 
 
@@ -255,8 +255,8 @@ class MergedPath(Strict):
 
 
 class MergeOrigin(Strict):
-    # What a merged bundle (SPEC §10.14) was made from: the original bundle and, per
-    # merged path, the three input hashes. Part of the bundle's identity.
+    # What a merged bundle (protocol: runs#merges-are-new-bundles) was made from: the original
+    # bundle and, per merged path, the three input hashes. Part of the bundle's identity.
     bundle_id: BundleId
     bundle_sha256: Sha256
     paths: Annotated[list[MergedPath], Field(min_length=1, max_length=1_000_000)]
@@ -280,8 +280,9 @@ class PatchBundleV1(Document):
     # accepted); left out of the wire when unset, so executor bundles keep their bytes.
     # Intake refuses any submitted document that carries it.
     derived_from: DerivedFrom | None = None
-    # set only on a bundle the host made by merging a drifted bundle (SPEC §10.14); left
-    # out of the wire when unset, so every other bundle keeps its v1 bytes and hash
+    # set only on a bundle the host made by merging a drifted bundle
+    # (protocol: runs#merges-are-new-bundles); left out of the wire when unset, so every other
+    # bundle keeps its v1 bytes and hash
     merge: MergeOrigin | None = None
 
     def wire(self) -> dict[str, Any]:
@@ -387,7 +388,7 @@ class TargetError(Strict):
 
 
 class RollbackTarget(Strict):
-    """One target of a rollback (SPEC §3.8, reasons of §10.5).
+    """One target of a rollback (protocol: bundles#rollback-receipt).
 
     ``result`` is what happened (``failed``: not restored for a reason other than a
     conflict); ``reason`` says why; ``error`` is set for every ``failed`` target (and for

@@ -1,4 +1,4 @@
-"""Lexical path rules for bundle targets (SPEC §3.2, §10.12).
+"""Lexical path rules for bundle targets (protocol: documents#path-rules, documents#byte-paths).
 
 A bundle's path is a wire form (``wirepath``) naming a byte string; the rules apply to
 those bytes, and sorting, uniqueness and case-folding compare them. ``disk_path`` and
@@ -19,7 +19,8 @@ from promoter.errors import PathInvalid
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
-# SPEC §10.2: names promoter gives its own temp and kept files; a bundle may not use them.
+# protocol: documents#reserved-names: names promoter gives its own temp and kept files; a bundle may
+# not use them.
 RESERVED_PREFIXES = (".promoter-tmp-", ".promoter-kept-")
 
 
@@ -38,7 +39,9 @@ def _decoded(path: str) -> bytes:
 
 
 def check_path(path: str) -> str:
-    """Return ``path`` unchanged if it obeys every rule of SPEC §3.2 and §10.12, else raise.
+    """Return ``path`` unchanged if it obeys every path rule, else raise.
+
+    protocol: documents#path-rules, documents#byte-paths.
 
     ``path`` is a wire form (``wirepath``): it must be canonical; the byte rules (NUL,
     ``/``, ``.``, ``..``, ``.git`` under case-folding, reserved prefixes, lengths) apply
@@ -92,8 +95,8 @@ def _folded(path: str) -> str:
 def check_path_set(paths: Iterable[str]) -> None:
     """Paths unique (also under casefold) and none a prefix directory of another.
 
-    Compared on the bytes the wire forms name (SPEC §10.12), case-folded as text with
-    each byte that is not UTF-8 standing for itself.
+    Compared on the bytes the wire forms name (protocol: documents#byte-paths), case-folded as text
+    with each byte that is not UTF-8 standing for itself.
     """
     seen: dict[str, str] = {}
     for path in paths:
@@ -118,7 +121,8 @@ def check_path_set(paths: Iterable[str]) -> None:
 
 
 def sort_key(path: str) -> bytes:
-    """Bundles list changes sorted by the bytes their wire paths name (SPEC §10.12).
+    """Bundles list changes sorted by the bytes their wire paths name
+    (protocol: documents#byte-paths).
 
     For a valid UTF-8 path without a backslash that is its UTF-8 encoding. A wire form
     that is not canonical (refused by ``check_path``) sorts by its own text's bytes.
@@ -130,7 +134,7 @@ def sort_key(path: str) -> bytes:
 
 
 def wire_path(path: str) -> str:
-    """The wire form (SPEC §10.12) of ``path`` as named on disk.
+    """The wire form (protocol: documents#byte-paths) of ``path`` as named on disk.
 
     ``path`` is the disk form: a name read from disk or from git that is not valid UTF-8
     holds its bytes as surrogates (``surrogateescape``); each such byte is shown as
@@ -157,7 +161,8 @@ def wire_all(value: Any) -> Any:
 
 
 def temp_name(operation_id: str, attempt: int, seq: int) -> str:
-    """The one temp name step ``seq`` of an attempt may use beside its target (SPEC §10.1).
+    """The one temp name step ``seq`` of an attempt may use beside its target
+    (protocol: recovery#removal-provably-ours).
 
     A pure function of journaled facts, so the name is journaled before the file exists
     and recovery finds exactly the names promoter may have created, never by prefix.

@@ -2,8 +2,8 @@
 
 Pure functions, no I/O. The engine observes (reads every target through the fs layer,
 settles the journaled temp names), hands the facts to a planner, and carries the plan out
-(``promoter.engine.operation.apply`` and the kind's own module). The rules of SPEC §5.5 and §5.7
-are written once, here:
+(``promoter.engine.operation.apply`` and the kind's own module). The rules
+(protocol: recovery#recovery, recovery#rollback) are written once, here:
 
 - ``journal_steps``: the steps an attempt journals before anything is written, each with
   its temp name (``.promoter-tmp-<operation>-<attempt>-<seq>``); the same for every kind.
@@ -69,7 +69,8 @@ class Ordering(StrEnum):
 
 
 class Decision(StrEnum):
-    """An operator's decision on a ``needs_reconciliation`` operation (SPEC §5.7)."""
+    """An operator's decision on a ``needs_reconciliation`` operation
+    (protocol: recovery#reconciliation)."""
 
     CONTINUE = "continue"
     ROLLBACK = "rollback"
@@ -131,7 +132,7 @@ def _recover_one(seen: Observation) -> Action:
 
 
 def recover_promotion(observations: Sequence[Observation]) -> Plan:
-    """SPEC §5.5's table for a promotion, per step."""
+    """The recovery table for a promotion, per step (protocol: recovery#recovery)."""
     return Plan(tuple(_recover_one(seen) for seen in observations))
 
 

@@ -28,8 +28,8 @@ class Ticket:
     """One promotion attempt to run: the operation, its attempt, and what it decides on.
 
     ``lease`` is the grant stage's lease as read when the attempt was started (None: none
-    was set); the attempt checks it first (SPEC §5.4 step 1) and reads it again, locked,
-    in the transaction that journals its plan. ``loaded``: the bundle and grant as the
+    was set); the attempt checks it first (protocol: promotion#step-authority) and reads it again,
+    locked, in the transaction that journals its plan. ``loaded``: the bundle and grant as the
     request that started the attempt had just read them from the store (None: the attempt
     reads them); the attempt re-verifies them either way.
     """
@@ -70,7 +70,8 @@ class Operation:
     owner_lease_until: str | None
     receipt_sha256: str | None
     receipt: dict[str, Any] | None
-    # the events of the current attempt that a receipt names (SPEC §3.7 ``events``)
+    # the events of the current attempt that a receipt names (protocol: bundles#promotion-receipt
+    # ``events``)
     decision_event_id: str | None
     action_event_id: str | None
     outcome_event_id: str | None

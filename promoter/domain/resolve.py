@@ -1,30 +1,13 @@
-"""Symlinks by resolution (SPEC §10.11): where a link leads in the tree a promotion leaves.
+"""Symlinks by resolution: where a link leads in the tree a promotion leaves.
 
-Under a grant's ``symlinks: inside`` a link must not only read as inside the worktree
-(``links.target_problem``, lexical and per link): resolved against the worktree as it
-will be after the promotion, through the links it meets on the way, it must stay inside
-and never enter ``.git``. This module resolves one link the way the kernel does and
-judges the result:
+Under a grant's ``symlinks: inside``, ``final_tree_problems`` resolves every link the
+bundle creates or changes, and every existing link that passes through one, the way the
+kernel does, and judges the result (protocol: bundles#symlinks-by-resolution,
+bundles#how-a-link-resolves). Pure: the final tree's links are given as a look-up (path ->
+target text or None).
 
-- the walk starts in the link's own directory; a component that is a link in the final
-  tree is replaced by that link's target text (resolved from the directory holding it),
-  so ``..`` after a link goes up from where the link leads, not lexically;
-- a component that is not a link (a directory, a file, or nothing) is entered as if it
-  were a directory. The kernel would stop at a file or a missing name (``ENOTDIR``,
-  ``ENOENT``); continuing lexically is what ``os.path.realpath`` does and never judges
-  a link safer than the kernel would, only, at worst, more strictly (a link whose
-  resolution the kernel would refuse may be refused here for where it *would* lead);
-- going above the worktree's root at any step, an absolute target met on the way, a
-  component equal to ``.git`` under case-folding at any step, or more than
-  ``MAX_HOPS`` links followed (the kernel's ``ELOOP`` bound) is a refusal.
-
-``final_tree_problems`` applies this to a promotion: every link the bundle creates or
-changes, and every link already in the worktree whose resolution passes through one of
-them, must resolve inside.
-
-Pure: the links of the final tree are given as a look-up (path -> target text or None);
-which paths are directories or files is not needed (see above). Gathering the look-up
-from the base tree or the disk is ``promoter.engine.verify.link_resolution``'s job.
+Not here: the lexical rule of one link (``links.target_problem``), gathering the look-up
+from the base tree or the disk (``promoter.engine.verify.link_resolution``).
 """
 
 from __future__ import annotations

@@ -1,38 +1,14 @@
 """Operation statuses and the one guard that decides whether an operation may move.
 
-This module owns the vocabulary of operation statuses (SPEC §5.3 with the v1.1 additions
-of §10.5) and ``guard``, the single rule of SPEC §10.3 that every entry point which
-restarts or decides an existing operation goes through, for every kind (promotion,
-rollback, restore) and every caller (the orchestrator's ``recover``, the operator's
-``recover`` and ``reconcile``, the daemon's own start-up recovery):
+This module owns the statuses, kinds and step statuses (``StrEnum``s equal to their wire
+strings: protocol: promotion#operation-states), the moves an operation may make as data
+(``TRANSITIONS[kind][from]``, ``None`` for "not yet journaled"), ``check_transition``
+(which the journal calls on every status change) and ``guard``, the single rule every
+entry point that restarts or decides an existing operation goes through
+(protocol: recovery#guards).
 
-- ``recover`` acts only on ``needs_recovery``. Anything else is refused with
-  ``not_recoverable`` (409): ``needs_reconciliation`` waits for the operator's
-  ``reconcile``; a final operation never runs again; a running one is running. The state
-  is judged before the role, so asking to recover a finished operation always answers
-  the same code. A rollback or a restore is the operator's own operation: its recovery
-  needs the operator (or the daemon at start-up), never an orchestrator (``forbidden``).
-- ``reconcile`` is the operator's (``forbidden`` otherwise) and acts only on
-  ``needs_reconciliation`` (``operation_conflict`` otherwise), with the decisions the
-  kind admits: a promotion ``continue``, ``rollback`` or ``abandon``; a rollback or a
-  restore ``continue`` or ``abandon`` (a restore is undone by restoring its ``from``
-  tree, not rolled back).
-
-The statuses, kinds and step statuses are ``StrEnum``s (``OperationStatus``,
-``OperationKind``, ``StepStatus``; each member equals its wire string), and the moves an
-operation may make are data: ``TRANSITIONS[kind][from]`` is the set of statuses it may
-move to (``None`` is "not yet journaled"). ``check_transition`` is what the journal calls
-on every status change, and refuses anything else (``operation_conflict``); keeping the
-status and changing only the code or detail is always allowed. The seed's names map
-onto it one to one: ``applied_unverified`` (written, the check still running),
-``completed`` (receipt recorded), ``awaiting_approval`` (a promotion the approval gate
-holds until the operator decides; nothing written), ``rolled_back`` / ``rollback_partial`` /
-``rollback_failed`` (a promotion after its rollback, and the rollback itself).
-
-Deliberately not here: loading operations, locking, and carrying a decision out (that is
-``promoter.engine.operation.recover``'s); the guard is pure and raises, it never writes. Callers
-re-check under the repository lock or in the transaction that changes the status, since
-the status may move between the first check and the action.
+Not here: loading operations, locking, carrying a decision out
+(``promoter.engine.operation.recover``); the guard is pure and raises, it never writes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The wire form of a path: any byte string as canonical text (SPEC §10.12).
+"""The wire form of a path: any byte string as canonical text (protocol: documents#byte-paths).
 
 A path is a byte string. Its wire form (the ``path`` of a bundle, a receipt, a journal
 row or an event) is text: bytes that form valid UTF-8 appear as themselves, every other

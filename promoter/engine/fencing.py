@@ -1,4 +1,4 @@
-"""Fencing a dead host and handing its operations over (SPEC §10.15).
+"""Fencing a dead host and handing its operations over (protocol: hosts#fencing).
 
 Every daemon registers its host in the ledger at start (``register``) and keeps the
 epoch it read: from then on every transaction of an operation's unit of work, and every
@@ -15,8 +15,8 @@ lease of that host's unfinished operations have run out (else ``host_live``); it
 the host's epoch, journals who, when and to which host (``host_fences``), and hands each
 unfinished operation (``in_progress``, ``applied_unverified``, ``needs_recovery``) to
 the named daemon host as ``needs_recovery``, with no owner process, so that host's
-daemon recovers it by the usual table (SPEC §5.5). The named host must be registered,
-active, another host, and configured for the repository of every operation handed to it
+daemon recovers it by the usual table (protocol: recovery#recovery). The named host must be
+registered, active, another host, and configured for the repository of every operation handed to it
 (``handover_refused``); it must reach the same worktree and state directory (a
 replacement on the same machine or a shared disk): nothing here can check that.
 

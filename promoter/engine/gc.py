@@ -1,4 +1,4 @@
-"""Garbage collection of the blob store and the shadow snapshots (SPEC §4).
+"""Garbage collection of the blob store and the shadow snapshots (protocol: storage#pinned-blobs).
 
 A blob is removed only when no stored bundle references it (every bundle is kept in the
 audit store, so every old and new state a rollback may need stays) and it is older than

@@ -1,8 +1,8 @@
 """Repository settings an operator changes at run time: ``promoter repos set``.
 
-One setting today: ``approval`` (``none`` or ``required``, SPEC §10.7). The configuration
-file gives each repository its starting value; ``set_approval`` records a change in the
-ledger (``repository_settings``: one row a change, with who, when, on which host and what
+One setting today: ``approval`` (``none`` or ``required``, protocol: grants#grant-options). The
+configuration file gives each repository its starting value; ``set_approval`` records a change in
+the ledger (``repository_settings``: one row a change, with who, when, on which host and what
 was in force before) and logs it; the newest row is in force on every host of the ledger
 from the next promotion request on, whatever the file says. ``approval`` reads it: one
 small query a request, none when the file already requires approval (a request is held

@@ -1,4 +1,5 @@
-"""The configured repositories: name -> worktree layout and identity (SPEC §5.1).
+"""The configured repositories: name -> worktree layout and identity
+(protocol: promotion#repository-identity).
 
 Repositories are configured by the operator only, never named by executors. Each is
 checked at start: a path that is not a git worktree, a bare repository or a SHA-256

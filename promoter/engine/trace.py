@@ -1,28 +1,13 @@
 """Trace a commit (or what is staged) to the promotion receipts that wrote its bytes.
 
-For each path a commit changed against its first parent (or the index against HEAD),
-this reads the committed bytes from git, hashes them with sha256 (receipts record the
-sha256 of content; git's object ids are sha1 of a header and content, so the two are
-never compared directly) and looks for the repository's promotion receipts whose
-``targets`` name that path with exactly that state:
+For each path a commit changed against its first parent (or the index against HEAD) the
+committed bytes are hashed and matched with the receipts' targets: ``promoted``,
+``changed_after_promotion``, ``not_promoted`` or ``untouched`` (protocol: api#trace).
+Paths are wire forms (protocol: documents#byte-paths). It only reads: git through the
+hermetic runner with no optional locks, the journal in one session.
 
-- ``promoted``: one or more receipts wrote exactly these bytes (or removed the path,
-  for a deleted one); each is named with its operation, bundle, grant, executor run,
-  time and receipt hash.
-- ``changed_after_promotion``: no receipt wrote these bytes, but a promotion wrote the
-  path with other ones; the last such promotion is named.
-- ``not_promoted``: no promotion receipt ever named the path.
-- ``untouched``: a path asked for that the commit (or the index) did not change.
-
-Paths are named in wire form (SPEC §10.12), as receipts name them: git's names are
-turned into it before they are compared, so a name with a backslash or bytes that are
-not UTF-8 is matched by its bytes; a path asked for must be canonical wire form.
-
-It reads only: git runs through the hermetic runner with no optional locks (no index
-refresh), ``diff-tree``/``diff-index``/``rev-parse`` and ``cat-file``; the journal is
-read in one session. Deliberately not here: writing trailers or commits (promoter writes
-no refs, index or commits), checking a receipt's signature
-(``promoter.engine.receipts.signing``), and the HTTP or CLI shapes.
+Not here: writing trailers or commits, checking signatures
+(``promoter.engine.receipts.signing``), the HTTP and CLI shapes.
 """
 
 from __future__ import annotations
@@ -81,7 +66,7 @@ class Promotion:
 class PathTrace:
     """One path: what the commit holds there, and which receipts wrote it."""
 
-    path: str  # wire form (SPEC §10.12), as receipts name it
+    path: str  # wire form (protocol: documents#byte-paths), as receipts name it
     change: str | None  # A, M, D, T; None when untouched
     exists: bool | None  # None when untouched
     sha256: str | None

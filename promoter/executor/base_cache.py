@@ -1,32 +1,14 @@
 """The read-only bases of layered sandboxes: one checkout of a commit's tree, shared by runs.
 
-This module owns ``<state>/bases/``. A base is ``<state>/bases/<tree id>/``: ``tree/``
-holds the tree's files exactly as git stores them (checked out by a private git
-directory whose objects are the person's, through ``objects/info/alternates``, with
-attributes that convert nothing: no filter, no end-of-line or encoding conversion, so a
-file's bytes are its blob's) and ``tree/.git/index``, the index of that checkout with
-its stat data (the sandbox's git trusts it as ``git status`` trusts any index);
-``base.json`` names the tree and its gitlinks.
+This module owns ``<state>/bases/<tree id>/``: ``tree/`` (the files as git stores them,
+with the checkout's index as ``tree/.git/index``) and ``base.json``. A base is a whole
+checkout or a layer of changes over an older base (``base_delta.py``, at most
+``_MAX_DEPTH`` deep); it is built under a temp name and placed once, and ``sweep``
+removes what no run needs (protocol: runs#shared-bases). ``lock`` serializes making and
+sweeping with the runs' creation. Fault points: ``base_built``, ``base_placed``.
 
-A base is a whole checkout, or, when a base of an older commit is in the cache, the
-changes from that one's tree as a layer over it (``base_delta.py``: a chain of at most
-``_MAX_DEPTH`` layers, so a new commit costs its changes, not a checkout); a base's
-parents stay while it does. A base is made once and never written again: it is built
-under a temp name (``.promoter-tmp-base-…``, holding a ``.lock`` file locked while it
-is built), flushed (one ``syncfs``) and renamed into place with ``RENAME_NOREPLACE``;
-a run that finds it made uses it as it is. A base is in use while a run record names
-it (``layout: overlay`` and its ``base_tree``); ``sweep`` removes bases that no record
-and no base above them need, except the ``keep`` newest by use, and temp bases whose
-builder is gone (their ``.lock`` can be taken), each only after ``remove_own_tree``
-found the marker that proves it promoter's. ``lock`` serializes making and sweeping
-with the runs' own creation (an ``flock`` on ``<state>/bases/.lock``), so a base is
-never removed between its choice by a run and that run's record.
-
-Fault points: ``base_built`` (files checked out, not yet renamed into place),
-``base_placed`` (renamed, the temp name gone).
-
-Deliberately not here: the layers above a base (``layers.py``), reading a base to build
-a bundle (``upper.py``), or anything in the person's repository (only read: its objects).
+Not here: the layers above a base (``layers.py``), reading a base for a bundle
+(``upper.py``), anything in the person's repository (only its objects are read).
 """
 
 from __future__ import annotations
@@ -60,7 +42,7 @@ _SCHEMA = "PromoterSandboxBaseV1"
 _KEEP = 4
 _MAX_DEPTH = 8  # a base over more layers than this is checked out whole
 _GITLINK = "160000"
-# nothing converted on checkout: a file's bytes are its blob's (SPEC §10.22)
+# nothing converted on checkout: a file's bytes are its blob's (protocol: runs#layered-sandboxes)
 _ATTRIBUTES = b"* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 _CONFIG = (
     "-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.symlinks=true",

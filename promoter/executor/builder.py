@@ -1,19 +1,19 @@
 """Build a sealed PatchBundleV1 from an isolated worktree, and hand it to the host.
 
-This module owns the executor side of SPEC §3.5 and §8 (second paragraph):
-``build_bundle`` finds every change of a worktree against the grant's ``base_tree`` with
-a ``SeededShadow`` (tracked files and untracked files that are not ignored; a temporary
-index and object directory, so the worktree's ``.git`` is never written), trusting no
-list of changed files that anyone reports; the worktree's own index serves only as a
+This module owns the executor side of the bundle (protocol: bundles#bundle,
+snapshots#executor-side-shadow): ``build_bundle`` finds every change of a worktree against the
+grant's ``base_tree`` with a ``SeededShadow`` (tracked files and untracked files that are not
+ignored; a temporary index and object directory, so the worktree's ``.git`` is never written),
+trusting no list of changed files that anyone reports; the worktree's own index serves only as a
 stat cache, the way ``git status`` uses it, so an unchanged tree is not re-read. It
 refuses, before anything is uploaded, gitlinks, nested repositories and symlinks the
 grant does not allow (``PathUnsafe``; with ``symlinks: inside|any`` links are included
 and their targets checked against the policy, ``VerificationFailed`` naming each target
 text), paths that break the path rules (``PathInvalid``) and changes the grant does not
 authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
-A name that is not UTF-8 is included like any other, under its wire form (SPEC §10.12):
-git's ``-z`` names arrive as disk-form text (``surrogateescape``) and leave as
-``wire_path`` of it.
+A name that is not UTF-8 is included like any other, under its wire form
+(protocol: documents#byte-paths): git's ``-z`` names arrive as disk-form text (``surrogateescape``)
+and leave as ``wire_path`` of it.
 Old states are the base tree's, which is what the host checks; for a chained grant
 (``base_operation``), the states the base operations left at the paths they touched
 (``since``); for a sandbox that started from the person's worktree, the start tree's

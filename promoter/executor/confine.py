@@ -1,46 +1,16 @@
 """Confinement of ``promoter run``'s command: bubblewrap, limits, and the one way out.
 
-This module owns how the sandbox's command is started (SPEC §10.16). Confined (the
-default), the command runs under bubblewrap with new user, PID, IPC, UTS and cgroup
-namespaces (and a new network namespace unless ``network``), ``--die-with-parent``,
-``--new-session``, every capability dropped and ``no_new_privs`` (bwrap sets it). The
-filesystem is the host's, read-only, with these exceptions:
+This module owns how the sandbox's command is started (protocol: runs#sandbox-boundary,
+runs#confinement): the bubblewrap command line (namespaces, the read-only host with its
+hidden, fresh and writable places, checked by ``hidden.py``), the environment built from
+scratch, the limits set on the process that execs bwrap (``_LIMITS_SHIM``; a pids cgroup
+where one is writable, ``procs_limit`` saying which ran), the daemon reached through
+``Relay`` (``relay.py``) and ``sandbox_entry.py`` when there is no network, the end of the
+whole tree on timeout or Ctrl-C, and ``disarm`` afterwards. ``--unconfined`` runs the
+command as the person, in its own process group.
 
-- hidden (an empty tmpfs over them): promoter's state directory (credentials, database,
-  audit store, other sandboxes, the run's own record), the person's worktree and its git
-  directories, ``/tmp``, ``/var/tmp``, ``/run``, ``/var/run`` (no Unix socket there, e.g.
-  a database's, is reachable: a read-only mount does not stop ``connect``), and every
-  ``hide`` path; the tmpfs is mode 0555, so a command without capabilities cannot write
-  it (``/tmp`` and ``/var/tmp`` are private and writable instead); a hidden path below
-  what is bound back (the clone, HOME, the interpreter's prefix) is refused
-  (``credentials_visible``, ``hidden.py``);
-- a fresh ``/dev`` and the sandbox's own ``/proc`` (its PID namespace: no other process,
-  the daemon's included, can be seen, signalled or traced);
-- writable: the sandbox clone, a private ``HOME`` (``<run>/home``) and ``/tmp`` (tmpfs).
-
-Without ``network`` the only way out is to the daemon: ``Relay`` (``relay.py``, bounded:
-one thread, a cap on connections, an idle timeout) serves a Unix socket (bound into the
-sandbox at ``/run/promoter/daemon.sock``) that forwards each connection to the daemon's
-TCP address, and the sandbox's first process (``sandbox_entry.py``, run
-by the host's Python with ``-I -S``) listens on the daemon's port at ``127.0.0.1`` inside
-the sandbox and forwards there, so ``PROMOTER_URL`` works unchanged. The environment is
-built from scratch: a few terminal and locale variables, the run's ``PROMOTER_*``
-(only the executor token), and what the person names with ``pass_env``.
-
-Limits are set on the process that execs bwrap (``_LIMITS_SHIM``): ``RLIMIT_AS``,
-``RLIMIT_FSIZE`` and ``RLIMIT_NPROC``; the kernel does not enforce ``RLIMIT_NPROC``
-for a real uid 0, so where a pids cgroup is writable (v1 ``/sys/fs/cgroup/pids`` or a
-cgroup2) the process joins a new one with ``pids.max`` and ``procs_limit`` says which
-ran. On timeout or Ctrl-C the whole tree ends: bwrap is killed, its PID namespace dies
-with it, and every process left in the pids cgroup is killed. Once it has ended, every
-set-ID bit in the clone and HOME is dropped (``disarm``; inside, bwrap's mounts are
-``nosuid`` already).
-
-Deliberately not here: disk quotas (a command can fill the sandbox's filesystem within
-``RLIMIT_FSIZE`` per file), CPU limits, seccomp filters, hiding the rest of the host's
-readable files (only ``hide`` paths), or any judgement of what the command wrote (the
-builder and the host do that). ``--unconfined`` runs the command as the person, with
-their permissions, in its own process group; only the worktree is isolated then.
+Not here: disk quotas, CPU limits, seccomp filters, or any judgement of what the command
+wrote (the builder and the host do that).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``upload_and_submit`` uploads only the referenced blobs the host does not hold, old and
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
 returns the verification receipt; ``promote_with_evidence`` hands blobs, bundle and the
-promotion over in one request, for a caller holding both authorities (SPEC §10.21);
-``grant_from_file`` reads a grant document.
+promotion over in one request, for a caller holding both authorities
+(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
 transport (``promoter.client.sync``).
 """

@@ -1,32 +1,15 @@
-"""Layered sandboxes (SPEC §10.22): an overlay of a shared base, a start layer and the run's
-own upper layer.
+"""Layered sandboxes: an overlay of a shared base, a start layer and the run's upper layer.
 
-This module owns the layout of an overlay sandbox, ``<state>/runs/<run_id>/``:
+This module owns the layout of ``<state>/runs/<run_id>/`` (protocol: runs#layered-sandboxes):
+``layers/start/`` (read-only: the person's changes against HEAD, with whiteouts, and the
+command's own small ``.git`` whose objects reach the person's through a read-only bind),
+``layers/upper/`` and ``layers/work/`` (every write of the command) and ``clone/``, the
+mount point, mounted only inside the command's own namespaces (``wrap``). ``resolve``
+reads a path through the layers as the kernel would, never following links, so promoter
+reads a sandbox without mounting it.
 
-- ``layers/start/``: read-only, the person's worktree where it differs from HEAD
-  (``start_state.capture_into`` with whiteouts: changed and untracked files as they
-  are, a whiteout for each deleted tracked file, a whiteout for a directory left with
-  nothing) and the command's own small ``.git``: ``HEAD`` on the person's branch,
-  ``refs/heads/<branch>`` at HEAD, a fresh ``config``, the start tree's new objects,
-  and ``objects/info/alternates`` naming ``/run/promoter-objects``, where the person's
-  object directory is bound read-only inside the sandbox (never writable, never
-  hardlinked);
-- ``layers/upper/`` and ``layers/work/``: the overlay's upper and work directories,
-  which receive every write of the command;
-- ``clone/``: the mount point. The overlay is mounted there only inside a user and
-  mount namespace of the command's own (``wrap``), made one level out of bubblewrap,
-  which then runs inside it; on the host ``clone/`` stays an empty directory.
-
-Below them lies the base (``base_cache.py``): HEAD's tree checked out once per tree
-into promoter's own cache, with the index of that checkout as ``.git/index``, so the
-command's ``git status`` sees the person's changes as unstaged, as in a clone.
-
-``resolve`` reads a path through the layers as the kernel would (a whiteout, a file
-or an opaque directory hides what is below; links are never followed), so promoter
-reads a sandbox's files without mounting it and without the command's ``.git``.
-
-Deliberately not here: judging the upper layer's changes (``upper.py``), the base's
-making (``base_cache.py``), bubblewrap's other options (``confine.py``).
+Not here: judging the changes (``upper.py``), the base (``base_cache.py``), bubblewrap's
+other options (``confine.py``).
 """
 
 from __future__ import annotations

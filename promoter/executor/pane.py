@@ -1,10 +1,10 @@
 """The sandboxed command's own pseudo-terminal, shown to the person through a filter.
 
-``Pane`` makes a pseudo-terminal for ``promoter run``'s command (SPEC §10.17): its
-stdout and stderr (and its stdin, when the person's stdin is a terminal) are the pane's
-slave, sized like the person's terminal and resized with it; it is the command's
-controlling terminal (``_CTTY_SHIM`` makes it so before the command is executed), so
-``/dev/tty`` and job control reach the pane, never the person's terminal. What the
+``Pane`` makes a pseudo-terminal for ``promoter run``'s command
+(protocol: runs#terminal-drawn-by-promoter): its stdout and stderr (and its stdin, when the person's
+stdin is a terminal) are the pane's slave, sized like the person's terminal and resized with it; it
+is the command's controlling terminal (``_CTTY_SHIM`` makes it so before the command is executed),
+so ``/dev/tty`` and job control reach the pane, never the person's terminal. What the
 command writes is read from the master and passed through
 ``promoter.executor.terminal.OutputFilter`` to promoter's stdout, a terminal or not; the
 person's keystrokes are forwarded to the command while it runs (their terminal in

@@ -1,10 +1,10 @@
 """The executor's own look at a candidate bundle before anything leaves the sandbox.
 
-This module owns the local refusals of ``bundle build``: the path rules of SPEC §3.2 and
-the grant's allowlist, explicit preconditions and limits (SPEC §3.3), each applied to
-every change so that one refusal names every offending path at once. It mirrors the
-host's verification checks (4) to (7) so that an honest executor learns about a problem
-before uploading a single blob; the host still verifies everything itself.
+This module owns the local refusals of ``bundle build``: the path rules
+(protocol: documents#path-rules) and the grant's allowlist, explicit preconditions and limits
+(protocol: grants#grant), each applied to every change so that one refusal names every offending
+path at once. It mirrors the host's verification checks (4) to (7) so that an honest executor learns
+about a problem before uploading a single blob; the host still verifies everything itself.
 
 Pure: no I/O. It deliberately does not compute changes (``builder.py`` does) and does
 not decide whether a path is safe on disk (symlinks, gitlinks and nested repositories
@@ -39,12 +39,14 @@ def describe_state(state: FileState | StateSpec) -> str:
 
 
 def printable(path: str) -> str:
-    """The wire form (SPEC §10.12) of a disk-form path, as bundles and reports name it."""
+    """The wire form (protocol: documents#byte-paths) of a disk-form path, as bundles and reports
+    name it."""
     return wire_path(path)
 
 
 def check_paths(paths: Sequence[str]) -> None:
-    """``PathInvalid`` naming every path that breaks the rules of SPEC §3.2."""
+    """``PathInvalid`` naming every path that breaks the path rules
+    (protocol: documents#path-rules)."""
     offending: list[dict[str, str]] = []
     for path in paths:
         try:

@@ -149,8 +149,8 @@ def create(
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
-    # objects copied, never hardlinked or borrowed (SPEC §10.16): nothing the command can
-    # write is shared with the person's repository (docs/decisions/sandbox-objects.md)
+    # objects copied, never hardlinked or borrowed (protocol: runs#sandbox-boundary): nothing the
+    # command can write is shared with the person's repository (docs/decisions/sandbox-objects.md)
     copy = ["--local", "--no-hardlinks", "--dissociate"]
     run_git(
         [*local, "clone", "--quiet", *copy, "--branch", short, worktree, str(clone)], timeout=600

@@ -1,6 +1,6 @@
 """The sandbox's repository, taken back from the command before promoter's git reads it.
 
-This module owns two moments of a sandbox clone's ``.git`` (SPEC §10.16):
+This module owns two moments of a sandbox clone's ``.git`` (protocol: runs#sandbox-boundary):
 
 - ``seal`` right after the clone: the clone's ``config`` is kept beside the sandbox in
   ``<run>/git-config`` (outside what the command can see), and the clone is checked to

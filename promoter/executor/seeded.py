@@ -1,41 +1,14 @@
 """The builder's shadow tree, seeded from the worktree's own index: it scales with the change.
 
-This module owns ``SeededShadow``: the same answers as ``worktree_tree.ShadowTree``
-(the changes of a worktree against its seed ``base_tree``, with tracked = in the base
-tree and untracked = not ignored, nested repositories reported) computed without
-re-hashing an unchanged tree and without compressing throw-away objects:
+This module owns ``SeededShadow``: the same answers as ``worktree_tree.ShadowTree`` (the
+changes of a worktree against its seed ``base_tree``) from a copy of the worktree's index
+(checked by ``seed_index.py``), one read-only ``git status --porcelain=v2`` on that copy,
+and a single read of each named path (``loose_objects.py``: git blob id, sha256 and an
+uncompressed loose object in one pass). It is used only where the seed cannot change the
+answer, else ``ShadowTree`` runs (protocol: snapshots#seeded-shadow).
 
-1. The worktree's ``.git/index`` is copied into the private directory, its modification
-   time kept (git's racy-entry rule compares entries against it: an entry whose mtime is
-   not older than the index is compared by content, never trusted by stat), and its
-   entries are checked (``seed_index.py``).
-2. One read-only ``git status --porcelain=v2`` runs on that copy, with the private
-   configuration and attributes and a private commit of the base tree as the private
-   HEAD: the base tree against the index, the index against the files (by stat; an
-   entry whose stat data changed is compared by content, and named only when its
-   bytes differ) and the untracked files that are not ignored, in one pass as
-   ``git status`` makes it. When the index's paths differ from the base tree's, the
-   untracked listing is taken (``ls-files -o``) from a private index of the base tree
-   instead, so "tracked" still means "in the base".
-3. Only the paths it names are read, each once (``loose_objects.py``): one pass
-   computes the git blob id and the sha256, and writes the bytes as a loose object
-   stored uncompressed (zlib level 0) in the private object directory, where the
-   upload reads them.
-
-The seed is used only when it cannot change the answer: an index git can read here
-(not split or sparse), every entry plain (no assume-unchanged, skip-worktree,
-intent-to-add or unmerged entry), no ``.gitattributes`` but tracked, unchanged ones
-that set only attributes which never change bytes (``binary``, ``diff``, ``linguist-*``
-…), and no configuration that converts content (``autocrlf``, ``eol``, includes, an
-attributes file) in the repository's or the user's git configuration, so the bytes the
-index's stat data vouches for are the raw bytes. Otherwise ``ShadowTree``'s full
-computation runs (its object writes uncompressed too). The stat data is trusted the way
-``git status`` trusts it: an index forged to claim a changed file clean can only leave
-that change out of the worktree's own bundle, and the host verifies every state a bundle
-names.
-
-It deliberately does not judge the changes (``builder.py`` does), never writes the
-worktree or its ``.git``, and computes the tree id only when asked (``tree``).
+Not here: judging the changes (``builder.py``), any write to the worktree or its ``.git``;
+the tree id is computed only when asked (``tree``).
 """
 
 from __future__ import annotations

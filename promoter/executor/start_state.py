@@ -1,4 +1,4 @@
-"""A sandbox starts from the person's worktree as it is (SPEC §10.16).
+"""A sandbox starts from the person's worktree as it is (protocol: runs#sandbox-boundary).
 
 This module owns the start state of a ``promoter run`` sandbox: ``capture_into`` reads
 the person's worktree with a ``SeededShadow`` (tracked files with their uncommitted
@@ -289,7 +289,8 @@ def capture_into(
 def _admissible(
     preconditions: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The preconditions a grant can hold (SPEC §3.2 path rules, §3.3 path set), and the rest.
+    """The preconditions a grant can hold (protocol: documents#path-rules, documents#path-set), and
+    the rest.
 
     A file that replaced a directory (or the reverse) gives two paths, one a prefix
     directory of the other: the one whose captured state is missing is left out. A path

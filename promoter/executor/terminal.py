@@ -1,34 +1,16 @@
-"""What of a sandboxed command's output may reach the person's terminal (SPEC §10.17).
+"""What of a sandboxed command's output may reach the person's terminal.
 
 ``OutputFilter`` is a streaming state machine (the shape of the DEC/ECMA-48 parser every
-terminal runs) over the bytes a command writes to its pseudo-terminal. What it passes:
+terminal runs) over the bytes a command writes to its pseudo-terminal: it passes what
+protocol: runs#output-filter allows and drops everything else, sequence by sequence,
+failing closed (protocol: runs#terminal-drawn-by-promoter). At most ``MAX_PARAMS`` bytes
+of parameters and three bytes of a character are held; text runs, whole CSIs and string
+bodies are matched by regular expressions with the state machine's outcome (a property
+test holds them equal).
 
-- printable text, as UTF-8 (or ``?`` for every non-ASCII character with ``ascii_only``,
-  for a terminal whose charset is not UTF-8, where an encoded byte could read as a C1);
-- newline, carriage return, tab and backspace: they move the cursor only within the
-  command's own current line or down;
-- SGR colour sequences (``ESC [ … m``) whose every parameter is in ``_SGR_CODES`` or a
-  well-formed 256-colour/true-colour parameter; the stream's end resets them.
-
-Everything else is dropped whole, sequence by sequence: every other CSI (scroll regions,
-cursor moves and positioning, erasing, ``ESC [ ? … h/l`` mode switches such as the
-alternate screen, device reports), every other escape (``ESC c``, ``ESC 7/8``, ``ESC M``,
-charset designations, keypad modes), OSC (the clipboard's 52, titles 0/1/2), DCS, SOS,
-PM and APC strings, other C0 controls (BEL, SO/SI, VT, FF, DEL…), C1 controls in any form
-and invalid UTF-8 (shown as U+FFFD). Anything not recognised is dropped (fails closed).
-
-A sequence split across ``feed`` calls is recognised all the same. Memory is bounded: at
-most ``MAX_PARAMS`` bytes of CSI parameters and three bytes of an incomplete character are
-held; a string (OSC, DCS…) is consumed without being held, however long, until its
-terminator (ST, BEL, CAN, SUB or the next ESC). Runs of text, a CSI whole within one read
-and a string's body are matched by regular expressions, with the outcome the state machine
-gives character by character (a property test holds them equal): on the 2-core test
-machine about 160 MB/s of plain text, 9 MB/s of output coloured word by word.
-
-Deliberately not here: any I/O (``promoter.executor.pane`` runs the pseudo-terminal), an
-emulation of the screen, a judgement of the text itself (Unicode bidirectional controls and
-look-alike characters pass as text), and resetting the person's terminal before a review
-(``RESET`` is that sequence; the CLI writes it).
+Not here: any I/O (``promoter.executor.pane``), an emulation of the screen, a judgement of
+the text itself (bidirectional controls and look-alikes pass as text), and the reset
+before a review (``RESET`` is that sequence; the CLI writes it).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
-"""The bundle of a layered sandbox, built from its upper layer (SPEC §10.22).
+"""The bundle of a layered sandbox, built from its upper layer.
 
-This module owns ``build_from_layers``: the changes a command made in an overlay
-sandbox (``layers.py``) against the state it started from, found from the upper layer
-alone, so the cost follows the command's writes, not the repository's size:
+``build_from_layers`` finds the changes a command made in an overlay sandbox
+(``layers.py``) from the upper layer alone, so the cost follows the command's writes:
+candidates from the upper layer, old and new states read through the layers, new paths
+kept only where git would list them untracked (one ``ls-files -o --exclude-standard`` in
+a private scratch repository), then the clone builder's refusals and seal
+(``builder.seal_changes``) (protocol: runs#layered-sandboxes, runs#upper-layer-bundle).
 
-1. The upper layer is walked (never following a link). A file or link there is a
-   candidate path; a whiteout is a candidate (a deletion), and so is every file below
-   it in the lower layers when it hides a directory; an opaque directory (the command
-   removed a directory and made one again) makes every lower file below it a
-   candidate; a directory over a lower file makes that file a candidate. The top
-   ``.git`` is the command's own repository and never part of a bundle; one that is
-   not a directory any more is ``repository_invalid``, as in a copy clone. FIFOs,
-   sockets and devices are not files git tracks and are left out.
-2. Each candidate's old state is read through the start layer and the base (the start
-   state), or is the chain's (``since``), and its new state through every layer; equal
-   content (a file only copied up, or written back as it was) is no change.
-3. A new path (absent from the start state) counts only when git would list it as an
-   untracked file that is not ignored: the ``.gitignore`` files along its directories,
-   read through the layers, are laid with empty stand-ins of the new paths in a private
-   scratch repository, and ``git ls-files -o --exclude-standard`` says which remain.
-4. Gitlinks of the base, untracked nested repositories, and links the grant's policy
-   refuses are refused (``PathUnsafe``) as the clone builder refuses them, then the path
-   rules, the grant's checks and the seal (``builder.seal_changes``).
-
-Bytes are read from promoter's own layers on the host: no git runs in the command's
-repository, and nothing the command wrote is executed or followed. A blob's bytes are
-hashed when found and hashed again while they are uploaded; a difference is refused.
-
-Deliberately not here: mounting (``layers.py``), the base's making (``base_cache.py``),
-the clone builder (``builder.py``).
+Not here: mounting (``layers.py``), the base (``base_cache.py``), the clone builder
+(``builder.py``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
-"""Removing only what is provably promoter's own, and keeping everything else (SPEC §10.1).
+"""Removing only what is provably promoter's own, and keeping everything else.
 
-This module owns the three moves the rest of the fs layer builds removal on:
-``remove_if`` (unlink a promoter temp name only after what is there was read through a
-descriptor, hashed, and accepted by the caller's test of "ours"), ``keep`` (rename a
-temp name that holds someone else's bytes to ``.promoter-kept-<op>-<attempt>-<seq>``
-beside it, never replacing anything, and say where the bytes are now) and ``settle``
-(recovery's decision for one journaled temp name: promoter's new bytes or the exact
-authorized old state are removed; anything else goes back under the target's own name
-if that name is free, else it is kept).
+This module owns the three moves removal is built on
+(protocol: recovery#removal-provably-ours, recovery#journaled-names-only): ``remove_if`` (unlink a
+journaled temp name only after its content was read through a descriptor and accepted as
+promoter's), ``keep`` (rename someone else's bytes to a ``.promoter-kept-…`` name beside
+it, never replacing anything) and ``settle`` (recovery's decision for one journaled temp
+name). Fault point: ``after_keep``.
 
-Only names that start with ``.promoter-tmp-`` are ever unlinked here, and only names
-the caller got from the journal (``promoter.domain.paths.temp_name``): nothing is swept
-by prefix. A bundle can never name such a path (SPEC §10.2), so a file there is either
-promoter's own or a process deliberately writing into promoter's reserved names.
-
-Fault point: ``after_keep`` (someone else's bytes were just renamed to a kept name).
-
-Deliberately not here: writing, exchanging or deleting targets (``atomic.py``), walking
-from the root (``chain.py``), and deciding what the bytes mean for the operation (the
-engine). Residual risk: Linux has no unlink-by-descriptor, so between the read that
-accepted a temp and its ``unlinkat`` a process that renames something onto a reserved
-temp name in that instant loses it; ``read_leaf`` re-checks the name's inode right
-before, which narrows the window to that one rename.
+Not here: writing, exchanging or deleting targets (``atomic.py``), walking from the root
+(``chain.py``), what the bytes mean for the operation (the engine).
 """
 
 from __future__ import annotations

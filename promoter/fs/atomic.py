@@ -1,50 +1,18 @@
 """Durable writes into a worktree with compare-and-swap on the target.
 
 This module owns every change promoter makes to a file in a worktree. ``Parent`` is the
-directory handle of one target: it holds the target's ``ParentChain`` (``chain.py``) and
-delegates to collaborators that share it: ``Temps`` (``temps.py``) writes a temp file
-next to the target under the name the journal gave it (whole or streamed and hashed in
-one pass, fsynced before it is named, with the mode rule of SPEC §3.1: keep the replaced
-file's permission bits, set or clear the execute bits where read is set; new files get
-``0666 & ~umask``), ``Swap`` (here) puts it in place only while the target is still the
-expected old state, and ``Deletion`` (``delete.py``) deletes by move-aside-then-verify.
-This is the top of the handle's modules: ``root.py`` and ``held.py`` hand out ``Parent``
-views, and nothing this module imports imports them.
+directory handle of one target (its ``ParentChain``) and delegates to ``Temps``
+(``temps.py``: the journaled temp, written, flushed, given its mode), ``Swap`` (here: the
+temp put in place only while the target is still the old state) and ``Deletion``
+(``delete.py``). Modes: protocol: documents#written-file-mode. Nothing is unlinked unless
+it is provably promoter's own (protocol: recovery#exchange-and-verify,
+promotion#without-renameat2). An ``OSError`` surfaces as ``WriteFailed`` with its errno
+and is never retried (protocol: promotion#failed-flush); ``replace`` leaves the parent's
+fsync to the caller. Fault points: ``before_replace``, ``after_exchange``,
+``before_swap_back``, ``after_replace``, ``after_parent_fsync``.
 
-Nothing is unlinked unless it is provably promoter's own (SPEC §10.1, ``aside.py``):
-- A create uses ``renameat2(RENAME_NOREPLACE)``.
-- A modify uses ``renameat2(RENAME_EXCHANGE)`` and then reads the displaced file through
-  a descriptor. The exact expected old state, and the very inode checked before, is
-  removed. Anything else is exchanged back (the user's version returns to the target
-  name) and what then comes back under the temp name is removed only if it is still the
-  inode promoter wrote with promoter's bytes; otherwise it is kept under a
-  ``.promoter-kept-*`` name and the step refuses with the kept file in its report.
-- A delete (``delete.py``) renames the target to its journaled temp name
-  (``RENAME_NOREPLACE``), reads it there, and unlinks it only if it is the exact old
-  state with one link; otherwise it goes back to its name (or, if that name was taken
-  meanwhile, it is kept).
-Every refusal after a rename carries ``kept`` (a list of ``Kept.to_dict()``) naming
-where any bytes that were not promoter's are now.
-
-Where the kernel or filesystem answers ``EINVAL``/``ENOSYS`` to ``renameat2``, a create
-falls back to ``link`` + ``unlink`` (still never replaces), a modify to a plain
-``rename`` right after a re-check and a delete to a re-check and ``unlinkat``: those
-fallbacks cannot verify or restore the displaced file, so an edit landing in that window
-is lost (the residual risks in docs/protocol.md). ``replace`` does not fsync the parent directory:
-callers batch and call ``Parent.fsync`` once.
-
-Fault points called here: ``before_replace`` (old state checked, nothing renamed yet),
-``after_exchange`` (new file at the target, displaced file at the temp name, not yet
-read), ``before_swap_back`` (displaced file found not to be the old state),
-``after_replace`` (the step's rename is done) and ``after_parent_fsync`` (the temps'
-points are ``temps.py``'s, the delete's ``delete.py``'s). An ``OSError`` anywhere, injected
-or real, surfaces as ``WriteFailed`` with its errno and is never retried; in particular
-a failed fsync is reported, not repeated.
-
-Deliberately not here: finding paths (``chain.py``), deciding what to write, journaling,
-and directory removal (``Root.remove_dir_if_empty``). Residual risk, documented: an
-in-place write through a descriptor opened on the old file before the exchange, landing
-after the displaced file was verified, is lost with it.
+Not here: finding paths (``chain.py``), deciding what to write, journaling, directory
+removal (``Root.remove_dir_if_empty``).
 """
 
 from __future__ import annotations

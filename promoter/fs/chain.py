@@ -1,61 +1,17 @@
 """Descriptor chains from a worktree root: one directory component at a time.
 
-This module and ``root.py`` (``Root``: the held worktree root, the walk, ``open_parent``,
-``read_state``, ``remove_dir_if_empty``) own every lookup promoter makes in a worktree:
-the root is opened once and any directory below it is reached one component at a time with
-``O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`` relative to the previous descriptor. A symlink
-anywhere on a chain is refused with ``PathUnsafe``. Leaf states (``LeafState``,
-``ExpectedState``) are defined in ``leaf.py`` and re-exported here.
+This module and ``root.py`` own every lookup promoter makes in a worktree: the root is
+opened once and each directory below it is reached relative to the previous descriptor,
+``O_DIRECTORY|O_NOFOLLOW`` (protocol: promotion#descriptor-chains). A symlink on the way, a
+mount (told by mount id: protocol: promotion#mount-crossings) or a nested repository
+(protocol: promotion#repository-shape) raises ``PathUnsafe``; a missing directory is a
+``missing`` leaf to ``read_state`` and ``TargetDrift`` (``missing_parent``) to
+``open_parent``. A ``ParentChain`` re-checks a held chain per component (device, inode,
+mount id) and re-walks only on a difference, with one ``openat2`` beneath the root where
+the kernel has it. Fault point: ``after_mkdir``.
 
-Mounts (SPEC §5.4 step 6, §10.9) are told by mount id, not only device id, so a bind
-mount of the root's own filesystem is refused (``PathUnsafe``) like any other mount.
-The root's mount id is read once; each directory a walk opens costs one ``statx``
-(``STATX_MNT_ID``) on its descriptor, and ``leaf_state`` (hence ``read_state`` and every
-compare-and-swap in ``atomic.py``) one more on the leaf's name, which refuses a
-bind-mounted single file at a target. ``verify_chain`` reads no mount ids where the
-kernel has ``openat2`` (its lookups refuse a mount crossing): a descriptor's mount never
-changes and the held ones were checked when opened. Without it, each re-walked
-directory's mount id is read, since a directory bind-mounted onto itself keeps its
-(device, inode).
-A ``ParentChain`` borrowed from a directory a pass holds (``held.py``) first re-checks
-the chain per component (device, inode and mount id: one ``statx``, or a ``stat`` and a
-mount id read), no opens, and re-walks only when that finds a difference (so the refusal
-is the re-walk's, as before). A re-walk is first tried as one ``openat2`` beneath the
-root (``openat2.py``; ``Root.one_call_rechecks`` counts those that answered), the
-component walk staying the fallback and the reference.
-Where the kernel has ``openat2``, components are also opened with ``RESOLVE_NO_XDEV``
-(``EXDEV`` → ``PathUnsafe``), re-walks included. Fallbacks: ``/proc/self/fdinfo`` mount
-ids, else device ids only (``Root.mnt_id is None``; ``syscalls.mount_id_source``).
-
-Choices made here:
-
-- ``Root.read_state`` reports a missing directory on the way as a ``missing`` leaf; a
-  component that exists but is not a directory raises ``TargetDrift``
-  (``found="not_a_directory"``).
-- ``Root.open_parent(rel, create=False)`` raises ``TargetDrift``
-  (``found="missing_parent"``) when a directory on the way is missing; callers that
-  only classify a path use ``read_state``.
-- Walks refuse to enter a nested repository: a directory below the root holding a
-  ``.git`` entry raises ``PathUnsafe`` (SPEC §6, rule 6).
-- Any mount inside the worktree is refused, even one whose source is inside the same
-  worktree: promoter does not reason about where a mount's bytes come from.
-
-Fault point called here: ``after_mkdir`` (a new directory was made and the directory
-holding it fsynced).
-
-This is the bottom of the fs layer's directory handle: it imports neither ``root.py`` nor
-``held.py`` (what a chain needs of them is the ``ChainRoot`` and ``InPlace`` protocols),
-and ``ParentView`` names what the collaborators of a held parent read of it (the
-``ParentChain`` itself, or the ``atomic.Parent`` that has one).
-
-Deliberately not here: the root and the walk (``root.py``), changing files
-(``atomic.py``, whose ``Parent`` holds a ``ParentChain``), the repository lock
-(``lock.py``), and what a state means for a promotion. Residual risks: a held directory
-moved out of the root after a ``verify_chain`` is only seen by the next one; a file
-mounted on a leaf's name and unmounted again between the read and its check goes unseen,
-so that read returned the mounted bytes (a rename or unlink onto a mount point fails
-with ``EBUSY``: nothing is written through one); with neither ``statx`` mount ids nor
-``/proc``, a bind mount of the root's own filesystem looks like an ordinary directory.
+Not here: the root and the walk (``root.py``), changing files (``atomic.py``), the lock
+(``lock.py``), and what a state means for a promotion. Leaf states live in ``leaf.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Deletes by move-aside-then-verify (SPEC §10.1): the ``Deletion`` a ``Parent`` delegates to.
+"""Deletes by move-aside-then-verify (protocol: recovery#removal-provably-ours): the ``Deletion`` a
+``Parent`` delegates to.
 
 ``Deletion`` holds the ``ParentChain`` of one target (the same one its ``atomic.Parent``
 holds) and changes nothing else.

@@ -1,35 +1,12 @@
 """One ``syncfs(2)`` for a group of files, where it is as durable as an fsync of each.
 
-Writing many small files durably costs an fsync each (and one per directory whose entries
-changed); on a journaling filesystem each is a journal commit and a disk flush.
-``syncfs`` writes back every dirty page and inode of the filesystem and commits its
-journal once, flushing the disk: after it returns, each file and each directory entry
-written on that filesystem before the call is as durable as its own fsync would have made
-it. ``GroupSync.start(fd, max_pending)`` decides whether a group may use it:
+``GroupSync.start(fd, max_pending)`` decides whether a group may use it
+(protocol: storage#group-flush) and opens its own descriptor on the directory before
+the group is written, so a writeback error of the group fails ``sync``; any "no" answers
+``None`` and the caller fsyncs each file as before. Fault points: ``after_group_sync``
+(and ``after_state_group_sync`` for promoter's own state files).
 
-- the kernel reports writeback errors through ``syncfs`` (Linux 5.8 and newer: the
-  filesystem's error sequence, sampled when a descriptor is opened). ``start`` opens its
-  own descriptor on the directory *before* the group is written, so any writeback error
-  of the group's pages (or of anything else on that filesystem since) fails ``sync``;
-  a failed ``sync`` is raised and never retried or trusted;
-- the filesystem is a local journaling one whose ``sync_fs`` commits and flushes
-  (ext4, XFS, btrfs; ``statfs`` magic numbers); anything else (NFS, FUSE, overlay, tmpfs)
-  keeps per-file fsyncs;
-- little else is waiting to be written (``Dirty`` + ``Writeback`` in ``/proc/meminfo``
-  at most ``max_pending`` bytes, the ``group_sync_max_pending_bytes`` setting):
-  ``syncfs`` also writes other programs' dirty pages on that filesystem, which on a busy
-  disk would cost more than the fsyncs it saves.
-
-Any "no" answers ``None`` and the caller fsyncs each file as before: the outcome on disk
-is the same either way, only the number of flushes differs. Callers ask only when the
-``group_sync`` setting is on (the default).
-
-Fault point: ``after_group_sync`` (after the ``syncfs`` call, as if it had failed); a
-group of promoter's own state files (``promoter.store.durable.write_new_together``)
-names its own, ``after_state_group_sync``.
-
-Deliberately not here: which files make a group, naming them, or anything about one
-file's fsync (the callers keep theirs for a group this declines).
+Not here: which files make a group, naming them, or one file's fsync.
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
 """The directories one pass of writes holds open: each reached from the root once.
 
-``Directories`` is the applier's (``promoter.engine.operation.apply``) cache for one pass: the
-first step in a directory walks the descriptor chain from the root (``Root._walk``,
-every rule of ``chain.py``), and every later step in that directory gets a ``Parent``
-that borrows the same descriptor (``HeldDir``). Before a step reuses a held directory,
-and before and after each of its writes, replaces and unlinks (``ParentChain.verify_chain``),
-the chain is re-verified cheaply by ``HeldDir.still_in_place``: the root's path is
-re-checked, then each component path below the root must give (no symlink followed)
-the (device, inode) recorded when it was opened and, where the process reads mount ids,
-the root's mount id: one ``statx`` per component where mount ids come from ``statx``,
-else a ``stat`` and a mount id read. No directory is opened. Any difference falls back
-to the full re-walk of ``verify_chain``, which raises the refusal it always raised (or,
-when reusing, to a fresh walk from the root, as every step made before, so a replaced
-directory is found, not trusted). A reused directory is also checked again for a
-``.git`` entry in each component (a nested repository), as a fresh walk would.
+``Directories`` is the applier's cache for one pass: the first step in a directory walks
+the chain from the root (every rule of ``chain.py``), later steps borrow its descriptor
+(``HeldDir``), re-verified cheaply before reuse and around every change by
+``HeldDir.still_in_place`` (device, inode, mount id and the ``.git`` check per component,
+no opens), falling back to a full re-walk on any difference; when a check may stand for
+the next: protocol: promotion#chain-checks. ``read_state`` and
+``read_states`` read through the same cache; ``close`` closes each descriptor once.
 
-A pass holds one descriptor per distinct directory; ``close`` closes each once.
-``Directories.read_state`` is ``Root.read_state`` through the same cache, for a pass
-that reads many targets (the read-backs before and after a promotion's writes); such a
-pass (``Directories.for_reads``) keeps at most ``READS_HOLD_AT_MOST`` directories open.
-``Directories.read_states`` reads many paths in one call: nothing is done between two of
-its reads, so the verification after one read is the check before the next one in the
-same directory (the nested-repository check and the verification after reading still run
-per path). ``open_parent`` marks a reused directory's ``Parent`` (``checked_at_open``):
-its chain was re-checked by that call, so the applier's write or delete that follows at
-once need not check it again before starting. ``view`` hands out a ``Parent`` on a held
-directory with no check, for a caller whose check of that chain still stands (the
-applier's begins in one directory that named nothing since).
-
-Deliberately not here: the walk and its per-component rules (``root.py``,
-``chain.py``), changing files (``atomic.py``), and deciding which steps share a pass.
-Residual risk: the per-component checks are a snapshot, like the re-walk; a directory
-swapped away and back between two checks is unseen by both.
+Not here: the walk and its rules (``root.py``, ``chain.py``), changing files
+(``atomic.py``), which steps share a pass. Residual risk: a directory swapped away and
+back between two checks is unseen by both.
 """
 
 from __future__ import annotations

@@ -1,40 +1,16 @@
-"""The repository lock (SPEC §5.4 step 3).
+"""The repository lock (protocol: promotion#step-lock).
 
-This module owns ``RepoLock``: an in-process ``threading.Lock`` per git common dir
-(keyed by its realpath, from a registry guarded by a lock) and an exclusive ``flock``
-on ``<common dir>/promoter.lock``, a file promoter opens itself with
-``O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC|O_NONBLOCK`` relative to a descriptor of the
-common dir and checks to be a regular file with link count 1 owned by the effective
-user. The flock is taken through ``portalocker``'s ``FlockLocker``, which pins
-``fcntl.flock`` whatever ``portalocker.LOCKER`` is set to; ``fcntl``/``lockf`` record
-locks are never used (closing any descriptor of the file would drop them).
+This module owns ``RepoLock``: an in-process ``threading.Lock`` per git common dir (by
+realpath) and an exclusive ``flock`` (through ``portalocker``'s ``FlockLocker``, never a
+record lock) on ``<common dir>/promoter.lock``, opened by promoter itself relative to the
+common dir and checked (protocol: promotion#lock-file). One deadline bounds the thread
+lock, the flock and the wait for git's ``index.lock``; past it ``LockUnavailable`` names
+why (``held_in_process``, ``held_by_another_process``, ``lock_file_replaced``,
+``index_lock_present``) and, from the holder's record, who. The thread lock is not
+reentrant.
 
-Choices made here:
-
-- The wait is bounded by one deadline covering the thread lock, the flock, and git's
-  ``index.lock``; the flock is retried with a short exponential backoff. Timeout
-  raises ``LockUnavailable`` with ``reason`` ``held_in_process``,
-  ``held_by_another_process``, ``lock_file_replaced`` or ``index_lock_present``.
-- After the flock is held the lock path is re-stat'ed by name: if it no longer names
-  the locked inode (unlinked or recreated while waiting), the lock is dropped and the
-  attempt starts again with whatever file is there now, within the same deadline.
-- While ``<dir>/index.lock`` exists for any of ``index_lock_dirs`` a git command is
-  running: the flock is released and the attempt retried. Git's lock files are only
-  ever looked at, never created or removed. The check is a snapshot; the read-back
-  under the lock is what decides a write.
-- A symlink, FIFO, socket, directory, hard-linked or foreign-owned lock path raises
-  ``PathUnsafe`` at once (no retry, no hang).
-- The holder writes who it is into the lock file once it holds it (``holder``: its pid
-  and host id, as one JSON line; emptied again before release) and a waiter that times
-  out reads it, so ``LockUnavailable`` names the process that holds the lock, and on this
-  machine whether it is stopped (``/proc/<pid>/stat``). The record is a hint for the
-  operator, never a lock: a holder killed mid-write leaves a stale line that the next
-  holder overwrites.
-- The thread lock is not reentrant: taking the same repository's lock again in the
-  same thread waits for the timeout.
-
-Deliberately not here: what is done under the lock, and any git command. Residual risk:
-a child created by ``fork`` without ``exec`` shares the locked file description.
+Not here: what is done under the lock, and any git command. Residual risk: a child made
+by ``fork`` without ``exec`` shares the locked file description.
 """
 
 from __future__ import annotations

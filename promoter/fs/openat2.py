@@ -1,31 +1,15 @@
 """A held directory's chain re-checked with one ``openat2`` beneath the worktree root.
 
-This module owns ``chain_in_place``: the check ``ParentChain.verify_chain`` makes before
-it walks the chain again. One ``openat2(root_fd, "a/b/c", O_PATH|O_DIRECTORY)`` with
-``RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV`` reaches the
-directory: the kernel refuses a symlink anywhere on the path (the last component
-included), a magic link, a ``..`` leaving the root, and a mount crossing, as the walk
-refuses each of them (``O_NOFOLLOW`` per component, and ``RESOLVE_NO_XDEV`` or the device
-comparison for mounts). The identities are then compared exactly as the walk compares
-them: the directory reached, and the held descriptor, must be the (device, inode) the
-chain recorded for the last component, and each ancestor of the directory reached
-(``..``, ``../..``, ... from its descriptor: ``stat`` calls, no opens) the one recorded
-for its component, up to the root itself. A directory has one parent, and the lookup
-crossed no symlink and no mount, so at the instant of the lookup those ancestors are
-the directories the walk would have opened by name.
+``chain_in_place`` is the check ``ParentChain.verify_chain`` makes before it walks a chain
+again: one ``openat2`` with ``RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
+RESOLVE_NO_XDEV`` reaches the directory, then it and its ancestors (``..`` by ``stat``, no
+opens) must be the (device, inode) the chain recorded. Any refusal, error or difference
+answers False and the caller walks as before, so every refusal stays the walk's own
+(protocol: promotion#descriptor-chains). ``kernel_has_it`` probes the syscall once per
+process; ``chain_recheck_openat2 = false`` keeps the walk everywhere.
 
-Any refusal, error or difference answers False and the caller walks the chain as
-before, so every refusal is still the walk's own (its error and message). ``openat2``
-is probed once per process (``kernel_has_it``): ``ENOSYS`` (before Linux 5.6), ``EPERM``
-(a seccomp filter), ``EINVAL``/``E2BIG`` (flags it does not know) mean the walk is used
-for good. The setting ``chain_recheck_openat2 = false`` (``choose``) keeps the walk
-everywhere. The syscall itself is ``syscalls.openat2`` (ctypes, number 437).
-
-Deliberately not here: the walk and its refusals (``chain.py``, ``root.py``), the
-per-component check of a held directory (``held.HeldDir.still_in_place``, one ``statx``
-per component and no open: as cheap as this where mount ids come from ``statx``), and
-deciding what a refusal means. Residual risk, as for the walk: the check is a snapshot;
-a directory swapped away and back between it and the operation it guards is unseen.
+Not here: the walk and its refusals (``chain.py``, ``root.py``), the per-component check
+of a held directory (``held.py``), what a refusal means.
 """
 
 from __future__ import annotations

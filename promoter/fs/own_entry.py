@@ -1,28 +1,15 @@
 """Removing one entry that is provably promoter's own: made this run, or inside its own tree.
 
-Two proofs, one for each way promoter comes to own a name outside a user's worktree:
+``Made`` records a path this process made by device and inode and removes it only while
+the name still names that inode; ``OwnTree`` holds a tree promoter made and hands out
+``OwnDir`` handles reached one component at a time (``openat2`` where the kernel has it),
+from which one entry or one empty directory is removed
+(protocol: recovery#own-names-outside-worktrees). Anything else is refused with
+``PathUnsafe`` and left in place.
 
-- ``Made``: a path this process made itself (a ``mkdtemp`` directory, a socket it bound, a
-  cgroup directory it created), recorded by (device, inode) the moment it was made.
-  ``Made.remove`` removes it only while the name still names that very inode (``unlink``
-  for a file or socket, ``rmdir`` for a directory); a name that holds anything else now
-  is left in place and refused with ``PathUnsafe``.
-- ``OwnTree``: a directory tree promoter made (a sandbox's clone, its ``.git``, the
-  sandbox directory), held open by descriptor. Every directory below it is reached one
-  component at a time with ``O_DIRECTORY|O_NOFOLLOW``: ``openat2`` without symlinks or
-  mount crossings where the kernel has it, elsewhere each directory's device and mount id
-  are compared with the top's. So an ``OwnDir`` it hands out is provably inside the
-  tree: never reached through a symlink, a swapped directory or a mount.
-  ``OwnDir.remove_entry`` unlinks one non-directory entry by name there (refusing a
-  directory, and an entry on another device, with ``PathUnsafe``);
-  ``OwnDir.remove_empty_dir`` removes an empty directory (``rmdir`` never removes
-  anything else).
-
-Deliberately not here: whole trees (``own_tree.py``), promoter's own temp files
-(``own_temp.py``), anything in a user's worktree (``delete.py``, ``aside.py`` and
-``Root.remove_dir_if_empty`` remove journaled files and empty directories there), and
-deciding that a tree is promoter's: ``OwnTree.open``'s caller made it (the sandbox's
-creation), and the descriptor walk proves each entry is inside it.
+Not here: whole trees (``own_tree.py``), promoter's temp files (``own_temp.py``), a
+person's worktree (``delete.py``, ``aside.py``), and deciding that a tree is promoter's
+(``OwnTree.open``'s caller made it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ mount id of an open descriptor or of a directory entry (``mount_id``; with the d
 and inode in one call, ``statx_identity``), reading the
 process umask without changing it (``/proc/self/status``; set-and-restore under a lock
 only as a fallback, which is racy against other threads creating files), the
-permission bits SPEC §3.1 gives a written file, and ``start_writeback``
+permission bits a written file gets (protocol: documents#written-file-mode), and ``start_writeback``
 (``sync_file_range(SYNC_FILE_RANGE_WRITE)``: a hint that makes nothing durable).
 
 Mount ids come from ``statx(2)`` with ``STATX_MNT_ID`` (Linux 5.8+, through libc's
@@ -376,7 +376,8 @@ def current_umask() -> int:
 
 
 def file_mode(git_mode: str, replaced_mode: int | None, umask: int) -> int:
-    """Permission bits for a written file (SPEC §3.1), like git checkout does.
+    """Permission bits for a written file (protocol: documents#written-file-mode), like git checkout
+    does.
 
     The base is the replaced file's permission bits, or ``0o666 & ~umask`` for a new
     file; an executable gets the execute bits where read is set (and always the owner

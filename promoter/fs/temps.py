@@ -1,30 +1,17 @@
 """Temp files next to a target, under the names the journal gave them.
 
-``Temps`` is the collaborator of a held parent directory (``atomic.Parent``, whose
-``ParentChain`` it holds too) that writes temps and remembers which it wrote:
-an anonymous ``O_TMPFILE`` that gets its journaled name (``temp_name`` in
-``promoter.domain.paths``) only after all bytes, the mode and ``fsync``, or
-``O_CREAT|O_EXCL|O_NOFOLLOW`` where the filesystem has no ``O_TMPFILE``; a link temp
-is a ``symlinkat`` with the parent fsynced. A name already taken is refused and left
-alone. ``drop_temp`` removes a temp only while it is still the inode promoter wrote
-(and, where given, its bytes); anything else is kept and named (SPEC §10.1).
+``Temps`` (a collaborator of ``atomic.Parent``, sharing its ``ParentChain``) writes a temp
+as an anonymous ``O_TMPFILE`` that gets its journaled name only after its bytes, mode and
+flush (``O_CREAT|O_EXCL|O_NOFOLLOW`` where there is no ``O_TMPFILE``; a link temp by
+``symlinkat``), refusing a name already taken. Bytes come whole or from a stored blob
+hashed while written, refused before the temp is named if they do not match.
+``begin_temp``/``end_temp`` split a write so a group's flushes wait together
+(protocol: promotion#flush-order); ``drop_temp`` removes a temp only while it is still
+promoter's (protocol: recovery#journaled-names-only). Fault points: ``after_temp_fsync``,
+``before_temp_named``, ``after_temp_write``.
 
-A temp's bytes come whole (``bytes``) or from a ``Source`` (a stored blob,
-``BlobStore.stream``) written in chunks and hashed in the same pass: bytes that do not
-hash to the source's sha256 raise (``BlobHashMismatch``) before the temp gets its name,
-so no whole blob is held in memory and no unchecked byte is ever named. Where there is no
-``O_TMPFILE`` the named temp is removed instead (it is promoter's own inode).
-``write_temp`` is ``begin_temp`` (bytes, mode, writeback started) then ``end_temp``
-(fsync, name, chain re-check): a caller writing many temps begins several before it
-ends the first, so their fsyncs wait for the disk together, each temp still fsynced
-before it is named.
-
-Fault points called here: ``after_temp_fsync`` (a begun temp fsynced, wherever that ran),
-``before_temp_named`` (an anonymous temp holds every byte, no name yet) and
-``after_temp_write`` (temp written, chmod'ed, fsynced, named and closed).
-
-Deliberately not here: putting a temp in place (``atomic.py``), deletes (``delete.py``),
-finding paths (``chain.py``) and deciding what to write.
+Not here: putting a temp in place (``atomic.py``), deletes (``delete.py``), finding
+paths (``chain.py``), deciding what to write.
 """
 
 from __future__ import annotations

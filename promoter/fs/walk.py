@@ -1,30 +1,12 @@
 """A read-only fingerprint of a directory tree, and the difference between two of them.
 
-This module owns ``walk``: every entry below a directory, reached through descriptors
-(``O_DIRECTORY|O_NOFOLLOW`` per directory, ``lstat`` relative to the open directory, so
-no symlink is ever followed), recorded as an ``Entry`` of type, mode, size, mtime_ns,
-ctime_ns, device and inode (plus the target text of a symlink). Content is hashed only
-where the stat data cannot tell a change: files whose mtime or ctime lies inside
-``RACY_WINDOW_NS`` of the walk's start (a write in the same timestamp tick would keep
-both times, as with git's racily clean entries), and, in a second walk, exactly the
-paths the first one hashed. ``compare`` (pure) lists what was created, modified or
-removed between two walks.
+``walk`` records every entry below a directory, reached through descriptors, hashing
+content only inside ``RACY_WINDOW_NS`` of the walk's start (and, in a second walk, the
+same paths the first hashed); ``compare`` (pure) lists what was created, modified or
+removed (protocol: recovery#change-detection).
 
-Choices made here:
-
-- A changed mtime, ctime, inode, size or mode is a modification even when the bytes are
-  equal (``touch``, ``chmod``, a rewrite with the same bytes): the entry was changed.
-- A directory is compared by type, mode, device and inode, never by its times (they
-  move whenever an entry inside is created or removed, which is reported by the entry).
-- A directory on another device (a mount), one that cannot be opened (permissions) or
-  one ``prune`` names is recorded but not entered; its contents are not compared.
-- An entry that vanishes between listing and ``lstat`` is treated as absent.
-
-Deliberately not here: what a difference means for an operation
-(``promoter.engine.operation.worktree_diff``), and any change to the tree: nothing here creates,
-writes or removes anything. Residual risk: a change inside a directory that is not
-entered, and a write that restores size, both times and inode of a file outside the
-racy window (impossible without resetting the clock or the filesystem's ctime).
+Not here: what a difference means (``promoter.engine.operation.worktree_diff``), and any
+change to the tree: nothing here creates, writes or removes anything.
 """
 
 from __future__ import annotations

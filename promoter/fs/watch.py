@@ -1,31 +1,12 @@
 """Which paths of a worktree may have changed since the last look: an inotify watch.
 
-This module owns ``TreeWatch``: one inotify descriptor watching every directory of a
-worktree (never inside an entry named ``.git``, nor inside the directories the caller
-says to skip; a nested repository's own directory is watched, its subdirectories are
-not), and ``take``, which reads every queued event and
-hands back the set of worktree-relative paths that were created, written, changed in
-mode, deleted or renamed since the previous ``take`` (or since ``start``), then starts
-a new set. A directory created later is watched as it is reported, and its own path is
-in the set, so everything below it is looked at again. The guarantee: a change made
-through the worktree's directories after ``start`` (or after a ``take``) is in the set
-of the next ``take``.
+``TreeWatch`` watches every directory of a worktree with one inotify descriptor (never
+inside ``.git``, nor the directories the caller skips); ``take`` hands back the paths
+created, written, changed in mode, deleted or renamed since the previous ``take``, or
+``None`` when the set could be incomplete (protocol: snapshots#watched-captures).
 
-The watch gives up (``take`` returns ``None`` until ``start`` again) whenever the set
-could be incomplete or its paths wrong: the kernel's queue overflowed, a directory was
-renamed (its watches would name the old path), the worktree itself was moved, deleted
-or unmounted, an entry named ``.git`` or ``.gitignore`` was touched anywhere (which
-repositories exist and which paths are ignored may have changed: a caller must look at
-everything), an event came from a watch it does not know, more than ``max_dirty`` paths
-piled up, or a directory could not be watched (for example at the kernel's watch limit).
-
-What inotify cannot see, and so neither can this module: writes through a shared
-``mmap`` of a file, writes through a hard link that lives in a directory outside the
-worktree, and changes made by another machine on a network filesystem. Callers that
-cannot accept that must look at every file instead.
-
-Deliberately not here: what a change means for a snapshot (``promoter.git.shadow``),
-git, threads (events are read only when ``take`` is called) and any write anywhere.
+Not here: what a change means for a snapshot (``promoter.git.shadow``), git, threads
+(events are read only when ``take`` is called), and any write anywhere.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 This module owns ``discover`` (which paths are accepted as a repository promoter may
 guard, and why others are refused; one ``git rev-parse`` for a worktree's top level),
-the ``RepoLayout`` it returns, the repository identity of SPEC §5.1, and the
-environment that pins later git commands to a layout instead of letting git
+the ``RepoLayout`` it returns, the repository identity (protocol: promotion#repository-identity),
+and the environment that pins later git commands to a layout instead of letting git
 rediscover it.
 
 It deliberately reads nothing else from the repository: HEAD is ``head.py``'s, index,

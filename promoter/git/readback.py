@@ -1,48 +1,13 @@
-"""Typed, read-only facts about a git worktree.
+"""Typed, read-only facts about a git worktree: index entries, tree entries, blobs.
 
 This module owns what promoter reads out of a repository's index and trees to decide
-whether it may write: the index entries and tree entries of given paths (every merge
-stage kept apart), blob contents and hashes, and full tree listings. HEAD and commits
-are ``head.py``'s, gitlinks and nested repositories in the way of a path
-``gitlinks.py``'s. ``RepoLayout``, ``discover`` and ``repository_identity`` live in
-``layout.py`` and are re-exported here.
+whether it may write, every merge stage kept apart, at a cost that follows the paths
+asked about, not the repository (``index_entries`` and ``path_entries`` say how). Every
+command only reads (protocol: promotion#git-reads-only). HEAD and
+commits are ``head.py``'s, gitlinks in the way ``gitlinks.py``'s; ``RepoLayout``,
+``discover`` and ``repository_identity`` are ``layout.py``'s, re-exported here.
 
-Every git command here only reads: plumbing commands, ``GIT_OPTIONAL_LOCKS=0``, the
-repository pinned with ``GIT_DIR`` and ``GIT_WORK_TREE`` once discovered, pathspecs that
-match exactly the paths named. Nothing here writes the index, refs, objects or config.
-It deliberately does not decide what a fact means for a promotion (the engine compares).
-
-What the look-ups cost scales with the paths asked about, not with the repository:
-
-- ``index_entries``: one ``git ls-files`` per argv-sized batch, for the paths not
-  answered before from the same index file (``promoter.git.index_memo``: the answer of
-  a path is remembered under the index file's identity, checksum included, when that
-  identity was the same before and after git read it). A path that may be a
-  directory (a leading directory of another path asked about, or a directory on disk)
-  is given as a ``:(glob)`` pathspec with every character that is special to it escaped
-  and the first one always escaped. An escaped pattern has no literal prefix, so git
-  matches it with ``wildmatch`` against whole names only: it matches the path itself
-  and never the entries below it (a literal pathspec ``d`` would list all of ``d/``).
-  This is why the leading directories of a path can be asked about at no extra cost.
-  Other paths are ``:(literal)`` (cheaper for git to match; a file has nothing below).
-  git matches every pathspec against every entry, so when the index holds at most
-  ``WHOLE_LISTING_PER_PATH`` entries per path asked (read from the index header: a
-  regular file, ``DIRC``, its entry count), one ``ls-files`` without pathspecs lists it
-  whole and the answers are picked out of that listing: the same entries, cheaper. An
-  index of at most ``WHOLE_LISTING_REMEMBERED`` entries that has an identity is listed
-  whole too, and the listing remembered as complete (``index_memo``): a later path,
-  listed or not, is answered under the same index file without git.
-- ``path_entries``: a tree's entries of some paths and of every leading directory of
-  them. ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix,
-  so naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with
-  ``-t`` (which shows the trees walked through), plus each leading directory that is
-  not a directory on disk (so is probably no tree: a blob or a gitlink in the way, or
-  absent, is shown or found missing). A leading directory that is neither shown nor was
-  named (a gitlink that is checked out as a directory) is asked about in a second,
-  small ``ls-tree``, so the answer is the same as naming every leading directory.
-  Answers are remembered per repository, tree id and path, bounded in number: a tree
-  id fixes the tree's entries (replace refs are off), so a remembered answer is the
-  answer git would give.
+Not here: what a fact means for a promotion (the engine compares).
 """
 
 from __future__ import annotations
@@ -135,6 +100,24 @@ def exact_pathspec(path: str) -> str:
     return ":(glob)" + escaped
 
 
+# ``index_entries``: one ``git ls-files`` per argv-sized batch, for the paths not answered
+# before from the same index file (``promoter.git.index_memo``: the answer of a path is
+# remembered under the index file's identity, checksum included, when that identity was
+# the same before and after git read it). A path that may be a directory (a leading
+# directory of another path asked about, or a directory on disk) is given as a ``:(glob)``
+# pathspec with every character that is special to it escaped and the first one always
+# escaped. An escaped pattern has no literal prefix, so git matches it with ``wildmatch``
+# against whole names only: it matches the path itself and never the entries below it (a
+# literal pathspec ``d`` would list all of ``d/``). This is why the leading directories of
+# a path can be asked about at no extra cost. Other paths are ``:(literal)`` (cheaper for
+# git to match; a file has nothing below). git matches every pathspec against every entry,
+# so when the index holds at most ``WHOLE_LISTING_PER_PATH`` entries per path asked (read
+# from the index header: a regular file, ``DIRC``, its entry count), one ``ls-files``
+# without pathspecs lists it whole and the answers are picked out of that listing: the
+# same entries, cheaper. An index of at most ``WHOLE_LISTING_REMEMBERED`` entries that has
+# an identity is listed whole too, and the listing remembered as complete
+# (``index_memo``): a later path, listed or not, is answered under the same index file
+# without git.
 def index_entries(layout: RepoLayout, paths: Sequence[str]) -> dict[str, list[IndexEntry]]:
     """Every index entry of each exact path, stages in order; ``[]`` when not in the index.
 
@@ -271,11 +254,22 @@ def _prefixes(path: str) -> tuple[str, ...]:
     return (*(path[:end] for end in ends), path)
 
 
+# ``path_entries``: a tree's entries of some paths and of every leading directory of them.
+# ``ls-tree`` has no such pathspec (it treats every pathspec as a literal prefix, so
+# naming ``d`` and ``d/f`` lists all of ``d``); instead the paths are named with ``-t``
+# (which shows the trees walked through), plus each leading directory that is not a
+# directory on disk (so is probably no tree: a blob or a gitlink in the way, or absent, is
+# shown or found missing). A leading directory that is neither shown nor was named (a
+# gitlink that is checked out as a directory) is asked about in a second, small
+# ``ls-tree``, so the answer is the same as naming every leading directory. Answers are
+# remembered per repository, tree id and path, bounded in number: a tree id fixes the
+# tree's entries (replace refs are off), so a remembered answer is the answer git would
+# give.
 def path_entries(
     layout: RepoLayout, tree: str, paths: Sequence[str]
 ) -> dict[str, TreeEntry | None]:
     """``tree_entries`` of every path and every leading directory of one, without
-    listing the contents of those directories (see the module docstring).
+    listing the contents of those directories (see the comment above).
 
     Answers are remembered per repository, tree id and path (a tree's id fixes its
     entries), so a path read once, e.g. when its bundle was verified, costs no git

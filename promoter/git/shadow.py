@@ -1,45 +1,17 @@
-"""Shadow snapshot repositories (SPEC §8): one private bare repository per worktree.
+"""Shadow snapshot repositories (protocol: snapshots#shadow-repository).
 
-This module owns ``<state>/snapshots/<repository_identity>.git``: creating it, keeping
-its configuration, ignore rules and neutral attributes current, ``capture`` (the tree of
-the worktree's current files, through the shadow's own persistent index), keeping
-captured trees reachable (one ref ``refs/snapshots/<tree>`` per tree) and collecting
-the rest, ``diff`` between two trees (raw entries plus a size-capped unified diff),
-tree listings and blob reads for a restore.
+This module owns ``<state>/snapshots/<repository_identity>.git``: creating it and keeping
+its configuration and ignore rules current, ``capture`` through the shadow's own index
+(protocol: snapshots#what-a-capture-holds), ``capture_paths`` and ``capture_changed``
+when only some paths can differ (each declines or is told by its caller when that
+holds), one ref per captured tree and the collection of the rest, ``diff`` between two
+trees, and the listings and blob reads of a restore. Every command runs with ``GIT_DIR``
+on the shadow and its own ``GIT_INDEX_FILE``; only captures set ``GIT_WORK_TREE``, to
+read.
 
-How the user's repository stays untouched: every command runs with ``GIT_DIR`` set to
-the shadow and ``GIT_INDEX_FILE`` to ``<shadow>/promoter-index``; only the capture
-commands also set ``GIT_WORK_TREE`` to the worktree, which they read and never write.
-The user's ``.git`` is neither a git directory nor an object store for them (no
-alternates: every blob is written into the shadow), git never descends into a ``.git``
-entry, and the shadow's ``info/exclude`` names ``.git`` as well. Untracked nested
-repositories are skipped, never added as gitlinks. The configuration, attributes and
-hermetic options are those of ``worktree_tree.ShadowTree`` (bytes in equal bytes out).
-
-Capture: ``add -u`` (the stat cache makes it O(changed files); git re-hashes racily
-clean entries, whose mtime is not older than the index file's), tracked entries that are
-now ignored are dropped, untracked files that ``.gitignore``, the repository's
-``info/exclude`` and the shadow's own rules do not ignore are added, then
-``write-tree``. The tree is therefore a function of the worktree's files alone, not of
-the capture history. promoter's own temp files are never captured.
-
-``capture_paths`` is the same capture limited to some paths, for a caller that knows
-nothing else can differ from the shadow index (``promoter.engine.snapshots.capture`` says when):
-each path is brought to what is on disk (``update-index --add --remove``), dropped again
-if ignored, and the tree written. It declines (``None``) when the exclude rules changed,
-a path is a ``.gitignore``, or a path is a directory on disk, since then other paths'
-answers could differ too.
-
-``capture_changed`` is the capture when only some paths (and what is below them) can
-differ from a tree this shadow captured (``promoter.engine.snapshots.watch`` knows which,
-from an inotify watch): the paths are listed the way the full capture lists untracked
-files, into a private index that is never kept, and set into that tree by
-``promoter.git.tree_edit``; the shadow index is neither read nor written.
-``ignored_directories`` names the directories ignored as a whole, which a watch skips.
-
-Deliberately not here: the shadow's own files on disk (``shadow_files.py``), the diff's
-shape and its capped read (``shadow_diff.py``), the repository lock (callers hold it
-around ``capture`` and ``collect_garbage``), the database, and any write to the worktree.
+Not here: the shadow's files on disk (``shadow_files.py``), the diff's shape
+(``shadow_diff.py``), the lock (callers hold it around ``capture`` and
+``collect_garbage``), the database, and any write to the worktree.
 """
 
 from __future__ import annotations

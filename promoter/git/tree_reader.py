@@ -1,33 +1,15 @@
 """Tree objects read through one long-lived ``git cat-file --batch`` per repository.
 
-This module owns reading the direct entries of a tree object by its id: one ``git
-cat-file --batch`` per repository (its common git directory), started on first use and
-kept running, so that reading a tree costs a request on a pipe, not a process. A tree
-id fixes its entries (replace refs are off, ``promoter.git.runner``), so the entries of
-a tree read once are remembered, bounded in number (``_LIMIT`` entries in all; the
-whole memory is dropped when it would grow past that). The process is started and
-counted by ``promoter.git.runner`` like every git process, with its hermetic
-environment; at most ``MAX_READERS`` run at once (the one used longest ago is stopped
-for a new one), ``close_all`` stops every reader (the daemon's services call it when
-they close), and a reader whose process failed is stopped and replaced once.
+``children`` answers what ``git ls-tree -t --full-tree <tree>`` prints for a tree's
+direct entries, through one ``cat-file --batch`` per guarded repository (started on
+first use by ``promoter.git.runner``, at most ``MAX_READERS`` at once, replaced once if it
+fails; ``close_all`` stops them) and a bounded memory of trees read (a tree id fixes its
+entries). Only for a repository the daemon guards (``serve``); elsewhere, and for a tree
+larger than ``MAX_TREE_BYTES``, it answers None and the caller runs ``ls-tree``.
+``blob_sha256`` asks the same reader for blob digests when it is free.
 
-``children`` answers exactly what ``git ls-tree -t --full-tree <tree>`` prints for the
-tree's direct entries: the mode as six octal digits, the object id, and the type
-(``tree`` for 040000, ``commit`` for 160000, ``blob`` otherwise). A tree larger than
-``MAX_TREE_BYTES`` is not parsed here (``None``): parsing a flat directory of 100 000
-entries in Python costs more than one ``ls-tree`` that names the paths.
-
-Only for a repository a daemon guards (``serve``, called when the daemon's services are
-built): anywhere else (an executor's clone, a sandbox, the command line) ``children``
-answers None and the caller asks ``ls-tree``, so no git process is left running inside a
-directory that is not the daemon's to keep (a sandbox with a live process in it is never
-pruned).
-
-``blob_sha256`` asks the same reader for blobs' digests (a bundle's base states), when it
-is free: a question it would wait for goes to a ``cat-file`` of the caller's own.
-
-Deliberately not here: which paths are asked about, leading directories, or what an
-entry means (``promoter.git.readback``); reading blobs' bytes (``promoter.git.objects``).
+Not here: which paths are asked about or what an entry means (``promoter.git.readback``),
+blob bytes (``promoter.git.objects``).
 """
 
 from __future__ import annotations

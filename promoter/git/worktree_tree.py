@@ -1,36 +1,13 @@
 """The git tree of a worktree's current files, computed without writing its ``.git``.
 
-This module owns the shadow computation of SPEC §8's second paragraph: given a worktree
-and a seed tree, the id of the tree ``git add -A`` would write after
-``git read-tree <seed>`` (tracked = in the seed; untracked files that ``.gitignore`` and
-``info/exclude`` do not ignore are added; untracked nested repositories are left out
-and reported), the raw diff of that tree against a base, and the new blobs' bytes.
+This module owns the executor's shadow computation (protocol: snapshots#executor-side-shadow):
+given a worktree and a seed tree, the id of the tree ``git add -A`` would write after
+``git read-tree <seed>``, the raw diff of that tree against a base, and the new blobs'
+bytes, all through a private git directory that leaves the repository untouched
+(protocol: snapshots#executor-side-untouched). ``unsupported`` reports symlinks, gitlinks
+and untracked nested repositories.
 
-How the repository stays untouched: every git command here runs with ``GIT_DIR`` set
-to a private, throw-away git directory (mode 0700, in ``tmpdir``), ``GIT_WORK_TREE``
-set to the worktree and ``GIT_INDEX_FILE`` inside the private directory. Of the
-repository, these commands read only its objects and a copy of its ``info/exclude``;
-its config never applies to them, so its filters, hooks, fsmonitor or ``core.autocrlf``
-cannot run or apply. (HEAD for the default seed and the gitlink look-ups of
-``unsupported`` go through ``head.py`` and ``gitlinks.py``, read-only.) The repository's object
-directory is made visible as an alternate (``GIT_ALTERNATE_OBJECT_DIRECTORIES``) only
-to commands that read objects (``read-tree``, the stat refresh, ``diff-tree``,
-``cat-file``); the commands that write objects (``add``, ``write-tree --missing-ok``)
-cannot see it, so git's "freshen" step, which touches the modification time of an
-existing object instead of writing it again, can never reach the repository: every new
-blob and tree lands in the private directory and nothing under ``.git`` changes, not
-even a timestamp.
-
-Bytes in equal bytes out: the private directory's ``info/attributes`` (which outranks
-every ``.gitattributes``) unsets ``text``, ``eol``, ``crlf``, ``filter``, ``ident`` and
-``working-tree-encoding`` for all paths, ``core.autocrlf``/``core.safecrlf`` are off,
-and the runner already ignores global and system attributes. The worktree's own
-``.gitattributes`` are therefore read by git but cannot transform anything.
-
-It deliberately does not judge the result: symlinks (120000, unless the caller's grant
-allows them), gitlinks (160000) and nested repositories are reported by ``unsupported``
-for the caller to refuse, and no
-path rule or allowlist is applied here.
+Not here: judging the result (no path rule or allowlist is applied here).
 """
 
 from __future__ import annotations

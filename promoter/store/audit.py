@@ -9,9 +9,9 @@ parents of new directories fsynced), whose fault points are named ``audit_<kind>
 (e.g. ``audit_promotion_after_link``).
 
 A promotion receipt's file is different: its record is the operation's row in the
-ledger (SPEC §10.20), and the file is a copy (``copy``), written without a flush after
-the outcome's commit and compared byte for byte with the row's bytes whenever it is made
-or served; one missing is written again, one that differs is set aside under a hidden
+ledger (protocol: storage#receipt-in-outcome-commit), and the file is a copy (``copy``), written
+without a flush after the outcome's commit and compared byte for byte with the row's bytes whenever
+it is made or served; one missing is written again, one that differs is set aside under a hidden
 name beside it (``.<name>.json.damaged-<16 hex>``, its bytes kept, never served) and
 written again.
 

@@ -1,39 +1,16 @@
 """Batched blob intake: many small blobs from one framed stream, committed together.
 
-``BlobBatch.feed`` parses the frames of ``promoter.domain.blob_frames`` as chunks
-arrive and writes each blob to its own temp file while hashing it, within its declared
-size; its quota is reserved when its header arrives, and the writeback of a blob that
-hashed right starts as its last byte is written (``start_writeback``: a hint, not an
-fsync). ``finish`` then commits every blob
-that hashed right at once: each temp fsynced, the run charged once for all new bytes,
-one database commit recording every blob, the links into place, one fsync per fan-out
-directory touched (a few at once, as the temps), and one refund for blobs someone else
-stored meanwhile. Where the filesystem allows (``promoter.fs.group_sync``, started
-before the first byte is written), one ``syncfs`` stands for every temp's fsync and one
-for every directory's (a fan-out directory made for a link included), and no early
-writeback is started: a failed ``syncfs`` refuses the whole batch like a failed fsync.
-The order is the single upload's (``promoter.api.routes.blobs``):
-charged, recorded, then linked, so a kill anywhere leaves no blob visible that is not
-recorded and paid for, and never a half-written blob (a blob appears only by a link of
-its complete, fsynced temp file). With a group sync, the run's charge is worked out
-before the temps are synced, and the quota record's temp joins their ``syncfs``
-(``RunQuota.charging``), then is named (its folder fsynced) before anything is
-recorded or linked: one fsync fewer than the record's own temp and folder. A batch of
-one blob does so only with ``group_one`` (as a single upload does: the blob's temp and
-the record's, one ``syncfs``); the plain batch route keeps an fsync each for it.
+``BlobBatch.feed`` parses the frames of ``promoter.domain.blob_frames`` as chunks arrive
+and writes each blob to its own temp while hashing it, its quota reserved at its header;
+``finish`` commits every blob that hashed right at once, in the order of a single upload
+(protocol: storage#blob-intake-order), with one ``syncfs`` for the temps and one for the
+directories where ``promoter.fs.group_sync`` allows, else a few fsyncs at once. Per-blob
+and whole-batch refusals are a single upload's (protocol: api#blob-upload). Fault points:
+``blob_batch_write``, ``blob_batch_synced``, ``blob_batch_charged``,
+``blob_batch_recorded``, ``blob_batch_link``.
 
-Per blob, the answers are those of a single upload: ``payload_too_large`` (a blob
-larger than a batch carries), ``quota_exceeded`` and ``blob_hash_mismatch`` refuse that
-blob only and store nothing of it. A malformed frame, a stream that ends inside a frame,
-too many blobs or a storage error refuse the whole batch and store nothing.
-
-Fault points: ``blob_batch_write`` (before each piece of a blob is written),
-``blob_batch_synced`` (every temp fsynced, nothing charged), ``blob_batch_charged``
-(charged, not recorded), ``blob_batch_recorded`` (recorded, nothing linked),
-``blob_batch_link`` (before each link).
-
-Not here: HTTP, authentication, the body-size bound of the request (the route's), or
-deciding which blobs go into a batch (the client's).
+Not here: HTTP, authentication, the request's size bound (the route's), or which blobs go
+into a batch (the client's).
 """
 
 from __future__ import annotations

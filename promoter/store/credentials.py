@@ -7,8 +7,8 @@ are files ``<state>/credentials/operators/<name>.token`` (mode 0600) made by
 ``promoter credentials add NAME``. Executor tokens are minted on request, bound to one
 ``executor_run_id``, expiring, and stored only as their sha256.
 
-One cluster, one set of credentials (SPEC §10.24): every orchestrator and operator
-credential is published into the ledger (``credentials``: the token's sha256, role,
+One cluster, one set of credentials (protocol: hosts#one-set-of-credentials): every orchestrator and
+operator credential is published into the ledger (``credentials``: the token's sha256, role,
 name, the host that published it; never the token) and verified there, so a token is
 valid on every host of the ledger. A daemon publishes its trusted tokens and its folder's
 named operators at start and whenever that folder changed (a token file edited in place
@@ -20,7 +20,7 @@ compared in memory first (they answer through a database outage); any other toke
 the ledger.
 
 This module decides *who* a token is: a ``Principal`` with its role and its name. The
-name is what an approval records as its approver (SPEC §10.13); nothing a request says
+name is what an approval records as its approver (protocol: runs#approvals); nothing a request says
 about itself can change it. What a role may do is the API's business.
 """
 

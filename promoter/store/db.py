@@ -1,30 +1,16 @@
 """Database engine, connection pragmas, sessions and migrations.
 
-SQLite gets WAL, ``synchronous=FULL``, foreign keys and a busy timeout on every
-connection (a session opened with ``durable=False`` switches its connection to
-``synchronous=NORMAL`` for that transaction: its commit is not flushed); a PostgreSQL
-connection gets ``ServerOptions``: a connect timeout, the session's ``lock_timeout``,
-``statement_timeout`` and ``idle_in_transaction_session_timeout`` (the server ends a
-transaction left open that long, so a host hung inside one, e.g. stopped, does not hold
-its locks for ever and can be fenced), an ``application_name`` (the daemon's is
-``promoter/<host id>``) and the pool's size. A SQLite write still locked out by another
-writer when the busy timeout ends, and a PostgreSQL statement past its ``lock_timeout``
-(SQLSTATE 55P03), raise ``DatabaseBusy`` (503); a database that cannot be reached or dropped the
-connection (refused, shut down, restarting: ``unreachable``) raises
-``DatabaseUnavailable`` (503); a full disk (``SQLITE_FULL``) and every other database
-error raise ``StorageError`` (507). PostgreSQL's pool checks a connection before lending
-it (``pool_pre_ping``), so the first request after a restart gets a new one.
+SQLite gets WAL, ``synchronous=FULL`` (``NORMAL`` for a session opened
+``durable=False``), foreign keys and a busy timeout; PostgreSQL gets ``ServerOptions``
+(timeouts, ``application_name``, pool size, ``pool_pre_ping``). Database errors become
+``DatabaseBusy``, ``DatabaseUnavailable`` or ``StorageError``
+(protocol: storage#database-errors). ``upgrade`` runs the Alembic migrations of
+``promoter_migrations`` under a migration lock (protocol: hosts#migrations-under-lock):
+PostgreSQL's advisory lock ``MIGRATION_LOCK_KEY``, or a ``flock`` of
+``<database>.migrate-lock`` for SQLite; ``check_schema`` refuses a schema that is not the
+code's. Fault point: ``migration_locked``.
 
-The schema is owned by Alembic: ``upgrade`` runs the migrations shipped as the
-``promoter_migrations`` package (the top-level ``migrations/`` folder) under a
-migration lock, so hosts starting together on one empty database migrate one after the
-other (SPEC §10.15): PostgreSQL's session advisory lock ``MIGRATION_LOCK_KEY`` held on
-the migrating connection, or for SQLite an exclusive ``flock`` of the file
-``<database>.migrate-lock`` beside it (created once, never removed). A database whose
-schema is newer than the code's raises ``SchemaMismatch``; ``check_schema`` also
-refuses an older one. This module holds no queries.
-
-Fault point: ``migration_locked`` (the lock is held, no migration has run yet).
+Not here: queries.
 """
 
 from __future__ import annotations

@@ -1,54 +1,18 @@
 """Durable file primitives for promoter's own state directory: the one way to write there.
 
-A file is written as a temp, its bytes written, made read-only or private, fsynced, then
-linked (``write_new``: never over an existing file) or renamed (``write_replace``) into
-place, and its directory fsynced. The temp has no name while it is written: it is an
-``O_TMPFILE`` file in the target's directory, linked into place through
-``/proc/self/fd/N`` (``write_replace`` first links it under a temp name, then renames
-that over the target). Where the filesystem refuses ``O_TMPFILE`` (or ``/proc`` is
-missing) the temp is named from its creation, by ``promoter.store.state_temps.temp_name``:
-a recognisable name that says which process wrote it, which the daemon's start-up sweep
-(``state_temps.sweep``) removes once that process is gone. So a killed writer leaves
-nothing behind, or a temp that the next start removes.
+``write_new`` (never over an existing file) and ``write_replace`` write a temp, flush it,
+give it its name and flush the directory (protocol: storage#durable-order); the temp is an
+anonymous ``O_TMPFILE`` where the filesystem allows, else named by
+``promoter.store.state_temps`` (protocol: storage#state-dir-temps). ``write_copy`` and
+``set_aside`` serve copies without a flush (protocol: storage#copies-without-flush);
+``write_new_together`` and ``StagedReplace`` flush a group at once; ``make_dirs`` flushes
+each level it creates; ``start_writeback`` is a hint, never a flush. A failed write removes
+its temp and raises the ``OSError`` for the caller to translate. Fault points:
+``state_write``, ``state_tmpfile`` and ``<fault>_after_<syscall>`` after each step of a
+write (``fault`` defaults to ``state``; the audit store passes ``audit_<kind>``).
 
-``write_copy`` writes a new file without any flush: a copy whose record is durable
-elsewhere (a promotion receipt, whose record is the ledger's row), compared with that
-record whenever it is read; ``set_aside`` keeps a copy found damaged under a hidden name
-beside it, its bytes kept.
-
-``write_new_together`` writes several new files flushed together: every temp, one
-flush, every link, one flush (a ``syncfs`` each where ``promoter.fs.group_sync`` offers
-it, else an fsync of each temp and directory). ``StagedReplace`` is ``write_replace``
-for a caller whose own group sync makes the temp durable (a run's quota record, with
-the blob it pays for).
-
-``make_dirs`` creates a directory chain and fsyncs, for every level it created, the
-directory that holds it (a new directory's entry is as durable as the files written into
-it). Every directory the state directory gains goes through it.
-
-These write only under the state directory, whose paths promoter chose itself; worktree
-writes never come here (they go through ``promoter.fs`` descriptor chains). A failed write
-(``ENOSPC``, ``EDQUOT``, ``EIO``) removes its temp and raises the ``OSError``; callers
-translate it.
-
-``start_writeback`` (``promoter.fs.syscalls``, re-exported here) asks the kernel to
-begin writing a file's dirty pages now (``sync_file_range(SYNC_FILE_RANGE_WRITE)``,
-where there is one). It is a hint and makes nothing durable: the file is still fsynced,
-and that fsync reports any error.
-
-Fault points: ``state_write`` (before a temp file's bytes are written), and one point
-after each syscall of a write, named after the writer (``fault``, default ``state``; the
-audit store passes ``audit_<kind>``, e.g. ``audit_promotion``): ``<fault>_after_mkdir``
-(a directory level created, its parent not yet fsynced), ``<fault>_after_mkdir_sync``,
-``<fault>_after_create`` (the temp exists), ``<fault>_after_write``,
-``<fault>_after_fsync``, ``<fault>_after_link`` (the file is in place; for a replace: its
-temp name is), ``<fault>_after_rename`` (replace only), ``<fault>_after_unlink_temp`` (a
-named temp's name removed after its link), ``<fault>_after_dir_fsync``. ``state_tmpfile``
-fires just before ``O_TMPFILE`` is asked for: an errno such as ``EOPNOTSUPP`` there
-behaves like a filesystem without it (the named path, for tests).
-
-Deliberately not here: which names documents get (``promoter.store.audit``), blobs
-(``promoter.store.blobs`` has its own anonymous temps, named by the same ``temp_name``).
+Not here: worktree writes (``promoter.fs``), which names documents get
+(``promoter.store.audit``), blobs (``promoter.store.blobs``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
-"""The journal (SPEC §5.3) in the database: operations and their attempts.
+"""The journal (protocol: promotion#operation-states) in the database: operations and attempts.
 
-Functions take an open ``Session``; the engine decides what goes into one transaction
-(every state change is committed before the next side effect). Reads return the typed
-records of ``promoter.domain.records`` (rows never leave the store); writes take the
-operation id and say what they change. Every status change goes through the transition
-table of ``promoter.domain.status`` (the row refuses any other).
+Functions take an open ``Session`` and return the typed records of
+``promoter.domain.records``; every status change goes through the transition table of
+``promoter.domain.status`` and is written only from the status first read
+(protocol: promotion#status-from-first-read: ``_hold`` keeps the row for the whole
+transaction). ``attempt`` is the unit of work of one operation: ``with
+journal.attempt(db, op) as j:`` opens one transaction, committed when the block ends and
+rolled back on any error.
 
-An operation's row, once read or created in a session, is held by that session until it
-closes (``_hold``): every later read in the same transaction is the same object, with no
-statement, and its status is the one every write of the transaction is checked against
-(``WHERE status = <the status first read>``, the row's version). A row another request
-or host moved since this transaction first read it is therefore never written over, even
-where the transaction read it again (``operation_conflict``); without the hold, SQLAlchemy's
-identity map (which holds rows weakly) could drop it and read the row again, and the
-check would compare with that later read.
-``attempt`` is the unit of work of one operation: ``with journal.attempt(db, op) as j:``
-opens one transaction (committed when the block ends, rolled back on any error) and ``j``
-changes that operation only: its status and report, its steps and created directories
-(``promoter.store.step_rows``), its events (``promoter.store.ledger``).
-
-Deliberately not here: the hash-chained events themselves (``promoter.store.ledger``); an
-operation's steps and created directories (``promoter.store.step_rows``); deciding what a
-transaction holds (the engine's).
+Not here: the events (``promoter.store.ledger``), steps and created directories
+(``promoter.store.step_rows``), and what a transaction holds (the engine's).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-operation event hash chain (SPEC §5.3), in the database.
+"""The per-operation event hash chain (protocol: promotion#event-ledger), in the database.
 
 An event is ``{event_id, operation_id, seq, kind, payload, prev_event_sha256, at}``; its
 sha256 covers every field but ``event_id`` (which is derived from it), so each event's

@@ -1,4 +1,5 @@
-"""Per-run storage quota: the bytes of new blobs each executor run has stored (SPEC §10.10).
+"""Per-run storage quota: the bytes of new blobs each executor run has stored
+(protocol: storage#storage-quota).
 
 ``RunQuota.reserve(run, n)`` claims bytes before they are written and raises
 ``QuotaExceeded`` when the run's stored plus in-flight bytes would pass the limit, so an

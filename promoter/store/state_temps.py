@@ -1,34 +1,15 @@
 """Names of promoter's named temp files in its state directory, and the start-up sweep.
 
-Most temps in the state directory have no name at all (``O_TMPFILE``, see
-``promoter.store.durable``). Where a name is needed (a filesystem without ``O_TMPFILE``,
-or the moment before a rename over an existing file) it is ``temp_name()``:
-``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, which names its writer (the first
-8 hex of the boot id, the process id and the process's start time in clock ticks). A
-temp whose writer is provably gone (another boot, no such process, or a pid now held by
-a younger process) can be nothing but a leftover of a killed writer.
+``temp_name()`` and ``scratch_name()`` name a temp after its writer
+(``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…`` for a merge's
+scratch) for the few places that need a name (a filesystem without ``O_TMPFILE``, the
+moment before a rename). ``sweep(state_dir)`` runs once at the daemon's start and removes,
+logging each, only the temps whose writer is provably gone, in promoter's own
+directories, also under the names older versions used
+(protocol: recovery#own-names-outside-worktrees).
 
-``sweep(state_dir)`` runs once when the daemon starts. It removes, and logs one line for
-each, only entries that are (1) regular files, (2) named by promoter's own temp pattern
-(or by the temp names older versions used: ``.tmp-<16 hex>`` in the audit store and the
-credentials, ``run.tmp`` beside a sandbox's ``run.json``, ``<file>.tmp-<pid>-<tid>`` in a
-shadow repository), (3) in promoter's own directories: the state directory's top, the
-audit store (not the blob fan-out, where only links land), the credentials, the run
-quotas, each sandbox's own directory (never its ``clone/``, which is the executor's
-worktree) and each shadow repository's top and ``info/`` (never git's ``objects/`` or
-``refs/``); in ``snapshots/`` also a directory with promoter's temp name (a shadow
-repository staged by a writer that died before renaming it into place), removed by
-descriptors (``promoter.fs.own_tree``); in ``merge/`` only a directory named by
-``scratch_name()`` (``merge-<boot>-<pid>-<start>-<16 hex>``: a three-way merge's scratch,
-``promoter.git.merge_file``) holding nothing but the merge's own input files, removed
-the same way. A temp whose writer is alive (another daemon or a CLI command on the same
-state directory) is kept. Nothing is followed through a symlink; a look-alike (a file or
-a symlink under a scratch name, a directory with anything else in it, a name without
-its writer) is kept.
-
-Deliberately not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``),
-and anything in a user's worktree (SPEC §10.1: recovery removes only journaled temps
-there, never by pattern).
+Not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``), and
+anything in a person's worktree (protocol: recovery#journaled-names-only).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The journal's steps and created directories (SPEC §5.3) in the database, per operation.
+"""The journal's steps and created directories (protocol: promotion#operation-states) in the
+database, per operation.
 
 Functions take an open ``Session`` and the operation id; the engine decides what goes into
 one transaction. Steps are written and read in bulk, as plain rows (no ORM object is made

@@ -139,7 +139,8 @@ class OperationRow(Base):
     owner_lease_until: Mapped[str | None] = mapped_column(String(32), nullable=True)
     receipt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     receipt: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    # the events of the current attempt that a receipt names (SPEC §3.7 ``events``)
+    # the events of the current attempt that a receipt names (protocol: bundles#promotion-receipt
+    # ``events``)
     decision_event_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     action_event_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     outcome_event_id: Mapped[str | None] = mapped_column(String(40), nullable=True)

@@ -1,4 +1,5 @@
-"""A flood of costly reads by one role cannot starve the operator (TESTS E3, SPEC §10.19).
+"""A flood of costly reads by one role cannot starve the operator (TESTS E3,
+protocol: api#work-bounded-per-caller).
 
 An executor token may read its own bundle's diff. Two hundred of those at once used to
 take every shared worker thread (the diff's own slots made them wait inside the threads),

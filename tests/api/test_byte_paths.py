@@ -1,4 +1,5 @@
-"""Any filename git can hold goes from an executor's worktree to the person's (SPEC §10.12).
+"""Any filename git can hold goes from an executor's worktree to the person's
+(protocol: documents#byte-paths).
 
 A file whose name is not UTF-8, or holds a backslash, is built into the bundle under its
 wire form (``caf\\xe9.txt``, ``back\\\\slash.txt``), uploaded, verified, promoted through

@@ -1,4 +1,5 @@
-"""A post-promotion check cannot make the receipt false (SPEC §10.4, catalogue W6).
+"""A post-promotion check cannot make the receipt false (protocol: recovery#post-promotion-check,
+catalogue W6).
 
 Each test configures a check command (operator config, an argv list) that attacks the
 promotion it follows: it edits a target, creates a file, appends to the user's own dirty

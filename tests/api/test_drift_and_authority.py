@@ -1,4 +1,5 @@
-"""Refusals before any write: target drift (SPEC §5.4 step 4) and authority (step 1)."""
+"""Refusals before any write: target drift (protocol: promotion#step-read-back) and authority (step
+1)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from tests.support.promotion import promote, set_lease
 # quota record's temps (their folders an fsync each, the record named before the blob),
 # one for the submission's two temps and one for its two folders. The promotion
 # receipt's file is a copy of the outcome's row, written after its commit, not flushed
-# (SPEC §10.20): its temp's and its folder's fsyncs are gone
+# (protocol: storage#receipt-in-outcome-commit): its temp's and its folder's fsyncs are gone
 FS_FLUSHES = {"fsync": 10}
 FS_FLUSHES_GROUPED = {"fsync": 4, "syncfs": 3}
 # the plan before the first write, the outcome (event, receipt, envelope, ``completed``)

@@ -1,4 +1,5 @@
-"""Availability under hostile executors (SPEC §10.10, TESTS W9), through the real server.
+"""Availability under hostile executors (protocol: api#hostile-input, TESTS W9), through the real
+server.
 
 Each attack runs while a second client polls ``/healthz`` from its own thread; every one
 of those answers must come within 1 s (the spec's bound) and the attack must answer its
@@ -29,7 +30,7 @@ from tests.support.flows import init_repo, make_bundle, make_grant, seal_bundle,
 from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.process import DaemonProcess
 
-HEALTHZ_BOUND = 1.0  # seconds: SPEC §10.10, TESTS W9
+HEALTHZ_BOUND = 1.0  # seconds: protocol: api#hostile-input, TESTS W9
 MiB = 1024 * 1024
 
 

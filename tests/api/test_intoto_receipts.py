@@ -1,4 +1,4 @@
-"""The supply-chain ecosystem reads promoter's envelopes (SPEC §3.9 as amended, §10.6).
+"""The supply-chain ecosystem reads promoter's envelopes (protocol: bundles#signed-receipts).
 
 Every receipt kind is fetched from the real server and checked with libraries from
 PyPI that know nothing of promoter: ``securesystemslib`` (DSSE), ``in_toto`` (its

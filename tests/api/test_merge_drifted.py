@@ -1,4 +1,5 @@
-"""Merging a drifted file away from the worktree (SPEC §10.14) through the API and the CLI.
+"""Merging a drifted file away from the worktree (protocol: runs#merges-are-new-bundles) through the
+API and the CLI.
 
 A bundle changes a file the person then edits: the promotion is refused (``target_drift``,
 zero writes). ``POST /v1/operations/{id}/merge`` (``promoter merge OP``) makes the

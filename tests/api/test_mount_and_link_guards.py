@@ -2,8 +2,8 @@
 
 A same-filesystem bind mount inside the worktree (of a directory, or of a single file
 at a target) and a delete target with a second hard link are refused by the read-back
-under the lock (SPEC §5.4 step 4, §10.9): the attempt ends ``refused`` with
-``path_unsafe``, the preflight says the same, only the decision and outcome events
+under the lock (protocol: promotion#step-read-back, promotion#mount-crossings): the attempt ends
+``refused`` with ``path_unsafe``, the preflight says the same, only the decision and outcome events
 exist, and not a byte changes in the worktree, in ``.git``, or at the other end of the
 mount or link. The mounts are real (``mount --bind``, as root); the test skips when
 mounting is refused.

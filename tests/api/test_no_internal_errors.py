@@ -1,4 +1,5 @@
-"""No bad input answers 500 (SPEC §7): odd ids in every path and odd bodies on every POST."""
+"""No bad input answers 500 (protocol: api#http-errors): odd ids in every path and odd bodies on
+every POST."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The plan of a promotion of many changes in several directories, some of them new
 written by one ``INSERT`` into ``steps`` (every step) and one into ``created_dirs`` (every
 directory the writes will make), in the plan's transaction; that transaction is
 committed when the ``after_journal`` fault point is reached, before anything in the
-worktree changed (SPEC §10: a crash after any write finds the plan).
+worktree changed (protocol: promotion#step-journal: a crash after any write finds the plan).
 """
 
 from __future__ import annotations

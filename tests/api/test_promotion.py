@@ -1,4 +1,5 @@
-"""Promotion through the real server (SPEC §5.2–5.4, §5.6, §6)."""
+"""Promotion through the real server (protocol: promotion#operation-identity,
+promotion#operation-states, promotion#host-protocol, promotion#preflight, promotion#safety-rules)."""
 
 from __future__ import annotations
 

@@ -371,7 +371,7 @@ def test_one_request_pays_the_flushes_of_the_three_requests(
     """A 1-file flow in one request (its fan-out folder made by an earlier one) makes the
     flushes ``tests/api/test_flush_count.py`` pins for the three requests: 4 fsync and 3
     syncfs with a group sync, 10 fsync without, and 2 durable commits (the promotion
-    receipt in the outcome's commit, SPEC §10.20)."""
+    receipt in the outcome's commit, protocol: storage#receipt-in-outcome-commit)."""
     settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
     data = b"print('one request')\n"
     with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:

@@ -1,4 +1,4 @@
-"""W7: one guard for every kind (SPEC §10.3), and receipts that never disagree.
+"""W7: one guard for every kind (protocol: recovery#guards), and receipts that never disagree.
 
 ``recover`` acts only on ``needs_recovery``; ``needs_reconciliation`` moves only by the
 operator's ``reconcile``; a final operation never runs again, whatever its kind
@@ -199,7 +199,7 @@ DECISIONS = ("continue", "rollback", "abandon")
 
 
 def _expected(kind: str, status: str, action: str, role: str, decision: str | None) -> str:
-    """The rule of SPEC §10.3, written out independently of the implementation."""
+    """The guard (protocol: recovery#guards), written out independently of the implementation."""
     if action == "recover":
         if status != "needs_recovery":
             return "not_recoverable"
@@ -300,7 +300,8 @@ def _row_bytes(daemon: Daemon, operation_id: str) -> bytes:
 
 
 def _payload(envelope: bytes) -> bytes:
-    """The receipt an envelope signs: its in-toto Statement's predicate (SPEC §10.6)."""
+    """The receipt an envelope signs: its in-toto Statement's predicate
+    (protocol: bundles#signed-receipts)."""
     statement = json.loads(base64.b64decode(json.loads(envelope)["payload"]))
     return bytes(rfc8785.dumps(statement["predicate"]))
 
@@ -347,8 +348,8 @@ def test_every_receipt_route_serves_the_bytes_of_the_row_and_the_audit_file(
 def test_a_copy_that_failed_after_the_commit_is_written_when_the_receipt_is_read(
     daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The receipt is part of the outcome's commit (SPEC §10.20): a copy that could not be
-    written after it leaves the operation completed, and the first read writes it."""
+    """The receipt is part of the outcome's commit (protocol: storage#receipt-in-outcome-commit): a
+    copy that could not be written after it leaves the operation completed, and the first read writes it."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
     monkeypatch.setenv(faults.ENV, "audit_promotion_after_create=EIO")
     faults.reset()

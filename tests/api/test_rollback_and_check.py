@@ -1,4 +1,5 @@
-"""Rollback of promoter's own bytes and the post-promotion check (SPEC §5.7, §3.8).
+"""Rollback of promoter's own bytes and the post-promotion check (protocol: recovery#rollback,
+bundles#rollback-receipt).
 
 The seed-001 laboratory paths: a two-file modify rolled back, create+delete rolled back,
 a user edit after promotion kept as a conflict, BOM/CRLF/binary restored byte-exact,

@@ -6,7 +6,7 @@ that rollback runs, the second request is refused at once (``operation_conflict`
 the wait ran out, put the running rollback back to ``needs_recovery`` under its live
 owner. Asked for after the rollback stopped (``needs_recovery``), the request claims it
 and finishes it. Asked for while it waits for the operator's ``reconcile``, or once it is
-final, it is refused and never runs again (SPEC §10.1 item 3).
+final, it is refused and never runs again (protocol: recovery#guards).
 """
 
 from __future__ import annotations

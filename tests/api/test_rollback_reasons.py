@@ -1,4 +1,5 @@
-"""Rollback failures say why (SPEC §10.5, §3.8) and ``on_write_failure = "rollback"``.
+"""Rollback failures say why (protocol: promotion#operation-states, bundles#rollback-receipt) and
+``on_write_failure = "rollback"``.
 
 Faults are injected at the fs layer's named points (``PROMOTER_FAULTS``) only while the
 rollback runs, so the promotion before it is clean. A target that could not be restored

@@ -1,4 +1,5 @@
-"""Signed receipts through the real server, verified offline by the CLI (SPEC §3.9, §10.6).
+"""Signed receipts through the real server, verified offline by the CLI
+(protocol: bundles#signed-receipts).
 
 The CLI runs in a subprocess with no server address and no state directory: it gets
 only the saved ``GET /v1/keys`` answer (or a PEM) and the saved envelope. Expected

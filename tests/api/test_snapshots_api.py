@@ -1,4 +1,5 @@
-"""Snapshot endpoints through a real server (SPEC §7 snapshot rows, §8) and the CLI.
+"""Snapshot endpoints through a real server (protocol: api#routes-and-roles, snapshots#restore) and
+the CLI.
 
 The server is the real application on a free loopback port; requests go through httpx
 over TCP. The CLI group is driven against the same server.

@@ -8,8 +8,8 @@ outcome. The writes need no transaction of their own: the plan named every temp,
 directories were journaled with it. The outcome takes two transactions: a read of the
 row and of the event chain's last link (the outcome event and the receipt that names it
 are made and signed outside any write transaction), then one commit of the event, the
-receipt, its envelope and ``completed`` (SPEC §10.20); the receipt's audit file is a copy
-written after it. The count is pinned here so that a change that adds a crossing says so.
+receipt, its envelope and ``completed`` (protocol: storage#receipt-in-outcome-commit); the receipt's
+audit file is a copy written after it. The count is pinned here so that a change that adds a crossing says so.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
         # (promoter.engine.fencing): a fenced host writes nothing
         "fencing.py:check",
         "fencing.py:check",
-        # the outcome (SPEC §10.20): a read of the row and the chain's last link, with
-        # which the outcome event and the receipt naming it are made and signed, then
+        # the outcome (protocol: storage#receipt-in-outcome-commit): a read of the row and the
+        # chain's last link, with which the outcome event and the receipt naming it are made and signed, then
         # one commit of the event, the receipt, its envelope and ``completed``
         "outcome.py:_made",
         "outcome.py:_commit",

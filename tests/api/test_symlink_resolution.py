@@ -1,4 +1,5 @@
-"""Symlinks by resolution (SPEC §10.11, TESTS S4) through the real daemon.
+"""Symlinks by resolution (protocol: bundles#symlinks-by-resolution, TESTS S4) through the real
+daemon.
 
 Under ``symlinks: inside`` each link of these bundles reads as inside on its own; together,
 or with the worktree's links, they resolve outside it or into ``.git``. Each is refused

@@ -1,4 +1,5 @@
-"""The executor's verification flow through a real server (SPEC §3.6, §7)."""
+"""The executor's verification flow through a real server (protocol: bundles#verification-receipt,
+api#http-errors)."""
 
 from __future__ import annotations
 

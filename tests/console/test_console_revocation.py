@@ -1,4 +1,5 @@
-"""Removing a credential ends what it holds open (TESTS E4, SPEC §10.19, §10.24).
+"""Removing a credential ends what it holds open (TESTS E4, protocol: api#work-bounded-per-caller,
+hosts#one-set-of-credentials).
 
 ``promoter credentials remove NAME`` used to refuse the token on its next API request
 while the console session made with it lived on: it approved a held promotion after the

@@ -164,7 +164,7 @@ def test_the_api_reads_through_engine_queries() -> None:
 def test_the_api_hops_to_threads_through_its_own_pools() -> None:
     """Blocking work of a route runs on the request's pool (``promoter.api.workers``): a
     route that used Starlette's helper would put the operator's work on the shared pool
-    that other roles can fill (SPEC §10.19)."""
+    that other roles can fill (protocol: api#work-bounded-per-caller)."""
     offenders = [
         str(path.relative_to(ROOT))
         for path in (ROOT / "promoter" / "api").rglob("*.py")

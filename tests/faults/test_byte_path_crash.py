@@ -1,4 +1,5 @@
-"""C1/C2 for names that are not UTF-8 (SPEC §10.12): killed mid-promotion, then recovered.
+"""C1/C2 for names that are not UTF-8 (protocol: documents#byte-paths): killed mid-promotion, then
+recovered.
 
 The journal holds each target's wire form; recovery must find the file under its exact
 bytes again (not under the text of its escapes), confirm or finish it, and leave no temp

@@ -146,8 +146,8 @@ def test_io_error_during_continue_leaves_it_needs_reconciliation_never_stuck_run
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An I/O error while ``continue`` finishes the operation answers its code (a full disk
-    ``storage_error``, SPEC §10.10) and puts it back to ``needs_reconciliation``; it was
-    answered 500 and left ``in_progress``."""
+    ``storage_error``, protocol: storage#storage-quota) and puts it back to
+    ``needs_reconciliation``; it was answered 500 and left ``in_progress``."""
     daemon, repo = lab
     identity = daemon.services.registry.by_name("lab").identity
     _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
@@ -185,8 +185,8 @@ def test_io_error_during_recover_leaves_it_needs_recovery_never_stuck_running(
     lab: tuple[Daemon, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same for ``recover``: an error before the outcome's one commit (the receipt is
-    part of it, SPEC §10.20) records nothing of it, twice; the recovery that gets through
-    makes exactly one receipt, its file the served bytes."""
+    part of it, protocol: storage#receipt-in-outcome-commit) records nothing of it, twice; the
+    recovery that gets through makes exactly one receipt, its file the served bytes."""
     daemon, repo = lab
     identity = daemon.services.registry.by_name("lab").identity
     _, bundle, receipt = submit(daemon, repo, identity, CHANGES)

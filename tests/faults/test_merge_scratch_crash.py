@@ -1,7 +1,7 @@
 """A daemon killed mid-merge leaves its scratch directory; the next start sweeps only that.
 
-A real daemon merges a drifted promotion (SPEC §10.14) with ``PROMOTER_FAULTS`` set to
-kill it (``os._exit``, as SIGKILL: no cleanup) once the three inputs are written to its
+A real daemon merges a drifted promotion (protocol: runs#merges-are-new-bundles) with
+``PROMOTER_FAULTS`` set to kill it (``os._exit``, as SIGKILL: no cleanup) once the three inputs are written to its
 scratch directory in ``<state>/merge``. Before the restart look-alikes are planted beside
 the leftover: a symlink named ``merge-x``, a symlink and a planted file under a scratch
 name whose writer is gone, a directory under such a name holding a file the merge never

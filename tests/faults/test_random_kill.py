@@ -133,7 +133,8 @@ def test_kill_at_a_random_instant_of_a_1000_file_promotion(
             again = orch.post("/v1/promotions", json=request).json()
             assert (again["operation_id"], again["status"]) == (op_id, "completed")
             # a kill after the outcome's commit may leave the receipt's copy unwritten
-            # (SPEC §10.20): it is written from the row when the receipt is read
+            # (protocol: storage#receipt-in-outcome-commit): it is written from the row when the
+            # receipt is read
             served = orch.get(f"/v1/operations/{op_id}/receipt").content
     finally:
         third.stop()

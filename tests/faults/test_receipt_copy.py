@@ -1,7 +1,7 @@
 """F3: the promotion receipt is part of the outcome's commit; its audit file is a copy.
 
-SPEC §10.20: the outcome event, the receipt, its signed envelope and ``completed`` are one
-durable commit; the file ``audit/receipts/promotion/<op>.json`` is written after it with
+protocol: storage#receipt-in-outcome-commit: the outcome event, the receipt, its signed envelope and
+``completed`` are one durable commit; the file ``audit/receipts/promotion/<op>.json`` is written after it with
 no flush, and rebuilt from the ledger's row when it is missing or damaged. Attacked here:
 
 - a daemon killed before that commit (``before_receipt``): recovery completes the

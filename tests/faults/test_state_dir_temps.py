@@ -2,9 +2,9 @@
 
 A real daemon promotes a bundle with ``PROMOTER_FAULTS`` set to kill it (``os._exit``,
 as SIGKILL: no cleanup) right after one syscall of the promotion receipt's write into
-the audit store, a copy written after the outcome's commit (SPEC §10.20): the kind
-directory's creation, the temp's creation and write, its link into place, a named temp's
-unlink (the copy is never flushed). Each runs twice: with anonymous temps
+the audit store, a copy written after the outcome's commit
+(protocol: storage#receipt-in-outcome-commit): the kind directory's creation, the temp's creation
+and write, its link into place, a named temp's unlink (the copy is never flushed). Each runs twice: with anonymous temps
 (``O_TMPFILE``), and as on a filesystem without them (``state_tmpfile=EOPNOTSUPP``:
 named temps, which the next start sweeps). A fresh daemon on the same state directory
 must find the operation ``completed`` (its commit came first) and serve its receipt from
@@ -36,8 +36,9 @@ CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
 NAMED = "state_tmpfile=EOPNOTSUPP@1+"
 
 # (point, whether a named temp is left in the receipt directory by that kill); the
-# receipt's file is a copy written after the outcome's commit, with no flush (SPEC
-# §10.20): no fsync of its temp, of its folder or of a folder made for it
+# receipt's file is a copy written after the outcome's commit, with no flush
+# (protocol: storage#receipt-in-outcome-commit): no fsync of its temp, of its folder or of a folder
+# made for it
 POINTS = [
     ("audit_promotion_after_mkdir", False),
     ("audit_promotion_after_create", True),

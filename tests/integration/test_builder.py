@@ -1,4 +1,5 @@
-"""The executor's bundle builder (SPEC §3.5, §8): exact states, local refusals, no writes."""
+"""The executor's bundle builder (protocol: bundles#bundle, snapshots#executor-side-shadow): exact
+states, local refusals, no writes."""
 
 from __future__ import annotations
 
@@ -247,7 +248,8 @@ def _break_nested_repository(work: Path, executor: Path) -> None:
 
 
 def _break_control_character(work: Path, executor: Path) -> None:
-    # a backslash is a byte like any other (SPEC §10.12); a control character is not
+    # a backslash is a byte like any other (protocol: documents#byte-paths); a control character is
+    # not
     (executor / "src/a\x1bb.txt").write_bytes(b"an escape character in the name\n")
 
 

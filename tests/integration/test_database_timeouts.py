@@ -1,4 +1,4 @@
-"""PostgreSQL timeouts and names (SPEC §10.15): a row lock held past
+"""PostgreSQL timeouts and names (protocol: hosts#fencing): a row lock held past
 ``database_lock_timeout`` is answered 503 ``database_busy`` with ``Retry-After``, not a
 wait without end; a transaction a hung host left open is ended by the server after
 ``database_idle_transaction_timeout``, and its row locks with it; the daemon's

@@ -2,7 +2,7 @@
 
 Two daemons on one ledger (the suite's PostgreSQL database, else one SQLite file), with
 distinct host ids, sharing one worktree and one state directory on this machine (the
-replacement on the same machine of SPEC §10.15). Host A runs with a one-second owner
+replacement on the same machine, protocol: hosts#fencing). Host A runs with a one-second owner
 lease, so once its heartbeat stops its leases run out without a setting on B: the test
 waits for the condition the daemons report (``lease_expired``), never for a time.
 

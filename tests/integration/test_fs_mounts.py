@@ -1,4 +1,5 @@
-"""Mounts inside a worktree that share the root's filesystem (TESTS.md W8, SPEC §10.9).
+"""Mounts inside a worktree that share the root's filesystem (TESTS.md W8,
+protocol: promotion#mount-crossings).
 
 A bind mount keeps the device id of its source, so a device comparison alone lets a
 write land in the bind source. Each guard is shown to refuse on its own: ``statx``

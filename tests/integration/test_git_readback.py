@@ -1,4 +1,5 @@
-"""Read-back of HEAD, index, trees and blobs from real repositories (SPEC §5.4 step 4)."""
+"""Read-back of HEAD, index, trees and blobs from real repositories
+(protocol: promotion#step-read-back)."""
 
 from __future__ import annotations
 

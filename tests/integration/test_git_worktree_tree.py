@@ -1,4 +1,5 @@
-"""The shadow tree of a worktree (SPEC §8): right answer, exact bytes, .git untouched."""
+"""The shadow tree of a worktree (protocol: snapshots#shadow-repository): right answer, exact bytes,
+.git untouched."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Migrations under a lock (SPEC §10.15): hosts migrating one empty database at once.
+"""Migrations under a lock (protocol: hosts#migrations-under-lock): hosts migrating one empty
+database at once.
 
 The first ``promoter db upgrade`` is paused at the ``migration_locked`` fault point while
 it holds the lock; the others are started then and must wait (on PostgreSQL,

@@ -1,4 +1,5 @@
-"""A promotion and its rollback on PostgreSQL (SPEC §4: another SQLAlchemy URL works).
+"""A promotion and its rollback on PostgreSQL (protocol: storage#database: another SQLAlchemy URL
+works).
 
 Runs in the PostgreSQL pass of the suite (``PROMOTER_TEST_DATABASE=postgresql``), where
 the test's own fresh database is in ``PROMOTER_DATABASE_URL``; it checks that this is

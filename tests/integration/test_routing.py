@@ -1,4 +1,5 @@
-"""Answers that route; one set of credentials (SPEC §10.24, TESTS "routing").
+"""Answers that route; one set of credentials (protocol: hosts#answers-that-route,
+hosts#one-set-of-credentials, TESTS "routing").
 
 Two or three daemons (in this process, each its own host id, state directory and
 repository) share one PostgreSQL database of the module's own cluster

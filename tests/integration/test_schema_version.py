@@ -1,4 +1,5 @@
-"""A daemon or CLI whose database schema is not the code's head (SPEC §10.15).
+"""A daemon or CLI whose database schema is not the code's head
+(protocol: hosts#migrations-under-lock).
 
 Newer than the code (a newer promoter migrated it): ``promoter db upgrade`` and
 ``promoter serve`` exit 78 with ``schema_mismatch``, naming both revisions, and touch

@@ -1,4 +1,5 @@
-"""Shadow snapshots (SPEC §8) on real repositories: capture, diff, restore, retention.
+"""Shadow snapshots (protocol: snapshots#shadow-repository) on real repositories: capture, diff,
+restore, retention.
 
 The user's ``.git`` holds commits and a staged change; every test that touches the
 worktree checks that ``.git`` stays byte-identical (contents and mtimes, promoter's own
@@ -303,7 +304,8 @@ def test_names_a_display_would_conflate_have_distinct_wire_forms_and_restore_who
     services: Services, repo: Path
 ) -> None:
     # b"caf\xe9.txt" (latin-1) and b"caf\\xe9.txt" (a literal backslash) were once both
-    # shown as caf\xe9.txt and the restore refused; their wire forms differ (SPEC §10.12)
+    # shown as caf\xe9.txt and the restore refused; their wire forms differ
+    # (protocol: documents#byte-paths)
     original = (repo / "utils.py").read_bytes()
     base = capture(services)
     (repo / "utils.py").write_bytes(b"changed\n")

@@ -1,9 +1,10 @@
-"""Property: allowlist matching agrees with an independent glob matcher (SPEC §3.3).
+"""Property: allowlist matching agrees with an independent glob matcher
+(protocol: grants#allowlist-patterns).
 
 ``wcmatch.glob.globmatch`` with ``GLOBSTAR | DOTGLOB`` is the oracle, on generated wire
 patterns and paths (not UTF-8 bytes, backslashes, dot names included). The one place
-where the SPEC and wcmatch part, a trailing ``/**`` matching zero components (``src/**``
-matches ``src``), is asked of the oracle as the pattern without it. The SPEC's edges are
+where the protocol and wcmatch part, a trailing ``/**`` matching zero components (``src/**``
+matches ``src``), is asked of the oracle as the pattern without it. The protocol's edges are
 pinned by hand below, including the inputs on which wcmatch and pathspec answer
 differently and which keep the matcher promoter's own.
 """

@@ -1,4 +1,5 @@
-"""Pages of a review diff, joined, are the whole diff, byte for byte (SPEC §10 item 18).
+"""Pages of a review diff, joined, are the whole diff, byte for byte
+(protocol: api#every-byte-reviewable).
 
 ``promoter.engine.review.diff._Output`` is fed the lines of several files, from a
 cursor, for a page size; following ``next`` from the start must give pages that each

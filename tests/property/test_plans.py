@@ -1,4 +1,5 @@
-"""The planners of ``promoter.domain.plan`` against the tables of SPEC §5.5 and §5.7.
+"""The planners of ``promoter.domain.plan`` against the tables of recovery and rollback
+(protocol: recovery#recovery, recovery#rollback).
 
 Exhaustive over every combination of observed verdict, journaled step status and kept
 bytes (hypothesis draws whole operations of up to eight steps), checked against the table
@@ -26,7 +27,7 @@ observations = st.builds(
     Observation, st.sampled_from(Verdict), st.sampled_from(StepStatus), st.booleans()
 )
 
-# SPEC §5.5, recovery of a promotion: (found, journaled step) -> action
+# recovery of a promotion (protocol: recovery#recovery): (found, journaled step) -> action
 PROMOTION_TABLE = {
     (Verdict.NEW, StepStatus.PENDING): Action.CONFIRM,
     (Verdict.NEW, StepStatus.COMPLETED): Action.CONFIRM,

@@ -1,4 +1,5 @@
-"""Property: the wire form of a path is one canonical text per byte string (SPEC §10.12).
+"""Property: the wire form of a path is one canonical text per byte string
+(protocol: documents#byte-paths).
 
 ``decode(encode(b)) == b`` for every byte string; ``encode(decode(s)) == s`` for every
 text ``decode`` accepts (so no byte string has two accepted spellings); a valid UTF-8

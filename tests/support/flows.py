@@ -145,7 +145,8 @@ def make_bundle(
 
 
 def wire_bytes(path: str) -> bytes:
-    """The bytes a wire path names (SPEC §10.12), decoded independently of promoter."""
+    """The bytes a wire path names (protocol: documents#byte-paths), decoded independently of
+    promoter."""
     return re.sub(
         rb"\\(\\|x[0-9a-f]{2})",
         lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1)[1:], 16)]),

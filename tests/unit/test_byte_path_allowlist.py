@@ -1,4 +1,5 @@
-"""Allowlist patterns over names that are not UTF-8 (SPEC §3.3, §10.12).
+"""Allowlist patterns over names that are not UTF-8 (protocol: grants#allowlist-patterns,
+documents#byte-paths).
 
 A pattern is a wire form too and matches the decoded name: ``?`` stands for one UTF-8
 character or one byte that is not UTF-8, never for one character of an escape, so a

@@ -1,4 +1,4 @@
-"""Known answers for canonical bytes and hashes (RFC 8785, SPEC §2)."""
+"""Known answers for canonical bytes and hashes (RFC 8785, protocol: documents#canonical-json)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The host keyring (SPEC §10.6): rotation, its crash windows, and retired-key windows.
+"""The host keyring (protocol: bundles#signed-receipts): rotation, its crash windows, and
+retired-key windows.
 
 Times are given explicitly; nothing here reads the clock.
 """

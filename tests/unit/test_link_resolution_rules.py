@@ -1,4 +1,5 @@
-"""The pure resolver of SPEC §10.11 on the named attacks, without a filesystem."""
+"""The pure resolver (protocol: bundles#symlinks-by-resolution) on the named attacks, without a
+filesystem."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Lexical path rules (SPEC §3.2, TESTS P4/P5) and allowlist globs (SPEC §3.3)."""
+"""Lexical path rules (protocol: documents#path-rules, TESTS P4/P5) and allowlist globs
+(protocol: grants#allowlist-patterns)."""
 
 from __future__ import annotations
 

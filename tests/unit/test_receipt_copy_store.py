@@ -1,4 +1,5 @@
-"""The store side of the receipt in the outcome's commit (SPEC §10.20).
+"""The store side of the receipt in the outcome's commit
+(protocol: storage#receipt-in-outcome-commit).
 
 - ``ledger.prepare`` / ``append_prepared``: an event worked out before its transaction is
   appended only while the chain still ends where it did; a chain that moved in between

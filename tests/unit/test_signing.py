@@ -1,4 +1,5 @@
-"""Signed receipts offline (SPEC §3.9): the host key file, DSSE envelopes, attacks on them.
+"""Signed receipts offline (protocol: bundles#signed-receipts): the host key file, DSSE envelopes,
+attacks on them.
 
 Expected hashes, PAE bytes and signatures are rebuilt here with hashlib, rfc8785 and
 cryptography directly, not with promoter's own helpers.
@@ -122,7 +123,8 @@ def jcs(document: dict[str, Any]) -> bytes:
 
 
 def statement(document: dict[str, Any], predicate_type: str | None = None) -> dict[str, Any]:
-    """The in-toto Statement v1 of a receipt, built by hand from the rules of §10.6."""
+    """The in-toto Statement v1 of a receipt, built by hand from the rules
+    (protocol: bundles#signed-receipts)."""
     schema = document["schema"]
     if schema == "PatchVerificationReceiptV1":
         names = [(document["bundle_id"], document["bundle_sha256"])]

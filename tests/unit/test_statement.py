@@ -1,4 +1,5 @@
-"""Receipts as in-toto Statements (SPEC §10.6) and the offline ``--worktree`` comparison.
+"""Receipts as in-toto Statements (protocol: bundles#signed-receipts) and the offline ``--worktree``
+comparison.
 
 Statements are rebuilt by hand with rfc8785; the disk states are made in a tmp dir.
 """

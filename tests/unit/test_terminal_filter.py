@@ -1,8 +1,8 @@
 """``OutputFilter``: what a sandboxed command's output may put on the person's terminal.
 
-Each class of control the command could use against the review (SPEC §10.17, TESTS E1) is
-written between two letters and must vanish whole; text, the four kept controls and
-colours pass byte for byte; a sequence split anywhere is still recognised; memory stays
+Each class of control the command could use against the review
+(protocol: runs#terminal-drawn-by-promoter, TESTS E1) is written between two letters and must vanish
+whole; text, the four kept controls and colours pass byte for byte; a sequence split anywhere is still recognised; memory stays
 bounded whatever the command writes.
 """
 

@@ -67,7 +67,7 @@ def test_required_by_the_repository_holds_then_reject_writes_nothing(
     assert decision["claimed_by"] == "ana"  # what the body said, deciding nothing
     assert decision["note"] == "too broad"
     assert decision["bundle_sha256"] == bundle["bundle_sha256"]
-    # asking again is refused: a rejection is final (SPEC §10.13)
+    # asking again is refused: a rejection is final (protocol: runs#approvals)
     again = promote(daemon, bundle, receipt)
     assert again.status_code == 409, again.text
     assert again.json()["code"] == "approval_rejected"

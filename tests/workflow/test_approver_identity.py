@@ -1,4 +1,4 @@
-"""Only the person approves, and a rejection is final (SPEC §10.13).
+"""Only the person approves, and a rejection is final (protocol: runs#approvals).
 
 Every test drives the real daemon over HTTP (and the console and CLI over it) against a
 real repository. The attacks: a lower-role token approving, a body naming someone else
@@ -381,7 +381,7 @@ def test_ops_show_names_the_credential_that_decided(gated: Gated) -> None:
 def test_a_removed_credential_whose_file_is_left_behind_stays_removed(gated: Gated) -> None:
     """Removed through the ledger on another host, the credential's file stays here: its
     token is refused at once, and the folder read again (a changed mtime, the daemon
-    started again) never publishes it anew (SPEC §10.24)."""
+    started again) never publishes it anew (protocol: hosts#answers-that-route)."""
     import os
 
     from promoter.errors import Unauthenticated

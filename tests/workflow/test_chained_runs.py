@@ -196,8 +196,8 @@ def test_a_bundle_built_against_the_base_tree_instead_of_the_chain_is_refused(
 def test_a_chain_reads_its_base_receipt_from_the_row_not_the_audit_copy(
     sandbox: Sandbox, daemon: Daemon, damage: str
 ) -> None:
-    """SPEC §10.20: the ledger's row is the receipt's record; the audit file is a copy. A
-    base whose copy was deleted or forged (naming no target) still chains, on the row."""
+    """protocol: storage#receipt-in-outcome-commit: the ledger's row is the receipt's record; the
+    audit file is a copy. A base whose copy was deleted or forged (naming no target) still chains, on the row."""
     box = sandbox.path
     (box / "src" / "a.py").write_bytes(b"a = 1\n")
     first, op1 = sandbox.step("grt_s1", None)

@@ -1,4 +1,5 @@
-"""Every byte reviewable (TESTS.md E2, SPEC §10 item 18): a cut diff hides nothing.
+"""Every byte reviewable (TESTS.md E2, protocol: api#every-byte-reviewable): a cut diff hides
+nothing.
 
 The attack: a bundle whose harmless files fill the review's budget, then a one-line edit
 in the path that sorts last. Before, the diff was cut at 8 MiB, no request could reach

@@ -1,4 +1,4 @@
-"""Accepting part of a bundle at review (SPEC §10.13): paths, then hunks.
+"""Accepting part of a bundle at review (protocol: runs#partial-accept): paths, then hunks.
 
 Every test drives the real daemon over HTTP (or the CLI over it) against a real
 repository under the approval gate. The attacks: a selection naming a path outside the

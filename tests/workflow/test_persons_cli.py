@@ -1,4 +1,4 @@
-"""The person's own command line (SPEC §10 item 25), from their own repository.
+"""The person's own command line (protocol: api#persons-command-line), from their own repository.
 
 A daemon is started by ``promoter serve`` as a real process (its state directory beside,
 not inside, the person's repository); the CLI runs as a real process with its current

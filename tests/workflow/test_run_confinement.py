@@ -1,4 +1,5 @@
-"""``promoter run`` is a boundary (SPEC §10.16, TESTS S1, S2): real daemon, git and bwrap.
+"""``promoter run`` is a boundary (protocol: runs#sandbox-boundary, TESTS S1, S2): real daemon, git
+and bwrap.
 
 Each test runs a hostile command through the CLI and then checks the person's side: their
 ``.git`` byte-identical (every file hashed before and after), ``git fsck --full`` clean,
@@ -8,8 +9,8 @@ is written to ``report.txt`` in the clone, which the run promotes, so the test r
 sandbox's own account from the person's worktree.
 
 Every test runs on both sandbox layouts (``PROMOTER_SANDBOX_LAYOUT``: a copy clone, and
-layers over a shared base, SPEC §10.22); where the layouts differ by design (the
-command's ``.git``), each is checked for its own boundary.
+layers over a shared base, protocol: runs#layered-sandboxes); where the layouts differ by design
+(the command's ``.git``), each is checked for its own boundary.
 
 Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``
 (CI), where it fails instead.

@@ -1,4 +1,4 @@
-"""Layered sandboxes (SPEC §10.22): real daemon, git, overlayfs and bubblewrap.
+"""Layered sandboxes (protocol: runs#layered-sandboxes): real daemon, git, overlayfs and bubblewrap.
 
 The sandbox is an overlay of promoter's cached base of HEAD, a start layer of the
 person's uncommitted work and the run's upper layer. These tests check what the command

@@ -1,4 +1,5 @@
-"""``promoter run`` starts from the person's worktree as it is (SPEC §10.16, TESTS S3).
+"""``promoter run`` starts from the person's worktree as it is (protocol: runs#sandbox-boundary,
+TESTS S3).
 
 A real daemon, a real repository with staged, unstaged, untracked, ignored, deleted,
 executable and symlinked work of the person's, and a real shell command in the sandbox.

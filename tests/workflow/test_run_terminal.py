@@ -1,4 +1,5 @@
-"""What the person sees in ``promoter run`` is drawn by promoter (SPEC §10.17, TESTS E1).
+"""What the person sees in ``promoter run`` is drawn by promoter
+(protocol: runs#terminal-drawn-by-promoter, TESTS E1).
 
 The person's terminal is a real pseudo-terminal: the real CLI runs as a subprocess with
 it as its controlling terminal, against the real daemon, and the command runs under real

@@ -1,31 +1,15 @@
 """Signed webhook deliveries of the watch feed, from a bounded queue in the database.
 
-Each subscriber (``Settings.webhooks``: the operator's config, never a bundle's) has a
-place in the feed (``promoter.store.feed``); ``Dispatcher.enqueue`` turns the feed
-entries after it into delivery rows, at most ``webhook_queue_max`` pending per
-subscriber (the feed itself holds the rest, so nothing is dropped), in one transaction
-with the place. Each subscriber has its own worker (a task of ``Dispatcher.run``) that
-delivers its oldest pending delivery, in feed order, so a slow or dead receiver delays
-only its own deliveries. A delivery is a POST of the JSON body to the configured URL
-only, redirects not followed, to the address ``promoter.adapters.webhooks.targets``
-resolved and permitted (DNS rebinding cannot move it to loopback or cloud metadata),
-with the Standard Webhooks headers ``webhook-id`` (the delivery id, the same on every
-retry: receivers deduplicate by it), ``webhook-timestamp`` and ``webhook-signature:
-v1,<base64 HMAC-SHA256 over <id>.<ts>.<body>>``, and the older ``Promoter-Delivery``,
-``Promoter-Timestamp`` and ``Promoter-Signature: t=<ts>,v1=<hex HMAC-SHA256 over
-<ts>.<body>>``; the HMAC key is the subscriber's secret, as UTF-8 bytes (the signatures
-and the delivery id are ``promoter.engine.webhooks``').
+``Dispatcher.enqueue`` turns the feed entries after each subscriber's place
+(``promoter.store.feed``) into delivery rows, at most ``webhook_queue_max`` pending, in one
+transaction with the place; ``Dispatcher.run`` runs one worker per subscriber that
+delivers, signs, bounds, retries and pauses as protocol: api#webhook-deliveries says, to
+the address ``promoter.adapters.webhooks.targets`` permitted. ``Dispatcher`` is the
+engine's ``WebhookDeliveries`` port; signatures and delivery ids are
+``promoter.engine.webhooks``'.
 
-A delivery has one deadline for all of it (resolve, connect, send, the answer's headers
-and body: ``webhook_timeout_seconds``), and at most ``webhook_max_response_bytes`` of
-the answer are read; the rest is never read, the connection is closed. A 2xx answer
-delivers it; anything else is retried after a delay doubling from
-``webhook_backoff_seconds``, measured on ``clock`` (replaceable in tests), and a
-subscriber whose ``max_failures`` attempts in a row failed is paused (``webhook_gauges``
-shows it in the metrics). ``Dispatcher`` is the engine's ``WebhookDeliveries`` port
-(``promoter.engine.services``). Deliberately not here: the feed's order, the target
-policy, resuming a paused subscriber (an operator's change of config and restart does
-not yet unpause).
+Not here: the feed's order, the target policy, resuming a paused subscriber (a change of
+config and a restart does not yet unpause).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Blob upload, lookup and download (SPEC §7, §10.10).
+"""Blob upload, lookup and download (protocol: api#blob-upload, api#hostile-input).
 
 Uploads stream into ``promoter.store.blobs`` with every write, fsync and database record
 in a worker thread, never on the event loop. Each executor run's uploads are counted

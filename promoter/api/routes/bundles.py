@@ -1,4 +1,4 @@
-"""Bundle submission and retrieval (SPEC §7).
+"""Bundle submission and retrieval (protocol: api#routes-and-roles).
 
 The body is bounded while it streams (``read_json_body``); parsing, verification (blob
 hashing, base-tree lookups) and the audit and database writes run in a worker thread, so

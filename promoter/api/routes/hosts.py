@@ -2,10 +2,10 @@
 
 Thin adapters over ``promoter.engine.fencing``: ``GET /v1/hosts`` lists every host with
 its epoch, status, leases and published address (the orchestrator may read it too: it is
-the cluster's map, SPEC §10.24); the rest is the operator's: ``POST /v1/hosts/{host}/fence``
-with ``{"to": host}`` fences a host whose leases all ran out and hands its unfinished
-operations to the named daemon host; ``POST /v1/hosts/{host}/admit`` lets a fenced host
-write again once its daemon restarts. Deliberately not here: the rules (the engine's).
+the cluster's map, protocol: hosts#answers-that-route); the rest is the operator's:
+``POST /v1/hosts/{host}/fence`` with ``{"to": host}`` fences a host whose leases all ran out and
+hands its unfinished operations to the named daemon host; ``POST /v1/hosts/{host}/admit`` lets a
+fenced host write again once its daemon restarts. Deliberately not here: the rules (the engine's).
 """
 
 from __future__ import annotations

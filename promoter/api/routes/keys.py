@@ -1,5 +1,6 @@
-"""The ledger's receipt-signing public keys and DSSE-signed receipts (SPEC §3.9, §10.6,
-§10.15, §7).
+"""The ledger's receipt-signing public keys and DSSE-signed receipts.
+
+protocol: bundles#signed-receipts, bundles#envelopes-signed-once, hosts#host-keys.
 
 Thin adapters. ``GET /v1/keys`` lists every key of every host of the ledger (each entry
 names its ``host_id`` and validity window and is also an RFC 8037 OKP JWK, so the answer

@@ -1,4 +1,5 @@
-"""Promotions, preflight and operations (SPEC §5.2–5.7, §7, §10.3).
+"""Promotions, preflight and operations (protocol: promotion#operation-identity,
+promotion#preflight, api#routes-and-roles, recovery#guards).
 
 Thin adapters over the engine. Roles: the orchestrator (or operator) requests, polls,
 reads receipts and recovers promotions; ``reconcile`` and ``rollback`` are the operator's.
@@ -88,8 +89,9 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
         operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
         if view["status"] == OperationStatus.REFUSED and view["code"] == "database_unavailable":
-            # the attempt waited out its bound for the database (SPEC §10.23): nothing was
-            # written; a 503 the clients retry, which starts the next attempt
+            # the attempt waited out its bound for the database
+            # (protocol: promotion#outage-before-plan): nothing was written; a 503 the clients
+            # retry, which starts the next attempt
             attempts = view["attempts"]
             raise DatabaseUnavailable(
                 str(view["detail"] or "the database could not be reached; ask again"),

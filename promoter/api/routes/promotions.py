@@ -1,4 +1,5 @@
-"""A promotion with its evidence in one request (SPEC §10.21, ``docs/protocol.md``).
+"""A promotion with its evidence in one request
+(protocol: promotion#one-request-with-both-authorities).
 
 ``POST /v1/promotions:withEvidence`` is for a caller holding both authorities: an
 orchestrator's (or the operator's) token in ``Authorization`` and the run's executor token

@@ -1,4 +1,5 @@
-"""Repositories, executor tokens, grants, leases and runs (orchestrator side of SPEC §7).
+"""Repositories, executor tokens, grants, leases and runs (orchestrator side,
+protocol: api#routes-and-roles).
 
 Bodies are bounded while they stream; registration, token minting and lease writes (git
 reads and database writes) run in a worker thread, off the event loop.

@@ -255,7 +255,7 @@ def _decide(
         operation_id,
         verdict,
         note=body.get("note", ""),
-        by=principal.name,  # the credential, never the body (SPEC §10.13)
+        by=principal.name,  # the credential, never the body (protocol: runs#approvals)
         role=principal.role,
         claimed_by=body.get("by", ""),
         selection=_selection(body) if verdict == "approve" else None,

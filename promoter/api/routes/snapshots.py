@@ -1,4 +1,5 @@
-"""Shadow snapshots of a repository's worktree, for the operator (SPEC §7, §8).
+"""Shadow snapshots of a repository's worktree, for the operator (protocol: api#routes-and-roles,
+snapshots#shadow-repository).
 
 Thin adapters over ``promoter.engine.snapshots.capture`` and ``promoter.engine.operation.restore``:
 parse and check the request (repository names, 40-hex tree ids, bodies with no unknown

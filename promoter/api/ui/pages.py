@@ -3,8 +3,8 @@ file's diff of a held promotion, page by page.
 
 The review page shows, first, every file its page of the diff does not show in full
 (sizes, flags, a link to the file's own page and a box to tick: an approval must name
-each, SPEC §10 item 18), then the file table and the diff. A file's own page is one
-request of at most a page, with a link to the next.
+each, protocol: api#every-byte-reviewable), then the file table and the diff. A file's own page is
+one request of at most a page, with a link to the next.
 
 Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
 reads through the same engine functions the API routes call

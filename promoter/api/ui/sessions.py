@@ -1,29 +1,14 @@
 """Console sessions: the operator token exchanged for a session id, and its CSRF token.
 
-``Sessions`` keeps, in the daemon's memory, one entry per logged-in browser: a random
-session id (the cookie's value), the role it was granted, the name of the credential that
-logged in (what its decisions record as the approver), the sha256 of that credential's
-token, and a random CSRF token that every form of that session carries. ``LOGIN_COOKIE``
-carries the double-submit token of the login form, which has no session yet. Comparisons
-are constant-time.
+``Sessions`` keeps, in the daemon's memory, one entry per logged-in browser (session id,
+role, the credential's name and token hash, a CSRF token; compared in constant time) and
+ends it after ``lifetime_seconds``, after ``idle_seconds`` unused, or when its credential
+is gone (``end_credential``, called by ``promoter.api.ui.web`` after its check against the
+ledger) (protocol: api#console-sessions). ``listing()`` and ``changed()`` describe the live
+sessions for ``promoter credentials list``.
 
-A session ends (SPEC §10.19, docs/operator/sessions.md):
-
-- ``lifetime_seconds`` after its login, however much it is used (an absolute bound);
-- ``idle_seconds`` after its last use;
-- when its credential is removed or replaced, on any host of the ledger:
-  ``promoter.api.ui.web`` checks the credential's name and token hash against the
-  ledger (``Authenticator.credential_live``) before every use and ends the sessions of a
-  credential that is gone (``end_credential``), so its next request is refused.
-
-``listing()`` describes the live sessions (name, opened, expires at the latest; no ids)
-for ``promoter credentials list``; ``changed()`` says whether that listing changed since it
-was last asked, so the caller writes it out only then
-(``promoter.store.credentials.write_sessions_listing``).
-
-Deliberately not here: persistence of the sessions themselves. A restart logs every
-browser out, and the token itself is never stored or echoed; cookies and headers are set
-by ``promoter.api.ui.web``.
+Not here: persistence (a restart logs every browser out), cookies and headers
+(``promoter.api.ui.web``).
 """
 
 from __future__ import annotations

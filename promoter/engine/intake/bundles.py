@@ -1,4 +1,5 @@
-"""Bundle intake: store and verify a PatchBundleV1 (SPEC §3.5, §3.6).
+"""Bundle intake: store and verify a PatchBundleV1 (protocol: bundles#bundle,
+bundles#verification-receipt).
 
 A bundle that passes verification is stored once as its canonical bytes, its blobs are
 pinned and its passed receipt is stored once; a later verification that differs is a

@@ -4,8 +4,8 @@ A grant may name ``base_operation``: a ``completed`` promotion into the same rep
 whose grant had the same branch, base commit and base tree. That operation may itself be
 chained; ``chain_states`` walks the chain back to its first link and merges, path by
 path, what each link's promotion receipt read back (later links win), as the ledger's
-row records it (SPEC §10.20; the audit file is only its copy). Those states are
-the chained grant's implicit preconditions for the paths the chain touched; every other
+row records it (protocol: storage#receipt-in-outcome-commit; the audit file is only its copy). Those
+states are the chained grant's implicit preconditions for the paths the chain touched; every other
 path keeps the base tree's. ``check_chain`` refuses (``VerificationFailed``, or
 ``GrantInvalid`` at registration) a base that is unknown, not a promotion, not
 ``completed`` (a rolled-back one is ``rolled_back``), of another repository or another

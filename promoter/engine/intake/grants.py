@@ -1,4 +1,4 @@
-"""Grant registration and leases (SPEC §3.3, §3.4).
+"""Grant registration and leases (protocol: grants#grant, grants#lease).
 
 A grant is registered once as its exact canonical bytes after checking it against the
 real repository: known repository, base commit present, base tree matching, allowlist
@@ -56,7 +56,7 @@ def validate_grant(services: Services, grant: GrantV1) -> None:
     paths = [check_path(p.path) for p in grant.target_preconditions]
     check_path_set(paths)
     _check_times(grant)
-    # another host's repository: 421 naming it (SPEC §10.24)
+    # another host's repository: 421 naming it (protocol: hosts#answers-that-route)
     repository = routing.local_repository(services, grant.repository_identity)
     tree = commit_tree(repository.layout, grant.base_commit)
     if tree is None:
@@ -125,7 +125,8 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
 
 def load_grant(services: Services, grant_id: str) -> GrantV1:
     """The grant stored here; one the ledger records for a repository another host guards
-    is ``owned_by_other_host`` naming that host (SPEC §10.24), else ``grant_unknown``."""
+    is ``owned_by_other_host`` naming that host (protocol: hosts#answers-that-route), else
+    ``grant_unknown``."""
     grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
     if grant is None:
         with services.db.session() as session:

@@ -1,29 +1,12 @@
-"""What a merged bundle's old states are checked against (SPEC §10.14, verification side).
+"""What a merged bundle's old states are checked against.
 
-A merged bundle (``PatchBundleV1.merge`` set) is made by the host from a drifted
-bundle: for each merged path its old state is the person's current bytes, which the
-grant never named. ``merged_states`` is what the ``preconditions`` check compares those
-old states with, after proving the merge's binding from the stored documents:
+``merged_states`` proves a merged bundle's binding to its original from the stored
+documents (protocol: runs#merged-bundle-binding) and returns the person's states the
+``preconditions`` check compares its merged paths with; a failure raises
+``VerificationFailed``.
 
-- the original bundle is stored, has the ``bundle_sha256`` the merge names, a stored
-  passed verification receipt and the same grant (id and sha256) as the merged bundle;
-- every change of the merged bundle is a change of the original for the same path;
-  a change at a path the merge did not merge is byte-for-byte the original's (so its old
-  state is still checked against the grant's precondition, as it was);
-- at a merged path the original was a ``modify`` whose old and new sha256 are the
-  merge's ``old_sha256`` and ``new_sha256``, and the merged change is a ``modify`` whose
-  old sha256 is the merge's ``current_sha256``;
-- a merged path may be absent from the merged bundle (the person's bytes already were
-  the merge's result: nothing left to write there), never added.
-
-So the only old states not authorized by the grant's preconditions are the person's own
-current bytes at paths the original bundle was authorized to modify, each bound by hash.
-Failures raise ``VerificationFailed`` (the bundle is not stored, or a promotion of it is
-refused at step 2).
-
-Deliberately not here: making the merge (``promoter.engine.review.merge``), and refusing
-merged bundles from executors (``promoter.engine.intake.bundles``: only the host makes
-them).
+Not here: making the merge (``promoter.engine.review.merge``), refusing merged bundles
+from executors (``promoter.engine.intake.bundles``).
 """
 
 from __future__ import annotations

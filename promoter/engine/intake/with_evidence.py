@@ -1,4 +1,5 @@
-"""A promotion with its evidence, after the blobs are stored (SPEC §10.21).
+"""A promotion with its evidence, after the blobs are stored
+(protocol: promotion#one-request-with-both-authorities).
 
 ``promote_with_evidence`` is what ``POST /v1/promotions:withEvidence`` does once its
 blobs are durable (``promoter.store.blob_batch``): the bundle is verified and stored with

@@ -1,53 +1,17 @@
 """The one applier: how a planned step becomes fs calls, for every operation kind.
 
-A step either puts a new leaf in place or removes one, always by compare-and-swap against
-the state the journal expects there:
+A step puts a new leaf in place or removes one, always by compare-and-swap against the
+state the journal expects (protocol: promotion#step-apply, recovery#removal-provably-ours):
+``stage`` writes the new bytes to the step's journaled temp name (``begin`` and
+``end_begun`` do it for a group, flushed together: protocol: promotion#flush-order),
+``place`` swaps the temp in over exactly the old state, ``remove`` moves the old state
+aside and unlinks it only while it is promoter's, ``fsync`` flushes each touched
+directory once. One ``Applier`` serves a whole pass of any kind (through
+``promoter.engine.operation.driver``), walking to each directory once and re-verifying it
+around every change (protocol: promotion#chain-checks), so a write rule changes here and
+in ``promoter.fs`` only.
 
-- ``stage`` opens the target's parent through a descriptor chain (creating missing
-  directories, each recorded in ``created_dirs`` even when a later step fails) and writes
-  the new bytes to the step's journaled temp name, fsynced; the bytes are given whole or
-  as a stream (a stored blob, ``BlobStore.stream``) that the fs layer hashes while
-  writing and refuses before the temp gets its name if they are not the expected blob;
-- ``place`` swaps the staged temp in over exactly the expected old state (``replace``:
-  exchange, verify what was displaced, swap back on a mismatch);
-- ``remove`` moves exactly the expected old state aside to the step's temp name and
-  unlinks it only when it is still promoter's to remove (``unlink_checked``);
-- ``write`` is ``stage`` then ``place`` for one step, ``drop_staged`` removes staged temps
-  that are still promoter's own (anything else is kept, in ``kept``), ``fsync`` syncs
-  each touched directory once, and ``read_states`` reads targets through the same held
-  directories;
-- ``begin`` is ``stage`` without the fsync and the naming, which ``end_begun`` does for
-  every begun step in the order begun: a promotion begins a group of temps before it
-  ends the first, so their fsyncs wait for the disk together (each temp is still fsynced
-  before it is named, and named before anything is placed). Where the worktree's
-  filesystem allows (``promoter.fs.group_sync``, started with the pass, before anything
-  is written), one ``syncfs`` stands for the group's fsyncs, and ``fsync`` syncs every
-  touched directory with one ``syncfs`` too; a failed one fails like a failed fsync.
-  Where it does not, the fsyncs of a group of temps, and of the touched directories, run
-  up to ``FSYNCS_AT_ONCE`` at once (``promoter.fs.shares``): each still before what
-  depends on it (every temp of the group fsynced before the first is named; every
-  directory after the last replace), the earliest failure raised as a loop would raise it.
-
-Promotions stage every temp first and then place them in bundle order; rollbacks and
-restores stage a group of temps, then place each in its turn (a step the group could not
-stage is written on its own); one driver (``promoter.engine.operation.driver``) owns one
-``Applier`` per pass for all of them, so a write rule changes here and in
-``promoter.fs`` only.
-
-One pass walks to each directory once: the steps in a directory share one held
-descriptor (``promoter.fs.held.Directories``), re-verified cheaply before and after
-every change (a step's first write or delete uses the re-check its directory was reused
-with, made just before: ``chain_checked``); ``parents`` holds each step's ``Parent`` view
-of it, and ``close`` closes each directory once. A check stands for the next change in
-the same directory only where nothing was named, moved or removed in between: a replace
-right after one in the same directory takes that one's check after as its check before
-(``place``), and begins in one directory that wrote only unnamed temps take the check
-before the first (``begin``); every check after a change (a temp named, a replace, a
-removal) still runs. The process umask is read once per pass
-(``umask``) for the mode of every new file.
-
-Deliberately not here: deciding what to write (the planners of ``promoter.domain.plan``
-and each kind's module), journaling, opening blobs (callers pass bytes or a stream),
+Not here: deciding what to write (``promoter.domain.plan``), journaling, opening blobs,
 and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete``).
 """
 

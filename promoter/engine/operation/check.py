@@ -1,4 +1,5 @@
-"""The post-promotion check command (SPEC §5.7), configured by the operator only.
+"""The post-promotion check command (protocol: recovery#post-promotion-check), configured by the
+operator only.
 
 Runs the repository's ``check_command`` (an argv list, never a shell string, never from a
 bundle) in the worktree with a scrubbed environment, no inherited descriptors, its own

@@ -1,4 +1,5 @@
-"""Directories a batch of writes will create, journaled before any is made (SPEC §10.1).
+"""Directories a batch of writes will create, journaled before any is made
+(protocol: recovery#removal-provably-ours).
 
 ``journal_intent`` finds the directories missing on the way to the paths a batch will
 create and records them as the operation's created directories before the first

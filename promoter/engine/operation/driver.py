@@ -1,39 +1,17 @@
 """The one driver of every pass that writes a worktree: promotion, recovery, rollback, restore.
 
-A planner (each kind's module, with the rules of ``promoter.domain.plan``) turns its
-journal into typed ``Step``s: the step's seq, its path on disk, the old and new ``State``,
-a ``Move`` (write or remove), its journaled temp name and where its bytes come from. A
-``Driver`` carries them out through ONE ``Applier`` for the whole pass, so the held
-directories (each walked to once) and, where the pass starts one, the group sync are
-shared by every step, in the pass's ``Ordering``:
+A planner turns its journal into typed ``Step``s (seq, path, old and new ``State``, a
+``Move``, the journaled temp name, the bytes' source); a ``Driver`` carries them out
+through one ``Applier`` for the whole pass, in the pass's ``Ordering``:
+``STAGE_THEN_PLACE`` (a promotion, a recovery that applies again: stage every temp, then
+``place_all`` in bundle order, ``abandon`` on a failed staging) or ``STEP_BY_STEP`` (a
+rollback, a restore: ``step``, or ``write_grouped`` then ``put``). ``between_groups`` is
+the host's epoch check (protocol: promotion#fence-stops-every-write). Bytes that are not
+promoter's are gathered in ``kept``; what a pass reads back is a ``Target`` per path;
+``remove_empty_dirs`` removes directories a pass made or emptied, deepest first, only when
+empty.
 
-- ``STAGE_THEN_PLACE`` (a promotion, and a recovery that applies its steps again): every
-  new file is staged at its temp name first (``stage`` and ``end_staging``), then
-  ``place_all`` puts each in place, or removes, in bundle order, stopping between two
-  steps when the daemon stops, at the first failure (the staged temps still promoter's
-  own dropped, anything else kept and named on the error), then one fsync per directory.
-  A staging that fails is undone by ``abandon``;
-- ``STEP_BY_STEP`` (a rollback, a restore): ``step`` writes or removes one step and syncs
-  its directory when asked (or ``sync_touched`` syncs every directory of the pass once,
-  at its end); the caller reads it back and decides what the failure means.
-  ``write_grouped`` stages the temps of up to ``TEMPS_TOGETHER`` consecutive writes
-  together (synced at once) before the caller puts each in its turn (``put``); a step
-  the group could not stage is written on its own.
-
-Between two groups of temps (either ordering) the pass runs ``between_groups`` when it
-was given one: the host's epoch check (SPEC §10.23), so a fenced host makes at most the
-group it was in when the fence came; what it raises ends the pass (a promotion then
-``abandon``s it: its named temps removed as its own, ``removed_temps``, and the empty
-directories it made, ``removed_dirs``).
-
-Bytes that are not promoter's, found where it expected its own, are gathered in ``kept``
-whichever way they were met. What a pass reads back is typed too: a ``Target`` per path
-(its ``Verdict``, what was found, the states expected), journaled as ``Target.wire()``.
-``remove_empty_dirs`` is the one removal of directories a pass made or emptied: deepest
-first, only when empty, a failure logged.
-
-Deliberately not here: planning (what each step is), journaling and receipts (each kind's
-module turns the ``Passed`` result into its outcome), and the write rules themselves
+Not here: planning, journaling and receipts (each kind's module), and the write rules
 (``promoter.engine.operation.apply``, ``promoter.fs``).
 """
 

@@ -1,4 +1,4 @@
-"""The repository lock as the engine takes it (SPEC §5.4 step 3)."""
+"""The repository lock as the engine takes it (protocol: promotion#step-lock)."""
 
 from __future__ import annotations
 

@@ -1,38 +1,17 @@
-"""How a promotion attempt ends (SPEC §5.4 step 7, §5.7): read-back, check, receipt.
+"""How a promotion attempt ends: read-back, check, receipt.
 
-After the writes every target is read back through a descriptor chain (each directory
-walked once for the read-back and re-checked around every read, all in one
-``promoter.fs.held.Directories.read_states`` call). All exactly new:
-the optional post-promotion check runs (``applied_unverified`` meanwhile), then the
-``outcome`` event, the PatchPromotionReceiptV1, its signed envelope and ``completed`` are
-one durable commit (SPEC §10.20: the ledger's row is the receipt's record; the event and
-the receipt that names it are made and signed before the transaction opens). Only then is
-the receipt's file written into the audit store, a copy with no flush
-(``AuditStore.copy``), repaired from the row whenever the receipt is read
-(``operation.requests.promotion_receipt``). The receipt's ``targets`` are always what
-was read from disk last, never copied from the bundle. Anything else fails closed as
-``needs_reconciliation`` with a per-path report; under the repository's
-``on_write_failure = "rollback"`` a failed write then rolls back what the attempt
-wrote, by compare-and-swap (``operation.rollback``). The writes themselves are
-``operation.promote``'s.
+After the writes every target is read back (one ``Directories.read_states`` call); all
+exactly new: the optional check runs, then the outcome event, the receipt built from the
+read-back, its envelope and ``completed`` are one durable commit and the receipt's file a
+copy written after it (protocol: promotion#step-outcome, storage#receipt-in-outcome-commit,
+recovery#post-promotion-check). Anything else fails closed as ``needs_reconciliation``,
+or rolls back (protocol: recovery#rollback-on-write-failure). Fault points:
+``after_readback``, ``before_check``, ``after_check``, ``before_receipt``, then the copy's
+own (``audit_promotion_after_…``).
 
-The check (SPEC §10.4): the repository is fingerprinted just before it runs
-(``operation.worktree_diff``, paid only by repositories with a ``check_command``);
-after it ends every target is read back again and the repository compared. A check that
-failed keeps code ``check_failed``; one that passed but changed a target or any other
-path ends ``check_changed_worktree``. Either way the report's ``check_changed`` names the
-targets not exactly new and every other path (worktree, git directory, index entries),
-and there is no receipt: ``needs_reconciliation`` under ``on_check_failure = "hold"``, or
-a rollback by compare-and-swap under ``"rollback"``, which restores only targets still
-exactly new; what the check changed is never touched.
-
-Deliberately not here: the writes (``operation.promote``), the rollback itself
-(``operation.rollback``) and running the check (``operation.check``).
-
-Fault points: ``after_readback``, ``before_check``, ``after_check``, ``before_receipt``
-(before the outcome's commit: a kill there leaves the operation to recovery, which
-completes it with one receipt); after the commit the copy's own points
-(``audit_promotion_after_create``, ``…_after_write``, ``…_after_link``).
+Not here: the writes (``operation.promote``), the rollback (``operation.rollback``), running
+the check (``operation.check``) and fingerprinting the repository
+(``operation.worktree_diff``).
 """
 
 from __future__ import annotations
@@ -304,9 +283,9 @@ def complete(
     paths: list[Target],
     signer: ReceiptSigner,
 ) -> None:
-    """Complete the operation in one durable commit (SPEC §10.20): the outcome event, the
-    receipt built from ``paths`` (what was read from disk), its envelope signed by
-    ``signer`` and ``completed``; then the receipt's copy into the audit store, unflushed.
+    """Complete the operation in one durable commit (protocol: storage#receipt-in-outcome-commit):
+    the outcome event, the receipt built from ``paths`` (what was read from disk), its envelope
+    signed by ``signer`` and ``completed``; then the receipt's copy into the audit store, unflushed.
 
     The outcome event is worked out (``ledger.prepare``), the receipt that names it built
     and signed, all before the transaction opens; the transaction appends the prepared

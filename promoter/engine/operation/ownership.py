@@ -3,7 +3,7 @@
 Every operation a daemon starts or claims records its owner: the host id (configured as
 ``host_id``, by default derived from the machine id), the boot id, the process id and
 start time, and ``owner_lease_until``, renewed by the daemon's heartbeat while the
-operation runs. The rules (SPEC §5.5, for many hosts sharing one ledger):
+operation runs. The rules (protocol: recovery#recovery, for many hosts sharing one ledger):
 
 - a daemon only ever recovers operations of its own host whose repository it is
   configured for; an operation owned by another host is never claimed, whatever its

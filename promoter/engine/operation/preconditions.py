@@ -1,34 +1,15 @@
-"""Step 4 of the host protocol (SPEC §5.4): read back the repository under the lock.
+"""Step 4 of the host protocol: read back the repository under the lock.
 
-Symbolic HEAD must equal the grant's branch, HEAD the base commit and HEAD's tree the
-base tree; every target's index entries must equal its precondition (explicit, or the
-base tree's entry at stage 0, or absent; also for a chained grant, since promoter never
-writes the index); every worktree target must be exactly its old
-or exactly its new state (each read as ``Root.read_state`` reads it, through the
-directories held for the read-back: ``promoter.fs.held.Directories``). The result lists,
-per path, what was expected and what was found; it writes nothing.
+``read_back`` compares HEAD, its tree, every target's index entries and every worktree
+target (through ``promoter.fs.held.Directories``) with what the grant and the bundle
+expect, and lists per path what was expected and found (protocol: promotion#step-read-back);
+a target unsafe to touch raises ``PathUnsafe`` with the whole report
+(protocol: promotion#unsafe-refuses-before-journal). It costs a fixed handful of git
+processes whatever the bundle's and the repository's size (``read_head``,
+``path_entries``, ``index_entries``), and writes nothing.
 
-One decision is made here: a target that is unsafe to touch gets the verdict
-``unsafe`` and ``read_back`` raises ``PathUnsafe`` (code ``path_unsafe``) carrying the
-whole report, so the promotion and the preflight refuse before anything is journaled or
-written. Unsafe means the fs layer refused to read the path (``PathUnsafe``: a mount or
-bind mount on the way or at the leaf, a symlinked or swapped directory, a nested
-repository, a leaf that kept changing), or a delete whose target is exactly ``old`` but
-has other hard links (removing one name would leave the bytes reachable elsewhere, and
-the checked unlink would refuse only after writing had begun).
-
-What is read costs a fixed handful of git processes, whatever the bundle's size (within
-one argv batch) and whatever the repository's: HEAD, its commit and its tree in one
-(``read_head``); the tree entries of every target and of each of its leading directories
-in one (``path_entries``; none when the bundle's verification read them in the same
-tree; the base tree's entries for the implicit preconditions come from the same answer
-when HEAD's tree is the base tree, which is the case whenever the read-back can pass);
-the index entries of the same paths in one (``index_entries``). The
-gitlink check uses those answers instead of asking again.
-
-Deliberately not here: what to do about drift (the caller refuses), re-checking at
-write time (``fs/atomic.py`` does, under the same rules), and leaf kinds such as a
-symlink or FIFO at a target, which are ``neither`` old nor new and so drift.
+Not here: what to do about drift (the caller refuses), and the checks at write time
+(``fs/atomic.py``).
 """
 
 from __future__ import annotations

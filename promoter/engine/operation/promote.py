@@ -1,30 +1,17 @@
-"""Running one promotion attempt: the host protocol of SPEC §5.4, steps 1 to 7.
+"""Running one promotion attempt: the host protocol, steps 1 to 7.
 
-Authority and evidence first (refused on failure), then the repository lock, the
-read-back under the lock (refused with a drift report on any difference), the journal
-(steps with their temp names plus ``decision`` and ``action`` events in one
-transaction), the directories the writes will create (journaled before any is made),
-the writes in two batches (every temp file written and fsynced, journaled, then every
-replace/unlink in bundle order, one fsync per parent directory), the read-back of every
-target, and the ``outcome`` event with the receipt. Bytes that are not promoter's,
-found where it expected its own, are kept and named in the report (``kept``). Anything
-unexpected once writing has begun fails closed: ``needs_reconciliation`` with a
-per-path report. The host's epoch is checked before the first temp, between groups of
-temps and before the first replace (SPEC §10.23): a fenced host stands down, removing
-the temps it named and the empty directories it made, and raises ``host_fenced`` naming
-them (``worktree``). The database lost before the plan is journaled (nothing written)
-is waited for, up to ``outage_retry_seconds`` from the first failure, and the read-back
-and the plan are done again: the same attempt goes on (SPEC §10.23); past the bound it
-raises ``database_unavailable`` naming the attempt, which the put-back records as
-``refused``. Requests, idempotency and scheduling live in ``operation.requests``.
+Authority and evidence, the lock, the read-back, the journal (with the directories to
+create), the writes (every temp staged, then each replace or unlink in bundle order),
+the read-back and the outcome (protocol: promotion#host-protocol), with the host's epoch
+checked before the first temp, between groups and before the first replace
+(protocol: promotion#fence-stops-every-write) and an outage before the plan waited out
+(protocol: promotion#outage-before-plan). Bytes that are not promoter's are kept and
+named (``kept``); anything unexpected once writing has begun fails closed. Fault points:
+``before_journal``, ``after_journal``, ``after_dir_intent``, ``after_temps_journaled``,
+``after_replaces``.
 
-How the attempt ends (read-back, check, receipt) is ``operation.outcome``'s.
-
-Fault points: ``before_journal``, ``after_journal``, ``after_dir_intent``
-(``operation.dirs``), ``after_temps_journaled`` (``operation.staging``),
-``after_replaces`` (plus the fs layer's own and ``operation.outcome``'s; the wait for
-the database reaches ``database_retry`` and ``outage_bound_passed``,
-``promoter.store.outage``).
+Not here: requests, idempotency and scheduling (``operation.requests``), how the attempt
+ends (``operation.outcome``), the waits for the database (``promoter.store.outage``).
 """
 
 from __future__ import annotations
@@ -192,7 +179,8 @@ def run_locked(
                 planned = _plan(services, operation_id, fence, evidence, repository, root)
             except (DatabaseUnavailable, DatabaseBusy) as exc:
                 # the database went away before the plan was journaled: nothing is written,
-                # so the attempt waits for it (bounded) and plans again (SPEC §10.23)
+                # so the attempt waits for it (bounded) and plans again
+                # (protocol: promotion#outage-before-plan)
                 if deadline is None:
                     deadline = time.monotonic() + services.settings.outage_retry_seconds
                 _wait_out(services, operation_id, attempt, exc, deadline)
@@ -237,7 +225,9 @@ def _plan(
         )
         refuse(services.db, operation_id, drift, drift_report=readback.report())
         return None
-    try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+    # (4) links by resolution against the disk as it is now
+    # (protocol: bundles#symlinks-by-resolution)
+    try:
         refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
     except PromoterError as exc:
         _refuse_unless_outage(services, operation_id, exc)
@@ -449,11 +439,12 @@ def apply_changes(
 
 
 def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
-    """A fence seen while staging or before the first replace (SPEC §10.23): the temps
-    this pass named are removed as provably its own (journaled names, still the inode and
-    bytes it wrote: ``Temps.drop_temp``) and the empty directories it made; anything not
-    promoter's found at a temp name is kept in place. The lock is still held, so the new
-    owner's recovery cannot run meanwhile. Returns ``exc``, naming what was removed."""
+    """A fence seen while staging or before the first replace
+    (protocol: promotion#fence-stops-every-write): the temps this pass named are removed as provably
+    its own (journaled names, still the inode and bytes it wrote: ``Temps.drop_temp``) and the empty
+    directories it made; anything not promoter's found at a temp name is kept in place. The lock is
+    still held, so the new owner's recovery cannot run meanwhile. Returns ``exc``, naming what was
+    removed."""
     driver.abandon(exc)
     return _noted(operation_id, driver, exc)
 

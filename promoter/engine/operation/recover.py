@@ -1,35 +1,17 @@
-"""Crash recovery and reconciliation of promotions (SPEC §5.5, §5.7).
+"""Crash recovery and reconciliation of promotions.
 
-On start every ``in_progress`` operation whose owner process is gone becomes
-``needs_recovery``. Recovery reloads the same operation, requires a lease of the same
-``(workflow_id, stage)`` whose fence is not lower than the grant's, takes the repository
-lock, marks the operation ``in_progress`` under a new owner (a crash during recovery
-leaves it ``needs_recovery`` again; an error of any kind puts it back at once, with the
-error's code, ``promoter.engine.operation.stopped``), settles the temp names its journal
-allowed (promoter's bytes removed, anything else kept and reported; never a sweep by
-prefix) and reclassifies every target with the table of SPEC §5.5. It never rolls
-completed files back by itself, and the operation ends with the same id and exactly one
-receipt: the outcome event, the receipt and ``completed`` are one commit
-(``operation.outcome``, SPEC §10.20), so an operation is either not completed (recovered
-here) or completed with its receipt; the receipt's audit file is a copy, written after
-that commit and rebuilt from the row when the receipt is read, never here.
+``recover`` (and ``auto_recover`` at start-up) reloads a ``needs_recovery`` operation,
+checks its lease, takes the lock, claims it under a new owner, settles its journaled temp
+names and reclassifies every target (protocol: recovery#recovery,
+recovery#journaled-names-only); ``reconcile`` carries out an operator's ``continue``,
+``abandon`` or ``rollback`` (protocol: recovery#reconciliation). Every entry point asks
+``promoter.domain.status.guard`` first, and only then dispatches a rollback's or a
+restore's own recovery (protocol: recovery#guards); ``abandon`` closes the operation only
+from the status it read (protocol: promotion#status-from-first-read). Fault point:
+``abandon_decided``.
 
-``reconcile`` carries out an operator's decision on a ``needs_reconciliation`` operation:
-``continue`` (the same reclassification, after a manual fix; an error during it leaves
-the operation ``needs_reconciliation`` again), ``abandon`` (close it, leave the files)
-or ``rollback`` (``promoter.engine.operation.rollback``).
-
-Every entry point (``recover`` from the API, ``reconcile``, ``auto_recover`` at start-up)
-first asks ``promoter.domain.status.guard`` whether the caller's role may move the
-operation in its current status, for every kind: ``recover`` only ever acts on
-``needs_recovery``, ``needs_reconciliation`` only moves by the operator's ``reconcile``,
-and a final operation never runs again (``not_recoverable``, nothing written). The
-dispatch to a rollback's or a restore's own recovery comes after that guard, never
-before it. ``abandon`` closes the operation in the transaction that read its status;
-if another request or host moved it in between, nothing is recorded and the request is
-answered ``operation_conflict`` (the row's status is its version, ``store.tables``).
-Fault point: ``abandon_decided`` (the status read and guarded, nothing written yet).
-Deliberately not here: the guard's rules themselves (pure, in ``domain``).
+Not here: the guard's rules (pure, in ``domain``), the receipt's commit
+(``operation.outcome``), the rollback (``operation.rollback``).
 """
 
 from __future__ import annotations
@@ -209,7 +191,8 @@ def _recover_body(
 def settle_temps(
     services: Services, operation_id: str, root: Root, changes: list[Change]
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Settle every temp name this operation's attempts were journaled to use (SPEC §10.1).
+    """Settle every temp name this operation's attempts were journaled to use
+    (protocol: recovery#removal-provably-ours).
 
     Returns the temp files removed (promoter's own) and the kept entries (someone else's
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).

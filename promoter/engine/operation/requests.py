@@ -1,15 +1,16 @@
 """Promotion requests, operation identity and idempotency, scheduling and views.
 
-``request_promotion`` derives the deterministic operation id (SPEC §5.2) and never starts
-a second run of the same operation: completed returns the stored receipt's state, in
-progress its status, needs recovery or reconciliation that status; only a ``refused``
-operation gets a new attempt, unless a person rejected it (``approval_rejected``; final
-until an operator reopens it). Attempts run on a small worker pool off the request
-thread; ``wait`` blocks on the attempt's future. Under the approval gate (always for a
-merged bundle, whatever the grant and the repository say)
+``request_promotion`` derives the deterministic operation id
+(protocol: promotion#operation-identity) and never starts a second run of the same operation:
+completed returns the stored receipt's state, in progress its status, needs recovery or
+reconciliation that status; only a ``refused`` operation gets a new attempt, unless a person
+rejected it (``approval_rejected``; final until an operator reopens it). Attempts run on a small
+worker pool off the request thread; ``wait`` blocks on the attempt's future. Under the approval gate
+(always for a merged bundle, whatever the grant and the repository say)
 (``promoter.engine.review.approval``) a request is held as ``awaiting_approval`` until
 ``decide``, and an approval starts the attempt. The protocol itself is in
-``operation.promote``; preflight (SPEC §5.6) reuses its read-back and writes nothing.
+``operation.promote``; preflight (protocol: promotion#preflight) reuses its read-back and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def _put_back(services: Services, operation_id: str, error: PromoterError) -> st
     step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
     time: a commit whose answer was lost may have happened. Returns the status. A host
     fenced meanwhile puts nothing back (``host_fenced``, noted for ``/readyz``): the
-    operation is the new owner's (SPEC §10.23)."""
+    operation is the new owner's (protocol: promotion#fence-stops-every-write)."""
     with services.db.session() as session:
         services.db.guard_writes(session)
         row = journal.get_operation(session, operation_id)
@@ -199,7 +200,7 @@ def request_promotion(
         verification_receipt_sha256=receipt_sha256,
         repository_identity=repository.identity,
     )
-    # a merged bundle (SPEC §10.14) always waits for a person's approval
+    # a merged bundle (protocol: runs#merges-are-new-bundles) always waits for a person's approval
     gated = (
         approval.required(repository, grant)
         or bundle.merge is not None
@@ -229,7 +230,8 @@ def _request(
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
-        if row is not None:  # a person's rejection is final (SPEC §10.13): nothing is written
+        # a person's rejection is final (protocol: runs#approvals): nothing is written
+        if row is not None:
             approval.refuse_if_rejected(session, row)
         held = gated and (row is None or not approval.approved(session, row, grant))
         status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
@@ -392,12 +394,13 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 
 
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
-    """The promotion receipt's bytes, only once the operation is ``completed`` (SPEC §7).
+    """The promotion receipt's bytes, only once the operation is ``completed``
+    (protocol: bundles#promotion-receipt).
 
-    The bytes are the row's (SPEC §10.20: the ledger's row is the record), never the audit
-    file's: the file is a copy, compared with them here and written again when missing or
-    different (``AuditStore.copy``; a different one is set aside, its bytes kept). A copy
-    that cannot be written is logged; the receipt is served all the same.
+    The bytes are the row's (protocol: storage#receipt-in-outcome-commit: the ledger's row is the
+    record), never the audit file's: the file is a copy, compared with them here and written again
+    when missing or different (``AuditStore.copy``; a different one is set aside, its bytes kept). A
+    copy that cannot be written is logged; the receipt is served all the same.
     """
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)

@@ -1,27 +1,14 @@
-"""Restoring a worktree to a shadow snapshot, as a journaled operation (SPEC §8, §5.3–5.5).
+"""Restoring a worktree to a shadow snapshot, as a journaled operation.
 
-This module owns ``restore`` and ``recover_restore``: the decision and the journal.
-Under the repository lock ``restore`` captures the worktree; unless that tree equals
-``expected_current_tree`` it refuses with ``SnapshotStale`` and writes nothing.
-Otherwise it plans one step per changed path from the current tree to the target:
-regular files and symlinks (mode 120000, written as links, never followed), with names
-that need not be UTF-8 (journals, events and reports carry them escaped, ``\\xNN``, by
-``wire_path``; recovery maps them back through the two trees). Nothing or everything:
-a path the restore truly cannot handle (a gitlink on either side, a component promoter
-never writes, two names that escape alike) refuses the whole restore before anything
-is journaled, listing every such path; otherwise every path is restored. It journals
-the operation (kind
-``restore``, id from ``restore_id``), its steps with old/new FileStates and the
-``decision`` and ``action`` events in one transaction, and hands the steps to
-``snapshot_steps.StepRun``, which writes and journals the outcome. A ``post`` capture
-then records what the worktree holds. The same restore (same repository, same current
-and target trees) again is a new attempt of the same operation once the earlier one is
-finished; while it is unfinished it is ``operation_conflict``.
+``restore`` captures the worktree under the lock, refuses ``SnapshotStale`` unless it is
+at ``expected_current_tree``, plans one step per changed path (all or nothing), journals
+the operation (``restore_id``), its steps and events in one transaction, hands the steps
+to ``restore_steps`` and records a ``post`` capture; ``recover_restore`` finishes an
+interrupted one (protocol: snapshots#restore, snapshots#restore-all-or-nothing,
+recovery#recovery).
 
-Deliberately not here: the writes themselves (``promoter.engine.operation.restore_steps``),
-snapshot bookkeeping (``promoter.engine.snapshots.capture``) and git plumbing
-(``promoter.git.shadow``). Never ``read-tree -u``, ``checkout-index``, ``checkout``,
-``reset``, ``stash`` or ``clean``.
+Not here: the writes (``promoter.engine.operation.restore_steps``), snapshot bookkeeping
+(``promoter.engine.snapshots.capture``), git plumbing (``promoter.git.shadow``).
 """
 
 from __future__ import annotations
@@ -268,7 +255,8 @@ def recover_restore(
 def _recover_restore_body(
     services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
-    """Finish an interrupted restore or fail closed (SPEC §5.5); returns the new status.
+    """Finish an interrupted restore or fail closed (protocol: recovery#recovery); returns the new
+    status.
 
     Under the lock, the temp names its journal allowed are settled (promoter's bytes removed,
     anything else kept and the restore failed closed) and each

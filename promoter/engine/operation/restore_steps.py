@@ -169,7 +169,8 @@ class StepRun:
             self.root,
             Ordering.STEP_BY_STEP,
             group_sync_limit=limit,
-            between_groups=functools.partial(fencing.check, self.services),  # SPEC §10.23
+            # protocol: promotion#fence-stops-every-write
+            between_groups=functools.partial(fencing.check, self.services),
         )
         try:
             yield driver

@@ -1,53 +1,17 @@
-"""Rollback of promoter's own bytes (SPEC §5.7, RollbackReceiptV1 of §3.8).
+"""Rollback of promoter's own bytes (protocol: recovery#rollback, bundles#rollback-receipt).
 
 Under the repository lock, in reverse step order, each target gets a compare-and-swap
-through the descriptor-chain writer: exactly ``new`` is restored to ``old`` (old blob and
-mode; a created file is removed with a checked unlink), exactly ``old`` is left, anything
-else is a ``conflict`` and is not touched. Directories the operation created are removed
-if empty, deepest first. Every target is attempted and failures are aggregated. Never
-``git reset``/``checkout``.
+through the descriptor-chain writer, journaled as an operation of its own in one pass of
+read, journal, write back, outcome (protocol: recovery#rollback-journal); each target is
+reported with its result and reason and the receipt journaled once
+(protocol: recovery#rollback-reasons). Temps of up to ``TEMPS_TOGETHER`` consecutive
+targets are made durable together. Fault points: ``rollback_before_journal``,
+``rollback_after_step``, ``rollback_before_receipt``, ``rollback_after_receipt``.
 
-A rollback is journaled as its own operation (kind ``rollback``, parent = the promotion)
-with one step per target, in one pass of three parts: every target is read and
-classified; the targets to write back are journaled as such (``write_old``, one durable
-commit) before the first is written; each is then written back and read back (the temps
-of up to ``TEMPS_TOGETHER`` consecutive ones made durable together, each before it is
-named), every directory of a restored target is synced once, an earlier pass's too, and
-every target's outcome is journaled in one durable commit, with the promotion's created
-directories found then (the report's ``directories_to_remove``). A crash mid-rollback is
-recovered like a promotion: a target the journal says was restored, or was about to be,
-reports ``restored`` when it reads as old, and the rest are classified again
-(``already_old`` when old); a directory journaled to remove and gone since is named in
-``removed_directories``. A promotion has one rollback: asked for again, a finished one
-answers its stored receipt, a stopped one (``needs_recovery``) is claimed and resumed,
-and any other is refused (``operation_conflict``) before anything is read or written.
-
-Each target is reported with what happened (``result``) and why (``reason``): exactly
-``restored`` or ``already_old``; ``conflict`` when someone else's bytes (or shape) are
-there; ``io_error`` (with the errno) when a read or write failed; ``unsafe`` when the path
-is no longer safe to walk (``path_unsafe``); ``storage_error`` when the old blob could not
-be read; ``error`` for anything else. Every failure that is not a conflict has the
-``result`` ``failed`` and an ``error`` member with its code, errno and detail. ``actual``
-is what the path was read back as, with its kind; ``null`` (never "missing") when it could
-not be read. The status: ``rolled_back`` when every target is at its old state (restored
-or already old), ``rollback_failed`` when none is, ``rollback_partial`` otherwise.
-
-The receipt is journaled once: the first pass that finishes the targets records it in the
-rollback's row (with the ``outcome`` events), then it is written to the audit store
-(fsynced; identical bytes already there are reused, different bytes are an error and are
-never overwritten), and only then are the rollback and its promotion given their final
-status. A re-run after a crash anywhere in between reuses the recorded receipt, so the
-database row and the audit file never hold different bytes.
-
-Fault points: ``rollback_before_journal``, ``rollback_after_step`` (after each target written
-back, before the next), ``rollback_before_receipt``, ``rollback_after_receipt`` (recorded
-and written, final status not yet journaled).
-
-Deliberately not here: whether an operation may be recovered or reconciled at all (the
-guard of ``promoter.domain.status``; ``recover_rollback`` only re-checks the status it was
-called for), the writes themselves (``promoter.fs``), deciding to roll back on a
-failed check or write (``promoter.engine.operation.outcome``), and how each target is worded in the
-receipt (``promoter.engine.operation.rollback_report``).
+Not here: whether an operation may run at all (the guard of ``promoter.domain.status``),
+the writes (``promoter.fs``), deciding to roll back after a failed check or write
+(``promoter.engine.operation.outcome``), and the wording of each target
+(``promoter.engine.operation.rollback_report``).
 """
 
 from __future__ import annotations
@@ -176,7 +140,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     (``needs_recovery``, e.g. the repository lock was busy), it is resumed once claimed
     here; in any other status it is refused and nothing runs: a running rollback is
     someone else's, one in ``needs_reconciliation`` moves only by the operator's
-    ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
+    ``reconcile``, a final one never runs again (protocol: recovery#guards).
     """
     with services.db.session() as session:
         services.db.guard_writes(session)  # a fenced host starts nothing
@@ -391,7 +355,8 @@ def _one_pass(
     ``held``: the seqs whose temp name held someone else's bytes (conflicts).
     """
     limit = services.settings.group_sync_limit
-    fenced = functools.partial(fencing.check, services)  # between groups (SPEC §10.23)
+    # between groups (protocol: promotion#fence-stops-every-write)
+    fenced = functools.partial(fencing.check, services)
     with Driver(
         root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
     ) as driver:

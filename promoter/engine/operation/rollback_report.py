@@ -1,4 +1,5 @@
-"""How a rollback reports each target and sums them up (SPEC §5.7, RollbackReceiptV1).
+"""How a rollback reports each target and sums them up (protocol: recovery#rollback,
+bundles#rollback-receipt).
 
 ``target_report`` turns what happened to one target (a reason, the leaf read back, the
 error) into the receipt's target: ``result`` (``restored``, ``already_old``, ``conflict``

@@ -1,4 +1,5 @@
-"""Settling journaled temp names after a crash, for every kind of operation (SPEC §10.1).
+"""Settling journaled temp names after a crash, for every kind of operation
+(protocol: recovery#removal-provably-ours).
 
 Given ``(target path, journaled temp name, old state, new state)`` tuples, each temp
 name is settled through ``promoter.fs.aside.settle``: promoter's own bytes (or the exact

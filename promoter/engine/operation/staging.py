@@ -1,11 +1,11 @@
-"""Staging a promotion's new files at their journaled temp names (SPEC §5.4, step 6a).
+"""Staging a promotion's new files at their journaled temp names (protocol: promotion#step-apply).
 
 ``stage_temps`` hands every write of the attempt to the pass's driver, which begins
 ``TEMPS_TOGETHER`` temps before the first is fsynced (where the filesystem allows, one
 ``syncfs`` makes each group durable: ``Applier.end_begun``), and journals any directory
 the staging had to make that the plan did not. Before each group after the first the
 driver checks the host's epoch (``Driver``'s ``between_groups``): a fenced host stops
-with ``host_fenced`` before that group makes anything (SPEC §10.23).
+with ``host_fenced`` before that group makes anything (protocol: promotion#fence-stops-every-write).
 
 Fault point: ``after_temps_journaled``. Deliberately not here: the replaces and unlinks
 and what a failure means (``promoter.engine.operation.driver`` and ``promote``), the

@@ -1,4 +1,4 @@
-"""What a post-promotion check changed in a repository (SPEC §10.4).
+"""What a post-promotion check changed in a repository (protocol: recovery#post-promotion-check).
 
 This module owns the comparison of a repository before and after its check command:
 ``Baseline.take`` fingerprints the worktree (every entry but what is inside ``.git``
@@ -45,7 +45,8 @@ _INDEX = "index"
 
 
 def _text(path: str) -> str:
-    """The wire form (SPEC §10.12) a report names a path by: exact, never lossy."""
+    """The wire form (protocol: documents#byte-paths) a report names a path by: exact, never
+    lossy."""
     return wire_path(path)
 
 

@@ -1,5 +1,5 @@
 """One key set for the ledger; each receipt's envelope made once and served as stored
-(SPEC §10.15).
+(protocol: hosts#fencing).
 
 Owns three things. (1) Publishing: before a host signs anything it publishes its
 keyring's public keys (keyid, host id, validity window) into the ledger

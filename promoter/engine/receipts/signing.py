@@ -1,4 +1,4 @@
-"""Signed receipts (SPEC §3.9 as amended by §10.6): DSSE envelopes over in-toto Statements.
+"""Signed receipts (protocol: bundles#signed-receipts): DSSE envelopes over in-toto Statements.
 
 Owns the DSSE v1 envelope (``payloadType: application/vnd.in-toto+json``) over the
 canonical Statement whose predicate is the exact canonical bytes of a receipt (made and

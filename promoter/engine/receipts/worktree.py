@@ -86,8 +86,8 @@ def compare_targets(receipt: dict[str, Any], worktree: Path) -> list[TargetMatch
 
 
 def read_state(worktree: Path, relative: str) -> str:
-    """What is at ``relative`` (a wire form, SPEC §10.12) under ``worktree``, without
-    following any symlink."""
+    """What is at ``relative`` (a wire form, protocol: documents#byte-paths) under ``worktree``,
+    without following any symlink."""
     try:
         return _read_state(worktree, disk_path(relative))
     except PathInvalid as exc:

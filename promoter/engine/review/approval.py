@@ -1,44 +1,16 @@
 """The approval gate: a promotion that waits for a person's decision before it writes.
 
-A repository (operator config ``approval = "required"``) or a grant (``approval:
-"required"``) can require it. ``required`` says whether it applies; ``precheck`` is what
-a gated request checks before it is held (the lease and the evidence, exactly as an
-attempt would; nothing is written); ``approved`` finds a standing approval of an
-operation; ``decide`` journals the operator's ``approve`` or ``reject`` as a
-``decision`` event carrying who and why and the hashes it binds, and moves the
-operation: approved starts the attempt (which re-checks everything as usual), rejected
-refuses it.
+``required`` says whether a repository or a grant requires it; ``precheck`` checks a
+gated request before it is held; ``approved`` and ``rejected`` find a standing decision;
+``decide`` journals the operator's ``approve`` or ``reject`` (with who, why and the hashes
+it binds) and moves the operation; ``reopen`` holds a rejected one again; an approval in
+part derives and starts the sub-bundle's operation (``promoter.engine.review.partial``).
+The rules: protocol: runs#approvals, runs#what-an-approval-binds, runs#partial-accept;
+what an approval of a cut review must name is checked first (``promoter.engine.review.seen``,
+protocol: api#every-byte-reviewable).
 
-Who decided is the authenticated credential (SPEC §10.13): the caller passes the
-principal's role and name, never a name from a request body; a name a body claims is
-kept apart as ``claimed_by`` and decides nothing. A rejection is final for its
-operation: ``rejected`` finds it and a later request for the same operation is refused
-(``ApprovalRejected``) without writing anything, until an operator ``reopen``s it, which
-is journaled as a decision too and holds the operation for a decision again.
-
-An approval binds one operation id, which derives from the grant, bundle and
-verification hashes, and the event repeats those hashes: nothing else can ride on it.
-It lasts as long as the grant's window (``expires_at``): an approval of an expired
-grant is refused, and a standing approval found on a later request counts only while
-the grant is inside its window.
-
-An approval may accept part of the bundle (``partial.Selection``): the host derives a
-sub-bundle from the stored one and verifies it against the same grant
-(``promoter.engine.review.partial``), journals ``approved_in_part`` on the held
-operation (who, the accepted and declined paths, the composed ones, the derived bundle
-and operation) and refuses it with that code, naming the derived operation; and it
-creates the derived bundle's own operation, whose first event is the approval decision
-(``approved``, the same person, ``parent_operation_id``), and starts it. Like a
-rejection, that decision is final for the held operation: asking to promote the parent
-bundle again answers ``approved_in_part``.
-
-An approval of a bundle whose review's first page does not show every file in full
-names those it accepts, or says all were seen (SPEC §10 item 18): that rule is checked
-before ``decide`` (``promoter.engine.review.seen``), which journals what it said
-(``seen``) with the decision.
-
-Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
-(the route admits the operator only), and the attempt's own checks.
+Not here: scheduling the attempt (``promoter.engine.operation.requests``), roles (the
+route admits the operator only), and the attempt's own checks.
 """
 
 from __future__ import annotations
@@ -100,7 +72,8 @@ def _binding(row: Operation) -> dict[str, Any]:
 
 
 def _bound(row: Operation) -> bool:
-    """The row's operation id is the one its hashes derive (SPEC §5.2)."""
+    """The row's operation id is the one its hashes derive
+    (protocol: promotion#operation-identity)."""
     if None in (row.grant_sha256, row.bundle_sha256, row.verification_receipt_sha256):
         return False
     derived = operation_id_for(

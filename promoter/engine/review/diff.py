@@ -1,33 +1,13 @@
 """What a stored bundle would change, as a unified diff from its own old and new blobs.
 
-``bundle_diff`` reads the bundle and, for every change, the stored blobs of its old and
-new states, and returns one entry per path (operation, modes, sizes, sha256s, line
-counts, whether it is binary or summarized, lines added and removed, and ``flags`` that
-reveal what can hide code: see ``promoter.engine.review.scan``) plus one unified diff of
-the text files, cut at a line end once it passes ``limit`` bytes (``truncated``).
+``bundle_diff`` reads the bundle and its stored blobs and returns one entry per path
+(operation, modes, sizes, hashes, line counts, binary or summarized, ``flags`` from
+``promoter.engine.review.scan``) and one unified diff cut at a line end past ``limit``
+(protocol: api#what-a-review-shows). Small files are diffed by ``difflib``, the rest by a
+hermetic ``git diff --no-index`` sharing ``review_diff_timeout``; at most
+``review_diff_concurrency`` diffs are built at once. Fault point: ``bundle_diff_file``.
 
-What is shown is what will run. A file is binary only as git would say: a NUL byte in
-the first 8000 bytes of either side; it is summarized, never diffed. Every other file is
-diffed, and its lines are shown with bytes that are not UTF-8 as ``\\xNN`` and hidden
-characters (bidirectional controls, zero-width and other invisible characters, control
-characters) as ``<U+XXXX>``.
-
-Work per request is bounded. Every side is read once, streaming, to hash, count and flag
-it. A side larger than ``review_diff_max_file_bytes`` is not diffed: the file is
-summarized (``summarized``: sizes, sha256s, line counts, flags). Small files (both sides
-at most ``SMALL_BYTES`` and ``SMALL_LINES``) are diffed by ``difflib`` in memory; the rest
-by ``git diff --no-index`` on the stored blob files (hermetic, ``promoter.git.runner``),
-whose output is read line by line and kept only up to ``limit``. A request's git diffs
-share ``review_diff_timeout`` seconds: one still running then is killed, and the files
-not diffed by then are summarized too (said in the diff text). At most
-``review_diff_concurrency`` bundle diffs are built at once in a process; more wait
-(callers run this in a worker thread, never on the event loop).
-
-Fault point: ``bundle_diff_file`` (a file's sides scanned, before it is diffed).
-
-Deliberately not here: the worktree. The diff is built from what the bundle claims and
-the audit store holds, so it shows what a promotion would write, not what the worktree
-reads as now (that is the preflight's). Rendering (colour, pager) is the CLI's.
+Not here: the worktree (the preflight's), rendering (the CLI's).
 """
 
 from __future__ import annotations

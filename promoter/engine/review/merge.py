@@ -1,40 +1,15 @@
-"""Merge a drifted promotion away from the worktree into a new bundle (SPEC §10.14).
+"""Merge a drifted promotion away from the worktree into a new bundle.
 
-``merge_operation`` takes a promotion refused with ``target_drift`` and, for each of its
-bundle's targets that now reads as neither the bundle's old nor its new state (the person
-changed it), makes a three-way merge of (the bundle's old bytes, the person's current
-bytes, the bundle's new bytes) with ``git merge-file`` in a scratch directory under the
-state directory (``promoter.git.merge_file``). The person's bytes are read through the
-worktree's descriptor chain (``Root.read_content``: no symlink followed, mounts refused,
-at most ``MAX_MERGE_BYTES``), and never written.
+``merge_operation`` merges, with ``git merge-file`` in a scratch directory
+(``promoter.git.merge_file``), each target of a promotion refused ``target_drift`` that
+the person changed, reading their bytes through ``Root.read_content``; it makes and holds
+the merged bundle's promotion, or raises ``MergeConflict`` or ``MergeUnsupported``
+(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). Fault point:
+``merge_inputs_read``.
 
-- Every drifted path merges cleanly: a new bundle is made whose merged paths have the
-  person's bytes as their old state and the merged bytes as their new state; the other
-  changes are carried over as they were; ``merge`` binds the original bundle and the
-  three input hashes per path. Its blobs are stored, it is verified against the original
-  grant (``promoter.engine.intake.merged`` says how) and stored, and a promotion of it is
-  held in ``awaiting_approval`` with the original's fence: it is never promoted without
-  a person's approval, and its attempt refuses (``target_drift``) if a file moved again.
-- Any drifted path has conflicts: ``MergeConflict`` carrying, per path, the merged text
-  with its conflict markers (cut at ``SHOWN_CHARS``); no bundle, nothing written.
-- The grant's HEAD, branch or tree moved, or a target is staged in the index (read as
-  the promotion's read-back reads them): ``MergeUnsupported`` at once, since a merged
-  bundle is held to the same grant and could never be promoted.
-- Any drifted path is not text on every side (binary: a NUL byte; a symlink, directory,
-  special file or missing file in the worktree; a create, delete or link in the bundle;
-  over ``MAX_MERGE_BYTES``): ``MergeUnsupported`` with the old, current and new hashes,
-  modes and sizes side by side; no bundle, nothing written.
-
-Fault point: ``merge_inputs_read`` (the person's bytes were read, nothing merged yet: a
-save that lands now is not in the merge, and the merged bundle's promotion refuses it).
-
-A merge of a merged bundle's operation starts again from the original bundle, so a file
-that moved once more can be merged afresh. The same inputs always make the same bundle
-(its ``created_at`` is the original's), hence the same held operation.
-
-Deliberately not here: the promotion protocol, which never merges (drift refuses), the
-approval itself (``promoter.engine.review.approval``) and roles (the route admits the
-operator only).
+Not here: the promotion protocol, which never merges, the approval
+(``promoter.engine.review.approval``), how a merged bundle is verified
+(``promoter.engine.intake.merged``), roles (the route admits the operator only).
 """
 
 from __future__ import annotations

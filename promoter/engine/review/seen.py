@@ -1,8 +1,8 @@
 """The approval rule of a cut review: a file not shown in full is approved only by name.
 
-SPEC §10 item 18. A bundle's review is answered in pages of ``review_diff_page_bytes``
-(``promoter.engine.review.diff``). When its first page does not show every file in full
-(the diff is cut, or a file is summarized: too large to diff, or out of time), an
+protocol: api#every-byte-reviewable. A bundle's review is answered in pages of
+``review_diff_page_bytes`` (``promoter.engine.review.diff``). When its first page does not show
+every file in full (the diff is cut, or a file is summarized: too large to diff, or out of time), an
 approval must say what its person saw: ``Seen.all_seen`` (every file, or the person
 takes the ones not seen as they are), or ``Seen.paths`` naming each file of the
 approval that the first page does not show in full. ``require`` refuses anything less

@@ -1,4 +1,5 @@
-"""Shadow snapshots of a worktree: capture, watch, list, diff (SPEC §8).
+"""Shadow snapshots of a worktree: capture, watch, list, diff
+(protocol: snapshots#shadow-repository).
 
 Not here: restoring one; that is ``engine.operation.restore``.
 """

@@ -1,37 +1,15 @@
-"""Shadow snapshots of a worktree: capture, list, diff, operation trees, retention (SPEC §8).
+"""Shadow snapshots of a worktree: capture, list, diff, operation trees, retention.
 
-This module owns what a snapshot means to promoter: one ``SnapshotRow`` per capture
-(its tree kept reachable in the shadow repository), captures taken under the repository
-lock, the ``pre``/``post`` trees an operation records, the diff between two known trees,
-and retention (``gc_snapshots``: the newest N snapshots and every tree an operation
-refers to stay, the rest of the shadow is pruned). It also holds the small helpers the
-restore modules share (``resolve``, ``shadow_for``, ``tree_id``, ``known_tree``,
-``lock_repository``).
+This module owns what a snapshot means to promoter (protocol: snapshots#shadow-repository):
+one ``SnapshotRow`` per capture, captures under the repository lock, the ``pre``/``post``
+trees an operation records (watched captures where ``snapshot_watch`` is on, else a
+post snapshot from the targets where protocol: snapshots#incremental-post-snapshot
+allows), the diff between two known trees, and retention (``gc_snapshots``). It also
+holds the helpers the restore modules share (``resolve``, ``shadow_for``, ``tree_id``,
+``known_tree``, ``lock_repository``).
 
-A promotion's ``pre`` and ``post`` snapshots are watched captures when the repository is
-watched (``snapshot_watch``, the default): the last capture plus the paths an inotify
-watch saw change (``promoter.engine.snapshots.watch`` says why that equals a full
-capture, and when it falls back to one). An operator's capture is always a full one.
-
-Without a watch, a promotion's post snapshot updates only the bundle's targets in the
-shadow index instead of re-reading the whole worktree, when that gives the tree a full
-capture would (``ShadowRepository.capture_paths``). The rule: the pre snapshot was
-captured, in full, by the same thread for the same attempt of the same operation, and no
-capture of the repository happened since (both are taken under the repository lock,
-which the attempt holds from before the pre snapshot until after the post snapshot, so
-the shadow index still holds the pre tree); the attempt ended ``completed`` (so promoter
-wrote only the targets: temp files are never captured, created directories hold only
-targets, and no ``.promoter-kept-`` file was made); no target is a ``.gitignore`` and
-the exclude file did not change (so no other path's ignore status moved). Under that
-rule the only paths whose answer can differ between the pre and the post capture are the
-targets, so the post tree is the pre tree with each target read back from disk. Anything
-else (no fresh pre snapshot, another outcome, a declined or failed incremental capture)
-falls back to a full capture. What the rule does not cover: a file that someone other
-than promoter changes outside the targets while the attempt runs is in a full capture of
-the post state and not in the incremental one; it is in the next full capture.
-
-Deliberately not here: restoring (``promoter.engine.operation.restore``), git plumbing
-(``promoter.git.shadow``), HTTP and the CLI. Nothing here writes to a worktree.
+Not here: restoring (``promoter.engine.operation.restore``), git plumbing
+(``promoter.git.shadow``), HTTP and the CLI; nothing here writes to a worktree.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Watched snapshots: a promotion's capture from the last one plus the paths that changed.
 
-This module owns ``SnapshotWatch``, one per shadow repository in a daemon: an inotify
-watch of the worktree (``promoter.fs.watch``) and the last tree captured while the watch
-ran. The rule that makes a watched capture equal a full one: the set of changed paths is
-taken (and a new one started) *before* the capture reads anything, so every change
-after that moment is in the next set; a path that is not in the set has not changed
-since the capture that produced the base tree read it. So the new tree is the base tree
-with each changed path listed and hashed again (``ShadowRepository.capture_changed``).
+``SnapshotWatch`` (one per shadow repository in a daemon) keeps an inotify watch of the
+worktree (``promoter.fs.watch``) and the last tree captured while it ran, and captures
+from them (``ShadowRepository.capture_changed``), falling back to a full capture as
+protocol: snapshots#watched-capture-rule says; ``forget`` is called by snapshot
+retention. A repository with ``snapshot_watch = false`` is always captured in full.
 
-A full capture is taken instead (and the watch started again when it had given up)
-whenever the watch cannot answer (``promoter.fs.watch`` says when), the shadow's objects
-were collected since the base tree was captured (``forget``, called by snapshot
-retention, and a changed ``objects/pack`` directory both count), or the watched capture
-declines. With no changed path the base tree is the answer and git is not started.
-
-Used for a promotion's ``pre`` and ``post`` snapshots only; an operator's capture and a
-restore's check of the current tree always capture in full. What a watch cannot see
-(``promoter.fs.watch``: writes through ``mmap``, through a hard link kept outside the
-worktree, or from another machine on a network filesystem) is in the next full capture
-and not in a watched one; a repository configured with ``snapshot_watch = false`` is
-always captured in full.
-
-Deliberately not here: the repository lock (callers hold it around every call), the
-database, the snapshot log, and any write to the worktree.
+Not here: the lock (callers hold it), the database, the snapshot log, and any write.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Verification of a bundle against its grant (SPEC §3.6, §5.4 steps 1–2).
+"""Verification of a bundle against its grant (protocol: bundles#verification-receipt,
+promotion#step-authority, promotion#step-evidence).
 
 Not here: anything that writes a worktree.
 """

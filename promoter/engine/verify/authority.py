@@ -1,4 +1,5 @@
-"""Step 1 and step 2 of the host protocol (SPEC §5.4): authority and evidence.
+"""Step 1 and step 2 of the host protocol (protocol: promotion#step-authority,
+promotion#step-evidence): authority and evidence.
 
 ``check_authority`` requires the current lease of the grant's ``(workflow_id, stage)`` to
 exist, be unexpired, carry the request's fence (not lower than the grant's) and match the
@@ -76,8 +77,8 @@ def check_lease(grant: GrantV1, fence: int, lease: LeaseV1 | None) -> None:
 
 
 def check_recovery_lease(grant: GrantV1, fence: int, lease: LeaseV1 | None) -> None:
-    """Recovery's lease rule (SPEC §5.5): the stage's lease, at the request's fence, not
-    lower than the grant's. The grant's window and the lease's run are not required: the
+    """Recovery's lease rule (protocol: recovery#recovery): the stage's lease, at the request's
+    fence, not lower than the grant's. The grant's window and the lease's run are not required: the
     operation was authorized when it started, and recovery only finishes it.
     """
     if lease is None:

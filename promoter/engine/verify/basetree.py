@@ -9,7 +9,7 @@ The entries are read with ``path_entries``, which remembers them (and those of t
 paths' leading directories) per tree: the read-back under the lock of a later promotion
 of the same paths finds them there instead of starting ``git ls-tree`` again.
 
-Paths come in wire form (SPEC §10.12) and are handed to git in their disk form.
+Paths come in wire form (protocol: documents#byte-paths) and are handed to git in their disk form.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Verification of a bundle against its grant (SPEC §3.6).
+"""Verification of a bundle against its grant (protocol: bundles#verification-receipt).
 
 Seven checks, always all of them, always in this order, each evaluated on its own so a
 failed receipt tells the executor everything that is wrong at once. Each check returns
@@ -140,8 +140,9 @@ def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
     return Outcome(not problems, evidence, summarize(problems))
 
 
-# (4) path_policy: the lexical path rules of SPEC §3.2 and the grant's symlink policy,
-# links also by resolution against the base tree's links (SPEC §10.11)
+# (4) path_policy: the lexical path rules (protocol: documents#path-rules) and the grant's
+# symlink policy, links also by resolution against the base tree's links
+# (protocol: bundles#symlinks-by-resolution)
 
 
 def _link_problems(
@@ -293,9 +294,9 @@ def check_preconditions(
     merged: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Outcome:
     """For a merged bundle's merged paths, the person's bytes the merge bound (``merged``:
-    source ``merge``, SPEC §10.14); then explicit preconditions; then, for a chained grant,
-    the states its base operations left (``chained``: source ``base_operation``); then the
-    base tree."""
+    source ``merge``, protocol: runs#merges-are-new-bundles); then explicit preconditions; then, for
+    a chained grant, the states its base operations left (``chained``: source ``base_operation``);
+    then the base tree."""
     explicit = {p.path: p for p in grant.target_preconditions}
     chained = chained or {}
     merged = merged or {}

@@ -1,28 +1,13 @@
-"""Symlinks by resolution at verification, preflight and apply (SPEC §10.11).
+"""Symlinks by resolution at verification, preflight and apply.
 
-Under ``symlinks: inside`` a bundle whose links, resolved in the tree the promotion
-would leave, lead outside the worktree or into ``.git`` is refused whole with
-``symlink_policy`` (``SymlinkPolicy``). The judgement is ``promoter.domain.resolve``'s;
-this module gathers what it resolves against:
+This module gathers what ``promoter.domain.resolve`` resolves against: the base tree's
+links (``promoter.git.tree_links``, remembered per tree in ``Services.tree_links``) with
+the bundle's changes at verification, the disk as it is now (``promoter.fs.link_text``)
+at preflight and apply, and raises ``SymlinkPolicy`` for a bundle that leads outside
+(protocol: bundles#symlinks-by-resolution, bundles#where-links-are-read).
 
-- at verification, the base tree's links (``promoter.git.tree_links``: one ``ls-tree``
-  and one ``cat-file`` per tree, remembered by tree id in ``Services.tree_links``),
-  with the bundle's changes over them;
-- at preflight and apply (after the read-back, under the lock for apply), the disk as
-  it is now: every link the resolution meets is read by descriptor chain, never
-  followed (``promoter.fs.link_text``), each path once; the existing links checked for
-  passing through the bundle's are the base tree's links (the read-back has just
-  found HEAD's tree to be the base tree), each read again from the disk.
-
-Nothing is read when the grant is not ``inside`` or the bundle creates no link: only a
-new link can make a resolution change for the worse (a removed link makes the kernel
-stop where it was followed). The cost is one tree listing per base tree and a handful of
-``readlinkat`` per link, never a walk of the worktree.
-
-Deliberately not here: the lexical per-link rule (``promoter.domain.links``), and
-links the person creates outside the base tree that no link of the bundle passes
-through (they are the person's own; the bundle changes nothing about them). A residual
-risk: a link the person makes between the read-back and the writes is not seen.
+Not here: the judgement (``promoter.domain.resolve``), the lexical per-link rule
+(``promoter.domain.links``).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """What ``promoter run`` does when a file the agent changed moved under the person.
 
-A person may save a file while the agent runs (the preflight says ``target_drift``) or
-while the question waits (the promotion, under the lock, is refused ``target_drift``).
-Either way the agent's bundle cannot land as it is, and the host can merge it away from
-the worktree into a new bundle (SPEC §10.14, ``promoter.engine.review.merge``). The merge
-acts on a promotion refused with ``target_drift``, so this module:
+``offer`` asks, after a drifted preflight a merge can mend, whether to merge; ``merged``
+asks the host to merge a promotion refused ``target_drift`` (``promoter.engine.review.merge``)
+and then shows a clean merge and approves it when the person answered at the terminal,
+writes a conflict into the run's directory, or shows the three sides of a file that is
+not text (protocol: runs#merges-are-new-bundles, runs#merge-in-a-run). The merge and the
+approval go out under the ``person`` credential.
 
-- ``offer``: after a drifted preflight whose drift a merge can mend (a text file of the
-  bundle changed, not its index entry; HEAD, branch and tree as granted; the sandbox
-  started from the worktree, not ``--from-head``), names each drifted path and asks
-  "PATH changed while the agent ran: merge your edit and the agent's? [Y/n]" (``--yes``
-  answers yes; no terminal and no ``--yes``, or no: the refusal, every path named).
-  Yes is the consent the promotion request needs: it is requested, and refused
-  ``target_drift`` with the drift recorded (or, should the file have gone back, it
-  lands as it would have);
-- ``merged``: for a promotion refused with ``target_drift``, asks the same question
-  (unless ``offer`` already did), asks the host for the merge, and then:
-  clean: the merged diff is shown and the new bundle, held for approval as every merged
-  bundle is, is approved with the person's credential when the person answered at the
-  terminal (``--yes`` is not a person: the held operation and ``promoter approve`` are
-  named); a conflict: each file with its markers is written into the run's directory
-  (never the worktree), named, with the next command; a path that is not text: the
-  three sides shown. A merged promotion refused again (a new save) is merged again, a
-  bounded number of times.
-
-The merge and the approval go out under one credential, ``person``: today the operator
-token in the state directory, the one ``run`` approves with.
-
-Deliberately not here: the merge itself and its rules, the approval gate, and the
-promotion protocol, which never merges (drift refuses).
+Not here: the merge itself and its rules, the approval gate, and the promotion protocol,
+which never merges (drift refuses).
 """
 
 from __future__ import annotations

@@ -1,35 +1,19 @@
 """The workflow of ``promoter run``: from a sandbox to a promoted change, one step at a time.
 
-``start`` makes the sandbox (``promoter.executor.sandbox.create``: a clone of the guarded
-repository at HEAD, or layers over a shared base, ``layered.py``; its worktree then the
-person's as it is, unless ``from_head``).
-``step`` is one step of a run: the grant, its lease and the run's token in one request
-(``POST /v1/runs``; its preconditions: the state the sandbox started from, and the
-states a chain's completed promotions left, ``answers.chained_preconditions``), the
-command run in the sandbox (confined by ``promoter.executor.confine`` unless
-``Confinement.unconfined``; an overlay's layers mounted either way), a clone's ``.git``
-taken back (``sandbox_repo.restore``), the bundle adopted (the one the command
-submitted, ``answers.agent_bundle``) or built (``links.build``, through the layers) and
-submitted (when nobody will be asked, ``Person.yes``: promoted with its evidence in one
-request), the review shown, then ``promote``: the preflight (a drift a merge can mend is
-offered the merge, ``drift.py``), the person's answer, the promotion, the approval a
-confirmation at the terminal gives, and the receipt. ``promote_submitted`` promotes the
-bundle a step left submitted (``--continue RUN``). ``finish`` removes a completed run's
-sandbox (unless kept; its files in the background, ``removal.remove_later``),
-``interrupted`` turns Ctrl-C into the error that names what is kept.
+``start`` makes the sandbox (a clone or layers over a shared base, its worktree the
+person's as it is unless ``from_head``); ``step`` registers the grant, lease and token in
+one request, runs the command (confined unless ``Confinement.unconfined``), adopts or
+builds the bundle, submits it and shows the review; ``promote`` runs the preflight (with
+``drift.py``'s offer), asks, promotes and fetches the receipt; ``promote_submitted``,
+``finish`` and ``interrupted`` continue, clean up and stop. Every move goes through
+``state.Run``; everything shown or asked goes through a ``person.Person``.
 
-A repository another host of the daemon's cluster guards is read from that host (the
-cluster's map, ``locate``); the step's first write, answered 421 by the daemon, is followed
-once to the owner, and the rest of the step (the command's ``PROMOTER_URL``, the
-executor's client, the review and the promotion) goes to the owner (SPEC §10.24).
+A repository another host of the daemon's cluster guards is read from that host; the
+step's first write, answered 421, is followed once to the owner, and the rest of the step
+goes to the owner (protocol: hosts#answers-that-route).
 
-Every change of a step's state goes through ``state.Run`` (the transition table, one
-save per move). Everything shown or asked goes through a ``person.Person``; nothing here
-prints or reads a terminal. The outcome (``Outcome``) is what ``--json`` prints.
-
-Deliberately not here: any decision the host makes (grant checks, verification, the
-preflight, the approval gate, the promotion), the command line and its flags
-(``promoter.cli.run_cmd``), and how a person is shown things.
+Not here: any decision the host makes, the command line (``promoter.cli.run_cmd``), and
+how a person is shown things.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class Person(Protocol):
 
     def approve(self, unseen: list[dict[str, Any]]) -> Consent:
         """Promote what was shown? ``unseen``: the files the diff did not show in full,
-        confirmed as well (SPEC §10 item 18)."""
+        confirmed as well (protocol: api#every-byte-reviewable)."""
 
     def agree(self, question: str, *, no_terminal: str) -> Consent:
         """A yes/no question whose default is yes (``no_terminal``: said when nobody can be
