@@ -4,8 +4,8 @@ Host A reaches PostgreSQL only through a forwarder the test owns
 (``tests.support.forwarder``); host B reaches it directly. Both share the person's
 worktree and one state directory (the replacement on the same machine of
 protocol: hosts#fencing), on a PostgreSQL cluster the module starts itself
-(``database_url``). A is paused at a fault point of a large promotion (after its plan; at the end of its first group of
-temps; after every replace), then its link is cut (reset, or a silent black hole) or
+(``database_url``). A is paused at a fault point of a large promotion (after its plan;
+at the end of its first group of temps; after every replace), then its link is cut (reset, or a silent black hole) or
 stalled (its bytes held until the heal). Once B reports A's leases run out, the operator
 fences A to B; A goes on while still partitioned, and once its traffic met the partition
 (after a reset, its attempt logged its wait for the ledger; else the forwarder swallowed
