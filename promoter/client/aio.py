@@ -16,20 +16,6 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying
 
-from promoter.api.evidence_models import PromotedWithEvidence
-from promoter.api.models import (
-    BlobStored,
-    BundleSubmitted,
-    EventFeed,
-    ExecutorToken,
-    FeedEvent,
-    GrantRegistered,
-    LeaseSet,
-    MissingBlobs,
-    OperationAccepted,
-    OperationView,
-    RunOpened,
-)
 from promoter.client.evidence import PATH as EVIDENCE_PATH
 from promoter.client.evidence import bundle_frame, request_parts, split_blobs
 from promoter.client.follow import cluster_origins, location, replayable, within
@@ -49,6 +35,20 @@ from promoter.client.wire import (
 )
 from promoter.domain.blob_frames import frame_header
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
+from promoter.domain.views import (
+    BlobStored,
+    BundleSubmitted,
+    EventFeed,
+    ExecutorToken,
+    FeedEvent,
+    GrantRegistered,
+    LeaseSet,
+    MissingBlobs,
+    OperationAccepted,
+    OperationView,
+    PromotedWithEvidence,
+    RunOpened,
+)
 
 
 class AsyncPromoterClient:

@@ -45,7 +45,6 @@ from promoter.domain.blob_frames import frame_bytes
 from promoter.errors import PromoterError
 
 if TYPE_CHECKING:
-    from promoter.api.models import EventFeed, FeedEvent, OperationView
     from promoter.client.aio import AsyncPromoterClient
     from promoter.domain.models import (
         DsseEnvelope,
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
         PatchBundleV1,
         PatchVerificationReceiptV1,
     )
+    from promoter.domain.views import EventFeed, FeedEvent, OperationView
 
 __all__ = [
     "MISSING_BATCH",
@@ -290,7 +290,7 @@ class PromoterClient(BlobCalls):
         self, operation_id: str, *, wait: float | None = None, status: str | None = None
     ) -> OperationView:
         """The operation; with ``wait``, once its status differs from ``status`` (or now)."""
-        from promoter.api.models import OperationView
+        from promoter.domain.views import OperationView
 
         params = wait_params(wait, status)
         path = f"/v1/operations/{segment(operation_id)}"
@@ -306,7 +306,7 @@ class PromoterClient(BlobCalls):
         status: str | None = None,
     ) -> EventFeed:
         """One page of the watch feed after the cursor ``after``."""
-        from promoter.api.models import EventFeed
+        from promoter.domain.views import EventFeed
 
         params = feed_params(after, wait, repository, status)
         response = self._send("GET", "/v1/events", params=params, timeout=self._long(wait))

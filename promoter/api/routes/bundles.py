@@ -18,7 +18,6 @@ from promoter.api.deps import (
     document_slot,
     read_json_bytes,
 )
-from promoter.api.models import BundleSubmitted
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam
 from promoter.api.responses import canonical_response, json_response
@@ -26,6 +25,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json
+from promoter.domain.views import BundleSubmitted
 from promoter.engine.intake.bundles import (
     bundle_owner,
     load_bundle,

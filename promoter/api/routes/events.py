@@ -17,9 +17,9 @@ from fastapi.responses import Response
 
 from promoter.api.deps import OrchestratorDep, ServicesDep
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
-from promoter.api.models import EventFeed
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
+from promoter.domain.views import EventFeed
 from promoter.engine import queries
 
 router = APIRouter(prefix="/v1")

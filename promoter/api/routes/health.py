@@ -20,11 +20,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from promoter.api.deps import ServicesDep
-from promoter.api.models import Health, Readiness
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.views import Health, Readiness
 from promoter.engine.services import Services
 from promoter.errors import Unauthenticated
 

@@ -20,11 +20,12 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.models import Fenced, FenceRequest, HostEntry, HostList, parse
+from promoter.api.models import FenceRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import Fenced, HostEntry, HostList
 from promoter.engine import fencing
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
 

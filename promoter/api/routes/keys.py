@@ -16,11 +16,11 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
-from promoter.api.models import KeySet
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.domain.models import DsseEnvelope
+from promoter.domain.views import KeySet
 from promoter.engine.receipts import served
 from promoter.engine.receipts.envelopes import ledger_key_set
 

@@ -17,52 +17,16 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import OperatorDep, ServicesDep
-from promoter.api.models import Reply
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import MergeResult
 from promoter.engine.review.merge import merge_operation
 from promoter.engine.services import Services
 
 router = APIRouter(prefix="/v1")
-
-
-class MergeSide(Reply):
-    kind: str | None = None
-    sha256: str | None
-    mode: str | None
-    bytes: int | None
-
-
-class MergePathReport(Reply):
-    path: str
-    result: str
-    reason: str
-    old: MergeSide
-    current: MergeSide
-    new: MergeSide
-    conflicts: int | None = None
-    merged_text: str | None = None
-    truncated: bool | None = None
-
-
-class HeldPromotion(Reply):
-    operation_id: str | None
-    status: str
-    code: str | None
-    detail: str
-
-
-class MergeResult(Reply):
-    operation_id: str
-    bundle_id: str
-    bundle_sha256: str
-    verification_receipt_sha256: str
-    merged_from: str
-    paths: list[MergePathReport]
-    promotion: HeldPromotion
 
 
 SIDE = {"sha256": "2" * 64, "mode": "100644", "bytes": 24}

@@ -25,10 +25,6 @@ from promoter.api.deps import (
 )
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.models import (
-    OperationAccepted,
-    OperationList,
-    OperationView,
-    Preflight,
     PreflightRequest,
     PromotionRequest,
     ReconcileRequest,
@@ -44,6 +40,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.parsing import load_json
 from promoter.domain.status import FINAL, OperationStatus
+from promoter.domain.views import OperationAccepted, OperationList, OperationView, Preflight
 from promoter.engine import queries
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations

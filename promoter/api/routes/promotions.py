@@ -29,7 +29,6 @@ from fastapi.responses import Response
 
 from promoter.api import gc_policy
 from promoter.api.deps import OrchestratorDep, ServicesDep, document_slot, run_quota
-from promoter.api.evidence_models import PromotedWithEvidence
 from promoter.api.jsonshape import ShapeBudget
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
@@ -41,6 +40,7 @@ from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_M
 from promoter.domain.evidence_frames import BUNDLE_HEADER_MAX, parse_bundle_header
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
+from promoter.domain.views import PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.intake.with_evidence import promote_with_evidence
 from promoter.engine.operation import requests as operations

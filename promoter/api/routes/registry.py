@@ -17,19 +17,7 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.models import (
-    Caller,
-    ExecutorToken,
-    ExecutorTokenRequest,
-    GrantRegistered,
-    LeaseSet,
-    RepositoryApproval,
-    RepositoryApprovalRequest,
-    RepositoryList,
-    RunOpened,
-    RunRequest,
-    parse,
-)
+from promoter.api.models import ExecutorTokenRequest, RepositoryApprovalRequest, RunRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
@@ -37,6 +25,15 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
+from promoter.domain.views import (
+    Caller,
+    ExecutorToken,
+    GrantRegistered,
+    LeaseSet,
+    RepositoryApproval,
+    RepositoryList,
+    RunOpened,
+)
 from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run

@@ -30,14 +30,15 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.diff_models import BundleDiffView
-from promoter.api.models import ApproveRequest, DecisionRequest, OperationView, ReopenRequest
+from promoter.api.models import ApproveRequest, DecisionRequest, ReopenRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.diff_views import BundleDiffView
 from promoter.domain.paths import MAX_PATH_BYTES
+from promoter.domain.views import OperationView
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations

@@ -17,20 +17,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
-from promoter.api.models import (
-    TREE_ID,
-    OperationAccepted,
-    RestoreRequest,
-    Snapshot,
-    SnapshotDiff,
-    SnapshotList,
-    SnapshotRequest,
-    parse,
-)
+from promoter.api.models import TREE_ID, RestoreRequest, SnapshotRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import OperationAccepted, Snapshot, SnapshotDiff, SnapshotList
 from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
