@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from promoter.domain.models import HEX40, PatchVerificationReceiptV1, Sha256
+from promoter.domain.models import HEX40, FileState, PatchVerificationReceiptV1, Sha256
 
 Tree = Annotated[str, StringConstraints(pattern=HEX40)]
 
@@ -424,3 +424,33 @@ class BlobBatchItem(Reply):
 
 class BlobBatchStored(Reply):
     responses: list[BlobBatchItem]
+
+
+class BundleOperation(Reply):
+    """One promotion of a bundle, as its executor may see it."""
+
+    operation_id: str
+    status: str
+    attempt: int
+    code: str | None
+    detail: str | None
+    receipt_sha256: str | None
+    updated_at: str
+
+
+class BundleOperations(Reply):
+    bundle_id: str
+    operations: list[BundleOperation]
+
+
+class BaseState(Reply):
+    path: str
+    state: FileState
+
+
+class GrantBase(Reply):
+    """A chained grant's base: per path, the state its completed base promotions left."""
+
+    grant_id: str
+    base_operation: str | None
+    states: list[BaseState]

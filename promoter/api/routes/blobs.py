@@ -79,6 +79,7 @@ def _missing(services: Services, raw: bytes) -> Response:
 
 @router.post(
     "/blobs:missing",
+    response_model=MissingBlobs,
     **operation(
         "findMissingBlobs",
         summary="Ask which blobs are not stored yet",
@@ -209,6 +210,7 @@ class _Upload:
 
 @router.put(
     "/blobs/sha256/{sha256}",
+    response_model=BlobStored,
     **operation(
         "putBlob",
         summary="Upload a blob",
@@ -264,6 +266,7 @@ def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
 
 @router.post(
     "/blobs:batchUpdate",
+    response_model=BlobBatchStored,
     **operation(
         "batchUpdateBlobs",
         summary="Upload many small blobs at once",
@@ -346,6 +349,7 @@ async def batch_update_blobs(
 
 @router.get(
     "/blobs/sha256/{sha256}",
+    response_class=StreamingResponse,
     **operation(
         "getBlob",
         summary="Download a blob",

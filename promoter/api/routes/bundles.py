@@ -72,6 +72,7 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
 
 @router.post(
     "/bundles",
+    response_model=BundleSubmitted,
     **operation(
         "submitBundle",
         summary="Submit a sealed patch bundle",
@@ -109,6 +110,7 @@ def check_owner(services: Services, principal: Principal, bundle_id: str) -> Non
 
 @router.get(
     "/bundles/{bundle_id}",
+    response_model=PatchBundleV1,
     **operation(
         "getBundle",
         summary="Read a bundle",
@@ -126,6 +128,7 @@ def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: Servic
 
 @router.get(
     "/bundles/{bundle_id}/verification",
+    response_model=PatchVerificationReceiptV1,
     **operation(
         "getVerification",
         summary="Read a bundle's verification receipt",

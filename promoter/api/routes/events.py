@@ -45,6 +45,7 @@ EXAMPLE = {
 
 @router.get(
     "/events",
+    response_model=EventFeed,
     **operation(
         "watchEvents",
         summary="Watch the ledger's events",

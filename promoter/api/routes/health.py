@@ -35,6 +35,7 @@ ALIVE = json_response({"status": "ok"}).body  # the same bytes json_response giv
 
 @router.get(
     HEALTHZ,
+    response_model=Health,
     **operation(
         "getHealth",
         summary="Liveness",
@@ -50,6 +51,7 @@ async def healthz() -> Response:
 
 @router.get(
     "/readyz",
+    response_model=Readiness,
     **operation(
         "getReadiness",
         summary="Readiness",

@@ -66,6 +66,7 @@ HOST_EXAMPLE = {
 
 @router.get(
     "/hosts",
+    response_model=HostList,
     **operation(
         "listHosts",
         summary="The hosts of the ledger",
@@ -103,6 +104,7 @@ async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
 
 @router.post(
     "/hosts/{host}/fence",
+    response_model=Fenced,
     **operation(
         "fenceHost",
         summary="Fence a dead host off and hand its operations over",
@@ -130,6 +132,7 @@ async def post_fence(
 
 @router.post(
     "/hosts/{host}/admit",
+    response_model=HostEntry,
     **operation(
         "admitHost",
         summary="Let a fenced host write again",

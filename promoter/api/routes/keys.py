@@ -31,6 +31,7 @@ PEM_FIELDS = ("keyid", "host_id", "status", "not_before", "not_after")
 
 @router.get(
     "/keys",
+    response_model=KeySet,
     **operation(
         "getKeys",
         summary="The receipt-signing public keys of every host",
@@ -50,6 +51,7 @@ def get_keys(services: ServicesDep) -> Response:
 
 @router.get(
     "/keys.pem",
+    response_class=Response,  # PEM text, with its own media type
     **operation(
         "getKeyPem",
         summary="Every host's signing keys as PEM",
@@ -80,6 +82,7 @@ def get_key_pems(services: ServicesDep) -> Response:
 
 @router.get(
     "/operations/{operation_id}/receipt.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedPromotionReceipt",
         summary="The signed promotion receipt",
@@ -101,6 +104,7 @@ def get_promotion_envelope(
 
 @router.get(
     "/operations/{operation_id}/rollback-receipt.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedRollbackReceipt",
         summary="The signed rollback receipt",
@@ -117,6 +121,7 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
 
 @router.get(
     "/bundles/{bundle_id}/verification.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedVerification",
         summary="The signed verification receipt",

@@ -73,6 +73,7 @@ def _merge(services: Services, operation_id: str, by: str, role: str) -> dict[st
 
 @router.post(
     "/operations/{operation_id}/merge",
+    response_model=MergeResult,
     **operation(
         "mergeOperation",
         summary="Merge a drifted promotion into a new bundle",

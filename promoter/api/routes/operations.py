@@ -107,6 +107,7 @@ def _promote_body(services: Services, raw: bytes) -> Response:
 
 @router.post(
     "/promotions",
+    response_model=OperationView | OperationAccepted,
     **operation(
         "createPromotion",
         summary="Promote a verified bundle",
@@ -140,6 +141,7 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
 
 @router.post(
     "/bundles/{bundle_id}/preflight",
+    response_model=Preflight,
     **operation(
         "preflightBundle",
         summary="Check a bundle against the worktree without writing",
@@ -184,6 +186,7 @@ async def post_preflight(
 
 @router.get(
     "/operations",
+    response_model=OperationList,
     **operation(
         "listOperations",
         summary="List operations",
@@ -227,6 +230,7 @@ def list_operations(
 
 @router.get(
     "/operations/{operation_id}",
+    response_model=OperationView,
     **operation(
         "getOperation",
         summary="Read an operation",
@@ -273,6 +277,7 @@ async def get_operation(
 
 @router.get(
     "/operations/{operation_id}/receipt",
+    response_model=PatchPromotionReceiptV1,
     **operation(
         "getPromotionReceipt",
         summary="Read a promotion receipt",
@@ -304,6 +309,7 @@ def _reconcile(
 
 @router.post(
     "/operations/{operation_id}/recover",
+    response_model=OperationView,
     **operation(
         "recoverOperation",
         summary="Recover an operation that needs recovery",
@@ -336,6 +342,7 @@ async def post_recover(
 
 @router.post(
     "/operations/{operation_id}/reconcile",
+    response_model=OperationView,
     **operation(
         "reconcileOperation",
         summary="Decide on an operation that needs reconciliation",
@@ -362,6 +369,7 @@ async def post_reconcile(
 
 @router.post(
     "/operations/{operation_id}/rollback",
+    response_model=RollbackReceiptV1,
     **operation(
         "rollbackOperation",
         summary="Roll back a completed promotion",

@@ -194,6 +194,7 @@ def _promote(
 
 @router.post(
     "/promotions:withEvidence",
+    response_model=PromotedWithEvidence,
     **operation(
         "createPromotionWithEvidence",
         summary="Upload blobs, submit a bundle and promote it in one request",

@@ -76,6 +76,7 @@ LEASE_EXAMPLE = {
 
 @router.get(
     "/repositories",
+    response_model=RepositoryList,
     **operation(
         "listRepositories",
         summary="List the guarded repositories",
@@ -145,6 +146,7 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
 
 @router.get(
     "/whoami",
+    response_model=Caller,
     **operation(
         "whoami",
         summary="Who the request's credential is",
@@ -186,6 +188,7 @@ def _approval_view(services: Services, repository: Repository) -> dict[str, obje
 
 @router.get(
     "/repositories/{name}/approval",
+    response_model=RepositoryApproval,
     **operation(
         "getRepositoryApproval",
         summary="A repository's approval setting in force",
@@ -204,6 +207,7 @@ def get_repository_approval(name: NameParam, _: OrchestratorDep, services: Servi
 
 @router.put(
     "/repositories/{name}/approval",
+    response_model=RepositoryApproval,
     **operation(
         "setRepositoryApproval",
         summary="Turn a repository's approval gate on or off",
@@ -236,6 +240,7 @@ async def put_repository_approval(
 
 @router.post(
     "/executor-tokens",
+    response_model=ExecutorToken,
     **operation(
         "createExecutorToken",
         summary="Mint an executor token",
@@ -283,6 +288,7 @@ GRANT_ERRORS = (
 
 @router.post(
     "/grants",
+    response_model=GrantRegistered,
     **operation(
         "createGrant",
         summary="Register a grant",
@@ -316,6 +322,7 @@ async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep
 
 @router.get(
     "/grants/{grant_id}",
+    response_model=GrantV1,
     **operation(
         "getGrant",
         summary="Read a grant",
@@ -335,6 +342,7 @@ def get_grant(grant_id: GrantIdParam, principal: AnyRoleDep, services: ServicesD
 
 @router.put(
     "/leases/{workflow_id}/{stage}",
+    response_model=LeaseSet,
     **operation(
         "putLease",
         summary="Set the current lease of a workflow stage",
@@ -370,6 +378,7 @@ async def put_lease(
 
 @router.post(
     "/runs",
+    response_model=RunOpened,
     **operation(
         "openRun",
         summary="Register a run's grant, set its lease and mint its executor token",

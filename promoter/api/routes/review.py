@@ -38,7 +38,7 @@ from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.diff_views import BundleDiffView
 from promoter.domain.paths import MAX_PATH_BYTES
-from promoter.domain.views import OperationView
+from promoter.domain.views import BundleOperations, GrantBase, OperationView
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations
@@ -106,7 +106,6 @@ DIFF_EXAMPLE = {
     "next_cursor": None,
     "unseen": [],
 }
-OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
 APPROVE_ERRORS = [
     *DECISION_ERRORS,
@@ -120,6 +119,7 @@ REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 
 @router.get(
     "/bundles/{bundle_id}/diff",
+    response_model=BundleDiffView,
     **operation(
         "getBundleDiff",
         summary="A bundle's diff before it lands",
@@ -167,6 +167,7 @@ def _bundle_operations(services: Services, principal: Principal, bundle_id: str)
 
 @router.get(
     "/bundles/{bundle_id}/operations",
+    response_model=BundleOperations,
     **operation(
         "listBundleOperations",
         summary="A bundle's promotions",
@@ -177,8 +178,21 @@ def _bundle_operations(services: Services, principal: Principal, bundle_id: str)
         ok={
             200: Ok(
                 "the promotions",
-                OBJECT,
-                {"bundle_id": BUNDLE_ID, "operations": [{"operation_id": OP_ID}]},
+                BundleOperations,
+                {
+                    "bundle_id": BUNDLE_ID,
+                    "operations": [
+                        {
+                            "operation_id": OP_ID,
+                            "status": "completed",
+                            "attempt": 1,
+                            "code": None,
+                            "detail": None,
+                            "receipt_sha256": "7d1a3c55" + "0" * 56,
+                            "updated_at": "2026-11-30T21:05:12Z",
+                        }
+                    ],
+                },
             )
         },
     ),
@@ -278,6 +292,7 @@ async def _post_decision(
 
 @router.post(
     "/operations/{operation_id}/approve",
+    response_model=OperationView,
     **operation(
         "approveOperation",
         summary="Approve a held promotion",
@@ -311,6 +326,7 @@ async def post_approve(
 
 @router.post(
     "/operations/{operation_id}/reject",
+    response_model=OperationView,
     **operation(
         "rejectOperation",
         summary="Reject a held promotion",
@@ -341,6 +357,7 @@ def _reopen(services: Services, principal: Principal, operation_id: str, note: s
 
 @router.post(
     "/operations/{operation_id}/reopen",
+    response_model=OperationView,
     **operation(
         "reopenOperation",
         summary="Reopen a rejected promotion",
@@ -382,6 +399,7 @@ def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[s
 
 @router.get(
     "/grants/{grant_id}/base",
+    response_model=GrantBase,
     **operation(
         "getGrantBase",
         summary="A chained grant's base states",
@@ -393,7 +411,7 @@ def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[s
         ok={
             200: Ok(
                 "the base states",
-                OBJECT,
+                GrantBase,
                 {"grant_id": "grt_demo1", "base_operation": OP_ID, "states": []},
             )
         },

@@ -40,6 +40,7 @@ async def _optional_json(request: Request, services: Services) -> Any:
 
 @router.get(
     "/repositories/{name}/snapshots",
+    response_model=SnapshotList,
     **operation(
         "listSnapshots",
         summary="List shadow snapshots",
@@ -59,6 +60,7 @@ async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep)
 
 @router.post(
     "/repositories/{name}/snapshots",
+    response_model=Snapshot,
     **operation(
         "captureSnapshot",
         summary="Capture a shadow snapshot",
@@ -85,6 +87,7 @@ async def capture_snapshot(
 
 @router.get(
     "/repositories/{name}/snapshots/diff",
+    response_model=SnapshotDiff,
     **operation(
         "diffSnapshots",
         summary="Compare two snapshot trees",
@@ -122,6 +125,7 @@ async def diff_snapshots(
 
 @router.post(
     "/repositories/{name}/snapshots/{tree}/restore",
+    response_model=OperationAccepted,
     **operation(
         "restoreSnapshot",
         summary="Restore the worktree to a snapshot",

@@ -74,6 +74,7 @@ def _trace(
 
 @router.get(
     "/trace",
+    response_model=TraceReport,
     **operation(
         "traceCommit",
         summary="Trace a commit to its promotion receipts",
