@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_serializer
 
 from promoter.domain.models import HEX40, FileState, PatchVerificationReceiptV1, Sha256
+from promoter.domain.path_state import Finding, Verdict
 
 Tree = Annotated[str, StringConstraints(pattern=HEX40)]
 
@@ -26,11 +27,19 @@ class Reply(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer (every member, nulls included)."""
+        return self.model_dump(mode="json", by_alias=True)
+
 
 class View(BaseModel):
     """A response the engine assembles: top-level members listed, more may follow."""
 
     model_config = ConfigDict(extra="allow")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer (every member, nulls included)."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 class Health(Reply):
@@ -138,25 +147,92 @@ class BlobStored(Reply):
     created: bool
 
 
+def _receipt_document(receipt: PatchVerificationReceiptV1) -> dict[str, Any]:
+    return receipt.wire()  # the document's own form: optional members only when set
+
+
 class BundleSubmitted(Reply):
     bundle_id: str
     bundle_sha256: Sha256
     verification_receipt: PatchVerificationReceiptV1
 
+    _receipt = field_serializer("verification_receipt")(_receipt_document)
 
-class Preflight(View):
+
+class Expectation(Reply):
+    """One of HEAD's facts: what the grant expects, what was read, whether they agree."""
+
+    expected: str | None
+    actual: str | None
+    ok: bool
+
+
+class RepositoryReadBack(Reply):
+    branch: Expectation
+    head: Expectation
+    tree: Expectation
+
+
+class IndexEntryState(Reply):
+    mode: str
+    oid: str
+    stage: int
+
+
+class PathReadBack(Reply):
+    """One target as the read-back found it, against what the bundle expects."""
+
+    path: str
+    operation: str
+    expected_old: dict[str, Any]
+    expected_new: dict[str, Any]
+    actual: dict[str, Any] | None = Field(
+        description="the target as read (`promoter.domain.path_state.observed`), or "
+        "`{error: code, ...}` when it could not be read"
+    )
+    index_expected: list[IndexEntryState]
+    index_actual: list[IndexEntryState]
+    verdict: Finding
+    reasons: list[str]
+
+
+class ReadBackReport(Reply):
+    """Step 4's findings: HEAD, branch and tree, then every target."""
+
+    repository: RepositoryReadBack
+    paths: list[PathReadBack]
+    drifted: list[str]
+    unsafe: list[str]
+
+
+class PreflightCheck(Reply):
+    ok: bool
+
+
+class PreflightChecks(Reply):
+    """The checks that passed, in the order they ran (a refused one is not listed)."""
+
+    authority: PreflightCheck | None = None
+    evidence: PreflightCheck | None = None
+
+
+class Preflight(Reply):
     """The engine's preflight: the checks so far, and the read-back report once it ran."""
 
     bundle_id: str
     status: Literal["passed", "refused"]
     code: str | None
     detail: str
-    checks: dict[str, Any]
+    checks: PreflightChecks
     error: dict[str, Any] | None = Field(default=None, description="the refusal's problem")
-    repository: dict[str, Any] | None = None
-    paths: list[dict[str, Any]] | None = None
-    drifted: list[Any] | None = None
-    unsafe: list[Any] | None = None
+    repository: RepositoryReadBack | None = None
+    paths: list[PathReadBack] | None = None
+    drifted: list[str] | None = None
+    unsafe: list[str] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer: the members this preflight reached (no nulls for the others)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class OperationAccepted(Reply):
@@ -211,6 +287,14 @@ class EventIds(Reply):
     outcome: str | None
 
 
+class CurrentTarget(Reply):
+    """A step's target as it reads now, and which side of the step it matches."""
+
+    path: str
+    matches: Verdict
+    actual: dict[str, Any] = Field(description="the state read, or `{error: code}`")
+
+
 class OperationView(Reply):
     operation_id: str
     kind: str
@@ -237,9 +321,14 @@ class OperationView(Reply):
     attempts: list[Attempt]
     events: list[Event]
     events_verified: bool
-    current_targets: list[dict[str, Any]] | None = Field(
+    current_targets: list[CurrentTarget] | None = Field(
         default=None, description="with `current=true` only"
     )
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer; ``current_targets`` only when it was asked for."""
+        unasked = {"current_targets"} if self.current_targets is None else None
+        return self.model_dump(mode="json", by_alias=True, exclude=unasked)
 
 
 class OperationSummary(Reply):
@@ -409,6 +498,12 @@ class PromotedWithEvidence(Reply):
     bundle_sha256: Sha256
     verification_receipt: PatchVerificationReceiptV1
     operation: OperationView | OperationAccepted
+
+    _receipt = field_serializer("verification_receipt")(_receipt_document)
+
+    @field_serializer("operation")
+    def _operation(self, operation: OperationView | OperationAccepted) -> dict[str, Any]:
+        return operation.wire()
 
 
 class BlobBatchItem(Reply):

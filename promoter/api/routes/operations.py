@@ -10,7 +10,7 @@ journal runs in a worker thread, off the event loop.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -34,7 +34,7 @@ from promoter.api.models import (
 )
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam, OperationIdParam
-from promoter.api.responses import canonical_response, json_response
+from promoter.api.responses import canonical_response, model_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
@@ -84,20 +84,21 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     if body.wait:
         operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
-        if view["status"] == OperationStatus.REFUSED and view["code"] == "database_unavailable":
+        if view.status == OperationStatus.REFUSED and view.code == "database_unavailable":
             # the attempt waited out its bound for the database (SPEC §10.23): nothing was
             # written; a 503 the clients retry, which starts the next attempt
-            attempts = view["attempts"]
+            attempts = view.attempts
             raise DatabaseUnavailable(
-                str(view["detail"] or "the database could not be reached; ask again"),
+                str(view.detail or "the database could not be reached; ask again"),
                 operation_id=requested.operation_id,
-                attempt=attempts[-1]["attempt"] if attempts else None,
-                operation_status=view["status"],
+                attempt=attempts[-1].attempt if attempts else None,
+                operation_status=view.status,
             )
-        if view["status"] in ENDED:
-            return json_response(view, 200)
+        if view.status in ENDED:
+            return model_response(view, 200)
     view = operations.operation_view(services, requested.operation_id)
-    return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
+    accepted = OperationAccepted(operation_id=requested.operation_id, status=view.status)
+    return model_response(accepted, 202)
 
 
 def _promote_body(services: Services, raw: bytes) -> Response:
@@ -181,7 +182,7 @@ async def post_preflight(
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     fence = None if raw is None else parse(PreflightRequest, raw).fence
     result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
-    return json_response(result)
+    return model_response(result)
 
 
 @router.get(
@@ -225,7 +226,7 @@ def list_operations(
         queries.operation_summary(r)
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
-    return json_response({"operations": items})
+    return model_response(OperationList(operations=items))
 
 
 @router.get(
@@ -258,21 +259,21 @@ async def get_operation(
 ) -> Response:
     view = await run_in_threadpool(operations.operation_view, services, operation_id)
     if wait > 0:
-        known = status or view["status"]
+        known = status or view.status
 
-        def changed() -> dict[str, Any] | None:
+        def changed() -> OperationView | None:
             latest = operations.operation_view(services, operation_id)
-            return latest if latest["status"] != known else None
+            return latest if latest.status != known else None
 
         latest = await long_poll(services, changed, wait)
         if latest is None:
             latest = await run_in_threadpool(operations.operation_view, services, operation_id)
         view = latest
     if current:
-        view["current_targets"] = await run_in_threadpool(
+        view.current_targets = await run_in_threadpool(
             operations.current_targets, services, operation_id
         )
-    return json_response(view)
+    return model_response(view)
 
 
 @router.get(
@@ -295,14 +296,14 @@ def get_receipt(
     return canonical_response(operations.promotion_receipt(services, operation_id))
 
 
-def _recover(services: Services, operation_id: str, fence: int, role: str) -> dict[str, Any]:
+def _recover(services: Services, operation_id: str, fence: int, role: str) -> OperationView:
     recover.recover(services, operation_id, fence, role=role)
     return operations.operation_view(services, operation_id)
 
 
 def _reconcile(
     services: Services, operation_id: str, decision: str, note: str, role: str
-) -> dict[str, Any]:
+) -> OperationView:
     recover.reconcile(services, operation_id, decision, note, role=role)
     return operations.operation_view(services, operation_id)
 
@@ -337,7 +338,7 @@ async def post_recover(
     """
     body = parse(RecoverRequest, await read_json_body(request, services, SMALL_BODY))
     view = await run_in_threadpool(_recover, services, operation_id, body.fence, principal.role)
-    return json_response(view)
+    return model_response(view)
 
 
 @router.post(
@@ -364,7 +365,7 @@ async def post_reconcile(
     view = await run_in_threadpool(
         _reconcile, services, operation_id, body.decision, body.note, principal.role
     )
-    return json_response(view)
+    return model_response(view)
 
 
 @router.post(

@@ -187,9 +187,9 @@ def _refuse_what_a_merge_cannot_mend(
             "is held to the same grant and could not be promoted; ask for a new run",
             operation_id=operation_id,
             paths=[],
-            repository=found.repository,
+            repository=found.repository.wire(),
         )
-    staged = [p["path"] for p in found.paths if p["index_actual"] != p["index_expected"]]
+    staged = [p.path for p in found.paths if p.index_actual != p.index_expected]
     if staged:
         raise MergeUnsupported(
             "a target is staged in the index, which promoter never writes: unstage it "
