@@ -3,7 +3,7 @@
 ``AsyncPromoterClient`` makes the same retries as ``PromoterClient``
 (``Backoff.async_sleep``) and the same problem to ``PromoterError`` translation;
 ``watch`` is an async iterator over the event feed; ``merge`` (the operator's) answers
-the JSON document as ``PromoterClient.merge`` does. Deliberately not here: blob
+its ``MergeResult``. Deliberately not here: blob
 streaming from files, the operator's other calls (``promoter.client.sync``).
 """
 
@@ -43,6 +43,7 @@ from promoter.domain.views import (
     FeedEvent,
     GrantRegistered,
     LeaseSet,
+    MergeResult,
     MissingBlobs,
     OperationAccepted,
     OperationView,
@@ -265,12 +266,11 @@ class AsyncPromoterClient:
         path = f"/v1/operations/{segment(operation_id)}/recover"
         return model_of(OperationView, await self._send("POST", path, json_body={"fence": fence}))
 
-    async def merge(self, operation_id: str) -> dict[str, Any]:
+    async def merge(self, operation_id: str) -> MergeResult:
         """Merge a promotion refused with ``target_drift`` into a new bundle held for
         approval (operator); ``MergeConflict``/``MergeUnsupported`` carry ``paths``."""
         path = f"/v1/operations/{segment(operation_id)}/merge"
-        answer: dict[str, Any] = (await self._send("POST", path)).json()
-        return answer
+        return model_of(MergeResult, await self._send("POST", path))
 
     async def events(
         self,

@@ -411,3 +411,11 @@ def test_every_route_declares_its_answer_as_published() -> None:
             assert route.response_class.__name__ != "JSONResponse", route.path
         checked += 1
     assert checked >= 50
+
+
+def test_the_clients_typed_answers_are_current() -> None:
+    """``promoter/client/answers.py`` is what ``python -m scripts.client_answers`` writes
+    from the answer models (``make schemas``)."""
+    from scripts.client_answers import TARGET, render
+
+    assert TARGET.read_text(encoding="utf-8") == render(), "run `make schemas` and commit"

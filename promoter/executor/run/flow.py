@@ -32,6 +32,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -48,6 +49,7 @@ from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
 from promoter.git.layout import discover
 
 if TYPE_CHECKING:
+    from promoter.client import answers as wire
     from promoter.domain.models import GrantV1
 
 __all__ = [
@@ -146,7 +148,7 @@ class Outcome:
         }
 
 
-def repository(client: PromoterClient, name: str) -> dict[str, Any]:
+def repository(client: PromoterClient, name: str) -> wire.RepositoryInfo:
     """The guarded repository ``name`` as the daemon lists it."""
     for found in client.repositories():
         if found["name"] == name:
@@ -412,7 +414,7 @@ def promote(
     person: Person,
     outcome: Outcome,
     *,
-    unseen: list[dict[str, Any]] | None = None,
+    unseen: Sequence[Mapping[str, Any]] | None = None,
     requested: dict[str, Any] | None = None,
 ) -> None:
     """The preflight, the person's answer, the promotion (and its approval), the receipt.
@@ -421,6 +423,7 @@ def promote(
     evidence (docs/protocol.md); its outcome stands for the preflight and the promotion."""
     record = run.record
     assert current.bundle_id is not None
+    preflight: Mapping[str, Any]
     if requested is None:
         preflight = orch.preflight(current.bundle_id, grant.fence)
         person.say(f"preflight {preflight['status']}")
@@ -442,7 +445,9 @@ def promote(
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
-    view = requested or orch.promote(current.bundle_id, receipt_sha256, grant.fence, wait=True)
+    view: Mapping[str, Any] = requested or orch.promote(
+        current.bundle_id, receipt_sha256, grant.fence, wait=True
+    )
     current.operation_id = str(view["operation_id"])  # saved with the status it comes to
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;
