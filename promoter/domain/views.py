@@ -444,6 +444,10 @@ class MergePathReport(Reply):
     merged_text: str | None = None
     truncated: bool | None = None
 
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer: a side's ``kind`` and a conflict's text only where set."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
 
 class HeldPromotion(Reply):
     operation_id: str | None
@@ -460,6 +464,10 @@ class MergeResult(Reply):
     merged_from: str
     paths: list[MergePathReport]
     promotion: HeldPromotion
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer: each path's members as ``MergePathReport.wire`` gives them."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class TracePromotion(Reply):

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
+from promoter.domain.views import Fenced
 from promoter.engine.host_state import HostState
 from promoter.engine.operation.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
@@ -155,7 +156,7 @@ def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 
 
-def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, Any]:
+def fence(services: Services, host_id: str, to: str, *, by: str) -> Fenced:
     """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
     if not to:
         raise ValidationFailed("name the daemon host that takes over (to)")
@@ -200,14 +201,9 @@ def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, An
         len(ids),
         to,
     )
-    return {
-        "host": host_id,
-        "epoch": epoch,
-        "to": to,
-        "fenced_by": by,
-        "fenced_at": at,
-        "operations": ids,
-    }
+    return Fenced.model_construct(
+        host=host_id, epoch=epoch, to=to, fenced_by=by, fenced_at=at, operations=ids
+    )
 
 
 def admit(services: Services, host_id: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from promoter.api.deps import (
 from promoter.api.models import FenceRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
-from promoter.api.responses import json_response
+from promoter.api.responses import json_response, model_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import Fenced, HostEntry, HostList
 from promoter.engine import fencing
@@ -127,7 +127,7 @@ async def post_fence(
     body = parse(FenceRequest, await read_json_body(request, services, SMALL_BODY))
     by = principal.name or principal.role
     fenced = await run_in_threadpool(fencing.fence, services, host, body.to, by=by)
-    return json_response(fenced)
+    return model_response(fenced)
 
 
 @router.post(

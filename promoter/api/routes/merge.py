@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from promoter.api.deps import OperatorDep, ServicesDep
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
-from promoter.api.responses import json_response
+from promoter.api.responses import model_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import MergeResult
@@ -67,7 +67,7 @@ MERGE_ERRORS = [
 ]
 
 
-def _merge(services: Services, operation_id: str, by: str, role: str) -> dict[str, Any]:
+def _merge(services: Services, operation_id: str, by: str, role: str) -> MergeResult:
     return merge_operation(services, operation_id, by=by, role=role)
 
 
@@ -97,4 +97,4 @@ async def post_merge(
     """Merge a drifted promotion's files into a new bundle held for approval."""
     # who merged is the authenticated credential, never a name the request carries
     result = await run_in_threadpool(_merge, services, operation_id, principal.name, principal.role)
-    return json_response(result, 201)
+    return model_response(result, 201)
