@@ -46,7 +46,7 @@ from promoter.domain.blob_frames import frame_bytes
 from promoter.errors import PromoterError
 
 if TYPE_CHECKING:
-    from promoter.client import answers
+    import promoter.client.answers as answers
     from promoter.client.aio import AsyncPromoterClient
     from promoter.domain.models import (
         DsseEnvelope,
