@@ -20,7 +20,7 @@ from typing import Any
 
 from promoter.domain.records import Operation
 from promoter.domain.status import OperationStatus
-from promoter.domain.views import OperationSummary
+from promoter.domain.views import FeedEvent, OperationSummary
 from promoter.engine.repos import Registry, Repository
 from promoter.errors import OwnedByOtherHost
 from promoter.git.head import head_commit, symbolic_head
@@ -149,7 +149,7 @@ class FeedScan:
     """What a scan of the feed found: ``events`` (``None``: nothing after the start; empty:
     only filtered-out events) and the position read up to."""
 
-    events: list[dict[str, Any]] | None
+    events: list[FeedEvent] | None
     position: int
 
 
@@ -172,7 +172,7 @@ def scan_feed(
                 return FeedScan(None, position)
             position = rows[-1].position
             kept = [
-                feed.as_wire(row)
+                feed.as_event(row)
                 for row in rows
                 if (repository is None or row.repository_name == repository)
                 and (status is None or row.status == status)
