@@ -244,12 +244,25 @@ class HostEntry(TypedDict):
     epoch: int
     status: str
     repositories: list[str]
+    registered_at: str | None
+    this_host: bool
+    fences: list[HostFence]
     lease_until: str | None
     lease_expired: bool | None
     fenced_at: str | None
     fenced_by: str | None
     fenced_to: str | None
     address: NotRequired[str | None]
+
+
+class HostFence(TypedDict):
+    """One fence of a host: its epoch after it, who fenced, when, what was handed over."""
+
+    epoch: int
+    to: str | None
+    by: str | None
+    at: str | None
+    operations: list[str]
 
 
 class HostList(TypedDict):

@@ -392,11 +392,24 @@ class EventFeed(Reply):
     cursor: str = Field(description="resume after the events answered with `after=<cursor>`")
 
 
+class HostFence(Reply):
+    """One fence of a host: its epoch after it, who fenced, when, what was handed over."""
+
+    epoch: int
+    to: str | None
+    by: str | None
+    at: str | None
+    operations: list[str]
+
+
 class HostEntry(View):
     host_id: str
     epoch: int
     status: str = Field(description="`active` or `fenced`")
     repositories: list[str]
+    registered_at: str | None = Field(description="null: not known (no database)")
+    this_host: bool
+    fences: list[HostFence]
     lease_until: str | None
     lease_expired: bool | None = Field(description="null: not known (no database)")
     fenced_at: str | None

@@ -23,7 +23,7 @@ from promoter.api.deps import (
 from promoter.api.models import FenceRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
-from promoter.api.responses import json_response, model_response
+from promoter.api.responses import model_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import Fenced, HostEntry, HostList
 from promoter.engine import fencing
@@ -96,10 +96,9 @@ async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
             "own view, not the ledger's"
         )
         only = fencing.this_host_only(services)
-        return json_response(
-            {"hosts": [only], "source": "this_host", "database_up": False, "detail": detail}
-        )
-    return json_response({"hosts": listed, "source": "ledger", "database_up": True, "detail": None})
+        seen = HostList(hosts=[only], source="this_host", database_up=False, detail=detail)
+        return model_response(seen)
+    return model_response(HostList(hosts=listed, source="ledger", database_up=True, detail=None))
 
 
 @router.post(
@@ -145,4 +144,4 @@ async def post_fence(
     ),
 )
 async def post_admit(host: HostIdParam, _: OperatorDep, services: ServicesDep) -> Response:
-    return json_response(await run_in_threadpool(fencing.admit, services, host))
+    return model_response(await run_in_threadpool(fencing.admit, services, host))
