@@ -112,6 +112,7 @@ format: $(STAMP)
 schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
 	$(PY) -m promoter.api.openapi_export schemas
+	$(PY) -m scripts.client_answers
 
 # the speed table, printed and written into docs/benchmarks.md (the last run only)
 bench: $(STAMP)

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ class Replay:
         for client in (self.orchestrator, self.operator, self.executor):
             client.close()
 
-    def _merge(self, operation_id: str, tally: Tally) -> dict[str, Any]:
+    def _merge(self, operation_id: str, tally: Tally) -> Mapping[str, Any]:
         """The merge request, timed (clean: storing and holding the bundle included)."""
         started = time.perf_counter()
         try:

@@ -135,8 +135,8 @@ def prepare_promoter(
             _submit(services, WARM_REPO_NAME, "grt_bench_warm", source, workload)
         )
         view = operations.operation_view(services, operation_id)
-        if view["status"] != "completed":
-            raise AssertionError(f"the warm-up promotion ended {view['status']}")
+        if view.status != "completed":
+            raise AssertionError(f"the warm-up promotion ended {view.status}")
     return _submit(services, REPO_NAME, "grt_bench", source, workload)
 
 
@@ -196,11 +196,11 @@ def finish_with_rollback(prepared: Prepared, operation_id: str) -> float:
 
 def _completed(prepared: Prepared, operation_id: str) -> None:
     view = operations.operation_view(prepared.services, operation_id)
-    if view["status"] != "completed" or not view["events_verified"]:
+    if view.status != "completed" or not view.events_verified:
         _close(prepared)
         raise AssertionError(
-            f"promoter: operation {operation_id} ended {view['status']} "
-            f"({view['code']}: {view['detail']})"
+            f"promoter: operation {operation_id} ended {view.status} "
+            f"({view.code}: {view.detail})"
         )
 
 

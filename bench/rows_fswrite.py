@@ -129,7 +129,7 @@ def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: boo
         if promote:
             requested = operations.request_promotion(services, bundle_id, receipt, bd.FENCE)
             operations.wait_for(services, requested.operation_id, timeout=3600)
-            status = operations.operation_view(services, requested.operation_id)["status"]
+            status = operations.operation_view(services, requested.operation_id).status
         operations.runner(services).shutdown()
     finally:
         services.close()

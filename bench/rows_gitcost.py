@@ -170,10 +170,8 @@ class Side:
 
     def promoted(self, operation_id: str) -> None:
         view = operations.operation_view(self.services, operation_id)
-        if view["status"] != "completed":
-            raise AssertionError(
-                f"{self.name}: {operation_id} ended {view['status']} ({view['code']})"
-            )
+        if view.status != "completed":
+            raise AssertionError(f"{self.name}: {operation_id} ended {view.status} ({view.code})")
         self.version += 1
         target = self.repo / self.target
         if target.read_bytes() != content(self.index, self.version):

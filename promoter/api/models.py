@@ -1,4 +1,4 @@
-"""Request and response models of the HTTP API, and ``parse`` for request bodies.
+"""Request models of the HTTP API, and ``parse`` for request bodies.
 
 The path parameters' types are in ``promoter.api.params``: they need FastAPI, which the
 client (``promoter.client.sync``, every CLI command that talks to a daemon) does not import.
@@ -11,10 +11,7 @@ the parsed value is validated here. Grants, bundles and leases are validated by 
 engine's wire models (``promoter.domain.models``), which the OpenAPI document references
 for their bodies.
 
-Response models describe what the routes answer, for the OpenAPI document; the routes
-build their JSON themselves (canonical bytes for stored documents), so nothing here
-serializes a response. Every member is listed, except in a preflight's read-back report
-and in the key set (``View``), whose nested detail the engine owns.
+Not here: the response models, which a client reads as well (``promoter.domain.views``).
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ from promoter.domain.models import (
     HEX40,
     GrantV1,
     Name,
-    PatchVerificationReceiptV1,
     SafeInt,
     Sha256,
 )
@@ -63,18 +59,6 @@ class Request(BaseModel):
             if nulls:
                 raise ValueError(f"fields may be left out, not null: {nulls}")
         return data
-
-
-class Reply(BaseModel):
-    """A response body the route builds itself: every member listed."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class View(BaseModel):
-    """A response the engine assembles: top-level members listed, more may follow."""
-
-    model_config = ConfigDict(extra="allow")
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -236,320 +220,13 @@ class BlobsMissingRequest(Request):
     sha256: Annotated[list[Sha256], Field(max_length=MAX_DIGESTS)]
 
 
-# --- responses -----------------------------------------------------------------------------
-
-
-class Health(Reply):
-    status: Literal["ok"]
-
-
-class ReadyChecks(Reply):
-    database: bool
-    state_dir_writable: bool
-    host_active: bool  # false once this daemon's host was fenced off: it writes nothing
-
-
-class Readiness(Reply):
-    status: Literal["ready", "not_ready"]
-    checks: ReadyChecks
-    reason: str | None = None  # why not ready, in a sentence (none when ready)
-
-
-class RepositoryInfo(Reply):
-    name: str
-    repository_identity: str
-    worktree: str
-    branch: str | None
-    head: str | None
-
-
-class GuardedRepository(Reply):
-    """A repository of the cluster and the host that guards it (from the ledger)."""
-
-    repository_identity: str
-    name: str | None = Field(description="its name on the host that guards it, where known")
-    host_id: str
-    address: str | None = Field(description="the base URL that host's daemon serves on")
-    this_host: bool
-
-
-class RepositoryList(Reply):
-    repositories: list[RepositoryInfo] = Field(description="the repositories guarded here")
-    host_id: str = Field(description="this host")
-    cluster: list[GuardedRepository] | None = Field(
-        default=None,
-        description="every repository of the cluster and who guards it, this host's "
-        "first; null while the database does not answer",
-    )
-
-
 class RepositoryApprovalRequest(Request):
     """``promoter repos set NAME --approval``: the setting in force from now on."""
 
     approval: Literal["none", "required"]
 
 
-class RepositoryApproval(Reply):
-    """A repository's approval setting in force and where it comes from."""
-
-    name: str
-    repository_identity: str
-    approval: Literal["none", "required"]
-    source: Literal["config", "ledger"] = Field(
-        description="`config`: the configuration file; `ledger`: set by `repos set`"
-    )
-    set_by: str | None = Field(description="the credential that set it (ledger only)")
-    set_at: str | None
-
-
-class Caller(Reply):
-    """Who the request's credential is: its role and its name (never the token)."""
-
-    role: Literal["executor", "orchestrator", "operator"]
-    name: str
-    run_id: str | None = Field(description="an executor token's run")
-
-
-class ExecutorToken(Reply):
-    token: str
-    executor_run_id: str
-    expires_at: str
-
-
-class GrantRegistered(Reply):
-    grant_id: str
-    grant_sha256: Sha256
-
-
-class LeaseSet(Reply):
-    workflow_id: str
-    stage: str
-    run_id: str
-    attempt: int
-    generation: int
-    resume_epoch: int
-    fence: int
-    expires_at: str
-    changed: bool
-
-
-class RunOpened(Reply):
-    grant: GrantRegistered
-    grant_created: bool
-    lease: LeaseSet
-    token: ExecutorToken
-
-
-class MissingBlobs(Reply):
-    missing: list[Sha256]
-
-
-class BlobStored(Reply):
-    sha256: Sha256
-    bytes: int
-    created: bool
-
-
-class BundleSubmitted(Reply):
-    bundle_id: str
-    bundle_sha256: Sha256
-    verification_receipt: PatchVerificationReceiptV1
-
-
-class Preflight(View):
-    """The engine's preflight: the checks so far, and the read-back report once it ran."""
-
-    bundle_id: str
-    status: Literal["passed", "refused"]
-    code: str | None
-    detail: str
-    checks: dict[str, Any]
-    error: dict[str, Any] | None = Field(default=None, description="the refusal's problem")
-    repository: dict[str, Any] | None = None
-    paths: list[dict[str, Any]] | None = None
-    drifted: list[Any] | None = None
-    unsafe: list[Any] | None = None
-
-
-class OperationAccepted(Reply):
-    operation_id: str
-    status: str
-
-
-class Step(Reply):
-    seq: int
-    path: str
-    operation: str
-    status: str
-    old: dict[str, Any] | None
-    new: dict[str, Any] | None
-    detail: str | None
-
-
-class Attempt(Reply):
-    attempt: int
-    status: str
-    code: str | None
-    started_at: str
-    ended_at: str | None
-
-
-class Event(Reply):
-    event_id: str
-    operation_id: str
-    seq: int
-    kind: str
-    payload: dict[str, Any]
-    prev_event_sha256: str | None
-    event_sha256: str
-    at: str
-
-
-class OwnerView(Reply):
-    """Who runs (or last ran) the operation, and whether its owner lease is live."""
-
-    host: str | None
-    pid: int | None
-    boot: str | None
-    lease_until: str | None
-    lease_expired: bool
-
-
-class EventIds(Reply):
-    """The current attempt's events that a promotion receipt names."""
-
-    decision: str | None
-    action: str | None
-    outcome: str | None
-
-
-class OperationView(Reply):
-    operation_id: str
-    kind: str
-    status: str
-    attempt: int
-    repository: str
-    repository_identity: str
-    grant_id: str | None
-    bundle_id: str | None
-    verification_receipt_sha256: str | None
-    fence: int | None
-    code: str | None
-    detail: str | None
-    receipt_sha256: str | None
-    owner: OwnerView
-    event_ids: EventIds
-    pre_snapshot: str | None
-    post_snapshot: str | None
-    report: dict[str, Any] | None
-    created_at: str
-    updated_at: str
-    steps: list[Step]
-    created_directories: list[str]
-    attempts: list[Attempt]
-    events: list[Event]
-    events_verified: bool
-    current_targets: list[dict[str, Any]] | None = Field(
-        default=None, description="with `current=true` only"
-    )
-
-
-class OperationSummary(Reply):
-    operation_id: str
-    kind: str
-    status: str
-    attempt: int
-    repository: str | None
-    bundle_id: str | None
-    code: str | None
-    updated_at: str | None
-
-
-class OperationList(Reply):
-    operations: list[OperationSummary]
-
-
-class KeySet(View):
-    active_keyid: str = Field(description="the key this host signs new receipts with")
-    host_id: str = Field(description="the host answering")
-    keys: list[dict[str, Any]] = Field(
-        description="every host's keys, each with `host_id`, `status`, `not_before`, "
-        "`not_after` and the RFC 8037 OKP JWK members"
-    )
-
-
-class Snapshot(Reply):
-    tree: Tree
-    label: str
-    captured_at: str
-
-
-class SnapshotList(Reply):
-    snapshots: list[Snapshot]
-
-
-class SnapshotDiff(Reply):
-    added: list[str]
-    modified: list[str]
-    deleted: list[str]
-    unified_diff: str
-    truncated: bool
-
-
-class FeedEvent(Reply):
-    """One ledger event or status change, with its operation's status as it committed."""
-
-    cursor: str = Field(description="resume after this entry with `after=<cursor>`")
-    event_id: str | None = Field(description="none for a `status` entry")
-    operation_id: str
-    operation_kind: str
-    repository: str
-    kind: str = Field(description="`decision`, `action`, `outcome`, or `status`")
-    status: str
-    code: str | None
-    at: str
-
-
-class EventFeed(Reply):
-    events: list[FeedEvent]
-    cursor: str = Field(description="resume after the events answered with `after=<cursor>`")
-
-
 class FenceRequest(Request):
     to: str = Field(
         min_length=1, max_length=200, description="the daemon host that takes the operations over"
     )
-
-
-class HostEntry(View):
-    host_id: str
-    epoch: int
-    status: str = Field(description="`active` or `fenced`")
-    repositories: list[str]
-    lease_until: str | None
-    lease_expired: bool | None = Field(description="null: not known (no database)")
-    fenced_at: str | None
-    fenced_by: str | None
-    fenced_to: str | None
-    address: str | None = Field(
-        default=None, description="the URL the host's daemon serves on, where known"
-    )
-
-
-class HostList(Reply):
-    hosts: list[HostEntry]
-    source: Literal["ledger", "this_host"] = Field(
-        description="`ledger`: every host, as the ledger says; `this_host`: the database "
-        "does not answer, so only this host as its daemon last saw it"
-    )
-    database_up: bool
-    detail: str | None = Field(default=None, description="why only this host is shown")
-
-
-class Fenced(Reply):
-    host: str
-    epoch: int = Field(description="the host's epoch after the fence")
-    to: str
-    fenced_by: str
-    fenced_at: str
-    operations: list[str] = Field(description="the operations handed to `to`")

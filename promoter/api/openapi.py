@@ -205,10 +205,10 @@ def build(app: FastAPI) -> dict[str, Any]:
         separate_input_output_schemas=False,
     )
     components = doc.setdefault("components", {})
-    schemas: dict[str, Any] = components.setdefault("schemas", {})
-    for unused in ("HTTPValidationError", "ValidationError"):
-        schemas.pop(unused, None)
-    schemas["Problem"] = problem_schema()
+    # FastAPI's own schemas (its validation errors, and its rendering of each route's
+    # ``response_model``) are dropped: every schema published is the models' own, as
+    # ``_add_models`` renders it from each operation's contract
+    schemas: dict[str, Any] = {"Problem": problem_schema()}
     components["securitySchemes"] = {
         BEARER: {
             "type": "http",

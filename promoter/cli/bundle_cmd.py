@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -342,6 +342,7 @@ def diff(
     show in full are listed with their sizes and flags. --path or --all print them
     whole, one bounded request a page."""
     with _client(url, token_file) as client:
+        result: Mapping[str, Any]
         if path is not None or every:
             result = whole_diff(client.bundle_diff_pages(bundle, max_bytes, path=path))
         else:
@@ -352,7 +353,7 @@ def diff(
     print_diff(result, stat=stat, pager=pager, hint=f"promoter bundle diff {bundle}")
 
 
-def diff_flags(result: dict[str, Any]) -> Text:
+def diff_flags(result: Mapping[str, Any]) -> Text:
     """One warning line per file whose diff carries flags (what can hide code or run)."""
     from rich.text import Text
 
@@ -371,7 +372,7 @@ def diff_flags(result: dict[str, Any]) -> Text:
     return out
 
 
-def diff_renames(result: dict[str, Any]) -> Text:
+def diff_renames(result: Mapping[str, Any]) -> Text:
     """One line per rename the diff found: ``rename a → b (97 %)`` (the bundle itself
     deletes ``a`` and creates ``b``)."""
     from rich.text import Text
@@ -383,7 +384,7 @@ def diff_renames(result: dict[str, Any]) -> Text:
     return out
 
 
-def diff_stat(result: dict[str, Any]) -> Text:
+def diff_stat(result: Mapping[str, Any]) -> Text:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets; a rename as ``rename a → b (97 %)``), then the totals."""
     from rich.text import Text
@@ -412,7 +413,7 @@ def diff_stat(result: dict[str, Any]) -> Text:
     return out
 
 
-def diff_summary(result: dict[str, Any], hint: str = "") -> Text:
+def diff_summary(result: Mapping[str, Any], hint: str = "") -> Text:
     """The review without the patch (``promoter run --yes``): one line per file with its
     operation, path, sizes, lines added and removed and flags; the totals; every file not
     shown in full; and, with ``hint`` (a command), how to read the whole diff."""
@@ -457,7 +458,7 @@ def _operation(f: dict[str, Any]) -> str:
     return "rename" if f.get("rename_from") is not None else str(f["operation"])
 
 
-def _shown_path(f: dict[str, Any]) -> str:
+def _shown_path(f: Mapping[str, Any]) -> str:
     """``old → new (97 %)`` for a rename, else the path as shown."""
     path = str(f.get("path_shown", f["path"]))
     if f.get("rename_from") is None:
@@ -469,7 +470,7 @@ def _size(count: int | None) -> str:
     return "-" if count is None else iec(count)
 
 
-def diff_unseen(result: dict[str, Any], hint: str = "") -> Text:
+def diff_unseen(result: Mapping[str, Any], hint: str = "") -> Text:
     """Every file the answer does not show in full (protocol: api#every-byte-reviewable), with its
     sizes, lines, flags and, with ``hint`` (a command), how to read one whole."""
     from rich.text import Text
@@ -526,7 +527,7 @@ def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
 
 
 def print_diff(
-    result: dict[str, Any],
+    result: Mapping[str, Any],
     *,
     stat: bool = False,
     pager: bool = True,
@@ -558,11 +559,11 @@ def print_diff(
         console.print(body, end="", soft_wrap=True, highlight=False)
 
 
-def whole_diff(pages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def whole_diff(pages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One answer from every page of a diff (``PromoterClient.bundle_diff_pages``): the
     first page's files, the pages' text joined; unseen only what no page shows (the
     summarized files)."""
-    first: dict[str, Any] | None = None
+    first: Mapping[str, Any] | None = None
     parts: list[str] = []
     for page in pages:
         first = first or page

@@ -48,8 +48,10 @@ def list_hosts(
     with _client(url, token_file) as client:
         seen = client.hosts_seen()
     items = seen["hosts"]
-    if seen.get("source") == "this_host":
-        err_console.print(f"[yellow]only this host's own view[/]: {escape(seen['detail'])}")
+    if seen["source"] == "this_host":
+        err_console.print(
+            f"[yellow]only this host's own view[/]: {escape(seen.get('detail') or '')}"
+        )
     if json_output:
         _emit(items)
         return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,7 +54,7 @@ def package_version() -> str:
         return promoter.__version__
 
 
-def tool_result(answer: dict[str, Any]) -> CallToolResult:
+def tool_result(answer: Mapping[str, Any]) -> CallToolResult:
     """An answer as a tool result: ``isError`` exactly when it is a refusal with a code."""
     refused = answer.get("status") == "refused" and "code" in answer
     text = json.dumps(answer, sort_keys=True)

@@ -14,7 +14,7 @@ Deliberately thin: the merge, its scratch area and its rules are the host's
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,24 +30,35 @@ from promoter.cli.common import (
 from promoter.client.sync import PromoterClient
 from promoter.errors import MergeConflict, MergeUnsupported
 
+if TYPE_CHECKING:
+    from promoter.client import answers
+
 __all__ = ["register"]
 
 
-def _side(name: str, side: dict[str, Any]) -> str:
-    digest = side.get("sha256") or "-"
-    kind = f" {side['kind']}" if side.get("kind") not in (None, "file") else ""
-    return f"{name}={str(digest)[:12]} {side.get('mode') or '-'} {side.get('bytes')} bytes{kind}"
+def _side(name: str, side: answers.MergeSide) -> str:
+    digest = side["sha256"] or "-"
+    kind = f" {side.get('kind')}" if side.get("kind") not in (None, "file") else ""
+    return f"{name}={digest[:12]} {side['mode'] or '-'} {side['bytes']} bytes{kind}"
 
 
-def _print_paths(paths: list[dict[str, Any]]) -> None:
+def _print_paths(paths: list[answers.MergePathReport]) -> None:
     for item in paths:
-        sides = ", ".join(_side(n, item[n]) for n in ("old", "current", "new"))
-        reason = f" ({escape(item['reason'])})" if item.get("reason") else ""
+        sides = ", ".join(
+            _side(name, side)
+            for name, side in (
+                ("old", item["old"]),
+                ("current", item["current"]),
+                ("new", item["new"]),
+            )
+        )
+        reason = f" ({escape(item['reason'])})" if item["reason"] else ""
         console.print(f"  {item['result']:<11} {escape(item['path'])}{reason}")
         console.print(f"              {escape(sides)}")
-        if item.get("merged_text") is not None:
+        merged_text = item.get("merged_text")
+        if merged_text is not None:
             console.print(f"  --- {escape(item['path'])} with conflict markers (not written) ---")
-            typer.echo(item["merged_text"], nl=not item["merged_text"].endswith("\n"))
+            typer.echo(merged_text, nl=not merged_text.endswith("\n"))
             if item.get("truncated"):
                 console.print("  [... cut: the text is longer ...]")
 

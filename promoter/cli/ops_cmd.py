@@ -13,6 +13,7 @@ is the host's job; this module only asks and prints.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -147,7 +148,7 @@ def _part_lines(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
-def approval_lines(view: dict[str, Any]) -> list[str]:
+def approval_lines(view: Mapping[str, Any]) -> list[str]:
     """Per decision: the approval and the credential that made it, with the note; for an
     approval in part the paths accepted and declined, the hunks composed and the operation
     of the part (or, on that operation, the one it was part of); for a merge of a drifted
@@ -179,7 +180,7 @@ def approval_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-def print_view(view: dict[str, Any]) -> None:
+def print_view(view: Mapping[str, Any]) -> None:
     console.print(
         f"[bold]{view['operation_id']}[/] {view['kind']} in {escape(view['repository'])}: "
         f"[bold]{view['status']}[/] (attempt {view['attempt']})"
@@ -236,7 +237,7 @@ def print_view(view: dict[str, Any]) -> None:
     console.print("next: " + _next_step(view), soft_wrap=True)
 
 
-def _next_step(view: dict[str, Any]) -> str:
+def _next_step(view: Mapping[str, Any]) -> str:
     if view.get("code") == "approved_in_part":
         derived = next(
             (

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -49,6 +50,9 @@ from promoter.fs.root import Root
 from promoter.git.head import commit_tree
 from promoter.git.readback import RepoLayout, discover, index_entries
 
+if TYPE_CHECKING:
+    from promoter.client import answers
+
 __all__ = ["capture_precondition", "parse_allow", "register"]
 
 OPERATIONS: tuple[Operation, ...] = ("create", "modify", "delete")
@@ -59,7 +63,7 @@ def _client(url: str | None, token_file: Path | None, timeout: float = 60.0) -> 
     return PromoterClient(server_url(url), read_token(token_file, url), timeout=timeout)
 
 
-def _emit(document: dict[str, Any]) -> None:
+def _emit(document: Mapping[str, Any]) -> None:
     typer.echo(json.dumps(document, indent=2, sort_keys=True))
 
 
@@ -111,9 +115,9 @@ def _local_layout(worktree: str | None) -> RepoLayout | None:
     return discover(worktree)
 
 
-def _repository(client: PromoterClient, name: str) -> dict[str, Any]:
+def _repository(client: PromoterClient, name: str) -> answers.RepositoryInfo:
     for item in client.repositories():
-        if name in (item.get("name"), item.get("repository_identity")):
+        if name in (item["name"], item["repository_identity"]):
             return item
     raise error_class("repository_unknown")(f"the server guards no repository named {name!r}")
 
@@ -263,14 +267,14 @@ def lease_set(
     if json_output:
         _emit(answer)
         return
-    verb = "set" if answer.get("changed") else "unchanged (identical)"
+    verb = "set" if answer["changed"] else "unchanged (identical)"
     console.print(
         f"lease {workflow}/{stage} {verb}: run {run}, fence {fence}, attempt {attempt}, "
         f"generation {generation}, resume epoch {resume_epoch}, expires {answer['expires_at']}"
     )
 
 
-def _print_operation(view: dict[str, Any]) -> None:
+def _print_operation(view: Mapping[str, Any]) -> None:
     console.print(
         f"operation [bold]{view['operation_id']}[/] {view['status']} "
         f"(attempt {view.get('attempt', 1)})"
@@ -311,14 +315,16 @@ def promote(
             receipt = client.get_verification(bundle_id).receipt_sha256
         if fence is None:
             fence = client.get_grant(client.get_bundle(bundle_id).grant_id).fence
-        view = client.promote(bundle_id, receipt, fence, wait=wait)
-        if "steps" not in view and view.get("status") not in (None, "in_progress"):
-            view = client.get_operation(view["operation_id"])
+        answer = client.promote(bundle_id, receipt, fence, wait=wait)
+        # the operation's view; only its id and status while it still runs
+        view: Mapping[str, Any] = answer
+        if "steps" not in answer and answer["status"] != "in_progress":
+            view = client.get_operation(answer["operation_id"])
     if json_output:
         _emit(view)
     else:
         _print_operation(view)
-    status = view.get("status")
+    status = view["status"]
     if status in ("refused", "needs_reconciliation", "needs_recovery") and view.get("code"):
         raise error_class(str(view["code"]))(
             str(view.get("detail") or status), operation_id=view["operation_id"], status=status

@@ -7,7 +7,7 @@ path. It writes nothing and changes nothing; a refusal exits with its code's exi
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -40,21 +40,26 @@ def preflight(
     from promoter.errors import error_class
 
     with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
-        result: dict[str, Any] = client.preflight(bundle_id, fence)
+        result = client.preflight(bundle_id, fence)
     if json_output:
         echo_json(json.dumps(result))
     else:
-        console.print(f"preflight [bold]{escape(bundle_id)}[/]: {result.get('status')}")
-        for name, check in (result.get("checks") or {}).items():
-            console.print(f"  check {name}: {'ok' if check.get('ok') else 'failed'}")
+        console.print(f"preflight [bold]{escape(bundle_id)}[/]: {result['status']}")
+        checks = result["checks"]
+        for name, check in (
+            ("authority", checks.get("authority")),
+            ("evidence", checks.get("evidence")),
+        ):
+            if check is not None:
+                console.print(f"  check {name}: {'ok' if check['ok'] else 'failed'}")
         for item in result.get("paths") or []:
-            reasons = "; ".join(item.get("reasons") or [])
-            line = f"  {item.get('verdict', '?'):<8} {escape(str(item.get('path')))}"
+            reasons = "; ".join(item["reasons"])
+            line = f"  {item['verdict']:<8} {escape(item['path'])}"
             console.print(line + (f"  ({escape(reasons)})" if reasons else ""))
-        if result.get("status") != "passed" and result.get("detail"):
-            console.print(f"  {escape(str(result['detail']))}")
-    if result.get("status") != "passed" and result.get("code"):
-        raise error_class(str(result["code"]))(str(result.get("detail") or "refused"))
+        if result["status"] != "passed" and result["detail"]:
+            console.print(f"  {escape(result['detail'])}")
+    if result["status"] != "passed" and result["code"]:
+        raise error_class(result["code"])(result["detail"] or "refused")
 
 
 def register(app: typer.Typer) -> None:

@@ -46,15 +46,12 @@ def list_repositories(
 ) -> None:
     """The guarded repositories: name, worktree, HEAD, approval setting."""
     with _client(url, token_file) as client:
-        rows = [
-            {**repo, "approval": client.repository_approval(str(repo["name"]))}
-            for repo in client.repositories()
-        ]
+        rows = [(repo, client.repository_approval(repo["name"])) for repo in client.repositories()]
     if as_json:
-        typer.echo(json.dumps({"repositories": rows}, indent=2, sort_keys=True))
+        listed = [{**repo, "approval": setting} for repo, setting in rows]
+        typer.echo(json.dumps({"repositories": listed}, indent=2, sort_keys=True))
         return
-    for row in rows:
-        setting = row["approval"]
+    for row, setting in rows:
         by = f" by {setting['set_by']} at {setting['set_at']}" if setting["set_by"] else ""
         console.print(
             f"{escape(str(row['name']))}  {escape(str(row['worktree']))}  "

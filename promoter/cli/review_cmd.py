@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,7 +56,7 @@ def _client(url: str | None, token_file: Path | None) -> PromoterClient:
     return PromoterClient(server_url(url), read_token(token_file, url), timeout=WAIT_TIMEOUT)
 
 
-def _approve_hint(operation_id: str, diff: dict[str, Any]) -> str:
+def _approve_hint(operation_id: str, diff: Mapping[str, Any]) -> str:
     unseen = diff.get("unseen") or []
     seen = "".join(f" --seen {shlex.quote(str(u['path']))}" for u in unseen[:SEEN_HINT])
     if len(unseen) > SEEN_HINT:
@@ -137,7 +138,7 @@ def review(
         console.print(_approve_hint(operation_id, diff), highlight=False)
 
 
-def print_decided(view: dict[str, Any]) -> None:
+def print_decided(view: Mapping[str, Any]) -> None:
     """The operation after a decision, and why it ended there."""
     console.print(
         f"operation [bold]{view['operation_id']}[/] {view['status']} "
@@ -161,7 +162,7 @@ def print_decided(view: dict[str, Any]) -> None:
                 console.print(f"  composed   {escape(str(item['path']))} (hunks {numbers})")
 
 
-def _show(view: dict[str, Any], json_output: bool) -> None:
+def _show(view: Mapping[str, Any], json_output: bool) -> None:
     """The operation after a decision: its JSON, or ``print_decided``."""
     if json_output:
         typer.echo(json.dumps(view, indent=2, sort_keys=True))
@@ -169,7 +170,7 @@ def _show(view: dict[str, Any], json_output: bool) -> None:
         print_decided(view)
 
 
-def _raise_unless_done(view: dict[str, Any], wanted: tuple[str, ...]) -> None:
+def _raise_unless_done(view: Mapping[str, Any], wanted: tuple[str, ...]) -> None:
     status = str(view.get("status"))
     if status in wanted:
         return

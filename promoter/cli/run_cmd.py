@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import termios
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +120,7 @@ def _fresh_screen() -> None:
             termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
-def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> Consent:
+def _approve_here(yes: bool, unseen: Sequence[Mapping[str, Any]]) -> Consent:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
@@ -129,7 +129,7 @@ def _approve_here(yes: bool, unseen: list[dict[str, Any]]) -> Consent:
     return _approve_at(yes, unseen, stderr=False)
 
 
-def _approve_at(yes: bool, unseen: list[dict[str, Any]], *, stderr: bool) -> Consent:
+def _approve_at(yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool) -> Consent:
     """``_approve_here`` with the questions on stderr when ``stderr`` (``--json``)."""
     if yes:
         return "yes"
@@ -166,7 +166,7 @@ class TerminalPerson:
     def review(
         self,
         bundle: dict[str, Any] | None,
-        diff: dict[str, Any],
+        diff: Mapping[str, Any],
         receipt: dict[str, Any] | None,
         *,
         hint: str | None,
@@ -193,7 +193,7 @@ class TerminalPerson:
         if receipt is not None:
             print_receipt(receipt)
 
-    def approve(self, unseen: list[dict[str, Any]]) -> Consent:
+    def approve(self, unseen: Sequence[Mapping[str, Any]]) -> Consent:
         if self.json:
             return _approve_at(self.yes, unseen, stderr=True)
         return _approve_here(self.yes, unseen)
@@ -218,7 +218,7 @@ class TerminalPerson:
         return typer.confirm(question, default=True, err=self.json)
 
 
-def diff_text_of(diff: dict[str, Any]) -> Any:
+def diff_text_of(diff: Mapping[str, Any]) -> Any:
     """The whole answer as ``print_diff`` shows it, for stderr (``--json --diff``)."""
     from promoter.cli.bundle_cmd import diff_flags, diff_text
 

@@ -108,8 +108,12 @@ def diff(
     from rich.table import Table
 
     table = Table("change", "path", title=f"{from_tree[:12]} → {to_tree[:12]}")
-    for change in ("added", "modified", "deleted"):
-        for path in result.get(change, []):
+    for change, paths in (
+        ("added", result["added"]),
+        ("modified", result["modified"]),
+        ("deleted", result["deleted"]),
+    ):
+        for path in paths:
             table.add_row(change, escape(path))
     console.print(table)
     if patch and result.get("unified_diff"):

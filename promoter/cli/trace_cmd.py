@@ -14,8 +14,9 @@ daemon. Deliberately not here: matching bytes to receipts (``promoter.engine.tra
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +29,9 @@ from promoter.cli.common import (
     read_token,
     server_url,
 )
+
+if TYPE_CHECKING:
+    from promoter.client import answers
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="Name of a repository the server guards.")]
 RECEIPT_PREFIX = 12
@@ -86,7 +90,7 @@ def trailers(
         typer.echo(line)
 
 
-def staged_trailers(result: dict[str, Any]) -> list[str]:
+def staged_trailers(result: Mapping[str, Any]) -> list[str]:
     """One ``Promoted-by:`` line per promotion that wrote staged bytes exactly, in order."""
     seen: dict[str, str] = {}
     for item in result.get("paths") or []:
@@ -99,7 +103,7 @@ def staged_trailers(result: dict[str, Any]) -> list[str]:
     return list(seen.values())
 
 
-def _promotion(promotion: dict[str, Any]) -> str:
+def _promotion(promotion: answers.TracePromotion) -> str:
     from rich.markup import escape
 
     run = promotion.get("executor_run_id") or "?"
@@ -119,14 +123,14 @@ def _trace(
     token_file: Path | None,
     *,
     staged: bool,
-) -> dict[str, Any]:
+) -> answers.TraceReport:
     from promoter.client.sync import PromoterClient
 
     with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
         return client.trace(repo, commit, paths, staged=staged)
 
 
-def _print_json(result: dict[str, Any]) -> None:
+def _print_json(result: answers.TraceReport) -> None:
     import json
 
     echo_json(json.dumps(result))

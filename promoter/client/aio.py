@@ -3,7 +3,7 @@
 ``AsyncPromoterClient`` makes the same retries as ``PromoterClient``
 (``Backoff.async_sleep``) and the same problem to ``PromoterError`` translation;
 ``watch`` is an async iterator over the event feed; ``merge`` (the operator's) answers
-the JSON document as ``PromoterClient.merge`` does. Deliberately not here: blob
+its ``MergeResult``. Deliberately not here: blob
 streaming from files, the operator's other calls (``promoter.client.sync``).
 """
 
@@ -16,20 +16,6 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying
 
-from promoter.api.evidence_models import PromotedWithEvidence
-from promoter.api.models import (
-    BlobStored,
-    BundleSubmitted,
-    EventFeed,
-    ExecutorToken,
-    FeedEvent,
-    GrantRegistered,
-    LeaseSet,
-    MissingBlobs,
-    OperationAccepted,
-    OperationView,
-    RunOpened,
-)
 from promoter.client.evidence import PATH as EVIDENCE_PATH
 from promoter.client.evidence import bundle_frame, request_parts, split_blobs
 from promoter.client.follow import cluster_origins, location, replayable, within
@@ -49,6 +35,21 @@ from promoter.client.wire import (
 )
 from promoter.domain.blob_frames import frame_header
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
+from promoter.domain.views import (
+    BlobStored,
+    BundleSubmitted,
+    EventFeed,
+    ExecutorToken,
+    FeedEvent,
+    GrantRegistered,
+    LeaseSet,
+    MergeResult,
+    MissingBlobs,
+    OperationAccepted,
+    OperationView,
+    PromotedWithEvidence,
+    RunOpened,
+)
 
 
 class AsyncPromoterClient:
@@ -265,12 +266,11 @@ class AsyncPromoterClient:
         path = f"/v1/operations/{segment(operation_id)}/recover"
         return model_of(OperationView, await self._send("POST", path, json_body={"fence": fence}))
 
-    async def merge(self, operation_id: str) -> dict[str, Any]:
+    async def merge(self, operation_id: str) -> MergeResult:
         """Merge a promotion refused with ``target_drift`` into a new bundle held for
         approval (operator); ``MergeConflict``/``MergeUnsupported`` carry ``paths``."""
         path = f"/v1/operations/{segment(operation_id)}/merge"
-        answer: dict[str, Any] = (await self._send("POST", path)).json()
-        return answer
+        return model_of(MergeResult, await self._send("POST", path))
 
     async def events(
         self,

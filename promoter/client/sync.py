@@ -3,8 +3,10 @@
 One method per endpoint, with the bearer token; a problem+json answer is raised as the
 ``PromoterError`` subclass its ``code`` names (protocol: api#http-errors), an unreachable
 server as a ``ConfigError`` naming the URL. Idempotent calls are retried with backoff on
-connection errors and 503; a streamed body never is. Answers are plain dicts, wire models
-(protocol: documents#strict-models) or the API's response models, method by method.
+connection errors and 503; a streamed body never is. Answers are the ``TypedDict``s of
+``promoter.client.answers`` (typed member by member, no pydantic loaded to read them), wire
+models (protocol: documents#strict-models), or for ``operation``, ``events`` and ``watch``
+the response models of ``promoter.domain.views``.
 The parts are its neighbours: ``promoter.client.wire`` (retries, problems, TLS),
 ``promoter.client.transport`` (the pool and the retrying send, following a 421 with
 ``promoter.client.follow``), ``promoter.client.blobs`` (the blob endpoints);
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
 from promoter.client.blobs import BlobCalls, batch_frames
@@ -38,7 +40,7 @@ from promoter.domain.blob_frames import frame_bytes
 from promoter.errors import PromoterError
 
 if TYPE_CHECKING:
-    from promoter.api.models import EventFeed, FeedEvent, OperationView
+    import promoter.client.answers as answers
     from promoter.client.aio import AsyncPromoterClient
     from promoter.domain.models import (
         DsseEnvelope,
@@ -48,6 +50,11 @@ if TYPE_CHECKING:
         PatchBundleV1,
         PatchVerificationReceiptV1,
     )
+    from promoter.domain.views import EventFeed, FeedEvent, OperationView
+
+    class Registered(answers.GrantRegistered):
+        created: bool  # registered by this call (201), not already (200)
+
 
 __all__ = [
     "MISSING_BATCH",
@@ -97,51 +104,64 @@ class PromoterClient(BlobCalls):
 
     # --- health ---------------------------------------------------------------------------
 
-    def healthz(self) -> Json:
-        return self._json("GET", "/healthz")
+    def healthz(self) -> answers.Health:
+        return cast("answers.Health", self._json("GET", "/healthz"))
 
-    def readyz(self) -> Json:
+    def readyz(self) -> answers.Readiness:
         """Readiness; a 503 ``not_ready`` answer is returned, not raised."""
-        return self._json("GET", "/readyz", ok_statuses=(503,))
+        return cast("answers.Readiness", self._json("GET", "/readyz", ok_statuses=(503,)))
 
-    def keys(self) -> Json:
-        return self._json("GET", "/v1/keys")
+    def keys(self) -> answers.KeySet:
+        return cast("answers.KeySet", self._json("GET", "/v1/keys"))
 
     # --- orchestrator: repositories, tokens, grants, leases -------------------------------
 
-    def repositories(self) -> list[Json]:
-        return list(self._json("GET", "/v1/repositories")["repositories"])
+    def repositories(self) -> list[answers.RepositoryInfo]:
+        return self._repositories()["repositories"]
 
-    def guardians(self) -> list[Json] | None:
+    def _repositories(self) -> answers.RepositoryList:
+        return cast("answers.RepositoryList", self._json("GET", "/v1/repositories"))
+
+    def guardians(self) -> list[answers.GuardedRepository] | None:
         """Every repository of the cluster with the host guarding it and its ``address``
         (``GET /v1/repositories``' ``cluster``); None while the database does not answer."""
-        cluster = self._json("GET", "/v1/repositories").get("cluster")
-        return None if cluster is None else list(cluster)
+        return self._repositories().get("cluster")
 
-    def whoami(self) -> Json:
+    def whoami(self) -> answers.Caller:
         """``{role, name, run_id}`` of this client's credential."""
-        return self._json("GET", "/v1/whoami")
+        return cast("answers.Caller", self._json("GET", "/v1/whoami"))
 
-    def repository_approval(self, name: str) -> Json:
-        return self._json("GET", f"/v1/repositories/{segment(name)}/approval")
-
-    def set_repository_approval(self, name: str, approval: str) -> Json:
-        """Turn the repository's approval gate on (``required``) or off (``none``); operator."""
-        body = {"approval": approval}
-        return self._json(
-            "PUT", f"/v1/repositories/{segment(name)}/approval", json_body=body, idempotent=True
+    def repository_approval(self, name: str) -> answers.RepositoryApproval:
+        return cast(
+            "answers.RepositoryApproval",
+            self._json("GET", f"/v1/repositories/{segment(name)}/approval"),
         )
 
-    def mint_executor_token(self, executor_run_id: str, ttl_seconds: int = 3600) -> Json:
+    def set_repository_approval(self, name: str, approval: str) -> answers.RepositoryApproval:
+        """Turn the repository's approval gate on (``required``) or off (``none``); operator."""
+        body = {"approval": approval}
+        return cast(
+            "answers.RepositoryApproval",
+            self._json(
+                "PUT", f"/v1/repositories/{segment(name)}/approval", json_body=body, idempotent=True
+            ),
+        )
+
+    def mint_executor_token(
+        self, executor_run_id: str, ttl_seconds: int = 3600
+    ) -> answers.ExecutorToken:
         """``{token, executor_run_id, expires_at}`` for a new executor token."""
         body = {"executor_run_id": executor_run_id, "ttl_seconds": ttl_seconds}
-        return self._json("POST", "/v1/executor-tokens", json_body=body)
+        return cast(
+            "answers.ExecutorToken", self._json("POST", "/v1/executor-tokens", json_body=body)
+        )
 
-    def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Json:
+    def register_grant(self, grant: GrantV1 | Mapping[str, Any]) -> Registered:
         """``{grant_id, grant_sha256, created}``; registering identical bytes again is a no-op."""
         document = _document(grant)
         response = self._send("POST", "/v1/grants", json_body=document, idempotent=True)
-        return {**response.json(), "created": response.status_code == 201}
+        answer = cast("answers.GrantRegistered", response.json())
+        return {**answer, "created": response.status_code == 201}
 
     def get_grant(self, grant_id: str) -> GrantV1:
         from promoter.domain.models import GrantV1
@@ -158,17 +178,19 @@ class PromoterClient(BlobCalls):
             str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
         }
 
-    def set_lease(self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]) -> Json:
+    def set_lease(
+        self, workflow_id: str, stage: str, lease: LeaseV1 | Mapping[str, Any]
+    ) -> answers.LeaseSet:
         document = _document(lease)
         path = f"/v1/leases/{segment(workflow_id)}/{segment(stage)}"
-        return self._json("PUT", path, json_body=document)
+        return cast("answers.LeaseSet", self._json("PUT", path, json_body=document))
 
     def open_run(
         self,
         grant: GrantV1 | Mapping[str, Any],
         lease: LeaseV1 | Mapping[str, Any],
         token_ttl_seconds: int = 3600,
-    ) -> Json:
+    ) -> answers.RunOpened:
         """Register ``grant``, set ``lease`` (for the grant's workflow stage) and mint the
         run's executor token in one request: ``{grant, grant_created, lease, token}``.
         A refusal of any part changes nothing. Not retried: each call mints a token."""
@@ -183,18 +205,21 @@ class PromoterClient(BlobCalls):
             },
             "token_ttl_seconds": token_ttl_seconds,
         }
-        return self._json("POST", "/v1/runs", json_body=body)
+        return cast("answers.RunOpened", self._json("POST", "/v1/runs", json_body=body))
 
     # --- bundles --------------------------------------------------------------------------
 
-    def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> Json:
+    def submit_bundle(self, bundle: PatchBundleV1 | Mapping[str, Any]) -> answers.BundleSubmitted:
         """``{bundle_id, bundle_sha256, verification_receipt}`` of a passed verification.
 
         A failed verification is raised as the code of its first failed check, with the
         failed receipt in the error's ``verification_receipt`` context member.
         """
         document = _document(bundle)
-        return self._json("POST", "/v1/bundles", json_body=document, idempotent=True)
+        return cast(
+            "answers.BundleSubmitted",
+            self._json("POST", "/v1/bundles", json_body=document, idempotent=True),
+        )
 
     def get_bundle(self, bundle_id: str) -> PatchBundleV1:
         from promoter.domain.models import PatchBundleV1
@@ -215,40 +240,46 @@ class PromoterClient(BlobCalls):
         *,
         path: str | None = None,
         cursor: str | None = None,
-    ) -> Json:
+    ) -> answers.BundleDiffView:
         """A page of the bundle's diff (or of its one ``path``) from ``cursor``: ``{files,
         unified_diff, truncated, next_cursor, unseen, ...}`` (orchestrator/operator)."""
         params = {"max_bytes": max_bytes, "path": path, "cursor": cursor}
         given = {k: str(v) for k, v in params.items() if v is not None}
-        return self._json("GET", f"/v1/bundles/{segment(bundle_id)}/diff", params=given or None)
+        return cast(
+            "answers.BundleDiffView",
+            self._json("GET", f"/v1/bundles/{segment(bundle_id)}/diff", params=given or None),
+        )
 
     def bundle_diff_pages(
         self, bundle_id: str, max_bytes: int | None = None, *, path: str | None = None
-    ) -> Iterator[Json]:
+    ) -> Iterator[answers.BundleDiffView]:
         """Every page of the bundle's diff (or of ``path``), one bounded request each."""
         cursor: str | None = None
         while True:
             page = self.bundle_diff(bundle_id, max_bytes, path=path, cursor=cursor)
             yield page
-            following = page.get("next_cursor")
-            if following is None or following == page.get("cursor"):
+            following = page["next_cursor"]
+            if following is None or following == page["cursor"]:
                 return  # the end (or a page of 0 bytes, which never moves on)
-            cursor = str(following)
+            cursor = following
 
-    def bundle_operations(self, bundle_id: str) -> list[Json]:
+    def bundle_operations(self, bundle_id: str) -> list[answers.BundleOperation]:
         """The promotions of a bundle with their status (its own executor may ask)."""
         answer = self._json("GET", f"/v1/bundles/{segment(bundle_id)}/operations")
-        return list(answer["operations"])
+        return cast("answers.BundleOperations", answer)["operations"]
 
-    def preflight(self, bundle_id: str, fence: int | None = None) -> Json:
+    def preflight(self, bundle_id: str, fence: int | None = None) -> answers.Preflight:
         body = None if fence is None else {"fence": fence}
-        return self._json("POST", f"/v1/bundles/{segment(bundle_id)}/preflight", json_body=body)
+        return cast(
+            "answers.Preflight",
+            self._json("POST", f"/v1/bundles/{segment(bundle_id)}/preflight", json_body=body),
+        )
 
     # --- promotions and operations --------------------------------------------------------
 
     def promote(
         self, bundle_id: str, receipt_sha256: str, fence: int, *, wait: bool = False
-    ) -> Json:
+    ) -> answers.OperationAccepted | answers.OperationView:
         """``{operation_id, status}`` (202), or the operation's final view when waited on."""
         body = {
             "bundle_id": bundle_id,
@@ -256,7 +287,10 @@ class PromoterClient(BlobCalls):
             "fence": fence,
             "wait": wait,
         }
-        return self._json("POST", "/v1/promotions", json_body=body, idempotent=True)
+        return cast(
+            "answers.OperationAccepted | answers.OperationView",
+            self._json("POST", "/v1/promotions", json_body=body, idempotent=True),
+        )
 
     def promote_with_evidence(
         self,
@@ -266,7 +300,7 @@ class PromoterClient(BlobCalls):
         *,
         executor_token: str,
         wait: bool = False,
-    ) -> Json:
+    ) -> answers.PromotedWithEvidence:
         """Blobs, bundle and promotion in one request, for a caller with both authorities.
 
         This client's token is the orchestrator's (or operator's), ``executor_token`` the
@@ -284,13 +318,16 @@ class PromoterClient(BlobCalls):
         length = len(head) + sum(frame_bytes(s, n) for s, n, _ in framed)
         params, headers = request_parts(fence, wait, executor_token, length)
         content = itertools.chain((head,), batch_frames(framed))
-        return self._json("POST", EVIDENCE_PATH, content=content, params=params, headers=headers)
+        return cast(
+            "answers.PromotedWithEvidence",
+            self._json("POST", EVIDENCE_PATH, content=content, params=params, headers=headers),
+        )
 
     def operation(
         self, operation_id: str, *, wait: float | None = None, status: str | None = None
     ) -> OperationView:
         """The operation; with ``wait``, once its status differs from ``status`` (or now)."""
-        from promoter.api.models import OperationView
+        from promoter.domain.views import OperationView
 
         params = wait_params(wait, status)
         path = f"/v1/operations/{segment(operation_id)}"
@@ -306,7 +343,7 @@ class PromoterClient(BlobCalls):
         status: str | None = None,
     ) -> EventFeed:
         """One page of the watch feed after the cursor ``after``."""
-        from promoter.api.models import EventFeed
+        from promoter.domain.views import EventFeed
 
         params = feed_params(after, wait, repository, status)
         response = self._send("GET", "/v1/events", params=params, timeout=self._long(wait))
@@ -333,15 +370,19 @@ class PromoterClient(BlobCalls):
     def _long(self, wait: float | None) -> float:
         return self._timeout + (wait or 0.0)
 
-    def get_operation(self, operation_id: str, *, current: bool = False) -> Json:
+    def get_operation(self, operation_id: str, *, current: bool = False) -> answers.OperationView:
         params = {"current": "true"} if current else None
-        return self._json("GET", f"/v1/operations/{segment(operation_id)}", params=params)
+        return cast(
+            "answers.OperationView",
+            self._json("GET", f"/v1/operations/{segment(operation_id)}", params=params),
+        )
 
     def list_operations(
         self, status: str | None = None, repository: str | None = None
-    ) -> list[Json]:
+    ) -> list[answers.OperationSummary]:
         params = {k: v for k, v in (("status", status), ("repository", repository)) if v}
-        return list(self._json("GET", "/v1/operations", params=params)["operations"])
+        answer = self._json("GET", "/v1/operations", params=params)
+        return cast("answers.OperationList", answer)["operations"]
 
     def get_receipt(self, operation_id: str) -> bytes:
         """The promotion receipt's exact stored canonical bytes."""
@@ -370,7 +411,7 @@ class PromoterClient(BlobCalls):
         hunks: dict[str, list[int]] | None = None,
         seen: list[str] | None = None,
         all_seen: bool = False,
-    ) -> Json:
+    ) -> answers.OperationView:
         """Approve a promotion held in ``awaiting_approval`` (operator); the operation view.
 
         The host records the token's credential as the approver; no name is sent.
@@ -388,47 +429,65 @@ class PromoterClient(BlobCalls):
             body["except"] = except_
         if hunks:
             body["hunks"] = hunks
-        return self._json("POST", f"/v1/operations/{segment(operation_id)}/approve", json_body=body)
+        return cast(
+            "answers.OperationView",
+            self._json("POST", f"/v1/operations/{segment(operation_id)}/approve", json_body=body),
+        )
 
-    def reject(self, operation_id: str, note: str = "") -> Json:
+    def reject(self, operation_id: str, note: str = "") -> answers.OperationView:
         """Reject a promotion held in ``awaiting_approval`` (operator); the operation view."""
         body = {"note": note}
-        return self._json("POST", f"/v1/operations/{segment(operation_id)}/reject", json_body=body)
+        return cast(
+            "answers.OperationView",
+            self._json("POST", f"/v1/operations/{segment(operation_id)}/reject", json_body=body),
+        )
 
-    def reopen(self, operation_id: str, note: str = "") -> Json:
+    def reopen(self, operation_id: str, note: str = "") -> answers.OperationView:
         """Hold a rejected promotion for a decision again (operator); the operation view."""
         body = {"note": note}
-        return self._json("POST", f"/v1/operations/{segment(operation_id)}/reopen", json_body=body)
+        return cast(
+            "answers.OperationView",
+            self._json("POST", f"/v1/operations/{segment(operation_id)}/reopen", json_body=body),
+        )
 
-    def merge(self, operation_id: str) -> Json:
+    def merge(self, operation_id: str) -> answers.MergeResult:
         """Merge a promotion refused with ``target_drift`` into a new bundle held for
         approval (operator); ``MergeConflict``/``MergeUnsupported`` carry ``paths``."""
-        return self._json("POST", f"/v1/operations/{segment(operation_id)}/merge")
+        return cast(
+            "answers.MergeResult",
+            self._json("POST", f"/v1/operations/{segment(operation_id)}/merge"),
+        )
 
-    def recover(self, operation_id: str, fence: int) -> Json:
+    def recover(self, operation_id: str, fence: int) -> answers.OperationView:
         path = f"/v1/operations/{segment(operation_id)}/recover"
-        return self._json("POST", path, json_body={"fence": fence})
+        return cast("answers.OperationView", self._json("POST", path, json_body={"fence": fence}))
 
-    def reconcile(self, operation_id: str, decision: str, note: str = "") -> Json:
+    def reconcile(self, operation_id: str, decision: str, note: str = "") -> answers.OperationView:
         path = f"/v1/operations/{segment(operation_id)}/reconcile"
-        return self._json("POST", path, json_body={"decision": decision, "note": note})
+        return cast(
+            "answers.OperationView",
+            self._json("POST", path, json_body={"decision": decision, "note": note}),
+        )
 
-    def list_hosts(self) -> list[Json]:
+    def list_hosts(self) -> list[answers.HostEntry]:
         """Every host of the ledger with its epoch and leases (operator)."""
-        return list(self._json("GET", "/v1/hosts")["hosts"])
+        return self.hosts_seen()["hosts"]
 
-    def hosts_seen(self) -> Json:
+    def hosts_seen(self) -> answers.HostList:
         """``GET /v1/hosts`` whole: the hosts, and whether they are the ledger's
         (``source``) or, while the database does not answer, this daemon's own view."""
-        return self._json("GET", "/v1/hosts")
+        return cast("answers.HostList", self._json("GET", "/v1/hosts"))
 
-    def fence_host(self, host: str, to: str) -> Json:
+    def fence_host(self, host: str, to: str) -> answers.Fenced:
         """Fence ``host`` off and hand its operations to ``to`` (operator)."""
-        return self._json("POST", f"/v1/hosts/{segment(host)}/fence", json_body={"to": to})
+        return cast(
+            "answers.Fenced",
+            self._json("POST", f"/v1/hosts/{segment(host)}/fence", json_body={"to": to}),
+        )
 
-    def admit_host(self, host: str) -> Json:
+    def admit_host(self, host: str) -> answers.HostEntry:
         """Let a fenced host write again once its daemon restarts (operator)."""
-        return self._json("POST", f"/v1/hosts/{segment(host)}/admit")
+        return cast("answers.HostEntry", self._json("POST", f"/v1/hosts/{segment(host)}/admit"))
 
     def rollback(self, operation_id: str, note: str = "") -> Json:
         """The RollbackReceiptV1 of an operator's rollback."""
@@ -445,16 +504,16 @@ class PromoterClient(BlobCalls):
         paths: Sequence[str] = (),
         *,
         staged: bool = False,
-    ) -> Json:
+    ) -> answers.TraceReport:
         """Which promotion receipts wrote a commit's (or, ``staged``, the index's) bytes."""
         pairs = [("repository", repository)]
         pairs += [("staged", "true")] if staged else [("commit", commit or "")]
         pairs += [("path", path) for path in paths]
-        return self._json("GET", f"/v1/trace?{urlencode(pairs)}")
+        return cast("answers.TraceReport", self._json("GET", f"/v1/trace?{urlencode(pairs)}"))
 
     # --- snapshots ------------------------------------------------------------------------
 
-    def snapshots(self, repository: str) -> list[Json]:
+    def snapshots(self, repository: str) -> list[answers.Snapshot]:
         """``[{tree, label, captured_at}, ...]`` (a bare list or ``{"snapshots": [...]}``)."""
         path = f"/v1/repositories/{segment(repository)}/snapshots"
         answer = self._send("GET", path).json()
@@ -463,15 +522,20 @@ class PromoterClient(BlobCalls):
             raise PromoterError(f"GET {path} answered with no list of snapshots")
         return items
 
-    def capture_snapshot(self, repository: str, label: str = "") -> Json:
+    def capture_snapshot(self, repository: str, label: str = "") -> answers.Snapshot:
         path = f"/v1/repositories/{segment(repository)}/snapshots"
-        return self._json("POST", path, json_body={"label": label})
+        return cast("answers.Snapshot", self._json("POST", path, json_body={"label": label}))
 
-    def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> Json:
+    def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> answers.SnapshotDiff:
         path = f"/v1/repositories/{segment(repository)}/snapshots/diff"
-        return self._json("GET", path, params={"from": from_tree, "to": to_tree})
+        return cast(
+            "answers.SnapshotDiff",
+            self._json("GET", path, params={"from": from_tree, "to": to_tree}),
+        )
 
-    def restore_snapshot(self, repository: str, tree: str, expected_current_tree: str) -> Json:
+    def restore_snapshot(
+        self, repository: str, tree: str, expected_current_tree: str
+    ) -> answers.OperationAccepted:
         path = f"/v1/repositories/{segment(repository)}/snapshots/{segment(tree)}/restore"
         body = {"expected_current_tree": expected_current_tree}
-        return self._json("POST", path, json_body=body)
+        return cast("answers.OperationAccepted", self._json("POST", path, json_body=body))

@@ -29,12 +29,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
+from promoter.domain.views import Fenced, HostEntry, HostFence
 from promoter.engine.host_state import HostState
 from promoter.engine.operation.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
@@ -155,7 +155,7 @@ def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 
 
-def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, Any]:
+def fence(services: Services, host_id: str, to: str, *, by: str) -> Fenced:
     """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
     if not to:
         raise ValidationFailed("name the daemon host that takes over (to)")
@@ -200,17 +200,12 @@ def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, An
         len(ids),
         to,
     )
-    return {
-        "host": host_id,
-        "epoch": epoch,
-        "to": to,
-        "fenced_by": by,
-        "fenced_at": at,
-        "operations": ids,
-    }
+    return Fenced.model_construct(
+        host=host_id, epoch=epoch, to=to, fenced_by=by, fenced_at=at, operations=ids
+    )
 
 
-def admit(services: Services, host_id: str) -> dict[str, Any]:
+def admit(services: Services, host_id: str) -> HostEntry:
     """Make a fenced host active again at its raised epoch (its daemon is restarted)."""
     with services.db.session() as session:
         row = hosts.for_update(session, host_id)
@@ -232,40 +227,48 @@ def publish_address(services: Services, address: str) -> None:
         )
 
 
-def list_hosts(services: Services) -> list[dict[str, Any]]:
+def list_hosts(services: Services) -> list[HostEntry]:
     """Every host of the ledger with its epoch, status, lease, fences and the address its
     daemon published (this host's: the one it serves on, until it published it)."""
     with services.db.session() as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 
-def this_host_only(services: Services) -> dict[str, Any]:
+def this_host_only(services: Services) -> HostEntry:
     """This host as this daemon last saw it, without the database (an outage): what the
     ledger would say that memory cannot is ``null`` (the lease, the fences' times)."""
     seen = services.host.view()
-    return {
-        "host_id": seen["host_id"],
-        "epoch": seen["epoch"] if seen["epoch"] is not None else 0,
-        "status": seen["status"],
-        "repositories": [r.identity for r in services.registry.all()],
-        "registered_at": None,
-        "lease_until": None,
-        "lease_expired": None,
-        "fenced_at": None,
-        "fenced_by": None,
-        "fenced_to": seen["fenced_to"],
-        "this_host": True,
-        "address": seen["address"],
-        "fences": [],
-    }
+    return HostEntry.model_construct(
+        host_id=seen["host_id"],
+        epoch=seen["epoch"] if seen["epoch"] is not None else 0,
+        status=seen["status"],
+        repositories=[r.identity for r in services.registry.all()],
+        registered_at=None,
+        lease_until=None,
+        lease_expired=None,
+        fenced_at=None,
+        fenced_by=None,
+        fenced_to=seen["fenced_to"],
+        this_host=True,
+        address=seen["address"],
+        fences=[],
+    )
 
 
-def _entry(session: Session, services: Services, row: hosts.Host) -> dict[str, Any]:
+def _entry(session: Session, services: Services, row: hosts.Host) -> HostEntry:
     this = row.host_id == services.owner.host
-    return {
-        **row.wire(),
-        "lease_expired": not _live(row),
-        "this_host": this,
-        "address": row.address or (services.host.address if this else None),
-        "fences": hosts.fences(session, row.host_id),
-    }
+    return HostEntry.model_construct(
+        host_id=row.host_id,
+        epoch=row.epoch,
+        status=row.status,
+        repositories=list(row.repositories),
+        registered_at=row.registered_at,
+        lease_until=row.lease_until,
+        lease_expired=not _live(row),
+        fenced_at=row.fenced_at,
+        fenced_by=row.fenced_by,
+        fenced_to=row.fenced_to,
+        this_host=this,
+        address=row.address or (services.host.address if this else None),
+        fences=[HostFence.model_construct(**fence) for fence in hosts.fences(session, row.host_id)],
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 from promoter.domain.records import Operation
 from promoter.domain.status import OperationStatus
+from promoter.domain.views import FeedEvent, OperationSummary
 from promoter.engine.repos import Registry, Repository
 from promoter.errors import OwnedByOtherHost
 from promoter.git.head import head_commit, symbolic_head
@@ -62,19 +63,19 @@ def list_operations(
         return journal.list_operations(session, status=status, repository=repository, limit=limit)
 
 
-def operation_summary(row: Operation) -> dict[str, Any]:
+def operation_summary(row: Operation) -> OperationSummary:
     """One operation as the API's list and the console's lists show it (the first fields
     of ``promoter.engine.operation.requests.operation_view``)."""
-    return {
-        "operation_id": row.operation_id,
-        "kind": row.kind,
-        "status": row.status,
-        "attempt": row.attempt,
-        "repository": row.repository_name,
-        "bundle_id": row.bundle_id,
-        "code": row.code,
-        "updated_at": row.updated_at,
-    }
+    return OperationSummary.model_construct(
+        operation_id=row.operation_id,
+        kind=row.kind,
+        status=row.status,
+        attempt=row.attempt,
+        repository=row.repository_name,
+        bundle_id=row.bundle_id,
+        code=row.code,
+        updated_at=row.updated_at,
+    )
 
 
 def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:
@@ -148,7 +149,7 @@ class FeedScan:
     """What a scan of the feed found: ``events`` (``None``: nothing after the start; empty:
     only filtered-out events) and the position read up to."""
 
-    events: list[dict[str, Any]] | None
+    events: list[FeedEvent] | None
     position: int
 
 
@@ -171,7 +172,7 @@ def scan_feed(
                 return FeedScan(None, position)
             position = rows[-1].position
             kept = [
-                feed.as_wire(row)
+                feed.as_event(row)
                 for row in rows
                 if (repository is None or row.repository_name == repository)
                 and (status is None or row.status == status)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +130,13 @@ class AgentTools:
         max_bytes: int | None = None,
         path: str | None = None,
         cursor: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, Any]:
         try:
             return self.client.bundle_diff(bundle_id, max_bytes, path=path, cursor=cursor)
         except PromoterError as exc:
             return refusal(exc)
 
-    def preflight(self, bundle_id: str) -> dict[str, Any]:
+    def preflight(self, bundle_id: str) -> Mapping[str, Any]:
         if not self.orchestrator_token:
             return {
                 "status": "refused",

@@ -28,6 +28,7 @@ from sqlalchemy import BigInteger, Table, event, insert, inspect, literal, selec
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.views import FeedEvent
 from promoter.errors import BadRequest
 from promoter.store.tables import FeedRow, OperationRow
 from promoter.store.wakeup import COMMITS
@@ -137,6 +138,21 @@ def after(session: Session, start: int, limit: int) -> list[FeedRow]:
     query = select(FeedRow).where(FeedRow.position > literal(start, BigInteger))
     query = query.order_by(FeedRow.position)
     return list(session.scalars(query.limit(limit)))
+
+
+def as_event(row: FeedRow) -> FeedEvent:
+    """A feed row as the watch feed answers it (``as_wire``'s members, as its model)."""
+    return FeedEvent.model_construct(
+        cursor=cursor(row.position),
+        event_id=row.event_id,
+        operation_id=row.operation_id,
+        operation_kind=row.operation_kind,
+        repository=row.repository_name,
+        kind=row.kind,
+        status=row.status,
+        code=row.code,
+        at=row.at,
+    )
 
 
 def as_wire(row: FeedRow) -> dict[str, Any]:

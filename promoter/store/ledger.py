@@ -26,6 +26,7 @@ from sqlalchemy import String, Table, bindparam, event, func, insert, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
+from promoter.domain.views import Event
 from promoter.store import feed
 from promoter.store.tables import EventRow
 
@@ -129,17 +130,18 @@ def _insert(session: Session, prepared: Prepared) -> str:
     return event_id
 
 
-def as_wire(row: EventRow) -> dict[str, Any]:
-    return {
-        "event_id": row.event_id,
-        "operation_id": row.operation_id,
-        "seq": row.seq,
-        "kind": row.kind,
-        "payload": row.payload,
-        "prev_event_sha256": row.prev_event_sha256,
-        "event_sha256": row.event_sha256,
-        "at": row.at,
-    }
+def as_event(row: EventRow) -> Event:
+    """An event row as the API shows it."""
+    return Event.model_construct(
+        event_id=row.event_id,
+        operation_id=row.operation_id,
+        seq=row.seq,
+        kind=row.kind,
+        payload=row.payload,
+        prev_event_sha256=row.prev_event_sha256,
+        event_sha256=row.event_sha256,
+        at=row.at,
+    )
 
 
 def verify_chain(rows: list[EventRow]) -> bool:

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from promoter.api.models import FeedEvent, OperationAccepted, OperationView
 from promoter.client.sync import AsyncPromoterClient, Backoff, PromoterClient, tls_context
+from promoter.domain.views import FeedEvent, OperationAccepted, OperationView
 from promoter.errors import (
     ConfigError,
     DatabaseBusy,

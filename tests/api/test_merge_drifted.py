@@ -153,7 +153,8 @@ def test_clean_merge_of_a_drifted_file_promotes_the_merged_bytes_keeping_the_per
 def _async_merge(daemon: Daemon, operation_id: str) -> dict[str, Any]:
     async def merge() -> dict[str, Any]:
         async with AsyncPromoterClient(daemon.url, daemon.operator_token) as op:
-            return await op.merge(operation_id)
+            merged = await op.merge(operation_id)  # the answer's members, as they came
+            return merged.model_dump(mode="json", exclude_unset=True)
 
     return asyncio.run(merge())
 

@@ -364,3 +364,58 @@ def test_every_example_matches_its_schema(served: dict[str, Any]) -> None:
                 assert errors == [], (method, path, where, media_type)
                 checked += 1
     assert checked > 60
+
+
+JSON_MEDIA = "application/json"
+
+
+def test_every_route_declares_its_answer_as_published() -> None:
+    """Each API route names its answer: a ``response_model`` that is exactly the models of
+    its JSON success responses (in the document), or a ``response_class`` for another
+    media type (blob bytes, PEM, metrics text, problem pages)."""
+    import importlib
+    import pkgutil
+
+    from fastapi.routing import APIRoute
+
+    import promoter.api.routes as package
+    from promoter.api.openapi import _CONTRACT
+
+    modules = [
+        importlib.import_module(f"{package.__name__}.{found.name}")
+        for found in pkgutil.iter_modules(package.__path__)
+    ]
+    routes = [
+        route
+        for module in modules
+        if hasattr(module, "router")
+        for route in module.router.routes
+        if isinstance(route, APIRoute)
+    ]
+    checked = 0
+    for route in routes:
+        entry = _CONTRACT[str(route.operation_id)]
+        contents = [
+            (media_type, body.get("schema", {}))
+            for response in entry.responses.values()
+            for media_type, body in response.get("content", {}).items()
+        ]
+        media = {media_type for media_type, _ in contents}
+        if media == {JSON_MEDIA}:
+            published = {schema["$ref"].rsplit("/", 1)[1] for _, schema in contents}
+            declared = route.response_model
+            members = getattr(declared, "__args__", (declared,))
+            assert {m.__name__ for m in members} == published, route.path
+        else:
+            assert route.response_model is None and media, route.path
+            assert route.response_class.__name__ != "JSONResponse", route.path
+        checked += 1
+    assert checked >= 50
+
+
+def test_the_clients_typed_answers_are_current() -> None:
+    """``promoter/client/answers.py`` is what ``python -m scripts.client_answers`` writes
+    from the answer models (``make schemas``)."""
+    from scripts.client_answers import TARGET, render
+
+    assert TARGET.read_text(encoding="utf-8") == render(), "run `make schemas` and commit"

@@ -24,7 +24,6 @@ import re
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from promoter.api.blob_batch_models import BlobBatchStored
 from promoter.api.deps import (
     ExecutorDep,
     OperatorDep,
@@ -33,13 +32,14 @@ from promoter.api.deps import (
     read_json_bytes,
     run_quota,
 )
-from promoter.api.models import BlobsMissingRequest, BlobStored, MissingBlobs
+from promoter.api.models import BlobsMissingRequest
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HexParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json
+from promoter.domain.views import BlobBatchStored, BlobStored, MissingBlobs
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, StorageError, ValidationFailed
 from promoter.faults import point
@@ -79,6 +79,7 @@ def _missing(services: Services, raw: bytes) -> Response:
 
 @router.post(
     "/blobs:missing",
+    response_model=MissingBlobs,
     **operation(
         "findMissingBlobs",
         summary="Ask which blobs are not stored yet",
@@ -209,6 +210,7 @@ class _Upload:
 
 @router.put(
     "/blobs/sha256/{sha256}",
+    response_model=BlobStored,
     **operation(
         "putBlob",
         summary="Upload a blob",
@@ -264,6 +266,7 @@ def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
 
 @router.post(
     "/blobs:batchUpdate",
+    response_model=BlobBatchStored,
     **operation(
         "batchUpdateBlobs",
         summary="Upload many small blobs at once",
@@ -346,6 +349,7 @@ async def batch_update_blobs(
 
 @router.get(
     "/blobs/sha256/{sha256}",
+    response_class=StreamingResponse,
     **operation(
         "getBlob",
         summary="Download a blob",

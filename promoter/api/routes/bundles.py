@@ -18,7 +18,6 @@ from promoter.api.deps import (
     document_slot,
     read_json_bytes,
 )
-from promoter.api.models import BundleSubmitted
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam
 from promoter.api.responses import canonical_response, json_response
@@ -26,6 +25,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json
+from promoter.domain.views import BundleSubmitted
 from promoter.engine.intake.bundles import (
     bundle_owner,
     load_bundle,
@@ -72,6 +72,7 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
 
 @router.post(
     "/bundles",
+    response_model=BundleSubmitted,
     **operation(
         "submitBundle",
         summary="Submit a sealed patch bundle",
@@ -109,6 +110,7 @@ def check_owner(services: Services, principal: Principal, bundle_id: str) -> Non
 
 @router.get(
     "/bundles/{bundle_id}",
+    response_model=PatchBundleV1,
     **operation(
         "getBundle",
         summary="Read a bundle",
@@ -126,6 +128,7 @@ def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: Servic
 
 @router.get(
     "/bundles/{bundle_id}/verification",
+    response_model=PatchVerificationReceiptV1,
     **operation(
         "getVerification",
         summary="Read a bundle's verification receipt",

@@ -10,16 +10,16 @@ worker thread is held while it waits. Deliberately not here: webhooks, or the op
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from promoter.api.deps import OrchestratorDep, ServicesDep
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
-from promoter.api.models import EventFeed
 from promoter.api.openapi import Ok, operation
-from promoter.api.responses import json_response
+from promoter.api.responses import model_response
+from promoter.domain.views import EventFeed, FeedEvent
 from promoter.engine import queries
 
 router = APIRouter(prefix="/v1")
@@ -45,6 +45,7 @@ EXAMPLE = {
 
 @router.get(
     "/events",
+    response_model=EventFeed,
     **operation(
         "watchEvents",
         summary="Watch the ledger's events",
@@ -72,7 +73,7 @@ async def get_events(
 ) -> Response:
     read = {"position": queries.feed_position(after)}
 
-    def probe() -> list[dict[str, Any]] | None:
+    def probe() -> list[FeedEvent] | None:
         scan = queries.scan_feed(
             services.db,
             read["position"],
@@ -85,4 +86,5 @@ async def get_events(
         return scan.events  # empty: a long run of filtered-out events, the cursor moved
 
     events = await long_poll(services, probe, wait)
-    return json_response({"events": events or [], "cursor": queries.feed_cursor(read["position"])})
+    cursor = queries.feed_cursor(read["position"])
+    return model_response(EventFeed.model_construct(events=events or [], cursor=cursor))

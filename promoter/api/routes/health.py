@@ -20,11 +20,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from promoter.api.deps import ServicesDep
-from promoter.api.models import Health, Readiness
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.views import Health, Readiness
 from promoter.engine.services import Services
 from promoter.errors import Unauthenticated
 
@@ -35,6 +35,7 @@ ALIVE = json_response({"status": "ok"}).body  # the same bytes json_response giv
 
 @router.get(
     HEALTHZ,
+    response_model=Health,
     **operation(
         "getHealth",
         summary="Liveness",
@@ -50,6 +51,7 @@ async def healthz() -> Response:
 
 @router.get(
     "/readyz",
+    response_model=Readiness,
     **operation(
         "getReadiness",
         summary="Readiness",

@@ -20,11 +20,12 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.models import Fenced, FenceRequest, HostEntry, HostList, parse
+from promoter.api.models import FenceRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import HostIdParam
-from promoter.api.responses import json_response
+from promoter.api.responses import model_response
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import Fenced, HostEntry, HostList
 from promoter.engine import fencing
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
 
@@ -65,6 +66,7 @@ HOST_EXAMPLE = {
 
 @router.get(
     "/hosts",
+    response_model=HostList,
     **operation(
         "listHosts",
         summary="The hosts of the ledger",
@@ -94,14 +96,14 @@ async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
             "own view, not the ledger's"
         )
         only = fencing.this_host_only(services)
-        return json_response(
-            {"hosts": [only], "source": "this_host", "database_up": False, "detail": detail}
-        )
-    return json_response({"hosts": listed, "source": "ledger", "database_up": True, "detail": None})
+        seen = HostList(hosts=[only], source="this_host", database_up=False, detail=detail)
+        return model_response(seen)
+    return model_response(HostList(hosts=listed, source="ledger", database_up=True, detail=None))
 
 
 @router.post(
     "/hosts/{host}/fence",
+    response_model=Fenced,
     **operation(
         "fenceHost",
         summary="Fence a dead host off and hand its operations over",
@@ -124,11 +126,12 @@ async def post_fence(
     body = parse(FenceRequest, await read_json_body(request, services, SMALL_BODY))
     by = principal.name or principal.role
     fenced = await run_in_threadpool(fencing.fence, services, host, body.to, by=by)
-    return json_response(fenced)
+    return model_response(fenced)
 
 
 @router.post(
     "/hosts/{host}/admit",
+    response_model=HostEntry,
     **operation(
         "admitHost",
         summary="Let a fenced host write again",
@@ -141,4 +144,4 @@ async def post_fence(
     ),
 )
 async def post_admit(host: HostIdParam, _: OperatorDep, services: ServicesDep) -> Response:
-    return json_response(await run_in_threadpool(fencing.admit, services, host))
+    return model_response(await run_in_threadpool(fencing.admit, services, host))

@@ -17,11 +17,11 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
-from promoter.api.models import KeySet
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.domain.models import DsseEnvelope
+from promoter.domain.views import KeySet
 from promoter.engine.receipts import served
 from promoter.engine.receipts.envelopes import ledger_key_set
 
@@ -32,6 +32,7 @@ PEM_FIELDS = ("keyid", "host_id", "status", "not_before", "not_after")
 
 @router.get(
     "/keys",
+    response_model=KeySet,
     **operation(
         "getKeys",
         summary="The receipt-signing public keys of every host",
@@ -51,6 +52,7 @@ def get_keys(services: ServicesDep) -> Response:
 
 @router.get(
     "/keys.pem",
+    response_class=Response,  # PEM text, with its own media type
     **operation(
         "getKeyPem",
         summary="Every host's signing keys as PEM",
@@ -81,6 +83,7 @@ def get_key_pems(services: ServicesDep) -> Response:
 
 @router.get(
     "/operations/{operation_id}/receipt.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedPromotionReceipt",
         summary="The signed promotion receipt",
@@ -102,6 +105,7 @@ def get_promotion_envelope(
 
 @router.get(
     "/operations/{operation_id}/rollback-receipt.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedRollbackReceipt",
         summary="The signed rollback receipt",
@@ -118,6 +122,7 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
 
 @router.get(
     "/bundles/{bundle_id}/verification.dsse",
+    response_model=DsseEnvelope,
     **operation(
         "getSignedVerification",
         summary="The signed verification receipt",

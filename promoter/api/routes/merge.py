@@ -17,52 +17,16 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from promoter.api.deps import OperatorDep, ServicesDep
-from promoter.api.models import Reply
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
-from promoter.api.responses import json_response
+from promoter.api.responses import model_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import MergeResult
 from promoter.engine.review.merge import merge_operation
 from promoter.engine.services import Services
 
 router = APIRouter(prefix="/v1")
-
-
-class MergeSide(Reply):
-    kind: str | None = None
-    sha256: str | None
-    mode: str | None
-    bytes: int | None
-
-
-class MergePathReport(Reply):
-    path: str
-    result: str
-    reason: str
-    old: MergeSide
-    current: MergeSide
-    new: MergeSide
-    conflicts: int | None = None
-    merged_text: str | None = None
-    truncated: bool | None = None
-
-
-class HeldPromotion(Reply):
-    operation_id: str | None
-    status: str
-    code: str | None
-    detail: str
-
-
-class MergeResult(Reply):
-    operation_id: str
-    bundle_id: str
-    bundle_sha256: str
-    verification_receipt_sha256: str
-    merged_from: str
-    paths: list[MergePathReport]
-    promotion: HeldPromotion
 
 
 SIDE = {"sha256": "2" * 64, "mode": "100644", "bytes": 24}
@@ -103,12 +67,13 @@ MERGE_ERRORS = [
 ]
 
 
-def _merge(services: Services, operation_id: str, by: str, role: str) -> dict[str, Any]:
+def _merge(services: Services, operation_id: str, by: str, role: str) -> MergeResult:
     return merge_operation(services, operation_id, by=by, role=role)
 
 
 @router.post(
     "/operations/{operation_id}/merge",
+    response_model=MergeResult,
     **operation(
         "mergeOperation",
         summary="Merge a drifted promotion into a new bundle",
@@ -132,4 +97,4 @@ async def post_merge(
     """Merge a drifted promotion's files into a new bundle held for approval."""
     # who merged is the authenticated credential, never a name the request carries
     result = await run_in_threadpool(_merge, services, operation_id, principal.name, principal.role)
-    return json_response(result, 201)
+    return model_response(result, 201)

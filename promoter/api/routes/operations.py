@@ -11,7 +11,7 @@ journal runs in a worker thread, off the event loop.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -26,10 +26,6 @@ from promoter.api.deps import (
 )
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.models import (
-    OperationAccepted,
-    OperationList,
-    OperationView,
-    Preflight,
     PreflightRequest,
     PromotionRequest,
     ReconcileRequest,
@@ -39,12 +35,13 @@ from promoter.api.models import (
 )
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import BundleIdParam, OperationIdParam
-from promoter.api.responses import canonical_response, json_response
+from promoter.api.responses import canonical_response, model_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import PatchPromotionReceiptV1, RollbackReceiptV1
 from promoter.domain.parsing import load_json
 from promoter.domain.status import FINAL, OperationStatus
+from promoter.domain.views import OperationAccepted, OperationList, OperationView, Preflight
 from promoter.engine import queries
 from promoter.engine.operation import recover, rollback
 from promoter.engine.operation import requests as operations
@@ -88,21 +85,22 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     if body.wait:
         operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = operations.operation_view(services, requested.operation_id)
-        if view["status"] == OperationStatus.REFUSED and view["code"] == "database_unavailable":
+        if view.status == OperationStatus.REFUSED and view.code == "database_unavailable":
             # the attempt waited out its bound for the database
             # (protocol: promotion#outage-before-plan): nothing was written; a 503 the clients
             # retry, which starts the next attempt
-            attempts = view["attempts"]
+            attempts = view.attempts
             raise DatabaseUnavailable(
-                str(view["detail"] or "the database could not be reached; ask again"),
+                str(view.detail or "the database could not be reached; ask again"),
                 operation_id=requested.operation_id,
-                attempt=attempts[-1]["attempt"] if attempts else None,
-                operation_status=view["status"],
+                attempt=attempts[-1].attempt if attempts else None,
+                operation_status=view.status,
             )
-        if view["status"] in ENDED:
-            return json_response(view, 200)
+        if view.status in ENDED:
+            return model_response(view, 200)
     view = operations.operation_view(services, requested.operation_id)
-    return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
+    accepted = OperationAccepted(operation_id=requested.operation_id, status=view.status)
+    return model_response(accepted, 202)
 
 
 def _promote_body(services: Services, raw: bytes) -> Response:
@@ -112,6 +110,7 @@ def _promote_body(services: Services, raw: bytes) -> Response:
 
 @router.post(
     "/promotions",
+    response_model=OperationView | OperationAccepted,
     **operation(
         "createPromotion",
         summary="Promote a verified bundle",
@@ -145,6 +144,7 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
 
 @router.post(
     "/bundles/{bundle_id}/preflight",
+    response_model=Preflight,
     **operation(
         "preflightBundle",
         summary="Check a bundle against the worktree without writing",
@@ -184,11 +184,12 @@ async def post_preflight(
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     fence = None if raw is None else parse(PreflightRequest, raw).fence
     result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
-    return json_response(result)
+    return model_response(result)
 
 
 @router.get(
     "/operations",
+    response_model=OperationList,
     **operation(
         "listOperations",
         summary="List operations",
@@ -227,11 +228,12 @@ def list_operations(
         queries.operation_summary(r)
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
-    return json_response({"operations": items})
+    return model_response(OperationList(operations=items))
 
 
 @router.get(
     "/operations/{operation_id}",
+    response_model=OperationView,
     **operation(
         "getOperation",
         summary="Read an operation",
@@ -259,25 +261,26 @@ async def get_operation(
 ) -> Response:
     view = await run_in_threadpool(operations.operation_view, services, operation_id)
     if wait > 0:
-        known = status or view["status"]
+        known = status or view.status
 
-        def changed() -> dict[str, Any] | None:
+        def changed() -> OperationView | None:
             latest = operations.operation_view(services, operation_id)
-            return latest if latest["status"] != known else None
+            return latest if latest.status != known else None
 
         latest = await long_poll(services, changed, wait)
         if latest is None:
             latest = await run_in_threadpool(operations.operation_view, services, operation_id)
         view = latest
     if current:
-        view["current_targets"] = await run_in_threadpool(
+        view.current_targets = await run_in_threadpool(
             operations.current_targets, services, operation_id
         )
-    return json_response(view)
+    return model_response(view)
 
 
 @router.get(
     "/operations/{operation_id}/receipt",
+    response_model=PatchPromotionReceiptV1,
     **operation(
         "getPromotionReceipt",
         summary="Read a promotion receipt",
@@ -295,20 +298,21 @@ def get_receipt(
     return canonical_response(operations.promotion_receipt(services, operation_id))
 
 
-def _recover(services: Services, operation_id: str, fence: int, role: str) -> dict[str, Any]:
+def _recover(services: Services, operation_id: str, fence: int, role: str) -> OperationView:
     recover.recover(services, operation_id, fence, role=role)
     return operations.operation_view(services, operation_id)
 
 
 def _reconcile(
     services: Services, operation_id: str, decision: str, note: str, role: str
-) -> dict[str, Any]:
+) -> OperationView:
     recover.reconcile(services, operation_id, decision, note, role=role)
     return operations.operation_view(services, operation_id)
 
 
 @router.post(
     "/operations/{operation_id}/recover",
+    response_model=OperationView,
     **operation(
         "recoverOperation",
         summary="Recover an operation that needs recovery",
@@ -336,11 +340,12 @@ async def post_recover(
     """
     body = parse(RecoverRequest, await read_json_body(request, services, SMALL_BODY))
     view = await run_in_threadpool(_recover, services, operation_id, body.fence, principal.role)
-    return json_response(view)
+    return model_response(view)
 
 
 @router.post(
     "/operations/{operation_id}/reconcile",
+    response_model=OperationView,
     **operation(
         "reconcileOperation",
         summary="Decide on an operation that needs reconciliation",
@@ -362,11 +367,12 @@ async def post_reconcile(
     view = await run_in_threadpool(
         _reconcile, services, operation_id, body.decision, body.note, principal.role
     )
-    return json_response(view)
+    return model_response(view)
 
 
 @router.post(
     "/operations/{operation_id}/rollback",
+    response_model=RollbackReceiptV1,
     **operation(
         "rollbackOperation",
         summary="Roll back a completed promotion",

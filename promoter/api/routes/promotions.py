@@ -30,10 +30,9 @@ from fastapi.responses import Response
 
 from promoter.api import gc_policy
 from promoter.api.deps import OrchestratorDep, ServicesDep, document_slot, run_quota
-from promoter.api.evidence_models import PromotedWithEvidence
 from promoter.api.jsonshape import ShapeBudget
 from promoter.api.openapi import Ok, operation
-from promoter.api.responses import json_response
+from promoter.api.responses import model_response
 from promoter.api.routes.blobs import FEED_BYTES, record_blobs
 from promoter.api.routes.bundles import SUBMIT_CODES
 from promoter.api.routes.operations import ENDED, PROMOTE_CODES, WAIT_SECONDS
@@ -42,6 +41,7 @@ from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_M
 from promoter.domain.evidence_frames import BUNDLE_HEADER_MAX, parse_bundle_header
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
+from promoter.domain.views import OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.intake.with_evidence import promote_with_evidence
 from promoter.engine.operation import requests as operations
@@ -178,23 +178,25 @@ def _promote(
     with gc_policy.paused():  # as a submission's: the document is freed before it resumes
         submitted, requested = promote_with_evidence(services, data, checked, run_id, fence)
         del data, admitted
-    answer: dict[str, Any] = {
-        "bundle_id": submitted.bundle.bundle_id,
-        "bundle_sha256": submitted.bundle.bundle_sha256,
-        "verification_receipt": submitted.receipt.wire(),
-    }
     operation_id = requested.operation_id
     if wait:
         operations.wait_for(services, operation_id, WAIT_SECONDS)
     view = operations.operation_view(services, operation_id)
-    if wait and view["status"] in ENDED:
-        return json_response({**answer, "operation": view}, 200)
-    accepted = {"operation_id": operation_id, "status": view["status"]}
-    return json_response({**answer, "operation": accepted}, 202)
+    ended = wait and view.status in ENDED
+    answer = PromotedWithEvidence(
+        bundle_id=submitted.bundle.bundle_id,
+        bundle_sha256=submitted.bundle.bundle_sha256,
+        verification_receipt=submitted.receipt,
+        operation=view
+        if ended
+        else OperationAccepted(operation_id=operation_id, status=view.status),
+    )
+    return model_response(answer, 200 if ended else 202)
 
 
 @router.post(
     "/promotions:withEvidence",
+    response_model=PromotedWithEvidence,
     **operation(
         "createPromotionWithEvidence",
         summary="Upload blobs, submit a bundle and promote it in one request",

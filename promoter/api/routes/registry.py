@@ -18,19 +18,7 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.models import (
-    Caller,
-    ExecutorToken,
-    ExecutorTokenRequest,
-    GrantRegistered,
-    LeaseSet,
-    RepositoryApproval,
-    RepositoryApprovalRequest,
-    RepositoryList,
-    RunOpened,
-    RunRequest,
-    parse,
-)
+from promoter.api.models import ExecutorTokenRequest, RepositoryApprovalRequest, RunRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import GrantIdParam, NameParam
 from promoter.api.responses import canonical_response, json_response
@@ -38,6 +26,15 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
+from promoter.domain.views import (
+    Caller,
+    ExecutorToken,
+    GrantRegistered,
+    LeaseSet,
+    RepositoryApproval,
+    RepositoryList,
+    RunOpened,
+)
 from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
@@ -80,6 +77,7 @@ LEASE_EXAMPLE = {
 
 @router.get(
     "/repositories",
+    response_model=RepositoryList,
     **operation(
         "listRepositories",
         summary="List the guarded repositories",
@@ -149,6 +147,7 @@ def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
 
 @router.get(
     "/whoami",
+    response_model=Caller,
     **operation(
         "whoami",
         summary="Who the request's credential is",
@@ -190,6 +189,7 @@ def _approval_view(services: Services, repository: Repository) -> dict[str, obje
 
 @router.get(
     "/repositories/{name}/approval",
+    response_model=RepositoryApproval,
     **operation(
         "getRepositoryApproval",
         summary="A repository's approval setting in force",
@@ -208,6 +208,7 @@ def get_repository_approval(name: NameParam, _: OrchestratorDep, services: Servi
 
 @router.put(
     "/repositories/{name}/approval",
+    response_model=RepositoryApproval,
     **operation(
         "setRepositoryApproval",
         summary="Turn a repository's approval gate on or off",
@@ -240,6 +241,7 @@ async def put_repository_approval(
 
 @router.post(
     "/executor-tokens",
+    response_model=ExecutorToken,
     **operation(
         "createExecutorToken",
         summary="Mint an executor token",
@@ -287,6 +289,7 @@ GRANT_ERRORS = (
 
 @router.post(
     "/grants",
+    response_model=GrantRegistered,
     **operation(
         "createGrant",
         summary="Register a grant",
@@ -320,6 +323,7 @@ async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep
 
 @router.get(
     "/grants/{grant_id}",
+    response_model=GrantV1,
     **operation(
         "getGrant",
         summary="Read a grant",
@@ -339,6 +343,7 @@ def get_grant(grant_id: GrantIdParam, principal: AnyRoleDep, services: ServicesD
 
 @router.put(
     "/leases/{workflow_id}/{stage}",
+    response_model=LeaseSet,
     **operation(
         "putLease",
         summary="Set the current lease of a workflow stage",
@@ -374,6 +379,7 @@ async def put_lease(
 
 @router.post(
     "/runs",
+    response_model=RunOpened,
     **operation(
         "openRun",
         summary="Register a run's grant, set its lease and mint its executor token",

@@ -30,14 +30,15 @@ from promoter.api.deps import (
     ServicesDep,
     read_json_body,
 )
-from promoter.api.diff_models import BundleDiffView
-from promoter.api.models import ApproveRequest, DecisionRequest, OperationView, ReopenRequest
+from promoter.api.models import ApproveRequest, DecisionRequest, ReopenRequest
 from promoter.api.openapi import Ok, operation
-from promoter.api.responses import json_response
+from promoter.api.responses import json_response, model_response
 from promoter.api.routes.bundles import check_owner
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID, VIEW_EXAMPLE
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.diff_views import BundleDiffView
 from promoter.domain.paths import MAX_PATH_BYTES
+from promoter.domain.views import BaseState, BundleOperations, GrantBase, OperationView
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests as operations
@@ -105,7 +106,6 @@ DIFF_EXAMPLE = {
     "next_cursor": None,
     "unseen": [],
 }
-OBJECT: dict[str, Any] = {"type": "object"}
 DECISION_ERRORS = ["operation_unknown", "operation_conflict", "grant_expired", "lease_stale"]
 APPROVE_ERRORS = [
     *DECISION_ERRORS,
@@ -119,6 +119,7 @@ REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 
 @router.get(
     "/bundles/{bundle_id}/diff",
+    response_model=BundleDiffView,
     **operation(
         "getBundleDiff",
         summary="A bundle's diff before it lands",
@@ -159,13 +160,17 @@ async def get_bundle_diff(
     return json_response(result)
 
 
-def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
+def _bundle_operations(
+    services: Services, principal: Principal, bundle_id: str
+) -> BundleOperations:
     check_owner(services, principal, bundle_id)
-    return {"bundle_id": bundle_id, "operations": operations.bundle_operations(services, bundle_id)}
+    found = operations.bundle_operations(services, bundle_id)
+    return BundleOperations(bundle_id=bundle_id, operations=found)
 
 
 @router.get(
     "/bundles/{bundle_id}/operations",
+    response_model=BundleOperations,
     **operation(
         "listBundleOperations",
         summary="A bundle's promotions",
@@ -176,8 +181,21 @@ def _bundle_operations(services: Services, principal: Principal, bundle_id: str)
         ok={
             200: Ok(
                 "the promotions",
-                OBJECT,
-                {"bundle_id": BUNDLE_ID, "operations": [{"operation_id": OP_ID}]},
+                BundleOperations,
+                {
+                    "bundle_id": BUNDLE_ID,
+                    "operations": [
+                        {
+                            "operation_id": OP_ID,
+                            "status": "completed",
+                            "attempt": 1,
+                            "code": None,
+                            "detail": None,
+                            "receipt_sha256": "7d1a3c55" + "0" * 56,
+                            "updated_at": "2026-11-30T21:05:12Z",
+                        }
+                    ],
+                },
             )
         },
     ),
@@ -187,7 +205,7 @@ async def get_bundle_operations(
 ) -> Response:
     """The promotions of a bundle with their status (its executor may ask)."""
     result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
-    return json_response(result)
+    return model_response(result)
 
 
 def _decision_body(raw: Any, allowed: frozenset[str]) -> dict[str, Any]:
@@ -249,7 +267,7 @@ REOPEN_FIELDS = frozenset({"note"})
 
 def _decide(
     services: Services, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
-) -> Any:
+) -> OperationView:
     decided = operations.decide(
         services,
         operation_id,
@@ -272,11 +290,12 @@ async def _post_decision(
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     body = _decision_body(raw, APPROVE_FIELDS if verdict == "approve" else DECISION_FIELDS)
     view = await run_in_threadpool(_decide, services, principal, operation_id, verdict, body)
-    return json_response(view)
+    return model_response(view)
 
 
 @router.post(
     "/operations/{operation_id}/approve",
+    response_model=OperationView,
     **operation(
         "approveOperation",
         summary="Approve a held promotion",
@@ -310,6 +329,7 @@ async def post_approve(
 
 @router.post(
     "/operations/{operation_id}/reject",
+    response_model=OperationView,
     **operation(
         "rejectOperation",
         summary="Reject a held promotion",
@@ -333,13 +353,16 @@ async def post_reject(
     return await _post_decision(operation_id, "reject", request, principal, services)
 
 
-def _reopen(services: Services, principal: Principal, operation_id: str, note: str) -> Any:
+def _reopen(
+    services: Services, principal: Principal, operation_id: str, note: str
+) -> OperationView:
     operations.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
     return operations.operation_view(services, operation_id)
 
 
 @router.post(
     "/operations/{operation_id}/reopen",
+    response_model=OperationView,
     **operation(
         "reopenOperation",
         summary="Reopen a rejected promotion",
@@ -364,23 +387,24 @@ async def post_reopen(
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     body = _decision_body(raw, REOPEN_FIELDS)
     view = await run_in_threadpool(_reopen, services, principal, operation_id, body.get("note", ""))
-    return json_response(view)
+    return model_response(view)
 
 
-def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[str, Any]:
+def _grant_base(services: Services, grant_id: str, run_id: str | None) -> GrantBase:
     grant = load_grant(services, grant_id)
     if run_id is not None and grant.executor_run_id != run_id:
         raise Forbidden("an executor may read the grants of its own run only")
     states = chain_states(services, grant)
-    return {
-        "grant_id": grant.grant_id,
-        "base_operation": grant.base_operation,
-        "states": [{"path": p, "state": s.wire()} for p, s in sorted(states.items())],
-    }
+    return GrantBase(
+        grant_id=grant.grant_id,
+        base_operation=grant.base_operation,
+        states=[BaseState(path=p, state=s) for p, s in sorted(states.items())],
+    )
 
 
 @router.get(
     "/grants/{grant_id}/base",
+    response_model=GrantBase,
     **operation(
         "getGrantBase",
         summary="A chained grant's base states",
@@ -392,7 +416,7 @@ def _grant_base(services: Services, grant_id: str, run_id: str | None) -> dict[s
         ok={
             200: Ok(
                 "the base states",
-                OBJECT,
+                GrantBase,
                 {"grant_id": "grt_demo1", "base_operation": OP_ID, "states": []},
             )
         },
@@ -402,4 +426,4 @@ async def get_grant_base(grant_id: str, principal: AnyRoleDep, services: Service
     """A chained grant's base: per path the state its base operations left."""
     run_id = principal.run_id if principal.role == "executor" else None
     result = await run_in_threadpool(_grant_base, services, grant_id, run_id)
-    return json_response(result)
+    return model_response(result)

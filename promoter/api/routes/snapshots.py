@@ -18,20 +18,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
-from promoter.api.models import (
-    TREE_ID,
-    OperationAccepted,
-    RestoreRequest,
-    Snapshot,
-    SnapshotDiff,
-    SnapshotList,
-    SnapshotRequest,
-    parse,
-)
+from promoter.api.models import TREE_ID, RestoreRequest, SnapshotRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.views import OperationAccepted, Snapshot, SnapshotDiff, SnapshotList
 from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
@@ -49,6 +41,7 @@ async def _optional_json(request: Request, services: Services) -> Any:
 
 @router.get(
     "/repositories/{name}/snapshots",
+    response_model=SnapshotList,
     **operation(
         "listSnapshots",
         summary="List shadow snapshots",
@@ -68,6 +61,7 @@ async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep)
 
 @router.post(
     "/repositories/{name}/snapshots",
+    response_model=Snapshot,
     **operation(
         "captureSnapshot",
         summary="Capture a shadow snapshot",
@@ -94,6 +88,7 @@ async def capture_snapshot(
 
 @router.get(
     "/repositories/{name}/snapshots/diff",
+    response_model=SnapshotDiff,
     **operation(
         "diffSnapshots",
         summary="Compare two snapshot trees",
@@ -131,6 +126,7 @@ async def diff_snapshots(
 
 @router.post(
     "/repositories/{name}/snapshots/{tree}/restore",
+    response_model=OperationAccepted,
     **operation(
         "restoreSnapshot",
         summary="Restore the worktree to a snapshot",

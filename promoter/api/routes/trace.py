@@ -10,19 +10,19 @@ that read receipts (orchestrator or operator). Deliberately not here: the matchi
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import StringConstraints
 
 from promoter.api.deps import OrchestratorDep, ServicesDep
-from promoter.api.models import Reply
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import NAME_PATTERN
+from promoter.domain.views import TraceReport
 from promoter.engine import trace as tracing
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
@@ -32,34 +32,6 @@ ORCHESTRATOR = ("orchestrator", "operator")
 COMMIT = "9f1c2e7a" + "0" * 32
 MAX_PATHS = 100  # a query string stays well inside what the HTTP server reads
 TracedPath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-
-
-class TracePromotion(Reply):
-    operation_id: str
-    status: str
-    bundle_id: str
-    grant_id: str
-    executor_run_id: str | None
-    promoted_at: str
-    receipt_sha256: str
-
-
-class TracePath(Reply):
-    path: str
-    change: Literal["A", "M", "D", "T"] | None
-    exists: bool | None
-    sha256: str | None
-    mode: str | None
-    verdict: Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
-    promotions: list[TracePromotion]
-    last_promotion: TracePromotion | None
-
-
-class TraceReport(Reply):
-    repository: str
-    commit: str | None
-    parent: str | None
-    paths: list[TracePath]
 
 
 PROMOTION_EXAMPLE = {
@@ -102,6 +74,7 @@ def _trace(
 
 @router.get(
     "/trace",
+    response_model=TraceReport,
     **operation(
         "traceCommit",
         summary="Trace a commit to its promotion receipts",

@@ -32,7 +32,7 @@ async def get_hosts(request: Request) -> Response:
         hosts = await run_in_threadpool(fencing.list_hosts, get_services(request))
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    takers = [h["host_id"] for h in hosts if h["status"] == "active" and not h["lease_expired"]]
+    takers = [h.host_id for h in hosts if h.status == "active" and not h.lease_expired]
     return render("hosts.html", 200, session, hosts=hosts, takers=takers)
 
 

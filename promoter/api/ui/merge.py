@@ -53,5 +53,5 @@ async def post_merge(request: Request, operation_id: str) -> Response:
         )
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    held = result["promotion"]["operation_id"] or operation_id
+    held = result.promotion.operation_id or operation_id
     return secure(RedirectResponse(f"/ui/operations/{held}", status_code=303))

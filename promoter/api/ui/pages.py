@@ -29,6 +29,7 @@ from promoter.api.ui.diffview import Block, file_blocks, page_bytes
 from promoter.api.ui.web import render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.status import STATUSES, OperationStatus
+from promoter.domain.views import CurrentTarget
 from promoter.engine import queries
 from promoter.engine.operation import requests as operations
 from promoter.engine.receipts import served
@@ -46,7 +47,7 @@ def _login() -> Response:
 
 def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
     return [
-        {**queries.operation_summary(r), "created_at": r.created_at}
+        {**queries.operation_summary(r).wire(), "created_at": r.created_at}
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
 
@@ -82,7 +83,7 @@ async def get_operations(
 def _operation(services: Services, operation_id: str) -> dict[str, Any]:
     view = operations.operation_view(services, operation_id)
     try:
-        current: list[dict[str, Any]] | str = operations.current_targets(services, operation_id)
+        current: list[CurrentTarget] | str = operations.current_targets(services, operation_id)
     except PromoterError as exc:
         current = f"{exc.code}: {exc.detail}"
     return {"op": view, "current": current}
@@ -171,12 +172,12 @@ async def get_review(request: Request) -> Response:
 
 def _held_bundle(services: Services, operation_id: str) -> str:
     view = operations.operation_view(services, operation_id)
-    if view.get("status") != OperationStatus.AWAITING_APPROVAL or not view.get("bundle_id"):
+    if view.status != OperationStatus.AWAITING_APPROVAL or not view.bundle_id:
         raise OperationConflict(
-            f"operation {operation_id} is {view.get('status')}, not awaiting_approval",
+            f"operation {operation_id} is {view.status}, not awaiting_approval",
             operation_id=operation_id,
         )
-    return str(view["bundle_id"])
+    return view.bundle_id
 
 
 def _file_page(

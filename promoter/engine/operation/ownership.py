@@ -36,6 +36,7 @@ from typing import Any
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.domain.records import Operation
 from promoter.domain.status import RUNNING
+from promoter.domain.views import OwnerView
 from promoter.engine.host_state import HostState
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
 from promoter.store import hosts, journal
@@ -121,14 +122,14 @@ def orphaned(row: Operation, me: Owner) -> bool:
     return not owner.alive()
 
 
-def owner_view(row: Operation) -> dict[str, Any]:
-    return {
-        "host": row.owner_host,
-        "pid": row.owner_pid,
-        "boot": row.owner_boot,
-        "lease_until": row.owner_lease_until,
-        "lease_expired": lease_expired(row),
-    }
+def owner_view(row: Operation) -> OwnerView:
+    return OwnerView.model_construct(
+        host=row.owner_host,
+        pid=row.owner_pid,
+        boot=row.owner_boot,
+        lease_until=row.owner_lease_until,
+        lease_expired=lease_expired(row),
+    )
 
 
 class Heartbeat:

@@ -21,6 +21,13 @@ from typing import Any
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
 from promoter.domain.path_state import Finding, State, Verdict, classify, observed
 from promoter.domain.paths import disk_path, wire_path
+from promoter.domain.views import (
+    Expectation,
+    IndexEntryState,
+    PathReadBack,
+    ReadBackReport,
+    RepositoryReadBack,
+)
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.fs.chain import LeafState
 from promoter.fs.held import Directories
@@ -61,49 +68,49 @@ def hard_link_refusal(leaf: LeafState, change: Change, found: Verdict) -> str | 
 
 @dataclass
 class ReadBack:
-    repository: dict[str, Any]
-    paths: list[dict[str, Any]] = field(default_factory=list)
+    repository: RepositoryReadBack
+    paths: list[PathReadBack] = field(default_factory=list)
 
     @property
     def repository_ok(self) -> bool:
-        return all(item["ok"] for item in self.repository.values())
+        found = self.repository
+        return found.branch.ok and found.head.ok and found.tree.ok
 
     @property
     def drifted(self) -> list[str]:
-        return [p["path"] for p in self.paths if p["verdict"] == Finding.DRIFT]
+        return [p.path for p in self.paths if p.verdict == Finding.DRIFT]
 
     @property
     def unsafe(self) -> list[str]:
-        return [p["path"] for p in self.paths if p["verdict"] == Finding.UNSAFE]
+        return [p.path for p in self.paths if p.verdict == Finding.UNSAFE]
 
     @property
     def ok(self) -> bool:
         return self.repository_ok and not self.drifted and not self.unsafe
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "repository": self.repository,
-            "paths": self.paths,
-            "drifted": self.drifted,
-            "unsafe": self.unsafe,
-        }
+    def report(self) -> ReadBackReport:
+        return ReadBackReport.model_construct(
+            repository=self.repository,
+            paths=self.paths,
+            drifted=self.drifted,
+            unsafe=self.unsafe,
+        )
+
+
+def _expectation(expected: str, actual: str | None) -> Expectation:
+    return Expectation.model_construct(expected=expected, actual=actual, ok=actual == expected)
 
 
 def read_repository(
     layout: RepoLayout, grant: GrantV1, head: HeadState | None = None
-) -> dict[str, Any]:
+) -> RepositoryReadBack:
     if head is None:
         head = read_head(layout, grant.branch)
-    branch, commit, tree = head.branch, head.commit, head.tree
-    return {
-        "branch": {"expected": grant.branch, "actual": branch, "ok": branch == grant.branch},
-        "head": {
-            "expected": grant.base_commit,
-            "actual": commit,
-            "ok": commit == grant.base_commit,
-        },
-        "tree": {"expected": grant.base_tree, "actual": tree, "ok": tree == grant.base_tree},
-    }
+    return RepositoryReadBack.model_construct(
+        branch=_expectation(grant.branch, head.branch),
+        head=_expectation(grant.base_commit, head.commit),
+        tree=_expectation(grant.base_tree, head.tree),
+    )
 
 
 def expected_index(
@@ -111,7 +118,7 @@ def expected_index(
     bundle: PatchBundleV1,
     layout: RepoLayout,
     base_entries: dict[str, TreeEntry | None] | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[IndexEntryState]]:
     """Each target's expected index entries; ``base_entries``: the base tree's, if read."""
     explicit = {p.path: p for p in grant.target_preconditions}
     implicit = [c.path for c in bundle.changes if c.path not in explicit]
@@ -121,17 +128,21 @@ def expected_index(
         disk = {path: disk_path(path) for path in implicit}
         found = tree_entries(layout, grant.base_tree, list(disk.values())) if implicit else {}
         base = {path: found[name] for path, name in disk.items()}
-    expected: dict[str, list[dict[str, Any]]] = {}
+    expected: dict[str, list[IndexEntryState]] = {}
     for change in bundle.changes:
         if change.path in explicit:
             index = explicit[change.path].index
-            expected[change.path] = [] if index is None else [index.wire()]
+            expected[change.path] = (
+                [] if index is None else [_index_entry(index.mode, index.oid, index.stage)]
+            )
         else:
             entry = base.get(change.path)
-            expected[change.path] = (
-                [] if entry is None else [{"mode": entry.mode, "oid": entry.oid, "stage": 0}]
-            )
+            expected[change.path] = [] if entry is None else [_index_entry(entry.mode, entry.oid)]
     return expected
+
+
+def _index_entry(mode: str, oid: str, stage: int = 0) -> IndexEntryState:
+    return IndexEntryState.model_construct(mode=mode, oid=oid, stage=stage)
 
 
 def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundleV1) -> ReadBack:
@@ -167,7 +178,7 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
         raise PathUnsafe(
             "a target is unsafe to touch; nothing was written",
             paths=result.unsafe,
-            drift_report=result.report(),
+            drift_report=result.report().wire(),
         )
     return result
 
@@ -177,7 +188,7 @@ def _read_paths(
     directories: Directories,
     bundle: PatchBundleV1,
     actual_index: dict[str, list[IndexEntry]],
-    wanted_index: dict[str, list[dict[str, Any]]],
+    wanted_index: dict[str, list[IndexEntryState]],
     blocked: dict[str, str],
 ) -> None:
     """Each target's verdict, read through the directories held for this read-back
@@ -185,7 +196,7 @@ def _read_paths(
     leaves = directories.read_states([disk_path(change.path) for change in bundle.changes])
     for change, leaf in zip(bundle.changes, leaves, strict=True):
         reasons: list[str] = []
-        actual: dict[str, Any] | None = None
+        actual: dict[str, Any] | None = None  # the reading's members vary by leaf kind
         found = Verdict.NEITHER
         unsafe = False
         old, new = State.of(change.old), State.of(change.new)  # once per change
@@ -206,8 +217,7 @@ def _read_paths(
                 actual["links"] = leaf.nlink
                 unsafe = True
         index_now = [
-            {"mode": e.mode, "oid": e.oid, "stage": e.stage}
-            for e in actual_index.get(change.path, [])
+            _index_entry(e.mode, e.oid, e.stage) for e in actual_index.get(change.path, [])
         ]
         if index_now != wanted_index[change.path]:
             reasons.append("the index entry differs from the precondition")
@@ -215,15 +225,15 @@ def _read_paths(
             reasons.append(blocked[change.path])
         verdict = Finding.UNSAFE if unsafe else Finding.DRIFT if reasons else Finding(found)
         result.paths.append(
-            {
-                "path": change.path,
-                "operation": change.operation,
-                "expected_old": old.wire(),
-                "expected_new": new.wire(),
-                "actual": actual,
-                "index_expected": wanted_index[change.path],
-                "index_actual": index_now,
-                "verdict": verdict.value,
-                "reasons": reasons,
-            }
+            PathReadBack.model_construct(
+                path=change.path,
+                operation=change.operation,
+                expected_old=old.wire(),
+                expected_new=new.wire(),
+                actual=actual,
+                index_expected=wanted_index[change.path],
+                index_actual=index_now,
+                verdict=verdict,
+                reasons=reasons,
+            )
         )

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.path_state import State, Verdict
+from promoter.domain.path_state import Finding, State
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
@@ -223,7 +223,7 @@ def _plan(
             "the repository is not in an authorized old state",
             drifted=readback.drifted,
         )
-        refuse(services.db, operation_id, drift, drift_report=readback.report())
+        refuse(services.db, operation_id, drift, drift_report=readback.report().wire())
         return None
     # (4) links by resolution against the disk as it is now
     # (protocol: bundles#symlinks-by-resolution)
@@ -325,7 +325,7 @@ def _journal(
                 "fence": fence,
                 "bundle_sha256": evidence.bundle.bundle_sha256,
                 "verification_receipt_sha256": evidence.receipt_sha256,
-                "already_new": [p["path"] for p in readback.paths if p["verdict"] == Verdict.NEW],
+                "already_new": [p.path for p in readback.paths if p.verdict == Finding.NEW],
             },
         )
         action = ledger.append(

@@ -29,10 +29,21 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import operation_id_for
-from promoter.domain.path_state import classify
+from promoter.domain.path_state import Verdict, classify
 from promoter.domain.paths import disk_path
 from promoter.domain.records import Ticket
 from promoter.domain.status import FINAL, RUNNING, OperationKind, OperationStatus
+from promoter.domain.views import (
+    Attempt,
+    BundleOperation,
+    CurrentTarget,
+    EventIds,
+    OperationView,
+    Preflight,
+    PreflightCheck,
+    PreflightChecks,
+    Step,
+)
 from promoter.engine import repo_settings, routing
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
@@ -41,7 +52,7 @@ from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report, read_back
 from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
-from promoter.engine.queries import guarded_here, operation_summary
+from promoter.engine.queries import guarded_here
 from promoter.engine.review import approval, partial
 from promoter.engine.review.seen import Seen
 from promoter.engine.review.seen import require as require_seen
@@ -338,7 +349,7 @@ def wait_for(services: Services, operation_id: str, timeout: float) -> None:
         future.result(timeout=timeout)
 
 
-def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
+def operation_view(services: Services, operation_id: str) -> OperationView:
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
@@ -347,50 +358,57 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
         events = ledger.events(session, operation_id)
         dirs = step_rows.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
-        return {
-            **operation_summary(row),
-            "repository_identity": row.repository_identity,
-            "grant_id": row.grant_id,
-            "verification_receipt_sha256": row.verification_receipt_sha256,
-            "fence": row.fence,
-            "detail": row.detail,
-            "receipt_sha256": row.receipt_sha256,
-            "owner": owner_view(row),
-            "event_ids": {
-                "decision": row.decision_event_id,
-                "action": row.action_event_id,
-                "outcome": row.outcome_event_id,
-            },
-            "pre_snapshot": row.pre_snapshot,
-            "post_snapshot": row.post_snapshot,
-            "report": row.report,
-            "created_at": row.created_at,
-            "steps": [
-                {
-                    "seq": s.seq,
-                    "path": s.path,
-                    "operation": s.operation,
-                    "status": s.status,
-                    "old": s.old_state,
-                    "new": s.new_state,
-                    "detail": s.detail,
-                }
+        return OperationView.model_construct(
+            operation_id=row.operation_id,
+            kind=row.kind,
+            status=row.status,
+            attempt=row.attempt,
+            repository=row.repository_name,
+            repository_identity=row.repository_identity,
+            grant_id=row.grant_id,
+            bundle_id=row.bundle_id,
+            verification_receipt_sha256=row.verification_receipt_sha256,
+            fence=row.fence,
+            code=row.code,
+            detail=row.detail,
+            receipt_sha256=row.receipt_sha256,
+            owner=owner_view(row),
+            event_ids=EventIds.model_construct(
+                decision=row.decision_event_id,
+                action=row.action_event_id,
+                outcome=row.outcome_event_id,
+            ),
+            pre_snapshot=row.pre_snapshot,
+            post_snapshot=row.post_snapshot,
+            report=row.report,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            steps=[
+                Step.model_construct(
+                    seq=s.seq,
+                    path=s.path,
+                    operation=s.operation,
+                    status=s.status,
+                    old=s.old_state,
+                    new=s.new_state,
+                    detail=s.detail,
+                )
                 for s in steps
             ],
-            "created_directories": dirs,
-            "attempts": [
-                {
-                    "attempt": a.attempt,
-                    "status": a.status,
-                    "code": a.code,
-                    "started_at": a.started_at,
-                    "ended_at": a.ended_at,
-                }
+            created_directories=dirs,
+            attempts=[
+                Attempt.model_construct(
+                    attempt=a.attempt,
+                    status=a.status,
+                    code=a.code,
+                    started_at=a.started_at,
+                    ended_at=a.ended_at,
+                )
                 for a in attempts
             ],
-            "events": [ledger.as_wire(e) for e in events],
-            "events_verified": ledger.verify_chain(events),
-        }
+            events=[ledger.as_event(e) for e in events],
+            events_verified=ledger.verify_chain(events),
+        )
 
 
 def promotion_receipt(services: Services, operation_id: str) -> bytes:
@@ -445,20 +463,21 @@ def rollback_receipt(services: Services, operation_id: str) -> bytes:
     )
 
 
-def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str, Any]:
+def preflight(services: Services, bundle_id: str, fence: int | None) -> Preflight:
     """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. Another host's
     bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
     verification = load_verification(services, bundle_id)
-    result: dict[str, Any] = {"bundle_id": bundle_id, "checks": {}}
+    checks = PreflightChecks.model_construct()
+    passed = PreflightCheck.model_construct(ok=True)
     try:
         grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
         if fence is not None:  # (1) authority
             check_authority(services, grant, fence)
         else:
             check_grant_window(grant)
-        result["checks"]["authority"] = {"ok": True}
+        checks = PreflightChecks.model_construct(authority=passed)
         evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
-        result["checks"]["evidence"] = {"ok": True}  # (2) evidence
+        checks = PreflightChecks.model_construct(authority=passed, evidence=passed)  # (2)
         repository = routing.local_repository(services, evidence.grant.repository_identity)
         with Root.open(repository.worktree) as root:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
@@ -467,21 +486,29 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
     except OwnedByOtherHost:
         raise  # asked of the wrong host: 421 naming the owner, as every other request
     except PromoterError as exc:
-        return {
-            **result,
-            "status": "refused",
-            "code": exc.code,
-            "detail": exc.detail,
-            "error": exc.to_problem(),
-        }
-    report = readback.report()
-    if not readback.ok:
-        drift = TargetDrift("the repository is not in an authorized old state")
-        return {**result, "status": "refused", "code": drift.code, "detail": drift.detail, **report}
-    return {**result, "status": "passed", "code": None, "detail": "", **report}
+        return Preflight.model_construct(
+            bundle_id=bundle_id,
+            checks=checks,
+            status="refused",
+            code=exc.code,
+            detail=exc.detail,
+            error=exc.to_problem(),
+        )
+    drift = None if readback.ok else TargetDrift("the repository is not in an authorized old state")
+    return Preflight.model_construct(
+        bundle_id=bundle_id,
+        checks=checks,
+        status="passed" if drift is None else "refused",
+        code=None if drift is None else drift.code,
+        detail="" if drift is None else drift.detail,
+        repository=readback.repository,
+        paths=readback.paths,
+        drifted=readback.drifted,
+        unsafe=readback.unsafe,
+    )
 
 
-def current_targets(services: Services, operation_id: str) -> list[dict[str, Any]]:
+def current_targets(services: Services, operation_id: str) -> list[CurrentTarget]:
     """Each step's target as it reads now (read-only, without the lock)."""
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
@@ -489,30 +516,34 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         repository = guarded_here(services.registry, services.owner.host, row)
         steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
-    found: list[dict[str, Any]] = []
+    found: list[CurrentTarget] = []
     with Root.open(repository.worktree) as root, closing(Directories.for_reads(root)) as held:
         leaves = held.read_states([disk_path(path) for path, _, _ in steps])  # wire form
     for (path, old, new), leaf in zip(steps, leaves, strict=True):
         if isinstance(leaf, PromoterError):
-            found.append({"path": path, "matches": "neither", "actual": {"error": leaf.code}})
+            error = {"error": leaf.code}
+            neither = Verdict.NEITHER
+            found.append(CurrentTarget.model_construct(path=path, matches=neither, actual=error))
             continue
-        matches = classify(leaf, old, new).verdict.value
-        found.append({"path": path, "matches": matches, "actual": leaf_report(leaf)})
+        matches = classify(leaf, old, new).verdict
+        found.append(
+            CurrentTarget.model_construct(path=path, matches=matches, actual=leaf_report(leaf))
+        )
     return found
 
 
-def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
+def bundle_operations(services: Services, bundle_id: str) -> list[BundleOperation]:
     """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
     with services.db.session() as session:
         return [
-            {
-                "operation_id": row.operation_id,
-                "status": row.status,
-                "attempt": row.attempt,
-                "code": row.code,
-                "detail": row.detail,
-                "receipt_sha256": row.receipt_sha256,
-                "updated_at": row.updated_at,
-            }
+            BundleOperation.model_construct(
+                operation_id=row.operation_id,
+                status=row.status,
+                attempt=row.attempt,
+                code=row.code,
+                detail=row.detail,
+                receipt_sha256=row.receipt_sha256,
+                updated_at=row.updated_at,
+            )
             for row in journal.promotions_of_bundle(session, bundle_id)
         ]

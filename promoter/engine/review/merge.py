@@ -24,6 +24,7 @@ from promoter.domain.models import Change, FileState, MergedPath, MergeOrigin, P
 from promoter.domain.path_state import SYMLINK_MODE, Verdict, classify
 from promoter.domain.paths import disk_path
 from promoter.domain.status import OperationKind, OperationStatus
+from promoter.domain.views import HeldPromotion, MergePathReport, MergeResult, MergeSide
 from promoter.engine.intake.bundles import load_bundle, submit_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests
@@ -62,27 +63,24 @@ class PathMerge:
     merged: bytes | None = None
     conflicts: int = 0
 
-    def report(self) -> dict[str, Any]:
-        old, new = self.change.old, self.change.new
-        item: dict[str, Any] = {
-            "path": self.path,
-            "result": self.result,
-            "reason": self.reason,
-            "old": {"sha256": old.sha256, "mode": old.mode, "bytes": old.bytes},
-            "current": {
-                "kind": self.leaf.kind,
-                "sha256": self.leaf.sha256,
-                "mode": self.leaf.mode,
-                "bytes": self.leaf.size,
-            },
-            "new": {"sha256": new.sha256, "mode": new.mode, "bytes": new.bytes},
-        }
+    def report(self) -> MergePathReport:
+        old, new, leaf = self.change.old, self.change.new, self.leaf
+        report = MergePathReport.model_construct(
+            path=self.path,
+            result=self.result,
+            reason=self.reason,
+            old=MergeSide.model_construct(sha256=old.sha256, mode=old.mode, bytes=old.bytes),
+            current=MergeSide.model_construct(
+                kind=leaf.kind, sha256=leaf.sha256, mode=leaf.mode, bytes=leaf.size
+            ),
+            new=MergeSide.model_construct(sha256=new.sha256, mode=new.mode, bytes=new.bytes),
+        )
         if self.result == "conflict" and self.merged is not None:
             text = self.merged.decode("utf-8", errors="replace")
-            item["conflicts"] = self.conflicts
-            item["merged_text"] = text[:SHOWN_CHARS]
-            item["truncated"] = len(text) > SHOWN_CHARS
-        return item
+            report.conflicts = self.conflicts
+            report.merged_text = text[:SHOWN_CHARS]
+            report.truncated = len(text) > SHOWN_CHARS
+        return report
 
 
 def _drifted_operation(services: Services, operation_id: str) -> tuple[str, int, str]:
@@ -162,9 +160,9 @@ def _refuse_what_a_merge_cannot_mend(
             "is held to the same grant and could not be promoted; ask for a new run",
             operation_id=operation_id,
             paths=[],
-            repository=found.repository,
+            repository=found.repository.wire(),
         )
-    staged = [p["path"] for p in found.paths if p["index_actual"] != p["index_expected"]]
+    staged = [p.path for p in found.paths if p.index_actual != p.index_expected]
     if staged:
         raise MergeUnsupported(
             "a target is staged in the index, which promoter never writes: unstage it "
@@ -231,7 +229,7 @@ def _merged_document(original: PatchBundleV1, merges: list[PathMerge]) -> dict[s
     return seal_bundle(document)
 
 
-def merge_operation(services: Services, operation_id: str, *, by: str, role: str) -> dict[str, Any]:
+def merge_operation(services: Services, operation_id: str, *, by: str, role: str) -> MergeResult:
     """Merge the drifted paths of a promotion refused with ``target_drift`` (see above).
 
     Answers the new bundle, its verification receipt, the held promotion (or why it could
@@ -253,7 +251,8 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
             paths=[],
         )
     _merge_all(services, drifted)
-    report = [item.report() for item in drifted]
+    reports = [item.report() for item in drifted]
+    report = [item.wire() for item in reports]  # the refusals' context
     if any(item.result == "unsupported" for item in drifted):
         raise MergeUnsupported(
             "a drifted path cannot be merged as text; nothing was written",
@@ -292,29 +291,22 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
                 "by": {"role": role, "name": by},
             },
         )
-    answer: dict[str, Any] = {
-        "operation_id": operation_id,
-        "bundle_id": merged.bundle_id,
-        "bundle_sha256": merged.bundle_sha256,
-        "verification_receipt_sha256": receipt_sha256,
-        "merged_from": original.bundle_id,
-        "paths": report,
-        "promotion": None,
-    }
     try:
         held = requests.request_promotion(services, merged.bundle_id, receipt_sha256, fence)
     except PromoterError as exc:
-        answer["promotion"] = {
-            "operation_id": None,
-            "status": "not_held",
-            "code": exc.code,
-            "detail": exc.detail,
-        }
+        promotion = HeldPromotion.model_construct(
+            operation_id=None, status="not_held", code=exc.code, detail=exc.detail
+        )
     else:
-        answer["promotion"] = {
-            "operation_id": held.operation_id,
-            "status": held.status,
-            "code": None,
-            "detail": "",
-        }
-    return answer
+        promotion = HeldPromotion.model_construct(
+            operation_id=held.operation_id, status=held.status, code=None, detail=""
+        )
+    return MergeResult.model_construct(
+        operation_id=operation_id,
+        bundle_id=merged.bundle_id,
+        bundle_sha256=merged.bundle_sha256,
+        verification_receipt_sha256=receipt_sha256,
+        merged_from=original.bundle_id,
+        paths=reports,
+        promotion=promotion,
+    )

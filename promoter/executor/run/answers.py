@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,7 +173,7 @@ def _state(value: Any) -> str:
     return f"{value.get('mode')} sha256:{sha}" + (f" ({size} bytes)" if size is not None else "")
 
 
-def drift_report(preflight: dict[str, Any], person: Person) -> list[dict[str, Any]]:
+def drift_report(preflight: Mapping[str, Any], person: Person) -> list[dict[str, Any]]:
     """Tell every drifted path with what it reads now and what was expected; the list."""
     drifted = [p for p in preflight.get("paths") or [] if p.get("verdict") in ("drift", "unsafe")]
     report: list[dict[str, Any]] = []
@@ -189,7 +190,7 @@ def drift_report(preflight: dict[str, Any], person: Person) -> list[dict[str, An
 
 
 def refusal(
-    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+    preflight: Mapping[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
 ) -> PromoterError:
     """The preflight's refusal as an error naming every drifted path, told as well."""
     report = drift_report(preflight, person)

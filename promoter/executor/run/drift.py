@@ -14,6 +14,7 @@ which never merges (drift refuses).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
     return orch.with_token(token)
 
 
-def _mendable(report: dict[str, Any]) -> list[str]:
+def _mendable(report: Mapping[str, Any]) -> list[str]:
     """The drifted paths a merge could mend: none when HEAD, branch or tree moved."""
     if not all(fact.get("ok", True) for fact in (report.get("repository") or {}).values()):
         return []
@@ -79,7 +80,7 @@ _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
 
 
 def offer(
-    preflight: dict[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+    preflight: Mapping[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
 ) -> Consent:
     """The consent to request a drifted promotion so that it can be merged, or the refusal."""
     paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
@@ -150,7 +151,11 @@ def _drift_report(orch: PromoterClient, operation_id: str) -> dict[str, Any]:
 
 
 def _refused(
-    report: dict[str, Any], view: dict[str, Any], run: Run, step: sandboxes.Step, person: Person
+    report: Mapping[str, Any],
+    view: Mapping[str, Any],
+    run: Run,
+    step: sandboxes.Step,
+    person: Person,
 ) -> PromoterError:
     """The refused promotion as the preflight's refusal: every drifted path, the next step."""
     run.move(step, RunStatus.REFUSED)
@@ -167,13 +172,13 @@ def merged(
     orch: PromoterClient,
     run: Run,
     step: sandboxes.Step,
-    view: dict[str, Any],
+    view: Mapping[str, Any],
     person: Person,
     *,
     consent: Consent,
     agreed: bool,
     note: str,
-) -> dict[str, Any] | None:
+) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
     (the approved merged promotion's view, or None when it waits for an approval)."""
     for _ in range(_ROUNDS):
@@ -204,7 +209,7 @@ def _merge_once(
     who: Person,
     consent: Consent,
     note: str,
-) -> dict[str, Any] | None:
+) -> Mapping[str, Any] | None:
     record = run.record
     with person(orch, run.state_dir) as merger:
         try:
@@ -238,5 +243,4 @@ def _merge_once(
             )
             return None
         run.move(step, step.status, operation_id=held_id)  # the held operation, named
-        approved: dict[str, Any] = merger.approve(held_id, note, wait=True)
-        return approved
+        return merger.approve(held_id, note, wait=True)

@@ -22,6 +22,7 @@ import contextlib
 import getpass
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +39,7 @@ from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
 from promoter.git.layout import discover
 
 if TYPE_CHECKING:
+    from promoter.client import answers as wire
     from promoter.domain.models import GrantV1
 
 __all__ = [
@@ -136,13 +138,13 @@ class Outcome:
         }
 
 
-def repository(client: PromoterClient, name: str) -> dict[str, Any]:
+def repository(client: PromoterClient, name: str) -> wire.RepositoryInfo:
     """The guarded repository ``name`` as the daemon lists it, or as the host of the same
     cluster that guards it lists it (``locate``)."""
     return locate(client, name)[1]
 
 
-def locate(client: PromoterClient, name: str) -> tuple[str, dict[str, Any]]:
+def locate(client: PromoterClient, name: str) -> tuple[str, wire.RepositoryInfo]:
     """The base URL of the host guarding repository ``name`` and the repository as that
     host lists it: this daemon, else the host the cluster's map names (``GET
     /v1/repositories``' ``cluster``), asked there only when it is a host of the cluster
@@ -428,7 +430,7 @@ def promote(
     person: Person,
     outcome: Outcome,
     *,
-    unseen: list[dict[str, Any]] | None = None,
+    unseen: Sequence[Mapping[str, Any]] | None = None,
     requested: dict[str, Any] | None = None,
 ) -> None:
     """The preflight, the person's answer, the promotion (and its approval), the receipt.
@@ -437,6 +439,7 @@ def promote(
     evidence (docs/protocol.md); its outcome stands for the preflight and the promotion."""
     record = run.record
     assert current.bundle_id is not None
+    preflight: Mapping[str, Any]
     if requested is None:
         preflight = orch.preflight(current.bundle_id, grant.fence)
         person.say(f"preflight {preflight['status']}")
@@ -458,7 +461,9 @@ def promote(
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
-    view = requested or orch.promote(current.bundle_id, receipt_sha256, grant.fence, wait=True)
+    view: Mapping[str, Any] = requested or orch.promote(
+        current.bundle_id, receipt_sha256, grant.fence, wait=True
+    )
     current.operation_id = str(view["operation_id"])  # saved with the status it comes to
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;

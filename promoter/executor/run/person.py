@@ -16,6 +16,7 @@ or a diff paged (the CLI's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 __all__ = ["Consent", "Person", "escape"]
@@ -47,7 +48,7 @@ class Person(Protocol):
     def review(
         self,
         bundle: dict[str, Any] | None,
-        diff: dict[str, Any],
+        diff: Mapping[str, Any],
         receipt: dict[str, Any] | None,
         *,
         hint: str | None,
@@ -55,7 +56,7 @@ class Person(Protocol):
         """The bundle to decide on: its summary, its diff (``hint``: how to see the rest of a
         cut diff) and its verification receipt (a merged bundle: its diff only)."""
 
-    def approve(self, unseen: list[dict[str, Any]]) -> Consent:
+    def approve(self, unseen: Sequence[Mapping[str, Any]]) -> Consent:
         """Promote what was shown? ``unseen``: the files the diff did not show in full,
         confirmed as well (protocol: api#every-byte-reviewable)."""
 

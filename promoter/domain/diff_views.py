@@ -1,7 +1,6 @@
-"""The response model of ``GET /v1/bundles/{id}/diff``, for the OpenAPI document.
+"""The answer of ``GET /v1/bundles/{id}/diff`` as models: the page, its files, the unseen.
 
-The route answers the dict ``promoter.engine.review.diff.bundle_diff`` builds; these
-models list its members (every one) so clients and the contract tests know them. The
+These models list its members (every one) so clients and the contract tests know them. The
 meaning of each flag is in ``docs/guide/review.md`` and ``promoter.engine.review.scan``.
 
 Deliberately not here: building or validating the answer (the engine's).
@@ -13,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from promoter.api.models import Reply
+from promoter.domain.views import Reply
 
 __all__ = ["BundleDiffView", "DiffFlag", "FileDiffView", "UnseenFileView"]
 
