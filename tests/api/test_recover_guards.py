@@ -12,7 +12,6 @@ import base64
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,9 @@ from promoter.engine.verify.authority import recheck_evidence
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
 from promoter.store import journal, ledger
 from tests.support.daemon import Daemon, running_daemon, serve_lab
-from tests.support.flows import init_repo, sha
+from tests.support.flows import sha
 from tests.support.promotion import (
+    completed,
     git_dir_digest,
     operation_view,
     promote,
@@ -45,14 +45,7 @@ CHANGES = [
 USER = b"the user's own edit, after everything was finished\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from serve_lab(tmp_path, repo)
+pytestmark = pytest.mark.repo("lab", FILES)
 
 
 def _identity(daemon: Daemon) -> str:
@@ -60,10 +53,7 @@ def _identity(daemon: Daemon) -> str:
 
 
 def _completed(daemon: Daemon, repo: Path) -> str:
-    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    view = promote(daemon, bundle, receipt).json()
-    assert view["status"] == "completed", view
-    return str(view["operation_id"])
+    return completed(daemon, repo, CHANGES)
 
 
 def _audit(daemon: Daemon) -> dict[str, bytes]:

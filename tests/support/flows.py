@@ -18,20 +18,7 @@ import httpx
 import rfc8785
 
 from tests.gitutil import git
-
-
-def init_repo(path: Path, files: dict[str, bytes] | None = None) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", "main")
-    for rel, data in (
-        files or {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}
-    ).items():
-        target = path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
+from tests.support.repos import init_repo as init_repo
 
 
 def head(repo: Path) -> tuple[str, str]:
@@ -101,6 +88,23 @@ def make_grant(
     }
     grant.update(overrides)
     return grant
+
+
+def make_lease(
+    run_id: str = "run_1", *, fence: int = 7, expires_at: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """The lease an orchestrator puts for ``run_id`` (attempt 1, generation 1, resume epoch
+    0), expiring in an hour unless ``expires_at`` says when."""
+    lease = {
+        "run_id": run_id,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": fence,
+        "expires_at": expires_at or ts(timedelta(hours=1)),
+    }
+    lease.update(overrides)
+    return lease
 
 
 def grant_sha(grant: dict[str, Any]) -> str:

@@ -95,6 +95,18 @@ def promote(
         )
 
 
+def completed(
+    daemon: Daemon, repo: Path, changes: list[Any], *, name: str | None = None, **grant: Any
+) -> str:
+    """``changes`` promoted through the API into ``repo`` (registered as ``name``, by
+    default its directory's name), which must complete; the operation's id."""
+    identity = daemon.services.registry.by_name(name or repo.name).identity
+    _, bundle, receipt = submit(daemon, repo, identity, changes, **grant)
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    return str(view["operation_id"])
+
+
 def operation_view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
     """``GET /v1/operations/{id}`` with the operator token, which must answer 200."""
     with daemon.operator() as op:
