@@ -40,17 +40,12 @@ ODD_NAMES = [
 ]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = make_repo(tmp_path)
-    (repo / "src").mkdir()
-    (repo / "src" / "app.py").write_bytes(b"print('hi')\n")
-    (repo / "run.sh").write_bytes(b"#!/bin/sh\n")
-    (repo / "run.sh").chmod(0o755)
-    for name in ODD_NAMES:
-        (repo / name).write_bytes(name.encode() + b"\n")
-    commit_all(repo, "base")
-    return repo
+FILES = {
+    "src/app.py": b"print('hi')\n",
+    "run.sh": b"#!/bin/sh\n",
+    **{name: name.encode() + b"\n" for name in ODD_NAMES},
+}
+pytestmark = pytest.mark.repo(FILES, shape="based", executable=["run.sh"])
 
 
 # --- HEAD ---------------------------------------------------------------------------------

@@ -37,16 +37,12 @@ from tests.gitutil import commit_all, git, git_bytes, make_repo
 ODD = ["a*", "ab", ":x", "[x]", "x", "back\\slash", "q?", "sp ace", "new\nline", "-n", "café"]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = make_repo(tmp_path)
-    for rel in ["src/app.py", "flat/keep.txt", "run.sh", *(f"odd/{n}" for n in ODD), *ODD]:
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(rel.encode() + b"\n")
-    for i in range(300):
-        (repo / "flat" / f"f{i:04d}.txt").write_bytes(b"%d\n" % i)
-    commit_all(repo, "base")
-    return repo
+FILES = {
+    **{rel: rel.encode() + b"\n" for rel in ["src/app.py", "flat/keep.txt", "run.sh"]},
+    **{rel: rel.encode() + b"\n" for rel in [*(f"odd/{n}" for n in ODD), *ODD]},
+    **{f"flat/f{i:04d}.txt": b"%d\n" % i for i in range(300)},
+}
+pytestmark = pytest.mark.repo(FILES, shape="based")
 
 
 @pytest.fixture(autouse=True)

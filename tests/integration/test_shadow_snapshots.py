@@ -39,9 +39,8 @@ CALC_V1 = b"def add(a: int, b: int) -> int:\n    return a + b\n"
 CALC_V2 = CALC_V1 + b"\n\ndef multiply(a: int, b: int) -> int:\n    return a * b\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
+def _user_repo(path: Path) -> Path:
+    """Commits, a staged change, and an ignored directory of the user's."""
     files = {
         "calculator.py": CALC_V1,
         "utils.py": b"VERSION = '1.0.0'\n",
@@ -64,6 +63,9 @@ def repo(tmp_path: Path) -> Path:
     (path / "node_modules" / "pkg").mkdir(parents=True)
     (path / "node_modules" / "pkg" / "index.js").write_bytes(b"module.exports = 1\n")
     return path
+
+
+pytestmark = pytest.mark.repo(shape=_user_repo)
 
 
 @pytest.fixture

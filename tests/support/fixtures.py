@@ -3,7 +3,8 @@
 Registered by ``tests/conftest.py``. ``repos`` makes repositories below the test's
 directory (``tests.support.repos``); ``repo`` is one of them, as the module's
 ``pytest.mark.repo(name, files, ...)`` says (default: ``work`` with a README and
-``src/app.py``); ``serve`` starts in-process daemons on loopback
+``src/app.py``; ``shape=`` names another ``Repos`` method, or is the module's own
+function of the path); ``serve`` starts in-process daemons on loopback
 (``tests.support.daemon``) and ``spawn`` daemons in processes of their own
 (``tests.support.process``), each stopped when the test ends; ``daemon`` serves ``repo``
 under its directory's name, as ``pytest.mark.daemon(state=..., repository={...},
@@ -31,7 +32,7 @@ from tests.support.repos import Repos
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in (
-        "repo(name='work', files=None, **shape): the shape of the `repo` fixture",
+        "repo(name='work', files=None, shape=None, **how): the shape of the `repo` fixture",
         "daemon(state='state', name=None, repository=None, **settings): the `daemon` fixture",
         "gated(files=None, **settings): the `gated` fixture's repository and settings",
     ):
@@ -74,7 +75,11 @@ def repos(tmp_path: Path) -> Repos:
 @pytest.fixture
 def repo(request: pytest.FixtureRequest, repos: Repos) -> Path:
     args, kwargs = _mark(request, "repo")
-    return repos(*args, **kwargs)
+    shape = kwargs.pop("shape", None)
+    if callable(shape):  # the module's own shape, made at the test's ``work`` (or ``name``)
+        made: Path = shape(repos.root / kwargs.pop("name", "work"), *args, **kwargs)
+        return made
+    return getattr(repos, shape or "__call__")(*args, **kwargs)  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tests.gitutil import commit_all, git, make_repo
+from tests.support.snapshot_repo import snapshot_worktree
 
 DEFAULT_FILES = {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}
 
@@ -91,6 +92,10 @@ class Repos:
         write_files(path, files, executable=executable, links=links)
         commit_all(path, "base")
         return path
+
+    def snapshot(self, name: str = "work", extra: Mapping[str, bytes] | None = None) -> Path:
+        """The snapshot tests' worktree (``tests.support.snapshot_repo``) at ``name``."""
+        return snapshot_worktree(self.root / name, dict(extra or {}))
 
     def linked(self, main: Path, name: str = "linked", branch: str = "side") -> Path:
         """A worktree of ``main`` at ``name`` on a new ``branch`` (``git worktree add``)."""

@@ -29,7 +29,6 @@ from promoter.executor import base_cache, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
 from tests.support.daemon import Daemon
-from tests.support.flows import init_repo
 from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, tree_bytes
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
@@ -59,9 +58,7 @@ def overlay(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(layers.LAYOUT_ENV, "overlay")
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", FILES)
+pytestmark = pytest.mark.repo(files=FILES)
 
 
 def _dirty(repo: Path) -> None:

@@ -21,7 +21,6 @@ from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git, git_bytes
 from tests.support import forkserver
 from tests.support.daemon import Daemon
-from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
 from tests.support.sandbox_view import sandbox_tree
 from tests.workflow.test_run_command import _only_run, _receipt, _run
@@ -40,9 +39,7 @@ PERSON_README = b"# project\nthe person's unstaged line\n"
 PERSON_APP = b"print('staged by the person')\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", FILES)
+pytestmark = pytest.mark.repo(files=FILES)
 
 
 def _dirty(repo: Path) -> None:
