@@ -127,14 +127,27 @@ def identity(daemon: Daemon, repo: Path) -> str:
     return daemon.services.registry.by_name(repo.name).identity
 
 
+def under_gate(
+    repos: Repos,
+    serve: Serve,
+    files: Mapping[str, bytes] | None = None,
+    *,
+    where: str = "gated",
+    name: str = "gated",
+    state: str = "gstate",
+    **settings: Any,
+) -> Gated:
+    """Repository ``where`` under the approval gate, served as ``name`` from ``state``."""
+    repo = repos(where, files)
+    config = RepositoryConfig(path=repo, approval="required")
+    daemon = serve({name: config}, state, **settings)
+    return Gated(daemon, repo, daemon.services.registry.by_name(name).identity)
+
+
 @pytest.fixture
 def gated(request: pytest.FixtureRequest, repos: Repos, serve: Serve) -> Gated:
     args, settings = _mark(request, "gated")
-    files = args[0] if args else settings.pop("files", None)
-    repo = repos("gated", files)
-    config = RepositoryConfig(path=repo, approval="required")
-    daemon = serve({"gated": config}, "gstate", **settings)
-    return Gated(daemon, repo, daemon.services.registry.by_name("gated").identity)
+    return under_gate(repos, serve, *args, **settings)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ The command runs in the sandbox clone; the tests compare the user's worktree and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd, run_cmd
-from promoter.config import RepositoryConfig
 from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve, under_gate
 from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.repos import Repos
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
 
 USER_README = b"# project\nthe user's uncommitted line\n"
@@ -153,11 +152,9 @@ def test_a_failing_command_submits_nothing(daemon: Daemon, repo: Path) -> None:
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
-        yield daemon, repo
+def gated(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    daemon, repo, _ = under_gate(repos, serve, name="work")
+    return daemon, repo
 
 
 def test_yes_does_not_pass_the_approval_gate(gated: tuple[Daemon, Path]) -> None:

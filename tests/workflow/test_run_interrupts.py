@@ -17,17 +17,16 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from promoter.cli import run_manage
-from promoter.config import RepositoryConfig
 from promoter.executor import sandbox as sandboxes
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve, under_gate
 from tests.support.promotion import tree_bytes
+from tests.support.repos import Repos
 
 INTERRUPTED = 130
 
@@ -214,11 +213,9 @@ def test_the_not_confirmed_remedy_promotes_the_bundle_it_named(daemon: Daemon, r
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
-        yield daemon, repo
+def gated(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    daemon, repo, _ = under_gate(repos, serve, name="work")
+    return daemon, repo
 
 
 def test_run_list_tells_a_promotion_approved_in_part(gated: tuple[Daemon, Path]) -> None:

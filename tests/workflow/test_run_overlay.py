@@ -28,16 +28,14 @@ import pytest
 from promoter.executor import base_cache, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
+from tests.support import bwrap
 from tests.support.daemon import Daemon
 from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, tree_bytes
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
 from tests.workflow.test_run_command import _only_run, _receipt, _run
 
-if shutil.which("bwrap") is None:
-    if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-        raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-    pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
+bwrap.required(module=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {

@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import struct
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import pytest
 
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.terminal import RESET
+from tests.support import bwrap
 from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
 
@@ -88,10 +88,7 @@ print("got", line.strip())
 def confinement(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "unconfined":
         return ["--unconfined"]
-    if shutil.which("bwrap") is None:
-        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-            raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    bwrap.required()
     return []
 
 
