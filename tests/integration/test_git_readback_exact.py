@@ -33,6 +33,7 @@ from promoter.git.readback import (
 )
 from promoter.git.records import parse_ls_files_stage
 from tests.gitutil import commit_all, git, git_bytes, make_repo
+from tests.support.repos import merge_conflict
 
 ODD = ["a*", "ab", ":x", "[x]", "x", "back\\slash", "q?", "sp ace", "new\nline", "-n", "café"]
 
@@ -88,15 +89,7 @@ def test_index_entries_listed_whole_or_by_pathspec_give_the_same_answers(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _tree, paths = _mixed(repo)
-    (repo / "c.txt").write_bytes(b"base\n")
-    commit_all(repo, "add c")
-    git(repo, "checkout", "-q", "-b", "other")
-    (repo / "c.txt").write_bytes(b"theirs\n")
-    commit_all(repo, "theirs")
-    git(repo, "checkout", "-q", "main")
-    (repo / "c.txt").write_bytes(b"ours\n")
-    commit_all(repo, "ours")
-    git(repo, "merge", "-q", "other", check=False)  # c.txt in stages 1 to 3
+    merge_conflict(repo)  # c.txt in stages 1 to 3
     (repo / "planned").write_bytes(b"later\n")
     git(repo, "add", "-N", "planned")
     (repo / "src" / "app.py").write_bytes(b"staged\n")

@@ -55,6 +55,26 @@ def init_repo(
     return path
 
 
+def merge_conflict(repo: Path) -> None:
+    """``c.txt`` left in stages 1 to 3 of ``repo``'s index (``base``, ``ours`` on ``main``,
+    ``theirs`` from branch ``other``) by a merge that stopped on it."""
+    (repo / "c.txt").write_bytes(b"base\n")
+    commit_all(repo, "add c")
+    git(repo, "checkout", "-q", "-b", "other")
+    (repo / "c.txt").write_bytes(b"theirs\n")
+    commit_all(repo, "theirs")
+    git(repo, "checkout", "-q", "main")
+    (repo / "c.txt").write_bytes(b"ours\n")
+    commit_all(repo, "ours")
+    git(repo, "merge", "-q", "other", check=False)
+
+
+def clone(source: Path, dest: Path) -> Path:
+    """``source`` cloned at ``dest`` (``git clone -q``), as an executor or a person would."""
+    git(dest.parent, "clone", "-q", str(source), str(dest))
+    return dest
+
+
 class Repos:
     """Repositories below one directory (a test's ``tmp_path``), each under its own name."""
 
