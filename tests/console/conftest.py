@@ -1,5 +1,5 @@
 """A headless browser, and a daemon whose check always fails (the suite's ``gated`` one
-awaits the operator's approval)."""
+awaits the operator's approval), and one of ``BASE`` for the drift pages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from promoter.config import RepositoryConfig
 from tests.console.browser import chromium_browser
+from tests.console.support import BASE
 from tests.support.daemon import Daemon
 from tests.support.fixtures import Serve
 from tests.support.repos import Repos
@@ -20,6 +21,13 @@ from tests.support.repos import Repos
 def browser() -> Iterator[Any]:
     """Debian's headless Chromium, or a skip (a failure under PROMOTER_REQUIRE_BROWSER=1)."""
     yield from chromium_browser()
+
+
+@pytest.fixture
+def work(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    """``work`` with ``src/app.py`` at ``BASE``, and its daemon."""
+    repo = repos(files={"src/app.py": BASE})
+    return serve({"work": repo}), repo
 
 
 @pytest.fixture
