@@ -22,6 +22,7 @@ from promoter import faults
 from promoter.domain.status import OperationStatus
 from promoter.engine.operation.rollback import rollback_id
 from promoter.store import journal
+from tests.api.test_recover_guards import CHANGES, FILES
 from tests.support.daemon import Daemon
 from tests.support.pause import Pause
 from tests.support.promotion import (
@@ -31,13 +32,6 @@ from tests.support.promotion import (
     tree_bytes,
     unchanged,
 )
-
-FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
-CHANGES = [
-    ("src/app.py", FILES["src/app.py"], b"print('v2')\n"),
-    ("src/util.py", FILES["src/util.py"], b"def f():\n    return 2\n"),
-]
-
 
 pytestmark = pytest.mark.repo("lab", FILES)
 

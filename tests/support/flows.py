@@ -107,6 +107,17 @@ def make_lease(
     return lease
 
 
+def lease_of(grant: dict[str, Any], fence: int | None = None) -> dict[str, Any]:
+    """The lease of ``grant``'s run (its fence unless ``fence``), expiring in an hour."""
+    return make_lease(
+        grant["executor_run_id"],
+        fence=grant["fence"] if fence is None else fence,
+        attempt=grant["attempt"],
+        generation=grant["generation"],
+        resume_epoch=grant["resume_epoch"],
+    )
+
+
 def grant_sha(grant: dict[str, Any]) -> str:
     return jcs_sha({k: v for k, v in grant.items() if k != "grant_sha256"})
 
@@ -146,6 +157,32 @@ def make_bundle(
     }
     bundle.update(overrides)
     return seal_bundle(bundle) if seal else bundle
+
+
+def promotion_body(
+    targets: list[dict[str, Any]] | None = None, promoted_at: str = "2026-11-30T21:05:09Z"
+) -> dict[str, Any]:
+    """An unsealed ``PatchPromotionReceiptV1`` of fixed ids, of ``targets`` (by default
+    ``src/app.py`` of sha256 ``66…``), for tests of signing and statements: it names no
+    operation a daemon made."""
+    app = {"path": "src/app.py", "exists": True, "sha256": "6" * 64, "mode": "100644"}
+    return {
+        "schema": "PatchPromotionReceiptV1",
+        "operation_id": "op_" + "1" * 32,
+        "repository_identity": "repo_" + "2" * 32,
+        "grant_id": "grt_test1",
+        "grant_sha256": "3" * 64,
+        "bundle_id": "bnd_" + "4" * 32,
+        "bundle_sha256": "4" * 64,
+        "verification_receipt_sha256": "5" * 64,
+        "targets": [app] if targets is None else targets,
+        "events": {
+            "decision": "evt_" + "a" * 32,
+            "action": "evt_" + "b" * 32,
+            "outcome": "evt_" + "c" * 32,
+        },
+        "promoted_at": promoted_at,
+    }
 
 
 def wire_bytes(path: str) -> bytes:

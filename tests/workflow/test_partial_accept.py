@@ -28,7 +28,7 @@ from promoter.store.credentials import add_operator
 from tests.gitutil import git
 from tests.support.daemon import Daemon
 from tests.support.fixtures import Gated
-from tests.support.promotion import promote, submit, tree_bytes
+from tests.support.promotion import operation_receipt, promote, submit, tree_bytes
 
 FILES = {f"src/m{i}.py": f"print('m{i} v1')\n".encode() for i in range(1, 6)}
 NEW = {path: data.replace(b"v1", b"v2") for path, data in FILES.items()}
@@ -63,11 +63,7 @@ def _view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
 
 
 def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.operator() as operator:
-        answer = operator.get(f"/v1/operations/{operation_id}/receipt")
-    assert answer.status_code == 200, answer.text
-    receipt: dict[str, Any] = answer.json()
-    return receipt
+    return operation_receipt(daemon, operation_id, "operator")
 
 
 def _approve(daemon: Daemon, operation_id: str, **body: Any) -> Any:

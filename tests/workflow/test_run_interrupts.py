@@ -24,9 +24,10 @@ import pytest
 from promoter.cli import run_manage
 from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon
-from tests.support.fixtures import Serve, under_gate
 from tests.support.promotion import tree_bytes
-from tests.support.repos import Repos
+from tests.workflow.test_run_command import gated
+
+__all__ = ["gated"]  # the fixture, used here by name
 
 INTERRUPTED = 130
 
@@ -210,12 +211,6 @@ def test_the_not_confirmed_remedy_promotes_the_bundle_it_named(daemon: Daemon, r
     assert again.returncode == 0, again.stderr + again.stdout
     assert (repo / "src" / "n.py").read_bytes() == b"n\n"
     _promoted_exactly(daemon, again.stdout, bundle_id)
-
-
-@pytest.fixture
-def gated(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
-    daemon, repo, _ = under_gate(repos, serve, name="work")
-    return daemon, repo
 
 
 def test_run_list_tells_a_promotion_approved_in_part(gated: tuple[Daemon, Path]) -> None:

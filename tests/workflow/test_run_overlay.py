@@ -31,9 +31,9 @@ from tests.gitutil import git
 from tests.support import bwrap
 from tests.support.daemon import Daemon
 from tests.support.pause import Pause
-from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
-from tests.workflow.test_run_command import _only_run, _receipt, _run
+from tests.workflow.test_run_command import _only_run, _run
 
 bwrap.required(module=True)
 
@@ -162,7 +162,7 @@ def test_whiteouts_become_deletions_and_an_opaque_directory_removes_what_was_bel
     assert layers.opaque(os.fsencode(upper / "src"))
     operation = record.steps[0].operation_id
     assert operation is not None
-    targets = {t["path"]: t["exists"] for t in _receipt(daemon, operation)["targets"]}
+    targets = {t["path"]: t["exists"] for t in operation_receipt(daemon, operation)["targets"]}
     assert targets == {
         "README.md": False,
         "src/app.py": False,
