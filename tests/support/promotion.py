@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
@@ -144,7 +144,7 @@ def operation_view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
 
 
 def operation_receipt(
-    daemon: Daemon, operation_id: str, role: str = "orchestrator"
+    daemon: Daemon, operation_id: str, role: Literal["orchestrator", "operator"] = "orchestrator"
 ) -> dict[str, Any]:
     """``GET /v1/operations/{id}/receipt`` with ``role``'s token, which must answer 200."""
     with daemon.client(daemon.services.tokens[role]) as client:
