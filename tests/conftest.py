@@ -1,6 +1,7 @@
-"""Shared fixtures: a real repository, a real daemon guarding it, and under PostgreSQL the
-test's own database (made by ``tests.support.databases``, which this file only wires in;
-under SQLite, ``tests.support.sqlite_template`` gives daemons a migrated file)."""
+"""Shared fixtures: under PostgreSQL the test's own database (made by
+``tests.support.databases``, which this file only wires in; under SQLite,
+``tests.support.sqlite_template`` gives daemons a migrated file), and the family of
+repositories, daemons and bubblewrap of ``tests.support.fixtures``, registered here."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.support import databases, sqlite_template
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+
+pytest_plugins = ["tests.support.fixtures"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -135,19 +136,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
         report.sections.append(("database", why))
     return report
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work")
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": repo}) as running:
-        yield running
-
-
-@pytest.fixture
-def identity(daemon: Daemon) -> str:
-    return daemon.services.registry.by_name("work").identity

@@ -16,7 +16,16 @@ import httpx
 import pytest
 
 from tests.support.daemon import Daemon
-from tests.support.flows import make_bundle, make_grant, seal_bundle, sha, state, ts, upload
+from tests.support.flows import (
+    make_bundle,
+    make_grant,
+    make_lease,
+    seal_bundle,
+    sha,
+    state,
+    ts,
+    upload,
+)
 
 OLD_APP = b"print('v1')\n"
 NEW_APP = b"print('v2')\n"
@@ -451,14 +460,7 @@ def test_grant_registration_checks_the_repository(
 
 
 def test_lease_fences_only_move_forward(daemon: Daemon) -> None:
-    lease = {
-        "run_id": "run_1",
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": 7,
-        "expires_at": ts(timedelta(hours=1)),
-    }
+    lease = make_lease()
     with daemon.orchestrator() as orch:
         assert orch.put("/v1/leases/wf_1/implement", json=lease).json()["changed"] is True
         assert orch.put("/v1/leases/wf_1/implement", json=lease).json()["changed"] is False

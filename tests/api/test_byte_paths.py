@@ -11,26 +11,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
-import typer
 from typer.testing import CliRunner
 
-from promoter.cli import bundle_cmd, orchestrate_cmd
 from promoter.client.sync import PromoterClient
 from promoter.config import RepositoryConfig
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
-from tests.gitutil import commit_all, git
-from tests.support import forkserver
+from tests.api.test_executor_end_to_end import _cli_app
+from tests.gitutil import commit_all
+from tests.support.cli import cli
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, seal_bundle, sha, upload
-from tests.support.promotion import git_dir_digest, promote, set_lease, submit
+from tests.support.promotion import built_and_submitted, git_dir_digest, promote, set_lease, submit
+from tests.support.repos import clone
 
 LATIN1 = b"src/caf\xe9.txt"  # "café.txt" in Latin-1: \xe9 alone is not UTF-8
 BACKSLASH = b"src/back\\slash.txt"
@@ -72,8 +70,7 @@ def _prepare(repo: Path, tmp_path: Path) -> Path:
     _write(repo, TRACKED, b"base\n")
     _write(repo, GONE, b"to be deleted\n")
     commit_all(repo, "names that are not UTF-8")
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
+    executor = clone(repo, tmp_path / "executor")
     _write(executor, LATIN1, b"latin-1 name\n")
     _write(executor, BACKSLASH, b"backslash name\n")
     _write(executor, NOT_TEXT, bytes(range(256)))
@@ -145,13 +142,7 @@ def test_rollback_restores_names_that_are_not_utf8_byte_exact(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
     executor = _prepare(repo, tmp_path)
-    grant = make_grant(repo, identity)
-    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
-    orchestrator.register_grant(grant)
-    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
-    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
-        receipt = upload_and_submit(client, built)
-    set_lease(daemon, grant)
+    orchestrator, built, receipt = built_and_submitted(daemon, repo, identity, executor)
     view = orchestrator.promote(built.bundle_id, receipt.receipt_sha256, 7, wait=True)
     assert view["status"] == "completed", view
 
@@ -166,22 +157,6 @@ def test_rollback_restores_names_that_are_not_utf8_byte_exact(
     assert _names(repo) == {b"app.py", os.path.basename(TRACKED), os.path.basename(GONE)}
     assert _read(repo, TRACKED) == b"base\n"
     assert _read(repo, GONE) == b"to be deleted\n"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
-    env.pop("PROMOTER_URL", None)
-    env.pop("PROMOTER_TOKEN", None)
-    return forkserver.run_text(
-        [sys.executable, "-m", "promoter.cli.main", *args], cwd=cwd, env=env, timeout=120
-    )
-
-
-def _cli_app() -> typer.Typer:
-    app = typer.Typer()
-    bundle_cmd.register(app)
-    orchestrate_cmd.register(app)
-    return app
 
 
 def test_command_line_builds_and_promotes_names_that_are_not_utf8(
@@ -316,13 +291,7 @@ def test_a_person_s_edit_of_a_byte_name_is_drift_named_by_its_wire_form(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
     executor = _prepare(repo, tmp_path)
-    grant = make_grant(repo, identity)
-    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
-    orchestrator.register_grant(grant)
-    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
-    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
-        receipt = upload_and_submit(client, built)
-    set_lease(daemon, grant)
+    orchestrator, built, receipt = built_and_submitted(daemon, repo, identity, executor)
     _write(repo, TRACKED, b"the person's own edit\n")
     before = {name: _read(repo, name) for name in WIRE}
 

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,9 @@ from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git, git_env
 from tests.support import forkserver
 from tests.support.daemon import Daemon
-from tests.support.flows import make_grant, sha, ts
-from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.flows import lease_of, make_grant, sha
+from tests.support.promotion import built_and_submitted, git_dir_digest, tree_bytes
+from tests.support.repos import clone
 
 BINARY = bytes(range(256)) * 8
 
@@ -124,13 +124,18 @@ def _user_work(repo: Path) -> dict[str, tuple[bytes, int]]:
     return {p: tree_bytes(repo)[p] for p in ("README.md", "notes.txt", "local.o")}
 
 
+def _cloned_and_edited(repo: Path, tmp_path: Path) -> Path:
+    """The source prepared, cloned at ``executor`` and edited there; the clone."""
+    _prepare_source(repo)
+    executor = clone(repo, tmp_path / "executor")
+    _executor_edits(executor)
+    return executor
+
+
 def test_clone_edit_build_submit_promote_lands_the_executor_tree(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    _prepare_source(repo)
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
-    _executor_edits(executor)
+    executor = _cloned_and_edited(repo, tmp_path)
     user = _user_work(repo)
     source_git = git_dir_digest(repo)
     grant = make_grant(repo, identity)
@@ -140,7 +145,7 @@ def test_clone_edit_build_submit_promote_lands_the_executor_tree(
 
     with build_bundle(executor, GrantV1.model_validate(grant)) as built:
         receipt = upload_and_submit(client, built)
-    orchestrator.set_lease("wf_1", "implement", _lease(grant))
+    orchestrator.set_lease("wf_1", "implement", lease_of(grant))
     view = orchestrator.promote(built.bundle_id, receipt.receipt_sha256, 7, wait=True)
 
     assert view["status"] == "completed", view
@@ -158,17 +163,6 @@ def test_clone_edit_build_submit_promote_lands_the_executor_tree(
     assert targets["src/pkg/data.bin"]["sha256"] == sha(BINARY)
 
 
-def _lease(grant: dict[str, Any], fence: int | None = None) -> dict[str, Any]:
-    return {
-        "run_id": grant["executor_run_id"],
-        "attempt": grant["attempt"],
-        "generation": grant["generation"],
-        "resume_epoch": grant["resume_epoch"],
-        "fence": grant["fence"] if fence is None else fence,
-        "expires_at": ts(timedelta(hours=1)),
-    }
-
-
 def _receipt(client: PromoterClient, operation_id: str) -> dict[str, Any]:
     return dict(json.loads(client.get_receipt(operation_id)))
 
@@ -176,17 +170,10 @@ def _receipt(client: PromoterClient, operation_id: str) -> dict[str, Any]:
 def test_user_edit_after_build_is_drift_and_nothing_is_written(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
+    executor = clone(repo, tmp_path / "executor")
     (executor / "src/app.py").write_bytes(b"print('executor')\n")
     (executor / "src/added.py").write_bytes(b"added\n")
-    grant = make_grant(repo, identity)
-    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
-    orchestrator.register_grant(grant)
-    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
-    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
-        receipt = upload_and_submit(client, built)
-    orchestrator.set_lease("wf_1", "implement", _lease(grant))
+    orchestrator, built, receipt = built_and_submitted(daemon, repo, identity, executor)
     (repo / "src/app.py").write_bytes(b"print('the user got there first')\n")
     before = tree_bytes(repo)
 
@@ -209,10 +196,7 @@ def _cli_app() -> typer.Typer:
 def test_command_line_flow_from_grant_to_promotion(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    _prepare_source(repo)
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
-    _executor_edits(executor)
+    executor = _cloned_and_edited(repo, tmp_path)
     (repo / "notes.txt").write_bytes(b"the user's untracked notes\n")
     app, runner = _cli_app(), CliRunner()
     orch = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.orchestrator_token}
@@ -274,8 +258,7 @@ def test_command_line_flow_from_grant_to_promotion(
 def test_command_line_refuses_outside_the_allowlist_before_uploading(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
+    executor = clone(repo, tmp_path / "executor")
     (executor / "README.md").write_bytes(b"# not allowed\n")
     grant = make_grant(repo, identity, allow=[{"pattern": "src/**", "operations": ["modify"]}])
     orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
@@ -308,8 +291,7 @@ def _promoter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_entry_point_builds_submits_and_promotes(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str, allowed: bool
 ) -> None:
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(repo), str(executor))
+    executor = clone(repo, tmp_path / "executor")
     (executor / "src/app.py").write_bytes(b"print('from the entry point')\n")
     orch = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.orchestrator_token}
     pattern = "src/*" if allowed else "docs/*"

@@ -17,18 +17,17 @@ record (``docs/decisions/durable-commits-where-the-protocol-needs-them.md``).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from promoter.fs import flush
-from promoter.fs.group_sync import GroupSync
 from promoter.git import runner
 from tests.gitutil import commit_all
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_bundle, make_grant, upload
+from tests.support.fsutil import groups_syncs
 from tests.support.promotion import promote, set_lease
 
 # per 1-file flow: the blob (its temp, its folder), the run's quota record (temp,
@@ -94,11 +93,7 @@ def test_a_one_file_flow_pays_a_pinned_number_of_flushes_and_git_processes(
         _flow(daemon, repo, identity, 0, _same_fan_out(data))
         counted, started = _flow(daemon, repo, identity, 1, data)
         sqlite = daemon.services.db.engine.dialect.name == "sqlite"
-    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        grouped = group_sync and GroupSync.unsupported(fd) is None
-    finally:
-        os.close(fd)
+    grouped = group_sync and groups_syncs(tmp_path / "state")
     fs = FS_FLUSHES_GROUPED if grouped else FS_FLUSHES
     expected = Counter(fs) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
     assert counted == expected, counted

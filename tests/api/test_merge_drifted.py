@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,8 @@ from promoter.engine.intake.bundles import submit_bundle
 from promoter.engine.review.merge import MAX_MERGE_BYTES
 from promoter.errors import MergeConflict, MergeUnsupported, VerificationFailed
 from tests.gitutil import git
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, make_bundle, sha, state, upload
+from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, sha, state, upload
 from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
@@ -50,25 +49,17 @@ EXTRA = b"a new file of the agent\n"
 CHANGES: list[Any] = [("src/app.py", BASE, AGENT), ("src/extra.py", None, EXTRA)]
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", {"README.md": b"# project\n", "src/app.py": BASE})
-
-
-@pytest.fixture
-def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": work}) as daemon:
-        yield daemon
+pytestmark = pytest.mark.repo(files={"README.md": b"# project\n", "src/app.py": BASE})
 
 
 def _identity(daemon: Daemon) -> str:
     return daemon.services.registry.by_name("work").identity
 
 
-def _drifted(daemon: Daemon, work: Path, person: bytes, changes: list[Any] = CHANGES) -> str:
+def _drifted(daemon: Daemon, repo: Path, person: bytes, changes: list[Any] = CHANGES) -> str:
     """Submit the bundle, let the person write ``person`` over src/app.py, promote: refused."""
-    _, bundle, receipt = submit(daemon, work, _identity(daemon), changes)
-    (work / "src" / "app.py").write_bytes(person)
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), changes)
+    (repo / "src" / "app.py").write_bytes(person)
     answer = promote(daemon, bundle, receipt)
     view = answer.json()
     assert (view["status"], view["code"]) == ("refused", "target_drift"), answer.text
@@ -80,8 +71,8 @@ def _merge(daemon: Daemon, operation_id: str, token: str | None = None) -> Any:
         return client.post(f"/v1/operations/{operation_id}/merge")
 
 
-def _worktree(work: Path) -> tuple[Any, Any]:
-    return tree_bytes(work), git_dir_digest(work)
+def _worktree(repo: Path) -> tuple[Any, Any]:
+    return tree_bytes(repo), git_dir_digest(repo)
 
 
 def _cli(daemon: Daemon, tmp_path: Path, module: Any, *args: str) -> Any:
@@ -94,14 +85,14 @@ def _cli(daemon: Daemon, tmp_path: Path, module: Any, *args: str) -> Any:
 
 
 def test_clean_merge_of_a_drifted_file_promotes_the_merged_bytes_keeping_the_persons_edit(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+    operation_id = _drifted(daemon, repo, PERSON)
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 201, answer.text
     result = answer.json()
-    assert _worktree(work) == before  # the merge wrote nothing into the worktree
+    assert _worktree(repo) == before  # the merge wrote nothing into the worktree
     [path] = result["paths"]
     assert (path["path"], path["result"]) == ("src/app.py", "clean")
     assert (path["old"]["sha256"], path["current"]["sha256"], path["new"]["sha256"]) == (
@@ -111,7 +102,7 @@ def test_clean_merge_of_a_drifted_file_promotes_the_merged_bytes_keeping_the_per
     )
     held = result["promotion"]
     assert held["status"] == "awaiting_approval"  # never promoted without a person
-    with served.orchestrator() as orch:
+    with daemon.orchestrator() as orch:
         bundle = orch.get(f"/v1/bundles/{result['bundle_id']}").json()
     assert bundle["merge"] == {
         "bundle_id": result["merged_from"],
@@ -132,16 +123,16 @@ def test_clean_merge_of_a_drifted_file_promotes_the_merged_bytes_keeping_the_per
     )
     assert changes["src/extra.py"]["new"]["sha256"] == sha(EXTRA)  # carried over as it was
     # the same merge again makes the same bundle and the same held operation
-    again = _merge(served, operation_id)
+    again = _merge(daemon, operation_id)
     assert again.status_code == 201, again.text
     assert again.json()["bundle_id"] == result["bundle_id"]
     assert again.json()["promotion"]["operation_id"] == held["operation_id"]
-    with served.operator() as op:
+    with daemon.operator() as op:
         approved = op.post(f"/v1/operations/{held['operation_id']}/approve", json={"wait": True})
     assert approved.json()["status"] == "completed", approved.text
-    assert (work / "src" / "app.py").read_bytes() == MERGED
-    assert (work / "src" / "extra.py").read_bytes() == EXTRA
-    with served.orchestrator() as orch:
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    with daemon.orchestrator() as orch:
         receipt = orch.get(f"/v1/operations/{held['operation_id']}/receipt").json()
     assert receipt["bundle_id"] == result["bundle_id"]
     assert {t["path"]: t["sha256"] for t in receipt["targets"]} == {
@@ -159,33 +150,33 @@ def _async_merge(daemon: Daemon, operation_id: str) -> dict[str, Any]:
     return asyncio.run(merge())
 
 
-def test_async_client_merge_answers_as_the_sync_client(served: Daemon, work: Path) -> None:
-    clean = _drifted(served, work, PERSON)
-    result = _async_merge(served, clean)
-    with PromoterClient(served.url, served.operator_token) as op:
+def test_async_client_merge_answers_as_the_sync_client(daemon: Daemon, repo: Path) -> None:
+    clean = _drifted(daemon, repo, PERSON)
+    result = _async_merge(daemon, clean)
+    with PromoterClient(daemon.url, daemon.operator_token) as op:
         assert op.merge(clean) == result  # the same inputs make the same bundle and hold
     assert result["promotion"]["status"] == "awaiting_approval"
     assert [(p["path"], p["result"]) for p in result["paths"]] == [("src/app.py", "clean")]
 
 
-def test_async_client_merge_raises_the_conflict_with_its_paths(served: Daemon, work: Path) -> None:
-    clashing = _drifted(served, work, CLASH)
-    before = _worktree(work)
+def test_async_client_merge_raises_the_conflict_with_its_paths(daemon: Daemon, repo: Path) -> None:
+    clashing = _drifted(daemon, repo, CLASH)
+    before = _worktree(repo)
     with pytest.raises(MergeConflict) as raised:
-        _async_merge(served, clashing)
+        _async_merge(daemon, clashing)
     [path] = raised.value.context["paths"]
     assert (path["path"], path["result"], path["conflicts"]) == ("src/app.py", "conflict", 1)
-    assert _worktree(work) == before
+    assert _worktree(repo) == before
 
 
 def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
     from promoter.cli.main import app
 
-    operation_id = _drifted(served, work, PERSON)
-    result = _merge(served, operation_id).json()
-    env = {"PROMOTER_URL": served.url, "PROMOTER_TOKEN": served.operator_token, "COLUMNS": "200"}
+    operation_id = _drifted(daemon, repo, PERSON)
+    result = _merge(daemon, operation_id).json()
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
     shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
     assert shown.exit_code == 0, shown.output
     assert (
@@ -194,10 +185,10 @@ def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
     ) in shown.stdout
 
 
-def test_conflicted_merge_writes_nothing_and_shows_the_conflict(served: Daemon, work: Path) -> None:
-    operation_id = _drifted(served, work, CLASH)
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+def test_conflicted_merge_writes_nothing_and_shows_the_conflict(daemon: Daemon, repo: Path) -> None:
+    operation_id = _drifted(daemon, repo, CLASH)
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert problem["code"] == "merge_conflict"
@@ -207,42 +198,42 @@ def test_conflicted_merge_writes_nothing_and_shows_the_conflict(served: Daemon, 
         "line 1\n<<<<<<< yours\nline 2 by the person\n=======\nline 2 by the agent\n"
         ">>>>>>> agent\n" + "".join(f"line {n}\n" for n in range(3, 13))
     )
-    assert _worktree(work) == before
-    with served.operator() as op:
+    assert _worktree(repo) == before
+    with daemon.operator() as op:
         held = op.get("/v1/operations", params={"status": "awaiting_approval"}).json()
     assert held["operations"] == []  # no bundle, nothing held
 
 
-def test_a_file_that_moves_again_after_the_merge_is_refused(served: Daemon, work: Path) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    result = _merge(served, operation_id).json()
+def test_a_file_that_moves_again_after_the_merge_is_refused(daemon: Daemon, repo: Path) -> None:
+    operation_id = _drifted(daemon, repo, PERSON)
+    result = _merge(daemon, operation_id).json()
     later = PERSON + b"one more line by the person\n"
-    (work / "src" / "app.py").write_bytes(later)
-    before = _worktree(work)
-    with served.operator() as op:
+    (repo / "src" / "app.py").write_bytes(later)
+    before = _worktree(repo)
+    with daemon.operator() as op:
         held = result["promotion"]["operation_id"]
         answer = op.post(f"/v1/operations/{held}/approve", json={"wait": True})
     view = answer.json()
     assert (view["status"], view["code"]) == ("refused", "target_drift"), answer.text
     assert view["steps"] == []
-    assert _worktree(work) == before
-    assert (work / "src" / "app.py").read_bytes() == later
+    assert _worktree(repo) == before
+    assert (repo / "src" / "app.py").read_bytes() == later
     # merged afresh from the original: the newest edit is kept too
-    again = _merge(served, held)
+    again = _merge(daemon, held)
     assert again.status_code == 201, again.text
     assert again.json()["merged_from"] == result["merged_from"]
     assert again.json()["paths"][0]["current"]["sha256"] == sha(later)
 
 
 def test_binary_file_is_not_merged_but_shown_side_by_side(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     old, new, mine = b"\x00\x01bin\n", b"\x00\x02bin\n", b"\x00\x03bin\n"
-    (work / "src" / "app.py").write_bytes(old)
-    work_commit(work)
-    operation_id = _drifted(served, work, mine, [("src/app.py", old, new)])
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+    (repo / "src" / "app.py").write_bytes(old)
+    work_commit(repo)
+    operation_id = _drifted(daemon, repo, mine, [("src/app.py", old, new)])
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert problem["code"] == "merge_unsupported"
@@ -252,29 +243,29 @@ def test_binary_file_is_not_merged_but_shown_side_by_side(
     assert path["current"] == {"kind": "file", "sha256": sha(mine), "mode": "100644", "bytes": 6}
     assert path["new"] == {"sha256": sha(new), "mode": "100644", "bytes": len(new)}
     assert "merged_text" not in path
-    assert _worktree(work) == before
-    shown = _cli(served, tmp_path, merge_cmd, "merge", operation_id)
+    assert _worktree(repo) == before
+    shown = _cli(daemon, tmp_path, merge_cmd, "merge", operation_id)
     assert isinstance(shown.exception, MergeUnsupported), shown.output
     assert shown.exception.exit_code == 75
     assert "merge_unsupported" in shown.output
     assert f"current={sha(mine)[:12]} 100644 6 bytes" in shown.output
 
 
-def work_commit(work: Path) -> None:
-    git(work, "commit", "-q", "-am", "binary")
+def work_commit(repo: Path) -> None:
+    git(repo, "commit", "-q", "-am", "binary")
 
 
 def test_symlink_planted_at_the_drifted_path_is_never_followed(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_bytes(PERSON)  # text a merge would take, were the link followed
-    _, bundle, receipt = submit(served, work, _identity(served), CHANGES)
-    (work / "src" / "app.py").unlink()
-    (work / "src" / "app.py").symlink_to(outside)
-    operation_id = promote(served, bundle, receipt).json()["operation_id"]
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    (repo / "src" / "app.py").unlink()
+    (repo / "src" / "app.py").symlink_to(outside)
+    operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert problem["code"] == "merge_unsupported"
@@ -283,77 +274,77 @@ def test_symlink_planted_at_the_drifted_path_is_never_followed(
     assert path["current"]["sha256"] == sha(str(outside).encode())  # the link's text, unread
     assert path["reason"] == "the worktree holds a symlink at this path, not a file"
     assert outside.read_bytes() == PERSON
-    assert _worktree(work) == before
+    assert _worktree(repo) == before
 
 
 def test_huge_current_file_is_refused_without_being_read_into_memory(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
     huge = b"x" * 1023 + b"\n"
     size = (MAX_MERGE_BYTES // len(huge) + 1) * len(huge)
-    _, bundle, receipt = submit(served, work, _identity(served), CHANGES)
-    with (work / "src" / "app.py").open("wb") as handle:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    with (repo / "src" / "app.py").open("wb") as handle:
         for _ in range(size // len(huge)):
             handle.write(huge)
-    operation_id = promote(served, bundle, receipt).json()["operation_id"]
-    digest = hashlib.sha256((work / "src" / "app.py").read_bytes()).hexdigest()
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+    operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    digest = hashlib.sha256((repo / "src" / "app.py").read_bytes()).hexdigest()
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     [path] = answer.json()["paths"]
     assert answer.json()["code"] == "merge_unsupported"
     assert path["reason"] == f"a side is larger than the merge limit of {MAX_MERGE_BYTES} bytes"
     assert (path["current"]["bytes"], path["current"]["sha256"]) == (size, digest)
-    assert _worktree(work) == before
+    assert _worktree(repo) == before
 
 
 def test_hostile_filename_is_merged_as_data_never_as_an_argument(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     name = "src/-p --diff3 $(touch pwned) ;.py"
-    (work / name).write_bytes(BASE)
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "hostile name")
-    operation_id = _drifted_at(served, work, name)
-    answer = _merge(served, operation_id)
+    (repo / name).write_bytes(BASE)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "hostile name")
+    operation_id = _drifted_at(daemon, repo, name)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 201, answer.text
     assert [p["path"] for p in answer.json()["paths"]] == [name]
-    assert not (work / "pwned").exists() and not (tmp_path / "pwned").exists()
-    assert not any(p.name == "pwned" for p in served.state_dir.rglob("*"))
+    assert not (repo / "pwned").exists() and not (tmp_path / "pwned").exists()
+    assert not any(p.name == "pwned" for p in daemon.state_dir.rglob("*"))
     held = answer.json()["promotion"]["operation_id"]
-    with served.operator() as op:
+    with daemon.operator() as op:
         done = op.post(f"/v1/operations/{held}/approve", json={"wait": True})
     assert done.json()["status"] == "completed", done.text
-    assert (work / name).read_bytes() == MERGED
+    assert (repo / name).read_bytes() == MERGED
 
 
-def _drifted_at(daemon: Daemon, work: Path, name: str) -> str:
-    _, bundle, receipt = submit(daemon, work, _identity(daemon), [(name, BASE, AGENT)])
-    (work / name).write_bytes(PERSON)
+def _drifted_at(daemon: Daemon, repo: Path, name: str) -> str:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), [(name, BASE, AGENT)])
+    (repo / name).write_bytes(PERSON)
     view = promote(daemon, bundle, receipt).json()
     assert view["code"] == "target_drift"
     return str(view["operation_id"])
 
 
 @pytest.mark.parametrize("role", ["executor", "orchestrator"])
-def test_only_the_operator_may_merge(served: Daemon, work: Path, role: str) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    before = _worktree(work)
+def test_only_the_operator_may_merge(daemon: Daemon, repo: Path, role: str) -> None:
+    operation_id = _drifted(daemon, repo, PERSON)
+    before = _worktree(repo)
     if role == "executor":
-        with served.executor("run_1") as ex:
+        with daemon.executor("run_1") as ex:
             answer = ex.post(f"/v1/operations/{operation_id}/merge")
     else:
-        answer = _merge(served, operation_id, served.orchestrator_token)
+        answer = _merge(daemon, operation_id, daemon.orchestrator_token)
     assert answer.status_code == 403, answer.text
     assert answer.json()["code"] == "forbidden"
-    assert _worktree(work) == before
-    with served.operator() as op:
+    assert _worktree(repo) == before
+    with daemon.operator() as op:
         held = op.get("/v1/operations", params={"status": "awaiting_approval"}).json()
     assert held["operations"] == []
 
 
-def test_executor_cannot_submit_a_bundle_claiming_to_be_a_merge(served: Daemon, work: Path) -> None:
-    grant, bundle, _ = submit(served, work, _identity(served), CHANGES)
+def test_executor_cannot_submit_a_bundle_claiming_to_be_a_merge(daemon: Daemon, repo: Path) -> None:
+    grant, bundle, _ = submit(daemon, repo, _identity(daemon), CHANGES)
     claimed: list[tuple[str, bytes | None, bytes | None]] = [("src/app.py", PERSON, AGENT)]
     forged = make_bundle(
         grant,
@@ -371,46 +362,46 @@ def test_executor_cannot_submit_a_bundle_claiming_to_be_a_merge(served: Daemon, 
             ],
         },
     )
-    with served.executor("run_1") as ex:
+    with daemon.executor("run_1") as ex:
         upload(ex, PERSON)
         answer = ex.post("/v1/bundles", json=forged)
     assert answer.status_code == 403, answer.text
     assert answer.json()["code"] == "forbidden"
 
 
-def test_merge_of_an_operation_that_did_not_drift_is_refused(served: Daemon, work: Path) -> None:
-    _, bundle, receipt = submit(served, work, _identity(served), CHANGES)
-    view = promote(served, bundle, receipt).json()
+def test_merge_of_an_operation_that_did_not_drift_is_refused(daemon: Daemon, repo: Path) -> None:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    view = promote(daemon, bundle, receipt).json()
     assert view["status"] == "completed"
-    answer = _merge(served, view["operation_id"])
+    answer = _merge(daemon, view["operation_id"])
     assert answer.status_code == 409, answer.text
     assert answer.json()["code"] == "operation_conflict"
 
 
 def test_cli_merge_then_approve_promotes_the_merged_bytes(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    merged = _cli(served, tmp_path, merge_cmd, "merge", operation_id, "--json")
+    operation_id = _drifted(daemon, repo, PERSON)
+    merged = _cli(daemon, tmp_path, merge_cmd, "merge", operation_id, "--json")
     assert merged.exit_code == 0, merged.output
     held = json.loads(merged.output)["promotion"]["operation_id"]
-    approved = _cli(served, tmp_path, review_cmd, "approve", held)
+    approved = _cli(daemon, tmp_path, review_cmd, "approve", held)
     assert approved.exit_code == 0, approved.output
-    assert (work / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
 
 
 def test_cli_merge_shows_the_conflict_and_writes_nothing(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    operation_id = _drifted(served, work, CLASH)
-    before = _worktree(work)
-    shown = _cli(served, tmp_path, merge_cmd, "merge", operation_id)
+    operation_id = _drifted(daemon, repo, CLASH)
+    before = _worktree(repo)
+    shown = _cli(daemon, tmp_path, merge_cmd, "merge", operation_id)
     assert isinstance(shown.exception, MergeConflict), shown.output
     assert "merge_conflict" in shown.output
     assert "<<<<<<< yours\nline 2 by the person\n=======\nline 2 by the agent\n>>>>>>> agent\n" in (
         shown.output
     )
-    assert _worktree(work) == before
+    assert _worktree(repo) == before
 
 
 def _forged(document: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -424,15 +415,15 @@ def _forged(document: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("attack", ["smuggled_path", "carried_change_altered", "old_not_bound"])
 def test_merged_bundle_that_breaks_its_binding_is_refused_even_from_the_host(
-    served: Daemon, work: Path, attack: str
+    daemon: Daemon, repo: Path, attack: str
 ) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    result = _merge(served, operation_id).json()
-    with served.orchestrator() as orch:
+    operation_id = _drifted(daemon, repo, PERSON)
+    result = _merge(daemon, operation_id).json()
+    with daemon.orchestrator() as orch:
         document = orch.get(f"/v1/bundles/{result['bundle_id']}").json()
     changes = {c["path"]: c for c in document["changes"]}
     other = b"not the person's bytes\n"
-    served.services.blobs.put(sha(other), other)
+    daemon.services.blobs.put(sha(other), other)
     if attack == "smuggled_path":
         extra = {
             "path": "src/zz.py",
@@ -447,25 +438,25 @@ def test_merged_bundle_that_breaks_its_binding_is_refused_even_from_the_host(
     else:
         changes["src/app.py"] = {**changes["src/app.py"], "old": state(other)}
         forged = _forged(document, changes=[changes["src/app.py"], changes["src/extra.py"]])
-    before = _worktree(work)
+    before = _worktree(repo)
     with pytest.raises(VerificationFailed, match="the merge binding does not hold"):
-        submit_bundle(served.services, forged, run_id=None, host_made=True)
-    assert served.services.audit.get("bundle", forged["bundle_id"]) is None
-    assert _worktree(work) == before
+        submit_bundle(daemon.services, forged, run_id=None, host_made=True)
+    assert daemon.services.audit.get("bundle", forged["bundle_id"]) is None
+    assert _worktree(repo) == before
 
 
 def test_save_landing_while_the_merge_runs_is_never_overwritten(
-    served: Daemon, work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    operation_id = _drifted(served, work, PERSON)
+    operation_id = _drifted(daemon, repo, PERSON)
     pause = Pause(tmp_path, "merge_inputs_read")
     monkeypatch.setenv(faults.ENV, pause.spec)
     answers: list[Any] = []
-    thread = threading.Thread(target=lambda: answers.append(_merge(served, operation_id)))
+    thread = threading.Thread(target=lambda: answers.append(_merge(daemon, operation_id)))
     thread.start()
     pause.reached()  # the merge read the person's bytes and has not merged yet
     newest = PERSON + b"saved while the merge ran\n"
-    (work / "src" / "app.py").write_bytes(newest)
+    (repo / "src" / "app.py").write_bytes(newest)
     pause.release()
     thread.join(120)
     monkeypatch.delenv(faults.ENV)
@@ -473,58 +464,58 @@ def test_save_landing_while_the_merge_runs_is_never_overwritten(
     assert answer.status_code == 201, answer.text
     assert answer.json()["paths"][0]["current"]["sha256"] == sha(PERSON)  # what it read
     held = answer.json()["promotion"]["operation_id"]
-    with served.operator() as op:
+    with daemon.operator() as op:
         view = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
     assert (view["status"], view["code"], view["steps"]) == ("refused", "target_drift", [])
-    assert (work / "src" / "app.py").read_bytes() == newest
-    assert not (work / "src" / "extra.py").exists()
+    assert (repo / "src" / "app.py").read_bytes() == newest
+    assert not (repo / "src" / "extra.py").exists()
 
 
-def test_persons_execute_bit_is_kept_through_the_merge(served: Daemon, work: Path) -> None:
-    _, bundle, receipt = submit(served, work, _identity(served), CHANGES)
-    (work / "src" / "app.py").chmod(0o755)  # the person's only change: the mode
-    view = promote(served, bundle, receipt).json()
+def test_persons_execute_bit_is_kept_through_the_merge(daemon: Daemon, repo: Path) -> None:
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
+    (repo / "src" / "app.py").chmod(0o755)  # the person's only change: the mode
+    view = promote(daemon, bundle, receipt).json()
     assert view["code"] == "target_drift"
-    answer = _merge(served, view["operation_id"])
+    answer = _merge(daemon, view["operation_id"])
     assert answer.status_code == 201, answer.text
     held = answer.json()["promotion"]["operation_id"]
-    with served.operator() as op:
+    with daemon.operator() as op:
         done = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
     assert done["status"] == "completed"
-    assert (work / "src" / "app.py").read_bytes() == AGENT
-    assert (work / "src" / "app.py").stat().st_mode & 0o777 == 0o755
+    assert (repo / "src" / "app.py").read_bytes() == AGENT
+    assert (repo / "src" / "app.py").stat().st_mode & 0o777 == 0o755
 
 
 def test_a_name_that_is_not_utf8_is_read_and_written_under_its_exact_bytes(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
     disk, wire = b"src/caf\xe9.py", "src/caf\\xe9.py"  # Latin-1 on disk, wire form in JSON
-    at = os.path.join(os.fsencode(work), disk)
+    at = os.path.join(os.fsencode(repo), disk)
     with open(at, "wb") as out:
         out.write(BASE)
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "a Latin-1 name")
-    _, bundle, receipt = submit(served, work, _identity(served), [(wire, BASE, AGENT)])
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a Latin-1 name")
+    _, bundle, receipt = submit(daemon, repo, _identity(daemon), [(wire, BASE, AGENT)])
     with open(at, "wb") as out:
         out.write(PERSON)
-    view = promote(served, bundle, receipt).json()
+    view = promote(daemon, bundle, receipt).json()
     assert view["code"] == "target_drift"
-    answer = _merge(served, view["operation_id"])
+    answer = _merge(daemon, view["operation_id"])
     assert answer.status_code == 201, answer.text
     assert [p["path"] for p in answer.json()["paths"]] == [wire]
     held = answer.json()["promotion"]["operation_id"]
-    with served.operator() as op:
+    with daemon.operator() as op:
         done = op.post(f"/v1/operations/{held}/approve", json={"wait": True}).json()
     assert done["status"] == "completed", done
     with open(at, "rb") as src:
         assert src.read() == MERGED
 
 
-def test_a_staged_edit_is_refused_with_how_to_unstage_it(served: Daemon, work: Path) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    git(work, "add", "src/app.py")
-    before = _worktree(work)
-    answer = _merge(served, operation_id)
+def test_a_staged_edit_is_refused_with_how_to_unstage_it(daemon: Daemon, repo: Path) -> None:
+    operation_id = _drifted(daemon, repo, PERSON)
+    git(repo, "add", "src/app.py")
+    before = _worktree(repo)
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert (problem["code"], problem["staged"], problem["paths"]) == (
@@ -533,29 +524,29 @@ def test_a_staged_edit_is_refused_with_how_to_unstage_it(served: Daemon, work: P
         [],
     )
     assert "git restore --staged" in problem["detail"]
-    assert _worktree(work) == before
-    git(work, "restore", "--staged", "src/app.py")
-    assert _merge(served, operation_id).status_code == 201
+    assert _worktree(repo) == before
+    git(repo, "restore", "--staged", "src/app.py")
+    assert _merge(daemon, operation_id).status_code == 201
 
 
-def test_head_moved_is_refused_since_the_grant_cannot_hold(served: Daemon, work: Path) -> None:
-    operation_id = _drifted(served, work, PERSON)
-    git(work, "commit", "-q", "-am", "the person commits their edit")
-    answer = _merge(served, operation_id)
+def test_head_moved_is_refused_since_the_grant_cannot_hold(daemon: Daemon, repo: Path) -> None:
+    operation_id = _drifted(daemon, repo, PERSON)
+    git(repo, "commit", "-q", "-am", "the person commits their edit")
+    answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert problem["code"] == "merge_unsupported"
     assert problem["repository"]["head"]["ok"] is False
-    assert (work / "src" / "app.py").read_bytes() == PERSON
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
 
 
 def test_ops_show_of_a_drifted_promotion_names_the_merge_as_the_next_step(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
     from promoter.cli.main import app
 
-    operation_id = _drifted(served, work, PERSON)
-    env = {"PROMOTER_URL": served.url, "PROMOTER_TOKEN": served.operator_token, "COLUMNS": "400"}
+    operation_id = _drifted(daemon, repo, PERSON)
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "400"}
     shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
     assert shown.exit_code == 0, shown.output
     assert (

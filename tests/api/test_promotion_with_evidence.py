@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import socket
 from collections import Counter
 from pathlib import Path
@@ -31,9 +30,9 @@ from promoter.domain.evidence_frames import bundle_header
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import Forbidden, Unauthenticated
 from promoter.fs import flush
-from promoter.fs.group_sync import GroupSync
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
+from tests.support.fsutil import groups_syncs
 from tests.support.promotion import git_dir_digest, set_lease, tree_bytes
 
 URL = "/v1/promotions:withEvidence"
@@ -393,11 +392,7 @@ def test_one_request_pays_the_flushes_of_the_three_requests(
             assert answer.status_code == 200, answer.text
             assert answer.json()["operation"]["status"] == "completed"
         sqlite = daemon.services.db.engine.dialect.name == "sqlite"
-    fd = os.open(tmp_path / "state", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        grouped = group_sync and GroupSync.unsupported(fd) is None
-    finally:
-        os.close(fd)
+    grouped = group_sync and groups_syncs(tmp_path / "state")
     expected = Counter({"fsync": 4, "syncfs": 3} if grouped else {"fsync": 10})
     expected += Counter(sqlite_commit=2 if sqlite else 0)
     assert counts[1] == expected, counts

@@ -12,8 +12,8 @@ import base64
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rfc8785
@@ -27,8 +27,9 @@ from promoter.engine.verify.authority import recheck_evidence
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
 from promoter.store import journal, ledger
 from tests.support.daemon import Daemon, running_daemon, serve_lab
-from tests.support.flows import init_repo, sha
+from tests.support.flows import sha
 from tests.support.promotion import (
+    completed,
     git_dir_digest,
     operation_view,
     promote,
@@ -45,14 +46,7 @@ CHANGES = [
 USER = b"the user's own edit, after everything was finished\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from serve_lab(tmp_path, repo)
+pytestmark = pytest.mark.repo("lab", FILES)
 
 
 def _identity(daemon: Daemon) -> str:
@@ -60,10 +54,20 @@ def _identity(daemon: Daemon) -> str:
 
 
 def _completed(daemon: Daemon, repo: Path) -> str:
-    _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    view = promote(daemon, bundle, receipt).json()
-    assert view["status"] == "completed", view
-    return str(view["operation_id"])
+    return completed(daemon, repo, CHANGES)
+
+
+def _promoted_under(
+    monkeypatch: pytest.MonkeyPatch, spec: str, daemon: Daemon, *submitted: Any
+) -> Any:
+    """The view of a promotion of ``submitted`` (bundle, receipt) made with the faults of
+    ``spec``, which are gone again afterwards."""
+    monkeypatch.setenv(faults.ENV, spec)
+    faults.reset()
+    view = promote(daemon, *submitted).json()
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    return view
 
 
 def _audit(daemon: Daemon) -> dict[str, bytes]:
@@ -351,11 +355,7 @@ def test_a_copy_that_failed_after_the_commit_is_written_when_the_receipt_is_read
     """The receipt is part of the outcome's commit (protocol: storage#receipt-in-outcome-commit): a
     copy that could not be written after it leaves the operation completed, and the first read writes it."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "audit_promotion_after_create=EIO")
-    faults.reset()
-    view = promote(daemon, bundle, receipt).json()
-    monkeypatch.delenv(faults.ENV)
-    faults.reset()
+    view = _promoted_under(monkeypatch, "audit_promotion_after_create=EIO", daemon, bundle, receipt)
     assert view["status"] == "completed", view
     op_id = view["operation_id"]
     path = daemon.state_dir / "audit" / "receipts" / "promotion" / f"{op_id}.json"
@@ -373,11 +373,7 @@ def test_a_receipt_recorded_before_its_status_by_the_two_commit_outcome_is_the_o
     """A row left with its receipt recorded and not completed (the outcome in two commits,
     interrupted between them) is completed by recovery with exactly that receipt."""
     _, bundle, receipt = submit(daemon, repo, _identity(daemon), CHANGES)
-    monkeypatch.setenv(faults.ENV, "before_receipt=EIO")
-    faults.reset()
-    view = promote(daemon, bundle, receipt).json()
-    monkeypatch.delenv(faults.ENV)
-    faults.reset()
+    view = _promoted_under(monkeypatch, "before_receipt=EIO", daemon, bundle, receipt)
     assert view["status"] == "needs_recovery", view
     op_id = view["operation_id"]
     evidence = recheck_evidence(daemon.services, bundle["bundle_id"], receipt["receipt_sha256"])

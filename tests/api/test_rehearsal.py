@@ -68,11 +68,8 @@ def _journal_compiled(
     return [s for s in missed if any(f" {t} " in f" {s} " for t in JOURNAL)]
 
 
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    """A daemon that rehearses at start, as ``promoter serve`` does by default."""
-    with running_daemon(tmp_path / "state", {"work": repo}, rehearse_at_start=True) as running:
-        yield running
+# the daemon rehearses at start, as ``promoter serve`` does by default
+pytestmark = pytest.mark.daemon(rehearse_at_start=True)
 
 
 @pytest.mark.parametrize("changes", [ONE, CHANGES], ids=["one-change", "two-changes"])

@@ -14,18 +14,18 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.api.test_executor_end_to_end import tree_of
 from tests.gitutil import commit_all, git
 from tests.support.daemon import running_daemon
-from tests.support.flows import make_grant, ts
+from tests.support.flows import make_grant
+from tests.support.promotion import leased_clients
+from tests.support.repos import clone
 
 SEED = 20261130
 COMMITS = 55
@@ -132,25 +132,14 @@ def test_generated_history_replays_commit_by_commit(tmp_path: Path) -> None:
     commit_all(source, "the user's first commit")
     assert git(source, "rev-parse", "HEAD^{tree}") == trees[0]
 
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(history_repo), str(executor))
+    executor = clone(history_repo, tmp_path / "executor")
     (executor / "scratch.tmp").write_bytes(b"the executor's ignored scratch file\n")
     scratch = tmp_path / "scratch"
     promoted_changes = 0
 
     with running_daemon(tmp_path / "state", {"source": source}) as daemon:
         identity = daemon.services.registry.by_name("source").identity
-        orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
-        lease = {
-            "run_id": "run_replay",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 1,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        orchestrator.set_lease("wf_1", "implement", lease)
-        client = orchestrator.with_token(orchestrator.mint_executor_token("run_replay")["token"])
+        orchestrator, client = leased_clients(daemon, "run_replay", fence=1)
         for number in range(1, COMMITS + 1):
             git(executor, "checkout", "-q", "--detach", commits[number])
             grant = make_grant(

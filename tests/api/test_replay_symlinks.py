@@ -15,15 +15,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
-from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
 from promoter.executor import build_bundle, upload_and_submit
 from tests.gitutil import commit_all, git
 from tests.support.daemon import running_daemon
-from tests.support.flows import make_grant, ts
+from tests.support.flows import make_grant
+from tests.support.promotion import leased_clients
+from tests.support.repos import clone
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB...ca\n-----END CERTIFICATE-----\n"
 
@@ -87,25 +87,13 @@ def test_requests_certificate_symlinks_replay_byte_exact(tmp_path: Path) -> None
         listings.append(git(history, "ls-files", "-s"))
     assert "120000" in listings[1]
 
-    source = tmp_path / "source"
-    git(tmp_path, "clone", "-q", str(history), str(source))
+    source = clone(history, tmp_path / "source")
     git(source, "checkout", "-q", "-B", "main", commits[0])
-    executor = tmp_path / "executor"
-    git(tmp_path, "clone", "-q", str(history), str(executor))
+    executor = clone(history, tmp_path / "executor")
 
     with running_daemon(tmp_path / "state", {"source": source}) as daemon:
         identity = daemon.services.registry.by_name("source").identity
-        orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
-        lease = {
-            "run_id": "run_certs",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 1,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        orchestrator.set_lease("wf_1", "implement", lease)
-        client = orchestrator.with_token(orchestrator.mint_executor_token("run_certs")["token"])
+        orchestrator, client = leased_clients(daemon, "run_certs", fence=1)
         for number in range(1, len(commits)):
             git(executor, "checkout", "-q", "--detach", commits[number])
             grant = make_grant(

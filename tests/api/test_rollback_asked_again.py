@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,41 +22,22 @@ from promoter import faults
 from promoter.domain.status import OperationStatus
 from promoter.engine.operation.rollback import rollback_id
 from promoter.store import journal
-from tests.support.daemon import Daemon, serve_lab
-from tests.support.flows import init_repo
+from tests.api.test_recover_guards import CHANGES, FILES
+from tests.support.daemon import Daemon
 from tests.support.pause import Pause
 from tests.support.promotion import (
+    completed,
     git_dir_digest,
     operation_view,
-    promote,
-    submit,
     tree_bytes,
     unchanged,
 )
 
-FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
-CHANGES = [
-    ("src/app.py", FILES["src/app.py"], b"print('v2')\n"),
-    ("src/util.py", FILES["src/util.py"], b"def f():\n    return 2\n"),
-]
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from serve_lab(tmp_path, repo)
+pytestmark = pytest.mark.repo("lab", FILES)
 
 
 def _completed(daemon: Daemon, repo: Path) -> str:
-    identity = daemon.services.registry.by_name("lab").identity
-    _, bundle, receipt = submit(daemon, repo, identity, CHANGES)
-    view = promote(daemon, bundle, receipt).json()
-    assert view["status"] == "completed", view
-    return str(view["operation_id"])
+    return completed(daemon, repo, CHANGES)
 
 
 def _rollback(daemon: Daemon, op_id: str) -> httpx.Response:

@@ -18,7 +18,6 @@ import errno
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,10 @@ from promoter.domain.status import StepStatus
 from promoter.engine.operation.rollback import rollback_id
 from promoter.fs import flush
 from promoter.store import step_rows
-from tests.support.daemon import Daemon, running_daemon, serve_lab
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
-from tests.support.promotion import operation_view, promote, submit, tree_bytes
+from tests.support.promotion import completed, operation_view, tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(6)}
 FILES["docs/guide.md"] = b"# guide\n"
@@ -43,22 +42,11 @@ def _changes(paths: list[str]) -> list[tuple[str, bytes | None, bytes | None]]:
     return [(p, FILES[p], FILES[p].replace(b"old", b"new") + b"!") for p in paths]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from serve_lab(tmp_path, repo)
+pytestmark = pytest.mark.repo("lab", FILES)
 
 
 def _promoted(daemon: Daemon, repo: Path, changes: list[Any], **grant: Any) -> str:
-    identity = daemon.services.registry.by_name("lab").identity
-    _, bundle, receipt = submit(daemon, repo, identity, changes, **grant)
-    view = promote(daemon, bundle, receipt).json()
-    assert view["status"] == "completed", view
-    return str(view["operation_id"])
+    return completed(daemon, repo, changes, name="lab", **grant)
 
 
 def _rollback(daemon: Daemon, op_id: str) -> httpx.Response:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ import rfc8785
 from promoter import faults
 from promoter.engine.operation.rollback import rollback_id
 from tests.support.daemon import Daemon, serve_lab
-from tests.support.flows import init_repo, jcs_sha, sha
-from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
+from tests.support.flows import jcs_sha, sha
+from tests.support.promotion import completed, git_dir_digest, promote, submit, tree_bytes
 
 FILES = {f"src/f{i}.txt": f"old {i}\n".encode() for i in range(3)}
 FILES["docs/guide.md"] = b"# guide\n"
@@ -32,22 +31,11 @@ MODIFIES = [(p, d, d.replace(b"old", b"new") + b"!") for p, d in FILES.items()]
 NEW = {p: n for p, _, n in MODIFIES}
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    yield from serve_lab(tmp_path, repo)
+pytestmark = pytest.mark.repo("lab", FILES)
 
 
 def _promoted(daemon: Daemon, repo: Path, changes: list[Any]) -> str:
-    identity = daemon.services.registry.by_name("lab").identity
-    _, bundle, receipt = submit(daemon, repo, identity, changes)
-    view = promote(daemon, bundle, receipt).json()
-    assert view["status"] == "completed", view
-    return str(view["operation_id"])
+    return completed(daemon, repo, changes)
 
 
 def _rollback_with(

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from promoter.cli.trusted_keys import load_public_key, load_public_keys
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import ConfigError
-from tests.support import forkserver
+from tests.support.cli import cli
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import sha
 from tests.support.promotion import promote, submit
@@ -36,15 +34,6 @@ V2 = b"print('v2')\n"
 NEW = b"VALUE = 1\n"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
-    env.pop("PROMOTER_URL", None)
-    env.pop("PROMOTER_TOKEN", None)
-    return forkserver.run_text(
-        [sys.executable, "-m", "promoter.cli.main", *args], cwd=cwd, env=env, timeout=120
-    )
 
 
 def receipt_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -7,27 +7,12 @@ the operation's steps and its events; the worktree ends byte-exact, links includ
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
 from tests.support.promotion import git_dir_digest
 
 BASE = "/v1/repositories/work/snapshots"
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work")
-
-
-@pytest.fixture
-def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": work}) as running:
-        yield running
 
 
 def entries(repo: Path) -> dict[bytes, tuple[str, bytes]]:
@@ -46,22 +31,22 @@ def entries(repo: Path) -> dict[bytes, tuple[str, bytes]]:
 
 
 def test_links_and_latin1_names_are_restored_over_http_with_escaped_names(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
-    top = os.fsencode(work)
-    os.symlink("app.py", work / "src" / "alias")
+    top = os.fsencode(repo)
+    os.symlink("app.py", repo / "src" / "alias")
     with open(os.path.join(top, b"na\xefve.txt"), "wb") as handle:
         handle.write(b"kept name\n")
-    git_before = git_dir_digest(work)
-    with served.operator() as op:
+    git_before = git_dir_digest(repo)
+    with daemon.operator() as op:
         base = op.post(BASE, json={"label": "before"}).json()["tree"]
-        before = entries(work)
-        os.unlink(work / "src" / "alias")
-        os.symlink("/etc/shadow", work / "src" / "alias")
+        before = entries(repo)
+        os.unlink(repo / "src" / "alias")
+        os.symlink("/etc/shadow", repo / "src" / "alias")
         os.unlink(os.path.join(top, b"na\xefve.txt"))
         with open(os.path.join(top, b"\xff\xfe.bin"), "wb") as handle:
             handle.write(b"junk\n")
-        os.symlink("../..", work / "src" / "up")
+        os.symlink("../..", repo / "src" / "up")
         broken = op.post(BASE, json={"label": "after"}).json()["tree"]
         diff = op.get(f"{BASE}/diff", params={"from": base, "to": broken})
         assert diff.status_code == 200, diff.text
@@ -82,6 +67,6 @@ def test_links_and_latin1_names_are_restored_over_http_with_escaped_names(
             "src/alias",
             "src/up",
         ]
-    assert entries(work) == before
-    assert os.readlink(work / "src" / "alias") == "app.py"
-    assert git_dir_digest(work) == git_before
+    assert entries(repo) == before
+    assert os.readlink(repo / "src" / "alias") == "app.py"
+    assert git_dir_digest(repo) == git_before

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -29,35 +28,24 @@ BASE = "/v1/repositories/work/snapshots"
 UNKNOWN = "0123456789abcdef0123456789abcdef01234567"
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work")
-
-
-@pytest.fixture
-def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": work}) as running:
-        yield running
-
-
 def _capture(client: httpx.Client, label: str = "") -> str:
     answer = client.post(BASE, json={"label": label})
     assert answer.status_code == 201, answer.text
     return str(answer.json()["tree"])
 
 
-def test_capture_list_diff_restore_round_trip(served: Daemon, work: Path) -> None:
-    git_before = git_dir_digest(work)
-    with served.operator() as op:
+def test_capture_list_diff_restore_round_trip(daemon: Daemon, repo: Path) -> None:
+    git_before = git_dir_digest(repo)
+    with daemon.operator() as op:
         assert op.get(BASE).json() == {"snapshots": []}
         first = op.post(BASE, json={"label": "before the agent"})
         assert first.status_code == 201
         assert set(first.json()) == {"tree", "label", "captured_at"}
         base = first.json()["tree"]
-        files = tree_bytes(work)
-        (work / "src" / "app.py").write_bytes(b"print('broken')\n")
-        (work / "README.md").unlink()
-        (work / "junk.txt").write_bytes(b"junk\n")
+        files = tree_bytes(repo)
+        (repo / "src" / "app.py").write_bytes(b"print('broken')\n")
+        (repo / "README.md").unlink()
+        (repo / "junk.txt").write_bytes(b"junk\n")
         broken = _capture(op, "after the agent")
         listed = op.get(BASE).json()["snapshots"]
         assert [(s["tree"], s["label"]) for s in listed] == [
@@ -78,25 +66,25 @@ def test_capture_list_diff_restore_round_trip(served: Daemon, work: Path) -> Non
         assert answer.json()["status"] == "completed"
         operation = op.get(f"/v1/operations/{answer.json()['operation_id']}").json()
         assert (operation["kind"], operation["status"]) == ("restore", "completed")
-    assert tree_bytes(work) == files
-    assert git_dir_digest(work) == git_before
+    assert tree_bytes(repo) == files
+    assert git_dir_digest(repo) == git_before
 
 
 def test_a_stale_expected_tree_is_409_snapshot_stale_and_writes_nothing(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
-    with served.operator() as op:
+    with daemon.operator() as op:
         base = _capture(op)
-        (work / "src" / "app.py").write_bytes(b"print('v2')\n")
+        (repo / "src" / "app.py").write_bytes(b"print('v2')\n")
         reviewed = _capture(op)
-        (work / "src" / "app.py").write_bytes(b"print('v3, after the review')\n")
-        files = tree_bytes(work)
+        (repo / "src" / "app.py").write_bytes(b"print('v3, after the review')\n")
+        files = tree_bytes(repo)
         answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": reviewed})
     assert answer.status_code == 409
     assert answer.headers["content-type"].startswith("application/problem+json")
     assert answer.json()["code"] == "snapshot_stale"
     assert answer.json()["current_tree"] != reviewed
-    assert tree_bytes(work) == files
+    assert tree_bytes(repo) == files
 
 
 @pytest.mark.parametrize(
@@ -124,53 +112,53 @@ def test_a_stale_expected_tree_is_409_snapshot_stale_and_writes_nothing(
     ],
 )  # fmt: skip
 def test_bad_input_gets_its_code_never_a_500(
-    served: Daemon, method: str, path: str, body: object, status: int, code: str
+    daemon: Daemon, method: str, path: str, body: object, status: int, code: str
 ) -> None:
-    with served.operator() as op:
+    with daemon.operator() as op:
         answer = op.request(method, path, json=body)
     assert (answer.status_code, answer.json()["code"]) == (status, code), answer.text
 
 
-def test_a_body_that_is_not_json_is_refused(served: Daemon) -> None:
-    with served.operator() as op:
+def test_a_body_that_is_not_json_is_refused(daemon: Daemon) -> None:
+    with daemon.operator() as op:
         answer = op.post(BASE, content=b"{not json", headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["code"]) == (400, "bad_request")
 
 
-def test_only_the_operator_may_use_snapshots(served: Daemon) -> None:
-    with served.orchestrator() as orch:
+def test_only_the_operator_may_use_snapshots(daemon: Daemon) -> None:
+    with daemon.orchestrator() as orch:
         assert orch.get(BASE).json()["code"] == "forbidden"
         assert orch.post(BASE, json={}).status_code == 403
-    with served.client() as anonymous:
+    with daemon.client() as anonymous:
         assert anonymous.get(BASE).status_code == 401
 
 
 def test_an_operator_undoes_a_promotion_with_the_snapshot_taken_before_it(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
-    identity = served.services.registry.by_name("work").identity
-    with served.operator() as op:
+    identity = daemon.services.registry.by_name("work").identity
+    with daemon.operator() as op:
         before = _capture(op, "before promotion")
-        files = tree_bytes(work)
+        files = tree_bytes(repo)
         grant, bundle, receipt = submit(
-            served, work, identity, [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
+            daemon, repo, identity, [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
         )
-        assert promote(served, bundle, receipt).json()["status"] == "completed"
+        assert promote(daemon, bundle, receipt).json()["status"] == "completed"
         after = _capture(op, "after promotion")
         assert after != before
         answer = op.post(f"{BASE}/{before}/restore", json={"expected_current_tree": after})
         assert answer.json()["status"] == "completed"
-    assert tree_bytes(work) == files
+    assert tree_bytes(repo) == files
 
 
 def test_the_cli_lists_captures_diffs_and_restores(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     app = typer.Typer()
     snapshot_cmd.register(app)
     token = tmp_path / "operator.token"
-    token.write_text(served.operator_token)
-    common = ["--url", served.url, "--token-file", str(token)]
+    token.write_text(daemon.operator_token)
+    common = ["--url", daemon.url, "--token-file", str(token)]
     runner = CliRunner()
 
     def run(*args: str) -> str:
@@ -179,7 +167,7 @@ def test_the_cli_lists_captures_diffs_and_restores(
         return result.output
 
     base = json.loads(run("capture", "work", "--label", "cli", "--json"))["tree"]
-    (work / "README.md").write_bytes(b"# changed\n")
+    (repo / "README.md").write_bytes(b"# changed\n")
     changed = json.loads(run("capture", "work", "--json"))["tree"]
     listed = json.loads(run("list", "work", "--json"))["snapshots"]
     assert [s["tree"] for s in listed] == [base, changed]
@@ -188,7 +176,7 @@ def test_the_cli_lists_captures_diffs_and_restores(
     assert "+# changed" in run("diff", "work", base, changed)
     restored = run("restore", "work", base, "--expected-current-tree", changed, "--json")
     assert json.loads(restored)["status"] == "completed"
-    assert (work / "README.md").read_bytes() == b"# project\n"
+    assert (repo / "README.md").read_bytes() == b"# project\n"
     stale = runner.invoke(
         app, ["snapshot", "restore", "work", changed, "--expected-current-tree", changed, *common]
     )
@@ -216,13 +204,13 @@ def test_promotion_records_pre_and_post_snapshots_when_enabled(tmp_path: Path) -
 
 
 def test_a_restore_whose_write_failed_after_its_rename_is_not_called_refused(
-    served: Daemon, work: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from promoter import faults
 
-    with served.operator() as op:
+    with daemon.operator() as op:
         base = _capture(op, "base")
-        (work / "src" / "app.py").write_bytes(b"print('changed')\n")
+        (repo / "src" / "app.py").write_bytes(b"print('changed')\n")
         changed = _capture(op, "changed")
         monkeypatch.setenv(faults.ENV, "after_replace=EIO")
         faults.reset()
@@ -232,7 +220,7 @@ def test_a_restore_whose_write_failed_after_its_rename_is_not_called_refused(
     assert answer.status_code == 200, answer.text
     # the file was replaced before the error: something was written, so it is not "refused"
     assert answer.json()["status"] == "needs_reconciliation"
-    assert (work / "src" / "app.py").read_bytes() == b"print('v1')\n"
+    assert (repo / "src" / "app.py").read_bytes() == b"print('v1')\n"
 
 
 @pytest.mark.parametrize("watched", [True, False], ids=["watched", "full"])
@@ -291,22 +279,22 @@ def test_a_restore_makes_its_temps_durable_together_whatever_their_number(
     counted: list[Counter[str]] = []
     for size in (2, 8):
         files = {f"src/f{i}.txt": b"base %d\n" % i for i in range(size)}
-        work = init_repo(tmp_path / f"work{size}", files)
+        repo = init_repo(tmp_path / f"work{size}", files)
         # out of reach: a busy machine's dirty pages cannot turn the group path into fsyncs
         settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
-        with running_daemon(tmp_path / f"state{size}", {"work": work}, **settings) as daemon:
+        with running_daemon(tmp_path / f"state{size}", {"work": repo}, **settings) as daemon:
             with daemon.operator() as op:
                 base = _capture(op, "base")
-                before_restore = tree_bytes(work)
+                before_restore = tree_bytes(repo)
                 for path in files:
-                    (work / path).write_bytes(b"edited\n")
+                    (repo / path).write_bytes(b"edited\n")
                 edited = _capture(op, "edited")
                 before = flush.flushes()
                 answer = op.post(f"{BASE}/{base}/restore", json={"expected_current_tree": edited})
                 counted.append(flush.flushes() - before)
             assert answer.status_code == 200, answer.text
             assert answer.json()["status"] == "completed"
-            assert tree_bytes(work) == before_restore
+            assert tree_bytes(repo) == before_restore
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         grouped = group_sync and GroupSync.unsupported(fd) is None

@@ -18,7 +18,7 @@ import pytest
 from promoter import faults
 from tests.support.daemon import Daemon
 from tests.support.flows import git, make_bundle, make_grant, sha, state, upload
-from tests.support.promotion import promote, set_lease, tree_bytes
+from tests.support.promotion import promote, register_grant, set_lease, tree_bytes
 
 
 def link_change(path: str, target: bytes, old: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -41,10 +41,7 @@ def submit_links(
     grant_id: str = "grt_links",
 ) -> tuple[dict[str, Any], Any]:
     extra = {} if policy is None else {"symlinks": policy}
-    grant = make_grant(repo, identity, grant_id=grant_id, **extra)
-    with daemon.orchestrator() as orch:
-        answer = orch.post("/v1/grants", json=grant)
-        assert answer.status_code in (200, 201), answer.text
+    grant = register_grant(daemon, repo, identity, grant_id=grant_id, **extra)
     bundle = make_bundle(grant, changes)
     with daemon.executor(grant["executor_run_id"]) as ex:
         upload(ex, *blobs)

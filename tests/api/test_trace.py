@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,19 @@ from typer.testing import CliRunner
 
 from promoter.cli import trace_cmd
 from tests.gitutil import git
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, sha
+from tests.support.daemon import Daemon
+from tests.support.flows import sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
 INITIAL = {"README.md": b"# project\n", "src/app.py": b"print('v1')\n", "old.txt": b"old\n"}
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", INITIAL)
+pytestmark = pytest.mark.repo(files=INITIAL)
 
 
-@pytest.fixture
-def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": work}) as daemon:
-        yield daemon
-
-
-def _promote(daemon: Daemon, work: Path, changes: list[Any], **grant: Any) -> dict[str, Any]:
+def _promote(daemon: Daemon, repo: Path, changes: list[Any], **grant: Any) -> dict[str, Any]:
     identity = daemon.services.registry.by_name("work").identity
-    _, bundle, receipt = submit(daemon, work, identity, changes, **grant)
+    _, bundle, receipt = submit(daemon, repo, identity, changes, **grant)
     answer = promote(daemon, bundle, receipt)
     assert answer.status_code == 200, answer.text
     view: dict[str, Any] = answer.json()
@@ -55,38 +46,38 @@ def _receipt_sha(daemon: Daemon, operation_id: str) -> str:
     return str(answer.json()["receipt_sha256"])
 
 
-def _repository_state(work: Path) -> tuple[Any, ...]:
+def _repository_state(repo: Path) -> tuple[Any, ...]:
     """Refs, index, status, worktree bytes and every file under .git, to compare."""
     return (
-        git(work, "for-each-ref"),
-        git(work, "status", "--porcelain"),
-        hashlib.sha256((work / ".git" / "index").read_bytes()).hexdigest(),
-        tree_bytes(work),
-        git_dir_digest(work),
+        git(repo, "for-each-ref"),
+        git(repo, "status", "--porcelain"),
+        hashlib.sha256((repo / ".git" / "index").read_bytes()).hexdigest(),
+        tree_bytes(repo),
+        git_dir_digest(repo),
     )
 
 
 @pytest.fixture
-def history(served: Daemon, work: Path) -> dict[str, str]:
+def history(daemon: Daemon, repo: Path) -> dict[str, str]:
     """Two promotions, one hand edit after them and one file of the person's, staged."""
     first = _promote(
-        served,
-        work,
+        daemon,
+        repo,
         [("src/app.py", b"print('v1')\n", b"print('v2')\n"), ("src/a.py", None, b"a1\n")],
         grant_id="grt_first",
         run_id="run_first",
     )
     second = _promote(
-        served,
-        work,
+        daemon,
+        repo,
         [("src/b.py", None, b"b1\n"), ("old.txt", b"old\n", None)],
         grant_id="grt_second",
         run_id="run_second",
         workflow_id="wf_2",
     )
-    (work / "src" / "a.py").write_bytes(b"a2 by hand\n")
-    (work / "notes.txt").write_bytes(b"mine\n")
-    git(work, "add", "-A")
+    (repo / "src" / "a.py").write_bytes(b"a2 by hand\n")
+    (repo / "notes.txt").write_bytes(b"mine\n")
+    git(repo, "add", "-A")
     return {"first": first["operation_id"], "second": second["operation_id"]}
 
 
@@ -100,17 +91,17 @@ def _cli(daemon: Daemon, tmp_path: Path, *args: str) -> Any:
 
 
 def test_trace_names_both_promotions_and_the_hand_edit(
-    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+    daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:
-    git(work, "commit", "-q", "-m", "the agents' work and mine")
-    before = _repository_state(work)
-    commit = git(work, "rev-parse", "HEAD")
-    with served.orchestrator() as client:
+    git(repo, "commit", "-q", "-m", "the agents' work and mine")
+    before = _repository_state(repo)
+    commit = git(repo, "rev-parse", "HEAD")
+    with daemon.orchestrator() as client:
         answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
     assert answer.status_code == 200, answer.text
     report = answer.json()
     assert report["commit"] == commit
-    assert report["parent"] == git(work, "rev-parse", "HEAD^")
+    assert report["parent"] == git(repo, "rev-parse", "HEAD^")
     paths = {item["path"]: item for item in report["paths"]}
     assert sorted(paths) == ["notes.txt", "old.txt", "src/a.py", "src/app.py", "src/b.py"]
 
@@ -121,7 +112,7 @@ def test_trace_names_both_promotions_and_the_hand_edit(
     [by] = app["promotions"]
     assert by["operation_id"] == first
     assert (by["grant_id"], by["executor_run_id"]) == ("grt_first", "run_first")
-    assert by["receipt_sha256"] == _receipt_sha(served, first)
+    assert by["receipt_sha256"] == _receipt_sha(daemon, first)
     assert by["promoted_at"] and by["bundle_id"].startswith("bnd_")
     assert [p["operation_id"] for p in paths["src/b.py"]["promotions"]] == [second]
     deleted = paths["old.txt"]
@@ -138,21 +129,21 @@ def test_trace_names_both_promotions_and_the_hand_edit(
         None,
     )
 
-    result = _cli(served, tmp_path, "trace", "HEAD", "--repo", "work")
+    result = _cli(daemon, tmp_path, "trace", "HEAD", "--repo", "work")
     assert result.exit_code == 0, (result.output, result.exception)
     assert first in result.output and second in result.output
     assert "changed_after_promotion" in result.output and "not_promoted" in result.output
-    as_json = _cli(served, tmp_path, "trace", commit, "--repo", "work", "--json")
+    as_json = _cli(daemon, tmp_path, "trace", commit, "--repo", "work", "--json")
     assert json.loads(as_json.output) == report
-    assert _repository_state(work) == before
+    assert _repository_state(repo) == before
 
 
 def test_paths_given_the_commit_did_not_touch_are_untouched(
-    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+    daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:
-    git(work, "commit", "-q", "-m", "the agents' work and mine")
+    git(repo, "commit", "-q", "-m", "the agents' work and mine")
     result = _cli(
-        served, tmp_path, "trace", "HEAD", "src/b.py", "README.md", "--repo", "work", "--json"
+        daemon, tmp_path, "trace", "HEAD", "src/b.py", "README.md", "--repo", "work", "--json"
     )
     assert result.exit_code == 0, (result.output, result.exception)
     paths = {item["path"]: item for item in json.loads(result.output)["paths"]}
@@ -167,23 +158,23 @@ def test_paths_given_the_commit_did_not_touch_are_untouched(
 
 
 def test_trailers_name_the_promotions_of_what_is_staged(
-    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+    daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:
-    before = _repository_state(work)
-    result = _cli(served, tmp_path, "trailers", "--repo", "work")
+    before = _repository_state(repo)
+    result = _cli(daemon, tmp_path, "trailers", "--repo", "work")
     assert result.exit_code == 0, (result.output, result.exception)
     lines = result.output.splitlines()
-    receipts = {op: _receipt_sha(served, op)[:12] for op in history.values()}
+    receipts = {op: _receipt_sha(daemon, op)[:12] for op in history.values()}
     assert sorted(lines) == sorted(f"Promoted-by: {op} ({r})" for op, r in receipts.items())
-    assert _repository_state(work) == before
+    assert _repository_state(repo) == before
 
 
 def test_an_unknown_commit_is_refused_and_nothing_is_written(
-    served: Daemon, work: Path, history: dict[str, str], tmp_path: Path
+    daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:
-    before = _repository_state(work)
+    before = _repository_state(repo)
     unknown = "0123456789abcdef0123456789abcdef01234567"
-    with served.orchestrator() as client:
+    with daemon.orchestrator() as client:
         for commit in (unknown, "no-such-branch", "--output=/tmp/x", "HEAD:README.md"):
             answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
             assert answer.status_code == 404, answer.text
@@ -192,19 +183,19 @@ def test_an_unknown_commit_is_refused_and_nothing_is_written(
             "/v1/trace", params={"repository": "work", "commit": unknown, "staged": "true"}
         )
         assert both.status_code == 422 and both.json()["code"] == "validation_failed"
-    result = _cli(served, tmp_path, "trace", unknown, "--repo", "work")
+    result = _cli(daemon, tmp_path, "trace", unknown, "--repo", "work")
     assert result.exit_code != 0
     assert getattr(result.exception, "code", None) == "commit_unknown"
-    assert _repository_state(work) == before
+    assert _repository_state(repo) == before
 
 
 def test_trace_reads_receipts_with_the_orchestrator_or_operator_role(
-    served: Daemon, work: Path, history: dict[str, str]
+    daemon: Daemon, repo: Path, history: dict[str, str]
 ) -> None:
     params = {"repository": "work", "staged": "true"}
-    with served.operator() as client:
+    with daemon.operator() as client:
         assert client.get("/v1/trace", params=params).status_code == 200
-    with served.executor("run_first") as client:
+    with daemon.executor("run_first") as client:
         answer = client.get("/v1/trace", params=params)
     assert answer.status_code == 403 and answer.json()["code"] == "forbidden"
 
@@ -214,23 +205,23 @@ NOT_UTF8 = "src/caf\\xe9-\\xff.txt"  # wire form of src/caf<0xe9>-<0xff>.txt
 
 
 def test_names_with_a_backslash_or_bytes_that_are_not_utf8_trace_to_their_receipt(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     """Receipts name paths in wire form, git by their bytes: a trace matches them by bytes,
     so neither name is reported `not_promoted` nor confused with a look-alike spelling."""
     view = _promote(
-        served,
-        work,
+        daemon,
+        repo,
         [(BACKSLASH, None, b"backslash\n"), (NOT_UTF8, None, b"latin-1\n")],
         grant_id="grt_bytes",
         run_id="run_bytes",
     )
-    assert (work / "src" / "back\\slash.txt").read_bytes() == b"backslash\n"
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "odd names")
-    commit = git(work, "rev-parse", "HEAD")
+    assert (repo / "src" / "back\\slash.txt").read_bytes() == b"backslash\n"
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "odd names")
+    commit = git(repo, "rev-parse", "HEAD")
 
-    with served.orchestrator() as client:
+    with daemon.orchestrator() as client:
         answer = client.get("/v1/trace", params={"repository": "work", "commit": commit})
         assert answer.status_code == 200, answer.text
         paths = {item["path"]: item for item in answer.json()["paths"]}
@@ -255,7 +246,7 @@ def test_names_with_a_backslash_or_bytes_that_are_not_utf8_trace_to_their_receip
 
     # the command line takes the name as the file system spells it (argv bytes)
     result = _cli(
-        served, tmp_path, "trace", "HEAD", "src/back\\slash.txt", "--repo", "work", "--json"
+        daemon, tmp_path, "trace", "HEAD", "src/back\\slash.txt", "--repo", "work", "--json"
     )
     assert result.exit_code == 0, (result.output, result.exception)
     [item] = json.loads(result.output)["paths"]

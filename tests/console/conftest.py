@@ -1,4 +1,5 @@
-"""A daemon whose every promotion awaits the operator's approval, and a headless browser."""
+"""A headless browser, and a daemon whose check always fails (the suite's ``gated`` one
+awaits the operator's approval), and one of ``BASE`` for the drift pages."""
 
 from __future__ import annotations
 
@@ -10,16 +11,10 @@ import pytest
 
 from promoter.config import RepositoryConfig
 from tests.console.browser import chromium_browser
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
-
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path, str]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
+from tests.console.support import BASE
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve
+from tests.support.repos import Repos
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +24,15 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def failing(tmp_path: Path) -> Iterator[tuple[Daemon, Path, str]]:
+def work(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    """``work`` with ``src/app.py`` at ``BASE``, and its daemon."""
+    repo = repos(files={"src/app.py": BASE})
+    return serve({"work": repo}), repo
+
+
+@pytest.fixture
+def failing(repos: Repos, serve: Serve) -> tuple[Daemon, Path, str]:
     """A repository whose check always fails: a promotion ends ``needs_reconciliation``."""
-    repo = init_repo(tmp_path / "failing")
-    config = RepositoryConfig(path=repo, check_command=["false"])
-    with running_daemon(tmp_path / "fstate", {"failing": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("failing").identity
+    repo = repos("failing")
+    daemon = serve({"failing": RepositoryConfig(path=repo, check_command=["false"])}, "fstate")
+    return daemon, repo, daemon.services.registry.by_name("failing").identity

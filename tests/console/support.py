@@ -1,4 +1,5 @@
-"""Console test helpers: a gated repository, a held promotion, a logged-in HTTP client."""
+"""Console test helpers: a gated repository, a held promotion, a logged-in HTTP client, and
+the texts of a drift the agent and the person both made."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ OLD = b"print('v1')\n"
 NEW = b"print('approved')\n"
 HOSTILE_PATH = 'src/<img src=x onerror="window.pwned=1">.py'
 HOSTILE_CONTENT = b"<script>window.pwned=2</script>\n"
+# a file the agent and the person both edit, far enough apart to merge
+BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
+AGENT = BASE.replace(b"line 2\n", b"line 2 by the agent\n")
+PERSON = BASE.replace(b"line 11\n", b"line 11 by the person\n")
 
 
 def hidden(html: str, name: str = "csrf") -> str:

@@ -8,26 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.console.support import login
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.console.support import AGENT, BASE, PERSON, login
+from tests.support.daemon import Daemon
 from tests.support.promotion import promote, submit
-
-BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
-AGENT = BASE.replace(b"line 2\n", b"line 2 by the agent\n")
-PERSON = BASE.replace(b"line 11\n", b"line 11 by the person\n")
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "work", {"src/app.py": BASE})
-    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
-        yield daemon, repo
 
 
 def test_the_refused_drift_page_offers_the_merge_and_shows_the_drift_table(

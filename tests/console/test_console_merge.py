@@ -8,27 +8,14 @@ markers and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.console.support import AGENT, BASE, PERSON
+from tests.support.daemon import Daemon
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
 
-BASE = b"".join(b"line %d\n" % n for n in range(1, 13))
-AGENT = BASE.replace(b"line 2\n", b"line 2 by the agent\n")
-PERSON = BASE.replace(b"line 11\n", b"line 11 by the person\n")
 CLASH = BASE.replace(b"line 2\n", b"line 2 by the person\n")
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "work", {"src/app.py": BASE})
-    with running_daemon(tmp_path / "state", {"work": repo}) as daemon:
-        yield daemon, repo
 
 
 def _drifted(daemon: Daemon, repo: Path, person: bytes) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -13,6 +12,7 @@ from promoter.domain.schemas import render
 from promoter.errors import PromoterError, all_error_classes
 from promoter.store.db import make_engine, upgrade
 from promoter.store.tables import Base
+from tests.support.databases import own_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_error_codes_are_unique_and_documented() -> None:
 
 def test_migrations_match_the_models(tmp_path: Path) -> None:
     # the test's own database: SQLite here, PostgreSQL in the suite's PostgreSQL pass
-    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'contract.db'}"
+    url = own_url(tmp_path, "contract.db")
     upgrade(url)
     engine = make_engine(url)
     with engine.connect() as connection:

@@ -9,15 +9,15 @@ on SQLite, and on PostgreSQL under ``PROMOTER_TEST_DATABASE=postgresql``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
 
 from promoter.store import ledger
-from promoter.store.db import Database, upgrade
-from tests.support.rows import operation_row
+from promoter.store.db import Database
+from tests.support.databases import own_url
+from tests.support.rows import journal_database
 from tests.support.statements import selects_from, statements
 
 OP = "op_links000001"
@@ -25,12 +25,7 @@ OP = "op_links000001"
 
 @pytest.fixture
 def database(tmp_path: Path) -> Database:
-    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'journal.db'}"
-    upgrade(url)
-    db = Database(url, 5.0)
-    with db.session() as session:
-        session.add(operation_row(OP))
-    return db
+    return journal_database(own_url(tmp_path, "journal.db"), OP)
 
 
 def test_events_of_one_transaction_read_the_chain_once(database: Database) -> None:

@@ -12,8 +12,6 @@ reported together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.support.daemon import Daemon, running_daemon
+from tests.support.daemon import Daemon
 
 MAX_EXAMPLES = 25
 CHECKS = [
@@ -41,11 +39,8 @@ CHECKS = [
 ]
 
 
-@pytest.fixture
-def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
-    """The suite's daemon, with long-polls that answer at once (nothing changes here)."""
-    with running_daemon(tmp_path / "state", {"work": repo}, max_wait_seconds=0.0) as running:
-        yield running
+# the suite's daemon, with long-polls that answer at once (nothing changes here)
+pytestmark = pytest.mark.daemon(max_wait_seconds=0.0)
 
 
 def _tokens(daemon: Daemon) -> dict[str, str]:

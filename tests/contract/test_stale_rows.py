@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,10 @@ import pytest
 from promoter.domain.status import OperationStatus as S
 from promoter.errors import OperationConflict
 from promoter.store import journal
-from promoter.store.db import Database, upgrade
+from promoter.store.db import Database
 from promoter.store.tables import OperationRow
-from tests.support.rows import operation_row
+from tests.support.databases import own_url
+from tests.support.rows import journal_database, operation_row
 from tests.support.statements import selects_from, statements
 
 _ids = itertools.count()
@@ -38,9 +38,7 @@ STALE = (
 
 @pytest.fixture
 def database(tmp_path: Path) -> Database:
-    url = os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / 'journal.db'}"
-    upgrade(url)
-    return Database(url, 5.0)
+    return journal_database(own_url(tmp_path, "journal.db"))
 
 
 def _at(database: Database, *path: S) -> str:

@@ -21,18 +21,16 @@ from promoter.domain.status import (
 )
 from promoter.errors import OperationConflict
 from promoter.store import journal
-from promoter.store.db import Database, upgrade
+from promoter.store.db import Database
 from promoter.store.tables import OperationRow, StepRow
-from tests.support.rows import operation_row
+from tests.support.rows import journal_database, operation_row
 
 _ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Database:
-    url = f"sqlite:///{tmp_path_factory.mktemp('transitions') / 'journal.db'}"
-    upgrade(url)
-    return Database(url, 5.0)
+    return journal_database(f"sqlite:///{tmp_path_factory.mktemp('transitions') / 'journal.db'}")
 
 
 def _row_at(database: Database, kind: OperationKind, path: list[OperationStatus]) -> str:

@@ -8,15 +8,13 @@ file — the same guarantees as for any other name.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.flows import init_repo
-from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.process import DaemonProcess, crash_in_promotion, prepare_promotion
 from tests.support.promotion import git_dir_digest
 
 # disk names (bytes) and their wire forms
@@ -66,9 +64,7 @@ def test_kill_mid_promotion_of_byte_names_then_recover_gives_exact_bytes(
     try:
         request = prepare_promotion(first, repo, _changes())
         git_before = git_dir_digest(repo)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
-        assert first.wait_exit() == 137
+        crash_in_promotion(first, request)
     finally:
         first.kill()
     now = _files(repo)
@@ -78,9 +74,7 @@ def test_kill_mid_promotion_of_byte_names_then_recover_gives_exact_bytes(
     second = DaemonProcess(state, {"work": repo})
     try:
         with second.client() as orch:
-            op_id = orch.get(
-                "/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}
-            ).json()["operations"][0]["operation_id"]
+            op_id = second.first_operation()
             assert orch.get(f"/v1/operations/{op_id}").json()["status"] == "needs_recovery"
             recovered = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
             assert recovered.status_code == 200, recovered.text

@@ -9,16 +9,14 @@ plain retry must.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.flows import init_repo
 from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
-from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.process import DaemonProcess, crash_in_promotion, prepare_promotion
 from tests.support.promotion import git_dir_digest, tree_bytes
 
 FILES = {f"src/m{i}.py": f"v1 {i}\n".encode() for i in range(6)}
@@ -85,9 +83,7 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     try:
         request = prepare_promotion(first, repo, _changes(), batched=False)
         before, git_before = tree_bytes(repo), git_dir_digest(repo)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
-        assert first.wait_exit() == 137
+        crash_in_promotion(first, request)
     finally:
         first.kill()
 
@@ -102,9 +98,7 @@ def test_kill_at_fault_point_then_recover_gives_exact_bytes_and_one_receipt(
     second = DaemonProcess(state, {"work": repo})
     try:
         with second.client() as orch:
-            op_id = orch.get(
-                "/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}
-            ).json()["operations"][0]["operation_id"]
+            op_id = second.first_operation()
             status = orch.get(f"/v1/operations/{op_id}").json()["status"]
             # before_receipt: the outcome, the receipt and ``completed`` are one commit, not
             # made; recovery reads the targets back and makes it, with one receipt

@@ -22,8 +22,8 @@ import pytest
 
 from promoter.domain.blob_frames import frame_header
 from promoter.domain.evidence_frames import bundle_header
-from tests.support.flows import init_repo, make_bundle, make_grant, sha
-from tests.support.process import DaemonProcess
+from tests.support.flows import init_repo, make_bundle, sha
+from tests.support.process import DaemonProcess, granted
 from tests.support.promotion import git_dir_digest, tree_bytes
 
 URL = "/v1/promotions:withEvidence"
@@ -41,18 +41,7 @@ POINTS = {  # point: whether the operation exists when the daemon comes back
 def _prepare(daemon: DaemonProcess, repo: Path) -> tuple[bytes, str]:
     """Grant and lease registered; the one request's body and the run's token."""
     with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity)
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": grant["expires_at"],
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        grant = granted(orch, repo, lease_as_grant=True)
         token = orch.post(
             "/v1/executor-tokens", json={"executor_run_id": "run_1", "ttl_seconds": 3600}
         ).json()["token"]

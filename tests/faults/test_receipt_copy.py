@@ -21,21 +21,22 @@ Everything through the real server and the real CLI; run on PostgreSQL too with
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import rfc8785
 
 from promoter.store import journal
 from tests.support.daemon import Daemon
 from tests.support.flows import init_repo
-from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.process import (
+    DaemonProcess,
+    killed_promotion,
+)
 from tests.support.promotion import promote, submit
 
 FILES = {"src/a.py": b"v1 a\n", "README.md": b"# project\n"}
@@ -111,14 +112,7 @@ def test_a_kill_at_the_outcome_commit_or_its_copy_recovers_to_one_receipt_rebuil
 ) -> None:
     repo = init_repo(tmp_path / "work", FILES)
     state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults=f"{point}=kill")
-    try:
-        request = prepare_promotion(first, repo, CHANGES)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
-        assert first.wait_exit() == 137
-    finally:
-        first.kill()
+    request = killed_promotion(state, repo, CHANGES, f"{point}=kill")
     folder = state / "audit" / "receipts" / "promotion"
     assert not folder.is_dir() or os.listdir(folder) == []  # no copy before the kill
 

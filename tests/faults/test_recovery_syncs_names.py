@@ -21,7 +21,7 @@ import pytest
 from promoter.fs import flush
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo
-from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.process import DaemonProcess, crash_in_promotion, prepare_promotion
 
 FILES = {"README.md": b"# project\n", "src/a.py": b"a = 1\n", "gone.txt": b"bye\n"}
 CHANGES: list[tuple[str, bytes | None, bytes | None]] = [
@@ -58,10 +58,7 @@ def test_a_recovery_syncs_the_directories_of_the_targets_it_confirms(
     state = tmp_path / "state"
     first = DaemonProcess(state, {"work": repo}, faults="after_replaces=kill")
     try:
-        request = prepare_promotion(first, repo, CHANGES, batched=False)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
-        assert first.wait_exit() == 137
+        crash_in_promotion(first, prepare_promotion(first, repo, CHANGES, batched=False))
     finally:
         first.kill()
     assert (repo / "src" / "a.py").read_bytes() == b"a = 2\n"  # every replace was made

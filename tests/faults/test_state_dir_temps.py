@@ -25,7 +25,10 @@ import pytest
 
 from promoter.store.state_temps import PREFIX
 from tests.support.flows import init_repo, make_bundle, make_grant, sha
-from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.process import (
+    DaemonProcess,
+    killed_promotion,
+)
 
 FILES = {"src/a.py": b"v1 a\n", "src/b.py": b"v1 b\n"}
 NEW = {"src/a.py": b"v2 a\n", "src/c.py": b"new c\n"}
@@ -102,14 +105,7 @@ def test_kill_between_receipt_write_syscalls_leaves_no_stray_file_in_state_dir(
     repo = init_repo(tmp_path / "work", FILES)
     state = tmp_path / "state"
     faults = f"{point}=kill" + (f",{NAMED}" if named else "")
-    first = DaemonProcess(state, {"work": repo}, faults=faults)
-    try:
-        request = prepare_promotion(first, repo, CHANGES)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
-        assert first.wait_exit() == 137
-    finally:
-        first.kill()
+    request = killed_promotion(state, repo, CHANGES, faults)
 
     receipts = state / "audit" / "receipts" / "promotion"
     left = sorted(p.name for p in receipts.iterdir()) if receipts.is_dir() else []

@@ -8,17 +8,14 @@ every link text exact, no temp name left, one receipt.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.support.flows import git, make_bundle, make_grant, sha, state, ts
-from tests.support.process import DaemonProcess
+from tests.support.flows import git, make_bundle, sha, state
+from tests.support.process import DaemonProcess, crash_in_promotion, granted, promotion_request
 
 FILE = b"a regular file\n"
 POINTS = [
@@ -91,30 +88,14 @@ def _entries(repo: Path) -> dict[str, tuple[str, bytes]]:
 
 def _prepare(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity, symlinks="inside")
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        grant = granted(orch, repo, symlinks="inside")
     bundle = make_bundle(grant, CHANGES)
     with daemon.executor("run_1") as ex:
         for data in BLOBS:
             ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data)
         answer = ex.post("/v1/bundles", json=bundle)
         assert answer.status_code == 201, answer.text
-    return {
-        "bundle_id": bundle["bundle_id"],
-        "fence": 7,
-        "wait": True,
-        "verification_receipt_sha256": answer.json()["verification_receipt"]["receipt_sha256"],
-    }
+    return promotion_request(bundle, answer)
 
 
 @pytest.mark.slow
@@ -127,18 +108,14 @@ def test_kill_mid_link_promotion_then_recover_gives_exact_link_texts(
     first = DaemonProcess(state_dir, {"work": repo}, faults=f"{point}=kill")
     try:
         request = _prepare(first, repo)
-        with first.client() as orch, contextlib.suppress(httpx.HTTPError):
-            orch.post("/v1/promotions", json=request)
-        assert first.wait_exit() == 137
+        crash_in_promotion(first, request)
     finally:
         first.kill()
 
     second = DaemonProcess(state_dir, {"work": repo})
     try:
         with second.client() as orch:
-            op_id = orch.get(
-                "/v1/operations", headers={"Authorization": f"Bearer {second.token('operator')}"}
-            ).json()["operations"][0]["operation_id"]
+            op_id = second.first_operation()
             recovered = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})
             assert recovered.status_code == 200, recovered.text
             assert recovered.json()["status"] == "completed", recovered.json()

@@ -11,20 +11,18 @@ import psycopg
 import pytest
 
 from promoter.fs.root import Root
+from tests.support.fsutil import made
 from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
 
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return made(tmp_path / "work")
 
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
-    path = tmp_path / "outside"
-    path.mkdir()
+    path = made(tmp_path / "outside")
     (path / "f.txt").write_bytes(b"outside original")
     (path / "g.txt").write_bytes(b"outside g")
     return path

@@ -30,7 +30,6 @@ from promoter.engine.operation.requests import runner
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.operation.watchdog import sweep
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
 from tests.support.own_postgres import OwnPostgres, binaries
 from tests.support.pause import Pause, specs
 from tests.support.promotion import operation_view, promote, submit, tree_bytes
@@ -44,15 +43,11 @@ needs_postgres = pytest.mark.skipif(BIN is None, reason="no PostgreSQL initdb in
 FILES = {"src/app.py": b"print('v1')\n", "src/util.py": b"def f():\n    return 1\n"}
 NEW = {"src/app.py": b"print('v2')\n", "src/util.py": b"def f():\n    return 2\n"}
 CHANGES = [(path, FILES[path], NEW[path]) for path in FILES]
+pytestmark = [pytestmark, pytest.mark.repo("lab", FILES)]
 
 
 def _as_files(files: dict[str, bytes]) -> dict[str, tuple[bytes, int]]:
     return {path: (data, 0o644) for path, data in sorted(files.items())}
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "lab", FILES)
 
 
 def _sqlite(tmp_path: Path) -> str:

@@ -13,7 +13,6 @@ everywhere.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,20 +25,13 @@ from promoter.errors import DatabaseBusy, DatabaseUnavailable
 from promoter.store import hosts
 from promoter.store.db import Database, ServerOptions, translate
 from tests.support.daemon import running_daemon
-from tests.support.flows import ts
+from tests.support.flows import make_lease
 
 _LEASE = "/v1/leases/wf_locked/stage"
 
 
 def _lease(fence: int) -> dict[str, object]:
-    return {
-        "run_id": "run_1",
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": fence,
-        "expires_at": ts(timedelta(hours=1)),
-    }
+    return make_lease(fence=fence)
 
 
 def test_settings_have_bounded_defaults_and_reach_the_connection_options(tmp_path: Path) -> None:

@@ -37,19 +37,6 @@ def umask_022() -> Iterator[None]:
     os.umask(old)
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def root(work: Path) -> Iterator[Root]:
-    with Root.open(work) as opened:
-        yield opened
-
-
 def write(root: Root, rel: str, data: bytes, mode: str, old: ExpectedState) -> list[str]:
     with root.open_parent(rel, create=True) as parent:
         temp = parent.write_temp(data, mode, temp=TMP)

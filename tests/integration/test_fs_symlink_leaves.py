@@ -19,6 +19,7 @@ from promoter.domain.paths import temp_name
 from promoter.engine.operation.apply import Applier
 from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs.root import Root
+from tests.support.fsutil import made
 
 
 def link(text: bytes) -> State:
@@ -43,8 +44,7 @@ def work(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
-    path = tmp_path / "outside"
-    path.mkdir()
+    path = made(tmp_path / "outside")
     (path / "secret.txt").write_bytes(b"secret\n")
     return path
 

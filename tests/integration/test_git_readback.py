@@ -25,6 +25,7 @@ from promoter.git.readback import (
 )
 from promoter.git.records import EMPTY_BLOB
 from tests.gitutil import blob_oid, commit_all, git, make_repo, tree_digest
+from tests.support.repos import merge_conflict
 
 ODD_NAMES = [
     "a*",
@@ -41,17 +42,12 @@ ODD_NAMES = [
 ]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = make_repo(tmp_path)
-    (repo / "src").mkdir()
-    (repo / "src" / "app.py").write_bytes(b"print('hi')\n")
-    (repo / "run.sh").write_bytes(b"#!/bin/sh\n")
-    (repo / "run.sh").chmod(0o755)
-    for name in ODD_NAMES:
-        (repo / name).write_bytes(name.encode() + b"\n")
-    commit_all(repo, "base")
-    return repo
+FILES = {
+    "src/app.py": b"print('hi')\n",
+    "run.sh": b"#!/bin/sh\n",
+    **{name: name.encode() + b"\n" for name in ODD_NAMES},
+}
+pytestmark = pytest.mark.repo(FILES, shape="based", executable=["run.sh"])
 
 
 # --- HEAD ---------------------------------------------------------------------------------
@@ -133,15 +129,7 @@ def test_intent_to_add_is_distinguished_from_a_staged_empty_file(repo: Path) -> 
 
 
 def test_merge_conflict_shows_stages_one_to_three(repo: Path) -> None:
-    (repo / "c.txt").write_bytes(b"base\n")
-    commit_all(repo, "add c")
-    git(repo, "checkout", "-q", "-b", "other")
-    (repo / "c.txt").write_bytes(b"theirs\n")
-    commit_all(repo, "theirs")
-    git(repo, "checkout", "-q", "main")
-    (repo / "c.txt").write_bytes(b"ours\n")
-    commit_all(repo, "ours")
-    git(repo, "merge", "-q", "other", check=False)
+    merge_conflict(repo)
     assert index_entries(discover(repo), ["c.txt"])["c.txt"] == [
         IndexEntry("100644", blob_oid(b"base\n"), 1),
         IndexEntry("100644", blob_oid(b"ours\n"), 2),

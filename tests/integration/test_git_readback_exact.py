@@ -33,20 +33,17 @@ from promoter.git.readback import (
 )
 from promoter.git.records import parse_ls_files_stage
 from tests.gitutil import commit_all, git, git_bytes, make_repo
+from tests.support.repos import merge_conflict
 
 ODD = ["a*", "ab", ":x", "[x]", "x", "back\\slash", "q?", "sp ace", "new\nline", "-n", "café"]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = make_repo(tmp_path)
-    for rel in ["src/app.py", "flat/keep.txt", "run.sh", *(f"odd/{n}" for n in ODD), *ODD]:
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(rel.encode() + b"\n")
-    for i in range(300):
-        (repo / "flat" / f"f{i:04d}.txt").write_bytes(b"%d\n" % i)
-    commit_all(repo, "base")
-    return repo
+FILES = {
+    **{rel: rel.encode() + b"\n" for rel in ["src/app.py", "flat/keep.txt", "run.sh"]},
+    **{rel: rel.encode() + b"\n" for rel in [*(f"odd/{n}" for n in ODD), *ODD]},
+    **{f"flat/f{i:04d}.txt": b"%d\n" % i for i in range(300)},
+}
+pytestmark = pytest.mark.repo(FILES, shape="based")
 
 
 @pytest.fixture(autouse=True)
@@ -92,15 +89,7 @@ def test_index_entries_listed_whole_or_by_pathspec_give_the_same_answers(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _tree, paths = _mixed(repo)
-    (repo / "c.txt").write_bytes(b"base\n")
-    commit_all(repo, "add c")
-    git(repo, "checkout", "-q", "-b", "other")
-    (repo / "c.txt").write_bytes(b"theirs\n")
-    commit_all(repo, "theirs")
-    git(repo, "checkout", "-q", "main")
-    (repo / "c.txt").write_bytes(b"ours\n")
-    commit_all(repo, "ours")
-    git(repo, "merge", "-q", "other", check=False)  # c.txt in stages 1 to 3
+    merge_conflict(repo)  # c.txt in stages 1 to 3
     (repo / "planned").write_bytes(b"later\n")
     git(repo, "add", "-N", "planned")
     (repo / "src" / "app.py").write_bytes(b"staged\n")

@@ -17,17 +17,7 @@ from promoter.git import index_memo, readback, runner
 from promoter.git.layout import discover
 from tests.gitutil import git
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "a.txt").write_bytes(b"a\n")
-    (path / "tool.sh").write_bytes(b"#!/bin/sh\n")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    return path
+pytestmark = pytest.mark.repo(files={"a.txt": b"a\n", "tool.sh": b"#!/bin/sh\n"}, message="base")
 
 
 def _ls_files(repo: Path, paths: list[str]) -> tuple[dict[str, list[readback.IndexEntry]], int]:

@@ -19,6 +19,7 @@ from portalocker.portalocker import FlockLocker
 from promoter.errors import LockUnavailable, PathUnsafe
 from promoter.fs import lock as lock_module
 from promoter.fs.lock import LOCK_NAME, RepoLock
+from tests.support.fsutil import made
 
 HOLDER = """
 import sys
@@ -54,9 +55,7 @@ sys.exit(0)
 
 @pytest.fixture
 def common(tmp_path: Path) -> Path:
-    path = tmp_path / "repo.git"
-    path.mkdir()
-    return path
+    return made(tmp_path / "repo.git")
 
 
 @pytest.fixture

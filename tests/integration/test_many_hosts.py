@@ -16,14 +16,13 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.flows import init_repo, make_grant, ts
+from tests.support.flows import init_repo, make_grant, make_lease
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 
@@ -54,14 +53,7 @@ def _hosts(tmp_path: Path, **repos: dict[str, Path]) -> Iterator[dict[str, Daemo
 
 
 def _lease(fence: int) -> dict[str, object]:
-    return {
-        "run_id": "run_1",
-        "attempt": 1,
-        "generation": 1,
-        "resume_epoch": 0,
-        "fence": fence,
-        "expires_at": ts(timedelta(hours=1)),
-    }
+    return make_lease(fence=fence)
 
 
 def test_concurrent_lease_updates_from_three_hosts_never_regress_a_fence(

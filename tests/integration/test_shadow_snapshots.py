@@ -40,9 +40,8 @@ CALC_V1 = b"def add(a: int, b: int) -> int:\n    return a + b\n"
 CALC_V2 = CALC_V1 + b"\n\ndef multiply(a: int, b: int) -> int:\n    return a * b\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
+def _user_repo(path: Path) -> Path:
+    """Commits, a staged change, and an ignored directory of the user's."""
     files = {
         "calculator.py": CALC_V1,
         "utils.py": b"VERSION = '1.0.0'\n",
@@ -65,6 +64,9 @@ def repo(tmp_path: Path) -> Path:
     (path / "node_modules" / "pkg").mkdir(parents=True)
     (path / "node_modules" / "pkg" / "index.js").write_bytes(b"module.exports = 1\n")
     return path
+
+
+pytestmark = pytest.mark.repo(shape=_user_repo)
 
 
 @pytest.fixture
@@ -371,15 +373,11 @@ def test_a_conflict_after_a_write_needs_reconciliation_and_before_any_is_refused
     assert (repo / "utils.py").read_bytes() == b"the user got there first\n"
 
 
-def test_an_interrupted_restore_is_recovered_to_the_target(
-    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base = capture(services)
-    files = worktree(repo)
-    (repo / "calculator.py").write_bytes(b"broken\n")
-    (repo / "new" / "junk.txt").parent.mkdir()
-    (repo / "new" / "junk.txt").write_bytes(b"junk\n")
-    current = capture(services)
+def _stopped_restore(
+    services: Services, monkeypatch: pytest.MonkeyPatch, target: str, current: str
+) -> str:
+    """A restore of ``work`` from ``current`` to ``target`` whose process died after its
+    deletes, left ``needs_recovery`` as the sweep leaves it; the operation's id."""
 
     def crash_after_deletes(self: StepRun, todo: set[int]) -> str:
         for step in self.steps:
@@ -390,14 +388,28 @@ def test_an_interrupted_restore_is_recovered_to_the_target(
     with monkeypatch.context() as patch:
         patch.setattr(StepRun, "apply", crash_after_deletes)
         with pytest.raises(KeyboardInterrupt):
-            snapshot_restore.restore(services, "work", base, current)
+            snapshot_restore.restore(services, "work", target, current)
     operation_id = snapshot_restore.restore_id(
-        services.registry.by_name("work").identity, current, base
+        services.registry.by_name("work").identity, current, target
     )
     with services.db.session() as session:
         row = journal.get_operation(session, operation_id)
         assert row is not None and row.status == "in_progress"
         journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
+    return operation_id
+
+
+def test_an_interrupted_restore_is_recovered_to_the_target(
+    services: Services, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = capture(services)
+    files = worktree(repo)
+    (repo / "calculator.py").write_bytes(b"broken\n")
+    (repo / "new" / "junk.txt").parent.mkdir()
+    (repo / "new" / "junk.txt").write_bytes(b"junk\n")
+    current = capture(services)
+
+    operation_id = _stopped_restore(services, monkeypatch, base, current)
     assert not (repo / "new" / "junk.txt").exists()
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert worktree(repo) == files
@@ -625,23 +637,7 @@ def test_an_interrupted_restore_with_links_and_latin1_names_is_recovered_exactly
     _damage_with_links_and_latin1(repo, outside)
     step2 = capture(services, "step 2")
 
-    def crash_after_deletes(self: StepRun, todo: set[int]) -> str:
-        for step in self.steps:
-            if step.operation == "delete":
-                self._delete(step, True)
-        raise KeyboardInterrupt("the process dies")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(StepRun, "apply", crash_after_deletes)
-        with pytest.raises(KeyboardInterrupt):
-            snapshot_restore.restore(services, "work", step1, step2)
-    operation_id = snapshot_restore.restore_id(
-        services.registry.by_name("work").identity, step2, step1
-    )
-    with services.db.session() as session:
-        row = journal.get_operation(session, operation_id)
-        assert row is not None and row.status == "in_progress"
-        journal.set_status(session, operation_id, OperationStatus.NEEDS_RECOVERY, code="owner_gone")
+    operation_id = _stopped_restore(services, monkeypatch, step1, step2)
     assert not os.path.lexists(os.path.join(os.fsencode(repo), b"caf\xe9.txt"))
     assert snapshot_restore.recover_restore(services, operation_id) == "completed"
     assert raw_worktree(repo) == step1_entries

@@ -17,12 +17,9 @@ import pytest
 from promoter.git import runner
 from promoter.git.layout import discover
 from promoter.git.shadow import ShadowRepository
-from tests.support.snapshot_repo import Change, delete, link, snapshot_worktree, write
+from tests.support.snapshot_repo import Change, delete, link, write
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return snapshot_worktree(tmp_path / "work")
+pytestmark = pytest.mark.repo(shape="snapshot")
 
 
 def _shadow(tmp_path: Path, repo: Path, name: str) -> ShadowRepository:

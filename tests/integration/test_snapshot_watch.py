@@ -29,7 +29,10 @@ from promoter.git.shadow import ShadowRepository
 from tests.gitutil import git
 from tests.support.snapshot_repo import Change, delete, link, snapshot_worktree, write
 
-pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is not available here")
+pytestmark = [
+    pytest.mark.skipif(not inotify.available(), reason="inotify is not available here"),
+    pytest.mark.repo(shape=lambda path: _make_repo(path)),
+]
 
 
 def _make_repo(path: Path) -> Path:
@@ -39,11 +42,6 @@ def _make_repo(path: Path) -> Path:
     (path / "logs").mkdir()
     (path / "logs" / "only.log").write_bytes(b"a directory holding only ignored files\n")
     return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return _make_repo(tmp_path / "work")
 
 
 def _shadow(where: Path, repo: Path, name: str) -> ShadowRepository:

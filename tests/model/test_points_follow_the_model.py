@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ import httpx
 import pytest
 
 from tests.model import spin
-from tests.support.flows import init_repo, make_bundle, make_grant, sha, state, ts
-from tests.support.process import DaemonProcess
+from tests.support.flows import init_repo, make_bundle, sha, state
+from tests.support.process import DaemonProcess, granted, promotion_request
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {"m.txt": b"old\n", "d.txt": b"gone\n", "x.sh": b"run\n"}
@@ -105,18 +104,7 @@ def _assert_follows(taken: str, pattern: str) -> None:
 
 def _prepare(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity, symlinks="inside")
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        grant = granted(orch, repo, symlinks="inside")
     bundle = make_bundle(grant, CHANGES)
     assert [c["path"] for c in bundle["changes"]] == ORDER
     with daemon.executor("run_1") as ex:
@@ -124,12 +112,7 @@ def _prepare(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
             assert ex.put(f"/v1/blobs/sha256/{sha(data)}", content=data).status_code in (200, 201)
         answer = ex.post("/v1/bundles", json=bundle)
         assert answer.status_code == 201, answer.text
-    return {
-        "bundle_id": bundle["bundle_id"],
-        "fence": 7,
-        "wait": True,
-        "verification_receipt_sha256": answer.json()["verification_receipt"]["receipt_sha256"],
-    }
+    return promotion_request(bundle, answer)
 
 
 def test_promotion_rollback_and_restore_take_the_models_order(tmp_path: Path) -> None:

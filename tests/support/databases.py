@@ -29,6 +29,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
@@ -45,6 +46,12 @@ def backend() -> str:
 
 def admin_url() -> str:
     return os.environ.get("PROMOTER_TEST_POSTGRES_URL") or DEFAULT_ADMIN_URL
+
+
+def own_url(tmp_path: Path, name: str) -> str:
+    """The test's own database: ``PROMOTER_DATABASE_URL`` under the PostgreSQL pass, else
+    a SQLite file ``name`` in ``tmp_path``."""
+    return os.environ.get("PROMOTER_DATABASE_URL") or f"sqlite:///{tmp_path / name}"
 
 
 def worker() -> str:
@@ -163,17 +170,26 @@ def _before_connect(dialect: Any, _record: Any, _args: Any, params: dict[str, An
 
 
 @contextmanager
+def connect_hook(callback: Any) -> Iterator[None]:
+    """``callback`` given every connection this process opens (SQLAlchemy's ``do_connect``)
+    while inside."""
+    event.listen(Engine, "do_connect", callback)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "do_connect", callback)
+
+
+@contextmanager
 def install() -> Iterator[Server]:
     """This process's ``Server``, with every PostgreSQL connection watched for a pending
     database; on leaving, every database it created is dropped."""
     global _server
-    server = Server()
-    _server = server
-    event.listen(Engine, "do_connect", _before_connect)
+    server = _server = Server()
     try:
-        yield server
+        with connect_hook(_before_connect):
+            yield server
     finally:
-        event.remove(Engine, "do_connect", _before_connect)
         _server = None
         server.close()
 

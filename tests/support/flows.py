@@ -18,20 +18,7 @@ import httpx
 import rfc8785
 
 from tests.gitutil import git
-
-
-def init_repo(path: Path, files: dict[str, bytes] | None = None) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", "main")
-    for rel, data in (
-        files or {"README.md": b"# project\n", "src/app.py": b"print('v1')\n"}
-    ).items():
-        target = path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
+from tests.support.repos import init_repo as init_repo
 
 
 def head(repo: Path) -> tuple[str, str]:
@@ -103,6 +90,34 @@ def make_grant(
     return grant
 
 
+def make_lease(
+    run_id: str = "run_1", *, fence: int = 7, expires_at: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """The lease an orchestrator puts for ``run_id`` (attempt 1, generation 1, resume epoch
+    0), expiring in an hour unless ``expires_at`` says when."""
+    lease = {
+        "run_id": run_id,
+        "attempt": 1,
+        "generation": 1,
+        "resume_epoch": 0,
+        "fence": fence,
+        "expires_at": expires_at or ts(timedelta(hours=1)),
+    }
+    lease.update(overrides)
+    return lease
+
+
+def lease_of(grant: dict[str, Any], fence: int | None = None) -> dict[str, Any]:
+    """The lease of ``grant``'s run (its fence unless ``fence``), expiring in an hour."""
+    return make_lease(
+        grant["executor_run_id"],
+        fence=grant["fence"] if fence is None else fence,
+        attempt=grant["attempt"],
+        generation=grant["generation"],
+        resume_epoch=grant["resume_epoch"],
+    )
+
+
 def grant_sha(grant: dict[str, Any]) -> str:
     return jcs_sha({k: v for k, v in grant.items() if k != "grant_sha256"})
 
@@ -142,6 +157,32 @@ def make_bundle(
     }
     bundle.update(overrides)
     return seal_bundle(bundle) if seal else bundle
+
+
+def promotion_body(
+    targets: list[dict[str, Any]] | None = None, promoted_at: str = "2026-11-30T21:05:09Z"
+) -> dict[str, Any]:
+    """An unsealed ``PatchPromotionReceiptV1`` of fixed ids, of ``targets`` (by default
+    ``src/app.py`` of sha256 ``66…``), for tests of signing and statements: it names no
+    operation a daemon made."""
+    app = {"path": "src/app.py", "exists": True, "sha256": "6" * 64, "mode": "100644"}
+    return {
+        "schema": "PatchPromotionReceiptV1",
+        "operation_id": "op_" + "1" * 32,
+        "repository_identity": "repo_" + "2" * 32,
+        "grant_id": "grt_test1",
+        "grant_sha256": "3" * 64,
+        "bundle_id": "bnd_" + "4" * 32,
+        "bundle_sha256": "4" * 64,
+        "verification_receipt_sha256": "5" * 64,
+        "targets": [app] if targets is None else targets,
+        "events": {
+            "decision": "evt_" + "a" * 32,
+            "action": "evt_" + "b" * 32,
+            "outcome": "evt_" + "c" * 32,
+        },
+        "promoted_at": promoted_at,
+    }
 
 
 def wire_bytes(path: str) -> bytes:

@@ -67,6 +67,21 @@ def anonymous_temps_work(directory: Path) -> bool:
 NEVER_BUSY = 1 << 62
 
 
+def made(path: Path) -> Path:
+    """``path`` made as a new, empty directory (its parent must exist)."""
+    path.mkdir()
+    return path
+
+
+def groups_syncs(directory: Path) -> bool:
+    """Whether the filesystem of ``directory`` takes one ``syncfs`` for a group of files."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return group_sync.GroupSync.unsupported(fd) is None
+    finally:
+        os.close(fd)
+
+
 def skip_without_group_sync(directory: Path) -> None:
     """Skip, in one line, where the filesystem of ``directory`` takes an fsync per file."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

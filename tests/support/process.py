@@ -7,6 +7,7 @@ thread so the pipe never fills.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -14,7 +15,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from promoter.domain.blob_frames import (
     frame_header,
 )
 from tests.support import databases, forkserver
-from tests.support.flows import make_bundle, make_grant, sha, ts
+from tests.support.flows import make_bundle, make_grant, make_lease, sha
 
 
 class DaemonProcess:
@@ -129,6 +129,12 @@ class DaemonProcess:
             verify=tls_context(self.url),
         )
 
+    def first_operation(self) -> str:
+        """The id of the first operation ``GET /v1/operations`` lists to the operator."""
+        with self.client("operator") as operator:
+            listed = operator.get("/v1/operations").json()["operations"]
+        return str(listed[0]["operation_id"])
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -141,6 +147,28 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
+
+
+def crash_in_promotion(daemon: DaemonProcess, request: dict[str, Any]) -> None:
+    """``request`` posted to ``daemon``, which a fault point kills while it promotes: the
+    daemon must die of ``SIGKILL`` (exit status 137)."""
+    with daemon.client() as orch, contextlib.suppress(httpx.HTTPError):
+        orch.post("/v1/promotions", json=request)  # the daemon dies mid-request
+    assert daemon.wait_exit() == 137
+
+
+def killed_promotion(
+    state_dir: Path, repo: Path, changes: list[tuple[str, bytes | None, bytes | None]], faults: str
+) -> dict[str, Any]:
+    """A daemon on ``state_dir`` serving ``repo`` as ``work`` with ``faults``, asked for the
+    promotion of ``changes``, which kills it (``crash_in_promotion``); the request."""
+    first = DaemonProcess(state_dir, {"work": repo}, faults=faults)
+    try:
+        request = prepare_promotion(first, repo, changes)
+        crash_in_promotion(first, request)
+    finally:
+        first.kill()
+    return request
 
 
 def upload_blobs(executor: httpx.Client, blobs: Iterable[bytes]) -> None:
@@ -176,6 +204,28 @@ def upload_blobs(executor: httpx.Client, blobs: Iterable[bytes]) -> None:
         send()
 
 
+def granted(orch: httpx.Client, repo: Path, *, lease_as_grant: bool = False, **grant: Any) -> Any:
+    """A grant for ``repo`` (the daemon's first repository) registered with ``orch``, and
+    the lease of its run (expiring in an hour, or with the grant); the grant."""
+    identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+    document = make_grant(repo, identity, **grant)
+    assert orch.post("/v1/grants", json=document).status_code == 201
+    lease = make_lease(expires_at=document["expires_at"] if lease_as_grant else None)
+    assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+    return document
+
+
+def promotion_request(bundle: dict[str, Any], verified: httpx.Response) -> dict[str, Any]:
+    """The body of ``POST /v1/promotions`` for ``bundle``, as ``verified`` (its answer to
+    ``POST /v1/bundles``) names its verification receipt."""
+    return {
+        "bundle_id": bundle["bundle_id"],
+        "fence": 7,
+        "wait": True,
+        "verification_receipt_sha256": verified.json()["verification_receipt"]["receipt_sha256"],
+    }
+
+
 def prepare_promotion(
     daemon: DaemonProcess,
     repo: Path,
@@ -187,18 +237,7 @@ def prepare_promotion(
     ``batched=False`` uploads one ``PUT`` a blob (a batch syncs its blobs as one group,
     which a test counting ``after_group_sync`` hits must leave out)."""
     with daemon.client() as orch:
-        identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
-        grant = make_grant(repo, identity)
-        assert orch.post("/v1/grants", json=grant).status_code == 201
-        lease = {
-            "run_id": "run_1",
-            "attempt": 1,
-            "generation": 1,
-            "resume_epoch": 0,
-            "fence": 7,
-            "expires_at": ts(timedelta(hours=1)),
-        }
-        assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        grant = granted(orch, repo)
     bundle = make_bundle(grant, changes)
     with daemon.executor("run_1") as ex:
         blobs = {d for _, old, new in changes for d in (old, new) if d is not None}
@@ -210,10 +249,4 @@ def prepare_promotion(
                 assert answer.status_code in (200, 201), answer.text
         answer = ex.post("/v1/bundles", json=bundle)
         assert answer.status_code == 201, answer.text
-    receipt = answer.json()["verification_receipt"]
-    return {
-        "bundle_id": bundle["bundle_id"],
-        "fence": 7,
-        "wait": True,
-        "verification_receipt_sha256": receipt["receipt_sha256"],
-    }
+    return promotion_request(bundle, answer)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from promoter.client.sync import PromoterClient
+from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
+from promoter.executor import build_bundle, upload_and_submit
+from promoter.executor.builder import BuiltBundle
 from tests.support.daemon import Daemon
-from tests.support.flows import make_bundle, make_grant, ts, upload
+from tests.support.flows import lease_of, make_bundle, make_grant, make_lease, upload
 
 
 def tree_bytes(root: Path, *, skip_git: bool = True) -> dict[str, tuple[bytes, int]]:
@@ -36,17 +39,45 @@ def git_dir_digest(repo: Path) -> dict[str, str]:
 
 
 def set_lease(daemon: Daemon, grant: dict[str, Any], fence: int | None = None) -> None:
-    lease = {
-        "run_id": grant["executor_run_id"],
-        "attempt": grant["attempt"],
-        "generation": grant["generation"],
-        "resume_epoch": grant["resume_epoch"],
-        "fence": grant["fence"] if fence is None else fence,
-        "expires_at": ts(timedelta(hours=1)),
-    }
+    lease = lease_of(grant, fence)
     with daemon.orchestrator() as orch:
         answer = orch.put(f"/v1/leases/{grant['workflow_id']}/{grant['stage']}", json=lease)
         assert answer.status_code == 200, answer.text
+
+
+def register_grant(daemon: Daemon, repo: Path, identity: str, **fields: Any) -> dict[str, Any]:
+    """A grant for ``repo`` (``make_grant`` with ``fields``) registered; the grant."""
+    grant = make_grant(repo, identity, **fields)
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code in (200, 201), answer.text
+    return grant
+
+
+def built_and_submitted(
+    daemon: Daemon, repo: Path, identity: str, executor: Path
+) -> tuple[PromoterClient, BuiltBundle, PatchVerificationReceiptV1]:
+    """The tree at ``executor`` built into a bundle for a new grant on ``repo`` and
+    submitted with promoter's own client library, the grant's lease set; the
+    orchestrator's client, the built bundle and its verification receipt."""
+    grant = make_grant(repo, identity)
+    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
+    orchestrator.register_grant(grant)
+    client = orchestrator.with_token(orchestrator.mint_executor_token("run_1")["token"])
+    with build_bundle(executor, GrantV1.model_validate(grant)) as built:
+        receipt = upload_and_submit(client, built)
+    set_lease(daemon, grant)
+    return orchestrator, built, receipt
+
+
+def leased_clients(
+    daemon: Daemon, run_id: str, fence: int = 7
+) -> tuple[PromoterClient, PromoterClient]:
+    """promoter's client library for ``daemon``: the orchestrator's, having put the lease
+    of ``run_id`` (``wf_1``/``implement`` at ``fence``), and an executor's for that run."""
+    orchestrator = PromoterClient(daemon.url, daemon.orchestrator_token)
+    orchestrator.set_lease("wf_1", "implement", make_lease(run_id, fence=fence))
+    return orchestrator, orchestrator.with_token(orchestrator.mint_executor_token(run_id)["token"])
 
 
 def submit(
@@ -60,10 +91,7 @@ def submit(
     **grant_overrides: Any,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Register a grant, upload blobs, submit the bundle; returns (grant, bundle, receipt)."""
-    grant = make_grant(repo, identity, grant_id=grant_id, **grant_overrides)
-    with daemon.orchestrator() as orch:
-        answer = orch.post("/v1/grants", json=grant)
-        assert answer.status_code in (200, 201), answer.text
+    grant = register_grant(daemon, repo, identity, grant_id=grant_id, **grant_overrides)
     bundle = make_bundle(grant, changes)
     blobs = [c[i] for c in changes if isinstance(c, tuple) for i in (1, 2) if c[i] is not None]
     with daemon.executor(grant["executor_run_id"]) as ex:
@@ -95,10 +123,32 @@ def promote(
         )
 
 
+def completed(
+    daemon: Daemon, repo: Path, changes: list[Any], *, name: str | None = None, **grant: Any
+) -> str:
+    """``changes`` promoted through the API into ``repo`` (registered as ``name``, by
+    default its directory's name), which must complete; the operation's id."""
+    identity = daemon.services.registry.by_name(name or repo.name).identity
+    _, bundle, receipt = submit(daemon, repo, identity, changes, **grant)
+    view = promote(daemon, bundle, receipt).json()
+    assert view["status"] == "completed", view
+    return str(view["operation_id"])
+
+
 def operation_view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
     """``GET /v1/operations/{id}`` with the operator token, which must answer 200."""
     with daemon.operator() as op:
         answer = op.get(f"/v1/operations/{operation_id}")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def operation_receipt(
+    daemon: Daemon, operation_id: str, role: Literal["orchestrator", "operator"] = "orchestrator"
+) -> dict[str, Any]:
+    """``GET /v1/operations/{id}/receipt`` with ``role``'s token, which must answer 200."""
+    with daemon.client(daemon.services.tokens[role]) as client:
+        answer = client.get(f"/v1/operations/{operation_id}/receipt")
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
 

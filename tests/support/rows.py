@@ -1,10 +1,12 @@
 """Journal rows made directly, for tests of the store that need an operation to exist.
 
-Deliberately not here: anything the engine would do with the row (no events, no steps).
+``journal_database`` opens a migrated database holding such rows. Deliberately not here: anything
+the engine would do with the row (no events, no steps).
 """
 
 from __future__ import annotations
 
+from promoter.store.db import Database, upgrade
 from promoter.store.repo import now
 from promoter.store.tables import OperationRow
 
@@ -21,3 +23,13 @@ def operation_row(operation_id: str, kind: str = "promotion") -> OperationRow:
         created_at=now(),
         updated_at=now(),
     )
+
+
+def journal_database(url: str, *operations: str) -> Database:
+    """The database at ``url`` migrated and opened (locks waited for 5 s), with an
+    ``operation_row`` for each of ``operations``."""
+    upgrade(url)
+    database = Database(url, 5.0)
+    with database.session() as session:
+        session.add_all([operation_row(operation_id) for operation_id in operations])
+    return database

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event
+from tests.support.databases import connect_hook
 
 NAME = "promoter.db"
 _template: Path | None = None
@@ -56,11 +56,10 @@ def install() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="promoter-sqlite-template-"))
     template = folder / NAME
     upgrade(f"sqlite:///{template}")
-    _template = template
-    event.listen(Engine, "do_connect", _before_connect)
-    try:
-        yield template
-    finally:
-        event.remove(Engine, "do_connect", _before_connect)
-        _template = None
-        shutil.rmtree(folder)  # made by mkdtemp above: ours alone
+    with connect_hook(_before_connect):
+        _template = template
+        try:
+            yield template
+        finally:
+            _template = None
+            shutil.rmtree(folder)  # made by mkdtemp above: ours alone

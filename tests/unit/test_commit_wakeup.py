@@ -14,9 +14,9 @@ import pytest
 
 from promoter.domain.status import StepStatus
 from promoter.store import feed, journal, step_rows
-from promoter.store.db import Database, upgrade
+from promoter.store.db import Database
 from promoter.store.wakeup import Notifier
-from tests.support.rows import operation_row
+from tests.support.rows import journal_database
 
 OPERATION = "op_000001"
 STEP = {"path": "src/app.py", "operation": "modify", "old": None, "new": None}
@@ -31,12 +31,7 @@ def notifier(monkeypatch: pytest.MonkeyPatch) -> Notifier:
 
 @pytest.fixture
 def database(tmp_path: Path) -> Database:
-    url = f"sqlite:///{tmp_path / 'wakeup.db'}"
-    upgrade(url)
-    database = Database(url, 5.0)
-    with database.session() as session:
-        session.add(operation_row(OPERATION))
-    return database
+    return journal_database(f"sqlite:///{tmp_path / 'wakeup.db'}", OPERATION)
 
 
 def test_a_commit_of_only_bulk_step_statements_wakes_the_readers(

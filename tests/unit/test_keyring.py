@@ -34,30 +34,14 @@ from promoter.engine.receipts.keyring import (
 )
 from promoter.engine.receipts.signing import TrustedKey, sign_envelope, verify_document
 from promoter.errors import ConfigError, ReceiptInvalid
-from tests.support.flows import jcs_sha
+from tests.support.flows import jcs_sha, promotion_body
 
 T1 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 T2 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def receipt(promoted_at: str) -> bytes:
-    body = {
-        "schema": "PatchPromotionReceiptV1",
-        "operation_id": "op_" + "1" * 32,
-        "repository_identity": "repo_" + "2" * 32,
-        "grant_id": "grt_test1",
-        "grant_sha256": "3" * 64,
-        "bundle_id": "bnd_" + "4" * 32,
-        "bundle_sha256": "4" * 64,
-        "verification_receipt_sha256": "5" * 64,
-        "targets": [{"path": "src/app.py", "exists": True, "sha256": "6" * 64, "mode": "100644"}],
-        "events": {
-            "decision": "evt_" + "a" * 32,
-            "action": "evt_" + "b" * 32,
-            "outcome": "evt_" + "c" * 32,
-        },
-        "promoted_at": promoted_at,
-    }
+    body = promotion_body(promoted_at=promoted_at)
     return bytes(rfc8785.dumps({**body, "receipt_sha256": jcs_sha(body)}))
 
 

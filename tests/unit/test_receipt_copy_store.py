@@ -19,9 +19,9 @@ import pytest
 from promoter.fs import flush
 from promoter.store import ledger
 from promoter.store.audit import AuditStore
-from promoter.store.db import Database, upgrade
+from promoter.store.db import Database
 from promoter.store.durable import set_aside
-from tests.support.rows import operation_row
+from tests.support.rows import journal_database
 
 OP = "op_" + "1" * 32
 DATA = b'{"receipt_sha256":"' + b"a" * 64 + b'"}'
@@ -29,12 +29,8 @@ DATA = b'{"receipt_sha256":"' + b"a" * 64 + b'"}'
 
 @pytest.fixture
 def database(tmp_path: Path) -> Database:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    upgrade(url)
-    db = Database(url, 5.0)
+    db = journal_database(f"sqlite:///{tmp_path / 'ledger.db'}", OP)
     with db.session() as session:
-        session.add(operation_row(OP))
-        session.flush()
         ledger.append(session, OP, "decision", {"n": 0})
     return db
 

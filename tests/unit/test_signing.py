@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from promoter.engine.receipts.signing import HostKey, pae, sign_envelope, verify_document
 from promoter.errors import ConfigError, ReceiptInvalid
-from tests.support.flows import jcs_sha, make_bundle
+from tests.support.flows import jcs_sha, make_bundle, promotion_body
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 LEGACY_TYPE = "application/vnd.promoter.PatchPromotionReceiptV1+json"
@@ -33,27 +33,7 @@ def sealed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def promotion() -> dict[str, Any]:
-    return sealed(
-        {
-            "schema": "PatchPromotionReceiptV1",
-            "operation_id": "op_" + "1" * 32,
-            "repository_identity": "repo_" + "2" * 32,
-            "grant_id": "grt_test1",
-            "grant_sha256": "3" * 64,
-            "bundle_id": "bnd_" + "4" * 32,
-            "bundle_sha256": "4" * 64,
-            "verification_receipt_sha256": "5" * 64,
-            "targets": [
-                {"path": "src/app.py", "exists": True, "sha256": "6" * 64, "mode": "100644"}
-            ],
-            "events": {
-                "decision": "evt_" + "a" * 32,
-                "action": "evt_" + "b" * 32,
-                "outcome": "evt_" + "c" * 32,
-            },
-            "promoted_at": "2026-11-30T21:05:09Z",
-        }
-    )
+    return sealed(promotion_body())
 
 
 def verification() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from promoter.domain.intoto import PromotionStatementV1, VerificationStatementV1
 from promoter.engine.receipts.statement import statement_bytes, subjects_of
 from promoter.engine.receipts.worktree import compare_targets
 from promoter.errors import ReceiptInvalid
-from tests.support.flows import jcs_sha
+from tests.support.flows import jcs_sha, promotion_body
 
 
 def sha(data: bytes) -> str:
@@ -32,25 +32,7 @@ def sealed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def promotion(targets: list[dict[str, Any]]) -> dict[str, Any]:
-    return sealed(
-        {
-            "schema": "PatchPromotionReceiptV1",
-            "operation_id": "op_" + "1" * 32,
-            "repository_identity": "repo_" + "2" * 32,
-            "grant_id": "grt_test1",
-            "grant_sha256": "3" * 64,
-            "bundle_id": "bnd_" + "4" * 32,
-            "bundle_sha256": "4" * 64,
-            "verification_receipt_sha256": "5" * 64,
-            "targets": targets,
-            "events": {
-                "decision": "evt_" + "a" * 32,
-                "action": "evt_" + "b" * 32,
-                "outcome": "evt_" + "c" * 32,
-            },
-            "promoted_at": "2026-11-30T21:05:09Z",
-        }
-    )
+    return sealed(promotion_body(targets))
 
 
 def target(path: str, data: bytes | None, mode: str = "100644") -> dict[str, Any]:

@@ -7,30 +7,19 @@ worktree's bytes before and after.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import typer
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
-from promoter.config import RepositoryConfig
 from promoter.errors import OperationConflict
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, make_bundle, upload
+from tests.support.daemon import Daemon
+from tests.support.flows import make_bundle, upload
 from tests.support.promotion import promote, submit, tree_bytes
 
 OLD, NEW, OTHER = b"print('v1')\n", b"print('approved')\n", b"print('other')\n"
-
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path, str]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
 
 
 def _decisions(daemon: Daemon, operation_id: str) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ as the approver, asking again after a rejection, and reopening without the opera
 from __future__ import annotations
 
 import getpass
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +17,16 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import credentials_cmd, review_cmd
-from promoter.config import RepositoryConfig
 from promoter.domain.canonical import canonical_bytes
 from promoter.errors import ApprovalRejected, ConfigError
 from promoter.store import journal
 from promoter.store.credentials import add_operator
 from tests.console.support import hidden, login
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
 from tests.support.promotion import promote, submit, tree_bytes
 
 OLD, NEW = b"print('v1')\n", b"print('approved')\n"
-Gated = tuple[Daemon, Path, str]
-
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[Gated]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
 
 
 def _held(daemon: Daemon, repo: Path, identity: str) -> tuple[str, dict[str, Any], dict[str, Any]]:

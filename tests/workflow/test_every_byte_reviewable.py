@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,13 +31,14 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import bundle_cmd, ops_cmd, review_cmd
-from promoter.config import RepositoryConfig
 from promoter.engine.review.diff import MAX_LIMIT
 from promoter.errors import DiffNotSeen, NotConfirmed
 from promoter.executor import sandbox as sandboxes
 from tests.console.browser import chromium_browser
 from tests.console.support import login
+from tests.support import bwrap
 from tests.support.daemon import Daemon, running_daemon
+from tests.support.fixtures import Gated
 from tests.support.flows import init_repo, sha, state, upload
 from tests.support.promotion import operation_view, promote, submit, tree_bytes, unchanged
 from tests.workflow.test_mcp_server import _tools
@@ -59,7 +59,6 @@ TAIL_DIFF = (
     "-    return user.is_admin\n"
     "+    return True\n"
 )
-Gated = tuple[Daemon, Path, str]
 
 
 def _harmless(name: str, size: int) -> bytes:
@@ -72,15 +71,10 @@ def _filler(count: int, size: int) -> list[tuple[str, None, bytes]]:
     return [(f"docs/f{i}.md", None, _harmless(f"f{i}", size)) for i in range(count)]
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[Gated]:
-    """A repository under the approval gate, a review page of 64 KiB."""
-    repo = init_repo(tmp_path / "gated", {"README.md": b"# project\n", TAIL: TAIL_OLD})
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(
-        tmp_path / "gstate", {"gated": config}, review_diff_page_bytes=PAGE
-    ) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
+# a repository under the approval gate, a review page of 64 KiB
+pytestmark = pytest.mark.gated(
+    {"README.md": b"# project\n", TAIL: TAIL_OLD}, review_diff_page_bytes=PAGE
+)
 
 
 def _held(gated: Gated, changes: list[Any], second: bool = False) -> tuple[str, str]:
@@ -476,10 +470,7 @@ FILL = "mkdir -p docs && seq 100000 120000 > docs/f0.md && seq 200000 220000 > d
 @pytest.mark.parametrize("confirm", [True, False])
 def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, confirm: bool) -> None:
     daemon, repo, _ = gated
-    if shutil.which("bwrap") is None:
-        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-            raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    bwrap.required()
     before = tree_bytes(repo)
     argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
     argv += [

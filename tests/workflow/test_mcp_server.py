@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from promoter.client.sync import PromoterClient
-from tests.gitutil import git
+from tests.support import repos
 from tests.support.daemon import Daemon
 from tests.support.flows import make_grant
 from tests.support.promotion import set_lease, tree_bytes
@@ -85,8 +85,7 @@ def _not_warnings(stderr: str) -> list[str]:
 def test_mcp_tools_listed_and_called_through_the_sdk_client(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    clone = repos.clone(repo, tmp_path / "clone")
     (clone / "src" / "app.py").write_bytes(b"print('from the agent')\n")
     (clone / "src" / "added.py").write_bytes(b"added = True\n")
     grant = make_grant(repo, identity, grant_id="grt_mcp")
@@ -143,8 +142,7 @@ def test_mcp_tools_listed_and_called_through_the_sdk_client(
 def test_mcp_submit_returns_local_refusals_with_every_path(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    clone = repos.clone(repo, tmp_path / "clone")
     (clone / "README.md").write_bytes(b"# not allowed\n")
     (clone / "src" / "app.py").write_bytes(b"print('allowed')\n")
     grant = make_grant(
@@ -167,8 +165,7 @@ def test_mcp_submit_returns_local_refusals_with_every_path(
 def test_mcp_refusal_is_an_error_result_with_its_code_and_the_package_version(
     tmp_path: Path, daemon: Daemon, repo: Path, identity: str
 ) -> None:
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    clone = repos.clone(repo, tmp_path / "clone")
     orch = PromoterClient(daemon.url, daemon.orchestrator_token)
     token = str(orch.mint_executor_token("run_1")["token"])
     calls = [

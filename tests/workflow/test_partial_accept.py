@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +21,26 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
-from promoter.config import RepositoryConfig
 from promoter.domain.documents import seal_bundle
 from promoter.domain.hunks import compose
 from promoter.engine.receipts.signing import verify_document
 from promoter.store.credentials import add_operator
 from tests.gitutil import git
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
-from tests.support.promotion import promote, submit, tree_bytes
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
+from tests.support.promotion import operation_receipt, promote, submit, tree_bytes
 
 FILES = {f"src/m{i}.py": f"print('m{i} v1')\n".encode() for i in range(1, 6)}
 NEW = {path: data.replace(b"v1", b"v2") for path, data in FILES.items()}
-Gated = tuple[Daemon, Path, str]
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[Gated]:
-    files = {"README.md": b"# project\n", **FILES, "docs/old.md": b"moved text\n"}
-    repo = init_repo(tmp_path / "gated", files)
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
+pytestmark = pytest.mark.gated(
+    {"README.md": b"# project\n", **FILES, "docs/old.md": b"moved text\n"}
+)
 
 
 def _held(daemon: Daemon, repo: Path, identity: str, changes: list[Any]) -> tuple[str, Any]:
@@ -70,11 +63,7 @@ def _view(daemon: Daemon, operation_id: str) -> dict[str, Any]:
 
 
 def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.operator() as operator:
-        answer = operator.get(f"/v1/operations/{operation_id}/receipt")
-    assert answer.status_code == 200, answer.text
-    receipt: dict[str, Any] = answer.json()
-    return receipt
+    return operation_receipt(daemon, operation_id, "operator")
 
 
 def _approve(daemon: Daemon, operation_id: str, **body: Any) -> Any:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import bwrap
 from tests.support.flows import init_repo
 from tests.support.process import DaemonProcess
 from tests.support.promotion import tree_bytes
@@ -41,10 +42,7 @@ def _confinement() -> list[str]:
     """bubblewrap as a person gets it by default; without it this test cannot run here."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed: the person's terminal sessions are not run")
-    if shutil.which("bwrap") is None:
-        if os.environ.get("PROMOTER_REQUIRE_BWRAP"):
-            pytest.fail("bubblewrap is required here (PROMOTER_REQUIRE_BWRAP)")
-        pytest.skip("bubblewrap is not installed: the person's confined runs are not run")
+    bwrap.required()
     return []
 
 

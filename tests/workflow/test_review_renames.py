@@ -12,7 +12,6 @@ an exact rename together (``selection_splits_pair``), as it did.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
 from promoter.client.sync import PromoterClient
-from promoter.config import RepositoryConfig
 from promoter.domain import renames
 from tests.console.support import held, login
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.fixtures import Gated
 from tests.support.promotion import submit
 from tests.workflow.test_mcp_server import _tools
 
@@ -44,15 +41,8 @@ CHANGES: list[Any] = [
 ]
 SIMILARITY = renames.similarity(LONG, EDITED)
 
-Gated = tuple[Daemon, Path, str]
 
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[Gated]:
-    repo = init_repo(tmp_path / "gated", FILES)
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
+pytestmark = pytest.mark.gated(FILES)
 
 
 def test_similarity_is_shared_line_bytes_over_the_larger_side() -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from tests.gitutil import commit_all
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import make_bundle, make_grant, state, upload
-from tests.support.promotion import submit
+from tests.support.flows import make_bundle, state, upload
+from tests.support.promotion import register_grant, submit
 
 OLD = b"print('v1')\n"
 
@@ -39,10 +39,7 @@ def _submit_states(
     **grant_fields: Any,
 ) -> dict[str, Any]:
     """Submit full Change dicts (modes of our choosing); the blobs are uploaded first."""
-    grant = make_grant(repo, identity, **grant_fields)
-    with daemon.orchestrator() as orch:
-        answer = orch.post("/v1/grants", json=grant)
-        assert answer.status_code in (200, 201), answer.text
+    grant = register_grant(daemon, repo, identity, **grant_fields)
     bundle = make_bundle(grant, changes)
     with daemon.executor(grant["executor_run_id"]) as ex:
         upload(ex, *blobs)

@@ -6,36 +6,23 @@ executable bit; the operator reading the CLI or the console sees each, with the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import typer
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
 from promoter.client.sync import PromoterClient
-from promoter.config import RepositoryConfig
 from tests.console.support import held, login
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
 from tests.support.promotion import submit
 from tests.workflow.test_mcp_server import _tools
 
 OLD = b"print('v1')\n"
 TROJAN = "if access != 'user\u202e \u2066# admin\u2069 \u2066':\n    grant()\n".encode()
 LATIN1 = b"# \xa9 ACME\n"
-
-Gated = tuple[Daemon, Path, str]
-
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[Gated]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"gated": config}) as daemon:
-        yield daemon, repo, daemon.services.registry.by_name("gated").identity
 
 
 def _held(gated: Gated) -> str:

@@ -7,9 +7,7 @@ The command runs in the sandbox clone; the tests compare the user's worktree and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
@@ -18,12 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd, run_cmd
-from promoter.config import RepositoryConfig
 from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
-from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve, under_gate
+from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
+from tests.support.repos import Repos
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
 
 USER_README = b"# project\nthe user's uncommitted line\n"
@@ -41,14 +39,6 @@ def _run(daemon: Daemon, *args: str) -> Result:
     if args[0] != "run":
         argv = list(args)
     return CliRunner().invoke(_app(), argv, env={"PROMOTER_TOKEN": ""})
-
-
-def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.orchestrator() as orch:
-        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
-    assert answer.status_code == 200, answer.text
-    loaded: dict[str, Any] = answer.json()
-    return loaded
 
 
 def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
@@ -72,7 +62,7 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"
     assert (repo / "src" / "app.py").read_bytes() == b"print('v2')\n"
     op1 = record.steps[0].operation_id
-    assert op1 is not None and "base_operation" not in _receipt(daemon, op1)
+    assert op1 is not None and "base_operation" not in operation_receipt(daemon, op1)
 
     second = _run(
         daemon,
@@ -94,8 +84,8 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     assert "2 file(s), 2 insertion(s), 1 deletion(s)" in second.stdout
     record = _only_run(daemon)
     op2 = record.steps[1].operation_id
-    assert op2 is not None and _receipt(daemon, op2)["base_operation"] == op1
-    paths = sorted(t["path"] for t in _receipt(daemon, op2)["targets"])
+    assert op2 is not None and operation_receipt(daemon, op2)["base_operation"] == op1
+    paths = sorted(t["path"] for t in operation_receipt(daemon, op2)["targets"])
     assert paths == ["src/new.py", "src/other.py"]  # only the new edits
 
     third = _run(
@@ -104,7 +94,7 @@ def test_run_creates_modifies_and_deletes_then_continues_twice(daemon: Daemon, r
     assert third.exit_code == 0, third.output
     record = _only_run(daemon)
     op3 = record.steps[2].operation_id
-    assert op3 is not None and _receipt(daemon, op3)["base_operation"] == op2
+    assert op3 is not None and operation_receipt(daemon, op3)["base_operation"] == op2
     assert not (repo / "src" / "other.py").exists()
 
     source = tree_bytes(repo)
@@ -153,11 +143,9 @@ def test_a_failing_command_submits_nothing(daemon: Daemon, repo: Path) -> None:
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
-        yield daemon, repo
+def gated(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    daemon, repo, _ = under_gate(repos, serve, name="work")
+    return daemon, repo
 
 
 def test_yes_does_not_pass_the_approval_gate(gated: tuple[Daemon, Path]) -> None:

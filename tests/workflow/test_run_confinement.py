@@ -33,20 +33,18 @@ import typer
 from typer.testing import CliRunner, Result
 
 from promoter.cli import run_cmd
-from promoter.config import RepositoryConfig
 from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.confine import BWRAP_ENV
 from promoter.executor.layers import LAYOUT_ENV, OBJECTS_INSIDE
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support import bwrap
+from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve, under_gate
 from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.repos import Repos
 from tests.support.sandbox_view import sandbox_file
 
-if shutil.which("bwrap") is None:
-    if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-        raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-    pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
+bwrap.required(module=True)
 
 
 @pytest.fixture(autouse=True, params=["copy", "overlay"])
@@ -323,11 +321,9 @@ report["token"] = os.environ["PROMOTER_TOKEN"]
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "work")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "state", {"work": config}) as daemon:
-        yield daemon, repo
+def gated(repos: Repos, serve: Serve) -> tuple[Daemon, Path]:
+    daemon, repo, _ = under_gate(repos, serve, where="work", name="work", state="state")
+    return daemon, repo
 
 
 def test_the_command_cannot_approve_its_own_promotion(gated: tuple[Daemon, Path]) -> None:

@@ -18,15 +18,15 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from promoter.errors import ConfigError
 from promoter.executor import sandbox as sandboxes
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo, sha
+from tests.support import bwrap
+from tests.support.daemon import Daemon
+from tests.support.flows import sha
 from tests.support.promotion import git_dir_digest, tree_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,22 +104,14 @@ class Terminal:
         return re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\r", b"", self.output)
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", {"README.md": b"# project\n", "src/app.py": BASE})
+pytestmark = pytest.mark.repo(files={"README.md": b"# project\n", "src/app.py": BASE})
 
 
-@pytest.fixture
-def served(tmp_path: Path, work: Path) -> Iterator[Daemon]:
-    with running_daemon(tmp_path / "state", {"work": work}) as daemon:
-        yield daemon
-
-
-def _run(daemon: Daemon, work: Path, script: str, *extra: str, keep: bool = True) -> Terminal:
+def _run(daemon: Daemon, repo: Path, script: str, *extra: str, keep: bool = True) -> Terminal:
     argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
     argv += ["--repo", "work", "--unconfined", *(["--keep"] if keep else []), *extra]
     argv += ["--", "sh", "-c", script]
-    return Terminal(argv, work, {"PAGER": "cat"})
+    return Terminal(argv, repo, {"PAGER": "cat"})
 
 
 def _agent_files(tmp_path: Path, content: bytes = AGENT) -> str:
@@ -137,14 +129,14 @@ def _pausing_agent(tmp_path: Path) -> tuple[str, Path, Path]:
     return f"{_agent_files(tmp_path)} && echo edited > {ready} && read x < {go}", ready, go
 
 
-def _save_while_the_agent_waits(ready: Path, go: Path, work: Path, person: bytes) -> None:
+def _save_while_the_agent_waits(ready: Path, go: Path, repo: Path, person: bytes) -> None:
     """Wait for the agent's word, save the person's edit, let the agent finish."""
     heard: list[bytes] = []
     listener = threading.Thread(target=lambda: heard.append(ready.read_bytes()), daemon=True)
     listener.start()
     listener.join(WAIT)
     assert heard == [b"edited\n"], "the agent never reached its pause"
-    (work / "src" / "app.py").write_bytes(person)
+    (repo / "src" / "app.py").write_bytes(person)
     go.write_bytes(b"go\n")
 
 
@@ -164,22 +156,22 @@ QUESTION = b"src/app.py changed while the agent ran: merge your edit and the age
 
 
 def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     script, ready, go = _pausing_agent(tmp_path)
-    term = _run(served, work, script)
-    _save_while_the_agent_waits(ready, go, work, PERSON)
+    term = _run(daemon, repo, script)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
     at = term.expect(b"preflight refused")
     term.expect(QUESTION, at)
     term.send(b"y\r")
     assert term.finish() == 0, term.text()
-    assert (work / "src" / "app.py").read_bytes() == MERGED
-    assert (work / "src" / "extra.py").read_bytes() == EXTRA
-    record = _record(served)
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    record = _record(daemon)
     [step] = record.steps
     assert step.status == "completed"
     assert step.operation_id is not None
-    assert _receipt_targets(served, step.operation_id) == {
+    assert _receipt_targets(daemon, step.operation_id) == {
         "src/app.py": sha(MERGED),
         "src/extra.py": sha(EXTRA),
     }
@@ -189,35 +181,35 @@ def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
 
 
 def test_a_save_at_the_question_is_merged_with_the_agents_edit_and_promoted(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    term = _run(served, work, _agent_files(tmp_path))
+    term = _run(daemon, repo, _agent_files(tmp_path))
     at = term.expect(b"Promote these changes into the worktree?")
-    (work / "src" / "app.py").write_bytes(PERSON)  # saved while the question waits
+    (repo / "src" / "app.py").write_bytes(PERSON)  # saved while the question waits
     term.send(b"y\r")
     term.expect(QUESTION, at)
     term.send(b"y\r")
     assert term.finish() == 0, term.text()
-    assert (work / "src" / "app.py").read_bytes() == MERGED
-    assert (work / "src" / "extra.py").read_bytes() == EXTRA
-    [step] = _record(served).steps
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    [step] = _record(daemon).steps
     assert step.status == "completed" and step.operation_id is not None
-    assert _receipt_targets(served, step.operation_id)["src/app.py"] == sha(MERGED)
+    assert _receipt_targets(daemon, step.operation_id)["src/app.py"] == sha(MERGED)
 
 
 def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_file(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    term = _run(served, work, _agent_files(tmp_path))
+    term = _run(daemon, repo, _agent_files(tmp_path))
     at = term.expect(b"Promote these changes into the worktree?")
-    (work / "src" / "app.py").write_bytes(CLASH)
-    before = tree_bytes(work), git_dir_digest(work)
+    (repo / "src" / "app.py").write_bytes(CLASH)
+    before = tree_bytes(repo), git_dir_digest(repo)
     term.send(b"y\r")
     term.expect(QUESTION, at)
     term.send(b"y\r")
     assert term.finish() != 0, term.text()
-    assert (tree_bytes(work), git_dir_digest(work)) == before  # not a byte of the worktree
-    record = _record(served)
+    assert (tree_bytes(repo), git_dir_digest(repo)) == before  # not a byte of the worktree
+    record = _record(daemon)
     [step] = record.steps
     assert step.status == "merge_conflict"
     named = re.search(rb"both edits with markers in (\S+)", term.plain)
@@ -233,41 +225,41 @@ def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_
 
 
 def test_with_yes_a_clean_merge_is_held_for_a_persons_approval(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     script, ready, go = _pausing_agent(tmp_path)
-    term = _run(served, work, script, "--yes")
-    _save_while_the_agent_waits(ready, go, work, PERSON)
+    term = _run(daemon, repo, script, "--yes")
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
     assert term.finish() == 0, term.text()
-    assert (work / "src" / "app.py").read_bytes() == PERSON  # --yes is not a person
-    [step] = _record(served).steps
+    assert (repo / "src" / "app.py").read_bytes() == PERSON  # --yes is not a person
+    [step] = _record(daemon).steps
     assert step.status == "awaiting_approval" and step.operation_id is not None
     assert f"promoter approve {step.operation_id}".encode() in term.plain
-    with served.operator() as op:
+    with daemon.operator() as op:
         done = op.post(f"/v1/operations/{step.operation_id}/approve", json={"wait": True})
     assert done.json()["status"] == "completed", done.text
-    assert (work / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
 
 
 def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     script, ready, go = _pausing_agent(tmp_path)
-    term = _run(served, work, script)
-    _save_while_the_agent_waits(ready, go, work, PERSON)
+    term = _run(daemon, repo, script)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
     term.expect(QUESTION)
     term.send(b"n\r")
     assert term.finish() != 0, term.text()
-    assert (work / "src" / "app.py").read_bytes() == PERSON
-    assert not (work / "src" / "extra.py").exists()
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
+    assert not (repo / "src" / "extra.py").exists()
     assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
 
 
 def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     script = f"{_agent_files(tmp_path)} && ln -s ../../outside src/link"
-    term = _run(served, work, script, keep=False)
+    term = _run(daemon, repo, script, keep=False)
     at = term.expect(b"Promote the rest, without src/link? [Y/n]")
     term.send(b"y\r")
     term.expect(b"Promote these changes into the worktree?", at)
@@ -275,86 +267,74 @@ def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
     assert term.finish() == 0, term.text()
     assert b"the grant's policy is symlinks: none" in term.plain
     assert b"--symlinks inside" in term.plain
-    assert (work / "src" / "app.py").read_bytes() == AGENT
-    assert (work / "src" / "extra.py").read_bytes() == EXTRA
-    assert not os.path.lexists(work / "src" / "link")
-    record = _record(served)
+    assert (repo / "src" / "app.py").read_bytes() == AGENT
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    assert not os.path.lexists(repo / "src" / "link")
+    record = _record(daemon)
     [step] = record.steps
     assert (step.status, step.left_out) == ("completed", ["src/link"])
     assert step.operation_id is not None
-    assert set(_receipt_targets(served, step.operation_id)) == {"src/app.py", "src/extra.py"}
+    assert set(_receipt_targets(daemon, step.operation_id)) == {"src/app.py", "src/extra.py"}
     # the sandbox stays, the link in it, for --symlinks inside later
     assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
 
 
 def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    before = tree_bytes(work)
-    term = _run(served, work, "ln -s ../../outside src/link && echo x > src/x.py", "--yes")
+    before = tree_bytes(repo)
+    term = _run(daemon, repo, "ln -s ../../outside src/link && echo x > src/x.py", "--yes")
     assert term.finish() != 0, term.text()
-    assert tree_bytes(work) == before
+    assert tree_bytes(repo) == before
     assert b"[path_unsafe]" in term.plain
     assert b"symlinks: none" in term.plain and b"--symlinks inside" in term.plain
-    [step] = _record(served).steps
+    [step] = _record(daemon).steps
     assert step.bundle_id is None
 
 
 def test_symlinks_inside_promotes_a_link_that_stays_inside(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    term = _run(served, work, "ln -s app.py src/alias", "--yes", "--symlinks", "inside")
+    term = _run(daemon, repo, "ln -s app.py src/alias", "--yes", "--symlinks", "inside")
     assert term.finish() == 0, term.text()
-    assert os.readlink(work / "src" / "alias") == "app.py"
-
-
-def _bwrap_or_skip() -> None:
-    from promoter.errors import ConfinementUnavailable
-    from promoter.executor import confine
-
-    try:
-        confine.probe(confine.bwrap_path())
-    except ConfinementUnavailable as exc:
-        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-            raise
-        pytest.skip(f"bubblewrap cannot confine here: {exc.detail}")
+    assert os.readlink(repo / "src" / "alias") == "app.py"
 
 
 def test_confined_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     """The same under bubblewrap: the agent waits for a line on its terminal."""
-    _bwrap_or_skip()
+    bwrap.confining()
     agent = AGENT.decode().replace("\n", "\\n")
     script = f"printf '{agent}' > src/app.py && echo agent-waits && read x && echo agent-goes"
-    argv = [*CLI, "run", "--state-dir", str(served.state_dir), "--url", served.url]
+    argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
     argv += ["--repo", "work", "--keep", "--", "sh", "-c", script]
-    term = Terminal(argv, work, {"PAGER": "cat"})
+    term = Terminal(argv, repo, {"PAGER": "cat"})
     at = term.expect(b"agent-waits")
-    (work / "src" / "app.py").write_bytes(PERSON)
+    (repo / "src" / "app.py").write_bytes(PERSON)
     term.send(b"go\r")
     term.expect(QUESTION, at)
     term.send(b"y\r")
     assert term.finish() == 0, term.text()
     assert b"confined by bubblewrap" in term.plain
-    assert (work / "src" / "app.py").read_bytes() == MERGED
-    [step] = _record(served).steps
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    [step] = _record(daemon).steps
     assert (step.status, step.confinement) == ("completed", "bwrap")
 
 
 def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
-    served: Daemon, work: Path, tmp_path: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    term = _run(served, work, _agent_files(tmp_path))
+    term = _run(daemon, repo, _agent_files(tmp_path))
     at = term.expect(b"Promote these changes into the worktree?")
-    (work / "src" / "app.py").write_bytes(PERSON)
+    (repo / "src" / "app.py").write_bytes(PERSON)
     term.send(b"y\r")
     term.expect(QUESTION, at)
     term.send(b"n\r")
     assert term.finish() != 0, term.text()
-    assert (work / "src" / "app.py").read_bytes() == PERSON
-    assert not (work / "src" / "extra.py").exists()
-    [step] = _record(served).steps
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
+    assert not (repo / "src" / "extra.py").exists()
+    [step] = _record(daemon).steps
     assert step.status == "refused" and step.operation_id is not None
     plain = b" ".join(term.plain.split())
     assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
@@ -363,11 +343,11 @@ def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
 
 
 def test_a_bad_symlinks_setting_is_refused_before_a_sandbox_exists(
-    served: Daemon, work: Path
+    daemon: Daemon, repo: Path
 ) -> None:
-    term = _run(served, work, "true", "--symlinks", "outside")
+    term = _run(daemon, repo, "true", "--symlinks", "outside")
     assert term.finish() == ConfigError.exit_code, term.text()
     assert b"[config_error] --symlinks must be one of none, inside, any" in b" ".join(
         term.plain.split()
     )
-    assert sandboxes.list_runs(served.state_dir) == []
+    assert sandboxes.list_runs(daemon.state_dir) == []

@@ -17,17 +17,17 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from promoter.cli import run_manage
-from promoter.config import RepositoryConfig
 from promoter.executor import sandbox as sandboxes
-from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import init_repo
+from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
+from tests.workflow.test_run_command import gated
+
+__all__ = ["gated"]  # the fixture, used here by name
 
 INTERRUPTED = 130
 
@@ -211,14 +211,6 @@ def test_the_not_confirmed_remedy_promotes_the_bundle_it_named(daemon: Daemon, r
     assert again.returncode == 0, again.stderr + again.stdout
     assert (repo / "src" / "n.py").read_bytes() == b"n\n"
     _promoted_exactly(daemon, again.stdout, bundle_id)
-
-
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
-    repo = init_repo(tmp_path / "gated")
-    config = RepositoryConfig(path=repo, approval="required")
-    with running_daemon(tmp_path / "gstate", {"work": config}) as daemon:
-        yield daemon, repo
 
 
 def test_run_list_tells_a_promotion_approved_in_part(gated: tuple[Daemon, Path]) -> None:

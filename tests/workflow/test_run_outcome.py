@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
@@ -23,6 +22,7 @@ from promoter.cli import run_cmd
 from promoter.errors import NotConfirmed
 from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon
+from tests.support.promotion import operation_receipt
 
 SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
 
@@ -37,14 +37,6 @@ def _run(daemon: Daemon, *args: str) -> Result:
 def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
     (record,) = sandboxes.list_runs(daemon.state_dir)
     return record
-
-
-def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.orchestrator() as orch:
-        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
-    assert answer.status_code == 200, answer.text
-    loaded: dict[str, Any] = answer.json()
-    return loaded
 
 
 def test_a_step_writes_the_run_record_once_per_change_of_state(
@@ -96,7 +88,7 @@ def test_json_prints_the_outcome_as_one_document_and_words_on_stderr(
         {"path": "README.md", "operation": "delete"},
         {"path": "src/new.py", "operation": "create"},
     ]
-    receipt = _receipt(daemon, outcome["operation_id"])
+    receipt = operation_receipt(daemon, outcome["operation_id"])
     assert outcome["receipt_sha256"] == receipt["receipt_sha256"]
     assert [t["path"] for t in outcome["targets"]] == ["README.md", "src/new.py"]
     assert (repo / "src" / "new.py").read_bytes() == b"x = 1\n"

@@ -28,17 +28,14 @@ import pytest
 from promoter.executor import base_cache, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
+from tests.support import bwrap
 from tests.support.daemon import Daemon
-from tests.support.flows import init_repo
 from tests.support.pause import Pause
-from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
-from tests.workflow.test_run_command import _only_run, _receipt, _run
+from tests.workflow.test_run_command import _only_run, _run
 
-if shutil.which("bwrap") is None:
-    if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-        raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-    pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
+bwrap.required(module=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {
@@ -59,9 +56,7 @@ def overlay(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(layers.LAYOUT_ENV, "overlay")
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", FILES)
+pytestmark = pytest.mark.repo(files=FILES)
 
 
 def _dirty(repo: Path) -> None:
@@ -167,7 +162,7 @@ def test_whiteouts_become_deletions_and_an_opaque_directory_removes_what_was_bel
     assert layers.opaque(os.fsencode(upper / "src"))
     operation = record.steps[0].operation_id
     assert operation is not None
-    targets = {t["path"]: t["exists"] for t in _receipt(daemon, operation)["targets"]}
+    targets = {t["path"]: t["exists"] for t in operation_receipt(daemon, operation)["targets"]}
     assert targets == {
         "README.md": False,
         "src/app.py": False,

@@ -22,10 +22,9 @@ from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git, git_bytes
 from tests.support import forkserver
 from tests.support.daemon import Daemon
-from tests.support.flows import init_repo
-from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
 from tests.support.sandbox_view import sandbox_tree
-from tests.workflow.test_run_command import _only_run, _receipt, _run
+from tests.workflow.test_run_command import _only_run, _run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +40,7 @@ PERSON_README = b"# project\nthe person's unstaged line\n"
 PERSON_APP = b"print('staged by the person')\n"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "work", FILES)
+pytestmark = pytest.mark.repo(files=FILES)
 
 
 def _dirty(repo: Path) -> None:
@@ -92,7 +89,7 @@ def test_the_persons_staged_unstaged_and_untracked_work_starts_the_sandbox_and_p
     # only the agent's edits were handed in, the agent's line on top of the person's
     op = record.steps[0].operation_id
     assert op is not None
-    targets = {t["path"]: t for t in _receipt(daemon, op)["targets"]}
+    targets = {t["path"]: t for t in operation_receipt(daemon, op)["targets"]}
     assert sorted(targets) == ["README.md", "src/new.py"]
     assert (repo / "README.md").read_bytes() == PERSON_README + b"the agent line\n"
     assert (repo / "src" / "app.py").read_bytes() == PERSON_APP
@@ -252,7 +249,7 @@ def test_a_chain_edits_a_dirty_file_twice_and_the_persons_staging_stays(
     assert second.exit_code == 0, second.output
     assert (repo / "src" / "app.py").read_bytes() == PERSON_APP + b"step one\nstep two\n"
     assert not (repo / "notes.txt").exists()
-    op1 = _receipt(daemon, str(record.steps[0].operation_id))
+    op1 = operation_receipt(daemon, str(record.steps[0].operation_id))
     assert sorted(t["path"] for t in op1["targets"]) == ["notes.txt", "src/app.py"]
     assert _index(repo) == index_before
     assert sandboxes.list_runs(daemon.state_dir) == []  # completed, not kept: removed

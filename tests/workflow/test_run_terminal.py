@@ -16,7 +16,6 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import struct
 import subprocess
 import sys
@@ -24,15 +23,15 @@ import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyte
 import pytest
 
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.terminal import RESET
+from tests.support import bwrap
 from tests.support.daemon import Daemon
-from tests.support.promotion import tree_bytes
+from tests.support.promotion import operation_receipt, tree_bytes
 
 ROWS, COLUMNS = 50, 120
 RESET_SHOWN = RESET.rstrip("\r\n").encode()  # the line end as the terminal shows it varies
@@ -89,10 +88,7 @@ print("got", line.strip())
 def confinement(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "unconfined":
         return ["--unconfined"]
-    if shutil.which("bwrap") is None:
-        if os.environ.get("PROMOTER_REQUIRE_BWRAP") == "1":
-            raise RuntimeError("PROMOTER_REQUIRE_BWRAP=1 but bwrap is not installed")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    bwrap.required()
     return []
 
 
@@ -182,14 +178,6 @@ def _python() -> str:
     return str(getattr(sys, "_base_executable", sys.executable))
 
 
-def _receipt(daemon: Daemon, operation_id: str) -> dict[str, Any]:
-    with daemon.orchestrator() as orch:
-        answer = orch.get(f"/v1/operations/{operation_id}/receipt")
-    assert answer.status_code == 200, answer.text
-    loaded: dict[str, Any] = answer.json()
-    return loaded
-
-
 def test_agent_scroll_region_cannot_hide_the_review(
     daemon: Daemon,
     repo: Path,
@@ -234,7 +222,7 @@ def test_agent_scroll_region_cannot_hide_the_review(
     (step,) = record.steps
     assert step.status == "completed" and step.operation_id is not None
     assert bundle_line.startswith(f"bundle {step.bundle_id}:")
-    receipt = _receipt(daemon, step.operation_id)
+    receipt = operation_receipt(daemon, step.operation_id)
     assert receipt["bundle_id"] == step.bundle_id
     assert [(t["path"], t["exists"]) for t in receipt["targets"]] == [("src/app.py", True)]
     after = tree_bytes(repo)
