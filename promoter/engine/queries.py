@@ -8,7 +8,7 @@ imports neither ``promoter.store`` nor ``promoter.git`` for a read
 (``tests/contract/test_contracts.py``). Each takes only what it reads (the database, a
 repository), not the whole ``Services``.
 
-Deliberately not here: an operation's full view (``promoter.engine.operation.requests``),
+Deliberately not here: an operation's full view (``promoter.engine.operation.views``),
 snapshots and reviews (``promoter.engine.snapshots``, ``promoter.engine.review``), and any
 write.
 """
@@ -64,7 +64,7 @@ def list_operations(
 
 def operation_summary(row: Operation) -> dict[str, Any]:
     """One operation as the API's list and the console's lists show it (the first fields
-    of ``promoter.engine.operation.requests.operation_view``)."""
+    of ``promoter.engine.operation.views.operation_view``)."""
     return {
         "operation_id": row.operation_id,
         "kind": row.kind,

@@ -5,7 +5,7 @@ creates the trusted tokens on first start and checks every configured repository
 here runs at import time; the API's lifespan and the CLI call it.
 
 Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
-pool, made on first use by ``promoter.engine.operation.requests.runner``), the host keyring
+pool, made on first use by ``promoter.engine.operation.runner.runner``), the host keyring
 (``promoter.engine.receipts.signing.host_keyring``), the per-repository base-tree caches, the run
 quota ledger, the API's document slots and the webhook deliveries (through the
 ``WebhookDeliveries`` port: the HTTP dispatcher is an adapter, ``promoter.adapters.webhooks``).
@@ -52,7 +52,7 @@ LazyField = Literal["runner", "run_quota", "document_slots"]  # the fields ``onc
 
 
 class AttemptRunner(Protocol):
-    """Runs promotion attempts off the request thread (``promoter.engine.operation.requests``)."""
+    """Runs promotion attempts off the request thread (``promoter.engine.operation.runner``)."""
 
     def submit(self, ticket: Ticket) -> Future[None]: ...
     def future(self, operation_id: str) -> Future[None] | None: ...

@@ -26,8 +26,8 @@ import pytest
 
 from promoter import faults
 from promoter.engine.operation.ownership import Heartbeat
-from promoter.engine.operation.requests import runner
 from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.operation.runner import runner
 from promoter.engine.operation.watchdog import sweep
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo

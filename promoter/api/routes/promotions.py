@@ -43,7 +43,7 @@ from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.intake.with_evidence import promote_with_evidence
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import runner, views
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated, error_class
 from promoter.store.blob_batch import BlobBatch
@@ -184,8 +184,8 @@ def _promote(
     }
     operation_id = requested.operation_id
     if wait:
-        operations.wait_for(services, operation_id, WAIT_SECONDS)
-    view = operations.operation_view(services, operation_id)
+        runner.wait_for(services, operation_id, WAIT_SECONDS)
+    view = views.operation_view(services, operation_id)
     if wait and view["status"] in ENDED:
         return json_response({**answer, "operation": view}, 200)
     accepted = {"operation_id": operation_id, "status": view["status"]}

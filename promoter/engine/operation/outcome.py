@@ -9,7 +9,7 @@ one durable commit (SPEC §10.20: the ledger's row is the receipt's record; the 
 the receipt that names it are made and signed before the transaction opens). Only then is
 the receipt's file written into the audit store, a copy with no flush
 (``AuditStore.copy``), repaired from the row whenever the receipt is read
-(``operation.requests.promotion_receipt``). The receipt's ``targets`` are always what
+(``operation.receipts.promotion_receipt``). The receipt's ``targets`` are always what
 was read from disk last, never copied from the bundle. Anything else fails closed as
 ``needs_reconciliation`` with a per-path report; under the repository's
 ``on_write_failure = "rollback"`` a failed write then rolls back what the attempt

@@ -15,7 +15,7 @@ naming that host, never signing a write it did not make.
 Deliberately not here: the envelope's format and offline verification
 (``promoter.engine.receipts.signing``), the key files and rotation
 (``promoter.engine.receipts.keyring``), finding a receipt's bytes and its maker
-(``promoter.engine.receipts.served``), and HTTP.
+(``promoter.engine.operation.served``), and HTTP.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ nothing but the bytes and (optionally) public keys: no server, no network, no st
 
 Deliberately not here: the key files and rotation (``promoter.engine.receipts.keyring``), the
 Statement's shape and subjects (``promoter.engine.receipts.statement``), storing or finding
-receipts (``promoter.engine.operation.requests``, ``promoter.store.audit``), deciding who may
+receipts (``promoter.engine.operation.receipts``, ``promoter.store.audit``), deciding who may
 fetch them (``promoter.api``), reading an operator's public key files
 (``promoter.cli.trusted_keys``), and checks that need the blob store or a repository.
 """

@@ -37,7 +37,7 @@ names those it accepts, or says all were seen (SPEC §10 item 18): that rule is 
 before ``decide`` (``promoter.engine.review.seen``), which journals what it said
 (``seen``) with the decision.
 
-Deliberately not here: scheduling the attempt (``promoter.engine.operation.requests``), roles
+Deliberately not here: scheduling the attempt (``promoter.engine.operation.runner``), roles
 (the route admits the operator only), and the attempt's own checks.
 """
 

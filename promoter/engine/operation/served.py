@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.engine.intake.bundles import load_verification
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import receipts as operations
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.receipts.envelopes import (
     PROMOTION,
