@@ -15,7 +15,7 @@ median of the rounds' figures):
   also records its pre and post snapshots. One untimed promotion per side comes first,
   as in a daemon that has run for a while: its pre snapshot is the shadow's first full
   capture (which adds every file) and starts the worktree's watch, so the timed ones
-  are watched captures (``promoter.engine.snapshots.watch``).
+  are watched captures (``promoter.git.shadow_watch``).
 - ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
 
 The repositories are built once per run with ``git fast-import`` in a temp directory and

@@ -21,7 +21,7 @@ active, another host, and configured for the repository of every operation hande
 replacement on the same machine or a shared disk): nothing here can check that.
 
 Deliberately not here: the rows (``promoter.store.hosts``), recovery itself
-(``promoter.engine.operation.recover``), the heartbeat (``operation.ownership``).
+(``promoter.engine.operation.recover``), the heartbeat (``promoter.engine.ownership``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
 from promoter.engine.host_state import HostState
-from promoter.engine.operation.ownership import lease_expired, lease_until
+from promoter.engine.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
 from promoter.errors import (
     HandoverRefused,

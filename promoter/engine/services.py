@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.engine import liveness
 from promoter.engine.host_state import HostState
-from promoter.engine.operation import liveness
-from promoter.engine.operation.liveness import LiveAttempts
-from promoter.engine.operation.ownership import Owner, machine_host_id
+from promoter.engine.liveness import LiveAttempts
+from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
-from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.fs import openat2
 from promoter.git import tree_reader
+from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from promoter.domain.records import Ticket
-    from promoter.engine.receipts.keyring import Keyring
+    from promoter.store.keyring import Keyring
     from promoter.store.quota import RunQuota
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ class Services:
     tokens: dict[Role, str]
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
-    # the operations a thread of this process runs now (``engine.operation.liveness``)
+    # the operations a thread of this process runs now (``engine.liveness``)
     live: LiveAttempts = field(default_factory=lambda: liveness.PROCESS)
     # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None

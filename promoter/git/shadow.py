@@ -31,7 +31,7 @@ a path is a ``.gitignore``, or a path is a directory on disk, since then other p
 answers could differ too.
 
 ``capture_changed`` is the capture when only some paths (and what is below them) can
-differ from a tree this shadow captured (``promoter.engine.snapshots.watch`` knows which,
+differ from a tree this shadow captured (``promoter.git.shadow_watch`` knows which,
 from an inotify watch): the paths are listed the way the full capture lists untracked
 files, into a private index that is never kept, and set into that tree by
 ``promoter.git.tree_edit``; the shadow index is neither read nor written.

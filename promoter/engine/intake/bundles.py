@@ -101,7 +101,7 @@ def submit_bundle(
     """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
 
     Who may submit what is ``admit_bundle``'s; ``admitted`` is its answer when the caller
-    asked it already in the same request (``promoter.engine.intake.with_evidence``).
+    asked it already in the same request (``promoter.engine.operation.with_evidence``).
     """
     if admitted is None:
         admitted = admit_bundle(services, data, run_id=run_id, host_made=host_made)

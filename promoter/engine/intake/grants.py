@@ -3,7 +3,7 @@
 A grant is registered once as its exact canonical bytes after checking it against the
 real repository: known repository, base commit present, base tree matching, allowlist
 patterns valid, times sane, precondition paths valid. Leases move their fence forward
-only. Promotion-time authority checks live in ``promoter.engine.verify.authority``.
+only. Promotion-time authority checks live in ``promoter.engine.intake.authority``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ current bytes at paths the original bundle was authorized to modify, each bound 
 Failures raise ``VerificationFailed`` (the bundle is not stored, or a promotion of it is
 refused at step 2).
 
-Deliberately not here: making the merge (``promoter.engine.review.merge``), and refusing
+Deliberately not here: making the merge (``promoter.engine.operation.merge``), and refusing
 merged bundles from executors (``promoter.engine.intake.bundles``: only the host makes
 them).
 """

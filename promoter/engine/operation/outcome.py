@@ -49,6 +49,7 @@ from promoter.domain.models import Change, PatchPromotionReceiptV1
 from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine.intake.authority import Evidence
 from promoter.engine.operation.check import run_check
 from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report
@@ -63,7 +64,6 @@ from promoter.engine.receipts.envelopes import (
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import Evidence
 from promoter.errors import OperationConflict, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from promoter.engine import routing
+from promoter.engine.intake.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation.preconditions import read_back
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import OwnedByOtherHost, PromoterError, TargetDrift
 from promoter.fs.root import Root

@@ -35,29 +35,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
-from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.models import Change
 from promoter.domain.path_state import State, Verdict
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import RUNNING, OperationStatus, StepStatus
 from promoter.engine import fencing
+from promoter.engine.intake.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation import dirs
 from promoter.engine.operation.driver import Driver, Step
-from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.outcome import finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
 from promoter.engine.operation.staging import stage_temps
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
-from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
     DatabaseBusy,
@@ -99,28 +97,6 @@ def refuse(db: Database, operation_id: str, error: PromoterError, **extra: Any) 
 def attempt_of(db: Database, operation_id: str) -> int:
     with journal.attempt(db, operation_id) as j:
         return j.row.attempt
-
-
-def ticket(
-    session: Session,
-    operation_id: str,
-    grant: GrantV1,
-    loaded: tuple[PatchBundleV1, GrantV1] | None = None,
-) -> Ticket:
-    """The attempt the operation starts, with the stage's lease as read in this transaction
-    (``loaded``: the bundle and grant the caller has just read, handed on to the attempt)."""
-    row = journal.require(session, operation_id)
-    assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
-    assert row.fence is not None
-    return Ticket(
-        operation_id=row.operation_id,
-        attempt=row.attempt,
-        fence=row.fence,
-        bundle_id=row.bundle_id,
-        verification_receipt_sha256=row.verification_receipt_sha256,
-        lease=repo.get_lease(session, grant.workflow_id, grant.stage),
-        loaded=loaded,
-    )
 
 
 def run(services: Services, ticket: Ticket) -> None:

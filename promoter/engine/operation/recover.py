@@ -46,17 +46,17 @@ from promoter.domain.plan import Decision, Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
 from promoter.domain.status import Action, OperationKind, OperationStatus, StepStatus, guard
+from promoter.engine.intake.authority import Evidence, check_recovery_lease, recheck_evidence
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation import outcome, promote
 from promoter.engine.operation.driver import Target
-from promoter.engine.operation.locking import repo_lock
-from promoter.engine.operation.ownership import orphaned as is_orphan
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.restore import recover_restore
 from promoter.engine.operation.rollback import recover_rollback, rollback
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
+from promoter.engine.ownership import orphaned as is_orphan
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -71,7 +71,7 @@ def scan_orphans(services: Services) -> list[str]:
     """Mark this host's running operations whose owner is gone ``needs_recovery``.
 
     Only operations of repositories configured here and owned by this host are looked
-    at (``promoter.engine.operation.ownership.orphaned``); another host's are never touched.
+    at (``promoter.engine.ownership.orphaned``); another host's are never touched.
     """
     orphaned: list[str] = []
     configured = {repository.identity for repository in services.registry.all()}

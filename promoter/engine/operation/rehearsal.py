@@ -89,7 +89,7 @@ def _promotion(services: Services, session: Session, changes: int) -> None:
     )
     session.flush()
     journal.start_attempt(session, operation_id)
-    journal.require(session, operation_id)  # promote.ticket
+    journal.require(session, operation_id)  # tickets.ticket
     repo.get_lease(session, workflow, "rehearsal")
     _commit_point(session)
     # promote._journal

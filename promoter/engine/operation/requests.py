@@ -22,10 +22,9 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.documents import operation_id_for
 from promoter.domain.status import OperationKind, OperationStatus
-from promoter.engine import repo_settings
+from promoter.engine import repo_settings, tickets
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.operation import promote
 from promoter.engine.operation.runner import runner
 from promoter.engine.review import approval
 from promoter.engine.services import Services
@@ -125,7 +124,7 @@ def _request(
                 operation_id=operation_id,
             ) from exc
         journal.start_attempt(session, operation_id)
-        ticket = None if held else promote.ticket(session, operation_id, grant, (bundle, grant))
+        ticket = None if held else tickets.ticket(session, operation_id, grant, (bundle, grant))
     if ticket is None:
         return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
     runner(services).submit(ticket)

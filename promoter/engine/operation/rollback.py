@@ -68,8 +68,8 @@ from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
 from promoter.engine import fencing
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
-from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
     Outcome,

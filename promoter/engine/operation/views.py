@@ -10,8 +10,8 @@ from typing import Any
 
 from promoter.domain.path_state import classify
 from promoter.domain.paths import disk_path
-from promoter.engine.operation.ownership import owner_view
 from promoter.engine.operation.preconditions import leaf_report
+from promoter.engine.ownership import owner_view
 from promoter.engine.queries import guarded_here, operation_summary
 from promoter.engine.services import Services
 from promoter.errors import OperationUnknown, PromoterError

@@ -14,7 +14,7 @@ naming that host, never signing a write it did not make.
 
 Deliberately not here: the envelope's format and offline verification
 (``promoter.engine.receipts.signing``), the key files and rotation
-(``promoter.engine.receipts.keyring``), finding a receipt's bytes and its maker
+(``promoter.store.keyring``), finding a receipt's bytes and its maker
 (``promoter.engine.operation.served``), and HTTP.
 """
 
@@ -31,7 +31,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
-from promoter.engine.receipts.keyring import (
+from promoter.engine.receipts.signing import host_keyring, sign_envelope
+from promoter.engine.services import Services
+from promoter.errors import OwnedByOtherHost, ReceiptInvalid
+from promoter.store import key_ledger
+from promoter.store.db import Database
+from promoter.store.key_ledger import PublishedKey, StoredEnvelope
+from promoter.store.keyring import (
     ALGORITHM,
     HostKey,
     Keyring,
@@ -40,12 +46,6 @@ from promoter.engine.receipts.keyring import (
     keyring_stamp,
     load_keyring,
 )
-from promoter.engine.receipts.signing import host_keyring, sign_envelope
-from promoter.engine.services import Services
-from promoter.errors import OwnedByOtherHost, ReceiptInvalid
-from promoter.store import key_ledger
-from promoter.store.db import Database
-from promoter.store.key_ledger import PublishedKey, StoredEnvelope
 
 log = logging.getLogger("promoter.keys")
 

@@ -52,14 +52,14 @@ from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1
 from promoter.domain.records import Operation, Ticket
 from promoter.domain.status import OperationKind, OperationStatus
+from promoter.engine import tickets
+from promoter.engine.intake.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.operation import promote
 from promoter.engine.repos import Repository
 from promoter.engine.review import partial
 from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.errors import (
     ApprovalRejected,
     ApprovedInPart,
@@ -272,7 +272,7 @@ def decide(
         if payload["approval"] == "approved":
             services.claim(session, row.operation_id)
             journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
-            started = promote.ticket(session, operation_id, grant)
+            started = tickets.ticket(session, operation_id, grant)
             return Decided(operation_id, OperationStatus.IN_PROGRESS, started)
         code = expired.code if expired is not None else REJECTED
         detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
@@ -409,7 +409,7 @@ def decide_part(
         if claimed_by:
             approval["claimed_by"] = claimed_by
         ledger.append(session, derived_id, "decision", approval)
-        started = promote.ticket(session, derived_id, grant)
+        started = tickets.ticket(session, derived_id, grant)
     return Decided(operation_id, OperationStatus.REFUSED, started, derived_id)
 
 

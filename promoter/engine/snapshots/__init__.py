@@ -1,4 +1,5 @@
-"""Shadow snapshots of a worktree: capture, watch, list, diff (SPEC §8).
+"""Shadow snapshots of a worktree: capture, list, diff (SPEC §8).
 
-Not here: restoring one; that is ``engine.operation.restore``.
+Not here: restoring one; that is ``engine.operation.restore``; the worktree watch a
+capture starts from (``promoter.git.shadow_watch``).
 """

@@ -10,7 +10,7 @@ restore modules share (``resolve``, ``shadow_for``, ``tree_id``, ``known_tree``,
 
 A promotion's ``pre`` and ``post`` snapshots are watched captures when the repository is
 watched (``snapshot_watch``, the default): the last capture plus the paths an inotify
-watch saw change (``promoter.engine.snapshots.watch`` says why that equals a full
+watch saw change (``promoter.git.shadow_watch`` says why that equals a full
 capture, and when it falls back to one). An operator's capture is always a full one.
 
 Without a watch, a promotion's post snapshot updates only the bundle's targets in the
@@ -44,14 +44,14 @@ from typing import Any, Literal
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
-from promoter.engine.operation.locking import repo_lock
+from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.errors import NotFound, OperationUnknown, PromoterError, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
 from promoter.git.shadow import DIFF_LIMIT, Capture, ShadowRepository
+from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import journal, snapshot_log
 
 __all__ = [

@@ -3,7 +3,7 @@
 A person may save a file while the agent runs (the preflight says ``target_drift``) or
 while the question waits (the promotion, under the lock, is refused ``target_drift``).
 Either way the agent's bundle cannot land as it is, and the host can merge it away from
-the worktree into a new bundle (SPEC §10.14, ``promoter.engine.review.merge``). The merge
+the worktree into a new bundle (SPEC §10.14, ``promoter.engine.operation.merge``). The merge
 acts on a promotion refused with ``target_drift``, so this module:
 
 - ``offer``: after a drifted preflight whose drift a merge can mend (a text file of the
