@@ -29,11 +29,10 @@ the database reaches ``database_retry`` and ``outage_bound_passed``,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
@@ -349,6 +348,50 @@ def plan_steps(
     ]
 
 
+class Planner(Protocol):
+    """What a pass over the driver does where a promotion and a recovery differ."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        """The staging failed and was abandoned (no temp of someone else's was found)."""
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        """Every temp is staged; nothing is placed yet."""
+
+
+class Promotion:
+    """A promotion's pass: a failed staging deletes the directories it created and refuses
+    the operation (nothing was written); nothing was placed before it."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        with journal.attempt(services.db, operation_id) as j:
+            j.delete_created_dirs()
+        refuse(services.db, operation_id, error, stage="staging temp files")
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        return
+
+
+PROMOTION = Promotion()
+
+
 def apply_changes(
     services: Services,
     operation_id: str,
@@ -358,15 +401,18 @@ def apply_changes(
     evidence: Evidence,
     *,
     todo: set[int] | None = None,
-    recovering: bool = False,
+    planner: Planner | None = None,
     attempt: int | None = None,
     journaled_dirs: list[str] | None = None,
 ) -> None:
     """Write the steps in ``todo`` (default: all), then read back every target.
 
+    ``planner``: what the pass does where a promotion and a recovery differ (default: a
+    promotion's, ``PROMOTION``; recovery's is ``operation.recover.RECOVERY``).
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
     are found and journaled here first).
     """
+    planner = PROMOTION if planner is None else planner
     try:
         fencing.check(services)  # the host's epoch, before the first worktree write
     except HostFenced as exc:
@@ -396,11 +442,7 @@ def apply_changes(
             if driver.kept:  # someone else's bytes were found at a temp name: fail closed
                 finish(services, operation_id, root, changes, evidence, (-1, error))
                 return
-            if recovering:
-                raise error from exc
-            with journal.attempt(services.db, operation_id) as j:
-                j.delete_created_dirs()
-            refuse(services.db, operation_id, error, stage="staging temp files")
+            planner.staging_failed(services, operation_id, error, exc)
         except HostFenced as fenced:  # seen only now: the staging was abandoned already
             raise _noted(operation_id, driver, fenced) from exc
         return
@@ -408,8 +450,7 @@ def apply_changes(
         fencing.check(services)  # the host's epoch again, before the first target is replaced
     except HostFenced as exc:
         raise _stand_down(operation_id, driver, exc) from exc
-    if recovering:  # what an earlier pass put in place is synced again with the rest
-        _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
+    planner.before_placing(services, operation_id, attempt, (changes, wanted), driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
     try:
         if passed.stopped and passed.failure is None:
@@ -458,24 +499,6 @@ def _noted(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
 
 _NAMED = 20  # removed names listed in the log line, at most
 _LISTED = 100  # removed names listed in the answer, at most
-
-
-def _hold_confirmed(
-    services: Services,
-    operation_id: str,
-    attempt: int,
-    changes: list[Change],
-    wanted: set[int],
-    driver: Driver,
-) -> None:
-    """Hold the directories of the steps a recovery confirms (an earlier pass put them in
-    place; their directory sync may never have run), so the pass's one sync of every
-    directory covers them before the outcome. A directory that is gone holds nothing,
-    and one that cannot be held safely is left to the read-back, which fails closed."""
-    confirmed = set(range(len(changes))) - wanted
-    for step in plan_steps(services, operation_id, attempt, changes, confirmed):
-        with contextlib.suppress(PromoterError):
-            driver.hold(step)
 
 
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:

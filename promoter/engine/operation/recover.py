@@ -34,6 +34,7 @@ Deliberately not here: the guard's rules themselves (pure, in ``domain``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from contextlib import closing
 from typing import Any
@@ -49,7 +50,7 @@ from promoter.domain.status import Action, OperationKind, OperationStatus, StepS
 from promoter.engine.intake.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.engine.locking import repo_lock
 from promoter.engine.operation import outcome, promote
-from promoter.engine.operation.driver import Target
+from promoter.engine.operation.driver import Driver, Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.restore import recover_restore
 from promoter.engine.operation.rollback import recover_rollback, rollback
@@ -291,8 +292,51 @@ def _reclassify(
         )
         return
     promote.apply_changes(
-        services, operation_id, root, lock, changes, evidence, todo=todo, recovering=True
+        services, operation_id, root, lock, changes, evidence, todo=todo, planner=RECOVERY
     )
+
+
+class Recovery:
+    """Recovery's pass over the driver: a failed staging is raised to the recovery (which
+    leaves the operation for the next one); the steps an earlier pass put in place are
+    held so the pass's one sync of every directory covers them too."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        raise error from exc
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        changes, wanted = planned
+        _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
+
+
+RECOVERY = Recovery()
+
+
+def _hold_confirmed(
+    services: Services,
+    operation_id: str,
+    attempt: int,
+    changes: list[Change],
+    wanted: set[int],
+    driver: Driver,
+) -> None:
+    """Hold the directories of the steps a recovery confirms (an earlier pass put them in
+    place; their directory sync may never have run), so the pass's one sync of every
+    directory covers them before the outcome. A directory that is gone holds nothing,
+    and one that cannot be held safely is left to the read-back, which fails closed."""
+    confirmed = set(range(len(changes))) - wanted
+    for step in promote.plan_steps(services, operation_id, attempt, changes, confirmed):
+        with contextlib.suppress(PromoterError):
+            driver.hold(step)
 
 
 def reconcile(
