@@ -29,6 +29,7 @@ the database reaches ``database_retry`` and ``outage_bound_passed``,
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ from promoter.errors import (
     HostFenced,
     PromoterError,
     TargetDrift,
+    refusing,
 )
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
@@ -105,7 +107,8 @@ def run(services: Services, ticket: Ticket) -> None:
     the attempt decides on, and the lease is read again, locked, with the plan.
     """
     operation_id, fence = ticket.operation_id, ticket.fence
-    try:
+    refused = functools.partial(refuse, services.db, operation_id)
+    with refusing(refused) as checked:
         if ticket.loaded is not None:
             bundle, grant = ticket.loaded
         else:
@@ -116,14 +119,12 @@ def run(services: Services, ticket: Ticket) -> None:
             services, ticket.bundle_id, ticket.verification_receipt_sha256, loaded=(bundle, grant)
         )
         repository = services.registry.by_identity(evidence.grant.repository_identity)
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if checked.error is not None:
         return
     lock = repo_lock(services, repository)
-    try:
+    with refusing(refused) as locked:
         lock.acquire()
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if locked.error is not None:
         return
     try:
         run_locked(
@@ -155,10 +156,9 @@ def run_locked(
 ) -> None:
     """Steps (3) to (7) under the repository lock. ``attempt``: the ticket's, named when
     the attempt waits for its database (``_wait_out``)."""
-    try:
+    with refusing(functools.partial(refuse, services.db, operation_id)) as opened:
         root = Root.open(repository.worktree)
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if opened.error is not None:
         return
     with root:
         deadline: float | None = None
@@ -200,10 +200,11 @@ def _plan(
     """Read back, check links, journal the plan: (attempt, directories, changes), or None
     when the attempt was refused (and that journaled). The database lost on the way raises
     ``database_unavailable`` or ``database_busy`` with nothing journaled."""
-    try:
+    refused = functools.partial(refuse, services.db, operation_id)
+    outage = (DatabaseUnavailable, DatabaseBusy)  # raised on: the attempt waits for it
+    with refusing(refused, passing=outage) as read:
         readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
-    except PromoterError as exc:
-        _refuse_unless_outage(services, operation_id, exc)
+    if read.error is not None:
         return None
     if not readback.ok:
         drift = TargetDrift(
@@ -212,29 +213,20 @@ def _plan(
         )
         refuse(services.db, operation_id, drift, drift_report=readback.report())
         return None
-    try:  # (4) links by resolution against the disk as it is now (SPEC §10.11)
+    # (4) links by resolution against the disk as it is now (SPEC §10.11)
+    with refusing(refused, passing=outage) as linked:
         refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
-    except PromoterError as exc:
-        _refuse_unless_outage(services, operation_id, exc)
+    if linked.error is not None:
         return None
     if repository.config.snapshots:
         _snapshot(services, repository, operation_id, "pre")
     faults.point("before_journal")
     changes = list(evidence.bundle.changes)
-    try:
+    with refusing(refused, passing=outage) as journaled:  # a failure rolled it back
         attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
-    except PromoterError as exc:  # the transaction rolled back: nothing is journaled
-        _refuse_unless_outage(services, operation_id, exc)
+    if journaled.error is not None:  # nothing is journaled
         return None
     return attempt, creates, changes
-
-
-def _refuse_unless_outage(services: Services, operation_id: str, error: PromoterError) -> None:
-    """Refuse the attempt for ``error``, unless it is the database gone (raised on: the
-    attempt waits for it, ``run_locked``)."""
-    if isinstance(error, DatabaseUnavailable | DatabaseBusy):
-        raise error
-    refuse(services.db, operation_id, error)
 
 
 def _wait_out(
