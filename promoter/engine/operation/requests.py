@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.documents import operation_id_for
-from promoter.domain.status import OperationKind, OperationStatus
+from promoter.domain.status import OperationStatus
 from promoter.engine import repo_settings, tickets
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
@@ -99,19 +99,13 @@ def _request(
         held = gated and (row is None or not approval.approved(session, row, grant))
         status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
         if row is None:
-            journal.create_operation(
+            tickets.create_promotion(
                 session,
-                operation_id=operation_id,
-                kind=OperationKind.PROMOTION,
-                status=status,
-                repository_identity=repository.identity,
-                repository_name=repository.name,
+                operation_id,
+                status,
+                (bundle, grant, receipt_sha256),
+                repository=(repository.identity, repository.name),
                 owner=services.stamp(),
-                grant_id=grant.grant_id,
-                bundle_id=bundle.bundle_id,
-                grant_sha256=grant.grant_sha256,
-                bundle_sha256=bundle.bundle_sha256,
-                verification_receipt_sha256=receipt_sha256,
                 fence=fence,
             )
         else:

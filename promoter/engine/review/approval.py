@@ -377,19 +377,13 @@ def decide_part(
             f"(bundle {bundle.bundle_id}); declined {len(derived.declined)} path(s)",
         )
         adopt(derived_id)
-        journal.create_operation(
+        tickets.create_promotion(
             session,
-            operation_id=derived_id,
-            kind=OperationKind.PROMOTION,
-            status=OperationStatus.IN_PROGRESS,
-            repository_identity=row.repository_identity,
-            repository_name=row.repository_name,
+            derived_id,
+            OperationStatus.IN_PROGRESS,
+            (bundle, grant, receipt.receipt_sha256),
+            repository=(row.repository_identity, row.repository_name),
             owner=services.stamp(),
-            grant_id=grant.grant_id,
-            bundle_id=bundle.bundle_id,
-            grant_sha256=grant.grant_sha256,
-            bundle_sha256=bundle.bundle_sha256,
-            verification_receipt_sha256=receipt.receipt_sha256,
             fence=row.fence,
         )
         session.flush()
