@@ -72,10 +72,10 @@ def register(services: Services) -> Registration:
     identities = {repository.identity: repository.name for repository in services.registry.all()}
     until = lease_until(services.settings.owner_lease_seconds)
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row, _ = hosts.register(session, host_id, identities, until)
     except StorageError:  # a twin with the same host id added it first: read it again
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row, _ = hosts.register(session, host_id, identities, until)
     registration = Registration(host_id, row.epoch, row.status != hosts.ACTIVE)
     services.host_epoch = registration.epoch
@@ -147,7 +147,7 @@ def guard(registration: Registration, state: HostState | None = None) -> Callabl
 def check(services: Services) -> None:
     """The epoch check now, in a transaction of its own (a daemon that registered)."""
     if services.db.write_guard is not None:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             services.db.write_guard(session)
 
 
@@ -159,7 +159,7 @@ def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, An
     """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
     if not to:
         raise ValidationFailed("name the daemon host that takes over (to)")
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = hosts.for_update(session, host_id)
         if row is None:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
@@ -212,7 +212,7 @@ def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, An
 
 def admit(services: Services, host_id: str) -> dict[str, Any]:
     """Make a fenced host active again at its raised epoch (its daemon is restarted)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = hosts.for_update(session, host_id)
         if row is None:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
@@ -224,7 +224,7 @@ def publish_address(services: Services, address: str) -> None:
     does not answer is logged (the daemon serves; its address is published at its next
     start)."""
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             hosts.publish_address(session, services.owner.host, address)
     except PromoterError as exc:
         log.warning(
@@ -235,7 +235,7 @@ def publish_address(services: Services, address: str) -> None:
 def list_hosts(services: Services) -> list[dict[str, Any]]:
     """Every host of the ledger with its epoch, status, lease, fences and the address its
     daemon published (this host's: the one it serves on, until it published it)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 

@@ -170,7 +170,7 @@ class Heartbeat:
         self._thread.start()
 
     def beat(self) -> int:
-        with self._db.session() as session:
+        with journal.unit_of_work(self._db) as session:
             if self._epoch is not None and not hosts.beat(
                 session, self._me.host, self._epoch, lease_until(self._seconds)
             ):

@@ -56,7 +56,7 @@ def list_operations(
     limit: int | None = None,
 ) -> list[Operation]:
     """The newest operations first, by status and repository (its name or identity)."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         if limit is None:
             return journal.list_operations(session, status=status, repository=repository)
         return journal.list_operations(session, status=status, repository=repository, limit=limit)
@@ -79,13 +79,13 @@ def operation_summary(row: Operation) -> dict[str, Any]:
 
 def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:
     """How many operations have each of ``statuses`` now."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return {s: len(journal.operations_with_status(session, s)) for s in statuses}
 
 
 def event_count(db: Database, operation_id: str) -> int:
     """How many ledger events the operation has."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return ledger.event_count(session, operation_id)
 
 
@@ -113,7 +113,7 @@ def outcome(db: Database, operation_id: str, first_event: int) -> Outcome | None
     """The operation with its events from ``first_event`` on (``None``: no such operation)."""
     files: dict[str, int] = {}
     written = 0
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         found = journal.get_operation(session, operation_id)
         if found is None:
             return None
@@ -164,7 +164,7 @@ def scan_feed(
     """The feed's entries after ``start`` that match, in its wire form, at most ``pages``
     pages of ``limit`` rows read; the position moves past every row read."""
     position = start
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         for _page in range(pages):
             rows = feed.after(session, position, limit)
             if not rows:

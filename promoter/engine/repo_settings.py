@@ -22,6 +22,7 @@ from promoter.domain.canonical import rfc3339, utcnow
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
+from promoter.store import journal
 from promoter.store import repo_settings as store
 
 __all__ = ["APPROVAL", "Approval", "approval", "set_approval"]
@@ -50,7 +51,7 @@ def _of(repository: Repository, change: store.SettingChange | None) -> Approval:
 
 def approval(services: Services, repository: Repository) -> Approval:
     """The approval setting in force for ``repository`` now."""
-    with services.db.session(durable=False) as session:
+    with journal.unit_of_work(services.db, durable=False) as session:
         return _of(repository, store.newest(session, repository.identity, APPROVAL))
 
 
@@ -67,8 +68,7 @@ def set_approval(
         raise ValidationFailed(
             f"approval must be one of {', '.join(VALUES)}, not {value!r}", value=value
         )
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host changes nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host changes nothing
         before = _of(repository, store.newest(session, repository.identity, APPROVAL))
         change = store.SettingChange(
             repository_identity=repository.identity,

@@ -22,7 +22,7 @@ from promoter.engine.intake.bundles import load_bundle, verify_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.services import Services
 from promoter.errors import GrantExpired, LeaseStale, ReceiptConflict, VerificationFailed
-from promoter.store import repo
+from promoter.store import journal, repo
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def check_grant_window(grant: GrantV1) -> None:
 
 def check_authority(services: Services, grant: GrantV1, fence: int) -> None:
     """Step 1 with the lease read in a transaction of its own."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage)
     check_lease(grant, fence, lease)
 

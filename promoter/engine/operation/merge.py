@@ -112,7 +112,7 @@ class PathMerge:
 
 def _drifted_operation(services: Services, operation_id: str) -> tuple[str, int, str]:
     """The bundle id, fence and repository identity of a promotion refused for drift."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -306,7 +306,7 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     submitted = submit_bundle(services, document, run_id=None, host_made=True)
     merged = submitted.bundle
     receipt_sha256 = submitted.receipt.receipt_sha256
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         ledger.append(
             session,
             operation_id,

@@ -375,7 +375,7 @@ def _made(
     signer: ReceiptSigner,
 ) -> _Made:
     """The outcome event, the receipt naming it and its signed envelope (no write)."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         row = journal.require(session, operation_id)
         if row.receipt is not None:
             recorded, digest, outcome = row.receipt, row.receipt_sha256, None
@@ -403,8 +403,8 @@ def _made(
 
 def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) -> None:
     """The outcome's one durable commit; ``ledger.ChainMoved`` leaves nothing of it."""
-    with db.session() as session:
-        db.guard_writes(session)  # a fenced host records no outcome (``engine.fencing``)
+    # a fenced host records no outcome (``engine.fencing``)
+    with journal.unit_of_work(db, fenced=True) as session:
         row = journal.require(session, operation_id)
         if made.outcome is not None:
             if row.receipt is not None:  # recorded meanwhile: make it all again

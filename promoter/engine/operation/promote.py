@@ -252,7 +252,7 @@ def _wait_out(
             operation_id=operation_id,
             attempt=attempt,
         ) from error
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.status not in RUNNING or step_rows.steps(session, operation_id):
             raise error
@@ -277,8 +277,8 @@ def _journal(
     changes = list(evidence.bundle.changes)
     creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
     grant = evidence.grant
-    with db.session() as session:
-        db.guard_writes(session)  # the host's epoch, with the plan (``engine.fencing``)
+    # the host's epoch, with the plan (``engine.fencing``)
+    with journal.unit_of_work(db, fenced=True) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)

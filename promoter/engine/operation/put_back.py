@@ -18,7 +18,7 @@ def put_back(services: Services, operation_id: str, error: PromoterError) -> str
     """The outcome the journal proves after a failed attempt, recorded: ``refused`` when no
     step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
     time: a commit whose answer was lost may have happened. Returns the status."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.status not in RUNNING:
             return "unknown" if row is None else str(row.status)

@@ -26,7 +26,7 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
     different (``AuditStore.copy``; a different one is set aside, its bytes kept). A copy
     that cannot be written is logged; the receipt is served all the same.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -59,7 +59,7 @@ def rollback_receipt(services: Services, operation_id: str) -> bytes:
         stored = services.audit.get("rollback", operation_id)
         if stored is not None:
             return stored
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             child = journal.get_operation(session, rollback_id(operation_id))
             recorded = None if child is None or child.status not in FINAL else child.receipt
         if recorded is not None:

@@ -76,7 +76,7 @@ def scan_orphans(services: Services) -> list[str]:
     """
     orphaned: list[str] = []
     configured = {repository.identity for repository in services.registry.all()}
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         running = journal.operations_with_status(session, OperationStatus.IN_PROGRESS)
         running += journal.operations_with_status(session, OperationStatus.APPLIED_UNVERIFIED)
         for row in running:
@@ -105,7 +105,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
     """
     for operation_id in operation_ids:
         try:
-            with services.db.session() as session:
+            with journal.unit_of_work(services.db) as session:
                 row = _load(session, operation_id)
                 kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
                 guard(kind, row.status, "recover", role="host", operation_id=operation_id)
@@ -113,7 +113,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
                 recover(services, operation_id, 0, role="host")  # no lease for these kinds
                 continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
-            with services.db.session() as session:
+            with journal.unit_of_work(services.db) as session:
                 lease = repo.get_lease(session, grant.workflow_id, grant.stage)
             if lease is not None:
                 recover(services, operation_id, lease.fence, role="host")
@@ -169,7 +169,7 @@ def _recover_body(
     Any other status is refused (``not_recoverable``) before anything is read or written,
     whatever the kind; see ``promoter.domain.status.guard``.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
         kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
@@ -181,14 +181,14 @@ def _recover_body(
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         check_recovery_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
     repository = services.registry.by_identity(grant.repository_identity)
     lock = repo_lock(services, repository)
     lock.acquire()
     claimed = False
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             _claim(session, services, operation_id, kind, "recover", role=role)
             has_steps = bool(step_rows.steps(session, operation_id))
         claimed = True
@@ -203,7 +203,7 @@ def _recover_body(
         raise
     finally:
         lock.release()
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return _load(session, operation_id).status
 
 
@@ -351,7 +351,7 @@ def _reconcile_body(
     services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
 ) -> dict[str, Any]:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         kind = row.kind
@@ -384,7 +384,7 @@ def _reconcile_body(
     lock.acquire()
     claimed = False
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             _claim(session, services, operation_id, kind, "reconcile", role=role, decision=decision)
         claimed = True
         with Root.open(repository.worktree) as root:
@@ -397,5 +397,5 @@ def _reconcile_body(
         raise
     finally:
         lock.release()
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return {"status": _load(session, operation_id).status}

@@ -89,8 +89,8 @@ def _request(
     # not flushed: the attempt's plan is a durable commit made before its first write, and
     # that flush of the WAL makes this earlier commit durable too; a request lost with a
     # power failure before then has changed nothing and is asked again
-    with request_lock, services.db.session(durable=False) as session:
-        services.db.guard_writes(session)  # a fenced host starts nothing
+    # a fenced host starts nothing
+    with request_lock, journal.unit_of_work(services.db, fenced=True, durable=False) as session:
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)

@@ -178,8 +178,7 @@ def _journal(
 ) -> str:
     """The operation, its steps and the decision and action events, in one transaction."""
     operation_id = restore_id(repo.identity, current, target)
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host starts nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host starts nothing
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status not in RESTARTABLE:
             raise OperationConflict(
@@ -249,7 +248,7 @@ def _post_capture(
     except PromoterError as exc:
         log.warning("the capture after restore %s failed: %s", operation_id, exc.detail)
         return
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.require(session, operation_id)
         journal.set_snapshot(session, operation_id, "post", post)
         journal.set_report(
@@ -278,7 +277,7 @@ def _recover_restore_body(
     (``from_status="needs_reconciliation"``), an operator's ``continue``. Any other status
     is refused before anything is written.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.kind != OperationKind.RESTORE:
             raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
@@ -347,7 +346,7 @@ def _recover_restore_body(
 
 def _claim(services: Services, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         found = journal.claim_from(
             session, operation_id, OperationStatus(from_status), services.stamp()
         )

@@ -162,7 +162,7 @@ def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
     stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
     if stored is None:
         return None
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         child = journal.get_operation(session, rollback_id(operation_id))
         if child is not None and child.status not in FINAL:
             return None
@@ -178,8 +178,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     someone else's, one in ``needs_reconciliation`` moves only by the operator's
     ``reconcile``, a final one never runs again (SPEC §10.1 item 3).
     """
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host starts nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host starts nothing
         parent = _load(session, operation_id)
         if parent.kind != OperationKind.PROMOTION or parent.status not in ROLLBACK_FROM:
             raise OperationConflict(
@@ -244,7 +243,7 @@ def _recover_rollback_body(
     services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         child = _load(session, child_id)
         found = (
             child.status
@@ -358,7 +357,7 @@ def _rollback_locked(
             }
         )
     )
-    with services.db.session() as session:  # (1) record the receipt, once
+    with journal.unit_of_work(services.db) as session:  # (1) record the receipt, once
         child = _load(session, child_id)
         if child.receipt is None:
             ledger.append(
@@ -455,7 +454,7 @@ def _publish(
     faults.point("rollback_after_receipt")
     # the envelope, made by this host now that the receipt exists, with the final statuses
     sealed = make_envelope(receipt_signer(services), ROLLBACK, parent_id, data)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         record_envelope(session, sealed)
         child = _load(session, child_id)
         parent = _load(session, parent_id)

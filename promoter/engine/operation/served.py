@@ -41,12 +41,12 @@ def rollback_envelope(services: Services, operation_id: str) -> bytes:
 def verification_envelope(services: Services, bundle_id: str) -> bytes:
     """The envelope of a bundle's verification receipt (the one the unsigned route serves)."""
     receipt = canonical_bytes(load_verification(services, bundle_id))
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         _, maker = repo.bundle_owner_host(session, bundle_id)
     return served_envelope(services, VERIFICATION, bundle_id, receipt, maker)
 
 
 def _owner(services: Services, operation_id: str) -> str | None:
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
     return None if row is None else row.owner_host

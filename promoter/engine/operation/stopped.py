@@ -43,7 +43,7 @@ def put_back(
     error = stopped_by(exc, f"the {what}")
 
     def write() -> None:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row = journal.get_operation(session, operation_id)
             if row is not None and row.status == OperationStatus.IN_PROGRESS:
                 journal.set_status(

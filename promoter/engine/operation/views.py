@@ -21,7 +21,7 @@ from promoter.store import journal, ledger, step_rows
 
 
 def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -77,7 +77,7 @@ def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
 
 def current_targets(services: Services, operation_id: str) -> list[dict[str, Any]]:
     """Each step's target as it reads now (read-only, without the lock)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -97,7 +97,7 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
 
 def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
     """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return [
             {
                 "operation_id": row.operation_id,

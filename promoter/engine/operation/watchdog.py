@@ -43,7 +43,7 @@ CODE = "attempt_lost"
 def _mark(services: Services, operation_id: str) -> bool:
     """``operation_id`` to ``needs_recovery`` if it is still running and still not live."""
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row = journal.get_operation(session, operation_id)
             if row is None or row.status not in RUNNING or services.live.has(operation_id):
                 return False
@@ -65,7 +65,7 @@ def _mark(services: Services, operation_id: str) -> bool:
 def sweep(services: Services) -> list[str]:
     """Mark this process's running operations that no thread runs, and this host's
     orphans, ``needs_recovery``; recover them with ``auto_recover``. Returns the marked."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         rows = journal.owned_by(session, services.stamp(), RUNNING)
     lost = [
         row.operation_id

@@ -228,7 +228,7 @@ def decide(
     the grant's window. The caller starts the attempt of an approved operation.
     """
     if verdict == "approve" and selection is not None and selection.partial:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             grant = load_grant(services, str(_held(session, operation_id).grant_id))
         try:
             check_grant_window(grant)
@@ -245,7 +245,7 @@ def decide(
                 claimed_by=claimed_by,
                 seen=seen,
             )
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _held(session, operation_id)
         grant = load_grant(services, str(row.grant_id))
         expired: PromoterError | None = None
@@ -304,7 +304,7 @@ def decide_part(
     ``approved_in_part`` and refused with that code, and the derived bundle's operation
     is created with its approval and started (``ticket``).
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         parent_row = _held(session, operation_id)
         parent_bundle_id = str(parent_row.bundle_id)
     parent = load_bundle(services, parent_bundle_id)
@@ -324,7 +324,7 @@ def decide_part(
     bundle = derived.bundle
     # the derived operation is live from before its row commits (the caller leaves it
     # once its attempt is submitted; an error, the commit's included, leaves it at once)
-    with services.live.handed_on() as adopt, services.db.session() as session:
+    with services.live.handed_on() as adopt, journal.unit_of_work(services.db) as session:
         row = _held(session, operation_id)  # still held: decisions are serialized
         grant = load_grant(services, str(row.grant_id))
         assert grant.grant_sha256 is not None and row.fence is not None
@@ -415,7 +415,7 @@ def reopen(services: Services, operation_id: str, *, note: str, by: str, role: s
     ``awaiting_approval`` with the fence it had; nothing is written until an approval,
     whose attempt re-checks everything as usual.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
