@@ -133,7 +133,7 @@ def prepare_promoter(
         operation_id = promote_once(
             _submit(services, WARM_REPO_NAME, "grt_bench_warm", source, workload)
         )
-        view = views.operation_view(services, operation_id)
+        view = views.operation_view(services.db, operation_id)
         if view["status"] != "completed":
             raise AssertionError(f"the warm-up promotion ended {view['status']}")
     return _submit(services, REPO_NAME, "grt_bench", source, workload)
@@ -194,7 +194,7 @@ def finish_with_rollback(prepared: Prepared, operation_id: str) -> float:
 
 
 def _completed(prepared: Prepared, operation_id: str) -> None:
-    view = views.operation_view(prepared.services, operation_id)
+    view = views.operation_view(prepared.services.db, operation_id)
     if view["status"] != "completed" or not view["events_verified"]:
         _close(prepared)
         raise AssertionError(

@@ -129,7 +129,7 @@ def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: boo
         if promote:
             requested = requests.request_promotion(services, bundle_id, receipt, bd.FENCE)
             runner.wait_for(services, requested.operation_id, timeout=3600)
-            status = views.operation_view(services, requested.operation_id)["status"]
+            status = views.operation_view(services.db, requested.operation_id)["status"]
         runner.runner(services).shutdown()
     finally:
         services.close()

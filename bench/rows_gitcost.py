@@ -169,7 +169,7 @@ class Side:
         )
 
     def promoted(self, operation_id: str) -> None:
-        view = views.operation_view(self.services, operation_id)
+        view = views.operation_view(self.services.db, operation_id)
         if view["status"] != "completed":
             raise AssertionError(
                 f"{self.name}: {operation_id} ended {view['status']} ({view['code']})"

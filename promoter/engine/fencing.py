@@ -48,6 +48,7 @@ from promoter.errors import (
     ValidationFailed,
 )
 from promoter.store import hosts, journal
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.fencing")
 
@@ -144,22 +145,22 @@ def guard(registration: Registration, state: HostState | None = None) -> Callabl
     return check
 
 
-def check(services: Services) -> None:
+def check(db: Database) -> None:
     """The epoch check now, in a transaction of its own (a daemon that registered)."""
-    if services.db.write_guard is not None:
-        with journal.unit_of_work(services.db) as session:
-            services.db.write_guard(session)
+    if db.write_guard is not None:
+        with journal.unit_of_work(db) as session:
+            db.write_guard(session)
 
 
 def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 
 
-def fence(services: Services, host_id: str, to: str, *, by: str) -> dict[str, Any]:
+def fence(db: Database, host_id: str, to: str, *, by: str) -> dict[str, Any]:
     """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
     if not to:
         raise ValidationFailed("name the daemon host that takes over (to)")
-    with journal.unit_of_work(services.db) as session:
+    with journal.unit_of_work(db) as session:
         row = hosts.for_update(session, host_id)
         if row is None:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)

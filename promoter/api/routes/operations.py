@@ -93,7 +93,7 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     )
     if body.wait:
         runner.wait_for(services, requested.operation_id, WAIT_SECONDS)
-        view = views.operation_view(services, requested.operation_id)
+        view = views.operation_view(services.db, requested.operation_id)
         if view["status"] == OperationStatus.REFUSED and view["code"] == "database_unavailable":
             # the attempt waited out its bound for the database (SPEC §10.23): nothing was
             # written; a 503 the clients retry, which starts the next attempt
@@ -106,7 +106,7 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
             )
         if view["status"] in ENDED:
             return json_response(view, 200)
-    view = views.operation_view(services, requested.operation_id)
+    view = views.operation_view(services.db, requested.operation_id)
     return json_response({"operation_id": requested.operation_id, "status": view["status"]}, 202)
 
 
@@ -262,17 +262,17 @@ async def get_operation(
         str | None, Query(max_length=40, description="with `wait`: the status known")
     ] = None,
 ) -> Response:
-    view = await run_in_threadpool(views.operation_view, services, operation_id)
+    view = await run_in_threadpool(views.operation_view, services.db, operation_id)
     if wait > 0:
         known = status or view["status"]
 
         def changed() -> dict[str, Any] | None:
-            latest = views.operation_view(services, operation_id)
+            latest = views.operation_view(services.db, operation_id)
             return latest if latest["status"] != known else None
 
         latest = await long_poll(services, changed, wait)
         if latest is None:
-            latest = await run_in_threadpool(views.operation_view, services, operation_id)
+            latest = await run_in_threadpool(views.operation_view, services.db, operation_id)
         view = latest
     if current:
         view["current_targets"] = await run_in_threadpool(
@@ -302,14 +302,14 @@ def get_receipt(
 
 def _recover(services: Services, operation_id: str, fence: int, role: str) -> dict[str, Any]:
     recover.recover(services, operation_id, fence, role=role)
-    return views.operation_view(services, operation_id)
+    return views.operation_view(services.db, operation_id)
 
 
 def _reconcile(
     services: Services, operation_id: str, decision: str, note: str, role: str
 ) -> dict[str, Any]:
     recover.reconcile(services, operation_id, decision, note, role=role)
-    return views.operation_view(services, operation_id)
+    return views.operation_view(services.db, operation_id)
 
 
 @router.post(

@@ -128,7 +128,7 @@ class _Body:
             run_quota(self.services),
             self.run_id,
             blob_limit=min(self.services.settings.max_blob_bytes, BATCH_BLOB_MAX),
-            record=lambda blobs: record_blobs(self.services, blobs),
+            record=lambda blobs: record_blobs(self.services.db, blobs),
             group_sync_limit=self.services.settings.group_sync_limit,
             group_one=True,  # a 1-file change: its blob's temp and the charge, one syncfs
         )
@@ -185,7 +185,7 @@ def _promote(
     operation_id = requested.operation_id
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
-    view = views.operation_view(services, operation_id)
+    view = views.operation_view(services.db, operation_id)
     if wait and view["status"] in ENDED:
         return json_response({**answer, "operation": view}, 200)
     accepted = {"operation_id": operation_id, "status": view["status"]}

@@ -47,6 +47,7 @@ from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
+from promoter.store.db import Database
 
 router = APIRouter(prefix="/v1")
 # A path asked for by name: its wire form, at most this many characters (a URL stays
@@ -65,7 +66,7 @@ def _diff(
     path: str | None,
     cursor: str | None,
 ) -> Any:
-    check_owner(services, principal, bundle_id)
+    check_owner(services.db, principal, bundle_id)
     return bundle_diff(services, bundle_id, limit, path=path, cursor=cursor)
 
 
@@ -159,9 +160,9 @@ async def get_bundle_diff(
     return json_response(result)
 
 
-def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
-    check_owner(services, principal, bundle_id)
-    return {"bundle_id": bundle_id, "operations": views.bundle_operations(services, bundle_id)}
+def _bundle_operations(db: Database, principal: Principal, bundle_id: str) -> Any:
+    check_owner(db, principal, bundle_id)
+    return {"bundle_id": bundle_id, "operations": views.bundle_operations(db, bundle_id)}
 
 
 @router.get(
@@ -186,7 +187,7 @@ async def get_bundle_operations(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
     """The promotions of a bundle with their status (its executor may ask)."""
-    result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
+    result = await run_in_threadpool(_bundle_operations, services.db, principal, bundle_id)
     return json_response(result)
 
 
@@ -263,7 +264,7 @@ def _decide(
     )
     if decided.started and body.get("wait"):
         runner.wait_for(services, decided.operation_id, WAIT_SECONDS)
-    return views.operation_view(services, decided.operation_id)
+    return views.operation_view(services.db, decided.operation_id)
 
 
 async def _post_decision(
@@ -335,7 +336,7 @@ async def post_reject(
 
 def _reopen(services: Services, principal: Principal, operation_id: str, note: str) -> Any:
     decisions.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
-    return views.operation_view(services, operation_id)
+    return views.operation_view(services.db, operation_id)
 
 
 @router.post(

@@ -23,6 +23,7 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.services import Services
 from promoter.errors import GrantExpired, LeaseStale, ReceiptConflict, VerificationFailed
 from promoter.store import journal, repo
+from promoter.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ def check_grant_window(grant: GrantV1) -> None:
         raise GrantExpired("the grant has expired", expires_at=grant.expires_at)
 
 
-def check_authority(services: Services, grant: GrantV1, fence: int) -> None:
+def check_authority(db: Database, grant: GrantV1, fence: int) -> None:
     """Step 1 with the lease read in a transaction of its own."""
-    with journal.unit_of_work(services.db) as session:
+    with journal.unit_of_work(db) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage)
     check_lease(grant, fence, lease)
 

@@ -67,6 +67,7 @@ from promoter.fs.leaf import LeafState
 from promoter.fs.root import Root
 from promoter.git.merge_file import merge_bytes
 from promoter.store import journal, ledger
+from promoter.store.db import Database
 
 __all__ = ["MAX_MERGE_BYTES", "SHOWN_CHARS", "merge_operation"]
 
@@ -157,7 +158,7 @@ def _prepare(item: PathMerge, services: Services) -> tuple[bytes, bytes] | None:
     return old, new
 
 
-def _read_drifted(services: Services, worktree: str, bundle: PatchBundleV1) -> list[PathMerge]:
+def _read_drifted(db: Database, worktree: str, bundle: PatchBundleV1) -> list[PathMerge]:
     """Each target that reads as neither old nor new, with the person's bytes if text-sized."""
     found: list[PathMerge] = []
     with Root.open(worktree) as root:
@@ -269,7 +270,7 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
     repository = services.registry.by_identity(identity)
     _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
-    drifted = _read_drifted(services, str(repository.worktree), original)
+    drifted = _read_drifted(services.db, str(repository.worktree), original)
     faults.point("merge_inputs_read")
     if not drifted:
         raise MergeUnsupported(

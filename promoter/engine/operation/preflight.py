@@ -27,7 +27,7 @@ def preflight(services: Services, bundle_id: str, fence: int | None) -> dict[str
     try:
         grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
         if fence is not None:  # (1) authority
-            check_authority(services, grant, fence)
+            check_authority(services.db, grant, fence)
         else:
             check_grant_window(grant)
         result["checks"]["authority"] = {"ok": True}

@@ -406,7 +406,7 @@ def apply_changes(
     """
     planner = PROMOTION if planner is None else planner
     try:
-        fencing.check(services)  # the host's epoch, before the first worktree write
+        fencing.check(services.db)  # the host's epoch, before the first worktree write
     except HostFenced as exc:
         exc.context["worktree"] = "nothing written"
         raise
@@ -417,7 +417,7 @@ def apply_changes(
         root,
         Ordering.STAGE_THEN_PLACE,
         group_sync_limit=services.settings.group_sync_limit,
-        between_groups=lambda: fencing.check(services),  # and between groups of temps
+        between_groups=lambda: fencing.check(services.db),  # and between groups of temps
     )
     try:
         if journaled_dirs is not None:
@@ -439,7 +439,7 @@ def apply_changes(
             raise _noted(operation_id, driver, fenced) from exc
         return
     try:
-        fencing.check(services)  # the host's epoch again, before the first target is replaced
+        fencing.check(services.db)  # the host's epoch again, before the first target is replaced
     except HostFenced as exc:
         raise _stand_down(operation_id, driver, exc) from exc
     planner.before_placing(services, operation_id, attempt, (changes, wanted), driver)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from promoter.domain.status import RUNNING, OperationStatus
 from promoter.engine.operation import promote
-from promoter.engine.services import Services
 from promoter.errors import PromoterError
 from promoter.store import journal, step_rows
+from promoter.store.db import Database
 
 
-def put_back(services: Services, operation_id: str, error: PromoterError) -> str:
+def put_back(db: Database, operation_id: str, error: PromoterError) -> str:
     """The outcome the journal proves after a failed attempt, recorded: ``refused`` when no
     step was journaled (nothing was written), else ``needs_recovery``. Read afresh each
     time: a commit whose answer was lost may have happened. Returns the status."""
-    with journal.unit_of_work(services.db) as session:
+    with journal.unit_of_work(db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.status not in RUNNING:
             return "unknown" if row is None else str(row.status)
@@ -31,5 +31,5 @@ def put_back(services: Services, operation_id: str, error: PromoterError) -> str
                 detail=error.detail,
             )
             return OperationStatus.NEEDS_RECOVERY
-    promote.refuse(services.db, operation_id, error)
+    promote.refuse(db, operation_id, error)
     return OperationStatus.REFUSED

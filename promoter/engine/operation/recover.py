@@ -62,6 +62,7 @@ from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, repo, step_rows
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.recover")
 
@@ -208,7 +209,7 @@ def _recover_body(
 
 
 def settle_temps(
-    services: Services, operation_id: str, root: Root, changes: list[Change]
+    db: Database, operation_id: str, root: Root, changes: list[Change]
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Settle every temp name this operation's attempts were journaled to use (SPEC §10.1).
 
@@ -216,7 +217,7 @@ def settle_temps(
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
     Fault point ``after_temps_settled``.
     """
-    with journal.attempt(services.db, operation_id) as j:
+    with journal.attempt(db, operation_id) as j:
         attempts = j.row.attempt
     removed, kept = settle_step_temps(
         root,
@@ -240,7 +241,7 @@ def _reclassify(
     reason: str,
 ) -> None:
     changes = list(evidence.bundle.changes)
-    removed, kept = settle_temps(services, operation_id, root, changes)
+    removed, kept = settle_temps(services.db, operation_id, root, changes)
     with journal.attempt(services.db, operation_id) as j:
         steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}

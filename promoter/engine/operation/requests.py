@@ -68,7 +68,7 @@ def request_promotion(
     gated = (
         approval.required(repository, grant)
         or bundle.merge is not None
-        or repo_settings.requires_approval(services, repository)  # set by `repos set`
+        or repo_settings.requires_approval(services.db, repository)  # set by `repos set`
     )
     if gated:  # held for a decision: the lease and the evidence must hold already
         approval.precheck(services, grant, bundle.bundle_id, receipt_sha256, fence)

@@ -169,7 +169,7 @@ class StepRun:
             self.root,
             Ordering.STEP_BY_STEP,
             group_sync_limit=limit,
-            between_groups=functools.partial(fencing.check, self.services),  # SPEC §10.23
+            between_groups=functools.partial(fencing.check, self.services.db),  # SPEC §10.23
         )
         try:
             yield driver

@@ -390,7 +390,7 @@ def _one_pass(
     ``held``: the seqs whose temp name held someone else's bytes (conflicts).
     """
     limit = services.settings.group_sync_limit
-    fenced = functools.partial(fencing.check, services)  # between groups (SPEC §10.23)
+    fenced = functools.partial(fencing.check, services.db)  # between groups (SPEC §10.23)
     with Driver(
         root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
     ) as driver:

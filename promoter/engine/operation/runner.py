@@ -82,7 +82,7 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
                 log.exception("attempt of %s failed unexpectedly", operation_id)
             error = stopped_by(exc, "the attempt")
             status = through_outage(
-                lambda: put_back(services, operation_id, error),
+                lambda: put_back(services.db, operation_id, error),
                 f"putting back operation {operation_id}",
                 services.settings.outage_retry_seconds,
             )

@@ -18,10 +18,11 @@ from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
+from promoter.store.db import Database
 
 
-def operation_view(services: Services, operation_id: str) -> dict[str, Any]:
-    with journal.unit_of_work(services.db) as session:
+def operation_view(db: Database, operation_id: str) -> dict[str, Any]:
+    with journal.unit_of_work(db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -95,9 +96,9 @@ def current_targets(services: Services, operation_id: str) -> list[dict[str, Any
     return found
 
 
-def bundle_operations(services: Services, bundle_id: str) -> list[dict[str, Any]]:
+def bundle_operations(db: Database, bundle_id: str) -> list[dict[str, Any]]:
     """The promotions of one bundle: id, status, code and receipt (what its executor sees)."""
-    with journal.unit_of_work(services.db) as session:
+    with journal.unit_of_work(db) as session:
         return [
             {
                 "operation_id": row.operation_id,

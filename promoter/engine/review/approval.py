@@ -85,7 +85,7 @@ def precheck(
     services: Services, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
 ) -> None:
     """Steps 1 and 2 of an attempt, before the operation is held: lease and evidence."""
-    check_authority(services, grant, fence)
+    check_authority(services.db, grant, fence)
     recheck_evidence(services, bundle_id, receipt_sha256)
 
 
