@@ -47,7 +47,6 @@ from promoter.fs.group_sync import GroupSync
 from promoter.store import repo
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.blobs import BlobWriter
-from promoter.store.db import Database
 from promoter.store.quota import RunQuota
 
 # bytes of a batch body gathered on the event loop before one worker-thread hop parses
@@ -257,9 +256,9 @@ async def put_blob(
     )
 
 
-def record_blobs(db: Database, blobs: list[tuple[str, int]]) -> None:
+def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
     """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
-    with db.session(durable=False) as session:
+    with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)
 
 
@@ -318,7 +317,7 @@ async def batch_update_blobs(
         run_quota(services),
         principal.run_id,
         blob_limit=min(services.settings.max_blob_bytes, BATCH_BLOB_MAX),
-        record=lambda blobs: record_blobs(services.db, blobs),
+        record=lambda blobs: record_blobs(services, blobs),
         group_sync_limit=services.settings.group_sync_limit,
     )
     received = 0

@@ -35,7 +35,6 @@ from promoter.engine.intake.bundles import (
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, NotFound
 from promoter.store.credentials import Principal
-from promoter.store.db import Database
 
 router = APIRouter(prefix="/v1")
 SUBMIT_CODES = [
@@ -97,11 +96,11 @@ async def post_bundle(request: Request, principal: ExecutorDep, services: Servic
         return await run_in_threadpool(_submit, services, raw, principal.run_id)
 
 
-def check_owner(db: Database, principal: Principal, bundle_id: str) -> None:
+def check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
     """An executor reads only its own run's bundles (orchestrator and operator: any)."""
     if principal.role != "executor":
         return
-    owner = bundle_owner(db, bundle_id)
+    owner = bundle_owner(services.db, bundle_id)
     if owner is None:
         raise NotFound(f"no bundle {bundle_id!r} is on record", bundle_id=bundle_id)
     if owner != principal.run_id:
@@ -121,7 +120,7 @@ def check_owner(db: Database, principal: Principal, bundle_id: str) -> None:
     ),
 )
 def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
-    check_owner(services.db, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return canonical_response(canonical(load_bundle(services, bundle_id)))
 
 
@@ -140,5 +139,5 @@ def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: Servic
 def get_verification(
     bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
-    check_owner(services.db, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return canonical_response(load_verification(services, bundle_id))

@@ -136,5 +136,5 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
 def get_verification_envelope(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
-    check_owner(services.db, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return canonical_response(served.verification_envelope(services, bundle_id))

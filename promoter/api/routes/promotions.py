@@ -128,7 +128,7 @@ class _Body:
             run_quota(self.services),
             self.run_id,
             blob_limit=min(self.services.settings.max_blob_bytes, BATCH_BLOB_MAX),
-            record=lambda blobs: record_blobs(self.services.db, blobs),
+            record=lambda blobs: record_blobs(self.services, blobs),
             group_sync_limit=self.services.settings.group_sync_limit,
             group_one=True,  # a 1-file change: its blob's temp and the charge, one syncfs
         )

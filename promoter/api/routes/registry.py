@@ -41,8 +41,8 @@ from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
 from promoter.engine.repos import Repository
+from promoter.engine.services import Services
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, Forbidden
-from promoter.store.db import Database
 
 router = APIRouter(prefix="/v1")
 ORCHESTRATOR = ("orchestrator", "operator")
@@ -175,8 +175,8 @@ APPROVAL_EXAMPLE = {
 }
 
 
-def _approval_view(db: Database, repository: Repository) -> dict[str, object]:
-    setting = repo_settings.approval(db, repository)
+def _approval_view(services: Services, repository: Repository) -> dict[str, object]:
+    setting = repo_settings.approval(services.db, repository)
     return {
         "name": repository.name,
         "repository_identity": repository.identity,
@@ -202,7 +202,7 @@ def _approval_view(db: Database, repository: Repository) -> dict[str, object]:
     ),
 )
 def get_repository_approval(name: NameParam, _: OrchestratorDep, services: ServicesDep) -> Response:
-    return json_response(_approval_view(services.db, services.registry.by_name(name)))
+    return json_response(_approval_view(services, services.registry.by_name(name)))
 
 
 @router.put(
@@ -232,7 +232,7 @@ async def put_repository_approval(
         repo_settings.set_approval(
             services, repository, body.approval, role=principal.role, name=principal.name
         )
-        return _approval_view(services.db, repository)
+        return _approval_view(services, repository)
 
     return json_response(await run_in_threadpool(change))
 

@@ -47,7 +47,6 @@ from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
-from promoter.store.db import Database
 
 router = APIRouter(prefix="/v1")
 # A path asked for by name: its wire form, at most this many characters (a URL stays
@@ -66,7 +65,7 @@ def _diff(
     path: str | None,
     cursor: str | None,
 ) -> Any:
-    check_owner(services.db, principal, bundle_id)
+    check_owner(services, principal, bundle_id)
     return bundle_diff(services, bundle_id, limit, path=path, cursor=cursor)
 
 
@@ -160,9 +159,9 @@ async def get_bundle_diff(
     return json_response(result)
 
 
-def _bundle_operations(db: Database, principal: Principal, bundle_id: str) -> Any:
-    check_owner(db, principal, bundle_id)
-    return {"bundle_id": bundle_id, "operations": views.bundle_operations(db, bundle_id)}
+def _bundle_operations(services: Services, principal: Principal, bundle_id: str) -> Any:
+    check_owner(services, principal, bundle_id)
+    return {"bundle_id": bundle_id, "operations": views.bundle_operations(services.db, bundle_id)}
 
 
 @router.get(
@@ -187,7 +186,7 @@ async def get_bundle_operations(
     bundle_id: str, principal: AnyRoleDep, services: ServicesDep
 ) -> Response:
     """The promotions of a bundle with their status (its executor may ask)."""
-    result = await run_in_threadpool(_bundle_operations, services.db, principal, bundle_id)
+    result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
     return json_response(result)
 
 

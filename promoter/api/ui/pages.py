@@ -34,7 +34,6 @@ from promoter.engine.operation import receipts, served, views
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import OperationConflict, PromoterError
-from promoter.store.db import Database
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 LOGIN = "/ui/login"
@@ -44,10 +43,10 @@ def _login() -> Response:
     return secure(RedirectResponse(LOGIN, status_code=303))
 
 
-def _list(db: Database, status: str | None, repository: str | None) -> list[dict[str, Any]]:
+def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
     return [
         {**queries.operation_summary(r), "created_at": r.created_at}
-        for r in queries.list_operations(db, status=status, repository=repository)
+        for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
 
 
@@ -66,7 +65,7 @@ async def get_operations(
     if session is None:
         return _login()
     services = get_services(request)
-    rows = await run_in_threadpool(_list, services.db, status or None, repository or None)
+    rows = await run_in_threadpool(_list, services, status or None, repository or None)
     return render(
         "operations.html",
         200,
@@ -132,7 +131,7 @@ async def get_receipt(request: Request, operation_id: str, which: str) -> Respon
 
 
 def _review(services: Services) -> list[dict[str, Any]]:
-    held = _list(services.db, OperationStatus.AWAITING_APPROVAL, None)
+    held = _list(services, OperationStatus.AWAITING_APPROVAL, None)
     for item in held:
         diff = bundle_diff(services, item["bundle_id"], page_bytes(services.settings))
         item["diff"] = diff
@@ -169,8 +168,8 @@ async def get_review(request: Request) -> Response:
     return render("review.html", 200, session, held=held)
 
 
-def _held_bundle(db: Database, operation_id: str) -> str:
-    view = views.operation_view(db, operation_id)
+def _held_bundle(services: Services, operation_id: str) -> str:
+    view = views.operation_view(services.db, operation_id)
     if view.get("status") != OperationStatus.AWAITING_APPROVAL or not view.get("bundle_id"):
         raise OperationConflict(
             f"operation {operation_id} is {view.get('status')}, not awaiting_approval",
@@ -182,7 +181,7 @@ def _held_bundle(db: Database, operation_id: str) -> str:
 def _file_page(
     services: Services, operation_id: str, path: str, cursor: str | None
 ) -> dict[str, Any]:
-    bundle_id = _held_bundle(services.db, operation_id)
+    bundle_id = _held_bundle(services, operation_id)
     limit = page_bytes(services.settings)
     diff = bundle_diff(services, bundle_id, limit, path=path, cursor=cursor)
     return {"diff": diff, "blocks": file_blocks(diff["unified_diff"]), "entry": diff["files"][0]}
