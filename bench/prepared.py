@@ -39,18 +39,17 @@ from promoter.domain.canonical import sha256_hex
 from promoter.domain.records import Ticket
 from promoter.engine.intake import grants
 from promoter.engine.intake.bundles import submit_bundle
-from promoter.engine.operation import promote, rollback
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import promote, requests, rollback, runner, views
 from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.services import Services, build_services
 from promoter.errors import PromoterError
 from promoter.store.blobs import BlobStore
 
 
-class InlineRunner(operations.Runner):
+class InlineRunner(runner.Runner):
     """Runs an attempt in the requesting thread, so a profiler there sees all of it.
 
-    Set as ``services.runner``; ``operations.runner`` picks it up. It does what
+    Set as ``services.runner``; ``runner.runner`` picks it up. It does what
     the worker pool's task does: ``promote.run``, a ``PromoterError`` closed as refused.
     """
 
@@ -134,7 +133,7 @@ def prepare_promoter(
         operation_id = promote_once(
             _submit(services, WARM_REPO_NAME, "grt_bench_warm", source, workload)
         )
-        view = operations.operation_view(services, operation_id)
+        view = views.operation_view(services.db, operation_id)
         if view.status != "completed":
             raise AssertionError(f"the warm-up promotion ended {view.status}")
     return _submit(services, REPO_NAME, "grt_bench", source, workload)
@@ -166,10 +165,10 @@ def _submit(
 def promote_once(prepared: Prepared) -> str:
     """The timed part: request the promotion and wait until its attempt has ended."""
     services = prepared.services
-    requested = operations.request_promotion(
+    requested = requests.request_promotion(
         services, prepared.bundle_id, prepared.receipt_sha256, FENCE
     )
-    operations.wait_for(services, requested.operation_id, timeout=3600)
+    runner.wait_for(services, requested.operation_id, timeout=3600)
     return requested.operation_id
 
 
@@ -195,7 +194,7 @@ def finish_with_rollback(prepared: Prepared, operation_id: str) -> float:
 
 
 def _completed(prepared: Prepared, operation_id: str) -> None:
-    view = operations.operation_view(prepared.services, operation_id)
+    view = views.operation_view(prepared.services.db, operation_id)
     if view.status != "completed" or not view.events_verified:
         _close(prepared)
         raise AssertionError(
@@ -205,5 +204,5 @@ def _completed(prepared: Prepared, operation_id: str) -> None:
 
 
 def _close(prepared: Prepared) -> None:
-    operations.runner(prepared.services).shutdown()
+    runner.runner(prepared.services).shutdown()
     prepared.services.close()

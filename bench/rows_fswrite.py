@@ -35,7 +35,7 @@ from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.models import blob_path
 from promoter.engine.intake import grants
 from promoter.engine.intake.bundles import submit_bundle
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import requests, runner, views
 from promoter.engine.services import build_services
 
 if TYPE_CHECKING:  # the measured child must not import the daemon's web stack
@@ -127,10 +127,10 @@ def child(repo: Path, state: Path, bundle_id: str, receipt: str, *, promote: boo
     status = "idle"
     try:
         if promote:
-            requested = operations.request_promotion(services, bundle_id, receipt, bd.FENCE)
-            operations.wait_for(services, requested.operation_id, timeout=3600)
-            status = operations.operation_view(services, requested.operation_id).status
-        operations.runner(services).shutdown()
+            requested = requests.request_promotion(services, bundle_id, receipt, bd.FENCE)
+            runner.wait_for(services, requested.operation_id, timeout=3600)
+            status = views.operation_view(services.db, requested.operation_id).status
+        runner.runner(services).shutdown()
     finally:
         services.close()
     print(json.dumps({"peak_mib": _peak_mib(), "status": status}), flush=True)

@@ -15,7 +15,7 @@ median of the rounds' figures):
   also records its pre and post snapshots. One untimed promotion per side comes first,
   as in a daemon that has run for a while: its pre snapshot is the shadow's first full
   capture (which adds every file) and starts the worktree's watch, so the timed ones
-  are watched captures (``promoter.engine.snapshots.watch``).
+  are watched captures (``promoter.git.shadow_watch``).
 - ``promote_1_in_100k_flat``: the 100 000 files in one directory (``flat/fNNNNNN.txt``).
 
 The repositories are built once per run with ``git fast-import`` in a temp directory and
@@ -51,7 +51,7 @@ from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import sha256_hex
 from promoter.engine.intake import grants
 from promoter.engine.intake.bundles import submit_bundle
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import runner, views
 from promoter.engine.services import Services, build_services
 
 __all__ = ["GOALS", "LABELS", "ROWS", "rows"]
@@ -169,7 +169,7 @@ class Side:
         )
 
     def promoted(self, operation_id: str) -> None:
-        view = operations.operation_view(self.services, operation_id)
+        view = views.operation_view(self.services.db, operation_id)
         if view.status != "completed":
             raise AssertionError(f"{self.name}: {operation_id} ended {view.status} ({view.code})")
         self.version += 1
@@ -188,7 +188,7 @@ def _side(
     )
     services = build_services(settings)
     stack.callback(services.close)
-    stack.callback(lambda: operations.runner(services).shutdown())
+    stack.callback(lambda: runner.runner(services).shutdown())
     commit = wl.git(repo, "rev-parse", "HEAD").decode().strip()
     tree = wl.git(repo, "rev-parse", "HEAD^{tree}").decode().strip()
     side = Side(name, repo, services, files // 2 + 1, commit, tree)

@@ -12,7 +12,7 @@ handler and the CLI's top-level handler do that.
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -609,6 +609,31 @@ def translated(
         raise
     except catch as exc:
         raise as_promoter_error(exc, default) from exc
+
+
+class Refusal:
+    """What ``refusing`` caught: the error, or None when the block ran through."""
+
+    error: PromoterError | None = None
+
+
+@contextmanager
+def refusing(
+    record: Callable[[PromoterError], object],
+    *,
+    passing: tuple[type[PromoterError], ...] = (),
+) -> Iterator[Refusal]:
+    """The one translation of a refusal: a ``PromoterError`` the block raises is handed to
+    ``record`` (which journals it, or raises another) and kept on the answer, so the
+    caller stops; one of ``passing`` is raised on untouched, as is any other exception."""
+    answer = Refusal()
+    try:
+        yield answer
+    except passing:
+        raise
+    except PromoterError as exc:
+        answer.error = exc
+        record(exc)
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

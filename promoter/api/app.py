@@ -42,10 +42,10 @@ from promoter.api.routes import (
 )
 from promoter.config import Settings
 from promoter.engine import fencing
-from promoter.engine.operation.ownership import Heartbeat
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.operation.watchdog import Watchdog
+from promoter.engine.ownership import Heartbeat
 from promoter.engine.receipts.envelopes import published_keyring
 from promoter.engine.services import Services
 from promoter.store.state_temps import sweep as sweep_state_temps

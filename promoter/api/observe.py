@@ -47,7 +47,7 @@ from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.records import Ticket
 from promoter.engine import queries
 from promoter.engine.host_state import HostState
-from promoter.engine.operation.requests import Runner
+from promoter.engine.operation.runner import Runner
 from promoter.engine.services import Services
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
 from promoter.fs import lock as fs_lock

@@ -32,7 +32,7 @@ import typer
 
 from promoter.cli.common import JsonOpt, console
 from promoter.config import load_settings
-from promoter.engine.operation.ownership import machine_host_id
+from promoter.engine.ownership import machine_host_id
 from promoter.errors import LedgerMissing
 from promoter.store.credentials import (
     SESSIONS_FILE,

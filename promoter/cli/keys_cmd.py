@@ -1,7 +1,7 @@
 """``promoter keys``: list and rotate the host's receipt-signing keys, on the state dir.
 
 Runs on the host, against ``<state>/credentials`` (no server needed): ``rotate`` retires
-the active key now and makes a new one active (``promoter.engine.receipts.keyring.rotate``); a
+the active key now and makes a new one active (``promoter.store.keyring.rotate``); a
 running daemon signs with the new key from its next envelope on, and ``GET /v1/keys``
 keeps listing the retired public key with its validity window. ``rotate`` then publishes
 the keyring into the ledger (``promoter.engine.receipts.envelopes.publish_keyring``), so
@@ -25,11 +25,11 @@ import typer
 
 from promoter.cli.common import JsonOpt, console, echo_json, err_console, escape
 from promoter.config import Settings, load_settings
-from promoter.engine.operation.ownership import machine_host_id
+from promoter.engine.ownership import machine_host_id
 from promoter.engine.receipts.envelopes import publish_keyring
-from promoter.engine.receipts.keyring import Keyring, load_keyring, rotate
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
 from promoter.store import db as dbmod
+from promoter.store.keyring import Keyring, load_keyring, rotate
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")

@@ -8,7 +8,7 @@ are not text shown side by side (old, current and new hash and size). Exits with
 error's exit code when the merge made no bundle.
 
 Deliberately thin: the merge, its scratch area and its rules are the host's
-(``promoter.engine.review.merge``); this module only asks and prints.
+(``promoter.engine.operation.merge``); this module only asks and prints.
 """
 
 from __future__ import annotations

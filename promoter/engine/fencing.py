@@ -21,7 +21,7 @@ registered, active, another host, and configured for the repository of every ope
 replacement on the same machine or a shared disk): nothing here can check that.
 
 Deliberately not here: the rows (``promoter.store.hosts``), recovery itself
-(``promoter.engine.operation.recover``), the heartbeat (``operation.ownership``).
+(``promoter.engine.operation.recover``), the heartbeat (``promoter.engine.ownership``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
 from promoter.domain.views import Fenced, HostEntry, HostFence
 from promoter.engine.host_state import HostState
-from promoter.engine.operation.ownership import lease_expired, lease_until
+from promoter.engine.ownership import lease_expired, lease_until
 from promoter.engine.services import Services
 from promoter.errors import (
     HandoverRefused,
@@ -48,6 +48,7 @@ from promoter.errors import (
     ValidationFailed,
 )
 from promoter.store import hosts, journal
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.fencing")
 
@@ -72,10 +73,10 @@ def register(services: Services) -> Registration:
     identities = {repository.identity: repository.name for repository in services.registry.all()}
     until = lease_until(services.settings.owner_lease_seconds)
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row, _ = hosts.register(session, host_id, identities, until)
     except StorageError:  # a twin with the same host id added it first: read it again
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row, _ = hosts.register(session, host_id, identities, until)
     registration = Registration(host_id, row.epoch, row.status != hosts.ACTIVE)
     services.host_epoch = registration.epoch
@@ -144,22 +145,22 @@ def guard(registration: Registration, state: HostState | None = None) -> Callabl
     return check
 
 
-def check(services: Services) -> None:
+def check(db: Database) -> None:
     """The epoch check now, in a transaction of its own (a daemon that registered)."""
-    if services.db.write_guard is not None:
-        with services.db.session() as session:
-            services.db.write_guard(session)
+    if db.write_guard is not None:
+        with journal.unit_of_work(db) as session:
+            db.write_guard(session)
 
 
 def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 
 
-def fence(services: Services, host_id: str, to: str, *, by: str) -> Fenced:
+def fence(db: Database, host_id: str, to: str, *, by: str) -> Fenced:
     """Fence ``host_id`` off and hand its unfinished operations to ``to``."""
     if not to:
         raise ValidationFailed("name the daemon host that takes over (to)")
-    with services.db.session() as session:
+    with journal.unit_of_work(db) as session:
         row = hosts.for_update(session, host_id)
         if row is None:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
@@ -207,7 +208,7 @@ def fence(services: Services, host_id: str, to: str, *, by: str) -> Fenced:
 
 def admit(services: Services, host_id: str) -> HostEntry:
     """Make a fenced host active again at its raised epoch (its daemon is restarted)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = hosts.for_update(session, host_id)
         if row is None:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
@@ -219,7 +220,7 @@ def publish_address(services: Services, address: str) -> None:
     does not answer is logged (the daemon serves; its address is published at its next
     start)."""
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             hosts.publish_address(session, services.owner.host, address)
     except PromoterError as exc:
         log.warning(
@@ -230,7 +231,7 @@ def publish_address(services: Services, address: str) -> None:
 def list_hosts(services: Services) -> list[HostEntry]:
     """Every host of the ledger with its epoch, status, lease, fences and the address its
     daemon published (this host's: the one it serves on, until it published it)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from promoter.engine.services import Services
 from promoter.engine.snapshots.capture import gc_snapshots
 from promoter.errors import PromoterError
-from promoter.store import repo
+from promoter.store import journal, repo
 from promoter.store.db import Database
 
 
@@ -28,7 +28,7 @@ class GcReport:
 
 def referenced_blobs(db: Database) -> set[str]:
     """Every blob some stored bundle refers to."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return repo.referenced_blobs(session)
 
 
@@ -51,7 +51,7 @@ def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 
         if not dry_run:
             services.blobs.remove(digest)
     if removed and not dry_run:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             repo.forget_blobs(session, removed)
     repositories = 0
     if not dry_run:

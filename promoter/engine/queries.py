@@ -8,7 +8,7 @@ imports neither ``promoter.store`` nor ``promoter.git`` for a read
 (``tests/contract/test_contracts.py``). Each takes only what it reads (the database, a
 repository), not the whole ``Services``.
 
-Deliberately not here: an operation's full view (``promoter.engine.operation.requests``),
+Deliberately not here: an operation's full view (``promoter.engine.operation.views``),
 snapshots and reviews (``promoter.engine.snapshots``, ``promoter.engine.review``), and any
 write.
 """
@@ -57,7 +57,7 @@ def list_operations(
     limit: int | None = None,
 ) -> list[Operation]:
     """The newest operations first, by status and repository (its name or identity)."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         if limit is None:
             return journal.list_operations(session, status=status, repository=repository)
         return journal.list_operations(session, status=status, repository=repository, limit=limit)
@@ -65,7 +65,7 @@ def list_operations(
 
 def operation_summary(row: Operation) -> OperationSummary:
     """One operation as the API's list and the console's lists show it (the first fields
-    of ``promoter.engine.operation.requests.operation_view``)."""
+    of ``promoter.engine.operation.views.operation_view``)."""
     return OperationSummary.model_construct(
         operation_id=row.operation_id,
         kind=row.kind,
@@ -80,13 +80,13 @@ def operation_summary(row: Operation) -> OperationSummary:
 
 def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:
     """How many operations have each of ``statuses`` now."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return {s: len(journal.operations_with_status(session, s)) for s in statuses}
 
 
 def event_count(db: Database, operation_id: str) -> int:
     """How many ledger events the operation has."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return ledger.event_count(session, operation_id)
 
 
@@ -114,7 +114,7 @@ def outcome(db: Database, operation_id: str, first_event: int) -> Outcome | None
     """The operation with its events from ``first_event`` on (``None``: no such operation)."""
     files: dict[str, int] = {}
     written = 0
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         found = journal.get_operation(session, operation_id)
         if found is None:
             return None
@@ -165,7 +165,7 @@ def scan_feed(
     """The feed's entries after ``start`` that match, in its wire form, at most ``pages``
     pages of ``limit`` rows read; the position moves past every row read."""
     position = start
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         for _page in range(pages):
             rows = feed.after(session, position, limit)
             if not rows:

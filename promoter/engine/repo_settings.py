@@ -22,7 +22,9 @@ from promoter.domain.canonical import rfc3339, utcnow
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
+from promoter.store import journal
 from promoter.store import repo_settings as store
+from promoter.store.db import Database
 
 __all__ = ["APPROVAL", "Approval", "approval", "set_approval"]
 
@@ -48,15 +50,15 @@ def _of(repository: Repository, change: store.SettingChange | None) -> Approval:
     return Approval(value, "ledger", change.by_name, change.at)
 
 
-def approval(services: Services, repository: Repository) -> Approval:
+def approval(db: Database, repository: Repository) -> Approval:
     """The approval setting in force for ``repository`` now."""
-    with services.db.session(durable=False) as session:
+    with journal.unit_of_work(db, durable=False) as session:
         return _of(repository, store.newest(session, repository.identity, APPROVAL))
 
 
-def requires_approval(services: Services, repository: Repository) -> bool:
+def requires_approval(db: Database, repository: Repository) -> bool:
     """Whether promotions into ``repository`` wait for a decision (the file or the ledger)."""
-    return approval(services, repository).value == "required"
+    return approval(db, repository).value == "required"
 
 
 def set_approval(
@@ -67,8 +69,7 @@ def set_approval(
         raise ValidationFailed(
             f"approval must be one of {', '.join(VALUES)}, not {value!r}", value=value
         )
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host changes nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host changes nothing
         before = _of(repository, store.newest(session, repository.identity, APPROVAL))
         change = store.SettingChange(
             repository_identity=repository.identity,

@@ -19,21 +19,21 @@ from typing import Any
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import OwnedByOtherHost, RepositoryUnknown
-from promoter.store import hosts
+from promoter.store import hosts, journal
 
 
 def owner_address(services: Services, host_id: str) -> str | None:
     """The base URL host ``host_id`` published, or None (none published, no such host)."""
     if host_id == services.owner.host and services.host.address:
         return services.host.address
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         found = hosts.get(session, host_id)
     return None if found is None else found.address
 
 
 def guardian(services: Services, identity: str) -> hosts.Host | None:
     """The other active host configured for repository ``identity``, or None."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return hosts.guardian(session, identity, besides=services.owner.host)
 
 
@@ -78,7 +78,7 @@ def repositories(services: Services) -> list[dict[str, Any]]:
         for r in services.registry.all()
     ]
     mine = {entry["identity"] for entry in listed}
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         others = [h for h in hosts.all_hosts(session) if h.host_id != here]
     for host in others:
         if host.status != hosts.ACTIVE:

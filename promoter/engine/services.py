@@ -5,7 +5,7 @@ creates the trusted tokens on first start and checks every configured repository
 here runs at import time; the API's lifespan and the CLI call it.
 
 Everything a daemon keeps for its lifetime is a typed field: the attempt runner (a worker
-pool, made on first use by ``promoter.engine.operation.requests.runner``), the host keyring
+pool, made on first use by ``promoter.engine.operation.runner.runner``), the host keyring
 (``promoter.engine.receipts.signing.host_keyring``), the per-repository base-tree caches, the run
 quota ledger, the API's document slots and the webhook deliveries (through the
 ``WebhookDeliveries`` port: the HTTP dispatcher is an adapter, ``promoter.adapters.webhooks``).
@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.engine import liveness
 from promoter.engine.host_state import HostState
-from promoter.engine.operation import liveness
-from promoter.engine.operation.liveness import LiveAttempts
-from promoter.engine.operation.ownership import Owner, machine_host_id
+from promoter.engine.liveness import LiveAttempts
+from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
-from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.fs import openat2
 from promoter.git import tree_reader
+from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import db as dbmod
 from promoter.store import journal
 from promoter.store.audit import AuditStore
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from promoter.domain.records import Ticket
-    from promoter.engine.receipts.keyring import Keyring
+    from promoter.store.keyring import Keyring
     from promoter.store.quota import RunQuota
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ LazyField = Literal["runner", "run_quota", "document_slots"]  # the fields ``onc
 
 
 class AttemptRunner(Protocol):
-    """Runs promotion attempts off the request thread (``promoter.engine.operation.requests``)."""
+    """Runs promotion attempts off the request thread (``promoter.engine.operation.runner``)."""
 
     def submit(self, ticket: Ticket) -> Future[None]: ...
     def future(self, operation_id: str) -> Future[None] | None: ...
@@ -78,7 +78,7 @@ class Services:
     tokens: dict[Role, str]
     owner: Owner = field(default_factory=Owner.me)  # this process on this host
     runner: AttemptRunner | None = None
-    # the operations a thread of this process runs now (``engine.operation.liveness``)
+    # the operations a thread of this process runs now (``engine.liveness``)
     live: LiveAttempts = field(default_factory=lambda: liveness.PROCESS)
     # the keyring and the stamp of its file when read (``promoter.engine.receipts.signing``)
     host_keyring: tuple[tuple[int, int, int] | None, Keyring] | None = None

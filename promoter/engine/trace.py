@@ -187,7 +187,7 @@ def _receipt_targets(
     services: Services, repository_identity: str
 ) -> dict[str, list[tuple[Promotion, Any]]]:
     """Path -> (promotion, its receipt's target for the path), oldest promotion first."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         operations = journal.receipted_promotions(session, repository_identity)
     runs: dict[str, str | None] = {}
     by_path: dict[str, list[tuple[Promotion, Any]]] = {}

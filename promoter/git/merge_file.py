@@ -18,7 +18,7 @@ git is told not to look for a repository above the scratch directory
 the merge is git's text merge of the exact bytes (no line-ending or encoding change).
 
 Deliberately not here: deciding what is mergeable (binary, links, sizes: the caller's,
-``promoter.engine.review.merge``), reading the worktree, and storing anything.
+``promoter.engine.operation.merge``), reading the worktree, and storing anything.
 """
 
 from __future__ import annotations

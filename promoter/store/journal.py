@@ -447,9 +447,20 @@ class Unit:
 
 
 @contextmanager
+def unit_of_work(db: Database, *, fenced: bool = False, durable: bool = True) -> Iterator[Session]:
+    """The engine's one way to open a transaction: committed when the block ends, rolled
+    back on any error (``Database.session`` owns both, and translates the database's
+    errors). ``durable=False``: the commit is not flushed on its own (SQLite; see
+    ``Database.session`` for when that is safe). ``fenced``: the host's epoch is checked
+    first (``Database.guard_writes``, ``engine.fencing``), so a fenced host writes nothing."""
+    with db.session(durable=durable) as session:
+        if fenced:
+            db.guard_writes(session)
+        yield session
+
+
+@contextmanager
 def attempt(db: Database, operation_id: str) -> Iterator[Unit]:
-    """The unit of work of ``operation_id``: one transaction, committed when the block
-    ends, rolled back on any error (``Database.session``)."""
-    with db.session() as session:
-        db.guard_writes(session)  # a fenced host writes nothing (``engine.fencing``)
+    """The unit of work of ``operation_id``: one fenced transaction (``unit_of_work``)."""
+    with unit_of_work(db, fenced=True) as session:  # a fenced host writes nothing
         yield Unit(session, operation_id)

@@ -49,7 +49,7 @@ SERVER = (
 # what an offline receipt check and a sandbox's own files legitimately use of those
 ALLOWED = (
     "promoter.engine.receipts.signing",
-    "promoter.engine.receipts.keyring",
+    "promoter.store.keyring",
     "promoter.engine.receipts.statement",
     "promoter.engine.receipts.chain",
     "promoter.engine.receipts.worktree",

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig
-from promoter.engine.operation import promote
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import promote, views
 from promoter.engine.snapshots import capture as snapshots
 from promoter.fs import inotify
 from promoter.git import runner
@@ -100,7 +99,7 @@ def test_with_snapshots_the_post_snapshot_updates_only_the_targets(
         with counting_attempts(monkeypatch) as attempts:
             view = request_promotion(daemon, bundle, receipt).json()
         assert view["status"] == "completed", view
-        done = operations.operation_view(daemon.services, view["operation_id"]).wire()
+        done = views.operation_view(daemon.services.db, view["operation_id"]).wire()
         # the limited post capture is the tree a full capture of the worktree gives now
         full = snapshots.capture(daemon.services, "work", "check")["tree"]
         assert done["post_snapshot"] == full != done["pre_snapshot"]
@@ -140,7 +139,7 @@ def test_watched_snapshots_read_only_what_changed(
                 )
                 view = request_promotion(daemon, bundle, receipt).json()
                 assert view["status"] == "completed", view
-                done = operations.operation_view(daemon.services, view["operation_id"]).wire()
+                done = views.operation_view(daemon.services.db, view["operation_id"]).wire()
                 full = snapshots.capture(daemon.services, "work", "check")["tree"]
                 assert done["post_snapshot"] == full != done["pre_snapshot"]
                 trees.append((done["pre_snapshot"], done["post_snapshot"]))

@@ -30,7 +30,7 @@ from promoter.client.aio import AsyncPromoterClient
 from promoter.client.sync import PromoterClient
 from promoter.domain.documents import seal_bundle
 from promoter.engine.intake.bundles import submit_bundle
-from promoter.engine.review.merge import MAX_MERGE_BYTES
+from promoter.engine.operation.merge import MAX_MERGE_BYTES
 from promoter.errors import MergeConflict, MergeUnsupported, VerificationFailed
 from tests.gitutil import git
 from tests.support.daemon import Daemon

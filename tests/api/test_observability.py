@@ -28,7 +28,7 @@ from promoter.api.logs import REQUEST_ID, LogFormat, handler, safe_request_id
 from promoter.api.routes.health import router as health_router
 from promoter.domain.blob_frames import frame_header
 from promoter.engine.operation import promote as engine_promote
-from promoter.engine.operation import requests as engine_operations
+from promoter.engine.operation import views as engine_views
 from promoter.fs import lock as fs_lock
 from tests.support.daemon import Daemon
 from tests.support.flows import sha
@@ -328,7 +328,7 @@ def test_an_unexpected_error_is_logged_with_its_request_id(
     def broken(*args: object, **kwargs: object) -> object:
         raise RuntimeError("operation view broke")
 
-    monkeypatch.setattr(engine_operations, "operation_view", broken)
+    monkeypatch.setattr(engine_views, "operation_view", broken)
     with daemon.orchestrator() as orch:
         answer = orch.get("/v1/operations/op_1", headers={"X-Request-ID": "boom-1"})
     assert answer.status_code == 500

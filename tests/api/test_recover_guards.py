@@ -20,10 +20,10 @@ import rfc8785
 
 from promoter import faults
 from promoter.domain import status as states
+from promoter.engine.intake.authority import recheck_evidence
 from promoter.engine.operation.outcome import build_receipt
 from promoter.engine.operation.recover import auto_recover
 from promoter.engine.operation.rollback import rollback_id
-from promoter.engine.verify.authority import recheck_evidence
 from promoter.errors import Forbidden, NotRecoverable, OperationConflict, PromoterError
 from promoter.store import journal, ledger
 from tests.support.daemon import Daemon, running_daemon, serve_lab

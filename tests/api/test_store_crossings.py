@@ -45,7 +45,12 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
     @contextlib.contextmanager
     def session(*args: Any, **kwargs: Any) -> Iterator[Any]:
         if counting.is_set() and threading.current_thread().name.startswith("promoter-op"):
-            caller = traceback.extract_stack(limit=3)[0]
+            # the function that opened it, through the engine's unit of work
+            caller = next(
+                frame
+                for frame in reversed(traceback.extract_stack()[:-1])
+                if Path(frame.filename).name != "contextlib.py" and frame.name != "unit_of_work"
+            )
             opened.append(f"{Path(caller.filename).name}:{caller.name}")
         with real_session(*args, **kwargs) as s:
             yield s

@@ -12,7 +12,7 @@ from markupsafe import escape
 
 from promoter.api.ui.web import CSP
 from promoter.client.wire import tls_context
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import receipts
 from tests.console.support import (
     HOSTILE_CONTENT,
     HOSTILE_PATH,
@@ -242,7 +242,7 @@ def test_rollback_from_the_console_serves_the_rollback_receipt(gated: Gated) -> 
         envelope = client.get(f"/ui/operations/{operation_id}/rollback-receipt.dsse")
     assert 'id="status">rolled_back<' in page.text
     assert (repo / "src" / "app.py").read_bytes() == OLD
-    assert receipt.content == operations.rollback_receipt(daemon.services, operation_id)
+    assert receipt.content == receipts.rollback_receipt(daemon.services, operation_id)
     assert receipt.headers["content-disposition"].startswith("attachment;")
     with daemon.operator() as op:
         signed = op.get(f"/v1/operations/{operation_id}/rollback-receipt.dsse")

@@ -237,6 +237,56 @@ def test_no_import_circles() -> None:
     assert _circles(_import_graph()) == []
 
 
+# The engine's packages and modules, highest first: each imports only those below it. The
+# use cases that combine others (operation) sit on top; the ports and process state
+# (services and what it holds) at the bottom.
+ENGINE_LAYERS: list[set[str]] = [
+    {"operation"},
+    {"review"},
+    {"gc", "trace"},
+    {"snapshots"},
+    {"intake"},
+    {"verify"},
+    {"receipts"},
+    {"fencing", "locking", "routing", "repo_settings", "queries", "tickets"},
+    {"services"},
+    {"ownership"},
+    {"liveness", "host_state", "repos", "webhooks"},
+]
+
+
+def _engine_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["promoter", "engine"] and len(parts) > 2 else None
+
+
+def test_every_engine_part_has_a_layer() -> None:
+    parts = {
+        part
+        for path in (ROOT / "promoter" / "engine").iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py")
+        or (path.is_dir() and (path / "__init__.py").exists())
+        for part in [path.stem]
+    }
+    assert parts == set().union(*ENGINE_LAYERS)
+
+
+def test_the_engine_imports_downward() -> None:
+    """Inside ``promoter.engine`` an import goes from a package or module to one in a lower
+    layer, never sideways or back up: intake never reaches into the operations that use it."""
+    rank = {part: i for i, layer in enumerate(ENGINE_LAYERS) for part in layer}
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in _import_graph().items()
+        if (source := _engine_part(module)) is not None
+        for target in targets
+        if (part := _engine_part(target)) is not None
+        and part != source
+        and rank.get(part, -1) <= rank.get(source, len(rank))
+    )
+    assert upward == []
+
+
 def test_database_rows_never_leave_the_store() -> None:
     """The store hands out typed records; only ``promoter.store`` knows the tables."""
     offenders = []

@@ -25,10 +25,10 @@ import httpx
 import pytest
 
 from promoter import faults
-from promoter.engine.operation.ownership import Heartbeat
-from promoter.engine.operation.requests import runner
 from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.operation.runner import runner
 from promoter.engine.operation.watchdog import sweep
+from promoter.engine.ownership import Heartbeat
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.own_postgres import OwnPostgres, binaries
 from tests.support.pause import Pause, specs

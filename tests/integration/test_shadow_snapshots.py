@@ -19,8 +19,8 @@ import pytest
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.paths import wire_path
 from promoter.domain.status import OperationStatus
-from promoter.engine.operation import requests as operations
 from promoter.engine.operation import restore as snapshot_restore
+from promoter.engine.operation import views
 from promoter.engine.operation.restore_steps import StepRun
 from promoter.engine.services import Services, build_services
 from promoter.engine.snapshots import capture as snapshots
@@ -143,7 +143,7 @@ def test_seed_scenario_restores_the_exact_earlier_tree_and_leaves_dot_git_alone(
     assert git(repo, "rev-parse", "HEAD") == head
     assert "staged.txt" in git(repo, "ls-files", "--cached")
 
-    view = operations.operation_view(services, result["operation_id"]).wire()
+    view = views.operation_view(services.db, result["operation_id"]).wire()
     assert view["kind"] == "restore"
     assert view["events_verified"] is True
     assert [e["kind"] for e in view["events"]] == ["decision", "action", "outcome"]
@@ -294,7 +294,7 @@ def test_a_name_that_is_not_utf8_is_shown_escaped_and_restored(
     result = snapshot_restore.restore(services, "work", base, current)
     assert result["status"] == "completed"
     assert not os.path.lexists(raw)
-    view = operations.operation_view(services, result["operation_id"]).wire()
+    view = views.operation_view(services.db, result["operation_id"]).wire()
     assert [s["path"] for s in view["steps"]] == ["caf\\xe9.txt"]
     back = snapshot_restore.restore(services, "work", current, base)
     assert back["status"] == "completed"
@@ -362,7 +362,7 @@ def test_a_conflict_after_a_write_needs_reconciliation_and_before_any_is_refused
     assert result["status"] == "needs_reconciliation"
     assert (repo / "utils.py").read_bytes() == b"the user got there first\n"
     assert not (repo / "temp.txt").exists()
-    view = operations.operation_view(services, result["operation_id"]).wire()
+    view = views.operation_view(services.db, result["operation_id"]).wire()
     assert view["code"] == "target_drift"
     assert [p["path"] for p in view["report"]["paths"]] == ["utils.py"]
 
@@ -457,7 +457,7 @@ def test_an_io_error_while_recovering_a_restore_leaves_it_needs_recovery_not_run
         with pytest.raises(WriteFailed) as failed:
             snapshot_restore.recover_restore(services, operation_id)
     assert failed.value.context["errno"] == errno.EIO
-    view = operations.operation_view(services, operation_id).wire()
+    view = views.operation_view(services.db, operation_id).wire()
     assert (view["status"], view["code"], view["detail"]) == (
         "needs_recovery",
         "write_failed",
@@ -480,7 +480,7 @@ def test_an_unexpected_fault_in_a_restore_leaves_it_needs_recovery_not_running(
     operation_id, files, raised = _restore_stopped_by(services, repo, monkeypatch, broke)
     assert isinstance(raised, PromoterError) and raised.code == "internal"
     assert raised.__cause__ is broke
-    view = operations.operation_view(services, operation_id).wire()
+    view = views.operation_view(services.db, operation_id).wire()
     assert (view["status"], view["code"], view["detail"]) == (
         "needs_recovery",
         "internal",
@@ -614,7 +614,7 @@ def test_seed_scenario_with_a_symlink_and_a_latin1_name_restores_exactly(
     assert list(outside.iterdir()) == []
     assert capture(services, "after") == step1
     assert dot_git(repo) == before_git
-    view = operations.operation_view(services, result["operation_id"]).wire()
+    view = views.operation_view(services.db, result["operation_id"]).wire()
     assert view["events_verified"] is True
     assert {s["path"]: s["operation"] for s in view["steps"]} == {
         "caf\\xe9.txt": "delete",

@@ -1,6 +1,6 @@
 """A watched capture equals a full capture, or it declines and a full one is taken.
 
-``SnapshotWatch`` (``promoter.engine.snapshots.watch``) captures a promotion's snapshots
+``SnapshotWatch`` (``promoter.git.shadow_watch``) captures a promotion's snapshots
 from the last capture plus the paths an inotify watch saw change. Each case changes a
 real worktree after a watched full capture, takes the watched capture, and compares it
 with a full capture into a second, fresh shadow of the same worktree. Where the watch
@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.fs import inotify
 from promoter.fs.watch import TreeWatch
 from promoter.git import runner
 from promoter.git.layout import discover
 from promoter.git.shadow import ShadowRepository
+from promoter.git.shadow_watch import SnapshotWatch
 from tests.gitutil import git
 from tests.support.snapshot_repo import Change, delete, link, snapshot_worktree, write
 

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from promoter.engine.operation import requests
+from promoter.engine.operation import runner
 from promoter.engine.services import Services
 from promoter.errors import DatabaseUnavailable
 
@@ -38,7 +38,7 @@ def services_with(future: Future[None]) -> Services:
 def test_an_attempt_that_already_failed_is_not_replayed() -> None:
     failed: Future[None] = Future()
     failed.set_exception(DatabaseUnavailable("the database cannot be reached"))
-    requests.wait_for(services_with(failed), "op", timeout=5)  # returns, raises nothing
+    runner.wait_for(services_with(failed), "op", timeout=5)  # returns, raises nothing
 
 
 class FailsWhileWaited(Future[None]):
@@ -53,4 +53,4 @@ def test_an_attempt_failing_while_waited_for_raises_its_error() -> None:
     running = FailsWhileWaited()
     running.set_running_or_notify_cancel()
     with pytest.raises(DatabaseUnavailable):
-        requests.wait_for(services_with(running), "op", timeout=30)
+        runner.wait_for(services_with(running), "op", timeout=30)

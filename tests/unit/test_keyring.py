@@ -24,7 +24,9 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from promoter.engine.receipts.keyring import (
+from promoter.engine.receipts.signing import TrustedKey, sign_envelope, verify_document
+from promoter.errors import ConfigError, ReceiptInvalid
+from promoter.store.keyring import (
     KEY_FILE,
     KEYRING_FILE,
     NEXT_KEY_FILE,
@@ -32,8 +34,6 @@ from promoter.engine.receipts.keyring import (
     load_keyring,
     rotate,
 )
-from promoter.engine.receipts.signing import TrustedKey, sign_envelope, verify_document
-from promoter.errors import ConfigError, ReceiptInvalid
 from tests.support.flows import jcs_sha, promotion_body
 
 T1 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

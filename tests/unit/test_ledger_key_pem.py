@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from promoter.cli.trusted_keys import load_trusted
-from promoter.engine.receipts.keyring import keyid_of
 from promoter.errors import ConfigError
+from promoter.store.keyring import keyid_of
 
 
 def _pem(key: Ed25519PrivateKey) -> str:

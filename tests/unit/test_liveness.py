@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from promoter.engine.operation.liveness import LiveAttempts
+from promoter.engine.liveness import LiveAttempts
 
 
 def test_nested_runs_of_one_operation_keep_it_live_until_the_last_ends() -> None:

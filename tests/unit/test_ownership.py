@@ -1,11 +1,11 @@
-"""Owner leases and who may take an operation over (``promoter.engine.operation.ownership``)."""
+"""Owner leases and who may take an operation over (``promoter.engine.ownership``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from promoter.engine.operation.liveness import LiveAttempts
-from promoter.engine.operation.ownership import Heartbeat, Owner, lease_expired, orphaned
+from promoter.engine.liveness import LiveAttempts
+from promoter.engine.ownership import Heartbeat, Owner, lease_expired, orphaned
 from promoter.store import hosts, journal
 from promoter.store.db import Database, upgrade
 from promoter.store.tables import OperationRow

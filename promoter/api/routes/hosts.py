@@ -125,7 +125,7 @@ async def post_fence(
 ) -> Response:
     body = parse(FenceRequest, await read_json_body(request, services, SMALL_BODY))
     by = principal.name or principal.role
-    fenced = await run_in_threadpool(fencing.fence, services, host, body.to, by=by)
+    fenced = await run_in_threadpool(fencing.fence, services.db, host, body.to, by=by)
     return model_response(fenced)
 
 

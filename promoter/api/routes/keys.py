@@ -7,7 +7,7 @@ names its ``host_id`` and validity window and is also an RFC 8037 OKP JWK, so th
 is a JWKS); ``GET /v1/keys.pem`` is the same set as PEM blocks, each preceded by its
 keyid, host, status and window (RFC 7468 explanatory text), this host's active key first.
 The signed receipts are the envelopes stored when the receipts were made, served byte for
-byte by ``promoter.engine.receipts.served``. Who may read which receipt is decided here,
+byte by ``promoter.engine.operation.served``. Who may read which receipt is decided here,
 the same way as for the unsigned receipts; nothing here creates or changes a receipt.
 """
 
@@ -22,7 +22,7 @@ from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.domain.models import DsseEnvelope
 from promoter.domain.views import KeySet
-from promoter.engine.receipts import served
+from promoter.engine.operation import served
 from promoter.engine.receipts.envelopes import ledger_key_set
 
 router = APIRouter(prefix="/v1")

@@ -1,6 +1,6 @@
 """``POST /v1/operations/{id}/merge``: merge a drifted promotion into a new, held bundle.
 
-A thin adapter over ``promoter.engine.review.merge``: the operator only (the merge reads
+A thin adapter over ``promoter.engine.operation.merge``: the operator only (the merge reads
 the person's worktree and makes a bundle whose old states are the person's bytes). A
 clean merge answers ``201`` with the new bundle, its verification receipt and its
 promotion held in ``awaiting_approval``; a conflicted one ``409 merge_conflict`` with the
@@ -23,7 +23,7 @@ from promoter.api.responses import model_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import MergeResult
-from promoter.engine.review.merge import merge_operation
+from promoter.engine.operation.merge import merge_operation
 from promoter.engine.services import Services
 
 router = APIRouter(prefix="/v1")

@@ -43,8 +43,15 @@ from promoter.domain.parsing import load_json
 from promoter.domain.status import FINAL, OperationStatus
 from promoter.domain.views import OperationAccepted, OperationList, OperationView, Preflight
 from promoter.engine import queries
-from promoter.engine.operation import recover, rollback
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import (
+    preflight,
+    receipts,
+    recover,
+    requests,
+    rollback,
+    runner,
+    views,
+)
 from promoter.engine.services import Services
 from promoter.errors import DatabaseUnavailable
 
@@ -79,12 +86,12 @@ PROMOTE_CODES = [
 
 
 def _promote(services: Services, body: PromotionRequest) -> Response:
-    requested = operations.request_promotion(
+    requested = requests.request_promotion(
         services, body.bundle_id, body.verification_receipt_sha256, body.fence
     )
     if body.wait:
-        operations.wait_for(services, requested.operation_id, WAIT_SECONDS)
-        view = operations.operation_view(services, requested.operation_id)
+        runner.wait_for(services, requested.operation_id, WAIT_SECONDS)
+        view = views.operation_view(services.db, requested.operation_id)
         if view.status == OperationStatus.REFUSED and view.code == "database_unavailable":
             # the attempt waited out its bound for the database
             # (protocol: promotion#outage-before-plan): nothing was written; a 503 the clients
@@ -98,7 +105,7 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
             )
         if view.status in ENDED:
             return model_response(view, 200)
-    view = operations.operation_view(services, requested.operation_id)
+    view = views.operation_view(services.db, requested.operation_id)
     accepted = OperationAccepted(operation_id=requested.operation_id, status=view.status)
     return model_response(accepted, 202)
 
@@ -183,7 +190,7 @@ async def post_preflight(
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     fence = None if raw is None else parse(PreflightRequest, raw).fence
-    result = await run_in_threadpool(operations.preflight, services, bundle_id, fence)
+    result = await run_in_threadpool(preflight.preflight, services, bundle_id, fence)
     return model_response(result)
 
 
@@ -259,21 +266,21 @@ async def get_operation(
         str | None, Query(max_length=40, description="with `wait`: the status known")
     ] = None,
 ) -> Response:
-    view = await run_in_threadpool(operations.operation_view, services, operation_id)
+    view = await run_in_threadpool(views.operation_view, services.db, operation_id)
     if wait > 0:
         known = status or view.status
 
         def changed() -> OperationView | None:
-            latest = operations.operation_view(services, operation_id)
+            latest = views.operation_view(services.db, operation_id)
             return latest if latest.status != known else None
 
         latest = await long_poll(services, changed, wait)
         if latest is None:
-            latest = await run_in_threadpool(operations.operation_view, services, operation_id)
+            latest = await run_in_threadpool(views.operation_view, services.db, operation_id)
         view = latest
     if current:
         view.current_targets = await run_in_threadpool(
-            operations.current_targets, services, operation_id
+            views.current_targets, services, operation_id
         )
     return model_response(view)
 
@@ -295,19 +302,19 @@ async def get_operation(
 def get_receipt(
     operation_id: OperationIdParam, _: OrchestratorDep, services: ServicesDep
 ) -> Response:
-    return canonical_response(operations.promotion_receipt(services, operation_id))
+    return canonical_response(receipts.promotion_receipt(services, operation_id))
 
 
 def _recover(services: Services, operation_id: str, fence: int, role: str) -> OperationView:
     recover.recover(services, operation_id, fence, role=role)
-    return operations.operation_view(services, operation_id)
+    return views.operation_view(services.db, operation_id)
 
 
 def _reconcile(
     services: Services, operation_id: str, decision: str, note: str, role: str
 ) -> OperationView:
     recover.reconcile(services, operation_id, decision, note, role=role)
-    return operations.operation_view(services, operation_id)
+    return views.operation_view(services.db, operation_id)
 
 
 @router.post(

@@ -12,7 +12,7 @@ bounds (frames, bytes a blob, bytes in all) and its quota; the bundle is bounded
 blob the batch would refuse refuses the whole request, and nothing of it is stored.
 
 Then, in order: the blobs committed (durable), the bundle verified and stored with its
-receipt (durable), the promotion requested (``promoter.engine.intake.with_evidence``);
+receipt (durable), the promotion requested (``promoter.engine.operation.with_evidence``);
 waiting and the answer are ``POST /v1/promotions``'s. The same request again answers the
 same operation. Parsing, hashing, writing and verification run in worker threads; the
 bundle's parse and the verification each hold a document slot, never the blobs' stream.
@@ -43,8 +43,8 @@ from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
 from promoter.domain.views import OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
-from promoter.engine.intake.with_evidence import promote_with_evidence
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import runner, views
+from promoter.engine.operation.with_evidence import promote_with_evidence
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated, error_class
 from promoter.store.blob_batch import BlobBatch
@@ -180,8 +180,8 @@ def _promote(
         del data, admitted
     operation_id = requested.operation_id
     if wait:
-        operations.wait_for(services, operation_id, WAIT_SECONDS)
-    view = operations.operation_view(services, operation_id)
+        runner.wait_for(services, operation_id, WAIT_SECONDS)
+    view = views.operation_view(services.db, operation_id)
     ended = wait and view.status in ENDED
     answer = PromotedWithEvidence(
         bundle_id=submitted.bundle.bundle_id,

@@ -176,7 +176,7 @@ APPROVAL_EXAMPLE = {
 
 
 def _approval_view(services: Services, repository: Repository) -> dict[str, object]:
-    setting = repo_settings.approval(services, repository)
+    setting = repo_settings.approval(services.db, repository)
     return {
         "name": repository.name,
         "repository_identity": repository.identity,

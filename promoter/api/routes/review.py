@@ -11,7 +11,7 @@ only (docs/decisions/approver-identity.md). ``POST /v1/operations/{id}/reopen``
 /v1/grants/{id}/base`` (orchestrator, or the executor of the grant's run) answers, for a
 chained grant, the state its base operations left at every path they touched: what the
 executor builds its next bundle against. Thin adapters over
-``promoter.engine.review.diff``, ``promoter.engine.operation.requests.decide`` and
+``promoter.engine.review.diff``, ``promoter.engine.operation.decisions.decide`` and
 ``promoter.engine.intake.chained``; no decision is made here. ``GET /v1/bundles/{id}/operations``
 lists a bundle's promotions and their status for its executor.
 """
@@ -41,7 +41,7 @@ from promoter.domain.paths import MAX_PATH_BYTES
 from promoter.domain.views import BaseState, BundleOperations, GrantBase, OperationView
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import decisions, runner, views
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
@@ -164,7 +164,7 @@ def _bundle_operations(
     services: Services, principal: Principal, bundle_id: str
 ) -> BundleOperations:
     check_owner(services, principal, bundle_id)
-    found = operations.bundle_operations(services, bundle_id)
+    found = views.bundle_operations(services.db, bundle_id)
     return BundleOperations(bundle_id=bundle_id, operations=found)
 
 
@@ -268,7 +268,7 @@ REOPEN_FIELDS = frozenset({"note"})
 def _decide(
     services: Services, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
 ) -> OperationView:
-    decided = operations.decide(
+    decided = decisions.decide(
         services,
         operation_id,
         verdict,
@@ -280,8 +280,8 @@ def _decide(
         seen=_seen(body) if verdict == "approve" else None,
     )
     if decided.started and body.get("wait"):
-        operations.wait_for(services, decided.operation_id, WAIT_SECONDS)
-    return operations.operation_view(services, decided.operation_id)
+        runner.wait_for(services, decided.operation_id, WAIT_SECONDS)
+    return views.operation_view(services.db, decided.operation_id)
 
 
 async def _post_decision(
@@ -356,8 +356,8 @@ async def post_reject(
 def _reopen(
     services: Services, principal: Principal, operation_id: str, note: str
 ) -> OperationView:
-    operations.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
-    return operations.operation_view(services, operation_id)
+    decisions.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
+    return views.operation_view(services.db, operation_id)
 
 
 @router.post(

@@ -2,9 +2,9 @@
 
 Every action is a CSRF-checked form post from an operator session (no session: 401; no
 or a wrong CSRF token: 403) and calls the same engine function as its API route, with
-the operator role: ``operations.decide`` (then waits for the approved attempt, as the
+the operator role: ``decisions.decide`` (then waits for the approved attempt, as the
 API's ``wait``; the review page's unchecked files make it accept a part, and the browser
-is sent to the derived operation), ``operations.reopen``, ``recover.recover``,
+is sent to the derived operation), ``decisions.reopen``, ``recover.recover``,
 ``recover.reconcile``, ``rollback.rollback``. A decision records the session's credential
 as the approver; the form asks for a note only. An approval carries what the person saw
 beyond the review page, which showed the console's page of the diff: the ticked
@@ -30,8 +30,7 @@ from promoter.api.ui.diffview import page_bytes
 from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.api.workers import run_in_threadpool
-from promoter.engine.operation import recover, rollback
-from promoter.engine.operation import requests as operations
+from promoter.engine.operation import decisions, recover, rollback, runner
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
@@ -90,7 +89,7 @@ def _decide(verdict: str) -> Action:
     def act(
         services: Services, session: Session, operation_id: str, form: dict[str, str]
     ) -> str | None:
-        decided = operations.decide(
+        decided = decisions.decide(
             services,
             operation_id,
             verdict,
@@ -101,7 +100,7 @@ def _decide(verdict: str) -> Action:
             seen=_seen(services, form) if verdict == "approve" else None,
         )
         if decided.started:
-            operations.wait_for(services, decided.operation_id, WAIT_SECONDS)
+            runner.wait_for(services, decided.operation_id, WAIT_SECONDS)
         return decided.operation_id  # the derived operation when a part was accepted
 
     return act
@@ -110,7 +109,7 @@ def _decide(verdict: str) -> Action:
 def _reopen(
     services: Services, session: Session, operation_id: str, form: dict[str, str]
 ) -> str | None:
-    operations.reopen(services, operation_id, note=_note(form), by=session.name, role=session.role)
+    decisions.reopen(services, operation_id, note=_note(form), by=session.name, role=session.role)
     return None
 
 

@@ -43,7 +43,7 @@ async def post_fence(request: Request, host: str) -> Response:
         session, form = await form_of(request)
         services = get_services(request)
         by = session.name or session.role
-        await run_in_threadpool(fencing.fence, services, host, form.get("to", ""), by=by)
+        await run_in_threadpool(fencing.fence, services.db, host, form.get("to", ""), by=by)
     except PromoterError as exc:
         return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
     return secure(RedirectResponse("/ui/hosts", status_code=303))

@@ -9,7 +9,7 @@ shown on ``merge.html``: each conflicted file's merged text with its markers, or
 old, current and new sides' hashes, modes and sizes next to each other; nothing was
 written. Any other refusal is the error page with its code.
 
-Deliberately not here: the merge and its rules (``promoter.engine.review.merge``), and
+Deliberately not here: the merge and its rules (``promoter.engine.operation.merge``), and
 what the operation page offers (``operation.html``'s ``merge`` block shows the button
 only on a promotion refused with ``target_drift``).
 """
@@ -22,7 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from promoter.api.deps import get_services
 from promoter.api.ui.web import form_of, render, secure
 from promoter.api.workers import run_in_threadpool
-from promoter.engine.review.merge import merge_operation
+from promoter.engine.operation.merge import merge_operation
 from promoter.errors import MergeConflict, MergeUnsupported, PromoterError
 
 router = APIRouter(prefix="/ui/operations/{operation_id}", include_in_schema=False)

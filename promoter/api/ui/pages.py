@@ -8,7 +8,7 @@ one request of at most a page, with a link to the next.
 
 Every page needs an operator session (no session: a redirect to ``/ui/login``). Each
 reads through the same engine functions the API routes call
-(``promoter.engine.queries.list_operations``, ``promoter.engine.operation.requests.operation_view``
+(``promoter.engine.queries.list_operations``, ``promoter.engine.operation.views.operation_view``
 and ``current_targets``, ``promoter.engine.review.diff``), in a worker thread. Receipts
 are offered as downloads of the same bytes the API answers.
 
@@ -31,8 +31,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.status import STATUSES, OperationStatus
 from promoter.domain.views import CurrentTarget
 from promoter.engine import queries
-from promoter.engine.operation import requests as operations
-from promoter.engine.receipts import served
+from promoter.engine.operation import receipts, served, views
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.engine.services import Services
 from promoter.errors import OperationConflict, PromoterError
@@ -81,9 +80,9 @@ async def get_operations(
 
 
 def _operation(services: Services, operation_id: str) -> dict[str, Any]:
-    view = operations.operation_view(services, operation_id)
+    view = views.operation_view(services.db, operation_id)
     try:
-        current: list[CurrentTarget] | str = operations.current_targets(services, operation_id)
+        current: list[CurrentTarget] | str = views.current_targets(services, operation_id)
     except PromoterError as exc:
         current = f"{exc.code}: {exc.detail}"
     return {"op": view, "current": current}
@@ -107,8 +106,8 @@ def _receipt(services: Services, operation_id: str, which: str) -> bytes:
             return served.rollback_envelope(services, operation_id)
         return served.promotion_envelope(services, operation_id)
     if which.startswith("rollback"):
-        return operations.rollback_receipt(services, operation_id)
-    return operations.promotion_receipt(services, operation_id)
+        return receipts.rollback_receipt(services, operation_id)
+    return receipts.promotion_receipt(services, operation_id)
 
 
 OP_ID = re.compile(r"op_[0-9a-f]{32}")  # the id names the downloaded file
@@ -171,7 +170,7 @@ async def get_review(request: Request) -> Response:
 
 
 def _held_bundle(services: Services, operation_id: str) -> str:
-    view = operations.operation_view(services, operation_id)
+    view = views.operation_view(services.db, operation_id)
     if view.status != OperationStatus.AWAITING_APPROVAL or not view.bundle_id:
         raise OperationConflict(
             f"operation {operation_id} is {view.status}, not awaiting_approval",

@@ -34,7 +34,7 @@ from promoter.errors import (
     ReceiptConflict,
     error_class,
 )
-from promoter.store import repo
+from promoter.store import journal, repo
 from promoter.store.db import Database
 
 
@@ -102,7 +102,7 @@ def submit_bundle(
     """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
 
     Who may submit what is ``admit_bundle``'s; ``admitted`` is its answer when the caller
-    asked it already in the same request (``promoter.engine.intake.with_evidence``).
+    asked it already in the same request (``promoter.engine.operation.with_evidence``).
     """
     if admitted is None:
         admitted = admit_bundle(services, data, run_id=run_id, host_made=host_made)
@@ -115,7 +115,7 @@ def submit_bundle(
     # signed by this host, the one that made the receipt, before its transaction opens
     sealed = make_envelope(receipt_signer(services), VERIFICATION, bundle.bundle_id, receipt_bytes)
     if not outcome.passed:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
             record_envelope(session, sealed)
         raise error_class(outcome.code)(
@@ -145,7 +145,7 @@ def submit_bundle(
     )
     # not flushed: the bundle and its receipt are durable documents already, and a row
     # lost with a power failure is recorded again when the same bundle is submitted again
-    with services.db.session(durable=False) as session:
+    with journal.unit_of_work(services.db, durable=False) as session:
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, receipt_wire)
@@ -159,7 +159,7 @@ def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
         raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
     bundle = services.audit.load("bundle", bundle_id, PatchBundleV1)
     if bundle is None:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             recorded, host = repo.bundle_owner_host(session, bundle_id)
         if recorded and host is not None and host != services.owner.host:
             raise OwnedByOtherHost(
@@ -177,7 +177,7 @@ def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
         stored = services.audit.load("verification", bundle_id, PatchVerificationReceiptV1)
         if stored is not None:
             return dict(stored.wire())
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             record = repo.latest_verification(session, bundle_id)
         if record is not None:
             return record
@@ -186,5 +186,5 @@ def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
 
 def bundle_owner(db: Database, bundle_id: str) -> str | None:
     """The run whose executor submitted the bundle (``None``: not on record)."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         return repo.verification_run(session, bundle_id)

@@ -45,7 +45,7 @@ def _link(
     services: Services, grant: GrantV1, operation_id: str
 ) -> tuple[GrantV1, dict[str, FileState]]:
     """One link: the base's grant and the states its promotion left, checked."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise VerificationFailed(

@@ -3,7 +3,7 @@
 A grant is registered once as its exact canonical bytes after checking it against the
 real repository: known repository, base commit present, base tree matching, allowlist
 patterns valid, times sane, precondition paths valid. Leases move their fence forward
-only. Promotion-time authority checks live in ``promoter.engine.verify.authority``.
+only. Promotion-time authority checks live in ``promoter.engine.intake.authority``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from promoter.errors import (
     StorageError,
 )
 from promoter.git.head import commit_tree
-from promoter.store import repo
+from promoter.store import journal, repo
 from promoter.store.db import Database
 
 LEASE_LOCK = threading.Lock()  # one lease compare-and-set at a time in this process
@@ -94,7 +94,7 @@ def check_grant(services: Services, data: Any) -> CheckedGrant:
         if existing != canonical(sealed):
             raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
         return CheckedGrant(sealed, stored=True, recorded=True)
-    with services.db.session() as session:  # another host may have registered the id
+    with journal.unit_of_work(services.db) as session:  # another host may have registered the id
         recorded = repo.grant_sha256_of(session, grant.grant_id)
     if recorded is not None and recorded != sealed.grant_sha256:
         raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
@@ -129,7 +129,7 @@ def load_grant(services: Services, grant_id: str) -> GrantV1:
     ``grant_unknown``."""
     grant = services.audit.load("grant", grant_id, GrantV1) if _safe_name(grant_id) else None
     if grant is None:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             identity = repo.grant_repository(session, grant_id)
         if identity is not None:
             routing.refuse_unless_here(services, identity, grant_id=grant_id)
@@ -188,7 +188,7 @@ def retrying(db: Database, work: Callable[[Session], T], attempts: int = 5) -> T
     """
     for attempt in range(attempts):
         try:
-            with db.session() as session:
+            with journal.unit_of_work(db) as session:
                 return work(session)
         except StorageError as exc:
             if not isinstance(exc.__cause__, IntegrityError) or attempt == attempts - 1:

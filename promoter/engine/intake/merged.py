@@ -5,7 +5,7 @@ documents (protocol: runs#merged-bundle-binding) and returns the person's states
 ``preconditions`` check compares its merged paths with; a failure raises
 ``VerificationFailed``.
 
-Not here: making the merge (``promoter.engine.review.merge``), refusing merged bundles
+Not here: making the merge (``promoter.engine.operation.merge``), refusing merged bundles
 from executors (``promoter.engine.intake.bundles``).
 """
 

@@ -28,6 +28,7 @@ from promoter.domain.models import Change, PatchPromotionReceiptV1
 from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
+from promoter.engine.intake.authority import Evidence
 from promoter.engine.operation.check import run_check
 from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report
@@ -42,7 +43,6 @@ from promoter.engine.receipts.envelopes import (
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import Evidence
 from promoter.errors import OperationConflict, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -354,7 +354,7 @@ def _made(
     signer: ReceiptSigner,
 ) -> _Made:
     """The outcome event, the receipt naming it and its signed envelope (no write)."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         row = journal.require(session, operation_id)
         if row.receipt is not None:
             recorded, digest, outcome = row.receipt, row.receipt_sha256, None
@@ -382,8 +382,8 @@ def _made(
 
 def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) -> None:
     """The outcome's one durable commit; ``ledger.ChainMoved`` leaves nothing of it."""
-    with db.session() as session:
-        db.guard_writes(session)  # a fenced host records no outcome (``engine.fencing``)
+    # a fenced host records no outcome (``engine.fencing``)
+    with journal.unit_of_work(db, fenced=True) as session:
         row = journal.require(session, operation_id)
         if made.outcome is not None:
             if row.receipt is not None:  # recorded meanwhile: make it all again

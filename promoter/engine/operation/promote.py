@@ -16,35 +16,33 @@ ends (``operation.outcome``), the waits for the database (``promoter.store.outag
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import Any, Protocol
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
-from promoter.domain.models import Change, GrantV1, PatchBundleV1
+from promoter.domain.models import Change
 from promoter.domain.path_state import Finding, State
 from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import RUNNING, OperationStatus, StepStatus
 from promoter.engine import fencing
+from promoter.engine.intake.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation import dirs
 from promoter.engine.operation.driver import Driver, Step
-from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.outcome import finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
 from promoter.engine.operation.staging import stage_temps
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
-from promoter.engine.verify.authority import Evidence, check_lease, recheck_evidence
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
     DatabaseBusy,
@@ -52,6 +50,7 @@ from promoter.errors import (
     HostFenced,
     PromoterError,
     TargetDrift,
+    refusing,
 )
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
@@ -88,28 +87,6 @@ def attempt_of(db: Database, operation_id: str) -> int:
         return j.row.attempt
 
 
-def ticket(
-    session: Session,
-    operation_id: str,
-    grant: GrantV1,
-    loaded: tuple[PatchBundleV1, GrantV1] | None = None,
-) -> Ticket:
-    """The attempt the operation starts, with the stage's lease as read in this transaction
-    (``loaded``: the bundle and grant the caller has just read, handed on to the attempt)."""
-    row = journal.require(session, operation_id)
-    assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
-    assert row.fence is not None
-    return Ticket(
-        operation_id=row.operation_id,
-        attempt=row.attempt,
-        fence=row.fence,
-        bundle_id=row.bundle_id,
-        verification_receipt_sha256=row.verification_receipt_sha256,
-        lease=repo.get_lease(session, grant.workflow_id, grant.stage),
-        loaded=loaded,
-    )
-
-
 def run(services: Services, ticket: Ticket) -> None:
     """Carry out one attempt of a promotion; every outcome is journaled.
 
@@ -117,7 +94,8 @@ def run(services: Services, ticket: Ticket) -> None:
     the attempt decides on, and the lease is read again, locked, with the plan.
     """
     operation_id, fence = ticket.operation_id, ticket.fence
-    try:
+    refused = functools.partial(refuse, services.db, operation_id)
+    with refusing(refused) as checked:
         if ticket.loaded is not None:
             bundle, grant = ticket.loaded
         else:
@@ -128,14 +106,12 @@ def run(services: Services, ticket: Ticket) -> None:
             services, ticket.bundle_id, ticket.verification_receipt_sha256, loaded=(bundle, grant)
         )
         repository = services.registry.by_identity(evidence.grant.repository_identity)
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if checked.error is not None:
         return
     lock = repo_lock(services, repository)
-    try:
+    with refusing(refused) as locked:
         lock.acquire()
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if locked.error is not None:
         return
     try:
         run_locked(
@@ -167,10 +143,9 @@ def run_locked(
 ) -> None:
     """Steps (3) to (7) under the repository lock. ``attempt``: the ticket's, named when
     the attempt waits for its database (``_wait_out``)."""
-    try:
+    with refusing(functools.partial(refuse, services.db, operation_id)) as opened:
         root = Root.open(repository.worktree)
-    except PromoterError as exc:
-        refuse(services.db, operation_id, exc)
+    if opened.error is not None:
         return
     with root:
         deadline: float | None = None
@@ -213,10 +188,11 @@ def _plan(
     """Read back, check links, journal the plan: (attempt, directories, changes), or None
     when the attempt was refused (and that journaled). The database lost on the way raises
     ``database_unavailable`` or ``database_busy`` with nothing journaled."""
-    try:
+    refused = functools.partial(refuse, services.db, operation_id)
+    outage = (DatabaseUnavailable, DatabaseBusy)  # raised on: the attempt waits for it
+    with refusing(refused, passing=outage) as read:
         readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
-    except PromoterError as exc:
-        _refuse_unless_outage(services, operation_id, exc)
+    if read.error is not None:
         return None
     if not readback.ok:
         drift = TargetDrift(
@@ -227,29 +203,19 @@ def _plan(
         return None
     # (4) links by resolution against the disk as it is now
     # (protocol: bundles#symlinks-by-resolution)
-    try:
+    with refusing(refused, passing=outage) as linked:
         refuse_escapes_on_disk(services, repository, root, evidence.grant, evidence.bundle)
-    except PromoterError as exc:
-        _refuse_unless_outage(services, operation_id, exc)
+    if linked.error is not None:
         return None
     if repository.config.snapshots:
         _snapshot(services, repository, operation_id, "pre")
     faults.point("before_journal")
     changes = list(evidence.bundle.changes)
-    try:
+    with refusing(refused, passing=outage) as journaled:  # a failure rolled it back
         attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
-    except PromoterError as exc:  # the transaction rolled back: nothing is journaled
-        _refuse_unless_outage(services, operation_id, exc)
+    if journaled.error is not None:  # nothing is journaled
         return None
     return attempt, creates, changes
-
-
-def _refuse_unless_outage(services: Services, operation_id: str, error: PromoterError) -> None:
-    """Refuse the attempt for ``error``, unless it is the database gone (raised on: the
-    attempt waits for it, ``run_locked``)."""
-    if isinstance(error, DatabaseUnavailable | DatabaseBusy):
-        raise error
-    refuse(services.db, operation_id, error)
 
 
 def _wait_out(
@@ -275,7 +241,7 @@ def _wait_out(
             operation_id=operation_id,
             attempt=attempt,
         ) from error
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.status not in RUNNING or step_rows.steps(session, operation_id):
             raise error
@@ -300,8 +266,8 @@ def _journal(
     changes = list(evidence.bundle.changes)
     creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
     grant = evidence.grant
-    with db.session() as session:
-        db.guard_writes(session)  # the host's epoch, with the plan (``engine.fencing``)
+    # the host's epoch, with the plan (``engine.fencing``)
+    with journal.unit_of_work(db, fenced=True) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
         row = journal.require(session, operation_id)
@@ -363,6 +329,50 @@ def plan_steps(
     ]
 
 
+class Planner(Protocol):
+    """What a pass over the driver does where a promotion and a recovery differ."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        """The staging failed and was abandoned (no temp of someone else's was found)."""
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        """Every temp is staged; nothing is placed yet."""
+
+
+class Promotion:
+    """A promotion's pass: a failed staging deletes the directories it created and refuses
+    the operation (nothing was written); nothing was placed before it."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        with journal.attempt(services.db, operation_id) as j:
+            j.delete_created_dirs()
+        refuse(services.db, operation_id, error, stage="staging temp files")
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        return
+
+
+PROMOTION = Promotion()
+
+
 def apply_changes(
     services: Services,
     operation_id: str,
@@ -372,17 +382,20 @@ def apply_changes(
     evidence: Evidence,
     *,
     todo: set[int] | None = None,
-    recovering: bool = False,
+    planner: Planner | None = None,
     attempt: int | None = None,
     journaled_dirs: list[str] | None = None,
 ) -> None:
     """Write the steps in ``todo`` (default: all), then read back every target.
 
+    ``planner``: what the pass does where a promotion and a recovery differ (default: a
+    promotion's, ``PROMOTION``; recovery's is ``operation.recover.RECOVERY``).
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
     are found and journaled here first).
     """
+    planner = PROMOTION if planner is None else planner
     try:
-        fencing.check(services)  # the host's epoch, before the first worktree write
+        fencing.check(services.db)  # the host's epoch, before the first worktree write
     except HostFenced as exc:
         exc.context["worktree"] = "nothing written"
         raise
@@ -393,7 +406,7 @@ def apply_changes(
         root,
         Ordering.STAGE_THEN_PLACE,
         group_sync_limit=services.settings.group_sync_limit,
-        between_groups=lambda: fencing.check(services),  # and between groups of temps
+        between_groups=lambda: fencing.check(services.db),  # and between groups of temps
     )
     try:
         if journaled_dirs is not None:
@@ -410,20 +423,15 @@ def apply_changes(
             if driver.kept:  # someone else's bytes were found at a temp name: fail closed
                 finish(services, operation_id, root, changes, evidence, (-1, error))
                 return
-            if recovering:
-                raise error from exc
-            with journal.attempt(services.db, operation_id) as j:
-                j.delete_created_dirs()
-            refuse(services.db, operation_id, error, stage="staging temp files")
+            planner.staging_failed(services, operation_id, error, exc)
         except HostFenced as fenced:  # seen only now: the staging was abandoned already
             raise _noted(operation_id, driver, fenced) from exc
         return
     try:
-        fencing.check(services)  # the host's epoch again, before the first target is replaced
+        fencing.check(services.db)  # the host's epoch again, before the first target is replaced
     except HostFenced as exc:
         raise _stand_down(operation_id, driver, exc) from exc
-    if recovering:  # what an earlier pass put in place is synced again with the rest
-        _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
+    planner.before_placing(services, operation_id, attempt, (changes, wanted), driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
     try:
         if passed.stopped and passed.failure is None:
@@ -473,24 +481,6 @@ def _noted(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
 
 _NAMED = 20  # removed names listed in the log line, at most
 _LISTED = 100  # removed names listed in the answer, at most
-
-
-def _hold_confirmed(
-    services: Services,
-    operation_id: str,
-    attempt: int,
-    changes: list[Change],
-    wanted: set[int],
-    driver: Driver,
-) -> None:
-    """Hold the directories of the steps a recovery confirms (an earlier pass put them in
-    place; their directory sync may never have run), so the pass's one sync of every
-    directory covers them before the outcome. A directory that is gone holds nothing,
-    and one that cannot be held safely is left to the read-back, which fails closed."""
-    confirmed = set(range(len(changes))) - wanted
-    for step in plan_steps(services, operation_id, attempt, changes, confirmed):
-        with contextlib.suppress(PromoterError):
-            driver.hold(step)
 
 
 def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:

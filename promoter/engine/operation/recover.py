@@ -16,6 +16,7 @@ Not here: the guard's rules (pure, in ``domain``), the receipt's commit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from contextlib import closing
 from typing import Any
@@ -28,21 +29,22 @@ from promoter.domain.plan import Decision, Observation
 from promoter.domain.plan import recover_promotion as plan_recovery
 from promoter.domain.records import Operation
 from promoter.domain.status import Action, OperationKind, OperationStatus, StepStatus, guard
+from promoter.engine.intake.authority import Evidence, check_recovery_lease, recheck_evidence
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation import outcome, promote
-from promoter.engine.operation.driver import Target
-from promoter.engine.operation.locking import repo_lock
-from promoter.engine.operation.ownership import orphaned as is_orphan
+from promoter.engine.operation.driver import Driver, Target
 from promoter.engine.operation.preconditions import leaf_report, verdict
 from promoter.engine.operation.restore import recover_restore
 from promoter.engine.operation.rollback import recover_rollback, rollback
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
+from promoter.engine.ownership import orphaned as is_orphan
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import Evidence, check_recovery_lease, recheck_evidence
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, repo, step_rows
+from promoter.store.db import Database
 
 log = logging.getLogger("promoter.recover")
 
@@ -53,11 +55,11 @@ def scan_orphans(services: Services) -> list[str]:
     """Mark this host's running operations whose owner is gone ``needs_recovery``.
 
     Only operations of repositories configured here and owned by this host are looked
-    at (``promoter.engine.operation.ownership.orphaned``); another host's are never touched.
+    at (``promoter.engine.ownership.orphaned``); another host's are never touched.
     """
     orphaned: list[str] = []
     configured = {repository.identity for repository in services.registry.all()}
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         running = journal.operations_with_status(session, OperationStatus.IN_PROGRESS)
         running += journal.operations_with_status(session, OperationStatus.APPLIED_UNVERIFIED)
         for row in running:
@@ -86,7 +88,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
     """
     for operation_id in operation_ids:
         try:
-            with services.db.session() as session:
+            with journal.unit_of_work(services.db) as session:
                 row = _load(session, operation_id)
                 kind, bundle_id, receipt = row.kind, row.bundle_id, row.verification_receipt_sha256
                 guard(kind, row.status, "recover", role="host", operation_id=operation_id)
@@ -94,7 +96,7 @@ def auto_recover(services: Services, operation_ids: list[str]) -> None:
                 recover(services, operation_id, 0, role="host")  # no lease for these kinds
                 continue
             grant = recheck_evidence(services, bundle_id, receipt).grant
-            with services.db.session() as session:
+            with journal.unit_of_work(services.db) as session:
                 lease = repo.get_lease(session, grant.workflow_id, grant.stage)
             if lease is not None:
                 recover(services, operation_id, lease.fence, role="host")
@@ -150,7 +152,7 @@ def _recover_body(
     Any other status is refused (``not_recoverable``) before anything is read or written,
     whatever the kind; see ``promoter.domain.status.guard``.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
         kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
@@ -162,14 +164,14 @@ def _recover_body(
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     grant = evidence.grant
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         check_recovery_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
     repository = services.registry.by_identity(grant.repository_identity)
     lock = repo_lock(services, repository)
     lock.acquire()
     claimed = False
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             _claim(session, services, operation_id, kind, "recover", role=role)
             has_steps = bool(step_rows.steps(session, operation_id))
         claimed = True
@@ -184,12 +186,12 @@ def _recover_body(
         raise
     finally:
         lock.release()
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return _load(session, operation_id).status
 
 
 def settle_temps(
-    services: Services, operation_id: str, root: Root, changes: list[Change]
+    db: Database, operation_id: str, root: Root, changes: list[Change]
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Settle every temp name this operation's attempts were journaled to use
     (protocol: recovery#removal-provably-ours).
@@ -198,7 +200,7 @@ def settle_temps(
     bytes, now under a ``.promoter-kept-*`` name or back at the target's own name).
     Fault point ``after_temps_settled``.
     """
-    with journal.attempt(services.db, operation_id) as j:
+    with journal.attempt(db, operation_id) as j:
         attempts = j.row.attempt
     removed, kept = settle_step_temps(
         root,
@@ -222,7 +224,7 @@ def _reclassify(
     reason: str,
 ) -> None:
     changes = list(evidence.bundle.changes)
-    removed, kept = settle_temps(services, operation_id, root, changes)
+    removed, kept = settle_temps(services.db, operation_id, root, changes)
     with journal.attempt(services.db, operation_id) as j:
         steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}
@@ -274,8 +276,51 @@ def _reclassify(
         )
         return
     promote.apply_changes(
-        services, operation_id, root, lock, changes, evidence, todo=todo, recovering=True
+        services, operation_id, root, lock, changes, evidence, todo=todo, planner=RECOVERY
     )
+
+
+class Recovery:
+    """Recovery's pass over the driver: a failed staging is raised to the recovery (which
+    leaves the operation for the next one); the steps an earlier pass put in place are
+    held so the pass's one sync of every directory covers them too."""
+
+    def staging_failed(
+        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+    ) -> None:
+        raise error from exc
+
+    def before_placing(
+        self,
+        services: Services,
+        operation_id: str,
+        attempt: int,
+        planned: tuple[list[Change], set[int]],
+        driver: Driver,
+    ) -> None:
+        changes, wanted = planned
+        _hold_confirmed(services, operation_id, attempt, changes, wanted, driver)
+
+
+RECOVERY = Recovery()
+
+
+def _hold_confirmed(
+    services: Services,
+    operation_id: str,
+    attempt: int,
+    changes: list[Change],
+    wanted: set[int],
+    driver: Driver,
+) -> None:
+    """Hold the directories of the steps a recovery confirms (an earlier pass put them in
+    place; their directory sync may never have run), so the pass's one sync of every
+    directory covers them before the outcome. A directory that is gone holds nothing,
+    and one that cannot be held safely is left to the read-back, which fails closed."""
+    confirmed = set(range(len(changes))) - wanted
+    for step in promote.plan_steps(services, operation_id, attempt, changes, confirmed):
+        with contextlib.suppress(PromoterError):
+            driver.hold(step)
 
 
 def reconcile(
@@ -290,7 +335,7 @@ def _reconcile_body(
     services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
 ) -> dict[str, Any]:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         kind = row.kind
@@ -323,7 +368,7 @@ def _reconcile_body(
     lock.acquire()
     claimed = False
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             _claim(session, services, operation_id, kind, "reconcile", role=role, decision=decision)
         claimed = True
         with Root.open(repository.worktree) as root:
@@ -336,5 +381,5 @@ def _reconcile_body(
         raise
     finally:
         lock.release()
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return {"status": _load(session, operation_id).status}

@@ -4,7 +4,7 @@ SQLAlchemy compiles each distinct statement once per engine and keeps it in the 
 statement cache. Without a rehearsal, a daemon's first promotion compiles the twenty-odd
 statements of its journal while the user waits (about 6 ms on a fast processor, 7 on a
 slow one: a twelfth of a 115-change promotion). ``rehearse`` makes the store calls of a
-completed promotion (``operations.request_promotion``, ``promote._journal``,
+completed promotion (``requests.request_promotion``, ``promote._journal``,
 ``outcome.complete``), grouped as their transactions are, for two throw-away operations
 (one change, and two: a single row and a batch compile apart), inside one database
 transaction that is always rolled back. Where a real promotion commits, the rehearsal
@@ -70,7 +70,7 @@ def _commit_point(session: Session) -> None:
 def _promotion(services: Services, session: Session, changes: int) -> None:
     token = secrets.token_hex(8)
     operation_id, workflow = f"op_rehearsal_{token}", f"rehearsal-{token}"
-    # operations.request_promotion
+    # requests.request_promotion
     journal.get_operation(session, operation_id)
     journal.create_operation(
         session,
@@ -89,7 +89,7 @@ def _promotion(services: Services, session: Session, changes: int) -> None:
     )
     session.flush()
     journal.start_attempt(session, operation_id)
-    journal.require(session, operation_id)  # promote.ticket
+    journal.require(session, operation_id)  # tickets.ticket
     repo.get_lease(session, workflow, "rehearsal")
     _commit_point(session)
     # promote._journal

@@ -47,6 +47,7 @@ from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
 from promoter.git.shadow import ShadowRepository
 from promoter.store import journal, ledger, step_rows
+from promoter.store.db import Database
 
 __all__ = ["RESTARTABLE", "recover_restore", "restore", "restore_id"]
 
@@ -99,7 +100,7 @@ def restore(
             with services.live.running(operation_id):  # live before its row is in_progress
                 _journal(services, repo, current, tree, steps)
                 try:
-                    attempt = _attempt(services, operation_id)
+                    attempt = _attempt(services.db, operation_id)
                     run = StepRun(
                         services, operation_id, root, lock, shadow, tree, steps, attempt=attempt
                     )
@@ -107,7 +108,7 @@ def restore(
                 except Exception as exc:
                     put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
                     raise
-        _post_capture(services, shadow, operation_id, tree)
+        _post_capture(services.db, shadow, operation_id, tree)
     finally:
         lock.release()
     return {"operation_id": operation_id, "status": status}
@@ -165,8 +166,7 @@ def _journal(
 ) -> str:
     """The operation, its steps and the decision and action events, in one transaction."""
     operation_id = restore_id(repo.identity, current, target)
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host starts nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host starts nothing
         row = journal.get_operation(session, operation_id)
         if row is not None and row.status not in RESTARTABLE:
             raise OperationConflict(
@@ -226,9 +226,7 @@ def _journal(
     return operation_id
 
 
-def _post_capture(
-    services: Services, shadow: ShadowRepository, operation_id: str, target: str
-) -> None:
+def _post_capture(db: Database, shadow: ShadowRepository, operation_id: str, target: str) -> None:
     """Record what the worktree holds after the restore as the ``post_snapshot``."""
     try:
         post = shadow.capture().tree
@@ -236,7 +234,7 @@ def _post_capture(
     except PromoterError as exc:
         log.warning("the capture after restore %s failed: %s", operation_id, exc.detail)
         return
-    with services.db.session() as session:
+    with journal.unit_of_work(db) as session:
         row = journal.require(session, operation_id)
         journal.set_snapshot(session, operation_id, "post", post)
         journal.set_report(
@@ -266,7 +264,7 @@ def _recover_restore_body(
     (``from_status="needs_reconciliation"``), an operator's ``continue``. Any other status
     is refused before anything is written.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.kind != OperationKind.RESTORE:
             raise OperationUnknown(f"no restore {operation_id!r}", operation_id=operation_id)
@@ -300,7 +298,7 @@ def _recover_restore_body(
         _claim(services, operation_id, from_status)  # again under the lock: it may have moved
         claimed = True
         with Root.open(repo.worktree) as root:
-            attempt = _attempt(services, operation_id)
+            attempt = _attempt(services.db, operation_id)
             run = StepRun(
                 services,
                 operation_id,
@@ -323,7 +321,7 @@ def _recover_restore_body(
             if plan.blocked:
                 run.failure = TargetDrift("a target is neither its old nor its new state")
             status = run.finish() if run.failure else run.apply(plan.todo)
-        _post_capture(services, shadow, operation_id, target)
+        _post_capture(services.db, shadow, operation_id, target)
     except Exception as exc:
         if claimed:
             put_back(services, operation_id, OperationStatus.NEEDS_RECOVERY, exc, "restore")
@@ -335,7 +333,7 @@ def _recover_restore_body(
 
 def _claim(services: Services, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         found = journal.claim_from(
             session, operation_id, OperationStatus(from_status), services.stamp()
         )
@@ -348,8 +346,8 @@ def _claim(services: Services, operation_id: str, from_status: str) -> None:
             )
 
 
-def _attempt(services: Services, operation_id: str) -> int:
-    with journal.attempt(services.db, operation_id) as j:
+def _attempt(db: Database, operation_id: str) -> int:
+    with journal.attempt(db, operation_id) as j:
         return j.row.attempt
 
 

@@ -170,7 +170,7 @@ class StepRun:
             Ordering.STEP_BY_STEP,
             group_sync_limit=limit,
             # protocol: promotion#fence-stops-every-write
-            between_groups=functools.partial(fencing.check, self.services),
+            between_groups=functools.partial(fencing.check, self.services.db),
         )
         try:
             yield driver

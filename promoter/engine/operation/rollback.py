@@ -32,8 +32,8 @@ from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
 from promoter.engine import fencing
+from promoter.engine.locking import repo_lock
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
-from promoter.engine.operation.locking import repo_lock
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
     Outcome,
@@ -126,7 +126,7 @@ def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
     stored = services.audit.checked("rollback", operation_id, RollbackReceiptV1)
     if stored is None:
         return None
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         child = journal.get_operation(session, rollback_id(operation_id))
         if child is not None and child.status not in FINAL:
             return None
@@ -142,8 +142,7 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
     someone else's, one in ``needs_reconciliation`` moves only by the operator's
     ``reconcile``, a final one never runs again (protocol: recovery#guards).
     """
-    with services.db.session() as session:
-        services.db.guard_writes(session)  # a fenced host starts nothing
+    with journal.unit_of_work(services.db, fenced=True) as session:  # a fenced host starts nothing
         parent = _load(session, operation_id)
         if parent.kind != OperationKind.PROMOTION or parent.status not in ROLLBACK_FROM:
             raise OperationConflict(
@@ -208,7 +207,7 @@ def _recover_rollback_body(
     services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         child = _load(session, child_id)
         found = (
             child.status
@@ -322,7 +321,7 @@ def _rollback_locked(
             }
         )
     )
-    with services.db.session() as session:  # (1) record the receipt, once
+    with journal.unit_of_work(services.db) as session:  # (1) record the receipt, once
         child = _load(session, child_id)
         if child.receipt is None:
             ledger.append(
@@ -356,7 +355,7 @@ def _one_pass(
     """
     limit = services.settings.group_sync_limit
     # between groups (protocol: promotion#fence-stops-every-write)
-    fenced = functools.partial(fencing.check, services)
+    fenced = functools.partial(fencing.check, services.db)
     with Driver(
         root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
     ) as driver:
@@ -420,7 +419,7 @@ def _publish(
     faults.point("rollback_after_receipt")
     # the envelope, made by this host now that the receipt exists, with the final statuses
     sealed = make_envelope(receipt_signer(services), ROLLBACK, parent_id, data)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         record_envelope(session, sealed)
         child = _load(session, child_id)
         parent = _load(session, parent_id)

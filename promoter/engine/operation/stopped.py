@@ -10,7 +10,7 @@ traceback. While the database cannot be reached the write is tried again with a 
 backoff (``promoter.store.outage``: the request waits); past the bound the error is
 raised and the daemon's watchdog puts the operation back once the database answers
 (``promoter.engine.operation.watchdog``). An attempt's runner does the same for attempts
-(``promoter.engine.operation.requests``).
+(``promoter.engine.operation.runner``).
 
 Deliberately not here: which status an operation goes back to (the caller's), how a
 foreign exception is translated (``promoter.errors.stopped_by``), and ``BaseException``s
@@ -43,7 +43,7 @@ def put_back(
     error = stopped_by(exc, f"the {what}")
 
     def write() -> None:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row = journal.get_operation(session, operation_id)
             if row is not None and row.status == OperationStatus.IN_PROGRESS:
                 journal.set_status(

@@ -3,7 +3,7 @@
 Every ``watchdog_seconds`` (a thread the app starts, ``Watchdog``) ``sweep`` reads the
 operations whose recorded owner is exactly this process and that are ``in_progress`` or
 ``applied_unverified``, and marks each one that no thread of this process runs now
-(``promoter.engine.operation.liveness``) ``needs_recovery`` with code ``attempt_lost``: its
+(``promoter.engine.liveness``) ``needs_recovery`` with code ``attempt_lost``: its
 attempt ended without putting it back (its last writes failed while the database was
 unreachable, and the bounded retries of ``promoter.store.outage`` ran out). Each is
 written in its own transaction, checked against the status it was read in (the row's
@@ -21,7 +21,7 @@ operation read ``in_progress`` and then found not live cannot have an attempt st
 A sweep that cannot reach the database is logged and tried again at the next one.
 
 Deliberately not here: what recovery does (``promoter.engine.operation.recover``), the
-owner lease (``promoter.engine.operation.ownership``).
+owner lease (``promoter.engine.ownership``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CODE = "attempt_lost"
 def _mark(services: Services, operation_id: str) -> bool:
     """``operation_id`` to ``needs_recovery`` if it is still running and still not live."""
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             row = journal.get_operation(session, operation_id)
             if row is None or row.status not in RUNNING or services.live.has(operation_id):
                 return False
@@ -65,7 +65,7 @@ def _mark(services: Services, operation_id: str) -> bool:
 def sweep(services: Services) -> list[str]:
     """Mark this process's running operations that no thread runs, and this host's
     orphans, ``needs_recovery``; recover them with ``auto_recover``. Returns the marked."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         rows = journal.owned_by(session, services.stamp(), RUNNING)
     lost = [
         row.operation_id

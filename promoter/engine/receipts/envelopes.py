@@ -14,8 +14,8 @@ naming that host, never signing a write it did not make.
 
 Deliberately not here: the envelope's format and offline verification
 (``promoter.engine.receipts.signing``), the key files and rotation
-(``promoter.engine.receipts.keyring``), finding a receipt's bytes and its maker
-(``promoter.engine.receipts.served``), and HTTP.
+(``promoter.store.keyring``), finding a receipt's bytes and its maker
+(``promoter.engine.operation.served``), and HTTP.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
-from promoter.engine.receipts.keyring import (
+from promoter.engine.receipts.signing import host_keyring, sign_envelope
+from promoter.engine.services import Services
+from promoter.errors import OwnedByOtherHost, ReceiptInvalid
+from promoter.store import journal, key_ledger
+from promoter.store.db import Database
+from promoter.store.key_ledger import PublishedKey, StoredEnvelope
+from promoter.store.keyring import (
     ALGORITHM,
     HostKey,
     Keyring,
@@ -40,12 +46,6 @@ from promoter.engine.receipts.keyring import (
     keyring_stamp,
     load_keyring,
 )
-from promoter.engine.receipts.signing import host_keyring, sign_envelope
-from promoter.engine.services import Services
-from promoter.errors import OwnedByOtherHost, ReceiptInvalid
-from promoter.store import key_ledger
-from promoter.store.db import Database
-from promoter.store.key_ledger import PublishedKey, StoredEnvelope
 
 log = logging.getLogger("promoter.keys")
 
@@ -96,7 +96,7 @@ def published_keyring(services: Services) -> Keyring:
 
 def publish_keyring(db: Database, host_id: str, keyring: Keyring) -> None:
     """Every listed key of ``host_id``'s keyring into the ledger, in one transaction."""
-    with db.session() as session:
+    with journal.unit_of_work(db) as session:
         key_ledger.publish_keys(session, _published(host_id, keyring))
     log.info(
         "published %d signing key(s) of host %s into the ledger (active %s)",
@@ -125,7 +125,7 @@ def ledger_key_set(services: Services) -> tuple[str, list[dict[str, Any]]]:
     retired), then the other hosts' by host id; each entry names its ``host_id``."""
     keyring = published_keyring(services)
     own = services.owner.host
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         published = key_ledger.all_keys(session)
     entries = [{**key.entry(), "host_id": own} for key in keyring.listed]
     listed = {key.keyid for key in keyring.listed}
@@ -201,7 +201,7 @@ def served_envelope(
     were recorded, when one host used the ledger: the serving host signs, as it did).
     """
     digest = _receipt_sha256(receipt)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         stored = key_ledger.get_envelope(session, digest)
     if stored is not None:
         return stored.envelope
@@ -215,9 +215,9 @@ def served_envelope(
             receipt_sha256=digest,
         )
     sealed = make_envelope(receipt_signer(services), kind, subject_id, receipt)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         record(session, sealed)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         stored = key_ledger.get_envelope(session, digest)
     assert stored is not None  # just inserted, or a concurrent request's
     return stored.envelope

@@ -8,9 +8,9 @@ nothing but the bytes and (optionally) public keys: no server, no network, no st
 ``host_keyring(services)`` is the one place a running daemon reads its keyring
 (``promoter.engine.receipts.envelopes`` publishes it into the ledger and signs with it).
 
-Deliberately not here: the key files and rotation (``promoter.engine.receipts.keyring``), the
+Deliberately not here: the key files and rotation (``promoter.store.keyring``), the
 Statement's shape and subjects (``promoter.engine.receipts.statement``), storing or finding
-receipts (``promoter.engine.operation.requests``, ``promoter.store.audit``), deciding who may
+receipts (``promoter.engine.operation.receipts``, ``promoter.store.audit``), deciding who may
 fetch them (``promoter.api``), reading an operator's public key files
 (``promoter.cli.trusted_keys``), and checks that need the blob store or a repository.
 """
@@ -41,7 +41,14 @@ from promoter.domain.models import (
     PatchVerificationReceiptV1,
     RollbackReceiptV1,
 )
-from promoter.engine.receipts.keyring import (
+from promoter.engine.receipts.statement import (
+    check_subjects,
+    json_object,
+    open_statement,
+    statement_bytes,
+)
+from promoter.errors import ReceiptInvalid
+from promoter.store.keyring import (
     ALGORITHM,
     KEY_FILE,
     HostKey,
@@ -50,13 +57,6 @@ from promoter.engine.receipts.keyring import (
     keyring_stamp,
     load_keyring,
 )
-from promoter.engine.receipts.statement import (
-    check_subjects,
-    json_object,
-    open_statement,
-    statement_bytes,
-)
-from promoter.errors import ReceiptInvalid
 
 if TYPE_CHECKING:
     from promoter.engine.services import Services

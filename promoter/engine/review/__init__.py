@@ -1,5 +1,5 @@
-"""What a person reviews before a promotion writes: the diff, the approval gate, and the
-merge of a drifted file into a new bundle held for approval.
+"""What a person reviews before a promotion writes: the diff and the approval gate.
 
-Not here: the console that shows it (``api.ui``).
+Not here: the console that shows it (``api.ui``), the merge of a drifted file into a new
+bundle held for approval (``engine.operation.merge``: it requests a promotion).
 """

@@ -9,7 +9,7 @@ The rules: protocol: runs#approvals, runs#what-an-approval-binds, runs#partial-a
 what an approval of a cut review must name is checked first (``promoter.engine.review.seen``,
 protocol: api#every-byte-reviewable).
 
-Not here: scheduling the attempt (``promoter.engine.operation.requests``), roles (the
+Not here: scheduling the attempt (``promoter.engine.operation.runner``), roles (the
 route admits the operator only), and the attempt's own checks.
 """
 
@@ -24,14 +24,14 @@ from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1
 from promoter.domain.records import Operation, Ticket
 from promoter.domain.status import OperationKind, OperationStatus
+from promoter.engine import tickets
+from promoter.engine.intake.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.operation import promote
 from promoter.engine.repos import Repository
 from promoter.engine.review import partial
 from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
-from promoter.engine.verify.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.errors import (
     ApprovalRejected,
     ApprovedInPart,
@@ -57,7 +57,7 @@ def precheck(
     services: Services, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
 ) -> None:
     """Steps 1 and 2 of an attempt, before the operation is held: lease and evidence."""
-    check_authority(services, grant, fence)
+    check_authority(services.db, grant, fence)
     recheck_evidence(services, bundle_id, receipt_sha256)
 
 
@@ -201,7 +201,7 @@ def decide(
     the grant's window. The caller starts the attempt of an approved operation.
     """
     if verdict == "approve" and selection is not None and selection.partial:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             grant = load_grant(services, str(_held(session, operation_id).grant_id))
         try:
             check_grant_window(grant)
@@ -218,7 +218,7 @@ def decide(
                 claimed_by=claimed_by,
                 seen=seen,
             )
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = _held(session, operation_id)
         grant = load_grant(services, str(row.grant_id))
         expired: PromoterError | None = None
@@ -245,7 +245,7 @@ def decide(
         if payload["approval"] == "approved":
             services.claim(session, row.operation_id)
             journal.set_status(session, row.operation_id, OperationStatus.IN_PROGRESS)
-            started = promote.ticket(session, operation_id, grant)
+            started = tickets.ticket(session, operation_id, grant)
             return Decided(operation_id, OperationStatus.IN_PROGRESS, started)
         code = expired.code if expired is not None else REJECTED
         detail = expired.detail if expired is not None else f"rejected by {by}: {note}".rstrip()
@@ -277,7 +277,7 @@ def decide_part(
     ``approved_in_part`` and refused with that code, and the derived bundle's operation
     is created with its approval and started (``ticket``).
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         parent_row = _held(session, operation_id)
         parent_bundle_id = str(parent_row.bundle_id)
     parent = load_bundle(services, parent_bundle_id)
@@ -297,7 +297,7 @@ def decide_part(
     bundle = derived.bundle
     # the derived operation is live from before its row commits (the caller leaves it
     # once its attempt is submitted; an error, the commit's included, leaves it at once)
-    with services.live.handed_on() as adopt, services.db.session() as session:
+    with services.live.handed_on() as adopt, journal.unit_of_work(services.db) as session:
         row = _held(session, operation_id)  # still held: decisions are serialized
         grant = load_grant(services, str(row.grant_id))
         assert grant.grant_sha256 is not None and row.fence is not None
@@ -350,19 +350,13 @@ def decide_part(
             f"(bundle {bundle.bundle_id}); declined {len(derived.declined)} path(s)",
         )
         adopt(derived_id)
-        journal.create_operation(
+        tickets.create_promotion(
             session,
-            operation_id=derived_id,
-            kind=OperationKind.PROMOTION,
-            status=OperationStatus.IN_PROGRESS,
-            repository_identity=row.repository_identity,
-            repository_name=row.repository_name,
+            derived_id,
+            OperationStatus.IN_PROGRESS,
+            (bundle, grant, receipt.receipt_sha256),
+            repository=(row.repository_identity, row.repository_name),
             owner=services.stamp(),
-            grant_id=grant.grant_id,
-            bundle_id=bundle.bundle_id,
-            grant_sha256=grant.grant_sha256,
-            bundle_sha256=bundle.bundle_sha256,
-            verification_receipt_sha256=receipt.receipt_sha256,
             fence=row.fence,
         )
         session.flush()
@@ -382,7 +376,7 @@ def decide_part(
         if claimed_by:
             approval["claimed_by"] = claimed_by
         ledger.append(session, derived_id, "decision", approval)
-        started = promote.ticket(session, derived_id, grant)
+        started = tickets.ticket(session, derived_id, grant)
     return Decided(operation_id, OperationStatus.REFUSED, started, derived_id)
 
 
@@ -394,7 +388,7 @@ def reopen(services: Services, operation_id: str, *, note: str, by: str, role: s
     ``awaiting_approval`` with the fence it had; nothing is written until an approval,
     whose attempt re-checks everything as usual.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)

@@ -45,7 +45,7 @@ from promoter.errors import (
     SelectionSplitsPair,
     error_class,
 )
-from promoter.store import repo
+from promoter.store import journal, repo
 
 __all__ = ["Derived", "Selection", "derive", "store"]
 
@@ -224,7 +224,7 @@ def store(services: Services, derived: Derived) -> PatchVerificationReceiptV1:
     bundle = derived.bundle
     for digest, data in sorted(derived.blobs.items()):
         services.blobs.put(digest, data)
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             repo.record_blob(session, digest, len(data))
     outcome = verify_bundle(services, bundle.wire(), bundle)
     if not outcome.passed:
@@ -237,7 +237,7 @@ def store(services: Services, derived: Derived) -> PatchVerificationReceiptV1:
     services.audit.put("bundle", bundle.bundle_id, outcome.document.canonical, BundleConflict)
     stored = services.audit.get("verification", bundle.bundle_id)
     services.audit.put("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         repo.add_bundle(session, bundle, services.owner.host or None)
         if stored is None:
             repo.add_verification(session, bundle.bundle_id, outcome.receipt.wire())

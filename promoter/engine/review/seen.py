@@ -83,7 +83,7 @@ def require(services: Services, operation_id: str, seen: Seen, selection: Select
     Blocking (builds the first page of the diff): call it in a worker thread, outside
     any lock.
     """
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None or row.kind != OperationKind.PROMOTION:
             return

@@ -22,14 +22,14 @@ from typing import Any, Literal
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
-from promoter.engine.operation.locking import repo_lock
+from promoter.engine.locking import repo_lock
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
-from promoter.engine.snapshots.watch import SnapshotWatch
 from promoter.errors import NotFound, OperationUnknown, PromoterError, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
 from promoter.git.shadow import DIFF_LIMIT, Capture, ShadowRepository
+from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import journal, snapshot_log
 
 __all__ = [
@@ -173,7 +173,7 @@ def _capture_locked(
     if captured.nested_repositories:
         nested = list(captured.nested_repositories)
         log.info("the snapshot of %s leaves out nested repositories %s", repo.name, nested)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         if operation is not None:
             operation_id, which = operation
             op = journal.get_operation(session, operation_id)
@@ -206,7 +206,7 @@ def _post_from_pre(
     """The post capture from the pre one by the module docstring's rule; ``None``: no."""
     if fresh.operation_id != operation_id or fresh.thread != threading.get_ident():
         return None
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         op = journal.get_operation(session, operation_id)
         if op is None or op.kind != OperationKind.PROMOTION or op.bundle_id is None:
             return None
@@ -229,7 +229,7 @@ def _post_from_pre(
 def list_snapshots(services: Services, repository: Repository | str) -> list[dict[str, str]]:
     """Every recorded snapshot of the repository, oldest first."""
     repo = resolve(services, repository)
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         return snapshot_log.entries(session, repo.identity)
 
 
@@ -264,7 +264,7 @@ def gc_snapshots(services: Services, repository: Repository | str, keep: int) ->
     repo = resolve(services, repository)
     lock = lock_repository(services, repo)
     try:
-        with services.db.session() as session:
+        with journal.unit_of_work(services.db) as session:
             removed, wanted = snapshot_log.prune(session, repo.identity, keep)
         shadow = shadow_for(services, repo)
         watch = services.snapshot_watches.get(shadow.path)

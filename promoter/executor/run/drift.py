@@ -1,7 +1,7 @@
 """What ``promoter run`` does when a file the agent changed moved under the person.
 
 ``offer`` asks, after a drifted preflight a merge can mend, whether to merge; ``merged``
-asks the host to merge a promotion refused ``target_drift`` (``promoter.engine.review.merge``)
+asks the host to merge a promotion refused ``target_drift`` (``promoter.engine.operation.merge``)
 and then shows a clean merge and approves it when the person answered at the terminal,
 writes a conflict into the run's directory, or shows the three sides of a file that is
 not text (protocol: runs#merges-are-new-bundles, runs#merge-in-a-run). The merge and the

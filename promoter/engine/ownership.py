@@ -137,7 +137,7 @@ class Heartbeat:
 
     Every ``lease_seconds / 3`` a single ``UPDATE`` moves ``owner_lease_until`` forward
     for this owner's running operations that a thread of this process still runs
-    (``live()``, ``promoter.engine.operation.liveness``): an operation whose attempt died
+    (``live()``, ``promoter.engine.liveness``): an operation whose attempt died
     is not kept looking healthy. A beat that fails is logged and retried at the next one;
     the lease then simply runs out if the daemon cannot reach its database.
 
@@ -171,7 +171,7 @@ class Heartbeat:
         self._thread.start()
 
     def beat(self) -> int:
-        with self._db.session() as session:
+        with journal.unit_of_work(self._db) as session:
             if self._epoch is not None and not hosts.beat(
                 session, self._me.host, self._epoch, lease_until(self._seconds)
             ):

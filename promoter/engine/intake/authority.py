@@ -23,7 +23,8 @@ from promoter.engine.intake.bundles import load_bundle, verify_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.services import Services
 from promoter.errors import GrantExpired, LeaseStale, ReceiptConflict, VerificationFailed
-from promoter.store import repo
+from promoter.store import journal, repo
+from promoter.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,9 @@ def check_grant_window(grant: GrantV1) -> None:
         raise GrantExpired("the grant has expired", expires_at=grant.expires_at)
 
 
-def check_authority(services: Services, grant: GrantV1, fence: int) -> None:
+def check_authority(db: Database, grant: GrantV1, fence: int) -> None:
     """Step 1 with the lease read in a transaction of its own."""
-    with services.db.session() as session:
+    with journal.unit_of_work(db) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage)
     check_lease(grant, fence, lease)
 

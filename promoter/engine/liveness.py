@@ -7,7 +7,7 @@ claims the row and leaves it when its thread is done with the operation, whateve
 outcome. An operation of this process that is ``in_progress`` while no thread runs it
 here is therefore one whose attempt died without putting it back (its last write failed:
 the database was unreachable). The owner lease's heartbeat renews only live operations
-(``promoter.engine.operation.ownership.Heartbeat``) and the watchdog
+(``promoter.engine.ownership.Heartbeat``) and the watchdog
 (``promoter.engine.operation.watchdog``) marks the others ``needs_recovery``.
 
 One registry serves the whole process (``PROCESS``, every ``Services``' default): an

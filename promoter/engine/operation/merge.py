@@ -43,6 +43,7 @@ from promoter.fs.leaf import LeafState
 from promoter.fs.root import Root
 from promoter.git.merge_file import merge_bytes
 from promoter.store import journal, ledger
+from promoter.store.db import Database
 
 __all__ = ["MAX_MERGE_BYTES", "SHOWN_CHARS", "merge_operation"]
 
@@ -85,7 +86,7 @@ class PathMerge:
 
 def _drifted_operation(services: Services, operation_id: str) -> tuple[str, int, str]:
     """The bundle id, fence and repository identity of a promotion refused for drift."""
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
@@ -130,7 +131,7 @@ def _prepare(item: PathMerge, services: Services) -> tuple[bytes, bytes] | None:
     return old, new
 
 
-def _read_drifted(services: Services, worktree: str, bundle: PatchBundleV1) -> list[PathMerge]:
+def _read_drifted(db: Database, worktree: str, bundle: PatchBundleV1) -> list[PathMerge]:
     """Each target that reads as neither old nor new, with the person's bytes if text-sized."""
     found: list[PathMerge] = []
     with Root.open(worktree) as root:
@@ -242,7 +243,7 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
     repository = services.registry.by_identity(identity)
     _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
-    drifted = _read_drifted(services, str(repository.worktree), original)
+    drifted = _read_drifted(services.db, str(repository.worktree), original)
     faults.point("merge_inputs_read")
     if not drifted:
         raise MergeUnsupported(
@@ -280,7 +281,7 @@ def merge_operation(services: Services, operation_id: str, *, by: str, role: str
     submitted = submit_bundle(services, document, run_id=None, host_made=True)
     merged = submitted.bundle
     receipt_sha256 = submitted.receipt.receipt_sha256
-    with services.db.session() as session:
+    with journal.unit_of_work(services.db) as session:
         ledger.append(
             session,
             operation_id,

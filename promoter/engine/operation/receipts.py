@@ -1,0 +1,71 @@
+"""An operation's receipt bytes: the promotion receipt once completed, the rollback receipt.
+
+Deliberately not here: signed envelopes (``operation.served``,
+``promoter.engine.receipts.envelopes``), building receipts (``operation.outcome``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from promoter.domain.canonical import canonical_bytes
+from promoter.domain.status import FINAL, OperationStatus
+from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.services import Services
+from promoter.errors import OperationUnknown, PromoterError, ReceiptUnavailable
+from promoter.store import journal
+
+log = logging.getLogger("promoter.operations")
+
+
+def promotion_receipt(services: Services, operation_id: str) -> bytes:
+    """The promotion receipt's bytes, only once the operation is ``completed``
+    (protocol: bundles#promotion-receipt).
+
+    The bytes are the row's (protocol: storage#receipt-in-outcome-commit: the ledger's row is
+    the record), never the audit file's: the file is a copy, compared with them here and
+    written again when missing or different (``AuditStore.copy``; a different one is set
+    aside, its bytes kept). A copy that cannot be written is logged; the receipt is served
+    all the same.
+    """
+    with journal.unit_of_work(services.db) as session:
+        row = journal.get_operation(session, operation_id)
+        if row is None:
+            raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
+        receipt = row.receipt
+        status = row.status
+    if receipt is None or status != OperationStatus.COMPLETED:
+        raise ReceiptUnavailable(
+            f"operation {operation_id} has no receipt (status {status})", current_status=status
+        )
+    data = canonical_bytes(receipt)
+    try:
+        aside = services.audit.copy("promotion", operation_id, data)
+    except PromoterError as exc:
+        log.warning("the receipt copy of %s is not written: %s", operation_id, exc.detail)
+        return data
+    if aside is not None:
+        log.warning(
+            "the receipt copy of %s differed from the ledger's row: kept at %s, written again",
+            operation_id,
+            aside,
+        )
+    return data
+
+
+def rollback_receipt(services: Services, operation_id: str) -> bytes:
+    """The rollback receipt of promotion ``operation_id``: the host-local audit copy, else
+    the bytes recorded in the ledger (a rollback another host carried out), once final.
+    """
+    if operation_id.startswith("op_") and "/" not in operation_id:
+        stored = services.audit.get("rollback", operation_id)
+        if stored is not None:
+            return stored
+        with journal.unit_of_work(services.db) as session:
+            child = journal.get_operation(session, rollback_id(operation_id))
+            recorded = None if child is None or child.status not in FINAL else child.receipt
+        if recorded is not None:
+            return canonical_bytes(recorded)
+    raise ReceiptUnavailable(
+        f"operation {operation_id} has no rollback receipt", operation_id=operation_id
+    )
