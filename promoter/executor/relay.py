@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import select
 import selectors
 import socket
 import threading
@@ -185,11 +186,22 @@ class Relay:
                 continue
             if self._full():
                 self._handle(self._selector.select(0))  # what ended before this one came
+                self._drop_hung_up()
             if self._full():
                 self.refused += 1
                 client.close()  # over the bound: closed at once, nothing queued
                 continue
             self._open(client)
+
+    def _drop_hung_up(self) -> None:
+        """At the bound, end the pairs whose client closed its socket whole (not only its
+        sending side): nothing the daemon says could reach it, so its slot is better given
+        to a live connection than held until the daemon's side closes too."""
+        for pair in set(self._pairs.values()):
+            poller = select.poll()
+            poller.register(pair.client, select.POLLHUP)
+            if any(events & select.POLLHUP for _, events in poller.poll(0)):
+                self._drop(pair)
 
     def _open(self, client: socket.socket) -> None:
         client.setblocking(False)

@@ -69,6 +69,20 @@ def test_slots_the_client_closed_are_free_for_its_next_connection(relay: Relay) 
     assert relay.refused == 0
 
 
+def test_a_client_that_hung_up_mid_request_frees_its_slot_at_once(relay: Relay) -> None:
+    """Each slot holds half a request the daemon still waits for (so the daemon keeps its
+    side open); the client then closes its socket whole: nothing could reach it, so the
+    next connection is served, not refused as over the bound."""
+    held = [_connect(relay) for _ in range(4)]
+    for sock in held:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n")  # no end of headers: the daemon waits
+    for sock in held:
+        sock.close()
+    with _connect(relay) as sock:
+        assert _get(sock, "/healthz").startswith(b"HTTP/1.1 200")
+    assert relay.refused == 0
+
+
 def test_a_silent_connection_is_closed_after_the_idle_timeout(daemon: Daemon) -> None:
     now = [1000.0]
     relay = Relay(daemon.url, max_connections=4, idle_seconds=60.0, clock=lambda: now[0])
