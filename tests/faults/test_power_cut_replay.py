@@ -14,8 +14,8 @@ that did not — mounted (ext4 replays its journal), and a fresh daemon starts o
 - with one, recovery completes it: every target new, exactly;
 - either way, at the end nothing of promoter's is left in the worktree (no temp, no
   directory the new state does not have), the person's own files are untouched, ``.git``
-  is untouched, and the receipt is served from the ledger (its file, a copy written
-  without a flush, is either absent or the same bytes).
+  is untouched, and the receipt is served from the ledger, its file (a copy written
+  without a flush) written again from the row when the cut lost it.
 """
 
 from __future__ import annotations
@@ -217,7 +217,10 @@ def _recover_and_check(
     now = {k: v[0] for k, v in tree_bytes(repo).items()}
     assert now == expected
     assert _leftovers(repo, expected) == []
-    # the receipt's file is a copy of the ledger's row: absent after a cut, or the same bytes
-    kept = list((state / "audit" / "receipts" / "promotion").glob("*.json"))
-    assert [p.read_bytes() for p in kept] in ([], [receipt.content])
+    # the receipt's file is a copy of the ledger's row, written again when it is read and
+    # was missing after the cut: one file, the row's bytes
+    kept = sorted((state / "audit" / "receipts" / "promotion").glob("*.json"))
+    assert [(p.name, p.read_bytes()) for p in kept] == [
+        (f"{view['operation_id']}.json", receipt.content)
+    ]
     return outcome
