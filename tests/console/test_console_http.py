@@ -62,6 +62,7 @@ def test_csrf_less_post_is_refused(gated: Gated) -> None:
     assert missing.status_code == 403
     assert wrong.status_code == 403
     assert "CSRF" in missing.text
+    assert 'name="csrf"' not in wrong.text  # shown as to no session: no logout form
     assert tree_bytes(repo) == before
     with daemon.operator() as op:
         assert op.get(f"/v1/operations/{operation_id}").json()["status"] == "awaiting_approval"

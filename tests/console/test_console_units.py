@@ -1,12 +1,20 @@
-"""Console sessions and cookies without a daemon: expiry, bounds, the Secure flag."""
+"""Console sessions, cookies and refusals without a daemon: expiry, bounds, the Secure
+flag, every route's refusals through one translation."""
 
 from __future__ import annotations
 
-from fastapi import Request
-from fastapi.responses import Response
+import inspect
 
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+from starlette.testclient import TestClient
+
+from promoter.api.ui import actions, hosts, login, merge, pages, repositories
+from promoter.api.ui.refusals import SHOWN, shown
 from promoter.api.ui.sessions import MAX_SESSIONS, Sessions, same_token
-from promoter.api.ui.web import set_cookie
+from promoter.api.ui.web import CSP, set_cookie
+from promoter.errors import PromoterError
 
 
 def _request(scheme: str) -> Request:
@@ -54,3 +62,43 @@ def test_session_table_is_bounded_and_forged_ids_match_nothing() -> None:
     assert not same_token("abc", None)
     assert not same_token("abc", "")
     assert same_token("abc", "abc")
+
+
+def test_every_console_route_shows_its_refusals_through_one_translation() -> None:
+    routes = [
+        route
+        for module in (actions, hosts, login, merge, pages, repositories)
+        for route in module.router.routes
+        if isinstance(route, APIRoute)
+    ]
+    unshown = [
+        (route.path, sorted(route.methods)) for route in routes if route.endpoint not in SHOWN
+    ]
+    # the two that only redirect or show the login form: nothing in them refuses
+    assert unshown == [("/ui/login", ["GET"]), ("/ui", ["GET"])]
+    assert not any(
+        inspect.iscoroutinefunction(r.endpoint) for r in routes if r.endpoint not in SHOWN
+    )
+
+
+class _Invented(PromoterError):
+    code = "invented_here"
+    http_status = 409
+    title = "A refusal no console module names"
+
+
+def test_a_new_refusal_code_is_shown_with_its_status_code_and_detail() -> None:
+    app = FastAPI()
+
+    @app.get("/ui/refuses")
+    @shown()
+    async def refuses(request: Request) -> Response:
+        raise _Invented("what the person reads", operation_id="op_1")
+
+    with TestClient(app) as client:
+        answer = client.get("/ui/refuses")
+    assert answer.status_code == 409
+    assert answer.headers["content-type"] == "text/html; charset=utf-8"
+    assert answer.headers["content-security-policy"] == CSP
+    assert "<code>invented_here</code>: what the person reads</p>" in answer.text
+    assert 'name="csrf"' not in answer.text  # no session was proved: no logout form

@@ -10,7 +10,8 @@ as the approver; the form asks for a note only. An approval carries what the per
 beyond the review page, which showed the console's page of the diff: the ticked
 ``seen-N`` boxes and ``all_seen``; a file of that page not shown in full and left
 unticked refuses it (``diff_not_seen``, ``promoter.engine.review.seen``).
-Whether the operation may move is the engine's guard; a refusal is shown with its code.
+Whether the operation may move is the engine's guard; a refusal is shown with its code
+(``promoter.api.ui.refusals``).
 On success the browser is sent to the operation's page (303).
 
 Deliberately not here: what the page offers (``operation.html`` shows only the actions
@@ -27,6 +28,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import page_bytes
+from promoter.api.ui.refusals import shown
 from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.api.workers import run_in_threadpool
@@ -34,7 +36,7 @@ from promoter.engine.operation import decisions, recover, rollback, runner
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
-from promoter.errors import PromoterError, ValidationFailed
+from promoter.errors import ValidationFailed
 
 router = APIRouter(prefix="/ui/operations/{operation_id}", include_in_schema=False)
 WAIT_SECONDS = 600.0
@@ -147,15 +149,12 @@ ACTIONS: dict[str, Action] = {
 
 
 @router.post("/{action}")
+@shown()
 async def post_action(request: Request, operation_id: str, action: str) -> Response:
-    session = None
-    try:
-        session, form = await form_of(request)
-        act = ACTIONS.get(action)
-        if act is None:
-            return render("error.html", 404, session, code="not_found", detail="no such action")
-        shown = await run_in_threadpool(act, get_services(request), session, operation_id, form)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
-    target = quote(shown or operation_id, safe="")
+    session, form = await form_of(request)
+    act = ACTIONS.get(action)
+    if act is None:
+        return render("error.html", 404, session, code="not_found", detail="no such action")
+    moved = await run_in_threadpool(act, get_services(request), session, operation_id, form)
+    target = quote(moved or operation_id, safe="")
     return secure(RedirectResponse(f"/ui/operations/{target}", status_code=303))

@@ -15,35 +15,30 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
+from promoter.api.ui.refusals import shown
 from promoter.api.ui.web import form_of, render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.engine import fencing
-from promoter.errors import PromoterError
 
 router = APIRouter(prefix="/ui/hosts", include_in_schema=False)
 
 
 @router.get("")
+@shown()
 async def get_hosts(request: Request) -> Response:
     session = await session_of(request)
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
-    try:
-        hosts = await run_in_threadpool(fencing.list_hosts, get_services(request))
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    hosts = await run_in_threadpool(fencing.list_hosts, get_services(request))
     takers = [h.host_id for h in hosts if h.status == "active" and not h.lease_expired]
     return render("hosts.html", 200, session, hosts=hosts, takers=takers)
 
 
 @router.post("/{host}/fence")
+@shown()
 async def post_fence(request: Request, host: str) -> Response:
-    session = None
-    try:
-        session, form = await form_of(request)
-        services = get_services(request)
-        by = session.name or session.role
-        await run_in_threadpool(fencing.fence, services.db, host, form.get("to", ""), by=by)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    session, form = await form_of(request)
+    services = get_services(request)
+    by = session.name or session.role
+    await run_in_threadpool(fencing.fence, services.db, host, form.get("to", ""), by=by)
     return secure(RedirectResponse("/ui/hosts", status_code=303))

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import authenticate, get_services
+from promoter.api.ui.refusals import shown
 from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, same_token
 from promoter.api.ui.web import (
     form_of,
@@ -50,6 +51,7 @@ def get_login(request: Request) -> Response:
 
 
 @router.post("/login")
+@shown()
 async def post_login(request: Request) -> Response:
     form = await read_form(request)
     if not same_token(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
@@ -58,7 +60,7 @@ async def post_login(request: Request) -> Response:
     services = get_services(request)
     try:
         principal = await authenticate(request.app.state, services, token)
-    except PromoterError:
+    except PromoterError:  # whatever the reason, the form never says why a token failed
         return _form(request, 401, "That token is not valid.")
     if principal.role != "operator":
         return _form(request, 403, "The console needs the operator token.")
@@ -71,11 +73,9 @@ async def post_login(request: Request) -> Response:
 
 
 @router.post("/logout")
+@shown()
 async def post_logout(request: Request) -> Response:
-    try:
-        session, _ = await form_of(request)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, code=exc.code, detail=exc.detail)
+    session, _ = await form_of(request)
     sessions(request).close(session.session_id)
     await publish_sessions(request)
     response = secure(RedirectResponse("/ui/login", status_code=303))

@@ -20,7 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
-from promoter.api.ui.web import form_of, render, secure
+from promoter.api.ui.refusals import Page, shown
+from promoter.api.ui.web import answering, form_of, render, secure
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.operation.merge import merge_operation
 from promoter.errors import MergeConflict, MergeUnsupported, PromoterError
@@ -28,30 +29,29 @@ from promoter.errors import MergeConflict, MergeUnsupported, PromoterError
 router = APIRouter(prefix="/ui/operations/{operation_id}", include_in_schema=False)
 
 
+def _not_merged(request: Request, exc: PromoterError) -> Response:
+    """``merge.html``: the paths that kept the merge from being made, side by side."""
+    return render(
+        "merge.html",
+        exc.http_status,
+        answering(request),
+        operation_id=request.path_params["operation_id"],
+        code=exc.code,
+        detail=exc.detail,
+        paths=exc.context.get("paths") or [],
+    )
+
+
 @router.post("/merge")
+@shown(Page(MergeConflict, _not_merged), Page(MergeUnsupported, _not_merged))
 async def post_merge(request: Request, operation_id: str) -> Response:
-    session = None
-    try:
-        session, _ = await form_of(request)
-        result = await run_in_threadpool(
-            merge_operation,
-            get_services(request),
-            operation_id,
-            by=session.name,
-            role=session.role,
-        )
-    except (MergeConflict, MergeUnsupported) as exc:
-        paths = exc.context.get("paths") or []
-        return render(
-            "merge.html",
-            exc.http_status,
-            session,
-            operation_id=operation_id,
-            code=exc.code,
-            detail=exc.detail,
-            paths=paths,
-        )
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    session, _ = await form_of(request)
+    result = await run_in_threadpool(
+        merge_operation,
+        get_services(request),
+        operation_id,
+        by=session.name,
+        role=session.role,
+    )
     held = result.promotion.operation_id or operation_id
     return secure(RedirectResponse(f"/ui/operations/{held}", status_code=303))

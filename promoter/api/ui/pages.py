@@ -26,6 +26,7 @@ from fastapi.responses import RedirectResponse, Response
 from promoter.api.deps import get_services
 from promoter.api.routes.review import PATH_MAX
 from promoter.api.ui.diffview import Block, file_blocks, page_bytes
+from promoter.api.ui.refusals import shown
 from promoter.api.ui.web import render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.status import STATUSES, OperationStatus
@@ -57,6 +58,7 @@ def get_root() -> Response:
 
 
 @router.get("/operations")
+@shown()
 async def get_operations(
     request: Request,
     status: str | None = Query(default=None, max_length=40),
@@ -89,14 +91,12 @@ def _operation(services: Services, operation_id: str) -> dict[str, Any]:
 
 
 @router.get("/operations/{operation_id}")
+@shown()
 async def get_operation(request: Request, operation_id: str) -> Response:
     session = await session_of(request)
     if session is None:
         return _login()
-    try:
-        found = await run_in_threadpool(_operation, get_services(request), operation_id)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    found = await run_in_threadpool(_operation, get_services(request), operation_id)
     return render("operation.html", 200, session, S=OperationStatus, **found)
 
 
@@ -115,16 +115,14 @@ RECEIPTS = ("receipt.json", "receipt.dsse", "rollback-receipt.json", "rollback-r
 
 
 @router.get("/operations/{operation_id}/{which}")
+@shown()
 async def get_receipt(request: Request, operation_id: str, which: str) -> Response:
     session = await session_of(request)
     if session is None:
         return _login()
     if which not in RECEIPTS or OP_ID.fullmatch(operation_id) is None:
         return render("error.html", 404, session, code="not_found", detail="no such download")
-    try:
-        data = await run_in_threadpool(_receipt, get_services(request), operation_id, which)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    data = await run_in_threadpool(_receipt, get_services(request), operation_id, which)
     name = f"{operation_id}-{which}"
     response = Response(data, media_type="application/json")
     response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
@@ -158,14 +156,12 @@ def _mark_choosable(diff: dict[str, Any], blocks: list[Block]) -> None:
 
 
 @router.get("/review")
+@shown()
 async def get_review(request: Request) -> Response:
     session = await session_of(request)
     if session is None:
         return _login()
-    try:
-        held = await run_in_threadpool(_review, get_services(request))
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    held = await run_in_threadpool(_review, get_services(request))
     return render("review.html", 200, session, held=held)
 
 
@@ -189,6 +185,7 @@ def _file_page(
 
 
 @router.get("/review/{operation_id}/file")
+@shown()
 async def get_review_file(
     request: Request,
     operation_id: str,
@@ -200,8 +197,5 @@ async def get_review_file(
     if session is None:
         return _login()
     services = get_services(request)
-    try:
-        found = await run_in_threadpool(_file_page, services, operation_id, path, cursor)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    found = await run_in_threadpool(_file_page, services, operation_id, path, cursor)
     return render("review_file.html", 200, session, operation_id=operation_id, **found)

@@ -22,7 +22,8 @@ from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import get_services
 from promoter.api.ui.diffview import file_blocks
-from promoter.api.ui.web import form_of, render, secure, session_of
+from promoter.api.ui.refusals import Page, shown
+from promoter.api.ui.web import answering, form_of, render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.engine import queries
 from promoter.engine.operation import restore as snapshot_restore
@@ -58,14 +59,12 @@ def _overview(services: Services) -> list[dict[str, Any]]:
 
 
 @router.get("")
+@shown()
 async def get_repositories(request: Request) -> Response:
     session = await session_of(request)
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
-    try:
-        repos = await run_in_threadpool(_overview, get_services(request))
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    repos = await run_in_threadpool(_overview, get_services(request))
     return render("repositories.html", 200, session, repos=repos)
 
 
@@ -82,6 +81,7 @@ def _timeline(
 
 
 @router.get("/{name}/snapshots")
+@shown()
 async def get_snapshots(
     request: Request,
     name: str,
@@ -93,10 +93,7 @@ async def get_snapshots(
     if session is None:
         return secure(RedirectResponse("/ui/login", status_code=303))
     services = get_services(request)
-    try:
-        found = await run_in_threadpool(_timeline, services, name, from_tree, to_tree)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    found = await run_in_threadpool(_timeline, services, name, from_tree, to_tree)
     return render(
         "snapshots.html",
         200,
@@ -108,30 +105,27 @@ async def get_snapshots(
 
 
 @router.post("/{name}/snapshots")
+@shown()
 async def post_capture(request: Request, name: str) -> Response:
-    session = None
-    try:
-        session, form = await form_of(request)
-        services = get_services(request)
-        label = form.get("label", "")[:200]
-        repo = services.registry.by_name(name)
-        await run_in_threadpool(snapshots.capture, services, repo, label)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    _, form = await form_of(request)
+    services = get_services(request)
+    label = form.get("label", "")[:200]
+    repo = services.registry.by_name(name)
+    await run_in_threadpool(snapshots.capture, services, repo, label)
     return secure(RedirectResponse(f"/ui/repositories/{repo.name}/snapshots", status_code=303))
 
 
+def _stale(request: Request, exc: PromoterError) -> Response:
+    """A restore whose page showed an older worktree: what to do next, not the engine's words."""
+    return render("error.html", exc.http_status, answering(request), code=exc.code, detail=STALE)
+
+
 @router.post("/{name}/snapshots/{tree}/restore")
+@shown(Page(SnapshotStale, _stale))
 async def post_restore(request: Request, name: str, tree: str) -> Response:
-    session = None
-    try:
-        session, form = await form_of(request)
-        services = get_services(request)
-        repo = services.registry.by_name(name)
-        expected = form.get("expected_current_tree", "")
-        result = await run_in_threadpool(snapshot_restore.restore, services, repo, tree, expected)
-    except SnapshotStale as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=STALE)
-    except PromoterError as exc:
-        return render("error.html", exc.http_status, session, code=exc.code, detail=exc.detail)
+    _, form = await form_of(request)
+    services = get_services(request)
+    repo = services.registry.by_name(name)
+    expected = form.get("expected_current_tree", "")
+    result = await run_in_threadpool(snapshot_restore.restore, services, repo, tree, expected)
     return secure(RedirectResponse(f"/ui/operations/{result['operation_id']}", status_code=303))

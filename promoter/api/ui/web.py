@@ -5,7 +5,8 @@ attacker-controlled) and sets the headers every ``/ui`` page carries: a strict
 Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
 referrer, no caching. ``session_of`` reads the session cookie and checks that its
 credential still exists (removing a credential ends its sessions); ``form_of`` reads a small
-URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token.
+URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token;
+``answering`` is the session either accepted, to which a refusal's page is shown.
 ``set_session_cookie`` writes the cookie ``HttpOnly``, ``SameSite=Strict``, scoped to
 ``/ui`` and ``Secure`` when the request came over TLS.
 
@@ -73,8 +74,21 @@ async def session_of(request: Request) -> Session | None:
     The credential is checked through the ledger, on the operator's worker threads
     (``promoter.api.workers``), before every use; a session whose credential is gone or
     was replaced is ended with every other session of that name. A live session's request goes on on
-    the operator's threads.
+    the operator's threads. A page's refusal is shown to it (``answering``).
     """
+    session = await _live_session(request)
+    request.state.console_session = session
+    return session
+
+
+def answering(request: Request) -> Session | None:
+    """The session a refusal's page is shown to: the page's, or the form's once its CSRF
+    token matched; None before (``promoter.api.ui.refusals``)."""
+    session: Session | None = getattr(request.state, "console_session", None)
+    return session
+
+
+async def _live_session(request: Request) -> Session | None:
     table = sessions(request)
     session = table.get(request.cookies.get(COOKIE))
     state = request.app.state
@@ -127,10 +141,11 @@ async def read_form(request: Request) -> dict[str, str]:
 
 async def form_of(request: Request) -> tuple[Session, dict[str, str]]:
     """The session and form of a state-changing post: 401 without session, 403 without CSRF."""
-    session = await session_of(request)
+    session = await _live_session(request)
     if session is None:
         raise Unauthenticated("log in to the console first")
     form = await read_form(request)
     if not same_token(session.csrf, form.get("csrf")):
         raise Forbidden("the form's CSRF token is missing or wrong; reload the page")
+    request.state.console_session = session
     return session, form

@@ -1,0 +1,66 @@
+"""The console's one translation of a refusal into the page the person sees.
+
+A console route is declared ``@shown(...)``: any ``PromoterError`` it raises is answered
+with the error's HTTP status as ``error.html``, which shows the error's ``code`` and
+``detail``, to the session the route answered for (``web.answering``: none before a
+form proved its CSRF token). A route may name its own page for some errors
+(``shown(Page(MergeConflict, page))``); the first ``Page`` whose error class matches is
+used. So a new refusal code needs no edit here or in a route: the page shows its code.
+
+Deliberately not here: which errors are raised (the engine's), the API's problem documents
+(``promoter.api.problems``), and any other error, which goes on to the API's handlers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from promoter.api.ui.web import answering, render
+from promoter.errors import PromoterError
+
+Route = Callable[..., Awaitable[Response]]
+# routes declared ``@shown``: every console route that may refuse is one (tests/console)
+SHOWN: set[Route] = set()
+
+
+@dataclass(frozen=True)
+class Page:
+    """A route's own page for refusals of ``kind``: ``answer(request, error)``."""
+
+    kind: type[PromoterError]
+    answer: Callable[[Request, PromoterError], Response]
+
+
+def error_page(request: Request, exc: PromoterError) -> Response:
+    """``error.html`` with the error's status, code and detail."""
+    return render(
+        "error.html", exc.http_status, answering(request), code=exc.code, detail=exc.detail
+    )
+
+
+def shown(*pages: Page) -> Callable[[Route], Route]:
+    """Declare a console route: its refusals are answered by ``pages``, else ``error_page``.
+
+    The route must take the request as a parameter named ``request``.
+    """
+
+    def declare(route: Route) -> Route:
+        @functools.wraps(route)
+        async def answered(*args: Any, **kwargs: Any) -> Response:
+            try:
+                return await route(*args, **kwargs)
+            except PromoterError as exc:
+                request: Request = kwargs["request"]
+                page = next((p.answer for p in pages if isinstance(exc, p.kind)), error_page)
+                return page(request, exc)
+
+        SHOWN.add(answered)
+        return answered
+
+    return declare
