@@ -1,12 +1,15 @@
-"""How a promotion starts: its row, created (``create_promotion``, the one place), and the
-ticket its attempt starts with: what the attempt decides on, read in the transaction
-that starts it.
+"""How an operation starts: its row, created (``create_operation_row``, the one place for
+every kind: a promotion through ``create_promotion``, a rollback, a restore, the
+rehearsal's), and the ticket a promotion's attempt starts with: what the attempt decides
+on, read in the transaction that starts it.
 
 Deliberately not here: running the attempt (``promoter.engine.operation.promote``), or
 deciding whether it runs (``operation.requests``, ``review.approval``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
@@ -38,6 +41,55 @@ def ticket(
     )
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a promotion's row names: its grant, bundle and verification receipt."""
+
+    grant_id: str
+    grant_sha256: str | None  # as the grant names it
+    bundle_id: str
+    bundle_sha256: str
+    verification_receipt_sha256: str
+
+
+def create_operation_row(
+    session: Session,
+    operation_id: str,
+    kind: OperationKind,
+    status: OperationStatus,
+    *,
+    repository: tuple[str, str],
+    owner: journal.Owner,
+    evidence: Evidence | None = None,
+    bundle_id: str | None = None,
+    parent_operation_id: str | None = None,
+    fence: int | None = None,
+    pre_snapshot: str | None = None,
+) -> None:
+    """Add operation ``operation_id`` of ``kind`` at its first attempt (``flush`` to learn
+    of a concurrent twin): ``repository`` is its (identity, name); a promotion names its
+    ``evidence``, a rollback its ``parent_operation_id`` and that one's ``bundle_id``, a
+    restore its ``pre_snapshot``."""
+    identity, name = repository
+    journal.create_operation(
+        session,
+        operation_id=operation_id,
+        kind=kind,
+        status=status,
+        repository_identity=identity,
+        repository_name=name,
+        owner=owner,
+        grant_id=evidence.grant_id if evidence else None,
+        bundle_id=evidence.bundle_id if evidence else bundle_id,
+        grant_sha256=evidence.grant_sha256 if evidence else None,
+        bundle_sha256=evidence.bundle_sha256 if evidence else None,
+        verification_receipt_sha256=evidence.verification_receipt_sha256 if evidence else None,
+        parent_operation_id=parent_operation_id,
+        fence=fence,
+        pre_snapshot=pre_snapshot,
+    )
+
+
 def create_promotion(
     session: Session,
     operation_id: str,
@@ -51,19 +103,20 @@ def create_promotion(
     """Add promotion ``operation_id`` at its first attempt: ``evidence`` is its bundle, grant
     and verification receipt's sha256, ``repository`` its (identity, name)."""
     bundle, grant, receipt_sha256 = evidence
-    identity, name = repository
-    journal.create_operation(
-        session,
-        operation_id=operation_id,
-        kind=OperationKind.PROMOTION,
-        status=status,
-        repository_identity=identity,
-        repository_name=name,
-        owner=owner,
+    named = Evidence(
         grant_id=grant.grant_id,
-        bundle_id=bundle.bundle_id,
         grant_sha256=grant.grant_sha256,
+        bundle_id=bundle.bundle_id,
         bundle_sha256=bundle.bundle_sha256,
         verification_receipt_sha256=receipt_sha256,
+    )
+    create_operation_row(
+        session,
+        operation_id,
+        OperationKind.PROMOTION,
+        status,
+        repository=repository,
+        owner=owner,
+        evidence=named,
         fence=fence,
     )

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.plan import journal_steps
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
+from promoter.engine import tickets
 from promoter.engine.services import Services
 from promoter.errors import PromoterError
 from promoter.store import feed, journal, ledger, repo, step_rows
@@ -72,19 +73,21 @@ def _promotion(services: Services, session: Session, changes: int) -> None:
     operation_id, workflow = f"op_rehearsal_{token}", f"rehearsal-{token}"
     # requests.request_promotion
     journal.get_operation(session, operation_id)
-    journal.create_operation(
-        session,
-        operation_id=operation_id,
-        kind=OperationKind.PROMOTION,
-        status=OperationStatus.IN_PROGRESS,
-        repository_identity=f"rehearsal:{token}",
-        repository_name=f"rehearsal-{token}",
-        owner=services.stamp(),
+    evidence = tickets.Evidence(
         grant_id=f"grt_rehearsal_{token}",
-        bundle_id=f"bnd_rehearsal_{token}",
         grant_sha256="2" * 64,
+        bundle_id=f"bnd_rehearsal_{token}",
         bundle_sha256="3" * 64,
         verification_receipt_sha256="4" * 64,
+    )
+    tickets.create_operation_row(
+        session,
+        operation_id,
+        OperationKind.PROMOTION,
+        OperationStatus.IN_PROGRESS,
+        repository=(f"rehearsal:{token}", f"rehearsal-{token}"),
+        owner=services.stamp(),
+        evidence=evidence,
         fence=1,
     )
     session.flush()

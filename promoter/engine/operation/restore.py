@@ -22,6 +22,7 @@ from promoter.domain.paths import temp_name, wire_path
 from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
+from promoter.engine import tickets
 from promoter.engine.operation.restore_steps import Step, StepRun, dir_key
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
@@ -175,13 +176,12 @@ def _journal(
                 status=row.status,
             )
         if row is None:
-            journal.create_operation(
+            tickets.create_operation_row(
                 session,
-                operation_id=operation_id,
-                kind=OperationKind.RESTORE,
-                status=OperationStatus.IN_PROGRESS,
-                repository_identity=repo.identity,
-                repository_name=repo.name,
+                operation_id,
+                OperationKind.RESTORE,
+                OperationStatus.IN_PROGRESS,
+                repository=(repo.identity, repo.name),
                 owner=services.stamp(),
                 pre_snapshot=current,
             )

@@ -31,7 +31,7 @@ from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback
 from promoter.domain.records import Operation
 from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
-from promoter.engine import fencing
+from promoter.engine import fencing, tickets
 from promoter.engine.locking import repo_lock
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.rollback_report import (
@@ -154,13 +154,12 @@ def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
         child_id = rollback_id(operation_id)
         child = journal.get_operation(session, child_id)
         if child is None:
-            journal.create_operation(
+            tickets.create_operation_row(
                 session,
-                operation_id=child_id,
-                kind=OperationKind.ROLLBACK,
-                status=OperationStatus.IN_PROGRESS,
-                repository_identity=parent.repository_identity,
-                repository_name=parent.repository_name,
+                child_id,
+                OperationKind.ROLLBACK,
+                OperationStatus.IN_PROGRESS,
+                repository=(parent.repository_identity, parent.repository_name),
                 owner=services.stamp(),
                 parent_operation_id=operation_id,
                 bundle_id=parent.bundle_id,
