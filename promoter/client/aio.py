@@ -3,7 +3,8 @@
 ``AsyncPromoterClient`` makes the same retries as ``PromoterClient``
 (``Backoff.async_sleep``) and the same problem to ``PromoterError`` translation;
 ``watch`` is an async iterator over the event feed; ``merge`` (the operator's) answers
-its ``MergeResult``. Deliberately not here: blob
+its ``MergeResult``; ``with_token`` makes a second client of the same caller (an
+executor's token) that follows a 421 within the cluster this one read. Deliberately not here: blob
 streaming from files, the operator's other calls (``promoter.client.sync``).
 """
 
@@ -18,7 +19,7 @@ from tenacity import AsyncRetrying
 
 from promoter.client.evidence import PATH as EVIDENCE_PATH
 from promoter.client.evidence import bundle_frame, request_parts, split_blobs
-from promoter.client.follow import cluster_origins, location, replayable, within
+from promoter.client.follow import Origin, cluster_origins, location, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     MISSING_BATCH,
@@ -67,11 +68,29 @@ class AsyncPromoterClient:
         timeout: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
+        cluster: frozenset[Origin] | None = None,
     ) -> None:
+        """``cluster``: the origins of the cluster's hosts as another client of the same
+        caller read them, for a credential that may not read the hosts list itself."""
         self.url = url.rstrip("/")
         self._timeout = timeout
+        self._transport = transport
         self._backoff = backoff
+        self._cluster = cluster
         self._http = httpx.AsyncClient(**pool_options(self.url, token, timeout, transport))
+
+    def with_token(self, token: str | None, url: str | None = None) -> AsyncPromoterClient:
+        """A second client for the same server (or ``url``, another host of its cluster)
+        with another token (e.g. an executor's), which follows a 421 within the cluster
+        this client read."""
+        return AsyncPromoterClient(
+            url or self.url,
+            token,
+            timeout=self._timeout,
+            transport=self._transport,
+            backoff=self._backoff,
+            cluster=self._cluster,
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -133,14 +152,17 @@ class AsyncPromoterClient:
         return response
 
     async def _in_cluster(self, target: str) -> bool:
-        """Whether ``target`` is another host the ledger lists (asked of this daemon)."""
+        """Whether ``target`` is another host the ledger lists (asked of this daemon; for
+        a credential that may not ask, the list given at construction)."""
         try:
             answer = await self._http.get("/v1/hosts", timeout=self._timeout)
         except httpx.TransportError:
             return False
-        if answer.status_code != 200:
+        if answer.status_code == 200:
+            self._cluster = cluster_origins(answer.json())
+        elif answer.status_code != 403 or self._cluster is None:
             return False
-        return within(target, self.url, cluster_origins(answer.json()))
+        return within(target, self.url, self._cluster)
 
     async def mint_executor_token(
         self, executor_run_id: str, ttl_seconds: int = 3600

@@ -132,6 +132,28 @@ def test_the_sync_client_watches_the_feed_and_waits_on_an_operation(
             client.operation("op_" + "0" * 32)
 
 
+def test_an_async_clients_second_client_sends_the_token_it_was_given(daemon: Daemon) -> None:
+    """``with_token``, as the sync client's: the same server with another credential; an
+    executor's token may ask for missing blobs but not mint tokens, none is refused."""
+    unknown = sha(b"a blob no one stored: with_token")
+
+    async def run() -> None:
+        async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as orch:
+            token = (await orch.mint_executor_token("run_with_token")).token
+            async with orch.with_token(token) as executor:
+                assert executor.url == orch.url
+                assert await executor.blobs_missing([unknown]) == [unknown]
+                with pytest.raises(Forbidden):
+                    await executor.mint_executor_token("run_other")
+            async with orch.with_token(None) as anonymous:
+                with pytest.raises(Unauthenticated):
+                    await anonymous.events()
+            with pytest.raises(OperationUnknown):  # the maker still answered as itself
+                await orch.operation("op_" + "0" * 32)
+
+    asyncio.run(run())
+
+
 def test_problems_become_the_matching_promoter_error(daemon: Daemon) -> None:
     async def run() -> None:
         async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as orch:
