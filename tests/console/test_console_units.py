@@ -14,7 +14,7 @@ from promoter.api.ui import actions, hosts, login, merge, pages, repositories
 from promoter.api.ui.refusals import SHOWN, shown
 from promoter.api.ui.sessions import MAX_SESSIONS, Sessions, same_token
 from promoter.api.ui.web import CSP, set_cookie
-from promoter.errors import PromoterError
+from promoter.errors import DatabaseUnavailable, PromoterError, TooManyRequests
 
 
 def _request(scheme: str) -> Request:
@@ -102,3 +102,22 @@ def test_a_new_refusal_code_is_shown_with_its_status_code_and_detail() -> None:
     assert answer.headers["content-security-policy"] == CSP
     assert "<code>invented_here</code>: what the person reads</p>" in answer.text
     assert 'name="csrf"' not in answer.text  # no session was proved: no logout form
+
+
+def test_a_refusal_to_retry_keeps_its_retry_after_on_the_page() -> None:
+    app = FastAPI()
+
+    @app.get("/ui/unavailable")
+    @shown()
+    async def unavailable(request: Request) -> Response:
+        raise DatabaseUnavailable("the ledger does not answer")
+
+    @app.get("/ui/busy")
+    @shown()
+    async def busy(request: Request) -> Response:
+        raise TooManyRequests("too many at once", retry_after=7)
+
+    with TestClient(app) as client:
+        down, flood = client.get("/ui/unavailable"), client.get("/ui/busy")
+    assert (down.status_code, down.headers["retry-after"]) == (503, "2")
+    assert (flood.status_code, flood.headers["retry-after"]) == (429, "7")

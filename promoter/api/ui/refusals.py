@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
+from promoter.api.problems import RETRY_AFTER
 from promoter.api.ui.web import answering, render
 from promoter.errors import PromoterError
 
@@ -38,10 +39,17 @@ class Page:
 
 
 def error_page(request: Request, exc: PromoterError) -> Response:
-    """``error.html`` with the error's status, code and detail."""
-    return render(
+    """``error.html`` with the error's status, code and detail, and the ``Retry-After``
+    the API's problem document would carry (``promoter.api.problems.RETRY_AFTER``)."""
+    page = render(
         "error.html", exc.http_status, answering(request), code=exc.code, detail=exc.detail
     )
+    retry_after = RETRY_AFTER.get(exc.code)
+    if retry_after is None and type(exc.context.get("retry_after")) is int:
+        retry_after = str(exc.context["retry_after"])
+    if retry_after is not None:
+        page.headers["Retry-After"] = retry_after
+    return page
 
 
 def shown(*pages: Page) -> Callable[[Route], Route]:
