@@ -40,7 +40,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json
 from promoter.domain.views import BlobBatchStored, BlobStored, MissingBlobs
-from promoter.engine.services import Services
+from promoter.engine.ports import Archive, Ledger, Uploading
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, StorageError, ValidationFailed
 from promoter.faults import point
 from promoter.fs.group_sync import GroupSync
@@ -59,7 +59,7 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
 
 
-def _missing(services: Services, raw: bytes) -> Response:
+def _missing(services: Archive, raw: bytes) -> Response:
     body = load_json(raw)
     if (
         not isinstance(body, dict)
@@ -104,7 +104,7 @@ class _Upload:
     Every method but ``abort`` runs in a worker thread (they read and write files).
     """
 
-    def __init__(self, services: Services, run_id: str, sha256: str) -> None:
+    def __init__(self, services: Uploading, run_id: str, sha256: str) -> None:
         self.services = services
         self.quota: RunQuota = run_quota(services)
         self.run_id = run_id
@@ -258,7 +258,7 @@ async def put_blob(
     )
 
 
-def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
+def record_blobs(services: Ledger, blobs: list[tuple[str, int]]) -> None:
     """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
     with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)

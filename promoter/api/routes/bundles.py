@@ -32,7 +32,7 @@ from promoter.engine.intake.bundles import (
     load_verification,
     submit_bundle,
 )
-from promoter.engine.services import Services
+from promoter.engine.ports import Ledger, Reconciling
 from promoter.errors import Forbidden, NotFound
 from promoter.store.credentials import Principal
 
@@ -55,7 +55,7 @@ SUBMIT_CODES = [
 ]
 
 
-def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
+def _submit(services: Reconciling, raw: bytes, run_id: str | None) -> Response:
     # the collector waits while the document is decoded, parsed and verified; the answer
     # keeps three small members, so the document is freed before collection resumes
     with gc_policy.paused():
@@ -97,7 +97,7 @@ async def post_bundle(request: Request, principal: ExecutorDep, services: Servic
         return await run_in_threadpool(_submit, services, raw, principal.run_id)
 
 
-def check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
+def check_owner(services: Ledger, principal: Principal, bundle_id: str) -> None:
     """An executor reads only its own run's bundles (orchestrator and operator: any)."""
     if principal.role != "executor":
         return

@@ -25,7 +25,7 @@ from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import Health, Readiness
-from promoter.engine.services import Services
+from promoter.engine.ports import Guarding
 from promoter.errors import Unauthenticated
 
 router = APIRouter()
@@ -87,7 +87,7 @@ async def readyz(request: Request, services: ServicesDep) -> Response:
     )
 
 
-def _checks(services: Services) -> tuple[dict[str, bool], list[str]]:
+def _checks(services: Guarding) -> tuple[dict[str, bool], list[str]]:
     """Each readiness check, and the reasons of those that fail."""
     host = services.host
     database = services.db.ping()

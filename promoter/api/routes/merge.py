@@ -24,7 +24,7 @@ from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import MergeResult
 from promoter.engine.operation.merge import merge_operation
-from promoter.engine.services import Services
+from promoter.engine.ports import Promoting
 
 router = APIRouter(prefix="/v1")
 
@@ -67,7 +67,7 @@ MERGE_ERRORS = [
 ]
 
 
-def _merge(services: Services, operation_id: str, by: str, role: str) -> MergeResult:
+def _merge(services: Promoting, operation_id: str, by: str, role: str) -> MergeResult:
     return merge_operation(services, operation_id, by=by, role=role)
 
 

@@ -52,7 +52,7 @@ from promoter.engine.operation import (
     runner,
     views,
 )
-from promoter.engine.services import Services
+from promoter.engine.ports import Attempting, Promoting, Reconciling
 from promoter.errors import DatabaseUnavailable
 
 router = APIRouter(prefix="/v1")
@@ -85,7 +85,7 @@ PROMOTE_CODES = [
 ]
 
 
-def _promote(services: Services, body: PromotionRequest) -> Response:
+def _promote(services: Promoting, body: PromotionRequest) -> Response:
     requested = requests.request_promotion(
         services, body.bundle_id, body.verification_receipt_sha256, body.fence
     )
@@ -110,7 +110,7 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     return model_response(accepted, 202)
 
 
-def _promote_body(services: Services, raw: bytes) -> Response:
+def _promote_body(services: Promoting, raw: bytes) -> Response:
     """``_promote`` of a request body: parsed in the same worker thread (one hop, not two)."""
     return _promote(services, parse(PromotionRequest, load_json(raw)))
 
@@ -305,13 +305,13 @@ def get_receipt(
     return canonical_response(receipts.promotion_receipt(services, operation_id))
 
 
-def _recover(services: Services, operation_id: str, fence: int, role: str) -> OperationView:
+def _recover(services: Attempting, operation_id: str, fence: int, role: str) -> OperationView:
     recover.recover(services, operation_id, fence, role=role)
     return views.operation_view(services.db, operation_id)
 
 
 def _reconcile(
-    services: Services, operation_id: str, decision: str, note: str, role: str
+    services: Reconciling, operation_id: str, decision: str, note: str, role: str
 ) -> OperationView:
     recover.reconcile(services, operation_id, decision, note, role=role)
     return views.operation_view(services.db, operation_id)

@@ -38,8 +38,8 @@ from promoter.domain.views import (
 from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
+from promoter.engine.ports import Ledger
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, Forbidden
 
 router = APIRouter(prefix="/v1")
@@ -175,7 +175,7 @@ APPROVAL_EXAMPLE = {
 }
 
 
-def _approval_view(services: Services, repository: Repository) -> dict[str, object]:
+def _approval_view(services: Ledger, repository: Repository) -> dict[str, object]:
     setting = repo_settings.approval(services.db, repository)
     return {
         "name": repository.name,

@@ -42,10 +42,10 @@ from promoter.domain.views import BaseState, BundleOperations, GrantBase, Operat
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import decisions, runner, views
+from promoter.engine.ports import Journaling, Ledger, Promoting, Provenance, Reviewing
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
-from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
@@ -59,7 +59,7 @@ NOTE_LIMIT = 2000
 
 
 def _diff(
-    services: Services,
+    services: Reviewing,
     principal: Principal,
     bundle_id: str,
     limit: int | None,
@@ -160,9 +160,7 @@ async def get_bundle_diff(
     return json_response(result)
 
 
-def _bundle_operations(
-    services: Services, principal: Principal, bundle_id: str
-) -> BundleOperations:
+def _bundle_operations(services: Ledger, principal: Principal, bundle_id: str) -> BundleOperations:
     check_owner(services, principal, bundle_id)
     found = views.bundle_operations(services.db, bundle_id)
     return BundleOperations(bundle_id=bundle_id, operations=found)
@@ -266,7 +264,7 @@ REOPEN_FIELDS = frozenset({"note"})
 
 
 def _decide(
-    services: Services, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
+    services: Promoting, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
 ) -> OperationView:
     decided = decisions.decide(
         services,
@@ -285,7 +283,7 @@ def _decide(
 
 
 async def _post_decision(
-    operation_id: str, verdict: str, request: Request, principal: Principal, services: Services
+    operation_id: str, verdict: str, request: Request, principal: Principal, services: Promoting
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     body = _decision_body(raw, APPROVE_FIELDS if verdict == "approve" else DECISION_FIELDS)
@@ -354,7 +352,7 @@ async def post_reject(
 
 
 def _reopen(
-    services: Services, principal: Principal, operation_id: str, note: str
+    services: Journaling, principal: Principal, operation_id: str, note: str
 ) -> OperationView:
     decisions.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
     return views.operation_view(services.db, operation_id)
@@ -390,7 +388,7 @@ async def post_reopen(
     return model_response(view)
 
 
-def _grant_base(services: Services, grant_id: str, run_id: str | None) -> GrantBase:
+def _grant_base(services: Provenance, grant_id: str, run_id: str | None) -> GrantBase:
     grant = load_grant(services, grant_id)
     if run_id is not None and grant.executor_run_id != run_id:
         raise Forbidden("an executor may read the grants of its own run only")

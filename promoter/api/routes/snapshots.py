@@ -25,7 +25,7 @@ from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import OperationAccepted, Snapshot, SnapshotDiff, SnapshotList
 from promoter.engine.operation import restore as snapshot_restore
-from promoter.engine.services import Services
+from promoter.engine.ports import Configured
 from promoter.engine.snapshots import capture as snapshots
 
 router = APIRouter(prefix="/v1")
@@ -34,7 +34,7 @@ TREE = "6a9fde31bac7" + "0" * 28
 SNAPSHOT_EXAMPLE = {"tree": TREE, "label": "before lunch", "captured_at": "2026-11-30T21:05:09Z"}
 
 
-async def _optional_json(request: Request, services: Services) -> Any:
+async def _optional_json(request: Request, services: Configured) -> Any:
     """The JSON body (bounded), or ``None`` when the request has an empty body."""
     return await read_json_body(request, services, SMALL_BODY, empty=None)
 

@@ -24,7 +24,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import NAME_PATTERN
 from promoter.domain.views import TraceReport
 from promoter.engine import trace as tracing
-from promoter.engine.services import Services
+from promoter.engine.ports import Provenance
 from promoter.errors import ValidationFailed
 
 router = APIRouter(prefix="/v1")
@@ -63,7 +63,7 @@ TRACE_EXAMPLE = {
 
 
 def _trace(
-    services: Services, repository: str, commit: str | None, staged: bool, paths: list[str]
+    services: Provenance, repository: str, commit: str | None, staged: bool, paths: list[str]
 ) -> tracing.Trace:
     repo = services.registry.by_name(repository)
     if staged:
