@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, Request
@@ -53,6 +53,9 @@ async def _services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(_services)]
+P = TypeVar("P")
+# a route's services as the port it uses (``services: Port[Ledger]``, ``promoter.engine.ports``)
+Port = Annotated[P, Depends(_services)]
 
 
 @asynccontextmanager
@@ -123,7 +126,7 @@ async def authenticate(state: State, services: Credentials, token: str | None) -
     return found
 
 
-async def get_principal(request: Request, services: ServicesDep) -> Principal:
+async def get_principal(request: Request, services: Port[Credentials]) -> Principal:
     known = request.scope.get("state", {}).get(PRINCIPAL_KEY)
     if isinstance(known, Principal):
         return known  # found by the admission middleware, in this same task

@@ -235,8 +235,16 @@ class KeyringFile(Configured, Signing, Protocol):
     """Reads the host keyring from its file once per change."""
 
 
-class Polling(Configured, Credentials, Ownership, Protocol):
+class Tokens(Configured, Credentials, Protocol):
+    """Checks and mints tokens under the configured limits."""
+
+
+class Polling(Tokens, Ownership, Protocol):
     """Waits for a change on behalf of an authenticated caller, until the daemon stops."""
+
+
+class Observing(Polling, Ledger, Repositories, Protocol):
+    """Answers an operation or the event feed, waiting for a change for its caller."""
 
 
 class Delivering(Ledger, Configured, Ownership, Deliveries, Protocol):

@@ -27,7 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 from promoter.api.deps import (
     ExecutorDep,
     OperatorDep,
-    ServicesDep,
+    Port,
     document_slot,
     read_json_bytes,
     run_quota,
@@ -92,7 +92,7 @@ def _missing(services: Archive, raw: bytes) -> Response:
         ok={200: Ok("the digests not stored", MissingBlobs, {"missing": ["9f86d081" + "0" * 56]})},
     ),
 )
-async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
+async def blobs_missing(request: Request, _: ExecutorDep, services: Port[Uploading]) -> Response:
     raw = await read_json_bytes(request, services)
     async with document_slot(services):
         return await run_in_threadpool(_missing, services, raw)
@@ -234,7 +234,7 @@ class _Upload:
     ),
 )
 async def put_blob(
-    sha256: HexParam, request: Request, principal: ExecutorDep, services: ServicesDep
+    sha256: HexParam, request: Request, principal: ExecutorDep, services: Port[Uploading]
 ) -> Response:
     limit = services.settings.max_blob_bytes
     declared = request.headers.get("content-length")
@@ -306,7 +306,7 @@ def record_blobs(services: Ledger, blobs: list[tuple[str, int]]) -> None:
     ),
 )
 async def batch_update_blobs(
-    request: Request, principal: ExecutorDep, services: ServicesDep
+    request: Request, principal: ExecutorDep, services: Port[Uploading]
 ) -> Response:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > BATCH_MAX_BYTES):
@@ -366,7 +366,7 @@ async def batch_update_blobs(
         },
     ),
 )
-def get_blob(sha256: HexParam, _: OperatorDep, services: ServicesDep) -> Response:
+def get_blob(sha256: HexParam, _: OperatorDep, services: Port[Archive]) -> Response:
     if not services.blobs.has(sha256):
         raise NotFound(f"blob {sha256} is not stored", sha256=sha256)
     return StreamingResponse(

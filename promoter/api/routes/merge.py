@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from promoter.api.deps import OperatorDep, ServicesDep
+from promoter.api.deps import OperatorDep, Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
 from promoter.api.responses import model_response
@@ -92,7 +92,7 @@ def _merge(services: Promoting, operation_id: str, by: str, role: str) -> MergeR
     ),
 )
 async def post_merge(
-    operation_id: OperationIdParam, principal: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam, principal: OperatorDep, services: Port[Promoting]
 ) -> Response:
     """Merge a drifted promotion's files into a new bundle held for approval."""
     # who merged is the authenticated credential, never a name the request carries

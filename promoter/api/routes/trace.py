@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import StringConstraints
 
-from promoter.api.deps import OrchestratorDep, ServicesDep
+from promoter.api.deps import OrchestratorDep, Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
@@ -91,7 +91,7 @@ def _trace(
 )
 async def get_trace(
     _: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Provenance],
     repository: Annotated[str, Query(pattern=NAME_PATTERN, max_length=200)],
     commit: Annotated[str | None, Query(max_length=200)] = None,
     staged: Annotated[bool, Query()] = False,
