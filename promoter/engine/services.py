@@ -183,14 +183,3 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         tokens=tokens,
         owner=Owner.me(host_id),
     )
-
-
-if TYPE_CHECKING:
-    from promoter.engine import ports
-
-    def _satisfies_every_port(
-        services: Services,
-    ) -> tuple[ports.Promoting, ports.Observing, ports.Delivering]:
-        """The composition root fits every port (checked by mypy only): a route takes its
-        port from the request's ``Services`` (``promoter.api.deps.Port``), unchecked there."""
-        return services, services, services
