@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, Request
@@ -34,6 +34,7 @@ from promoter.api import phases, workers
 from promoter.api.jsonshape import ShapeBudget
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.parsing import load_json
+from promoter.engine.ports import Configured, Credentials, Observing, Promoting, Slots
 from promoter.engine.services import Services
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, PromoterError
 from promoter.store.credentials import Principal
@@ -52,10 +53,19 @@ async def _services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(_services)]
+P = TypeVar("P")
+# a route's services as the port it uses (``services: Port[Ledger]``, ``promoter.engine.ports``)
+Port = Annotated[P, Depends(_services)]
+
+
+def _fits_every_port(services: Services) -> tuple[Promoting, Observing]:
+    """Never called: mypy checks here that ``Services`` fits every port a route takes, as
+    ``Port`` hands the request's ``Services`` over unchecked."""
+    return services, services
 
 
 @asynccontextmanager
-async def document_slot(services: Services) -> AsyncIterator[None]:
+async def document_slot(services: Slots) -> AsyncIterator[None]:
     """Hold one of ``max_concurrent_documents`` slots while a large body is handled.
 
     Taken after the (bounded) body has arrived, around parsing and verification: the
@@ -70,7 +80,7 @@ async def document_slot(services: Services) -> AsyncIterator[None]:
         yield
 
 
-def run_quota(services: Services) -> RunQuota:
+def run_quota(services: Slots) -> RunQuota:
     """The daemon's one ledger of executor-run storage quotas (protocol: storage#storage-quota)."""
     settings = services.settings
     return services.once(
@@ -102,7 +112,7 @@ def caller_token() -> str | None:
     return _TOKEN.get()
 
 
-async def authenticate(state: State, services: Services, token: str | None) -> Principal:
+async def authenticate(state: State, services: Credentials, token: str | None) -> Principal:
     """Who ``token`` is; an operator's request goes on on the operator's pool.
 
     A trusted token is compared in memory, on the event loop; a named operator's
@@ -122,7 +132,7 @@ async def authenticate(state: State, services: Services, token: str | None) -> P
     return found
 
 
-async def get_principal(request: Request, services: ServicesDep) -> Principal:
+async def get_principal(request: Request, services: Port[Credentials]) -> Principal:
     known = request.scope.get("state", {}).get(PRINCIPAL_KEY)
     if isinstance(known, Principal):
         return known  # found by the admission middleware, in this same task
@@ -191,7 +201,9 @@ async def read_body(request: Request, limit: int, shape: ShapeBudget | None = No
     return body
 
 
-async def read_json_bytes(request: Request, services: Services, limit: int | None = None) -> bytes:
+async def read_json_bytes(
+    request: Request, services: Configured, limit: int | None = None
+) -> bytes:
     """The raw JSON body, size- and shape-bounded while it streams, not yet parsed.
 
     ``limit`` defaults to ``max_document_bytes``; routes with small bodies pass
@@ -203,7 +215,7 @@ async def read_json_bytes(request: Request, services: Services, limit: int | Non
 
 
 async def read_json_body(
-    request: Request, services: Services, limit: int | None = None, *, empty: object = ...
+    request: Request, services: Configured, limit: int | None = None, *, empty: object = ...
 ) -> Any:
     """The JSON body, bounded as ``read_json_bytes`` says and parsed in a worker thread.
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from promoter.api.deps import caller_token
 from promoter.api.workers import run_in_threadpool
-from promoter.engine.services import Services
+from promoter.engine.ports import Polling
 from promoter.faults import point
 from promoter.store.wakeup import COMMITS
 
@@ -31,7 +31,7 @@ MAX_WAIT_SECONDS = 300.0
 RECHECK_SECONDS = 1.0
 
 
-async def long_poll(services: Services, probe: Callable[[], T | None], wait: float) -> T | None:
+async def long_poll(services: Polling, probe: Callable[[], T | None], wait: float) -> T | None:
     """``probe()``'s first answer that is not ``None``, or ``None`` once ``wait`` has ended."""
     loop = asyncio.get_running_loop()
     limit = min(MAX_WAIT_SECONDS, services.settings.max_wait_seconds)

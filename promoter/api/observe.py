@@ -48,6 +48,7 @@ from promoter.domain.records import Ticket
 from promoter.engine import queries
 from promoter.engine.host_state import HostState
 from promoter.engine.operation.runner import Runner
+from promoter.engine.ports import Attempting, Repositories
 from promoter.engine.services import Services
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
 from promoter.fs import lock as fs_lock
@@ -185,7 +186,7 @@ class ObservedRunner(Runner):
     outcome is counted and logged, so whoever waits on an attempt sees its metrics.
     """
 
-    def __init__(self, services: Services, metrics: Metrics) -> None:
+    def __init__(self, services: Attempting, metrics: Metrics) -> None:
         super().__init__(services)
         self._observed_services = services
         self._metrics = metrics
@@ -320,7 +321,7 @@ def _host_of(app: FastAPI) -> Callable[[], HostState | None]:
     return host
 
 
-def _lock_observer(services: Services, metrics: Metrics) -> fs_lock.LockObserver:
+def _lock_observer(services: Repositories, metrics: Metrics) -> fs_lock.LockObserver:
     names = {os.path.realpath(r.layout.common_dir): r.name for r in services.registry.all()}
 
     def observe(common_dir: str, waited: float) -> None:

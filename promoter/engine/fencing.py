@@ -37,7 +37,7 @@ from promoter.domain.status import OperationStatus
 from promoter.domain.views import Fenced, HostEntry, HostFence
 from promoter.engine.host_state import HostState
 from promoter.engine.ownership import lease_expired, lease_until
-from promoter.engine.services import Services
+from promoter.engine.ports import Guarding, Journaling, Ownership, Routing
 from promoter.errors import (
     HandoverRefused,
     HostFenced,
@@ -66,7 +66,7 @@ class Registration:
     fenced: bool  # the host was fenced when this daemon started: it writes nothing
 
 
-def register(services: Services) -> Registration:
+def register(services: Guarding) -> Registration:
     """Register this daemon's host (at epoch 1 on its first start), set the epoch check
     on the database and return what was read."""
     host_id = services.owner.host
@@ -206,7 +206,7 @@ def fence(db: Database, host_id: str, to: str, *, by: str) -> Fenced:
     )
 
 
-def admit(services: Services, host_id: str) -> HostEntry:
+def admit(services: Journaling, host_id: str) -> HostEntry:
     """Make a fenced host active again at its raised epoch (its daemon is restarted)."""
     with journal.unit_of_work(services.db) as session:
         row = hosts.for_update(session, host_id)
@@ -215,7 +215,7 @@ def admit(services: Services, host_id: str) -> HostEntry:
         return _entry(session, services, hosts.admit(session, host_id))
 
 
-def publish_address(services: Services, address: str) -> None:
+def publish_address(services: Journaling, address: str) -> None:
     """Publish the base URL this daemon serves on into its host's row; a database that
     does not answer is logged (the daemon serves; its address is published at its next
     start)."""
@@ -228,14 +228,14 @@ def publish_address(services: Services, address: str) -> None:
         )
 
 
-def list_hosts(services: Services) -> list[HostEntry]:
+def list_hosts(services: Journaling) -> list[HostEntry]:
     """Every host of the ledger with its epoch, status, lease, fences and the address its
     daemon published (this host's: the one it serves on, until it published it)."""
     with journal.unit_of_work(services.db) as session:
         return [_entry(session, services, row) for row in hosts.all_hosts(session)]
 
 
-def this_host_only(services: Services) -> HostEntry:
+def this_host_only(services: Routing) -> HostEntry:
     """This host as this daemon last saw it, without the database (an outage): what the
     ledger would say that memory cannot is ``null`` (the lease, the fences' times)."""
     seen = services.host.view()
@@ -256,7 +256,7 @@ def this_host_only(services: Services) -> HostEntry:
     )
 
 
-def _entry(session: Session, services: Services, row: hosts.Host) -> HostEntry:
+def _entry(session: Session, services: Ownership, row: hosts.Host) -> HostEntry:
     this = row.host_id == services.owner.host
     return HostEntry.model_construct(
         host_id=row.host_id,

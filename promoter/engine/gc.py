@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from promoter.engine.services import Services
+from promoter.engine.ports import Capturing
 from promoter.engine.snapshots.capture import gc_snapshots
 from promoter.errors import PromoterError
 from promoter.store import journal, repo
@@ -32,7 +32,7 @@ def referenced_blobs(db: Database) -> set[str]:
         return repo.referenced_blobs(session)
 
 
-def collect(services: Services, *, dry_run: bool = False, keep_snapshots: int = 100) -> GcReport:
+def collect(services: Capturing, *, dry_run: bool = False, keep_snapshots: int = 100) -> GcReport:
     retention = services.settings.blob_retention_seconds
     pinned = referenced_blobs(services.db)
     cutoff = time.time() - retention

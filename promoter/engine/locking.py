@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from promoter.engine.ports import Locking
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.fs.lock import RepoLock
 
 
-def repo_lock(services: Services, repository: Repository) -> RepoLock:
+def repo_lock(services: Locking, repository: Repository) -> RepoLock:
     """The lock on ``<git common dir>/promoter.lock``; git's index.lock makes it wait."""
     return RepoLock(
         repository.layout.common_dir,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from promoter.domain.canonical import rfc3339, utcnow
+from promoter.engine.ports import Journaling
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
 from promoter.store import journal
 from promoter.store import repo_settings as store
@@ -62,7 +62,7 @@ def requires_approval(db: Database, repository: Repository) -> bool:
 
 
 def set_approval(
-    services: Services, repository: Repository, value: str, *, role: str, name: str
+    services: Journaling, repository: Repository, value: str, *, role: str, name: str
 ) -> Approval:
     """Record ``value`` as ``repository``'s approval setting; returns the one in force."""
     if value not in VALUES:

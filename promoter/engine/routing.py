@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from promoter.engine.ports import Journaling, Routing
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import OwnedByOtherHost, RepositoryUnknown
 from promoter.store import hosts, journal
 
 
-def owner_address(services: Services, host_id: str) -> str | None:
+def owner_address(services: Journaling, host_id: str) -> str | None:
     """The base URL host ``host_id`` published, or None (none published, no such host)."""
     if host_id == services.owner.host and services.host.address:
         return services.host.address
@@ -31,13 +31,13 @@ def owner_address(services: Services, host_id: str) -> str | None:
     return None if found is None else found.address
 
 
-def guardian(services: Services, identity: str) -> hosts.Host | None:
+def guardian(services: Journaling, identity: str) -> hosts.Host | None:
     """The other active host configured for repository ``identity``, or None."""
     with journal.unit_of_work(services.db) as session:
         return hosts.guardian(session, identity, besides=services.owner.host)
 
 
-def refuse_unless_here(services: Services, identity: str, **context: Any) -> None:
+def refuse_unless_here(services: Routing, identity: str, **context: Any) -> None:
     """Raise ``owned_by_other_host`` naming the guardian when ``identity`` is not
     configured here and another host guards it; return otherwise (the caller answers
     ``repository_unknown`` for one nobody guards)."""
@@ -53,7 +53,7 @@ def refuse_unless_here(services: Services, identity: str, **context: Any) -> Non
         )
 
 
-def local_repository(services: Services, identity: str) -> Repository:
+def local_repository(services: Routing, identity: str) -> Repository:
     """The repository ``identity`` configured here; one another host guards is
     ``owned_by_other_host`` naming it, one nobody guards ``repository_unknown``."""
     try:
@@ -63,7 +63,7 @@ def local_repository(services: Services, identity: str) -> Repository:
         raise
 
 
-def repositories(services: Services) -> list[dict[str, Any]]:
+def repositories(services: Routing) -> list[dict[str, Any]]:
     """Every repository of the cluster: identity, name, the active host guarding it and
     that host's address; this host's first, then the others' by host and name."""
     here = services.owner.host

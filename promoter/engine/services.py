@@ -11,6 +11,8 @@ quota ledger, the API's document slots and the webhook deliveries (through the
 ``WebhookDeliveries`` port: the HTTP dispatcher is an adapter, ``promoter.adapters.webhooks``).
 Deliberately not here: creating any of them but the stores (each is made where it is used,
 once), and checking the webhook targets (the adapter's ``daemon_services`` does, first).
+``Services`` is the composition root: a function takes the narrow port it uses
+(``promoter.engine.ports``), which ``Services`` satisfies structurally.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from promoter.domain import wirepath
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.ports import Provenance
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import CommitUnknown, GitError, PromoterError
 from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.readback import blob_sha256
@@ -108,7 +108,7 @@ class Trace:
 
 
 def trace_commit(
-    services: Services, repository: Repository, revision: str, paths: Sequence[str] = ()
+    services: Provenance, repository: Repository, revision: str, paths: Sequence[str] = ()
 ) -> Trace:
     """Trace ``revision`` (a commit) against its first parent; ``CommitUnknown`` if none."""
     layout = repository.layout
@@ -121,7 +121,7 @@ def trace_commit(
     return _trace(services, repository, commit, parent, parse_diff_raw(raw), paths)
 
 
-def trace_staged(services: Services, repository: Repository, paths: Sequence[str] = ()) -> Trace:
+def trace_staged(services: Provenance, repository: Repository, paths: Sequence[str] = ()) -> Trace:
     """Trace what is staged: the index against HEAD (an empty tree on an unborn branch)."""
     layout = repository.layout
     head = _peel(layout, "HEAD")
@@ -133,7 +133,7 @@ def trace_staged(services: Services, repository: Repository, paths: Sequence[str
 
 
 def _trace(
-    services: Services,
+    services: Provenance,
     repository: Repository,
     commit: str | None,
     parent: str | None,
@@ -184,7 +184,7 @@ def _judge(
 
 
 def _receipt_targets(
-    services: Services, repository_identity: str
+    services: Provenance, repository_identity: str
 ) -> dict[str, list[tuple[Promotion, Any]]]:
     """Path -> (promotion, its receipt's target for the path), oldest promotion first."""
     with journal.unit_of_work(services.db) as session:
@@ -211,7 +211,7 @@ def _receipt_targets(
     return by_path
 
 
-def _executor_run(services: Services, grant_id: str) -> str | None:
+def _executor_run(services: Provenance, grant_id: str) -> str | None:
     """The grant's executor run, or None when the grant can no longer be read."""
     try:
         return load_grant(services, grant_id).executor_run_id

@@ -238,8 +238,8 @@ def test_no_import_circles() -> None:
 
 
 # The engine's packages and modules, highest first: each imports only those below it. The
-# use cases that combine others (operation) sit on top; the ports and process state
-# (services and what it holds) at the bottom.
+# use cases that combine others (operation) sit on top; the ports (the narrow views of
+# services), the process state (services and what it holds) at the bottom.
 ENGINE_LAYERS: list[set[str]] = [
     {"operation"},
     {"review"},
@@ -249,6 +249,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"verify"},
     {"receipts"},
     {"fencing", "locking", "routing", "repo_settings", "queries", "tickets"},
+    {"ports"},
     {"services"},
     {"ownership"},
     {"liveness", "host_state", "repos", "webhooks"},

@@ -15,6 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 from promoter.adapters.webhooks.dispatcher import Dispatcher, WebhookGauges
 from promoter.adapters.webhooks.targets import check_configured
 from promoter.config import Settings
+from promoter.engine.ports import Delivering
 from promoter.engine.services import Services, build_services
 
 __all__ = ["Dispatcher", "WebhookGauges", "check_configured", "daemon_services", "start"]
@@ -26,7 +27,7 @@ def daemon_services(settings: Settings, *, migrate: bool = True) -> Services:
     return build_services(settings, migrate=migrate)
 
 
-def start(services: Services, metrics: CollectorRegistry) -> Dispatcher | None:
+def start(services: Delivering, metrics: CollectorRegistry) -> Dispatcher | None:
     """The webhook dispatcher of the configured subscribers, started (none without any)."""
     if not services.settings.webhooks:
         return None

@@ -27,7 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 from promoter.api.deps import (
     ExecutorDep,
     OperatorDep,
-    ServicesDep,
+    Port,
     document_slot,
     read_json_bytes,
     run_quota,
@@ -40,7 +40,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_MAX_BYTES
 from promoter.domain.parsing import load_json
 from promoter.domain.views import BlobBatchStored, BlobStored, MissingBlobs
-from promoter.engine.services import Services
+from promoter.engine.ports import Archive, Ledger, Uploading
 from promoter.errors import BadRequest, NotFound, PayloadTooLarge, StorageError, ValidationFailed
 from promoter.faults import point
 from promoter.fs.group_sync import GroupSync
@@ -59,7 +59,7 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_QUERY = 100_000
 
 
-def _missing(services: Services, raw: bytes) -> Response:
+def _missing(services: Archive, raw: bytes) -> Response:
     body = load_json(raw)
     if (
         not isinstance(body, dict)
@@ -92,7 +92,7 @@ def _missing(services: Services, raw: bytes) -> Response:
         ok={200: Ok("the digests not stored", MissingBlobs, {"missing": ["9f86d081" + "0" * 56]})},
     ),
 )
-async def blobs_missing(request: Request, _: ExecutorDep, services: ServicesDep) -> Response:
+async def blobs_missing(request: Request, _: ExecutorDep, services: Port[Uploading]) -> Response:
     raw = await read_json_bytes(request, services)
     async with document_slot(services):
         return await run_in_threadpool(_missing, services, raw)
@@ -104,7 +104,7 @@ class _Upload:
     Every method but ``abort`` runs in a worker thread (they read and write files).
     """
 
-    def __init__(self, services: Services, run_id: str, sha256: str) -> None:
+    def __init__(self, services: Uploading, run_id: str, sha256: str) -> None:
         self.services = services
         self.quota: RunQuota = run_quota(services)
         self.run_id = run_id
@@ -234,7 +234,7 @@ class _Upload:
     ),
 )
 async def put_blob(
-    sha256: HexParam, request: Request, principal: ExecutorDep, services: ServicesDep
+    sha256: HexParam, request: Request, principal: ExecutorDep, services: Port[Uploading]
 ) -> Response:
     limit = services.settings.max_blob_bytes
     declared = request.headers.get("content-length")
@@ -258,7 +258,7 @@ async def put_blob(
     )
 
 
-def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
+def record_blobs(services: Ledger, blobs: list[tuple[str, int]]) -> None:
     """Every blob of a batch in one database commit, not flushed (as one blob's row)."""
     with services.db.session(durable=False) as session:
         repo.record_blobs(session, blobs)
@@ -306,7 +306,7 @@ def record_blobs(services: Services, blobs: list[tuple[str, int]]) -> None:
     ),
 )
 async def batch_update_blobs(
-    request: Request, principal: ExecutorDep, services: ServicesDep
+    request: Request, principal: ExecutorDep, services: Port[Uploading]
 ) -> Response:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > BATCH_MAX_BYTES):
@@ -366,7 +366,7 @@ async def batch_update_blobs(
         },
     ),
 )
-def get_blob(sha256: HexParam, _: OperatorDep, services: ServicesDep) -> Response:
+def get_blob(sha256: HexParam, _: OperatorDep, services: Port[Archive]) -> Response:
     if not services.blobs.has(sha256):
         raise NotFound(f"blob {sha256} is not stored", sha256=sha256)
     return StreamingResponse(

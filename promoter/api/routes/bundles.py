@@ -14,7 +14,7 @@ from promoter.api import gc_policy
 from promoter.api.deps import (
     AnyRoleDep,
     ExecutorDep,
-    ServicesDep,
+    Port,
     document_slot,
     read_json_bytes,
 )
@@ -32,7 +32,7 @@ from promoter.engine.intake.bundles import (
     load_verification,
     submit_bundle,
 )
-from promoter.engine.services import Services
+from promoter.engine.ports import Ledger, Loading, Promoting, Reconciling, Records
 from promoter.errors import Forbidden, NotFound
 from promoter.store.credentials import Principal
 
@@ -55,7 +55,7 @@ SUBMIT_CODES = [
 ]
 
 
-def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
+def _submit(services: Reconciling, raw: bytes, run_id: str | None) -> Response:
     # the collector waits while the document is decoded, parsed and verified; the answer
     # keeps three small members, so the document is freed before collection resumes
     with gc_policy.paused():
@@ -91,13 +91,15 @@ def _submit(services: Services, raw: bytes, run_id: str | None) -> Response:
         },
     ),
 )
-async def post_bundle(request: Request, principal: ExecutorDep, services: ServicesDep) -> Response:
+async def post_bundle(
+    request: Request, principal: ExecutorDep, services: Port[Promoting]
+) -> Response:
     raw = await read_json_bytes(request, services)
     async with document_slot(services):
         return await run_in_threadpool(_submit, services, raw, principal.run_id)
 
 
-def check_owner(services: Services, principal: Principal, bundle_id: str) -> None:
+def check_owner(services: Ledger, principal: Principal, bundle_id: str) -> None:
     """An executor reads only its own run's bundles (orchestrator and operator: any)."""
     if principal.role != "executor":
         return
@@ -121,7 +123,9 @@ def check_owner(services: Services, principal: Principal, bundle_id: str) -> Non
         ok={200: Ok("the bundle's canonical bytes", PatchBundleV1)},
     ),
 )
-def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
+def get_bundle(
+    bundle_id: BundleIdParam, principal: AnyRoleDep, services: Port[Loading]
+) -> Response:
     check_owner(services, principal, bundle_id)
     return canonical_response(canonical(load_bundle(services, bundle_id)))
 
@@ -140,7 +144,7 @@ def get_bundle(bundle_id: BundleIdParam, principal: AnyRoleDep, services: Servic
     ),
 )
 def get_verification(
-    bundle_id: BundleIdParam, principal: AnyRoleDep, services: ServicesDep
+    bundle_id: BundleIdParam, principal: AnyRoleDep, services: Port[Records]
 ) -> Response:
     check_owner(services, principal, bundle_id)
     return canonical_response(load_verification(services, bundle_id))

@@ -15,12 +15,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from promoter.api.deps import OrchestratorDep, ServicesDep
+from promoter.api.deps import OrchestratorDep, Port
 from promoter.api.longpoll import MAX_WAIT_SECONDS, long_poll
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import model_response
 from promoter.domain.views import EventFeed, FeedEvent
 from promoter.engine import queries
+from promoter.engine.ports import Observing
 
 router = APIRouter(prefix="/v1")
 PAGE = 500
@@ -62,7 +63,7 @@ EXAMPLE = {
 )
 async def get_events(
     _: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Observing],
     after: Annotated[str | None, Query(max_length=40, description="a cursor")] = None,
     wait: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="seconds to wait for an event")

@@ -19,13 +19,13 @@ import os
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from promoter.api.deps import ServicesDep
+from promoter.api.deps import Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import Health, Readiness
-from promoter.engine.services import Services
+from promoter.engine.ports import Guarding, Tokens
 from promoter.errors import Unauthenticated
 
 router = APIRouter()
@@ -74,7 +74,7 @@ async def healthz() -> Response:
         },
     ),
 )
-async def readyz(request: Request, services: ServicesDep) -> Response:
+async def readyz(request: Request, services: Port[Guarding]) -> Response:
     checks, reasons = await run_on_operator_pool(request.app.state, _checks, services)
     ready = not reasons
     return json_response(
@@ -87,7 +87,7 @@ async def readyz(request: Request, services: ServicesDep) -> Response:
     )
 
 
-def _checks(services: Services) -> tuple[dict[str, bool], list[str]]:
+def _checks(services: Guarding) -> tuple[dict[str, bool], list[str]]:
     """Each readiness check, and the reasons of those that fail."""
     host = services.host
     database = services.db.ping()
@@ -130,7 +130,7 @@ def _checks(services: Services) -> tuple[dict[str, bool], list[str]]:
     ),
     response_class=PlainTextResponse,
 )
-def metrics(request: Request, services: ServicesDep) -> Response:
+def metrics(request: Request, services: Port[Tokens]) -> Response:
     if not services.settings.metrics_public:
         services.auth.authenticate(_token(request))
     exposition = request.app.state.metrics.exposition()

@@ -17,7 +17,7 @@ from promoter.api.deps import (
     SMALL_BODY,
     OperatorDep,
     OrchestratorDep,
-    ServicesDep,
+    Port,
     read_json_body,
 )
 from promoter.api.models import FenceRequest, parse
@@ -27,6 +27,7 @@ from promoter.api.responses import model_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import Fenced, HostEntry, HostList
 from promoter.engine import fencing
+from promoter.engine.ports import Journaling, Pacing, Routing
 from promoter.errors import DatabaseBusy, DatabaseUnavailable
 
 router = APIRouter(prefix="/v1")
@@ -86,7 +87,7 @@ HOST_EXAMPLE = {
         },
     ),
 )
-async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
+async def get_hosts(_: OrchestratorDep, services: Port[Routing]) -> Response:
     try:
         listed = await run_in_threadpool(fencing.list_hosts, services)
     except (DatabaseUnavailable, DatabaseBusy) as exc:
@@ -121,7 +122,7 @@ async def get_hosts(_: OrchestratorDep, services: ServicesDep) -> Response:
     ),
 )
 async def post_fence(
-    host: HostIdParam, request: Request, principal: OperatorDep, services: ServicesDep
+    host: HostIdParam, request: Request, principal: OperatorDep, services: Port[Pacing]
 ) -> Response:
     body = parse(FenceRequest, await read_json_body(request, services, SMALL_BODY))
     by = principal.name or principal.role
@@ -143,5 +144,5 @@ async def post_fence(
         ok={200: Ok("the host", HostEntry, HOST_EXAMPLE)},
     ),
 )
-async def post_admit(host: HostIdParam, _: OperatorDep, services: ServicesDep) -> Response:
+async def post_admit(host: HostIdParam, _: OperatorDep, services: Port[Journaling]) -> Response:
     return model_response(await run_in_threadpool(fencing.admit, services, host))

@@ -16,13 +16,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from promoter.api.deps import AnyRoleDep, OrchestratorDep, ServicesDep
+from promoter.api.deps import AnyRoleDep, OrchestratorDep, Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import canonical_response, json_response
 from promoter.api.routes.bundles import check_owner
 from promoter.domain.models import DsseEnvelope
 from promoter.domain.views import KeySet
 from promoter.engine.operation import served
+from promoter.engine.ports import Sealing, Serving
 from promoter.engine.receipts.envelopes import ledger_key_set
 
 router = APIRouter(prefix="/v1")
@@ -44,7 +45,7 @@ PEM_FIELDS = ("keyid", "host_id", "status", "not_before", "not_after")
         ok={200: Ok("the keys", KeySet)},
     ),
 )
-def get_keys(services: ServicesDep) -> Response:
+def get_keys(services: Port[Sealing]) -> Response:
     active, entries = ledger_key_set(services)
     host = services.owner.host
     return json_response({"active_keyid": active, "host_id": host, "keys": entries})
@@ -71,7 +72,7 @@ def get_keys(services: ServicesDep) -> Response:
         },
     ),
 )
-def get_key_pems(services: ServicesDep) -> Response:
+def get_key_pems(services: Port[Sealing]) -> Response:
     _, entries = ledger_key_set(services)
     blocks = [
         "".join(f"{f}: {entry[f]}\n" for f in PEM_FIELDS if entry.get(f) is not None)
@@ -98,7 +99,7 @@ def get_key_pems(services: ServicesDep) -> Response:
     ),
 )
 def get_promotion_envelope(
-    operation_id: str, _: OrchestratorDep, services: ServicesDep
+    operation_id: str, _: OrchestratorDep, services: Port[Serving]
 ) -> Response:
     return canonical_response(served.promotion_envelope(services, operation_id))
 
@@ -116,7 +117,9 @@ def get_promotion_envelope(
         ok={200: Ok("the envelope", DsseEnvelope)},
     ),
 )
-def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: ServicesDep) -> Response:
+def get_rollback_envelope(
+    operation_id: str, _: OrchestratorDep, services: Port[Serving]
+) -> Response:
     return canonical_response(served.rollback_envelope(services, operation_id))
 
 
@@ -140,7 +143,7 @@ def get_rollback_envelope(operation_id: str, _: OrchestratorDep, services: Servi
     ),
 )
 def get_verification_envelope(
-    bundle_id: str, principal: AnyRoleDep, services: ServicesDep
+    bundle_id: str, principal: AnyRoleDep, services: Port[Serving]
 ) -> Response:
     check_owner(services, principal, bundle_id)
     return canonical_response(served.verification_envelope(services, bundle_id))

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from promoter.api.deps import OperatorDep, ServicesDep
+from promoter.api.deps import OperatorDep, Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import OperationIdParam
 from promoter.api.responses import model_response
@@ -24,7 +24,7 @@ from promoter.api.routes.examples import BUNDLE_ID, OP_ID
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import MergeResult
 from promoter.engine.operation.merge import merge_operation
-from promoter.engine.services import Services
+from promoter.engine.ports import Promoting
 
 router = APIRouter(prefix="/v1")
 
@@ -67,7 +67,7 @@ MERGE_ERRORS = [
 ]
 
 
-def _merge(services: Services, operation_id: str, by: str, role: str) -> MergeResult:
+def _merge(services: Promoting, operation_id: str, by: str, role: str) -> MergeResult:
     return merge_operation(services, operation_id, by=by, role=role)
 
 
@@ -92,7 +92,7 @@ def _merge(services: Services, operation_id: str, by: str, role: str) -> MergeRe
     ),
 )
 async def post_merge(
-    operation_id: OperationIdParam, principal: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam, principal: OperatorDep, services: Port[Promoting]
 ) -> Response:
     """Merge a drifted promotion's files into a new bundle held for approval."""
     # who merged is the authenticated credential, never a name the request carries

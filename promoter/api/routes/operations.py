@@ -20,7 +20,7 @@ from promoter.api.deps import (
     SMALL_BODY,
     OperatorDep,
     OrchestratorDep,
-    ServicesDep,
+    Port,
     read_json_body,
     read_json_bytes,
 )
@@ -52,7 +52,15 @@ from promoter.engine.operation import (
     runner,
     views,
 )
-from promoter.engine.services import Services
+from promoter.engine.ports import (
+    Attempting,
+    Ledger,
+    Observing,
+    Placing,
+    Promoting,
+    Reconciling,
+    Records,
+)
 from promoter.errors import DatabaseUnavailable
 
 router = APIRouter(prefix="/v1")
@@ -85,7 +93,7 @@ PROMOTE_CODES = [
 ]
 
 
-def _promote(services: Services, body: PromotionRequest) -> Response:
+def _promote(services: Promoting, body: PromotionRequest) -> Response:
     requested = requests.request_promotion(
         services, body.bundle_id, body.verification_receipt_sha256, body.fence
     )
@@ -110,7 +118,7 @@ def _promote(services: Services, body: PromotionRequest) -> Response:
     return model_response(accepted, 202)
 
 
-def _promote_body(services: Services, raw: bytes) -> Response:
+def _promote_body(services: Promoting, raw: bytes) -> Response:
     """``_promote`` of a request body: parsed in the same worker thread (one hop, not two)."""
     return _promote(services, parse(PromotionRequest, load_json(raw)))
 
@@ -144,7 +152,9 @@ def _promote_body(services: Services, raw: bytes) -> Response:
         },
     ),
 )
-async def post_promotion(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+async def post_promotion(
+    request: Request, _: OrchestratorDep, services: Port[Promoting]
+) -> Response:
     raw = await read_json_bytes(request, services, SMALL_BODY)
     return await run_in_threadpool(_promote_body, services, raw)
 
@@ -186,7 +196,7 @@ async def post_promotion(request: Request, _: OrchestratorDep, services: Service
     ),
 )
 async def post_preflight(
-    bundle_id: BundleIdParam, request: Request, _: OrchestratorDep, services: ServicesDep
+    bundle_id: BundleIdParam, request: Request, _: OrchestratorDep, services: Port[Reconciling]
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     fence = None if raw is None else parse(PreflightRequest, raw).fence
@@ -227,7 +237,7 @@ async def post_preflight(
 )
 def list_operations(
     _: OperatorDep,
-    services: ServicesDep,
+    services: Port[Ledger],
     status: str | None = Query(default=None, max_length=40),
     repository: str | None = Query(default=None, max_length=200),
 ) -> Response:
@@ -257,7 +267,7 @@ def list_operations(
 async def get_operation(
     operation_id: OperationIdParam,
     _: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Observing],
     current: Annotated[bool, Query(description="add each target as it reads now")] = False,
     wait: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="seconds to wait for a change")
@@ -300,18 +310,18 @@ async def get_operation(
     ),
 )
 def get_receipt(
-    operation_id: OperationIdParam, _: OrchestratorDep, services: ServicesDep
+    operation_id: OperationIdParam, _: OrchestratorDep, services: Port[Records]
 ) -> Response:
     return canonical_response(receipts.promotion_receipt(services, operation_id))
 
 
-def _recover(services: Services, operation_id: str, fence: int, role: str) -> OperationView:
+def _recover(services: Attempting, operation_id: str, fence: int, role: str) -> OperationView:
     recover.recover(services, operation_id, fence, role=role)
     return views.operation_view(services.db, operation_id)
 
 
 def _reconcile(
-    services: Services, operation_id: str, decision: str, note: str, role: str
+    services: Reconciling, operation_id: str, decision: str, note: str, role: str
 ) -> OperationView:
     recover.reconcile(services, operation_id, decision, note, role=role)
     return views.operation_view(services.db, operation_id)
@@ -338,7 +348,7 @@ async def post_recover(
     operation_id: OperationIdParam,
     request: Request,
     principal: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Attempting],
 ) -> Response:
     """Recover a ``needs_recovery`` operation; anything else is ``not_recoverable`` (409).
 
@@ -367,7 +377,10 @@ async def post_recover(
     ),
 )
 async def post_reconcile(
-    operation_id: OperationIdParam, request: Request, principal: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam,
+    request: Request,
+    principal: OperatorDep,
+    services: Port[Reconciling],
 ) -> Response:
     """The operator's decision on a ``needs_reconciliation`` operation (operator only)."""
     body = parse(ReconcileRequest, await read_json_body(request, services, SMALL_BODY))
@@ -395,7 +408,7 @@ async def post_reconcile(
     ),
 )
 async def post_rollback(
-    operation_id: OperationIdParam, request: Request, _: OperatorDep, services: ServicesDep
+    operation_id: OperationIdParam, request: Request, _: OperatorDep, services: Port[Placing]
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     note = "" if raw is None else parse(RollbackRequest, raw).note

@@ -45,7 +45,7 @@ from promoter.domain.views import OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.operation import runner, views
 from promoter.engine.operation.with_evidence import promote_with_evidence
-from promoter.engine.services import Services
+from promoter.engine.ports import Credentials, Promoting, Provenance, Uploading
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated, error_class
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.credentials import Principal
@@ -55,7 +55,7 @@ EXECUTOR_HEADER = "Promoter-Executor-Token"
 Admitted = tuple[Any, tuple[PatchBundleV1, GrantV1]]
 
 
-async def _run_authority(services: Services, token: str | None) -> Principal:
+async def _run_authority(services: Credentials, token: str | None) -> Principal:
     """The run whose executor token the request carries besides its own credential."""
     if token is None or not token.strip():
         raise Unauthenticated(f"this request needs the run's executor token in {EXECUTOR_HEADER}")
@@ -68,7 +68,7 @@ async def _run_authority(services: Services, token: str | None) -> Principal:
     return found
 
 
-def _admit(services: Services, raw: bytes, run_id: str) -> Admitted:
+def _admit(services: Provenance, raw: bytes, run_id: str) -> Admitted:
     data = load_json(raw)
     return data, admit_bundle(services, data, run_id=run_id)
 
@@ -76,7 +76,7 @@ def _admit(services: Services, raw: bytes, run_id: str) -> Admitted:
 class _Body:
     """The bundle's frame gathered (bounded as a document), then the blobs fed to a batch."""
 
-    def __init__(self, services: Services, run_id: str) -> None:
+    def __init__(self, services: Uploading, run_id: str) -> None:
         self.services = services
         self.run_id = run_id
         settings = services.settings
@@ -172,7 +172,7 @@ def _stored(answers: list[dict[str, Any]]) -> None:
 
 
 def _promote(
-    services: Services, admitted: Admitted, run_id: str, fence: int, wait: bool
+    services: Promoting, admitted: Admitted, run_id: str, fence: int, wait: bool
 ) -> Response:
     data, checked = admitted
     with gc_policy.paused():  # as a submission's: the document is freed before it resumes

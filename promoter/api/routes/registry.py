@@ -15,7 +15,7 @@ from promoter.api.deps import (
     AnyRoleDep,
     OperatorDep,
     OrchestratorDep,
-    ServicesDep,
+    Port,
     read_json_body,
 )
 from promoter.api.models import ExecutorTokenRequest, RepositoryApprovalRequest, RunRequest, parse
@@ -38,8 +38,16 @@ from promoter.domain.views import (
 from promoter.engine import queries, repo_settings, routing
 from promoter.engine.intake.grants import load_grant, register_grant, set_lease
 from promoter.engine.intake.runs import check_token_ttl, open_run
+from promoter.engine.ports import (
+    Catalogue,
+    Guarding,
+    Ledger,
+    Operating,
+    Provenance,
+    Routing,
+    Tokens,
+)
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, Forbidden
 
 router = APIRouter(prefix="/v1")
@@ -116,7 +124,7 @@ LEASE_EXAMPLE = {
         },
     ),
 )
-def list_repositories(_: OrchestratorDep, services: ServicesDep) -> Response:
+def list_repositories(_: OrchestratorDep, services: Port[Routing]) -> Response:
     items = [
         {
             "name": now.name,
@@ -175,7 +183,7 @@ APPROVAL_EXAMPLE = {
 }
 
 
-def _approval_view(services: Services, repository: Repository) -> dict[str, object]:
+def _approval_view(services: Ledger, repository: Repository) -> dict[str, object]:
     setting = repo_settings.approval(services.db, repository)
     return {
         "name": repository.name,
@@ -202,7 +210,9 @@ def _approval_view(services: Services, repository: Repository) -> dict[str, obje
         ok={200: Ok("the setting", RepositoryApproval, APPROVAL_EXAMPLE)},
     ),
 )
-def get_repository_approval(name: NameParam, _: OrchestratorDep, services: ServicesDep) -> Response:
+def get_repository_approval(
+    name: NameParam, _: OrchestratorDep, services: Port[Catalogue]
+) -> Response:
     return json_response(_approval_view(services, services.registry.by_name(name)))
 
 
@@ -225,7 +235,7 @@ def get_repository_approval(name: NameParam, _: OrchestratorDep, services: Servi
     ),
 )
 async def put_repository_approval(
-    name: NameParam, request: Request, principal: OperatorDep, services: ServicesDep
+    name: NameParam, request: Request, principal: OperatorDep, services: Port[Guarding]
 ) -> Response:
     body = parse(RepositoryApprovalRequest, await read_json_body(request, services, SMALL_BODY))
     repository = services.registry.by_name(name)
@@ -266,7 +276,7 @@ async def put_repository_approval(
     ),
 )
 async def mint_executor_token(
-    request: Request, _: OrchestratorDep, services: ServicesDep
+    request: Request, _: OrchestratorDep, services: Port[Tokens]
 ) -> Response:
     body = parse(ExecutorTokenRequest, await read_json_body(request, services, SMALL_BODY))
     check_token_ttl(services, body.ttl_seconds)
@@ -313,7 +323,7 @@ GRANT_ERRORS = (
         },
     ),
 )
-async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+async def post_grant(request: Request, _: OrchestratorDep, services: Port[Operating]) -> Response:
     body = await read_json_body(request, services)
     grant, created = await run_in_threadpool(register_grant, services, body)
     return json_response(
@@ -334,7 +344,9 @@ async def post_grant(request: Request, _: OrchestratorDep, services: ServicesDep
         ok={200: Ok("the grant's canonical bytes", GrantV1, GRANT_EXAMPLE)},
     ),
 )
-def get_grant(grant_id: GrantIdParam, principal: AnyRoleDep, services: ServicesDep) -> Response:
+def get_grant(
+    grant_id: GrantIdParam, principal: AnyRoleDep, services: Port[Provenance]
+) -> Response:
     grant = load_grant(services, grant_id)
     if principal.role == "executor" and grant.executor_run_id != principal.run_id:
         raise Forbidden("an executor may read the grants of its own run only")
@@ -368,7 +380,7 @@ async def put_lease(
     stage: NameParam,
     request: Request,
     _: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Guarding],
 ) -> Response:
     body = await read_json_body(request, services, SMALL_BODY)
     lease, changed = await run_in_threadpool(set_lease, services, workflow_id, stage, body)
@@ -425,7 +437,7 @@ async def put_lease(
         },
     ),
 )
-async def post_run(request: Request, _: OrchestratorDep, services: ServicesDep) -> Response:
+async def post_run(request: Request, _: OrchestratorDep, services: Port[Operating]) -> Response:
     body = parse(RunRequest, await read_json_body(request, services))
     lease = parse_model(LeaseV1, body.lease.lease())
     workflow_id, stage = body.lease.workflow_id, body.lease.stage

@@ -27,7 +27,7 @@ from promoter.api.deps import (
     SMALL_BODY,
     AnyRoleDep,
     OperatorDep,
-    ServicesDep,
+    Port,
     read_json_body,
 )
 from promoter.api.models import ApproveRequest, DecisionRequest, ReopenRequest
@@ -42,10 +42,10 @@ from promoter.domain.views import BaseState, BundleOperations, GrantBase, Operat
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import decisions, runner, views
+from promoter.engine.ports import Guarding, Journaling, Ledger, Promoting, Provenance, Reviewing
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
-from promoter.engine.services import Services
 from promoter.errors import Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
@@ -59,7 +59,7 @@ NOTE_LIMIT = 2000
 
 
 def _diff(
-    services: Services,
+    services: Reviewing,
     principal: Principal,
     bundle_id: str,
     limit: int | None,
@@ -149,7 +149,7 @@ REOPEN_ERRORS = ["operation_unknown", "operation_conflict"]
 async def get_bundle_diff(
     bundle_id: str,
     principal: AnyRoleDep,
-    services: ServicesDep,
+    services: Port[Reviewing],
     max_bytes: int | None = Query(default=None, ge=0, le=MAX_LIMIT),
     path: str | None = Query(default=None, max_length=PATH_MAX, description="one file"),
     cursor: str | None = Query(
@@ -160,9 +160,7 @@ async def get_bundle_diff(
     return json_response(result)
 
 
-def _bundle_operations(
-    services: Services, principal: Principal, bundle_id: str
-) -> BundleOperations:
+def _bundle_operations(services: Ledger, principal: Principal, bundle_id: str) -> BundleOperations:
     check_owner(services, principal, bundle_id)
     found = views.bundle_operations(services.db, bundle_id)
     return BundleOperations(bundle_id=bundle_id, operations=found)
@@ -201,7 +199,7 @@ def _bundle_operations(
     ),
 )
 async def get_bundle_operations(
-    bundle_id: str, principal: AnyRoleDep, services: ServicesDep
+    bundle_id: str, principal: AnyRoleDep, services: Port[Ledger]
 ) -> Response:
     """The promotions of a bundle with their status (its executor may ask)."""
     result = await run_in_threadpool(_bundle_operations, services, principal, bundle_id)
@@ -266,7 +264,7 @@ REOPEN_FIELDS = frozenset({"note"})
 
 
 def _decide(
-    services: Services, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
+    services: Promoting, principal: Principal, operation_id: str, verdict: str, body: dict[str, Any]
 ) -> OperationView:
     decided = decisions.decide(
         services,
@@ -285,7 +283,7 @@ def _decide(
 
 
 async def _post_decision(
-    operation_id: str, verdict: str, request: Request, principal: Principal, services: Services
+    operation_id: str, verdict: str, request: Request, principal: Principal, services: Promoting
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     body = _decision_body(raw, APPROVE_FIELDS if verdict == "approve" else DECISION_FIELDS)
@@ -321,7 +319,7 @@ async def _post_decision(
     ),
 )
 async def post_approve(
-    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: Port[Promoting]
 ) -> Response:
     """Approve a promotion held in ``awaiting_approval``: its attempt starts."""
     return await _post_decision(operation_id, "approve", request, principal, services)
@@ -347,14 +345,14 @@ async def post_approve(
     ),
 )
 async def post_reject(
-    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: Port[Promoting]
 ) -> Response:
     """Reject a promotion held in ``awaiting_approval``: it is refused, nothing written."""
     return await _post_decision(operation_id, "reject", request, principal, services)
 
 
 def _reopen(
-    services: Services, principal: Principal, operation_id: str, note: str
+    services: Journaling, principal: Principal, operation_id: str, note: str
 ) -> OperationView:
     decisions.reopen(services, operation_id, note=note, by=principal.name, role=principal.role)
     return views.operation_view(services.db, operation_id)
@@ -381,7 +379,7 @@ def _reopen(
     ),
 )
 async def post_reopen(
-    operation_id: str, request: Request, principal: OperatorDep, services: ServicesDep
+    operation_id: str, request: Request, principal: OperatorDep, services: Port[Guarding]
 ) -> Response:
     """Reopen a rejected promotion: held in ``awaiting_approval`` again."""
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
@@ -390,7 +388,7 @@ async def post_reopen(
     return model_response(view)
 
 
-def _grant_base(services: Services, grant_id: str, run_id: str | None) -> GrantBase:
+def _grant_base(services: Provenance, grant_id: str, run_id: str | None) -> GrantBase:
     grant = load_grant(services, grant_id)
     if run_id is not None and grant.executor_run_id != run_id:
         raise Forbidden("an executor may read the grants of its own run only")
@@ -422,7 +420,9 @@ def _grant_base(services: Services, grant_id: str, run_id: str | None) -> GrantB
         },
     ),
 )
-async def get_grant_base(grant_id: str, principal: AnyRoleDep, services: ServicesDep) -> Response:
+async def get_grant_base(
+    grant_id: str, principal: AnyRoleDep, services: Port[Provenance]
+) -> Response:
     """A chained grant's base: per path the state its base operations left."""
     run_id = principal.run_id if principal.role == "executor" else None
     result = await run_in_threadpool(_grant_base, services, grant_id, run_id)

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from promoter.api.deps import SMALL_BODY, OperatorDep, ServicesDep, read_json_body
+from promoter.api.deps import SMALL_BODY, OperatorDep, Port, read_json_body
 from promoter.api.models import TREE_ID, RestoreRequest, SnapshotRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
@@ -25,7 +25,7 @@ from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
 from promoter.domain.views import OperationAccepted, Snapshot, SnapshotDiff, SnapshotList
 from promoter.engine.operation import restore as snapshot_restore
-from promoter.engine.services import Services
+from promoter.engine.ports import Capturing, Catalogue, Configured, Guarding
 from promoter.engine.snapshots import capture as snapshots
 
 router = APIRouter(prefix="/v1")
@@ -34,7 +34,7 @@ TREE = "6a9fde31bac7" + "0" * 28
 SNAPSHOT_EXAMPLE = {"tree": TREE, "label": "before lunch", "captured_at": "2026-11-30T21:05:09Z"}
 
 
-async def _optional_json(request: Request, services: Services) -> Any:
+async def _optional_json(request: Request, services: Configured) -> Any:
     """The JSON body (bounded), or ``None`` when the request has an empty body."""
     return await read_json_body(request, services, SMALL_BODY, empty=None)
 
@@ -52,7 +52,7 @@ async def _optional_json(request: Request, services: Services) -> Any:
         ok={200: Ok("the snapshots", SnapshotList, {"snapshots": [SNAPSHOT_EXAMPLE]})},
     ),
 )
-async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep) -> Response:
+async def list_snapshots(name: NameParam, _: OperatorDep, services: Port[Catalogue]) -> Response:
     items = await run_in_threadpool(
         snapshots.list_snapshots, services, services.registry.by_name(name)
     )
@@ -77,7 +77,7 @@ async def list_snapshots(name: NameParam, _: OperatorDep, services: ServicesDep)
     ),
 )
 async def capture_snapshot(
-    name: NameParam, request: Request, _: OperatorDep, services: ServicesDep
+    name: NameParam, request: Request, _: OperatorDep, services: Port[Capturing]
 ) -> Response:
     repository = services.registry.by_name(name)
     raw = await _optional_json(request, services)
@@ -115,7 +115,7 @@ async def capture_snapshot(
 async def diff_snapshots(
     name: NameParam,
     _: OperatorDep,
-    services: ServicesDep,
+    services: Port[Guarding],
     from_tree: Annotated[str, Query(alias="from", pattern=TREE_ID)],
     to_tree: Annotated[str, Query(alias="to", pattern=TREE_ID)],
 ) -> Response:
@@ -160,7 +160,7 @@ async def diff_snapshots(
     ),
 )
 async def restore_snapshot(
-    name: NameParam, tree: TreeParam, request: Request, _: OperatorDep, services: ServicesDep
+    name: NameParam, tree: TreeParam, request: Request, _: OperatorDep, services: Port[Guarding]
 ) -> Response:
     repository = services.registry.by_name(name)
     raw = await _optional_json(request, services)

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import StringConstraints
 
-from promoter.api.deps import OrchestratorDep, ServicesDep
+from promoter.api.deps import OrchestratorDep, Port
 from promoter.api.openapi import Ok, operation
 from promoter.api.responses import json_response
 from promoter.api.routes.examples import BUNDLE_ID, OP_ID
@@ -24,7 +24,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.models import NAME_PATTERN
 from promoter.domain.views import TraceReport
 from promoter.engine import trace as tracing
-from promoter.engine.services import Services
+from promoter.engine.ports import Provenance
 from promoter.errors import ValidationFailed
 
 router = APIRouter(prefix="/v1")
@@ -63,7 +63,7 @@ TRACE_EXAMPLE = {
 
 
 def _trace(
-    services: Services, repository: str, commit: str | None, staged: bool, paths: list[str]
+    services: Provenance, repository: str, commit: str | None, staged: bool, paths: list[str]
 ) -> tracing.Trace:
     repo = services.registry.by_name(repository)
     if staged:
@@ -91,7 +91,7 @@ def _trace(
 )
 async def get_trace(
     _: OrchestratorDep,
-    services: ServicesDep,
+    services: Port[Provenance],
     repository: Annotated[str, Query(pattern=NAME_PATTERN, max_length=200)],
     commit: Annotated[str | None, Query(max_length=200)] = None,
     staged: Annotated[bool, Query()] = False,

@@ -33,6 +33,14 @@ from promoter.api.ui.sessions import Session
 from promoter.api.ui.web import form_of, render, secure
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.operation import decisions, recover, rollback, runner
+from promoter.engine.ports import (
+    Attempting,
+    Configured,
+    Journaling,
+    Placing,
+    Promoting,
+    Reconciling,
+)
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
 from promoter.engine.services import Services
@@ -81,7 +89,7 @@ def _selection(form: dict[str, str]) -> Selection | None:
     return Selection(only=accepted, hunks=hunks)
 
 
-def _seen(services: Services, form: dict[str, str]) -> Seen:
+def _seen(services: Configured, form: dict[str, str]) -> Seen:
     """The review page's ``seen-N`` ticks and ``all_seen``, at the console's page."""
     ticked = tuple(v for k, v in form.items() if k.startswith("seen-"))
     return Seen("all_seen" in form, ticked, page_bytes(services.settings))
@@ -89,7 +97,7 @@ def _seen(services: Services, form: dict[str, str]) -> Seen:
 
 def _decide(verdict: str) -> Action:
     def act(
-        services: Services, session: Session, operation_id: str, form: dict[str, str]
+        services: Promoting, session: Session, operation_id: str, form: dict[str, str]
     ) -> str | None:
         decided = decisions.decide(
             services,
@@ -109,13 +117,15 @@ def _decide(verdict: str) -> Action:
 
 
 def _reopen(
-    services: Services, session: Session, operation_id: str, form: dict[str, str]
+    services: Journaling, session: Session, operation_id: str, form: dict[str, str]
 ) -> str | None:
     decisions.reopen(services, operation_id, note=_note(form), by=session.name, role=session.role)
     return None
 
 
-def _recover(services: Services, _: Session, operation_id: str, form: dict[str, str]) -> str | None:
+def _recover(
+    services: Attempting, _: Session, operation_id: str, form: dict[str, str]
+) -> str | None:
     fence = form.get("fence", "")
     if not fence.isdigit():
         raise ValidationFailed("the fence must be a whole number")
@@ -124,16 +134,14 @@ def _recover(services: Services, _: Session, operation_id: str, form: dict[str, 
 
 
 def _reconcile(
-    services: Services, _: Session, operation_id: str, form: dict[str, str]
+    services: Reconciling, _: Session, operation_id: str, form: dict[str, str]
 ) -> str | None:
     decision = form.get("decision", "")
     recover.reconcile(services, operation_id, decision, _note(form), role="operator")
     return None
 
 
-def _rollback(
-    services: Services, _: Session, operation_id: str, form: dict[str, str]
-) -> str | None:
+def _rollback(services: Placing, _: Session, operation_id: str, form: dict[str, str]) -> str | None:
     rollback.rollback(services, operation_id, note=_note(form))
     return None
 

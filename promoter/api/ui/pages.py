@@ -33,8 +33,8 @@ from promoter.domain.status import STATUSES, OperationStatus
 from promoter.domain.views import CurrentTarget
 from promoter.engine import queries
 from promoter.engine.operation import receipts, served, views
+from promoter.engine.ports import Ledger, Reviewing, Routing, Serving
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
-from promoter.engine.services import Services
 from promoter.errors import OperationConflict, PromoterError
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -45,7 +45,7 @@ def _login() -> Response:
     return secure(RedirectResponse(LOGIN, status_code=303))
 
 
-def _list(services: Services, status: str | None, repository: str | None) -> list[dict[str, Any]]:
+def _list(services: Ledger, status: str | None, repository: str | None) -> list[dict[str, Any]]:
     return [
         {**queries.operation_summary(r).wire(), "created_at": r.created_at}
         for r in queries.list_operations(services.db, status=status, repository=repository)
@@ -81,7 +81,7 @@ async def get_operations(
     )
 
 
-def _operation(services: Services, operation_id: str) -> dict[str, Any]:
+def _operation(services: Routing, operation_id: str) -> dict[str, Any]:
     view = views.operation_view(services.db, operation_id)
     try:
         current: list[CurrentTarget] | str = views.current_targets(services, operation_id)
@@ -100,7 +100,7 @@ async def get_operation(request: Request, operation_id: str) -> Response:
     return render("operation.html", 200, session, S=OperationStatus, **found)
 
 
-def _receipt(services: Services, operation_id: str, which: str) -> bytes:
+def _receipt(services: Serving, operation_id: str, which: str) -> bytes:
     if which.endswith(".dsse"):  # as stored when the receipt was made
         if which.startswith("rollback"):
             return served.rollback_envelope(services, operation_id)
@@ -129,7 +129,7 @@ async def get_receipt(request: Request, operation_id: str, which: str) -> Respon
     return secure(response)
 
 
-def _review(services: Services) -> list[dict[str, Any]]:
+def _review(services: Reviewing) -> list[dict[str, Any]]:
     held = _list(services, OperationStatus.AWAITING_APPROVAL, None)
     for item in held:
         diff = bundle_diff(services, item["bundle_id"], page_bytes(services.settings))
@@ -165,7 +165,7 @@ async def get_review(request: Request) -> Response:
     return render("review.html", 200, session, held=held)
 
 
-def _held_bundle(services: Services, operation_id: str) -> str:
+def _held_bundle(services: Ledger, operation_id: str) -> str:
     view = views.operation_view(services.db, operation_id)
     if view.status != OperationStatus.AWAITING_APPROVAL or not view.bundle_id:
         raise OperationConflict(
@@ -176,7 +176,7 @@ def _held_bundle(services: Services, operation_id: str) -> str:
 
 
 def _file_page(
-    services: Services, operation_id: str, path: str, cursor: str | None
+    services: Reviewing, operation_id: str, path: str, cursor: str | None
 ) -> dict[str, Any]:
     bundle_id = _held_bundle(services, operation_id)
     limit = page_bytes(services.settings)

@@ -27,7 +27,7 @@ from promoter.api.ui.web import answering, form_of, render, secure, session_of
 from promoter.api.workers import run_in_threadpool
 from promoter.engine import queries
 from promoter.engine.operation import restore as snapshot_restore
-from promoter.engine.services import Services
+from promoter.engine.ports import Catalogue, Guarding
 from promoter.engine.snapshots import capture as snapshots
 from promoter.errors import PromoterError, SnapshotStale
 
@@ -39,7 +39,7 @@ STALE = (
 )
 
 
-def _overview(services: Services) -> list[dict[str, Any]]:
+def _overview(services: Catalogue) -> list[dict[str, Any]]:
     found = []
     for repo in services.registry.all():
         rows = queries.list_operations(services.db, repository=repo.identity, limit=LAST_OPERATIONS)
@@ -69,7 +69,7 @@ async def get_repositories(request: Request) -> Response:
 
 
 def _timeline(
-    services: Services, name: str, from_tree: str | None, to_tree: str | None
+    services: Guarding, name: str, from_tree: str | None, to_tree: str | None
 ) -> dict[str, Any]:
     repo = services.registry.by_name(name)
     timeline = list(reversed(snapshots.list_snapshots(services, repo)))

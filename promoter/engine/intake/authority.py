@@ -21,7 +21,7 @@ from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.engine.intake.bundles import load_bundle, verify_bundle
 from promoter.engine.intake.grants import load_grant
-from promoter.engine.services import Services
+from promoter.engine.ports import Checking
 from promoter.errors import GrantExpired, LeaseStale, ReceiptConflict, VerificationFailed
 from promoter.store import journal, repo
 from promoter.store.db import Database
@@ -91,7 +91,7 @@ def check_recovery_lease(grant: GrantV1, fence: int, lease: LeaseV1 | None) -> N
 
 
 def recheck_evidence(
-    services: Services,
+    services: Checking,
     bundle_id: str,
     receipt_sha256: str,
     *,

@@ -19,9 +19,9 @@ from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.intake.merged import merged_states
+from promoter.engine.ports import Checking, Loading, Provenance, Reconciling, Records
 from promoter.engine.receipts.envelopes import VERIFICATION, make_envelope, receipt_signer
 from promoter.engine.receipts.envelopes import record as record_envelope
-from promoter.engine.services import Services
 from promoter.engine.verify.basetree import GitBaseTree
 from promoter.engine.verify.bundle import Verification, verify
 from promoter.errors import (
@@ -46,7 +46,7 @@ class Submitted:
 
 
 def verify_bundle(
-    services: Services,
+    services: Checking,
     document: dict[str, Any],
     bundle: PatchBundleV1,
     grant: GrantV1 | None = None,
@@ -64,7 +64,7 @@ def verify_bundle(
 
 
 def admit_bundle(
-    services: Services, data: Any, *, run_id: str | None, host_made: bool = False
+    services: Provenance, data: Any, *, run_id: str | None, host_made: bool = False
 ) -> tuple[PatchBundleV1, GrantV1]:
     """The bundle and its grant, if ``run_id`` (None: trusted) may submit it; nothing stored.
 
@@ -92,7 +92,7 @@ def admit_bundle(
 
 
 def submit_bundle(
-    services: Services,
+    services: Reconciling,
     data: Any,
     *,
     run_id: str | None,
@@ -153,7 +153,7 @@ def submit_bundle(
     return Submitted(bundle, outcome.receipt, created and stored is None)
 
 
-def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
+def load_bundle(services: Loading, bundle_id: str) -> PatchBundleV1:
     """The stored bundle; one the ledger records on another host is ``owned_by_other_host``."""
     if not bundle_id.startswith("bnd_") or "/" in bundle_id:
         raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
@@ -171,7 +171,7 @@ def load_bundle(services: Services, bundle_id: str) -> PatchBundleV1:
     return bundle
 
 
-def load_verification(services: Services, bundle_id: str) -> dict[str, Any]:
+def load_verification(services: Records, bundle_id: str) -> dict[str, Any]:
     """The stored passed receipt, else the latest failed one on record."""
     if bundle_id.startswith("bnd_") and "/" not in bundle_id:
         stored = services.audit.load("verification", bundle_id, PatchVerificationReceiptV1)

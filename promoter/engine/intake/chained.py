@@ -25,7 +25,7 @@ from typing import Any
 
 from promoter.domain.models import FileState, GrantV1, PatchBundleV1
 from promoter.domain.status import OperationKind, OperationStatus
-from promoter.engine.services import Services
+from promoter.engine.ports import Archive, Records
 from promoter.errors import GrantInvalid, PromoterError, VerificationFailed
 from promoter.store import journal
 
@@ -34,7 +34,7 @@ __all__ = ["MAX_CHAIN", "chain_states", "check_chain", "implicit_states"]
 MAX_CHAIN = 1000  # links walked before the chain is refused as too long
 
 
-def _grant(services: Services, grant_id: str) -> GrantV1:
+def _grant(services: Archive, grant_id: str) -> GrantV1:
     grant = services.audit.load("grant", grant_id, GrantV1)
     if grant is None:
         raise VerificationFailed(f"the base operation's grant {grant_id!r} is not on record")
@@ -42,7 +42,7 @@ def _grant(services: Services, grant_id: str) -> GrantV1:
 
 
 def _link(
-    services: Services, grant: GrantV1, operation_id: str
+    services: Records, grant: GrantV1, operation_id: str
 ) -> tuple[GrantV1, dict[str, FileState]]:
     """One link: the base's grant and the states its promotion left, checked."""
     with journal.unit_of_work(services.db) as session:
@@ -95,7 +95,7 @@ def _link(
     return base_grant, states
 
 
-def chain_states(services: Services, grant: GrantV1) -> dict[str, FileState]:
+def chain_states(services: Records, grant: GrantV1) -> dict[str, FileState]:
     """Per path the state the grant's chain of base operations left ({} when unchained)."""
     links: list[dict[str, FileState]] = []
     current, seen = grant, set[str]()
@@ -114,7 +114,7 @@ def chain_states(services: Services, grant: GrantV1) -> dict[str, FileState]:
     return merged
 
 
-def implicit_states(services: Services, grant: GrantV1) -> dict[str, dict[str, Any]]:
+def implicit_states(services: Records, grant: GrantV1) -> dict[str, dict[str, Any]]:
     """What verification compares old states against for the chain's paths."""
     return {
         path: {"exists": s.exists, "sha256": s.sha256, "mode": s.mode}
@@ -122,7 +122,7 @@ def implicit_states(services: Services, grant: GrantV1) -> dict[str, dict[str, A
     }
 
 
-def check_chain(services: Services, grant: GrantV1) -> None:
+def check_chain(services: Records, grant: GrantV1) -> None:
     """Raise unless the grant's base operation (if any) is a valid base for it."""
     if grant.base_operation is None:
         return

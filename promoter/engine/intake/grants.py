@@ -25,7 +25,7 @@ from promoter.domain.parsing import parse_model
 from promoter.domain.paths import check_path, check_path_set
 from promoter.engine import routing
 from promoter.engine.intake.chained import check_chain
-from promoter.engine.services import Services
+from promoter.engine.ports import Archive, Journaling, Provenance
 from promoter.errors import (
     GrantConflict,
     GrantInvalid,
@@ -50,7 +50,7 @@ def _check_times(grant: GrantV1) -> None:
         raise GrantInvalid("the grant has already expired", expires_at=grant.expires_at)
 
 
-def validate_grant(services: Services, grant: GrantV1) -> None:
+def validate_grant(services: Provenance, grant: GrantV1) -> None:
     for entry in grant.write_allowlist:
         allowlist.check_pattern(entry.pattern)
     paths = [check_path(p.path) for p in grant.target_preconditions]
@@ -82,7 +82,7 @@ class CheckedGrant:
     recorded: bool  # the ledger already records this grant (another host registered it)
 
 
-def check_grant(services: Services, data: Any) -> CheckedGrant:
+def check_grant(services: Provenance, data: Any) -> CheckedGrant:
     """Every check ``register_grant`` makes, writing nothing."""
     grant = parse_model(GrantV1, data)
     digest = grant_sha256(grant)
@@ -102,7 +102,7 @@ def check_grant(services: Services, data: Any) -> CheckedGrant:
     return CheckedGrant(sealed, stored=False, recorded=recorded is not None)
 
 
-def store_grant_document(services: Services, checked: CheckedGrant) -> bool:
+def store_grant_document(services: Archive, checked: CheckedGrant) -> bool:
     """Write the checked grant's canonical bytes to the audit store; True if new."""
     if checked.stored:
         return False
@@ -111,7 +111,7 @@ def store_grant_document(services: Services, checked: CheckedGrant) -> bool:
     )
 
 
-def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
+def register_grant(services: Provenance, data: Any) -> tuple[GrantV1, bool]:
     """Validate and store a grant; returns it sealed and whether it is new (a fenced host
     refuses: ``host_fenced``)."""
     services.host.refuse_writes()
@@ -123,7 +123,7 @@ def register_grant(services: Services, data: Any) -> tuple[GrantV1, bool]:
     return checked.grant, created and not checked.recorded
 
 
-def load_grant(services: Services, grant_id: str) -> GrantV1:
+def load_grant(services: Provenance, grant_id: str) -> GrantV1:
     """The grant stored here; one the ledger records for a repository another host guards
     is ``owned_by_other_host`` naming that host (protocol: hosts#answers-that-route), else
     ``grant_unknown``."""
@@ -164,7 +164,9 @@ def compare_and_set_lease(session: Session, workflow_id: str, stage: str, lease:
     return True
 
 
-def set_lease(services: Services, workflow_id: str, stage: str, data: Any) -> tuple[LeaseV1, bool]:
+def set_lease(
+    services: Journaling, workflow_id: str, stage: str, data: Any
+) -> tuple[LeaseV1, bool]:
     """Set the current lease; fences only move forward. Returns (lease, changed). A fenced
     host refuses (``host_fenced``)."""
     services.host.refuse_writes()

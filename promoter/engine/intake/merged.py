@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from promoter.domain.models import Change, PatchBundleV1
-from promoter.engine.services import Services
+from promoter.engine.ports import Archive
 from promoter.errors import VerificationFailed
 
 __all__ = ["merged_states"]
@@ -28,7 +28,7 @@ def _refuse(detail: str, bundle: PatchBundleV1) -> VerificationFailed:
     )
 
 
-def merged_states(services: Services, bundle: PatchBundleV1) -> dict[str, dict[str, Any]]:
+def merged_states(services: Archive, bundle: PatchBundleV1) -> dict[str, dict[str, Any]]:
     """Per merged path the old state the merged bundle must have (the person's bytes)."""
     origin = bundle.merge
     if origin is None:

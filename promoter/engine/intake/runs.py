@@ -31,7 +31,7 @@ from promoter.engine.intake.grants import (
     retrying,
     store_grant_document,
 )
-from promoter.engine.services import Services
+from promoter.engine.ports import Configured, Operating
 from promoter.errors import ValidationFailed
 from promoter.store import repo
 from promoter.store.credentials import add_executor_token
@@ -47,7 +47,7 @@ class OpenedRun:
     token_expires_at: str
 
 
-def check_token_ttl(services: Services, ttl_seconds: int) -> None:
+def check_token_ttl(services: Configured, ttl_seconds: int) -> None:
     """The bound of an executor token's time-to-live (the daemon's setting)."""
     max_ttl = services.settings.executor_token_max_ttl
     if ttl_seconds > max_ttl:
@@ -55,7 +55,7 @@ def check_token_ttl(services: Services, ttl_seconds: int) -> None:
 
 
 def open_run(
-    services: Services,
+    services: Operating,
     grant_data: Any,
     workflow_id: str,
     stage: str,

@@ -9,15 +9,15 @@ from __future__ import annotations
 from promoter.domain.status import OperationStatus
 from promoter.engine.operation.requests import Requested, request_lock
 from promoter.engine.operation.runner import runner
+from promoter.engine.ports import Journaling, Promoting
 from promoter.engine.review import approval, partial
 from promoter.engine.review.seen import Seen
 from promoter.engine.review.seen import require as require_seen
-from promoter.engine.services import Services
 from promoter.errors import ValidationFailed
 
 
 def decide(
-    services: Services,
+    services: Promoting,
     operation_id: str,
     verdict: str,
     *,
@@ -66,7 +66,7 @@ def decide(
     return Requested(operation_id, decided.status, False)
 
 
-def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Requested:
+def reopen(services: Journaling, operation_id: str, *, note: str, by: str, role: str) -> Requested:
     """The operator's reopening of a rejected promotion: held for a decision again."""
     with request_lock:
         decided = approval.reopen(services, operation_id, note=note, by=by, role=role)

@@ -29,9 +29,9 @@ from promoter.engine.intake.bundles import load_bundle, submit_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import requests
 from promoter.engine.operation.preconditions import read_back
+from promoter.engine.ports import Archive, Contents, Promoting, Provenance, Routing
 from promoter.engine.queries import guarded_here
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import (
     MergeConflict,
     MergeUnsupported,
@@ -84,7 +84,7 @@ class PathMerge:
         return report
 
 
-def _drifted_operation(services: Services, operation_id: str) -> tuple[str, int, str]:
+def _drifted_operation(services: Routing, operation_id: str) -> tuple[str, int, str]:
     """The bundle id, fence and repository identity of a promotion refused for drift."""
     with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
@@ -108,7 +108,7 @@ def _mode(change: Change, leaf: LeafState) -> str:
     return str(agent if yours == base else yours)
 
 
-def _prepare(item: PathMerge, services: Services) -> tuple[bytes, bytes] | None:
+def _prepare(item: PathMerge, services: Archive) -> tuple[bytes, bytes] | None:
     """The old and new bytes when the path can be merged as text; else the reason set."""
     change, leaf = item.change, item.leaf
     if change.operation != "modify" or SYMLINK_MODE in (change.old.mode, change.new.mode):
@@ -148,7 +148,7 @@ def _read_drifted(db: Database, worktree: str, bundle: PatchBundleV1) -> list[Pa
 
 
 def _refuse_what_a_merge_cannot_mend(
-    services: Services, repository: Repository, bundle: PatchBundleV1, operation_id: str
+    services: Provenance, repository: Repository, bundle: PatchBundleV1, operation_id: str
 ) -> None:
     """``MergeUnsupported`` when the grant's HEAD, branch or tree moved, or a target is
     staged: a merged bundle is held to the same grant, so it could never be promoted."""
@@ -174,7 +174,7 @@ def _refuse_what_a_merge_cannot_mend(
         )
 
 
-def _merge_all(services: Services, drifted: list[PathMerge]) -> None:
+def _merge_all(services: Contents, drifted: list[PathMerge]) -> None:
     scratch = services.settings.state_dir / "merge"
     for item in drifted:
         sides = _prepare(item, services)
@@ -230,7 +230,7 @@ def _merged_document(original: PatchBundleV1, merges: list[PathMerge]) -> dict[s
     return seal_bundle(document)
 
 
-def merge_operation(services: Services, operation_id: str, *, by: str, role: str) -> MergeResult:
+def merge_operation(services: Promoting, operation_id: str, *, by: str, role: str) -> MergeResult:
     """Merge the drifted paths of a promotion refused with ``target_drift`` (see above).
 
     Answers the new bundle, its verification receipt, the held promotion (or why it could

@@ -34,6 +34,7 @@ from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report
 from promoter.engine.operation.rollback import rollback_held
 from promoter.engine.operation.worktree_diff import Baseline
+from promoter.engine.ports import Placing
 from promoter.engine.receipts.envelopes import (
     PROMOTION,
     ReceiptSigner,
@@ -42,7 +43,6 @@ from promoter.engine.receipts.envelopes import (
 )
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import OperationConflict, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -77,7 +77,7 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]
 
 
 def finish(
-    services: Services,
+    services: Placing,
     operation_id: str,
     root: Root,
     changes: list[Change],
@@ -105,7 +105,7 @@ def finish(
 
 
 def post_check(
-    services: Services,
+    services: Placing,
     operation_id: str,
     root: Root,
     repository: Repository,
@@ -184,7 +184,7 @@ def post_check(
 
 
 def _end_check(
-    services: Services, operation_id: str, root: Root, policy: str, code: str, detail: str
+    services: Placing, operation_id: str, root: Root, policy: str, code: str, detail: str
 ) -> None:
     """Hold for the operator, or roll back by compare-and-swap; never a receipt."""
     if policy == "rollback":

@@ -13,13 +13,13 @@ from promoter.engine.intake.authority import check_authority, check_grant_window
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation.preconditions import read_back
-from promoter.engine.services import Services
+from promoter.engine.ports import Checking
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import OwnedByOtherHost, PromoterError, TargetDrift
 from promoter.fs.root import Root
 
 
-def preflight(services: Services, bundle_id: str, fence: int | None) -> Preflight:
+def preflight(services: Checking, bundle_id: str, fence: int | None) -> Preflight:
     """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. Another host's
     bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
     verification = load_verification(services, bundle_id)

@@ -40,8 +40,8 @@ from promoter.engine.operation.driver import Driver, Step
 from promoter.engine.operation.outcome import finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
 from promoter.engine.operation.staging import stage_temps
+from promoter.engine.ports import Archive, Attempting, Capturing, Ledger, Pacing, Placing, Records
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.engine.snapshots import capture as snapshots
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import (
@@ -87,7 +87,7 @@ def attempt_of(db: Database, operation_id: str) -> int:
         return j.row.attempt
 
 
-def run(services: Services, ticket: Ticket) -> None:
+def run(services: Attempting, ticket: Ticket) -> None:
     """Carry out one attempt of a promotion; every outcome is journaled.
 
     Nothing is read from the store before the plan is journaled: the ticket carries what
@@ -123,7 +123,7 @@ def run(services: Services, ticket: Ticket) -> None:
         lock.release()
 
 
-def _snapshot(services: Services, repository: Repository, operation_id: str, which: str) -> None:
+def _snapshot(services: Capturing, repository: Repository, operation_id: str, which: str) -> None:
     """Record a pre/post shadow snapshot of the worktree; a failure is logged, not fatal."""
     try:
         snapshots.capture_for_operation(services, repository, operation_id, which)  # type: ignore[arg-type]
@@ -132,7 +132,7 @@ def _snapshot(services: Services, repository: Repository, operation_id: str, whi
 
 
 def run_locked(
-    services: Services,
+    services: Attempting,
     operation_id: str,
     fence: int,
     evidence: Evidence,
@@ -178,7 +178,7 @@ def run_locked(
 
 
 def _plan(
-    services: Services,
+    services: Attempting,
     operation_id: str,
     fence: int,
     evidence: Evidence,
@@ -219,7 +219,7 @@ def _plan(
 
 
 def _wait_out(
-    services: Services,
+    services: Pacing,
     operation_id: str,
     attempt: int | None,
     error: DatabaseUnavailable | DatabaseBusy,
@@ -306,7 +306,7 @@ def _journal(
 
 
 def plan_steps(
-    services: Services, operation_id: str, attempt: int, changes: list[Change], wanted: set[int]
+    services: Archive, operation_id: str, attempt: int, changes: list[Change], wanted: set[int]
 ) -> list[Step]:
     """The typed steps of ``wanted``, in bundle order: each new file streamed from the
     blob store (checked against its sha256 as it is written)."""
@@ -333,13 +333,13 @@ class Planner(Protocol):
     """What a pass over the driver does where a promotion and a recovery differ."""
 
     def staging_failed(
-        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+        self, services: Records, operation_id: str, error: PromoterError, exc: Exception
     ) -> None:
         """The staging failed and was abandoned (no temp of someone else's was found)."""
 
     def before_placing(
         self,
-        services: Services,
+        services: Records,
         operation_id: str,
         attempt: int,
         planned: tuple[list[Change], set[int]],
@@ -353,7 +353,7 @@ class Promotion:
     the operation (nothing was written); nothing was placed before it."""
 
     def staging_failed(
-        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+        self, services: Ledger, operation_id: str, error: PromoterError, exc: Exception
     ) -> None:
         with journal.attempt(services.db, operation_id) as j:
             j.delete_created_dirs()
@@ -361,7 +361,7 @@ class Promotion:
 
     def before_placing(
         self,
-        services: Services,
+        services: Records,
         operation_id: str,
         attempt: int,
         planned: tuple[list[Change], set[int]],
@@ -374,7 +374,7 @@ PROMOTION = Promotion()
 
 
 def apply_changes(
-    services: Services,
+    services: Placing,
     operation_id: str,
     root: Root,
     lock: RepoLock,

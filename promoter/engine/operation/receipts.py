@@ -11,14 +11,14 @@ import logging
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.status import FINAL, OperationStatus
 from promoter.engine.operation.rollback import rollback_id
-from promoter.engine.services import Services
+from promoter.engine.ports import Records
 from promoter.errors import OperationUnknown, PromoterError, ReceiptUnavailable
 from promoter.store import journal
 
 log = logging.getLogger("promoter.operations")
 
 
-def promotion_receipt(services: Services, operation_id: str) -> bytes:
+def promotion_receipt(services: Records, operation_id: str) -> bytes:
     """The promotion receipt's bytes, only once the operation is ``completed``
     (protocol: bundles#promotion-receipt).
 
@@ -53,7 +53,7 @@ def promotion_receipt(services: Services, operation_id: str) -> bytes:
     return data
 
 
-def rollback_receipt(services: Services, operation_id: str) -> bytes:
+def rollback_receipt(services: Records, operation_id: str) -> bytes:
     """The rollback receipt of promotion ``operation_id``: the host-local audit copy, else
     the bytes recorded in the ledger (a rollback another host carried out), once final.
     """

@@ -39,7 +39,15 @@ from promoter.engine.operation.rollback import recover_rollback, rollback
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
 from promoter.engine.ownership import orphaned as is_orphan
-from promoter.engine.services import Services
+from promoter.engine.ports import (
+    Archive,
+    Attempting,
+    Journaling,
+    Placing,
+    Reconciling,
+    Records,
+    Routing,
+)
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -51,7 +59,7 @@ log = logging.getLogger("promoter.recover")
 _RECONCILING = OperationStatus.NEEDS_RECONCILIATION
 
 
-def scan_orphans(services: Services) -> list[str]:
+def scan_orphans(services: Routing) -> list[str]:
     """Mark this host's running operations whose owner is gone ``needs_recovery``.
 
     Only operations of repositories configured here and owned by this host are looked
@@ -78,7 +86,7 @@ def scan_orphans(services: Services) -> list[str]:
     return orphaned
 
 
-def auto_recover(services: Services, operation_ids: list[str]) -> None:
+def auto_recover(services: Attempting, operation_ids: list[str]) -> None:
     """Recover with the current lease's fence (the ``auto_recover`` setting).
 
     Goes through the same guard as the API (role ``host``): only ``needs_recovery``
@@ -115,7 +123,7 @@ def _load(session: Any, operation_id: str) -> Operation:
 
 def _claim(
     session: Any,
-    services: Services,
+    services: Journaling,
     operation_id: str,
     kind: str,
     action: Action,
@@ -137,7 +145,7 @@ def _claim(
 
 
 def recover(
-    services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
+    services: Attempting, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
     """Recover one ``needs_recovery`` operation (live here while it runs); see ``_recover_body``."""
     with services.live.running(operation_id):
@@ -145,7 +153,7 @@ def recover(
 
 
 def _recover_body(
-    services: Services, operation_id: str, fence: int, *, role: str = "orchestrator"
+    services: Attempting, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
     """Recover one ``needs_recovery`` operation; returns its status afterwards.
 
@@ -215,7 +223,7 @@ def settle_temps(
 
 
 def _reclassify(
-    services: Services,
+    services: Placing,
     operation_id: str,
     root: Root,
     lock: Any,
@@ -286,13 +294,13 @@ class Recovery:
     held so the pass's one sync of every directory covers them too."""
 
     def staging_failed(
-        self, services: Services, operation_id: str, error: PromoterError, exc: Exception
+        self, services: Records, operation_id: str, error: PromoterError, exc: Exception
     ) -> None:
         raise error from exc
 
     def before_placing(
         self,
-        services: Services,
+        services: Archive,
         operation_id: str,
         attempt: int,
         planned: tuple[list[Change], set[int]],
@@ -306,7 +314,7 @@ RECOVERY = Recovery()
 
 
 def _hold_confirmed(
-    services: Services,
+    services: Archive,
     operation_id: str,
     attempt: int,
     changes: list[Change],
@@ -324,7 +332,7 @@ def _hold_confirmed(
 
 
 def reconcile(
-    services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
+    services: Reconciling, operation_id: str, decision: str, note: str, *, role: str = "operator"
 ) -> dict[str, Any]:
     """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``."""
     with services.live.running(operation_id):
@@ -332,7 +340,7 @@ def reconcile(
 
 
 def _reconcile_body(
-    services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
+    services: Reconciling, operation_id: str, decision: str, note: str, *, role: str = "operator"
 ) -> dict[str, Any]:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
     with journal.unit_of_work(services.db) as session:

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.plan import journal_steps
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 from promoter.engine import tickets
-from promoter.engine.services import Services
+from promoter.engine.ports import Journaling, Ownership
 from promoter.errors import PromoterError
 from promoter.store import feed, journal, ledger, repo, step_rows
 
@@ -43,7 +43,7 @@ _OLD = {"exists": True, "sha256": "0" * 64, "mode": "100644"}
 _NEW = {"exists": True, "sha256": "1" * 64, "mode": "100644"}
 
 
-def rehearse(services: Services) -> bool:
+def rehearse(services: Journaling) -> bool:
     """Compile a promotion's statements in a transaction that is rolled back; False (and
     a log line) when the rehearsal could not run: nothing is changed either way."""
     try:
@@ -68,7 +68,7 @@ def _commit_point(session: Session) -> None:
     session.info.clear()
 
 
-def _promotion(services: Services, session: Session, changes: int) -> None:
+def _promotion(services: Ownership, session: Session, changes: int) -> None:
     token = secrets.token_hex(8)
     operation_id, workflow = f"op_rehearsal_{token}", f"rehearsal-{token}"
     # requests.request_promotion

@@ -27,8 +27,8 @@ from promoter.engine import repo_settings, tickets
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation.runner import runner
+from promoter.engine.ports import Promoting
 from promoter.engine.review import approval
-from promoter.engine.services import Services
 from promoter.errors import OperationConflict, ReceiptConflict, VerificationFailed
 from promoter.store import journal
 
@@ -45,7 +45,7 @@ request_lock = threading.Lock()
 
 
 def request_promotion(
-    services: Services, bundle_id: str, receipt_sha256: str, fence: int
+    services: Promoting, bundle_id: str, receipt_sha256: str, fence: int
 ) -> Requested:
     bundle = load_bundle(services, bundle_id)
     grant = load_grant(services, bundle.grant_id)
@@ -78,7 +78,7 @@ def request_promotion(
 
 
 def _request(
-    services: Services,
+    services: Promoting,
     operation_id: str,
     loaded: tuple[Any, Any],
     receipt_sha256: str,

@@ -26,8 +26,8 @@ from promoter.engine import tickets
 from promoter.engine.operation.restore_steps import Step, StepRun, dir_key
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
+from promoter.engine.ports import Guarding, Journaling
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.engine.snapshots.capture import (
     known_tree,
     lock_repository,
@@ -77,7 +77,7 @@ def restore_id(repository_identity: str, current: str, target: str) -> str:
 
 
 def restore(
-    services: Services, repository: Repository | str, tree: str, expected_current_tree: str
+    services: Guarding, repository: Repository | str, tree: str, expected_current_tree: str
 ) -> dict[str, str]:
     """Bring the worktree to snapshot ``tree``; ``{operation_id, status}``."""
     tree_id(tree)
@@ -163,7 +163,7 @@ def _plan(shadow: ShadowRepository, current: str, target: str) -> list[Step]:
 
 
 def _journal(
-    services: Services, repo: Repository, current: str, target: str, steps: list[Step]
+    services: Journaling, repo: Repository, current: str, target: str, steps: list[Step]
 ) -> str:
     """The operation, its steps and the decision and action events, in one transaction."""
     operation_id = restore_id(repo.identity, current, target)
@@ -243,7 +243,7 @@ def _post_capture(db: Database, shadow: ShadowRepository, operation_id: str, tar
 
 
 def recover_restore(
-    services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+    services: Guarding, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted restore (live here while it runs); see ``_recover_restore_body``."""
     with services.live.running(operation_id):
@@ -251,7 +251,7 @@ def recover_restore(
 
 
 def _recover_restore_body(
-    services: Services, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+    services: Guarding, operation_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted restore or fail closed (protocol: recovery#recovery); returns the new
     status.
@@ -331,7 +331,7 @@ def _recover_restore_body(
     return status
 
 
-def _claim(services: Services, operation_id: str, from_status: str) -> None:
+def _claim(services: Journaling, operation_id: str, from_status: str) -> None:
     """Move the restore from ``from_status`` to ``in_progress`` under this process, or refuse."""
     with journal.unit_of_work(services.db) as session:
         found = journal.claim_from(

@@ -39,7 +39,7 @@ from promoter.engine.operation.dirs import journal_intent
 from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
-from promoter.engine.services import Services
+from promoter.engine.ports import Pacing
 from promoter.errors import PromoterError, TargetDrift, translated
 from promoter.fs.chain import LeafState
 from promoter.fs.held import Directories
@@ -84,7 +84,7 @@ _GONE = {"kind": "missing", "sha256": None, "mode": None, "size": None}
 class StepRun:
     """One pass over a restore's steps under the repository lock, and its outcome."""
 
-    services: Services
+    services: Pacing
     operation_id: str
     root: Root
     lock: RepoLock

@@ -44,10 +44,10 @@ from promoter.engine.operation.rollback_report import (
 )
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
+from promoter.engine.ports import Archive, Pacing, Placing, Records, Routing, Serving
 from promoter.engine.queries import guarded_here
 from promoter.engine.receipts.envelopes import ROLLBACK, make_envelope, receipt_signer
 from promoter.engine.receipts.envelopes import record as record_envelope
-from promoter.engine.services import Services
 from promoter.errors import (
     NotRecoverable,
     OperationConflict,
@@ -81,13 +81,13 @@ def _load(session: Any, operation_id: str) -> Operation:
     return row
 
 
-def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def rollback(services: Placing, operation_id: str, *, note: str = "") -> dict[str, Any]:
     """Roll back a promotion (its rollback live here while it runs); see ``_rollback_body``."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_body(services, operation_id, note=note)
 
 
-def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def _rollback_body(services: Placing, operation_id: str, *, note: str = "") -> dict[str, Any]:
     """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -96,14 +96,14 @@ def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> 
     return _run(services, child_id, operation_id, repository, note)
 
 
-def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+def rollback_held(services: Placing, operation_id: str, root: Root, note: str) -> dict[str, Any]:
     """Roll back under the caller's lock and root (live here while it runs)."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_held_body(services, operation_id, root, note)
 
 
 def _rollback_held_body(
-    services: Services, operation_id: str, root: Root, note: str
+    services: Placing, operation_id: str, root: Root, note: str
 ) -> dict[str, Any]:
     """Roll back while the caller already holds the repository lock and the root."""
     stored = _stored(services, operation_id)
@@ -117,7 +117,7 @@ def _rollback_held_body(
         raise
 
 
-def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
+def _stored(services: Records, operation_id: str) -> dict[str, Any] | None:
     """The stored receipt exactly as written (checked, never re-encoded by the model),
     once the rollback is final: a receipt whose final statuses were never recorded (the
     database went away between the two) is the rollback's to finish, not an answer."""
@@ -133,7 +133,7 @@ def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
     return dict(json.loads(stored))
 
 
-def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
+def _prepare(services: Routing, operation_id: str) -> tuple[str, Any]:
     """The promotion's rollback, journaled and claimed by this process.
 
     Made the first time it is asked for. Asked again after it stopped
@@ -195,7 +195,7 @@ def _refused(child_id: str, parent_id: str, status: str) -> OperationConflict:
 
 
 def recover_rollback(
-    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+    services: Placing, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback (live here while it runs); see ``_recover_rollback_body``."""
     with services.live.running(child_id):
@@ -203,7 +203,7 @@ def recover_rollback(
 
 
 def _recover_rollback_body(
-    services: Services, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
+    services: Placing, child_id: str, *, from_status: str = OperationStatus.NEEDS_RECOVERY
 ) -> str:
     """Finish an interrupted rollback; only from ``from_status`` (checked, then claimed)."""
     with journal.unit_of_work(services.db) as session:
@@ -229,7 +229,7 @@ def _recover_rollback_body(
 
 
 def _run(
-    services: Services, child_id: str, parent_id: str, repository: Any, note: str
+    services: Serving, child_id: str, parent_id: str, repository: Any, note: str
 ) -> dict[str, Any]:
     lock = repo_lock(services, repository)
     try:
@@ -248,7 +248,7 @@ def _run(
 
 
 def _rollback_locked(
-    services: Services, child_id: str, parent_id: str, root: Root, note: str
+    services: Serving, child_id: str, parent_id: str, root: Root, note: str
 ) -> dict[str, Any]:
     with journal.attempt(services.db, child_id) as j:
         recorded = j.row.receipt
@@ -340,7 +340,7 @@ def _rollback_locked(
 
 
 def _one_pass(
-    services: Services,
+    services: Pacing,
     child_id: str,
     root: Root,
     steps: list[Step],
@@ -408,7 +408,7 @@ def _sync(
 
 
 def _publish(
-    services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
+    services: Serving, child_id: str, parent_id: str, recorded: dict[str, Any]
 ) -> dict[str, Any]:
     """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses
     and the receipt's envelope."""
@@ -438,7 +438,7 @@ def _is_dir(root: Root, directory: str) -> bool:
         return False
 
 
-def _step(services: Services, seq: int, promoted: Journaled, aside: str) -> Step:
+def _step(services: Archive, seq: int, promoted: Journaled, aside: str) -> Step:
     """Rollback step ``seq``: the promotion's step from its new state back to its old one,
     the old bytes streamed from the blob store (checked against their sha256)."""
     old, new = promoted.old, promoted.new

@@ -21,7 +21,8 @@ from promoter.domain.status import OperationStatus
 from promoter.engine.operation import promote
 from promoter.engine.operation.put_back import put_back
 from promoter.engine.operation.recover import auto_recover
-from promoter.engine.services import AttemptRunner, Services
+from promoter.engine.ports import Attempting, Promoting
+from promoter.engine.services import AttemptRunner
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, HostFenced, stopped_by
 from promoter.store.outage import through_outage
 
@@ -31,7 +32,7 @@ log = logging.getLogger("promoter.operations")
 class Runner:
     """Runs attempts off the request thread and remembers their futures."""
 
-    def __init__(self, services: Services, workers: int = 4) -> None:
+    def __init__(self, services: Attempting, workers: int = 4) -> None:
         self._services = services
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promoter-op")
         self._futures: dict[str, Future[None]] = {}
@@ -57,7 +58,7 @@ class Runner:
         self._pool.shutdown(wait=True, cancel_futures=False)
 
 
-def _guarded_run(services: Services, ticket: Ticket) -> None:
+def _guarded_run(services: Attempting, ticket: Ticket) -> None:
     """Run an attempt; an unexpected fault leaves the operation for recovery, never stuck.
 
     The operation is put back (``operation.put_back``) through a database outage
@@ -97,12 +98,12 @@ def _guarded_run(services: Services, ticket: Ticket) -> None:
         services.live.leave(operation_id)
 
 
-def runner(services: Services) -> AttemptRunner:
+def runner(services: Promoting) -> AttemptRunner:
     """The daemon's attempt runner, made on first use."""
     return services.once("runner", lambda: Runner(services))
 
 
-def wait_for(services: Services, operation_id: str, timeout: float) -> None:
+def wait_for(services: Promoting, operation_id: str, timeout: float) -> None:
     """Wait up to ``timeout`` seconds for the running attempt; return early if none runs here.
 
     An attempt that had already failed before this request (its failure could not even be

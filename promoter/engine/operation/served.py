@@ -13,18 +13,18 @@ from promoter.domain.canonical import canonical_bytes
 from promoter.engine.intake.bundles import load_verification
 from promoter.engine.operation import receipts as operations
 from promoter.engine.operation.rollback import rollback_id
+from promoter.engine.ports import Serving
 from promoter.engine.receipts.envelopes import (
     PROMOTION,
     ROLLBACK,
     VERIFICATION,
     served_envelope,
 )
-from promoter.engine.services import Services
 from promoter.store import journal, repo
 from promoter.store.db import Database
 
 
-def promotion_envelope(services: Services, operation_id: str) -> bytes:
+def promotion_envelope(services: Serving, operation_id: str) -> bytes:
     """The promotion receipt's envelope (404 ``receipt_unavailable`` until completed)."""
     receipt = operations.promotion_receipt(services, operation_id)
     return served_envelope(
@@ -32,14 +32,14 @@ def promotion_envelope(services: Services, operation_id: str) -> bytes:
     )
 
 
-def rollback_envelope(services: Services, operation_id: str) -> bytes:
+def rollback_envelope(services: Serving, operation_id: str) -> bytes:
     """The envelope of the rollback receipt of promotion ``operation_id``."""
     receipt = operations.rollback_receipt(services, operation_id)
     maker = _owner(services.db, rollback_id(operation_id))
     return served_envelope(services, ROLLBACK, operation_id, receipt, maker)
 
 
-def verification_envelope(services: Services, bundle_id: str) -> bytes:
+def verification_envelope(services: Serving, bundle_id: str) -> bytes:
     """The envelope of a bundle's verification receipt (the one the unsigned route serves)."""
     receipt = canonical_bytes(load_verification(services, bundle_id))
     with journal.unit_of_work(services.db) as session:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from promoter.domain.status import OperationStatus
-from promoter.engine.services import Services
+from promoter.engine.ports import Pacing
 from promoter.errors import HostFenced, PromoterError, stopped_by
 from promoter.store import journal
 from promoter.store.outage import through_outage
@@ -31,7 +31,7 @@ log = logging.getLogger("promoter.stopped")
 
 
 def put_back(
-    services: Services, operation_id: str, status: OperationStatus, exc: Exception, what: str
+    services: Pacing, operation_id: str, status: OperationStatus, exc: Exception, what: str
 ) -> None:
     """Put ``operation_id`` back to ``status`` after ``exc`` stopped its ``what`` (a word:
     ``recovery``, ``rollback``…); then raise the translation of ``exc`` from it, unless

@@ -19,8 +19,8 @@ from promoter.domain.views import (
 )
 from promoter.engine.operation.preconditions import leaf_report
 from promoter.engine.ownership import owner_view
+from promoter.engine.ports import Routing
 from promoter.engine.queries import guarded_here
-from promoter.engine.services import Services
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -90,7 +90,7 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
         )
 
 
-def current_targets(services: Services, operation_id: str) -> list[CurrentTarget]:
+def current_targets(services: Routing, operation_id: str) -> list[CurrentTarget]:
     """Each step's target as it reads now (read-only, without the lock)."""
     with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)

@@ -31,7 +31,7 @@ import threading
 
 from promoter.domain.status import RUNNING, OperationStatus
 from promoter.engine.operation.recover import auto_recover, scan_orphans
-from promoter.engine.services import Services
+from promoter.engine.ports import Attempting, Journaling
 from promoter.errors import OperationConflict, PromoterError
 from promoter.store import journal
 
@@ -40,7 +40,7 @@ log = logging.getLogger("promoter.watchdog")
 CODE = "attempt_lost"
 
 
-def _mark(services: Services, operation_id: str) -> bool:
+def _mark(services: Journaling, operation_id: str) -> bool:
     """``operation_id`` to ``needs_recovery`` if it is still running and still not live."""
     try:
         with journal.unit_of_work(services.db) as session:
@@ -62,7 +62,7 @@ def _mark(services: Services, operation_id: str) -> bool:
     return True
 
 
-def sweep(services: Services) -> list[str]:
+def sweep(services: Attempting) -> list[str]:
     """Mark this process's running operations that no thread runs, and this host's
     orphans, ``needs_recovery``; recover them with ``auto_recover``. Returns the marked."""
     with journal.unit_of_work(services.db) as session:
@@ -86,7 +86,7 @@ def sweep(services: Services) -> list[str]:
 class Watchdog:
     """``sweep`` every ``services.settings.watchdog_seconds`` in a thread of its own."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Attempting) -> None:
         self._services = services
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promoter-watchdog", daemon=True)

@@ -22,12 +22,12 @@ from typing import Any
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.engine.intake.bundles import Submitted, submit_bundle
 from promoter.engine.operation.requests import Requested, request_promotion
-from promoter.engine.services import Services
+from promoter.engine.ports import Promoting
 from promoter.faults import point
 
 
 def promote_with_evidence(
-    services: Services,
+    services: Promoting,
     data: Any,
     admitted: tuple[PatchBundleV1, GrantV1],
     run_id: str,

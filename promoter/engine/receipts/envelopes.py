@@ -31,8 +31,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
+from promoter.engine.ports import Sealing
 from promoter.engine.receipts.signing import host_keyring, sign_envelope
-from promoter.engine.services import Services
 from promoter.errors import OwnedByOtherHost, ReceiptInvalid
 from promoter.store import journal, key_ledger
 from promoter.store.db import Database
@@ -75,7 +75,7 @@ class ReceiptSigner:
 # --- (1) publishing -------------------------------------------------------------------------
 
 
-def receipt_signer(services: Services) -> ReceiptSigner:
+def receipt_signer(services: Sealing) -> ReceiptSigner:
     """The host's active key, its keyring published first (call before opening the session
     that records the receipt: publishing commits on a session of its own)."""
     keyring = published_keyring(services)
@@ -85,7 +85,7 @@ def receipt_signer(services: Services) -> ReceiptSigner:
     return ReceiptSigner(services.owner.host, keyring.active, credentials, stamp)
 
 
-def published_keyring(services: Services) -> Keyring:
+def published_keyring(services: Sealing) -> Keyring:
     """The host's keyring, published into the ledger whenever it was (re)loaded."""
     keyring = host_keyring(services)
     if services.published_keyring is not keyring:
@@ -120,7 +120,7 @@ def _published(host_id: str, keyring: Keyring) -> list[PublishedKey]:
     ]
 
 
-def ledger_key_set(services: Services) -> tuple[str, list[dict[str, Any]]]:
+def ledger_key_set(services: Sealing) -> tuple[str, list[dict[str, Any]]]:
     """This host's active keyid and every host's keys: this host's first (active, then
     retired), then the other hosts' by host id; each entry names its ``host_id``."""
     keyring = published_keyring(services)
@@ -193,7 +193,7 @@ def _receipt_sha256(receipt: bytes) -> str:
 
 
 def served_envelope(
-    services: Services, kind: str, subject_id: str, receipt: bytes, maker: str | None
+    services: Sealing, kind: str, subject_id: str, receipt: bytes, maker: str | None
 ) -> bytes:
     """The receipt's stored envelope; an older receipt's made now, by its maker only.
 

@@ -59,7 +59,7 @@ from promoter.store.keyring import (
 )
 
 if TYPE_CHECKING:
-    from promoter.engine.services import Services
+    from promoter.engine.ports import KeyringFile
 
 __all__ = [
     "ALGORITHM",
@@ -87,7 +87,7 @@ DOCUMENTS: dict[str, tuple[str, type[BaseModel]]] = {
 # --- the daemon's key -----------------------------------------------------------------------
 
 
-def host_keyring(services: Services) -> Keyring:
+def host_keyring(services: KeyringFile) -> Keyring:
     """The daemon's keyring, loaded once and reloaded when a rotation replaced its file.
 
     The only function that touches ``services.host_keyring``.

@@ -28,10 +28,10 @@ from promoter.engine import tickets
 from promoter.engine.intake.authority import check_authority, check_grant_window, recheck_evidence
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
+from promoter.engine.ports import Checking, Journaling
 from promoter.engine.repos import Repository
 from promoter.engine.review import partial
 from promoter.engine.review.seen import Seen
-from promoter.engine.services import Services
 from promoter.errors import (
     ApprovalRejected,
     ApprovedInPart,
@@ -54,7 +54,7 @@ def required(repository: Repository, grant: GrantV1) -> bool:
 
 
 def precheck(
-    services: Services, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
+    services: Checking, grant: GrantV1, bundle_id: str, receipt_sha256: str, fence: int
 ) -> None:
     """Steps 1 and 2 of an attempt, before the operation is held: lease and evidence."""
     check_authority(services.db, grant, fence)
@@ -177,7 +177,7 @@ def _held(session: Session, operation_id: str) -> Operation:
 
 
 def decide(
-    services: Services,
+    services: Checking,
     operation_id: str,
     verdict: Verdict,
     *,
@@ -259,7 +259,7 @@ def decide(
 
 
 def decide_part(
-    services: Services,
+    services: Checking,
     operation_id: str,
     selection: partial.Selection,
     *,
@@ -380,7 +380,7 @@ def decide_part(
     return Decided(operation_id, OperationStatus.REFUSED, started, derived_id)
 
 
-def reopen(services: Services, operation_id: str, *, note: str, by: str, role: str) -> Decided:
+def reopen(services: Journaling, operation_id: str, *, note: str, by: str, role: str) -> Decided:
     """Undo a person's rejection: journal ``reopened`` and hold the operation again.
 
     The operation must be a refused promotion whose latest decision is a person's

@@ -25,6 +25,7 @@ from promoter.domain import renames
 from promoter.domain.models import Change, FileState
 from promoter.domain.renames import Rename
 from promoter.engine.intake.bundles import load_bundle
+from promoter.engine.ports import Archive, Contents, Reviewing
 from promoter.engine.review.scan import (
     LONG_LINE,
     Scan,
@@ -34,7 +35,6 @@ from promoter.engine.review.scan import (
     scan_bytes,
     visible,
 )
-from promoter.engine.services import Services
 from promoter.errors import GitError, PromoterError, ValidationFailed
 from promoter.faults import point
 from promoter.git.runner import popen_git
@@ -75,7 +75,7 @@ class _Side:
     data: bytes | None = None  # the bytes, when small
 
 
-def _side(services: Services, state: FileState) -> _Side:
+def _side(services: Contents, state: FileState) -> _Side:
     side = _Side(state)
     if not state.exists or state.sha256 is None:
         return side
@@ -217,7 +217,7 @@ class _Moves:
     out: dict[str, Rename] = field(default_factory=dict)
 
 
-def _moves(services: Services, changes: list[Change]) -> _Moves:
+def _moves(services: Archive, changes: list[Change]) -> _Moves:
     """Which of the bundle's deletes and creates are renames (``promoter.domain.renames``;
     contents of at most ``SMALL_BYTES`` compared, read from the blob store)."""
 
@@ -354,7 +354,7 @@ class _Budget:
 
 
 def _file(
-    services: Services,
+    services: Contents,
     index: int,
     change: Change,
     out: _Output,
@@ -487,7 +487,7 @@ def _unseen(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _walk(
-    services: Services,
+    services: Contents,
     changes: list[tuple[int, Change]],
     limit: int,
     start: Cursor,
@@ -505,7 +505,7 @@ def _walk(
 
 
 def bundle_diff(
-    services: Services,
+    services: Reviewing,
     bundle_id: str,
     limit: int | None = None,
     *,
@@ -549,7 +549,7 @@ def bundle_diff(
     }
 
 
-def unseen_at_bound(services: Services, bundle_id: str, limit: int) -> list[dict[str, Any]]:
+def unseen_at_bound(services: Reviewing, bundle_id: str, limit: int) -> list[dict[str, Any]]:
     """The files the bundle's first page of ``limit`` bytes does not show in full, as
     ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
     bundle = load_bundle(services, bundle_id)

@@ -36,8 +36,8 @@ from promoter.domain.models import Change, FileState, PatchBundleV1, PatchVerifi
 from promoter.domain.parsing import parse_model
 from promoter.domain.renames import exact_groups
 from promoter.engine.intake.bundles import verify_bundle
+from promoter.engine.ports import Archive, Checking
 from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES
-from promoter.engine.services import Services
 from promoter.errors import (
     BundleConflict,
     ReceiptConflict,
@@ -139,7 +139,7 @@ def _text(data: bytes) -> bool:
 
 
 def _compose(
-    services: Services, change: Change, chosen: tuple[int, ...]
+    services: Archive, change: Change, chosen: tuple[int, ...]
 ) -> tuple[bytes, list[int]] | None:
     """The composed bytes and the sorted hunks, or None when all hunks were chosen."""
     path = change.path
@@ -174,7 +174,7 @@ def _compose(
     return hunk_math.compose(old, new, frozenset(wanted)), wanted
 
 
-def derive(services: Services, parent: PatchBundleV1, selection: Selection, by: str) -> Derived:
+def derive(services: Archive, parent: PatchBundleV1, selection: Selection, by: str) -> Derived:
     """The sub-bundle the selection cuts from ``parent`` (nothing stored yet).
 
     ``by`` is the authenticated operator, the author of any composed content."""
@@ -215,7 +215,7 @@ def derive(services: Services, parent: PatchBundleV1, selection: Selection, by: 
     return Derived(bundle, accepted, declined, composed, blobs)
 
 
-def store(services: Services, derived: Derived) -> PatchVerificationReceiptV1:
+def store(services: Checking, derived: Derived) -> PatchVerificationReceiptV1:
     """Verify the derived bundle against its grant and store it with its passed receipt.
 
     A derived bundle that does not pass (its grant refuses composed content, say) raises

@@ -29,9 +29,9 @@ from typing import Any
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
+from promoter.engine.ports import Reviewing
 from promoter.engine.review.diff import unseen_at_bound
 from promoter.engine.review.partial import Selection
-from promoter.engine.services import Services
 from promoter.errors import DiffNotSeen, SelectionInvalid
 from promoter.store import journal
 
@@ -75,7 +75,9 @@ def _size(entry: dict[str, Any]) -> str:
     return f"{entry['path_shown']} ({old if old is not None else '-'} -> {new} bytes{flags})"
 
 
-def require(services: Services, operation_id: str, seen: Seen, selection: Selection | None) -> None:
+def require(
+    services: Reviewing, operation_id: str, seen: Seen, selection: Selection | None
+) -> None:
     """Refuse (``diff_not_seen``) an approval of ``operation_id`` that neither names every
     accepted file its first review page does not show in full nor says ``all_seen``.
 

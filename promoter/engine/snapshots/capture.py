@@ -23,8 +23,16 @@ from typing import Any, Literal
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.locking import repo_lock
+from promoter.engine.ports import (
+    Capturing,
+    Catalogue,
+    Configured,
+    Guarding,
+    Loading,
+    Locking,
+    Repositories,
+)
 from promoter.engine.repos import Repository
-from promoter.engine.services import Services
 from promoter.errors import NotFound, OperationUnknown, PromoterError, ValidationFailed
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
@@ -68,14 +76,14 @@ _fresh_lock = threading.Lock()
 # --- shared helpers --------------------------------------------------------------------------
 
 
-def resolve(services: Services, repository: Repository | str) -> Repository:
+def resolve(services: Repositories, repository: Repository | str) -> Repository:
     """A configured repository, given as itself, its name or its identity."""
     if isinstance(repository, Repository):
         return repository
     return services.registry.lookup(repository)
 
 
-def shadow_for(services: Services, repository: Repository) -> ShadowRepository:
+def shadow_for(services: Configured, repository: Repository) -> ShadowRepository:
     """The shadow repository of ``repository`` (created on first use)."""
     snapshots_dir = os.fspath(services.settings.snapshots_dir)
     return ShadowRepository.open(repository.layout, snapshots_dir, repository.identity)
@@ -96,7 +104,7 @@ def known_tree(shadow: ShadowRepository, tree: str, what: str = "tree") -> str:
     return tree
 
 
-def lock_repository(services: Services, repository: Repository) -> RepoLock:
+def lock_repository(services: Locking, repository: Repository) -> RepoLock:
     """The repository lock, acquired (``LockUnavailable`` after ``lock_timeout``)."""
     lock = repo_lock(services, repository)
     lock.acquire()
@@ -106,7 +114,7 @@ def lock_repository(services: Services, repository: Repository) -> RepoLock:
 # --- capture -----------------------------------------------------------------------------------
 
 
-def capture(services: Services, repository: Repository | str, label: str = "") -> dict[str, str]:
+def capture(services: Capturing, repository: Repository | str, label: str = "") -> dict[str, str]:
     """Capture the worktree now, under the repository lock: ``{tree, label, captured_at}``."""
     if not isinstance(label, str) or len(label) > MAX_LABEL or not label.isprintable():
         raise ValidationFailed(f"label must be printable text of at most {MAX_LABEL} characters")
@@ -119,7 +127,7 @@ def capture(services: Services, repository: Repository | str, label: str = "") -
 
 
 def capture_for_operation(
-    services: Services,
+    services: Capturing,
     repository: Repository | str,
     operation_id: str,
     which: Literal["pre", "post"],
@@ -147,7 +155,7 @@ def capture_for_operation(
 
 
 def _capture_locked(
-    services: Services,
+    services: Capturing,
     repo: Repository,
     label: str,
     operation: tuple[str, Literal["pre", "post"]] | None = None,
@@ -201,7 +209,7 @@ def _watch_for(
 
 
 def _post_from_pre(
-    services: Services, shadow: ShadowRepository, operation_id: str, fresh: _Fresh
+    services: Loading, shadow: ShadowRepository, operation_id: str, fresh: _Fresh
 ) -> Capture | None:
     """The post capture from the pre one by the module docstring's rule; ``None``: no."""
     if fresh.operation_id != operation_id or fresh.thread != threading.get_ident():
@@ -226,7 +234,7 @@ def _post_from_pre(
 # --- reading -----------------------------------------------------------------------------------
 
 
-def list_snapshots(services: Services, repository: Repository | str) -> list[dict[str, str]]:
+def list_snapshots(services: Catalogue, repository: Repository | str) -> list[dict[str, str]]:
     """Every recorded snapshot of the repository, oldest first."""
     repo = resolve(services, repository)
     with journal.unit_of_work(services.db) as session:
@@ -234,7 +242,7 @@ def list_snapshots(services: Services, repository: Repository | str) -> list[dic
 
 
 def diff(
-    services: Services,
+    services: Guarding,
     repository: Repository | str,
     from_tree: str,
     to_tree: str,
@@ -253,7 +261,7 @@ def diff(
 # --- retention ---------------------------------------------------------------------------------
 
 
-def gc_snapshots(services: Services, repository: Repository | str, keep: int) -> dict[str, int]:
+def gc_snapshots(services: Capturing, repository: Repository | str, keep: int) -> dict[str, int]:
     """Keep the newest ``keep`` snapshots and every tree an operation refers to; prune.
 
     Runs under the repository lock, so no capture writes objects while git prunes.

@@ -23,8 +23,8 @@ from promoter.fs.link_text import read_link_text
 from promoter.git.tree_links import tree_links
 
 if TYPE_CHECKING:
+    from promoter.engine.ports import LinkChecks
     from promoter.engine.repos import Repository
-    from promoter.engine.services import Services
     from promoter.fs.root import Root
     from promoter.git.layout import RepoLayout
 
@@ -74,7 +74,7 @@ def cached_tree_links(
 
 
 def refuse_escapes_on_disk(
-    services: Services,
+    services: LinkChecks,
     repository: Repository,
     root: Root,
     grant: GrantV1,
