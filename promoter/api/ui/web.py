@@ -27,7 +27,6 @@ from promoter.api.deps import SMALL_BODY, get_services, read_body
 from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
 from promoter.api.workers import run_on_operator_pool, use_operator_pool
 from promoter.errors import Forbidden, Unauthenticated
-from promoter.store.credentials import write_sessions_listing
 
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -63,45 +62,41 @@ def render(
 
 
 def sessions(request: Request) -> Sessions:
-    table: Sessions = request.app.state.ui_sessions
+    """The console's sessions, in the ledger of the app's services (made on first use:
+    the services may start with the app)."""
+    state = request.app.state
+    table: Sessions | None = getattr(state, "ui_sessions", None)
+    if table is None:
+        services = get_services(request)
+        table = state.ui_sessions = Sessions(
+            services.db,
+            idle_seconds=services.settings.console_session_idle_seconds,
+            lifetime_seconds=services.settings.console_session_lifetime_seconds,
+        )
     return table
 
 
 async def session_of(request: Request) -> Session | None:
     """The request's live session, or None: none, ended, or its credential removed since.
 
-    The credential is checked through the ledger, on the operator's worker threads
-    (``promoter.api.workers``), before every use; a session whose credential is gone or
-    was replaced is ended with every other session of that name. A live session's request goes on on
-    the operator's threads.
+    The session and its credential are read from the ledger on the operator's worker
+    threads (``promoter.api.workers``) before every use; a session whose credential is
+    gone or was replaced is ended with every other session of that name. A live
+    session's request goes on on the operator's threads.
     """
     table = sessions(request)
-    session = table.get(request.cookies.get(COOKIE))
     state = request.app.state
-    services = get_services(request)
-    if session is not None:
-        live = await run_on_operator_pool(
-            state, services.auth.credential_live, session.name, session.credential
-        )
-        if not live:
-            table.end_credential(session.name)
-            session = None
-        else:
-            use_operator_pool(state)
-    await publish_sessions(request)
+    session = await run_on_operator_pool(state, table.get, request.cookies.get(COOKIE))
+    if session is None:
+        return None
+    live = await run_on_operator_pool(
+        state, get_services(request).auth.credential_live, session.name, session.credential
+    )
+    if not live:
+        await run_on_operator_pool(state, table.end_credential, session.name)
+        return None
+    use_operator_pool(state)
     return session
-
-
-async def publish_sessions(request: Request) -> None:
-    """Write the sessions' listing out if sessions opened or ended since it was written."""
-    table = sessions(request)
-    if table.changed():
-        directory = get_services(request).settings.credentials_dir
-        await run_on_operator_pool(request.app.state, _publish, directory, table)
-
-
-def _publish(credentials_dir: Path, table: Sessions) -> None:
-    write_sessions_listing(credentials_dir, table.listing())
 
 
 def is_tls(request: Request) -> bool:
