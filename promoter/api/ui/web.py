@@ -15,6 +15,7 @@ in (``promoter.api.ui.login``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -79,23 +80,33 @@ def sessions(request: Request) -> Sessions:
 async def session_of(request: Request) -> Session | None:
     """The request's live session, or None: none, ended, or its credential removed since.
 
-    The session and its credential are read from the ledger on the operator's worker
-    threads (``promoter.api.workers``) before every use; a session whose credential is
-    gone or was replaced is ended with every other session of that name. A live
-    session's request goes on on the operator's threads.
+    The session and its credential are read from the ledger in one hop to the operator's
+    worker threads (``promoter.api.workers``) before every use; a session whose
+    credential is gone or was replaced is ended with every other session of that name. A
+    live session's request goes on on the operator's threads.
     """
-    table = sessions(request)
     state = request.app.state
-    session = await run_on_operator_pool(state, table.get, request.cookies.get(COOKIE))
+    session = await run_on_operator_pool(
+        state,
+        _live_session,
+        sessions(request),
+        get_services(request).auth.credential_live,
+        request.cookies.get(COOKIE),
+    )
+    if session is not None:
+        use_operator_pool(state)
+    return session
+
+
+def _live_session(
+    table: Sessions, credential_live: Callable[[str, str], bool], session_id: str | None
+) -> Session | None:
+    session = table.get(session_id)
     if session is None:
         return None
-    live = await run_on_operator_pool(
-        state, get_services(request).auth.credential_live, session.name, session.credential
-    )
-    if not live:
-        await run_on_operator_pool(state, table.end_credential, session.name)
+    if not credential_live(session.name, session.credential):
+        table.end_credential(session.name)
         return None
-    use_operator_pool(state)
     return session
 
 
