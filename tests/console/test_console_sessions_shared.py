@@ -3,9 +3,9 @@
 
 Two daemons on one ledger and one state directory, reached on their own addresses, stand
 for two workers of ``serve --workers N`` (which one the kernel hands a connection to is
-not the test's to choose). A session opened through one is accepted by the other, its
-CSRF token is the same there and still checked, and removing its credential ends it on
-both. The ledger holds only the id's sha256: a row read from it (a backup's copy) opens
+not the test's to choose); two with a state directory each on one ledger stand for two
+hosts. A session opened through one is accepted by the other, its CSRF token is the
+same there and still checked, and removing its credential ends it on both. The ledger holds only the id's sha256: a row read from it (a backup's copy) opens
 nothing. Idle and lifetime ends are on an injected clock, shared by two tables over one
 ledger: no sleep and no wall clock.
 """
@@ -13,6 +13,7 @@ ledger: no sleep and no wall clock.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,6 +28,7 @@ from promoter.config import RepositoryConfig
 from promoter.store.db import Database
 from tests.console.support import NEW, OLD, held, hidden, login
 from tests.support.daemon import Daemon
+from tests.support.databases import own_url
 from tests.support.fixtures import Gated, Serve
 from tests.support.promotion import tree_bytes
 
@@ -186,3 +188,20 @@ def test_a_use_is_written_at_most_once_a_minute(ledger: Database) -> None:
     assert seen.last_used == 5_000.0
     now[0] = 5_100.0 + TOUCH_SECONDS  # the use at 5099 was written: idle until 5199
     assert other.get(opened.session_id) is not None
+
+
+def test_a_session_opened_on_one_host_is_served_by_another_host_of_the_ledger(
+    serve: Serve, tmp_path: Path
+) -> None:
+    url = own_url(tmp_path, "shared.db")
+    one = serve({}, "one", host_id="host-one", database_url=url)
+    other = serve({}, "other", host_id="host-two", database_url=url)
+    assert one.operator_token != other.operator_token
+    with login(one) as browser:
+        session_id = browser.cookies[COOKIE]
+    with _browser(other, session_id) as elsewhere:
+        assert elsewhere.get("/ui/operations").status_code == 200
+        logout = elsewhere.post("/ui/logout", data={"csrf": csrf_of(session_id)})
+        assert logout.status_code == 303
+    with _browser(one, session_id) as again:
+        assert again.get("/ui/operations").status_code == 303
