@@ -95,6 +95,7 @@ def _small_repository(path: Path) -> None:
 def _serving(state: Path, config: Path) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     argv = [*PROMOTER, "serve", "--state-dir", str(state), "--config", str(config)]
+    argv += ["--workers", "1"]  # one serving process, as the figures were measured
     proc = subprocess.Popen(
         [*argv, "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

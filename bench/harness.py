@@ -138,6 +138,7 @@ def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]
     }
     argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
     argv += ["--port", "0", "--repo", f"{bd.REPO_NAME}={repo}"]
+    argv += ["--workers", "1"]  # one serving process: the figures are one process's
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

@@ -99,6 +99,7 @@ def _spawn(host_id: str, state_dir: Path, repo: Path, url: str) -> Host:
     argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
     argv += ["--port", "0", "--repo", f"lab={repo}", "--database-url", url]
     argv += ["--host-id", host_id, "--log-format", "text"]
+    argv += ["--workers", "1"]  # one process a host: hosts, not cores, are measured
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

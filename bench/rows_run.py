@@ -203,6 +203,7 @@ def _daemon(state: Path, repo: Path) -> Iterator[str]:
     """``promoter serve`` in its own process guarding ``repo`` as ``bench``: its URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     argv = [*_CLI, "serve", "--state-dir", str(state), "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--workers", "1"]  # one serving process: its pid is the one measured
     proc = subprocess.Popen(
         [*argv, "--repo", f"bench={repo}"],
         env=env,

@@ -22,10 +22,11 @@ What may run in every worker and what in one (worker 0, ``primary``):
 The repository lock (a file lock) and the ledger serialize what must be serialized
 between workers as between daemons. SQLite in WAL takes one writer at a time; the others
 wait up to the busy timeout (``docs/operator/workers.md`` says when to move to PostgreSQL).
-Kept in memory, so per worker: the admission of costly reads, the metrics (a scrape
-answers one worker's counters) and the console's sessions (a browser whose next
-connection lands on another worker is asked to log in again). The last is why the
-default stays one worker.
+Kept in memory, so per worker: the admission of costly reads and the metrics (a scrape
+answers one worker's counters). Shared through the ledger: the console's sessions, so a
+browser is served by whichever worker takes its connection. The default is one worker
+per core this process may run on (``default_count``); ``--workers 1`` serves from one
+process.
 
 A worker that exits while the daemon was not asked to stop stops the others; the parent
 then exits with that worker's status (a signal as 128 + its number), so a service
@@ -80,6 +81,11 @@ class WorkerArgs:
     @classmethod
     def decode(cls, text: str) -> WorkerArgs:
         return cls(**json.loads(text))
+
+
+def default_count() -> int:
+    """One worker per core this process may run on (its CPU affinity), at least one."""
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _exit_status(status: int) -> int:

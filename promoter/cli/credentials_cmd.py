@@ -4,12 +4,11 @@ Runs on the host, against ``<state>/credentials`` and the ledger the settings na
 server needed). ``add NAME`` makes an operator credential named ``NAME``, publishes its
 sha256 in the ledger (valid on every host of it) and prints its token once; ``list``
 prints the names (the trusted ``operator`` token is always there besides) with their
-live console sessions here (from the listing the daemon keeps in
-``<state>/credentials``); ``remove NAME`` removes one from the ledger, wherever it was
-added. Every daemon of the ledger sees the change on its next request: the credential's
-token, its console sessions and its long-polls are refused from then on. With no ledger
-yet (a SQLite file not made) only the file is written, and the daemon publishes it when
-it starts. The name is
+live console sessions (from the ledger, every host's); ``remove NAME`` removes one from
+the ledger, wherever it was added, and ends its console sessions there. Every daemon of
+the ledger sees the change on its next request: the credential's token and its
+long-polls are refused from then on. With no ledger yet (a SQLite file not made) only
+the file is written, and the daemon publishes it when it starts. The name is
 what an approval or rejection made with the token records as its approver
 (protocol: runs#approvals), so give each person their own credential.
 
@@ -34,8 +33,8 @@ from promoter.cli.common import JsonOpt, console
 from promoter.config import load_settings
 from promoter.engine.ownership import machine_host_id
 from promoter.errors import LedgerMissing
+from promoter.store import console_sessions
 from promoter.store.credentials import (
-    SESSIONS_FILE,
     add_operator,
     operator_names,
     remove_operator,
@@ -79,21 +78,21 @@ def _ledger(
         database.dispose()
 
 
-def _live_sessions(credentials_dir: Path, names: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The console sessions the daemon listed (``SESSIONS_FILE``) that are still live:
-    before their latest end and of a credential that still exists, per name."""
-    try:
-        listed = json.loads((credentials_dir / SESSIONS_FILE).read_bytes())["sessions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        listed = []  # no daemon wrote one yet, or it is unreadable: none shown
-    now = time.time()
+def _live_sessions(
+    db: Database | None, idle_seconds: float, names: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The live console sessions in the ledger (none without one), per name: those of a
+    credential that still exists, with when each opened and ends at the latest."""
     live: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for item in listed if isinstance(listed, list) else []:
-        if not isinstance(item, dict) or item.get("name") not in live:
-            continue
-        opened, expires = item.get("opened_at"), item.get("expires_at")
-        if isinstance(opened, int | float) and isinstance(expires, int | float) and expires > now:
-            live[item["name"]].append({"opened_at": _stamp(opened), "expires_at": _stamp(expires)})
+    if db is None:
+        return live
+    with db.session() as session:
+        found = console_sessions.live(session, time.time(), idle_seconds)
+    for item in found:
+        if item.name in live:
+            live[item.name].append(
+                {"opened_at": _stamp(item.opened_at), "expires_at": _stamp(item.expires_at)}
+            )
     return live
 
 
@@ -106,9 +105,10 @@ def list_credentials(
 ) -> None:
     """Print the operator credentials (``operator`` is the trusted token) and their live
     console sessions: how many, and when the last of them ends at the latest."""
+    idle = load_settings(config, state_dir=state_dir).console_session_idle_seconds
     with _ledger(state_dir, config) as (folder, db, _):
         names = ["operator", *operator_names(folder, db)]
-    sessions = _live_sessions(folder, names)
+        sessions = _live_sessions(db, idle, names)
     if as_json:
         typer.echo(json.dumps({"operators": names, "sessions": sessions}))
         return
@@ -141,6 +141,6 @@ def remove_credential(
     with _ledger(state_dir, config) as (folder, db, host_id):
         remove_operator(folder, name, db, host_id)
     console.print(
-        f"removed {name} on every host of the ledger; its console sessions and long-polls "
-        "end at their next request"
+        f"removed {name} on every host of the ledger; its console sessions are ended and "
+        "its long-polls end at their next re-check"
     )

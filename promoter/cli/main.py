@@ -125,8 +125,8 @@ def serve(
             "--workers",
             min=1,
             envvar="PROMOTER_WORKERS",
-            help="Serving processes on one ledger and state directory (default 1; "
-            "docs/operator/workers.md).",
+            help="Serving processes on one ledger and state directory (default: one per "
+            "usable core; docs/operator/workers.md).",
             show_default=False,
         ),
     ] = None,
@@ -143,7 +143,8 @@ def serve(
 
     Once it listens it records its URL, state directory and the person's credential in
     the per-user configuration (~/.config/promoter/), so the CLI finds it from anywhere.
-    With --workers N (N > 1) it serves from N processes (docs/operator/workers.md).
+    It serves from one process per usable core, or from N with --workers N
+    (docs/operator/workers.md).
     """
     from promoter.adapters.webhooks import daemon_services
     from promoter.api import fleet, logs
@@ -171,7 +172,7 @@ def serve(
     settings = load_settings(
         config, **{**overrides, "repositories": parse_repo_flags(repo) if repo else None}
     )
-    count = 1 if workers is None else workers
+    count = fleet.default_count() if workers is None else workers
     # the port first: a taken one is refused before a migration or a key publication
     sock = listen(settings.host, settings.port)
     logs.configure(fmt, settings.log_level)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import re
 import secrets
@@ -37,22 +36,22 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import String, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.errors import ConfigError, Unauthenticated
+from promoter.store import console_sessions
 from promoter.store.db import Database
-from promoter.store.durable import make_dirs, write_private, write_replace
+from promoter.store.durable import make_dirs, write_private
 from promoter.store.tables import CredentialRow, ExecutorTokenRow
 
 Role = Literal["executor", "orchestrator", "operator"]
 TRUSTED_ROLES: tuple[Role, ...] = ("orchestrator", "operator")
 OPERATORS_DIR = "operators"
 CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-SESSIONS_FILE = "console-sessions.json"  # the daemon's listing of live console sessions
 EXECUTOR_PREFIX = "pex_"
 RACY_NS = 2_000_000_000  # a folder changed this recently is re-read on every request
 
@@ -145,13 +144,6 @@ def remove_operator(
         path.unlink()
 
 
-def write_sessions_listing(credentials_dir: Path, sessions: list[dict[str, Any]]) -> None:
-    """Replace ``SESSIONS_FILE`` (0600) with the daemon's listing of live console sessions
-    (names and times only, never an id), which ``promoter credentials list`` reads."""
-    data = (json.dumps({"sessions": sessions}, sort_keys=True, indent=1) + "\n").encode()
-    write_replace(credentials_dir / SESSIONS_FILE, data, mode=0o600)
-
-
 def operator_names(credentials_dir: Path, db: Database | None = None) -> list[str]:
     """The names of the named operator credentials, sorted: those live in the ledger
     (``db``) and this host's files not removed there."""
@@ -202,8 +194,10 @@ def live_names(session: Session) -> list[str]:
 
 def remove_named(session: Session, name: str, host_id: str) -> int:
     """Mark every live ledger row of the named operator credential ``name`` removed (on
-    ``host_id``); how many were."""
+    ``host_id``) and end its console sessions, whichever process or host holds them; how
+    many rows were."""
     _operator_path(Path("."), name)  # the name's rules: never a trusted role's
+    console_sessions.remove_name(session, name)
     result = session.execute(
         update(CredentialRow)
         .where(CredentialRow.name == name, CredentialRow.removed_at.is_(None))

@@ -354,3 +354,17 @@ class RepositorySettingRow(Base):
     by_name: Mapped[str] = mapped_column(String(200))
     host_id: Mapped[str] = mapped_column(String(200))
     at: Mapped[str] = mapped_column(String(32))
+
+
+class ConsoleSessionRow(Base):
+    """A logged-in console browser (``promoter.store.console_sessions``), found by its
+    session id's sha256 (never the id); times in wall-clock seconds."""
+
+    __tablename__ = "console_sessions"
+    session_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(20))
+    name: Mapped[str] = mapped_column(String(200), index=True)  # the credential's name
+    credential_sha256: Mapped[str] = mapped_column(String(64))  # its token's, at login
+    opened_at: Mapped[float] = mapped_column(Float)
+    used_at: Mapped[float] = mapped_column(Float)  # written at most once a minute
+    expires_at: Mapped[float] = mapped_column(Float)  # opened_at + the lifetime

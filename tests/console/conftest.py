@@ -1,5 +1,6 @@
 """A headless browser, and a daemon whose check always fails (the suite's ``gated`` one
-awaits the operator's approval), and one of ``BASE`` for the drift pages."""
+awaits the operator's approval), one of ``BASE`` for the drift pages, and a migrated
+ledger of the test's own for the session table."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any
 import pytest
 
 from promoter.config import RepositoryConfig
+from promoter.store.db import Database, upgrade
 from tests.console.browser import chromium_browser
 from tests.console.support import BASE
 from tests.support.daemon import Daemon
+from tests.support.databases import own_url
 from tests.support.fixtures import Serve
 from tests.support.repos import Repos
 
@@ -36,3 +39,15 @@ def failing(repos: Repos, serve: Serve) -> tuple[Daemon, Path, str]:
     repo = repos("failing")
     daemon = serve({"failing": RepositoryConfig(path=repo, check_command=["false"])}, "fstate")
     return daemon, repo, daemon.services.registry.by_name("failing").identity
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Database]:
+    """A migrated ledger of the test's own (SQLite, or PostgreSQL in its pass)."""
+    url = own_url(tmp_path, "sessions.db")
+    upgrade(url)
+    database = Database(url, 5.0)
+    try:
+        yield database
+    finally:
+        database.dispose()

@@ -15,6 +15,7 @@ from promoter.api.ui.refusals import SHOWN, shown
 from promoter.api.ui.sessions import MAX_SESSIONS, Sessions, same_token
 from promoter.api.ui.web import CSP, set_cookie
 from promoter.errors import DatabaseUnavailable, PromoterError, TooManyRequests
+from promoter.store.db import Database
 
 
 def _request(scheme: str) -> Request:
@@ -39,9 +40,9 @@ def test_session_cookie_is_secure_over_tls_only() -> None:
         assert {"httponly", "samesite=strict", "path=/ui"} <= flags
 
 
-def test_an_idle_session_ends_and_a_used_one_stays() -> None:
+def test_an_idle_session_ends_and_a_used_one_stays(ledger: Database) -> None:
     now = [0.0]
-    table = Sessions(clock=lambda: now[0], idle_seconds=100.0)
+    table = Sessions(ledger, clock=lambda: now[0], idle_seconds=100.0)
     used, idle = table.open("operator"), table.open("operator")
     now[0] = 60.0
     assert table.get(used.session_id) is not None
@@ -51,8 +52,9 @@ def test_an_idle_session_ends_and_a_used_one_stays() -> None:
     assert table.get(idle.session_id) is None
 
 
-def test_session_table_is_bounded_and_forged_ids_match_nothing() -> None:
-    table = Sessions()
+def test_session_table_is_bounded_and_forged_ids_match_nothing(ledger: Database) -> None:
+    ticks = iter(range(10**6))
+    table = Sessions(ledger, clock=lambda: 1000.0 + next(ticks))
     first = table.open("operator")
     for _ in range(MAX_SESSIONS):
         table.open("operator")

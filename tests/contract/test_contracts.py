@@ -141,9 +141,14 @@ API_STORE_IMPORTS = {
     "promoter/api/app.py": {"promoter.store.state_temps"},
     # the authenticated caller a costly read is admitted for: a type
     "promoter/api/admission.py": {"promoter.store.credentials"},
-    # a console session is its credential's: the token's digest, the sessions' listing
+    # a console session is its credential's: the token's digest
     "promoter/api/ui/login.py": {"promoter.store.credentials"},
-    "promoter/api/ui/web.py": {"promoter.store.credentials"},
+    # a console session is a row of the ledger, opened, used and ended by every worker
+    "promoter/api/ui/sessions.py": {
+        "promoter.store",
+        "promoter.store.console_sessions",
+        "promoter.store.db",
+    },
 }
 
 

@@ -8,7 +8,9 @@ person saves a file of their own in each worktree again and again. Checked: ever
 promotion completed exactly once (one ``completed`` operation a bundle, its file holds the
 bundle's bytes), the operations were run by the daemon's two worker processes, and every
 one of the person's saves is there as last written: 0 lost. And a worker that dies
-stops the other and the daemon, which exits with the worker's status.
+stops the other and the daemon, which exits with the worker's status. By default the
+daemon starts a worker per usable core, and a console session opened through one is
+served on every fresh connection, whichever worker takes it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from promoter.api.ui.sessions import COOKIE
+from tests.console.support import hidden
 from tests.support.flows import init_repo, make_bundle, make_grant
 from tests.support.process import DaemonProcess, upload_blobs
 
@@ -43,7 +47,7 @@ def _person(worktrees: list[Path], stop: threading.Event, last: dict[Path, bytes
 
 def test_two_workers_promote_and_lose_no_save(tmp_path: Path) -> None:
     repos = {name: init_repo(tmp_path / name, {"README": b"hi\n"}) for name in REPOS}
-    daemon = DaemonProcess(tmp_path / "state", repos, extra_env={"PROMOTER_WORKERS": "2"})
+    daemon = DaemonProcess(tmp_path / "state", repos, workers=2)
     try:
         with daemon.client() as orch:
             listed = orch.get("/v1/repositories").json()["repositories"]
@@ -147,7 +151,7 @@ def _workers(pid: int) -> list[int]:
 
 def test_a_worker_that_dies_stops_the_daemon_with_its_status(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo", {"README": b"hi\n"})
-    daemon = DaemonProcess(tmp_path / "state", {"demo": repo}, extra_env={"PROMOTER_WORKERS": "2"})
+    daemon = DaemonProcess(tmp_path / "state", {"demo": repo}, workers=2)
     try:
         first, second = _workers(daemon.proc.pid)
         os.kill(first, signal.SIGKILL)
@@ -155,5 +159,30 @@ def test_a_worker_that_dies_stops_the_daemon_with_its_status(tmp_path: Path) -> 
         assert not Path(f"/proc/{second}").exists()  # the other one stopped, and was reaped
         daemon._drain.join(60)  # its stderr read to the end
         assert any("ended with status 137: the others stop" in line for line in daemon.log)
+    finally:
+        daemon.kill()
+
+
+def test_serve_starts_a_worker_per_usable_core_and_each_serves_the_console_session(
+    tmp_path: Path,
+) -> None:
+    repo = init_repo(tmp_path / "repo", {"README": b"hi\n"})
+    daemon = DaemonProcess(tmp_path / "state", {"demo": repo}, workers=None)
+    cores = len(os.sched_getaffinity(0))
+    try:
+        assert len(_workers(daemon.proc.pid)) == (cores if cores > 1 else 0)
+        with httpx.Client(base_url=daemon.url, timeout=60) as first:
+            form = first.get("/ui/login")
+            answer = first.post(
+                "/ui/login", data={"csrf": hidden(form.text), "token": daemon.token("operator")}
+            )
+            assert answer.status_code == 303, answer.text
+            session_id = first.cookies[COOKIE]
+        # each request on a connection of its own: the kernel picks the worker
+        for _ in range(4 * cores):
+            with httpx.Client(
+                base_url=daemon.url, timeout=60, cookies={COOKIE: session_id}
+            ) as browser:
+                assert browser.get("/ui/operations").status_code == 200
     finally:
         daemon.kill()

@@ -41,8 +41,10 @@ class DaemonProcess:
         faults: str = "",
         extra_env: dict[str, str] | None = None,
         open_files: tuple[int, int] | None = None,
+        workers: int | None = 1,
     ) -> None:
-        """``open_files``: the (soft, hard) ``RLIMIT_NOFILE`` the daemon starts with."""
+        """``open_files``: the (soft, hard) ``RLIMIT_NOFILE`` the daemon starts with;
+        ``workers``: its serving processes (None: the default, one per usable core)."""
         self.state_dir = state_dir
         env = {
             k: v
@@ -53,9 +55,11 @@ class DaemonProcess:
             env["PROMOTER_FAULTS"] = faults
         # as for an in-process test daemon: no start-up rehearsal unless a test asks for it
         env["PROMOTER_REHEARSE_AT_START"] = "false"
-        # one serving process: the process a test kills or pauses is the one that writes
-        # (a test of ``serve --workers`` asks for more in ``extra_env``)
-        env["PROMOTER_WORKERS"] = "1"
+        # one serving process: the process a test kills or pauses is the one that writes,
+        # and one process's metrics are the daemon's (a test of ``serve --workers`` asks
+        # for more, or for the default)
+        if workers is not None:
+            env["PROMOTER_WORKERS"] = str(workers)
         env.update(extra_env or {})
         databases.ensure(env.get("PROMOTER_DATABASE_URL"))  # made before the child opens it
         argv = [

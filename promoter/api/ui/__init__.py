@@ -1,8 +1,9 @@
 """The operator's web console at ``/ui``: server-rendered pages over the engine.
 
-``install(app)`` adds the session table and the console's routers (login, pages,
-actions, the merge, repositories and snapshots, hosts) and serves ``/ui/static`` (one stylesheet; no
-script). Every route is HTML and left out of the OpenAPI contract.
+``install(app)`` adds the console's routers (login, pages, actions, the merge,
+repositories and snapshots, hosts) and serves ``/ui/static`` (one stylesheet; no
+script); its sessions are in the ledger (``promoter.api.ui.sessions``). Every route is
+HTML and left out of the OpenAPI contract.
 
 Deliberately not here: any decision; the console calls the same engine functions as the
 API routes and the engine's guard decides.
@@ -16,15 +17,11 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from promoter.api.ui import actions, hosts, login, merge, pages, repositories
-from promoter.api.ui.sessions import Sessions
 from promoter.config import Settings
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    app.state.ui_sessions = Sessions(
-        idle_seconds=settings.console_session_idle_seconds,
-        lifetime_seconds=settings.console_session_lifetime_seconds,
-    )
+    app.state.ui_sessions = None  # made from the services' ledger on first use
     static = StaticFiles(directory=Path(__file__).parent / "static")
     app.mount("/ui/static", static, name="ui-static")
     for module in (login, merge, actions, pages, repositories, hosts):  # merge before /{action}

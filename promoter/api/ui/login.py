@@ -23,13 +23,13 @@ from promoter.api.ui.refusals import shown
 from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, same_token
 from promoter.api.ui.web import (
     form_of,
-    publish_sessions,
     read_form,
     render,
     secure,
     sessions,
     set_cookie,
 )
+from promoter.api.workers import run_on_operator_pool
 from promoter.errors import PromoterError
 from promoter.store.credentials import token_sha256
 
@@ -64,8 +64,13 @@ async def post_login(request: Request) -> Response:
         return _form(request, 401, "That token is not valid.")
     if principal.role != "operator":
         return _form(request, 403, "The console needs the operator token.")
-    session = sessions(request).open(principal.role, principal.name, token_sha256(token))
-    await publish_sessions(request)
+    session = await run_on_operator_pool(
+        request.app.state,
+        sessions(request).open,
+        principal.role,
+        principal.name,
+        token_sha256(token),
+    )
     response = secure(RedirectResponse("/ui/operations", status_code=303))
     set_cookie(request, response, COOKIE, session.session_id)
     response.delete_cookie(LOGIN_COOKIE, path="/ui")
@@ -76,8 +81,7 @@ async def post_login(request: Request) -> Response:
 @shown()
 async def post_logout(request: Request) -> Response:
     session, _ = await form_of(request)
-    sessions(request).close(session.session_id)
-    await publish_sessions(request)
+    await run_on_operator_pool(request.app.state, sessions(request).close, session.session_id)
     response = secure(RedirectResponse("/ui/login", status_code=303))
     response.delete_cookie(COOKIE, path="/ui")
     return response

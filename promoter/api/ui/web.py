@@ -16,6 +16,7 @@ in (``promoter.api.ui.login``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -28,7 +29,6 @@ from promoter.api.deps import SMALL_BODY, get_services, read_body
 from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
 from promoter.api.workers import run_on_operator_pool, use_operator_pool
 from promoter.errors import Forbidden, Unauthenticated
-from promoter.store.credentials import write_sessions_listing
 
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -64,19 +64,30 @@ def render(
 
 
 def sessions(request: Request) -> Sessions:
-    table: Sessions = request.app.state.ui_sessions
+    """The console's sessions, in the ledger of the app's services (made on first use:
+    the services may start with the app)."""
+    state = request.app.state
+    table: Sessions | None = getattr(state, "ui_sessions", None)
+    if table is None:
+        services = get_services(request)
+        table = state.ui_sessions = Sessions(
+            services.db,
+            idle_seconds=services.settings.console_session_idle_seconds,
+            lifetime_seconds=services.settings.console_session_lifetime_seconds,
+        )
     return table
 
 
 async def session_of(request: Request) -> Session | None:
     """The request's live session, or None: none, ended, or its credential removed since.
 
-    The credential is checked through the ledger, on the operator's worker threads
-    (``promoter.api.workers``), before every use; a session whose credential is gone or
-    was replaced is ended with every other session of that name. A live session's request goes on on
-    the operator's threads. A page's refusal is shown to it (``answering``).
+    The session and its credential are read from the ledger in one hop to the operator's
+    worker threads (``promoter.api.workers``) before every use; a session whose
+    credential is gone or was replaced is ended with every other session of that name. A
+    live session's request goes on on the operator's threads. A page's refusal is shown
+    to it (``answering``).
     """
-    session = await _live_session(request)
+    session = await _session(request)
     request.state.console_session = session
     return session
 
@@ -88,34 +99,30 @@ def answering(request: Request) -> Session | None:
     return session
 
 
-async def _live_session(request: Request) -> Session | None:
-    table = sessions(request)
-    session = table.get(request.cookies.get(COOKIE))
+async def _session(request: Request) -> Session | None:
     state = request.app.state
-    services = get_services(request)
+    session = await run_on_operator_pool(
+        state,
+        _live_session,
+        sessions(request),
+        get_services(request).auth.credential_live,
+        request.cookies.get(COOKIE),
+    )
     if session is not None:
-        live = await run_on_operator_pool(
-            state, services.auth.credential_live, session.name, session.credential
-        )
-        if not live:
-            table.end_credential(session.name)
-            session = None
-        else:
-            use_operator_pool(state)
-    await publish_sessions(request)
+        use_operator_pool(state)
     return session
 
 
-async def publish_sessions(request: Request) -> None:
-    """Write the sessions' listing out if sessions opened or ended since it was written."""
-    table = sessions(request)
-    if table.changed():
-        directory = get_services(request).settings.credentials_dir
-        await run_on_operator_pool(request.app.state, _publish, directory, table)
-
-
-def _publish(credentials_dir: Path, table: Sessions) -> None:
-    write_sessions_listing(credentials_dir, table.listing())
+def _live_session(
+    table: Sessions, credential_live: Callable[[str, str], bool], session_id: str | None
+) -> Session | None:
+    session = table.get(session_id)
+    if session is None:
+        return None
+    if not credential_live(session.name, session.credential):
+        table.end_credential(session.name)
+        return None
+    return session
 
 
 def is_tls(request: Request) -> bool:
@@ -141,7 +148,7 @@ async def read_form(request: Request) -> dict[str, str]:
 
 async def form_of(request: Request) -> tuple[Session, dict[str, str]]:
     """The session and form of a state-changing post: 401 without session, 403 without CSRF."""
-    session = await _live_session(request)
+    session = await _session(request)
     if session is None:
         raise Unauthenticated("log in to the console first")
     form = await read_form(request)
