@@ -68,10 +68,15 @@ def _same(value: Any, constant: Any) -> bool:
     return type(value) is type(constant) and value == constant
 
 
+def _one_of(value: Any, choices: list[Any]) -> bool:
+    """``value`` is one of ``choices``, of the same type (``True`` is not ``1``)."""
+    return value in choices and any(type(value) is type(c) and value == c for c in choices)
+
+
 def _problem(schema: dict[str, Any], value: Any, defs: dict[str, Any], loc: str) -> str | None:
-    for key in schema:
-        if key not in _KNOWN:
-            return f"{_where(loc)}: the validator does not know {key!r}"
+    if not _KNOWN.issuperset(schema):
+        unknown = sorted(set(schema) - _KNOWN)
+        return f"{_where(loc)}: the validator does not know {unknown[0]!r}"
     if "$ref" in schema:
         ref = schema["$ref"]
         if not ref.startswith("#/$defs/") or ref[8:] not in defs:
@@ -85,7 +90,7 @@ def _problem(schema: dict[str, Any], value: Any, defs: dict[str, Any], loc: str)
         return f"{_where(loc)}: not of type {schema['type']}"
     if "const" in schema and not _same(value, schema["const"]):
         return f"{_where(loc)}: must be {schema['const']!r}"
-    if "enum" in schema and not any(_same(value, choice) for choice in schema["enum"]):
+    if "enum" in schema and not _one_of(value, schema["enum"]):
         return f"{_where(loc)}: not one of {schema['enum']!r}"
     if isinstance(value, str):
         found = _string_problem(schema, value)
@@ -215,24 +220,26 @@ def _state_spec(spec: dict[str, Any]) -> str | None:
 
 
 _MODEL_CHECKS = {"file_state": _file_state, "state_spec": _state_spec}
-_KNOWN = {
-    "$defs",
-    "$ref",
-    "additionalProperties",
-    "anyOf",
-    "const",
-    "enum",
-    "exclusiveMaximum",
-    "items",
-    "maxItems",
-    "maxLength",
-    "maximum",
-    "minItems",
-    "minLength",
-    "minimum",
-    "pattern",
-    "properties",
-    "required",
-    "type",
-    "x-check",
-}
+_KNOWN = frozenset(
+    (
+        "$defs",
+        "$ref",
+        "additionalProperties",
+        "anyOf",
+        "const",
+        "enum",
+        "exclusiveMaximum",
+        "items",
+        "maxItems",
+        "maxLength",
+        "maximum",
+        "minItems",
+        "minLength",
+        "minimum",
+        "pattern",
+        "properties",
+        "required",
+        "type",
+        "x-check",
+    )
+)
