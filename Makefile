@@ -26,7 +26,7 @@ help:
 	@echo "make lint                            ruff + mypy --strict"
 	@echo "make bench [BENCH=--full]            the speed table (ratios; --full adds the long ones)"
 	@echo "make demo                            the whole flow on a scratch repository"
-	@echo "make schemas                         regenerate schemas/ (JSON Schemas, openapi.json)"
+	@echo "make schemas                         regenerate schemas/ (JSON Schemas, openapi.json), the validator's"
 	@echo "make docs                            build the documentation site into site/ (strict)"
 
 # the package compiled after an editable install, also where the environment says not to
@@ -111,6 +111,7 @@ format: $(STAMP)
 
 schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
+	$(PY) -m promoter.domain.wirecheck_gen promoter/domain/wire_schemas.py
 	$(PY) -m promoter.api.openapi_export schemas
 	$(PY) -m scripts.client_answers
 

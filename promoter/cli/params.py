@@ -8,9 +8,9 @@ cost a command like ``promoter run --list`` (about twenty options) some 50 ms of
 more than the command's work. After ``spare()`` each parameter gets a coercion that
 returns those values exactly as typer's returns them (``None``, or ``()`` for a
 repeatable option; the default itself; the same string), a flag's ``bool``, a list of
-the strings typed (``list[str]``) and a ``Path`` (through typer's own checks of a path),
-and hands every other value (a number, a choice) to typer's own coercion, built then. A
-parameter with its own parser keeps typer's coercion for every value.
+the strings typed (``list[str]``), a ``Path`` and a list of them (through typer's own
+checks of a path), and hands every other value (a number, a choice) to typer's own
+coercion, built then. A parameter with its own parser keeps typer's coercion for every value.
 
 It changes no command's parsing, help or errors, and does nothing with a typer whose
 parameters coerce otherwise (the attributes it relies on are checked first).
@@ -32,6 +32,7 @@ except ImportError:  # another typer: its own coercion stays
 
 _PLAIN = (str, int, float)
 _STRINGS = list[str]
+_PATHS = list[Path]
 
 
 class _Spared:
@@ -63,6 +64,11 @@ class _Spared:
             path = self._path(value, param, ctx)
             if path is not None:
                 return path
+        typed = type(value) in (tuple, list) and all(type(item) is str for item in value)
+        if typed and annotation == _PATHS and not single:
+            paths = [self._path(item, param, ctx) for item in value]
+            if all(path is not None for path in paths):
+                return paths  # typer's list of its Path coercion of each
         if self._real is None:
             self._real = build_runtime_param(self._descriptor)
         return self._real.coerce(value, param=param, ctx=ctx)

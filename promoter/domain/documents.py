@@ -7,7 +7,7 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promoter.domain import jcs_rows
 from promoter.domain.canonical import (
@@ -17,13 +17,15 @@ from promoter.domain.canonical import (
     projection_sha256,
     sha256_hex,
 )
-from promoter.domain.models import (
-    GrantV1,
-    PatchBundleV1,
-    PatchPromotionReceiptV1,
-    PatchVerificationReceiptV1,
-    RollbackReceiptV1,
-)
+
+if TYPE_CHECKING:  # only annotations: hashing a document dict loads no pydantic
+    from promoter.domain.models import (
+        GrantV1,
+        PatchBundleV1,
+        PatchPromotionReceiptV1,
+        PatchVerificationReceiptV1,
+        RollbackReceiptV1,
+    )
 
 GRANT_IDENTITY = ("grant_sha256",)
 BUNDLE_IDENTITY = ("bundle_id", "bundle_sha256")

@@ -1,8 +1,9 @@
 """The in-toto Statement v1 that carries a signed receipt (protocol: bundles#signed-receipts).
 
-Wire constants and strict models only: the DSSE payload type, the Statement type, one
-versioned ``predicateType`` per receipt kind (``urn:`` URIs, so no domain is claimed),
-and one model per receipt kind whose ``predicate`` is that receipt. The JSON Schemas in
+Strict models only: one per receipt kind whose ``predicate`` is that receipt. The wire
+constants it re-exports (the DSSE payload type, the Statement type, one versioned
+``predicateType`` per receipt kind: ``urn:`` URIs, so no domain is claimed) live in
+``promoter.domain.statement_types``, which loads no pydantic. The JSON Schemas in
 ``schemas/`` are generated from these models.
 
 Deliberately not here: building a Statement from receipt bytes or checking one
@@ -20,16 +21,9 @@ from promoter.domain.models import (
     PatchVerificationReceiptV1,
     RollbackReceiptV1,
 )
+from promoter.domain.statement_types import PAYLOAD_TYPE, PREDICATE_TYPES, STATEMENT_TYPE
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-
-# receipt schema -> predicateType
-PREDICATE_TYPES: dict[str, str] = {
-    "PatchVerificationReceiptV1": "urn:promoter:receipt:verification:v1",
-    "PatchPromotionReceiptV1": "urn:promoter:receipt:promotion:v1",
-    "RollbackReceiptV1": "urn:promoter:receipt:rollback:v1",
-}
+__all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPES", "STATEMENT_MODELS", "STATEMENT_TYPE"]
 
 
 class _Strict(BaseModel):

@@ -10,8 +10,6 @@ stopping at the first. ``promoter.domain.documents`` adds hashing and ids on top
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -22,6 +20,9 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
+
+from promoter.domain.wire_formats import blob_path as blob_path  # re-exported: its old home
+from promoter.domain.wire_formats import check_timestamp
 
 HEX64 = r"^[0-9a-f]{64}$"
 HEX40 = r"^[0-9a-f]{40}$"
@@ -40,17 +41,7 @@ OperationId = Annotated[str, StringConstraints(pattern=r"^op_[0-9a-f]{32}$")]
 EventId = Annotated[str, StringConstraints(pattern=r"^evt_[0-9a-f]{32}$")]
 Operation = Literal["create", "modify", "delete"]
 
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-
-
-def _check_timestamp(value: str) -> str:
-    if not _TIMESTAMP.match(value):
-        raise ValueError("timestamp must be RFC 3339 UTC with whole seconds and a Z suffix")
-    datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")  # rejects impossible dates
-    return value
-
-
-Timestamp = Annotated[str, AfterValidator(_check_timestamp)]
+Timestamp = Annotated[str, AfterValidator(check_timestamp)]
 # Paths are checked by the verification's path_policy check, not at parse time, so that
 # a receipt can report every broken path; here they only need to be bounded strings.
 # The bound admits the wire form (protocol: documents#byte-paths) of the longest path, 4096 bytes
@@ -73,11 +64,6 @@ class Document(Strict):
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
-
-
-def blob_path(sha256: str) -> str:
-    """Where a blob lives relative to the audit store root (protocol: documents#file-state)."""
-    return f"blobs/sha256/{sha256[0:2]}/{sha256}"
 
 
 class BlobRef(Strict):

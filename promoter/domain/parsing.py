@@ -8,33 +8,17 @@ Any failure re-validates the whole document, so errors read exactly as before.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from promoter.errors import BadRequest, ValidationFailed
+from promoter.domain.json_input import load_json
+from promoter.errors import ValidationFailed
+
+__all__ = ["load_json", "parse_model"]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def load_json(raw: bytes) -> Any:
-    """Decode a JSON request body; duplicate keys and non-finite numbers are refused."""
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        found = dict(pairs)  # a repeated key leaves fewer members than pairs
-        if len(found) != len(pairs):
-            raise ValueError("duplicate object key")
-        return found
-
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
-    try:
-        return json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}") from exc
 
 
 SLICE = 256  # list items per validator call

@@ -32,7 +32,7 @@ import stat
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 
-from promoter.domain.models import blob_path
+from promoter.domain.wire_formats import blob_path
 from promoter.errors import BlobHashMismatch, BlobMissing, PayloadTooLarge, StorageError
 from promoter.faults import point
 from promoter.fs import flush

@@ -5,7 +5,8 @@ of its own against a real daemon; what it imported is read at exit (an at-exit h
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
 asynchronous client. A command printing JSON loads no rich, and one that reads no wire
-document loads no pydantic. What these cost is measured in ``bench/cli_start.py``, not
+document loads no pydantic; nor does ``receipt verify``, which checks its documents with
+the pydantic-free validator. What these cost is measured in ``bench/cli_start.py``, not
 here: the assertions are about modules, so they do not depend on the machine's speed.
 """
 
@@ -127,6 +128,8 @@ def _commands(found: dict[str, str]) -> dict[str, list[str]]:
 
 
 NO_WIRE_MODEL = ("help", "run_list", "review", "review_json", "ops_list", "ops_list_json")
+# they check the envelope and the receipt with ``promoter.domain.wirecheck``, not the models
+NO_PYDANTIC = (*NO_WIRE_MODEL, "receipt_verify", "receipt_verify_json")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -146,8 +149,9 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
-        if name in NO_WIRE_MODEL:
+        if name in NO_PYDANTIC:
             assert "pydantic" not in modules, name
+            assert "promoter.domain.models" not in modules, name
         if name == "help":
             assert "httpx" not in modules and "rich" not in modules
         if name == "review_json":
@@ -191,6 +195,9 @@ def test_spared_coercion_answers_what_typers_own_answers(tmp_path: Path) -> None
                 values = [param.get_default(ctx), None, *_TYPED.get(descriptor.annotation, [])]
                 if descriptor.annotation is Path:
                     values += [str(tmp_path), str(tmp_path / "absent"), str(unreadable)]
+                if descriptor.annotation == list[Path]:
+                    here = (str(tmp_path / "absent"), "rel/p")
+                    values += [(str(tmp_path),), here, (*here, str(unreadable))]
                 for value in values:
                     for source in (ParameterSource.DEFAULT, ParameterSource.COMMANDLINE):
                         ctx.set_parameter_source(param.name, source)
@@ -205,6 +212,7 @@ _TYPED: dict[Any, list[Any]] = {
     bool: [True, False],
     list[str]: [("a", "caf\udce9 ", ""), ()],
     Path: ["rel/p", "", "caf\udce9", "-"],
+    list[Path]: [("rel/p", "", "caf\udce9", "-"), ("a",), (), ["a", "rel/p"], []],
 }
 
 

@@ -13,7 +13,7 @@ or grant documents themselves (the hashes bind them; their bytes are not needed)
 
 from __future__ import annotations
 
-from promoter.domain.parsing import load_json
+from promoter.domain.json_input import load_json
 from promoter.engine.receipts.signing import VerifiedDocument
 from promoter.errors import ReceiptInvalid
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.intoto import PREDICATE_TYPES, STATEMENT_TYPE
-from promoter.domain.parsing import load_json
+from promoter.domain.json_input import load_json
+from promoter.domain.statement_types import PREDICATE_TYPES, STATEMENT_TYPE
 from promoter.errors import PromoterError, ReceiptInvalid
 
 STATEMENT_FIELDS = ("_type", "subject", "predicateType", "predicate")

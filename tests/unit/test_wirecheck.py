@@ -1,0 +1,105 @@
+"""The pydantic-free validator and its generator fail closed.
+
+What the generator does not know (a keyword, a model validator, a field validator) stops
+generation; what the validator meets that it does not know refuses the document; a
+document the validator refuses is refused by the offline verifier even when the model
+would take it. The verdicts themselves are compared with the models' in
+``tests/property/test_wirecheck_differential.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import AfterValidator, BaseModel, field_validator, model_validator
+
+from promoter.domain import wirecheck, wirecheck_gen
+from promoter.domain.wire_schemas import SCHEMAS
+from promoter.engine.receipts import signing
+from promoter.errors import ReceiptInvalid
+from tests.unit.test_signing import jcs, verification
+
+
+class _Checked(BaseModel):
+    value: int
+
+    @model_validator(mode="after")
+    def _extra_rule(self) -> _Checked:
+        return self
+
+
+class _FieldChecked(BaseModel):
+    value: int
+
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        return value
+
+
+class _Transformed(BaseModel):
+    value: Annotated[str, AfterValidator(str.strip)]
+
+
+@pytest.mark.parametrize("model", [_Checked, _FieldChecked, _Transformed])
+def test_the_generator_refuses_a_rule_the_validator_does_not_reproduce(
+    model: type[BaseModel],
+) -> None:
+    node: dict[str, Any] = {"properties": {"value": {}}}
+    with pytest.raises(ValueError, match="validator"):
+        wirecheck_gen._mark(model, node)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": "[0-9]+"},
+        {"type": "object", "patternProperties": {}},
+    ],
+)
+def test_the_generator_refuses_what_the_validator_cannot_read(schema: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="validator"):
+        wirecheck_gen._strip(schema)
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "string", "format": "date-time"}, "x"),
+        ({"type": "string", "x-check": "uuid"}, "x"),
+        ({"type": "object", "properties": {}, "additionalProperties": False, "x-check": "y"}, {}),
+        ({"type": "object", "properties": {}}, {}),
+        ({"type": "number"}, 1),
+        ({"$ref": "#/$defs/Absent"}, {}),
+    ],
+)
+def test_the_validator_refuses_what_it_does_not_know(schema: dict[str, Any], value: Any) -> None:
+    assert wirecheck._problem(schema, value, {}, "") is not None
+
+
+def test_every_pattern_matches_the_whole_string_only() -> None:
+    sha = SCHEMAS["PatchVerificationReceiptV1"]["properties"]["receipt_sha256"]["pattern"]
+    assert wirecheck._pattern(sha).search("a" * 64)
+    assert wirecheck._pattern(sha).search("a" * 64 + "\n") is None
+
+
+def test_the_verifier_refuses_what_the_validator_refuses_even_if_the_model_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = jcs(verification())
+    assert signing.verify_document(data, None).schema == "PatchVerificationReceiptV1"
+    monkeypatch.setattr(signing, "problem", lambda name, document: "checks: made up")
+    with pytest.raises(
+        ReceiptInvalid, match="not a valid PatchVerificationReceiptV1: checks: made up"
+    ):
+        signing.verify_document(data, None)
+
+
+def test_a_refusal_reads_as_the_models_error() -> None:
+    document = {**verification(), "status": "maybe"}
+    with pytest.raises(
+        ReceiptInvalid, match="not a valid PatchVerificationReceiptV1: status: Input should be"
+    ):
+        signing.check_document(jcs(document))
