@@ -7,7 +7,7 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from promoter.domain import jcs_rows
 from promoter.domain.canonical import (
@@ -85,8 +85,22 @@ def receipt_sha256(document: dict[str, Any]) -> str:
     return projection_sha256(document, RECEIPT_IDENTITY)
 
 
-def seal_receipt(document: dict[str, Any]) -> dict[str, Any]:
-    return {**document, "receipt_sha256": receipt_sha256(document)}
+UNSEALED = "0" * 64  # the ``receipt_sha256`` a receipt is built with, before ``sealed``
+
+Receipt = TypeVar("Receipt", PatchVerificationReceiptV1, PatchPromotionReceiptV1, RollbackReceiptV1)
+
+
+def sealed(receipt: Receipt) -> tuple[Receipt, dict[str, Any]]:
+    """The receipt with its ``receipt_sha256`` filled in, and that receipt's wire document.
+
+    The hash covers the wire document without ``receipt_sha256`` (whatever the receipt held
+    there, usually ``UNSEALED``); the document is dumped once and its ``receipt_sha256``
+    replaced in place, so its members keep the model's order.
+    """
+    document = receipt.wire()
+    digest = receipt_sha256(document)
+    document["receipt_sha256"] = digest
+    return receipt.model_copy(update={"receipt_sha256": digest}), document
 
 
 def canonical(

@@ -17,14 +17,21 @@ the check (``operation.check``) and fingerprinting the repository
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_receipt
-from promoter.domain.models import Change, PatchPromotionReceiptV1
+from promoter.domain.documents import UNSEALED, sealed
+from promoter.domain.models import (
+    Change,
+    GitMode,
+    PatchPromotionReceiptV1,
+    PromotionEvents,
+)
+from promoter.domain.models import Target as ReceiptTarget
 from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
@@ -67,6 +74,7 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for change, leaf in zip(changes, leaves, strict=True):
         old, new = State.of(change.old), State.of(change.new)  # once per change
+        actual: Mapping[str, Any]
         if isinstance(leaf, PromoterError):
             found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:
@@ -248,30 +256,41 @@ def build_receipt(
     operation_id: str,
     evidence: Evidence,
     repository_identity: str,
-    targets: list[dict[str, Any]],
-    events: dict[str, str],
+    targets: list[ReceiptTarget],
+    events: PromotionEvents,
 ) -> PatchPromotionReceiptV1:
-    document: dict[str, Any] = {
-        "schema": "PatchPromotionReceiptV1",
-        "operation_id": operation_id,
-        "repository_identity": repository_identity,
-        "grant_id": evidence.grant.grant_id,
-        "grant_sha256": evidence.grant.grant_sha256,
-        "bundle_id": evidence.bundle.bundle_id,
-        "bundle_sha256": evidence.bundle.bundle_sha256,
-        "verification_receipt_sha256": evidence.receipt_sha256,
-        "targets": sorted(targets, key=lambda t: sort_key(t["path"])),
-        "events": events,
-        "promoted_at": rfc3339(utcnow()),
-    }
-    if evidence.grant.base_operation is not None:  # a chained run names its base
-        document["base_operation"] = evidence.grant.base_operation
-    derived = evidence.bundle.derived_from
-    if derived is not None:  # a part accepted at review names what it was cut from
-        document["parent_bundle_id"] = derived.parent_bundle_id
-        document["declined_paths"] = list(derived.declined_paths)
-        document["composed"] = [c.wire() for c in derived.composed]
-    return PatchPromotionReceiptV1.model_validate(seal_receipt(document))
+    """The sealed receipt of a completed promotion (targets in path order)."""
+    return sealed(_unsealed(operation_id, evidence, repository_identity, targets, events))[0]
+
+
+def _unsealed(
+    operation_id: str,
+    evidence: Evidence,
+    repository_identity: str,
+    targets: list[ReceiptTarget],
+    events: PromotionEvents,
+) -> PatchPromotionReceiptV1:
+    """``build_receipt`` before its ``receipt_sha256`` (``UNSEALED``)."""
+    derived = evidence.bundle.derived_from  # a part accepted at review names its parent
+    assert evidence.grant.grant_sha256 is not None  # a stored grant is sealed
+    return PatchPromotionReceiptV1(
+        schema_="PatchPromotionReceiptV1",
+        receipt_sha256=UNSEALED,
+        operation_id=operation_id,
+        repository_identity=repository_identity,
+        grant_id=evidence.grant.grant_id,
+        grant_sha256=evidence.grant.grant_sha256,
+        bundle_id=evidence.bundle.bundle_id,
+        bundle_sha256=evidence.bundle.bundle_sha256,
+        verification_receipt_sha256=evidence.receipt_sha256,
+        targets=sorted(targets, key=lambda t: sort_key(t.path)),
+        events=events,
+        promoted_at=rfc3339(utcnow()),
+        base_operation=evidence.grant.base_operation,  # a chained run names its base
+        parent_bundle_id=None if derived is None else derived.parent_bundle_id,
+        declined_paths=None if derived is None else list(derived.declined_paths),
+        composed=None if derived is None else list(derived.composed),
+    )
 
 
 def complete(
@@ -295,7 +314,7 @@ def complete(
     """
     assert [p.path for p in paths] == [c.path for c in changes]
     assert all(p.new for p in paths)
-    targets = [
+    targets: list[TargetState] = [
         {
             "path": p.path,
             "exists": p.actual["exists"],
@@ -334,13 +353,29 @@ def complete(
         log.warning("a damaged receipt copy of %s was kept at %s", operation_id, aside)
 
 
+class TargetState(TypedDict):
+    """A target as read back for the receipt (a ``Target`` of it), in step order."""
+
+    path: str
+    exists: bool
+    sha256: str | None
+    mode: GitMode | None
+
+
+class CompletedOutcome(TypedDict):
+    """The payload of a completed promotion's outcome event."""
+
+    status: Literal["completed"]
+    targets_sha256: str
+
+
 @dataclass(frozen=True)
 class _Made:
     """What the outcome's commit records, made before it: the prepared outcome event (None
     when the row already holds its receipt), the receipt and its bytes, the envelope."""
 
     outcome: ledger.Prepared | None
-    receipt: dict[str, Any]
+    receipt: dict[str, Any]  # the receipt's JSON document, as the row keeps it
     receipt_sha256: str
     data: bytes
     sealed: StoredEnvelope
@@ -350,7 +385,7 @@ def _made(
     db: Database,
     operation_id: str,
     evidence: Evidence,
-    targets: list[dict[str, Any]],
+    targets: list[TargetState],
     signer: ReceiptSigner,
 ) -> _Made:
     """The outcome event, the receipt naming it and its signed envelope (no write)."""
@@ -359,25 +394,26 @@ def _made(
         if row.receipt is not None:
             recorded, digest, outcome = row.receipt, row.receipt_sha256, None
         else:
-            payload = {
+            payload: CompletedOutcome = {
                 "status": "completed",
-                "targets_sha256": sha256_hex(canonical_bytes(targets)),
+                "targets_sha256": sha256_hex(canonical_bytes(targets)),  # in step order
             }
             outcome = ledger.prepare(session, operation_id, "outcome", payload)
             assert row.decision_event_id is not None and row.action_event_id is not None
-            events = {
-                "decision": row.decision_event_id,
-                "action": row.action_event_id,
-                "outcome": outcome.event_id,
-            }
-            receipt = build_receipt(
-                operation_id, evidence, row.repository_identity, targets, events
+            events = PromotionEvents(
+                decision=row.decision_event_id,
+                action=row.action_event_id,
+                outcome=outcome.event_id,
             )
-            recorded, digest = receipt.wire(), receipt.receipt_sha256
+            built = [ReceiptTarget(**target) for target in targets]
+            receipt, recorded = sealed(
+                _unsealed(operation_id, evidence, row.repository_identity, built, events)
+            )
+            digest = receipt.receipt_sha256
     assert digest is not None
     data = canonical_bytes(recorded)  # the row's bytes, the copy's and the signed ones
-    sealed = make_envelope(signer, PROMOTION, operation_id, data)
-    return _Made(outcome, recorded, digest, data, sealed)
+    envelope = make_envelope(signer, PROMOTION, operation_id, data)
+    return _Made(outcome, recorded, digest, data, envelope)
 
 
 def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) -> None:

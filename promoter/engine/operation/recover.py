@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
 
@@ -229,10 +230,11 @@ def _reclassify(
         steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
-    actuals: list[dict[str, Any]] = []
+    actuals: list[Mapping[str, Any]] = []
     with closing(Directories.for_reads(root)) as directories:  # one read pass
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for seq, (change, leaf) in enumerate(zip(changes, leaves, strict=True)):
+        actual: Mapping[str, Any]
         if isinstance(leaf, PromoterError):
             found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:

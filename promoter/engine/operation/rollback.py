@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.exc import IntegrityError
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_receipt
+from promoter.domain.documents import UNSEALED, sealed
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import disk_path, temp_name, wire_all
 from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
@@ -68,6 +68,13 @@ ROLLBACK_FROM = {
     OperationStatus.NEEDS_RECONCILIATION,
     OperationStatus.APPLIED_UNVERIFIED,
 }
+
+
+_STATUSES: dict[OperationStatus, Literal["rolled_back", "rollback_partial", "rollback_failed"]] = {
+    OperationStatus.ROLLED_BACK: "rolled_back",
+    OperationStatus.ROLLBACK_PARTIAL: "rollback_partial",
+    OperationStatus.ROLLBACK_FAILED: "rollback_failed",
+}  # a rollback's final status, as its receipt names it
 
 
 def rollback_id(operation_id: str) -> str:
@@ -309,16 +316,15 @@ def _rollback_locked(
     removed = sorted(set(removed_now) | gone, key=lambda d: (d.count("/"), d), reverse=True)
     status = rollback_status(targets)
     faults.point("rollback_before_receipt")
-    receipt = RollbackReceiptV1.model_validate(
-        seal_receipt(
-            {
-                "schema": "RollbackReceiptV1",
-                "operation_id": parent_id,
-                "status": status,
-                "targets": targets,
-                "removed_directories": removed,
-                "rolled_back_at": rfc3339(utcnow()),
-            }
+    receipt, document = sealed(
+        RollbackReceiptV1(
+            schema_="RollbackReceiptV1",
+            receipt_sha256=UNSEALED,
+            operation_id=parent_id,
+            status=_STATUSES[status],
+            targets=targets,
+            removed_directories=removed,
+            rolled_back_at=rfc3339(utcnow()),
         )
     )
     with journal.unit_of_work(services.db) as session:  # (1) record the receipt, once
@@ -331,10 +337,10 @@ def _rollback_locked(
                 {"status": status, "receipt_sha256": receipt.receipt_sha256},
             )
             ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
-            journal.set_receipt(session, child_id, receipt.wire(), receipt.receipt_sha256)
+            journal.set_receipt(session, child_id, document, receipt.receipt_sha256)
             report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
             journal.set_report(session, child_id, report)
-            recorded = receipt.wire()
+            recorded = document
         else:
             recorded = dict(child.receipt)  # a concurrent pass recorded one first
     return _publish(services, child_id, parent_id, recorded)

@@ -20,10 +20,11 @@ from typing import Any
 from promoter.domain import allowlist, jcs_rows, links
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import (
+    UNSEALED,
     BundleBytes,
     bundle_bytes,
     bundle_id_for,
-    seal_receipt,
+    sealed,
 )
 from promoter.domain.models import (
     CHECK_ORDER,
@@ -381,25 +382,27 @@ def verify(
         ),  # (7)
     }
     results = [(name, checks[name]()) for name in CHECK_ORDER]
-    receipt = {
-        "schema": "PatchVerificationReceiptV1",
-        "bundle_id": bundle.bundle_id,
-        "bundle_sha256": bundle.bundle_sha256,
-        "grant_id": grant.grant_id,
-        "grant_sha256": grant.grant_sha256,
-        "executor_run_id": bundle.executor_run_id,
-        "repository_identity": bundle.repository_identity,
-        "status": "passed" if all(o.passed for _, o in results) else "failed",
-        "checks": [
+    assert grant.grant_sha256 is not None  # a stored grant is sealed
+    receipt = PatchVerificationReceiptV1(
+        schema_="PatchVerificationReceiptV1",
+        receipt_sha256=UNSEALED,
+        bundle_id=bundle.bundle_id,
+        bundle_sha256=bundle.bundle_sha256,
+        grant_id=grant.grant_id,
+        grant_sha256=grant.grant_sha256,
+        executor_run_id=bundle.executor_run_id,
+        repository_identity=bundle.repository_identity,
+        status="passed" if all(o.passed for _, o in results) else "failed",
+        checks=[
             Check(
                 name=name,
                 status="passed" if outcome.passed else "failed",
                 evidence_sha256=sha256_hex(outcome.encode(outcome.evidence)),
                 detail="" if outcome.passed else outcome.detail,
-            ).wire()
+            )
             for name, outcome in results
         ],
-    }
+    )
     codes: dict[str, str] = {name: outcome.code for name, outcome in results if not outcome.passed}
-    sealed = PatchVerificationReceiptV1.model_validate(seal_receipt(receipt))
-    return Verification(sealed, codes, encoded)
+    sealed_receipt = sealed(receipt)[0]
+    return Verification(sealed_receipt, codes, encoded)
