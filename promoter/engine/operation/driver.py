@@ -30,6 +30,7 @@ from promoter.domain.paths import wire_all
 from promoter.domain.plan import Move, Ordering
 from promoter.engine.operation.apply import Applier
 from promoter.errors import PromoterError, as_promoter_error, translated
+from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
@@ -82,7 +83,7 @@ class Passed:
     stopped: bool = False
 
 
-def _with_kept(error: PromoterError, kept: list[dict[str, Any]]) -> PromoterError:
+def _with_kept(error: PromoterError, kept: list[KeptEntry]) -> PromoterError:
     """``error`` naming the ``kept`` entries too (wire form), after any it named already."""
     if kept:
         error.context["kept"] = [*error.context.get("kept", []), *wire_all(kept)]
@@ -131,7 +132,7 @@ class Driver:
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
-        self.kept: list[dict[str, Any]] = self.apply.kept  # found at temp names, this pass
+        self.kept: list[KeptEntry] = self.apply.kept  # found at temp names, this pass
         self.removed_dirs: list[str] = []  # the directories ``abandon`` removed
         self._between_groups = between_groups
         self._in_group = 0  # temps begun in the group now open (``stage``)

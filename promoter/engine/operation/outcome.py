@@ -51,6 +51,7 @@ from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
 from promoter.errors import OperationConflict, PromoterError
+from promoter.fs.aside import KeptEntry
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, repo, step_rows
@@ -214,7 +215,7 @@ def fail_closed(
     paths: list[Target],
     failure: tuple[int, PromoterError] | None,
     *,
-    kept: list[dict[str, Any]] | None = None,
+    kept: list[KeptEntry] | None = None,
 ) -> None:
     """Close the attempt as ``needs_reconciliation``; the report names any kept bytes."""
     kept = [*(kept or []), *(failure[1].context.get("kept", []) if failure else [])]

@@ -42,6 +42,7 @@ from promoter.engine.operation.stopped import put_back
 from promoter.engine.ownership import orphaned as is_orphan
 from promoter.engine.services import Services
 from promoter.errors import OperationUnknown, PromoterError
+from promoter.fs.aside import KeptEntry
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, repo, step_rows
@@ -193,7 +194,7 @@ def _recover_body(
 
 def settle_temps(
     db: Database, operation_id: str, root: Root, changes: list[Change]
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> tuple[list[str], list[KeptEntry]]:
     """Settle every temp name this operation's attempts were journaled to use
     (protocol: recovery#removal-provably-ours).
 

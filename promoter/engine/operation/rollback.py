@@ -54,6 +54,7 @@ from promoter.errors import (
     OperationUnknown,
     PromoterError,
 )
+from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
@@ -280,7 +281,7 @@ def _rollback_locked(
             )
             j.event("decision", {"rollback_of": parent_id, "note": note})
             j.event("action", {"targets": [p.path for p in promoted]})
-    kept: list[dict[str, Any]] = []
+    kept: list[KeptEntry] = []
     if journaled:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
             settle_step_temps(
@@ -353,7 +354,7 @@ def _one_pass(
     steps: list[Step],
     journaled: dict[int, tuple[StepStatus, str | None]],
     held: set[int],
-) -> tuple[dict[int, Outcome], list[dict[str, Any]]]:
+) -> tuple[dict[int, Outcome], list[KeptEntry]]:
     """Every target through one driver (each directory walked to once, for the reads, the
     writes and their syncs): each one's outcome by seq, and the bytes kept (wire form).
 
