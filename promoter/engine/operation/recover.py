@@ -328,15 +328,16 @@ def _hold_confirmed(
 
 def reconcile(
     services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
-) -> dict[str, Any]:
-    """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``."""
+) -> str:
+    """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``.
+    Returns the status the operation is in then."""
     with services.live.running(operation_id):
         return _reconcile_body(services, operation_id, decision, note, role=role)
 
 
 def _reconcile_body(
     services: Services, operation_id: str, decision: str, note: str, *, role: str = "operator"
-) -> dict[str, Any]:
+) -> str:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
     with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
@@ -351,11 +352,11 @@ def _reconcile_body(
             operation_id=operation_id,
         )
     if kind == OperationKind.RESTORE and decision == Decision.CONTINUE:
-        return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
+        return recover_restore(services, operation_id, from_status=_RECONCILING)
     if kind == OperationKind.ROLLBACK and decision == Decision.CONTINUE:
-        return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
+        return recover_rollback(services, operation_id, from_status=_RECONCILING)
     if decision == Decision.ROLLBACK:
-        return {"status": rollback(services, operation_id, note=note)["status"]}
+        return rollback(services, operation_id, note=note).status
     if decision == Decision.ABANDON:
         with journal.attempt(services.db, operation_id) as j:
             row = _load(j.session, operation_id)  # again in the transaction that closes it
@@ -363,7 +364,7 @@ def _reconcile_body(
             faults.point("abandon_decided")
             j.event("outcome", {"status": OperationStatus.ABANDONED, "note": note})
             j.set_status(OperationStatus.ABANDONED, code="abandoned", detail=note or None)
-        return {"status": OperationStatus.ABANDONED}
+        return OperationStatus.ABANDONED
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     repository = services.registry.by_identity(evidence.grant.repository_identity)
@@ -385,4 +386,4 @@ def _reconcile_body(
     finally:
         lock.release()
     with journal.unit_of_work(services.db) as session:
-        return {"status": _load(session, operation_id).status}
+        return _load(session, operation_id).status

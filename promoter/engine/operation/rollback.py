@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy.exc import IntegrityError
@@ -78,6 +79,18 @@ _STATUSES: dict[OperationStatus, Literal["rolled_back", "rollback_partial", "rol
 }  # a rollback's final status, as its receipt names it
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """A rollback's receipt as recorded: its JSON document, never re-encoded by the model
+    (a receipt an earlier version wrote keeps its members and so its bytes)."""
+
+    document: dict[str, Any]  # the RollbackReceiptV1 document, exactly as recorded
+
+    @property
+    def status(self) -> str:
+        return str(self.document["status"])
+
+
 def rollback_id(operation_id: str) -> str:
     return content_id("op", sha256_hex(canonical_bytes({"rollback_of": operation_id})))
 
@@ -89,13 +102,13 @@ def _load(session: Any, operation_id: str) -> Operation:
     return row
 
 
-def rollback(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def rollback(services: Services, operation_id: str, *, note: str = "") -> Recorded:
     """Roll back a promotion (its rollback live here while it runs); see ``_rollback_body``."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_body(services, operation_id, note=note)
 
 
-def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> Recorded:
     """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -104,15 +117,13 @@ def _rollback_body(services: Services, operation_id: str, *, note: str = "") -> 
     return _run(services, child_id, operation_id, repository, note)
 
 
-def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+def rollback_held(services: Services, operation_id: str, root: Root, note: str) -> Recorded:
     """Roll back under the caller's lock and root (live here while it runs)."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_held_body(services, operation_id, root, note)
 
 
-def _rollback_held_body(
-    services: Services, operation_id: str, root: Root, note: str
-) -> dict[str, Any]:
+def _rollback_held_body(services: Services, operation_id: str, root: Root, note: str) -> Recorded:
     """Roll back while the caller already holds the repository lock and the root."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -125,7 +136,7 @@ def _rollback_held_body(
         raise
 
 
-def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
+def _stored(services: Services, operation_id: str) -> Recorded | None:
     """The stored receipt exactly as written (checked, never re-encoded by the model),
     once the rollback is final: a receipt whose final statuses were never recorded (the
     database went away between the two) is the rollback's to finish, not an answer."""
@@ -138,7 +149,7 @@ def _stored(services: Services, operation_id: str) -> dict[str, Any] | None:
         child = journal.get_operation(session, rollback_id(operation_id))
         if child is not None and child.status not in FINAL:
             return None
-    return dict(json.loads(stored))
+    return Recorded(dict(json.loads(stored)))
 
 
 def _prepare(services: Services, operation_id: str) -> tuple[str, Any]:
@@ -234,12 +245,10 @@ def _recover_rollback_body(
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
     assert parent_id is not None
-    return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
+    return _run(services, child_id, parent_id, repository, "recovery").status
 
 
-def _run(
-    services: Services, child_id: str, parent_id: str, repository: Any, note: str
-) -> dict[str, Any]:
+def _run(services: Services, child_id: str, parent_id: str, repository: Any, note: str) -> Recorded:
     lock = repo_lock(services, repository)
     try:
         lock.acquire()
@@ -258,11 +267,11 @@ def _run(
 
 def _rollback_locked(
     services: Services, child_id: str, parent_id: str, root: Root, note: str
-) -> dict[str, Any]:
+) -> Recorded:
     with journal.attempt(services.db, child_id) as j:
         recorded = j.row.receipt
     if recorded is not None:  # an earlier pass recorded it: publish that one, never another
-        return _publish(services, child_id, parent_id, dict(recorded))
+        return _publish(services, child_id, parent_id, Recorded(dict(recorded)))
     with journal.attempt(services.db, child_id) as j:
         session = j.session
         promoted = list(reversed(step_rows.steps(session, parent_id)))  # the steps undone
@@ -341,10 +350,10 @@ def _rollback_locked(
             journal.set_receipt(session, child_id, document, receipt.receipt_sha256)
             report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
             journal.set_report(session, child_id, report)
-            recorded = document
+            done = Recorded(document)
         else:
-            recorded = dict(child.receipt)  # a concurrent pass recorded one first
-    return _publish(services, child_id, parent_id, recorded)
+            done = Recorded(dict(child.receipt))  # a concurrent pass recorded one first
+    return _publish(services, child_id, parent_id, done)
 
 
 def _one_pass(
@@ -415,13 +424,11 @@ def _sync(
         driver.sync_touched()
 
 
-def _publish(
-    services: Services, child_id: str, parent_id: str, recorded: dict[str, Any]
-) -> dict[str, Any]:
+def _publish(services: Services, child_id: str, parent_id: str, recorded: Recorded) -> Recorded:
     """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses
     and the receipt's envelope."""
-    status = OperationStatus(RollbackReceiptV1.model_validate(recorded).status)
-    data = canonical_bytes(recorded)
+    status = OperationStatus(RollbackReceiptV1.model_validate(recorded.document).status)
+    data = canonical_bytes(recorded.document)
     services.audit.put("rollback", parent_id, data)
     faults.point("rollback_after_receipt")
     # the envelope, made by this host now that the receipt exists, with the final statuses
