@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from promoter import faults
 from promoter.domain.path_state import State, Verdict
@@ -90,6 +90,16 @@ def _with_kept(error: PromoterError, kept: list[KeptEntry]) -> PromoterError:
     return error
 
 
+class TargetWire(TypedDict):
+    """``Target.wire``: one path of an operation's report."""
+
+    path: str
+    verdict: str
+    actual: Mapping[str, Any]
+    expected_old: NotRequired[Mapping[str, Any]]
+    expected_new: NotRequired[Mapping[str, Any]]
+
+
 @dataclass(frozen=True)
 class Target:
     """One target as read back from disk: its verdict and what was found (``actual``),
@@ -105,9 +115,13 @@ class Target:
     def new(self) -> bool:
         return self.verdict is Verdict.NEW
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> TargetWire:
         """The per-path report, as journaled (the expected states only when known)."""
-        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
+        wired: TargetWire = {
+            "path": self.path,
+            "verdict": self.verdict.value,
+            "actual": self.actual,
+        }
         if self.expected_old is not None:
             wired["expected_old"] = self.expected_old
         if self.expected_new is not None:

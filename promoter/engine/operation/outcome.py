@@ -40,7 +40,7 @@ from promoter.engine.operation.check import run_check
 from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report
 from promoter.engine.operation.rollback import rollback_held
-from promoter.engine.operation.worktree_diff import Baseline
+from promoter.engine.operation.worktree_diff import Baseline, ChangesWire
 from promoter.engine.receipts.envelopes import (
     PROMOTION,
     ReceiptSigner,
@@ -142,22 +142,19 @@ def post_check(
     result = run_check(config.check_command, repository.worktree, config.check_timeout)
     faults.point("after_check")
     paths, _ = read_targets(root, changes)
-    changed: dict[str, Any] = {
-        "targets": [
-            {"path": p.path, "actual": p.actual, "expected": p.expected_new}
-            for p in paths
-            if not p.new
-        ]
-    }
-    named = [t["path"] for t in changed["targets"]]
+    drifted: list[Drifted] = [
+        {"path": p.path, "actual": p.actual, "expected": p.expected_new} for p in paths if not p.new
+    ]
+    changed: CheckChanged | CheckUncompared
+    named = [t["path"] for t in drifted]
     count = len(named)
     try:
         found = baseline.changes([disk_path(c.path) for c in changes])
-        changed.update(found.wire())
+        changed = {"targets": drifted, **found.wire()}
         named += found.summary(SHOWN_PATHS)
         count += found.count
     except PromoterError as exc:
-        changed["error"] = {"code": exc.code, "detail": exc.detail}
+        changed = {"targets": drifted, "error": {"code": exc.code, "detail": exc.detail}}
         named.append(f"(the comparison failed: {exc.detail})")
         count += 1
     shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
@@ -352,6 +349,28 @@ def complete(
         return
     if aside is not None:
         log.warning("a damaged receipt copy of %s was kept at %s", operation_id, aside)
+
+
+class Drifted(TypedDict):
+    """A target the check left other than its new state."""
+
+    path: str
+    actual: Mapping[str, Any]
+    expected: Mapping[str, Any] | None
+
+
+class CheckChanged(ChangesWire):
+    """The report's ``check_changed``: the targets the check moved, and the paths it
+    changed elsewhere (``CheckChanges.wire``)."""
+
+    targets: list[Drifted]
+
+
+class CheckUncompared(TypedDict):
+    """The report's ``check_changed`` when the repository could not be compared."""
+
+    targets: list[Drifted]
+    error: dict[str, str]
 
 
 class TargetState(TypedDict):
