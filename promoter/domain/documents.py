@@ -75,6 +75,13 @@ def bundle_id_for(sha256: str) -> str:
     return content_id("bnd", sha256)
 
 
+def sealed_bundle(bundle: PatchBundleV1) -> PatchBundleV1:
+    """The bundle with its ``bundle_sha256`` and ``bundle_id`` filled in from its wire
+    document (whatever it held there)."""
+    digest = bundle_sha256(bundle.wire())
+    return bundle.model_copy(update={"bundle_sha256": digest, "bundle_id": bundle_id_for(digest)})
+
+
 def seal_bundle(document: dict[str, Any]) -> dict[str, Any]:
     """Fill ``bundle_sha256`` and ``bundle_id`` of a bundle document (a copy)."""
     digest = bundle_sha256(document)

@@ -25,7 +25,7 @@ credential, and the decision event records it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
@@ -38,6 +38,14 @@ from promoter.store import journal
 __all__ = ["Seen", "require"]
 
 LISTED = 50  # paths named in the refusal's detail (the problem's ``paths`` has them all)
+
+
+class SeenWire(TypedDict):
+    """``Seen.wire``: as journaled with the decision."""
+
+    all_seen: bool
+    paths: list[str]
+    page: NotRequired[int]
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,9 @@ class Seen:
         """Whether the request said anything (journaled only then)."""
         return self.all_seen or bool(self.paths)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> SeenWire:
         """As journaled with the decision."""
-        out: dict[str, Any] = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
+        out: SeenWire = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
         if self.page is not None:
             out["page"] = self.page
         return out
