@@ -14,7 +14,7 @@ which requests only the owner can serve (the use cases that raise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from promoter.engine.repos import Repository
 from promoter.engine.services import Services
@@ -63,11 +63,21 @@ def local_repository(services: Services, identity: str) -> Repository:
         raise
 
 
-def repositories(services: Services) -> list[dict[str, Any]]:
+class Listed(TypedDict):
+    """A repository of the cluster as ``repositories`` lists it."""
+
+    identity: str
+    name: str | None
+    host_id: str
+    address: str | None
+    this_host: bool
+
+
+def repositories(services: Services) -> list[Listed]:
     """Every repository of the cluster: identity, name, the active host guarding it and
     that host's address; this host's first, then the others' by host and name."""
     here = services.owner.host
-    listed = [
+    listed: list[Listed] = [
         {
             "identity": r.identity,
             "name": r.name,
