@@ -22,6 +22,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from pydantic import TypeAdapter
+
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
 from promoter.domain.documents import UNSEALED, sealed
@@ -65,6 +67,9 @@ SHOWN_PATHS = 10
 PREPARE_TRIES = 3  # an outcome made again when the chain moved before its commit
 
 log = logging.getLogger("promoter.outcome")
+# the receipt's targets from the read-back rows in one validation call: a constructor call
+# per target costs a fifth more CPU on a large promotion
+_TARGETS = TypeAdapter(list[ReceiptTarget])
 
 
 def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]:
@@ -425,7 +430,7 @@ def _made(
                 action=row.action_event_id,
                 outcome=outcome.event_id,
             )
-            built = [ReceiptTarget(**target) for target in targets]
+            built = _TARGETS.validate_python(targets)  # one pass, as the rows are read back
             receipt, recorded = sealed(
                 _unsealed(operation_id, evidence, row.repository_identity, built, events)
             )
