@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from pydantic import TypeAdapter
 
@@ -38,7 +38,7 @@ from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import disk_path, sort_key
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine.intake.authority import Evidence
-from promoter.engine.operation.check import run_check
+from promoter.engine.operation.check import CheckWire, run_check
 from promoter.engine.operation.driver import Target
 from promoter.engine.operation.preconditions import leaf_report
 from promoter.engine.operation.rollback import rollback_held
@@ -165,10 +165,12 @@ def post_check(
     shown = ", ".join(named[:SHOWN_PATHS]) + (" …" if count > SHOWN_PATHS else "")
     with journal.attempt(services.db, operation_id) as j:
         row = j.row
-        j.event(
-            "decision",
-            {"check": result.wire(), "check_changed": count, "check_changed_shown": shown},
-        )
+        decided: CheckDecision = {
+            "check": result.wire(),
+            "check_changed": count,
+            "check_changed_shown": shown,
+        }
+        j.event("decision", decided)
         j.set_report(
             {
                 **(row.report or {}),
@@ -204,10 +206,12 @@ def _end_check(
             j.set_status(j.row.status, code=code, detail=detail)
         return
     with journal.attempt(services.db, operation_id) as j:
-        j.event(
-            "outcome",
-            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail},
-        )
+        held: Held = {
+            "status": OperationStatus.NEEDS_RECONCILIATION,
+            "code": code,
+            "detail": detail,
+        }
+        j.event("outcome", held)
         j.set_status(OperationStatus.NEEDS_RECONCILIATION, code=code, detail=detail)
 
 
@@ -238,11 +242,14 @@ def fail_closed(
                     else "read back as neither old nor new"
                 )
         j.set_steps(statuses, details)
-        j.event(
-            "outcome",
-            {"status": OperationStatus.NEEDS_RECONCILIATION, "code": code, "detail": detail}
-            | ({"kept": kept} if kept else {}),
-        )
+        held: Held = {
+            "status": OperationStatus.NEEDS_RECONCILIATION,
+            "code": code,
+            "detail": detail,
+        }
+        if kept:
+            held["kept"] = kept
+        j.event("outcome", held)
         wired = [p.wire() for p in paths]
         report = {**(row.report or {}), "paths": wired, "error": {"code": code, "detail": detail}}
         if kept:
@@ -376,6 +383,23 @@ class CheckUncompared(TypedDict):
 
     targets: list[Drifted]
     error: dict[str, str]
+
+
+class CheckDecision(TypedDict):
+    """The ``decision`` event after the post-promotion check: its result, what it changed."""
+
+    check: CheckWire
+    check_changed: int
+    check_changed_shown: str
+
+
+class Held(TypedDict):
+    """The ``outcome`` event of an attempt held for the operator (``needs_reconciliation``)."""
+
+    status: str
+    code: str
+    detail: str
+    kept: NotRequired[list[KeptEntry]]
 
 
 class TargetState(TypedDict):

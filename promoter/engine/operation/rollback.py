@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from sqlalchemy.exc import IntegrityError
 
@@ -77,6 +77,27 @@ _STATUSES: dict[OperationStatus, Literal["rolled_back", "rollback_partial", "rol
     OperationStatus.ROLLBACK_PARTIAL: "rollback_partial",
     OperationStatus.ROLLBACK_FAILED: "rollback_failed",
 }  # a rollback's final status, as its receipt names it
+
+
+class RollbackDecision(TypedDict):
+    rollback_of: str
+    note: str
+
+
+class RollbackAction(TypedDict):
+    targets: list[str]  # the promotion's targets, in the order they are undone
+
+
+class RollbackOutcome(TypedDict):
+    status: str
+    receipt_sha256: str
+
+
+class RolledBackBy(TypedDict):
+    """The promotion's own ``outcome`` event: rolled back by ``rollback``."""
+
+    status: str
+    rollback: str
 
 
 @dataclass(frozen=True)
@@ -288,8 +309,10 @@ def _rollback_locked(
                     [(p.path, "rollback", p.new_state, p.old_state) for p in promoted],
                 ),
             )
-            j.event("decision", {"rollback_of": parent_id, "note": note})
-            j.event("action", {"targets": [p.path for p in promoted]})
+            decided: RollbackDecision = {"rollback_of": parent_id, "note": note}
+            j.event("decision", decided)
+            acting: RollbackAction = {"targets": [p.path for p in promoted]}
+            j.event("action", acting)
     kept: list[KeptEntry] = []
     if journaled:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
@@ -340,13 +363,10 @@ def _rollback_locked(
     with journal.unit_of_work(services.db) as session:  # (1) record the receipt, once
         child = _load(session, child_id)
         if child.receipt is None:
-            ledger.append(
-                session,
-                child_id,
-                "outcome",
-                {"status": status, "receipt_sha256": receipt.receipt_sha256},
-            )
-            ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
+            ended: RollbackOutcome = {"status": status, "receipt_sha256": receipt.receipt_sha256}
+            ledger.append(session, child_id, "outcome", ended)
+            undone: RolledBackBy = {"status": status, "rollback": child_id}
+            ledger.append(session, parent_id, "outcome", undone)
             journal.set_receipt(session, child_id, document, receipt.receipt_sha256)
             report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
             journal.set_report(session, child_id, report)
