@@ -183,7 +183,7 @@ def finish_with_rollback(prepared: Prepared, operation_id: str) -> float:
     _completed(prepared, operation_id)
     try:
         started = time.perf_counter()
-        receipt = rollback.rollback(prepared.services, operation_id)
+        receipt = rollback.rollback(prepared.services, operation_id).document
         seconds = time.perf_counter() - started
     finally:
         _close(prepared)

@@ -7,7 +7,7 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from promoter.domain import jcs_rows
 from promoter.domain.canonical import (
@@ -77,6 +77,13 @@ def bundle_id_for(sha256: str) -> str:
     return content_id("bnd", sha256)
 
 
+def sealed_bundle(bundle: PatchBundleV1) -> PatchBundleV1:
+    """The bundle with its ``bundle_sha256`` and ``bundle_id`` filled in from its wire
+    document (whatever it held there)."""
+    digest = bundle_sha256(bundle.wire())
+    return bundle.model_copy(update={"bundle_sha256": digest, "bundle_id": bundle_id_for(digest)})
+
+
 def seal_bundle(document: dict[str, Any]) -> dict[str, Any]:
     """Fill ``bundle_sha256`` and ``bundle_id`` of a bundle document (a copy)."""
     digest = bundle_sha256(document)
@@ -87,8 +94,22 @@ def receipt_sha256(document: dict[str, Any]) -> str:
     return projection_sha256(document, RECEIPT_IDENTITY)
 
 
-def seal_receipt(document: dict[str, Any]) -> dict[str, Any]:
-    return {**document, "receipt_sha256": receipt_sha256(document)}
+UNSEALED = "0" * 64  # the ``receipt_sha256`` a receipt is built with, before ``sealed``
+
+Receipt = TypeVar("Receipt", PatchVerificationReceiptV1, PatchPromotionReceiptV1, RollbackReceiptV1)
+
+
+def sealed(receipt: Receipt) -> tuple[Receipt, dict[str, Any]]:
+    """The receipt with its ``receipt_sha256`` filled in, and that receipt's wire document.
+
+    The hash covers the wire document without ``receipt_sha256`` (whatever the receipt held
+    there, usually ``UNSEALED``); the document is dumped once and its ``receipt_sha256``
+    replaced in place, so its members keep the model's order.
+    """
+    document = receipt.wire()
+    digest = receipt_sha256(document)
+    document["receipt_sha256"] = digest
+    return receipt.model_copy(update={"receipt_sha256": digest}), document
 
 
 def canonical(

@@ -22,15 +22,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 __all__ = [
     "MISSING",
     "SYMLINK_MODE",
     "Observed",
+    "ObservedWire",
     "Reading",
     "State",
     "StateLike",
+    "StateWire",
     "Verdict",
     "classify",
     "holds",
@@ -46,6 +48,24 @@ class _Triple(Protocol):
     def sha256(self) -> str | None: ...
     @property
     def mode(self) -> str | None: ...
+
+
+class StateWire(TypedDict):
+    """``State.wire``: the JSON form of a state in the journal and the reports."""
+
+    exists: bool
+    sha256: str | None
+    mode: str | None
+
+
+class ObservedWire(TypedDict):
+    """``observed``: what a path reads as, with its kind (a receipt's ``ActualState``)."""
+
+    exists: bool
+    kind: str
+    sha256: str | None
+    mode: str | None
+    bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -65,7 +85,7 @@ class State:
             return cls(bool(value["exists"]), value.get("sha256"), value.get("mode"))
         return cls(bool(value.exists), value.sha256, value.mode)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> StateWire:
         return {"exists": self.exists, "sha256": self.sha256, "mode": self.mode}
 
     # the fs layer's name for the same report
@@ -136,7 +156,7 @@ def classify(found: Observed, old: StateLike, new: StateLike) -> Reading:
     return Reading(Verdict.NEITHER, _why_neither(found, old, new))
 
 
-def observed(found: Observed, size: int | None) -> dict[str, Any]:
+def observed(found: Observed, size: int | None) -> ObservedWire:
     """What a path reads as, for reports: its kind, and content and mode for a file or link."""
     is_file = found.kind in ("file", "symlink")
     return {

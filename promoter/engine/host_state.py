@@ -21,11 +21,26 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from promoter.errors import HostFenced
 
 __all__ = ["HostState"]
+
+
+class HostView(TypedDict):
+    """``HostState.view``: this host as ``GET /v1/hosts`` lists it."""
+
+    host_id: str
+    address: str | None
+    epoch: int | None
+    registered_epoch: int | None
+    status: str
+    fenced_to: str | None
+    fenced_reason: str | None
+    database_up: bool
+    database_detail: str | None
+    database_seen_at: str | None
 
 
 @dataclass
@@ -97,7 +112,7 @@ class HostState:
             running = 0.0 if self._down_since is None else time.monotonic() - self._down_since
             return self._outage_total + running
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> HostView:
         """This host as this daemon sees it (no database read), for ``GET /v1/hosts``."""
         with self._lock:
             return {

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 if TYPE_CHECKING:
     import anyio
     from sqlalchemy.orm import Session
 
     from promoter.config import Settings
+    from promoter.domain.path_state import StateWire
     from promoter.engine.host_state import HostState
     from promoter.engine.liveness import LiveAttempts
     from promoter.engine.ownership import Owner
@@ -98,7 +99,7 @@ class TreeCaches(Protocol):
     """The base-tree states per repository and each tree's links (git objects never change)."""
 
     @property
-    def base_trees(self) -> dict[str, dict[tuple[str, str], dict[str, Any]]]: ...
+    def base_trees(self) -> dict[str, dict[tuple[str, str], StateWire]]: ...
     @property
     def tree_links(self) -> dict[str, dict[str, bytes]]: ...
 

@@ -14,7 +14,7 @@ which requests only the owner can serve (the use cases that raise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from promoter.engine.ports import Journaling, Routing
 from promoter.engine.repos import Repository
@@ -63,11 +63,21 @@ def local_repository(services: Routing, identity: str) -> Repository:
         raise
 
 
-def repositories(services: Routing) -> list[dict[str, Any]]:
+class Listed(TypedDict):
+    """A repository of the cluster as ``repositories`` lists it."""
+
+    identity: str
+    name: str | None
+    host_id: str
+    address: str | None
+    this_host: bool
+
+
+def repositories(services: Routing) -> list[Listed]:
     """Every repository of the cluster: identity, name, the active host guarding it and
     that host's address; this host's first, then the others' by host and name."""
     here = services.owner.host
-    listed = [
+    listed: list[Listed] = [
         {
             "identity": r.identity,
             "name": r.name,

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, overload
 
 from promoter.config import Settings
+from promoter.domain.path_state import StateWire
 from promoter.engine import liveness
 from promoter.engine.host_state import HostState
 from promoter.engine.liveness import LiveAttempts
@@ -87,7 +88,7 @@ class Services:
     # the keyring last published into the ledger (``promoter.engine.receipts.envelopes``)
     published_keyring: Keyring | None = None
     # base-tree states per repository identity, keyed by (tree, path): git objects never change
-    base_trees: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    base_trees: dict[str, dict[tuple[str, str], StateWire]] = field(default_factory=dict)
     # each tree's symlinks and their target texts, by tree id (``engine.link_resolution``)
     tree_links: dict[str, dict[str, bytes]] = field(default_factory=dict)
     run_quota: RunQuota | None = None

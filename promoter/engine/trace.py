@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from promoter.domain import wirepath
 from promoter.engine.intake.grants import load_grant
@@ -38,6 +38,36 @@ REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,199}")
 _GITLINK = "160000"
 
 
+class PromotionWire(TypedDict):
+    operation_id: str
+    status: str
+    bundle_id: str
+    grant_id: str
+    executor_run_id: str | None
+    promoted_at: str
+    receipt_sha256: str
+
+
+class PathTraceWire(TypedDict):
+    path: str
+    change: str | None
+    exists: bool | None
+    sha256: str | None
+    mode: str | None
+    verdict: Verdict
+    promotions: list[PromotionWire]
+    last_promotion: PromotionWire | None
+
+
+class TraceWire(TypedDict):
+    """``Trace.wire``: the trace as the API answers it."""
+
+    repository: str
+    commit: str | None
+    parent: str | None
+    paths: list[PathTraceWire]
+
+
 @dataclass(frozen=True)
 class Promotion:
     """One promotion receipt, as a trace names it."""
@@ -50,7 +80,7 @@ class Promotion:
     promoted_at: str
     receipt_sha256: str
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> PromotionWire:
         return {
             "operation_id": self.operation_id,
             "status": self.status,
@@ -75,7 +105,7 @@ class PathTrace:
     promotions: tuple[Promotion, ...]  # the receipts that wrote exactly these bytes
     last_promotion: Promotion | None  # changed_after_promotion: the last one that wrote it
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> PathTraceWire:
         last = self.last_promotion
         return {
             "path": self.path,
@@ -98,7 +128,7 @@ class Trace:
     parent: str | None
     paths: tuple[PathTrace, ...]
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> TraceWire:
         return {
             "repository": self.repository,
             "commit": self.commit,

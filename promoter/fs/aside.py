@@ -18,7 +18,7 @@ import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 from promoter import faults
 from promoter.domain.path_state import leaf_kind
@@ -28,6 +28,20 @@ from promoter.fs.leaf import KEPT_PREFIX, TEMP_PREFIX, ExpectedState, LeafState,
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
 
 _KEPT_TRIES = 64
+
+
+class KeptEntry(TypedDict):
+    """A report's entry for bytes kept (``Kept.to_dict``), or for a temp name settled
+    otherwise: put back under the target's name, or left beside it with an error."""
+
+    path: str
+    kept_as: str
+    kind: NotRequired[str]
+    sha256: NotRequired[str | None]
+    size: NotRequired[int | None]
+    found: NotRequired[bool]  # kept by an earlier pass, found by this one
+    put_back: NotRequired[bool]
+    error: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,7 @@ class Kept:
     sha256: str | None
     size: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KeptEntry:
         return {
             "path": self.path,
             "kept_as": self.kept_as,

@@ -21,7 +21,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from promoter.domain.path_state import SYMLINK_MODE, State, holds
 from promoter.errors import PathUnsafe, WriteFailed
@@ -37,6 +37,15 @@ LeafKind = Literal["missing", "file", "directory", "symlink", "special"]
 
 # the domain's one state type: missing, or a file with this sha256 and git mode
 ExpectedState = State
+
+
+class LeafReport(TypedDict):
+    """``LeafState.to_dict``: a leaf as drift and reconciliation messages report it."""
+
+    kind: str
+    sha256: str | None
+    mode: str | None
+    size: int | None
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class LeafState:
         """True when this leaf is exactly the given state (an ``ExpectedState`` or its fields)."""
         return holds(self, exists if isinstance(exists, State) else State(exists, sha256, mode))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LeafReport:
         """A report of the state for drift and reconciliation messages."""
         return {"kind": self.kind, "sha256": self.sha256, "mode": self.mode, "size": self.size}
 

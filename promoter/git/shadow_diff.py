@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from promoter.domain.paths import wire_path
 from promoter.errors import GitError
@@ -26,6 +26,16 @@ DIFF_LIMIT = 1 << 20
 DIFF_FLAGS = ("-r", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color")
 
 
+class TreeDiffWire(TypedDict):
+    """``SnapshotDiff.wire``."""
+
+    added: list[str]
+    modified: list[str]
+    deleted: list[str]
+    unified_diff: str
+    truncated: bool
+
+
 @dataclass(frozen=True)
 class SnapshotDiff:
     """What changed from one tree to another; ``unified_diff`` is cut at ``limit`` bytes."""
@@ -34,7 +44,7 @@ class SnapshotDiff:
     unified_diff: str
     truncated: bool
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> TreeDiffWire:
         """``{added, modified, deleted, unified_diff, truncated}`` (T counts as modified).
 
         Path bytes that are not UTF-8 are shown as ``\\xNN`` (``wire_path``); the unified

@@ -14,7 +14,7 @@ Not here: the events (``promoter.store.ledger``), steps and created directories
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -424,7 +424,7 @@ class Unit:
     def set_report(self, report: dict[str, Any] | None) -> None:
         set_report(self.session, self.operation_id, report)
 
-    def event(self, kind: ledger.EventKind, payload: dict[str, Any]) -> str:
+    def event(self, kind: ledger.EventKind, payload: Mapping[str, object]) -> str:
         """Append an event to the operation's ledger; its id."""
         return ledger.append(self.session, self.operation_id, kind, payload)
 

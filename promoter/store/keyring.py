@@ -28,7 +28,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -64,6 +64,30 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+class KeyEntry(TypedDict):
+    """``ListedKey.entry``: promoter's fields plus an RFC 8037 OKP JWK."""
+
+    keyid: str
+    algorithm: str
+    public_key_pem: str
+    public_key_raw_b64: str
+    status: str
+    not_before: str | None
+    not_after: str | None
+    kty: str
+    crv: str
+    x: str
+    kid: str
+    alg: str
+    use: str
+
+
+class HostKeyEntry(KeyEntry):
+    """A key of the ledger's key set: the entry and the host that signs or signed with it."""
+
+    host_id: str
+
+
 @dataclass(frozen=True)
 class ListedKey:
     """A public key the host signs or signed with, and when."""
@@ -77,7 +101,7 @@ class ListedKey:
     def status(self) -> str:
         return "active" if self.not_after is None else "retired"
 
-    def entry(self) -> dict[str, Any]:
+    def entry(self) -> KeyEntry:
         """The ``GET /v1/keys`` entry: promoter's fields plus an RFC 8037 OKP JWK."""
         raw = raw_public(self.public_key)
         return {
@@ -137,7 +161,7 @@ class HostKey:
     def public_pem(self) -> str:
         return public_pem(self.public_key)
 
-    def public_jwk(self) -> dict[str, Any]:
+    def public_jwk(self) -> KeyEntry:
         """This key's ``GET /v1/keys`` entry as the active key with an unknown window."""
         return ListedKey(self.public_key, self.keyid, None, None).entry()
 
@@ -152,7 +176,7 @@ class Keyring:
     active: HostKey
     listed: tuple[ListedKey, ...]
 
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[KeyEntry]:
         return [key.entry() for key in self.listed]
 
 

@@ -19,6 +19,7 @@ Deliberately not here: what an event says (each operation kind's engine module).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -66,7 +67,7 @@ class Prepared:
     operation_id: str
     seq: int
     kind: str
-    payload: dict[str, Any]
+    payload: Mapping[str, object]  # a JSON object: each kind's payload is typed where written
     prev: str | None
     at: str
     digest: str
@@ -81,7 +82,7 @@ class ChainMoved(Exception):
 
 
 def prepare(
-    session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]
+    session: Session, operation_id: str, kind: EventKind, payload: Mapping[str, object]
 ) -> Prepared:
     """The next event of the operation's chain, worked out and not appended."""
     links: dict[str, tuple[int, str]] = session.info.get(_LINKS, {})
@@ -92,7 +93,9 @@ def prepare(
     return Prepared(operation_id, seq, kind, payload, prev, at, digest)
 
 
-def append(session: Session, operation_id: str, kind: EventKind, payload: dict[str, Any]) -> str:
+def append(
+    session: Session, operation_id: str, kind: EventKind, payload: Mapping[str, object]
+) -> str:
     """Append an event to the operation's chain; returns its ``evt_…`` id."""
     return _insert(session, prepare(session, operation_id, kind, payload))
 

@@ -20,6 +20,7 @@ import rfc8785
 
 from promoter import faults
 from promoter.domain import status as states
+from promoter.domain.models import PromotionEvents, Target
 from promoter.engine.intake.authority import recheck_evidence
 from promoter.engine.operation.outcome import build_receipt
 from promoter.engine.operation.recover import auto_recover
@@ -378,7 +379,7 @@ def test_a_receipt_recorded_before_its_status_by_the_two_commit_outcome_is_the_o
     op_id = view["operation_id"]
     evidence = recheck_evidence(daemon.services, bundle["bundle_id"], receipt["receipt_sha256"])
     targets = [
-        {"path": p, "exists": new is not None, "sha256": sha(new), "mode": "100644"}
+        Target(path=p, exists=new is not None, sha256=sha(new), mode="100644")
         for p, _old, new in CHANGES
         if new is not None
     ]
@@ -387,10 +388,10 @@ def test_a_receipt_recorded_before_its_status_by_the_two_commit_outcome_is_the_o
         outcome = ledger.append(session, op_id, "outcome", {"status": "completed"})
         journal.set_outcome_event(session, op_id, outcome)
         assert row.decision_event_id is not None and row.action_event_id is not None
-        events = {"decision": row.decision_event_id, "action": row.action_event_id}
-        old = build_receipt(
-            op_id, evidence, row.repository_identity, targets, {**events, "outcome": outcome}
+        events = PromotionEvents(
+            decision=row.decision_event_id, action=row.action_event_id, outcome=outcome
         )
+        old = build_receipt(op_id, evidence, row.repository_identity, targets, events)
         journal.set_receipt(session, op_id, old.wire(), old.receipt_sha256)
     with daemon.orchestrator() as orch:
         done = orch.post(f"/v1/operations/{op_id}/recover", json={"fence": 7})

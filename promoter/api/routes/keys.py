@@ -75,7 +75,7 @@ def get_keys(services: Port[Sealing]) -> Response:
 def get_key_pems(services: Port[Sealing]) -> Response:
     _, entries = ledger_key_set(services)
     blocks = [
-        "".join(f"{f}: {entry[f]}\n" for f in PEM_FIELDS if entry.get(f) is not None)
+        "".join(f"{f}: {entry.get(f)}\n" for f in PEM_FIELDS if entry.get(f) is not None)
         + entry["public_key_pem"]
         for entry in entries
     ]

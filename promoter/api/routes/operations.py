@@ -412,5 +412,5 @@ async def post_rollback(
 ) -> Response:
     raw = await read_json_body(request, services, SMALL_BODY, empty=None)
     note = "" if raw is None else parse(RollbackRequest, raw).note
-    receipt = await run_in_threadpool(rollback.rollback, services, operation_id, note=note)
-    return canonical_response(receipt)
+    recorded = await run_in_threadpool(rollback.rollback, services, operation_id, note=note)
+    return canonical_response(recorded.document)

@@ -34,7 +34,7 @@ from promoter.domain.views import CurrentTarget
 from promoter.engine import queries
 from promoter.engine.operation import receipts, served, views
 from promoter.engine.ports import Ledger, Reviewing, Routing, Serving
-from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
+from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, BundleDiff, bundle_diff
 from promoter.errors import OperationConflict, PromoterError
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -139,15 +139,18 @@ def _review(services: Reviewing) -> list[dict[str, Any]]:
     return held
 
 
-def _mark_choosable(diff: dict[str, Any], blocks: list[Block]) -> None:
+def _mark_choosable(diff: BundleDiff, blocks: list[Block]) -> None:
     """Offer hunk checkboxes in the modified text files whose hunks an approval may choose
     (``promoter.engine.review.partial``: diffed in memory, more than one hunk)."""
     if diff["truncated"] or len(blocks) != len(diff["files"]):
         return
     for index, (entry, block) in enumerate(zip(diff["files"], blocks, strict=True)):
         small = all(
-            (entry[k] or 0) <= SMALL_BYTES and (entry[n] or 0) <= SMALL_LINES
-            for k, n in (("old_bytes", "old_lines"), ("new_bytes", "new_lines"))
+            (size or 0) <= SMALL_BYTES and (lines or 0) <= SMALL_LINES
+            for size, lines in (
+                (entry["old_bytes"], entry["old_lines"]),
+                (entry["new_bytes"], entry["new_lines"]),
+            )
         )
         text = not entry["binary"] and not entry["summarized"]
         links = "120000" in (entry["old_mode"], entry["new_mode"])

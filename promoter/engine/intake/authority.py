@@ -14,7 +14,6 @@ sha256 the request names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.documents import canonical
@@ -62,7 +61,7 @@ def check_lease(grant: GrantV1, fence: int, lease: LeaseV1 | None) -> None:
         problems.append(f"the request's fence {fence} is not the lease's fence {lease.fence}")
     if lease.fence < grant.fence:
         problems.append(f"the lease's fence {lease.fence} is lower than the grant's {grant.fence}")
-    mine: dict[str, Any] = {
+    mine: dict[str, str | int] = {
         "run_id": grant.executor_run_id,
         "attempt": grant.attempt,
         "generation": grant.generation,

@@ -47,7 +47,7 @@ class Submitted:
 
 def verify_bundle(
     services: Checking,
-    document: dict[str, Any],
+    document: dict[str, Any],  # the JSON ``bundle`` was parsed from: its bytes are checked
     bundle: PatchBundleV1,
     grant: GrantV1 | None = None,
 ) -> Verification:
@@ -171,6 +171,7 @@ def load_bundle(services: Loading, bundle_id: str) -> PatchBundleV1:
     return bundle
 
 
+# a stored receipt, or the latest failed one's JSON from its row, as served
 def load_verification(services: Records, bundle_id: str) -> dict[str, Any]:
     """The stored passed receipt, else the latest failed one on record."""
     if bundle_id.startswith("bnd_") and "/" not in bundle_id:

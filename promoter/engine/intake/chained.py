@@ -21,9 +21,8 @@ the ordinary read-back under the lock (``promoter.engine.operation.preconditions
 
 from __future__ import annotations
 
-from typing import Any
-
 from promoter.domain.models import FileState, GrantV1, PatchBundleV1
+from promoter.domain.path_state import StateWire
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.ports import Archive, Records
 from promoter.errors import GrantInvalid, PromoterError, VerificationFailed
@@ -114,7 +113,7 @@ def chain_states(services: Records, grant: GrantV1) -> dict[str, FileState]:
     return merged
 
 
-def implicit_states(services: Records, grant: GrantV1) -> dict[str, dict[str, Any]]:
+def implicit_states(services: Records, grant: GrantV1) -> dict[str, StateWire]:
     """What verification compares old states against for the chain's paths."""
     return {
         path: {"exists": s.exists, "sha256": s.sha256, "mode": s.mode}

@@ -11,9 +11,8 @@ from executors (``promoter.engine.intake.bundles``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from promoter.domain.models import Change, PatchBundleV1
+from promoter.domain.path_state import StateWire
 from promoter.engine.ports import Archive
 from promoter.errors import VerificationFailed
 
@@ -28,7 +27,7 @@ def _refuse(detail: str, bundle: PatchBundleV1) -> VerificationFailed:
     )
 
 
-def merged_states(services: Archive, bundle: PatchBundleV1) -> dict[str, dict[str, Any]]:
+def merged_states(services: Archive, bundle: PatchBundleV1) -> dict[str, StateWire]:
     """Per merged path the old state the merged bundle must have (the person's bytes)."""
     origin = bundle.merge
     if origin is None:
@@ -46,7 +45,7 @@ def merged_states(services: Archive, bundle: PatchBundleV1) -> dict[str, dict[st
     paths = {item.path: item for item in origin.paths}
     if len(paths) != len(origin.paths):
         raise _refuse("a merged path is listed twice", bundle)
-    expected: dict[str, dict[str, Any]] = {}
+    expected: dict[str, StateWire] = {}
     for item in origin.paths:
         was = before.get(item.path)
         if was is None or was.operation != "modify":

@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from promoter import faults
 from promoter.domain.path_state import State
 from promoter.errors import PromoterError, TargetDrift
+from promoter.fs.aside import KeptEntry
 from promoter.fs.atomic import Parent
 from promoter.fs.chain import InPlace, LeafState
 from promoter.fs.group_sync import GroupSync
@@ -63,7 +63,7 @@ class Applier:
     staged: dict[int, tuple[str, State]] = field(default_factory=dict)  # seq -> (temp, new)
     begun: dict[int, tuple[PendingTemp, State]] = field(default_factory=dict)  # not yet named
     created_dirs: list[str] = field(default_factory=list)
-    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[KeptEntry] = field(default_factory=list)
     # the temps this pass named and then removed as its own (``drop_staged``), on disk
     removed: list[str] = field(default_factory=list)
     directories: Directories = field(init=False)
@@ -229,7 +229,7 @@ class Applier:
             self.begun.pop(seq, None)
 
     def _note_removed(
-        self, parent: Parent, temp: str, *, named: bool, kept: list[dict[str, Any]]
+        self, parent: Parent, temp: str, *, named: bool, kept: list[KeptEntry]
     ) -> None:
         """Note ``temp`` as removed when it had a name and is no longer promoter's (gone)."""
         if named and not kept and temp not in parent.written:

@@ -26,10 +26,21 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 OUTPUT_TAIL = 4096
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class CheckWire(TypedDict):
+    """``CheckResult.wire``: the check's result as events and reports carry it."""
+
+    argv: list[str]
+    exit_code: int | None
+    timed_out: bool
+    output_tail: str
+    seconds: int
+    passed: bool
 
 
 @dataclass(frozen=True)
@@ -44,7 +55,7 @@ class CheckResult:
     def passed(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> CheckWire:
         return {
             "argv": self.argv,
             "exit_code": self.exit_code,

@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from promoter import faults
 from promoter.domain.path_state import State, Verdict
@@ -30,6 +30,7 @@ from promoter.domain.paths import wire_all
 from promoter.domain.plan import Move, Ordering
 from promoter.engine.operation.apply import Applier
 from promoter.errors import PromoterError, as_promoter_error, translated
+from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
@@ -82,11 +83,21 @@ class Passed:
     stopped: bool = False
 
 
-def _with_kept(error: PromoterError, kept: list[dict[str, Any]]) -> PromoterError:
+def _with_kept(error: PromoterError, kept: list[KeptEntry]) -> PromoterError:
     """``error`` naming the ``kept`` entries too (wire form), after any it named already."""
     if kept:
         error.context["kept"] = [*error.context.get("kept", []), *wire_all(kept)]
     return error
+
+
+class TargetWire(TypedDict):
+    """``Target.wire``: one path of an operation's report."""
+
+    path: str
+    verdict: str
+    actual: Mapping[str, Any]
+    expected_old: NotRequired[Mapping[str, Any]]
+    expected_new: NotRequired[Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -104,9 +115,13 @@ class Target:
     def new(self) -> bool:
         return self.verdict is Verdict.NEW
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> TargetWire:
         """The per-path report, as journaled (the expected states only when known)."""
-        wired = {"path": self.path, "verdict": self.verdict.value, "actual": self.actual}
+        wired: TargetWire = {
+            "path": self.path,
+            "verdict": self.verdict.value,
+            "actual": self.actual,
+        }
         if self.expected_old is not None:
             wired["expected_old"] = self.expected_old
         if self.expected_new is not None:
@@ -131,7 +146,7 @@ class Driver:
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
-        self.kept: list[dict[str, Any]] = self.apply.kept  # found at temp names, this pass
+        self.kept: list[KeptEntry] = self.apply.kept  # found at temp names, this pass
         self.removed_dirs: list[str] = []  # the directories ``abandon`` removed
         self._between_groups = between_groups
         self._in_group = 0  # temps begun in the group now open (``stage``)

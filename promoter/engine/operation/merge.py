@@ -191,20 +191,21 @@ def _state(data: bytes, mode: str) -> FileState:
     return FileState.of(hashlib.sha256(data).hexdigest(), mode, len(data))
 
 
+# a bundle document for intake, which parses and verifies it as any submitted one
 def _merged_document(original: PatchBundleV1, merges: list[PathMerge]) -> dict[str, Any]:
     by_path = {item.path: item for item in merges}
-    changes: list[dict[str, Any]] = []
+    changes: list[Change] = []
     for change in original.changes:
         item = by_path.get(change.path)
         if item is None:
-            changes.append(change.wire())
+            changes.append(change)
             continue
         assert item.current is not None and item.merged is not None
         old = _state(item.current, str(item.leaf.mode))
         new = _state(item.merged, _mode(change, item.leaf))
         if old.same_content(new):
             continue  # the person's bytes already are the merge: nothing left to write
-        changes.append(Change(path=change.path, operation="modify", old=old, new=new).wire())
+        changes.append(Change(path=change.path, operation="modify", old=old, new=new))
     origin = MergeOrigin(
         bundle_id=original.bundle_id,
         bundle_sha256=original.bundle_sha256,
@@ -222,9 +223,9 @@ def _merged_document(original: PatchBundleV1, merges: list[PathMerge]) -> dict[s
     for name in ("bundle_id", "bundle_sha256"):
         del document[name]
     document.update(
-        changes=changes,
+        changes=[c.wire() for c in changes],
         change_count=len(changes),
-        total_bytes=sum(c["new"]["bytes"] or 0 for c in changes),
+        total_bytes=sum(c.new.bytes or 0 for c in changes),
         merge=origin.wire(),
     )
     return seal_bundle(document)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promoter.domain.models import Change, GrantV1, PatchBundleV1
-from promoter.domain.path_state import Finding, State, Verdict, classify, observed
+from promoter.domain.path_state import Finding, ObservedWire, State, Verdict, classify, observed
 from promoter.domain.paths import disk_path, wire_path
 from promoter.domain.views import (
     Expectation,
@@ -45,7 +45,7 @@ from promoter.git.readback import (
 )
 
 
-def leaf_report(leaf: LeafState) -> dict[str, Any]:
+def leaf_report(leaf: LeafState) -> ObservedWire:
     """What a target reads as, for reports (``promoter.domain.path_state.observed``)."""
     return observed(leaf, leaf.size)
 
@@ -205,7 +205,7 @@ def _read_paths(
             actual = {"error": leaf.code, **{k: str(v) for k, v in leaf.context.items()}}
             unsafe = isinstance(leaf, PathUnsafe)
         else:
-            actual = leaf_report(leaf)
+            actual = dict(leaf_report(leaf))
             reading = classify(leaf, old, new)
             found = reading.verdict
             if found is Verdict.NEITHER:
@@ -228,8 +228,8 @@ def _read_paths(
             PathReadBack.model_construct(
                 path=change.path,
                 operation=change.operation,
-                expected_old=old.wire(),
-                expected_new=new.wire(),
+                expected_old=dict(old.wire()),
+                expected_new=dict(new.wire()),
                 actual=actual,
                 index_expected=wanted_index[change.path],
                 index_actual=index_now,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
 
@@ -49,6 +50,7 @@ from promoter.engine.ports import (
     Routing,
 )
 from promoter.errors import OperationUnknown, PromoterError
+from promoter.fs.aside import KeptEntry
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, repo, step_rows
@@ -200,7 +202,7 @@ def _recover_body(
 
 def settle_temps(
     db: Database, operation_id: str, root: Root, changes: list[Change]
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> tuple[list[str], list[KeptEntry]]:
     """Settle every temp name this operation's attempts were journaled to use
     (protocol: recovery#removal-provably-ours).
 
@@ -237,10 +239,11 @@ def _reclassify(
         steps = {s.seq: StepStatus(s.status) for s in j.steps()}
     held = {k["path"] for k in newly_kept(kept)}
     seen: list[Observation] = []
-    actuals: list[dict[str, Any]] = []
+    actuals: list[Mapping[str, Any]] = []
     with closing(Directories.for_reads(root)) as directories:  # one read pass
         leaves = directories.read_states([disk_path(change.path) for change in changes])
     for seq, (change, leaf) in enumerate(zip(changes, leaves, strict=True)):
+        actual: Mapping[str, Any]
         if isinstance(leaf, PromoterError):
             found, actual = Verdict.NEITHER, {"error": leaf.code, "detail": leaf.detail}
         else:
@@ -333,15 +336,16 @@ def _hold_confirmed(
 
 def reconcile(
     services: Reconciling, operation_id: str, decision: str, note: str, *, role: str = "operator"
-) -> dict[str, Any]:
-    """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``."""
+) -> str:
+    """Carry out the operator's decision (live here while it runs); see ``_reconcile_body``.
+    Returns the status the operation is in then."""
     with services.live.running(operation_id):
         return _reconcile_body(services, operation_id, decision, note, role=role)
 
 
 def _reconcile_body(
     services: Reconciling, operation_id: str, decision: str, note: str, *, role: str = "operator"
-) -> dict[str, Any]:
+) -> str:
     """Carry out the operator's decision on a ``needs_reconciliation`` operation."""
     with journal.unit_of_work(services.db) as session:
         row = _load(session, operation_id)
@@ -356,11 +360,11 @@ def _reconcile_body(
             operation_id=operation_id,
         )
     if kind == OperationKind.RESTORE and decision == Decision.CONTINUE:
-        return {"status": recover_restore(services, operation_id, from_status=_RECONCILING)}
+        return recover_restore(services, operation_id, from_status=_RECONCILING)
     if kind == OperationKind.ROLLBACK and decision == Decision.CONTINUE:
-        return {"status": recover_rollback(services, operation_id, from_status=_RECONCILING)}
+        return recover_rollback(services, operation_id, from_status=_RECONCILING)
     if decision == Decision.ROLLBACK:
-        return {"status": rollback(services, operation_id, note=note)["status"]}
+        return rollback(services, operation_id, note=note).status
     if decision == Decision.ABANDON:
         with journal.attempt(services.db, operation_id) as j:
             row = _load(j.session, operation_id)  # again in the transaction that closes it
@@ -368,7 +372,7 @@ def _reconcile_body(
             faults.point("abandon_decided")
             j.event("outcome", {"status": OperationStatus.ABANDONED, "note": note})
             j.set_status(OperationStatus.ABANDONED, code="abandoned", detail=note or None)
-        return {"status": OperationStatus.ABANDONED}
+        return OperationStatus.ABANDONED
     assert bundle_id is not None and receipt is not None
     evidence = recheck_evidence(services, bundle_id, receipt)
     repository = services.registry.by_identity(evidence.grant.repository_identity)
@@ -390,4 +394,4 @@ def _reconcile_body(
     finally:
         lock.release()
     with journal.unit_of_work(services.db) as session:
-        return {"status": _load(session, operation_id).status}
+        return _load(session, operation_id).status

@@ -14,7 +14,7 @@ Not here: the writes (``promoter.engine.operation.restore_steps``), snapshot boo
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
 from promoter.domain.canonical import canonical_bytes, content_id, sha256_hex
 from promoter.domain.path_state import State
@@ -23,7 +23,7 @@ from promoter.domain.plan import Observation, journal_steps
 from promoter.domain.plan import recover_restore as plan_recovery
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 from promoter.engine import tickets
-from promoter.engine.operation.restore_steps import Step, StepRun, dir_key
+from promoter.engine.operation.restore_steps import RestoreState, Step, StepRun, dir_key
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
 from promoter.engine.ports import Guarding, Journaling
@@ -44,6 +44,7 @@ from promoter.errors import (
     SnapshotStale,
     TargetDrift,
 )
+from promoter.fs.aside import KeptEntry
 from promoter.fs.leaf import split_rel
 from promoter.fs.root import Root
 from promoter.git.shadow import ShadowRepository
@@ -62,7 +63,7 @@ RESTARTABLE = {
 _KINDS = {"160000": "a gitlink (submodule)"}
 _WRITABLE = ("100644", "100755", "120000")
 _OPERATIONS = {"A": "create", "D": "delete", "M": "modify", "T": "modify"}
-_MISSING: dict[str, Any] = {
+_MISSING: RestoreState = {
     "exists": False,
     "sha256": None,
     "mode": None,
@@ -143,9 +144,9 @@ def _plan(shadow: ShadowRepository, current: str, target: str) -> list[Step]:
     with shadow.reader() as cat:
         hashes = cat.blob_sha256(o for e in entries for o in (e.old_oid, e.new_oid) if o)
 
-    def state(mode: str | None, oid: str | None) -> dict[str, Any]:
+    def state(mode: str | None, oid: str | None) -> RestoreState:
         if oid is None:
-            return dict(_MISSING)
+            return _MISSING.copy()
         sha256, size = hashes[oid]
         return {"exists": True, "sha256": sha256, "mode": mode, "bytes": size, "blob_ref": None}
 
@@ -288,8 +289,14 @@ def _recover_restore_body(
     shadow = shadow_for(services, repo)
     files = shadow.tree_files(target)
     real = _real_paths(shadow, current, target)
-    steps = [
-        Step(real.get(p, p), op, old, new, files[real.get(p, p)].oid if new["exists"] else None)
+    steps = [  # the journaled states are the ones a restore's plan wrote (``RestoreState``)
+        Step(
+            real.get(p, p),
+            op,
+            cast(RestoreState, old),
+            cast(RestoreState, new),
+            files[real.get(p, p)].oid if new["exists"] else None,
+        )
         for p, op, old, new in rows
     ]
     lock = lock_repository(services, repo)
@@ -353,7 +360,7 @@ def _attempt(db: Database, operation_id: str) -> int:
 
 def _settle_temps(
     root: Root, operation_id: str, attempts: int, steps: list[Step]
-) -> list[dict[str, Any]]:
+) -> list[KeptEntry]:
     """Settle the temp names the restore's attempts were journaled to use; return kept."""
     return settle_step_temps(
         root,

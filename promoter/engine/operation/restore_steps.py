@@ -25,10 +25,10 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from promoter.domain.path_state import State, Verdict, classify
 from promoter.domain.paths import temp_name, wire_all, wire_path
@@ -41,8 +41,10 @@ from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.ports import Pacing
 from promoter.errors import PromoterError, TargetDrift, translated
+from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.held import Directories
+from promoter.fs.leaf import LeafReport
 from promoter.fs.lock import RepoLock
 from promoter.fs.root import Root
 from promoter.git.objects import CatFile
@@ -54,12 +56,22 @@ __all__ = ["Step", "StepRun", "dir_key", "verdict_of"]
 log = logging.getLogger("promoter.restore")
 
 
+class RestoreState(TypedDict):
+    """A restore step's old or new state, from the git trees (no blob reference)."""
+
+    exists: bool
+    sha256: str | None
+    mode: str | None
+    bytes: int | None
+    blob_ref: None
+
+
 @dataclass(frozen=True)
 class Step:
     path: str
     operation: str
-    old: dict[str, Any]
-    new: dict[str, Any]
+    old: RestoreState
+    new: RestoreState
     oid: str | None  # the target blob; None for a delete
 
     @property
@@ -77,7 +89,7 @@ def verdict_of(leaf: LeafState, step: Step) -> Verdict:
     return classify(leaf, step.old, step.new).verdict
 
 
-_GONE = {"kind": "missing", "sha256": None, "mode": None, "size": None}
+_GONE: LeafReport = {"kind": "missing", "sha256": None, "mode": None, "size": None}
 
 
 @dataclass
@@ -96,7 +108,7 @@ class StepRun:
     removed: list[str] = field(default_factory=list)
     failure: PromoterError | None = None
     attempt: int = 1
-    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[KeptEntry] = field(default_factory=list)
     _target_dirs: set[str] | None = None
     _seqs: dict[str, int] | None = None
     _driver: Driver | None = None  # the pass's, while one is open
@@ -115,7 +127,7 @@ class StepRun:
             self._target_dirs = self.shadow.tree_dirs(self.target)
         return self._target_dirs
 
-    def verdict(self, step: Step) -> tuple[Verdict, dict[str, Any]]:
+    def verdict(self, step: Step) -> tuple[Verdict, LeafReport]:
         """``new``, ``old`` or ``neither`` for the path now, and what was found.
 
         A deleted file's path that is now a directory of the target tree, or lies below
@@ -125,7 +137,7 @@ class StepRun:
             leaf = self._read(step.path)
         except TargetDrift as exc:
             if not step.new["exists"] and exc.context.get("found") == "not_a_directory":
-                return Verdict.NEW, dict(_GONE)
+                return Verdict.NEW, _GONE.copy()
             raise
         verdict = verdict_of(leaf, step)
         if verdict is Verdict.NEITHER and leaf.kind == "directory" and not step.new["exists"]:
@@ -257,6 +269,7 @@ class StepRun:
         problems: list[Target] = []
         with self.reading():
             for step in self.steps:
+                actual: Mapping[str, Any]
                 try:
                     verdict, actual = self.verdict(step)
                 except PromoterError as exc:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 from sqlalchemy.exc import IntegrityError
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import seal_receipt
+from promoter.domain.documents import UNSEALED, sealed
 from promoter.domain.models import RollbackReceiptV1
 from promoter.domain.paths import disk_path, temp_name, wire_all
 from promoter.domain.plan import Ordering, RollbackMove, journal_steps, rollback_target
@@ -54,6 +55,7 @@ from promoter.errors import (
     OperationUnknown,
     PromoterError,
 )
+from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
@@ -70,6 +72,46 @@ ROLLBACK_FROM = {
 }
 
 
+_STATUSES: dict[OperationStatus, Literal["rolled_back", "rollback_partial", "rollback_failed"]] = {
+    OperationStatus.ROLLED_BACK: "rolled_back",
+    OperationStatus.ROLLBACK_PARTIAL: "rollback_partial",
+    OperationStatus.ROLLBACK_FAILED: "rollback_failed",
+}  # a rollback's final status, as its receipt names it
+
+
+class RollbackDecision(TypedDict):
+    rollback_of: str
+    note: str
+
+
+class RollbackAction(TypedDict):
+    targets: list[str]  # the promotion's targets, in the order they are undone
+
+
+class RollbackOutcome(TypedDict):
+    status: str
+    receipt_sha256: str
+
+
+class RolledBackBy(TypedDict):
+    """The promotion's own ``outcome`` event: rolled back by ``rollback``."""
+
+    status: str
+    rollback: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A rollback's receipt as recorded: its JSON document, never re-encoded by the model
+    (a receipt an earlier version wrote keeps its members and so its bytes)."""
+
+    document: dict[str, Any]  # the RollbackReceiptV1 document, exactly as recorded
+
+    @property
+    def status(self) -> str:
+        return str(self.document["status"])
+
+
 def rollback_id(operation_id: str) -> str:
     return content_id("op", sha256_hex(canonical_bytes({"rollback_of": operation_id})))
 
@@ -81,13 +123,13 @@ def _load(session: Any, operation_id: str) -> Operation:
     return row
 
 
-def rollback(services: Placing, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def rollback(services: Placing, operation_id: str, *, note: str = "") -> Recorded:
     """Roll back a promotion (its rollback live here while it runs); see ``_rollback_body``."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_body(services, operation_id, note=note)
 
 
-def _rollback_body(services: Placing, operation_id: str, *, note: str = "") -> dict[str, Any]:
+def _rollback_body(services: Placing, operation_id: str, *, note: str = "") -> Recorded:
     """Roll back a promotion (taking the repository lock); returns the RollbackReceiptV1."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -96,15 +138,13 @@ def _rollback_body(services: Placing, operation_id: str, *, note: str = "") -> d
     return _run(services, child_id, operation_id, repository, note)
 
 
-def rollback_held(services: Placing, operation_id: str, root: Root, note: str) -> dict[str, Any]:
+def rollback_held(services: Placing, operation_id: str, root: Root, note: str) -> Recorded:
     """Roll back under the caller's lock and root (live here while it runs)."""
     with services.live.running(rollback_id(operation_id)):
         return _rollback_held_body(services, operation_id, root, note)
 
 
-def _rollback_held_body(
-    services: Placing, operation_id: str, root: Root, note: str
-) -> dict[str, Any]:
+def _rollback_held_body(services: Placing, operation_id: str, root: Root, note: str) -> Recorded:
     """Roll back while the caller already holds the repository lock and the root."""
     stored = _stored(services, operation_id)
     if stored is not None:
@@ -117,7 +157,7 @@ def _rollback_held_body(
         raise
 
 
-def _stored(services: Records, operation_id: str) -> dict[str, Any] | None:
+def _stored(services: Records, operation_id: str) -> Recorded | None:
     """The stored receipt exactly as written (checked, never re-encoded by the model),
     once the rollback is final: a receipt whose final statuses were never recorded (the
     database went away between the two) is the rollback's to finish, not an answer."""
@@ -130,7 +170,7 @@ def _stored(services: Records, operation_id: str) -> dict[str, Any] | None:
         child = journal.get_operation(session, rollback_id(operation_id))
         if child is not None and child.status not in FINAL:
             return None
-    return dict(json.loads(stored))
+    return Recorded(dict(json.loads(stored)))
 
 
 def _prepare(services: Routing, operation_id: str) -> tuple[str, Any]:
@@ -225,12 +265,10 @@ def _recover_rollback_body(
         parent_id = child.parent_operation_id
         repository = services.registry.by_identity(child.repository_identity)
     assert parent_id is not None
-    return str(_run(services, child_id, parent_id, repository, "recovery")["status"])
+    return _run(services, child_id, parent_id, repository, "recovery").status
 
 
-def _run(
-    services: Serving, child_id: str, parent_id: str, repository: Any, note: str
-) -> dict[str, Any]:
+def _run(services: Serving, child_id: str, parent_id: str, repository: Any, note: str) -> Recorded:
     lock = repo_lock(services, repository)
     try:
         lock.acquire()
@@ -249,11 +287,11 @@ def _run(
 
 def _rollback_locked(
     services: Serving, child_id: str, parent_id: str, root: Root, note: str
-) -> dict[str, Any]:
+) -> Recorded:
     with journal.attempt(services.db, child_id) as j:
         recorded = j.row.receipt
     if recorded is not None:  # an earlier pass recorded it: publish that one, never another
-        return _publish(services, child_id, parent_id, dict(recorded))
+        return _publish(services, child_id, parent_id, Recorded(dict(recorded)))
     with journal.attempt(services.db, child_id) as j:
         session = j.session
         promoted = list(reversed(step_rows.steps(session, parent_id)))  # the steps undone
@@ -270,9 +308,11 @@ def _rollback_locked(
                     [(p.path, "rollback", p.new_state, p.old_state) for p in promoted],
                 ),
             )
-            j.event("decision", {"rollback_of": parent_id, "note": note})
-            j.event("action", {"targets": [p.path for p in promoted]})
-    kept: list[dict[str, Any]] = []
+            decided: RollbackDecision = {"rollback_of": parent_id, "note": note}
+            j.event("decision", decided)
+            acting: RollbackAction = {"targets": [p.path for p in promoted]}
+            j.event("action", acting)
+    kept: list[KeptEntry] = []
     if journaled:  # a rollback that ran before: settle the temp names it was journaled to use
         kept = wire_all(
             settle_step_temps(
@@ -308,35 +348,31 @@ def _rollback_locked(
     removed = sorted(set(removed_now) | gone, key=lambda d: (d.count("/"), d), reverse=True)
     status = rollback_status(targets)
     faults.point("rollback_before_receipt")
-    receipt = RollbackReceiptV1.model_validate(
-        seal_receipt(
-            {
-                "schema": "RollbackReceiptV1",
-                "operation_id": parent_id,
-                "status": status,
-                "targets": targets,
-                "removed_directories": removed,
-                "rolled_back_at": rfc3339(utcnow()),
-            }
+    receipt, document = sealed(
+        RollbackReceiptV1(
+            schema_="RollbackReceiptV1",
+            receipt_sha256=UNSEALED,
+            operation_id=parent_id,
+            status=_STATUSES[status],
+            targets=targets,
+            removed_directories=removed,
+            rolled_back_at=rfc3339(utcnow()),
         )
     )
     with journal.unit_of_work(services.db) as session:  # (1) record the receipt, once
         child = _load(session, child_id)
         if child.receipt is None:
-            ledger.append(
-                session,
-                child_id,
-                "outcome",
-                {"status": status, "receipt_sha256": receipt.receipt_sha256},
-            )
-            ledger.append(session, parent_id, "outcome", {"status": status, "rollback": child_id})
-            journal.set_receipt(session, child_id, receipt.wire(), receipt.receipt_sha256)
+            ended: RollbackOutcome = {"status": status, "receipt_sha256": receipt.receipt_sha256}
+            ledger.append(session, child_id, "outcome", ended)
+            undone: RolledBackBy = {"status": status, "rollback": child_id}
+            ledger.append(session, parent_id, "outcome", undone)
+            journal.set_receipt(session, child_id, document, receipt.receipt_sha256)
             report = {**(child.report or {}), "note": note} | ({"kept": kept} if kept else {})
             journal.set_report(session, child_id, report)
-            recorded = receipt.wire()
+            done = Recorded(document)
         else:
-            recorded = dict(child.receipt)  # a concurrent pass recorded one first
-    return _publish(services, child_id, parent_id, recorded)
+            done = Recorded(dict(child.receipt))  # a concurrent pass recorded one first
+    return _publish(services, child_id, parent_id, done)
 
 
 def _one_pass(
@@ -346,7 +382,7 @@ def _one_pass(
     steps: list[Step],
     journaled: dict[int, tuple[StepStatus, str | None]],
     held: set[int],
-) -> tuple[dict[int, Outcome], list[dict[str, Any]]]:
+) -> tuple[dict[int, Outcome], list[KeptEntry]]:
     """Every target through one driver (each directory walked to once, for the reads, the
     writes and their syncs): each one's outcome by seq, and the bytes kept (wire form).
 
@@ -407,13 +443,11 @@ def _sync(
         driver.sync_touched()
 
 
-def _publish(
-    services: Serving, child_id: str, parent_id: str, recorded: dict[str, Any]
-) -> dict[str, Any]:
+def _publish(services: Serving, child_id: str, parent_id: str, recorded: Recorded) -> Recorded:
     """(2) the recorded receipt's bytes into the audit store, (3) then the final statuses
     and the receipt's envelope."""
-    status = OperationStatus(RollbackReceiptV1.model_validate(recorded).status)
-    data = canonical_bytes(recorded)
+    status = OperationStatus(RollbackReceiptV1.model_validate(recorded.document).status)
+    data = canonical_bytes(recorded.document)
     services.audit.put("rollback", parent_id, data)
     faults.point("rollback_after_receipt")
     # the envelope, made by this host now that the receipt exists, with the final statuses

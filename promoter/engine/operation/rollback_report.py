@@ -11,8 +11,9 @@ Deliberately not here: reading or writing anything, the journal (``operation.rol
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
+from promoter.domain.models import ActualState, RollbackTarget, TargetError
 from promoter.domain.path_state import observed
 from promoter.domain.status import OperationStatus
 from promoter.errors import PathUnsafe, PromoterError, TargetDrift, WriteFailed
@@ -32,13 +33,12 @@ class Reason(StrEnum):
 
 
 AT_OLD = frozenset({Reason.RESTORED, Reason.ALREADY_OLD})
-_AS_IS = AT_OLD | {Reason.CONFLICT}  # reasons that are also the target's ``result``
 Outcome = tuple[Reason, LeafState | None, PromoterError | OSError | None]
 
 
-def _actual(leaf: LeafState | None) -> dict[str, Any] | None:
+def _actual(leaf: LeafState | None) -> ActualState | None:
     """What the path read back as, with its kind; None when it could not be read at all."""
-    return None if leaf is None else observed(leaf, leaf.size)
+    return None if leaf is None else ActualState.model_validate(observed(leaf, leaf.size))
 
 
 def reason_of(exc: PromoterError | OSError) -> Reason:
@@ -59,30 +59,35 @@ def _errno(exc: PromoterError | OSError) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _error(exc: PromoterError | OSError | None) -> dict[str, Any] | None:
+def _error(exc: PromoterError | OSError | None) -> TargetError | None:
     if exc is None:
         return None
     if isinstance(exc, OSError):
-        return {"code": "write_failed", "errno": exc.errno, "detail": str(exc)[:500]}
-    return {"code": exc.code, "errno": _errno(exc), "detail": exc.detail[:500]}
+        return TargetError(code="write_failed", errno=exc.errno, detail=str(exc)[:500])
+    return TargetError(code=exc.code, errno=_errno(exc), detail=exc.detail[:500])
 
 
-def target_report(path: str, reason: Reason, leaf: LeafState | None, exc: Any) -> dict[str, Any]:
+_RESULTS: dict[Reason, Literal["restored", "already_old", "conflict", "failed"]] = {
+    Reason.RESTORED: "restored",
+    Reason.ALREADY_OLD: "already_old",
+    Reason.CONFLICT: "conflict",
+}  # every other reason is the result ``failed``
+
+
+def target_report(path: str, reason: Reason, leaf: LeafState | None, exc: Any) -> RollbackTarget:
     """One target of the receipt: what happened, why, the error, what was read back."""
-    result = reason.value if reason in _AS_IS else "failed"
-    error = None if reason in AT_OLD else _error(exc)
-    return {
-        "path": path,
-        "result": result,
-        "reason": reason.value,
-        "error": error,
-        "actual": _actual(leaf),
-    }
+    return RollbackTarget(
+        path=path,
+        result=_RESULTS.get(reason, "failed"),
+        reason=reason.value,
+        error=None if reason in AT_OLD else _error(exc),
+        actual=_actual(leaf),
+    )
 
 
-def rollback_status(targets: list[dict[str, Any]]) -> OperationStatus:
+def rollback_status(targets: list[RollbackTarget]) -> OperationStatus:
     """``rolled_back`` (every target at old), ``rollback_failed`` (none), else partial."""
-    at_old = sum(1 for t in targets if t["result"] in AT_OLD)
+    at_old = sum(1 for t in targets if t.result in AT_OLD)
     if at_old == len(targets):
         return OperationStatus.ROLLED_BACK
     if at_old == 0:

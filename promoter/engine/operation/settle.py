@@ -20,7 +20,7 @@ from typing import Any
 
 from promoter.domain.path_state import State
 from promoter.errors import PromoterError
-from promoter.fs.aside import beside, kept_earlier, settle
+from promoter.fs.aside import KeptEntry, beside, kept_earlier, settle
 from promoter.fs.root import Root
 
 log = logging.getLogger("promoter.settle")
@@ -28,14 +28,14 @@ log = logging.getLogger("promoter.settle")
 
 def settle_step_temps(
     root: Root, steps: Iterable[tuple[str, str, Any, Any]]
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> tuple[list[str], list[KeptEntry]]:
     """Settle each step's temp name; returns (removed temp paths, kept entries).
 
     Kept files that were already there (from an earlier pass, perhaps unreported because
     of a crash) come first with ``found: True``; only the others are new this pass.
     """
     removed: list[str] = []
-    kept: list[dict[str, Any]] = []
+    kept: list[KeptEntry] = []
     for path, temp, old, new in steps:
         try:
             parent = root.open_parent(path, create=False)
@@ -44,7 +44,7 @@ def settle_step_temps(
         with parent:
             try:
                 earlier = kept_earlier(parent, temp)
-                kept += [{**k.to_dict(), "found": True} for k in earlier]
+                kept += [k.to_dict() | {"found": True} for k in earlier]
                 result = settle(parent, temp, old=State.of(old), new=State.of(new))
             except PromoterError as exc:
                 log.warning("could not settle %s beside %s: %s", temp, path, exc.detail)
@@ -59,6 +59,6 @@ def settle_step_temps(
     return removed, kept
 
 
-def newly_kept(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def newly_kept(kept: list[KeptEntry]) -> list[KeptEntry]:
     """The entries of ``kept`` this pass kept (not found from an earlier one)."""
     return [k for k in kept if not k.get("found")]

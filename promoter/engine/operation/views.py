@@ -109,7 +109,9 @@ def current_targets(services: Routing, operation_id: str) -> list[CurrentTarget]
             continue
         matches = classify(leaf, old, new).verdict
         found.append(
-            CurrentTarget.model_construct(path=path, matches=matches, actual=leaf_report(leaf))
+            CurrentTarget.model_construct(
+                path=path, matches=matches, actual=dict(leaf_report(leaf))
+            )
         )
     return found
 

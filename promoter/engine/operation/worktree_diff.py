@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from promoter.domain.paths import wire_path
 from promoter.fs.walk import RACY_WINDOW_NS, Difference, Tree, compare, hashed, walk
@@ -61,6 +61,23 @@ def _prune_git(rel: str) -> bool:
     )
 
 
+class Changed(TypedDict):
+    """One path the check changed, as a report lists it."""
+
+    path: str
+    change: str
+    fields: list[str]
+
+
+class ChangesWire(TypedDict):
+    """``CheckChanges.wire``: the lists of a report, and what each left out."""
+
+    other_paths: list[Changed]
+    git_paths: list[Changed]
+    index_paths: list[str]
+    omitted: NotRequired[dict[str, int]]
+
+
 @dataclass(frozen=True)
 class CheckChanges:
     """Paths the check changed: worktree paths outside the targets, and in git."""
@@ -73,16 +90,16 @@ class CheckChanges:
     def count(self) -> int:
         return len(self.other_paths) + len(self.git_paths) + len(self.index_paths)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> ChangesWire:
         """The lists for a report, each cut at ``MAX_LISTED`` (``omitted`` counts the rest)."""
 
-        def listed(items: tuple[Difference, ...]) -> list[dict[str, Any]]:
+        def listed(items: tuple[Difference, ...]) -> list[Changed]:
             return [
                 {"path": _text(d.path), "change": d.change, "fields": list(d.fields)}
                 for d in items[:MAX_LISTED]
             ]
 
-        wire: dict[str, Any] = {
+        wire: ChangesWire = {
             "other_paths": listed(self.other_paths),
             "git_paths": listed(self.git_paths),
             "index_paths": [_text(p) for p in self.index_paths[:MAX_LISTED]],

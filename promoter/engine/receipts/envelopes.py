@@ -24,7 +24,6 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -40,6 +39,7 @@ from promoter.store.key_ledger import PublishedKey, StoredEnvelope
 from promoter.store.keyring import (
     ALGORITHM,
     HostKey,
+    HostKeyEntry,
     Keyring,
     ListedKey,
     keyid_of,
@@ -120,14 +120,14 @@ def _published(host_id: str, keyring: Keyring) -> list[PublishedKey]:
     ]
 
 
-def ledger_key_set(services: Sealing) -> tuple[str, list[dict[str, Any]]]:
+def ledger_key_set(services: Sealing) -> tuple[str, list[HostKeyEntry]]:
     """This host's active keyid and every host's keys: this host's first (active, then
     retired), then the other hosts' by host id; each entry names its ``host_id``."""
     keyring = published_keyring(services)
     own = services.owner.host
     with journal.unit_of_work(services.db) as session:
         published = key_ledger.all_keys(session)
-    entries = [{**key.entry(), "host_id": own} for key in keyring.listed]
+    entries: list[HostKeyEntry] = [{**key.entry(), "host_id": own} for key in keyring.listed]
     listed = {key.keyid for key in keyring.listed}
     for row in published:
         if row.keyid in listed or row.host_id == own:

@@ -110,6 +110,7 @@ def _signer(key: HostKey) -> CryptoSigner:
     return CryptoSigner(key.private_key, public)
 
 
+# a DSSE envelope as securesystemslib writes it (``DsseEnvelope`` parses it back)
 def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
     """A DSSE envelope over the in-toto Statement of a receipt's exact canonical bytes.
 
@@ -122,7 +123,7 @@ def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
     envelope = Envelope(statement_bytes(receipt_bytes), PAYLOAD_TYPE, {})
     envelope.sign(_signer(key))
-    document: dict[str, Any] = envelope.to_dict()
+    document: dict[str, Any] = envelope.to_dict()  # the library's untyped answer
     return document
 
 
@@ -189,6 +190,7 @@ def verify_document(
     return document
 
 
+# a JSON object from a file or the wire: parsed as a ``DsseEnvelope`` first thing
 def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> VerifiedDocument:
     found = problem("DsseEnvelope", top)
     if found is not None:
@@ -320,6 +322,7 @@ def check_document(
     )
 
 
+# the document as given (its own bytes decide its hash): read, never re-encoded by a model
 def _check_identity(schema: str, document: dict[str, Any]) -> tuple[str, list[str]]:
     if schema in RECEIPTS:
         digest = receipt_sha256(document)

@@ -18,7 +18,8 @@ too). Checking the predicate receipt itself (schema, hash) is
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.json_input import load_json
@@ -28,7 +29,22 @@ from promoter.errors import PromoterError, ReceiptInvalid
 STATEMENT_FIELDS = ("_type", "subject", "predicateType", "predicate")
 
 
-def subjects_of(receipt: dict[str, Any]) -> list[dict[str, Any]]:
+class Subject(TypedDict):
+    """A Statement subject: a name and its sha256."""
+
+    name: str
+    digest: dict[str, str]
+
+
+class Statement(TypedDict):
+    _type: str
+    subject: list[Subject]
+    predicateType: str
+    predicate: Mapping[str, Any]  # an in-toto Statement v1 over a receipt
+
+
+# a receipt document parsed from its canonical bytes (never re-encoded by a model)
+def subjects_of(receipt: dict[str, Any]) -> list[Subject]:
     """The Statement subjects of a receipt document (see the module docstring)."""
     schema = receipt.get("schema")
     named: list[tuple[str, str]]
@@ -49,7 +65,8 @@ def subjects_of(receipt: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": name, "digest": {"sha256": digest}} for name, digest in named]
 
 
-def statement_of(receipt: dict[str, Any]) -> dict[str, Any]:
+# the receipt parsed from its exact bytes; the Statement carries them back unchanged
+def statement_of(receipt: dict[str, Any]) -> Statement:
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects_of(receipt),
@@ -67,6 +84,7 @@ def statement_bytes(receipt_bytes: bytes) -> bytes:
     return body
 
 
+# a Statement from a signed payload, checked member by member here
 def open_statement(payload: bytes) -> tuple[dict[str, Any], bytes, list[str]]:
     """(Statement, predicate bytes, check lines) of a Statement payload.
 
@@ -99,6 +117,7 @@ def open_statement(payload: bytes) -> tuple[dict[str, Any], bytes, list[str]]:
     return statement, canonical_bytes(predicate), lines
 
 
+# a Statement from ``open_statement``, its shape checked there
 def check_subjects(statement: dict[str, Any]) -> str:
     """The check line when the subjects are exactly the ones the (checked) predicate gives."""
     expected = subjects_of(statement["predicate"])
@@ -109,6 +128,7 @@ def check_subjects(statement: dict[str, Any]) -> str:
     return f"subjects: {len(expected)} recomputed from the predicate, match"
 
 
+# any JSON object: what it must hold is checked by the caller
 def json_object(data: bytes, what: str) -> dict[str, Any]:
     """``data`` as a JSON object, or ``ReceiptInvalid`` naming ``what`` it is."""
     try:

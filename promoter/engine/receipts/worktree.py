@@ -43,6 +43,7 @@ class TargetMatch:
         }
 
 
+# a receipt document as stored or served, of any version: read by its members
 def expected_states(receipt: dict[str, Any]) -> list[tuple[str, str | None]]:
     """(path, "<mode> <sha256>" or None for absent) per target; unknown rollback reads skipped."""
     schema = receipt.get("schema")
@@ -67,6 +68,7 @@ def expected_states(receipt: dict[str, Any]) -> list[tuple[str, str | None]]:
     raise ReceiptInvalid(f"--worktree compares targets; a {schema} has none")
 
 
+# a receipt document as stored or served, of any version: read by its members
 def compare_targets(receipt: dict[str, Any], worktree: Path) -> list[TargetMatch]:
     if not worktree.is_dir():
         raise ReceiptInvalid(f"--worktree {worktree} is not a directory")

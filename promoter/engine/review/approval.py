@@ -15,8 +15,9 @@ route admits the operator only), and the attempt's own checks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from sqlalchemy.orm import Session
 
@@ -31,7 +32,8 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.ports import Checking, Journaling
 from promoter.engine.repos import Repository
 from promoter.engine.review import partial
-from promoter.engine.review.seen import Seen
+from promoter.engine.review.partial import ComposedWire, SelectionWire
+from promoter.engine.review.seen import Seen, SeenWire
 from promoter.errors import (
     ApprovalRejected,
     ApprovedInPart,
@@ -61,7 +63,71 @@ def precheck(
     recheck_evidence(services, bundle_id, receipt_sha256)
 
 
-def _binding(row: Operation) -> dict[str, Any]:
+class Who(TypedDict):
+    role: str
+    name: str
+
+
+class Binding(TypedDict):
+    """What an approval binds (protocol: runs#what-an-approval-binds)."""
+
+    operation_id: str
+    grant_sha256: str | None
+    bundle_sha256: str | None
+    verification_receipt_sha256: str | None
+    repository_identity: str
+
+
+class Extras(TypedDict, total=False):
+    """A decision's members written only when they apply, last."""
+
+    claimed_by: str  # the name the request carried, apart from the principal's
+    seen: SeenWire  # what an approval said its person saw beyond the first page
+    code: str  # a refusal past the grant's window
+
+
+class Decision(Binding, Extras):
+    """A ``decision`` event's payload: approved or rejected (by a person or the window)."""
+
+    approval: str
+    by: Who
+    note: str
+    expires_at: str
+
+
+class Chosen(TypedDict):
+    """The part of a bundle an approval in part accepted."""
+
+    accepted_paths: list[str]
+    declined_paths: list[str]
+    composed: list[ComposedWire]
+    selection: SelectionWire
+
+
+class InPart(Decision, Chosen):
+    """The held operation's ``decision``: approved in part, naming the derived operation."""
+
+    derived_bundle_id: str
+    derived_operation_id: str
+
+
+class PartApproved(Decision, Chosen):
+    """The derived operation's ``decision``: approved, naming the one it was cut from."""
+
+    parent_operation_id: str
+    parent_bundle_id: str
+    parent_decision_event_id: str
+
+
+class Reopened(Binding):
+    """A ``decision`` event's payload: a rejection undone."""
+
+    approval: Literal["reopened"]
+    by: Who
+    note: str
+
+
+def _binding(row: Operation) -> Binding:
     return {
         "operation_id": row.operation_id,
         "grant_sha256": row.grant_sha256,
@@ -85,9 +151,10 @@ def _bound(row: Operation) -> bool:
     return derived == row.operation_id
 
 
-def _latest(session: Session, operation_id: str) -> dict[str, Any] | None:
-    """The payload of the operation's latest approval decision (approved, rejected, reopened)."""
-    latest: dict[str, Any] | None = None
+def _latest(session: Session, operation_id: str) -> Mapping[str, object] | None:
+    """The payload of the operation's latest approval decision (approved, rejected, reopened),
+    as stored (a version's ``Decision``, ``InPart``, ``PartApproved`` or ``Reopened``)."""
+    latest: Mapping[str, object] | None = None
     for event in ledger.events(session, operation_id):
         payload = event.payload
         if event.kind == "decision" and isinstance(payload, dict) and "approval" in payload:
@@ -95,7 +162,7 @@ def _latest(session: Session, operation_id: str) -> dict[str, Any] | None:
     return latest
 
 
-def rejected(session: Session, row: Operation) -> dict[str, Any] | None:
+def rejected(session: Session, row: Operation) -> Mapping[str, object] | None:
     """The standing rejection of an operation by a person, if its latest decision is one.
 
     A refusal of an approval past the grant's window (which carries its ``code``) is not a
@@ -123,7 +190,7 @@ def refuse_if_rejected(session: Session, row: Operation) -> None:
     if standing is None:
         return
     claimed = standing.get("by")
-    by: dict[str, Any] = claimed if isinstance(claimed, dict) else {}
+    by: Mapping[str, object] = claimed if isinstance(claimed, dict) else {}
     raise ApprovalRejected(
         f"operation {row.operation_id} was rejected by {by.get('name', '?')}; a rejection is "
         f"final: it is not held again unless an operator reopens it "
@@ -227,20 +294,22 @@ def decide(
                 check_grant_window(grant)
             except PromoterError as exc:
                 expired = exc
-        who = {"role": role, "name": by}
-        payload = {
-            "approval": "approved" if verdict == "approve" and expired is None else "rejected",
-            "by": who,
+        approval = "approved" if verdict == "approve" and expired is None else "rejected"
+        extras: Extras = {}
+        if claimed_by:
+            extras["claimed_by"] = claimed_by
+        if seen is not None and seen.said and approval == "approved":
+            extras["seen"] = seen.wire()
+        if expired is not None:
+            extras["code"] = expired.code
+        payload: Decision = {
+            "approval": approval,
+            "by": {"role": role, "name": by},
             "note": note,
             "expires_at": grant.expires_at,
             **_binding(row),
+            **extras,
         }
-        if claimed_by:
-            payload["claimed_by"] = claimed_by
-        if seen is not None and seen.said and payload["approval"] == "approved":
-            payload["seen"] = seen.wire()
-        if expired is not None:
-            payload["code"] = expired.code
         ledger.append(session, operation_id, "decision", payload)
         if payload["approval"] == "approved":
             services.claim(session, row.operation_id)
@@ -313,27 +382,27 @@ def decide_part(
                 operation_id=operation_id,
                 derived_operation_id=derived_id,
             )
-        who = {"role": role, "name": by}
-        chosen: dict[str, Any] = {
+        who: Who = {"role": role, "name": by}
+        chosen: Chosen = {
             "accepted_paths": derived.accepted,
             "declined_paths": derived.declined,
-            "composed": derived.composed,
+            "composed": [{"path": c.path, "hunks": c.hunks, "by": c.by} for c in derived.composed],
             "selection": selection.wire(),
         }
-        if seen is not None and seen.said:
-            chosen["seen"] = seen.wire()
-        payload: dict[str, Any] = {
+        said: Extras = {"seen": seen.wire()} if seen is not None and seen.said else {}
+        claimed: Extras = {"claimed_by": claimed_by} if claimed_by else {}
+        payload: InPart = {
             "approval": IN_PART,
             "by": who,
             "note": note,
             "expires_at": grant.expires_at,
             **chosen,
+            **said,
             "derived_bundle_id": bundle.bundle_id,
             "derived_operation_id": derived_id,
             **_binding(row),
+            **claimed,
         }
-        if claimed_by:
-            payload["claimed_by"] = claimed_by
         decision = ledger.append(session, operation_id, "decision", payload)
         ledger.append(
             session,
@@ -362,19 +431,19 @@ def decide_part(
         session.flush()
         journal.start_attempt(session, derived_id)
         derived_row = journal.require(session, derived_id)
-        approval = {
+        approval: PartApproved = {
             "approval": "approved",
             "by": who,
             "note": note,
             "expires_at": grant.expires_at,
             **chosen,
+            **said,
             "parent_operation_id": operation_id,
             "parent_bundle_id": parent.bundle_id,
             "parent_decision_event_id": decision,
             **_binding(derived_row),
+            **claimed,
         }
-        if claimed_by:
-            approval["claimed_by"] = claimed_by
         ledger.append(session, derived_id, "decision", approval)
         started = tickets.ticket(session, derived_id, grant)
     return Decided(operation_id, OperationStatus.REFUSED, started, derived_id)
@@ -403,8 +472,13 @@ def reopen(services: Journaling, operation_id: str, *, note: str, by: str, role:
                 operation_id=operation_id,
                 current_status=row.status,
             )
-        payload = {"approval": "reopened", "by": {"role": role, "name": by}, "note": note}
-        ledger.append(session, operation_id, "decision", {**payload, **_binding(row)})
+        payload: Reopened = {
+            "approval": "reopened",
+            "by": {"role": role, "name": by},
+            "note": note,
+            **_binding(row),
+        }
+        ledger.append(session, operation_id, "decision", payload)
         journal.next_attempt(
             session, operation_id, OperationStatus.AWAITING_APPROVAL, owner=services.stamp()
         )

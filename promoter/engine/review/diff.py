@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from promoter.domain import renames
 from promoter.domain.models import Change, FileState
@@ -346,6 +346,68 @@ def _symlink_target(new: _Side) -> str | None:
     return visible(new.scan.head.decode("utf-8", "surrogateescape"))
 
 
+class FileEntry(TypedDict):
+    """One file of an answer (``FileDiffView``), and the cursor of the page that shows it."""
+
+    path: str
+    path_shown: str
+    operation: str
+    old_mode: str | None
+    new_mode: str | None
+    old_bytes: int | None
+    new_bytes: int | None
+    old_sha256: str | None
+    new_sha256: str | None
+    old_lines: int | None
+    new_lines: int | None
+    longest_line: int | None
+    binary: bool
+    summarized: bool
+    added: int | None
+    removed: int | None
+    flags: list[str]
+    symlink_target: str | None
+    shown: str
+    diff_bytes: int | None
+    cursor: NotRequired[str | None]  # kept for ``unseen``, not answered in ``files``
+    rename_from: str | None
+    rename_from_shown: str | None
+    similarity: int | None
+    renamed_to: str | None
+
+
+class UnseenEntry(TypedDict):
+    """A file an answer does not show in full (``UnseenFileView``)."""
+
+    path: str
+    path_shown: str
+    operation: str
+    old_bytes: int | None
+    new_bytes: int | None
+    diff_bytes: int | None
+    added: int | None
+    removed: int | None
+    flags: list[str]
+    shown: str
+    summarized: bool
+    cursor: str | None
+
+
+class BundleDiff(TypedDict):
+    """``bundle_diff``'s answer (``BundleDiffView``)."""
+
+    bundle_id: str
+    files: list[FileEntry]
+    unified_diff: str
+    truncated: bool
+    limit: int
+    max_file_bytes: int
+    path: str | None
+    cursor: str
+    next_cursor: str | None
+    unseen: list[UnseenEntry]
+
+
 class _Budget:
     """The seconds a request's git diffs may still take together."""
 
@@ -362,7 +424,7 @@ def _file(
     *,
     diff: bool = True,
     moves: _Moves | None = None,
-) -> dict[str, Any]:
+) -> FileEntry:
     """One file's entry, its diff text written to ``out``. ``diff=False``: a file before
     the cursor or past the cut is scanned (flags, sizes) but not diffed (``added``,
     ``removed``, ``diff_bytes`` are then None). A rename's created path is diffed against
@@ -426,7 +488,8 @@ def _file(
             why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
             out.add(_summary(change, old, new, why))
     summarized = bool(why)
-    entry = {
+    rename = came[0] if came is not None else None
+    return {
         "path": change.path,
         "path_shown": visible(change.path),
         "operation": change.operation,
@@ -448,41 +511,36 @@ def _file(
         "shown": out.shown,
         "diff_bytes": None if added is None else out.pos,
         "cursor": _cursor(out.next) if out.next and out.next[0] == index else f"{index}:0",
+        "rename_from": rename.source if rename else None,
+        "rename_from_shown": visible(rename.source) if rename else None,
+        "similarity": rename.similarity if rename else None,
+        "renamed_to": went.target if went is not None else None,
     }
-    rename = came[0] if came is not None else None
-    entry["rename_from"] = rename.source if rename else None
-    entry["rename_from_shown"] = visible(rename.source) if rename else None
-    entry["similarity"] = rename.similarity if rename else None
-    entry["renamed_to"] = went.target if went is not None else None
-    return entry
 
 
-UNSEEN_KEYS = (
-    "path",
-    "path_shown",
-    "operation",
-    "old_bytes",
-    "new_bytes",
-    "diff_bytes",
-    "added",
-    "removed",
-    "flags",
-    "shown",
-    "summarized",
-    "cursor",
-)
-
-
-def _unseen(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unseen(files: list[FileEntry]) -> list[UnseenEntry]:
     """The files this answer does not show in full (a summarized file's content is never
     shown), with what a reviewer needs to judge them and the cursor that reaches them."""
-    unseen = []
+    unseen: list[UnseenEntry] = []
     for entry in files:
         if entry["shown"] != "full" or entry["summarized"]:
-            item = {key: entry[key] for key in UNSEEN_KEYS}
-            if entry["shown"] == "full":
-                item["cursor"] = None  # nothing more to show
-            unseen.append(item)
+            unseen.append(
+                {
+                    "path": entry["path"],
+                    "path_shown": entry["path_shown"],
+                    "operation": entry["operation"],
+                    "old_bytes": entry["old_bytes"],
+                    "new_bytes": entry["new_bytes"],
+                    "diff_bytes": entry["diff_bytes"],
+                    "added": entry["added"],
+                    "removed": entry["removed"],
+                    "flags": entry["flags"],
+                    "shown": entry["shown"],
+                    "summarized": entry["summarized"],
+                    # nothing more to show of a file shown in full
+                    "cursor": None if entry["shown"] == "full" else entry.get("cursor"),
+                }
+            )
     return unseen
 
 
@@ -494,7 +552,7 @@ def _walk(
     *,
     rest: bool = True,
     every: list[Change] | None = None,
-) -> tuple[list[dict[str, Any]], _Output]:
+) -> tuple[list[FileEntry], _Output]:
     """``changes`` diffed into one answer; renames found among ``every`` change."""
     out = _Output(limit, start)
     with _slot(services.settings.review_diff_concurrency):
@@ -511,7 +569,7 @@ def bundle_diff(
     *,
     path: str | None = None,
     cursor: str | None = None,
-) -> dict[str, Any]:
+) -> BundleDiff:
     """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes, path, cursor,
     next_cursor, unseen}`` of a bundle, or of its one ``path``, from ``cursor`` on.
 
@@ -537,7 +595,7 @@ def bundle_diff(
     files, out = _walk(services, changes, limit, start, rest=rest, every=list(bundle.changes))
     return {
         "bundle_id": bundle.bundle_id,
-        "files": [{k: v for k, v in f.items() if k != "cursor"} for f in files],
+        "files": [_answered(f) for f in files],
         "unified_diff": "".join(out.parts),
         "truncated": out.truncated,
         "limit": limit,
@@ -549,7 +607,14 @@ def bundle_diff(
     }
 
 
-def unseen_at_bound(services: Reviewing, bundle_id: str, limit: int) -> list[dict[str, Any]]:
+def _answered(entry: FileEntry) -> FileEntry:
+    """The entry as ``files`` answers it: without its cursor."""
+    answered = entry.copy()
+    del answered["cursor"]
+    return answered
+
+
+def unseen_at_bound(services: Reviewing, bundle_id: str, limit: int) -> list[UnseenEntry]:
     """The files the bundle's first page of ``limit`` bytes does not show in full, as
     ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
     bundle = load_bundle(services, bundle_id)

@@ -27,13 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from promoter.domain import hunks as hunk_math
 from promoter.domain.canonical import sha256_hex
-from promoter.domain.documents import canonical, seal_bundle
-from promoter.domain.models import Change, FileState, PatchBundleV1, PatchVerificationReceiptV1
-from promoter.domain.parsing import parse_model
+from promoter.domain.documents import canonical, sealed_bundle
+from promoter.domain.models import (
+    Change,
+    ComposedPath,
+    DerivedFrom,
+    FileState,
+    PatchBundleV1,
+    PatchVerificationReceiptV1,
+)
 from promoter.domain.renames import exact_groups
 from promoter.engine.intake.bundles import verify_bundle
 from promoter.engine.ports import Archive, Checking
@@ -52,6 +58,21 @@ __all__ = ["Derived", "Selection", "derive", "store"]
 BINARY_PROBE = 8000  # as git: a NUL byte in the first 8000 bytes makes a side binary
 
 
+SelectionWire = TypedDict(
+    "SelectionWire",
+    {"only": list[str], "except": list[str], "hunks": dict[str, list[int]]},
+    total=False,
+)  # ``Selection.wire``: only what was given
+
+
+class ComposedWire(TypedDict):
+    """A composed path as a decision journals it (a ``ComposedPath``)."""
+
+    path: str
+    hunks: list[int]
+    by: str
+
+
 @dataclass(frozen=True)
 class Selection:
     """The operator's choice; an empty ``Selection`` accepts the whole bundle."""
@@ -64,9 +85,9 @@ class Selection:
     def partial(self) -> bool:
         return self.only is not None or self.except_ is not None or bool(self.hunks)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> SelectionWire:
         """As journaled: only what was given."""
-        out: dict[str, Any] = {}
+        out: SelectionWire = {}
         if self.only is not None:
             out["only"] = list(self.only)
         if self.except_ is not None:
@@ -83,7 +104,7 @@ class Derived:
     bundle: PatchBundleV1
     accepted: list[str]
     declined: list[str]
-    composed: list[dict[str, Any]]
+    composed: list[ComposedPath]
     blobs: dict[str, bytes]  # composed content to store, by sha256
 
 
@@ -180,38 +201,42 @@ def derive(services: Archive, parent: PatchBundleV1, selection: Selection, by: s
     ``by`` is the authenticated operator, the author of any composed content."""
     accepted, declined = _choose(parent, selection)
     _pairs(parent, set(accepted))
-    changes: list[dict[str, Any]] = []
-    composed: list[dict[str, Any]] = []
+    changes: list[Change] = []
+    composed: list[ComposedPath] = []
     blobs: dict[str, bytes] = {}
     for change in parent.changes:
         if change.path not in accepted:
             continue
-        wire = change.wire()
         if change.path in selection.hunks:
             made = _compose(services, change, selection.hunks[change.path])
             if made is not None:
                 data, wanted = made
                 digest = sha256_hex(data)
                 assert change.new.mode is not None
-                wire["new"] = FileState.of(digest, change.new.mode, len(data)).wire()
+                new = FileState.of(digest, change.new.mode, len(data))
                 if data == services.blobs.read(str(change.old.sha256)):
                     raise SelectionInvalid(f"the hunks chosen in {change.path!r} change nothing")
                 blobs[digest] = data
-                composed.append({"path": change.path, "hunks": wanted, "by": by})
-        changes.append(wire)
-    document = parent.wire()
-    document.update(
-        changes=changes,
-        change_count=len(changes),
-        total_bytes=sum(c["new"]["bytes"] or 0 for c in changes if c["new"]["exists"]),
-        derived_from={
-            "parent_bundle_id": parent.bundle_id,
-            "parent_bundle_sha256": parent.bundle_sha256,
-            "declined_paths": declined,
-            "composed": composed,
-        },
+                composed.append(ComposedPath(path=change.path, hunks=wanted, by=by))
+                change = change.model_copy(update={"new": new})
+        changes.append(change)
+    derived_from = DerivedFrom(
+        parent_bundle_id=parent.bundle_id,
+        parent_bundle_sha256=parent.bundle_sha256,
+        declined_paths=declined,
+        composed=composed,
     )
-    bundle = parse_model(PatchBundleV1, seal_bundle(document))
+    # every part is a validated model; the copy keeps the parent's other fields
+    bundle = sealed_bundle(
+        parent.model_copy(
+            update={
+                "changes": changes,
+                "change_count": len(changes),
+                "total_bytes": sum(c.new.bytes or 0 for c in changes if c.new.exists),
+                "derived_from": derived_from,
+            }
+        )
+    )
     return Derived(bundle, accepted, declined, composed, blobs)
 
 

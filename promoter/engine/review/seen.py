@@ -25,12 +25,12 @@ credential, and the decision event records it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.ports import Reviewing
-from promoter.engine.review.diff import unseen_at_bound
+from promoter.engine.review.diff import UnseenEntry, unseen_at_bound
 from promoter.engine.review.partial import Selection
 from promoter.errors import DiffNotSeen, SelectionInvalid
 from promoter.store import journal
@@ -38,6 +38,14 @@ from promoter.store import journal
 __all__ = ["Seen", "require"]
 
 LISTED = 50  # paths named in the refusal's detail (the problem's ``paths`` has them all)
+
+
+class SeenWire(TypedDict):
+    """``Seen.wire``: as journaled with the decision."""
+
+    all_seen: bool
+    paths: list[str]
+    page: NotRequired[int]
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,9 @@ class Seen:
         """Whether the request said anything (journaled only then)."""
         return self.all_seen or bool(self.paths)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> SeenWire:
         """As journaled with the decision."""
-        out: dict[str, Any] = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
+        out: SeenWire = {"all_seen": self.all_seen, "paths": sorted(set(self.paths))}
         if self.page is not None:
             out["page"] = self.page
         return out
@@ -69,7 +77,7 @@ def _accepted(paths: list[str], selection: Selection | None) -> set[str]:
     return set(paths)
 
 
-def _size(entry: dict[str, Any]) -> str:
+def _size(entry: UnseenEntry) -> str:
     old, new = entry["old_bytes"], entry["new_bytes"]
     flags = f", {', '.join(entry['flags'])}" if entry["flags"] else ""
     return f"{entry['path_shown']} ({old if old is not None else '-'} -> {new} bytes{flags})"

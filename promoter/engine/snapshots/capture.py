@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
@@ -37,6 +37,7 @@ from promoter.errors import NotFound, OperationUnknown, PromoterError, Validatio
 from promoter.fs.lock import RepoLock
 from promoter.git.records import require_oid
 from promoter.git.shadow import DIFF_LIMIT, Capture, ShadowRepository
+from promoter.git.shadow_diff import TreeDiffWire
 from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import journal, snapshot_log
 
@@ -248,7 +249,7 @@ def diff(
     to_tree: str,
     *,
     limit: int = DIFF_LIMIT,
-) -> dict[str, Any]:
+) -> TreeDiffWire:
     """``{added, modified, deleted, unified_diff, truncated}`` from one tree to another."""
     tree_id(from_tree, "from")
     tree_id(to_tree, "to")

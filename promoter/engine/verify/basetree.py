@@ -15,8 +15,8 @@ Paths come in wire form (protocol: documents#byte-paths) and are handed to git i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from promoter.domain.path_state import StateWire
 from promoter.domain.paths import disk_path
 from promoter.engine.verify.link_resolution import cached_tree_links
 from promoter.git.readback import RepoLayout, blob_sha256, path_entries
@@ -31,7 +31,7 @@ class GitBaseTree:
     def __init__(
         self,
         layout: RepoLayout,
-        cache: dict[tuple[str, str], dict[str, Any]],
+        cache: dict[tuple[str, str], StateWire],
         links: dict[str, dict[str, bytes]] | None = None,
     ) -> None:
         self._layout = layout
@@ -42,16 +42,16 @@ class GitBaseTree:
         """The tree's symlinks and target texts (``promoter.git.tree_links``), remembered."""
         return cached_tree_links(self._links, self._layout, base_tree)
 
-    def states(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def states(self, base_tree: str, paths: Sequence[str]) -> dict[str, StateWire]:
         missing = [p for p in paths if (base_tree, p) not in self._cache]
         if missing:
             fresh = self._read(base_tree, missing)
             if len(self._cache) + len(fresh) > CACHE_LIMIT:
                 self._cache.clear()
             self._cache.update({(base_tree, p): state for p, state in fresh.items()})
-        return {p: dict(self._cache[(base_tree, p)]) for p in paths}
+        return {p: self._cache[(base_tree, p)].copy() for p in paths}
 
-    def _read(self, base_tree: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def _read(self, base_tree: str, paths: Sequence[str]) -> dict[str, StateWire]:
         # path_entries also remembers the leading directories' entries, so the read-back
         # of a promotion of these paths in this tree asks git nothing more about them.
         disk = {path: disk_path(path) for path in paths}  # wire form in, git's names out
@@ -62,7 +62,7 @@ class GitBaseTree:
             if entry is not None and entry.type == "blob" and entry.mode in _CONTENT_MODES
         ]
         digests = blob_sha256(self._layout, sorted(set(blobs))) if blobs else {}
-        states: dict[str, dict[str, Any]] = {}
+        states: dict[str, StateWire] = {}
         for path in paths:
             entry = entries.get(disk[path])
             if entry is None:

@@ -15,15 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from promoter.domain import allowlist, jcs_rows, links
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import (
+    UNSEALED,
     BundleBytes,
     bundle_bytes,
     bundle_id_for,
-    seal_receipt,
+    sealed,
 )
 from promoter.domain.models import (
     CHECK_ORDER,
@@ -34,7 +35,7 @@ from promoter.domain.models import (
     PatchBundleV1,
     PatchVerificationReceiptV1,
 )
-from promoter.domain.path_state import SYMLINK_MODE
+from promoter.domain.path_state import SYMLINK_MODE, StateWire
 from promoter.domain.paths import check_path_set, sort_key
 from promoter.engine.verify import link_resolution
 from promoter.engine.verify.shared import (
@@ -92,6 +93,37 @@ def check_manifest_integrity(digest: str, bundle: PatchBundleV1, facts: Facts) -
     return Outcome(not problems, evidence, summarize(problems), code)
 
 
+class BlobRow(TypedDict):
+    """Evidence of ``blob_integrity``: a blob's measured size (None: missing or corrupt)."""
+
+    sha256: str
+    bytes: int | None
+
+
+class LinkRow(TypedDict):
+    """Evidence of ``path_policy``: a link's target text as shown, under the grant's policy."""
+
+    path: str
+    target: str | None
+    policy: str
+
+
+class AllowRow(TypedDict):
+    """Evidence of ``allowlist``: the pattern that allowed a change (None: none did)."""
+
+    path: str
+    operation: str
+    pattern: str | None
+
+
+class PreconditionRow(TypedDict):
+    """Evidence of ``preconditions``: the old state expected and where it came from."""
+
+    path: str
+    source: str
+    expected: StateWire | None
+
+
 # (2) blob_integrity: every referenced blob present and hashing correctly, sizes agree
 
 
@@ -101,7 +133,7 @@ def check_blob_integrity(bundle: PatchBundleV1, blobs: BlobSizes) -> Outcome:
         for state in (change.old, change.new):
             if state.exists and state.sha256 is not None and state.bytes is not None:
                 claimed.setdefault(state.sha256, set()).add(state.bytes)
-    evidence: list[dict[str, Any]] = []
+    evidence: list[BlobRow] = []
     missing: list[str] = []
     wrong_size: list[str] = []
     digests = sorted(claimed)
@@ -147,9 +179,9 @@ def check_grant_binding(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
 
 def _link_problems(
     bundle: PatchBundleV1, grant: GrantV1, blobs: BlobSizes
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[LinkRow], list[str]]:
     """Every change with a link side, checked against ``grant.symlinks`` (target text shown)."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[LinkRow] = []
     problems: list[str] = []
     for change in bundle.changes:
         if change.old.mode != SYMLINK_MODE and change.new.mode != SYMLINK_MODE:
@@ -199,7 +231,7 @@ def check_path_policy(
 ) -> Outcome:
     paths = facts.paths
     problems: list[str] = []
-    link_evidence: list[dict[str, Any]] = []
+    link_evidence: list[LinkRow] = []
     resolution: list[tuple[str, str]] = []
     if grant is not None and blobs is not None:
         link_evidence, problems = _link_problems(bundle, grant, blobs)
@@ -261,7 +293,7 @@ def _compiled(pattern: str) -> re.Pattern[str] | None:
 
 
 def check_allowlist(bundle: PatchBundleV1, grant: GrantV1) -> Outcome:
-    evidence: list[dict[str, Any]] = []
+    evidence: list[AllowRow] = []
     problems: list[str] = []
     entries = [(e.pattern, _compiled(e.pattern), e.operations) for e in grant.write_allowlist]
     for change in bundle.changes:
@@ -290,8 +322,8 @@ def check_preconditions(
     grant: GrantV1,
     base: BaseTree,
     facts: Facts,
-    chained: Mapping[str, Mapping[str, Any]] | None = None,
-    merged: Mapping[str, Mapping[str, Any]] | None = None,
+    chained: Mapping[str, StateWire] | None = None,
+    merged: Mapping[str, StateWire] | None = None,
 ) -> Outcome:
     """For a merged bundle's merged paths, the person's bytes the merge bound (``merged``:
     source ``merge``, protocol: runs#merges-are-new-bundles); then explicit preconditions; then, for
@@ -309,16 +341,17 @@ def check_preconditions(
         base_states = base.states(grant.base_tree, implicit_paths) if implicit_paths else {}
     except PromoterError as exc:
         return Outcome(False, {"error": exc.code}, f"cannot read the base tree: {exc.detail}")
-    evidence: list[dict[str, Any]] = []
+    evidence: list[PreconditionRow] = []
     problems: list[str] = []
     for change in bundle.changes:
+        expected: StateWire
         if change.path in merged:
-            expected, source = dict(merged[change.path]), "merge"
+            expected, source = merged[change.path].copy(), "merge"
         elif change.path in explicit:
             spec = explicit[change.path].old
             expected, source = state_dict(spec.exists, spec.sha256, spec.mode), "explicit"
         elif change.path in chained:
-            expected, source = dict(chained[change.path]), "base_operation"
+            expected, source = chained[change.path].copy(), "base_operation"
         elif change.path in base_states:  # a dict of its own per path: read, never changed
             expected, source = base_states[change.path], "base_tree"
         else:
@@ -357,8 +390,8 @@ def verify(
     grant: GrantV1,
     blobs: BlobSizes,
     base: BaseTree,
-    chained: Mapping[str, Mapping[str, Any]] | None = None,
-    merged: Mapping[str, Mapping[str, Any]] | None = None,
+    chained: Mapping[str, StateWire] | None = None,
+    merged: Mapping[str, StateWire] | None = None,
 ) -> Verification:
     """Run the seven checks and build the deterministic receipt.
 
@@ -381,25 +414,27 @@ def verify(
         ),  # (7)
     }
     results = [(name, checks[name]()) for name in CHECK_ORDER]
-    receipt = {
-        "schema": "PatchVerificationReceiptV1",
-        "bundle_id": bundle.bundle_id,
-        "bundle_sha256": bundle.bundle_sha256,
-        "grant_id": grant.grant_id,
-        "grant_sha256": grant.grant_sha256,
-        "executor_run_id": bundle.executor_run_id,
-        "repository_identity": bundle.repository_identity,
-        "status": "passed" if all(o.passed for _, o in results) else "failed",
-        "checks": [
+    assert grant.grant_sha256 is not None  # a stored grant is sealed
+    receipt = PatchVerificationReceiptV1(
+        schema_="PatchVerificationReceiptV1",
+        receipt_sha256=UNSEALED,
+        bundle_id=bundle.bundle_id,
+        bundle_sha256=bundle.bundle_sha256,
+        grant_id=grant.grant_id,
+        grant_sha256=grant.grant_sha256,
+        executor_run_id=bundle.executor_run_id,
+        repository_identity=bundle.repository_identity,
+        status="passed" if all(o.passed for _, o in results) else "failed",
+        checks=[
             Check(
                 name=name,
                 status="passed" if outcome.passed else "failed",
                 evidence_sha256=sha256_hex(outcome.encode(outcome.evidence)),
                 detail="" if outcome.passed else outcome.detail,
-            ).wire()
+            )
             for name, outcome in results
         ],
-    }
+    )
     codes: dict[str, str] = {name: outcome.code for name, outcome in results if not outcome.passed}
-    sealed = PatchVerificationReceiptV1.model_validate(seal_receipt(receipt))
-    return Verification(sealed, codes, encoded)
+    sealed_receipt = sealed(receipt)[0]
+    return Verification(sealed_receipt, codes, encoded)

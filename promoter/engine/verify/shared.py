@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.models import PatchBundleV1
+from promoter.domain.path_state import StateWire
 from promoter.domain.paths import check_path, sort_key
 from promoter.errors import PathInvalid
 
@@ -29,7 +30,7 @@ class BlobSizes(Protocol):
 
 
 class BaseTree(Protocol):
-    def states(self, base_tree: str, paths: Sequence[str]) -> Mapping[str, dict[str, Any]]:
+    def states(self, base_tree: str, paths: Sequence[str]) -> Mapping[str, StateWire]:
         """Per path ``{"exists", "sha256", "mode"}`` in ``base_tree``.
 
         A symlink is reported with the sha256 of its target text and mode 120000; a
@@ -53,7 +54,7 @@ class Outcome:
     encode: Callable[[Any], bytes] = canonical_bytes
 
 
-def state_dict(exists: bool, sha256: str | None, mode: str | None) -> dict[str, Any]:
+def state_dict(exists: bool, sha256: str | None, mode: str | None) -> StateWire:
     return {"exists": exists, "sha256": sha256, "mode": mode}
 
 
