@@ -96,7 +96,9 @@ def receipt_sha256(document: dict[str, Any]) -> str:
 
 UNSEALED = "0" * 64  # the ``receipt_sha256`` a receipt is built with, before ``sealed``
 
-Receipt = TypeVar("Receipt", PatchVerificationReceiptV1, PatchPromotionReceiptV1, RollbackReceiptV1)
+Receipt = TypeVar(
+    "Receipt", "PatchVerificationReceiptV1", "PatchPromotionReceiptV1", "RollbackReceiptV1"
+)
 
 
 def sealed(receipt: Receipt) -> tuple[Receipt, dict[str, Any]]:
