@@ -26,7 +26,7 @@ from sqlalchemy.orm.attributes import flag_modified
 from promoter.domain.records import Attempt, Operation, Step
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 from promoter.errors import OperationUnknown
-from promoter.store import ledger, step_rows
+from promoter.store import ledger, step_rows, witness
 from promoter.store.db import Database
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow
@@ -322,6 +322,15 @@ def set_status(
         attempt.detail = detail
         if status is not OperationStatus.IN_PROGRESS:
             attempt.ended_at = now()
+    ended = witness.Ended(
+        operation.kind,
+        status,
+        code,
+        operation.bundle_id,
+        operation.repository_name,
+        operation.attempt,
+    )
+    witness.status(session, operation_id, ended)
 
 
 def touch(row: OperationRow) -> None:
@@ -457,6 +466,7 @@ def unit_of_work(db: Database, *, fenced: bool = False, durable: bool = True) ->
         if fenced:
             db.guard_writes(session)
         yield session
+    witness.committed(session)  # what it wrote to a watched operation, now in the database
 
 
 @contextmanager

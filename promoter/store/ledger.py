@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.views import Event
-from promoter.store import feed
+from promoter.store import feed, witness
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
@@ -126,6 +126,7 @@ def _insert(session: Session, prepared: Prepared) -> str:
         },
     )
     links[prepared.operation_id] = (prepared.seq, prepared.digest)
+    witness.event(session, prepared.operation_id, prepared.kind, prepared.seq, prepared.payload)
     feed.record(session, event_id, prepared.operation_id, prepared.kind, prepared.at)
     return event_id
 

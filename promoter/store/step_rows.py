@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.records import Step
 from promoter.domain.status import StepStatus
+from promoter.store import witness
 from promoter.store.tables import CreatedDirRow, StepRow
 
 _STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
@@ -44,6 +45,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
             for seq, step in enumerate(steps)
         ],
     )
+    witness.steps(session, operation_id, steps)
 
 
 _STEP_COLUMNS = (
