@@ -115,24 +115,33 @@ def forget_blobs(session: Session, digests: Iterable[str]) -> None:
             session.delete(row)
 
 
+# bundle rows on Core, built once (every bundle submitted adds one): the existence read is
+# an ORM-enabled select, so the session flushes what it holds first, as before any query
+_BUNDLE_KNOWN = select(BundleRow.bundle_id).where(
+    BundleRow.bundle_id == bindparam("bundle_key", type_=String())
+)
+_ADD_BUNDLE = insert(cast(Table, BundleRow.__table__))
+_PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
+
+
 def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
     """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
     was already recorded."""
-    if session.get(BundleRow, bundle.bundle_id) is not None:
+    if session.execute(_BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
         return False
-    session.add(
-        BundleRow(
-            bundle_id=bundle.bundle_id,
-            bundle_sha256=bundle.bundle_sha256,
-            grant_id=bundle.grant_id,
-            executor_run_id=bundle.executor_run_id,
-            repository_identity=bundle.repository_identity,
-            state="verified",
-            created_at=now(),
-            owner_host=owner_host,
-        )
+    session.execute(
+        _ADD_BUNDLE,
+        {
+            "bundle_id": bundle.bundle_id,
+            "bundle_sha256": bundle.bundle_sha256,
+            "grant_id": bundle.grant_id,
+            "executor_run_id": bundle.executor_run_id,
+            "repository_identity": bundle.repository_identity,
+            "state": "verified",
+            "created_at": now(),
+            "owner_host": owner_host,
+        },
     )
-    session.flush()
     digests = {
         state.sha256
         for change in bundle.changes
@@ -140,10 +149,8 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
         if state.sha256 is not None
     }
     if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
-        pins = BundleBlobRow.metadata.tables[BundleBlobRow.__tablename__]
         session.execute(
-            insert(pins),
-            [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)],
+            _PIN_BLOBS, [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)]
         )
     return True
 
