@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import String, bindparam, select, update
+from sqlalchemy import Row, String, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -34,7 +34,7 @@ from promoter.store.tables import AttemptRow, OperationRow
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
 
 
-def _record(row: OperationRow) -> Operation:
+def _record(row: OperationRow | Row[Any]) -> Operation:
     return Operation(
         operation_id=row.operation_id,
         kind=OperationKind(row.kind),
@@ -91,6 +91,20 @@ def _row(session: Session, operation_id: str) -> OperationRow:
 def get_operation(session: Session, operation_id: str) -> Operation | None:
     row = _hold(session, session.get(OperationRow, operation_id))
     return None if row is None else _record(row)
+
+
+# Core, built once: an operation's columns as a plain row, for what only shows it (an
+# operation's view): no ORM object is made or held (a status decided on is read with
+# ``get_operation`` or ``require``, which hold the row)
+_VIEWED = select(cast(Table, OperationRow.__table__)).where(
+    OperationRow.operation_id == bindparam("journal_viewed_id", type_=String())
+)
+
+
+def read_operation(session: Session, operation_id: str) -> Operation | None:
+    """The operation as stored, read as a plain row (not held: for a view)."""
+    found = session.execute(_VIEWED, {"journal_viewed_id": operation_id}).first()
+    return None if found is None else _record(found)
 
 
 def require(session: Session, operation_id: str) -> Operation:
@@ -386,9 +400,10 @@ def start_attempt(session: Session, operation_id: str) -> None:
 
 
 # built once, the operation id a parameter (a statement built per call cost more than
-# running it)
+# running it); plain rows (Core), so an attempt still pending in the session is not seen:
+# read where none is (a view)
 _ATTEMPTS = (
-    select(AttemptRow)
+    select(cast(Table, AttemptRow.__table__))
     .where(AttemptRow.operation_id == bindparam("journal_operation_id", type_=String()))
     .order_by(AttemptRow.attempt)
 )
@@ -404,7 +419,7 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
             started_at=row.started_at,
             ended_at=row.ended_at,
         )
-        for row in session.scalars(_ATTEMPTS, {"journal_operation_id": operation_id})
+        for row in session.execute(_ATTEMPTS, {"journal_operation_id": operation_id})
     ]
 
 
