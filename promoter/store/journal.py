@@ -107,6 +107,17 @@ def read_operation(session: Session, operation_id: str) -> Operation | None:
     return None if found is None else _record(found)
 
 
+def read_required(session: Session, operation_id: str) -> Operation:
+    """``read_operation`` of an operation the caller knows exists (not held: nothing is
+    decided on it in this transaction)."""
+    found = read_operation(session, operation_id)
+    if found is None:
+        raise OperationUnknown(
+            f"operation {operation_id} vanished from the journal", operation_id=operation_id
+        )
+    return found
+
+
 def require(session: Session, operation_id: str) -> Operation:
     """The operation, which the caller knows exists."""
     return _record(_row(session, operation_id))
