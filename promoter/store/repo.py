@@ -90,7 +90,15 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
         if sha256 not in known
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
-        session.execute(insert(BLOBS), rows)
+        session.execute(_ADD_BLOBS, rows)
+
+
+# built once (every upload records its blobs): the insert, and the look-up with its
+# digests one expanding parameter
+_ADD_BLOBS = insert(BLOBS)
+_KNOWN_BLOBS = select(BlobRow.sha256).where(
+    BlobRow.sha256.in_(bindparam("digests", expanding=True))
+)
 
 
 def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
@@ -98,7 +106,7 @@ def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
-        found.update(session.scalars(select(BlobRow.sha256).where(BlobRow.sha256.in_(chunk))))
+        found.update(session.scalars(_KNOWN_BLOBS, {"digests": chunk}))
     return found
 
 

@@ -22,6 +22,7 @@ from promoter.store import witness
 from promoter.store.tables import CreatedDirRow, StepRow
 
 _STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
+_ADD_STEPS = insert(_STEPS)  # built once: every plan inserts its steps
 
 
 def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
@@ -30,7 +31,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     if not steps:
         return
     session.execute(
-        insert(_STEPS),
+        _ADD_STEPS,
         [
             {
                 "operation_id": operation_id,
