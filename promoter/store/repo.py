@@ -187,19 +187,21 @@ def bundle_owner_host(session: Session, bundle_id: str) -> tuple[bool, str | Non
 
 
 # built once, its values parameters (a statement built per call cost more than running
-# it); the session still flushes first, as before any ORM statement. No caller holds the
-# bundle's row in the same session (a completed promotion's last transaction, the
-# rehearsal), so there is no object to synchronize.
+# it), on the table (Core: the ORM would copy and key it anew on every call); the session
+# is flushed first by hand, as before any ORM statement. No caller holds the bundle's row
+# in the same session (a completed promotion's last transaction, the rehearsal), so there
+# is no object to synchronize.
+_BUNDLES = cast(Table, BundleRow.__table__)
 _SET_BUNDLE_STATE = (
-    update(BundleRow)
-    .where(BundleRow.bundle_id == bindparam("bundle_key", type_=String()))
+    update(_BUNDLES)
+    .where(_BUNDLES.c.bundle_id == bindparam("bundle_key", type_=String()))
     .values(state=bindparam("bundle_state", type_=String()))
-    .execution_options(synchronize_session=False)
 )
 
 
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     """Set a bundle's state in one statement (nothing when there is no such bundle)."""
+    session.flush()
     session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 
