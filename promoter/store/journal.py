@@ -6,7 +6,9 @@ Functions take an open ``Session`` and return the typed records of
 (protocol: promotion#status-from-first-read: ``_hold`` keeps the row for the whole
 transaction). ``attempt`` is the unit of work of one operation: ``with
 journal.attempt(db, op) as j:`` opens one transaction, committed when the block ends and
-rolled back on any error.
+rolled back on any error; what it committed to a watched operation goes to the
+operation's witness then (``promoter.store.witness``). ``read_operation`` reads a row
+for a view as plain columns, held by nothing.
 
 Not here: the events (``promoter.store.ledger``), steps and created directories
 (``promoter.store.step_rows``), and what a transaction holds (the engine's).
