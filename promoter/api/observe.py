@@ -197,7 +197,6 @@ class ObservedRunner(Runner):
         operation_id = ticket.operation_id
         request_id = REQUEST_ID.get()
         started = time.perf_counter()
-        first_event = queries.event_count(self._observed_services.db, operation_id)
         observed: Future[None] = Future()
         with self._observed_lock:
             self._observed[operation_id] = observed
@@ -205,38 +204,41 @@ class ObservedRunner(Runner):
         def ended(attempt: Future[None]) -> None:
             reset = REQUEST_ID.set(request_id)
             try:
-                self._ended(operation_id, first_event, time.perf_counter() - started)
+                self._ended(seen, time.perf_counter() - started)
             except Exception:
                 outcome_log.exception("cannot observe the end of %s", operation_id)
             finally:
                 REQUEST_ID.reset(reset)
                 _settle(observed, attempt)
 
-        super().submit(ticket).add_done_callback(ended)
+        with queries.watch(operation_id) as seen:  # the attempt runs in a copy of this context
+            attempt = super().submit(ticket)
+        attempt.add_done_callback(ended)
         return observed
 
     def future(self, operation_id: str) -> Future[None] | None:
         with self._observed_lock:
             return self._observed.get(operation_id)
 
-    def _ended(self, operation_id: str, first_event: int, elapsed: float) -> None:
-        found = queries.outcome(self._observed_services.db, operation_id, first_event)
+    def _ended(self, seen: queries.Witness, elapsed: float) -> None:
+        operation_id = seen.operation_id
+        found = queries.outcome(self._observed_services.db, seen)
         if found is None:
             return
         row, files, written = found.operation, found.files, found.written
         status, code, kind = row.status, row.code, row.kind
         bundle_id, repository, attempt = row.bundle_id, row.repository_name, row.attempt
-        for seen in found.events:
-            if seen.kind in _EVENT_LOGS:
-                payload = seen.payload if isinstance(seen.payload, dict) else {}
+        for told in found.events:
+            if told.kind in _EVENT_LOGS:
+                payload = told.payload if isinstance(told.payload, dict) else {}
                 event(
-                    _EVENT_LOGS[seen.kind],
-                    f"{kind} {seen.kind}" + _allowed(payload),
+                    _EVENT_LOGS[told.kind],
+                    f"{kind} {told.kind}" + _allowed(payload),
                     operation_id=operation_id,
                     bundle_id=bundle_id,
                     repository=repository,
-                    event=seen.kind,
-                    seq=seen.seq,
+                    event=told.kind,
+                    seq=told.seq,
                     **{k: payload[k] for k in _EVENT_FIELDS if _scalar(payload.get(k))},
                 )
         m = self._metrics

@@ -15,6 +15,8 @@ write.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +28,9 @@ from promoter.errors import OwnedByOtherHost
 from promoter.git.head import head_commit, symbolic_head
 from promoter.git.layout import repo_env
 from promoter.git.runner import run_git
-from promoter.store import feed, journal, ledger, step_rows
+from promoter.store import feed, journal, step_rows, witness
 from promoter.store.db import Database
+from promoter.store.witness import Witness as Witness  # what ``watch`` gives
 
 # --- operations -------------------------------------------------------------------------
 
@@ -84,12 +87,6 @@ def count_by_status(db: Database, statuses: tuple[str, ...]) -> dict[str, int]:
         return {s: len(journal.operations_with_status(session, s)) for s in statuses}
 
 
-def event_count(db: Database, operation_id: str) -> int:
-    """How many ledger events the operation has."""
-    with journal.unit_of_work(db) as session:
-        return ledger.event_count(session, operation_id)
-
-
 @dataclass(frozen=True)
 class SeenEvent:
     """One ledger event, as an outcome line tells it."""
@@ -101,34 +98,64 @@ class SeenEvent:
 
 @dataclass(frozen=True)
 class Outcome:
-    """An operation as an attempt left it: its record, the events the attempt appended and,
-    once completed, the files written by operation (``create``, ``modify``, …) and bytes."""
+    """An operation as an attempt left it: its row's status, the events the attempt
+    appended and, once completed, the files written by operation (``create``,
+    ``modify``, …) and bytes."""
 
-    operation: Operation
+    operation: witness.Ended
     events: list[SeenEvent]
     files: dict[str, int]
     written: int
 
 
-def outcome(db: Database, operation_id: str, first_event: int) -> Outcome | None:
-    """The operation with its events from ``first_event`` on (``None``: no such operation)."""
+def watch(operation_id: str) -> AbstractContextManager[Witness]:
+    """What an attempt started in the block commits to ``operation_id``, kept for
+    ``outcome`` (``promoter.store.witness``)."""
+    return witness.watch(operation_id)
+
+
+def _written(steps: Iterable[tuple[str, Any]]) -> tuple[dict[str, int], int]:
     files: dict[str, int] = {}
     written = 0
+    for operation, new_state in steps:
+        files[operation] = files.get(operation, 0) + 1
+        new = new_state if isinstance(new_state, dict) else {}
+        if new.get("exists") and isinstance(new.get("bytes"), int):
+            written += new["bytes"]
+    return files, written
+
+
+def outcome(db: Database, seen: Witness) -> Outcome | None:
+    """The operation as the watched attempt left it (``None``: no such operation).
+
+    What the attempt committed (``seen``) is the answer; the database is read only for
+    what it did not commit itself: the row when the attempt set no status, the steps of
+    a completed operation whose plan an earlier attempt committed."""
+    events = [SeenEvent(kind, seq, payload) for kind, seq, payload in seen.events]
+    ended, steps = seen.ended, seen.steps
+    done = ended is not None and ended.status == OperationStatus.COMPLETED
+    if ended is not None and (not done or steps is not None):
+        files, written = _written(steps if done and steps else ())
+        return Outcome(operation=ended, events=events, files=files, written=written)
     with journal.unit_of_work(db) as session:
-        found = journal.get_operation(session, operation_id)
+        found = journal.get_operation(session, seen.operation_id)
         if found is None:
             return None
-        seen = [
-            SeenEvent(kind=row.kind, seq=row.seq, payload=row.payload)
-            for row in ledger.events(session, operation_id)[first_event:]
-        ]
+        ended = witness.Ended(
+            found.kind,
+            found.status,
+            found.code,
+            found.bundle_id,
+            found.repository_name,
+            found.attempt,
+        )
+        files, written = {}, 0
         if found.status == OperationStatus.COMPLETED:
-            for step in step_rows.steps(session, operation_id):
-                files[step.operation] = files.get(step.operation, 0) + 1
-                new = step.new_state if isinstance(step.new_state, dict) else {}
-                if new.get("exists") and isinstance(new.get("bytes"), int):
-                    written += new["bytes"]
-    return Outcome(operation=found, events=seen, files=files, written=written)
+            files, written = _written(
+                (step.operation, step.new_state)
+                for step in step_rows.steps(session, seen.operation_id)
+            )
+    return Outcome(operation=ended, events=events, files=files, written=written)
 
 
 # --- the watch feed ---------------------------------------------------------------------

@@ -52,8 +52,7 @@ def _of(repository: Repository, change: store.SettingChange | None) -> Approval:
 
 def approval(db: Database, repository: Repository) -> Approval:
     """The approval setting in force for ``repository`` now."""
-    with journal.unit_of_work(db, durable=False) as session:
-        return _of(repository, store.newest(session, repository.identity, APPROVAL))
+    return _of(repository, store.newest_now(db, repository.identity, APPROVAL))
 
 
 def requires_approval(db: Database, repository: Repository) -> bool:

@@ -6,7 +6,9 @@ Functions take an open ``Session`` and return the typed records of
 (protocol: promotion#status-from-first-read: ``_hold`` keeps the row for the whole
 transaction). ``attempt`` is the unit of work of one operation: ``with
 journal.attempt(db, op) as j:`` opens one transaction, committed when the block ends and
-rolled back on any error.
+rolled back on any error; what it committed to a watched operation goes to the
+operation's witness then (``promoter.store.witness``). ``read_operation`` reads a row
+for a view as plain columns, held by nothing.
 
 Not here: the events (``promoter.store.ledger``), steps and created directories
 (``promoter.store.step_rows``), and what a transaction holds (the engine's).
@@ -17,16 +19,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import String, bindparam, select, update
+from sqlalchemy import Row, String, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from promoter.domain.records import Attempt, Operation, Step
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
 from promoter.errors import OperationUnknown
-from promoter.store import ledger, step_rows
+from promoter.store import ledger, step_rows, witness
 from promoter.store.db import Database
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow
@@ -34,7 +36,7 @@ from promoter.store.tables import AttemptRow, OperationRow
 Owner = tuple[int, str, str, str, str]  # pid, process start, boot id, host, lease until
 
 
-def _record(row: OperationRow) -> Operation:
+def _record(row: OperationRow | Row[Any]) -> Operation:
     return Operation(
         operation_id=row.operation_id,
         kind=OperationKind(row.kind),
@@ -91,6 +93,31 @@ def _row(session: Session, operation_id: str) -> OperationRow:
 def get_operation(session: Session, operation_id: str) -> Operation | None:
     row = _hold(session, session.get(OperationRow, operation_id))
     return None if row is None else _record(row)
+
+
+# Core, built once: an operation's columns as a plain row, for what only shows it (an
+# operation's view): no ORM object is made or held (a status decided on is read with
+# ``get_operation`` or ``require``, which hold the row)
+_VIEWED = select(cast(Table, OperationRow.__table__)).where(
+    OperationRow.operation_id == bindparam("journal_viewed_id", type_=String())
+)
+
+
+def read_operation(session: Session, operation_id: str) -> Operation | None:
+    """The operation as stored, read as a plain row (not held: for a view)."""
+    found = session.execute(_VIEWED, {"journal_viewed_id": operation_id}).first()
+    return None if found is None else _record(found)
+
+
+def read_required(session: Session, operation_id: str) -> Operation:
+    """``read_operation`` of an operation the caller knows exists (not held: nothing is
+    decided on it in this transaction)."""
+    found = read_operation(session, operation_id)
+    if found is None:
+        raise OperationUnknown(
+            f"operation {operation_id} vanished from the journal", operation_id=operation_id
+        )
+    return found
 
 
 def require(session: Session, operation_id: str) -> Operation:
@@ -322,6 +349,15 @@ def set_status(
         attempt.detail = detail
         if status is not OperationStatus.IN_PROGRESS:
             attempt.ended_at = now()
+    ended = witness.Ended(
+        operation.kind,
+        status,
+        code,
+        operation.bundle_id,
+        operation.repository_name,
+        operation.attempt,
+    )
+    witness.status(session, operation_id, ended)
 
 
 def touch(row: OperationRow) -> None:
@@ -377,9 +413,10 @@ def start_attempt(session: Session, operation_id: str) -> None:
 
 
 # built once, the operation id a parameter (a statement built per call cost more than
-# running it)
+# running it); plain rows (Core), so an attempt still pending in the session is not seen:
+# read where none is (a view)
 _ATTEMPTS = (
-    select(AttemptRow)
+    select(cast(Table, AttemptRow.__table__))
     .where(AttemptRow.operation_id == bindparam("journal_operation_id", type_=String()))
     .order_by(AttemptRow.attempt)
 )
@@ -395,7 +432,7 @@ def attempts(session: Session, operation_id: str) -> list[Attempt]:
             started_at=row.started_at,
             ended_at=row.ended_at,
         )
-        for row in session.scalars(_ATTEMPTS, {"journal_operation_id": operation_id})
+        for row in session.execute(_ATTEMPTS, {"journal_operation_id": operation_id})
     ]
 
 
@@ -457,6 +494,7 @@ def unit_of_work(db: Database, *, fenced: bool = False, durable: bool = True) ->
         if fenced:
             db.guard_writes(session)
         yield session
+    witness.committed(session)  # what it wrote to a watched operation, now in the database
 
 
 @contextmanager

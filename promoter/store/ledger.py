@@ -19,16 +19,16 @@ Deliberately not here: what an event says (each operation kind's engine module).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from sqlalchemy import String, Table, bindparam, event, func, insert, select
+from sqlalchemy import Row, String, Table, bindparam, event, insert, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.views import Event
-from promoter.store import feed
+from promoter.store import feed, witness
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
@@ -129,11 +129,12 @@ def _insert(session: Session, prepared: Prepared) -> str:
         },
     )
     links[prepared.operation_id] = (prepared.seq, prepared.digest)
+    witness.event(session, prepared.operation_id, prepared.kind, prepared.seq, prepared.payload)
     feed.record(session, event_id, prepared.operation_id, prepared.kind, prepared.at)
     return event_id
 
 
-def as_event(row: EventRow) -> Event:
+def as_event(row: EventRow | Row[Any]) -> Event:
     """An event row as the API shows it."""
     return Event.model_construct(
         event_id=row.event_id,
@@ -147,7 +148,7 @@ def as_event(row: EventRow) -> Event:
     )
 
 
-def verify_chain(rows: list[EventRow]) -> bool:
+def verify_chain(rows: Sequence[EventRow | Row[Any]]) -> bool:
     prev: str | None = None
     for seq, row in enumerate(rows):
         digest = event_sha256(row.operation_id, row.seq, row.kind, row.payload, prev, row.at)
@@ -162,18 +163,23 @@ def verify_chain(rows: list[EventRow]) -> bool:
 # the reads of one operation's chain, built once with the operation id as a parameter: a
 # statement built per call cost more processor time than running it
 _OPERATION = bindparam("ledger_operation_id", type_=String())
-_EVENTS = select(EventRow).where(EventRow.operation_id == _OPERATION).order_by(EventRow.seq)
+# the chain as plain rows (Core, its columns): the reads of a view, no ORM object made
+_EVENTS = (
+    select(cast(Table, EventRow.__table__))
+    .where(EventRow.operation_id == _OPERATION)
+    .order_by(EventRow.seq)
+)
 _LAST_LINK = (
     select(EventRow.seq, EventRow.event_sha256)
     .where(EventRow.operation_id == _OPERATION)
     .order_by(EventRow.seq.desc())
     .limit(1)
 )
-_COUNT = select(func.count()).select_from(EventRow).where(EventRow.operation_id == _OPERATION)
 
 
-def events(session: Session, operation_id: str) -> list[EventRow]:
-    return list(session.scalars(_EVENTS, {"ledger_operation_id": operation_id}))
+def events(session: Session, operation_id: str) -> list[Row[Any]]:
+    """The operation's events in order, as plain rows (read only)."""
+    return list(session.execute(_EVENTS, {"ledger_operation_id": operation_id}))
 
 
 def last_link(session: Session, operation_id: str) -> tuple[int, str] | None:
@@ -181,7 +187,3 @@ def last_link(session: Session, operation_id: str) -> tuple[int, str] | None:
     chains to), read as two columns: no event row, and no payload, is loaded."""
     found = session.execute(_LAST_LINK, {"ledger_operation_id": operation_id}).first()
     return None if found is None else (found[0], found[1])
-
-
-def event_count(session: Session, operation_id: str) -> int:
-    return int(session.scalar(_COUNT, {"ledger_operation_id": operation_id}) or 0)

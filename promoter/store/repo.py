@@ -90,7 +90,15 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
         if sha256 not in known
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
-        session.execute(insert(BLOBS), rows)
+        session.execute(_ADD_BLOBS, rows)
+
+
+# built once (every upload records its blobs): the insert, and the look-up with its
+# digests one expanding parameter
+_ADD_BLOBS = insert(BLOBS)
+_KNOWN_BLOBS = select(BlobRow.sha256).where(
+    BlobRow.sha256.in_(bindparam("digests", expanding=True))
+)
 
 
 def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
@@ -98,7 +106,7 @@ def known_blobs(session: Session, digests: Iterable[str]) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
-        found.update(session.scalars(select(BlobRow.sha256).where(BlobRow.sha256.in_(chunk))))
+        found.update(session.scalars(_KNOWN_BLOBS, {"digests": chunk}))
     return found
 
 
@@ -115,24 +123,33 @@ def forget_blobs(session: Session, digests: Iterable[str]) -> None:
             session.delete(row)
 
 
+# bundle rows on Core, built once (every bundle submitted adds one): the existence read is
+# an ORM-enabled select, so the session flushes what it holds first, as before any query
+_BUNDLE_KNOWN = select(BundleRow.bundle_id).where(
+    BundleRow.bundle_id == bindparam("bundle_key", type_=String())
+)
+_ADD_BUNDLE = insert(cast(Table, BundleRow.__table__))
+_PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
+
+
 def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
     """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
     was already recorded."""
-    if session.get(BundleRow, bundle.bundle_id) is not None:
+    if session.execute(_BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
         return False
-    session.add(
-        BundleRow(
-            bundle_id=bundle.bundle_id,
-            bundle_sha256=bundle.bundle_sha256,
-            grant_id=bundle.grant_id,
-            executor_run_id=bundle.executor_run_id,
-            repository_identity=bundle.repository_identity,
-            state="verified",
-            created_at=now(),
-            owner_host=owner_host,
-        )
+    session.execute(
+        _ADD_BUNDLE,
+        {
+            "bundle_id": bundle.bundle_id,
+            "bundle_sha256": bundle.bundle_sha256,
+            "grant_id": bundle.grant_id,
+            "executor_run_id": bundle.executor_run_id,
+            "repository_identity": bundle.repository_identity,
+            "state": "verified",
+            "created_at": now(),
+            "owner_host": owner_host,
+        },
     )
-    session.flush()
     digests = {
         state.sha256
         for change in bundle.changes
@@ -140,10 +157,8 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
         if state.sha256 is not None
     }
     if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
-        pins = BundleBlobRow.metadata.tables[BundleBlobRow.__tablename__]
         session.execute(
-            insert(pins),
-            [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)],
+            _PIN_BLOBS, [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)]
         )
     return True
 
@@ -172,19 +187,21 @@ def bundle_owner_host(session: Session, bundle_id: str) -> tuple[bool, str | Non
 
 
 # built once, its values parameters (a statement built per call cost more than running
-# it); the session still flushes first, as before any ORM statement. No caller holds the
-# bundle's row in the same session (a completed promotion's last transaction, the
-# rehearsal), so there is no object to synchronize.
+# it), on the table (Core: the ORM would copy and key it anew on every call); the session
+# is flushed first by hand, as before any ORM statement. No caller holds the bundle's row
+# in the same session (a completed promotion's last transaction, the rehearsal), so there
+# is no object to synchronize.
+_BUNDLES = cast(Table, BundleRow.__table__)
 _SET_BUNDLE_STATE = (
-    update(BundleRow)
-    .where(BundleRow.bundle_id == bindparam("bundle_key", type_=String()))
+    update(_BUNDLES)
+    .where(_BUNDLES.c.bundle_id == bindparam("bundle_key", type_=String()))
     .values(state=bindparam("bundle_state", type_=String()))
-    .execution_options(synchronize_session=False)
 )
 
 
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     """Set a bundle's state in one statement (nothing when there is no such bundle)."""
+    session.flush()
     session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 

@@ -1,8 +1,9 @@
 """The ledger's record of repository settings changed at run time (``repos set``).
 
 ``newest`` reads the setting in force (the newest row of a repository and setting) as a
-``SettingChange``; ``add`` appends a change in the caller's session. Rows never leave
-this module.
+``SettingChange`` in the caller's session, ``newest_now`` the same without one (a pooled
+connection, as a request reads it); ``add`` appends a change in the caller's session.
+Rows never leave this module.
 
 Deliberately not here: what a setting means (``promoter.engine.repo_settings``).
 """
@@ -10,13 +11,15 @@ Deliberately not here: what a setting means (``promoter.engine.repo_settings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import String, bindparam, select
 from sqlalchemy.orm import Session
 
+from promoter.store.db import Database
 from promoter.store.tables import RepositorySettingRow
 
-__all__ = ["SettingChange", "add", "newest"]
+__all__ = ["SettingChange", "add", "newest", "newest_now"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class SettingChange:
     at: str
 
 
-def _change(row: RepositorySettingRow) -> SettingChange:
+def _change(row: Any) -> SettingChange:
     return SettingChange(
         row.repository_identity,
         row.repository_name,
@@ -46,16 +49,35 @@ def _change(row: RepositorySettingRow) -> SettingChange:
     )
 
 
+# Core, built once: the newest change's columns (every promotion request reads them)
+_NEWEST = (
+    select(
+        RepositorySettingRow.repository_identity,
+        RepositorySettingRow.repository_name,
+        RepositorySettingRow.setting,
+        RepositorySettingRow.value,
+        RepositorySettingRow.previous,
+        RepositorySettingRow.by_role,
+        RepositorySettingRow.by_name,
+        RepositorySettingRow.host_id,
+        RepositorySettingRow.at,
+    )
+    .where(RepositorySettingRow.repository_identity == bindparam("identity", type_=String()))
+    .where(RepositorySettingRow.setting == bindparam("setting", type_=String()))
+    .order_by(RepositorySettingRow.id.desc())
+    .limit(1)
+)
+
+
 def newest(session: Session, identity: str, setting: str) -> SettingChange | None:
     """The change in force for ``identity``'s ``setting``, or None (the file's value)."""
-    query = (
-        select(RepositorySettingRow)
-        .where(RepositorySettingRow.repository_identity == identity)
-        .where(RepositorySettingRow.setting == setting)
-        .order_by(RepositorySettingRow.id.desc())
-        .limit(1)
-    )
-    row = session.scalar(query)
+    row = session.execute(_NEWEST, {"identity": identity, "setting": setting}).first()
+    return None if row is None else _change(row)
+
+
+def newest_now(db: Database, identity: str, setting: str) -> SettingChange | None:
+    """``newest``, read on its own (``Database.first``: no session, nothing written)."""
+    row = db.first(_NEWEST, {"identity": identity, "setting": setting})
     return None if row is None else _change(row)
 
 

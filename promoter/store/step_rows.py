@@ -18,9 +18,11 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.records import Step
 from promoter.domain.status import StepStatus
+from promoter.store import witness
 from promoter.store.tables import CreatedDirRow, StepRow
 
 _STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
+_ADD_STEPS = insert(_STEPS)  # built once: every plan inserts its steps
 
 
 def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any]]) -> None:
@@ -29,7 +31,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     if not steps:
         return
     session.execute(
-        insert(_STEPS),
+        _ADD_STEPS,
         [
             {
                 "operation_id": operation_id,
@@ -44,6 +46,7 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
             for seq, step in enumerate(steps)
         ],
     )
+    witness.steps(session, operation_id, steps)
 
 
 _STEP_COLUMNS = (
@@ -61,20 +64,17 @@ _STEP_COLUMNS = (
 # the per-operation statements, built once with the operation id (and status) as
 # parameters: a statement built per call cost more processor time than running it. The
 # parameter names are not column names (an UPDATE reserves those for its SET clause).
-# No step is ever an ORM object in a session, so there is none to synchronize; the
-# session still flushes first, as before any ORM statement.
+# No step is ever an ORM object in a session, so there is none to synchronize: the
+# UPDATE and DELETE are on the table (Core), which the ORM would otherwise copy and key
+# anew on every call; the session is flushed first by hand, as before any ORM statement.
 _OPERATION = bindparam("steps_operation_id", type_=String())
-_UNSYNCED = {"synchronize_session": False}
 _STEPS_OF = select(*_STEP_COLUMNS).where(StepRow.operation_id == _OPERATION).order_by(StepRow.seq)
 _MARK_ALL = (
-    update(StepRow)
-    .where(StepRow.operation_id == _OPERATION)
+    update(_STEPS)
+    .where(_STEPS.c.operation_id == _OPERATION)
     .values(status=bindparam("steps_status"))
-    .execution_options(**_UNSYNCED)
 )
-_DELETE_STEPS = (
-    delete(StepRow).where(StepRow.operation_id == _OPERATION).execution_options(**_UNSYNCED)
-)
+_DELETE_STEPS = delete(_STEPS).where(_STEPS.c.operation_id == _OPERATION)
 _CREATED_DIRS = (
     select(CreatedDirRow.path)
     .where(CreatedDirRow.operation_id == _OPERATION)
@@ -132,11 +132,13 @@ def set_steps(
 
 def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
     """Set every step of an operation to ``status`` in one statement."""
+    session.flush()
     session.execute(_MARK_ALL, {"steps_operation_id": operation_id, "steps_status": status.value})
 
 
 def delete_steps(session: Session, operation_id: str) -> None:
     """Remove every step of an operation in one statement (a new plan replaces them)."""
+    session.flush()
     session.execute(_DELETE_STEPS, {"steps_operation_id": operation_id})
 
 

@@ -438,8 +438,8 @@ def _made(
     signer: ReceiptSigner,
 ) -> _Made:
     """The outcome event, the receipt naming it and its signed envelope (no write)."""
-    with journal.unit_of_work(db) as session:
-        row = journal.require(session, operation_id)
+    with journal.unit_of_work(db) as session:  # a read: ``_commit`` decides, on its own
+        row = journal.read_required(session, operation_id)
         if row.receipt is not None:
             recorded, digest, outcome = row.receipt, row.receipt_sha256, None
         else:

@@ -123,8 +123,8 @@ def _promotion(services: Ownership, session: Session, changes: int) -> None:
     journal.set_status(session, operation_id, OperationStatus.COMPLETED)
     repo.set_bundle_state(session, f"bnd_rehearsal_{token}", "promoted")
     _commit_point(session)
-    # what the daemon reads of an attempt it ran: its metrics (``api.observe``), its view
-    ledger.event_count(session, operation_id)
+    # what the daemon reads of an attempt it ran: its view
+    journal.read_operation(session, operation_id)
     ledger.events(session, operation_id)
     step_rows.steps(session, operation_id)
     step_rows.created_dirs(session, operation_id)

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.documents import operation_id_for
+from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.status import OperationStatus
 from promoter.engine import repo_settings, tickets
 from promoter.engine.intake.bundles import load_bundle, load_verification
@@ -49,8 +50,22 @@ def request_promotion(
 ) -> Requested:
     bundle = load_bundle(services, bundle_id)
     grant = load_grant(services, bundle.grant_id)
-    assert grant.grant_sha256 is not None
     stored = load_verification(services, bundle_id)
+    return request_verified(services, (bundle, grant), stored, receipt_sha256, fence)
+
+
+def request_verified(
+    services: Promoting,
+    loaded: tuple[PatchBundleV1, GrantV1],
+    stored: dict[str, Any],  # the verification receipt as stored (``load_verification``)
+    receipt_sha256: str,
+    fence: int,
+) -> Requested:
+    """``request_promotion`` of a bundle and its grant (``loaded``) whose verification
+    receipt is ``stored``: as read from the store, or as ``submit_bundle`` just stored
+    them (``operation.with_evidence``: the same documents, not parsed again)."""
+    bundle, grant = loaded
+    assert grant.grant_sha256 is not None
     if stored.get("status") != "passed":
         raise VerificationFailed("the bundle has no passed verification receipt")
     if stored["receipt_sha256"] != receipt_sha256:

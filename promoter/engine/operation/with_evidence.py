@@ -4,12 +4,12 @@
 ``promote_with_evidence`` is what ``POST /v1/promotions:withEvidence`` does once its
 blobs are durable (``promoter.store.blob_batch``): the bundle is verified and stored with
 its passed verification receipt (``submit_bundle``: both documents durable before it
-returns), then the promotion is requested under that receipt (``request_promotion``,
-whose attempt journals its plan in a durable commit before its first write). So the
-evidence is durable before the plan, and asking again with the same body finds the same
-blobs (free), the same bundle and receipt (verified again, identical) and the same
-operation: nothing runs twice. Fault point ``evidence_stored``: every piece of evidence
-durable, no operation yet.
+returns), then the promotion is requested under that receipt (``request_verified``,
+given the documents just stored rather than reading them back; its attempt journals its
+plan in a durable commit before its first write). So the evidence is durable before the
+plan, and asking again with the same body finds the same blobs (free), the same bundle
+and receipt (verified again, identical) and the same operation: nothing runs twice.
+Fault point ``evidence_stored``: every piece of evidence durable, no operation yet.
 
 Not here: who may ask (the route checks both authorities before anything is stored),
 reading the body, waiting for the outcome (the route's, as ``POST /v1/promotions``).
@@ -21,7 +21,7 @@ from typing import Any
 
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.engine.intake.bundles import Submitted, submit_bundle
-from promoter.engine.operation.requests import Requested, request_promotion
+from promoter.engine.operation.requests import Requested, request_verified
 from promoter.engine.ports import Promoting
 from promoter.faults import point
 
@@ -37,7 +37,9 @@ def promote_with_evidence(
     promotion under the fence; the stored submission and the requested operation."""
     submitted = submit_bundle(services, data, run_id=run_id, admitted=admitted)
     point("evidence_stored")
-    requested = request_promotion(
-        services, submitted.bundle.bundle_id, submitted.receipt.receipt_sha256, fence
+    receipt = submitted.receipt
+    loaded = (submitted.bundle, admitted[1])
+    requested = request_verified(
+        services, loaded, dict(receipt.wire()), receipt.receipt_sha256, fence
     )
     return submitted, requested

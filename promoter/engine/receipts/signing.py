@@ -284,7 +284,7 @@ def _check_signatures(
 
 
 def check_document(
-    data: bytes, problem_of: Callable[[str, dict[str, Any]], str | None] | None = None
+    data: bytes, problem_of: Callable[[str, object], str | None] | None = None
 ) -> VerifiedDocument:
     """Canonical bytes, schema and identity hash of a bare document (no signature).
 
@@ -370,7 +370,7 @@ def _refusal(name: str, document: dict[str, Any], found: str) -> str:
     return found
 
 
-def _model_problem(name: str, document: dict[str, Any]) -> str | None:
+def _model_problem(name: str, document: object) -> str | None:
     """The first error of the document's model, or None when the model accepts it."""
     from pydantic import ValidationError
 
