@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -59,10 +60,15 @@ API_DESCRIPTION = (
 
 
 def create_app(
-    settings: Settings, services: Services | None = None, *, primary: bool = True
+    settings: Settings,
+    services: Services | None = None,
+    *,
+    primary: bool = True,
+    shared_metrics: Path | None = None,
 ) -> FastAPI:
     """The app; ``primary=False`` for every worker of ``serve --workers N`` but the first:
-    no start-up recovery scan and no webhook dispatcher (``promoter.api.fleet``)."""
+    no start-up recovery scan and no webhook dispatcher (``promoter.api.fleet``), whose
+    gauges it still exports; ``shared_metrics``: the workers' metrics directory."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -91,6 +97,8 @@ def create_app(
         dispatcher = (
             webhooks.start(app.state.services, app.state.metrics.registry) if primary else None
         )
+        if not primary and settings.webhooks:  # the queue's gauges, whichever worker answers
+            app.state.metrics.registry.register(webhooks.WebhookGauges(app.state.services.db))
         try:
             yield
         finally:
@@ -117,7 +125,7 @@ def create_app(
     openapi.install(app)
     app.include_router(docs.router)
     workers.install(app.state, settings.operator_workers)  # the operator's own threads
-    metrics = observe.install(app)  # outcome lines, lock waits, the metrics' registry
+    metrics = observe.install(app, shared_metrics)  # outcome lines, lock waits, registry
     # one layer: request id, /healthz, Host, admission of costly reads, access line, metrics
     # (protocol: api#work-bounded-per-caller)
     app.add_middleware(

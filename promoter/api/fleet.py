@@ -22,9 +22,14 @@ What may run in every worker and what in one (worker 0, ``primary``):
 The repository lock (a file lock) and the ledger serialize what must be serialized
 between workers as between daemons. SQLite in WAL takes one writer at a time; the others
 wait up to the busy timeout (``docs/operator/workers.md`` says when to move to PostgreSQL).
-Kept in memory, so per worker: the admission of costly reads and the metrics (a scrape
-answers one worker's counters). Shared through the ledger: the console's sessions, so a
-browser is served by whichever worker takes its connection. The default is one worker
+Kept in memory, so per worker: the admission of costly reads. Shared through the
+ledger: the console's sessions, so a browser is served by whichever worker takes its
+connection. Shared through files: the metrics, one set for the daemon. The parent creates
+the directory (``promoter.api.metrics_dir``) and starts each worker with
+``PROMETHEUS_MULTIPROC_DIR`` naming it, so prometheus_client keeps the worker's counters
+there from its first import; a scrape sums every worker's (``promoter.api.metrics``); a
+worker that ended is marked dead (its counts stay) and the parent removes the directory
+once every worker ended. The default is one worker
 per core this process may run on (``default_count``); ``--workers 1`` serves from one
 process.
 
@@ -57,7 +62,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from prometheus_client.multiprocess import mark_process_dead
+
 log = logging.getLogger("promoter.serve")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _PR_SET_PDEATHSIG = 1
 _STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -74,6 +82,7 @@ class WorkerArgs:
     config: str | None
     overrides: dict[str, Any]
     log_format: str
+    metrics_dir: str | None = None
 
     def encode(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -104,8 +113,10 @@ class Fleet:
         config: Path | None,
         overrides: dict[str, Any],
         log_format: str,
+        metrics_dir: Path | None = None,
     ) -> None:
         self.count = count
+        self.metrics_dir = metrics_dir
         self.sock = sock
         self.config = None if config is None else str(config)
         self.overrides = overrides
@@ -123,11 +134,16 @@ class Fleet:
             config=self.config,
             overrides=self.overrides,
             log_format=self.log_format,
+            metrics_dir=None if self.metrics_dir is None else str(self.metrics_dir),
         )
+        env = dict(os.environ)
+        if self.metrics_dir is not None:  # read by prometheus_client at its first import
+            env[MULTIPROC_ENV] = str(self.metrics_dir)
         child = subprocess.Popen(
             [sys.executable, "-m", "promoter.api.fleet", args.encode()],
             pass_fds=(self.sock.fileno(), ready_fd),
             stdin=subprocess.DEVNULL,
+            env=env,
             process_group=0,  # Ctrl-C reaches the parent only; it passes SIGTERM on once
         )
         self.pids[child.pid] = index
@@ -154,6 +170,8 @@ class Fleet:
             return pid != 0
         index = self.pids.pop(pid)
         code = _exit_status(status)
+        if self.metrics_dir is not None:  # its counts stay; its live gauges' files go
+            mark_process_dead(pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
         if not self.stopping:
             log.error("worker %d (pid %d) ended with status %d: the others stop", index, pid, code)
             self.status = code
@@ -224,7 +242,8 @@ def worker_main(encoded: str) -> None:
     logs.configure(args.log_format, settings.log_level)  # type: ignore[arg-type]
     sock = socket.socket(fileno=args.listen_fd)
     services = daemon_services(settings, migrate=False)  # the parent migrated
-    app = create_app(settings, services, primary=args.index == 0)
+    shared = None if args.metrics_dir is None else Path(args.metrics_dir)
+    app = create_app(settings, services, primary=args.index == 0, shared_metrics=shared)
 
     def ready(_: str) -> None:
         os.write(args.ready_fd, b"1")

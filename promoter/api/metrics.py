@@ -1,4 +1,5 @@
-"""The daemon's Prometheus metrics, one ``CollectorRegistry`` per app.
+"""The daemon's Prometheus metrics, one ``CollectorRegistry`` per app, or one set across
+the workers of ``serve --workers N``.
 
 ``Metrics`` owns the registry and every metric the daemon exports: HTTP requests by
 route template and status, promotion outcomes by code, promotion and verification
@@ -12,6 +13,17 @@ database, so a scrape answers through an outage: ``promoter_database_up``,
 ``promoter_database_outage_seconds_total``, ``promoter_host_fenced`` and
 ``promoter_host_epoch``.
 
+With several workers (``promoter.api.fleet``) each worker's counters and histograms live
+in prometheus_client's multiprocess files in the daemon's shared directory
+(``promoter.api.metrics_dir``; the library reads ``PROMETHEUS_MULTIPROC_DIR``, set by the
+parent before the worker starts), and a scrape sums every worker's, ended ones too, with
+``MultiProcessCollector``: whichever worker answers, the counts are the daemon's. The
+scrape-time gauges are still collected by the worker that answers: the operation counts
+from the database (the same from every worker), the host gauges from that worker's
+memory of its host. ``promoter_host_info`` is a collector (``HostInfo``), not the
+library's ``Info``, which multiprocess mode does not support. With one process (and in
+tests) no file is written: the counters live in the app's registry.
+
 It does not decide what to observe or when (``promoter.api.observe`` does) and never
 touches the global ``prometheus_client.REGISTRY``: several apps in one process do not
 share or collide on counters. The library's ``*_created`` samples are switched off (a
@@ -21,16 +33,22 @@ process-wide switch of the library; the daemon is the only user in its process).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
-    Info,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from promoter.engine.host_state import HostState
@@ -109,13 +127,36 @@ class HostGauges(Collector):
         return []
 
 
-class Metrics:
-    """Every metric of one app, registered in the app's own registry."""
+class HostInfo(Collector):
+    """``promoter_host_info{host_id=…} 1`` once the host is named (none before)."""
 
     def __init__(self) -> None:
+        self.host_id: str | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        if self.host_id is None:
+            return
+        family = InfoMetricFamily("promoter_host", "The host this daemon serves as.")
+        family.add_metric([], {"host_id": self.host_id})
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class Metrics:
+    """Every metric of one app: in the app's own registry, or, with ``shared`` (the
+    workers' directory, the process's ``PROMETHEUS_MULTIPROC_DIR``), in its files and
+    scraped as the sum over every worker's."""
+
+    def __init__(self, shared: Path | None = None) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created families
         self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
+        # the counters' own registry; with ``shared`` none: the scrape reads the files
+        r: CollectorRegistry | None = self.registry
+        if shared is not None:
+            MultiProcessCollector(self.registry, str(shared))  # type: ignore[no-untyped-call]
+            r = None
         self.http_requests = Counter(
             "promoter_http_requests",
             "HTTP requests answered, by method, route template and status code.",
@@ -167,7 +208,8 @@ class Metrics:
             ["status"],
             registry=r,
         )
-        self.host = Info("promoter_host", "The host this daemon serves as.", registry=r)
+        self.host = HostInfo()
+        self.registry.register(self.host)
         self.lock_wait = Histogram(
             "promoter_lock_wait_seconds",
             "Time spent waiting for a repository lock before holding it.",
@@ -178,7 +220,7 @@ class Metrics:
 
     def name_host(self, host_id: str) -> None:
         """Export ``promoter_host_info{host_id=…} 1``: the host these metrics are of."""
-        self.host.info({"host_id": host_id})
+        self.host.host_id = host_id
 
     def watch_operations(self, count: CountStatuses) -> None:
         self.registry.register(OperationGauges(count))

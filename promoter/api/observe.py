@@ -35,6 +35,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -334,10 +335,10 @@ def _lock_observer(services: Repositories, metrics: Metrics) -> fs_lock.LockObse
     return observe
 
 
-def install(app: FastAPI) -> Metrics:
+def install(app: FastAPI, shared: Path | None = None) -> Metrics:
     """Add the start-up wiring to ``app``; returns its ``Metrics`` (``Recorder`` counts
-    into them, from ``promoter.api.front``)."""
-    metrics = Metrics()
+    into them, from ``promoter.api.front``); ``shared``: the workers' metrics directory."""
+    metrics = Metrics(shared)
     metrics.watch_operations(_waiting_counter(app))  # first: the scrape's database probe
     metrics.watch_host(_host_of(app))  # read after it, from memory
     app.state.metrics = metrics

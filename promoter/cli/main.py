@@ -147,7 +147,7 @@ def serve(
     (docs/operator/workers.md).
     """
     from promoter.adapters.webhooks import daemon_services
-    from promoter.api import fleet, logs
+    from promoter.api import fleet, logs, metrics_dir
     from promoter.api.app import create_app
     from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
@@ -204,12 +204,19 @@ def serve(
             _record_for_the_person(bound, settings.state_dir, started)
 
         overrides["port"] = sock.getsockname()[1]
+        shared = metrics_dir.prepare(settings.state_dir)  # one set of metrics, every worker's
         try:
-            code = fleet.Fleet(count, sock, config=config, overrides=overrides, log_format=fmt).run(
-                ready
-            )
+            code = fleet.Fleet(
+                count,
+                sock,
+                config=config,
+                overrides=overrides,
+                log_format=fmt,
+                metrics_dir=shared,
+            ).run(ready)
         finally:
             sock.close()
+            metrics_dir.remove(shared)
         if code:
             raise typer.Exit(code)
         return

@@ -159,6 +159,7 @@ def test_a_worker_that_dies_stops_the_daemon_with_its_status(tmp_path: Path) -> 
         assert not Path(f"/proc/{second}").exists()  # the other one stopped, and was reaped
         daemon._drain.join(60)  # its stderr read to the end
         assert any("ended with status 137: the others stop" in line for line in daemon.log)
+        assert list((tmp_path / "state" / "metrics").iterdir()) == []  # its metrics removed
     finally:
         daemon.kill()
 

@@ -1,0 +1,91 @@
+"""The directory the workers of one ``serve --workers N`` keep their metrics in.
+
+``STATE/metrics/PID/`` (the serving parent's process id), mode 0700: created by the
+parent before it starts its workers, handed to each as ``PROMETHEUS_MULTIPROC_DIR``, where
+prometheus_client keeps every worker's values in ``KIND_PID.db`` files; removed by the
+parent once the daemon stopped. At start, what earlier daemons left in ``STATE/metrics/``
+is removed only when provably promoter's own: a directory named as the daemon names it,
+of a process that no longer runs, holding only the library's ``*_PID.db`` files. Anything
+else is kept and logged with where it is.
+
+Deliberately not here: what goes into the files and how a scrape reads them
+(``promoter.api.metrics``), starting the workers (``promoter.api.fleet``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+
+from promoter.api.logs import event
+
+log = logging.getLogger("promoter.serve")
+
+ROOT = "metrics"
+_NAME = re.compile(r"[1-9][0-9]*")  # the parent's process id
+_FILE = re.compile(r"(counter|histogram|summary|gauge_[a-z]+)_[0-9]+\.db")  # the library's
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _own_files(directory: Path) -> list[Path] | None:
+    """The library's files in ``directory``, when it holds nothing else; else None."""
+    try:
+        if not stat.S_ISDIR(directory.lstat().st_mode) or not _NAME.fullmatch(directory.name):
+            return None
+        files = list(directory.iterdir())
+    except OSError:
+        return None
+    for path in files:
+        if not _FILE.fullmatch(path.name) or not stat.S_ISREG(path.lstat().st_mode):
+            return None
+    return files
+
+
+def _remove(directory: Path) -> bool:
+    """Remove ``directory`` when provably promoter's own; whether it was."""
+    files = _own_files(directory)
+    if files is None:
+        event(
+            log,
+            f"kept {directory}: not only this daemon's metrics files",
+            logging.WARNING,
+            path=str(directory),
+        )
+        return False
+    for path in files:
+        path.unlink()
+    directory.rmdir()
+    return True
+
+
+def prepare(state_dir: Path) -> Path:
+    """Sweep the leftovers of ended daemons, then create this daemon's directory."""
+    root = state_dir / ROOT
+    root.mkdir(mode=0o700, exist_ok=True)
+    mine = root / str(os.getpid())
+    for entry in sorted(root.iterdir()):
+        if entry == mine or (_NAME.fullmatch(entry.name) and not _alive(int(entry.name))):
+            _remove(entry)  # an ended daemon's (an earlier one of this very process id)
+        elif not _NAME.fullmatch(entry.name):
+            _remove(entry)  # logged and kept: never a name this daemon gives
+    mine.mkdir(mode=0o700)  # still there: not promoter's own, the start stops
+    mine.chmod(0o700)
+    return mine
+
+
+def remove(directory: Path) -> None:
+    """At the daemon's stop: its directory, when it holds only the library's files."""
+    if directory.exists():
+        _remove(directory)

@@ -1,0 +1,121 @@
+"""The metrics of ``serve --workers N`` as one set: every worker's counts summed at a
+scrape, an ended worker's too, and the shared directory's own rules (what is promoter's
+own and may be removed, what is kept)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.multiprocess import mark_process_dead
+
+from promoter.api import metrics_dir
+from promoter.api.metrics import Metrics
+
+_WORKER = """
+import os
+import sys
+from pathlib import Path
+from promoter.api.metrics import Metrics
+m = Metrics(Path(sys.argv[1]))
+for _ in range(int(sys.argv[2])):
+    m.promotions.labels("completed", "ok").inc()
+m.name_host("host_a")
+print(os.getpid())
+"""
+
+
+def _worker(shared: Path, promotions: int) -> int:
+    """A process counting ``promotions`` into ``shared`` as a worker does; its pid."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER, str(shared), str(promotions)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return int(done.stdout)
+
+
+def test_a_scrape_sums_the_workers_and_keeps_an_ended_one_s_counts(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    first = _worker(shared, 2)
+    mark_process_dead(first, str(shared))  # type: ignore[no-untyped-call]  # as the fleet does
+    _worker(shared, 3)
+    scraper = Metrics(shared)
+    scraper.name_host("host_a")
+    text = scraper.exposition().decode()
+    assert 'promoter_promotions_total{code="ok",outcome="completed"} 5.0' in text.splitlines()
+    assert text.count("promoter_host_info{") == 1  # the answering worker's, not a file's
+    assert 'promoter_host_info{host_id="host_a"} 1.0' in text.splitlines()
+
+
+def test_one_process_keeps_its_own_registry(tmp_path: Path) -> None:
+    alone = Metrics()
+    alone.promotions.labels("completed", "ok").inc()
+    alone.name_host("host_a")
+    text = alone.exposition().decode().splitlines()
+    assert 'promoter_promotions_total{code="ok",outcome="completed"} 1.0' in text
+    assert 'promoter_host_info{host_id="host_a"} 1.0' in text
+    assert "# TYPE promoter_host_info gauge" in text
+
+
+def _dead_pid() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_prepare_removes_only_ended_daemons_own_directories(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / metrics_dir.ROOT
+    ended = root / str(_dead_pid())
+    ended.mkdir(parents=True)
+    (ended / "counter_7.db").write_bytes(b"")
+    (ended / "gauge_livesum_7.db").write_bytes(b"")
+    empty = root / str(_dead_pid())
+    empty.mkdir()
+    running = root / "1"  # a process that runs: another daemon's, maybe
+    running.mkdir()
+    (running / "counter_9.db").write_bytes(b"")
+    extra = root / str(_dead_pid())
+    extra.mkdir()
+    (extra / "counter_7.db").write_bytes(b"")
+    (extra / "counter_7.db.bak").write_bytes(b"")
+    linked = root / str(_dead_pid())
+    linked.mkdir()
+    (linked / "counter_7.db").symlink_to(tmp_path / "elsewhere")
+    named = root / "counter_1.db"  # a file, not a directory the daemon makes
+    named.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, "promoter.serve"):
+        mine = metrics_dir.prepare(tmp_path)
+    assert mine == root / str(os.getpid())
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [mine.name, running.name, extra.name, linked.name, named.name]
+    )
+    assert (running / "counter_9.db").exists()
+    kept = sorted(r.getMessage() for r in caplog.records)
+    assert kept == sorted(
+        f"kept {p}: not only this daemon's metrics files" for p in (extra, linked, named)
+    )
+    assert oct(mine.stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_remove_keeps_a_directory_holding_anything_else(tmp_path: Path) -> None:
+    mine = metrics_dir.prepare(tmp_path)
+    (mine / "histogram_3.db").write_bytes(b"")
+    (mine / "notes").write_bytes(b"")
+    metrics_dir.remove(mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["histogram_3.db", "notes"]
+    (mine / "notes").unlink()
+    metrics_dir.remove(mine)
+    assert not mine.exists()
+    assert list((tmp_path / metrics_dir.ROOT).iterdir()) == []
