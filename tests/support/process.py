@@ -55,9 +55,8 @@ class DaemonProcess:
             env["PROMOTER_FAULTS"] = faults
         # as for an in-process test daemon: no start-up rehearsal unless a test asks for it
         env["PROMOTER_REHEARSE_AT_START"] = "false"
-        # one serving process: the process a test kills or pauses is the one that writes,
-        # and one process's metrics are the daemon's (a test of ``serve --workers`` asks
-        # for more, or for the default)
+        # one serving process: the process a test kills or pauses is the one that writes
+        # (a test of ``serve --workers`` asks for more, or for the default)
         if workers is not None:
             env["PROMOTER_WORKERS"] = str(workers)
         env.update(extra_env or {})
