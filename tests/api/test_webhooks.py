@@ -220,6 +220,23 @@ def test_a_subscriber_that_keeps_failing_is_paused_and_shown_in_metrics(
         assert f'promoter_webhook_pending{{subscriber="orch"}} {len(_feed(daemon))}.0' in text
 
 
+def test_a_worker_without_the_dispatcher_still_exports_the_queue_s_gauges(
+    tmp_path: Path, repo: Path, receiver: Receiver
+) -> None:
+    config: dict[str, Any] = {
+        "webhooks": {"orch": WebhookConfig(url=receiver.url, secret=SECRET)},
+        "webhook_allowed_targets": LOOPBACK,
+    }
+    with running_daemon(tmp_path / "state", {"work": repo}, **config):
+        pass  # worker 0: its dispatcher gives the subscriber its place in the queue
+    with running_daemon(tmp_path / "state", {"work": repo}, primary=False, **config) as daemon:
+        assert daemon.services.webhooks is None  # worker 0 delivers, not this one
+        with daemon.client() as anyone:
+            text = anyone.get("/metrics").text.splitlines()
+    assert 'promoter_webhook_paused{subscriber="orch"} 0.0' in text
+    assert 'promoter_webhook_pending{subscriber="orch"} 0.0' in text
+
+
 def test_a_tampered_body_a_wrong_secret_or_a_replayed_timestamp_fails_verification() -> None:
     body = b'{"delivery_id":"whd_1"}'
     header = signature(SECRET, 1000, body)

@@ -90,8 +90,14 @@ class Daemon:
 
 @contextmanager
 def running_daemon(
-    state_dir: Path, repositories: dict[str, Path | RepositoryConfig], **settings: Any
+    state_dir: Path,
+    repositories: dict[str, Path | RepositoryConfig],
+    *,
+    primary: bool = True,
+    **settings: Any,
 ) -> Iterator[Daemon]:
+    """A daemon served in this process; ``primary=False``: as a worker of ``serve
+    --workers N`` other than the first (no recovery scan, no webhook dispatcher)."""
     repos = {
         name: value if isinstance(value, RepositoryConfig) else RepositoryConfig(path=value)
         for name, value in repositories.items()
@@ -101,7 +107,8 @@ def running_daemon(
     settings.setdefault("rehearse_at_start", False)
     config = load_settings(None, state_dir=state_dir, repositories=repos, **settings)
     services = daemon_services(config)
-    server = make_server(create_app(config, services), "127.0.0.1", 0, server_type=PromptServer)
+    app = create_app(config, services, primary=primary)
+    server = make_server(app, "127.0.0.1", 0, server_type=PromptServer)
     thread = threading.Thread(target=server.run, name="promoter-test-server", daemon=True)
     thread.start()
     try:
