@@ -4,7 +4,9 @@
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
 returns the verification receipt; ``promote_with_evidence`` hands blobs, bundle and the
 promotion over in one request, for a caller holding both authorities
-(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document.
+(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document
+(checked by ``promoter.domain.wirecheck``, a ``GrantRecord``: no pydantic unless it is refused,
+and then the model words the refusal). The receipt models load when a receipt arrives.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
 transport (``promoter.client.sync``).
 """
@@ -15,14 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promoter.domain import wirecheck
 from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
-from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
-from promoter.domain.parsing import load_json, parse_model
+from promoter.domain.bundle_records import grant_record
+from promoter.domain.json_input import load_json
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
 
 if TYPE_CHECKING:
     from promoter.client.sync import PromoterClient
+    from promoter.domain.bundle_records import Grant
+    from promoter.domain.models import PatchVerificationReceiptV1
 
 __all__ = [
     "Progress",
@@ -66,6 +71,8 @@ def upload_and_submit(
     A failed verification is raised by the client as the code of the first failed check,
     the failed receipt in the error's ``verification_receipt`` context member.
     """
+    from promoter.domain.models import PatchVerificationReceiptV1
+
     upload_missing(client, built, progress)
     answer = client.submit_bundle(built.bundle)
     return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
@@ -81,6 +88,8 @@ def promote_with_evidence(
     referenced blob rides in the request when they fit one batch (no question first); else
     the host is asked which it lacks and only those are sent.
     """
+    from promoter.domain.models import PatchVerificationReceiptV1
+
     wanted = sorted(built.blobs)
     if sum(frame_bytes(s, built.blobs[s].size) for s in wanted) > BATCH_MAX_BYTES:
         with orchestrator.with_token(executor_token) as executor:
@@ -93,10 +102,17 @@ def promote_with_evidence(
     return receipt, dict(answer["operation"])
 
 
-def grant_from_file(path: Path) -> GrantV1:
-    """A GrantV1 read from a JSON file (sealed or not)."""
+def grant_from_file(path: Path) -> Grant:
+    """A grant read from a JSON file (sealed or not): the record of a document the
+    validator accepts; else the model's refusal (``ValidationFailed``), worded as ever."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
-    return parse_model(GrantV1, load_json(raw))
+    document = load_json(raw)
+    if isinstance(document, dict) and wirecheck.problem("GrantV1", document) is None:
+        return grant_record(document)
+    from promoter.domain.models import GrantV1
+    from promoter.domain.parsing import parse_model
+
+    return parse_model(GrantV1, document)
