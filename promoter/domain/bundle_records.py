@@ -111,13 +111,13 @@ class ChangeRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class AllowRecord:
     pattern: str
     operations: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SpecRecord:
     """The old state a precondition names (``StateSpec``)."""
 
@@ -126,13 +126,13 @@ class SpecRecord:
     mode: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PreconditionRecord:
     path: str
     old: SpecRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LimitsRecord:
     max_changes: int
     max_total_bytes: int
@@ -141,7 +141,7 @@ class LimitsRecord:
 _OPTIONAL = ("approval", "base_operation")  # ``GRANT_OPTIONAL`` of the models
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GrantRecord:
     """A grant the validator accepted, as the builder reads it."""
 
