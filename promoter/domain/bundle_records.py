@@ -152,6 +152,7 @@ class GrantRecord:
     base_commit: str
     base_tree: str
     executor_run_id: str
+    fence: int
     symlinks: str
     base_operation: str | None
     write_allowlist: tuple[AllowRecord, ...]
@@ -180,6 +181,7 @@ def grant_record(document: dict[str, Any]) -> GrantRecord:
         base_commit=wire["base_commit"],
         base_tree=wire["base_tree"],
         executor_run_id=wire["executor_run_id"],
+        fence=wire["fence"],
         symlinks=wire.get("symlinks", "none"),
         base_operation=wire.get("base_operation"),
         write_allowlist=tuple(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Progress",
+    "fetched_grant",
     "grant_from_file",
     "promote_with_evidence",
     "upload_and_submit",
@@ -80,16 +81,15 @@ def upload_and_submit(
 
 def promote_with_evidence(
     orchestrator: PromoterClient, executor_token: str, built: BuiltBundle, fence: int
-) -> tuple[PatchVerificationReceiptV1, dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blobs, bundle and promotion in one request (``orchestrator`` holds an orchestrator's
     or the operator's credential, ``executor_token`` is the run's); waits for the outcome.
 
-    The passed verification receipt and the operation (its view once it ended). Every
+    The passed verification receipt (checked by the validator; the model words a refusal)
+    and the operation (its view once it ended). Every
     referenced blob rides in the request when they fit one batch (no question first); else
     the host is asked which it lacks and only those are sent.
     """
-    from promoter.domain.models import PatchVerificationReceiptV1
-
     wanted = sorted(built.blobs)
     if sum(frame_bytes(s, built.blobs[s].size) for s in wanted) > BATCH_MAX_BYTES:
         with orchestrator.with_token(executor_token) as executor:
@@ -98,8 +98,23 @@ def promote_with_evidence(
     answer = orchestrator.promote_with_evidence(
         built.bundle, blobs, fence, executor_token=executor_token, wait=True
     )
-    receipt = PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+    receipt = dict(answer["verification_receipt"])
+    if wirecheck.problem("PatchVerificationReceiptV1", receipt) is not None:
+        from promoter.domain.models import PatchVerificationReceiptV1
+
+        PatchVerificationReceiptV1.model_validate(receipt)  # the model's refusal, as before
     return receipt, dict(answer["operation"])
+
+
+def fetched_grant(client: PromoterClient, grant_id: str) -> Grant:
+    """The grant the host holds: the record of its answer when the validator accepts it,
+    else the model's reading of it (which refuses it in its own words)."""
+    document = client.grant_document(grant_id)
+    if wirecheck.problem("GrantV1", document) is None:
+        return grant_record(document)
+    from promoter.domain.models import GrantV1
+
+    return GrantV1.model_validate(document)
 
 
 def grant_from_file(path: Path) -> Grant:

@@ -247,3 +247,23 @@ def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tup
     except BadParameter as exc:
         return ("refused", exc.format_message())
     return (value, type(value))
+
+
+def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path) -> None:
+    """``promoter run --yes``: the grant read back, the bundle built and promoted with its
+    evidence, the receipt shown, and no model loaded for any of it."""
+    with running_daemon(tmp_path / "state", {"work": RepositoryConfig(path=repo)}) as daemon:
+        env = {
+            "PROMOTER_URL": daemon.url,
+            "PROMOTER_TOKEN": daemon.operator_token,
+            "PROMOTER_STATE_DIR": str(tmp_path / "runs-state"),
+        }
+        script = "printf 'added\\n' > added.txt"
+        args = ["run", "--repo", "work", "--yes", "--", "sh", "-c", script]
+        code, modules, stdout = loaded_by(args, env, tmp_path / "loaded.json")
+    assert code == 0, stdout
+    assert (repo / "added.txt").read_bytes() == b"added\n"
+    server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
+    assert server == []
+    assert "pydantic" not in modules
+    assert "promoter.domain.models" not in modules
