@@ -21,8 +21,9 @@ Old states are the base tree's, which is what the host checks; for a chained gra
 
 States and changes are plain records (``promoter.domain.bundle_records``), the grant a
 ``GrantV1`` or a ``GrantRecord``; the sealed document is checked by
-``promoter.domain.wirecheck`` (the model, loaded only then, words a refusal), so building
-loads no pydantic; the records give the models' bytes.
+``promoter.domain.wirecheck`` (the model, loaded only then, words a refusal; a bundle of
+more than ``VALIDATOR_MAX_CHANGES`` changes is checked by the model, cheaper per change),
+so building loads no pydantic; the records give the models' bytes.
 
 It deliberately does not talk to the host (``promoter.executor.handover`` uploads and
 submits), register grants, set leases or promote (orchestrator work), and it never
@@ -66,6 +67,10 @@ if TYPE_CHECKING:
 __all__ = ["BlobReader", "BlobSource", "BuiltBundle", "build_bundle", "seal_changes"]
 
 _OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
+
+VALIDATOR_MAX_CHANGES = 2000
+"""Above this many changes the model checks the sealed bundle: the validator's cost per
+change is about three times the model's, which outweighs loading pydantic there."""
 
 
 @dataclass(frozen=True)
@@ -425,8 +430,11 @@ def seal_changes(
         "created_at": created_at or rfc3339(utcnow()),
     }
     sealed = seal_bundle(document)
-    if wirecheck.problem("PatchBundleV1", sealed) is not None:  # the document the host parses
+    # the document the host will parse: checked by the validator, or by the model when it
+    # refuses (the model's own error, as before) or when the bundle is big
+    big = len(changes) > VALIDATOR_MAX_CHANGES
+    if big or wirecheck.problem("PatchBundleV1", sealed) is not None:
         from promoter.domain.models import PatchBundleV1
 
-        PatchBundleV1.model_validate(sealed)  # the model's own refusal, as before
+        PatchBundleV1.model_validate(sealed)
     return sealed

@@ -12,19 +12,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from promoter.domain.bundle_records import GrantRecord, StateRecord, grant_record
+from promoter.domain import wirecheck
+from promoter.domain.bundle_records import ChangeRecord, GrantRecord, StateRecord, grant_record
 from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import grant_sha256, seal_bundle, sealed_grant
 from promoter.domain.models import Change, FileState, GrantV1, PatchBundleV1
 from promoter.domain.wirecheck import problem
 from promoter.errors import ValidationFailed
-from promoter.executor import build_bundle
+from promoter.executor import build_bundle, builder
 from promoter.executor.handover import grant_from_file
 from tests.gitutil import commit_all, git
 from tests.property.test_wirecheck_differential import _rich_grant
@@ -188,3 +190,31 @@ def test_a_state_record_is_the_models_file_state(sha256: str, mode: str, size: i
     assert StateRecord.from_state(model) == record
     assert StateRecord.missing().wire() == FileState.missing().wire()
     assert record.same_content(model) and not record.same_content(FileState.missing())
+
+
+def test_a_big_bundle_is_checked_by_the_model_and_keeps_its_bytes(
+    tmp_path: Path, source: Path, executor: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = sealed_grant(GrantV1.model_validate(make_grant(source, IDENTITY, symlinks="inside")))
+    record = grant_from_file(_file(tmp_path, model, every_field=False))
+    with build_bundle(executor, record, created_at=CREATED) as built:
+        small = canonical_bytes(built.bundle)
+    monkeypatch.setattr(builder, "VALIDATOR_MAX_CHANGES", 1)
+    monkeypatch.setattr(wirecheck, "problem", _never)
+    with build_bundle(executor, record, created_at=CREATED) as built:
+        assert canonical_bytes(built.bundle) == small
+
+
+def _never(name: str, document: Any) -> str | None:
+    raise AssertionError(f"the validator was asked about a {name}")
+
+
+def test_a_sealed_document_the_validator_refuses_is_refused_in_the_models_words(
+    source: Path,
+) -> None:
+    record = grant_record(make_grant(source, IDENTITY))
+    gitlink = StateRecord.of("d" * 64, "160000", 1)  # a mode no FileState holds
+    change = ChangeRecord("sub", "create", StateRecord.missing(), gitlink)
+    with pytest.raises(ValidationError) as caught:
+        builder.seal_changes(record, [change], {}, cast(Any, None), created_at=CREATED)
+    assert [e["loc"] for e in caught.value.errors()] == [("changes", 0, "new", "mode")]
