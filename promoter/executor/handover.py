@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.domain import wirecheck
 from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
-from promoter.domain.bundle_records import grant_record
+from promoter.domain.bundle_records import StateRecord, grant_record
 from promoter.domain.json_input import load_json
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Progress",
+    "fetched_base",
     "fetched_grant",
     "grant_from_file",
     "promote_with_evidence",
@@ -115,6 +116,43 @@ def fetched_grant(client: PromoterClient, grant_id: str) -> Grant:
     from promoter.domain.models import GrantV1
 
     return GrantV1.model_validate(document)
+
+
+def fetched_base(client: PromoterClient, grant_id: str) -> dict[str, StateRecord]:
+    """A chained grant's base (``PromoterClient.grant_base``) as records. A state whose
+    record would not give back its exact document is read by the model, which refuses it
+    in its own words; the values of the others are checked with the bundle they end in."""
+    found: dict[str, StateRecord] = {}
+    for item in client.grant_base_document(grant_id)["states"]:
+        state = item["state"]
+        record = _state_record(state)
+        if record is None:
+            from promoter.domain.models import FileState
+
+            record = StateRecord.from_state(FileState.model_validate(state))
+        found[str(item["path"])] = record
+    return found
+
+
+def _state_record(state: Any) -> StateRecord | None:
+    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+        return None
+    if any(type(state[key]) not in kinds for key, kinds in _STATE_TYPES.items()):
+        return None
+    values = (state["sha256"], state["mode"], state["bytes"])
+    if (None in values) if state["exists"] else (values != (None, None, None)):
+        return None  # ``FileState``'s consistency: all of them when it exists, else none
+    record = StateRecord(state["exists"], *values)
+    return record if record.wire() == state else None
+
+
+_STATE_KEYS = frozenset(("exists", "sha256", "mode", "bytes", "blob_ref"))
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "exists": (bool,),
+    "sha256": (str, type(None)),
+    "mode": (str, type(None)),
+    "bytes": (int, type(None)),
+}
 
 
 def grant_from_file(path: Path) -> Grant:

@@ -30,6 +30,7 @@ from promoter.cli.params import _Spared
 from promoter.config import RepositoryConfig
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1, PatchBundleV1
+from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import make_grant
@@ -259,11 +260,17 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
             "PROMOTER_STATE_DIR": str(tmp_path / "runs-state"),
         }
         script = "printf 'added\\n' > added.txt"
-        args = ["run", "--repo", "work", "--yes", "--", "sh", "-c", script]
-        code, modules, stdout = loaded_by(args, env, tmp_path / "loaded.json")
-    assert code == 0, stdout
-    assert (repo / "added.txt").read_bytes() == b"added\n"
-    server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
-    assert server == []
-    assert "pydantic" not in modules
-    assert "promoter.domain.models" not in modules
+        args = ["run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", script]
+        first = loaded_by(args, env, tmp_path / "loaded.json")
+        (record,) = sandboxes.list_runs(tmp_path / "runs-state")
+        # the next step chains on the first: its grant's base read back as records
+        script = "printf 'again\\n' >> added.txt"
+        args = ["run", "--continue", record.run_id, "--yes", "--", "sh", "-c", script]
+        chained = loaded_by(args, env, tmp_path / "loaded.json")
+    for code, modules, stdout in (first, chained):
+        assert code == 0, stdout
+        server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
+        assert server == []
+        assert "pydantic" not in modules
+        assert "promoter.domain.models" not in modules
+    assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

@@ -26,7 +26,7 @@ from promoter.domain.documents import grant_sha256, seal_bundle, sealed_grant
 from promoter.domain.models import Change, FileState, GrantV1, PatchBundleV1
 from promoter.domain.wirecheck import problem
 from promoter.errors import ValidationFailed
-from promoter.executor import build_bundle, builder
+from promoter.executor import build_bundle, builder, handover
 from promoter.executor.handover import grant_from_file
 from tests.gitutil import commit_all, git
 from tests.property.test_wirecheck_differential import _rich_grant
@@ -218,3 +218,21 @@ def test_a_sealed_document_the_validator_refuses_is_refused_in_the_models_words(
     with pytest.raises(ValidationError) as caught:
         builder.seal_changes(record, [change], {}, cast(Any, None), created_at=CREATED)
     assert [e["loc"] for e in caught.value.errors()] == [("changes", 0, "new", "mode")]
+
+
+def test_a_base_state_is_a_record_only_when_it_gives_back_its_exact_document() -> None:
+    present = FileState.of("d" * 64, "100755", 3).wire()
+    for state in (present, FileState.missing().wire()):
+        record = handover._state_record(state)
+        assert record is not None and record.wire() == state
+    for odd in (
+        {**present, "bytes": True},
+        {**present, "blob_ref": None},
+        {**present, "extra": 1},
+        {**present, "exists": 1},
+        {**FileState.missing().wire(), "mode": "100644"},
+        [present],
+    ):
+        assert handover._state_record(odd) is None
+        with pytest.raises(ValidationError):
+            FileState.model_validate(odd)

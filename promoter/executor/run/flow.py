@@ -303,6 +303,7 @@ def step(
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
     in an error too."""
     from promoter.executor.handover import (  # the builder: a run's
+        fetched_base,
         fetched_grant,
         promote_with_evidence,
         upload_and_submit,
@@ -374,7 +375,7 @@ def step(
         executor = orch.with_token(str(minted["token"]))
         with executor:
             grant = fetched_grant(executor, grant_doc["grant_id"])
-            since = executor.grant_base(grant.grant_id) if base else None
+            since = fetched_base(executor, grant.grant_id) if base else None
             requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
             adopted = answers.agent_bundle(executor, record, grant, since, person)
             if adopted is not None:
