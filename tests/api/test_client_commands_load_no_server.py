@@ -4,11 +4,12 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client. A command printing JSON loads no rich, nor does ``run --list``,
-which prints only plain lines; one that reads no wire document loads no pydantic; nor
-does ``receipt verify``, which checks its documents with the pydantic-free validator.
-What these cost is measured in ``bench/cli_start.py``, not here: the assertions are
-about modules, so they do not depend on the machine's speed.
+asynchronous client. A command printing JSON loads no rich, nor do ``run --list`` and
+``receipt verify`` load rich's console: they print only plain or merely styled lines.
+One that reads no wire document loads no pydantic; nor does ``receipt verify``, which
+checks its documents with the pydantic-free validator. What these cost is measured in
+``bench/cli_start.py``, not here: the assertions are about modules, so they do not
+depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ def _commands(found: dict[str, str]) -> dict[str, list[str]]:
 NO_WIRE_MODEL = ("help", "run_list", "review", "review_json", "ops_list", "ops_list_json")
 # they check the envelope and the receipt with ``promoter.domain.wirecheck``, not the models
 NO_PYDANTIC = (*NO_WIRE_MODEL, "receipt_verify", "receipt_verify_json")
-# they print only lines rich would print as they are (``promoter.cli.common``)
-PLAIN = ("run_list",)
+# they print only lines rich would print as they are, or only styled (``promoter.cli.common``)
+PLAIN = ("run_list", "receipt_verify")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -158,7 +159,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         if name == "help":
             assert "httpx" not in modules and "rich" not in modules
         if name in PLAIN:
-            assert "rich" not in modules, name  # plain lines, written without rich
+            assert "rich.console" not in modules, name  # plain lines, written without it
         if name == "review_json":
             [waiting] = json.loads(stdout)
             assert waiting["status"] == "awaiting_approval"

@@ -39,6 +39,20 @@ FIXED = [
     "\x1b[31mred",
     "zero\u200bwidth",
     "run_1  demo  1 step(s), last awaiting_approval  2.1 MiB  /tmp/x/clone",
+    "[bold green]valid[/] PatchVerificationReceiptV1 abc (signed by 0b)",
+    "[green]✓[/] envelope: DSSE v1, payloadType application/vnd.in-toto+json",
+    "[red]mismatch[/] src/a.py: urn:promoter:receipt",
+    "[bold]x[/bold] [green bold]y[/bold green] [italic]z",
+    "[/]",
+    "[bold]a[/green]",
+    "[foo]unknown style[/foo]",
+    "[link=https://x]l[/link]",
+    "[@click]a[/]",
+    "x:[bold]:smile:",
+    "[green]✓[/] statement: predicateType urn:promoter:receipt:verification:v1",
+    ":thumbs_up-emoji: :not_an_emoji: :smile-text:",
+    "[1] not a tag, [Bold] neither",
+    "a \\[bold] escaped",
 ]
 OPTIONS: list[dict[str, Any]] = [
     {},
@@ -56,7 +70,27 @@ def _samples() -> list[str]:
     rng = random.Random(7)
     alphabet = "ab \n[]:\\\t漢é😀\u0301\u00a0/.-_\x7f\r"
     drawn = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for _ in range(600)]
-    return FIXED + drawn
+    pieces = [
+        "[bold]",
+        "[/]",
+        "[/bold]",
+        "[green]",
+        "[/green]",
+        "[bold green]",
+        "[foo]",
+        "[/bold green]",
+        "[green bold]",
+        "[",
+        "]",
+        ":",
+        "x",
+        " ",
+        "\\",
+        ":smile:",
+        "é",
+    ]
+    tagged = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(600)]
+    return FIXED + drawn + tagged
 
 
 @pytest.fixture
@@ -92,8 +126,11 @@ def test_plain_print_writes_what_rich_writes(off_terminal: None) -> None:
             assert ours == theirs, (text, options)
             plain += without_rich
     assert plain > 300  # the plain path is taken, not only the fallback
-    assert _printed(common.console.print, FIXED[-1], {"highlight": False}) == (
-        FIXED[-1] + "\n",
+    line = "run_1  demo  1 step(s), last awaiting_approval  2.1 MiB  /tmp/x/clone"
+    assert _printed(common.console.print, line, {"highlight": False}) == (line + "\n", True)
+    styled = "[bold green]valid[/] PatchVerificationReceiptV1 (signed by 0b)"
+    assert _printed(common.console.print, styled, {}) == (
+        "valid PatchVerificationReceiptV1 (signed by 0b)\n",
         True,
     )
 
