@@ -4,10 +4,11 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client. A command printing JSON loads no rich, nor do ``run --list`` and
-``receipt verify`` load rich's console: they print only plain or merely styled lines.
-One that reads no wire document loads no pydantic; nor does ``receipt verify``, which
-checks its documents with the pydantic-free validator. What these cost is measured in
+asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A command
+printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
+console: they print only plain or merely styled lines. One that reads no wire document
+loads no pydantic; nor does ``receipt verify``, which checks its
+documents with the pydantic-free validator. What these cost is measured in
 ``bench/cli_start.py``, not here: the assertions are about modules, so they do not
 depend on the machine's speed.
 """
@@ -150,6 +151,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         assert code == 0, (name, stdout)
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
+        assert "httpcore" not in modules, name  # a loopback daemon through http.client
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
