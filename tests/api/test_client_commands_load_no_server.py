@@ -160,6 +160,9 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert "promoter.domain.models" not in modules, name
         if name == "help":
             assert "httpx" not in modules and "rich" not in modules
+        if name == "run_list":  # the run path's modules only for a run (promoter.cli.run_start)
+            assert not {"promoter.cli.run_start", "promoter.executor.confine"} & modules
+            assert not {"promoter.executor.layers", "promoter.store.durable"} & modules
         if name in PLAIN:
             assert "rich.console" not in modules, name  # plain lines, written without it
         if name == "review_json":
