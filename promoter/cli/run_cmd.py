@@ -21,7 +21,7 @@ import termios
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from typer._click.exceptions import UsageError  # the click typer's own groups use
@@ -43,10 +43,9 @@ from promoter.executor import sandbox as sandboxes
 from promoter.executor.run.person import Consent, escape
 from promoter.executor.terminal import RESET
 
-if TYPE_CHECKING:
-    from promoter.cli.run_start import start
-else:  # the run path's modules (confinement, layers, the flow): not for --list, --prune
-    start = deferred("promoter.cli.run_start", "start")
+# a run (``promoter.cli.run_start``, which imports this module): the confinement, layers
+# and flow modules loaded by a run only, not by --list, --prune, --remove
+start = deferred("promoter.cli.run_start", "start")
 
 __all__ = ["register"]
 
