@@ -4,10 +4,13 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client. A command printing JSON loads no rich, and one that reads no wire
-document loads no pydantic; nor do ``receipt verify``, which checks its documents with
-the pydantic-free validator, and ``bundle build`` from a grant file. What these cost is measured in ``bench/cli_start.py``, not
-here: the assertions are about modules, so they do not depend on the machine's speed.
+asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A command
+printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
+console: they print only plain or merely styled lines. One that reads no wire document
+loads no pydantic; nor do ``receipt verify``, which checks its documents with the
+pydantic-free validator, and ``bundle build`` from a grant file. What these cost is
+measured in ``bench/cli_start.py``, not here: the assertions are about modules, so they
+do not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -151,6 +154,8 @@ NO_PYDANTIC = (
     "bundle_build",
     "bundle_build_printed",
 )
+# they print only lines rich would print as they are, or only styled (``promoter.cli.common``)
+PLAIN = ("run_list", "receipt_verify")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -167,6 +172,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         assert code == 0, (name, stdout)
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
+        assert "httpcore" not in modules, name  # a loopback daemon through http.client
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
@@ -175,6 +181,11 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert "promoter.domain.models" not in modules, name
         if name == "help":
             assert "httpx" not in modules and "rich" not in modules
+        if name == "run_list":  # the run path's modules only for a run (promoter.cli.run_start)
+            assert not {"promoter.cli.run_start", "promoter.executor.confine"} & modules
+            assert not {"promoter.executor.layers", "promoter.store.durable"} & modules
+        if name in PLAIN:
+            assert "rich.console" not in modules, name  # plain lines, written without it
         if name == "review_json":
             [waiting] = json.loads(stdout)
             assert waiting["status"] == "awaiting_approval"
