@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from promoter.client.sync import PromoterClient
-    from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+    from promoter.domain.bundle_records import Grant, StateLike
+    from promoter.domain.models import PatchVerificationReceiptV1
     from promoter.executor.builder import BuiltBundle
 
 __all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
@@ -76,7 +77,7 @@ def _client(url: str | None, token_file: Path | None) -> PromoterClient:
     return PromoterClient(server_url(url), read_token(token_file, url))
 
 
-def _load_grant(grant: str, url: str | None, token_file: Path | None) -> GrantV1:
+def _load_grant(grant: str, url: str | None, token_file: Path | None) -> Grant:
     from promoter.executor.handover import grant_from_file
 
     path = Path(grant)
@@ -175,7 +176,7 @@ def _iec_speed_column() -> Any:
 
 
 def _hashing(
-    worktree: Path, grant: GrantV1, since: dict[str, FileState] | None = None
+    worktree: Path, grant: Grant, since: Mapping[str, StateLike] | None = None
 ) -> BuiltBundle:
     from promoter.executor.builder import build_bundle
 
@@ -202,8 +203,8 @@ SinceOpt = Annotated[
 
 
 def chained_base(
-    grant: GrantV1, since: str | None, url: str | None, token_file: Path | None
-) -> dict[str, FileState] | None:
+    grant: Grant, since: str | None, url: str | None, token_file: Path | None
+) -> Mapping[str, StateLike] | None:
     """The states a chained grant's base operations left, fetched from the host."""
     if since is not None and since != grant.base_operation:
         raise GrantInvalid(

@@ -5,15 +5,20 @@ environment, the daemon ``promoter serve`` recorded for this user, then ./.promo
 
 Off a terminal (a pipe, a file, a CI log) the consoles neither wrap nor truncate: a path
 is printed whole on one line, whatever ``COLUMNS`` says. Each console is made (and rich
-imported) when first used, so a command that prints JSON or nothing never loads rich;
-``escape`` is rich's markup escape, loaded the same way. ``echo_json`` prints a document
-as rich's ``print_json`` does off a terminal, without rich. It does not print anything
-itself.
+imported) when first used, so a command that prints JSON or nothing never loads rich,
+nor one that prints only plain or merely styled lines off a terminal: ``console.print``
+of a string rich would print as it is, or with only its style tags dropped (no other
+markup, no emoji code, tab or control character; no colour), writes it itself.
+``escape`` is rich's markup escape, loaded only for a string it changes.
+``echo_json`` prints a document as rich's ``print_json`` does off a terminal, without
+rich. Nothing here prints unless called to.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -52,11 +57,105 @@ def rich_console(*, stderr: bool) -> Console:
     return _made[stderr]
 
 
+_PLAIN_OPTIONS = frozenset({"end", "soft_wrap", "highlight", "markup", "emoji"})
+
+
+def _rich_would_colour(stream: Any) -> bool:
+    """Whether a rich console on ``stream`` would take it for a terminal (rich's own rule:
+    ``TTY_COMPATIBLE``, then ``FORCE_COLOR``, then ``isatty``), or render for a notebook."""
+    if "IPython" in sys.modules:
+        return True  # rich may render for a notebook there: leave it to rich
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force != ""
+    return _isatty(stream)
+
+
+# rich's markup tags (``rich.markup.RE_TAGS``), and those that only style the text
+_TAG = re.compile(r"(\\*)\[([a-z#/@][^[]*?)]")
+_STYLE = re.compile(r"/?([a-z_]+( [a-z_]+)*)?")
+_EMOJI = re.compile(r":\S*?:")  # what any of rich's emoji codes matches
+
+
+def _unstyled(text: str) -> list[str] | None:
+    """The pieces of ``text`` between its tags, as rich reads its markup, when the markup
+    only styles it: tags of style names (``[bold green]``, ``[/]``, ``[/bold green]``)
+    closing what is open, no backslash; None for anything else (rich then reads it, or
+    refuses it)."""
+    if "[" not in text:
+        return [text]
+    if "\\" in text:
+        return None
+    opened: list[str] = []
+    for match in _TAG.finditer(text):
+        name = match.group(2)
+        if _STYLE.fullmatch(name) is None:
+            return None
+        if not name.startswith("/"):
+            opened.append(name)
+        elif name == "/" and opened:
+            opened.pop()
+        elif name[1:] in opened:
+            del opened[len(opened) - 1 - opened[::-1].index(name[1:])]
+        else:
+            return None
+    return _TAG.split(text)[::3]  # each tag adds its two groups between the pieces
+
+
+def _no_emoji(piece: str) -> bool:
+    """Whether rich's emoji codes leave ``piece`` as it is (a name between two colons
+    that names no emoji is kept; rich's table is loaded only for such a pair)."""
+    if _EMOJI.search(piece) is None:
+        return True
+    from rich._emoji_replace import _emoji_replace
+
+    return _emoji_replace(piece) == piece
+
+
+def _plain(text: str, markup: bool, emoji: bool) -> str | None:
+    """What rich prints for ``text`` when it only drops style tags from it: no other
+    markup or emoji code it would read, no tab it would expand, no control or
+    unprintable character it would drop or keep; None when it may do more."""
+    pieces = _unstyled(text) if markup else [text]
+    if pieces is None or (emoji and not all(_no_emoji(piece) for piece in pieces)):
+        return None
+    shown = "".join(pieces)
+    return shown if shown.replace("\n", "").isprintable() else None
+
+
+def _print_plain(stderr: bool, objects: tuple[Any, ...], options: dict[str, Any]) -> bool:
+    """``console.print`` of one string off a terminal, written without rich when rich would
+    write the same bytes (the string and its end, flushed, as rich does); False when not."""
+    if stderr in _made or len(objects) != 1 or not isinstance(objects[0], str):
+        return False
+    if not options.keys() <= _PLAIN_OPTIONS or options.get("soft_wrap", True) is not True:
+        return False
+    end = options.get("end", "\n")
+    markup, emoji = options.get("markup") is not False, options.get("emoji") is not False
+    shown = _plain(objects[0], markup, emoji)
+    if shown is None or not isinstance(end, str) or _plain(end, False, False) is None:
+        return False
+    stream = sys.stderr if stderr else sys.stdout
+    if _rich_would_colour(stream):
+        return False
+    stream.write(shown + end)
+    stream.flush()
+    return True
+
+
 class _LazyConsole:
-    """A rich ``Console`` made on first use: every attribute is the real console's."""
+    """A rich ``Console`` made on first use: every attribute is the real console's, and
+    ``print`` of a plain string off a terminal writes it without making one."""
 
     def __init__(self, stderr: bool) -> None:
         self._stderr = stderr
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        if not _print_plain(self._stderr, objects, options):
+            rich_console(stderr=self._stderr).print(*objects, **options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(rich_console(stderr=self._stderr), name)
@@ -67,7 +166,11 @@ err_console = cast("Console", _LazyConsole(stderr=True))
 
 
 def escape(markup: str) -> str:
-    """rich's ``escape``: ``markup`` printed as it is, never read as markup."""
+    """rich's ``escape``: ``markup`` printed as it is, never read as markup. A string with
+    no ``[`` that does not end in a backslash is its own escape (rich's rule changes
+    nothing else), returned without loading rich."""
+    if "[" not in markup and not markup.endswith("\\"):
+        return markup
     from rich.markup import escape as rich_escape
 
     return rich_escape(markup)

@@ -1,11 +1,12 @@
 """``promoter run``: the command line of a run, from a sandbox clone to a promoted change.
 
 This module owns the flags (``--repo``, ``--allow``, ``--yes``, ``--diff``, ``--json``,
-``--continue``, ``--list``, ``--prune``, ``--remove``, ``--unconfined``), the person at the
-terminal (``TerminalPerson``: progress, the review, questions, and the terminal reset
-before them, protocol: runs#terminal-drawn-by-promoter) and the outcome ``--json``
-prints. The daemon and credential are found as protocol: api#persons-command-line says;
-``--yes`` never approves (protocol: runs#approvals); Ctrl-C is ``interrupted`` (exit 130).
+``--continue``, ``--list``, ``--prune``, ``--remove``, ``--unconfined``) and the person at
+the terminal (``TerminalPerson``: progress, the review, questions, and the terminal reset
+before them, protocol: runs#terminal-drawn-by-promoter); a run itself is
+``promoter.cli.run_start``'s, imported only for one. The daemon and credential are found
+as protocol: api#persons-command-line says; ``--yes`` never approves
+(protocol: runs#approvals); Ctrl-C is ``interrupted`` (exit 130).
 See docs/guide/sandbox.md.
 
 Not here: any decision (the host's) or step of the workflow (``promoter.executor.run``);
@@ -15,19 +16,15 @@ this module parses, prints and asks.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import sys
 import termios
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from typer._click.exceptions import UsageError  # the click typer's own groups use
-from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
 
 from promoter.cli import run_manage as manage
 from promoter.cli import userconfig
@@ -42,18 +39,13 @@ from promoter.cli.common import UrlOpt, console, err_console
 from promoter.cli.lazy import deferred
 from promoter.cli.status_cmd import worktree_here
 from promoter.client.sync import PromoterClient
-from promoter.errors import ConfigError, Interrupted, PromoterError
-from promoter.executor import confine, hidden, layers, removal
 from promoter.executor import sandbox as sandboxes
-from promoter.executor.run import answers, flow, links
 from promoter.executor.run.person import Consent, escape
-from promoter.executor.run.state import Run
 from promoter.executor.terminal import RESET
 
-if TYPE_CHECKING:
-    from promoter.cli.orchestrate_cmd import parse_allow
-else:  # the bundle models: loaded by a run, not by --list, --prune, --remove
-    parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
+# a run (``promoter.cli.run_start``, which imports this module): the confinement, layers
+# and flow modules loaded by a run only, not by --list, --prune, --remove
+start = deferred("promoter.cli.run_start", "start")
 
 __all__ = ["register"]
 
@@ -317,114 +309,25 @@ def run(
     if remove is not None:
         _say(f"removed {sandboxes.remove(state, remove)}")
         return
-    if not command and continue_run is None:
-        raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
-    # every directory holding promoter's credentials, state or keys (unconfined: none)
-    credential = target.token_path
-    secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
-    how = flow.Confinement(
+    start(
+        target,
+        command,
+        repo=repo,
+        allow=allow,
+        person=TerminalPerson(yes=yes, whole_diff=whole_diff, json=json_output),
+        keep=keep,
+        from_head=from_head,
+        continue_run=continue_run,
+        timeout=timeout,
         unconfined=unconfined,
         network=network,
-        limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
-        pass_env=tuple(pass_env or ()),
-        hide=(*(p.resolve() for p in hide or ()), *secrets),
-        symlinks=links.policy(symlinks),
+        memory=memory,
+        max_procs=max_procs,
+        max_file_size=max_file_size,
+        pass_env=pass_env,
+        hide=hide,
+        symlinks=symlinks,
     )
-    confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
-    host = flow.Host(address, _token(target), state)
-    person = TerminalPerson(yes=yes, whole_diff=whole_diff, json=json_output)
-    if continue_run is not None and not command:
-        run = Run(state, sandboxes.load(state, continue_run))
-        with _outcome_printed(run, json_output) as outcome, _kept_on_interrupt(run):
-            try:
-                flow.promote_submitted(host, run, person, outcome.outcome)
-            except flow.NothingToPromote as exc:
-                raise UsageError(str(exc)) from None
-        flow.finish(run, person, keep=keep)
-        return
-    assert command is not None
-    if not unconfined:
-        confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
-        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
-        # bound back into the sandbox over what is hidden
-        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
-        hidden.check_hidden(secrets, [credential] if credential else [], bound)
-    if continue_run is not None:
-        run = Run(state, sandboxes.load(state, continue_run))
-        if allow:
-            run.record.allow = [parse_allow(a).wire() for a in allow]
-    else:
-        removal.sweep(state)  # removals whose process was killed
-        try:
-            if repo is not None:
-                name = repo
-            else:
-                with PromoterClient(address, host.token) as client:
-                    name = _infer_repository(client)
-            wanted = [parse_allow(a).wire() for a in allow] if allow else None
-            layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
-            run = flow.start(host, name, allow=wanted, from_head=from_head, layout=layout)
-        except (KeyboardInterrupt, Abort):
-            raise Interrupted(
-                "interrupted before the sandbox was ready: nothing was run or promoted, and "
-                "nothing of yours was changed"
-            ) from None
-        person.say(answers.started(run.record))
-    with _outcome_printed(run, json_output) as outcome, _kept_on_interrupt(run):
-        try:
-            flow.step(
-                host, run, command, person=person, timeout=timeout, how=how, outcome=outcome.outcome
-            )
-        except PromoterError:
-            err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
-            raise
-    flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
-
-
-@dataclass
-class _Printed:
-    """The outcome ``--json`` prints, whatever the step came to (filled by the flow)."""
-
-    outcome: flow.Outcome
-
-
-@contextmanager
-def _outcome_printed(run: Run, json_output: bool) -> Iterator[_Printed]:
-    """With ``--json``: the run's outcome as one JSON document on stdout when the step ends,
-    also when it ends in an error (the error's code and detail then on stderr as always)."""
-    printed = _Printed(flow.Outcome())
-    try:
-        yield printed
-    finally:
-        if json_output:
-            document = printed.outcome.wire(run)
-            sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-            sys.stdout.flush()
-
-
-@contextmanager
-def _kept_on_interrupt(run: Run) -> Iterator[None]:
-    """Ctrl-C (SIGINT) at any stage: the step is marked ``interrupted`` and the error names
-    the sandbox and the bundle kept and the next command (exit 130)."""
-    try:
-        yield
-    except (KeyboardInterrupt, Abort) as exc:
-        if isinstance(exc, Abort):
-            err_console.print()  # the question's line ends here
-        raise flow.interrupted(run) from None
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def _size(text: str) -> int:
-    """``512M``, ``8G``, ``1048576``: a byte count (binary units)."""
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = value[-1:] if value[-1:] in _UNITS else ""
-    number = value[: len(value) - len(unit)]
-    if not number.isdigit() or int(number) == 0:
-        raise ConfigError(f"not a size: {text!r} (e.g. 512M, 8G)")
-    return int(number) * _UNITS[unit]
 
 
 def register(app: typer.Typer) -> None:

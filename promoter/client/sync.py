@@ -169,11 +169,20 @@ class PromoterClient(BlobCalls):
         response = self._send("GET", f"/v1/grants/{segment(grant_id)}")
         return GrantV1.model_validate_json(response.content)
 
+    def grant_document(self, grant_id: str) -> dict[str, Any]:
+        """The grant as the daemon answers it, parsed by no model (``promoter run`` checks
+        it with ``promoter.domain.wirecheck``)."""
+        return dict(self._json("GET", f"/v1/grants/{segment(grant_id)}"))
+
+    def grant_base_document(self, grant_id: str) -> dict[str, Any]:
+        """A chained grant's base as the daemon answers it: ``{states: [{path, state}]}``."""
+        return dict(self._json("GET", f"/v1/grants/{segment(grant_id)}/base"))
+
     def grant_base(self, grant_id: str) -> dict[str, FileState]:
         """A chained grant's base: per path the state its base operations left."""
         from promoter.domain.models import FileState
 
-        answer = self._json("GET", f"/v1/grants/{segment(grant_id)}/base")
+        answer = self.grant_base_document(grant_id)
         return {
             str(item["path"]): FileState.model_validate(item["state"]) for item in answer["states"]
         }

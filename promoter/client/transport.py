@@ -1,7 +1,9 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
 ``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
-context from ``pool_options``), sends a request with the retries ``Backoff`` allows for
+context from ``pool_options``; a loopback daemon reached through ``http.client``,
+``promoter.client.loopback``, unless the environment names proxies), sends a request
+with the retries ``Backoff`` allows for
 idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), follows
 a 421 to the owning host of the same cluster once (``promoter.client.follow``; the
 cluster is the hosts list this daemon answers, or for a credential that may not read it,
@@ -15,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.request import getproxies  # what httpx reads the environment's proxies with
 
 import httpx
 from tenacity import Retrying
 
 from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
+from promoter.client.loopback import LoopbackTransport
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -55,7 +59,10 @@ class Transport(Closing):
         self._backoff = backoff
         self._cluster = cluster
         self.followed: str | None = None  # the host the last 421 followed sent a request to
-        self._http = httpx.Client(**pool_options(self.url, token, timeout, transport))
+        options = pool_options(self.url, token, timeout, transport)
+        if transport is None and not getproxies():  # with proxies, httpx's own as before
+            options["transport"] = LoopbackTransport(options["verify"])
+        self._http = httpx.Client(**options)
 
     @property
     def token(self) -> str | None:

@@ -19,6 +19,7 @@ from promoter.domain.canonical import (
 )
 
 if TYPE_CHECKING:  # only annotations: hashing a document dict loads no pydantic
+    from promoter.domain.bundle_records import Grant
     from promoter.domain.models import (
         GrantV1,
         PatchBundleV1,
@@ -32,7 +33,7 @@ BUNDLE_IDENTITY = ("bundle_id", "bundle_sha256")
 RECEIPT_IDENTITY = ("receipt_sha256",)
 
 
-def grant_sha256(grant: GrantV1) -> str:
+def grant_sha256(grant: Grant) -> str:
     return projection_sha256(grant.wire(), GRANT_IDENTITY)
 
 

@@ -19,6 +19,12 @@ Old states are the base tree's, which is what the host checks; for a chained gra
 (``since``); for a sandbox that started from the person's worktree, the start tree's
 (``start_tree``: the grant's explicit preconditions).
 
+States and changes are plain records (``promoter.domain.bundle_records``), the grant a
+``GrantV1`` or a ``GrantRecord``; the sealed document is checked by
+``promoter.domain.wirecheck`` (the model, loaded only then, words a refusal; a bundle of
+more than ``VALIDATOR_MAX_CHANGES`` changes is checked by the model, cheaper per change),
+so building loads no pydantic; the records give the models' bytes.
+
 It deliberately does not talk to the host (``promoter.executor.handover`` uploads and
 submits), register grants, set leases or promote (orchestrator work), and it never
 writes the worktree or its repository.
@@ -28,21 +34,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from promoter.domain import links
+from promoter.domain import links, wirecheck
+from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.closing import Closing
 from promoter.domain.documents import grant_sha256, seal_bundle
-from promoter.domain.models import (
-    Change,
-    FileState,
-    GrantV1,
-    PatchBundleV1,
-)
 from promoter.domain.paths import disk_path, sort_key, wire_path
 from promoter.errors import (
     GitError,
@@ -59,9 +60,17 @@ from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry, require_oid
 from promoter.git.runner import run_git
 
+if TYPE_CHECKING:
+    from promoter.domain.bundle_records import Grant
+    from promoter.domain.models import PatchBundleV1
+
 __all__ = ["BlobReader", "BlobSource", "BuiltBundle", "build_bundle", "seal_changes"]
 
 _OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
+
+VALIDATOR_MAX_CHANGES = 2000
+"""Above this many changes the model checks the sealed bundle: the validator's cost per
+change is about three times the model's, which outweighs loading pydantic there."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,8 @@ class BuiltBundle(Closing):
         return str(self.bundle["bundle_sha256"])
 
     def model(self) -> PatchBundleV1:
+        from promoter.domain.models import PatchBundleV1
+
         return PatchBundleV1.model_validate(self.bundle)
 
     def iter_blob(self, sha256: str) -> Iterator[bytes]:
@@ -194,7 +205,7 @@ def _not_held(tree: str) -> RepositoryInvalid:
     )
 
 
-def _bound_sha256(grant: GrantV1) -> str:
+def _bound_sha256(grant: Grant) -> str:
     computed = grant_sha256(grant)
     if grant.grant_sha256 is not None and grant.grant_sha256 != computed:
         raise GrantInvalid(
@@ -235,7 +246,7 @@ def _hidden_in_gitlinks(
 
 
 def _refuse_unsupported(
-    layout: RepoLayout, shadow: SeededShadow, entries: list[DiffEntry], grant: GrantV1
+    layout: RepoLayout, shadow: SeededShadow, entries: list[DiffEntry], grant: Grant
 ) -> None:
     unsupported = {
         **_hidden_in_gitlinks(layout, grant.base_tree, shadow.gitlinks),
@@ -251,23 +262,23 @@ def _refuse_unsupported(
 
 def _changes(
     shadow: SeededShadow, entries: list[DiffEntry]
-) -> tuple[list[Change], dict[str, BlobSource]]:
-    """Changes with FileStates of exact bytes, and where each referenced blob lives."""
+) -> tuple[list[ChangeRecord], dict[str, BlobSource]]:
+    """Changes with file states of exact bytes, and where each referenced blob lives."""
     oids = [oid for e in entries for oid in (e.old_oid, e.new_oid) if oid is not None]
     digests = shadow.blob_sha256(oids)
     blobs: dict[str, BlobSource] = {}
 
-    def state(oid: str | None, mode: str | None, origin: Literal["new", "base"]) -> FileState:
+    def state(oid: str | None, mode: str | None, origin: Literal["new", "base"]) -> StateRecord:
         if oid is None or mode is None:
-            return FileState.missing()
+            return StateRecord.missing()
         sha256, size = digests[oid]
         blobs.setdefault(sha256, BlobSource(sha256, oid, size, origin))
-        return FileState.of(sha256, mode, size)
+        return StateRecord.of(sha256, mode, size)
 
     changes = [
-        Change(
+        ChangeRecord(
             path=wire_path(entry.path),
-            operation=_OPERATIONS[entry.status],  # type: ignore[arg-type]
+            operation=_OPERATIONS[entry.status],
             old=state(entry.old_oid, entry.old_mode, "base"),
             new=state(entry.new_oid, entry.new_mode, "new"),
         )
@@ -277,7 +288,7 @@ def _changes(
 
 
 def _check_links(
-    changes: list[Change], blobs: dict[str, BlobSource], shadow: BlobReader, grant: GrantV1
+    changes: list[ChangeRecord], blobs: dict[str, BlobSource], shadow: BlobReader, grant: Grant
 ) -> None:
     """``VerificationFailed`` naming every new link whose target the grant's policy refuses."""
     refused: list[dict[str, str]] = []
@@ -295,18 +306,14 @@ def _check_links(
         )
 
 
-def _state_of(change: Change | None, base: FileState) -> FileState:
-    return base if change is None else change.new
-
-
 def _rebase(
     shadow: SeededShadow,
     layout: RepoLayout,
     start_tree: str,
-    changes: list[Change],
+    changes: list[ChangeRecord],
     blobs: dict[str, BlobSource],
-    since: dict[str, FileState],
-) -> list[Change]:
+    since: dict[str, StateRecord],
+) -> list[ChangeRecord]:
     """The changes against the chain's states: ``since`` replaces the base at its paths.
 
     A path the chain touched is a change when the worktree differs from the state the
@@ -324,24 +331,24 @@ def _rebase(
         if path in by_path:
             new = by_path[path].new
         elif entry is None:
-            new = FileState.missing()
+            new = StateRecord.missing()
         else:
             sha256, size = digests[entry.oid]
             blobs.setdefault(sha256, BlobSource(sha256, entry.oid, size, "base"))
-            new = FileState.of(sha256, entry.mode, size)
+            new = StateRecord.of(sha256, entry.mode, size)
         if old.same_content(new):
             continue
         operation = "create" if not old.exists else "delete" if not new.exists else "modify"
-        out.append(Change(path=path, operation=operation, old=old, new=new))  # type: ignore[arg-type]
+        out.append(ChangeRecord(path, operation, old, new))
     return sorted(out, key=lambda c: sort_key(c.path))
 
 
 def build_bundle(
     worktree: Path,
-    grant: GrantV1,
+    grant: Grant,
     *,
     created_at: str | None = None,
-    since: dict[str, FileState] | None = None,
+    since: Mapping[str, StateLike] | None = None,
     seed: bool = True,
     start_tree: str | None = None,
     leave_out: frozenset[str] = frozenset(),
@@ -385,7 +392,8 @@ def build_bundle(
         check_paths([wire_path(e.path) for e in entries])
         changes, blobs = _changes(shadow, entries)
         if since:
-            changes = _rebase(shadow, layout, start, changes, blobs, since)
+            chained = {path: StateRecord.from_state(state) for path, state in since.items()}
+            changes = _rebase(shadow, layout, start, changes, blobs, chained)
         sealed = seal_changes(grant, changes, blobs, shadow, created_at=created_at)
         return BuiltBundle(sealed, blobs, shadow)
     except BaseException:
@@ -394,8 +402,8 @@ def build_bundle(
 
 
 def seal_changes(
-    grant: GrantV1,
-    changes: list[Change],
+    grant: Grant,
+    changes: list[ChangeRecord],
     blobs: dict[str, BlobSource],
     reader: BlobReader,
     *,
@@ -422,5 +430,11 @@ def seal_changes(
         "created_at": created_at or rfc3339(utcnow()),
     }
     sealed = seal_bundle(document)
-    PatchBundleV1.model_validate(sealed)  # the document the host will parse
+    # the document the host will parse: checked by the validator, or by the model when it
+    # refuses (the model's own error, as before) or when the bundle is big
+    big = len(changes) > VALIDATOR_MAX_CHANGES
+    if big or wirecheck.problem("PatchBundleV1", sealed) is not None:
+        from promoter.domain.models import PatchBundleV1
+
+        PatchBundleV1.model_validate(sealed)
     return sealed

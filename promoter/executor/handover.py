@@ -4,7 +4,9 @@
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
 returns the verification receipt; ``promote_with_evidence`` hands blobs, bundle and the
 promotion over in one request, for a caller holding both authorities
-(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document.
+(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document
+(checked by ``promoter.domain.wirecheck``, a ``GrantRecord``: no pydantic unless it is refused,
+and then the model words the refusal). The receipt models load when a receipt arrives.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
 transport (``promoter.client.sync``).
 """
@@ -15,17 +17,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promoter.domain import wirecheck
 from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
-from promoter.domain.models import GrantV1, PatchVerificationReceiptV1
-from promoter.domain.parsing import load_json, parse_model
+from promoter.domain.bundle_records import StateRecord, grant_record
+from promoter.domain.json_input import load_json
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
 
 if TYPE_CHECKING:
     from promoter.client.sync import PromoterClient
+    from promoter.domain.bundle_records import Grant
+    from promoter.domain.models import PatchVerificationReceiptV1
 
 __all__ = [
     "Progress",
+    "fetched_base",
+    "fetched_grant",
     "grant_from_file",
     "promote_with_evidence",
     "upload_and_submit",
@@ -66,6 +73,8 @@ def upload_and_submit(
     A failed verification is raised by the client as the code of the first failed check,
     the failed receipt in the error's ``verification_receipt`` context member.
     """
+    from promoter.domain.models import PatchVerificationReceiptV1
+
     upload_missing(client, built, progress)
     answer = client.submit_bundle(built.bundle)
     return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
@@ -73,11 +82,12 @@ def upload_and_submit(
 
 def promote_with_evidence(
     orchestrator: PromoterClient, executor_token: str, built: BuiltBundle, fence: int
-) -> tuple[PatchVerificationReceiptV1, dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blobs, bundle and promotion in one request (``orchestrator`` holds an orchestrator's
     or the operator's credential, ``executor_token`` is the run's); waits for the outcome.
 
-    The passed verification receipt and the operation (its view once it ended). Every
+    The passed verification receipt (checked by the validator; the model words a refusal)
+    and the operation (its view once it ended). Every
     referenced blob rides in the request when they fit one batch (no question first); else
     the host is asked which it lacks and only those are sent.
     """
@@ -89,14 +99,73 @@ def promote_with_evidence(
     answer = orchestrator.promote_with_evidence(
         built.bundle, blobs, fence, executor_token=executor_token, wait=True
     )
-    receipt = PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+    receipt = dict(answer["verification_receipt"])
+    if wirecheck.problem("PatchVerificationReceiptV1", receipt) is not None:
+        from promoter.domain.models import PatchVerificationReceiptV1
+
+        PatchVerificationReceiptV1.model_validate(receipt)  # the model's refusal, as before
     return receipt, dict(answer["operation"])
 
 
-def grant_from_file(path: Path) -> GrantV1:
-    """A GrantV1 read from a JSON file (sealed or not)."""
+def fetched_grant(client: PromoterClient, grant_id: str) -> Grant:
+    """The grant the host holds: the record of its answer when the validator accepts it,
+    else the model's reading of it (which refuses it in its own words)."""
+    document = client.grant_document(grant_id)
+    if wirecheck.problem("GrantV1", document) is None:
+        return grant_record(document)
+    from promoter.domain.models import GrantV1
+
+    return GrantV1.model_validate(document)
+
+
+def fetched_base(client: PromoterClient, grant_id: str) -> dict[str, StateRecord]:
+    """A chained grant's base (``PromoterClient.grant_base``) as records. A state whose
+    record would not give back its exact document is read by the model, which refuses it
+    in its own words; the values of the others are checked with the bundle they end in."""
+    found: dict[str, StateRecord] = {}
+    for item in client.grant_base_document(grant_id)["states"]:
+        state = item["state"]
+        record = _state_record(state)
+        if record is None:
+            from promoter.domain.models import FileState
+
+            record = StateRecord.from_state(FileState.model_validate(state))
+        found[str(item["path"])] = record
+    return found
+
+
+def _state_record(state: Any) -> StateRecord | None:
+    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+        return None
+    if any(type(state[key]) not in kinds for key, kinds in _STATE_TYPES.items()):
+        return None
+    values = (state["sha256"], state["mode"], state["bytes"])
+    if (None in values) if state["exists"] else (values != (None, None, None)):
+        return None  # ``FileState``'s consistency: all of them when it exists, else none
+    record = StateRecord(state["exists"], *values)
+    return record if record.wire() == state else None
+
+
+_STATE_KEYS = frozenset(("exists", "sha256", "mode", "bytes", "blob_ref"))
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "exists": (bool,),
+    "sha256": (str, type(None)),
+    "mode": (str, type(None)),
+    "bytes": (int, type(None)),
+}
+
+
+def grant_from_file(path: Path) -> Grant:
+    """A grant read from a JSON file (sealed or not): the record of a document the
+    validator accepts; else the model's refusal (``ValidationFailed``), worded as ever."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
-    return parse_model(GrantV1, load_json(raw))
+    document = load_json(raw)
+    if isinstance(document, dict) and wirecheck.problem("GrantV1", document) is None:
+        return grant_record(document)
+    from promoter.domain.models import GrantV1
+    from promoter.domain.parsing import parse_model
+
+    return parse_model(GrantV1, document)

@@ -21,18 +21,20 @@ Deliberately not here: the run record itself (``sandbox.py``), running the comma
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from promoter import faults
-from promoter.domain.models import FileState, GrantV1
 from promoter.errors import ConfigError
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
 from promoter.git.layout import discover, repo_env
 from promoter.git.runner import run_git
+
+if TYPE_CHECKING:
+    from promoter.domain.bundle_records import Grant, StateLike
 
 
 class RunRecord(Protocol):
@@ -115,9 +117,9 @@ def overlay_of(record: RunRecord) -> layers.Overlay:
 
 def build(
     record: RunRecord,
-    grant: GrantV1,
+    grant: Grant,
     *,
-    since: dict[str, FileState] | None = None,
+    since: Mapping[str, StateLike] | None = None,
     created_at: str | None = None,
     leave_out: frozenset[str] = frozenset(),
 ) -> BuiltBundle:

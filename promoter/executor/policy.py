@@ -6,20 +6,23 @@ This module owns the local refusals of ``bundle build``: the path rules
 path at once. It mirrors the host's verification checks (4) to (7) so that an honest executor learns
 about a problem before uploading a single blob; the host still verifies everything itself.
 
-Pure: no I/O. It deliberately does not compute changes (``builder.py`` does) and does
-not decide whether a path is safe on disk (symlinks, gitlinks and nested repositories
-are refused by the builder from what git reports).
+Pure: no I/O, no pydantic (a grant is a model or a ``GrantRecord``). It deliberately does
+not compute changes (``builder.py`` does) and does not decide whether a path is safe on
+disk (symlinks, gitlinks and nested repositories are refused by the builder from what git
+reports).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promoter.domain import allowlist
-from promoter.domain.models import Change, FileState, GrantV1, StateSpec
 from promoter.domain.paths import check_path, check_path_set, wire_path
 from promoter.errors import PathInvalid, PromoterError, VerificationFailed
+
+if TYPE_CHECKING:
+    from promoter.domain.bundle_records import ChangeRecord, Grant, StateLike
 
 __all__ = ["check_changes", "check_paths", "describe_state", "printable"]
 
@@ -31,7 +34,7 @@ def _listing(items: Sequence[str]) -> str:
     return "; ".join(items[:_SHOWN]) + (f"; and {more} more" if more > 0 else "")
 
 
-def describe_state(state: FileState | StateSpec) -> str:
+def describe_state(state: StateLike) -> str:
     """A short human form of a state: ``missing`` or ``100644 sha256:1a2b3c4d…``."""
     if not state.exists:
         return "missing"
@@ -71,7 +74,7 @@ def check_paths(paths: Sequence[str]) -> None:
         )
 
 
-def _allowed(change: Change, grant: GrantV1) -> bool:
+def _allowed(change: ChangeRecord, grant: Grant) -> bool:
     for entry in grant.write_allowlist:
         try:
             hit = allowlist.matches(entry.pattern, change.path)
@@ -82,7 +85,7 @@ def _allowed(change: Change, grant: GrantV1) -> bool:
     return False
 
 
-def check_changes(changes: Sequence[Change], grant: GrantV1) -> None:
+def check_changes(changes: Sequence[ChangeRecord], grant: Grant) -> None:
     """``VerificationFailed`` listing every change the grant does not authorize.
 
     Allowlist: some entry matches the path and lists the operation. Preconditions: a

@@ -11,6 +11,8 @@ later ``--continue`` chains on the last completed promotion. ``remove`` deletes 
 sandbox's directory only after checking that it is a sandbox directory under the runs
 directory and holds no guarded worktree.
 
+Reading records (``load``, ``list_runs``: ``promoter run --list``) loads none of the
+modules that clone, write or remove; those are imported by the functions that do.
 Deliberately not here: running the command and its confinement (``confine.py``), or
 talking to the host.
 """
@@ -26,11 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
-from promoter.executor import layers, sandbox_repo
 from promoter.executor.run.status import RunStatus
-from promoter.fs.own_tree import remove_own_tree
-from promoter.git.runner import run_git
-from promoter.store.durable import write_replace
 
 __all__ = [
     "RunRecord",
@@ -125,6 +123,9 @@ def create(
     worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
     overlay sandbox instead of a clone (``layered.create``).
     """
+    from promoter.executor import sandbox_repo
+    from promoter.git.runner import run_git
+
     real = Path(worktree).resolve()
     if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
         raise ConfigError(
@@ -248,6 +249,8 @@ def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
 def save(state_dir: Path, record: RunRecord) -> None:
     """Replace the sandbox's ``run.json`` durably (``promoter.store.durable``: no temp
     name is left behind by a kill)."""
+    from promoter.store.durable import write_replace
+
     path = _record_path(state_dir, record.run_id)
     data = json.dumps(record.wire(), indent=2, sort_keys=True) + "\n"
     write_replace(path, data.encode("utf-8"), fault="run_record")
@@ -290,6 +293,9 @@ def remove(state_dir: Path, run_id: str) -> Path:
     ``run.json`` read through the opened directory names this very run; a bind mount
     inside the sandbox is kept and named, never emptied.
     """
+    from promoter.executor import layers
+    from promoter.fs.own_tree import remove_own_tree
+
     record = load(state_dir, run_id)
     check_removable(state_dir, record)
     home = runs_dir(state_dir) / run_id

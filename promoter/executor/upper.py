@@ -17,12 +17,12 @@ import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from promoter.domain.models import Change, FileState, GrantV1
+from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.paths import disk_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
 from promoter.executor import base_cache, layers
@@ -30,6 +30,9 @@ from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
 from promoter.executor.policy import check_paths, printable
 from promoter.git.records import decode_path
 from promoter.git.runner import run_git
+
+if TYPE_CHECKING:
+    from promoter.domain.bundle_records import Grant
 
 __all__ = ["LayerBlobs", "build_from_layers", "run_layers"]
 
@@ -216,7 +219,7 @@ def _refusals(
     box: layers.Layers,
     changed: dict[str, tuple[_State | None, _State | None]],
     gitlinks: Sequence[str],
-    grant: GrantV1,
+    grant: Grant,
 ) -> dict[str, str]:
     """Changed paths that cannot be promoted, with the reason (step 4)."""
     found: dict[str, str] = {}
@@ -241,10 +244,10 @@ def _refusals(
 
 def build_from_layers(
     box: layers.Layers,
-    grant: GrantV1,
+    grant: Grant,
     *,
     gitlinks: Sequence[str] = (),
-    since: dict[str, FileState] | None = None,
+    since: Mapping[str, StateLike] | None = None,
     created_at: str | None = None,
     leave_out: frozenset[str] = frozenset(),
 ) -> BuiltBundle:
@@ -275,15 +278,15 @@ def build_from_layers(
     reader = LayerBlobs()
     blobs: dict[str, BlobSource] = {}
 
-    def file_state(state: _State | None, origin: Literal["new", "base"]) -> FileState:
+    def file_state(state: _State | None, origin: Literal["new", "base"]) -> StateRecord:
         if state is None:
-            return FileState.missing()
+            return StateRecord.missing()
         reader.add(state)
         blobs.setdefault(state.sha256, BlobSource(state.sha256, state.oid, state.size, origin))
-        return FileState.of(state.sha256, state.mode, state.size)
+        return StateRecord.of(state.sha256, state.mode, state.size)
 
-    changes: list[Change] = []
-    chained = since or {}
+    changes: list[ChangeRecord] = []
+    chained = {path: StateRecord.from_state(state) for path, state in (since or {}).items()}
     for path, (old_state, new_state) in changed.items():
         wire = wire_path(path)
         old = chained.get(wire) or file_state(old_state, "base")
@@ -291,7 +294,7 @@ def build_from_layers(
         if old.same_content(new):
             continue
         operation = "create" if not old.exists else "delete" if not new.exists else "modify"
-        changes.append(Change(path=wire, operation=operation, old=old, new=new))  # type: ignore[arg-type]
+        changes.append(ChangeRecord(wire, operation, old, new))
     changes.sort(key=lambda c: sort_key(c.path))
     check_paths([c.path for c in changes])
     sealed = seal_changes(grant, changes, blobs, reader, created_at=created_at)

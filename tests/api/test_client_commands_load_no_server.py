@@ -4,10 +4,13 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client. A command printing JSON loads no rich, and one that reads no wire
-document loads no pydantic; nor does ``receipt verify``, which checks its documents with
-the pydantic-free validator. What these cost is measured in ``bench/cli_start.py``, not
-here: the assertions are about modules, so they do not depend on the machine's speed.
+asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A command
+printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
+console: they print only plain or merely styled lines. One that reads no wire document
+loads no pydantic; nor do ``receipt verify``, which checks its documents with the
+pydantic-free validator, and ``bundle build`` from a grant file. What these cost is
+measured in ``bench/cli_start.py``, not here: the assertions are about modules, so they
+do not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -28,7 +31,12 @@ from typer._coercion import build_runtime_param
 from promoter.cli.lazy import ENTRIES, load
 from promoter.cli.params import _Spared
 from promoter.config import RepositoryConfig
+from promoter.domain.documents import sealed_grant
+from promoter.domain.models import GrantV1, PatchBundleV1
+from promoter.executor import sandbox as sandboxes
+from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import make_grant
 from tests.support.promotion import promote, submit
 
 # the daemon's own: its web stack, its database, its services, the async client
@@ -107,11 +115,18 @@ def held(tmp_path: Path, repo: Path) -> Iterator[tuple[Daemon, dict[str, str]]]:
             path = f"/v1/bundles/{bundle['bundle_id']}/verification.dsse"
             (tmp_path / "verification.dsse").write_bytes(client.get(path).content)
             (tmp_path / "keys.json").write_bytes(client.get("/v1/keys").content)
+        # a worktree with one change and its grant, for ``bundle build`` (no daemon asked)
+        git(tmp_path, "clone", "-q", str(repo), str(tmp_path / "executor"))
+        (tmp_path / "executor" / "src" / "app.py").write_bytes(b"print('v3')\n")
+        grant = sealed_grant(GrantV1.model_validate(make_grant(repo, identity)))
+        (tmp_path / "grant.json").write_text(json.dumps(grant.wire()))
         yield daemon, {"bundle": bundle["bundle_id"], "dir": str(tmp_path)}
 
 
 def _commands(found: dict[str, str]) -> dict[str, list[str]]:
     envelope = [f"{found['dir']}/verification.dsse", "--keys", f"{found['dir']}/keys.json"]
+    build = ["bundle", "build", "--worktree", f"{found['dir']}/executor"]
+    build += ["--grant", f"{found['dir']}/grant.json"]
     return {
         "help": ["--help"],
         "run_list": ["run", "--list"],  # the state directory from PROMOTER_STATE_DIR
@@ -124,12 +139,23 @@ def _commands(found: dict[str, str]) -> dict[str, list[str]]:
         "bundle_diff_json": ["bundle", "diff", found["bundle"], "--json"],
         "receipt_verify": ["receipt", "verify", *envelope],
         "receipt_verify_json": ["receipt", "verify", *envelope, "--json"],
+        "bundle_build": [*build, "--out", f"{found['dir']}/built.json"],
+        "bundle_build_printed": [*build, "--json"],
     }
 
 
 NO_WIRE_MODEL = ("help", "run_list", "review", "review_json", "ops_list", "ops_list_json")
-# they check the envelope and the receipt with ``promoter.domain.wirecheck``, not the models
-NO_PYDANTIC = (*NO_WIRE_MODEL, "receipt_verify", "receipt_verify_json")
+# they check the envelope and the receipt with ``promoter.domain.wirecheck``, not the models;
+# ``bundle build`` the grant and the bundle it seals (its models' bytes: test_builder_records)
+NO_PYDANTIC = (
+    *NO_WIRE_MODEL,
+    "receipt_verify",
+    "receipt_verify_json",
+    "bundle_build",
+    "bundle_build_printed",
+)
+# they print only lines rich would print as they are, or only styled (``promoter.cli.common``)
+PLAIN = ("run_list", "receipt_verify")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -146,6 +172,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         assert code == 0, (name, stdout)
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
+        assert "httpcore" not in modules, name  # a loopback daemon through http.client
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
@@ -154,12 +181,21 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert "promoter.domain.models" not in modules, name
         if name == "help":
             assert "httpx" not in modules and "rich" not in modules
+        if name == "run_list":  # the run path's modules only for a run (promoter.cli.run_start)
+            assert not {"promoter.cli.run_start", "promoter.executor.confine"} & modules
+            assert not {"promoter.executor.layers", "promoter.store.durable"} & modules
+        if name in PLAIN:
+            assert "rich.console" not in modules, name  # plain lines, written without it
         if name == "review_json":
             [waiting] = json.loads(stdout)
             assert waiting["status"] == "awaiting_approval"
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
+        if name == "bundle_build_printed":
+            built = json.loads(stdout)["bundle"]
+            assert [c["path"] for c in built["changes"]] == ["src/app.py"]
+            PatchBundleV1.model_validate(built)  # here, in the test's process
 
 
 def test_the_program_exits_with_the_error_code_after_its_at_exit_work(tmp_path: Path) -> None:
@@ -223,3 +259,29 @@ def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tup
     except BadParameter as exc:
         return ("refused", exc.format_message())
     return (value, type(value))
+
+
+def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path) -> None:
+    """``promoter run --yes``: the grant read back, the bundle built and promoted with its
+    evidence, the receipt shown, and no model loaded for any of it."""
+    with running_daemon(tmp_path / "state", {"work": RepositoryConfig(path=repo)}) as daemon:
+        env = {
+            "PROMOTER_URL": daemon.url,
+            "PROMOTER_TOKEN": daemon.operator_token,
+            "PROMOTER_STATE_DIR": str(tmp_path / "runs-state"),
+        }
+        script = "printf 'added\\n' > added.txt"
+        args = ["run", "--repo", "work", "--yes", "--keep", "--", "sh", "-c", script]
+        first = loaded_by(args, env, tmp_path / "loaded.json")
+        (record,) = sandboxes.list_runs(tmp_path / "runs-state")
+        # the next step chains on the first: its grant's base read back as records
+        script = "printf 'again\\n' >> added.txt"
+        args = ["run", "--continue", record.run_id, "--yes", "--", "sh", "-c", script]
+        chained = loaded_by(args, env, tmp_path / "loaded.json")
+    for code, modules, stdout in (first, chained):
+        assert code == 0, stdout
+        server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
+        assert server == []
+        assert "pydantic" not in modules
+        assert "promoter.domain.models" not in modules
+    assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

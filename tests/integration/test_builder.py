@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from promoter.client.sync import PromoterClient
-from promoter.domain.documents import sealed_grant
+from promoter.domain.documents import grant_sha256, sealed_grant
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.errors import PathInvalid, PathUnsafe, PromoterError, VerificationFailed
 from promoter.executor import build_bundle, upload_and_submit, upload_missing
@@ -217,7 +217,9 @@ def test_grant_file_round_trips(tmp_path: Path, source: Path) -> None:
     grant = _grant(source)
     path = tmp_path / "grant.json"
     path.write_text(grant.model_dump_json(by_alias=True))
-    assert grant_from_file(path) == grant
+    read = grant_from_file(path)
+    assert read.wire() == grant.wire()
+    assert grant_sha256(read) == grant_sha256(grant) == grant.grant_sha256
 
 
 # --- refusals before anything is uploaded, through a real daemon -------------------------

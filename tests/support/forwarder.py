@@ -184,7 +184,13 @@ class Forwarder:
 
     def _accept(self) -> None:
         while True:
-            client, _ = self._listener.accept()
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                with self._cond:
+                    if self._closing:  # the listener went away under a closing forwarder
+                        return
+                raise
             with self._cond:
                 if self._closing:
                     _reset(client)

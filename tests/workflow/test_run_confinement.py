@@ -410,6 +410,12 @@ attempt("database tcp", lambda: tcp(5432))
     _unchanged_but(repo, files_before, "report.txt")
 
 
+def _sleeper(seconds: int) -> str:
+    """A sleep's duration no other test process uses: its fraction is this process's id,
+    so the same test running at once in another worker never counts as this one's."""
+    return f"{seconds}.{os.getpid():07d}"  # one width: no marker holds another
+
+
 def _marked(marker: str) -> list[int]:
     """The host's processes whose command line carries ``marker``."""
     found = []
@@ -432,7 +438,7 @@ import subprocess
 children = []
 try:
     for n in range(200):
-        children.append(subprocess.Popen(["sleep", "4242.5"]))
+        children.append(subprocess.Popen(["sleep", "SLEEPER"]))
 except OSError as exc:
     report["forks"] = [len(children), type(exc).__name__]
 try:
@@ -447,6 +453,8 @@ try:
 except MemoryError:
     report["memory"] = "MemoryError"
 """
+    sleeper = _sleeper(4242)
+    body = body.replace("SLEEPER", sleeper)
     limits = ["--max-procs", "40", "--max-file-size", "1M", "--memory", "512M"]
     result = _run(daemon, "--repo", "work", "--yes", *limits, "--", *_probe(body))
     assert result.exit_code == 0, result.output
@@ -456,7 +464,7 @@ except MemoryError:
     assert report["file"] == "OSError" and report["file size"] == 1 << 20  # EFBIG
     assert report["memory"] == "MemoryError"
     assert "processes limited by cgroup-v1" in result.stdout
-    assert _marked("4242.5") == []  # the whole tree ended with the command
+    assert _marked(sleeper) == []  # the whole tree ended with the command
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before, "report.txt")
 
@@ -465,11 +473,12 @@ def test_a_timeout_ends_every_process_of_the_sandbox(
     daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
 ) -> None:
     repo, git_before, files_before = person
-    script = "setsid sleep 4343.5 & (sleep 4343.5 &) ; sleep 4343.5"
+    sleeper = _sleeper(4343)
+    script = f"setsid sleep {sleeper} & (sleep {sleeper} &) ; sleep {sleeper}"
     result = _run(daemon, "--repo", "work", "--yes", "--timeout", "2", "--", "sh", "-c", script)
     assert isinstance(result.exception, PromoterError), result.output
     assert "did not finish within 2 s" in result.exception.detail
-    assert _marked("4343.5") == []
+    assert _marked(sleeper) == []
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before)
 
@@ -532,7 +541,10 @@ def test_ctrl_c_ends_every_process_of_the_sandbox(
 ) -> None:
     repo, git_before, files_before = person
     # the command's output is the CLI's: its line says every sleeper has started
-    script = "setsid sleep 4444.5 & (sleep 4444.5 &) ; sleep 4444.5 & echo sandbox-up; wait"
+    sleeper = _sleeper(4444)
+    script = (
+        f"setsid sleep {sleeper} & (sleep {sleeper} &) ; sleep {sleeper} & echo sandbox-up; wait"
+    )
     argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir", str(daemon.state_dir)]
     argv += ["--url", daemon.url, "--repo", "work", "--yes", "--", "sh", "-c", script]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
@@ -548,7 +560,7 @@ def test_ctrl_c_ends_every_process_of_the_sandbox(
     cli.send_signal(signal.SIGINT)
     rest = cli.stdout.read()
     assert cli.wait(timeout=60) == 130, rest  # the CLI's exit status for SIGINT
-    assert _marked("4444.5") == []
+    assert _marked(sleeper) == []
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before)
 

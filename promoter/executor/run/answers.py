@@ -27,7 +27,8 @@ from promoter.executor import layers
 from promoter.executor.run.person import Person, escape
 
 if TYPE_CHECKING:
-    from promoter.domain.models import FileState, GrantV1, PatchVerificationReceiptV1
+    from promoter.domain.bundle_records import Grant, StateLike
+    from promoter.domain.models import PatchVerificationReceiptV1
     from promoter.executor import sandbox as sandboxes
 
 __all__ = [
@@ -124,8 +125,8 @@ def _read_pointer(path: Path | None) -> dict[str, Any] | None:
 def agent_bundle(
     client: PromoterClient,
     record: sandboxes.RunRecord,
-    grant: GrantV1,
-    since: dict[str, FileState] | None,
+    grant: Grant,
+    since: Mapping[str, StateLike] | None,
     person: Person,
 ) -> tuple[dict[str, Any], PatchVerificationReceiptV1] | None:
     """The bundle the command submitted for ``grant``, when the sandbox still gives it.

@@ -40,7 +40,7 @@ from promoter.git.layout import discover
 
 if TYPE_CHECKING:
     from promoter.client import answers as wire
-    from promoter.domain.models import GrantV1
+    from promoter.domain.bundle_records import Grant
 
 __all__ = [
     "DEFAULT_ALLOW",
@@ -302,7 +302,9 @@ def step(
 
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
     in an error too."""
-    from promoter.executor.handover import (  # the bundle models: a run's
+    from promoter.executor.handover import (  # the builder: a run's
+        fetched_base,
+        fetched_grant,
         promote_with_evidence,
         upload_and_submit,
     )
@@ -372,12 +374,12 @@ def step(
             )
         executor = orch.with_token(str(minted["token"]))
         with executor:
-            grant = executor.get_grant(grant_doc["grant_id"])
-            since = executor.grant_base(grant.grant_id) if base else None
+            grant = fetched_grant(executor, grant_doc["grant_id"])
+            since = fetched_base(executor, grant.grant_id) if base else None
             requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
             adopted = answers.agent_bundle(executor, record, grant, since, person)
             if adopted is not None:
-                bundle, receipt = adopted
+                bundle, receipt = adopted[0], adopted[1].wire()
                 person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
                 with links.build(record, current, grant, since, person) as built:
@@ -389,14 +391,12 @@ def step(
                         token = str(minted["token"])
                         receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
                     else:
-                        receipt = upload_and_submit(executor, built)
+                        receipt = upload_and_submit(executor, built).wire()
                     bundle = built.bundle
         run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
         assert current.bundle_id is not None
         diff = orch.bundle_diff(current.bundle_id)
-        person.review(
-            bundle, diff, receipt.wire(), hint=f"promoter bundle diff {current.bundle_id}"
-        )
+        person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
         unseen = list(diff.get("unseen") or [])
         outcome.bundle = bundle
         promote(
@@ -404,7 +404,7 @@ def step(
             run,
             current,
             grant,
-            receipt.receipt_sha256,
+            str(receipt["receipt_sha256"]),
             person,
             outcome,
             unseen=unseen,
@@ -425,7 +425,7 @@ def promote(
     orch: PromoterClient,
     run: Run,
     current: sandboxes.Step,
-    grant: GrantV1,
+    grant: Grant,
     receipt_sha256: str,
     person: Person,
     outcome: Outcome,

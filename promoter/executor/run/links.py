@@ -24,7 +24,9 @@ from promoter.errors import ConfigError, PathUnsafe, PromoterError, Verification
 from promoter.executor.run.person import Person, escape
 
 if TYPE_CHECKING:
-    from promoter.domain.models import FileState, GrantV1
+    from collections.abc import Mapping
+
+    from promoter.domain.bundle_records import Grant, StateLike
     from promoter.executor import sandbox as sandboxes
     from promoter.executor.builder import BuiltBundle
 
@@ -56,7 +58,7 @@ def _refused_links(exc: PromoterError) -> list[dict[str, Any]] | None:
 
 
 def _explain(
-    links: list[dict[str, Any]], grant: GrantV1, record: sandboxes.RunRecord, person: Person
+    links: list[dict[str, Any]], grant: Grant, record: sandboxes.RunRecord, person: Person
 ) -> str:
     wider = _WIDER.get(grant.symlinks, "any")
     for item in links:
@@ -77,8 +79,8 @@ def _explain(
 def build(
     record: sandboxes.RunRecord,
     step: sandboxes.Step,
-    grant: GrantV1,
-    since: dict[str, FileState] | None,
+    grant: Grant,
+    since: Mapping[str, StateLike] | None,
     person: Person,
 ) -> BuiltBundle:
     """The sandbox's bundle; with refused links, the rest when the person says so."""

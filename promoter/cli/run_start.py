@@ -1,0 +1,176 @@
+"""``promoter run`` of a command: the sandbox made or continued, the step run and promoted.
+
+``start`` is the run path of ``promoter.cli.run_cmd`` (which parses the flags and asks
+the person, ``TerminalPerson``): the confinement the flags ask for, checked before a
+sandbox or a grant exists; a new sandbox (``flow.start``) or a continued one; the step
+(``flow.step``) or the promotion a continued run's last step left submitted; the outcome
+``--json`` prints and Ctrl-C as ``interrupted`` (exit 130). It is imported only by a run,
+so ``run --list``, ``--prune`` and ``--remove`` load none of the confinement, layers or
+flow modules.
+
+Not here: the flags, the person at the terminal, or any step of the workflow
+(``promoter.executor.run``); this module wires them together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typer._click.exceptions import UsageError  # the click typer's own groups use
+from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
+
+from promoter.cli import userconfig
+from promoter.cli.common import err_console
+from promoter.cli.lazy import deferred
+from promoter.cli.run_cmd import TerminalPerson, _infer_repository, _token
+from promoter.client.sync import PromoterClient
+from promoter.errors import ConfigError, Interrupted, PromoterError
+from promoter.executor import confine, hidden, layers, removal
+from promoter.executor import sandbox as sandboxes
+from promoter.executor.run import answers, flow, links
+from promoter.executor.run.state import Run
+
+if TYPE_CHECKING:
+    from promoter.cli.orchestrate_cmd import parse_allow
+else:  # the bundle models: loaded when --allow is given
+    parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
+
+__all__ = ["start"]
+
+
+def start(
+    target: userconfig.Target,
+    command: list[str] | None,
+    *,
+    repo: str | None,
+    allow: list[str] | None,
+    person: TerminalPerson,
+    keep: bool,
+    from_head: bool,
+    continue_run: str | None,
+    timeout: float,
+    unconfined: bool,
+    network: bool,
+    memory: str,
+    max_procs: int,
+    max_file_size: str,
+    pass_env: list[str] | None,
+    hide: list[Path] | None,
+    symlinks: str,
+) -> None:
+    """Run ``command`` in a new sandbox (or ``continue_run``'s) and promote what it changed."""
+    state, address = target.state_dir, target.url
+    if not command and continue_run is None:
+        raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
+    # every directory holding promoter's credentials, state or keys (unconfined: none)
+    credential = target.token_path
+    secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
+    how = flow.Confinement(
+        unconfined=unconfined,
+        network=network,
+        limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
+        pass_env=tuple(pass_env or ()),
+        hide=(*(p.resolve() for p in hide or ()), *secrets),
+        symlinks=links.policy(symlinks),
+    )
+    confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
+    host = flow.Host(address, _token(target), state)
+    if continue_run is not None and not command:
+        run = Run(state, sandboxes.load(state, continue_run))
+        with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
+            try:
+                flow.promote_submitted(host, run, person, outcome.outcome)
+            except flow.NothingToPromote as exc:
+                raise UsageError(str(exc)) from None
+        flow.finish(run, person, keep=keep)
+        return
+    assert command is not None
+    if not unconfined:
+        confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
+        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
+        # bound back into the sandbox over what is hidden
+        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+        hidden.check_hidden(secrets, [credential] if credential else [], bound)
+    if continue_run is not None:
+        run = Run(state, sandboxes.load(state, continue_run))
+        if allow:
+            run.record.allow = [parse_allow(a).wire() for a in allow]
+    else:
+        removal.sweep(state)  # removals whose process was killed
+        try:
+            if repo is not None:
+                name = repo
+            else:
+                with PromoterClient(address, host.token) as client:
+                    name = _infer_repository(client)
+            wanted = [parse_allow(a).wire() for a in allow] if allow else None
+            layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+            run = flow.start(host, name, allow=wanted, from_head=from_head, layout=layout)
+        except (KeyboardInterrupt, Abort):
+            raise Interrupted(
+                "interrupted before the sandbox was ready: nothing was run or promoted, and "
+                "nothing of yours was changed"
+            ) from None
+        person.say(answers.started(run.record))
+    with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
+        try:
+            flow.step(
+                host, run, command, person=person, timeout=timeout, how=how, outcome=outcome.outcome
+            )
+        except PromoterError:
+            err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
+            raise
+    flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
+
+
+@dataclass
+class _Printed:
+    """The outcome ``--json`` prints, whatever the step came to (filled by the flow)."""
+
+    outcome: flow.Outcome
+
+
+@contextmanager
+def _outcome_printed(run: Run, json_output: bool) -> Iterator[_Printed]:
+    """With ``--json``: the run's outcome as one JSON document on stdout when the step ends,
+    also when it ends in an error (the error's code and detail then on stderr as always)."""
+    printed = _Printed(flow.Outcome())
+    try:
+        yield printed
+    finally:
+        if json_output:
+            document = printed.outcome.wire(run)
+            sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+            sys.stdout.flush()
+
+
+@contextmanager
+def _kept_on_interrupt(run: Run) -> Iterator[None]:
+    """Ctrl-C (SIGINT) at any stage: the step is marked ``interrupted`` and the error names
+    the sandbox and the bundle kept and the next command (exit 130)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Abort) as exc:
+        if isinstance(exc, Abort):
+            err_console.print()  # the question's line ends here
+        raise flow.interrupted(run) from None
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """``512M``, ``8G``, ``1048576``: a byte count (binary units)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise ConfigError(f"not a size: {text!r} (e.g. 512M, 8G)")
+    return int(number) * _UNITS[unit]
