@@ -154,8 +154,9 @@ NO_PYDANTIC = (
     "bundle_build",
     "bundle_build_printed",
 )
-# they print only lines rich would print as they are, or only styled (``promoter.cli.common``)
-PLAIN = ("run_list", "receipt_verify")
+# they print only lines rich would print as they are, or only styled (``promoter.cli.common``;
+# the diff of ``review`` as ``promoter.cli.styled`` text)
+PLAIN = ("run_list", "receipt_verify", "review")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -192,7 +193,8 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
-        if name == "bundle_build_printed":
+        if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
+            assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
             assert [c["path"] for c in built["changes"]] == ["src/app.py"]
             PatchBundleV1.model_validate(built)  # here, in the test's process
