@@ -48,7 +48,6 @@ from promoter.errors import ConfigError, GrantInvalid, NotFound, PromoterError, 
 if TYPE_CHECKING:
     from promoter.client.sync import PromoterClient
     from promoter.domain.bundle_records import Grant, StateLike
-    from promoter.domain.models import PatchVerificationReceiptV1
     from promoter.executor.builder import BuiltBundle
 
 __all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
@@ -144,10 +143,10 @@ def print_receipt(receipt: dict[str, Any]) -> None:
         console.print(f"  {check['name']:<20} {mark}{detail}", soft_wrap=True)
 
 
-def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationReceiptV1:
+def _upload(client: PromoterClient, built: BuiltBundle) -> dict[str, Any]:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from promoter.executor.handover import upload_and_submit
+    from promoter.executor.handover import submitted_receipt
 
     columns = (
         TextColumn("uploading blobs"),
@@ -161,7 +160,7 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return upload_and_submit(client, built, advance)
+        return submitted_receipt(client, built, advance)
 
 
 def _iec_speed_column() -> Any:
@@ -254,7 +253,7 @@ def build(
             return
         with _client(url, token_file) as client:
             try:
-                receipt = _upload(client, built).wire()
+                receipt = _upload(client, built)
             except PromoterError as exc:
                 failed = exc.context.get("verification_receipt")
                 if isinstance(failed, dict):
