@@ -9,7 +9,8 @@ file) per path; ``diff`` prints the unified diff the daemon builds from the bund
 stored blobs, coloured on a terminal and through a pager when longer than the screen.
 rich's tables, text and progress bars, the bundle models and the builder are imported by
 the functions that use them: ``review`` and ``run --list`` import this module for
-``print_diff`` and ``print_bundle`` alone.
+``print_diff`` and ``print_bundle`` alone. The diff's lines are ``Styled`` text
+(``promoter.cli.styled``), printed without rich off a terminal.
 
 It deliberately holds no logic of its own: building and checking are
 ``promoter.executor``'s, the wire is ``promoter.client.sync``'s, and errors are printed and
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -36,17 +38,16 @@ from promoter.cli.common import (
     iec,
     read_token,
     rich_console,
+    rich_would_colour,
     server_url,
 )
+from promoter.cli.styled import Styled
 from promoter.domain.canonical import canonical_bytes
 from promoter.errors import ConfigError, GrantInvalid, NotFound, PromoterError, ValidationFailed
 
 if TYPE_CHECKING:
-    from rich.text import Text
-
     from promoter.client.sync import PromoterClient
     from promoter.domain.bundle_records import Grant, StateLike
-    from promoter.domain.models import PatchVerificationReceiptV1
     from promoter.executor.builder import BuiltBundle
 
 __all__ = ["diff_unseen", "print_bundle", "print_diff", "print_receipt", "register", "whole_diff"]
@@ -142,10 +143,10 @@ def print_receipt(receipt: dict[str, Any]) -> None:
         console.print(f"  {check['name']:<20} {mark}{detail}", soft_wrap=True)
 
 
-def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationReceiptV1:
+def _upload(client: PromoterClient, built: BuiltBundle) -> dict[str, Any]:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from promoter.executor.handover import upload_and_submit
+    from promoter.executor.handover import submitted_receipt
 
     columns = (
         TextColumn("uploading blobs"),
@@ -159,7 +160,7 @@ def _upload(client: PromoterClient, built: BuiltBundle) -> PatchVerificationRece
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return upload_and_submit(client, built, advance)
+        return submitted_receipt(client, built, advance)
 
 
 def _iec_speed_column() -> Any:
@@ -180,9 +181,11 @@ def _hashing(
 ) -> BuiltBundle:
     from promoter.executor.builder import build_bundle
 
-    shown = rich_console(stderr=True)
-    if not shown.is_terminal:  # a transient spinner off a terminal shows nothing
+    # a transient spinner off a terminal shows nothing: rich's rule asked without rich
+    # first (``--json`` into a pipe loads no rich), then rich's own answer
+    if not rich_would_colour(sys.stderr) or not rich_console(stderr=True).is_terminal:
         return build_bundle(worktree, grant, since=since)
+    shown = rich_console(stderr=True)
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     with Progress(
@@ -250,7 +253,7 @@ def build(
             return
         with _client(url, token_file) as client:
             try:
-                receipt = _upload(client, built).wire()
+                receipt = _upload(client, built)
             except PromoterError as exc:
                 failed = exc.context.get("verification_receipt")
                 if isinstance(failed, dict):
@@ -354,11 +357,9 @@ def diff(
     print_diff(result, stat=stat, pager=pager, hint=f"promoter bundle diff {bundle}")
 
 
-def diff_flags(result: Mapping[str, Any]) -> Text:
+def diff_flags(result: Mapping[str, Any]) -> Styled:
     """One warning line per file whose diff carries flags (what can hide code or run)."""
-    from rich.text import Text
-
-    out = Text()
+    out = Styled()
     for f in result["files"]:
         flags = list(f.get("flags") or [])
         if f.get("summarized"):
@@ -373,24 +374,20 @@ def diff_flags(result: Mapping[str, Any]) -> Text:
     return out
 
 
-def diff_renames(result: Mapping[str, Any]) -> Text:
+def diff_renames(result: Mapping[str, Any]) -> Styled:
     """One line per rename the diff found: ``rename a → b (97 %)`` (the bundle itself
     deletes ``a`` and creates ``b``)."""
-    from rich.text import Text
-
-    out = Text()
+    out = Styled()
     for f in result["files"]:
         if f.get("rename_from") is not None:
             out.append(f" rename {_shown_path(f)}\n", style="bold")
     return out
 
 
-def diff_stat(result: Mapping[str, Any]) -> Text:
+def diff_stat(result: Mapping[str, Any]) -> Styled:
     """One line per file (``+added -removed``, ``binary`` or ``summarized``, then its
     flags in brackets; a rename as ``rename a → b (97 %)``), then the totals."""
-    from rich.text import Text
-
-    out = Text()
+    out = Styled()
     paths = [_shown_path(f) for f in result["files"]]
     width = max((len(p) for p in paths), default=0)
     for f, path in zip(result["files"], paths, strict=True):
@@ -414,13 +411,11 @@ def diff_stat(result: Mapping[str, Any]) -> Text:
     return out
 
 
-def diff_summary(result: Mapping[str, Any], hint: str = "") -> Text:
+def diff_summary(result: Mapping[str, Any], hint: str = "") -> Styled:
     """The review without the patch (``promoter run --yes``): one line per file with its
     operation, path, sizes, lines added and removed and flags; the totals; every file not
     shown in full; and, with ``hint`` (a command), how to read the whole diff."""
-    from rich.text import Text
-
-    out = Text()
+    out = Styled()
     files = result["files"]
     paths = [_shown_path(f) for f in files]
     renamed = [f for f in files if f.get("renamed_to") is not None]
@@ -471,13 +466,11 @@ def _size(count: int | None) -> str:
     return "-" if count is None else iec(count)
 
 
-def diff_unseen(result: Mapping[str, Any], hint: str = "") -> Text:
+def diff_unseen(result: Mapping[str, Any], hint: str = "") -> Styled:
     """Every file the answer does not show in full (protocol: api#every-byte-reviewable), with its
     sizes, lines, flags and, with ``hint`` (a command), how to read one whole."""
-    from rich.text import Text
-
     unseen = result.get("unseen") or []
-    out = Text()
+    out = Styled()
     if not unseen:
         return out
     out.append(f" {len(unseen)} file(s) not shown in full here:\n", style="bold yellow")
@@ -495,15 +488,13 @@ def diff_unseen(result: Mapping[str, Any], hint: str = "") -> Text:
     return out
 
 
-def diff_text(patch: str, *, hunk_labels: bool = False) -> Text:
+def diff_text(patch: str, *, hunk_labels: bool = False) -> Styled:
     """The unified diff with git's colours (rich drops them when not on a terminal).
 
     ``hunk_labels``: before each ``@@`` line of a modified file, a ``hunk N`` line with the
     number ``promoter approve --hunks PATH=N`` takes (counted from 1 in each file; none
     in a created or deleted file, whose change is taken whole)."""
-    from rich.text import Text
-
-    out = Text()
+    out = Styled()
     number, whole = 0, False
     for line in patch.splitlines(keepends=True):
         style = ""
@@ -552,8 +543,10 @@ def print_diff(
             "full, listed above\n",
             style="yellow",
         )
-    long = body.plain.count("\n") > console.height
-    if pager and console.is_terminal and long:
+    # off a terminal (rich's rule, asked first without rich) never paged, and printed
+    # without rich when rich would print the same bytes
+    terminal = rich_would_colour(sys.stdout) and console.is_terminal
+    if pager and terminal and body.plain.count("\n") > console.height:
         with console.pager(styles=True):
             console.print(body, end="", soft_wrap=True, highlight=False)
     else:

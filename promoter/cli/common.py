@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from promoter.cli import userconfig
+from promoter.cli.styled import Styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,8 +35,12 @@ UNBOUNDED = 1_000_000  # columns when not on a terminal: lines are never wrapped
 
 
 def _isatty(stream: Any) -> bool:
+    """``stream.isatty()``, False for a stream without one or closed (as rich takes it)."""
     isatty = getattr(stream, "isatty", None)
-    return bool(callable(isatty) and isatty())
+    try:
+        return bool(callable(isatty) and isatty())
+    except ValueError:
+        return False
 
 
 def _console(stderr: bool) -> Console:
@@ -60,7 +65,7 @@ def rich_console(*, stderr: bool) -> Console:
 _PLAIN_OPTIONS = frozenset({"end", "soft_wrap", "highlight", "markup", "emoji"})
 
 
-def _rich_would_colour(stream: Any) -> bool:
+def rich_would_colour(stream: Any) -> bool:
     """Whether a rich console on ``stream`` would take it for a terminal (rich's own rule:
     ``TTY_COMPATIBLE``, then ``FORCE_COLOR``, then ``isatty``), or render for a notebook."""
     if "IPython" in sys.modules:
@@ -127,19 +132,23 @@ def _plain(text: str, markup: bool, emoji: bool) -> str | None:
 
 
 def _print_plain(stderr: bool, objects: tuple[Any, ...], options: dict[str, Any]) -> bool:
-    """``console.print`` of one string off a terminal, written without rich when rich would
-    write the same bytes (the string and its end, flushed, as rich does); False when not."""
-    if stderr in _made or len(objects) != 1 or not isinstance(objects[0], str):
+    """``console.print`` of one string (or ``Styled`` text) off a terminal, written without
+    rich when rich would write the same bytes (the string and its end, flushed, as rich
+    does); False when not."""
+    if stderr in _made or len(objects) != 1 or not isinstance(objects[0], str | Styled):
         return False
     if not options.keys() <= _PLAIN_OPTIONS or options.get("soft_wrap", True) is not True:
         return False
     end = options.get("end", "\n")
     markup, emoji = options.get("markup") is not False, options.get("emoji") is not False
-    shown = _plain(objects[0], markup, emoji)
+    if isinstance(objects[0], Styled):  # rich reads no markup or emoji in a Text
+        shown = _plain(objects[0].plain, False, False)
+    else:
+        shown = _plain(objects[0], markup, emoji)
     if shown is None or not isinstance(end, str) or _plain(end, False, False) is None:
         return False
     stream = sys.stderr if stderr else sys.stdout
-    if _rich_would_colour(stream):
+    if rich_would_colour(stream):
         return False
     stream.write(shown + end)
     stream.flush()

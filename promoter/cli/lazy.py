@@ -2,10 +2,11 @@
 
 ``promoter --help`` and shell completion of the top level need each command's name and
 one line of help, not its module: ``LazyCommand`` carries those two and loads the real
-Typer command (from the module's ``register(app)``) when it is invoked, completed or
-asked for its own help. ``PromoterGroup`` is the top-level group that lists them after
-the commands defined in ``promoter.cli.main``; making its context spares the coercion
-of plain values (``promoter.cli.params``).
+Typer command (from the module's ``register(app)``, building that command alone, not
+the module's others) when it is invoked, completed or asked for its own help.
+``PromoterGroup`` is the top-level group that lists them after the commands defined in
+``promoter.cli.main``; making its context spares the coercion of plain values
+(``promoter.cli.params``).
 
 ``deferred`` names a function of a module that is imported on the function's first call.
 It does not change any command: the real command parses, runs and prints its help.
@@ -21,6 +22,7 @@ from typing import Any
 import typer
 from typer._click.core import Command, Context  # typer's own click, which its groups use
 from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandInfo
 
 from promoter.cli.params import spare
 
@@ -126,9 +128,27 @@ def load(entry: Entry) -> Command:
     scratch = typer.Typer()
     scratch.command("_")(lambda: None)  # a group even when the module adds one command
     module.register(scratch)
+    # only the command asked for (and the placeholder) is built: not the module's others
+    scratch.registered_commands = [
+        info
+        for info in scratch.registered_commands
+        if _command_name(info) in (entry.name, "_", None)
+    ]
+    scratch.registered_groups = [
+        info for info in scratch.registered_groups if info.name in (entry.name, None)
+    ]
     group = typer.main.get_command(scratch)
     assert isinstance(group, TyperGroup)
     return group.commands[entry.name]
+
+
+def _command_name(info: CommandInfo) -> str | None:
+    """The name typer gives a registered command (its own, else its function's), None
+    when it cannot be told here."""
+    if info.name:
+        return info.name
+    callback = info.callback
+    return None if callback is None else typer.main.get_command_name(callback.__name__)
 
 
 def deferred(module: str, name: str) -> Callable[..., Any]:

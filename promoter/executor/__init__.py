@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from promoter.executor.handover import (
         grant_from_file,
         promote_with_evidence,
+        submitted_receipt,
         upload_and_submit,
         upload_missing,
     )
@@ -28,6 +29,7 @@ __all__ = [
     "build_bundle",
     "grant_from_file",
     "promote_with_evidence",
+    "submitted_receipt",
     "upload_and_submit",
     "upload_missing",
 ]
@@ -37,6 +39,7 @@ _HOMES = {
     "build_bundle": "promoter.executor.builder",
     "grant_from_file": "promoter.executor.handover",
     "promote_with_evidence": "promoter.executor.handover",
+    "submitted_receipt": "promoter.executor.handover",
     "upload_and_submit": "promoter.executor.handover",
     "upload_missing": "promoter.executor.handover",
 }

@@ -35,7 +35,7 @@ from typing import Any
 from promoter.client.sync import PromoterClient
 from promoter.errors import PromoterError
 from promoter.executor.builder import build_bundle
-from promoter.executor.handover import upload_and_submit
+from promoter.executor.handover import submitted_receipt
 
 __all__ = ["AgentTools"]
 
@@ -90,7 +90,7 @@ class AgentTools:
                 ]
                 if not changes:
                     return {"status": "no_changes", "grant_id": grant.grant_id, "changes": []}
-                receipt = upload_and_submit(self.client, built)
+                receipt = submitted_receipt(self.client, built)
                 bundle_id = built.bundle_id
         except PromoterError as exc:
             return refusal(exc)
@@ -101,7 +101,7 @@ class AgentTools:
             "grant_id": grant.grant_id,
             "base_operation": grant.base_operation,
             "changes": changes,
-            "verification_receipt": receipt.wire(),
+            "verification_receipt": receipt,
         }
 
     def _leave_word(self, bundle_id: str, grant_id: str) -> None:

@@ -1,12 +1,14 @@
 """Handing a built bundle to the host: upload the blobs it lacks, submit, read a grant.
 
-``upload_and_submit`` uploads only the referenced blobs the host does not hold, old and
+``submitted_receipt`` uploads only the referenced blobs the host does not hold, old and
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
-returns the verification receipt; ``promote_with_evidence`` hands blobs, bundle and the
-promotion over in one request, for a caller holding both authorities
-(protocol: promotion#one-request-with-both-authorities); ``grant_from_file`` reads a grant document
-(checked by ``promoter.domain.wirecheck``, a ``GrantRecord``: no pydantic unless it is refused,
-and then the model words the refusal). The receipt models load when a receipt arrives.
+returns the verification receipt's checked document (``upload_and_submit`` its model);
+``promote_with_evidence`` hands blobs, bundle and the promotion over in one request, for
+a caller holding both authorities (protocol: promotion#one-request-with-both-authorities);
+``grant_from_file`` reads a grant document (checked by ``promoter.domain.wirecheck``, a
+``GrantRecord``: no pydantic unless it is refused, and then the model words the refusal).
+A receipt is checked by the validator too: its model loads only for a refusal or for
+``upload_and_submit``.
 Deliberately not here: building the bundle (``promoter.executor.builder``), the HTTP
 transport (``promoter.client.sync``).
 """
@@ -35,6 +37,7 @@ __all__ = [
     "fetched_grant",
     "grant_from_file",
     "promote_with_evidence",
+    "submitted_receipt",
     "upload_and_submit",
     "upload_missing",
 ]
@@ -65,19 +68,37 @@ def upload_missing(
     return missing
 
 
-def upload_and_submit(
+def submitted_receipt(
     client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
-) -> PatchVerificationReceiptV1:
-    """Upload missing blobs, submit the bundle, return the passed verification receipt.
+) -> dict[str, Any]:
+    """Upload missing blobs, submit the bundle, return the passed verification receipt:
+    its document, checked by ``promoter.domain.wirecheck`` (the model words a refusal).
 
     A failed verification is raised by the client as the code of the first failed check,
     the failed receipt in the error's ``verification_receipt`` context member.
     """
-    from promoter.domain.models import PatchVerificationReceiptV1
-
     upload_missing(client, built, progress)
     answer = client.submit_bundle(built.bundle)
-    return PatchVerificationReceiptV1.model_validate(answer["verification_receipt"])
+    return _checked_receipt(answer["verification_receipt"])
+
+
+def upload_and_submit(
+    client: PromoterClient, built: BuiltBundle, progress: Progress | None = None
+) -> PatchVerificationReceiptV1:
+    """``submitted_receipt``'s receipt as its model, for a caller that wants the model."""
+    from promoter.domain.models import PatchVerificationReceiptV1
+
+    return PatchVerificationReceiptV1.model_validate(submitted_receipt(client, built, progress))
+
+
+def _checked_receipt(answer: Any) -> dict[str, Any]:
+    """A receipt document the validator accepts; else the model's refusal, raised."""
+    receipt = dict(answer)
+    if wirecheck.problem("PatchVerificationReceiptV1", receipt) is not None:
+        from promoter.domain.models import PatchVerificationReceiptV1
+
+        PatchVerificationReceiptV1.model_validate(receipt)  # the model's refusal, as before
+    return receipt
 
 
 def promote_with_evidence(
@@ -99,12 +120,7 @@ def promote_with_evidence(
     answer = orchestrator.promote_with_evidence(
         built.bundle, blobs, fence, executor_token=executor_token, wait=True
     )
-    receipt = dict(answer["verification_receipt"])
-    if wirecheck.problem("PatchVerificationReceiptV1", receipt) is not None:
-        from promoter.domain.models import PatchVerificationReceiptV1
-
-        PatchVerificationReceiptV1.model_validate(receipt)  # the model's refusal, as before
-    return receipt, dict(answer["operation"])
+    return _checked_receipt(answer["verification_receipt"]), dict(answer["operation"])
 
 
 def fetched_grant(client: PromoterClient, grant_id: str) -> Grant:

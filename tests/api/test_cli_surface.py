@@ -6,6 +6,7 @@ crypto stack), not by a stopwatch, so the test does not depend on the machine's 
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -13,8 +14,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 import promoter.errors as errors
@@ -93,6 +97,46 @@ def test_lazy_help_lines_match_the_real_commands() -> None:
     for entry in ENTRIES:
         real = load(entry)
         assert (real.help or "").strip().splitlines()[0] == entry.help
+
+
+def _described(command: Any) -> Any:
+    """A command as the command line sees it: its help, parameters and subcommands."""
+    shown = ("name", "opts", "secondary_opts", "required", "default", "help", "hidden", "nargs")
+    params = [
+        (type(p).__name__, *(repr(getattr(p, name, None)) for name in shown))
+        for p in command.params
+    ]
+    callback = getattr(command.callback, "__name__", None)
+    subcommands = getattr(command, "commands", {})
+    below = {name: _described(sub) for name, sub in sorted(subcommands.items())}
+    return (command.name, command.help, command.short_help, callback, params, below)
+
+
+def test_a_lazy_command_is_built_alone_as_its_whole_module_builds_it() -> None:
+    """``load`` builds the one command asked for, the same as the module's every command
+    built together (typer's click), and none of the others."""
+    for entry in ENTRIES:
+        whole = typer.Typer()
+        whole.command("_")(lambda: None)
+        importlib.import_module(entry.module).register(whole)
+        everything = typer.main.get_command(whole)
+        assert isinstance(everything, TyperGroup)
+        full = everything.commands[entry.name]
+        real = load(entry)
+        assert type(real) is type(full), entry.name
+        assert _described(real) == _described(full), entry.name
+    built: list[str] = []
+    original = typer.main.get_command_from_info
+
+    def counted(command_info: Any, **kwargs: Any) -> Any:
+        command = original(command_info, **kwargs)
+        built.append(str(command.name))
+        return command
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.main, "get_command_from_info", counted)
+        load(next(entry for entry in ENTRIES if entry.name == "review"))
+    assert sorted(built) == ["_", "review"]  # not approve, reject, reopen
 
 
 def test_version_and_subcommand_short_help() -> None:

@@ -8,7 +8,8 @@ asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A c
 printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
 console: they print only plain or merely styled lines. One that reads no wire document
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
-pydantic-free validator, and ``bundle build`` from a grant file. What these cost is
+pydantic-free validator, and ``bundle build`` from a grant file, nor when it submits
+(the receipt checked by the validator too). What these cost is
 measured in ``bench/cli_start.py``, not here: the assertions are about modules, so they
 do not depend on the machine's speed.
 """
@@ -32,7 +33,7 @@ from promoter.cli.lazy import ENTRIES, load
 from promoter.cli.params import _Spared
 from promoter.config import RepositoryConfig
 from promoter.domain.documents import sealed_grant
-from promoter.domain.models import GrantV1, PatchBundleV1
+from promoter.domain.models import GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
@@ -154,8 +155,9 @@ NO_PYDANTIC = (
     "bundle_build",
     "bundle_build_printed",
 )
-# they print only lines rich would print as they are, or only styled (``promoter.cli.common``)
-PLAIN = ("run_list", "receipt_verify")
+# they print only lines rich would print as they are, or only styled (``promoter.cli.common``;
+# the diff of ``review`` as ``promoter.cli.styled`` text)
+PLAIN = ("run_list", "receipt_verify", "review")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -192,10 +194,39 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
-        if name == "bundle_build_printed":
+        if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
+            assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
             assert [c["path"] for c in built["changes"]] == ["src/app.py"]
             PatchBundleV1.model_validate(built)  # here, in the test's process
+
+
+def test_bundle_build_submit_reads_its_receipt_without_pydantic(
+    held: tuple[Daemon, dict[str, str]], tmp_path: Path, repo: Path
+) -> None:
+    """``bundle build --submit`` checks the receipt with the validator, not its model, and
+    prints the same document the model would give back."""
+    daemon, found = held
+    identity = daemon.services.registry.by_name("work").identity
+    grant = sealed_grant(
+        GrantV1.model_validate(make_grant(repo, identity, grant_id="grt_s"))
+    ).wire()
+    (tmp_path / "submitted.json").write_text(json.dumps(grant))
+    with daemon.orchestrator() as orch:
+        answer = orch.post("/v1/grants", json=grant)
+        assert answer.status_code in (200, 201), answer.text
+        minted = orch.post("/v1/executor-tokens", json={"executor_run_id": "run_1"})
+        assert minted.status_code == 201, minted.text
+    (tmp_path / "executor.token").write_text(minted.json()["token"])
+    args = ["bundle", "build", "--worktree", f"{found['dir']}/executor"]
+    args += ["--grant", str(tmp_path / "submitted.json"), "--submit", "--json"]
+    args += ["--token-file", str(tmp_path / "executor.token")]
+    code, modules, stdout = loaded_by(args, {"PROMOTER_URL": daemon.url}, tmp_path / "l.json")
+    assert code == 0, stdout
+    assert "pydantic" not in modules and "promoter.domain.models" not in modules
+    receipt = json.loads(stdout)["verification_receipt"]
+    assert PatchVerificationReceiptV1.model_validate(receipt).wire() == receipt
+    assert {check["status"] for check in receipt["checks"]} == {"passed"}
 
 
 def test_the_program_exits_with_the_error_code_after_its_at_exit_work(tmp_path: Path) -> None:

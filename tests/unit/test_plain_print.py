@@ -19,6 +19,8 @@ import pytest
 from rich.markup import escape as rich_escape
 
 from promoter.cli import common
+from promoter.cli.bundle_cmd import print_diff
+from promoter.cli.styled import Styled
 
 FIXED = [
     "",
@@ -102,7 +104,7 @@ def off_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     common._made.clear()
 
 
-def _printed(how: Any, text: str, options: dict[str, Any]) -> tuple[str, bool]:
+def _printed(how: Any, text: Any, options: dict[str, Any]) -> tuple[str, bool]:
     """What ``how(text, **options)`` wrote to stdout (or the error rich raised), and
     whether it did so without making a rich console."""
     common._made.clear()
@@ -148,3 +150,140 @@ def test_a_forced_terminal_is_left_to_rich(
 def test_escape_is_riches_escape() -> None:
     for text in [*_samples(), "a\\", "a\\\\", "\\", "[x]\\", "x[/]", "[a]"]:
         assert common.escape(text) == rich_escape(text), text
+
+
+STYLES = ["", "bold", "green", "red", "cyan", "bold yellow", "dim", "bold magenta"]
+DIFF_OPTIONS: list[dict[str, Any]] = [
+    {"end": "", "soft_wrap": True, "highlight": False},
+    {},
+    {"end": ""},
+    {"soft_wrap": False},
+]
+
+
+def _styled_samples() -> list[Styled]:
+    rng = random.Random(11)
+    alphabet = "ab \n[]:\\\t漢é😀\u0301\u00a0/.-_+@\x7f\r\x1b"
+    samples = []
+    for _ in range(800):
+        styled = Styled()
+        for _ in range(rng.randint(0, 6)):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+            styled.append(text, rng.choice(STYLES))
+        samples.append(styled)
+    return samples
+
+
+def test_styled_text_prints_what_rich_prints_of_its_text(off_terminal: None) -> None:
+    plain = 0
+    for styled in _styled_samples():
+        for options in DIFF_OPTIONS:
+            ours, without_rich = _printed(common.console.print, styled, options)
+            text = styled.__rich__()
+            theirs, _ = _printed(common.rich_console(stderr=False).print, text, options)
+            assert ours == theirs, (styled.runs, options)
+            plain += without_rich
+    assert plain > 300
+
+
+def _diff_answer(rng: random.Random) -> dict[str, Any]:
+    """A diff answer of random files, flags, renames, unseen files and patch lines."""
+    words = ["a", "b c", "[x]", ":smile:", "漢", "\t", "  ", "é", "x" * 300, "\x1b[31m", ""]
+    files, patch = [], []
+    for n in range(rng.randint(0, 4)):
+        path = f"src/{rng.choice(words)}{n}.py"
+        renamed = rng.random() < 0.2
+        files.append(
+            {
+                "path": path,
+                "operation": rng.choice(["create", "modify", "delete"]),
+                "flags": rng.sample(["bidi", "executable", "binary"], rng.randint(0, 2)),
+                "summarized": rng.random() < 0.2,
+                "binary": rng.random() < 0.2,
+                "added": rng.randint(0, 9),
+                "removed": rng.randint(0, 9),
+                "old_bytes": rng.choice([None, 10, 5000]),
+                "new_bytes": rng.choice([None, 20, 3_000_000]),
+                "rename_from": "old.py" if renamed else None,
+                "similarity": 97,
+                "symlink_target": rng.choice([None, "target"]),
+            }
+        )
+        patch.append(f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n")
+        for _ in range(rng.randint(0, 3)):
+            patch.append("@@ -1 +1 @@\n")
+            for _ in range(rng.randint(0, 4)):
+                patch.append(rng.choice("+- ") + rng.choice(words) + rng.choice(["\n", " \n"]))
+    unseen = [
+        {
+            "path_shown": f"docs/{rng.choice(words)}",
+            "summarized": rng.random() < 0.5,
+            "shown": "none",
+            "added": rng.choice([None, 3]),
+            "removed": 1,
+            "old_bytes": 1,
+            "new_bytes": None,
+            "flags": rng.sample(["bidi", "binary"], rng.randint(0, 2)),
+        }
+        for _ in range(rng.randint(0, 2))
+    ]
+    truncated = bool(unseen) and rng.random() < 0.5
+    return {
+        "files": files,
+        "unified_diff": "".join(patch),
+        "unseen": unseen,
+        "truncated": truncated,
+        "limit": 1000,
+    }
+
+
+def _diff_printed(
+    result: dict[str, Any], options: dict[str, Any], by_rich: bool
+) -> tuple[str, bool]:
+    def show(answer: dict[str, Any], **kwargs: Any) -> None:
+        if by_rich:  # a console made first: ``console.print`` leaves the printing to rich
+            common.rich_console(stderr=False)
+        print_diff(answer, **kwargs)
+
+    return _printed(show, result, options)
+
+
+def test_the_diff_off_a_terminal_is_what_rich_prints(off_terminal: None) -> None:
+    """``print_diff`` (``review``'s diff) writes rich's bytes, mostly without rich."""
+    rng = random.Random(5)
+    plain = 0
+    for _ in range(300):
+        result = _diff_answer(rng)
+        for options in [
+            {"pager": False, "hunk_labels": True, "hint": "promoter review op_1"},
+            {"stat": True, "pager": False},
+            {"pager": True},
+        ]:
+            ours, without_rich = _diff_printed(result, options, by_rich=False)
+            theirs, _ = _diff_printed(result, options, by_rich=True)
+            assert ours == theirs, (result, options)
+            plain += without_rich
+    assert plain > 200
+
+
+def test_the_diff_keeps_its_colours_on_a_terminal(
+    off_terminal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    result = {
+        "files": [{"path": "a.py", "flags": [], "summarized": False}],
+        "unified_diff": "diff --git a/a.py b/a.py\n@@ -1 +1 @@\n-old\n+new\n",
+        "unseen": [],
+        "truncated": False,
+    }
+    shown, without_rich = _diff_printed(result, {"pager": False, "hunk_labels": True}, False)
+    assert not without_rich
+    assert shown == (
+        "\x1b[1mdiff --git a/a.py b/a.py\x1b[0m\n"
+        "\x1b[1;35mhunk 1\x1b[0m\n"
+        "\x1b[36m@@ -1 +1 @@\x1b[0m\n"
+        "\x1b[31m-old\x1b[0m\n"
+        "\x1b[32m+new\x1b[0m\n"
+    )

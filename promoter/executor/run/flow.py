@@ -306,7 +306,7 @@ def step(
         fetched_base,
         fetched_grant,
         promote_with_evidence,
-        upload_and_submit,
+        submitted_receipt,
     )
 
     how = how or Confinement()
@@ -391,7 +391,7 @@ def step(
                         token = str(minted["token"])
                         receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
                     else:
-                        receipt = upload_and_submit(executor, built).wire()
+                        receipt = submitted_receipt(executor, built)
                     bundle = built.bundle
         run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
         assert current.bundle_id is not None
