@@ -21,6 +21,8 @@ import stat
 from pathlib import Path
 
 from promoter.api.logs import event
+from promoter.errors import PathUnsafe
+from promoter.fs.own_tree import remove_own_tree
 
 log = logging.getLogger("promoter.serve")
 
@@ -39,35 +41,39 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _own_files(directory: Path) -> list[Path] | None:
-    """The library's files in ``directory``, when it holds nothing else; else None."""
+def _only_library_files(fd: int) -> bool:
+    """Whether the opened directory holds only the library's regular files (read through
+    its descriptor, so the directory proved is the one removed)."""
     try:
-        if not stat.S_ISDIR(directory.lstat().st_mode) or not _NAME.fullmatch(directory.name):
-            return None
-        files = list(directory.iterdir())
+        names = os.listdir(fd)
+        for name in names:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not _FILE.fullmatch(name) or not stat.S_ISREG(st.st_mode):
+                return False
     except OSError:
-        return None
-    for path in files:
-        if not _FILE.fullmatch(path.name) or not stat.S_ISREG(path.lstat().st_mode):
-            return None
-    return files
+        return False
+    return True
 
 
 def _remove(directory: Path) -> bool:
-    """Remove ``directory`` when provably promoter's own; whether it was."""
-    files = _own_files(directory)
-    if files is None:
-        event(
-            log,
-            f"kept {directory}: not only this daemon's metrics files",
-            logging.WARNING,
-            path=str(directory),
-        )
-        return False
-    for path in files:
-        path.unlink()
-    directory.rmdir()
-    return True
+    """Remove ``directory`` when provably promoter's own (``promoter.fs.own_tree``);
+    whether it was. Anything else is kept and logged with where it is."""
+    if not _NAME.fullmatch(directory.name):
+        proven = False
+    else:
+        try:
+            remove_own_tree(directory.parent, directory.name, _only_library_files)
+        except PathUnsafe:
+            proven = False
+        else:
+            return True
+    event(
+        log,
+        f"kept {directory}: not only this daemon's metrics files",
+        logging.WARNING,
+        path=str(directory),
+    )
+    return proven
 
 
 def prepare(state_dir: Path) -> Path:

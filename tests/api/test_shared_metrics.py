@@ -95,16 +95,22 @@ def test_prepare_removes_only_ended_daemons_own_directories(
     (linked / "counter_7.db").symlink_to(tmp_path / "elsewhere")
     named = root / "counter_1.db"  # a file, not a directory the daemon makes
     named.write_bytes(b"")
+    outside = tmp_path / "outside"  # library-named files, reached through a link
+    outside.mkdir()
+    (outside / "counter_7.db").write_bytes(b"theirs")
+    swapped = root / str(_dead_pid())
+    swapped.symlink_to(outside)
     with caplog.at_level(logging.WARNING, "promoter.serve"):
         mine = metrics_dir.prepare(tmp_path)
     assert mine == root / str(os.getpid())
     assert sorted(p.name for p in root.iterdir()) == sorted(
-        [mine.name, running.name, extra.name, linked.name, named.name]
+        [mine.name, running.name, extra.name, linked.name, named.name, swapped.name]
     )
     assert (running / "counter_9.db").exists()
+    assert (outside / "counter_7.db").read_bytes() == b"theirs"
     kept = sorted(r.getMessage() for r in caplog.records)
     assert kept == sorted(
-        f"kept {p}: not only this daemon's metrics files" for p in (extra, linked, named)
+        f"kept {p}: not only this daemon's metrics files" for p in (extra, linked, named, swapped)
     )
     assert oct(mine.stat().st_mode & 0o777) == oct(0o700)
 
