@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import ConfigError
+from promoter.fs.own_temp import OwnTemp
 
 __all__ = ["DEFAULT_URL", "Recorded", "Target", "config_dir", "load", "record", "resolve"]
 
@@ -141,19 +142,18 @@ def record(url: str, state_dir: Path, token_file: Path, directory: Path | None =
     }
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
     path = folder / FILE_NAME
-    temp = folder / f".{FILE_NAME}.{os.getpid()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temp, flags, 0o600)
+    temp = OwnTemp.create(str(folder), f".{FILE_NAME}.")  # 0600, O_EXCL
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-        os.fsync(fd)
+        try:
+            os.fchmod(temp.fd, 0o600)
+            os.write(temp.fd, data)
+            os.fsync(temp.fd)
+        finally:
+            os.close(temp.fd)
+        temp.place(str(path))
     except BaseException:
-        os.close(fd)
-        os.unlink(temp)  # our own temp, just made with O_EXCL
+        temp.discard()  # only while the name still holds the file made here
         raise
-    os.close(fd)
-    os.replace(temp, path)
     return path
 
 
