@@ -74,8 +74,8 @@ def _one_of(value: Any, choices: list[Any]) -> bool:
 
 
 def _problem(schema: dict[str, Any], value: Any, defs: dict[str, Any], loc: str) -> str | None:
-    if not _KNOWN.issuperset(schema):
-        unknown = sorted(set(schema) - _KNOWN)
+    if not KEYWORDS.issuperset(schema):
+        unknown = sorted(set(schema) - KEYWORDS)
         return f"{_where(loc)}: the validator does not know {unknown[0]!r}"
     if "$ref" in schema:
         ref = schema["$ref"]
@@ -220,7 +220,8 @@ def _state_spec(spec: dict[str, Any]) -> str | None:
 
 
 _MODEL_CHECKS = {"file_state": _file_state, "state_spec": _state_spec}
-_KNOWN = frozenset(
+# the JSON Schema keywords checked here, and ``x-check`` (``wirecheck_gen`` keeps only these)
+KEYWORDS = frozenset(
     (
         "$defs",
         "$ref",

@@ -28,6 +28,7 @@ from pydantic.fields import FieldInfo
 from promoter.domain.models import WIRE_MODELS
 from promoter.domain.schemas import render
 from promoter.domain.wire_formats import check_timestamp
+from promoter.domain.wirecheck import KEYWORDS
 
 TARGET = Path(__file__).with_name("wire_schemas.py")
 # the documents the command line checks without pydantic
@@ -40,26 +41,7 @@ NAMES = (
     "RollbackReceiptV1",
 )
 # what a JSON Schema of these models may use, and what the validator checks
-VALIDATING = {
-    "$defs",
-    "$ref",
-    "additionalProperties",
-    "anyOf",
-    "const",
-    "enum",
-    "exclusiveMaximum",
-    "items",
-    "maxItems",
-    "maxLength",
-    "maximum",
-    "minItems",
-    "minLength",
-    "minimum",
-    "pattern",
-    "properties",
-    "required",
-    "type",
-}
+VALIDATING = KEYWORDS - {"x-check"}
 ANNOTATING = {"$id", "$schema", "default", "description", "title"}  # dropped
 MODEL_CHECKS = {
     ("FileState", "_consistent"): "file_state",
