@@ -123,8 +123,8 @@ def _cpu_times() -> tuple[float, float]:
 
 
 @contextmanager
-def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]]:
-    """``promoter serve`` in its own process: ``(url, orchestrator token, identity)``.
+def served(state_dir: Path, repos: dict[str, Path], workers: int = 1) -> Iterator[str]:
+    """``promoter serve --workers workers`` of ``repos`` in its own process: its URL.
 
     How a deployed daemon runs: its own interpreter, so the client's work (hashing,
     framing, JSON) does not share its lock. Ready when it prints its URL on stderr.
@@ -137,8 +137,9 @@ def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]
         if not k.startswith("PROMOTER_") or k == "PROMOTER_GROUP_SYNC"
     }
     argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
-    argv += ["--port", "0", "--repo", f"{bd.REPO_NAME}={repo}"]
-    argv += ["--workers", "1"]  # one serving process: the figures are one process's
+    argv += ["--port", "0", "--workers", str(workers)]
+    for name, path in repos.items():
+        argv += ["--repo", f"{name}={path}"]
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -154,10 +155,18 @@ def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]
             raise RuntimeError("the benchmark daemon exited before it was ready")
         drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
         drain.start()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+@contextmanager
+def daemon_process(state_dir: Path, repo: Path) -> Iterator[tuple[str, str, str]]:
+    """``served`` with one serving process (the figures are one process's), of one
+    repository: ``(url, orchestrator token, identity)``."""
+    with served(state_dir, {bd.REPO_NAME: repo}) as url:
         token = (state_dir / "credentials" / "orchestrator.token").read_text().strip()
         with PromoterClient(url, token, timeout=60) as orch:
             identity = str(orch.repositories()[0]["repository_identity"])
         yield url, token, identity
-    finally:
-        proc.terminate()
-        proc.wait(60)

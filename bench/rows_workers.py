@@ -19,19 +19,15 @@ Deliberately not here: gating on the figures, and any other row.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench import documents as bd
 from bench import workload as wl
-from bench.harness import Table
+from bench.harness import Table, served
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import sha256_hex
 
@@ -44,45 +40,13 @@ REPOSITORIES = 8
 FLOWS = 6
 
 
-@contextmanager
-def served(state_dir: Path, repos: dict[str, Path], workers: int) -> Iterator[tuple[str, Path]]:
-    """``promoter serve --workers workers`` in its own process: ``(url, state_dir)``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PROMOTER_") or k == "PROMOTER_GROUP_SYNC"
-    }
-    argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state_dir)]
-    argv += ["--port", "0", "--workers", str(workers)]
-    for name, path in repos.items():
-        argv += ["--repo", f"{name}={path}"]
-    proc = subprocess.Popen(
-        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        assert proc.stderr is not None
-        url = ""
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            if line.startswith("promoter: ready on "):
-                url = line.removeprefix("promoter: ready on ")
-                break
-        if not url:
-            raise RuntimeError("the benchmark daemon exited before it was ready")
-        drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
-        drain.start()
-        yield url, state_dir
-    finally:
-        proc.terminate()
-        proc.wait(120)
-
-
 def _rate(here: Path, source: wl.Source, workers: int, round_no: int) -> float:
     """Promotions a second of ``CLIENTS`` threads against a ``--workers workers`` daemon."""
     here.mkdir()
     repos = {f"r{n}": wl.copy_repo(source.path, here / f"r{n}") for n in range(REPOSITORIES)}
     with ExitStack() as stack:
-        url, state = stack.enter_context(served(here / "state", repos, workers))
+        state = here / "state"
+        url = stack.enter_context(served(state, repos, workers))
         token = (state / "credentials" / "orchestrator.token").read_text().strip()
         orch = stack.enter_context(PromoterClient(url, token, timeout=600))
         identities = {str(r["name"]): str(r["repository_identity"]) for r in orch.repositories()}
