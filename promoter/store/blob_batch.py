@@ -239,6 +239,10 @@ class BlobBatch:
         finally:
             self._close_group()
 
+    def close_group(self) -> None:
+        """Close the batch's group sync (idempotent): after its last ``sync``."""
+        self._close_group()
+
     def _close_group(self) -> None:
         if self._group is not None:
             self._group.close()

@@ -103,16 +103,17 @@ class Evidence:
             if stored is not None and stored != data:
                 raise conflict(f"a different {kind} is already stored as {name}", name=name)
         paths = [self.audit.path(kind, name) for kind, name, _, _ in documents]
-        with _storing("the documents"):
-            for path, (kind, _, _, _) in zip(paths, documents, strict=True):
-                make_dirs(path.parent, fault=f"audit_{kind}")
-        group = self._group(paths)
         try:
+            with _storing("the documents"):
+                for path, (kind, _, _, _) in zip(paths, documents, strict=True):
+                    make_dirs(path.parent, fault=f"audit_{kind}")
+                group = self._group(paths)
             self._temps(documents, paths, group)
             self._record()
             created = self._names(documents, group)
         finally:
             self._close_documents()
+            self.batch.close_group()
         for (kind, name, data, conflict), new, path in zip(documents, created, paths, strict=True):
             if not new and path.read_bytes() != data:
                 raise conflict(f"a different {kind} is already stored as {name}", name=name)

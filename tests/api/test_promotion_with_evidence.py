@@ -10,7 +10,9 @@ operation, nothing charged); both clients' methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -418,3 +420,25 @@ def test_a_bundle_that_fails_verification_stores_none_of_the_requests_blobs(
     assert answer.json()["failed_checks"] == ["blob_integrity"]
     assert stored(daemon) == NOTHING
     assert not list((daemon.state_dir / "audit" / "tmp").iterdir())
+
+
+def _open_on(directory: Path) -> int:
+    """Descriptors of this process (the daemon's too) open on ``directory``."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(directory)
+    return found
+
+
+@pytest.mark.daemon(group_sync_max_pending_bytes=NEVER_BUSY)
+def test_the_evidence_leaves_no_descriptor_of_its_group_open(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    assert problem(_post(daemon, body(bundle, V1, V2), executor)) == (422, "blob_missing")
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor)
+    assert answer.status_code == 200, answer.text
+    assert _open_on((daemon.state_dir / "audit" / "tmp").resolve()) == 0
