@@ -42,6 +42,7 @@ POINTS = {  # point: whether the operation exists when the daemon comes back
     "quota_after_rename=kill": False,
     "quota_after_dir_fsync=kill": False,
     "evidence_linked=kill@1": False,  # a blob
+    "evidence_linked=kill@2": False,  # two blobs
     "evidence_linked=kill@3": False,  # every blob
     "evidence_linked=kill@4": False,  # the bundle
     "evidence_linked=kill@5": False,  # the receipt

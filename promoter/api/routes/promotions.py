@@ -11,9 +11,10 @@ bounds (frames, bytes a blob, bytes in all) and its quota; the bundle is bounded
 (its run and its grant's run are the executor token's) before any blob is written; a
 blob the batch would refuse refuses the whole request, and nothing of it is stored.
 
-Then, in order: the blobs committed (durable), the bundle verified and stored with its
-receipt (durable), the promotion requested (``promoter.engine.operation.with_evidence``);
-waiting and the answer are ``POST /v1/promotions``'s. The same request again answers the
+Then the bundle is verified over the blobs in their temps, the blobs, the charge and
+both documents are stored together, durable, and the promotion is requested
+(``promoter.engine.operation.with_evidence``, ``promoter.store.evidence``); waiting and
+the answer are ``POST /v1/promotions``'s. The same request again answers the
 same operation. Parsing, hashing, writing and verification run in worker threads; the
 bundle's parse and the verification each hold a document slot, never the blobs' stream.
 
