@@ -8,9 +8,10 @@ record's, the documents') written, then one ``syncfs``; the quota record renamed
 ``quota/`` fsynced (the charge named and durable before any blob is linked); the blobs
 recorded in the database; every blob and document linked, never over a file; one
 ``syncfs``. Where ``promoter.fs.group_sync`` offers no group, every temp and every
-directory keeps an fsync of its own, in the same order. ``blobs`` answers for the staged
-blobs before they are linked (``StagedBlobs``), so the bundle is verified, and its
-receipt written, before anything is named.
+directory keeps an fsync of its own, in the same order (the record's temp, fsynced,
+renamed and its folder fsynced by ``RunQuota.settle`` after the other temps). ``stage``
+answers for the staged blobs before they are linked (``StagedBlobs``), so the bundle is
+verified, and its receipt written, before anything is named.
 
 A failure before the names (a temp's write, the first ``syncfs``, the record's rename)
 stores nothing named and gives the charge back; a failed link gives back the charges of
