@@ -58,7 +58,7 @@ def _in_shares(items: Sequence[T], work: Callable[[T], object]) -> None:
 
 
 @dataclass
-class _Item:
+class Item:
     sha256: str
     size: int
     writer: BlobWriter | None = None
@@ -105,7 +105,7 @@ class BlobBatch:
         record: Record,
         max_blobs: int = BATCH_MAX_BLOBS,
         group_sync_limit: int | None = None,
-        group_one: bool = False,
+        group_fault: str = "after_group_sync",
     ) -> None:
         self.store = store
         self.quota = quota
@@ -113,18 +113,17 @@ class BlobBatch:
         self.blob_limit = blob_limit
         self.max_blobs = max_blobs
         self._record = record
-        self._group_one = group_one  # one new blob's temp joins the quota record's syncfs
-        self.items: list[_Item] = []
+        self.items: list[Item] = []
         # one syncfs for the temps and one for the links, where it is as good as fsyncs;
         # started before anything is written (it samples the filesystem's errors now), on
         # the temps' own directory (a link into place never leaves its filesystem)
         self._group = (
             None
             if group_sync_limit is None
-            else GroupSync.start_at(os.fspath(store.tmp_dir), group_sync_limit)
+            else GroupSync.start_at(os.fspath(store.tmp_dir), group_sync_limit, group_fault)
         )
         self._head = bytearray()
-        self._current: _Item | None = None
+        self._current: Item | None = None
         self._remaining = 0
         self._settled = False
 
@@ -162,7 +161,7 @@ class BlobBatch:
             raise BadRequest('a blob frame header must be "<64 lowercase hex> <size>"')
         if len(self.items) >= self.max_blobs:
             raise PayloadTooLarge(f"at most {self.max_blobs} blobs per batch", limit=self.max_blobs)
-        item = _Item(*header)
+        item = Item(*header)
         self.items.append(item)
         self._current, self._remaining = item, item.size
         if item.size > self.blob_limit:
@@ -183,7 +182,7 @@ class BlobBatch:
         if not self._remaining:
             self._end(item)
 
-    def _end(self, item: _Item) -> None:
+    def _end(self, item: Item) -> None:
         self._current = None
         if item.writer is None:
             return
@@ -198,12 +197,51 @@ class BlobBatch:
 
     # --- committing ---------------------------------------------------------------------
 
+    @property
+    def group(self) -> GroupSync | None:
+        """The batch's group sync (None: an fsync each), opened before its first byte."""
+        return self._group
+
+    @property
+    def reserved(self) -> int:
+        return sum(i.reserved for i in self.items)
+
+    def stage(self) -> list[Item]:
+        """The blobs that hashed right, each charged (none for one stored meanwhile), with
+        nothing flushed, for a caller that stores them with other evidence
+        (``promoter.store.evidence``) and then ends the batch (``settled``) or aborts it.
+        A blob refused now (removed meanwhile and over quota) raises its error."""
+        if self._current is not None or self._head:
+            raise BadRequest("the batch ended inside a blob frame")
+        good = self._charge([i for i in self.items if i.error is None and i.writer is not None])
+        for item in self.items:
+            if item.error is not None:
+                raise item.error
+        return good
+
+    def settled(self) -> None:
+        """The reservations are ended by the caller (``RunQuota.charging`` or ``settle``):
+        ``abort`` gives none back from now on."""
+        self._settled = True
+
+    def record(self, good: list[Item]) -> None:
+        """The blobs' rows, in one database commit (not flushed)."""
+        self._record([(i.sha256, i.size) for i in good])
+
+    def drop(self, item: Item) -> None:
+        """Remove the temp of a blob that will not be linked."""
+        self._drop(item)
+
     def finish(self) -> list[dict[str, Any]]:
         """Commit every blob that hashed right; one answer per frame, in frame order."""
         try:
             return self._finish()
         finally:
             self._close_group()
+
+    def close_group(self) -> None:
+        """Close the batch's group sync (idempotent): after its last ``sync``."""
+        self._close_group()
 
     def _close_group(self) -> None:
         if self._group is not None:
@@ -214,7 +252,7 @@ class BlobBatch:
         if self._current is not None or self._head:
             raise BadRequest("the batch ended inside a blob frame")
         good = [i for i in self.items if i.error is None and i.writer is not None]
-        alongside = (len(good) > 1 or self._group_one) and self._group is not None
+        alongside = len(good) > 1 and self._group is not None
         group = self._group if alongside and self.quota.alongside(self.store.tmp_dir) else None
         if group is None:
             self._sync([i.writer for i in good if i.writer is not None])
@@ -240,7 +278,7 @@ class BlobBatch:
         self._link(good)
         return [item.answer() for item in self.items]
 
-    def _charge(self, good: list[_Item]) -> list[_Item]:
+    def _charge(self, good: list[Item]) -> list[Item]:
         """Set each blob's charge (none for one stored meanwhile); the blobs still good."""
         for item in good:
             if self.store.has(item.sha256):
@@ -278,7 +316,7 @@ class BlobBatch:
             return
         _in_shares(writers, lambda writer: writer.sync())
 
-    def _link(self, good: list[_Item]) -> None:
+    def _link(self, good: list[Item]) -> None:
         refund = 0
         parents: dict[str, None] = {}
         pending = list(good)
@@ -312,7 +350,7 @@ class BlobBatch:
                 if refund:
                     self.quota.refund(self.run_id, refund)
 
-    def _drop(self, item: _Item) -> None:
+    def _drop(self, item: Item) -> None:
         if item.writer is not None:
             item.writer.abort()
             item.writer = None

@@ -139,6 +139,25 @@ class BlobWriter:
         if self._fd is not None:
             start_writeback(self._fd)
 
+    def read_back(self) -> bytes:
+        """The temp's bytes read again and re-hashed, before the blob is linked (a link's
+        target text, for a verification of evidence not yet stored)."""
+        if self._tmp is not None:
+            fd = os.open(self._tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        else:
+            assert self._fd is not None  # the anonymous inode, by its descriptor's /proc link
+            fd = os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                data = handle.read()
+        finally:
+            os.close(fd)
+        if hashlib.sha256(data).hexdigest() != self._sha256:
+            raise BlobHashMismatch(
+                f"the temp of blob {self._sha256} no longer hashes correctly", sha256=self._sha256
+            )
+        return data
+
     def check(self) -> None:
         """Raise ``BlobHashMismatch`` (and store nothing) unless the bytes hash right."""
         actual = self._hash.hexdigest()

@@ -5,9 +5,10 @@ give it its name and flush the directory (protocol: storage#durable-order); the 
 anonymous ``O_TMPFILE`` where the filesystem allows, else named by
 ``promoter.store.state_temps`` (protocol: storage#state-dir-temps). ``write_copy`` and
 ``set_aside`` serve copies without a flush (protocol: storage#copies-without-flush);
-``write_new_together`` and ``StagedReplace`` flush a group at once; ``make_dirs`` flushes
-each level it creates; ``start_writeback`` is a hint, never a flush. A failed write removes
-its temp and raises the ``OSError`` for the caller to translate. Fault points:
+``write_new_together``, ``StagedNew`` and ``StagedReplace`` flush a group at once;
+``make_dirs`` flushes each level it creates; ``start_writeback`` is a hint, never a flush.
+A failed write removes its temp and raises the ``OSError`` for the caller to translate.
+Fault points:
 ``state_write``, ``state_tmpfile`` and ``<fault>_after_<syscall>`` after each step of a
 write (``fault`` defaults to ``state``; the audit store passes ``audit_<kind>``).
 
@@ -258,6 +259,42 @@ class StagedReplace:
             flush.fsync(temp.dir_fd)
         finally:
             self.close()
+        point(f"{self._fault}_after_dir_fsync")
+
+    def close(self) -> None:
+        if self._temp is not None:
+            temp, self._temp = self._temp, None
+            temp.close()
+
+
+class StagedNew:
+    """A ``write_new`` in two halves, for a caller that flushes a group of files.
+
+    Made: the temp is written (``state_write``, ``<fault>_after_create``,
+    ``<fault>_after_write``), flushed only with ``sync=True`` (``<fault>_after_fsync``);
+    without it the caller makes it durable with the rest of its group
+    (``promoter.fs.group_sync``). ``link`` then gives it its name, never over a file
+    (``<fault>_after_link``; False where one stood), and ``sync_dir`` fsyncs its
+    directory for a caller that does not sync the group's names at once; ``close``
+    drops a temp never linked (idempotent).
+    """
+
+    def __init__(
+        self, path: Path, data: bytes, *, mode: int = 0o444, fault: str = "state", sync: bool
+    ) -> None:
+        self.path = path
+        self._fault = fault
+        self._temp: _Temp | None = _Temp.written(path.parent, data, mode, fault, sync=sync)
+
+    def link(self) -> bool:
+        """Name the (already durable) temp; True when this call created the file."""
+        assert self._temp is not None
+        return self._temp.link(self.path.name, self._fault)
+
+    def sync_dir(self) -> None:
+        """fsync the directory the file was named in (``<fault>_after_dir_fsync``)."""
+        assert self._temp is not None
+        flush.fsync(self._temp.dir_fd)
         point(f"{self._fault}_after_dir_fsync")
 
     def close(self) -> None:

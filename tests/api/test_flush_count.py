@@ -17,16 +17,19 @@ record (``docs/decisions/durable-commits-where-the-protocol-needs-them.md``).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from promoter.domain.blob_frames import frame_header
+from promoter.domain.evidence_frames import bundle_header
 from promoter.fs import flush
 from promoter.git import runner
 from tests.gitutil import commit_all
 from tests.support.daemon import Daemon, running_daemon
-from tests.support.flows import make_bundle, make_grant, upload
+from tests.support.flows import make_bundle, make_grant, sha, upload
 from tests.support.fsutil import groups_syncs
 from tests.support.promotion import promote, set_lease
 
@@ -46,6 +49,17 @@ SQLITE_COMMITS = 2
 # the first flow made of the same index file, the tree entries read when the bundle is
 # verified from the repository's running cat-file (no process either)
 GIT = 1
+
+
+# the same flow in one request (``POST /v1/promotions:withEvidence``), where a group sync
+# is offered: one syncfs for every temp of the evidence (the blob's, the quota record's,
+# the bundle's, the verification receipt's), the record named and ``quota/`` fsynced, one
+# syncfs for every name (the blob's, the bundle's, the receipt's); then the promotion's
+# plan, worktree temp, worktree folder and outcome (protocol: storage#evidence-of-one-request).
+# Without one: an fsync of each of the four temps, of ``quota/`` and of the three folders
+# named in, then the promotion's two
+ONE_REQUEST_FLUSHES = {"fsync": 10}
+ONE_REQUEST_FLUSHES_GROUPED = {"fsync": 3, "syncfs": 2}
 
 
 def _same_fan_out(data: bytes) -> bytes:
@@ -132,3 +146,49 @@ def test_a_flow_that_modifies_a_tracked_file_starts_no_more_git_processes(
             assert view["status"] == "completed", view
             assert (repo / "src" / f"tracked{n}.py").read_bytes() == new
     assert started == GIT  # the second flow: HEAD at the read-back, nothing else
+
+
+def _one_request(daemon: Daemon, repo: Path, identity: str, n: int, data: bytes) -> Counter[str]:
+    """One 1-file flow in one request, its own run; the flushes it made."""
+    run_id = f"run_one{n}"
+    grant = make_grant(
+        repo, identity, grant_id=f"grt_one{n}", workflow_id=f"wf_one{n}", run_id=run_id
+    )
+    with daemon.orchestrator() as orch:
+        assert orch.post("/v1/grants", json=grant).status_code == 201
+        token = orch.post(
+            "/v1/executor-tokens", json={"executor_run_id": run_id, "ttl_seconds": 3600}
+        ).json()["token"]
+    set_lease(daemon, grant)
+    document = json.dumps(make_bundle(grant, [(f"src/one{n}.py", None, data)])).encode()
+    content = bundle_header(len(document)) + document + frame_header(sha(data), len(data)) + data
+    with daemon.orchestrator() as orch:
+        before = flush.flushes()
+        answer = orch.post(
+            "/v1/promotions:withEvidence",
+            content=content,
+            params={"fence": "7", "wait": "true"},
+            headers={"Content-Type": "application/octet-stream", "Promoter-Executor-Token": token},
+        )
+        counted = flush.flushes() - before
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["operation"]["status"] == "completed"
+    return counted
+
+
+@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
+def test_a_one_file_flow_in_one_request_pays_a_pinned_number_of_flushes(
+    tmp_path: Path, repo: Path, group_sync: bool
+) -> None:
+    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
+    data = b"print('one request')\n"
+    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _one_request(daemon, repo, identity, 0, _same_fan_out(data))
+        counted = _one_request(daemon, repo, identity, 1, data)
+        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
+    grouped = group_sync and groups_syncs(tmp_path / "state")
+    fs = ONE_REQUEST_FLUSHES_GROUPED if grouped else ONE_REQUEST_FLUSHES
+    expected = Counter(fs) + Counter(sqlite_commit=SQLITE_COMMITS if sqlite else 0)
+    assert counted == expected, counted
+    assert (repo / "src" / "one1.py").read_bytes() == data

@@ -10,10 +10,10 @@ operation, nothing charged); both clients' methods.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import json
+import os
 import socket
-from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,16 +23,16 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+from promoter import faults
 from promoter.client.aio import AsyncPromoterClient
 from promoter.client.sync import PromoterClient
 from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
 from promoter.domain.evidence_frames import bundle_header
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import Forbidden, Unauthenticated
-from promoter.fs import flush
-from tests.support.daemon import Daemon, running_daemon
+from tests.support.daemon import Daemon
 from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
-from tests.support.fsutil import groups_syncs
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.promotion import git_dir_digest, set_lease, tree_bytes
 
 URL = "/v1/promotions:withEvidence"
@@ -353,47 +353,92 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
     assert (repo / "src/app.py").read_bytes() == V2
 
 
-def _in_the_same_fan_out(data: bytes) -> bytes:
-    """Other bytes whose blob lands in the same fan-out folder as ``data``'s."""
-    prefix = hashlib.sha256(data).hexdigest()[:2]
-    return next(
-        other
-        for other in (b"warm-up %d\n" % n for n in range(100_000))
-        if hashlib.sha256(other).hexdigest()[:2] == prefix
-    )
+def _put_first(daemon: Daemon) -> bytes:
+    """A blob stored by the run before the request: its quota record exists."""
+    first = b"stored first\n"
+    with daemon.executor("run_1") as ex:
+        assert ex.put(f"/v1/blobs/sha256/{sha(first)}", content=first).status_code == 201
+    return first
 
 
-@pytest.mark.parametrize("group_sync", [True, False], ids=["group-sync", "fsync-each"])
-def test_one_request_pays_the_flushes_of_the_three_requests(
-    tmp_path: Path, repo: Path, group_sync: bool
+def _charge(daemon: Daemon) -> int:
+    return sum(int(entry.rsplit(":", 1)[1]) for entry in stored(daemon)["quota"])
+
+
+@pytest.mark.daemon(group_sync_max_pending_bytes=NEVER_BUSY)
+@pytest.mark.parametrize("sync", [1, 2], ids=["temps-sync", "names-sync"])
+def test_a_failed_sync_of_the_evidence_answers_507_and_the_same_request_completes(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch, sync: int
 ) -> None:
-    """A 1-file flow in one request (its fan-out folder made by an earlier one) makes the
-    flushes ``tests/api/test_flush_count.py`` pins for the three requests: 4 fsync and 3
-    syncfs with a group sync, 10 fsync without, and 2 durable commits (the promotion
-    receipt in the outcome's commit, protocol: storage#receipt-in-outcome-commit)."""
-    settings = {"group_sync": group_sync, "group_sync_max_pending_bytes": 1 << 62}
-    data = b"print('one request')\n"
-    with running_daemon(tmp_path / "state", {"work": repo}, **settings) as daemon:
-        identity = daemon.services.registry.by_name("work").identity
-        counts = []
-        for n, blob in enumerate((_in_the_same_fan_out(data), data)):
-            grant = make_grant(
-                repo, identity, grant_id=f"grt_f{n}", workflow_id=f"wf_f{n}", run_id=f"run_f{n}"
-            )
-            with daemon.orchestrator() as orch:
-                assert orch.post("/v1/grants", json=grant).status_code == 201
-            set_lease(daemon, grant)
-            change: tuple[str, bytes | None, bytes | None] = (f"src/f{n}.py", None, blob)
-            bundle = make_bundle(grant, [change])
-            token = _executor_token(daemon, f"run_f{n}")
-            before = flush.flushes()
-            answer = _post(daemon, body(bundle, blob), token)
-            counts.append(flush.flushes() - before)
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["operation"]["status"] == "completed"
-        sqlite = daemon.services.db.engine.dialect.name == "sqlite"
-    grouped = group_sync and groups_syncs(tmp_path / "state")
-    expected = Counter({"fsync": 4, "syncfs": 3} if grouped else {"fsync": 10})
-    expected += Counter(sqlite_commit=2 if sqlite else 0)
-    assert counts[1] == expected, counts
-    assert (repo / "src" / "f1.py").read_bytes() == data
+    """The first ``syncfs`` failing: nothing named, the charge given back. The second:
+    the names stay (complete, their bytes and the charge durable), no operation. Either
+    way the same request again completes, each blob charged once."""
+    skip_without_group_sync(daemon.state_dir)
+    grant = _grant(daemon, repo, identity)
+    executor = _executor_token(daemon, "run_1")
+    first = _put_first(daemon)
+    before = stored(daemon)
+    content = body(make_bundle(grant, CHANGES), V1, V2, NEW)
+    monkeypatch.setenv(faults.ENV, f"after_evidence_group_sync=EIO@{sync}")
+    faults.reset()
+    answer = _post(daemon, content, executor)
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert problem(answer) == (507, "storage_error")
+    assert not list((daemon.state_dir / "audit" / "tmp").iterdir())
+    left = stored(daemon)
+    if sync == 1:
+        assert left == before
+    else:
+        assert set(left["blobs"]) == {sha(first), sha(V1), sha(V2), sha(NEW)}
+        assert left["bundles"] == [f"{grant_bundle(content)}.json"]
+        assert left["operations"] == []
+        assert _charge(daemon) == len(first) + len(V1) + len(V2) + len(NEW)
+    again = _post(daemon, content, executor)
+    assert again.status_code == 200, again.text
+    assert again.json()["operation"]["status"] == "completed"
+    assert _charge(daemon) == len(first) + len(V1) + len(V2) + len(NEW)
+    assert tree_bytes(repo)["src/app.py"][0] == V2
+
+
+def grant_bundle(content: bytes) -> str:
+    """The bundle id of a one-request body."""
+    head, _, rest = content.partition(b"\n")
+    return str(json.loads(rest[: int(head.split()[1])])["bundle_id"])
+
+
+def test_a_bundle_that_fails_verification_stores_none_of_the_requests_blobs(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """Verified before anything is named: a blob the bundle names and the body lacks
+    refuses the request, and the blobs it carried are not stored or charged."""
+    grant = _grant(daemon, repo, identity)
+    answer = _post(
+        daemon, body(make_bundle(grant, CHANGES), V1, V2), _executor_token(daemon, "run_1")
+    )
+    assert problem(answer) == (422, "blob_missing")
+    assert answer.json()["failed_checks"] == ["blob_integrity"]
+    assert stored(daemon) == NOTHING
+    assert not list((daemon.state_dir / "audit" / "tmp").iterdir())
+
+
+def _open_on(directory: Path) -> int:
+    """Descriptors of this process (the daemon's too) open on ``directory``."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(directory)
+    return found
+
+
+@pytest.mark.daemon(group_sync_max_pending_bytes=NEVER_BUSY)
+def test_the_evidence_leaves_no_descriptor_of_its_group_open(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    assert problem(_post(daemon, body(bundle, V1, V2), executor)) == (422, "blob_missing")
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor)
+    assert answer.status_code == 200, answer.text
+    assert _open_on((daemon.state_dir / "audit" / "tmp").resolve()) == 0

@@ -1,13 +1,19 @@
 """A daemon killed inside one request's blobs, bundle and promotion, then asked again.
 
 Each run sends one ``POST /v1/promotions:withEvidence`` to a daemon subprocess whose
-``PROMOTER_FAULTS`` kills it (``os._exit``, like SIGKILL) at one step: inside the blobs'
-commit, with every piece of evidence durable but no operation (``evidence_stored``),
-before and after the plan's journal. A fresh daemon on the same state directory then
+``PROMOTER_FAULTS`` kills it (``os._exit``, like SIGKILL) at one step of the evidence's
+storing (protocol: storage#evidence-of-one-request: every temp written, after the first
+flush, after the quota record's rename and its folder's fsync, after each link, after the
+names' flush), with every piece of evidence durable but no operation (``evidence_stored``),
+before and after the plan's journal; with group syncs and with an fsync each. Right after
+the kill: every blob, the bundle and the receipt are either absent or exactly their
+bytes, a document is never named before every blob, and the charge on disk covers every
+blob of the request that is named. A fresh daemon on the same state directory leaves no
+temp of promoter's (anonymous temps died with the process; named ones are swept), then
 either has no operation (the same request again stores nothing twice and promotes once)
 or a ``needs_recovery`` one (recovery completes it exactly; asking again answers it).
-Either way: exact target bytes, one receipt, no temp in the worktree, the run charged
-once for each blob.
+Either way: exact target bytes, the same verification receipt, one promotion receipt, no
+temp in the worktree, the run charged once for each blob.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import pytest
 from promoter.domain.blob_frames import frame_header
 from promoter.domain.evidence_frames import bundle_header
 from tests.support.flows import init_repo, make_bundle, sha
+from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.process import DaemonProcess, granted
 from tests.support.promotion import git_dir_digest, tree_bytes
 
@@ -30,12 +37,21 @@ URL = "/v1/promotions:withEvidence"
 FILES = {"README.md": b"# project\n", "src/app.py": b"v1\n"}
 NEW = {"src/app.py": b"v2\r\n", "src/new/data.bin": b"\x00\x01\xff"}
 POINTS = {  # point: whether the operation exists when the daemon comes back
-    "blob_batch_recorded=kill": False,
-    "blob_batch_link=kill@2": False,
+    "evidence_temps_written=kill": False,
+    "evidence_synced=kill": False,
+    "quota_after_rename=kill": False,
+    "quota_after_dir_fsync=kill": False,
+    "evidence_linked=kill@1": False,  # a blob
+    "evidence_linked=kill@2": False,  # two blobs
+    "evidence_linked=kill@3": False,  # every blob
+    "evidence_linked=kill@4": False,  # the bundle
+    "evidence_linked=kill@5": False,  # the receipt
+    "evidence_names_synced=kill": False,
     "evidence_stored=kill": False,
     "before_journal=kill": True,
     "after_journal=kill": True,
 }
+BLOBS = [FILES["src/app.py"], *NEW.values()]
 
 
 def _prepare(daemon: DaemonProcess, repo: Path) -> tuple[bytes, str]:
@@ -49,8 +65,7 @@ def _prepare(daemon: DaemonProcess, repo: Path) -> tuple[bytes, str]:
         (p, FILES.get(p), data) for p, data in NEW.items()
     ]
     document = json.dumps(make_bundle(grant, changes)).encode()
-    blobs = [FILES["src/app.py"], *NEW.values()]
-    frames = b"".join(frame_header(sha(b), len(b)) + b for b in blobs)
+    frames = b"".join(frame_header(sha(b), len(b)) + b for b in BLOBS)
     return bundle_header(len(document)) + document + frames, str(token)
 
 
@@ -73,14 +88,52 @@ def _charged(state: Path) -> int:
     return sum(int(json.loads(f.read_bytes())["bytes"]) for f in (state / "quota").glob("*.json"))
 
 
+def _files(state: Path) -> dict[str, bytes]:
+    """Every file of the audit store and the quota records, by path, with its bytes."""
+    return {
+        str(p.relative_to(state)): p.read_bytes()
+        for folder in ("audit", "quota")
+        for p in sorted((state / folder).rglob("*"))
+        if p.is_file()
+    }
+
+
+def _own_temps(state: Path) -> list[str]:
+    return sorted(str(p) for p in state.rglob(".promoter-*"))
+
+
+def _after_the_kill(state: Path) -> dict[str, bytes]:
+    """What the killed daemon left: checked, and kept to compare with the final bytes."""
+    left = _files(state)
+    blobs = {Path(p).name for p in left if p.startswith("audit/blobs/")}
+    for path, data in left.items():
+        if path.startswith("audit/blobs/"):
+            assert sha(data) == Path(path).name  # never a torn blob
+    charged = _charged(state)
+    assert charged in (0, sum(len(b) for b in BLOBS))  # the request's whole charge or none
+    if blobs:
+        assert charged  # no blob named before its charge
+    documents = [p for p in left if p.startswith(("audit/bundles/", "audit/receipts/"))]
+    if documents:
+        assert blobs >= {sha(b) for b in BLOBS}  # the documents are named after the blobs
+    return left
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("grouped", [True, False], ids=["group-sync", "fsync-each"])
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_kill_at_each_step_then_ask_again_or_recover_promotes_exactly_once(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, grouped: bool
 ) -> None:
     repo = init_repo(tmp_path / "work", FILES)
     state = tmp_path / "state"
-    first = DaemonProcess(state, {"work": repo}, faults=point)
+    env = {"PROMOTER_GROUP_SYNC_MAX_PENDING_BYTES": str(NEVER_BUSY)}
+    if grouped:
+        state.mkdir()
+        skip_without_group_sync(state)
+    else:
+        env["PROMOTER_GROUP_SYNC"] = "false"
+    first = DaemonProcess(state, {"work": repo}, faults=point, extra_env=env)
     try:
         content, token = _prepare(first, repo)
         git_before = git_dir_digest(repo)
@@ -89,9 +142,11 @@ def test_kill_at_each_step_then_ask_again_or_recover_promotes_exactly_once(
         assert first.wait_exit() == 137
     finally:
         first.kill()
+    left = _after_the_kill(state)
 
-    second = DaemonProcess(state, {"work": repo})
+    second = DaemonProcess(state, {"work": repo}, extra_env=env)
     try:
+        assert _own_temps(state) == []  # none left, or swept as promoter's own
         operations = _operations(second)
         if POINTS[point]:
             [row] = operations
@@ -122,5 +177,12 @@ def test_kill_at_each_step_then_ask_again_or_recover_promotes_exactly_once(
     assert git_dir_digest(repo) == git_before
     receipts = sorted(p.name for p in (state / "audit" / "receipts" / "promotion").iterdir())
     assert receipts == [f"{view['operation_id']}.json"]
+    final = _files(state)
+    for path, data in left.items():  # what the kill left named is what stays
+        if not path.startswith("quota/"):
+            assert final[path] == data, path
+    assert answer.json()["verification_receipt"] == json.loads(
+        final[f"audit/receipts/verification/{answer.json()['bundle_id']}.json"]
+    )
     # each blob charged once at least (a kill may over-charge, never under-charge)
-    assert _charged(state) >= sum(len(b) for b in {FILES["src/app.py"], *NEW.values()})
+    assert _charged(state) >= sum(len(b) for b in set(BLOBS))

@@ -11,9 +11,10 @@ bounds (frames, bytes a blob, bytes in all) and its quota; the bundle is bounded
 (its run and its grant's run are the executor token's) before any blob is written; a
 blob the batch would refuse refuses the whole request, and nothing of it is stored.
 
-Then, in order: the blobs committed (durable), the bundle verified and stored with its
-receipt (durable), the promotion requested (``promoter.engine.operation.with_evidence``);
-waiting and the answer are ``POST /v1/promotions``'s. The same request again answers the
+Then the bundle is verified over the blobs in their temps, the blobs, the charge and
+both documents are stored together, durable, and the promotion is requested
+(``promoter.engine.operation.with_evidence``, ``promoter.store.evidence``); waiting and
+the answer are ``POST /v1/promotions``'s. The same request again answers the
 same operation. Parsing, hashing, writing and verification run in worker threads; the
 bundle's parse and the verification each hold a document slot, never the blobs' stream.
 
@@ -44,9 +45,9 @@ from promoter.domain.parsing import load_json
 from promoter.domain.views import OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.operation import runner, views
-from promoter.engine.operation.with_evidence import promote_with_evidence
+from promoter.engine.operation.with_evidence import GROUP_FAULT, promote_with_evidence
 from promoter.engine.ports import Credentials, Promoting, Provenance, Uploading
-from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated, error_class
+from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.credentials import Principal
 
@@ -131,7 +132,7 @@ class _Body:
             blob_limit=min(self.services.settings.max_blob_bytes, BATCH_BLOB_MAX),
             record=lambda blobs: record_blobs(self.services, blobs),
             group_sync_limit=self.services.settings.group_sync_limit,
-            group_one=True,  # a 1-file change: its blob's temp and the charge, one syncfs
+            group_fault=GROUP_FAULT,  # the evidence's syncs (``promoter.store.evidence``)
         )
 
     def take_blobs(self, view: memoryview) -> bytes | None:
@@ -164,20 +165,14 @@ class _Body:
             self.batch.abort()
 
 
-def _stored(answers: list[dict[str, Any]]) -> None:
-    """A blob refused at the commit (stored by nobody, removed meanwhile, over quota)."""
-    for answer in answers:
-        if answer.get("code"):
-            raise error_class(str(answer["code"]))(str(answer.get("detail") or ""))
-
-
 def _promote(
-    services: Promoting, admitted: Admitted, run_id: str, fence: int, wait: bool
-) -> Response:
+    services: Promoting, admitted: Admitted, batch: BlobBatch, fence: int, wait: bool
+) -> tuple[Response, list[dict[str, Any]]]:
     data, checked = admitted
     with gc_policy.paused():  # as a submission's: the document is freed before it resumes
-        submitted, requested = promote_with_evidence(services, data, checked, run_id, fence)
+        promoted = promote_with_evidence(services, data, checked, batch, fence)
         del data, admitted
+    submitted, requested = promoted.submitted, promoted.requested
     operation_id = requested.operation_id
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
@@ -191,7 +186,7 @@ def _promote(
         if ended
         else OperationAccepted(operation_id=operation_id, status=view.status),
     )
-    return model_response(answer, 200 if ended else 202)
+    return model_response(answer, 200 if ended else 202), promoted.blobs
 
 
 @router.post(
@@ -274,12 +269,13 @@ async def post_promotion_with_evidence(
         if body.pending:
             await run_in_threadpool(body.batch.feed, body.rest())
         body.refuse_a_refused_blob()
-        answers = await run_in_threadpool(body.batch.finish)
+        admitted = body.admitted
+        async with document_slot(services):  # the evidence is dropped on any error in there
+            answer, answers = await run_in_threadpool(
+                _promote, services, admitted, body.batch, fence, wait
+            )
     except BaseException:
         body.abort()  # unlinks of temps and reservations given back: safe cancelled
         raise
-    _stored(answers)
     request.state.blob_intake = [(int(a["status"]), int(a["bytes"] or 0)) for a in answers]
-    admitted = body.admitted
-    async with document_slot(services):
-        return await run_in_threadpool(_promote, services, admitted, run.run_id, fence, wait)
+    return answer

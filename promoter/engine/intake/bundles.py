@@ -24,6 +24,7 @@ from promoter.engine.receipts.envelopes import VERIFICATION, make_envelope, rece
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.engine.verify.basetree import GitBaseTree
 from promoter.engine.verify.bundle import Verification, verify
+from promoter.engine.verify.shared import BlobSizes
 from promoter.errors import (
     BundleConflict,
     BundleUnknown,
@@ -31,11 +32,13 @@ from promoter.errors import (
     Forbidden,
     NotFound,
     OwnedByOtherHost,
+    PromoterError,
     ReceiptConflict,
     error_class,
 )
 from promoter.store import journal, repo
 from promoter.store.db import Database
+from promoter.store.key_ledger import StoredEnvelope
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,11 @@ def verify_bundle(
     document: dict[str, Any],  # the JSON ``bundle`` was parsed from: its bytes are checked
     bundle: PatchBundleV1,
     grant: GrantV1 | None = None,
+    blobs: BlobSizes | None = None,
 ) -> Verification:
     """Verify ``bundle`` against its grant; ``grant`` is that grant when the caller has
-    just read it in the same request (a grant's stored bytes never change)."""
+    just read it in the same request (a grant's stored bytes never change); ``blobs``
+    the blobs it reads where they are not all stored yet (``promoter.store.evidence``)."""
     if grant is None:
         grant = load_grant(services, bundle.grant_id)
     repository = services.registry.by_identity(grant.repository_identity)
@@ -60,7 +65,8 @@ def verify_bundle(
     chained = implicit_states(services, grant) if grant.base_operation else None
     merged = merged_states(services, bundle) if bundle.merge is not None else None
     base = GitBaseTree(repository.layout, cache, services.tree_links)
-    return verify(document, bundle, grant, services.blobs, base, chained, merged)
+    reader = services.blobs if blobs is None else blobs
+    return verify(document, bundle, grant, reader, base, chained, merged)
 
 
 def admit_bundle(
@@ -91,25 +97,54 @@ def admit_bundle(
     return bundle, grant
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A bundle that passed verification, with what storing it takes."""
+
+    bundle: PatchBundleV1
+    receipt: PatchVerificationReceiptV1
+    receipt_bytes: bytes
+    document: bytes  # the bundle's canonical bytes
+    sealed: StoredEnvelope
+    stored: bytes | None  # the passed receipt already stored (identical), if any
+
+    def documents(self) -> list[tuple[str, str, bytes, type[PromoterError]]]:
+        """The two documents to store, as ``AuditStore.put_all`` takes them."""
+        bundle_id = self.bundle.bundle_id
+        return [
+            ("bundle", bundle_id, self.document, BundleConflict),
+            ("verification", bundle_id, self.receipt_bytes, ReceiptConflict),
+        ]
+
+
 def submit_bundle(
     services: Reconciling,
     data: Any,
     *,
     run_id: str | None,
     host_made: bool = False,
-    admitted: tuple[PatchBundleV1, GrantV1] | None = None,
 ) -> Submitted:
     """Verify and store a bundle; ``run_id`` is the executor's own run (None: trusted).
 
-    Who may submit what is ``admit_bundle``'s; ``admitted`` is its answer when the caller
-    asked it already in the same request (``promoter.engine.operation.with_evidence``).
+    Who may submit what is ``admit_bundle``'s.
     """
-    if admitted is None:
-        admitted = admit_bundle(services, data, run_id=run_id, host_made=host_made)
-    else:
-        services.host.refuse_writes()
+    admitted = admit_bundle(services, data, run_id=run_id, host_made=host_made)
+    checked = check_submission(services, data, admitted)
+    created, _ = services.audit.put_all(checked.documents())  # flushed together
+    return record_submission(services, checked, created)
+
+
+def check_submission(
+    services: Reconciling,
+    data: Any,
+    admitted: tuple[PatchBundleV1, GrantV1],
+    blobs: BlobSizes | None = None,
+) -> Checked:
+    """Verify the admitted bundle (``blobs``: see ``verify_bundle``) and sign its receipt;
+    nothing stored but a failed receipt's row, which raises the failure's code, and a
+    passed one that differs from the stored passed receipt is ``receipt_conflict``."""
     bundle, grant = admitted
-    outcome = verify_bundle(services, data, bundle, grant)
+    outcome = verify_bundle(services, data, bundle, grant, blobs)
     receipt_wire = outcome.receipt.wire()
     receipt_bytes = canonical(outcome.receipt)
     # signed by this host, the one that made the receipt, before its transaction opens
@@ -137,20 +172,20 @@ def submit_bundle(
     # the submitted document's canonical bytes, which are canonical(bundle): verification
     # encoded them for manifest_integrity, and a passed check says they hash as claimed
     document = outcome.document.canonical
-    created, _ = services.audit.put_all(  # flushed together
-        [
-            ("bundle", bundle.bundle_id, document, BundleConflict),
-            ("verification", bundle.bundle_id, receipt_bytes, ReceiptConflict),
-        ]
-    )
+    return Checked(bundle, outcome.receipt, receipt_bytes, document, sealed, stored)
+
+
+def record_submission(services: Reconciling, checked: Checked, created: bool) -> Submitted:
+    """The rows of a submission whose documents are stored (``created``: the bundle's new)."""
+    bundle = checked.bundle
     # not flushed: the bundle and its receipt are durable documents already, and a row
     # lost with a power failure is recorded again when the same bundle is submitted again
     with journal.unit_of_work(services.db, durable=False) as session:
         created = repo.add_bundle(session, bundle, services.owner.host or None) or created
-        if stored is None:
-            repo.add_verification(session, bundle.bundle_id, receipt_wire)
-        record_envelope(session, sealed)
-    return Submitted(bundle, outcome.receipt, created and stored is None)
+        if checked.stored is None:
+            repo.add_verification(session, bundle.bundle_id, checked.receipt.wire())
+        record_envelope(session, checked.sealed)
+    return Submitted(bundle, checked.receipt, created and checked.stored is None)
 
 
 def load_bundle(services: Loading, bundle_id: str) -> PatchBundleV1:
