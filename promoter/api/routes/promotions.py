@@ -159,6 +159,15 @@ class _Body:
             if item.error is not None:
                 raise item.error
 
+    def end(self) -> list[dict[str, Any]]:
+        """The bytes still gathered fed, a refused blob refusing all, then the batch
+        committed: in this order, in one worker thread's call (one hop, not two)."""
+        assert self.batch is not None
+        if self.pending:
+            self.batch.feed(self.rest())
+        self.refuse_a_refused_blob()
+        return self.batch.finish()
+
     def abort(self) -> None:
         if self.batch is not None:
             self.batch.abort()
@@ -270,11 +279,7 @@ async def post_promotion_with_evidence(
                     await run_in_threadpool(body.batch.feed, ready)
         if body.admitted is None:
             raise BadRequest("the body ended inside the bundle's frame")
-        assert body.batch is not None
-        if body.pending:
-            await run_in_threadpool(body.batch.feed, body.rest())
-        body.refuse_a_refused_blob()
-        answers = await run_in_threadpool(body.batch.finish)
+        answers = await run_in_threadpool(body.end)
     except BaseException:
         body.abort()  # unlinks of temps and reservations given back: safe cancelled
         raise
