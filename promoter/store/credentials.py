@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
-from sqlalchemy import String, bindparam, select, update
+from sqlalchemy import String, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
@@ -222,8 +222,10 @@ _CREDENTIAL = select(CredentialRow).where(
 # an executor token's row by the token's sha256, built once: every executor request reads it
 # Core, built once: two columns of one row, read without an ORM session (every request
 # of an executor looks its token up)
-_TOKEN = select(ExecutorTokenRow.executor_run_id, ExecutorTokenRow.expires_at).where(
-    ExecutorTokenRow.token_sha256 == bindparam("token_sha256", type_=String())
+# (on the table's own columns: the ORM has no part in running it)
+_TOKENS = cast(Table, ExecutorTokenRow.__table__)
+_TOKEN = select(_TOKENS.c.executor_run_id, _TOKENS.c.expires_at).where(
+    _TOKENS.c.token_sha256 == bindparam("token_sha256", type_=String())
 )
 
 

@@ -97,9 +97,12 @@ def get_operation(session: Session, operation_id: str) -> Operation | None:
 
 # Core, built once: an operation's columns as a plain row, for what only shows it (an
 # operation's view): no ORM object is made or held (a status decided on is read with
-# ``get_operation`` or ``require``, which hold the row)
-_VIEWED = select(cast(Table, OperationRow.__table__)).where(
-    OperationRow.operation_id == bindparam("journal_viewed_id", type_=String())
+# ``get_operation`` or ``require``, which hold the row). On the table's own columns, so
+# the ORM has no part in running it (the session still flushes first, as for any
+# statement): the same SQL as through the mapped class, at about half the cost
+_OPERATIONS = cast(Table, OperationRow.__table__)
+_VIEWED = select(_OPERATIONS).where(
+    _OPERATIONS.c.operation_id == bindparam("journal_viewed_id", type_=String())
 )
 
 
@@ -415,10 +418,11 @@ def start_attempt(session: Session, operation_id: str) -> None:
 # built once, the operation id a parameter (a statement built per call cost more than
 # running it); plain rows (Core), so an attempt still pending in the session is not seen:
 # read where none is (a view)
+_ATTEMPT_ROWS = cast(Table, AttemptRow.__table__)
 _ATTEMPTS = (
-    select(cast(Table, AttemptRow.__table__))
-    .where(AttemptRow.operation_id == bindparam("journal_operation_id", type_=String()))
-    .order_by(AttemptRow.attempt)
+    select(_ATTEMPT_ROWS)
+    .where(_ATTEMPT_ROWS.c.operation_id == bindparam("journal_operation_id", type_=String()))
+    .order_by(_ATTEMPT_ROWS.c.attempt)
 )
 
 

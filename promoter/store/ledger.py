@@ -163,16 +163,16 @@ def verify_chain(rows: Sequence[EventRow | Row[Any]]) -> bool:
 # the reads of one operation's chain, built once with the operation id as a parameter: a
 # statement built per call cost more processor time than running it
 _OPERATION = bindparam("ledger_operation_id", type_=String())
-# the chain as plain rows (Core, its columns): the reads of a view, no ORM object made
+# the chain as plain rows (Core, the table's own columns: the ORM has no part in running
+# them, the session still flushes first): the reads of a view, no ORM object made
+_EVENT_ROWS = cast(Table, EventRow.__table__)
 _EVENTS = (
-    select(cast(Table, EventRow.__table__))
-    .where(EventRow.operation_id == _OPERATION)
-    .order_by(EventRow.seq)
+    select(_EVENT_ROWS).where(_EVENT_ROWS.c.operation_id == _OPERATION).order_by(_EVENT_ROWS.c.seq)
 )
 _LAST_LINK = (
-    select(EventRow.seq, EventRow.event_sha256)
-    .where(EventRow.operation_id == _OPERATION)
-    .order_by(EventRow.seq.desc())
+    select(_EVENT_ROWS.c.seq, _EVENT_ROWS.c.event_sha256)
+    .where(_EVENT_ROWS.c.operation_id == _OPERATION)
+    .order_by(_EVENT_ROWS.c.seq.desc())
     .limit(1)
 )
 

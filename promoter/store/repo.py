@@ -27,6 +27,10 @@ from promoter.store.tables import (
 )
 
 BLOBS = cast(Table, BlobRow.__table__)  # the table itself, for Core bulk inserts
+# the tables themselves, for the hot statements below: on a table's own columns a
+# statement runs without the ORM's part (the same SQL as through the mapped class)
+_BUNDLES = cast(Table, BundleRow.__table__)
+_LEASES = cast(Table, LeaseRow.__table__)
 
 
 def now() -> str:
@@ -96,8 +100,8 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
 # built once (every upload records its blobs): the insert, and the look-up with its
 # digests one expanding parameter
 _ADD_BLOBS = insert(BLOBS)
-_KNOWN_BLOBS = select(BlobRow.sha256).where(
-    BlobRow.sha256.in_(bindparam("digests", expanding=True))
+_KNOWN_BLOBS = select(BLOBS.c.sha256).where(
+    BLOBS.c.sha256.in_(bindparam("digests", expanding=True))
 )
 
 
@@ -123,12 +127,13 @@ def forget_blobs(session: Session, digests: Iterable[str]) -> None:
             session.delete(row)
 
 
-# bundle rows on Core, built once (every bundle submitted adds one): the existence read is
-# an ORM-enabled select, so the session flushes what it holds first, as before any query
-_BUNDLE_KNOWN = select(BundleRow.bundle_id).where(
-    BundleRow.bundle_id == bindparam("bundle_key", type_=String())
+# bundle rows on Core, built once (every bundle submitted adds one), on the table's own
+# columns; the session flushes what it holds first, as before any statement it runs
+# (SQLAlchemy 2.0.16 and later autoflush before Core statements too)
+_BUNDLE_KNOWN = select(_BUNDLES.c.bundle_id).where(
+    _BUNDLES.c.bundle_id == bindparam("bundle_key", type_=String())
 )
-_ADD_BUNDLE = insert(cast(Table, BundleRow.__table__))
+_ADD_BUNDLE = insert(_BUNDLES)
 _PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
 
 
@@ -191,7 +196,6 @@ def bundle_owner_host(session: Session, bundle_id: str) -> tuple[bool, str | Non
 # is flushed first by hand, as before any ORM statement. No caller holds the bundle's row
 # in the same session (a completed promotion's last transaction, the rehearsal), so there
 # is no object to synchronize.
-_BUNDLES = cast(Table, BundleRow.__table__)
 _SET_BUNDLE_STATE = (
     update(_BUNDLES)
     .where(_BUNDLES.c.bundle_id == bindparam("bundle_key", type_=String()))
@@ -205,15 +209,22 @@ def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 
+# a verification's row, which nothing reads back as an object: one plain INSERT built
+# once (no ORM object, no unit of work flushed for it), run where it is added, so in the
+# same order as the session's autoflush wrote it, before the envelope's INSERT
+_ADD_VERIFICATION = insert(cast(Table, VerificationRow.__table__))
+
+
 def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:
-    session.add(
-        VerificationRow(
-            bundle_id=bundle_id,
-            receipt_sha256=receipt["receipt_sha256"],
-            status=receipt["status"],
-            receipt=receipt,
-            created_at=now(),
-        )
+    session.execute(
+        _ADD_VERIFICATION,
+        {
+            "bundle_id": bundle_id,
+            "receipt_sha256": receipt["receipt_sha256"],
+            "status": receipt["status"],
+            "receipt": receipt,
+            "created_at": now(),
+        },
     )
 
 
@@ -238,15 +249,15 @@ def verification_run(session: Session, bundle_id: str) -> str | None:
 
 # Core, built once: the lease's columns (every promotion reads them twice), no ORM load
 _LEASE = select(
-    LeaseRow.run_id,
-    LeaseRow.attempt,
-    LeaseRow.generation,
-    LeaseRow.resume_epoch,
-    LeaseRow.fence,
-    LeaseRow.expires_at,
+    _LEASES.c.run_id,
+    _LEASES.c.attempt,
+    _LEASES.c.generation,
+    _LEASES.c.resume_epoch,
+    _LEASES.c.fence,
+    _LEASES.c.expires_at,
 ).where(
-    LeaseRow.workflow_id == bindparam("workflow_id", type_=String()),
-    LeaseRow.stage == bindparam("stage", type_=String()),
+    _LEASES.c.workflow_id == bindparam("workflow_id", type_=String()),
+    _LEASES.c.stage == bindparam("stage", type_=String()),
 )
 _LEASE_LOCKED = _LEASE.with_for_update()
 

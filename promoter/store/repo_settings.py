@@ -11,9 +11,9 @@ Deliberately not here: what a setting means (``promoter.engine.repo_settings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import String, bindparam, select
+from sqlalchemy import String, Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from promoter.store.db import Database
@@ -49,22 +49,24 @@ def _change(row: Any) -> SettingChange:
     )
 
 
-# Core, built once: the newest change's columns (every promotion request reads them)
+# Core, built once: the newest change's columns (every promotion request reads them), on
+# the table's own columns (the ORM has no part in running it)
+_SETTINGS = cast(Table, RepositorySettingRow.__table__)
 _NEWEST = (
     select(
-        RepositorySettingRow.repository_identity,
-        RepositorySettingRow.repository_name,
-        RepositorySettingRow.setting,
-        RepositorySettingRow.value,
-        RepositorySettingRow.previous,
-        RepositorySettingRow.by_role,
-        RepositorySettingRow.by_name,
-        RepositorySettingRow.host_id,
-        RepositorySettingRow.at,
+        _SETTINGS.c.repository_identity,
+        _SETTINGS.c.repository_name,
+        _SETTINGS.c.setting,
+        _SETTINGS.c.value,
+        _SETTINGS.c.previous,
+        _SETTINGS.c.by_role,
+        _SETTINGS.c.by_name,
+        _SETTINGS.c.host_id,
+        _SETTINGS.c.at,
     )
-    .where(RepositorySettingRow.repository_identity == bindparam("identity", type_=String()))
-    .where(RepositorySettingRow.setting == bindparam("setting", type_=String()))
-    .order_by(RepositorySettingRow.id.desc())
+    .where(_SETTINGS.c.repository_identity == bindparam("identity", type_=String()))
+    .where(_SETTINGS.c.setting == bindparam("setting", type_=String()))
+    .order_by(_SETTINGS.c.id.desc())
     .limit(1)
 )
 

@@ -49,15 +49,15 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     witness.steps(session, operation_id, steps)
 
 
-_STEP_COLUMNS = (
-    StepRow.seq,
-    StepRow.path,
-    StepRow.operation,
-    StepRow.old_state,
-    StepRow.new_state,
-    StepRow.status,
-    StepRow.temp_name,
-    StepRow.detail,
+_STEP_COLUMNS = (  # the table's own columns: the reads run without the ORM's part
+    _STEPS.c.seq,
+    _STEPS.c.path,
+    _STEPS.c.operation,
+    _STEPS.c.old_state,
+    _STEPS.c.new_state,
+    _STEPS.c.status,
+    _STEPS.c.temp_name,
+    _STEPS.c.detail,
 )
 
 
@@ -68,18 +68,15 @@ _STEP_COLUMNS = (
 # UPDATE and DELETE are on the table (Core), which the ORM would otherwise copy and key
 # anew on every call; the session is flushed first by hand, as before any ORM statement.
 _OPERATION = bindparam("steps_operation_id", type_=String())
-_STEPS_OF = select(*_STEP_COLUMNS).where(StepRow.operation_id == _OPERATION).order_by(StepRow.seq)
+_STEPS_OF = select(*_STEP_COLUMNS).where(_STEPS.c.operation_id == _OPERATION).order_by(_STEPS.c.seq)
 _MARK_ALL = (
     update(_STEPS)
     .where(_STEPS.c.operation_id == _OPERATION)
     .values(status=bindparam("steps_status"))
 )
 _DELETE_STEPS = delete(_STEPS).where(_STEPS.c.operation_id == _OPERATION)
-_CREATED_DIRS = (
-    select(CreatedDirRow.path)
-    .where(CreatedDirRow.operation_id == _OPERATION)
-    .order_by(CreatedDirRow.seq)
-)
+_DIRS = cast(Table, CreatedDirRow.__table__)
+_CREATED_DIRS = select(_DIRS.c.path).where(_DIRS.c.operation_id == _OPERATION).order_by(_DIRS.c.seq)
 
 
 def steps(session: Session, operation_id: str) -> list[Step]:

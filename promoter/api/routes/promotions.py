@@ -160,18 +160,29 @@ class _Body:
             if item.error is not None:
                 raise item.error
 
+    def end(self) -> Admitted:
+        """The bytes still gathered fed, then a refused blob refusing all: in this order,
+        in the worker thread's call that stores the evidence (one hop, not two)."""
+        assert self.batch is not None and self.admitted is not None
+        if self.pending:
+            self.batch.feed(self.rest())
+        self.refuse_a_refused_blob()
+        admitted, self.admitted = self.admitted, None  # the caller's alone, to free it
+        return admitted
+
     def abort(self) -> None:
         if self.batch is not None:
             self.batch.abort()
 
 
 def _promote(
-    services: Promoting, admitted: Admitted, batch: BlobBatch, fence: int, wait: bool
+    services: Promoting, body: _Body, fence: int, wait: bool
 ) -> tuple[Response, list[dict[str, Any]]]:
-    data, checked = admitted
+    data, checked = body.end()
+    assert body.batch is not None
     with gc_policy.paused():  # as a submission's: the document is freed before it resumes
-        promoted = promote_with_evidence(services, data, checked, batch, fence)
-        del data, admitted
+        promoted = promote_with_evidence(services, data, checked, body.batch, fence)
+        del data
     submitted, requested = promoted.submitted, promoted.requested
     operation_id = requested.operation_id
     if wait:
@@ -258,6 +269,7 @@ async def post_promotion_with_evidence(
                         _admit, services, bytes(body.bundle), run.run_id
                     )
                 body.start_blobs(admitted)
+                del admitted  # the body holds it until the evidence is stored
             if view:
                 ready = body.take_blobs(view)
                 if ready is not None:
@@ -265,15 +277,8 @@ async def post_promotion_with_evidence(
                     await run_in_threadpool(body.batch.feed, ready)
         if body.admitted is None:
             raise BadRequest("the body ended inside the bundle's frame")
-        assert body.batch is not None
-        if body.pending:
-            await run_in_threadpool(body.batch.feed, body.rest())
-        body.refuse_a_refused_blob()
-        admitted = body.admitted
         async with document_slot(services):  # the evidence is dropped on any error in there
-            answer, answers = await run_in_threadpool(
-                _promote, services, admitted, body.batch, fence, wait
-            )
+            answer, answers = await run_in_threadpool(_promote, services, body, fence, wait)
     except BaseException:
         body.abort()  # unlinks of temps and reservations given back: safe cancelled
         raise

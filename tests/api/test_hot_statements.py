@@ -1,0 +1,76 @@
+"""The statements a 1-file flow in one request runs through a session, and the ORM's part in them.
+
+A statement on a mapped class's attributes goes through the ORM's execution (its compile
+state, its row loading) even where it selects plain columns; the same statement on the
+table's own columns is the same SQL without that part (about half of a hot read's cost).
+Through the real server (the daemon in this process), a one-request flow is watched from
+the request's worker threads and the promotion's own: every statement the ORM takes part
+in must be a load of a row the journal holds (the operation, its attempt: ``Session.get``),
+and every other read is plain Core. So a hot read written on the mapped class again says
+so here.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session
+
+from promoter.store.tables import AttemptRow, OperationRow
+from tests.api.test_promotion_with_evidence import _executor_token, _grant, _post, body
+from tests.support.daemon import running_daemon
+from tests.support.flows import make_bundle
+
+ONE, TWO = b"one\n", b"two\n"
+HELD = {OperationRow, AttemptRow}  # the journal's held rows, loaded by key
+Changes = list[tuple[str, bytes | None, bytes | None]]
+
+
+def _create(path: str, data: bytes) -> Changes:
+    return [(path, None, data)]
+
+
+def _flow_thread() -> bool:
+    name = threading.current_thread().name
+    return name.startswith(("AnyIO worker", "promoter-op"))
+
+
+def test_a_one_request_flow_reads_on_core_the_orm_loads_only_held_rows(
+    tmp_path: Path, repo: Path
+) -> None:
+    seen: list[tuple[str, Any, bool]] = []
+    watching = threading.Event()
+
+    def executed(state: ORMExecuteState) -> None:
+        if not watching.is_set() or not _flow_thread():
+            return
+        entity = None
+        if state.is_select and state.is_orm_statement:
+            entity = state.statement.column_descriptions[0].get("entity")  # type: ignore[attr-defined]
+        kind = "select" if state.is_select else "write"
+        seen.append((kind, entity, state.is_orm_statement))
+
+    with running_daemon(tmp_path / "state", {"demo": repo}) as daemon:
+        with daemon.orchestrator() as orch:
+            identity = orch.get("/v1/repositories").json()["repositories"][0]["repository_identity"]
+        grant = _grant(daemon, repo, identity)
+        executor = _executor_token(daemon, "run_1")
+        first = _post(daemon, body(make_bundle(grant, _create("one.txt", ONE)), ONE), executor)
+        assert first.json()["operation"]["status"] == "completed", first.text
+        event.listen(Session, "do_orm_execute", executed)
+        try:
+            watching.set()
+            second = make_bundle(grant, _create("two.txt", TWO))
+            answer = _post(daemon, body(second, TWO), executor)
+            watching.clear()
+        finally:
+            event.remove(Session, "do_orm_execute", executed)
+        assert answer.json()["operation"]["status"] == "completed", answer.text
+    orm = [(kind, entity) for kind, entity, is_orm in seen if is_orm]
+    core_reads = [kind for kind, _, is_orm in seen if not is_orm and kind == "select"]
+    assert orm, "no row of the journal was loaded: the watch saw nothing"
+    assert all(kind == "select" and entity in HELD for kind, entity in orm), orm
+    assert len(core_reads) >= 10, seen  # the hot reads: the lease, the chain, the view, ...
