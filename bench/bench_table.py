@@ -52,6 +52,8 @@ the median of its per-round figures. The rows:
 - ``flow_1_one_request`` (and ``_cpu``, ``_flushes``): a 1-file flow in one request
   (``bench.rows_one_request``) over the serving stack's floor for one request; its daemon
   processor time and its flushes, the three-request flow's beside them.
+- ``flow_agent_one_request``: changes of 5-17 files to a click-like project, each in one
+  request, over ``git apply`` of the same patch + ``sync``; see ``bench.rows_agent``.
 - ``promotions_workers_2_over_1``: promotions of 8 clients into 8 repositories against
   ``promoter serve --workers 2`` over the same against ``--workers 1``, time over time
   (``bench.rows_workers``).
@@ -65,7 +67,8 @@ run's rounds, at 100 000 files with ``full``, and so do those of ``bench.rows_ru
 loop: wall and CPU). With ``full`` (``--full`` in
 ``bench.run``) the rows of ``bench.rows_gitcost`` join the rounds: a 1-file promotion
 in a 100k-file repository (nested, with snapshots, flat) over the same in a 10-file
-one; they build their repositories once per run.
+one, and the nested one's processor time (``promote_1_in_100k_cpu``); they build their
+repositories once per run.
 
 A row's files stay until the whole run ends. On ext4 without a journal (this kind of
 machine's disk) the kernel does not reuse an inode freed in the last 30 seconds, and it
@@ -76,8 +79,10 @@ by whichever variant happens to share a block group with it.
 ``python -m bench.bench_table`` prints the table; with ``--rows`` only the rows named
 (``SOME_ROWS``: the write path's ``rss_promote_4x256mib``, ``promote_1150``,
 ``promote_1150_syncfs``, ``promote_115``, ``promote_11500_syncfs``, ``flow_1``, ``flow_10``,
-``flow_10_promotion``, the ``flow_1_one_request`` rows, ``promotions_workers_2_over_1``,
-and the builder's ``build_1_in_100k`` and ``build_1gib``, no ``PROMOTER_BENCH_BUILDER`` needed), for
+``flow_10_promotion``, the ``flow_1_one_request`` rows, ``flow_agent_one_request``,
+``promotions_workers_2_over_1``, the ``promote_1_in_100k`` rows (only the pairs named,
+their repositories alone), and the builder's ``build_1_in_100k`` and ``build_1gib``, no
+``PROMOTER_BENCH_BUILDER`` needed), for
 ``--rounds`` rounds; a row named alone brings only the variants it needs
 (``promote_1150_syncfs`` without the bare loop and the warm daemon); a name it does not
 know stops it.
@@ -104,6 +109,7 @@ from typing import Any
 from bench import documents as bd
 from bench import prepared as pp
 from bench import (
+    rows_agent,
     rows_builder,
     rows_fixed,
     rows_fswrite,
@@ -138,6 +144,7 @@ GOALS: dict[str, tuple[float, str]] = {
     "cli_help": (0.3, "s"),
     **rows_fixed.GOALS,
     **rows_one_request.GOALS,
+    **rows_agent.GOALS,
     **rows_workers.GOALS,
     **rows_fswrite.GOALS,
     **rows_builder.BUILDER_GOALS,  # with full=True only, as the next: 100k-file repositories
@@ -156,6 +163,7 @@ LABELS = {
     "cli_help": "promoter --help start",
     **rows_fixed.LABELS,
     **rows_one_request.LABELS,
+    **rows_agent.LABELS,
     **rows_workers.LABELS,
     **rows_fswrite.LABELS,
     **rows_builder.BUILDER_LABELS,
@@ -177,7 +185,12 @@ SOME_ROWS = (
     "flow_1_one_request",
     "flow_1_one_request_cpu",
     "flow_1_one_request_flushes",
+    "flow_agent_one_request",
     "promotions_workers_2_over_1",
+    "promote_1_in_100k",
+    "promote_1_in_100k_cpu",
+    "promote_1_in_100k_snapshots",
+    "promote_1_in_100k_flat",
     "build_1_in_100k",
     "build_1gib",
 )
@@ -381,6 +394,8 @@ def run(
             (work / name).mkdir()
         big_source = wl.make_source(work / "big", big)
         small_source = wl.make_source(work / "small", small)
+        (work / "agent").mkdir()
+        click_source = rows_agent.make_source(work / "agent")
         big_template, _, _ = pp.make_blob_template(work / "t-big", big)
         small_template, _, _ = pp.make_blob_template(work / "t-small", small)
         creates = rows_verify.creates(verify_changes, 64)
@@ -399,6 +414,7 @@ def run(
             lambda r: rows_fixed.flow_1(table, work, r, small_source),
             lambda r: rows_fixed.flow_10(table, work, r, small_source),
             lambda r: rows_one_request.flow_1_one_request(table, work, r, small_source),
+            lambda r: rows_agent.flow_agent_one_request(table, work, r, click_source),
             lambda r: rows_workers.promotions_workers(table, work, r, small_source),
         ]
         if full or builder:  # long: a 100k-file repository and 1 GiB of new content
@@ -460,46 +476,59 @@ def some_rows(wanted: set[str], rounds: int = 3) -> dict[str, Any]:
         raise ValueError(f"not rows --rows can run: {', '.join(sorted(unknown))}")
     work = Path(tempfile.mkdtemp(prefix="promoter-bench-fswrite-"))
     try:
-        table = Table()
-        rows: list[Callable[[int], None]] = []
-        for files in (1150, 115, 11_500):
-            name, syncfs_row = f"promote_{files}", f"promote_{files}_syncfs"
-            loop = name in wanted
-            if not (loop or syncfs_row in wanted):
-                continue
-            syncfs = syncfs_row if syncfs_row in wanted else None
-            rows.append(_made_row(table, work, files, loop=loop, syncfs_row=syncfs))
-        if "rss_promote_4x256mib" in wanted:
-            rows.append(lambda r: rows_fswrite.rss_promote(table, work, r))
-        if "flow_1" in wanted:
-            (work / "flow_1").mkdir()
-            flow_source = wl.make_source(work / "flow_1", wl.make_workload(115, 4096))
-            rows.append(lambda r: rows_fixed.flow_1(table, work, r, flow_source))
-        if wanted & {"flow_10", "flow_10_promotion"}:
-            (work / "flow_10").mkdir()
-            agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
-            rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
-        if wanted & set(rows_one_request.GOALS):
-            (work / "one_request").mkdir()
-            one_source = wl.make_source(work / "one_request", wl.make_workload(115, 4096))
-            rows.append(lambda r: rows_one_request.flow_1_one_request(table, work, r, one_source))
-        if wanted & set(rows_workers.GOALS):
-            (work / "workers").mkdir()
-            workers_source = wl.make_source(work / "workers", wl.make_workload(115, 4096))
-            rows.append(lambda r: rows_workers.promotions_workers(table, work, r, workers_source))
-        if wanted & {"build_1_in_100k", "build_1gib"}:
-            made = rows_builder.prepare(work, big="build_1gib" in wanted)
-            if "build_1_in_100k" in wanted:
-                rows.append(lambda r: rows_builder.build_1_in_100k(table, made, r))
-            if "build_1gib" in wanted:
-                rows.append(lambda r: rows_builder.build_1gib(table, made, r))
-        load_before = os.getloadavg()
-        for round_no in range(rounds):
-            for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
-                step(round_no)
-        return _result(table, rounds, load_before, os.getloadavg(), work)
+        with contextlib.ExitStack() as stack:
+            return _some_rows(wanted, rounds, work, stack)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _some_rows(
+    wanted: set[str], rounds: int, work: Path, stack: contextlib.ExitStack
+) -> dict[str, Any]:
+    table = Table()
+    rows: list[Callable[[int], None]] = []
+    for files in (1150, 115, 11_500):
+        name, syncfs_row = f"promote_{files}", f"promote_{files}_syncfs"
+        loop = name in wanted
+        if not (loop or syncfs_row in wanted):
+            continue
+        syncfs = syncfs_row if syncfs_row in wanted else None
+        rows.append(_made_row(table, work, files, loop=loop, syncfs_row=syncfs))
+    if "rss_promote_4x256mib" in wanted:
+        rows.append(lambda r: rows_fswrite.rss_promote(table, work, r))
+    if "flow_1" in wanted:
+        (work / "flow_1").mkdir()
+        flow_source = wl.make_source(work / "flow_1", wl.make_workload(115, 4096))
+        rows.append(lambda r: rows_fixed.flow_1(table, work, r, flow_source))
+    if wanted & {"flow_10", "flow_10_promotion"}:
+        (work / "flow_10").mkdir()
+        agent_source = wl.make_source(work / "flow_10", wl.make_workload(115, 4096))
+        rows.append(lambda r: rows_fixed.flow_10(table, work, r, agent_source))
+    if wanted & set(rows_one_request.GOALS):
+        (work / "one_request").mkdir()
+        one_source = wl.make_source(work / "one_request", wl.make_workload(115, 4096))
+        rows.append(lambda r: rows_one_request.flow_1_one_request(table, work, r, one_source))
+    if wanted & set(rows_agent.GOALS):
+        (work / "agent").mkdir()
+        click_source = rows_agent.make_source(work / "agent")
+        rows.append(lambda r: rows_agent.flow_agent_one_request(table, work, r, click_source))
+    if wanted & set(rows_workers.GOALS):
+        (work / "workers").mkdir()
+        workers_source = wl.make_source(work / "workers", wl.make_workload(115, 4096))
+        rows.append(lambda r: rows_workers.promotions_workers(table, work, r, workers_source))
+    if wanted & {"build_1_in_100k", "build_1gib"}:
+        made = rows_builder.prepare(work, big="build_1gib" in wanted)
+        if "build_1_in_100k" in wanted:
+            rows.append(lambda r: rows_builder.build_1_in_100k(table, made, r))
+        if "build_1gib" in wanted:
+            rows.append(lambda r: rows_builder.build_1gib(table, made, r))
+    if wanted & set(rows_gitcost.GOALS):  # only the pairs named, their repositories
+        rows += rows_gitcost.rows(table, work, stack, wanted=wanted)
+    load_before = os.getloadavg()
+    for round_no in range(rounds):
+        for step in rows[round_no % len(rows) :] + rows[: round_no % len(rows)]:
+            step(round_no)
+    return _result(table, rounds, load_before, os.getloadavg(), work)
 
 
 def _made_row(

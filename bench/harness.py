@@ -122,6 +122,52 @@ def _cpu_times() -> tuple[float, float]:
     return own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
 
 
+def _live_children_ns() -> dict[int, int]:
+    """Processor nanoseconds so far of each live child process (all its threads), from
+    ``/proc``: a running ``git cat-file --batch``, which ``getrusage`` counts only once it
+    has been waited for."""
+    found: dict[int, int] = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as handle:
+                pids = [int(pid) for pid in handle.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                total = 0
+                for thread in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{thread}/schedstat", encoding="ascii") as s:
+                        total += int(s.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            found[pid] = total
+    return found
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """A point of ``cpu_mark``: user plus system seconds of this process and its waited-for
+    children, and each live child's nanoseconds."""
+
+    seconds: float
+    live: dict[int, int]
+
+
+def cpu_mark() -> CpuMark:
+    return CpuMark(sum(_cpu_times()), _live_children_ns())
+
+
+def cpu_since(mark: CpuMark) -> float:
+    """Processor seconds since ``mark`` of this process (all its threads) and of its child
+    processes, those waited for meanwhile and those still running (a child alive at
+    ``mark`` and waited for since is counted from ``mark`` on)."""
+    now = cpu_mark()
+    live = sum(ns - mark.live.get(pid, 0) for pid, ns in now.live.items())
+    gone = sum(ns for pid, ns in mark.live.items() if pid not in now.live)
+    return now.seconds - mark.seconds + (live - gone) / 1e9
+
+
 @contextmanager
 def served(state_dir: Path, repos: dict[str, Path], workers: int = 1) -> Iterator[str]:
     """``promoter serve --workers workers`` of ``repos`` in its own process: its URL.
