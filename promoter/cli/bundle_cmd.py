@@ -94,8 +94,6 @@ SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
 def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool = True) -> None:
     """The bundle's identity and one line per change, or a summary of a big bundle
     (``paths=False``: its identity only)."""
-    from rich.table import Table
-
     changes = bundle["changes"]
     console.print(
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
@@ -103,6 +101,8 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool =
     )
     if not paths:
         return
+    from rich.table import Table
+
     shown = changes if verbose or len(changes) <= SUMMARY_PATHS else changes[:SUMMARY_PATHS]
     if len(shown) < len(changes):
         counts = Counter(change["operation"] for change in changes)

@@ -88,11 +88,12 @@ _EMOJI = re.compile(r":\S*?:")  # what any of rich's emoji codes matches
 def _unstyled(text: str) -> list[str] | None:
     """The pieces of ``text`` between its tags, as rich reads its markup, when the markup
     only styles it: tags of style names (``[bold green]``, ``[/]``, ``[/bold green]``)
-    closing what is open, no backslash; None for anything else (rich then reads it, or
-    refuses it)."""
+    closing what is open, no backslash before a ``[`` (rich reads ``\\[`` as an escape;
+    any other backslash it prints as it is); None for anything else (rich then reads it,
+    or refuses it)."""
     if "[" not in text:
         return [text]
-    if "\\" in text:
+    if "\\[" in text:
         return None
     opened: list[str] = []
     for match in _TAG.finditer(text):

@@ -294,7 +294,7 @@ def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tup
 
 def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path) -> None:
     """``promoter run --yes``: the grant read back, the bundle built and promoted with its
-    evidence, the receipt shown, and no model loaded for any of it."""
+    evidence, the receipt shown, and no model loaded for any of it, nor rich."""
     with running_daemon(tmp_path / "state", {"work": RepositoryConfig(path=repo)}) as daemon:
         env = {
             "PROMOTER_URL": daemon.url,
@@ -315,4 +315,7 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         assert server == []
         assert "pydantic" not in modules
         assert "promoter.domain.models" not in modules
+        # its lines (the command's words with their backslashes too) and its summary are
+        # plain off a terminal: written without rich
+        assert "rich" not in modules, stdout
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

@@ -21,6 +21,7 @@ from rich.markup import escape as rich_escape
 from promoter.cli import common
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.styled import Styled
+from promoter.executor.run import person
 
 FIXED = [
     "",
@@ -55,6 +56,10 @@ FIXED = [
     ":thumbs_up-emoji: :not_an_emoji: :smile-text:",
     "[1] not a tag, [Bold] neither",
     "a \\[bold] escaped",
+    "[bold]running[/] sh -c printf '\\n# edited\\n' >> a.py in /tmp/x/clone (bwrap)",
+    "[bold]x[/] a\\[bold]b",
+    "[bold]x[/] a\\\\[bold]b[/]",
+    "[bold]x[/] ends in a backslash\\",
 ]
 OPTIONS: list[dict[str, Any]] = [
     {},
@@ -150,6 +155,19 @@ def test_a_forced_terminal_is_left_to_rich(
 def test_escape_is_riches_escape() -> None:
     for text in [*_samples(), "a\\", "a\\\\", "\\", "[x]\\", "x[/]", "[a]"]:
         assert common.escape(text) == rich_escape(text), text
+        assert person.escape(text) == rich_escape(text), text
+
+
+def test_a_run_line_with_backslashes_is_written_without_rich(off_terminal: None) -> None:
+    """A command's words keep their backslashes (``printf '\\n'``): rich reads a backslash
+    only before a tag, so the line is still plain."""
+    words = person.escape("sh -c printf '\\n# edited\\n' >> a.py")
+    line = f"[bold]running[/] {words} in /tmp/x/clone (bwrap)"
+    printed = "running sh -c printf '\\n# edited\\n' >> a.py in /tmp/x/clone (bwrap)\n"
+    assert _printed(common.console.print, line, {"soft_wrap": True, "highlight": False}) == (
+        printed,
+        True,
+    )
 
 
 STYLES = ["", "bold", "green", "red", "cyan", "bold yellow", "dim", "bold magenta"]
