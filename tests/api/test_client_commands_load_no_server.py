@@ -194,6 +194,8 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
+        if name == "bundle_build":  # its table of paths, plain off a terminal
+            assert "rich" not in modules, (name, stdout)
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
