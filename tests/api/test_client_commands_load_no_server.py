@@ -320,4 +320,5 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         # its lines (the command's words with their backslashes too) and its summary are
         # plain off a terminal: written without rich
         assert "rich" not in modules, stdout
+        assert "_strptime" not in modules  # the grant's timestamps read without it
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"
