@@ -4,7 +4,7 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A command
+asynchronous client, nor httpx (nor its transport, httpcore) for a loopback daemon. A command
 printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
 console: they print only plain or merely styled lines. One that reads no wire document
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
@@ -175,6 +175,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
         assert "httpcore" not in modules, name  # a loopback daemon through http.client
+        assert "httpx" not in modules, name  # ... without httpx (``promoter.client.direct``)
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
@@ -321,4 +322,5 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         # plain off a terminal: written without rich
         assert "rich" not in modules, stdout
         assert "_strptime" not in modules  # the grant's timestamps read without it
+        assert "httpx" not in modules  # the loopback daemon reached without it
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"
