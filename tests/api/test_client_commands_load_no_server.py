@@ -197,6 +197,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert json.loads(stdout)["valid"] is True
         if name == "bundle_build":  # its table of paths, plain off a terminal
             assert "rich" not in modules, (name, stdout)
+            assert "logging" not in modules  # the daemon's logs only
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
