@@ -36,6 +36,7 @@ from promoter.cli.common import (
     console,
     escape,
     iec,
+    print_plain_table,
     read_token,
     rich_console,
     rich_would_colour,
@@ -89,13 +90,12 @@ def _load_grant(grant: str, url: str | None, token_file: Path | None) -> Grant:
 
 
 SUMMARY_PATHS = 20  # above this many changes, a summary unless --verbose
+BUNDLE_COLUMNS = ("operation", "path", "old", "new")
 
 
 def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool = True) -> None:
     """The bundle's identity and one line per change, or a summary of a big bundle
     (``paths=False``: its identity only)."""
-    from rich.table import Table
-
     changes = bundle["changes"]
     console.print(
         f"bundle [bold]{bundle['bundle_id']}[/]: {bundle['change_count']} change(s), "
@@ -107,17 +107,18 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool =
     if len(shown) < len(changes):
         counts = Counter(change["operation"] for change in changes)
         console.print("  " + ", ".join(f"{n} {op}" for op, n in sorted(counts.items())))
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("operation", "path", "old", "new"):
-        table.add_column(column, overflow="fold", no_wrap=True)
-    for change in shown:
-        table.add_row(
-            change["operation"],
-            escape(change["path"]),
-            _state(change["old"]),
-            _state(change["new"]),
-        )
-    if shown:
+    rows = [
+        (change["operation"], escape(change["path"]), _state(change["old"]), _state(change["new"]))
+        for change in shown
+    ]
+    if shown and not print_plain_table(BUNDLE_COLUMNS, rows):
+        from rich.table import Table
+
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for column in BUNDLE_COLUMNS:
+            table.add_column(column, overflow="fold", no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
     if len(shown) < len(changes):
         console.print(f"  … and {len(changes) - len(shown)} more (--verbose lists every path)")

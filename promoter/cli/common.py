@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -88,11 +89,12 @@ _EMOJI = re.compile(r":\S*?:")  # what any of rich's emoji codes matches
 def _unstyled(text: str) -> list[str] | None:
     """The pieces of ``text`` between its tags, as rich reads its markup, when the markup
     only styles it: tags of style names (``[bold green]``, ``[/]``, ``[/bold green]``)
-    closing what is open, no backslash; None for anything else (rich then reads it, or
-    refuses it)."""
+    closing what is open, no backslash before a ``[`` (rich reads ``\\[`` as an escape;
+    any other backslash it prints as it is); None for anything else (rich then reads it,
+    or refuses it)."""
     if "[" not in text:
         return [text]
-    if "\\" in text:
+    if "\\[" in text:
         return None
     opened: list[str] = []
     for match in _TAG.finditer(text):
@@ -152,6 +154,35 @@ def _print_plain(stderr: bool, objects: tuple[Any, ...], options: dict[str, Any]
         return False
     stream.write(shown + end)
     stream.flush()
+    return True
+
+
+_TABLE_WIDTH = 10_000  # wider tables are left to rich (its console is UNBOUNDED wide)
+
+
+def print_plain_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> bool:
+    """A borderless table (rich's ``Table(box=None, pad_edge=False)``, a header row, cells
+    that never wrap) written to stdout off a terminal without rich, when rich would write
+    the same bytes: every cell markup rich prints as printable ASCII once its style tags
+    are dropped (so one character is one column), each cell padded to its column's
+    width, the columns two spaces apart. False, having written nothing, otherwise."""
+    if False in _made or rich_would_colour(sys.stdout) or not rows:
+        return False
+    shown: list[list[str]] = []
+    for row in [columns, *rows]:
+        cells = [_plain(cell, True, True) for cell in row]
+        if any(c is None or not (c.isascii() and c.isprintable()) for c in cells):
+            return False
+        shown.append(cast("list[str]", cells))
+    widths = [max(len(row[k]) for row in shown) for k in range(len(columns))]
+    if 0 in widths or sum(widths) + 2 * len(widths) > _TABLE_WIDTH:
+        return False  # rich gives an empty column a width of its own
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        for row in shown
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
     return True
 
 

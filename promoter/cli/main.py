@@ -8,7 +8,6 @@ exits with the error's exit code, printing its code and detail; nothing else is 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from promoter.cli import startup
 from promoter.cli.lazy import PromoterGroup
 
 if TYPE_CHECKING:
+    import logging
+
     from promoter.api.logs import LogFormat
 
 PHASE_TIMING = "PROMOTER_PHASE_TIMING"  # promoter.api.phases.ENV, without importing the server
@@ -177,6 +178,8 @@ def serve(
     sock = listen(settings.host, settings.port)
     logs.configure(fmt, settings.log_level)
     services = daemon_services(settings)
+    import logging  # the daemon's only: a client command loads none of it
+
     started = logging.getLogger("promoter.serve")
     logs.event(
         started,
@@ -255,6 +258,8 @@ _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}  # noqa: S
 def _record_for_the_person(url: str, state_dir: Path, log: logging.Logger) -> None:
     """The daemon's URL, state directory and the person's credential, into the per-user
     configuration; a configuration that cannot be written is logged, never fatal."""
+    import logging
+
     from promoter.api import logs
     from promoter.cli import userconfig
     from promoter.errors import PromoterError

@@ -18,10 +18,11 @@ and retries (``promoter.client.wire``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
+if TYPE_CHECKING:
+    from promoter.client.wire import Response
 
 Origin = tuple[str, str, int]
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -39,7 +40,7 @@ def origin(url: str) -> Origin | None:
     return parts.scheme, parts.hostname.lower(), port or DEFAULT_PORTS[parts.scheme]
 
 
-def location(response: httpx.Response) -> str | None:
+def location(response: Response) -> str | None:
     """The URL a 421 answer sends the request to, if it is one the clients may follow."""
     if response.status_code != 421:
         return None
@@ -47,7 +48,7 @@ def location(response: httpx.Response) -> str | None:
     return target if origin(target) is not None else None
 
 
-def owner(response: httpx.Response, target: str) -> str:
+def owner(response: Response, target: str) -> str:
     """The base URL of the host a followed 421 (``response``) sent the request to: the
     problem's ``owner_url`` when it is that origin (it keeps a path prefix), else
     ``scheme://host:port`` of ``target``."""

@@ -1,8 +1,10 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
-``Transport`` is the base of ``PromoterClient``: it opens the pool (its settings and TLS
-context from ``pool_options``; a loopback daemon reached through ``http.client``,
-``promoter.client.loopback``, unless the environment names proxies), sends a request
+``Transport`` is the base of ``PromoterClient``: it opens the pool (a loopback daemon
+reached through ``http.client`` without httpx, ``promoter.client.direct``, when no
+transport is given and the environment names no proxies; otherwise an httpx client, its
+settings and TLS context from ``pool_options``, over ``promoter.client.loopback`` unless
+the environment names proxies), sends a request
 with the retries ``Backoff`` allows for
 idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), follows
 a 421 to the owning host of the same cluster once (``promoter.client.follow``; the
@@ -15,15 +17,15 @@ object answer. Deliberately not here: the endpoints (``promoter.client.sync`` an
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
-from urllib.request import getproxies  # what httpx reads the environment's proxies with
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from tenacity import Retrying
 
+from promoter.client.direct import DirectClient, loopback
 from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
-from promoter.client.loopback import LoopbackTransport
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -31,10 +33,30 @@ from promoter.client.wire import (
     pool_options,
     raise_for,
     retry_policy,
+    transport_error,
     unreachable,
 )
 from promoter.domain.closing import Closing
 from promoter.errors import PromoterError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from promoter.client.wire import Response
+
+
+def proxied() -> bool:
+    """Whether the environment names proxies, as ``urllib.request.getproxies`` (which
+    httpx reads them with) answers; where that reads only the environment, a variable
+    named ``*_proxy`` with a value is looked for first, so urllib.request is imported only
+    when there is one."""
+    if sys.platform not in ("darwin", "win32") and not any(
+        value and name.lower().endswith("_proxy") for name, value in os.environ.items()
+    ):
+        return False
+    from urllib.request import getproxies
+
+    return bool(getproxies())
 
 
 class Transport(Closing):
@@ -59,10 +81,24 @@ class Transport(Closing):
         self._backoff = backoff
         self._cluster = cluster
         self.followed: str | None = None  # the host the last 421 followed sent a request to
-        options = pool_options(self.url, token, timeout, transport)
-        if transport is None and not getproxies():  # with proxies, httpx's own as before
+        self._http: httpx.Client | DirectClient
+        if transport is None and loopback(self.url) and not proxied():
+            bearer = {"Authorization": f"Bearer {token}"} if token else {}
+            self._http = DirectClient(self.url, bearer, timeout, self._httpx_client)
+        else:
+            self._http = self._httpx_client()
+
+    def _httpx_client(self) -> httpx.Client:
+        """The httpx pool: for a transport given, proxies, another origin than a loopback
+        daemon (and the origins a loopback pool is sent to by a 421)."""
+        import httpx
+
+        from promoter.client.loopback import LoopbackTransport
+
+        options = pool_options(self.url, self._token, self._timeout, self._transport)
+        if self._transport is None and not proxied():  # with proxies, httpx's own as before
             options["transport"] = LoopbackTransport(options["verify"])
-        self._http = httpx.Client(**options)
+        return httpx.Client(**options)
 
     @property
     def token(self) -> str | None:
@@ -86,12 +122,12 @@ class Transport(Closing):
         ok_statuses: tuple[int, ...] = (),
         idempotent: bool | None = None,
         timeout: float | None = None,
-    ) -> httpx.Response:
+    ) -> Response:
         limit = timeout or self._timeout
         policy = retry_policy(self._backoff, method, content, idempotent, ok_statuses)
         send = Retrying(sleep=self._backoff.sleep, **policy)
         try:
-            response: httpx.Response = send(
+            response: Response = send(
                 self._http.request,
                 method,
                 path,
@@ -101,7 +137,9 @@ class Transport(Closing):
                 headers=headers,
                 timeout=limit,
             )
-        except httpx.TransportError as exc:
+        except Exception as exc:
+            if not transport_error(exc):
+                raise
             raise unreachable(self.url, method, path, limit, exc) from exc
         target = location(response) if replayable(content) else None
         if target is not None and self._in_cluster(target):
@@ -116,7 +154,9 @@ class Transport(Closing):
                     headers=headers,
                     timeout=limit,
                 )
-            except httpx.TransportError as exc:
+            except Exception as exc:
+                if not transport_error(exc):
+                    raise
                 raise unreachable(target, method, path, limit, exc) from exc
             self.followed = owner(misdirected, target)
         if response.status_code not in ok_statuses:
@@ -133,7 +173,9 @@ class Transport(Closing):
         a credential that may not ask, the list given at construction)."""
         try:
             answer = self._http.get("/v1/hosts", timeout=self._timeout)
-        except httpx.TransportError:
+        except Exception as exc:
+            if not transport_error(exc):
+                raise
             return False
         if answer.status_code == 200:
             self._cluster = cluster_origins(answer.json())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-import httpx
 from tenacity import (
     RetryCallState,
     retry_any,
@@ -39,10 +39,14 @@ from tenacity import (
     wait_exponential,
 )
 
+from promoter.client.direct import Answer
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
 if TYPE_CHECKING:
+    import httpx
     from pydantic import BaseModel
+
+    Response = httpx.Response | Answer  # httpx's, or the loopback pool's (``direct``)
 
 MISSING_BATCH = 10_000  # digests per blobs:missing request (the server takes 100,000)
 CHUNK = 1 << 20
@@ -83,7 +87,7 @@ def file_chunks(path: Path, chunk_size: int = CHUNK) -> Iterator[bytes]:
             yield chunk
 
 
-def raise_for(response: httpx.Response) -> None:
+def raise_for(response: Response) -> None:
     """Raise the promoter error an unsuccessful answer stands for."""
     if response.is_success:
         return
@@ -117,6 +121,8 @@ def raise_for(response: httpx.Response) -> None:
 def _verifying_tls() -> ssl.SSLContext:
     """httpx's default verifying context (certifi's bundle, or ``SSL_CERT_FILE``/``_DIR``),
     made once per process: loading the bundle takes about 50 ms of CPU."""
+    import httpx
+
     return httpx.create_ssl_context()
 
 
@@ -154,9 +160,26 @@ def _may_retry(
     return idempotent and (content is None or isinstance(content, bytes))
 
 
+def transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of httpx's transport errors (the loopback pool raises them
+    too; httpx is loaded whenever one was raised)."""
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(exc, httpx.TransportError)
+
+
+def _is_answer(result: Any) -> bool:
+    """Whether a call's result is an answer (httpx's, or the loopback pool's)."""
+    httpx = sys.modules.get("httpx")
+    return isinstance(result, Answer) or (httpx is not None and isinstance(result, httpx.Response))
+
+
 def _connection_error(exc: BaseException) -> bool:
     """A transport error worth another try; a timeout is not (it already waited)."""
-    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.TimeoutException)
+    if not transport_error(exc):
+        return False
+    import httpx
+
+    return not isinstance(exc, httpx.TimeoutException)
 
 
 def _last_outcome(state: RetryCallState) -> Any:
@@ -177,7 +200,7 @@ def retry_policy(
     again = {status for status in (503, 429) if status not in ok_statuses}
 
     def busy(response: Any) -> bool:
-        return isinstance(response, httpx.Response) and response.status_code in again
+        return _is_answer(response) and response.status_code in again
 
     exponential = wait_exponential(multiplier=backoff.first, exp_base=2, max=backoff.cap)
 
@@ -187,7 +210,7 @@ def retry_policy(
         outcome = state.outcome
         if outcome is not None and not outcome.failed:
             response = outcome.result()
-            if isinstance(response, httpx.Response) and response.status_code == 429:
+            if _is_answer(response) and response.status_code == 429:
                 asked = response.headers.get("retry-after", "")
                 if asked.isdigit():
                     delay = max(delay, min(float(asked), backoff.cap))
@@ -202,9 +225,10 @@ def retry_policy(
     }
 
 
-def unreachable(
-    url: str, method: str, path: str, timeout: float, exc: httpx.TransportError
-) -> ConfigError:
+def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception) -> ConfigError:
+    """The configuration error a transport error of httpx's (``exc``) stands for."""
+    import httpx  # loaded already: ``exc`` is one of its errors
+
     if isinstance(exc, httpx.TimeoutException):
         return ConfigError(
             f"the promoter server at {url} did not answer {method} {path} within {timeout:g} s",
@@ -229,7 +253,7 @@ def feed_params(
     return {**{k: v for k, v in pairs if v}, **wait_params(wait, None)}
 
 
-def model_of(model: type[M], response: httpx.Response) -> M:
+def model_of(model: type[M], response: Response) -> M:
     return model.model_validate_json(response.content)
 
 

@@ -17,7 +17,15 @@ def check_timestamp(value: str) -> str:
     """``value`` unchanged when it is RFC 3339 UTC with whole seconds and a Z suffix."""
     if not _TIMESTAMP.match(value):
         raise ValueError("timestamp must be RFC 3339 UTC with whole seconds and a Z suffix")
-    datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")  # rejects impossible dates
+    # an impossible date or time is refused as ``strptime`` would (second 60 too), without
+    # loading ``_strptime`` (and ``calendar`` and ``locale``) into every command line
+    try:
+        datetime(
+            int(value[0:4]), int(value[5:7]), int(value[8:10]),
+            int(value[11:13]), int(value[14:16]), int(value[17:19]),
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ValueError(f"timestamp is not a date and time of the calendar: {exc}") from None
     return value
 
 

@@ -30,7 +30,7 @@ from promoter.errors import ConfigError
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
-from promoter.git.layout import discover, repo_env
+from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.runner import run_git
 
 if TYPE_CHECKING:
@@ -52,16 +52,17 @@ class RunRecord(Protocol):
 __all__ = ["build", "create", "head_tree", "overlay_of", "written_tree"]
 
 
-def _objects(worktree: str) -> str:
-    layout = discover(worktree)
+def _objects(worktree: str, found: RepoLayout | None = None) -> str:
+    layout = found or discover(worktree)
     return os.path.join(layout.common_dir, "objects")
 
 
-def head_tree(worktree: str, head: str) -> str:
-    """The tree of ``head``, which must still be the worktree's HEAD."""
-    layout = discover(worktree)
-    found = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
-    if found.stdout.decode().strip() != head:
+def head_tree(worktree: str, head: str, *, found: RepoLayout | None = None) -> str:
+    """The tree of ``head``, which must still be the worktree's HEAD (``found``: the
+    worktree's layout, when the caller discovered it already)."""
+    layout = found or discover(worktree)
+    current = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
+    if current.stdout.decode().strip() != head:
         raise ConfigError(f"the worktree's HEAD is not at {head[:12]} any more; run again")
     tree = run_git(["rev-parse", "--verify", f"{head}^{{tree}}"], env=repo_env(layout))
     return tree.stdout.decode().strip()
@@ -75,12 +76,14 @@ def create(
     from_head: bool,
     save: Callable[[], None],
     used: Callable[[], set[str]],
+    found: RepoLayout | None = None,
 ) -> StartState | None:
     """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
 
-    ``save`` writes the record; ``used`` lists the base trees run records name.
+    ``save`` writes the record; ``used`` lists the base trees run records name;
+    ``found`` is the worktree's layout when the caller discovered it already.
     """
-    objects = _objects(record.worktree)
+    objects = _objects(record.worktree, found)
     save()  # named by a record before anything is made: --list shows it, --remove takes it
     with base_cache.lock(state_dir):
         base = base_cache.ensure(state_dir, objects, record.base_tree)
@@ -93,7 +96,7 @@ def create(
     if not from_head:
         state = capture_into(
             record.worktree, box.start, home, record.base_tree, whiteouts=True,
-            alternates=objects,
+            alternates=objects, found=found,
         )  # fmt: skip
         layers.collapse_empty(box.start, box.bases)
     layers.point_alternates(box.start)
@@ -109,10 +112,11 @@ def written_tree(record: RunRecord) -> Path:
     return Path(record.clone)
 
 
-def overlay_of(record: RunRecord) -> layers.Overlay:
-    """What ``confine`` needs to mount ``record``'s overlay sandbox."""
+def overlay_of(record: RunRecord, *, found: RepoLayout | None = None) -> layers.Overlay:
+    """What ``confine`` needs to mount ``record``'s overlay sandbox (``found``: the
+    worktree's layout, when the caller discovered it already)."""
     box, _ = upper.run_layers(record.clone, record.base_tree)
-    return layers.Overlay(box, Path(_objects(record.worktree)))
+    return layers.Overlay(box, Path(_objects(record.worktree, found)))
 
 
 def build(

@@ -155,15 +155,75 @@ def chosen_layout(unconfined: bool, where: Path) -> str:
 
 
 _AVAILABLE: dict[str, bool] = {}
+KEPT_ANSWER = "overlay-probe"  # in the directory probed: the answer and its conditions
+# the kernel's switches for unprivileged user namespaces, where this kernel has them
+_SWITCHES = (
+    "/proc/sys/kernel/random/boot_id",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
 
 
 def available(where: Path) -> bool:
     """Whether an overlay can be mounted in a user namespace on ``where``'s filesystem
-    (a directory that exists; probed once per process)."""
+    (a directory that exists; probed once per process, and the answer kept in ``where``
+    for later processes while what it depends on is unchanged: ``_conditions``)."""
     key = os.path.realpath(where)
     if key not in _AVAILABLE:
-        _AVAILABLE[key] = _probe(key)
+        _AVAILABLE[key] = _kept_or_probed(key)
     return _AVAILABLE[key]
+
+
+def _conditions(where: str) -> str:
+    """What the probe's answer depends on: this boot of the kernel and its switches for
+    user namespaces, the user, the filesystem ``where`` is on and the interpreter that
+    mounts (a change in any of them probes again)."""
+    values = [f"uid {os.getuid()}", f"dev {os.stat(where).st_dev}", f"python {_python()}"]
+    for switch in _SWITCHES:
+        try:
+            with open(switch, "rb") as handle:
+                value = handle.read(200).decode("ascii", "replace").strip()
+        except OSError:
+            value = "-"
+        values.append(f"{switch} {value}")
+    return "\n".join(values) + "\n"
+
+
+def _kept_or_probed(where: str) -> bool:
+    """The answer kept in ``where`` under the same conditions, else the probe's (kept)."""
+    conditions = _conditions(where)
+    path = os.path.join(where, KEPT_ANSWER)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        kept = b""
+    else:
+        with os.fdopen(fd, "rb") as handle:
+            kept = handle.read(4096)
+    for answer, word in ((True, b"yes\n"), (False, b"no\n")):
+        if kept == conditions.encode() + word:
+            return answer
+    answer = _probe(where)
+    _keep(where, conditions.encode() + (b"yes\n" if answer else b"no\n"))
+    return answer
+
+
+def _keep(where: str, text: bytes) -> None:
+    """Write the probe's answer for later processes (a directory that refuses it keeps
+    nothing: the next process probes again)."""
+    from promoter.fs.own_temp import OwnTemp
+
+    try:
+        temp = OwnTemp.create(where, ".promoter-tmp-probe-")
+    except OSError:
+        return
+    try:
+        with os.fdopen(temp.fd, "wb") as handle:
+            handle.write(text)
+        temp.place(os.path.join(where, KEPT_ANSWER))
+    except OSError:
+        temp.discard()
 
 
 def _probe(where: str) -> bool:

@@ -25,10 +25,13 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
+
+if TYPE_CHECKING:
+    from promoter.git.layout import RepoLayout
 
 __all__ = [
     "RunRecord",
@@ -135,17 +138,20 @@ def create(
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
     from promoter.executor import layered  # the builder's models: not for --list, --prune
+    from promoter.git.layout import discover
 
-    tree = layered.head_tree(worktree, head) if layout == "overlay" else ""
+    # the worktree's layout, discovered once for the head's tree and the layers
+    found = discover(worktree) if layout == "overlay" else None
+    tree = layered.head_tree(worktree, head, found=found) if found else ""
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
-    if layout == "overlay":
+    if found is not None:
         record = RunRecord(
             run_id=run_id, repository=repository, worktree=worktree, branch=branch,
             base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
             allow=allow, layout="overlay",
         )  # fmt: skip
-        _lay_overlay(state_dir, record, home, from_head)
+        _lay_overlay(state_dir, record, home, from_head, found)
         return record
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
@@ -181,14 +187,18 @@ def create(
     return record
 
 
-def _lay_overlay(state_dir: Path, record: RunRecord, home: Path, from_head: bool) -> None:
-    """``layered.create``; a sandbox that could not be laid is removed."""
+def _lay_overlay(
+    state_dir: Path, record: RunRecord, home: Path, from_head: bool, found: RepoLayout
+) -> None:
+    """``layered.create`` (``found``: the worktree's layout); a sandbox that could not be
+    laid is removed."""
     from promoter.executor import layered
 
     try:
         state = layered.create(
             state_dir, record, home, from_head=from_head,
             save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
+            found=found,
         )  # fmt: skip
     except OSError as exc:
         _remove_unfinished(state_dir, record.run_id)

@@ -2,23 +2,27 @@
 
 Run by bubblewrap as ``python -I -S -c <this file's text> SOCKET PORT -- CMD ARGS...``
 (``promoter.executor.confine``), so it uses the standard library only and imports
-nothing of promoter. With a SOCKET (no network), it listens on ``127.0.0.1:PORT`` in
-the sandbox's own network namespace and forwards every connection to SOCKET, the Unix
-socket ``promoter run`` serves outside, which reaches only the daemon. Then it runs the
-command and exits with its status (128 + the signal's number when a signal ended it).
+nothing of promoter; it takes the interpreter's own low-level modules (``_socket``,
+``_thread``, ``_signal``, ``os.posix_spawnp``) rather than ``socket``, ``threading`` and
+``subprocess``, whose imports cost it more than all it does. With a SOCKET (no network),
+it listens on ``127.0.0.1:PORT`` in the sandbox's own network namespace and forwards
+every connection to SOCKET, the Unix socket ``promoter run`` serves outside, which
+reaches only the daemon. Then it runs the command as ``subprocess.call`` would (no
+descriptor but 0–2 passed on, the signals Python ignores back to their defaults) and
+exits with its status (128 + the signal's number when a signal ended it).
 
 It deliberately checks nothing and holds no credential: what crosses is what the
 command sends, authorised by the daemon with the run's executor token alone.
 """
 
-import contextlib
-import socket
-import subprocess
+import _signal  # type: ignore[import-not-found]  # signal's constants, without its enums
+import _socket
+import _thread
+import os
 import sys
-import threading
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def _pipe(source: _socket.socket, sink: _socket.socket) -> None:
     try:
         while True:
             data = source.recv(65536)
@@ -28,37 +32,68 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+        try:  # noqa: SIM105 (contextlib would be one more import)
+            sink.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
 
 
-def _forward(client: socket.socket, path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _forward(client: _socket.socket, path: str) -> None:
+    upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         upstream.connect(path)
     except OSError:
         client.close()
         return
-    threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+    _thread.start_new_thread(_pipe, (upstream, client))
     _pipe(client, upstream)
 
 
-def _serve(listener: socket.socket, path: str) -> None:
+def _serve(listener: _socket.socket, path: str) -> None:
     while True:
-        client, _ = listener.accept()
-        threading.Thread(target=_forward, args=(client, path), daemon=True).start()
+        fd, _ = listener._accept()  # type: ignore[attr-defined]  # not inherited by the command
+        client = _socket.socket(fileno=fd)
+        _thread.start_new_thread(_forward, (client, path))
+
+
+def _spawn(command: list[str]) -> int:
+    """``subprocess.call(command)``: the command's status, negative for a signal."""
+    for fd in _inherited():
+        os.set_inheritable(fd, False)  # as subprocess's close_fds: 0, 1 and 2 only
+    names = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")  # those Python ignores, as subprocess resets
+    defaults = [getattr(_signal, name) for name in names if hasattr(_signal, name)]
+    pid = os.posix_spawnp(command[0], command, os.environ, setsigdef=defaults)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _inherited() -> list[int]:
+    """This process's descriptors above 2 that a command it starts would inherit."""
+    try:
+        candidates = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every descriptor number
+        candidates = list(range(3, os.sysconf("SC_OPEN_MAX")))
+    found = []
+    for fd in candidates:
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:
+                pass  # not open (the listing's own descriptor, closed already)
+    return found
 
 
 def main(argv: list[str]) -> int:
     path, port, command = argv[0], int(argv[1]), argv[3:]
     if path:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(64)
-        threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+        _thread.start_new_thread(_serve, (listener, path))
     try:
-        code = subprocess.call(command)
+        code = _spawn(command)
     except OSError as exc:
         sys.stderr.write(f"promoter run: cannot start {command[0]}: {exc.strerror}\n")
         return 127

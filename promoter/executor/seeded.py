@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (
     NotPlain,
+    PlainIndex,
     converting_config,
     copy_index,
     harmless_attributes,
@@ -63,6 +64,30 @@ _BASE_COMMIT = b"tree %s\nauthor promoter <> 0 +0000\ncommitter promoter <> 0 +0
 _GITLINK = "160000"
 _LINK = "120000"
 _NULL_OID = "0" * 40
+
+
+class _Walk(threading.Thread):
+    """``plain_index(data)`` in a thread of its own, its answer or its error kept for
+    ``result`` (a thread, not a pool: ``concurrent.futures`` would load ``logging``)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(name="promoter-index-walk")
+        self._data = data
+        self._answer: PlainIndex | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._answer = plain_index(self._data)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> PlainIndex:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
 
 
 class _NoSeed(Exception):
@@ -134,13 +159,16 @@ class SeededShadow(ShadowTree):
             raise _NoSeed from exc
         self._point_head_at(base)
         env = {**self._read_env, "GIT_INDEX_FILE": seed}
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            walked = pool.submit(plain_index, data)  # while git reads the copy
+        walked = _Walk(data)  # while git reads the copy
+        walked.start()
+        try:
             status = self._seed_git(_STATUS, env)
-            try:
-                index = walked.result()
-            except NotPlain as exc:
-                raise _NoSeed from exc
+        finally:
+            walked.join()
+        try:
+            index = walked.result()
+        except NotPlain as exc:
+            raise _NoSeed from exc
         files, cached, untracked = _parse_status(status)
         if b".gitattributes" in untracked:
             raise _NoSeed

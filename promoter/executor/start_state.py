@@ -40,7 +40,7 @@ from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.tree_edit import edited_tree
 from promoter.fs.own_entry import OwnDir, OwnTree
-from promoter.git.layout import discover, repo_env
+from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, decode_path, require_oid
@@ -187,6 +187,7 @@ def capture_into(
     *,
     whiteouts: bool = False,
     alternates: str | None = None,
+    found: RepoLayout | None = None,
 ) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
@@ -194,9 +195,10 @@ def capture_into(
     the person's worktree and ``.git`` only; writes only inside ``clone``. With
     ``whiteouts`` ``clone`` is an overlay's start layer (``layers.py``), empty but its
     ``.git``: differences are laid as files, and deletions as whiteouts over the base;
-    ``alternates`` then names the person's object directory (HEAD's objects).
+    ``alternates`` then names the person's object directory (HEAD's objects). ``found``:
+    the worktree's layout, when the caller discovered it already.
     """
-    layout = discover(worktree)
+    layout = found or discover(worktree)
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []

@@ -4,7 +4,7 @@ Each command runs as the installed program does (``promoter.cli.main.entry``) in
 of its own against a real daemon; what it imported is read at exit (an at-exit hook, which
 must still run when the program ends without its teardown). No command that talks to a
 daemon may load the daemon's side: its web stack, its database, its services, the
-asynchronous client, nor httpx's transport (httpcore) for a loopback daemon. A command
+asynchronous client, nor httpx (nor its transport, httpcore) for a loopback daemon. A command
 printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load rich's
 console: they print only plain or merely styled lines. One that reads no wire document
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
@@ -175,6 +175,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
         assert "httpcore" not in modules, name  # a loopback daemon through http.client
+        assert "httpx" not in modules, name  # ... without httpx (``promoter.client.direct``)
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
@@ -194,6 +195,9 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
+        if name == "bundle_build":  # its table of paths, plain off a terminal
+            assert "rich" not in modules, (name, stdout)
+            assert "logging" not in modules  # the daemon's logs only
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
@@ -294,7 +298,7 @@ def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tup
 
 def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path) -> None:
     """``promoter run --yes``: the grant read back, the bundle built and promoted with its
-    evidence, the receipt shown, and no model loaded for any of it."""
+    evidence, the receipt shown, and no model loaded for any of it, nor rich."""
     with running_daemon(tmp_path / "state", {"work": RepositoryConfig(path=repo)}) as daemon:
         env = {
             "PROMOTER_URL": daemon.url,
@@ -315,4 +319,9 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         assert server == []
         assert "pydantic" not in modules
         assert "promoter.domain.models" not in modules
+        # its lines (the command's words with their backslashes too) and its summary are
+        # plain off a terminal: written without rich
+        assert "rich" not in modules, stdout
+        assert "_strptime" not in modules  # the grant's timestamps read without it
+        assert "httpx" not in modules  # the loopback daemon reached without it
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

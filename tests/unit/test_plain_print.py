@@ -21,6 +21,7 @@ from rich.markup import escape as rich_escape
 from promoter.cli import common
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.styled import Styled
+from promoter.executor.run import person
 
 FIXED = [
     "",
@@ -55,6 +56,10 @@ FIXED = [
     ":thumbs_up-emoji: :not_an_emoji: :smile-text:",
     "[1] not a tag, [Bold] neither",
     "a \\[bold] escaped",
+    "[bold]running[/] sh -c printf '\\n# edited\\n' >> a.py in /tmp/x/clone (bwrap)",
+    "[bold]x[/] a\\[bold]b",
+    "[bold]x[/] a\\\\[bold]b[/]",
+    "[bold]x[/] ends in a backslash\\",
 ]
 OPTIONS: list[dict[str, Any]] = [
     {},
@@ -150,6 +155,19 @@ def test_a_forced_terminal_is_left_to_rich(
 def test_escape_is_riches_escape() -> None:
     for text in [*_samples(), "a\\", "a\\\\", "\\", "[x]\\", "x[/]", "[a]"]:
         assert common.escape(text) == rich_escape(text), text
+        assert person.escape(text) == rich_escape(text), text
+
+
+def test_a_run_line_with_backslashes_is_written_without_rich(off_terminal: None) -> None:
+    """A command's words keep their backslashes (``printf '\\n'``): rich reads a backslash
+    only before a tag, so the line is still plain."""
+    words = person.escape("sh -c printf '\\n# edited\\n' >> a.py")
+    line = f"[bold]running[/] {words} in /tmp/x/clone (bwrap)"
+    printed = "running sh -c printf '\\n# edited\\n' >> a.py in /tmp/x/clone (bwrap)\n"
+    assert _printed(common.console.print, line, {"soft_wrap": True, "highlight": False}) == (
+        printed,
+        True,
+    )
 
 
 STYLES = ["", "bold", "green", "red", "cyan", "bold yellow", "dim", "bold magenta"]
@@ -286,4 +304,54 @@ def test_the_diff_keeps_its_colours_on_a_terminal(
         "\x1b[36m@@ -1 +1 @@\x1b[0m\n"
         "\x1b[31m-old\x1b[0m\n"
         "\x1b[32m+new\x1b[0m\n"
+    )
+
+
+def _rich_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """The table as ``print_bundle`` had rich print it."""
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    common.rich_console(stderr=False).print(table)
+
+
+def _table_samples() -> list[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
+    rng = random.Random(13)
+    words = ["a", "src/app.py", "100644 1.0 KiB", "-", " lead", "trail ", "[bold]x[/]", "x" * 90]
+    words += ["漢字.py", ":smile:", "a\\[b]", "tab\tx", "", "[/]", "é", "a  b", "x:y:z"]
+    samples = []
+    for _ in range(400):
+        width = rng.randint(1, 4)
+        columns = tuple(
+            rng.choice(["operation", "path", "old", "new", "a", ""]) for _ in range(width)
+        )
+        rows = [tuple(rng.choice(words) for _ in range(width)) for _ in range(rng.randint(1, 5))]
+        samples.append((columns, rows))
+    return samples
+
+
+def test_plain_table_writes_what_rich_writes(off_terminal: None) -> None:
+    plain = 0
+    for columns, rows in _table_samples():
+        ours, without_rich = _printed(
+            lambda c, rows: common.print_plain_table(c, rows) or _rich_table(c, rows),
+            columns,
+            {"rows": rows},
+        )
+        theirs, _ = _printed(_rich_table, columns, {"rows": rows})
+        assert ours == theirs, (columns, rows)
+        plain += without_rich
+    assert plain > 50  # the plain path is taken, not only the fallback
+    bundle = [("modify", "src/a.py", "100644 1.0 KiB", "100644 2.0 KiB"), ("create", "b", "-", "x")]
+    assert _printed(
+        common.print_plain_table, ("operation", "path", "old", "new"), {"rows": bundle}
+    ) == (
+        "operation  path      old             new           \n"
+        "modify     src/a.py  100644 1.0 KiB  100644 2.0 KiB\n"
+        "create     b         -               x             \n",
+        True,
     )

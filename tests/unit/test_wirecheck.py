@@ -103,3 +103,32 @@ def test_a_refusal_reads_as_the_models_error() -> None:
         ReceiptInvalid, match="not a valid PatchVerificationReceiptV1: status: Input should be"
     ):
         signing.check_document(jcs(document))
+
+
+def test_timestamps_are_refused_exactly_where_strptime_refuses_them() -> None:
+    """``check_timestamp`` reads the fields itself (no ``_strptime`` loaded): the dates
+    and times it accepts are those ``datetime.strptime`` accepts, leap days and second 60
+    included."""
+    from datetime import datetime
+
+    from promoter.domain.wire_formats import check_timestamp
+
+    def accepted(check: Any, value: str) -> bool:
+        try:
+            check(value)
+        except ValueError:
+            return False
+        return True
+
+    def strptime(value: str) -> None:
+        datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+
+    seen = 0
+    for year in ("0000", "0001", "1900", "2000", "2023", "2024", "9999"):
+        for month in ("00", "01", "02", "04", "12", "13"):
+            for day in ("00", "01", "28", "29", "30", "31", "32"):
+                for time in ("00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60"):
+                    value = f"{year}-{month}-{day}T{time}Z"
+                    assert accepted(check_timestamp, value) == accepted(strptime, value), value
+                    seen += accepted(strptime, value)
+    assert seen > 100

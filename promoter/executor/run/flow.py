@@ -36,7 +36,7 @@ from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
-from promoter.git.layout import discover
+from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
     from promoter.client import answers as wire
@@ -228,15 +228,28 @@ def grant_document(
     return grant
 
 
-def _hidden(state_dir: Path, record: sandboxes.RunRecord, extra: tuple[Path, ...]) -> list[Path]:
-    """What the sandbox must not see: the state directory, the worktree, its git dirs,
-    and ``extra`` (``--hide`` and every directory ``hidden.secret_dirs`` names)."""
-    hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
+def _layout(record: sandboxes.RunRecord) -> RepoLayout | None:
+    """The layout of the run's worktree, discovered once before its command; None when
+    it cannot be (the worktree itself stays hidden; the daemon will refuse what it
+    cannot read)."""
     try:
-        layout = discover(record.worktree)
-        hidden += [Path(layout.git_dir), Path(layout.common_dir)]
+        return discover(record.worktree)
     except PromoterError:
-        pass  # the worktree itself stays hidden; the daemon will refuse what it cannot read
+        return None
+
+
+def _hidden(
+    state_dir: Path,
+    record: sandboxes.RunRecord,
+    extra: tuple[Path, ...],
+    layout: RepoLayout | None,
+) -> list[Path]:
+    """What the sandbox must not see: the state directory, the worktree, its git dirs
+    (``layout``'s), and ``extra`` (``--hide`` and every directory ``hidden.secret_dirs``
+    names)."""
+    hidden = [state_dir.resolve(), Path(record.worktree).resolve(), *extra]
+    if layout is not None:
+        hidden += [Path(layout.git_dir), Path(layout.common_dir)]
     return hidden
 
 
@@ -256,14 +269,15 @@ def _run_command(
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     from promoter.executor import layered  # the builder: loaded by a run only
 
-    overlay = layered.overlay_of(record) if record.layout == "overlay" else None
+    found = _layout(record)
+    overlay = layered.overlay_of(record, found=found) if record.layout == "overlay" else None
     if how.unconfined:
         argv = overlay.wrap(command) if overlay else command  # mounted, not confined
         return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
     box = confine.Sandbox(
         clone=Path(record.clone),
         home=home,
-        hide=_hidden(host.state_dir, record, how.hide),
+        hide=_hidden(host.state_dir, record, how.hide, found),
         network=how.network,
         limits=how.limits,
         overlay=overlay,

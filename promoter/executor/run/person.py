@@ -25,7 +25,10 @@ Consent = Literal["yes", "asked"] | None
 
 
 def escape(text: str) -> str:
-    """``text`` shown as it is, never read as console markup."""
+    """``text`` shown as it is, never read as console markup: rich's ``escape``, loaded
+    only for a string it changes (one with a ``[`` or ending in a backslash)."""
+    if "[" not in text and not text.endswith("\\"):
+        return text
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
