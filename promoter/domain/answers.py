@@ -26,6 +26,8 @@ DiffFlag = Literal[
     "symlink",
 ]
 Shown = Literal["full", "partial", "none"]
+TraceChange = Literal["A", "M", "D", "T"]
+TraceVerdict = Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
 
 
 class Attempt(TypedDict):
@@ -529,11 +531,11 @@ class Step(TypedDict):
 
 class TracePath(TypedDict):
     path: str
-    change: Literal["A", "M", "D", "T"] | None
+    change: TraceChange | None
     exists: bool | None
     sha256: str | None
     mode: str | None
-    verdict: Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
+    verdict: TraceVerdict
     promotions: list[TracePromotion]
     last_promotion: TracePromotion | None
 
