@@ -113,7 +113,7 @@ schemas: $(STAMP)
 	$(PY) -m promoter.domain.schemas schemas
 	$(PY) -m promoter.domain.wirecheck_gen promoter/domain/wire_schemas.py
 	$(PY) -m promoter.api.openapi_export schemas
-	$(PY) -m scripts.client_answers
+	$(PY) -m scripts.answers
 
 # the speed table, printed and written into docs/benchmarks.md (the last run only)
 bench: $(STAMP)

@@ -31,7 +31,7 @@ from promoter.client.sync import PromoterClient
 from promoter.errors import MergeConflict, MergeUnsupported
 
 if TYPE_CHECKING:
-    from promoter.client import answers
+    from promoter.domain import answers
 
 __all__ = ["register"]
 

@@ -51,7 +51,7 @@ from promoter.git.head import commit_tree
 from promoter.git.readback import RepoLayout, discover, index_entries
 
 if TYPE_CHECKING:
-    from promoter.client import answers
+    from promoter.domain import answers
 
 __all__ = ["capture_precondition", "parse_allow", "register"]
 

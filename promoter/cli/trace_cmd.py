@@ -31,7 +31,7 @@ from promoter.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from promoter.client import answers
+    from promoter.domain import answers
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="Name of a repository the server guards.")]
 RECEIPT_PREFIX = 12

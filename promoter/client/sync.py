@@ -4,7 +4,7 @@ One method per endpoint, with the bearer token; a problem+json answer is raised 
 ``PromoterError`` subclass its ``code`` names (protocol: api#http-errors), an unreachable
 server as a ``ConfigError`` naming the URL. Idempotent calls are retried with backoff on
 connection errors and 503; a streamed body never is. Answers are the ``TypedDict``s of
-``promoter.client.answers`` (typed member by member, no pydantic loaded to read them), wire
+``promoter.domain.answers`` (typed member by member, no pydantic loaded to read them), wire
 models (protocol: documents#strict-models), or for ``operation``, ``events`` and ``watch``
 the response models of ``promoter.domain.views``.
 The parts are its neighbours: ``promoter.client.wire`` (retries, problems, TLS),
@@ -40,7 +40,7 @@ from promoter.domain.blob_frames import frame_bytes
 from promoter.errors import PromoterError
 
 if TYPE_CHECKING:
-    import promoter.client.answers as answers
+    import promoter.domain.answers as answers
     from promoter.client.aio import AsyncPromoterClient
     from promoter.domain.models import (
         DsseEnvelope,

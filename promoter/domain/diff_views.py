@@ -1,7 +1,9 @@
 """The answer of ``GET /v1/bundles/{id}/diff`` as models: the page, its files, the unseen.
 
-These models list its members (every one) so clients and the contract tests know them. The
-meaning of each flag is in ``docs/guide/review.md`` and ``promoter.engine.review.scan``.
+These models list its members (every one) so clients and the contract tests know them; the
+engine builds the answer as the ``TypedDict``s generated from them
+(``promoter.domain.answers``), so mypy holds what it builds to this shape. The meaning of
+each flag is in ``docs/guide/review.md`` and ``promoter.engine.review.scan``.
 
 Deliberately not here: building or validating the answer (the engine's).
 """

@@ -493,13 +493,17 @@ class TracePromotion(Reply):
     receipt_sha256: str
 
 
+TraceChange = Literal["A", "M", "D", "T"]
+TraceVerdict = Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
+
+
 class TracePath(Reply):
     path: str
-    change: Literal["A", "M", "D", "T"] | None
+    change: TraceChange | None
     exists: bool | None
     sha256: str | None
     mode: str | None
-    verdict: Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
+    verdict: TraceVerdict
     promotions: list[TracePromotion]
     last_promotion: TracePromotion | None
 

@@ -15,9 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from promoter.domain import wirepath
+from promoter.domain.answers import (
+    TraceChange,
+    TracePath,
+    TracePromotion,
+    TraceReport,
+    TraceVerdict,
+)
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.ports import Provenance
 from promoter.engine.repos import Repository
@@ -28,44 +35,12 @@ from promoter.git.records import EMPTY_TREE, DiffEntry, parse_diff_raw
 from promoter.git.runner import GitResult, run_git
 from promoter.store import journal
 
-__all__ = ["PathTrace", "Promotion", "Trace", "Verdict", "trace_commit", "trace_staged"]
-
-Verdict = Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
+__all__ = ["PathTrace", "Promotion", "Trace", "trace_commit", "trace_staged"]
 
 # A revision the caller may name: a commit id or a ref-like name, never an option and
 # never a ``rev:path`` expression. Whatever it names must peel to a commit.
 REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,199}")
 _GITLINK = "160000"
-
-
-class PromotionWire(TypedDict):
-    operation_id: str
-    status: str
-    bundle_id: str
-    grant_id: str
-    executor_run_id: str | None
-    promoted_at: str
-    receipt_sha256: str
-
-
-class PathTraceWire(TypedDict):
-    path: str
-    change: str | None
-    exists: bool | None
-    sha256: str | None
-    mode: str | None
-    verdict: Verdict
-    promotions: list[PromotionWire]
-    last_promotion: PromotionWire | None
-
-
-class TraceWire(TypedDict):
-    """``Trace.wire``: the trace as the API answers it."""
-
-    repository: str
-    commit: str | None
-    parent: str | None
-    paths: list[PathTraceWire]
 
 
 @dataclass(frozen=True)
@@ -80,7 +55,7 @@ class Promotion:
     promoted_at: str
     receipt_sha256: str
 
-    def wire(self) -> PromotionWire:
+    def wire(self) -> TracePromotion:
         return {
             "operation_id": self.operation_id,
             "status": self.status,
@@ -97,15 +72,15 @@ class PathTrace:
     """One path: what the commit holds there, and which receipts wrote it."""
 
     path: str  # wire form (protocol: documents#byte-paths), as receipts name it
-    change: str | None  # A, M, D, T; None when untouched
+    change: TraceChange | None  # None when untouched
     exists: bool | None  # None when untouched
     sha256: str | None
     mode: str | None
-    verdict: Verdict
+    verdict: TraceVerdict
     promotions: tuple[Promotion, ...]  # the receipts that wrote exactly these bytes
     last_promotion: Promotion | None  # changed_after_promotion: the last one that wrote it
 
-    def wire(self) -> PathTraceWire:
+    def wire(self) -> TracePath:
         last = self.last_promotion
         return {
             "path": self.path,
@@ -128,7 +103,7 @@ class Trace:
     parent: str | None
     paths: tuple[PathTrace, ...]
 
-    def wire(self) -> TraceWire:
+    def wire(self) -> TraceReport:
         return {
             "repository": self.repository,
             "commit": self.commit,
@@ -206,7 +181,7 @@ def _judge(
         for promotion, target in written
         if target.get("exists") is exists and (not exists or target.get("sha256") == sha)
     )
-    verdict: Verdict = "not_promoted"
+    verdict: TraceVerdict = "not_promoted"
     if written:
         verdict = "promoted" if exact else "changed_after_promotion"
     last = written[-1][0] if written and not exact else None

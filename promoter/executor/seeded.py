@@ -18,6 +18,7 @@ import re
 import stat
 import threading
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
@@ -35,6 +36,7 @@ from promoter.git.layout import RepoLayout
 from promoter.git.readback import prefixes_of
 from promoter.git.records import (
     DiffEntry,
+    DiffStatus,
     check_pathspec_paths,
     decode_path,
     require_oid,
@@ -253,7 +255,7 @@ class SeededShadow(ShadowTree):
             if new is None:
                 entries.append(DiffEntry("D", path, old[0], None, old[1], None))
             elif new != old:
-                status = "M" if _kind(new[0]) == _kind(old[0]) else "T"
+                status: DiffStatus = "M" if _kind(new[0]) == _kind(old[0]) else "T"
                 entries.append(DiffEntry(status, path, old[0], new[0], old[1], new[1]))
         for path in added:
             new = self._read(path, tracked_gitlink=False)
@@ -405,7 +407,7 @@ def _entry(
     if (status == "A") != old_absent or (status == "D") != new_absent:
         raise _NoSeed
     return DiffEntry(
-        status,
+        cast(DiffStatus, status),  # _STATUS_FIELDS admits only these (and ".", not passed)
         path,
         None if old_absent else old.decode("ascii"),
         None if new_absent else new.decode("ascii"),

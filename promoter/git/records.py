@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Literal, cast
 
 from promoter.errors import GitError
 
@@ -70,6 +71,9 @@ class TreeEntry:
     type: str
 
 
+DiffStatus = Literal["A", "D", "M", "T"]
+
+
 @dataclass(frozen=True)
 class DiffEntry:
     """One changed path between two trees; the absent side of an A or D is ``None``.
@@ -78,7 +82,7 @@ class DiffEntry:
     ``T`` (type changed, e.g. a file became a symlink).
     """
 
-    status: str
+    status: DiffStatus
     path: str
     old_mode: str | None
     new_mode: str | None
@@ -187,7 +191,7 @@ def parse_diff_raw(data: bytes) -> list[DiffEntry]:
             raise _unexpected("diff-tree", f"status {status} disagrees with the modes")
         entries.append(
             DiffEntry(
-                status=status,
+                status=cast(DiffStatus, status),  # _RAW_HEAD admits only these
                 path=decode_path(path),
                 old_mode=None if old_absent else old_mode,
                 new_mode=None if new_absent else new_mode,

@@ -413,9 +413,9 @@ def test_every_route_declares_its_answer_as_published() -> None:
     assert checked >= 50
 
 
-def test_the_clients_typed_answers_are_current() -> None:
-    """``promoter/client/answers.py`` is what ``python -m scripts.client_answers`` writes
-    from the answer models (``make schemas``)."""
-    from scripts.client_answers import TARGET, render
+def test_the_typed_answers_are_current() -> None:
+    """``promoter/domain/answers.py`` is what ``python -m scripts.answers`` writes from the
+    answer models (``make schemas``)."""
+    from scripts.answers import TARGET, render
 
     assert TARGET.read_text(encoding="utf-8") == render(), "run `make schemas` and commit"

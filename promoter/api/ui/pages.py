@@ -29,12 +29,13 @@ from promoter.api.ui.diffview import Block, file_blocks, page_bytes
 from promoter.api.ui.refusals import shown
 from promoter.api.ui.web import render, secure, session_of
 from promoter.api.workers import run_in_threadpool
+from promoter.domain.answers import BundleDiffView
 from promoter.domain.status import STATUSES, OperationStatus
 from promoter.domain.views import CurrentTarget
 from promoter.engine import queries
 from promoter.engine.operation import receipts, served, views
 from promoter.engine.ports import Ledger, Reviewing, Routing, Serving
-from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, BundleDiff, bundle_diff
+from promoter.engine.review.diff import SMALL_BYTES, SMALL_LINES, bundle_diff
 from promoter.errors import OperationConflict, PromoterError
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -139,7 +140,7 @@ def _review(services: Reviewing) -> list[dict[str, Any]]:
     return held
 
 
-def _mark_choosable(diff: BundleDiff, blocks: list[Block]) -> None:
+def _mark_choosable(diff: BundleDiffView, blocks: list[Block]) -> None:
     """Offer hunk checkboxes in the modified text files whose hunks an approval may choose
     (``promoter.engine.review.partial``: diffed in memory, more than one hunk)."""
     if diff["truncated"] or len(blocks) != len(diff["files"]):

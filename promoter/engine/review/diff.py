@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict
+from typing import NotRequired
 
 from promoter.domain import renames
+from promoter.domain.answers import BundleDiffView, DiffFlag, FileDiffView, Shown, UnseenFileView
 from promoter.domain.models import Change, FileState
 from promoter.domain.renames import Rename
 from promoter.engine.intake.bundles import load_bundle
@@ -175,7 +176,7 @@ class _Output:
             self.first = at
 
     @property
-    def shown(self) -> str:
+    def shown(self) -> Shown:
         """How much of the current file this answer holds: full, partial or none."""
         if self.first is None:
             return "none"
@@ -319,7 +320,7 @@ def _summary(change: Change, old: _Side, new: _Side, why: str) -> str:
     return f"{why}: {one('a/' + path, old)}; {one('b/' + path, new)}\n"
 
 
-def _flags(change: Change, new: _Side, binary: bool, large: bool) -> list[str]:
+def _flags(change: Change, new: _Side, binary: bool, large: bool) -> list[DiffFlag]:
     """The file's flags: from its path, modes and scans only, never from the answer's cut."""
     flags = set(path_flags(change.path)) | set(mode_flags(change.old.mode, change.new.mode))
     flags |= scan_bytes(change.path.encode()).flags & {"bidi_control", "invisible_character"}
@@ -346,66 +347,10 @@ def _symlink_target(new: _Side) -> str | None:
     return visible(new.scan.head.decode("utf-8", "surrogateescape"))
 
 
-class FileEntry(TypedDict):
-    """One file of an answer (``FileDiffView``), and the cursor of the page that shows it."""
+class FileEntry(FileDiffView):
+    """One file of an answer, and the cursor of the page that shows it."""
 
-    path: str
-    path_shown: str
-    operation: str
-    old_mode: str | None
-    new_mode: str | None
-    old_bytes: int | None
-    new_bytes: int | None
-    old_sha256: str | None
-    new_sha256: str | None
-    old_lines: int | None
-    new_lines: int | None
-    longest_line: int | None
-    binary: bool
-    summarized: bool
-    added: int | None
-    removed: int | None
-    flags: list[str]
-    symlink_target: str | None
-    shown: str
-    diff_bytes: int | None
-    cursor: NotRequired[str | None]  # kept for ``unseen``, not answered in ``files``
-    rename_from: str | None
-    rename_from_shown: str | None
-    similarity: int | None
-    renamed_to: str | None
-
-
-class UnseenEntry(TypedDict):
-    """A file an answer does not show in full (``UnseenFileView``)."""
-
-    path: str
-    path_shown: str
-    operation: str
-    old_bytes: int | None
-    new_bytes: int | None
-    diff_bytes: int | None
-    added: int | None
-    removed: int | None
-    flags: list[str]
-    shown: str
-    summarized: bool
-    cursor: str | None
-
-
-class BundleDiff(TypedDict):
-    """``bundle_diff``'s answer (``BundleDiffView``)."""
-
-    bundle_id: str
-    files: list[FileEntry]
-    unified_diff: str
-    truncated: bool
-    limit: int
-    max_file_bytes: int
-    path: str | None
-    cursor: str
-    next_cursor: str | None
-    unseen: list[UnseenEntry]
+    cursor: NotRequired[str]  # kept for ``unseen``, not answered in ``files``
 
 
 class _Budget:
@@ -518,10 +463,10 @@ def _file(
     }
 
 
-def _unseen(files: list[FileEntry]) -> list[UnseenEntry]:
+def _unseen(files: list[FileEntry]) -> list[UnseenFileView]:
     """The files this answer does not show in full (a summarized file's content is never
     shown), with what a reviewer needs to judge them and the cursor that reaches them."""
-    unseen: list[UnseenEntry] = []
+    unseen: list[UnseenFileView] = []
     for entry in files:
         if entry["shown"] != "full" or entry["summarized"]:
             unseen.append(
@@ -569,7 +514,7 @@ def bundle_diff(
     *,
     path: str | None = None,
     cursor: str | None = None,
-) -> BundleDiff:
+) -> BundleDiffView:
     """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes, path, cursor,
     next_cursor, unseen}`` of a bundle, or of its one ``path``, from ``cursor`` on.
 
@@ -607,14 +552,14 @@ def bundle_diff(
     }
 
 
-def _answered(entry: FileEntry) -> FileEntry:
+def _answered(entry: FileEntry) -> FileDiffView:
     """The entry as ``files`` answers it: without its cursor."""
     answered = entry.copy()
     del answered["cursor"]
     return answered
 
 
-def unseen_at_bound(services: Reviewing, bundle_id: str, limit: int) -> list[UnseenEntry]:
+def unseen_at_bound(services: Reviewing, bundle_id: str, limit: int) -> list[UnseenFileView]:
     """The files the bundle's first page of ``limit`` bytes does not show in full, as
     ``bundle_diff``'s ``unseen`` (files past the cut are scanned, not diffed)."""
     bundle = load_bundle(services, bundle_id)

@@ -33,6 +33,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from promoter.domain.answers import DiffFlag
 from promoter.errors import BlobHashMismatch, BlobMissing
 
 __all__ = [
@@ -70,7 +71,9 @@ _INVISIBLE = re.compile(f"[{INVISIBLE}]")
 _LONE_CR = re.compile("\r(?!\n)")
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _SUSPECT = re.compile(f"[{BIDI}{INVISIBLE}{CONTROL}\udc80-\udcff]")
-_TEXT_FLAGS = frozenset({"bidi_control", "invisible_character", "control_character", "not_utf8"})
+_TEXT_FLAGS: frozenset[DiffFlag] = frozenset(
+    {"bidi_control", "invisible_character", "control_character", "not_utf8"}
+)
 # Bytes that are shown as they are in ASCII text: tab, line feed, carriage return, printable.
 _ASCII_SHOWN = bytes([9, 10, 13, *range(32, 127)])
 # Every byte but those that can begin a character of BIDI, INVISIBLE or CONTROL in UTF-8:
@@ -119,12 +122,12 @@ class Scan:
     lines: int = 0
     longest_line: int = 0
     binary: bool = False
-    flags: set[str] = field(default_factory=set)
+    flags: set[DiffFlag] = field(default_factory=set)
     longest_exact: bool = True  # false: ``longest_line`` is exact only over LONG_LINE
     head: bytes = b""  # the first bytes (a symlink's target text)
 
 
-def _kind(char: str) -> str:
+def _kind(char: str) -> DiffFlag:
     if _BIDI.match(char):
         return "bidi_control"
     if _INVISIBLE.match(char):
@@ -274,9 +277,9 @@ def visible(text: str) -> str:
     return _HIDDEN.sub(_escape, text)
 
 
-def path_flags(path: str) -> list[str]:
+def path_flags(path: str) -> list[DiffFlag]:
     """``ci_config`` for CI configuration, ``hook_path`` for what hooks or tools run."""
-    flags = []
+    flags: list[DiffFlag] = []
     name = path.rsplit("/", 1)[-1]
     if path.startswith(CI_DIRS) or name in CI_FILES:
         flags.append("ci_config")
@@ -286,11 +289,11 @@ def path_flags(path: str) -> list[str]:
     return flags
 
 
-def mode_flags(old_mode: str | None, new_mode: str | None) -> list[str]:
+def mode_flags(old_mode: str | None, new_mode: str | None) -> list[DiffFlag]:
     """``executable`` when the executable bit is turned on, ``symlink`` for a link,
     ``mode_change`` for any other change of an existing file's mode (the bit turned off,
     a link made a file)."""
-    flags = []
+    flags: list[DiffFlag] = []
     if new_mode == "100755" and old_mode != "100755":
         flags.append("executable")
     if new_mode == "120000":

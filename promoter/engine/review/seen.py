@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from promoter.domain.answers import UnseenFileView
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.ports import Reviewing
-from promoter.engine.review.diff import UnseenEntry, unseen_at_bound
+from promoter.engine.review.diff import unseen_at_bound
 from promoter.engine.review.partial import Selection
 from promoter.errors import DiffNotSeen, SelectionInvalid
 from promoter.store import journal
@@ -77,7 +78,7 @@ def _accepted(paths: list[str], selection: Selection | None) -> set[str]:
     return set(paths)
 
 
-def _size(entry: UnseenEntry) -> str:
+def _size(entry: UnseenFileView) -> str:
     old, new = entry["old_bytes"], entry["new_bytes"]
     flags = f", {', '.join(entry['flags'])}" if entry["flags"] else ""
     return f"{entry['path_shown']} ({old if old is not None else '-'} -> {new} bytes{flags})"

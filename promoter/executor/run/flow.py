@@ -39,7 +39,7 @@ from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
-    from promoter.client import answers as wire
+    from promoter.domain import answers as wire
     from promoter.domain.bundle_records import Grant
 
 __all__ = [

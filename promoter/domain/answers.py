@@ -1,14 +1,33 @@
-"""The daemon's answers as ``TypedDict``s, as ``PromoterClient`` returns them.
+"""The daemon's answers as ``TypedDict``s: what ``PromoterClient`` returns, what the
+engine builds as a dict.
 
-Written by ``python -m scripts.client_answers`` from the answer models
-(``promoter.domain.views``, ``promoter.domain.diff_views``); do not edit by hand. A member
-with a default may be left out (``NotRequired``). Importing this module loads ``typing``
-only: a command reads a typed answer without loading pydantic.
+Written by ``python -m scripts.answers`` from the answer models (``promoter.domain.views``,
+``promoter.domain.diff_views``); do not edit by hand. A member with a default may be left
+out (``NotRequired``). Importing this module loads ``typing`` only: a command reads a
+typed answer, and the engine types the dicts it answers, without loading pydantic.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
+
+DiffFlag = Literal[
+    "bidi_control",
+    "binary",
+    "ci_config",
+    "control_character",
+    "executable",
+    "hook_path",
+    "invisible_character",
+    "large",
+    "long_line",
+    "mode_change",
+    "not_utf8",
+    "symlink",
+]
+Shown = Literal["full", "partial", "none"]
+TraceChange = Literal["A", "M", "D", "T"]
+TraceVerdict = Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
 
 
 class Attempt(TypedDict):
@@ -180,24 +199,9 @@ class FileDiffView(TypedDict):
     summarized: bool
     added: int | None
     removed: int | None
-    flags: list[
-        Literal[
-            "bidi_control",
-            "binary",
-            "ci_config",
-            "control_character",
-            "executable",
-            "hook_path",
-            "invisible_character",
-            "large",
-            "long_line",
-            "mode_change",
-            "not_utf8",
-            "symlink",
-        ]
-    ]
+    flags: list[DiffFlag]
     symlink_target: str | None
-    shown: Literal["full", "partial", "none"]
+    shown: Shown
     diff_bytes: int | None
     rename_from: NotRequired[str | None]
     rename_from_shown: NotRequired[str | None]
@@ -527,11 +531,11 @@ class Step(TypedDict):
 
 class TracePath(TypedDict):
     path: str
-    change: Literal["A", "M", "D", "T"] | None
+    change: TraceChange | None
     exists: bool | None
     sha256: str | None
     mode: str | None
-    verdict: Literal["promoted", "changed_after_promotion", "not_promoted", "untouched"]
+    verdict: TraceVerdict
     promotions: list[TracePromotion]
     last_promotion: TracePromotion | None
 
@@ -564,22 +568,7 @@ class UnseenFileView(TypedDict):
     diff_bytes: int | None
     added: int | None
     removed: int | None
-    flags: list[
-        Literal[
-            "bidi_control",
-            "binary",
-            "ci_config",
-            "control_character",
-            "executable",
-            "hook_path",
-            "invisible_character",
-            "large",
-            "long_line",
-            "mode_change",
-            "not_utf8",
-            "symlink",
-        ]
-    ]
-    shown: Literal["full", "partial", "none"]
+    flags: list[DiffFlag]
+    shown: Shown
     summarized: bool
     cursor: str | None

@@ -1,13 +1,15 @@
-"""Write ``promoter/client/answers.py``: the daemon's answers as ``TypedDict``s.
+"""Write ``promoter/domain/answers.py``: the daemon's answers as ``TypedDict``s.
 
-``python -m scripts.client_answers [FILE]`` (part of ``make schemas``) renders one
-``TypedDict`` per answer model of ``promoter.domain.views`` and ``promoter.domain.diff_views``,
-member for member: what ``PromoterClient`` returns is then typed as exactly what the daemon
-serializes, checked by mypy wherever a command reads a key, at no cost when the program
-runs (the command line loads no pydantic to read an answer). A member with a default may
+``python -m scripts.answers [FILE]`` (part of ``make schemas``) renders one ``TypedDict``
+per answer model of ``promoter.domain.views`` and ``promoter.domain.diff_views``, member
+for member, and each named ``Literal`` of those modules as an alias of the same name.
+What ``PromoterClient`` returns and what the engine builds as a dict (the review's diff,
+a trace) are then typed as exactly what the daemon serializes, checked by mypy wherever a
+key is read or written, at no cost when the program runs (the module loads ``typing``
+only: the command line loads no pydantic to read an answer). A member with a default may
 be left out of an answer (``NotRequired``); an enum is the ``Literal`` of its values.
 A contract test fails when the committed file differs from what this writes. Not here:
-the models themselves, or anything the client does with the answers.
+the models themselves, or anything the client or the engine does with the answers.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from pydantic import BaseModel
 
 from promoter.domain import diff_views, views
 
-TARGET = Path(__file__).resolve().parents[1] / "promoter" / "client" / "answers.py"
-HEADER = '''"""The daemon's answers as ``TypedDict``s, as ``PromoterClient`` returns them.
+TARGET = Path(__file__).resolve().parents[1] / "promoter" / "domain" / "answers.py"
+HEADER = '''"""The daemon's answers as ``TypedDict``s: what ``PromoterClient`` returns, what the
+engine builds as a dict.
 
-Written by ``python -m scripts.client_answers`` from the answer models
-(``promoter.domain.views``, ``promoter.domain.diff_views``); do not edit by hand. A member
-with a default may be left out (``NotRequired``). Importing this module loads ``typing``
-only: a command reads a typed answer without loading pydantic.
+Written by ``python -m scripts.answers`` from the answer models (``promoter.domain.views``,
+``promoter.domain.diff_views``); do not edit by hand. A member with a default may be left
+out (``NotRequired``). Importing this module loads ``typing`` only: a command reads a
+typed answer, and the engine types the dicts it answers, without loading pydantic.
 """
 
 from __future__ import annotations
@@ -54,6 +57,20 @@ def _models() -> list[type[BaseModel]]:
     return found
 
 
+def _aliases() -> dict[Any, str]:
+    """The named ``Literal``s of the answer modules (``DiffFlag``), by their type."""
+    return {
+        value: name
+        for module in (views, diff_views)
+        for name, value in vars(module).items()
+        if typing.get_origin(value) is typing.Literal
+    }
+
+
+def _literal(args: tuple[Any, ...]) -> str:
+    return "Literal[" + ", ".join(json.dumps(a) for a in args) + "]"
+
+
 def _type(annotation: Any, names: set[str]) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -71,7 +88,7 @@ def _type(annotation: Any, names: set[str]) -> str:
     if origin is typing.Annotated:
         return _type(args[0], names)
     if origin is typing.Literal:
-        return "Literal[" + ", ".join(json.dumps(a) for a in args) + "]"
+        return _aliases().get(annotation) or _literal(args)
     if origin in (types.UnionType, typing.Union):
         return " | ".join(_type(a, names) for a in args)
     if origin is list:
@@ -97,7 +114,8 @@ def render() -> str:
 def _source() -> str:
     models = _models()
     names = {model.__name__ for model in models}
-    blocks = [HEADER]
+    aliases = sorted((name, typing.get_args(value)) for value, name in _aliases().items())
+    blocks = [HEADER + "".join(f"\n{name} = {_literal(args)}" for name, args in aliases) + "\n"]
     for model in sorted(models, key=lambda m: m.__name__):
         lines = [f"class {model.__name__}(TypedDict):"]
         doc = (model.__doc__ or "").strip()
