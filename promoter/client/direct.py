@@ -1,22 +1,24 @@
-"""The synchronous client's pool for a loopback daemon, without httpx.
+"""The synchronous client's pool: ``http.client`` to a loopback daemon, httpx elsewhere.
 
-``DirectClient`` stands where ``promoter.client.transport`` would make an ``httpx.Client``
-over ``promoter.client.loopback.LoopbackTransport``: a plain ``http`` daemon on this
-machine's loopback address (the one ``promoter serve`` records by default), no transport
-given, no proxies named by the environment. It sends each request with ``http.client``
-as that transport does (HTTP/1.1; one idle connection kept for the next request, dropped
-when the daemon closed it or the answer was not read to its end; the connect, write and
-read timeouts of each request), so a command line that only talks to its daemon never
-imports httpx (some 35 ms of its CPU). What the httpx client did above the wire it does
-the same way: the base URL and query parameters, the bearer and httpx's default headers
-(but ``Accept-Encoding: identity``, as the daemon never compresses), a JSON body encoded
-as httpx encodes it, a streamed body sent chunked unless its length is given, and the
-whole answer read. ``Answer`` is the part of ``httpx.Response`` the client reads.
+``DirectClient`` is the pool ``promoter.client.transport`` opens when no transport is
+given and the environment names no proxies. A plain ``http`` request to this machine's
+loopback address (the daemon ``promoter serve`` records by default, or the one a 421
+sends the request to) is sent here, the one place that speaks ``http.client``: HTTP/1.1;
+one idle connection kept for the next request, dropped when the daemon closed it or the
+answer was not read to its end, or replaced by one to another origin; the connect, write
+and read timeouts of each request. A command line that only talks to its daemon never
+imports httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did
+above the wire it does the same way: the base URL and query parameters, the bearer and
+httpx's default headers (but ``Accept-Encoding: identity``, as the daemon never
+compresses), a JSON body encoded as httpx encodes it, a streamed body sent chunked unless
+its length is given, and the whole answer read. ``Answer`` is the part of
+``httpx.Response`` the client reads.
 
-Errors are httpx's, as ``LoopbackTransport`` raises them (httpx is imported then, and
-only then), so the retries and ``unreachable`` read them alike. Any other origin (a 421
-followed to another host, ``https``) goes to an ``httpx.Client`` with the options the
-pool would have had, made on first use. Not here: the endpoints, the retries, HTTP/2.
+Errors are httpx's, as its own transport raises them for each phase (httpx is imported
+then, and only then), so the retries and ``unreachable`` read them alike. Any other
+origin (``https``, a host not on loopback) goes to an ``httpx.Client`` with the options
+the pool would have had, over httpx's own transport, made on first use. Not here: the
+endpoints, the retries, proxies (the environment naming one gets httpx's pool), HTTP/2.
 """
 
 from __future__ import annotations
@@ -101,21 +103,24 @@ class Answer:
 
 @contextmanager
 def _phase(timeout: str, error: str) -> Iterator[None]:
-    """``socket`` and ``http.client`` failures raised as the httpx errors of one phase
-    (``LoopbackTransport``'s mapping; httpx is imported for the error only)."""
+    """``socket`` and ``http.client`` failures raised as httpx raises them in one phase:
+    its ``timeout`` error, ``RemoteProtocolError`` for an answer cut short or malformed,
+    else its ``error`` (httpx is imported for the error only)."""
     try:
         yield
     except (OSError, http.client.HTTPException) as exc:
         import httpx
 
-        from promoter.client.loopback import _mapped
-
-        with _mapped(getattr(httpx, timeout), getattr(httpx, error)):
-            raise exc
+        if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+            raise getattr(httpx, timeout)(str(exc) or "timed out") from exc
+        if isinstance(exc, http.client.HTTPException):
+            raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
+        raise getattr(httpx, error)(str(exc)) from exc
 
 
 def _stale(connection: http.client.HTTPConnection) -> bool:
-    """Whether an idle connection cannot be reused: closed, or closed by the daemon."""
+    """Whether an idle connection cannot be reused: closed, or closed by the daemon (its
+    socket readable with nothing asked: the end of the stream or unexpected bytes)."""
     sock = connection.sock
     if sock is None:
         return True

@@ -1,12 +1,11 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
-``Transport`` is the base of ``PromoterClient``: it opens the pool (a loopback daemon
-reached through ``http.client`` without httpx, ``promoter.client.direct``, when no
-transport is given and the environment names no proxies; otherwise an httpx client, its
-settings and TLS context from ``pool_options``, over ``promoter.client.loopback`` unless
-the environment names proxies), sends a request
-with the retries ``Backoff`` allows for
-idempotent calls with a replayable body (``promoter.client.wire.retry_policy``), follows
+``Transport`` is the base of ``PromoterClient``: it opens the pool
+(``promoter.client.direct``, ``http.client`` to a loopback origin and httpx's client for
+any other, when no transport is given and the environment names no proxies; otherwise an
+httpx client, its settings and TLS context from ``pool_options``), sends a request with
+the retries ``Backoff`` allows for idempotent calls with a replayable body
+(``promoter.client.wire.retry_policy``), follows
 a 421 to the owning host of the same cluster once (``promoter.client.follow``; the
 cluster is the hosts list this daemon answers, or for a credential that may not read it,
 an executor's, the list the client that made it read: ``cluster``) and says where it was
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying
 
-from promoter.client.direct import DirectClient, loopback
+from promoter.client.direct import DirectClient
 from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
@@ -82,23 +81,18 @@ class Transport(Closing):
         self._cluster = cluster
         self.followed: str | None = None  # the host the last 421 followed sent a request to
         self._http: httpx.Client | DirectClient
-        if transport is None and loopback(self.url) and not proxied():
+        if transport is None and not proxied():
             bearer = {"Authorization": f"Bearer {token}"} if token else {}
             self._http = DirectClient(self.url, bearer, timeout, self._httpx_client)
         else:
             self._http = self._httpx_client()
 
     def _httpx_client(self) -> httpx.Client:
-        """The httpx pool: for a transport given, proxies, another origin than a loopback
-        daemon (and the origins a loopback pool is sent to by a 421)."""
+        """The httpx pool: for a transport given, proxies, and the origins other than a
+        loopback daemon the direct pool sends a request to."""
         import httpx
 
-        from promoter.client.loopback import LoopbackTransport
-
-        options = pool_options(self.url, self._token, self._timeout, self._transport)
-        if self._transport is None and not proxied():  # with proxies, httpx's own as before
-            options["transport"] = LoopbackTransport(options["verify"])
-        return httpx.Client(**options)
+        return httpx.Client(**pool_options(self.url, self._token, self._timeout, self._transport))
 
     @property
     def token(self) -> str | None:

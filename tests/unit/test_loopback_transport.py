@@ -1,12 +1,13 @@
-"""The loopback transport answers as httpx's own transport does, over a real socket.
+"""The loopback pool answers as httpx's client does, over a real socket.
 
-Each exchange runs through an ``httpx.Client`` twice, once with
-``promoter.client.loopback.LoopbackTransport`` and once with ``httpx.HTTPTransport``,
-against the same real HTTP/1.1 server on a loopback port; the status, body, headers and
-errors must be the same. Beside that: one connection serves consecutive requests, one
-the server closed is replaced, a streamed body is sent chunked, any other origin goes
-to httpx's transport, and the client keeps httpx's own transport when the environment
-names proxies.
+Each exchange runs twice against the same real HTTP/1.1 server on a loopback port, once
+through ``promoter.client.direct.DirectClient`` (``http.client``, no httpx) and once
+through an ``httpx.Client`` over httpx's own transport; the request the server reads
+(method, target, body, framing), the status, body, headers and errors must be the same,
+and so must a 421 followed to a second loopback daemon of the cluster. Beside that: one
+connection serves consecutive requests, one the server closed is replaced, a streamed
+body is sent chunked, any other origin goes to httpx's client, and the client keeps
+httpx's own pool when the environment names proxies.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import httpx
 import pytest
 
 from promoter.client.direct import DirectClient
-from promoter.client.loopback import LoopbackTransport
 from promoter.client.sync import PromoterClient
 from promoter.client.transport import proxied
 
@@ -60,9 +60,16 @@ class Handler(BaseHTTPRequestHandler):
             "body": body.decode(),
             "chunked": self.headers.get("Transfer-Encoding") == "chunked",
         }
+        status = 421 if self.path == "/elsewhere" else 200
+        if self.path == "/v1/hosts":
+            document = {"hosts": [{"address": address} for address in self.server.cluster]}
+        elif self.path.startswith("/owned") and self.server.peer is not None:
+            status, document = 421, {"code": "owned_by_other_host", "status": 421}
         data = json.dumps(document).encode()
-        self.send_response(421 if self.path == "/elsewhere" else 200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if status == 421 and self.server.peer is not None:
+            self.send_header("Location", self.server.peer + self.path)
         self.send_header("X-Latin", "caf\xe9")
         if self.path == "/close":
             self.send_header("Connection", "close")
@@ -80,10 +87,11 @@ class Server(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.connections: set[tuple[str, int]] = set()
+        self.cluster: list[str] = []  # the addresses its GET /v1/hosts lists
+        self.peer: str | None = None  # where a 421 sends /owned (none: it answers it)
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
+def _serving() -> Iterator[Server]:
     RELEASE.clear()
     served = Server()
     thread = threading.Thread(target=served.serve_forever, daemon=True)
@@ -96,136 +104,36 @@ def server() -> Iterator[Server]:
         served.server_close()
 
 
+@pytest.fixture
+def server() -> Iterator[Server]:
+    yield from _serving()
+
+
+@pytest.fixture
+def owner() -> Iterator[Server]:
+    """A second loopback daemon of the cluster, the one ``server`` sends /owned to."""
+    yield from _serving()
+
+
 def _url(server: Server) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def _both(server: Server) -> list[httpx.Client]:
+def _httpx(server: Server) -> httpx.Client:
+    """The httpx client over httpx's own transport: what the loopback pool answers as."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    return [
-        httpx.Client(base_url=_url(server), transport=LoopbackTransport(context)),
-        httpx.Client(base_url=_url(server), transport=httpx.HTTPTransport(verify=context)),
-    ]
-
-
-def _seen(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        response = client.request(method, path, **kwargs)
-    except httpx.TransportError as exc:
-        return type(exc).__name__
-    return (
-        response.status_code,
-        response.json(),
-        response.headers["content-type"],
-        response.headers.raw[-3:],
-        response.reason_phrase,
-    )
-
-
-def test_the_same_answers_as_httpx_transport(server: Server) -> None:
-    mine, theirs = _both(server)
-    exchanges: list[tuple[str, str, dict[str, Any]]] = [
-        ("GET", "/v1/operations?status=awaiting_approval", {}),
-        ("POST", "/v1/grants", {"json": {"a": 1}}),
-        ("PUT", "/v1/blobs/x", {"content": b"bytes" * 1000}),
-        ("PUT", "/v1/blobs/y", {"content": iter([b"one", b"", b"two" * 5000])}),
-        ("GET", "/elsewhere", {}),
-        ("GET", "/close", {}),
-        ("GET", "/slow", {"timeout": 0.3}),
-    ]
-    for method, path, kwargs in exchanges:
-        kwargs2 = dict(kwargs)
-        if isinstance(kwargs.get("content"), Iterator):
-            kwargs2["content"] = iter([b"one", b"", b"two" * 5000])
-        assert _seen(mine, method, path, **kwargs) == _seen(theirs, method, path, **kwargs2), path
-    assert _seen(mine, "GET", "/slow", timeout=0.3) == "ReadTimeout"
-    answer = mine.put("/v1/blobs/z", content=iter([b"a", b"b"]))
-    assert answer.json()["chunked"] is True and answer.json()["body"] == "ab"
-    mine.close()
-    theirs.close()
-
-
-def test_one_connection_serves_consecutive_requests_and_a_closed_one_is_replaced(
-    server: Server,
-) -> None:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    with httpx.Client(base_url=_url(server), transport=LoopbackTransport(context)) as client:
-        for _ in range(3):
-            assert client.get("/a").status_code == 200
-        assert len(server.connections) == 1
-        assert client.get("/close").status_code == 200  # the server closes it after
-        assert client.get("/b").json()["path"] == "/b"
-        assert len(server.connections) == 2
-
-
-def test_a_refused_connection_is_the_error_httpx_raises() -> None:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]  # closed again: nothing listens there
-    url = f"http://127.0.0.1:{port}"
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    errors = []
-    for transport in (LoopbackTransport(context), httpx.HTTPTransport(verify=context)):
-        with httpx.Client(base_url=url, transport=transport) as client:
-            with pytest.raises(httpx.ConnectError) as caught:
-                client.get("/v1/healthz")
-            errors.append(str(caught.value))
-    assert errors[0] == errors[1]
-
-
-def test_another_origin_goes_to_httpx_transport(server: Server) -> None:
-    transport = LoopbackTransport(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-    https = f"https://127.0.0.1:{server.server_address[1]}/tls"
-    with httpx.Client(transport=transport) as client:
-        with pytest.raises(httpx.ConnectError):
-            client.get(https)  # TLS to a plain server, by httpx's transport, which fails it
-        assert isinstance(transport._other, httpx.HTTPTransport)
-
-
-def test_the_client_keeps_httpx_transport_when_the_environment_names_proxies(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
-        monkeypatch.delenv(name)
-    with PromoterClient("http://127.0.0.1:9", "t") as plain:
-        assert isinstance(plain._http, DirectClient)  # a loopback daemon: no httpx at all
-    with PromoterClient("http://example.invalid:9", "t") as remote:
-        assert isinstance(remote._http, httpx.Client)
-        assert isinstance(remote._http._transport, LoopbackTransport)
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
-    with PromoterClient("http://127.0.0.1:9", "t") as proxied:
-        assert isinstance(proxied._http, httpx.Client)
-        assert isinstance(proxied._http._transport, httpx.HTTPTransport)
-    monkeypatch.delenv("HTTP_PROXY")
-    monkeypatch.setenv("no_proxy", "localhost")  # urllib counts it as a proxy setting too
-    assert proxied_by_urllib() is True
-    with PromoterClient("http://127.0.0.1:9", "t") as named:
-        assert isinstance(named._http, httpx.Client)
-
-
-def proxied_by_urllib() -> bool:
-    from urllib.request import getproxies
-
-    assert proxied() == bool(getproxies())
-    return proxied()
+    return httpx.Client(base_url=_url(server), transport=httpx.HTTPTransport(verify=context))
 
 
 def _direct(server: Server) -> DirectClient:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-    def other() -> httpx.Client:
-        return httpx.Client(base_url=_url(server), transport=LoopbackTransport(context))
-
-    return DirectClient(_url(server), {}, 5.0, other)
+    return DirectClient(_url(server), {}, 5.0, lambda: _httpx(server))
 
 
 def test_the_loopback_pool_without_httpx_answers_as_the_httpx_client(server: Server) -> None:
-    """``DirectClient`` against the httpx client over ``LoopbackTransport``: the same
-    request reaches the server (method, target, body, framing), the same answer comes back,
-    and a failure is the same httpx error."""
-    mine = _direct(server)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    theirs = httpx.Client(base_url=_url(server), transport=LoopbackTransport(context))
+    """``DirectClient`` against the httpx client over httpx's transport: the same request
+    reaches the server (method, target, body, framing), the same answer comes back, and a
+    failure is the same httpx error."""
+    mine, theirs = _direct(server), _httpx(server)
     exchanges: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/v1/operations?status=awaiting_approval", {}),
         ("GET", "/v1/events", {"params": {"after": "evt 1/2", "wait": "30"}}),
@@ -253,6 +161,8 @@ def test_the_loopback_pool_without_httpx_answers_as_the_httpx_client(server: Ser
             theirs, method, path, **again
         ), path
     assert _answered(mine, "GET", "/slow", timeout=0.3) == "ReadTimeout"
+    answer = mine.request("PUT", "/v1/blobs/z", content=iter([b"a", b"b"]))
+    assert answer.json()["chunked"] is True and answer.json()["body"] == "ab"
     mine.close()
     theirs.close()
 
@@ -264,14 +174,45 @@ def _answered(client: Any, method: str, path: str, **kwargs: Any) -> Any:
         return type(exc).__name__
     return (
         response.status_code,
+        response.reason_phrase,
         response.json(),
         response.text,
         response.is_success,
         response.headers.get("content-type"),
         response.headers.get("X-LATIN"),
+        response.headers.get("content-length"),
+        response.headers.get("connection"),
         response.request.method,
         response.request.url.path,
     )
+
+
+def test_a_421_followed_to_a_second_loopback_daemon_is_answered_as_through_httpx(
+    server: Server, owner: Server
+) -> None:
+    """The client follows a 421 from one loopback daemon to another of its cluster once,
+    through the same ``http.client`` path (no httpx loaded for it), and gets what the
+    client over httpx's transport gets: the owner's answer, the host it followed to."""
+    server.cluster = owner.cluster = [_url(server), _url(owner)]
+    server.peer = _url(owner)
+    body = {"bundle": "b" * 64}
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    seen = []
+    for transport in (None, httpx.HTTPTransport(verify=context)):
+        with PromoterClient(_url(server), "t", transport=transport) as client:
+            answer = client._json("POST", "/owned/op_1", json_body=body)
+            after = client._json("GET", "/v1/operations?limit=1")  # back at the first daemon
+            seen.append((answer, client.followed, after, type(client._http).__name__))
+    assert seen[0][:3] == seen[1][:3]
+    assert seen[0][0] == {
+        "method": "POST",
+        "path": "/owned/op_1",
+        "body": json.dumps(body, separators=(",", ":")),
+        "chunked": False,
+    }
+    assert seen[0][1] == _url(owner)
+    assert seen[0][2]["path"] == "/v1/operations?limit=1"
+    assert [seen[0][3], seen[1][3]] == ["DirectClient", "Client"]
 
 
 def test_the_loopback_pool_keeps_one_connection_and_sends_another_origin_to_httpx(
@@ -286,23 +227,53 @@ def test_the_loopback_pool_keeps_one_connection_and_sends_another_origin_to_http
     assert len(server.connections) == 2
     elsewhere = f"http://localhost:{server.server_address[1]}/other"
     assert client.get(elsewhere).json()["path"] == "/other"  # localhost is loopback too
+    assert client._other is None  # every request so far went through http.client
     https = f"https://127.0.0.1:{server.server_address[1]}/tls"
     with pytest.raises(httpx.ConnectError):
         client.get(https)  # TLS to a plain server, by httpx's client, which fails it
     assert isinstance(client._other, httpx.Client)
+    assert isinstance(client._other._transport, httpx.HTTPTransport)
     client.close()
 
 
 def test_a_refused_connection_is_the_same_error_without_httpx_loaded_first() -> None:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+        port = free.getsockname()[1]  # closed again: nothing listens there
     url = f"http://127.0.0.1:{port}"
     client = DirectClient(url, {}, 5.0, lambda: httpx.Client(base_url=url))
     with pytest.raises(httpx.ConnectError) as caught:
         client.get("/v1/healthz")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    theirs = httpx.Client(base_url=url, transport=LoopbackTransport(context))
+    theirs = httpx.Client(base_url=url, transport=httpx.HTTPTransport(verify=context))
     with theirs, pytest.raises(httpx.ConnectError) as expected:
         theirs.get("/v1/healthz")
     assert str(caught.value) == str(expected.value)
+
+
+def test_the_client_keeps_httpx_transport_when_the_environment_names_proxies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    with PromoterClient("http://127.0.0.1:9", "t") as plain:
+        assert isinstance(plain._http, DirectClient)  # a loopback daemon: no httpx at all
+    with PromoterClient("http://example.invalid:9", "t") as remote:
+        assert isinstance(remote._http, DirectClient)  # httpx's client for it, made on use
+        assert remote._http._other is None
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    with PromoterClient("http://127.0.0.1:9", "t") as proxied:
+        assert isinstance(proxied._http, httpx.Client)
+        assert isinstance(proxied._http._transport, httpx.HTTPTransport)
+    monkeypatch.delenv("HTTP_PROXY")
+    monkeypatch.setenv("no_proxy", "localhost")  # urllib counts it as a proxy setting too
+    assert proxied_by_urllib() is True
+    with PromoterClient("http://127.0.0.1:9", "t") as named:
+        assert isinstance(named._http, httpx.Client)
+
+
+def proxied_by_urllib() -> bool:
+    from urllib.request import getproxies
+
+    assert proxied() == bool(getproxies())
+    return proxied()
