@@ -11,8 +11,10 @@ lease and executor token are set up untimed.
 
 Row: ``promotions_workers_2_over_1``: the 2-worker daemon's time for the same promotions
 over the 1-worker daemon's (goal ≤ 0.625: at least 1.6 times the promotions a second).
-Details: each daemon's promotions a second. Both daemons run on this machine with the
-clients, which take their share of its cores.
+Details: each daemon's promotions a second, and the processor milliseconds a flow of the
+clients (this process, in the timed span) and of the daemon (its process and workers,
+read from ``/proc``). Both daemons run on this machine with the clients, which take
+their share of its cores.
 
 Deliberately not here: gating on the figures, and any other row.
 """
