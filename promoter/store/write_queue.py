@@ -16,10 +16,19 @@ SQLite's lock stays the authority: a writer outside this queue (another program,
 older promoter) is waited for with the busy timeout, as before. The queue's wait is
 bounded by the connection's busy timeout too (read when the lock is found taken, so a
 rehearsal's shorter one applies): past it the statement fails as SQLite's own wait would,
-busy (``database_busy``), and nothing was written. The blocking ``flock`` runs in a
-thread of its own so that the wait can end on time; a lock it gets after its writer gave
-up is dropped at once. A lock file that cannot be opened (a symlink, not promoter's) is
-logged once and writers go straight to SQLite's lock.
+busy (``database_busy``), and nothing was written.
+
+A writer that finds the lock taken watches the state directory (inotify) for the close
+of a file opened for writing (a holder unlocks, then closes its descriptor) and tries
+again at each, and every ``_RECHECK`` seconds (the kernel reports an ended process's
+close just before its lock is dropped), until its time is up. It waits in the kernel, so
+the thread woken is the writer's own: in a busy process each thread woken waits its turn
+for the interpreter's lock. The watch's descriptor is closed by a thread of its own
+(closing one waits for the kernel's grace period, 10-30 ms measured). Without inotify,
+the blocking ``flock`` runs in a thread of its own so that the wait can end on time, and
+a lock it gets after its writer gave up is dropped at once. A lock file that cannot be
+opened (a symlink, not promoter's) is logged once and writers go straight to SQLite's
+lock.
 
 Fault point: ``ledger_write_queued`` (the queue's lock just taken, SQLite's not yet).
 
@@ -33,18 +42,25 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import queue
+import select
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from promoter import faults
+from promoter.fs import inotify
 
 log = logging.getLogger("promoter.store")
 
 SUFFIX = ".write-lock"
 _BEGINS = ("INSERT", "UPDATE", "DELETE", "REPLACE")  # what pysqlite begins a transaction for
 _SQLITE_BUSY = 5
+# the longest a waiter sleeps between tries: a holder whose process ended drops its lock
+# just after the kernel reports its close (the unlock before the close is promoter's own)
+_RECHECK = 0.1
 _warned: set[str] = set()
 
 
@@ -111,6 +127,63 @@ class _Waiter:
             return False
 
 
+_closing: queue.SimpleQueue[inotify.Inotify] = queue.SimpleQueue()
+_closer_started = threading.Lock()
+_closer: list[threading.Thread] = []
+
+
+def _close_later(watcher: inotify.Inotify) -> None:
+    """Close ``watcher`` in a thread of its own: closing an inotify descriptor waits for
+    the kernel's grace period (10-30 ms measured), which the writer need not wait for."""
+    with _closer_started:
+        if not _closer:
+            thread = threading.Thread(target=_close_each, name="ledger-write-queue", daemon=True)
+            thread.start()
+            _closer.append(thread)
+    _closing.put(watcher)
+
+
+def _close_each() -> None:
+    while True:
+        _closing.get().close()
+
+
+def _watched(descriptor: int, path: str, timeout: float) -> bool | None:
+    """Wait for the ``flock`` of ``descriptor`` (the file ``path``) by watching its folder
+    for a close of a file opened for writing: the lock's holder unlocks and then closes
+    its descriptor, so each close is a reason to try again. True once
+    taken, False past ``timeout`` seconds, None where inotify cannot be had (the caller
+    waits in a thread instead). The watch is in place before the first try, so no
+    release between them goes unseen."""
+    try:
+        watcher = inotify.Inotify()
+    except OSError:
+        return None
+    try:
+        try:
+            watcher.add_watch(os.fsencode(os.path.dirname(path) or "."), inotify.IN_CLOSE_WRITE)
+        except OSError:
+            return None
+        fd = watcher.fd
+        assert fd is not None  # open until the ``finally`` below
+        poller = select.poll()  # not select(): a daemon's descriptors may pass 1024
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            poller.poll(min(left, _RECHECK) * 1000)
+            watcher.read_events()  # drained: whichever file it was, try again
+    finally:
+        _close_later(watcher)
+
+
 def _take(path: str, timeout: Callable[[], float]) -> int | None:
     """An exclusive ``flock`` of ``path`` within ``timeout()`` seconds (asked only when it
     is taken): its descriptor; None when the file cannot be opened (SQLite's lock alone
@@ -126,13 +199,24 @@ def _take(path: str, timeout: Callable[[], float]) -> int | None:
     except OSError:
         os.close(descriptor)
         raise
+    seconds = timeout()
     try:
-        waiter = _Waiter(descriptor)
+        watched = _watched(descriptor, path, seconds)
     except BaseException:
         os.close(descriptor)
         raise
-    if waiter.result(timeout()):
+    if watched:
         return descriptor
+    if watched is False:
+        os.close(descriptor)
+    else:  # no inotify: a thread waits, and owns the descriptor once it gives up
+        try:
+            waiter = _Waiter(descriptor)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if waiter.result(seconds):
+            return descriptor
     raise _busy("database is locked (the ledger's write queue stayed taken)")
 
 
@@ -181,7 +265,10 @@ class QueuedConnection(sqlite3.Connection):
     def _drop(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            os.close(held)  # closing the only descriptor of the open file drops the lock
+            try:  # dropped before the close: a waiter woken by the close finds it free
+                fcntl.flock(held, fcntl.LOCK_UN)
+            finally:
+                os.close(held)
 
     def commit(self) -> None:
         try:

@@ -3,16 +3,19 @@ time, woken the moment the one before them is done, the wait bounded by the busy
 
 The test itself holds the queue's lock (``<database>.write-lock``) where a worker would
 hold it inside a write transaction: the writers of both workers of ``promoter serve
---workers 2`` queue behind it (``/proc/locks`` shows them blocked on it), and once it is
+--workers 2`` queue behind it (each watches the state directory for the lock's release,
+seen in its ``fdinfo``), and once it is
 dropped every promotion completes exactly once, into one repository and another, with no
 deadlock and no ``database_busy``. A writer whose busy timeout passes in the queue fails
-busy and writes nothing; the lock its waiting thread gets later is dropped at once. A
+busy and writes nothing (waiting on inotify, or without it in a thread, whose late
+lock is dropped at once). A
 symlink planted at the lock's path is never followed: its target is not touched, and the
 writers go to SQLite's own lock. PostgreSQL has no such queue (SQLite only).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -28,6 +31,7 @@ import pytest
 import sqlalchemy as sa
 
 from promoter.errors import DatabaseBusy
+from promoter.store import write_queue
 from promoter.store.db import Database
 from promoter.store.write_queue import SUFFIX
 from tests.support.flows import init_repo, make_bundle, make_grant
@@ -51,16 +55,31 @@ def _held(path: Path) -> Iterator[int]:
         os.close(descriptor)
 
 
-def _waiters(path: Path) -> list[int]:
-    """The process ids blocked on the ``flock`` of ``path`` (``/proc/locks``' ``->`` lines)."""
-    inode = os.stat(path).st_ino
-    pids: list[int] = []
+def _waiters(path: Path, pids: set[int]) -> list[int]:
+    """For each writer of ``pids`` waiting in the queue of the lock file ``path``, its
+    process id: one blocked on its ``flock`` (``/proc/locks``' ``->`` lines), or one
+    watching the lock's folder for closes (an inotify watch in its ``fdinfo``)."""
+    lock_inode, folder_inode = os.stat(path).st_ino, os.stat(path.parent).st_ino
+    waiting: list[int] = []
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
-        waiting = len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK"
-        if waiting and int(fields[6].rsplit(":", 1)[1]) == inode:
-            pids.append(int(fields[5]))
-    return pids
+        blocked = len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK"
+        if blocked and int(fields[6].rsplit(":", 1)[1]) == lock_inode and int(fields[5]) in pids:
+            waiting.append(int(fields[5]))
+    for pid in pids:
+        for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+            try:
+                text = info.read_text()
+            except FileNotFoundError:  # closed meanwhile
+                continue
+            for line in text.splitlines():
+                if not line.startswith("inotify wd:"):
+                    continue
+                fields = dict(f.split(":", 1) for f in line.split()[1:] if ":" in f)
+                closes = int(fields["mask"], 16) & 0x8  # IN_CLOSE_WRITE
+                if closes and int(fields["ino"], 16) == folder_inode:
+                    waiting.append(pid)
+    return waiting
 
 
 def _free(path: Path) -> bool:
@@ -156,10 +175,10 @@ def test_both_workers_queue_behind_a_held_write_and_every_promotion_completes(
                 with _held(lock):
                     futures = [pool.submit(promote, batch, c) for c in range(CLIENTS)]
                     _until(
-                        lambda: len([p for p in _waiters(lock) if p in workers]) >= CLIENTS,
+                        lambda: len(_waiters(lock, workers)) >= CLIENTS,
                         "every client's writer queued behind the held lock",
                     )
-                    queued = set(_waiters(lock)) & workers
+                    queued = set(_waiters(lock, workers))
                 for future in futures:
                     future.result()  # no deadlock, no database_busy: each one completed
             if queued == workers:
@@ -191,9 +210,16 @@ def _marks(database: Database) -> list[str]:
         return [str(r[0]) for r in session.execute(sa.text("SELECT name FROM marks"))]
 
 
+def _no_inotify() -> None:
+    raise OSError(errno.ENOSYS, "inotify is not available on this system")
+
+
+@pytest.mark.parametrize("watching", [True, False], ids=["inotify", "thread"])
 def test_a_writer_past_its_busy_timeout_in_the_queue_fails_busy_and_writes_nothing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watching: bool
 ) -> None:
+    if not watching:  # the wait without inotify: a thread of its own
+        monkeypatch.setattr(write_queue.inotify, "Inotify", _no_inotify)
     database = _ledger(tmp_path, busy_timeout=0.2)
     lock = tmp_path / f"promoter.db{SUFFIX}"
     try:
