@@ -170,7 +170,39 @@ def cpu_since(mark: CpuMark) -> float:
 
 @contextmanager
 def served(state_dir: Path, repos: dict[str, Path], workers: int = 1) -> Iterator[str]:
-    """``promoter serve --workers workers`` of ``repos`` in its own process: its URL.
+    """``promoter serve --workers workers`` of ``repos`` in its own process: its URL
+    (``served_process`` for its process id too)."""
+    with served_process(state_dir, repos, workers) as (url, _):
+        yield url
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User plus system seconds of process ``pid`` and every live descendant so far
+    (``/proc``; a descendant that ended is counted only once its parent waited for it)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            # after the name: state is field 3; utime, stime, cutime, cstime are 14-17
+            total += sum(int(v) for v in fields[11:15]) / ticks
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as children:
+                    pending += [int(c) for c in children.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+@contextmanager
+def served_process(
+    state_dir: Path, repos: dict[str, Path], workers: int = 1
+) -> Iterator[tuple[str, int]]:
+    """``promoter serve --workers workers`` of ``repos`` in its own process: its URL and
+    process id (its workers are its children).
 
     How a deployed daemon runs: its own interpreter, so the client's work (hashing,
     framing, JSON) does not share its lock. Ready when it prints its URL on stderr.
@@ -201,7 +233,7 @@ def served(state_dir: Path, repos: dict[str, Path], workers: int = 1) -> Iterato
             raise RuntimeError("the benchmark daemon exited before it was ready")
         drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
         drain.start()
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(120)

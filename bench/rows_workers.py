@@ -11,14 +11,17 @@ lease and executor token are set up untimed.
 
 Row: ``promotions_workers_2_over_1``: the 2-worker daemon's time for the same promotions
 over the 1-worker daemon's (goal ≤ 0.625: at least 1.6 times the promotions a second).
-Details: each daemon's promotions a second. Both daemons run on this machine with the
-clients, which take their share of its cores.
+Details: each daemon's promotions a second, and the processor milliseconds a flow of the
+clients (this process, in the timed span) and of the daemon (its process and workers,
+read from ``/proc``). Both daemons run on this machine with the clients, which take
+their share of its cores.
 
 Deliberately not here: gating on the figures, and any other row.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from contextlib import ExitStack
@@ -27,7 +30,7 @@ from typing import Any
 
 from bench import documents as bd
 from bench import workload as wl
-from bench.harness import Table, served
+from bench.harness import Table, served_process, tree_cpu_seconds
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import sha256_hex
 
@@ -40,13 +43,19 @@ REPOSITORIES = 8
 FLOWS = 6
 
 
-def _rate(here: Path, source: wl.Source, workers: int, round_no: int) -> float:
-    """Promotions a second of ``CLIENTS`` threads against a ``--workers workers`` daemon."""
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _rate(here: Path, source: wl.Source, workers: int, round_no: int) -> dict[str, float]:
+    """Promotions a second of ``CLIENTS`` threads against a ``--workers workers`` daemon,
+    and the processor seconds a flow of the clients (this process) and of the daemon."""
     here.mkdir()
     repos = {f"r{n}": wl.copy_repo(source.path, here / f"r{n}") for n in range(REPOSITORIES)}
     with ExitStack() as stack:
         state = here / "state"
-        url = stack.enter_context(served(state, repos, workers))
+        url, pid = stack.enter_context(served_process(state, repos, workers))
         token = (state / "credentials" / "orchestrator.token").read_text().strip()
         orch = stack.enter_context(PromoterClient(url, token, timeout=600))
         identities = {str(r["name"]): str(r["repository_identity"]) for r in orch.repositories()}
@@ -104,17 +113,26 @@ def _rate(here: Path, source: wl.Source, workers: int, round_no: int) -> float:
             thread.start()
         start.wait()
         began = time.perf_counter()
+        clients_cpu, daemon_cpu = _own_cpu_seconds(), tree_cpu_seconds(pid)
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - began
+        clients_cpu = _own_cpu_seconds() - clients_cpu
+        daemon_cpu = tree_cpu_seconds(pid) - daemon_cpu
         if errors:
             raise errors[0]
-    return CLIENTS * FLOWS / elapsed
+    flows = CLIENTS * FLOWS
+    return {
+        "per_second": flows / elapsed,
+        "client_cpu_ms": 1000 * clients_cpu / flows,
+        "daemon_cpu_ms": 1000 * daemon_cpu / flows,
+    }
 
 
 def promotions_workers(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
     counts = (1, 2) if round_no % 2 == 0 else (2, 1)
     rates = {n: _rate(work / f"workers-{n}-{round_no}", source, n, round_no) for n in counts}
-    table.add("promotions_workers_2_over_1", rates[1] / rates[2])
-    table.note("promotions_workers.per_second_1_worker", rates[1])
-    table.note("promotions_workers.per_second_2_workers", rates[2])
+    table.add("promotions_workers_2_over_1", rates[1]["per_second"] / rates[2]["per_second"])
+    for n, name in ((1, "1_worker"), (2, "2_workers")):
+        for key, value in rates[n].items():
+            table.note(f"promotions_workers.{key}_{name}", value)

@@ -21,7 +21,8 @@ What may run in every worker and what in one (worker 0, ``primary``):
 
 The repository lock (a file lock) and the ledger serialize what must be serialized
 between workers as between daemons. SQLite in WAL takes one writer at a time; the others
-wait up to the busy timeout (``docs/operator/workers.md`` says when to move to PostgreSQL).
+wait in the ledger's write queue (``promoter.store.write_queue``), up to the busy timeout
+(``docs/operator/workers.md`` says when to move to PostgreSQL).
 Kept in memory, so per worker: the admission of costly reads. Shared through the
 ledger: the console's sessions, so a browser is served by whichever worker takes its
 connection. Shared through files: the metrics, one set for the daemon. The parent creates

@@ -1,7 +1,8 @@
 """Database engine, connection pragmas, sessions and migrations.
 
 SQLite gets WAL, ``synchronous=FULL`` (``NORMAL`` for a session opened
-``durable=False``), foreign keys and a busy timeout; PostgreSQL gets ``ServerOptions``
+``durable=False``), foreign keys, a busy timeout and, for a database file, the write
+queue's connections (``promoter.store.write_queue``); PostgreSQL gets ``ServerOptions``
 (timeouts, ``application_name``, pool size, ``pool_pre_ping``). Database errors become
 ``DatabaseBusy``, ``DatabaseUnavailable`` or ``StorageError``
 (protocol: storage#database-errors). ``upgrade`` runs the Alembic migrations of
@@ -54,6 +55,7 @@ from promoter.errors import (
     ValidationFailed,
 )
 from promoter.fs import flush
+from promoter.store import write_queue
 
 log = logging.getLogger("promoter.store")
 
@@ -132,9 +134,11 @@ def make_engine(
     """An engine for ``url``: SQLite with its pragmas and ``busy_timeout``; PostgreSQL
     with ``server``'s timeouts, name and pool size (other URLs: only the pool)."""
     if url.startswith("sqlite"):
-        engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": busy_timeout}
-        )
+        connect_args: dict[str, Any] = {"check_same_thread": False, "timeout": busy_timeout}
+        queued = write_queue.connection_class(make_url(url).database or "")
+        if queued is not None:  # writers queue for the write lock, woken at once
+            connect_args["factory"] = queued
+        engine = create_engine(url, connect_args=connect_args)
         event.listen(engine, "connect", _sqlite_pragmas(busy_timeout))
         return engine
     server = server or ServerOptions()
