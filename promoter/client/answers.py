@@ -583,3 +583,10 @@ class UnseenFileView(TypedDict):
     shown: Literal["full", "partial", "none"]
     summarized: bool
     cursor: str | None
+
+
+class WorktreeChanges(TypedDict):
+    generation: str
+    clock: int
+    paths: list[str] | None
+    reason: str
