@@ -30,6 +30,7 @@ from promoter.errors import ConfigError
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
+from promoter.executor.start_watch import Watched
 from promoter.git.layout import discover, repo_env
 from promoter.git.runner import run_git
 
@@ -75,10 +76,12 @@ def create(
     from_head: bool,
     save: Callable[[], None],
     used: Callable[[], set[str]],
+    watched: Watched | None = None,
 ) -> StartState | None:
     """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
 
-    ``save`` writes the record; ``used`` lists the base trees run records name.
+    ``save`` writes the record; ``used`` lists the base trees run records name;
+    ``watched``: the daemon's watch may narrow the start's status pass.
     """
     objects = _objects(record.worktree)
     save()  # named by a record before anything is made: --list shows it, --remove takes it
@@ -93,7 +96,7 @@ def create(
     if not from_head:
         state = capture_into(
             record.worktree, box.start, home, record.base_tree, whiteouts=True,
-            alternates=objects,
+            alternates=objects, watched=watched,
         )  # fmt: skip
         layers.collapse_empty(box.start, box.bases)
     layers.point_alternates(box.start)

@@ -35,7 +35,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
-from promoter.executor import layers
+from promoter.executor import layers, start_watch
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.tree_edit import edited_tree
@@ -187,6 +187,7 @@ def capture_into(
     *,
     whiteouts: bool = False,
     alternates: str | None = None,
+    watched: start_watch.Watched | None = None,
 ) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
@@ -194,15 +195,22 @@ def capture_into(
     the person's worktree and ``.git`` only; writes only inside ``clone``. With
     ``whiteouts`` ``clone`` is an overlay's start layer (``layers.py``), empty but its
     ``.git``: differences are laid as files, and deletions as whiteouts over the base;
-    ``alternates`` then names the person's object directory (HEAD's objects).
+    ``alternates`` then names the person's object directory (HEAD's objects). With
+    ``watched`` the daemon's watch may narrow the status pass (``start_watch.plan``),
+    and the pass is kept as the next start's baseline.
     """
     layout = discover(worktree)
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
-    with SeededShadow(layout, base_tree=base_tree) as shadow:
+    planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+    only = None if planned is None else planned.candidates
+    seeded = SeededShadow(layout, base_tree=base_tree, only=only)
+    with seeded as shadow:
         entries = shadow.diff()
+        if watched is not None and planned is not None and seeded.narrowable:
+            start_watch.record(watched, layout, planned, base_tree, seeded.status_paths)
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
