@@ -40,7 +40,7 @@ from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.tree_edit import edited_tree
 from promoter.fs.own_entry import OwnDir, OwnTree
-from promoter.git.layout import discover, repo_env
+from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, decode_path, require_oid
@@ -179,6 +179,22 @@ def _start_tree(
     return require_oid(tree.strip(), "start tree")
 
 
+def _read_person(
+    layout: RepoLayout, base_tree: str, planned: start_watch.Plan | None
+) -> SeededShadow:
+    """The person's worktree read (entered: the caller closes it), narrowed as ``planned``
+    says unless the index, excludes or config moved while it was read: then in full."""
+    only = None if planned is None else planned.candidates
+    shadow = SeededShadow(layout, base_tree=base_tree, only=only)
+    shadow.__enter__()
+    if planned is None or only is None or start_watch.unmoved(layout, planned):
+        return shadow
+    shadow.close()
+    shadow = SeededShadow(layout, base_tree=base_tree)
+    shadow.__enter__()
+    return shadow
+
+
 def capture_into(
     worktree: str,
     clone: Path,
@@ -205,12 +221,11 @@ def capture_into(
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
     planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
-    only = None if planned is None else planned.candidates
-    seeded = SeededShadow(layout, base_tree=base_tree, only=only)
-    with seeded as shadow:
+    shadow = _read_person(layout, base_tree, planned)
+    try:
         entries = shadow.diff()
-        if watched is not None and planned is not None and seeded.narrowable:
-            start_watch.record(watched, layout, planned, base_tree, seeded.status_paths)
+        if watched is not None and planned is not None and shadow.narrowable:
+            start_watch.record(watched, layout, planned, base_tree, shadow.status_paths)
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
@@ -238,6 +253,8 @@ def capture_into(
                 sha256, size = objects.digests[oid]
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
+    finally:
+        shadow.close()
     faults.point("start_state_laid")
     if alternates is None:
         tree = _start_tree(clone, home, base_tree, laid, None)

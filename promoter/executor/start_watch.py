@@ -13,7 +13,9 @@ gives the full pass's answer (protocol: runs#watched-start). Anything unknown or
 unexpected (no or a damaged baseline, another generation, another base tree, a changed
 exclude or config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more
 than ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline after a
-pass (through ``OwnTemp``, fsynced, renamed); a damaged one is replaced there.
+pass (through ``OwnTemp``, fsynced, renamed); a damaged one is replaced there. A
+narrowed pass during which a fingerprinted file moved is read again in full
+(``unmoved``, ``start_state.capture_into``).
 
 Not here: the status pass (``seeded.py``), laying the start (``start_state.py``), the
 daemon's watch (``promoter.engine.snapshots.start_watch``). Promoter's git reads no
@@ -39,7 +41,7 @@ from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
 from promoter.git.runner import run_git
 
-__all__ = ["MAX_CANDIDATES", "Plan", "Watched", "baseline_path", "plan", "record"]
+__all__ = ["MAX_CANDIDATES", "Plan", "Watched", "baseline_path", "plan", "record", "unmoved"]
 
 log = logging.getLogger("promoter.run")
 
@@ -134,6 +136,11 @@ def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
     if len(candidates) > MAX_CANDIDATES:
         return _why(full, f"more than {MAX_CANDIDATES} candidates")
     return Plan(sorted(candidates), now_generation, now_clock, print_)
+
+
+def unmoved(layout: RepoLayout, planned: Plan) -> bool:
+    """Whether the files ``planned`` fingerprinted are as they were (after its pass)."""
+    return fingerprint(layout) == planned.fingerprint
 
 
 def record(

@@ -20,6 +20,7 @@ import pytest
 
 from promoter.client.sync import PromoterClient
 from promoter.executor import start_watch
+from promoter.executor.seeded import SeededShadow
 from promoter.executor.start_state import StartState, capture_into
 from promoter.executor.start_watch import Plan, Watched
 from promoter.git.layout import discover
@@ -219,3 +220,33 @@ def test_a_flood_of_changes_is_answered_unknown_not_listed(starts: Starts) -> No
     assert answer["paths"] is None and "more than 256" in answer["reason"]
     planned = starts.both()
     assert planned.candidates is None
+
+
+def test_an_index_changed_while_the_narrowed_pass_reads_is_read_again_in_full(
+    starts: Starts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = starts.repo
+    (repo / ".git" / "info" / "exclude").write_bytes(b"*.log\n")
+    (repo / "keep.log").write_bytes(b"tracked, though its name is ignored\n")
+    git(repo, "add", "-f", "keep.log")
+    git(repo, "commit", "-q", "-m", "a tracked file an ignore rule matches")
+    _narrowed_once(starts)
+    real = SeededShadow._seeded
+    moved: list[bool] = []
+    passes: list[bool] = []  # narrowed or not, each status pass of the watched start
+
+    def person_untracks_meanwhile(self: SeededShadow, base: str) -> Any:
+        passes.append(self._only is not None)
+        found = real(self, base)
+        if self._only is not None and not moved:  # the narrowed pass has read the index
+            git(repo, "rm", "-q", "--cached", "keep.log")  # now ignored: a deletion
+            moved.append(True)
+        return found
+
+    monkeypatch.setattr(SeededShadow, "_seeded", person_untracks_meanwhile)
+    watched, watched_files = starts.capture(True)
+    assert moved and starts.plans[-1].candidates is not None  # it was narrowed, then moved
+    assert passes == [True, False]  # read again, in full
+    full, full_files = starts.capture(False)
+    assert watched_files == full_files and watched.tree == full.tree
+    assert watched.preconditions == full.preconditions
