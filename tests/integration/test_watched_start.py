@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from promoter.client.sync import PromoterClient
+from promoter.config import RepositoryConfig
 from promoter.executor import start_watch
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.start_state import StartState, capture_into
@@ -250,3 +251,42 @@ def test_an_index_changed_while_the_narrowed_pass_reads_is_read_again_in_full(
     full, full_files = starts.capture(False)
     assert watched_files == full_files and watched.tree == full.tree
     assert watched.preconditions == full.preconditions
+
+
+def test_a_nested_repository_keeps_every_start_a_full_pass(starts: Starts) -> None:
+    init_repo(starts.repo / "vendor" / "lib")  # its HEAD moves with no event we read
+    for _ in range(3):
+        planned = starts.both()
+        assert planned.candidates is None and planned.reason == "no baseline"
+    assert not start_watch.baseline_path(starts.state_dir, discover(starts.repo)).exists()
+
+
+def test_a_gitlink_in_the_index_keeps_every_start_a_full_pass(starts: Starts) -> None:
+    head = git(starts.repo, "rev-parse", "HEAD")
+    git(starts.repo, "update-index", "--add", "--cacheinfo", f"160000,{head},sub")
+    for _ in range(3):
+        planned = starts.both()
+        assert planned.candidates is None and planned.reason == "no baseline"
+
+
+def test_an_attributes_file_the_watch_names_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    (starts.repo / "src" / ".gitattributes").write_bytes(b"*.py -text\n")
+    planned = starts.both()
+    assert planned.candidates is None and "attributes" in planned.reason
+
+
+def test_a_repository_not_watched_is_answered_unknown(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    config = RepositoryConfig(path=repo, snapshot_watch=False)
+    with running_daemon(tmp_path / "state", {"lab": config}) as daemon:
+        starts = Starts(tmp_path, repo, daemon)
+        for _ in range(2):
+            answer = starts.ask("", 0)
+            assert answer == {
+                "generation": "",
+                "clock": 0,
+                "paths": None,
+                "reason": "the repository's worktree is not watched",
+            }
+        assert daemon.services.start_watches == {}
