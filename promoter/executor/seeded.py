@@ -23,6 +23,7 @@ from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (
     NotPlain,
+    PlainIndex,
     converting_config,
     copy_index,
     harmless_attributes,
@@ -78,7 +79,8 @@ class SeededShadow(ShadowTree):
     reads it). ``only``: the status pass reads these paths (literal pathspecs) and
     nothing else; the caller vouches that no other path differs (``start_watch.plan``).
     An index with gitlinks is then computed in full (a submodule's HEAD moves with no
-    event in the worktree).
+    event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
+    used when the copy has that key instead of walking it again.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class SeededShadow(ShadowTree):
         seed: bool = True,
         head_tree: str | None = None,
         only: Sequence[bytes] | None = None,
+        known_index: tuple[str, PlainIndex] | None = None,
     ) -> None:
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
@@ -98,6 +101,7 @@ class SeededShadow(ShadowTree):
         self._only = None if only is None else list(only)
         self.status_paths: list[bytes] = []  # every path the seeded status pass named
         self.narrowable = False  # whether that pass may be limited next time (start_watch)
+        self.index_walk = known_index  # (index_key of the copy, its walk), once walked
         self._entries: list[DiffEntry] | None = None
         self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
@@ -146,16 +150,22 @@ class SeededShadow(ShadowTree):
         if self._only is not None:
             limit = ["--", *(os.fsdecode(p) for p in self._only)]
             literal = {"GIT_LITERAL_PATHSPECS": "1"}
+        key = index_key(data)
+        known = self.index_walk
         with ThreadPoolExecutor(max_workers=1) as pool:
-            walked = pool.submit(plain_index, data)  # while git reads the copy
+            if known is not None and key is not None and known[0] == key:
+                walked = None  # the same bytes as a walk already made
+            else:
+                walked = pool.submit(plain_index, data)  # while git reads the copy
             if self._only == []:
                 status = b""  # no candidate: no path differs
             else:
                 status = self._seed_git([*_STATUS, *limit], {**env, **literal})
             try:
-                index = walked.result()
+                index = walked.result() if walked is not None else _known(known)
             except NotPlain as exc:
                 raise _NoSeed from exc
+        self.index_walk = None if key is None else (key, index)
         if self._only is not None and index.gitlinks:
             raise _NoSeed
         files, cached, untracked = _parse_status(status)
@@ -381,6 +391,20 @@ def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:
         if unstaged != ".":
             files.append(_entry(unstaged, path, index, work, index_oid, None))
     return files, cached, b"".join(raw + b"\0" for raw in untracked)
+
+
+def _known(known: tuple[str, PlainIndex] | None) -> PlainIndex:
+    assert known is not None
+    return known[1]
+
+
+def index_key(data: bytes) -> str | None:
+    """What identifies an index's bytes: its length and git's checksum trailer (a hash of
+    everything before it); ``None`` when git wrote no checksum (``index.skipHash``)."""
+    trailer = data[-20:]
+    if len(data) < 52 or not trailer.strip(b"\0"):
+        return None
+    return f"{len(data)}:{trailer.hex()}"
 
 
 def _named(out: bytes) -> list[bytes]:

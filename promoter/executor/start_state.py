@@ -185,7 +185,8 @@ def _read_person(
     """The person's worktree read (entered: the caller closes it), narrowed as ``planned``
     says unless the index, excludes or config moved while it was read: then in full."""
     only = None if planned is None else planned.candidates
-    shadow = SeededShadow(layout, base_tree=base_tree, only=only)
+    known = None if planned is None else planned.index_walk
+    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known)
     shadow.__enter__()
     if planned is None or only is None or start_watch.unmoved(layout, planned):
         return shadow
@@ -225,7 +226,9 @@ def capture_into(
     try:
         entries = shadow.diff()
         if watched is not None and planned is not None and shadow.narrowable:
-            start_watch.record(watched, layout, planned, base_tree, shadow.status_paths)
+            start_watch.record(
+                watched, layout, planned, base_tree, shadow.status_paths, shadow.index_walk
+            )
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))

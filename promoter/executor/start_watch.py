@@ -3,9 +3,11 @@
 This module owns ``<state>/starts/<key>.json``, one baseline per worktree: the paths the
 last seeded status pass named (``SeededShadow.status_paths``), the watch position
 (generation, clock) asked for *before* that pass began, the base tree it compared with,
-and a fingerprint of what outside the worktree changes the answer without an event (the
+a fingerprint of what outside the worktree changes the answer without an event (the
 index, ``info/exclude``, ``info/attributes``, the repository's config files: device,
-inode, size, mtime_ns). ``plan`` reads the baseline, takes the fingerprint, asks the
+inode, size, mtime_ns), and the pass's walk of the index (its ``.gitattributes`` paths,
+keyed by the index's checksum trailer: the next pass walks an index only when its bytes
+differ). ``plan`` reads the baseline, takes the fingerprint, asks the
 daemon (``Watched.ask``: ``POST /v1/repositories/{name}/changes``) and returns the
 candidate paths: the watch's, the baseline's, and when the index changed what
 ``git diff-index --cached`` names; the status pass limited to them by literal pathspecs
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.errors import PromoterError
+from promoter.executor.seed_index import PlainIndex
 from promoter.fs import flush
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
@@ -51,6 +54,7 @@ _SCHEMA = "PromoterStartBaselineV1"
 _GENERATION = re.compile(r"[0-9a-f]{16}")
 _HEX = re.compile(r"(?:[0-9a-f]{2})+")
 _OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_INDEX_KEY = re.compile(r"[0-9]{1,12}:[0-9a-f]{40}")
 _SPECIAL = {b".gitignore", b".gitattributes"}
 _MAX_BASELINE = 1 << 20
 
@@ -72,6 +76,7 @@ class Plan:
     clock: int
     fingerprint: dict[str, list[int] | None]
     reason: str = ""
+    index_walk: tuple[str, PlainIndex] | None = None  # the baseline's walk of its index
 
 
 def baseline_path(state_dir: Path, layout: RepoLayout) -> Path:
@@ -135,7 +140,7 @@ def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
         candidates.update(_staged(layout, base_tree))
     if len(candidates) > MAX_CANDIDATES:
         return _why(full, f"more than {MAX_CANDIDATES} candidates")
-    return Plan(sorted(candidates), now_generation, now_clock, print_)
+    return Plan(sorted(candidates), now_generation, now_clock, print_, "", baseline.index_walk)
 
 
 def unmoved(layout: RepoLayout, planned: Plan) -> bool:
@@ -144,11 +149,22 @@ def unmoved(layout: RepoLayout, planned: Plan) -> bool:
 
 
 def record(
-    watched: Watched, layout: RepoLayout, planned: Plan, base_tree: str, dirty: list[bytes]
+    watched: Watched,
+    layout: RepoLayout,
+    planned: Plan,
+    base_tree: str,
+    dirty: list[bytes],
+    index_walk: tuple[str, PlainIndex] | None = None,
 ) -> None:
-    """Keep ``dirty`` (a pass's paths, begun after ``planned`` asked) as the baseline."""
+    """Keep ``dirty`` (a pass's paths, begun after ``planned`` asked) as the baseline,
+    with the pass's walk of the index (``SeededShadow.index_walk``, no gitlinks)."""
     if not planned.generation:
         return  # not watched: nothing to compare with next time
+    walk = None
+    if index_walk is not None and not index_walk[1].gitlinks:
+        key, index = index_walk
+        attributes = sorted(os.fsencode(p).hex() for p in index.attributes)
+        walk = {"key": key, "attributes": attributes}
     path = baseline_path(watched.state_dir, layout)
     document = {
         "schema": _SCHEMA,
@@ -158,6 +174,7 @@ def record(
         "base_tree": base_tree,
         "fingerprint": planned.fingerprint,
         "dirty": sorted(p.hex() for p in set(dirty)),
+        "index_walk": walk,
     }
     data = (json.dumps(document, sort_keys=True) + "\n").encode("utf-8")
     try:
@@ -187,6 +204,7 @@ class _Baseline:
     base_tree: str
     fingerprint: dict[str, list[int] | None]
     dirty: frozenset[bytes]
+    index_walk: tuple[str, PlainIndex] | None
 
 
 def _load(path: Path) -> _Baseline | None:
@@ -222,7 +240,20 @@ def _parse(doc: Any) -> _Baseline | None:
             return None
     if not all(isinstance(p, str) and _HEX.fullmatch(p) for p in dirty):
         return None
-    return _Baseline(generation, clock, tree, prints, frozenset(bytes.fromhex(p) for p in dirty))
+    walk = doc["index_walk"]
+    index_walk = None
+    if walk is not None:
+        key, attributes = walk["key"], walk["attributes"]
+        if not (isinstance(key, str) and _INDEX_KEY.fullmatch(key)):
+            return None
+        if not (isinstance(attributes, list) and all(isinstance(p, str) for p in attributes)):
+            return None
+        if not all(_HEX.fullmatch(p) for p in attributes):
+            return None
+        names = tuple(os.fsdecode(bytes.fromhex(p)) for p in attributes)
+        index_walk = (key, PlainIndex((), names))
+    dirty_paths = frozenset(bytes.fromhex(p) for p in dirty)
+    return _Baseline(generation, clock, tree, prints, dirty_paths, index_walk)
 
 
 def _position(answer: Mapping[str, Any]) -> tuple[str, int]:

@@ -20,6 +20,7 @@ import pytest
 
 from promoter.client.sync import PromoterClient
 from promoter.config import RepositoryConfig
+from promoter.executor import seeded as seeded_module
 from promoter.executor import start_watch
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.start_state import StartState, capture_into
@@ -290,3 +291,31 @@ def test_a_repository_not_watched_is_answered_unknown(tmp_path: Path) -> None:
                 "reason": "the repository's worktree is not watched",
             }
         assert daemon.services.start_watches == {}
+
+
+def test_the_index_is_walked_again_only_when_its_bytes_changed(
+    starts: Starts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = starts.repo
+    (repo / "src" / ".gitattributes").write_bytes(b"*.py diff=python\n")  # harmless
+    git(repo, "add", "src/.gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    walks: list[bool] = []
+    real = seeded_module.plain_index
+
+    def counted(data: bytes) -> Any:
+        walks.append(True)
+        return real(data)
+
+    monkeypatch.setattr(seeded_module, "plain_index", counted)
+    starts.both()  # a full pass: walks (the full capture in both() walks too)
+    (repo / "src/m1.py").write_bytes(b"edited\n")
+    walks.clear()
+    planned = starts.both()
+    assert planned.candidates is not None and planned.index_walk is not None
+    assert planned.index_walk[1].attributes == ("src/.gitattributes",)
+    assert len(walks) == 1  # the full capture's only: the watched one reused the walk
+    git(repo, "add", "src/m1.py")  # new index bytes
+    walks.clear()
+    assert starts.both().candidates is not None
+    assert len(walks) == 2  # walked again
