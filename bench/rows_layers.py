@@ -7,12 +7,19 @@ directory, one commit, packed) of 10 files and of ``BIG`` files (10 000; 100 000
 untracked file), this measures side by side:
 
 - ``sandbox_ready_<N>``: a sandbox made and its command's first instruction run, over the
-  same in the 10-file repository. Timed in-process: ``sandbox.create`` (layout
-  ``overlay``: the start layer captured from the person's worktree, the base of HEAD
-  already in the cache, as for every run after the first on a commit) plus
+  same in the 10-file repository, as ``promoter run`` makes it with a daemon: timed
+  in-process, ``sandbox.create`` (layout ``overlay``: the start layer captured from the
+  person's worktree where the daemon's watch says it changed, asked of ``promoter
+  serve`` in its own process guarding both repositories, through ``start_watch``; the
+  base of HEAD already in the cache, as for every run after the first on a commit) plus
   ``confine.run_confined`` of ``true`` (bubblewrap's probe, the namespace, the overlay's
-  mount, bubblewrap, the entry, ``true``). The base's first making is a detail
-  (``sandbox_ready_<N>.cold_seconds``), as are both sides' seconds.
+  mount, bubblewrap, the entry, ``true``). In each round the person first edits one of
+  their two dirty files again, and an untimed start takes in what the other row's
+  promotion wrote (else more than ``start_watch.MAX_CANDIDATES`` paths: the full pass).
+  The same start without the watch (the whole worktree read, as before) is timed in the
+  same rounds, interleaved: ``sandbox_ready_<N>.unwatched_ratio``. The base's first
+  making is a detail (``sandbox_ready_<N>.cold_seconds``), as are each side's seconds
+  and CPU (this process and its children; the daemon's sync is left out).
 - ``sandbox_disk_<N>``: the KiB a sandbox holds of its own (its run directory, the
   shared base left out) once made, before its command writes anything.
 - ``run_vs_worktree_<N>``: ``promoter run --repo bench --yes -- sh -c …`` (the 10-file
@@ -33,21 +40,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import rows_run
+from bench import harness, rows_run
+from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
-from promoter.executor import confine, layered
+from promoter.executor import confine, layered, start_watch
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.start_watch import Watched
 
 SMALL = 10
 BIG = 10_000
@@ -109,18 +119,31 @@ def _disk(home: Path) -> int:
     return total
 
 
+def _cpu() -> float:
+    """User plus system seconds of this process and its waited-for children so far."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 @dataclass
 class Side:
     repo: Path
     state: Path
     head: str
+    watched: Watched | None = None
+    cpu: float = 0.0  # of the last ``ready``
 
-    def ready(self) -> tuple[float, int]:
+    def ready(self, *, watch: bool = True) -> tuple[float, int]:
         """Seconds from nothing to ``true`` run in a new sandbox; the sandbox's own bytes."""
+        cpu = _cpu()
         started = time.perf_counter()
         record = sandboxes.create(
             self.state, repository="bench", worktree=str(self.repo), branch="refs/heads/main",
             head=self.head, created_at=rfc3339(utcnow()), allow=_ALLOW, layout="overlay",
+            watched=self.watched if watch else None,
         )  # fmt: skip
         made = time.perf_counter()
         home = Path(record.clone).parent
@@ -135,6 +158,7 @@ class Side:
             ["true"], box, env, "http://127.0.0.1:9", 60.0, record.run_id
         )
         seconds = time.perf_counter() - started - paused
+        self.cpu = _cpu() - cpu
         if outcome.returncode != 0:
             raise RuntimeError(f"true exited {outcome.returncode} in the sandbox")
         sandboxes.remove(self.state, record.run_id)
@@ -181,14 +205,44 @@ def rows(
         cold, _ = sides[files].ready()  # the base's first making, untimed in the rows
         table.note(f"{names['ready']}.{'cold' if files != SMALL else 'small_cold'}_seconds", cold)
     big, small = sides[big_files], sides[SMALL]
+    watch_state = work / "watch-state"
+    url = stack.enter_context(harness.served(watch_state, {"big": big.repo, "small": small.repo}))
+    token = (watch_state / "credentials" / "orchestrator.token").read_text().strip()
+    for name, side in (("big", big), ("small", small)):
+        side.watched = Watched(side.state, _asker(url, token, name))
+        side.ready()  # untimed: the watch starts, the first baseline is kept
 
     def ready(round_no: int) -> None:
+        for side in (big, small):
+            _touch(side.repo, round_no)  # the person edits again between two runs
+            side.ready()  # untimed: takes in what the other row's promotion wrote
+            _touch(side.repo, round_no + 1000)
         order = [big, small] if round_no % 2 == 0 else [small, big]
-        figures = {id(side): side.ready() for side in order}
-        (big_s, big_disk), (small_s, _) = figures[id(big)], figures[id(small)]
+        watched, unwatched, cpu = {}, {}, {}
+        counted = _Narrowed()
+        start_watch.plan = counted  # the same plan, counted
+        try:
+            for side in order:
+                watched[id(side)] = side.ready()
+                cpu[id(side)] = side.cpu
+        finally:
+            start_watch.plan = counted._plan
+        table.note(f"{names['ready']}.narrowed_share", counted.narrowed / counted.planned)
+        for side in reversed(order):
+            unwatched[id(side)] = side.ready(watch=False)
+            cpu[-id(side)] = side.cpu
+        (big_s, big_disk), (small_s, _) = watched[id(big)], watched[id(small)]
         table.add(names["ready"], big_s / small_s)
         table.note(f"{names['ready']}.seconds", big_s)
         table.note(f"{names['ready']}.small_seconds", small_s)
+        table.note(f"{names['ready']}.cpu_seconds", cpu[id(big)])
+        table.note(f"{names['ready']}.small_cpu_seconds", cpu[id(small)])
+        table.note(f"{names['ready']}.cpu_ratio", cpu[id(big)] / cpu[id(small)])
+        before_big, before_small = unwatched[id(big)][0], unwatched[id(small)][0]
+        table.note(f"{names['ready']}.unwatched_ratio", before_big / before_small)
+        table.note(f"{names['ready']}.unwatched_seconds", before_big)
+        table.note(f"{names['ready']}.unwatched_small_seconds", before_small)
+        table.note(f"{names['ready']}.unwatched_cpu_ratio", cpu[-id(big)] / cpu[-id(small)])
         table.add(names["disk"], big_disk / 1024)
 
     run_state = work / "run-state"
@@ -204,6 +258,35 @@ def rows(
         table.note(f"{names['run']}.loop_seconds", loop)
 
     return [ready, run]
+
+
+def _asker(url: str, token: str, name: str) -> Callable[[str, int], Mapping[str, Any]]:
+    """How ``promoter run`` asks the daemon's watch (``flow.start``), for repository ``name``."""
+
+    def ask(generation: str, clock: int) -> Mapping[str, Any]:
+        with PromoterClient(url, token, timeout=60) as client:
+            return client.worktree_changes(name, generation, clock)
+
+    return ask
+
+
+class _Narrowed:
+    """Counts the watched starts whose status pass read only candidates (changes nothing)."""
+
+    def __init__(self) -> None:
+        self.narrowed = self.planned = 0
+        self._plan = start_watch.plan
+
+    def __call__(self, watched: Watched, layout: Any, base_tree: str) -> start_watch.Plan:
+        planned = self._plan(watched, layout, base_tree)
+        self.planned += 1
+        self.narrowed += planned.candidates is not None
+        return planned
+
+
+def _touch(repo: Path, round_no: int) -> None:
+    """The person saves one of their dirty files again (its bytes new each time)."""
+    (repo / rows_run._path(1)).write_bytes(b"the person's uncommitted edit %d\n" % round_no)
 
 
 # --- running alone -----------------------------------------------------------------------------

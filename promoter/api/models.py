@@ -210,6 +210,18 @@ class SnapshotRequest(Request):
     label: str = ""
 
 
+class ChangesRequest(Request):
+    generation: str = Field(
+        default="",
+        pattern=r"^(?:[0-9a-f]{16})?$",
+        description="the watch generation of an earlier answer; empty: none",
+        examples=["9f86d081884c7d65"],
+    )
+    clock: Annotated[int, Field(ge=0, le=2**62)] = Field(
+        default=0, description="the clock of that answer"
+    )
+
+
 class RestoreRequest(Request):
     expected_current_tree: str = Field(
         description="the tree the worktree must be at now (40 hex)", examples=["0" * 40]

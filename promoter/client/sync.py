@@ -535,6 +535,15 @@ class PromoterClient(BlobCalls):
         path = f"/v1/repositories/{segment(repository)}/snapshots"
         return cast("answers.Snapshot", self._json("POST", path, json_body={"label": label}))
 
+    def worktree_changes(
+        self, repository: str, generation: str = "", clock: int = 0
+    ) -> answers.WorktreeChanges:
+        """The worktree paths changed since (``generation``, ``clock``) of an earlier answer
+        (``paths`` null: not known), after the daemon synced with its watch."""
+        path = f"/v1/repositories/{segment(repository)}/changes"
+        body = {"generation": generation, "clock": clock}
+        return cast("answers.WorktreeChanges", self._json("POST", path, json_body=body))
+
     def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> answers.SnapshotDiff:
         path = f"/v1/repositories/{segment(repository)}/snapshots/diff"
         return cast(

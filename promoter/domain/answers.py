@@ -572,3 +572,10 @@ class UnseenFileView(TypedDict):
     shown: Shown
     summarized: bool
     cursor: str | None
+
+
+class WorktreeChanges(TypedDict):
+    generation: str
+    clock: int
+    paths: list[str] | None
+    reason: str

@@ -365,6 +365,16 @@ class SnapshotList(Reply):
     snapshots: list[Snapshot]
 
 
+class WorktreeChanges(Reply):
+    generation: str = Field(description="the watch generation now; empty: not watched")
+    clock: int = Field(description="the clock now: ask with it next time")
+    paths: list[str] | None = Field(
+        description="the worktree paths changed since the position asked for, sorted by "
+        "their bytes; null: not known, read the whole worktree"
+    )
+    reason: str = Field(description="why the paths are not known, when they are not")
+
+
 class SnapshotDiff(Reply):
     added: list[str]
     modified: list[str]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from promoter.engine.ownership import Owner
     from promoter.engine.repos import Registry
     from promoter.engine.services import AttemptRunner, WebhookDeliveries
+    from promoter.fs.start_watch import StartWatch
     from promoter.git.shadow_watch import SnapshotWatch
     from promoter.store.audit import AuditStore
     from promoter.store.blobs import BlobStore
@@ -109,6 +110,13 @@ class Watches(Protocol):
 
     @property
     def snapshot_watches(self) -> dict[str, SnapshotWatch]: ...
+
+
+class StartWatching(Configured, Repositories, Protocol):
+    """The worktree watches for sandboxes' starts, by repository name."""
+
+    @property
+    def start_watches(self) -> dict[str, StartWatch]: ...
 
 
 class Credentials(Protocol):

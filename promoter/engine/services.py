@@ -33,6 +33,7 @@ from promoter.engine.liveness import LiveAttempts
 from promoter.engine.ownership import Owner, machine_host_id
 from promoter.engine.repos import Registry
 from promoter.fs import openat2
+from promoter.fs.start_watch import StartWatch
 from promoter.git import tree_reader
 from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import db as dbmod
@@ -98,6 +99,8 @@ class Services:
     stopping: threading.Event = field(default_factory=threading.Event)
     # worktree watches for promotions' snapshots, by shadow repository path
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
+    # worktree watches for sandboxes' starts, by repository name (``snapshots.start_watch``)
+    start_watches: dict[str, StartWatch] = field(default_factory=dict)
     # the epoch this daemon registered its host at (``promoter.engine.fencing``)
     host_epoch: int | None = None
     # this host and its database as last seen, without the database (``engine.host_state``)
@@ -138,6 +141,8 @@ class Services:
     def close(self) -> None:
         for watch in list(self.snapshot_watches.values()):
             watch.close()
+        for start in list(self.start_watches.values()):
+            start.close()
         tree_reader.close_all()  # the repositories' long-lived cat-file processes
         self.db.dispose()
 

@@ -30,6 +30,7 @@ from promoter.errors import ConfigError
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
+from promoter.executor.start_watch import Watched
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.runner import run_git
 
@@ -77,11 +78,13 @@ def create(
     save: Callable[[], None],
     used: Callable[[], set[str]],
     found: RepoLayout | None = None,
+    watched: Watched | None = None,
 ) -> StartState | None:
     """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
 
     ``save`` writes the record; ``used`` lists the base trees run records name;
-    ``found`` is the worktree's layout when the caller discovered it already.
+    ``found`` is the worktree's layout when the caller discovered it already;
+    ``watched``: the daemon's watch may narrow the start's status pass.
     """
     objects = _objects(record.worktree, found)
     save()  # named by a record before anything is made: --list shows it, --remove takes it
@@ -96,7 +99,7 @@ def create(
     if not from_head:
         state = capture_into(
             record.worktree, box.start, home, record.base_tree, whiteouts=True,
-            alternates=objects, found=found,
+            alternates=objects, found=found, watched=watched,
         )  # fmt: skip
         layers.collapse_empty(box.start, box.bases)
     layers.point_alternates(box.start)

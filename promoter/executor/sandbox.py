@@ -31,6 +31,7 @@ from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
 
 if TYPE_CHECKING:
+    from promoter.executor.start_watch import Watched
     from promoter.git.layout import RepoLayout
 
 __all__ = [
@@ -119,12 +120,14 @@ def create(
     allow: list[dict[str, Any]],
     from_head: bool = False,
     layout: str = "copy",
+    watched: Watched | None = None,
 ) -> RunRecord:
     """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
 
     Unless ``from_head``, the clone's worktree is then made equal to the person's
     worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
-    overlay sandbox instead of a clone (``layered.create``).
+    overlay sandbox instead of a clone (``layered.create``). ``watched``: the daemon's
+    watch may narrow the reading of the person's worktree (``start_watch.py``).
     """
     from promoter.executor import sandbox_repo
     from promoter.git.runner import run_git
@@ -151,7 +154,7 @@ def create(
             base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
             allow=allow, layout="overlay",
         )  # fmt: skip
-        _lay_overlay(state_dir, record, home, from_head, found)
+        _lay_overlay(state_dir, record, home, from_head, found, watched)
         return record
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
@@ -183,22 +186,28 @@ def create(
     )
     save(state_dir, record)
     if not from_head:
-        _start_from_person(state_dir, record, home)
+        _start_from_person(state_dir, record, home, watched)
     return record
 
 
 def _lay_overlay(
-    state_dir: Path, record: RunRecord, home: Path, from_head: bool, found: RepoLayout
+    state_dir: Path,
+    record: RunRecord,
+    home: Path,
+    from_head: bool,
+    found: RepoLayout,
+    watched: Watched | None,
 ) -> None:
-    """``layered.create`` (``found``: the worktree's layout); a sandbox that could not be
-    laid is removed."""
+    """``layered.create`` (``found``: the worktree's layout; ``watched``: the daemon's
+    watch, which may narrow the start's status pass); a sandbox that could not be laid is
+    removed."""
     from promoter.executor import layered
 
     try:
         state = layered.create(
             state_dir, record, home, from_head=from_head,
             save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
-            found=found,
+            found=found, watched=watched,
         )  # fmt: skip
     except OSError as exc:
         _remove_unfinished(state_dir, record.run_id)
@@ -234,12 +243,16 @@ def used_bases(state_dir: Path) -> set[str]:
     return {r.base_tree for r in list_runs(state_dir) if r.layout == "overlay" and r.base_tree}
 
 
-def _start_from_person(state_dir: Path, record: RunRecord, home: Path) -> None:
+def _start_from_person(
+    state_dir: Path, record: RunRecord, home: Path, watched: Watched | None
+) -> None:
     """Lay the person's worktree into the clone; a sandbox that could not is removed."""
     from promoter.executor.start_state import capture_into  # not for --list, --prune
 
     try:
-        state = capture_into(record.worktree, Path(record.clone), home, record.base_tree)
+        state = capture_into(
+            record.worktree, Path(record.clone), home, record.base_tree, watched=watched
+        )
     except OSError as exc:
         remove(state_dir, record.run_id)
         raise WriteFailed(

@@ -102,7 +102,11 @@ class SeededShadow(ShadowTree):
     After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
     tree's gitlink paths when the seed showed them (``None``: list the base tree).
     ``head_tree``: HEAD's tree when the caller has read it (``None``: ``unsupported``
-    reads it).
+    reads it). ``only``: the status pass reads these paths (literal pathspecs) and
+    nothing else; the caller vouches that no other path differs (``start_watch.plan``).
+    An index with gitlinks is then computed in full (a submodule's HEAD moves with no
+    event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
+    used when the copy has that key instead of walking it again.
     """
 
     def __init__(
@@ -114,10 +118,16 @@ class SeededShadow(ShadowTree):
         timeout: float = 600.0,
         seed: bool = True,
         head_tree: str | None = None,
+        only: Sequence[bytes] | None = None,
+        known_index: tuple[str, PlainIndex] | None = None,
     ) -> None:
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
         self._head_tree = head_tree
+        self._only = None if only is None else list(only)
+        self.status_paths: list[bytes] = []  # every path the seeded status pass named
+        self.narrowable = False  # whether that pass may be limited next time (start_watch)
+        self.index_walk = known_index  # (index_key of the copy, its walk), once walked
         self._entries: list[DiffEntry] | None = None
         self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
@@ -161,17 +171,34 @@ class SeededShadow(ShadowTree):
             raise _NoSeed from exc
         self._point_head_at(base)
         env = {**self._read_env, "GIT_INDEX_FILE": seed}
-        walked = _Walk(data)  # while git reads the copy
-        walked.start()
+        limit: list[str] = []
+        literal: dict[str, str] = {}
+        if self._only is not None:
+            limit = ["--", *(os.fsdecode(p) for p in self._only)]
+            literal = {"GIT_LITERAL_PATHSPECS": "1"}
+        key = index_key(data)
+        known = self.index_walk
+        walked: _Walk | None = None
+        if known is None or key is None or known[0] != key:
+            walked = _Walk(data)  # while git reads the copy
+            walked.start()
         try:
-            status = self._seed_git(_STATUS, env)
+            if self._only == []:
+                status = b""  # no candidate: no path differs
+            else:
+                status = self._seed_git([*_STATUS, *limit], {**env, **literal})
         finally:
-            walked.join()
+            if walked is not None:
+                walked.join()
         try:
-            index = walked.result()
+            index = walked.result() if walked is not None else _known(known)
         except NotPlain as exc:
             raise _NoSeed from exc
+        self.index_walk = None if key is None else (key, index)
+        if self._only is not None and index.gitlinks:
+            raise _NoSeed
         files, cached, untracked = _parse_status(status)
+        self.status_paths = _named(status)
         if b".gitattributes" in untracked:
             raise _NoSeed
         if any(e.status == "A" for e in files):  # intent-to-add
@@ -182,7 +209,7 @@ class SeededShadow(ShadowTree):
         same_links = not any(_GITLINK in (e.old_mode, e.new_mode) for e in cached)
         if not (same_paths and same_links):
             self._git(["read-tree", base], read=True)  # the base's own index, no stat data
-            untracked = self._seed_git(_UNTRACKED, self._env)
+            untracked = self._seed_git([*_UNTRACKED, *limit], {**self._env, **literal})
         touched = {e.path for e in files} | {e.path for e in cached}
         for path in index.attributes:  # as checked out and added, and harmless
             if path in touched or not self._harmless_attributes(path):
@@ -191,9 +218,11 @@ class SeededShadow(ShadowTree):
         if same_links:
             self.gitlinks = tuple(sorted(self._index_gitlinks))
         try:
-            return self._changes(files, cached, untracked)
+            changes = self._changes(files, cached, untracked)
         except OSError as exc:  # unreadable, or no room: git's own error, from the full run
             raise _NoSeed from exc
+        self.narrowable = not index.gitlinks and not self.nested_repositories
+        return changes
 
     def _point_head_at(self, base: str) -> None:
         """The private HEAD (``refs/heads/main``) at a private commit of ``base``."""
@@ -391,6 +420,28 @@ def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:
         if unstaged != ".":
             files.append(_entry(unstaged, path, index, work, index_oid, None))
     return files, cached, b"".join(raw + b"\0" for raw in untracked)
+
+
+def _known(known: tuple[str, PlainIndex] | None) -> PlainIndex:
+    assert known is not None
+    return known[1]
+
+
+def index_key(data: bytes) -> str | None:
+    """What identifies an index's bytes: its length and git's checksum trailer (a hash of
+    everything before it); ``None`` when git wrote no checksum (``index.skipHash``)."""
+    trailer = data[-20:]
+    if len(data) < 52 or not trailer.strip(b"\0"):
+        return None
+    return f"{len(data)}:{trailer.hex()}"
+
+
+def _named(out: bytes) -> list[bytes]:
+    """Every path a ``_STATUS`` listing names (a nested repository's with its ``/``)."""
+    named: list[bytes] = []
+    for record in out.split(b"\0")[:-1]:
+        named.append(record[2:] if record.startswith(b"? ") else record.split(b" ", 8)[-1])
+    return named
 
 
 _STATUS_FIELDS = re.compile(

@@ -35,7 +35,7 @@ from typing import Any
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid
-from promoter.executor import layers
+from promoter.executor import layers, start_watch
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
 from promoter.executor.tree_edit import edited_tree
@@ -179,6 +179,23 @@ def _start_tree(
     return require_oid(tree.strip(), "start tree")
 
 
+def _read_person(
+    layout: RepoLayout, base_tree: str, planned: start_watch.Plan | None
+) -> SeededShadow:
+    """The person's worktree read (entered: the caller closes it), narrowed as ``planned``
+    says unless the index, excludes or config moved while it was read: then in full."""
+    only = None if planned is None else planned.candidates
+    known = None if planned is None else planned.index_walk
+    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known)
+    shadow.__enter__()
+    if planned is None or only is None or start_watch.unmoved(layout, planned):
+        return shadow
+    shadow.close()
+    shadow = SeededShadow(layout, base_tree=base_tree)
+    shadow.__enter__()
+    return shadow
+
+
 def capture_into(
     worktree: str,
     clone: Path,
@@ -188,6 +205,7 @@ def capture_into(
     whiteouts: bool = False,
     alternates: str | None = None,
     found: RepoLayout | None = None,
+    watched: start_watch.Watched | None = None,
 ) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
@@ -196,15 +214,23 @@ def capture_into(
     ``whiteouts`` ``clone`` is an overlay's start layer (``layers.py``), empty but its
     ``.git``: differences are laid as files, and deletions as whiteouts over the base;
     ``alternates`` then names the person's object directory (HEAD's objects). ``found``:
-    the worktree's layout, when the caller discovered it already.
+    the worktree's layout, when the caller discovered it already. With ``watched`` the
+    daemon's watch may narrow the status pass (``start_watch.plan``), and the pass is
+    kept as the next start's baseline.
     """
     layout = found or discover(worktree)
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
-    with SeededShadow(layout, base_tree=base_tree) as shadow:
+    planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+    shadow = _read_person(layout, base_tree, planned)
+    try:
         entries = shadow.diff()
+        if watched is not None and planned is not None and shadow.narrowable:
+            start_watch.record(
+                watched, layout, planned, base_tree, shadow.status_paths, shadow.index_walk
+            )
         skipped = shadow.unsupported(entries, symlinks=True)
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
@@ -232,6 +258,8 @@ def capture_into(
                 sha256, size = objects.digests[oid]
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
+    finally:
+        shadow.close()
     faults.point("start_state_laid")
     if alternates is None:
         tree = _start_tree(clone, home, base_tree, laid, None)

@@ -3,8 +3,9 @@
 This module owns the thin adapter over ``inotify_simple`` (which binds libc and parses the
 kernel's event records): ``Inotify`` (one non-blocking, close-on-exec inotify descriptor),
 ``add_watch`` for a directory that is not followed through a symlink, ``remove_watch``,
-and ``read_events``, which returns every queued event without blocking, each name as the
-exact bytes the kernel gave. The event masks are the kernel's.
+and ``read_events``, which returns every queued event (waiting a bounded time for a
+first one only when asked), each name as the exact bytes the kernel gave. The event
+masks are the kernel's.
 
 It deliberately does not decide what to watch or what an event means for a snapshot
 (``promoter.fs.watch`` does), and it never touches the files it watches. Where inotify
@@ -113,9 +114,10 @@ class Inotify:
             if exc.errno != errno.EINVAL:
                 raise
 
-    def read_events(self) -> list[Event]:
-        """Every event queued now, without waiting."""
-        return [Event(e.wd, e.mask, os.fsencode(e.name)) for e in self._open().read(timeout=0)]
+    def read_events(self, wait_ms: int = 0) -> list[Event]:
+        """Every event queued now, waiting up to ``wait_ms`` for a first one when none is."""
+        found = self._open().read(timeout=wait_ms)
+        return [Event(e.wd, e.mask, os.fsencode(e.name)) for e in found]
 
     def close(self) -> None:
         """Release the descriptor (and so every watch)."""

@@ -4,15 +4,21 @@
 inside ``.git``, nor the directories the caller skips); ``take`` hands back the paths
 created, written, changed in mode, deleted or renamed since the previous ``take``, or
 ``None`` when the set could be incomplete (protocol: snapshots#watched-captures).
+Given a ``sync_dir`` (a directory of the caller's own, outside the worktree), the same
+descriptor watches it for new names, and ``until_mark`` reads events until the creation
+of a name there is seen: inotify keeps one queue per descriptor, so every event of a
+write that finished before that name was made has been read by then.
 
 Not here: what a change means for a snapshot (``promoter.git.shadow``), git, threads
-(events are read only when ``take`` is called), and any write anywhere.
+(events are read only when ``take``, ``valid`` or ``until_mark`` is called), and any
+write anywhere (the caller makes its marks itself).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Collection, Iterator
 
 from promoter.fs import inotify
@@ -41,9 +47,15 @@ class TreeWatch:
     """The changed paths of the worktree at ``root``; ``start`` before the first ``take``."""
 
     def __init__(
-        self, root: str, *, max_dirty: int = MAX_DIRTY, max_watches: int = MAX_WATCHES
+        self,
+        root: str,
+        *,
+        max_dirty: int = MAX_DIRTY,
+        max_watches: int = MAX_WATCHES,
+        sync_dir: str | None = None,
     ) -> None:
         self.root = os.fsencode(root)
+        self.sync_dir = None if sync_dir is None else os.fsencode(sync_dir)
         self.max_dirty = max_dirty
         self.max_watches = max_watches
         self.reason = "not started"  # why the watch is not valid, when it is not
@@ -52,6 +64,8 @@ class TreeWatch:
         self._dirty: set[bytes] = set()
         self._skip: frozenset[bytes] = frozenset()
         self._valid = False
+        self._sync_wd: int | None = None
+        self._marks: set[bytes] = set()  # names seen made in ``sync_dir``
 
     @property
     def valid(self) -> bool:
@@ -72,6 +86,8 @@ class TreeWatch:
         try:
             self._ino = Inotify()
             self._valid = True
+            if self.sync_dir is not None:
+                self._sync_wd = self._ino.add_watch(self.sync_dir, inotify.IN_CREATE)
             self._watch_tree(b"")
         except OSError as exc:
             self._give_up(f"the worktree cannot be watched: {exc.strerror or exc}")
@@ -85,6 +101,20 @@ class TreeWatch:
         dirty, self._dirty = self._dirty, set()
         return dirty
 
+    def until_mark(self, name: bytes, timeout: float) -> bool:
+        """Read events until ``name`` is seen made in ``sync_dir``; whether it was, within
+        ``timeout`` seconds, with the watch still valid (the events read count for ``take``)."""
+        deadline = time.monotonic() + timeout
+        while self._valid and self._ino is not None and self._sync_wd is not None:
+            if name in self._marks:
+                self._marks.clear()  # other watches' marks in a shared directory too
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._drain(wait_ms=max(1, int(left * 1000)))
+        return False
+
     def close(self) -> None:
         """Stop watching; ``take`` returns ``None`` until ``start``."""
         if self._ino is not None:
@@ -93,15 +123,17 @@ class TreeWatch:
         self._paths = {}
         self._dirty = set()
         self._valid = False
+        self._sync_wd = None
+        self._marks = set()
         self.reason = self.reason or "closed"
 
     # --- events -----------------------------------------------------------------------
 
-    def _drain(self) -> None:
+    def _drain(self, wait_ms: int = 0) -> None:
         if self._ino is None or not self._valid:
             return
         try:
-            events = self._ino.read_events()
+            events = self._ino.read_events(wait_ms)
         except OSError as exc:
             self._give_up(f"the watch could not be read: {exc.strerror or exc}")
             return
@@ -116,6 +148,12 @@ class TreeWatch:
         mask = event.mask
         if mask & inotify.IN_Q_OVERFLOW:
             self._give_up("the kernel's event queue overflowed")
+            return
+        if self._sync_wd is not None and event.wd == self._sync_wd:
+            if mask & inotify.IN_IGNORED:
+                self._give_up("the sync directory is no longer watched")
+            elif mask & inotify.IN_CREATE:
+                self._marks.add(event.name)
             return
         where = self._paths.get(event.wd)
         if where is None:

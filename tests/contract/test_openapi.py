@@ -51,6 +51,7 @@ WITH_BODY = {
     ("post", "/v1/operations/{operation_id}/reject"),
     ("post", "/v1/operations/{operation_id}/reopen"),
     ("post", "/v1/repositories/{name}/snapshots"),
+    ("post", "/v1/repositories/{name}/changes"),
     ("post", "/v1/repositories/{name}/snapshots/{tree}/restore"),
     ("post", "/v1/hosts/{host}/fence"),
     ("put", "/v1/repositories/{name}/approval"),

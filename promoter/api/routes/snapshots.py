@@ -17,19 +17,27 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from promoter.api.deps import SMALL_BODY, OperatorDep, Port, read_json_body
-from promoter.api.models import TREE_ID, RestoreRequest, SnapshotRequest, parse
+from promoter.api.deps import SMALL_BODY, OperatorDep, OrchestratorDep, Port, read_json_body
+from promoter.api.models import TREE_ID, ChangesRequest, RestoreRequest, SnapshotRequest, parse
 from promoter.api.openapi import Ok, operation
 from promoter.api.params import NameParam, TreeParam
 from promoter.api.responses import json_response
 from promoter.api.workers import run_in_threadpool
-from promoter.domain.views import OperationAccepted, Snapshot, SnapshotDiff, SnapshotList
+from promoter.domain.views import (
+    OperationAccepted,
+    Snapshot,
+    SnapshotDiff,
+    SnapshotList,
+    WorktreeChanges,
+)
 from promoter.engine.operation import restore as snapshot_restore
-from promoter.engine.ports import Capturing, Catalogue, Configured, Guarding
+from promoter.engine.ports import Capturing, Catalogue, Configured, Guarding, StartWatching
 from promoter.engine.snapshots import capture as snapshots
+from promoter.engine.snapshots import start_watch
 
 router = APIRouter(prefix="/v1")
 OPERATOR = ("operator",)
+ORCHESTRATOR = ("orchestrator", "operator")
 TREE = "6a9fde31bac7" + "0" * 28
 SNAPSHOT_EXAMPLE = {"tree": TREE, "label": "before lunch", "captured_at": "2026-11-30T21:05:09Z"}
 
@@ -168,3 +176,48 @@ async def restore_snapshot(
     expected = snapshots.tree_id(body.expected_current_tree, "expected_current_tree")
     result = await run_in_threadpool(snapshot_restore.restore, services, repository, tree, expected)
     return json_response(result)
+
+
+@router.post(
+    "/repositories/{name}/changes",
+    response_model=WorktreeChanges,
+    **operation(
+        "worktreeChanges",
+        summary="The worktree paths changed since an earlier answer",
+        description="What `promoter run` asks before it reads the person's worktree for a "
+        "sandbox's start: the daemon syncs with its watch of the worktree (every write "
+        "finished before the request is counted), then answers the paths changed since "
+        "the `generation` and `clock` of an earlier answer, and the position now. `paths` "
+        "is null (read everything) on a first ask, a new generation (the watch started "
+        "again: overflow, a renamed directory, a changed `.gitignore`, a restart), a "
+        "repository not watched, or too many paths. Nothing is written in the worktree.",
+        tags=["orchestrator"],
+        roles=ORCHESTRATOR,
+        errors=["repository_unknown"],
+        body=ChangesRequest,
+        body_required=False,
+        body_example={"generation": "9f86d081884c7d65", "clock": 3},
+        ok={
+            200: Ok(
+                "the changed paths, or unknown",
+                WorktreeChanges,
+                {
+                    "generation": "9f86d081884c7d65",
+                    "clock": 4,
+                    "paths": ["src/app.py"],
+                    "reason": "",
+                },
+            )
+        },
+    ),
+)
+async def worktree_changes(
+    name: NameParam, request: Request, _: OrchestratorDep, services: Port[StartWatching]
+) -> Response:
+    repository = services.registry.by_name(name)
+    raw = await _optional_json(request, services)
+    body = parse(ChangesRequest, {} if raw is None else raw)
+    answer = await run_in_threadpool(
+        start_watch.changed_since, services, repository, body.generation, body.clock
+    )
+    return json_response(answer.wire())

@@ -1,7 +1,8 @@
 """The workflow of ``promoter run``: from a sandbox to a promoted change, one step at a time.
 
 ``start`` makes the sandbox (a clone or layers over a shared base, its worktree the
-person's as it is unless ``from_head``); ``step`` registers the grant, lease and token in
+person's as it is unless ``from_head``, read where the daemon's watch says it may have
+changed: ``start_watch.py``); ``step`` registers the grant, lease and token in
 one request, runs the command (confined unless ``Confinement.unconfined``), adopts or
 builds the bundle, submits it and shows the review; ``promote`` runs the preflight (with
 ``drift.py``'s offer), asks, promotes and fetches the receipt; ``promote_submitted``,
@@ -174,19 +175,27 @@ def start(
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
     a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``)."""
+    from promoter.executor.start_watch import Watched
+
     with PromoterClient(host.url, host.token) as client:
-        found = repository(client, name)
-    record = sandboxes.create(
-        host.state_dir,
-        repository=name,
-        worktree=str(found["worktree"]),
-        branch=str(found["branch"]),
-        head=str(found["head"]),
-        created_at=rfc3339(utcnow()),
-        allow=allow if allow else DEFAULT_ALLOW,
-        from_head=from_head,
-        layout=layout,
-    )
+        url, found = locate(client, name)
+        with client.with_token(client.token, url=url) as owner:
+
+            def ask(generation: str, clock: int) -> Mapping[str, Any]:
+                return owner.worktree_changes(name, generation, clock)
+
+            record = sandboxes.create(
+                host.state_dir,
+                repository=name,
+                worktree=str(found["worktree"]),
+                branch=str(found["branch"]),
+                head=str(found["head"]),
+                created_at=rfc3339(utcnow()),
+                allow=allow if allow else DEFAULT_ALLOW,
+                from_head=from_head,
+                layout=layout,
+                watched=Watched(host.state_dir, ask),
+            )
     return Run(host.state_dir, record)
 
 

@@ -1,0 +1,281 @@
+"""A sandbox's start narrowed by the daemon's watch: the baseline and the candidate paths.
+
+This module owns ``<state>/starts/<key>.json``, one baseline per worktree: the paths the
+last seeded status pass named (``SeededShadow.status_paths``), the watch position
+(generation, clock) asked for *before* that pass began, the base tree it compared with,
+a fingerprint of what outside the worktree changes the answer without an event (the
+index, ``info/exclude``, ``info/attributes``, the repository's config files: device,
+inode, size, mtime_ns), and the pass's walk of the index (its ``.gitattributes`` paths,
+keyed by the index's checksum trailer: the next pass walks an index only when its bytes
+differ). ``plan`` reads the baseline, takes the fingerprint, asks the
+daemon (``Watched.ask``: ``POST /v1/repositories/{name}/changes``) and returns the
+candidate paths: the watch's, the baseline's, and when the index changed what
+``git diff-index --cached`` names; the status pass limited to them by literal pathspecs
+gives the full pass's answer (protocol: runs#watched-start). Anything unknown or
+unexpected (no or a damaged baseline, another generation, another base tree, a changed
+exclude or config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more
+than ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline after a
+pass (through ``OwnTemp``, fsynced, renamed); a damaged one is replaced there. A
+narrowed pass during which a fingerprinted file moved is read again in full
+(``unmoved``, ``start_state.capture_into``).
+
+Not here: the status pass (``seeded.py``), laying the start (``start_state.py``), the
+daemon's watch (``promoter.engine.snapshots.start_watch``). Promoter's git reads no
+global config, ``core.excludesFile`` or ``core.attributesFile`` (``git/runner.py`` fixes
+them), so those files cannot change the answer and are not fingerprinted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from promoter.errors import PromoterError
+from promoter.executor.seed_index import PlainIndex
+from promoter.fs import flush
+from promoter.fs.own_temp import OwnTemp
+from promoter.git.layout import RepoLayout
+from promoter.git.runner import run_git
+
+__all__ = ["MAX_CANDIDATES", "Plan", "Watched", "baseline_path", "plan", "record", "unmoved"]
+
+log = logging.getLogger("promoter.run")
+
+MAX_CANDIDATES = 10  # about 1.6 ms each in a 100 000-file status pass: past this, all
+STARTS_DIR = "starts"
+_SCHEMA = "PromoterStartBaselineV1"
+_GENERATION = re.compile(r"[0-9a-f]{16}")
+_HEX = re.compile(r"(?:[0-9a-f]{2})+")
+_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_INDEX_KEY = re.compile(r"[0-9]{1,12}:[0-9a-f]{40}")
+_SPECIAL = {b".gitignore", b".gitattributes"}
+_MAX_BASELINE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Watched:
+    """Where the baselines are kept and how the daemon is asked (generation, clock)."""
+
+    state_dir: Path
+    ask: Callable[[str, int], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the start's status pass reads: ``candidates`` only, or everything (``None``)."""
+
+    candidates: list[bytes] | None
+    generation: str
+    clock: int
+    fingerprint: dict[str, list[int] | None]
+    reason: str = ""
+    index_walk: tuple[str, PlainIndex] | None = None  # the baseline's walk of its index
+
+
+def baseline_path(state_dir: Path, layout: RepoLayout) -> Path:
+    """The baseline file of the worktree ``layout`` names."""
+    key = os.fsencode(layout.worktree) + b"\0" + os.fsencode(layout.git_dir)
+    return state_dir / STARTS_DIR / (hashlib.sha256(key).hexdigest()[:32] + ".json")
+
+
+def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
+    """(device, inode, size, mtime_ns) of each file outside the worktree the pass reads."""
+    files = {
+        "index": os.path.join(layout.git_dir, "index"),
+        "exclude": os.path.join(layout.common_dir, "info", "exclude"),
+        "attributes": os.path.join(layout.common_dir, "info", "attributes"),
+        "config": os.path.join(layout.common_dir, "config"),
+        "config.worktree": os.path.join(layout.git_dir, "config.worktree"),
+    }
+    found: dict[str, list[int] | None] = {}
+    for name, path in files.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            found[name] = None
+            continue
+        found[name] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return found
+
+
+def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
+    """Ask the daemon and compare with the baseline: the candidates, or the full pass."""
+    print_ = fingerprint(layout)
+    baseline = _load(baseline_path(watched.state_dir, layout))
+    generation, clock = ("", 0) if baseline is None else (baseline.generation, baseline.clock)
+    try:
+        answer = watched.ask(generation, clock)
+        now_generation, now_clock = _position(answer)
+    except (PromoterError, OSError, ValueError) as exc:
+        return Plan(None, "", 0, print_, f"the daemon's watch did not answer: {exc}")
+    full = Plan(None, now_generation, now_clock, print_)
+    paths = answer.get("paths")
+    if baseline is None:
+        return _why(full, "no baseline")
+    if not isinstance(paths, list):
+        return _why(full, str(answer.get("reason") or "the watch does not know"))
+    if now_generation != baseline.generation:
+        return _why(full, "another generation of the watch")
+    if baseline.base_tree != base_tree:
+        return _why(full, "another HEAD tree")
+    if any(print_[k] != baseline.fingerprint.get(k) for k in print_ if k != "index"):
+        return _why(full, "the excludes, attributes or config changed")
+    candidates = set(baseline.dirty)  # an ignore file among them: unchanged since
+    for path in paths:
+        if not isinstance(path, str) or not path:
+            return _why(full, "an unexpected path in the answer")
+        if os.path.basename(path.encode("utf-8")) in _SPECIAL:
+            return _why(full, "an ignore or attributes file changed")
+        candidates.add(path.encode("utf-8"))
+    if print_["index"] != baseline.fingerprint.get("index"):
+        if len(candidates) > MAX_CANDIDATES:
+            return _why(full, f"more than {MAX_CANDIDATES} candidates")
+        candidates.update(_staged(layout, base_tree))
+    if len(candidates) > MAX_CANDIDATES:
+        return _why(full, f"more than {MAX_CANDIDATES} candidates")
+    return Plan(sorted(candidates), now_generation, now_clock, print_, "", baseline.index_walk)
+
+
+def unmoved(layout: RepoLayout, planned: Plan) -> bool:
+    """Whether the files ``planned`` fingerprinted are as they were (after its pass)."""
+    return fingerprint(layout) == planned.fingerprint
+
+
+def record(
+    watched: Watched,
+    layout: RepoLayout,
+    planned: Plan,
+    base_tree: str,
+    dirty: list[bytes],
+    index_walk: tuple[str, PlainIndex] | None = None,
+) -> None:
+    """Keep ``dirty`` (a pass's paths, begun after ``planned`` asked) as the baseline,
+    with the pass's walk of the index (``SeededShadow.index_walk``, no gitlinks)."""
+    if not planned.generation:
+        return  # not watched: nothing to compare with next time
+    walk = None
+    if index_walk is not None and not index_walk[1].gitlinks:
+        key, index = index_walk
+        attributes = sorted(os.fsencode(p).hex() for p in index.attributes)
+        walk = {"key": key, "attributes": attributes}
+    path = baseline_path(watched.state_dir, layout)
+    document = {
+        "schema": _SCHEMA,
+        "worktree": layout.worktree,
+        "generation": planned.generation,
+        "clock": planned.clock,
+        "base_tree": base_tree,
+        "fingerprint": planned.fingerprint,
+        "dirty": sorted(p.hex() for p in set(dirty)),
+        "index_walk": walk,
+    }
+    data = (json.dumps(document, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        temp = OwnTemp.create(str(path.parent), ".promoter-tmp-start-")
+        try:
+            try:
+                os.write(temp.fd, data)
+                flush.fsync(temp.fd)
+            finally:
+                os.close(temp.fd)
+            temp.place(str(path))
+        except BaseException:
+            temp.discard()
+            raise
+    except OSError as exc:  # the next start reads everything: nothing is lost
+        log.info("the start's baseline was not kept: %s", exc)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    generation: str
+    clock: int
+    base_tree: str
+    fingerprint: dict[str, list[int] | None]
+    dirty: frozenset[bytes]
+    index_walk: tuple[str, PlainIndex] | None
+
+
+def _load(path: Path) -> _Baseline | None:
+    """The baseline at ``path``; ``None`` when missing or in any way not as written."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read(_MAX_BASELINE + 1)
+        doc = json.loads(raw) if len(raw) <= _MAX_BASELINE else None
+        return _parse(doc)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _parse(doc: Any) -> _Baseline | None:
+    if not isinstance(doc, dict) or doc.get("schema") != _SCHEMA:
+        return None
+    generation, clock, tree = doc["generation"], doc["clock"], doc["base_tree"]
+    prints, dirty = doc["fingerprint"], doc["dirty"]
+    if not (isinstance(generation, str) and _GENERATION.fullmatch(generation)):
+        return None
+    if type(clock) is not int or clock < 0 or not (isinstance(tree, str) and _OID.fullmatch(tree)):
+        return None
+    if not isinstance(prints, dict) or not isinstance(dirty, list):
+        return None
+    for value in prints.values():
+        if value is not None and not (
+            isinstance(value, list) and len(value) == 4 and all(type(v) is int for v in value)
+        ):
+            return None
+    if not all(isinstance(p, str) and _HEX.fullmatch(p) for p in dirty):
+        return None
+    walk = doc["index_walk"]
+    index_walk = None
+    if walk is not None:
+        key, attributes = walk["key"], walk["attributes"]
+        if not (isinstance(key, str) and _INDEX_KEY.fullmatch(key)):
+            return None
+        if not (isinstance(attributes, list) and all(isinstance(p, str) for p in attributes)):
+            return None
+        if not all(_HEX.fullmatch(p) for p in attributes):
+            return None
+        names = tuple(os.fsdecode(bytes.fromhex(p)) for p in attributes)
+        index_walk = (key, PlainIndex((), names))
+    dirty_paths = frozenset(bytes.fromhex(p) for p in dirty)
+    return _Baseline(generation, clock, tree, prints, dirty_paths, index_walk)
+
+
+def _position(answer: Mapping[str, Any]) -> tuple[str, int]:
+    generation, clock = answer.get("generation"), answer.get("clock")
+    if not isinstance(generation, str) or type(clock) is not int:
+        raise ValueError("the watch's answer has no position")
+    if generation and not _GENERATION.fullmatch(generation):
+        raise ValueError("the watch's answer has no position")
+    return generation, clock
+
+
+def _why(planned: Plan, reason: str) -> Plan:
+    return Plan(None, planned.generation, planned.clock, planned.fingerprint, reason)
+
+
+def _staged(layout: RepoLayout, base_tree: str) -> list[bytes]:
+    """Paths whose index entry differs from ``base_tree``: what a changed index can add."""
+    from promoter.git.layout import repo_env
+
+    result = run_git(
+        ["diff-index", "--cached", "-z", "--no-renames", "--name-only", base_tree, "--"],
+        cwd=layout.worktree,
+        env=repo_env(layout),
+    )
+    return [raw for raw in result.stdout.split(b"\0") if raw]

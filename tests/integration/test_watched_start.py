@@ -1,0 +1,321 @@
+"""A sandbox's start narrowed by the daemon's watch equals the full pass, byte for byte.
+
+A real daemon (its inotify watch of the person's worktree), real git, real files: after
+each of the person's edits the start is captured twice, once with the watch
+(``start_watch.plan`` narrowing the status pass) and once in full, into two clones; the
+clones, the start trees, the preconditions and the skipped paths must be identical, and
+the watched one must really have been narrowed. Every unknown (another HEAD, a changed
+exclude or config, an overflowed or restarted watch, a damaged baseline, too many
+paths) must read the whole worktree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promoter.client.sync import PromoterClient
+from promoter.config import RepositoryConfig
+from promoter.executor import seeded as seeded_module
+from promoter.executor import start_watch
+from promoter.executor.seeded import SeededShadow
+from promoter.executor.start_state import StartState, capture_into
+from promoter.executor.start_watch import Plan, Watched
+from promoter.git.layout import discover
+from tests.gitutil import git
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.promotion import git_dir_digest, tree_bytes
+from tests.support.repos import init_repo
+
+FILES = {f"src/m{i}.py": b"x = %d\n" % i for i in range(30)} | {"README.md": b"readme\n"}
+
+
+class Starts:
+    """Captures the person's worktree with and without the watch, and what was planned."""
+
+    def __init__(self, tmp_path: Path, repo: Path, daemon: Daemon) -> None:
+        self.tmp_path, self.repo, self.daemon = tmp_path, repo, daemon
+        self.state_dir = tmp_path / "cli-state"
+        self.state_dir.mkdir(exist_ok=True)
+        self.plans: list[Plan] = []
+        self.count = 0
+
+    def ask(self, generation: str, clock: int) -> Mapping[str, Any]:
+        with PromoterClient(self.daemon.url, self.daemon.orchestrator_token) as client:
+            return client.worktree_changes("lab", generation, clock)
+
+    def capture(self, watched: bool) -> tuple[StartState, dict[str, tuple[bytes, int]]]:
+        self.count += 1
+        home = self.tmp_path / f"home{self.count}"
+        home.mkdir()
+        clone = home / "clone"
+        git(self.tmp_path, "clone", "-q", str(self.repo), str(clone))
+        tree = git(self.repo, "rev-parse", "HEAD^{tree}")
+        where = Watched(self.state_dir, self.ask) if watched else None
+        state = capture_into(str(self.repo), clone, home, tree, watched=where)
+        return state, tree_bytes(clone)
+
+    def both(self) -> Plan:
+        """The watched start and the full one: identical; the watched one's plan."""
+        person, person_git = tree_bytes(self.repo), git_dir_digest(self.repo)
+        watched, watched_files = self.capture(True)
+        full, full_files = self.capture(False)
+        assert watched_files == full_files
+        assert watched.tree == full.tree
+        assert watched.preconditions == full.preconditions
+        assert watched.skipped == full.skipped
+        assert tree_bytes(self.repo) == person and git_dir_digest(self.repo) == person_git
+        return self.plans[-1]
+
+
+@pytest.fixture
+def starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Starts]:
+    repo = init_repo(tmp_path / "work", FILES)
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        found = Starts(tmp_path, repo, daemon)
+        real = start_watch.plan
+
+        def spy(watched: Watched, layout: Any, base_tree: str) -> Plan:
+            planned = real(watched, layout, base_tree)
+            found.plans.append(planned)
+            return planned
+
+        monkeypatch.setattr(start_watch, "plan", spy)
+        yield found
+
+
+def test_a_sequence_of_the_persons_edits_starts_as_the_full_pass_byte_for_byte(
+    starts: Starts,
+) -> None:
+    repo = starts.repo
+    first = starts.both()
+    assert first.candidates is None  # the first ask starts the watch
+    assert starts.both().candidates == []  # nothing changed since
+    edits = [
+        lambda: (repo / "src/m1.py").write_bytes(b"x = 'edited'\n"),
+        lambda: (repo / "notes.txt").write_bytes(b"untracked\n"),
+        lambda: (repo / "src/m2.py").unlink(),
+        lambda: git(repo, "add", "src/m1.py"),
+        lambda: (repo / "src/m3.py").rename(repo / "src/renamed.py"),
+        lambda: os.chmod(repo / "src/m4.py", 0o755),
+        lambda: (repo / "src/m1.py").write_bytes(b"x = 1\n"),  # back to HEAD's bytes
+        lambda: git(repo, "reset", "-q", "src/m1.py"),
+        lambda: (repo / "new" / "deep").mkdir(parents=True),
+        lambda: (repo / "new" / "deep" / "f.txt").write_bytes(b"in a new directory\n"),
+        lambda: os.symlink("README.md", repo / "link"),
+    ]
+    for number, edit in enumerate(edits):
+        edit()
+        planned = starts.both()
+        assert planned.candidates is not None, (number, planned.reason)
+        assert len(planned.candidates) <= start_watch.MAX_CANDIDATES
+    assert b"src/m4.py" in (planned.candidates or [])
+    # past MAX_CANDIDATES the full pass reads everything, and the next start too
+    [(repo / "new" / f"n{i}").write_bytes(b"%d\n" % i) for i in range(12)]
+    assert starts.both().reason == f"more than {start_watch.MAX_CANDIDATES} candidates"
+
+
+def test_a_write_finished_just_before_the_run_is_never_missed(starts: Starts) -> None:
+    starts.both()
+    for round_ in range(20):
+        path = starts.repo / "src" / f"m{round_ % 3}.py"
+        path.write_bytes(b"saved just now %d\n" % round_)  # then at once the run
+        state, files = starts.capture(True)
+        assert starts.plans[-1].candidates is not None
+        assert files[f"src/m{round_ % 3}.py"][0] == b"saved just now %d\n" % round_
+        assert f"src/m{round_ % 3}.py" in {p["path"] for p in state.preconditions}
+
+
+def _narrowed_once(starts: Starts) -> None:
+    starts.both()
+    (starts.repo / "src/m1.py").write_bytes(b"edited\n")
+    assert starts.both().candidates is not None
+
+
+def test_a_changed_exclude_file_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    (starts.repo / "scratch.log").write_bytes(b"log\n")
+    starts.both()
+    exclude = starts.repo / ".git" / "info" / "exclude"
+    exclude.write_bytes(exclude.read_bytes() + b"*.log\n")  # no event in the worktree
+    planned = starts.both()
+    assert planned.candidates is None and "excludes" in planned.reason
+    assert starts.both().candidates is not None  # the full pass made a new baseline
+
+
+def test_a_changed_repository_config_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    git(starts.repo, "config", "core.autocrlf", "true")
+    planned = starts.both()
+    assert planned.candidates is None and "config" in planned.reason
+
+
+def test_a_new_head_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    git(starts.repo, "commit", "-q", "-am", "the person commits")
+    planned = starts.both()
+    assert planned.candidates is None and "HEAD" in planned.reason
+
+
+def test_a_changed_gitignore_starts_a_new_generation(starts: Starts) -> None:
+    _narrowed_once(starts)
+    (starts.repo / "notes.txt").write_bytes(b"notes\n")
+    assert starts.both().candidates is not None
+    (starts.repo / ".gitignore").write_bytes(b"*.txt\n")  # notes.txt ignored from now
+    planned = starts.both()
+    assert planned.candidates is None
+    assert starts.both().candidates is not None  # a new generation, a new baseline
+
+
+def test_an_overflowed_watch_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    flood = starts.repo / "src"  # watched: a new directory's files are named by it
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    for number in range(limit + 10):  # more events than the kernel queues
+        (flood / f"f{number}").touch()
+    for number in range(limit + 10):
+        (flood / f"f{number}").unlink()
+    planned = starts.both()
+    assert planned.candidates is None
+    assert starts.both().candidates is not None  # a new generation, a new baseline
+
+
+def test_a_restarted_daemon_reads_the_whole_worktree(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        starts = Starts(tmp_path, repo, daemon)
+        planned = start_watch.plan(Watched(starts.state_dir, starts.ask), discover(repo), "0" * 40)
+        assert planned.candidates is None
+        starts.capture(True)
+        layout = discover(repo)
+        tree = git(repo, "rev-parse", "HEAD^{tree}")
+        again = start_watch.plan(Watched(starts.state_dir, starts.ask), layout, tree)
+        assert again.candidates == []
+    with running_daemon(tmp_path / "state", {"lab": repo}) as daemon:
+        starts.daemon = daemon
+        after = start_watch.plan(Watched(starts.state_dir, starts.ask), layout, tree)
+        assert after.candidates is None and after.generation != again.generation
+
+
+def test_a_damaged_baseline_reads_the_whole_worktree_and_is_replaced(starts: Starts) -> None:
+    _narrowed_once(starts)
+    baseline = start_watch.baseline_path(starts.state_dir, discover(starts.repo))
+    good = baseline.read_bytes()
+    for damage in [b"", b"{", good.replace(b'"dirty": [', b'"dirty": [7, '), good[:-9]]:
+        baseline.write_bytes(damage)
+        planned = starts.both()
+        assert planned.candidates is None and planned.reason == "no baseline"
+        assert baseline.read_bytes() != damage  # replaced by the full pass's
+    assert starts.both().candidates is not None
+
+
+def test_a_flood_of_changes_is_answered_unknown_not_listed(starts: Starts) -> None:
+    starts.both()
+    many = starts.repo / "src"  # watched: a new directory's files are named by it
+    for number in range(400):
+        (many / f"f{number}").write_bytes(b"new\n")
+    answer = starts.ask(starts.plans[-1].generation, starts.plans[-1].clock)
+    assert answer["paths"] is None and "more than 256" in answer["reason"]
+    planned = starts.both()
+    assert planned.candidates is None
+
+
+def test_an_index_changed_while_the_narrowed_pass_reads_is_read_again_in_full(
+    starts: Starts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = starts.repo
+    (repo / ".git" / "info" / "exclude").write_bytes(b"*.log\n")
+    (repo / "keep.log").write_bytes(b"tracked, though its name is ignored\n")
+    git(repo, "add", "-f", "keep.log")
+    git(repo, "commit", "-q", "-m", "a tracked file an ignore rule matches")
+    _narrowed_once(starts)
+    real = SeededShadow._seeded
+    moved: list[bool] = []
+    passes: list[bool] = []  # narrowed or not, each status pass of the watched start
+
+    def person_untracks_meanwhile(self: SeededShadow, base: str) -> Any:
+        passes.append(self._only is not None)
+        found = real(self, base)
+        if self._only is not None and not moved:  # the narrowed pass has read the index
+            git(repo, "rm", "-q", "--cached", "keep.log")  # now ignored: a deletion
+            moved.append(True)
+        return found
+
+    monkeypatch.setattr(SeededShadow, "_seeded", person_untracks_meanwhile)
+    watched, watched_files = starts.capture(True)
+    assert moved and starts.plans[-1].candidates is not None  # it was narrowed, then moved
+    assert passes == [True, False]  # read again, in full
+    full, full_files = starts.capture(False)
+    assert watched_files == full_files and watched.tree == full.tree
+    assert watched.preconditions == full.preconditions
+
+
+def test_a_nested_repository_keeps_every_start_a_full_pass(starts: Starts) -> None:
+    init_repo(starts.repo / "vendor" / "lib")  # its HEAD moves with no event we read
+    for _ in range(3):
+        planned = starts.both()
+        assert planned.candidates is None and planned.reason == "no baseline"
+    assert not start_watch.baseline_path(starts.state_dir, discover(starts.repo)).exists()
+
+
+def test_a_gitlink_in_the_index_keeps_every_start_a_full_pass(starts: Starts) -> None:
+    head = git(starts.repo, "rev-parse", "HEAD")
+    git(starts.repo, "update-index", "--add", "--cacheinfo", f"160000,{head},sub")
+    for _ in range(3):
+        planned = starts.both()
+        assert planned.candidates is None and planned.reason == "no baseline"
+
+
+def test_an_attributes_file_the_watch_names_reads_the_whole_worktree(starts: Starts) -> None:
+    _narrowed_once(starts)
+    (starts.repo / "src" / ".gitattributes").write_bytes(b"*.py -text\n")
+    planned = starts.both()
+    assert planned.candidates is None and "attributes" in planned.reason
+
+
+def test_a_repository_not_watched_is_answered_unknown(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    config = RepositoryConfig(path=repo, snapshot_watch=False)
+    with running_daemon(tmp_path / "state", {"lab": config}) as daemon:
+        starts = Starts(tmp_path, repo, daemon)
+        for _ in range(2):
+            answer = starts.ask("", 0)
+            assert answer == {
+                "generation": "",
+                "clock": 0,
+                "paths": None,
+                "reason": "the repository's worktree is not watched",
+            }
+        assert daemon.services.start_watches == {}
+
+
+def test_the_index_is_walked_again_only_when_its_bytes_changed(
+    starts: Starts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = starts.repo
+    (repo / "src" / ".gitattributes").write_bytes(b"*.py diff=python\n")  # harmless
+    git(repo, "add", "src/.gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    walks: list[bool] = []
+    real = seeded_module.plain_index
+
+    def counted(data: bytes) -> Any:
+        walks.append(True)
+        return real(data)
+
+    monkeypatch.setattr(seeded_module, "plain_index", counted)
+    starts.both()  # a full pass: walks (the full capture in both() walks too)
+    (repo / "src/m1.py").write_bytes(b"edited\n")
+    walks.clear()
+    planned = starts.both()
+    assert planned.candidates is not None and planned.index_walk is not None
+    assert planned.index_walk[1].attributes == ("src/.gitattributes",)
+    assert len(walks) == 1  # the full capture's only: the watched one reused the walk
+    git(repo, "add", "src/m1.py")  # new index bytes
+    walks.clear()
+    assert starts.both().candidates is not None
+    assert len(walks) == 2  # walked again
