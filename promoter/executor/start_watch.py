@@ -12,19 +12,18 @@ keyed by the index's checksum trailer: the next pass walks an index only when it
 differ). ``plan`` reads the baselines, takes the fingerprint, asks the daemon with every
 position they hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the
 worker answers for the one of its generation, or unknown), compares with the baseline
-of the answer's generation, never another, and returns the
-candidate paths: the watch's, the baseline's, and when the index changed what
-``git diff-index --cached`` names; the status pass limited to them by literal pathspecs
-gives the full pass's answer (protocol: runs#watched-start). Anything unknown or
-unexpected (no or a damaged baseline, none of the answer's generation, another base tree, a changed
-exclude or config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more
-than ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the
-answering generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one
-is replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
+of the answer's generation, never another, and returns the candidate paths: the
+watch's, the baseline's, and when the index changed what ``git diff-index --cached``
+names; the status pass limited to them by literal pathspecs gives the full pass's
+answer (protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
+baseline, none of the answer's generation, another base tree, a changed exclude or
+config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
+``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the answering
+generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
+replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
 baseline stays good however old while its generation lives: its watch names every
-change since its clock. A
-narrowed pass during which a fingerprinted file moved is read again in full
-(``unmoved``, ``start_state.capture_into``).
+change since its clock. A narrowed pass during which a fingerprinted file moved is read
+again in full (``unmoved``, ``start_state.capture_into``).
 
 Not here: the status pass (``seeded.py``), laying the start (``start_state.py``), the
 daemon's watch (``promoter.engine.snapshots.start_watch``). Promoter's git reads no
