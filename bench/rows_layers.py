@@ -260,12 +260,12 @@ def rows(
     return [ready, run]
 
 
-def _asker(url: str, token: str, name: str) -> Callable[[str, int], Mapping[str, Any]]:
+def _asker(url: str, token: str, name: str) -> Callable[[list[tuple[str, int]]], Mapping[str, Any]]:
     """How ``promoter run`` asks the daemon's watch (``flow.start``), for repository ``name``."""
 
-    def ask(generation: str, clock: int) -> Mapping[str, Any]:
+    def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
         with PromoterClient(url, token, timeout=60) as client:
-            return client.worktree_changes(name, generation, clock)
+            return client.worktree_changes(name, positions)
 
     return ask
 

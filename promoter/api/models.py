@@ -210,16 +210,51 @@ class SnapshotRequest(Request):
     label: str = ""
 
 
+MAX_POSITIONS = 8  # the start baselines the command line keeps a worktree (one a generation)
+
+
+class WatchPosition(Request):
+    generation: str = Field(
+        pattern=r"^[0-9a-f]{16}$",
+        description="the watch generation of an earlier answer",
+        examples=["9f86d081884c7d65"],
+    )
+    clock: Annotated[int, Field(ge=0, le=2**62)] = Field(description="the clock of that answer")
+
+
 class ChangesRequest(Request):
     generation: str = Field(
         default="",
         pattern=r"^(?:[0-9a-f]{16})?$",
-        description="the watch generation of an earlier answer; empty: none",
+        description="the watch generation of an earlier answer; empty: none (one position; "
+        "`positions` names several)",
         examples=["9f86d081884c7d65"],
     )
     clock: Annotated[int, Field(ge=0, le=2**62)] = Field(
         default=0, description="the clock of that answer"
     )
+    positions: Annotated[list[WatchPosition], Field(max_length=MAX_POSITIONS)] = Field(
+        default_factory=list,
+        description="every position the asker holds, one a generation (each worker of the "
+        "daemon has its own watch and answers for the position of its generation); a "
+        "generation named twice is refused",
+    )
+
+    @model_validator(mode="after")
+    def _one_position_a_generation(self) -> ChangesRequest:
+        named = [p.generation for p in self.positions]
+        if self.generation:
+            named.append(self.generation)
+        if len(set(named)) != len(named):
+            raise ValueError("a generation is named more than once")
+        return self
+
+    def held(self) -> dict[str, int]:
+        """The positions asked with, generation: clock."""
+        found = {p.generation: p.clock for p in self.positions}
+        if self.generation:
+            found[self.generation] = self.clock
+        return found
 
 
 class RestoreRequest(Request):

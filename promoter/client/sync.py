@@ -536,12 +536,13 @@ class PromoterClient(BlobCalls):
         return cast("answers.Snapshot", self._json("POST", path, json_body={"label": label}))
 
     def worktree_changes(
-        self, repository: str, generation: str = "", clock: int = 0
+        self, repository: str, positions: Sequence[tuple[str, int]] = ()
     ) -> answers.WorktreeChanges:
-        """The worktree paths changed since (``generation``, ``clock``) of an earlier answer
-        (``paths`` null: not known), after the daemon synced with its watch."""
+        """The worktree paths changed since the position (generation, clock) of an earlier
+        answer among ``positions`` that is of the answering worker's generation (``paths``
+        null: not known), after the daemon synced with its watch."""
         path = f"/v1/repositories/{segment(repository)}/changes"
-        body = {"generation": generation, "clock": clock}
+        body = {"positions": [{"generation": g, "clock": c} for g, c in positions]}
         return cast("answers.WorktreeChanges", self._json("POST", path, json_body=body))
 
     def snapshot_diff(self, repository: str, from_tree: str, to_tree: str) -> answers.SnapshotDiff:

@@ -1,23 +1,29 @@
 """A sandbox's start narrowed by the daemon's watch: the baseline and the candidate paths.
 
-This module owns ``<state>/starts/<key>.json``, one baseline per worktree: the paths the
+This module owns ``<state>/starts/<key>-<generation>.json``, a worktree's baselines, one
+per generation of the daemon's watch (each worker process of ``promoter serve`` has its
+own), the ``MAX_BASELINES`` most recently written kept. A baseline holds the paths the
 last seeded status pass named (``SeededShadow.status_paths``), the watch position
 (generation, clock) asked for *before* that pass began, the base tree it compared with,
 a fingerprint of what outside the worktree changes the answer without an event (the
 index, ``info/exclude``, ``info/attributes``, the repository's config files: device,
 inode, size, mtime_ns), and the pass's walk of the index (its ``.gitattributes`` paths,
 keyed by the index's checksum trailer: the next pass walks an index only when its bytes
-differ). ``plan`` reads the baseline, takes the fingerprint, asks the
-daemon (``Watched.ask``: ``POST /v1/repositories/{name}/changes``) and returns the
-candidate paths: the watch's, the baseline's, and when the index changed what
-``git diff-index --cached`` names; the status pass limited to them by literal pathspecs
-gives the full pass's answer (protocol: runs#watched-start). Anything unknown or
-unexpected (no or a damaged baseline, another generation, another base tree, a changed
-exclude or config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more
-than ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline after a
-pass (through ``OwnTemp``, fsynced, renamed); a damaged one is replaced there. A
-narrowed pass during which a fingerprinted file moved is read again in full
-(``unmoved``, ``start_state.capture_into``).
+differ). ``plan`` reads the baselines, takes the fingerprint, asks the daemon with every
+position they hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the
+worker answers for the one of its generation, or unknown), compares with the baseline
+of the answer's generation, never another, and returns the candidate paths: the
+watch's, the baseline's, and when the index changed what ``git diff-index --cached``
+names; the status pass limited to them by literal pathspecs gives the full pass's
+answer (protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
+baseline, none of the answer's generation, another base tree, a changed exclude or
+config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
+``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the answering
+generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
+replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
+baseline stays good however old while its generation lives: its watch names every
+change since its clock. A narrowed pass during which a fingerprinted file moved is read
+again in full (``unmoved``, ``start_state.capture_into``).
 
 Not here: the status pass (``seeded.py``), laying the start (``start_state.py``), the
 daemon's watch (``promoter.engine.snapshots.start_watch``). Promoter's git reads no
@@ -44,11 +50,22 @@ from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
 from promoter.git.runner import run_git
 
-__all__ = ["MAX_CANDIDATES", "Plan", "Watched", "baseline_path", "plan", "record", "unmoved"]
+__all__ = [
+    "MAX_BASELINES",
+    "MAX_CANDIDATES",
+    "Plan",
+    "Watched",
+    "baseline_path",
+    "baseline_paths",
+    "plan",
+    "record",
+    "unmoved",
+]
 
 log = logging.getLogger("promoter.run")
 
 MAX_CANDIDATES = 10  # about 1.6 ms each in a 100 000-file status pass: past this, all
+MAX_BASELINES = 8  # generations a worktree keeps a baseline of (the route's MAX_POSITIONS)
 STARTS_DIR = "starts"
 _SCHEMA = "PromoterStartBaselineV1"
 _GENERATION = re.compile(r"[0-9a-f]{16}")
@@ -61,10 +78,11 @@ _MAX_BASELINE = 1 << 20
 
 @dataclass(frozen=True)
 class Watched:
-    """Where the baselines are kept and how the daemon is asked (generation, clock)."""
+    """Where the baselines are kept and how the daemon is asked (every position held:
+    (generation, clock) pairs, one a generation)."""
 
     state_dir: Path
-    ask: Callable[[str, int], Mapping[str, Any]]
+    ask: Callable[[list[tuple[str, int]]], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -79,10 +97,36 @@ class Plan:
     index_walk: tuple[str, PlainIndex] | None = None  # the baseline's walk of its index
 
 
-def baseline_path(state_dir: Path, layout: RepoLayout) -> Path:
-    """The baseline file of the worktree ``layout`` names."""
+def _key(layout: RepoLayout) -> str:
     key = os.fsencode(layout.worktree) + b"\0" + os.fsencode(layout.git_dir)
-    return state_dir / STARTS_DIR / (hashlib.sha256(key).hexdigest()[:32] + ".json")
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def baseline_path(state_dir: Path, layout: RepoLayout, generation: str) -> Path:
+    """The baseline file of the worktree ``layout`` names, for a watch's ``generation``."""
+    return state_dir / STARTS_DIR / f"{_key(layout)}-{generation}.json"
+
+
+def baseline_paths(state_dir: Path, layout: RepoLayout) -> list[tuple[str, Path]]:
+    """The worktree's baseline files, (generation, path), the most recently written first
+    (regular files named as ``baseline_path`` names them; nothing else in the directory)."""
+    name = re.compile(re.escape(_key(layout)) + r"-([0-9a-f]{16})\.json")
+    found: list[tuple[int, str, Path]] = []
+    try:
+        with os.scandir(state_dir / STARTS_DIR) as entries:
+            for entry in entries:
+                match = name.fullmatch(entry.name)
+                if match is None or not entry.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                except OSError:
+                    continue
+                found.append((mtime, match.group(1), Path(entry.path)))
+    except OSError:
+        return []
+    found.sort(reverse=True)
+    return [(generation, path) for _, generation, path in found]
 
 
 def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
@@ -108,20 +152,24 @@ def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
 def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
     """Ask the daemon and compare with the baseline: the candidates, or the full pass."""
     print_ = fingerprint(layout)
-    baseline = _load(baseline_path(watched.state_dir, layout))
-    generation, clock = ("", 0) if baseline is None else (baseline.generation, baseline.clock)
+    baselines: dict[str, _Baseline] = {}
+    for generation, path in baseline_paths(watched.state_dir, layout)[:MAX_BASELINES]:
+        loaded = _load(path)
+        if loaded is not None and loaded.generation == generation:  # as its name says
+            baselines[generation] = loaded
     try:
-        answer = watched.ask(generation, clock)
+        answer = watched.ask([(b.generation, b.clock) for b in baselines.values()])
         now_generation, now_clock = _position(answer)
     except (PromoterError, OSError, ValueError) as exc:
         return Plan(None, "", 0, print_, f"the daemon's watch did not answer: {exc}")
     full = Plan(None, now_generation, now_clock, print_)
     paths = answer.get("paths")
-    if baseline is None:
+    if not baselines:
         return _why(full, "no baseline")
     if not isinstance(paths, list):
         return _why(full, str(answer.get("reason") or "the watch does not know"))
-    if now_generation != baseline.generation:
+    baseline = baselines.get(now_generation) if now_generation else None
+    if baseline is None:  # the paths of one watch never stand for another's
         return _why(full, "another generation of the watch")
     if baseline.base_tree != base_tree:
         return _why(full, "another HEAD tree")
@@ -165,7 +213,7 @@ def record(
         key, index = index_walk
         attributes = sorted(os.fsencode(p).hex() for p in index.attributes)
         walk = {"key": key, "attributes": attributes}
-    path = baseline_path(watched.state_dir, layout)
+    path = baseline_path(watched.state_dir, layout, planned.generation)
     document = {
         "schema": _SCHEMA,
         "worktree": layout.worktree,
@@ -192,6 +240,12 @@ def record(
             raise
     except OSError as exc:  # the next start reads everything: nothing is lost
         log.info("the start's baseline was not kept: %s", exc)
+        return
+    for _, old in baseline_paths(watched.state_dir, layout)[MAX_BASELINES:]:
+        try:  # a baseline file of this worktree, named and written here: the oldest go
+            os.unlink(old)
+        except OSError as exc:
+            log.info("an old start baseline was not removed: %s", exc)
 
 
 # --- reading -------------------------------------------------------------------------------

@@ -4,11 +4,13 @@ This module owns ``StartWatch`` (one per guarded repository in a daemon, made on
 ask by ``promoter.engine.snapshots.start_watch``; protocol: runs#watched-start). A watch
 has a *generation* (new whenever it starts, restarts, or gives up: overflow, a renamed
 directory, a changed ``.gitignore``, too many paths kept) and a *clock* (one tick per
-ask). An ask first syncs: the daemon makes a mark in its own sync directory, watched by
+ask). An ask names every position the command line holds (one per generation it was
+answered, by whichever worker of the daemon); only the one of this watch's generation
+counts. An ask first syncs: the daemon makes a mark in its own sync directory, watched by
 the worktree watch's descriptor, and reads events until the mark's creation is read, so
 every write that finished before the ask is counted. The changed paths are then stamped
-with the new clock; the answer is every path stamped after the clock asked for, or
-``None`` (unknown): a first ask (which starts the watch), another generation, a watch
+with the new clock; the answer is every path stamped after that position's clock, or
+``None`` (unknown): a first ask (which starts the watch), no position of this generation, a watch
 that cannot run, a sync not seen in time, or more than ``MAX_ANSWER`` paths. The
 snapshots' watch (``promoter.git.shadow_watch``) and its ``take`` are separate.
 
@@ -24,6 +26,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from promoter.fs.own_temp import OwnTemp
@@ -89,16 +92,19 @@ class StartWatch:
         self._failed_at: float | None = None
         self._lock = threading.Lock()
 
-    def changed_since(self, generation: str, clock: int) -> Changes:
-        """The paths changed since (``generation``, ``clock``), after a sync."""
+    def changed_since(self, positions: Mapping[str, int]) -> Changes:
+        """The paths changed since the position of this watch's generation among
+        ``positions`` (generation: clock, as held by the asker), after a sync; the others
+        are another watch's (another worker of the daemon, an earlier run) and ignored."""
         with self._lock:
             if self._watch is None or not self._watch.valid:
                 return self._restart()
             reason = self._sync()
             if reason:
                 return self._restart(reason)
-            if generation != self.generation or clock > self.clock - 1 or clock < 0:
-                why = "a first ask" if not generation else "another generation or clock"
+            clock = positions.get(self.generation, -1) if self.generation else -1
+            if clock > self.clock - 1 or clock < 0:
+                why = "a first ask" if not positions else "another generation or clock"
                 return Changes(self.generation, self.clock, None, why)
             paths = sorted(p for p, stamp in self._stamps.items() if stamp > clock)
             if len(paths) > self.max_answer:

@@ -28,6 +28,7 @@ from promoter.executor.start_watch import Plan, Watched
 from promoter.git.layout import discover
 from tests.gitutil import git
 from tests.support.daemon import Daemon, running_daemon
+from tests.support.process import DaemonProcess
 from tests.support.promotion import git_dir_digest, tree_bytes
 from tests.support.repos import init_repo
 
@@ -44,9 +45,9 @@ class Starts:
         self.plans: list[Plan] = []
         self.count = 0
 
-    def ask(self, generation: str, clock: int) -> Mapping[str, Any]:
+    def ask(self, positions: list[tuple[str, int]]) -> Mapping[str, Any]:
         with PromoterClient(self.daemon.url, self.daemon.orchestrator_token) as client:
-            return client.worktree_changes("lab", generation, clock)
+            return client.worktree_changes("lab", positions)
 
     def capture(self, watched: bool) -> tuple[StartState, dict[str, tuple[bytes, int]]]:
         self.count += 1
@@ -203,7 +204,8 @@ def test_a_restarted_daemon_reads_the_whole_worktree(tmp_path: Path) -> None:
 
 def test_a_damaged_baseline_reads_the_whole_worktree_and_is_replaced(starts: Starts) -> None:
     _narrowed_once(starts)
-    baseline = start_watch.baseline_path(starts.state_dir, discover(starts.repo))
+    layout = discover(starts.repo)
+    baseline = start_watch.baseline_path(starts.state_dir, layout, starts.plans[-1].generation)
     good = baseline.read_bytes()
     for damage in [b"", b"{", good.replace(b'"dirty": [', b'"dirty": [7, '), good[:-9]]:
         baseline.write_bytes(damage)
@@ -218,7 +220,7 @@ def test_a_flood_of_changes_is_answered_unknown_not_listed(starts: Starts) -> No
     many = starts.repo / "src"  # watched: a new directory's files are named by it
     for number in range(400):
         (many / f"f{number}").write_bytes(b"new\n")
-    answer = starts.ask(starts.plans[-1].generation, starts.plans[-1].clock)
+    answer = starts.ask([(starts.plans[-1].generation, starts.plans[-1].clock)])
     assert answer["paths"] is None and "more than 256" in answer["reason"]
     planned = starts.both()
     assert planned.candidates is None
@@ -259,7 +261,7 @@ def test_a_nested_repository_keeps_every_start_a_full_pass(starts: Starts) -> No
     for _ in range(3):
         planned = starts.both()
         assert planned.candidates is None and planned.reason == "no baseline"
-    assert not start_watch.baseline_path(starts.state_dir, discover(starts.repo)).exists()
+    assert start_watch.baseline_paths(starts.state_dir, discover(starts.repo)) == []
 
 
 def test_a_gitlink_in_the_index_keeps_every_start_a_full_pass(starts: Starts) -> None:
@@ -283,7 +285,7 @@ def test_a_repository_not_watched_is_answered_unknown(tmp_path: Path) -> None:
     with running_daemon(tmp_path / "state", {"lab": config}) as daemon:
         starts = Starts(tmp_path, repo, daemon)
         for _ in range(2):
-            answer = starts.ask("", 0)
+            answer = starts.ask([])
             assert answer == {
                 "generation": "",
                 "clock": 0,
@@ -319,3 +321,117 @@ def test_the_index_is_walked_again_only_when_its_bytes_changed(
     walks.clear()
     assert starts.both().candidates is not None
     assert len(walks) == 2  # walked again
+
+
+class _Served:
+    """A ``promoter serve`` process seen as ``Starts`` sees a daemon."""
+
+    def __init__(self, process: DaemonProcess) -> None:
+        self.url = process.url
+        self.orchestrator_token = process.token("orchestrator")
+
+
+def test_starts_on_new_connections_to_two_workers_stay_narrowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = init_repo(tmp_path / "work", FILES)
+    process = DaemonProcess(tmp_path / "state", {"lab": repo}, workers=2)
+    try:
+        starts = Starts(tmp_path, repo, _Served(process))  # type: ignore[arg-type]
+        real = start_watch.plan
+
+        def spy(watched: Watched, layout: Any, base_tree: str) -> Plan:
+            planned = real(watched, layout, base_tree)
+            starts.plans.append(planned)
+            return planned
+
+        monkeypatch.setattr(start_watch, "plan", spy)
+        generations: set[str] = set()
+        full = 0
+        for number in range(40):  # each ask a new connection: the kernel picks the worker
+            (repo / "src" / f"m{number % 5}.py").write_bytes(b"edit %d\n" % number)
+            starts.capture(True)
+            planned = starts.plans[-1]
+            assert planned.generation, planned.reason
+            full += planned.candidates is None
+            if planned.generation not in generations:
+                generations.add(planned.generation)
+                assert planned.candidates is None  # this worker's first ask starts its watch
+            else:
+                assert planned.candidates is not None, (number, planned.reason)
+            if len(generations) == 2 and number >= 15:
+                break
+        assert len(generations) == 2  # both workers answered
+        assert full == 2  # once a worker: every other start narrowed
+    finally:
+        process.kill()
+
+
+def test_a_baseline_of_another_workers_generation_is_never_used_for_this_workers_answer(
+    starts: Starts,
+) -> None:
+    _narrowed_once(starts)
+    own = starts.plans[-1]
+    layout = discover(starts.repo)
+    forged = "0123456789abcdef"  # another worker's generation, asked with clock 0
+    own_file = start_watch.baseline_path(starts.state_dir, layout, own.generation)
+    other_file = start_watch.baseline_path(starts.state_dir, layout, forged)
+    good = own_file.read_bytes()
+    other_file.write_bytes(good.replace(own.generation.encode(), forged.encode()))
+    (starts.repo / "src/m7.py").write_bytes(b"edited\n")
+    # the worker answers for its own position only: never "since clock 0" of another's
+    only_other = starts.ask([(forged, 0)])
+    assert only_other["generation"] == own.generation and only_other["paths"] is None
+    both = starts.ask([(forged, 0), (own.generation, own.clock)])
+    assert both["generation"] == own.generation and both["paths"] == ["src/m7.py"]
+    # the command line compares an answer with its generation's baseline, never another's
+    lied = {"generation": forged, "clock": 9, "paths": [], "reason": ""}
+    os.unlink(other_file)
+    tree = git(starts.repo, "rev-parse", "HEAD^{tree}")
+    planned = start_watch.plan(Watched(starts.state_dir, lambda _: lied), layout, tree)
+    assert planned.candidates is None and planned.reason == "another generation of the watch"
+    # a file whose name and generation differ is not as written: never trusted
+    own_file.write_bytes(b"")
+    other_file.write_bytes(good)  # named for the forged generation, holding the own one
+    planned = starts.both()
+    assert planned.candidates is None and planned.reason == "no baseline"
+    assert starts.both().candidates is not None  # the full pass kept a good baseline
+
+
+def test_a_forged_or_duplicated_position_list_is_refused(starts: Starts) -> None:
+    starts.both()
+    own = starts.plans[-1]
+    many = [{"generation": f"{n:016x}", "clock": 1} for n in range(9)]
+    twice = [{"generation": own.generation, "clock": c} for c in (0, own.clock)]
+    bodies: list[dict[str, Any]] = [
+        {"positions": many},  # more than the command line ever keeps
+        {"positions": twice},  # a generation twice: which clock would count?
+        {"generation": own.generation, "clock": 0, "positions": twice[1:]},
+        {"positions": [{"generation": "XYZ", "clock": 1}]},
+        {"positions": [{"generation": own.generation, "clock": -1}]},
+    ]
+    with starts.daemon.orchestrator() as client:
+        for body in bodies:
+            answer = client.post("/v1/repositories/lab/changes", json=body)
+            assert answer.status_code == 422, body
+            assert answer.json()["code"] == "validation_failed"
+        fine = client.post("/v1/repositories/lab/changes", json={"positions": many[:8]})
+        assert fine.status_code == 200 and fine.json()["paths"] is None
+
+
+def test_the_oldest_baselines_past_the_bound_are_dropped(starts: Starts) -> None:
+    starts.both()
+    layout = discover(starts.repo)
+    own = start_watch.baseline_paths(starts.state_dir, layout)
+    assert [g for g, _ in own] == [starts.plans[-1].generation]
+    data = own[0][1].read_bytes()
+    olds = [f"{n:016x}" for n in range(start_watch.MAX_BASELINES + 2)]
+    for age, generation in enumerate(olds):  # older than the worker's own
+        path = start_watch.baseline_path(starts.state_dir, layout, generation)
+        path.write_bytes(data.replace(starts.plans[-1].generation.encode(), generation.encode()))
+        os.utime(path, ns=(age, age))
+    (starts.repo / "src/m1.py").write_bytes(b"edited\n")
+    planned = starts.both()  # asks with the 8 most recent: the worker's own among them
+    assert planned.candidates == [b"src/m1.py"]
+    kept = start_watch.baseline_paths(starts.state_dir, layout)
+    assert [g for g, _ in kept] == [planned.generation, *reversed(olds[-7:])]

@@ -187,16 +187,24 @@ async def restore_snapshot(
         description="What `promoter run` asks before it reads the person's worktree for a "
         "sandbox's start: the daemon syncs with its watch of the worktree (every write "
         "finished before the request is counted), then answers the paths changed since "
-        "the `generation` and `clock` of an earlier answer, and the position now. `paths` "
-        "is null (read everything) on a first ask, a new generation (the watch started "
-        "again: overflow, a renamed directory, a changed `.gitignore`, a restart), a "
-        "repository not watched, or too many paths. Nothing is written in the worktree.",
+        "the position (`generation`, `clock`) of an earlier answer, and the position now. "
+        "Each worker process of the daemon has its own watch and generation: `positions` "
+        "names every position the asker holds (at most 8, a generation once), and the "
+        "worker answers for the one of its generation. `paths` is null (read everything) "
+        "on a first ask, no position of the worker's generation (the watch started again: "
+        "overflow, a renamed directory, a changed `.gitignore`, a restart), a repository "
+        "not watched, or too many paths. Nothing is written in the worktree.",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=["repository_unknown"],
         body=ChangesRequest,
         body_required=False,
-        body_example={"generation": "9f86d081884c7d65", "clock": 3},
+        body_example={
+            "positions": [
+                {"generation": "9f86d081884c7d65", "clock": 3},
+                {"generation": "2c26b46b68ffc68f", "clock": 7},
+            ]
+        },
         ok={
             200: Ok(
                 "the changed paths, or unknown",
@@ -217,7 +225,5 @@ async def worktree_changes(
     repository = services.registry.by_name(name)
     raw = await _optional_json(request, services)
     body = parse(ChangesRequest, {} if raw is None else raw)
-    answer = await run_in_threadpool(
-        start_watch.changed_since, services, repository, body.generation, body.clock
-    )
+    answer = await run_in_threadpool(start_watch.changed_since, services, repository, body.held())
     return json_response(answer.wire())

@@ -3,7 +3,9 @@
 ``changed_since`` is the engine call of ``POST /v1/repositories/{name}/changes``
 (protocol: runs#watched-start): it makes the repository's ``StartWatch``
 (``promoter.fs.start_watch``) on first ask, with its marks in the daemon's own
-``watch-sync`` directory, and answers unknown for a repository not to be watched.
+``watch-sync`` directory, and answers unknown for a repository not to be watched. Each
+worker process of ``promoter serve`` has its own watch and generation: the command line
+names every position it holds, and the worker answers for the one of its generation.
 
 Not here: the watch, its generation and clock (``promoter.fs.start_watch``), the
 snapshots' watch (``promoter.git.shadow_watch``), and what the command line does with
@@ -13,6 +15,7 @@ the answer (``promoter.executor.start_watch``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from promoter.fs import inotify
@@ -30,10 +33,11 @@ _MADE = threading.Lock()
 
 
 def changed_since(
-    services: StartWatching, repo: Repository, generation: str, clock: int
+    services: StartWatching, repo: Repository, positions: Mapping[str, int]
 ) -> Changes:
-    """The answer of ``repo``'s start watch (made on first ask), or unknown when the
-    repository is not to be watched (``snapshot_watch = false``) or cannot be."""
+    """The answer of ``repo``'s start watch (made on first ask) for the position of its
+    generation among ``positions`` (generation: clock), or unknown when the repository is
+    not to be watched (``snapshot_watch = false``) or cannot be."""
     if not repo.config.snapshot_watch or not inotify.available():
         return Changes("", 0, None, "the repository's worktree is not watched")
     with _MADE:
@@ -43,4 +47,4 @@ def changed_since(
             make_dirs(sync_dir, mode=0o700)
             watch = StartWatch(repo.worktree, str(sync_dir))
             services.start_watches[repo.name] = watch
-    return watch.changed_since(generation, clock)
+    return watch.changed_since(positions)

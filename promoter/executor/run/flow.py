@@ -181,8 +181,8 @@ def start(
         url, found = locate(client, name)
         with client.with_token(client.token, url=url) as owner:
 
-            def ask(generation: str, clock: int) -> Mapping[str, Any]:
-                return owner.worktree_changes(name, generation, clock)
+            def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
+                return owner.worktree_changes(name, positions)
 
             record = sandboxes.create(
                 host.state_dir,
