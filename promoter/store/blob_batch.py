@@ -261,12 +261,19 @@ class BlobBatch:
         charged = sum(i.charge for i in good)
         self._settled = True
         reserved = sum(i.reserved for i in self.items)
-        if group is None:
-            self.quota.settle(self.run_id, reserved, charged)
-        else:  # the record's temp durable with the blobs' temps, then named, then linked
-            with self.quota.charging(self.run_id, reserved, charged):
-                self._sync_together([i.writer for i in good if i.writer is not None], group)
-                _point("blob_batch_synced")
+        try:
+            if group is None:
+                self.quota.settle(self.run_id, reserved, charged)
+            else:  # the record's temp durable with the blobs' temps, then named, then linked
+                with self.quota.charging(self.run_id, reserved, charged):
+                    self._sync_together([i.writer for i in good if i.writer is not None], group)
+                    _point("blob_batch_synced")
+        except QuotaExceeded as exc:  # charged meanwhile by another worker: none stored
+            for item in good:
+                if item.charge:
+                    item.error = exc
+                    self._drop(item)
+            good, charged = [i for i in good if i.error is None], 0
         try:
             _point("blob_batch_charged")
             self._record([(i.sha256, i.size) for i in good])
