@@ -5,7 +5,9 @@ and writes each blob to its own temp while hashing it, its quota reserved at its
 ``finish`` commits every blob that hashed right at once, in the order of a single upload
 (protocol: storage#blob-intake-order), with one ``syncfs`` for the temps and one for the
 directories where ``promoter.fs.group_sync`` allows, else a few fsyncs at once. Per-blob
-and whole-batch refusals are a single upload's (protocol: api#blob-upload). Fault points:
+and whole-batch refusals are a single upload's (protocol: api#blob-upload); a charge that
+another worker's charges left over the run's quota refuses each blob the batch would have
+stored with ``quota_exceeded`` and stores none of them. Fault points:
 ``blob_batch_write``, ``blob_batch_synced``, ``blob_batch_charged``,
 ``blob_batch_recorded``, ``blob_batch_link``.
 

@@ -1,5 +1,5 @@
-"""One executor run's storage quota across ``promoter serve --workers 2`` (protocol:
-storage#storage-quota; TESTS.md F4: two processes on one state directory).
+"""One executor run's storage quota across ``promoter serve --workers 2``
+(protocol: storage#storage-quota; TESTS.md F4: two processes on one state directory).
 
 The run may store 1000 bytes. Blob A (600 bytes) is sent in a batch and paused in the
 worker that takes it after its bytes are reserved and flushed, before it is charged
