@@ -5,7 +5,9 @@ and writes each blob to its own temp while hashing it, its quota reserved at its
 ``finish`` commits every blob that hashed right at once, in the order of a single upload
 (protocol: storage#blob-intake-order), with one ``syncfs`` for the temps and one for the
 directories where ``promoter.fs.group_sync`` allows, else a few fsyncs at once. Per-blob
-and whole-batch refusals are a single upload's (protocol: api#blob-upload). Fault points:
+and whole-batch refusals are a single upload's (protocol: api#blob-upload); a charge that
+another worker's charges left over the run's quota refuses each blob the batch would have
+stored with ``quota_exceeded`` and stores none of them. Fault points:
 ``blob_batch_write``, ``blob_batch_synced``, ``blob_batch_charged``,
 ``blob_batch_recorded``, ``blob_batch_link``.
 
@@ -261,12 +263,19 @@ class BlobBatch:
         charged = sum(i.charge for i in good)
         self._settled = True
         reserved = sum(i.reserved for i in self.items)
-        if group is None:
-            self.quota.settle(self.run_id, reserved, charged)
-        else:  # the record's temp durable with the blobs' temps, then named, then linked
-            with self.quota.charging(self.run_id, reserved, charged):
-                self._sync_together([i.writer for i in good if i.writer is not None], group)
-                _point("blob_batch_synced")
+        try:
+            if group is None:
+                self.quota.settle(self.run_id, reserved, charged)
+            else:  # the record's temp durable with the blobs' temps, then named, then linked
+                with self.quota.charging(self.run_id, reserved, charged):
+                    self._sync_together([i.writer for i in good if i.writer is not None], group)
+                    _point("blob_batch_synced")
+        except QuotaExceeded as exc:  # charged meanwhile by another worker: none stored
+            for item in good:
+                if item.charge:
+                    item.error = exc
+                    self._drop(item)
+            good, charged = [i for i in good if i.error is None], 0
         try:
             _point("blob_batch_charged")
             self._record([(i.sha256, i.size) for i in good])

@@ -2,8 +2,9 @@
 
 Uploads stream into ``promoter.store.blobs`` with every write, fsync and database record
 in a worker thread, never on the event loop. Each executor run's uploads are counted
-against its storage quota (``promoter.store.quota``) while they stream: an upload that
-would pass it is refused with ``quota_exceeded`` (507) and stores nothing. Digest queries
+against its storage quota (``promoter.store.quota``) while they stream, and again at the
+charge (uploads of the run in another worker of the daemon): an upload that would pass
+it is refused with ``quota_exceeded`` (507) and stores nothing. Digest queries
 check the blob store in a worker thread too, so a 100 000-digest query does not stall
 other clients. ``POST /v1/blobs:batchUpdate`` takes many small blobs in one framed
 stream (``promoter.domain.blob_frames``) and commits them together
