@@ -115,12 +115,16 @@ def _prepare(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     return promotion_request(bundle, answer)
 
 
-def test_promotion_rollback_and_restore_take_the_models_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group_sync", ["true", "false"])
+def test_promotion_rollback_and_restore_take_the_models_order(
+    tmp_path: Path, group_sync: str
+) -> None:
+    """With a group sync (one ``syncfs`` a group) and with an fsync each (no group sync
+    offered, or a busy disk declining it: several syncs before the first name)."""
     repo = init_repo(tmp_path / "work", FILES)
     trace = tmp_path / "trace"
-    daemon = DaemonProcess(
-        tmp_path / "state", {"work": repo}, extra_env={"PROMOTER_FAULTS_TRACE": str(trace)}
-    )
+    env = {"PROMOTER_FAULTS_TRACE": str(trace), "PROMOTER_GROUP_SYNC": group_sync}
+    daemon = DaemonProcess(tmp_path / "state", {"work": repo}, extra_env=env)
     try:
         request = _prepare(daemon, repo)
         trace.write_text("")
