@@ -38,14 +38,16 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from promoter.errors import PromoterError
+from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
 from promoter.fs import flush
+from promoter.fs.own_entry import OwnTree
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
 from promoter.git.runner import run_git
@@ -241,11 +243,23 @@ def record(
     except OSError as exc:  # the next start reads everything: nothing is lost
         log.info("the start's baseline was not kept: %s", exc)
         return
-    for _, old in baseline_paths(watched.state_dir, layout)[MAX_BASELINES:]:
-        try:  # a baseline file of this worktree, named and written here: the oldest go
-            os.unlink(old)
-        except OSError as exc:
-            log.info("an old start baseline was not removed: %s", exc)
+    _trim(watched.state_dir, layout)
+
+
+def _trim(state_dir: Path, layout: RepoLayout) -> None:
+    """The oldest baselines of this worktree past ``MAX_BASELINES`` removed: files named
+    as ``baseline_path`` names them, in promoter's own ``starts/``, each by name in that
+    directory held open (``OwnTree``: never through a link, never on another device)."""
+    old = baseline_paths(state_dir, layout)[MAX_BASELINES:]
+    if not old:
+        return
+    try:
+        with OwnTree.open(state_dir / STARTS_DIR) as tree, tree.directory([]) as starts:
+            for _, path in old:
+                if stat.S_ISREG(starts.mode(path.name) or 0):
+                    starts.remove_entry(path.name)
+    except (OSError, PathUnsafe) as exc:
+        log.info("an old start baseline was not removed: %s", exc)
 
 
 # --- reading -------------------------------------------------------------------------------

@@ -435,3 +435,28 @@ def test_the_oldest_baselines_past_the_bound_are_dropped(starts: Starts) -> None
     assert planned.candidates == [b"src/m1.py"]
     kept = start_watch.baseline_paths(starts.state_dir, layout)
     assert [g for g, _ in kept] == [planned.generation, *reversed(olds[-7:])]
+
+
+def test_a_link_named_as_an_old_baseline_is_never_removed_nor_followed(
+    starts: Starts, tmp_path: Path
+) -> None:
+    """The trim removes only regular files of ``starts/``: a symbolic link there, named as
+    the oldest baseline of this worktree, stays, and so does the file it points at."""
+    starts.both()
+    layout = discover(starts.repo)
+    data = start_watch.baseline_paths(starts.state_dir, layout)[0][1].read_bytes()
+    target = tmp_path / "persons-file"
+    target.write_bytes(b"mine\n")
+    olds = [f"{n:016x}" for n in range(start_watch.MAX_BASELINES + 1)]
+    link = start_watch.baseline_path(starts.state_dir, layout, olds[0])
+    link.symlink_to(target)
+    for age, generation in enumerate(olds[1:], start=1):
+        path = start_watch.baseline_path(starts.state_dir, layout, generation)
+        path.write_bytes(data)
+        os.utime(path, ns=(age, age))
+    (starts.repo / "src/m1.py").write_bytes(b"edited again\n")
+    starts.both()
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() == b"mine\n"
+    kept = start_watch.baseline_paths(starts.state_dir, layout)
+    assert len(kept) == start_watch.MAX_BASELINES
