@@ -128,8 +128,9 @@ def _record(trace: str, name: str) -> None:
 
 def _pause(release: str) -> None:
     """Announce the pause at ``release + ".paused"``, then wait for ``release`` (bounded)."""
-    with open(release + ".paused", "w", encoding="utf-8") as marker:
+    with open(release + ".paused.part", "w", encoding="utf-8") as marker:
         marker.write(str(os.getpid()))
+    os.rename(release + ".paused.part", release + ".paused")  # seen only with its pid
     deadline = time.monotonic() + float(os.environ.get(PAUSE_LIMIT_ENV, "60"))
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(_POLL)
