@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -126,11 +127,30 @@ def _record(trace: str, name: str) -> None:
         os.close(fd)
 
 
+def _announce(marker: str) -> None:
+    """Put this process's pid at ``marker``, never seen without it.
+
+    A FIFO the test made there is opened and written (its reader meets the pause exactly
+    then); otherwise a temp of this thread's own is renamed onto it, so two threads paused
+    at once never take each other's temp.
+    """
+    try:
+        fifo = stat.S_ISFIFO(os.stat(marker).st_mode)
+    except FileNotFoundError:
+        fifo = False
+    if fifo:
+        with open(marker, "w", encoding="utf-8") as out:
+            out.write(str(os.getpid()))
+        return
+    part = f"{marker}.{os.getpid()}.{threading.get_ident()}.part"
+    with open(part, "w", encoding="utf-8") as out:
+        out.write(str(os.getpid()))
+    os.rename(part, marker)
+
+
 def _pause(release: str) -> None:
     """Announce the pause at ``release + ".paused"``, then wait for ``release`` (bounded)."""
-    with open(release + ".paused.part", "w", encoding="utf-8") as marker:
-        marker.write(str(os.getpid()))
-    os.rename(release + ".paused.part", release + ".paused")  # seen only with its pid
+    _announce(release + ".paused")
     deadline = time.monotonic() + float(os.environ.get(PAUSE_LIMIT_ENV, "60"))
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(_POLL)
