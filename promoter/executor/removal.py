@@ -41,6 +41,7 @@ from promoter import faults
 from promoter.errors import PathUnsafe
 from promoter.executor import layers
 from promoter.executor import sandbox as sandboxes
+from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.fs.own_tree import remove_own_tree
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
 
@@ -137,18 +138,26 @@ def _remove_renamed(state_dir: Path, run_id: str, *, wait: bool) -> bool:
     return True
 
 
+def _has_record(runs: OwnDir, entry: str) -> bool:
+    """Whether the run directory ``entry`` holds a ``run.json`` (looked up below ``runs``)."""
+    with runs.tree.directory([entry]) as run:
+        return run.mode("run.json") is not None
+
+
 def sweep(state_dir: Path) -> list[str]:
     """Finish the removals whose process is gone; the run ids finished."""
     root = sandboxes.runs_dir(state_dir)
     if not root.is_dir():
         return []
     done: list[str] = []
-    for entry in sorted(os.listdir(root)):
-        if entry.startswith(sandboxes.RUN_PREFIX) and not (root / entry / "run.json").exists():
-            with contextlib.suppress(OSError):  # killed before its record: empty, or kept
-                os.rmdir(root / entry)
-                done.append(entry)
-            continue
+    with OwnTree.open(root) as tree, tree.directory([]) as runs:
+        entries = sorted(os.listdir(runs.fd))
+        for entry in entries:
+            if entry.startswith(sandboxes.RUN_PREFIX):
+                with contextlib.suppress(OSError, PathUnsafe):
+                    if not _has_record(runs, entry) and runs.remove_empty_dir(entry):
+                        done.append(entry)  # killed before its record: empty, or kept
+    for entry in entries:
         if not entry.startswith(REMOVING + sandboxes.RUN_PREFIX):
             continue
         run_id = entry.removeprefix(REMOVING)
