@@ -85,10 +85,8 @@ class HeadState:
 def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
     """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
 
-    When HEAD is ``expected_branch`` and that ref points at a commit, one
-    ``git for-each-ref`` answers all three; otherwise (or when it fails) they are read
-    one by one, so the answers are always those of the three functions.
-    HEAD read from the files answers first, when it can (the module's docstring).
+    From the files where they answer as git would (``head_from_files``), else as git
+    answers (``head_from_git``): the answers are always those of the three functions.
     """
     read = head_from_files(layout)
     if read is not None:
