@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
@@ -105,12 +106,14 @@ def register(services: Guarding) -> Registration:
     return registration
 
 
-def guard(registration: Registration, state: HostState | None = None) -> Callable[[Session], None]:
+def guard(
+    registration: Registration, state: HostState | None = None
+) -> Callable[[Session | Connection], None]:
     """The epoch check for ``Database.write_guard``: raises ``host_fenced`` unless the
     host is active at the registered epoch (the host's lock held shared); a fence seen is
     noted in ``state`` (this daemon's memory of its host) for its whole life."""
 
-    def check(session: Session) -> None:
+    def check(session: Session | Connection) -> None:
         row = hosts.current(session, registration.host_id)
         if (
             registration.fenced
@@ -146,10 +149,11 @@ def guard(registration: Registration, state: HostState | None = None) -> Callabl
 
 
 def check(db: Database) -> None:
-    """The epoch check now, in a transaction of its own (a daemon that registered)."""
+    """The epoch check now, in a read-only transaction of its own (a daemon that
+    registered): a plain connection's, no ORM session (``Database.reading``)."""
     if db.write_guard is not None:
-        with journal.unit_of_work(db) as session:
-            db.write_guard(session)
+        with db.reading() as connection:
+            db.write_guard(connection)
 
 
 def _live(row: hosts.Host) -> bool:

@@ -4,11 +4,18 @@ Symbolic HEAD, HEAD's commit and its tree, whether an id names a commit, and a c
 tree. Every git command here only reads (plumbing, ``GIT_OPTIONAL_LOCKS=0`` through
 ``repo_env``, the repository pinned once discovered).
 
-``read_head`` reads symbolic HEAD, HEAD's commit and its tree from one
-``git for-each-ref`` of the branch HEAD is expected on (``%(HEAD)`` marks the ref HEAD
-resolves to, and the ref's object type and tree come with it); any other case
-(detached, unborn, another branch, not a commit) is answered by ``symbolic_head``,
-``head_commit`` and ``commit_tree`` exactly as before.
+``read_head`` reads symbolic HEAD, HEAD's commit and its tree without a process where
+the files answer as git would: ``HEAD`` in the worktree's git directory in its plain
+form (``ref: refs/heads/<name>`` or a detached commit id), the branch's loose ref in
+the common directory or else its line in ``packed-refs``, and the commit's tree as git
+gave it before (an object's content never changes for its id, and git here reads no
+replace refs). Anything else is asked of git: a file that is a symlink, not a regular
+file, oversize or in any other form, a ref that is symbolic or missing (unborn), a
+branch name out of the plain form, reftable, a commit git has not answered for yet.
+Then one ``git for-each-ref`` of the branch HEAD is expected on (``%(HEAD)`` marks the
+ref HEAD resolves to, and the ref's object type and tree come with it) answers; any
+other case (detached, unborn, another branch, not a commit) is answered by
+``symbolic_head``, ``head_commit`` and ``commit_tree`` exactly as before.
 
 Deliberately not here: the index, trees below the root and blobs (``readback.py``),
 deciding what HEAD means for a promotion (the engine compares).
@@ -16,7 +23,11 @@ deciding what HEAD means for a promotion (the engine compares).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
+import threading
 from dataclasses import dataclass
 
 from promoter.errors import GitError
@@ -29,6 +40,8 @@ __all__ = [
     "commit_exists",
     "commit_tree",
     "head_commit",
+    "head_from_files",
+    "head_from_git",
     "read_head",
     "symbolic_head",
 ]
@@ -72,18 +85,162 @@ class HeadState:
 def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
     """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
 
-    When HEAD is ``expected_branch`` and that ref points at a commit, one
-    ``git for-each-ref`` answers all three; otherwise (or when it fails) they are read
-    one by one, so the answers are always those of the three functions.
+    From the files where they answer as git would (``head_from_files``), else as git
+    answers (``head_from_git``): the answers are always those of the three functions.
     """
+    read = head_from_files(layout)
+    if read is not None:
+        return read
+    return head_from_git(layout, expected_branch)
+
+
+def head_from_git(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
+    """``read_head`` as git answers it: one ``git for-each-ref`` when HEAD is
+    ``expected_branch`` at a commit, else ``symbolic_head``, ``head_commit`` and
+    ``commit_tree`` one by one."""
     if expected_branch is not None and expected_branch.startswith("refs/"):
         fast = _head_from_ref(layout, expected_branch)
         if fast is not None:
+            _remember(layout, fast.commit, fast.tree)
             return fast
     branch = symbolic_head(layout)
     commit = head_commit(layout)
     tree = commit_tree(layout, commit) if commit else None
     return HeadState(branch, commit, tree)
+
+
+# --- HEAD from the files ------------------------------------------------------------------
+
+_REF_LIMIT = 4096  # bytes of a HEAD or loose ref file read here; a larger one: git answers
+_PACKED_LIMIT = 1 << 20  # bytes of packed-refs read here; a larger one: git answers
+_HEX40 = re.compile(rb"[0-9a-f]{40}")
+# a branch in the plain form: components of letters, digits, ``_``, ``-`` and inner dots
+_BRANCH = re.compile(
+    rb"refs/heads/(?:[A-Za-z0-9_-](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?/)*"
+    rb"[A-Za-z0-9_-](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"
+)
+_TREES_LIMIT = 4096
+# (common dir, commit) -> the commit's tree, as git answered it
+_TREES: dict[tuple[str, str], str] = {}
+_TREES_LOCK = threading.Lock()
+
+
+class _AskGit(Exception):
+    """A file in a form this module does not read: git answers instead."""
+
+
+def _remember(layout: RepoLayout, commit: str | None, tree: str | None) -> None:
+    """Note git's answer that ``commit`` is a commit whose tree is ``tree``."""
+    if commit is None or tree is None:
+        return
+    with _TREES_LOCK:
+        if len(_TREES) >= _TREES_LIMIT:
+            _TREES.clear()
+        _TREES[(layout.common_dir, commit)] = tree
+
+
+def _tree_of(layout: RepoLayout, commit: str) -> str:
+    with _TREES_LOCK:
+        tree = _TREES.get((layout.common_dir, commit))
+    if tree is None:
+        raise _AskGit(commit)
+    return tree
+
+
+def _small_file(path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file at ``path`` (``None``: there is none), not followed
+    if it is a symlink; ``_AskGit`` for anything else or more than ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise _AskGit(path) from exc
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > limit:
+            raise _AskGit(path)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, limit + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise _AskGit(path)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _AskGit(path) from exc
+    finally:
+        os.close(fd)
+
+
+def _packed_ref(common_dir: str, name: bytes) -> str | None:
+    """``name``'s commit id in ``packed-refs`` (``None``: not there); ``_AskGit`` for a file
+    in any form but git's: an optional ``# pack-refs with:`` header, then ``<id> <ref>``
+    lines, each optionally followed by one ``^<peeled id>`` line."""
+    data = _small_file(os.path.join(common_dir, "packed-refs"), _PACKED_LIMIT)
+    if not data:
+        return None
+    if not data.endswith(b"\n"):
+        raise _AskGit("packed-refs")
+    lines = data[:-1].split(b"\n")
+    if lines[0].startswith(b"# pack-refs with:"):
+        lines = lines[1:]
+    found: str | None = None
+    peelable = False
+    for line in lines:
+        if line.startswith(b"^"):
+            if not peelable or len(line) != 41 or not _HEX40.fullmatch(line, 1):
+                raise _AskGit("packed-refs")
+            peelable = False
+            continue
+        oid, space, ref = line[:40], line[40:41], line[41:]
+        if space != b" " or not _HEX40.fullmatch(oid) or not ref or b" " in ref:
+            raise _AskGit("packed-refs")
+        if ref == name:
+            if found is not None:
+                raise _AskGit("packed-refs")
+            found = oid.decode("ascii")
+        peelable = True
+    return found
+
+
+def _branch_commit(layout: RepoLayout, name: bytes) -> str:
+    """The commit id branch ``name`` points at: its loose ref, else its packed line."""
+    loose = _small_file(os.path.join(layout.common_dir, os.fsdecode(name)), _REF_LIMIT)
+    if loose is None:
+        packed = _packed_ref(layout.common_dir, name)
+        if packed is None:  # unborn, or a ref in a store not read here
+            raise _AskGit(os.fsdecode(name))
+        return packed
+    if len(loose) != 41 or not loose.endswith(b"\n") or not _HEX40.fullmatch(loose, 0, 40):
+        raise _AskGit(os.fsdecode(name))  # symbolic, or in another form
+    return loose[:40].decode("ascii")
+
+
+def head_from_files(layout: RepoLayout) -> HeadState | None:
+    """Symbolic HEAD, HEAD's commit and its tree read from the files, or ``None`` when
+    git must answer (the module's docstring names the cases)."""
+    try:
+        if os.path.lexists(os.path.join(layout.common_dir, "reftable")):
+            return None
+        head = _small_file(os.path.join(layout.git_dir, "HEAD"), _REF_LIMIT)
+        if head is None or not head.endswith(b"\n"):
+            return None
+        if head.startswith(b"ref: "):
+            name = head[5:-1]
+            if not _BRANCH.fullmatch(name) or b".." in name or name.endswith(b".lock"):
+                return None
+            if any(part.endswith(b".lock") for part in name.split(b"/")):
+                return None
+            commit = _branch_commit(layout, name)
+            return HeadState(name.decode("ascii"), commit, _tree_of(layout, commit))
+        if len(head) == 41 and _HEX40.fullmatch(head, 0, 40):
+            commit = head[:40].decode("ascii")
+            return HeadState(None, commit, _tree_of(layout, commit))
+        return None
+    except _AskGit:
+        return None
 
 
 def _head_from_ref(layout: RepoLayout, branch: str) -> HeadState | None:
@@ -136,4 +293,6 @@ def commit_tree(layout: RepoLayout, commit: str) -> str | None:
     oid, _, kind = lines[1].partition(" ")
     if kind != "tree":
         raise GitError(f"commit {commit} has no readable tree", commit=commit)
-    return require_oid(oid, "tree")
+    tree = require_oid(oid, "tree")
+    _remember(layout, commit, tree)
+    return tree

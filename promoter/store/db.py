@@ -393,9 +393,9 @@ class Database:
         self.engine = make_engine(url, busy_timeout, server)
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
         self._sqlite = self.engine.dialect.name == "sqlite"
-        self.write_guard: Callable[[Session], None] | None = None
+        self.write_guard: Callable[[Session | Connection], None] | None = None
 
-    def guard_writes(self, session: Session) -> None:
+    def guard_writes(self, session: Session | Connection) -> None:
         """Run ``write_guard`` (if set) in ``session``: raises to refuse its writes."""
         if self.write_guard is not None:
             self.write_guard(session)
@@ -407,6 +407,20 @@ class Database:
         try:
             with self.engine.connect() as connection:
                 return connection.execute(statement, params).first()
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """One read-only transaction on a pooled connection, without an ORM session: no
+        flush, no session events, nothing to commit (a hot read of Core statements: the
+        host's epoch check, an operation's view). It always ends rolled back, so it writes
+        nothing, and sets no ``synchronous``; errors are translated as ``session``'s are.
+        A lock it takes (PostgreSQL's transaction-scoped advisory locks) is held until the
+        block ends, as in a session's transaction."""
+        try:
+            with self.engine.connect() as connection:
+                yield connection  # autobegun by its first statement, rolled back on close
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
 

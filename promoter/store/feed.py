@@ -24,8 +24,20 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Table, event, insert, inspect, literal, select, text
+from sqlalchemy import (
+    BigInteger,
+    String,
+    Table,
+    bindparam,
+    event,
+    insert,
+    inspect,
+    literal,
+    select,
+    text,
+)
 from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.orm.util import identity_key
 
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import FeedEvent
@@ -48,6 +60,29 @@ def record(session: Session, event_id: str, operation_id: str, kind: str, at: st
     session.info.setdefault(PENDING, []).append((event_id, operation_id, kind, at))
 
 
+def status_changed(session: Session, operation_id: str) -> None:
+    """The operation's status was changed by a plain statement in ``session`` (the
+    journal's ``complete``): told as a change made through the ORM is (``_changing``)."""
+    session.info.setdefault(CHANGED, set()).add(operation_id)
+
+
+_OPERATIONS = cast(Table, OperationRow.__table__)
+# what a feed row copies of its operation, built once: read as plain columns after the
+# flush, so as the transaction commits them whether written through the ORM or not
+_OPERATION_OF = select(
+    _OPERATIONS.c.kind, _OPERATIONS.c.repository_name, _OPERATIONS.c.status, _OPERATIONS.c.code
+).where(_OPERATIONS.c.operation_id == bindparam("feed_operation_id", type_=String()))
+
+
+def _operation_of(session: Session, operation_id: str) -> Any:
+    """The operation's row as the session holds it, else read as plain columns (one the
+    journal wrote with a plain statement is not held)."""
+    held = session.identity_map.get(identity_key(OperationRow, operation_id))
+    if held is not None:
+        return held
+    return session.execute(_OPERATION_OF, {"feed_operation_id": operation_id}).first()
+
+
 @event.listens_for(Session, "before_commit")
 def enter(session: Session) -> None:
     """Add the feed rows of what this session did (what its commit does first; also
@@ -63,8 +98,11 @@ def enter(session: Session) -> None:
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_KEY})
     rows: list[dict[str, Any]] = []
+    operations: dict[str, Any] = {}
     for event_id, operation_id, kind, when in pending:
-        operation = session.get(OperationRow, operation_id)
+        if operation_id not in operations:
+            operations[operation_id] = _operation_of(session, operation_id)
+        operation = operations[operation_id]
         if operation is None:  # the event's foreign key makes this impossible
             continue
         rows.append(

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, select, text, update
+from sqlalchemy import Connection, Row, Table, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from promoter.store.repo import now
@@ -94,10 +94,11 @@ _HOSTS = cast(Table, HostRow.__table__)  # the table itself, for a Core select
 _CURRENT = select(*_HOSTS.c).where(_HOSTS.c.host_id == bindparam("host_id"))
 
 
-def _lock(session: Session, host_id: str, *, read: bool) -> None:
+def _lock(session: Session | Connection, host_id: str, *, read: bool) -> None:
     """On PostgreSQL, the host's advisory lock (shared to ``read``) until the transaction
     ends; SQLite serializes writers by itself."""
-    if session.get_bind().dialect.name == "postgresql":
+    bind = session if isinstance(session, Connection) else session.get_bind()
+    if bind.dialect.name == "postgresql":
         take = "pg_advisory_xact_lock_shared" if read else "pg_advisory_xact_lock"
         session.execute(text(f"SELECT {take}(:key)"), {"key": lock_key(host_id)})
 
@@ -166,9 +167,10 @@ def get(session: Session, host_id: str) -> Host | None:
     return None if row is None else _record(row)
 
 
-def current(session: Session, host_id: str) -> Host | None:
+def current(session: Session | Connection, host_id: str) -> Host | None:
     """The host's row, its lock held shared until the transaction ends (read from the
-    database every time, as plain columns: no ORM object is built or held)."""
+    database every time, as plain columns: no ORM object is built or held; in a session
+    or on a plain connection, ``Database.reading``)."""
     _lock(session, host_id, read=True)
     found = session.execute(_CURRENT, {"host_id": host_id}).first()
     return None if found is None else _record(found)

@@ -21,14 +21,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from sqlalchemy import Row, String, Table, bindparam, select, update
+from sqlalchemy import Connection, Integer, Row, String, Table, Text, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
+from sqlalchemy.orm.exc import StaleDataError
 
 from promoter.domain.records import Attempt, Operation, Step
-from promoter.domain.status import OperationKind, OperationStatus, StepStatus
+from promoter.domain.status import OperationKind, OperationStatus, StepStatus, check_transition
 from promoter.errors import OperationUnknown
-from promoter.store import ledger, step_rows, witness
+from promoter.store import feed, ledger, step_rows, witness
 from promoter.store.db import Database
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow
@@ -101,18 +102,19 @@ def get_operation(session: Session, operation_id: str) -> Operation | None:
 # the ORM has no part in running it (the session still flushes first, as for any
 # statement): the same SQL as through the mapped class, at about half the cost
 _OPERATIONS = cast(Table, OperationRow.__table__)
+_ATTEMPT_ROWS = cast(Table, AttemptRow.__table__)
 _VIEWED = select(_OPERATIONS).where(
     _OPERATIONS.c.operation_id == bindparam("journal_viewed_id", type_=String())
 )
 
 
-def read_operation(session: Session, operation_id: str) -> Operation | None:
+def read_operation(session: Session | Connection, operation_id: str) -> Operation | None:
     """The operation as stored, read as a plain row (not held: for a view)."""
     found = session.execute(_VIEWED, {"journal_viewed_id": operation_id}).first()
     return None if found is None else _record(found)
 
 
-def read_required(session: Session, operation_id: str) -> Operation:
+def read_required(session: Session | Connection, operation_id: str) -> Operation:
     """``read_operation`` of an operation the caller knows exists (not held: nothing is
     decided on it in this transaction)."""
     found = read_operation(session, operation_id)
@@ -403,6 +405,111 @@ def set_snapshot(
         row.post_snapshot = tree
 
 
+# --- the hot path's writes to an operation, on Core ------------------------------------------
+# Built once, the row's changes as plain UPDATEs of an operation read in the same
+# transaction (``read_required``): each says ``WHERE status = <the status read>``, as
+# the ORM's version check of a held row does (``store.tables``), so a row another request
+# or host moved meanwhile is not overwritten (``StaleDataError``: ``operation_conflict``);
+# a status change goes through the same transition table. No object is loaded, held or
+# flushed for them.
+
+
+def _param(name: str, column: str) -> Any:
+    return bindparam(name, type_=_OPERATIONS.c[column].type)
+
+
+def _versioned(*columns: str) -> Any:
+    return (
+        update(_OPERATIONS)
+        .where(
+            _OPERATIONS.c.operation_id == _param("journal_id", "operation_id"),
+            _OPERATIONS.c.status == _param("journal_was", "status"),
+        )
+        .values({column: _param(f"journal_{column}", column) for column in columns})
+    )
+
+
+_PLAN_EVENTS = _versioned("decision_event_id", "action_event_id", "outcome_event_id", "report")
+_ENDED = ("status", "code", "detail", "report", "updated_at")
+_ENDED_WITH_RECEIPT = _versioned(*_ENDED, "outcome_event_id", "receipt", "receipt_sha256")
+_ENDED_ONLY = _versioned(*_ENDED)
+_ATTEMPT_ENDED = (
+    update(_ATTEMPT_ROWS)
+    .where(
+        _ATTEMPT_ROWS.c.operation_id == bindparam("journal_id", type_=String()),
+        _ATTEMPT_ROWS.c.attempt == bindparam("journal_attempt", type_=Integer()),
+    )
+    .values(
+        status=bindparam("journal_status", type_=String()),
+        code=bindparam("journal_code", type_=String()),
+        detail=bindparam("journal_detail", type_=Text()),
+        ended_at=bindparam("journal_ended_at", type_=String()),
+    )
+)
+
+
+def _update(session: Session, statement: Any, read: Operation, values: dict[str, Any]) -> None:
+    params = {"journal_id": read.operation_id, "journal_was": read.status.value}
+    params.update({f"journal_{column}": value for column, value in values.items()})
+    if getattr(session.execute(statement, params), "rowcount", None) != 1:
+        raise StaleDataError(f"operation {read.operation_id} moved since it was read")
+
+
+def write_plan_events(session: Session, read: Operation, decision: str, action: str) -> None:
+    """``set_plan_events`` of ``read``, the operation as this transaction read it."""
+    values = {
+        "decision_event_id": decision,
+        "action_event_id": action,
+        "outcome_event_id": None,
+        "report": None,
+    }
+    _update(session, _PLAN_EVENTS, read, values)
+
+
+def complete(
+    session: Session,
+    read: Operation,
+    *,
+    report: dict[str, Any] | None,
+    receipt: tuple[str, dict[str, Any], str] | None = None,
+) -> None:
+    """``read`` (the operation as this transaction read it) ``completed``, with ``report``
+    and, when given, ``receipt``: (outcome event id, receipt, its sha256); its attempt
+    ended. What ``set_outcome_event``, ``set_receipt``, ``set_report`` and ``set_status``
+    write together, in one statement, and told to the feed and the witness as they tell it."""
+    status = check_transition(read.kind, read.status, OperationStatus.COMPLETED.value)
+    stamp = now()
+    values: dict[str, Any] = {
+        "status": status.value,
+        "code": None,
+        "detail": None,
+        "report": report,
+        "updated_at": stamp,
+    }
+    if receipt is None:
+        _update(session, _ENDED_ONLY, read, values)
+    else:
+        outcome, document, sha256 = receipt
+        values.update(outcome_event_id=outcome, receipt=document, receipt_sha256=sha256)
+        _update(session, _ENDED_WITH_RECEIPT, read, values)
+    session.execute(
+        _ATTEMPT_ENDED,
+        {
+            "journal_id": read.operation_id,
+            "journal_attempt": read.attempt,
+            "journal_status": status.value,
+            "journal_code": None,
+            "journal_detail": None,
+            "journal_ended_at": stamp,
+        },
+    )
+    feed.status_changed(session, read.operation_id)
+    ended = witness.Ended(
+        read.kind, status, None, read.bundle_id, read.repository_name, read.attempt
+    )
+    witness.status(session, read.operation_id, ended)
+
+
 def start_attempt(session: Session, operation_id: str) -> None:
     row = _row(session, operation_id)
     session.add(
@@ -418,7 +525,6 @@ def start_attempt(session: Session, operation_id: str) -> None:
 # built once, the operation id a parameter (a statement built per call cost more than
 # running it); plain rows (Core), so an attempt still pending in the session is not seen:
 # read where none is (a view)
-_ATTEMPT_ROWS = cast(Table, AttemptRow.__table__)
 _ATTEMPTS = (
     select(_ATTEMPT_ROWS)
     .where(_ATTEMPT_ROWS.c.operation_id == bindparam("journal_operation_id", type_=String()))
@@ -426,7 +532,7 @@ _ATTEMPTS = (
 )
 
 
-def attempts(session: Session, operation_id: str) -> list[Attempt]:
+def attempts(session: Session | Connection, operation_id: str) -> list[Attempt]:
     return [
         Attempt(
             attempt=row.attempt,

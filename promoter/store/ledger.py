@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from sqlalchemy import Row, String, Table, bindparam, event, insert, select
+from sqlalchemy import Connection, Row, String, Table, bindparam, event, insert, select
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
@@ -82,10 +82,16 @@ class ChainMoved(Exception):
 
 
 def prepare(
-    session: Session, operation_id: str, kind: EventKind, payload: Mapping[str, object]
+    session: Session | Connection,
+    operation_id: str,
+    kind: EventKind,
+    payload: Mapping[str, object],
 ) -> Prepared:
-    """The next event of the operation's chain, worked out and not appended."""
-    links: dict[str, tuple[int, str]] = session.info.get(_LINKS, {})
+    """The next event of the operation's chain, worked out and not appended (in a session,
+    or read on a plain connection: ``Database.reading``)."""
+    links: dict[str, tuple[int, str]] = (
+        session.info.get(_LINKS, {}) if isinstance(session, Session) else {}
+    )
     previous = links.get(operation_id) or last_link(session, operation_id)
     seq, prev = (0, None) if previous is None else (previous[0] + 1, previous[1])
     at = rfc3339(utcnow())
@@ -177,12 +183,12 @@ _LAST_LINK = (
 )
 
 
-def events(session: Session, operation_id: str) -> list[Row[Any]]:
+def events(session: Session | Connection, operation_id: str) -> list[Row[Any]]:
     """The operation's events in order, as plain rows (read only)."""
     return list(session.execute(_EVENTS, {"ledger_operation_id": operation_id}))
 
 
-def last_link(session: Session, operation_id: str) -> tuple[int, str] | None:
+def last_link(session: Session | Connection, operation_id: str) -> tuple[int, str] | None:
     """The ``seq`` and ``event_sha256`` of the operation's last event (what the next one
     chains to), read as two columns: no event row, and no payload, is loaded."""
     found = session.execute(_LAST_LINK, {"ledger_operation_id": operation_id}).first()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import String, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, String, Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from promoter.domain.records import Step
@@ -79,7 +79,7 @@ _DIRS = cast(Table, CreatedDirRow.__table__)
 _CREATED_DIRS = select(_DIRS.c.path).where(_DIRS.c.operation_id == _OPERATION).order_by(_DIRS.c.seq)
 
 
-def steps(session: Session, operation_id: str) -> list[Step]:
+def steps(session: Session | Connection, operation_id: str) -> list[Step]:
     """The operation's steps in order, read as plain rows: no ORM object is made per step
     (an operation view of 1150 steps spent most of its time making them). The session
     flushes first, as for any query, so a step changed in it is read as changed."""
@@ -158,6 +158,6 @@ def delete_created_dirs(session: Session, operation_id: str) -> None:
     session.execute(delete(CreatedDirRow).where(CreatedDirRow.operation_id == operation_id))
 
 
-def created_dirs(session: Session, operation_id: str) -> list[str]:
+def created_dirs(session: Session | Connection, operation_id: str) -> list[str]:
     """The directories the operation journaled as to be created, in journal order."""
     return list(session.scalars(_CREATED_DIRS, {"steps_operation_id": operation_id}))

@@ -45,10 +45,11 @@ FS_FLUSHES_GROUPED = {"fsync": 4, "syncfs": 3}
 # the plan before the first write, the outcome (event, receipt, envelope, ``completed``)
 # before the answer; the blob's row, the bundle's and the request's are not flushed
 SQLITE_COMMITS = 2
-# HEAD (for-each-ref) at the read-back; the index entries come from the whole listing
-# the first flow made of the same index file, the tree entries read when the bundle is
-# verified from the repository's running cat-file (no process either)
-GIT = 1
+# none: HEAD from its files at the read-back (git told the commit's tree when the grant
+# was registered); the index entries come from the whole listing the first flow made of
+# the same index file, the tree entries read when the bundle is verified from the
+# repository's running cat-file (no process either)
+GIT = 0
 
 
 # the same flow in one request (``POST /v1/promotions:withEvidence``), where a group sync
@@ -145,7 +146,7 @@ def test_a_flow_that_modifies_a_tracked_file_starts_no_more_git_processes(
                 started = runner.spawned() - spawned
             assert view["status"] == "completed", view
             assert (repo / "src" / f"tracked{n}.py").read_bytes() == new
-    assert started == GIT  # the second flow: HEAD at the read-back, nothing else
+    assert started == GIT  # the second flow: HEAD from its files, nothing else
 
 
 def _one_request(daemon: Daemon, repo: Path, identity: str, n: int, data: bytes) -> Counter[str]:

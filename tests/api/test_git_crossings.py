@@ -3,11 +3,11 @@
 Counts, with the runner's own counter (``promoter.git.runner.counting``), every git
 process the attempt's thread starts from the moment the attempt begins until it has
 ended, through the real server. The read-back under the lock needs three facts, whatever
-the bundle's size and the repository's: HEAD with its commit and tree (one process), the
-tree entries of the targets and their leading directories (already known from the
-bundle's verification: no process; one ``ls-tree`` otherwise), and their index entries
-(one process). The count is pinned here so
-that a change that adds a git process says so.
+the bundle's size and the repository's: HEAD with its commit and tree (read from its
+files, no process: git told the commit's tree when the grant was registered), the tree
+entries of the targets and their leading directories (already known from the bundle's
+verification: no process; one ``ls-tree`` otherwise), and their index entries (one
+process). The count is pinned here so that a change that adds a git process says so.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.support.promotion import submit
 
 V1, V2 = b"print('v1')\n", b"print('v2')\n"
 # the tree entries were read (and remembered) when the bundle was verified
-READ_BACK = ["for-each-ref", "ls-files"]
+READ_BACK = ["ls-files"]
 
 
 @contextmanager
@@ -49,7 +49,7 @@ def counting_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str
     yield attempts
 
 
-def test_a_promotion_attempt_starts_two_git_processes(
+def test_a_promotion_attempt_starts_one_git_process(
     daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, bundle, receipt = submit(
@@ -78,7 +78,7 @@ def test_the_count_does_not_grow_with_the_bundle(
     assert attempts == [READ_BACK]
 
 
-def test_a_drifted_promotion_is_refused_after_the_same_two(
+def test_a_drifted_promotion_is_refused_after_the_same_one(
     daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, V2)])
@@ -177,4 +177,4 @@ def test_a_path_promoted_again_under_the_same_index_is_not_asked_again(
             views.append(request_promotion(daemon, bundle, receipt).json())
     assert [view["status"] for view in views] == ["completed", "completed", "refused"]
     assert views[2]["code"] == "target_drift", views[2]  # the staged entry differs
-    assert [attempt[:2] for attempt in attempts] == [READ_BACK, ["for-each-ref"], READ_BACK]
+    assert [attempt[:2] for attempt in attempts] == [READ_BACK, [], READ_BACK]

@@ -1,6 +1,7 @@
 """How often one promotion attempt crosses from the engine into the store.
 
-Counts the database transactions (``Database.session``) a promotion opens from the moment
+Counts the database transactions (``Database.session``, and ``Database.reading``'s
+read-only ones on a plain connection, marked ``(read)``) a promotion opens from the moment
 its attempt starts until it is ``completed``, through the real server. What the attempt
 decides on comes with it (the ticket, read in the request's transaction); it journals the
 plan (the steps with their temp names, the directories, the events), and records the
@@ -40,20 +41,29 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
     database = daemon.services.db
     opened: list[str] = []
     counting = threading.Event()
-    real_session = database.session
+    real_session, real_reading = database.session, database.reading
 
-    @contextlib.contextmanager
-    def session(*args: Any, **kwargs: Any) -> Iterator[Any]:
+    def note(kind: str) -> None:
         if counting.is_set() and threading.current_thread().name.startswith("promoter-op"):
             # the function that opened it, through the engine's unit of work
             caller = next(
                 frame
-                for frame in reversed(traceback.extract_stack()[:-1])
+                for frame in reversed(traceback.extract_stack()[:-2])
                 if Path(frame.filename).name != "contextlib.py" and frame.name != "unit_of_work"
             )
-            opened.append(f"{Path(caller.filename).name}:{caller.name}")
+            opened.append(f"{Path(caller.filename).name}:{caller.name}{kind}")
+
+    @contextlib.contextmanager
+    def session(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        note("")
         with real_session(*args, **kwargs) as s:
             yield s
+
+    @contextlib.contextmanager
+    def reading() -> Iterator[Any]:
+        note(" (read)")
+        with real_reading() as connection:
+            yield connection
 
     real_run = promote.run
 
@@ -65,6 +75,7 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
             counting.clear()
 
     monkeypatch.setattr(database, "session", session)
+    monkeypatch.setattr(database, "reading", reading)
     monkeypatch.setattr(promote, "run", run)
     view = request_promotion(daemon, bundle, receipt).json()
     assert view["status"] == "completed", view
@@ -72,11 +83,11 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
         "promote.py:_journal",  # the plan: the lease again, the steps, directories, events
         # the host's epoch, before the first worktree write and before the first replace
         # (promoter.engine.fencing): a fenced host writes nothing
-        "fencing.py:check",
-        "fencing.py:check",
+        "fencing.py:check (read)",
+        "fencing.py:check (read)",
         # the outcome (protocol: storage#receipt-in-outcome-commit): a read of the row and the
         # chain's last link, with which the outcome event and the receipt naming it are made and signed, then
         # one commit of the event, the receipt, its envelope and ``completed``
-        "outcome.py:_made",
+        "outcome.py:_made (read)",
         "outcome.py:_commit",
     ]

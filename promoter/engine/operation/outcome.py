@@ -438,7 +438,8 @@ def _made(
     signer: ReceiptSigner,
 ) -> _Made:
     """The outcome event, the receipt naming it and its signed envelope (no write)."""
-    with journal.unit_of_work(db) as session:  # a read: ``_commit`` decides, on its own
+    # a read, on a plain connection (``Database.reading``): ``_commit`` decides, on its own
+    with db.reading() as session:
         row = journal.read_required(session, operation_id)
         if row.receipt is not None:
             recorded, digest, outcome = row.receipt, row.receipt_sha256, None
@@ -469,18 +470,19 @@ def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) ->
     """The outcome's one durable commit; ``ledger.ChainMoved`` leaves nothing of it."""
     # a fenced host records no outcome (``engine.fencing``)
     with journal.unit_of_work(db, fenced=True) as session:
-        row = journal.require(session, operation_id)
+        # read as plain columns: it is completed only while it still has the status read
+        # here (``journal.complete``)
+        row = journal.read_required(session, operation_id)
+        receipt: tuple[str, dict[str, Any], str] | None = None
         if made.outcome is not None:
             if row.receipt is not None:  # recorded meanwhile: make it all again
                 raise ledger.ChainMoved(operation_id)
             outcome = ledger.append_prepared(session, made.outcome)
-            journal.set_outcome_event(session, operation_id, outcome)
-            journal.set_receipt(session, operation_id, made.receipt, made.receipt_sha256)
+            receipt = (outcome, made.receipt, made.receipt_sha256)
         elif row.receipt != made.receipt:
             raise ledger.ChainMoved(operation_id)
         step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
         record_envelope(session, made.sealed)
         report = {k: v for k, v in (row.report or {}).items() if k != "paths"}
-        journal.set_report(session, operation_id, report)
-        journal.set_status(session, operation_id, OperationStatus.COMPLETED)
+        journal.complete(session, row, report=report, receipt=receipt)
         repo.set_bundle_state(session, evidence.bundle.bundle_id, "promoted")

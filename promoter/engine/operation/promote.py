@@ -270,7 +270,9 @@ def _journal(
     with journal.unit_of_work(db, fenced=True) as session:
         lease = repo.get_lease(session, grant.workflow_id, grant.stage, lock=True)
         check_lease(grant, fence, lease)
-        row = journal.require(session, operation_id)
+        # read as plain columns: the plan's events are written only while it still has
+        # the status read here (``journal.write_plan_events``)
+        row = journal.read_required(session, operation_id)
         step_rows.delete_steps(session, operation_id)
         session.flush()
         step_rows.add_steps(
@@ -300,7 +302,7 @@ def _journal(
             "action",
             {"target_count": len(changes), "targets_sha256": targets_digest(changes)},
         )
-        journal.set_plan_events(session, operation_id, decision, action)
+        journal.write_plan_events(session, row, decision, action)
         step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in creates])
         return row.attempt, creates
 

@@ -97,7 +97,7 @@ def _promotion(services: Ownership, session: Session, changes: int) -> None:
     _commit_point(session)
     # promote._journal
     repo.get_lease(session, workflow, "rehearsal", lock=True)
-    row = journal.require(session, operation_id)
+    row = journal.read_required(session, operation_id)
     step_rows.delete_steps(session, operation_id)
     session.flush()
     paths = [f"rehearsal/{seq}" for seq in range(changes)]
@@ -108,19 +108,18 @@ def _promotion(services: Ownership, session: Session, changes: int) -> None:
     )
     decision = ledger.append(session, operation_id, "decision", {"allowed": True})
     action = ledger.append(session, operation_id, "action", {"target_count": changes})
-    journal.set_plan_events(session, operation_id, decision, action)
+    journal.write_plan_events(session, row, decision, action)
     step_rows.add_created_dirs(session, operation_id, paths)
     _commit_point(session)
-    # outcome.complete: the receipt, then completed
-    journal.require(session, operation_id)
+    # outcome.complete: the outcome's read, then the receipt and completed in one commit
+    row = journal.read_required(session, operation_id)
+    ledger.prepare(session, operation_id, "outcome", {"status": "completed"})
+    journal.read_required(session, operation_id)
     step_rows.mark_all_steps(session, operation_id, StepStatus.COMPLETED)
     outcome = ledger.append(session, operation_id, "outcome", {"status": "completed"})
-    journal.set_outcome_event(session, operation_id, outcome)
-    journal.set_receipt(session, operation_id, {"rehearsal": True}, "5" * 64)
-    _commit_point(session)
-    journal.require(session, operation_id)
-    journal.set_report(session, operation_id, {"rehearsal": True})
-    journal.set_status(session, operation_id, OperationStatus.COMPLETED)
+    journal.complete(
+        session, row, report={"rehearsal": True}, receipt=(outcome, {"rehearsal": True}, "5" * 64)
+    )
     repo.set_bundle_state(session, f"bnd_rehearsal_{token}", "promoted")
     _commit_point(session)
     # what the daemon reads of an attempt it ran: its view

@@ -29,7 +29,7 @@ from promoter.store.db import Database
 
 
 def operation_view(db: Database, operation_id: str) -> OperationView:
-    with journal.unit_of_work(db) as session:
+    with db.reading() as session:  # read only: a plain connection, no ORM session
         row = journal.read_operation(session, operation_id)
         if row is None:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
