@@ -14,10 +14,11 @@ Not here: the flags, the person at the terminal, or any step of the workflow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,33 +93,24 @@ def start(
         flow.finish(run, person, keep=keep)
         return
     assert command is not None
-    if not unconfined:
-        confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
-        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
-        # bound back into the sandbox over what is hidden
-        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
-        hidden.check_hidden(secrets, [credential] if credential else [], bound)
-    if continue_run is not None:
-        run = Run(state, sandboxes.load(state, continue_run))
-        if allow:
-            run.record.allow = [parse_allow(a).wire() for a in allow]
-    else:
-        removal.sweep(state)  # removals whose process was killed
-        try:
-            if repo is not None:
-                name = repo
-            else:
-                with PromoterClient(address, host.token) as client:
-                    name = _infer_repository(client)
-            wanted = [parse_allow(a).wire() for a in allow] if allow else None
-            layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
-            run = flow.start(host, name, allow=wanted, from_head=from_head, layout=layout)
-        except (KeyboardInterrupt, Abort):
-            raise Interrupted(
-                "interrupted before the sandbox was ready: nothing was run or promoted, and "
-                "nothing of yours was changed"
-            ) from None
-        person.say(answers.started(run.record))
+    with contextlib.ExitStack() as probes:
+        probed = _no_probe
+        if not unconfined:
+            # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
+            # the repository is looked up, and is waited for before anything is made
+            probed = probes.enter_context(confine.probing(confine.bwrap_path()))
+            # each hidden, or nothing made: the sandboxes' directory and the interpreter
+            # are bound back into the sandbox over what is hidden
+            bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+            hidden.check_hidden(secrets, [credential] if credential else [], bound)
+        if continue_run is not None:
+            probed()
+            run = Run(state, sandboxes.load(state, continue_run))
+            if allow:
+                run.record.allow = [parse_allow(a).wire() for a in allow]
+        else:
+            run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
+            person.say(answers.started(run.record))
     with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
         try:
             flow.step(
@@ -128,6 +120,40 @@ def start(
             err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
             raise
     flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
+
+
+def _no_probe() -> None:
+    """Nothing to wait for: an unconfined run probes no confinement."""
+
+
+def _new_sandbox(
+    host: flow.Host,
+    repo: str | None,
+    allow: list[str] | None,
+    from_head: bool,
+    unconfined: bool,
+    probed: Callable[[], None],
+) -> Run:
+    """A new sandbox of ``repo`` (else of the worktree the current directory is in), made
+    once ``probed`` has said that the confinement works."""
+    state = host.state_dir
+    removal.sweep(state)  # removals whose process was killed
+    try:
+        if repo is not None:
+            name = repo
+        else:
+            with PromoterClient(host.url, host.token) as client:
+                name = _infer_repository(client)
+        wanted = [parse_allow(a).wire() for a in allow] if allow else None
+        layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+        return flow.start(
+            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed
+        )
+    except (KeyboardInterrupt, Abort):
+        raise Interrupted(
+            "interrupted before the sandbox was ready: nothing was run or promoted, and "
+            "nothing of yours was changed"
+        ) from None
 
 
 @dataclass

@@ -23,7 +23,7 @@ import contextlib
 import getpass
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -172,13 +172,18 @@ def start(
     allow: list[dict[str, Any]] | None,
     from_head: bool,
     layout: str = "copy",
+    ready: Callable[[], None] | None = None,
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
-    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``)."""
+    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
+    ``ready`` is called once the repository is found, before anything is made (it may
+    refuse: the confinement's probe, ``confine.probing``)."""
     from promoter.executor.start_watch import Watched
 
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
+        if ready is not None:
+            ready()
         with client.with_token(client.token, url=url) as owner:
 
             def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
