@@ -264,7 +264,7 @@ def _kill_cgroup(made: Made) -> None:
         for pid in pids:  # none is this process's child: bwrap, their ancestor, is reaped
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-    for _ in range(1000):
+    for _ in range(10_000):  # 10 s at most
         try:
             made.remove()  # False: gone already
             return
@@ -272,7 +272,9 @@ def _kill_cgroup(made: Made) -> None:
             log.warning("%s", exc.detail)
             return
         except OSError:
-            threading.Event().wait(0.01)  # a killed process is still being reaped
+            # a killed process is still being reaped (bwrap's init a millisecond or two
+            # after bwrap itself): the run waits on this, so it is asked again soon
+            threading.Event().wait(0.001)
 
 
 def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> list[str]:
