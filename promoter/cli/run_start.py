@@ -1,12 +1,14 @@
 """``promoter run`` of a command: the sandbox made or continued, the step run and promoted.
 
-``start`` is the run path of ``promoter.cli.run_cmd`` (which parses the flags and asks
-the person, ``TerminalPerson``): the confinement the flags ask for, checked before a
-sandbox or a grant exists; a new sandbox (``flow.start``) or a continued one; the step
-(``flow.step``) or the promotion a continued run's last step left submitted; the outcome
-``--json`` prints and Ctrl-C as ``interrupted`` (exit 130). It is imported only by a run,
-so ``run --list``, ``--prune`` and ``--remove`` load none of the confinement, layers or
-flow modules.
+``start`` is the run path of ``promoter.cli.run_args.dispatch`` (the flags read by typer
+or by ``run_args.parse``; the person asked by ``run_person.TerminalPerson``): the
+confinement the flags ask for, checked before a sandbox or a grant exists (bubblewrap
+probed while the repository is looked up); a new sandbox (``flow.start``) or a
+continued one; the step (``flow.step``) or the promotion a continued run's last step
+left submitted; the outcome ``--json`` prints and Ctrl-C as ``interrupted`` (exit 130).
+It is imported only by a run, so ``run --list``, ``--prune`` and ``--remove`` load none
+of the confinement, layers or flow modules. A usage error (no command, no repository
+named outside a guarded worktree) is typer's, which is imported for it.
 
 Not here: the flags, the person at the terminal, or any step of the workflow
 (``promoter.executor.run``); this module wires them together.
@@ -24,13 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typer._click.exceptions import UsageError  # the click typer's own groups use
-from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
-
 from promoter.cli import userconfig
 from promoter.cli.common import err_console
-from promoter.cli.lazy import deferred
-from promoter.cli.run_cmd import TerminalPerson, _infer_repository, _token
+from promoter.cli.run_person import TerminalPerson, interrupted
+from promoter.cli.startup import deferred
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, Interrupted, PromoterError
 from promoter.executor import confine, hidden, layers, removal
@@ -42,6 +41,37 @@ if TYPE_CHECKING:
     from promoter.cli.orchestrate_cmd import parse_allow
 else:  # the bundle models: loaded when --allow is given
     parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
+
+
+def _usage_error(message: str) -> Exception:
+    """The usage error typer's command prints (exit 2); typer is loaded only for one."""
+    from typer._click.exceptions import UsageError  # the click typer's own groups use
+
+    return UsageError(message)
+
+
+def _token(target: userconfig.Target) -> str:
+    if target.token is None:
+        raise userconfig.no_token(target)
+    return target.token
+
+
+def _infer_repository(client: PromoterClient) -> str:
+    """The repository whose worktree the current directory is in (``--repo`` left out)."""
+    from promoter.cli.status_cmd import worktree_here
+
+    here = worktree_here()
+    repositories = client.repositories()
+    for repository in repositories:
+        if here is not None and here == str(Path(str(repository["worktree"])).resolve()):
+            return str(repository["name"])
+    names = ", ".join(str(r["name"]) for r in repositories) or "none"
+    where = f"{here} is not" if here is not None else "the current directory is not in"
+    raise _usage_error(
+        f"name the repository: --repo NAME ({where} a worktree the daemon guards; "
+        f"it guards: {names})"
+    )
+
 
 __all__ = ["start"]
 
@@ -69,7 +99,7 @@ def start(
     """Run ``command`` in a new sandbox (or ``continue_run``'s) and promote what it changed."""
     state, address = target.state_dir, target.url
     if not command and continue_run is None:
-        raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
+        raise _usage_error("no command: promoter run [--repo NAME] -- CMD ARGS...")
     # every directory holding promoter's credentials, state or keys (unconfined: none)
     credential = target.token_path
     secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
@@ -89,7 +119,7 @@ def start(
             try:
                 flow.promote_submitted(host, run, person, outcome.outcome)
             except flow.NothingToPromote as exc:
-                raise UsageError(str(exc)) from None
+                raise _usage_error(str(exc)) from None
         flow.finish(run, person, keep=keep)
         return
     assert command is not None
@@ -149,7 +179,9 @@ def _new_sandbox(
         return flow.start(
             host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed
         )
-    except (KeyboardInterrupt, Abort):
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
         raise Interrupted(
             "interrupted before the sandbox was ready: nothing was run or promoted, and "
             "nothing of yours was changed"
@@ -183,9 +215,11 @@ def _kept_on_interrupt(run: Run) -> Iterator[None]:
     the sandbox and the bundle kept and the next command (exit 130)."""
     try:
         yield
-    except (KeyboardInterrupt, Abort) as exc:
-        if isinstance(exc, Abort):
-            err_console.print()  # the question's line ends here
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        if not isinstance(exc, KeyboardInterrupt):
+            err_console.print()  # the question's line ends here (typer's Abort)
         raise flow.interrupted(run) from None
 
 
