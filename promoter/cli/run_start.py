@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 else:  # the bundle models: loaded when --allow is given
     parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
 
+__all__ = ["start"]
+
 
 def _usage_error(message: str) -> Exception:
     """The usage error typer's command prints (exit 2); typer is loaded only for one."""
@@ -71,9 +73,6 @@ def _infer_repository(client: PromoterClient) -> str:
         f"name the repository: --repo NAME ({where} a worktree the daemon guards; "
         f"it guards: {names})"
     )
-
-
-__all__ = ["start"]
 
 
 def start(
