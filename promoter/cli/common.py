@@ -11,7 +11,9 @@ of a string rich would print as it is, or with only its style tags dropped (no o
 markup, no emoji code, tab or control character; no colour), writes it itself.
 ``escape`` is rich's markup escape, loaded only for a string it changes.
 ``echo_json`` prints a document as rich's ``print_json`` does off a terminal, without
-rich. Nothing here prints unless called to.
+rich. Nothing here prints unless called to. The options ``UrlOpt``, ``TokenFileOpt`` and
+``JsonOpt`` are made (and typer imported) when a command module first imports them, so
+a command line read without typer prints with this module (``promoter.cli.run_args``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
-
-import typer
 
 from promoter.cli import userconfig
 from promoter.cli.styled import Styled
@@ -238,23 +238,43 @@ def iec(count: float) -> str:
     return f"{value:.1f} TiB"
 
 
-UrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        help="Server URL (env PROMOTER_URL; else the daemon promoter serve recorded).",
-        show_default=False,
-    ),
-]
-TokenFileOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--token-file",
-        help="File holding the bearer token (env PROMOTER_TOKEN; else the recorded one).",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
+if TYPE_CHECKING:  # their types; the options themselves are made with typer on first use
+    UrlOpt = Annotated[str | None, "--url"]
+    TokenFileOpt = Annotated[Path | None, "--token-file"]
+    JsonOpt = Annotated[bool, "--json"]
+
+
+def _option(name: str) -> Any:
+    """``UrlOpt``, ``TokenFileOpt`` or ``JsonOpt``: typer imported by the commands that
+    declare them, not by this module (``promoter run`` parsed without typer prints with it)."""
+    import typer
+
+    if name == "UrlOpt":
+        return Annotated[
+            str | None,
+            typer.Option(
+                "--url",
+                help="Server URL (env PROMOTER_URL; else the daemon promoter serve recorded).",
+                show_default=False,
+            ),
+        ]
+    if name == "TokenFileOpt":
+        return Annotated[
+            Path | None,
+            typer.Option(
+                "--token-file",
+                help="File holding the bearer token (env PROMOTER_TOKEN; else the recorded one).",
+                show_default=False,
+            ),
+        ]
+    return Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("UrlOpt", "TokenFileOpt", "JsonOpt"):
+        made = globals()[name] = _option(name)  # made once
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def server_url(url: str | None) -> str:

@@ -8,14 +8,14 @@ the module's others) when it is invoked, completed or asked for its own help.
 ``promoter.cli.main``; making its context spares the coercion of plain values
 (``promoter.cli.params``).
 
-``deferred`` names a function of a module that is imported on the function's first call.
 It does not change any command: the real command parses, runs and prints its help.
+``deferred`` (a function of a module imported on its first call) is
+``promoter.cli.startup``'s, named here as before.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,9 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandInfo
 
 from promoter.cli.params import spare
+from promoter.cli.startup import deferred
+
+__all__ = ["ENTRIES", "Entry", "LazyCommand", "PromoterGroup", "deferred", "load"]
 
 
 @dataclass(frozen=True)
@@ -149,17 +152,6 @@ def _command_name(info: CommandInfo) -> str | None:
         return info.name
     callback = info.callback
     return None if callback is None else typer.main.get_command_name(callback.__name__)
-
-
-def deferred(module: str, name: str) -> Callable[..., Any]:
-    """``module.name`` as a function that imports ``module`` on its first call, so a
-    command module can name what only some of its paths use without loading it."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    return call
 
 
 class LazyCommand(TyperCommand):

@@ -1,344 +1,53 @@
-"""The ``promoter`` command line: one Typer app, one module per command group.
+"""The ``promoter`` program: where a command line starts, and its one error handler.
 
-Command groups are listed here by name and help only (``promoter.cli.lazy``); each
-group's module is imported when one of its commands runs, so ``promoter --help`` and
-shell completion start fast. Every command catches ``PromoterError`` once here and
-exits with the error's exit code, printing its code and detail; nothing else is caught.
+``entry`` reads a ``promoter run`` of the common shape without typer
+(``promoter.cli.run_args``), and hands any other command line to the Typer app
+(``promoter.cli.app``, imported then; its ``app``, ``EXIT_CODES`` and other names are
+reachable from here as before). Every command catches ``PromoterError`` once here
+(``main``) and exits with the error's exit code, printing its code and detail; nothing
+else is caught.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from promoter import __version__
-from promoter.cli import startup
-from promoter.cli.lazy import PromoterGroup
+from promoter.cli import run_args, startup
 
 if TYPE_CHECKING:
-    import logging
+    from promoter.cli.app import EXIT_CODES as EXIT_CODES
+    from promoter.cli.app import app as app
 
-    from promoter.api.logs import LogFormat
-
-PHASE_TIMING = "PROMOTER_PHASE_TIMING"  # promoter.api.phases.ENV, without importing the server
-EXIT_CODES = """\b
-Exit codes: (every code: docs/reference/errors.md)
-  0   success
-  1   aborted (Ctrl-C; promoter run: 130)
-  2   usage error (bad option or argument; promoter run without --repo outside a guarded worktree)
-  64  bad request
-  65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
-  66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
-  69  unavailable (confinement_unavailable, address_in_use: the port is taken)
-  70  internal error
-  71  command_failed: the command promoter run ran exited non-zero
-  73  quota exceeded
-  74  storage, git or write error
-  75  conflict or refusal, try again later (target_drift, lease_stale, not_confirmed, ...)
-  77  unauthenticated or forbidden
-  78  configuration error (config_error, repository_invalid)
-  130 interrupted: promoter run stopped by Ctrl-C (what was kept is named)"""
+__all__ = ["entry", "main"]
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"promoter {__version__}")
-        raise typer.Exit()
+def __getattr__(name: str) -> Any:
+    """The Typer app's module's names (``app``, ``EXIT_CODES``, ``serve``, ...); a dunder
+    name the import system asks after (``__path__``) is not one and loads nothing."""
+    if not name.startswith("__"):
+        from promoter.cli import app as module
+
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-app = typer.Typer(
-    name="promoter",
-    cls=PromoterGroup,
-    help="The trusted gate between low-trust executors and a real git worktree.",
-    epilog=EXIT_CODES,
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-db_app = typer.Typer(
-    help="Database maintenance.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(db_app, name="db")
+def _typer_app() -> None:
+    from promoter.cli.app import app
+
+    app()
 
 
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit.", callback=_version, is_eager=True
-        ),
-    ] = False,
-) -> None:
-    """The trusted gate between low-trust executors and a real git worktree."""
-
-
-StateDirOpt = Annotated[
-    Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
-]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
-
-
-@app.command()
-def serve(
-    state_dir: StateDirOpt = None,
-    host: Annotated[str | None, typer.Option("--host", help="Listen address.")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Listen port (0: any free).")] = None,
-    repo: Annotated[
-        list[str] | None,
-        typer.Option("--repo", help="NAME=PATH of a guarded worktree (repeatable)."),
-    ] = None,
-    config: ConfigOpt = None,
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            help="SQLAlchemy URL of the ledger, e.g. postgresql+psycopg://user@host/db "
-            "(needs the postgres extra; default: SQLite in the state directory).",
-        ),
-    ] = None,
-    host_id: Annotated[
-        str | None,
-        typer.Option(
-            "--host-id",
-            help="This host's id in a ledger shared by many hosts (default: from the machine id).",
-        ),
-    ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format",
-            help="json or text (default: text on a terminal, json otherwise).",
-            show_default=False,
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            min=1,
-            envvar="PROMOTER_WORKERS",
-            help="Serving processes on one ledger and state directory (default: one per "
-            "usable core; docs/operator/workers.md).",
-            show_default=False,
-        ),
-    ] = None,
-    phase_timing: Annotated[
-        bool,
-        typer.Option(
-            "--phase-timing",
-            help="Log each promotion's time and processor time by phase (a debug switch; "
-            "also PROMOTER_PHASE_TIMING=1).",
-        ),
-    ] = False,
-) -> None:
-    """Run the daemon: listen, migrate the database, check repositories, serve HTTP.
-
-    Once it listens it records its URL, state directory and the person's credential in
-    the per-user configuration (~/.config/promoter/), so the CLI finds it from anywhere.
-    It serves from one process per usable core, or from N with --workers N
-    (docs/operator/workers.md).
-    """
-    from promoter.adapters.webhooks import daemon_services
-    from promoter.api import fleet, logs, metrics_dir
-    from promoter.api.app import create_app
-    from promoter.api.fd_limit import NEEDED, raise_open_files
-    from promoter.api.gc_policy import tune_for_serving
-    from promoter.api.server import listen, make_server
-    from promoter.config import load_settings, parse_repo_flags
-    from promoter.errors import ConfigError
-
-    if phase_timing:  # read from the environment by every worker (promoter.api.phases)
-        os.environ[PHASE_TIMING] = "1"
-    if log_format not in (None, "json", "text"):
-        raise ConfigError(f"--log-format must be json or text, not {log_format!r}")
-    fmt = logs.default_format() if log_format is None else cast("LogFormat", log_format)
-
-    overrides: dict[str, Any] = {
-        "state_dir": None if state_dir is None else str(state_dir),
-        "host": host,
-        "port": port,
-        "repositories": repo or None,
-        "database_url": database_url,
-        "host_id": host_id,
-    }
-    settings = load_settings(
-        config, **{**overrides, "repositories": parse_repo_flags(repo) if repo else None}
-    )
-    count = fleet.default_count() if workers is None else workers
-    # the port first: a taken one is refused before a migration or a key publication
-    sock = listen(settings.host, settings.port)
-    logs.configure(fmt, settings.log_level)
-    services = daemon_services(settings)
-    import logging  # the daemon's only: a client command loads none of it
-
-    started = logging.getLogger("promoter.serve")
-    logs.event(
-        started,
-        f"state {settings.state_dir.resolve()}, {len(services.registry.all())} repositories",
-        state_dir=str(settings.state_dir.resolve()),
-    )
-    for repository in services.registry.all():
-        logs.event(
-            started,
-            f"guarding {repository.name}",
-            repository=repository.name,
-            worktree=str(repository.worktree),
-            repository_identity=repository.identity,
-        )
-    if count > 1:
-        from promoter.engine.receipts.envelopes import published_keyring
-
-        published_keyring(services)  # once, before any worker starts
-        services.close()  # each worker opens its own
-        bound = f"http://{settings.host}:{sock.getsockname()[1]}"
-
-        def ready() -> None:
-            print(f"promoter: ready on {bound}", file=sys.stderr, flush=True)
-            logs.event(started, f"{count} workers serve", workers=count)
-            _record_for_the_person(bound, settings.state_dir, started)
-
-        overrides["port"] = sock.getsockname()[1]
-        shared = metrics_dir.prepare(settings.state_dir)  # one set of metrics, every worker's
-        try:
-            code = fleet.Fleet(
-                count,
-                sock,
-                config=config,
-                overrides=overrides,
-                log_format=fmt,
-                metrics_dir=shared,
-            ).run(ready)
-        finally:
-            sock.close()
-            metrics_dir.remove(shared)
-        if code:
-            raise typer.Exit(code)
-        return
-    app_ = create_app(settings, services)
-    server = make_server(
-        app_,
-        settings.host,
-        settings.port,
-        log_level=settings.log_level,
-        announce=True,
-        on_exit=services.stopping.set,
-        on_ready=lambda url: _record_for_the_person(url, settings.state_dir, started),
-    )
-    open_files = raise_open_files()  # a full blob batch holds a descriptor per blob
-    if open_files < NEEDED:
-        logs.event(
-            started,
-            f"open-file limit {open_files} is below {NEEDED}: a full blob batch may be "
-            "refused (raise LimitNOFILE or ulimit -n)",
-            logging.WARNING,
-            open_files=open_files,
-            needed=NEEDED,
-        )
-    tune_for_serving()  # start-up objects frozen: no long GC pauses on the event loop
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
-        services.close()
-
-
-# a daemon listening on every address is reached by its own CLI over loopback
-_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}  # noqa: S104
-
-
-def _record_for_the_person(url: str, state_dir: Path, log: logging.Logger) -> None:
-    """The daemon's URL, state directory and the person's credential, into the per-user
-    configuration; a configuration that cannot be written is logged, never fatal."""
-    import logging
-
-    from promoter.api import logs
-    from promoter.cli import userconfig
-    from promoter.errors import PromoterError
-
-    scheme, _, rest = url.partition("://")
-    host, _, port = rest.rpartition(":")
-    address = f"{scheme}://{_WILDCARDS.get(host, host)}:{port}"
-    token_file = state_dir / "credentials" / "operator.token"
-    try:
-        path = userconfig.record(address, state_dir, token_file)
-    except (OSError, PromoterError) as exc:
-        detail = exc.detail if isinstance(exc, PromoterError) else (exc.strerror or str(exc))
-        logs.event(
-            log,
-            f"the per-user configuration was not written ({detail}): the CLI finds this "
-            f"daemon only with --url {address} --token-file {token_file.resolve()}",
-            logging.WARNING,
-        )
-        return
-    logs.event(log, f"recorded for this user's CLI in {path}", user_config=str(path))
-
-
-@db_app.command("upgrade")
-def db_upgrade(state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
-    """Migrate the database to the newest schema."""
-    from promoter.cli.common import err_console
-    from promoter.config import load_settings
-    from promoter.engine.services import prepare_state_dir
-    from promoter.store.db import upgrade
-
-    settings = load_settings(config, state_dir=state_dir)
-    prepare_state_dir(settings.state_dir)
-    upgrade(settings.db_url)
-    err_console.print(f"database at {settings.db_url} is at the newest schema")
-
-
-@app.command()
-def gc(
-    state_dir: StateDirOpt = None,
-    config: ConfigOpt = None,
-    repo: Annotated[
-        list[str] | None, typer.Option("--repo", help="NAME=PATH (for snapshot pruning).")
-    ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
-    keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
-) -> None:
-    """Remove unreferenced blobs older than the retention period; prune old snapshots.
-
-    Needs the daemon's ledger: exit 78 (ledger_missing, schema_mismatch) when there is
-    none where the settings point or it is not migrated; nothing is created."""
-    from promoter.adapters.webhooks import daemon_services
-    from promoter.cli.common import err_console, iec
-    from promoter.config import load_settings, parse_repo_flags
-    from promoter.engine.gc import collect
-    from promoter.store.db import require_ledger
-
-    settings = load_settings(
-        config, state_dir=state_dir, repositories=parse_repo_flags(repo) if repo else None
-    )
-    require_ledger(settings.db_url)  # no ledger, or not migrated: refused, nothing created
-    services = daemon_services(settings)
-    try:
-        report = collect(services, dry_run=dry_run, keep_snapshots=keep_snapshots)
-    finally:
-        services.close()
-    verb = "would remove" if dry_run else "removed"
-    err_console.print(
-        f"examined {report.blobs_examined} blobs; {verb} {len(report.blobs_removed)} "
-        f"({iec(report.bytes_freed)}); pruned snapshots of {report.snapshot_repositories} "
-        "repositories"
-    )
-
-
-def main() -> None:
-    """Run the command; print a ``PromoterError`` once and exit with its exit code."""
+def main(command: Callable[[], object] | None = None) -> None:
+    """Run the command (``command``, else the Typer app); print a ``PromoterError`` once
+    and exit with its exit code."""
     from promoter.errors import PromoterError
 
     try:
-        app()
+        (command or _typer_app)()
     except PromoterError as exc:
         from rich.markup import escape
 
@@ -355,7 +64,8 @@ def entry() -> None:
     (``promoter.cli.startup.finish``); httpx's own command line is never loaded."""
     startup.defer_httpx_cli()
     try:
-        main()
+        values = run_args.parse(sys.argv[1:], os.environ)
+        main(None if values is None else lambda: run_args.invoke(values))
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code
         if not isinstance(code, int):

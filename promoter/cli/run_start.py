@@ -1,12 +1,14 @@
 """``promoter run`` of a command: the sandbox made or continued, the step run and promoted.
 
-``start`` is the run path of ``promoter.cli.run_cmd`` (which parses the flags and asks
-the person, ``TerminalPerson``): the confinement the flags ask for, checked before a
-sandbox or a grant exists; a new sandbox (``flow.start``) or a continued one; the step
-(``flow.step``) or the promotion a continued run's last step left submitted; the outcome
-``--json`` prints and Ctrl-C as ``interrupted`` (exit 130). It is imported only by a run,
-so ``run --list``, ``--prune`` and ``--remove`` load none of the confinement, layers or
-flow modules.
+``start`` is the run path of ``promoter.cli.run_args.dispatch`` (the flags read by typer
+or by ``run_args.parse``; the person asked by ``run_person.TerminalPerson``): the
+confinement the flags ask for, checked before a sandbox or a grant exists (bubblewrap
+probed while the repository is looked up); a new sandbox (``flow.start``) or a
+continued one; the step (``flow.step``) or the promotion a continued run's last step
+left submitted; the outcome ``--json`` prints and Ctrl-C as ``interrupted`` (exit 130).
+It is imported only by a run, so ``run --list``, ``--prune`` and ``--remove`` load none
+of the confinement, layers or flow modules. A usage error (no command, no repository
+named outside a guarded worktree) is typer's, which is imported for it.
 
 Not here: the flags, the person at the terminal, or any step of the workflow
 (``promoter.executor.run``); this module wires them together.
@@ -14,22 +16,20 @@ Not here: the flags, the person at the terminal, or any step of the workflow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typer._click.exceptions import UsageError  # the click typer's own groups use
-from typer.exceptions import Abort  # what typer.confirm raises on Ctrl-C
-
 from promoter.cli import userconfig
 from promoter.cli.common import err_console
-from promoter.cli.lazy import deferred
-from promoter.cli.run_cmd import TerminalPerson, _infer_repository, _token
+from promoter.cli.run_person import TerminalPerson, interrupted
+from promoter.cli.startup import deferred
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, Interrupted, PromoterError
 from promoter.executor import confine, hidden, layers, removal
@@ -43,6 +43,36 @@ else:  # the bundle models: loaded when --allow is given
     parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
 
 __all__ = ["start"]
+
+
+def _usage_error(message: str) -> Exception:
+    """The usage error typer's command prints (exit 2); typer is loaded only for one."""
+    from typer._click.exceptions import UsageError  # the click typer's own groups use
+
+    return UsageError(message)
+
+
+def _token(target: userconfig.Target) -> str:
+    if target.token is None:
+        raise userconfig.no_token(target)
+    return target.token
+
+
+def _infer_repository(client: PromoterClient) -> str:
+    """The repository whose worktree the current directory is in (``--repo`` left out)."""
+    from promoter.cli.status_cmd import worktree_here
+
+    here = worktree_here()
+    repositories = client.repositories()
+    for repository in repositories:
+        if here is not None and here == str(Path(str(repository["worktree"])).resolve()):
+            return str(repository["name"])
+    names = ", ".join(str(r["name"]) for r in repositories) or "none"
+    where = f"{here} is not" if here is not None else "the current directory is not in"
+    raise _usage_error(
+        f"name the repository: --repo NAME ({where} a worktree the daemon guards; "
+        f"it guards: {names})"
+    )
 
 
 def start(
@@ -68,7 +98,7 @@ def start(
     """Run ``command`` in a new sandbox (or ``continue_run``'s) and promote what it changed."""
     state, address = target.state_dir, target.url
     if not command and continue_run is None:
-        raise UsageError("no command: promoter run [--repo NAME] -- CMD ARGS...")
+        raise _usage_error("no command: promoter run [--repo NAME] -- CMD ARGS...")
     # every directory holding promoter's credentials, state or keys (unconfined: none)
     credential = target.token_path
     secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
@@ -88,37 +118,28 @@ def start(
             try:
                 flow.promote_submitted(host, run, person, outcome.outcome)
             except flow.NothingToPromote as exc:
-                raise UsageError(str(exc)) from None
+                raise _usage_error(str(exc)) from None
         flow.finish(run, person, keep=keep)
         return
     assert command is not None
-    if not unconfined:
-        confine.probe(confine.bwrap_path())  # refuse before a sandbox or a grant exists
-        # each hidden, or nothing made: the sandboxes' directory and the interpreter are
-        # bound back into the sandbox over what is hidden
-        bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
-        hidden.check_hidden(secrets, [credential] if credential else [], bound)
-    if continue_run is not None:
-        run = Run(state, sandboxes.load(state, continue_run))
-        if allow:
-            run.record.allow = [parse_allow(a).wire() for a in allow]
-    else:
-        removal.sweep(state)  # removals whose process was killed
-        try:
-            if repo is not None:
-                name = repo
-            else:
-                with PromoterClient(address, host.token) as client:
-                    name = _infer_repository(client)
-            wanted = [parse_allow(a).wire() for a in allow] if allow else None
-            layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
-            run = flow.start(host, name, allow=wanted, from_head=from_head, layout=layout)
-        except (KeyboardInterrupt, Abort):
-            raise Interrupted(
-                "interrupted before the sandbox was ready: nothing was run or promoted, and "
-                "nothing of yours was changed"
-            ) from None
-        person.say(answers.started(run.record))
+    with contextlib.ExitStack() as probes:
+        probed = _no_probe
+        if not unconfined:
+            # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
+            # the repository is looked up, and is waited for before anything is made
+            probed = probes.enter_context(confine.probing(confine.bwrap_path()))
+            # each hidden, or nothing made: the sandboxes' directory and the interpreter
+            # are bound back into the sandbox over what is hidden
+            bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+            hidden.check_hidden(secrets, [credential] if credential else [], bound)
+        if continue_run is not None:
+            probed()
+            run = Run(state, sandboxes.load(state, continue_run))
+            if allow:
+                run.record.allow = [parse_allow(a).wire() for a in allow]
+        else:
+            run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
+            person.say(answers.started(run.record))
     with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
         try:
             flow.step(
@@ -128,6 +149,42 @@ def start(
             err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
             raise
     flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
+
+
+def _no_probe() -> None:
+    """Nothing to wait for: an unconfined run probes no confinement."""
+
+
+def _new_sandbox(
+    host: flow.Host,
+    repo: str | None,
+    allow: list[str] | None,
+    from_head: bool,
+    unconfined: bool,
+    probed: Callable[[], None],
+) -> Run:
+    """A new sandbox of ``repo`` (else of the worktree the current directory is in), made
+    once ``probed`` has said that the confinement works."""
+    state = host.state_dir
+    removal.sweep(state)  # removals whose process was killed
+    try:
+        if repo is not None:
+            name = repo
+        else:
+            with PromoterClient(host.url, host.token) as client:
+                name = _infer_repository(client)
+        wanted = [parse_allow(a).wire() for a in allow] if allow else None
+        layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+        return flow.start(
+            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed
+        )
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        raise Interrupted(
+            "interrupted before the sandbox was ready: nothing was run or promoted, and "
+            "nothing of yours was changed"
+        ) from None
 
 
 @dataclass
@@ -157,9 +214,11 @@ def _kept_on_interrupt(run: Run) -> Iterator[None]:
     the sandbox and the bundle kept and the next command (exit 130)."""
     try:
         yield
-    except (KeyboardInterrupt, Abort) as exc:
-        if isinstance(exc, Abort):
-            err_console.print()  # the question's line ends here
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        if not isinstance(exc, KeyboardInterrupt):
+            err_console.print()  # the question's line ends here (typer's Abort)
         raise flow.interrupted(run) from None
 
 

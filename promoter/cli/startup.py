@@ -11,16 +11,21 @@ module and object (about 30 ms) that the operating system reclaims anyway. It do
 only when no other non-daemon thread is alive (a writer still at work keeps the
 ordinary exit, which waits for it) and never when stdout cannot be flushed.
 
+``deferred`` names a function of a module that is imported on the function's first
+call, so a command module can name what only some of its paths use without loading it.
+
 Deliberately not here: parsing or running a command (``promoter.cli.main``).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 _HTTPX_CLI = "httpx._main"
@@ -41,6 +46,16 @@ def defer_httpx_cli() -> None:
 
     placeholder.main = main  # type: ignore[attr-defined]
     sys.modules[_HTTPX_CLI] = placeholder
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name`` as a function that imports ``module`` on its first call."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def _alone() -> bool:

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -49,6 +49,7 @@ __all__ = [
     "disarm",
     "interpreter_prefix",
     "probe",
+    "probing",
     "run_confined",
     "run_unconfined",
     "sandbox_env",
@@ -127,22 +128,49 @@ _PROBED: set[str] = set()  # bubblewrap binaries that made the namespaces in thi
 def probe(bwrap: str) -> None:
     """Refuse with ``confinement_unavailable`` unless bwrap can make the namespaces here
     (once per binary and process: a run probes before its sandbox, then runs confined)."""
+    with probing(bwrap) as probed:
+        probed()
+
+
+@contextlib.contextmanager
+def probing(bwrap: str) -> Iterator[Callable[[], None]]:
+    """``probe`` in the background: a missing binary is refused at once, the namespaces
+    are tried while the caller goes on, and calling what this yields waits for the answer
+    (the refusal ``probe`` raises). A probe not waited for is ended on the way out."""
     if not os.access(bwrap, os.X_OK):
         raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
     if bwrap in _PROBED:
+        yield lambda: None
         return
     argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
         raise ConfinementUnavailable(f"bubblewrap does not start: {exc}; {REMEDY}") from exc
-    if done.returncode != 0:
-        reason = done.stderr.decode("utf-8", "replace").strip()[-300:]
-        raise ConfinementUnavailable(
-            f"bubblewrap cannot make namespaces here ({reason or done.returncode}); {REMEDY}",
-            bwrap=bwrap,
-        )
-    _PROBED.add(bwrap)
+
+    def answer() -> None:
+        if bwrap in _PROBED:
+            return
+        try:
+            _, err = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired as exc:
+            raise ConfinementUnavailable(f"bubblewrap does not start: {exc}; {REMEDY}") from exc
+        if process.returncode != 0:
+            reason = err.decode("utf-8", "replace").strip()[-300:]
+            raise ConfinementUnavailable(
+                f"bubblewrap cannot make namespaces here ({reason or process.returncode}); "
+                f"{REMEDY}",
+                bwrap=bwrap,
+            )
+        _PROBED.add(bwrap)
+
+    try:
+        yield answer
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.communicate()
 
 
 _NAMESPACES = (
@@ -236,7 +264,7 @@ def _kill_cgroup(made: Made) -> None:
         for pid in pids:  # none is this process's child: bwrap, their ancestor, is reaped
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-    for _ in range(1000):
+    for _ in range(10_000):  # 10 s at most
         try:
             made.remove()  # False: gone already
             return
@@ -244,7 +272,9 @@ def _kill_cgroup(made: Made) -> None:
             log.warning("%s", exc.detail)
             return
         except OSError:
-            threading.Event().wait(0.01)  # a killed process is still being reaped
+            # a killed process is still being reaped (bwrap's init a millisecond or two
+            # after bwrap itself): the run waits on this, so it is asked again soon
+            threading.Event().wait(0.001)
 
 
 def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> list[str]:

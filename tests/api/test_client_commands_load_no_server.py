@@ -298,7 +298,7 @@ def _answer(coerce: Callable[..., Any], value: Any, param: Any, ctx: Any) -> tup
 
 def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path) -> None:
     """``promoter run --yes``: the grant read back, the bundle built and promoted with its
-    evidence, the receipt shown, and no model loaded for any of it, nor rich."""
+    evidence, the receipt shown, and no model loaded for any of it, nor rich, nor typer."""
     with running_daemon(tmp_path / "state", {"work": RepositoryConfig(path=repo)}) as daemon:
         env = {
             "PROMOTER_URL": daemon.url,
@@ -324,4 +324,5 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         assert "rich" not in modules, stdout
         assert "_strptime" not in modules  # the grant's timestamps read without it
         assert "httpx" not in modules  # the loopback daemon reached without it
+        assert "typer" not in modules  # its command line read without typer (run_args)
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

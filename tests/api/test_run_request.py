@@ -241,3 +241,35 @@ def test_the_clients_open_a_run_and_raise_the_refusal_of_a_part(
     again = asyncio.run(asynchronous())
     assert again.grant.grant_sha256 == grant_sha(grant) and again.grant_created is False
     assert again.lease.changed is False and again.token.token.startswith("pex_")
+
+
+def test_a_grant_registered_as_sent_is_known_without_reading_it_back(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    from promoter.executor.handover import fetched_grant
+    from promoter.executor.run.flow import registered_grant
+
+    grant = make_grant(repo, identity)
+    lease = {k: v for k, v in _lease(grant).items() if k not in ("workflow_id", "stage")}
+    with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
+        opened = client.open_run(grant, lease, 120)
+        known = registered_grant(grant, opened["grant"])
+        with client.with_token(opened["token"]["token"]) as executor:
+            assert known is not None and known == fetched_grant(executor, grant["grant_id"])
+    assert known.grant_sha256 == grant_sha(grant)
+
+
+def test_a_grant_the_host_answers_for_other_bytes_or_the_validator_refuses_is_read_back(
+    repo: Path, identity: str
+) -> None:
+    from promoter.executor.run.flow import registered_grant
+
+    grant = make_grant(repo, identity)
+    other = make_grant(repo, identity, fence=8)
+    assert (
+        registered_grant(grant, {"grant_id": "grt_test1", "grant_sha256": grant_sha(other)}) is None
+    )
+    refused = {**grant, "fence": -1}  # a negative fence: the validator refuses it
+    registered = {"grant_id": "grt_test1", "grant_sha256": grant_sha(refused)}
+    assert registered_grant(refused, registered) is None
+    assert registered_grant(grant, {"grant_id": "grt_test1"}) is None

@@ -51,6 +51,7 @@ ENV = "PROMOTER_TEST_FORK"
 # what ``promoter serve`` imports before it answers; the child imports anything else itself
 PRELOAD = (
     "promoter.cli.main",
+    "promoter.cli.app",  # the Typer app and ``serve``: main imports it for ``serve``
     "promoter.api.app",
     "promoter.adapters.webhooks",
     "promoter.engine.services",

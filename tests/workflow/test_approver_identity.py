@@ -327,11 +327,11 @@ def test_the_console_refuses_a_non_operator_token(gated: Gated) -> None:
 def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_user_as_note(
     gated: Gated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from promoter.cli import run_cmd
+    from promoter.cli import run_cmd, run_person
     from promoter.executor import sandbox as sandboxes
 
     daemon, repo, _ = gated
-    monkeypatch.setattr(run_cmd, "_approve_here", lambda yes, unseen: "asked")  # the person said y
+    monkeypatch.setattr(run_person, "_approve_here", lambda yes, unseen: "asked")  # said y
     app = typer.Typer()
     run_cmd.register(app)
     app.command("noop")(lambda: None)

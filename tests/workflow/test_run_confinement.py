@@ -536,6 +536,24 @@ def test_without_bubblewrap_run_refuses_unless_unconfined(daemon: Daemon, repo: 
     assert after == before
 
 
+def test_a_bwrap_that_cannot_make_namespaces_refuses_before_a_sandbox_or_grant_exists(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    # the probe runs while the repository is looked up; its refusal still comes first
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    before = tree_bytes(repo)
+    refused = _run(daemon, "--repo", "work", "--yes", "--", "true", env={BWRAP_ENV: str(fake)})
+    assert isinstance(refused.exception, PromoterError), refused.output
+    assert refused.exception.code == "confinement_unavailable"
+    assert "No permissions to create new namespace" in refused.exception.detail
+    assert sandboxes.list_runs(daemon.state_dir) == []  # no sandbox, so no grant either
+    runs = daemon.state_dir / "runs"
+    assert not runs.is_dir() or [n for n in os.listdir(runs) if n.startswith("run_")] == []
+    assert tree_bytes(repo) == before
+
+
 def test_ctrl_c_ends_every_process_of_the_sandbox(
     daemon: Daemon, person: tuple[Path, dict[str, str], dict[str, Any]]
 ) -> None:

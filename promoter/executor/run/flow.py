@@ -3,8 +3,9 @@
 ``start`` makes the sandbox (a clone or layers over a shared base, its worktree the
 person's as it is unless ``from_head``, read where the daemon's watch says it may have
 changed: ``start_watch.py``); ``step`` registers the grant, lease and token in
-one request, runs the command (confined unless ``Confinement.unconfined``), adopts or
-builds the bundle, submits it and shows the review; ``promote`` runs the preflight (with
+one request (the grant then known by its hash, not read back: ``registered_grant``),
+runs the command (confined unless ``Confinement.unconfined``), adopts or builds the
+bundle, submits it and shows the review; ``promote`` runs the preflight (with
 ``drift.py``'s offer), asks, promotes and fetches the receipt; ``promote_submitted``,
 ``finish`` and ``interrupted`` continue, clean up and stop. Every move goes through
 ``state.Run``; everything shown or asked goes through a ``person.Person``.
@@ -23,7 +24,7 @@ import contextlib
 import getpass
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "finish",
     "interrupted",
     "promote_submitted",
+    "registered_grant",
     "repository",
     "start",
     "step",
@@ -172,13 +174,18 @@ def start(
     allow: list[dict[str, Any]] | None,
     from_head: bool,
     layout: str = "copy",
+    ready: Callable[[], None] | None = None,
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
-    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``)."""
+    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
+    ``ready`` is called once the repository is found, before anything is made (it may
+    refuse: the confinement's probe, ``confine.probing``)."""
     from promoter.executor.start_watch import Watched
 
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
+        if ready is not None:
+            ready()
         with client.with_token(client.token, url=url) as owner:
 
             def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
@@ -397,7 +404,9 @@ def step(
             )
         executor = orch.with_token(str(minted["token"]))
         with executor:
-            grant = fetched_grant(executor, grant_doc["grant_id"])
+            grant = registered_grant(grant_doc, opened["grant"]) or fetched_grant(
+                executor, grant_doc["grant_id"]
+            )
             since = fetched_base(executor, grant.grant_id) if base else None
             requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
             adopted = answers.agent_bundle(executor, record, grant, since, person)
@@ -434,6 +443,22 @@ def step(
             requested=requested,
         )
         return outcome
+
+
+def registered_grant(document: dict[str, Any], registered: Mapping[str, Any]) -> Grant | None:
+    """The grant the host registered, known without reading it back: the record of the
+    ``document`` sent, when the host's ``grant_sha256`` for it is that document's own (the
+    host holds exactly these bytes) and the validator accepts it sealed; else None, and
+    the grant is read back (``handover.fetched_grant``)."""
+    from promoter.domain import wirecheck
+    from promoter.domain.bundle_records import grant_record
+    from promoter.domain.documents import grant_sha256
+
+    sealed = grant_sha256(grant_record(document))
+    if sealed != registered.get("grant_sha256"):
+        return None
+    held = {**document, "grant_sha256": sealed}
+    return grant_record(held) if wirecheck.problem("GrantV1", held) is None else None
 
 
 def _confirmed_note() -> str:

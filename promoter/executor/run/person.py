@@ -2,7 +2,7 @@
 
 The workflow (``flow.py``, ``drift.py``, ``links.py``, ``answers.py``) never prints and
 never reads a terminal: it calls a ``Person``. ``promoter run`` passes one that prints to
-the console and asks at the terminal (``promoter.cli.run_cmd``); ``--json`` passes one
+the console and asks at the terminal (``promoter.cli.run_person``); ``--json`` passes one
 whose words go to stderr. Text is console markup (``[bold]``…); a value put into it is
 ``escape``d first.
 
