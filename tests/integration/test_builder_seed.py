@@ -12,6 +12,7 @@ from the index, split, version 4).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
@@ -579,3 +581,29 @@ def test_files_above_the_in_memory_size_are_streamed_once(tmp_path: Path) -> Non
     assert used_seed is True
     assert _paths(outcome) == ["data/edited.bin", "data/new.bin"]
     assert outcome[1][hashlib.sha256(big + b"more").hexdigest()] == big + b"more"
+
+
+# The bundle the seeded scan sealed for ``_every_kind`` (plus a harmless attributes file
+# and a long name) before the build was made cheaper (how it copies and walks the index,
+# how many git processes read the repository's objects): no such change may move a byte.
+PINNED_BUNDLE_SHA256 = "2d2187df2de27c76cedb86868c131158068d0d1f1e043eafb41556b823efdc37"
+
+
+def test_a_cheaper_build_seals_the_bytes_the_build_sealed_before(tmp_path: Path) -> None:
+    long_name = "long/" + "/".join(["n" * 200] * 3) + ".txt"
+    files = {**BASE_FILES, "src/.gitattributes": b"*.png binary\n", long_name: b"long\n"}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    _every_kind(executor)
+    (executor / long_name).write_bytes(b"longer\n")
+    fixed = {"not_before": "2026-01-01T00:00:00Z", "expires_at": "2099-01-01T00:00:00Z"}
+    grant = _grant(source, **fixed)
+
+    with build_bundle(executor, grant, created_at=STAMP) as built:
+        assert built.seeded is True
+        sealed = canonical_bytes(built.bundle)
+    outcome, _ = _agree(executor, grant)
+
+    assert hashlib.sha256(sealed).hexdigest() == PINNED_BUNDLE_SHA256
+    assert outcome[0] == json.loads(sealed)["changes"]
