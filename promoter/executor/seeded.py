@@ -23,6 +23,7 @@ from typing import cast
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (
+    Index,
     NotPlain,
     PlainIndex,
     converting_config,
@@ -72,7 +73,7 @@ class _Walk(threading.Thread):
     """``plain_index(data)`` in a thread of its own, its answer or its error kept for
     ``result`` (a thread, not a pool: ``concurrent.futures`` would load ``logging``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Index) -> None:
         super().__init__(name="promoter-index-walk")
         self._data = data
         self._answer: PlainIndex | None = None
@@ -169,27 +170,28 @@ class SeededShadow(ShadowTree):
             data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
         except NotPlain as exc:
             raise _NoSeed from exc
-        self._point_head_at(base)
-        env = {**self._read_env, "GIT_INDEX_FILE": seed}
-        limit: list[str] = []
-        literal: dict[str, str] = {}
-        if self._only is not None:
-            limit = ["--", *(os.fsdecode(p) for p in self._only)]
-            literal = {"GIT_LITERAL_PATHSPECS": "1"}
-        key = index_key(data)
-        known = self.index_walk
-        walked: _Walk | None = None
-        if known is None or key is None or known[0] != key:
-            walked = _Walk(data)  # while git reads the copy
-            walked.start()
-        try:
-            if self._only == []:
-                status = b""  # no candidate: no path differs
-            else:
-                status = self._seed_git([*_STATUS, *limit], {**env, **literal})
-        finally:
-            if walked is not None:
-                walked.join()
+        with data:  # the map of the copy, walked while git reads the copy
+            self._point_head_at(base)
+            env = {**self._read_env, "GIT_INDEX_FILE": seed}
+            limit: list[str] = []
+            literal: dict[str, str] = {}
+            if self._only is not None:
+                limit = ["--", *(os.fsdecode(p) for p in self._only)]
+                literal = {"GIT_LITERAL_PATHSPECS": "1"}
+            key = index_key(data)
+            known = self.index_walk
+            walked: _Walk | None = None
+            if known is None or key is None or known[0] != key:
+                walked = _Walk(data)
+                walked.start()
+            try:
+                if self._only == []:
+                    status = b""  # no candidate: no path differs
+                else:
+                    status = self._seed_git([*_STATUS, *limit], {**env, **literal})
+            finally:
+                if walked is not None:
+                    walked.join()
         try:
             index = walked.result() if walked is not None else _known(known)
         except NotPlain as exc:
@@ -427,7 +429,7 @@ def _known(known: tuple[str, PlainIndex] | None) -> PlainIndex:
     return known[1]
 
 
-def index_key(data: bytes) -> str | None:
+def index_key(data: Index) -> str | None:
     """What identifies an index's bytes: its length and git's checksum trailer (a hash of
     everything before it); ``None`` when git wrote no checksum (``index.skipHash``)."""
     trailer = data[-20:]
