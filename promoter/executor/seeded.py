@@ -34,6 +34,7 @@ from promoter.executor.seed_index import (
 from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
+from promoter.git.objects import CatFile
 from promoter.git.readback import prefixes_of
 from promoter.git.records import (
     DiffEntry,
@@ -388,11 +389,20 @@ class SeededShadow(ShadowTree):
             return list(self._entries)
         return super().diff(base_tree)
 
-    def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
+    def blob_sha256(
+        self, oids: Iterable[str], *, base: CatFile | None = None
+    ) -> dict[str, tuple[str, int]]:
+        """``ShadowTree.blob_sha256``; after a seeded scan every blob it did not store is
+        one of the repository's, read through ``base`` (a reader of the repository's
+        objects, already running) when given."""
         wanted = list(dict.fromkeys(oids))
         known = {oid: self._objects.digests[oid] for oid in wanted if oid in self._objects.digests}
         rest = [oid for oid in wanted if oid not in known]
-        return {**known, **(super().blob_sha256(rest) if rest else {})}
+        if not rest:
+            return known
+        if base is not None and self.seeded:
+            return {**known, **base.blob_sha256(rest)}
+        return {**known, **super().blob_sha256(rest)}
 
 
 def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:

@@ -388,14 +388,17 @@ def test_the_tree_id_is_the_one_the_full_scan_writes(source: Path, executor: Pat
         assert built.tree == expected
 
 
-def test_a_seeded_build_of_one_edit_starts_four_git_processes(source: Path, executor: Path) -> None:
-    """The layout, the base tree and HEAD, one status pass, and the base blob's bytes."""
+def test_a_seeded_build_of_one_edit_starts_three_git_processes(
+    source: Path, executor: Path
+) -> None:
+    """The layout; one reader of the base tree, HEAD and the base blob's bytes; one status
+    pass."""
     (executor / "src/app.py").write_bytes(b"print('v2')\n")
     grant = _grant(source)
     with runner.counting() as started, build_bundle(executor, grant, created_at=STAMP) as built:
         assert built.seeded is True
         assert [c["path"] for c in built.bundle["changes"]] == ["src/app.py"]
-    assert started == ["rev-parse", "cat-file", "status", "cat-file"]
+    assert started == ["rev-parse", "cat-file", "status"]
 
 
 def test_a_stale_untracked_cache_in_the_index_hides_no_new_file(
