@@ -11,6 +11,7 @@ from the index, split, version 4).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
-from promoter.executor import build_bundle
+from promoter.executor import build_bundle, seed_index
 from promoter.executor.seed_index import NotPlain, plain_index
 from promoter.git import runner
 from tests.gitutil import blob_oid, commit_all, git, tree_digest
@@ -610,3 +611,21 @@ def test_a_cheaper_build_seals_the_bytes_the_build_sealed_before(tmp_path: Path)
 
     assert hashlib.sha256(sealed).hexdigest() == PINNED_BUNDLE_SHA256
     assert outcome[0] == json.loads(sealed)["changes"]
+
+
+def test_an_index_the_kernel_cannot_send_is_copied_by_reads_to_the_same_bundle(
+    source: Path, executor: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without ``sendfile``: the copy is read and written, byte for byte."""
+    _every_kind(executor)
+    grant = _grant(source)
+    expected, _ = _outcome(executor, grant, seed=True)
+
+    def refused(*args: object) -> int:
+        raise OSError(errno.EINVAL, "sendfile refused")
+
+    monkeypatch.setattr(seed_index.os, "sendfile", refused)
+    outcome, used_seed = _agree(executor, grant)
+
+    assert used_seed is True
+    assert outcome == expected
