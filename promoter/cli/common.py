@@ -1,7 +1,8 @@
 """Shared CLI plumbing: consoles, sizes in IEC units, server URL and token options.
 
 The URL and token are found by ``promoter.cli.userconfig.resolve``: the flags, the
-environment, the daemon ``promoter serve`` recorded for this user, then ./.promoter.
+environment, the daemon ``promoter serve`` recorded for this user, then ./.promoter
+(imported when first asked: a command that asks no daemon never loads it).
 
 Off a terminal (a pipe, a file, a CI log) the consoles neither wrap nor truncate: a path
 is printed whole on one line, whatever ``COLUMNS`` says. Each console is made (and rich
@@ -26,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from promoter.cli import userconfig
 from promoter.cli.styled import Styled
 
 if TYPE_CHECKING:
@@ -279,12 +279,16 @@ def __getattr__(name: str) -> Any:
 
 def server_url(url: str | None) -> str:
     """The daemon's URL: ``--url``, ``PROMOTER_URL``, the recorded daemon, the default."""
+    from promoter.cli import userconfig
+
     return userconfig.resolve(url).url
 
 
 def read_token(token_file: Path | None, url: str | None = None) -> str:
     """The credential for the daemon at ``url`` (the ``--url`` given, if any): the flag,
     ``PROMOTER_TOKEN``, the recorded one (only for the recorded daemon), ./.promoter's."""
+    from promoter.cli import userconfig
+
     target = userconfig.resolve(url, token_file)
     if target.token is None:
         raise userconfig.no_token(target)

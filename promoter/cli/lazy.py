@@ -3,7 +3,8 @@
 ``promoter --help`` and shell completion of the top level need each command's name and
 one line of help, not its module: ``LazyCommand`` carries those two and loads the real
 Typer command (from the module's ``register(app)``, building that command alone, not
-the module's others) when it is invoked, completed or asked for its own help.
+the module's others; of a group run with one of its commands, that command alone) when
+it is invoked, completed or asked for its own help.
 ``PromoterGroup`` is the top-level group that lists them after the commands defined in
 ``promoter.cli.main``; making its context spares the coercion of plain values
 (``promoter.cli.params``).
@@ -15,6 +16,7 @@ It does not change any command: the real command parses, runs and prints its hel
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -125,8 +127,9 @@ ENTRIES = (
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 
 
-def load(entry: Entry) -> Command:
-    """The real command: import the module and take ``entry.name`` from its ``register``."""
+def load(entry: Entry, sub: str | None = None) -> Command:
+    """The real command: import the module and take ``entry.name`` from its ``register``;
+    of a group, with ``sub`` naming one of its commands, that command alone."""
     module = importlib.import_module(entry.module)
     scratch = typer.Typer()
     scratch.command("_")(lambda: None)  # a group even when the module adds one command
@@ -140,6 +143,13 @@ def load(entry: Entry) -> Command:
     scratch.registered_groups = [
         info for info in scratch.registered_groups if info.name in (entry.name, None)
     ]
+    for info in scratch.registered_groups if sub is not None else []:
+        inner = info.typer_instance  # perhaps the module's own: a copy is narrowed
+        chosen = [] if inner is None else inner.registered_commands
+        chosen = [command for command in chosen if _command_name(command) == sub]
+        if inner is not None and chosen:  # the group's other commands are not built
+            info.typer_instance = narrowed = copy.copy(inner)
+            narrowed.registered_commands, narrowed.registered_groups = chosen, []
     group = typer.main.get_command(scratch)
     assert isinstance(group, TyperGroup)
     return group.commands[entry.name]
@@ -160,9 +170,14 @@ class LazyCommand(TyperCommand):
         self.entry = entry
         self._real: Command | None = None
 
-    def real(self) -> Command:
-        if self._real is None:
-            self._real = load(self.entry)
+    def real(self, sub: str | None = None) -> Command:
+        """The real command (kept); with ``sub``, of a group, one built for that command
+        of it alone (not kept)."""
+        if self._real is not None:
+            return self._real
+        if sub is not None:
+            return load(self.entry, sub)
+        self._real = load(self.entry)
         return self._real
 
     def make_context(
@@ -172,7 +187,9 @@ class LazyCommand(TyperCommand):
         parent: Context | None = None,
         **extra: Any,
     ) -> Context:
-        return self.real().make_context(info_name, args, parent=parent, **extra)
+        # a group's command is named first (a group's own option first: everything built)
+        sub = args[0] if args and not args[0].startswith("-") else None
+        return self.real(sub).make_context(info_name, args, parent=parent, **extra)
 
     def get_short_help_str(self, limit: int = 150) -> str:
         return self.entry.help

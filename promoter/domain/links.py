@@ -21,10 +21,9 @@ the links of the tree the promotion would leave (protocol: bundles#symlinks-by-r
 
 from __future__ import annotations
 
-from promoter.domain.path_state import SYMLINK_MODE
+__all__ = ["MAX_TARGET_BYTES", "POLICIES", "SYMLINK_MODE", "is_link", "shown", "target_problem"]
 
-__all__ = ["MAX_TARGET_BYTES", "POLICIES", "is_link", "shown", "target_problem"]
-
+SYMLINK_MODE = "120000"  # a leaf's git mode when it is a link (``path_state`` names it too)
 MAX_TARGET_BYTES = 4095
 POLICIES = ("none", "inside", "any")
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypedDict
 
+from promoter.domain.links import SYMLINK_MODE
+
 __all__ = [
     "MISSING",
     "SYMLINK_MODE",
@@ -93,7 +95,6 @@ class State:
 
 
 MISSING = State(False, None, None)
-SYMLINK_MODE = "120000"
 
 
 def leaf_kind(mode: str | None) -> str:

@@ -58,7 +58,6 @@ from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry, require_oid
-from promoter.git.runner import run_git
 
 if TYPE_CHECKING:
     from promoter.domain.bundle_records import Grant
@@ -159,34 +158,25 @@ class BuiltBundle(Closing):
             self._shadow = None
 
 
-def _require_trees(layout: RepoLayout, trees: list[str]) -> str | None:
+def _require_trees(layout: RepoLayout, objects: CatFile, trees: list[str]) -> str | None:
     """``RepositoryInvalid`` unless each of ``trees`` is a tree of the worktree's repository;
-    HEAD's tree when HEAD is a commit (else ``None``), from the same one
-    ``git cat-file --batch-check`` (``commit_tree``'s reading of HEAD)."""
-    request = "".join(f"{require_oid(tree, 'tree')}\n" for tree in trees) + "HEAD\nHEAD^{tree}\n"
+    HEAD's tree when HEAD is a commit (else ``None``), asked of the same ``objects``
+    (``commit_tree``'s reading of HEAD)."""
     try:
-        result = run_git(
-            ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
-            cwd=layout.worktree,
-            env=repo_env(layout),
-            input=request.encode("ascii"),
-        )
+        for tree in trees:
+            info = objects.request(require_oid(tree, "tree"))
+            if info is None or info.type != "tree":
+                raise _not_held(tree)
+        head, head_tree = objects.head()
     except GitError:
         # git gave up (a damaged object, say): a tree it cannot read is the refusal the
         # executor can act on; only with every tree readable is git's own error raised
         for tree in trees:
             _require_tree(layout, tree)
         raise
-    lines = result.stdout.decode("ascii", "replace").split("\n")
-    if len(lines) != len(trees) + 3 or lines[-1]:
-        raise GitError("unexpected output from git cat-file --batch-check", trees=trees)
-    for tree, line in zip(trees, lines, strict=False):
-        if line != f"{tree} tree":
-            raise _not_held(tree)
-    head, (tree, _, kind) = lines[-3], lines[-2].partition(" ")
-    if not head.endswith(" commit") or kind != "tree":
+    if head is None or head.type != "commit" or head_tree is None or head_tree.type != "tree":
         return None
-    return require_oid(tree, "tree")
+    return head_tree.oid
 
 
 def _require_tree(layout: RepoLayout, tree: str) -> None:
@@ -261,11 +251,11 @@ def _refuse_unsupported(
 
 
 def _changes(
-    shadow: SeededShadow, entries: list[DiffEntry]
+    shadow: SeededShadow, objects: CatFile, entries: list[DiffEntry]
 ) -> tuple[list[ChangeRecord], dict[str, BlobSource]]:
     """Changes with file states of exact bytes, and where each referenced blob lives."""
     oids = [oid for e in entries for oid in (e.old_oid, e.new_oid) if oid is not None]
-    digests = shadow.blob_sha256(oids)
+    digests = shadow.blob_sha256(oids, base=objects)
     blobs: dict[str, BlobSource] = {}
 
     def state(oid: str | None, mode: str | None, origin: Literal["new", "base"]) -> StateRecord:
@@ -308,6 +298,7 @@ def _check_links(
 
 def _rebase(
     shadow: SeededShadow,
+    objects: CatFile,
     layout: RepoLayout,
     start_tree: str,
     changes: list[ChangeRecord],
@@ -324,7 +315,7 @@ def _rebase(
     found = tree_entries(layout, start_tree, [disk_path(p) for p in untouched]) if untouched else {}
     entries = {wire_path(path): entry for path, entry in found.items()}
     oids = [e.oid for e in entries.values() if e is not None]
-    digests = shadow.blob_sha256(oids) if oids else {}
+    digests = shadow.blob_sha256(oids, base=objects) if oids else {}
     out = [c for c in changes if c.path not in since]
     for path, old in since.items():
         entry = entries.get(path)
@@ -376,29 +367,33 @@ def build_bundle(
     _bound_sha256(grant)
     layout = discover(worktree)
     start = start_tree or grant.base_tree
-    head_tree = _require_trees(layout, list(dict.fromkeys([grant.base_tree, start])))
-    shadow = SeededShadow(layout, base_tree=start, seed=seed, head_tree=head_tree)
-    shadow.__enter__()
-    try:
-        entries = [e for e in shadow.diff(start) if e.path not in leave_out]
-        _refuse_unsupported(layout, shadow, entries, grant)
-        odd = [
-            {"path": printable(e.path), "reason": "a type change"}
-            for e in entries
-            if e.status not in _OPERATIONS
-        ]
-        if odd:
-            raise PathUnsafe(f"git reports type changes at {[o['path'] for o in odd]}", paths=odd)
-        check_paths([wire_path(e.path) for e in entries])
-        changes, blobs = _changes(shadow, entries)
-        if since:
-            chained = {path: StateRecord.from_state(state) for path, state in since.items()}
-            changes = _rebase(shadow, layout, start, changes, blobs, chained)
-        sealed = seal_changes(grant, changes, blobs, shadow, created_at=created_at)
-        return BuiltBundle(sealed, blobs, shadow)
-    except BaseException:
-        shadow.close()
-        raise
+    # one reader of the repository's objects: the trees and HEAD first, the base's blobs last
+    with CatFile(cwd=layout.worktree, env=repo_env(layout)) as objects:
+        trees = list(dict.fromkeys([grant.base_tree, start]))
+        head_tree = _require_trees(layout, objects, trees)
+        shadow = SeededShadow(layout, base_tree=start, seed=seed, head_tree=head_tree)
+        shadow.__enter__()
+        try:
+            entries = [e for e in shadow.diff(start) if e.path not in leave_out]
+            _refuse_unsupported(layout, shadow, entries, grant)
+            odd = [
+                {"path": printable(e.path), "reason": "a type change"}
+                for e in entries
+                if e.status not in _OPERATIONS
+            ]
+            if odd:
+                paths = [o["path"] for o in odd]
+                raise PathUnsafe(f"git reports type changes at {paths}", paths=odd)
+            check_paths([wire_path(e.path) for e in entries])
+            changes, blobs = _changes(shadow, objects, entries)
+            if since:
+                chained = {path: StateRecord.from_state(state) for path, state in since.items()}
+                changes = _rebase(shadow, objects, layout, start, changes, blobs, chained)
+            sealed = seal_changes(grant, changes, blobs, shadow, created_at=created_at)
+            return BuiltBundle(sealed, blobs, shadow)
+        except BaseException:
+            shadow.close()
+            raise
 
 
 def seal_changes(

@@ -1,14 +1,16 @@
 """Whether a worktree's own index can serve the builder as a stat cache, and its copy.
 
 This module owns the preconditions of ``seeded.SeededShadow``: ``copy_index`` copies
-``.git/index`` (keeping its modification time, which git's racy-entry rule compares
-entries against), and ``plain_index`` reads its entries (index versions 2 to 4) to
-refuse any that is not plain (assume-unchanged, skip-worktree, intent-to-add, a stage
-other than 0) and a split or sparse index; it returns the index's gitlink and
-``.gitattributes`` paths. ``harmless_attributes`` says whether an attributes text sets
-only attributes that never change bytes. ``converting_config`` says whether a git
-configuration or attributes file exists that may have converted bytes on checkout or
-add (``autocrlf``, ``eol``, an attributes file, ``ignoreStat``, an include not followed).
+``.git/index`` in the kernel (keeping its modification time, which git's racy-entry rule
+compares entries against) and maps the copy read-only, so the bytes walked are the bytes
+git reads and none is copied through this process; ``plain_index`` reads its entries
+(index versions 2 to 4) to refuse any that is not plain (assume-unchanged,
+skip-worktree, intent-to-add, a stage other than 0) and a split or sparse index; it
+returns the index's gitlink and ``.gitattributes`` paths. ``harmless_attributes`` says
+whether an attributes text sets only attributes that never change bytes.
+``converting_config`` says whether a git configuration or attributes file exists that
+may have converted bytes on checkout or add (``autocrlf``, ``eol``, an attributes file,
+``ignoreStat``, an include not followed).
 
 It deliberately does not run git, verify the index's checksum (the git commands that
 read the same copy do, and fail) or decide anything about changes. Every refusal is
@@ -17,11 +19,14 @@ read the same copy do, and fail) or decide anything about changes. Every refusal
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import re
 import stat
 import struct
 from dataclasses import dataclass
+from typing import TypeAlias
 
 __all__ = [
     "NotPlain",
@@ -33,8 +38,11 @@ __all__ = [
     "plain_index",
 ]
 
+Index: TypeAlias = bytes | mmap.mmap  # an index's bytes, or the map of its copy
+
 _LIMIT = 1 << 31
 _ENTRY = struct.Struct(">I32xH")  # mode, (uid gid size sha-1), flags; at offset 24
+_MODE_FLAGS = struct.Struct(">24xI32xH")  # the same two, read from the entry's start
 _ASSUME_VALID, _EXTENDED, _STAGE, _NAME = 0x8000, 0x4000, 0x3000, 0x0FFF
 _FLAG_BITS = _ASSUME_VALID | _EXTENDED | _STAGE
 _SHORT_FLAGS = _NAME - 1  # flags above it: a flag bit set, or a name of 0xFFF bytes or more
@@ -58,22 +66,54 @@ class NotPlain(Exception):
     """The index cannot vouch for raw bytes; compute without it."""
 
 
-def copy_index(source: str, dest: str) -> bytes:
-    """Copy the index at ``source`` to ``dest``, its modification time kept; its bytes."""
+def copy_index(source: str, dest: str) -> mmap.mmap:
+    """Copy the index at ``source`` to ``dest``, its modification time kept; the copy
+    mapped read-only (the caller closes the map)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(source, flags)
     except OSError as exc:
         raise NotPlain from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _LIMIT:
             raise NotPlain
-        data = handle.read()
-    with open(dest, "xb") as out:
-        out.write(data)
-    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return data
+        if st.st_size < 32:
+            raise NotPlain  # no header: nothing to map, nothing git would read as an index
+        create = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(dest, create, 0o600)
+        try:
+            _copy(fd, out, st.st_size)
+            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if os.fstat(out).st_size < 32:
+                raise NotPlain  # cut short while copied
+            return mmap.mmap(out, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _copy(fd: int, out: int, size: int) -> None:
+    """The first ``size`` bytes of ``fd`` (fewer if it is shorter now) into ``out``, by
+    ``sendfile``, or read and written where the file system cannot send."""
+    done = 0
+    while done < size:
+        try:
+            sent = os.sendfile(out, fd, done, size - done)
+        except OSError as exc:
+            if done or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            break
+        if sent == 0:
+            return
+        done += sent
+    while done < size:
+        chunk = os.pread(fd, min(size - done, 1 << 20), done)
+        if not chunk:
+            return
+        os.write(out, chunk)
+        done += len(chunk)
 
 
 @dataclass(frozen=True)
@@ -84,16 +124,16 @@ class PlainIndex:
     attributes: tuple[str, ...]
 
 
-def plain_index(data: bytes) -> PlainIndex:
-    """The gitlink and attribute-file paths of an index (its bytes) whose every entry is
-    plain; else ``NotPlain``."""
+def plain_index(data: Index) -> PlainIndex:
+    """The gitlink and attribute-file paths of an index (its bytes, or the map of its
+    copy) whose every entry is plain; else ``NotPlain``."""
     gitlinks, attributes = _walk_plain(data)
     return PlainIndex(
         tuple(os.fsdecode(p) for p in gitlinks), tuple(os.fsdecode(p) for p in attributes)
     )
 
 
-def _walk_plain(data: bytes) -> tuple[list[bytes], list[bytes]]:
+def _walk_plain(data: Index) -> tuple[list[bytes], list[bytes]]:
     """Gitlink and ``.gitattributes`` paths of a plain index; else ``NotPlain``."""
     if len(data) < 32:
         raise NotPlain
@@ -120,40 +160,51 @@ def _walk_plain(data: bytes) -> tuple[list[bytes], list[bytes]]:
     return gitlinks, attributes
 
 
-def _walk_v2(data: bytes, count: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
+def _walk_v2(data: Index, count: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
     """Versions 2 and 3: the offset after the last entry; its gitlinks and attribute files.
 
     Most entries need only their length: no flag bit set, a name shorter than the 12-bit
     field's 0xFFF, not a gitlink, and no ``.gitattributes`` text ending inside the entry
-    (every place that text ends is found first). Those are skipped in one tight loop;
-    any other entry is read whole by ``_entry_v2``.
+    (every place that text ends is found first). Those are skipped in a tight loop,
+    tighter still past the last such place; any other entry is read whole by
+    ``_entry_v2``.
     """
     ends = []  # where each ".gitattributes" text in the index ends, then a sentinel
-    at = data.find(_ATTRIBUTES)
+    at = data.find(_ATTRIBUTES, 0)  # from 0: a map's find starts at its position
     while at >= 0:
         ends.append(at + len(_ATTRIBUTES))
         at = data.find(_ATTRIBUTES, at + 1)
     ends.append(len(data) + 1)
-    unpack, short, gitlink = _ENTRY.unpack_from, _SHORT_FLAGS, _GITLINK  # locals: faster
-    off, done, mark = 12, 0, 0
+    unpack, short, gitlink = _MODE_FLAGS.unpack_from, _SHORT_FLAGS, _GITLINK  # locals: faster
+    off, done, mark, last = 12, 0, 0, len(ends) - 1
     while True:
         while ends[mark] <= off:
             mark += 1
-        limit = ends[mark]
-        for entry in range(done, count):
-            mode, flags = unpack(data, off + 24)
-            step = (flags + 70) & ~7  # 62 bytes, the name, 1 to 8 NULs
-            if flags > short or mode == gitlink or off + step > limit:
-                done = entry
-                break
-            off += step
+        if mark == last:  # no such text ahead
+            for entry in range(done, count):
+                mode, flags = unpack(data, off)
+                if flags > short or mode == gitlink:
+                    done = entry
+                    break
+                off += (flags + 70) & ~7  # 62 bytes, the name, 1 to 8 NULs
+            else:
+                return off
         else:
-            return off
+            limit = ends[mark]
+            for entry in range(done, count):
+                mode, flags = unpack(data, off)
+                step = (flags + 70) & ~7
+                if flags > short or mode == gitlink or off + step > limit:
+                    done = entry
+                    break
+                off += step
+            else:
+                return off
         off = _entry_v2(data, off, gitlinks, attributes)
         done += 1
 
 
-def _entry_v2(data: bytes, off: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
+def _entry_v2(data: Index, off: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
     """One version 2 or 3 entry at ``off``, read whole: the offset of the next one."""
     mode, flags = _ENTRY.unpack_from(data, off + 24)
     start = off + 62
@@ -176,14 +227,16 @@ def _entry_v2(data: bytes, off: int, gitlinks: list[bytes], attributes: list[byt
     # a name is sliced out only when it is kept
     if mode == _GITLINK:
         gitlinks.append(data[start:stop])
-    elif data.endswith(_ATTRIBUTES, start, stop) and (
-        stop - start == len(_ATTRIBUTES) or data[stop - len(_ATTRIBUTES) - 1] == 0x2F
+    elif (
+        stop - start >= len(_ATTRIBUTES)
+        and data[stop - len(_ATTRIBUTES) : stop] == _ATTRIBUTES
+        and (stop - start == len(_ATTRIBUTES) or data[stop - len(_ATTRIBUTES) - 1] == 0x2F)
     ):
         attributes.append(data[start:stop])
     return off
 
 
-def _walk_v4(data: bytes, count: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
+def _walk_v4(data: Index, count: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
     """Version 4: the offset after the last entry; its gitlinks and attribute files.
 
     Every name is rebuilt (prefix compression may split ``.gitattributes``)."""
@@ -242,7 +295,7 @@ def harmless_attributes(text: bytes) -> bool:
     return True
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def _varint(data: Index, at: int) -> tuple[int, int]:
     """git's offset varint (``decode_varint``) at ``at``: (value, next offset)."""
     byte = data[at]
     at += 1

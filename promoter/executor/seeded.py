@@ -23,6 +23,7 @@ from typing import cast
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (
+    Index,
     NotPlain,
     PlainIndex,
     converting_config,
@@ -33,6 +34,7 @@ from promoter.executor.seed_index import (
 from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
+from promoter.git.objects import CatFile
 from promoter.git.readback import prefixes_of
 from promoter.git.records import (
     DiffEntry,
@@ -72,7 +74,7 @@ class _Walk(threading.Thread):
     """``plain_index(data)`` in a thread of its own, its answer or its error kept for
     ``result`` (a thread, not a pool: ``concurrent.futures`` would load ``logging``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Index) -> None:
         super().__init__(name="promoter-index-walk")
         self._data = data
         self._answer: PlainIndex | None = None
@@ -169,27 +171,28 @@ class SeededShadow(ShadowTree):
             data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
         except NotPlain as exc:
             raise _NoSeed from exc
-        self._point_head_at(base)
-        env = {**self._read_env, "GIT_INDEX_FILE": seed}
-        limit: list[str] = []
-        literal: dict[str, str] = {}
-        if self._only is not None:
-            limit = ["--", *(os.fsdecode(p) for p in self._only)]
-            literal = {"GIT_LITERAL_PATHSPECS": "1"}
-        key = index_key(data)
-        known = self.index_walk
-        walked: _Walk | None = None
-        if known is None or key is None or known[0] != key:
-            walked = _Walk(data)  # while git reads the copy
-            walked.start()
-        try:
-            if self._only == []:
-                status = b""  # no candidate: no path differs
-            else:
-                status = self._seed_git([*_STATUS, *limit], {**env, **literal})
-        finally:
-            if walked is not None:
-                walked.join()
+        with data:  # the map of the copy, walked while git reads the copy
+            self._point_head_at(base)
+            env = {**self._read_env, "GIT_INDEX_FILE": seed}
+            limit: list[str] = []
+            literal: dict[str, str] = {}
+            if self._only is not None:
+                limit = ["--", *(os.fsdecode(p) for p in self._only)]
+                literal = {"GIT_LITERAL_PATHSPECS": "1"}
+            key = index_key(data)
+            known = self.index_walk
+            walked: _Walk | None = None
+            if known is None or key is None or known[0] != key:
+                walked = _Walk(data)
+                walked.start()
+            try:
+                if self._only == []:
+                    status = b""  # no candidate: no path differs
+                else:
+                    status = self._seed_git([*_STATUS, *limit], {**env, **literal})
+            finally:
+                if walked is not None:
+                    walked.join()
         try:
             index = walked.result() if walked is not None else _known(known)
         except NotPlain as exc:
@@ -386,11 +389,20 @@ class SeededShadow(ShadowTree):
             return list(self._entries)
         return super().diff(base_tree)
 
-    def blob_sha256(self, oids: Iterable[str]) -> dict[str, tuple[str, int]]:
+    def blob_sha256(
+        self, oids: Iterable[str], *, base: CatFile | None = None
+    ) -> dict[str, tuple[str, int]]:
+        """``ShadowTree.blob_sha256``; after a seeded scan every blob it did not store is
+        one of the repository's, read through ``base`` (a reader of the repository's
+        objects, already running) when given."""
         wanted = list(dict.fromkeys(oids))
         known = {oid: self._objects.digests[oid] for oid in wanted if oid in self._objects.digests}
         rest = [oid for oid in wanted if oid not in known]
-        return {**known, **(super().blob_sha256(rest) if rest else {})}
+        if not rest:
+            return known
+        if base is not None and self.seeded:
+            return {**known, **base.blob_sha256(rest)}
+        return {**known, **super().blob_sha256(rest)}
 
 
 def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:
@@ -427,7 +439,7 @@ def _known(known: tuple[str, PlainIndex] | None) -> PlainIndex:
     return known[1]
 
 
-def index_key(data: bytes) -> str | None:
+def index_key(data: Index) -> str | None:
     """What identifies an index's bytes: its length and git's checksum trailer (a hash of
     everything before it); ``None`` when git wrote no checksum (``index.skipHash``)."""
     trailer = data[-20:]

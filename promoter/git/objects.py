@@ -8,7 +8,8 @@ bytes as chunks, a blob's bytes whole, and a blob's sha256 and size.
 
 It deliberately does not choose which repository to read: callers pass ``cwd`` and the
 ``GIT_DIR``-style environment. Ids are checked to be full object ids before they are
-written to git, so a request can never be a revision expression.
+written to git, so a request can never be a revision expression, but for ``head``'s two
+fixed names (``HEAD`` and ``HEAD^{tree}``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from promoter.git.runner import git_argv, git_environment, popen_git, stderr_tai
 __all__ = ["AHEAD", "CHUNK_SIZE", "CatFile", "ObjectInfo"]
 
 CHUNK_SIZE = 1 << 16
+_HEAD_NAMES = ("HEAD", "HEAD^{tree}")  # the only requests that are not object ids
 _MAX_HEADER = 1024
 # requests written at once, each window only after every earlier answer was read (git
 # has taken every earlier request): 62 lines of at most 65 bytes (a SHA-256 id and LF)
@@ -133,6 +135,18 @@ class CatFile:
         self._send([oid])
         return self._answer(oid)
 
+    def head(self) -> tuple[ObjectInfo | None, ObjectInfo | None]:
+        """The headers of what ``HEAD`` and ``HEAD^{tree}`` name (``None`` for a name that
+        names nothing, as on an unborn branch), their bytes skipped. These two are the only
+        requests that are not object ids."""
+        self._skip_pending()
+        self._send(list(_HEAD_NAMES))
+        found = []
+        for name in _HEAD_NAMES:
+            found.append(self._answer(name, named=True))
+            self._skip_pending()
+        return found[0], found[1]
+
     def _send(self, oids: list[str]) -> None:
         """Write requests for ``oids`` (checked full ids), one flush for all of them."""
         proc = self._running()
@@ -143,22 +157,28 @@ class CatFile:
         except OSError as exc:
             raise self._failure("git cat-file stopped accepting requests") from exc
 
-    def _answer(self, oid: str) -> ObjectInfo | None:
-        """Read the header git answered the next request (``oid``) with."""
+    def _answer(self, oid: str, *, named: bool = False) -> ObjectInfo | None:
+        """Read the header git answered the next request (``oid``, or with ``named`` one
+        of ``_HEAD_NAMES``, answered with the id it names) with."""
         header = self._readline()
         fields = header.split(b" ")
-        if len(fields) == 2 and fields[0] == oid.encode() and fields[1] == b"missing":
-            return None
+        if len(fields) == 2 and fields[0] == oid.encode() and (named or fields[1] == b"missing"):
+            return None  # a name answered "missing" (or "ambiguous") names no object
+        if named:
+            answered = fields[0].decode("ascii", "replace")
+            expected = len(answered) == 40 and not answered.strip("0123456789abcdef")
+        else:
+            answered, expected = oid, fields[0] == oid.encode()
         if (
             len(fields) != 3
-            or fields[0] != oid.encode()
+            or not expected
             or fields[1] not in (b"blob", b"tree", b"commit", b"tag")
             or not fields[2].isdigit()
         ):
             raise self._failure(f"git cat-file answered {oid} with an unexpected header")
         size = int(fields[2])
         self._pending = size + 1
-        return ObjectInfo(oid, fields[1].decode(), size)
+        return ObjectInfo(answered, fields[1].decode(), size)
 
     def chunks(self, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
         """Yield the pending object's bytes in chunks of at most ``chunk_size``."""

@@ -139,6 +139,32 @@ def test_a_lazy_command_is_built_alone_as_its_whole_module_builds_it() -> None:
     assert sorted(built) == ["_", "review"]  # not approve, reject, reopen
 
 
+def test_a_group_run_with_one_command_builds_that_command_alone() -> None:
+    """``load(entry, sub)`` of a group builds the command ``sub`` names as the whole group
+    builds it, and none of the group's others; a name the group does not hold (a typo, an
+    option) builds every command, so the refusal names them all."""
+    for entry in ENTRIES:
+        whole = load(entry)
+        for name, full in getattr(whole, "commands", {}).items():
+            alone = load(entry, name)
+            assert list(getattr(alone, "commands", {})) == [name], (entry.name, name)
+            assert _described(alone.commands[name]) == _described(full), (entry.name, name)
+        if hasattr(whole, "commands"):
+            assert _described(load(entry, "no-such-command")) == _described(whole)
+    built: list[str] = []
+    original = typer.main.get_command_from_info
+
+    def counted(command_info: Any, **kwargs: Any) -> Any:
+        command = original(command_info, **kwargs)
+        built.append(str(command.name))
+        return command
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.main, "get_command_from_info", counted)
+        load(next(entry for entry in ENTRIES if entry.name == "bundle"), "build")
+    assert sorted(built) == ["_", "build"]  # not show, diff
+
+
 def test_version_and_subcommand_short_help() -> None:
     assert run_cli("--version").stdout == f"promoter {__version__}\n"
     sub = run_cli("receipt", "-h")

@@ -198,6 +198,9 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         if name == "bundle_build":  # its table of paths, plain off a terminal
             assert "rich" not in modules, (name, stdout)
             assert "logging" not in modules  # the daemon's logs only
+            # a build from a grant file asks no daemon and judges no worktree state
+            assert "promoter.cli.userconfig" not in modules
+            assert "promoter.domain.path_state" not in modules
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]

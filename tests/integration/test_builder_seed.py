@@ -11,7 +11,9 @@ from the index, split, version 4).
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +21,11 @@ from typing import Any
 
 import pytest
 
+from promoter.domain.canonical import canonical_bytes
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
 from promoter.errors import PromoterError
-from promoter.executor import build_bundle
+from promoter.executor import build_bundle, seed_index
 from promoter.executor.seed_index import NotPlain, plain_index
 from promoter.git import runner
 from tests.gitutil import blob_oid, commit_all, git, tree_digest
@@ -386,14 +389,17 @@ def test_the_tree_id_is_the_one_the_full_scan_writes(source: Path, executor: Pat
         assert built.tree == expected
 
 
-def test_a_seeded_build_of_one_edit_starts_four_git_processes(source: Path, executor: Path) -> None:
-    """The layout, the base tree and HEAD, one status pass, and the base blob's bytes."""
+def test_a_seeded_build_of_one_edit_starts_three_git_processes(
+    source: Path, executor: Path
+) -> None:
+    """The layout; one reader of the base tree, HEAD and the base blob's bytes; one status
+    pass."""
     (executor / "src/app.py").write_bytes(b"print('v2')\n")
     grant = _grant(source)
     with runner.counting() as started, build_bundle(executor, grant, created_at=STAMP) as built:
         assert built.seeded is True
         assert [c["path"] for c in built.bundle["changes"]] == ["src/app.py"]
-    assert started == ["rev-parse", "cat-file", "status", "cat-file"]
+    assert started == ["rev-parse", "cat-file", "status"]
 
 
 def test_a_stale_untracked_cache_in_the_index_hides_no_new_file(
@@ -579,3 +585,47 @@ def test_files_above_the_in_memory_size_are_streamed_once(tmp_path: Path) -> Non
     assert used_seed is True
     assert _paths(outcome) == ["data/edited.bin", "data/new.bin"]
     assert outcome[1][hashlib.sha256(big + b"more").hexdigest()] == big + b"more"
+
+
+# The bundle the seeded scan sealed for ``_every_kind`` (plus a harmless attributes file
+# and a long name) before the build was made cheaper (how it copies and walks the index,
+# how many git processes read the repository's objects): no such change may move a byte.
+PINNED_BUNDLE_SHA256 = "2d2187df2de27c76cedb86868c131158068d0d1f1e043eafb41556b823efdc37"
+
+
+def test_a_cheaper_build_seals_the_bytes_the_build_sealed_before(tmp_path: Path) -> None:
+    long_name = "long/" + "/".join(["n" * 200] * 3) + ".txt"
+    files = {**BASE_FILES, "src/.gitattributes": b"*.png binary\n", long_name: b"long\n"}
+    source = _source(tmp_path / "source", files)
+    git(tmp_path, "clone", "-q", str(source), str(tmp_path / "executor"))
+    executor = tmp_path / "executor"
+    _every_kind(executor)
+    (executor / long_name).write_bytes(b"longer\n")
+    fixed = {"not_before": "2026-01-01T00:00:00Z", "expires_at": "2099-01-01T00:00:00Z"}
+    grant = _grant(source, **fixed)
+
+    with build_bundle(executor, grant, created_at=STAMP) as built:
+        assert built.seeded is True
+        sealed = canonical_bytes(built.bundle)
+    outcome, _ = _agree(executor, grant)
+
+    assert hashlib.sha256(sealed).hexdigest() == PINNED_BUNDLE_SHA256
+    assert outcome[0] == json.loads(sealed)["changes"]
+
+
+def test_an_index_the_kernel_cannot_send_is_copied_by_reads_to_the_same_bundle(
+    source: Path, executor: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without ``sendfile``: the copy is read and written, byte for byte."""
+    _every_kind(executor)
+    grant = _grant(source)
+    expected, _ = _outcome(executor, grant, seed=True)
+
+    def refused(*args: object) -> int:
+        raise OSError(errno.EINVAL, "sendfile refused")
+
+    monkeypatch.setattr(seed_index.os, "sendfile", refused)
+    outcome, used_seed = _agree(executor, grant)
+
+    assert used_seed is True
+    assert outcome == expected

@@ -169,3 +169,21 @@ def test_cat_file_refuses_revision_expressions(tmp_path: Path) -> None:
 def test_cat_file_outside_a_repository_fails_cleanly(tmp_path: Path) -> None:
     with CatFile(cwd=tmp_path) as cat, pytest.raises(GitError):
         cat.request("a" * 40)
+
+
+def test_cat_file_reads_head_by_name_only_and_stays_in_step(tmp_path: Path) -> None:
+    """``HEAD`` and ``HEAD^{tree}``, the two names it sends, answer with the ids they name
+    (nothing on an unborn branch); the next request gets its own answer."""
+    repo = make_repo(tmp_path)
+    with CatFile(cwd=repo) as cat:
+        assert cat.head() == (None, None)
+    (repo / "f").write_bytes(b"content")
+    commit_all(repo)
+    commit, tree = git(repo, "rev-parse", "HEAD", "HEAD^{tree}").split("\n")
+    with CatFile(cwd=repo) as cat:
+        head, head_tree = cat.head()
+        assert head is not None and (head.oid, head.type) == (commit, "commit")
+        assert head_tree is not None and (head_tree.oid, head_tree.type) == (tree, "tree")
+        assert cat.read_blob(blob_oid(b"content")) == b"content"
+        with pytest.raises(ValueError):
+            cat.request("HEAD")  # a name only through head()

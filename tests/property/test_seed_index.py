@@ -1,8 +1,10 @@
 """The builder's index reader refuses, never crashes on, an index it cannot read, and
-finds in a version 2 or 3 index exactly what reading every entry whole finds."""
+finds in a version 2 or 3 index (its bytes, or a map of them) exactly what reading every
+entry whole finds."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -31,7 +33,9 @@ _NAMES = st.one_of(
     st.builds(lambda n: b"d/" * n + b".gitattributes", st.integers(2040, 2100)),  # past 0xFFF
 )
 _FILLERS = st.one_of(
-    st.binary(min_size=56, max_size=56), st.just(b".gitattributes".ljust(56, b"\0"))
+    st.binary(min_size=56, max_size=56),
+    st.just(b".gitattributes".ljust(56, b"\0")),
+    st.just(struct.pack(">I", 0o160000) * 14),  # a gitlink's mode in every stat field
 )
 
 
@@ -74,9 +78,20 @@ def test_the_index_reader_finds_what_an_entry_by_entry_walk_finds(
     except NotPlain:
         found = NotPlain
     assert found == _entry_by_entry(index)
+    assert _mapped(index) == found  # as the builder reads it: a map of the index's copy
     event("plain" if found is not NotPlain else "not plain")
     if isinstance(found, PlainIndex) and found.attributes:
         event("attribute files found")
+
+
+def _mapped(data: bytes) -> object:
+    """``plain_index`` of a map holding ``data``: ``PlainIndex`` or ``NotPlain``."""
+    with mmap.mmap(-1, len(data)) as mapped:
+        mapped.write(data)
+        try:
+            return plain_index(mapped)
+        except NotPlain:
+            return NotPlain
 
 
 def _entry_by_entry(data: bytes) -> object:
