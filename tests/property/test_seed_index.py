@@ -74,6 +74,8 @@ def test_the_index_reader_finds_what_an_entry_by_entry_walk_finds(
     except NotPlain:
         found = NotPlain
     assert found == _entry_by_entry(index)
+    if isinstance(found, PlainIndex):  # fewer than MARK_EVERY entries: the first's mark
+        assert found.marks == ((12,) if entries else ())
     event("plain" if found is not NotPlain else "not plain")
     if isinstance(found, PlainIndex) and found.attributes:
         event("attribute files found")
