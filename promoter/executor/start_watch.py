@@ -17,10 +17,10 @@ hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the worker answ
 the one of its generation, or unknown), compares with the baseline of the answer's
 generation, never another, and returns the candidate paths: the watch's, the baseline's,
 and when the index changed what ``git diff-index --cached`` names; the status pass
-limited to them by literal pathspecs gives the full pass's answer (protocol:
-runs#watched-start). Anything unknown or unexpected (no or a damaged baseline, none of
-the answer's generation, another base tree, a changed exclude or config, a
-``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
+limited to them by literal pathspecs gives the full pass's answer
+(protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
+baseline, none of the answer's generation, another base tree, a changed exclude or
+config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
 ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the answering
 generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
 replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
