@@ -327,7 +327,8 @@ class _Marked:
             raise NotPlain
         start = off + 62
         if flags & _EXTENDED:
-            if self.version < 3:
+            (extended,) = struct.unpack_from(">H", view, start)
+            if self.version < 3 or extended & (_SKIP_WORKTREE | _INTENT_TO_ADD):
                 raise NotPlain
             start += 2
         length = flags & _NAME
