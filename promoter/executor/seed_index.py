@@ -10,7 +10,9 @@ returns the index's gitlink and ``.gitattributes`` paths. ``harmless_attributes`
 whether an attributes text sets only attributes that never change bytes.
 ``converting_config`` says whether a git configuration or attributes file exists that
 may have converted bytes on checkout or add (``autocrlf``, ``eol``, an attributes file,
-``ignoreStat``, an include not followed).
+``ignoreStat``, an include not followed). ``candidates_index`` writes the candidates'
+index: the entries of a few paths of an index already walked (found from the walk's
+marks, in the very file the walk read), for a status pass limited to those paths.
 
 It deliberately does not run git, verify the index's checksum (the git commands that
 read the same copy do, and fail) or decide anything about changes. Every refusal is
@@ -20,17 +22,21 @@ read the same copy do, and fail) or decide anything about changes. Every refusal
 from __future__ import annotations
 
 import errno
+import hashlib
 import mmap
 import os
 import re
 import stat
 import struct
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 __all__ = [
+    "MARK_EVERY",
     "NotPlain",
     "PlainIndex",
+    "candidates_index",
     "converting_config",
     "copy_index",
     "harmless_attributes",
@@ -41,8 +47,8 @@ __all__ = [
 Index: TypeAlias = bytes | mmap.mmap  # an index's bytes, or the map of its copy
 
 _LIMIT = 1 << 31
+MARK_EVERY = 64  # entries between two marks of a walk (a look-up walks at most these)
 _ENTRY = struct.Struct(">I32xH")  # mode, (uid gid size sha-1), flags; at offset 24
-_MODE_FLAGS = struct.Struct(">24xI32xH")  # the same two, read from the entry's start
 _ASSUME_VALID, _EXTENDED, _STAGE, _NAME = 0x8000, 0x4000, 0x3000, 0x0FFF
 _FLAG_BITS = _ASSUME_VALID | _EXTENDED | _STAGE
 _SHORT_FLAGS = _NAME - 1  # flags above it: a flag bit set, or a name of 0xFFF bytes or more
@@ -66,9 +72,16 @@ class NotPlain(Exception):
     """The index cannot vouch for raw bytes; compute without it."""
 
 
-def copy_index(source: str, dest: str) -> mmap.mmap:
-    """Copy the index at ``source`` to ``dest``, its modification time kept; the copy
-    mapped read-only (the caller closes the map)."""
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What names one version of a file: device, inode, size, mtime and ctime (a write
+    in place changes the ctime, and so does setting the mtime back)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def copy_index(source: str, dest: str) -> tuple[mmap.mmap, tuple[int, ...]]:
+    """Copy the index at ``source`` to ``dest`` in the kernel, its modification time kept;
+    the copy mapped read-only (the caller closes the map) and the identity of the file it
+    was copied from (unchanged while copied)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(source, flags)
@@ -84,10 +97,12 @@ def copy_index(source: str, dest: str) -> mmap.mmap:
         out = os.open(dest, create, 0o600)
         try:
             _copy(fd, out, st.st_size)
+            if _identity(os.fstat(fd)) != _identity(st):
+                raise NotPlain  # written in place while copied
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-            if os.fstat(out).st_size < 32:
+            if os.fstat(out).st_size != st.st_size:
                 raise NotPlain  # cut short while copied
-            return mmap.mmap(out, 0, access=mmap.ACCESS_READ)
+            return mmap.mmap(out, 0, access=mmap.ACCESS_READ), _identity(st)
         finally:
             os.close(out)
     finally:
@@ -118,22 +133,31 @@ def _copy(fd: int, out: int, size: int) -> None:
 
 @dataclass(frozen=True)
 class PlainIndex:
-    """What the builder needs of a plain index: its gitlinks and ``.gitattributes`` files."""
+    """What the builder needs of a plain index: its gitlinks and ``.gitattributes`` files.
+
+    ``marks``: where every ``MARK_EVERY``-th entry begins (versions 2 and 3; none for
+    version 4); ``source``: the identity of the file the walked bytes were read from,
+    when known (``copy_index``). Neither is compared: they say where, not what."""
 
     gitlinks: tuple[str, ...]
     attributes: tuple[str, ...]
+    marks: tuple[int, ...] = field(default=(), compare=False)
+    source: tuple[int, ...] = field(default=(), compare=False)
 
 
 def plain_index(data: Index) -> PlainIndex:
-    """The gitlink and attribute-file paths of an index (its bytes, or the map of its
-    copy) whose every entry is plain; else ``NotPlain``."""
-    gitlinks, attributes = _walk_plain(data)
+    """The gitlink and attribute-file paths of an index (its bytes) whose every entry is
+    plain, and its marks; else ``NotPlain``."""
+    marks: list[int] = []
+    gitlinks, attributes = _walk_plain(data, marks)
     return PlainIndex(
-        tuple(os.fsdecode(p) for p in gitlinks), tuple(os.fsdecode(p) for p in attributes)
+        tuple(os.fsdecode(p) for p in gitlinks),
+        tuple(os.fsdecode(p) for p in attributes),
+        tuple(marks),
     )
 
 
-def _walk_plain(data: Index) -> tuple[list[bytes], list[bytes]]:
+def _walk_plain(data: Index, marks: list[int]) -> tuple[list[bytes], list[bytes]]:
     """Gitlink and ``.gitattributes`` paths of a plain index; else ``NotPlain``."""
     if len(data) < 32:
         raise NotPlain
@@ -147,7 +171,7 @@ def _walk_plain(data: Index) -> tuple[list[bytes], list[bytes]]:
         if version == 4:
             off = _walk_v4(data, count, gitlinks, attributes)
         else:
-            off = _walk_v2(data, count, gitlinks, attributes)
+            off = _walk_v2(data, count, gitlinks, attributes, marks)
         if off > end:
             raise NotPlain
         while off + 8 <= end:  # extensions: signature, size, payload
@@ -160,14 +184,16 @@ def _walk_plain(data: Index) -> tuple[list[bytes], list[bytes]]:
     return gitlinks, attributes
 
 
-def _walk_v2(data: Index, count: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
-    """Versions 2 and 3: the offset after the last entry; its gitlinks and attribute files.
+def _walk_v2(
+    data: Index, count: int, gitlinks: list[bytes], attributes: list[bytes], marks: list[int]
+) -> int:
+    """Versions 2 and 3: the offset after the last entry; its gitlinks and attribute files,
+    and where every ``MARK_EVERY``-th entry begins (``marks``).
 
     Most entries need only their length: no flag bit set, a name shorter than the 12-bit
     field's 0xFFF, not a gitlink, and no ``.gitattributes`` text ending inside the entry
-    (every place that text ends is found first). Those are skipped in a tight loop,
-    tighter still past the last such place; any other entry is read whole by
-    ``_entry_v2``.
+    (every place that text ends is found first). Those are skipped in one tight loop, a
+    block of ``MARK_EVERY`` at a time; any other entry is read whole by ``_entry_v2``.
     """
     ends = []  # where each ".gitattributes" text in the index ends, then a sentinel
     at = data.find(_ATTRIBUTES, 0)  # from 0: a map's find starts at its position
@@ -175,33 +201,28 @@ def _walk_v2(data: Index, count: int, gitlinks: list[bytes], attributes: list[by
         ends.append(at + len(_ATTRIBUTES))
         at = data.find(_ATTRIBUTES, at + 1)
     ends.append(len(data) + 1)
-    unpack, short, gitlink = _MODE_FLAGS.unpack_from, _SHORT_FLAGS, _GITLINK  # locals: faster
-    off, done, mark, last = 12, 0, 0, len(ends) - 1
-    while True:
+    unpack, short, gitlink = _ENTRY.unpack_from, _SHORT_FLAGS, _GITLINK  # locals: faster
+    off, done, mark, every = 12, 0, 0, MARK_EVERY
+    while done < count:  # each turn at a new entry: a block's first is marked
+        if done % every == 0:
+            marks.append(off)
         while ends[mark] <= off:
             mark += 1
-        if mark == last:  # no such text ahead
-            for entry in range(done, count):
-                mode, flags = unpack(data, off)
-                if flags > short or mode == gitlink:
-                    done = entry
-                    break
-                off += (flags + 70) & ~7  # 62 bytes, the name, 1 to 8 NULs
-            else:
-                return off
+        limit = ends[mark]
+        stop = min(count, done - done % every + every)
+        for entry in range(done, stop):
+            mode, flags = unpack(data, off + 24)
+            step = (flags + 70) & ~7  # 62 bytes, the name, 1 to 8 NULs
+            if flags > short or mode == gitlink or off + step > limit:
+                done = entry
+                break
+            off += step
         else:
-            limit = ends[mark]
-            for entry in range(done, count):
-                mode, flags = unpack(data, off)
-                step = (flags + 70) & ~7
-                if flags > short or mode == gitlink or off + step > limit:
-                    done = entry
-                    break
-                off += step
-            else:
-                return off
+            done = stop
+            continue
         off = _entry_v2(data, off, gitlinks, attributes)
         done += 1
+    return off
 
 
 def _entry_v2(data: Index, off: int, gitlinks: list[bytes], attributes: list[bytes]) -> int:
@@ -269,6 +290,135 @@ def _walk_v4(data: Index, count: int, gitlinks: list[bytes], attributes: list[by
         elif path == _ATTRIBUTES or path.endswith(_NESTED_ATTRIBUTES):
             attributes.append(path)
     return off
+
+
+def candidates_index(
+    source: str, walked: PlainIndex, key: str, paths: Sequence[bytes]
+) -> tuple[bytes, int]:
+    """The candidates' index of ``paths``, from the index at ``source``: its bytes and the
+    source's mtime (git's racy-entry rule compares entries against it); else ``NotPlain``.
+
+    ``walked`` is a walk of that very file (``source`` names the same device, inode, size,
+    mtime and ctime, and its trailer is ``key``'s), so its marks are where entries begin.
+    The candidates' index holds, in the index's order, the entries a status pass limited
+    to ``paths`` (literal pathspecs) reads: each path's own and every one below it; and,
+    for each leading directory of a path, its own entry and the first one below it, so
+    that git sees the same directories tracked while it looks for untracked files. A
+    version 2 or 3 index without extensions (the cache tree would name trees of the
+    entries left out), its checksum written.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    if not walked.marks or not walked.source:
+        raise NotPlain
+    try:
+        fd = os.open(source, flags)
+    except OSError as exc:
+        raise NotPlain from exc
+    try:
+        st = os.fstat(fd)
+        if _identity(st) != walked.source or not stat.S_ISREG(st.st_mode):
+            raise NotPlain
+        with mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ) as view:
+            if f"{st.st_size}:{view[-20:].hex()}" != key:
+                raise NotPlain
+            found = _Marked(view, walked.marks)
+            picked: set[int] = set()
+            for path in paths:
+                found.pick(path, picked)
+            body = b"".join(view[o : found.end(o)] for o in sorted(picked))
+            version = found.version
+        if _identity(os.fstat(fd)) != walked.source:
+            raise NotPlain  # written in place meanwhile
+    except (OSError, ValueError, IndexError, struct.error) as exc:
+        raise NotPlain from exc
+    finally:
+        os.close(fd)
+    data = b"DIRC" + struct.pack(">II", version, len(picked)) + body
+    trailer = hashlib.sha1(data, usedforsecurity=False).digest()  # git's checksum
+    return data + trailer, st.st_mtime_ns
+
+
+class _Marked:
+    """Entries of a version 2 or 3 index found from a walk's marks (bisected, then at
+    most ``MARK_EVERY`` entries stepped); any inconsistency is ``NotPlain``."""
+
+    def __init__(self, view: mmap.mmap, marks: tuple[int, ...]) -> None:
+        signature, version, count = struct.unpack_from(">4sII", view, 0)
+        if signature != b"DIRC" or version not in (2, 3) or len(marks) != -(-count // MARK_EVERY):
+            raise NotPlain
+        self.view, self.version, self.count, self.marks = view, version, count, marks
+        self._entries_end = len(view) - 20
+        self._names: dict[int, bytes] = {}  # of the marks bisected so far
+
+    def name(self, off: int) -> bytes:
+        return self._read(off)[0]
+
+    def end(self, off: int) -> int:
+        return self._read(off)[1]
+
+    def _read(self, off: int) -> tuple[bytes, int]:
+        """The name of the entry at ``off`` and where the next begins."""
+        view = self.view
+        if off < 12 or (off - 12) % 8 or off + 62 > self._entries_end:
+            raise NotPlain
+        _, flags = _ENTRY.unpack_from(view, off + 24)
+        if flags & (_ASSUME_VALID | _STAGE):
+            raise NotPlain
+        start = off + 62
+        if flags & _EXTENDED:
+            (extended,) = struct.unpack_from(">H", view, start)
+            if self.version < 3 or extended & (_SKIP_WORKTREE | _INTENT_TO_ADD):
+                raise NotPlain
+            start += 2
+        length = flags & _NAME
+        stop = start + length if length < _NAME else view.find(b"\0", start)
+        after = off + ((stop - off + 8) & ~7)
+        if stop <= start or after > self._entries_end or view[stop] != 0:
+            raise NotPlain
+        return view[start:stop], after
+
+    def lower_bound(self, target: bytes) -> tuple[int, int]:
+        """(entry number, offset) of the first entry whose name is not below ``target``;
+        (count, -1) when there is none."""
+        low, high = 0, len(self.marks)
+        while low < high:  # the last mark whose name is below target
+            middle = (low + high) // 2
+            if middle not in self._names:
+                self._names[middle] = self.name(self.marks[middle])
+            if self._names[middle] < target:
+                low = middle + 1
+            else:
+                high = middle
+        block = max(low - 1, 0)
+        number, off = block * MARK_EVERY, self.marks[block]
+        while number < self.count:
+            if number % MARK_EVERY == 0 and off != self.marks[number // MARK_EVERY]:
+                raise NotPlain  # the steps and the marks disagree
+            name, after = self._read(off)
+            if name >= target:
+                return number, off
+            number, off = number + 1, after
+        return self.count, -1
+
+    def pick(self, path: bytes, picked: set[int]) -> None:
+        """Add the offsets of the entries a status pass limited to ``path`` reads."""
+        number, off = self.lower_bound(path)
+        if number < self.count and self.name(off) == path:
+            picked.add(off)
+        below = path + b"/"
+        number, off = self.lower_bound(below)
+        while number < self.count and self.name(off).startswith(below):
+            picked.add(off)
+            number, off = number + 1, self.end(off)
+        parts = path.split(b"/")
+        for depth in range(1, len(parts)):
+            folder = b"/".join(parts[:depth])
+            number, off = self.lower_bound(folder)
+            if number < self.count and self.name(off) == folder:
+                picked.add(off)
+            number, off = self.lower_bound(folder + b"/")
+            if number < self.count and self.name(off).startswith(folder + b"/"):
+                picked.add(off)
 
 
 def harmless_attributes(text: bytes) -> bool:

@@ -13,12 +13,14 @@ the tree id is computed only when asked (``tree``).
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import stat
 import threading
 from collections.abc import Iterable, Sequence
-from typing import cast
+from dataclasses import replace
+from typing import Any, cast
 
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
@@ -26,6 +28,7 @@ from promoter.executor.seed_index import (
     Index,
     NotPlain,
     PlainIndex,
+    candidates_index,
     converting_config,
     copy_index,
     harmless_attributes,
@@ -35,15 +38,17 @@ from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CatFile
-from promoter.git.readback import prefixes_of
+from promoter.git.readback import prefixes_of, tree_entries
 from promoter.git.records import (
     DiffEntry,
     DiffStatus,
+    IndexEntry,
     check_pathspec_paths,
     decode_path,
     require_oid,
 )
 from promoter.git.runner import GitResult, run_git
+from promoter.git.tree_edit import TREE_MODE, tree_bytes
 from promoter.git.worktree_tree import NO_CONVERSION, ShadowTree
 
 __all__ = ["SeededShadow"]
@@ -108,7 +113,12 @@ class SeededShadow(ShadowTree):
     nothing else; the caller vouches that no other path differs (``start_watch.plan``).
     An index with gitlinks is then computed in full (a submodule's HEAD moves with no
     event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
-    used when the copy has that key instead of walking it again.
+    used when the copy has that key instead of walking it again; when it is a walk of
+    the very index file, a limited pass reads the candidates' index
+    (``seed_index.candidates_index``), not a copy of the whole. With no gitlink in the
+    index nor among the staged changes, a seeded pass leaves ``staged`` (the paths whose
+    index entry differs from the base, as ``git diff-index --cached`` names them) and
+    ``index_states`` (the index entry of every path it named) as read from the same index.
     """
 
     def __init__(
@@ -130,6 +140,8 @@ class SeededShadow(ShadowTree):
         self.status_paths: list[bytes] = []  # every path the seeded status pass named
         self.narrowable = False  # whether that pass may be limited next time (start_watch)
         self.index_walk = known_index  # (index_key of the copy, its walk), once walked
+        self.staged: list[str] | None = None  # paths whose index entry differs from the base
+        self.index_states: dict[str, IndexEntry | None] | None = None  # of the paths named
         self._entries: list[DiffEntry] | None = None
         self._objects = LooseObjects("")  # its directory is known on entry
         self.seeded = False
@@ -167,36 +179,40 @@ class SeededShadow(ShadowTree):
         if converting_config(self.layout.common_dir, self.layout.git_dir):
             raise _NoSeed
         seed = os.path.join(self._root, "seed-index")
+        known = self.index_walk
         try:
-            data = copy_index(os.path.join(self.layout.git_dir, "index"), seed)
+            data, source, head = self._seed_index(seed, known, base)
         except NotPlain as exc:
             raise _NoSeed from exc
-        with data:  # the map of the copy, walked while git reads the copy
-            self._point_head_at(base)
-            env = {**self._read_env, "GIT_INDEX_FILE": seed}
-            limit: list[str] = []
-            literal: dict[str, str] = {}
-            if self._only is not None:
-                limit = ["--", *(os.fsdecode(p) for p in self._only)]
-                literal = {"GIT_LITERAL_PATHSPECS": "1"}
-            key = index_key(data)
-            known = self.index_walk
-            walked: _Walk | None = None
-            if known is None or key is None or known[0] != key:
-                walked = _Walk(data)
-                walked.start()
-            try:
-                if self._only == []:
-                    status = b""  # no candidate: no path differs
-                else:
-                    status = self._seed_git([*_STATUS, *limit], {**env, **literal})
-            finally:
-                if walked is not None:
-                    walked.join()
+        self._point_head_at(head)
+        env = {**self._read_env, "GIT_INDEX_FILE": seed}
+        limit: list[str] = []
+        literal: dict[str, str] = {}
+        if self._only is not None:
+            limit = ["--", *(os.fsdecode(p) for p in self._only)]
+            literal = {"GIT_LITERAL_PATHSPECS": "1"}
+        key = index_key(data) if data is not None else None if known is None else known[0]
+        reuse = known is not None and key is not None and known[0] == key
+        walked: _Walk | None = None
+        if data is not None and not (reuse and known is not None and known[1].source == source):
+            walked = _Walk(data)  # while git reads the copy (its marks name this file)
+            walked.start()
+        try:
+            if self._only == []:
+                status = b""  # no candidate: no path differs
+            else:
+                status = self._seed_git([*_STATUS, *limit], {**env, **literal})
+        finally:
+            if walked is not None:
+                walked.join()
+            if isinstance(data, mmap.mmap):
+                data.close()  # the map of the copy: walked, and read by git
         try:
             index = walked.result() if walked is not None else _known(known)
         except NotPlain as exc:
             raise _NoSeed from exc
+        if walked is not None:
+            index = replace(index, source=source)
         self.index_walk = None if key is None else (key, index)
         if self._only is not None and index.gitlinks:
             raise _NoSeed
@@ -225,10 +241,66 @@ class SeededShadow(ShadowTree):
         except OSError as exc:  # unreadable, or no room: git's own error, from the full run
             raise _NoSeed from exc
         self.narrowable = not index.gitlinks and not self.nested_repositories
+        if not index.gitlinks and same_links:  # status named every staged path, as it is
+            self.staged = [e.path for e in cached]
+            self.index_states = _index_states(files, cached, untracked)
         return changes
 
+    def _seed_index(
+        self, seed: str, known: tuple[str, PlainIndex] | None, base: str
+    ) -> tuple[Index | None, tuple[int, ...], str]:
+        """The status pass's index at ``seed`` and the tree its private HEAD holds.
+
+        For a pass limited to a few paths, when ``known`` is a walk of the very index
+        file: the candidates' index (no bytes returned) and ``base`` pruned to those
+        paths (status compares HEAD with the index over every tree first, and filters
+        by the pathspec after). Else a copy of the whole index (the map of it) and ``base``.
+        With the identity of the index file read."""
+        source = os.path.join(self.layout.git_dir, "index")
+        if self._only is not None and known is not None and self.layout.object_format == "sha1":
+            try:
+                entries, mtime = candidates_index(source, known[1], known[0], self._only)
+                head = self._pruned_tree(base, [os.fsdecode(p) for p in self._only])
+            except (NotPlain, ValueError, GitError):
+                pass  # the whole copy, walked again
+            else:
+                fd = os.open(seed, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(entries)
+                os.utime(seed, ns=(mtime, mtime))
+                return None, known[1].source, head
+        data, identity = copy_index(source, seed)
+        return data, identity, base
+
+    def _pruned_tree(self, base: str, paths: list[str]) -> str:
+        """``base`` holding only the entries of ``paths`` (a directory with all it holds),
+        written into the shadow's objects: the same answer for those paths, read fast."""
+        check_pathspec_paths(paths)
+        top: dict[bytes, Any] = {}  # name -> (mode, id) or a folder's own dict
+        for path, entry in sorted(tree_entries(self.layout, base, paths).items()):
+            if entry is None:
+                continue
+            *folders, name = os.fsencode(path).split(b"/")
+            node: dict[bytes, Any] | None = top
+            for folder in folders:
+                assert node is not None
+                child = node.setdefault(folder, {})
+                node = child if isinstance(child, dict) else None  # kept whole above
+                if node is None:
+                    break
+            if node is not None:
+                node[name] = (entry.mode.lstrip("0").encode(), bytes.fromhex(entry.oid))
+        return self._store_tree(top).hex()
+
+    def _store_tree(self, node: dict[bytes, Any]) -> bytes:
+        entries = {
+            name: (TREE_MODE, self._store_tree(child)) if isinstance(child, dict) else child
+            for name, child in node.items()
+        }
+        return bytes.fromhex(self._objects.store_object(b"tree", tree_bytes(entries)))
+
     def _point_head_at(self, base: str) -> None:
-        """The private HEAD (``refs/heads/main``) at a private commit of ``base``."""
+        """The private HEAD (``refs/heads/main``) at a private commit of the tree ``base``."""
         commit = self._objects.store_object(b"commit", _BASE_COMMIT % base.encode("ascii"))
         ref = os.path.join(self._env["GIT_DIR"], "refs", "heads", "main")
         fd = os.open(ref, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -432,6 +504,29 @@ def _parse_status(out: bytes) -> tuple[list[DiffEntry], list[DiffEntry], bytes]:
         if unstaged != ".":
             files.append(_entry(unstaged, path, index, work, index_oid, None))
     return files, cached, b"".join(raw + b"\0" for raw in untracked)
+
+
+def _index_states(
+    files: list[DiffEntry], cached: list[DiffEntry], untracked: bytes
+) -> dict[str, IndexEntry | None]:
+    """The index entry (stage 0) of every path a ``_STATUS`` listing named, from its
+    records' index mode and id; ``None``: not in the index (deleted there, untracked)."""
+    states: dict[str, IndexEntry | None] = {}
+    for raw in untracked.split(b"\0")[:-1]:
+        states[decode_path(raw)] = None
+    for entry in files:  # index -> files: the index side is old
+        states[entry.path] = (
+            None
+            if entry.old_mode is None or entry.old_oid is None
+            else IndexEntry(entry.old_mode, entry.old_oid, 0)
+        )
+    for entry in cached:  # base -> index: the index side is new
+        states[entry.path] = (
+            None
+            if entry.new_mode is None or entry.new_oid is None
+            else IndexEntry(entry.new_mode, entry.new_oid, 0)
+        )
+    return states
 
 
 def _known(known: tuple[str, PlainIndex] | None) -> PlainIndex:

@@ -43,7 +43,7 @@ from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
-from promoter.git.records import DiffEntry, decode_path, require_oid
+from promoter.git.records import DiffEntry, IndexEntry, decode_path, require_oid
 from promoter.git.runner import run_git
 
 __all__ = ["StartState", "capture_into"]
@@ -76,6 +76,20 @@ def _index_only(worktree: str, env: dict[str, str], base_tree: str) -> list[str]
         env=env,
     )
     return [decode_path(raw) for raw in result.stdout.split(b"\0") if raw]
+
+
+def _index_of(
+    layout: RepoLayout, paths: list[str], known: dict[str, IndexEntry | None] | None
+) -> dict[str, list[IndexEntry]]:
+    """The person's index entries of ``paths``: as the status pass read them (``known``),
+    and from the index for any path it did not name."""
+    found: dict[str, list[IndexEntry]] = {}
+    for path in paths:
+        if known is not None and path in known:
+            entry = known[path]
+            found[path] = [] if entry is None else [entry]
+    rest = [p for p in paths if p not in found]
+    return {**found, **(index_entries(layout, rest) if rest else {})}
 
 
 def _remove_leaf(folder: OwnDir, name: bytes) -> None:
@@ -258,6 +272,7 @@ def capture_into(
                 sha256, size = objects.digests[oid]
                 captured[entry.path] = (sha256, entry.new_mode, size)
                 laid.append(entry)
+        staged_in, index_states = shadow.staged, shadow.index_states
     finally:
         shadow.close()
     faults.point("start_state_laid")
@@ -271,7 +286,9 @@ def capture_into(
         edits = [(os.fsencode(e.path), e.new_mode, e.new_oid) for e in laid]
         with CatFile(cwd=clone, env=start_env) as cat:
             tree = edited_tree(cat, objects.store_object, base_tree, edits)
-    staged = [p for p in _index_only(layout.worktree, env, base_tree) if p not in skipped]
+    if staged_in is None:  # the status pass did not list the staged paths: git names them
+        staged_in = _index_only(layout.worktree, env, base_tree)
+    staged = [p for p in staged_in if p not in skipped]
     paths = sorted(set(captured) | set(staged), key=sort_key)
     unchanged = [p for p in paths if p not in captured]
     if unchanged:  # staged only: the worktree holds HEAD's content there
@@ -288,7 +305,7 @@ def capture_into(
             else:
                 sha256, size = digests[head.oid]
                 captured[path] = (sha256, head.mode, size)
-    index = index_entries(layout, paths) if paths else {}
+    index = _index_of(layout, paths, index_states)
     preconditions: list[dict[str, Any]] = []
     for path in paths:
         listed = index.get(path, [])

@@ -7,23 +7,26 @@ last seeded status pass named (``SeededShadow.status_paths``), the watch positio
 (generation, clock) asked for *before* that pass began, the base tree it compared with,
 a fingerprint of what outside the worktree changes the answer without an event (the
 index, ``info/exclude``, ``info/attributes``, the repository's config files: device,
-inode, size, mtime_ns), and the pass's walk of the index (its ``.gitattributes`` paths,
-keyed by the index's checksum trailer: the next pass walks an index only when its bytes
-differ). ``plan`` reads the baselines, takes the fingerprint, asks the daemon with every
-position they hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the
-worker answers for the one of its generation, or unknown), compares with the baseline
-of the answer's generation, never another, and returns the candidate paths: the
-watch's, the baseline's, and when the index changed what ``git diff-index --cached``
-names; the status pass limited to them by literal pathspecs gives the full pass's
-answer (protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
+inode, size, mtime_ns, ctime_ns), and the pass's walk of the index (its
+``.gitattributes`` paths, keyed by the index's checksum trailer: the next pass walks an
+index only when its bytes differ; and where every ``seed_index.MARK_EVERY``-th entry
+begins in the index file it read, named by its identity: the next narrowed pass on that
+very file reads only the candidates' entries, ``seed_index.candidates_index``). ``plan``
+reads the baselines, takes the fingerprint, asks the daemon with every position they
+hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the worker answers for
+the one of its generation, or unknown), compares with the baseline of the answer's
+generation, never another, and returns the candidate paths: the watch's, the baseline's,
+and when the index changed what ``git diff-index --cached`` names; the status pass
+limited to them by literal pathspecs gives the full pass's answer
+(protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
 baseline, none of the answer's generation, another base tree, a changed exclude or
 config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
 ``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the answering
 generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
 replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
-baseline stays good however old while its generation lives: its watch names every
-change since its clock. A narrowed pass during which a fingerprinted file moved is read
-again in full (``unmoved``, ``start_state.capture_into``).
+baseline stays good however old while its generation lives: its watch names every change
+since its clock. A narrowed pass during which a fingerprinted file moved is read again
+in full (``unmoved``, ``start_state.capture_into``).
 
 Not here: the status pass (``seeded.py``), laying the start (``start_state.py``), the
 daemon's watch (``promoter.engine.snapshots.start_watch``). Promoter's git reads no
@@ -132,7 +135,8 @@ def baseline_paths(state_dir: Path, layout: RepoLayout) -> list[tuple[str, Path]
 
 
 def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
-    """(device, inode, size, mtime_ns) of each file outside the worktree the pass reads."""
+    """(device, inode, size, mtime_ns, ctime_ns) of each file outside the worktree the
+    pass reads (a write in place changes the ctime, and so does setting the mtime back)."""
     files = {
         "index": os.path.join(layout.git_dir, "index"),
         "exclude": os.path.join(layout.common_dir, "info", "exclude"),
@@ -147,7 +151,7 @@ def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
         except OSError:
             found[name] = None
             continue
-        found[name] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+        found[name] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return found
 
 
@@ -214,7 +218,12 @@ def record(
     if index_walk is not None and not index_walk[1].gitlinks:
         key, index = index_walk
         attributes = sorted(os.fsencode(p).hex() for p in index.attributes)
-        walk = {"key": key, "attributes": attributes}
+        walk = {
+            "key": key,
+            "attributes": attributes,
+            "marks": list(index.marks),
+            "source": list(index.source),
+        }
     path = baseline_path(watched.state_dir, layout, planned.generation)
     document = {
         "schema": _SCHEMA,
@@ -303,7 +312,7 @@ def _parse(doc: Any) -> _Baseline | None:
         return None
     for value in prints.values():
         if value is not None and not (
-            isinstance(value, list) and len(value) == 4 and all(type(v) is int for v in value)
+            isinstance(value, list) and len(value) == 5 and all(type(v) is int for v in value)
         ):
             return None
     if not all(isinstance(p, str) and _HEX.fullmatch(p) for p in dirty):
@@ -319,7 +328,16 @@ def _parse(doc: Any) -> _Baseline | None:
         if not all(_HEX.fullmatch(p) for p in attributes):
             return None
         names = tuple(os.fsdecode(bytes.fromhex(p)) for p in attributes)
-        index_walk = (key, PlainIndex((), names))
+        marks, source = walk.get("marks", []), walk.get("source", [])
+        if not (isinstance(marks, list) and all(type(m) is int and m >= 12 for m in marks)):
+            return None
+        if marks != sorted(set(marks)):
+            return None
+        if not (isinstance(source, list) and len(source) in (0, 5)):
+            return None
+        if not all(type(v) is int for v in source):
+            return None
+        index_walk = (key, PlainIndex((), names, tuple(marks), tuple(source)))
     dirty_paths = frozenset(bytes.fromhex(p) for p in dirty)
     return _Baseline(generation, clock, tree, prints, dirty_paths, index_walk)
 

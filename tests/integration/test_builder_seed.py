@@ -629,3 +629,92 @@ def test_an_index_the_kernel_cannot_send_is_copied_by_reads_to_the_same_bundle(
 
     assert used_seed is True
     assert outcome == expected
+def _git_reading(repo: Path, index: Path | None, *args: str) -> bytes:
+    """``git args`` in ``repo`` with ``index`` as its index file, never writing it."""
+    import subprocess
+
+    from tests.gitutil import git_env
+
+    env = git_env() | {"GIT_OPTIONAL_LOCKS": "0"}
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], env=env, capture_output=True, check=True, timeout=60
+    )
+    return done.stdout
+
+
+def _walked(index: Path, copy: Path) -> tuple[str, Any]:
+    """The walk of ``index`` as a seeded pass keeps it: (its key, marks and identity)."""
+    from dataclasses import replace
+
+    from promoter.executor.seed_index import copy_index
+    from promoter.executor.seeded import index_key
+
+    data, identity = copy_index(str(index), str(copy))
+    key = index_key(data)
+    assert key is not None
+    return key, replace(plain_index(data), source=identity)
+
+
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_the_candidates_index_holds_what_the_whole_index_holds_at_those_paths(
+    tmp_path: Path, version: str
+) -> None:
+    from promoter.executor.seed_index import MARK_EVERY, candidates_index
+
+    files = {f"d{d}/f{f:03d}.txt": b"%d %d\n" % (d, f) for d in range(3) for f in range(150)}
+    files |= {"d1-x.txt": b"beside d1\n", "d1.txt": b"beside d1 too\n", "top.txt": b"top\n"}
+    repo = _source(tmp_path / "repo", files | {"bin/tool": b"tool\n"})
+    git(repo, "update-index", "--index-version", version)
+    if version == "3":  # an extended entry that is still plain
+        (repo / "d2/f149.txt").write_bytes(b"now staged\n")
+        git(repo, "add", "d2/f149.txt")
+    index = repo / ".git" / "index"
+    key, walked = _walked(index, tmp_path / "copy")
+    assert len(walked.marks) == -(-int(git(repo, "ls-files").count("\n") + 1) // MARK_EVERY)
+    asked = [
+        [b"d1/f075.txt"],  # one entry, in a middle block
+        [b"d0/f000.txt", b"top.txt", b"missing/new.txt"],  # the first entry, the last
+        [b"d1"],  # a directory: everything below it, not d1-x.txt nor d1.txt
+        [b"d2/f149.txt", b"d0/nope.txt", b"zzz"],
+    ]
+    for paths in asked:
+        data, mtime = candidates_index(str(index), walked, key, paths)
+        small = tmp_path / "small"
+        small.write_bytes(data)
+        os.utime(small, ns=(mtime, mtime))
+        spec = ["--", *(os.fsdecode(p) for p in paths)]
+        for args in (
+            ["ls-files", "-s", "--debug", *spec],
+            ["status", "--porcelain=v2", "-z", "--untracked-files=all", *spec],
+        ):
+            assert _git_reading(repo, small, *args) == _git_reading(repo, None, *args)
+        assert os.stat(small).st_mtime_ns == index.stat().st_mtime_ns
+
+
+def test_marks_of_another_version_of_the_index_file_are_never_used(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from promoter.executor.seed_index import candidates_index
+
+    repo = _source(tmp_path / "repo", BASE_FILES)
+    index = repo / ".git" / "index"
+    key, walked = _walked(index, tmp_path / "copy")
+    candidates_index(str(index), walked, key, [b"src/app.py"])  # the very file: read
+    data = index.read_bytes()
+    stamp = index.stat().st_mtime_ns
+    with open(index, "r+b") as same_inode:  # the same bytes written in place, mtime kept
+        same_inode.write(data)
+    os.utime(index, ns=(stamp, stamp))
+    with pytest.raises(NotPlain):
+        candidates_index(str(index), walked, key, [b"src/app.py"])
+    key, walked = _walked(index, tmp_path / "copy2")
+    for damaged in (
+        replace(walked, marks=tuple(m + 8 for m in walked.marks)),
+        replace(walked, marks=()),
+    ):
+        with pytest.raises(NotPlain):
+            candidates_index(str(index), damaged, key, [b"src/app.py"])
+    with pytest.raises(NotPlain):
+        candidates_index(str(index), walked, key.replace(key[-4:], "0000"), [b"src/app.py"])

@@ -460,3 +460,143 @@ def test_a_link_named_as_an_old_baseline_is_never_removed_nor_followed(
     assert target.read_bytes() == b"mine\n"
     kept = start_watch.baseline_paths(starts.state_dir, layout)
     assert len(kept) == start_watch.MAX_BASELINES
+
+
+def _git_with(repo: Path, env: dict[str, str], *args: str) -> str:
+    """``git args`` in ``repo`` with ``env`` added to the tests' hermetic environment."""
+    import subprocess
+
+    from tests.gitutil import git_env
+
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        env=git_env() | env,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.decode().strip()
+
+
+def test_an_unchanged_index_is_read_only_at_the_candidates_entries(
+    starts: Starts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _narrowed_once(starts)
+    copies: list[bool] = []
+    small: list[bool] = []
+    real_copy, real_small = seeded_module.copy_index, seeded_module.candidates_index
+
+    def copy(source: str, dest: str) -> Any:
+        copies.append(True)
+        return real_copy(source, dest)
+
+    def candidates(*args: Any) -> Any:
+        found = real_small(*args)
+        small.append(True)
+        return found
+
+    monkeypatch.setattr(seeded_module, "copy_index", copy)
+    monkeypatch.setattr(seeded_module, "candidates_index", candidates)
+    for number in range(3):
+        (starts.repo / "src" / f"m{number}.py").write_bytes(b"edited %d\n" % number)
+        copies.clear()
+        small.clear()
+        assert starts.both().candidates is not None
+        assert (len(small), len(copies)) == (1, 1)  # the watched start's, the full one's
+
+
+def _entry_at(data: bytes, path: bytes) -> int:
+    """Where the entry of ``path`` begins in a version 2 index."""
+    off = 12
+    for _ in range(int.from_bytes(data[8:12], "big")):
+        length = int.from_bytes(data[off + 60 : off + 62], "big") & 0xFFF
+        if data[off + 62 : off + 62 + length] == path:
+            return off
+        off += (62 + length + 8) & ~7
+    raise AssertionError(path)
+
+
+def test_an_index_rewritten_in_place_with_its_size_and_mtime_starts_as_the_full_pass(
+    starts: Starts,
+) -> None:
+    import hashlib
+
+    repo, index = starts.repo, starts.repo / ".git" / "index"
+    data = index.read_bytes()
+    count = int.from_bytes(data[8:12], "big")
+    off = 12
+    for _ in range(count):  # the entries alone: no cache tree to go stale below
+        off += (62 + (int.from_bytes(data[off + 60 : off + 62], "big") & 0xFFF) + 8) & ~7
+    body = data[:off]
+    (repo / ".git" / "index.new").write_bytes(
+        body + hashlib.sha1(body, usedforsecurity=False).digest()
+    )
+    os.replace(repo / ".git" / "index.new", index)  # a new file, as git writes one
+    _narrowed_once(starts)
+    assert starts.both().candidates is not None
+    other = bytes.fromhex(git(repo, "rev-parse", "HEAD:src/m6.py"))
+    at = _entry_at(body, b"src/m5.py") + 40  # its blob id: another file's content staged
+    staged = body[:at] + other + body[at + 20 :]
+    stamp = index.stat()
+    with open(index, "r+b") as same_file:  # in place: same inode, same size
+        same_file.write(staged + hashlib.sha1(staged, usedforsecurity=False).digest())
+    os.utime(index, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # and the mtime set back
+    assert (index.stat().st_ino, index.stat().st_size) == (stamp.st_ino, stamp.st_size)
+    planned = starts.both()  # the preconditions name src/m5.py's staged entry in both
+    assert planned.candidates is not None and b"src/m5.py" in planned.candidates
+
+
+def test_a_git_add_between_two_runs_with_the_worktree_unchanged_starts_as_the_full_pass(
+    starts: Starts,
+) -> None:
+    repo = starts.repo
+    _narrowed_once(starts)  # src/m1.py edited
+    other = git(repo, "rev-parse", "HEAD:src/m6.py")
+    for stage in (
+        lambda: git(repo, "add", "src/m1.py"),
+        lambda: git(repo, "rm", "-q", "--cached", "src/m5.py"),  # now untracked
+        lambda: git(repo, "update-index", "--cacheinfo", f"100644,{other},src/m8.py"),
+        lambda: git(repo, "reset", "-q", "--", "src/m1.py", "src/m5.py", "src/m8.py"),
+    ):
+        worktree = tree_bytes(repo)
+        stage()
+        assert tree_bytes(repo) == worktree
+        planned = starts.both()
+        assert planned.candidates is not None, planned.reason
+
+
+def test_a_head_moved_by_a_ref_update_only_starts_as_the_full_pass(starts: Starts) -> None:
+    repo = starts.repo
+    _narrowed_once(starts)
+    head = git(repo, "rev-parse", "HEAD")
+    same = git(repo, "commit-tree", "-p", head, "-m", "same tree", f"{head}^{{tree}}")
+    git(repo, "update-ref", "refs/heads/main", same)  # no event, no index change
+    assert starts.both().candidates is not None  # the same tree: the same answer
+    scratch = {"GIT_INDEX_FILE": str(starts.tmp_path / "scratch-index")}
+    _git_with(repo, scratch, "read-tree", "HEAD")
+    blob = git(repo, "rev-parse", "HEAD:src/m6.py")
+    _git_with(repo, scratch, "update-index", "--cacheinfo", f"100644,{blob},src/m2.py")
+    tree = _git_with(repo, scratch, "write-tree")
+    moved = git(repo, "commit-tree", "-p", same, "-m", "another tree", tree)
+    git(repo, "update-ref", "refs/heads/main", moved)
+    planned = starts.both()
+    assert planned.candidates is None and planned.reason == "another HEAD tree"
+    assert starts.both().candidates is not None
+
+
+def test_an_untracked_file_in_a_tracked_directory_holding_a_repository_is_found(
+    starts: Starts,
+) -> None:
+    """The candidates' index holds an entry below each leading directory of a candidate:
+    without one git takes ``src/`` (tracked, now holding a ``.git``) for an untracked
+    nested repository and never looks inside, while the whole index says it is tracked."""
+    repo = starts.repo
+    starts.both()
+    git(repo / "src", "init", "-q")  # src/.git: the person's own repository in it
+    starts.both()
+    assert starts.both().candidates == []
+    (repo / "src" / "new.py").write_bytes(b"new\n")
+    planned = starts.both()  # the full pass lists it: so must the candidates' index
+    assert planned.candidates == [b"src/new.py"]
+    state = starts.capture(True)[0]
+    assert "src/new.py" in {p["path"] for p in state.preconditions + state.skipped}, state

@@ -79,6 +79,8 @@ def test_the_index_reader_finds_what_an_entry_by_entry_walk_finds(
         found = NotPlain
     assert found == _entry_by_entry(index)
     assert _mapped(index) == found  # as the builder reads it: a map of the index's copy
+    if isinstance(found, PlainIndex):  # fewer than MARK_EVERY entries: the first's mark
+        assert found.marks == ((12,) if entries else ())
     event("plain" if found is not NotPlain else "not plain")
     if isinstance(found, PlainIndex) and found.attributes:
         event("attribute files found")
