@@ -314,7 +314,7 @@ def start_operation(
             "journal_started_at": stamp,
         },
     )
-    feed.status_changed(session, operation_id)
+    feed.status_changed(session, operation_id, feed.Written(kind.value, name, checked.value, None))
     return Operation(
         **{**values, "kind": kind, "status": checked},
         parent_operation_id=None,
@@ -602,7 +602,8 @@ def complete(
             "journal_ended_at": stamp,
         },
     )
-    feed.status_changed(session, read.operation_id)
+    written = feed.Written(read.kind.value, read.repository_name, status.value, None)
+    feed.status_changed(session, read.operation_id, written)
     ended = witness.Ended(
         read.kind, status, None, read.bundle_id, read.repository_name, read.attempt
     )
