@@ -7,7 +7,10 @@ moved meanwhile (refused with ``operation_conflict``, nothing of the write recor
 move the transition table forbids (refused as the ORM refuses it); and what they write
 (the row, its attempt, the feed, the witness) is compared with what the held row's
 writes (``set_outcome_event``, ``set_receipt``, ``set_report``, ``set_status``,
-``set_plan_events``) leave. Runs on SQLite, and on PostgreSQL under
+``set_plan_events``) leave. ``journal.start_operation`` (a new promotion's row and first
+attempt as two INSERTs) against ``create_operation`` with ``start_attempt``: every column,
+the attempt and the feed alike; a twin already in the table and a first status the table
+forbids refused alike. Runs on SQLite, and on PostgreSQL under
 ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
