@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from promoter.domain.models import GrantV1, PatchBundleV1
-from promoter.domain.records import Ticket
+from promoter.domain.records import Operation, Ticket
 from promoter.domain.status import OperationKind, OperationStatus
 from promoter.store import journal, repo
 
@@ -27,7 +27,16 @@ def ticket(
 ) -> Ticket:
     """The attempt the operation starts, with the stage's lease as read in this transaction
     (``loaded``: the bundle and grant the caller has just read, handed on to the attempt)."""
-    row = journal.require(session, operation_id)
+    return ticket_of(session, journal.require(session, operation_id), grant, loaded)
+
+
+def ticket_of(
+    session: Session,
+    row: Operation,
+    grant: GrantV1,
+    loaded: tuple[PatchBundleV1, GrantV1] | None = None,
+) -> Ticket:
+    """``ticket`` of the operation as this transaction wrote it (``journal.start_operation``)."""
     assert row.bundle_id is not None and row.verification_receipt_sha256 is not None
     assert row.fence is not None
     return Ticket(

@@ -22,7 +22,7 @@ waiting (``promoter.api.longpoll``), webhooks.
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -48,6 +48,7 @@ from promoter.store.wakeup import COMMITS
 PENDING = "promoter.feed.pending"
 WROTE = "promoter.feed.wrote"
 CHANGED = "promoter.feed.changed"
+WRITTEN = "promoter.feed.written"  # operation id -> the columns a plain statement wrote
 ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
 CURSOR = re.compile(r"^evc_([0-9a-f]{16})$")
 LAST_POSITION = 2**63 - 1  # the largest signed 64-bit integer, SQLite's and PostgreSQL's
@@ -60,10 +61,24 @@ def record(session: Session, event_id: str, operation_id: str, kind: str, at: st
     session.info.setdefault(PENDING, []).append((event_id, operation_id, kind, at))
 
 
-def status_changed(session: Session, operation_id: str) -> None:
+def status_changed(session: Session, operation_id: str, written: Written | None = None) -> None:
     """The operation's status was changed by a plain statement in ``session`` (the
-    journal's ``complete``): told as a change made through the ORM is (``_changing``)."""
+    journal's ``complete``, ``start_operation``): told as a change made through the ORM
+    is (``_changing``). ``written``: what that statement left in the columns a feed row
+    copies, so they are not read back (the latest one told wins; a row the session holds
+    is read from the row)."""
     session.info.setdefault(CHANGED, set()).add(operation_id)
+    if written is not None:
+        session.info.setdefault(WRITTEN, {})[operation_id] = written
+
+
+class Written(NamedTuple):
+    """The columns of an operation a feed row copies, as a plain statement wrote them."""
+
+    kind: str
+    repository_name: str
+    status: str
+    code: str | None
 
 
 _OPERATIONS = cast(Table, OperationRow.__table__)
@@ -74,12 +89,14 @@ _OPERATION_OF = select(
 ).where(_OPERATIONS.c.operation_id == bindparam("feed_operation_id", type_=String()))
 
 
-def _operation_of(session: Session, operation_id: str) -> Any:
-    """The operation's row as the session holds it, else read as plain columns (one the
-    journal wrote with a plain statement is not held)."""
+def _operation_of(session: Session, operation_id: str, written: dict[str, Written]) -> Any:
+    """The operation's row as the session holds it, else as a plain statement of the
+    journal wrote it, else read as plain columns."""
     held = session.identity_map.get(identity_key(OperationRow, operation_id))
     if held is not None:
         return held
+    if operation_id in written:
+        return written[operation_id]
     return session.execute(_OPERATION_OF, {"feed_operation_id": operation_id}).first()
 
 
@@ -92,6 +109,7 @@ def enter(session: Session) -> None:
     session.flush()  # every other change first: the feed lock is taken last
     pending: list[tuple[str | None, str, str, str]] = session.info.pop(PENDING, [])
     changed: set[str] = session.info.pop(CHANGED, set())
+    written: dict[str, Written] = session.info.pop(WRITTEN, {})
     with_events = {operation_id for _, operation_id, _, _ in pending}
     at = rfc3339(utcnow())
     pending += [(None, op_id, "status", at) for op_id in sorted(changed - with_events)]
@@ -101,7 +119,7 @@ def enter(session: Session) -> None:
     operations: dict[str, Any] = {}
     for event_id, operation_id, kind, when in pending:
         if operation_id not in operations:
-            operations[operation_id] = _operation_of(session, operation_id)
+            operations[operation_id] = _operation_of(session, operation_id, written)
         operation = operations[operation_id]
         if operation is None:  # the event's foreign key makes this impossible
             continue
@@ -149,7 +167,7 @@ def _notify(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _forget(session: Session) -> None:
-    for key in (PENDING, CHANGED, WROTE):
+    for key in (PENDING, CHANGED, WRITTEN, WROTE):
         session.info.pop(key, None)
 
 

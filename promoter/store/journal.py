@@ -21,7 +21,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Integer, Row, String, Table, Text, bindparam, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Row,
+    String,
+    Table,
+    Text,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 from sqlalchemy.orm.exc import StaleDataError
@@ -106,6 +117,10 @@ _ATTEMPT_ROWS = cast(Table, AttemptRow.__table__)
 _VIEWED = select(_OPERATIONS).where(
     _OPERATIONS.c.operation_id == bindparam("journal_viewed_id", type_=String())
 )
+
+
+def _param(name: str, column: str) -> Any:
+    return bindparam(name, type_=_OPERATIONS.c[column].type)
 
 
 def read_operation(session: Session | Connection, operation_id: str) -> Operation | None:
@@ -226,6 +241,94 @@ def create_operation(
     _own(row, owner)
     session.add(row)
     _hold(session, row)
+
+
+# Built once: a new operation's row and its first attempt's, as plain INSERTs (the hot
+# path's promotion request; ``start_operation``). The columns the ORM's ``create_operation``
+# and ``start_attempt`` leave unset are unset here too, so their defaults are the same.
+_CREATED = ("operation_id", "kind", "status", "repository_identity", "repository_name")
+_CREATED_TOO = ("grant_id", "bundle_id", "grant_sha256", "bundle_sha256")
+_CREATED_ALSO = ("verification_receipt_sha256", "attempt", "fence", "created_at", "updated_at")
+_OWNER = ("owner_pid", "owner_start", "owner_boot", "owner_host", "owner_lease_until")
+_CREATE = insert(_OPERATIONS).values(
+    {c: _param(f"journal_{c}", c) for c in (*_CREATED, *_CREATED_TOO, *_CREATED_ALSO, *_OWNER)}
+)
+_ATTEMPT_STARTED = insert(_ATTEMPT_ROWS).values(
+    operation_id=bindparam("journal_id", type_=String()),
+    attempt=bindparam("journal_attempt", type_=Integer()),
+    status=bindparam("journal_status", type_=String()),
+    started_at=bindparam("journal_started_at", type_=String()),
+)
+
+
+def start_operation(
+    session: Session,
+    *,
+    operation_id: str,
+    kind: OperationKind,
+    status: OperationStatus,
+    repository: tuple[str, str],
+    owner: Owner,
+    evidence: tuple[str, str | None, str, str, str],
+    fence: int | None,
+) -> Operation:
+    """``create_operation`` of an operation naming its ``evidence`` (grant id, grant sha256,
+    bundle id, bundle sha256, verification receipt sha256) and ``start_attempt`` of it,
+    as two plain INSERTs: no object is made, held or flushed. A twin already in the table
+    raises ``IntegrityError`` here, as ``create_operation``'s flush does; the status goes
+    through the transition table and the feed is told, as the ORM's row tells it. The
+    operation as written."""
+    checked = check_transition(kind.value, None, status.value)
+    identity, name = repository
+    grant_id, grant_sha256, bundle_id, bundle_sha256, receipt_sha256 = evidence
+    pid, start, boot, host, lease_until = owner
+    stamp = now()
+    values: dict[str, Any] = {
+        "operation_id": operation_id,
+        "kind": kind.value,
+        "status": checked.value,
+        "repository_identity": identity,
+        "repository_name": name,
+        "grant_id": grant_id,
+        "bundle_id": bundle_id,
+        "grant_sha256": grant_sha256,
+        "bundle_sha256": bundle_sha256,
+        "verification_receipt_sha256": receipt_sha256,
+        "attempt": 1,
+        "fence": fence,
+        "created_at": stamp,
+        "updated_at": stamp,
+        "owner_pid": pid,
+        "owner_start": start,
+        "owner_boot": boot,
+        "owner_host": host,
+        "owner_lease_until": lease_until,
+    }
+    session.execute(_CREATE, {f"journal_{column}": value for column, value in values.items()})
+    session.execute(
+        _ATTEMPT_STARTED,
+        {
+            "journal_id": operation_id,
+            "journal_attempt": 1,
+            "journal_status": checked.value,
+            "journal_started_at": stamp,
+        },
+    )
+    feed.status_changed(session, operation_id, feed.Written(kind.value, name, checked.value, None))
+    return Operation(
+        **{**values, "kind": kind, "status": checked},
+        parent_operation_id=None,
+        code=None,
+        detail=None,
+        report=None,
+        receipt_sha256=None,
+        receipt=None,
+        decision_event_id=None,
+        action_event_id=None,
+        outcome_event_id=None,
+        pre_snapshot=None,
+        post_snapshot=None,
+    )
 
 
 def next_attempt(
@@ -414,10 +517,6 @@ def set_snapshot(
 # flushed for them.
 
 
-def _param(name: str, column: str) -> Any:
-    return bindparam(name, type_=_OPERATIONS.c[column].type)
-
-
 def _versioned(*columns: str) -> Any:
     return (
         update(_OPERATIONS)
@@ -503,7 +602,8 @@ def complete(
             "journal_ended_at": stamp,
         },
     )
-    feed.status_changed(session, read.operation_id)
+    written = feed.Written(read.kind.value, read.repository_name, status.value, None)
+    feed.status_changed(session, read.operation_id, written)
     ended = witness.Ended(
         read.kind, status, None, read.bundle_id, read.repository_name, read.attempt
     )

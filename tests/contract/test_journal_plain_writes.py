@@ -7,7 +7,10 @@ moved meanwhile (refused with ``operation_conflict``, nothing of the write recor
 move the transition table forbids (refused as the ORM refuses it); and what they write
 (the row, its attempt, the feed, the witness) is compared with what the held row's
 writes (``set_outcome_event``, ``set_receipt``, ``set_report``, ``set_status``,
-``set_plan_events``) leave. Runs on SQLite, and on PostgreSQL under
+``set_plan_events``) leave. ``journal.start_operation`` (a new promotion's row and first
+attempt as two INSERTs) against ``create_operation`` with ``start_attempt``: every column,
+the attempt and the feed alike; a twin already in the table and a first status the table
+forbids refused alike. Runs on SQLite, and on PostgreSQL under
 ``PROMOTER_TEST_DATABASE=postgresql``.
 """
 
@@ -19,9 +22,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
+from promoter.domain.status import OperationKind
 from promoter.domain.status import OperationStatus as S
-from promoter.errors import OperationConflict
+from promoter.errors import OperationConflict, PromoterError
 from promoter.store import journal, ledger, witness
 from promoter.store.db import Database
 from promoter.store.tables import AttemptRow, FeedRow, OperationRow
@@ -174,3 +179,122 @@ def test_a_completion_of_a_row_holding_its_receipt_keeps_it(database: Database) 
         "5" * 64,
         {},
     )
+
+
+# --- a new operation and its first attempt, as plain INSERTs (``journal.start_operation``) ---
+
+_EVIDENCE = ("grt_started", "2" * 64, "bnd_started", "3" * 64, "4" * 64)
+_OWNER = (4242, "started-at", "boot-id", "host-a", "2026-12-06T21:00:00Z")
+_REPOSITORY = ("repo_" + "0" * 32, "demo")
+
+
+def _start(session: Any, op_id: str, status: S, *, plain: bool) -> None:
+    if plain:
+        journal.start_operation(
+            session,
+            operation_id=op_id,
+            kind=OperationKind.PROMOTION,
+            status=status,
+            repository=_REPOSITORY,
+            owner=_OWNER,
+            evidence=_EVIDENCE,
+            fence=7,
+        )
+        return
+    grant_id, grant_sha256, bundle_id, bundle_sha256, receipt_sha256 = _EVIDENCE
+    journal.create_operation(
+        session,
+        operation_id=op_id,
+        kind=OperationKind.PROMOTION,
+        status=status,
+        repository_identity=_REPOSITORY[0],
+        repository_name=_REPOSITORY[1],
+        owner=_OWNER,
+        grant_id=grant_id,
+        bundle_id=bundle_id,
+        grant_sha256=grant_sha256,
+        bundle_sha256=bundle_sha256,
+        verification_receipt_sha256=receipt_sha256,
+        fence=7,
+    )
+    session.flush()
+    journal.start_attempt(session, op_id)
+
+
+_STAMPS = ("operation_id", "created_at", "updated_at")
+
+
+def _columns(database: Database, op_id: str) -> dict[str, Any]:
+    """Every column of the row and of its attempts, but its id and times; its feed."""
+    with database.session() as session:
+        row = session.get(OperationRow, op_id)
+        assert row is not None
+        columns = {c.key: getattr(row, c.key) for c in OperationRow.__table__.columns}
+        attempts = session.scalars(select(AttemptRow).where(AttemptRow.operation_id == op_id))
+        entries = session.scalars(
+            select(FeedRow).where(FeedRow.operation_id == op_id).order_by(FeedRow.position)
+        )
+        return {
+            **{k: v for k, v in columns.items() if k not in _STAMPS},
+            "times": (columns["created_at"] == columns["updated_at"]),
+            "attempts": [
+                (a.attempt, a.status, a.code, a.detail, a.ended_at, a.started_at is not None)
+                for a in attempts
+            ],
+            "feed": [
+                (e.kind, e.status, e.code, e.event_id, e.operation_kind, e.repository_name)
+                for e in entries
+            ],
+        }
+
+
+@pytest.mark.parametrize("status", [S.IN_PROGRESS, S.AWAITING_APPROVAL])
+def test_a_started_operation_writes_what_the_held_rows_creation_wrote(
+    database: Database, status: S
+) -> None:
+    plain, held = f"op_plain{next(_ids):06d}", f"op_plain{next(_ids):06d}"
+    returned = {}
+    for op_id in (plain, held):
+        with witness.watch(op_id) as watched, journal.unit_of_work(database) as session:
+            _start(session, op_id, status, plain=op_id == plain)
+            if op_id == plain:  # what it answers is what it wrote, read back in its transaction
+                returned[op_id] = journal.read_required(session, op_id)
+        assert watched.ended is None and watched.events == []  # a creation tells no witness
+    assert _columns(database, plain) == _columns(database, held)
+    state = _columns(database, plain)
+    assert (state["status"], state["attempt"], state["fence"], state["owner_pid"]) == (
+        status,
+        1,
+        7,
+        4242,
+    )
+    assert state["attempts"] == [(1, status, None, None, None, True)]
+    assert state["feed"] == [("status", status, None, None, "promotion", "demo")]
+    with database.session() as session:
+        assert returned[plain] == journal.read_required(session, plain)
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain", "held"])
+def test_a_twin_of_a_started_operation_is_refused_alike_and_records_nothing(
+    database: Database, plain: bool
+) -> None:
+    op_id = f"op_plain{next(_ids):06d}"
+    with database.session() as session:
+        _start(session, op_id, S.IN_PROGRESS, plain=True)
+    before = _columns(database, op_id)
+    with pytest.raises(PromoterError) as refused, database.session() as session:
+        _start(session, op_id, S.AWAITING_APPROVAL, plain=plain)
+    assert isinstance(refused.value.__cause__, IntegrityError)
+    assert _columns(database, op_id) == before
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain", "held"])
+def test_a_start_the_transition_table_forbids_is_refused_alike(
+    database: Database, plain: bool
+) -> None:
+    op_id = f"op_plain{next(_ids):06d}"
+    with pytest.raises(OperationConflict) as refused, database.session() as session:
+        _start(session, op_id, S.COMPLETED, plain=plain)
+    assert refused.value.context["status"] == S.COMPLETED
+    with database.session() as session:
+        assert journal.read_operation(session, op_id) is None

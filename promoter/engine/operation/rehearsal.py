@@ -32,7 +32,6 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.plan import journal_steps
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus
-from promoter.engine import tickets
 from promoter.engine.ports import Journaling, Ownership
 from promoter.errors import PromoterError
 from promoter.store import feed, journal, ledger, repo, step_rows
@@ -72,27 +71,23 @@ def _promotion(services: Ownership, session: Session, changes: int) -> None:
     token = secrets.token_hex(8)
     operation_id, workflow = f"op_rehearsal_{token}", f"rehearsal-{token}"
     # requests.request_promotion
-    journal.get_operation(session, operation_id)
-    evidence = tickets.Evidence(
-        grant_id=f"grt_rehearsal_{token}",
-        grant_sha256="2" * 64,
-        bundle_id=f"bnd_rehearsal_{token}",
-        bundle_sha256="3" * 64,
-        verification_receipt_sha256="4" * 64,
-    )
-    tickets.create_operation_row(
+    journal.read_operation(session, operation_id)
+    journal.start_operation(
         session,
-        operation_id,
-        OperationKind.PROMOTION,
-        OperationStatus.IN_PROGRESS,
+        operation_id=operation_id,
+        kind=OperationKind.PROMOTION,
+        status=OperationStatus.IN_PROGRESS,
         repository=(f"rehearsal:{token}", f"rehearsal-{token}"),
         owner=services.stamp(),
-        evidence=evidence,
+        evidence=(
+            f"grt_rehearsal_{token}",
+            "2" * 64,
+            f"bnd_rehearsal_{token}",
+            "3" * 64,
+            "4" * 64,
+        ),
         fence=1,
     )
-    session.flush()
-    journal.start_attempt(session, operation_id)
-    journal.require(session, operation_id)  # tickets.ticket
     repo.get_lease(session, workflow, "rehearsal")
     _commit_point(session)
     # promote._journal

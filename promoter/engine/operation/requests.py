@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from promoter.domain.documents import operation_id_for
 from promoter.domain.models import GrantV1, PatchBundleV1
-from promoter.domain.status import OperationStatus
+from promoter.domain.status import OperationKind, OperationStatus
 from promoter.engine import repo_settings, tickets
 from promoter.engine.intake.bundles import load_bundle, load_verification
 from promoter.engine.intake.grants import load_grant
@@ -107,7 +107,11 @@ def _request(
     # power failure before then has changed nothing and is asked again
     # a fenced host starts nothing
     with request_lock, journal.unit_of_work(services.db, fenced=True, durable=False) as session:
-        row = journal.get_operation(session, operation_id)
+        # a new operation (the common case) is looked for and written with plain statements;
+        # one already journaled is read again and held, as every status decided on is
+        row = journal.read_operation(session, operation_id)
+        if row is not None:
+            row = journal.get_operation(session, operation_id)
         if row is not None and row.status != OperationStatus.REFUSED:
             return Requested(operation_id, row.status, False)
         # a person's rejection is final (protocol: runs#approvals): nothing is written
@@ -115,27 +119,37 @@ def _request(
             approval.refuse_if_rejected(session, row)
         held = gated and (row is None or not approval.approved(session, row, grant))
         status = OperationStatus.AWAITING_APPROVAL if held else OperationStatus.IN_PROGRESS
-        if row is None:
-            tickets.create_promotion(
-                session,
-                operation_id,
-                status,
-                (bundle, grant, receipt_sha256),
-                repository=(repository.identity, repository.name),
-                owner=services.stamp(),
-                fence=fence,
-            )
-        else:
-            journal.next_attempt(session, operation_id, status, owner=services.stamp(), fence=fence)
         try:
-            session.flush()
+            if row is None:
+                row = journal.start_operation(
+                    session,
+                    operation_id=operation_id,
+                    kind=OperationKind.PROMOTION,
+                    status=status,
+                    repository=(repository.identity, repository.name),
+                    owner=services.stamp(),
+                    evidence=(
+                        grant.grant_id,
+                        grant.grant_sha256,
+                        bundle.bundle_id,
+                        bundle.bundle_sha256,
+                        receipt_sha256,
+                    ),
+                    fence=fence,
+                )
+            else:
+                journal.next_attempt(
+                    session, operation_id, status, owner=services.stamp(), fence=fence
+                )
+                session.flush()
+                journal.start_attempt(session, operation_id)
+                row = journal.require(session, operation_id)
         except IntegrityError as exc:  # another daemon created it first
             raise OperationConflict(
                 "the operation was created concurrently by another daemon; ask again",
                 operation_id=operation_id,
             ) from exc
-        journal.start_attempt(session, operation_id)
-        ticket = None if held else tickets.ticket(session, operation_id, grant, (bundle, grant))
+        ticket = None if held else tickets.ticket_of(session, row, grant, (bundle, grant))
     if ticket is None:
         return Requested(operation_id, OperationStatus.AWAITING_APPROVAL, False)
     runner(services).submit(ticket)
