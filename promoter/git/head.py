@@ -12,10 +12,11 @@ gave it before (an object's content never changes for its id, and git here reads
 replace refs). Anything else is asked of git: a file that is a symlink, not a regular
 file, oversize or in any other form, a ref that is symbolic or missing (unborn), a
 branch name out of the plain form, reftable, a commit git has not answered for yet.
-Then one ``git for-each-ref`` of the branch HEAD is expected on (``%(HEAD)`` marks the
-ref HEAD resolves to, and the ref's object type and tree come with it) answers; any
-other case (detached, unborn, another branch, not a commit) is answered by
-``symbolic_head``, ``head_commit`` and ``commit_tree`` exactly as before.
+Then one ``git for-each-ref`` of the branch HEAD is expected on (the caller's, else the
+one HEAD's file names; ``%(HEAD)`` marks the ref HEAD resolves to, and the ref's object
+type and tree come with it) answers; any other case (detached, unborn, another branch,
+not a commit) is answered by ``symbolic_head``, ``head_commit`` and ``commit_tree``
+exactly as before.
 
 Deliberately not here: the index, trees below the root and blobs (``readback.py``),
 deciding what HEAD means for a promotion (the engine compares).
@@ -86,12 +87,13 @@ def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadSta
     """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
 
     From the files where they answer as git would (``head_from_files``), else as git
-    answers (``head_from_git``): the answers are always those of the three functions.
+    answers (``head_from_git``, expecting ``expected_branch``, or when it is ``None`` the
+    branch HEAD's file names): the answers are always those of the three functions.
     """
     read = head_from_files(layout)
     if read is not None:
         return read
-    return head_from_git(layout, expected_branch)
+    return head_from_git(layout, expected_branch or _named_branch(layout))
 
 
 def head_from_git(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
@@ -216,6 +218,19 @@ def _branch_commit(layout: RepoLayout, name: bytes) -> str:
     if len(loose) != 41 or not loose.endswith(b"\n") or not _HEX40.fullmatch(loose, 0, 40):
         raise _AskGit(os.fsdecode(name))  # symbolic, or in another form
     return loose[:40].decode("ascii")
+
+
+def _named_branch(layout: RepoLayout) -> str | None:
+    """The branch HEAD's file names in the plain form (``None``: any other form); only a
+    guess for git to confirm, never an answer itself."""
+    try:
+        head = _small_file(os.path.join(layout.git_dir, "HEAD"), _REF_LIMIT)
+    except _AskGit:
+        return None
+    if head is None or not head.startswith(b"ref: ") or not head.endswith(b"\n"):
+        return None
+    name = head[5:-1]
+    return name.decode("ascii") if _BRANCH.fullmatch(name) else None
 
 
 def head_from_files(layout: RepoLayout) -> HeadState | None:
