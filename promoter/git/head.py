@@ -43,6 +43,7 @@ __all__ = [
     "head_commit",
     "head_from_files",
     "head_from_git",
+    "head_on_branch",
     "read_head",
     "symbolic_head",
 ]
@@ -100,10 +101,9 @@ def head_from_git(layout: RepoLayout, expected_branch: str | None = None) -> Hea
     """``read_head`` as git answers it: one ``git for-each-ref`` when HEAD is
     ``expected_branch`` at a commit, else ``symbolic_head``, ``head_commit`` and
     ``commit_tree`` one by one."""
-    if expected_branch is not None and expected_branch.startswith("refs/"):
-        fast = _head_from_ref(layout, expected_branch)
+    if expected_branch is not None:
+        fast = head_on_branch(layout, expected_branch)
         if fast is not None:
-            _remember(layout, fast.commit, fast.tree)
             return fast
     branch = symbolic_head(layout)
     commit = head_commit(layout)
@@ -256,6 +256,18 @@ def head_from_files(layout: RepoLayout) -> HeadState | None:
         return None
     except _AskGit:
         return None
+
+
+def head_on_branch(layout: RepoLayout, branch: str) -> HeadState | None:
+    """HEAD, its commit and tree when HEAD is ``branch`` at a commit, by one ``git
+    for-each-ref``; ``None`` for any other case (detached, unborn, another branch, not a
+    commit), which the caller asks git in its own way."""
+    if not branch.startswith("refs/"):
+        return None
+    found = _head_from_ref(layout, branch)
+    if found is not None:
+        _remember(layout, found.commit, found.tree)
+    return found
 
 
 def _head_from_ref(layout: RepoLayout, branch: str) -> HeadState | None:

@@ -301,3 +301,22 @@ def test_a_branch_moved_under_the_listing_is_read_anew(repo: Path) -> None:
         again = read_head(layout, None)
     assert started == ["for-each-ref"]
     assert again == _gits(repo) and again.commit == moved != listed.commit
+
+
+def test_the_sandboxs_head_tree_is_one_for_each_ref_and_refuses_a_moved_head(
+    repo: Path,
+) -> None:
+    from promoter.errors import ConfigError
+    from promoter.executor.layered import head_tree
+
+    head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+    found = discover(repo)
+    with runner.counting() as started:
+        assert head_tree(str(repo), head, found=found, branch=MAIN) == tree
+    assert started == ["for-each-ref"]
+    older = git(repo, "rev-parse", "HEAD~1")
+    for branch in (MAIN, "refs/heads/other", None):  # moved since listed: refused alike
+        with pytest.raises(ConfigError, match="HEAD is not at"):
+            head_tree(str(repo), older, found=discover(repo), branch=branch)
+    git(repo, "checkout", "-q", "--detach", "HEAD")
+    assert head_tree(str(repo), head, found=discover(repo), branch=MAIN) == tree
