@@ -5,7 +5,7 @@
 any other, when no transport is given and the environment names no proxies; otherwise an
 httpx client, its settings and TLS context from ``pool_options``), sends a request with
 the retries ``Backoff`` allows for idempotent calls with a replayable body
-(``promoter.client.wire.retry_policy``), follows
+(``promoter.client.wire.retries``; tenacity loaded for a second try only), follows
 a 421 to the owning host of the same cluster once (``promoter.client.follow``; the
 cluster is the hosts list this daemon answers, or for a credential that may not read it,
 an executor's, the list the client that made it read: ``cluster``) and says where it was
@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
-
-from tenacity import Retrying
 
 from promoter.client.direct import DirectClient
 from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
@@ -29,9 +27,10 @@ from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
     Json,
+    Retries,
     pool_options,
     raise_for,
-    retry_policy,
+    retries,
     transport_error,
     unreachable,
 )
@@ -56,6 +55,40 @@ def proxied() -> bool:
     from urllib.request import getproxies
 
     return bool(getproxies())
+
+
+def _tried(plan: Retries, call: Callable[..., Response], *args: Any, **kwargs: Any) -> Response:
+    """``call``'s outcome with the retries ``plan`` allows it. The first try is made here;
+    only when its outcome is to be tried again is tenacity's controller made, its first
+    attempt that outcome, so that the waits and the tries left are exactly the
+    controller's."""
+    first: Response | None = None
+    failed: Exception | None = None
+    try:
+        first = call(*args, **kwargs)
+    except Exception as exc:
+        if plan.final(exc, None):
+            raise
+        failed = exc
+    else:
+        if plan.final(None, first):
+            return first
+    from tenacity import Retrying
+
+    replayed = False
+
+    def again(*args: Any, **kwargs: Any) -> Response:
+        nonlocal replayed
+        if replayed:
+            return call(*args, **kwargs)
+        replayed = True
+        if failed is not None:
+            raise failed
+        assert first is not None
+        return first
+
+    answer: Response = Retrying(sleep=plan.backoff.sleep, **plan.settings())(again, *args, **kwargs)
+    return answer
 
 
 class Transport(Closing):
@@ -118,11 +151,13 @@ class Transport(Closing):
         timeout: float | None = None,
     ) -> Response:
         limit = timeout or self._timeout
-        policy = retry_policy(self._backoff, method, content, idempotent, ok_statuses)
-        send = Retrying(sleep=self._backoff.sleep, **policy)
+        plan = retries(self._backoff, method, content, idempotent, ok_statuses)
+
+        def send(*args: Any, **kwargs: Any) -> Response:
+            return _tried(plan, self._http.request, *args, **kwargs)
+
         try:
             response: Response = send(
-                self._http.request,
                 method,
                 path,
                 json=json_body,
@@ -140,7 +175,6 @@ class Transport(Closing):
             misdirected = response
             try:  # once: the owner's answer is the answer (protocol: hosts#answers-that-route)
                 response = send(
-                    self._http.request,
                     method,
                     target,
                     json=json_body,

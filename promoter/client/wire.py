@@ -1,8 +1,10 @@
 """What both daemon clients share: retries, the problem translation, TLS, URL segments.
 
-``Backoff`` says how idempotent calls are retried and ``retry_policy`` gives the
-settings of the tenacity controller (``Retrying``, ``AsyncRetrying``) that sends one call
-with those retries: a connection error
+``Backoff`` says how idempotent calls are retried, ``retries`` what they are for one call
+(whether a try's outcome is final is told without tenacity, so that a call answered at its
+first try never loads it) and ``retry_policy`` gives the settings of the tenacity
+controller (``Retrying``, ``AsyncRetrying``) that sends one call with those retries: a
+connection error
 (never a timeout), a 503 or a 429 (``too_many_requests``) answer is tried again, with
 delays doubling from ``Backoff.first`` up to ``Backoff.cap`` (at least a 429's
 ``Retry-After``, within the cap), ``Backoff.attempts`` tries in all, and only for an
@@ -30,21 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-from tenacity import (
-    RetryCallState,
-    retry_any,
-    retry_if_exception,
-    retry_if_result,
-    stop_after_attempt,
-    wait_exponential,
-)
-
 from promoter.client.direct import Answer
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
 if TYPE_CHECKING:
     import httpx
     from pydantic import BaseModel
+    from tenacity import RetryCallState
 
     Response = httpx.Response | Answer  # httpx's, or the loopback pool's (``direct``)
 
@@ -188,6 +182,50 @@ def _last_outcome(state: RetryCallState) -> Any:
     return state.outcome.result()
 
 
+@dataclass(frozen=True)
+class Retries:
+    """The retries ``backoff`` allows one call: ``attempts`` tries in all, an answer whose
+    status is in ``again`` or a connection error tried again. ``final`` tells a first try's
+    outcome the call keeps without tenacity (loaded only for a second try);
+    ``settings`` are its controller's."""
+
+    backoff: Backoff
+    attempts: int
+    again: frozenset[int]
+
+    def final(self, error: BaseException | None, result: Any) -> bool:
+        """Whether a try's outcome (``error`` raised, else ``result``) is the call's, as the
+        controller decides: no try left, an error not of the connection, or an answer
+        not to be tried again."""
+        if self.attempts <= 1:
+            return True
+        if error is not None:
+            return not _connection_error(error)
+        return not self.busy(result)
+
+    def busy(self, response: Any) -> bool:
+        """Whether ``response`` is an answer to try again (a 503, a 429 not expected)."""
+        return _is_answer(response) and response.status_code in self.again
+
+    def settings(self) -> dict[str, Any]:
+        """The tenacity controller's settings; the caller gives the sleep
+        (``Backoff.sleep``, or ``async_sleep`` on the loop)."""
+        return _settings(self)
+
+
+def retries(
+    backoff: Backoff,
+    method: str,
+    content: bytes | Iterable[bytes] | None,
+    idempotent: bool | None,
+    ok_statuses: tuple[int, ...] = (),
+) -> Retries:
+    """The retries ``backoff`` allows one call (``Retries``)."""
+    again = frozenset(status for status in (503, 429) if status not in ok_statuses)
+    attempts = max(backoff.attempts, 1) if _may_retry(method, content, idempotent) else 1
+    return Retries(backoff, attempts, again)
+
+
 def retry_policy(
     backoff: Backoff,
     method: str,
@@ -197,11 +235,19 @@ def retry_policy(
 ) -> dict[str, Any]:
     """The tenacity controller's settings for one call with the retries ``backoff`` allows
     it; the caller gives the sleep (``Backoff.sleep``, or ``async_sleep`` on the loop)."""
-    again = {status for status in (503, 429) if status not in ok_statuses}
+    return retries(backoff, method, content, idempotent, ok_statuses).settings()
 
-    def busy(response: Any) -> bool:
-        return _is_answer(response) and response.status_code in again
 
+def _settings(plan: Retries) -> dict[str, Any]:
+    from tenacity import (
+        retry_any,
+        retry_if_exception,
+        retry_if_result,
+        stop_after_attempt,
+        wait_exponential,
+    )
+
+    backoff = plan.backoff
     exponential = wait_exponential(multiplier=backoff.first, exp_base=2, max=backoff.cap)
 
     def wait(state: RetryCallState) -> float:
@@ -216,11 +262,10 @@ def retry_policy(
                     delay = max(delay, min(float(asked), backoff.cap))
         return delay
 
-    attempts = max(backoff.attempts, 1) if _may_retry(method, content, idempotent) else 1
     return {
-        "stop": stop_after_attempt(attempts),
+        "stop": stop_after_attempt(plan.attempts),
         "wait": wait,
-        "retry": retry_any(retry_if_exception(_connection_error), retry_if_result(busy)),
+        "retry": retry_any(retry_if_exception(_connection_error), retry_if_result(plan.busy)),
         "retry_error_callback": _last_outcome,
     }
 

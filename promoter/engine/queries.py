@@ -25,7 +25,7 @@ from promoter.domain.status import OperationStatus
 from promoter.domain.views import FeedEvent, OperationSummary
 from promoter.engine.repos import Registry, Repository
 from promoter.errors import OwnedByOtherHost
-from promoter.git.head import head_commit, symbolic_head
+from promoter.git.head import read_head
 from promoter.git.layout import repo_env
 from promoter.git.runner import run_git
 from promoter.store import feed, journal, step_rows, witness
@@ -225,12 +225,16 @@ class RepositoryHead:
 
 
 def repository_head(repository: Repository) -> RepositoryHead:
+    """``repository`` as it reads now: HEAD from its files where they answer as git would,
+    else one ``git for-each-ref`` of the branch HEAD names (``read_head``); a HEAD moved
+    since is read anew (its commit's tree not yet git's answer)."""
+    now = read_head(repository.layout)
     return RepositoryHead(
         name=repository.name,
         identity=repository.identity,
         worktree=repository.worktree,
-        branch=symbolic_head(repository.layout),
-        head=head_commit(repository.layout),
+        branch=now.branch,
+        head=now.commit,
     )
 
 

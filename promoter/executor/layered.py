@@ -31,6 +31,7 @@ from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
 from promoter.executor.start_watch import Watched
+from promoter.git.head import head_on_branch
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.runner import run_git
 
@@ -58,10 +59,18 @@ def _objects(worktree: str, found: RepoLayout | None = None) -> str:
     return os.path.join(layout.common_dir, "objects")
 
 
-def head_tree(worktree: str, head: str, *, found: RepoLayout | None = None) -> str:
+def head_tree(
+    worktree: str, head: str, *, found: RepoLayout | None = None, branch: str | None = None
+) -> str:
     """The tree of ``head``, which must still be the worktree's HEAD (``found``: the
-    worktree's layout, when the caller discovered it already)."""
+    worktree's layout, when the caller discovered it already). HEAD still on ``branch``
+    at ``head`` is read in one ``git for-each-ref`` (``head_on_branch``); any other case
+    as before, by ``rev-parse``."""
     layout = found or discover(worktree)
+    if branch is not None:
+        on = head_on_branch(layout, branch)
+        if on is not None and on.commit == head and on.tree is not None:
+            return on.tree
     current = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
     if current.stdout.decode().strip() != head:
         raise ConfigError(f"the worktree's HEAD is not at {head[:12]} any more; run again")

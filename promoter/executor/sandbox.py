@@ -145,7 +145,7 @@ def create(
 
     # the worktree's layout, discovered once for the head's tree and the layers
     found = discover(worktree) if layout == "overlay" else None
-    tree = layered.head_tree(worktree, head, found=found) if found else ""
+    tree = layered.head_tree(worktree, head, found=found, branch=branch) if found else ""
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
     if found is not None:

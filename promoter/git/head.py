@@ -12,10 +12,11 @@ gave it before (an object's content never changes for its id, and git here reads
 replace refs). Anything else is asked of git: a file that is a symlink, not a regular
 file, oversize or in any other form, a ref that is symbolic or missing (unborn), a
 branch name out of the plain form, reftable, a commit git has not answered for yet.
-Then one ``git for-each-ref`` of the branch HEAD is expected on (``%(HEAD)`` marks the
-ref HEAD resolves to, and the ref's object type and tree come with it) answers; any
-other case (detached, unborn, another branch, not a commit) is answered by
-``symbolic_head``, ``head_commit`` and ``commit_tree`` exactly as before.
+Then one ``git for-each-ref`` of the branch HEAD is expected on (the caller's, else the
+one HEAD's file names; ``%(HEAD)`` marks the ref HEAD resolves to, and the ref's object
+type and tree come with it) answers; any other case (detached, unborn, another branch,
+not a commit) is answered by ``symbolic_head``, ``head_commit`` and ``commit_tree``
+exactly as before.
 
 Deliberately not here: the index, trees below the root and blobs (``readback.py``),
 deciding what HEAD means for a promotion (the engine compares).
@@ -42,6 +43,7 @@ __all__ = [
     "head_commit",
     "head_from_files",
     "head_from_git",
+    "head_on_branch",
     "read_head",
     "symbolic_head",
 ]
@@ -86,22 +88,22 @@ def read_head(layout: RepoLayout, expected_branch: str | None = None) -> HeadSta
     """``symbolic_head``, ``head_commit`` and ``commit_tree`` of HEAD, read together.
 
     From the files where they answer as git would (``head_from_files``), else as git
-    answers (``head_from_git``): the answers are always those of the three functions.
+    answers (``head_from_git``, expecting ``expected_branch``, or when it is ``None`` the
+    branch HEAD's file names): the answers are always those of the three functions.
     """
     read = head_from_files(layout)
     if read is not None:
         return read
-    return head_from_git(layout, expected_branch)
+    return head_from_git(layout, expected_branch or _named_branch(layout))
 
 
 def head_from_git(layout: RepoLayout, expected_branch: str | None = None) -> HeadState:
     """``read_head`` as git answers it: one ``git for-each-ref`` when HEAD is
     ``expected_branch`` at a commit, else ``symbolic_head``, ``head_commit`` and
     ``commit_tree`` one by one."""
-    if expected_branch is not None and expected_branch.startswith("refs/"):
-        fast = _head_from_ref(layout, expected_branch)
+    if expected_branch is not None:
+        fast = head_on_branch(layout, expected_branch)
         if fast is not None:
-            _remember(layout, fast.commit, fast.tree)
             return fast
     branch = symbolic_head(layout)
     commit = head_commit(layout)
@@ -218,6 +220,19 @@ def _branch_commit(layout: RepoLayout, name: bytes) -> str:
     return loose[:40].decode("ascii")
 
 
+def _named_branch(layout: RepoLayout) -> str | None:
+    """The branch HEAD's file names in the plain form (``None``: any other form); only a
+    guess for git to confirm, never an answer itself."""
+    try:
+        head = _small_file(os.path.join(layout.git_dir, "HEAD"), _REF_LIMIT)
+    except _AskGit:
+        return None
+    if head is None or not head.startswith(b"ref: ") or not head.endswith(b"\n"):
+        return None
+    name = head[5:-1]
+    return name.decode("ascii") if _BRANCH.fullmatch(name) else None
+
+
 def head_from_files(layout: RepoLayout) -> HeadState | None:
     """Symbolic HEAD, HEAD's commit and its tree read from the files, or ``None`` when
     git must answer (the module's docstring names the cases)."""
@@ -241,6 +256,18 @@ def head_from_files(layout: RepoLayout) -> HeadState | None:
         return None
     except _AskGit:
         return None
+
+
+def head_on_branch(layout: RepoLayout, branch: str) -> HeadState | None:
+    """HEAD, its commit and tree when HEAD is ``branch`` at a commit, by one ``git
+    for-each-ref``; ``None`` for any other case (detached, unborn, another branch, not a
+    commit), which the caller asks git in its own way."""
+    if not branch.startswith("refs/"):
+        return None
+    found = _head_from_ref(layout, branch)
+    if found is not None:
+        _remember(layout, found.commit, found.tree)
+    return found
 
 
 def _head_from_ref(layout: RepoLayout, branch: str) -> HeadState | None:

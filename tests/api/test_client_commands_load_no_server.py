@@ -328,4 +328,5 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         assert "_strptime" not in modules  # the grant's timestamps read without it
         assert "httpx" not in modules  # the loopback daemon reached without it
         assert "typer" not in modules  # its command line read without typer (run_args)
+        assert "tenacity" not in modules  # every call answered at its first try
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"

@@ -265,3 +265,58 @@ def test_a_moved_branch_is_read_as_git_reads_it(repo: Path) -> None:
     moved = read_head(layout, MAIN)
     assert moved == _gits(repo)
     assert moved.commit != first.commit
+
+
+def test_head_read_with_no_branch_expected_asks_git_of_heads_own_once(repo: Path) -> None:
+    layout = discover(repo)
+    with runner.counting() as started:
+        head = read_head(layout, None)  # the daemon's listing: no branch expected
+    assert started == ["for-each-ref"]
+    assert head == _gits(repo)
+    with runner.counting() as started:
+        assert read_head(layout, None) == head
+    assert started == []
+
+
+def test_a_head_file_naming_a_branch_that_is_symbolic_is_not_taken_on_its_word(
+    repo: Path,
+) -> None:
+    first = git(repo, "rev-parse", "HEAD~1")
+    git(repo, "branch", "other", first)
+    git(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/other")
+    git(repo, "symbolic-ref", "HEAD", "refs/heads/alias")
+    layout = discover(repo)
+    _fallback(layout, None)
+    assert read_head(layout, None) == _gits(repo)
+    assert read_head(layout, None).commit == first
+
+
+def test_a_branch_moved_under_the_listing_is_read_anew(repo: Path) -> None:
+    layout = discover(repo)
+    listed = read_head(layout, None)
+    assert read_head(layout, None) == listed  # from the files now
+    (repo / "c.txt").write_bytes(b"c\n")
+    moved = commit_all(repo, "third")
+    with runner.counting() as started:
+        again = read_head(layout, None)
+    assert started == ["for-each-ref"]
+    assert again == _gits(repo) and again.commit == moved != listed.commit
+
+
+def test_the_sandboxs_head_tree_is_one_for_each_ref_and_refuses_a_moved_head(
+    repo: Path,
+) -> None:
+    from promoter.errors import ConfigError
+    from promoter.executor.layered import head_tree
+
+    head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+    found = discover(repo)
+    with runner.counting() as started:
+        assert head_tree(str(repo), head, found=found, branch=MAIN) == tree
+    assert started == ["for-each-ref"]
+    older = git(repo, "rev-parse", "HEAD~1")
+    for branch in (MAIN, "refs/heads/other", None):  # moved since listed: refused alike
+        with pytest.raises(ConfigError, match="HEAD is not at"):
+            head_tree(str(repo), older, found=discover(repo), branch=branch)
+    git(repo, "checkout", "-q", "--detach", "HEAD")
+    assert head_tree(str(repo), head, found=discover(repo), branch=MAIN) == tree

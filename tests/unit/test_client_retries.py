@@ -9,6 +9,8 @@ body never are.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,3 +190,45 @@ def test_database_unavailable_is_retried_by_both_clients() -> None:
 
     asyncio.run(run())
     assert again.count == 2
+
+
+def test_a_first_try_kept_or_retried_loads_tenacity_only_for_a_second_try() -> None:
+    """A call answered at its first try (or refused in a way no try repeats) never loads
+    tenacity; the first refused try is the controller's first attempt (no extra try)."""
+    probe = """
+import sys
+import httpx
+from promoter.client.sync import Backoff, PromoterClient
+from promoter.errors import PromoterError
+counted = []
+busy = [1]
+def answer(request):
+    counted.append(request.url.path)
+    if request.url.path == "/v1/busy" and busy[0] > 0:
+        busy[0] -= 1
+        return httpx.Response(503, json={"code": "database_busy", "status": 503})
+    if request.url.path == "/v1/bad":
+        return httpx.Response(400, json={"code": "bad_request", "status": 400})
+    return httpx.Response(200, json={})
+slept = []
+backoff = Backoff(4, 0.25, 8.0, sleep=slept.append)
+with PromoterClient("http://127.0.0.1:9", "t", transport=httpx.MockTransport(answer), backoff=backoff) as c:
+    c._send("GET", "/v1/x")
+    try:
+        c._send("GET", "/v1/bad")
+    except PromoterError:
+        pass
+    try:
+        c._send("POST", "/v1/busy", content=b"{}")  # not idempotent: its 503 is the answer
+    except PromoterError as exc:
+        print(exc.code, end=" ")
+    loaded = "tenacity" in sys.modules
+    counted.clear()
+    busy[0] = 2
+    c._send("GET", "/v1/busy")
+print(loaded, "tenacity" in sys.modules, len(counted), slept)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout == "database_busy False True 3 [0.25, 0.5]\n", done.stderr
