@@ -35,7 +35,7 @@ from promoter.executor.seed_index import (
     plain_index,
 )
 from promoter.git.gitlinks import first_gitlink_reason
-from promoter.git.head import commit_tree, head_commit
+from promoter.git.head import read_head
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CatFile
 from promoter.git.readback import prefixes_of, tree_entries
@@ -109,8 +109,10 @@ class SeededShadow(ShadowTree):
     After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
     tree's gitlink paths when the seed showed them (``None``: list the base tree).
     ``head_tree``: HEAD's tree when the caller has read it (``None``: ``unsupported``
-    reads it). ``only``: the status pass reads these paths (literal pathspecs) and
-    nothing else; the caller vouches that no other path differs (``start_watch.plan``).
+    reads it with ``head.read_head``: from HEAD's files, no git process, when this
+    process's git named that commit's tree before). ``only``: the status pass reads
+    these paths (literal pathspecs) and nothing else; the caller vouches that no other
+    path differs (``start_watch.plan``).
     An index with gitlinks is then computed in full (a submodule's HEAD moves with no
     event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
     used when the copy has that key instead of walking it again; when it is a walk of
@@ -441,9 +443,8 @@ class SeededShadow(ShadowTree):
         if self._index_gitlinks is None or self.gitlinks is None:
             return super().unsupported(entries, symlinks=symlinks)
         head_tree = self._head_tree
-        if head_tree is None:
-            head = head_commit(self.layout)
-            head_tree = None if head is None else commit_tree(self.layout, head)
+        if head_tree is None:  # from HEAD's files when git answered for that commit before
+            head_tree = read_head(self.layout).tree
         if head_tree != self.base_tree:
             return super().unsupported(entries, symlinks=symlinks)
         found, others = self._by_mode(entries, symlinks=symlinks)
