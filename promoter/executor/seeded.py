@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -37,7 +37,7 @@ from promoter.executor.seed_index import (
 from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import read_head
 from promoter.git.layout import RepoLayout
-from promoter.git.objects import CatFile
+from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.readback import prefixes_of, tree_entries
 from promoter.git.records import (
     DiffEntry,
@@ -461,6 +461,18 @@ class SeededShadow(ShadowTree):
         if self._entries is not None and base_tree in (None, self.base_tree):
             return list(self._entries)
         return super().diff(base_tree)
+
+    def read_blob(self, oid: str) -> bytes:
+        """``ShadowTree.read_blob``; a blob the seeded pass stored is read from its own
+        loose object, with no ``cat-file`` started."""
+        own = self._objects.chunks(oid) if self.seeded else None
+        return super().read_blob(oid) if own is None else b"".join(own)
+
+    def iter_blob(self, oid: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """``ShadowTree.iter_blob``; a blob the seeded pass stored is read from its own
+        loose object (in the store's chunks), with no ``cat-file`` started."""
+        own = self._objects.chunks(oid) if self.seeded else None
+        return super().iter_blob(oid, chunk_size) if own is None else own
 
     def blob_sha256(
         self, oids: Iterable[str], *, base: CatFile | None = None
