@@ -7,9 +7,11 @@ that writes them, and remembering each stored blob's sha256 and size. Bytes whos
 the caller's ``known`` one (the base's) are hashed and not stored. ``store_object``
 stores one small object of another type the same way (the builder's private commit).
 
-It deliberately does not decide which paths to read, pack anything or read objects back
-(``cat-file`` does). A file that is not a regular file, or whose size changes while it
-is read, is refused with ``Unstable``; other ``OSError`` reach the caller.
+``chunks`` reads back a blob it stored itself (the seeded start lays the person's new
+content from there without starting a ``cat-file``). It deliberately does not decide
+which paths to read, pack anything or read any other object (``cat-file`` does). A file
+that is not a regular file, or whose size changes while it is read, is refused with
+``Unstable``; other ``OSError`` reach the caller.
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ class LooseObjects:
             self._place_or_drop(temp, oid, keep=True)
             self.digests[oid] = (hashlib.sha256(data).hexdigest(), len(data))
         return oid
+
+    def chunks(self, oid: str) -> Iterator[bytes] | None:
+        """The bytes of blob ``oid`` as this store wrote it, or ``None`` when it did not
+        store it; opened at once, read as iterated (``ValueError``: not the blob it wrote)."""
+        if oid not in self.digests:
+            return None
+        fd = os.open(
+            os.path.join(self.objects, oid[:2], oid[2:]), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
+        return _inflated(os.fdopen(fd, "rb", buffering=0), self.digests[oid][1])
 
     def store_object(self, kind: bytes, data: bytes) -> str:
         """The id of the ``kind`` object (``commit``, ``tree``) holding ``data``, stored."""
@@ -133,3 +145,27 @@ def _chunks(handle: io.RawIOBase) -> Iterator[memoryview]:
         if not count:
             return
         yield view[:count]
+
+
+def _inflated(handle: io.RawIOBase, size: int) -> Iterator[bytes]:
+    """The content of the loose blob of ``size`` bytes read from ``handle`` (closed at the
+    end); ``ValueError`` for another header, length or an unfinished stream."""
+    with handle:
+        inflate = zlib.decompressobj()
+        header = b"blob %d\0" % size
+        pending: bytes | None = b""
+        seen = 0
+        for chunk in _chunks(handle):
+            data = inflate.decompress(chunk)
+            if pending is not None:
+                pending += data
+                if len(pending) < len(header):
+                    continue
+                if not pending.startswith(header):
+                    raise ValueError("not the blob this store wrote")
+                data, pending = pending[len(header) :], None
+            seen += len(data)
+            if data:
+                yield data
+        if pending is not None or not inflate.eof or inflate.unused_data or seen != size:
+            raise ValueError("not the blob this store wrote")

@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -35,9 +35,9 @@ from promoter.executor.seed_index import (
     plain_index,
 )
 from promoter.git.gitlinks import first_gitlink_reason
-from promoter.git.head import commit_tree, head_commit
+from promoter.git.head import read_head
 from promoter.git.layout import RepoLayout
-from promoter.git.objects import CatFile
+from promoter.git.objects import CHUNK_SIZE, CatFile
 from promoter.git.readback import prefixes_of, tree_entries
 from promoter.git.records import (
     DiffEntry,
@@ -109,8 +109,10 @@ class SeededShadow(ShadowTree):
     After entry ``seeded`` says which computation ran, ``gitlinks`` holds the base
     tree's gitlink paths when the seed showed them (``None``: list the base tree).
     ``head_tree``: HEAD's tree when the caller has read it (``None``: ``unsupported``
-    reads it). ``only``: the status pass reads these paths (literal pathspecs) and
-    nothing else; the caller vouches that no other path differs (``start_watch.plan``).
+    reads it with ``head.read_head``: from HEAD's files, no git process, when this
+    process's git named that commit's tree before). ``only``: the status pass reads
+    these paths (literal pathspecs) and nothing else; the caller vouches that no other
+    path differs (``start_watch.plan``).
     An index with gitlinks is then computed in full (a submodule's HEAD moves with no
     event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
     used when the copy has that key instead of walking it again; when it is a walk of
@@ -441,9 +443,8 @@ class SeededShadow(ShadowTree):
         if self._index_gitlinks is None or self.gitlinks is None:
             return super().unsupported(entries, symlinks=symlinks)
         head_tree = self._head_tree
-        if head_tree is None:
-            head = head_commit(self.layout)
-            head_tree = None if head is None else commit_tree(self.layout, head)
+        if head_tree is None:  # from HEAD's files when git answered for that commit before
+            head_tree = read_head(self.layout).tree
         if head_tree != self.base_tree:
             return super().unsupported(entries, symlinks=symlinks)
         found, others = self._by_mode(entries, symlinks=symlinks)
@@ -460,6 +461,18 @@ class SeededShadow(ShadowTree):
         if self._entries is not None and base_tree in (None, self.base_tree):
             return list(self._entries)
         return super().diff(base_tree)
+
+    def read_blob(self, oid: str) -> bytes:
+        """``ShadowTree.read_blob``; a blob the seeded pass stored is read from its own
+        loose object, with no ``cat-file`` started."""
+        own = self._objects.chunks(oid) if self.seeded else None
+        return super().read_blob(oid) if own is None else b"".join(own)
+
+    def iter_blob(self, oid: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """``ShadowTree.iter_blob``; a blob the seeded pass stored is read from its own
+        loose object (in the store's chunks), with no ``cat-file`` started."""
+        own = self._objects.chunks(oid) if self.seeded else None
+        return super().iter_blob(oid, chunk_size) if own is None else own
 
     def blob_sha256(
         self, oids: Iterable[str], *, base: CatFile | None = None

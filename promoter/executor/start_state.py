@@ -233,11 +233,33 @@ def capture_into(
     kept as the next start's baseline.
     """
     layout = found or discover(worktree)
+    if alternates is None:
+        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+        return _capture(layout, clone, home, base_tree, whiteouts, None, planned, watched)
+    start_env = {  # an overlay's start layer: HEAD's objects are the person's
+        "GIT_DIR": str(clone.absolute() / ".git"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
+    }
+    with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
+        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+        return _capture(layout, clone, home, base_tree, whiteouts, reader, planned, watched)
+
+
+def _capture(
+    layout: RepoLayout,
+    clone: Path,
+    home: Path,
+    base_tree: str,
+    whiteouts: bool,
+    reader: CatFile | None,
+    planned: start_watch.Plan | None,
+    watched: start_watch.Watched | None,
+) -> StartState:
+    """``capture_into`` once the plan is made (``reader``: the overlay layer's objects)."""
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
-    planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
     shadow = _read_person(layout, base_tree, planned)
     try:
         entries = shadow.diff()
@@ -276,16 +298,11 @@ def capture_into(
     finally:
         shadow.close()
     faults.point("start_state_laid")
-    if alternates is None:
+    if reader is None:
         tree = _start_tree(clone, home, base_tree, laid, None)
     else:  # an overlay's start layer: only the trees on the laid paths are read
-        start_env = {
-            "GIT_DIR": str(clone.absolute() / ".git"),
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
-        }
         edits = [(os.fsencode(e.path), e.new_mode, e.new_oid) for e in laid]
-        with CatFile(cwd=clone, env=start_env) as cat:
-            tree = edited_tree(cat, objects.store_object, base_tree, edits)
+        tree = edited_tree(reader, objects.store_object, base_tree, edits)
     if staged_in is None:  # the status pass did not list the staged paths: git names them
         staged_in = _index_only(layout.worktree, env, base_tree)
     staged = [p for p in staged_in if p not in skipped]

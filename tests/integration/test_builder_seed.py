@@ -629,6 +629,8 @@ def test_an_index_the_kernel_cannot_send_is_copied_by_reads_to_the_same_bundle(
 
     assert used_seed is True
     assert outcome == expected
+
+
 def _git_reading(repo: Path, index: Path | None, *args: str) -> bytes:
     """``git args`` in ``repo`` with ``index`` as its index file, never writing it."""
     import subprocess

@@ -7,12 +7,13 @@ and after, and nothing outside the clone may change.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from promoter.executor.start_state import capture_into
-from tests.gitutil import git
+from tests.gitutil import git, git_env
 from tests.support.flows import init_repo
 from tests.support.promotion import git_dir_digest, tree_bytes
 
@@ -86,3 +87,50 @@ def test_a_clone_named_by_a_relative_path_is_laid_too(
 
     assert tree_bytes(clone) == tree_bytes(repo)
     assert "notes.txt" in git(clone, "ls-tree", "-r", "--name-only", state.tree).split("\n")
+
+
+def test_a_head_moved_onto_a_gitlink_after_its_tree_was_read_is_checked_as_the_new_head(
+    tmp_path: Path,
+) -> None:
+    """HEAD's tree for the gitlink check comes from HEAD's files and the tree git named
+    for that commit before: a ref moved since (no event, the index untouched) to a tree
+    with a gitlink must be read anew, and a path under it refused, not taken as the base."""
+    from promoter.executor.seeded import SeededShadow
+    from promoter.git import runner
+    from promoter.git.head import head_on_branch
+    from promoter.git.layout import discover
+
+    repo = init_repo(tmp_path / "work", {"README.md": b"r\n"})
+    layout = discover(str(repo))
+    on = head_on_branch(layout, "refs/heads/main")  # as the sandbox reads its base
+    assert on is not None and on.tree is not None
+    base = on.tree
+    with SeededShadow(layout, base_tree=base) as shadow:  # HEAD unmoved: no git asked
+        with runner.counting() as started:
+            assert shadow.unsupported(shadow.diff(), symlinks=True) == {}
+        assert shadow.seeded and started == []
+    (repo / "sub").mkdir()
+    (repo / "sub" / "x.py").write_bytes(b"untracked\n")
+    head = git(repo, "rev-parse", "HEAD")
+    scratch = git_env() | {"GIT_INDEX_FILE": str(tmp_path / "scratch-index")}
+    for args in (
+        ["read-tree", "HEAD"],
+        ["update-index", "--add", "--cacheinfo", f"160000,{head},sub"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], env=scratch, check=True)
+    tree = (
+        subprocess.run(
+            ["git", "-C", str(repo), "write-tree"], env=scratch, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    moved = git(repo, "commit-tree", "-p", head, "-m", "a gitlink", tree)
+    git(repo, "update-ref", "refs/heads/main", moved)
+
+    with SeededShadow(layout, base_tree=base) as shadow:
+        entries = shadow.diff()
+        assert shadow.seeded and [e.path for e in entries] == ["sub/x.py"]
+        skipped = shadow.unsupported(entries, symlinks=True)
+    assert list(skipped) == ["sub/x.py"]
+    assert "gitlink" in skipped["sub/x.py"]

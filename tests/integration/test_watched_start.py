@@ -600,3 +600,46 @@ def test_an_untracked_file_in_a_tracked_directory_holding_a_repository_is_found(
     assert planned.candidates == [b"src/new.py"]
     state = starts.capture(True)[0]
     assert "src/new.py" in {p["path"] for p in state.preconditions + state.skipped}, state
+
+
+def test_a_narrowed_start_of_an_overlay_layer_starts_three_git_processes(
+    starts: Starts,
+) -> None:
+    """As ``promoter run`` starts an overlay sandbox after reading its base (HEAD's tree
+    named by git): the layer's object reader (started first, while the daemon answers),
+    the candidates' pruned HEAD (``ls-tree``) and the status pass; the blobs it stored
+    are laid from its own loose objects and HEAD for the gitlink check is read from its
+    files, with no process."""
+    from promoter.executor import layers
+    from promoter.git import runner
+    from promoter.git.head import head_on_branch
+
+    repo = starts.repo
+    _narrowed_once(starts)
+    layout = discover(str(repo))
+    on = head_on_branch(layout, "refs/heads/main")
+    assert on is not None and on.commit is not None and on.tree is not None
+    (repo / "src/m2.py").write_bytes(b"edited\n")
+    (repo / "src/new.py").write_bytes(b"new\n")
+    full, full_files = starts.capture(False)
+    layer, home = starts.tmp_path / "layer", starts.tmp_path / "overlay-home"
+    home.mkdir()
+    layers.lay_git(layer, "refs/heads/main", on.commit)
+    objects = str(repo / ".git" / "objects")
+    where = Watched(starts.state_dir, starts.ask)
+    with runner.counting() as started:
+        state = capture_into(
+            str(repo),
+            layer,
+            home,
+            on.tree,
+            whiteouts=True,
+            alternates=objects,
+            found=layout,
+            watched=where,
+        )
+    assert starts.plans[-1].candidates == [b"src/m1.py", b"src/m2.py", b"src/new.py"]
+    assert started == ["cat-file", "ls-tree", "status"]
+    assert state.tree == full.tree and state.preconditions == full.preconditions
+    laid = {path: data for path, data in tree_bytes(layer).items() if path != ".git"}
+    assert laid == {p: full_files[p] for p in ("src/m1.py", "src/m2.py", "src/new.py")}
