@@ -143,10 +143,11 @@ def test_random_line_edits_print_as_one_process_each(
         b"diff --git a/o/000000 b/n/000000\nBinary files differ\n",  # not a hunk
         b"@@ -1 +1 @@\n-a\n+b\n",  # a hunk before any file
         b"diff --git a/o/000000 b/n/000000\n@@ -1 +1 @@\n-a\n+b\nindex 1..2\n",
+        b"diff --git a/o/000001 b/o/000001\n@@ -1 +0,0 @@\n-a\n",  # a side that is there
     ],
 )
 def test_output_off_git_grammar_is_refused(output: bytes) -> None:
-    assert batches._index(io.BytesIO(output), 2, killed=False) is None
+    assert batches._index(io.BytesIO(output), [b"on", b"on"], killed=False) is None
 
 
 def test_a_killed_run_keeps_what_came_before_the_section_being_written() -> None:
@@ -154,7 +155,7 @@ def test_a_killed_run_keeps_what_came_before_the_section_being_written() -> None
         b"diff --git a/o/000000 b/n/000000\n@@ -1 +1 @@\n-a\n+b\n"
         b"diff --git a/o/000002 b/n/000002\n@@ -1,2 +1,2 @@\n-a\n+b\n c"
     )
-    found = batches._index(io.BytesIO(output), 4, killed=True)
+    found = batches._index(io.BytesIO(output), [b"on"] * 4, killed=True)
     assert found is not None
     ranges, last = found
     assert last == 2 and batches._done(4, last, True) == [
@@ -175,6 +176,19 @@ def test_a_blob_that_cannot_be_linked_falls_back_and_leaves_nothing(tmp_path: Pa
     assert batches.run(os.fspath(tmp_path / "tmp"), [*pairs, (gone, None)], GIT_DIFF, 30) is None
     assert os.listdir(tmp_path / "tmp") == []
     assert all(os.stat(p).st_nlink == 1 for pair in pairs for p in pair if p)
+
+
+def test_a_stored_blob_that_is_a_symlink_falls_back(tmp_path: Path) -> None:
+    """git diffs a link's target text, not the bytes it points to: never batched."""
+    (tmp_path / "blobs").mkdir()
+    pairs = _files(tmp_path / "blobs", [(LONG, EDIT), (LONG, EDIT)])
+    link = tmp_path / "blobs" / "link"
+    link.symlink_to(str(pairs[0][1]))
+    assert (
+        batches.run(os.fspath(tmp_path / "tmp"), [*pairs, (os.fspath(link), None)], GIT_DIFF, 30)
+        is None
+    )
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_a_run_out_of_time_stops_the_first_pair_and_reaches_no_other(tmp_path: Path) -> None:

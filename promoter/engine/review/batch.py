@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import subprocess
 import tempfile
 import time
@@ -69,9 +70,15 @@ class Batch:
         self.spool.close()
 
 
-def _index(spool: BinaryIO, count: int, killed: bool) -> tuple[Ranges, int] | None:
+def _sides(pair: Pair) -> bytes:
+    """The directories git names in a pair's header: both sides, only the new, only the old."""
+    return b"on" if pair[0] and pair[1] else b"nn" if pair[1] else b"oo"
+
+
+def _index(spool: BinaryIO, sides: list[bytes], killed: bool) -> tuple[Ranges, int] | None:
     """Each pair's byte range of hunk lines and the last pair with a section, or None when
-    the output is not git's for pairs ``0..count-1`` (a cut end only when ``killed``)."""
+    the output is not git's for pairs of ``sides`` (``_sides``; a cut end only when
+    ``killed``)."""
     ranges: Ranges = {}
     k = -1
     begin: int | None = None  # where the current section's first hunk starts
@@ -100,8 +107,10 @@ def _index(spool: BinaryIO, count: int, killed: bool) -> tuple[Ranges, int] | No
             body = True
         elif header := _HEADER.fullmatch(line):
             number = int(header.group(2))
-            sides = header.group(1) + header.group(3)
-            if header.group(2) != header.group(4) or sides == b"no" or not k < number < count:
+            named = header.group(1) + header.group(3)
+            if header.group(2) != header.group(4) or not k < number < len(sides):
+                return None
+            if named != sides[number]:
                 return None
             if k >= 0:
                 ranges[k] = (pos, pos) if begin is None else (begin, pos)
@@ -174,14 +183,16 @@ def _linked(
                     except OSError:
                         return None  # another filesystem, a blob gone: file by file
                     made.append((folder, f"{k:06d}"))
-            return _spooled(top, path, len(pairs), git_diff, timeout)
+                    if not stat.S_ISREG(folder.mode(f"{k:06d}") or 0):
+                        return None  # git would diff a link's target, not the bytes
+            return _spooled(top, path, [_sides(pair) for pair in pairs], git_diff, timeout)
         finally:
             for folder, name in made:
                 folder.remove_entry(name)
 
 
 def _spooled(
-    top: OwnDir, path: str, count: int, git_diff: tuple[str, ...], timeout: float
+    top: OwnDir, path: str, sides: list[bytes], git_diff: tuple[str, ...], timeout: float
 ) -> Batch | None:
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     spool = os.fdopen(os.open(_OUT, flags, 0o600, dir_fd=top.fd), "w+b")
@@ -210,11 +221,11 @@ def _spooled(
         if returncode not in (0, 1) and not killed:
             return None
         spool.seek(0)
-        found = _index(spool, count, killed)
+        found = _index(spool, sides, killed)
         if found is None:
             return None
         keep = True
-        return Batch(spool, found[0], _done(count, found[1], killed), seconds)
+        return Batch(spool, found[0], _done(len(sides), found[1], killed), seconds)
     finally:
         if not keep:
             spool.close()
