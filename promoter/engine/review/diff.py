@@ -4,8 +4,10 @@
 (operation, modes, sizes, hashes, line counts, binary or summarized, ``flags`` from
 ``promoter.engine.review.scan``) and one unified diff cut at a line end past ``limit``
 (protocol: api#what-a-review-shows). Small files are diffed by ``difflib``, the rest by a
-hermetic ``git diff --no-index`` sharing ``review_diff_timeout``; at most
-``review_diff_concurrency`` diffs are built at once. Fault point: ``bundle_diff_file``.
+hermetic ``git diff --no-index`` sharing ``review_diff_timeout``: on a page that diffs
+every file, all of them in one process (``promoter.engine.review.batch``; file by file
+when that cannot stand for it). At most ``review_diff_concurrency`` diffs are built at
+once. Fault point: ``bundle_diff_file``.
 
 Not here: the worktree (the preflight's), rendering (the CLI's).
 """
@@ -13,6 +15,7 @@ Not here: the worktree (the preflight's), rendering (the CLI's).
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import subprocess
 import threading
@@ -27,6 +30,7 @@ from promoter.domain.models import Change, FileState
 from promoter.domain.renames import Rename
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.ports import Archive, Contents, Reviewing
+from promoter.engine.review import batch as batches
 from promoter.engine.review.scan import (
     LONG_LINE,
     Scan,
@@ -360,6 +364,63 @@ class _Budget:
         self.left = seconds
 
 
+@dataclass
+class _Ready:
+    """A file's sides scanned before the walk, and its place in the batch (None: not in it)."""
+
+    old: _Side
+    new: _Side
+    batch: batches.Batch | None = None
+    k: int | None = None
+
+
+def _sides(services: Contents, change: Change, moves: _Moves) -> tuple[_Side, _Side]:
+    came = moves.into.get(change.path)
+    return _side(services, came[1].old if came else change.old), _side(services, change.new)
+
+
+def _data(services: Contents, side: _Side) -> bytes:
+    """A small side's bytes: kept from its scan, else read again."""
+    if side.data is not None:
+        return side.data
+    if not side.state.exists or side.state.sha256 is None:
+        return b""
+    return services.blobs.read(side.state.sha256)
+
+
+def _prepare(
+    services: Contents, changes: list[tuple[int, Change]], moves: _Moves, budget: _Budget
+) -> list[_Ready]:
+    """Every file's sides, and the files git diffs, run as one batch (``batch`` None:
+    fewer than two such files, or the batch could not stand for them: file by file).
+    Small sides' bytes are dropped (read again when diffed): one file's bytes at a time."""
+    cap = services.settings.review_diff_max_file_bytes
+    ready: list[_Ready] = []
+    pairs: list[batches.Pair] = []
+    for _, change in changes:
+        old, new = _sides(services, change, moves)
+        ready.append(_Ready(old, new))
+        scans = [s.scan for s in (old, new) if s.scan is not None]
+        if (
+            change.path not in moves.out
+            and not any(s.binary or s.size > cap for s in scans)
+            and not all(s.size <= SMALL_BYTES and s.lines <= SMALL_LINES for s in scans)
+        ):
+            ready[-1].k = len(pairs)
+            pairs.append((old.path, new.path))
+        old.data = new.data = None
+    if len(pairs) < 2 or budget.left <= 0:
+        return ready
+    batch = batches.run(os.fspath(services.blobs.tmp_dir), pairs, GIT_DIFF, budget.left)
+    if batch is None:
+        return ready
+    budget.left -= batch.seconds
+    for entry in ready:
+        if entry.k is not None:
+            entry.batch = batch
+    return ready
+
+
 def _file(
     services: Contents,
     index: int,
@@ -369,20 +430,22 @@ def _file(
     *,
     diff: bool = True,
     moves: _Moves | None = None,
+    ready: _Ready | None = None,
 ) -> FileEntry:
     """One file's entry, its diff text written to ``out``. ``diff=False``: a file before
     the cursor or past the cut is scanned (flags, sizes) but not diffed (``added``,
     ``removed``, ``diff_bytes`` are then None). A rename's created path is diffed against
     its deleted path (``rename_from``); the deleted path names where it went
-    (``renamed_to``) and shows no lines of its own."""
+    (``renamed_to``) and shows no lines of its own. ``ready``: the sides already scanned,
+    and the batch that diffed this file."""
     settings = services.settings
     cap = settings.review_diff_max_file_bytes
     out.begin(index)
     moves = moves or _Moves()
     came = moves.into.get(change.path)  # (the rename, the deleted path's change)
     went = moves.out.get(change.path)
-    old = _side(services, came[1].old if came else change.old)
-    new = _side(services, change.new)
+    old, new = (ready.old, ready.new) if ready else _sides(services, change, moves)
+    batch, k = (ready.batch, ready.k) if ready and ready.k is not None else (None, 0)
     point("bundle_diff_file")
     scans = [s.scan for s in (old, new) if s.scan is not None]
     binary = any(s.binary for s in scans)
@@ -393,7 +456,7 @@ def _file(
     why = ""
     if not binary and large:
         why = f"File too large to diff here (over {cap} bytes)"
-    elif not binary and not small and left <= 0:
+    elif not binary and not small and (batch.done[k] == "not_reached" if batch else left <= 0):
         why = f"Not diffed: this request's {settings.review_diff_timeout:g} s for diffs are spent"
     for line in _rename_header(change, came[0], came[1]) if came else _header(change):
         out.add(line)
@@ -411,9 +474,14 @@ def _file(
     elif not diff:
         added = removed = None
     else:
-        git = None if small else _GitDiff(old.path, new.path, left)
+        git = None if small or batch else _GitDiff(old.path, new.path, left)
         started_at = time.monotonic()
-        lines = _difflib_lines(old.data or b"", new.data or b"") if git is None else git.lines()
+        if batch is not None:
+            lines = batch.lines(k)
+        elif git is None:
+            lines = _difflib_lines(_data(services, old), _data(services, new))
+        else:
+            lines = git.lines()
         started = False
         added = removed = 0
         for line in lines:
@@ -428,7 +496,7 @@ def _file(
             out.add(_render(line))
         if git is not None:
             budget.left -= time.monotonic() - started_at
-        if git is not None and git.timed_out:
+        if (git is not None and git.timed_out) or (batch and batch.done[k] == "stopped"):
             spent = settings.review_diff_timeout
             why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
             out.add(_summary(change, old, new, why))
@@ -503,7 +571,19 @@ def _walk(
     with _slot(services.settings.review_diff_concurrency):
         moves = _moves(services, every if every is not None else [c for _, c in changes])
         budget = _Budget(services.settings.review_diff_timeout)
-        files = [_file(services, i, c, out, budget, diff=rest, moves=moves) for i, c in changes]
+        if not rest:  # files past the cut are not diffed: one at a time, as they come
+            files = [_file(services, i, c, out, budget, diff=rest, moves=moves) for i, c in changes]
+            return files, out
+        ready = _prepare(services, changes, moves, budget)
+        try:
+            files = [
+                _file(services, i, c, out, budget, moves=moves, ready=r)
+                for (i, c), r in zip(changes, ready, strict=True)
+            ]
+        finally:
+            for entry in ready:
+                if entry.batch is not None:
+                    entry.batch.close()
     return files, out
 
 
