@@ -1,11 +1,12 @@
 """Names of promoter's named temp files in its state directory, and the start-up sweep.
 
-``temp_name()`` and ``scratch_name()`` name a temp after its writer
-(``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…`` for a merge's
-scratch) for the few places that need a name (a filesystem without ``O_TMPFILE``, the
-moment before a rename). ``sweep(state_dir)`` runs once at the daemon's start and removes,
-logging each, only the temps whose writer is provably gone, in promoter's own
-directories, also under the names older versions used
+``temp_name()``, ``scratch_name()`` and ``review_scratch_name()`` name a temp after its
+writer (``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…`` for a
+merge's scratch, ``review-diff-…`` for a review diff's links) for the few places that
+need a name (a filesystem without ``O_TMPFILE``, the moment before a rename).
+``sweep(state_dir)`` runs once at the daemon's start and removes, logging each, only the
+temps whose writer is provably gone, in promoter's own directories, also under the names
+older versions used
 (protocol: recovery#own-names-outside-worktrees).
 
 Not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``), and
@@ -30,7 +31,9 @@ __all__ = [
     "MERGE_INPUTS",
     "MERGE_PREFIX",
     "PREFIX",
+    "REVIEW_PREFIX",
     "is_own_temp",
+    "review_scratch_name",
     "scratch_name",
     "sweep",
     "temp_name",
@@ -43,6 +46,8 @@ _OWN = re.compile(r"\.promoter-state-tmp-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}"
 MERGE_PREFIX = "merge-"
 MERGE_INPUTS = frozenset({"yours", "base", "agent"})  # the files merge_file writes
 _OWN_MERGE = re.compile(r"merge-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
+REVIEW_PREFIX = "review-diff-"
+_OWN_REVIEW = re.compile(r"review-diff-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
 _LEGACY_AUDIT = re.compile(r"\.tmp-[0-9a-f]{16}")  # durable.py and blobs.py, before
 _LEGACY_SHADOW = re.compile(r".+\.tmp-(\d+)-\d+")  # shadow_files.put_file, before
 _LEGACY_RUN = "run.tmp"  # sandbox.save, before
@@ -94,6 +99,12 @@ def scratch_name() -> str:
     return MERGE_PREFIX + _writer()
 
 
+def review_scratch_name() -> str:
+    """A fresh name for a review diff's private directory in ``<state>/audit/tmp``
+    (hard links of stored blobs, ``promoter.engine.review.batch``), naming its writer."""
+    return REVIEW_PREFIX + _writer()
+
+
 def is_own_temp(name: str) -> bool:
     return _OWN.fullmatch(name) is not None
 
@@ -122,6 +133,8 @@ def _removable(place: str, name: str) -> bool:
         return _OWN_MERGE.fullmatch(name) is not None and not _writer_alive(name, _OWN_MERGE)
     if is_own_temp(name):
         return not _writer_alive(name)
+    if place == "audit" and _OWN_REVIEW.fullmatch(name):
+        return not _writer_alive(name, _OWN_REVIEW)
     if place in ("audit", "credentials", "quota") and _LEGACY_AUDIT.fullmatch(name):
         return True
     if place == "run" and name == _LEGACY_RUN:
@@ -204,6 +217,9 @@ def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
                 continue
             if place == "snapshots" and stat.S_ISDIR(info.st_mode) and is_own_temp(name):
                 gone += _remove_staging(directory, name)
+                continue
+            if place == "audit" and stat.S_ISDIR(info.st_mode) and _OWN_REVIEW.fullmatch(name):
+                gone += _remove_staging(directory, name)  # a review diff's links, its writer gone
                 continue
             if not stat.S_ISREG(info.st_mode):
                 log.warning("kept %s: named like a temp but not a regular file", directory / name)

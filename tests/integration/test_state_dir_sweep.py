@@ -177,3 +177,34 @@ def test_a_shadow_repository_staged_by_a_killed_writer_is_removed_whole(tmp_path
     assert sorted(p.name for p in (state / "snapshots").iterdir()) == [live.name]
     subprocess.run([sys.executable, "-c", KILLED_SHADOW, str(shadow)], check=True)
     assert (shadow / "HEAD").is_file() and (shadow / "objects" / "pack").is_dir()
+
+
+def _dead_review_scratch_name() -> str:
+    """A review diff's directory name of a process that has exited (as a kill leaves it)."""
+    code = (
+        "from promoter.store.state_temps import review_scratch_name; print(review_scratch_name())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    return out.stdout.decode().strip()
+
+
+def test_a_killed_review_diffs_links_are_removed_and_the_stored_blob_stays(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    blob = _touch(state / "audit" / "blobs" / "sha256" / "ab" / ("ab" * 32), b"stored\n")
+    dead = state / "audit" / "tmp" / _dead_review_scratch_name()
+    (dead / "o").mkdir(parents=True)
+    (dead / "n").mkdir()
+    os.link(blob, dead / "o" / "000000")
+    live = state / "audit" / "tmp" / state_temps.review_scratch_name()  # this process's
+    (live / "n").mkdir(parents=True)
+    os.link(blob, live / "n" / "000000")
+    look_alike = _touch(state / "audit" / "tmp" / "review-diff-notes.txt")
+
+    assert sweep(state) == [dead]
+    assert sorted(p.name for p in (state / "audit" / "tmp").iterdir()) == sorted(
+        [live.name, look_alike.name]
+    )
+    assert blob.read_bytes() == b"stored\n"
+    assert blob.stat().st_nlink == 2  # the live diff's link only

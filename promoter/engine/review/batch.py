@@ -24,7 +24,6 @@ import os
 import re
 import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import BinaryIO, Literal
@@ -32,6 +31,7 @@ from typing import BinaryIO, Literal
 from promoter.errors import GitError, PathUnsafe
 from promoter.fs.own_entry import Made, OwnDir, OwnTree
 from promoter.git.runner import popen_git
+from promoter.store import state_temps
 
 __all__ = ["Batch", "Done", "run"]
 
@@ -148,7 +148,8 @@ def run(tmp_dir: str, pairs: list[Pair], git_diff: tuple[str, ...], timeout: flo
     of ``tmp_dir`` (on the blobs' filesystem); None when it cannot stand for per-file diffs."""
     try:
         os.makedirs(tmp_dir, exist_ok=True)
-        made = Made.record(tempfile.mkdtemp(prefix="review-diff-", dir=tmp_dir))
+        # its writer named: swept at a start once it is gone (``state_temps``)
+        made = Made.mkdir(os.path.join(tmp_dir, state_temps.review_scratch_name()), 0o700)
     except OSError:
         return None
     try:
