@@ -21,7 +21,8 @@ limited to them by literal pathspecs gives the full pass's answer
 (protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
 baseline, none of the answer's generation, another base tree, a changed exclude or
 config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
-``MAX_CANDIDATES``) plans the full pass. ``record`` writes the baseline of the answering
+``MAX_CANDIDATES``, or ``MAX_INDEXED_CANDIDATES`` while the index is the one the
+baseline walked) plans the full pass. ``record`` writes the baseline of the answering
 generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
 replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
 baseline stays good however old while its generation lives: its watch names every change
@@ -58,6 +59,7 @@ from promoter.git.runner import run_git
 __all__ = [
     "MAX_BASELINES",
     "MAX_CANDIDATES",
+    "MAX_INDEXED_CANDIDATES",
     "Plan",
     "Watched",
     "baseline_path",
@@ -70,6 +72,10 @@ __all__ = [
 log = logging.getLogger("promoter.run")
 
 MAX_CANDIDATES = 10  # about 1.6 ms each in a 100 000-file status pass: past this, all
+# with the index the baseline walked unchanged, the pass reads only the candidates'
+# entries (``seed_index.candidates_index``): a promotion's own temp and displaced names
+# beside its files cost little there
+MAX_INDEXED_CANDIDATES = 64
 MAX_BASELINES = 8  # generations a worktree keeps a baseline of (the route's MAX_POSITIONS)
 STARTS_DIR = "starts"
 _SCHEMA = "PromoterStartBaselineV1"
@@ -188,12 +194,15 @@ def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
         if os.path.basename(path.encode("utf-8")) in _SPECIAL:
             return _why(full, "an ignore or attributes file changed")
         candidates.add(path.encode("utf-8"))
+    limit = MAX_CANDIDATES
     if print_["index"] != baseline.fingerprint.get("index"):
-        if len(candidates) > MAX_CANDIDATES:
-            return _why(full, f"more than {MAX_CANDIDATES} candidates")
+        if len(candidates) > limit:
+            return _why(full, f"more than {limit} candidates")
         candidates.update(_staged(layout, base_tree))
-    if len(candidates) > MAX_CANDIDATES:
-        return _why(full, f"more than {MAX_CANDIDATES} candidates")
+    elif baseline.index_walk is not None and layout.object_format == "sha1":
+        limit = MAX_INDEXED_CANDIDATES
+    if len(candidates) > limit:
+        return _why(full, f"more than {limit} candidates")
     return Plan(sorted(candidates), now_generation, now_clock, print_, "", baseline.index_walk)
 
 

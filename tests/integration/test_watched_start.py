@@ -115,8 +115,18 @@ def test_a_sequence_of_the_persons_edits_starts_as_the_full_pass_byte_for_byte(
         assert planned.candidates is not None, (number, planned.reason)
         assert len(planned.candidates) <= start_watch.MAX_CANDIDATES
     assert b"src/m4.py" in (planned.candidates or [])
-    # past MAX_CANDIDATES the full pass reads everything, and the next start too
+    # with the index the baseline walked, a dozen more is still the candidates' pass
     [(repo / "new" / f"n{i}").write_bytes(b"%d\n" % i) for i in range(12)]
+    planned = starts.both()
+    assert planned.candidates is not None, planned.reason
+    assert start_watch.MAX_CANDIDATES < len(planned.candidates)
+    # past MAX_INDEXED_CANDIDATES the full pass reads everything
+    [(repo / "new" / f"m{i}").write_bytes(b"%d\n" % i) for i in range(70)]
+    limit = start_watch.MAX_INDEXED_CANDIDATES
+    assert starts.both().reason == f"more than {limit} candidates"
+    # with the index changed since, past MAX_CANDIDATES
+    [(repo / "new" / f"k{i}").write_bytes(b"%d\n" % i) for i in range(12)]
+    git(repo, "add", "src/m4.py")
     assert starts.both().reason == f"more than {start_watch.MAX_CANDIDATES} candidates"
 
 
