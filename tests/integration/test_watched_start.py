@@ -119,7 +119,7 @@ def test_a_sequence_of_the_persons_edits_starts_as_the_full_pass_byte_for_byte(
     [(repo / "new" / f"n{i}").write_bytes(b"%d\n" % i) for i in range(12)]
     planned = starts.both()
     assert planned.candidates is not None, planned.reason
-    assert start_watch.MAX_CANDIDATES < len(planned.candidates)
+    assert len(planned.candidates) > start_watch.MAX_CANDIDATES
     # past MAX_INDEXED_CANDIDATES the full pass reads everything
     [(repo / "new" / f"m{i}").write_bytes(b"%d\n" % i) for i in range(70)]
     limit = start_watch.MAX_INDEXED_CANDIDATES
