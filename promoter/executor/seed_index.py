@@ -78,19 +78,27 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def copy_index(source: str, dest: str) -> tuple[mmap.mmap, tuple[int, ...]]:
-    """Copy the index at ``source`` to ``dest`` in the kernel, its modification time kept;
-    the copy mapped read-only (the caller closes the map) and the identity of the file it
-    was copied from (unchanged while copied)."""
+def _open_index(source: str) -> tuple[int, os.stat_result]:
+    """The index file at ``source`` opened (never through a link) and its status: a
+    regular file of at most ``_LIMIT`` bytes; else ``NotPlain``."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(source, flags)
     except OSError as exc:
         raise NotPlain from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _LIMIT:
+        os.close(fd)
+        raise NotPlain
+    return fd, st
+
+
+def copy_index(source: str, dest: str) -> tuple[mmap.mmap, tuple[int, ...]]:
+    """Copy the index at ``source`` to ``dest`` in the kernel, its modification time kept;
+    the copy mapped read-only (the caller closes the map) and the identity of the file it
+    was copied from (unchanged while copied)."""
+    fd, st = _open_index(source)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _LIMIT:
-            raise NotPlain
         if st.st_size < 32:
             raise NotPlain  # no header: nothing to map, nothing git would read as an index
         create = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -307,16 +315,11 @@ def candidates_index(
     version 2 or 3 index without extensions (the cache tree would name trees of the
     entries left out), its checksum written.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     if not walked.marks or not walked.source:
         raise NotPlain
+    fd, st = _open_index(source)
     try:
-        fd = os.open(source, flags)
-    except OSError as exc:
-        raise NotPlain from exc
-    try:
-        st = os.fstat(fd)
-        if _identity(st) != walked.source or not stat.S_ISREG(st.st_mode):
+        if _identity(st) != walked.source:
             raise NotPlain
         with mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ) as view:
             if f"{st.st_size}:{view[-20:].hex()}" != key:
