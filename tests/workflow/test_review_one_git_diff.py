@@ -97,36 +97,13 @@ def test_one_git_diff_answers_what_one_process_per_file_answers(
 
 
 @pytest.mark.gated(FILES, review_diff_timeout=0.000001)
-def test_a_budget_spent_at_once_stops_one_file_and_diffs_no_other(
-    gated: Gated, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_budget_spent_at_once_stops_one_file_and_diffs_no_other(gated: Gated) -> None:
     """One shared budget: the batch is killed as it starts; the first file git diffs says
-    its diff stopped and every later one git would diff is not diffed, as file by file."""
+    its diff stopped and every later one git would diff is not diffed. (File by file,
+    whether the first git starts before the budget is seen spent is the clock's, so the
+    two are not compared here.)"""
     bundle_id = _submit(gated)
     answer = diff.bundle_diff(gated.daemon.services, bundle_id)
     text = answer["unified_diff"]
     assert text.count("Diff stopped: this request's 1e-06 s for diffs are spent: ") == 1
     assert text.count("Not diffed: this request's 1e-06 s for diffs are spent: ") == 11
-    monkeypatch.setattr(batches, "run", lambda *args: None)
-    alone = diff.bundle_diff(gated.daemon.services, bundle_id)
-    # file by file, whether the first git diff starts before the budget is seen spent is
-    # the clock's: the same files are marked (stopped or not diffed), and every other
-    # file is shown alike
-    assert _outline(alone) == _outline(answer)
-
-
-def _outline(answer: Any) -> tuple[list[str], list[tuple[str, str]]]:
-    """The budget's marks in ``answer`` without their first words, and how each file
-    without one is shown."""
-    lines = answer["unified_diff"].splitlines()
-    marks = [
-        line.split(": ", 1)[1]
-        for line in lines
-        if line.startswith(("Diff stopped: ", "Not diffed: "))
-    ]
-    shown = [
-        (f["path"], f["shown"])
-        for f in answer["files"]
-        if not any(f"a/{f['path_shown']} " in m or f"b/{f['path_shown']} " in m for m in marks)
-    ]
-    return marks, shown
