@@ -94,16 +94,3 @@ def test_one_git_diff_answers_what_one_process_per_file_answers(
     assert "control_character" in files["src/nul.bin"]["flags"] and not whole["truncated"]
     assert "+diff --git a/o/000001 b/n/000001\n" in whole["unified_diff"]
     assert all(not f["summarized"] for f in whole["files"])
-
-
-@pytest.mark.gated(FILES, review_diff_timeout=0.000001)
-def test_a_budget_spent_at_once_stops_one_file_and_diffs_no_other(gated: Gated) -> None:
-    """One shared budget: the batch is killed as it starts; the first file git diffs says
-    its diff stopped and every later one git would diff is not diffed. (File by file,
-    whether the first git starts before the budget is seen spent is the clock's, so the
-    two are not compared here.)"""
-    bundle_id = _submit(gated)
-    answer = diff.bundle_diff(gated.daemon.services, bundle_id)
-    text = answer["unified_diff"]
-    assert text.count("Diff stopped: this request's 1e-06 s for diffs are spent: ") == 1
-    assert text.count("Not diffed: this request's 1e-06 s for diffs are spent: ") == 11
