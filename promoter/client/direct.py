@@ -1,18 +1,19 @@
-"""The synchronous client's pool: ``http.client`` to a loopback daemon, httpx elsewhere.
+"""The synchronous client's pool: HTTP/1.1 of its own to a loopback daemon, httpx elsewhere.
 
 ``DirectClient`` is the pool ``promoter.client.transport`` opens when no transport is
 given and the environment names no proxies. A plain ``http`` request to this machine's
 loopback address (the daemon ``promoter serve`` records by default, or the one a 421
-sends the request to) is sent here, the one place that speaks ``http.client``: HTTP/1.1;
-one idle connection kept for the next request, dropped when the daemon closed it or the
-answer was not read to its end, or replaced by one to another origin; the connect, write
-and read timeouts of each request. A command line that only talks to its daemon never
-imports httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did
-above the wire it does the same way: the base URL and query parameters, the bearer and
-httpx's default headers (but ``Accept-Encoding: identity``, as the daemon never
-compresses), a JSON body encoded as httpx encodes it, a streamed body sent chunked unless
-its length is given, and the whole answer read. ``Answer`` is the part of
-``httpx.Response`` the client reads.
+sends the request to) is sent here over ``promoter.client.http1`` (a socket, no
+``http.client``: its ``email`` parser and ``ssl`` cost about 18 ms of every command's
+start): one idle connection kept for the next request, dropped when the daemon closed it
+or said it would, or replaced by one to another origin; the connect, write and read
+timeouts of each request. A command line that only talks to its daemon never imports
+httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did above the
+wire it does the same way: the base URL and query parameters, the bearer and httpx's
+default headers (but ``Accept-Encoding: identity``, as the daemon never compresses), a
+JSON body encoded as httpx encodes it, a streamed body sent chunked unless its length is
+given, and the whole answer read. ``Answer`` is the part of ``httpx.Response`` the client
+reads.
 
 Errors are httpx's, as its own transport raises them for each phase (httpx is imported
 then, and only then), so the retries and ``unreachable`` read them alike. Any other
@@ -23,18 +24,16 @@ endpoints, the retries, proxies (the environment naming one gets httpx's pool), 
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import json
-import select
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from promoter import __version__
+from promoter.client.http1 import Connection, Headers, ProtocolError
 
 if TYPE_CHECKING:
     import httpx
@@ -60,15 +59,19 @@ def loopback(url: str) -> bool:
         return False
 
 
-@dataclass(frozen=True)
 class _Url:
-    path: str
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
 
-@dataclass(frozen=True)
 class _Request:
-    method: str
-    url: _Url
+    __slots__ = ("method", "url")
+
+    def __init__(self, method: str, url: _Url) -> None:
+        self.method = method
+        self.url = url
 
 
 class Answer:
@@ -79,7 +82,7 @@ class Answer:
         request: _Request,
         status: int,
         reason: str,
-        headers: http.client.HTTPMessage,
+        headers: Headers,
         body: bytes,
     ) -> None:
         self.request = request
@@ -94,45 +97,47 @@ class Answer:
 
     @property
     def text(self) -> str:
-        charset = self.headers.get_content_charset()
-        return self.content.decode(charset or "utf-8", errors="replace")
+        return self.content.decode(_charset(self.headers) or "utf-8", errors="replace")
 
     def json(self) -> Any:
         return json.loads(self.content)
 
 
+def _charset(headers: Headers) -> str | None:
+    """The ``charset`` parameter of the answer's ``Content-Type``, when it names a codec."""
+    for parameter in headers.get("content-type", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+            try:
+                "".encode(charset)
+            except LookupError:
+                return None
+            return charset
+    return None
+
+
 @contextmanager
 def _phase(timeout: str, error: str) -> Iterator[None]:
-    """``socket`` and ``http.client`` failures raised as httpx raises them in one phase:
-    its ``timeout`` error, ``RemoteProtocolError`` for an answer cut short or malformed,
-    else its ``error`` (httpx is imported for the error only)."""
+    """``socket`` and answer failures raised as httpx raises them in one phase: its
+    ``timeout`` error, ``RemoteProtocolError`` for an answer cut short or malformed
+    (``LocalProtocolError`` for a body that broke its own framing), else its ``error``
+    (httpx is imported for the error only)."""
     try:
         yield
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, ProtocolError) as exc:
         import httpx
 
         if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
             raise getattr(httpx, timeout)(str(exc) or "timed out") from exc
-        if isinstance(exc, http.client.HTTPException):
-            raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
+        if isinstance(exc, ProtocolError):
+            kind = httpx.LocalProtocolError if exc.local else httpx.RemoteProtocolError
+            raise kind(str(exc)) from exc
         raise getattr(httpx, error)(str(exc)) from exc
 
 
-def _stale(connection: http.client.HTTPConnection) -> bool:
-    """Whether an idle connection cannot be reused: closed, or closed by the daemon (its
-    socket readable with nothing asked: the end of the stream or unexpected bytes)."""
-    sock = connection.sock
-    if sock is None:
-        return True
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
 class DirectClient:
-    """``http.client`` to a loopback daemon; an httpx client for any other origin."""
+    """HTTP/1.1 of its own to a loopback daemon; an httpx client for any other origin."""
 
     def __init__(
         self,
@@ -147,7 +152,7 @@ class DirectClient:
         self._timeout = timeout
         self._make_other = other
         self._other: httpx.Client | None = None
-        self._idle: http.client.HTTPConnection | None = None
+        self._idle: Connection | None = None
         self._key: tuple[str, int] | None = None
 
     def get(self, url: str, *, timeout: float | None = None) -> Any:
@@ -199,21 +204,19 @@ class DirectClient:
             connection.close()
             raise
 
-    def _connection(self, key: tuple[str, int], limit: float) -> http.client.HTTPConnection:
+    def _connection(self, key: tuple[str, int], limit: float) -> Connection:
         idle, self._idle = self._idle, None
-        if idle is not None and self._key == key and not _stale(idle):
+        if idle is not None and self._key == key and not idle.stale():
             return idle
         if idle is not None:
             idle.close()
         self._key = key
-        connection = http.client.HTTPConnection(key[0], key[1], timeout=limit)
         with _phase("ConnectTimeout", "ConnectError"):
-            connection.connect()
-        return connection
+            return Connection(key[0], key[1], limit)
 
     def _exchange(
         self,
-        connection: http.client.HTTPConnection,
+        connection: Connection,
         method: str,
         target: str,
         headers: Mapping[str, str],
@@ -221,34 +224,22 @@ class DirectClient:
         limit: float,
         url: str,
     ) -> Answer:
-        assert connection.sock is not None
         try:
             with _phase("WriteTimeout", "WriteError"):
-                connection.sock.settimeout(limit)
-                connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-                for name, value in headers.items():
-                    connection.putheader(name, value)
-                connection.endheaders()
-                chunked = headers.get("Transfer-Encoding") == "chunked"
-                for chunk in [body] if isinstance(body, bytes) else body:
-                    if chunk:
-                        connection.send(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
-                if chunked:
-                    connection.send(b"0\r\n\r\n")
+                connection.settimeout(limit)
+                connection.send(method, target, headers, body)
         except Exception as exc:  # as httpx: a daemon that refused early may still answer
             if not _write_error(exc):
                 raise
         with _phase("ReadTimeout", "ReadError"):
-            if connection.sock is not None:
-                connection.sock.settimeout(limit)
-            answer = connection.getresponse()
-            data = answer.read()
+            connection.settimeout(limit)
+            answer = connection.answer(method)
         if answer.will_close:
             connection.close()
         else:
             self._idle = connection
         request = _Request(method, _Url(urlsplit(url).path))
-        return Answer(request, answer.status, answer.reason, answer.msg, data)
+        return Answer(request, answer.status, answer.reason, answer.headers, answer.body)
 
     def close(self) -> None:
         idle, self._idle = self._idle, None

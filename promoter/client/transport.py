@@ -1,7 +1,7 @@
 """One connection pool to one daemon with one bearer token, and the retrying send.
 
 ``Transport`` is the base of ``PromoterClient``: it opens the pool
-(``promoter.client.direct``, ``http.client`` to a loopback origin and httpx's client for
+(``promoter.client.direct``, HTTP/1.1 of its own to a loopback origin and httpx's client for
 any other, when no transport is given and the environment names no proxies; otherwise an
 httpx client, its settings and TLS context from ``pool_options``), sends a request with
 the retries ``Backoff`` allows for idempotent calls with a replayable body

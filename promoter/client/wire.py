@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -36,6 +35,8 @@ from promoter.client.direct import Answer
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
     from pydantic import BaseModel
     from tenacity import RetryCallState
@@ -131,6 +132,8 @@ def tls_context(url: str) -> ssl.SSLContext:
     """
     if url.lower().startswith("https:"):
         return _verifying_tls()
+    import ssl  # only for httpx's pool, which loads it itself
+
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no trust anchors
 
 

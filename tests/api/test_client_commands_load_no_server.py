@@ -174,7 +174,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         assert code == 0, (name, stdout)
         server = sorted(m for m in modules if _within(m, SERVER) and m not in ALLOWED)
         assert server == [], name
-        assert "httpcore" not in modules, name  # a loopback daemon through http.client
+        assert "httpcore" not in modules, name  # a loopback daemon through http1
         assert "httpx" not in modules, name  # ... without httpx (``promoter.client.direct``)
         if name.endswith("_json"):
             assert "rich" not in modules, name

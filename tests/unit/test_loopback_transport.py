@@ -1,7 +1,7 @@
 """The loopback pool answers as httpx's client does, over a real socket.
 
 Each exchange runs twice against the same real HTTP/1.1 server on a loopback port, once
-through ``promoter.client.direct.DirectClient`` (``http.client``, no httpx) and once
+through ``promoter.client.direct.DirectClient`` (``promoter.client.http1``, no httpx) and once
 through an ``httpx.Client`` over httpx's own transport; the request the server reads
 (method, target, body, framing), the status, body, headers and errors must be the same,
 and so must a 421 followed to a second loopback daemon of the cluster. Beside that: one
@@ -191,7 +191,7 @@ def test_a_421_followed_to_a_second_loopback_daemon_is_answered_as_through_httpx
     server: Server, owner: Server
 ) -> None:
     """The client follows a 421 from one loopback daemon to another of its cluster once,
-    through the same ``http.client`` path (no httpx loaded for it), and gets what the
+    through the same ``promoter.client.http1`` path (no httpx loaded for it), and gets what the
     client over httpx's transport gets: the owner's answer, the host it followed to."""
     server.cluster = owner.cluster = [_url(server), _url(owner)]
     server.peer = _url(owner)
@@ -227,7 +227,7 @@ def test_the_loopback_pool_keeps_one_connection_and_sends_another_origin_to_http
     assert len(server.connections) == 2
     elsewhere = f"http://localhost:{server.server_address[1]}/other"
     assert client.get(elsewhere).json()["path"] == "/other"  # localhost is loopback too
-    assert client._other is None  # every request so far went through http.client
+    assert client._other is None  # every request so far went through http1
     https = f"https://127.0.0.1:{server.server_address[1]}/tls"
     with pytest.raises(httpx.ConnectError):
         client.get(https)  # TLS to a plain server, by httpx's client, which fails it

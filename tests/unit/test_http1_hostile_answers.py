@@ -1,0 +1,264 @@
+"""The loopback pool's own HTTP/1.1 reads a hostile or broken answer as an error, never as
+an answer, and frames what it sends so that nothing can split a request.
+
+A tiny server on a loopback socket reads each request (its head, and its body by
+``Content-Length`` or chunked) and writes a canned answer byte for byte: over-long status
+and header lines, too many headers, a head past its bound, malformed status lines, header
+lines that would smuggle another header, bodies cut short, bad chunk sizes, a chunk not
+ended by CRLF, conflicting lengths, an unsupported transfer coding, a 101 and endless 1xx
+answers. Each is ``httpx.RemoteProtocolError`` through ``DirectClient`` (the error the
+retries and the command line read) and the connection is not kept. Beside that the good
+shapes: chunked answers with trailers, interim 1xx answers, a body ended by closing, an
+HTTP/1.0 answer, keep-alive reuse, and an idle connection with bytes nobody asked for
+replaced. A request whose header would carry a line break is refused before a byte is
+sent; a streamed body that breaks its own ``Content-Length`` is ``LocalProtocolError``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from promoter.client.direct import DirectClient
+from promoter.client.http1 import MAX_HEAD, MAX_HEADERS, MAX_INTERIM, MAX_LINE
+
+
+class Canned:
+    """A loopback server answering each request with the next canned bytes (closing the
+    connection after one marked so); it records each request's head and body."""
+
+    def __init__(self, answers: list[tuple[bytes, bool]]) -> None:
+        self.answers = list(answers)
+        self.requests: list[tuple[bytes, bytes]] = []
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while self.answers:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                reader = conn.makefile("rb")
+                while self.answers:
+                    request = _read_request(reader)
+                    if request is None:
+                        break
+                    self.requests.append(request)
+                    data, close = self.answers.pop(0)
+                    try:
+                        conn.sendall(data)
+                    except OSError:
+                        break
+                    if close:
+                        break
+                reader.close()
+
+    def close(self) -> None:
+        self.answers.clear()
+        self._listener.close()
+        self._thread.join(10)
+
+
+def _read_request(reader: object) -> tuple[bytes, bytes] | None:
+    assert hasattr(reader, "readline") and hasattr(reader, "read")
+    head = b""
+    while True:
+        line = reader.readline(100_000)
+        if not line:
+            return None
+        head += line
+        if line == b"\r\n":
+            break
+    lowered = head.lower()
+    if b"transfer-encoding: chunked" in lowered:
+        body = b""
+        while True:
+            size = int(reader.readline().strip(), 16)
+            body += reader.read(size)
+            reader.readline()
+            if size == 0:
+                return head, body
+    length = 0
+    for line in lowered.split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, reader.read(length)
+
+
+@pytest.fixture
+def canned() -> Iterator[list[Canned]]:
+    made: list[Canned] = []
+    yield made
+    for server in made:
+        server.close()
+
+
+def _serve(made: list[Canned], *answers: bytes | tuple[bytes, bool]) -> Canned:
+    server = Canned([a if isinstance(a, tuple) else (a, True) for a in answers])
+    made.append(server)
+    return server
+
+
+def _client(server: Canned) -> DirectClient:
+    def other() -> httpx.Client:
+        raise AssertionError("a loopback request went to httpx's client")
+
+    return DirectClient(server.url, {}, 5.0, other)
+
+
+def _ok(body: bytes = b"{}", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%b\r\n%b" % (len(body), extra, body)
+
+
+HOSTILE = {
+    "status_line_too_long": b"HTTP/1.1 200 " + b"x" * MAX_LINE + b"\r\n\r\n",
+    "header_line_too_long": b"HTTP/1.1 200 OK\r\nX: " + b"y" * MAX_LINE + b"\r\n\r\n",
+    "too_many_headers": b"HTTP/1.1 200 OK\r\n"
+    + b"".join(b"X-%d: v\r\n" % n for n in range(MAX_HEADERS + 1))
+    + b"Content-Length: 0\r\n\r\n",
+    "head_too_long": b"HTTP/1.1 200 OK\r\n"
+    + b"".join(b"X-%d: %b\r\n" % (n, b"z" * (MAX_HEAD // 50)) for n in range(60))
+    + b"\r\n",
+    "not_http": b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    "http2_status_line": b"HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n",
+    "status_not_digits": b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n",
+    "status_four_digits": b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+    "status_below_100": b"HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n",
+    "header_without_colon": b"HTTP/1.1 200 OK\r\nBroken header\r\nContent-Length: 0\r\n\r\n",
+    "header_name_with_space": b"HTTP/1.1 200 OK\r\nX Y: v\r\nContent-Length: 0\r\n\r\n",
+    "folded_header": b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n",
+    "cr_inside_a_value": b"HTTP/1.1 200 OK\r\nX: a\rLocation: /evil\r\nContent-Length: 0\r\n\r\n",
+    "nul_inside_a_value": b"HTTP/1.1 200 OK\r\nX: a\0b\r\nContent-Length: 0\r\n\r\n",
+    "closed_before_answering": b"",
+    "closed_within_the_status_line": b"HTTP/1.1 20",
+    "closed_within_the_headers": b"HTTP/1.1 200 OK\r\nContent-Len",
+    "body_cut_short": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",
+    "conflicting_lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    "listed_conflicting_lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}",
+    "negative_length": b"HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\n{}",
+    "length_not_digits": b"HTTP/1.1 200 OK\r\nContent-Length: 0x2\r\n\r\n{}",
+    "length_too_long": b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 19 + b"\r\n\r\n{}",
+    "unsupported_coding": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n{}",
+    "chunk_size_not_hex": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    "chunk_size_negative": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
+    "chunk_size_empty": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\n{}\r\n0\r\n\r\n",
+    "chunk_size_huge": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"f" * 17
+    + b"\r\n{}\r\n0\r\n\r\n",
+    "chunk_size_line_too_long": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;"
+    + b"e" * 5000
+    + b"\r\n{}\r\n0\r\n\r\n",
+    "chunk_not_ended_by_crlf": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n",
+    "chunk_cut_short": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{}",
+    "no_last_chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",
+    "too_many_trailers": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+    + b"".join(b"T-%d: v\r\n" % n for n in range(MAX_HEADERS + 2))
+    + b"\r\n",
+    "switching_protocols": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n",
+    "endless_interim_answers": b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_INTERIM + 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_answer_is_a_protocol_error_and_its_connection_is_dropped(
+    canned: list[Canned], name: str
+) -> None:
+    server = _serve(canned, HOSTILE[name], _ok(b'{"after": true}'))
+    client = _client(server)
+    with pytest.raises(httpx.RemoteProtocolError):
+        client.get("/v1/repositories")
+    assert client._idle is None
+    assert client.get("/again").json() == {"after": True}  # on a new connection
+    assert server.accepted == 2
+    client.close()
+
+
+def test_good_shapes_are_read_and_keep_alive_reuses_the_connection(
+    canned: list[Canned],
+) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+        b'\r\n5;name=value\r\n{"a":\r\n3\r\n 1}\r\n0\r\nTrailer-One: t\r\n\r\n'
+    )
+    interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+    server = _serve(
+        canned,
+        (chunked, False),
+        (interim + _ok(b'{"b": 2}'), False),
+        (_ok(b"[]", b"X-Twice: one\r\nx-twice: two\r\n"), False),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", False),
+        (b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"to": "end"}', True),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", False),
+        (_ok(b"{}"), False),
+    )
+    client = _client(server)
+    assert client.get("/1").json() == {"a": 1}
+    assert client.get("/2").json() == {"b": 2}
+    twice = client.get("/3")
+    assert twice.headers.get("x-twice") == "one, two"  # joined, as httpx's headers
+    assert client.get("/4").status_code == 204
+    assert server.accepted == 1  # four requests on one connection
+    assert client.get("/5").json() == {"to": "end"}  # read to the end: not kept
+    assert client._idle is None
+    assert client.get("/6").content == b"{}"  # HTTP/1.0 without keep-alive: not kept
+    assert client._idle is None
+    assert client.get("/7").content == b"{}"
+    assert server.accepted == 3
+    client.close()
+
+
+def test_an_idle_connection_with_bytes_nobody_asked_for_is_replaced(
+    canned: list[Canned],
+) -> None:
+    smuggled = _ok(b"{}") + b'HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"smuggle"'
+    server = _serve(canned, (smuggled, False), _ok(b'{"fresh": 1}'))
+    client = _client(server)
+    assert client.get("/1").content == b"{}"
+    assert client.get("/2").json() == {"fresh": 1}  # never the bytes sent ahead
+    assert server.accepted == 2
+    client.close()
+
+
+def test_a_header_that_would_split_the_request_is_refused_before_sending(
+    canned: list[Canned],
+) -> None:
+    server = _serve(canned, _ok())
+    client = _client(server)
+    for headers in ({"X": "a\r\nInjected: 1"}, {"X\r\nY": "1"}, {"X": "a\nb"}, {"X": "\0"}):
+        with pytest.raises(ValueError):
+            client.request("GET", "/x", headers=headers)
+    with pytest.raises(ValueError):
+        client.request("GET", "/a b")
+    with pytest.raises(ValueError):
+        client.request("GE T", "/x")
+    assert client.get("/x").content == b"{}"
+    assert [head.split(b"\r\n")[0] for head, _ in server.requests] == [b"GET /x HTTP/1.1"]
+    client.close()
+
+
+def test_a_streamed_body_that_breaks_its_content_length_is_a_local_protocol_error(
+    canned: list[Canned],
+) -> None:
+    server = _serve(canned, _ok(), _ok(), _ok())  # one answer used up by each connection
+    client = _client(server)
+    for chunks in ([b"abc", b"def"], [b"ab"]):
+        with pytest.raises(httpx.LocalProtocolError):
+            client.request("PUT", "/b", content=iter(chunks), headers={"Content-Length": "4"})
+        assert client._idle is None
+    whole = iter([b"ab", b"cd"])
+    assert client.request("PUT", "/b", content=whole, headers={"Content-Length": "4"}).is_success
+    assert server.requests[-1][1] == b"abcd"
+    client.close()
