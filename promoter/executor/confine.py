@@ -16,7 +16,6 @@ wrote (the builder and the host do that).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -36,8 +35,9 @@ from promoter.executor.relay import Relay
 from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
+from promoter.lazy_log import LazyLogger
 
-log = logging.getLogger("promoter.run")
+log = LazyLogger("promoter.run")
 
 __all__ = [
     "BWRAP_ENV",

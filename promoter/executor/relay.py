@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import select
 import selectors
 import socket
@@ -38,10 +37,11 @@ from urllib.parse import urlsplit
 
 from promoter.errors import PathUnsafe
 from promoter.fs.own_entry import Made
+from promoter.lazy_log import LazyLogger
 
 __all__ = ["CHUNK", "IDLE_SECONDS", "MAX_CONNECTIONS", "Relay"]
 
-log = logging.getLogger("promoter.run")
+log = LazyLogger("promoter.run")
 
 MAX_CONNECTIONS = 32  # open at once per run; more are closed when accepted
 IDLE_SECONDS = 900.0  # above the longest silent request (a promotion's wait: 600 s)
@@ -82,8 +82,12 @@ class Relay:
     ) -> None:
         parts = urlsplit(url)
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        try:  # asked as ASCII bytes: a str host loads the idna codec
+            name: str | bytes = host.encode("ascii")
+        except UnicodeEncodeError:
+            name = host
         self.targets = [
-            (info[0], info[4]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            (info[0], info[4]) for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
         ]
         self.max_connections = max_connections
         self.idle_seconds = idle_seconds

@@ -30,7 +30,6 @@ import contextlib
 import errno
 import fcntl
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -44,11 +43,12 @@ from promoter.executor import sandbox as sandboxes
 from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.fs.own_tree import remove_own_tree
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
+from promoter.lazy_log import LazyLogger
 
 __all__ = ["REMOVING", "remove_later", "sweep"]
 
 REMOVING = ".promoter-removing-"
-log = logging.getLogger("promoter.run")
+log = LazyLogger("promoter.run")
 
 
 def remove_later(state_dir: Path, run_id: str) -> Path:

@@ -20,7 +20,6 @@ talking to the host.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
+from promoter.lazy_log import LazyLogger
 
 if TYPE_CHECKING:
     from promoter.executor.start_watch import Watched
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 RUN_PREFIX = "run_"
-log = logging.getLogger("promoter.run")
+log = LazyLogger("promoter.run")
 
 
 @dataclass

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import stat
@@ -55,6 +54,7 @@ from promoter.fs.own_entry import OwnTree
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
 from promoter.git.runner import run_git
+from promoter.lazy_log import LazyLogger
 
 __all__ = [
     "MAX_BASELINES",
@@ -69,7 +69,7 @@ __all__ = [
     "unmoved",
 ]
 
-log = logging.getLogger("promoter.run")
+log = LazyLogger("promoter.run")
 
 MAX_CANDIDATES = 10  # about 1.6 ms each in a 100 000-file status pass: past this, all
 # with the index the baseline walked unchanged, the pass reads only the candidates'

@@ -14,16 +14,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
-import logging
 import os
-import platform
 import re
 import threading
 
 from promoter import faults
 from promoter.fs import flush
+from promoter.lazy_log import LazyLogger
 
-log = logging.getLogger("promoter.fs")
+log = LazyLogger("promoter.fs")
 
 _LOCAL_JOURNALED = {
     0xEF53: "ext4",  # also ext2/ext3
@@ -45,9 +44,10 @@ def _libc() -> ctypes.CDLL:
 @functools.cache
 def kernel_reports_errors() -> bool:
     """Whether ``syncfs`` returns writeback errors here (Linux 5.8 and newer)."""
-    if platform.system() != "Linux":
+    system = os.uname()  # what ``platform`` answers here, without loading it
+    if system.sysname != "Linux":
         return False
-    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    found = re.match(r"(\d+)\.(\d+)", system.release)
     return found is not None and (int(found[1]), int(found[2])) >= (5, 8)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass
 
 __all__ = ["OwnTemp"]
@@ -27,6 +26,8 @@ class OwnTemp:
 
     @classmethod
     def create(cls, directory: str, prefix: str) -> OwnTemp:
+        import tempfile  # its shutil, random, bz2 and lzma: only when a temp is made
+
         fd, path = tempfile.mkstemp(prefix=prefix, dir=directory)
         info = os.fstat(fd)
         return cls(path, fd, (info.st_dev, info.st_ino))

@@ -30,7 +30,6 @@ import ctypes
 import errno
 import functools
 import os
-import platform
 import stat
 import threading
 from collections.abc import Callable
@@ -60,6 +59,12 @@ Renameat2 = Callable[[int, str, int, str, int], None]
 MountIdSource = Literal["statx", "fdinfo", "none"]
 
 
+def _machine() -> str:
+    """The machine's architecture as ``platform.machine()`` answers on Linux (the kernel's
+    own name), without loading ``platform``."""
+    return os.uname().machine
+
+
 @functools.cache
 def _renameat2_impl() -> Renameat2:
     libc = ctypes.CDLL(None, use_errno=True)
@@ -75,7 +80,7 @@ def _renameat2_impl() -> Renameat2:
                 raise OSError(code, os.strerror(code))
 
         return call
-    number = _SYSCALL_RENAMEAT2.get(platform.machine())
+    number = _SYSCALL_RENAMEAT2.get(_machine())
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
 
@@ -125,7 +130,7 @@ def _openat2_impl() -> Openat2 | None:
             raise OSError(code, os.strerror(code), name)
         return int(fd)
 
-    if platform.machine() not in _SYSCALL_STATX:
+    if _machine() not in _SYSCALL_STATX:
         return None
     try:
         os.close(call(_AT_FDCWD, "/", os.O_PATH | os.O_CLOEXEC, _RESOLVE_COMPONENT))
@@ -192,7 +197,7 @@ def _statx_impl() -> RawStatx | None:
     if func is not None:
         func.restype = ctypes.c_int  # plain ints, bytes and byref convert without argtypes
         return cast(RawStatx, func)
-    number = _SYSCALL_STATX.get(platform.machine())
+    number = _SYSCALL_STATX.get(_machine())
     if number is None:
         return None
     syscall = libc.syscall

@@ -16,7 +16,6 @@ anything in a person's worktree (protocol: recovery#journaled-names-only).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import secrets
@@ -26,6 +25,7 @@ from pathlib import Path
 from promoter.errors import PathUnsafe
 from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
+from promoter.lazy_log import LazyLogger
 
 __all__ = [
     "MERGE_INPUTS",
@@ -39,7 +39,7 @@ __all__ = [
     "temp_name",
 ]
 
-log = logging.getLogger("promoter.state")
+log = LazyLogger("promoter.state")
 
 PREFIX = ".promoter-state-tmp-"
 _OWN = re.compile(r"\.promoter-state-tmp-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")

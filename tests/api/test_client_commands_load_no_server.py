@@ -176,6 +176,7 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
         assert server == [], name
         assert "httpcore" not in modules, name  # a loopback daemon through http1
         assert "httpx" not in modules, name  # ... without httpx (``promoter.client.direct``)
+        assert "http.client" not in modules, name  # ... nor http.client (``http1``)
         if name.endswith("_json"):
             assert "rich" not in modules, name
             json.loads(stdout)  # and what it printed is the JSON
@@ -329,4 +330,9 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         assert "httpx" not in modules  # the loopback daemon reached without it
         assert "typer" not in modules  # its command line read without typer (run_args)
         assert "tenacity" not in modules  # every call answered at its first try
+        # the loopback daemon over promoter's own HTTP/1.1 (``promoter.client.http1``): no
+        # http.client, whose email parser and ssl cost 18 ms; the rare paths' logging, the
+        # architecture read without platform, an address resolved without the idna codec
+        slow = {"http.client", "email", "ssl", "logging", "platform", "encodings.idna"}
+        assert slow & modules == set(), stdout
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"
