@@ -224,6 +224,7 @@ class DirectClient:
         limit: float,
         url: str,
     ) -> Answer:
+        broken = False
         try:
             with _phase("WriteTimeout", "WriteError"):
                 connection.settimeout(limit)
@@ -231,10 +232,11 @@ class DirectClient:
         except Exception as exc:  # as httpx: a daemon that refused early may still answer
             if not _write_error(exc):
                 raise
+            broken = True  # the request was not sent whole: the connection is not kept
         with _phase("ReadTimeout", "ReadError"):
             connection.settimeout(limit)
             answer = connection.answer(method)
-        if answer.will_close:
+        if answer.will_close or broken:
             connection.close()
         else:
             self._idle = connection

@@ -148,7 +148,8 @@ class Connection:
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.sock: socket.socket | None = _connect(host, port, timeout)
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # bytes received; those before ``_start`` are read
+        self._start = 0
 
     def settimeout(self, timeout: float) -> None:
         if self.sock is not None:
@@ -157,6 +158,7 @@ class Connection:
     def close(self) -> None:
         sock, self.sock = self.sock, None
         self._buffer.clear()
+        self._start = 0
         if sock is not None:
             sock.close()
 
@@ -164,7 +166,7 @@ class Connection:
         """Whether this idle connection cannot carry another request: closed, bytes read
         ahead that no request asked for, or the socket readable with nothing asked (the
         server closed it or sent what was not asked)."""
-        if self.sock is None or self._buffer:
+        if self.sock is None or self._start < len(self._buffer):
             return True
         import select  # loaded with socket already
 
@@ -288,40 +290,49 @@ class Connection:
         raise ProtocolError(f"the answer has more than {MAX_HEADERS} trailers")
 
     def _fill(self) -> bool:
-        """More bytes into the buffer; False at the end of the stream."""
+        """More bytes into the buffer (what was read dropped first); False at the end of
+        the stream."""
         data = self._open().recv(_RECEIVE)
+        if self._start:
+            del self._buffer[: self._start]
+            self._start = 0
         self._buffer += data
         return bool(data)
+
+    def _rest(self) -> bytes:
+        """The bytes received and not yet read, taken."""
+        rest = bytes(self._buffer[self._start :])
+        self._buffer.clear()
+        self._start = 0
+        return rest
 
     def _line(self, limit: int, what: str) -> bytes:
         """The next line with its end, at most ``limit`` bytes; shorter and without one
         at the end of the stream (empty: nothing more came)."""
-        searched = 0
+        searched = self._start
         while True:
             end = self._buffer.find(b"\n", searched)
             if end >= 0:
-                if end + 1 > limit:
+                if end + 1 - self._start > limit:
                     raise ProtocolError(f"the answer's {what} is longer than {limit} bytes")
-                line = bytes(self._buffer[: end + 1])
-                del self._buffer[: end + 1]
+                line = bytes(self._buffer[self._start : end + 1])
+                self._start = end + 1
                 return line
-            if len(self._buffer) >= limit:
+            if len(self._buffer) - self._start >= limit:
                 raise ProtocolError(f"the answer's {what} is longer than {limit} bytes")
-            searched = len(self._buffer)
+            searched = len(self._buffer) - self._start  # where the search goes on after
             if not self._fill():
-                line = bytes(self._buffer)
-                self._buffer.clear()
-                return line
+                return self._rest()
+            searched = self._start + searched
 
     def _exact(self, size: int) -> bytes:
         """The next ``size`` bytes; ``ProtocolError`` when the stream ends before them."""
-        if len(self._buffer) >= size:
-            data = bytes(self._buffer[:size])
-            del self._buffer[:size]
+        if len(self._buffer) - self._start >= size:
+            data = bytes(self._buffer[self._start : self._start + size])
+            self._start += size
             return data
-        parts = [bytes(self._buffer)]
-        got = len(self._buffer)
-        self._buffer.clear()
+        parts = [self._rest()]
+        got = len(parts[0])
         sock = self._open()
         while got < size:
             data = sock.recv(min(size - got, _RECEIVE))
@@ -333,8 +344,7 @@ class Connection:
 
     def _to_end(self) -> bytes:
         """The rest of the stream (a body the server ends by closing)."""
-        parts = [bytes(self._buffer)]
-        self._buffer.clear()
+        parts = [self._rest()]
         sock = self._open()
         while data := sock.recv(_RECEIVE):
             parts.append(data)

@@ -31,8 +31,9 @@ class Canned:
     """A loopback server answering each request with the next canned bytes (closing the
     connection after one marked so); it records each request's head and body."""
 
-    def __init__(self, answers: list[tuple[bytes, bool]]) -> None:
+    def __init__(self, answers: list[tuple[bytes, bool]], *, drip: bool = False) -> None:
         self.answers = list(answers)
+        self.drip = drip  # each answer sent a few bytes at a time
         self.requests: list[tuple[bytes, bytes]] = []
         self.accepted = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -50,6 +51,7 @@ class Canned:
             except OSError:
                 return
             self.accepted += 1
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a drip stays one
             with conn:
                 reader = conn.makefile("rb")
                 while self.answers:
@@ -59,7 +61,8 @@ class Canned:
                     self.requests.append(request)
                     data, close = self.answers.pop(0)
                     try:
-                        conn.sendall(data)
+                        for start in range(0, len(data), 3 if self.drip else len(data) or 1):
+                            conn.sendall(data[start : start + (3 if self.drip else len(data))])
                     except OSError:
                         break
                     if close:
@@ -106,8 +109,8 @@ def canned() -> Iterator[list[Canned]]:
         server.close()
 
 
-def _serve(made: list[Canned], *answers: bytes | tuple[bytes, bool]) -> Canned:
-    server = Canned([a if isinstance(a, tuple) else (a, True) for a in answers])
+def _serve(made: list[Canned], *answers: bytes | tuple[bytes, bool], drip: bool = False) -> Canned:
+    server = Canned([a if isinstance(a, tuple) else (a, True) for a in answers], drip=drip)
     made.append(server)
     return server
 
@@ -261,4 +264,31 @@ def test_a_streamed_body_that_breaks_its_content_length_is_a_local_protocol_erro
     whole = iter([b"ab", b"cd"])
     assert client.request("PUT", "/b", content=whole, headers={"Content-Length": "4"}).is_success
     assert server.requests[-1][1] == b"abcd"
+    client.close()
+
+
+def test_an_answer_that_comes_a_few_bytes_at_a_time_or_in_large_pieces_is_read_whole(
+    canned: list[Canned],
+) -> None:
+    """The buffer's reads and its compaction: a head and a chunked body dripped three bytes
+    at a time, then a body of 3 MiB after many headers, on one kept connection."""
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"v" * 5000 + b"\r\nTransfer-Encoding: chunked\r\n"
+        b'\r\n4\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n'
+    )
+    dripped = _serve(canned, (chunked, False), _ok(b'{"b": 2}'), drip=True)
+    client = _client(dripped)
+    first = client.get("/1")
+    assert first.json() == {"a": 1} and first.headers.get("x-long") == "v" * 5000
+    assert client.get("/2").json() == {"b": 2}
+    assert dripped.accepted == 1
+    client.close()
+    big = b"x" * (3 << 20)
+    headers = b"".join(b"X-%d: %b\r\n" % (n, b"h" * 500) for n in range(90))
+    whole = _serve(canned, (_ok(big, headers), False), _ok(b"[]"))
+    client = _client(whole)
+    answer = client.get("/big")
+    assert answer.content == big and answer.headers.get("x-89") == "h" * 500
+    assert client.get("/after").content == b"[]"
+    assert whole.accepted == 1
     client.close()
