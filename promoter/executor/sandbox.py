@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,8 @@ def create(
     from_head: bool = False,
     layout: str = "copy",
     watched: Watched | None = None,
+    found: RepoLayout | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> RunRecord:
     """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
 
@@ -128,6 +131,9 @@ def create(
     worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
     overlay sandbox instead of a clone (``layered.create``). ``watched``: the daemon's
     watch may narrow the reading of the person's worktree (``start_watch.py``).
+    ``found``: the worktree's layout, when the caller discovered it already. ``ready``
+    is called after the reads, before anything is made (it may refuse: the
+    confinement's probe, ``confine.probing``).
     """
     from promoter.executor import sandbox_repo
     from promoter.git.runner import run_git
@@ -144,17 +150,19 @@ def create(
     from promoter.git.layout import discover
 
     # the worktree's layout, discovered once for the head's tree and the layers
-    found = discover(worktree) if layout == "overlay" else None
-    tree = layered.head_tree(worktree, head, found=found, branch=branch) if found else ""
+    overlay = (found or discover(worktree)) if layout == "overlay" else None
+    tree = layered.head_tree(worktree, head, found=overlay, branch=branch) if overlay else ""
+    if ready is not None:
+        ready()  # nothing is made before it has answered
     home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
-    if found is not None:
+    if overlay is not None:
         record = RunRecord(
             run_id=run_id, repository=repository, worktree=worktree, branch=branch,
             base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
             allow=allow, layout="overlay",
         )  # fmt: skip
-        _lay_overlay(state_dir, record, home, from_head, found, watched)
+        _lay_overlay(state_dir, record, home, from_head, overlay, watched)
         return record
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
@@ -186,7 +194,7 @@ def create(
     )
     save(state_dir, record)
     if not from_head:
-        _start_from_person(state_dir, record, home, watched)
+        _start_from_person(state_dir, record, home, watched, found)
     return record
 
 
@@ -244,15 +252,20 @@ def used_bases(state_dir: Path) -> set[str]:
 
 
 def _start_from_person(
-    state_dir: Path, record: RunRecord, home: Path, watched: Watched | None
+    state_dir: Path,
+    record: RunRecord,
+    home: Path,
+    watched: Watched | None,
+    found: RepoLayout | None,
 ) -> None:
     """Lay the person's worktree into the clone; a sandbox that could not is removed."""
     from promoter.executor.start_state import capture_into  # not for --list, --prune
 
     try:
         state = capture_into(
-            record.worktree, Path(record.clone), home, record.base_tree, watched=watched
-        )
+            record.worktree, Path(record.clone), home, record.base_tree,
+            watched=watched, found=found,
+        )  # fmt: skip
     except OSError as exc:
         remove(state_dir, record.run_id)
         raise WriteFailed(
