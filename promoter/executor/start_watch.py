@@ -23,7 +23,9 @@ baseline, none of the answer's generation, another base tree, a changed exclude 
 config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
 ``MAX_CANDIDATES``, or ``MAX_INDEXED_CANDIDATES`` while the index is the one the
 baseline walked) plans the full pass. ``record`` writes the baseline of the answering
-generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
+generation after a pass (through ``OwnTemp``, renamed, not flushed: after a crash the
+name holds the new baseline, the one before it, none or a damaged one, and each of them
+is read as above; docs/decisions/the-start-baseline-is-not-flushed.md; a damaged one is
 replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
 baseline stays good however old while its generation lives: its watch names every change
 since its clock. A narrowed pass during which a fingerprinted file moved is read again
@@ -50,7 +52,6 @@ from typing import Any
 
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
-from promoter.fs import flush
 from promoter.fs.own_entry import OwnTree
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
@@ -250,8 +251,7 @@ def record(
         temp = OwnTemp.create(str(path.parent), ".promoter-tmp-start-")
         try:
             try:
-                os.write(temp.fd, data)
-                flush.fsync(temp.fd)
+                os.write(temp.fd, data)  # not flushed: a cache the next start checks
             finally:
                 os.close(temp.fd)
             temp.place(str(path))
