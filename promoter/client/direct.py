@@ -4,8 +4,9 @@
 given and the environment names no proxies. A plain ``http`` request to this machine's
 loopback address (the daemon ``promoter serve`` records by default, or the one a 421
 sends the request to) is sent here, the one place that speaks ``http.client``: HTTP/1.1;
-one idle connection kept for the next request, dropped when the daemon closed it or the
-answer was not read to its end, or replaced by one to another origin; the connect, write
+an address literal connected to without the resolver (``_Connection``); one idle
+connection kept for the next request, dropped when the daemon closed it or the answer
+was not read to its end, or replaced by one to another origin; the connect, write
 and read timeouts of each request. A command line that only talks to its daemon never
 imports httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did
 above the wire it does the same way: the base URL and query parameters, the bearer and
@@ -23,10 +24,12 @@ endpoints, the retries, proxies (the environment naming one gets httpx's pool), 
 
 from __future__ import annotations
 
+import functools
 import http.client
 import ipaddress
 import json
 import select
+import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +48,38 @@ _HEADERS = {
     "Connection": "keep-alive",
     "User-Agent": f"promoter/{__version__}",
 }
+
+
+class _Connection(http.client.HTTPConnection):
+    """``http.client``'s connection; to an address literal (every loopback origin but
+    ``localhost``) the socket is connected to it directly: ``socket.create_connection``
+    would hand it to the resolver, which encodes it with the ``idna`` codec, imported on
+    first use (about a millisecond of each command line)."""
+
+    def __init__(self, host: str, port: int, *, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            return  # a name: resolved as http.client resolves it
+        family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
+        self._create_connection = functools.partial(_connect_literal, family)
+
+
+def _connect_literal(
+    family: int, address: tuple[str, int], timeout: float, source: Any = None
+) -> socket.socket:
+    """``socket.create_connection`` to an address literal of ``family``, not resolved."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        if source:
+            sock.bind(source)
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def loopback(url: str) -> bool:
@@ -206,7 +241,7 @@ class DirectClient:
         if idle is not None:
             idle.close()
         self._key = key
-        connection = http.client.HTTPConnection(key[0], key[1], timeout=limit)
+        connection = _Connection(key[0], key[1], timeout=limit)
         with _phase("ConnectTimeout", "ConnectError"):
             connection.connect()
         return connection
