@@ -13,7 +13,9 @@ differs from HEAD, ``old`` is the captured state and ``index`` the person's inde
 entry (``None`` when the path is not in the index). A path with a merge conflict or an
 intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses an
 edit of it); gitlinks and nested repositories are not captured and are named in
-``skipped``.
+``skipped``. The reading is closed (its private directory removed) in a thread once the
+files are laid, while the start tree and the preconditions are made, and waited for
+before ``capture_into`` returns.
 
 Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
 written yet).
@@ -25,8 +27,10 @@ worktree (no checkout, reset or stash: the clone's files are written one by one)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,16 +237,43 @@ def capture_into(
     kept as the next start's baseline.
     """
     layout = found or discover(worktree)
-    if alternates is None:
-        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
-        return _capture(layout, clone, home, base_tree, whiteouts, None, planned, watched)
-    start_env = {  # an overlay's start layer: HEAD's objects are the person's
-        "GIT_DIR": str(clone.absolute() / ".git"),
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
-    }
-    with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
-        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
-        return _capture(layout, clone, home, base_tree, whiteouts, reader, planned, watched)
+    with contextlib.ExitStack() as later:  # the reading's close, waited for last
+        if alternates is None:
+            planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+            return _capture(
+                layout, clone, home, base_tree, whiteouts, None, planned, watched, later
+            )
+        start_env = {  # an overlay's start layer: HEAD's objects are the person's
+            "GIT_DIR": str(clone.absolute() / ".git"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
+        }
+        with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
+            planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+            return _capture(
+                layout, clone, home, base_tree, whiteouts, reader, planned, watched, later
+            )
+
+
+class _Closing(threading.Thread):
+    """A reading of the person's worktree closed beside the start (its reader stopped, its
+    private directory removed: unlinks that may wait for the disk); its error, if any,
+    raised where it is waited for (``wait``)."""
+
+    def __init__(self, shadow: SeededShadow) -> None:
+        super().__init__(name="promoter-start-close")  # not a daemon: the exit waits too
+        self._shadow = shadow
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._shadow.close()
+        except BaseException as exc:  # raised again by wait
+            self._error = exc
+
+    def wait(self) -> None:
+        self.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _capture(
@@ -254,8 +285,10 @@ def _capture(
     reader: CatFile | None,
     planned: start_watch.Plan | None,
     watched: start_watch.Watched | None,
+    later: contextlib.ExitStack,
 ) -> StartState:
-    """``capture_into`` once the plan is made (``reader``: the overlay layer's objects)."""
+    """``capture_into`` once the plan is made (``reader``: the overlay layer's objects;
+    ``later`` waits for the reading's close, begun once the files are laid)."""
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
@@ -296,7 +329,9 @@ def _capture(
                 laid.append(entry)
         staged_in, index_states = shadow.staged, shadow.index_states
     finally:
-        shadow.close()
+        closing = _Closing(shadow)
+        closing.start()
+        later.callback(closing.wait)
     faults.point("start_state_laid")
     if reader is None:
         tree = _start_tree(clone, home, base_tree, laid, None)
