@@ -34,7 +34,6 @@ from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
-from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 
@@ -68,10 +67,10 @@ _PRIVATE_TMP = "/tmp"  # noqa: S108
 _ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run")  # noqa: S108
 _PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
 
-# Run by the host's Python before bwrap: set the limits, wait until promoter has placed
-# this process in the pids cgroup (``_Join``: a byte on ``go``; anything else, no exec), exec.
-_LIMITS_SHIM = (
-    """\
+# Run by the host's Python just before bwrap (after the overlay's mount, if any): set the
+# limits, wait until promoter has placed this process in the pids cgroup (``_Join``: a
+# byte on ``go``; anything else, no exec), exec bwrap.
+_LIMITS_SHIM = """\
 import os, resource, sys
 a, f, n, go = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 resource.setrlimit(resource.RLIMIT_AS, (a, a))
@@ -82,14 +81,8 @@ if go:
     os.close(int(go))
     if joined != b"1":
         os._exit(125)
-"""
-    + FOLD
-    + """\
-if is_shim(sys.argv[5:]):  # the overlay's mount, in this interpreter (``shims.py``)
-    run_shim(sys.argv[5:])
 os.execv(sys.argv[5], sys.argv[5:])
 """
-)
 
 
 @dataclass(frozen=True)
@@ -349,8 +342,9 @@ def run_confined(
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), go]
-            inner = [*_bwrap_argv(bwrap, box, relay, port), "--", *command]
-            argv = [*shim, *(box.overlay.wrap(inner) if box.overlay else inner)]
+            # the overlay's mount first: it runs while promoter joins the cgroup (``_Join``)
+            limited = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            argv = box.overlay.wrap(limited) if box.overlay else limited
             code = _wait(argv, env, box.clone, timeout, join)
     except BaseException:
         _after(relay, _written(box), quiet=True)
