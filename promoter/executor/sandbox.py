@@ -32,7 +32,7 @@ from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
 
 if TYPE_CHECKING:
-    from promoter.executor.start_watch import Watched
+    from promoter.executor.start_watch import Asking, Watched
     from promoter.git.layout import RepoLayout
 
 __all__ = [
@@ -147,23 +147,29 @@ def create(
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
     from promoter.executor import layered  # the builder's models: not for --list, --prune
+    from promoter.executor.start_watch import Asking
     from promoter.git.layout import discover
 
-    # the worktree's layout, discovered once for the head's tree and the layers
-    overlay = (found or discover(worktree)) if layout == "overlay" else None
-    tree = layered.head_tree(worktree, head, found=overlay, branch=branch) if overlay else ""
-    if ready is not None:
-        ready()  # nothing is made before it has answered
-    home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
-    if overlay is not None:
-        record = RunRecord(
-            run_id=run_id, repository=repository, worktree=worktree, branch=branch,
-            base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
-            allow=allow, layout="overlay",
-        )  # fmt: skip
-        _lay_overlay(state_dir, record, home, from_head, overlay, watched)
-        return record
+    if layout == "overlay":
+        # the worktree's layout, discovered once for the head's tree and the layers
+        overlay = found or discover(worktree)
+        tree = layered.head_tree(worktree, head, found=overlay, branch=branch)
+        _made(home, ready)
+        # the daemon's watch asked while the record is saved and the layers are made
+        asking = None if watched is None or from_head else Asking(watched, overlay)
+        try:
+            record = RunRecord(
+                run_id=run_id, repository=repository, worktree=worktree, branch=branch,
+                base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
+                allow=allow, layout="overlay",
+            )  # fmt: skip
+            _lay_overlay(state_dir, record, home, from_head, overlay, watched, asking)
+            return record
+        finally:
+            if asking is not None:
+                asking.join()  # its client is the caller's: never left in use
+    _made(home, ready)
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
@@ -198,6 +204,13 @@ def create(
     return record
 
 
+def _made(home: Path, ready: Callable[[], None] | None) -> None:
+    """The sandbox's directory made, once ``ready`` has answered (it may refuse)."""
+    if ready is not None:
+        ready()  # nothing is made before it has answered
+    home.mkdir(parents=True, mode=0o700)
+
+
 def _lay_overlay(
     state_dir: Path,
     record: RunRecord,
@@ -205,17 +218,18 @@ def _lay_overlay(
     from_head: bool,
     found: RepoLayout,
     watched: Watched | None,
+    asking: Asking | None,
 ) -> None:
     """``layered.create`` (``found``: the worktree's layout; ``watched``: the daemon's
-    watch, which may narrow the start's status pass); a sandbox that could not be laid is
-    removed."""
+    watch, which may narrow the start's status pass, ``asking``: asked already); a
+    sandbox that could not be laid is removed."""
     from promoter.executor import layered
 
     try:
         state = layered.create(
             state_dir, record, home, from_head=from_head,
             save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
-            found=found, watched=watched,
+            found=found, watched=watched, asking=asking,
         )  # fmt: skip
     except OSError as exc:
         _remove_unfinished(state_dir, record.run_id)

@@ -224,6 +224,7 @@ def capture_into(
     alternates: str | None = None,
     found: RepoLayout | None = None,
     watched: start_watch.Watched | None = None,
+    asking: start_watch.Asking | None = None,
 ) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
@@ -234,12 +235,13 @@ def capture_into(
     ``alternates`` then names the person's object directory (HEAD's objects). ``found``:
     the worktree's layout, when the caller discovered it already. With ``watched`` the
     daemon's watch may narrow the status pass (``start_watch.plan``), and the pass is
-    kept as the next start's baseline.
+    kept as the next start's baseline; ``asking``: that watch asked already, beside the
+    caller's work (``start_watch.Asking``).
     """
     layout = found or discover(worktree)
     with contextlib.ExitStack() as later:  # the reading's close, waited for last
         if alternates is None:
-            planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+            planned = _plan(watched, asking, layout, base_tree)
             return _capture(
                 layout, clone, home, base_tree, whiteouts, None, planned, watched, later
             )
@@ -248,10 +250,21 @@ def capture_into(
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
         }
         with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
-            planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+            planned = _plan(watched, asking, layout, base_tree)
             return _capture(
                 layout, clone, home, base_tree, whiteouts, reader, planned, watched, later
             )
+
+
+def _plan(
+    watched: start_watch.Watched | None,
+    asking: start_watch.Asking | None,
+    layout: RepoLayout,
+    base_tree: str,
+) -> start_watch.Plan | None:
+    if asking is not None:
+        return asking.plan(base_tree)
+    return None if watched is None else start_watch.plan(watched, layout, base_tree)
 
 
 class _Closing(threading.Thread):
