@@ -14,8 +14,7 @@ entry (``None`` when the path is not in the index). A path with a merge conflict
 intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses an
 edit of it); gitlinks and nested repositories are not captured and are named in
 ``skipped``. The reading is closed (its private directory removed) in a thread once the
-files are laid, while the start tree and the preconditions are made, and waited for
-before ``capture_into`` returns.
+files are laid, beside the rest of the start; the process ends only once it is done.
 
 Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
 written yet).
@@ -27,7 +26,7 @@ worktree (no checkout, reset or stash: the clone's files are written one by one)
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import stat
 import threading
@@ -57,6 +56,8 @@ _LINK = "120000"
 _EXEC = "100755"
 _MODES = ("100644", _EXEC, _LINK)
 _START_INDEX = "start-index"
+
+log = logging.getLogger("promoter.run")
 
 
 @dataclass
@@ -239,21 +240,16 @@ def capture_into(
     caller's work (``start_watch.Asking``).
     """
     layout = found or discover(worktree)
-    with contextlib.ExitStack() as later:  # the reading's close, waited for last
-        if alternates is None:
-            planned = _plan(watched, asking, layout, base_tree)
-            return _capture(
-                layout, clone, home, base_tree, whiteouts, None, planned, watched, later
-            )
-        start_env = {  # an overlay's start layer: HEAD's objects are the person's
-            "GIT_DIR": str(clone.absolute() / ".git"),
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
-        }
-        with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
-            planned = _plan(watched, asking, layout, base_tree)
-            return _capture(
-                layout, clone, home, base_tree, whiteouts, reader, planned, watched, later
-            )
+    if alternates is None:
+        planned = _plan(watched, asking, layout, base_tree)
+        return _capture(layout, clone, home, base_tree, whiteouts, None, planned, watched)
+    start_env = {  # an overlay's start layer: HEAD's objects are the person's
+        "GIT_DIR": str(clone.absolute() / ".git"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
+    }
+    with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
+        planned = _plan(watched, asking, layout, base_tree)
+        return _capture(layout, clone, home, base_tree, whiteouts, reader, planned, watched)
 
 
 def _plan(
@@ -268,25 +264,20 @@ def _plan(
 
 
 class _Closing(threading.Thread):
-    """A reading of the person's worktree closed beside the start (its reader stopped, its
-    private directory removed: unlinks that may wait for the disk); its error, if any,
-    raised where it is waited for (``wait``)."""
+    """A reading of the person's worktree closed beside the rest of the start and the run
+    (its reader stopped, its private directory removed: unlinks that may wait for the
+    disk). Not a daemon thread: the process ends only once it is done; a failure is
+    logged (the directory is a private temporary one)."""
 
     def __init__(self, shadow: SeededShadow) -> None:
-        super().__init__(name="promoter-start-close")  # not a daemon: the exit waits too
+        super().__init__(name="promoter-start-close")
         self._shadow = shadow
-        self._error: BaseException | None = None
 
     def run(self) -> None:
         try:
             self._shadow.close()
-        except BaseException as exc:  # raised again by wait
-            self._error = exc
-
-    def wait(self) -> None:
-        self.join()
-        if self._error is not None:
-            raise self._error
+        except Exception as exc:  # nothing waits for it: said, not raised
+            log.warning("the start's reading of the worktree was not closed: %s", exc)
 
 
 def _capture(
@@ -298,10 +289,8 @@ def _capture(
     reader: CatFile | None,
     planned: start_watch.Plan | None,
     watched: start_watch.Watched | None,
-    later: contextlib.ExitStack,
 ) -> StartState:
-    """``capture_into`` once the plan is made (``reader``: the overlay layer's objects;
-    ``later`` waits for the reading's close, begun once the files are laid)."""
+    """``capture_into`` once the plan is made (``reader``: the overlay layer's objects)."""
     env = repo_env(layout)
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
@@ -342,9 +331,7 @@ def _capture(
                 laid.append(entry)
         staged_in, index_states = shadow.staged, shadow.index_states
     finally:
-        closing = _Closing(shadow)
-        closing.start()
-        later.callback(closing.wait)
+        _Closing(shadow).start()
     faults.point("start_state_laid")
     if reader is None:
         tree = _start_tree(clone, home, base_tree, laid, None)
