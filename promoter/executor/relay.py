@@ -82,8 +82,10 @@ class Relay:
     ) -> None:
         parts = urlsplit(url)
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        # an ASCII name as bytes: a str goes through the idna codec, imported on first use
+        name = host.encode("ascii") if host.isascii() else host
         self.targets = [
-            (info[0], info[4]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            (info[0], info[4]) for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
         ]
         self.max_connections = max_connections
         self.idle_seconds = idle_seconds
