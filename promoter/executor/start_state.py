@@ -199,13 +199,17 @@ def _start_tree(
 
 
 def _read_person(
-    layout: RepoLayout, base_tree: str, planned: start_watch.Plan | None
+    layout: RepoLayout,
+    base_tree: str,
+    planned: start_watch.Plan | None,
+    reader: CatFile | None,
 ) -> SeededShadow:
     """The person's worktree read (entered: the caller closes it), narrowed as ``planned``
-    says unless the index, excludes or config moved while it was read: then in full."""
+    says unless the index, excludes or config moved while it was read: then in full
+    (``reader``: the start layer's, which reaches the base's trees)."""
     only = None if planned is None else planned.candidates
     known = None if planned is None else planned.index_walk
-    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known)
+    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known, trees=reader)
     shadow.__enter__()
     if planned is None or only is None or start_watch.unmoved(layout, planned):
         return shadow
@@ -295,7 +299,7 @@ def _capture(
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
-    shadow = _read_person(layout, base_tree, planned)
+    shadow = _read_person(layout, base_tree, planned, reader)
     try:
         entries = shadow.diff()
         if watched is not None and planned is not None and shadow.narrowable:
