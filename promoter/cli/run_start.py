@@ -3,7 +3,7 @@
 ``start`` is the run path of ``promoter.cli.run_args.dispatch`` (the flags read by typer
 or by ``run_args.parse``; the person asked by ``run_person.TerminalPerson``): the
 confinement the flags ask for, checked before a sandbox or a grant exists (bubblewrap
-probed while the repository is looked up); a new sandbox (``flow.start``) or a
+probed while the repository is looked up and its worktree read); a new sandbox (``flow.start``) or a
 continued one; the step (``flow.step``) or the promotion a continued run's last step
 left submitted; the outcome ``--json`` prints and Ctrl-C as ``interrupted`` (exit 130).
 It is imported only by a run, so ``run --list``, ``--prune`` and ``--remove`` load none

@@ -4,7 +4,8 @@ This module owns how the sandbox's command is started (protocol: runs#sandbox-bo
 runs#confinement): the bubblewrap command line (namespaces, the read-only host with its
 hidden, fresh and writable places, checked by ``hidden.py``), the environment built from
 scratch, the limits set on the process that execs bwrap (``_LIMITS_SHIM``; a pids cgroup
-where one is writable, ``procs_limit`` saying which ran), the daemon reached through
+where one is writable, which promoter places it in while its interpreter starts,
+``procs_limit`` saying which ran), the daemon reached through
 ``Relay`` (``relay.py``) and ``sandbox_entry.py`` when there is no network, the end of the
 whole tree on timeout or Ctrl-C, and ``disarm`` afterwards. ``--unconfined`` runs the
 command as the person, in its own process group.
@@ -32,7 +33,6 @@ from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
-from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 from promoter.lazy_log import LazyLogger
@@ -67,26 +67,22 @@ _PRIVATE_TMP = "/tmp"  # noqa: S108
 _ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run")  # noqa: S108
 _PRIVATE_WRITABLE = ("/tmp", "/var/tmp")  # noqa: S108
 
-# Run by the host's Python before bwrap: set the limits, join the pids cgroup, exec.
-_LIMITS_SHIM = (
-    """\
+# Run by the host's Python just before bwrap (after the overlay's mount, if any): set the
+# limits, wait until promoter has placed this process in the pids cgroup (``_Join``: a
+# byte on ``go``; anything else, no exec), exec bwrap.
+_LIMITS_SHIM = """\
 import os, resource, sys
-a, f, n, procs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+a, f, n, go = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 resource.setrlimit(resource.RLIMIT_AS, (a, a))
 resource.setrlimit(resource.RLIMIT_FSIZE, (f, f))
 resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-if procs:
-    fd = os.open(procs, os.O_WRONLY)
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-"""
-    + FOLD
-    + """\
-if is_shim(sys.argv[5:]):  # the overlay's mount, in this interpreter (``shims.py``)
-    run_shim(sys.argv[5:])
+if go:
+    joined = os.read(int(go), 1)
+    os.close(int(go))
+    if joined != b"1":
+        os._exit(125)
 os.execv(sys.argv[5], sys.argv[5:])
 """
-)
 
 
 @dataclass(frozen=True)
@@ -337,14 +333,19 @@ def run_confined(
         env["PROMOTER_URL"], port = inside_url(env["PROMOTER_URL"])
         relay = Relay(url)
     try:
-        with _pids_cgroup(f"promoter-{run_id}-{os.getpid()}", box.limits.procs) as (kind, group):
-            procs = str(group / "cgroup.procs") if group is not None else ""
+        with (
+            _pids_cgroup(f"promoter-{run_id}-{os.getpid()}", box.limits.procs) as (kind, group),
+            contextlib.ExitStack() as joins,
+        ):
+            join = None if group is None else joins.enter_context(_Join(group / "cgroup.procs"))
+            go = "" if join is None else str(join.go)
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
-            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), procs]
-            inner = [*_bwrap_argv(bwrap, box, relay, port), "--", *command]
-            argv = [*shim, *(box.overlay.wrap(inner) if box.overlay else inner)]
-            code = _wait(argv, env, box.clone, timeout)
+            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), go]
+            # the overlay's mount first: it runs while promoter joins the cgroup (``_Join``)
+            limited = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            argv = box.overlay.wrap(limited) if box.overlay else limited
+            code = _wait(argv, env, box.clone, timeout, join)
     except BaseException:
         _after(relay, _written(box), quiet=True)
         raise
@@ -404,15 +405,60 @@ def disarm(*trees: Path) -> None:
             log.warning("%s: a set-ID file with another link, unlinked from the sandbox", path)
 
 
-def _wait(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
-    """Run ``argv`` on a pane of its own (``pane.py``): its output is shown filtered."""
-    with Pane() as shown:
+class _Join:
+    """The confined command's pids cgroup, joined by promoter for the limits' shim: the
+    shim's process is written into ``procs`` while its interpreter starts (a migration
+    waits for the kernel, about as long as that start), then a byte on the pipe whose
+    read end is ``go`` lets the shim go on; without it the shim exits, never running bwrap."""
+
+    def __init__(self, procs: Path) -> None:
+        self.procs = procs
+        self.go, self._said = os.pipe()
+
+    def __enter__(self) -> _Join:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in (self.go, self._said):
+            if fd >= 0:
+                os.close(fd)
+        self.go = self._said = -1
+
+    def __call__(self, pid: int) -> None:
+        """Place the started shim (``pid``) in the cgroup, then let it go on."""
+        os.close(self.go)  # the shim's alone now
+        self.go = -1
         try:
-            process = subprocess.Popen(shown.argv(argv), cwd=cwd, env=env, **shown.popen_args())
+            fd = os.open(self.procs, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ConfigError(
+                f"the command could not be placed in its pids cgroup {self.procs.parent}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        os.write(self._said, b"1")
+
+
+def _wait(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float, join: _Join | None = None
+) -> int:
+    """Run ``argv`` on a pane of its own (``pane.py``): its output is shown filtered.
+    ``join``: the limits' shim in ``argv`` waits for its pids cgroup (``_Join``)."""
+    with Pane() as shown:
+        popen = shown.popen_args()
+        if join is not None:
+            popen["pass_fds"] = (*popen["pass_fds"], join.go)
+        try:
+            process = subprocess.Popen(shown.argv(argv), cwd=cwd, env=env, **popen)
         except OSError as exc:
             raise ConfigError(f"the command could not be started: {exc.strerror or exc}") from exc
         try:
             try:
+                if join is not None:
+                    join(process.pid)
                 shown.started()
             except OSError as exc:
                 raise ConfigError(f"the command could not be started: {exc.strerror}") from exc

@@ -30,7 +30,7 @@ from promoter.errors import ConfigError
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
-from promoter.executor.start_watch import Watched
+from promoter.executor.start_watch import Asking, Watched
 from promoter.git.head import head_on_branch
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.runner import run_git
@@ -88,12 +88,14 @@ def create(
     used: Callable[[], set[str]],
     found: RepoLayout | None = None,
     watched: Watched | None = None,
+    asking: Asking | None = None,
 ) -> StartState | None:
     """Lay the overlay sandbox of ``record`` into ``home``; the captured start state.
 
     ``save`` writes the record; ``used`` lists the base trees run records name;
     ``found`` is the worktree's layout when the caller discovered it already;
-    ``watched``: the daemon's watch may narrow the start's status pass.
+    ``watched``: the daemon's watch may narrow the start's status pass (``asking``: it
+    was asked already).
     """
     objects = _objects(record.worktree, found)
     save()  # named by a record before anything is made: --list shows it, --remove takes it
@@ -108,7 +110,7 @@ def create(
     if not from_head:
         state = capture_into(
             record.worktree, box.start, home, record.base_tree, whiteouts=True,
-            alternates=objects, found=found, watched=watched,
+            alternates=objects, found=found, watched=watched, asking=asking,
         )  # fmt: skip
         layers.collapse_empty(box.start, box.bases)
     layers.point_alternates(box.start)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from promoter.errors import ConfigError
+from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import OwnTree
 
 __all__ = [
@@ -43,12 +44,15 @@ OBJECTS_INSIDE = "/run/promoter-objects"
 OPAQUE = "user.overlay.opaque"
 _START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
 
-# Run by the host's Python (``-I -S``) as the command's limits allow: a user and mount
-# namespace of its own (the caller's uid and gid mapped to themselves), nothing of it
-# propagated anywhere, the overlay mounted on ``clone``, then exec of bubblewrap. No
-# redirects and no metadata-only copy-up: every file in the upper layer is whole, and a
-# renamed directory is copied (``upper.py`` reads the layers as plain directories).
-_MOUNT = """\
+# Run by the host's Python (``-I -S``) before the command's limits are set (it starts no
+# process; the limits' shim follows it, in this interpreter, ``shims.py``): a user and
+# mount namespace of its own (the caller's uid and gid mapped to themselves), nothing of
+# it propagated anywhere, the overlay mounted on ``clone``, then what follows (the limits'
+# shim, then bubblewrap). No redirects and no metadata-only copy-up: every file in the
+# upper layer is whole, and a renamed directory is copied (``upper.py`` reads the layers
+# as plain directories).
+_MOUNT = (
+    """\
 import ctypes, os, sys
 home, lower, argv = sys.argv[1], sys.argv[2], sys.argv[4:]
 assert sys.argv[3] == "--"
@@ -71,8 +75,14 @@ options = ("lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr,"
            "redirect_dir=nofollow,metacopy=off,index=off" % lower)
 check(libc.mount(b"overlay", b"clone", b"overlay", 0, options.encode()), "overlay mount")
 os.chdir("clone")
+"""
+    + FOLD
+    + """\
+if is_shim(argv):  # the limits' shim, in this interpreter (``shims.py``)
+    run_shim(argv)
 os.execvp(argv[0], argv)
 """
+)
 
 
 def _python() -> str:
@@ -124,7 +134,8 @@ class Overlay:
         return ["--ro-bind", os.path.realpath(self.objects), OBJECTS_INSIDE]
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` (bubblewrap's) run inside a namespace where the overlay is mounted."""
+        """``argv`` (the limits' shim before bubblewrap, or a command) run inside a
+        namespace where the overlay is mounted."""
         home = os.path.realpath(self.layers.home)
         lower = [os.path.relpath(os.path.realpath(p), home) for p in self.layers.below()]
         for path in lower:  # the mount options' separators

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from promoter.executor.run.status import RunStatus
 from promoter.lazy_log import LazyLogger
 
 if TYPE_CHECKING:
-    from promoter.executor.start_watch import Watched
+    from promoter.executor.start_watch import Asking, Watched
     from promoter.git.layout import RepoLayout
 
 __all__ = [
@@ -121,6 +122,8 @@ def create(
     from_head: bool = False,
     layout: str = "copy",
     watched: Watched | None = None,
+    found: RepoLayout | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> RunRecord:
     """Clone ``worktree``'s repository at ``head`` into a new sandbox; record it.
 
@@ -128,6 +131,9 @@ def create(
     worktree as it is (``start_state.capture_into``). ``layout="overlay"`` lays an
     overlay sandbox instead of a clone (``layered.create``). ``watched``: the daemon's
     watch may narrow the reading of the person's worktree (``start_watch.py``).
+    ``found``: the worktree's layout, when the caller discovered it already. ``ready``
+    is called after the reads, before anything is made (it may refuse: the
+    confinement's probe, ``confine.probing``).
     """
     from promoter.executor import sandbox_repo
     from promoter.git.runner import run_git
@@ -141,21 +147,29 @@ def create(
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
     from promoter.executor import layered  # the builder's models: not for --list, --prune
+    from promoter.executor.start_watch import Asking
     from promoter.git.layout import discover
 
-    # the worktree's layout, discovered once for the head's tree and the layers
-    found = discover(worktree) if layout == "overlay" else None
-    tree = layered.head_tree(worktree, head, found=found, branch=branch) if found else ""
-    home.mkdir(parents=True, mode=0o700)
     clone = home / "clone"
-    if found is not None:
-        record = RunRecord(
-            run_id=run_id, repository=repository, worktree=worktree, branch=branch,
-            base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
-            allow=allow, layout="overlay",
-        )  # fmt: skip
-        _lay_overlay(state_dir, record, home, from_head, found, watched)
-        return record
+    if layout == "overlay":
+        # the worktree's layout, discovered once for the head's tree and the layers
+        overlay = found or discover(worktree)
+        tree = layered.head_tree(worktree, head, found=overlay, branch=branch)
+        _made(home, ready)
+        # the daemon's watch asked while the record is saved and the layers are made
+        asking = None if watched is None or from_head else Asking(watched, overlay)
+        try:
+            record = RunRecord(
+                run_id=run_id, repository=repository, worktree=worktree, branch=branch,
+                base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
+                allow=allow, layout="overlay",
+            )  # fmt: skip
+            _lay_overlay(state_dir, record, home, from_head, overlay, watched, asking)
+            return record
+        finally:
+            if asking is not None:
+                asking.join()  # its client is the caller's: never left in use
+    _made(home, ready)
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")
     # the clone's own checkout of the branch (never a checkout command in any worktree)
@@ -186,8 +200,15 @@ def create(
     )
     save(state_dir, record)
     if not from_head:
-        _start_from_person(state_dir, record, home, watched)
+        _start_from_person(state_dir, record, home, watched, found)
     return record
+
+
+def _made(home: Path, ready: Callable[[], None] | None) -> None:
+    """The sandbox's directory made, once ``ready`` has answered (it may refuse)."""
+    if ready is not None:
+        ready()  # nothing is made before it has answered
+    home.mkdir(parents=True, mode=0o700)
 
 
 def _lay_overlay(
@@ -197,17 +218,18 @@ def _lay_overlay(
     from_head: bool,
     found: RepoLayout,
     watched: Watched | None,
+    asking: Asking | None,
 ) -> None:
     """``layered.create`` (``found``: the worktree's layout; ``watched``: the daemon's
-    watch, which may narrow the start's status pass); a sandbox that could not be laid is
-    removed."""
+    watch, which may narrow the start's status pass, ``asking``: asked already); a
+    sandbox that could not be laid is removed."""
     from promoter.executor import layered
 
     try:
         state = layered.create(
             state_dir, record, home, from_head=from_head,
             save=lambda: save(state_dir, record), used=lambda: used_bases(state_dir),
-            found=found, watched=watched,
+            found=found, watched=watched, asking=asking,
         )  # fmt: skip
     except OSError as exc:
         _remove_unfinished(state_dir, record.run_id)
@@ -244,15 +266,20 @@ def used_bases(state_dir: Path) -> set[str]:
 
 
 def _start_from_person(
-    state_dir: Path, record: RunRecord, home: Path, watched: Watched | None
+    state_dir: Path,
+    record: RunRecord,
+    home: Path,
+    watched: Watched | None,
+    found: RepoLayout | None,
 ) -> None:
     """Lay the person's worktree into the clone; a sandbox that could not is removed."""
     from promoter.executor.start_state import capture_into  # not for --list, --prune
 
     try:
         state = capture_into(
-            record.worktree, Path(record.clone), home, record.base_tree, watched=watched
-        )
+            record.worktree, Path(record.clone), home, record.base_tree,
+            watched=watched, found=found,
+        )  # fmt: skip
     except OSError as exc:
         remove(state_dir, record.run_id)
         raise WriteFailed(

@@ -343,7 +343,8 @@ def candidates_index(
 
 class _Marked:
     """Entries of a version 2 or 3 index found from a walk's marks (bisected, then at
-    most ``MARK_EVERY`` entries stepped); any inconsistency is ``NotPlain``."""
+    most ``MARK_EVERY`` entries stepped); any inconsistency is ``NotPlain``. Each entry
+    is parsed once and each name looked up once (the candidates share their folders)."""
 
     def __init__(self, view: mmap.mmap, marks: tuple[int, ...]) -> None:
         signature, version, count = struct.unpack_from(">4sII", view, 0)
@@ -351,7 +352,8 @@ class _Marked:
             raise NotPlain
         self.view, self.version, self.count, self.marks = view, version, count, marks
         self._entries_end = len(view) - 20
-        self._names: dict[int, bytes] = {}  # of the marks bisected so far
+        self._entries: dict[int, tuple[bytes, int]] = {}  # offset -> _read's answer
+        self._bounds: dict[bytes, tuple[int, int]] = {}  # target -> lower_bound's answer
 
     def name(self, off: int) -> bytes:
         return self._read(off)[0]
@@ -361,6 +363,12 @@ class _Marked:
 
     def _read(self, off: int) -> tuple[bytes, int]:
         """The name of the entry at ``off`` and where the next begins."""
+        read = self._entries.get(off)
+        if read is None:
+            read = self._entries[off] = self._parse(off)
+        return read
+
+    def _parse(self, off: int) -> tuple[bytes, int]:
         view = self.view
         if off < 12 or (off - 12) % 8 or off + 62 > self._entries_end:
             raise NotPlain
@@ -383,12 +391,16 @@ class _Marked:
     def lower_bound(self, target: bytes) -> tuple[int, int]:
         """(entry number, offset) of the first entry whose name is not below ``target``;
         (count, -1) when there is none."""
+        found = self._bounds.get(target)
+        if found is None:
+            found = self._bounds[target] = self._lower_bound(target)
+        return found
+
+    def _lower_bound(self, target: bytes) -> tuple[int, int]:
         low, high = 0, len(self.marks)
         while low < high:  # the last mark whose name is below target
             middle = (low + high) // 2
-            if middle not in self._names:
-                self._names[middle] = self.name(self.marks[middle])
-            if self._names[middle] < target:
+            if self.name(self.marks[middle]) < target:
                 low = middle + 1
             else:
                 high = middle

@@ -38,7 +38,7 @@ from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import read_head
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
-from promoter.git.readback import prefixes_of, tree_entries
+from promoter.git.readback import prefixes_of, tree_entries, tree_entries_read
 from promoter.git.records import (
     DiffEntry,
     DiffStatus,
@@ -117,7 +117,9 @@ class SeededShadow(ShadowTree):
     event in the worktree). ``known_index``: an earlier walk of an index (``index_key``),
     used when the copy has that key instead of walking it again; when it is a walk of
     the very index file, a limited pass reads the candidates' index
-    (``seed_index.candidates_index``), not a copy of the whole. With no gitlink in the
+    (``seed_index.candidates_index``), not a copy of the whole, with the base pruned to the
+    candidates read through ``trees`` (a running ``cat-file --batch`` that reaches the
+    base's objects) when the caller has one, else by ``ls-tree``. With no gitlink in the
     index nor among the staged changes, a seeded pass leaves ``staged`` (the paths whose
     index entry differs from the base, as ``git diff-index --cached`` names them) and
     ``index_states`` (the index entry of every path it named) as read from the same index.
@@ -134,11 +136,13 @@ class SeededShadow(ShadowTree):
         head_tree: str | None = None,
         only: Sequence[bytes] | None = None,
         known_index: tuple[str, PlainIndex] | None = None,
+        trees: CatFile | None = None,
     ) -> None:
         super().__init__(layout, base_tree=base_tree, tmpdir=tmpdir, timeout=timeout)
         self._seed = seed
         self._head_tree = head_tree
         self._only = None if only is None else list(only)
+        self._trees = trees  # a running reader of the base's trees, if the caller has one
         self.status_paths: list[bytes] = []  # every path the seeded status pass named
         self.narrowable = False  # whether that pass may be limited next time (start_watch)
         self.index_walk = known_index  # (index_key of the copy, its walk), once walked
@@ -279,7 +283,11 @@ class SeededShadow(ShadowTree):
         written into the shadow's objects: the same answer for those paths, read fast."""
         check_pathspec_paths(paths)
         top: dict[bytes, Any] = {}  # name -> (mode, id) or a folder's own dict
-        for path, entry in sorted(tree_entries(self.layout, base, paths).items()):
+        if self._trees is not None:  # no ls-tree started: the caller's reader reads them
+            found = tree_entries_read(self._trees, base, paths)
+        else:
+            found = tree_entries(self.layout, base, paths)
+        for path, entry in sorted(found.items()):
             if entry is None:
                 continue
             *folders, name = os.fsencode(path).split(b"/")

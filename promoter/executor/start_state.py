@@ -13,7 +13,8 @@ differs from HEAD, ``old`` is the captured state and ``index`` the person's inde
 entry (``None`` when the path is not in the index). A path with a merge conflict or an
 intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses an
 edit of it); gitlinks and nested repositories are not captured and are named in
-``skipped``.
+``skipped``. The reading is closed (its private directory removed) in a thread once the
+files are laid, beside the rest of the start; the process ends only once it is done.
 
 Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
 written yet).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, IndexEntry, decode_path, require_oid
 from promoter.git.runner import run_git
+from promoter.lazy_log import LazyLogger
 
 __all__ = ["StartState", "capture_into"]
 
@@ -53,6 +56,8 @@ _LINK = "120000"
 _EXEC = "100755"
 _MODES = ("100644", _EXEC, _LINK)
 _START_INDEX = "start-index"
+
+log = LazyLogger("promoter.run")
 
 
 @dataclass
@@ -194,13 +199,17 @@ def _start_tree(
 
 
 def _read_person(
-    layout: RepoLayout, base_tree: str, planned: start_watch.Plan | None
+    layout: RepoLayout,
+    base_tree: str,
+    planned: start_watch.Plan | None,
+    reader: CatFile | None,
 ) -> SeededShadow:
     """The person's worktree read (entered: the caller closes it), narrowed as ``planned``
-    says unless the index, excludes or config moved while it was read: then in full."""
+    says unless the index, excludes or config moved while it was read: then in full
+    (``reader``: the start layer's, which reaches the base's trees)."""
     only = None if planned is None else planned.candidates
     known = None if planned is None else planned.index_walk
-    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known)
+    shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known, trees=reader)
     shadow.__enter__()
     if planned is None or only is None or start_watch.unmoved(layout, planned):
         return shadow
@@ -220,6 +229,7 @@ def capture_into(
     alternates: str | None = None,
     found: RepoLayout | None = None,
     watched: start_watch.Watched | None = None,
+    asking: start_watch.Asking | None = None,
 ) -> StartState:
     """Lay the person's worktree state into ``clone`` (at ``base_tree``); its preconditions.
 
@@ -230,19 +240,48 @@ def capture_into(
     ``alternates`` then names the person's object directory (HEAD's objects). ``found``:
     the worktree's layout, when the caller discovered it already. With ``watched`` the
     daemon's watch may narrow the status pass (``start_watch.plan``), and the pass is
-    kept as the next start's baseline.
+    kept as the next start's baseline; ``asking``: that watch asked already, beside the
+    caller's work (``start_watch.Asking``).
     """
     layout = found or discover(worktree)
     if alternates is None:
-        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+        planned = _plan(watched, asking, layout, base_tree)
         return _capture(layout, clone, home, base_tree, whiteouts, None, planned, watched)
     start_env = {  # an overlay's start layer: HEAD's objects are the person's
         "GIT_DIR": str(clone.absolute() / ".git"),
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates,
     }
     with CatFile(cwd=clone, env=start_env) as reader:  # git starts while the daemon answers
-        planned = None if watched is None else start_watch.plan(watched, layout, base_tree)
+        planned = _plan(watched, asking, layout, base_tree)
         return _capture(layout, clone, home, base_tree, whiteouts, reader, planned, watched)
+
+
+def _plan(
+    watched: start_watch.Watched | None,
+    asking: start_watch.Asking | None,
+    layout: RepoLayout,
+    base_tree: str,
+) -> start_watch.Plan | None:
+    if asking is not None:
+        return asking.plan(base_tree)
+    return None if watched is None else start_watch.plan(watched, layout, base_tree)
+
+
+class _Closing(threading.Thread):
+    """A reading of the person's worktree closed beside the rest of the start and the run
+    (its reader stopped, its private directory removed: unlinks that may wait for the
+    disk). Not a daemon thread: the process ends only once it is done; a failure is
+    logged (the directory is a private temporary one)."""
+
+    def __init__(self, shadow: SeededShadow) -> None:
+        super().__init__(name="promoter-start-close")
+        self._shadow = shadow
+
+    def run(self) -> None:
+        try:
+            self._shadow.close()
+        except Exception as exc:  # nothing waits for it: said, not raised
+            log.warning("the start's reading of the worktree was not closed: %s", exc)
 
 
 def _capture(
@@ -260,7 +299,7 @@ def _capture(
     objects = LooseObjects(str(clone / ".git" / "objects"))
     laid: list[DiffEntry] = []
     captured: dict[str, tuple[str, str, int] | None] = {}  # path -> (sha256, mode, size)
-    shadow = _read_person(layout, base_tree, planned)
+    shadow = _read_person(layout, base_tree, planned, reader)
     try:
         entries = shadow.diff()
         if watched is not None and planned is not None and shadow.narrowable:
@@ -296,7 +335,7 @@ def _capture(
                 laid.append(entry)
         staged_in, index_states = shadow.staged, shadow.index_states
     finally:
-        shadow.close()
+        _Closing(shadow).start()
     faults.point("start_state_laid")
     if reader is None:
         tree = _start_tree(clone, home, base_tree, laid, None)

@@ -15,15 +15,19 @@ very file reads only the candidates' entries, ``seed_index.candidates_index``). 
 reads the baselines, takes the fingerprint, asks the daemon with every position they
 hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the worker answers for
 the one of its generation, or unknown), compares with the baseline of the answer's
-generation, never another, and returns the candidate paths: the watch's, the baseline's,
-and when the index changed what ``git diff-index --cached`` names; the status pass
-limited to them by literal pathspecs gives the full pass's answer
+generation, never another (``Asking``: the reading and the asking begun in a thread
+while the start saves its record and makes its layers), and returns the candidate
+paths: the watch's, the baseline's, and when the index changed what ``git diff-index
+--cached`` names; the status pass limited to them by literal pathspecs gives the full
+pass's answer
 (protocol: runs#watched-start). Anything unknown or unexpected (no or a damaged
 baseline, none of the answer's generation, another base tree, a changed exclude or
 config, a ``.gitignore`` or ``.gitattributes`` among the watch's paths, more than
 ``MAX_CANDIDATES``, or ``MAX_INDEXED_CANDIDATES`` while the index is the one the
 baseline walked) plans the full pass. ``record`` writes the baseline of the answering
-generation after a pass (through ``OwnTemp``, fsynced, renamed; a damaged one is
+generation after a pass (through ``OwnTemp``, renamed, not flushed: after a crash the
+name holds the new baseline, the one before it, none or a damaged one, and each of them
+is read as above; docs/decisions/the-start-baseline-is-not-flushed.md; a damaged one is
 replaced there), keeps the others, and drops the oldest past ``MAX_BASELINES``. A
 baseline stays good however old while its generation lives: its watch names every change
 since its clock. A narrowed pass during which a fingerprinted file moved is read again
@@ -42,6 +46,7 @@ import json
 import os
 import re
 import stat
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +54,6 @@ from typing import Any
 
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
-from promoter.fs import flush
 from promoter.fs.own_entry import OwnTree
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
@@ -60,6 +64,7 @@ __all__ = [
     "MAX_BASELINES",
     "MAX_CANDIDATES",
     "MAX_INDEXED_CANDIDATES",
+    "Asking",
     "Plan",
     "Watched",
     "baseline_path",
@@ -161,8 +166,19 @@ def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
     return found
 
 
-def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
-    """Ask the daemon and compare with the baseline: the candidates, or the full pass."""
+@dataclass(frozen=True)
+class _Asked:
+    """``plan``'s reading and asking: the fingerprint, the baselines, the answer (or why
+    there is none)."""
+
+    fingerprint: dict[str, list[int] | None]
+    baselines: dict[str, _Baseline]
+    answer: Mapping[str, Any]
+    position: tuple[str, int]
+    failed: str = ""
+
+
+def _ask(watched: Watched, layout: RepoLayout) -> _Asked:
     print_ = fingerprint(layout)
     baselines: dict[str, _Baseline] = {}
     for generation, path in baseline_paths(watched.state_dir, layout)[:MAX_BASELINES]:
@@ -171,9 +187,53 @@ def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
             baselines[generation] = loaded
     try:
         answer = watched.ask([(b.generation, b.clock) for b in baselines.values()])
-        now_generation, now_clock = _position(answer)
+        position = _position(answer)
     except (PromoterError, OSError, ValueError) as exc:
-        return Plan(None, "", 0, print_, f"the daemon's watch did not answer: {exc}")
+        return _Asked(print_, baselines, {}, ("", 0), f"the daemon's watch did not answer: {exc}")
+    return _Asked(print_, baselines, answer, position)
+
+
+class Asking(threading.Thread):
+    """``plan``'s reading and asking begun early, beside what the start does before its
+    status pass (HEAD's tree, the record, the layers); ``plan`` takes its answer. Begun
+    before that pass as ``plan`` itself is, so the position asked for still comes before
+    it; the fingerprint taken earlier only widens what ``unmoved`` compares."""
+
+    def __init__(self, watched: Watched, layout: RepoLayout) -> None:
+        super().__init__(name="promoter-start-ask", daemon=True)
+        self.watched, self.layout = watched, layout
+        self._asked: _Asked | None = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._asked = _ask(self.watched, self.layout)
+        except BaseException as exc:  # raised again by asked
+            self._error = exc
+
+    def asked(self) -> _Asked:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._asked is not None
+        return self._asked
+
+    def plan(self, base_tree: str) -> Plan:
+        """``plan`` with this answer."""
+        return _planned(self.asked(), self.layout, base_tree)
+
+
+def plan(watched: Watched, layout: RepoLayout, base_tree: str) -> Plan:
+    """Ask the daemon and compare with the baseline: the candidates, or the full pass."""
+    return _planned(_ask(watched, layout), layout, base_tree)
+
+
+def _planned(asked: _Asked, layout: RepoLayout, base_tree: str) -> Plan:
+    print_, baselines, answer = asked.fingerprint, asked.baselines, asked.answer
+    if asked.failed:
+        return Plan(None, "", 0, print_, asked.failed)
+    now_generation, now_clock = asked.position
     full = Plan(None, now_generation, now_clock, print_)
     paths = answer.get("paths")
     if not baselines:
@@ -250,8 +310,7 @@ def record(
         temp = OwnTemp.create(str(path.parent), ".promoter-tmp-start-")
         try:
             try:
-                os.write(temp.fd, data)
-                flush.fsync(temp.fd)
+                os.write(temp.fd, data)  # not flushed: a cache the next start checks
             finally:
                 os.close(temp.fd)
             temp.place(str(path))

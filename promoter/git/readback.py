@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+from promoter.errors import GitError
 from promoter.git import index_memo, tree_reader
 from promoter.git.layout import RepoLayout, discover, repo_env, repository_identity
 from promoter.git.objects import CHUNK_SIZE, CatFile
@@ -46,6 +47,7 @@ __all__ = [
     "read_blob",
     "repository_identity",
     "tree_entries",
+    "tree_entries_read",
 ]
 
 GITLINK_MODE = "160000"
@@ -239,6 +241,34 @@ def tree_entries(
         for path, entry in parse_ls_tree(result.stdout):
             if path in found:
                 found[path] = entry
+    return found
+
+
+def tree_entries_read(cat: CatFile, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry | None]:
+    """``tree_entries`` read through a running ``cat-file --batch`` that reaches ``tree``'s
+    objects (SHA-1 ones): the trees on the paths, each read once, no ``ls-tree`` started."""
+    require_oid(tree, "tree")
+    wanted = list(dict.fromkeys(paths))
+    check_pathspec_paths(wanted)
+    trees: dict[str, dict[str, TreeEntry]] = {}
+
+    def entries(oid: str) -> dict[str, TreeEntry]:
+        if oid not in trees:
+            info = cat.request(oid)
+            if info is None or info.type != "tree":
+                raise GitError(f"git cat-file has no tree {oid}")
+            trees[oid] = tree_reader.parse_tree(b"".join(cat.chunks()), 20)
+        return trees[oid]
+
+    found: dict[str, TreeEntry | None] = {}
+    for path in wanted:
+        at: TreeEntry | None = TreeEntry("040000", tree, "tree")
+        for name in path.split("/"):
+            if at is None or at.type != "tree":  # below a blob or a gitlink: no entry
+                at = None
+                break
+            at = entries(at.oid).get(name)
+        found[path] = at
     return found
 
 

@@ -176,6 +176,20 @@ def test_path_entries_equal_tree_entries_of_every_leading_directory(repo: Path) 
     assert found["mod"] is not None and found["mod"].type == "commit"
 
 
+def test_tree_entries_read_through_a_running_reader_equal_ls_tree(repo: Path) -> None:
+    tree, paths = _mixed(repo)
+    layout = discover(repo)
+    everything = list(dict.fromkeys(p for path in paths for p in prefixes_of(path)))
+    below = [f"{p}/x" for p in everything]  # below a blob, a gitlink, a tree or nothing
+    asked = [*everything, *below, "absent", "absent/deeper"]
+    with CatFile(cwd=repo, env=repo_env(layout)) as cat, runner.counting() as started:
+        found = readback.tree_entries_read(cat, tree, asked)
+    assert started == []  # no ls-tree: the reader's trees
+    assert found == tree_entries(layout, tree, asked)
+    assert found["mod"] is not None and found["mod"].type == "commit"
+    assert found["mod/x"] is None
+
+
 def test_path_entries_in_one_process_when_nothing_is_in_the_way(repo: Path) -> None:
     layout = discover(repo)
     tree = git(repo, "rev-parse", "HEAD^{tree}")

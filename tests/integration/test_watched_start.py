@@ -612,14 +612,14 @@ def test_an_untracked_file_in_a_tracked_directory_holding_a_repository_is_found(
     assert "src/new.py" in {p["path"] for p in state.preconditions + state.skipped}, state
 
 
-def test_a_narrowed_start_of_an_overlay_layer_starts_three_git_processes(
+def test_a_narrowed_start_of_an_overlay_layer_starts_two_git_processes(
     starts: Starts,
 ) -> None:
     """As ``promoter run`` starts an overlay sandbox after reading its base (HEAD's tree
     named by git): the layer's object reader (started first, while the daemon answers),
-    the candidates' pruned HEAD (``ls-tree``) and the status pass; the blobs it stored
-    are laid from its own loose objects and HEAD for the gitlink check is read from its
-    files, with no process."""
+    which also reads the trees of the candidates' pruned HEAD, and the status pass; the
+    blobs it stored are laid from its own loose objects and HEAD for the gitlink check is
+    read from its files, with no process."""
     from promoter.executor import layers
     from promoter.git import runner
     from promoter.git.head import head_on_branch
@@ -649,7 +649,7 @@ def test_a_narrowed_start_of_an_overlay_layer_starts_three_git_processes(
             watched=where,
         )
     assert starts.plans[-1].candidates == [b"src/m1.py", b"src/m2.py", b"src/new.py"]
-    assert started == ["cat-file", "ls-tree", "status"]
+    assert started == ["cat-file", "status"]
     assert state.tree == full.tree and state.preconditions == full.preconditions
     laid = {path: data for path, data in tree_bytes(layer).items() if path != ".git"}
     assert laid == {p: full_files[p] for p in ("src/m1.py", "src/m2.py", "src/new.py")}

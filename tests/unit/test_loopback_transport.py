@@ -6,8 +6,9 @@ through an ``httpx.Client`` over httpx's own transport; the request the server r
 (method, target, body, framing), the status, body, headers and errors must be the same,
 and so must a 421 followed to a second loopback daemon of the cluster. Beside that: one
 connection serves consecutive requests, one the server closed is replaced, a streamed
-body is sent chunked, any other origin goes to httpx's client, and the client keeps
-httpx's own pool when the environment names proxies.
+body is sent chunked, an address literal is connected to without the resolver, any
+other origin goes to httpx's client, and the client keeps httpx's own pool when the
+environment names proxies.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -234,6 +237,19 @@ def test_the_loopback_pool_keeps_one_connection_and_sends_another_origin_to_http
     assert isinstance(client._other, httpx.Client)
     assert isinstance(client._other._transport, httpx.HTTPTransport)
     client.close()
+
+
+def test_an_address_literal_is_connected_to_without_the_resolver(server: Server) -> None:
+    # a new interpreter, as a command line: the resolver would import the idna codec
+    code = (
+        "import sys\n"
+        "from promoter.client.direct import DirectClient\n"
+        f"client = DirectClient({_url(server)!r}, {{}}, 5.0, lambda: None)\n"
+        "assert client.get('/a').json()['path'] == '/a'\n"
+        "print('encodings.idna' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done.stderr
 
 
 def test_a_refused_connection_is_the_same_error_without_httpx_loaded_first() -> None:

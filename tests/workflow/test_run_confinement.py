@@ -539,7 +539,7 @@ def test_without_bubblewrap_run_refuses_unless_unconfined(daemon: Daemon, repo: 
 def test_a_bwrap_that_cannot_make_namespaces_refuses_before_a_sandbox_or_grant_exists(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
-    # the probe runs while the repository is looked up; its refusal still comes first
+    # the probe runs while the repository is looked up and read; its refusal still comes first
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)

@@ -2,13 +2,15 @@
 
 ``start`` makes the sandbox (a clone or layers over a shared base, its worktree the
 person's as it is unless ``from_head``, read where the daemon's watch says it may have
-changed: ``start_watch.py``); ``step`` registers the grant, lease and token in
-one request (the grant then known by its hash, not read back: ``registered_grant``),
-runs the command (confined unless ``Confinement.unconfined``), adopts or builds the
-bundle, submits it and shows the review; ``promote`` runs the preflight (with
-``drift.py``'s offer), asks, promotes and fetches the receipt; ``promote_submitted``,
-``finish`` and ``interrupted`` continue, clean up and stop. Every move goes through
-``state.Run``; everything shown or asked goes through a ``person.Person``.
+changed: ``start_watch.py``); ``step`` (a new run's first one with the repository and
+layout its start found, not asked of the daemon again, HEAD read again from the
+worktree's files: ``state.Known``) registers the grant, lease and token in one request
+(the grant then known by its hash, not read back: ``registered_grant``), runs the
+command (confined unless ``Confinement.unconfined``), adopts or builds the bundle,
+submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
+offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
+``interrupted`` continue, clean up and stop. Every move goes through ``state.Run``;
+everything shown or asked goes through a ``person.Person``.
 
 A repository another host of the daemon's cluster guards is read from that host; the
 step's first write, answered 421, is followed once to the owner, and the rest of the step
@@ -37,7 +39,7 @@ from promoter.executor import confine, removal, sandbox_repo
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
 from promoter.executor.run.person import Person, escape
-from promoter.executor.run.state import PROMOTABLE, Run, RunStatus
+from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
@@ -178,14 +180,15 @@ def start(
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
     a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
-    ``ready`` is called once the repository is found, before anything is made (it may
-    refuse: the confinement's probe, ``confine.probing``)."""
+    ``ready`` is called once the repository is found and its worktree's layout and HEAD
+    read, before anything is made (it may refuse: the confinement's probe,
+    ``confine.probing``). The run holds the repository as found and the layout
+    (``state.Known``): its first step does not look them up again."""
     from promoter.executor.start_watch import Watched
 
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
-        if ready is not None:
-            ready()
+        discovered = _discovered(str(found["worktree"]))
         with client.with_token(client.token, url=url) as owner:
 
             def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
@@ -202,8 +205,10 @@ def start(
                 from_head=from_head,
                 layout=layout,
                 watched=Watched(host.state_dir, ask),
+                found=discovered,
+                ready=ready,
             )
-    return Run(host.state_dir, record)
+    return Run(host.state_dir, record, known=Known(found, discovered))
 
 
 def grant_document(
@@ -244,12 +249,30 @@ def grant_document(
     return grant
 
 
-def _layout(record: sandboxes.RunRecord) -> RepoLayout | None:
-    """The layout of the run's worktree, discovered once before its command; None when
-    it cannot be (the worktree itself stays hidden; the daemon will refuse what it
-    cannot read)."""
+def _head_now(known: Known) -> wire.RepositoryInfo | None:
+    """The repository as its start found it, with HEAD read now from the worktree's files
+    as the daemon reads it (``read_head``; a git process only where the files do not
+    answer); None when the layout is unknown or HEAD cannot be read (the daemon is asked)."""
+    if known.layout is None:
+        return None
+    from promoter.git.head import read_head
+
     try:
-        return discover(record.worktree)
+        now = read_head(known.layout, known.repository["branch"])
+    except PromoterError:
+        return None
+    found = known.repository.copy()
+    found["head"] = now.commit
+    return found
+
+
+def _discovered(worktree: str) -> RepoLayout | None:
+    """The layout of the run's worktree, discovered once before its command (by the
+    start, for a new run); None when it cannot be (the worktree itself stays hidden; the
+    daemon will refuse what it cannot read; a start that needs it discovers it again and
+    refuses)."""
+    try:
+        return discover(worktree)
     except PromoterError:
         return None
 
@@ -277,6 +300,7 @@ def _run_command(
     timeout: float,
     how: Confinement,
     person: Person,
+    known: Known | None,
 ) -> int:
     person.say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
     run_home = Path(record.clone).parent
@@ -285,7 +309,7 @@ def _run_command(
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
     from promoter.executor import layered  # the builder: loaded by a run only
 
-    found = _layout(record)
+    found = known.layout if known is not None else _discovered(record.worktree)
     overlay = layered.overlay_of(record, found=found) if record.layout == "overlay" else None
     if how.unconfined:
         argv = overlay.wrap(command) if overlay else command  # mounted, not confined
@@ -346,7 +370,9 @@ def step(
     with contextlib.ExitStack() as clients:
         clients.enter_context(orch)
         _refresh(orch, run)
-        found = repository(orch, record.repository)
+        known = run.take_known()  # a new run's first step: as its start found them
+        found = _head_now(known) if known is not None else None
+        found = found or repository(orch, record.repository)
         if found["head"] != record.base_commit:
             raise error_class("target_drift")(
                 f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
@@ -390,7 +416,7 @@ def step(
             "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
         }
-        code = _run_command(command, host, record, env, timeout, how, person)
+        code = _run_command(command, host, record, env, timeout, how, person, known)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
             sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:

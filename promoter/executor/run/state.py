@@ -3,7 +3,10 @@
 ``Run`` holds a run's record (``promoter.executor.sandbox.RunRecord``) and its state
 directory. ``begin`` records a new step, ``move`` moves one: the move is checked against
 ``status.TRANSITIONS`` (``check_move``), the step's fields are set, and ``run.json`` is
-written once (``sandbox.save``); a move that changes nothing writes nothing.
+written once (``sandbox.save``); a move that changes nothing writes nothing. A run made
+in this process also holds what its start looked up (``Known``: the repository as the
+daemon listed it, the worktree's layout), which its first step uses instead of looking
+them up again; it is never saved.
 
 Deliberately not here: the statuses and their table (``status.py``), what makes a step
 move (``flow.py``).
@@ -11,15 +14,29 @@ move (``flow.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promoter.executor import sandbox
 from promoter.executor.run.status import FINAL, PROMOTABLE, TRANSITIONS, RunStatus, check_move
 from promoter.executor.sandbox import RunRecord, Step
 
-__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Run", "RunStatus", "check_move"]
+if TYPE_CHECKING:
+    from promoter.domain.answers import RepositoryInfo
+    from promoter.git.layout import RepoLayout
+
+__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Known", "Run", "RunStatus", "check_move"]
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a new run's start looked up, moments before its first step: the repository
+    as the daemon listed it (``flow.locate``) and the worktree's layout (None: it could
+    not be discovered)."""
+
+    repository: RepositoryInfo
+    layout: RepoLayout | None
 
 
 @dataclass
@@ -29,6 +46,13 @@ class Run:
 
     state_dir: Path
     record: RunRecord
+    known: Known | None = field(default=None, compare=False)
+    """Set by ``flow.start`` for its first step (``take_known``); never saved."""
+
+    def take_known(self) -> Known | None:
+        """What the start looked up, once: a later step of the run looks up again."""
+        known, self.known = self.known, None
+        return known
 
     @property
     def run_id(self) -> str:
