@@ -371,8 +371,12 @@ def test_sync_client_promotes_in_one_request(daemon: Daemon, repo: Path, identit
     bundle = make_bundle(grant, changes)
     blobs = [(sha(b), len(b), b) for b in (V1, V2, NEW, big)]
     with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
-        reply = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
+        reply = client.promote_with_evidence(
+            bundle, blobs, 7, executor_token=executor, wait=True, with_review=True
+        )
         assert reply["operation"]["status"] == "completed", reply
+        assert reply.get("diff", {}).get("bundle_id") == bundle["bundle_id"]
+        assert reply.get("receipt", {}).get("operation_id") == reply["operation"]["operation_id"]
         again = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
         assert again["operation"]["operation_id"] == reply["operation"]["operation_id"]
         with pytest.raises(Forbidden):
@@ -390,7 +394,7 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
         async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as client:
             blobs = [(sha(b), b) for b in (V1, V2, NEW)]
             done = await client.promote_with_evidence(
-                bundle, blobs, 7, executor_token=executor, wait=True
+                bundle, blobs, 7, executor_token=executor, wait=True, with_review=True
             )
             with pytest.raises(Unauthenticated):
                 await client.promote_with_evidence(bundle, blobs, 7, executor_token="pex_x")
@@ -398,6 +402,8 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
 
     done, view = asyncio.run(flow())
     assert done.operation.status == "completed"
+    assert done.diff is not None and done.diff["bundle_id"] == bundle["bundle_id"]
+    assert done.receipt is not None and done.receipt["receipt_sha256"] == view.receipt_sha256
     assert view.status == "completed"
     assert done.verification_receipt.receipt_sha256 == view.verification_receipt_sha256
     assert (repo / "src/app.py").read_bytes() == V2
