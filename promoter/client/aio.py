@@ -230,14 +230,16 @@ class AsyncPromoterClient:
         *,
         executor_token: str,
         wait: bool = False,
+        with_review: bool = False,
     ) -> PromotedWithEvidence:
         """Blobs ``(sha256, bytes)``, bundle and promotion in one request, for a caller
         with both authorities (this client's token, and the run's ``executor_token``).
 
         Blobs a request cannot carry are stored first by ``PUT`` with the run's token;
         the rest ride in the body. The answer's ``operation`` is the ended view with
-        ``wait`` (200), else the accepted id and status (202); asking again answers the
-        same operation, so the request is retried as the promote route's is.
+        ``wait`` (200), else the accepted id and status (202); ``with_review``, ``diff``
+        and ``receipt`` as the sync client's. Asking again answers the same operation, so
+        the request is retried as the promote route's is.
         """
         items = [(sha256, len(data), data) for sha256, data in blobs]
         framed, apart = split_blobs(items)
@@ -250,7 +252,9 @@ class AsyncPromoterClient:
         body = bundle_frame(document) + b"".join(
             frame_header(sha256, size) + data for sha256, size, data in framed
         )
-        params, headers = request_parts(fence, wait, executor_token, len(body))
+        params, headers = request_parts(
+            fence, wait, executor_token, len(body), with_review=with_review
+        )
         response = await self._send(
             "POST", EVIDENCE_PATH, content=body, params=params, headers=headers, idempotent=True
         )

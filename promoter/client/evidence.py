@@ -52,10 +52,14 @@ def split_blobs(blobs: Iterable[B]) -> tuple[list[B], list[B]]:
 
 
 def request_parts(
-    fence: int, wait: bool, executor_token: str, length: int
+    fence: int, wait: bool, executor_token: str, length: int, *, with_review: bool = False
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The query parameters and headers of one request whose body is ``length`` bytes."""
+    """The query parameters and headers of one request whose body is ``length`` bytes;
+    ``with_review``: the answer is to carry the bundle's first diff page and, once
+    completed, the promotion receipt (``diff``, ``receipt``)."""
     params = {"fence": str(fence), "wait": "true" if wait else "false"}
+    if with_review:
+        params |= {"diff": "true", "receipt": "true"}
     headers = {
         "Content-Type": "application/octet-stream",
         "Content-Length": str(length),

@@ -309,6 +309,7 @@ class PromoterClient(BlobCalls):
         *,
         executor_token: str,
         wait: bool = False,
+        with_review: bool = False,
     ) -> answers.PromotedWithEvidence:
         """Blobs, bundle and promotion in one request, for a caller with both authorities.
 
@@ -316,7 +317,9 @@ class PromoterClient(BlobCalls):
         run's. Blobs a request cannot carry (bigger than a batch's blob, or past its count
         or bytes) are stored first with the run's token. ``{bundle_id, bundle_sha256,
         verification_receipt, operation}``: ``operation`` the ended view with ``wait``
-        (200), else ``{operation_id, status}`` (202). Asking again answers the same
+        (200), else ``{operation_id, status}`` (202); ``with_review``, also ``diff`` (the
+        bundle's first diff page) and, once completed, ``receipt`` (the promotion
+        receipt), each when the host could read it. Asking again answers the same
         operation; the streamed body is not retried.
         """
         framed, apart = split_blobs(blobs)
@@ -325,7 +328,9 @@ class PromoterClient(BlobCalls):
                 executor.put_blobs(apart)
         head = bundle_frame(_document(bundle))
         length = len(head) + sum(frame_bytes(s, n) for s, n, _ in framed)
-        params, headers = request_parts(fence, wait, executor_token, length)
+        params, headers = request_parts(
+            fence, wait, executor_token, length, with_review=with_review
+        )
         content = itertools.chain((head,), batch_frames(framed))
         return cast(
             "answers.PromotedWithEvidence",

@@ -434,12 +434,15 @@ class PreflightChecks(TypedDict):
 
 class PromotedWithEvidence(TypedDict):
     """The stored bundle, its passed verification receipt and the promotion: its final
-    view once it ended (200, with ``wait``), else its id and status (202)."""
+    view once it ended (200, with ``wait``), else its id and status (202); asked for, the
+    bundle's first diff page and the promotion receipt (each left out otherwise)."""
 
     bundle_id: str
     bundle_sha256: str
     verification_receipt: dict[str, Any]
     operation: OperationView | OperationAccepted
+    diff: NotRequired[dict[str, Any] | None]
+    receipt: NotRequired[dict[str, Any] | None]
 
 
 class ReadBackReport(TypedDict):

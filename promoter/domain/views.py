@@ -527,18 +527,33 @@ class TraceReport(Reply):
 
 class PromotedWithEvidence(Reply):
     """The stored bundle, its passed verification receipt and the promotion: its final
-    view once it ended (200, with ``wait``), else its id and status (202)."""
+    view once it ended (200, with ``wait``), else its id and status (202); asked for, the
+    bundle's first diff page and the promotion receipt (each left out otherwise)."""
 
     bundle_id: str
     bundle_sha256: Sha256
     verification_receipt: PatchVerificationReceiptV1
     operation: OperationView | OperationAccepted
+    diff: dict[str, Any] | None = Field(
+        default=None,
+        description="with `diff=true`: the BundleDiffView `GET /v1/bundles/{id}/diff` answers",
+    )
+    receipt: dict[str, Any] | None = Field(
+        default=None,
+        description="with `receipt=true`, once completed: the PatchPromotionReceiptV1 "
+        "`GET /v1/operations/{id}/receipt` serves",
+    )
 
     _receipt = field_serializer("verification_receipt")(_receipt_document)
 
     @field_serializer("operation")
     def _operation(self, operation: OperationView | OperationAccepted) -> dict[str, Any]:
         return operation.wire()
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON answer; ``diff`` and ``receipt`` only when they are carried."""
+        unasked = {k for k in ("diff", "receipt") if getattr(self, k) is None}
+        return self.model_dump(mode="json", by_alias=True, exclude=unasked or None)
 
 
 class BlobBatchItem(Reply):

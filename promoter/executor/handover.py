@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from promoter.domain import wirecheck
 from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Progress",
+    "Promoted",
     "fetched_base",
     "fetched_grant",
     "grant_from_file",
@@ -101,16 +102,26 @@ def _checked_receipt(answer: Any) -> dict[str, Any]:
     return receipt
 
 
+class Promoted(NamedTuple):
+    """What one request answered: the passed verification receipt (checked), the
+    operation (its view once it ended), and what it carried for the review: the bundle's
+    first diff page and the promotion receipt, each None when the host left it out."""
+
+    receipt: dict[str, Any]
+    operation: dict[str, Any]
+    diff: dict[str, Any] | None
+    promotion_receipt: dict[str, Any] | None
+
+
 def promote_with_evidence(
     orchestrator: PromoterClient, executor_token: str, built: BuiltBundle, fence: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> Promoted:
     """Blobs, bundle and promotion in one request (``orchestrator`` holds an orchestrator's
-    or the operator's credential, ``executor_token`` is the run's); waits for the outcome.
+    or the operator's credential, ``executor_token`` is the run's); waits for the outcome,
+    and asks the answer to carry the diff and the receipt a review reads next.
 
-    The passed verification receipt (checked by the validator; the model words a refusal)
-    and the operation (its view once it ended). Every
-    referenced blob rides in the request when they fit one batch (no question first); else
-    the host is asked which it lacks and only those are sent.
+    Every referenced blob rides in the request when they fit one batch (no question
+    first); else the host is asked which it lacks and only those are sent.
     """
     wanted = sorted(built.blobs)
     if sum(frame_bytes(s, built.blobs[s].size) for s in wanted) > BATCH_MAX_BYTES:
@@ -118,9 +129,15 @@ def promote_with_evidence(
             wanted = [s for s in executor.blobs_missing(wanted) if s in built.blobs]
     blobs = ((s, built.blobs[s].size, built.iter_blob(s)) for s in wanted)
     answer = orchestrator.promote_with_evidence(
-        built.bundle, blobs, fence, executor_token=executor_token, wait=True
+        built.bundle, blobs, fence, executor_token=executor_token, wait=True, with_review=True
     )
-    return _checked_receipt(answer["verification_receipt"]), dict(answer["operation"])
+    diff, promoted = answer.get("diff"), answer.get("receipt")
+    return Promoted(
+        _checked_receipt(answer["verification_receipt"]),
+        dict(answer["operation"]),
+        dict(diff) if isinstance(diff, dict) else None,
+        dict(promoted) if isinstance(promoted, dict) else None,
+    )
 
 
 def fetched_grant(client: PromoterClient, grant_id: str) -> Grant:

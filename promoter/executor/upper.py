@@ -183,6 +183,17 @@ def _ancestors(path: str) -> list[str]:
     return ["/".join(parts[:depth]) for depth in range(len(parts))]
 
 
+def _scratch_repository(tree: Path) -> None:
+    """An empty repository at ``tree``, made as ``git init --template=`` would make what
+    git needs to take it for one (``HEAD`` naming a branch, ``objects``, ``refs``), without
+    running git: no configuration, no exclude file, no hooks."""
+    git_dir = tree / ".git"
+    git_dir.mkdir(parents=True)
+    (git_dir / "objects").mkdir()
+    (git_dir / "refs").mkdir()
+    (git_dir / "HEAD").write_bytes(b"ref: refs/heads/main\n")
+
+
 def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
     """Of new ``paths``, those git would list as untracked and not ignored (step 3)."""
     if not paths:
@@ -190,8 +201,7 @@ def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
     stack = box.all()
     with tempfile.TemporaryDirectory(prefix=".promoter-tmp-ignore-", dir=box.home) as temp:
         tree = Path(temp) / "tree"
-        tree.mkdir()
-        run_git(["init", "--quiet", "--template=", str(tree)])
+        _scratch_repository(tree)
         seen: set[str] = set()
         for path in paths:
             for directory in _ancestors(path):

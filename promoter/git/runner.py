@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
+import selectors
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -189,29 +192,28 @@ def run_git(
     argv = git_argv(args)
     _note(args)
     try:
-        completed = subprocess.run(
+        process = subprocess.Popen(
             argv,
             cwd=cwd,
             env=git_environment(env),
-            input=input,
-            stdin=subprocess.DEVNULL if input is None else None,
-            capture_output=True,
-            timeout=timeout,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             close_fds=True,
-            check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise GitError(
-            f"git {_subcommand(args)} timed out after {timeout:g} s",
-            argv=argv,
-            timeout=timeout,
-        ) from exc
     except OSError as exc:
         raise GitError(
             f"git {_subcommand(args)} could not be started: {exc.strerror or exc}",
             argv=argv,
         ) from exc
-    result = GitResult(completed.returncode, completed.stdout, completed.stderr)
+    finished = _finished(process, input, timeout)
+    if finished is None:
+        raise GitError(
+            f"git {_subcommand(args)} timed out after {timeout:g} s",
+            argv=argv,
+            timeout=timeout,
+        )
+    result = GitResult(process.returncode, *finished)
     if check and result.returncode != 0:
         raise GitError(
             f"git {_subcommand(args)} failed with exit status {result.returncode}",
@@ -220,6 +222,90 @@ def run_git(
             stderr=stderr_tail(result.stderr),
         )
     return result
+
+
+def _finished(
+    process: subprocess.Popen[bytes], input: bytes | None, timeout: float
+) -> tuple[bytes, bytes] | None:
+    """``process``'s stdout and stderr once it ended, or None when ``timeout`` passed first
+    (it is killed then, and reaped; a child of it holding the pipes is not waited for).
+
+    ``communicate(timeout=)``, but its end told at once: the standard library polls for a
+    process's end with sleeps once its output ended (about a millisecond a command); here
+    the process's own descriptor (``pidfd``) is waited on, within what is left of
+    ``timeout``. Ctrl-C or any error in here kills it before it propagates."""
+    deadline = time.monotonic() + timeout
+    try:
+        output = _read_all(process, input or b"", deadline)
+        if output is None or not _ended_by(process, deadline):
+            process.kill()
+            process.wait()
+            return None
+        process.wait()
+        return output
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _read_all(
+    process: subprocess.Popen[bytes], data: bytes, deadline: float
+) -> tuple[bytes, bytes] | None:
+    """``data`` written to stdin, stdout and stderr read to their ends; None at the deadline."""
+    assert process.stdout is not None and process.stderr is not None
+    out = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
+    view = memoryview(data)
+    with selectors.DefaultSelector() as selector:
+        for fd in out:
+            selector.register(fd, selectors.EVENT_READ)
+        if process.stdin is not None:
+            if view:
+                selector.register(process.stdin.fileno(), selectors.EVENT_WRITE)
+            else:
+                process.stdin.close()
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            for key, _ in selector.select(left):
+                if key.fd in out:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        out[key.fd] += chunk
+                        continue
+                    selector.unregister(key.fd)
+                    continue
+                try:
+                    view = view[os.write(key.fd, view[: select.PIPE_BUF]) :]
+                except BrokenPipeError:
+                    view = view[len(view) :]  # git stopped reading: its status tells why
+                if not view:
+                    selector.unregister(key.fd)
+                    assert process.stdin is not None
+                    process.stdin.close()
+    return bytes(out[process.stdout.fileno()]), bytes(out[process.stderr.fileno()])
+
+
+def _ended_by(process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether ``process`` ended before ``deadline`` (waited on through its ``pidfd``)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError:  # no pidfd here: the standard library's wait, which polls
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        ready, _, _ = select.select([pidfd], [], [], max(deadline - time.monotonic(), 0.0))
+    finally:
+        os.close(pidfd)
+    return bool(ready)
 
 
 def popen_git(

@@ -4,7 +4,9 @@ Against a real daemon and repository: the flow completes with exact bytes and a 
 that verifies under the host's key; asking again is the same operation; a caller without
 both authorities, a bundle of another run, and a body the batch's bounds refuse are
 refused with their stable codes and nothing stored (no blob, no bundle, no receipt, no
-operation, nothing charged); both clients' methods.
+operation, nothing charged); both clients' methods. Asked for, the answer carries the
+bundle's diff and the promotion receipt as their own requests answer them; a diff that
+cannot be built is left out, the promotion answered all the same.
 """
 
 from __future__ import annotations
@@ -312,6 +314,54 @@ def test_a_declared_length_past_the_bound_is_refused_before_reading(
     assert stored(daemon) == NOTHING
 
 
+def test_the_answer_carries_the_diff_and_the_receipt_their_own_requests_answer(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """Asked for, the answer carries the bundle's first diff page and the promotion
+    receipt, each equal to what its own request answers; not asked, neither member."""
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    content = body(bundle, V1, V2, NEW)
+    answer = _post(daemon, content, executor, diff="true", receipt="true")
+    assert answer.status_code == 200, answer.text
+    reply = answer.json()
+    operation_id = reply["operation"]["operation_id"]
+    with daemon.orchestrator() as orch:
+        diff = orch.get(f"/v1/bundles/{bundle['bundle_id']}/diff")
+        receipt = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert diff.status_code == 200 and receipt.status_code == 200
+    assert reply["diff"] == diff.json()
+    assert reply["receipt"] == json.loads(receipt.content)
+    assert reply["receipt"]["receipt_sha256"] == reply["operation"]["receipt_sha256"]
+    plain = _post(daemon, content, executor).json()  # the same operation, nothing carried
+    assert "diff" not in plain and "receipt" not in plain
+    assert plain["operation"]["operation_id"] == operation_id
+    waited_not = _post(daemon, content, executor, wait="false", receipt="true")
+    assert waited_not.status_code == 202 and "receipt" not in waited_not.json()
+
+
+def test_a_diff_that_cannot_be_built_is_left_out_and_the_promotion_still_answers(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    monkeypatch.setenv(faults.ENV, "bundle_diff_file=EIO@1")
+    faults.reset()
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor, diff="true", receipt="true")
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert answer.status_code == 200, answer.text
+    reply = answer.json()
+    assert "diff" not in reply  # left out: the caller asks for it
+    assert reply["operation"]["status"] == "completed"
+    assert reply["receipt"]["receipt_sha256"] == reply["operation"]["receipt_sha256"]
+    assert tree_bytes(repo)["src/app.py"][0] == V2
+    with daemon.orchestrator() as orch:
+        assert orch.get(f"/v1/bundles/{bundle['bundle_id']}/diff").status_code == 200
+
+
 def test_sync_client_promotes_in_one_request(daemon: Daemon, repo: Path, identity: str) -> None:
     grant = _grant(daemon, repo, identity)
     bundle = make_bundle(grant, CHANGES)
@@ -321,8 +371,12 @@ def test_sync_client_promotes_in_one_request(daemon: Daemon, repo: Path, identit
     bundle = make_bundle(grant, changes)
     blobs = [(sha(b), len(b), b) for b in (V1, V2, NEW, big)]
     with PromoterClient(daemon.url, daemon.orchestrator_token) as client:
-        reply = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
+        reply = client.promote_with_evidence(
+            bundle, blobs, 7, executor_token=executor, wait=True, with_review=True
+        )
         assert reply["operation"]["status"] == "completed", reply
+        assert reply.get("diff", {}).get("bundle_id") == bundle["bundle_id"]
+        assert reply.get("receipt", {}).get("operation_id") == reply["operation"]["operation_id"]
         again = client.promote_with_evidence(bundle, blobs, 7, executor_token=executor, wait=True)
         assert again["operation"]["operation_id"] == reply["operation"]["operation_id"]
         with pytest.raises(Forbidden):
@@ -340,7 +394,7 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
         async with AsyncPromoterClient(daemon.url, daemon.orchestrator_token) as client:
             blobs = [(sha(b), b) for b in (V1, V2, NEW)]
             done = await client.promote_with_evidence(
-                bundle, blobs, 7, executor_token=executor, wait=True
+                bundle, blobs, 7, executor_token=executor, wait=True, with_review=True
             )
             with pytest.raises(Unauthenticated):
                 await client.promote_with_evidence(bundle, blobs, 7, executor_token="pex_x")
@@ -348,6 +402,8 @@ def test_async_client_promotes_in_one_request(daemon: Daemon, repo: Path, identi
 
     done, view = asyncio.run(flow())
     assert done.operation.status == "completed"
+    assert done.diff is not None and done.diff["bundle_id"] == bundle["bundle_id"]
+    assert done.receipt is not None and done.receipt["receipt_sha256"] == view.receipt_sha256
     assert view.status == "completed"
     assert done.verification_receipt.receipt_sha256 == view.verification_receipt_sha256
     assert (repo / "src/app.py").read_bytes() == V2

@@ -4,7 +4,8 @@ A real daemon, a real repository, the real command (confined as ``run`` always i
 run record's durable writes are counted at their fault point (an inert rule counts them);
 ``--json`` must put exactly one JSON document on stdout, every word on stderr; ``--yes``
 prints a summary of the diff (paths, operations, sizes, flags, unseen files), ``--diff``
-the whole patch.
+the whole patch; the summary and the receipt's lines are what the bundle's diff and the
+operation's receipt print, whether the promotion's answer carried them or not.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 
 from promoter import faults
 from promoter.cli import run_cmd
+from promoter.cli.bundle_view import diff_summary
 from promoter.errors import NotConfirmed
 from promoter.executor import sandbox as sandboxes
 from tests.support.daemon import Daemon
@@ -121,6 +123,39 @@ def test_yes_prints_a_summary_and_diff_prints_the_whole_patch(daemon: Daemon, re
     assert whole.exit_code == 0, whole.output
     assert whole.stdout.count("@@ -1,") == 10 and "+51\n" in whole.stdout
     assert (repo / "src" / "f9.txt").read_bytes().endswith(b"50\n51\n")
+
+
+MIXED = "seq 1 30 > src/f0.txt; printf 'x\\n' >> src/app.py; chmod +x src/f0.txt; rm README.md"
+DIFFED = "bundle_diff_file"  # once per file of each diff the daemon builds
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "left-out"])
+def test_yes_prints_what_the_diff_and_receipt_requests_answer(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch, carried: bool
+) -> None:
+    """The summary and the receipt's lines are the bytes the bundle's diff and the
+    operation's receipt print: carried by the promotion's answer (the diff built once), or
+    left out of it (its diff failing) and asked for after."""
+    monkeypatch.setenv(faults.ENV, f"{DIFFED}=EIO@{1000000 if carried else 1}")
+    faults.reset()
+    result = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", MIXED)
+    diffed = faults.hits(DIFFED)
+    monkeypatch.delenv(faults.ENV)
+    assert result.exit_code == 0, result.output
+    (step,) = _only_run(daemon).steps
+    assert step.bundle_id is not None and step.operation_id is not None
+    with daemon.orchestrator() as orch:
+        diff = orch.get(f"/v1/bundles/{step.bundle_id}/diff").json()
+    assert diffed == (len(diff["files"]) if carried else 1 + len(diff["files"]))
+    hint = f"promoter bundle diff {step.bundle_id}"
+    assert diff_summary(diff, hint).plain in result.stdout
+    receipt = operation_receipt(daemon, step.operation_id)
+    lines = [f"promoted: operation {step.operation_id} completed, receipt "]
+    lines[0] += str(receipt["receipt_sha256"])
+    for target in receipt["targets"]:
+        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
+        lines.append(f"  {target['path']}  {state}")
+    assert "\n".join(lines) + "\n" in result.stdout
 
 
 def test_continue_without_a_command_and_nothing_submitted_is_a_usage_error(

@@ -18,13 +18,21 @@ the answer are ``POST /v1/promotions``'s. The same request again answers the
 same operation. Parsing, hashing, writing and verification run in worker threads; the
 bundle's parse and the verification each hold a document slot, never the blobs' stream.
 
+Asked for them (``diff``, ``receipt``), the answer carries what a caller would read next:
+the bundle's first diff page, built while the promotion runs, and the promotion receipt
+once completed, each exactly as its own request answers it (``GET /v1/bundles/{id}/diff``,
+``GET /v1/operations/{id}/receipt``); one that cannot be read is left out, never failing
+the promotion's answer (protocol: promotion#one-request-with-both-authorities).
+
 Not here: what a promotion does (``promoter.engine.operation``), the separate requests,
 which keep their meaning (``blobs``, ``bundles``, ``operations``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import json
+import logging
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
@@ -42,16 +50,19 @@ from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, BATCH_M
 from promoter.domain.evidence_frames import BUNDLE_HEADER_MAX, parse_bundle_header
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
+from promoter.domain.status import OperationStatus
 from promoter.domain.views import OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
-from promoter.engine.operation import runner, views
+from promoter.engine.operation import receipts, runner, views
 from promoter.engine.operation.with_evidence import GROUP_FAULT, promote_with_evidence
-from promoter.engine.ports import Credentials, Promoting, Provenance, Uploading
+from promoter.engine.ports import Credentials, Promoting, Provenance, Records, Reviewing, Uploading
+from promoter.engine.review.diff import bundle_diff
 from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
+log = logging.getLogger("promoter.operations")
 EXECUTOR_HEADER = "Promoter-Executor-Token"
 Admitted = tuple[Any, tuple[PatchBundleV1, GrantV1]]
 
@@ -175,8 +186,34 @@ class _Body:
             self.batch.abort()
 
 
+class _Answering(Promoting, Reviewing, Records, Protocol):
+    """Promotes, and reads the bundle's diff and the receipt for the answer."""
+
+
+def _diff(services: Reviewing, bundle: PatchBundleV1) -> dict[str, Any] | None:
+    """The stored ``bundle``'s first diff page as ``GET /v1/bundles/{id}/diff`` answers
+    it, or None when it cannot be built now (the caller asks for it, and is answered its
+    error)."""
+    bundle_id = bundle.bundle_id
+    try:
+        return dict(bundle_diff(services, bundle_id, stored=bundle))
+    except Exception as exc:  # the promotion's answer never fails for its diff
+        log.warning("the diff of %s is left out of the answer: %s", bundle_id, exc)
+        return None
+
+
+def _receipt(services: Records, operation_id: str) -> dict[str, Any] | None:
+    """The completed promotion's receipt as ``GET /v1/operations/{id}/receipt`` serves it
+    (its audit copy compared and written again as that read does), or None."""
+    try:
+        return dict(json.loads(receipts.promotion_receipt(services, operation_id)))
+    except Exception as exc:  # the promotion's answer never fails for its receipt
+        log.warning("the receipt of %s is left out of the answer: %s", operation_id, exc)
+        return None
+
+
 def _promote(
-    services: Promoting, body: _Body, fence: int, wait: bool
+    services: _Answering, body: _Body, fence: int, wait: bool, diff: bool, receipt: bool
 ) -> tuple[Response, list[dict[str, Any]]]:
     data, checked = body.end()
     assert body.batch is not None
@@ -185,10 +222,14 @@ def _promote(
         del data
     submitted, requested = promoted.submitted, promoted.requested
     operation_id = requested.operation_id
+    # built while the attempt runs in its own thread: the stored bundle, never the worktree
+
+    shown = _diff(services, submitted.bundle) if diff else None
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
     view = views.operation_view(services.db, operation_id)
     ended = wait and view.status in ENDED
+    completed = ended and view.status == OperationStatus.COMPLETED
     answer = PromotedWithEvidence(
         bundle_id=submitted.bundle.bundle_id,
         bundle_sha256=submitted.bundle.bundle_sha256,
@@ -196,6 +237,8 @@ def _promote(
         operation=view
         if ended
         else OperationAccepted(operation_id=operation_id, status=view.status),
+        diff=shown,
+        receipt=_receipt(services, operation_id) if receipt and completed else None,
     )
     return model_response(answer, 200 if ended else 202), promoted.blobs
 
@@ -245,6 +288,22 @@ async def post_promotion_with_evidence(
         str | None,
         Header(alias=EXECUTOR_HEADER, description="the run's executor token"),
     ] = None,
+    diff: Annotated[
+        bool,
+        Query(
+            description="the answer carries `diff`: the bundle's first diff page as "
+            "`GET /v1/bundles/{id}/diff` answers it, built while the promotion runs "
+            "(left out when it cannot be built)"
+        ),
+    ] = False,
+    receipt: Annotated[
+        bool,
+        Query(
+            description="with `wait`, once the promotion completed, the answer carries "
+            "`receipt`: the promotion receipt as `GET /v1/operations/{id}/receipt` serves "
+            "it (left out when it cannot be read)"
+        ),
+    ] = False,
 ) -> Response:
     run = await _run_authority(services, executor_token)
     assert run.run_id is not None
@@ -278,7 +337,9 @@ async def post_promotion_with_evidence(
         if body.admitted is None:
             raise BadRequest("the body ended inside the bundle's frame")
         async with document_slot(services):  # the evidence is dropped on any error in there
-            answer, answers = await run_in_threadpool(_promote, services, body, fence, wait)
+            answer, answers = await run_in_threadpool(
+                _promote, services, body, fence, wait, diff, receipt
+            )
     except BaseException:
         body.abort()  # unlinks of temps and reservations given back: safe cancelled
         raise

@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import BinaryIO, Literal
@@ -211,13 +212,24 @@ def _spooled(
             )
         except OSError as exc:
             raise GitError(f"git diff could not be started: {exc.strerror or exc}") from exc
-        killed = False
-        try:
-            returncode = process.wait(timeout=max(timeout, 0.0))
-        except subprocess.TimeoutExpired:
-            killed = True
+        # a blocking wait, told of its end at once (``wait(timeout=)`` polls with sleeps
+        # of up to 50 ms); the timer kills git once ``timeout`` passed
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
             process.kill()
+
+        timer = threading.Timer(max(timeout, 0.0), expire)
+        if timeout > 0:
+            timer.start()
+        else:  # no time left: killed now, as a wait of no time would
+            expire()
+        try:
             returncode = process.wait()
+        finally:
+            timer.cancel()
+        killed = expired.is_set()
         seconds = time.monotonic() - started
         if returncode not in (0, 1) and not killed:
             return None

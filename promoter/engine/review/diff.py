@@ -26,7 +26,7 @@ from typing import NotRequired
 
 from promoter.domain import renames
 from promoter.domain.answers import BundleDiffView, DiffFlag, FileDiffView, Shown, UnseenFileView
-from promoter.domain.models import Change, FileState
+from promoter.domain.models import Change, FileState, PatchBundleV1
 from promoter.domain.renames import Rename
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.ports import Archive, Contents, Reviewing
@@ -594,17 +594,20 @@ def bundle_diff(
     *,
     path: str | None = None,
     cursor: str | None = None,
+    stored: PatchBundleV1 | None = None,
 ) -> BundleDiffView:
     """``{bundle_id, files, unified_diff, truncated, limit, max_file_bytes, path, cursor,
     next_cursor, unseen}`` of a bundle, or of its one ``path``, from ``cursor`` on.
 
     ``limit`` defaults to ``review_diff_page_bytes``. A ``path`` not in the bundle, or a
-    cursor outside it (or outside ``path``), is ``validation_failed``. Blocking (reads
-    blobs, may run git): call it in a worker thread.
+    cursor outside it (or outside ``path``), is ``validation_failed``. ``stored``: the
+    bundle ``bundle_id`` names as the caller just stored it, not read back. Blocking
+    (reads blobs, may run git): call it in a worker thread.
     """
     settings = services.settings
     limit = settings.review_diff_page_bytes if limit is None else limit
-    bundle = load_bundle(services, bundle_id)
+    known = stored is not None and stored.bundle_id == bundle_id
+    bundle = stored if stored is not None and known else load_bundle(services, bundle_id)
     changes = list(enumerate(bundle.changes))
     if path is not None:
         changes = [(i, c) for i, c in changes if c.path == path]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
@@ -45,6 +45,7 @@ from promoter.git.layout import RepoLayout, discover
 if TYPE_CHECKING:
     from promoter.domain import answers as wire
     from promoter.domain.bundle_records import Grant
+    from promoter.executor.handover import Promoted
 
 __all__ = [
     "DEFAULT_ALLOW",
@@ -435,6 +436,7 @@ def step(
             )
             since = fetched_base(executor, grant.grant_id) if base else None
             requested: dict[str, Any] | None = None  # promoted with its evidence (--yes)
+            carried: Promoted | None = None  # and what its answer carried for the review
             adopted = answers.agent_bundle(executor, record, grant, since, person)
             if adopted is not None:
                 bundle, receipt = adopted[0], adopted[1].wire()
@@ -447,13 +449,14 @@ def step(
                         return outcome
                     if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
                         token = str(minted["token"])
-                        receipt, requested = promote_with_evidence(orch, token, built, grant.fence)
+                        carried = promote_with_evidence(orch, token, built, grant.fence)
+                        receipt, requested = carried.receipt, carried.operation
                     else:
                         receipt = submitted_receipt(executor, built)
                     bundle = built.bundle
         run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
         assert current.bundle_id is not None
-        diff = orch.bundle_diff(current.bundle_id)
+        diff = _carried_diff(carried, current.bundle_id) or orch.bundle_diff(current.bundle_id)
         person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
         unseen = list(diff.get("unseen") or [])
         outcome.bundle = bundle
@@ -467,8 +470,18 @@ def step(
             outcome,
             unseen=unseen,
             requested=requested,
+            promoted=carried.promotion_receipt if carried is not None else None,
         )
         return outcome
+
+
+def _carried_diff(carried: Promoted | None, bundle_id: str) -> wire.BundleDiffView | None:
+    """The diff page the one request's answer carried for ``bundle_id`` (exactly what
+    ``GET /v1/bundles/{id}/diff`` answers), or None: then it is asked for."""
+    diff = carried.diff if carried is not None else None
+    if diff is None or diff.get("bundle_id") != bundle_id:
+        return None
+    return cast("wire.BundleDiffView", diff)
 
 
 def registered_grant(document: dict[str, Any], registered: Mapping[str, Any]) -> Grant | None:
@@ -506,11 +519,14 @@ def promote(
     *,
     unseen: Sequence[Mapping[str, Any]] | None = None,
     requested: dict[str, Any] | None = None,
+    promoted: Mapping[str, Any] | None = None,
 ) -> None:
     """The preflight, the person's answer, the promotion (and its approval), the receipt.
 
     ``requested``: the operation a ``--yes`` step's one request already promoted with its
-    evidence (docs/protocol.md); its outcome stands for the preflight and the promotion."""
+    evidence (docs/protocol.md); its outcome stands for the preflight and the promotion.
+    ``promoted``: the promotion receipt that request's answer carried, read instead of
+    asking for it when it is the completed operation's (its id and receipt hash)."""
     record = run.record
     assert current.bundle_id is not None
     preflight: Mapping[str, Any]
@@ -567,7 +583,9 @@ def promote(
             f"operation {current.operation_id} is {current.status}: {view.get('detail') or ''}"
         )
     assert current.operation_id is not None
-    promoted = json.loads(orch.get_receipt(current.operation_id))
+    carried = (promoted or {}).get("operation_id"), (promoted or {}).get("receipt_sha256")
+    if promoted is None or carried != (current.operation_id, view.get("receipt_sha256")):
+        promoted = json.loads(orch.get_receipt(current.operation_id))
     outcome.receipt_sha256 = str(promoted["receipt_sha256"])
     outcome.targets = list(promoted["targets"])
     person.say(
