@@ -1,7 +1,8 @@
 """Queries over the registry tables, returning plain values and wire models.
 
 Grants, bundles, blob pins, verification records and leases. Each function takes an
-open ``Session``; the caller owns the transaction. Journal and ledger queries live in
+open ``Session``; the caller owns the transaction (``recorded_grant_sha256`` alone reads
+on a plain connection of its own). Journal and ledger queries live in
 ``promoter.store.journal``.
 """
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.errors import GrantConflict
+from promoter.store.db import Database
 from promoter.store.tables import (
     BlobRow,
     BundleBlobRow,
@@ -31,6 +33,10 @@ BLOBS = cast(Table, BlobRow.__table__)  # the table itself, for Core bulk insert
 # statement runs without the ORM's part (the same SQL as through the mapped class)
 _BUNDLES = cast(Table, BundleRow.__table__)
 _LEASES = cast(Table, LeaseRow.__table__)
+_GRANTS = cast(Table, GrantRow.__table__)
+_GRANT_SHA256 = select(_GRANTS.c.grant_sha256).where(
+    _GRANTS.c.grant_id == bindparam("grant_id", type_=String())
+)
 
 
 def now() -> str:
@@ -41,6 +47,13 @@ def grant_sha256_of(session: Session, grant_id: str) -> str | None:
     """The recorded ``grant_sha256`` of ``grant_id`` (any host's), or None."""
     row = session.get(GrantRow, grant_id)
     return None if row is None else row.grant_sha256
+
+
+def recorded_grant_sha256(db: Database, grant_id: str) -> str | None:
+    """``grant_sha256_of`` read on a plain connection, outside any transaction of the
+    caller's (a registration's look-up before its checks: no ORM session)."""
+    row = db.first(_GRANT_SHA256, {"grant_id": grant_id})
+    return None if row is None else str(row.grant_sha256)
 
 
 def grant_repository(session: Session, grant_id: str) -> str | None:
