@@ -28,6 +28,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Row, Table, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
+from promoter.store.db import run
 from promoter.store.repo import now
 from promoter.store.tables import HostFenceRow, HostRow
 
@@ -172,7 +173,7 @@ def current(session: Session | Connection, host_id: str) -> Host | None:
     database every time, as plain columns: no ORM object is built or held; in a session
     or on a plain connection, ``Database.reading``)."""
     _lock(session, host_id, read=True)
-    found = session.execute(_CURRENT, {"host_id": host_id}).first()
+    found = run(session, _CURRENT, {"host_id": host_id}).first()
     return None if found is None else _record(found)
 
 

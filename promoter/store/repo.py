@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.errors import GrantConflict
-from promoter.store.db import Database
+from promoter.store.db import Database, run
 from promoter.store.tables import (
     BlobRow,
     BundleBlobRow,
@@ -107,7 +107,7 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
         if sha256 not in known
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
-        session.execute(_ADD_BLOBS, rows)
+        run(session, _ADD_BLOBS, rows)
 
 
 # built once (every upload records its blobs): the insert, and the look-up with its
@@ -153,9 +153,10 @@ _PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
 def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
     """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
     was already recorded."""
-    if session.execute(_BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
+    if run(session, _BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
         return False
-    session.execute(
+    run(
+        session,
         _ADD_BUNDLE,
         {
             "bundle_id": bundle.bundle_id,
@@ -175,8 +176,10 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
         if state.sha256 is not None
     }
     if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
-        session.execute(
-            _PIN_BLOBS, [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)]
+        run(
+            session,
+            _PIN_BLOBS,
+            [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)],
         )
     return True
 
@@ -219,7 +222,7 @@ _SET_BUNDLE_STATE = (
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     """Set a bundle's state in one statement (nothing when there is no such bundle)."""
     session.flush()
-    session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
+    run(session, _SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 
 # a verification's row, which nothing reads back as an object: one plain INSERT built
@@ -229,7 +232,8 @@ _ADD_VERIFICATION = insert(cast(Table, VerificationRow.__table__))
 
 
 def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:
-    session.execute(
+    run(
+        session,
         _ADD_VERIFICATION,
         {
             "bundle_id": bundle_id,
@@ -281,7 +285,7 @@ def get_lease(
     """The current lease; ``lock`` holds its row until the transaction ends (PostgreSQL
     ``FOR UPDATE``; SQLite has one writer at a time anyway)."""
     statement = _LEASE_LOCKED if lock else _LEASE
-    row = session.execute(statement, {"workflow_id": workflow_id, "stage": stage}).first()
+    row = run(session, statement, {"workflow_id": workflow_id, "stage": stage}).first()
     if row is None:
         return None
     return LeaseV1(
