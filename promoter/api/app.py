@@ -135,13 +135,15 @@ def create_app(
         admission=Admission(Gate(settings)),  # a costly read, once its Host passed
     )
 
+    # the one-request promotion first: its one literal path, which no other route matches,
+    # is found without walking every other router (the hot route of a flow)
     for module in (
+        promotions,
         health,
         registry,
         blobs,
         bundles,
         operations,
-        promotions,
         hosts,
         keys,
         snapshots,

@@ -114,7 +114,7 @@ def guard(
     noted in ``state`` (this daemon's memory of its host) for its whole life."""
 
     def check(session: Session | Connection) -> None:
-        row = hosts.current(session, registration.host_id)
+        row = hosts.standing(session, registration.host_id)
         if (
             registration.fenced
             or row is None

@@ -16,7 +16,8 @@ Then one ``git for-each-ref`` of the branch HEAD is expected on (the caller's, e
 one HEAD's file names; ``%(HEAD)`` marks the ref HEAD resolves to, and the ref's object
 type and tree come with it) answers; any other case (detached, unborn, another branch,
 not a commit) is answered by ``symbolic_head``, ``head_commit`` and ``commit_tree``
-exactly as before.
+exactly as before. ``commit_tree_at_head`` answers a commit's tree the same way when
+HEAD's files name that commit (a grant on HEAD's commit), else asks ``commit_tree``.
 
 Deliberately not here: the index, trees below the root and blobs (``readback.py``),
 deciding what HEAD means for a promotion (the engine compares).
@@ -40,6 +41,7 @@ __all__ = [
     "HeadState",
     "commit_exists",
     "commit_tree",
+    "commit_tree_at_head",
     "head_commit",
     "head_from_files",
     "head_from_git",
@@ -297,6 +299,17 @@ def commit_exists(layout: RepoLayout, oid: str) -> bool:
     """Whether ``oid`` names a commit object in the repository (a tag to one does not)."""
     require_oid(oid, "commit")
     return _peel(layout, oid, "commit") == oid
+
+
+def commit_tree_at_head(layout: RepoLayout, commit: str) -> str | None:
+    """The tree of ``commit`` as ``commit_tree`` answers it, without a process when HEAD's
+    files name that commit (``head_from_files``: HEAD, or the branch it names, is
+    ``commit`` and git told its tree before; a commit a ref names is in the repository);
+    otherwise git answers (``commit_tree``)."""
+    found = head_from_files(layout)
+    if found is not None and found.commit == commit and found.tree is not None:
+        return found.tree
+    return commit_tree(layout, commit)
 
 
 def commit_tree(layout: RepoLayout, commit: str) -> str | None:

@@ -31,7 +31,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, Executable, Row, create_engine, event
+from sqlalchemy import Connection, CursorResult, Engine, Executable, Row, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     DataError,
@@ -356,6 +356,29 @@ def require_ledger(url: str) -> None:
                 f"the ledger at {path} is empty (not migrated); run `promoter db upgrade` first"
             )
     check_schema(url)
+
+
+WROTE = "promoter.feed.wrote"  # in a session's info: it wrote (``promoter.store.feed``)
+
+
+def run(session: Session | Connection, statement: Executable, params: Any = None) -> Any:
+    """``session.execute(statement, params)``, for a hot Core statement on a table's own
+    columns: the same SQL in the same transaction, on the session's connection, without
+    the ORM's execution of it. As ``Session.execute`` does for any statement, pending ORM
+    changes are flushed first; a write (INSERT, UPDATE, DELETE) is noted as the session's
+    ``do_orm_execute`` listener notes one (``promoter.store.feed``). A statement on a
+    mapped class, or a plain connection, is executed as given."""
+    if not isinstance(session, Session) or (
+        statement._propagate_attrs.get("compile_state_plugin") == "orm"
+    ):
+        return session.execute(statement, params)
+    if session.autoflush and (session.new or session.dirty or session.deleted):
+        session.flush()
+    if getattr(statement, "is_dml", False):
+        session.info[WROTE] = True
+    connection: Connection = session.connection()
+    result: CursorResult[Any] = connection.execute(statement, params)
+    return result
 
 
 def _writes(session: Session) -> bool:

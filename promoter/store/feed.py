@@ -42,11 +42,12 @@ from sqlalchemy.orm.util import identity_key
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import FeedEvent
 from promoter.errors import BadRequest
+from promoter.store import db
 from promoter.store.tables import FeedRow, OperationRow
 from promoter.store.wakeup import COMMITS
 
 PENDING = "promoter.feed.pending"
-WROTE = "promoter.feed.wrote"
+WROTE = db.WROTE  # the session wrote: its commit notifies (``db.run`` notes it too)
 CHANGED = "promoter.feed.changed"
 WRITTEN = "promoter.feed.written"  # operation id -> the columns a plain statement wrote
 ADVISORY_KEY = 0x7072_6F6D_6665_6564  # "promfeed": the PostgreSQL feed lock
@@ -97,7 +98,7 @@ def _operation_of(session: Session, operation_id: str, written: dict[str, Writte
         return held
     if operation_id in written:
         return written[operation_id]
-    return session.execute(_OPERATION_OF, {"feed_operation_id": operation_id}).first()
+    return db.run(session, _OPERATION_OF, {"feed_operation_id": operation_id}).first()
 
 
 @event.listens_for(Session, "before_commit")
@@ -136,7 +137,7 @@ def enter(session: Session) -> None:
             }
         )
     if rows:  # in the order given; a plain INSERT: no ORM object is built for a feed row
-        session.execute(_ADD_ROWS, rows)
+        db.run(session, _ADD_ROWS, rows)
 
 
 @event.listens_for(Session, "before_flush")

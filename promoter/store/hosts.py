@@ -3,7 +3,8 @@
 A host's row holds its epoch, whether it is ``active`` or ``fenced``, the repository
 identities its daemon is configured for and a host lease its heartbeat moves forward.
 ``register`` adds the row at a daemon's first start (epoch 1) and otherwise reads it;
-``current`` reads it holding the host's lock shared until the transaction ends, and
+``current`` reads it holding the host's lock shared until the transaction ends
+(``standing`` the epoch check's three columns of it, the same way), and
 ``for_update`` (a fence's) holds it exclusive, so a fence waits for every transaction
 that checked the epoch before it and commits after them. On PostgreSQL the lock is a
 transaction-scoped advisory lock keyed by the host id (in memory: a ``FOR SHARE`` row lock
@@ -23,11 +24,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Connection, Row, Table, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
+from promoter.store.db import run
 from promoter.store.repo import now
 from promoter.store.tables import HostFenceRow, HostRow
 
@@ -92,6 +94,17 @@ def lock_key(host_id: str) -> int:
 # operation reads it, and needs no ORM object (nothing of it is ever written back)
 _HOSTS = cast(Table, HostRow.__table__)  # the table itself, for a Core select
 _CURRENT = select(*_HOSTS.c).where(_HOSTS.c.host_id == bindparam("host_id"))
+_STANDING = select(_HOSTS.c.status, _HOSTS.c.epoch, _HOSTS.c.fenced_to).where(
+    _HOSTS.c.host_id == bindparam("host_id")
+)
+
+
+class Standing(NamedTuple):
+    """What the epoch check reads of a host's row: its status, epoch and successor."""
+
+    status: str
+    epoch: int
+    fenced_to: str | None
 
 
 def _lock(session: Session | Connection, host_id: str, *, read: bool) -> None:
@@ -172,8 +185,16 @@ def current(session: Session | Connection, host_id: str) -> Host | None:
     database every time, as plain columns: no ORM object is built or held; in a session
     or on a plain connection, ``Database.reading``)."""
     _lock(session, host_id, read=True)
-    found = session.execute(_CURRENT, {"host_id": host_id}).first()
+    found = run(session, _CURRENT, {"host_id": host_id}).first()
     return None if found is None else _record(found)
+
+
+def standing(session: Session | Connection, host_id: str) -> Standing | None:
+    """``current``'s status, epoch and ``fenced_to`` alone, read the same way (the lock
+    held shared, from the database every time): the epoch check's read."""
+    _lock(session, host_id, read=True)
+    found = run(session, _STANDING, {"host_id": host_id}).first()
+    return None if found is None else Standing(found.status, found.epoch, found.fenced_to)
 
 
 def for_update(session: Session, host_id: str) -> Host | None:

@@ -41,7 +41,7 @@ from promoter.domain.records import Attempt, Operation, Step
 from promoter.domain.status import OperationKind, OperationStatus, StepStatus, check_transition
 from promoter.errors import OperationUnknown
 from promoter.store import feed, ledger, step_rows, witness
-from promoter.store.db import Database
+from promoter.store.db import Database, run
 from promoter.store.repo import now
 from promoter.store.tables import AttemptRow, OperationRow
 
@@ -125,7 +125,7 @@ def _param(name: str, column: str) -> Any:
 
 def read_operation(session: Session | Connection, operation_id: str) -> Operation | None:
     """The operation as stored, read as a plain row (not held: for a view)."""
-    found = session.execute(_VIEWED, {"journal_viewed_id": operation_id}).first()
+    found = run(session, _VIEWED, {"journal_viewed_id": operation_id}).first()
     return None if found is None else _record(found)
 
 
@@ -304,8 +304,9 @@ def start_operation(
         "owner_host": host,
         "owner_lease_until": lease_until,
     }
-    session.execute(_CREATE, {f"journal_{column}": value for column, value in values.items()})
-    session.execute(
+    run(session, _CREATE, {f"journal_{column}": value for column, value in values.items()})
+    run(
+        session,
         _ATTEMPT_STARTED,
         {
             "journal_id": operation_id,
@@ -550,7 +551,7 @@ _ATTEMPT_ENDED = (
 def _update(session: Session, statement: Any, read: Operation, values: dict[str, Any]) -> None:
     params = {"journal_id": read.operation_id, "journal_was": read.status.value}
     params.update({f"journal_{column}": value for column, value in values.items()})
-    if getattr(session.execute(statement, params), "rowcount", None) != 1:
+    if getattr(run(session, statement, params), "rowcount", None) != 1:
         raise StaleDataError(f"operation {read.operation_id} moved since it was read")
 
 
@@ -591,7 +592,8 @@ def complete(
         outcome, document, sha256 = receipt
         values.update(outcome_event_id=outcome, receipt=document, receipt_sha256=sha256)
         _update(session, _ENDED_WITH_RECEIPT, read, values)
-    session.execute(
+    run(
+        session,
         _ATTEMPT_ENDED,
         {
             "journal_id": read.operation_id,
@@ -642,7 +644,7 @@ def attempts(session: Session | Connection, operation_id: str) -> list[Attempt]:
             started_at=row.started_at,
             ended_at=row.ended_at,
         )
-        for row in session.execute(_ATTEMPTS, {"journal_operation_id": operation_id})
+        for row in run(session, _ATTEMPTS, {"journal_operation_id": operation_id})
     ]
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.errors import ConfigError
+from promoter.store.db import run
 from promoter.store.tables import HostKeyRow, ReceiptEnvelopeRow
 
 
@@ -117,7 +118,7 @@ def add_envelope(session: Session, envelope: StoredEnvelope) -> None:
         "created_at": rfc3339(utcnow()),
     }
     postgres = session.get_bind().dialect.name == "postgresql"
-    session.execute(_ADD_ENVELOPE[postgres], values)
+    run(session, _ADD_ENVELOPE[postgres], values)
 
 
 # an envelope's INSERT … ON CONFLICT DO NOTHING, built once per dialect (PostgreSQL's,

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import canonical_bytes, content_id, rfc3339, sha256_hex, utcnow
 from promoter.domain.views import Event
 from promoter.store import feed, witness
+from promoter.store.db import run
 from promoter.store.tables import EventRow
 
 EventKind = Literal["decision", "action", "outcome"]
@@ -121,7 +122,8 @@ def _insert(session: Session, prepared: Prepared) -> str:
     links: dict[str, tuple[int, str]] = session.info.setdefault(_LINKS, {})
     event_id = prepared.event_id
     session.flush()  # what the transaction changed before, written first, as before any event
-    session.execute(
+    run(
+        session,
         _ADD_EVENT,
         {
             "event_id": event_id,
@@ -185,11 +187,11 @@ _LAST_LINK = (
 
 def events(session: Session | Connection, operation_id: str) -> list[Row[Any]]:
     """The operation's events in order, as plain rows (read only)."""
-    return list(session.execute(_EVENTS, {"ledger_operation_id": operation_id}))
+    return list(run(session, _EVENTS, {"ledger_operation_id": operation_id}))
 
 
 def last_link(session: Session | Connection, operation_id: str) -> tuple[int, str] | None:
     """The ``seq`` and ``event_sha256`` of the operation's last event (what the next one
     chains to), read as two columns: no event row, and no payload, is loaded."""
-    found = session.execute(_LAST_LINK, {"ledger_operation_id": operation_id}).first()
+    found = run(session, _LAST_LINK, {"ledger_operation_id": operation_id}).first()
     return None if found is None else (found[0], found[1])

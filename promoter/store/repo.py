@@ -1,7 +1,8 @@
 """Queries over the registry tables, returning plain values and wire models.
 
 Grants, bundles, blob pins, verification records and leases. Each function takes an
-open ``Session``; the caller owns the transaction. Journal and ledger queries live in
+open ``Session``; the caller owns the transaction (``recorded_grant_sha256`` alone reads
+on a plain connection of its own). Journal and ledger queries live in
 ``promoter.store.journal``.
 """
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.errors import GrantConflict
+from promoter.store.db import Database, run
 from promoter.store.tables import (
     BlobRow,
     BundleBlobRow,
@@ -31,6 +33,11 @@ BLOBS = cast(Table, BlobRow.__table__)  # the table itself, for Core bulk insert
 # statement runs without the ORM's part (the same SQL as through the mapped class)
 _BUNDLES = cast(Table, BundleRow.__table__)
 _LEASES = cast(Table, LeaseRow.__table__)
+_GRANTS = cast(Table, GrantRow.__table__)
+_GRANT_SHA256 = select(_GRANTS.c.grant_sha256).where(
+    _GRANTS.c.grant_id == bindparam("grant_id", type_=String())
+)
+_ADD_GRANT = insert(_GRANTS)
 
 
 def now() -> str:
@@ -39,8 +46,15 @@ def now() -> str:
 
 def grant_sha256_of(session: Session, grant_id: str) -> str | None:
     """The recorded ``grant_sha256`` of ``grant_id`` (any host's), or None."""
-    row = session.get(GrantRow, grant_id)
-    return None if row is None else row.grant_sha256
+    row = run(session, _GRANT_SHA256, {"grant_id": grant_id}).first()
+    return None if row is None else str(row.grant_sha256)
+
+
+def recorded_grant_sha256(db: Database, grant_id: str) -> str | None:
+    """``grant_sha256_of`` read on a plain connection, outside any transaction of the
+    caller's (a registration's look-up before its checks: no ORM session)."""
+    row = db.first(_GRANT_SHA256, {"grant_id": grant_id})
+    return None if row is None else str(row.grant_sha256)
 
 
 def grant_repository(session: Session, grant_id: str) -> str | None:
@@ -57,19 +71,21 @@ def add_grant(session: Session, grant: GrantV1) -> None:
         if recorded != grant.grant_sha256:
             raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
         return
-    session.add(
-        GrantRow(
-            grant_id=grant.grant_id,
-            grant_sha256=grant.grant_sha256,
-            repository_identity=grant.repository_identity,
-            executor_run_id=grant.executor_run_id,
-            workflow_id=grant.workflow_id,
-            stage=grant.stage,
-            fence=grant.fence,
-            not_before=grant.not_before,
-            expires_at=grant.expires_at,
-            created_at=now(),
-        )
+    run(  # a plain INSERT: nothing reads the row back as an object
+        session,
+        _ADD_GRANT,
+        {
+            "grant_id": grant.grant_id,
+            "grant_sha256": grant.grant_sha256,
+            "repository_identity": grant.repository_identity,
+            "executor_run_id": grant.executor_run_id,
+            "workflow_id": grant.workflow_id,
+            "stage": grant.stage,
+            "fence": grant.fence,
+            "not_before": grant.not_before,
+            "expires_at": grant.expires_at,
+            "created_at": now(),
+        },
     )
 
 
@@ -94,7 +110,7 @@ def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
         if sha256 not in known
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
-        session.execute(_ADD_BLOBS, rows)
+        run(session, _ADD_BLOBS, rows)
 
 
 # built once (every upload records its blobs): the insert, and the look-up with its
@@ -140,9 +156,10 @@ _PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
 def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
     """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
     was already recorded."""
-    if session.execute(_BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
+    if run(session, _BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
         return False
-    session.execute(
+    run(
+        session,
         _ADD_BUNDLE,
         {
             "bundle_id": bundle.bundle_id,
@@ -162,8 +179,10 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
         if state.sha256 is not None
     }
     if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
-        session.execute(
-            _PIN_BLOBS, [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)]
+        run(
+            session,
+            _PIN_BLOBS,
+            [{"bundle_id": bundle.bundle_id, "sha256": d} for d in sorted(digests)],
         )
     return True
 
@@ -206,7 +225,7 @@ _SET_BUNDLE_STATE = (
 def set_bundle_state(session: Session, bundle_id: str, state: str) -> None:
     """Set a bundle's state in one statement (nothing when there is no such bundle)."""
     session.flush()
-    session.execute(_SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
+    run(session, _SET_BUNDLE_STATE, {"bundle_key": bundle_id, "bundle_state": state})
 
 
 # a verification's row, which nothing reads back as an object: one plain INSERT built
@@ -216,7 +235,8 @@ _ADD_VERIFICATION = insert(cast(Table, VerificationRow.__table__))
 
 
 def add_verification(session: Session, bundle_id: str, receipt: dict[str, Any]) -> None:
-    session.execute(
+    run(
+        session,
         _ADD_VERIFICATION,
         {
             "bundle_id": bundle_id,
@@ -268,7 +288,7 @@ def get_lease(
     """The current lease; ``lock`` holds its row until the transaction ends (PostgreSQL
     ``FOR UPDATE``; SQLite has one writer at a time anyway)."""
     statement = _LEASE_LOCKED if lock else _LEASE
-    row = session.execute(statement, {"workflow_id": workflow_id, "stage": stage}).first()
+    row = run(session, statement, {"workflow_id": workflow_id, "stage": stage}).first()
     if row is None:
         return None
     return LeaseV1(

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.records import Step
 from promoter.domain.status import StepStatus
 from promoter.store import witness
+from promoter.store.db import run
 from promoter.store.tables import CreatedDirRow, StepRow
 
 _STEPS = cast(Table, StepRow.__table__)  # the table itself, for Core bulk inserts
@@ -30,7 +31,8 @@ def add_steps(session: Session, operation_id: str, steps: Sequence[dict[str, Any
     ORM's per-row bulk bookkeeping is skipped (no row object is made for them)."""
     if not steps:
         return
-    session.execute(
+    run(
+        session,
         _ADD_STEPS,
         [
             {
@@ -95,7 +97,7 @@ def steps(session: Session | Connection, operation_id: str) -> list[Step]:
             detail=detail,
         )
         for seq, path, operation, old_state, new_state, status, temp_name, detail in (
-            session.execute(_STEPS_OF, {"steps_operation_id": operation_id})
+            run(session, _STEPS_OF, {"steps_operation_id": operation_id})
         )
     ]
 
@@ -113,7 +115,8 @@ def set_steps(
 ) -> None:
     """Set the status (and detail) of the steps named by seq, in one bulk statement."""
     if statuses:
-        session.execute(
+        run(
+            session,
             update(StepRow),
             [
                 {
@@ -130,13 +133,13 @@ def set_steps(
 def mark_all_steps(session: Session, operation_id: str, status: StepStatus) -> None:
     """Set every step of an operation to ``status`` in one statement."""
     session.flush()
-    session.execute(_MARK_ALL, {"steps_operation_id": operation_id, "steps_status": status.value})
+    run(session, _MARK_ALL, {"steps_operation_id": operation_id, "steps_status": status.value})
 
 
 def delete_steps(session: Session, operation_id: str) -> None:
     """Remove every step of an operation in one statement (a new plan replaces them)."""
     session.flush()
-    session.execute(_DELETE_STEPS, {"steps_operation_id": operation_id})
+    run(session, _DELETE_STEPS, {"steps_operation_id": operation_id})
 
 
 def add_created_dirs(session: Session, operation_id: str, paths: Iterable[str]) -> None:

@@ -17,6 +17,7 @@ from promoter.git import runner
 from promoter.git.head import (
     HeadState,
     commit_tree,
+    commit_tree_at_head,
     head_commit,
     head_from_files,
     head_from_git,
@@ -320,3 +321,29 @@ def test_the_sandboxs_head_tree_is_one_for_each_ref_and_refuses_a_moved_head(
             head_tree(str(repo), older, found=discover(repo), branch=branch)
     git(repo, "checkout", "-q", "--detach", "HEAD")
     assert head_tree(str(repo), head, found=discover(repo), branch=MAIN) == tree
+
+
+def test_a_commit_tree_at_head_is_git_s_answer_and_asks_git_for_any_other_commit(
+    repo: Path,
+) -> None:
+    """A grant's base on HEAD's commit (``commit_tree_at_head``): git answers first; once
+    HEAD's files name the commit and git told its tree, no process; any other commit
+    (HEAD's parent, HEAD's old commit after it moved, an unknown id) is git's alone."""
+    layout = discover(repo)
+    head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+    with runner.counting() as started:
+        assert commit_tree_at_head(layout, head) == tree
+    assert started == ["cat-file"]
+    with runner.counting() as started:
+        assert commit_tree_at_head(layout, head) == tree == commit_tree(layout, head)
+    assert started == ["cat-file"]  # commit_tree's own; commit_tree_at_head started none
+    parent = git(repo, "rev-parse", "HEAD~1")
+    with runner.counting() as started:
+        assert commit_tree_at_head(layout, parent) == git(repo, "rev-parse", "HEAD~1^{tree}")
+    assert started == ["cat-file"]
+    (repo / "c.txt").write_bytes(b"c\n")
+    commit_all(repo, "third")
+    with runner.counting() as started:
+        assert commit_tree_at_head(layout, head) == tree  # an old commit: asked again
+        assert commit_tree_at_head(layout, "0" * 40) is None
+    assert started == ["cat-file", "cat-file"]

@@ -193,6 +193,17 @@ def test_signed_promotion_receipt_verifies_with_the_host_key(key: HostKey) -> No
     assert (result.body, result.subjects) == (data, ("src/app.py",))
 
 
+@pytest.mark.parametrize("make", [promotion, verification, rollback])
+def test_the_signed_statement_is_the_jcs_of_the_statement_around_the_receipts_bytes(
+    key: HostKey, make: Any
+) -> None:
+    """The Statement is joined around the checked receipt bytes, not encoded again: the
+    same bytes as RFC 8785 of the whole Statement, built by hand."""
+    document = make()
+    payload = base64.b64decode(sign_envelope(key, jcs(document))["payload"])
+    assert payload == jcs(statement(document))
+
+
 @pytest.mark.parametrize(
     ("make", "kind"),
     [

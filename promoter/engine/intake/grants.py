@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from promoter import faults
 from promoter.domain import allowlist
 from promoter.domain.canonical import parse_rfc3339, utcnow
-from promoter.domain.documents import canonical, grant_sha256, sealed_grant
+from promoter.domain.documents import canonical, grant_sha256
 from promoter.domain.models import GrantV1, LeaseV1
 from promoter.domain.parsing import parse_model
 from promoter.domain.paths import check_path, check_path_set
@@ -34,7 +34,7 @@ from promoter.errors import (
     LeaseFenceRegression,
     StorageError,
 )
-from promoter.git.head import commit_tree
+from promoter.git.head import commit_tree_at_head
 from promoter.store import journal, repo
 from promoter.store.db import Database
 
@@ -58,7 +58,8 @@ def validate_grant(services: Provenance, grant: GrantV1) -> None:
     _check_times(grant)
     # another host's repository: 421 naming it (protocol: hosts#answers-that-route)
     repository = routing.local_repository(services, grant.repository_identity)
-    tree = commit_tree(repository.layout, grant.base_commit)
+    # the usual grant is on HEAD's commit: its tree from HEAD's files, else from git
+    tree = commit_tree_at_head(repository.layout, grant.base_commit)
     if tree is None:
         raise GrantInvalid(
             f"base_commit {grant.base_commit} does not exist in {repository.name}",
@@ -88,14 +89,14 @@ def check_grant(services: Provenance, data: Any) -> CheckedGrant:
     digest = grant_sha256(grant)
     if grant.grant_sha256 is not None and grant.grant_sha256 != digest:
         raise GrantInvalid("grant_sha256 does not match the grant's content", computed=digest)
-    sealed = sealed_grant(grant)
+    sealed = grant.model_copy(update={"grant_sha256": digest})  # ``sealed_grant``, hashed once
     existing = services.audit.get("grant", grant.grant_id)
     if existing is not None:
         if existing != canonical(sealed):
             raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
         return CheckedGrant(sealed, stored=True, recorded=True)
-    with journal.unit_of_work(services.db) as session:  # another host may have registered the id
-        recorded = repo.grant_sha256_of(session, grant.grant_id)
+    # another host may have registered the id
+    recorded = repo.recorded_grant_sha256(services.db, grant.grant_id)
     if recorded is not None and recorded != sealed.grant_sha256:
         raise GrantConflict(f"grant {grant.grant_id} is already registered with other content")
     validate_grant(services, sealed)

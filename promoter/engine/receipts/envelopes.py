@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
 from promoter.engine.ports import Sealing
-from promoter.engine.receipts.signing import host_keyring, sign_envelope
+from promoter.engine.receipts.signing import host_keyring, sign_receipt
 from promoter.errors import OwnedByOtherHost, ReceiptInvalid
 from promoter.store import journal, key_ledger
 from promoter.store.db import Database
@@ -167,8 +167,8 @@ def make_envelope(
     the receipt's time, so its window covers the receipt.
     """
     key = signer.current()
-    data = canonical_bytes(sign_envelope(key, receipt))
-    digest = _receipt_sha256(receipt)
+    envelope, digest = sign_receipt(key, receipt)  # the receipt's hash as its check computed it
+    data = canonical_bytes(envelope)
     return StoredEnvelope(digest, kind, subject_id, signer.host_id, key.keyid, data)
 
 

@@ -35,9 +35,9 @@ from promoter.domain.statement_types import PAYLOAD_TYPE
 from promoter.domain.wirecheck import problem
 from promoter.engine.receipts.statement import (
     check_subjects,
+    checked_statement_bytes,
     json_object,
     open_statement,
-    statement_bytes,
 )
 from promoter.errors import ReceiptInvalid
 from promoter.store.keyring import (
@@ -104,10 +104,21 @@ def pae(payload_type_: str, body: bytes) -> bytes:
     return Envelope(body, payload_type_, {}).pae()
 
 
+_SIGNERS: dict[int, tuple[HostKey, CryptoSigner]] = {}  # by the key object's id, held
+
+
 def _signer(key: HostKey) -> CryptoSigner:
-    """The host key as a securesystemslib signer whose signatures carry promoter's keyid."""
+    """The host key as a securesystemslib signer whose signatures carry promoter's keyid
+    (made once a key object: a key's fields never change)."""
+    known = _SIGNERS.get(id(key))
+    if known is not None and known[0] is key:
+        return known[1]
     public = SSlibKey.from_crypto(key.public_key, keyid=key.keyid, scheme=ALGORITHM)
-    return CryptoSigner(key.private_key, public)
+    signer = CryptoSigner(key.private_key, public)
+    if len(_SIGNERS) >= 8:  # a rotated key's signer is not kept for ever
+        _SIGNERS.clear()
+    _SIGNERS[id(key)] = (key, signer)
+    return signer
 
 
 # a DSSE envelope as securesystemslib writes it (``DsseEnvelope`` parses it back)
@@ -118,13 +129,20 @@ def sign_envelope(key: HostKey, receipt_bytes: bytes) -> dict[str, Any]:
     signs a receipt that an offline verifier would reject. The envelope is securesystemslib's
     (standard base64, one ``{keyid, sig}`` per signature).
     """
-    checked = check_document(receipt_bytes, _model_problem)
+    return sign_receipt(key, receipt_bytes)[0]
+
+
+def sign_receipt(key: HostKey, receipt_bytes: bytes) -> tuple[dict[str, Any], str]:
+    """``sign_envelope``'s envelope and the receipt's ``receipt_sha256`` as its check
+    recomputed it; the receipt is parsed once and its checked bytes are the predicate's."""
+    receipt = json_object(receipt_bytes, "the document")
+    checked = _check_parsed(receipt_bytes, receipt, _model_problem)
     if checked.schema not in RECEIPTS:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
-    envelope = Envelope(statement_bytes(receipt_bytes), PAYLOAD_TYPE, {})
+    envelope = Envelope(checked_statement_bytes(receipt, receipt_bytes), PAYLOAD_TYPE, {})
     envelope.sign(_signer(key))
     document: dict[str, Any] = envelope.to_dict()  # the library's untyped answer
-    return document
+    return document, checked.identity_sha256
 
 
 # --- offline verification -------------------------------------------------------------------
@@ -293,7 +311,15 @@ def check_document(
     after asking them (``_model_problem``), which is faster on a large receipt. The two
     give the same verdict (``tests/property/test_wirecheck_differential.py``).
     """
-    document = json_object(data, "the document")
+    return _check_parsed(data, json_object(data, "the document"), problem_of)
+
+
+def _check_parsed(
+    data: bytes,
+    document: dict[str, Any],
+    problem_of: Callable[[str, object], str | None] | None = None,
+) -> VerifiedDocument:
+    """``check_document`` of ``data`` parsed as ``document``."""
     schema = document.get("schema")
     if not isinstance(schema, str) or schema not in DOCUMENTS:
         raise ReceiptInvalid(f"unknown schema {schema!r}; expected one of {', '.join(DOCUMENTS)}")

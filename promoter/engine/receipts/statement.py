@@ -84,6 +84,27 @@ def statement_bytes(receipt_bytes: bytes) -> bytes:
     return body
 
 
+def checked_statement_bytes(receipt: dict[str, Any], receipt_bytes: bytes) -> bytes:
+    """``statement_bytes`` of ``receipt`` parsed from ``receipt_bytes``, which the caller
+    has checked are its canonical bytes (``signing.check_document``): the Statement's
+    members joined in JCS order (``_type``, ``predicate``, ``predicateType``, ``subject``)
+    around those bytes, so the receipt is neither parsed nor encoded again."""
+    statement = statement_of(receipt)
+    return b"".join(
+        (
+            b'{"_type":',
+            canonical_bytes(statement["_type"]),
+            b',"predicate":',
+            receipt_bytes,
+            b',"predicateType":',
+            canonical_bytes(statement["predicateType"]),
+            b',"subject":',
+            canonical_bytes(statement["subject"]),
+            b"}",
+        )
+    )
+
+
 # a Statement from a signed payload, checked member by member here
 def open_statement(payload: bytes) -> tuple[dict[str, Any], bytes, list[str]]:
     """(Statement, predicate bytes, check lines) of a Statement payload.
