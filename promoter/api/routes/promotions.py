@@ -223,7 +223,6 @@ def _promote(
     submitted, requested = promoted.submitted, promoted.requested
     operation_id = requested.operation_id
     # built while the attempt runs in its own thread: the stored bundle, never the worktree
-
     shown = _diff(services, submitted.bundle) if diff else None
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
