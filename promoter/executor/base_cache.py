@@ -26,7 +26,6 @@ from pathlib import Path
 
 from promoter import faults
 from promoter.errors import PathUnsafe
-from promoter.executor import base_delta
 from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
@@ -184,6 +183,8 @@ def _make(root: Path, objects: str, tree: str, timeout: float, parent: Base | No
                 if record.startswith(_GITLINK.encode())
             ]
         else:
+            from promoter.executor import base_delta  # only over an older base
+
             over = (parent.tree, parent.chain, parent.gitlinks)
             gitlinks = base_delta.lay(over, tree, files, env, timeout)
         later = time.time() + 2  # the index newer than every file: no entry is racy

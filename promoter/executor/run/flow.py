@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
-from promoter.executor import confine, removal, sandbox_repo
+from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
 from promoter.executor.run.person import Person, escape
@@ -392,6 +392,8 @@ def step(
         }
         code = _run_command(command, host, record, env, timeout, how, person)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            from promoter.executor import sandbox_repo
+
             sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             run.move(current, RunStatus.COMMAND_FAILED)
