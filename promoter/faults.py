@@ -44,6 +44,8 @@ _COUNT = re.compile(r"@(\d+)(\+?)$")
 
 @dataclass(frozen=True)
 class _Rule:
+    """What a named point does when hit: its action, on which hit, and after it."""
+
     action: str
     nth: int
     persistent: bool

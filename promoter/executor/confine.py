@@ -113,6 +113,8 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class Outcome:
+    """How the confined command ended: its exit code and what limited its processes."""
+
     returncode: int
     procs_limit: str  # "cgroup-v1", "cgroup-v2", "rlimit" or "none" (unconfined)
 

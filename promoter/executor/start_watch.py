@@ -285,6 +285,8 @@ def _trim(state_dir: Path, layout: RepoLayout) -> None:
 
 @dataclass(frozen=True)
 class _Baseline:
+    """A baseline as read back from its file (``_load``)."""
+
     generation: str
     clock: int
     base_tree: str

@@ -27,6 +27,8 @@ _DIR = b"40000"
 
 @dataclass
 class _Node:
+    """One name of the edited tree: its own edit, if any, and the edits below it."""
+
     edited: bool = False  # whether the name itself is set or deleted
     leaf: tuple[bytes, str] | None = None  # set to this (mode, id); None: deleted
     children: dict[bytes, _Node] = field(default_factory=dict)

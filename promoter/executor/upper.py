@@ -42,6 +42,8 @@ _LINK = "120000"
 
 @dataclass(frozen=True)
 class _State:
+    """A changed file or link of the layers: its mode, content ids, size and source."""
+
     mode: str
     sha256: str
     oid: str
