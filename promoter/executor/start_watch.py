@@ -45,7 +45,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
@@ -283,8 +283,7 @@ def _trim(state_dir: Path, layout: RepoLayout) -> None:
 # --- reading -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Baseline:
+class _Baseline(NamedTuple):  # no dataclass: made at each run's import
     """A baseline as read back from its file (``_load``)."""
 
     generation: str
