@@ -43,7 +43,6 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -87,8 +86,7 @@ _SPECIAL = {b".gitignore", b".gitattributes"}
 _MAX_BASELINE = 1 << 20
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(NamedTuple):
     """Where the baselines are kept and how the daemon is asked (every position held:
     (generation, clock) pairs, one a generation)."""
 
@@ -96,8 +94,7 @@ class Watched:
     ask: Callable[[list[tuple[str, int]]], Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What the start's status pass reads: ``candidates`` only, or everything (``None``)."""
 
     candidates: list[bytes] | None
