@@ -21,8 +21,8 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from promoter import faults
 from promoter.errors import PathUnsafe
@@ -50,8 +50,7 @@ _CONFIG = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Base:
+class Base(NamedTuple):
     """A base in place: its directory, the tree it holds and that tree's gitlinks."""
 
     root: Path

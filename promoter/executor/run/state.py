@@ -11,7 +11,6 @@ move (``flow.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,15 @@ from promoter.executor.sandbox import RunRecord, Step
 __all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Run", "RunStatus", "check_move"]
 
 
-@dataclass
 class Run:
     """A run's record and where it is kept; every change of a step's state goes through
     ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
 
-    state_dir: Path
-    record: RunRecord
+    __slots__ = ("record", "state_dir")
+
+    def __init__(self, state_dir: Path, record: RunRecord) -> None:
+        self.state_dir = state_dir
+        self.record = record
 
     @property
     def run_id(self) -> str:
