@@ -33,7 +33,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ENV = "PROMOTER_FAULTS"
 TRACE_ENV = "PROMOTER_FAULTS_TRACE"
@@ -42,8 +42,9 @@ _POLL = 0.005
 _COUNT = re.compile(r"@(\d+)(\+?)$")
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):
+    """What a named point does when hit: its action, on which hit, and after it."""
+
     action: str
     nth: int
     persistent: bool

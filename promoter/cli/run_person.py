@@ -19,8 +19,7 @@ import contextlib
 import sys
 import termios
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from promoter.cli.bundle_view import (
     diff_flags,
@@ -95,14 +94,17 @@ def _approve_at(yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool)
     return "asked"
 
 
-@dataclass(frozen=True)
 class TerminalPerson:
     """The person at this command line (``promoter.executor.run.person.Person``): progress
-    on stdout (stderr with ``--json``), questions at the terminal, ``--yes`` a flag."""
+    on stdout (stderr with ``--json``), questions at the terminal, ``--yes`` a flag.
+    A plain class: made at each run's import, where a dataclass's methods are compiled."""
 
-    yes: bool = False
-    whole_diff: bool = False  # --diff: the whole diff even with --yes
-    json: bool = False
+    __slots__ = ("json", "whole_diff", "yes")
+
+    def __init__(self, yes: bool = False, whole_diff: bool = False, json: bool = False) -> None:
+        self.yes: Final = yes
+        self.whole_diff: Final = whole_diff  # --diff: the whole diff even with --yes
+        self.json: Final = json
 
     def say(self, text: str) -> None:
         out = err_console if self.json else console

@@ -22,7 +22,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,7 +115,7 @@ def start(
         run = Run(state, sandboxes.load(state, continue_run))
         with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
             try:
-                flow.promote_submitted(host, run, person, outcome.outcome)
+                flow.promote_submitted(host, run, person, outcome)
             except flow.NothingToPromote as exc:
                 raise _usage_error(str(exc)) from None
         flow.finish(run, person, keep=keep)
@@ -142,9 +141,7 @@ def start(
             person.say(answers.started(run.record))
     with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
         try:
-            flow.step(
-                host, run, command, person=person, timeout=timeout, how=how, outcome=outcome.outcome
-            )
+            flow.step(host, run, command, person=person, timeout=timeout, how=how, outcome=outcome)
         except PromoterError:
             err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
             raise
@@ -187,23 +184,17 @@ def _new_sandbox(
         ) from None
 
 
-@dataclass
-class _Printed:
-    """The outcome ``--json`` prints, whatever the step came to (filled by the flow)."""
-
-    outcome: flow.Outcome
-
-
 @contextmanager
-def _outcome_printed(run: Run, json_output: bool) -> Iterator[_Printed]:
+def _outcome_printed(run: Run, json_output: bool) -> Iterator[flow.Outcome]:
     """With ``--json``: the run's outcome as one JSON document on stdout when the step ends,
-    also when it ends in an error (the error's code and detail then on stderr as always)."""
-    printed = _Printed(flow.Outcome())
+    also when it ends in an error (the error's code and detail then on stderr as always).
+    The outcome is filled by the flow, whatever the step came to."""
+    outcome = flow.Outcome()
     try:
-        yield printed
+        yield outcome
     finally:
         if json_output:
-            document = printed.outcome.wire(run)
+            document = outcome.wire(run)
             sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
             sys.stdout.flush()
 

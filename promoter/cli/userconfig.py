@@ -24,9 +24,8 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from promoter.errors import ConfigError
 from promoter.fs.own_temp import OwnTemp
@@ -50,8 +49,7 @@ def config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "promoter"
 
 
-@dataclass(frozen=True)
-class Recorded:
+class Recorded(NamedTuple):
     """What ``promoter serve`` recorded: the daemon and the person's credential."""
 
     url: str
@@ -60,8 +58,7 @@ class Recorded:
     path: Path  # the file it was read from
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """A client command's daemon, credential and state directory, each with its source."""
 
     url: str

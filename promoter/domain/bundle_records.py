@@ -113,6 +113,8 @@ class ChangeRecord:
 
 @dataclass(frozen=True)
 class AllowRecord:
+    """One allowlist entry of a grant: a path pattern and the operations it permits."""
+
     pattern: str
     operations: tuple[str, ...]
 
@@ -128,12 +130,16 @@ class SpecRecord:
 
 @dataclass(frozen=True)
 class PreconditionRecord:
+    """A path of a grant's preconditions and the old state it must be in."""
+
     path: str
     old: SpecRecord
 
 
 @dataclass(frozen=True)
 class LimitsRecord:
+    """A grant's limits: how many changes, how many bytes of new content in all."""
+
     max_changes: int
     max_total_bytes: int
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from promoter.domain import jcs_rows
 from promoter.domain.canonical import (
     canonical_bytes,
     canonical_with_projection,
@@ -67,7 +66,11 @@ def bundle_bytes(document: dict[str, Any], *, parsed: bool = False) -> BundleByt
     decides between the standard library's encoder and ``rfc8785`` is skipped, and the
     changes are written row by row (``jcs_rows.changes_text``).
     """
-    writers = {"changes": jcs_rows.changes_text} if parsed else None
+    writers = None
+    if parsed:
+        from promoter.domain import jcs_rows  # parsed documents only (the daemon's)
+
+        writers = {"changes": jcs_rows.changes_text}
     whole, projected = canonical_with_projection(
         document, BUNDLE_IDENTITY, plain=parsed, writers=writers
     )

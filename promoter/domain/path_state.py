@@ -135,6 +135,8 @@ class Finding(StrEnum):
 
 @dataclass(frozen=True)
 class Reading:
+    """What ``classify`` found at a path: its verdict and why, in words."""
+
     verdict: Verdict
     reason: str  # in words: why it is neither, or which state it is exactly
 

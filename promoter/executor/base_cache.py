@@ -21,12 +21,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from promoter import faults
 from promoter.errors import PathUnsafe
-from promoter.executor import base_delta
 from promoter.fs import flush
 from promoter.fs.own_tree import remove_own_tree
 from promoter.fs.syscalls import RENAME_NOREPLACE, renameat2
@@ -51,8 +50,7 @@ _CONFIG = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Base:
+class Base(NamedTuple):
     """A base in place: its directory, the tree it holds and that tree's gitlinks."""
 
     root: Path
@@ -184,6 +182,8 @@ def _make(root: Path, objects: str, tree: str, timeout: float, parent: Base | No
                 if record.startswith(_GITLINK.encode())
             ]
         else:
+            from promoter.executor import base_delta  # only over an older base
+
             over = (parent.tree, parent.chain, parent.gitlinks)
             gitlinks = base_delta.lay(over, tree, files, env, timeout)
         later = time.time() + 2  # the index newer than every file: no entry is racy

@@ -35,9 +35,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from promoter.domain import links, wirecheck
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
@@ -72,8 +71,7 @@ VALIDATOR_MAX_CHANGES = 2000
 change is about three times the model's, which outweighs loading pydantic there."""
 
 
-@dataclass(frozen=True)
-class BlobSource:
+class BlobSource(NamedTuple):
     """Where the bytes of one referenced blob are read from.
 
     ``origin`` is ``new`` for content of the worktree (hashed into the shadow object

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
@@ -85,8 +85,7 @@ os.execv(sys.argv[5], sys.argv[5:])
 """
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """What the command may use: bytes of address space, processes, bytes per file."""
 
     memory: int = 8 << 30
@@ -94,21 +93,21 @@ class Limits:
     file_size: int = 4 << 30
 
 
-@dataclass(frozen=True)
-class Sandbox:
+class Sandbox(NamedTuple):
     """Where a confined command runs and what it must not see."""
 
     clone: Path
     home: Path
     hide: Sequence[Path]
     network: bool = False
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = Limits()  # immutable: one for all
     overlay: Overlay | None = None
     """A layered sandbox: ``clone`` is its mount point (``layers.Overlay.wrap``)."""
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
+    """How the confined command ended: its exit code and what limited its processes."""
+
     returncode: int
     procs_limit: str  # "cgroup-v1", "cgroup-v2", "rlimit" or "none" (unconfined)
 

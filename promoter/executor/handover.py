@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from promoter.domain import wirecheck
 from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
 from promoter.domain.bundle_records import StateRecord, grant_record
-from promoter.domain.json_input import load_json
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
 
@@ -195,6 +194,8 @@ def grant_from_file(path: Path) -> Grant:
         raw = path.read_bytes()
     except OSError as exc:
         raise GrantInvalid(f"cannot read grant file {path}: {exc.strerror or exc}") from exc
+    from promoter.domain.json_input import load_json  # a grant file: not run's path
+
     document = load_json(raw)
     if isinstance(document, dict) and wirecheck.problem("GrantV1", document) is None:
         return grant_record(document)

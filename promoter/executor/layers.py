@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from promoter.errors import ConfigError
 from promoter.executor.shims import FOLD
@@ -89,8 +89,7 @@ def _python() -> str:
     return str(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-@dataclass(frozen=True)
-class Layers:
+class Layers(NamedTuple):
     """The directories of one overlay sandbox (``home`` is ``<state>/runs/<run_id>``)."""
 
     home: Path
@@ -122,8 +121,7 @@ class Layers:
         return [self.upper, self.start, *self.bases]
 
 
-@dataclass(frozen=True)
-class Overlay:
+class Overlay(NamedTuple):
     """What ``confine`` needs to run a command in an overlay sandbox."""
 
     layers: Layers

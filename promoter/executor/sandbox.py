@@ -54,6 +54,8 @@ log = LazyLogger("promoter.run")
 
 @dataclass
 class Step:
+    """One step of a run: its grant, its bundle and operation once made, its status."""
+
     grant_id: str
     bundle_id: str | None = None
     operation_id: str | None = None
@@ -65,6 +67,8 @@ class Step:
 
 @dataclass
 class RunRecord:
+    """A sandbox as recorded on disk: where it came from, where it is, its steps."""
+
     run_id: str
     repository: str
     worktree: str
@@ -135,7 +139,6 @@ def create(
     is called after the reads, before anything is made (it may refuse: the
     confinement's probe, ``confine.probing``).
     """
-    from promoter.executor import sandbox_repo
     from promoter.git.runner import run_git
 
     real = Path(worktree).resolve()
@@ -176,6 +179,8 @@ def create(
     # objects copied, never hardlinked or borrowed (protocol: runs#sandbox-boundary): nothing the
     # command can write is shared with the person's repository (docs/decisions/sandbox-objects.md)
     copy = ["--local", "--no-hardlinks", "--dissociate"]
+    from promoter.executor import sandbox_repo  # a clone's, not an overlay's
+
     run_git(
         [*local, "clone", "--quiet", *copy, "--branch", short, worktree, str(clone)], timeout=600
     )

@@ -34,7 +34,6 @@ from promoter.executor.seed_index import (
     harmless_attributes,
     plain_index,
 )
-from promoter.git.gitlinks import first_gitlink_reason
 from promoter.git.head import read_head
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
@@ -457,6 +456,10 @@ class SeededShadow(ShadowTree):
             return super().unsupported(entries, symlinks=symlinks)
         found, others = self._by_mode(entries, symlinks=symlinks)
         check_pathspec_paths(others)
+        if not others:  # no other path to look up
+            return dict(sorted(found.items()))
+        from promoter.git.gitlinks import first_gitlink_reason
+
         in_index, in_head = set(self._index_gitlinks), set(self.gitlinks)
         seen: dict[str, str | None] = {}
         for path in others:

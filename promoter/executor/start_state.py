@@ -30,9 +30,8 @@ import os
 import stat
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
@@ -60,15 +59,14 @@ _START_INDEX = "start-index"
 log = LazyLogger("promoter.run")
 
 
-@dataclass
-class StartState:
+class StartState(NamedTuple):
     """What ``capture_into`` laid into the clone."""
 
     tree: str
     """The start tree, in the clone's objects: HEAD's tree with the person's changes."""
-    preconditions: list[dict[str, Any]] = field(default_factory=list)
+    preconditions: list[dict[str, Any]]
     """Wire ``Precondition`` documents, sorted by path."""
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[dict[str, str]]
     """Paths not captured (gitlinks, nested repositories) or captured without a
     precondition (``_admissible``), each with its reason."""
 

@@ -48,9 +48,8 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
@@ -92,8 +91,7 @@ _SPECIAL = {b".gitignore", b".gitattributes"}
 _MAX_BASELINE = 1 << 20
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(NamedTuple):
     """Where the baselines are kept and how the daemon is asked (every position held:
     (generation, clock) pairs, one a generation)."""
 
@@ -101,8 +99,7 @@ class Watched:
     ask: Callable[[list[tuple[str, int]]], Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What the start's status pass reads: ``candidates`` only, or everything (``None``)."""
 
     candidates: list[bytes] | None
@@ -166,8 +163,7 @@ def fingerprint(layout: RepoLayout) -> dict[str, list[int] | None]:
     return found
 
 
-@dataclass(frozen=True)
-class _Asked:
+class _Asked(NamedTuple):
     """``plan``'s reading and asking: the fingerprint, the baselines, the answer (or why
     there is none)."""
 
@@ -342,8 +338,9 @@ def _trim(state_dir: Path, layout: RepoLayout) -> None:
 # --- reading -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Baseline:
+class _Baseline(NamedTuple):  # no dataclass: made at each run's import
+    """A baseline as read back from its file (``_load``)."""
+
     generation: str
     clock: int
     base_tree: str

@@ -15,7 +15,6 @@ gitlinks (a caller that must write one uses the index).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from promoter.errors import GitError
 from promoter.git.objects import CatFile
@@ -25,11 +24,16 @@ __all__ = ["edited_tree"]
 _DIR = b"40000"
 
 
-@dataclass
 class _Node:
-    edited: bool = False  # whether the name itself is set or deleted
-    leaf: tuple[bytes, str] | None = None  # set to this (mode, id); None: deleted
-    children: dict[bytes, _Node] = field(default_factory=dict)
+    """One name of the edited tree: its own edit, if any, and the edits below it (a plain
+    class: made at each run's import, where a dataclass's methods are compiled)."""
+
+    __slots__ = ("children", "edited", "leaf")
+
+    def __init__(self) -> None:
+        self.edited = False  # whether the name itself is set or deleted
+        self.leaf: tuple[bytes, str] | None = None  # set to this (mode, id); None: deleted
+        self.children: dict[bytes, _Node] = {}
 
 
 def _parse(data: bytes) -> dict[bytes, tuple[bytes, str]]:

@@ -18,9 +18,8 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.paths import disk_path, sort_key, wire_path
@@ -40,8 +39,9 @@ _CHUNK = 1 << 20
 _LINK = "120000"
 
 
-@dataclass(frozen=True)
-class _State:
+class _State(NamedTuple):  # no dataclass: made at each run's import
+    """A changed file or link of the layers: its mode, content ids, size and source."""
+
     mode: str
     sha256: str
     oid: str

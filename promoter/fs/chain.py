@@ -87,6 +87,8 @@ def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | 
 
 @dataclass
 class Walked:
+    """A walk's end: the held directory, the identities on the way, what it created."""
+
     fd: int
     ids: list[tuple[int, int]]
     created: list[str]

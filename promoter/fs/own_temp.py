@@ -20,6 +20,8 @@ __all__ = ["OwnTemp"]
 
 @dataclass(frozen=True)
 class OwnTemp:
+    """A temp file made here: its path, its open descriptor and its (device, inode)."""
+
     path: str
     fd: int
     identity: tuple[int, int]

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from promoter.domain.closing import Closing
 from promoter.errors import RepositoryInvalid
-from promoter.git.gitlinks import gitlinks_and_nested
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
@@ -233,6 +232,8 @@ class ShadowTree(Closing):
         and changed paths on or under a gitlink or a nested repository (see
         ``gitlinks_and_nested``).
         """
+        from promoter.git.gitlinks import gitlinks_and_nested
+
         found, others = self._by_mode(entries, symlinks=symlinks)
         for path, reason in gitlinks_and_nested(self.layout, others).items():
             found.setdefault(path, reason)

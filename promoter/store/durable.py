@@ -26,12 +26,15 @@ import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from promoter.faults import point
 from promoter.fs import flush
-from promoter.fs.group_sync import GroupSync
 from promoter.fs.syscalls import start_writeback
 from promoter.store.state_temps import temp_name
+
+if TYPE_CHECKING:
+    from promoter.fs.group_sync import GroupSync
 
 __all__ = ["start_writeback"]  # re-exported: the state directory's writers use it too
 
@@ -221,6 +224,8 @@ def _group_for(directories: list[Path], limit: int | None) -> GroupSync | None:
         return None
     if len({os.stat(directory).st_dev for directory in directories}) != 1:
         return None
+    from promoter.fs.group_sync import GroupSync  # several files in one directory only
+
     return GroupSync.start_at(os.fspath(directories[0]), limit, "after_state_group_sync")
 
 

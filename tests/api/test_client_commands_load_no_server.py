@@ -16,11 +16,13 @@ do not depend on the machine's speed.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -335,4 +337,33 @@ def test_run_yes_builds_and_promotes_without_pydantic(tmp_path: Path, repo: Path
         # architecture read without platform, an address resolved without the idna codec
         slow = {"http.client", "email", "ssl", "logging", "platform", "encodings.idna"}
         assert slow & modules == set(), stdout
+        # what only another path uses: a base laid over an older one, a copied clone, a
+        # gitlink or a changed path beside the seed's, several files synced as a group,
+        # a grant file, the daemon's row-by-row bundle bytes
+        assert RUN_ELSEWHERE & modules == set(), stdout
+        # each record class of the path has its own docstring: ``dataclass`` writes
+        # none by ``inspect.signature``, whose first call costs more than the record
+        assert _undocumented_records(modules) == [], stdout
     assert (repo / "added.txt").read_bytes() == b"added\nagain\n"
+
+
+# modules ``promoter run --yes`` loads only off its common path
+RUN_ELSEWHERE = {
+    "promoter.executor.base_delta",
+    "promoter.executor.sandbox_repo",
+    "promoter.git.gitlinks",
+    "promoter.fs.group_sync",
+    "promoter.domain.json_input",
+    "promoter.domain.jcs_rows",
+}
+
+
+def _undocumented_records(modules: set[str]) -> list[str]:
+    """The dataclasses defined in the loaded promoter modules without a docstring."""
+    found = []
+    for name in sorted(m for m in modules if _within(m, ("promoter",))):
+        for cls in vars(importlib.import_module(name)).values():
+            own = isinstance(cls, type) and is_dataclass(cls) and cls.__module__ == name
+            if own and (cls.__doc__ or "").startswith(cls.__name__ + "("):
+                found.append(f"{name}.{cls.__qualname__}")
+    return found

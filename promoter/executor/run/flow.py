@@ -27,15 +27,14 @@ import getpass
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
-from promoter.executor import confine, removal, sandbox_repo
+from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
 from promoter.executor.run.person import Person, escape
@@ -71,8 +70,11 @@ class NothingToPromote(ValueError):
     """``--continue RUN`` without a command, and the last step left no bundle to promote."""
 
 
-@dataclass(frozen=True)
-class Host:
+# the records of a step: made at each run's import, so no dataclass (whose methods are
+# generated and compiled one by one as the class is made)
+
+
+class Host(NamedTuple):
     """The daemon a run talks to, the person's credential, and its state directory."""
 
     url: str
@@ -80,13 +82,12 @@ class Host:
     state_dir: Path
 
 
-@dataclass(frozen=True)
-class Confinement:
+class Confinement(NamedTuple):
     """How ``run`` confines CMD: the person's flags."""
 
     unconfined: bool = False
     network: bool = False
-    limits: confine.Limits = field(default_factory=confine.Limits)
+    limits: confine.Limits = confine.Limits()  # frozen: one for all
     pass_env: tuple[str, ...] = ()
     hide: tuple[Path, ...] = ()
     symlinks: str = "none"  # the grant's link policy (links.py), not a confinement
@@ -96,13 +97,20 @@ class Confinement:
         return "unconfined" if self.unconfined else "bwrap"
 
 
-@dataclass
 class Outcome:
     """What a step came to: the bundle, the operation and the promotion receipt's hash."""
 
-    bundle: dict[str, Any] | None = None
-    receipt_sha256: str | None = None  # the promotion's receipt (completed only)
-    targets: list[dict[str, Any]] = field(default_factory=list)
+    __slots__ = ("bundle", "receipt_sha256", "targets")
+
+    def __init__(
+        self,
+        bundle: dict[str, Any] | None = None,
+        receipt_sha256: str | None = None,  # the promotion's receipt (completed only)
+        targets: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.receipt_sha256 = receipt_sha256
+        self.targets: list[dict[str, Any]] = targets if targets is not None else []
 
     def wire(self, run: Run) -> dict[str, Any]:
         """The run's outcome as one JSON document (``promoter run --json``)."""
@@ -419,6 +427,8 @@ def step(
         }
         code = _run_command(command, host, record, env, timeout, how, person, known)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
+            from promoter.executor import sandbox_repo
+
             sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
         if code != 0:
             run.move(current, RunStatus.COMMAND_FAILED)

@@ -14,9 +14,8 @@ move (``flow.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from promoter.executor import sandbox
 from promoter.executor.run.status import FINAL, PROMOTABLE, TRANSITIONS, RunStatus, check_move
@@ -29,8 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "Known", "Run", "RunStatus", "check_move"]
 
 
-@dataclass(frozen=True)
-class Known:
+class Known(NamedTuple):
     """What a new run's start looked up, moments before its first step: the repository
     as the daemon listed it (``flow.locate``) and the worktree's layout (None: it could
     not be discovered)."""
@@ -39,15 +37,17 @@ class Known:
     layout: RepoLayout | None
 
 
-@dataclass
 class Run:
     """A run's record and where it is kept; every change of a step's state goes through
     ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
 
-    state_dir: Path
-    record: RunRecord
-    known: Known | None = field(default=None, compare=False)
-    """Set by ``flow.start`` for its first step (``take_known``); never saved."""
+    __slots__ = ("known", "record", "state_dir")
+
+    def __init__(self, state_dir: Path, record: RunRecord, known: Known | None = None) -> None:
+        self.state_dir = state_dir
+        self.record = record
+        self.known = known
+        """Set by ``flow.start`` for its first step (``take_known``); never saved."""
 
     def take_known(self) -> Known | None:
         """What the start looked up, once: a later step of the run looks up again."""
