@@ -280,7 +280,7 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
     hidden = {Path(p) for p in _ALWAYS_HIDDEN}
     hidden |= {Path(os.path.realpath(p)) for p in box.hide}
     for path in sorted(hidden, key=lambda p: (len(p.parts), str(p))):
-        if any(h in path.parents for h in hidden):
+        if not hidden.isdisjoint(path.parents):
             continue  # already hidden with its parent
         if path.is_dir() and not path.is_symlink() and path != Path("/"):
             if str(path) not in _PRIVATE_WRITABLE:
@@ -290,7 +290,7 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
     clone, home = os.path.realpath(box.clone), os.path.realpath(box.home)
     # nothing hidden may sit below what is bound back over the hidden directories
     check_hidden(hidden - {Path(p) for p in _ALWAYS_HIDDEN}, [], [Path(clone), Path(home), base])
-    if any(base == h or h in base.parents for h in hidden):
+    if base in hidden or not hidden.isdisjoint(base.parents):
         argv += ["--ro-bind", str(base), str(base)]  # the entry's interpreter stays usable
     argv += ["--bind", clone, clone, "--bind", home, home]
     if relay is not None:

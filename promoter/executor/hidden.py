@@ -86,8 +86,9 @@ def secret_dirs(
     return list(dict.fromkeys(found))
 
 
-def _inside(path: Path, other: Path) -> bool:
-    return path == other or other in path.parents
+def _and_above(path: Path) -> set[Path]:
+    """``path`` and every directory above it: a place is it or holds it when it is here."""
+    return {path, *path.parents}
 
 
 def check_hidden(dirs: Iterable[Path], files: Iterable[Path], exposed: Iterable[Path]) -> None:
@@ -101,13 +102,14 @@ def check_hidden(dirs: Iterable[Path], files: Iterable[Path], exposed: Iterable[
                 "sandbox (it is the root directory); move them into a directory of their own",
                 path=str(directory),
             )
+        above = _and_above(real)
         for place in bound:
-            if _inside(real, place):
+            if place in above:
                 raise _visible(directory, place)
     for file in files:
-        real = Path(os.path.realpath(file))
+        above = _and_above(Path(os.path.realpath(file)))
         for place in bound:
-            if _inside(real, place):
+            if place in above:
                 raise _visible(file, place)
 
 

@@ -6,7 +6,8 @@ command's own small ``.git`` whose objects reach the person's through a read-onl
 ``layers/upper/`` and ``layers/work/`` (every write of the command) and ``clone/``, the
 mount point, mounted only inside the command's own namespaces (``wrap``). ``resolve``
 reads a path through the layers as the kernel would, never following links, so promoter
-reads a sandbox without mounting it.
+reads a sandbox without mounting it; a ``Resolver`` gives the same answers for the many
+reads of one pass, each directory and path looked up once.
 
 Not here: judging the changes (``upper.py``), the base (``base_cache.py``), bubblewrap's
 other options (``confine.py``).
@@ -33,6 +34,7 @@ __all__ = [
     "OBJECTS_INSIDE",
     "Layers",
     "Overlay",
+    "Resolver",
     "available",
     "chosen_layout",
     "is_whiteout",
@@ -310,6 +312,71 @@ def resolve(layers: Sequence[Path], path: str) -> tuple[bytes, os.stat_result] |
             return None
         active = found
     return None
+
+
+Found = tuple[bytes, os.stat_result]
+
+
+class Resolver:
+    """``resolve`` over one stack of layers, for the reads of one pass over layers that
+    nothing writes meanwhile (a bundle's build, after the command ended): each leading
+    directory's layers are found once and each path's answer is kept, so a path read
+    again and the paths of a shared folder cost no further system call. Its answers are
+    ``resolve``'s."""
+
+    def __init__(self, layers: Sequence[Path]) -> None:
+        top = [os.fsencode(layer) for layer in layers]
+        self._folders: dict[bytes | None, list[bytes] | None] = {None: top}  # None: the top
+        self._found: dict[str, Found | None] = {}
+
+    def __call__(self, path: str) -> Found | None:
+        if path in self._found:
+            return self._found[path]
+        parent, slash, name = os.fsencode(path).rpartition(b"/")
+        active = self._folder(parent if slash else None)
+        found: Found | None = None
+        for directory in active or ():
+            full = os.path.join(directory, name)
+            st = _lstat(full)
+            if st is None:
+                continue
+            if not is_whiteout(st):
+                found = (full, st)
+            break
+        self._found[path] = found
+        return found
+
+    def _folder(self, folder: bytes | None) -> list[bytes] | None:
+        """The layers' directories that make up ``folder`` in the merged view, top
+        first; None when it is not a directory there (``resolve``'s walk, kept)."""
+        missing: list[bytes] = []  # folder, then its parents, up to one already known
+        while folder not in self._folders:
+            assert folder is not None
+            missing.append(folder)
+            parent, slash, _ = folder.rpartition(b"/")
+            folder = parent if slash else None
+        active = self._folders[folder]
+        for name_of in reversed(missing):
+            active = self._folders[name_of] = _below(active, name_of.rpartition(b"/")[2])
+        return active
+
+
+def _below(active: list[bytes] | None, name: bytes) -> list[bytes] | None:
+    """The directories of ``name`` under the merged directory ``active`` (top first);
+    None when it is no directory there: a whiteout, a non-directory or an opaque
+    directory hides everything below it in lower layers."""
+    found: list[bytes] = []
+    for directory in active or ():
+        full = os.path.join(directory, name)
+        st = _lstat(full)
+        if st is None:
+            continue
+        if is_whiteout(st) or not stat.S_ISDIR(st.st_mode):
+            break
+        found.append(full)
+        if opaque(full):
+            break
+    return found or None
 
 
 def listing(layers: Sequence[Path], directory: str) -> dict[bytes, tuple[bytes, os.stat_result]]:

@@ -21,6 +21,7 @@ read the same copy do, and fail) or decide anything about changes. Every refusal
 
 from __future__ import annotations
 
+import bisect
 import errno
 import hashlib
 import mmap
@@ -342,9 +343,11 @@ def candidates_index(
 
 
 class _Marked:
-    """Entries of a version 2 or 3 index found from a walk's marks (bisected, then at
-    most ``MARK_EVERY`` entries stepped); any inconsistency is ``NotPlain``. Each entry
-    is parsed once and each name looked up once (the candidates share their folders)."""
+    """Entries of a version 2 or 3 index found from a walk's marks (bisected, then the
+    ``MARK_EVERY`` entries of one mark's block, read once, bisected); any inconsistency
+    is ``NotPlain`` (a block whose names do not ascend, or that does not end where the
+    next mark begins). Each entry is parsed once and each name looked up once (the
+    candidates share their folders)."""
 
     def __init__(self, view: mmap.mmap, marks: tuple[int, ...]) -> None:
         signature, version, count = struct.unpack_from(">4sII", view, 0)
@@ -354,6 +357,7 @@ class _Marked:
         self._entries_end = len(view) - 20
         self._entries: dict[int, tuple[bytes, int]] = {}  # offset -> _read's answer
         self._bounds: dict[bytes, tuple[int, int]] = {}  # target -> lower_bound's answer
+        self._blocks: dict[int, tuple[list[bytes], list[int]]] = {}  # mark -> names, offsets
 
     def name(self, off: int) -> bytes:
         return self._read(off)[0]
@@ -404,16 +408,32 @@ class _Marked:
                 low = middle + 1
             else:
                 high = middle
-        block = max(low - 1, 0)
-        number, off = block * MARK_EVERY, self.marks[block]
-        while number < self.count:
-            if number % MARK_EVERY == 0 and off != self.marks[number // MARK_EVERY]:
-                raise NotPlain  # the steps and the marks disagree
-            name, after = self._read(off)
-            if name >= target:
-                return number, off
-            number, off = number + 1, after
+        for block in range(max(low - 1, 0), len(self.marks)):
+            names, offsets = self._block(block)
+            at = bisect.bisect_left(names, target)
+            if at < len(names):
+                return block * MARK_EVERY + at, offsets[at]
         return self.count, -1
+
+    def _block(self, block: int) -> tuple[list[bytes], list[int]]:
+        """The names and offsets of the entries from mark ``block`` to the next."""
+        found = self._blocks.get(block)
+        if found is not None:
+            return found
+        names: list[bytes] = []
+        offsets: list[int] = []
+        off = self.marks[block]
+        for _ in range(min(MARK_EVERY, self.count - block * MARK_EVERY)):
+            name, after = self._read(off)
+            if names and name <= names[-1]:
+                raise NotPlain  # git's index names ascend
+            names.append(name)
+            offsets.append(off)
+            off = after
+        if block + 1 < len(self.marks) and off != self.marks[block + 1]:
+            raise NotPlain  # the steps and the marks disagree
+        found = self._blocks[block] = (names, offsets)
+        return found
 
     def pick(self, path: bytes, picked: set[int]) -> None:
         """Add the offsets of the entries a status pass limited to ``path`` reads."""

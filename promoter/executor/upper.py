@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -37,6 +37,8 @@ __all__ = ["LayerBlobs", "build_from_layers", "run_layers"]
 
 _CHUNK = 1 << 20
 _LINK = "120000"
+
+Lookup = Callable[[str], "layers.Found | None"]  # a path through one stack (``layers.Resolver``)
 
 
 class _State(NamedTuple):  # no dataclass: made at each run's import
@@ -109,10 +111,10 @@ def _hash_file(path: bytes, st: os.stat_result) -> tuple[str, str, int]:
     return sha.hexdigest(), oid.hexdigest(), size
 
 
-def _state(stack: Sequence[Path], path: str) -> _State | None:
+def _state(stack: Lookup, path: str) -> _State | None:
     """The file or link at ``path`` in the merged view of ``stack``; None when absent
     (or a directory, or not a file git tracks)."""
-    found = layers.resolve(stack, path)
+    found = stack(path)
     if found is None:
         return None
     where, st = found
@@ -128,19 +130,20 @@ def _state(stack: Sequence[Path], path: str) -> _State | None:
     return _State(mode, sha, oid, size, where, False)
 
 
-def _is_file(stack: Sequence[Path], path: str) -> bool:
+def _is_file(stack: Lookup, path: str) -> bool:
     """Whether ``path`` is a file or link git would track in the merged view of ``stack``."""
-    found = layers.resolve(stack, path)
+    found = stack(path)
     return found is not None and (stat.S_ISREG(found[1].st_mode) or stat.S_ISLNK(found[1].st_mode))
 
 
-def _is_dir(stack: Sequence[Path], path: str) -> bool:
-    found = layers.resolve(stack, path)
+def _is_dir(stack: Lookup, path: str) -> bool:
+    found = stack(path)
     return found is not None and stat.S_ISDIR(found[1].st_mode)
 
 
-def _candidates(box: layers.Layers) -> set[str]:
-    """Every path the upper layer may have changed (step 1 of the module docstring)."""
+def _candidates(box: layers.Layers, below_look: Lookup) -> set[str]:
+    """Every path the upper layer may have changed (step 1 of the module docstring);
+    ``below_look`` reads through ``box``'s layers below the upper one."""
     upper = os.fsencode(box.upper)
     top_git = os.path.join(upper, b".git")
     try:
@@ -168,12 +171,12 @@ def _candidates(box: layers.Layers) -> set[str]:
             if stat.S_ISDIR(st.st_mode):
                 if layers.opaque(os.path.join(upper, child)):
                     found.update(layers.walk_files(below, path))
-                elif not _is_dir(below, path) and layers.resolve(below, path) is not None:
+                elif not _is_dir(below_look, path) and below_look(path) is not None:
                     found.add(path)  # a directory over a file: the file is gone
                 pending.append(child)
             elif layers.is_whiteout(st) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                 found.add(path)
-                if _is_dir(below, path):
+                if _is_dir(below_look, path):
                     found.update(layers.walk_files(below, path))
     return found
 
@@ -194,11 +197,11 @@ def _scratch_repository(tree: Path) -> None:
     (git_dir / "HEAD").write_bytes(b"ref: refs/heads/main\n")
 
 
-def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
-    """Of new ``paths``, those git would list as untracked and not ignored (step 3)."""
+def _not_ignored(box: layers.Layers, paths: list[str], stack: Lookup) -> set[str]:
+    """Of new ``paths``, those git would list as untracked and not ignored (step 3);
+    ``stack`` reads through all of ``box``'s layers."""
     if not paths:
         return set()
-    stack = box.all()
     with tempfile.TemporaryDirectory(prefix=".promoter-tmp-ignore-", dir=box.home) as temp:
         tree = Path(temp) / "tree"
         _scratch_repository(tree)
@@ -208,9 +211,7 @@ def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
                 if directory in seen:
                     continue
                 seen.add(directory)
-                rules = layers.resolve(
-                    stack, f"{directory}/.gitignore" if directory else ".gitignore"
-                )
+                rules = stack(f"{directory}/.gitignore" if directory else ".gitignore")
                 if rules is not None and stat.S_ISREG(rules[1].st_mode):
                     (tree / directory).mkdir(parents=True, exist_ok=True)
                     with open(rules[0], "rb") as handle:
@@ -226,14 +227,14 @@ def _not_ignored(box: layers.Layers, paths: list[str]) -> set[str]:
 
 
 def _refusals(
-    box: layers.Layers,
+    stack: Lookup,
     changed: dict[str, tuple[_State | None, _State | None]],
     gitlinks: Sequence[str],
     grant: Grant,
 ) -> dict[str, str]:
-    """Changed paths that cannot be promoted, with the reason (step 4)."""
+    """Changed paths that cannot be promoted, with the reason (step 4); ``stack`` reads
+    through all of the sandbox's layers."""
     found: dict[str, str] = {}
-    stack = box.all()
     nested: dict[str, bool] = {}
     for path, (old, new) in changed.items():
         for side, state in (("new", new), ("old", old)):
@@ -246,7 +247,7 @@ def _refusals(
                 )
         for directory in _ancestors(path)[1:]:
             if directory not in nested:
-                nested[directory] = layers.resolve(stack, f"{directory}/.git") is not None
+                nested[directory] = stack(f"{directory}/.git") is not None
             if nested[directory]:
                 found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
     return dict(sorted(found.items()))
@@ -267,18 +268,19 @@ def build_from_layers(
     replace the start state's at their paths. ``leave_out``: paths (wire form) the person
     chose not to promote, as ``builder.build_bundle``'s. Refusals as its too.
     """
-    candidates = _candidates(box)
+    # the layers are read once per path: nothing writes them once the command ended
+    below, stack = layers.Resolver(box.below()), layers.Resolver(box.all())
+    candidates = _candidates(box, below)
     candidates |= {disk_path(p) for p in (since or {})}
     candidates -= {disk_path(p) for p in leave_out}
-    below, stack = box.below(), box.all()
     # new paths git would ignore are dropped before any file is read
     fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
-    keep = _not_ignored(box, fresh)
+    keep = _not_ignored(box, fresh, stack)
     candidates -= {path for path in fresh if path not in keep}
     changed: dict[str, tuple[_State | None, _State | None]] = {}
     for path in candidates:
         changed[path] = (_state(below, path), _state(stack, path))
-    refused = _refusals(box, changed, gitlinks, grant)
+    refused = _refusals(stack, changed, gitlinks, grant)
     if refused:
         found = [{"path": printable(path), "reason": why} for path, why in refused.items()]
         listing = "; ".join(f"{item['path']!r}: {item['reason']}" for item in found)

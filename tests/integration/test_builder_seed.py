@@ -720,3 +720,32 @@ def test_marks_of_another_version_of_the_index_file_are_never_used(tmp_path: Pat
             candidates_index(str(index), damaged, key, [b"src/app.py"])
     with pytest.raises(NotPlain):
         candidates_index(str(index), walked, key.replace(key[-4:], "0000"), [b"src/app.py"])
+
+
+def test_an_index_whose_names_do_not_ascend_or_whose_marks_skip_is_not_plain(
+    tmp_path: Path,
+) -> None:
+    """A mark's block is read once and bisected: names out of git's order, or marks one
+    entry off from where the steps end, are ``NotPlain`` (the whole index is copied)."""
+    from dataclasses import replace
+
+    from promoter.executor.seed_index import MARK_EVERY, candidates_index
+
+    files = {f"d/f{f:03d}.txt": b"%d\n" % f for f in range(2 * MARK_EVERY)}
+    repo = _source(tmp_path / "repo", files | {"bin/tool": b"tool\n"})
+    git(repo, "update-index", "--index-version", "2")
+    index = repo / ".git" / "index"
+    key, walked = _walked(index, tmp_path / "copy")
+    candidates_index(str(index), walked, key, [b"d/f100.txt"])  # as written: plain
+    assert len(walked.marks) == 3
+    second = walked.marks[1] + 80  # the next entry (62 bytes, 10 of name, padded): not the mark
+    off_by_one = replace(walked, marks=(walked.marks[0], second, walked.marks[2]))
+    with pytest.raises(NotPlain):
+        candidates_index(str(index), off_by_one, key, [b"d/f100.txt"])
+    body = index.read_bytes()[:-20]
+    swapped = body.replace(b"d/f010.txt", b"d/f0XX.txt").replace(b"d/f011.txt", b"d/f010.txt")
+    swapped = swapped.replace(b"d/f0XX.txt", b"d/f011.txt")  # two names, out of order
+    index.write_bytes(swapped + hashlib.sha1(swapped, usedforsecurity=False).digest())
+    key, walked = _walked(index, tmp_path / "copy2")
+    with pytest.raises(NotPlain):
+        candidates_index(str(index), walked, key, [b"d/f012.txt"])
