@@ -10,6 +10,9 @@ where one is writable, which promoter places it in while its interpreter starts,
 whole tree on timeout or Ctrl-C, and ``disarm`` afterwards. ``--unconfined`` runs the
 command as the person, in its own process group.
 
+Fault point: ``pids_cgroup_joined`` (the shim's process is in its pids cgroup, not yet
+let go on).
+
 Not here: disk quotas, CPU limits, seccomp filters, or any judgement of what the command
 wrote (the builder and the host do that).
 """
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
+from promoter import faults
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
 from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
@@ -424,7 +428,8 @@ class _Join:
         self.go = self._said = -1
 
     def __call__(self, pid: int) -> None:
-        """Place the started shim (``pid``) in the cgroup, then let it go on."""
+        """Place the started shim (``pid``) in the cgroup, then let it go on (one that
+        already ended is left to its own end: nothing reads the byte, nothing runs)."""
         os.close(self.go)  # the shim's alone now
         self.go = -1
         try:
@@ -438,7 +443,11 @@ class _Join:
                 f"the command could not be placed in its pids cgroup {self.procs.parent}: "
                 f"{exc.strerror or exc}"
             ) from exc
-        os.write(self._said, b"1")
+        faults.point("pids_cgroup_joined")
+        # one that ended unread (the overlay's mount failed) never runs bwrap: its status
+        # and its words on the pane say why, not a broken pipe of promoter's
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self._said, b"1")
 
 
 def _wait(

@@ -25,6 +25,7 @@ choose ``cwd`` and pass ``GIT_DIR``-style variables through ``env``; parsing liv
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import select
 import selectors
@@ -302,7 +303,10 @@ def _ended_by(process: subprocess.Popen[bytes], deadline: float) -> bool:
             return False
         return True
     try:
-        ready, _, _ = select.select([pidfd], [], [], max(deadline - time.monotonic(), 0.0))
+        poller = select.poll()  # not select(): a daemon's descriptors may pass 1024
+        poller.register(pidfd, select.POLLIN)
+        left = max(deadline - time.monotonic(), 0.0)
+        ready = poller.poll(math.ceil(left * 1000))
     finally:
         os.close(pidfd)
     return bool(ready)

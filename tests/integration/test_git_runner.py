@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,26 @@ def test_unchecked_failure_returns_the_result(tmp_path: Path) -> None:
 def test_timeout_kills_git_and_raises(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="timed out"):
         run_git(["-c", "alias.nap=!sleep 5", "nap"], cwd=tmp_path, timeout=0.3)
+
+
+def test_a_command_ends_while_the_descriptors_are_past_1024(tmp_path: Path) -> None:
+    """A daemon's descriptors may pass 1024, where ``select`` refuses one: git's end is
+    waited on all the same, with and without input."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("the descriptor limit cannot pass 1024 here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:  # every new descriptor is numbered above 1100
+            held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        assert run_git(["--version"], cwd=tmp_path).stdout.startswith(b"git version")
+        result = run_git(["hash-object", "--stdin"], cwd=tmp_path, input=b"abc")
+        assert result.stdout.decode().strip() == blob_oid(b"abc")
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_input_reaches_stdin(tmp_path: Path) -> None:
