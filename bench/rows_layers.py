@@ -220,13 +220,13 @@ def rows(
         order = [big, small] if round_no % 2 == 0 else [small, big]
         watched, unwatched, cpu = {}, {}, {}
         counted = _Narrowed()
-        start_watch.plan = counted  # the same plan, counted
+        start_watch._planned = counted  # the same plan, counted
         try:
             for side in order:
                 watched[id(side)] = side.ready()
                 cpu[id(side)] = side.cpu
         finally:
-            start_watch.plan = counted._plan
+            start_watch._planned = counted._plan
         table.note(f"{names['ready']}.narrowed_share", counted.narrowed / counted.planned)
         for side in reversed(order):
             unwatched[id(side)] = side.ready(watch=False)
@@ -275,10 +275,10 @@ class _Narrowed:
 
     def __init__(self) -> None:
         self.narrowed = self.planned = 0
-        self._plan = start_watch.plan
+        self._plan = start_watch._planned  # what ``plan`` and ``Asking.plan`` both end in
 
-    def __call__(self, watched: Watched, layout: Any, base_tree: str) -> start_watch.Plan:
-        planned = self._plan(watched, layout, base_tree)
+    def __call__(self, asked: Any, layout: Any, base_tree: str) -> start_watch.Plan:
+        planned = self._plan(asked, layout, base_tree)
         self.planned += 1
         self.narrowed += planned.candidates is not None
         return planned
