@@ -403,21 +403,10 @@ def listing(layers: Sequence[Path], directory: str) -> dict[bytes, tuple[bytes, 
 
 def _directories(layers: Sequence[Path], parts: list[bytes]) -> list[bytes]:
     """The layers' directories that merge at ``parts``, top first."""
-    active = [os.fsencode(layer) for layer in layers]
+    active: list[bytes] | None = [os.fsencode(layer) for layer in layers]
     for name in parts:
-        found: list[bytes] = []
-        for directory in active:
-            full = os.path.join(directory, name)
-            st = _lstat(full)
-            if st is None:
-                continue
-            if is_whiteout(st) or not stat.S_ISDIR(st.st_mode):
-                break
-            found.append(full)
-            if opaque(full):
-                break
-        active = found
-    return active
+        active = _below(active, name)
+    return active or []
 
 
 def walk_files(layers: Sequence[Path], directory: str) -> Iterator[str]:
