@@ -1,11 +1,11 @@
 """The ``promoter`` program: where a command line starts, and its one error handler.
 
-``entry`` reads a ``promoter run`` of the common shape without typer
-(``promoter.cli.run_args``), and hands any other command line to the Typer app
-(``promoter.cli.app``, imported then; its ``app``, ``EXIT_CODES`` and other names are
-reachable from here as before). Every command catches ``PromoterError`` once here
-(``main``) and exits with the error's exit code, printing its code and detail; nothing
-else is caught.
+``entry`` reads a ``promoter run`` and a ``promoter bundle build`` of the common shape
+without typer (``promoter.cli.run_args``, ``promoter.cli.bundle_args``), and hands any
+other command line to the Typer app (``promoter.cli.app``, imported then; its ``app``,
+``EXIT_CODES`` and other names are reachable from here as before). Every command catches
+``PromoterError`` once here (``main``) and exits with the error's exit code, printing its
+code and detail; nothing else is caught.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from promoter.cli import run_args, startup
+from promoter.cli import bundle_args, run_args, startup
 
 if TYPE_CHECKING:
     from promoter.cli.app import EXIT_CODES as EXIT_CODES
@@ -65,7 +65,11 @@ def entry() -> None:
     startup.defer_httpx_cli()
     try:
         values = run_args.parse(sys.argv[1:], os.environ)
-        main(None if values is None else lambda: run_args.invoke(values))
+        built = None if values is not None else bundle_args.parse(sys.argv[1:], os.environ)
+        if values is not None:
+            main(lambda: run_args.invoke(values))
+        else:
+            main(None if built is None else lambda: bundle_args.invoke(built))
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code
         if not isinstance(code, int):
