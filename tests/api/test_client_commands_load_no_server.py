@@ -9,9 +9,9 @@ printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load r
 console: they print only plain or merely styled lines. One that reads no wire document
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
 pydantic-free validator, and ``bundle build`` from a grant file, nor when it submits
-(the receipt checked by the validator too). What these cost is
-measured in ``bench/cli_start.py``, not here: the assertions are about modules, so they
-do not depend on the machine's speed.
+(the receipt checked by the validator too); ``bundle build`` of the common shape loads no
+typer either. What these cost is measured in ``bench/cli_start.py``, not here: the
+assertions are about modules, so they do not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -204,6 +204,8 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             # a build from a grant file asks no daemon and judges no worktree state
             assert "promoter.cli.userconfig" not in modules
             assert "promoter.domain.path_state" not in modules
+        if name.startswith("bundle_build"):  # read without typer (``promoter.cli.bundle_args``)
+            assert not {"typer", "click", "promoter.cli.app", "promoter.cli.lazy"} & modules
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]
