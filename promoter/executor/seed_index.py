@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import hashlib
 import mmap
 import os
@@ -67,6 +68,26 @@ _HARMLESS_PREFIXES = (b"linguist-", b"gitlab-")
 _CONVERTING_CONFIG = re.compile(
     rb"(?im)^\s*(?:autocrlf|eol|attributesfile|ignorestat)\b|^\s*\[\s*include"
 )
+
+
+@functools.cache  # compiled when an index is first walked
+def _block_pattern(entries: int) -> re.Pattern[bytes]:
+    """``entries`` version 2 or 3 entries in a row that the tight loop of ``_walk_v2``
+    would skip, matched by ``re`` (no Python step per entry): each one's mode, after 24
+    bytes of stat data, is not a gitlink's; its flags' high byte is zero (no flag bit, a
+    name shorter than 256 bytes) and its low byte, the name's length, gives what follows
+    (the 62 bytes, the name and 1 to 8 NULs: ``(length + 70) & ~7`` bytes in all), as git
+    reads it: by the length, whatever those bytes are."""
+    by_size: dict[int, list[int]] = {}
+    for length in range(256):
+        by_size.setdefault(((length + 70) & ~7) - 62, []).append(length)
+    rest = b"|".join(
+        b"[%s-%s].{%d}" % (re.escape(bytes([n[0]])), re.escape(bytes([n[-1]])), size)
+        for size, n in sorted(by_size.items())
+    )
+    gitlink = re.escape(struct.pack(">I", _GITLINK))
+    entry = b".{24}(?!" + gitlink + b").{36}\\x00(?:" + rest + b")"
+    return re.compile(b"(?s)(?:" + entry + b"){%d}+" % entries)
 
 
 class NotPlain(Exception):
@@ -201,8 +222,10 @@ def _walk_v2(
 
     Most entries need only their length: no flag bit set, a name shorter than the 12-bit
     field's 0xFFF, not a gitlink, and no ``.gitattributes`` text ending inside the entry
-    (every place that text ends is found first). Those are skipped in one tight loop, a
-    block of ``MARK_EVERY`` at a time; any other entry is read whole by ``_entry_v2``.
+    (every place that text ends is found first). Those are skipped a block of
+    ``MARK_EVERY`` at a time: by one match of the whole block (``_block_pattern``, names
+    shorter than 256 bytes: no Python step per entry), else in one tight loop; any other
+    entry is read whole by ``_entry_v2``.
     """
     ends = []  # where each ".gitattributes" text in the index ends, then a sentinel
     at = data.find(_ATTRIBUTES, 0)  # from 0: a map's find starts at its position
@@ -211,6 +234,7 @@ def _walk_v2(
         at = data.find(_ATTRIBUTES, at + 1)
     ends.append(len(data) + 1)
     unpack, short, gitlink = _ENTRY.unpack_from, _SHORT_FLAGS, _GITLINK  # locals: faster
+    whole = _block_pattern(MARK_EVERY)
     off, done, mark, every = 12, 0, 0, MARK_EVERY
     while done < count:  # each turn at a new entry: a block's first is marked
         if done % every == 0:
@@ -219,6 +243,11 @@ def _walk_v2(
             mark += 1
         limit = ends[mark]
         stop = min(count, done - done % every + every)
+        if stop - done == every:  # a whole block, when every entry in it is skipped
+            block = whole.match(data, off, limit)
+            if block is not None:
+                off, done = block.end(), stop
+                continue
         for entry in range(done, stop):
             mode, flags = unpack(data, off + 24)
             step = (flags + 70) & ~7  # 62 bytes, the name, 1 to 8 NULs

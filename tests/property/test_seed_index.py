@@ -1,6 +1,7 @@
 """The builder's index reader refuses, never crashes on, an index it cannot read, and
 finds in a version 2 or 3 index (its bytes, or a map of them) exactly what reading every
-entry whole finds."""
+entry whole finds, with a mark at every ``MARK_EVERY``-th entry: in short indexes, and in
+long ones whose blocks of plain entries it matches whole."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import struct
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from promoter.executor.seed_index import NotPlain, PlainIndex, plain_index
+from promoter.executor.seed_index import MARK_EVERY, NotPlain, PlainIndex, plain_index
 
 
 @settings(max_examples=300, deadline=None)
@@ -84,6 +85,50 @@ def test_the_index_reader_finds_what_an_entry_by_entry_walk_finds(
     event("plain" if found is not NotPlain else "not plain")
     if isinstance(found, PlainIndex) and found.attributes:
         event("attribute files found")
+
+
+@st.composite
+def _plain_entry(draw: st.DrawFn) -> tuple[bytes, int]:
+    """A plain entry of a name of 1 to 300 bytes (NULs inside too: git reads the length)."""
+    name = draw(st.binary(min_size=1, max_size=300))
+    mode = draw(st.sampled_from([0o100644, 0o100755, 0o120000]))
+    filler = draw(st.sampled_from([bytes(56), b"\xff" * 56, struct.pack(">I", 0o160000) * 14]))
+    head = filler[:24] + struct.pack(">I", mode) + filler[24:] + struct.pack(">H", len(name))
+    size = (len(head) + len(name) + 8) & ~7
+    return head + name + b"\0" * (size - len(head) - len(name)), mode
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), version=st.sampled_from([2, 3]))
+def test_long_indexes_are_read_block_by_block_as_entry_by_entry(
+    data: st.DataObject, version: int
+) -> None:
+    """Indexes of more than ``MARK_EVERY`` entries, mostly plain with now and then a
+    gitlink, an attribute file, a flag or a long name: the same answer as reading every
+    entry whole, and the same marks."""
+    other = _entries(version)
+    if not data.draw(st.booleans(), label="flags allowed"):
+        other = other.filter(lambda entry: not struct.unpack_from(">H", entry[0], 60)[0] >> 12)
+    one = st.one_of(*[_plain_entry()] * 7, other)
+    entries = data.draw(st.lists(one, min_size=MARK_EVERY, max_size=2 * MARK_EVERY + 5))
+    body = b"".join(entry for entry, _ in entries)
+    index = b"DIRC" + struct.pack(">II", version, len(entries)) + body + b"\0" * 20
+    try:
+        found: object = plain_index(index)
+    except NotPlain:
+        found = NotPlain
+    assert found == _entry_by_entry(index)
+    assert _mapped(index) == found
+    if isinstance(found, PlainIndex):
+        starts = [12]
+        for entry, _ in entries:
+            starts.append(starts[-1] + len(entry))
+        assert found.marks == tuple(starts[: len(entries)][::MARK_EVERY])
+        event("plain")
+        if found.gitlinks or found.attributes:
+            event("plain, with gitlinks or attribute files")
+    else:
+        event("not plain")
 
 
 def _mapped(data: bytes) -> object:
