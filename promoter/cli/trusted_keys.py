@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from promoter.domain.canonical import parse_rfc3339
@@ -153,6 +152,8 @@ def _jwk_public_key(x: str, where: str) -> Ed25519PublicKey:
 
 
 def _pem_public_key(data: bytes, where: str) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives import serialization  # PEM only: a JWK needs none
+
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm) as exc:

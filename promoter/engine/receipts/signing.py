@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from securesystemslib.dsse import Envelope
-from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from promoter.domain.canonical import canonical_bytes, parse_rfc3339, projection_sha256
 from promoter.domain.documents import GRANT_IDENTITY, bundle_id_for, bundle_sha256, receipt_sha256
@@ -52,6 +50,7 @@ from promoter.store.keyring import (
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from securesystemslib.signer import CryptoSigner
 
     from promoter.engine.ports import KeyringFile
 
@@ -99,9 +98,12 @@ def host_keyring(services: KeyringFile) -> Keyring:
 def pae(payload_type_: str, body: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding (lengths are ASCII decimal byte counts).
 
-    securesystemslib's ``Envelope`` computes it, for signing and verifying alike.
+    The bytes securesystemslib's ``Envelope.pae`` computes when it signs (a test compares
+    them), written here so that verifying loads none of securesystemslib, whose signers
+    (AWS, GPG, Sigstore among them) cost an offline check more than its work.
     """
-    return Envelope(body, payload_type_, {}).pae()
+    kind = payload_type_.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body)
 
 
 _SIGNERS: dict[int, tuple[HostKey, CryptoSigner]] = {}  # by the key object's id, held
@@ -110,6 +112,8 @@ _SIGNERS: dict[int, tuple[HostKey, CryptoSigner]] = {}  # by the key object's id
 def _signer(key: HostKey) -> CryptoSigner:
     """The host key as a securesystemslib signer whose signatures carry promoter's keyid
     (made once a key object: a key's fields never change)."""
+    from securesystemslib.signer import CryptoSigner, SSlibKey
+
     known = _SIGNERS.get(id(key))
     if known is not None and known[0] is key:
         return known[1]
@@ -139,6 +143,8 @@ def sign_receipt(key: HostKey, receipt_bytes: bytes) -> tuple[dict[str, Any], st
     checked = _check_parsed(receipt_bytes, receipt, _model_problem)
     if checked.schema not in RECEIPTS:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
+    from securesystemslib.dsse import Envelope
+
     envelope = Envelope(checked_statement_bytes(receipt, receipt_bytes), PAYLOAD_TYPE, {})
     envelope.sign(_signer(key))
     document: dict[str, Any] = envelope.to_dict()  # the library's untyped answer
