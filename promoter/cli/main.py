@@ -1,7 +1,8 @@
 """The ``promoter`` program: where a command line starts, and its one error handler.
 
 ``entry`` reads a ``promoter run`` of the common shape without typer
-(``promoter.cli.run_args``), and hands any other command line to the Typer app
+(``promoter.cli.run_args``), ``promoter review`` and ``promoter receipt verify`` too
+(``promoter.cli.quick_args``), and hands any other command line to the Typer app
 (``promoter.cli.app``, imported then; its ``app``, ``EXIT_CODES`` and other names are
 reachable from here as before). Every command catches ``PromoterError`` once here
 (``main``) and exits with the error's exit code, printing its code and detail; nothing
@@ -65,7 +66,12 @@ def entry() -> None:
     startup.defer_httpx_cli()
     try:
         values = run_args.parse(sys.argv[1:], os.environ)
-        main(None if values is None else lambda: run_args.invoke(values))
+        if values is not None:
+            main(lambda: run_args.invoke(values))
+        else:  # ``review`` and ``receipt verify`` read without typer too, else typer's
+            from promoter.cli import quick_args
+
+            main(quick_args.read(sys.argv[1:], os.environ))
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code
         if not isinstance(code, int):
