@@ -9,7 +9,10 @@ printing JSON loads no rich, nor do ``run --list`` and ``receipt verify`` load r
 console: they print only plain or merely styled lines. One that reads no wire document
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
 pydantic-free validator, and ``bundle build`` from a grant file, nor when it submits
-(the receipt checked by the validator too). What these cost is
+(the receipt checked by the validator too). ``run --list``, ``review`` and
+``receipt verify`` load no typer (their command lines read without it), and
+``receipt verify`` none of securesystemslib (the signature checked with cryptography
+alone), nor what only ``--chain`` or ``--worktree`` use. What these cost is
 measured in ``bench/cli_start.py``, not here: the assertions are about modules, so they
 do not depend on the machine's speed.
 """
@@ -160,6 +163,8 @@ NO_PYDANTIC = (
 # they print only lines rich would print as they are, or only styled (``promoter.cli.common``;
 # the diff of ``review`` as ``promoter.cli.styled`` text)
 PLAIN = ("run_list", "receipt_verify", "review")
+# their command lines read without typer (``promoter.cli.run_args``, ``quick_args``)
+NO_TYPER = ("run_list", "review", "review_json", "receipt_verify", "receipt_verify_json")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -198,6 +203,12 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
+        if name in NO_TYPER:
+            assert "typer" not in modules, name
+        if name.startswith("receipt_verify"):  # the signature checked with cryptography alone
+            assert "securesystemslib" not in modules, name
+            assert "promoter.engine.receipts.chain" not in modules, name  # --chain's only
+            assert "promoter.engine.receipts.worktree" not in modules, name  # --worktree's
         if name == "bundle_build":  # its table of paths, plain off a terminal
             assert "rich" not in modules, (name, stdout)
             assert "logging" not in modules  # the daemon's logs only

@@ -40,6 +40,10 @@ READ_HERE = [
     ["run", "--list", "--", "x"],
     ["run", "--prune", "--older-than", "7d", "--", "x"],
     ["run", "--remove", "run_1", "--", "x"],
+    ["run", "--list"],
+    ["run", "--list", "--state-dir", "st", "--url=http://h:1"],
+    ["run", "--prune", "--older-than", "7d"],
+    ["run", "--remove", "run_1", "--token-file", "t"],
 ]
 LEFT_TO_TYPER = [
     ["run", "--help", "--", "x"],
@@ -63,6 +67,12 @@ LEFT_TO_TYPER = [
     ["run", "sh", "--", "x"],
     ["status", "--", "x"],
     ["run"],
+    ["run", "--yes"],
+    ["run", "--repo", "app", "--keep"],
+    ["run", "--continue", "run_1"],
+    ["run", "--list", "sh"],
+    ["run", "--list", "--bogus"],
+    ["run", "--list", "--help"],
 ]
 
 
