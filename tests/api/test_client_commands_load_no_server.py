@@ -207,6 +207,8 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert "typer" not in modules, name
         if name.startswith("receipt_verify"):  # the signature checked with cryptography alone
             assert "securesystemslib" not in modules, name
+            # the ledger's keys read as the PEM cryptography writes, without its PEM readers
+            assert "cryptography.hazmat.primitives.serialization" not in modules, name
             assert "promoter.engine.receipts.chain" not in modules, name  # --chain's only
             assert "promoter.engine.receipts.worktree" not in modules, name  # --worktree's
         if name == "bundle_build":  # its table of paths, plain off a terminal
