@@ -7,10 +7,11 @@ hands it the same values): the sandboxes listed, pruned or one removed
 ``run [OPTION]...`` with ``--list``, ``--prune`` or ``--remove RUN`` among them) whose
 every option is one of ``run``'s own spelled in full (``--repo NAME`` or
 ``--repo=NAME``), a valued option given once, its value not empty and not starting with
-``-``, a number plain decimal digits within its range, and shell completion not asked
-for. It gives the values typer would hand ``run_cmd.run`` for it, or None for anything
-else (``--help``, ``-h``, an unknown or repeated option, a value typer would refuse or
-read otherwise), which typer then parses: help and usage errors are always typer's own.
+``-``, a number plain decimal digits within its range, a path absent or readable (as
+typer checks it), and shell completion not asked for. It gives the values typer would
+hand ``run_cmd.run`` for it, or None for anything else (``--help``, ``-h``, an unknown or
+repeated option, a value typer would refuse or read otherwise), which typer then
+parses: help and usage errors are always typer's own.
 ``invoke`` runs ``dispatch`` with what ``parse`` read; an error typer would have printed
 itself (a usage error, typer's ``Abort`` or ``Exit``, Ctrl-C, end of input, a closed
 pipe) is handed to typer's own command with the same arguments (``replay``; the other
@@ -29,6 +30,7 @@ terminal (``promoter.cli.run_person``) or any step of a run (``promoter.cli.run_
 from __future__ import annotations
 
 import errno
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -135,7 +137,15 @@ def _value(param: str, text: str) -> Any:
         return float(text) if _DECIMAL.fullmatch(text) and float(text) >= 1 else None
     if param == "max_procs":
         return int(text) if _DIGITS.fullmatch(text) and int(text) >= 1 else None
-    return Path(text) if param in PATHS else text
+    if param not in PATHS:
+        return text
+    try:
+        os.stat(text)
+    except OSError:
+        return Path(text)  # absent: typer takes it as it is
+    except ValueError:
+        return None
+    return Path(text) if os.access(text, os.R_OK) else None  # typer refuses an unreadable one
 
 
 def dispatch(
