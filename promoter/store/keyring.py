@@ -27,10 +27,9 @@ import errno
 import json
 import os
 import stat
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -91,8 +90,7 @@ class HostKeyEntry(KeyEntry):
     host_id: str
 
 
-@dataclass(frozen=True)
-class ListedKey:
+class ListedKey(NamedTuple):  # no dataclass: made at an offline check's import
     """A public key the host signs or signed with, and when."""
 
     public_key: Ed25519PublicKey
@@ -124,8 +122,7 @@ class ListedKey:
         }
 
 
-@dataclass(frozen=True)
-class HostKey:
+class HostKey(NamedTuple):  # no dataclass: made at an offline check's import
     """The host's active receipt-signing key (the private half stays in memory)."""
 
     private_key: Ed25519PrivateKey
@@ -174,8 +171,7 @@ class HostKey:
         return self.private_key.sign(message)
 
 
-@dataclass(frozen=True)
-class Keyring:
+class Keyring(NamedTuple):  # no dataclass: made at an offline check's import
     """The active key and every listed public key (active first, then newest retired)."""
 
     active: HostKey

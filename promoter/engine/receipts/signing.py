@@ -21,8 +21,7 @@ import base64
 import binascii
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -154,8 +153,7 @@ def sign_receipt(key: HostKey, receipt_bytes: bytes) -> tuple[dict[str, Any], st
 # --- offline verification -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrustedKey:
+class TrustedKey(NamedTuple):  # no dataclass: made at an offline check's import
     """A public key to verify with and, for a retired key, the end of its window."""
 
     public_key: Ed25519PublicKey
@@ -167,8 +165,7 @@ class TrustedKey:
         return keyid_of(self.public_key)
 
 
-@dataclass(frozen=True)
-class VerifiedDocument:
+class VerifiedDocument(NamedTuple):  # no dataclass: made at an offline check's import
     """What ``verify_document`` established, one human-readable line per check."""
 
     kind: str  # verification_receipt | promotion_receipt | rollback_receipt | bundle | grant
@@ -243,8 +240,7 @@ def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> Verifie
     lines.append("predicate: byte-identical to the canonical receipt")
     if signer is not None and signer.not_after is not None:
         lines.append(_check_window(signer, predicate))
-    return replace(
-        document,
+    return document._replace(
         keyid=None if signer is None else signer.keyid,
         enveloped=True,
         checks=(*lines, *document.checks),
