@@ -2,7 +2,8 @@
 
 Owns the DSSE v1 envelope (``payloadType: application/vnd.in-toto+json``) over the
 canonical Statement whose predicate is the exact canonical bytes of a receipt (made and
-pre-authentication-encoded by ``securesystemslib.dsse``), and
+signed by ``securesystemslib.dsse``, imported only to sign; the verifier computes the
+same pre-authentication encoding itself), and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
 ``host_keyring(services)`` is the one place a running daemon reads its keyring
