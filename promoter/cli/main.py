@@ -1,7 +1,8 @@
 """The ``promoter`` program: where a command line starts, and its one error handler.
 
 ``entry`` reads a ``promoter run`` and a ``promoter bundle build`` of the common shape
-without typer (``promoter.cli.run_args``, ``promoter.cli.bundle_args``), and hands any
+without typer (``promoter.cli.run_args``, ``promoter.cli.bundle_args``), ``promoter
+review`` and ``promoter receipt verify`` too (``promoter.cli.quick_args``), and hands any
 other command line to the Typer app (``promoter.cli.app``, imported then; its ``app``,
 ``EXIT_CODES`` and other names are reachable from here as before). Every command catches
 ``PromoterError`` once here (``main``) and exits with the error's exit code, printing its
@@ -65,11 +66,16 @@ def entry() -> None:
     startup.defer_httpx_cli()
     try:
         values = run_args.parse(sys.argv[1:], os.environ)
-        built = None if values is not None else bundle_args.parse(sys.argv[1:], os.environ)
         if values is not None:
             main(lambda: run_args.invoke(values))
         else:
-            main(None if built is None else lambda: bundle_args.invoke(built))
+            built = bundle_args.parse(sys.argv[1:], os.environ)
+            if built is not None:
+                main(lambda: bundle_args.invoke(built))
+            else:  # ``review`` and ``receipt verify`` read without typer too, else typer's
+                from promoter.cli import quick_args
+
+                main(quick_args.read(sys.argv[1:], os.environ))
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code
         if not isinstance(code, int):

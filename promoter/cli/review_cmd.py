@@ -17,56 +17,35 @@ review's first page does not show every file in full, ``approve`` names each fil
 accepts that the page did not show (``--seen PATH``) or says ``--all-seen``; the host
 refuses anything less (``diff_not_seen``, naming them).
 
-Deliberately thin: the gate, the binding of an approval to one operation and its expiry
-are the host's (``promoter.engine.review.approval``); this module only asks and prints.
+This module owns the commands' options and help; what ``review`` asks and prints is
+``promoter.cli.review_list``'s (which a command line of the common shape reaches without
+typer: ``promoter.cli.quick_args``). Deliberately thin: the gate, the binding of an
+approval to one operation and its expiry are the host's
+(``promoter.engine.review.approval``); this module only asks and prints.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from promoter.cli.bundle_cmd import print_diff, whole_diff
 from promoter.cli.common import (
     JsonOpt,
     TokenFileOpt,
     UrlOpt,
     console,
     escape,
-    read_token,
-    server_url,
 )
-from promoter.client.sync import PromoterClient
-from promoter.errors import OperationConflict, PromoterError, error_class
+from promoter.cli.review_list import client, echo, show
+from promoter.errors import PromoterError, error_class
 
 __all__ = ["print_decided", "register"]
 
 NoteOpt = Annotated[str, typer.Option("--note", help="Why: journaled with the decision.")]
 OpArg = Annotated[str, typer.Argument(help="The operation awaiting approval.")]
-WAIT_TIMEOUT = 660.0
-SEEN_HINT = 10  # files named one by one in the approve hint
-
-
-def _client(url: str | None, token_file: Path | None) -> PromoterClient:
-    return PromoterClient(server_url(url), read_token(token_file, url), timeout=WAIT_TIMEOUT)
-
-
-def _approve_hint(operation_id: str, diff: Mapping[str, Any]) -> str:
-    unseen = diff.get("unseen") or []
-    seen = "".join(f" --seen {shlex.quote(str(u['path']))}" for u in unseen[:SEEN_HINT])
-    if len(unseen) > SEEN_HINT:
-        seen = f" --seen PATH (each of the {len(unseen)} listed above) or --all-seen"
-    return (
-        f"  approve: promoter approve {operation_id}{seen} --note '...'; "
-        f"reject: promoter reject {operation_id} --note '...'; "
-        "a part: add --only PATH... or --except PATH..., or --hunks PATH=N,N "
-        "(N as in the 'hunk N' lines of each file)"
-    )
 
 
 def review(
@@ -98,44 +77,15 @@ def review(
     their sizes and flags; --path PATH or --all print them whole."""
     if (path or every) and operation is None:
         raise typer.BadParameter("--path and --all go with an OPERATION")
-    with _client(url, token_file) as client:
-        waiting = client.list_operations(status="awaiting_approval")
-        if operation is not None:
-            waiting = [op for op in waiting if op["operation_id"] == operation]
-            if not waiting:
-                raise OperationConflict(
-                    f"operation {operation} is not awaiting approval", operation_id=operation
-                )
-        diffs = {op["operation_id"]: client.bundle_diff(str(op["bundle_id"])) for op in waiting}
-        wholes: list[dict[str, Any]] = []
-        for op in waiting if path or every else []:
-            bundle_id = str(op["bundle_id"])
-            asked: list[str | None] = list(path or []) or [None]
-            for one in asked:
-                wholes.append(whole_diff(client.bundle_diff_pages(bundle_id, path=one)))
-    if json_output:
-        if wholes:
-            typer.echo(json.dumps(wholes, indent=2, sort_keys=True))
-            return
-        items = [{**op, "diff": diffs[op["operation_id"]]} for op in waiting]
-        typer.echo(json.dumps(items, indent=2, sort_keys=True))
-        return
-    if not waiting:
-        console.print("nothing awaits approval")
-        return
-    for whole in wholes:
-        print_diff(whole, stat=stat, pager=False, hunk_labels=True)
-    for op in waiting:
-        operation_id = op["operation_id"]
-        diff = diffs[operation_id]
-        if not wholes:
-            console.print(
-                f"[bold]{operation_id}[/] awaiting approval: bundle {op['bundle_id']} "
-                f"into {escape(str(op['repository']))} (since {op['updated_at']})"
-            )
-            hint = f"promoter review {operation_id}"
-            print_diff(diff, stat=stat, pager=False, hunk_labels=True, hint=hint)
-        console.print(_approve_hint(operation_id, diff), highlight=False)
+    show(
+        operation=operation,
+        path=path,
+        every=every,
+        stat=stat,
+        json_output=json_output,
+        url=url,
+        token_file=token_file,
+    )
 
 
 def print_decided(view: Mapping[str, Any]) -> None:
@@ -165,7 +115,7 @@ def print_decided(view: Mapping[str, Any]) -> None:
 def _show(view: Mapping[str, Any], json_output: bool) -> None:
     """The operation after a decision: its JSON, or ``print_decided``."""
     if json_output:
-        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+        echo(json.dumps(view, indent=2, sort_keys=True))
     else:
         print_decided(view)
 
@@ -246,8 +196,8 @@ def approve(
     if (only or except_) != bool(paths):
         raise typer.BadParameter("paths go with --only or --except (and those need paths)")
     chosen = parse_hunks(hunks or [])
-    with _client(url, token_file) as client:
-        view = client.approve(
+    with client(url, token_file) as daemon:
+        view = daemon.approve(
             operation,
             note,
             wait=wait,
@@ -269,8 +219,8 @@ def reject(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Reject a held promotion: it is refused and nothing is written (operator)."""
-    with _client(url, token_file) as client:
-        view = client.reject(operation, note)
+    with client(url, token_file) as daemon:
+        view = daemon.reject(operation, note)
     _show(view, json_output)
 
 
@@ -282,8 +232,8 @@ def reopen(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Reopen a rejected promotion: it awaits a decision again (operator)."""
-    with _client(url, token_file) as client:
-        view = client.reopen(operation, note)
+    with client(url, token_file) as daemon:
+        view = daemon.reopen(operation, note)
     _show(view, json_output)
 
 

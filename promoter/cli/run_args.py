@@ -3,17 +3,20 @@
 ``dispatch`` is what a run's flags ask for, whoever read them (typer's ``run_cmd.run``
 hands it the same values): the sandboxes listed, pruned or one removed
 (``run_manage``), else a run (``run_start``). ``parse`` reads, without typer, a
-``promoter run`` command line of the shape ``run [OPTION]... -- CMD [ARG]...`` whose
+``promoter run`` command line of the shape ``run [OPTION]... -- CMD [ARG]...`` (or
+``run [OPTION]...`` with ``--list``, ``--prune`` or ``--remove RUN`` among them) whose
 every option is one of ``run``'s own spelled in full (``--repo NAME`` or
 ``--repo=NAME``), a valued option given once, its value not empty and not starting with
-``-``, a number plain decimal digits within its range, and shell completion not asked
-for. It gives the values typer would hand ``run_cmd.run`` for it, or None for anything
-else (``--help``, ``-h``, an unknown or repeated option, a value typer would refuse or
-read otherwise), which typer then parses: help and usage errors are always typer's own.
+``-``, a number plain decimal digits within its range, a path absent or readable (as
+typer checks it), and shell completion not asked for. It gives the values typer would
+hand ``run_cmd.run`` for it, or None for anything else (``--help``, ``-h``, an unknown or
+repeated option, a value typer would refuse or read otherwise), which typer then
+parses: help and usage errors are always typer's own.
 ``invoke`` runs ``dispatch`` with what ``parse`` read; an error typer would have printed
 itself (a usage error, typer's ``Abort`` or ``Exit``, Ctrl-C, end of input, a closed
-pipe) is handed to typer's own command with the same arguments (``replay``), which prints
-it and exits exactly as a command typer had parsed would.
+pipe) is handed to typer's own command with the same arguments (``replay``; the other
+commands read without typer, ``promoter.cli.quick_args``, hand theirs to it too), which
+prints it and exits exactly as a command typer had parsed would.
 
 This is the program's hot path: typer (its import, and the command it builds) was a
 third of the start of ``promoter run``. The module imports nothing but the standard
@@ -27,12 +30,13 @@ terminal (``promoter.cli.run_person``) or any step of a run (``promoter.cli.run_
 from __future__ import annotations
 
 import errno
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAGS", "MANY", "VALUES", "dispatch", "invoke", "parse"]
+__all__ = ["FLAGS", "MANY", "VALUES", "dispatch", "invoke", "parse", "replay", "typers"]
 
 # each option of ``run``: the parameter of ``run_cmd.run`` it sets
 FLAGS = {
@@ -80,14 +84,17 @@ _DIGITS = re.compile(r"[0-9]{1,15}")
 def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The values typer would hand ``run_cmd.run`` for ``argv`` (the program's arguments),
     or None when this is not a ``promoter run`` of the shape read here."""
-    if len(argv) < 3 or argv[0] != "run" or "--" not in argv:
+    if len(argv) < 2 or argv[0] != "run":
         return None
     if any(name.startswith("_") and name.endswith("_COMPLETE") for name in environ):
         return None  # shell completion: typer's
-    cut = argv.index("--")
-    options, command = argv[1:cut], list(argv[cut + 1 :])
-    if not command:
-        return None
+    command: list[str] | None = None
+    options = argv[1:]
+    if "--" in argv:
+        cut = argv.index("--")
+        options, command = argv[1:cut], list(argv[cut + 1 :])
+        if not command:
+            return None
     values: dict[str, Any] = {}
     given: set[str] = set()
     at = 0
@@ -114,6 +121,10 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | N
             values.setdefault(param, []).append(read)
         else:
             values[param] = read
+    if command is None and not (
+        values.get("list_runs") or values.get("prune") or "remove" in values
+    ):
+        return None  # no command and no sandbox named: typer's (its own help or error)
     return {**DEFAULTS, **values, "command": command}
 
 
@@ -126,7 +137,15 @@ def _value(param: str, text: str) -> Any:
         return float(text) if _DECIMAL.fullmatch(text) and float(text) >= 1 else None
     if param == "max_procs":
         return int(text) if _DIGITS.fullmatch(text) and int(text) >= 1 else None
-    return Path(text) if param in PATHS else text
+    if param not in PATHS:
+        return text
+    try:
+        os.stat(text)
+    except OSError:
+        return Path(text)  # absent: typer takes it as it is
+    except ValueError:
+        return None
+    return Path(text) if os.access(text, os.R_OK) else None  # typer refuses an unreadable one
 
 
 def dispatch(
@@ -205,12 +224,12 @@ def invoke(values: dict[str, Any]) -> None:
     try:
         dispatch(**values)
     except BaseException as exc:
-        if _typers(exc):
+        if typers(exc):
             replay(exc)
         raise
 
 
-def _typers(exc: BaseException) -> bool:
+def typers(exc: BaseException) -> bool:
     """Whether typer's command would have printed ``exc`` and exited, not raised it."""
     if isinstance(exc, KeyboardInterrupt | EOFError):
         return True
@@ -219,9 +238,10 @@ def _typers(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("typer.")
 
 
-def replay(exc: BaseException) -> None:
-    """Typer's own command for this process's arguments, its ``run`` raising ``exc``:
-    typer parses them as it would have, and prints and exits as it would have."""
+def replay(exc: BaseException, words: Sequence[str] = ("run",)) -> None:
+    """Typer's own command for this process's arguments, its command ``words`` (``run``,
+    ``receipt verify``) raising ``exc``: typer parses them as it would have, and prints
+    and exits as it would have."""
     import typer.main
 
     from promoter.cli.app import app
@@ -229,11 +249,15 @@ def replay(exc: BaseException) -> None:
 
     group = typer.main.get_command(app)  # a new command tree, this call's own
     assert isinstance(group, PromoterGroup)
-    run = group.get_command(typer.Context(group), "run")
-    assert isinstance(run, LazyCommand)
+    lazy = group.get_command(typer.Context(group), words[0])
+    assert isinstance(lazy, LazyCommand)
+    command = lazy.real()  # kept: the one the group runs (a group's, with all its commands)
+    for word in words[1:]:
+        assert isinstance(command, typer.core.TyperGroup)
+        command = command.commands[word]
 
     def raising(**values: Any) -> None:
         raise exc
 
-    run.real().callback = raising
+    command.callback = raising
     group()

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from promoter.domain.canonical import parse_rfc3339
@@ -152,7 +151,34 @@ def _jwk_public_key(x: str, where: str) -> Ed25519PublicKey:
         raise ConfigError(f"{where}: the JWK x is not a 32-byte Ed25519 key") from exc
 
 
+# an Ed25519 key's SubjectPublicKeyInfo (RFC 8410) before its 32 bytes, and its PEM
+# as cryptography writes it: the only form read here without cryptography's PEM reader
+_SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")
+_PEM_HEAD, _PEM_TAIL = b"-----BEGIN PUBLIC KEY-----\n", b"\n-----END PUBLIC KEY-----\n"
+
+
+def _written_ed25519(data: bytes) -> Ed25519PublicKey | None:
+    """The key of a PEM exactly as cryptography writes an Ed25519 public key, else None."""
+    if len(data) != len(_PEM_HEAD) + 60 + len(_PEM_TAIL):
+        return None
+    text = data[len(_PEM_HEAD) : -len(_PEM_TAIL)]
+    if data != _PEM_HEAD + text + _PEM_TAIL:
+        return None
+    try:
+        der = base64.b64decode(text, validate=True)
+        if base64.b64encode(der) != text or der[:12] != _SPKI_ED25519 or len(der) != 44:
+            return None
+        return Ed25519PublicKey.from_public_bytes(der[12:])
+    except (ValueError, binascii.Error):
+        return None  # cryptography's reader says what it is
+
+
 def _pem_public_key(data: bytes, where: str) -> Ed25519PublicKey:
+    written = _written_ed25519(data)  # the ledger's keys: no PEM reader (SSH, PKCS#12) loaded
+    if written is not None:
+        return written
+    from cryptography.hazmat.primitives import serialization
+
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm) as exc:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from promoter.errors import ConfigError
-from promoter.fs.own_temp import OwnTemp
 
 __all__ = ["DEFAULT_URL", "Recorded", "Target", "config_dir", "load", "record", "resolve"]
 
@@ -139,6 +138,8 @@ def record(url: str, state_dir: Path, token_file: Path, directory: Path | None =
     }
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
     path = folder / FILE_NAME
+    from promoter.fs.own_temp import OwnTemp  # written by ``promoter serve`` alone
+
     temp = OwnTemp.create(str(folder), f".{FILE_NAME}.")  # 0600, O_EXCL
     try:
         try:

@@ -26,9 +26,8 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 from promoter.client.direct import Answer
@@ -58,15 +57,14 @@ async def _asyncio_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-@dataclass(frozen=True)
-class Backoff:
+class Backoff(NamedTuple):  # no dataclass: made at every client command's import
     """Retries of idempotent calls: ``attempts`` in all, delays doubling from ``first``."""
 
     attempts: int = 4
     first: float = 0.25
     cap: float = 8.0
-    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    async_sleep: Callable[[float], Awaitable[None]] = field(default=_asyncio_sleep, repr=False)
+    sleep: Callable[[float], None] = time.sleep
+    async_sleep: Callable[[float], Awaitable[None]] = _asyncio_sleep
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -185,8 +183,7 @@ def _last_outcome(state: RetryCallState) -> Any:
     return state.outcome.result()
 
 
-@dataclass(frozen=True)
-class Retries:
+class Retries(NamedTuple):  # no dataclass: made at every client command's import
     """The retries ``backoff`` allows one call: ``attempts`` tries in all, an answer whose
     status is in ``again`` or a connection error tried again. ``final`` tells a first try's
     outcome the call keeps without tenacity (loaded only for a second try);

@@ -6,8 +6,7 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from promoter.domain.canonical import (
     canonical_bytes,
@@ -45,8 +44,7 @@ def bundle_sha256(document: dict[str, Any]) -> str:
     return projection_sha256(document, BUNDLE_IDENTITY)
 
 
-@dataclass(frozen=True)
-class BundleBytes:
+class BundleBytes(NamedTuple):  # no dataclass: made at an offline check's import
     """A bundle document's canonical bytes and its ``bundle_sha256``, encoded once."""
 
     canonical: bytes  # the bytes the audit store keeps: JCS of the whole document

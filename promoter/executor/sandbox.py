@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,6 +110,8 @@ def _record_path(state_dir: Path, run_id: str) -> Path:
 
 
 def new_run_id() -> str:
+    import secrets  # its random and hmac: a run's only, not a listing's
+
     return RUN_PREFIX + secrets.token_hex(8)
 
 

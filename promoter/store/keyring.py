@@ -15,7 +15,9 @@ keyring in a running daemon (``promoter.engine.receipts.signing.host_keyring``),
 (``promoter.api.routes.keys``). Retired private keys are not kept: only their public
 halves stay listed, so old envelopes still verify and nothing new can be signed by them.
 The durable writes (``promoter.store.durable``) are imported by the functions that write,
-so an offline verifier reading public keys loads none of the state directory's code.
+so an offline verifier reading public keys loads none of the state directory's code; PEM
+(cryptography's ``serialization``, with its SSH and PKCS#12 readers) by the functions that
+read or write it, so a key id or a JWK costs no more than the key itself.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ import errno
 import json
 import os
 import stat
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex
@@ -46,7 +46,7 @@ MAX_KEY_FILE_BYTES = 64 * 1024
 
 
 def raw_public(public_key: Ed25519PublicKey) -> bytes:
-    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return public_key.public_bytes_raw()  # public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def keyid_of(public_key: Ed25519PublicKey) -> str:
@@ -55,6 +55,8 @@ def keyid_of(public_key: Ed25519PublicKey) -> str:
 
 
 def public_pem(public_key: Ed25519PublicKey) -> str:
+    from cryptography.hazmat.primitives import serialization
+
     return public_key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode("ascii")
@@ -88,8 +90,7 @@ class HostKeyEntry(KeyEntry):
     host_id: str
 
 
-@dataclass(frozen=True)
-class ListedKey:
+class ListedKey(NamedTuple):  # no dataclass: made at an offline check's import
     """A public key the host signs or signed with, and when."""
 
     public_key: Ed25519PublicKey
@@ -121,8 +122,7 @@ class ListedKey:
         }
 
 
-@dataclass(frozen=True)
-class HostKey:
+class HostKey(NamedTuple):  # no dataclass: made at an offline check's import
     """The host's active receipt-signing key (the private half stays in memory)."""
 
     private_key: Ed25519PrivateKey
@@ -146,6 +146,8 @@ class HostKey:
 
     @classmethod
     def from_pem(cls, data: bytes, path: Path) -> HostKey:
+        from cryptography.hazmat.primitives import serialization
+
         try:
             private = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -169,8 +171,7 @@ class HostKey:
         return self.private_key.sign(message)
 
 
-@dataclass(frozen=True)
-class Keyring:
+class Keyring(NamedTuple):  # no dataclass: made at an offline check's import
     """The active key and every listed public key (active first, then newest retired)."""
 
     active: HostKey
@@ -181,6 +182,8 @@ class Keyring:
 
 
 def _fresh_pem() -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -244,6 +247,8 @@ def _read_listed(path: Path) -> list[ListedKey] | None:
 
 
 def _listed(entry: dict[str, Any]) -> ListedKey:
+    from cryptography.hazmat.primitives import serialization
+
     key = serialization.load_pem_public_key(entry["public_key_pem"].encode("ascii"))
     if not isinstance(key, Ed25519PublicKey) or keyid_of(key) != entry["keyid"]:
         raise ValueError(f"entry {entry.get('keyid')!r} does not hold the Ed25519 key it names")

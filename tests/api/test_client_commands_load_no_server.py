@@ -10,8 +10,11 @@ console: they print only plain or merely styled lines. One that reads no wire do
 loads no pydantic; nor do ``receipt verify``, which checks its documents with the
 pydantic-free validator, and ``bundle build`` from a grant file, nor when it submits
 (the receipt checked by the validator too); ``bundle build`` of the common shape loads no
-typer either. What these cost is measured in ``bench/cli_start.py``, not here: the
-assertions are about modules, so they do not depend on the machine's speed.
+typer either. ``run --list``, ``review`` and ``receipt verify`` load no typer (their
+command lines read without it), and ``receipt verify`` none of securesystemslib (the
+signature checked with cryptography alone), nor what only ``--chain`` or ``--worktree``
+use; neither makes a dataclass. What these cost is measured in ``bench/cli_start.py``,
+not here: the assertions are about modules, so they do not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -160,6 +163,8 @@ NO_PYDANTIC = (
 # they print only lines rich would print as they are, or only styled (``promoter.cli.common``;
 # the diff of ``review`` as ``promoter.cli.styled`` text)
 PLAIN = ("run_list", "receipt_verify", "review")
+# their command lines read without typer (``promoter.cli.run_args``, ``quick_args``)
+NO_TYPER = ("run_list", "review", "review_json", "receipt_verify", "receipt_verify_json")
 
 
 def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models(
@@ -198,6 +203,19 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert waiting["bundle_id"] == found["bundle"]
         if name == "receipt_verify_json":
             assert json.loads(stdout)["valid"] is True
+        if name in NO_TYPER:
+            assert "typer" not in modules, name
+        if name.startswith(("review", "receipt_verify")):  # their records: no dataclasses
+            assert "dataclasses" not in modules, name
+            assert "promoter.fs.own_temp" not in modules, name  # ``promoter serve`` writes
+        if name == "run_list":
+            assert "secrets" not in modules  # a run id's, made only for a run
+        if name.startswith("receipt_verify"):  # the signature checked with cryptography alone
+            assert "securesystemslib" not in modules, name
+            # the ledger's keys read as the PEM cryptography writes, without its PEM readers
+            assert "cryptography.hazmat.primitives.serialization" not in modules, name
+            assert "promoter.engine.receipts.chain" not in modules, name  # --chain's only
+            assert "promoter.engine.receipts.worktree" not in modules, name  # --worktree's
         if name == "bundle_build":  # its table of paths, plain off a terminal
             assert "rich" not in modules, (name, stdout)
             assert "logging" not in modules  # the daemon's logs only

@@ -31,7 +31,9 @@ from promoter.store.keyring import (
     KEYRING_FILE,
     NEXT_KEY_FILE,
     HostKey,
+    keyid_of,
     load_keyring,
+    raw_public,
     rotate,
 )
 from tests.support.flows import jcs_sha, promotion_body
@@ -174,3 +176,12 @@ def test_served_entry_is_an_rfc8037_okp_jwk(tmp_path: Path) -> None:
         "kid": entry["keyid"],
     }
     assert {k: entry[k] for k in expected} == expected
+
+
+def test_a_keyid_is_the_sha256_of_the_raw_public_key_as_serialization_writes_it() -> None:
+    """``raw_public`` asks the key for its raw bytes (no PEM readers loaded): the same."""
+    for _ in range(20):
+        private = Ed25519PrivateKey.generate()
+        raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        assert raw_public(private.public_key()) == raw
+        assert keyid_of(private.public_key()) == keyid(private)

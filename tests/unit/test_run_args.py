@@ -10,6 +10,7 @@ the program exactly as when typer had parsed the command line.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +41,10 @@ READ_HERE = [
     ["run", "--list", "--", "x"],
     ["run", "--prune", "--older-than", "7d", "--", "x"],
     ["run", "--remove", "run_1", "--", "x"],
+    ["run", "--list"],
+    ["run", "--list", "--state-dir", "st", "--url=http://h:1"],
+    ["run", "--prune", "--older-than", "7d"],
+    ["run", "--remove", "run_1", "--token-file", "t"],
 ]
 LEFT_TO_TYPER = [
     ["run", "--help", "--", "x"],
@@ -63,6 +68,12 @@ LEFT_TO_TYPER = [
     ["run", "sh", "--", "x"],
     ["status", "--", "x"],
     ["run"],
+    ["run", "--yes"],
+    ["run", "--repo", "app", "--keep"],
+    ["run", "--continue", "run_1"],
+    ["run", "--list", "sh"],
+    ["run", "--list", "--bogus"],
+    ["run", "--list", "--help"],
 ]
 
 
@@ -181,6 +192,23 @@ def test_a_promoter_error_is_printed_once_as_under_typer(
     fast_printed = capsys.readouterr()
     assert (fast, fast_printed) == (_ended(program.main), capsys.readouterr())
     assert fast == 78 and "[config_error] no token for http://h:1" in fast_printed.err
+
+
+@pytest.mark.parametrize("option", ["--token-file", "--state-dir", "--hide"])
+def test_an_unreadable_path_is_read_here_only_where_typer_reads_it(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """typer refuses an existing path ``os.access`` says is unreadable (the superuser
+    reads any): so is it left to typer here."""
+    unreadable = tmp_path / "unreadable"
+    unreadable.write_text("t")
+    unreadable.chmod(0)
+    argv = ["run", "--list", option, str(unreadable)]
+    read = run_args.parse(argv, {})
+    if not os.access(unreadable, os.R_OK):
+        assert read is None
+    else:
+        assert read is not None and read == _typers_values(argv, monkeypatch)
 
 
 def test_paths_are_read_as_paths(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,8 @@
 
 Owns the DSSE v1 envelope (``payloadType: application/vnd.in-toto+json``) over the
 canonical Statement whose predicate is the exact canonical bytes of a receipt (made and
-pre-authentication-encoded by ``securesystemslib.dsse``), and
+signed by ``securesystemslib.dsse``, imported only to sign; the verifier computes the
+same pre-authentication encoding itself), and
 ``verify_document``, which checks an envelope or a bare receipt, bundle or grant with
 nothing but the bytes and (optionally) public keys: no server, no network, no state.
 ``host_keyring(services)`` is the one place a running daemon reads its keyring
@@ -21,13 +22,10 @@ import base64
 import binascii
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from securesystemslib.dsse import Envelope
-from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from promoter.domain.canonical import canonical_bytes, parse_rfc3339, projection_sha256
 from promoter.domain.documents import GRANT_IDENTITY, bundle_id_for, bundle_sha256, receipt_sha256
@@ -52,6 +50,7 @@ from promoter.store.keyring import (
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from securesystemslib.signer import CryptoSigner
 
     from promoter.engine.ports import KeyringFile
 
@@ -99,9 +98,12 @@ def host_keyring(services: KeyringFile) -> Keyring:
 def pae(payload_type_: str, body: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding (lengths are ASCII decimal byte counts).
 
-    securesystemslib's ``Envelope`` computes it, for signing and verifying alike.
+    The bytes securesystemslib's ``Envelope.pae`` computes when it signs (a test compares
+    them), written here so that verifying loads none of securesystemslib, whose signers
+    (AWS, GPG, Sigstore among them) cost an offline check more than its work.
     """
-    return Envelope(body, payload_type_, {}).pae()
+    kind = payload_type_.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body)
 
 
 _SIGNERS: dict[int, tuple[HostKey, CryptoSigner]] = {}  # by the key object's id, held
@@ -110,6 +112,8 @@ _SIGNERS: dict[int, tuple[HostKey, CryptoSigner]] = {}  # by the key object's id
 def _signer(key: HostKey) -> CryptoSigner:
     """The host key as a securesystemslib signer whose signatures carry promoter's keyid
     (made once a key object: a key's fields never change)."""
+    from securesystemslib.signer import CryptoSigner, SSlibKey
+
     known = _SIGNERS.get(id(key))
     if known is not None and known[0] is key:
         return known[1]
@@ -139,6 +143,8 @@ def sign_receipt(key: HostKey, receipt_bytes: bytes) -> tuple[dict[str, Any], st
     checked = _check_parsed(receipt_bytes, receipt, _model_problem)
     if checked.schema not in RECEIPTS:
         raise ReceiptInvalid(f"only receipts are signed, not a {checked.schema}")
+    from securesystemslib.dsse import Envelope
+
     envelope = Envelope(checked_statement_bytes(receipt, receipt_bytes), PAYLOAD_TYPE, {})
     envelope.sign(_signer(key))
     document: dict[str, Any] = envelope.to_dict()  # the library's untyped answer
@@ -148,8 +154,7 @@ def sign_receipt(key: HostKey, receipt_bytes: bytes) -> tuple[dict[str, Any], st
 # --- offline verification -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrustedKey:
+class TrustedKey(NamedTuple):  # no dataclass: made at an offline check's import
     """A public key to verify with and, for a retired key, the end of its window."""
 
     public_key: Ed25519PublicKey
@@ -161,8 +166,7 @@ class TrustedKey:
         return keyid_of(self.public_key)
 
 
-@dataclass(frozen=True)
-class VerifiedDocument:
+class VerifiedDocument(NamedTuple):  # no dataclass: made at an offline check's import
     """What ``verify_document`` established, one human-readable line per check."""
 
     kind: str  # verification_receipt | promotion_receipt | rollback_receipt | bundle | grant
@@ -237,8 +241,7 @@ def _verify_envelope(top: dict[str, Any], keys: Sequence[TrustedKey]) -> Verifie
     lines.append("predicate: byte-identical to the canonical receipt")
     if signer is not None and signer.not_after is not None:
         lines.append(_check_window(signer, predicate))
-    return replace(
-        document,
+    return document._replace(
         keyid=None if signer is None else signer.keyid,
         enveloped=True,
         checks=(*lines, *document.checks),
