@@ -26,12 +26,12 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from promoter.client.direct import Answer
+from promoter.domain.record_type import field, record
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ async def _asyncio_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Backoff:
     """Retries of idempotent calls: ``attempts`` in all, delays doubling from ``first``."""
 
@@ -185,7 +185,7 @@ def _last_outcome(state: RetryCallState) -> Any:
     return state.outcome.result()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Retries:
     """The retries ``backoff`` allows one call: ``attempts`` tries in all, an answer whose
     status is in ``again`` or a connection error tried again. ``final`` tells a first try's

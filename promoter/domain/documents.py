@@ -6,7 +6,6 @@ One function per identity rule, all built on ``promoter.domain.canonical``. Pure
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from promoter.domain.canonical import (
@@ -16,6 +15,7 @@ from promoter.domain.canonical import (
     projection_sha256,
     sha256_hex,
 )
+from promoter.domain.record_type import record
 
 if TYPE_CHECKING:  # only annotations: hashing a document dict loads no pydantic
     from promoter.domain.bundle_records import Grant
@@ -45,7 +45,7 @@ def bundle_sha256(document: dict[str, Any]) -> str:
     return projection_sha256(document, BUNDLE_IDENTITY)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BundleBytes:
     """A bundle document's canonical bytes and its ``bundle_sha256``, encoded once."""
 

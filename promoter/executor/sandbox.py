@@ -23,10 +23,10 @@ import json
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promoter.domain.record_type import as_dict, field, record
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
 from promoter.lazy_log import LazyLogger
@@ -52,7 +52,7 @@ RUN_PREFIX = "run_"
 log = LazyLogger("promoter.run")
 
 
-@dataclass
+@record
 class Step:
     """One step of a run: its grant, its bundle and operation once made, its status."""
 
@@ -65,7 +65,7 @@ class Step:
     left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
 
 
-@dataclass
+@record
 class RunRecord:
     """A sandbox as recorded on disk: where it came from, where it is, its steps."""
 
@@ -97,7 +97,8 @@ class RunRecord:
         return None
 
     def wire(self) -> dict[str, Any]:
-        return asdict(self)
+        fields: dict[str, Any] = as_dict(self)
+        return fields
 
 
 def runs_dir(state_dir: Path) -> Path:
