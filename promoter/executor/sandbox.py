@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,7 +111,8 @@ def _record_path(state_dir: Path, run_id: str) -> Path:
 
 
 def new_run_id() -> str:
-    return RUN_PREFIX + secrets.token_hex(8)
+    # ``secrets.token_hex(8)`` is ``os.urandom(8).hex()``; ``secrets`` brings base64 and hmac
+    return RUN_PREFIX + os.urandom(8).hex()
 
 
 def create(
