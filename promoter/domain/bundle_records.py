@@ -14,9 +14,9 @@ checked whole before it leaves (``promoter.executor.builder.seal_changes``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from promoter.domain.record_type import record
 from promoter.domain.wire_formats import blob_path
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class StateLike(Protocol):
     def mode(self) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StateRecord:
     """A file's state in a bundle: ``FileState``'s fields, its blob reference derived."""
 
@@ -93,7 +93,7 @@ class StateRecord:
 _MISSING = StateRecord(False, None, None, None)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ChangeRecord:
     """One change of a bundle: ``Change``'s fields."""
 
@@ -111,7 +111,7 @@ class ChangeRecord:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllowRecord:
     """One allowlist entry of a grant: a path pattern and the operations it permits."""
 
@@ -119,7 +119,7 @@ class AllowRecord:
     operations: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SpecRecord:
     """The old state a precondition names (``StateSpec``)."""
 
@@ -128,7 +128,7 @@ class SpecRecord:
     mode: str | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PreconditionRecord:
     """A path of a grant's preconditions and the old state it must be in."""
 
@@ -136,7 +136,7 @@ class PreconditionRecord:
     old: SpecRecord
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LimitsRecord:
     """A grant's limits: how many changes, how many bytes of new content in all."""
 
@@ -147,7 +147,7 @@ class LimitsRecord:
 _OPTIONAL = ("approval", "base_operation")  # ``GRANT_OPTIONAL`` of the models
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GrantRecord:
     """A grant the validator accepted, as the builder reads it."""
 

@@ -20,11 +20,11 @@ of ``promoter.domain.plan``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypedDict
 
 from promoter.domain.links import SYMLINK_MODE
+from promoter.domain.record_type import record
 
 __all__ = [
     "MISSING",
@@ -70,7 +70,7 @@ class ObservedWire(TypedDict):
     bytes: int | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class State:
     """The state a target must be in: missing, or a file (or a link) with this sha256 and mode."""
 
@@ -133,7 +133,7 @@ class Finding(StrEnum):
     UNSAFE = "unsafe"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """What ``classify`` found at a path: its verdict and why, in words."""
 

@@ -47,7 +47,9 @@ OPAQUE = "user.overlay.opaque"
 _START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
 
 # Run by the host's Python (``-I -S``) before the command's limits are set (it starts no
-# process; the limits' shim follows it, in this interpreter, ``shims.py``): a user and
+# process; the limits' shim follows it, in this interpreter, ``shims.py``), calling libc
+# through ``_ctypes`` as ``ctypes.CDLL`` does (importing ``ctypes`` itself, with
+# ``struct``, cost this interpreter a third of its start): a user and
 # mount namespace of its own (the caller's uid and gid mapped to themselves), nothing of
 # it propagated anywhere, the overlay mounted on ``clone``, then what follows (the limits'
 # shim, then bubblewrap). No redirects and no metadata-only copy-up: every file in the
@@ -55,13 +57,22 @@ _START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
 # as plain directories).
 _MOUNT = (
     """\
-import ctypes, os, sys
+import _ctypes, os, sys
 home, lower, argv = sys.argv[1], sys.argv[2], sys.argv[4:]
 assert sys.argv[3] == "--"
-libc = ctypes.CDLL(None, use_errno=True)
+class _Int(_ctypes._SimpleCData):
+    _type_ = "i"
+class _Call(_ctypes.CFuncPtr):  # a function of ctypes.CDLL(None, use_errno=True)
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+class _Libc:
+    _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)
+    def __getattr__(self, name):
+        return _Call((name, self))
+libc = _Libc()
 def check(result, what):
     if result != 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         sys.stderr.write("promoter: %s: %s\\n" % (what, os.strerror(err)))
         os._exit(125)
 uid, gid = os.getuid(), os.getgid()

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promoter.domain.record_type import as_dict, field, record
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
 from promoter.lazy_log import LazyLogger
@@ -51,7 +51,7 @@ RUN_PREFIX = "run_"
 log = LazyLogger("promoter.run")
 
 
-@dataclass
+@record
 class Step:
     """One step of a run: its grant, its bundle and operation once made, its status."""
 
@@ -64,7 +64,7 @@ class Step:
     left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
 
 
-@dataclass
+@record
 class RunRecord:
     """A sandbox as recorded on disk: where it came from, where it is, its steps."""
 
@@ -96,7 +96,8 @@ class RunRecord:
         return None
 
     def wire(self) -> dict[str, Any]:
-        return asdict(self)
+        fields: dict[str, Any] = as_dict(self)
+        return fields
 
 
 def runs_dir(state_dir: Path) -> Path:
@@ -110,9 +111,8 @@ def _record_path(state_dir: Path, run_id: str) -> Path:
 
 
 def new_run_id() -> str:
-    import secrets  # its random and hmac: a run's only, not a listing's
-
-    return RUN_PREFIX + secrets.token_hex(8)
+    # ``secrets.token_hex(8)`` is ``os.urandom(8).hex()``; ``secrets`` brings base64 and hmac
+    return RUN_PREFIX + os.urandom(8).hex()
 
 
 def create(

@@ -31,8 +31,9 @@ import re
 import stat
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TypeAlias
+
+from promoter.domain.record_type import field, record
 
 __all__ = [
     "MARK_EVERY",
@@ -161,7 +162,7 @@ def _copy(fd: int, out: int, size: int) -> None:
         done += len(chunk)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PlainIndex:
     """What the builder needs of a plain index: its gitlinks and ``.gitattributes`` files.
 

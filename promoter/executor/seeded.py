@@ -19,9 +19,9 @@ import re
 import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any, cast
 
+from promoter.domain.record_type import replace
 from promoter.errors import GitError
 from promoter.executor.loose_objects import IN_MEMORY, LooseObjects, Unstable
 from promoter.executor.seed_index import (

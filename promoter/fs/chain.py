@@ -19,10 +19,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from typing import Protocol
 
 from promoter.domain.closing import Closing
+from promoter.domain.record_type import record
 from promoter.errors import PathUnsafe, TargetDrift
 from promoter.fs import openat2
 from promoter.fs.leaf import (
@@ -85,7 +85,7 @@ def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | 
     return fd
 
 
-@dataclass
+@record
 class Walked:
     """A walk's end: the held directory, the identities on the way, what it created."""
 

@@ -20,10 +20,10 @@ import errno
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from promoter.domain.path_state import SYMLINK_MODE, State, holds
+from promoter.domain.record_type import record
 from promoter.errors import PathUnsafe, WriteFailed
 
 TEMP_PREFIX = ".promoter-tmp-"
@@ -48,7 +48,7 @@ class LeafReport(TypedDict):
     size: int | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LeafState:
     """What is at a path right now, read without following symlinks."""
 

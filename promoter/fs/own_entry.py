@@ -20,8 +20,8 @@ import os
 import stat
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from promoter.domain.record_type import record
 from promoter.errors import PathUnsafe
 from promoter.fs.chain import HoldsFd
 from promoter.fs.syscalls import lookup_refuses_mounts, mount_id, open_dir_component
@@ -32,7 +32,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOT_REMOVED = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Made:
     """A file, socket or directory this process made: its path and (device, inode)."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+
+from promoter.domain.record_type import record
 
 __all__ = ["OwnTemp"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OwnTemp:
     """A temp file made here: its path, its open descriptor and its (device, inode)."""
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from promoter.domain.record_type import field, record
 from promoter.errors import PathUnsafe
 from promoter.fs.syscalls import mount_id, open_dir_component
 
@@ -38,7 +38,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@dataclass
+@record
 class Level:
     """One directory of the walk: open while the walk is in it or near the top."""
 

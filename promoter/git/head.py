@@ -30,8 +30,8 @@ import os
 import re
 import stat
 import threading
-from dataclasses import dataclass
 
+from promoter.domain.record_type import record
 from promoter.errors import GitError
 from promoter.git.layout import RepoLayout, repo_env
 from promoter.git.records import require_oid
@@ -77,7 +77,7 @@ def head_commit(layout: RepoLayout) -> str | None:
     return oid
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HeadState:
     """Symbolic HEAD (``None``: detached), HEAD's commit (``None``: unborn) and its tree."""
 

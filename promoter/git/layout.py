@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from promoter.domain.record_type import record
 from promoter.errors import GitError, RepositoryInvalid
 from promoter.git.runner import GitResult, run_git, stderr_tail
 
 __all__ = ["RepoLayout", "discover", "repo_env", "repository_identity"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RepoLayout:
     """Where a non-bare SHA-1 worktree and its git directories are (all realpaths).
 

@@ -20,11 +20,11 @@ import selectors
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from promoter.domain.record_type import record
 from promoter.errors import GitError
 from promoter.git.records import require_oid
 from promoter.git.runner import git_argv, git_environment, popen_git, stderr_tail
@@ -41,7 +41,7 @@ _MAX_HEADER = 1024
 AHEAD = 62
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ObjectInfo:
     """The header ``cat-file --batch`` prints before an object's bytes."""
 

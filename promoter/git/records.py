@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Literal, cast
 
+from promoter.domain.record_type import record
 from promoter.errors import GitError
 
 __all__ = [
@@ -48,7 +48,7 @@ _DEBUG_FLAGS = re.compile(rb"  size: [0-9]+\tflags: ([0-9a-f]+)")
 _CE_INTENT_TO_ADD = 1 << 29  # git's in-memory cache-entry flag, printed by ls-files --debug
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IndexEntry:
     """One index entry for a path: git mode, blob id and merge stage (0, or 1-3).
 
@@ -62,7 +62,7 @@ class IndexEntry:
     intent_to_add: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TreeEntry:
     """One entry of a git tree: mode, object id and object type (blob, tree, commit)."""
 
@@ -74,7 +74,7 @@ class TreeEntry:
 DiffStatus = Literal["A", "D", "M", "T"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DiffEntry:
     """One changed path between two trees; the absent side of an A or D is ``None``.
 
@@ -165,8 +165,8 @@ def _parse_debug_block(data: bytes, pos: int) -> tuple[int, int]:
 def parse_ls_tree(data: bytes) -> list[tuple[str, TreeEntry]]:
     """Parse ``git ls-tree -z`` (default format) into ``(path, TreeEntry)`` pairs."""
     entries: list[tuple[str, TreeEntry]] = []
-    for record in _records(data, "ls-tree"):
-        match = _TREE_LINE.fullmatch(record)
+    for line in _records(data, "ls-tree"):
+        match = _TREE_LINE.fullmatch(line)
         if match is None:
             raise _unexpected("ls-tree", "an entry does not read 'mode type oid<TAB>path'")
         mode, kind, oid, path = match.groups()

@@ -34,10 +34,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from promoter.domain.record_type import record
 from promoter.errors import GitError
 
 __all__ = [
@@ -107,8 +107,8 @@ def _note(args: Sequence[str]) -> None:
     global _spawned
     with _total_lock:
         _spawned = next(_total)
-    for record in getattr(_local, "records", ()):
-        record.append(_subcommand(args))
+    for names in getattr(_local, "records", ()):
+        names.append(_subcommand(args))
 
 
 def spawned() -> int:
@@ -133,7 +133,7 @@ def counting() -> Iterator[list[str]]:
         _local.records = records
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GitResult:
     """What a finished git command returned."""
 

@@ -21,8 +21,8 @@ import hashlib
 import os
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
+from promoter.domain.record_type import field, record
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.objects import CatFile
 
@@ -59,7 +59,7 @@ def tree_bytes(entries: Mapping[bytes, tuple[bytes, bytes]]) -> bytes:
     return b"".join(entries[name][0] + b" " + name + b"\0" + entries[name][1] for name in ordered)
 
 
-@dataclass
+@record
 class _Node:
     """One directory of the result: its entries, and the subdirectories being edited."""
 

@@ -648,8 +648,7 @@ def _git_reading(repo: Path, index: Path | None, *args: str) -> bytes:
 
 def _walked(index: Path, copy: Path) -> tuple[str, Any]:
     """The walk of ``index`` as a seeded pass keeps it: (its key, marks and identity)."""
-    from dataclasses import replace
-
+    from promoter.domain.record_type import replace
     from promoter.executor.seed_index import copy_index
     from promoter.executor.seeded import index_key
 
@@ -696,8 +695,7 @@ def test_the_candidates_index_holds_what_the_whole_index_holds_at_those_paths(
 
 
 def test_marks_of_another_version_of_the_index_file_are_never_used(tmp_path: Path) -> None:
-    from dataclasses import replace
-
+    from promoter.domain.record_type import replace
     from promoter.executor.seed_index import candidates_index
 
     repo = _source(tmp_path / "repo", BASE_FILES)
@@ -727,8 +725,7 @@ def test_an_index_whose_names_do_not_ascend_or_whose_marks_skip_is_not_plain(
 ) -> None:
     """A mark's block is read once and bisected: names out of git's order, or marks one
     entry off from where the steps end, are ``NotPlain`` (the whole index is copied)."""
-    from dataclasses import replace
-
+    from promoter.domain.record_type import replace
     from promoter.executor.seed_index import MARK_EVERY, candidates_index
 
     files = {f"d/f{f:03d}.txt": b"%d\n" % f for f in range(2 * MARK_EVERY)}

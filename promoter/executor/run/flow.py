@@ -23,7 +23,6 @@ how a person is shown things.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -513,6 +512,8 @@ def registered_grant(document: dict[str, Any], registered: Mapping[str, Any]) ->
 def _confirmed_note() -> str:
     """The note an approval at the terminal carries: who confirmed (never the approver)."""
     try:
+        import getpass  # at a terminal only
+
         return f"confirmed at the terminal by {getpass.getuser()}"
     except (KeyError, OSError):
         return "confirmed at the terminal"

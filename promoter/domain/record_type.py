@@ -1,0 +1,232 @@
+"""Plain record classes made as ``dataclasses`` makes them, at a fraction of the cost.
+
+``@record`` (with ``frozen``, ``slots``) and ``field`` (``default``, ``default_factory``,
+``repr``, ``compare``) give a class what ``@dataclass`` gives it for those options: an
+``__init__`` taking the annotated fields in order, ``__repr__``, ``__eq__`` over the
+compared fields (``NotImplemented`` for another class), ``__hash__`` for a frozen class
+and ``None`` otherwise, ``__match_args__``, a frozen class's ``__setattr__`` and
+``__delattr__`` refusing with ``FrozenInstance`` (an ``AttributeError``), ``__slots__``
+and pickling for a slotted one. ``replace`` and ``as_dict`` are ``dataclasses.replace``
+and ``asdict`` for them.
+
+Why it exists: Python 3.11's ``dataclasses`` compiles each generated method on its own
+and imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``); the records that a
+``promoter run`` loads cost it about a tenth of its command line's processor time. Here
+one class is one compilation of all its methods, and nothing else is imported
+(docs/decisions/records-of-one-compilation.md).
+
+What it deliberately does not do: inheritance between records, ``ClassVar``/``InitVar``
+fields, ``__post_init__``, ordering, keyword-only fields, ``dataclasses.fields``: a
+class that needs them stays a ``dataclass``. A record's class whose base defines
+annotations is refused at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, dataclass_transform, overload
+
+__all__ = ["FrozenInstance", "as_dict", "field", "record", "replace"]
+
+_T = TypeVar("_T")
+_FIELDS = "__record_fields__"
+_MISSING: Any = object()
+
+
+class FrozenInstance(AttributeError):
+    """An assignment to a field of a frozen record."""
+
+
+class _Field:
+    __slots__ = ("compare", "default", "default_factory", "name", "repr")
+
+    def __init__(
+        self,
+        default: Any,
+        default_factory: Callable[[], Any] | None,
+        repr: bool,
+        compare: bool,
+    ) -> None:
+        self.name = ""
+        self.default = default
+        self.default_factory = default_factory
+        self.repr = repr
+        self.compare = compare
+
+
+def field(
+    *,
+    default: Any = _MISSING,
+    default_factory: Callable[[], Any] | None = None,
+    repr: bool = True,
+    compare: bool = True,
+) -> Any:
+    """A field's default, its factory, and whether it is shown and compared."""
+    if default is not _MISSING and default_factory is not None:
+        raise ValueError("a field has a default or a factory, not both")
+    return _Field(default, default_factory, repr, compare)
+
+
+@overload
+def record(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def record(*, frozen: bool = False, slots: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(field_specifiers=(field,))
+def record(cls: type[_T] | None = None, /, *, frozen: bool = False, slots: bool = False) -> Any:
+    """The class made a record (see the module's docstring)."""
+
+    def wrap(cls: type[_T]) -> type[_T]:
+        return _make(cls, frozen, slots)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
+    for base in cls.__mro__[1:-1]:
+        if base.__dict__.get("__annotations__") or hasattr(base, _FIELDS):
+            raise TypeError(f"{cls.__qualname__}: a record inherits no fields")
+    fields: list[_Field] = []
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        if "ClassVar" in str(annotation) or "InitVar" in str(annotation):
+            raise TypeError(f"{cls.__qualname__}.{name}: not a record's field")
+        value = cls.__dict__.get(name, _MISSING)
+        spec = value if isinstance(value, _Field) else _Field(value, None, True, True)
+        spec.name = name
+        fields.append(spec)
+        if isinstance(value, _Field):
+            if value.default is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value.default)
+    seen_default = False
+    for spec in fields:
+        has_default = spec.default is not _MISSING or spec.default_factory is not None
+        if seen_default and not has_default:
+            raise TypeError(f"{cls.__qualname__}.{spec.name}: no default after one with")
+        seen_default = seen_default or has_default
+    if slots:
+        cls = _slotted(cls, fields)
+    names = tuple(spec.name for spec in fields)
+    scope: dict[str, Any] = {"_MISSING": _MISSING, "_object": object, "_Frozen": FrozenInstance}
+    lines = _methods(cls, fields, frozen, scope)
+    exec("\n".join(lines), scope)  # noqa: S102 (source made here from the class's own names)
+    for method in ("__init__", "__repr__", "__eq__"):
+        _attach(cls, method, scope[method])
+    if frozen:
+        _attach(cls, "__setattr__", scope["__setattr__"])
+        _attach(cls, "__delattr__", scope["__delattr__"])
+        _attach(cls, "__hash__", scope["__hash__"])
+    elif "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
+        cls.__hash__ = None  # type: ignore[assignment]  # eq without frozen: unhashable
+    setattr(cls, "__match_args__", names)  # noqa: B010 (a name mypy holds read-only)
+    setattr(cls, _FIELDS, tuple(fields))
+    return cls
+
+
+def _attach(cls: type, name: str, function: Any) -> None:
+    if name in cls.__dict__ and name not in ("__setattr__", "__delattr__", "__hash__"):
+        return  # the class's own method stays, as ``dataclass`` leaves it
+    function.__qualname__ = f"{cls.__qualname__}.{name}"
+    function.__module__ = cls.__module__
+    setattr(cls, name, function)
+
+
+def _methods(cls: type, fields: list[_Field], frozen: bool, scope: dict[str, Any]) -> list[str]:
+    params, body = ["self"], []
+    for n, spec in enumerate(fields):
+        name = spec.name
+        if spec.default_factory is not None:
+            scope[f"_factory_{n}"] = spec.default_factory
+            params.append(f"{name}=_MISSING")
+            value = f"_factory_{n}() if {name} is _MISSING else {name}"
+        elif spec.default is not _MISSING:
+            scope[f"_default_{n}"] = spec.default
+            params.append(f"{name}=_default_{n}")
+            value = name
+        else:
+            params.append(name)
+            value = name
+        if frozen:
+            body.append(f"    _object.__setattr__(self, {name!r}, {value})")
+        else:
+            body.append(f"    self.{name} = {value}")
+    lines = [f"def __init__({', '.join(params)}):", *(body or ["    pass"])]
+    shown = ", ".join(f"{s.name}={{self.{s.name}!r}}" for s in fields if s.repr)
+    lines += ["def __repr__(self):", f"    return f'{{type(self).__qualname__}}({shown})'"]
+    compared = [f"self.{s.name}," for s in fields if s.compare]
+    theirs = [f"other.{s.name}," for s in fields if s.compare]
+    scope["_cls"] = cls
+    lines += [
+        "def __eq__(self, other):",
+        "    if other.__class__ is not self.__class__:",
+        "        return NotImplemented",
+        f"    return ({' '.join(compared)}) == ({' '.join(theirs)})",
+    ]
+    if frozen:
+        scope["_names"] = frozenset(s.name for s in fields)
+        lines += [
+            "def __hash__(self):",
+            f"    return hash(({' '.join(compared)}))",
+            "def __setattr__(self, name, value):",
+            "    if type(self) is _cls or name in _names:",
+            "        raise _Frozen(f'cannot assign to field {name!r}')",
+            "    super(_cls, self).__setattr__(name, value)",
+            "def __delattr__(self, name):",
+            "    if type(self) is _cls or name in _names:",
+            "        raise _Frozen(f'cannot delete field {name!r}')",
+            "    super(_cls, self).__delattr__(name)",
+        ]
+    return lines
+
+
+def _slotted(cls: type[_T], fields: list[_Field]) -> type[_T]:
+    """``cls`` made again with ``__slots__`` of its fields (as ``dataclass(slots=True)``)."""
+    namespace = dict(cls.__dict__)
+    names = tuple(spec.name for spec in fields)
+    namespace["__slots__"] = names
+    for name in names:
+        namespace.pop(name, None)
+    namespace.pop("__dict__", None)
+    namespace.pop("__weakref__", None)
+    metaclass: Any = type(cls)
+    made: Any = metaclass(cls.__name__, cls.__bases__, namespace)
+    made.__qualname__ = cls.__qualname__
+    made.__getstate__ = _getstate
+    made.__setstate__ = _setstate
+    slotted: type[_T] = made
+    return slotted
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, spec.name) for spec in getattr(self, _FIELDS)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for spec, value in zip(getattr(self, _FIELDS), state, strict=True):
+        object.__setattr__(self, spec.name, value)
+
+
+def replace(obj: _T, /, **changes: Any) -> _T:
+    """A copy of the record ``obj`` with ``changes`` (``dataclasses.replace``)."""
+    for spec in getattr(obj, _FIELDS):
+        changes.setdefault(spec.name, getattr(obj, spec.name))
+    return type(obj)(**changes)
+
+
+def as_dict(obj: Any) -> Any:
+    """The record ``obj`` as plain dicts and lists, records within it too
+    (``dataclasses.asdict`` for records holding JSON values)."""
+    fields = getattr(type(obj), _FIELDS, None)
+    if fields is not None:
+        return {spec.name: as_dict(getattr(obj, spec.name)) for spec in fields}
+    if isinstance(obj, list):
+        return [as_dict(value) for value in obj]
+    if isinstance(obj, tuple):
+        return type(obj)(as_dict(value) for value in obj)
+    if isinstance(obj, dict):
+        return {as_dict(key): as_dict(value) for key, value in obj.items()}
+    return obj
