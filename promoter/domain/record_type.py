@@ -18,7 +18,8 @@ one class is one compilation of all its methods, and nothing else is imported
 What it deliberately does not do: inheritance between records, ``ClassVar``/``InitVar``
 fields, ``__post_init__``, ordering, keyword-only fields, ``dataclasses.fields``: a
 class that needs them stays a ``dataclass``. A record's class whose base defines
-annotations is refused at import.
+annotations is refused at import, and so is a list, dict or set default (every instance
+would share it), as ``dataclass`` refuses one.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
             raise TypeError(f"{cls.__qualname__}.{name}: not a record's field")
         value = cls.__dict__.get(name, _MISSING)
         spec = value if isinstance(value, _Field) else _Field(value, None, True, True)
+        if isinstance(spec.default, list | dict | set):  # shared by every instance
+            raise ValueError(f"{cls.__qualname__}.{name}: a mutable default; use a factory")
         spec.name = name
         fields.append(spec)
         if isinstance(value, _Field):

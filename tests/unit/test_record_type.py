@@ -113,3 +113,9 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
 
     with pytest.raises(ValueError, match="a default or a factory"):
         field(default=1, default_factory=int)
+
+    with pytest.raises(ValueError, match="a mutable default"):
+
+        @record
+        class _Shared:
+            names: list[str] = []  # noqa: RUF012 (the mistake the record refuses)
