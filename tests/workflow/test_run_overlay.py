@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from promoter import faults
 from promoter.executor import base_cache, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
@@ -379,3 +381,36 @@ def test_a_link_or_a_nested_repository_the_command_makes_is_refused_on_both_layo
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
     (record,) = sandboxes.list_runs(daemon.state_dir)
     assert record.layout == layout
+
+
+def test_ctrl_c_while_the_daemon_holds_the_starts_watch_request_ends_at_once(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon holds the start's watch request (``start_watch_asked``) while the start
+    waits for its answer (``start_ask_awaited``); Ctrl-C (a real SIGINT) ends the command
+    line with the request still held, not when its client gives up (60 s): the person's
+    files untouched, the partial sandbox removed and said so, as for Ctrl-C elsewhere in
+    the start."""
+    _dirty(repo)
+    git_before, files_before = git_dir_digest(repo), tree_bytes(repo)
+    held = Pause(tmp_path, "start_watch_asked")  # in the daemon, this process
+    monkeypatch.setenv(faults.ENV, held.spec)
+    monkeypatch.setenv(faults.PAUSE_LIMIT_ENV, "600")
+    faults.reset()
+    awaited = Pause(tmp_path, "start_ask_awaited")  # in the command line
+    cli = _cli(daemon, "--repo", "work", "--yes", "--", "true", faults=awaited.spec)
+    try:
+        held.reached()
+        awaited.reached()
+        cli.send_signal(signal.SIGINT)
+        out, _ = cli.communicate(timeout=30)  # half the client's 60 s: never its timeout
+    finally:
+        held.release()
+    assert cli.returncode == 130, out
+    assert out.decode().splitlines()[-1] == (
+        "error [interrupted] interrupted before the sandbox was ready: nothing was run or "
+        "promoted, and nothing of yours was changed"
+    )
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert _leftovers(daemon.state_dir) == []
+    assert git_dir_digest(repo) == git_before and tree_bytes(repo) == files_before
