@@ -4,9 +4,10 @@ The sandbox is an overlay of promoter's cached base of HEAD, a start layer of th
 person's uncommitted work and the run's upper layer. These tests check what the command
 sees (the kernel's merge, reported from inside), that the bundle is the upper layer's
 files and whiteouts against the start state, that a base is never changed or removed
-under a live run, and that a kill at each point of a sandbox's making and removal
+under a live run, that a kill at each point of a sandbox's making and removal
 leaves the person's files as they were and nothing of promoter's that the next run does
-not sweep.
+not sweep, and that Ctrl-C while the daemon holds the start's watch request ends the
+start at once.
 
 Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``.
 """
