@@ -212,8 +212,9 @@ def test_a_git_that_ended_when_the_timer_fired_reports_its_last_file_whole(
 ) -> None:
     """The timer reaches its deadline (``review_diff_deadline``: marked expired, git not
     yet killed) and is held there while git writes every section and exits by itself;
-    the run is held after git's exit (``review_diff_waited``) until then. Its kill comes
-    after git ended: every file is whole, the last one too, and read whole."""
+    the run is held after git's exit, its timer not stopped (``review_diff_waited``),
+    until then. Its kill comes after git ended: every file is whole, the last one too,
+    and read whole."""
     (tmp_path / "blobs").mkdir()
     pairs = _files(tmp_path / "blobs", [(LONG, EDIT), (EDIT, LONG), (LONG, EDIT)])
     deadline, waited = tmp_path / "deadline", tmp_path / "waited"
@@ -252,3 +253,35 @@ def _reached(marker: Path) -> None:
     """Until the fault point announced at ``marker`` (a FIFO) is reached."""
     with open(marker, encoding="utf-8") as reader:  # blocks until the point writes it
         assert reader.read().isdigit()
+
+
+def test_a_file_diffed_alone_that_ended_when_the_timer_fired_is_not_timed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same order for one file's own ``git diff``: its timer held at the deadline
+    while git writes every line and exits by itself; its lines are whole, and it is not
+    marked timed out (the review would say "Diff stopped" of a whole file)."""
+    (tmp_path / "blobs").mkdir()
+    ((old, new),) = _files(tmp_path / "blobs", [(LONG, EDIT)])
+    deadline, waited = tmp_path / "deadline", tmp_path / "waited"
+    monkeypatch.setenv(
+        faults.ENV, f"review_diff_deadline=pause:{deadline},review_diff_waited=pause:{waited}"
+    )
+    faults.reset()
+    markers = [Path(f"{deadline}.paused"), Path(f"{waited}.paused")]
+    for marker in markers:
+        os.mkfifo(marker)
+    git = _GitDiff(old, new, 0.001)
+    lines: list[str] = []
+    worker = threading.Thread(target=lambda: lines.extend(git.lines()))
+    worker.start()
+    try:
+        for marker in markers:
+            _reached(marker)
+    finally:
+        deadline.touch()
+        waited.touch()
+        worker.join(60)
+    assert not worker.is_alive()
+    assert git.timed_out is False
+    assert lines == _alone([(old, new)])[0]

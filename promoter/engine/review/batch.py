@@ -15,7 +15,7 @@ A run killed at ``timeout`` is kept up to the kill: the pairs before the section
 written are ``whole``, that one ``stopped`` (its lines so far), the rest ``not_reached``.
 Killed means ended by the timer's ``SIGKILL``: a git that exited by itself as the timer
 fired is whole. Fault points: ``review_diff_deadline`` (the timer at its deadline, git
-not killed yet), ``review_diff_waited`` (git ended, its outcome not read yet).
+not killed yet), ``review_diff_waited`` (git ended, its timer not stopped yet).
 
 Not here: which files are diffed, the budget's wording, rendering (``diff.py``).
 """
@@ -233,9 +233,9 @@ def _spooled(
             expire()
         try:
             returncode = process.wait()
+            point("review_diff_waited")  # git ended, its timer not stopped yet
         finally:
             timer.cancel()
-        point("review_diff_waited")  # git ended, its outcome not read yet
         # killed only when the timer's kill ended git: one that exited by itself as the
         # timer fired wrote every section whole, the last one too
         killed = expired.is_set() and returncode == -signal.SIGKILL
