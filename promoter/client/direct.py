@@ -12,8 +12,9 @@ httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did a
 wire it does the same way: the base URL and query parameters, the bearer and httpx's
 default headers (but ``Accept-Encoding: identity``, as the daemon never compresses), a
 JSON body encoded as httpx encodes it, a streamed body sent chunked unless its length is
-given, and the whole answer read. ``Answer`` is the part of ``httpx.Response`` the client
-reads.
+given, and the whole answer read, its body at most ``max_body`` bytes (``http1.MAX_BODY``
+unless the caller gives a bound; past it ``payload_too_large``, the connection dropped).
+``Answer`` is the part of ``httpx.Response`` the client reads.
 
 Errors are httpx's, as its own transport raises them for each phase (httpx is imported
 then, and only then), so the retries and ``unreachable`` read them alike. Any other
@@ -33,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from promoter import __version__
-from promoter.client.http1 import Connection, Headers, ProtocolError
+from promoter.client.http1 import MAX_BODY, BodyTooLarge, Connection, Headers, ProtocolError
+from promoter.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
     import httpx
@@ -125,6 +127,8 @@ def _phase(timeout: str, error: str) -> Iterator[None]:
     (httpx is imported for the error only)."""
     try:
         yield
+    except BodyTooLarge:
+        raise  # not the transport's failure: the caller's bound (``_exchange``)
     except (OSError, ProtocolError) as exc:
         import httpx
 
@@ -145,9 +149,14 @@ class DirectClient:
         headers: Mapping[str, str],
         timeout: float,
         other: Callable[[], httpx.Client],
+        *,
+        max_body: int = MAX_BODY,
     ) -> None:
-        """``other`` makes the httpx client for another origin (on first use)."""
+        """``other`` makes the httpx client for another origin (on first use);
+        ``max_body``: the bytes of an answer's body read at most, unless a request gives
+        its own."""
         self._base = base_url.rstrip("/")
+        self._max_body = max_body
         self._headers = {**_HEADERS, **headers}
         self._timeout = timeout
         self._make_other = other
@@ -168,8 +177,11 @@ class DirectClient:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_body: int | None = None,
     ) -> Any:
-        """The whole answer to one request (an ``Answer``, or httpx's for another origin)."""
+        """The whole answer to one request (an ``Answer``, or httpx's for another origin);
+        a loopback answer's body at most ``max_body`` bytes (the client's bound unless
+        given)."""
         absolute = url if "://" in url else self._base + url
         if not loopback(absolute):
             if self._other is None:
@@ -198,8 +210,9 @@ class DirectClient:
         sent.update(headers or {})
         key = (parts.hostname or "", parts.port or 80)
         connection = self._connection(key, limit)
+        bound = self._max_body if max_body is None else max_body
         try:
-            return self._exchange(connection, method, target, sent, body, limit, absolute)
+            return self._exchange(connection, method, target, sent, body, limit, absolute, bound)
         except BaseException:
             connection.close()
             raise
@@ -223,6 +236,7 @@ class DirectClient:
         body: bytes | Iterable[bytes],
         limit: float,
         url: str,
+        max_body: int,
     ) -> Answer:
         broken = False
         try:
@@ -233,9 +247,16 @@ class DirectClient:
             if not _write_error(exc):
                 raise
             broken = True  # the request was not sent whole: the connection is not kept
-        with _phase("ReadTimeout", "ReadError"):
-            connection.settimeout(limit)
-            answer = connection.answer(method)
+        try:
+            with _phase("ReadTimeout", "ReadError"):
+                connection.settimeout(limit)
+                answer = connection.answer(method, max_body)
+        except BodyTooLarge as exc:  # final: the same request would answer as much again
+            raise PayloadTooLarge(
+                f"the answer to {method} {urlsplit(url).path} is larger than {exc.limit} "
+                "bytes, the most this client reads of an answer",
+                limit=exc.limit,
+            ) from exc
         if answer.will_close or broken:
             connection.close()
         else:

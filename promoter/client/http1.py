@@ -8,11 +8,14 @@ as it comes, chunked unless its ``Content-Length`` is given, and then exactly th
 bytes) and reads the whole answer: the status line and the headers within ``MAX_LINE``
 bytes a line, ``MAX_HEADERS`` headers and ``MAX_HEAD`` bytes in all; interim ``1xx``
 answers skipped; the body by ``Content-Length``, chunked (sizes of at most 16 hex digits,
-each chunk ended by CRLF, bounded trailers) or to the end of the stream; and whether the
+each chunk ended by CRLF, bounded trailers) or to the end of the stream, at most
+``max_body`` bytes (the caller's bound, ``MAX_BODY`` unless given); and whether the
 connection may carry the next request. An answer that is malformed, over a bound or cut
-short raises ``ProtocolError``; the socket's own errors (``TimeoutError`` among them) come
-as they are. It is what ``http.client`` did for ``promoter.client.direct`` without
-``http.client``'s imports (``email``'s parser and ``ssl``, about 18 ms of every command).
+short raises ``ProtocolError`` (``BodyTooLarge`` for a body past ``max_body``, raised
+once a declared length or the bytes read pass it); the socket's own errors
+(``TimeoutError`` among them) come as they are. It is what ``http.client`` did for
+``promoter.client.direct`` without ``http.client``'s imports (``email``'s parser and
+``ssl``, about 18 ms of every command).
 
 Not here: TLS, proxies, redirects, compression, HTTP/2, 101 upgrades (all answered by
 httpx's client, ``promoter.client.direct`` sends such origins there), keeping idle
@@ -29,6 +32,11 @@ MAX_LINE = 65_536  # bytes of the status line, of a header line, of a trailer li
 MAX_HEADERS = 100  # headers of one answer (and trailers of a chunked body)
 MAX_HEAD = 262_144  # bytes of the status line and the headers together
 MAX_INTERIM = 16  # 1xx answers before the final one
+# bytes of an answer's body unless the caller gives its bound: twice the largest answer a
+# daemon with its default limits gives (a blob of max_blob_bytes, 256 MiB; a first diff
+# page of a bundle of max_document_bytes, 64 MiB: 8 MiB of diff at most and an entry a file,
+# a few times the bundle); a caller of a daemon with raised limits gives its own
+MAX_BODY = 512 << 20
 _MAX_CHUNK_LINE = 4096  # a chunk's size line with its extensions
 _RECEIVE = 262_144
 _TOKEN = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -42,6 +50,14 @@ class ProtocolError(Exception):
     def __init__(self, message: str, *, local: bool = False) -> None:
         super().__init__(message)
         self.local = local
+
+
+class BodyTooLarge(ProtocolError):
+    """An answer's body longer than the caller's bound (``limit`` bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer's body is larger than {limit} bytes")
+        self.limit = limit
 
 
 class Headers:
@@ -218,8 +234,9 @@ class Connection:
 
     # --- the answer -----------------------------------------------------------------------
 
-    def answer(self, method: str) -> Answer:
-        """The final answer to the request sent, read whole (interim 1xx ones skipped)."""
+    def answer(self, method: str, max_body: int = MAX_BODY) -> Answer:
+        """The final answer to the request sent, read whole (interim 1xx ones skipped),
+        its body at most ``max_body`` bytes (``BodyTooLarge`` past it)."""
         for _ in range(MAX_INTERIM + 1):
             version, status, reason, headers = self._status_and_headers()
             if status == 101:
@@ -236,12 +253,15 @@ class Connection:
         elif encoding is not None:
             if encoding.strip().lower() != "chunked":
                 raise ProtocolError(f"unsupported Transfer-Encoding {encoding[:40]!r}")
-            body = self._chunked()
+            body = self._chunked(max_body)
             will_close = will_close or "content-length" in headers  # both: never reused
         elif "content-length" in headers:
-            body = self._exact(_length(headers.get_list("content-length")))
+            length = _length(headers.get_list("content-length"))
+            if length > max_body:
+                raise BodyTooLarge(max_body)  # refused before a byte of it is read
+            body = self._exact(length)
         else:
-            body, will_close = self._to_end(), True
+            body, will_close = self._to_end(max_body), True
         return Answer(status, reason, headers, body, will_close)
 
     def _status_and_headers(self) -> tuple[str, int, str, Headers]:
@@ -266,8 +286,9 @@ class Connection:
                 raise ProtocolError(f"the answer has more than {MAX_HEADERS} headers")
             items.append(_header(line))
 
-    def _chunked(self) -> bytes:
+    def _chunked(self, max_body: int) -> bytes:
         parts: list[bytes] = []
+        got = 0
         while True:
             line = self._line(_MAX_CHUNK_LINE, "chunk size line")
             if not line.endswith(b"\n"):
@@ -278,6 +299,9 @@ class Connection:
             size = int(size_text, 16)
             if size == 0:
                 break
+            got += size
+            if got > max_body:
+                raise BodyTooLarge(max_body)  # before the chunk is read
             parts.append(self._exact(size))
             if self._exact(2) != b"\r\n":
                 raise ProtocolError("a chunk is not ended by CRLF")
@@ -342,12 +366,17 @@ class Connection:
             got += len(data)
         return b"".join(parts)
 
-    def _to_end(self) -> bytes:
-        """The rest of the stream (a body the server ends by closing)."""
+    def _to_end(self, max_body: int) -> bytes:
+        """The rest of the stream (a body the server ends by closing), at most
+        ``max_body`` bytes."""
         parts = [self._rest()]
+        got = len(parts[0])
         sock = self._open()
-        while data := sock.recv(_RECEIVE):
+        while got <= max_body and (data := sock.recv(_RECEIVE)):
             parts.append(data)
+            got += len(data)
+        if got > max_body:
+            raise BodyTooLarge(max_body)
         return b"".join(parts)
 
 

@@ -100,6 +100,7 @@ class PromoterClient(BlobCalls):
             transport=self._transport,
             backoff=self._backoff,
             cluster=self._cluster,
+            max_body=self._max_body,
         )
 
     # --- health ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.client.direct import DirectClient
 from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
+from promoter.client.http1 import MAX_BODY
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -103,20 +104,27 @@ class Transport(Closing):
         transport: httpx.BaseTransport | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
         cluster: frozenset[Origin] | None = None,
+        max_body: int = MAX_BODY,
     ) -> None:
         """``cluster``: the origins of the cluster's hosts as another client of the same
-        caller read them, for a credential that may not read the hosts list itself."""
+        caller read them, for a credential that may not read the hosts list itself;
+        ``max_body``: the bytes of an answer's body the loopback pool reads at most
+        (``promoter.client.http1.MAX_BODY``: a daemon's answers under its default
+        limits)."""
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._transport = transport
         self._backoff = backoff
         self._cluster = cluster
+        self._max_body = max_body
         self.followed: str | None = None  # the host the last 421 followed sent a request to
         self._http: httpx.Client | DirectClient
         if transport is None and not proxied():
             bearer = {"Authorization": f"Bearer {token}"} if token else {}
-            self._http = DirectClient(self.url, bearer, timeout, self._httpx_client)
+            self._http = DirectClient(
+                self.url, bearer, timeout, self._httpx_client, max_body=max_body
+            )
         else:
             self._http = self._httpx_client()
 

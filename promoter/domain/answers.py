@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+CarriedPart = Literal["diff", "receipt"]
 DiffFlag = Literal[
     "bidi_control",
     "binary",
@@ -333,6 +334,15 @@ class MissingBlobs(TypedDict):
     missing: list[str]
 
 
+class NotCarried(TypedDict):
+    """A part of the review asked for that the answer does not carry: the error reading
+    it met (its stable code and detail); its own request reads it."""
+
+    part: CarriedPart
+    code: str
+    detail: str
+
+
 class OperationAccepted(TypedDict):
     operation_id: str
     status: str
@@ -435,7 +445,8 @@ class PreflightChecks(TypedDict):
 class PromotedWithEvidence(TypedDict):
     """The stored bundle, its passed verification receipt and the promotion: its final
     view once it ended (200, with ``wait``), else its id and status (202); asked for, the
-    bundle's first diff page and the promotion receipt (each left out otherwise)."""
+    bundle's first diff page and the promotion receipt (each left out otherwise), and
+    each one asked for that could not be read, with why (``not_carried``)."""
 
     bundle_id: str
     bundle_sha256: str
@@ -443,6 +454,7 @@ class PromotedWithEvidence(TypedDict):
     operation: OperationView | OperationAccepted
     diff: NotRequired[dict[str, Any] | None]
     receipt: NotRequired[dict[str, Any] | None]
+    not_carried: NotRequired[list[NotCarried] | None]
 
 
 class ReadBackReport(TypedDict):

@@ -525,10 +525,23 @@ class TraceReport(Reply):
     paths: list[TracePath]
 
 
+CarriedPart = Literal["diff", "receipt"]
+
+
+class NotCarried(Reply):
+    """A part of the review asked for that the answer does not carry: the error reading
+    it met (its stable code and detail); its own request reads it."""
+
+    part: CarriedPart
+    code: str
+    detail: str
+
+
 class PromotedWithEvidence(Reply):
     """The stored bundle, its passed verification receipt and the promotion: its final
     view once it ended (200, with ``wait``), else its id and status (202); asked for, the
-    bundle's first diff page and the promotion receipt (each left out otherwise)."""
+    bundle's first diff page and the promotion receipt (each left out otherwise), and
+    each one asked for that could not be read, with why (``not_carried``)."""
 
     bundle_id: str
     bundle_sha256: Sha256
@@ -543,6 +556,12 @@ class PromotedWithEvidence(Reply):
         description="with `receipt=true`, once completed: the PatchPromotionReceiptV1 "
         "`GET /v1/operations/{id}/receipt` serves",
     )
+    not_carried: list[NotCarried] | None = Field(
+        default=None,
+        description="each part asked for (`diff`, or `receipt` of a completed promotion) "
+        "that could not be read, with the error's code and detail: its own request reads "
+        "it; left out when everything asked for is carried",
+    )
 
     _receipt = field_serializer("verification_receipt")(_receipt_document)
 
@@ -551,8 +570,8 @@ class PromotedWithEvidence(Reply):
         return operation.wire()
 
     def wire(self) -> dict[str, Any]:
-        """The JSON answer; ``diff`` and ``receipt`` only when they are carried."""
-        unasked = {k for k in ("diff", "receipt") if getattr(self, k) is None}
+        """The JSON answer; ``diff``, ``receipt`` and ``not_carried`` only when there."""
+        unasked = {k for k in ("diff", "receipt", "not_carried") if getattr(self, k) is None}
         return self.model_dump(mode="json", by_alias=True, exclude=unasked or None)
 
 

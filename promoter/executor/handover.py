@@ -4,7 +4,9 @@
 new (small ones batched, big ones streamed, with progress), then submits the bundle and
 returns the verification receipt's checked document (``upload_and_submit`` its model);
 ``promote_with_evidence`` hands blobs, bundle and the promotion over in one request, for
-a caller holding both authorities (protocol: promotion#one-request-with-both-authorities);
+a caller holding both authorities (protocol: promotion#one-request-with-both-authorities),
+and warns of each part of the review the answer names not carried (read next by its own
+request);
 ``grant_from_file`` reads a grant document (checked by ``promoter.domain.wirecheck``, a
 ``GrantRecord``: no pydantic unless it is refused, and then the model words the refusal).
 A receipt is checked by the validator too: its model loads only for a refusal or for
@@ -24,6 +26,7 @@ from promoter.domain.blob_frames import BATCH_MAX_BYTES, frame_bytes
 from promoter.domain.bundle_records import StateRecord, grant_record
 from promoter.errors import GrantInvalid
 from promoter.executor.builder import BuiltBundle
+from promoter.lazy_log import LazyLogger
 
 if TYPE_CHECKING:
     from promoter.client.sync import PromoterClient
@@ -41,6 +44,8 @@ __all__ = [
     "upload_and_submit",
     "upload_missing",
 ]
+
+log = LazyLogger("promoter.run")
 
 Progress = Callable[[int, int], None]
 """Called with (bytes uploaded so far, bytes to upload in all)."""
@@ -131,6 +136,11 @@ def promote_with_evidence(
         built.bundle, blobs, fence, executor_token=executor_token, wait=True, with_review=True
     )
     diff, promoted = answer.get("diff"), answer.get("receipt")
+    for missing in answer.get("not_carried") or ():  # read next by its own request
+        log.warning(
+            "the host did not carry the review's %s (%s: %s); it is read by its own request",
+            missing.get("part"), missing.get("code"), missing.get("detail"),
+        )  # fmt: skip
     return Promoted(
         _checked_receipt(answer["verification_receipt"]),
         dict(answer["operation"]),

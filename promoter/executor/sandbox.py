@@ -162,17 +162,15 @@ def create(
         _made(home, ready)
         # the daemon's watch asked while the record is saved and the layers are made
         asking = None if watched is None or from_head else Asking(watched, overlay)
-        try:
-            record = RunRecord(
-                run_id=run_id, repository=repository, worktree=worktree, branch=branch,
-                base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
-                allow=allow, layout="overlay",
-            )  # fmt: skip
-            _lay_overlay(state_dir, record, home, from_head, overlay, watched, asking)
-            return record
-        finally:
-            if asking is not None:
-                asking.join()  # its client is the caller's: never left in use
+        record = RunRecord(
+            run_id=run_id, repository=repository, worktree=worktree, branch=branch,
+            base_commit=head, base_tree=tree, clone=str(clone), created_at=created_at,
+            allow=allow, layout="overlay",
+        )  # fmt: skip
+        # a start that fails or is interrupted (Ctrl-C) does not wait for the answer: the
+        # asking thread holds its own client and reads only (``start_watch.Asking``)
+        _lay_overlay(state_dir, record, home, from_head, overlay, watched, asking)
+        return record
     _made(home, ready)
     local = ["-c", "protocol.file.allow=always"]  # the one transport a local clone needs
     short = branch.removeprefix("refs/heads/")

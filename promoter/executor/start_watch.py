@@ -16,7 +16,9 @@ reads the baselines, takes the fingerprint, asks the daemon with every position 
 hold (``Watched.ask``: ``POST /v1/repositories/{name}/changes``; the worker answers for
 the one of its generation, or unknown), compares with the baseline of the answer's
 generation, never another (``Asking``: the reading and the asking begun in a thread
-while the start saves its record and makes its layers), and returns the candidate
+while the start saves its record and makes its layers, never waited for by a start that
+failed or was interrupted; fault point ``start_ask_awaited``: the start about to wait
+for its answer), and returns the candidate
 paths: the watch's, the baseline's, and when the index changed what ``git diff-index
 --cached`` names; the status pass limited to them by literal pathspecs gives the full
 pass's answer
@@ -53,6 +55,7 @@ from typing import Any, NamedTuple
 
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor.seed_index import PlainIndex
+from promoter.faults import point
 from promoter.fs.own_entry import OwnTree
 from promoter.fs.own_temp import OwnTemp
 from promoter.git.layout import RepoLayout
@@ -93,7 +96,8 @@ _MAX_BASELINE = 1 << 20
 
 class Watched(NamedTuple):
     """Where the baselines are kept and how the daemon is asked (every position held:
-    (generation, clock) pairs, one a generation)."""
+    (generation, clock) pairs, one a generation; in ``Asking``'s thread, through a client
+    of its own)."""
 
     state_dir: Path
     ask: Callable[[list[tuple[str, int]]], Mapping[str, Any]]
@@ -193,7 +197,10 @@ class Asking(threading.Thread):
     """``plan``'s reading and asking begun early, beside what the start does before its
     status pass (HEAD's tree, the record, the layers); ``plan`` takes its answer. Begun
     before that pass as ``plan`` itself is, so the position asked for still comes before
-    it; the fingerprint taken earlier only widens what ``unmoved`` compares."""
+    it; the fingerprint taken earlier only widens what ``unmoved`` compares. A daemon
+    thread that reads and asks only, through a client of its own (``Watched.ask`` opens
+    one): a start that fails or is interrupted leaves it to its answer and never waits
+    for it, so Ctrl-C ends the start at once however long the daemon takes."""
 
     def __init__(self, watched: Watched, layout: RepoLayout) -> None:
         super().__init__(name="promoter-start-ask", daemon=True)
@@ -209,6 +216,7 @@ class Asking(threading.Thread):
             self._error = exc
 
     def asked(self) -> _Asked:
+        point("start_ask_awaited")  # the start waits for the answer from here
         self.join()
         if self._error is not None:
             raise self._error

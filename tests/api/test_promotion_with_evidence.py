@@ -6,7 +6,8 @@ both authorities, a bundle of another run, and a body the batch's bounds refuse 
 refused with their stable codes and nothing stored (no blob, no bundle, no receipt, no
 operation, nothing charged); both clients' methods. Asked for, the answer carries the
 bundle's diff and the promotion receipt as their own requests answer them; a diff that
-cannot be built is left out, the promotion answered all the same.
+cannot be built is left out and named in ``not_carried`` with its error's code and
+detail, the promotion answered all the same.
 """
 
 from __future__ import annotations
@@ -334,14 +335,16 @@ def test_the_answer_carries_the_diff_and_the_receipt_their_own_requests_answer(
     assert reply["diff"] == diff.json()
     assert reply["receipt"] == json.loads(receipt.content)
     assert reply["receipt"]["receipt_sha256"] == reply["operation"]["receipt_sha256"]
+    assert "not_carried" not in reply  # everything asked for is carried
     plain = _post(daemon, content, executor).json()  # the same operation, nothing carried
-    assert "diff" not in plain and "receipt" not in plain
+    assert "diff" not in plain and "receipt" not in plain and "not_carried" not in plain
     assert plain["operation"]["operation_id"] == operation_id
     waited_not = _post(daemon, content, executor, wait="false", receipt="true")
     assert waited_not.status_code == 202 and "receipt" not in waited_not.json()
+    assert "not_carried" not in waited_not.json()  # no receipt yet is no failure
 
 
-def test_a_diff_that_cannot_be_built_is_left_out_and_the_promotion_still_answers(
+def test_a_diff_that_cannot_be_built_is_named_not_carried_and_the_promotion_still_answers(
     daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     grant = _grant(daemon, repo, identity)
@@ -354,7 +357,15 @@ def test_a_diff_that_cannot_be_built_is_left_out_and_the_promotion_still_answers
     faults.reset()
     assert answer.status_code == 200, answer.text
     reply = answer.json()
-    assert "diff" not in reply  # left out: the caller asks for it
+    assert "diff" not in reply  # left out: the caller asks for it, told why
+    assert reply["not_carried"] == [
+        {
+            "part": "diff",
+            "code": "storage_error",
+            "detail": "the bundle's diff could not be read: injected fault at "
+            "bundle_diff_file: Input/output error",
+        }
+    ]
     assert reply["operation"]["status"] == "completed"
     assert reply["receipt"]["receipt_sha256"] == reply["operation"]["receipt_sha256"]
     assert tree_bytes(repo)["src/app.py"][0] == V2

@@ -12,6 +12,9 @@ shapes: chunked answers with trailers, interim 1xx answers, a body ended by clos
 HTTP/1.0 answer, keep-alive reuse, and an idle connection with bytes nobody asked for
 replaced. A request whose header would carry a line break is refused before a byte is
 sent; a streamed body that breaks its own ``Content-Length`` is ``LocalProtocolError``.
+A body larger than the client's bound (declared, chunked or read to the end) is
+``payload_too_large`` naming the bound, its connection dropped, never asked for again; a
+body of exactly the bound is read.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ import httpx
 import pytest
 
 from promoter.client.direct import DirectClient
-from promoter.client.http1 import MAX_HEAD, MAX_HEADERS, MAX_INTERIM, MAX_LINE
+from promoter.client.http1 import MAX_BODY, MAX_HEAD, MAX_HEADERS, MAX_INTERIM, MAX_LINE
+from promoter.client.sync import PromoterClient
+from promoter.config import Settings
+from promoter.engine.review.diff import MAX_LIMIT
+from promoter.errors import PayloadTooLarge
 
 
 class Canned:
@@ -292,3 +299,89 @@ def test_an_answer_that_comes_a_few_bytes_at_a_time_or_in_large_pieces_is_read_w
     assert client.get("/after").content == b"[]"
     assert whole.accepted == 1
     client.close()
+
+
+BOUND = 1024
+OVER = b"o" * (BOUND + 1)
+EXACT = b"e" * BOUND
+OVER_THE_BOUND = {
+    "content_length": _ok(OVER),
+    "content_length_declared_only": b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n{}",
+    "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"200\r\n"
+    + OVER[:512]
+    + b"\r\n"
+    + b"201\r\n"
+    + OVER[512:]
+    + b"\r\n0\r\n\r\n",
+    "chunked_one_huge_chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"ffffffffff\r\n{}",
+    "to_the_end": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + OVER,
+}
+
+
+def _bounded(server: Canned) -> DirectClient:
+    def other() -> httpx.Client:
+        raise AssertionError("a loopback request went to httpx's client")
+
+    return DirectClient(server.url, {}, 5.0, other, max_body=BOUND)
+
+
+@pytest.mark.parametrize("name", sorted(OVER_THE_BOUND))
+def test_a_body_larger_than_the_bound_is_refused_and_its_connection_dropped(
+    canned: list[Canned], name: str
+) -> None:
+    """Refused as soon as the bound is passed (a declared length before a byte of the body
+    is read), with the bound in the error, never as an answer; the next request goes on a
+    new connection."""
+    server = _serve(canned, OVER_THE_BOUND[name], _ok(b'{"after": true}'))
+    client = _bounded(server)
+    with pytest.raises(PayloadTooLarge) as refused:
+        client.get("/v1/bundles/b/diff")
+    assert str(refused.value) == (
+        f"the answer to GET /v1/bundles/b/diff is larger than {BOUND} bytes, the most this "
+        "client reads of an answer"
+    )
+    assert refused.value.context == {"limit": BOUND}
+    assert client._idle is None
+    assert client.get("/again").json() == {"after": True}
+    assert server.accepted == 2
+    client.close()
+
+
+def test_a_body_of_exactly_the_bound_is_read_whole_in_each_framing(canned: list[Canned]) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"100\r\n"
+        + EXACT[:256]
+        + b"\r\n300\r\n"
+        + EXACT[256:]
+        + b"\r\n0\r\n\r\n"
+    )
+    closed = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + EXACT
+    server = _serve(canned, (_ok(EXACT), False), (chunked, False), (closed, True))
+    client = _bounded(server)
+    assert [client.get(f"/{n}").content for n in range(3)] == [EXACT] * 3
+    assert server.accepted == 1
+    client.close()
+
+
+def test_a_body_over_the_bound_is_not_asked_for_again(canned: list[Canned]) -> None:
+    """An idempotent call that retries a dropped connection does not retry a refused
+    answer: it would be as large again. The command line names the code and the bound."""
+    server = _serve(canned, _ok(OVER), _ok(b"[]"))
+    client = PromoterClient(server.url, "token", max_body=BOUND)
+    with client, pytest.raises(PayloadTooLarge) as refused:
+        client.get_blob("a" * 64)
+    assert refused.value.code == "payload_too_large"
+    assert server.accepted == 1 and len(server.requests) == 1
+
+
+def test_the_default_bound_passes_the_largest_answers_of_a_daemon_with_default_limits() -> None:
+    """A blob of ``max_blob_bytes``, and a bundle of ``max_document_bytes`` whose first diff
+    page (up to 8 MiB of diff, and an entry a file of a few times the file's place in the
+    bundle) is bounded by four times the bundle."""
+    defaults = Settings.model_fields
+    assert 2 * defaults["max_blob_bytes"].default <= MAX_BODY
+    assert 8 * defaults["max_document_bytes"].default <= MAX_BODY
+    assert MAX_BODY >= 2 * MAX_LIMIT * 6  # a whole page of diff, every byte escaped in JSON

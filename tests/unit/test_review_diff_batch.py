@@ -8,19 +8,22 @@ other pairs, for random line edits (hypothesis), and for content a hostile bundl
 hold to make the split ambiguous: lines that read as git's file headers, hunk headers or
 ``\\ No newline`` markers. Output that does not follow git's grammar is refused (None:
 the caller goes file by file); nothing is left in the private directory, and the stored
-blobs keep their single link.
+blobs keep their single link. A timer that fires at the deadline once git ended by itself
+stops nothing (fault points order the two).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from promoter import faults
 from promoter.engine.review import batch as batches
 from promoter.engine.review.diff import GIT_DIFF, _GitDiff
 
@@ -202,3 +205,83 @@ def test_a_run_out_of_time_stops_the_first_pair_and_reaches_no_other(tmp_path: P
     finally:
         batch.close()
     assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_a_git_that_ended_when_the_timer_fired_reports_its_last_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timer reaches its deadline (``review_diff_deadline``: marked expired, git not
+    yet killed) and is held there while git writes every section and exits by itself;
+    the run is held after git's exit, its timer not stopped (``review_diff_waited``),
+    until then. Its kill comes after git ended: every file is whole, the last one too,
+    and read whole."""
+    (tmp_path / "blobs").mkdir()
+    pairs = _files(tmp_path / "blobs", [(LONG, EDIT), (EDIT, LONG), (LONG, EDIT)])
+    deadline, waited = tmp_path / "deadline", tmp_path / "waited"
+    monkeypatch.setenv(
+        faults.ENV, f"review_diff_deadline=pause:{deadline},review_diff_waited=pause:{waited}"
+    )
+    faults.reset()
+    markers = [Path(f"{deadline}.paused"), Path(f"{waited}.paused")]
+    for marker in markers:
+        os.mkfifo(marker)  # opened by the point when it is reached
+    outcome: list[batches.Batch | None] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            batches.run(os.fspath(tmp_path / "tmp"), pairs, GIT_DIFF, 0.001)
+        )
+    )
+    worker.start()
+    try:
+        for marker in markers:
+            _reached(marker)
+    finally:
+        deadline.touch()
+        waited.touch()
+        worker.join(60)
+    (batch,) = outcome
+    assert batch is not None
+    try:
+        assert batch.done == ["whole", "whole", "whole"]
+        assert [list(batch.lines(k)) for k in range(3)] == _alone(pairs)
+    finally:
+        batch.close()
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def _reached(marker: Path) -> None:
+    """Until the fault point announced at ``marker`` (a FIFO) is reached."""
+    with open(marker, encoding="utf-8") as reader:  # blocks until the point writes it
+        assert reader.read().isdigit()
+
+
+def test_a_file_diffed_alone_that_ended_when_the_timer_fired_is_not_timed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same order for one file's own ``git diff``: its timer held at the deadline
+    while git writes every line and exits by itself; its lines are whole, and it is not
+    marked timed out (the review would say "Diff stopped" of a whole file)."""
+    (tmp_path / "blobs").mkdir()
+    ((old, new),) = _files(tmp_path / "blobs", [(LONG, EDIT)])
+    deadline, waited = tmp_path / "deadline", tmp_path / "waited"
+    monkeypatch.setenv(
+        faults.ENV, f"review_diff_deadline=pause:{deadline},review_diff_waited=pause:{waited}"
+    )
+    faults.reset()
+    markers = [Path(f"{deadline}.paused"), Path(f"{waited}.paused")]
+    for marker in markers:
+        os.mkfifo(marker)
+    git = _GitDiff(old, new, 0.001)
+    lines: list[str] = []
+    worker = threading.Thread(target=lambda: lines.extend(git.lines()))
+    worker.start()
+    try:
+        for marker in markers:
+            _reached(marker)
+    finally:
+        deadline.touch()
+        waited.touch()
+        worker.join(60)
+    assert not worker.is_alive()
+    assert git.timed_out is False
+    assert lines == _alone([(old, new)])[0]

@@ -11,6 +11,7 @@ operation's receipt print, whether the promotion's answer carried them or not.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -131,14 +132,27 @@ DIFFED = "bundle_diff_file"  # once per file of each diff the daemon builds
 
 @pytest.mark.parametrize("carried", [True, False], ids=["carried", "left-out"])
 def test_yes_prints_what_the_diff_and_receipt_requests_answer(
-    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch, carried: bool
+    daemon: Daemon,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    carried: bool,
 ) -> None:
     """The summary and the receipt's lines are the bytes the bundle's diff and the
     operation's receipt print: carried by the promotion's answer (the diff built once), or
-    left out of it (its diff failing) and asked for after."""
+    left out of it (its diff failing), named not carried with why, and asked for after."""
     monkeypatch.setenv(faults.ENV, f"{DIFFED}=EIO@{1000000 if carried else 1}")
     faults.reset()
-    result = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", MIXED)
+    with caplog.at_level(logging.WARNING, logger="promoter.run"):
+        result = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", MIXED)
+    fallback = [
+        "the host did not carry the review's diff (storage_error: the bundle's diff could "
+        "not be read: injected fault at bundle_diff_file: Input/output error); it is read "
+        "by its own request"
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == "promoter.run"] == (
+        [] if carried else fallback
+    )
     diffed = faults.hits(DIFFED)
     monkeypatch.delenv(faults.ENV)
     assert result.exit_code == 0, result.output

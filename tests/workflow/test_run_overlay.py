@@ -4,9 +4,10 @@ The sandbox is an overlay of promoter's cached base of HEAD, a start layer of th
 person's uncommitted work and the run's upper layer. These tests check what the command
 sees (the kernel's merge, reported from inside), that the bundle is the upper layer's
 files and whiteouts against the start state, that a base is never changed or removed
-under a live run, and that a kill at each point of a sandbox's making and removal
+under a live run, that a kill at each point of a sandbox's making and removal
 leaves the person's files as they were and nothing of promoter's that the next run does
-not sweep.
+not sweep, and that Ctrl-C while the daemon holds the start's watch request ends the
+start at once.
 
 Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``.
 """
@@ -17,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from promoter import faults
 from promoter.executor import base_cache, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
@@ -379,3 +382,36 @@ def test_a_link_or_a_nested_repository_the_command_makes_is_refused_on_both_layo
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
     (record,) = sandboxes.list_runs(daemon.state_dir)
     assert record.layout == layout
+
+
+def test_ctrl_c_while_the_daemon_holds_the_starts_watch_request_ends_at_once(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon holds the start's watch request (``start_watch_asked``) while the start
+    waits for its answer (``start_ask_awaited``); Ctrl-C (a real SIGINT) ends the command
+    line with the request still held, not when its client gives up (60 s): the person's
+    files untouched, the partial sandbox removed and said so, as for Ctrl-C elsewhere in
+    the start."""
+    _dirty(repo)
+    git_before, files_before = git_dir_digest(repo), tree_bytes(repo)
+    held = Pause(tmp_path, "start_watch_asked")  # in the daemon, this process
+    monkeypatch.setenv(faults.ENV, held.spec)
+    monkeypatch.setenv(faults.PAUSE_LIMIT_ENV, "600")
+    faults.reset()
+    awaited = Pause(tmp_path, "start_ask_awaited")  # in the command line
+    cli = _cli(daemon, "--repo", "work", "--yes", "--", "true", faults=awaited.spec)
+    try:
+        held.reached()
+        awaited.reached()
+        cli.send_signal(signal.SIGINT)
+        out, _ = cli.communicate(timeout=30)  # half the client's 60 s: never its timeout
+    finally:
+        held.release()
+    assert cli.returncode == 130, out
+    assert out.decode().splitlines()[-1] == (
+        "error [interrupted] interrupted before the sandbox was ready: nothing was run or "
+        "promoted, and nothing of yours was changed"
+    )
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert _leftovers(daemon.state_dir) == []
+    assert git_dir_digest(repo) == git_before and tree_bytes(repo) == files_before

@@ -21,8 +21,11 @@ bundle's parse and the verification each hold a document slot, never the blobs' 
 Asked for them (``diff``, ``receipt``), the answer carries what a caller would read next:
 the bundle's first diff page, built while the promotion runs, and the promotion receipt
 once completed, each exactly as its own request answers it (``GET /v1/bundles/{id}/diff``,
-``GET /v1/operations/{id}/receipt``); one that cannot be read is left out, never failing
-the promotion's answer (protocol: promotion#one-request-with-both-authorities).
+``GET /v1/operations/{id}/receipt``); one whose reading fails (a promoter error, or the
+blob store's ``OSError`` for the diff) is left out and named in ``not_carried`` with the
+error's code and detail, never failing the promotion's answer
+(protocol: promotion#one-request-with-both-authorities). Any other exception is a fault
+of the daemon's and fails the request as it would fail the separate read.
 
 Not here: what a promotion does (``promoter.engine.operation``), the separate requests,
 which keep their meaning (``blobs``, ``bundles``, ``operations``).
@@ -51,13 +54,20 @@ from promoter.domain.evidence_frames import BUNDLE_HEADER_MAX, parse_bundle_head
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
 from promoter.domain.status import OperationStatus
-from promoter.domain.views import OperationAccepted, PromotedWithEvidence
+from promoter.domain.views import NotCarried, OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.operation import receipts, runner, views
 from promoter.engine.operation.with_evidence import GROUP_FAULT, promote_with_evidence
 from promoter.engine.ports import Credentials, Promoting, Provenance, Records, Reviewing, Uploading
 from promoter.engine.review.diff import bundle_diff
-from promoter.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthenticated
+from promoter.errors import (
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    PromoterError,
+    StorageError,
+    Unauthenticated,
+)
 from promoter.store.blob_batch import BlobBatch
 from promoter.store.credentials import Principal
 
@@ -190,26 +200,32 @@ class _Answering(Promoting, Reviewing, Records, Protocol):
     """Promotes, and reads the bundle's diff and the receipt for the answer."""
 
 
-def _diff(services: Reviewing, bundle: PatchBundleV1) -> dict[str, Any] | None:
+def _diff(services: Reviewing, bundle: PatchBundleV1) -> dict[str, Any] | NotCarried:
     """The stored ``bundle``'s first diff page as ``GET /v1/bundles/{id}/diff`` answers
-    it, or None when it cannot be built now (the caller asks for it, and is answered its
-    error)."""
+    it, or why it cannot be built now: a promoter error (a blob missing or changed, git
+    failing) or the blob store's ``OSError``; the caller asks for it by its own request."""
     bundle_id = bundle.bundle_id
+    failed: PromoterError
     try:
         return dict(bundle_diff(services, bundle_id, stored=bundle))
-    except Exception as exc:  # the promotion's answer never fails for its diff
-        log.warning("the diff of %s is left out of the answer: %s", bundle_id, exc)
-        return None
+    except OSError as exc:  # reading the blob store (the separate read fails alike)
+        failed = StorageError(f"the bundle's diff could not be read: {exc.strerror or exc}")
+    except PromoterError as exc:
+        failed = exc
+    log.warning("the diff of %s is left out of the answer: %s", bundle_id, failed.detail)
+    return NotCarried(part="diff", code=failed.code, detail=failed.detail)
 
 
-def _receipt(services: Records, operation_id: str) -> dict[str, Any] | None:
+def _receipt(services: Records, operation_id: str) -> dict[str, Any] | NotCarried:
     """The completed promotion's receipt as ``GET /v1/operations/{id}/receipt`` serves it
-    (its audit copy compared and written again as that read does), or None."""
+    (its audit copy compared and written again as that read does), or why it cannot be
+    read: a promoter error (the database unavailable or busy; a copy not written is
+    served all the same)."""
     try:
         return dict(json.loads(receipts.promotion_receipt(services, operation_id)))
-    except Exception as exc:  # the promotion's answer never fails for its receipt
-        log.warning("the receipt of %s is left out of the answer: %s", operation_id, exc)
-        return None
+    except PromoterError as exc:
+        log.warning("the receipt of %s is left out of the answer: %s", operation_id, exc.detail)
+        return NotCarried(part="receipt", code=exc.code, detail=exc.detail)
 
 
 def _promote(
@@ -224,11 +240,15 @@ def _promote(
     operation_id = requested.operation_id
     # built while the attempt runs in its own thread: the stored bundle, never the worktree
     shown = _diff(services, submitted.bundle) if diff else None
+    missing = [shown] if isinstance(shown, NotCarried) else []
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
     view = views.operation_view(services.db, operation_id)
     ended = wait and view.status in ENDED
     completed = ended and view.status == OperationStatus.COMPLETED
+    read = _receipt(services, operation_id) if receipt and completed else None
+    if isinstance(read, NotCarried):
+        missing.append(read)
     answer = PromotedWithEvidence(
         bundle_id=submitted.bundle.bundle_id,
         bundle_sha256=submitted.bundle.bundle_sha256,
@@ -236,8 +256,9 @@ def _promote(
         operation=view
         if ended
         else OperationAccepted(operation_id=operation_id, status=view.status),
-        diff=shown,
-        receipt=_receipt(services, operation_id) if receipt and completed else None,
+        diff=None if isinstance(shown, NotCarried) else shown,
+        receipt=None if isinstance(read, NotCarried) else read,
+        not_carried=missing or None,
     )
     return model_response(answer, 200 if ended else 202), promoted.blobs
 
@@ -292,7 +313,7 @@ async def post_promotion_with_evidence(
         Query(
             description="the answer carries `diff`: the bundle's first diff page as "
             "`GET /v1/bundles/{id}/diff` answers it, built while the promotion runs "
-            "(left out when it cannot be built)"
+            "(left out when it cannot be built, and named in `not_carried` with why)"
         ),
     ] = False,
     receipt: Annotated[
@@ -300,7 +321,7 @@ async def post_promotion_with_evidence(
         Query(
             description="with `wait`, once the promotion completed, the answer carries "
             "`receipt`: the promotion receipt as `GET /v1/operations/{id}/receipt` serves "
-            "it (left out when it cannot be read)"
+            "it (left out when it cannot be read, and named in `not_carried` with why)"
         ),
     ] = False,
 ) -> Response:

@@ -13,6 +13,9 @@ up, git failing) answers None and the caller diffs file by file.
 
 A run killed at ``timeout`` is kept up to the kill: the pairs before the section being
 written are ``whole``, that one ``stopped`` (its lines so far), the rest ``not_reached``.
+Killed means ended by the timer's ``SIGKILL``: a git that exited by itself as the timer
+fired is whole. Fault points: ``review_diff_deadline`` (the timer at its deadline, git
+not killed yet), ``review_diff_waited`` (git ended, its timer not stopped yet).
 
 Not here: which files are diffed, the budget's wording, rendering (``diff.py``).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import stat
 import subprocess
 import threading
@@ -30,6 +34,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Literal
 
 from promoter.errors import GitError, PathUnsafe
+from promoter.faults import point
 from promoter.fs.own_entry import Made, OwnDir, OwnTree
 from promoter.git.runner import popen_git
 from promoter.store import state_temps
@@ -218,6 +223,7 @@ def _spooled(
 
         def expire() -> None:
             expired.set()
+            point("review_diff_deadline")  # the deadline reached, git not killed yet
             process.kill()
 
         timer = threading.Timer(max(timeout, 0.0), expire)
@@ -227,9 +233,12 @@ def _spooled(
             expire()
         try:
             returncode = process.wait()
+            point("review_diff_waited")  # git ended, its timer not stopped yet
         finally:
             timer.cancel()
-        killed = expired.is_set()
+        # killed only when the timer's kill ended git: one that exited by itself as the
+        # timer fired wrote every section whole, the last one too
+        killed = expired.is_set() and returncode == -signal.SIGKILL
         seconds = time.monotonic() - started
         if returncode not in (0, 1) and not killed:
             return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -266,15 +267,20 @@ def _difflib_lines(old: bytes, new: bytes) -> Iterator[str]:
 
 class _GitDiff:
     """``git diff --no-index`` of two stored blob files; ``lines`` yields its hunk lines as
-    they come. Killed when ``timeout`` passes (``timed_out``: the diff is not whole)."""
+    they come. Killed when ``timeout`` passes (``timed_out``: the diff is not whole, git
+    ended by the timer's kill; a git that exited by itself as the timer fired is whole).
+    Once its output ended git is waited for, not killed: it closes its output before it
+    exits. Fault points as the batch's: ``review_diff_deadline``, ``review_diff_waited``."""
 
     def __init__(self, old: str | None, new: str | None, timeout: float) -> None:
         self.args = [*GIT_DIFF, old or "/dev/null", new or "/dev/null"]
         self.timeout = timeout
-        self.timed_out = False
+        self.timed_out = False  # set once git ended, by the reader only
+        self._expired = False  # the timer's: its deadline passed
 
     def _expire(self, process: subprocess.Popen[bytes]) -> None:
-        self.timed_out = True
+        self._expired = True
+        point("review_diff_deadline")  # the deadline reached, git not killed yet
         process.kill()
 
     def lines(self) -> Iterator[str]:
@@ -286,6 +292,7 @@ class _GitDiff:
             raise GitError(f"git diff could not be started: {exc.strerror or exc}") from exc
         timer = threading.Timer(self.timeout, self._expire, (process,))
         timer.start()
+        read = False  # the output read to its end
         try:
             assert process.stdout is not None
             in_hunks = False
@@ -293,11 +300,14 @@ class _GitDiff:
                 in_hunks = in_hunks or raw.startswith(b"@@")
                 if in_hunks:
                     yield raw.decode("utf-8", "surrogateescape")
+            read = True
         finally:
-            timer.cancel()
-            if process.poll() is None:
+            if not read and process.poll() is None:  # its reader stopped early
                 process.kill()
-            returncode = process.wait()
+            returncode = process.wait()  # the timer still armed: a git that lingers is killed
+            point("review_diff_waited")  # git ended, its timer not stopped yet
+            timer.cancel()
+        self.timed_out = self._expired and returncode == -signal.SIGKILL
         if returncode not in (0, 1) and not self.timed_out:
             raise GitError(f"git diff ended with status {returncode}", returncode=returncode)
 

@@ -6,6 +6,7 @@
 ``watch-sync`` directory, and answers unknown for a repository not to be watched. Each
 worker process of ``promoter serve`` has its own watch and generation: the command line
 names every position it holds, and the worker answers for the one of its generation.
+Fault point: ``start_watch_asked`` (asked, nothing answered yet).
 
 Not here: the watch, its generation and clock (``promoter.fs.start_watch``), the
 snapshots' watch (``promoter.git.shadow_watch``), and what the command line does with
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from promoter.faults import point
 from promoter.fs import inotify
 from promoter.fs.start_watch import Changes, StartWatch
 from promoter.store.durable import make_dirs
@@ -38,6 +40,7 @@ def changed_since(
     """The answer of ``repo``'s start watch (made on first ask) for the position of its
     generation among ``positions`` (generation: clock), or unknown when the repository is
     not to be watched (``snapshot_watch = false``) or cannot be."""
+    point("start_watch_asked")
     if not repo.config.snapshot_watch or not inotify.available():
         return Changes("", 0, None, "the repository's worktree is not watched")
     with _MADE:

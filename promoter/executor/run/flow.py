@@ -197,25 +197,27 @@ def start(
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
         discovered = _discovered(str(found["worktree"]))
-        with client.with_token(client.token, url=url) as owner:
 
-            def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
+        def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
+            # a client of the asking thread's own: a start that fails or is interrupted
+            # leaves the thread to its answer, never waits for it (``sandboxes.create``)
+            with client.with_token(client.token, url=url) as owner:
                 return owner.worktree_changes(name, positions)
 
-            record = sandboxes.create(
-                host.state_dir,
-                repository=name,
-                worktree=str(found["worktree"]),
-                branch=str(found["branch"]),
-                head=str(found["head"]),
-                created_at=rfc3339(utcnow()),
-                allow=allow if allow else DEFAULT_ALLOW,
-                from_head=from_head,
-                layout=layout,
-                watched=Watched(host.state_dir, ask),
-                found=discovered,
-                ready=ready,
-            )
+        record = sandboxes.create(
+            host.state_dir,
+            repository=name,
+            worktree=str(found["worktree"]),
+            branch=str(found["branch"]),
+            head=str(found["head"]),
+            created_at=rfc3339(utcnow()),
+            allow=allow if allow else DEFAULT_ALLOW,
+            from_head=from_head,
+            layout=layout,
+            watched=Watched(host.state_dir, ask),
+            found=discovered,
+            ready=ready,
+        )
     return Run(host.state_dir, record, known=Known(found, discovered))
 
 
