@@ -7,8 +7,9 @@ processes (this tree's interpreter and ``--before TREE``'s, each with its own st
 its own copy of the generated project), runs the same 10-file edit through each in turn
 (the order alternating with the round; the command line is this tree's for both) and
 prints, per daemon, the median of its processor time over a run (``/proc/PID/stat``,
-every thread), its threads' split (``/proc/PID/task/*/stat``, the busiest first; in clock
-ticks of 10 ms, so the mean over the rounds) and, with the daemons' phase timing on
+every thread and waited-for git, in clock ticks of 10 ms), its threads' time on the CPU
+(``/proc/PID/task/*/schedstat``, nanoseconds: their sum's median, and the busiest
+first, means) and, with the daemons' phase timing on
 (``PROMOTER_PHASE_TIMING=1``), the one promotion request's milliseconds and processor
 milliseconds by phase (``promoter.phases``, medians).
 
@@ -33,19 +34,16 @@ from pathlib import Path
 
 from bench import rows_run_small
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
 
 def _threads(pid: int) -> dict[str, float]:
-    """Processor seconds by thread id."""
+    """Processor seconds on the CPU by thread id (``schedstat``: nanoseconds, not ticks)."""
     out: dict[str, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            ran = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[tid] = (int(fields[11]) + int(fields[12])) / _TICK
+        out[tid] = int(ran) / 1e9
     return out
 
 
@@ -96,6 +94,7 @@ def run(rounds: int, before: Path) -> dict[str, dict[str, float]]:
     pythons = {"before": str(before / ".venv/bin/python"), "after": sys.executable}
     cpu: dict[str, list[float]] = {side: [] for side in pythons}
     threads: dict[str, list[list[float]]] = {side: [] for side in pythons}
+    threads_cpu: dict[str, list[float]] = {side: [] for side in pythons}
     phases: dict[str, list[dict[str, float]]] = {side: [] for side in pythons}
     try:
         with ExitStack() as stack:
@@ -119,13 +118,17 @@ def run(rounds: int, before: Path) -> dict[str, dict[str, float]]:
                     rows_run_small.promoter_run(url, state, edit, pid)
                     cpu[side].append(rows_run_small._process_cpu(pid) - at)
                     spent = [s - split.get(t, 0.0) for t, s in _threads(pid).items()]
+                    threads_cpu[side].append(sum(spent))
                     threads[side].append(sorted(spent, reverse=True))
     finally:
         rows_run_small._wait_removals()
         shutil.rmtree(work, ignore_errors=True)
     out: dict[str, dict[str, float]] = {}
     for side in pythons:
-        figures = {"daemon_cpu_ms": 1000 * statistics.median(cpu[side])}
+        figures = {
+            "daemon_cpu_ms (ticks, with git)": 1000 * statistics.median(cpu[side]),
+            "threads_cpu_ms (schedstat)": 1000 * statistics.median(threads_cpu[side]),
+        }
         ranked = threads[side]
         for n, label in enumerate(("busiest thread", "second thread", "third thread")):
             figures[f"{label} ms"] = 1000 * statistics.mean(
