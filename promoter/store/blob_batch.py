@@ -153,7 +153,7 @@ class BlobBatch:
             item = self._current
             if item.writer is not None:
                 _point("blob_batch_write")
-                item.writer.write(bytes(piece))
+                item.writer.write(piece)  # hashed and written from the body's bytes
             if not self._remaining:
                 self._end(item)
 

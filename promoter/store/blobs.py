@@ -118,7 +118,7 @@ class BlobWriter:
         self._tmp = os.path.join(store._tmp, temp_name())
         return os.open(self._tmp, _NAMED_FLAGS, 0o600)
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes | memoryview) -> None:
         assert self._fd is not None
         self.size += len(chunk)
         if self.size > self._max:

@@ -7,9 +7,18 @@ every hidden character and keep every byte.
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from promoter.engine.review.scan import _Scanner, path_flags, scan_bytes, visible
+from promoter.engine.review.scan import (
+    BINARY_PROBE,
+    _Scanner,
+    count_bytes,
+    path_flags,
+    scan_bytes,
+    visible,
+)
 
 SAMPLE = (
     "\ufeffok\n"  # a BOM first: not a flag
@@ -58,3 +67,32 @@ def test_react_hooks_are_not_git_hooks() -> None:
     assert path_flags("src/hooks/useThing.ts") == []
     assert path_flags("hooks/pre-commit") == ["hook_path"]
     assert path_flags(".github/workflows/ci.yml") == ["ci_config"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n",
+        b"no line feed",
+        b"two\nlines\n",
+        b"last\nwithout",
+        b"\r\n\r\n",
+        SAMPLE,
+        b"x" * (BINARY_PROBE - 1) + b"\x00",
+        b"x" * BINARY_PROBE + b"\x00",
+        b"\x00" + b"z" * 5000,
+    ],
+)
+def test_an_old_side_counted_has_the_counts_of_its_full_scan(data: bytes) -> None:
+    digest = hashlib.sha256(data).hexdigest()
+    full, counted = scan_bytes(data), count_bytes(data, digest)
+    assert scan_bytes(data, digest) == full
+    assert (counted.size, counted.lines, counted.binary, counted.head, counted.sha256) == (
+        full.size,
+        full.lines,
+        full.binary,
+        full.head,
+        full.sha256,
+    )
+    assert counted.flags == set()

@@ -35,6 +35,7 @@ from promoter.engine.review import batch as batches
 from promoter.engine.review.scan import (
     LONG_LINE,
     Scan,
+    count_bytes,
     mode_flags,
     path_flags,
     scan_blob,
@@ -81,14 +82,20 @@ class _Side:
     data: bytes | None = None  # the bytes, when small
 
 
-def _side(services: Contents, state: FileState) -> _Side:
+def _side(services: Contents, state: FileState, *, shown: bool = True) -> _Side:
+    """A side read and scanned; ``shown=False`` (an old side: its flags and longest line
+    are never answered): a small side only counted. A small blob is hashed once, by
+    ``blobs.read``."""
     side = _Side(state)
     if not state.exists or state.sha256 is None:
         return side
     side.path = services.blobs.location(state.sha256)
     if (state.bytes or 0) <= SMALL_BYTES:
         side.data = services.blobs.read(state.sha256)
-        side.scan = scan_bytes(side.data)
+        if shown:
+            side.scan = scan_bytes(side.data, state.sha256)
+        else:
+            side.scan = count_bytes(side.data, state.sha256)
     else:
         exact = (state.bytes or 0) <= services.settings.review_diff_max_file_bytes
         side.scan = scan_blob(side.path, state.sha256, exact=exact)
@@ -386,7 +393,8 @@ class _Ready:
 
 def _sides(services: Contents, change: Change, moves: _Moves) -> tuple[_Side, _Side]:
     came = moves.into.get(change.path)
-    return _side(services, came[1].old if came else change.old), _side(services, change.new)
+    old = _side(services, came[1].old if came else change.old, shown=False)
+    return old, _side(services, change.new)
 
 
 def _data(services: Contents, side: _Side) -> bytes:

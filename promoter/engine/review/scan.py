@@ -9,7 +9,8 @@ stays at a few chunks whatever the blob's size. ASCII chunks are checked in one 
 a non-ASCII chunk is searched only when it holds a byte that can begin a hidden character
 (or continues one begun in the last chunk). With ``exact=False`` only lines over
 ``LONG_LINE`` bytes are measured, by probes ``LONG_LINE + 1`` bytes apart (no object per
-line).
+line). ``count_bytes`` answers only the counts of bytes in memory whose digest the caller
+checked (a diff's old side, whose flags are never shown).
 
 ``visible`` renders one line of a diff so that nothing in it is hidden: bytes that are not
 UTF-8 become ``\\xNN``, and every character of BIDI, INVISIBLE and CONTROL (and a carriage
@@ -40,6 +41,7 @@ __all__ = [
     "BINARY_PROBE",
     "LONG_LINE",
     "Scan",
+    "count_bytes",
     "mode_flags",
     "path_flags",
     "scan_blob",
@@ -141,9 +143,9 @@ class _Scanner:
     """Feeds of chunks in order; ``exact``: measure the longest line even when short (cost:
     an object per line), else only lines over ``LONG_LINE`` are measured."""
 
-    def __init__(self, exact: bool) -> None:
+    def __init__(self, exact: bool, hashed: bool = True) -> None:
         self.scan = Scan(longest_exact=exact)
-        self._hash = hashlib.sha256()
+        self._hash = hashlib.sha256() if hashed else None
         self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
         self._run = 0  # bytes since the last line feed
         self._started = False
@@ -151,7 +153,8 @@ class _Scanner:
 
     def feed(self, chunk: bytes, final: bool = False) -> None:
         scan = self.scan
-        self._hash.update(chunk)
+        if self._hash is not None:
+            self._hash.update(chunk)
         if scan.size < BINARY_PROBE and b"\x00" in chunk[: BINARY_PROBE - scan.size]:
             scan.binary = True
         if len(scan.head) < SYMLINK_TARGET_MAX:
@@ -224,17 +227,32 @@ class _Scanner:
         scan = self.scan
         if scan.size and self._run:
             scan.lines += 1  # a last line without a line feed
-        scan.sha256 = self._hash.hexdigest()
+        scan.sha256 = self._hash.hexdigest() if self._hash is not None else ""
         if scan.longest_line > LONG_LINE:
             scan.flags.add("long_line")
         return scan
 
 
-def scan_bytes(data: bytes) -> Scan:
-    """The scan of bytes already in memory (a small blob)."""
-    scanner = _Scanner(exact=True)
+def scan_bytes(data: bytes, sha256: str | None = None) -> Scan:
+    """The scan of bytes already in memory (a small blob); ``sha256``: their digest,
+    already checked by the caller (not computed again)."""
+    scanner = _Scanner(exact=True, hashed=sha256 is None)
     scanner.feed(data)
-    return scanner.finish()
+    scan = scanner.finish()
+    if sha256 is not None:
+        scan.sha256 = sha256
+    return scan
+
+
+def count_bytes(data: bytes, sha256: str) -> Scan:
+    """What a diff needs of a side whose flags and longest line are not shown (an old
+    side): ``size``, ``lines``, ``binary`` and ``head`` exactly as ``scan_bytes`` counts
+    them, ``sha256`` as given (checked by the caller); no flags, ``longest_line`` 0."""
+    scan = Scan(size=len(data), sha256=sha256, longest_exact=False)
+    scan.lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    scan.binary = b"\x00" in data[:BINARY_PROBE]
+    scan.head = data[:SYMLINK_TARGET_MAX]
+    return scan
 
 
 def _chunks(path: str) -> Iterator[bytes]:
