@@ -24,6 +24,7 @@ work (``promoter.cli.bundle_build``).
 from __future__ import annotations
 
 import errno
+import gc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,17 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | N
 
 def invoke(values: dict[str, Any]) -> None:
     """``bundle_build.build`` with what ``parse`` read; an error typer prints itself is
-    replayed through typer's command (``replay``), which exits."""
-    from promoter.cli import bundle_build
+    replayed through typer's command (``replay``), which exits.
 
+    The build's modules (the command's, the grant's reading, the builder) are imported
+    with the cyclic collector off, then frozen out of its later passes, as ``run``'s
+    are (``run_args._uncollected``): they live until the exit."""
+    gc.disable()
+    from promoter.cli import bundle_build
+    from promoter.executor import builder, handover  # noqa: F401 (imported here, used there)
+
+    gc.freeze()
+    gc.enable()
     try:
         bundle_build.build(**values)
     except BaseException as exc:

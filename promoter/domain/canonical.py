@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import rfc8785
+if TYPE_CHECKING:
+    from datetime import datetime
 
 MAX_SAFE_INT = 2**53
 
@@ -179,6 +180,8 @@ def canonical_bytes(document: Any) -> bytes:
             return _encode(document).encode("utf-8")
         except UnicodeEncodeError:
             pass  # lone surrogates: let rfc8785 refuse them
+    import rfc8785  # imported only off the fast path
+
     return bytes(rfc8785.dumps(document))
 
 
@@ -236,14 +239,25 @@ def rfc3339(moment: datetime) -> str:
     """RFC 3339 UTC with a ``Z`` suffix and whole seconds."""
     if moment.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware")
+    from datetime import UTC
+
     return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> datetime:
     """Parse the exact timestamp form (protocol: documents#timestamps)."""
+    from datetime import UTC, datetime
+
     moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
     return moment.replace(tzinfo=UTC)
 
 
+def now_rfc3339() -> str:
+    """``rfc3339(utcnow())``: the current second in UTC, read without ``datetime``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def utcnow() -> datetime:
+    from datetime import UTC, datetime
+
     return datetime.now(UTC).replace(microsecond=0)

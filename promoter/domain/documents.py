@@ -98,9 +98,10 @@ def receipt_sha256(document: dict[str, Any]) -> str:
 
 UNSEALED = "0" * 64  # the ``receipt_sha256`` a receipt is built with, before ``sealed``
 
-Receipt = TypeVar(
-    "Receipt", "PatchVerificationReceiptV1", "PatchPromotionReceiptV1", "RollbackReceiptV1"
-)
+if TYPE_CHECKING:  # annotations only: a constraint named by a string is compiled when made
+    Receipt = TypeVar(
+        "Receipt", PatchVerificationReceiptV1, PatchPromotionReceiptV1, RollbackReceiptV1
+    )
 
 
 def sealed(receipt: Receipt) -> tuple[Receipt, dict[str, Any]]:

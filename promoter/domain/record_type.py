@@ -12,8 +12,9 @@ and ``asdict`` for them.
 Why it exists: Python 3.11's ``dataclasses`` compiles each generated method on its own
 and imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``); the records that a
 ``promoter run`` loads cost it about a tenth of its command line's processor time. Here
-one class is one compilation of all its methods, and nothing else is imported
-(docs/decisions/records-of-one-compilation.md).
+a class's ``__init__`` is its one compilation (the fields as its parameters), its other
+methods are functions over its field names that compile nothing, and nothing else is
+imported (docs/decisions/records-of-one-compilation.md).
 
 What it deliberately does not do: inheritance between records, ``ClassVar``/``InitVar``
 fields, ``__post_init__``, ordering, keyword-only fields, ``dataclasses.fields``: a
@@ -25,6 +26,7 @@ would share it), as ``dataclass`` refuses one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, TypeVar, dataclass_transform, overload
 
 __all__ = ["FrozenInstance", "as_dict", "field", "record", "replace"]
@@ -114,15 +116,16 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
     if slots:
         cls = _slotted(cls, fields)
     names = tuple(spec.name for spec in fields)
-    scope: dict[str, Any] = {"_MISSING": _MISSING, "_object": object, "_Frozen": FrozenInstance}
-    lines = _methods(cls, fields, frozen, scope)
-    exec("\n".join(lines), scope)  # noqa: S102 (source made here from the class's own names)
-    for method in ("__init__", "__repr__", "__eq__"):
-        _attach(cls, method, scope[method])
+    scope: dict[str, Any] = {"_MISSING": _MISSING, "_object": object}
+    exec(_init_source(fields, frozen, scope), scope)  # noqa: S102 (source made here from the class's own names)
+    _attach(cls, "__init__", scope["__init__"])
+    methods = _methods(cls, fields, frozen)
+    for method in ("__repr__", "__eq__"):
+        _attach(cls, method, methods[method])
     if frozen:
-        _attach(cls, "__setattr__", scope["__setattr__"])
-        _attach(cls, "__delattr__", scope["__delattr__"])
-        _attach(cls, "__hash__", scope["__hash__"])
+        _attach(cls, "__setattr__", methods["__setattr__"])
+        _attach(cls, "__delattr__", methods["__delattr__"])
+        _attach(cls, "__hash__", methods["__hash__"])
     elif "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
         cls.__hash__ = None  # type: ignore[assignment]  # eq without frozen: unhashable
     setattr(cls, "__match_args__", names)  # noqa: B010 (a name mypy holds read-only)
@@ -133,12 +136,16 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
 def _attach(cls: type, name: str, function: Any) -> None:
     if name in cls.__dict__ and name not in ("__setattr__", "__delattr__", "__hash__"):
         return  # the class's own method stays, as ``dataclass`` leaves it
+    function.__name__ = name
     function.__qualname__ = f"{cls.__qualname__}.{name}"
     function.__module__ = cls.__module__
     setattr(cls, name, function)
 
 
-def _methods(cls: type, fields: list[_Field], frozen: bool, scope: dict[str, Any]) -> list[str]:
+def _init_source(fields: list[_Field], frozen: bool, scope: dict[str, Any]) -> str:
+    """``__init__``'s source: the fields as its parameters, in order (the one method
+    compiled, so that a record is made as fast as a dataclass and takes the same
+    arguments)."""
     params, body = ["self"], []
     for n, spec in enumerate(fields):
         name = spec.name
@@ -157,33 +164,56 @@ def _methods(cls: type, fields: list[_Field], frozen: bool, scope: dict[str, Any
             body.append(f"    _object.__setattr__(self, {name!r}, {value})")
         else:
             body.append(f"    self.{name} = {value}")
-    lines = [f"def __init__({', '.join(params)}):", *(body or ["    pass"])]
-    shown = ", ".join(f"{s.name}={{self.{s.name}!r}}" for s in fields if s.repr)
-    lines += ["def __repr__(self):", f"    return f'{{type(self).__qualname__}}({shown})'"]
-    compared = [f"self.{s.name}," for s in fields if s.compare]
-    theirs = [f"other.{s.name}," for s in fields if s.compare]
-    scope["_cls"] = cls
-    lines += [
-        "def __eq__(self, other):",
-        "    if other.__class__ is not self.__class__:",
-        "        return NotImplemented",
-        f"    return ({' '.join(compared)}) == ({' '.join(theirs)})",
-    ]
-    if frozen:
-        scope["_names"] = frozenset(s.name for s in fields)
-        lines += [
-            "def __hash__(self):",
-            f"    return hash(({' '.join(compared)}))",
-            "def __setattr__(self, name, value):",
-            "    if type(self) is _cls or name in _names:",
-            "        raise _Frozen(f'cannot assign to field {name!r}')",
-            "    super(_cls, self).__setattr__(name, value)",
-            "def __delattr__(self, name):",
-            "    if type(self) is _cls or name in _names:",
-            "        raise _Frozen(f'cannot delete field {name!r}')",
-            "    super(_cls, self).__delattr__(name)",
-        ]
-    return lines
+    return "\n".join([f"def __init__({', '.join(params)}):", *(body or ["    pass"])])
+
+
+def _methods(cls: type, fields: list[_Field], frozen: bool) -> dict[str, Any]:
+    """The other methods, the same functions for every record over its field names: none
+    is compiled (compiling them took most of a record's making)."""
+    shown = tuple(s.name for s in fields if s.repr)
+    compared = tuple(s.name for s in fields if s.compare)
+    key = _key(compared)
+
+    def _repr(self: Any) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
+        return f"{type(self).__qualname__}({inner})"
+
+    def _eq(self: Any, other: object) -> Any:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return key(self) == key(other)
+
+    methods: dict[str, Any] = {"__repr__": _repr, "__eq__": _eq}
+    if not frozen:
+        return methods
+    names = frozenset(s.name for s in fields)
+    owner: Any = cls  # the class these methods are for (``super``'s first argument)
+
+    def _hash(self: Any) -> int:
+        return hash(key(self))
+
+    def _setattr(self: Any, name: str, value: Any) -> None:
+        if type(self) is owner or name in names:
+            raise FrozenInstance(f"cannot assign to field {name!r}")
+        super(owner, self).__setattr__(name, value)
+
+    def _delattr(self: Any, name: str) -> None:
+        if type(self) is owner or name in names:
+            raise FrozenInstance(f"cannot delete field {name!r}")
+        super(owner, self).__delattr__(name)
+
+    methods.update(__hash__=_hash, __setattr__=_setattr, __delattr__=_delattr)
+    return methods
+
+
+def _key(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The tuple of a record's compared fields, in order (``attrgetter``'s for two or more)."""
+    if len(names) >= 2:
+        return attrgetter(*names)
+    if names:
+        one = names[0]
+        return lambda obj: (getattr(obj, one),)
+    return lambda obj: ()
 
 
 def _slotted(cls: type[_T], fields: list[_Field]) -> type[_T]:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from promoter.domain import links, wirecheck
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
-from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.canonical import now_rfc3339
 from promoter.domain.closing import Closing
 from promoter.domain.documents import grant_sha256, seal_bundle
 from promoter.domain.paths import disk_path, sort_key, wire_path
@@ -420,7 +420,7 @@ def seal_changes(
         "changes": [change.wire() for change in changes],
         "change_count": len(changes),
         "total_bytes": sum(c.new.bytes or 0 for c in changes if c.new.exists),
-        "created_at": created_at or rfc3339(utcnow()),
+        "created_at": created_at or now_rfc3339(),
     }
     sealed = seal_bundle(document)
     # the document the host will parse: checked by the validator, or by the model when it

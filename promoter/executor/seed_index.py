@@ -75,10 +75,12 @@ _CONVERTING_CONFIG = re.compile(
 def _block_pattern(entries: int) -> re.Pattern[bytes]:
     """``entries`` version 2 or 3 entries in a row that the tight loop of ``_walk_v2``
     would skip, matched by ``re`` (no Python step per entry): each one's mode, after 24
-    bytes of stat data, is not a gitlink's; its flags' high byte is zero (no flag bit, a
-    name shorter than 256 bytes) and its low byte, the name's length, gives what follows
-    (the 62 bytes, the name and 1 to 8 NULs: ``(length + 70) & ~7`` bytes in all), as git
-    reads it: by the length, whatever those bytes are."""
+    bytes of stat data, is not a gitlink's (its third byte is not a gitlink's ``0xE0``:
+    one class of bytes, not a look-ahead; stricter than the loop's test, so a block it
+    refuses is walked by the loop, which decides); its flags' high byte is zero (no flag
+    bit, a name shorter than 256 bytes) and its low byte, the name's length, gives what
+    follows (the 62 bytes, the name and 1 to 8 NULs: ``(length + 70) & ~7`` bytes in
+    all), as git reads it: by the length, whatever those bytes are."""
     by_size: dict[int, list[int]] = {}
     for length in range(256):
         by_size.setdefault(((length + 70) & ~7) - 62, []).append(length)
@@ -86,8 +88,8 @@ def _block_pattern(entries: int) -> re.Pattern[bytes]:
         b"[%s-%s].{%d}" % (re.escape(bytes([n[0]])), re.escape(bytes([n[-1]])), size)
         for size, n in sorted(by_size.items())
     )
-    gitlink = re.escape(struct.pack(">I", _GITLINK))
-    entry = b".{24}(?!" + gitlink + b").{36}\\x00(?:" + rest + b")"
+    third = re.escape(struct.pack(">I", _GITLINK)[2:3])
+    entry = b".{26}[^" + third + b"].{33}\\x00(?:" + rest + b")"
     return re.compile(b"(?s)(?:" + entry + b"){%d}+" % entries)
 
 

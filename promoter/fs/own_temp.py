@@ -1,7 +1,7 @@
 """A temp file promoter created itself in one of its own private directories.
 
-``OwnTemp.create(directory)`` makes a fresh file with ``mkstemp`` (``O_EXCL``) and records
-its device and inode; ``discard`` unlinks the name only while it still names that very
+``OwnTemp.create(directory)`` makes a fresh file (``scratch.scratch_file``: ``O_EXCL``)
+and records its device and inode; ``discard`` unlinks the name only while it still names that very
 inode (anything else found there is left alone), and ``place`` renames it to its final
 name in the same directory tree.
 
@@ -15,6 +15,7 @@ import contextlib
 import os
 
 from promoter.domain.record_type import record
+from promoter.fs.scratch import scratch_file
 
 __all__ = ["OwnTemp"]
 
@@ -29,9 +30,7 @@ class OwnTemp:
 
     @classmethod
     def create(cls, directory: str, prefix: str) -> OwnTemp:
-        import tempfile  # its shutil, random, bz2 and lzma: only when a temp is made
-
-        fd, path = tempfile.mkstemp(prefix=prefix, dir=directory)
+        fd, path = scratch_file(directory, prefix)
         info = os.fstat(fd)
         return cls(path, fd, (info.st_dev, info.st_ino))
 

@@ -18,7 +18,6 @@ import hashlib
 import os
 import selectors
 import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +25,7 @@ from typing import IO
 
 from promoter.domain.record_type import record
 from promoter.errors import GitError
+from promoter.fs.scratch import anonymous_file
 from promoter.git.records import require_oid
 from promoter.git.runner import git_argv, git_environment, popen_git, stderr_tail
 
@@ -74,7 +74,7 @@ class CatFile:
         self._pending = 0  # object bytes plus the trailing LF not yet read
 
     def __enter__(self) -> CatFile:
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = anonymous_file()
         try:
             self._proc = popen_git(
                 ["cat-file", "--batch"],

@@ -13,13 +13,12 @@ Not here: judging the result (no path rule or allowlist is applied here).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 from promoter.domain.closing import Closing
 from promoter.errors import RepositoryInvalid
+from promoter.fs.scratch import remove_scratch_dir, scratch_dir
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
@@ -86,7 +85,7 @@ class ShadowTree(Closing):
     # --- lifecycle --------------------------------------------------------------------
 
     def __enter__(self) -> ShadowTree:
-        self._root = tempfile.mkdtemp(prefix="promoter-shadow-", dir=self._tmpdir)
+        self._root = scratch_dir("promoter-shadow-", self._tmpdir)
         try:
             self._env = self._prepare(self._root)
             objects = os.path.join(self.layout.common_dir, "objects")
@@ -103,7 +102,7 @@ class ShadowTree(Closing):
             self._cat.close()
             self._cat = None
         if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
+            remove_scratch_dir(self._root)
             self._root = None
 
     @property

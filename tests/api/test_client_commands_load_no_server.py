@@ -13,8 +13,10 @@ pydantic-free validator, and ``bundle build`` from a grant file, nor when it sub
 typer either. ``run --list``, ``review`` and ``receipt verify`` load no typer (their
 command lines read without it), and ``receipt verify`` none of securesystemslib (the
 signature checked with cryptography alone), nor what only ``--chain`` or ``--worktree``
-use; neither makes a dataclass. What these cost is measured in ``bench/cli_start.py``,
-not here: the assertions are about modules, so they do not depend on the machine's speed.
+use; neither makes a dataclass. ``bundle build`` makes none either, and loads neither
+``datetime`` nor ``rfc8785`` (promoter's JCS fast path), nor ``tempfile`` and ``shutil``
+(its scratch space is ``promoter.fs.scratch``'s). What these cost is measured in
+``bench/cli_start.py``, not here: the assertions are about modules, so they do not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -224,6 +226,10 @@ def test_client_commands_load_no_server_module_no_rich_for_json_no_unused_models
             assert "promoter.domain.path_state" not in modules
         if name.startswith("bundle_build"):  # read without typer (``promoter.cli.bundle_args``)
             assert not {"typer", "click", "promoter.cli.app", "promoter.cli.lazy"} & modules
+            # timestamps checked without ``datetime``, the bundle's JCS on the fast path
+            assert not {"datetime", "rfc8785", "dataclasses"} & modules, name
+            # its scratch directory and files made without them (``promoter.fs.scratch``)
+            assert not {"tempfile", "shutil", "random"} & modules, name
         if name == "bundle_build_printed":  # no spinner off a terminal, asked without rich
             assert "rich" not in modules, name
             built = json.loads(stdout)["bundle"]

@@ -10,9 +10,11 @@ import pytest
 from promoter.domain.canonical import (
     canonical_bytes,
     content_id,
+    now_rfc3339,
     projection_sha256,
     rfc3339,
     sha256_hex,
+    utcnow,
 )
 
 
@@ -69,3 +71,15 @@ def test_timestamps_are_utc_whole_seconds_with_z() -> None:
     assert rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
     with pytest.raises(ValueError):
         rfc3339(datetime(2026, 1, 1))
+
+
+def test_the_current_second_read_without_datetime_is_rfc3339_of_utcnow() -> None:
+    """``now_rfc3339`` (a bundle's ``created_at``, no ``datetime`` loaded) is the text
+    ``rfc3339(utcnow())`` gives for the same second."""
+    for _ in range(3):  # a second may turn between the two readings, not three times
+        before = rfc3339(utcnow())
+        text = now_rfc3339()
+        if rfc3339(utcnow()) == before:
+            assert text == before
+            return
+    raise AssertionError("the clock turned a second on each of three readings")

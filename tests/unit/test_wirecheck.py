@@ -106,9 +106,9 @@ def test_a_refusal_reads_as_the_models_error() -> None:
 
 
 def test_timestamps_are_refused_exactly_where_strptime_refuses_them() -> None:
-    """``check_timestamp`` reads the fields itself (no ``_strptime`` loaded): the dates
-    and times it accepts are those ``datetime.strptime`` accepts, leap days and second 60
-    included."""
+    """``check_timestamp`` reads the fields itself (no ``datetime`` or ``_strptime``
+    loaded): the dates and times it accepts are those ``datetime.strptime`` accepts, leap
+    days and second 60 included, and a refusal says what ``datetime`` says."""
     from datetime import datetime
 
     from promoter.domain.wire_formats import check_timestamp
@@ -119,6 +119,17 @@ def test_timestamps_are_refused_exactly_where_strptime_refuses_them() -> None:
         except ValueError:
             return False
         return True
+
+    def refusal(value: str) -> str:
+        with pytest.raises(ValueError) as ours:
+            check_timestamp(value)
+        fields = (value[0:4], value[5:7], value[8:10], value[11:13], value[14:16], value[17:19])
+        with pytest.raises(ValueError) as theirs:
+            datetime(*(int(field) for field in fields))
+        assert (
+            str(ours.value) == f"timestamp is not a date and time of the calendar: {theirs.value}"
+        )
+        return str(ours.value)
 
     def strptime(value: str) -> None:
         datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
@@ -131,4 +142,6 @@ def test_timestamps_are_refused_exactly_where_strptime_refuses_them() -> None:
                     value = f"{year}-{month}-{day}T{time}Z"
                     assert accepted(check_timestamp, value) == accepted(strptime, value), value
                     seen += accepted(strptime, value)
+                    if not accepted(strptime, value):
+                        refusal(value)
     assert seen > 100
