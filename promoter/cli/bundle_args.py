@@ -3,10 +3,11 @@
 ``parse`` reads, without typer, a command line of the shape ``bundle build [OPTION]...``
 whose every option is one of ``build``'s own spelled in full (``--grant FILE`` or
 ``--grant=FILE``), ``--worktree`` and ``--grant`` given, a valued option given once, its
-value not empty and not starting with ``-``, and shell completion not asked for. It gives
-the values typer would hand ``bundle_cmd.build`` for it, or None for anything else
-(``--help``, ``-v``, an unknown or repeated option, an argument, a missing option), which
-typer then parses: help and usage errors are always typer's own. ``invoke`` runs
+value not empty and not starting with ``-``, a path absent or readable (as typer checks
+it), and shell completion not asked for. It gives the values typer would hand
+``bundle_cmd.build`` for it, or None for anything else (``--help``, ``-v``, an unknown or
+repeated option, an argument, a missing option, an unreadable path), which typer then
+parses: help and usage errors are always typer's own. ``invoke`` runs
 ``bundle_build.build`` with what ``parse`` read; an error typer would have printed itself
 (a usage error, typer's ``Abort`` or ``Exit``, Ctrl-C, end of input, a closed pipe) is
 handed to typer's own command with the same arguments (``replay``), which prints it and
@@ -24,6 +25,7 @@ work (``promoter.cli.bundle_build``).
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,10 +77,29 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | N
             at += 1
         if not value or value.startswith("-"):
             return None
-        values[param] = Path(value) if param in PATHS else value
+        if param not in PATHS:
+            values[param] = value
+            continue
+        path = _path(value)
+        if path is None:
+            return None
+        values[param] = path
     if not values.keys() >= REQUIRED:
         return None  # typer's usage error
     return {**DEFAULTS, **values}
+
+
+def _path(text: str) -> Path | None:
+    """``text`` as typer reads a path of ``build``'s, or None where typer refuses it: an
+    existing one ``os.access`` says is unreadable (typer's ``readable`` check), or a name
+    ``os.stat`` cannot take."""
+    try:
+        os.stat(text)
+    except OSError:
+        return Path(text)  # absent: typer takes it as it is
+    except ValueError:
+        return None
+    return Path(text) if os.access(text, os.R_OK) else None
 
 
 def invoke(values: dict[str, Any]) -> None:
