@@ -10,8 +10,8 @@ repeated option, an argument, a missing option, an unreadable path), which typer
 parses: help and usage errors are always typer's own. ``invoke`` runs
 ``bundle_build.build`` with what ``parse`` read; an error typer would have printed itself
 (a usage error, typer's ``Abort`` or ``Exit``, Ctrl-C, end of input, a closed pipe) is
-handed to typer's own command with the same arguments (``replay``), which prints it and
-exits exactly as a command typer had parsed would.
+handed to typer's own command with the same arguments (``promoter.cli.run_args.replay``),
+which prints it and exits exactly as a command typer had parsed would.
 
 The build of a change in a large worktree is a few git processes and one walk of the
 index; typer's import and the command it builds were a fifth of its processor time. The
@@ -24,7 +24,6 @@ work (``promoter.cli.bundle_build``).
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -104,44 +103,14 @@ def _path(text: str) -> Path | None:
 
 def invoke(values: dict[str, Any]) -> None:
     """``bundle_build.build`` with what ``parse`` read; an error typer prints itself is
-    replayed through typer's command (``replay``), which exits."""
+    replayed through typer's command (``promoter.cli.run_args.replay``), which exits."""
     from promoter.cli import bundle_build
 
     try:
         bundle_build.build(**values)
     except BaseException as exc:
-        if _typers(exc):
-            replay(exc)
+        from promoter.cli import run_args
+
+        if run_args.typers(exc):
+            run_args.replay(exc, ("bundle", "build"))
         raise
-
-
-def _typers(exc: BaseException) -> bool:
-    """Whether typer's command would have printed ``exc`` and exited, not raised it."""
-    if isinstance(exc, KeyboardInterrupt | EOFError):
-        return True
-    if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
-        return True
-    return type(exc).__module__.startswith("typer.")
-
-
-def replay(exc: BaseException) -> None:
-    """Typer's own command for this process's arguments, its ``bundle build`` raising
-    ``exc``: typer parses them as it would have, and prints and exits as it would have."""
-    import typer.main
-    from typer.core import TyperGroup
-
-    from promoter.cli.app import app
-    from promoter.cli.lazy import LazyCommand, PromoterGroup
-
-    group = typer.main.get_command(app)  # a new command tree, this call's own
-    assert isinstance(group, PromoterGroup)
-    bundle = group.get_command(typer.Context(group), "bundle")
-    assert isinstance(bundle, LazyCommand)
-    commands = bundle.real()
-    assert isinstance(commands, TyperGroup)
-
-    def raising(**values: Any) -> None:
-        raise exc
-
-    commands.commands["build"].callback = raising
-    group()
