@@ -18,8 +18,9 @@ one class is one compilation of all its methods, and nothing else is imported
 What it deliberately does not do: inheritance between records, ``ClassVar``/``InitVar``
 fields, ``__post_init__``, ordering, keyword-only fields, ``dataclasses.fields``: a
 class that needs them stays a ``dataclass``. A record's class whose base defines
-annotations is refused at import, and so is a list, dict or set default (every instance
-would share it), as ``dataclass`` refuses one.
+annotations is refused at import, and so is one that defines ``__post_init__`` (it would
+never be called) and a list, dict or set default (every instance would share it), as
+``dataclass`` refuses one.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
     for base in cls.__mro__[1:-1]:
         if base.__dict__.get("__annotations__") or hasattr(base, _FIELDS):
             raise TypeError(f"{cls.__qualname__}: a record inherits no fields")
+    if "__post_init__" in cls.__dict__:  # never called here: its checks would be skipped
+        raise TypeError(f"{cls.__qualname__}: a record has no __post_init__")
     fields: list[_Field] = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         if "ClassVar" in str(annotation) or "InitVar" in str(annotation):

@@ -111,6 +111,15 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
         class _Child(Point):
             z: int = 0
 
+    with pytest.raises(TypeError, match="no __post_init__"):
+
+        @record(frozen=True)
+        class _Checked:
+            a: int
+
+            def __post_init__(self) -> None:
+                raise AssertionError("never called by a record")
+
     with pytest.raises(ValueError, match="a default or a factory"):
         field(default=1, default_factory=int)
 
