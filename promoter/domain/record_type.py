@@ -231,8 +231,9 @@ def as_dict(obj: Any) -> Any:
         return {spec.name: as_dict(getattr(obj, spec.name)) for spec in fields}
     if isinstance(obj, list):
         return [as_dict(value) for value in obj]
-    if isinstance(obj, tuple):
-        return type(obj)(as_dict(value) for value in obj)
+    if isinstance(obj, tuple):  # a named tuple made from its fields, as ``asdict`` does
+        values = [as_dict(value) for value in obj]
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
     if isinstance(obj, dict):
         return {as_dict(key): as_dict(value) for key, value in obj.items()}
     return obj

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -95,6 +95,23 @@ def test_replace_and_as_dict_match_dataclasses() -> None:
     assert as_dict(bag)["items"] is not bag.items  # lists copied, as ``asdict`` does
     dc = dataclasses.asdict(PointDC(1, 2, "n"))
     assert as_dict(Point(1, 2, "n")) == dc
+    held = Bag([Pair(Point(1), (Point(2),))], Point(3))  # type: ignore[list-item]
+    held_dc = BagDC([Pair(PointDC(1), (PointDC(2),))], PointDC(3))
+    assert as_dict(held) == dataclasses.asdict(held_dc)
+    assert type(as_dict(held)["items"][0]) is Pair
+
+
+class Pair(NamedTuple):
+    """A named tuple a record may hold."""
+
+    first: Any
+    rest: tuple[Any, ...]
+
+
+@dataclasses.dataclass
+class BagDC:
+    items: list[Any]
+    inner: PointDC
 
 
 def test_what_a_record_does_not_do_is_refused_at_import() -> None:
