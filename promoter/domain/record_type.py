@@ -93,6 +93,11 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
             raise TypeError(f"{cls.__qualname__}: a record inherits no fields")
     if "__post_init__" in cls.__dict__:  # never called here: its checks would be skipped
         raise TypeError(f"{cls.__qualname__}: a record has no __post_init__")
+    own = cls.__dict__
+    if frozen and ("__setattr__" in own or "__delattr__" in own):  # as ``dataclass`` refuses
+        raise TypeError(f"{cls.__qualname__}: a frozen record sets and deletes as frozen")
+    # a hash the class wrote stays (not the ``None`` Python gives a class that defines __eq__)
+    own_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     fields: list[_Field] = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         if "ClassVar" in str(annotation) or "InitVar" in str(annotation):
@@ -125,8 +130,9 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
     if frozen:
         _attach(cls, "__setattr__", scope["__setattr__"])
         _attach(cls, "__delattr__", scope["__delattr__"])
-        _attach(cls, "__hash__", scope["__hash__"])
-    elif "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
+        if not own_hash:
+            _attach(cls, "__hash__", scope["__hash__"])
+    elif not own_hash:
         cls.__hash__ = None  # type: ignore[assignment]  # eq without frozen: unhashable
     setattr(cls, "__match_args__", names)  # noqa: B010 (a name mypy holds read-only)
     setattr(cls, _FIELDS, tuple(fields))
@@ -134,7 +140,7 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
 
 
 def _attach(cls: type, name: str, function: Any) -> None:
-    if name in cls.__dict__ and name not in ("__setattr__", "__delattr__", "__hash__"):
+    if name in cls.__dict__ and name != "__hash__":
         return  # the class's own method stays, as ``dataclass`` leaves it
     function.__qualname__ = f"{cls.__qualname__}.{name}"
     function.__module__ = cls.__module__

@@ -137,6 +137,15 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
             def __post_init__(self) -> None:
                 raise AssertionError("never called by a record")
 
+    with pytest.raises(TypeError, match="sets and deletes as frozen"):
+
+        @record(frozen=True)
+        class _Settable:
+            a: int
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                object.__setattr__(self, name, value)
+
     with pytest.raises(ValueError, match="a default or a factory"):
         field(default=1, default_factory=int)
 
@@ -145,3 +154,24 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
         @record
         class _Shared:
             names: list[str] = []  # noqa: RUF012 (the mistake the record refuses)
+
+
+def test_a_hash_the_class_wrote_stays_as_under_a_dataclass() -> None:
+    @record(frozen=True)
+    class Ours:
+        a: int
+        b: int = 0
+
+        def __hash__(self) -> int:
+            return self.a
+
+    @dataclasses.dataclass(frozen=True)
+    class Theirs:
+        a: int
+        b: int = 0
+
+        def __hash__(self) -> int:
+            return self.a
+
+    assert hash(Ours(7, 1)) == hash(Theirs(7, 1)) == 7
+    assert hash(Point(1, 2)) == hash(PointDC(1, 2))  # a hash of its own otherwise
