@@ -4,10 +4,10 @@
 ``repr``, ``compare``) give a class what ``@dataclass`` gives it for those options: an
 ``__init__`` taking the annotated fields in order, ``__repr__``, ``__eq__`` over the
 compared fields (``NotImplemented`` for another class), ``__hash__`` for a frozen class
-and ``None`` otherwise, ``__match_args__``, a frozen class's ``__setattr__`` and
-``__delattr__`` refusing with ``FrozenInstance`` (an ``AttributeError``), ``__slots__``
-and pickling for a slotted one. ``replace`` and ``as_dict`` are ``dataclasses.replace``
-and ``asdict`` for them.
+and ``None`` otherwise (unless the class wrote its own), ``__match_args__``, a frozen
+class's ``__setattr__`` and ``__delattr__`` refusing with ``FrozenInstance`` (an
+``AttributeError``), ``__slots__`` and pickling for a slotted one. ``replace`` and
+``as_dict`` are ``dataclasses.replace`` and ``asdict`` for them.
 
 Why it exists: Python 3.11's ``dataclasses`` compiles each generated method on its own
 and imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``); the records that a
