@@ -3,14 +3,15 @@
 ``parse`` reads, without typer, a command line of the shape ``bundle build [OPTION]...``
 whose every option is one of ``build``'s own spelled in full (``--grant FILE`` or
 ``--grant=FILE``), ``--worktree`` and ``--grant`` given, a valued option given once, its
-value not empty and not starting with ``-``, and shell completion not asked for. It gives
-the values typer would hand ``bundle_cmd.build`` for it, or None for anything else
-(``--help``, ``-v``, an unknown or repeated option, an argument, a missing option), which
-typer then parses: help and usage errors are always typer's own. ``invoke`` runs
+value not empty and not starting with ``-``, a path absent or readable (as typer checks
+it), and shell completion not asked for. It gives the values typer would hand
+``bundle_cmd.build`` for it, or None for anything else (``--help``, ``-v``, an unknown or
+repeated option, an argument, a missing option, an unreadable path), which typer then
+parses: help and usage errors are always typer's own. ``invoke`` runs
 ``bundle_build.build`` with what ``parse`` read; an error typer would have printed itself
 (a usage error, typer's ``Abort`` or ``Exit``, Ctrl-C, end of input, a closed pipe) is
-handed to typer's own command with the same arguments (``replay``), which prints it and
-exits exactly as a command typer had parsed would.
+handed to typer's own command with the same arguments (``promoter.cli.run_args.replay``),
+which prints it and exits exactly as a command typer had parsed would.
 
 The build of a change in a large worktree is a few git processes and one walk of the
 index; typer's import and the command it builds were a fifth of its processor time. The
@@ -23,8 +24,7 @@ work (``promoter.cli.bundle_build``).
 
 from __future__ import annotations
 
-import errno
-import gc
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,60 +76,47 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | N
             at += 1
         if not value or value.startswith("-"):
             return None
-        values[param] = Path(value) if param in PATHS else value
+        if param not in PATHS:
+            values[param] = value
+            continue
+        path = _path(value)
+        if path is None:
+            return None
+        values[param] = path
     if not values.keys() >= REQUIRED:
         return None  # typer's usage error
     return {**DEFAULTS, **values}
 
 
+def _path(text: str) -> Path | None:
+    """``text`` as typer reads a path of ``build``'s, or None where typer refuses it: an
+    existing one ``os.access`` says is unreadable (typer's ``readable`` check), or a name
+    ``os.stat`` cannot take."""
+    try:
+        os.stat(text)
+    except OSError:
+        return Path(text)  # absent: typer takes it as it is
+    except ValueError:
+        return None
+    return Path(text) if os.access(text, os.R_OK) else None
+
+
 def invoke(values: dict[str, Any]) -> None:
     """``bundle_build.build`` with what ``parse`` read; an error typer prints itself is
-    replayed through typer's command (``replay``), which exits.
+    replayed through typer's command (``promoter.cli.run_args.replay``), which exits.
 
     The build's modules (the command's, the grant's reading, the builder) are imported
     with the cyclic collector off, then frozen out of its later passes, as ``run``'s
-    are (``run_args._uncollected``): they live until the exit."""
-    gc.disable()
-    from promoter.cli import bundle_build
-    from promoter.executor import builder, handover  # noqa: F401 (imported here, used there)
+    are (``run_args.Uncollected``): they live until the exit."""
+    from promoter.cli import run_args
 
-    gc.freeze()
-    gc.enable()
+    with run_args.Uncollected():
+        from promoter.cli import bundle_build
+        from promoter.executor import builder, handover  # noqa: F401 (imported here, used there)
+
     try:
         bundle_build.build(**values)
     except BaseException as exc:
-        if _typers(exc):
-            replay(exc)
+        if run_args.typers(exc):
+            run_args.replay(exc, ("bundle", "build"))
         raise
-
-
-def _typers(exc: BaseException) -> bool:
-    """Whether typer's command would have printed ``exc`` and exited, not raised it."""
-    if isinstance(exc, KeyboardInterrupt | EOFError):
-        return True
-    if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
-        return True
-    return type(exc).__module__.startswith("typer.")
-
-
-def replay(exc: BaseException) -> None:
-    """Typer's own command for this process's arguments, its ``bundle build`` raising
-    ``exc``: typer parses them as it would have, and prints and exits as it would have."""
-    import typer.main
-    from typer.core import TyperGroup
-
-    from promoter.cli.app import app
-    from promoter.cli.lazy import LazyCommand, PromoterGroup
-
-    group = typer.main.get_command(app)  # a new command tree, this call's own
-    assert isinstance(group, PromoterGroup)
-    bundle = group.get_command(typer.Context(group), "bundle")
-    assert isinstance(bundle, LazyCommand)
-    commands = bundle.real()
-    assert isinstance(commands, TyperGroup)
-
-    def raising(**values: Any) -> None:
-        raise exc
-
-    commands.commands["build"].callback = raising
-    group()

@@ -37,7 +37,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAGS", "MANY", "VALUES", "dispatch", "invoke", "parse", "replay", "typers"]
+__all__ = [
+    "FLAGS",
+    "MANY",
+    "VALUES",
+    "Uncollected",
+    "dispatch",
+    "invoke",
+    "parse",
+    "replay",
+    "typers",
+]
 
 # each option of ``run``: the parameter of ``run_cmd.run`` it sets
 FLAGS = {
@@ -178,19 +188,17 @@ def dispatch(
     symlinks: str,
 ) -> None:
     """What ``promoter run``'s flags ask for: a listing, a pruning, a removal, or a run."""
-    _uncollected(True)
-    from promoter.cli import userconfig
+    with Uncollected():
+        from promoter.cli import userconfig
 
-    _uncollected(False)
     target = userconfig.resolve(url, token_file, state_dir)
     state, address = target.state_dir, target.url
     if list_runs or prune or remove is not None:
-        _uncollected(True)
-        from promoter.cli import run_manage as manage
-        from promoter.cli.common import console
-        from promoter.executor import sandbox as sandboxes
+        with Uncollected():
+            from promoter.cli import run_manage as manage
+            from promoter.cli.common import console
+            from promoter.executor import sandbox as sandboxes
 
-        _uncollected(False)
         if list_runs:
             manage.list_sandboxes(state, address, target.token)
         elif prune:
@@ -199,11 +207,10 @@ def dispatch(
             assert remove is not None
             console.print(f"removed {sandboxes.remove(state, remove)}", soft_wrap=True)
         return
-    _uncollected(True)
-    from promoter.cli.run_person import TerminalPerson
-    from promoter.cli.run_start import start
+    with Uncollected():
+        from promoter.cli.run_person import TerminalPerson
+        from promoter.cli.run_start import start
 
-    _uncollected(False)
     start(
         target,
         command,
@@ -225,16 +232,21 @@ def dispatch(
     )
 
 
-def _uncollected(importing: bool) -> None:
+class Uncollected:
     """Around the run's imports: the cyclic collector off while modules load (they live
     until the exit: its passes over them, 5-8 ms of a run's start, found nothing), then
     what they made frozen out of its later passes (``gc.freeze``; nor touched by them in
-    the removal's fork) and the collector on again for the run's own work."""
-    if importing:
+    the removal's fork) and the collector as it was again, however the imports ended (an
+    import that fails or is interrupted by Ctrl-C leaves no process without it)."""
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
         gc.disable()
-    else:
+
+    def __exit__(self, *exc: object) -> None:
         gc.freeze()
-        gc.enable()
+        if self._was:
+            gc.enable()
 
 
 def invoke(values: dict[str, Any]) -> None:

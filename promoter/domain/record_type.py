@@ -4,10 +4,10 @@
 ``repr``, ``compare``) give a class what ``@dataclass`` gives it for those options: an
 ``__init__`` taking the annotated fields in order, ``__repr__``, ``__eq__`` over the
 compared fields (``NotImplemented`` for another class), ``__hash__`` for a frozen class
-and ``None`` otherwise, ``__match_args__``, a frozen class's ``__setattr__`` and
-``__delattr__`` refusing with ``FrozenInstance`` (an ``AttributeError``), ``__slots__``
-and pickling for a slotted one. ``replace`` and ``as_dict`` are ``dataclasses.replace``
-and ``asdict`` for them.
+and ``None`` otherwise (unless the class wrote its own), ``__match_args__``, a frozen
+class's ``__setattr__`` and ``__delattr__`` refusing with ``FrozenInstance`` (an
+``AttributeError``), ``__slots__`` and pickling for a slotted one. ``replace`` and
+``as_dict`` are ``dataclasses.replace`` and ``asdict`` for them.
 
 Why it exists: Python 3.11's ``dataclasses`` compiles each generated method on its own
 and imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``); the records that a
@@ -19,8 +19,9 @@ imported (docs/decisions/records-of-one-compilation.md).
 What it deliberately does not do: inheritance between records, ``ClassVar``/``InitVar``
 fields, ``__post_init__``, ordering, keyword-only fields, ``dataclasses.fields``: a
 class that needs them stays a ``dataclass``. A record's class whose base defines
-annotations is refused at import, and so is a list, dict or set default (every instance
-would share it), as ``dataclass`` refuses one.
+annotations is refused at import, and so is one that defines ``__post_init__`` (it would
+never be called) and a list, dict or set default (every instance would share it), as
+``dataclass`` refuses one.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
     for base in cls.__mro__[1:-1]:
         if base.__dict__.get("__annotations__") or hasattr(base, _FIELDS):
             raise TypeError(f"{cls.__qualname__}: a record inherits no fields")
+    if "__post_init__" in cls.__dict__:  # never called here: its checks would be skipped
+        raise TypeError(f"{cls.__qualname__}: a record has no __post_init__")
+    own = cls.__dict__
+    if frozen and ("__setattr__" in own or "__delattr__" in own):  # as ``dataclass`` refuses
+        raise TypeError(f"{cls.__qualname__}: a frozen record sets and deletes as frozen")
+    # a hash the class wrote stays (not the ``None`` Python gives a class that defines __eq__)
+    own_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     fields: list[_Field] = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         if "ClassVar" in str(annotation) or "InitVar" in str(annotation):
@@ -125,8 +133,9 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
     if frozen:
         _attach(cls, "__setattr__", methods["__setattr__"])
         _attach(cls, "__delattr__", methods["__delattr__"])
-        _attach(cls, "__hash__", methods["__hash__"])
-    elif "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
+        if not own_hash:
+            _attach(cls, "__hash__", methods["__hash__"])
+    elif not own_hash:
         cls.__hash__ = None  # type: ignore[assignment]  # eq without frozen: unhashable
     setattr(cls, "__match_args__", names)  # noqa: B010 (a name mypy holds read-only)
     setattr(cls, _FIELDS, tuple(fields))
@@ -134,7 +143,7 @@ def _make(cls: type[_T], frozen: bool, slots: bool) -> type[_T]:
 
 
 def _attach(cls: type, name: str, function: Any) -> None:
-    if name in cls.__dict__ and name not in ("__setattr__", "__delattr__", "__hash__"):
+    if name in cls.__dict__ and name != "__hash__":
         return  # the class's own method stays, as ``dataclass`` leaves it
     function.__name__ = name
     function.__qualname__ = f"{cls.__qualname__}.{name}"
@@ -258,8 +267,9 @@ def as_dict(obj: Any) -> Any:
         return {spec.name: as_dict(getattr(obj, spec.name)) for spec in fields}
     if isinstance(obj, list):
         return [as_dict(value) for value in obj]
-    if isinstance(obj, tuple):
-        return type(obj)(as_dict(value) for value in obj)
+    if isinstance(obj, tuple):  # a named tuple made from its fields, as ``asdict`` does
+        values = [as_dict(value) for value in obj]
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
     if isinstance(obj, dict):
         return {as_dict(key): as_dict(value) for key, value in obj.items()}
     return obj

@@ -373,6 +373,37 @@ def test_a_diff_that_cannot_be_built_is_named_not_carried_and_the_promotion_stil
         assert orch.get(f"/v1/bundles/{bundle['bundle_id']}/diff").status_code == 200
 
 
+def test_a_fault_of_the_daemons_reading_the_diff_is_named_internal_and_the_promotion_answers(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of the daemon's own (here a ``TypeError``) while it builds the diff never
+    fails the answer of a promotion that happened: named ``internal``, as the separate
+    read would answer it."""
+    from promoter.api.routes import promotions
+
+    def broken(*given: object, **named: object) -> object:
+        raise TypeError("a fault of the daemon's")
+
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    monkeypatch.setattr(promotions, "bundle_diff", broken)
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor, diff="true", receipt="true")
+    assert answer.status_code == 200, answer.text
+    reply = answer.json()
+    assert "diff" not in reply
+    assert reply["not_carried"] == [
+        {
+            "part": "diff",
+            "code": "internal",
+            "detail": "an unexpected error occurred; see the daemon's log",
+        }
+    ]
+    assert reply["operation"]["status"] == "completed"
+    assert reply["receipt"]["receipt_sha256"] == reply["operation"]["receipt_sha256"]
+    assert tree_bytes(repo)["src/app.py"][0] == V2
+
+
 def test_sync_client_promotes_in_one_request(daemon: Daemon, repo: Path, identity: str) -> None:
     grant = _grant(daemon, repo, identity)
     bundle = make_bundle(grant, CHANGES)

@@ -11,6 +11,7 @@ is printed and ends the program exactly as when typer had parsed the command lin
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -175,3 +176,28 @@ def test_a_promoter_error_is_printed_once_as_under_typer(
     fast_printed = capsys.readouterr()
     assert (fast, fast_printed) == (_ended(program.main), capsys.readouterr())
     assert fast == 78 and "[config_error] no token for http://h:1" in fast_printed.err
+
+
+@pytest.mark.parametrize("option", ["--worktree", "--out", "--token-file"])
+def test_an_unreadable_path_is_left_to_typer_which_refuses_it(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """typer refuses an existing path ``os.access`` says is unreadable: so is it left to
+    typer here (``os.access`` answers for both, as the superuser reads any file)."""
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
+    real = os.access
+
+    def access(path: Any, mode: int, **given: Any) -> bool:
+        return False if Path(path) == unreadable else real(path, mode, **given)
+
+    monkeypatch.setattr(os, "access", access)
+    argv = [*BUILD, option, str(unreadable)]
+    if option == "--worktree":
+        argv = ["bundle", "build", "--grant", "g.json", option, str(unreadable)]
+    assert bundle_args.parse(argv, {}) is None
+    from promoter.cli.app import app
+
+    with pytest.raises(SystemExit) as ended:
+        app(args=argv, prog_name="promoter")
+    assert ended.value.code == 2 and "is not readable" in capsys.readouterr().err

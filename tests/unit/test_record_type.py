@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -95,6 +95,23 @@ def test_replace_and_as_dict_match_dataclasses() -> None:
     assert as_dict(bag)["items"] is not bag.items  # lists copied, as ``asdict`` does
     dc = dataclasses.asdict(PointDC(1, 2, "n"))
     assert as_dict(Point(1, 2, "n")) == dc
+    held = Bag([Pair(Point(1), (Point(2),))], Point(3))  # type: ignore[list-item]
+    held_dc = BagDC([Pair(PointDC(1), (PointDC(2),))], PointDC(3))
+    assert as_dict(held) == dataclasses.asdict(held_dc)
+    assert type(as_dict(held)["items"][0]) is Pair
+
+
+class Pair(NamedTuple):
+    """A named tuple a record may hold."""
+
+    first: Any
+    rest: tuple[Any, ...]
+
+
+@dataclasses.dataclass
+class BagDC:
+    items: list[Any]
+    inner: PointDC
 
 
 def test_what_a_record_does_not_do_is_refused_at_import() -> None:
@@ -111,6 +128,24 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
         class _Child(Point):
             z: int = 0
 
+    with pytest.raises(TypeError, match="no __post_init__"):
+
+        @record(frozen=True)
+        class _Checked:
+            a: int
+
+            def __post_init__(self) -> None:
+                raise AssertionError("never called by a record")
+
+    with pytest.raises(TypeError, match="sets and deletes as frozen"):
+
+        @record(frozen=True)
+        class _Settable:
+            a: int
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                object.__setattr__(self, name, value)
+
     with pytest.raises(ValueError, match="a default or a factory"):
         field(default=1, default_factory=int)
 
@@ -119,3 +154,24 @@ def test_what_a_record_does_not_do_is_refused_at_import() -> None:
         @record
         class _Shared:
             names: list[str] = []  # noqa: RUF012 (the mistake the record refuses)
+
+
+def test_a_hash_the_class_wrote_stays_as_under_a_dataclass() -> None:
+    @record(frozen=True)
+    class Ours:
+        a: int
+        b: int = 0
+
+        def __hash__(self) -> int:
+            return self.a
+
+    @dataclasses.dataclass(frozen=True)
+    class Theirs:
+        a: int
+        b: int = 0
+
+        def __hash__(self) -> int:
+            return self.a
+
+    assert hash(Ours(7, 1)) == hash(Theirs(7, 1)) == 7
+    assert hash(Point(1, 2)) == hash(PointDC(1, 2))  # a hash of its own otherwise

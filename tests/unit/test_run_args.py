@@ -215,3 +215,38 @@ def test_paths_are_read_as_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     read = run_args.parse(["run", "--hide", "a", "--state-dir=s", "--", "x"], {})
     assert read is not None
     assert (read["hide"], read["state_dir"], read["token_file"]) == ([Path("a")], Path("s"), None)
+
+
+class _Interrupting:
+    """A finder that meets Ctrl-C while the run's own module is looked for."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "promoter.cli.run_start":
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("failure", ["import-error", "ctrl-c"])
+def test_an_import_that_fails_leaves_the_collector_on(
+    failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cyclic collector, off while the run's modules load, is on again however their
+    import ends: a missing module or Ctrl-C in the middle of it."""
+    import gc
+    from types import SimpleNamespace
+
+    from promoter.cli import userconfig
+
+    target = SimpleNamespace(state_dir=tmp_path, url="http://127.0.0.1:1", token="t")
+    monkeypatch.setattr(userconfig, "resolve", lambda *given: target)
+    if failure == "import-error":
+        monkeypatch.setitem(sys.modules, "promoter.cli.run_start", None)
+        expected: type[BaseException] = ImportError
+    else:
+        monkeypatch.delitem(sys.modules, "promoter.cli.run_start", raising=False)
+        monkeypatch.setattr(sys, "meta_path", [_Interrupting(), *sys.meta_path])
+        expected = KeyboardInterrupt
+    values = {**run_args.DEFAULTS, "command": ["true"]}
+    assert gc.isenabled()
+    with pytest.raises(expected):
+        run_args.dispatch(**values)
+    assert gc.isenabled()

@@ -25,7 +25,8 @@ once completed, each exactly as its own request answers it (``GET /v1/bundles/{i
 blob store's ``OSError`` for the diff) is left out and named in ``not_carried`` with the
 error's code and detail, never failing the promotion's answer
 (protocol: promotion#one-request-with-both-authorities). Any other exception is a fault
-of the daemon's and fails the request as it would fail the separate read.
+of the daemon's: logged with its traceback and named ``internal``, as the separate read
+answers it, the promotion's answer standing all the same.
 
 Not here: what a promotion does (``promoter.engine.operation``), the separate requests,
 which keep their meaning (``blobs``, ``bundles``, ``operations``).
@@ -54,7 +55,7 @@ from promoter.domain.evidence_frames import BUNDLE_HEADER_MAX, parse_bundle_head
 from promoter.domain.models import GrantV1, PatchBundleV1
 from promoter.domain.parsing import load_json
 from promoter.domain.status import OperationStatus
-from promoter.domain.views import NotCarried, OperationAccepted, PromotedWithEvidence
+from promoter.domain.views import CarriedPart, NotCarried, OperationAccepted, PromotedWithEvidence
 from promoter.engine.intake.bundles import admit_bundle
 from promoter.engine.operation import receipts, runner, views
 from promoter.engine.operation.with_evidence import GROUP_FAULT, promote_with_evidence
@@ -73,6 +74,7 @@ from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("promoter.operations")
+_UNEXPECTED = "an unexpected error occurred; see the daemon's log"  # as problems.py answers it
 EXECUTOR_HEADER = "Promoter-Executor-Token"
 Admitted = tuple[Any, tuple[PatchBundleV1, GrantV1]]
 
@@ -212,6 +214,9 @@ def _diff(services: Reviewing, bundle: PatchBundleV1) -> dict[str, Any] | NotCar
         failed = StorageError(f"the bundle's diff could not be read: {exc.strerror or exc}")
     except PromoterError as exc:
         failed = exc
+    except Exception:  # a fault of the daemon's: logged whole; the promotion's answer stands
+        log.exception("the diff of %s is left out of the answer", bundle_id)
+        return _unexpected("diff")
     log.warning("the diff of %s is left out of the answer: %s", bundle_id, failed.detail)
     return NotCarried(part="diff", code=failed.code, detail=failed.detail)
 
@@ -226,6 +231,16 @@ def _receipt(services: Records, operation_id: str) -> dict[str, Any] | NotCarrie
     except PromoterError as exc:
         log.warning("the receipt of %s is left out of the answer: %s", operation_id, exc.detail)
         return NotCarried(part="receipt", code=exc.code, detail=exc.detail)
+    except Exception:  # a fault of the daemon's: logged whole; the promotion's answer stands
+        log.exception("the receipt of %s is left out of the answer", operation_id)
+        return _unexpected("receipt")
+
+
+def _unexpected(part: CarriedPart) -> NotCarried:
+    """A part whose reading met a fault of the daemon's, named as its own request answers
+    that fault (``internal``): the promotion the answer reports happened all the same, and
+    a failed answer would hide it from a caller that does not retry a promotion."""
+    return NotCarried(part=part, code="internal", detail=_UNEXPECTED)
 
 
 def _promote(
