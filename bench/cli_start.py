@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from bench import harness
 from bench.rows_builder import _grant, make_large_repository
 
 PROMOTER = [sys.executable, "-m", "promoter.cli.main"]
@@ -100,15 +101,7 @@ def _serving(state: Path, config: Path) -> Iterator[str]:
         [*argv, "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        assert proc.stderr is not None
-        url = ""
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            if line.startswith("promoter: ready on "):
-                url = line.removeprefix("promoter: ready on ")
-                break
-        if not url:
-            raise RuntimeError("the benchmark daemon exited before it was ready")
+        url = harness.ready_url(proc)
         yield url
     finally:
         proc.terminate()

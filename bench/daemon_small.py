@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from bench import rows_run_small
+from bench import harness, rows_run_small
 
 
 def _threads(pid: int) -> dict[str, float]:
@@ -57,15 +57,7 @@ def _daemon(python: str, state: Path, repo: Path, phases: list[dict[str, float]]
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        assert proc.stderr is not None
-        url = ""
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            if line.startswith("promoter: ready on "):
-                url = line.removeprefix("promoter: ready on ")
-                break
-        if not url:
-            raise RuntimeError("the daemon exited before it was ready")
+        url = harness.ready_url(proc)
 
         def read(stream: object = proc.stderr) -> None:
             for raw in proc.stderr:  # type: ignore[union-attr]

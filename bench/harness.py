@@ -197,6 +197,17 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def ready_url(proc: subprocess.Popen[bytes]) -> str:
+    """The address a ``promoter serve --port 0`` started by ``proc`` prints on its stderr
+    once it serves."""
+    assert proc.stderr is not None
+    for raw in proc.stderr:
+        line = raw.decode(errors="replace").rstrip()
+        if line.startswith("promoter: ready on "):
+            return line.removeprefix("promoter: ready on ")
+    raise RuntimeError("the benchmark daemon exited before it was ready")
+
+
 @contextmanager
 def served_process(
     state_dir: Path, repos: dict[str, Path], workers: int = 1
@@ -222,15 +233,8 @@ def served_process(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
+        url = ready_url(proc)
         assert proc.stderr is not None
-        url = ""
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            if line.startswith("promoter: ready on "):
-                url = line.removeprefix("promoter: ready on ")
-                break
-        if not url:
-            raise RuntimeError("the benchmark daemon exited before it was ready")
         drain = threading.Thread(target=proc.stderr.read, daemon=True)  # the pipe never fills
         drain.start()
         yield url, proc.pid
