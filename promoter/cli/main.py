@@ -1,9 +1,9 @@
 """The ``promoter`` program: where a command line starts, and its one error handler.
 
-``entry`` reads a ``promoter run`` and a ``promoter bundle build`` of the common shape
-without typer (``promoter.cli.run_args``, ``promoter.cli.bundle_args``), ``promoter
-review`` and ``promoter receipt verify`` too (``promoter.cli.quick_args``), and hands any
-other command line to the Typer app (``promoter.cli.app``, imported then; its ``app``,
+``entry`` reads a ``promoter run``, ``bundle build``, ``review`` and ``receipt verify``
+of the common shape without typer (``promoter.cli.args_reader``, with the table of
+``promoter.cli.run_args``, ``bundle_args`` or ``quick_args``), and hands any other
+command line to the Typer app (``promoter.cli.app``, imported then; its ``app``,
 ``EXIT_CODES`` and other names are reachable from here as before). Every command catches
 ``PromoterError`` once here (``main``) and exits with the error's exit code, printing its
 code and detail; nothing else is caught.
@@ -11,12 +11,13 @@ code and detail; nothing else is caught.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from promoter.cli import bundle_args, run_args, startup
+from promoter.cli import startup
 
 if TYPE_CHECKING:
     from promoter.cli.app import EXIT_CODES as EXIT_CODES
@@ -60,22 +61,33 @@ def main(command: Callable[[], object] | None = None) -> None:
         sys.exit(exc.exit_code)
 
 
+# the commands read without typer: the module of each one's table
+_TABLES = {
+    "run": "run_args",
+    "bundle": "bundle_args",
+    "review": "quick_args",
+    "receipt": "quick_args",
+}
+
+
+def _read(argv: list[str]) -> Callable[[], None] | None:
+    """The call that runs ``argv`` read without typer, or None: typer's. Only the table
+    of the command named is imported (``--help`` imports none)."""
+    module = _TABLES.get(argv[0]) if argv else None
+    if module is None:
+        return None
+    from promoter.cli import args_reader
+
+    tables = importlib.import_module(f"promoter.cli.{module}").TABLES
+    return args_reader.read(tables, argv, os.environ)
+
+
 def entry() -> None:
     """The ``promoter`` program: ``main``, then the process ends without its teardown
     (``promoter.cli.startup.finish``); httpx's own command line is never loaded."""
     startup.defer_httpx_cli()
     try:
-        values = run_args.parse(sys.argv[1:], os.environ)
-        if values is not None:
-            main(lambda: run_args.invoke(values))
-        else:
-            built = bundle_args.parse(sys.argv[1:], os.environ)
-            if built is not None:
-                main(lambda: bundle_args.invoke(built))
-            else:  # ``review`` and ``receipt verify`` read without typer too, else typer's
-                from promoter.cli import quick_args
-
-                main(quick_args.read(sys.argv[1:], os.environ))
+        main(_read(sys.argv[1:]))
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code
         if not isinstance(code, int):

@@ -88,10 +88,10 @@ def test_the_table_is_typers_own_bundle_build_command() -> None:
         assert len(long) == 1, param.opts
         (flags if param.is_flag else values)[long[0]] = param.name
         assert not param.multiple
-    assert (flags, values) == (bundle_args.FLAGS, bundle_args.VALUES)
-    assert defaults == bundle_args.DEFAULTS
+    assert (flags, values) == (bundle_args.BUILD.flags, bundle_args.BUILD.values)
+    assert defaults == bundle_args.BUILD.defaults
     required = {param.name for param in command.params if param.required}
-    assert required == bundle_args.REQUIRED
+    assert required == bundle_args.BUILD.required
 
 
 @pytest.mark.parametrize("argv", READ_HERE, ids=" ".join)

@@ -25,6 +25,7 @@ from typer.core import TyperOption as Option
 
 from promoter.cli import main as program
 from promoter.cli import quick_args, receipt_verify, review_cmd
+from promoter.cli.args_reader import Table
 from promoter.cli.lazy import _BY_NAME, load
 
 
@@ -115,8 +116,8 @@ def _typers_values(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str
     return seen
 
 
-@pytest.mark.parametrize("shape", quick_args.SHAPES, ids=lambda shape: " ".join(shape.words))
-def test_each_table_is_typers_own_command(shape: quick_args.Shape) -> None:
+@pytest.mark.parametrize("shape", quick_args.TABLES, ids=lambda shape: " ".join(shape.words))
+def test_each_table_is_typers_own_command(shape: Table) -> None:
     command = load(_BY_NAME[shape.words[0]], *shape.words[1:])
     for word in shape.words[1:]:
         command = command.commands[word]  # type: ignore[attr-defined]

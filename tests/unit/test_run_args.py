@@ -107,8 +107,8 @@ def test_the_table_is_typers_own_run_command() -> None:
         (name,) = param.opts
         table = flags if param.is_flag else many if param.multiple else values
         table[name] = param.name
-    assert (flags, values, many) == (run_args.FLAGS, run_args.VALUES, run_args.MANY)
-    assert {k: v for k, v in defaults.items() if k != "help"} == run_args.DEFAULTS
+    assert (flags, values, many) == (run_args.RUN.flags, run_args.RUN.values, run_args.RUN.many)
+    assert {k: v for k, v in defaults.items() if k != "help"} == run_args.RUN.defaults
 
 
 @pytest.mark.parametrize("argv", READ_HERE, ids=" ".join)
@@ -245,7 +245,7 @@ def test_an_import_that_fails_leaves_the_collector_on(
         monkeypatch.delitem(sys.modules, "promoter.cli.run_start", raising=False)
         monkeypatch.setattr(sys, "meta_path", [_Interrupting(), *sys.meta_path])
         expected = KeyboardInterrupt
-    values = {**run_args.DEFAULTS, "command": ["true"]}
+    values = {**run_args.RUN.defaults, "command": ["true"]}
     assert gc.isenabled()
     with pytest.raises(expected):
         run_args.dispatch(**values)
