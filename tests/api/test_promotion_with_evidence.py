@@ -6,8 +6,8 @@ both authorities, a bundle of another run, and a body the batch's bounds refuse 
 refused with their stable codes and nothing stored (no blob, no bundle, no receipt, no
 operation, nothing charged); both clients' methods. Asked for, the answer carries the
 bundle's diff and the promotion receipt as their own requests answer them; a diff that
-cannot be built is left out and named in ``not_carried`` with its error's code and
-detail, the promotion answered all the same.
+cannot be built, or a receipt whose reading fails, is left out and named in
+``not_carried`` with its error's code and detail, the promotion answered all the same.
 """
 
 from __future__ import annotations
@@ -371,6 +371,44 @@ def test_a_diff_that_cannot_be_built_is_named_not_carried_and_the_promotion_stil
     assert tree_bytes(repo)["src/app.py"][0] == V2
     with daemon.orchestrator() as orch:
         assert orch.get(f"/v1/bundles/{bundle['bundle_id']}/diff").status_code == 200
+
+
+def test_a_receipt_whose_reading_fails_is_named_not_carried_and_the_promotion_still_answers(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The carried receipt's reading failing (fault point ``promotion_receipt_read``, an
+    error the daemon does not expect there) leaves it out, named ``internal`` as its own
+    request answers that fault; the promotion's answer and the carried diff stand, and
+    the receipt's own request reads it afterwards."""
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    monkeypatch.setenv(faults.ENV, "promotion_receipt_read=EIO@1")
+    faults.reset()
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor, diff="true", receipt="true")
+    read = faults.hits("promotion_receipt_read")
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert answer.status_code == 200, answer.text
+    assert read == 1
+    reply = answer.json()
+    assert "receipt" not in reply  # left out: the caller asks for it, told why
+    assert reply["not_carried"] == [
+        {
+            "part": "receipt",
+            "code": "internal",
+            "detail": "an unexpected error occurred; see the daemon's log",
+        }
+    ]
+    assert reply["operation"]["status"] == "completed"
+    assert tree_bytes(repo)["src/app.py"][0] == V2
+    operation_id = reply["operation"]["operation_id"]
+    with daemon.orchestrator() as orch:
+        diff = orch.get(f"/v1/bundles/{bundle['bundle_id']}/diff")
+        receipt = orch.get(f"/v1/operations/{operation_id}/receipt")
+    assert reply["diff"] == diff.json()
+    assert receipt.status_code == 200, receipt.text
+    assert json.loads(receipt.content)["receipt_sha256"] == reply["operation"]["receipt_sha256"]
 
 
 def test_a_fault_of_the_daemons_reading_the_diff_is_named_internal_and_the_promotion_answers(

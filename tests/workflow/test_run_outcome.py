@@ -5,7 +5,8 @@ run record's durable writes are counted at their fault point (an inert rule coun
 ``--json`` must put exactly one JSON document on stdout, every word on stderr; ``--yes``
 prints a summary of the diff (paths, operations, sizes, flags, unseen files), ``--diff``
 the whole patch; the summary and the receipt's lines are what the bundle's diff and the
-operation's receipt print, whether the promotion's answer carried them or not.
+operation's receipt print, whether the promotion's answer carried them or not (a receipt
+left out is read by its own request).
 """
 
 from __future__ import annotations
@@ -170,6 +171,40 @@ def test_yes_prints_what_the_diff_and_receipt_requests_answer(
         state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
         lines.append(f"  {target['path']}  {state}")
     assert "\n".join(lines) + "\n" in result.stdout
+
+
+READ = "promotion_receipt_read"  # once per reading of a promotion receipt by the daemon
+
+
+def test_yes_reads_a_receipt_left_out_by_its_own_request(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The promotion's answer leaving the receipt out (its reading failed): the run warns,
+    naming it not carried with why, asks for it by its own request and prints its lines;
+    the promotion stands."""
+    monkeypatch.setenv(faults.ENV, f"{READ}=EIO@1")
+    faults.reset()
+    with caplog.at_level(logging.WARNING, logger="promoter.run"):
+        result = _run(daemon, "--repo", "work", "--yes", "--keep", "--", "sh", "-c", MIXED)
+    read = faults.hits(READ)
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert result.exit_code == 0, result.output
+    assert [r.getMessage() for r in caplog.records if r.name == "promoter.run"] == [
+        "the host did not carry the review's receipt (internal: an unexpected error "
+        "occurred; see the daemon's log); it is read by its own request"
+    ]
+    assert read == 2  # the carried reading failed, its own request read it
+    (step,) = _only_run(daemon).steps
+    assert step.operation_id is not None
+    receipt = operation_receipt(daemon, step.operation_id)
+    lines = [f"promoted: operation {step.operation_id} completed, receipt "]
+    lines[0] += str(receipt["receipt_sha256"])
+    for target in receipt["targets"]:
+        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
+        lines.append(f"  {target['path']}  {state}")
+    assert "\n".join(lines) + "\n" in result.stdout
+    assert (repo / "src" / "f0.txt").read_bytes() == b"".join(b"%d\n" % i for i in range(1, 31))
 
 
 def test_continue_without_a_command_and_nothing_submitted_is_a_usage_error(

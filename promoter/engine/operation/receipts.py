@@ -1,5 +1,7 @@
 """An operation's receipt bytes: the promotion receipt once completed, the rollback receipt.
 
+Fault point: ``promotion_receipt_read`` (before the promotion receipt's row is read).
+
 Deliberately not here: signed envelopes (``operation.served``,
 ``promoter.engine.receipts.envelopes``), building receipts (``operation.outcome``).
 """
@@ -13,6 +15,7 @@ from promoter.domain.status import FINAL, OperationStatus
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.ports import Records
 from promoter.errors import OperationUnknown, PromoterError, ReceiptUnavailable
+from promoter.faults import point
 from promoter.store import journal
 
 log = logging.getLogger("promoter.operations")
@@ -28,6 +31,7 @@ def promotion_receipt(services: Records, operation_id: str) -> bytes:
     aside, its bytes kept). A copy that cannot be written is logged; the receipt is served
     all the same.
     """
+    point("promotion_receipt_read")
     with journal.unit_of_work(services.db) as session:
         row = journal.get_operation(session, operation_id)
         if row is None:
