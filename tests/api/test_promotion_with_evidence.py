@@ -344,19 +344,28 @@ def test_the_answer_carries_the_diff_and_the_receipt_their_own_requests_answer(
     assert "not_carried" not in waited_not.json()  # no receipt yet is no failure
 
 
-def test_a_diff_that_cannot_be_built_is_named_not_carried_and_the_promotion_still_answers(
-    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _failing_once(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch, point: str
+) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """A promotion asked to carry the diff and the receipt while the fault point ``point``
+    fails (EIO) on its first hit: the bundle, the answer (200) and the point's hits."""
     grant = _grant(daemon, repo, identity)
     bundle = make_bundle(grant, CHANGES)
     executor = _executor_token(daemon, "run_1")
-    monkeypatch.setenv(faults.ENV, "bundle_diff_file=EIO@1")
+    monkeypatch.setenv(faults.ENV, f"{point}=EIO@1")
     faults.reset()
     answer = _post(daemon, body(bundle, V1, V2, NEW), executor, diff="true", receipt="true")
+    hits = faults.hits(point)
     monkeypatch.delenv(faults.ENV)
     faults.reset()
     assert answer.status_code == 200, answer.text
-    reply = answer.json()
+    return bundle, dict(answer.json()), hits
+
+
+def test_a_diff_that_cannot_be_built_is_named_not_carried_and_the_promotion_still_answers(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle, reply, _ = _failing_once(daemon, repo, identity, monkeypatch, "bundle_diff_file")
     assert "diff" not in reply  # left out: the caller asks for it, told why
     assert reply["not_carried"] == [
         {
@@ -380,18 +389,9 @@ def test_a_receipt_whose_reading_fails_is_named_not_carried_and_the_promotion_st
     error the daemon does not expect there) leaves it out, named ``internal`` as its own
     request answers that fault; the promotion's answer and the carried diff stand, and
     the receipt's own request reads it afterwards."""
-    grant = _grant(daemon, repo, identity)
-    bundle = make_bundle(grant, CHANGES)
-    executor = _executor_token(daemon, "run_1")
-    monkeypatch.setenv(faults.ENV, "promotion_receipt_read=EIO@1")
-    faults.reset()
-    answer = _post(daemon, body(bundle, V1, V2, NEW), executor, diff="true", receipt="true")
-    read = faults.hits("promotion_receipt_read")
-    monkeypatch.delenv(faults.ENV)
-    faults.reset()
-    assert answer.status_code == 200, answer.text
+    point = "promotion_receipt_read"
+    bundle, reply, read = _failing_once(daemon, repo, identity, monkeypatch, point)
     assert read == 1
-    reply = answer.json()
     assert "receipt" not in reply  # left out: the caller asks for it, told why
     assert reply["not_carried"] == [
         {

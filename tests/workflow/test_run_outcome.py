@@ -131,6 +131,16 @@ MIXED = "seq 1 30 > src/f0.txt; printf 'x\\n' >> src/app.py; chmod +x src/f0.txt
 DIFFED = "bundle_diff_file"  # once per file of each diff the daemon builds
 
 
+def _receipt_lines(daemon: Daemon, operation_id: str) -> str:
+    """The lines ``run`` prints for the receipt ``GET /v1/operations/{id}/receipt`` answers."""
+    receipt = operation_receipt(daemon, operation_id)
+    lines = [f"promoted: operation {operation_id} completed, receipt {receipt['receipt_sha256']}"]
+    for target in receipt["targets"]:
+        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
+        lines.append(f"  {target['path']}  {state}")
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize("carried", [True, False], ids=["carried", "left-out"])
 def test_yes_prints_what_the_diff_and_receipt_requests_answer(
     daemon: Daemon,
@@ -164,13 +174,7 @@ def test_yes_prints_what_the_diff_and_receipt_requests_answer(
     assert diffed == (len(diff["files"]) if carried else 1 + len(diff["files"]))
     hint = f"promoter bundle diff {step.bundle_id}"
     assert diff_summary(diff, hint).plain in result.stdout
-    receipt = operation_receipt(daemon, step.operation_id)
-    lines = [f"promoted: operation {step.operation_id} completed, receipt "]
-    lines[0] += str(receipt["receipt_sha256"])
-    for target in receipt["targets"]:
-        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
-        lines.append(f"  {target['path']}  {state}")
-    assert "\n".join(lines) + "\n" in result.stdout
+    assert _receipt_lines(daemon, step.operation_id) in result.stdout
 
 
 READ = "promotion_receipt_read"  # once per reading of a promotion receipt by the daemon
@@ -197,13 +201,7 @@ def test_yes_reads_a_receipt_left_out_by_its_own_request(
     assert read == 2  # the carried reading failed, its own request read it
     (step,) = _only_run(daemon).steps
     assert step.operation_id is not None
-    receipt = operation_receipt(daemon, step.operation_id)
-    lines = [f"promoted: operation {step.operation_id} completed, receipt "]
-    lines[0] += str(receipt["receipt_sha256"])
-    for target in receipt["targets"]:
-        state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
-        lines.append(f"  {target['path']}  {state}")
-    assert "\n".join(lines) + "\n" in result.stdout
+    assert _receipt_lines(daemon, step.operation_id) in result.stdout
     assert (repo / "src" / "f0.txt").read_bytes() == b"".join(b"%d\n" % i for i in range(1, 31))
 
 
