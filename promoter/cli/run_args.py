@@ -14,8 +14,8 @@ typer would have printed itself is replayed through typer's own command
 
 This is the program's hot path: typer (its import, and the command it builds) was a
 third of the start of ``promoter run``. The module imports nothing but the standard
-library until ``dispatch`` runs; the table is checked against typer's command by a test
-(``tests/unit/test_run_args.py``).
+library and the shared reader until ``dispatch`` runs; the table is checked against
+typer's command by a test (``tests/unit/test_run_args.py``).
 
 Deliberately not here: the flags' help (``promoter.cli.run_cmd``), the person at the
 terminal (``promoter.cli.run_person``) or any step of a run (``promoter.cli.run_start``).
