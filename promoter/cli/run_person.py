@@ -6,8 +6,9 @@ receipt; with ``--yes`` the summary of the diff instead), questions at the termi
 ``--yes`` a flag that never approves (protocol: runs#approvals). Before a review or a
 question the terminal is reset to a known state (``_fresh_screen``): whatever the
 command left of scroll regions, modes or the alternate screen is undone. A question is
-typer's ``confirm`` (typer is imported when one is asked); Ctrl-C at it is its ``Abort``,
-which ``interrupted`` tells from any other error without importing typer.
+typer's ``confirm`` as ``promoter.cli.question`` reads it (Ctrl-C ends it at once); Ctrl-C
+at it is typer's ``Abort``, which ``interrupted`` tells from any other error without
+importing typer.
 
 Deliberately not here: the flags (``promoter.cli.run_cmd``, ``promoter.cli.run_args``)
 or any step of the workflow (``promoter.executor.run``).
@@ -38,10 +39,11 @@ __all__ = ["TerminalPerson", "interrupted"]
 
 
 def _confirm(question: str, *, default: bool = False, err: bool = False) -> bool:
-    """A yes or no at the terminal (typer's ``confirm``: Ctrl-C is its ``Abort``)."""
-    from typer import confirm
+    """A yes or no at the terminal (typer's ``confirm``: Ctrl-C is its ``Abort``, at once
+    whenever it is pressed: ``promoter.cli.question``)."""
+    from promoter.cli.question import confirm
 
-    return bool(confirm(question, default=default, err=err))
+    return confirm(question, default=default, err=err)
 
 
 def interrupted(exc: BaseException) -> bool:
