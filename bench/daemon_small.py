@@ -54,7 +54,9 @@ def _daemon(python: str, state: Path, repo: Path, phases: list[dict[str, float]]
     argv = [python, "-m", "promoter.cli.main", "serve", "--state-dir", str(state)]
     argv += ["--host", "127.0.0.1", "--port", "0", "--workers", "1", "--log-format", "json"]
     argv += ["--repo", f"bench={repo}"]
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+    # started outside any tree: ``-m`` puts the current directory first on the path, so
+    # from this tree's root the other interpreter would load this tree's code
+    proc = subprocess.Popen(argv, env=env, cwd=state.parent, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         url = harness.ready_url(proc)
