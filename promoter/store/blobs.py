@@ -302,7 +302,8 @@ class BlobStore:
     def read(self, sha256: str) -> bytes:
         """The blob's bytes, re-hashed: a blob whose bytes changed is reported missing."""
         try:
-            data = self.path_for(sha256).read_bytes()
+            with open(self.location(sha256), "rb") as handle:  # no ``Path`` built
+                data = handle.read()
         except FileNotFoundError as exc:
             raise BlobMissing(f"blob {sha256} is not in the blob store", sha256=sha256) from exc
         if hashlib.sha256(data).hexdigest() != sha256:

@@ -15,6 +15,7 @@ Not here: the worktree (the preflight's), rendering (the CLI's).
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import signal
@@ -249,12 +250,11 @@ def _moves(services: Archive, changes: list[Change]) -> _Moves:
 
 
 def _split(data: bytes) -> list[str]:
-    """Lines as git splits them (at line feeds only), decoded losslessly."""
-    parts = data.decode("utf-8", "surrogateescape").split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
+    """Lines as git splits them (at line feeds only, each kept with its own; a last line
+    without one as it is), decoded losslessly. A text stream whose ``newline`` is a line
+    feed ends lines there only and translates nothing: the lines are cut in C."""
+    text = data.decode("utf-8", "surrogateescape")
+    return io.StringIO(text, newline="\n").readlines()
 
 
 def _difflib_lines(old: bytes, new: bytes) -> Iterator[str]:
@@ -344,7 +344,8 @@ def _summary(change: Change, old: _Side, new: _Side, why: str) -> str:
 def _flags(change: Change, new: _Side, binary: bool, large: bool) -> list[DiffFlag]:
     """The file's flags: from its path, modes and scans only, never from the answer's cut."""
     flags = set(path_flags(change.path)) | set(mode_flags(change.old.mode, change.new.mode))
-    flags |= scan_bytes(change.path.encode()).flags & {"bidi_control", "invisible_character"}
+    if not change.path.isascii():  # an ASCII path holds neither: nothing to scan
+        flags |= scan_bytes(change.path.encode()).flags & {"bidi_control", "invisible_character"}
     if new.scan is not None and not binary:
         flags |= new.scan.flags
     if binary:
