@@ -63,6 +63,16 @@ def _print_paths(paths: list[answers.MergePathReport]) -> None:
                 console.print("  [... cut: the text is longer ...]")
 
 
+def _print_repository(checks: object) -> None:
+    """What of the repository moved since the grant: each check, expected and now."""
+    if not isinstance(checks, dict):
+        return
+    for name, check in checks.items():
+        if isinstance(check, dict) and check.get("ok") is False:
+            expected, actual = check.get("expected"), check.get("actual")
+            console.print(escape(f"  {name}: expected {expected}, now {actual}"))
+
+
 def merge(
     operation: Annotated[str, typer.Argument(help="A promotion refused with target_drift.")],
     json_output: JsonOpt = False,
@@ -79,6 +89,7 @@ def merge(
             else:
                 console.print(f"[bold]{exc.code}[/]: {escape(exc.detail)}")
                 _print_paths(list(exc.context.get("paths") or []))
+                _print_repository(exc.context.get("repository"))
             raise
     if json_output:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))

@@ -529,14 +529,20 @@ def test_a_staged_edit_is_refused_with_how_to_unstage_it(daemon: Daemon, repo: P
     assert _merge(daemon, operation_id).status_code == 201
 
 
-def test_head_moved_is_refused_since_the_grant_cannot_hold(daemon: Daemon, repo: Path) -> None:
+def test_head_moved_is_refused_since_the_grant_cannot_hold(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
     operation_id = _drifted(daemon, repo, PERSON)
     git(repo, "commit", "-q", "-am", "the person commits their edit")
     answer = _merge(daemon, operation_id)
     assert answer.status_code == 409, answer.text
     problem = answer.json()
     assert problem["code"] == "merge_unsupported"
-    assert problem["repository"]["head"]["ok"] is False
+    head = problem["repository"]["head"]
+    assert head["ok"] is False
+    shown = _cli(daemon, tmp_path, merge_cmd, "merge", operation_id)
+    assert isinstance(shown.exception, MergeUnsupported), shown.output
+    assert f"  head: expected {head['expected']}, now {head['actual']}\n" in shown.stdout
     assert (repo / "src" / "app.py").read_bytes() == PERSON
 
 

@@ -121,8 +121,19 @@ def test_run_deletes_a_tracked_file_and_a_step_without_changes_promotes_nothing(
     record = _only_run(daemon)
     again = _run(daemon, "run", "--continue", record.run_id, "--yes", "--keep", "--", "true")
     assert again.exit_code == 0, again.output
-    assert "nothing to promote" in again.stdout
+    assert "no changes since the last promotion: nothing to promote\n" in again.stdout
     assert _only_run(daemon).steps[-1].status == "no_changes"
+
+
+def test_a_first_step_without_changes_says_the_command_changed_nothing(
+    daemon: Daemon, repo: Path
+) -> None:
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", "true")
+    assert result.exit_code == 0, result.output
+    record = _only_run(daemon)
+    assert f"({record.layout}), with no uncommitted change of yours\n" in result.stdout
+    assert "no changes by the command: nothing to promote\n" in result.stdout
+    assert record.steps[-1].status == "no_changes"
 
 
 def test_without_a_terminal_or_yes_nothing_is_promoted(daemon: Daemon, repo: Path) -> None:

@@ -49,7 +49,12 @@ def started(record: sandboxes.RunRecord) -> str:
     line = f"sandbox {record.run_id}: {record.clone} at {record.base_commit[:12]} ({record.layout})"
     if record.start_tree is None:
         return line + " (HEAD only)"
-    line += f", with your {len(record.preconditions)} uncommitted path(s)"
+    count = len(record.preconditions)
+    line += (
+        f", with your {count} uncommitted path(s)"
+        if count
+        else ", with no uncommitted change of yours"
+    )
     for item in record.skipped:
         line += f"\n  {escape(item['path'])}: {escape(item['reason'])}"
     return line

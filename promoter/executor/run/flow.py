@@ -456,7 +456,8 @@ def step(
                 with links.build(record, current, grant, since, person) as built:
                     if not built.bundle["changes"]:
                         run.move(current, RunStatus.NO_CHANGES)
-                        person.say("no changes since the last promotion: nothing to promote")
+                        since_what = "since the last promotion" if base else "by the command"
+                        person.say(f"no changes {since_what}: nothing to promote")
                         return outcome
                     if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
                         token = str(minted["token"])
