@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 else:  # the bundle models: loaded when --allow is given
     parse_allow = deferred("promoter.cli.orchestrate_cmd", "parse_allow")
 
-__all__ = ["start"]
+__all__ = ["infer_repository", "start"]
 
 
 def _usage_error(message: str) -> Exception:
@@ -57,7 +57,7 @@ def _token(target: userconfig.Target) -> str:
     return target.token
 
 
-def _infer_repository(client: PromoterClient) -> str:
+def infer_repository(client: PromoterClient) -> str:
     """The repository whose worktree the current directory is in (``--repo`` left out)."""
     from promoter.cli.status_cmd import worktree_here
 
@@ -169,7 +169,7 @@ def _new_sandbox(
             name = repo
         else:
             with PromoterClient(host.url, host.token) as client:
-                name = _infer_repository(client)
+                name = infer_repository(client)
         wanted = [parse_allow(a).wire() for a in allow] if allow else None
         layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
         return flow.start(

@@ -33,13 +33,20 @@ from promoter.cli.common import (
 if TYPE_CHECKING:
     from promoter.domain import answers
 
-RepoOpt = Annotated[str, typer.Option("--repo", help="Name of a repository the server guards.")]
+RepoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--repo",
+        help="Name of a repository the server guards (default: the one you are in).",
+        show_default=False,
+    ),
+]
 RECEIPT_PREFIX = 12
 
 
 def trace(
     commit: Annotated[str, typer.Argument(help="The commit (id or ref name) to trace.")],
-    repo: RepoOpt,
+    repo: RepoOpt = None,
     paths: Annotated[
         list[str] | None,
         typer.Argument(
@@ -80,7 +87,7 @@ def trace(
 
 
 def trailers(
-    repo: RepoOpt,
+    repo: RepoOpt = None,
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
@@ -116,7 +123,7 @@ def _promotion(promotion: answers.TracePromotion) -> str:
 
 
 def _trace(
-    repo: str,
+    repo: str | None,
     commit: str | None,
     paths: list[str],
     url: str | None,
@@ -127,6 +134,10 @@ def _trace(
     from promoter.client.sync import PromoterClient
 
     with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
+        if repo is None:  # the guarded worktree the current directory is in, as run does
+            from promoter.cli.run_start import infer_repository
+
+            repo = infer_repository(client)
         return client.trace(repo, commit, paths, staged=staged)
 
 

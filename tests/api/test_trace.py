@@ -169,6 +169,29 @@ def test_trailers_name_the_promotions_of_what_is_staged(
     assert _repository_state(repo) == before
 
 
+def test_inside_the_guarded_worktree_repo_may_be_left_out(
+    daemon: Daemon,
+    repo: Path,
+    history: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    named = _cli(daemon, tmp_path, "trailers", "--repo", "work")
+    monkeypatch.chdir(repo / "src")
+    here = _cli(daemon, tmp_path, "trailers")
+    assert (here.exit_code, here.output) == (0, named.output), here.exception
+    git(repo, "commit", "-q", "-m", "the agents' work and mine")
+    traced = _cli(daemon, tmp_path, "trace", "HEAD")
+    assert traced.exit_code == 0, (traced.output, traced.exception)
+    assert traced.output == _cli(daemon, tmp_path, "trace", "HEAD", "--repo", "work").output
+    monkeypatch.chdir(tmp_path)
+    outside = _cli(daemon, tmp_path, "trace", "HEAD")
+    assert outside.exit_code == 2
+    assert "name the repository: --repo NAME (the current directory is not in a worktree" in (
+        outside.output
+    )
+
+
 def test_an_unknown_commit_is_refused_and_nothing_is_written(
     daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:
