@@ -1,10 +1,14 @@
 """``promoter credentials``: named operator credentials, on the state dir and the ledger.
 
 Runs on the host, against ``<state>/credentials`` and the ledger the settings name (no
-server needed). ``add NAME`` makes an operator credential named ``NAME``, publishes its
-sha256 in the ledger (valid on every host of it) and prints its token once; ``list``
-prints the names (the trusted ``operator`` token is always there besides) with their
-live console sessions (from the ledger, every host's); ``remove NAME`` removes one from
+server needed). The state directory is ``--state-dir``, else the one ``--config`` or
+``PROMOTER_STATE_DIR`` names, else the daemon's that ``promoter serve`` recorded for this
+user (``promoter.cli.userconfig``), else ``./.promoter``: run from anywhere, even inside
+a guarded worktree, it finds the daemon's own state and never makes one there.
+``add NAME`` makes an operator credential named ``NAME``, publishes its sha256 in the
+ledger (valid on every host of it) and prints its token once; ``list`` prints the names
+(the trusted ``operator`` token is always there besides) with their live console
+sessions (from the ledger, every host's); ``remove NAME`` removes one from
 the ledger, wherever it was added, and ends its console sessions there. Every daemon of
 the ledger sees the change on its next request: the credential's token and its
 long-polls are refused from then on. With no ledger yet (a SQLite file not made) only
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -42,7 +47,11 @@ from promoter.store.credentials import (
 from promoter.store.db import Database, require_ledger
 
 StateDirOpt = Annotated[
-    Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="State directory (default: the daemon's promoter serve recorded, else ./.promoter).",
+    ),
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 NameArg = Annotated[str, typer.Argument(help="The credential's name (a-z 0-9 . _ -).")]
@@ -59,12 +68,23 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="credentials")
 
 
+def _state(state_dir: Path | None, config: Path | None) -> Path | None:
+    """The state directory the settings get: without a flag, a config file or
+    ``PROMOTER_STATE_DIR``, the recorded daemon's (None: the settings' default)."""
+    if state_dir is not None or config is not None or os.environ.get("PROMOTER_STATE_DIR"):
+        return state_dir
+    from promoter.cli import userconfig
+
+    recorded = userconfig.load()
+    return None if recorded is None else recorded.state_dir
+
+
 @contextlib.contextmanager
 def _ledger(
     state_dir: Path | None, config: Path | None
 ) -> Iterator[tuple[Path, Database | None, str]]:
     """The credentials folder, the ledger (None where there is none yet) and this host."""
-    settings = load_settings(config, state_dir=state_dir)
+    settings = load_settings(config, state_dir=_state(state_dir, config))
     host_id = settings.host_id or machine_host_id()
     try:
         require_ledger(settings.db_url)
@@ -105,7 +125,7 @@ def list_credentials(
 ) -> None:
     """Print the operator credentials (``operator`` is the trusted token) and their live
     console sessions: how many, and when the last of them ends at the latest."""
-    idle = load_settings(config, state_dir=state_dir).console_session_idle_seconds
+    idle = load_settings(config, state_dir=_state(state_dir, config)).console_session_idle_seconds
     with _ledger(state_dir, config) as (folder, db, _):
         names = ["operator", *operator_names(folder, db)]
         sessions = _live_sessions(db, idle, names)

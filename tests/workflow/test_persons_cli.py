@@ -293,6 +293,24 @@ def test_what_the_persons_credential_may_and_may_not_do(person: Person) -> None:
     assert decision["payload"]["by"] == {"role": "operator", "name": "operator"}
 
 
+def test_a_named_credential_made_in_the_persons_repository_is_the_daemons(
+    person: Person, tmp_path: Path
+) -> None:
+    made = person.cli("credentials", "add", "ana")
+    assert made.returncode == 0, made.stderr + made.stdout
+    assert not (person.repo / ".promoter").exists()  # nothing made in the worktree
+    stored = person.daemon.state_dir / "credentials" / "operators" / "ana.token"
+    assert stored.is_file()
+    token_file = tmp_path / "ana.token"
+    token_file.write_text(made.stdout)
+    token_file.chmod(0o600)
+    shown = person.cli("status", "--token-file", str(token_file))
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert f"credential  ana (role operator), from --token-file {token_file}\n" in shown.stdout
+    listed = person.cli("credentials", "list")
+    assert listed.stdout.split() == ["operator", "ana"], listed.stderr
+
+
 def test_a_recorded_token_file_that_is_gone_is_named_and_listing_still_works(
     person: Person, tmp_path: Path
 ) -> None:
