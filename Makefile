@@ -14,7 +14,10 @@ PORT   ?= 8787
 REPO   ?=
 CONFIG ?=
 BENCH  ?=
-NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO))),demo)
+# a leading ~ of REPO is the home directory even where the shell left it as typed (zsh
+# does for REPO=~/src/app)
+REPO_PATH = $(patsubst ~/%,$(HOME)/%,$(patsubst ~,$(HOME),$(REPO)))
+NAME   ?= $(if $(REPO),$(notdir $(abspath $(REPO_PATH))),demo)
 
 .PHONY: help venv serve test test-sqlite test-postgres test-fast lint format bench demo schemas docs clean
 
@@ -63,7 +66,7 @@ SERVE_FLAGS = $(if $(CONFIG),--config $(CONFIG)) \
 SERVE_PY := env -u PYTHONDONTWRITEBYTECODE $(PY)
 serve: $(SERVE_STAMP)
 ifneq ($(REPO),)
-	$(SERVE_PY) -m promoter.cli.main serve $(SERVE_FLAGS) --repo $(NAME)=$(REPO)
+	$(SERVE_PY) -m promoter.cli.main serve $(SERVE_FLAGS) --repo $(NAME)=$(REPO_PATH)
 else ifneq ($(CONFIG),)
 	$(SERVE_PY) -m promoter.cli.main serve $(SERVE_FLAGS)
 else
