@@ -315,7 +315,11 @@ def load(state_dir: Path, run_id: str) -> RunRecord:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise NotFound(f"no run {run_id!r} under {runs_dir(state_dir)}", run_id=run_id) from exc
+        raise NotFound(
+            f"no run {run_id!r} under {runs_dir(state_dir)} (a completed step removes its "
+            "sandbox unless given --keep; promoter run --list shows the sandboxes left)",
+            run_id=run_id,
+        ) from exc
     steps = [_step(s) for s in data.pop("steps", [])]
     return RunRecord(**data, steps=steps)
 

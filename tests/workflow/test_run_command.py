@@ -184,6 +184,19 @@ def test_yes_does_not_pass_the_approval_gate(gated: tuple[Daemon, Path]) -> None
     assert json.loads(json.dumps(record.wire()))["steps"][1]["status"] == "awaiting_approval"
 
 
+def test_continuing_a_run_whose_sandbox_was_removed_names_keep(daemon: Daemon, repo: Path) -> None:
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "sh", "-c", "echo a > src/a.py")
+    assert first.exit_code == 0, first.output
+    run_id = first.stdout.split()[1].rstrip(":")
+    again = _run(daemon, "run", "--continue", run_id, "--yes", "--", "true")
+    assert isinstance(again.exception, PromoterError), again.output
+    assert again.exception.code == "not_found"
+    assert again.exception.detail == (
+        f"no run {run_id!r} under {daemon.state_dir / 'runs'} (a completed step removes its "
+        "sandbox unless given --keep; promoter run --list shows the sandboxes left)"
+    )
+
+
 def test_remove_refuses_what_is_not_a_sandbox(daemon: Daemon, repo: Path) -> None:
     result = _run(daemon, "run", "--remove", "../work")
     assert isinstance(result.exception, PromoterError)
