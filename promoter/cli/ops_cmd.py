@@ -6,7 +6,8 @@ state the target reads as now, each approval decision with the credential that m
 (an approval in part with the paths accepted and declined and the operation of the part,
 the files not shown in full that it named as seen; a merge with the bundle it made), each
 drifted path with what was expected and found, and says what the operator can do next (for
-a promotion refused with ``target_drift``: ``promoter merge``). Deciding anything
+a promotion refused with ``target_drift``: ``promoter merge``, or, once merged, the
+operation the merge made and how it stands). Deciding anything
 is the host's job; this module only asks and prints.
 """
 
@@ -237,6 +238,12 @@ def print_view(view: Mapping[str, Any]) -> None:
     console.print("next: " + _next_step(view), soft_wrap=True)
 
 
+def _status(operation: Mapping[str, Any]) -> str:
+    """``status`` or ``status, code``: how a merged operation stands."""
+    code = operation.get("code")
+    return f"{operation['status']}, {code}" if code else str(operation["status"])
+
+
 def _next_step(view: Mapping[str, Any]) -> str:
     if view.get("code") == "approved_in_part":
         derived = next(
@@ -253,6 +260,13 @@ def _next_step(view: Mapping[str, Any]) -> str:
                 "Nothing of this operation was written as such; the accepted part is "
                 f"operation {derived}: `promoter ops show {derived}`."
             )
+    merged = view.get("merged_into") or []
+    if merged:
+        return "; ".join(
+            f"merged: operation {m['operation_id']} ({_status(m)}): "
+            f"`promoter ops show {m['operation_id']}`"
+            for m in merged
+        )
     if view.get("code") == "target_drift" and view.get("kind", "promotion") == "promotion":
         return (
             "Nothing was written: the files above changed under it. Merge its change into "

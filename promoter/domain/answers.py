@@ -330,6 +330,15 @@ class MergeSide(TypedDict):
     bytes: int | None
 
 
+class MergedOperation(TypedDict):
+    """A promotion of a bundle merged from this operation's (``promoter merge``)."""
+
+    operation_id: str
+    bundle_id: str
+    status: str
+    code: str | None
+
+
 class MissingBlobs(TypedDict):
     missing: list[str]
 
@@ -389,6 +398,7 @@ class OperationView(TypedDict):
     attempts: list[Attempt]
     events: list[Event]
     events_verified: bool
+    merged_into: list[MergedOperation]
     current_targets: NotRequired[list[CurrentTarget] | None]
 
 

@@ -287,6 +287,15 @@ class EventIds(Reply):
     outcome: str | None
 
 
+class MergedOperation(Reply):
+    """A promotion of a bundle merged from this operation's (``promoter merge``)."""
+
+    operation_id: str
+    bundle_id: str
+    status: str
+    code: str | None
+
+
 class CurrentTarget(Reply):
     """A step's target as it reads now, and which side of the step it matches."""
 
@@ -321,6 +330,9 @@ class OperationView(Reply):
     attempts: list[Attempt]
     events: list[Event]
     events_verified: bool
+    merged_into: list[MergedOperation] = Field(
+        description="the promotions of the bundles merged from this one, as the merges were made"
+    )
     current_targets: list[CurrentTarget] | None = Field(
         default=None, description="with `current=true` only"
     )

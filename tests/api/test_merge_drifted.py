@@ -176,6 +176,7 @@ def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
 
     operation_id = _drifted(daemon, repo, PERSON)
     result = _merge(daemon, operation_id).json()
+    assert _merge(daemon, operation_id).json() == result  # made again: the same, named once
     env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
     shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
     assert shown.exit_code == 0, shown.output
@@ -183,6 +184,32 @@ def test_ops_show_of_a_drifted_promotion_names_the_merge_made_of_it(
         f"  merged by operator (operator) into bundle {result['bundle_id']}\n"
         "    merged paths: src/app.py\n"
     ) in shown.stdout
+    held = result["promotion"]["operation_id"]
+    assert shown.stdout.endswith(
+        f"next: merged: operation {held} (awaiting_approval): `promoter ops show {held}`\n"
+    )
+    assert "promoter merge" not in shown.stdout
+    with daemon.operator() as op:
+        approved = op.post(f"/v1/operations/{held}/approve", json={"wait": True})
+    assert approved.json()["status"] == "completed", approved.text
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id, "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    view = json.loads(shown.stdout)
+    assert view["merged_into"] == [
+        {
+            "operation_id": held,
+            "bundle_id": result["bundle_id"],
+            "status": "completed",
+            "code": None,
+        }
+    ]
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env)
+    assert shown.stdout.endswith(
+        f"next: merged: operation {held} (completed): `promoter ops show {held}`\n"
+    )
+    # the merged operation's own view lists nothing merged from it
+    with daemon.operator() as op:
+        assert op.get(f"/v1/operations/{held}").json()["merged_into"] == []
 
 
 def test_conflicted_merge_writes_nothing_and_shows_the_conflict(daemon: Daemon, repo: Path) -> None:

@@ -53,6 +53,10 @@ def test_merge_button_holds_the_merged_bundle_and_approval_writes_it(
         page.click("button#approve")
         page.wait_for_load_state()
         assert page.inner_text("#status") == "completed"
+        held = page.url.rsplit("/", 1)[1]
+        page.goto(f"{daemon.url}/ui/operations/{operation_id}")
+        assert page.inner_text("#merged") == f"Merged: operation {held} (completed)."
+        assert page.locator("button#merge").count() == 0
     finally:
         context.close()
     assert (repo / "src" / "app.py").read_bytes() == BASE.replace(

@@ -64,4 +64,5 @@ VIEW_EXAMPLE = {
     ],
     "events": [],
     "events_verified": True,
+    "merged_into": [],
 }

@@ -5,7 +5,11 @@ Reads only. Deliberately not here: listings and summaries (``promoter.engine.que
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import closing
+from typing import Any
+
+from sqlalchemy import Row
 
 from promoter.domain.path_state import Verdict, classify
 from promoter.domain.paths import disk_path
@@ -14,6 +18,7 @@ from promoter.domain.views import (
     BundleOperation,
     CurrentTarget,
     EventIds,
+    MergedOperation,
     OperationView,
     Step,
 )
@@ -37,6 +42,8 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
         events = ledger.events(session, operation_id)
         dirs = step_rows.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
+        bundles = _merged_bundles(events)
+        merged = journal.promotions_of_bundles(session, bundles)
         return OperationView.model_construct(
             operation_id=row.operation_id,
             kind=row.kind,
@@ -87,7 +94,26 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
             ],
             events=[ledger.as_event(e) for e in events],
             events_verified=ledger.verify_chain(events),
+            merged_into=[
+                MergedOperation.model_construct(
+                    operation_id=m.operation_id, bundle_id=m.bundle_id, status=m.status, code=m.code
+                )
+                for m in sorted(merged, key=lambda m: bundles.index(m.bundle_id))
+            ],
         )
+
+
+def _merged_bundles(events: Sequence[Row[Any]]) -> list[str]:
+    """The bundles merged from the operation's, in the order they were made (each
+    merge's decision event names its bundle; a merge made again names the same one)."""
+    found: dict[str, None] = {}
+    for event in events:
+        payload = event.payload
+        if event.kind == "decision" and isinstance(payload, dict):
+            merge = payload.get("merge")
+            if isinstance(merge, dict) and isinstance(merge.get("bundle_id"), str):
+                found[merge["bundle_id"]] = None
+    return list(found)
 
 
 def current_targets(services: Routing, operation_id: str) -> list[CurrentTarget]:
