@@ -62,8 +62,9 @@ SERVE_FLAGS = $(if $(CONFIG),--config $(CONFIG)) \
 # the daemon migrates its database itself, and records itself for this user's CLI
 # (~/.config/promoter/): `promoter run` then works from any guarded worktree. Bytecode
 # caches are written even where the environment says not to (PYTHONDONTWRITEBYTECODE):
-# without them every start compiles promoter's modules again (25 s to ready, not 1.5 s)
-SERVE_PY := env -u PYTHONDONTWRITEBYTECODE $(PY)
+# without them every start compiles promoter's modules again (25 s to ready, not 1.5 s).
+# PROMOTER_STARTED_BY=make: a taken port is then refused naming `make serve PORT=N`
+SERVE_PY := env -u PYTHONDONTWRITEBYTECODE PROMOTER_STARTED_BY=make $(PY)
 serve: $(SERVE_STAMP)
 ifneq ($(REPO),)
 	$(SERVE_PY) -m promoter.cli.main serve $(SERVE_FLAGS) --repo $(NAME)=$(REPO_PATH)

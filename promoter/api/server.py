@@ -13,6 +13,7 @@ announcement.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import sys
 import threading
@@ -98,12 +99,20 @@ def make_server(
     return server_type(config, announce=announce, on_exit=on_exit, on_ready=on_ready)
 
 
+# set by the Makefile's ``serve``: a taken port is then chosen with ``make serve PORT=N``
+STARTED_BY = "PROMOTER_STARTED_BY"
+_OTHER_PORT = {
+    "make": "stop it, or start it with make serve PORT=N, or PORT=0 for any free port",
+}
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The daemon's listening socket on ``host``:``port``, bound now (port 0: any free one).
 
-    A port another process holds is ``AddressInUse``; an address this machine does not
-    have, or may not bind, is ``ConfigError``. Nothing else has started when either is
-    raised.
+    A port another process holds is ``AddressInUse``, whose detail names how to choose
+    another: ``--port N``, or ``make serve PORT=N`` when the Makefile started the daemon
+    (``PROMOTER_STARTED_BY=make``); an address this machine does not have, or may not
+    bind, is ``ConfigError``. Nothing else has started when either is raised.
     """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -118,9 +127,12 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
+            other = _OTHER_PORT.get(
+                os.environ.get(STARTED_BY, ""),
+                "stop it, or pass --port N, or --port 0 for any free port",
+            )
             raise AddressInUse(
-                f"{host}:{port} is in use by another process; nothing was started "
-                f"(stop it, or pass --port N, or --port 0 for any free port)",
+                f"{host}:{port} is in use by another process; nothing was started ({other})",
                 host=host,
                 port=port,
             ) from exc
