@@ -9,7 +9,9 @@ it is invoked, completed or asked for its own help.
 ``promoter.cli.main``; making its context spares the coercion of plain values
 (``promoter.cli.params``).
 
-It does not change any command: the real command parses, runs and prints its help.
+It does not change any command: the real command parses, runs and prints its help,
+whose text ``reflow`` joins into paragraphs first (``load``): a docstring's hard line
+breaks are the source's, not the terminal's, which wraps each paragraph at its width.
 ``deferred`` (a function of a module imported on its first call) is
 ``promoter.cli.startup``'s, named here as before.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +33,16 @@ from typer.models import CommandInfo
 from promoter.cli.params import spare
 from promoter.cli.startup import deferred
 
-__all__ = ["ENTRIES", "Entry", "LazyCommand", "PromoterGroup", "deferred", "load"]
+__all__ = [
+    "ENTRIES",
+    "Entry",
+    "LazyCommand",
+    "PromoterGroup",
+    "deferred",
+    "load",
+    "reflow",
+    "reflowed",
+]
 
 
 @dataclass(frozen=True)
@@ -152,7 +165,52 @@ def load(entry: Entry, sub: str | None = None) -> Command:
             narrowed.registered_commands, narrowed.registered_groups = chosen, []
     group = typer.main.get_command(scratch)
     assert isinstance(group, TyperGroup)
-    return group.commands[entry.name]
+    return reflowed(group.commands[entry.name])
+
+
+# a line that starts a list item: "- ", "* ", "• ", "1. ", "1) "
+_ITEM = re.compile(r"(?:[-*\u2022]|\d+[.)])\s")
+
+
+def reflow(text: str | None) -> str | None:
+    """Help text whose paragraphs (blank-line separated) are each one line, for the
+    terminal to wrap at its width. Kept as written: a paragraph that starts with ``\b``
+    (click's verbatim mark), one whose every line is a ``promoter`` command line (a
+    synopsis), a list item's start (``- ``, ``* ``, ``1. ``, ...; an indented line after
+    one continues it), an indented line outside a list, and what follows ``\f``."""
+    if not text or "\n" not in text:
+        return text
+    body, cut, rest = text.partition("\f")
+    joined = "\n\n".join(map(_paragraph, inspect.cleandoc(body).split("\n\n")))
+    return joined + ("\n" + cut + rest if cut else "")
+
+
+def _paragraph(paragraph: str) -> str:
+    lines = paragraph.split("\n")
+    if paragraph.startswith("\b") or all(line.startswith("promoter ") for line in lines):
+        return paragraph
+    kept: list[str] = []
+    in_item = False
+    for line in lines:
+        item = _ITEM.match(line) is not None
+        indented = line[:1].isspace()
+        if not kept or item or (indented and not in_item):
+            kept.append(line)
+            in_item = item or (in_item and indented)
+        else:
+            kept[-1] += " " + line.strip()
+    return "\n".join(kept)
+
+
+def reflowed(command: Command) -> Command:
+    """``command`` (and each of its own commands), its help and its options' reflowed."""
+    command.help = reflow(command.help)
+    for param in command.params:
+        if isinstance(getattr(param, "help", None), str):
+            param.help = reflow(param.help)  # type: ignore[attr-defined]
+    for inner in getattr(command, "commands", {}).values():
+        reflowed(inner)
+    return command
 
 
 def _command_name(info: CommandInfo) -> str | None:
