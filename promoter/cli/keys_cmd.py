@@ -19,17 +19,16 @@ import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from promoter.cli.common import JsonOpt, console, echo_json, err_console, escape
-from promoter.config import Settings, load_settings
-from promoter.engine.ownership import machine_host_id
-from promoter.engine.receipts.envelopes import publish_keyring
-from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
-from promoter.store import db as dbmod
-from promoter.store.keyring import Keyring, load_keyring, rotate
+
+if TYPE_CHECKING:  # the settings, the ledger and the keyring load when a command runs:
+    # ``--help`` loads none of them (the database and crypto stacks)
+    from promoter.config import Settings
+    from promoter.store.keyring import Keyring
 
 StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
@@ -46,6 +45,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _credentials(state_dir: Path | None, config: Path | None) -> Path:
+    from promoter.config import load_settings
+
     return load_settings(config, state_dir=state_dir).signing_dir
 
 
@@ -53,6 +54,8 @@ def list_keys(
     state_dir: StateDirOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Print every listed key: the active one first, then the retired ones."""
+    from promoter.store.keyring import load_keyring
+
     _show(load_keyring(_credentials(state_dir, config)), as_json)
 
 
@@ -67,6 +70,11 @@ def rotate_keys(
     ledger_missing (no ledger where the settings point), schema_mismatch (not migrated)
     or config_error (unreadable or inconsistent key files).
     """
+    from promoter.config import load_settings
+    from promoter.errors import DatabaseBusy, DatabaseUnavailable
+    from promoter.store import db as dbmod
+    from promoter.store.keyring import rotate
+
     settings = load_settings(config, state_dir=state_dir)
     # nothing is created when there is no ledger; in an outage the key is rotated now and
     # published by the daemon before it signs with it (``_publish`` says so)
@@ -79,6 +87,11 @@ def rotate_keys(
 
 def _publish(settings: Settings, keyring: Keyring) -> None:
     """The rotated keyring into the ledger; a failure only delays it to the daemon."""
+    from promoter.engine.ownership import machine_host_id
+    from promoter.engine.receipts.envelopes import publish_keyring
+    from promoter.errors import PromoterError
+    from promoter.store import db as dbmod
+
     host_id = settings.host_id or machine_host_id()
     try:
         dbmod.check_schema(settings.db_url)

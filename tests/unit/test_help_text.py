@@ -117,3 +117,18 @@ def test_reflow_joins_sentences_and_keeps_paragraphs_lists_and_verbatim_blocks()
     )
     assert reflow("One line.") == "One line."
     assert reflow(None) is None
+
+
+def test_keys_rotate_help_loads_no_ledger_or_crypto_stack() -> None:
+    probe = (
+        "import sys\n"
+        "from promoter.cli.main import main\n"
+        "sys.argv = ['promoter', 'keys', 'rotate', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'sqlalchemy', 'alembic', 'cryptography', 'pydantic'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert done.stdout.splitlines()[-1] == "[]"
