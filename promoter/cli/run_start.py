@@ -121,30 +121,39 @@ def start(
         flow.finish(run, person, keep=keep)
         return
     assert command is not None
-    with contextlib.ExitStack() as probes:
-        probed = _no_probe
-        if not unconfined:
-            # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
-            # the repository is looked up, and is waited for before anything is made
-            probed = probes.enter_context(confine.probing(confine.bwrap_path()))
-            # each hidden, or nothing made: the sandboxes' directory and the interpreter
-            # are bound back into the sandbox over what is hidden
-            bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
-            hidden.check_hidden(secrets, [credential] if credential else [], bound)
-        if continue_run is not None:
-            probed()
-            run = Run(state, sandboxes.load(state, continue_run))
-            if allow:
-                run.record.allow = [parse_allow(a).wire() for a in allow]
-        else:
-            run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
-            person.say(answers.started(run.record))
-    with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
-        try:
-            flow.step(host, run, command, person=person, timeout=timeout, how=how, outcome=outcome)
-        except PromoterError:
-            err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
-            raise
+    with contextlib.ExitStack() as held:
+        stem: confine.Stem | None = None
+        with contextlib.ExitStack() as probes:
+            probed = _no_probe
+            if not unconfined:
+                # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
+                # the repository is looked up, and is waited for before anything is made
+                probed = probes.enter_context(confine.probing(confine.bwrap_path()))
+                # each hidden, or nothing made: the sandboxes' directory and the interpreter
+                # are bound back into the sandbox over what is hidden
+                bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+                hidden.check_hidden(secrets, [credential] if credential else [], bound)
+                # the command's first process starts now and waits for it (``confine.Stem``)
+                stem = held.enter_context(confine.Stem(how.limits.procs))
+            if continue_run is not None:
+                probed()
+                run = Run(state, sandboxes.load(state, continue_run))
+                if allow:
+                    run.record.allow = [parse_allow(a).wire() for a in allow]
+            else:
+                run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
+                person.say(answers.started(run.record))
+        with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
+            try:
+                flow.step(
+                    host, run, command, person=person, timeout=timeout, how=how,
+                    outcome=outcome, stem=stem,
+                )  # fmt: skip
+            except PromoterError:
+                err_console.print(
+                    f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False
+                )
+                raise
     flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
 
 

@@ -37,6 +37,7 @@ from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
+from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 from promoter.lazy_log import LazyLogger
@@ -49,6 +50,7 @@ __all__ = [
     "Outcome",
     "Relay",
     "Sandbox",
+    "Stem",
     "bwrap_path",
     "disarm",
     "interpreter_prefix",
@@ -63,6 +65,7 @@ BWRAP_ENV = "PROMOTER_BWRAP"  # the bubblewrap binary (default: bwrap on PATH)
 REMEDY = "install bubblewrap (apt-get install bubblewrap) or pass --unconfined"
 SOCKET_INSIDE = "/run/promoter/daemon.sock"
 _KEPT_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "COLUMNS")
+_LOCALE = ("LANG", "LC_ALL", "LC_CTYPE")  # what an interpreter's start reads of its environment
 _PIDS_V1 = Path("/sys/fs/cgroup/pids")
 _CGROUP2 = Path("/sys/fs/cgroup/unified")
 _ENTRY = Path(__file__).with_name("sandbox_entry.py")
@@ -87,6 +90,41 @@ if go:
         os._exit(125)
 os.execv(sys.argv[5], sys.argv[5:])
 """
+
+
+# Started by ``Stem`` as a confined run begins, before its sandbox is made: the host's
+# Python waits, on its pane and in its pids cgroup, for one message on ``msg`` (the
+# directory, the environment and the chain of shims ``run_confined`` would start), then
+# runs that chain in this interpreter (``shims.FOLD``). No message (the run ended before
+# its command): it exits, nothing run. It starts with the locale's variables only, those
+# of the command's environment, so what the interpreter adds at its start (a coerced
+# ``LC_CTYPE``) is what a shim started with that environment would add.
+_STEM = (
+    """\
+import os, sys
+msg = int(sys.argv[1])
+os.set_inheritable(msg, False)
+data = bytearray()
+while chunk := os.read(msg, 65536):
+    data += chunk
+os.close(msg)
+if not data:
+    os._exit(0)
+fields = bytes(data).split(b"\\0")
+count = int(fields[1])
+for item in fields[2 : 2 + count]:
+    name, _, value = item.partition(b"=")
+    os.environb[name] = value
+os.chdir(fields[0])
+argv = [os.fsdecode(f) for f in fields[2 + count :]]
+"""
+    + FOLD
+    + """\
+if is_shim(argv):  # the pane's shim, in this interpreter (``shims.py``)
+    run_shim(argv)
+os.execvp(argv[0], argv)
+"""
+)
 
 
 class Limits(NamedTuple):
@@ -324,8 +362,12 @@ def run_confined(
     url: str,
     timeout: float,
     run_id: str,
+    stem: Stem | None = None,
 ) -> Outcome:
-    """Run ``command`` confined; its exit status and which process limit ran."""
+    """Run ``command`` confined; its exit status and which process limit ran.
+
+    ``stem``: its first process, started as the run began (``Stem``); one that does not
+    fit the command's limits and locale is ended and another is started."""
     bwrap = bwrap_path()
     probe(bwrap)
     box.home.mkdir(mode=0o700, exist_ok=True)
@@ -336,19 +378,19 @@ def run_confined(
         env["PROMOTER_URL"], port = inside_url(env["PROMOTER_URL"])
         relay = Relay(url)
     try:
-        with (
-            _pids_cgroup(f"promoter-{run_id}-{os.getpid()}", box.limits.procs) as (kind, group),
-            contextlib.ExitStack() as joins,
-        ):
-            join = None if group is None else joins.enter_context(_Join(group / "cgroup.procs"))
-            go = "" if join is None else str(join.go)
+        with contextlib.ExitStack() as started:
+            if stem is None or not stem.fits(box.limits.procs, env):
+                if stem is not None:
+                    stem.close()
+                stem = started.enter_context(Stem(box.limits.procs, label=run_id))
+            kind = stem.kind
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
-            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), go]
-            # the overlay's mount first: it runs while promoter joins the cgroup (``_Join``)
+            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), stem.go]
+            # the overlay's mount first, then the limits' shim (let go once in its cgroup)
             limited = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
             argv = box.overlay.wrap(limited) if box.overlay else limited
-            code = _wait(argv, env, box.clone, timeout, join)
+            code = stem.run(argv, env, box.clone, timeout)
     except BaseException:
         _after(relay, _written(box), quiet=True)
         raise
@@ -448,6 +490,138 @@ class _Join:
         # and its words on the pane say why, not a broken pipe of promoter's
         with contextlib.suppress(BrokenPipeError):
             os.write(self._said, b"1")
+
+
+class Stem:
+    """A confined command's first process, started as the run begins (``_STEM``): the
+    host's Python on the command's pane (``pane.py``), in its pids cgroup (``_Join``, in a
+    thread of its own, while the run goes on), waiting for what to run. Its interpreter's
+    start and the cgroup's migration are over by the time the sandbox is made; ``run``
+    hands it the chain, its environment and directory, shows its output and ends it.
+    Ended unused (``close``, or leaving the context), it has run nothing: the message's
+    pipe closes, it exits, its group is killed and its cgroup removed."""
+
+    def __init__(self, procs: int, *, label: str | None = None) -> None:
+        self.procs = procs
+        self.locale = {k: os.environ[k] for k in _LOCALE if k in os.environ}
+        self.kind = "rlimit"
+        self.go = ""  # the limits' shim's ``go`` descriptor in the stem, or none
+        self._label = label or os.urandom(6).hex()
+        self._stack = contextlib.ExitStack()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pane: Pane | None = None
+        self._msg = -1
+        self._joining: threading.Thread | None = None
+        self._refused: BaseException | None = None
+        self._ended = False
+
+    def __enter__(self) -> Stem:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def fits(self, procs: int, env: dict[str, str]) -> bool:
+        """Whether this stem may run a command limited to ``procs`` processes in ``env``."""
+        locale = {k: env[k] for k in _LOCALE if k in env}
+        return not self._ended and procs == self.procs and locale == self.locale
+
+    def _start(self) -> None:
+        name = f"promoter-{self._label}-{os.getpid()}"
+        self.kind, group = self._stack.enter_context(_pids_cgroup(name, self.procs))
+        join = None if group is None else self._stack.enter_context(_Join(group / "cgroup.procs"))
+        shown = self._pane = self._stack.enter_context(Pane())
+        msg, self._msg = os.pipe()
+        try:
+            popen = shown.popen_args()
+            popen["pass_fds"] = (*popen["pass_fds"], msg, *([join.go] if join else []))
+            self.go = "" if join is None else str(join.go)
+            argv = [_python(), "-I", "-S", "-c", _STEM, str(msg)]
+            try:
+                self._process = subprocess.Popen(argv, env=dict(self.locale), **popen)
+            except OSError as exc:
+                raise ConfigError(
+                    f"the command could not be started: {exc.strerror or exc}"
+                ) from exc
+        finally:
+            os.close(msg)
+        shown.handed()
+        if join is not None:
+            pid = self._process.pid
+            self._joining = threading.Thread(target=self._join, args=(join, pid), daemon=True)
+            self._joining.start()
+
+    def _join(self, join: _Join, pid: int) -> None:
+        try:
+            join(pid)
+        except BaseException as exc:  # raised by ``run``, before anything is handed over
+            self._refused = exc
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
+        """Run the chain ``argv`` (the limits' shim told ``go``) in ``cwd`` with ``env``;
+        its exit status once every process of it has ended."""
+        process, shown = self._process, self._pane
+        assert process is not None and shown is not None and not self._ended
+        try:
+            if self._joining is not None:
+                self._joining.join()
+            if self._refused is not None:
+                raise self._refused
+            message = _message(cwd, env, shown.argv(argv))
+            sys.stdout.flush()  # what promoter printed comes before the command's output
+            shown.resized()
+            with contextlib.suppress(BrokenPipeError):  # it ended: its status says how
+                _write_all(self._msg, message)
+            os.close(self._msg)
+            self._msg = -1
+            try:
+                shown.started()
+            except OSError as exc:
+                raise ConfigError(f"the command could not be started: {exc.strerror}") from exc
+            return shown.pump(process, timeout, stop=lambda: _end(process))
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigError(
+                f"the command did not finish within {timeout:g} s; it was killed"
+            ) from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End it (unused: it runs nothing), then its pane and its cgroup."""
+        if self._msg >= 0:
+            os.close(self._msg)
+            self._msg = -1
+        if self._process is not None and not self._ended:
+            self._ended = True
+            _end(self._process)
+        self._ended = True
+        if self._joining is not None:
+            self._joining.join()
+        self._stack.close()
+
+
+def _message(cwd: Path, env: dict[str, str], argv: Sequence[str]) -> bytes:
+    """What ``_STEM`` reads: the directory, the environment's count and entries, argv."""
+    fields = [os.fsencode(cwd), str(len(env)).encode()]
+    for name, value in env.items():
+        if not name or "=" in name:
+            raise ValueError(f"illegal environment variable name: {name!r}")
+        fields.append(os.fsencode(name) + b"=" + os.fsencode(value))
+    fields += [os.fsencode(arg) for arg in argv]
+    if any(b"\0" in field for field in fields):
+        raise ValueError("embedded null byte")
+    return b"\0".join(fields)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _wait(

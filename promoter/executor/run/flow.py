@@ -311,6 +311,7 @@ def _run_command(
     how: Confinement,
     person: Person,
     known: Known | None,
+    stem: confine.Stem | None = None,
 ) -> int:
     person.say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
     run_home = Path(record.clone).parent
@@ -339,6 +340,7 @@ def _run_command(
         host.url,
         timeout,
         record.run_id,
+        stem,
     )
     person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
     return outcome.returncode
@@ -361,11 +363,13 @@ def step(
     timeout: float,
     how: Confinement | None = None,
     outcome: Outcome | None = None,
+    stem: confine.Stem | None = None,
 ) -> Outcome:
     """One step of ``run``: CMD run in the sandbox, its changes reviewed and promoted.
 
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
-    in an error too."""
+    in an error too. ``stem``: the confined command's first process, started as the run
+    began (``confine.Stem``; the caller ends it when the step ends without its command)."""
     from promoter.executor.handover import (  # the builder: a run's
         fetched_base,
         fetched_grant,
@@ -426,7 +430,7 @@ def step(
             "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
         }
-        code = _run_command(command, host, record, env, timeout, how, person, known)
+        code = _run_command(command, host, record, env, timeout, how, person, known, stem)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
             from promoter.executor import sandbox_repo
 
