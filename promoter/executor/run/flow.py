@@ -581,6 +581,7 @@ def promote(
             return
         seen = [str(u["path"]) for u in unseen or []]  # confirmed at the question
         view = orch.approve(current.operation_id, _confirmed_note(), wait=True, seen=seen)
+    refused_drift = (view.get("status"), view.get("code")) == ("refused", "target_drift")
     merged = drift.merged(  # refused target_drift: merged into a new bundle (drift.py)
         orch,
         run,
@@ -589,7 +590,7 @@ def promote(
         person,
         consent=consent,
         agreed=drifted,
-        note=_confirmed_note(),
+        note=_confirmed_note() if refused_drift else "",  # read by a merge only
     )
     if merged is None:
         return
