@@ -30,7 +30,7 @@ from promoter.cli.common import err_console
 from promoter.cli.run_person import TerminalPerson, interrupted
 from promoter.cli.startup import deferred
 from promoter.client.sync import PromoterClient
-from promoter.errors import ConfigError, Interrupted, PromoterError
+from promoter.errors import CommandFailed, ConfigError, Interrupted, PromoterError
 from promoter.executor import confine, hidden, layers, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, flow, links
@@ -128,7 +128,9 @@ def start(
             if not unconfined:
                 # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
                 # the repository is looked up, and is waited for before anything is made
-                probed = probes.enter_context(confine.probing(confine.bwrap_path()))
+                # (a passing answer kept among the sandboxes for the next runs)
+                kept = sandboxes.runs_dir(state)
+                probed = probes.enter_context(confine.probing(confine.bwrap_path(), kept))
                 # each hidden, or nothing made: the sandboxes' directory and the interpreter
                 # are bound back into the sandbox over what is hidden
                 bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
@@ -149,7 +151,10 @@ def start(
                     host, run, command, person=person, timeout=timeout, how=how,
                     outcome=outcome, stem=stem,
                 )  # fmt: skip
-            except PromoterError:
+            except PromoterError as exc:
+                if isinstance(exc, CommandFailed) and not unconfined:
+                    # bubblewrap's own failure ends the command too: probed again next time
+                    confine.forget_probe(sandboxes.runs_dir(state))
                 err_console.print(
                     f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False
                 )

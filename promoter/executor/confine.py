@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from promoter import faults
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor import layers
 from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
@@ -53,6 +54,7 @@ __all__ = [
     "Stem",
     "bwrap_path",
     "disarm",
+    "forget_probe",
     "interpreter_prefix",
     "probe",
     "probing",
@@ -160,6 +162,11 @@ def bwrap_path() -> str:
 
 
 _PROBED: set[str] = set()  # bubblewrap binaries that made the namespaces in this process
+KEPT_PROBE = "bwrap-probe"  # in the directory ``probing`` is given: a passing probe's conditions
+# what the namespaces the probe makes depend on, besides the overlay probe's switches
+_NAMESPACE_SWITCHES = tuple(
+    f"/proc/sys/user/max_{kind}_namespaces" for kind in ("pid", "ipc", "uts", "cgroup", "net")
+)
 
 
 def probe(bwrap: str) -> None:
@@ -169,13 +176,54 @@ def probe(bwrap: str) -> None:
         probed()
 
 
+def _probe_conditions(bwrap: str) -> bytes | None:
+    """What a passing probe depends on: the bubblewrap binary (its real path, identity,
+    size, times, mode and owner), the user and the user namespace this process is in,
+    its seccomp and no-new-privileges state, this boot of the kernel and its switches
+    for namespaces; a change in any of them probes again. None: it cannot be read."""
+    try:
+        real = os.path.realpath(bwrap)
+        st = os.stat(real)
+        userns = os.stat("/proc/self/ns/user").st_ino
+        with open("/proc/self/status", "rb") as handle:
+            status = handle.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    lines = [
+        f"bwrap {real} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} "
+        f"{st.st_ctime_ns} {st.st_mode:o} {st.st_uid}",
+        f"uid {os.getuid()} gid {os.getgid()} userns {userns}",
+        *(" ".join(line.split()) for line in status if line.startswith(_STATUS)),
+        *layers.switches((*layers._SWITCHES, *_NAMESPACE_SWITCHES)),
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+_STATUS = ("Seccomp:", "NoNewPrivs:")
+
+
+def forget_probe(kept: Path) -> None:
+    """The answer kept in ``kept`` forgotten: the next run probes again (a confined
+    command that failed may have failed for bubblewrap's own reasons)."""
+    if layers.read_kept(str(kept), KEPT_PROBE):
+        layers.keep(str(kept), KEPT_PROBE, b"")
+
+
 @contextlib.contextmanager
-def probing(bwrap: str) -> Iterator[Callable[[], None]]:
+def probing(bwrap: str, kept: Path | None = None) -> Iterator[Callable[[], None]]:
     """``probe`` in the background: a missing binary is refused at once, the namespaces
     are tried while the caller goes on, and calling what this yields waits for the answer
-    (the refusal ``probe`` raises). A probe not waited for is ended on the way out."""
+    (the refusal ``probe`` raises). A probe not waited for is ended on the way out.
+
+    ``kept``: a directory of promoter's own where a passing answer is kept with its
+    conditions (``_probe_conditions``) for later processes, which take it instead of
+    probing while every condition is the same; a refusal is never kept."""
     if not os.access(bwrap, os.X_OK):
         raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
+    conditions = None if kept is None or bwrap in _PROBED else _probe_conditions(bwrap)
+    where = "" if kept is None else str(kept)
+    if conditions is not None and layers.read_kept(where, KEPT_PROBE) == conditions + b"yes\n":
+        _PROBED.add(bwrap)
     if bwrap in _PROBED:
         yield lambda: None
         return
@@ -200,6 +248,8 @@ def probing(bwrap: str) -> Iterator[Callable[[], None]]:
                 bwrap=bwrap,
             )
         _PROBED.add(bwrap)
+        if conditions is not None:
+            layers.keep(where, KEPT_PROBE, conditions + b"yes\n")
 
     try:
         yield answer
