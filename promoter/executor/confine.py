@@ -47,8 +47,10 @@ log = LazyLogger("promoter.run")
 
 __all__ = [
     "BWRAP_ENV",
+    "STEP_ENV",
     "Limits",
     "Outcome",
+    "Prepared",
     "Relay",
     "Sandbox",
     "Stem",
@@ -56,6 +58,7 @@ __all__ = [
     "disarm",
     "forget_probe",
     "interpreter_prefix",
+    "prepare_confined",
     "probe",
     "probing",
     "run_confined",
@@ -364,7 +367,9 @@ def _kill_cgroup(made: Made) -> None:
             threading.Event().wait(0.001)
 
 
-def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> list[str]:
+def _bwrap_argv(
+    bwrap: str, box: Sandbox, relay: Relay | None, port: int, *, step_fd: int | None = None
+) -> list[str]:
     argv = [bwrap, *_NAMESPACES]
     if not box.network:
         argv.append("--unshare-net")
@@ -391,6 +396,8 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
         argv += box.overlay.binds()
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
+    if step_fd is not None:  # the step's own variables come on it (``Prepared.run``)
+        argv.append(str(step_fd))
     return argv
 
 
@@ -418,6 +425,26 @@ def run_confined(
 
     ``stem``: its first process, started as the run began (``Stem``); one that does not
     fit the command's limits and locale is ended and another is started."""
+    early = {k: v for k, v in env.items() if k not in STEP_ENV}
+    with prepare_confined(command, box, early, url, run_id, stem) as prepared:
+        return prepared.run({k: v for k, v in env.items() if k in STEP_ENV}, timeout)
+
+
+STEP_ENV = ("PROMOTER_TOKEN",)  # a step's own variables: known once its grant is registered
+
+
+def prepare_confined(
+    command: Sequence[str],
+    box: Sandbox,
+    env: dict[str, str],
+    url: str,
+    run_id: str,
+    stem: Stem | None = None,
+) -> Prepared:
+    """``command`` confined, made ready up to its start: the chain goes on to bubblewrap
+    and the sandbox's entry (``sandbox_entry.py``), which waits for the step's own
+    variables (``STEP_ENV``: ``Prepared.run``) before it starts the command. ``env``: the
+    command's environment but those. ``stem`` as ``run_confined``'s."""
     bwrap = bwrap_path()
     probe(bwrap)
     box.home.mkdir(mode=0o700, exist_ok=True)
@@ -433,19 +460,62 @@ def run_confined(
                 if stem is not None:
                     stem.close()
                 stem = started.enter_context(Stem(box.limits.procs, label=run_id))
-            kind = stem.kind
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), stem.go]
             # the overlay's mount first, then the limits' shim (let go once in its cgroup)
-            limited = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            entry = _bwrap_argv(bwrap, box, relay, port, step_fd=stem.step_fd)
+            limited = [*shim, *entry, "--", *command]
             argv = box.overlay.wrap(limited) if box.overlay else limited
-            code = stem.run(argv, env, box.clone, timeout)
+            stem.send(argv, env, box.clone)
+            return Prepared(box, relay, stem, started.pop_all())
     except BaseException:
         _after(relay, _written(box), quiet=True)
         raise
-    _after(relay, _written(box), quiet=False)  # every process of it has ended
-    return Outcome(code, kind)
+
+
+class Prepared:
+    """A confined command ready to start (``prepare_confined``): ``run`` hands the entry
+    the step's own variables and shows the command until it ends; ``close`` (or leaving
+    the context) ends it unstarted, and what it made."""
+
+    def __init__(self, box: Sandbox, relay: Relay | None, stem: Stem, own: contextlib.ExitStack):
+        self.box = box
+        self._relay = relay
+        self._stem = stem
+        self._own = own  # the stem, when it was started here
+        self._done = False
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, step_env: dict[str, str], timeout: float) -> Outcome:
+        """Start the command with ``step_env`` added; its outcome once it has ended."""
+        assert not self._done
+        try:
+            with self._own:
+                self._stem.start(step_env)
+                code = self._stem.wait(timeout)
+        except BaseException:
+            self._done = True
+            _after(self._relay, _written(self.box), quiet=True)
+            raise
+        self._done = True
+        _after(self._relay, _written(self.box), quiet=False)  # every process of it has ended
+        return Outcome(code, self._stem.kind)
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._stem.close()
+            self._own.close()
+        finally:
+            _after(self._relay, _written(self.box), quiet=True)
 
 
 def _written(box: Sandbox) -> tuple[Path, ...]:
@@ -561,6 +631,8 @@ class Stem:
         self._process: subprocess.Popen[bytes] | None = None
         self._pane: Pane | None = None
         self._msg = -1
+        self.step_fd = -1  # where the chain's entry reads the step's own variables
+        self._step = -1
         self._joining: threading.Thread | None = None
         self._refused: BaseException | None = None
         self._ended = False
@@ -587,10 +659,13 @@ class Stem:
         join = None if group is None else self._stack.enter_context(_Join(group / "cgroup.procs"))
         shown = self._pane = self._stack.enter_context(Pane())
         msg, self._msg = os.pipe()
+        step, self._step = os.pipe()
         try:
             popen = shown.popen_args()
-            popen["pass_fds"] = (*popen["pass_fds"], msg, *([join.go] if join else []))
+            passed = (msg, step, *([join.go] if join else []))
+            popen["pass_fds"] = (*popen["pass_fds"], *passed)
             self.go = "" if join is None else str(join.go)
+            self.step_fd = step
             argv = [_python(), "-I", "-S", "-c", _STEM, str(msg)]
             try:
                 self._process = subprocess.Popen(argv, env=dict(self.locale), **popen)
@@ -600,6 +675,7 @@ class Stem:
                 ) from exc
         finally:
             os.close(msg)
+            os.close(step)
         shown.handed()
         if join is not None:
             pid = self._process.pid
@@ -615,20 +691,47 @@ class Stem:
     def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
         """Run the chain ``argv`` (the limits' shim told ``go``) in ``cwd`` with ``env``;
         its exit status once every process of it has ended."""
-        process, shown = self._process, self._pane
-        assert process is not None and shown is not None and not self._ended
         try:
-            if self._joining is not None:
-                self._joining.join()
-            if self._refused is not None:
-                raise self._refused
-            message = _message(cwd, env, shown.argv(argv))
-            sys.stdout.flush()  # what promoter printed comes before the command's output
-            shown.resized()
-            with contextlib.suppress(BrokenPipeError):  # it ended: its status says how
-                _write_all(self._msg, message)
-            os.close(self._msg)
-            self._msg = -1
+            self.send(argv, env, cwd)
+            self.start({})
+        except BaseException:
+            self.close()
+            raise
+        return self.wait(timeout)
+
+    def send(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        """Hand over the chain ``argv`` (the limits' shim told ``go``, the entry told
+        ``step_fd`` where it waits for the step's own variables), ``env`` and ``cwd``."""
+        shown = self._pane
+        assert shown is not None and not self._ended and self._msg >= 0
+        if self._joining is not None:
+            self._joining.join()
+        if self._refused is not None:
+            raise self._refused
+        message = _message(cwd, env, shown.argv(argv))
+        with contextlib.suppress(BrokenPipeError):  # it ended: its status says how
+            _write_all(self._msg, message)
+        os.close(self._msg)
+        self._msg = -1
+
+    def start(self, step_env: dict[str, str]) -> None:
+        """Let the command start, ``step_env`` added to its environment by the entry."""
+        shown = self._pane
+        assert shown is not None and not self._ended and self._step >= 0
+        body = _message(None, step_env, ())
+        sys.stdout.flush()  # what promoter printed comes before the command's output
+        shown.resized()
+        with contextlib.suppress(BrokenPipeError):  # the chain ended: its status says how
+            _write_all(self._step, str(len(body)).encode() + b"\n" + body)
+        os.close(self._step)
+        self._step = -1
+
+    def wait(self, timeout: float) -> int:
+        """Show the command's output until it ends; its exit status, once every process
+        of it has ended (the stem is closed)."""
+        process, shown = self._process, self._pane
+        assert process is not None and shown is not None
+        try:
             try:
                 shown.started()
             except OSError as exc:
@@ -643,9 +746,11 @@ class Stem:
 
     def close(self) -> None:
         """End it (unused: it runs nothing), then its pane and its cgroup."""
-        if self._msg >= 0:
-            os.close(self._msg)
-            self._msg = -1
+        for name in ("_msg", "_step"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
         if self._process is not None and not self._ended:
             self._ended = True
             _end(self._process)
@@ -655,9 +760,10 @@ class Stem:
         self._stack.close()
 
 
-def _message(cwd: Path, env: dict[str, str], argv: Sequence[str]) -> bytes:
-    """What ``_STEM`` reads: the directory, the environment's count and entries, argv."""
-    fields = [os.fsencode(cwd), str(len(env)).encode()]
+def _message(cwd: Path | None, env: dict[str, str], argv: Sequence[str]) -> bytes:
+    """What ``_STEM`` reads: the directory, the environment's count and entries, argv
+    (without ``cwd``: the entries alone, as the sandbox's entry reads the step's own)."""
+    fields = [] if cwd is None else [os.fsencode(cwd), str(len(env)).encode()]
     for name, value in env.items():
         if not name or "=" in name:
             raise ValueError(f"illegal environment variable name: {name!r}")

@@ -302,48 +302,79 @@ def _hidden(
     return hidden
 
 
-def _run_command(
-    command: list[str],
-    host: Host,
-    record: sandboxes.RunRecord,
-    env: dict[str, str],
-    timeout: float,
-    how: Confinement,
-    person: Person,
-    known: Known | None,
-    stem: confine.Stem | None = None,
-) -> int:
-    person.say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
-    run_home = Path(record.clone).parent
-    home = run_home / "home"
-    home.mkdir(mode=0o700, exist_ok=True)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
-    from promoter.executor import layered  # the builder: loaded by a run only
+class _Command:
+    """A step's command, made ready before the step's grant is registered (a confined one
+    as far as the sandbox's entry, which waits: ``confine.prepare_confined``) and started
+    by ``start`` once the step's token is known; one never started is ended on the way
+    out (the context). Unconfined, it is only started by ``start``."""
 
-    found = known.layout if known is not None else _discovered(record.worktree)
-    overlay = layered.overlay_of(record, found=found) if record.layout == "overlay" else None
-    if how.unconfined:
-        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
-        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
-    box = confine.Sandbox(
-        clone=Path(record.clone),
-        home=home,
-        hide=_hidden(host.state_dir, record, how.hide, found),
-        network=how.network,
-        limits=how.limits,
-        overlay=overlay,
-    )
-    outcome = confine.run_confined(
-        command,
-        box,
-        confine.sandbox_env(base, env, home, how.pass_env),
-        host.url,
-        timeout,
-        record.run_id,
-        stem,
-    )
-    person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
-    return outcome.returncode
+    def __init__(
+        self,
+        command: list[str],
+        host: Host,
+        record: sandboxes.RunRecord,
+        env: dict[str, str],
+        how: Confinement,
+        person: Person,
+        known: Known | None,
+        stem: confine.Stem | None,
+    ) -> None:
+        self.command, self.record, self.how, self.person = command, record, how, person
+        self.env = env  # the command's variables but the step's own (``confine.STEP_ENV``)
+        self.home = Path(record.clone).parent / "home"
+        self.home.mkdir(mode=0o700, exist_ok=True)
+        self.base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        from promoter.executor import layered  # the builder: loaded by a run only
+
+        found = known.layout if known is not None else _discovered(record.worktree)
+        self.overlay = (
+            layered.overlay_of(record, found=found) if record.layout == "overlay" else None
+        )
+        self.hide = _hidden(host.state_dir, record, how.hide, found)
+        self.url = host.url
+        self._prepared = None if how.unconfined else self._prepare(host.url, stem)
+
+    def _prepare(self, url: str, stem: confine.Stem | None) -> confine.Prepared:
+        box = confine.Sandbox(
+            clone=Path(self.record.clone),
+            home=self.home,
+            hide=self.hide,
+            network=self.how.network,
+            limits=self.how.limits,
+            overlay=self.overlay,
+        )
+        env = confine.sandbox_env(
+            self.base, {**self.env, "PROMOTER_URL": url}, self.home, self.how.pass_env
+        )
+        return confine.prepare_confined(self.command, box, env, url, self.record.run_id, stem)
+
+    def __enter__(self) -> _Command:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._prepared is not None:
+            self._prepared.close()
+
+    def start(self, url: str, token: str, timeout: float) -> int:
+        """Run the command with the step's ``token`` against the daemon at ``url`` (another
+        than it was made ready for: made ready again); its exit status."""
+        record, how = self.record, self.how
+        self.person.say(
+            f"[bold]running[/] {escape(' '.join(self.command))} in {record.clone} ({how.kind})"
+        )
+        env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
+        if how.unconfined:
+            argv = self.overlay.wrap(self.command) if self.overlay else self.command
+            clone = Path(record.clone)  # mounted, not confined
+            return confine.run_unconfined(argv, clone, {**self.base, **env}, timeout)
+        assert self._prepared is not None
+        if url != self.url:  # a 421 followed: the relay and the variables are the owner's
+            self._prepared.close()
+            self._prepared, self.url = self._prepare(url, None), url
+        step_env = {k: env[k] for k in confine.STEP_ENV}
+        outcome = self._prepared.run(step_env, timeout)
+        self.person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
+        return outcome.returncode
 
 
 def _refresh(orch: PromoterClient, run: Run) -> None:
@@ -406,31 +437,32 @@ def step(
             how.symlinks,
         )
         lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
-        orch.followed = None
-        opened = orch.open_run(  # the grant, its lease and the run's token: one request
-            grant_doc,
-            {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
-            int(timeout) + 3600,
-        )
-        if orch.followed is not None:  # a 421, followed once: the step goes on at the owner
-            host = Host(orch.followed, host.token, host.state_dir)
-            orch = clients.enter_context(orch.with_token(host.token, url=host.url))
-            person.say(
-                f"{record.repository} is guarded by {escape(host.url)}: the step goes on there"
-            )
-        minted = opened["token"]
-        current = sandboxes.Step(
-            grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
-        )
-        run.begin(current)
         env = {
-            "PROMOTER_URL": host.url,
-            "PROMOTER_TOKEN": str(minted["token"]),
             "PROMOTER_GRANT": grant_doc["grant_id"],
             "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
         }
-        code = _run_command(command, host, record, env, timeout, how, person, known, stem)
+        # the command made ready while the grant is registered; it starts with the token
+        with _Command(command, host, record, env, how, person, known, stem) as ready:
+            orch.followed = None
+            opened = orch.open_run(  # the grant, its lease and the run's token: one request
+                grant_doc,
+                {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
+                int(timeout) + 3600,
+            )
+            if orch.followed is not None:  # a 421, followed once: the step goes on there
+                host = Host(orch.followed, host.token, host.state_dir)
+                orch = clients.enter_context(orch.with_token(host.token, url=host.url))
+                person.say(
+                    f"{record.repository} is guarded by {escape(host.url)}: the step goes on "
+                    "there"
+                )
+            minted = opened["token"]
+            current = sandboxes.Step(
+                grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
+            )
+            run.begin(current)
+            code = ready.start(host.url, str(minted["token"]), timeout)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
             from promoter.executor import sandbox_repo
 
