@@ -1,5 +1,5 @@
-"""A confined command made ready before its step's grant is registered (protocol:
-runs#confinement): bubblewrap and the sandbox's entry start, and the entry runs the
+"""A confined command made ready before its step's grant is registered
+(protocol: runs#confinement): bubblewrap and the sandbox's entry start, and the entry runs the
 command only once the step's own variables (its token) have all come; a command made
 ready and never started runs nothing, and neither does one whose variables came cut.
 """
