@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from promoter.client.sync import PromoterClient
-from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.canonical import now_rfc3339
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
@@ -210,7 +210,7 @@ def start(
             worktree=str(found["worktree"]),
             branch=str(found["branch"]),
             head=str(found["head"]),
-            created_at=rfc3339(utcnow()),
+            created_at=now_rfc3339(),
             allow=allow if allow else DEFAULT_ALLOW,
             from_head=from_head,
             layout=layout,
@@ -231,7 +231,7 @@ def grant_document(
     symlinks: str = "none",
 ) -> dict[str, Any]:
     """Step ``number``'s grant: the sandbox's base, its allowlist, its preconditions."""
-    now = utcnow()
+    now = int(time.time())  # the current second, as ``canonical.utcnow`` reads it
     grant: dict[str, Any] = {
         "schema": "GrantV1",
         "grant_id": f"grt_{record.run_id.removeprefix('run_')}_{number}",
@@ -246,8 +246,8 @@ def grant_document(
         "generation": 1,
         "resume_epoch": 0,
         "fence": number,
-        "not_before": rfc3339(now - timedelta(minutes=1)),
-        "expires_at": rfc3339(now + timedelta(hours=GRANT_HOURS)),
+        "not_before": _rfc3339(now - 60),
+        "expires_at": _rfc3339(now + GRANT_HOURS * 3600),
         "write_allowlist": record.allow,
         "target_preconditions": preconditions or [],
         "limits": LIMITS,
@@ -257,6 +257,11 @@ def grant_document(
     if symlinks != "none":
         grant["symlinks"] = symlinks
     return grant
+
+
+def _rfc3339(second: int) -> str:
+    """``canonical.rfc3339`` of the UTC ``second`` since the epoch, without ``datetime``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def _head_now(known: Known) -> wire.RepositoryInfo | None:
