@@ -234,7 +234,7 @@ def grant_document(
     now = int(time.time())  # the current second, as ``canonical.utcnow`` reads it
     grant: dict[str, Any] = {
         "schema": "GrantV1",
-        "grant_id": f"grt_{record.run_id.removeprefix('run_')}_{number}",
+        "grant_id": grant_id(record, number),
         "repository_identity": identity,
         "branch": record.branch,
         "base_commit": record.base_commit,
@@ -257,6 +257,11 @@ def grant_document(
     if symlinks != "none":
         grant["symlinks"] = symlinks
     return grant
+
+
+def grant_id(record: sandboxes.RunRecord, number: int) -> str:
+    """The id of step ``number``'s grant."""
+    return f"grt_{record.run_id.removeprefix('run_')}_{number}"
 
 
 def _rfc3339(second: int) -> str:
@@ -406,49 +411,50 @@ def step(
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
     in an error too. ``stem``: the confined command's first process, started as the run
     began (``confine.Stem``; the caller ends it when the step ends without its command)."""
-    from promoter.executor.handover import (  # the builder: a run's
-        fetched_base,
-        fetched_grant,
-        promote_with_evidence,
-        submitted_receipt,
-    )
-
     how = how or Confinement()
     outcome = outcome if outcome is not None else Outcome()
     record = run.record
     orch = PromoterClient(host.url, host.token, timeout=660.0)
     with contextlib.ExitStack() as clients:
         clients.enter_context(orch)
-        _refresh(orch, run)
         known = run.take_known()  # a new run's first step: as its start found them
-        found = _head_now(known) if known is not None else None
-        found = found or repository(orch, record.repository)
-        if found["head"] != record.base_commit:
-            raise error_class("target_drift")(
-                f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
-                f"{str(found['head'])[:12]} since run {record.run_id} began; start a new "
-                f"run with promoter run --repo {record.repository}"
-            )
-        base = record.last_completed
         number = len(record.steps) + 1
-        preconditions = answers.chained_preconditions(orch, record)
-        grant_doc = grant_document(
-            record,
-            found["repository_identity"],
-            number,
-            base,
-            preconditions,
-            how.kind,
-            how.symlinks,
-        )
-        lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
         env = {
-            "PROMOTER_GRANT": grant_doc["grant_id"],
+            "PROMOTER_GRANT": grant_id(record, number),
             "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
         }
-        # the command made ready while the grant is registered; it starts with the token
+        # the command made ready first, while the step is checked and its grant registered
+        # (the longer way to its start); it starts with the step's token
         with _Command(command, host, record, env, how, person, known, stem) as ready:
+            from promoter.executor.handover import (  # the builder: a run's
+                fetched_base,
+                fetched_grant,
+                promote_with_evidence,
+                submitted_receipt,
+            )
+
+            _refresh(orch, run)
+            found = _head_now(known) if known is not None else None
+            found = found or repository(orch, record.repository)
+            if found["head"] != record.base_commit:
+                raise error_class("target_drift")(
+                    f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
+                    f"{str(found['head'])[:12]} since run {record.run_id} began; start a new "
+                    f"run with promoter run --repo {record.repository}"
+                )
+            base = record.last_completed
+            preconditions = answers.chained_preconditions(orch, record)
+            grant_doc = grant_document(
+                record,
+                found["repository_identity"],
+                number,
+                base,
+                preconditions,
+                how.kind,
+                how.symlinks,
+            )
+            lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
             orch.followed = None
             opened = orch.open_run(  # the grant, its lease and the run's token: one request
                 grant_doc,
