@@ -19,6 +19,7 @@ wrote (the builder and the host do that).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -64,6 +65,7 @@ __all__ = [
     "run_confined",
     "run_unconfined",
     "sandbox_env",
+    "settle_cgroups",
 ]
 
 BWRAP_ENV = "PROMOTER_BWRAP"  # the bubblewrap binary (default: bwrap on PATH)
@@ -344,16 +346,83 @@ def _read(path: Path) -> str:
         return ""
 
 
+_PF_EXITING = 0x4  # a task's flag (``/proc/PID/stat``): in the kernel's exit, past user space
+_REMOVING: list[threading.Thread] = []  # cgroups whose removal goes on (``settle_cgroups``)
+
+
+def _exiting(pid: int) -> bool:
+    """Whether process ``pid`` is gone or in its exit (it runs no code of its own again)."""
+    fields = _read(Path(f"/proc/{pid}/stat")).rpartition(")")[2].split()
+    if len(fields) < 7:
+        return True  # gone (reaped)
+    return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & _PF_EXITING)
+
+
 def _kill_cgroup(made: Made) -> None:
-    """Kill every process left in the cgroup ``made`` until it is empty, then remove it."""
+    """Kill every process left in the cgroup ``made`` until none runs code of its own,
+    then remove it: at once when it is empty, else in the background while the last ones
+    finish their exit (bwrap's init takes its namespaces down a few milliseconds after
+    bwrap itself; ``settle_cgroups`` waits for it)."""
     group = Path(made.path)
+    pids: list[int] = []
     for _ in range(100):
         pids = [int(p) for p in _read(group / "cgroup.procs").split()]
-        if not pids:
+        if all(_exiting(pid) for pid in pids):
             break
         for pid in pids:  # none is this process's child: bwrap, their ancestor, is reaped
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+    if not pids:
+        _remove_cgroup(made)
+        return
+    if not _REMOVING:
+        atexit.register(settle_cgroups)
+    removing = threading.Thread(target=_remove_cgroup, args=(made,), daemon=True)
+    removing.start()
+    _REMOVING.append(removing)
+
+
+def _sweep_cgroups(root: Path) -> None:
+    """Remove the empty pids cgroups under ``root`` that a killed run left: named as a
+    stem's (``promoter-`` a label of its own, ``-`` the pid of the process that made it)
+    whose maker is gone. Anything else, or one with a process in it, is left alone."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        label, _, maker = name.removeprefix("promoter-").rpartition("-")
+        if not name.startswith("promoter-") or not maker.isdigit() or not _stem_label(label):
+            continue
+        try:
+            os.kill(int(maker), 0)
+            continue  # its maker runs (or another user's process has the pid now)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = root / name
+        if _read(path / "cgroup.procs").strip():
+            continue
+        with contextlib.suppress(OSError, PathUnsafe):
+            Made.record(path).remove()
+
+
+def _stem_label(label: str) -> bool:
+    """A label a stem's cgroup name holds: 12 hex digits, or a run's id."""
+    digits = label.removeprefix("run_")
+    size = 16 if label.startswith("run_") else 12
+    return len(digits) == size and all(c in "0123456789abcdef" for c in digits)
+
+
+def settle_cgroups() -> None:
+    """Wait until every cgroup whose removal went on in the background is removed (at the
+    latest as the process exits)."""
+    while _REMOVING:
+        _REMOVING.pop().join()
+
+
+def _remove_cgroup(made: Made) -> None:
     for _ in range(10_000):  # 10 s at most
         try:
             made.remove()  # False: gone already
@@ -362,8 +431,8 @@ def _kill_cgroup(made: Made) -> None:
             log.warning("%s", exc.detail)
             return
         except OSError:
-            # a killed process is still being reaped (bwrap's init a millisecond or two
-            # after bwrap itself): the run waits on this, so it is asked again soon
+            # a killed process is still in its exit (bwrap's init a few milliseconds
+            # after bwrap itself): asked again soon
             threading.Event().wait(0.001)
 
 
@@ -687,6 +756,8 @@ class Stem:
             join(pid)
         except BaseException as exc:  # raised by ``run``, before anything is handed over
             self._refused = exc
+            return
+        _sweep_cgroups(join.procs.parent.parent)  # while the run goes on
 
     def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
         """Run the chain ``argv`` (the limits' shim told ``go``) in ``cwd`` with ``env``;

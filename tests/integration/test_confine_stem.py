@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,30 @@ def test_a_cgroup_that_cannot_be_joined_refuses_the_stem_and_nothing_runs(
         stem.run(_limited(stem.go, f"touch {ran}"), _env(), tmp_path, 60)
     assert "pids cgroup" in refused.value.detail
     assert not ran.exists()
+
+
+def test_the_empty_cgroups_of_killed_runs_are_swept_and_nothing_else(tmp_path: Path) -> None:
+    """A run killed while its stem waited leaves its cgroup; the next stem removes it once
+    its maker is gone and it is empty, and leaves any other name or a live maker's."""
+    if not (confine._PIDS_V1 / "cgroup.procs").exists() or not os.access(confine._PIDS_V1, os.W_OK):
+        pytest.skip("no writable pids cgroup (v1) here")
+    child = subprocess.Popen(["true"])  # its pid: a maker that is gone
+    child.wait()
+    gone_pid = child.pid
+    names = {
+        "left": f"promoter-{os.urandom(6).hex()}-{gone_pid}",
+        "left_by_a_run": f"promoter-run_{os.urandom(8).hex()}-{gone_pid}",
+        "live_maker": f"promoter-{os.urandom(6).hex()}-{os.getpid()}",
+        "not_a_stem": f"promoter-keep-{gone_pid}",
+    }
+    for name in names.values():
+        os.mkdir(confine._PIDS_V1 / name)
+    try:
+        with confine.Stem(confine.Limits().procs) as stem:
+            stem.run(_limited(stem.go, "true"), _env(), tmp_path, 60)
+        left = {key for key, name in names.items() if (confine._PIDS_V1 / name).exists()}
+        assert left == {"live_maker", "not_a_stem"}
+    finally:
+        for name in names.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(confine._PIDS_V1 / name)

@@ -691,6 +691,7 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
     record = run.record
     last = run.last
     if last is not None and last.status is RunStatus.COMPLETED and not keep:
+        confine.settle_cgroups()  # long removed by now: this process's threads are done
         going = removal.remove_later(run.state_dir, record.run_id)  # after the answer
         person.say(
             f"sandbox {record.run_id} removed: its files go in the background ({going}); "
