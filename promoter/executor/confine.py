@@ -529,6 +529,7 @@ def prepare_confined(
                 if stem is not None:
                     stem.close()
                 stem = started.enter_context(Stem(box.limits.procs, label=run_id))
+            stem.ready()  # its descriptors' numbers go into the chain
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
             shim += [str(limits.memory), str(limits.file_size), str(limits.procs), stem.go]
@@ -683,12 +684,13 @@ class _Join:
 
 class Stem:
     """A confined command's first process, started as the run begins (``_STEM``): the
-    host's Python on the command's pane (``pane.py``), in its pids cgroup (``_Join``, in a
-    thread of its own, while the run goes on), waiting for what to run. Its interpreter's
-    start and the cgroup's migration are over by the time the sandbox is made; ``run``
-    hands it the chain, its environment and directory, shows its output and ends it.
-    Ended unused (``close``, or leaving the context), it has run nothing: the message's
-    pipe closes, it exits, its group is killed and its cgroup removed."""
+    host's Python on the command's pane (``pane.py``), in its pids cgroup (``_Join``),
+    waiting for what to run; all made by a thread of its own while the run goes on
+    (``ready`` waits for it). Its interpreter's start and the cgroup's migration are over
+    by the time the sandbox is made; ``run`` hands it the chain, its environment and
+    directory, shows its output and ends it. Ended unused (``close``, or leaving the
+    context), it has run nothing: the message's pipe closes, it exits, its group is
+    killed and its cgroup removed."""
 
     def __init__(self, procs: int, *, label: str | None = None) -> None:
         self.procs = procs
@@ -707,12 +709,16 @@ class Stem:
         self._ended = False
 
     def __enter__(self) -> Stem:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
+        self._joining = threading.Thread(target=self._started, daemon=True)
+        self._joining.start()
         return self
+
+    def ready(self) -> None:
+        """Wait until it has started and joined its cgroup; raise what kept it from it."""
+        if self._joining is not None:
+            self._joining.join()
+        if self._refused is not None:
+            raise self._refused
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -722,7 +728,20 @@ class Stem:
         locale = {k: env[k] for k in _LOCALE if k in env}
         return not self._ended and procs == self.procs and locale == self.locale
 
-    def _start(self) -> None:
+    def _started(self) -> None:
+        """Start it, place it in its cgroup, then sweep what killed runs left there."""
+        try:
+            join = self._start()
+            if join is not None:
+                assert self._process is not None
+                join(self._process.pid)
+        except BaseException as exc:  # raised by ``ready``, before anything is handed over
+            self._refused = exc
+            return
+        if join is not None:
+            _sweep_cgroups(join.procs.parent.parent)  # while the run goes on
+
+    def _start(self) -> _Join | None:
         name = f"promoter-{self._label}-{os.getpid()}"
         self.kind, group = self._stack.enter_context(_pids_cgroup(name, self.procs))
         join = None if group is None else self._stack.enter_context(_Join(group / "cgroup.procs"))
@@ -746,18 +765,7 @@ class Stem:
             os.close(msg)
             os.close(step)
         shown.handed()
-        if join is not None:
-            pid = self._process.pid
-            self._joining = threading.Thread(target=self._join, args=(join, pid), daemon=True)
-            self._joining.start()
-
-    def _join(self, join: _Join, pid: int) -> None:
-        try:
-            join(pid)
-        except BaseException as exc:  # raised by ``run``, before anything is handed over
-            self._refused = exc
-            return
-        _sweep_cgroups(join.procs.parent.parent)  # while the run goes on
+        return join
 
     def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
         """Run the chain ``argv`` (the limits' shim told ``go``) in ``cwd`` with ``env``;
@@ -773,12 +781,9 @@ class Stem:
     def send(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         """Hand over the chain ``argv`` (the limits' shim told ``go``, the entry told
         ``step_fd`` where it waits for the step's own variables), ``env`` and ``cwd``."""
+        self.ready()
         shown = self._pane
         assert shown is not None and not self._ended and self._msg >= 0
-        if self._joining is not None:
-            self._joining.join()
-        if self._refused is not None:
-            raise self._refused
         message = _message(cwd, env, shown.argv(argv))
         with contextlib.suppress(BrokenPipeError):  # it ended: its status says how
             _write_all(self._msg, message)
@@ -817,6 +822,8 @@ class Stem:
 
     def close(self) -> None:
         """End it (unused: it runs nothing), then its pane and its cgroup."""
+        if self._joining is not None:
+            self._joining.join()  # what it made is this thread's again
         for name in ("_msg", "_step"):
             fd = getattr(self, name)
             if fd >= 0:
@@ -826,8 +833,6 @@ class Stem:
             self._ended = True
             _end(self._process)
         self._ended = True
-        if self._joining is not None:
-            self._joining.join()
         self._stack.close()
 
 

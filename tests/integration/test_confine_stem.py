@@ -56,6 +56,7 @@ def test_a_stem_runs_the_chain_as_a_shim_started_then_would(
 def test_a_stem_ended_unused_runs_nothing_and_leaves_no_cgroup(tmp_path: Path) -> None:
     label = f"test-{os.urandom(4).hex()}"
     with confine.Stem(confine.Limits().procs, label=label) as stem:
+        stem.ready()
         process = stem._process
         assert process is not None and process.poll() is None  # waiting for its command
         kind = stem.kind
