@@ -17,9 +17,11 @@ Not here: the flags, the person at the terminal, or any step of the workflow
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,9 +188,12 @@ def _new_sandbox(
                 name = _infer_repository(client)
         wanted = [parse_allow(a).wire() for a in allow] if allow else None
         layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+        # the start's modules load while the daemon and git answer the look-up
+        loaded = _preloading("promoter.executor.layered", "promoter.store.durable")
         return flow.start(
-            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed
-        )
+            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed,
+            loaded=loaded,
+        )  # fmt: skip
     except BaseException as exc:
         if not interrupted(exc):
             raise
@@ -196,6 +201,22 @@ def _new_sandbox(
             "interrupted before the sandbox was ready: nothing was run or promoted, and "
             "nothing of yours was changed"
         ) from None
+
+
+def _preloading(*modules: str) -> Callable[[], None]:
+    """``modules`` imported by a thread of their own; what this returns waits for it,
+    and is called before this thread imports anything again (no module is imported by two
+    threads at once). An import that fails there is left for this thread's own import to
+    raise."""
+
+    def load() -> None:
+        with contextlib.suppress(BaseException):
+            for module in modules:
+                importlib.import_module(module)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    return thread.join
 
 
 @contextmanager

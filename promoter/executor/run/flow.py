@@ -185,18 +185,23 @@ def start(
     from_head: bool,
     layout: str = "copy",
     ready: Callable[[], None] | None = None,
+    loaded: Callable[[], None] | None = None,
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
     a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
     ``ready`` is called once the repository is found and its worktree's layout and HEAD
     read, before anything is made (it may refuse: the confinement's probe,
-    ``confine.probing``). The run holds the repository as found and the layout
-    (``state.Known``): its first step does not look them up again."""
-    from promoter.executor.start_watch import Watched
-
+    ``confine.probing``). ``loaded`` is called once the repository is found and the
+    worktree's layout read, before the start imports a module (another thread may be
+    importing them meanwhile: no module is imported by two threads at once). The run
+    holds the repository as found and the layout (``state.Known``): its first step does
+    not look them up again."""
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
         discovered = _discovered(str(found["worktree"]))
+        if loaded is not None:
+            loaded()
+        from promoter.executor.start_watch import Watched
 
         def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
             # a client of the asking thread's own: a start that fails or is interrupted
