@@ -124,6 +124,9 @@ def start(
         return
     assert command is not None
     with contextlib.ExitStack() as held:
+        # every process of the command has ended before the step's end is told (its
+        # cgroup is removed in the background while the bundle is built and promoted)
+        held.callback(confine.settle_cgroups)
         stem: confine.Stem | None = None
         with contextlib.ExitStack() as probes:
             probed = _no_probe
