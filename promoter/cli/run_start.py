@@ -17,9 +17,11 @@ Not here: the flags, the person at the terminal, or any step of the workflow
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +32,7 @@ from promoter.cli.common import err_console
 from promoter.cli.run_person import TerminalPerson, interrupted
 from promoter.cli.startup import deferred
 from promoter.client.sync import PromoterClient
-from promoter.errors import ConfigError, Interrupted, PromoterError
+from promoter.errors import CommandFailed, ConfigError, Interrupted, PromoterError
 from promoter.executor import confine, hidden, layers, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, flow, links
@@ -121,30 +123,47 @@ def start(
         flow.finish(run, person, keep=keep)
         return
     assert command is not None
-    with contextlib.ExitStack() as probes:
-        probed = _no_probe
-        if not unconfined:
-            # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
-            # the repository is looked up, and is waited for before anything is made
-            probed = probes.enter_context(confine.probing(confine.bwrap_path()))
-            # each hidden, or nothing made: the sandboxes' directory and the interpreter
-            # are bound back into the sandbox over what is hidden
-            bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
-            hidden.check_hidden(secrets, [credential] if credential else [], bound)
-        if continue_run is not None:
-            probed()
-            run = Run(state, sandboxes.load(state, continue_run))
-            if allow:
-                run.record.allow = [parse_allow(a).wire() for a in allow]
-        else:
-            run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
-            person.say(answers.started(run.record))
-    with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
-        try:
-            flow.step(host, run, command, person=person, timeout=timeout, how=how, outcome=outcome)
-        except PromoterError:
-            err_console.print(f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False)
-            raise
+    with contextlib.ExitStack() as held:
+        # every process of the command has ended before the step's end is told (its
+        # cgroup is removed in the background while the bundle is built and promoted)
+        held.callback(confine.settle_cgroups)
+        stem: confine.Stem | None = None
+        with contextlib.ExitStack() as probes:
+            probed = _no_probe
+            if not unconfined:
+                # refuse before a sandbox or a grant exists: bwrap tries the namespaces while
+                # the repository is looked up, and is waited for before anything is made
+                # (a passing answer kept among the sandboxes for the next runs)
+                kept = sandboxes.runs_dir(state)
+                probed = probes.enter_context(confine.probing(confine.bwrap_path(), kept))
+                # each hidden, or nothing made: the sandboxes' directory and the interpreter
+                # are bound back into the sandbox over what is hidden
+                bound = [sandboxes.runs_dir(state), confine.interpreter_prefix()]
+                hidden.check_hidden(secrets, [credential] if credential else [], bound)
+                # the command's first process starts now and waits for it (``confine.Stem``)
+                stem = held.enter_context(confine.Stem(how.limits.procs))
+            if continue_run is not None:
+                probed()
+                run = Run(state, sandboxes.load(state, continue_run))
+                if allow:
+                    run.record.allow = [parse_allow(a).wire() for a in allow]
+            else:
+                run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
+                person.say(answers.started(run.record))
+        with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
+            try:
+                flow.step(
+                    host, run, command, person=person, timeout=timeout, how=how,
+                    outcome=outcome, stem=stem,
+                )  # fmt: skip
+            except PromoterError as exc:
+                if isinstance(exc, CommandFailed) and not unconfined:
+                    # bubblewrap's own failure ends the command too: probed again next time
+                    confine.forget_probe(sandboxes.runs_dir(state))
+                err_console.print(
+                    f"sandbox kept: {run.record.clone}", soft_wrap=True, highlight=False
+                )
+                raise
     flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
 
 
@@ -172,9 +191,12 @@ def _new_sandbox(
                 name = infer_repository(client)
         wanted = [parse_allow(a).wire() for a in allow] if allow else None
         layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+        # the start's modules load while the daemon and git answer the look-up
+        loaded = _preloading("promoter.executor.layered", "promoter.store.durable")
         return flow.start(
-            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed
-        )
+            host, name, allow=wanted, from_head=from_head, layout=layout, ready=probed,
+            loaded=loaded,
+        )  # fmt: skip
     except BaseException as exc:
         if not interrupted(exc):
             raise
@@ -182,6 +204,22 @@ def _new_sandbox(
             "interrupted before the sandbox was ready: nothing was run or promoted, and "
             "nothing of yours was changed"
         ) from None
+
+
+def _preloading(*modules: str) -> Callable[[], None]:
+    """``modules`` imported by a thread of their own; what this returns waits for it,
+    and is called before this thread imports anything again (no module is imported by two
+    threads at once). An import that fails there is left for this thread's own import to
+    raise."""
+
+    def load() -> None:
+        with contextlib.suppress(BaseException):
+            for module in modules:
+                importlib.import_module(module)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    return thread.join
 
 
 @contextmanager

@@ -19,6 +19,7 @@ wrote (the builder and the host do that).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -33,10 +34,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from promoter import faults
 from promoter.errors import ConfigError, ConfinementUnavailable, PathUnsafe
+from promoter.executor import layers
 from promoter.executor.hidden import check_hidden
 from promoter.executor.layers import Overlay
 from promoter.executor.pane import Pane
 from promoter.executor.relay import Relay
+from promoter.executor.shims import FOLD
 from promoter.fs.own_entry import Made
 from promoter.fs.own_tree import disarm_tree
 from promoter.lazy_log import LazyLogger
@@ -45,24 +48,31 @@ log = LazyLogger("promoter.run")
 
 __all__ = [
     "BWRAP_ENV",
+    "STEP_ENV",
     "Limits",
     "Outcome",
+    "Prepared",
     "Relay",
     "Sandbox",
+    "Stem",
     "bwrap_path",
     "disarm",
+    "forget_probe",
     "interpreter_prefix",
+    "prepare_confined",
     "probe",
     "probing",
     "run_confined",
     "run_unconfined",
     "sandbox_env",
+    "settle_cgroups",
 ]
 
 BWRAP_ENV = "PROMOTER_BWRAP"  # the bubblewrap binary (default: bwrap on PATH)
 REMEDY = "install bubblewrap (apt-get install bubblewrap) or pass --unconfined"
 SOCKET_INSIDE = "/run/promoter/daemon.sock"
 _KEPT_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "COLUMNS")
+_LOCALE = ("LANG", "LC_ALL", "LC_CTYPE")  # what an interpreter's start reads of its environment
 _PIDS_V1 = Path("/sys/fs/cgroup/pids")
 _CGROUP2 = Path("/sys/fs/cgroup/unified")
 _ENTRY = Path(__file__).with_name("sandbox_entry.py")
@@ -87,6 +97,41 @@ if go:
         os._exit(125)
 os.execv(sys.argv[5], sys.argv[5:])
 """
+
+
+# Started by ``Stem`` as a confined run begins, before its sandbox is made: the host's
+# Python waits, on its pane and in its pids cgroup, for one message on ``msg`` (the
+# directory, the environment and the chain of shims ``run_confined`` would start), then
+# runs that chain in this interpreter (``shims.FOLD``). No message (the run ended before
+# its command): it exits, nothing run. It starts with the locale's variables only, those
+# of the command's environment, so what the interpreter adds at its start (a coerced
+# ``LC_CTYPE``) is what a shim started with that environment would add.
+_STEM = (
+    """\
+import os, sys
+msg = int(sys.argv[1])
+os.set_inheritable(msg, False)
+data = bytearray()
+while chunk := os.read(msg, 65536):
+    data += chunk
+os.close(msg)
+if not data:
+    os._exit(0)
+fields = bytes(data).split(b"\\0")
+count = int(fields[1])
+for item in fields[2 : 2 + count]:
+    name, _, value = item.partition(b"=")
+    os.environb[name] = value
+os.chdir(fields[0])
+argv = [os.fsdecode(f) for f in fields[2 + count :]]
+"""
+    + FOLD
+    + """\
+if is_shim(argv):  # the pane's shim, in this interpreter (``shims.py``)
+    run_shim(argv)
+os.execvp(argv[0], argv)
+"""
+)
 
 
 class Limits(NamedTuple):
@@ -122,6 +167,11 @@ def bwrap_path() -> str:
 
 
 _PROBED: set[str] = set()  # bubblewrap binaries that made the namespaces in this process
+KEPT_PROBE = "bwrap-probe"  # in the directory ``probing`` is given: a passing probe's conditions
+# what the namespaces the probe makes depend on, besides the overlay probe's switches
+_NAMESPACE_SWITCHES = tuple(
+    f"/proc/sys/user/max_{kind}_namespaces" for kind in ("pid", "ipc", "uts", "cgroup", "net")
+)
 
 
 def probe(bwrap: str) -> None:
@@ -131,13 +181,54 @@ def probe(bwrap: str) -> None:
         probed()
 
 
+def _probe_conditions(bwrap: str) -> bytes | None:
+    """What a passing probe depends on: the bubblewrap binary (its real path, identity,
+    size, times, mode and owner), the user and the user namespace this process is in,
+    its seccomp and no-new-privileges state, this boot of the kernel and its switches
+    for namespaces; a change in any of them probes again. None: it cannot be read."""
+    try:
+        real = os.path.realpath(bwrap)
+        st = os.stat(real)
+        userns = os.stat("/proc/self/ns/user").st_ino
+        with open("/proc/self/status", "rb") as handle:
+            status = handle.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    lines = [
+        f"bwrap {real} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} "
+        f"{st.st_ctime_ns} {st.st_mode:o} {st.st_uid}",
+        f"uid {os.getuid()} gid {os.getgid()} userns {userns}",
+        *(" ".join(line.split()) for line in status if line.startswith(_STATUS)),
+        *layers.switches((*layers._SWITCHES, *_NAMESPACE_SWITCHES)),
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+_STATUS = ("Seccomp:", "NoNewPrivs:")
+
+
+def forget_probe(kept: Path) -> None:
+    """The answer kept in ``kept`` forgotten: the next run probes again (a confined
+    command that failed may have failed for bubblewrap's own reasons)."""
+    if layers.read_kept(str(kept), KEPT_PROBE):
+        layers.keep(str(kept), KEPT_PROBE, b"")
+
+
 @contextlib.contextmanager
-def probing(bwrap: str) -> Iterator[Callable[[], None]]:
+def probing(bwrap: str, kept: Path | None = None) -> Iterator[Callable[[], None]]:
     """``probe`` in the background: a missing binary is refused at once, the namespaces
     are tried while the caller goes on, and calling what this yields waits for the answer
-    (the refusal ``probe`` raises). A probe not waited for is ended on the way out."""
+    (the refusal ``probe`` raises). A probe not waited for is ended on the way out.
+
+    ``kept``: a directory of promoter's own where a passing answer is kept with its
+    conditions (``_probe_conditions``) for later processes, which take it instead of
+    probing while every condition is the same; a refusal is never kept."""
     if not os.access(bwrap, os.X_OK):
         raise ConfinementUnavailable(f"no bubblewrap at {bwrap}: {REMEDY}", bwrap=bwrap)
+    conditions = None if kept is None or bwrap in _PROBED else _probe_conditions(bwrap)
+    where = "" if kept is None else str(kept)
+    if conditions is not None and layers.read_kept(where, KEPT_PROBE) == conditions + b"yes\n":
+        _PROBED.add(bwrap)
     if bwrap in _PROBED:
         yield lambda: None
         return
@@ -162,6 +253,8 @@ def probing(bwrap: str) -> Iterator[Callable[[], None]]:
                 bwrap=bwrap,
             )
         _PROBED.add(bwrap)
+        if conditions is not None:
+            layers.keep(where, KEPT_PROBE, conditions + b"yes\n")
 
     try:
         yield answer
@@ -253,16 +346,83 @@ def _read(path: Path) -> str:
         return ""
 
 
+_PF_EXITING = 0x4  # a task's flag (``/proc/PID/stat``): in the kernel's exit, past user space
+_REMOVING: list[threading.Thread] = []  # cgroups whose removal goes on (``settle_cgroups``)
+
+
+def _exiting(pid: int) -> bool:
+    """Whether process ``pid`` is gone or in its exit (it runs no code of its own again)."""
+    fields = _read(Path(f"/proc/{pid}/stat")).rpartition(")")[2].split()
+    if len(fields) < 7:
+        return True  # gone (reaped)
+    return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & _PF_EXITING)
+
+
 def _kill_cgroup(made: Made) -> None:
-    """Kill every process left in the cgroup ``made`` until it is empty, then remove it."""
+    """Kill every process left in the cgroup ``made`` until none runs code of its own,
+    then remove it: at once when it is empty, else in the background while the last ones
+    finish their exit (bwrap's init takes its namespaces down a few milliseconds after
+    bwrap itself; ``settle_cgroups`` waits for it)."""
     group = Path(made.path)
+    pids: list[int] = []
     for _ in range(100):
         pids = [int(p) for p in _read(group / "cgroup.procs").split()]
-        if not pids:
+        if all(_exiting(pid) for pid in pids):
             break
         for pid in pids:  # none is this process's child: bwrap, their ancestor, is reaped
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+    if not pids:
+        _remove_cgroup(made)
+        return
+    if not _REMOVING:
+        atexit.register(settle_cgroups)
+    removing = threading.Thread(target=_remove_cgroup, args=(made,), daemon=True)
+    removing.start()
+    _REMOVING.append(removing)
+
+
+def _sweep_cgroups(root: Path) -> None:
+    """Remove the empty pids cgroups under ``root`` that a killed run left: named as a
+    stem's (``promoter-`` a label of its own, ``-`` the pid of the process that made it)
+    whose maker is gone. Anything else, or one with a process in it, is left alone."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        label, _, maker = name.removeprefix("promoter-").rpartition("-")
+        if not name.startswith("promoter-") or not maker.isdigit() or not _stem_label(label):
+            continue
+        try:
+            os.kill(int(maker), 0)
+            continue  # its maker runs (or another user's process has the pid now)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = root / name
+        if _read(path / "cgroup.procs").strip():
+            continue
+        with contextlib.suppress(OSError, PathUnsafe):
+            Made.record(path).remove()
+
+
+def _stem_label(label: str) -> bool:
+    """A label a stem's cgroup name holds: 12 hex digits, or a run's id."""
+    digits = label.removeprefix("run_")
+    size = 16 if label.startswith("run_") else 12
+    return len(digits) == size and all(c in "0123456789abcdef" for c in digits)
+
+
+def settle_cgroups() -> None:
+    """Wait until every cgroup whose removal went on in the background is removed (at the
+    latest as the process exits)."""
+    while _REMOVING:
+        _REMOVING.pop().join()
+
+
+def _remove_cgroup(made: Made) -> None:
     for _ in range(10_000):  # 10 s at most
         try:
             made.remove()  # False: gone already
@@ -271,12 +431,14 @@ def _kill_cgroup(made: Made) -> None:
             log.warning("%s", exc.detail)
             return
         except OSError:
-            # a killed process is still being reaped (bwrap's init a millisecond or two
-            # after bwrap itself): the run waits on this, so it is asked again soon
+            # a killed process is still in its exit (bwrap's init a few milliseconds
+            # after bwrap itself): asked again soon
             threading.Event().wait(0.001)
 
 
-def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> list[str]:
+def _bwrap_argv(
+    bwrap: str, box: Sandbox, relay: Relay | None, port: int, *, step_fd: int | None = None
+) -> list[str]:
     argv = [bwrap, *_NAMESPACES]
     if not box.network:
         argv.append("--unshare-net")
@@ -303,6 +465,8 @@ def _bwrap_argv(bwrap: str, box: Sandbox, relay: Relay | None, port: int) -> lis
         argv += box.overlay.binds()
     argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
+    if step_fd is not None:  # the step's own variables come on it (``Prepared.run``)
+        argv.append(str(step_fd))
     return argv
 
 
@@ -324,8 +488,32 @@ def run_confined(
     url: str,
     timeout: float,
     run_id: str,
+    stem: Stem | None = None,
 ) -> Outcome:
-    """Run ``command`` confined; its exit status and which process limit ran."""
+    """Run ``command`` confined; its exit status and which process limit ran.
+
+    ``stem``: its first process, started as the run began (``Stem``); one that does not
+    fit the command's limits and locale is ended and another is started."""
+    early = {k: v for k, v in env.items() if k not in STEP_ENV}
+    with prepare_confined(command, box, early, url, run_id, stem) as prepared:
+        return prepared.run({k: v for k, v in env.items() if k in STEP_ENV}, timeout)
+
+
+STEP_ENV = ("PROMOTER_TOKEN",)  # a step's own variables: known once its grant is registered
+
+
+def prepare_confined(
+    command: Sequence[str],
+    box: Sandbox,
+    env: dict[str, str],
+    url: str,
+    run_id: str,
+    stem: Stem | None = None,
+) -> Prepared:
+    """``command`` confined, made ready up to its start: the chain goes on to bubblewrap
+    and the sandbox's entry (``sandbox_entry.py``), which waits for the step's own
+    variables (``STEP_ENV``: ``Prepared.run``) before it starts the command. ``env``: the
+    command's environment but those. ``stem`` as ``run_confined``'s."""
     bwrap = bwrap_path()
     probe(bwrap)
     box.home.mkdir(mode=0o700, exist_ok=True)
@@ -336,24 +524,68 @@ def run_confined(
         env["PROMOTER_URL"], port = inside_url(env["PROMOTER_URL"])
         relay = Relay(url)
     try:
-        with (
-            _pids_cgroup(f"promoter-{run_id}-{os.getpid()}", box.limits.procs) as (kind, group),
-            contextlib.ExitStack() as joins,
-        ):
-            join = None if group is None else joins.enter_context(_Join(group / "cgroup.procs"))
-            go = "" if join is None else str(join.go)
+        with contextlib.ExitStack() as started:
+            if stem is None or not stem.fits(box.limits.procs, env):
+                if stem is not None:
+                    stem.close()
+                stem = started.enter_context(Stem(box.limits.procs, label=run_id))
+            stem.ready()  # its descriptors' numbers go into the chain
             limits = box.limits
             shim = [_python(), "-I", "-S", "-c", _LIMITS_SHIM]
-            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), go]
-            # the overlay's mount first: it runs while promoter joins the cgroup (``_Join``)
-            limited = [*shim, *_bwrap_argv(bwrap, box, relay, port), "--", *command]
+            shim += [str(limits.memory), str(limits.file_size), str(limits.procs), stem.go]
+            # the overlay's mount first, then the limits' shim (let go once in its cgroup)
+            entry = _bwrap_argv(bwrap, box, relay, port, step_fd=stem.step_fd)
+            limited = [*shim, *entry, "--", *command]
             argv = box.overlay.wrap(limited) if box.overlay else limited
-            code = _wait(argv, env, box.clone, timeout, join)
+            stem.send(argv, env, box.clone)
+            return Prepared(box, relay, stem, started.pop_all())
     except BaseException:
         _after(relay, _written(box), quiet=True)
         raise
-    _after(relay, _written(box), quiet=False)  # every process of it has ended
-    return Outcome(code, kind)
+
+
+class Prepared:
+    """A confined command ready to start (``prepare_confined``): ``run`` hands the entry
+    the step's own variables and shows the command until it ends; ``close`` (or leaving
+    the context) ends it unstarted, and what it made."""
+
+    def __init__(self, box: Sandbox, relay: Relay | None, stem: Stem, own: contextlib.ExitStack):
+        self.box = box
+        self._relay = relay
+        self._stem = stem
+        self._own = own  # the stem, when it was started here
+        self._done = False
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, step_env: dict[str, str], timeout: float) -> Outcome:
+        """Start the command with ``step_env`` added; its outcome once it has ended."""
+        assert not self._done
+        try:
+            with self._own:
+                self._stem.start(step_env)
+                code = self._stem.wait(timeout)
+        except BaseException:
+            self._done = True
+            _after(self._relay, _written(self.box), quiet=True)
+            raise
+        self._done = True
+        _after(self._relay, _written(self.box), quiet=False)  # every process of it has ended
+        return Outcome(code, self._stem.kind)
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._stem.close()
+            self._own.close()
+        finally:
+            _after(self._relay, _written(self.box), quiet=True)
 
 
 def _written(box: Sandbox) -> tuple[Path, ...]:
@@ -448,6 +680,180 @@ class _Join:
         # and its words on the pane say why, not a broken pipe of promoter's
         with contextlib.suppress(BrokenPipeError):
             os.write(self._said, b"1")
+
+
+class Stem:
+    """A confined command's first process, started as the run begins (``_STEM``): the
+    host's Python on the command's pane (``pane.py``), in its pids cgroup (``_Join``),
+    waiting for what to run; all made by a thread of its own while the run goes on
+    (``ready`` waits for it). Its interpreter's start and the cgroup's migration are over
+    by the time the sandbox is made; ``run`` hands it the chain, its environment and
+    directory, shows its output and ends it. Ended unused (``close``, or leaving the
+    context), it has run nothing: the message's pipe closes, it exits, its group is
+    killed and its cgroup removed."""
+
+    def __init__(self, procs: int, *, label: str | None = None) -> None:
+        self.procs = procs
+        self.locale = {k: os.environ[k] for k in _LOCALE if k in os.environ}
+        self.kind = "rlimit"
+        self.go = ""  # the limits' shim's ``go`` descriptor in the stem, or none
+        self._label = label or os.urandom(6).hex()
+        self._stack = contextlib.ExitStack()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pane: Pane | None = None
+        self._msg = -1
+        self.step_fd = -1  # where the chain's entry reads the step's own variables
+        self._step = -1
+        self._joining: threading.Thread | None = None
+        self._refused: BaseException | None = None
+        self._ended = False
+
+    def __enter__(self) -> Stem:
+        self._joining = threading.Thread(target=self._started, daemon=True)
+        self._joining.start()
+        return self
+
+    def ready(self) -> None:
+        """Wait until it has started and joined its cgroup; raise what kept it from it."""
+        if self._joining is not None:
+            self._joining.join()
+        if self._refused is not None:
+            raise self._refused
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def fits(self, procs: int, env: dict[str, str]) -> bool:
+        """Whether this stem may run a command limited to ``procs`` processes in ``env``."""
+        locale = {k: env[k] for k in _LOCALE if k in env}
+        return not self._ended and procs == self.procs and locale == self.locale
+
+    def _started(self) -> None:
+        """Start it, place it in its cgroup, then sweep what killed runs left there."""
+        try:
+            join = self._start()
+            if join is not None:
+                assert self._process is not None
+                join(self._process.pid)
+        except BaseException as exc:  # raised by ``ready``, before anything is handed over
+            self._refused = exc
+            return
+        if join is not None:
+            _sweep_cgroups(join.procs.parent.parent)  # while the run goes on
+
+    def _start(self) -> _Join | None:
+        name = f"promoter-{self._label}-{os.getpid()}"
+        self.kind, group = self._stack.enter_context(_pids_cgroup(name, self.procs))
+        join = None if group is None else self._stack.enter_context(_Join(group / "cgroup.procs"))
+        shown = self._pane = self._stack.enter_context(Pane())
+        msg, self._msg = os.pipe()
+        step, self._step = os.pipe()
+        try:
+            popen = shown.popen_args()
+            passed = (msg, step, *([join.go] if join else []))
+            popen["pass_fds"] = (*popen["pass_fds"], *passed)
+            self.go = "" if join is None else str(join.go)
+            self.step_fd = step
+            argv = [_python(), "-I", "-S", "-c", _STEM, str(msg)]
+            try:
+                self._process = subprocess.Popen(argv, env=dict(self.locale), **popen)
+            except OSError as exc:
+                raise ConfigError(
+                    f"the command could not be started: {exc.strerror or exc}"
+                ) from exc
+        finally:
+            os.close(msg)
+            os.close(step)
+        shown.handed()
+        return join
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> int:
+        """Run the chain ``argv`` (the limits' shim told ``go``) in ``cwd`` with ``env``;
+        its exit status once every process of it has ended."""
+        try:
+            self.send(argv, env, cwd)
+            self.start({})
+        except BaseException:
+            self.close()
+            raise
+        return self.wait(timeout)
+
+    def send(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        """Hand over the chain ``argv`` (the limits' shim told ``go``, the entry told
+        ``step_fd`` where it waits for the step's own variables), ``env`` and ``cwd``."""
+        self.ready()
+        shown = self._pane
+        assert shown is not None and not self._ended and self._msg >= 0
+        message = _message(cwd, env, shown.argv(argv))
+        with contextlib.suppress(BrokenPipeError):  # it ended: its status says how
+            _write_all(self._msg, message)
+        os.close(self._msg)
+        self._msg = -1
+
+    def start(self, step_env: dict[str, str]) -> None:
+        """Let the command start, ``step_env`` added to its environment by the entry."""
+        shown = self._pane
+        assert shown is not None and not self._ended and self._step >= 0
+        body = _message(None, step_env, ())
+        sys.stdout.flush()  # what promoter printed comes before the command's output
+        shown.resized()
+        with contextlib.suppress(BrokenPipeError):  # the chain ended: its status says how
+            _write_all(self._step, str(len(body)).encode() + b"\n" + body)
+        os.close(self._step)
+        self._step = -1
+
+    def wait(self, timeout: float) -> int:
+        """Show the command's output until it ends; its exit status, once every process
+        of it has ended (the stem is closed)."""
+        process, shown = self._process, self._pane
+        assert process is not None and shown is not None
+        try:
+            try:
+                shown.started()
+            except OSError as exc:
+                raise ConfigError(f"the command could not be started: {exc.strerror}") from exc
+            return shown.pump(process, timeout, stop=lambda: _end(process))
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigError(
+                f"the command did not finish within {timeout:g} s; it was killed"
+            ) from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End it (unused: it runs nothing), then its pane and its cgroup."""
+        if self._joining is not None:
+            self._joining.join()  # what it made is this thread's again
+        for name in ("_msg", "_step"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        if self._process is not None and not self._ended:
+            self._ended = True
+            _end(self._process)
+        self._ended = True
+        self._stack.close()
+
+
+def _message(cwd: Path | None, env: dict[str, str], argv: Sequence[str]) -> bytes:
+    """What ``_STEM`` reads: the directory, the environment's count and entries, argv
+    (without ``cwd``: the entries alone, as the sandbox's entry reads the step's own)."""
+    fields = [] if cwd is None else [os.fsencode(cwd), str(len(env)).encode()]
+    for name, value in env.items():
+        if not name or "=" in name:
+            raise ValueError(f"illegal environment variable name: {name!r}")
+        fields.append(os.fsencode(name) + b"=" + os.fsencode(value))
+    fields += [os.fsencode(arg) for arg in argv]
+    if any(b"\0" in field for field in fields):
+        raise ValueError("embedded null byte")
+    return b"\0".join(fields)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _wait(

@@ -202,37 +202,46 @@ def _conditions(where: str) -> str:
     user namespaces, the user, the filesystem ``where`` is on and the interpreter that
     mounts (a change in any of them probes again)."""
     values = [f"uid {os.getuid()}", f"dev {os.stat(where).st_dev}", f"python {_python()}"]
-    for switch in _SWITCHES:
+    return "\n".join([*values, *switches(_SWITCHES)]) + "\n"
+
+
+def switches(paths: Sequence[str]) -> list[str]:
+    """Each kernel switch of ``paths`` with its value now (``-`` where it cannot be read)."""
+    values = []
+    for switch in paths:
         try:
             with open(switch, "rb") as handle:
                 value = handle.read(200).decode("ascii", "replace").strip()
         except OSError:
             value = "-"
         values.append(f"{switch} {value}")
-    return "\n".join(values) + "\n"
+    return values
 
 
 def _kept_or_probed(where: str) -> bool:
     """The answer kept in ``where`` under the same conditions, else the probe's (kept)."""
     conditions = _conditions(where)
-    path = os.path.join(where, KEPT_ANSWER)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        kept = b""
-    else:
-        with os.fdopen(fd, "rb") as handle:
-            kept = handle.read(4096)
+    kept = read_kept(where, KEPT_ANSWER)
     for answer, word in ((True, b"yes\n"), (False, b"no\n")):
         if kept == conditions.encode() + word:
             return answer
     answer = _probe(where)
-    _keep(where, conditions.encode() + (b"yes\n" if answer else b"no\n"))
+    keep(where, KEPT_ANSWER, conditions.encode() + (b"yes\n" if answer else b"no\n"))
     return answer
 
 
-def _keep(where: str, text: bytes) -> None:
-    """Write the probe's answer for later processes (a directory that refuses it keeps
+def read_kept(where: str, name: str) -> bytes:
+    """A probe's answer kept in ``where`` under ``name`` (never through a link), or b""."""
+    try:
+        fd = os.open(os.path.join(where, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(4096)
+
+
+def keep(where: str, name: str, text: bytes) -> None:
+    """Write a probe's answer for later processes (a directory that refuses it keeps
     nothing: the next process probes again)."""
     from promoter.fs.own_temp import OwnTemp
 
@@ -243,7 +252,7 @@ def _keep(where: str, text: bytes) -> None:
     try:
         with os.fdopen(temp.fd, "wb") as handle:
             handle.write(text)
-        temp.place(os.path.join(where, KEPT_ANSWER))
+        temp.place(os.path.join(where, name))
     except OSError:
         temp.discard()
 

@@ -86,6 +86,7 @@ class Pane:
         self._filter = OutputFilter(ascii_only=not _utf8_locale())
         self._master, self._slave = -1, -1
         self._report_r, self._report_w = -1, -1
+        self._report_number = -1  # the command's descriptor of ``_report_w``, kept when closed
         self._saved_mode: list[Any] | None = None
         self._saved_winch: Any = None
         self._out_broken = False
@@ -100,6 +101,7 @@ class Pane:
                 termios.tcsetattr(self._slave, termios.TCSANOW, attrs)
             os.set_blocking(self._master, False)
             self._report_r, self._report_w = os.pipe()
+            self._report_number = self._report_w
             sys.stdout.flush()  # what promoter printed comes before the command's output
         except BaseException:
             self._close()
@@ -117,7 +119,7 @@ class Pane:
     def argv(self, command: Sequence[str]) -> list[str]:
         """``command`` behind the shim that makes the pane its controlling terminal."""
         python = getattr(sys, "_base_executable", None) or sys.executable
-        return [python, "-I", "-S", "-c", _CTTY_SHIM, str(self._report_w), *command]
+        return [python, "-I", "-S", "-c", _CTTY_SHIM, str(self._report_number), *command]
 
     def popen_args(self) -> dict[str, Any]:
         """The standard streams and the kept descriptor for ``subprocess.Popen``."""
@@ -130,12 +132,21 @@ class Pane:
             "start_new_session": True,
         }
 
+    def handed(self) -> None:
+        """After ``Popen``: the slave and the report's write end are the command's alone."""
+        for name in ("_slave", "_report_w"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def resized(self) -> None:
+        """The pane sized like the person's terminal now (a command started early)."""
+        self._resized(signal.SIGWINCH, None)
+
     def started(self) -> None:
-        """After ``Popen``: the slave is the command's alone; an exec failure is raised."""
-        os.close(self._slave)
-        self._slave = -1
-        os.close(self._report_w)
-        self._report_w = -1
+        """Once the command is on its way: an exec failure is raised (``handed`` first)."""
+        self.handed()
         chunks = []
         while chunk := os.read(self._report_r, 4096):
             chunks.append(chunk)

@@ -1,13 +1,16 @@
 """The first process inside a confined sandbox: the daemon's port, then the command.
 
-Run by bubblewrap as ``python -I -S -c <this file's text> SOCKET PORT -- CMD ARGS...``
+Run by bubblewrap as ``python -I -S -c <this file's text> SOCKET PORT [FD] -- CMD ARGS...``
 (``promoter.executor.confine``), so it uses the standard library only and imports
 nothing of promoter; it takes the interpreter's own low-level modules (``_socket``,
 ``_thread``, ``_signal``, ``os.posix_spawnp``) rather than ``socket``, ``threading`` and
 ``subprocess``, whose imports cost it more than all it does. With a SOCKET (no network),
 it listens on ``127.0.0.1:PORT`` in the sandbox's own network namespace and forwards
 every connection to SOCKET, the Unix socket ``promoter run`` serves outside, which
-reaches only the daemon. Then it runs the command as ``subprocess.call`` would (no
+reaches only the daemon. With an FD, it waits there for the step's own variables (a
+length, a newline, then ``NAME=VALUE`` entries separated by NULs: ``confine.Stem.start``)
+and adds them to its environment; without all of them (the run ended before its
+command) it exits 125 and runs nothing. Then it runs the command as ``subprocess.call`` would (no
 descriptor but 0–2 passed on, the signals Python ignores back to their defaults) and
 exits with its status (128 + the signal's number when a signal ended it).
 
@@ -84,14 +87,42 @@ def _inherited() -> list[int]:
     return found
 
 
+def _step_env(fd: int) -> bool:
+    """The step's own variables read from ``fd`` to its end and added to the environment;
+    False when they did not all come."""
+    data = b""
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(fd)
+    except OSError:
+        return False
+    head, newline, body = data.partition(b"\n")
+    if not newline or not head.isdigit() or int(head) != len(body):
+        return False
+    for item in body.split(b"\0") if body else ():
+        name, equals, value = item.partition(b"=")
+        if not equals or not name:
+            return False
+        os.environb[name] = value
+    return True
+
+
 def main(argv: list[str]) -> int:
-    path, port, command = argv[0], int(argv[1]), argv[3:]
+    path, port = argv[0], int(argv[1])
+    step = None if argv[2] == "--" else int(argv[2])
+    command = argv[3:] if step is None else argv[4:]
     if path:
         listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(64)
         _thread.start_new_thread(_serve, (listener, path))
+    if step is not None and not _step_env(step):
+        return 125  # the run ended before its command: nothing runs
     try:
         code = _spawn(command)
     except OSError as exc:

@@ -199,23 +199,35 @@ def _scratch_repository(tree: Path) -> None:
 
 def _not_ignored(box: layers.Layers, paths: list[str], stack: Lookup) -> set[str]:
     """Of new ``paths``, those git would list as untracked and not ignored (step 3);
-    ``stack`` reads through all of ``box``'s layers."""
+    ``stack`` reads through all of ``box``'s layers. With no ``.gitignore`` in any of
+    their directories and no ``.git`` among their names, nothing can exclude one (git runs
+    with no exclude file of its own here: ``git.runner``) and git's walk lists each: all
+    of them, without git (``_listed_by_git`` answers the same, a test holds it)."""
     if not paths:
         return set()
+    directories = {directory for path in paths for directory in _ancestors(path)}
+    rules = {d: stack(f"{d}/.gitignore" if d else ".gitignore") for d in sorted(directories)}
+    dotgit = any(part.lower() == ".git" for path in paths for part in path.split("/"))
+    if not dotgit and all(found is None for found in rules.values()):
+        return set(paths)
+    return _listed_by_git(box, paths, rules)
+
+
+def _listed_by_git(
+    box: layers.Layers, paths: list[str], rules: Mapping[str, layers.Found | None]
+) -> set[str]:
+    """Of new ``paths``, those ``git ls-files -o --exclude-standard`` lists in a scratch
+    repository holding empty files at ``paths`` and the ``.gitignore`` files found in
+    their directories (``rules``)."""
     with tempfile.TemporaryDirectory(prefix=".promoter-tmp-ignore-", dir=box.home) as temp:
         tree = Path(temp) / "tree"
         _scratch_repository(tree)
-        seen: set[str] = set()
+        for directory, found in rules.items():
+            if found is not None and stat.S_ISREG(found[1].st_mode):
+                (tree / directory).mkdir(parents=True, exist_ok=True)
+                with open(found[0], "rb") as handle:
+                    (tree / directory / ".gitignore").write_bytes(handle.read())
         for path in paths:
-            for directory in _ancestors(path):
-                if directory in seen:
-                    continue
-                seen.add(directory)
-                rules = stack(f"{directory}/.gitignore" if directory else ".gitignore")
-                if rules is not None and stat.S_ISREG(rules[1].st_mode):
-                    (tree / directory).mkdir(parents=True, exist_ok=True)
-                    with open(rules[0], "rb") as handle:
-                        (tree / directory / ".gitignore").write_bytes(handle.read())
             leaf = tree / path
             leaf.parent.mkdir(parents=True, exist_ok=True)
             if not leaf.exists():

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from promoter.cli import run_manage
+from promoter.executor import confine
 from promoter.executor import sandbox as sandboxes
+from tests.support import bwrap
 from tests.support.daemon import Daemon
 from tests.support.promotion import tree_bytes
 from tests.workflow.test_run_command import gated
@@ -74,6 +76,19 @@ def test_the_agents_failure_is_command_failed_with_its_status(daemon: Daemon, re
     ) in result.stderr
     assert tree_bytes(repo) == before
     assert record.steps[0].status == "command_failed"
+
+
+def test_a_confined_command_that_fails_has_bubblewrap_probed_again_next_time(
+    daemon: Daemon, repo: Path
+) -> None:
+    """A failure of bubblewrap's own ends the command as the agent's does: the kept
+    probe's answer is forgotten, so the next run asks bubblewrap again first."""
+    bwrap.confining()
+    kept = sandboxes.runs_dir(daemon.state_dir) / confine.KEPT_PROBE
+    assert _cli(daemon, "run", "--yes", "--", "true").returncode == 0
+    assert kept.read_bytes().endswith(b"\nyes\n")
+    assert _cli(daemon, "run", "--yes", "--", "sh", "-c", "exit 3").returncode == 71
+    assert kept.read_bytes() == b""
 
 
 def test_ctrl_c_while_the_agent_runs_keeps_the_sandbox_and_names_the_next_step(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from promoter.errors import MergeConflict, NotConfirmed, PromoterError, TargetDrift
-from promoter.executor import layers
+from promoter.executor import confine, layers
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git, git_bytes
 from tests.support import forkserver
@@ -309,5 +309,6 @@ def test_a_sandbox_that_could_not_take_the_persons_state_is_removed(
     assert done.returncode == 74, err
     assert "[write_failed] your worktree could not be laid into the sandbox" in err
     left = sandboxes.runs_dir(daemon.state_dir).iterdir()
-    assert [p.name for p in left if p.name != layers.KEPT_ANSWER] == []  # no sandbox
+    answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)  # the probes' answers, kept
+    assert [p.name for p in left if p.name not in answers] == []  # no sandbox
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before

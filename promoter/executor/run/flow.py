@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from promoter.client.sync import PromoterClient
-from promoter.domain.canonical import rfc3339, utcnow
+from promoter.domain.canonical import now_rfc3339
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
@@ -185,18 +185,23 @@ def start(
     from_head: bool,
     layout: str = "copy",
     ready: Callable[[], None] | None = None,
+    loaded: Callable[[], None] | None = None,
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
     a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
     ``ready`` is called once the repository is found and its worktree's layout and HEAD
     read, before anything is made (it may refuse: the confinement's probe,
-    ``confine.probing``). The run holds the repository as found and the layout
-    (``state.Known``): its first step does not look them up again."""
-    from promoter.executor.start_watch import Watched
-
+    ``confine.probing``). ``loaded`` is called once the repository is found and the
+    worktree's layout read, before the start imports a module (another thread may be
+    importing them meanwhile: no module is imported by two threads at once). The run
+    holds the repository as found and the layout (``state.Known``): its first step does
+    not look them up again."""
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
         discovered = _discovered(str(found["worktree"]))
+        if loaded is not None:
+            loaded()
+        from promoter.executor.start_watch import Watched
 
         def ask(positions: list[tuple[str, int]]) -> Mapping[str, Any]:
             # a client of the asking thread's own: a start that fails or is interrupted
@@ -210,7 +215,7 @@ def start(
             worktree=str(found["worktree"]),
             branch=str(found["branch"]),
             head=str(found["head"]),
-            created_at=rfc3339(utcnow()),
+            created_at=now_rfc3339(),
             allow=allow if allow else DEFAULT_ALLOW,
             from_head=from_head,
             layout=layout,
@@ -231,10 +236,10 @@ def grant_document(
     symlinks: str = "none",
 ) -> dict[str, Any]:
     """Step ``number``'s grant: the sandbox's base, its allowlist, its preconditions."""
-    now = utcnow()
+    now = int(time.time())  # the current second, as ``canonical.utcnow`` reads it
     grant: dict[str, Any] = {
         "schema": "GrantV1",
-        "grant_id": f"grt_{record.run_id.removeprefix('run_')}_{number}",
+        "grant_id": grant_id(record, number),
         "repository_identity": identity,
         "branch": record.branch,
         "base_commit": record.base_commit,
@@ -246,8 +251,8 @@ def grant_document(
         "generation": 1,
         "resume_epoch": 0,
         "fence": number,
-        "not_before": rfc3339(now - timedelta(minutes=1)),
-        "expires_at": rfc3339(now + timedelta(hours=GRANT_HOURS)),
+        "not_before": _rfc3339(now - 60),
+        "expires_at": _rfc3339(now + GRANT_HOURS * 3600),
         "write_allowlist": record.allow,
         "target_preconditions": preconditions or [],
         "limits": LIMITS,
@@ -257,6 +262,16 @@ def grant_document(
     if symlinks != "none":
         grant["symlinks"] = symlinks
     return grant
+
+
+def grant_id(record: sandboxes.RunRecord, number: int) -> str:
+    """The id of step ``number``'s grant."""
+    return f"grt_{record.run_id.removeprefix('run_')}_{number}"
+
+
+def _rfc3339(second: int) -> str:
+    """``canonical.rfc3339`` of the UTC ``second`` since the epoch, without ``datetime``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def _head_now(known: Known) -> wire.RepositoryInfo | None:
@@ -302,46 +317,79 @@ def _hidden(
     return hidden
 
 
-def _run_command(
-    command: list[str],
-    host: Host,
-    record: sandboxes.RunRecord,
-    env: dict[str, str],
-    timeout: float,
-    how: Confinement,
-    person: Person,
-    known: Known | None,
-) -> int:
-    person.say(f"[bold]running[/] {escape(' '.join(command))} in {record.clone} ({how.kind})")
-    run_home = Path(record.clone).parent
-    home = run_home / "home"
-    home.mkdir(mode=0o700, exist_ok=True)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
-    from promoter.executor import layered  # the builder: loaded by a run only
+class _Command:
+    """A step's command, made ready before the step's grant is registered (a confined one
+    as far as the sandbox's entry, which waits: ``confine.prepare_confined``) and started
+    by ``start`` once the step's token is known; one never started is ended on the way
+    out (the context). Unconfined, it is only started by ``start``."""
 
-    found = known.layout if known is not None else _discovered(record.worktree)
-    overlay = layered.overlay_of(record, found=found) if record.layout == "overlay" else None
-    if how.unconfined:
-        argv = overlay.wrap(command) if overlay else command  # mounted, not confined
-        return confine.run_unconfined(argv, Path(record.clone), {**base, **env}, timeout)
-    box = confine.Sandbox(
-        clone=Path(record.clone),
-        home=home,
-        hide=_hidden(host.state_dir, record, how.hide, found),
-        network=how.network,
-        limits=how.limits,
-        overlay=overlay,
-    )
-    outcome = confine.run_confined(
-        command,
-        box,
-        confine.sandbox_env(base, env, home, how.pass_env),
-        host.url,
-        timeout,
-        record.run_id,
-    )
-    person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
-    return outcome.returncode
+    def __init__(
+        self,
+        command: list[str],
+        host: Host,
+        record: sandboxes.RunRecord,
+        env: dict[str, str],
+        how: Confinement,
+        person: Person,
+        known: Known | None,
+        stem: confine.Stem | None,
+    ) -> None:
+        self.command, self.record, self.how, self.person = command, record, how, person
+        self.env = env  # the command's variables but the step's own (``confine.STEP_ENV``)
+        self.home = Path(record.clone).parent / "home"
+        self.home.mkdir(mode=0o700, exist_ok=True)
+        self.base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+        from promoter.executor import layered  # the builder: loaded by a run only
+
+        found = known.layout if known is not None else _discovered(record.worktree)
+        self.overlay = (
+            layered.overlay_of(record, found=found) if record.layout == "overlay" else None
+        )
+        self.hide = _hidden(host.state_dir, record, how.hide, found)
+        self.url = host.url
+        self._prepared = None if how.unconfined else self._prepare(host.url, stem)
+
+    def _prepare(self, url: str, stem: confine.Stem | None) -> confine.Prepared:
+        box = confine.Sandbox(
+            clone=Path(self.record.clone),
+            home=self.home,
+            hide=self.hide,
+            network=self.how.network,
+            limits=self.how.limits,
+            overlay=self.overlay,
+        )
+        env = confine.sandbox_env(
+            self.base, {**self.env, "PROMOTER_URL": url}, self.home, self.how.pass_env
+        )
+        return confine.prepare_confined(self.command, box, env, url, self.record.run_id, stem)
+
+    def __enter__(self) -> _Command:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._prepared is not None:
+            self._prepared.close()
+
+    def start(self, url: str, token: str, timeout: float) -> int:
+        """Run the command with the step's ``token`` against the daemon at ``url`` (another
+        than it was made ready for: made ready again); its exit status."""
+        record, how = self.record, self.how
+        self.person.say(
+            f"[bold]running[/] {escape(' '.join(self.command))} in {record.clone} ({how.kind})"
+        )
+        env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
+        if how.unconfined:
+            argv = self.overlay.wrap(self.command) if self.overlay else self.command
+            clone = Path(record.clone)  # mounted, not confined
+            return confine.run_unconfined(argv, clone, {**self.base, **env}, timeout)
+        assert self._prepared is not None
+        if url != self.url:  # a 421 followed: the relay and the variables are the owner's
+            self._prepared.close()
+            self._prepared, self.url = self._prepare(url, None), url
+        step_env = {k: env[k] for k in confine.STEP_ENV}
+        outcome = self._prepared.run(step_env, timeout)
+        self.person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
+        return outcome.returncode
 
 
 def _refresh(orch: PromoterClient, run: Run) -> None:
@@ -361,72 +409,76 @@ def step(
     timeout: float,
     how: Confinement | None = None,
     outcome: Outcome | None = None,
+    stem: confine.Stem | None = None,
 ) -> Outcome:
     """One step of ``run``: CMD run in the sandbox, its changes reviewed and promoted.
 
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
-    in an error too."""
-    from promoter.executor.handover import (  # the builder: a run's
-        fetched_base,
-        fetched_grant,
-        promote_with_evidence,
-        submitted_receipt,
-    )
-
+    in an error too. ``stem``: the confined command's first process, started as the run
+    began (``confine.Stem``; the caller ends it when the step ends without its command)."""
     how = how or Confinement()
     outcome = outcome if outcome is not None else Outcome()
     record = run.record
     orch = PromoterClient(host.url, host.token, timeout=660.0)
     with contextlib.ExitStack() as clients:
         clients.enter_context(orch)
-        _refresh(orch, run)
         known = run.take_known()  # a new run's first step: as its start found them
-        found = _head_now(known) if known is not None else None
-        found = found or repository(orch, record.repository)
-        if found["head"] != record.base_commit:
-            raise error_class("target_drift")(
-                f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
-                f"{str(found['head'])[:12]} since run {record.run_id} began; start a new "
-                f"run with promoter run --repo {record.repository}"
-            )
-        base = record.last_completed
         number = len(record.steps) + 1
-        preconditions = answers.chained_preconditions(orch, record)
-        grant_doc = grant_document(
-            record,
-            found["repository_identity"],
-            number,
-            base,
-            preconditions,
-            how.kind,
-            how.symlinks,
-        )
-        lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
-        orch.followed = None
-        opened = orch.open_run(  # the grant, its lease and the run's token: one request
-            grant_doc,
-            {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
-            int(timeout) + 3600,
-        )
-        if orch.followed is not None:  # a 421, followed once: the step goes on at the owner
-            host = Host(orch.followed, host.token, host.state_dir)
-            orch = clients.enter_context(orch.with_token(host.token, url=host.url))
-            person.say(
-                f"{record.repository} is guarded by {escape(host.url)}: the step goes on there"
-            )
-        minted = opened["token"]
-        current = sandboxes.Step(
-            grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
-        )
-        run.begin(current)
         env = {
-            "PROMOTER_URL": host.url,
-            "PROMOTER_TOKEN": str(minted["token"]),
-            "PROMOTER_GRANT": grant_doc["grant_id"],
+            "PROMOTER_GRANT": grant_id(record, number),
             "PROMOTER_RUN": record.run_id,
             **answers.agent_env(record),
         }
-        code = _run_command(command, host, record, env, timeout, how, person, known)
+        # the command made ready first, while the step is checked and its grant registered
+        # (the longer way to its start); it starts with the step's token
+        with _Command(command, host, record, env, how, person, known, stem) as ready:
+            from promoter.executor.handover import (  # the builder: a run's
+                fetched_base,
+                fetched_grant,
+                promote_with_evidence,
+                submitted_receipt,
+            )
+
+            _refresh(orch, run)
+            found = _head_now(known) if known is not None else None
+            found = found or repository(orch, record.repository)
+            if found["head"] != record.base_commit:
+                raise error_class("target_drift")(
+                    f"{record.repository}'s HEAD moved from {record.base_commit[:12]} to "
+                    f"{str(found['head'])[:12]} since run {record.run_id} began; start a new "
+                    f"run with promoter run --repo {record.repository}"
+                )
+            base = record.last_completed
+            preconditions = answers.chained_preconditions(orch, record)
+            grant_doc = grant_document(
+                record,
+                found["repository_identity"],
+                number,
+                base,
+                preconditions,
+                how.kind,
+                how.symlinks,
+            )
+            lease = {k: grant_doc[k] for k in ("attempt", "generation", "resume_epoch", "fence")}
+            orch.followed = None
+            opened = orch.open_run(  # the grant, its lease and the run's token: one request
+                grant_doc,
+                {"run_id": record.run_id, **lease, "expires_at": grant_doc["expires_at"]},
+                int(timeout) + 3600,
+            )
+            if orch.followed is not None:  # a 421, followed once: the step goes on there
+                host = Host(orch.followed, host.token, host.state_dir)
+                orch = clients.enter_context(orch.with_token(host.token, url=host.url))
+                person.say(
+                    f"{record.repository} is guarded by {escape(host.url)}: the step goes on "
+                    "there"
+                )
+            minted = opened["token"]
+            current = sandboxes.Step(
+                grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
+            )
+            run.begin(current)
+            code = ready.start(host.url, str(minted["token"]), timeout)
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
             from promoter.executor import sandbox_repo
 
@@ -578,6 +630,7 @@ def promote(
             return
         seen = [str(u["path"]) for u in unseen or []]  # confirmed at the question
         view = orch.approve(current.operation_id, _confirmed_note(), wait=True, seen=seen)
+    refused_drift = (view.get("status"), view.get("code")) == ("refused", "target_drift")
     merged = drift.merged(  # refused target_drift: merged into a new bundle (drift.py)
         orch,
         run,
@@ -586,7 +639,7 @@ def promote(
         person,
         consent=consent,
         agreed=drifted,
-        note=_confirmed_note(),
+        note=_confirmed_note() if refused_drift else "",  # read by a merge only
     )
     if merged is None:
         return
@@ -644,6 +697,7 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
     record = run.record
     last = run.last
     if last is not None and last.status is RunStatus.COMPLETED and not keep:
+        confine.settle_cgroups()  # long removed by now: this process's threads are done
         going = removal.remove_later(run.state_dir, record.run_id)  # after the answer
         person.say(
             f"sandbox {record.run_id} removed: its files go in the background ({going}); "
