@@ -55,6 +55,7 @@ __all__ = [
     "Relay",
     "Sandbox",
     "Stem",
+    "TimedOut",
     "bwrap_path",
     "disarm",
     "forget_probe",
@@ -132,6 +133,15 @@ if is_shim(argv):  # the pane's shim, in this interpreter (``shims.py``)
 os.execvp(argv[0], argv)
 """
 )
+
+
+class TimedOut(Exception):
+    """The command ran past its ``--timeout`` and was ended with every process of it: the
+    step's failure, which the run names (not an error of promoter's own)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the command did not finish within {seconds:g} s")
+        self.seconds = seconds
 
 
 class Limits(NamedTuple):
@@ -814,9 +824,7 @@ class Stem:
                 raise ConfigError(f"the command could not be started: {exc.strerror}") from exc
             return shown.pump(process, timeout, stop=lambda: _end(process))
         except subprocess.TimeoutExpired as exc:
-            raise ConfigError(
-                f"the command did not finish within {timeout:g} s; it was killed"
-            ) from exc
+            raise TimedOut(timeout) from exc
         finally:
             self.close()
 
@@ -879,9 +887,7 @@ def _wait(
             return shown.pump(process, timeout, stop=lambda: _end(process))
         except subprocess.TimeoutExpired as exc:
             _end(process)
-            raise ConfigError(
-                f"the command did not finish within {timeout:g} s; it was killed"
-            ) from exc
+            raise TimedOut(timeout) from exc
         except BaseException:
             _end(process)
             raise

@@ -33,7 +33,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 from promoter.cli import run_cmd
-from promoter.errors import PromoterError
+from promoter.errors import CommandFailed, PromoterError
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.confine import BWRAP_ENV
 from promoter.executor.layers import LAYOUT_ENV, OBJECTS_INSIDE
@@ -476,8 +476,14 @@ def test_a_timeout_ends_every_process_of_the_sandbox(
     sleeper = _sleeper(4343)
     script = f"setsid sleep {sleeper} & (sleep {sleeper} &) ; sleep {sleeper}"
     result = _run(daemon, "--repo", "work", "--yes", "--timeout", "2", "--", "sh", "-c", script)
-    assert isinstance(result.exception, PromoterError), result.output
-    assert "did not finish within 2 s" in result.exception.detail
+    assert isinstance(result.exception, CommandFailed), result.output
+    record = _only_run(daemon)
+    assert result.exception.detail == (
+        f"the command did not finish within 2 s and was ended with every process of it; "
+        f"nothing was submitted; the sandbox is kept: {record.clone} (the next step: "
+        f"promoter run --continue {record.run_id} -- CMD)"
+    )
+    assert record.steps[-1].status == "command_failed"
     assert _marked(sleeper) == []
     assert git_dir_digest(repo) == git_before
     _unchanged_but(repo, files_before)

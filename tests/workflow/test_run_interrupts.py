@@ -91,6 +91,27 @@ def test_a_confined_command_that_fails_has_bubblewrap_probed_again_next_time(
     assert kept.read_bytes() == b""
 
 
+def test_a_timeout_is_the_commands_failure_with_the_sandbox_and_the_next_step(
+    daemon: Daemon, repo: Path
+) -> None:
+    before = tree_bytes(repo)
+    script = "echo x > src/app.py; exec sleep 600"  # never ends by itself
+    result = _cli(
+        daemon, "run", "--unconfined", "--yes", "--timeout", "1", "--", "sh", "-c", script
+    )
+    assert result.returncode == 71, result.stderr
+    record = _only_run(daemon)
+    assert (
+        f"error [command_failed] the command did not finish within 1 s and was ended with "
+        f"every process of it; nothing was submitted; the sandbox is kept: {record.clone} "
+        f"(the next step: promoter run --continue {record.run_id} -- CMD)"
+    ) in result.stderr
+    assert tree_bytes(repo) == before
+    assert record.steps[0].status == "command_failed"
+    home = sandboxes.runs_dir(daemon.state_dir) / record.run_id
+    assert run_manage._live(home) == []  # nothing of the command outlived it
+
+
 def test_ctrl_c_while_the_agent_runs_keeps_the_sandbox_and_names_the_next_step(
     daemon: Daemon, repo: Path
 ) -> None:

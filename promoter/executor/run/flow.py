@@ -478,11 +478,23 @@ def step(
                 grant_id=grant_doc["grant_id"], base_operation=base, confinement=how.kind
             )
             run.begin(current)
-            code = ready.start(host.url, str(minted["token"]), timeout)
+            try:
+                code: int | None = ready.start(host.url, str(minted["token"]), timeout)
+            except confine.TimedOut:  # ended with every process of it: the step's failure
+                code = None
         if record.layout == "copy":  # an overlay's .git is never read by promoter's git
             from promoter.executor import sandbox_repo
 
             sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
+        if code is None:
+            run.move(current, RunStatus.COMMAND_FAILED)
+            raise CommandFailed(
+                f"the command did not finish within {timeout:g} s and was ended with every "
+                f"process of it; nothing was submitted; the sandbox is kept: {record.clone} "
+                f"(the next step: promoter run --continue {record.run_id} -- CMD)",
+                timeout=timeout,
+                run_id=record.run_id,
+            )
         if code != 0:
             run.move(current, RunStatus.COMMAND_FAILED)
             raise CommandFailed(
