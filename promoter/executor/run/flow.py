@@ -486,23 +486,20 @@ def step(
             from promoter.executor import sandbox_repo
 
             sandbox_repo.restore(Path(record.clone).parent, Path(record.clone))
-        if code is None:
-            run.move(current, RunStatus.COMMAND_FAILED)
-            raise CommandFailed(
-                f"the command did not finish within {timeout:g} s and was ended with every "
-                f"process of it; nothing was submitted; the sandbox is kept: {record.clone} "
-                f"(the next step: promoter run --continue {record.run_id} -- CMD)",
-                timeout=timeout,
-                run_id=record.run_id,
-            )
         if code != 0:
             run.move(current, RunStatus.COMMAND_FAILED)
+            why, context = (
+                (f"did not finish within {timeout:g} s and was ended with every process of "
+                 "it", {"timeout": timeout})
+                if code is None
+                else (f"exited with status {code}", {"status": code})
+            )  # fmt: skip
             raise CommandFailed(
-                f"the command exited with status {code}; nothing was submitted; the "
-                f"sandbox is kept: {record.clone} (the next step: promoter run --continue "
-                f"{record.run_id} -- CMD)",
-                status=code,
+                f"the command {why}; nothing was submitted; the sandbox is kept: "
+                f"{record.clone} (the next step: promoter run --continue {record.run_id} "
+                "-- CMD)",
                 run_id=record.run_id,
+                **context,
             )
         executor = orch.with_token(str(minted["token"]))
         with executor:
