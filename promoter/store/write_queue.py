@@ -56,6 +56,9 @@ from promoter.fs import inotify
 log = logging.getLogger("promoter.store")
 
 SUFFIX = ".write-lock"
+# the thread a writer without inotify waits in; it ends once it has the lock (dropped at
+# once when its writer gave up)
+WAITER_THREAD = "ledger-write-queue-wait"
 _BEGINS = ("INSERT", "UPDATE", "DELETE", "REPLACE")  # what pysqlite begins a transaction for
 _SQLITE_BUSY = 5
 # the longest a waiter sleeps between tries: a holder whose process ended drops its lock
@@ -101,7 +104,7 @@ class _Waiter:
         self.guard = threading.Lock()
         self.abandoned = False
         self.error: OSError | None = None
-        threading.Thread(target=self._wait, name="ledger-write-queue", daemon=True).start()
+        threading.Thread(target=self._wait, name=WAITER_THREAD, daemon=True).start()
 
     def _wait(self) -> None:
         try:
@@ -137,7 +140,9 @@ def _close_later(watcher: inotify.Inotify) -> None:
     the kernel's grace period (10-30 ms measured), which the writer need not wait for."""
     with _closer_started:
         if not _closer:
-            thread = threading.Thread(target=_close_each, name="ledger-write-queue", daemon=True)
+            thread = threading.Thread(
+                target=_close_each, name="ledger-write-queue-close", daemon=True
+            )
             thread.start()
             _closer.append(thread)
     _closing.put(watcher)

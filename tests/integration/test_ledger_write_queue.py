@@ -223,11 +223,18 @@ def test_a_writer_past_its_busy_timeout_in_the_queue_fails_busy_and_writes_nothi
     database = _ledger(tmp_path, busy_timeout=0.2)
     lock = tmp_path / f"promoter.db{SUFFIX}"
     try:
+        before = set(threading.enumerate())
         with _held(lock):
             with pytest.raises(DatabaseBusy), database.session() as session:
                 session.execute(sa.text("INSERT INTO marks VALUES ('queued')"))
             assert _marks(database) == []
-        # the lock the given-up writer's thread gets once this one is dropped is let go
+        # the lock the given-up writer's thread gets once this one is dropped is let go:
+        # the thread ends once it has taken and dropped it (its take may come after the
+        # next writer's, so a free lock alone does not prove it done)
+        for thread in set(threading.enumerate()) - before:
+            if thread.name == write_queue.WAITER_THREAD:
+                thread.join(_BOUND)
+                assert not thread.is_alive(), "the given-up writer's thread never ended"
         _until(lambda: _free(lock), "the late lock dropped")
         with database.session() as session:
             session.execute(sa.text("INSERT INTO marks VALUES ('after')"))
