@@ -19,6 +19,7 @@ body of exactly the bound is read.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -78,8 +79,11 @@ class Canned:
 
     def close(self) -> None:
         self.answers.clear()
+        with contextlib.suppress(OSError):  # wakes a waiting ``accept`` (a close does not)
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the canned server never stopped"
 
 
 def _read_request(reader: object) -> tuple[bytes, bytes] | None:
