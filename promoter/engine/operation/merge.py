@@ -4,8 +4,15 @@
 (``promoter.git.merge_file``), each target of a promotion refused ``target_drift`` that
 the person changed, reading their bytes through ``Root.read_content``; it makes and holds
 the merged bundle's promotion, or raises ``MergeConflict`` or ``MergeUnsupported``
-(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). Fault point:
-``merge_inputs_read``.
+(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). A promotion already
+merged into one that completed or is writing is refused (``OperationConflict``) before the
+worktree is read. Fault points: ``merge_checked``, ``merge_inputs_read``.
+
+Left open, by design (no lock is taken): a merged promotion that completes after the
+check. Read before it, the merge makes that promotion's own bundle again and answers it
+as it stands; read after, a second bundle is held, old states as read, so its attempt
+finds every target already new (writes nothing) or moved (``target_drift``); only after
+a rollback of the first would it write, the original's other changes, once approved.
 
 Not here: the promotion protocol, which never merges, the approval
 (``promoter.engine.review.approval``), how a merged bundle is verified
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promoter import faults
 from promoter.domain.documents import seal_bundle
@@ -44,6 +51,9 @@ from promoter.fs.root import Root
 from promoter.git.merge_file import merge_bytes
 from promoter.store import journal, ledger
 from promoter.store.db import Database
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 __all__ = ["MAX_MERGE_BYTES", "SHOWN_CHARS", "merge_operation"]
 
@@ -99,7 +109,41 @@ def _drifted_operation(services: Routing, operation_id: str) -> tuple[str, int, 
                 operation_id=operation_id,
                 current_status=row.status,
             )
+        _refuse_once_merged(session, operation_id)
         return row.bundle_id, int(row.fence or 0), row.repository_identity
+
+
+# a merged promotion in one of these has written, or is writing, its bundle: the worktree
+# holds its result, so a merge read now would start from it (protocol: runs#how-a-merge-is-made)
+_WRITTEN = {
+    OperationStatus.COMPLETED: "its changes are in the worktree",
+    OperationStatus.IN_PROGRESS: "its changes are being written",
+    OperationStatus.APPLIED_UNVERIFIED: "its changes are written and being checked",
+    OperationStatus.NEEDS_RECOVERY: "its changes may be partly in the worktree",
+    OperationStatus.NEEDS_RECONCILIATION: "its changes may be partly in the worktree",
+}
+
+
+def _refuse_once_merged(session: Session, operation_id: str) -> None:
+    """``OperationConflict`` when a promotion merged from ``operation_id`` has written or
+    is writing (``_WRITTEN``), named with its status; one query, the worktree not read.
+    A held one is made again as it is (the same inputs, the same bundle and hold); a
+    refused, rejected, rolled back or abandoned one leaves the merge open."""
+    written = [m for m in journal.merged_promotions(session, operation_id) if m.status in _WRITTEN]
+    if not written:
+        return
+    merged = written[-1]
+    status = OperationStatus(merged.status)
+    stands = "completed" if status is OperationStatus.COMPLETED else f"is {status}"
+    raise OperationConflict(
+        f"operation {operation_id} was merged into {merged.operation_id}, which {stands}: "
+        f"{_WRITTEN[status]}; nothing is left to merge "
+        f"(promoter ops show {merged.operation_id})",
+        operation_id=operation_id,
+        current_status=OperationStatus.REFUSED,
+        merged_operation_id=merged.operation_id,
+        merged_status=status,
+    )
 
 
 def _mode(change: Change, leaf: LeafState) -> str:
@@ -237,9 +281,11 @@ def merge_operation(services: Promoting, operation_id: str, *, by: str, role: st
     Answers the new bundle, its verification receipt, the held promotion (or why it could
     not be held: e.g. ``lease_stale``; the bundle stays stored) and per path what the
     merge made. Raises ``MergeConflict`` or ``MergeUnsupported`` with the per-path
-    report, ``OperationConflict`` for an operation that is not a drifted promotion.
+    report, ``OperationConflict`` for an operation that is not a drifted promotion or
+    was merged into a promotion that completed or is writing.
     """
     bundle_id, fence, identity = _drifted_operation(services, operation_id)
+    faults.point("merge_checked")
     bundle = load_bundle(services, bundle_id)
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
     repository = services.registry.by_identity(identity)
