@@ -203,11 +203,15 @@ _MERGED_FROM = (
 )
 
 
-def merged_promotions(session: Session | Connection, operation_id: str) -> list[Row[Any]]:
-    """The promotions of the bundles merged from ``operation_id`` (each named by a merge's
-    decision event on it) in one query, oldest first, as plain rows of ``operation_id``,
-    ``bundle_id``, ``status`` and ``code`` (read only)."""
-    return list(run(session, _MERGED_FROM, {"ledger_merged_from": operation_id}))
+def merged_promotions(
+    session: Session | Connection, operation_ids: Collection[str]
+) -> list[Row[Any]]:
+    """The promotions of the bundles merged from any of ``operation_ids`` (each named by a
+    merge's decision event on it) in one query, oldest first, as plain rows of
+    ``operation_id``, ``bundle_id``, ``status`` and ``code`` (read only)."""
+    if not operation_ids:
+        return []
+    return list(run(session, _MERGED_FROM, {"ledger_merged_from": list(operation_ids)}))
 
 
 def receipted_promotions(session: Session, repository_identity: str) -> list[Operation]:

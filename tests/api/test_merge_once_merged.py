@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,14 @@ from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, operation_view, tree_bytes, unchanged
 
 pytestmark = pytest.mark.repo(files={"README.md": b"# project\n", "src/app.py": BASE})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fault_counts() -> Iterator[None]:
+    """Fault points count their hits per process: none left over for the next test."""
+    faults.reset()
+    yield
+    faults.reset()
 
 
 def _decide(daemon: Daemon, operation_id: str, decision: str) -> dict[str, Any]:
@@ -52,16 +61,16 @@ def _merged_and_completed(daemon: Daemon, repo: Path) -> tuple[str, str]:
     return operation_id, held
 
 
-def _everything(daemon: Daemon, repo: Path, operation_id: str) -> tuple[Any, ...]:
+def _everything(daemon: Daemon, repo: Path, *operation_ids: str) -> tuple[Any, ...]:
     """What a refused merge must leave as it was: the worktree, ``.git``, the stored
-    documents and blobs, the operation's events, and every operation."""
+    documents and blobs, the merged operations' events, and every operation."""
     with daemon.operator() as op:
         operations = op.get("/v1/operations").json()["operations"]
     return (
         tree_bytes(repo),
         git_dir_digest(repo),
         tree_bytes(daemon.state_dir / "audit"),
-        unchanged(operation_view(daemon, operation_id)),
+        [unchanged(operation_view(daemon, op_id)) for op_id in operation_ids],
         sorted((o["operation_id"], o["status"]) for o in operations),
     )
 
@@ -125,7 +134,6 @@ def test_merge_asked_while_its_merged_promotion_is_being_written_is_refused(
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
     pause = Pause(tmp_path, "before_replace")
     monkeypatch.setenv(faults.ENV, pause.spec)
-    faults.reset()
     answers: list[dict[str, Any]] = []
     worker = threading.Thread(target=lambda: answers.append(_decide(daemon, held, "approve")))
     worker.start()
@@ -184,13 +192,59 @@ def test_a_merged_promotion_refused_for_drift_leaves_the_merge_open(
     ]
 
 
+def test_merge_of_the_original_once_the_merge_of_its_merge_completed_is_refused(
+    daemon: Daemon, repo: Path
+) -> None:
+    """OP2 refused on drift is merged in turn (from the original bundle again) into OP3,
+    which completes: OP's own ``merged_into`` names only OP2, yet OP is refused too."""
+    operation_id = _drifted(daemon, repo, PERSON)
+    held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
+    (repo / "src" / "app.py").write_bytes(PERSON + b"saved before the approval\n")
+    refused = _decide(daemon, held, "approve")
+    assert (refused["status"], refused["code"]) == ("refused", "target_drift")
+    later = _merge(daemon, held).json()["promotion"]["operation_id"]
+    approved = _decide(daemon, later, "approve")
+    assert approved["status"] == "completed", approved
+    before = _everything(daemon, repo, operation_id, held)
+    detail = _refused(_merge(daemon, operation_id), operation_id, later, "completed")
+    assert detail == (
+        f"operation {operation_id}'s original bundle was merged again into {later}, which "
+        f"completed: its changes are in the worktree; nothing is left to merge (promoter "
+        f"ops show {later})"
+    )
+    detail = _refused(_merge(daemon, held), held, later, "completed")
+    assert detail.startswith(f"operation {held} was merged into {later}, which completed: ")
+    assert _everything(daemon, repo, operation_id, held) == before
+
+
+def test_merge_of_a_stale_merge_once_a_later_merge_completed_is_refused(
+    daemon: Daemon, repo: Path
+) -> None:
+    """OP merged twice (the file moved in between): OP2 held, then OP3; OP2 refused on
+    drift, OP3 completed. Merging OP2 starts from the original bundle: refused, naming OP3."""
+    operation_id = _drifted(daemon, repo, PERSON)
+    first = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
+    (repo / "src" / "app.py").write_bytes(PERSON + b"saved after the first merge\n")
+    second = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
+    assert second != first
+    refused = _decide(daemon, first, "approve")
+    assert (refused["status"], refused["code"]) == ("refused", "target_drift")
+    approved = _decide(daemon, second, "approve")
+    assert approved["status"] == "completed", approved
+    before = _everything(daemon, repo, first)
+    detail = _refused(_merge(daemon, first), first, second, "completed")
+    assert detail.startswith(
+        f"operation {first}'s original bundle was merged again into {second}, which completed"
+    )
+    assert _everything(daemon, repo, first) == before
+
+
 def test_two_merges_at_once_make_one_bundle_and_one_held_promotion(
     daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     operation_id = _drifted(daemon, repo, PERSON)
     pause = Pause(tmp_path, "merge_inputs_read")
     monkeypatch.setenv(faults.ENV, pause.spec)
-    faults.reset()
     first: list[httpx.Response] = []
     worker = threading.Thread(target=lambda: first.append(_merge(daemon, operation_id)))
     worker.start()
@@ -220,7 +274,6 @@ def test_merge_that_read_the_worktree_before_its_merged_promotion_completed_writ
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
     pause = Pause(tmp_path, "merge_inputs_read")
     monkeypatch.setenv(faults.ENV, pause.spec)
-    faults.reset()
     late: list[httpx.Response] = []
     worker = threading.Thread(target=lambda: late.append(_merge(daemon, operation_id)))
     worker.start()
@@ -253,7 +306,6 @@ def test_merge_that_checked_before_its_merged_promotion_completed_holds_a_bundle
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
     pause = Pause(tmp_path, "merge_checked")
     monkeypatch.setenv(faults.ENV, pause.spec)
-    faults.reset()
     late: list[httpx.Response] = []
     worker = threading.Thread(target=lambda: late.append(_merge(daemon, operation_id)))
     worker.start()

@@ -4,15 +4,18 @@
 (``promoter.git.merge_file``), each target of a promotion refused ``target_drift`` that
 the person changed, reading their bytes through ``Root.read_content``; it makes and holds
 the merged bundle's promotion, or raises ``MergeConflict`` or ``MergeUnsupported``
-(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). A promotion already
-merged into one that completed or is writing is refused (``OperationConflict``) before the
+(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). Once the original
+bundle was merged (from this promotion, or from another merge of it) into a promotion
+that completed or is writing, the merge is refused (``OperationConflict``) before the
 worktree is read. Fault points: ``merge_checked``, ``merge_inputs_read``.
 
 Left open, by design (no lock is taken): a merged promotion that completes after the
 check. Read before it, the merge makes that promotion's own bundle again and answers it
-as it stands; read after, a second bundle is held, old states as read, so its attempt
-finds every target already new (writes nothing) or moved (``target_drift``); only after
-a rollback of the first would it write, the original's other changes, once approved.
+as it stands. Read after, a second bundle is held whose old states are that promotion's
+result: the carried-over targets already read as new and a merged path's merge is
+that result again (dropped), so its attempt writes nothing, or refuses a moved file
+(``target_drift``); after a rollback of the first it would write the original's other
+changes, once a person approves it.
 
 Not here: the promotion protocol, which never merges, the approval
 (``promoter.engine.review.approval``), how a merged bundle is verified
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from sqlalchemy import Row
 
 from promoter import faults
 from promoter.domain.documents import seal_bundle
@@ -51,9 +56,6 @@ from promoter.fs.root import Root
 from promoter.git.merge_file import merge_bytes
 from promoter.store import journal, ledger
 from promoter.store.db import Database
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 __all__ = ["MAX_MERGE_BYTES", "SHOWN_CHARS", "merge_operation"]
 
@@ -109,7 +111,6 @@ def _drifted_operation(services: Routing, operation_id: str) -> tuple[str, int, 
                 operation_id=operation_id,
                 current_status=row.status,
             )
-        _refuse_once_merged(session, operation_id)
         return row.bundle_id, int(row.fence or 0), row.repository_identity
 
 
@@ -124,19 +125,43 @@ _WRITTEN = {
 }
 
 
-def _refuse_once_merged(session: Session, operation_id: str) -> None:
-    """``OperationConflict`` when a promotion merged from ``operation_id`` has written or
-    is writing (``_WRITTEN``), named with its status; one query, the worktree not read.
-    A held one is made again as it is (the same inputs, the same bundle and hold); a
-    refused, rejected, rolled back or abandoned one leaves the merge open."""
-    written = [m for m in journal.merged_promotions(session, operation_id) if m.status in _WRITTEN]
-    if not written:
-        return
-    merged = written[-1]
+def _refuse_once_merged(db: Database, operation_id: str, original_id: str | None) -> None:
+    """``OperationConflict`` when a promotion merged from ``operation_id``, or from the
+    same original bundle (``original_id``: ``operation_id``'s bundle is a merge), has
+    written or is writing (``_WRITTEN``), named with its status; the worktree not read.
+
+    One query for a promotion whose own merges are held or refused for another reason;
+    a merged promotion refused ``target_drift`` may have been merged in turn, so its
+    merges are read too, one query a generation. A held one is made again as it is (the
+    same inputs, the same bundle and hold); a refused, rejected, rolled back or abandoned
+    one leaves the merge open."""
+    with journal.unit_of_work(db) as session:
+        if original_id is None:
+            frontier = [operation_id]
+        else:
+            frontier = [p.operation_id for p in journal.promotions_of_bundle(session, original_id)]
+        seen = set(frontier)
+        while frontier:
+            found = journal.merged_promotions(session, frontier)
+            written = [m for m in found if m.status in _WRITTEN]
+            if written:
+                raise _merged_already(operation_id, written[-1], direct=frontier == [operation_id])
+            frontier = [
+                m.operation_id
+                for m in found
+                if (m.status, m.code) == (OperationStatus.REFUSED, "target_drift")
+                and m.operation_id not in seen
+            ]
+            seen.update(frontier)
+
+
+def _merged_already(operation_id: str, merged: Row[Any], *, direct: bool) -> OperationConflict:
+    """The refusal naming ``merged`` (a plain row of ``merged_promotions``) and its status."""
     status = OperationStatus(merged.status)
     stands = "completed" if status is OperationStatus.COMPLETED else f"is {status}"
-    raise OperationConflict(
-        f"operation {operation_id} was merged into {merged.operation_id}, which {stands}: "
+    into = " was merged into" if direct else "'s original bundle was merged again into"
+    return OperationConflict(
+        f"operation {operation_id}{into} {merged.operation_id}, which {stands}: "
         f"{_WRITTEN[status]}; nothing is left to merge "
         f"(promoter ops show {merged.operation_id})",
         operation_id=operation_id,
@@ -285,9 +310,11 @@ def merge_operation(services: Promoting, operation_id: str, *, by: str, role: st
     was merged into a promotion that completed or is writing.
     """
     bundle_id, fence, identity = _drifted_operation(services, operation_id)
-    faults.point("merge_checked")
     bundle = load_bundle(services, bundle_id)
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
+    merged_from = None if bundle.merge is None else original.bundle_id
+    _refuse_once_merged(services.db, operation_id, merged_from)
+    faults.point("merge_checked")
     repository = services.registry.by_identity(identity)
     _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
     drifted = _read_drifted(services.db, str(repository.worktree), original)
