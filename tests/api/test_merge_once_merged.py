@@ -7,9 +7,10 @@ worktree, which now holds OP2's result, and made a second bundle, the original's
 changes carried over against old states the worktree no longer held, held for approval
 again; approved, it completed writing nothing, a second receipt for nothing. Now the merge
 is refused at once (``operation_conflict``) naming OP2 and its status, before the
-worktree is read: nothing made, nothing stored, no event. A held OP2 stays idempotent; a
-refused or rejected OP2 leaves the merge open. Races with OP2's attempt are played with
-pauses: the merge's bundle then never writes over OP2's result.
+worktree is read: nothing made, nothing stored, no event; so is the merge of any other
+operation of the same original bundle (a merge refused on drift, merged in turn). A held
+OP2 stays idempotent; a refused or rejected OP2 leaves the merge open. Races with OP2's
+attempt are played with pauses: the merge's bundle then never writes over OP2's result.
 """
 
 from __future__ import annotations
