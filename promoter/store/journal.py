@@ -188,7 +188,7 @@ def promotions_of_bundle(session: Session, bundle_id: str) -> list[Operation]:
     return [_record(row) for row in session.scalars(query.order_by(OperationRow.created_at))]
 
 
-_MERGED = (
+_MERGED_FROM = (
     select(
         _OPERATIONS.c.operation_id,
         _OPERATIONS.c.bundle_id,
@@ -196,21 +196,22 @@ _MERGED = (
         _OPERATIONS.c.code,
     )
     .where(
-        _OPERATIONS.c.bundle_id.in_(bindparam("journal_merged_bundles", expanding=True)),
+        _OPERATIONS.c.bundle_id.in_(ledger.MERGE_BUNDLES.scalar_subquery()),
         _OPERATIONS.c.kind == OperationKind.PROMOTION.value,
     )
     .order_by(_OPERATIONS.c.created_at, _OPERATIONS.c.operation_id)
 )
 
 
-def promotions_of_bundles(
-    session: Session | Connection, bundle_ids: Collection[str]
+def merged_promotions(
+    session: Session | Connection, operation_ids: Collection[str]
 ) -> list[Row[Any]]:
-    """The promotions of any of ``bundle_ids`` in one query, oldest first, as plain rows
-    of ``operation_id``, ``bundle_id``, ``status`` and ``code`` (read only)."""
-    if not bundle_ids:
+    """The promotions of the bundles merged from any of ``operation_ids`` (each named by a
+    merge's decision event on it) in one query, oldest first, as plain rows of
+    ``operation_id``, ``bundle_id``, ``status`` and ``code`` (read only)."""
+    if not operation_ids:
         return []
-    return list(run(session, _MERGED, {"journal_merged_bundles": list(bundle_ids)}))
+    return list(run(session, _MERGED_FROM, {"ledger_merged_from": list(operation_ids)}))
 
 
 def receipted_promotions(session: Session, repository_identity: str) -> list[Operation]:

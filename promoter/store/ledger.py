@@ -184,6 +184,15 @@ _LAST_LINK = (
     .limit(1)
 )
 
+# the bundles the merges of some operations made: each merge is a decision event on the
+# merged operation naming its bundle (``promoter.engine.operation.merge``), a subquery
+# for ``promoter.store.journal.merged_promotions``; the same events an operation's view
+# reads its ``merged_into`` from
+MERGE_BUNDLES = select(_EVENT_ROWS.c.payload[("merge", "bundle_id")].as_string()).where(
+    _EVENT_ROWS.c.operation_id.in_(bindparam("ledger_merged_from", expanding=True)),
+    _EVENT_ROWS.c.kind == "decision",
+)
+
 
 def events(session: Session | Connection, operation_id: str) -> list[Row[Any]]:
     """The operation's events in order, as plain rows (read only)."""

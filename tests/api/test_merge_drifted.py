@@ -478,6 +478,7 @@ def test_save_landing_while_the_merge_runs_is_never_overwritten(
     operation_id = _drifted(daemon, repo, PERSON)
     pause = Pause(tmp_path, "merge_inputs_read")
     monkeypatch.setenv(faults.ENV, pause.spec)
+    faults.reset()  # hit counts are per process: an earlier test's hit is not this one's
     answers: list[Any] = []
     thread = threading.Thread(target=lambda: answers.append(_merge(daemon, operation_id)))
     thread.start()

@@ -5,7 +5,9 @@ the person's worktree and makes a bundle whose old states are the person's bytes
 clean merge answers ``201`` with the new bundle, its verification receipt and its
 promotion held in ``awaiting_approval``; a conflicted one ``409 merge_conflict`` with the
 merged text and its markers per path; a path that is not text ``409 merge_unsupported``
-with the three sides' hashes and sizes. Nothing is written to the worktree in any case.
+with the three sides' hashes and sizes; one whose original bundle was already merged
+into a promotion that completed or is being written ``409 operation_conflict``. Nothing
+is written to the worktree in any case.
 Deliberately not here: the merge and its rules.
 """
 
@@ -84,7 +86,10 @@ def _merge(services: Promoting, operation_id: str, by: str, role: str) -> MergeR
         "old states are the person's bytes, verified against the original grant and held "
         "for approval (`201`). Conflicts: `409 merge_conflict` with the merged text and its "
         "markers. Binary files, symlinks and files over the limit: `409 merge_unsupported`, "
-        "shown side by side. Nothing is written to the worktree. Operator only.",
+        "shown side by side. A promotion whose original bundle was already merged into one "
+        "that completed or is being written: `409 operation_conflict` naming it "
+        "(`merged_operation_id`, `merged_status`), nothing made. Nothing is written to the "
+        "worktree. Operator only.",
         tags=["operator"],
         roles=["operator"],
         errors=MERGE_ERRORS,

@@ -4,8 +4,18 @@
 (``promoter.git.merge_file``), each target of a promotion refused ``target_drift`` that
 the person changed, reading their bytes through ``Root.read_content``; it makes and holds
 the merged bundle's promotion, or raises ``MergeConflict`` or ``MergeUnsupported``
-(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). Fault point:
-``merge_inputs_read``.
+(protocol: runs#merges-are-new-bundles, runs#how-a-merge-is-made). Once the original
+bundle was merged (from this promotion, or from another merge of it) into a promotion
+that completed or is writing, the merge is refused (``OperationConflict``) before the
+worktree is read. Fault points: ``merge_checked``, ``merge_inputs_read``.
+
+Left open, by design (no lock is taken): a merged promotion that completes after the
+check. Read before it, the merge makes that promotion's own bundle again and answers it
+as it stands. Read after, a second bundle is held whose old states are that promotion's
+result: the carried-over targets already read as new and a merged path's merge is
+that result again (dropped), so its attempt writes nothing, or refuses a moved file
+(``target_drift``); after a rollback of the first it would write the original's other
+changes, once a person approves it.
 
 Not here: the promotion protocol, which never merges, the approval
 (``promoter.engine.review.approval``), how a merged bundle is verified
@@ -17,6 +27,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import Row
 
 from promoter import faults
 from promoter.domain.documents import seal_bundle
@@ -100,6 +112,63 @@ def _drifted_operation(services: Routing, operation_id: str) -> tuple[str, int, 
                 current_status=row.status,
             )
         return row.bundle_id, int(row.fence or 0), row.repository_identity
+
+
+# a merged promotion in one of these has written, or is writing, its bundle: the worktree
+# holds its result, so a merge read now would start from it (protocol: runs#how-a-merge-is-made)
+_WRITTEN = {
+    OperationStatus.COMPLETED: "its changes are in the worktree",
+    OperationStatus.IN_PROGRESS: "its changes are being written",
+    OperationStatus.APPLIED_UNVERIFIED: "its changes are written and being checked",
+    OperationStatus.NEEDS_RECOVERY: "its changes may be partly in the worktree",
+    OperationStatus.NEEDS_RECONCILIATION: "its changes may be partly in the worktree",
+}
+
+
+def _refuse_once_merged(db: Database, operation_id: str, original_id: str | None) -> None:
+    """``OperationConflict`` when a promotion merged from ``operation_id``, or from the
+    same original bundle (``original_id``: ``operation_id``'s bundle is a merge), has
+    written or is writing (``_WRITTEN``), named with its status; the worktree not read.
+
+    One query for a promotion whose own merges are held or refused for another reason;
+    a merged promotion refused ``target_drift`` may have been merged in turn, so its
+    merges are read too, one query a generation. A held one is made again as it is (the
+    same inputs, the same bundle and hold); a refused, rejected, rolled back or abandoned
+    one leaves the merge open."""
+    with journal.unit_of_work(db) as session:
+        if original_id is None:
+            frontier = [operation_id]
+        else:
+            frontier = [p.operation_id for p in journal.promotions_of_bundle(session, original_id)]
+        seen = set(frontier)
+        while frontier:
+            found = journal.merged_promotions(session, frontier)
+            written = [m for m in found if m.status in _WRITTEN]
+            if written:
+                raise _merged_already(operation_id, written[-1], direct=frontier == [operation_id])
+            frontier = [
+                m.operation_id
+                for m in found
+                if (m.status, m.code) == (OperationStatus.REFUSED, "target_drift")
+                and m.operation_id not in seen
+            ]
+            seen.update(frontier)
+
+
+def _merged_already(operation_id: str, merged: Row[Any], *, direct: bool) -> OperationConflict:
+    """The refusal naming ``merged`` (a plain row of ``merged_promotions``) and its status."""
+    status = OperationStatus(merged.status)
+    stands = "completed" if status is OperationStatus.COMPLETED else f"is {status}"
+    into = " was merged into" if direct else "'s original bundle was merged again into"
+    return OperationConflict(
+        f"operation {operation_id}{into} {merged.operation_id}, which {stands}: "
+        f"{_WRITTEN[status]}; nothing is left to merge "
+        f"(promoter ops show {merged.operation_id})",
+        operation_id=operation_id,
+        current_status=OperationStatus.REFUSED,
+        merged_operation_id=merged.operation_id,
+        merged_status=status,
+    )
 
 
 def _mode(change: Change, leaf: LeafState) -> str:
@@ -237,11 +306,15 @@ def merge_operation(services: Promoting, operation_id: str, *, by: str, role: st
     Answers the new bundle, its verification receipt, the held promotion (or why it could
     not be held: e.g. ``lease_stale``; the bundle stays stored) and per path what the
     merge made. Raises ``MergeConflict`` or ``MergeUnsupported`` with the per-path
-    report, ``OperationConflict`` for an operation that is not a drifted promotion.
+    report, ``OperationConflict`` for an operation that is not a drifted promotion or
+    was merged into a promotion that completed or is writing.
     """
     bundle_id, fence, identity = _drifted_operation(services, operation_id)
     bundle = load_bundle(services, bundle_id)
     original = bundle if bundle.merge is None else load_bundle(services, bundle.merge.bundle_id)
+    merged_from = None if bundle.merge is None else original.bundle_id
+    _refuse_once_merged(services.db, operation_id, merged_from)
+    faults.point("merge_checked")
     repository = services.registry.by_identity(identity)
     _refuse_what_a_merge_cannot_mend(services, repository, original, operation_id)
     drifted = _read_drifted(services.db, str(repository.worktree), original)

@@ -43,7 +43,7 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
         dirs = step_rows.created_dirs(session, operation_id)
         attempts = journal.attempts(session, operation_id)
         bundles = _merged_bundles(events)
-        merged = journal.promotions_of_bundles(session, bundles)
+        merged = journal.merged_promotions(session, [operation_id]) if bundles else []
         return OperationView.model_construct(
             operation_id=row.operation_id,
             kind=row.kind,
