@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from promoter.client.wire import tls_context
+from promoter.client.wire import pool_limits, tls_context
 from promoter.domain.blob_frames import (
     BATCH_BLOB_MAX,
     BATCH_MAX_BLOBS,
@@ -118,6 +118,7 @@ class DaemonProcess:
             timeout=120,
             headers={"Authorization": f"Bearer {self.token(role)}"},
             verify=tls_context(self.url),
+            limits=pool_limits(),  # idle connections reused well inside the keep-alive
         )
 
     def executor(self, run_id: str) -> httpx.Client:
@@ -130,6 +131,7 @@ class DaemonProcess:
             timeout=120,
             headers={"Authorization": f"Bearer {token}"},
             verify=tls_context(self.url),
+            limits=pool_limits(),  # idle connections reused well inside the keep-alive
         )
 
     def first_operation(self) -> str:

@@ -19,6 +19,7 @@ import httpx
 
 from promoter.api.server import KEEP_ALIVE_SECONDS, make_server
 from promoter.client.direct import REUSE_SECONDS, DirectClient
+from promoter.client.wire import pool_options
 from tests.unit.test_http1_hostile_answers import _ok, _read_request
 
 
@@ -110,3 +111,9 @@ def test_the_reuse_bound_leaves_room_under_the_daemons_keep_alive() -> None:
     server = make_server(_app, "127.0.0.1", 0)
     assert server.config.timeout_keep_alive == KEEP_ALIVE_SECONDS
     assert 2 * REUSE_SECONDS < KEEP_ALIVE_SECONDS
+
+
+def test_httpx_pools_keep_an_idle_connection_as_long_as_the_loopback_pool() -> None:
+    limits = pool_options("https://promoter.example", None, 5.0, None)["limits"]
+    assert limits.keepalive_expiry == REUSE_SECONDS
+    assert (limits.max_connections, limits.max_keepalive_connections) == (100, 20)  # httpx's
