@@ -538,7 +538,10 @@ def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
 
 
 def _until_an_advisory_lock_waits(database: Database, thread: threading.Thread) -> None:
-    query = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    query = text(  # this test's database only: pg_locks lists every database's waits
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
     deadline = time.monotonic() + 60
     with database.engine.connect() as connection:
         while thread.is_alive() and not connection.execute(query).scalar_one():
