@@ -27,6 +27,10 @@ import uvicorn
 from promoter.engine.fencing import publish_address
 from promoter.errors import AddressInUse, ConfigError
 
+# seconds a connection may stay idle before the daemon closes it (uvicorn's default, named:
+# a client reuses an idle connection for well under it, ``promoter.client.direct``)
+KEEP_ALIVE_SECONDS = 5
+
 
 class ReadyServer(uvicorn.Server):
     def __init__(
@@ -94,6 +98,7 @@ def make_server(
         access_log=False,  # ``promoter.access`` writes one richer line per request
         lifespan="on",
         http="httptools",  # C parsing: a third of a small request's CPU under h11
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=10,
     )
     return server_type(config, announce=announce, on_exit=on_exit, on_ready=on_ready)

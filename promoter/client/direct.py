@@ -6,7 +6,8 @@ loopback address (the daemon ``promoter serve`` records by default, or the one a
 sends the request to) is sent here over ``promoter.client.http1`` (a socket, no
 ``http.client``: its ``email`` parser and ``ssl`` cost about 18 ms of every command's
 start): one idle connection kept for the next request, dropped when the daemon closed it
-or said it would, or replaced by one to another origin; the connect, write and read
+or said it would, when its last request was sent ``REUSE_SECONDS`` ago or more, or replaced
+by one to another origin; the connect, write and read
 timeouts of each request. A command line that only talks to its daemon never imports
 httpx (some 35 ms of its CPU), nor httpcore and h11. What the httpx client did above the
 wire it does the same way: the base URL and query parameters, the bearer and httpx's
@@ -15,6 +16,13 @@ JSON body encoded as httpx encodes it, a streamed body sent chunked unless its l
 given, and the whole answer read, its body at most ``max_body`` bytes (``http1.MAX_BODY``
 unless the caller gives a bound; past it ``payload_too_large``, the connection dropped).
 ``Answer`` is the part of ``httpx.Response`` the client reads.
+
+Why the age: the daemon closes a connection idle for its keep-alive timeout
+(``promoter.api.server.KEEP_ALIVE_SECONDS``). A request written while it closes one (the
+daemon has stopped reading, its close not yet seen here) is reset unanswered, and a
+``POST`` is not sent again: the connection is reused only while the daemon's idle time,
+counted here from before the last request was written (never less than the daemon's
+own), is well under that timeout.
 
 Errors are httpx's, as its own transport raises them for each phase (httpx is imported
 then, and only then), so the retries and ``unreachable`` read them alike. Any other
@@ -28,6 +36,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -40,6 +49,9 @@ from promoter.errors import PayloadTooLarge
 if TYPE_CHECKING:
     import httpx
 
+# seconds after its last request was sent that an idle connection is still reused: well
+# under the daemon's keep-alive timeout (``promoter.api.server.KEEP_ALIVE_SECONDS``)
+REUSE_SECONDS = 2.0
 _HEADERS = {
     "Accept": "*/*",
     "Accept-Encoding": "identity",
@@ -151,10 +163,11 @@ class DirectClient:
         other: Callable[[], httpx.Client],
         *,
         max_body: int = MAX_BODY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``other`` makes the httpx client for another origin (on first use);
         ``max_body``: the bytes of an answer's body read at most, unless a request gives
-        its own."""
+        its own; ``clock``: the seconds an idle connection's age is read in."""
         self._base = base_url.rstrip("/")
         self._max_body = max_body
         self._headers = {**_HEADERS, **headers}
@@ -162,7 +175,9 @@ class DirectClient:
         self._make_other = other
         self._other: httpx.Client | None = None
         self._idle: Connection | None = None
+        self._idle_sent = 0.0  # ``clock`` before the idle connection's last request
         self._key: tuple[str, int] | None = None
+        self._clock = clock
 
     def get(self, url: str, *, timeout: float | None = None) -> Any:
         return self.request("GET", url, timeout=timeout)
@@ -209,17 +224,21 @@ class DirectClient:
             sent["Transfer-Encoding"] = "chunked"
         sent.update(headers or {})
         key = (parts.hostname or "", parts.port or 80)
-        connection = self._connection(key, limit)
+        started = self._clock()  # before the request is written: the daemon's idle time is less
+        connection = self._connection(key, limit, started)
         bound = self._max_body if max_body is None else max_body
         try:
-            return self._exchange(connection, method, target, sent, body, limit, absolute, bound)
+            answer = self._exchange(connection, method, target, sent, body, limit, absolute, bound)
         except BaseException:
             connection.close()
             raise
+        self._idle_sent = started
+        return answer
 
-    def _connection(self, key: tuple[str, int], limit: float) -> Connection:
+    def _connection(self, key: tuple[str, int], limit: float, now: float) -> Connection:
         idle, self._idle = self._idle, None
-        if idle is not None and self._key == key and not idle.stale():
+        fresh = now - self._idle_sent < REUSE_SECONDS
+        if idle is not None and self._key == key and fresh and not idle.stale():
             return idle
         if idle is not None:
             idle.close()

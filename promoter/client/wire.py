@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
-from promoter.client.direct import Answer
+from promoter.client.direct import REUSE_SECONDS, Answer
 from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
 
 if TYPE_CHECKING:
@@ -136,14 +136,28 @@ def tls_context(url: str) -> ssl.SSLContext:
 
 
 def pool_options(url: str, token: str | None, timeout: float, transport: Any) -> dict[str, Any]:
-    """The keyword arguments of either client's httpx pool: base URL, bearer, TLS."""
+    """The keyword arguments of either client's httpx pool: base URL, bearer, TLS, and the
+    pool's limits (``pool_limits``)."""
     return {
         "base_url": url,
         "headers": {"Authorization": f"Bearer {token}"} if token else {},
         "timeout": timeout,
         "transport": transport,
         "verify": tls_context(url),
+        "limits": pool_limits(),
     }
+
+
+def pool_limits() -> httpx.Limits:
+    """httpx's default limits, but an idle connection kept ``REUSE_SECONDS`` only, as the
+    loopback pool keeps one (``promoter.client.direct``): httpx's own 5 s is the daemon's
+    keep-alive timeout, and a request written as the daemon closes its connection is
+    answered by nothing."""
+    import httpx  # the pool is httpx's: loaded with it
+
+    return httpx.Limits(
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=REUSE_SECONDS
+    )
 
 
 def _may_retry(

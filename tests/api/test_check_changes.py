@@ -12,7 +12,9 @@ A clean check completes with a receipt whose read-back is the disk.
 from __future__ import annotations
 
 import json
-import time
+import os
+import select
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,12 +266,24 @@ def test_check_that_reads_and_runs_git_status_completes(tmp_path: Path, lab: Pat
 
 
 def test_check_that_leaves_a_writer_behind_is_stopped(tmp_path: Path, lab: Path) -> None:
-    check = _sh("(exec >/dev/null 2>&1; sleep 1; printf late > late.txt) & exit 0")
-    for daemon in _daemon(tmp_path, lab, check):
-        view = _run(daemon, lab)
-        assert view["status"] == "completed", view
-        time.sleep(1.5)
+    # the check and what it leaves behind hold a FIFO's writing end: its reader here sees
+    # the end once every one of them has ended, and not before (no time is assumed)
+    held = tmp_path / "held"
+    os.mkfifo(held)
+    reader = os.open(held, os.O_RDONLY | os.O_NONBLOCK)
+    writer = "(exec >/dev/null 2>&1; sleep 600; printf late > late.txt) & exit 0"
+    check = _sh(f"exec 3>{shlex.quote(str(held))}; {writer}")
+    try:
+        for daemon in _daemon(tmp_path, lab, check):
+            view = _run(daemon, lab)
+            assert view["status"] == "completed", view
+            ended = select.poll()
+            ended.register(reader, select.POLLIN)
+            assert ended.poll(60_000), "the check's writer still runs"
+            assert os.read(reader, 1) == b""
         assert not (lab / "late.txt").exists()
+    finally:
+        os.close(reader)
 
 
 def test_clean_check_receipt_matches_disk(tmp_path: Path, lab: Path) -> None:

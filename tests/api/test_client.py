@@ -174,10 +174,12 @@ def test_problems_become_the_matching_promoter_error(daemon: Daemon) -> None:
 
 
 @pytest.fixture
-def closed_port() -> int:
+def closed_port() -> Iterator[int]:
+    # bound and held, never listening: a connection is refused, and no other process (nor
+    # a client's own outgoing connection) can take the port while the test runs
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed on exit: nothing listens there
+        yield int(sock.getsockname()[1])
 
 
 def _recording() -> tuple[Backoff, list[float]]:

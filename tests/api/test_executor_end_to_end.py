@@ -347,12 +347,11 @@ def test_client_raises_the_error_class_named_by_the_problem_code(daemon: Daemon)
 
 
 def test_client_names_the_server_it_cannot_reach() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    with PromoterClient(url, None, timeout=5) as client, pytest.raises(ConfigError) as caught:
-        client.healthz()
+    with socket.socket() as held:  # bound, never listening: refused, and no one else's
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        with PromoterClient(url, None, timeout=5) as client, pytest.raises(ConfigError) as caught:
+            client.healthz()
     assert url in caught.value.detail and caught.value.exit_code == 78
 
 

@@ -20,7 +20,7 @@ import httpx
 from promoter.adapters.webhooks import daemon_services
 from promoter.api.app import create_app
 from promoter.api.server import ReadyServer, make_server
-from promoter.client.wire import tls_context
+from promoter.client.wire import pool_limits, tls_context
 from promoter.config import RepositoryConfig, load_settings
 from promoter.engine.services import Services
 
@@ -70,7 +70,11 @@ class Daemon:
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(
-            base_url=self.url, headers=headers, timeout=60, verify=tls_context(self.url)
+            base_url=self.url,
+            headers=headers,
+            timeout=60,
+            verify=tls_context(self.url),
+            limits=pool_limits(),  # idle connections reused well inside the keep-alive
         )
 
     def orchestrator(self) -> httpx.Client:

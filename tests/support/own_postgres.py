@@ -1,9 +1,10 @@
 """A PostgreSQL server a test starts, stops and starts again itself: ``initdb`` and ``pg_ctl``.
 
 The cluster lives in a temporary directory of its own (owned by the ``postgres`` user,
-as the server refuses to run as root), listens on a free loopback port with its socket in
-that directory, and trusts local connections. ``stop`` and ``start`` are synchronous
-(``pg_ctl --wait``): when they return the server is down or answers;
+as the server refuses to run as root), listens on a free loopback port (below the
+ephemeral range: ``_free_port``) with its socket in that directory, and trusts local
+connections. ``stop`` and ``start`` are synchronous (``pg_ctl --wait``): when they return
+the server is down or answers;
 ``start_if_stopped`` serves the next test after one that failed with the server down.
 The machine's own server is never touched. ``binaries`` finds ``initdb`` (``None`` when PostgreSQL is not
 installed: the test skips). On leaving, the server is stopped and the directory, which
@@ -16,6 +17,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -25,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _USER = "postgres"
+_LOWEST = 10_000  # below: the ports well-known services are given
 
 
 def binaries() -> Path | None:
@@ -40,9 +43,22 @@ def binaries() -> Path | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port free now, below the kernel's ephemeral range where it can be: the
+    tests stop the server and start it again, and while it is down a port in that range
+    may be given to another process's bind of port 0 or outgoing connection (then the
+    start fails). Only a port chosen by name, as this one is, can take it meanwhile."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    first = int(ranges.read_text().split()[0]) if ranges.exists() else 0
+    candidates = list(range(_LOWEST, first))
+    random.shuffle(candidates)  # two clusters starting at once seldom try the same one
+    for port in [*candidates, 0]:  # 0: the kernel's choice, where none below is free
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise RuntimeError("no free loopback port")
 
 
 class OwnPostgres:

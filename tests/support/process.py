@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from promoter.client.wire import tls_context
+from promoter.client.wire import pool_limits, tls_context
 from promoter.domain.blob_frames import (
     BATCH_BLOB_MAX,
     BATCH_MAX_BLOBS,
@@ -91,6 +91,7 @@ class DaemonProcess:
                 stderr=subprocess.PIPE,
             )
         self.log: list[str] = []
+        self._logged = threading.Condition()  # told of each line the drain appends
         self.url = self._await_ready()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
@@ -107,7 +108,27 @@ class DaemonProcess:
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
         for raw in self.proc.stderr:
-            self.log.append(raw.decode(errors="replace").rstrip())
+            with self._logged:
+                self.log.append(raw.decode(errors="replace").rstrip())
+                self._logged.notify_all()
+
+    def logged(self, text: str) -> str:
+        """The first line of the log holding ``text``, waited for (bounded) as the drain
+        reads it: a line the daemon wrote before an answer may still be in the pipe when
+        the answer is read."""
+
+        def found() -> str | None:
+            return next((line for line in self.log if text in line), None)
+
+        with self._logged:
+            line = self._logged.wait_for(found, 60)
+        assert line is not None, f"the daemon never logged {text!r}: {self.log[-20:]}"
+        return line
+
+    def _drained(self) -> None:
+        """Once the daemon has ended: the drain has read its stderr to the end, so the log
+        is whole (bounded: a child holding the pipe leaves it to the bound)."""
+        self._drain.join(60)
 
     def token(self, role: str) -> str:
         return (self.state_dir / "credentials" / f"{role}.token").read_text().strip()
@@ -118,6 +139,7 @@ class DaemonProcess:
             timeout=120,
             headers={"Authorization": f"Bearer {self.token(role)}"},
             verify=tls_context(self.url),
+            limits=pool_limits(),  # idle connections reused well inside the keep-alive
         )
 
     def executor(self, run_id: str) -> httpx.Client:
@@ -130,6 +152,7 @@ class DaemonProcess:
             timeout=120,
             headers={"Authorization": f"Bearer {token}"},
             verify=tls_context(self.url),
+            limits=pool_limits(),  # idle connections reused well inside the keep-alive
         )
 
     def first_operation(self) -> str:
@@ -142,14 +165,19 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
+        self._drained()
 
     def wait_exit(self, timeout: float = 120) -> int:
-        return self.proc.wait(timeout)
+        status = self.proc.wait(timeout)
+        self._drained()
+        return status
 
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
+        status = self.proc.wait(60)
+        self._drained()
+        return status
 
 
 def crash_in_promotion(daemon: DaemonProcess, request: dict[str, Any]) -> None:

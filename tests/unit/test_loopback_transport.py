@@ -253,17 +253,16 @@ def test_an_address_literal_is_connected_to_without_the_resolver(server: Server)
 
 
 def test_a_refused_connection_is_the_same_error_without_httpx_loaded_first() -> None:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]  # closed again: nothing listens there
-    url = f"http://127.0.0.1:{port}"
-    client = DirectClient(url, {}, 5.0, lambda: httpx.Client(base_url=url))
-    with pytest.raises(httpx.ConnectError) as caught:
-        client.get("/v1/healthz")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    theirs = httpx.Client(base_url=url, transport=httpx.HTTPTransport(verify=context))
-    with theirs, pytest.raises(httpx.ConnectError) as expected:
-        theirs.get("/v1/healthz")
+    with socket.socket() as held:  # bound, never listening: refused, and no one else's
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        client = DirectClient(url, {}, 5.0, lambda: httpx.Client(base_url=url))
+        with pytest.raises(httpx.ConnectError) as caught:
+            client.get("/v1/healthz")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        theirs = httpx.Client(base_url=url, transport=httpx.HTTPTransport(verify=context))
+        with theirs, pytest.raises(httpx.ConnectError) as expected:
+            theirs.get("/v1/healthz")
     assert str(caught.value) == str(expected.value)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import stat
@@ -317,15 +318,32 @@ def test_a_kill_while_a_sandbox_is_made_or_removed_touches_nothing_and_leaks_not
     assert git_dir_digest(repo) == git_before and tree_bytes(repo) == files_before
 
 
+def _killed_at(pause: Pause) -> None:
+    """SIGKILL the process paused at ``pause`` (its pid is in the marker) and return once it
+    has ended. The removal may be a fork of the command line, whose command line names no
+    removal: it is known by its pid, never looked for by name."""
+    pause.reached()
+    pid = int(Path(f"{pause.release_file}.paused").read_text())
+    pidfd = os.pidfd_open(pid)  # paused: it cannot end before it is killed
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        ended = select.poll()
+        ended.register(pidfd, select.POLLIN)
+        assert ended.poll(60_000), f"the removal {pid} did not end"
+    finally:
+        os.close(pidfd)
+
+
 def test_a_kill_of_the_background_removal_is_finished_by_the_next_run(
-    daemon: Daemon, repo: Path
+    daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     git_before = git_dir_digest(repo)
     script = ["sh", "-c", "printf 'agent\\n' > agent.txt"]
-    killed = _cli(daemon, "--repo", "work", "--yes", "--", *script, faults="removal_walking=kill")
+    walking = Pause(tmp_path, "removal_walking")  # the removal's lock taken, nothing removed
+    killed = _cli(daemon, "--repo", "work", "--yes", "--", *script, faults=walking.spec)
     out, _ = killed.communicate(timeout=300)
     assert killed.returncode == 0, out
-    _wait_gone("promoter.executor.removal")
+    _killed_at(walking)  # killed holding its lock: the next run's sweep can take it
     (left,) = [n for n in os.listdir(daemon.state_dir / "runs") if n.startswith(".promoter-")]
     assert left.startswith(removal.REMOVING + "run_")
     assert sandboxes.list_runs(daemon.state_dir) == []
