@@ -78,6 +78,23 @@ def test_the_agents_failure_is_command_failed_with_its_status(daemon: Daemon, re
     assert record.steps[0].status == "command_failed"
 
 
+def test_a_command_killed_by_a_signal_is_command_failed_naming_the_signal(
+    daemon: Daemon, repo: Path
+) -> None:
+    before = tree_bytes(repo)
+    script = "echo x > a; kill -KILL $$"
+    result = _cli(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", script)
+    assert result.returncode == 71
+    record = _only_run(daemon)
+    assert (
+        f"error [command_failed] the command was killed by signal 9 (SIGKILL); nothing was "
+        f"submitted; the sandbox is kept: {record.clone} (the next step: promoter run "
+        f"--continue {record.run_id} -- CMD)"
+    ) in result.stderr
+    assert tree_bytes(repo) == before
+    assert record.steps[0].status == "command_failed"
+
+
 def test_a_confined_command_that_fails_has_bubblewrap_probed_again_next_time(
     daemon: Daemon, repo: Path
 ) -> None:

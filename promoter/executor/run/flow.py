@@ -392,6 +392,20 @@ class _Command:
         return outcome.returncode
 
 
+def _ended_how(code: int) -> str:
+    """How a command that failed ended: its exit status, or the signal that killed its
+    first process (a negative status; not one promoter sent: a timeout is said apart)."""
+    if code >= 0:
+        return f"exited with status {code}"
+    import signal  # a failure's words only
+
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
+
+
 def _refresh(orch: PromoterClient, run: Run) -> None:
     """Steps left waiting (approval, a running attempt) take their operation's status now."""
     for step in run.record.steps:
@@ -492,7 +506,7 @@ def step(
                 (f"did not finish within {timeout:g} s and was ended with every process of "
                  "it", {"timeout": timeout})
                 if code is None
-                else (f"exited with status {code}", {"status": code})
+                else (_ended_how(code), {"status": code})
             )  # fmt: skip
             raise CommandFailed(
                 f"the command {why}; nothing was submitted; the sandbox is kept: "
