@@ -896,7 +896,11 @@ def _wait(
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
-    """Kill the process group (bwrap's PID namespace dies with bwrap) and reap it."""
+    """Kill the process group (bwrap's PID namespace dies with bwrap) and reap it. Once
+    reaped it is never signalled again: its number may then be another process's group
+    (the group was killed before the reap, while its leader still held the number)."""
+    if process.returncode is not None:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()

@@ -200,8 +200,7 @@ class Pane:
                 limit = min(limit, 0.05)  # no pidfd: the exit is polled
             ready, can_write, _ = select.select(wanted, writable, [], max(limit, 0.0))
             if ended_at is None and (
-                (exit_fd is not None and exit_fd in ready)
-                or (exit_fd is None and process.poll() is not None)
+                (exit_fd is not None and exit_fd in ready) or (exit_fd is None and _exited(process))
             ):
                 stop()  # the command's group ends; the slave closes with it
                 ended_at = time.monotonic()
@@ -284,6 +283,17 @@ class Pane:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, -1)
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` ended, left unreaped (``WNOWAIT``): its number stays its own
+    until ``stop`` has killed its group and reaped it."""
+    if process.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _pidfd(pid: int) -> int | None:
