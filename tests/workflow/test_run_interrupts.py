@@ -64,32 +64,25 @@ def _only_run(daemon: Daemon) -> sandboxes.RunRecord:
     return record
 
 
-def test_the_agents_failure_is_command_failed_with_its_status(daemon: Daemon, repo: Path) -> None:
-    before = tree_bytes(repo)
-    result = _cli(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", "echo x > a; exit 3")
-    assert result.returncode == 71
-    record = _only_run(daemon)
-    assert (
-        f"error [command_failed] the command exited with status 3; nothing was submitted; "
-        f"the sandbox is kept: {record.clone} (the next step: promoter run --continue "
-        f"{record.run_id} -- CMD)"
-    ) in result.stderr
-    assert tree_bytes(repo) == before
-    assert record.steps[0].status == "command_failed"
-
-
-def test_a_command_killed_by_a_signal_is_command_failed_naming_the_signal(
-    daemon: Daemon, repo: Path
+@pytest.mark.parametrize(
+    ("script", "ended"),
+    [
+        ("echo x > a; exit 3", "exited with status 3"),
+        ("echo x > a; kill -KILL $$", "was killed by signal 9 (SIGKILL)"),
+    ],
+    ids=["status", "signal"],
+)
+def test_the_agents_failure_is_command_failed_with_its_status(
+    daemon: Daemon, repo: Path, script: str, ended: str
 ) -> None:
     before = tree_bytes(repo)
-    script = "echo x > a; kill -KILL $$"
     result = _cli(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", script)
     assert result.returncode == 71
     record = _only_run(daemon)
     assert (
-        f"error [command_failed] the command was killed by signal 9 (SIGKILL); nothing was "
-        f"submitted; the sandbox is kept: {record.clone} (the next step: promoter run "
-        f"--continue {record.run_id} -- CMD)"
+        f"error [command_failed] the command {ended}; nothing was submitted; the sandbox "
+        f"is kept: {record.clone} (the next step: promoter run --continue {record.run_id} "
+        "-- CMD)"
     ) in result.stderr
     assert tree_bytes(repo) == before
     assert record.steps[0].status == "command_failed"
