@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,27 @@ def _fresh_fault_counts() -> Iterator[None]:
     faults.reset()
     yield
     faults.reset()
+
+
+@contextmanager
+def _paused_at(
+    point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]
+) -> Iterator[list[Any]]:
+    """``call`` in a thread of its own, paused at the fault point ``point``: yields, once it
+    is there (the point no longer set for what the body asks), the list its answer lands
+    in; released and joined on the way out."""
+    pause = Pause(tmp_path, point)
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    answers: list[Any] = []
+    worker = threading.Thread(target=lambda: answers.append(call()))
+    worker.start()
+    try:
+        pause.reached()
+        monkeypatch.delenv(faults.ENV)
+        yield answers
+    finally:
+        pause.release()
+        worker.join(120)
 
 
 def _decide(daemon: Daemon, operation_id: str, decision: str) -> dict[str, Any]:
@@ -133,14 +155,10 @@ def test_merge_asked_while_its_merged_promotion_is_being_written_is_refused(
 ) -> None:
     operation_id = _drifted(daemon, repo, PERSON)
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
-    pause = Pause(tmp_path, "before_replace")
-    monkeypatch.setenv(faults.ENV, pause.spec)
-    answers: list[dict[str, Any]] = []
-    worker = threading.Thread(target=lambda: answers.append(_decide(daemon, held, "approve")))
-    worker.start()
-    try:
-        pause.reached()  # OP2's attempt holds the lock, its first target not yet placed
-        monkeypatch.delenv(faults.ENV)
+    approving = _paused_at(
+        "before_replace", tmp_path, monkeypatch, lambda: _decide(daemon, held, "approve")
+    )
+    with approving as answers:  # OP2's attempt holds the lock, its first target not yet placed
         before = _everything(daemon, repo, operation_id)
         detail = _refused(_merge(daemon, operation_id), operation_id, held, "in_progress")
         assert detail == (
@@ -148,9 +166,6 @@ def test_merge_asked_while_its_merged_promotion_is_being_written_is_refused(
             f"changes are being written; nothing is left to merge (promoter ops show {held})"
         )
         assert _everything(daemon, repo, operation_id) == before
-    finally:
-        pause.release()
-        worker.join(120)
     [approved] = answers
     assert approved["status"] == "completed", approved
     assert (repo / "src" / "app.py").read_bytes() == MERGED
@@ -244,19 +259,12 @@ def test_two_merges_at_once_make_one_bundle_and_one_held_promotion(
     daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     operation_id = _drifted(daemon, repo, PERSON)
-    pause = Pause(tmp_path, "merge_inputs_read")
-    monkeypatch.setenv(faults.ENV, pause.spec)
-    first: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: first.append(_merge(daemon, operation_id)))
-    worker.start()
-    try:
-        pause.reached()  # the first merge checked and read the worktree; nothing made yet
-        monkeypatch.delenv(faults.ENV)
+    paused = _paused_at(
+        "merge_inputs_read", tmp_path, monkeypatch, lambda: _merge(daemon, operation_id)
+    )
+    with paused as first:  # the first merge checked and read the worktree; nothing made yet
         second = _merge(daemon, operation_id)
         assert second.status_code == 201, second.text
-    finally:
-        pause.release()
-        worker.join(120)
     [answer] = first
     assert answer.status_code == 201, answer.text
     assert answer.json() == second.json()
@@ -273,19 +281,12 @@ def test_merge_that_read_the_worktree_before_its_merged_promotion_completed_writ
     as it stands; nothing new is held and the worktree keeps OP2's result."""
     operation_id = _drifted(daemon, repo, PERSON)
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
-    pause = Pause(tmp_path, "merge_inputs_read")
-    monkeypatch.setenv(faults.ENV, pause.spec)
-    late: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: late.append(_merge(daemon, operation_id)))
-    worker.start()
-    try:
-        pause.reached()
-        monkeypatch.delenv(faults.ENV)
+    paused = _paused_at(
+        "merge_inputs_read", tmp_path, monkeypatch, lambda: _merge(daemon, operation_id)
+    )
+    with paused as late:
         approved = _decide(daemon, held, "approve")
         assert approved["status"] == "completed", approved
-    finally:
-        pause.release()
-        worker.join(120)
     done = (tree_bytes(repo), git_dir_digest(repo))
     [answer] = late
     assert answer.status_code == 201, answer.text
@@ -305,19 +306,12 @@ def test_merge_that_checked_before_its_merged_promotion_completed_holds_a_bundle
     original's other change against its old state. Approved, it writes nothing."""
     operation_id = _drifted(daemon, repo, PERSON)
     held = _merge(daemon, operation_id).json()["promotion"]["operation_id"]
-    pause = Pause(tmp_path, "merge_checked")
-    monkeypatch.setenv(faults.ENV, pause.spec)
-    late: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: late.append(_merge(daemon, operation_id)))
-    worker.start()
-    try:
-        pause.reached()  # the check passed (OP2 held); the worktree not read yet
-        monkeypatch.delenv(faults.ENV)
+    paused = _paused_at(
+        "merge_checked", tmp_path, monkeypatch, lambda: _merge(daemon, operation_id)
+    )
+    with paused as late:  # the check passed (OP2 held); the worktree not read yet
         approved = _decide(daemon, held, "approve")
         assert approved["status"] == "completed", approved
-    finally:
-        pause.release()
-        worker.join(120)
     [answer] = late
     assert answer.status_code == 201, answer.text
     result = answer.json()
