@@ -509,8 +509,9 @@ class AddressInUse(PromoterError):
 
 
 class CommandFailed(PromoterError):
-    """``promoter run``: the person's command (the agent) exited non-zero; never an HTTP
-    answer. Its own exit status is in ``status``."""
+    """``promoter run``: the person's command (the agent) exited non-zero, was killed by a
+    signal or ran past its timeout; never an HTTP answer. Its own exit status is in
+    ``status`` (negative: the signal's number), or the timeout in ``timeout``."""
 
     code = "command_failed"
     http_status = 500

@@ -36,7 +36,7 @@ Exit codes: (every code: docs/reference/errors.md)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
   69  unavailable (confinement_unavailable, address_in_use: the port is taken)
   70  internal error
-  71  command_failed: the command promoter run ran exited non-zero or timed out
+  71  command_failed: the command promoter run ran failed, was killed or timed out
   73  quota exceeded
   74  storage, git or write error
   75  conflict or refusal, try again later (target_drift, lease_stale, not_confirmed, ...)
