@@ -22,7 +22,12 @@ Why the age: the daemon closes a connection idle for its keep-alive timeout
 daemon has stopped reading, its close not yet seen here) is reset unanswered, and a
 ``POST`` is not sent again: the connection is reused only while the daemon's idle time,
 counted here from before the last request was written (never less than the daemon's
-own), is well under that timeout.
+own), is well under that timeout. That narrows the race to a client stalled for seconds
+between its clock and its write; a request the caller will not send again
+(``reuse=False``: not idempotent, or its body streamed) closes it: it is never written on
+an idle connection, but on a new one, which no keep-alive timeout can be closing (a
+loopback connect costs tens of microseconds). An idempotent request met by the close
+is sent again by the caller's retries.
 
 Errors are httpx's, as its own transport raises them for each phase (httpx is imported
 then, and only then), so the retries and ``unreachable`` read them alike. Any other
@@ -193,10 +198,12 @@ class DirectClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_body: int | None = None,
+        reuse: bool = True,
     ) -> Any:
         """The whole answer to one request (an ``Answer``, or httpx's for another origin);
         a loopback answer's body at most ``max_body`` bytes (the client's bound unless
-        given)."""
+        given); ``reuse=False`` for a request that will not be sent again: a loopback one
+        then goes on a new connection (httpx's pool has no such choice)."""
         absolute = url if "://" in url else self._base + url
         if not loopback(absolute):
             if self._other is None:
@@ -225,7 +232,7 @@ class DirectClient:
         sent.update(headers or {})
         key = (parts.hostname or "", parts.port or 80)
         started = self._clock()  # before the request is written: the daemon's idle time is less
-        connection = self._connection(key, limit, started)
+        connection = self._connection(key, limit, started, reuse)
         bound = self._max_body if max_body is None else max_body
         try:
             answer = self._exchange(connection, method, target, sent, body, limit, absolute, bound)
@@ -235,9 +242,11 @@ class DirectClient:
         self._idle_sent = started
         return answer
 
-    def _connection(self, key: tuple[str, int], limit: float, now: float) -> Connection:
+    def _connection(
+        self, key: tuple[str, int], limit: float, now: float, reuse: bool
+    ) -> Connection:
         idle, self._idle = self._idle, None
-        fresh = now - self._idle_sent < REUSE_SECONDS
+        fresh = reuse and now - self._idle_sent < REUSE_SECONDS
         if idle is not None and self._key == key and fresh and not idle.stale():
             return idle
         if idle is not None:

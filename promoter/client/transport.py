@@ -160,9 +160,14 @@ class Transport(Closing):
     ) -> Response:
         limit = timeout or self._timeout
         plan = retries(self._backoff, method, content, idempotent, ok_statuses)
+        # a call not tried again is never written on an idle loopback connection, which
+        # the daemon's keep-alive may be closing as it arrives (``promoter.client.direct``)
+        once = (
+            {"reuse": False} if plan.attempts <= 1 and isinstance(self._http, DirectClient) else {}
+        )
 
         def send(*args: Any, **kwargs: Any) -> Response:
-            return _tried(plan, self._http.request, *args, **kwargs)
+            return _tried(plan, self._http.request, *args, **once, **kwargs)
 
         try:
             response: Response = send(

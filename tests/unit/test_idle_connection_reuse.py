@@ -5,7 +5,9 @@ closes one (it has stopped reading; its close not yet seen by the client) is met
 close, unanswered, and a ``POST`` is not sent again: the command fails with "cannot reach
 the promoter server". A server here plays that daemon exactly: it answers the first
 request of each connection and meets a second one on it with its close. The client's
-clock is the test's, so the connection's age is set, not waited for.
+clock is the test's, so the connection's age is set, not waited for. Within the age, a call
+that will not be sent again goes on a new connection, and an idempotent one met by the
+close is sent again.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import contextlib
 import io
 import socket
 import threading
+from collections.abc import Callable, Iterator
 
 import httpx
+import pytest
 
 from promoter.api.server import KEEP_ALIVE_SECONDS, make_server
 from promoter.client.direct import REUSE_SECONDS, DirectClient
-from promoter.client.wire import pool_options
+from promoter.client.transport import Transport
+from promoter.client.wire import Backoff, pool_options
 from tests.unit.test_http1_hostile_answers import _ok, _read_request
 
 
@@ -117,3 +122,51 @@ def test_httpx_pools_keep_an_idle_connection_as_long_as_the_loopback_pool() -> N
     limits = pool_options("https://promoter.example", None, 5.0, None)["limits"]
     assert limits.keepalive_expiry == REUSE_SECONDS
     assert (limits.max_connections, limits.max_keepalive_connections) == (100, 20)  # httpx's
+
+
+def _transport(server: ClosesWhenReused, slept: list[float]) -> Transport:
+    return Transport(server.url, None, timeout=5.0, backoff=Backoff(sleep=slept.append))
+
+
+def _chunks() -> Iterator[bytes]:
+    yield b"{}"
+
+
+@pytest.mark.parametrize(
+    ("method", "content", "idempotent"),
+    [
+        ("POST", b"{}", None),  # not idempotent: a second mint, a second run
+        ("POST", _chunks, True),  # idempotent, but its body streamed once
+        ("PUT", _chunks, None),
+    ],
+    ids=["post", "streamed-post", "streamed-put"],
+)
+def test_a_call_never_sent_again_is_not_written_on_an_idle_connection(
+    method: str, content: bytes | Callable[[], Iterator[bytes]], idempotent: bool | None
+) -> None:
+    server = ClosesWhenReused()
+    slept: list[float] = []
+    transport = _transport(server, slept)
+    body = content if isinstance(content, bytes) else content()
+    try:
+        assert transport._json("GET", "/first") == {"connection": 1}
+        # at once, well inside the reuse bound: the idle connection would carry it
+        answer = transport._json(method, "/second", content=body, idempotent=idempotent)
+        assert answer == {"connection": 2}
+    finally:
+        transport.close()
+        server.close()
+    assert (server.accepted, server.unanswered, slept) == (2, 0, [])
+
+
+def test_an_idempotent_call_met_by_the_close_is_sent_again_on_a_new_connection() -> None:
+    server = ClosesWhenReused()
+    slept: list[float] = []
+    transport = _transport(server, slept)
+    try:
+        assert transport._json("GET", "/first") == {"connection": 1}
+        assert transport._json("GET", "/second") == {"connection": 2}
+    finally:
+        transport.close()
+        server.close()
+    assert (server.accepted, server.unanswered, slept) == (2, 1, [Backoff().first])
