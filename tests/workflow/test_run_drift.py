@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -253,6 +254,35 @@ def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
     assert (repo / "src" / "app.py").read_bytes() == PERSON
     assert not (repo / "src" / "extra.py").exists()
     assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
+
+
+def test_ctrl_c_at_the_merge_question_names_a_remedy_that_offers_the_merge_again(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(daemon, repo, script)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(QUESTION)
+    term.proc.send_signal(signal.SIGINT)
+    assert term.finish() == 130, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
+    record = _record(daemon)
+    [step] = record.steps
+    plain = b" ".join(term.plain.split())
+    remedy = f"promoter run --continue {record.run_id}"
+    assert (
+        f"bundle {step.bundle_id} stays submitted: the merge of your edit and the agent's "
+        f"is offered again with {remedy}"
+    ).encode() in plain
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    again = Terminal([*CLI, "run", *where, *remedy.split()[2:]], repo, {"PAGER": "cat"})
+    again.expect(QUESTION)
+    again.send(b"y\r")
+    assert again.finish() == 0, again.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    assert b"promoted: operation" in again.plain
+    assert not Path(record.clone).exists()  # completed: its sandbox removed
 
 
 def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(

@@ -742,6 +742,14 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.status in resumable:
         run.move(current, RunStatus.INTERRUPTED)
     kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
+    if current is not None and current.status is RunStatus.PREFLIGHT_REFUSED:
+        return Interrupted(  # stopped at the merge's question: asked again, at a terminal
+            f"{kept}; bundle {current.bundle_id} stays submitted: the merge of your edit and "
+            f"the agent's is offered again with promoter run --continue {record.run_id}",
+            run_id=record.run_id,
+            bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
     if current is not None and current.bundle_id is not None and current.operation_id is None:
         return Interrupted(
             f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
