@@ -254,6 +254,7 @@ def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
     assert (repo / "src" / "app.py").read_bytes() == PERSON
     assert not (repo / "src" / "extra.py").exists()
     assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
+    assert term.plain.count(b"drifted: src/app.py") == 1  # above the question, once
 
 
 def test_ctrl_c_at_the_merge_question_names_a_remedy_that_offers_the_merge_again(
@@ -368,6 +369,7 @@ def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
     assert step.status == "refused" and step.operation_id is not None
     plain = b" ".join(term.plain.split())
     assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
+    assert plain.count(b"drifted: src/app.py") == 1  # above the question, once
     assert f"promoter merge {step.operation_id}".encode() in plain
     assert b"[target_drift] src/app.py changed since the run began" in plain
 

@@ -88,8 +88,8 @@ def offer(
         raise answers.refusal(preflight, record, bundle_id, person)
     answers.drift_report(preflight, person)
     consent = person.agree(_question(paths), no_terminal=_NO_TERMINAL)
-    if consent is None:
-        raise answers.refusal(preflight, record, bundle_id, person)
+    if consent is None:  # the drift was shown above the question: not told twice
+        raise answers.refusal(preflight, record, bundle_id, person, told=True)
     return consent
 
 
@@ -156,8 +156,11 @@ def _refused(
     run: Run,
     step: sandboxes.Step,
     person: Person,
+    *,
+    told: bool = False,
 ) -> PromoterError:
-    """The refused promotion as the preflight's refusal: every drifted path, the next step."""
+    """The refused promotion as the preflight's refusal: every drifted path (unless
+    ``told`` above the question the person declined), the next step."""
     run.move(step, RunStatus.REFUSED)
     operation_id = str(view["operation_id"])
     person.warn(
@@ -165,7 +168,7 @@ def _refused(
         f"(the merge later: promoter merge {escape(operation_id)})"
     )
     preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
-    return answers.refusal(preflight, run.record, str(step.bundle_id), person)
+    return answers.refusal(preflight, run.record, str(step.bundle_id), person, told=told)
 
 
 def merged(
@@ -192,7 +195,7 @@ def merged(
         if not agreed:
             answers.drift_report(report, person)
             if person.agree(_question(paths), no_terminal=_NO_TERMINAL) is None:
-                raise _refused(report, view, run, step, person)
+                raise _refused(report, view, run, step, person, told=True)
         agreed = False  # a new save after this merge is asked about again
         outcome = _merge_once(orch, run, step, operation_id, person, consent, note)
         if outcome is None:
