@@ -368,7 +368,11 @@ def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
     [step] = _record(daemon).steps
     assert step.status == "refused" and step.operation_id is not None
     plain = b" ".join(term.plain.split())
-    assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
+    assert (
+        f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]} ({len(PERSON)} bytes) "
+        f"now, expected 100644 sha256:{sha(BASE)[:12]} (the worktree file is neither the old "
+        "nor the new state: the content differs from both)"
+    ).encode() in plain
     assert plain.count(b"drifted: src/app.py") == 1  # above the question, once
     assert f"promoter merge {step.operation_id}".encode() in plain
     assert b"[target_drift] src/app.py changed since the run began" in plain
