@@ -153,7 +153,7 @@ def _receipt_targets(daemon: Daemon, operation_id: str) -> dict[str, str]:
     return {t["path"]: t["sha256"] for t in answer.json()["targets"]}
 
 
-QUESTION = b"src/app.py changed while the agent ran: merge your edit and the agent's? [Y/n]"
+QUESTION = b"src/app.py changed since the run began: merge your edit and the agent's? [Y/n]"
 
 
 def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(

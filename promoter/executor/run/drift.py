@@ -73,7 +73,7 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
 
 def _question(paths: list[str]) -> str:
     named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    return f"{named} changed while the agent ran: merge your edit and the agent's?"
+    return f"{named} changed since the run began: merge your edit and the agent's?"
 
 
 _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
