@@ -270,7 +270,7 @@ def test_ctrl_c_at_the_merge_question_names_a_remedy_that_offers_the_merge_again
     record = _record(daemon)
     [step] = record.steps
     plain = b" ".join(term.plain.split())
-    remedy = f"promoter run --continue {record.run_id}"
+    remedy = f"promoter run --continue {record.run_id} --keep"  # as the step was given
     assert (
         f"bundle {step.bundle_id} stays submitted: the merge of your edit and the agent's "
         f"is offered again with {remedy}"
@@ -283,7 +283,7 @@ def test_ctrl_c_at_the_merge_question_names_a_remedy_that_offers_the_merge_again
     assert (repo / "src" / "app.py").read_bytes() == MERGED
     assert (repo / "src" / "extra.py").read_bytes() == EXTRA
     assert b"promoted: operation" in again.plain
-    assert not Path(record.clone).exists()  # completed: its sandbox removed
+    assert [s.status for s in _record(daemon).steps] == ["completed"]  # and kept
 
 
 def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(

@@ -636,7 +636,7 @@ def promote(
         raise NotConfirmed(
             f"not promoted; bundle {current.bundle_id} stays submitted (the sandbox is kept: "
             f"{record.clone}); promote that bundle with promoter run --continue "
-            f"{record.run_id} --yes, or without --yes to answer at a terminal",
+            f"{record.run_id} --yes{_keep(run)}, or without --yes to answer at a terminal",
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
@@ -733,6 +733,11 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
     )
 
 
+def _keep(run: Run) -> str:
+    """`` --keep`` in a remedy named to a step given it: the sandbox stays after it too."""
+    return " --keep" if run.keep else ""
+
+
 def interrupted(run: Run) -> Interrupted:
     """Ctrl-C at any stage: the step marked ``interrupted``; the error names the sandbox and
     the bundle kept and the next command (exit 130)."""
@@ -745,7 +750,8 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.status is RunStatus.PREFLIGHT_REFUSED:
         return Interrupted(  # stopped at the merge's question: asked again, at a terminal
             f"{kept}; bundle {current.bundle_id} stays submitted: the merge of your edit and "
-            f"the agent's is offered again with promoter run --continue {record.run_id}",
+            f"the agent's is offered again with promoter run --continue {record.run_id}"
+            f"{_keep(run)}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
             sandbox=record.clone,
@@ -753,7 +759,7 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.bundle_id is not None and current.operation_id is None:
         return Interrupted(
             f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
-            f"promoter run --continue {record.run_id} --yes",
+            f"promoter run --continue {record.run_id} --yes{_keep(run)}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
             sandbox=record.clone,
@@ -767,7 +773,8 @@ def interrupted(run: Run) -> Interrupted:
             sandbox=record.clone,
         )
     return Interrupted(
-        f"{kept}; run the step again with promoter run --continue {record.run_id} -- CMD",
+        f"{kept}; run the step again with promoter run --continue {record.run_id}"
+        f"{_keep(run)} -- CMD",
         run_id=record.run_id,
         sandbox=record.clone,
     )
