@@ -189,6 +189,12 @@ def test_review_approve_and_reject_commands(gated: tuple[Daemon, Path, str]) -> 
     assert (repo / "src" / "app.py").read_bytes() == NEW
     empty = runner.invoke(_app(), ["review"], env=env)
     assert empty.stdout == "nothing awaits approval\n"
+    done = runner.invoke(_app(), ["review", operation_id], env=env)
+    assert isinstance(done.exception, OperationConflict), done.output
+    assert done.exception.detail == (
+        f"operation {operation_id} is not awaiting approval: it is completed "
+        f"(promoter ops show {operation_id})"
+    )
     rejected = runner.invoke(_app(), ["reject", operation_id], env=env)
     assert isinstance(rejected.exception, OperationConflict), rejected.output
 
