@@ -136,6 +136,7 @@ def test_status_says_when_the_daemon_does_not_answer(person: Person) -> None:
     assert result.returncode == 78
     assert "problem: the daemon does not answer" in result.stdout
     assert "start it with promoter serve" in result.stdout
+    assert "error [" not in result.stderr  # the problem is said once, on its line
 
 
 def test_status_says_when_the_credential_is_refused(person: Person, tmp_path: Path) -> None:
@@ -144,6 +145,7 @@ def test_status_says_when_the_credential_is_refused(person: Person, tmp_path: Pa
     result = person.cli("status", "--token-file", str(wrong))
     assert result.returncode == 77
     assert "problem: the daemon refuses this credential [unauthenticated]" in result.stdout
+    assert "error [" not in result.stderr
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o602])
