@@ -66,8 +66,9 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
         try:
             client.healthz()
         except PromoterError as exc:
+            why = str(exc.context.get("reason") or exc.detail)  # without the status hint
             _say(
-                f"problem: the daemon does not answer: {escape(exc.detail)}; "
+                f"problem: the daemon does not answer at {escape(target.url)}: {escape(why)}; "
                 "start it with promoter serve (or make serve)"
             )
             raise told(exc) from None
