@@ -181,6 +181,38 @@ def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
     assert b"promoted: operation" in term.plain
 
 
+def test_no_step_chains_on_a_merge_which_would_undo_the_persons_edit(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """The sandbox holds the agent's file, not the merged one: a step built there against
+    the merged bytes would promote the agent's file back over the person's edit."""
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(daemon, repo, script)  # --keep
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(QUESTION)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    record = _record(daemon)
+    plain = b" ".join(term.plain.split())
+    assert b"next step in the same sandbox" not in plain
+    assert (
+        b"your edit was merged, and the sandbox does not hold it: the next step is a new "
+        b"run: promoter run --repo work -- CMD"
+    ) in plain
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv = [*CLI, "run", *where, "--continue", record.run_id, "--unconfined", "--yes"]
+    again = Terminal([*argv, "--", "sh", "-c", "echo more >> src/extra.py"], repo, {})
+    assert again.finish() == 75, again.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED  # the person's edit stays
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    assert b"[target_drift]" in again.plain
+    assert b"start a new run from your files as they are: promoter run --repo work" in (
+        b" ".join(again.plain.split())
+    )
+    assert [s.status for s in _record(daemon).steps] == ["completed"]
+
+
 def test_a_save_at_the_question_is_merged_with_the_agents_edit_and_promoted(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:

@@ -230,6 +230,7 @@ def _merge_once(
             f"(from {result['merged_from']}); nothing in your worktree changed yet"
         )
         step.bundle_id = str(result["bundle_id"])  # saved with the move below
+        run.merged = True  # the sandbox holds the agent's file, not the merged one
         who.review(None, orch.bundle_diff(step.bundle_id), None, hint=None)
         held = result["promotion"]
         if held["operation_id"] is None:

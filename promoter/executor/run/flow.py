@@ -414,6 +414,27 @@ def _refresh(orch: PromoterClient, run: Run) -> None:
             run.move(step, str(orch.get_operation(step.operation_id)["status"]))
 
 
+def _refuse_after_merge(
+    orch: PromoterClient, record: sandboxes.RunRecord, base: str | None
+) -> None:
+    """No step chains on a merged promotion: the sandbox holds the agent's file, not the
+    merged one, and a step built there against the merged bytes would undo the person's
+    edit (``TargetDrift``, naming a new run)."""
+    bundle_id = next(
+        (s.bundle_id for s in reversed(record.steps) if base and s.operation_id == base), None
+    )
+    if bundle_id is None or "merge" not in orch.get_bundle(bundle_id).wire():
+        return
+    raise error_class("target_drift")(
+        f"run {record.run_id}'s last promotion {base} merged your edit with the agent's; its "
+        "sandbox holds the agent's files without your edit, and a step there would undo it; "
+        f"start a new run from your files as they are: promoter run --repo "
+        f"{record.repository} -- CMD",
+        run_id=record.run_id,
+        operation_id=base,
+    )
+
+
 def step(
     host: Host,
     run: Run,
@@ -463,6 +484,7 @@ def step(
                     f"run with promoter run --repo {record.repository}"
                 )
             base = record.last_completed
+            _refuse_after_merge(orch, record, base)
             preconditions = answers.chained_preconditions(orch, record)
             grant_doc = grant_document(
                 record,
@@ -725,6 +747,13 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
         person.say(
             f"sandbox {record.run_id} removed: its files go in the background ({going}); "
             "--keep keeps it for --continue"
+        )
+        return
+    if run.merged:  # the sandbox does not hold the merged files: no step chains there
+        person.say(
+            f"sandbox kept: {record.clone}\n"
+            "your edit was merged, and the sandbox does not hold it: the next step is a new "
+            f"run: promoter run --repo {record.repository} -- CMD"
         )
         return
     person.say(
