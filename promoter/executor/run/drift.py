@@ -130,8 +130,7 @@ def _conflict(
         f"start again from your files as they are: promoter run --repo {record.repository} "
         f"-- CMD (the conflict again: promoter merge {operation_id})"
     )
-    person.warn(f"next: {escape(nxt)}")
-    exc.detail = f"{exc.detail}; next: {nxt}"
+    exc.detail = f"{exc.detail}; next: {nxt}"  # said once, as the error's last words
 
 
 def _unsupported(exc: MergeUnsupported, person: Person) -> None:
