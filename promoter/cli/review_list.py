@@ -74,9 +74,13 @@ def show(
         waiting = daemon.list_operations(status="awaiting_approval")
         if operation is not None:
             waiting = [op for op in waiting if op["operation_id"] == operation]
-            if not waiting:
+            if not waiting:  # named with how it stands (an unknown one: not_found)
+                status = daemon.get_operation(operation)["status"]
                 raise OperationConflict(
-                    f"operation {operation} is not awaiting approval", operation_id=operation
+                    f"operation {operation} is not awaiting approval: it is {status} "
+                    f"(promoter ops show {operation})",
+                    operation_id=operation,
+                    status=status,
                 )
         diffs = {op["operation_id"]: daemon.bundle_diff(str(op["bundle_id"])) for op in waiting}
         wholes: list[dict[str, Any]] = []

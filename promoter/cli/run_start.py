@@ -115,6 +115,7 @@ def start(
     host = flow.Host(address, _token(target), state)
     if continue_run is not None and not command:
         run = Run(state, sandboxes.load(state, continue_run))
+        run.keep = keep
         with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
             try:
                 flow.promote_submitted(host, run, person, outcome)
@@ -150,6 +151,7 @@ def start(
             else:
                 run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
                 person.say(answers.started(run.record))
+        run.keep = keep
         with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
             try:
                 flow.step(

@@ -33,6 +33,12 @@ def _say(text: str) -> None:
     console.print(text, soft_wrap=True, highlight=False)
 
 
+def told(problem: PromoterError) -> typer.Exit:
+    """The exit with ``problem``'s code, once its ``problem:`` line is printed: it is not
+    printed again as an error."""
+    return typer.Exit(problem.exit_code)
+
+
 def worktree_here(cwd: Path | None = None) -> str | None:
     """The top level of the git worktree ``cwd`` is in (symlinks resolved), or None."""
     where = Path.cwd() if cwd is None else cwd
@@ -49,22 +55,23 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
         target = userconfig.resolve(url, token_file)
     except PromoterError as exc:
         _say(f"problem: {escape(exc.detail)}")
-        raise
+        raise told(exc) from None
     _say(f"daemon      {escape(target.url)}  (from {escape(target.url_from)})")
     _say(f"state       {escape(str(target.state_dir))}  (from {escape(target.state_from)})")
     if target.token is None:
         problem = userconfig.no_token(target)
         _say(f"credential  none\nproblem: {escape(problem.detail)}")
-        raise problem
+        raise told(problem)
     with PromoterClient(target.url, target.token, timeout=10.0, backoff=ONCE) as client:
         try:
             client.healthz()
         except PromoterError as exc:
+            why = str(exc.context.get("reason") or exc.detail)  # without the status hint
             _say(
-                f"problem: the daemon does not answer: {escape(exc.detail)}; "
+                f"problem: the daemon does not answer at {escape(target.url)}: {escape(why)}; "
                 "start it with promoter serve (or make serve)"
             )
-            raise
+            raise told(exc) from None
         try:
             caller = client.whoami()
         except PromoterError as exc:
@@ -74,7 +81,7 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
                 f"{escape(exc.detail)}; run promoter serve again to record its credential, "
                 "or pass --token-file FILE"
             )
-            raise
+            raise told(exc) from None
         _say(
             f"credential  {escape(str(caller['name']))} (role {caller['role']}), "
             f"from {escape(target.token_from)}"

@@ -293,7 +293,11 @@ def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception
             f"the promoter server at {url} did not answer {method} {path} within {timeout:g} s",
             url=url,
         )
-    return ConfigError(f"cannot reach the promoter server at {url}: {exc}", url=url)
+    return ConfigError(
+        f"cannot reach the promoter server at {url}: {exc}; promoter status says what is wrong",
+        url=url,
+        reason=str(exc),
+    )
 
 
 def wait_params(wait: float | None, status: str | None) -> dict[str, str]:

@@ -183,10 +183,10 @@ def _why_neither(found: Observed, old: State, new: State) -> str:
     if found.kind not in kinds:
         return f"the path is a {_word(found.kind)}, not a {' or a '.join(map(_word, kinds))}"
     if found.kind == "symlink" and not any(found.sha256 == s.sha256 for s in wanted):
-        return "the link's target is neither the old nor the new target"
+        return "the link's target differs from both"
     if any(found.sha256 == s.sha256 for s in wanted):
         return f"the content matches but the mode is {found.mode}"
-    return "the content is neither the old nor the new content"
+    return "the content differs from both"
 
 
 def _word(kind: str) -> str:

@@ -189,8 +189,31 @@ def test_review_approve_and_reject_commands(gated: tuple[Daemon, Path, str]) -> 
     assert (repo / "src" / "app.py").read_bytes() == NEW
     empty = runner.invoke(_app(), ["review"], env=env)
     assert empty.stdout == "nothing awaits approval\n"
+    done = runner.invoke(_app(), ["review", operation_id], env=env)
+    assert isinstance(done.exception, OperationConflict), done.output
+    assert done.exception.detail == (
+        f"operation {operation_id} is not awaiting approval: it is completed "
+        f"(promoter ops show {operation_id})"
+    )
     rejected = runner.invoke(_app(), ["reject", operation_id], env=env)
     assert isinstance(rejected.exception, OperationConflict), rejected.output
+
+
+def test_approve_of_a_rejected_promotion_names_reopen(gated: tuple[Daemon, Path, str]) -> None:
+    daemon, repo, identity = gated
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    runner = CliRunner()
+    rejected = runner.invoke(_app(), ["reject", operation_id, "--note", "no"], env=env)
+    assert rejected.exit_code == 0, rejected.output
+    again = runner.invoke(_app(), ["approve", operation_id], env=env)
+    assert isinstance(again.exception, OperationConflict), again.output
+    assert again.exception.detail == (
+        f"operation {operation_id} is refused, not awaiting_approval; it was rejected: "
+        f"promoter reopen {operation_id}"
+    )
+    assert (repo / "src" / "app.py").read_bytes() == OLD
 
 
 def test_a_standing_approval_does_not_outlive_the_grant(

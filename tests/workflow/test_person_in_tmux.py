@@ -175,7 +175,7 @@ def test_the_persons_save_during_the_run_is_offered_the_merge_and_lands_both_edi
     (person.repo / "src" / "app.py").write_bytes(PERSONS)  # the person saves meanwhile
     person.screen.type("done")
     screen = person.screen.wait_for("merge your edit and the agent's? [Y/n]")
-    assert "src/app.py changed while the agent ran" in screen
+    assert "src/app.py changed since the run began: merge" in screen
     person.screen.type("y")
     screen = person.screen.wait_for("exit=")
     assert "exit=0" in screen, screen

@@ -136,6 +136,21 @@ def test_status_says_when_the_daemon_does_not_answer(person: Person) -> None:
     assert result.returncode == 78
     assert "problem: the daemon does not answer" in result.stdout
     assert "start it with promoter serve" in result.stdout
+    assert "error [" not in result.stderr  # the problem is said once, on its line
+    assert f"problem: the daemon does not answer at {person.daemon.url}: " in result.stdout
+    assert "promoter status says" not in result.stdout  # status is the command itself
+
+
+def test_a_command_that_cannot_reach_the_daemon_names_promoter_status(
+    person: Person,
+) -> None:
+    person.daemon.stop()
+    result = person.cli("run", "--unconfined", "--yes", "--", "true")
+    assert result.returncode == 78
+    assert f"error [config_error] cannot reach the promoter server at {person.daemon.url}: " in (
+        result.stderr
+    )
+    assert result.stderr.rstrip("\n").endswith("; promoter status says what is wrong")
 
 
 def test_status_says_when_the_credential_is_refused(person: Person, tmp_path: Path) -> None:
@@ -144,6 +159,7 @@ def test_status_says_when_the_credential_is_refused(person: Person, tmp_path: Pa
     result = person.cli("status", "--token-file", str(wrong))
     assert result.returncode == 77
     assert "problem: the daemon refuses this credential [unauthenticated]" in result.stdout
+    assert "error [" not in result.stderr
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o602])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -152,7 +153,7 @@ def _receipt_targets(daemon: Daemon, operation_id: str) -> dict[str, str]:
     return {t["path"]: t["sha256"] for t in answer.json()["targets"]}
 
 
-QUESTION = b"src/app.py changed while the agent ran: merge your edit and the agent's? [Y/n]"
+QUESTION = b"src/app.py changed since the run began: merge your edit and the agent's? [Y/n]"
 
 
 def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
@@ -178,6 +179,38 @@ def test_a_save_during_the_run_is_merged_with_the_agents_edit_and_promoted(
     assert b"merged your edit and the agent's into bundle" in term.plain
     assert b"+line 2 by the agent" in term.plain[term.plain.find(b"merged your edit") :]
     assert b"promoted: operation" in term.plain
+
+
+def test_no_step_chains_on_a_merge_which_would_undo_the_persons_edit(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """The sandbox holds the agent's file, not the merged one: a step built there against
+    the merged bytes would promote the agent's file back over the person's edit."""
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(daemon, repo, script)  # --keep
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(QUESTION)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    record = _record(daemon)
+    plain = b" ".join(term.plain.split())
+    assert b"next step in the same sandbox" not in plain
+    assert (
+        b"your edit was merged, and the sandbox does not hold it: the next step is a new "
+        b"run: promoter run --repo work -- CMD"
+    ) in plain
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv = [*CLI, "run", *where, "--continue", record.run_id, "--unconfined", "--yes"]
+    again = Terminal([*argv, "--", "sh", "-c", "echo more >> src/extra.py"], repo, {})
+    assert again.finish() == 75, again.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED  # the person's edit stays
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    assert b"[target_drift]" in again.plain
+    assert b"start a new run from your files as they are: promoter run --repo work" in (
+        b" ".join(again.plain.split())
+    )
+    assert [s.status for s in _record(daemon).steps] == ["completed"]
 
 
 def test_a_save_at_the_question_is_merged_with_the_agents_edit_and_promoted(
@@ -220,8 +253,8 @@ def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_
     assert b"<<<<<<<" in text and b"line 2 by the person\n" in text
     assert b"line 2 by the agent\n" in text and b">>>>>>>" in text
     assert b"nothing in your worktree changed" in term.plain
-    assert b"next: resolve the markers" in term.plain
-    assert b"[merge_conflict]" in term.plain
+    assert term.plain.count(b"next: resolve the markers") == 1  # in the error only
+    assert b"[merge_conflict] the merge has conflicts" in term.plain
 
 
 def test_with_yes_a_clean_merge_is_held_for_a_persons_approval(
@@ -253,6 +286,36 @@ def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
     assert (repo / "src" / "app.py").read_bytes() == PERSON
     assert not (repo / "src" / "extra.py").exists()
     assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
+    assert term.plain.count(b"drifted: src/app.py") == 1  # above the question, once
+
+
+def test_ctrl_c_at_the_merge_question_names_a_remedy_that_offers_the_merge_again(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _run(daemon, repo, script)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(QUESTION)
+    term.proc.send_signal(signal.SIGINT)
+    assert term.finish() == 130, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
+    record = _record(daemon)
+    [step] = record.steps
+    plain = b" ".join(term.plain.split())
+    remedy = f"promoter run --continue {record.run_id} --keep"  # as the step was given
+    assert (
+        f"bundle {step.bundle_id} stays submitted: the merge of your edit and the agent's "
+        f"is offered again with {remedy}"
+    ).encode() in plain
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    again = Terminal([*CLI, "run", *where, *remedy.split()[2:]], repo, {"PAGER": "cat"})
+    again.expect(QUESTION)
+    again.send(b"y\r")
+    assert again.finish() == 0, again.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    assert (repo / "src" / "extra.py").read_bytes() == EXTRA
+    assert b"promoted: operation" in again.plain
+    assert [s.status for s in _record(daemon).steps] == ["completed"]  # and kept
 
 
 def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
@@ -337,7 +400,12 @@ def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
     [step] = _record(daemon).steps
     assert step.status == "refused" and step.operation_id is not None
     plain = b" ".join(term.plain.split())
-    assert f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]}".encode() in plain
+    assert (
+        f"drifted: src/app.py: reads 100644 sha256:{sha(PERSON)[:12]} ({len(PERSON)} bytes) "
+        f"now, expected 100644 sha256:{sha(BASE)[:12]} (the worktree file is neither the old "
+        "nor the new state: the content differs from both)"
+    ).encode() in plain
+    assert plain.count(b"drifted: src/app.py") == 1  # above the question, once
     assert f"promoter merge {step.operation_id}".encode() in plain
     assert b"[target_drift] src/app.py changed since the run began" in plain
 

@@ -185,13 +185,16 @@ def _read_to_end(fd: int, seen: bytearray, within: float | None = None) -> None:
         seen += chunk
 
 
+@pytest.mark.parametrize("keep", [[], ["--keep"]], ids=["removed", "kept"])
 def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
-    daemon: Daemon, repo: Path
+    daemon: Daemon, repo: Path, keep: list[str]
 ) -> None:
+    """A step given ``--keep`` is named a remedy with ``--keep``: its sandbox stays."""
     before = tree_bytes(repo)
     master, slave = pty.openpty()
+    agent = ["sh", "-c", "echo new > src/new.py"]
     process = subprocess.Popen(
-        _argv(daemon, "run", "--unconfined", "--", "sh", "-c", "echo new > src/new.py"),
+        _argv(daemon, "run", "--unconfined", *keep, "--", *agent),
         cwd=repo,
         env=_env(),
         stdin=slave,
@@ -220,16 +223,16 @@ def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
     assert (
         f"error [interrupted] interrupted: nothing was promoted; the sandbox is kept: "
         f"{record.clone}; bundle {step.bundle_id} stays submitted: promote it with promoter "
-        f"run --continue {record.run_id} --yes"
+        f"run --continue {record.run_id} --yes{' --keep' if keep else ''}\n"
     ) in text
     assert tree_bytes(repo) == before
 
-    remedy = _cli(daemon, "run", "--continue", record.run_id, "--yes")
+    remedy = _cli(daemon, "run", "--continue", record.run_id, "--yes", *keep)
     assert remedy.returncode == 0, remedy.stderr + remedy.stdout
     assert f"promoting the bundle step 1 submitted: {step.bundle_id}" in remedy.stdout
     assert (repo / "src" / "new.py").read_bytes() == b"new\n"
     _promoted_exactly(daemon, remedy.stdout, step.bundle_id)
-    assert not Path(record.clone).exists()  # completed: its sandbox removed
+    assert Path(record.clone).exists() == bool(keep)  # completed: removed unless kept
 
 
 def _promoted_exactly(daemon: Daemon, output: str, bundle_id: str) -> None:

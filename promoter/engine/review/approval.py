@@ -229,8 +229,10 @@ def _held(session: Session, operation_id: str) -> Operation:
     if row is None:
         raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
     if row.kind != OperationKind.PROMOTION or row.status != OperationStatus.AWAITING_APPROVAL:
+        rejected = row.code == ApprovalRejected.code  # final until an operator reopens it
+        reopen = f"; it was rejected: promoter reopen {operation_id}" if rejected else ""
         raise OperationConflict(
-            f"operation {operation_id} is {row.status}, not awaiting_approval",
+            f"operation {operation_id} is {row.status}, not awaiting_approval{reopen}",
             operation_id=operation_id,
             current_status=row.status,
         )

@@ -179,8 +179,11 @@ def _state(value: Any) -> str:
     return f"{value.get('mode')} sha256:{sha}" + (f" ({size} bytes)" if size is not None else "")
 
 
-def drift_report(preflight: Mapping[str, Any], person: Person) -> list[dict[str, Any]]:
-    """Tell every drifted path with what it reads now and what was expected; the list."""
+def drift_report(
+    preflight: Mapping[str, Any], person: Person, *, tell: bool = True
+) -> list[dict[str, Any]]:
+    """Every drifted path with what it reads now and what was expected, told unless
+    ``tell`` is false (the person saw it above the question); the list."""
     drifted = [p for p in preflight.get("paths") or [] if p.get("verdict") in ("drift", "unsafe")]
     report: list[dict[str, Any]] = []
     for item in drifted:
@@ -188,7 +191,8 @@ def drift_report(preflight: Mapping[str, Any], person: Person) -> list[dict[str,
         now, expected = _state(item.get("actual")), _state(item.get("expected_old"))
         reasons = "; ".join(item.get("reasons") or [])
         line = f"{path}: reads {now} now, expected {expected} ({reasons})"
-        person.warn(f"drifted: {escape(line)}")
+        if tell:
+            person.warn(f"drifted: {escape(line)}")
         report.append(
             {"path": path, "actual": item.get("actual"), "expected": item.get("expected_old")}
         )
@@ -196,10 +200,16 @@ def drift_report(preflight: Mapping[str, Any], person: Person) -> list[dict[str,
 
 
 def refusal(
-    preflight: Mapping[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+    preflight: Mapping[str, Any],
+    record: sandboxes.RunRecord,
+    bundle_id: str,
+    person: Person,
+    *,
+    told: bool = False,
 ) -> PromoterError:
-    """The preflight's refusal as an error naming every drifted path, told as well."""
-    report = drift_report(preflight, person)
+    """The preflight's refusal as an error naming every drifted path, told as well unless
+    ``told`` (the drift was shown above a question the person declined)."""
+    report = drift_report(preflight, person, tell=not told)
     nxt = (
         "start again from your files as they are now: "
         f"promoter run --repo {record.repository} -- CMD"

@@ -73,7 +73,7 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
 
 def _question(paths: list[str]) -> str:
     named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    return f"{named} changed while the agent ran: merge your edit and the agent's?"
+    return f"{named} changed since the run began: merge your edit and the agent's?"
 
 
 _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
@@ -88,8 +88,8 @@ def offer(
         raise answers.refusal(preflight, record, bundle_id, person)
     answers.drift_report(preflight, person)
     consent = person.agree(_question(paths), no_terminal=_NO_TERMINAL)
-    if consent is None:
-        raise answers.refusal(preflight, record, bundle_id, person)
+    if consent is None:  # the drift was shown above the question: not told twice
+        raise answers.refusal(preflight, record, bundle_id, person, told=True)
     return consent
 
 
@@ -130,8 +130,7 @@ def _conflict(
         f"start again from your files as they are: promoter run --repo {record.repository} "
         f"-- CMD (the conflict again: promoter merge {operation_id})"
     )
-    person.warn(f"next: {escape(nxt)}")
-    exc.detail = f"{exc.detail}; next: {nxt}"
+    exc.detail = f"{exc.detail}; next: {nxt}"  # said once, as the error's last words
 
 
 def _unsupported(exc: MergeUnsupported, person: Person) -> None:
@@ -156,8 +155,11 @@ def _refused(
     run: Run,
     step: sandboxes.Step,
     person: Person,
+    *,
+    told: bool = False,
 ) -> PromoterError:
-    """The refused promotion as the preflight's refusal: every drifted path, the next step."""
+    """The refused promotion as the preflight's refusal: every drifted path (unless
+    ``told`` above the question the person declined), the next step."""
     run.move(step, RunStatus.REFUSED)
     operation_id = str(view["operation_id"])
     person.warn(
@@ -165,7 +167,7 @@ def _refused(
         f"(the merge later: promoter merge {escape(operation_id)})"
     )
     preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
-    return answers.refusal(preflight, run.record, str(step.bundle_id), person)
+    return answers.refusal(preflight, run.record, str(step.bundle_id), person, told=told)
 
 
 def merged(
@@ -192,7 +194,7 @@ def merged(
         if not agreed:
             answers.drift_report(report, person)
             if person.agree(_question(paths), no_terminal=_NO_TERMINAL) is None:
-                raise _refused(report, view, run, step, person)
+                raise _refused(report, view, run, step, person, told=True)
         agreed = False  # a new save after this merge is asked about again
         outcome = _merge_once(orch, run, step, operation_id, person, consent, note)
         if outcome is None:
@@ -227,6 +229,7 @@ def _merge_once(
             f"(from {result['merged_from']}); nothing in your worktree changed yet"
         )
         step.bundle_id = str(result["bundle_id"])  # saved with the move below
+        run.merged = True  # the sandbox holds the agent's file, not the merged one
         who.review(None, orch.bundle_diff(step.bundle_id), None, hint=None)
         held = result["promotion"]
         if held["operation_id"] is None:

@@ -414,6 +414,27 @@ def _refresh(orch: PromoterClient, run: Run) -> None:
             run.move(step, str(orch.get_operation(step.operation_id)["status"]))
 
 
+def _refuse_after_merge(
+    orch: PromoterClient, record: sandboxes.RunRecord, base: str | None
+) -> None:
+    """No step chains on a merged promotion: the sandbox holds the agent's file, not the
+    merged one, and a step built there against the merged bytes would undo the person's
+    edit (``TargetDrift``, naming a new run)."""
+    bundle_id = next(
+        (s.bundle_id for s in reversed(record.steps) if base and s.operation_id == base), None
+    )
+    if bundle_id is None or "merge" not in orch.get_bundle(bundle_id).wire():
+        return
+    raise error_class("target_drift")(
+        f"run {record.run_id}'s last promotion {base} merged your edit with the agent's; its "
+        "sandbox holds the agent's files without your edit, and a step there would undo it; "
+        f"start a new run from your files as they are: promoter run --repo "
+        f"{record.repository} -- CMD",
+        run_id=record.run_id,
+        operation_id=base,
+    )
+
+
 def step(
     host: Host,
     run: Run,
@@ -463,6 +484,7 @@ def step(
                     f"run with promoter run --repo {record.repository}"
                 )
             base = record.last_completed
+            _refuse_after_merge(orch, record, base)
             preconditions = answers.chained_preconditions(orch, record)
             grant_doc = grant_document(
                 record,
@@ -636,7 +658,7 @@ def promote(
         raise NotConfirmed(
             f"not promoted; bundle {current.bundle_id} stays submitted (the sandbox is kept: "
             f"{record.clone}); promote that bundle with promoter run --continue "
-            f"{record.run_id} --yes, or without --yes to answer at a terminal",
+            f"{record.run_id} --yes{_keep(run)}, or without --yes to answer at a terminal",
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
@@ -727,10 +749,22 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
             "--keep keeps it for --continue"
         )
         return
+    if run.merged:  # the sandbox does not hold the merged files: no step chains there
+        person.say(
+            f"sandbox kept: {record.clone}\n"
+            "your edit was merged, and the sandbox does not hold it: the next step is a new "
+            f"run: promoter run --repo {record.repository} -- CMD"
+        )
+        return
     person.say(
         f"sandbox kept: {record.clone}\n"
         f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD"
     )
+
+
+def _keep(run: Run) -> str:
+    """`` --keep`` in a remedy named to a step given it: the sandbox stays after it too."""
+    return " --keep" if run.keep else ""
 
 
 def interrupted(run: Run) -> Interrupted:
@@ -742,10 +776,19 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.status in resumable:
         run.move(current, RunStatus.INTERRUPTED)
     kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
+    if current is not None and current.status is RunStatus.PREFLIGHT_REFUSED:
+        return Interrupted(  # stopped at the merge's question: asked again, at a terminal
+            f"{kept}; bundle {current.bundle_id} stays submitted: the merge of your edit and "
+            f"the agent's is offered again with promoter run --continue {record.run_id}"
+            f"{_keep(run)}",
+            run_id=record.run_id,
+            bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
     if current is not None and current.bundle_id is not None and current.operation_id is None:
         return Interrupted(
             f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
-            f"promoter run --continue {record.run_id} --yes",
+            f"promoter run --continue {record.run_id} --yes{_keep(run)}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
             sandbox=record.clone,
@@ -759,7 +802,8 @@ def interrupted(run: Run) -> Interrupted:
             sandbox=record.clone,
         )
     return Interrupted(
-        f"{kept}; run the step again with promoter run --continue {record.run_id} -- CMD",
+        f"{kept}; run the step again with promoter run --continue {record.run_id}"
+        f"{_keep(run)} -- CMD",
         run_id=record.run_id,
         sandbox=record.clone,
     )

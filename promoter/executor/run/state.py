@@ -41,13 +41,19 @@ class Run:
     """A run's record and where it is kept; every change of a step's state goes through
     ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
 
-    __slots__ = ("known", "record", "state_dir")
+    __slots__ = ("keep", "known", "merged", "record", "state_dir")
 
     def __init__(self, state_dir: Path, record: RunRecord, known: Known | None = None) -> None:
         self.state_dir = state_dir
         self.record = record
         self.known = known
         """Set by ``flow.start`` for its first step (``take_known``); never saved."""
+        self.keep = False
+        """This step was given ``--keep``: a remedy it names keeps the sandbox too; never
+        saved."""
+        self.merged = False
+        """This step's bundle was merged with the person's edit (``drift.py``): the sandbox
+        does not hold what is promoted, so no step goes on in it; never saved."""
 
     def take_known(self) -> Known | None:
         """What the start looked up, once: a later step of the run looks up again."""

@@ -72,7 +72,8 @@ TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     R.ROLLBACK_FAILED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL}),
 }
 FINAL = frozenset(status for status in RunStatus if not TRANSITIONS.get(status))
-PROMOTABLE = frozenset({R.DECLINED, R.INTERRUPTED, R.SUBMITTED})  # --continue RUN, no CMD
+# --continue RUN, no CMD: a preflight refused for the person's save is offered the merge again
+PROMOTABLE = frozenset({R.DECLINED, R.INTERRUPTED, R.SUBMITTED, R.PREFLIGHT_REFUSED})
 
 
 def check_move(current: str | None, wanted: str) -> RunStatus:
