@@ -1,6 +1,7 @@
 """What the API shows of operations: one operation whole, its targets now, a bundle's promotions.
 
-Reads only. Deliberately not here: listings and summaries (``promoter.engine.queries``).
+Reads only. Fault point: ``operation_current_targets`` (before the worktree is read for
+``current_targets``). Deliberately not here: listings and summaries (``promoter.engine.queries``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from promoter.engine.ownership import owner_view
 from promoter.engine.ports import Routing
 from promoter.engine.queries import guarded_here
 from promoter.errors import OperationUnknown, PromoterError
+from promoter.faults import point
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
@@ -125,6 +127,7 @@ def current_targets(services: Routing, operation_id: str) -> list[CurrentTarget]
         repository = guarded_here(services.registry, services.owner.host, row)
         steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
     found: list[CurrentTarget] = []
+    point("operation_current_targets")  # the worktree not read yet
     with Root.open(repository.worktree) as root, closing(Directories.for_reads(root)) as held:
         leaves = held.read_states([disk_path(path) for path, _, _ in steps])  # wire form
     for (path, old, new), leaf in zip(steps, leaves, strict=True):
