@@ -14,6 +14,7 @@ from sqlalchemy import Row
 
 from promoter.domain.path_state import Verdict, classify
 from promoter.domain.paths import disk_path
+from promoter.domain.status import OperationKind, OperationStatus
 from promoter.domain.views import (
     Attempt,
     BundleOperation,
@@ -96,6 +97,7 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
             ],
             events=[ledger.as_event(e) for e in events],
             events_verified=ledger.verify_chain(events),
+            next=next_step(row.kind, row.status, row.operation_id),
             merged_into=[
                 MergedOperation.model_construct(
                     operation_id=m.operation_id, bundle_id=m.bundle_id, status=m.status, code=m.code
@@ -103,6 +105,30 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
                 for m in sorted(merged, key=lambda m: bundles.index(m.bundle_id))
             ],
         )
+
+
+def next_step(kind: str, status: str, operation_id: str) -> str | None:
+    """What to do with an operation that needs recovery or reconciliation, naming the
+    route and the command (protocol: promotion#operation-identity); None otherwise."""
+    promotion = kind == OperationKind.PROMOTION
+    if status == OperationStatus.NEEDS_RECOVERY:
+        if promotion:
+            return (
+                f"recover it: POST /v1/operations/{operation_id}/recover with the lease's "
+                f"current fence (promoter ops recover {operation_id} --fence N)"
+            )
+        return (
+            f"an operator recovers it: POST /v1/operations/{operation_id}/recover "
+            f"(promoter ops recover {operation_id})"
+        )
+    if status == OperationStatus.NEEDS_RECONCILIATION:
+        decisions = "rollback or abandon" if promotion else "or abandon"
+        return (
+            f"an operator reconciles it: POST /v1/operations/{operation_id}/reconcile with "
+            f"continue (after mending the paths its report names), {decisions} "
+            f"(promoter ops reconcile {operation_id} DECISION)"
+        )
+    return None
 
 
 def _merged_bundles(events: Sequence[Row[Any]]) -> list[str]:
