@@ -35,7 +35,7 @@ from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 
-__all__ = ["Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
+__all__ = ["TEMPS_TOGETHER", "Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
 
 log = logging.getLogger("promoter.driver")
 
@@ -189,6 +189,12 @@ class Driver:
         if self._groups and self._between_groups is not None:
             self._between_groups()
         self._groups += 1
+
+    def open_group(self) -> None:
+        """Begin the next group of steps a pass carries out one by one (a restore's
+        deletes, ``TEMPS_TOGETHER`` a group): ``between_groups`` runs before every group
+        after the first, as before a group of temps."""
+        self._open_group()
 
     def end_staging(self) -> None:
         """Every begun temp fsynced and named."""
