@@ -2,7 +2,7 @@
 
 ``Admission`` (asked by the daemon's one ASGI layer, ``promoter.api.front``, once the
 ``Host`` passed) authenticates the caller of a ``COSTLY`` read (or of a ``COSTLY_WITH``
-route asked with its parameter) and asks ``Gate`` for a
+route asked with its parameter, or a ``COSTLY_POSTS`` read asked by a POST) and asks ``Gate`` for a
 place before the route runs, within ``admission_role_limits``,
 ``admission_credential_limits``, ``admission_wait_seconds`` and ``admission_queue``, else
 ``429`` (protocol: api#work-bounded-per-caller). What it found (the principal, or the
@@ -57,6 +57,8 @@ COSTLY_ROUTES = (
 # operation with ``current``: every target read and hashed in the worktree)
 COSTLY_WITH = {"/v1/operations/{operation_id}": "current"}
 READS = frozenset({"GET", "HEAD"})
+# the reads asked by a POST: a preflight re-reads every blob of its bundle and the worktree
+COSTLY_POSTS = ("/v1/bundles/{bundle_id}/preflight",)
 _FALSE = frozenset({"", "0", "off", "f", "false", "n", "no"})  # a query bool that is false
 
 
@@ -75,6 +77,7 @@ def _compile(template: str, below: bool) -> _Template:
 
 COSTLY = tuple(_compile(t, below=n < 2) for n, t in enumerate(COSTLY_ROUTES))
 COSTLY_IF = tuple((_compile(t, below=False), name) for t, name in COSTLY_WITH.items())
+COSTLY_POST = tuple(_compile(t, below=False) for t in COSTLY_POSTS)
 
 
 def _asked(query: bytes, name: str) -> bool:
@@ -87,6 +90,12 @@ def costly_route(
     method: str, path: str, query: bytes = b""
 ) -> tuple[_Template, dict[str, str]] | None:
     """The costly read's route and path parameters, or None for any other request."""
+    if method == "POST":
+        for route in COSTLY_POST:
+            found = route.pattern.fullmatch(path)
+            if found is not None:
+                return route, {k: v for k, v in found.groupdict().items() if v is not None}
+        return None
     if method not in READS:
         return None
     for route in COSTLY:

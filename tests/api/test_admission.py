@@ -222,6 +222,49 @@ def test_an_operations_current_targets_are_a_costly_read_admitted_per_role(
     ]
 
 
+def test_a_preflight_is_a_costly_read_admitted_per_role(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preflight re-reads every blob of the bundle and the worktree: a read, though a
+    POST. Past the orchestrator's one place (no queue) a second one is ``429`` at once,
+    and nothing of it ran."""
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        admission_role_limits={"orchestrator": 1},
+        admission_credential_limits={"orchestrator": 1},
+        admission_queue=0,
+        admission_retry_after_seconds=RETRY_AFTER,
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, _ = submit(daemon, repo, identity, CHANGE)
+        path = f"/v1/bundles/{bundle['bundle_id']}/preflight"
+        pause = Pause(tmp_path, "preflight_read_back")
+        monkeypatch.setenv(faults.ENV, pause.spec)
+        faults.reset()
+        held: list[httpx.Response] = []
+
+        def check() -> None:
+            with daemon.orchestrator() as orchestrator:
+                held.append(orchestrator.post(path, json={"fence": 7}))
+
+        checker = threading.Thread(target=check)
+        checker.start()
+        try:
+            pause.reached()  # the first preflight holds the role's one place
+            with daemon.orchestrator() as orchestrator:
+                second = orchestrator.post(path, json={"fence": 7})
+        finally:
+            pause.release()
+            checker.join(BOUND)
+        hits = faults.hits("preflight_read_back")
+    assert (second.status_code, second.json()["code"]) == (429, "too_many_requests"), second.text
+    assert second.headers["retry-after"] == str(RETRY_AFTER)
+    assert hits == 1  # the refused one read nothing
+    [first] = held
+    assert (first.status_code, first.json()["status"]) == (200, "passed"), first.text
+
+
 def test_admission_defaults_bound_every_role() -> None:
     settings = load_settings(None, admission_role_limits={"executor": 3})
     gate = Gate(settings)
@@ -245,6 +288,8 @@ def test_admission_defaults_bound_every_role() -> None:
         ("GET", "/v1/operations/op_x?current=true", True),
         ("GET", "/v1/operations/op_x?wait=5&current=1", True),
         ("POST", "/v1/bundles", False),
+        ("POST", "/v1/bundles/bnd_x/preflight", True),
+        ("GET", "/v1/bundles/bnd_x/preflight", False),
         ("GET", "/readyz", False),
     ],
 )
