@@ -1,7 +1,8 @@
 """Admission of costly reads: bounded per role and per credential before they take a worker.
 
 ``Admission`` (asked by the daemon's one ASGI layer, ``promoter.api.front``, once the
-``Host`` passed) authenticates the caller of a ``COSTLY`` read and asks ``Gate`` for a
+``Host`` passed) authenticates the caller of a ``COSTLY`` read (or of a ``COSTLY_WITH``
+route asked with its parameter, or a ``COSTLY_POSTS`` read asked by a POST) and asks ``Gate`` for a
 place before the route runs, within ``admission_role_limits``,
 ``admission_credential_limits``, ``admission_wait_seconds`` and ``admission_queue``, else
 ``429`` (protocol: api#work-bounded-per-caller). What it found (the principal, or the
@@ -19,6 +20,7 @@ import asyncio
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -51,7 +53,13 @@ COSTLY_ROUTES = (
     "/v1/operations/{operation_id}/rollback-receipt.dsse",
     "/v1/grants/{grant_id}/base",
 )
+# the route templates that are costly reads only when asked with a query parameter (an
+# operation with ``current``: every target read and hashed in the worktree)
+COSTLY_WITH = {"/v1/operations/{operation_id}": "current"}
 READS = frozenset({"GET", "HEAD"})
+# the reads asked by a POST: a preflight re-reads every blob of its bundle and the worktree
+COSTLY_POSTS = ("/v1/bundles/{bundle_id}/preflight",)
+_FALSE = frozenset({"", "0", "off", "f", "false", "n", "no"})  # a query bool that is false
 
 
 @dataclass(frozen=True)
@@ -68,22 +76,49 @@ def _compile(template: str, below: bool) -> _Template:
 
 
 COSTLY = tuple(_compile(t, below=n < 2) for n, t in enumerate(COSTLY_ROUTES))
+COSTLY_IF = tuple((_compile(t, below=False), name) for t, name in COSTLY_WITH.items())
+COSTLY_POST = tuple(_compile(t, below=False) for t in COSTLY_POSTS)
 
 
-def costly_route(method: str, path: str) -> tuple[_Template, dict[str, str]] | None:
+def _asked(query: bytes, name: str) -> bool:
+    """Whether ``query`` sets the boolean parameter ``name`` true (any of its values)."""
+    values = parse_qs(query.decode("latin-1"), keep_blank_values=True).get(name, [])
+    return any(value.strip().lower() not in _FALSE for value in values)
+
+
+def costly_route(
+    method: str, path: str, query: bytes = b""
+) -> tuple[_Template, dict[str, str]] | None:
     """The costly read's route and path parameters, or None for any other request."""
+    if method == "POST":
+        for route in COSTLY_POST:
+            found = route.pattern.fullmatch(path)
+            if found is not None:
+                return route, {k: v for k, v in found.groupdict().items() if v is not None}
+        return None
     if method not in READS:
         return None
     for route in COSTLY:
         found = route.pattern.fullmatch(path)
         if found is not None:
             return route, {k: v for k, v in found.groupdict().items() if v is not None}
+    for route, name in COSTLY_IF:
+        found = route.pattern.fullmatch(path)
+        if found is not None and _asked(query, name):
+            return route, {k: v for k, v in found.groupdict().items() if v is not None}
     return None
 
 
-def is_costly(method: str, path: str) -> bool:
+def is_costly(method: str, path: str, query: bytes = b"") -> bool:
     """Whether a request is a costly read that ``Gate`` admits."""
-    return costly_route(method, path) is not None
+    return costly_route(method, path, query) is not None
+
+
+def may_be_costly(method: str, path: str) -> bool:
+    """Whether a request of this route can be a costly read (with some query)."""
+    if is_costly(method, path):
+        return True
+    return method in READS and any(r.pattern.fullmatch(path) for r, _ in COSTLY_IF)
 
 
 @dataclass
@@ -173,7 +208,7 @@ class Admission:
 
     async def __call__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         """Run ``app`` on an HTTP request: at once, or once a costly read is admitted."""
-        found = costly_route(scope["method"], scope["path"])
+        found = costly_route(scope["method"], scope["path"], scope.get("query_string", b""))
         if found is None:
             await app(scope, receive, send)
             return

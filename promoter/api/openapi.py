@@ -25,7 +25,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from promoter.api.admission import is_costly
+from promoter.api.admission import may_be_costly
 from promoter.api.problems import CODES, MEDIA_TYPE, problem_schema, problem_type
 
 BEARER = "bearer"
@@ -226,7 +226,7 @@ def build(app: FastAPI) -> dict[str, Any]:
             codes = set(entry.codes)
             if op.get("parameters"):
                 codes.add("validation_failed")  # a malformed name, tree or query value
-            if is_costly(method.upper(), path):
+            if may_be_costly(method.upper(), path):
                 codes.add("too_many_requests")  # admitted per role and credential
             op["responses"] = {**entry.responses, **problem_responses(codes)}
             op["security"] = entry.security

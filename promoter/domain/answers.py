@@ -400,6 +400,8 @@ class OperationView(TypedDict):
     events_verified: bool
     merged_into: list[MergedOperation]
     current_targets: NotRequired[list[CurrentTarget] | None]
+    next: NotRequired[str | None]
+    receipt: NotRequired[dict[str, Any] | None]
 
 
 class OwnerView(TypedDict):

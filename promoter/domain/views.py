@@ -336,11 +336,22 @@ class OperationView(Reply):
     current_targets: list[CurrentTarget] | None = Field(
         default=None, description="with `current=true` only"
     )
+    next: str | None = Field(
+        default=None,
+        description="what to do now, for an operation that needs recovery or reconciliation",
+    )
+    receipt: dict[str, Any] | None = Field(
+        default=None,
+        description="the stored promotion receipt, on a promotion request's answer of a "
+        "completed promotion only",
+    )
 
     def wire(self) -> dict[str, Any]:
-        """The JSON answer; ``current_targets`` only when it was asked for."""
-        unasked = {"current_targets"} if self.current_targets is None else None
-        return self.model_dump(mode="json", by_alias=True, exclude=unasked)
+        """The JSON answer; ``current_targets``, ``next`` and ``receipt`` only when set."""
+        unset = {
+            name for name in ("current_targets", "next", "receipt") if getattr(self, name) is None
+        }
+        return self.model_dump(mode="json", by_alias=True, exclude=unset or None)
 
 
 class OperationSummary(Reply):

@@ -26,7 +26,7 @@ from promoter.api.admission import Gate, is_costly
 from promoter.config import load_settings
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.pause import Pause
-from tests.support.promotion import submit
+from tests.support.promotion import promote, submit
 
 FLOOD = 200
 RUNNING = 2  # the executor role's places (and its credential's)
@@ -174,6 +174,97 @@ def test_another_role_keeps_its_places_while_the_executor_role_is_full(
         flood.thread.join(BOUND)
 
 
+def test_an_operations_current_targets_are_a_costly_read_admitted_per_role(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GET /v1/operations/{id}?current=true`` reads and hashes every target in the
+    worktree: past the orchestrator's one place (no queue) a second one is ``429`` at once,
+    while the operation without ``current`` (a journal read) is answered as before."""
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        admission_role_limits={"orchestrator": 1},
+        admission_credential_limits={"orchestrator": 1},
+        admission_queue=0,
+        admission_retry_after_seconds=RETRY_AFTER,
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, CHANGE)
+        operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+        path = f"/v1/operations/{operation_id}?current=true"
+        pause = Pause(tmp_path, "operation_current_targets")
+        monkeypatch.setenv(faults.ENV, pause.spec)
+        faults.reset()
+        held: list[httpx.Response] = []
+
+        def read() -> None:
+            with daemon.orchestrator() as orchestrator:
+                held.append(orchestrator.get(path))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            pause.reached()  # the first read holds the role's one place
+            with daemon.orchestrator() as orchestrator:
+                second = orchestrator.get(path)
+                plain = orchestrator.get(f"/v1/operations/{operation_id}")
+        finally:
+            pause.release()
+            reader.join(BOUND)
+    assert (second.status_code, second.json()["code"]) == (429, "too_many_requests"), second.text
+    assert second.headers["retry-after"] == str(RETRY_AFTER)
+    assert plain.status_code == 200, plain.text
+    assert "current_targets" not in plain.json()
+    [first] = held
+    assert first.status_code == 200, first.text
+    assert [(t["path"], t["matches"]) for t in first.json()["current_targets"]] == [
+        ("src/app.py", "new")
+    ]
+
+
+def test_a_preflight_is_a_costly_read_admitted_per_role(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preflight re-reads every blob of the bundle and the worktree: a read, though a
+    POST. Past the orchestrator's one place (no queue) a second one is ``429`` at once,
+    and nothing of it ran."""
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        admission_role_limits={"orchestrator": 1},
+        admission_credential_limits={"orchestrator": 1},
+        admission_queue=0,
+        admission_retry_after_seconds=RETRY_AFTER,
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, _ = submit(daemon, repo, identity, CHANGE)
+        path = f"/v1/bundles/{bundle['bundle_id']}/preflight"
+        pause = Pause(tmp_path, "preflight_read_back")
+        monkeypatch.setenv(faults.ENV, pause.spec)
+        faults.reset()
+        held: list[httpx.Response] = []
+
+        def check() -> None:
+            with daemon.orchestrator() as orchestrator:
+                held.append(orchestrator.post(path, json={"fence": 7}))
+
+        checker = threading.Thread(target=check)
+        checker.start()
+        try:
+            pause.reached()  # the first preflight holds the role's one place
+            with daemon.orchestrator() as orchestrator:
+                second = orchestrator.post(path, json={"fence": 7})
+        finally:
+            pause.release()
+            checker.join(BOUND)
+        hits = faults.hits("preflight_read_back")
+    assert (second.status_code, second.json()["code"]) == (429, "too_many_requests"), second.text
+    assert second.headers["retry-after"] == str(RETRY_AFTER)
+    assert hits == 1  # the refused one read nothing
+    [first] = held
+    assert (first.status_code, first.json()["status"]) == (200, "passed"), first.text
+
+
 def test_admission_defaults_bound_every_role() -> None:
     settings = load_settings(None, admission_role_limits={"executor": 3})
     gate = Gate(settings)
@@ -193,12 +284,18 @@ def test_admission_defaults_bound_every_role() -> None:
         ("GET", "/v1/operations/op_x/receipt", True),
         ("GET", "/v1/operations", False),
         ("GET", "/v1/operations/op_x", False),
+        ("GET", "/v1/operations/op_x?current=false", False),
+        ("GET", "/v1/operations/op_x?current=true", True),
+        ("GET", "/v1/operations/op_x?wait=5&current=1", True),
         ("POST", "/v1/bundles", False),
+        ("POST", "/v1/bundles/bnd_x/preflight", True),
+        ("GET", "/v1/bundles/bnd_x/preflight", False),
         ("GET", "/readyz", False),
     ],
 )
 def test_which_requests_are_costly_reads(method: str, path: str, costly: bool) -> None:
-    assert is_costly(method, path) is costly
+    path, _, query = path.partition("?")
+    assert is_costly(method, path, query.encode()) is costly
 
 
 def test_a_costly_read_with_a_bad_token_is_refused_as_before_and_takes_no_place(

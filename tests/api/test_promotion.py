@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import rfc8785
 
+from promoter import faults
 from tests.support.daemon import Daemon
 from tests.support.flows import git, jcs_sha, sha
 from tests.support.promotion import git_dir_digest, promote, submit, tree_bytes
@@ -269,3 +270,58 @@ def test_a_refused_attempt_with_a_journaled_plan_is_replanned_exactly(
     after = tree_bytes(repo)
     assert [after[p][0] for p, _, _ in changes] == [new for _, _, new in changes]
     assert not list(repo.rglob(".promoter-tmp-*"))
+
+
+def test_asking_again_for_a_completed_promotion_answers_its_stored_receipt(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """An existing operation is answered, not accepted again: asked again (without
+    waiting), a completed promotion answers 200 with its view and its stored receipt."""
+    _, bundle, receipt = submit(daemon, repo, identity, [("src/app.py", V1, b"v2\n")])
+    first = promote(daemon, bundle, receipt).json()
+    operation_id = first["operation_id"]
+    with daemon.orchestrator() as orch:
+        stored = orch.get(f"/v1/operations/{operation_id}/receipt").content
+    again = promote(daemon, bundle, receipt, wait=False)
+    assert again.status_code == 200, again.text
+    answer = again.json()
+    assert (answer["operation_id"], answer["status"], answer["attempt"]) == (
+        operation_id,
+        "completed",
+        1,
+    )
+    assert rfc8785.dumps(answer["receipt"]) == stored
+    assert "next" not in answer
+
+
+def test_asking_again_for_a_promotion_that_needs_reconciliation_says_what_to_do(
+    daemon: Daemon, repo: Path, identity: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A promotion that failed closed is not started again by the same request: the answer
+    is its status and what to do (an operator reconciles it), and nothing is written."""
+    changes = [("src/app.py", V1, b"v2\n"), ("src/b.txt", None, b"b\n")]
+    _, bundle, receipt = submit(daemon, repo, identity, changes)
+    monkeypatch.setenv(faults.ENV, "after_replace=EIO@2")  # the second replace fails
+    faults.reset()
+    first = promote(daemon, bundle, receipt).json()
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert (first["status"], first["code"]) == ("needs_reconciliation", "write_failed"), first
+    operation_id = first["operation_id"]
+    on_disk = tree_bytes(repo)
+    for wait in (False, True):
+        again = promote(daemon, bundle, receipt, wait=wait)
+        assert again.status_code == 200, again.text
+        answer = again.json()
+        assert (answer["operation_id"], answer["status"], answer["attempt"]) == (
+            operation_id,
+            "needs_reconciliation",
+            1,
+        )
+        assert answer["next"] == (
+            f"an operator reconciles it: POST /v1/operations/{operation_id}/reconcile with "
+            "continue (after mending the paths its report names), rollback or abandon "
+            f"(promoter ops reconcile {operation_id} DECISION)"
+        )
+        assert "receipt" not in answer
+    assert tree_bytes(repo) == on_disk

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
@@ -188,12 +189,18 @@ def test_asking_again_answers_the_same_operation_and_writes_nothing_twice(
     assert again.json()["operation"]["attempt"] == 1
     assert again.json()["verification_receipt"] == first.json()["verification_receipt"]
     assert stored(daemon) == files  # no second receipt, no second charge
-    no_wait = _post(daemon, content, executor, wait="false")
-    assert no_wait.status_code == 202, no_wait.text
-    assert no_wait.json()["operation"] == {
-        "operation_id": first.json()["operation"]["operation_id"],
-        "status": "completed",
-    }
+    no_wait = _post(daemon, content, executor, wait="false")  # ended: answered at once
+    assert no_wait.status_code == 200, no_wait.text
+    operation = no_wait.json()["operation"]
+    assert (operation["operation_id"], operation["status"], operation["attempt"]) == (
+        first.json()["operation"]["operation_id"],
+        "completed",
+        1,
+    )
+    with daemon.orchestrator() as orch:
+        stored_receipt = orch.get(f"/v1/operations/{operation['operation_id']}/receipt")
+    assert rfc8785.dumps(operation["receipt"]) == stored_receipt.content
+    assert "receipt" not in no_wait.json()  # the top-level one only when asked for
 
 
 @pytest.mark.parametrize(
@@ -340,8 +347,30 @@ def test_the_answer_carries_the_diff_and_the_receipt_their_own_requests_answer(
     assert "diff" not in plain and "receipt" not in plain and "not_carried" not in plain
     assert plain["operation"]["operation_id"] == operation_id
     waited_not = _post(daemon, content, executor, wait="false", receipt="true")
-    assert waited_not.status_code == 202 and "receipt" not in waited_not.json()
-    assert "not_carried" not in waited_not.json()  # no receipt yet is no failure
+    assert waited_not.status_code == 200  # ended already: answered at once, receipt carried
+    assert waited_not.json()["receipt"] == json.loads(receipt.content)
+    assert "not_carried" not in waited_not.json()
+
+
+def test_a_receipt_not_made_yet_is_neither_carried_nor_named(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """Not waited for, a new promotion answers 202 before its receipt exists: asked for,
+    the receipt is not carried, and not named as a failure (the status says why)."""
+    grant = _grant(daemon, repo, identity)
+    bundle = make_bundle(grant, CHANGES)
+    executor = _executor_token(daemon, "run_1")
+    answer = _post(daemon, body(bundle, V1, V2, NEW), executor, wait="false", receipt="true")
+    assert answer.status_code == 202, answer.text
+    assert "receipt" not in answer.json() and "not_carried" not in answer.json()
+    operation_id = answer.json()["operation"]["operation_id"]
+    with daemon.orchestrator() as orch:
+        view = orch.get(f"/v1/operations/{operation_id}").json()
+        while view["status"] == "in_progress":
+            view = orch.get(
+                f"/v1/operations/{operation_id}", params={"wait": 60, "status": "in_progress"}
+            ).json()
+    assert view["status"] == "completed", view
 
 
 def _failing_once(

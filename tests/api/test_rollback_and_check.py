@@ -89,6 +89,30 @@ def test_rollback_restores_every_byte_mode_and_removes_created_directories(
         assert _rollback(daemon, view["operation_id"]).content == answer.content
 
 
+def test_a_rolled_back_promotions_receipt_and_envelope_are_served_as_stored(
+    tmp_path: Path, lab: Path
+) -> None:
+    """A promotion receipt is made once and every later request returns its bytes: a
+    rollback adds a rollback receipt, it does not withdraw the promotion's (the row still
+    holds it), nor its signed envelope."""
+    for daemon in serve_lab(tmp_path, lab):
+        _, bundle, receipt = submit(daemon, lab, _identity(daemon), CHANGES[:1])
+        op_id = promote(daemon, bundle, receipt).json()["operation_id"]
+        with daemon.orchestrator() as orch:
+            before = orch.get(f"/v1/operations/{op_id}/receipt")
+            envelope = orch.get(f"/v1/operations/{op_id}/receipt.dsse")
+        assert (before.status_code, envelope.status_code) == (200, 200), before.text
+        assert _rollback(daemon, op_id).status_code == 200
+        with daemon.orchestrator() as orch:
+            assert orch.get(f"/v1/operations/{op_id}").json()["status"] == "rolled_back"
+            after = orch.get(f"/v1/operations/{op_id}/receipt")
+            envelope_after = orch.get(f"/v1/operations/{op_id}/receipt.dsse")
+        assert after.status_code == 200, after.text
+        assert after.content == before.content
+        assert envelope_after.status_code == 200, envelope_after.text
+        assert envelope_after.content == envelope.content
+
+
 def test_user_edit_after_promotion_is_a_conflict_and_keeps_the_users_bytes(
     tmp_path: Path, lab: Path
 ) -> None:

@@ -507,6 +507,126 @@ def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_f
     assert _listing(fleet.repo) == expected  # exact: no temp of anyone's left
 
 
+PLACED = 130  # new files in one directory: three groups of replaces (TEMPS_TOGETHER = 64)
+
+
+def test_a_host_stopped_while_replacing_and_fenced_replaces_at_most_one_group_more(
+    tmp_path: Path,
+) -> None:
+    """A host stopped (SIGSTOP) after its first replace of a large promotion, every temp
+    staged, and fenced to B: continued, it checks its epoch before its next group of
+    replaces, so at most the rest of the group it was in lands after the fence; it then
+    removes its remaining temps (its own) and answers ``host_fenced``. B's recovery
+    confirms what landed and writes the rest: exactly the bundle, no temp left."""
+    shared = Ledger(tmp_path)
+    try:
+        changes: list[tuple[str, bytes | None, bytes | None]] = [
+            (f"src/gen{i:03d}.txt", None, b"file %d\n" % i) for i in range(PLACED)
+        ]
+        pause = Pause(shared.tmp, "after_replace")
+        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        b = shared.daemon("b")
+        request = prepare_promotion(a, shared.repo, changes)
+        original = _listing(shared.repo)
+        answer = _promote_in_background(a, request)
+        pause.reached()
+        operation_id = _operation_id(b)
+        _hang(shared, a)  # stopped after one replace: no heartbeat, the lock held
+        at_fence = _listing(shared.repo)
+        placed = [path for path, _, _ in changes if path in at_fence]
+        assert placed == ["src/gen000.txt"]
+        _until_leases_expired(b, "host-a", operation_id)
+        fenced = _fence(b, "operator", "host-a", "host-b")
+        assert fenced.status_code == 200, fenced.text
+
+        a.proc.send_signal(signal.SIGCONT)
+        pause.release()
+        answer["thread"].join()
+        assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+        after = _listing(shared.repo)
+        landed = [path for path, _, _ in changes if path in after]
+        assert landed == [path for path, _, _ in changes[:64]]  # the first group, no more
+        assert not [n for n in after if ".promoter-tmp-" in n]  # its temps removed
+        assert set(after) - set(original) == set(landed)
+        assert answer["body"]["worktree"] == (
+            "64 targets replaced before the fence was seen; removed its 66 temp files "
+            "and 0 directories"
+        ), answer["body"]
+
+        with b.client() as orch:
+            done = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert done.status_code == 200, done.text
+        assert (done.json()["status"], done.json()["owner"]["host"]) == ("completed", "host-b")
+        expected = dict(original)
+        for path, _, new in changes:
+            assert new is not None
+            expected[path] = hashlib.sha256(new).hexdigest()
+        assert _listing(shared.repo) == expected
+    finally:
+        shared.close()
+
+
+def test_a_host_stopped_while_a_restore_deletes_and_fenced_deletes_at_most_one_group_more(
+    tmp_path: Path,
+) -> None:
+    """A restore that deletes 130 files, its host stopped (SIGSTOP) after the first delete
+    and fenced to B: continued, it checks its epoch before its next group of deletes, so
+    at most the rest of the group it was in is removed after the fence. B's recovery of
+    the restore removes the rest: the worktree is the snapshot again."""
+    shared = Ledger(tmp_path)
+    try:
+        pause = Pause(shared.tmp, "after_unlink")
+        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        b = shared.daemon("b")
+        snapshots = "/v1/repositories/work/snapshots"
+        with a.client("operator") as op:
+            base = op.post(snapshots, json={"label": "base"}).json()["tree"]
+        original = _listing(shared.repo)
+        made = [f"src/gen{i:03d}.txt" for i in range(PLACED)]
+        for path in made:
+            (shared.repo / path).write_bytes(path.encode() + b"\n")
+        with a.client("operator") as op:
+            grown = op.post(snapshots, json={"label": "grown"}).json()["tree"]
+        answer: dict[str, Any] = {}
+
+        def restore() -> None:
+            with a.client("operator") as op:
+                done = op.post(f"{snapshots}/{base}/restore", json={"expected_current_tree": grown})
+                answer["status"], answer["body"] = done.status_code, done.json()
+
+        thread = threading.Thread(target=restore)
+        thread.start()
+        pause.reached()
+        with b.client("operator") as op:
+            (listed,) = op.get("/v1/operations", params={"status": "in_progress"}).json()[
+                "operations"
+            ]
+        operation_id = str(listed["operation_id"])
+        _hang(shared, a)  # stopped after one delete: no heartbeat, the lock held
+        assert sum(path not in _listing(shared.repo) for path in made) == 1
+        _until_leases_expired(b, "host-a", operation_id)
+        fenced = _fence(b, "operator", "host-a", "host-b")
+        assert fenced.status_code == 200, fenced.text
+        assert fenced.json()["operations"] == [operation_id]
+
+        a.proc.send_signal(signal.SIGCONT)
+        pause.release()
+        thread.join()
+        assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+        after = _listing(shared.repo)
+        gone = [path for path in made if path not in after]
+        assert gone == made[:64]  # the first group, no more
+        assert not [n for n in after if ".promoter-tmp-" in n]
+
+        with b.client("operator") as op:
+            done = op.post(f"/v1/operations/{operation_id}/recover", json={"fence": 0})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "completed", done.text
+        assert _listing(shared.repo) == original
+    finally:
+        shared.close()
+
+
 @pytest.mark.postgresql_only
 def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
     """A transaction that checked the epoch holds the host's lock shared until it commits:

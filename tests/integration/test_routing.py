@@ -34,10 +34,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from promoter import faults
 from promoter.cli import credentials_cmd
 from promoter.client.aio import AsyncPromoterClient
 from promoter.client.sync import PromoterClient
 from promoter.domain.models import GrantV1
+from promoter.engine.operation.rollback import rollback_id
 from promoter.errors import OwnedByOtherHost, Unauthenticated
 from tests.console.support import login
 from tests.support.daemon import Daemon, running_daemon
@@ -198,6 +200,61 @@ def test_preflight_and_a_grant_on_a_non_owner_are_421_with_location(
             "host-a": first.url,
             "host-b": owner.url,
         }
+        assert tree_bytes(repo) == {"notes.txt": (OLD, 0o644)}
+
+
+def test_recovering_another_hosts_rollback_is_421_naming_its_owner(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback stopped on host B (its repository's) is B's work: asked on host A to
+    recover or reconcile it, A answers 421 naming B (not 404 ``repository_unknown``) and
+    changes nothing; on B it finishes."""
+    with _cluster(tmp_path, database_url, ("a", "b")) as hosts:
+        first, (owner, repo) = hosts["a"][0], hosts["b"]
+        identity = _identity(owner, "b")
+        grant = _grant(repo, identity, "b")
+        with owner.orchestrator() as orch:
+            assert orch.post("/v1/grants", json=grant).status_code == 201
+            orch.put(f"/v1/leases/wf_b/{grant['stage']}", json=_lease(grant))
+            token = orch.post("/v1/executor-tokens", json={"executor_run_id": "run_b"})
+            submitted = _submit_as_executor(owner.url, token.json()["token"], grant)
+            done = orch.post(
+                "/v1/promotions",
+                json={
+                    "bundle_id": submitted["bundle_id"],
+                    "verification_receipt_sha256": submitted["verification_receipt"][
+                        "receipt_sha256"
+                    ],
+                    "fence": grant["fence"],
+                    "wait": True,
+                },
+            ).json()
+        assert done["status"] == "completed", done
+        monkeypatch.setenv(faults.ENV, "rollback_after_step=EIO@1")
+        faults.reset()
+        with owner.operator() as op:
+            stopped = op.post(f"/v1/operations/{done['operation_id']}/rollback")
+        monkeypatch.delenv(faults.ENV)
+        faults.reset()
+        assert stopped.status_code == 503, stopped.text
+        child = rollback_id(done["operation_id"])
+        with first.operator() as op:
+            recover = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+            reconcile = op.post(
+                f"/v1/operations/{child}/reconcile", json={"decision": "abandon", "note": ""}
+            )
+            left = op.get(f"/v1/operations/{child}").json()
+        assert recover.status_code == 421, recover.text
+        assert (recover.json()["owner_host"], recover.json()["owner_url"]) == (
+            "host-b",
+            owner.url,
+        )
+        assert recover.headers["location"] == f"{owner.url}/v1/operations/{child}/recover"
+        assert (reconcile.status_code, reconcile.json()["code"]) == (409, "operation_conflict")
+        assert left["status"] == "needs_recovery"
+        with owner.operator() as op:
+            finished = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+        assert finished.json()["status"] == "rolled_back", finished.text
         assert tree_bytes(repo) == {"notes.txt": (OLD, 0o644)}
 
 

@@ -11,6 +11,7 @@ journal runs in a worker thread, off the event loop.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -93,10 +94,22 @@ PROMOTE_CODES = [
 ]
 
 
+def _ended(services: Promoting, view: OperationView) -> Response:
+    """An ended operation's answer: 200 with its view, and its stored receipt when it
+    completed (protocol: promotion#operation-identity)."""
+    if view.status == OperationStatus.COMPLETED:
+        view.receipt = json.loads(receipts.promotion_receipt(services, view.operation_id))
+    return model_response(view, 200)
+
+
 def _promote(services: Promoting, body: PromotionRequest) -> Response:
     requested = requests.request_promotion(
         services, body.bundle_id, body.verification_receipt_sha256, body.fence
     )
+    if not requested.started:  # an operation that already ended is answered as it is
+        view = views.operation_view(services.db, requested.operation_id)
+        if view.status in ENDED:
+            return _ended(services, view)
     if body.wait:
         runner.wait_for(services, requested.operation_id, WAIT_SECONDS)
         view = views.operation_view(services.db, requested.operation_id)
@@ -131,7 +144,10 @@ def _promote_body(services: Promoting, raw: bytes) -> Response:
         summary="Promote a verified bundle",
         description="Request the promotion of a bundle under its passed verification receipt "
         "and the lease's fence: 202 with the operation id; with `wait`, 200 with the "
-        "operation once it ended (or 202 if it is still running after the wait).",
+        "operation once it ended (or 202 if it is still running after the wait). The same "
+        "request for an operation that already ended answers 200 with it at once: its "
+        "stored `receipt` when completed, `next` (what to do) when it needs recovery or "
+        "reconciliation.",
         tags=["orchestrator"],
         roles=ORCHESTRATOR,
         errors=PROMOTE_CODES,

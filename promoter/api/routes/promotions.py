@@ -259,11 +259,14 @@ def _promote(
     if wait:
         runner.wait_for(services, operation_id, WAIT_SECONDS)
     view = views.operation_view(services.db, operation_id)
-    ended = wait and view.status in ENDED
+    existing = not requested.started  # an operation that already ended is answered as it is
+    ended = (wait or existing) and view.status in ENDED
     completed = ended and view.status == OperationStatus.COMPLETED
-    read = _receipt(services, operation_id) if receipt and completed else None
+    read = _receipt(services, operation_id) if completed and (receipt or existing) else None
     if isinstance(read, NotCarried):
         missing.append(read)
+    elif read is not None and existing:  # as POST /v1/promotions answers it
+        view.receipt = read
     answer = PromotedWithEvidence(
         bundle_id=submitted.bundle.bundle_id,
         bundle_sha256=submitted.bundle.bundle_sha256,
@@ -272,7 +275,7 @@ def _promote(
         if ended
         else OperationAccepted(operation_id=operation_id, status=view.status),
         diff=None if isinstance(shown, NotCarried) else shown,
-        receipt=None if isinstance(read, NotCarried) else read,
+        receipt=read if isinstance(read, dict) and receipt else None,
         not_carried=missing or None,
     )
     return model_response(answer, 200 if ended else 202), promoted.blobs
@@ -296,7 +299,8 @@ def _promote(
         "passed verification receipt are stored, durable, and the promotion is requested "
         "under `fence`: 202 with the receipt and the operation's id; with `wait`, 200 with "
         "the receipt and the operation once it ended. The same request again answers the "
-        "same operation.",
+        "same operation: once it ended, 200 with it at once, as `POST /v1/promotions` "
+        "answers it.",
         tags=["orchestrator"],
         roles=("orchestrator", "operator"),
         errors=sorted(

@@ -35,7 +35,7 @@ from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 
-__all__ = ["Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
+__all__ = ["TEMPS_TOGETHER", "Driver", "Passed", "Step", "Target", "remove_empty_dirs"]
 
 log = logging.getLogger("promoter.driver")
 
@@ -76,11 +76,13 @@ class Step:
 @dataclass
 class Passed:
     """How a ``place_all`` ended: the seqs done, the first failure (seq, or -1 for one
-    outside any step), and whether the daemon's stop ended it between two steps."""
+    outside any step), whether the daemon's stop ended it between two steps, and what
+    ``between_groups`` raised when it ended it between two groups of replaces."""
 
     applied: list[int] = field(default_factory=list)
     failure: tuple[int, PromoterError] | None = None
     stopped: bool = False
+    halted: PromoterError | None = None  # what the check between groups of replaces raised
 
 
 def _with_kept(error: PromoterError, kept: list[KeptEntry]) -> PromoterError:
@@ -141,8 +143,9 @@ class Driver:
         between_groups: Callable[[], None] | None = None,
     ) -> None:
         """``between_groups`` runs before the first temp of every group of temps after the
-        first (the host's epoch check, ``engine.fencing``): what it raises stops the pass
-        before that group makes a temp or a directory."""
+        first, and before every group of replaces after the first (the host's epoch check,
+        ``engine.fencing``): what it raises stops the pass before that group makes a temp,
+        a directory or a name."""
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
@@ -187,6 +190,12 @@ class Driver:
             self._between_groups()
         self._groups += 1
 
+    def open_group(self) -> None:
+        """Begin the next group of steps a pass carries out one by one (a restore's
+        deletes, ``TEMPS_TOGETHER`` a group): ``between_groups`` runs before every group
+        after the first, as before a group of temps."""
+        self._open_group()
+
     def end_staging(self) -> None:
         """Every begun temp fsynced and named."""
         self.apply.end_begun()
@@ -210,16 +219,25 @@ class Driver:
         self, steps: Sequence[Step], *, check: Callable[[], None], stopping: threading.Event
     ) -> Passed:
         """Put every staged step in place (or remove it) in order, then sync each directory
-        once; ``check`` runs first (the lock still held). Closes the pass."""
+        once; ``check`` runs first (the lock still held), ``between_groups`` before every
+        ``TEMPS_TOGETHER`` steps after the first ones (what it raises ends the pass there,
+        in ``halted``, the temps not placed dropped as promoter's own). Closes the pass."""
         passed = Passed()
         try:
             with translated():
                 check()
-                for step in steps:
+                for at, step in enumerate(steps):
                     if stopping.is_set():  # SIGTERM: stop between two steps
                         passed.stopped = True
                         self.apply.drop_staged(step.seq)
                         break
+                    if at and not at % TEMPS_TOGETHER and self._between_groups is not None:
+                        try:
+                            self._between_groups()
+                        except PromoterError as error:
+                            passed.halted = error
+                            self.apply.drop_staged(step.seq)
+                            break
                     try:
                         with translated():
                             self._place(step)

@@ -1,7 +1,8 @@
 """Preflight: steps 1, 2 and 4 of a promotion against the worktree as it is now
 (protocol: promotion#preflight).
 
-Reuses the promotion's checks and read-back; writes nothing. Deliberately not here: the
+Reuses the promotion's checks and read-back; writes nothing. Fault point:
+``preflight_read_back`` (the evidence re-read, the worktree not yet). Deliberately not here: the
 promotion itself (``operation.promote``).
 """
 
@@ -16,6 +17,7 @@ from promoter.engine.operation.preconditions import read_back
 from promoter.engine.ports import Checking
 from promoter.engine.verify.link_resolution import refuse_escapes_on_disk
 from promoter.errors import OwnedByOtherHost, PromoterError, TargetDrift
+from promoter.faults import point
 from promoter.fs.root import Root
 
 
@@ -35,6 +37,7 @@ def preflight(services: Checking, bundle_id: str, fence: int | None) -> Prefligh
         evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
         checks = PreflightChecks.model_construct(authority=passed, evidence=passed)  # (2)
         repository = routing.local_repository(services, evidence.grant.repository_identity)
+        point("preflight_read_back")  # the evidence re-read, the worktree not yet
         with Root.open(repository.worktree) as root:
             readback = read_back(repository.layout, root, evidence.grant, evidence.bundle)
             if readback.ok:  # as the promotion does: links resolved once the read-back passed

@@ -435,6 +435,12 @@ def apply_changes(
         raise _stand_down(operation_id, driver, exc) from exc
     planner.before_placing(services, operation_id, attempt, (changes, wanted), driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
+    if isinstance(passed.halted, HostFenced):  # seen between two groups of replaces
+        driver.abandon(passed.halted)
+        raise _noted(operation_id, driver, passed.halted, placed=len(passed.applied))
+    if passed.halted is not None:  # the epoch could not be read: no name more, recovery goes on
+        _leave_for_recovery(services.db, operation_id, passed.applied, passed.halted)
+        return
     try:
         if passed.stopped and passed.failure is None:
             _leave_for_recovery(services.db, operation_id, passed.applied)
@@ -459,11 +465,15 @@ def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFence
     return _noted(operation_id, driver, exc)
 
 
-def _noted(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
-    """``exc`` naming what the abandoned pass removed and kept, logged once."""
+def _noted(
+    operation_id: str, driver: Driver, exc: HostFenced, *, placed: int | None = None
+) -> HostFenced:
+    """``exc`` naming what the abandoned pass removed and kept (and, seen between two
+    groups of replaces, how many targets it ``placed`` before), logged once."""
     temps, removed_dirs, kept = driver.removed_temps, driver.removed_dirs, driver.kept
     exc.context["worktree"] = (
-        f"removed its {len(temps)} temp files and {len(removed_dirs)} directories"
+        ("" if placed is None else f"{placed} targets replaced before the fence was seen; ")
+        + f"removed its {len(temps)} temp files and {len(removed_dirs)} directories"
         + (f"; kept {len(kept)} entries that are not its own" if kept else "")
     )
     exc.context["removed_temps"] = wire_all(temps[:_LISTED])  # the counts are in ``worktree``
@@ -472,7 +482,8 @@ def _noted(operation_id: str, driver: Driver, exc: HostFenced) -> HostFenced:
         exc.context["kept"] = wire_all(kept)
     named = [wire_path(path) for path in [*temps, *removed_dirs]]
     log.error(
-        "host fenced while staging %s: %s, the new owner recovers it (removed: %s%s)",
+        "host fenced while %s %s: %s, the new owner recovers it (removed: %s%s)",
+        "staging" if placed is None else "replacing",
         operation_id,
         exc.context["worktree"],
         ", ".join(named[:_NAMED]) or "none",
@@ -485,12 +496,16 @@ _NAMED = 20  # removed names listed in the log line, at most
 _LISTED = 100  # removed names listed in the answer, at most
 
 
-def _leave_for_recovery(db: Database, operation_id: str, applied: list[int]) -> None:
-    """The daemon is stopping: journal the steps done; recovery finishes the rest."""
+def _leave_for_recovery(
+    db: Database, operation_id: str, applied: list[int], why: PromoterError | None = None
+) -> None:
+    """The daemon is stopping, or could not read its host's epoch between two groups of
+    replaces (``why``): journal the steps done; recovery finishes the rest."""
+    detail = f"the daemon stopped after {len(applied)} of the steps"
     with journal.attempt(db, operation_id) as j:
         j.set_steps(dict.fromkeys(applied, StepStatus.COMPLETED))
         j.set_status(
             OperationStatus.NEEDS_RECOVERY,
-            code="stopped",
-            detail=f"the daemon stopped after {len(applied)} of the steps",
+            code="stopped" if why is None else why.code,
+            detail=detail if why is None else f"{detail}: {why.detail}",
         )

@@ -9,20 +9,24 @@ Deliberately not here: signed envelopes (``operation.served``,
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import canonical_bytes
-from promoter.domain.status import FINAL, OperationStatus
+from promoter.domain.status import FINAL, ROLLBACK_ENDS, OperationStatus
 from promoter.engine.operation.rollback import rollback_id
 from promoter.engine.ports import Records
 from promoter.errors import OperationUnknown, PromoterError, ReceiptUnavailable
 from promoter.faults import point
-from promoter.store import journal
+from promoter.store import journal, ledger
 
 log = logging.getLogger("promoter.operations")
 
 
 def promotion_receipt(services: Records, operation_id: str) -> bytes:
-    """The promotion receipt's bytes, only once the operation is ``completed``
+    """The promotion receipt's bytes, once the operation completed: also after it was
+    rolled back, as the receipt is made once and served for ever
     (protocol: bundles#promotion-receipt).
 
     The bytes are the row's (protocol: storage#receipt-in-outcome-commit: the ledger's row is
@@ -38,7 +42,11 @@ def promotion_receipt(services: Records, operation_id: str) -> bytes:
             raise OperationUnknown(f"no operation {operation_id!r}", operation_id=operation_id)
         receipt = row.receipt
         status = row.status
-    if receipt is None or status != OperationStatus.COMPLETED:
+        served = receipt is not None and (
+            status == OperationStatus.COMPLETED
+            or (status in ROLLBACK_ENDS and _completed_before(session, operation_id, receipt))
+        )
+    if not served or receipt is None:
         raise ReceiptUnavailable(
             f"operation {operation_id} has no receipt (status {status})", current_status=status
         )
@@ -55,6 +63,19 @@ def promotion_receipt(services: Records, operation_id: str) -> bytes:
             aside,
         )
     return data
+
+
+def _completed_before(session: Session, operation_id: str, receipt: dict[str, Any]) -> bool:
+    """Whether a rolled-back promotion had completed: the outcome event its receipt names
+    recorded it ``completed`` (a receipt recorded by an attempt that never completed is not
+    served)."""
+    outcome = receipt.get("events", {}).get("outcome")
+    return any(
+        event.event_id == outcome
+        and event.kind == "outcome"
+        and (event.payload or {}).get("status") == OperationStatus.COMPLETED
+        for event in ledger.events(session, operation_id)
+    )
 
 
 def rollback_receipt(services: Records, operation_id: str) -> bytes:

@@ -49,6 +49,7 @@ from promoter.engine.ports import (
     Records,
     Routing,
 )
+from promoter.engine.queries import guarded_here
 from promoter.errors import OperationUnknown, PromoterError
 from promoter.fs.aside import KeptEntry
 from promoter.fs.held import Directories
@@ -167,6 +168,7 @@ def _recover_body(
         kind = row.kind
         bundle_id, receipt = row.bundle_id, row.verification_receipt_sha256
         guard(kind, row.status, "recover", role=role, operation_id=operation_id)
+        guarded_here(services.registry, services.owner.host, row)  # else its owner's: 421
     if kind == OperationKind.ROLLBACK:
         return recover_rollback(services, operation_id)
     if kind == OperationKind.RESTORE:
@@ -359,6 +361,7 @@ def _reconcile_body(
             decision=decision,
             operation_id=operation_id,
         )
+        guarded_here(services.registry, services.owner.host, row)  # else its owner's: 421
     if kind == OperationKind.RESTORE and decision == Decision.CONTINUE:
         return recover_restore(services, operation_id, from_status=_RECONCILING)
     if kind == OperationKind.ROLLBACK and decision == Decision.CONTINUE:

@@ -36,7 +36,7 @@ from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine import fencing
 from promoter.engine.operation.dirs import journal_intent
-from promoter.engine.operation.driver import Driver, Target, remove_empty_dirs
+from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.ports import Pacing
@@ -201,7 +201,7 @@ class StepRun:
         try:
             with self._pass(), translated():
                 self.lock.check_held()
-                _grouped(deletes, self._delete)
+                _grouped(deletes, self._delete, self._open_group)
                 self._remove_emptied([s for s in self.steps if s.operation == "delete"])
                 paths = [s.path for s in writes]
                 journal_intent(self.services.db, self.operation_id, self.root, paths)
@@ -213,6 +213,10 @@ class StepRun:
             if exc.context.get("kept"):
                 self.touched = True
         return self.finish()
+
+    def _open_group(self) -> None:
+        with self._pass() as driver:
+            driver.open_group()
 
     def _delete(self, step: Step, sync: bool) -> None:
         with self._pass() as driver:
@@ -317,9 +321,15 @@ class StepRun:
         return status
 
 
-def _grouped(steps: list[Step], run: Callable[[Step, bool], None]) -> None:
-    """Run each step; ``sync`` is true on the last step in each directory (one fsync)."""
+def _grouped(
+    steps: list[Step], run: Callable[[Step, bool], None], open_group: Callable[[], None]
+) -> None:
+    """Run each step; ``sync`` is true on the last step in each directory (one fsync).
+    ``open_group`` runs before every ``TEMPS_TOGETHER`` steps (the host's epoch check from
+    the second group on, protocol: promotion#fence-stops-every-write)."""
     for index, step in enumerate(steps):
+        if not index % TEMPS_TOGETHER:
+            open_group()
         nxt = steps[index + 1] if index + 1 < len(steps) else None
         run(step, nxt is None or dir_key(nxt.path)[0] != dir_key(step.path)[0])
 

@@ -1,6 +1,7 @@
 """What the API shows of operations: one operation whole, its targets now, a bundle's promotions.
 
-Reads only. Deliberately not here: listings and summaries (``promoter.engine.queries``).
+Reads only. Fault point: ``operation_current_targets`` (before the worktree is read for
+``current_targets``). Deliberately not here: listings and summaries (``promoter.engine.queries``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sqlalchemy import Row
 
 from promoter.domain.path_state import Verdict, classify
 from promoter.domain.paths import disk_path
+from promoter.domain.status import OperationKind, OperationStatus
 from promoter.domain.views import (
     Attempt,
     BundleOperation,
@@ -27,6 +29,7 @@ from promoter.engine.ownership import owner_view
 from promoter.engine.ports import Routing
 from promoter.engine.queries import guarded_here
 from promoter.errors import OperationUnknown, PromoterError
+from promoter.faults import point
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
 from promoter.store import journal, ledger, step_rows
@@ -94,6 +97,7 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
             ],
             events=[ledger.as_event(e) for e in events],
             events_verified=ledger.verify_chain(events),
+            next=next_step(row.kind, row.status, row.operation_id),
             merged_into=[
                 MergedOperation.model_construct(
                     operation_id=m.operation_id, bundle_id=m.bundle_id, status=m.status, code=m.code
@@ -101,6 +105,30 @@ def operation_view(db: Database, operation_id: str) -> OperationView:
                 for m in sorted(merged, key=lambda m: bundles.index(m.bundle_id))
             ],
         )
+
+
+def next_step(kind: str, status: str, operation_id: str) -> str | None:
+    """What to do with an operation that needs recovery or reconciliation, naming the
+    route and the command (protocol: promotion#operation-identity); None otherwise."""
+    promotion = kind == OperationKind.PROMOTION
+    if status == OperationStatus.NEEDS_RECOVERY:
+        if promotion:
+            return (
+                f"recover it: POST /v1/operations/{operation_id}/recover with the lease's "
+                f"current fence (promoter ops recover {operation_id} --fence N)"
+            )
+        return (
+            f"an operator recovers it: POST /v1/operations/{operation_id}/recover "
+            f"(promoter ops recover {operation_id})"
+        )
+    if status == OperationStatus.NEEDS_RECONCILIATION:
+        decisions = "rollback or abandon" if promotion else "or abandon"
+        return (
+            f"an operator reconciles it: POST /v1/operations/{operation_id}/reconcile with "
+            f"continue (after mending the paths its report names), {decisions} "
+            f"(promoter ops reconcile {operation_id} DECISION)"
+        )
+    return None
 
 
 def _merged_bundles(events: Sequence[Row[Any]]) -> list[str]:
@@ -125,6 +153,7 @@ def current_targets(services: Routing, operation_id: str) -> list[CurrentTarget]
         repository = guarded_here(services.registry, services.owner.host, row)
         steps = [(s.path, s.old_state, s.new_state) for s in step_rows.steps(session, operation_id)]
     found: list[CurrentTarget] = []
+    point("operation_current_targets")  # the worktree not read yet
     with Root.open(repository.worktree) as root, closing(Directories.for_reads(root)) as held:
         leaves = held.read_states([disk_path(path) for path, _, _ in steps])  # wire form
     for (path, old, new), leaf in zip(steps, leaves, strict=True):
