@@ -237,6 +237,11 @@ class PromoterClient(BlobCalls):
         response = self._send("GET", f"/v1/bundles/{segment(bundle_id)}")
         return PatchBundleV1.model_validate_json(response.content)
 
+    def bundle_document(self, bundle_id: str) -> dict[str, Any]:
+        """The bundle as the daemon answers it, parsed by no model (``promoter run`` reads
+        whether a step's bundle is a merge)."""
+        return dict(self._json("GET", f"/v1/bundles/{segment(bundle_id)}"))
+
     def get_verification(self, bundle_id: str) -> PatchVerificationReceiptV1:
         from promoter.domain.models import PatchVerificationReceiptV1
 

@@ -423,7 +423,7 @@ def _refuse_after_merge(
     bundle_id = next(
         (s.bundle_id for s in reversed(record.steps) if base and s.operation_id == base), None
     )
-    if bundle_id is None or "merge" not in orch.get_bundle(bundle_id).wire():
+    if bundle_id is None or "merge" not in orch.bundle_document(bundle_id):
         return
     raise error_class("target_drift")(
         f"run {record.run_id}'s last promotion {base} merged your edit with the agent's; its "
