@@ -34,8 +34,8 @@ def relay(daemon: Daemon) -> Iterator[Relay]:
 
 def _connect(relay: Relay) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(BOUND)
     sock.connect(str(relay.path))
+    sock.settimeout(BOUND)  # after the connect: a blocking one waits for the relay's accept
     return sock
 
 
