@@ -640,9 +640,11 @@ def promote(
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
+    run.promoting = current.bundle_id  # from here a Ctrl-C leaves the host promoting it
     view: Mapping[str, Any] = requested or orch.promote(
         current.bundle_id, receipt_sha256, grant.fence, wait=True
     )
+    run.promoting = None
     current.operation_id = str(view["operation_id"])  # saved with the status it comes to
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;
@@ -742,6 +744,15 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.status in resumable:
         run.move(current, RunStatus.INTERRUPTED)
     kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
+    if current is not None and current.operation_id is None and run.promoting is not None:
+        return Interrupted(
+            f"interrupted after the host was asked to promote bundle {run.promoting}: it "
+            "finishes that promotion, so your worktree may still change; the sandbox is kept: "
+            f"{record.clone}; its outcome: promoter run --continue {record.run_id} --yes",
+            run_id=record.run_id,
+            bundle_id=run.promoting,
+            sandbox=record.clone,
+        )
     if current is not None and current.bundle_id is not None and current.operation_id is None:
         return Interrupted(
             f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
