@@ -292,6 +292,50 @@ def test_ctrl_c_after_yes_while_the_host_promotes_says_it_finishes_and_names_the
     assert after == before  # the person's own edit and every other file as they were
 
 
+def test_ctrl_c_while_the_one_request_of_yes_promotes_names_its_bundle_and_outcome(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = tree_bytes(repo)
+    held = Pause(tmp_path, "before_replace")  # in the daemon, this process
+    monkeypatch.setenv(faults.ENV, held.spec)
+    faults.reset()
+    process = subprocess.Popen(
+        _argv(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", "echo new > src/app.py"),
+        cwd=repo,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        held.reached()  # blobs, bundle and promotion sent in one request, its replace not made
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        held.release()
+    assert process.returncode == INTERRUPTED, stderr
+    record = _only_run(daemon)
+    (step,) = record.steps
+    assert step.bundle_id is not None and step.status == "interrupted"
+    assert stderr.splitlines()[-1] == (
+        f"error [interrupted] interrupted after the host was asked to promote bundle "
+        f"{step.bundle_id}: it finishes that promotion, so your worktree may still change; "
+        f"the sandbox is kept: {record.clone}; its outcome: promoter run --continue "
+        f"{record.run_id} --yes"
+    )
+    outcome = _cli(daemon, "run", "--continue", record.run_id, "--yes")
+    assert outcome.returncode == 0, outcome.stderr + outcome.stdout
+    _promoted_exactly(daemon, outcome.stdout, step.bundle_id)
+    with daemon.operator() as operator:
+        listed = operator.get("/v1/operations").json()["operations"]
+    assert [(o["bundle_id"], o["status"]) for o in listed] == [(step.bundle_id, "completed")]
+    after = tree_bytes(repo)
+    assert after.pop("src/app.py")[0] == b"new\n"
+    before.pop("src/app.py")
+    assert after == before
+
+
 def _promoted_exactly(daemon: Daemon, output: str, bundle_id: str) -> None:
     """The remedy promoted ``bundle_id`` itself, not a bundle built anew."""
     found = re.search(r"promoted: operation (op_[0-9a-f]+) completed", output)

@@ -536,6 +536,7 @@ def step(
                         return outcome
                     if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
                         token = str(minted["token"])
+                        run.promoting = str(built.bundle["bundle_id"])  # asked from here on
                         carried = promote_with_evidence(orch, token, built, grant.fence)
                         receipt, requested = carried.receipt, carried.operation
                     else:
@@ -742,7 +743,8 @@ def interrupted(run: Run) -> Interrupted:
     current = run.last
     resumable = (RunStatus.STARTED, RunStatus.SUBMITTED, RunStatus.DECLINED)
     if current is not None and current.status in resumable:
-        run.move(current, RunStatus.INTERRUPTED)
+        asked = run.promoting if current.bundle_id is None else None  # sent in one request
+        run.move(current, RunStatus.INTERRUPTED, **({"bundle_id": asked} if asked else {}))
     kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
     if current is not None and current.operation_id is None and run.promoting is not None:
         return Interrupted(
