@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from promoter.domain.canonical import parse_rfc3339, utcnow
 from promoter.domain.status import OperationStatus
 from promoter.domain.views import Fenced, HostEntry, HostFence
-from promoter.engine.host_state import HostState
+from promoter.engine.host_state import HostState, lease_clock
 from promoter.engine.ownership import lease_expired, lease_until
 from promoter.engine.ports import Guarding, Journaling, Ownership, Routing
 from promoter.errors import (
@@ -72,6 +72,7 @@ def register(services: Guarding) -> Registration:
     on the database and return what was read."""
     host_id = services.owner.host
     identities = {repository.identity: repository.name for repository in services.registry.all()}
+    started = lease_clock()
     until = lease_until(services.settings.owner_lease_seconds)
     try:
         with journal.unit_of_work(services.db) as session:
@@ -83,6 +84,8 @@ def register(services: Guarding) -> Registration:
     services.host_epoch = registration.epoch
     services.host.registered(registration.epoch)
     services.db.write_guard = guard(registration, services.host)
+    if not registration.fenced:
+        services.host.lease_renewed(started, services.settings.owner_lease_seconds)
     if registration.fenced:
         services.host.saw_fence(
             row.epoch,
@@ -154,6 +157,14 @@ def check(db: Database) -> None:
     if db.write_guard is not None:
         with db.reading() as connection:
             db.write_guard(connection)
+
+
+def check_unless_leased(db: Database, host: HostState) -> None:
+    """The epoch check before one more write of a pass, skipped while the host lease is
+    surely held (``HostState.lease_surely_held``: no fence can have landed): a host stopped
+    or cut off past its lease asks the ledger before it makes anything more."""
+    if not host.lease_surely_held():
+        check(db)
 
 
 def _live(row: hosts.Host) -> bool:

@@ -12,6 +12,13 @@ admitted again only by an operator and a restart, ``fencing.admit``). The databa
 is the last one seen; the outage's seconds run from the first failure seen to the first
 success after it (monotonic clock).
 
+The host lease is surely held (``lease_surely_held``) until its last renewal's start plus
+its length less the second the ledger's timestamps drop, on ``lease_clock`` (the boot
+clock: it runs on while the process is stopped or the machine sleeps). Until then no
+fence can land (a fence needs the host lease run out), so a write path may skip the
+epoch check; after it, it asks the ledger. The rate of the ledger's wall clock against
+this one is the leases' usual assumption.
+
 Deliberately not here: any database access, the checks themselves (``engine.fencing``),
 and what to answer (``promoter.api``).
 """
@@ -25,7 +32,14 @@ from typing import TypedDict
 
 from promoter.errors import HostFenced
 
-__all__ = ["HostState"]
+__all__ = ["HostState", "lease_clock"]
+
+_STAMP_SECONDS = 1.0  # a lease's end is written in whole seconds, cut: up to this early
+
+
+def lease_clock() -> float:
+    """Seconds of the boot clock: it counts a stop (SIGSTOP) and a suspend."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class HostView(TypedDict):
@@ -59,6 +73,7 @@ class HostState:
     database_seen_at: str | None = None  # RFC 3339, the last time the database answered
     _down_since: float | None = None
     _outage_total: float = 0.0
+    _lease_held_until: float | None = None  # ``lease_clock`` seconds
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def registered(self, epoch: int) -> None:
@@ -73,6 +88,20 @@ class HostState:
             self.ledger_epoch = ledger_epoch if ledger_epoch is not None else self.ledger_epoch
             self.fenced_to = to_host or self.fenced_to
             self.fenced_reason = self.fenced_reason or reason
+
+    def lease_renewed(self, started: float, seconds: float) -> None:
+        """The host lease was moved ``seconds`` forward by a renewal begun at ``started``
+        (``lease_clock``), computed before its end was."""
+        until = started + seconds - _STAMP_SECONDS
+        with self._lock:
+            if self._lease_held_until is None or until > self._lease_held_until:
+                self._lease_held_until = until
+
+    def lease_surely_held(self) -> bool:
+        """Whether no fence can have landed yet: the host lease renewed last runs on."""
+        with self._lock:
+            until, fenced = self._lease_held_until, self.fenced
+        return not fenced and until is not None and lease_clock() < until
 
     def refuse_writes(self) -> None:
         """``host_fenced`` once this daemon has seen its host fenced: new grants, leases,

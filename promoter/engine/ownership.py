@@ -37,7 +37,7 @@ from promoter.domain.canonical import parse_rfc3339, rfc3339, utcnow
 from promoter.domain.records import Operation
 from promoter.domain.status import RUNNING
 from promoter.domain.views import OwnerView
-from promoter.engine.host_state import HostState
+from promoter.engine.host_state import HostState, lease_clock
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError
 from promoter.store import hosts, journal
 
@@ -171,6 +171,7 @@ class Heartbeat:
         self._thread.start()
 
     def beat(self) -> int:
+        started = lease_clock()
         with journal.unit_of_work(self._db) as session:
             if self._epoch is not None and not hosts.beat(
                 session, self._me.host, self._epoch, lease_until(self._seconds)
@@ -192,6 +193,8 @@ class Heartbeat:
             )
         if self._state is not None:
             self._state.database_answered(rfc3339(utcnow()))
+            if self._epoch is not None:  # the host lease moved forward with the owner leases
+                self._state.lease_renewed(started, self._seconds)
         return renewed
 
     def _run(self) -> None:

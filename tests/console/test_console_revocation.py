@@ -6,9 +6,12 @@ while the console session made with it lived on: it approved a held promotion af
 removal, and the promotion completed. Here a named credential logs in to the console and
 opens a long-poll of the watch feed (held at the fault point ``long_poll_probe`` of its
 second read, so it is provably waiting when the credential goes); the credential is
-removed; the session's next request (an approval, with a valid CSRF token) is refused,
-no decision is recorded and nothing is written; the long-poll ends ``401``. A session
-also ends at its absolute lifetime however much it is used (an injected clock: no sleep).
+removed; its sessions leave the ledger with it; the session's next request (an approval,
+with a valid CSRF token) is refused, no decision is recorded and nothing is written; the
+long-poll ends ``401``. A login paused at ``console_session_open`` while the credential is
+removed stores its session after the removal: that session's first use is refused. A
+session also ends at its absolute lifetime however much it is used (an injected clock: no
+sleep).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import typer
 from typer.testing import CliRunner
 
 from promoter import faults
-from promoter.api.ui.sessions import Sessions
+from promoter.api.ui.sessions import COOKIE, Sessions, csrf_of
 from promoter.cli import credentials_cmd
+from promoter.client.wire import tls_context
 from promoter.store.db import Database
+from promoter.store.tables import ConsoleSessionRow
 from tests.console.support import NEW, OLD, held, hidden, login
 from tests.support.daemon import Daemon
 from tests.support.pause import Pause
@@ -48,6 +53,12 @@ def _decisions(daemon: Daemon, operation_id: str) -> tuple[str, list[dict[str, A
     with daemon.operator() as operator:
         view = operator.get(f"/v1/operations/{operation_id}").json()
     return view["status"], [e for e in view["events"] if e["kind"] == "decision"]
+
+
+def _session_rows(daemon: Daemon, name: str) -> int:
+    """How many console sessions of the credential ``name`` the ledger holds."""
+    with daemon.services.db.session() as session:
+        return sum(1 for row in session.query(ConsoleSessionRow) if row.name == name)
 
 
 def test_a_removed_credential_ends_its_console_session_and_its_long_poll(
@@ -76,7 +87,9 @@ def test_a_removed_credential_ends_its_console_session_and_its_long_poll(
         poller.start()
         try:
             pause.reached()  # read once, waited, and about to read again
+            assert _session_rows(daemon, "dana") == 1
             _credentials(daemon, "remove", "dana")
+            assert _session_rows(daemon, "dana") == 0  # gone with it, before any use
         finally:
             pause.release()
             poller.join(BOUND)
@@ -97,6 +110,50 @@ def test_a_removed_credential_ends_its_console_session_and_its_long_poll(
     assert tree_bytes(repo) == before
     listed = json.loads(_credentials(daemon, "list", "--json").stdout)
     assert listed == {"operators": ["operator"], "sessions": {"operator": []}}
+
+
+def test_a_login_racing_the_removal_stores_a_session_its_first_use_refuses(
+    gated: Gated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    before = tree_bytes(repo)
+    token = _credentials(daemon, "add", "hal").stdout.strip()
+    pause = Pause(tmp_path, "console_session_open")
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    faults.reset()
+    with httpx.Client(base_url=daemon.url, timeout=60, verify=tls_context(daemon.url)) as browser:
+        form = browser.get("/ui/login")
+        answers: list[httpx.Response] = []
+        login_thread = threading.Thread(
+            target=lambda: answers.append(
+                browser.post("/ui/login", data={"csrf": hidden(form.text), "token": token})
+            )
+        )
+        login_thread.start()
+        try:
+            pause.reached()  # the token authenticated, its session not stored yet
+            _credentials(daemon, "remove", "hal")
+        finally:
+            pause.release()
+            login_thread.join(BOUND)
+        assert not login_thread.is_alive()
+        (answer,) = answers
+        assert answer.status_code == 303, answer.text
+        assert _session_rows(daemon, "hal") == 1  # stored after the removal ended the others
+
+        session_id = browser.cookies[COOKIE]
+        approve = browser.post(
+            f"/ui/operations/{operation_id}/approve",
+            data={"csrf": csrf_of(session_id), "note": "raced"},
+        )
+        assert approve.status_code == 401, approve.text
+        assert "unauthenticated" in approve.text
+        assert _session_rows(daemon, "hal") == 0
+        assert browser.get("/ui/operations").status_code == 303
+
+    assert _decisions(daemon, operation_id) == ("awaiting_approval", [])
+    assert tree_bytes(repo) == before
 
 
 def test_a_credential_removed_and_added_again_does_not_revive_the_old_session(

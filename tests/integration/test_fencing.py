@@ -43,6 +43,7 @@ from promoter.store.db import Database
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.watch import Watch
 
 # several daemons a test, each a process: seconds alone
 pytestmark = pytest.mark.slow
@@ -449,9 +450,10 @@ def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_f
     its second group of temps half named; the operator fences A to B. B's recovery meets
     A's repository lock and names the stopped process that holds it. A, continued, sees
     the fence before its next group: no temp, directory or name of it appears after the
-    fence, and it removes the temps and directories it made before (its own: journaled
-    names, its inode and bytes) and says so. The person's files are byte-identical; B
-    recovers exactly."""
+    fence (an inotify watch from the fence until A answers sees nothing made or written),
+    and it removes the temps and directories it made before (its own: journaled names,
+    its inode and bytes) and says so. The person's files are byte-identical; B recovers
+    exactly."""
     scratch = fleet.repo / "scratch.txt"
     scratch.write_bytes(b"the person's unsaved, untracked work\n")
     changes: list[tuple[str, bytes | None, bytes | None]] = [("src/app.txt", V1, V2)]
@@ -472,6 +474,7 @@ def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_f
     fenced = _fence(b, "operator", "host-a", "host-b")
     assert fenced.status_code == 200, fenced.text
     assert fenced.json()["operations"] == [operation_id]
+    watch = Watch(fleet.repo, closes=False)  # every name made, write or removal from now
 
     with b.client() as orch:  # A's lock: the stopped holder is named, nothing is written
         held = orch.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
@@ -484,15 +487,18 @@ def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_f
     pause.release()
     answer["thread"].join()
     assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+    written, removed = watch.events()
+    assert written == []  # no name made and no byte written after the fence, even for a while
+    assert set(removed) <= set(made)  # removals only of what A made before it
     after = _listing(fleet.repo)
     assert sorted(set(after) - set(before_fence)) == []  # nothing of A's after the fence
     assert after == original  # and what it made before is gone: the person's bytes as they were
     assert scratch.read_bytes() == b"the person's unsaved, untracked work\n"
     dirs = [n for n in made if before_fence[n] == "dir"]
     assert answer["body"]["worktree"] == (
-        f"removed its 128 temp files and {len(dirs)} directories"
+        f"removed its 70 temp files and {len(dirs)} directories"  # those named before the fence
     ), answer["body"]
-    a.logged("removed its 128 temp files")  # the line is there: it says nothing else
+    a.logged("removed its 70 temp files")  # the line is there: it says nothing else
     assert not any("nothing written" in line for line in a.log)
 
     with b.client() as orch:

@@ -39,11 +39,11 @@ import httpx
 import pytest
 
 from promoter.client.wire import tls_context
-from promoter.fs import inotify
 from tests.support.flows import init_repo
 from tests.support.forwarder import Forwarder
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
+from tests.support.watch import Watch
 
 # two daemons, a fence and a restart a test: seconds alone
 pytestmark = pytest.mark.slow
@@ -119,44 +119,6 @@ def _listing(repo: Path) -> dict[str, str]:
             continue
         found[str(rel)] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
     return found
-
-
-class Watch:
-    """Every inotify event in the worktree's directories (outside .git) from now on."""
-
-    _MASK = (
-        inotify.IN_CREATE
-        | inotify.IN_MOVED_TO
-        | inotify.IN_MODIFY
-        | inotify.IN_CLOSE_WRITE
-        | inotify.IN_ATTRIB
-        | inotify.IN_DELETE
-        | inotify.IN_MOVED_FROM
-    )
-    _REMOVED = inotify.IN_DELETE | inotify.IN_MOVED_FROM
-
-    def __init__(self, repo: Path) -> None:
-        self._ino = inotify.Inotify()
-        self._dirs: dict[int, str] = {}
-        for path in [repo, *sorted(p for p in repo.rglob("*") if p.is_dir())]:
-            rel = path.relative_to(repo)
-            if ".git" not in rel.parts:
-                self._dirs[self._ino.add_watch(bytes(path), self._MASK)] = str(rel)
-
-    def events(self) -> tuple[list[str], list[str]]:
-        """The paths made or written, and the paths removed, since the watch began; closes
-        the watch."""
-        try:
-            made: list[str] = []
-            removed: list[str] = []
-            for event in self._ino.read_events():
-                if event.wd not in self._dirs or not event.mask & self._MASK:
-                    continue
-                path = os.path.normpath(os.path.join(self._dirs[event.wd], os.fsdecode(event.name)))
-                (removed if event.mask & self._REMOVED else made).append(path)
-            return made, removed
-        finally:
-            self._ino.close()
 
 
 def _promote_in_background(daemon: DaemonProcess, request: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,8 @@ import pytest
 from promoter.executor.relay import CHUNK, Relay
 from tests.support.daemon import Daemon
 
+BOUND = 30.0  # for a broken test only: a relay that keeps what it should close fails, not hangs
+
 
 @pytest.fixture
 def relay(daemon: Daemon) -> Iterator[Relay]:
@@ -33,6 +35,7 @@ def relay(daemon: Daemon) -> Iterator[Relay]:
 def _connect(relay: Relay) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(relay.path))
+    sock.settimeout(BOUND)  # after the connect: a blocking one waits for the relay's accept
     return sock
 
 

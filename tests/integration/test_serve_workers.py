@@ -7,7 +7,9 @@ have run promotions (the kernel hands each connection to one of them). Meanwhile
 person saves a file of their own in each worktree again and again. Checked: every
 promotion completed exactly once (one ``completed`` operation a bundle, its file holds the
 bundle's bytes), the operations were run by the daemon's two worker processes, and every
-one of the person's saves is there as last written: 0 lost. And a worker that dies
+one of the person's saves is there as last written: 0 lost. A worker holding a
+repository's lock keeps the other worker's promotion into it out (``lock_unavailable``
+naming the holder). And a worker that dies
 stops the other and the daemon, which exits with the worker's status. By default the
 daemon starts a worker per usable core, and a console session opened through one is
 served on every fresh connection, whichever worker takes it.
@@ -27,6 +29,7 @@ import httpx
 from promoter.api.ui.sessions import COOKIE
 from tests.console.support import hidden
 from tests.support.flows import init_repo, make_bundle, make_grant
+from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, upload_blobs
 
 ROUNDS = 6  # promotions a client makes, at most; more if a worker served none yet
@@ -187,3 +190,87 @@ def test_serve_starts_a_worker_per_usable_core_and_each_serves_the_console_sessi
                 assert browser.get("/ui/operations").status_code == 200
     finally:
         daemon.kill()
+
+
+def test_a_worker_holding_a_repositorys_lock_keeps_the_other_worker_out(tmp_path: Path) -> None:
+    """The two workers of one daemon serialize on the repository's lock: while a promotion
+    into ``left`` is held at ``after_journal`` (its lock taken) in one worker, a promotion
+    into ``left`` that the other worker takes is refused ``lock_unavailable`` naming the
+    holding worker, and writes nothing. Requests are sent until the other worker takes one
+    (the kernel picks the worker of each connection: a bounded search, never a wait)."""
+    repo = init_repo(tmp_path / "left", {"README": b"hi\n"})
+    pause = Pause(tmp_path, "after_journal")  # the first promotion of each worker
+    daemon = DaemonProcess(
+        tmp_path / "state",
+        {"left": repo},
+        workers=2,
+        faults=pause.spec,
+        extra_env={"PROMOTER_LOCK_TIMEOUT": "1"},
+    )
+    try:
+        with daemon.client() as orch:
+            (listed,) = orch.get("/v1/repositories").json()["repositories"]
+            grant = make_grant(repo, listed["repository_identity"], grant_id="grt_left")
+            assert orch.post("/v1/grants", json=grant).status_code == 201
+            lease = {
+                "run_id": "run_1",
+                "attempt": 1,
+                "generation": 1,
+                "resume_epoch": 0,
+                "fence": 7,
+                "expires_at": "2099-01-01T00:00:00Z",
+            }
+            assert orch.put("/v1/leases/wf_1/implement", json=lease).status_code == 200
+        with daemon.executor("run_1") as ex:
+            token = ex.headers["Authorization"]
+
+        def promote(n: int) -> httpx.Response:
+            data = b"promotion %d\n" % n
+            bundle = make_bundle(grant, [(f"p{n}.txt", None, data)])
+            with (  # fresh connections: the kernel picks the worker of each
+                httpx.Client(
+                    base_url=daemon.url, timeout=120, headers={"Authorization": token}
+                ) as ex,
+                daemon.client() as orch,
+            ):
+                upload_blobs(ex, [data])
+                answer = ex.post("/v1/bundles", json=bundle)
+                assert answer.status_code == 201, answer.text
+                receipt = answer.json()["verification_receipt"]["receipt_sha256"]
+                return orch.post(
+                    "/v1/promotions",
+                    json={
+                        "bundle_id": bundle["bundle_id"],
+                        "fence": 7,
+                        "wait": True,
+                        "verification_receipt_sha256": receipt,
+                    },
+                )
+
+        first: list[httpx.Response] = []
+        holder = threading.Thread(target=lambda: first.append(promote(0)))
+        holder.start()
+        try:
+            pause.reached()  # one worker holds left's lock, its plan journaled
+            refusals: list[dict[str, Any]] = []
+            for n in range(1, 41):  # until the other worker takes one
+                refusals.append(promote(n).json())
+                error = (refusals[-1].get("report") or {}).get("error") or {}
+                if error.get("reason") == "held_by_another_process":
+                    break
+        finally:
+            pause.release()
+            holder.join(120)
+        assert not holder.is_alive()
+        assert [(r["status"], r["code"]) for r in refusals] == [
+            ("refused", "lock_unavailable")
+        ] * len(refusals), refusals
+        done = first[0].json()
+        assert done["status"] == "completed", done
+        crossed = refusals[-1]
+        assert crossed["report"]["error"]["reason"] == "held_by_another_process", refusals
+        assert crossed["report"]["error"]["holder"]["pid"] == done["owner"]["pid"]
+        assert crossed["owner"]["pid"] != done["owner"]["pid"]  # the other worker
+        assert sorted(p.name for p in repo.iterdir() if p.name != ".git") == ["README", "p0.txt"]
+    finally:
+        assert daemon.stop() == 0

@@ -240,7 +240,7 @@ def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_
     term.send(b"y\r")
     term.expect(QUESTION, at)
     term.send(b"y\r")
-    assert term.finish() != 0, term.text()
+    assert term.finish() == 75, term.text()  # merge_conflict
     assert (tree_bytes(repo), git_dir_digest(repo)) == before  # not a byte of the worktree
     record = _record(daemon)
     [step] = record.steps
@@ -282,7 +282,7 @@ def test_declining_the_merge_keeps_the_persons_file_and_names_the_drift(
     _save_while_the_agent_waits(ready, go, repo, PERSON)
     term.expect(QUESTION)
     term.send(b"n\r")
-    assert term.finish() != 0, term.text()
+    assert term.finish() == 75, term.text()  # target_drift
     assert (repo / "src" / "app.py").read_bytes() == PERSON
     assert not (repo / "src" / "extra.py").exists()
     assert b"[target_drift]" in term.plain and b"src/app.py" in term.plain
@@ -347,7 +347,7 @@ def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(
 ) -> None:
     before = tree_bytes(repo)
     term = _run(daemon, repo, "ln -s ../../outside src/link && echo x > src/x.py", "--yes")
-    assert term.finish() != 0, term.text()
+    assert term.finish() == 75, term.text()  # path_unsafe
     assert tree_bytes(repo) == before
     assert b"[path_unsafe]" in term.plain
     assert b"symlinks: none" in term.plain and b"--symlinks inside" in term.plain
@@ -394,7 +394,7 @@ def test_a_save_at_the_question_declined_names_the_path_and_the_merge(
     term.send(b"y\r")
     term.expect(QUESTION, at)
     term.send(b"n\r")
-    assert term.finish() != 0, term.text()
+    assert term.finish() == 75, term.text()  # target_drift
     assert (repo / "src" / "app.py").read_bytes() == PERSON
     assert not (repo / "src" / "extra.py").exists()
     [step] = _record(daemon).steps

@@ -3,7 +3,10 @@
 Ctrl-C is SIGINT sent to the real CLI process once a marker shows it reached the stage:
 the agent's own line (while it runs) or the question on a real pseudo-terminal (at the
 prompt). Each names what was kept (the sandbox, the bundle) and the next command, exits
-130, and leaves the person's worktree byte for byte as it was. The agent's own failure
+130, and leaves the person's worktree byte for byte as it was. After the person's "y",
+with the host's promotion paused at ``before_replace``, Ctrl-C says the host finishes it
+(never "nothing was promoted") and names the command that shows its outcome. The agent's
+own failure
 is ``command_failed`` (71); the not-confirmed remedy promotes the very bundle it named;
 ``run --list`` tells a step interrupted or approved in part as such.
 """
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from promoter import faults
 from promoter.cli import run_manage
 from promoter.executor import confine
 from promoter.executor import sandbox as sandboxes
 from tests.support import bwrap
 from tests.support.daemon import Daemon
+from tests.support.pause import Pause
 from tests.support.promotion import tree_bytes
 from tests.workflow.test_run_command import gated
 
@@ -233,6 +238,105 @@ def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
     assert (repo / "src" / "new.py").read_bytes() == b"new\n"
     _promoted_exactly(daemon, remedy.stdout, step.bundle_id)
     assert Path(record.clone).exists() == bool(keep)  # completed: removed unless kept
+
+
+def test_ctrl_c_after_yes_while_the_host_promotes_says_it_finishes_and_names_the_outcome(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "README.md").write_bytes(b"the person's own edit\n")
+    before = tree_bytes(repo)
+    held = Pause(tmp_path, "before_replace")  # in the daemon, this process
+    monkeypatch.setenv(faults.ENV, held.spec)
+    faults.reset()
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        _argv(daemon, "run", "--unconfined", "--", "sh", "-c", "echo new > src/app.py"),
+        cwd=repo,
+        env=_env(),  # the command line itself passes no fault point
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+    try:
+        _read_until(master, b"Promote these changes into the worktree? [y/N]", seen)
+        os.write(master, b"y\r")
+        held.reached()  # the promotion asked, its temp written, the replace not made
+        assert (repo / "src" / "app.py").read_bytes() == before["src/app.py"][0]
+        process.send_signal(signal.SIGINT)
+        _read_to_end(master, seen, within=120.0)
+        assert process.wait(10) == INTERRUPTED
+    finally:
+        held.release()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode(errors="replace").replace("\r\n", "\n"))
+    record = _only_run(daemon)
+    (step,) = record.steps
+    assert step.bundle_id is not None and step.status == "interrupted"
+    assert (
+        f"error [interrupted] interrupted after the host was asked to promote bundle "
+        f"{step.bundle_id}: it finishes that promotion, so your worktree may still change; "
+        f"the sandbox is kept: {record.clone}; its outcome: promoter run --continue "
+        f"{record.run_id} --yes"
+    ) in " ".join(text.split()), repr(text[-700:])
+    assert "nothing was promoted" not in text
+
+    outcome = _cli(daemon, "run", "--continue", record.run_id, "--yes")
+    assert outcome.returncode == 0, outcome.stderr + outcome.stdout
+    _promoted_exactly(daemon, outcome.stdout, step.bundle_id)
+    with daemon.operator() as operator:
+        listed = operator.get("/v1/operations").json()["operations"]
+    assert [(o["bundle_id"], o["status"]) for o in listed] == [(step.bundle_id, "completed")]
+    after = tree_bytes(repo)
+    assert after.pop("src/app.py")[0] == b"new\n"
+    before.pop("src/app.py")
+    assert after == before  # the person's own edit and every other file as they were
+
+
+def test_ctrl_c_while_the_one_request_of_yes_promotes_names_its_bundle_and_outcome(
+    daemon: Daemon, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = tree_bytes(repo)
+    held = Pause(tmp_path, "before_replace")  # in the daemon, this process
+    monkeypatch.setenv(faults.ENV, held.spec)
+    faults.reset()
+    process = subprocess.Popen(
+        _argv(daemon, "run", "--unconfined", "--yes", "--", "sh", "-c", "echo new > src/app.py"),
+        cwd=repo,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        held.reached()  # blobs, bundle and promotion sent in one request, its replace not made
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        held.release()
+    assert process.returncode == INTERRUPTED, stderr
+    record = _only_run(daemon)
+    (step,) = record.steps
+    assert step.bundle_id is not None and step.status == "interrupted"
+    assert stderr.splitlines()[-1] == (
+        f"error [interrupted] interrupted after the host was asked to promote bundle "
+        f"{step.bundle_id}: it finishes that promotion, so your worktree may still change; "
+        f"the sandbox is kept: {record.clone}; its outcome: promoter run --continue "
+        f"{record.run_id} --yes"
+    )
+    outcome = _cli(daemon, "run", "--continue", record.run_id, "--yes")
+    assert outcome.returncode == 0, outcome.stderr + outcome.stdout
+    _promoted_exactly(daemon, outcome.stdout, step.bundle_id)
+    with daemon.operator() as operator:
+        listed = operator.get("/v1/operations").json()["operations"]
+    assert [(o["bundle_id"], o["status"]) for o in listed] == [(step.bundle_id, "completed")]
+    after = tree_bytes(repo)
+    assert after.pop("src/app.py")[0] == b"new\n"
+    before.pop("src/app.py")
+    assert after == before
 
 
 def _promoted_exactly(daemon: Daemon, output: str, bundle_id: str) -> None:

@@ -8,6 +8,10 @@ name, which its approvals and rejections record as the approver, and its token's
 so removing or replacing the credential ends the session. ``POST /ui/logout`` (CSRF-checked)
 drops the session. The token is never stored, logged or echoed back.
 
+Fault point: ``console_session_open`` (in the operator's thread, after the token was
+authenticated and before its session is stored): a removal of the credential in that
+window leaves a session that its first use refuses (``promoter.api.ui.web``).
+
 Deliberately not here: the pages themselves (``promoter.api.ui.pages``).
 """
 
@@ -20,7 +24,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import authenticate, get_services
 from promoter.api.ui.refusals import shown
-from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, same_token
+from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, Session, Sessions, same_token
 from promoter.api.ui.web import (
     form_of,
     read_form,
@@ -31,6 +35,7 @@ from promoter.api.ui.web import (
 )
 from promoter.api.workers import run_on_operator_pool
 from promoter.errors import PromoterError
+from promoter.faults import point
 from promoter.store.credentials import token_sha256
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -66,7 +71,8 @@ async def post_login(request: Request) -> Response:
         return _form(request, 403, "The console needs the operator token.")
     session = await run_on_operator_pool(
         request.app.state,
-        sessions(request).open,
+        _open,
+        sessions(request),
         principal.role,
         principal.name,
         token_sha256(token),
@@ -75,6 +81,11 @@ async def post_login(request: Request) -> Response:
     set_cookie(request, response, COOKIE, session.session_id)
     response.delete_cookie(LOGIN_COOKIE, path="/ui")
     return response
+
+
+def _open(table: Sessions, role: str, name: str, credential_sha256: str) -> Session:
+    point("console_session_open")
+    return table.open(role, name, credential_sha256)
 
 
 @router.post("/logout")

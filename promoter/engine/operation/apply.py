@@ -18,6 +18,7 @@ and the fs-level checks themselves (``promoter.fs.atomic``, ``promoter.fs.delete
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -161,9 +162,11 @@ class Applier:
             if begun.anonymous and isinstance(parent.held, HeldDir):
                 self._unnamed_in = parent.held
 
-    def end_begun(self) -> None:
+    def end_begun(self, before_name: Callable[[], None] | None = None) -> None:
         """fsync and name every begun temp, in the order begun, each then staged. The first
         failure drops the temps not yet ended (as promoter's own) and is raised.
+        ``before_name`` runs before each name but the first (the host's epoch check once its
+        lease may have run out); what it raises drops the temps not yet named, as a failure.
 
         Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
         durable before the first is named, instead of an fsync each. Where it does not,
@@ -198,6 +201,12 @@ class Applier:
             synced = True
         index = 0
         while self.begun:
+            if index and before_name is not None:
+                try:
+                    before_name()
+                except BaseException:
+                    self._drop_begun()
+                    raise
             seq = next(iter(self.begun))
             pending, new = self.begun.pop(seq)
             try:

@@ -6,7 +6,8 @@ through one ``Applier`` for the whole pass, in the pass's ``Ordering``:
 ``STAGE_THEN_PLACE`` (a promotion, a recovery that applies again: stage every temp, then
 ``place_all`` in bundle order, ``abandon`` on a failed staging) or ``STEP_BY_STEP`` (a
 rollback, a restore: ``step``, or ``write_grouped`` then ``put``). ``between_groups`` is
-the host's epoch check (protocol: promotion#fence-stops-every-write). Bytes that are not
+the host's epoch check, and ``before_temp`` the same check once the host lease may have
+run out (protocol: promotion#fence-stops-every-write). Bytes that are not
 promoter's are gathered in ``kept``; what a pass reads back is a ``Target`` per path;
 ``remove_empty_dirs`` removes directories a pass made or emptied, deepest first, only when
 empty.
@@ -141,17 +142,22 @@ class Driver:
         *,
         group_sync_limit: int | None = None,
         between_groups: Callable[[], None] | None = None,
+        before_temp: Callable[[], None] | None = None,
     ) -> None:
         """``between_groups`` runs before the first temp of every group of temps after the
         first, and before every group of replaces after the first (the host's epoch check,
         ``engine.fencing``): what it raises stops the pass before that group makes a temp,
-        a directory or a name."""
+        a directory or a name. ``before_temp`` runs before every other temp of a group is
+        begun and before every name of a group's temps but the first
+        (``fencing.check_unless_leased``): what it raises stops the pass before that temp
+        or name."""
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
         self.kept: list[KeptEntry] = self.apply.kept  # found at temp names, this pass
         self.removed_dirs: list[str] = []  # the directories ``abandon`` removed
         self._between_groups = between_groups
+        self._before_temp = before_temp
         self._in_group = 0  # temps begun in the group now open (``stage``)
         self._groups = 0  # groups of temps opened so far
         self._closed = False
@@ -179,10 +185,12 @@ class Driver:
         assert self.ordering is Ordering.STAGE_THEN_PLACE and step.move is Move.WRITE
         if not self._in_group:
             self._open_group()
+        elif self._before_temp is not None:
+            self._before_temp()
         self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
         self._in_group += 1
         if self._in_group >= TEMPS_TOGETHER:  # a link temp counts, though staged at once
-            self.apply.end_begun()
+            self.apply.end_begun(self._before_temp)
             self._in_group = 0
 
     def _open_group(self) -> None:
@@ -198,7 +206,7 @@ class Driver:
 
     def end_staging(self) -> None:
         """Every begun temp fsynced and named."""
-        self.apply.end_begun()
+        self.apply.end_begun(self._before_temp)
         self._in_group = 0
 
     @property
@@ -308,7 +316,7 @@ class Driver:
             with contextlib.suppress(PromoterError, OSError):
                 self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
         with contextlib.suppress(PromoterError, OSError):  # named before it: still staged
-            self.apply.end_begun()
+            self.apply.end_begun(self._before_temp)
 
     def put(self, step: Step) -> None:
         """Put ``step`` in place over exactly ``step.old``: its temp staged by

@@ -409,6 +409,7 @@ def apply_changes(
         Ordering.STAGE_THEN_PLACE,
         group_sync_limit=services.settings.group_sync_limit,
         between_groups=lambda: fencing.check(services.db),  # and between groups of temps
+        before_temp=lambda: fencing.check_unless_leased(services.db, services.host),
     )
     try:
         if journaled_dirs is not None:

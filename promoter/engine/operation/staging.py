@@ -4,8 +4,9 @@
 ``TEMPS_TOGETHER`` temps before the first is fsynced (where the filesystem allows, one
 ``syncfs`` makes each group durable: ``Applier.end_begun``), and journals any directory
 the staging had to make that the plan did not. Before each group after the first the
-driver checks the host's epoch (``Driver``'s ``between_groups``): a fenced host stops
-with ``host_fenced`` before that group makes anything (protocol: promotion#fence-stops-every-write).
+driver checks the host's epoch (``Driver``'s ``between_groups``), and before every other
+temp once the host lease may have run out (``before_temp``): a fenced host stops with
+``host_fenced`` before it makes anything more (protocol: promotion#fence-stops-every-write).
 
 Fault point: ``after_temps_journaled``. Deliberately not here: the replaces and unlinks
 and what a failure means (``promoter.engine.operation.driver`` and ``promote``), the

@@ -558,6 +558,7 @@ def step(
                         return outcome
                     if person.yes:  # nobody is asked: blobs, bundle and promotion, one request
                         token = str(minted["token"])
+                        run.promoting = str(built.bundle["bundle_id"])  # asked from here on
                         carried = promote_with_evidence(orch, token, built, grant.fence)
                         receipt, requested = carried.receipt, carried.operation
                     else:
@@ -662,9 +663,11 @@ def promote(
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
+    run.promoting = current.bundle_id  # from here a Ctrl-C leaves the host promoting it
     view: Mapping[str, Any] = requested or orch.promote(
         current.bundle_id, receipt_sha256, grant.fence, wait=True
     )
+    run.promoting = None
     current.operation_id = str(view["operation_id"])  # saved with the status it comes to
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;
@@ -774,7 +777,8 @@ def interrupted(run: Run) -> Interrupted:
     current = run.last
     resumable = (RunStatus.STARTED, RunStatus.SUBMITTED, RunStatus.DECLINED)
     if current is not None and current.status in resumable:
-        run.move(current, RunStatus.INTERRUPTED)
+        asked = run.promoting if current.bundle_id is None else None  # sent in one request
+        run.move(current, RunStatus.INTERRUPTED, **({"bundle_id": asked} if asked else {}))
     kept = f"interrupted: nothing was promoted; the sandbox is kept: {record.clone}"
     if current is not None and current.status is RunStatus.PREFLIGHT_REFUSED:
         return Interrupted(  # stopped at the merge's question: asked again, at a terminal
@@ -783,6 +787,16 @@ def interrupted(run: Run) -> Interrupted:
             f"{_keep(run)}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
+    if current is not None and current.operation_id is None and run.promoting is not None:
+        return Interrupted(
+            f"interrupted after the host was asked to promote bundle {run.promoting}: it "
+            "finishes that promotion, so your worktree may still change; the sandbox is kept: "
+            f"{record.clone}; its outcome: promoter run --continue {record.run_id} --yes"
+            f"{_keep(run)}",
+            run_id=record.run_id,
+            bundle_id=run.promoting,
             sandbox=record.clone,
         )
     if current is not None and current.bundle_id is not None and current.operation_id is None:

@@ -6,7 +6,9 @@ directory. ``begin`` records a new step, ``move`` moves one: the move is checked
 written once (``sandbox.save``); a move that changes nothing writes nothing. A run made
 in this process also holds what its start looked up (``Known``: the repository as the
 daemon listed it, the worktree's layout), which its first step uses instead of looking
-them up again; it is never saved.
+them up again; it is never saved. ``promoting`` names the bundle whose promotion was
+asked of the host and not yet answered (never saved): a Ctrl-C then cannot say nothing
+was promoted.
 
 Deliberately not here: the statuses and their table (``status.py``), what makes a step
 move (``flow.py``).
@@ -41,7 +43,7 @@ class Run:
     """A run's record and where it is kept; every change of a step's state goes through
     ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
 
-    __slots__ = ("keep", "known", "merged", "record", "state_dir")
+    __slots__ = ("keep", "known", "merged", "promoting", "record", "state_dir")
 
     def __init__(self, state_dir: Path, record: RunRecord, known: Known | None = None) -> None:
         self.state_dir = state_dir
@@ -54,6 +56,8 @@ class Run:
         self.merged = False
         """This step's bundle was merged with the person's edit (``drift.py``): the sandbox
         does not hold what is promoted, so no step goes on in it; never saved."""
+        self.promoting: str | None = None
+        """The bundle whose promotion request is out, unanswered (``flow.promote``)."""
 
     def take_known(self) -> Known | None:
         """What the start looked up, once: a later step of the run looks up again."""
