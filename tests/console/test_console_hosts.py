@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from promoter.cli.main import app
 from promoter.store import hosts
 from tests.console.support import hidden, login
 from tests.support.daemon import Daemon
@@ -52,8 +55,15 @@ def test_console_fences_only_a_dead_host_and_never_without_csrf(gated: Gated) ->
     with daemon.orchestrator() as orch:
         refused = orch.post("/v1/hosts/host-dead/admit")
         assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    said = CliRunner().invoke(app, ["hosts", "admit", "host-dead"], env=env, terminal_width=300)
+    assert said.exit_code == 0, said.output
+    assert said.output == (
+        "host host-dead is active at epoch 2: restart its daemon to write again "
+        "(until then it serves reads and writes nothing)\n"
+    )
+    admitted = _ledger(daemon)["host-dead"]
+    assert (admitted["status"], admitted["epoch"]) == ("active", 2)  # the raised epoch
     with daemon.operator() as op:
-        admitted = op.post("/v1/hosts/host-dead/admit").json()
-        assert (admitted["status"], admitted["epoch"]) == ("active", 2)  # the raised epoch
         unknown = op.post("/v1/hosts/host-nobody/admit")
         assert (unknown.status_code, unknown.json()["code"]) == (404, "host_unknown")
