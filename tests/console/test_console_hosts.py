@@ -9,6 +9,7 @@ credential as who fenced. Admitting it again (operator only) keeps the raised ep
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -42,6 +43,16 @@ def test_console_fences_only_a_dead_host_and_never_without_csrf(gated: Gated) ->
         assert forged.status_code == 403
         live = client.post(f"/ui/hosts/{me}/fence", data={"csrf": csrf, "to": "host-dead"})
         assert live.status_code == 409 and "host_live" in live.text
+    with daemon.operator() as op:
+        refused = op.post(f"/v1/hosts/{me}/fence", json={"to": "host-dead"}).json()
+    assert re.fullmatch(
+        rf"host {me} still holds a live lease \(its host lease runs until "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; a running daemon renews it every third of "
+        r"owner_lease_seconds\): fence it once it has run out, `promoter hosts list` shows it",
+        refused["detail"],
+    ), refused["detail"]
+    with login(daemon) as client:
+        csrf = hidden(client.get("/ui/hosts").text)
         assert {h: (r["status"], r["epoch"]) for h, r in _ledger(daemon).items()} == {
             me: ("active", 1),
             "host-dead": ("active", 1),
