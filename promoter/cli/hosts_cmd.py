@@ -112,7 +112,10 @@ def admit(
     if json_output:
         _emit(admitted)
         return
-    console.print(f"host {admitted['host_id']} is active at epoch {admitted['epoch']}")
+    console.print(
+        f"host {admitted['host_id']} is active at epoch {admitted['epoch']}: restart its "
+        "daemon to write again (until then it serves reads and writes nothing)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -273,7 +273,29 @@ def _next_step(view: Mapping[str, Any]) -> str:
             "them away from the worktree: `promoter merge OP` (a clean merge is a new bundle "
             "held for approval; a conflict is shown and nothing is written)."
         ).replace("OP", view["operation_id"])
+    if view.get("code") == "approval_rejected" and view["status"] == "refused":
+        return (
+            "Nothing was written. A rejection is final: asking again is refused. "
+            "`promoter reopen OP --note '...'` holds it for a decision again; otherwise a "
+            "new grant is a new operation."
+        ).replace("OP", view["operation_id"])
+    if view["status"] == "needs_recovery" and (fence := _requested_fence(view)) is not None:
+        return (
+            f"Run `promoter ops recover OP --fence {fence}`: the lease's fence when it was "
+            "requested (if the lease moved on since, the current one)."
+        ).replace("OP", view["operation_id"])
     return NEXT_STEPS.get(view["status"], "").replace("OP", view["operation_id"])
+
+
+def _requested_fence(view: Mapping[str, Any]) -> int | None:
+    """The fence the operation was requested with, from its last decision that names one."""
+    fences = [
+        e["payload"]["fence"]
+        for e in view.get("events", [])
+        if e.get("kind") == "decision" and isinstance(e.get("payload"), dict)
+        if isinstance(e["payload"].get("fence"), int)
+    ]
+    return fences[-1] if fences else None
 
 
 def _show_after(client: PromoterClient, operation_id: str, json_output: bool) -> None:

@@ -46,14 +46,17 @@ def echo(text: str) -> None:
     sys.stdout.flush()
 
 
-def approve_hint(operation_id: str, diff: Mapping[str, Any]) -> str:
+def approve_hint(operation_id: str, diff: Mapping[str, Any], token_file: Path | None = None) -> str:
+    """The commands that decide; with the credential the review was read with, so that
+    the decision records the same person (``--token-file``)."""
     unseen = diff.get("unseen") or []
     seen = "".join(f" --seen {shlex.quote(str(u['path']))}" for u in unseen[:SEEN_HINT])
     if len(unseen) > SEEN_HINT:
         seen = f" --seen PATH (each of the {len(unseen)} listed above) or --all-seen"
+    who = f" --token-file {shlex.quote(str(token_file))}" if token_file is not None else ""
     return (
-        f"  approve: promoter approve {operation_id}{seen} --note '...'; "
-        f"reject: promoter reject {operation_id} --note '...'; "
+        f"  approve: promoter approve {operation_id}{seen} --note '...'{who}; "
+        f"reject: promoter reject {operation_id} --note '...'{who}; "
         "a part: add --only PATH... or --except PATH..., or --hunks PATH=N,N "
         "(N as in the 'hunk N' lines of each file)"
     )
@@ -111,4 +114,4 @@ def show(
             )
             hint = f"promoter review {operation_id}"
             print_diff(diff, stat=stat, pager=False, hunk_labels=True, hint=hint)
-        console.print(approve_hint(operation_id, diff), highlight=False)
+        console.print(approve_hint(operation_id, diff, token_file), highlight=False)

@@ -29,6 +29,7 @@ from promoter.client.wire import (
     Backoff,
     Json,
     Retries,
+    dropped,
     pool_options,
     raise_for,
     retries,
@@ -77,18 +78,32 @@ def _tried(plan: Retries, call: Callable[..., Response], *args: Any, **kwargs: A
     from tenacity import Retrying
 
     replayed = False
+    sent: Exception | None = failed if failed is not None and dropped(failed) else None
 
     def again(*args: Any, **kwargs: Any) -> Response:
-        nonlocal replayed
+        nonlocal replayed, sent
         if replayed:
-            return call(*args, **kwargs)
+            try:
+                return call(*args, **kwargs)
+            except Exception as exc:
+                sent = sent or (exc if dropped(exc) else None)
+                raise
         replayed = True
         if failed is not None:
             raise failed
         assert first is not None
         return first
 
-    answer: Response = Retrying(sleep=plan.backoff.sleep, **plan.settings())(again, *args, **kwargs)
+    try:
+        answer: Response = Retrying(sleep=plan.backoff.sleep, **plan.settings())(
+            again, *args, **kwargs
+        )
+    except Exception as exc:
+        if sent is not None and exc is not sent and transport_error(exc):
+            # a try the server dropped may have begun the work: that, not the later
+            # refused connection, is what the caller must hear
+            raise sent from exc
+        raise
     return answer
 
 

@@ -176,6 +176,13 @@ def transport_error(exc: BaseException) -> bool:
     return httpx is not None and isinstance(exc, httpx.TransportError)
 
 
+def dropped(exc: BaseException) -> bool:
+    """Whether ``exc`` is a request the server closed the connection on before answering:
+    it was sent, and may have begun its work."""
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+
+
 def _is_answer(result: Any) -> bool:
     """Whether a call's result is an answer (httpx's, or the loopback pool's)."""
     httpx = sys.modules.get("httpx")
@@ -292,6 +299,14 @@ def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception
         return ConfigError(
             f"the promoter server at {url} did not answer {method} {path} within {timeout:g} s",
             url=url,
+        )
+    if dropped(exc):  # the request went out: the server may have begun its work
+        return ConfigError(
+            f"the promoter server at {url} closed the connection before answering {method} "
+            f"{path} ({exc}): it may have stopped in the middle of it. What it began is "
+            "journaled: once it serves again, `promoter ops list` shows the operation",
+            url=url,
+            reason=str(exc),
         )
     return ConfigError(
         f"cannot reach the promoter server at {url}: {exc}; promoter status says what is wrong",

@@ -189,8 +189,15 @@ def fence(db: Database, host_id: str, to: str, *, by: str) -> Fenced:
         operations = journal.unfinished_of_host(session, host_id, HANDED)
         live = [o.operation_id for o in operations if not lease_expired(o)]
         if live or _live(row):
+            until = (
+                f"its host lease runs until {row.lease_until}"
+                if _live(row)
+                else f"the owner leases of {len(live)} of its operations run"
+            )
             raise HostLive(
-                f"host {host_id} still holds a live lease; fence it once it has run out",
+                f"host {host_id} still holds a live lease ({until}; a running daemon renews "
+                "it every third of owner_lease_seconds): fence it once it has run out, "
+                "`promoter hosts list` shows it",
                 host=host_id,
                 host_lease_until=row.lease_until,
                 live_operations=live,

@@ -126,8 +126,7 @@ def ensure(state_dir: Path, objects: str, tree: str, *, timeout: float = 1800.0)
     root = bases_dir(state_dir)
     found = _load(root / tree, tree)
     if found is None:
-        parent = _newest(root)
-        found = _make(root, objects, tree, timeout, parent)
+        found = _make(root, objects, tree, timeout)
     with contextlib.suppress(OSError):
         os.utime(found.root / MARKER)
     return found
@@ -137,8 +136,10 @@ def _git(args: list[str], env: dict[str, str], timeout: float) -> bytes:
     return run_git([*_CONFIG, *args], env=env, timeout=timeout).stdout
 
 
-def _newest(root: Path) -> Base | None:
-    """The base used last whose chain can take one more layer, if any."""
+def _newest(root: Path, holds: Callable[[str], bool]) -> Base | None:
+    """The base used last of a tree the person's objects hold (``holds``: a base of
+    another repository guarded from this state directory is no parent), if its chain can
+    take one more layer."""
     found: list[tuple[float, str]] = []
     for entry in os.scandir(root):
         if len(entry.name) == 40 and entry.is_dir(follow_symlinks=False):
@@ -148,12 +149,24 @@ def _newest(root: Path) -> Base | None:
                 continue
     for _, name in sorted(found, reverse=True):
         base = _load(root / name, name)
-        if base is not None:
+        if base is not None and holds(name):
             return base if base.depth < _MAX_DEPTH else None
     return None
 
 
-def _make(root: Path, objects: str, tree: str, timeout: float, parent: Base | None) -> Base:
+def _holder(env: dict[str, str], timeout: float) -> Callable[[str], bool]:
+    """Whether the objects behind ``env``'s private git directory hold a tree."""
+
+    def holds(tree: str) -> bool:
+        found = run_git(
+            ["cat-file", "-e", f"{tree}^{{tree}}"], env=env, timeout=timeout, check=False
+        )
+        return found.returncode == 0
+
+    return holds
+
+
+def _make(root: Path, objects: str, tree: str, timeout: float) -> Base:
     temp = Path(tempfile.mkdtemp(dir=root, prefix=TEMP_PREFIX))
     held = os.open(temp / _LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -172,6 +185,7 @@ def _make(root: Path, objects: str, tree: str, timeout: float, parent: Base | No
         (files / ".git").mkdir(parents=True)
         index = files / ".git" / "index"
         env = {"GIT_DIR": str(git), "GIT_WORK_TREE": str(files), "GIT_INDEX_FILE": str(index)}
+        parent = _newest(root, _holder(env, timeout))
         if parent is None:
             _git(["read-tree", tree], env, timeout)
             _git(["checkout-index", "--all", "--force", "--index"], env, timeout)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from promoter.cli.main import app
 from promoter.domain.path_state import State
 from promoter.engine.operation import outcome, promote
 from promoter.engine.operation.apply import Applier
@@ -42,6 +44,12 @@ def test_fault_after_writing_began_needs_recovery_then_recovers(
     monkeypatch.setattr(outcome, "complete", broken)
     view = request_promotion(daemon, bundle, receipt).json()
     assert (view["status"], view["code"]) == ("needs_recovery", "internal")
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    shown = CliRunner().invoke(app, ["ops", "show", view["operation_id"]], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert f"`promoter ops recover {view['operation_id']} --fence 7`" in shown.output.replace(
+        "\n", ""
+    )
     monkeypatch.setattr(outcome, "complete", real)
     with daemon.orchestrator() as orch:
         done = orch.post(f"/v1/operations/{view['operation_id']}/recover", json={"fence": 7})

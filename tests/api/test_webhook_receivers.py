@@ -232,6 +232,11 @@ def test_serve_refuses_a_metadata_target_with_the_code_and_exit_status(
     done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
     assert done.returncode == 78, done.stderr
     assert b"[webhook_target_refused]" in done.stderr
+    assert (
+        b"subscriber meta: the webhook target 169.254.169.254 is a link-local address; nothing "
+        b"is served. A receiver of your own there is allowed by listing it: "
+        b'webhook_allowed_targets = ["169.254.169.254"]'
+    ) in b" ".join(done.stderr.split())
 
 
 def test_an_allowed_loopback_port_is_served_but_only_that_network(

@@ -9,8 +9,12 @@ credential as who fenced. Admitting it again (operator only) keeps the raised ep
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from promoter.cli.main import app
 from promoter.store import hosts
 from tests.console.support import hidden, login
 from tests.support.daemon import Daemon
@@ -39,6 +43,16 @@ def test_console_fences_only_a_dead_host_and_never_without_csrf(gated: Gated) ->
         assert forged.status_code == 403
         live = client.post(f"/ui/hosts/{me}/fence", data={"csrf": csrf, "to": "host-dead"})
         assert live.status_code == 409 and "host_live" in live.text
+    with daemon.operator() as op:
+        refused = op.post(f"/v1/hosts/{me}/fence", json={"to": "host-dead"}).json()
+    assert re.fullmatch(
+        rf"host {me} still holds a live lease \(its host lease runs until "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; a running daemon renews it every third of "
+        r"owner_lease_seconds\): fence it once it has run out, `promoter hosts list` shows it",
+        refused["detail"],
+    ), refused["detail"]
+    with login(daemon) as client:
+        csrf = hidden(client.get("/ui/hosts").text)
         assert {h: (r["status"], r["epoch"]) for h, r in _ledger(daemon).items()} == {
             me: ("active", 1),
             "host-dead": ("active", 1),
@@ -52,8 +66,15 @@ def test_console_fences_only_a_dead_host_and_never_without_csrf(gated: Gated) ->
     with daemon.orchestrator() as orch:
         refused = orch.post("/v1/hosts/host-dead/admit")
         assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    said = CliRunner().invoke(app, ["hosts", "admit", "host-dead"], env=env, terminal_width=300)
+    assert said.exit_code == 0, said.output
+    assert said.output == (
+        "host host-dead is active at epoch 2: restart its daemon to write again "
+        "(until then it serves reads and writes nothing)\n"
+    )
+    admitted = _ledger(daemon)["host-dead"]
+    assert (admitted["status"], admitted["epoch"]) == ("active", 2)  # the raised epoch
     with daemon.operator() as op:
-        admitted = op.post("/v1/hosts/host-dead/admit").json()
-        assert (admitted["status"], admitted["epoch"]) == ("active", 2)  # the raised epoch
         unknown = op.post("/v1/hosts/host-nobody/admit")
         assert (unknown.status_code, unknown.json()["code"]) == (404, "host_unknown")

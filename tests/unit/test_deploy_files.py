@@ -58,3 +58,10 @@ def test_units_run_serve_with_json_logs_in_a_sandbox() -> None:
             assert f"\n{option}\n" in unit, (name, option)
     assert "\nUser=promoter\n" in (DEPLOY / "promoter.service").read_text()
     assert "\nUser=" not in (DEPLOY / "promoter-user.service").read_text()
+
+
+def test_the_user_unit_lets_the_daemon_record_itself_for_the_persons_cli() -> None:
+    unit = (DEPLOY / "promoter-user.service").read_text()
+    assert "\nProtectHome=read-only\n" in unit
+    assert "\nReadWritePaths=-%h/.config/promoter\n" in unit  # daemon.json, 0700 folder
+    assert "mkdir -p -m 700 ~/.config/promoter" in unit

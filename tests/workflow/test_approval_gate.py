@@ -14,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from promoter.cli import review_cmd
+from promoter.cli.main import app
 from promoter.errors import OperationConflict
 from tests.support.daemon import Daemon
 from tests.support.flows import make_bundle, upload
@@ -61,6 +62,13 @@ def test_required_by_the_repository_holds_then_reject_writes_nothing(
     assert again.status_code == 409, again.text
     assert again.json()["code"] == "approval_rejected"
     assert tree_bytes(repo) == before
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token}
+    shown = CliRunner().invoke(app, ["ops", "show", operation_id], env=env, terminal_width=400)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "next: Nothing was written. A rejection is final: asking again is refused. "
+        f"`promoter reopen {operation_id} --note '...'` holds it for a decision again"
+    ) in shown.output.replace("\n", "")
 
 
 def test_required_by_the_grant_holds_then_approve_writes(

@@ -391,3 +391,27 @@ def test_a_removed_credential_whose_file_is_left_behind_stays_removed(gated: Gat
     auth.publish()
     with pytest.raises(Unauthenticated):
         auth.authenticate(token)
+
+
+def test_the_review_names_the_credential_it_was_read_with_in_its_decide_commands(
+    gated: Gated, tmp_path: Path
+) -> None:
+    daemon, repo, identity = gated
+    operation_id, _, _ = _held(daemon, repo, identity)
+    ana = tmp_path / "ana.token"
+    ana.write_text(_named(daemon, "ana"))
+    ana.chmod(0o600)
+    env = {"PROMOTER_URL": daemon.url, "COLUMNS": "400"}
+    shown = CliRunner().invoke(_cli(), ["review", "--token-file", str(ana)], env=env)
+    assert shown.exit_code == 0, shown.output
+    said = " ".join(shown.stdout.split())
+    assert (
+        f"approve: promoter approve {operation_id} --note '...' --token-file {ana}; "
+        f"reject: promoter reject {operation_id} --note '...' --token-file {ana};"
+    ) in said
+    # the command as printed records the person who read the review
+    argv = ["approve", operation_id, "--note", "ok", "--token-file", str(ana)]
+    approved = CliRunner().invoke(_cli(), argv, env=env)
+    assert approved.exit_code == 0, approved.output
+    (decision,) = _approvals(daemon, operation_id)
+    assert decision["by"] == {"role": "operator", "name": "ana"}

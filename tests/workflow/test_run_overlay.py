@@ -34,8 +34,10 @@ from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
 from tests.support import bwrap
 from tests.support.daemon import Daemon
+from tests.support.fixtures import Serve
 from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
+from tests.support.repos import Repos
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
 from tests.workflow.test_run_command import _only_run, _run
 
@@ -202,6 +204,24 @@ def test_a_persons_edit_during_the_run_is_drift(daemon: Daemon, repo: Path, tmp_
     assert cli.returncode != 0, out
     assert b"README.md" in out and b"drift" in out.lower()
     assert (repo / "README.md").read_bytes() == b"# project\nsaved by the person during the run\n"
+
+
+def test_a_second_repositorys_first_run_is_not_laid_over_anothers_base(
+    repos: Repos, serve: Serve
+) -> None:
+    """One state directory guards two repositories: a base of one is no parent for the
+    other's tree, whose objects the other repository does not hold."""
+    first_repo = repos("work", FILES)
+    other_repo = repos("other", {"other.txt": b"another project\n"})
+    daemon = serve({"work": first_repo, "other": other_repo})
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "true")
+    assert first.exit_code == 0, first.output
+    second = _run(daemon, "run", "--repo", "other", "--yes", "--", "sh", "-c", "echo n > new.txt")
+    assert second.exit_code == 0, second.output
+    assert (other_repo / "new.txt").read_bytes() == b"n\n"
+    tree = git(other_repo, "rev-parse", "HEAD^{tree}").strip()
+    made = base_cache.load(daemon.state_dir, tree)
+    assert made is not None and made.parent is None and made.depth == 1
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -202,5 +202,11 @@ def check_configured(settings: Settings) -> None:
         try:
             policy.check_url(config.url)
         except WebhookTargetRefused as exc:
-            exc.context["subscriber"] = name
-            raise
+            target = exc.context.get("target", "")
+            raise WebhookTargetRefused(
+                f"subscriber {name}: {exc.detail}; nothing is served. A receiver of your own "
+                f'there is allowed by listing it: webhook_allowed_targets = ["{target}"] '
+                "(docs/operator/webhooks.md, Targets)",
+                **exc.context,
+                subscriber=name,
+            ) from exc
