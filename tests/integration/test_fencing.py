@@ -621,7 +621,10 @@ ROLLED = 130  # files a promotion changed and its rollback writes back: three gr
 @pytest.mark.parametrize(
     ("point", "nth"),
     [
-        ("after_temp_write", 70),  # 64 written back, then 6 temps of the second group begun
+        # 64 written back, the second group's temps begun, fsynced one by one (no group
+        # sync), the first of those fsyncs done and none named
+        ("after_temp_fsync", 65),
+        ("after_temp_write", 70),  # 64 written back, then 6 temps of the second group named
         ("rollback_after_step", 66),  # the second group's temps named, 2 of them put in place
     ],
 )
@@ -641,7 +644,8 @@ def test_a_host_stopped_mid_group_of_a_rollback_and_fenced_makes_nothing_after_t
             (path, old, old.replace(b"old", b"new")) for path, old in files.items()
         ]
         pause = Pause(shared.tmp, point, nth=nth)
-        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        one_by_one = {"PROMOTER_GROUP_SYNC": "false"} if point == "after_temp_fsync" else {}
+        a = shared.daemon("a", faults=pause.spec, env={**SHORT_LEASE, **one_by_one})
         b = shared.daemon("b")
         original = _listing(shared.repo)
         request = prepare_promotion(b, shared.repo, changes)
@@ -655,7 +659,7 @@ def test_a_host_stopped_mid_group_of_a_rollback_and_fenced_makes_nothing_after_t
         _stopped_and_fenced(shared, a, b, child)
         at_fence = _listing(shared.repo)
         restored = [path for path in files if at_fence[path] == original[path]]
-        assert len(restored) == (64 if point == "after_temp_write" else 66), restored
+        assert len(restored) == (66 if point == "rollback_after_step" else 64), restored
         watch = Watch(shared.repo, closes=False)  # every name made, write or removal from now
 
         removed = _continued(a, pause, answer, watch)
@@ -681,7 +685,7 @@ RESTORED_WRITES, RESTORED_DELETES = 70, 64  # two groups of writes, one of delet
     ("point", "nth"),
     [
         ("after_unlink", 2),  # 2 deletes of the first group done
-        ("after_temp_write", 66),  # every delete, 64 writes, 2 temps of the second group begun
+        ("after_temp_write", 66),  # every delete, 64 writes, 2 temps of the second group named
     ],
 )
 def test_a_host_stopped_mid_group_of_a_restore_and_fenced_makes_nothing_after_the_fence(

@@ -149,7 +149,7 @@ class Driver:
         first, and before every group of replaces after the first (the host's epoch check,
         ``engine.fencing``): what it raises stops the pass before that group makes a temp,
         a directory or a name. ``before_temp`` runs before every other temp of a group is
-        begun, before every name of a group's temps but the first, and step by step before
+        begun, before every name of a group's temps, and step by step before
         every step of a group after its first (``write_grouped``, ``next_in_group``;
         ``fencing.check_unless_leased``): what it raises stops the pass before that temp,
         name, replace or delete."""
@@ -326,7 +326,7 @@ class Driver:
 
     def _stage_together(self, writes: Sequence[Step]) -> None:
         """Begin every one of ``writes`` (``before_temp`` before each but the first), then
-        end them together (``before_temp`` before each name but the first). A write that
+        end them together (``before_temp`` before each name). A write that
         fails is left to ``put``; what ``before_temp`` raises stops the pass, the temps
         not yet named dropped."""
         halted: list[BaseException] = []
