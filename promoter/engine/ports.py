@@ -168,6 +168,11 @@ class Pacing(Ledger, Configured, Protocol):
     """Works the ledger within the configured limits and timeouts."""
 
 
+class Writing(Ledger, Configured, Ownership, Protocol):
+    """Writes a worktree as this host: within the configured limits, its epoch checked
+    while its host lease may have run out (``promoter.engine.fencing``)."""
+
+
 class Catalogue(Ledger, Repositories, Protocol):
     """Lists what the ledger holds for the configured repositories."""
 

@@ -37,6 +37,7 @@ from sqlalchemy import text
 
 from promoter.client.wire import tls_context
 from promoter.engine.fencing import Registration, guard
+from promoter.engine.operation.rollback import rollback_id
 from promoter.errors import HostFenced
 from promoter.store import hosts
 from promoter.store.db import Database
@@ -572,63 +573,175 @@ def test_a_host_stopped_while_replacing_and_fenced_replaces_at_most_one_group_mo
         shared.close()
 
 
-def test_a_host_stopped_while_a_restore_deletes_and_fenced_deletes_at_most_one_group_more(
-    tmp_path: Path,
+def _answered_in_background(
+    daemon: DaemonProcess, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``POST path`` as the operator from a thread of its own: ``answer["thread"]`` ends once
+    it is answered, with ``status`` and ``body``."""
+    answer: dict[str, Any] = {}
+
+    def post() -> None:
+        with daemon.client("operator") as op:
+            done = op.post(path, json=body) if body is not None else op.post(path)
+            answer["status"], answer["body"] = done.status_code, done.json()
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    answer["thread"] = thread
+    return answer
+
+
+def _stopped_and_fenced(
+    shared: Ledger, a: DaemonProcess, b: DaemonProcess, operation_id: str
 ) -> None:
-    """A restore that deletes 130 files, its host stopped (SIGSTOP) after the first delete
-    and fenced to B: continued, it checks its epoch before its next group of deletes, so
-    at most the rest of the group it was in is removed after the fence. B's recovery of
-    the restore removes the rest: the worktree is the snapshot again."""
-    shared = Ledger(tmp_path)
+    """A stopped (SIGSTOP, between two transactions) and, once its leases ran out, fenced
+    to B, which takes ``operation_id`` over."""
+    _hang(shared, a)  # no heartbeat, the repository lock held
+    _until_leases_expired(b, "host-a", operation_id)
+    fenced = _fence(b, "operator", "host-a", "host-b")
+    assert fenced.status_code == 200, fenced.text
+    assert fenced.json()["operations"] == [operation_id]
+
+
+def _continued(a: DaemonProcess, pause: Pause, answer: dict[str, Any], watch: Watch) -> list[str]:
+    """A continued until it answers ``host_fenced``, having made and written nothing since
+    the fence (``watch``); the names it removed meanwhile."""
+    a.proc.send_signal(signal.SIGCONT)
+    pause.release()
+    answer["thread"].join()
+    assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+    written, removed = watch.events()
+    assert written == []  # no temp, directory or name made and no byte written, even for a while
+    return removed
+
+
+ROLLED = 130  # files a promotion changed and its rollback writes back: three groups of temps
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"),
+    [
+        # 64 written back, the second group's temps begun, fsynced one by one (no group
+        # sync), the first of those fsyncs done and none named
+        ("after_temp_fsync", 65),
+        ("after_temp_write", 70),  # 64 written back, then 6 temps of the second group named
+        ("rollback_after_step", 66),  # the second group's temps named, 2 of them put in place
+    ],
+)
+def test_a_host_stopped_mid_group_of_a_rollback_and_fenced_makes_nothing_after_the_fence(
+    tmp_path: Path, point: str, nth: int
+) -> None:
+    """F1 for a rollback: B promotes 130 changed files; A rolls the promotion back and is
+    stopped (SIGSTOP) in the middle of a group of its temps, then fenced to B. Continued,
+    A reads its epoch before its next temp, name or replace (its host lease ran out): no
+    temp, directory or name of it appears after the fence (an inotify watch from the
+    fence until A answers); it removes only temps of its own. B's recovery of the
+    rollback ends it exactly: every file's old bytes, no temp left."""
+    files = {f"src/gen{i:03d}.txt": b"old %d\n" % i for i in range(ROLLED)}
+    shared = Ledger(tmp_path, files=files)
     try:
-        pause = Pause(shared.tmp, "after_unlink")
+        changes: list[tuple[str, bytes | None, bytes | None]] = [
+            (path, old, old.replace(b"old", b"new")) for path, old in files.items()
+        ]
+        pause = Pause(shared.tmp, point, nth=nth)
+        one_by_one = {"PROMOTER_GROUP_SYNC": "false"} if point == "after_temp_fsync" else {}
+        a = shared.daemon("a", faults=pause.spec, env={**SHORT_LEASE, **one_by_one})
+        b = shared.daemon("b")
+        original = _listing(shared.repo)
+        request = prepare_promotion(b, shared.repo, changes)
+        with b.client() as orch:
+            promoted = orch.post("/v1/promotions", json={**request, "wait": True}).json()
+        assert promoted["status"] == "completed", promoted
+        promotion = str(promoted["operation_id"])
+        child = rollback_id(promotion)
+        answer = _answered_in_background(a, f"/v1/operations/{promotion}/rollback")
+        pause.reached()
+        _stopped_and_fenced(shared, a, b, child)
+        at_fence = _listing(shared.repo)
+        restored = [path for path in files if at_fence[path] == original[path]]
+        assert len(restored) == (66 if point == "rollback_after_step" else 64), restored
+        watch = Watch(shared.repo, closes=False)  # every name made, write or removal from now
+
+        removed = _continued(a, pause, answer, watch)
+        assert {Path(name).name for name in removed} <= {
+            Path(name).name for name in at_fence if ".promoter-tmp-" in name
+        }  # removals only of A's own temps
+        after = _listing(shared.repo)
+        assert after == {n: h for n, h in at_fence.items() if ".promoter-tmp-" not in n}
+
+        with b.client("operator") as op:
+            done = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "rolled_back", done.text
+        assert _listing(shared.repo) == original  # exact: every old byte, no temp left
+    finally:
+        shared.close()
+
+
+RESTORED_WRITES, RESTORED_DELETES = 70, 64  # two groups of writes, one of deletes
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"),
+    [
+        ("after_unlink", 2),  # 2 deletes of the first group done
+        ("after_temp_write", 66),  # every delete, 64 writes, 2 temps of the second group named
+    ],
+)
+def test_a_host_stopped_mid_group_of_a_restore_and_fenced_makes_nothing_after_the_fence(
+    tmp_path: Path, point: str, nth: int
+) -> None:
+    """F1 for a restore: a snapshot restored over 134 changes (64 files to delete, 70 to
+    write back), its host A stopped (SIGSTOP) in the middle of a group of deletes or of
+    temps and fenced to B. Continued, A reads its epoch before its next temp, name,
+    replace or delete (its host lease ran out): nothing of it appears after the fence (an
+    inotify watch from the fence until A answers), nothing more is deleted, it removes
+    only temps of its own. B's recovery of the restore ends it exactly: the snapshot."""
+    shared = Ledger(
+        tmp_path, files={f"src/mod{i:03d}.txt": b"base %d\n" % i for i in range(RESTORED_WRITES)}
+    )
+    try:
+        pause = Pause(shared.tmp, point, nth=nth)
         a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
         b = shared.daemon("b")
         snapshots = "/v1/repositories/work/snapshots"
         with a.client("operator") as op:
             base = op.post(snapshots, json={"label": "base"}).json()["tree"]
         original = _listing(shared.repo)
-        made = [f"src/gen{i:03d}.txt" for i in range(PLACED)]
-        for path in made:
+        extra = [f"gen/new{i:03d}.txt" for i in range(RESTORED_DELETES)]
+        (shared.repo / "gen").mkdir()
+        for path in extra:
             (shared.repo / path).write_bytes(path.encode() + b"\n")
+        for i in range(RESTORED_WRITES):
+            (shared.repo / f"src/mod{i:03d}.txt").write_bytes(b"grown %d\n" % i)
         with a.client("operator") as op:
             grown = op.post(snapshots, json={"label": "grown"}).json()["tree"]
-        answer: dict[str, Any] = {}
-
-        def restore() -> None:
-            with a.client("operator") as op:
-                done = op.post(f"{snapshots}/{base}/restore", json={"expected_current_tree": grown})
-                answer["status"], answer["body"] = done.status_code, done.json()
-
-        thread = threading.Thread(target=restore)
-        thread.start()
+        answer = _answered_in_background(
+            a, f"{snapshots}/{base}/restore", {"expected_current_tree": grown}
+        )
         pause.reached()
         with b.client("operator") as op:
-            (listed,) = op.get("/v1/operations", params={"status": "in_progress"}).json()[
-                "operations"
-            ]
-        operation_id = str(listed["operation_id"])
-        _hang(shared, a)  # stopped after one delete: no heartbeat, the lock held
-        assert sum(path not in _listing(shared.repo) for path in made) == 1
-        _until_leases_expired(b, "host-a", operation_id)
-        fenced = _fence(b, "operator", "host-a", "host-b")
-        assert fenced.status_code == 200, fenced.text
-        assert fenced.json()["operations"] == [operation_id]
+            listed = op.get("/v1/operations", params={"status": "in_progress"}).json()
+        (operation_id,) = [str(o["operation_id"]) for o in listed["operations"]]
+        _stopped_and_fenced(shared, a, b, operation_id)
+        at_fence = _listing(shared.repo)
+        gone = [path for path in extra if path not in at_fence]
+        assert gone == (extra[:2] if point == "after_unlink" else extra)
+        watch = Watch(shared.repo, closes=False)  # every name made, write or removal from now
 
-        a.proc.send_signal(signal.SIGCONT)
-        pause.release()
-        thread.join()
-        assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
+        removed = _continued(a, pause, answer, watch)
+        assert {Path(name).name for name in removed} <= {
+            Path(name).name for name in at_fence if ".promoter-tmp-" in name
+        }  # removals only of A's own temps
         after = _listing(shared.repo)
-        gone = [path for path in made if path not in after]
-        assert gone == made[:64]  # the first group, no more
-        assert not [n for n in after if ".promoter-tmp-" in n]
+        assert [path for path in extra if path not in after] == gone  # nothing more deleted
+        assert after == {n: h for n, h in at_fence.items() if ".promoter-tmp-" not in n}
 
         with b.client("operator") as op:
             done = op.post(f"/v1/operations/{operation_id}/recover", json={"fence": 0})
         assert done.status_code == 200, done.text
         assert done.json()["status"] == "completed", done.text
-        assert _listing(shared.repo) == original
+        assert _listing(shared.repo) == original  # exact: the snapshot, no temp left
     finally:
         shared.close()
 

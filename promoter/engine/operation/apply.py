@@ -165,7 +165,8 @@ class Applier:
     def end_begun(self, before_name: Callable[[], None] | None = None) -> None:
         """fsync and name every begun temp, in the order begun, each then staged. The first
         failure drops the temps not yet ended (as promoter's own) and is raised.
-        ``before_name`` runs before each name but the first (the host's epoch check once its
+        ``before_name`` runs before each name, the first too: the group's fsyncs come
+        between it and the check before the last begin (the host's epoch check once its
         lease may have run out); what it raises drops the temps not yet named, as a failure.
 
         Where the filesystem allows (``group_sync``), one ``syncfs`` makes the whole group
@@ -201,7 +202,7 @@ class Applier:
             synced = True
         index = 0
         while self.begun:
-            if index and before_name is not None:
+            if before_name is not None:
                 try:
                     before_name()
                 except BaseException:

@@ -7,7 +7,8 @@ through one ``Applier`` for the whole pass, in the pass's ``Ordering``:
 ``place_all`` in bundle order, ``abandon`` on a failed staging) or ``STEP_BY_STEP`` (a
 rollback, a restore: ``step``, or ``write_grouped`` then ``put``). ``between_groups`` is
 the host's epoch check, and ``before_temp`` the same check once the host lease may have
-run out (protocol: promotion#fence-stops-every-write). Bytes that are not
+run out, before every temp, name, replace and delete of a group but its first, in either
+ordering (protocol: promotion#fence-stops-every-write). Bytes that are not
 promoter's are gathered in ``kept``; what a pass reads back is a ``Target`` per path;
 ``remove_empty_dirs`` removes directories a pass made or emptied, deepest first, only when
 empty.
@@ -148,9 +149,10 @@ class Driver:
         first, and before every group of replaces after the first (the host's epoch check,
         ``engine.fencing``): what it raises stops the pass before that group makes a temp,
         a directory or a name. ``before_temp`` runs before every other temp of a group is
-        begun and before every name of a group's temps but the first
-        (``fencing.check_unless_leased``): what it raises stops the pass before that temp
-        or name."""
+        begun, before every name of a group's temps, and step by step before
+        every step of a group after its first (``write_grouped``, ``next_in_group``;
+        ``fencing.check_unless_leased``): what it raises stops the pass before that temp,
+        name, replace or delete."""
         self.root = root
         self.ordering = ordering
         self.apply = Applier(root, group_sync_limit=group_sync_limit)
@@ -203,6 +205,13 @@ class Driver:
         deletes, ``TEMPS_TOGETHER`` a group): ``between_groups`` runs before every group
         after the first, as before a group of temps."""
         self._open_group()
+
+    def next_in_group(self) -> None:
+        """Before a step of the open group after its first (``step``, ``put``):
+        ``before_temp``, whose error stops the pass before that step makes a temp or a
+        name, replaces or deletes."""
+        if self._before_temp is not None:
+            self._before_temp()
 
     def end_staging(self) -> None:
         """Every begun temp fsynced and named."""
@@ -295,28 +304,50 @@ class Driver:
         their fsyncs at once, every temp durable before the first is named). A write the
         group could not stage (its begin, its end or the group's sync failed; the temps
         not yet named dropped as promoter's own) is written on its own by ``put``, as if
-        never grouped, so it says what stops it. Whatever ``each`` raises drops the staged
-        temps not yet placed (anything not promoter's is kept, in ``kept``) and is raised.
+        never grouped, so it says what stops it. ``before_temp`` runs before every temp,
+        name and ``each`` of a group but its first (``next_in_group``). Whatever it or
+        ``each`` raises drops the staged temps not yet placed (anything not promoter's is
+        kept, in ``kept``) and is raised.
         """
         assert self.ordering is Ordering.STEP_BY_STEP
         try:
             for at in range(0, len(steps), TEMPS_TOGETHER):
                 group = steps[at : at + TEMPS_TOGETHER]
                 self._open_group()
-                self._stage_together([step for step in group if step.move is Move.WRITE])
-                for step in group:
+                writes = [step for step in group if step.move is Move.WRITE]
+                self._stage_together(writes)
+                for index, step in enumerate(group):
+                    if index or writes:  # the group made its temps: not its first step
+                        self.next_in_group()
                     each(step)
         except BaseException:
             self.apply.drop_staged()
             raise
 
     def _stage_together(self, writes: Sequence[Step]) -> None:
-        for step in writes:
+        """Begin every one of ``writes`` (``before_temp`` before each but the first), then
+        end them together (``before_temp`` before each name). A write that
+        fails is left to ``put``; what ``before_temp`` raises stops the pass, the temps
+        not yet named dropped."""
+        halted: list[BaseException] = []
+
+        def before_name() -> None:
+            try:
+                self.next_in_group()
+            except BaseException as exc:
+                halted.append(exc)  # not a failed write: raised past the suppression below
+                raise
+
+        for index, step in enumerate(writes):
+            if index:
+                self.next_in_group()
             # a failed begin is left to ``put``, which writes the step on its own
             with contextlib.suppress(PromoterError, OSError):
                 self.apply.begin(step.seq, step.path, step.new, step.source(), step.temp)
         with contextlib.suppress(PromoterError, OSError):  # named before it: still staged
-            self.apply.end_begun(self._before_temp)
+            self.apply.end_begun(before_name)
+        if halted:
+            raise halted[0]
 
     def put(self, step: Step) -> None:
         """Put ``step`` in place over exactly ``step.old``: its temp staged by

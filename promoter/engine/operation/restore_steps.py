@@ -39,7 +39,7 @@ from promoter.engine.operation.dirs import journal_intent
 from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
-from promoter.engine.ports import Pacing
+from promoter.engine.ports import Writing
 from promoter.errors import PromoterError, TargetDrift, translated
 from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
@@ -96,7 +96,7 @@ _GONE: LeafReport = {"kind": "missing", "sha256": None, "mode": None, "size": No
 class StepRun:
     """One pass over a restore's steps under the repository lock, and its outcome."""
 
-    services: Pacing
+    services: Writing
     operation_id: str
     root: Root
     lock: RepoLock
@@ -183,6 +183,9 @@ class StepRun:
             group_sync_limit=limit,
             # protocol: promotion#fence-stops-every-write
             between_groups=functools.partial(fencing.check, self.services.db),
+            before_temp=functools.partial(
+                fencing.check_unless_leased, self.services.db, self.services.host
+            ),
         )
         try:
             yield driver
@@ -201,7 +204,7 @@ class StepRun:
         try:
             with self._pass(), translated():
                 self.lock.check_held()
-                _grouped(deletes, self._delete, self._open_group)
+                _grouped(deletes, self._delete, self._open_group, self._next_in_group)
                 self._remove_emptied([s for s in self.steps if s.operation == "delete"])
                 paths = [s.path for s in writes]
                 journal_intent(self.services.db, self.operation_id, self.root, paths)
@@ -217,6 +220,10 @@ class StepRun:
     def _open_group(self) -> None:
         with self._pass() as driver:
             driver.open_group()
+
+    def _next_in_group(self) -> None:
+        with self._pass() as driver:
+            driver.next_in_group()
 
     def _delete(self, step: Step, sync: bool) -> None:
         with self._pass() as driver:
@@ -322,14 +329,20 @@ class StepRun:
 
 
 def _grouped(
-    steps: list[Step], run: Callable[[Step, bool], None], open_group: Callable[[], None]
+    steps: list[Step],
+    run: Callable[[Step, bool], None],
+    open_group: Callable[[], None],
+    next_in_group: Callable[[], None],
 ) -> None:
     """Run each step; ``sync`` is true on the last step in each directory (one fsync).
     ``open_group`` runs before every ``TEMPS_TOGETHER`` steps (the host's epoch check from
-    the second group on, protocol: promotion#fence-stops-every-write)."""
+    the second group on), ``next_in_group`` before every other step (the same check once
+    the host lease may have run out; protocol: promotion#fence-stops-every-write)."""
     for index, step in enumerate(steps):
         if not index % TEMPS_TOGETHER:
             open_group()
+        else:
+            next_in_group()
         nxt = steps[index + 1] if index + 1 < len(steps) else None
         run(step, nxt is None or dir_key(nxt.path)[0] != dir_key(step.path)[0])
 

@@ -45,7 +45,7 @@ from promoter.engine.operation.rollback_report import (
 )
 from promoter.engine.operation.settle import newly_kept, settle_step_temps
 from promoter.engine.operation.stopped import put_back
-from promoter.engine.ports import Archive, Pacing, Placing, Records, Routing, Serving
+from promoter.engine.ports import Archive, Placing, Records, Routing, Serving, Writing
 from promoter.engine.queries import guarded_here
 from promoter.engine.receipts.envelopes import ROLLBACK, make_envelope, receipt_signer
 from promoter.engine.receipts.envelopes import record as record_envelope
@@ -376,7 +376,7 @@ def _rollback_locked(
 
 
 def _one_pass(
-    services: Pacing,
+    services: Writing,
     child_id: str,
     root: Root,
     steps: list[Step],
@@ -388,11 +388,14 @@ def _one_pass(
 
     ``held``: the seqs whose temp name held someone else's bytes (conflicts).
     """
-    limit = services.settings.group_sync_limit
-    # between groups (protocol: promotion#fence-stops-every-write)
-    fenced = functools.partial(fencing.check, services.db)
+    # the host's epoch between groups, and before every other temp, name and step once
+    # the host lease may have run out (protocol: promotion#fence-stops-every-write)
     with Driver(
-        root, Ordering.STEP_BY_STEP, group_sync_limit=limit, between_groups=fenced
+        root,
+        Ordering.STEP_BY_STEP,
+        group_sync_limit=services.settings.group_sync_limit,
+        between_groups=functools.partial(fencing.check, services.db),
+        before_temp=functools.partial(fencing.check_unless_leased, services.db, services.host),
     ) as driver:
         outcomes: dict[int, Outcome] = {}
         writes: list[Step] = []
