@@ -1,5 +1,5 @@
-"""A healthy host reads its epoch once a group of a rollback or a restore, never once a file
-(protocol: promotion#fence-stops-every-write).
+"""A healthy host reads its epoch once a group of a promotion, a rollback or a restore,
+never once a file (protocol: promotion#fence-stops-every-write).
 
 Through the real server, its host lease renewed at start: while that lease surely runs no
 fence can land, so the check before every further temp, name and step of a group
@@ -72,3 +72,15 @@ def test_a_healthy_hosts_restore_of_134_changes_reads_its_epoch_once_a_group(
     assert tree_bytes(repo) == original
     # one group of 64 deletes, then two groups of writes: before each group after the first
     assert len(reads) == 2
+
+
+def test_a_healthy_hosts_promotion_of_130_files_reads_its_epoch_once_a_group(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = _reads(monkeypatch)
+    changes = [(p, old, old.replace(b"old", b"new")) for p, old in FILES.items()]
+    completed(daemon, repo, changes, name="lab")
+    assert {p: b for p, (b, _) in tree_bytes(repo).items()} == {p: n for p, _, n in changes}
+    # before the first temp and the first replace, and before the second and the third
+    # group of temps and of replaces: none a file
+    assert len(reads) == 6

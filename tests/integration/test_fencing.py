@@ -517,13 +517,13 @@ def test_a_host_stopped_while_staging_temps_and_fenced_makes_nothing_after_the_f
 PLACED = 130  # new files in one directory: three groups of replaces (TEMPS_TOGETHER = 64)
 
 
-def test_a_host_stopped_while_replacing_and_fenced_replaces_at_most_one_group_more(
+def test_a_host_stopped_while_replacing_and_fenced_replaces_nothing_more(
     tmp_path: Path,
 ) -> None:
     """A host stopped (SIGSTOP) after its first replace of a large promotion, every temp
-    staged, and fenced to B: continued, it checks its epoch before its next group of
-    replaces, so at most the rest of the group it was in lands after the fence; it then
-    removes its remaining temps (its own) and answers ``host_fenced``. B's recovery
+    staged, and fenced to B: continued past its host lease, it reads its epoch before its
+    next replace, so nothing more lands after the fence; it then removes its remaining
+    temps (its own) and answers ``host_fenced``. B's recovery
     confirms what landed and writes the rest: exactly the bundle, no temp left."""
     shared = Ledger(tmp_path)
     try:
@@ -552,11 +552,11 @@ def test_a_host_stopped_while_replacing_and_fenced_replaces_at_most_one_group_mo
         assert answer["status"] == 409 and answer["body"]["code"] == "host_fenced", answer
         after = _listing(shared.repo)
         landed = [path for path, _, _ in changes if path in after]
-        assert landed == [path for path, _, _ in changes[:64]]  # the first group, no more
+        assert landed == ["src/gen000.txt"]  # the one replaced before the stop, no more
         assert not [n for n in after if ".promoter-tmp-" in n]  # its temps removed
         assert set(after) - set(original) == set(landed)
         assert answer["body"]["worktree"] == (
-            "64 targets replaced before the fence was seen; removed its 66 temp files "
+            "replaced 1 of its targets before it saw the fence; removed its 129 temp files "
             "and 0 directories"
         ), answer["body"]
 

@@ -79,12 +79,12 @@ class Step:
 class Passed:
     """How a ``place_all`` ended: the seqs done, the first failure (seq, or -1 for one
     outside any step), whether the daemon's stop ended it between two steps, and what
-    ``between_groups`` raised when it ended it between two groups of replaces."""
+    the epoch check raised when it ended it before a replace."""
 
     applied: list[int] = field(default_factory=list)
     failure: tuple[int, PromoterError] | None = None
     stopped: bool = False
-    halted: PromoterError | None = None  # what the check between groups of replaces raised
+    halted: PromoterError | None = None  # what the epoch check before a replace raised
 
 
 def _with_kept(error: PromoterError, kept: list[KeptEntry]) -> PromoterError:
@@ -237,8 +237,9 @@ class Driver:
     ) -> Passed:
         """Put every staged step in place (or remove it) in order, then sync each directory
         once; ``check`` runs first (the lock still held), ``between_groups`` before every
-        ``TEMPS_TOGETHER`` steps after the first ones (what it raises ends the pass there,
-        in ``halted``, the temps not placed dropped as promoter's own). Closes the pass."""
+        ``TEMPS_TOGETHER`` steps after the first ones and ``before_temp`` before every
+        other step but the first (what either raises ends the pass there, in ``halted``,
+        the temps not placed dropped as promoter's own). Closes the pass."""
         passed = Passed()
         try:
             with translated():
@@ -248,9 +249,12 @@ class Driver:
                         passed.stopped = True
                         self.apply.drop_staged(step.seq)
                         break
-                    if at and not at % TEMPS_TOGETHER and self._between_groups is not None:
+                    # every group after the first asks the ledger; a replace within a
+                    # group, once the host lease may have run out
+                    ask = self._between_groups if not at % TEMPS_TOGETHER else self._before_temp
+                    if at and ask is not None:
                         try:
-                            self._between_groups()
+                            ask()
                         except PromoterError as error:
                             passed.halted = error
                             self.apply.drop_staged(step.seq)

@@ -436,7 +436,7 @@ def apply_changes(
         raise _stand_down(operation_id, driver, exc) from exc
     planner.before_placing(services, operation_id, attempt, (changes, wanted), driver)
     passed = driver.place_all(steps, check=lock.check_held, stopping=services.stopping)
-    if isinstance(passed.halted, HostFenced):  # seen between two groups of replaces
+    if isinstance(passed.halted, HostFenced):  # seen before a replace
         driver.abandon(passed.halted)
         raise _noted(operation_id, driver, passed.halted, placed=len(passed.applied))
     if passed.halted is not None:  # the epoch could not be read: no name more, recovery goes on
@@ -449,7 +449,7 @@ def apply_changes(
         finish(services, operation_id, root, changes, evidence, passed.failure)
     except HostFenced as exc:  # the targets are in place: the new owner's recovery confirms
         exc.context["worktree"] = (
-            f"{len(passed.applied)} targets replaced before the fence was seen; the new "
+            f"replaced {len(passed.applied)} of its targets before it saw the fence; the new "
             "owner's recovery confirms them"
         )
         raise
@@ -469,11 +469,11 @@ def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFence
 def _noted(
     operation_id: str, driver: Driver, exc: HostFenced, *, placed: int | None = None
 ) -> HostFenced:
-    """``exc`` naming what the abandoned pass removed and kept (and, seen between two
-    groups of replaces, how many targets it ``placed`` before), logged once."""
+    """``exc`` naming what the abandoned pass removed and kept (and, seen before a
+    replace, how many targets it ``placed`` before), logged once."""
     temps, removed_dirs, kept = driver.removed_temps, driver.removed_dirs, driver.kept
     exc.context["worktree"] = (
-        ("" if placed is None else f"{placed} targets replaced before the fence was seen; ")
+        ("" if placed is None else f"replaced {placed} of its targets before it saw the fence; ")
         + f"removed its {len(temps)} temp files and {len(removed_dirs)} directories"
         + (f"; kept {len(kept)} entries that are not its own" if kept else "")
     )
@@ -500,8 +500,8 @@ _LISTED = 100  # removed names listed in the answer, at most
 def _leave_for_recovery(
     db: Database, operation_id: str, applied: list[int], why: PromoterError | None = None
 ) -> None:
-    """The daemon is stopping, or could not read its host's epoch between two groups of
-    replaces (``why``): journal the steps done; recovery finishes the rest."""
+    """The daemon is stopping, or could not read its host's epoch before a replace
+    (``why``): journal the steps done; recovery finishes the rest."""
     detail = f"the daemon stopped after {len(applied)} of the steps"
     with journal.attempt(db, operation_id) as j:
         j.set_steps(dict.fromkeys(applied, StepStatus.COMPLETED))
