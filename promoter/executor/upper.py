@@ -178,7 +178,22 @@ def _candidates(box: layers.Layers, below_look: Lookup) -> set[str]:
                 found.add(path)
                 if _is_dir(below_look, path):
                     found.update(layers.walk_files(below, path))
+            elif below_look(path) is not None:
+                found.add(path)  # a FIFO, socket or device over a file or directory: refused
     return found
+
+
+_SPECIAL = "a FIFO, socket or device over a file or directory: git cannot carry it"
+
+
+def _special(stack: Lookup, path: str) -> bool:
+    """Whether ``path`` is a FIFO, socket or device in the merged view of ``stack`` (never
+    a whiteout: the resolver answers None for one)."""
+    found = stack(path)
+    if found is None:
+        return False
+    mode = found[1].st_mode
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
 
 
 def _ancestors(path: str) -> list[str]:
@@ -249,6 +264,8 @@ def _refusals(
     found: dict[str, str] = {}
     nested: dict[str, bool] = {}
     for path, (old, new) in changed.items():
+        if _special(stack, path):
+            found.setdefault(path, _SPECIAL)
         for side, state in (("new", new), ("old", old)):
             if state is not None and state.link and grant.symlinks == "none":
                 found.setdefault(path, f"the {side} state is a symbolic link")

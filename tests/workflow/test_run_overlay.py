@@ -433,3 +433,24 @@ def test_ctrl_c_while_the_daemon_holds_the_starts_watch_request_ends_at_once(
     assert sandboxes.list_runs(daemon.state_dir) == []
     assert _leftovers(daemon.state_dir) == []
     assert git_dir_digest(repo) == git_before and tree_bytes(repo) == files_before
+
+
+def test_a_fifo_or_socket_made_over_a_file_or_directory_is_refused_not_dropped(
+    daemon: Daemon, repo: Path
+) -> None:
+    """A FIFO over a base file and a socket over a base directory hide them in the
+    sandbox; the bundle cannot carry that, and leaving them out would promote a tree the
+    command did not leave: refused, naming both. A FIFO over nothing is left out."""
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    body = (
+        "import os, shutil, socket\n"
+        "os.remove('README.md'); os.mkfifo('README.md')\n"
+        "shutil.rmtree('src'); socket.socket(socket.AF_UNIX).bind('src')\n"
+        "os.mkfifo('new-fifo')\n"
+    )
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", body)
+    assert getattr(result.exception, "code", None) == "path_unsafe", result.output
+    refused = {item["path"]: item["reason"] for item in result.exception.context["paths"]}
+    reason = "a FIFO, socket or device over a file or directory: git cannot carry it"
+    assert refused == {"README.md": reason, "src": reason}
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
