@@ -13,6 +13,8 @@ Not here: mounting (``layers.py``), the base (``base_cache.py``), the clone buil
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.paths import disk_path, sort_key, wire_path
-from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
+from promoter.errors import ConfigError, PathInvalid, PathUnsafe, RepositoryInvalid
 from promoter.executor import base_cache, layers
 from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
 from promoter.executor.policy import check_paths, printable
@@ -282,6 +284,31 @@ def _refusals(
     return dict(sorted(found.items()))
 
 
+@contextlib.contextmanager
+def _named_in_full(box: layers.Layers) -> Iterator[None]:
+    """Refuse (``PathInvalid``) a path of ``box``'s layers that the host cannot name in
+    full (``ENAMETOOLONG``: a tree the command made deeper than the host's path limit
+    under the upper layer), naming it, instead of failing with the host's error."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        full = os.fsencode(exc.filename or "")
+        rel = full
+        for layer in box.all():
+            prefix = os.fsencode(layer) + b"/"
+            if full.startswith(prefix):
+                rel = full[len(prefix) :]
+                break
+        path = printable(os.fsdecode(rel))
+        raise PathInvalid(
+            f"a path in the sandbox is too long to be read on the host ({len(full)} bytes "
+            f"with its layer's directory): {path[:80]}...",
+            path=path,
+        ) from exc
+
+
 def build_from_layers(
     box: layers.Layers,
     grant: Grant,
@@ -299,16 +326,17 @@ def build_from_layers(
     """
     # the layers are read once per path: nothing writes them once the command ended
     below, stack = layers.Resolver(box.below()), layers.Resolver(box.all())
-    candidates = _candidates(box, below)
-    candidates |= {disk_path(p) for p in (since or {})}
-    candidates -= {disk_path(p) for p in leave_out}
-    # new paths git would ignore are dropped before any file is read
-    fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
-    keep = _not_ignored(box, fresh, stack)
-    candidates -= {path for path in fresh if path not in keep}
-    changed: dict[str, tuple[_State | None, _State | None]] = {}
-    for path in candidates:
-        changed[path] = (_state(below, path), _state(stack, path))
+    with _named_in_full(box):
+        candidates = _candidates(box, below)
+        candidates |= {disk_path(p) for p in (since or {})}
+        candidates -= {disk_path(p) for p in leave_out}
+        # new paths git would ignore are dropped before any file is read
+        fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
+        keep = _not_ignored(box, fresh, stack)
+        candidates -= {path for path in fresh if path not in keep}
+        changed: dict[str, tuple[_State | None, _State | None]] = {}
+        for path in candidates:
+            changed[path] = (_state(below, path), _state(stack, path))
     refused = _refusals(stack, changed, gitlinks, grant)
     if refused:
         found = [{"path": printable(path), "reason": why} for path, why in refused.items()]
