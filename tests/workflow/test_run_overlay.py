@@ -454,3 +454,59 @@ def test_a_fifo_or_socket_made_over_a_file_or_directory_is_refused_not_dropped(
     reason = "a FIFO, socket or device over a file or directory: git cannot carry it"
     assert refused == {"README.md": reason, "src": reason}
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+
+
+OVERLAY_METADATA = ("opaque", "redirect", "metacopy", "origin", "whiteout", "whiteouts")
+SET_METADATA = r"""
+import json, os
+os.mkdir("newdir")
+open("newdir/f", "w").write("f\n")
+tried = {}
+for target in ("src", "newdir", "README.md"):
+    for name in NAMES:
+        for space in ("user", "trusted"):
+            key = space + ".overlay." + name
+            value = b"y" if name == "opaque" else b"/README.md" if name == "redirect" else b""
+            try:
+                os.setxattr(target, key, value, follow_symlinks=False)
+                tried[target + " " + key] = "set"
+            except OSError as exc:
+                tried[target + " " + key] = type(exc).__name__
+tried["src"] = sorted(os.listdir("src"))
+open(os.environ["HOME"] + "/tried.json", "w").write(json.dumps(tried))
+""".replace("NAMES", repr(OVERLAY_METADATA))
+
+
+def test_overlay_metadata_the_command_sets_is_escaped_and_changes_nothing(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The command sets overlayfs's own attributes (opaque, redirect, metacopy, origin,
+    whiteout) on a base directory, a base file and a directory of its own: the kernel
+    stores them escaped (or refuses them), so neither the kernel's merge nor the bundle
+    takes them for the layers' metadata: nothing is hidden or deleted, the base keeps no
+    attribute, the person's files change only by the new file."""
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    result = _run(
+        daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", SET_METADATA
+    )
+    assert result.exit_code == 0, result.output
+    record = _only_run(daemon)
+    tried = json.loads((Path(record.clone).parent / "home" / "tried.json").read_bytes())
+    assert tried.pop("src") == ["app.py", "util.py"]  # not made opaque by the command
+    assert all(v == "PermissionError" for k, v in tried.items() if " trusted." in k), tried
+    upper = Path(record.clone).parent / "layers" / "upper"
+    for target in ("src", "newdir", "README.md"):
+        found = set(os.listxattr(upper / target, follow_symlinks=False))
+        forged = {f"user.overlay.{name}" for name in OVERLAY_METADATA if name != "origin"}
+        assert not found & forged, (target, found)
+    assert not layers.opaque(os.fsencode(upper / "src"))
+    operation = record.steps[0].operation_id
+    assert operation is not None
+    targets = {t["path"]: t["exists"] for t in operation_receipt(daemon, operation)["targets"]}
+    assert targets == {"newdir/f": True}
+    assert tree_bytes(repo) == before | {"newdir/f": (b"f\n", 0o644)}
+    assert git_dir_digest(repo) == git_before
+    base = base_cache.bases_dir(daemon.state_dir) / record.base_tree / "tree"
+    for name in ("src", "src/app.py", "README.md"):
+        assert os.listxattr(base / name, follow_symlinks=False) == []
+    assert (base / "README.md").read_bytes() == FILES["README.md"]
