@@ -510,3 +510,44 @@ def test_overlay_metadata_the_command_sets_is_escaped_and_changes_nothing(
     for name in ("src", "src/app.py", "README.md"):
         assert os.listxattr(base / name, follow_symlinks=False) == []
     assert (base / "README.md").read_bytes() == FILES["README.md"]
+
+
+def test_a_writer_left_behind_by_the_command_is_ended_before_the_scan(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The command starts a writer in a session of its own (a double fork) that appends
+    to a file without end, and exits once it has written: the writer is ended with the
+    command, before the upper layer is read, so the promoted bytes are the upper layer's
+    as they stay, and no process of it is left."""
+    marker = f"writer-{os.getpid()}-{time.monotonic_ns()}"
+    body = (
+        f"# {marker}: on the command line of every process of the command\n"
+        "import os\n"
+        "wrote, said = os.pipe()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        with open('bg.txt', 'ab') as h:\n"
+        "            h.write(b'x' * 4096)\n"
+        "        os.write(said, b'1')\n"
+        "        while True:\n"
+        "            with open('bg.txt', 'ab') as h:\n"
+        "                h.write(b'x' * 4096)\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+        "os.read(wrote, 1)  # it has written once: the command exits, the writer goes on\n"
+    )
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", body)
+    assert result.exit_code == 0, result.output
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _has(p, marker)]
+    record = _only_run(daemon)
+    upper = Path(record.clone).parent / "layers" / "upper" / "bg.txt"
+    promoted = (repo / "bg.txt").read_bytes()
+    assert promoted == upper.read_bytes() and promoted and set(promoted) == {ord("x")}
+
+
+def _has(process: Path, marker: str) -> bool:
+    try:
+        return marker.encode() in (process / "cmdline").read_bytes()
+    except OSError:
+        return False
