@@ -551,3 +551,41 @@ def _has(process: Path, marker: str) -> bool:
         return marker.encode() in (process / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+def test_base_files_linked_written_in_place_or_chmodded_leave_the_shared_base_as_it_was(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The base is shared by every run on the commit: a command that hard-links a base
+    file and appends through the link, writes another in place, truncates, chmods and
+    touches others only ever writes its own copies (whole copy-up): the base's files,
+    modes and times stay, and the next run on the commit sees HEAD's bytes exactly."""
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "true")
+    assert first.exit_code == 0, first.output
+    (made,) = [n for n in os.listdir(base_cache.bases_dir(daemon.state_dir)) if n != ".lock"]
+    base = base_cache.bases_dir(daemon.state_dir) / made / "tree"  # (its marker is touched)
+    before = _digest(base)
+    body = (
+        "import os\n"
+        "os.link('src/app.py', 'linked.py')\n"
+        "open('linked.py', 'ab').write(b'# appended through a link\\n')\n"
+        "fd = os.open('src/util.py', os.O_RDWR)\n"
+        "os.write(fd, b'X')\n"
+        "os.close(fd)\n"
+        "os.truncate('old.txt', 0)\n"
+        "os.chmod('tool.sh', 0o700)\n"
+        "os.utime('README.md', (0, 0))\n"
+    )
+    attack = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", body)
+    assert attack.exit_code == 0, attack.output
+    assert (repo / "linked.py").read_bytes() == FILES["src/app.py"] + b"# appended through a link\n"
+    assert (repo / "src" / "app.py").read_bytes() == (repo / "linked.py").read_bytes()
+    assert (repo / "src" / "util.py").read_bytes() == b"X" + FILES["src/util.py"][1:]
+    assert _digest(base) == before  # nothing of the base written, moved or re-timed
+    person = _person_view(repo)
+    later = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", VIEW)
+    assert later.exit_code == 0, later.output
+    (record,) = [r for r in sandboxes.list_runs(daemon.state_dir) if r.run_id in later.stdout]
+    assert record.base_tree == made
+    seen = json.loads((Path(record.clone).parent / "home" / "view.json").read_bytes())
+    assert seen == person
