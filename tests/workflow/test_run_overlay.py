@@ -589,3 +589,35 @@ def test_base_files_linked_written_in_place_or_chmodded_leave_the_shared_base_as
     assert record.base_tree == made
     seen = json.loads((Path(record.clone).parent / "home" / "view.json").read_bytes())
     assert seen == person
+
+
+CARRIED = {b"latin\xe9.txt": b"latin-1 name\n", b"L" * 255: b"a name of 255 bytes\n"}
+REFUSED = {
+    "line\nbreak.txt": "path contains a control character",
+    ".GIT": "path has a '.git' component",
+    "sub/.promoter-tmp-abc": "a path component uses a name reserved for promoter's own files",
+}
+
+
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+def test_names_the_command_makes_are_refused_or_promoted_byte_exact_on_both_layouts(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """Names that are not UTF-8 or are 255 bytes long are promoted byte for byte; a
+    newline, a ``.git`` in another case and promoter's reserved temp names are refused
+    (``path_invalid``), each named, and nothing of the person's is changed."""
+    monkeypatch.setenv(layers.LAYOUT_ENV, layout)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    make = f"import os\nos.makedirs('sub')\nfor name in {list(REFUSED)!r}:\n"
+    make += "    open(name, 'wb').write(b'x\\n')\n"
+    refused = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", make)
+    assert getattr(refused.exception, "code", None) == "path_invalid", refused.output
+    named = {item["path"]: item["reason"] for item in refused.exception.context["paths"]}
+    assert named == REFUSED
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    carry = f"for name, data in {CARRIED!r}.items():\n    open(name, 'wb').write(data)\n"
+    carried = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", carry)
+    assert carried.exit_code == 0, carried.output
+    new = {os.fsdecode(name): (data, 0o644) for name, data in CARRIED.items()}
+    assert tree_bytes(repo) == before | new
+    assert git_dir_digest(repo) == git_before
