@@ -454,6 +454,10 @@ def test_a_fifo_or_socket_made_over_a_file_or_directory_is_refused_not_dropped(
     reason = "a FIFO, socket or device over a file or directory: git cannot carry it"
     assert refused == {"README.md": reason, "src": reason}
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    (record,) = sandboxes.list_runs(daemon.state_dir)  # kept, named: removed on request
+    assert _run(daemon, "run", "--remove", record.run_id).exit_code == 0
+    _wait_gone("promoter.executor.removal")
+    assert _leftovers(daemon.state_dir) == []
 
 
 OVERLAY_METADATA = ("opaque", "redirect", "metacopy", "origin", "whiteout", "whiteouts")
