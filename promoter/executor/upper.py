@@ -285,14 +285,17 @@ def _refusals(
 
 
 @contextlib.contextmanager
-def _named_in_full(box: layers.Layers) -> Iterator[None]:
-    """Refuse (``PathInvalid``) a path of ``box``'s layers that the host cannot name in
-    full (``ENAMETOOLONG``: a tree the command made deeper than the host's path limit
-    under the upper layer), naming it, instead of failing with the host's error."""
+def _readable(box: layers.Layers) -> Iterator[None]:
+    """Refuse, naming it, a path of ``box``'s layers the host cannot read, instead of
+    failing with the host's error: one it cannot name in full (``ENAMETOOLONG``: a tree
+    the command made deeper than the host's path limit under the upper layer) is
+    ``PathInvalid``; one its owner may not read (``EACCES``: a directory or file the
+    command made mode 000, which the person building the bundle cannot open) is
+    ``PathUnsafe``."""
     try:
         yield
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:
+        if exc.errno not in (errno.ENAMETOOLONG, errno.EACCES):
             raise
         full = os.fsencode(exc.filename or "")
         rel = full
@@ -302,6 +305,11 @@ def _named_in_full(box: layers.Layers) -> Iterator[None]:
                 rel = full[len(prefix) :]
                 break
         path = printable(os.fsdecode(rel))
+        if exc.errno == errno.EACCES:
+            raise PathUnsafe(
+                f"a path in the sandbox cannot be read (its mode shuts its owner out): {path}",
+                path=path,
+            ) from exc
         raise PathInvalid(
             f"a path in the sandbox is too long to be read on the host ({len(full)} bytes "
             f"with its layer's directory): {path[:80]}...",
@@ -326,7 +334,7 @@ def build_from_layers(
     """
     # the layers are read once per path: nothing writes them once the command ended
     below, stack = layers.Resolver(box.below()), layers.Resolver(box.all())
-    with _named_in_full(box):
+    with _readable(box):
         candidates = _candidates(box, below)
         candidates |= {disk_path(p) for p in (since or {})}
         candidates -= {disk_path(p) for p in leave_out}
