@@ -13,6 +13,8 @@ Not here: mounting (``layers.py``), the base (``base_cache.py``), the clone buil
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.paths import disk_path, sort_key, wire_path
-from promoter.errors import ConfigError, PathUnsafe, RepositoryInvalid
+from promoter.errors import ConfigError, PathInvalid, PathUnsafe, RepositoryInvalid
 from promoter.executor import base_cache, layers
 from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
 from promoter.executor.policy import check_paths, printable
@@ -178,7 +180,22 @@ def _candidates(box: layers.Layers, below_look: Lookup) -> set[str]:
                 found.add(path)
                 if _is_dir(below_look, path):
                     found.update(layers.walk_files(below, path))
+            elif below_look(path) is not None:
+                found.add(path)  # a FIFO, socket or device over a file or directory: refused
     return found
+
+
+_SPECIAL = "a FIFO, socket or device over a file or directory: git cannot carry it"
+
+
+def _special(stack: Lookup, path: str) -> bool:
+    """Whether ``path`` is a FIFO, socket or device in the merged view of ``stack`` (never
+    a whiteout: the resolver answers None for one)."""
+    found = stack(path)
+    if found is None:
+        return False
+    mode = found[1].st_mode
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
 
 
 def _ancestors(path: str) -> list[str]:
@@ -249,6 +266,8 @@ def _refusals(
     found: dict[str, str] = {}
     nested: dict[str, bool] = {}
     for path, (old, new) in changed.items():
+        if _special(stack, path):
+            found.setdefault(path, _SPECIAL)
         for side, state in (("new", new), ("old", old)):
             if state is not None and state.link and grant.symlinks == "none":
                 found.setdefault(path, f"the {side} state is a symbolic link")
@@ -263,6 +282,39 @@ def _refusals(
             if nested[directory]:
                 found.setdefault(path, "an untracked nested repository (it holds a .git entry)")
     return dict(sorted(found.items()))
+
+
+@contextlib.contextmanager
+def _readable(box: layers.Layers) -> Iterator[None]:
+    """Refuse, naming it, a path of ``box``'s layers the host cannot read, instead of
+    failing with the host's error: one it cannot name in full (``ENAMETOOLONG``: a tree
+    the command made deeper than the host's path limit under the upper layer) is
+    ``PathInvalid``; one its owner may not read (``EACCES``: a directory or file the
+    command made mode 000, which the person building the bundle cannot open) is
+    ``PathUnsafe``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENAMETOOLONG, errno.EACCES):
+            raise
+        full = os.fsencode(exc.filename or "")
+        rel = full
+        for layer in box.all():
+            prefix = os.fsencode(layer) + b"/"
+            if full.startswith(prefix):
+                rel = full[len(prefix) :]
+                break
+        path = printable(os.fsdecode(rel))
+        if exc.errno == errno.EACCES:
+            raise PathUnsafe(
+                f"a path in the sandbox cannot be read (its mode shuts its owner out): {path}",
+                path=path,
+            ) from exc
+        raise PathInvalid(
+            f"a path in the sandbox is too long to be read on the host ({len(full)} bytes "
+            f"with its layer's directory): {path[:80]}...",
+            path=path,
+        ) from exc
 
 
 def build_from_layers(
@@ -282,16 +334,17 @@ def build_from_layers(
     """
     # the layers are read once per path: nothing writes them once the command ended
     below, stack = layers.Resolver(box.below()), layers.Resolver(box.all())
-    candidates = _candidates(box, below)
-    candidates |= {disk_path(p) for p in (since or {})}
-    candidates -= {disk_path(p) for p in leave_out}
-    # new paths git would ignore are dropped before any file is read
-    fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
-    keep = _not_ignored(box, fresh, stack)
-    candidates -= {path for path in fresh if path not in keep}
-    changed: dict[str, tuple[_State | None, _State | None]] = {}
-    for path in candidates:
-        changed[path] = (_state(below, path), _state(stack, path))
+    with _readable(box):
+        candidates = _candidates(box, below)
+        candidates |= {disk_path(p) for p in (since or {})}
+        candidates -= {disk_path(p) for p in leave_out}
+        # new paths git would ignore are dropped before any file is read
+        fresh = sorted(p for p in candidates if not _is_file(below, p) and _is_file(stack, p))
+        keep = _not_ignored(box, fresh, stack)
+        candidates -= {path for path in fresh if path not in keep}
+        changed: dict[str, tuple[_State | None, _State | None]] = {}
+        for path in candidates:
+            changed[path] = (_state(below, path), _state(stack, path))
     refused = _refusals(stack, changed, gitlinks, grant)
     if refused:
         found = [{"path": printable(path), "reason": why} for path, why in refused.items()]

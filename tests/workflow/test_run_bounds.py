@@ -7,7 +7,8 @@ B/credentials/orchestrator.token`` nothing of A's or B's credentials and keys, n
 per-user configuration, is readable inside; a credential that could not be hidden
 refuses the run before anything is made. E7: the command leaves a 3000-level directory,
 a FIFO, an unreadable directory, a set-user-ID file and a set-group-ID directory; after
-the run no set-ID bit is left and ``--remove`` removes the sandbox.
+the run no set-ID bit is left and ``--remove`` removes the sandbox; a tree deeper
+than the host can name under a layered sandbox's upper layer is ``path_invalid``.
 
 Without bubblewrap the module is skipped with one line, unless ``PROMOTER_REQUIRE_BWRAP=1``
 (CI), where it fails instead.
@@ -28,11 +29,12 @@ import pytest
 from typer.testing import CliRunner
 
 from promoter.errors import PromoterError
-from promoter.executor import layered
+from promoter.executor import layered, layers
 from promoter.executor import sandbox as sandboxes
 from tests.integration.test_relay import _daemon_connections
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.deep_trees import removed_after  # noqa: F401 (autouse)
+from tests.support.promotion import git_dir_digest, tree_bytes
 from tests.workflow.test_run_confinement import _app, _only_run, _probe, _report, _run
 
 E7_BODY = """
@@ -238,3 +240,31 @@ def test_a_credential_that_the_sandbox_would_see_refuses_the_run_before_anything
     assert result.exception.exit_code == 78
     assert result.exception.context == {"path": str(runs), "visible_through": str(runs)}
     assert sorted(os.listdir(runs)) == ["orchestrator.token"]  # no sandbox was made
+
+
+DEEP_BODY = """
+for n in range(2100):  # 4200 bytes of path: past the host's PATH_MAX under the upper layer
+    os.mkdir("d"); os.chdir("d")
+with open("leaf", "w") as handle:
+    handle.write("deep\\n")
+"""
+
+
+def test_a_tree_too_deep_for_the_layers_is_refused_with_its_code(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layered sandbox's upper layer read on the host: a path the host cannot name
+    there is a refusal naming it, not an error of promoter's; the sandbox is removed."""
+    monkeypatch.setenv(layers.LAYOUT_ENV, "overlay")
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    result = _run(daemon, "--repo", "work", "--yes", "--", *_probe(DEEP_BODY))
+    assert isinstance(result.exception, PromoterError), result.output
+    assert result.exception.code == "path_invalid"
+    assert "too long to be read" in result.exception.detail
+    assert str(result.exception.context["path"]).startswith("d/d/d/")
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    record = _only_run(daemon)
+    assert record.layout == "overlay"
+    removed = _run(daemon, "--remove", record.run_id)
+    assert removed.exit_code == 0, removed.output
+    assert not (daemon.state_dir / "runs" / record.run_id).exists()

@@ -453,3 +453,195 @@ def test_ctrl_c_while_the_daemon_holds_the_starts_watch_request_ends_at_once(
     assert sandboxes.list_runs(daemon.state_dir) == []
     assert _leftovers(daemon.state_dir) == []
     assert git_dir_digest(repo) == git_before and tree_bytes(repo) == files_before
+
+
+def test_a_fifo_or_socket_made_over_a_file_or_directory_is_refused_not_dropped(
+    daemon: Daemon, repo: Path
+) -> None:
+    """A FIFO over a base file and a socket over a base directory hide them in the
+    sandbox; the bundle cannot carry that, and leaving them out would promote a tree the
+    command did not leave: refused, naming both. A FIFO over nothing is left out."""
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    body = (
+        "import os, shutil, socket\n"
+        "os.remove('README.md'); os.mkfifo('README.md')\n"
+        "shutil.rmtree('src'); socket.socket(socket.AF_UNIX).bind('src')\n"
+        "os.mkfifo('new-fifo')\n"
+    )
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", body)
+    assert getattr(result.exception, "code", None) == "path_unsafe", result.output
+    refused = {item["path"]: item["reason"] for item in result.exception.context["paths"]}
+    reason = "a FIFO, socket or device over a file or directory: git cannot carry it"
+    assert refused == {"README.md": reason, "src": reason}
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    (record,) = sandboxes.list_runs(daemon.state_dir)  # kept, named: removed on request
+    assert _run(daemon, "run", "--remove", record.run_id).exit_code == 0
+    _wait_gone("promoter.executor.removal")
+    assert _leftovers(daemon.state_dir) == []
+
+
+OVERLAY_METADATA = ("opaque", "redirect", "metacopy", "origin", "whiteout", "whiteouts")
+SET_METADATA = r"""
+import json, os
+os.mkdir("newdir")
+open("newdir/f", "w").write("f\n")
+tried = {}
+for target in ("src", "newdir", "README.md"):
+    for name in NAMES:
+        for space in ("user", "trusted"):
+            key = space + ".overlay." + name
+            value = b"y" if name == "opaque" else b"/README.md" if name == "redirect" else b""
+            try:
+                os.setxattr(target, key, value, follow_symlinks=False)
+                tried[target + " " + key] = "set"
+            except OSError as exc:
+                tried[target + " " + key] = type(exc).__name__
+tried["src"] = sorted(os.listdir("src"))
+open(os.environ["HOME"] + "/tried.json", "w").write(json.dumps(tried))
+""".replace("NAMES", repr(OVERLAY_METADATA))
+
+
+def test_overlay_metadata_the_command_sets_is_escaped_and_changes_nothing(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The command sets overlayfs's own attributes (opaque, redirect, metacopy, origin,
+    whiteout) on a base directory, a base file and a directory of its own: the kernel
+    stores them escaped (or refuses them), so neither the kernel's merge nor the bundle
+    takes them for the layers' metadata: nothing is hidden or deleted, the base keeps no
+    attribute, the person's files change only by the new file."""
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    result = _run(
+        daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", SET_METADATA
+    )
+    assert result.exit_code == 0, result.output
+    record = _only_run(daemon)
+    tried = json.loads((Path(record.clone).parent / "home" / "tried.json").read_bytes())
+    assert tried.pop("src") == ["app.py", "util.py"]  # not made opaque by the command
+    assert all(v == "PermissionError" for k, v in tried.items() if " trusted." in k), tried
+    upper = Path(record.clone).parent / "layers" / "upper"
+    for target in ("src", "newdir", "README.md"):
+        found = set(os.listxattr(upper / target, follow_symlinks=False))
+        forged = {f"user.overlay.{name}" for name in OVERLAY_METADATA if name != "origin"}
+        assert not found & forged, (target, found)
+    assert not layers.opaque(os.fsencode(upper / "src"))
+    operation = record.steps[0].operation_id
+    assert operation is not None
+    targets = {t["path"]: t["exists"] for t in operation_receipt(daemon, operation)["targets"]}
+    assert targets == {"newdir/f": True}
+    assert tree_bytes(repo) == before | {"newdir/f": (b"f\n", 0o644)}
+    assert git_dir_digest(repo) == git_before
+    base = base_cache.bases_dir(daemon.state_dir) / record.base_tree / "tree"
+    for name in ("src", "src/app.py", "README.md"):
+        assert os.listxattr(base / name, follow_symlinks=False) == []
+    assert (base / "README.md").read_bytes() == FILES["README.md"]
+
+
+def test_a_writer_left_behind_by_the_command_is_ended_before_the_scan(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The command starts a writer in a session of its own (a double fork) that appends
+    to a file without end, and exits once it has written: the writer is ended with the
+    command, before the upper layer is read, so the promoted bytes are the upper layer's
+    as they stay, and no process of it is left."""
+    marker = f"writer-{os.getpid()}-{time.monotonic_ns()}"
+    body = (
+        f"# {marker}: on the command line of every process of the command\n"
+        "import os\n"
+        "wrote, said = os.pipe()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        with open('bg.txt', 'ab') as h:\n"
+        "            h.write(b'x' * 4096)\n"
+        "        os.write(said, b'1')\n"
+        "        while True:\n"
+        "            with open('bg.txt', 'ab') as h:\n"
+        "                h.write(b'x' * 4096)\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+        "os.read(wrote, 1)  # it has written once: the command exits, the writer goes on\n"
+    )
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", body)
+    assert result.exit_code == 0, result.output
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _has(p, marker)]
+    record = _only_run(daemon)
+    upper = Path(record.clone).parent / "layers" / "upper" / "bg.txt"
+    promoted = (repo / "bg.txt").read_bytes()
+    assert promoted == upper.read_bytes() and promoted and set(promoted) == {ord("x")}
+
+
+def _has(process: Path, marker: str) -> bool:
+    try:
+        return marker.encode() in (process / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_base_files_linked_written_in_place_or_chmodded_leave_the_shared_base_as_it_was(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The base is shared by every run on the commit: a command that hard-links a base
+    file and appends through the link, writes another in place, truncates, chmods and
+    touches others only ever writes its own copies (whole copy-up): the base's files,
+    modes and times stay, and the next run on the commit sees HEAD's bytes exactly."""
+    first = _run(daemon, "run", "--repo", "work", "--yes", "--", "true")
+    assert first.exit_code == 0, first.output
+    (made,) = [n for n in os.listdir(base_cache.bases_dir(daemon.state_dir)) if n != ".lock"]
+    base = base_cache.bases_dir(daemon.state_dir) / made / "tree"  # (its marker is touched)
+    before = _digest(base)
+    body = (
+        "import os\n"
+        "os.link('src/app.py', 'linked.py')\n"
+        "open('linked.py', 'ab').write(b'# appended through a link\\n')\n"
+        "fd = os.open('src/util.py', os.O_RDWR)\n"
+        "os.write(fd, b'X')\n"
+        "os.close(fd)\n"
+        "os.truncate('old.txt', 0)\n"
+        "os.chmod('tool.sh', 0o700)\n"
+        "os.utime('README.md', (0, 0))\n"
+    )
+    attack = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", body)
+    assert attack.exit_code == 0, attack.output
+    assert (repo / "linked.py").read_bytes() == FILES["src/app.py"] + b"# appended through a link\n"
+    assert (repo / "src" / "app.py").read_bytes() == (repo / "linked.py").read_bytes()
+    assert (repo / "src" / "util.py").read_bytes() == b"X" + FILES["src/util.py"][1:]
+    assert _digest(base) == before  # nothing of the base written, moved or re-timed
+    person = _person_view(repo)
+    later = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", _python(), "-c", VIEW)
+    assert later.exit_code == 0, later.output
+    (record,) = [r for r in sandboxes.list_runs(daemon.state_dir) if r.run_id in later.stdout]
+    assert record.base_tree == made
+    seen = json.loads((Path(record.clone).parent / "home" / "view.json").read_bytes())
+    assert seen == person
+
+
+CARRIED = {b"latin\xe9.txt": b"latin-1 name\n", b"L" * 255: b"a name of 255 bytes\n"}
+REFUSED = {
+    "line\nbreak.txt": "path contains a control character",
+    ".GIT": "path has a '.git' component",
+    "sub/.promoter-tmp-abc": "a path component uses a name reserved for promoter's own files",
+}
+
+
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+def test_names_the_command_makes_are_refused_or_promoted_byte_exact_on_both_layouts(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """Names that are not UTF-8 or are 255 bytes long are promoted byte for byte; a
+    newline, a ``.git`` in another case and promoter's reserved temp names are refused
+    (``path_invalid``), each named, and nothing of the person's is changed."""
+    monkeypatch.setenv(layers.LAYOUT_ENV, layout)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    make = f"import os\nos.makedirs('sub')\nfor name in {list(REFUSED)!r}:\n"
+    make += "    open(name, 'wb').write(b'x\\n')\n"
+    refused = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", make)
+    assert getattr(refused.exception, "code", None) == "path_invalid", refused.output
+    named = {item["path"]: item["reason"] for item in refused.exception.context["paths"]}
+    assert named == REFUSED
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    carry = f"for name, data in {CARRIED!r}.items():\n    open(name, 'wb').write(data)\n"
+    carried = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", carry)
+    assert carried.exit_code == 0, carried.output
+    new = {os.fsdecode(name): (data, 0o644) for name, data in CARRIED.items()}
+    assert tree_bytes(repo) == before | new
+    assert git_dir_digest(repo) == git_before
