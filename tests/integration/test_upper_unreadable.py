@@ -1,7 +1,7 @@
-"""An overlay's upper layer holding what its owner cannot read (protocol:
-runs#upper-layer-bundle): the command, running as the person, made a directory or a file
-mode 000. Root reads it anyway; the person, who builds the bundle, cannot: the build
-refuses, naming it, instead of failing with the host's error.
+"""An overlay's upper layer holding what its owner cannot read
+(protocol: runs#upper-layer-bundle): the command, running as the person, made a directory
+or a file mode 000. Root reads it anyway; the person, who builds the bundle, cannot: the
+build refuses, naming it, instead of failing with the host's error.
 """
 
 from __future__ import annotations
