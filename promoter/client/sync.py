@@ -56,6 +56,10 @@ if TYPE_CHECKING:
         created: bool  # registered by this call (201), not already (200)
 
 
+# the most bytes of a one-request body held whole, to be sent again if the first try is
+# met by the close of an idle connection (a larger body is streamed once)
+REPLAYED_BYTES = 1 << 20
+
 __all__ = [
     "MISSING_BATCH",
     "AsyncPromoterClient",
@@ -326,7 +330,10 @@ class PromoterClient(BlobCalls):
         (200), else ``{operation_id, status}`` (202); ``with_review``, also ``diff`` (the
         bundle's first diff page) and, once completed, ``receipt`` (the promotion
         receipt), each when the host could read it. Asking again answers the same
-        operation; the streamed body is not retried.
+        operation (protocol: promotion#operation-identity), so a body of at most
+        ``REPLAYED_BYTES`` is held whole and sent again as an idempotent call's (on the
+        idle connection, met by its close, a second time on a new one); a larger one is
+        streamed once, on a new connection, and not retried.
         """
         framed, apart = split_blobs(blobs)
         if apart:
@@ -337,11 +344,13 @@ class PromoterClient(BlobCalls):
         params, headers = request_parts(
             fence, wait, executor_token, length, with_review=with_review
         )
-        content = itertools.chain((head,), batch_frames(framed))
-        return cast(
-            "answers.PromotedWithEvidence",
-            self._json("POST", EVIDENCE_PATH, content=content, params=params, headers=headers),
-        )
+        frames = itertools.chain((head,), batch_frames(framed))
+        content = b"".join(frames) if length <= REPLAYED_BYTES else frames
+        answer = self._json(
+            "POST", EVIDENCE_PATH, content=content, params=params, headers=headers,
+            idempotent=True,  # the same operation, whatever the tries (replayed if bytes)
+        )  # fmt: skip
+        return cast("answers.PromotedWithEvidence", answer)
 
     def operation(
         self, operation_id: str, *, wait: float | None = None, status: str | None = None

@@ -23,8 +23,10 @@ import pytest
 
 from promoter.api.server import KEEP_ALIVE_SECONDS, make_server
 from promoter.client.direct import REUSE_SECONDS, DirectClient
+from promoter.client.sync import REPLAYED_BYTES, PromoterClient
 from promoter.client.transport import Transport
 from promoter.client.wire import Backoff, pool_options
+from promoter.domain.blob_frames import BATCH_BLOB_MAX
 from tests.unit.test_http1_hostile_answers import _ok, _read_request
 
 
@@ -170,3 +172,25 @@ def test_an_idempotent_call_met_by_the_close_is_sent_again_on_a_new_connection()
         transport.close()
         server.close()
     assert (server.accepted, server.unanswered, slept) == (2, 1, [Backoff().first])
+
+
+def test_a_small_one_request_met_by_the_close_is_sent_again_whole() -> None:
+    """The one request (blobs, bundle, promotion) answers the same operation however often
+    it is asked: a small body is held whole, goes on the idle connection, and, met by its
+    close, is sent again on a new one; a body past ``REPLAYED_BYTES`` goes on a new one."""
+    server = ClosesWhenReused()
+    slept: list[float] = []
+    client = PromoterClient(server.url, None, timeout=5.0, backoff=Backoff(sleep=slept.append))
+    small = [("ab" * 32, 3, b"one")]
+    piece = BATCH_BLOB_MAX  # the largest blob the request itself carries
+    large = [(f"{n:064x}", piece, b"x" * piece) for n in range(REPLAYED_BYTES // piece)]
+    try:
+        assert client._json("GET", "/first") == {"connection": 1}
+        sent = client.promote_with_evidence({"bundle": 1}, small, 1, executor_token="t")
+        assert sent == {"connection": 2}  # the idle one met the close: sent again, whole
+        sent = client.promote_with_evidence({"bundle": 2}, large, 1, executor_token="t")
+        assert sent == {"connection": 3}  # streamed: never on the idle one
+    finally:
+        client.close()
+        server.close()
+    assert (server.accepted, server.unanswered, slept) == (3, 1, [Backoff().first])
