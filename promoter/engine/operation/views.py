@@ -117,9 +117,9 @@ def next_step(kind: str, status: str, operation_id: str) -> str | None:
                 f"recover it: POST /v1/operations/{operation_id}/recover with the lease's "
                 f"current fence (promoter ops recover {operation_id} --fence N)"
             )
-        return (
+        return (  # a rollback's or restore's recovery reads no lease: any fence is taken
             f"an operator recovers it: POST /v1/operations/{operation_id}/recover "
-            f"(promoter ops recover {operation_id})"
+            f"(promoter ops recover {operation_id} --fence 0)"
         )
     if status == OperationStatus.NEEDS_RECONCILIATION:
         decisions = "rollback or abandon" if promotion else "or abandon"
