@@ -47,6 +47,7 @@ from promoter.domain.paths import disk_path, sort_key, wire_path
 from promoter.errors import (
     GitError,
     GrantInvalid,
+    PathInvalid,
     PathUnsafe,
     RepositoryInvalid,
     VerificationFailed,
@@ -57,6 +58,7 @@ from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import GITLINK_MODE, list_tree_files, tree_entries
 from promoter.git.records import DiffEntry, require_oid
+from promoter.git.worktree_tree import special_over
 
 if TYPE_CHECKING:
     from promoter.domain.bundle_records import Grant
@@ -65,6 +67,8 @@ if TYPE_CHECKING:
 __all__ = ["BlobReader", "BlobSource", "BuiltBundle", "build_bundle", "seal_changes"]
 
 _OPERATIONS = {"A": "create", "M": "modify", "D": "delete", "T": "modify"}  # T: file <-> link
+# git's reasons (LC_ALL=C strerror) for a directory it could not open
+_TOO_LONG, _DENIED = "File name too long", "Permission denied"
 
 VALIDATOR_MAX_CHANGES = 2000
 """Above this many changes the model checks the sealed bundle: the validator's cost per
@@ -233,12 +237,32 @@ def _hidden_in_gitlinks(
     return found
 
 
+def _refuse_unopened(shadow: SeededShadow) -> None:
+    """Refuse, naming it, a directory git could not open while listing untracked files:
+    git leaves out what it holds, and a bundle never drops a write silently. One too deep
+    for the host to name (git cut its warning, or ``ENAMETOOLONG``) is ``PathInvalid``,
+    as the upper layer's (``upper._readable``); any other (``EACCES``: a directory made
+    mode 000) is ``PathUnsafe``."""
+    for path, reason in sorted(shadow.unopened.items()):
+        shown = printable(path)
+        if reason is None or reason == _TOO_LONG:
+            raise PathInvalid(
+                f"a path in the worktree is too long to be read on the host (more than "
+                f"{len(os.fsencode(path))} bytes, which git leaves out): {shown[:80]}...",
+                path=shown,
+            )
+        why = "its mode shuts its owner out" if reason == _DENIED else reason
+        raise PathUnsafe(f"a path in the worktree cannot be read ({why}): {shown}", path=shown)
+
+
 def _refuse_unsupported(
     layout: RepoLayout, shadow: SeededShadow, entries: list[DiffEntry], grant: Grant
 ) -> None:
+    deleted = [e.path for e in entries if e.status == "D"]  # a FIFO over them: never gone
     unsupported = {
         **_hidden_in_gitlinks(layout, grant.base_tree, shadow.gitlinks),
         **shadow.unsupported(entries, symlinks=grant.symlinks != "none"),
+        **special_over(layout.worktree, deleted),
     }
     if unsupported:
         found = [{"path": printable(path), "reason": why} for path, why in unsupported.items()]
@@ -373,6 +397,7 @@ def build_bundle(
         shadow.__enter__()
         try:
             entries = [e for e in shadow.diff(start) if e.path not in leave_out]
+            _refuse_unopened(shadow)
             _refuse_unsupported(layout, shadow, entries, grant)
             odd = [
                 {"path": printable(e.path), "reason": "a type change"}

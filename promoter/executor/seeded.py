@@ -45,6 +45,7 @@ from promoter.git.records import (
     check_pathspec_paths,
     decode_path,
     require_oid,
+    unopened_directories,
 )
 from promoter.git.runner import GitResult, run_git
 from promoter.git.tree_edit import TREE_MODE, tree_bytes
@@ -336,6 +337,7 @@ class SeededShadow(ShadowTree):
             )
         except GitError as exc:  # e.g. a split index whose shared part is not here
             raise _NoSeed from exc
+        self.unopened.update(unopened_directories(result.stderr))
         return result.stdout
 
     def _changes(

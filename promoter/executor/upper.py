@@ -31,6 +31,7 @@ from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
 from promoter.executor.policy import check_paths, printable
 from promoter.git.records import decode_path
 from promoter.git.runner import run_git
+from promoter.git.worktree_tree import SPECIAL_OVER
 
 if TYPE_CHECKING:
     from promoter.domain.bundle_records import Grant
@@ -185,7 +186,7 @@ def _candidates(box: layers.Layers, below_look: Lookup) -> set[str]:
     return found
 
 
-_SPECIAL = "a FIFO, socket or device over a file or directory: git cannot carry it"
+_SPECIAL = SPECIAL_OVER
 
 
 def _special(stack: Lookup, path: str) -> bool:

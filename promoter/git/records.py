@@ -31,6 +31,7 @@ __all__ = [
     "parse_ls_files_stage",
     "parse_ls_tree",
     "require_oid",
+    "unopened_directories",
 ]
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -117,6 +118,29 @@ def check_pathspec_paths(paths: list[str]) -> None:
 def decode_path(raw: bytes) -> str:
     """A path as git printed it, decoded the way the operating system decodes names."""
     return os.fsdecode(raw)
+
+
+# git's warning for a directory it could not read while it listed untracked files; it
+# goes on without it. git cuts a warning at 4095 bytes: a cut one has lost its reason.
+_UNOPENED = b"warning: could not open directory '"
+_WARNING_CUT = 4095
+
+
+def unopened_directories(stderr: bytes) -> dict[str, str | None]:
+    """The directories git said it could not open (``-z`` listings go on without them),
+    each with git's reason, or ``None`` where git cut its line (a path of thousands of
+    bytes: the name is a prefix of the directory's, the reason lost)."""
+    found: dict[str, str | None] = {}
+    for line in stderr.split(b"\n"):
+        if not line.startswith(_UNOPENED):
+            continue
+        rest = line[len(_UNOPENED) :]
+        path, quote, reason = rest.rpartition(b"': ")
+        if quote and len(line) < _WARNING_CUT:
+            found[decode_path(path.rstrip(b"/"))] = reason.decode("utf-8", "replace")
+        else:
+            found[decode_path(rest.rstrip(b"/"))] = None
+    return found
 
 
 def parse_ls_files_stage(data: bytes, *, debug: bool) -> list[tuple[str, IndexEntry]]:

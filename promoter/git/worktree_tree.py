@@ -17,17 +17,26 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 
 from promoter.domain.closing import Closing
-from promoter.errors import RepositoryInvalid
+from promoter.domain.paths import wire_path
+from promoter.errors import GitError, PathUnsafe, RepositoryInvalid
 from promoter.fs.scratch import remove_scratch_dir, scratch_dir
 from promoter.git.head import commit_tree, head_commit
 from promoter.git.layout import RepoLayout
 from promoter.git.objects import CHUNK_SIZE, CatFile
-from promoter.git.records import EMPTY_TREE, DiffEntry, decode_path, parse_diff_raw, require_oid
+from promoter.git.records import (
+    EMPTY_TREE,
+    DiffEntry,
+    decode_path,
+    parse_diff_raw,
+    require_oid,
+    unopened_directories,
+)
 from promoter.git.runner import GitResult, run_git
 
-__all__ = ["EMPTY_TREE", "DiffEntry", "ShadowTree", "worktree_tree"]
+__all__ = ["EMPTY_TREE", "SPECIAL_OVER", "DiffEntry", "ShadowTree", "special_over", "worktree_tree"]
 
 UNSUPPORTED_MODES = {"120000": "a symbolic link", "160000": "a gitlink (submodule)"}
+SPECIAL_OVER = "a FIFO, socket or device over a file or directory: git cannot carry it"
 
 _CONFIG = """\
 [core]
@@ -81,6 +90,8 @@ class ShadowTree(Closing):
         self._cat: CatFile | None = None
         self._tree: str | None = None
         self.nested_repositories: tuple[str, ...] = ()
+        # directories git could not open while listing untracked files (it left them out)
+        self.unopened: dict[str, str | None] = {}
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -156,8 +167,13 @@ class ShadowTree(Closing):
             # Hash (without writing) what is unchanged, so add writes only new content.
             self._git(["update-index", "-q", "--refresh"], read=True)
         # From here on git writes objects and must not see the repository's.
-        self._git(["add", "-u"])
+        try:
+            self._git(["add", "-u"])
+        except GitError:
+            self._refuse_special()
+            raise
         untracked = self._git(["ls-files", "-o", "-z", "--exclude-standard", "--full-name"])
+        self.unopened = unopened_directories(untracked.stderr)
         files: list[str] = []
         nested: list[str] = []
         for raw in untracked.stdout.split(b"\0")[:-1]:
@@ -175,6 +191,21 @@ class ShadowTree(Closing):
             )
         tree = self._git(["write-tree", "--missing-ok"]).stdout.decode("ascii", "replace").strip()
         return require_oid(tree, "written tree")
+
+    def _refuse_special(self) -> None:
+        """``PathUnsafe`` naming every tracked path a FIFO, socket or device now covers
+        (the path itself or a directory above it), which ``git add`` cannot add: read
+        only once git refused, so a healthy pass lists nothing more."""
+        listed = self._git(["ls-files", "-z", "--full-name"], read=True).stdout
+        found = special_over(
+            self.layout.worktree, (decode_path(p) for p in listed.split(b"\0") if p)
+        )
+        if found:
+            items = [{"path": wire_path(path), "reason": why} for path, why in found.items()]
+            listing = "; ".join(f"{item['path']!r}: {item['reason']}" for item in items)
+            raise PathUnsafe(
+                f"the worktree has changes that cannot be promoted: {listing}", paths=items
+            )
 
     def _git(
         self,
@@ -290,6 +321,31 @@ def _quote(path: str) -> str:
         return path
     escaped = path.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + escaped.replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def special_over(worktree: str, paths: Iterable[str]) -> dict[str, str]:
+    """The paths among ``paths`` and the directories above them that are a FIFO, socket
+    or device in ``worktree``, each with ``SPECIAL_OVER``: git cannot carry one, and
+    sees the files it covers only gone. Each directory is looked at once."""
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            here = "/".join(parts[:depth])
+            if here in seen:
+                continue
+            seen.add(here)
+            try:
+                mode = os.lstat(os.path.join(worktree, here)).st_mode
+            except OSError:
+                break  # gone, or not a directory: nothing of it is covered
+            if stat.S_ISDIR(mode):
+                continue
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                found[here] = SPECIAL_OVER
+            break
+    return dict(sorted(found.items()))
 
 
 def _write(path: str, data: bytes) -> None:

@@ -16,6 +16,7 @@ from promoter.git.records import (
     parse_ls_files_stage,
     parse_ls_tree,
     require_oid,
+    unopened_directories,
 )
 
 A = "a" * 40
@@ -180,3 +181,22 @@ def test_pathspec_guard_refuses_exactly_paths_with_an_empty_dot_or_dotdot_compon
         assert unnormalized
     else:
         assert not unnormalized
+
+
+def test_a_directory_git_could_not_open_is_named_even_when_git_cut_its_warning() -> None:
+    """git lists untracked files without a directory it cannot open and says so only in
+    a warning, which it cuts at 4095 bytes: a cut warning still names the directory's
+    prefix, with no reason (a path that long is past the host's limit)."""
+    deep = b"d/" * 2100
+    stderr = (
+        b"warning: unable to access 'x/.gitignore': Permission denied\n"
+        b"warning: could not open directory 'locked/it's/': Permission denied\n"
+        + (b"warning: could not open directory '" + deep + b"': File name too long")[:4095]
+        + b"\n"
+    )
+    found = unopened_directories(stderr)
+    assert found == {
+        "locked/it's": "Permission denied",
+        deep[: 4095 - 35].decode().rstrip("/"): None,
+    }
+    assert unopened_directories(b"") == {}

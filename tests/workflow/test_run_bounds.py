@@ -268,3 +268,32 @@ def test_a_tree_too_deep_for_the_layers_is_refused_with_its_code(
     removed = _run(daemon, "--remove", record.run_id)
     assert removed.exit_code == 0, removed.output
     assert not (daemon.state_dir / "runs" / record.run_id).exists()
+
+
+COPY_DEEP_BODY = """
+for n in range(3000):  # 6000 bytes of path: past the path rules' 4096 bytes
+    os.mkdir("d"); os.chdir("d")
+with open("leaf", "w") as handle:
+    handle.write("deep\\n")
+"""
+
+
+def test_a_file_too_deep_in_a_copy_clone_is_refused_not_left_out(
+    daemon: Daemon, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy layout: a file the command makes 3000 directories deep is past the path
+    rules' bound; leaving it out of the bundle would drop a write of the command's
+    silently. Refused as the overlay layout refuses it, naming it; the sandbox is kept."""
+    monkeypatch.setenv(layers.LAYOUT_ENV, "copy")
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    result = _run(daemon, "--repo", "work", "--yes", "--", *_probe(COPY_DEEP_BODY))
+    assert isinstance(result.exception, PromoterError), result.output
+    assert result.exception.code == "path_invalid"
+    assert "too long to be read" in result.exception.detail
+    assert str(result.exception.context["path"]).startswith("d/d/d/")
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    record = _only_run(daemon)
+    assert record.layout == "copy"
+    removed = _run(daemon, "--remove", record.run_id)
+    assert removed.exit_code == 0, removed.output
+    assert not (daemon.state_dir / "runs" / record.run_id).exists()

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from promoter import faults
-from promoter.executor import base_cache, layers, removal
+from promoter.executor import base_cache, layered, layers, removal
 from promoter.executor import sandbox as sandboxes
 from tests.gitutil import git
 from tests.support import bwrap
@@ -475,6 +475,51 @@ def test_a_fifo_or_socket_made_over_a_file_or_directory_is_refused_not_dropped(
     assert refused == {"README.md": reason, "src": reason}
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
     (record,) = sandboxes.list_runs(daemon.state_dir)  # kept, named: removed on request
+    assert _run(daemon, "run", "--remove", record.run_id).exit_code == 0
+    _wait_gone("promoter.executor.removal")
+    assert _leftovers(daemon.state_dir) == []
+
+
+COVERED_FILES = (
+    "os.remove('README.md'); os.mkfifo('README.md')\n"
+    "os.remove('tool.sh'); socket.socket(socket.AF_UNIX).bind('tool.sh')\n"
+    "shutil.rmtree('src'); socket.socket(socket.AF_UNIX).bind('src')\n"
+)
+COVERED_DIRECTORY = "shutil.rmtree('src'); os.mkfifo('src')\n"
+
+
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+@pytest.mark.parametrize(
+    ("covering", "paths"),
+    [(COVERED_FILES, ["README.md", "src", "tool.sh"]), (COVERED_DIRECTORY, ["src"])],
+    ids=["files", "directory"],
+)
+def test_a_fifo_or_socket_over_a_tracked_file_is_refused_on_both_layouts_not_a_git_error(
+    daemon: Daemon,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layout: str,
+    covering: str,
+    paths: list[str],
+) -> None:
+    """A FIFO over one tracked file, a socket over another and over a directory (or a
+    FIFO over a directory alone): the copy clone's git cannot add them (it failed with
+    ``git_error``) or sees the directory's files only deleted. Both layouts answer
+    ``path_unsafe`` naming each path, the person's files and ``.git`` untouched, the
+    sandbox kept until removed on request."""
+    monkeypatch.setenv(layers.LAYOUT_ENV, layout)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    body = "import os, shutil, socket\n" + covering + "os.mkfifo('new-fifo')\n"
+    result = _run(daemon, "run", "--repo", "work", "--yes", "--", _python(), "-c", body)
+    assert getattr(result.exception, "code", None) == "path_unsafe", result.output
+    refused = {item["path"]: item["reason"] for item in result.exception.context["paths"]}
+    reason = "a FIFO, socket or device over a file or directory: git cannot carry it"
+    assert refused == dict.fromkeys(paths, reason)
+    assert f"'{paths[0]}': {reason}" in result.exception.detail
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    (record,) = sandboxes.list_runs(daemon.state_dir)  # kept, named: removed on request
+    assert record.layout == layout
+    assert not stat.S_ISREG(os.lstat(layered.written_tree(record) / paths[0]).st_mode)
     assert _run(daemon, "run", "--remove", record.run_id).exit_code == 0
     _wait_gone("promoter.executor.removal")
     assert _leftovers(daemon.state_dir) == []
