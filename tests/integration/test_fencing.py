@@ -746,6 +746,112 @@ def test_a_host_stopped_mid_group_of_a_restore_and_fenced_makes_nothing_after_th
         shared.close()
 
 
+FEW = {f"src/few{i}.txt": b"old %d\n" % i for i in range(5)}  # one group of temps
+
+
+def _fenced_answer(answer: dict[str, Any], at_fence: dict[str, str], done: str) -> None:
+    """The ``host_fenced`` answer of a pass stopped after two temps of its group and fenced:
+    the promotion's shape, naming the two temps it removed (its own) and no directory."""
+    temps = sorted(name for name in at_fence if ".promoter-tmp-" in name)
+    assert len(temps) == 2, at_fence
+    body = answer["body"]
+    assert (answer["status"], body["code"]) == (409, "host_fenced"), body
+    assert body["worktree"] == (
+        f"{done} before it saw the fence; removed its 2 temp files and 0 directories"
+    )
+    assert sorted(body["removed_temps"]) == temps
+    assert body["removed_dirs"] == []
+    assert "kept" not in body
+
+
+def test_a_rollback_fenced_before_its_next_temp_answers_the_temps_it_removed(
+    tmp_path: Path,
+) -> None:
+    """A rolls back a promotion of 5 files and is stopped after its second temp, then
+    fenced to B. Continued past its lease, it reads its epoch before its third temp and
+    stands down: the answer is a fenced promotion's (``worktree``, ``removed_temps``,
+    ``removed_dirs``), not a plain 409. The worktree holds the promotion's bytes, no temp;
+    B's recovery of the rollback ends it exactly."""
+    shared = Ledger(tmp_path, files=FEW)
+    try:
+        changes: list[tuple[str, bytes | None, bytes | None]] = [
+            (path, old, old.replace(b"old", b"new")) for path, old in FEW.items()
+        ]
+        pause = Pause(shared.tmp, "after_temp_write", nth=2)
+        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        b = shared.daemon("b")
+        original = _listing(shared.repo)
+        request = prepare_promotion(b, shared.repo, changes)
+        with b.client() as orch:
+            promoted = orch.post("/v1/promotions", json={**request, "wait": True}).json()
+        assert promoted["status"] == "completed", promoted
+        promotion = str(promoted["operation_id"])
+        new = _listing(shared.repo)
+        child = rollback_id(promotion)
+        answer = _answered_in_background(a, f"/v1/operations/{promotion}/rollback")
+        pause.reached()
+        _stopped_and_fenced(shared, a, b, child)
+        at_fence = _listing(shared.repo)
+        watch = Watch(shared.repo, closes=False)
+
+        _continued(a, pause, answer, watch)
+        _fenced_answer(answer, at_fence, "rolled back 0 of its targets")
+        assert _listing(shared.repo) == new  # the promotion's bytes, A's temps gone
+
+        with b.client("operator") as op:
+            done = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "rolled_back", done.text
+        assert _listing(shared.repo) == original
+    finally:
+        shared.close()
+
+
+def test_a_restore_fenced_before_its_next_temp_answers_the_temps_it_removed(
+    tmp_path: Path,
+) -> None:
+    """A restores a snapshot over 5 changed files and is stopped after its second temp,
+    then fenced to B. Continued past its lease, it stands down before its third temp with
+    a fenced promotion's answer, not a plain 409; the person's grown files as they were,
+    no temp; B's recovery of the restore ends it exactly: the snapshot."""
+    shared = Ledger(tmp_path, files=FEW)
+    try:
+        pause = Pause(shared.tmp, "after_temp_write", nth=2)
+        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        b = shared.daemon("b")
+        snapshots = "/v1/repositories/work/snapshots"
+        with a.client("operator") as op:
+            base = op.post(snapshots, json={"label": "base"}).json()["tree"]
+        original = _listing(shared.repo)
+        for path, old in FEW.items():
+            (shared.repo / path).write_bytes(old.replace(b"old", b"grown"))
+        grown_files = _listing(shared.repo)
+        with a.client("operator") as op:
+            grown = op.post(snapshots, json={"label": "grown"}).json()["tree"]
+        answer = _answered_in_background(
+            a, f"{snapshots}/{base}/restore", {"expected_current_tree": grown}
+        )
+        pause.reached()
+        with b.client("operator") as op:
+            listed = op.get("/v1/operations", params={"status": "in_progress"}).json()
+        (operation_id,) = [str(o["operation_id"]) for o in listed["operations"]]
+        _stopped_and_fenced(shared, a, b, operation_id)
+        at_fence = _listing(shared.repo)
+        watch = Watch(shared.repo, closes=False)
+
+        _continued(a, pause, answer, watch)
+        _fenced_answer(answer, at_fence, "restored 0 of its targets")
+        assert _listing(shared.repo) == grown_files  # nothing replaced, A's temps gone
+
+        with b.client("operator") as op:
+            done = op.post(f"/v1/operations/{operation_id}/recover", json={"fence": 0})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "completed", done.text
+        assert _listing(shared.repo) == original
+    finally:
+        shared.close()
+
+
 @pytest.mark.postgresql_only
 def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
     """A transaction that checked the epoch holds the host's lock shared until it commits:

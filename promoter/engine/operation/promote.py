@@ -26,7 +26,7 @@ from promoter import faults
 from promoter.domain.canonical import canonical_bytes, sha256_hex
 from promoter.domain.models import Change
 from promoter.domain.path_state import Finding, State
-from promoter.domain.paths import disk_path, temp_name, wire_all, wire_path
+from promoter.domain.paths import disk_path, temp_name, wire_path
 from promoter.domain.plan import Ordering, journal_steps
 from promoter.domain.records import Ticket
 from promoter.domain.status import RUNNING, OperationStatus, StepStatus
@@ -35,7 +35,7 @@ from promoter.engine.intake.authority import Evidence, check_lease, recheck_evid
 from promoter.engine.intake.bundles import load_bundle
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.locking import repo_lock
-from promoter.engine.operation import dirs
+from promoter.engine.operation import dirs, fenced
 from promoter.engine.operation.driver import Driver, Step
 from promoter.engine.operation.outcome import finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
@@ -462,8 +462,7 @@ def _stand_down(operation_id: str, driver: Driver, exc: HostFenced) -> HostFence
     directories it made; anything not promoter's found at a temp name is kept in place. The lock is
     still held, so the new owner's recovery cannot run meanwhile. Returns ``exc``, naming what was
     removed."""
-    driver.abandon(exc)
-    return _noted(operation_id, driver, exc)
+    return fenced.stand_down(log, operation_id, driver, exc, doing="staging")
 
 
 def _noted(
@@ -471,30 +470,10 @@ def _noted(
 ) -> HostFenced:
     """``exc`` naming what the abandoned pass removed and kept (and, seen before a
     replace, how many targets it ``placed`` before), logged once."""
-    temps, removed_dirs, kept = driver.removed_temps, driver.removed_dirs, driver.kept
-    exc.context["worktree"] = (
-        ("" if placed is None else f"replaced {placed} of its targets before it saw the fence; ")
-        + f"removed its {len(temps)} temp files and {len(removed_dirs)} directories"
-        + (f"; kept {len(kept)} entries that are not its own" if kept else "")
-    )
-    exc.context["removed_temps"] = wire_all(temps[:_LISTED])  # the counts are in ``worktree``
-    exc.context["removed_dirs"] = wire_all(removed_dirs[:_LISTED])
-    if kept:
-        exc.context["kept"] = wire_all(kept)
-    named = [wire_path(path) for path in [*temps, *removed_dirs]]
-    log.error(
-        "host fenced while %s %s: %s, the new owner recovers it (removed: %s%s)",
-        "staging" if placed is None else "replacing",
-        operation_id,
-        exc.context["worktree"],
-        ", ".join(named[:_NAMED]) or "none",
-        f" and {len(named) - _NAMED} more" if len(named) > _NAMED else "",
-    )
-    return exc
-
-
-_NAMED = 20  # removed names listed in the log line, at most
-_LISTED = 100  # removed names listed in the answer, at most
+    if placed is None:
+        return fenced.noted(log, operation_id, driver, exc, doing="staging")
+    done = f"replaced {placed} of its targets"
+    return fenced.noted(log, operation_id, driver, exc, doing="replacing", done=done)
 
 
 def _leave_for_recovery(

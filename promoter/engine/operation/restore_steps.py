@@ -35,12 +35,13 @@ from promoter.domain.paths import temp_name, wire_all, wire_path
 from promoter.domain.plan import Ordering
 from promoter.domain.status import OperationStatus, StepStatus
 from promoter.engine import fencing
+from promoter.engine.operation import fenced
 from promoter.engine.operation.dirs import journal_intent
 from promoter.engine.operation.driver import TEMPS_TOGETHER, Driver, Target, remove_empty_dirs
 from promoter.engine.operation.driver import Step as Planned
 from promoter.engine.operation.settle import newly_kept
 from promoter.engine.ports import Writing
-from promoter.errors import PromoterError, TargetDrift, translated
+from promoter.errors import HostFenced, PromoterError, TargetDrift, translated
 from promoter.fs.aside import KeptEntry
 from promoter.fs.chain import LeafState
 from promoter.fs.held import Directories
@@ -104,6 +105,7 @@ class StepRun:
     target: str
     steps: list[Step]
     touched: bool = False  # whether anything in the worktree may have changed
+    done: int = 0  # the steps this pass carried out (deleted, or put in place)
     created: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     failure: PromoterError | None = None
@@ -201,8 +203,9 @@ class StepRun:
         """
         deletes = [s for i, s in enumerate(self.steps) if i in todo and s.operation == "delete"]
         writes = [s for i, s in enumerate(self.steps) if i in todo and s.operation != "delete"]
+        driver: Driver | None = None
         try:
-            with self._pass(), translated():
+            with self._pass() as driver, translated():
                 self.lock.check_held()
                 _grouped(deletes, self._delete, self._open_group, self._next_in_group)
                 self._remove_emptied([s for s in self.steps if s.operation == "delete"])
@@ -211,6 +214,16 @@ class StepRun:
                 self._hold_confirmed(todo)
                 with self.shadow.reader() as cat:
                     self._write_all(cat, writes)
+        except HostFenced as exc:  # its own temps removed, said in the answer as a promotion's
+            assert driver is not None
+            raise fenced.stand_down(
+                log,
+                self.operation_id,
+                driver,
+                exc,
+                doing="restoring",
+                done=f"restored {self.done} of its targets",
+            ) from None
         except PromoterError as exc:
             self.failure = exc
             if exc.context.get("kept"):
@@ -232,6 +245,7 @@ class StepRun:
                 self.touched = True  # already gone, with its directory, when False
                 if sync:
                     driver.sync(planned.seq)
+            self.done += 1
 
     def _remove_emptied(self, deletes: list[Step]) -> None:
         """rmdir the deleted files' directories that are now empty and not in the target.
@@ -266,6 +280,7 @@ class StepRun:
             def each(step: Planned) -> None:
                 driver.put(step)
                 self.touched = True
+                self.done += 1
 
             try:
                 driver.write_grouped(planned, each)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
@@ -34,6 +35,7 @@ from promoter.domain.records import Step as Journaled
 from promoter.domain.status import FINAL, OperationKind, OperationStatus, StepStatus
 from promoter.engine import fencing, tickets
 from promoter.engine.locking import repo_lock
+from promoter.engine.operation import fenced
 from promoter.engine.operation.driver import Driver, Step, remove_empty_dirs
 from promoter.engine.operation.rollback_report import (
     AT_OLD,
@@ -50,6 +52,7 @@ from promoter.engine.queries import guarded_here
 from promoter.engine.receipts.envelopes import ROLLBACK, make_envelope, receipt_signer
 from promoter.engine.receipts.envelopes import record as record_envelope
 from promoter.errors import (
+    HostFenced,
     NotRecoverable,
     OperationConflict,
     OperationUnknown,
@@ -60,6 +63,8 @@ from promoter.fs.chain import LeafState
 from promoter.fs.root import Root
 from promoter.fs.temps import Source
 from promoter.store import journal, ledger, step_rows
+
+log = logging.getLogger("promoter.rollback")
 
 # the report's list of the promotion's created folders a pass found and may remove,
 # journaled with the outcomes: a pass resumed after the removals still names them
@@ -413,7 +418,18 @@ def _one_pass(
                 j.set_steps(
                     {s.seq: StepStatus.PENDING for s in writes}, {s.seq: intent for s in writes}
                 )
-        _write_back(driver, writes, outcomes)
+        try:
+            _write_back(driver, writes, outcomes)
+        except HostFenced as exc:  # its own temps removed, said in the answer as a promotion's
+            done = sum(1 for step in writes if step.seq in outcomes)
+            raise fenced.stand_down(
+                log,
+                child_id,
+                driver,
+                exc,
+                doing="rolling back",
+                done=f"rolled back {done} of its targets",
+            ) from None
         _sync(driver, steps, writes, outcomes)
     return outcomes, wire_all(driver.kept)
 
