@@ -389,6 +389,58 @@ def test_a_restore_the_database_left_mid_way_is_recovered_exactly(
     assert tree_bytes(repo) == _as_files(FILES)
 
 
+GROUPED = {f"src/g{i:03d}.txt": b"old %d\n" % i for i in range(130)}  # three groups of replaces
+GROUPED_NEW = {path: data.replace(b"old", b"new") for path, data in GROUPED.items()}
+
+
+@needs_postgres
+@pytest.mark.repo("lab", GROUPED)
+def test_an_epoch_unreadable_between_replace_groups_leaves_needs_recovery_and_nothing_more(
+    tmp_path: Path,
+    repo: Path,
+    cluster: OwnPostgres,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A promotion of 130 files paused after its first group of 64 replaces; the database
+    goes away, so the epoch check before the second group cannot read the epoch. Nothing
+    more is replaced and no temp is left: 64 files new, 66 old. Once the database is back
+    the operation is ``needs_recovery`` (no ``auto_recover``), and its recovery completes
+    it exactly: every file new, one receipt."""
+    with running_daemon(tmp_path / "s", {"lab": repo}, database_url=database_url) as daemon:
+        identity = daemon.services.registry.by_name("lab").identity
+        changes = [(path, GROUPED[path], GROUPED_NEW[path]) for path in GROUPED]
+        _, bundle, receipt = submit(daemon, repo, identity, changes)
+        paused = Pause(tmp_path, "after_replace", nth=64)
+        retry = Pause(tmp_path, "database_retry")
+        _faults(monkeypatch, paused, retry)
+        call = Call(lambda: promote(daemon, bundle, receipt))
+        paused.reached()
+        cluster.stop()
+        paused.release()
+        retry.reached()  # the attempt stopped and waits to put the operation back
+        first = sorted(GROUPED)[:64]
+        expected = {p: GROUPED_NEW[p] if p in first else GROUPED[p] for p in GROUPED}
+        assert tree_bytes(repo) == _as_files(expected)  # nothing more, and no temp
+        cluster.start()
+        retry.release()
+        answer = call.result()
+        assert answer.status_code == 200, answer.text
+        operation_id = answer.json()["operation_id"]
+        assert answer.json()["status"] == "needs_recovery", answer.text
+        view = operation_view(daemon, operation_id)
+        assert (view["status"], view["code"]) == ("needs_recovery", "database_unavailable")
+        assert [a["status"] for a in view["attempts"]] == ["needs_recovery"]
+        assert tree_bytes(repo) == _as_files(expected)
+        with daemon.operator() as op:
+            done = op.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "completed", done.text
+        view = _completed(daemon, operation_id)
+    assert [e["kind"] for e in view["events"]].count("outcome") == 1  # one receipt
+    assert tree_bytes(repo) == _as_files(GROUPED_NEW)
+
+
 def test_a_promotion_behind_a_locked_sqlite_file_completes_once_the_lock_is_gone(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
