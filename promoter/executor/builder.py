@@ -10,7 +10,10 @@ refuses, before anything is uploaded, gitlinks, nested repositories and symlinks
 grant does not allow (``PathUnsafe``; with ``symlinks: inside|any`` links are included
 and their targets checked against the policy, ``VerificationFailed`` naming each target
 text), paths that break the path rules (``PathInvalid``) and changes the grant does not
-authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path.
+authorize (``VerificationFailed``, see ``policy.py``), each naming every offending path;
+and what git would drop or cannot add: a FIFO, socket or device over a tracked path
+(``PathUnsafe``), a directory git could not open while listing untracked files
+(``PathInvalid`` when too deep for the host to name, else ``PathUnsafe``).
 A name that is not UTF-8 is included like any other, under its wire form
 (protocol: documents#byte-paths): git's ``-z`` names arrive as disk-form text (``surrogateescape``)
 and leave as ``wire_path`` of it.
