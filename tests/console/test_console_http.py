@@ -278,3 +278,26 @@ def test_hostile_note_is_escaped_on_the_operation_page(gated: Gated) -> None:
     with daemon.operator() as op:
         view = op.get(f"/v1/operations/{operation_id}").json()
     assert [e["payload"]["note"] for e in view["events"] if e["kind"] == "decision"] == [note]
+
+
+SPOOF_PATH = "src/evil\u202etxt.exe\u200b.py"  # reads "src/evilyp.\u200bexe.txt"
+
+
+def test_a_name_with_bidi_and_zero_width_characters_cannot_pose_on_the_operation_page(
+    gated: Gated,
+) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [(SPOOF_PATH, None, b"x\n")])
+    with login(daemon) as client:
+        review = client.get("/ui/review")
+        answer = client.post(
+            f"/ui/operations/{operation_id}/approve", data={"csrf": hidden(review.text)}
+        )
+        assert answer.status_code == 303, answer.text
+        page = client.get(f"/ui/operations/{operation_id}").text
+    assert (repo / SPOOF_PATH).read_bytes() == b"x\n"
+    assert "\u202e" not in page and "\u200b" not in page
+    shown = '<code class="path">src/evil&lt;U+202E&gt;txt.exe&lt;U+200B&gt;.py</code>'
+    steps = page[page.index('<table id="steps">') : page.index("<h3>Now (read back)</h3>")]
+    current = page[page.index('<table id="current">') :]
+    assert steps.count(shown) == 1 and current.count(shown) == 1
