@@ -29,6 +29,7 @@ from promoter.cli.common import (
     iec,
     read_token,
     server_url,
+    shown_path,
 )
 from promoter.client.sync import PromoterClient
 
@@ -201,7 +202,7 @@ def print_view(view: Mapping[str, Any]) -> None:
     for step in view.get("steps", []):
         now = current.get(step["path"], {})
         table.add_row(
-            escape(step["path"]),
+            shown_path(step["path"]),
             step["status"],
             step["operation"],
             _state(step["old"]),
@@ -357,7 +358,7 @@ def rollback(
     for header in ("path", "result", "actual now"):
         table.add_column(header, overflow="fold")
     for target in receipt["targets"]:
-        table.add_row(escape(target["path"]), target["result"], _state(target["actual"]))
+        table.add_row(shown_path(target["path"]), target["result"], _state(target["actual"]))
     console.print(table)
     for directory in receipt["removed_directories"]:
         console.print(f"  removed directory {escape(directory)}")

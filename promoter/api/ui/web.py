@@ -30,7 +30,7 @@ from jinja2 import Environment, FileSystemLoader
 from promoter.api.deps import SMALL_BODY, get_services, read_body
 from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
 from promoter.api.workers import run_on_operator_pool, use_operator_pool
-from promoter.engine.review.scan import visible
+from promoter.domain.hidden import visible
 from promoter.errors import Forbidden, Unauthenticated
 
 CSP = (
