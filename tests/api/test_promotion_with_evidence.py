@@ -286,6 +286,14 @@ def _hostile(bundle: dict[str, Any], case: str) -> bytes:
         return body(bundle, frames=_twice(b"print('v3')\n", V2))
     if case == "one_hash_other_length_then_good_bytes":
         return body(bundle, frames=_twice(V2 + b"#", V2))
+    if case == "bundle_larger_than_a_document":  # past max_document_bytes: refused at its header
+        return bundle_header((64 << 20) + 1) + b"{"
+    if case == "bundle_nested_past_the_depth":  # refused while it streams, never parsed
+        deep = b"[" * 65 + b"]" * 65
+        return bundle_header(len(deep)) + deep
+    if case == "bundle_with_values_past_the_count":
+        many = b"[" + b"0," * 250_000 + b"0]"
+        return bundle_header(len(many)) + many
     if case == "bundle_header_malformed":
         return b"bundle 01\n{}"
     if case == "body_ends_inside_the_bundle":
@@ -311,6 +319,9 @@ HOSTILE = {
     "one_hash_good_bytes_then_other_bytes": (422, "blob_hash_mismatch"),
     "one_hash_other_bytes_then_good_bytes": (422, "blob_hash_mismatch"),
     "one_hash_other_length_then_good_bytes": (422, "blob_hash_mismatch"),
+    "bundle_larger_than_a_document": (413, "payload_too_large"),
+    "bundle_nested_past_the_depth": (422, "json_too_deep"),
+    "bundle_with_values_past_the_count": (413, "json_too_many_items"),
     "bundle_header_malformed": (400, "bad_request"),
     "body_ends_inside_the_bundle": (400, "bad_request"),
     "bundle_not_json": (400, "invalid_json"),
