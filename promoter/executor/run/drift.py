@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 from promoter.errors import (
     ConfigError,
     MergeConflict,
@@ -72,7 +73,8 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
 
 
 def _question(paths: list[str]) -> str:
-    named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    named = ", ".join(map(visible, paths[:3]))
+    named += f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     return f"{named} changed since the run began: merge your edit and the agent's?"
 
 
