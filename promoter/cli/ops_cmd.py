@@ -32,6 +32,7 @@ from promoter.cli.common import (
     shown_path,
 )
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 
 ops_app = typer.Typer(
     help="Operations: inspect, recover, reconcile, roll back.", no_args_is_help=True
@@ -122,7 +123,7 @@ def show(
 
 
 def _paths(items: Any) -> str:
-    return ", ".join(str(p) for p in items) if items else "none"
+    return ", ".join(visible(str(p)) for p in items) if items else "none"
 
 
 def _part_lines(payload: dict[str, Any]) -> list[str]:
@@ -146,7 +147,7 @@ def _part_lines(payload: dict[str, Any]) -> list[str]:
         return lines
     for item in payload.get("composed") or []:
         numbers = ",".join(str(n) for n in item.get("hunks", []))
-        lines.append(f"  composed: {item.get('path')} (hunks {numbers})")
+        lines.append(f"  composed: {visible(str(item.get('path')))} (hunks {numbers})")
     return lines
 
 
@@ -218,7 +219,7 @@ def print_view(view: Mapping[str, Any]) -> None:
     for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
             console.print(
-                f"  drift {escape(item['path'])}: expected {_state(item.get('expected_old'))}, "
+                f"  drift {shown_path(item['path'])}: expected {_state(item.get('expected_old'))}, "
                 f"found {_state(item.get('actual'))} ({escape('; '.join(item['reasons']))})"
             )
     for kept in (view.get("report") or {}).get("kept") or []:

@@ -122,7 +122,7 @@ def _conflict(
         _write_marked(target, str(item["merged_text"]))
         cut = " (cut: the text is longer)" if item.get("truncated") else ""
         person.say(
-            f"conflict: {escape(str(item['path']))}: {item.get('conflicts')} conflicting "
+            f"conflict: {escape(visible(str(item['path'])))}: {item.get('conflicts')} conflicting "
             f"hunk(s); both edits with markers in {escape(str(target))}{cut}"
         )
         written.append(str(item["path"]))
@@ -141,7 +141,9 @@ def _unsupported(exc: MergeUnsupported, person: Person) -> None:
             f"{name} {str(item[name].get('sha256') or '-')[:12]} {item[name].get('bytes')} bytes"
             for name in ("old", "current", "new")
         )
-        person.say(f"not merged: {escape(str(item['path']))}: {escape(item.get('reason') or '')}")
+        person.say(
+            f"not merged: {escape(visible(str(item['path'])))}: {escape(item.get('reason') or '')}"
+        )
         person.say(f"  {escape(sides)}")
 
 
