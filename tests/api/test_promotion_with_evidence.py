@@ -46,6 +46,7 @@ from promoter.domain.evidence_frames import bundle_header
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import Forbidden, Unauthenticated
 from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
 from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
 from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
 from tests.support.pause import Pause
@@ -772,3 +773,29 @@ def test_the_evidence_leaves_no_descriptor_of_its_group_open(
     answer = _post(daemon, body(bundle, V1, V2, NEW), executor)
     assert answer.status_code == 200, answer.text
     assert _open_on((daemon.state_dir / "audit" / "tmp").resolve()) == 0
+
+
+def test_the_one_request_replayed_after_its_rejection_promotes_nothing(gated: Gated) -> None:
+    """Under the approval gate the request is held; the operator rejects it; the same
+    request sent again (a replay) is refused ``approval_rejected``, naming that
+    operation: nothing written, nothing stored again."""
+    daemon, repo, identity = gated
+    grant = _grant(daemon, repo, identity)
+    executor = _executor_token(daemon, "run_1")
+    content = body(make_bundle(grant, CHANGES), V1, V2, NEW)
+    before = tree_bytes(repo)
+    held = _post(daemon, content, executor, wait="false")
+    assert held.status_code == 202, held.text
+    operation = held.json()["operation"]
+    assert operation["status"] == "awaiting_approval"
+    with daemon.operator() as op:
+        rejected = op.post(f"/v1/operations/{operation['operation_id']}/reject", json={})
+    assert rejected.status_code == 200, rejected.text
+    files = stored(daemon)
+    for wait in ("true", "false"):
+        again = _post(daemon, content, executor, wait=wait)
+        assert problem(again) == (409, "approval_rejected")
+        assert again.json()["operation_id"] == operation["operation_id"]
+        assert stored(daemon) == files
+    assert tree_bytes(repo) == before
+    assert stored(daemon)["operations"] == [operation["operation_id"]]
