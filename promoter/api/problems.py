@@ -10,7 +10,8 @@ no response of the API is without one. An ``OSError`` of a full disk (``ENOSPC``
 URL from the ledger (``owner_url``, when it published one) and a ``Location`` header:
 the same path and query on the owner, which the clients follow once
 (protocol: hosts#answers-that-route). Unexpected exceptions answer a bare 500 ``internal`` problem
-and are logged; bad input never reaches that path.
+and are logged; bad input never reaches that path. A caller that closes its connection
+inside a streamed body is ``bad_request``, logged as such, never an unexpected error.
 
 Every problem's ``type`` is ``/problems/{code}``, a page this daemon serves itself
 (``page``: a short HTML page per code, served by ``promoter.api.routes.problem_types``).
@@ -30,12 +31,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from promoter.api.workers import run_in_threadpool
 from promoter.engine import routing
 from promoter.errors import (
     FULL_ERRNOS,
     PROBLEM_TYPE_BASE,
+    BadRequest,
     OwnedByOtherHost,
     PromoterError,
     StorageError,
@@ -185,6 +188,14 @@ def install(app: FastAPI) -> None:
             "code": code,
         }
         return problem_response(problem, request)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _disconnected(request: Request, exc: ClientDisconnect) -> Response:
+        # the caller closed its connection inside the body: no one hears the answer, and
+        # nothing of the daemon's failed (the route dropped what it had taken)
+        log.info("%s %s: the connection closed inside the body", request.method, request.url.path)
+        gone = BadRequest("the connection closed before the body ended")
+        return problem_response(gone.to_problem(), request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

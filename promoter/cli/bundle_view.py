@@ -27,6 +27,7 @@ from promoter.cli.common import (
     iec,
     print_plain_table,
     rich_would_colour,
+    shown_path,
 )
 from promoter.cli.styled import Styled
 
@@ -61,7 +62,12 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool =
         counts = Counter(change["operation"] for change in changes)
         console.print("  " + ", ".join(f"{n} {op}" for op, n in sorted(counts.items())))
     rows = [
-        (change["operation"], escape(change["path"]), _state(change["old"]), _state(change["new"]))
+        (
+            change["operation"],
+            shown_path(change["path"]),
+            _state(change["old"]),
+            _state(change["new"]),
+        )
         for change in shown
     ]
     if shown and not print_plain_table(BUNDLE_COLUMNS, rows):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from promoter.cli.styled import Styled
+from promoter.domain.hidden import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -203,6 +204,12 @@ class _LazyConsole:
 
 console = cast("Console", _LazyConsole(stderr=False))
 err_console = cast("Console", _LazyConsole(stderr=True))
+
+
+def shown_path(path: str) -> str:
+    """A path as a person may read it: its hidden characters as ``<U+XXXX>`` (a name never
+    poses as another one, protocol: api#what-a-review-shows), never read as markup."""
+    return escape(visible(path))
 
 
 def escape(markup: str) -> str:

@@ -26,6 +26,7 @@ from promoter.cli.common import (
     escape,
     read_token,
     server_url,
+    shown_path,
 )
 from promoter.client.sync import PromoterClient
 from promoter.errors import MergeConflict, MergeUnsupported
@@ -53,11 +54,13 @@ def _print_paths(paths: list[answers.MergePathReport]) -> None:
             )
         )
         reason = f" ({escape(item['reason'])})" if item["reason"] else ""
-        console.print(f"  {item['result']:<11} {escape(item['path'])}{reason}")
+        console.print(f"  {item['result']:<11} {shown_path(item['path'])}{reason}")
         console.print(f"              {escape(sides)}")
         merged_text = item.get("merged_text")
         if merged_text is not None:
-            console.print(f"  --- {escape(item['path'])} with conflict markers (not written) ---")
+            console.print(
+                f"  --- {shown_path(item['path'])} with conflict markers (not written) ---"
+            )
             typer.echo(merged_text, nl=not merged_text.endswith("\n"))
             if item.get("truncated"):
                 console.print("  [... cut: the text is longer ...]")

@@ -29,8 +29,10 @@ from promoter.cli.common import (
     iec,
     read_token,
     server_url,
+    shown_path,
 )
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 
 ops_app = typer.Typer(
     help="Operations: inspect, recover, reconcile, roll back.", no_args_is_help=True
@@ -121,7 +123,7 @@ def show(
 
 
 def _paths(items: Any) -> str:
-    return ", ".join(str(p) for p in items) if items else "none"
+    return ", ".join(visible(str(p)) for p in items) if items else "none"
 
 
 def _part_lines(payload: dict[str, Any]) -> list[str]:
@@ -145,7 +147,7 @@ def _part_lines(payload: dict[str, Any]) -> list[str]:
         return lines
     for item in payload.get("composed") or []:
         numbers = ",".join(str(n) for n in item.get("hunks", []))
-        lines.append(f"  composed: {item.get('path')} (hunks {numbers})")
+        lines.append(f"  composed: {visible(str(item.get('path')))} (hunks {numbers})")
     return lines
 
 
@@ -201,7 +203,7 @@ def print_view(view: Mapping[str, Any]) -> None:
     for step in view.get("steps", []):
         now = current.get(step["path"], {})
         table.add_row(
-            escape(step["path"]),
+            shown_path(step["path"]),
             step["status"],
             step["operation"],
             _state(step["old"]),
@@ -217,7 +219,7 @@ def print_view(view: Mapping[str, Any]) -> None:
     for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
             console.print(
-                f"  drift {escape(item['path'])}: expected {_state(item.get('expected_old'))}, "
+                f"  drift {shown_path(item['path'])}: expected {_state(item.get('expected_old'))}, "
                 f"found {_state(item.get('actual'))} ({escape('; '.join(item['reasons']))})"
             )
     for kept in (view.get("report") or {}).get("kept") or []:
@@ -357,7 +359,7 @@ def rollback(
     for header in ("path", "result", "actual now"):
         table.add_column(header, overflow="fold")
     for target in receipt["targets"]:
-        table.add_row(escape(target["path"]), target["result"], _state(target["actual"]))
+        table.add_row(shown_path(target["path"]), target["result"], _state(target["actual"]))
     console.print(table)
     for directory in receipt["removed_directories"]:
         console.print(f"  removed directory {escape(directory)}")

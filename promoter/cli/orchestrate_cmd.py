@@ -30,6 +30,7 @@ from promoter.cli.common import (
     escape,
     read_token,
     server_url,
+    shown_path,
 )
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
@@ -280,7 +281,7 @@ def _print_operation(view: Mapping[str, Any]) -> None:
         f"(attempt {view.get('attempt', 1)})"
     )
     for step in view.get("steps", []):
-        console.print(f"  {step['status']:<10} {step['operation']:<7} {escape(step['path'])}")
+        console.print(f"  {step['status']:<10} {step['operation']:<7} {shown_path(step['path'])}")
     report = view.get("report") or {}
     drift = report.get("drift_report") or report
     for name, fact in (drift.get("repository") or {}).items():
@@ -292,7 +293,7 @@ def _print_operation(view: Mapping[str, Any]) -> None:
     for item in drift.get("paths", []):
         if item.get("verdict") == "drift":
             reasons = "; ".join(item.get("reasons", []))
-            console.print(f"  [red]drift[/] {escape(item['path'])}: {escape(reasons)}")
+            console.print(f"  [red]drift[/] {shown_path(item['path'])}: {escape(reasons)}")
 
 
 def promote(

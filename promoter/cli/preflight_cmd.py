@@ -19,6 +19,7 @@ from promoter.cli.common import (
     echo_json,
     read_token,
     server_url,
+    shown_path,
 )
 
 
@@ -54,7 +55,7 @@ def preflight(
                 console.print(f"  check {name}: {'ok' if check['ok'] else 'failed'}")
         for item in result.get("paths") or []:
             reasons = "; ".join(item["reasons"])
-            line = f"  {item['verdict']:<8} {escape(item['path'])}"
+            line = f"  {item['verdict']:<8} {shown_path(item['path'])}"
             console.print(line + (f"  ({escape(reasons)})" if reasons else ""))
         if result["status"] != "passed" and result["detail"]:
             console.print(f"  {escape(result['detail'])}")

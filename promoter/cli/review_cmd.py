@@ -38,6 +38,7 @@ from promoter.cli.common import (
     UrlOpt,
     console,
     escape,
+    shown_path,
 )
 from promoter.cli.review_list import client, echo, show
 from promoter.errors import PromoterError, error_class
@@ -95,7 +96,7 @@ def print_decided(view: Mapping[str, Any]) -> None:
         f"(attempt {view.get('attempt', 1)})"
     )
     for step in view.get("steps", []):
-        console.print(f"  {step['status']:<10} {step['operation']:<7} {escape(step['path'])}")
+        console.print(f"  {step['status']:<10} {step['operation']:<7} {shown_path(step['path'])}")
     if view.get("code"):
         console.print(f"  {escape(str(view['code']))}: {escape(str(view.get('detail') or ''))}")
     for event in view.get("events", []):
@@ -109,7 +110,7 @@ def print_decided(view: Mapping[str, Any]) -> None:
                 console.print(f"  declined   {escape(str(path))}")
             for item in payload.get("composed", []):
                 numbers = ",".join(str(n) for n in item["hunks"])
-                console.print(f"  composed   {escape(str(item['path']))} (hunks {numbers})")
+                console.print(f"  composed   {shown_path(str(item['path']))} (hunks {numbers})")
 
 
 def _show(view: Mapping[str, Any], json_output: bool) -> None:

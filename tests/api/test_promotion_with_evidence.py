@@ -2,9 +2,11 @@
 
 Against a real daemon and repository: the flow completes with exact bytes and a receipt
 that verifies under the host's key; asking again is the same operation; a caller without
-both authorities, a bundle of another run, and a body the batch's bounds refuse are
-refused with their stable codes and nothing stored (no blob, no bundle, no receipt, no
-operation, nothing charged); both clients' methods. Asked for, the answer carries the
+both authorities, a bundle of another run, and a body the batch's bounds refuse (one
+name framed twice over other bytes, frames streamed past the total, a connection dropped
+mid-frame) are refused with their stable codes and nothing stored (no blob, no bundle, no
+receipt, no operation, nothing charged); the same request racing itself promotes once;
+both clients' methods. Asked for, the answer carries the
 bundle's diff and the promotion receipt as their own requests answer them; a diff that
 cannot be built, or a receipt whose reading fails, is left out and named in
 ``not_carried`` with its error's code and detail, the promotion answered all the same.
@@ -15,8 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,13 +36,20 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from promoter import faults
 from promoter.client.aio import AsyncPromoterClient
 from promoter.client.sync import PromoterClient
-from promoter.domain.blob_frames import BATCH_BLOB_MAX, BATCH_MAX_BLOBS, frame_header
+from promoter.domain.blob_frames import (
+    BATCH_BLOB_MAX,
+    BATCH_MAX_BLOBS,
+    BATCH_MAX_BYTES,
+    frame_header,
+)
 from promoter.domain.evidence_frames import bundle_header
 from promoter.engine.receipts.signing import verify_document
 from promoter.errors import Forbidden, Unauthenticated
 from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
 from tests.support.flows import jcs_sha, make_bundle, make_grant, sha
 from tests.support.fsutil import NEVER_BUSY, skip_without_group_sync
+from tests.support.pause import Pause
 from tests.support.promotion import git_dir_digest, set_lease, tree_bytes
 
 URL = "/v1/promotions:withEvidence"
@@ -268,6 +281,20 @@ def _hostile(bundle: dict[str, Any], case: str) -> bytes:
         return body(bundle, frames=frame_header(sha(V2), 3) + V2)
     if case == "bytes_not_their_hash":
         return body(bundle, V1, NEW, frames=frame_header(sha(V2), len(V2)) + b"print('v3')\n")
+    if case == "one_hash_good_bytes_then_other_bytes":  # the second copy lies
+        return body(bundle, frames=_twice(V2, b"print('v3')\n"))
+    if case == "one_hash_other_bytes_then_good_bytes":  # the first copy lies
+        return body(bundle, frames=_twice(b"print('v3')\n", V2))
+    if case == "one_hash_other_length_then_good_bytes":
+        return body(bundle, frames=_twice(V2 + b"#", V2))
+    if case == "bundle_larger_than_a_document":  # past max_document_bytes: refused at its header
+        return bundle_header((64 << 20) + 1) + b"{"
+    if case == "bundle_nested_past_the_depth":  # refused while it streams, never parsed
+        deep = b"[" * 65 + b"]" * 65
+        return bundle_header(len(deep)) + deep
+    if case == "bundle_with_values_past_the_count":
+        many = b"[" + b"0," * 250_000 + b"0]"
+        return bundle_header(len(many)) + many
     if case == "bundle_header_malformed":
         return b"bundle 01\n{}"
     if case == "body_ends_inside_the_bundle":
@@ -277,12 +304,25 @@ def _hostile(bundle: dict[str, Any], case: str) -> bytes:
     raise AssertionError(case)
 
 
+def _twice(first: bytes, second: bytes) -> bytes:
+    """The blob frames of ``CHANGES`` with ``V2``'s name framed twice, over ``first`` and
+    then ``second``: one of them is not the bytes of that name."""
+    named = [(sha(V1), V1), (sha(V2), first), (sha(V2), second), (sha(NEW), NEW)]
+    return b"".join(frame_header(digest, len(data)) + data for digest, data in named)
+
+
 HOSTILE = {
     "blob_larger_than_a_batch_carries": (413, "payload_too_large"),
     "too_many_frames": (413, "payload_too_large"),
     "frame_size_lies_short": (400, "bad_request"),
     "frame_size_lies_long": (400, "bad_request"),
     "bytes_not_their_hash": (422, "blob_hash_mismatch"),
+    "one_hash_good_bytes_then_other_bytes": (422, "blob_hash_mismatch"),
+    "one_hash_other_bytes_then_good_bytes": (422, "blob_hash_mismatch"),
+    "one_hash_other_length_then_good_bytes": (422, "blob_hash_mismatch"),
+    "bundle_larger_than_a_document": (413, "payload_too_large"),
+    "bundle_nested_past_the_depth": (422, "json_too_deep"),
+    "bundle_with_values_past_the_count": (413, "json_too_many_items"),
     "bundle_header_malformed": (400, "bad_request"),
     "body_ends_inside_the_bundle": (400, "bad_request"),
     "bundle_not_json": (400, "invalid_json"),
@@ -320,6 +360,132 @@ def test_a_declared_length_past_the_bound_is_refused_before_reading(
         answer = sock.makefile("rb").readline()
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert stored(daemon) == NOTHING
+
+
+def test_blob_frames_streamed_past_the_total_bound_are_refused_and_store_nothing(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """No length declared (chunked): the bound on a request's blob frames is counted as
+    they stream, each frame within a batch's bounds, 64 of them one header past it."""
+    grant = _grant(daemon, repo, identity)
+    big = b"x" * BATCH_BLOB_MAX
+    frames = [frame_header(sha(big), len(big)) + big for _ in range(64)]
+    assert len(b"".join(frames)) > BATCH_MAX_BYTES
+
+    def chunks() -> Iterator[bytes]:
+        yield body(make_bundle(grant, CHANGES), V1, V2, NEW)
+        yield from frames
+
+    answer = _post(daemon, chunks(), _executor_token(daemon, "run_1"))  # type: ignore[arg-type]
+    assert problem(answer) == (413, "payload_too_large")
+    assert answer.json()["limit"] == BATCH_MAX_BYTES
+    assert stored(daemon) == NOTHING
+    assert not list((daemon.state_dir / "audit" / "tmp").iterdir())
+
+
+def _temps_open(directory: Path) -> int:
+    """Descriptors of this process (the daemon's too) open on a temp in ``directory``,
+    named or anonymous (``O_TMPFILE``: ``<directory>/#<inode> (deleted)``)."""
+    inside = f"{directory.resolve()}/"
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(inside)
+    return found
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for the daemon's ``condition`` (bounded, so a broken test fails)."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+BIG = [bytes([n]) * BATCH_BLOB_MAX for n in range(5)]  # past what is gathered before a write
+BIG_CHANGES = [*CHANGES, *((f"src/big{n}.bin", None, b) for n, b in enumerate(BIG))]
+
+
+@pytest.mark.daemon(executor_quota_bytes=sum(map(len, [V1, V2, NEW, *BIG])))
+def test_a_body_cut_mid_blob_by_a_dropped_connection_stores_and_keeps_nothing(
+    daemon: Daemon, repo: Path, identity: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection dropped inside a blob frame, the length declared whole, after some
+    blobs were written to temps: no blob, document, charge or operation, no temp, and no
+    reservation kept (the run's quota is exactly the request's blobs: the same request
+    whole still fits); logged as a closed connection, never an unexpected error."""
+    caplog.set_level(logging.INFO, logger="promoter.api")
+    grant = _grant(daemon, repo, identity)
+    executor = _executor_token(daemon, "run_1")
+    whole = body(make_bundle(grant, BIG_CHANGES), *BIG, V1, V2, NEW)
+    cut = whole[: whole.index(BIG[4]) + 4]  # inside the last big blob's frame
+    url = urlsplit(daemon.url)
+    head = (
+        f"POST {URL}?fence=7&wait=true HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {daemon.orchestrator_token}\r\n"
+        f"Promoter-Executor-Token: {executor}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(whole)}\r\n\r\n"
+    )
+    temps = daemon.state_dir / "audit" / "tmp"
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode() + cut)
+        _until(lambda: _temps_open(temps) > 0, "the first blobs written to temps")
+    _until(lambda: _temps_open(temps) == 0, "the cut request's temps closed")
+    assert not list(temps.iterdir())
+    _until(
+        lambda: any("closed inside the body" in r.getMessage() for r in caplog.records),
+        "the dropped connection logged",
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert stored(daemon) == NOTHING
+    assert tree_bytes(repo)["src/app.py"][0] == V1
+    again = _post(daemon, whole, executor)
+    assert again.status_code == 200, again.text
+    assert again.json()["operation"]["status"] == "completed"
+    assert _charge(daemon) == sum(map(len, [V1, V2, NEW, *BIG]))
+
+
+@pytest.mark.parametrize("where", ["blob_batch_write", "evidence_linked", "evidence_stored"])
+def test_a_second_request_racing_the_first_for_one_bundle_promotes_once(
+    daemon: Daemon,
+    repo: Path,
+    identity: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """The first request paused writing its first blob, after linking its first blob,
+    or with its evidence stored and no operation yet; the same request again runs whole
+    meanwhile. Released, the first answers the second's operation: the change lands once,
+    each blob charged once, one operation, one promotion receipt. (Not paused inside the
+    quota's charge, which serializes the daemon's charges by design.)"""
+    grant = _grant(daemon, repo, identity)
+    executor = _executor_token(daemon, "run_1")
+    content = body(make_bundle(grant, CHANGES), V1, V2, NEW)
+    pause = Pause(tmp_path, where)
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    faults.reset()
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(_post, daemon, content, executor)
+        pause.reached()
+        second = _post(daemon, content, executor)
+        assert second.status_code == 200, second.text
+        assert second.json()["operation"]["status"] == "completed"
+        assert tree_bytes(repo)["src/app.py"][0] == V2
+        pause.release()
+        answer = first.result(timeout=120)
+    monkeypatch.delenv(faults.ENV)
+    faults.reset()
+    assert answer.status_code == 200, answer.text
+    operation = second.json()["operation"]["operation_id"]
+    assert answer.json()["operation"]["operation_id"] == operation
+    assert answer.json()["operation"]["attempt"] == 1
+    left = stored(daemon)
+    assert left["operations"] == [operation]
+    assert len(left["receipts"]) == 2  # the verification receipt and the promotion's
+    assert _charge(daemon) == len(V1) + len(V2) + len(NEW)
+    assert tree_bytes(repo)["src/app.py"][0] == V2
+    assert not list((daemon.state_dir / "audit" / "tmp").iterdir())
 
 
 def test_the_answer_carries_the_diff_and_the_receipt_their_own_requests_answer(
@@ -607,3 +773,29 @@ def test_the_evidence_leaves_no_descriptor_of_its_group_open(
     answer = _post(daemon, body(bundle, V1, V2, NEW), executor)
     assert answer.status_code == 200, answer.text
     assert _open_on((daemon.state_dir / "audit" / "tmp").resolve()) == 0
+
+
+def test_the_one_request_replayed_after_its_rejection_promotes_nothing(gated: Gated) -> None:
+    """Under the approval gate the request is held; the operator rejects it; the same
+    request sent again (a replay) is refused ``approval_rejected``, naming that
+    operation: nothing written, nothing stored again."""
+    daemon, repo, identity = gated
+    grant = _grant(daemon, repo, identity)
+    executor = _executor_token(daemon, "run_1")
+    content = body(make_bundle(grant, CHANGES), V1, V2, NEW)
+    before = tree_bytes(repo)
+    held = _post(daemon, content, executor, wait="false")
+    assert held.status_code == 202, held.text
+    operation = held.json()["operation"]
+    assert operation["status"] == "awaiting_approval"
+    with daemon.operator() as op:
+        rejected = op.post(f"/v1/operations/{operation['operation_id']}/reject", json={})
+    assert rejected.status_code == 200, rejected.text
+    files = stored(daemon)
+    for wait in ("true", "false"):
+        again = _post(daemon, content, executor, wait=wait)
+        assert problem(again) == (409, "approval_rejected")
+        assert again.json()["operation_id"] == operation["operation_id"]
+        assert stored(daemon) == files
+    assert tree_bytes(repo) == before
+    assert stored(daemon)["operations"] == [operation["operation_id"]]

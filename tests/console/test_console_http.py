@@ -8,8 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
+from fastapi.routing import APIRoute
 from markupsafe import escape
 
+from promoter.api.ui import actions, merge, pages, repositories
+from promoter.api.ui import hosts as ui_hosts
+from promoter.api.ui import login as ui_login
+from promoter.api.ui.actions import ACTIONS
 from promoter.api.ui.web import CSP
 from promoter.client.wire import tls_context
 from promoter.engine.operation import receipts
@@ -278,3 +284,69 @@ def test_hostile_note_is_escaped_on_the_operation_page(gated: Gated) -> None:
     with daemon.operator() as op:
         view = op.get(f"/v1/operations/{operation_id}").json()
     assert [e["payload"]["note"] for e in view["events"] if e["kind"] == "decision"] == [note]
+
+
+SPOOF_PATH = "src/evil\u202etxt.exe\u200b.py"  # reads "src/evilyp.\u200bexe.txt"
+
+
+def test_a_name_with_bidi_and_zero_width_characters_cannot_pose_on_the_operation_page(
+    gated: Gated,
+) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [(SPOOF_PATH, None, b"x\n")])
+    with login(daemon) as client:
+        review = client.get("/ui/review")
+        answer = client.post(
+            f"/ui/operations/{operation_id}/approve", data={"csrf": hidden(review.text)}
+        )
+        assert answer.status_code == 303, answer.text
+        page = client.get(f"/ui/operations/{operation_id}").text
+    assert (repo / SPOOF_PATH).read_bytes() == b"x\n"
+    assert "\u202e" not in page and "\u200b" not in page
+    shown = '<code class="path">src/evil&lt;U+202E&gt;txt.exe&lt;U+200B&gt;.py</code>'
+    steps = page[page.index('<table id="steps">') : page.index("<h3>Now (read back)</h3>")]
+    current = page[page.index('<table id="current">') :]
+    assert steps.count(shown) == 1 and current.count(shown) == 1
+
+
+def _form_posts() -> list[str]:
+    """Every state-changing route of the console but the login, as a path to post to."""
+    posts: list[str] = []
+    for module in (ui_login, merge, actions, pages, repositories, ui_hosts):
+        for route in module.router.routes:
+            if isinstance(route, APIRoute) and "POST" in route.methods:
+                posts.append(route.path)
+    assert "/ui/operations/{operation_id}/{action}" in posts  # the table is read, not copied
+    expanded = [p for p in posts if p != "/ui/login" and "{action}" not in p]
+    expanded += [f"/ui/operations/{{operation_id}}/{action}" for action in sorted(ACTIONS)]
+    return expanded
+
+
+@pytest.mark.parametrize("forged", ["missing", "wrong", "login_nonce"])
+def test_a_cross_site_form_post_without_the_sessions_csrf_token_changes_nothing(
+    gated: Gated, forged: str
+) -> None:
+    """A page elsewhere makes the operator's browser post each of the console's forms
+    with the session's cookie but not its CSRF token (none, a guess, or the login form's
+    nonce): each is 403, the operation still held, the worktree and the snapshots as they
+    were, and the session still open (logout too is refused)."""
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    before = tree_bytes(repo)
+    fill = {"operation_id": operation_id, "host": "host-a", "name": "gated", "tree": "0" * 40}
+    with login(daemon) as client:
+        nonce = hidden(client.get("/ui/login").text)
+        snapshots = client.get("/ui/repositories/gated/snapshots").text
+        token = {"missing": None, "wrong": "forged", "login_nonce": nonce}[forged]
+        for path in _form_posts():
+            data = {"note": "n", "decision": "continue", "fence": "7", "label": "x"}
+            if token is not None:
+                data["csrf"] = token
+            answer = client.post(path.format(**fill), data=data, headers={"Origin": "https://evil"})
+            assert answer.status_code == 403, (path, answer.text)
+            assert "promoter_ui=" not in answer.headers.get("set-cookie", ""), path
+        assert client.get("/ui/operations").status_code == 200  # still logged in
+        assert client.get("/ui/repositories/gated/snapshots").text == snapshots
+    assert tree_bytes(repo) == before
+    with daemon.operator() as op:
+        assert op.get(f"/v1/operations/{operation_id}").json()["status"] == "awaiting_approval"

@@ -3,8 +3,9 @@
 A connection over ``max_connections`` is closed as soon as it is accepted; a slot the
 client closed is free for its next connection; a connection silent past the idle
 timeout is closed (a test clock moved forward, no waiting); a response larger than the
-relay's buffer crosses byte for byte; and thousands of held connections leave one relay
-thread and a bounded number of connections at the daemon.
+relay's buffer crosses byte for byte; thousands of held connections leave one relay
+thread and a bounded number of connections at the daemon; and clients that never read
+their answers stall neither the others nor the relay's close.
 """
 
 from __future__ import annotations
@@ -161,3 +162,29 @@ def test_a_client_that_ends_its_input_after_the_request_still_gets_the_answer(
         while chunk := sock.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_clients_that_never_read_their_answers_stall_neither_the_others_nor_the_close(
+    relay: Relay, daemon: Daemon
+) -> None:
+    """Three of the four slots ask for an answer many times the relay's buffer and never
+    read it (their receive buffers shrunk: the relay's writes to them would block): the
+    fourth is served at once, and closing the relay, as the run does when its command
+    ends, returns at once and ends every held connection (no thread left)."""
+    with daemon.client() as direct:
+        assert len(direct.get("/openapi.json").content) > 3 * CHUNK
+    stuck = [_connect(relay) for _ in range(3)]
+    for sock in stuck:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /openapi.json HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    with _connect(relay) as sock:
+        assert _get(sock, "/healthz").startswith(b"HTTP/1.1 200")
+    closing = threading.Thread(target=relay.close)
+    closing.start()
+    closing.join(BOUND)
+    assert not closing.is_alive()
+    for sock in stuck:
+        while sock.recv(1 << 16):  # what was in flight, then the end: never a hang
+            pass
+        sock.close()
+    assert not [t for t in threading.enumerate() if t.name == "promoter-relay"]

@@ -1,7 +1,9 @@
 """What hides code is flagged and shown in ``promoter review``, the console, and MCP.
 
 A promotion held for approval carries a Trojan Source line, a Latin-1 byte and an
-executable bit; the operator reading the CLI or the console sees each, with the flags.
+executable bit; the operator reading the CLI or the console sees each, with the flags. A
+name holding bidi or zero-width characters reads as ``<U+XXXX>`` in ``bundle show`` and
+``ops show``, never raw.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
-from promoter.cli import review_cmd
+from promoter.cli import bundle_cmd, review_cmd
+from promoter.cli.ops_cmd import ops_app
 from promoter.client.sync import PromoterClient
 from tests.console.support import held, login
 from tests.support.daemon import Daemon
@@ -89,3 +92,26 @@ def test_mcp_bundle_diff_flags_and_shows_trojan_source(
     assert (
         "+if access != 'user<U+202E> <U+2066># admin<U+2069> <U+2066>':\n" in (diff["unified_diff"])
     )
+
+
+SPOOF = "src/evil\u202etxt.exe\u200b.py"  # reads "src/evilyp.\u200bexe.txt"
+
+
+def test_a_name_with_bidi_and_zero_width_characters_cannot_pose_in_bundle_and_ops_show(
+    gated: Gated,
+) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [(SPOOF, None, b"x\n")])
+    with daemon.operator() as operator:
+        view = operator.get(f"/v1/operations/{operation_id}").json()
+        approved = operator.post(f"/v1/operations/{operation_id}/approve", json={"wait": True})
+    assert approved.json()["status"] == "completed", approved.text
+    app = typer.Typer()
+    bundle_cmd.register(app)
+    app.add_typer(ops_app, name="ops")
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.operator_token, "COLUMNS": "200"}
+    for argv in (["bundle", "show", view["bundle_id"]], ["ops", "show", operation_id]):
+        out = CliRunner().invoke(app, argv, env=env)
+        assert out.exit_code == 0, out.output
+        assert "\u202e" not in out.stdout and "\u200b" not in out.stdout, argv
+        assert "src/evil<U+202E>txt.exe<U+200B>.py" in out.stdout, out.stdout

@@ -419,3 +419,37 @@ def test_a_bad_symlinks_setting_is_refused_before_a_sandbox_exists(
         term.plain.split()
     )
     assert sandboxes.list_runs(daemon.state_dir) == []
+
+
+SPOOF = "src/evil\u202etxt.exe\u200b.py"  # reads "src/evilyp.\u200bexe.txt"
+SPOOF_SHOWN = b"src/evil<U+202E>txt.exe<U+200B>.py"
+
+
+@pytest.mark.repo(files={"README.md": b"# project\n", SPOOF: BASE})
+def test_a_drifted_name_with_bidi_controls_cannot_pose_at_the_merge_question(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """The agent edits a file whose name holds U+202E and U+200B, the person saves it
+    meanwhile: the drift line, the merge's question and the refusal name it with both
+    shown as ``<U+XXXX>``, never raw at the person's terminal."""
+    ready, go = tmp_path / "ready.fifo", tmp_path / "go.fifo"
+    os.mkfifo(ready)
+    os.mkfifo(go)
+    (tmp_path / "agent.py").write_bytes(AGENT)
+    script = f"cp {tmp_path / 'agent.py'} '{SPOOF}' && echo edited > {ready} && read x < {go}"
+    term = _run(daemon, repo, script)
+    heard: list[bytes] = []
+    listener = threading.Thread(target=lambda: heard.append(ready.read_bytes()), daemon=True)
+    listener.start()
+    listener.join(WAIT)
+    assert heard == [b"edited\n"], "the agent never reached its pause"
+    (repo / SPOOF).write_bytes(PERSON)
+    go.write_bytes(b"go\n")
+    term.expect(SPOOF_SHOWN + b" changed since the run began: merge your edit and the agent's?")
+    term.send(b"n\r")
+    assert term.finish() == 75, term.text()  # target_drift
+    assert (repo / SPOOF).read_bytes() == PERSON
+    assert b"drifted: " + SPOOF_SHOWN + b": reads" in term.plain
+    assert SPOOF_SHOWN + b" changed since the run began (shown above)" in term.plain
+    told = term.plain[term.plain.index(b"drifted: ") :]  # above it, the person's own command
+    assert "\u202e".encode() not in told and "\u200b".encode() not in told

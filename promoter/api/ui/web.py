@@ -1,8 +1,10 @@
 """The console's HTTP plumbing: templates, security headers, sessions and CSRF on forms.
 
 ``render`` fills a Jinja2 template (autoescape always on: paths, diff lines and notes are
-attacker-controlled) and sets the headers every ``/ui`` page carries: a strict
-Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
+attacker-controlled; the ``shown`` filter writes every bidirectional, invisible or control
+character of a name or a text as ``<U+XXXX>``, so a name cannot pose as another one,
+protocol: api#what-a-review-shows) and sets the headers every ``/ui`` page carries: a
+strict Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
 referrer, no caching. ``session_of`` reads the session cookie and checks that its
 credential still exists (removing a credential ends its sessions); ``form_of`` reads a small
 URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token;
@@ -28,6 +30,7 @@ from jinja2 import Environment, FileSystemLoader
 from promoter.api.deps import SMALL_BODY, get_services, read_body
 from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
 from promoter.api.workers import run_on_operator_pool, use_operator_pool
+from promoter.domain.hidden import visible
 from promoter.errors import Forbidden, Unauthenticated
 
 CSP = (
@@ -47,6 +50,14 @@ TEMPLATES = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _shown(value: object) -> str:
+    """``value`` with nothing hidden in it, as the review shows a path (None: nothing)."""
+    return "" if value is None else visible(str(value))
+
+
+TEMPLATES.filters["shown"] = _shown
 MAX_FIELDS = 4096  # a review's approve form: a box per file (the body is at most 64 KiB)
 
 

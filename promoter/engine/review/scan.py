@@ -12,10 +12,11 @@ a non-ASCII chunk is searched only when it holds a byte that can begin a hidden 
 line). ``count_bytes`` answers only the counts of bytes in memory whose digest the caller
 checked (a diff's old side, whose flags are never shown).
 
-``visible`` renders one line of a diff so that nothing in it is hidden: bytes that are not
-UTF-8 become ``\\xNN``, and every character of BIDI, INVISIBLE and CONTROL (and a carriage
-return not ending the line) becomes ``<U+XXXX>``. Lines are decoded with
-``surrogateescape`` first (lossless), so no byte is dropped or replaced.
+``visible`` (``promoter.domain.hidden``'s, with the character classes) renders one line
+of a diff so that nothing in it is hidden: bytes that are not UTF-8 become ``\\xNN``, and
+every character of BIDI, INVISIBLE and CONTROL (and a carriage return not ending the
+line) becomes ``<U+XXXX>``. Lines are decoded with ``surrogateescape`` first (lossless),
+so no byte is dropped or replaced.
 
 ``path_flags`` and ``mode_flags`` name what a path or mode change means for what runs:
 CI configuration, files run by hooks or on entering the directory, an executable bit
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from promoter.domain.answers import DiffFlag
+from promoter.domain.hidden import BIDI, CONTROL, INVISIBLE, visible
 from promoter.errors import BlobHashMismatch, BlobMissing
 
 __all__ = [
@@ -54,20 +56,6 @@ BINARY_PROBE = 8000  # git's FIRST_FEW_BYTES: a NUL byte in these makes a file b
 LONG_LINE = 1000  # bytes: a longer line is flagged (code can hide past the screen's edge)
 SYMLINK_TARGET_MAX = 4096
 
-# Bidirectional controls (Trojan Source, CVE-2021-42574): embeddings, overrides,
-# isolates, marks.
-BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-# Characters that show nothing: zero-width space/joiners, line and paragraph
-# separators, word joiner and invisible operators, soft hyphen, Mongolian vowel
-# separator, combining grapheme joiner, Hangul fillers, tag characters, BOM (but not as
-# a file's first character).
-INVISIBLE = (
-    "\u00ad\u034f\u115f\u1160\u180e\u200b-\u200d\u2028\u2029\u2060-\u2064"
-    "\u3164\ufeff\uffa0\U000e0000-\U000e007f"
-)
-# C0 controls but tab and line feed, DEL, C1 controls (a carriage return is one unless
-# it ends a line).
-CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _BIDI = re.compile(f"[{BIDI}]")
 _INVISIBLE = re.compile(f"[{INVISIBLE}]")
 _LONE_CR = re.compile("\r(?!\n)")
@@ -83,7 +71,6 @@ _ASCII_SHOWN = bytes([9, 10, 13, *range(32, 127)])
 _SUSPECT_BYTES = {*range(0, 9), 11, 12, *range(14, 32), 127, 0xC2, 0xCD, 0xD8, 0xE1, 0xE2}
 _SUSPECT_BYTES |= {0xE3, 0xEF, 0xF3}
 _NOT_SUSPECT = bytes(b for b in range(256) if b not in _SUSPECT_BYTES)
-_HIDDEN = re.compile(f"[{BIDI}{INVISIBLE}{CONTROL}\udc80-\udcff]|\r(?!\n|$)")
 
 # Paths whose content runs without the person asking: CI configuration runs on a push,
 # hooks on a git action, ``.envrc`` on entering the directory, editor tasks on opening it.
@@ -280,19 +267,6 @@ def scan_blob(path: str, sha256: str, *, exact: bool = True) -> Scan:
     if scan.sha256 != sha256:
         raise BlobHashMismatch(f"stored blob {sha256} no longer hashes correctly", sha256=sha256)
     return scan
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char[0])
-    if 0xDC80 <= code <= 0xDCFF:
-        return f"\\x{code - 0xDC00:02x}"
-    return f"<U+{code:04X}>"
-
-
-def visible(text: str) -> str:
-    """``text`` (decoded with ``surrogateescape``) with every hidden character shown."""
-    return _HIDDEN.sub(_escape, text)
 
 
 def path_flags(path: str) -> list[DiffFlag]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 from promoter.errors import PromoterError, error_class
 from promoter.executor import layers
 from promoter.executor.run.person import Person, escape
@@ -190,7 +191,7 @@ def drift_report(
         path = str(item.get("path"))
         now, expected = _state(item.get("actual")), _state(item.get("expected_old"))
         reasons = "; ".join(item.get("reasons") or [])
-        line = f"{path}: reads {now} now, expected {expected} ({reasons})"
+        line = f"{visible(path)}: reads {now} now, expected {expected} ({reasons})"
         if tell:
             person.warn(f"drifted: {escape(line)}")
         report.append(
@@ -216,7 +217,7 @@ def refusal(
     )
     detail = str(preflight.get("detail") or "the preflight refused the promotion")
     if report:
-        named = ", ".join(item["path"] for item in report)
+        named = ", ".join(visible(item["path"]) for item in report)
         detail = f"{named} changed since the run began (shown above); nothing was written"
     code = str(preflight.get("code") or "target_drift")
     return error_class(code)(f"{detail}; next: {nxt}", paths=report, bundle_id=bundle_id)

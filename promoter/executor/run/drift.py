@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 from promoter.errors import (
     ConfigError,
     MergeConflict,
@@ -72,7 +73,8 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
 
 
 def _question(paths: list[str]) -> str:
-    named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    named = ", ".join(map(visible, paths[:3]))
+    named += f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     return f"{named} changed since the run began: merge your edit and the agent's?"
 
 
@@ -120,7 +122,7 @@ def _conflict(
         _write_marked(target, str(item["merged_text"]))
         cut = " (cut: the text is longer)" if item.get("truncated") else ""
         person.say(
-            f"conflict: {escape(str(item['path']))}: {item.get('conflicts')} conflicting "
+            f"conflict: {escape(visible(str(item['path'])))}: {item.get('conflicts')} conflicting "
             f"hunk(s); both edits with markers in {escape(str(target))}{cut}"
         )
         written.append(str(item["path"]))
@@ -139,7 +141,9 @@ def _unsupported(exc: MergeUnsupported, person: Person) -> None:
             f"{name} {str(item[name].get('sha256') or '-')[:12]} {item[name].get('bytes')} bytes"
             for name in ("old", "current", "new")
         )
-        person.say(f"not merged: {escape(str(item['path']))}: {escape(item.get('reason') or '')}")
+        person.say(
+            f"not merged: {escape(visible(str(item['path'])))}: {escape(item.get('reason') or '')}"
+        )
         person.say(f"  {escape(sides)}")
 
 

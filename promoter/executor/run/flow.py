@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import now_rfc3339
+from promoter.domain.hidden import visible
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
@@ -710,7 +711,7 @@ def promote(
     )
     for target in promoted["targets"]:
         state = f"{target['sha256'][:12]} {target['mode']}" if target["exists"] else "deleted"
-        person.say(f"  {escape(target['path'])}  {state}")
+        person.say(f"  {escape(visible(target['path']))}  {state}")
 
 
 def promote_submitted(
