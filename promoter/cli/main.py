@@ -54,10 +54,12 @@ def main(command: Callable[[], object] | None = None) -> None:
         from rich.markup import escape
 
         from promoter.cli.common import err_console
+        from promoter.domain.hidden import visible
 
-        err_console.print(  # one line, however long: never wrapped
-            f"[bold red]error[/] {escape(f'[{exc.code}]')} {escape(exc.detail)}", soft_wrap=True
-        )
+        # one line, however long: never wrapped; a name it quotes (the daemon's, a path
+        # typed or made by an agent) writes no control or hidden character to the terminal
+        detail = escape(visible(exc.detail))
+        err_console.print(f"[bold red]error[/] {escape(f'[{exc.code}]')} {detail}", soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -120,6 +120,23 @@ def test_a_missing_bundle_file_is_not_taken_for_an_id(tmp_path: Path) -> None:
     assert "no token for http://127.0.0.1:9" in asked.stderr
 
 
+def test_an_error_line_naming_a_hostile_path_writes_no_control_to_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """A path in an error's detail (typed, or an agent's name the daemon quotes) holding a
+    terminal's escape sequence, a bidirectional override and a zero-width space is shown
+    with each as ``<U+XXXX>``: the line cannot retitle, clear or recolour the terminal,
+    nor pose as another name."""
+    missing = tmp_path / "a\x1b]0;pwned\x07\x1b[2J\u202etxt.exe\u200b.json"
+    result = _cli("bundle", "show", str(missing))
+    assert result.returncode == 66
+    shown = f"{tmp_path}/a<U+001B>]0;pwned<U+0007><U+001B>[2J<U+202E>txt.exe<U+200B>.json"
+    assert result.stderr == (
+        f"error [not_found] no file {shown} (and not a bundle id, which is bnd_ and 32 hex "
+        "digits)\n"
+    )
+
+
 def test_a_bad_log_format_is_a_configuration_error(tmp_path: Path) -> None:
     result = _cli("serve", "--state-dir", str(tmp_path / "s"), "--log-format", "xml")
     assert result.returncode == 78
