@@ -1,0 +1,71 @@
+"""Answers as docs/reference/api.md and docs/reference/errors.md state them, through a real
+daemon: the headers a problem carries are sent and published in ``/openapi.json``.
+
+A 405 of the HTTP layer keeps the ``Allow`` header that names the methods the path takes
+(the problem handler once dropped every header of the HTTP layer); a 401 carries
+``WWW-Authenticate: Bearer``; each problem response of the served document names the
+headers its codes carry (``WWW-Authenticate``, ``Retry-After``, ``Location``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.support.daemon import Daemon
+
+
+def test_a_method_the_path_does_not_take_is_405_naming_the_methods_it_takes(
+    daemon: Daemon,
+) -> None:
+    with daemon.orchestrator() as client:
+        answer = client.delete("/v1/repositories")
+    assert answer.status_code == 405
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["allow"] == "GET"
+    assert answer.json() == {
+        "code": "method_not_allowed",
+        "detail": "Method Not Allowed",
+        "instance": "/v1/repositories",
+        "status": 405,
+        "title": "Method Not Allowed",
+        "type": "/problems/method_not_allowed",
+    }
+
+
+def _responses(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (operation["operationId"], status, answer)
+        for methods in document["paths"].values()
+        for operation in methods.values()
+        for status, answer in operation["responses"].items()
+    ]
+
+
+def test_every_problem_response_publishes_the_headers_its_codes_carry(daemon: Daemon) -> None:
+    document = httpx.get(f"{daemon.url}/openapi.json", timeout=60).json()
+    wanted = {
+        "`unauthenticated`": "WWW-Authenticate",
+        "`too_many_requests`": "Retry-After",
+        "`database_busy`": "Retry-After",
+        "`database_unavailable`": "Retry-After",
+        "`owned_by_other_host`": "Location",
+    }
+    missing = [
+        (operation, status, header)
+        for operation, status, answer in _responses(document)
+        for code, header in wanted.items()
+        if code in answer["description"] and header not in answer.get("headers", {})
+    ]
+    assert missing == []
+    published = {
+        status: answer["headers"]
+        for operation, status, answer in _responses(document)
+        if operation == "getBlob" and "headers" in answer
+    }
+    assert sorted(published) == ["401", "429"]
+    assert published["429"]["Retry-After"]["schema"] == {"type": "integer", "minimum": 1}
+    answer = httpx.get(f"{daemon.url}/v1/repositories", timeout=60)
+    assert (answer.status_code, answer.json()["code"]) == (401, "unauthenticated")
+    assert answer.headers["www-authenticate"] == "Bearer"
