@@ -64,7 +64,14 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 
 
 def test_usage_errors_exit_2() -> None:
-    for args in (["run", "--bogus"], ["bundle", "show"], ["repos", "set", "x", "--approval", "x"]):
+    for args in (
+        ["run", "--bogus"],
+        ["bundle", "show"],
+        ["repos", "set", "x", "--approval", "x"],
+        # a decision reconcile does not take: refused before any daemon is asked (which
+        # answered it validation_failed, 65)
+        ["ops", "reconcile", "op_x", "bogus", "--url", "http://127.0.0.1:9"],
+    ):
         result = _cli(*args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("Usage: ")
