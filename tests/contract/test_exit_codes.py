@@ -131,3 +131,22 @@ def test_a_bad_log_format_is_a_configuration_error(tmp_path: Path) -> None:
     result = _cli("serve", "--state-dir", str(tmp_path / "s"), "--log-format", "xml")
     assert result.returncode == 78
     assert result.stderr == "error [config_error] --log-format must be json or text, not 'xml'\n"
+
+
+def test_the_command_line_reference_lists_every_code_at_its_exit() -> None:
+    """docs/reference/cli.md's exit table names every code in the row of its exit (``the
+    ``*_conflict`` codes`` stands for those of 409 that end so)."""
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    table = text[text.index("| exit | meaning | codes |") :].split("\n\n")[0]
+    listed: dict[str, int] = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        listed.update({code: int(cells[0]) for code in re.findall(r"`([a-z_*]+)`", cells[2])})
+    wrong = {
+        cls.code: (cls.exit_code, listed.get(cls.code))
+        for cls in all_error_classes()
+        if cls is not PromoterError
+        and listed.get(cls.code, listed["*_conflict"] if cls.code.endswith("_conflict") else None)
+        != cls.exit_code
+    }
+    assert wrong == {}
