@@ -4,16 +4,20 @@ daemon: the headers a problem carries are sent and published in ``/openapi.json`
 A 405 of the HTTP layer keeps the ``Allow`` header that names the methods the path takes
 (the problem handler once dropped every header of the HTTP layer); a 401 carries
 ``WWW-Authenticate: Bearer``; each problem response of the served document names the
-headers its codes carry (``WWW-Authenticate``, ``Retry-After``, ``Location``).
+headers its codes carry (``WWW-Authenticate``, ``Retry-After``, ``Location``). A
+bundle's promotions are asked of a known bundle: an unknown one is ``404 bundle_unknown``
+to every role, never an empty list.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.support.daemon import Daemon
+from tests.support.promotion import submit
 
 
 def test_a_method_the_path_does_not_take_is_405_naming_the_methods_it_takes(
@@ -69,3 +73,22 @@ def test_every_problem_response_publishes_the_headers_its_codes_carry(daemon: Da
     answer = httpx.get(f"{daemon.url}/v1/repositories", timeout=60)
     assert (answer.status_code, answer.json()["code"]) == (401, "unauthenticated")
     assert answer.headers["www-authenticate"] == "Bearer"
+
+
+def test_the_promotions_of_an_unknown_bundle_are_404_not_an_empty_list(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    _, bundle, _ = submit(daemon, repo, identity, [("src/new.txt", None, b"new\n")])
+    known, unknown = bundle["bundle_id"], "bnd_" + "0" * 32
+    for client in (daemon.orchestrator(), daemon.operator()):
+        with client:
+            answer = client.get(f"/v1/bundles/{known}/operations")
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"bundle_id": known, "operations": []}
+            answer = client.get(f"/v1/bundles/{unknown}/operations")
+            assert answer.status_code == 404
+            assert answer.json()["code"] == "bundle_unknown"
+            assert answer.json()["detail"] == f"no bundle {unknown!r} is stored"
+    with daemon.executor("run_1") as executor:
+        answer = executor.get(f"/v1/bundles/{unknown}/operations")
+    assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
