@@ -6,7 +6,8 @@ A 405 of the HTTP layer keeps the ``Allow`` header that names the methods the pa
 ``WWW-Authenticate: Bearer``; each problem response of the served document names the
 headers its codes carry (``WWW-Authenticate``, ``Retry-After``, ``Location``). A
 bundle's promotions are asked of a known bundle: an unknown one is ``404 bundle_unknown``
-to every role, never an empty list.
+to every role, never an empty list; an unknown ``status`` filter of the operations is
+refused (a typo once listed nothing).
 """
 
 from __future__ import annotations
@@ -92,3 +93,12 @@ def test_the_promotions_of_an_unknown_bundle_are_404_not_an_empty_list(
     with daemon.executor("run_1") as executor:
         answer = executor.get(f"/v1/bundles/{unknown}/operations")
     assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
+
+
+def test_an_unknown_status_filter_is_refused_not_a_list_of_nothing(daemon: Daemon) -> None:
+    with daemon.operator() as client:
+        refused = client.get("/v1/operations", params={"status": "complete"})
+        listed = client.get("/v1/operations", params={"status": "completed"})
+    assert (refused.status_code, refused.json()["code"]) == (422, "validation_failed")
+    assert refused.json()["detail"].endswith("rolled_back; got 'complete'")
+    assert (listed.status_code, listed.json()) == (200, {"operations": []})
