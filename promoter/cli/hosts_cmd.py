@@ -109,9 +109,16 @@ def admit(
 ) -> None:
     """Let a fenced host write again; restart its daemon afterwards (operator)."""
     with _client(url, token_file) as client:
+        before = {h["host_id"]: h["status"] for h in client.hosts_seen()["hosts"]}
         admitted = client.admit_host(host)
     if json_output:
         _emit(admitted)
+        return
+    if before.get(host) == "active":  # never fenced, or admitted already: nothing to restart
+        console.print(
+            f"host {admitted['host_id']} is not fenced (never, or admitted already): active "
+            f"at epoch {admitted['epoch']}, nothing changed"
+        )
         return
     console.print(
         f"host {admitted['host_id']} is active at epoch {admitted['epoch']}: restart its "

@@ -7,11 +7,15 @@ A 405 of the HTTP layer keeps the ``Allow`` header that names the methods the pa
 headers its codes carry (``WWW-Authenticate``, ``Retry-After``, ``Location``). A
 bundle's promotions are asked of a known bundle: an unknown one is ``404 bundle_unknown``
 to every role, never an empty list; an unknown ``status`` filter of the operations is
-refused (a typo once listed nothing).
+refused (a typo once listed nothing); ``promoter hosts admit`` of a host that is not
+fenced says that nothing changed.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +106,18 @@ def test_an_unknown_status_filter_is_refused_not_a_list_of_nothing(daemon: Daemo
     assert (refused.status_code, refused.json()["code"]) == (422, "validation_failed")
     assert refused.json()["detail"].endswith("rolled_back; got 'complete'")
     assert (listed.status_code, listed.json()) == (200, {"operations": []})
+
+
+def test_admitting_a_host_that_is_not_fenced_says_nothing_changed(daemon: Daemon) -> None:
+    """``promoter hosts admit`` of an active host once told the operator to restart a daemon
+    that "writes nothing" until then, which was never so."""
+    host = daemon.services.owner.host
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env.update(PROMOTER_URL=daemon.url, PROMOTER_TOKEN=daemon.operator_token, COLUMNS="200")
+    argv = [sys.executable, "-m", "promoter.cli.main", "hosts", "admit", host]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == (
+        f"host {host} is not fenced (never, or admitted already): active at epoch 1, "
+        "nothing changed\n"
+    )
