@@ -49,8 +49,12 @@ def test_every_error_exits_as_the_table_says() -> None:
     assert documented["internal"] == PromoterError.exit_code
 
 
+def _cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+
+
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = _cli_env()
     return subprocess.run(
         [sys.executable, "-m", "promoter.cli.main", *args],
         cwd=cwd,
@@ -150,3 +154,32 @@ def test_the_command_line_reference_lists_every_code_at_its_exit() -> None:
         != cls.exit_code
     }
     assert wrong == {}
+
+
+def test_a_database_url_that_cannot_be_opened_is_one_line_78(tmp_path: Path) -> None:
+    """A URL SQLAlchemy cannot parse, or whose dialect or driver is not installed, once
+    ended ``serve``, ``gc`` and ``keys rotate`` with a traceback (exit 1); a password in it
+    is never printed."""
+    state = str(tmp_path / "state")
+    for url, said in (
+        ("notaurl:secret@", "is not a SQLAlchemy URL"),
+        ("bogus://u:secret@h/db", "bogus://u:***@h/db names a database this installation"),
+    ):
+        for command in (
+            ["serve", "--port", "0", "--state-dir", state, "--database-url", url],
+            ["gc", "--state-dir", state],
+            ["keys", "rotate", "--state-dir", state],
+        ):
+            result = subprocess.run(
+                [sys.executable, "-m", "promoter.cli.main", *command],
+                env={**_cli_env(), "PROMOTER_DATABASE_URL": url},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 78, (command, result.stderr)
+            (line,) = result.stderr.splitlines()
+            assert line.startswith("error [config_error] the database URL "), line
+            assert said in line and "secret" not in line, line
