@@ -78,8 +78,39 @@ def _content(media_type: str, schema: Any, example: Any) -> dict[str, Any]:
     return {media_type: body}
 
 
+# The headers a problem of a code carries (``promoter.api.problems.problem_response``).
+_SECONDS = {"type": "integer", "minimum": 1}
+PROBLEM_HEADERS: dict[str, dict[str, dict[str, Any]]] = {
+    "unauthenticated": {
+        "WWW-Authenticate": {
+            "description": "`Bearer`: the scheme a token is sent with",
+            "schema": {"type": "string", "const": "Bearer"},
+        }
+    },
+    "too_many_requests": {
+        "Retry-After": {"description": "seconds to wait before asking again", "schema": _SECONDS}
+    },
+    "database_busy": {
+        "Retry-After": {
+            "description": "seconds to wait before asking again (`database_busy`, "
+            "`database_unavailable`)",
+            "schema": _SECONDS,
+        }
+    },
+    "owned_by_other_host": {
+        "Location": {
+            "description": "the same path and query on the owner's published base URL (when "
+            "the ledger names it)",
+            "schema": {"type": "string", "format": "uri"},
+        }
+    },
+}
+PROBLEM_HEADERS["database_unavailable"] = PROBLEM_HEADERS["database_busy"]
+
+
 def problem_responses(codes: Iterable[str]) -> dict[str, Any]:
-    """One response per HTTP status of ``codes``, each listing its codes as an enum."""
+    """One response per HTTP status of ``codes``, each listing its codes as an enum and the
+    headers they carry (``PROBLEM_HEADERS``)."""
     by_status: dict[int, list[str]] = {}
     for code in sorted(set(codes)):
         by_status.setdefault(CODES[code][0], []).append(code)
@@ -104,6 +135,9 @@ def problem_responses(codes: Iterable[str]) -> dict[str, Any]:
             "description": "Problem: " + ", ".join(f"`{c}`" for c in group),
             "content": {MEDIA_TYPE: {"schema": schema, "example": example}},
         }
+        headers = {name: h for c in group for name, h in PROBLEM_HEADERS.get(c, {}).items()}
+        if headers:
+            out[str(status)]["headers"] = headers
     return out
 
 

@@ -123,20 +123,26 @@ def page(code: str) -> str:
     )
 
 
-def problem_response(problem: dict[str, Any], request: Request) -> Response:
+def problem_response(
+    problem: dict[str, Any], request: Request, headers: dict[str, str] | None = None
+) -> Response:
+    """The problem document as a response; ``headers``: the HTTP layer's own (a 405's
+    ``Allow``), kept beside the ones a code carries."""
     problem.setdefault("instance", request.url.path)
     body = json.dumps(problem, ensure_ascii=False, sort_keys=True, default=str).encode()
-    headers = {"WWW-Authenticate": "Bearer"} if problem.get("status") == 401 else None
+    headers = dict(headers or {})
+    if problem.get("status") == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     if problem.get("code") in RETRY_AFTER:
-        headers = {"Retry-After": RETRY_AFTER[problem["code"]]}
+        headers["Retry-After"] = RETRY_AFTER[problem["code"]]
     elif type(problem.get("retry_after")) is int:  # the error's own (too_many_requests)
-        headers = {"Retry-After": str(problem["retry_after"])}
+        headers["Retry-After"] = str(problem["retry_after"])
     elif problem.get("code") == "owned_by_other_host" and problem.get("owner_url"):
         query = request.url.query
         target = f"{problem['owner_url']}{request.url.path}" + (f"?{query}" if query else "")
-        headers = {"Location": target}
+        headers["Location"] = target
     return Response(
-        body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers
+        body, status_code=int(problem["status"]), media_type=MEDIA_TYPE, headers=headers or None
     )
 
 
@@ -187,7 +193,8 @@ def install(app: FastAPI) -> None:
             "detail": str(exc.detail),
             "code": code,
         }
-        return problem_response(problem, request)
+        # the HTTP layer's headers stay: a 405 names the methods the path takes (``Allow``)
+        return problem_response(problem, request, dict(exc.headers or {}))
 
     @app.exception_handler(ClientDisconnect)
     async def _disconnected(request: Request, exc: ClientDisconnect) -> Response:

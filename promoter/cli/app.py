@@ -305,7 +305,14 @@ def gc(
         list[str] | None, typer.Option("--repo", help="NAME=PATH (for snapshot pruning).")
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
-    keep_snapshots: Annotated[int, typer.Option("--keep-snapshots", min=1)] = 100,
+    keep_snapshots: Annotated[
+        int,
+        typer.Option(
+            "--keep-snapshots",
+            min=1,
+            help="Snapshots kept per repository, the newest (not with --dry-run).",
+        ),
+    ] = 100,
 ) -> None:
     """Remove unreferenced blobs older than the retention period; prune old snapshots.
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -71,12 +70,9 @@ def register(app: typer.Typer) -> None:
 def _state(state_dir: Path | None, config: Path | None) -> Path | None:
     """The state directory the settings get: without a flag, a config file or
     ``PROMOTER_STATE_DIR``, the recorded daemon's (None: the settings' default)."""
-    if state_dir is not None or config is not None or os.environ.get("PROMOTER_STATE_DIR"):
-        return state_dir
     from promoter.cli import userconfig
 
-    recorded = userconfig.load()
-    return None if recorded is None else recorded.state_dir
+    return userconfig.host_state_dir(state_dir, config)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The hosts of the ledger: ``promoter hosts list|fence|admit`` (operator token).
+"""The hosts of the ledger: ``promoter hosts list|fence|admit`` (``list``: an orchestrator or
+operator token; ``fence`` and ``admit``: operator).
 
 Thin commands over ``promoter.client.sync``: a table for people, ``--json`` for scripts.
 Whether a host may be fenced, and who takes its operations over, is the daemon's
@@ -42,9 +43,9 @@ def _emit(document: Any) -> None:
 def list_hosts(
     json_output: JsonOpt = False, url: UrlOpt = None, token_file: TokenFileOpt = None
 ) -> None:
-    """List the hosts of the ledger: epoch, status, host lease, fences, address (operator
-    token). While the database does not answer, the daemon shows only its own host, as it
-    last saw it, and a line on stderr says so."""
+    """List the hosts of the ledger: epoch, status, host lease, fences, address (an
+    orchestrator or operator token). While the database does not answer, the daemon shows
+    only its own host, as it last saw it, and a line on stderr says so."""
     with _client(url, token_file) as client:
         seen = client.hosts_seen()
     items = seen["hosts"]
@@ -108,9 +109,16 @@ def admit(
 ) -> None:
     """Let a fenced host write again; restart its daemon afterwards (operator)."""
     with _client(url, token_file) as client:
+        before = {h["host_id"]: h["status"] for h in client.hosts_seen()["hosts"]}
         admitted = client.admit_host(host)
     if json_output:
         _emit(admitted)
+        return
+    if before.get(host) == "active":  # never fenced, or admitted already: nothing to restart
+        console.print(
+            f"host {admitted['host_id']} is not fenced (never, or admitted already): active "
+            f"at epoch {admitted['epoch']}, nothing changed"
+        )
         return
     console.print(
         f"host {admitted['host_id']} is active at epoch {admitted['epoch']}: restart its "

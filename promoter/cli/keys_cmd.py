@@ -1,12 +1,16 @@
 """``promoter keys``: list and rotate the host's receipt-signing keys, on the state dir.
 
-Runs on the host, against ``<state>/credentials`` (no server needed): ``rotate`` retires
+Runs on the host, against ``<state>/credentials`` (no server needed), in the state
+directory ``--state-dir``, ``--config`` or ``PROMOTER_STATE_DIR`` names, else the daemon's
+that ``promoter serve`` recorded, else ``./.promoter``: ``rotate`` retires
 the active key now and makes a new one active (``promoter.store.keyring.rotate``); a
 running daemon signs with the new key from its next envelope on, and ``GET /v1/keys``
 keeps listing the retired public key with its validity window. ``rotate`` then publishes
 the keyring into the ledger (``promoter.engine.receipts.envelopes.publish_keyring``), so
 every host lists the new key at once; when the database cannot be reached it says so
-and the daemon publishes it before it signs with it. ``list`` prints the listed keys.
+and the daemon publishes it before it signs with it. ``list`` prints the listed keys and
+makes none: where there is no key it refuses (``config_error``), as only the daemon
+makes its first key.
 
 Deliberately not here: verifying receipts (``promoter receipt verify``), serving keys
 (``promoter.api.routes.keys``), and any handling of the private keys beyond calling
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -31,7 +36,11 @@ if TYPE_CHECKING:  # the settings, the ledger and the keyring load when a comman
     from promoter.store.keyring import Keyring
 
 StateDirOpt = Annotated[
-    Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="State directory (default: the daemon's promoter serve recorded, else ./.promoter).",
+    ),
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 
@@ -44,19 +53,31 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="keys")
 
 
-def _credentials(state_dir: Path | None, config: Path | None) -> Path:
+def _settings(state_dir: Path | None, config: Path | None) -> Settings:
+    from promoter.cli.userconfig import host_state_dir
     from promoter.config import load_settings
 
-    return load_settings(config, state_dir=state_dir).signing_dir
+    return load_settings(config, state_dir=host_state_dir(state_dir, config))
 
 
 def list_keys(
     state_dir: StateDirOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Print every listed key: the active one first, then the retired ones."""
-    from promoter.store.keyring import load_keyring
+    """Print every listed key: the active one first, then the retired ones.
 
-    _show(load_keyring(_credentials(state_dir, config)), as_json)
+    It makes no key: exit 78 config_error where there is none (the daemon makes its first
+    key when it starts).
+    """
+    from promoter.errors import ConfigError
+    from promoter.store.keyring import KEY_FILE, KEYRING_FILE, load_keyring
+
+    folder = _settings(state_dir, config).signing_dir
+    if not any(os.path.lexists(folder / name) for name in (KEY_FILE, KEYRING_FILE)):
+        raise ConfigError(
+            f"no signing key in {folder}: it is not a daemon's state; point --state-dir at "
+            "the daemon's state directory (the daemon makes its first key when it starts)"
+        )
+    _show(load_keyring(folder), as_json)
 
 
 def rotate_keys(
@@ -70,12 +91,11 @@ def rotate_keys(
     ledger_missing (no ledger where the settings point), schema_mismatch (not migrated)
     or config_error (unreadable or inconsistent key files).
     """
-    from promoter.config import load_settings
     from promoter.errors import DatabaseBusy, DatabaseUnavailable
     from promoter.store import db as dbmod
     from promoter.store.keyring import rotate
 
-    settings = load_settings(config, state_dir=state_dir)
+    settings = _settings(state_dir, config)
     # nothing is created when there is no ledger; in an outage the key is rotated now and
     # published by the daemon before it signs with it (``_publish`` says so)
     with contextlib.suppress(DatabaseUnavailable, DatabaseBusy):

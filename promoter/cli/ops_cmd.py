@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -323,10 +324,19 @@ def recover(
         _show_after(client, operation_id, json_output)
 
 
+class Decision(str, Enum):
+    """What ``reconcile`` takes; any other word is a usage error (2), never asked of the
+    daemon."""
+
+    continue_ = "continue"
+    rollback = "rollback"
+    abandon = "abandon"
+
+
 @ops_app.command("reconcile")
 def reconcile(
     operation_id: Annotated[str, typer.Argument(help="The operation id.")],
-    decision: Annotated[str, typer.Argument(help="continue, rollback or abandon.")],
+    decision: Annotated[Decision, typer.Argument(help="continue, rollback or abandon.")],
     note: Annotated[str, typer.Option("--note", help="Why; kept in the journal.")] = "",
     json_output: JsonOpt = False,
     url: UrlOpt = None,
@@ -334,7 +344,7 @@ def reconcile(
 ) -> None:
     """Carry out an operator's decision on an operation that needs reconciliation."""
     with _client(url, token_file) as client:
-        client.reconcile(operation_id, decision, note)
+        client.reconcile(operation_id, decision.value, note)
         _show_after(client, operation_id, json_output)
 
 

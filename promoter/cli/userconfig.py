@@ -29,7 +29,16 @@ from typing import Any, NamedTuple
 
 from promoter.errors import ConfigError
 
-__all__ = ["DEFAULT_URL", "Recorded", "Target", "config_dir", "load", "record", "resolve"]
+__all__ = [
+    "DEFAULT_URL",
+    "Recorded",
+    "Target",
+    "config_dir",
+    "host_state_dir",
+    "load",
+    "record",
+    "resolve",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 FILE_NAME = "daemon.json"
@@ -120,6 +129,17 @@ def load(directory: Path | None = None) -> Recorded | None:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path} is damaged ({exc}); run promoter serve again") from exc
+
+
+def host_state_dir(state_dir: Path | None, config: Path | None) -> Path | None:
+    """The state directory a command that runs on the host's own files (``credentials``,
+    ``keys``) gives its settings: ``state_dir`` as given when a flag, a config file or
+    ``PROMOTER_STATE_DIR`` names one, else the recorded daemon's; None (the settings'
+    default, ``./.promoter``) when nothing is recorded."""
+    if state_dir is not None or config is not None or os.environ.get("PROMOTER_STATE_DIR"):
+        return state_dir
+    recorded = load()
+    return None if recorded is None else recorded.state_dir
 
 
 def record(url: str, state_dir: Path, token_file: Path, directory: Path | None = None) -> Path:

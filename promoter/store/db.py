@@ -32,11 +32,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, CursorResult, Engine, Executable, Row, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
+    ArgumentError,
     DataError,
     DBAPIError,
     DisconnectionError,
+    NoSuchModuleError,
     OperationalError,
     SQLAlchemyError,
 )
@@ -45,6 +47,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from promoter import faults
 from promoter.errors import (
+    ConfigError,
     DatabaseBusy,
     DatabaseUnavailable,
     LedgerMissing,
@@ -128,11 +131,35 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000))
 
 
+def usable_url(url: str) -> URL:
+    """``url`` parsed, with a dialect and a driver this installation loads; else
+    ``config_error`` (78), never a traceback. An unparsable URL is not repeated (it may
+    hold a password)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(
+            "the database URL (--database-url, database_url or PROMOTER_DATABASE_URL) is "
+            "not a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db"
+        ) from exc
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as exc:
+        shown = parsed.render_as_string(hide_password=True)
+        raise ConfigError(
+            f"the database URL {shown} names a database this installation cannot open "
+            f"({exc}); PostgreSQL needs the postgres extra"
+        ) from exc
+    return parsed
+
+
 def make_engine(
     url: str, busy_timeout: float = 30.0, server: ServerOptions | None = None
 ) -> Engine:
     """An engine for ``url``: SQLite with its pragmas and ``busy_timeout``; PostgreSQL
-    with ``server``'s timeouts, name and pool size (other URLs: only the pool)."""
+    with ``server``'s timeouts, name and pool size (other URLs: only the pool). A URL
+    that cannot be opened here is ``config_error`` (``usable_url``)."""
+    usable_url(url)
     if url.startswith("sqlite"):
         connect_args: dict[str, Any] = {"check_same_thread": False, "timeout": busy_timeout}
         queued = write_queue.connection_class(make_url(url).database or "")
@@ -339,7 +366,7 @@ def require_ledger(url: str) -> None:
     an empty file); a database at another revision is ``schema_mismatch``; a server that
     does not answer is ``database_unavailable``.
     """
-    parsed = make_url(url)
+    parsed = usable_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database
         if not path or path == ":memory:" or path.startswith("file:"):

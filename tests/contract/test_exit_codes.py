@@ -49,8 +49,12 @@ def test_every_error_exits_as_the_table_says() -> None:
     assert documented["internal"] == PromoterError.exit_code
 
 
+def _cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+
+
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = _cli_env()
     return subprocess.run(
         [sys.executable, "-m", "promoter.cli.main", *args],
         cwd=cwd,
@@ -64,7 +68,14 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 
 
 def test_usage_errors_exit_2() -> None:
-    for args in (["run", "--bogus"], ["bundle", "show"], ["repos", "set", "x", "--approval", "x"]):
+    for args in (
+        ["run", "--bogus"],
+        ["bundle", "show"],
+        ["repos", "set", "x", "--approval", "x"],
+        # a decision reconcile does not take: refused before any daemon is asked (which
+        # answered it validation_failed, 65)
+        ["ops", "reconcile", "op_x", "bogus", "--url", "http://127.0.0.1:9"],
+    ):
         result = _cli(*args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("Usage: ")
@@ -141,3 +152,51 @@ def test_a_bad_log_format_is_a_configuration_error(tmp_path: Path) -> None:
     result = _cli("serve", "--state-dir", str(tmp_path / "s"), "--log-format", "xml")
     assert result.returncode == 78
     assert result.stderr == "error [config_error] --log-format must be json or text, not 'xml'\n"
+
+
+def test_the_command_line_reference_lists_every_code_at_its_exit() -> None:
+    """docs/reference/cli.md's exit table names every code in the row of its exit (``the
+    ``*_conflict`` codes`` stands for those of 409 that end so)."""
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    table = text[text.index("| exit | meaning | codes |") :].split("\n\n")[0]
+    listed: dict[str, int] = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        listed.update({code: int(cells[0]) for code in re.findall(r"`([a-z_*]+)`", cells[2])})
+    wrong = {
+        cls.code: (cls.exit_code, listed.get(cls.code))
+        for cls in all_error_classes()
+        if cls is not PromoterError
+        and listed.get(cls.code, listed["*_conflict"] if cls.code.endswith("_conflict") else None)
+        != cls.exit_code
+    }
+    assert wrong == {}
+
+
+def test_a_database_url_that_cannot_be_opened_is_one_line_78(tmp_path: Path) -> None:
+    """A URL SQLAlchemy cannot parse, or whose dialect or driver is not installed, once
+    ended ``serve``, ``gc`` and ``keys rotate`` with a traceback (exit 1); a password in it
+    is never printed."""
+    state = str(tmp_path / "state")
+    for url, said in (
+        ("notaurl:secret@", "is not a SQLAlchemy URL"),
+        ("bogus://u:secret@h/db", "bogus://u:***@h/db names a database this installation"),
+    ):
+        for command in (
+            ["serve", "--port", "0", "--state-dir", state, "--database-url", url],
+            ["gc", "--state-dir", state],
+            ["keys", "rotate", "--state-dir", state],
+        ):
+            result = subprocess.run(
+                [sys.executable, "-m", "promoter.cli.main", *command],
+                env={**_cli_env(), "PROMOTER_DATABASE_URL": url},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 78, (command, result.stderr)
+            (line,) = result.stderr.splitlines()
+            assert line.startswith("error [config_error] the database URL "), line
+            assert said in line and "secret" not in line, line

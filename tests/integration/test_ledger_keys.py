@@ -299,3 +299,44 @@ def test_a_command_that_needs_the_ledger_refuses_without_one_and_creates_nothing
     code = "ledger_missing" if ledger == "absent" else "schema_mismatch"
     assert line.startswith(f"error [{code}] "), line
     assert ("no ledger at " if ledger == "absent" else "promoter db upgrade") in line
+
+
+def test_keys_list_reads_the_recorded_daemons_keys_and_never_makes_one(tmp_path: Path) -> None:
+    """``promoter keys list`` run elsewhere, with no flag: the recorded daemon's keys, the
+    same active key ``GET /v1/keys`` serves; where there is no key (a state directory that
+    is not a daemon's, a folder with none recorded) it refuses with exit 78 and makes
+    none, where it once made a fresh private key in ``./.promoter``."""
+    repo = init_repo(tmp_path / "work", {"src/app.txt": V1})
+    daemon = DaemonProcess(tmp_path / "state", {"demo": repo})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+
+    def keys_list(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "promoter.cli.main", "keys", "list", *args]
+        return subprocess.run(
+            argv, cwd=elsewhere, capture_output=True, text=True, env={**env, **extra}, timeout=120
+        )
+
+    try:
+        served = key_set(daemon)["active_keyid"]
+        listed = keys_list("--json")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout)["active_keyid"] == served
+        nowhere = tmp_path / "nowhere"
+        for refused, folder in (
+            (keys_list("--state-dir", str(nowhere)), nowhere / "credentials"),
+            (keys_list(XDG_CONFIG_HOME=str(tmp_path / "no-config")), Path(".promoter/credentials")),
+        ):
+            assert refused.returncode == 78, refused.stdout + refused.stderr
+            assert refused.stdout == ""
+            assert refused.stderr == (
+                f"error [config_error] no signing key in {folder}: it is not a daemon's state; "
+                "point --state-dir at the daemon's state directory (the daemon makes its first "
+                "key when it starts)\n"
+            )
+        assert not nowhere.exists()
+        assert list(elsewhere.iterdir()) == []
+        assert key_set(daemon)["active_keyid"] == served
+    finally:
+        daemon.kill()

@@ -62,7 +62,7 @@ from promoter.engine.ports import (
     Reconciling,
     Records,
 )
-from promoter.errors import DatabaseUnavailable
+from promoter.errors import DatabaseUnavailable, ValidationFailed
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
@@ -226,7 +226,9 @@ async def post_preflight(
     **operation(
         "listOperations",
         summary="List operations",
-        description="Every operation, optionally filtered by `status` and `repository`.",
+        description="Every operation, optionally filtered by `status` (one of the "
+        "operation statuses; another word is `422 validation_failed`) and `repository` (a "
+        "name or identity).",
         tags=["operator"],
         roles=OPERATOR,
         ok={
@@ -254,9 +256,16 @@ async def post_preflight(
 def list_operations(
     _: OperatorDep,
     services: Port[Ledger],
-    status: str | None = Query(default=None, max_length=40),
+    status: str | None = Query(
+        default=None, max_length=40, json_schema_extra={"enum": [s.value for s in OperationStatus]}
+    ),
     repository: str | None = Query(default=None, max_length=200),
 ) -> Response:
+    if status is not None and status not in set(OperationStatus):
+        # refused, never a filter that matches nothing
+        raise ValidationFailed(
+            f"status must be one of {', '.join(OperationStatus)}; got {status!r}", status=status
+        )
     items = [
         queries.operation_summary(r)
         for r in queries.list_operations(services.db, status=status, repository=repository)

@@ -39,6 +39,7 @@ from promoter.api.workers import run_in_threadpool
 from promoter.domain.diff_views import BundleDiffView
 from promoter.domain.paths import MAX_PATH_BYTES
 from promoter.domain.views import BaseState, BundleOperations, GrantBase, OperationView
+from promoter.engine.intake.bundles import bundle_owner
 from promoter.engine.intake.chained import chain_states
 from promoter.engine.intake.grants import load_grant
 from promoter.engine.operation import decisions, runner, views
@@ -46,7 +47,7 @@ from promoter.engine.ports import Guarding, Journaling, Ledger, Promoting, Prove
 from promoter.engine.review.diff import DEFAULT_LIMIT, MAX_LIMIT, bundle_diff
 from promoter.engine.review.partial import Selection
 from promoter.engine.review.seen import Seen
-from promoter.errors import Forbidden, ValidationFailed
+from promoter.errors import BundleUnknown, Forbidden, ValidationFailed
 from promoter.store.credentials import Principal
 
 router = APIRouter(prefix="/v1")
@@ -163,6 +164,9 @@ async def get_bundle_diff(
 def _bundle_operations(services: Ledger, principal: Principal, bundle_id: str) -> BundleOperations:
     check_owner(services, principal, bundle_id)
     found = views.bundle_operations(services.db, bundle_id)
+    if not found and principal.role != "executor" and bundle_owner(services.db, bundle_id) is None:
+        # an unknown bundle is not one with no promotions (an executor's: ``check_owner``)
+        raise BundleUnknown(f"no bundle {bundle_id!r} is stored", bundle_id=bundle_id)
     return BundleOperations(bundle_id=bundle_id, operations=found)
 
 
