@@ -407,11 +407,16 @@ def _ended_how(code: int) -> str:
 
 
 def _refresh(orch: PromoterClient, run: Run) -> None:
-    """Steps left waiting (approval, a running attempt) take their operation's status now."""
+    """Steps left waiting (approval, a running attempt) take their operation's status now;
+    a refused one that was merged since (``promoter merge``) takes the merged promotion's
+    operation, bundle and status, as the run's own merge records them (``drift.followed``)."""
     for step in run.record.steps:
-        waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS)
+        waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS, RunStatus.REFUSED)
         if step.operation_id and step.status in waiting:
-            run.move(step, str(orch.get_operation(step.operation_id)["status"]))
+            view = drift.followed(orch.get_operation(step.operation_id), orch.get_operation)
+            merged = view["operation_id"] != step.operation_id and view.get("bundle_id")
+            ids = {"operation_id": view["operation_id"], "bundle_id": view["bundle_id"]}
+            run.move(step, str(view["status"]), **(ids if merged else {}))
 
 
 def _refuse_after_merge(
