@@ -625,6 +625,28 @@ def _confirmed_note() -> str:
         return "confirmed at the terminal"
 
 
+def _gate(orch: PromoterClient, repository: str, grant: Grant, person: Person) -> str:
+    """What a yes at the question does when the promotion will be held for approval (the
+    grant or the repository requires it): the approval itself, with an operator's
+    credential, or only the request; empty when nothing holds it or no one is asked
+    (``--yes`` never approves; protocol: runs#approvals)."""
+    if person.yes:
+        return ""
+    required = grant.wire().get("approval") == "required"
+    if not required and orch.repository_approval(repository)["approval"] != "required":
+        return ""
+    caller = orch.whoami()
+    if caller.get("role") == "operator":
+        return (
+            f"{repository} requires approval: your yes is the approval, recorded for "
+            f"credential {caller.get('name')}, and promotes at once"
+        )
+    return (
+        f"{repository} requires approval: your yes only asks for it; nothing is written "
+        "until an operator approves"
+    )
+
+
 def promote(
     orch: PromoterClient,
     run: Run,
@@ -658,7 +680,7 @@ def promote(
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
         consent = drift.offer(preflight, record, current.bundle_id, person)
     else:
-        consent = person.approve(unseen or [])
+        consent = person.approve(unseen or [], gate=_gate(orch, record.repository, grant, person))
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
