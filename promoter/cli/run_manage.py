@@ -1,10 +1,13 @@
 """``promoter run --list`` and ``--prune``: the sandboxes, their true status, their size.
 
 ``list_sandboxes`` refreshes each step that waits on the host (an operation awaiting
-approval or in progress) from the daemon when it answers, and says ``unknown`` when it
-does not (the daemon is asked only for such steps, and not again once unreachable); a
-promotion an operator accepted in part reads ``approved in part`` (not ``refused``), and a
-step left ``started`` with no process in its sandbox reads ``interrupted``; each line shows
+approval or in progress) or was refused (a merge may have mended it) from the daemon when
+it answers, and says ``unknown`` when it does not (the daemon is asked only for such
+steps, and not again once unreachable); a promotion an operator accepted in part reads
+``approved in part`` (not ``refused``), one refused for drift and then merged (by
+``promoter merge`` too) takes the merged promotion's operation, bundle and status, as a
+run's own merge records them, and a step left ``started`` with no process in its sandbox
+reads ``interrupted``; each line shows
 the sandbox's size on disk. ``prune`` removes, through the safe ``sandbox.remove``, every
 sandbox whose last step is finished (``completed`` or
 ``no_changes``) and untouched for ``--older-than`` (default: any age), and every
@@ -28,6 +31,7 @@ from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
+from promoter.executor.run.drift import followed
 from promoter.executor.run.state import Run
 from promoter.fs.tree_walk import DIR_FLAGS, Level, Walk
 
@@ -37,6 +41,7 @@ IN_PART = "approved_in_part"
 FINISHED = frozenset({"completed", "no_changes", IN_PART})
 SHOWN = {IN_PART: "approved in part", "command_failed": "command failed"}
 AT_THE_HOST = frozenset({"awaiting_approval", "in_progress", "needs_recovery"})
+ASKED = AT_THE_HOST | {"refused"}  # a refusal for drift may have been merged since
 STILL_AT_THE_HOST = AT_THE_HOST | {"needs_reconciliation", "unknown"}
 ABANDONED_AFTER = 24 * 3600.0
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -104,37 +109,45 @@ class _Host:
         self._client: PromoterClient | None = None
         self._reachable = token is not None
 
-    def status(self, operation_id: str) -> str | None:
-        """The operation's status, or None when the host cannot say."""
+    def status(self, operation_id: str) -> tuple[str, dict[str, str]] | None:
+        """The operation's status and, when a merge made a promotion of it, that promotion's
+        operation and bundle ids; None when the host cannot say."""
         if not self._reachable:
             return None
         if self._client is None:
             self._client = PromoterClient(self._url, self._token, timeout=10.0)
+        client = self._client
         try:
-            view = self._client.get_operation(operation_id)
+            first = client.get_operation(operation_id)
+            view = followed(first, client.get_operation)
         except ConfigError:  # not reachable (or no answer in time): the rest are unknown too
             self._reachable = False
             return None
         except PromoterError:
             return None
+        fields: dict[str, str] = {}
+        if view["operation_id"] != operation_id and view.get("bundle_id"):
+            fields = {"operation_id": view["operation_id"], "bundle_id": str(view["bundle_id"])}
         if view["status"] == "refused" and view.get("code") == IN_PART:
-            return IN_PART  # an operator accepted a part: promoted as its own operation
-        return str(view["status"])
+            return IN_PART, fields  # an operator accepted a part: promoted as its own operation
+        return str(view["status"]), fields
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
 
 
-def _refresh(host: _Host, record: sandboxes.RunRecord) -> str:
-    """The last step's status, asked of the host where the host still decides it."""
+def _refresh(host: _Host, record: sandboxes.RunRecord) -> tuple[str, dict[str, str]]:
+    """The last step's status (and the merged promotion's ids, when a merge made one),
+    asked of the host where the host still decides it or a merge may have mended it."""
     if not record.steps:
-        return "new"
+        return "new", {}
     last = record.steps[-1]
-    if last.status not in AT_THE_HOST or last.operation_id is None:
-        return last.status
-    status = host.status(last.operation_id)
-    return "unknown" if status is None else status
+    if last.status not in ASKED or last.operation_id is None:
+        return last.status, {}
+    answer = host.status(last.operation_id)
+    unknown = last.status if last.status == "refused" else "unknown"  # a refusal stands
+    return (unknown, {}) if answer is None else answer
 
 
 def _statuses(
@@ -145,9 +158,9 @@ def _statuses(
         found = []
         for record in sandboxes.list_runs(state_dir):
             before = record.steps[-1].status if record.steps else None
-            status = _refresh(host, record)
-            if record.steps and status != before and status != "unknown":
-                Run(state_dir, record).move(record.steps[-1], status)  # the host's word
+            status, merged = _refresh(host, record)
+            if record.steps and (status != before or merged) and status != "unknown":
+                Run(state_dir, record).move(record.steps[-1], status, **merged)  # the host's word
             if status == "started" and not _live(sandboxes.runs_dir(state_dir) / record.run_id):
                 status = "interrupted"  # no process runs the step any more
             found.append((record, status))

@@ -69,16 +69,19 @@ def _fresh_screen() -> None:
             termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
-def _approve_here(yes: bool, unseen: Sequence[Mapping[str, Any]]) -> Consent:
+def _approve_here(yes: bool, unseen: Sequence[Mapping[str, Any]], gate: str = "") -> Consent:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
     person confirms those files too, listed again at the question
-    (protocol: api#every-byte-reviewable)."""
-    return _approve_at(yes, unseen, stderr=False)
+    (protocol: api#every-byte-reviewable). ``gate``: what a yes does under the approval
+    gate, said in the question (the approval itself, or only the request)."""
+    return _approve_at(yes, unseen, stderr=False, gate=gate)
 
 
-def _approve_at(yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool) -> Consent:
+def _approve_at(
+    yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool, gate: str = ""
+) -> Consent:
     """``_approve_here`` with the questions on stderr when ``stderr`` (``--json``)."""
     if yes:
         return "yes"
@@ -86,7 +89,10 @@ def _approve_at(yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool)
         err_console.print("not a terminal: pass --yes to promote without asking")
         return None
     _fresh_screen()
-    if not _confirm("Promote these changes into the worktree?", err=stderr):
+    question = "Promote these changes into the worktree?"
+    if gate:
+        question = f"{gate}. {question}"
+    if not _confirm(question, err=stderr):
         return None
     if unseen:
         out = err_console if stderr else console
@@ -145,10 +151,10 @@ class TerminalPerson:
         if receipt is not None:
             print_receipt(receipt)
 
-    def approve(self, unseen: Sequence[Mapping[str, Any]]) -> Consent:
+    def approve(self, unseen: Sequence[Mapping[str, Any]], *, gate: str = "") -> Consent:
         if self.json:
-            return _approve_at(self.yes, unseen, stderr=True)
-        return _approve_here(self.yes, unseen)
+            return _approve_at(self.yes, unseen, stderr=True, gate=gate)
+        return _approve_here(self.yes, unseen, gate)
 
     def agree(self, question: str, *, no_terminal: str) -> Consent:
         if self.yes:

@@ -58,12 +58,8 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
         raise told(exc) from None
     _say(f"daemon      {escape(target.url)}  (from {escape(target.url_from)})")
     _say(f"state       {escape(str(target.state_dir))}  (from {escape(target.state_from)})")
-    if target.token is None:
-        problem = userconfig.no_token(target)
-        _say(f"credential  none\nproblem: {escape(problem.detail)}")
-        raise told(problem)
     with PromoterClient(target.url, target.token, timeout=10.0, backoff=ONCE) as client:
-        try:
+        try:  # first: a daemon that does not answer is the problem, whatever the credential
             client.healthz()
         except PromoterError as exc:
             why = str(exc.context.get("reason") or exc.detail)  # without the status hint
@@ -72,6 +68,10 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
                 "start it with promoter serve (or make serve)"
             )
             raise told(exc) from None
+        if target.token is None:
+            problem = userconfig.no_token(target)
+            _say(f"credential  none\nproblem: {escape(problem.detail)}")
+            raise told(problem)
         try:
             caller = client.whoami()
         except PromoterError as exc:

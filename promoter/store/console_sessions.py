@@ -3,8 +3,11 @@
 ``add`` records a session (dropping ended ones first, and the oldest past the bound);
 ``find`` reads one by its id's sha256; ``touch`` records a use; ``remove`` and
 ``remove_name`` end one, or every session of a credential; ``live`` lists those not
-ended, oldest first. Rows never leave this module: callers get ``ConsoleSession``
-records. Times are wall-clock seconds, given by the caller.
+ended, oldest first. ``remove_name`` (a credential removed or replaced) leaves a mark per
+session it ended, kept until that session's own latest end, which ``ended_why`` reads:
+``"revoked"``, so that the login page can tell that browser why it was sent there. Rows
+never leave this module: callers get ``ConsoleSession`` records. Times are wall-clock
+seconds, given by the caller.
 
 Deliberately not here: session ids, CSRF tokens, the clock and the rules of when a
 session ends (``promoter.api.ui.sessions``). The raw id is never stored: whoever reads
@@ -18,9 +21,21 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, delete, func, not_, or_, select, update
 from sqlalchemy.orm import Session
 
-from promoter.store.tables import ConsoleSessionRow
+from promoter.store.tables import ConsoleSessionEndedRow, ConsoleSessionRow
 
-__all__ = ["ConsoleSession", "add", "find", "live", "remove", "remove_name", "touch"]
+__all__ = [
+    "REVOKED",
+    "ConsoleSession",
+    "add",
+    "ended_why",
+    "find",
+    "live",
+    "remove",
+    "remove_name",
+    "touch",
+]
+
+REVOKED = "revoked"  # a session its credential's removal (or replacement) ended
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,11 @@ def add(
     session.execute(
         delete(ConsoleSessionRow)
         .where(_ended(now, idle_seconds))
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(
+        delete(ConsoleSessionEndedRow)
+        .where(ConsoleSessionEndedRow.until <= now)
         .execution_options(synchronize_session=False)
     )
     count = session.scalar(select(func.count()).select_from(ConsoleSessionRow)) or 0
@@ -112,13 +132,25 @@ def remove(session: Session, session_sha256: str) -> int:
 
 
 def remove_name(session: Session, name: str) -> int:
-    """End every session of the credential ``name``; how many there were."""
-    result = session.execute(
+    """End every session of the credential ``name``, each marked ``REVOKED`` until its own
+    latest end (a concurrent removal marks only what its own delete took); how many
+    there were."""
+    ended = session.execute(
         delete(ConsoleSessionRow)
         .where(ConsoleSessionRow.name == name)
+        .returning(ConsoleSessionRow.session_sha256, ConsoleSessionRow.expires_at)
         .execution_options(synchronize_session=False)
-    )
-    return int(getattr(result, "rowcount", 0) or 0)
+    ).all()
+    for digest, until in ended:
+        session.add(ConsoleSessionEndedRow(session_sha256=digest, reason=REVOKED, until=until))
+    return len(ended)
+
+
+def ended_why(session: Session, session_sha256: str, now: float) -> str | None:
+    """Why the session of ``session_sha256`` ended (``REVOKED``), while that mark lasts;
+    None for a live, closed, expired or unknown session."""
+    row = session.get(ConsoleSessionEndedRow, session_sha256)
+    return row.reason if row is not None and row.until > now else None
 
 
 def live(session: Session, now: float, idle_seconds: float) -> list[ConsoleSession]:

@@ -368,3 +368,14 @@ class ConsoleSessionRow(Base):
     opened_at: Mapped[float] = mapped_column(Float)
     used_at: Mapped[float] = mapped_column(Float)  # written at most once a minute
     expires_at: Mapped[float] = mapped_column(Float)  # opened_at + the lifetime
+
+
+class ConsoleSessionEndedRow(Base):
+    """A console session its credential's removal ended (``promoter.store.console_sessions``),
+    found by the session id's sha256 and kept until the session would have ended anyway, so
+    that the login page can tell that browser why; times in wall-clock seconds."""
+
+    __tablename__ = "console_sessions_ended"
+    session_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(20))  # "revoked"
+    until: Mapped[float] = mapped_column(Float)  # the session's own latest end

@@ -178,6 +178,54 @@ def test_a_credential_removed_and_added_again_does_not_revive_the_old_session(
         assert page.status_code == 200
 
 
+ENDED = "Your session ended because its credential was revoked. Log in again."
+
+
+def test_the_login_page_says_a_revoked_session_ended_to_that_browser_only(gated: Gated) -> None:
+    daemon, repo, identity = gated
+    operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+    token = _credentials(daemon, "add", "ivy").stdout.strip()
+    other = _credentials(daemon, "add", "joe").stdout.strip()
+    with (
+        login(daemon, token) as revoked,
+        login(daemon, other) as closed,
+        login(daemon) as trusted,
+        httpx.Client(base_url=daemon.url, timeout=60, verify=tls_context(daemon.url)) as stranger,
+    ):
+        csrf = hidden(revoked.get(f"/ui/operations/{operation_id}").text)
+        stolen = revoked.cookies[COOKIE]
+        closed.post("/ui/logout", data={"csrf": hidden(closed.get("/ui/operations").text)})
+        assert ENDED not in revoked.get("/ui/login").text  # live: nothing to say
+        _credentials(daemon, "remove", "ivy")
+
+        bounced = revoked.get("/ui/operations")
+        assert (bounced.status_code, bounced.headers["location"]) == (303, "/ui/login")
+        page = revoked.get("/ui/login")
+        assert page.status_code == 200
+        assert f'<p class="message" id="message">{ENDED}</p>' in page.text
+        approve = revoked.post(
+            f"/ui/operations/{operation_id}/approve", data={"csrf": csrf, "note": "late"}
+        )
+        assert approve.status_code == 401
+        assert "your session ended because its credential was revoked; log in again" in (
+            approve.text
+        )
+        # nobody else learns anything: no cookie, another's cookie, a closed session's
+        assert 'id="message"' not in stranger.get("/ui/login").text
+        stranger.cookies.set(COOKIE, stolen[:-2] + ("AA" if stolen[-2:] != "AA" else "BB"))
+        assert 'id="message"' not in stranger.get("/ui/login").text
+        assert 'id="message"' not in closed.get("/ui/login").text
+        assert 'id="message"' not in trusted.get("/ui/login").text
+        assert trusted.get("/ui/operations").status_code == 200
+
+        relogged = revoked.post(
+            "/ui/login", data={"csrf": hidden(page.text), "token": daemon.operator_token}
+        )
+        assert relogged.status_code == 303
+        assert 'id="message"' not in revoked.get("/ui/login").text  # a new, live session
+    assert _decisions(daemon, operation_id) == ("awaiting_approval", [])
+
+
 def test_a_session_ends_at_its_absolute_lifetime_however_much_it_is_used(
     ledger: Database,
 ) -> None:

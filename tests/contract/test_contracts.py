@@ -373,3 +373,43 @@ def test_cli_reference_names_every_option_of_the_operators_commands() -> None:
         options = [o for p in command.params for o in p.opts if o.startswith("--")]
         missing += [f"{name} {o}" for o in options if o not in _COMMON and o not in cell]
     assert missing == []
+
+
+# the person's commands (docs/guide/); the options every command shares are in the
+# paragraph under the reference's table
+PERSONS_COMMANDS = ("run", "review", "merge", "status", "receipt", "bundle")
+SHARED_OPTIONS = frozenset({"--help", "--url", "--token-file", "--state-dir"})
+
+
+def test_cli_reference_names_every_option_of_the_persons_commands() -> None:
+    import click
+    import typer.main
+
+    from promoter.cli.main import app
+
+    reference = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    synopses = [line.split(" | ")[0] for line in reference.splitlines() if line.startswith("| `")]
+    group = typer.main.get_command(app)
+    unnamed = []
+    for name in PERSONS_COMMANDS:
+        command = group.get_command(click.Context(group), name)  # type: ignore[attr-defined]
+        command = command.real() if hasattr(command, "real") else command
+        children = getattr(command, "commands", None)
+        for sub, leaf in (children or {None: command}).items():
+            full = f"{name} {sub}" if sub else name
+            text = " ".join(s for s in synopses if f"promoter {full}" in s)
+            assert text, full
+            for param in leaf.params:
+                names = [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]
+                if names and not SHARED_OPTIONS & set(names) and not any(n in text for n in names):
+                    unnamed.append(f"promoter {full} {names[0]}")
+    assert unnamed == []
+
+
+def test_cli_reference_states_the_exit_codes_receipt_verify_returns() -> None:
+    from promoter.cli import receipt_verify
+
+    reference = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    rows = {line.split(" | ")[0]: line for line in reference.splitlines()}
+    for code in (receipt_verify.EXIT_WORKTREE_DIFFERS, receipt_verify.EXIT_SIGNATURE_NOT_CHECKED):
+        assert "receipt verify" in rows.get(f"| {code}", ""), code

@@ -19,12 +19,14 @@ from typer.testing import CliRunner
 from promoter.cli import credentials_cmd, review_cmd
 from promoter.domain.canonical import canonical_bytes
 from promoter.errors import ApprovalRejected, ConfigError
+from promoter.executor import sandbox as sandboxes
 from promoter.store import journal
 from promoter.store.credentials import add_operator
 from tests.console.support import hidden, login
 from tests.support.daemon import Daemon
 from tests.support.fixtures import Gated
 from tests.support.promotion import promote, submit, tree_bytes
+from tests.workflow.test_run_drift import CLI, Terminal
 
 OLD, NEW = b"print('v1')\n", b"print('approved')\n"
 
@@ -328,10 +330,9 @@ def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_u
     gated: Gated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from promoter.cli import run_cmd, run_person
-    from promoter.executor import sandbox as sandboxes
 
     daemon, repo, _ = gated
-    monkeypatch.setattr(run_person, "_approve_here", lambda yes, unseen: "asked")  # said y
+    monkeypatch.setattr(run_person, "_approve_here", lambda yes, unseen, gate="": "asked")
     app = typer.Typer()
     run_cmd.register(app)
     app.command("noop")(lambda: None)
@@ -415,3 +416,56 @@ def test_the_review_names_the_credential_it_was_read_with_in_its_decide_commands
     assert approved.exit_code == 0, approved.output
     (decision,) = _approvals(daemon, operation_id)
     assert decision["by"] == {"role": "operator", "name": "ana"}
+
+
+def _run_at_a_terminal(daemon: Daemon, repo: Path, token: str) -> Terminal:
+    (repo.parent / "person.token").write_text(token)
+    (repo.parent / "person.token").chmod(0o600)
+    argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv += ["--token-file", str(repo.parent / "person.token"), "--repo", "gated", "--keep"]
+    return Terminal([*argv, "--unconfined", "--", "sh", "-c", "echo a > src/a.py"], repo, {})
+
+
+def test_the_question_under_the_gate_says_that_yes_is_the_approval(gated: Gated) -> None:
+    daemon, repo, _ = gated
+    term = _run_at_a_terminal(daemon, repo, daemon.operator_token)
+    term.expect(
+        b"gated requires approval: your yes is the approval, recorded for credential "
+        b"operator, and promotes at once. Promote these changes into the worktree? [y/N]:"
+    )
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "a.py").read_bytes() == b"a\n"
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    assert record.steps[0].status == "completed" and record.steps[0].operation_id
+    (decision,) = _approvals(daemon, record.steps[0].operation_id)
+    assert decision["by"] == {"role": "operator", "name": "operator"}
+
+
+def test_the_question_under_the_gate_says_that_yes_only_asks_without_an_operator(
+    gated: Gated,
+) -> None:
+    daemon, repo, _ = gated
+    term = _run_at_a_terminal(daemon, repo, daemon.orchestrator_token)
+    term.expect(
+        b"gated requires approval: your yes only asks for it; nothing is written until an "
+        b"operator approves. Promote these changes into the worktree? [y/N]:"
+    )
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert not (repo / "src" / "a.py").exists()
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    assert record.steps[0].status == "awaiting_approval"
+    assert f"awaiting approval: promoter approve {record.steps[0].operation_id}".encode() in (
+        term.plain
+    )
+
+
+def test_the_question_without_the_gate_says_nothing_of_approval(daemon: Daemon, repo: Path) -> None:
+    argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv += ["--repo", "work", "--unconfined", "--", "sh", "-c", "echo a > src/a.py"]
+    term = Terminal(argv, repo, {})
+    at = term.expect(b"Promote these changes into the worktree? [y/N]:")
+    term.send(b"n\r")
+    assert term.finish() == 75, term.text()
+    assert b"approval" not in term.plain[:at]

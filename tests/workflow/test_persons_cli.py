@@ -141,6 +141,23 @@ def test_status_says_when_the_daemon_does_not_answer(person: Person) -> None:
     assert "promoter status says" not in result.stdout  # status is the command itself
 
 
+def test_status_with_a_url_nothing_listens_at_says_so_before_the_credential(
+    person: Person,
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens at once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    result = person.cli("status", "--url", url)
+    assert result.returncode == 78
+    assert result.stdout.splitlines()[0] == f"daemon      {url}  (from --url)"
+    assert f"problem: the daemon does not answer at {url}: " in result.stdout
+    assert "credential" not in result.stdout and "no token" not in result.stdout
+    assert "error [" not in result.stderr
+
+
 def test_a_command_that_cannot_reach_the_daemon_names_promoter_status(
     person: Person,
 ) -> None:

@@ -453,3 +453,48 @@ def test_a_drifted_name_with_bidi_controls_cannot_pose_at_the_merge_question(
     assert SPOOF_SHOWN + b" changed since the run began (shown above)" in term.plain
     told = term.plain[term.plain.index(b"drifted: ") :]  # above it, the person's own command
     assert "\u202e".encode() not in told and "\u200b".encode() not in told
+
+
+def test_run_list_shows_a_refused_step_merged_and_approved_by_the_persons_commands(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    term = _run(daemon, repo, _agent_files(tmp_path))
+    at = term.expect(b"Promote these changes into the worktree?")
+    (repo / "src" / "app.py").write_bytes(PERSON)
+    term.send(b"y\r")
+    term.expect(QUESTION, at)
+    term.send(b"n\r")  # the merge declined here, asked for with promoter merge below
+    assert term.finish() == 75, term.text()
+    [step] = _record(daemon).steps
+    assert step.status == "refused" and step.operation_id is not None
+    refused = step.operation_id
+    token = [
+        "--url",
+        daemon.url,
+        "--token-file",
+        str(daemon.state_dir / "credentials" / "operator.token"),
+    ]
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+
+    def cli(*argv: str) -> Terminal:
+        done = Terminal([*CLI, *argv], repo, {})
+        assert done.finish() == 0, done.text()
+        return done
+
+    merge = cli("merge", refused, *token)
+    held = re.search(rb"operation (op_[0-9a-f]+) awaiting_approval", merge.plain)
+    assert held is not None, merge.text()
+    listed = cli("run", "--list", *where)
+    assert b"1 step(s), last awaiting_approval" in listed.plain, listed.text()
+    cli("approve", held.group(1).decode(), "--note", "merged by hand", *token)
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    listed = cli("run", "--list", *where)
+    assert b"1 step(s), last completed" in listed.plain, listed.text()
+    [step] = _record(daemon).steps
+    assert (step.status, step.operation_id) == ("completed", held.group(1).decode())
+    assert step.bundle_id is not None and step.bundle_id in merge.text()
+    again = [*CLI, "run", *where, "--continue", _record(daemon).run_id, "--unconfined", "--yes"]
+    chained = Terminal([*again, "--", "sh", "-c", "echo more >> src/extra.py"], repo, {})
+    assert chained.finish() == 75, chained.text()  # no step chains on the merged promotion
+    assert b"merged your edit with the agent's" in b" ".join(chained.plain.split())
+    assert (repo / "src" / "app.py").read_bytes() == MERGED

@@ -1,9 +1,11 @@
 """Console login and logout: the operator token exchanged for a session cookie.
 
 ``GET /ui/login`` shows the form with a fresh double-submit token (also set as a
-cookie); ``POST /ui/login`` checks that token, authenticates the pasted token exactly as
-the API does (``services.auth``) and admits the operator role only, the role every
-console page needs, then sets the session cookie; the session remembers the credential's
+cookie), and, to a browser whose own session cookie names a session ended by its
+credential's removal, why it is there (``REVOKED``; nothing for any other cookie);
+``POST /ui/login`` checks that token, authenticates the pasted token exactly as the API
+does (``services.auth``) and admits the operator role only, the role every console page
+needs, then sets the session cookie; the session remembers the credential's
 name, which its approvals and rejections record as the approver, and its token's sha256,
 so removing or replacing the credential ends the session. ``POST /ui/logout`` (CSRF-checked)
 drops the session. The token is never stored, logged or echoed back.
@@ -24,7 +26,14 @@ from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import authenticate, get_services
 from promoter.api.ui.refusals import shown
-from promoter.api.ui.sessions import COOKIE, LOGIN_COOKIE, Session, Sessions, same_token
+from promoter.api.ui.sessions import (
+    COOKIE,
+    LOGIN_COOKIE,
+    REVOKED,
+    Session,
+    Sessions,
+    same_token,
+)
 from promoter.api.ui.web import (
     form_of,
     read_form,
@@ -39,6 +48,7 @@ from promoter.faults import point
 from promoter.store.credentials import token_sha256
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+ENDED_REVOKED = "Your session ended because its credential was revoked. Log in again."
 
 
 def _form(request: Request, status_code: int = 200, message: str = "") -> Response:
@@ -51,8 +61,16 @@ def _form(request: Request, status_code: int = 200, message: str = "") -> Respon
 
 
 @router.get("/login")
-def get_login(request: Request) -> Response:
-    return _form(request)
+@shown()
+async def get_login(request: Request) -> Response:
+    cookie = request.cookies.get(COOKIE)
+    why = None
+    if cookie:  # only this browser's own session: its id is the secret that finds the mark
+        try:
+            why = await run_on_operator_pool(request.app.state, sessions(request).ended_why, cookie)
+        except PromoterError:  # the ledger busy or away: the form all the same, no reason
+            why = None
+    return _form(request, message=ENDED_REVOKED if why == REVOKED else "")
 
 
 @router.post("/login")

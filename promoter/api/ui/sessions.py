@@ -12,6 +12,8 @@ one written is ``TOUCH_SECONDS`` old or more, so it may end up to that much earl
 ``promoter.api.ui.web`` after its check against the ledger, and by the credential's
 removal) (protocol: api#console-sessions). Past ``MAX_SESSIONS`` in the ledger the oldest
 is dropped. ``listing()`` describes the live sessions for ``promoter credentials list``.
+``ended_why(session_id)`` says why a session its credential's removal ended (``revoked``)
+to the holder of that session's id only, until the session would have ended anyway.
 
 Every method is blocking (the ledger): call it on the operator's threads. Writes are not
 flushed (``durable=False``): a session lost in a power cut means logging in again.
@@ -31,8 +33,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from promoter.store import console_sessions
-from promoter.store.console_sessions import ConsoleSession
+from promoter.store.console_sessions import REVOKED, ConsoleSession
 from promoter.store.db import Database
+
+__all__ = [
+    "COOKIE",
+    "IDLE_SECONDS",
+    "LIFETIME_SECONDS",
+    "LOGIN_COOKIE",
+    "MAX_SESSIONS",
+    "REVOKED",
+    "TOUCH_SECONDS",
+    "Session",
+    "Sessions",
+    "csrf_of",
+    "id_sha256",
+    "same_token",
+]
 
 COOKIE = "promoter_ui"
 LOGIN_COOKIE = "promoter_ui_login"
@@ -114,6 +131,15 @@ class Sessions:
             if now - record.used_at >= TOUCH_SECONDS:
                 console_sessions.touch(session, digest, now)
         return _session(session_id, record)
+
+    def ended_why(self, session_id: str | None) -> str | None:
+        """``"revoked"`` when the session of ``session_id`` was ended by its credential's
+        removal (or replacement) and would still be live otherwise; None for any other
+        id, live, closed, expired or unknown."""
+        if not session_id:
+            return None
+        with self._db.session(durable=False) as session:
+            return console_sessions.ended_why(session, id_sha256(session_id), self._clock())
 
     def close(self, session_id: str) -> None:
         with self._db.session(durable=False) as session:

@@ -7,7 +7,8 @@ protocol: api#what-a-review-shows) and sets the headers every ``/ui`` page carri
 strict Content-Security-Policy that admits no script at all, ``nosniff``, no framing, no
 referrer, no caching. ``session_of`` reads the session cookie and checks that its
 credential still exists (removing a credential ends its sessions); ``form_of`` reads a small
-URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token;
+URL-encoded form and refuses it (403) unless its ``csrf`` field is the session's token
+(401 without a session, saying so when its credential's removal ended it);
 ``answering`` is the session either accepted, to which a refusal's page is shown.
 ``set_session_cookie`` writes the cookie ``HttpOnly``, ``SameSite=Strict``, scoped to
 ``/ui`` and ``Secure`` when the request came over TLS.
@@ -28,7 +29,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader
 
 from promoter.api.deps import SMALL_BODY, get_services, read_body
-from promoter.api.ui.sessions import COOKIE, Session, Sessions, same_token
+from promoter.api.ui.sessions import COOKIE, REVOKED, Session, Sessions, same_token
 from promoter.api.workers import run_on_operator_pool, use_operator_pool
 from promoter.domain.hidden import visible
 from promoter.errors import Forbidden, Unauthenticated
@@ -161,6 +162,13 @@ async def form_of(request: Request) -> tuple[Session, dict[str, str]]:
     """The session and form of a state-changing post: 401 without session, 403 without CSRF."""
     session = await _session(request)
     if session is None:
+        why = await run_on_operator_pool(
+            request.app.state, sessions(request).ended_why, request.cookies.get(COOKIE)
+        )
+        if why == REVOKED:  # said only to the browser holding that session's id
+            raise Unauthenticated(
+                "your session ended because its credential was revoked; log in again"
+            )
         raise Unauthenticated("log in to the console first")
     form = await read_form(request)
     if not same_token(session.csrf, form.get("csrf")):

@@ -408,11 +408,16 @@ def _ended_how(code: int) -> str:
 
 
 def _refresh(orch: PromoterClient, run: Run) -> None:
-    """Steps left waiting (approval, a running attempt) take their operation's status now."""
+    """Steps left waiting (approval, a running attempt) take their operation's status now;
+    a refused one that was merged since (``promoter merge``) takes the merged promotion's
+    operation, bundle and status, as the run's own merge records them (``drift.followed``)."""
     for step in run.record.steps:
-        waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS)
+        waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS, RunStatus.REFUSED)
         if step.operation_id and step.status in waiting:
-            run.move(step, str(orch.get_operation(step.operation_id)["status"]))
+            view = drift.followed(orch.get_operation(step.operation_id), orch.get_operation)
+            merged = view["operation_id"] != step.operation_id and view.get("bundle_id")
+            ids = {"operation_id": view["operation_id"], "bundle_id": view["bundle_id"]}
+            run.move(step, str(view["status"]), **(ids if merged else {}))
 
 
 def _refuse_after_merge(
@@ -621,6 +626,28 @@ def _confirmed_note() -> str:
         return "confirmed at the terminal"
 
 
+def _gate(orch: PromoterClient, repository: str, grant: Grant, person: Person) -> str:
+    """What a yes at the question does when the promotion will be held for approval (the
+    grant or the repository requires it): the approval itself, with an operator's
+    credential, or only the request; empty when nothing holds it or no one is asked
+    (``--yes`` never approves; protocol: runs#approvals)."""
+    if person.yes:
+        return ""
+    required = grant.wire().get("approval") == "required"
+    if not required and orch.repository_approval(repository)["approval"] != "required":
+        return ""
+    caller = orch.whoami()
+    if caller.get("role") == "operator":
+        return (
+            f"{repository} requires approval: your yes is the approval, recorded for "
+            f"credential {caller.get('name')}, and promotes at once"
+        )
+    return (
+        f"{repository} requires approval: your yes only asks for it; nothing is written "
+        "until an operator approves"
+    )
+
+
 def promote(
     orch: PromoterClient,
     run: Run,
@@ -654,7 +681,7 @@ def promote(
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
         consent = drift.offer(preflight, record, current.bundle_id, person)
     else:
-        consent = person.approve(unseen or [])
+        consent = person.approve(unseen or [], gate=_gate(orch, record.repository, grant, person))
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(

@@ -67,6 +67,8 @@ TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
     R.PREFLIGHT_REFUSED: _HELD - {R.INTERRUPTED},
     **{status: OPERATION | {R.APPROVED_IN_PART} for status in _MOVING},
+    # refused for drift, then merged (``promoter merge``): the merged promotion's status
+    R.REFUSED: OPERATION | {R.APPROVED_IN_PART},
     R.COMPLETED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL, R.ROLLBACK_FAILED}),
     R.ROLLBACK_PARTIAL: frozenset({R.ROLLED_BACK, R.ROLLBACK_FAILED}),
     R.ROLLBACK_FAILED: frozenset({R.ROLLED_BACK, R.ROLLBACK_PARTIAL}),
