@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from promoter import faults
 from promoter.domain.paths import check_path, sort_key, wire_path
-from promoter.errors import ConfigError, PathInvalid
+from promoter.errors import ConfigError, PathInvalid, PathUnsafe
 from promoter.executor import layers, start_watch
 from promoter.executor.loose_objects import LooseObjects
 from promoter.executor.seeded import SeededShadow
@@ -46,6 +46,7 @@ from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
 from promoter.git.records import DiffEntry, IndexEntry, decode_path, require_oid
 from promoter.git.runner import run_git
+from promoter.git.worktree_tree import SPECIAL_OVER
 from promoter.lazy_log import LazyLogger
 
 __all__ = ["StartState", "capture_into"]
@@ -208,13 +209,33 @@ def _read_person(
     only = None if planned is None else planned.candidates
     known = None if planned is None else planned.index_walk
     shadow = SeededShadow(layout, base_tree=base_tree, only=only, known_index=known, trees=reader)
-    shadow.__enter__()
+    _enter(shadow)
     if planned is None or only is None or start_watch.unmoved(layout, planned):
         return shadow
     shadow.close()
     shadow = SeededShadow(layout, base_tree=base_tree)
-    shadow.__enter__()
+    _enter(shadow)
     return shadow
+
+
+def _enter(shadow: SeededShadow) -> None:
+    """Enter ``shadow``; a FIFO, socket or device over a tracked path is named as the
+    person's own, with what they can do (the shadow's words speak of a bundle)."""
+    try:
+        shadow.__enter__()
+    except PathUnsafe as exc:
+        items = exc.context.get("paths")
+        if not items or any(item["reason"] != SPECIAL_OVER for item in items):
+            raise
+        named = ", ".join(repr(item["path"]) for item in items)
+        raise PathUnsafe(
+            f"your worktree has a FIFO, socket or device where git tracks a file or "
+            f"directory ({named}): git cannot read it, so the run cannot start from your "
+            f"files; nothing was changed; next: remove it or move it out of the worktree "
+            f"and run again, or start at HEAD without your uncommitted work: "
+            f"promoter run --from-head -- CMD",
+            paths=items,
+        ) from exc
 
 
 def capture_into(

@@ -852,6 +852,85 @@ def test_a_restore_fenced_before_its_next_temp_answers_the_temps_it_removed(
         shared.close()
 
 
+GONE = {**FEW, "gone/only.txt": b"the only file of its directory\n"}
+MINE = {"mine.txt": b"the person's untracked notes\n", "src/mine.txt": b"the person's own\n"}
+
+
+@pytest.mark.parametrize("saved", [False, True], ids=["empty", "person_saved_in_it"])
+def test_a_rollback_fenced_after_making_a_directory_removes_it_only_when_empty(
+    tmp_path: Path, saved: bool
+) -> None:
+    """A promotion deleted ``gone/only.txt`` (leaving ``gone`` empty) and the person
+    removed ``gone``; the rollback makes it again as it stages its temps. A is stopped
+    after its second temp and fenced to B; continued, it stands down before its third
+    temp: it removes its two temps and ``gone`` (``removed_dirs``), the worktree exactly
+    the promotion's, the person's untracked files as they were. When the person saved a file into ``gone`` meanwhile,
+    the directory is not empty: it stays, with their file, and is not named. B's recovery
+    ends the rollback exactly."""
+    shared = Ledger(tmp_path, files=GONE)
+    try:
+        for path, data in MINE.items():
+            (shared.repo / path).write_bytes(data)
+        changes: list[tuple[str, bytes | None, bytes | None]] = [
+            (path, old, old.replace(b"old", b"new")) for path, old in FEW.items()
+        ]
+        changes.append(("gone/only.txt", GONE["gone/only.txt"], None))
+        pause = Pause(shared.tmp, "after_temp_write", nth=2)
+        a = shared.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+        b = shared.daemon("b")
+        original = _listing(shared.repo)
+        request = prepare_promotion(b, shared.repo, changes)
+        with b.client() as orch:
+            promoted = orch.post("/v1/promotions", json={**request, "wait": True}).json()
+        assert promoted["status"] == "completed", promoted
+        promotion = str(promoted["operation_id"])
+        assert _listing(shared.repo)["gone"] == "dir"  # left, empty: the person removes it
+        (shared.repo / "gone").rmdir()
+        new = _listing(shared.repo)
+        child = rollback_id(promotion)
+        answer = _answered_in_background(a, f"/v1/operations/{promotion}/rollback")
+        pause.reached()
+        made = _listing(shared.repo)
+        temps = sorted(name for name in made if ".promoter-tmp-" in name)
+        assert made["gone"] == "dir" and len(temps) == 2, made  # the rollback made it
+        assert [name for name in made if name.startswith("gone/")] == []  # empty yet
+        theirs = b"the person's save in the re-made directory\n"
+        if saved:
+            (shared.repo / "gone" / "saved.txt").write_bytes(theirs)
+        _stopped_and_fenced(shared, a, b, child)
+        watch = Watch(shared.repo, closes=False)
+
+        _continued(a, pause, answer, watch)
+        body = answer["body"]
+        assert (answer["status"], body["code"]) == (409, "host_fenced"), body
+        dirs = 0 if saved else 1
+        assert body["worktree"] == (
+            f"rolled back 0 of its targets before it saw the fence; "
+            f"removed its 2 temp files and {dirs} directories"
+        )
+        assert sorted(body["removed_temps"]) == temps
+        assert body["removed_dirs"] == ([] if saved else ["gone"])
+        assert "kept" not in body
+        if saved:
+            saved_sha = hashlib.sha256(theirs).hexdigest()
+            assert _listing(shared.repo) == {**new, "gone": "dir", "gone/saved.txt": saved_sha}
+            original = {**original, "gone/saved.txt": saved_sha}
+        else:
+            assert _listing(shared.repo) == new  # the promotion's bytes, A's temps gone
+        for path, data in MINE.items():
+            assert (shared.repo / path).read_bytes() == data
+
+        with b.client("operator") as op:
+            done = op.post(f"/v1/operations/{child}/recover", json={"fence": 0})
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "rolled_back", done.text
+        assert _listing(shared.repo) == original
+        for path, data in GONE.items():
+            assert (shared.repo / path).read_bytes() == data
+    finally:
+        shared.close()
+
+
 @pytest.mark.postgresql_only
 def test_a_fence_never_lands_between_an_epoch_check_and_its_commit() -> None:
     """A transaction that checked the epoch holds the host's lock shared until it commits:

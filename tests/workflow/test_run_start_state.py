@@ -312,3 +312,32 @@ def test_a_sandbox_that_could_not_take_the_persons_state_is_removed(
     answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)  # the probes' answers, kept
     assert [p.name for p in left if p.name not in answers] == []  # no sandbox
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+
+
+def test_a_fifo_over_a_tracked_file_of_the_persons_is_named_as_theirs_with_the_remedy(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The person's worktree (not the command's) has FIFOs where git tracks files: git
+    cannot read them, so no start state can be captured. ``promoter run``, from the
+    repository, answers ``path_unsafe`` naming them as the person's, with what to do;
+    nothing of theirs changes and no sandbox is left."""
+    for name in ("README.md", "tool.sh"):
+        (repo / name).unlink()
+        os.mkfifo(repo / name)
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir"]
+    argv += [str(daemon.state_dir), "--url", daemon.url, "--yes", "--", "true"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    done = forkserver.run(argv, env={**base, "PYTHONPATH": str(ROOT)}, cwd=repo, timeout=600)
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.decode() == (
+        "error [path_unsafe] your worktree has a FIFO, socket or device where git tracks a "
+        "file or directory ('README.md', 'tool.sh'): git cannot read it, so the run cannot "
+        "start from your files; nothing was changed; next: remove it or move it out of the "
+        "worktree and run again, or start at HEAD without your uncommitted work: "
+        "promoter run --from-head -- CMD\n"
+    )
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    left = sandboxes.runs_dir(daemon.state_dir).iterdir()
+    answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)  # the probes' answers, kept
+    assert [p.name for p in left if p.name not in answers] == []  # no sandbox
