@@ -238,6 +238,22 @@ def _enter(shadow: SeededShadow) -> None:
         ) from exc
 
 
+def _unopened(shadow: SeededShadow) -> dict[str, str]:
+    """The person's directories git could not open while it listed untracked files, each
+    with why: what they hold is not in the start, and the run's first line says so (a
+    name git cut, thousands of bytes long, shown by its first 80 characters)."""
+    found: dict[str, str] = {}
+    for path, reason in shadow.unopened.items():
+        if reason is None or reason == "File name too long":
+            found[path[:80] + "..."] = (
+                "too deep for the host to name: git could not open it, so what it holds "
+                "is not in the sandbox"
+            )
+        else:
+            found[path] = f"git could not open it ({reason}): what it holds is not in the sandbox"
+    return found
+
+
 def capture_into(
     worktree: str,
     clone: Path,
@@ -326,6 +342,7 @@ def _capture(
                 watched, layout, planned, base_tree, shadow.status_paths, shadow.index_walk
             )
         skipped = shadow.unsupported(entries, symlinks=True)
+        skipped.update(_unopened(shadow))
         with OwnTree.open(clone) as into:
             ordered = sorted(entries, key=lambda e: sort_key(e.path))
             written = {e.path for e in ordered if e.path not in skipped and e.new_oid}

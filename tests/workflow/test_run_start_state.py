@@ -10,6 +10,7 @@ needs no timing. Exit statuses are those of the real CLI, run as a process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -39,6 +40,7 @@ FILES = {
 }
 PERSON_README = b"# project\nthe person's unstaged line\n"
 PERSON_APP = b"print('staged by the person')\n"
+DEEP = 3000  # folders: 6000 bytes of path, past what the host names (4096)
 
 
 pytestmark = pytest.mark.repo(files=FILES)
@@ -341,3 +343,80 @@ def test_a_fifo_over_a_tracked_file_of_the_persons_is_named_as_theirs_with_the_r
     left = sandboxes.runs_dir(daemon.state_dir).iterdir()
     answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)  # the probes' answers, kept
     assert [p.name for p in left if p.name not in answers] == []  # no sandbox
+
+
+def test_an_untracked_folder_too_deep_for_git_is_named_at_the_start_not_dropped_silently(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The person's untracked work holds a file ``DEEP`` directories deep (6000 bytes of
+    path): git cannot open the folder while it lists untracked files and goes on without
+    it. The run still starts from the rest of the person's files, and its first line
+    names the folder and why what it holds is not in the sandbox; the person's file is
+    untouched and the agent's edit promotes."""
+    (repo / "notes.txt").write_bytes(b"the person's untracked notes\n")
+    try:
+        _deep_file(repo, b"deep\n")
+        _promote_beside(daemon, repo)
+        assert _deep_file(repo, None) == b"deep\n"
+    finally:  # removed here: a tree this deep is past a recursive removal's stack
+        _remove_deep(repo)
+
+
+def _deep_file(repo: Path, data: bytes | None) -> bytes:
+    """``d/`` ``DEEP`` times then ``leaf``: written with ``data``, else read."""
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(DEEP):
+            if data is not None:
+                os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        flags = os.O_RDONLY if data is None else os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        leaf = os.open("leaf", flags, 0o644, dir_fd=fd)
+        try:
+            return os.read(leaf, 100) if data is None else data[: os.write(leaf, data)]
+        finally:
+            os.close(leaf)
+    finally:
+        os.close(fd)
+
+
+def _remove_deep(repo: Path) -> None:
+    """Remove ``_deep_file``'s folders from the top, one at a time: each one's child is
+    moved up beside it, then it is removed empty (the leaf unlinked at the bottom)."""
+    top = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            try:
+                inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=top)
+            except FileNotFoundError:
+                return
+            try:
+                os.rename("d", "up", src_dir_fd=inner, dst_dir_fd=top)
+            except FileNotFoundError:  # the deepest
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink("leaf", dir_fd=inner)
+            finally:
+                os.close(inner)
+            os.rmdir("d", dir_fd=top)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename("up", "d", src_dir_fd=top, dst_dir_fd=top)
+    finally:
+        os.close(top)
+
+
+def _promote_beside(daemon: Daemon, repo: Path) -> None:
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir"]
+    argv += [str(daemon.state_dir), "--url", daemon.url, "--yes", "--", "sh", "-c"]
+    argv += ["cat notes.txt > copied.txt"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    done = forkserver.run(argv, env={**base, "PYTHONPATH": str(ROOT)}, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    shown = ("d/" * 40)[:80] + "..."
+    assert (
+        f"\n  {shown}: too deep for the host to name: git could not open it, so what it "
+        f"holds is not in the sandbox\n"
+    ).encode() in said, said
+    assert (repo / "copied.txt").read_bytes() == b"the person's untracked notes\n"

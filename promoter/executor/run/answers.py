@@ -57,7 +57,7 @@ def started(record: sandboxes.RunRecord) -> str:
         else ", with no uncommitted change of yours"
     )
     for item in record.skipped:
-        line += f"\n  {escape(item['path'])}: {escape(item['reason'])}"
+        line += f"\n  {escape(visible(item['path']))}: {escape(visible(item['reason']))}"
     return line
 
 
