@@ -73,7 +73,7 @@ def test_every_problem_response_publishes_the_headers_its_codes_carry(daemon: Da
         for operation, status, answer in _responses(document)
         if operation == "getBlob" and "headers" in answer
     }
-    assert sorted(published) == ["401", "429"]
+    assert sorted(published) == ["401", "429", "503"]
     assert published["429"]["Retry-After"]["schema"] == {"type": "integer", "minimum": 1}
     answer = httpx.get(f"{daemon.url}/v1/repositories", timeout=60)
     assert (answer.status_code, answer.json()["code"]) == (401, "unauthenticated")
