@@ -171,7 +171,9 @@ def operation(
     role_list = None if roles is None else tuple(roles)
     codes = set(errors) | set(ALWAYS)
     if role_list is not None or optional_token:
-        codes.update(("unauthenticated", "storage_error"))
+        # a credential other than this host's own tokens is read from the ledger: any
+        # route that takes one can meet a database that does not answer
+        codes.update(("unauthenticated", "storage_error", "database_unavailable"))
     if role_list is not None and set(role_list) != set(ROLES):
         codes.add("forbidden")
     request_body = None

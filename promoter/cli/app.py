@@ -86,6 +86,14 @@ StateDirOpt = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory (default ./.promoter).")
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
+# a command on the host's own files (gc) finds the daemon's state as credentials and keys do
+RecordedStateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="State directory (default: the daemon's promoter serve recorded, else ./.promoter).",
+    ),
+]
 
 
 @app.command()
@@ -299,7 +307,7 @@ def db_upgrade(state_dir: StateDirOpt = None, config: ConfigOpt = None) -> None:
 
 @app.command()
 def gc(
-    state_dir: StateDirOpt = None,
+    state_dir: RecordedStateDirOpt = None,
     config: ConfigOpt = None,
     repo: Annotated[
         list[str] | None, typer.Option("--repo", help="NAME=PATH (for snapshot pruning).")
@@ -316,16 +324,21 @@ def gc(
 ) -> None:
     """Remove unreferenced blobs older than the retention period; prune old snapshots.
 
-    Needs the daemon's ledger: exit 78 (ledger_missing, schema_mismatch) when there is
-    none where the settings point or it is not migrated; nothing is created."""
+    Runs in the state directory --state-dir, --config or PROMOTER_STATE_DIR names, else
+    the daemon's that promoter serve recorded, else ./.promoter. Needs the daemon's
+    ledger: exit 78 (ledger_missing, schema_mismatch) when there is none where the
+    settings point or it is not migrated; nothing is created."""
     from promoter.adapters.webhooks import daemon_services
     from promoter.cli.common import err_console, iec
+    from promoter.cli.userconfig import host_state_dir
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.gc import collect
     from promoter.store.db import require_ledger
 
     settings = load_settings(
-        config, state_dir=state_dir, repositories=parse_repo_flags(repo) if repo else None
+        config,
+        state_dir=host_state_dir(state_dir, config),
+        repositories=parse_repo_flags(repo) if repo else None,
     )
     require_ledger(settings.db_url)  # no ledger, or not migrated: refused, nothing created
     services = daemon_services(settings)

@@ -448,7 +448,8 @@ class PreflightCheck(TypedDict):
 
 
 class PreflightChecks(TypedDict):
-    """The checks that passed, in the order they ran (a refused one is not listed)."""
+    """The checks that ran, in their order: each passed, or the last the refusal's (failed);
+    one that did not run is not listed."""
 
     authority: NotRequired[PreflightCheck | None]
     evidence: NotRequired[PreflightCheck | None]

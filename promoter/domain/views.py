@@ -210,7 +210,8 @@ class PreflightCheck(Reply):
 
 
 class PreflightChecks(Reply):
-    """The checks that passed, in the order they ran (a refused one is not listed)."""
+    """The checks that ran, in their order: each passed, or the last the refusal's (failed);
+    one that did not run is not listed."""
 
     authority: PreflightCheck | None = None
     evidence: PreflightCheck | None = None

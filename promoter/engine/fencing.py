@@ -17,7 +17,9 @@ unfinished operation (``in_progress``, ``applied_unverified``, ``needs_recovery`
 the named daemon host as ``needs_recovery``, with no owner process, so that host's
 daemon recovers it by the usual table (protocol: recovery#recovery). The named host must be
 registered, active, another host, and configured for the repository of every operation handed to it
-(``handover_refused``); it must reach the same worktree and state directory (a
+(``handover_refused``): the host itself or a fenced one is refused before the leases are
+looked at (a handover that can never happen is not ``host_live``), the repositories once
+they ran out; it must reach the same worktree and state directory (a
 replacement on the same machine or a shared disk): nothing here can check that.
 
 Deliberately not here: the rows (``promoter.store.hosts``), recovery itself

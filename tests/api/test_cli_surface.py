@@ -260,3 +260,31 @@ def test_preflight_prints_a_verdict_per_path_and_exits_with_the_refusal_code(
 def test_cli_runner_sees_the_lazy_groups() -> None:
     result = CliRunner().invoke(app, ["ops", "--help"])
     assert result.exit_code == 0 and "reconcile" in result.output
+
+
+def test_preflight_refused_on_authority_shows_the_failed_check(
+    daemon: Daemon, repo: Path, identity: str
+) -> None:
+    """A stale fence: the answer lists the authority check as failed (not ``checks: {}``),
+    and the CLI prints its ``check authority: failed`` line before the refusal."""
+    changes = [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
+    _, bundle, _ = submit(daemon, repo, identity, changes)
+    with daemon.orchestrator() as orch:
+        pre = orch.post(f"/v1/bundles/{bundle['bundle_id']}/preflight", json={"fence": 6})
+    assert pre.status_code == 200, pre.text
+    detail = "the request's fence 6 is not the lease's fence 7"
+    answer = pre.json()
+    assert (answer["status"], answer["code"], answer["detail"]) == (
+        "refused",
+        "lease_stale",
+        detail,
+    )
+    assert answer["checks"] == {"authority": {"ok": False}}
+    assert "paths" not in answer
+    env = {"PROMOTER_URL": daemon.url, "PROMOTER_TOKEN": daemon.orchestrator_token}
+    refused = run_cli("preflight", bundle["bundle_id"], "--fence", "6", env=env)
+    assert refused.returncode == 75, refused.stdout + refused.stderr
+    assert refused.stdout == (
+        f"preflight {bundle['bundle_id']}: refused\n  check authority: failed\n  {detail}\n"
+    )
+    assert refused.stderr == f"error [lease_stale] {detail}\n"

@@ -242,5 +242,5 @@ def test_authority_is_checked_before_evidence(daemon: Daemon, repo: Path, identi
     with daemon.orchestrator() as orch:
         pre = orch.post(f"/v1/bundles/{bundle['bundle_id']}/preflight", json={"fence": 7}).json()
     assert (pre["status"], pre["code"]) == ("refused", "verification_failed")
-    assert pre["checks"] == {"authority": {"ok": True}}
+    assert pre["checks"] == {"authority": {"ok": True}, "evidence": {"ok": False}}
     assert tree_bytes(repo) == before

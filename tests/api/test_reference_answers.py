@@ -73,7 +73,7 @@ def test_every_problem_response_publishes_the_headers_its_codes_carry(daemon: Da
         for operation, status, answer in _responses(document)
         if operation == "getBlob" and "headers" in answer
     }
-    assert sorted(published) == ["401", "429"]
+    assert sorted(published) == ["401", "429", "503"]
     assert published["429"]["Retry-After"]["schema"] == {"type": "integer", "minimum": 1}
     answer = httpx.get(f"{daemon.url}/v1/repositories", timeout=60)
     assert (answer.status_code, answer.json()["code"]) == (401, "unauthenticated")
@@ -121,3 +121,28 @@ def test_admitting_a_host_that_is_not_fenced_says_nothing_changed(daemon: Daemon
         f"host {host} is not fenced (never, or admitted already): active at epoch 1, "
         "nothing changed\n"
     )
+
+
+def test_handing_a_live_host_over_to_itself_is_handover_refused_not_host_live(
+    daemon: Daemon,
+) -> None:
+    """``promoter hosts fence H --to H`` of a live host: ``handover_refused``, as a handover
+    that can never happen is refused before the leases are looked at (``host_live`` would
+    send the operator to wait for leases whose end changes nothing); nothing changed."""
+    host = daemon.services.owner.host
+    detail = "a host cannot take over its own operations"
+    with daemon.operator() as client:
+        (entry,) = client.get("/v1/hosts").json()["hosts"]
+        assert (entry["host_id"], entry["lease_expired"]) == (host, False)  # live
+        answer = client.post(f"/v1/hosts/{host}/fence", json={"to": host})
+    assert (answer.status_code, answer.json()["code"]) == (409, "handover_refused")
+    assert (answer.json()["detail"], answer.json()["host"]) == (detail, host)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env.update(PROMOTER_URL=daemon.url, PROMOTER_TOKEN=daemon.operator_token, COLUMNS="200")
+    argv = [sys.executable, "-m", "promoter.cli.main", "hosts", "fence", host, "--to", host]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (75, "")
+    assert done.stderr == f"error [handover_refused] {detail}\n"
+    with daemon.operator() as client:
+        (after,) = client.get("/v1/hosts").json()["hosts"]
+    assert (after["status"], after["epoch"], after["fences"]) == ("active", 1, [])

@@ -194,6 +194,35 @@ def test_security_requirements_match_the_roles_routes_admit(
     assert mismatches == []
 
 
+# The operations that read no ledger: liveness, problem pages, and readiness (whose own
+# 503 is its Readiness answer naming the database check, never a problem).
+LEDGER_FREE = {"getHealth", "getProblemType", "getReadiness"}
+
+
+def test_every_route_that_reads_the_ledger_publishes_database_unavailable(
+    served: dict[str, Any],
+) -> None:
+    """A route that takes a token (any credential but this host's own is read from the
+    ledger) or reads the ledger itself (every host's keys) lists 503
+    ``database_unavailable`` with its ``Retry-After`` header (docs/reference/api.md)."""
+    missing, listed = [], set()
+    for method, path, op in _operations(served):
+        answer = op["responses"].get("503", {})
+        schema = answer.get("content", {}).get(MEDIA_TYPE, {}).get("schema", {})
+        codes = schema.get("allOf", [{}, {}])[1].get("properties", {}).get("code", {})
+        if "database_unavailable" not in codes.get("enum", []):
+            missing.append(op["operationId"])
+            continue
+        listed.add(op["operationId"])
+        assert "`database_unavailable`" in answer["description"], (method, path)
+        retry = answer["headers"]["Retry-After"]
+        assert retry["schema"] == {"type": "integer", "minimum": 1}, (method, path)
+        takes_a_token = any(req.get("bearer") is not None for req in op["security"])
+        assert takes_a_token or op["operationId"] in ("getKeys", "getKeyPem"), (method, path)
+    assert sorted(missing) == sorted(LEDGER_FREE)
+    assert {"getKeys", "getKeyPem", "getMetrics", "whoami", "getBlob"} <= listed
+
+
 def test_every_problem_code_has_a_served_page(daemon: Daemon) -> None:
     with httpx.Client(base_url=daemon.url, timeout=60) as client:
         for code, (status, title) in CODES.items():

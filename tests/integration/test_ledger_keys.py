@@ -27,7 +27,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.support.flows import init_repo
+from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, prepare_promotion
 
@@ -338,5 +338,45 @@ def test_keys_list_reads_the_recorded_daemons_keys_and_never_makes_one(tmp_path:
         assert not nowhere.exists()
         assert list(elsewhere.iterdir()) == []
         assert key_set(daemon)["active_keyid"] == served
+    finally:
+        daemon.kill()
+
+
+def test_gc_collects_the_recorded_daemons_blobs(tmp_path: Path) -> None:
+    """``promoter gc`` run elsewhere, with no flag: it collects in the recorded daemon's
+    state directory and its ledger (an old blob nothing references is removed, the
+    bundle's are kept), as ``keys`` and ``credentials`` find it, where it once looked for
+    a ledger in ``./.promoter``."""
+    repo = init_repo(tmp_path / "work", {"src/app.txt": V1})
+    state = tmp_path / "state"
+    daemon = DaemonProcess(state, {"demo": repo})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROMOTER_") or k == "PROMOTER_DATABASE_URL"  # the daemon's
+    }
+
+    def gc(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "promoter.cli.main", "gc", *args]
+        return subprocess.run(argv, cwd=elsewhere, capture_output=True, text=True, env=env)
+
+    blobs = state / "audit" / "blobs" / "sha256"
+    try:
+        prepare_promotion(daemon, repo, [("src/app.txt", V1, V2)])
+        with daemon.executor("run_1") as ex:
+            answer = ex.put(f"/v1/blobs/sha256/{sha(b'orphan')}", content=b"orphan")
+            assert answer.status_code == 201, answer.text
+        old = 1_000_000_000
+        for data in (b"orphan", V1, V2):
+            os.utime(blobs / sha(data)[:2] / sha(data), (old, old))
+        done = gc()
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stderr == (
+            "examined 3 blobs; removed 1 (6 B); pruned snapshots of 0 repositories\n"
+        )
+        assert sorted(p.name for p in blobs.glob("*/*")) == sorted([sha(V1), sha(V2)])
+        assert list(elsewhere.iterdir()) == []
     finally:
         daemon.kill()

@@ -111,8 +111,9 @@ async def get_hosts(_: OrchestratorDep, services: Port[Routing]) -> Response:
         description="Allowed only once the host lease and every owner lease of the host "
         "have run out (`host_live`). Raises the host's epoch (a fenced host writes nothing) "
         "and hands its unfinished operations, as `needs_recovery`, to the daemon host `to`, "
-        "which must be registered, active and configured for their repositories "
-        "(`handover_refused`); that daemon recovers them.",
+        "which must be another host, registered, active and configured for their "
+        "repositories (`handover_refused`: to itself or to a fenced host even while the host "
+        "is live); that daemon recovers them.",
         tags=["operator"],
         roles=OPERATOR,
         errors=["host_unknown", "host_live", "handover_refused", "database_busy"],

@@ -42,6 +42,7 @@ PEM_FIELDS = ("keyid", "host_id", "status", "not_before", "not_after")
         "retired), then the other hosts'. Each entry is also an RFC 8037 OKP JWK (a JWKS).",
         tags=["public"],
         roles=None,
+        errors=["database_unavailable"],  # every host's keys: the ledger's
         ok={200: Ok("the keys", KeySet)},
     ),
 )
@@ -62,6 +63,7 @@ def get_keys(services: Port[Sealing]) -> Response:
         "lines `keyid:`, `host_id:`, `status:`, `not_before:`, `not_after:`.",
         tags=["public"],
         roles=None,
+        errors=["database_unavailable"],  # every host's keys: the ledger's
         ok={
             200: Ok(
                 "the PEM",

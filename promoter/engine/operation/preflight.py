@@ -22,18 +22,21 @@ from promoter.fs.root import Root
 
 
 def preflight(services: Checking, bundle_id: str, fence: int | None) -> Preflight:
-    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. Another host's
-    bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
+    """Steps 1, 2 and 4 against the worktree as it is now; writes nothing. ``checks``
+    lists authority and evidence as far as they ran, the one that refused as failed.
+    Another host's bundle or repository is ``owned_by_other_host`` (421), not a refusal."""
     verification = load_verification(services, bundle_id)
-    checks = PreflightChecks.model_construct()
     passed = PreflightCheck.model_construct(ok=True)
+    failed = PreflightCheck.model_construct(ok=False)
+    # until a check passes, a refusal is its failure: shown failed, never left out
+    checks = PreflightChecks.model_construct(authority=failed)
     try:
         grant = load_grant(services, load_bundle(services, bundle_id).grant_id)
         if fence is not None:  # (1) authority
             check_authority(services.db, grant, fence)
         else:
             check_grant_window(grant)
-        checks = PreflightChecks.model_construct(authority=passed)
+        checks = PreflightChecks.model_construct(authority=passed, evidence=failed)
         evidence = recheck_evidence(services, bundle_id, str(verification["receipt_sha256"]))
         checks = PreflightChecks.model_construct(authority=passed, evidence=passed)  # (2)
         repository = routing.local_repository(services, evidence.grant.repository_identity)
