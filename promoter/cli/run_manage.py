@@ -216,9 +216,9 @@ def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> No
         home = sandboxes.runs_dir(state_dir) / record.run_id
         idle = _untouched_for(state_dir, record.run_id)
         if status in STILL_AT_THE_HOST:
-            why = f"kept: last {status}"
+            why = f"kept: last {SHOWN.get(status, status)}"
         elif status not in FINISHED and idle < max(older_than, ABANDONED_AFTER):
-            why = f"kept: last {status}, not abandoned yet"
+            why = f"kept: last {SHOWN.get(status, status)}, not abandoned yet"
         elif idle < older_than:
             why = "kept: newer than --older-than"
         elif pids := _live(home):
@@ -229,7 +229,7 @@ def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> No
             freed += size
             removed += 1
             console.print(
-                f"removed {record.run_id} (last {status}), freed {human(size)}",
+                f"removed {record.run_id} (last {SHOWN.get(status, status)}), freed {human(size)}",
                 soft_wrap=True,
                 highlight=False,
             )

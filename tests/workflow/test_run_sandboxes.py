@@ -238,3 +238,19 @@ def test_a_sandbox_changed_after_the_agent_submitted_is_promoted_as_a_new_bundle
     assert _operations(daemon, bundle_id) == []  # never promoted: it is not what the sandbox holds
     assert (repo / "later.txt").read_bytes() == b"written after the submission\n"
     assert (repo / "README.md").read_bytes() == b"# project\nthe agent line\n"
+
+
+def test_prune_and_list_name_a_failed_command_alike(daemon: Daemon, repo: Path) -> None:
+    """A step whose command failed reads ``command failed`` in ``--list`` and ``--prune``
+    alike (never the record's ``command_failed`` in one of them); its sandbox is kept."""
+    failed = _run(daemon, "run", "--repo", "work", "--", "sh", "-c", "echo c > c; exit 3")
+    assert getattr(failed.exception, "code", None) == "command_failed", failed.output
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    listed = _run(daemon, "run", "--list")
+    assert "1 step(s), last command failed" in listed.stdout, listed.output
+    pruned = _run(daemon, "run", "--prune")
+    assert pruned.exit_code == 0, pruned.output
+    assert f"{record.run_id}  kept: last command failed, not abandoned yet\n" in pruned.stdout
+    assert "command_failed" not in pruned.stdout
+    assert [r.run_id for r in sandboxes.list_runs(daemon.state_dir)] == [record.run_id]
+    assert not (repo / "c").exists()
