@@ -31,7 +31,7 @@ from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
 from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
-from promoter.executor.run.drift import followed
+from promoter.executor.run.merged import followed
 from promoter.executor.run.state import Run
 from promoter.fs.tree_walk import DIR_FLAGS, Level, Walk
 

@@ -5,6 +5,7 @@ per move),
 ``flow`` (one step: grant, command, bundle, review, preflight, promotion; ``Outcome``),
 ``person`` (what the workflow shows and asks, as a protocol the CLI implements),
 ``answers`` (preconditions, the agent's bundle, a drift refusal), ``drift`` (the merge
-offered for a file the person saved during the run) and ``links`` (a link the grant's
+offered for a file the person saved during the run), ``merged`` (which promotion a
+refused step became through merges) and ``links`` (a link the grant's
 policy refuses, the rest without it). Nothing here prints or reads a terminal.
 """

@@ -5,17 +5,17 @@ asks the host to merge a promotion refused ``target_drift`` (``promoter.engine.o
 and then shows a clean merge and approves it when the person answered at the terminal,
 writes a conflict into the run's directory, or shows the three sides of a file that is
 not text (protocol: runs#merges-are-new-bundles, runs#merge-in-a-run). The merge and the
-approval go out under the ``person`` credential. ``followed`` reads a refused step's
-operation as the promotion a merge made of it, also one made by ``promoter merge``.
+approval go out under the ``person`` credential.
 
-Not here: the merge itself and its rules, the approval gate, and the promotion protocol,
+Not here: which promotion a refused step became (``promoter.executor.run.merged``),
+the merge itself and its rules, the approval gate, and the promotion protocol,
 which never merges (drift refuses).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,25 +30,13 @@ from promoter.errors import (
 )
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers
+from promoter.executor.run.merged import ROUNDS
 from promoter.executor.run.person import Consent, Person, escape
 from promoter.executor.run.state import Run, RunStatus
 
-__all__ = ["CONFLICTS", "conflict_file", "followed", "merged", "offer", "person"]
+__all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
 
 CONFLICTS = "conflicts"  # under the run's directory: the marked files of a conflicted merge
-_ROUNDS = 3  # merges of one step, each after a new save refused the last
-
-
-def followed(view: Mapping[str, Any], get: Callable[[str], Mapping[str, Any]]) -> Mapping[str, Any]:
-    """``view``, or for a refused promotion that was merged (its ``merged_into``), the view
-    of the promotion the newest merge made, followed through each merge of that one too
-    (bounded): what became of the step, as a run's own merge records it."""
-    for _ in range(2 * _ROUNDS):
-        merged = view.get("merged_into") or []
-        if view.get("status") != "refused" or not merged:
-            break
-        view = get(str(merged[-1]["operation_id"]))
-    return view
 
 
 def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
@@ -200,7 +188,7 @@ def merged(
 ) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
     (the approved merged promotion's view, or None when it waits for an approval)."""
-    for _ in range(_ROUNDS):
+    for _ in range(ROUNDS):
         if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
             return view
         operation_id = str(view["operation_id"])

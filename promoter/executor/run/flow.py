@@ -37,6 +37,7 @@ from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterEr
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run import answers, drift, links
+from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
 from promoter.git.layout import RepoLayout, discover
@@ -410,14 +411,14 @@ def _ended_how(code: int) -> str:
 def _refresh(orch: PromoterClient, run: Run) -> None:
     """Steps left waiting (approval, a running attempt) take their operation's status now;
     a refused one that was merged since (``promoter merge``) takes the merged promotion's
-    operation, bundle and status, as the run's own merge records them (``drift.followed``)."""
+    operation, bundle and status, as the run's own merge records them (``merged.py``)."""
     for step in run.record.steps:
         waiting = (RunStatus.AWAITING_APPROVAL, RunStatus.IN_PROGRESS, RunStatus.REFUSED)
         if step.operation_id and step.status in waiting:
-            view = drift.followed(orch.get_operation(step.operation_id), orch.get_operation)
-            merged = view["operation_id"] != step.operation_id and view.get("bundle_id")
+            view = followed(orch.get_operation(step.operation_id), orch.get_operation)
+            moved = view["operation_id"] != step.operation_id and view.get("bundle_id")
             ids = {"operation_id": view["operation_id"], "bundle_id": view["bundle_id"]}
-            run.move(step, str(view["status"]), **(ids if merged else {}))
+            run.move(step, str(view["status"]), **(ids if moved else {}))
 
 
 def _refuse_after_merge(
