@@ -46,6 +46,7 @@ the median of its per-round figures. The rows:
 - ``cli_help``: ``promoter --help`` start (seconds, absolute goal), and its ratio over a
   bare ``python -c pass``.
 - ``flow_1``: a 1-file flow (upload, submit, promotion) over a bare 1-file durable write,
+  printed as a detail (its goal retired: ``flow_1_one_request`` is judged instead),
   with its flushes, git processes and processor time; ``flow_10``: an agent-sized change
   (7 files modified, 3 created) over ``git apply`` + ``sync``, and ``flow_10_promotion``
   its promotion alone over the same; see ``bench.rows_fixed``.

@@ -1,13 +1,16 @@
 """The speed table's rows for the fixed cost of a change: a 1-file flow, an agent-sized one.
 
 - ``flow_1``: the median time of a 1-file flow (``PUT`` of its blob, ``POST /v1/bundles``,
-  ``POST /v1/promotions`` with ``wait``) against a daemon in this process, over the
-  median of a bare durable write of one file (temp, fsync, rename, parent fsync:
+  ``POST /v1/promotions`` with ``wait``) against a daemon in this process; its ratio over
+  the median of a bare durable write of one file (temp, fsync, rename, parent fsync:
   ``bench.workload.bare_loop``) on an identical copy, the two alternating flow by flow
   (``FLOWS`` pairs a round, after one untimed flow). The grant, the executor token and
-  the lease are set up once, untimed: what every change then pays is timed.
-  Details: the medians in milliseconds (``flow_1.p50_ms``, ``flow_1.bare_p50_ms``), the
-  slowest flow (``flow_1.max_ms``), and what does not depend on the machine's load: the
+  the lease are set up once, untimed: what every change then pays is timed. The ratio is
+  a detail (``flow_1.over_bare_write``), not a row judged against a goal: its goal of
+  10× was retired for the rows against the serving stack's own floor
+  (``bench.rows_one_request``), which the stack alone makes unreachable. Details: the
+  medians in milliseconds (``flow_1.p50_ms``, ``flow_1.bare_p50_ms``), the slowest flow
+  (``flow_1.max_ms``), and what does not depend on the machine's load: the
   flushes a flow makes (``flow_1.fsync_per_flow``, ``flow_1.syncfs_per_flow``,
   ``flow_1.sqlite_commit_per_flow``: ``promoter.fs.flush``'s counter), the git processes
   it starts (``flow_1.git_per_flow``) and the processor time of this process and its
@@ -49,9 +52,8 @@ from promoter.domain.canonical import sha256_hex
 from promoter.fs import flush
 from promoter.git import runner
 
-GOALS = {"flow_1": (10.0, "x"), "flow_10": (4.0, "x"), "flow_10_promotion": (2.0, "x")}
+GOALS = {"flow_10": (4.0, "x"), "flow_10_promotion": (2.0, "x")}
 LABELS = {
-    "flow_1": "1-file flow p50 (upload + submit + promote) vs bare 1-file write",
     "flow_10": "10-file change p50 (upload + submit + promote) vs git apply + sync",
     "flow_10_promotion": "the same, promotion alone, vs git apply + sync",
 }
@@ -116,7 +118,7 @@ def flow_1(table: Table, work: Path, round_no: int, source: wl.Source) -> None:
                 flushes = flush.flushes() - flushes_before
                 spawned = runner.spawned() - spawned_before
     flow_p50, bare_p50 = statistics.median(timed["flow"]), statistics.median(timed["bare"])
-    table.add("flow_1", flow_p50 / bare_p50)
+    table.note("flow_1.over_bare_write", flow_p50 / bare_p50)  # a retired goal: no row
     table.note("flow_1.p50_ms", 1000 * flow_p50)
     table.note("flow_1.bare_p50_ms", 1000 * bare_p50)
     table.note("flow_1.max_ms", 1000 * max(timed["flow"]))
