@@ -66,6 +66,9 @@ def _start_daemon(state: Path, repo: Path) -> tuple[subprocess.Popen[bytes], str
         f"demo={repo}",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    # it records itself beside its state, never in the person's ~/.config/promoter: a
+    # daemon removed when the demo ends must not become the one the person's CLI reaches
+    env["XDG_CONFIG_HOME"] = str(state.parent / "config")
     process = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

@@ -41,8 +41,10 @@ echo "$PROJECT at $(git -C "$PROJECT" rev-parse --short HEAD)"
 
 step "the daemon, on a free loopback port"
 promoter db upgrade --state-dir "$STATE"
-exec 3< <(exec promoter serve --state-dir "$STATE" --host 127.0.0.1 --port 0 \
-  --repo "quickstart=$PROJECT" --log-format text 2>&1)
+# it records itself in DIR/config, never in the person's ~/.config/promoter: a daemon
+# stopped when the script ends must not become the one the person's CLI reaches
+exec 3< <(XDG_CONFIG_HOME=$DIR/config exec promoter serve --state-dir "$STATE" \
+  --host 127.0.0.1 --port 0 --repo "quickstart=$PROJECT" --log-format text 2>&1)
 DAEMON_PID=$!
 trap 'kill "$DAEMON_PID" 2>/dev/null || true; wait "$DAEMON_PID" 2>/dev/null || true' EXIT
 while IFS= read -r line <&3; do          # wait for the announcement, not for a timer

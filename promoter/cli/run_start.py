@@ -59,6 +59,25 @@ def _token(target: userconfig.Target) -> str:
     return target.token
 
 
+def _hidden_dir(given: Path) -> Path:
+    """A ``--hide`` directory, resolved; a file, or nothing, would be silently left as it
+    is (a whole directory is hidden, docs/guide/sandbox.md): refused before anything."""
+    resolved = given.resolve()
+    if not resolved.exists():
+        raise ConfigError(f"--hide {given}: no such directory; nothing was made")
+    if not resolved.is_dir():
+        raise ConfigError(
+            f"--hide {given}: not a directory; a whole directory is hidden, never a single "
+            "file: hide the directory that holds it; nothing was made"
+        )
+    if resolved == Path("/"):
+        raise ConfigError(
+            f"--hide {given}: the root is what the sandbox is made of; hide a "
+            "directory below it; nothing was made"
+        )
+    return resolved
+
+
 def infer_repository(client: PromoterClient) -> str:
     """The repository whose worktree the current directory is in (``--repo`` left out)."""
     from promoter.cli.status_cmd import worktree_here
@@ -100,6 +119,14 @@ def start(
     state, address = target.state_dir, target.url
     if not command and continue_run is None:
         raise _usage_error("no command: promoter run [--repo NAME] -- CMD ARGS...")
+    if unconfined:  # what only confinement does, asked of a run without it: refused now
+        for given, flag in ((network, "--network"), (hide, "--hide"), (pass_env, "--pass-env")):
+            if given:
+                raise ConfigError(
+                    f"{flag} confines the command, and --unconfined runs it without "
+                    "confinement (your permissions, environment and network); give one of "
+                    "them; nothing was made"
+                )
     # every directory holding promoter's credentials, state or keys (unconfined: none)
     credential = target.token_path
     secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
@@ -108,7 +135,7 @@ def start(
         network=network,
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
-        hide=(*(p.resolve() for p in hide or ()), *secrets),
+        hide=(*(_hidden_dir(p) for p in hide or ()), *secrets),
         symlinks=links.policy(symlinks),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now

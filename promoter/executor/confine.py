@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,6 +74,7 @@ BWRAP_ENV = "PROMOTER_BWRAP"  # the bubblewrap binary (default: bwrap on PATH)
 REMEDY = "install bubblewrap (apt-get install bubblewrap) or pass --unconfined"
 SOCKET_INSIDE = "/run/promoter/daemon.sock"
 _KEPT_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "COLUMNS")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a shell can export
 _LOCALE = ("LANG", "LC_ALL", "LC_CTYPE")  # what an interpreter's start reads of its environment
 _PIDS_V1 = Path("/sys/fs/cgroup/pids")
 _CGROUP2 = Path("/sys/fs/cgroup/unified")
@@ -295,8 +297,12 @@ def sandbox_env(
     env = {k: base[k] for k in _KEPT_ENV if k in base}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     for name in pass_env:
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"--pass-env {name!r}: not a variable's name")
         if name.startswith("PROMOTER_"):
             raise ConfigError(f"--pass-env {name}: the PROMOTER_ variables are the run's own")
+        if name in ("HOME", "TMPDIR"):  # set below for every step: passed, they would not be
+            raise ConfigError(f"--pass-env {name}: HOME and TMPDIR are the sandbox's own")
         if name in base:
             env[name] = base[name]
     env.update(HOME=str(home), TMPDIR=_PRIVATE_TMP, **promoter)

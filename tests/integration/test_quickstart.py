@@ -57,6 +57,39 @@ def test_quickstart_script_promotes_into_its_own_scratch_repository(tmp_path: Pa
     assert token not in log and token not in out
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the quickstart shows metrics with curl")
+def test_quickstart_leaves_the_persons_recorded_daemon_as_it_was(tmp_path: Path) -> None:
+    """The README: the quickstart never touches anything of the person's. Its daemon,
+    stopped when the script ends, must not become the one the person's CLI reaches."""
+    config = tmp_path / ".config" / "promoter"
+    config.mkdir(parents=True, mode=0o700)
+    recorded = (
+        b'{"schema": "PromoterUserConfigV1", "state_dir": "/srv/promoter", '
+        b'"token_file": "/srv/promoter/credentials/operator.token", '
+        b'"url": "http://127.0.0.1:8787"}\n'
+    )
+    (config / "daemon.json").write_bytes(recorded)
+    (config / "daemon.json").chmod(0o600)
+    env = {
+        **git_env(),
+        "HOME": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("XDG_CONFIG_HOME", None)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "qs")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in config.iterdir()) == ["daemon.json"]
+    assert (config / "daemon.json").read_bytes() == recorded
+
+
 def test_quickstart_refuses_a_directory_that_already_holds_one(tmp_path: Path) -> None:
     (tmp_path / "qs" / "project").mkdir(parents=True)
     done = subprocess.run(
