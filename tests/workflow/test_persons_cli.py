@@ -88,6 +88,7 @@ def test_serve_records_the_daemon_in_a_private_per_user_file(person: Person) -> 
         "url": person.daemon.url,
         "state_dir": str(state),
         "token_file": str(state / "credentials" / "operator.token"),
+        "repositories": {"app": str(person.repo.resolve())},
     }
     assert person.daemon.token("operator") not in person.user_config.read_text()
 
