@@ -35,7 +35,7 @@ Exit codes: (every code: docs/reference/errors.md)
   64  bad request
   65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
-  69  unavailable (confinement_unavailable, address_in_use: the port is taken)
+  69  unavailable (server_unavailable: the daemon is down; confinement_unavailable; address_in_use)
   70  internal error
   71  command_failed: the command promoter run ran failed, was killed or timed out
   73  quota exceeded
