@@ -105,8 +105,9 @@ def test_a_taken_port_is_refused_before_any_migration_or_key(tmp_path: Path) -> 
 
 def test_a_daemon_that_cannot_be_reached_is_69_and_a_url_that_is_not_one_78() -> None:
     """A daemon that is down is a service the command cannot have (69,
-    ``server_unavailable``), not a configuration error; a URL the client cannot use at all
-    is (78, ``config_error``). The port is bound and never listened on: refused, always."""
+    ``server_unavailable``), not a configuration error, for a client command and for
+    ``receipt verify --keys-from``; a URL the client cannot use at all is (78,
+    ``config_error``). The port is bound and never listened on: refused, always."""
     closed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     closed.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{closed.getsockname()[1]}"
@@ -127,8 +128,19 @@ def test_a_daemon_that_cannot_be_reached_is_69_and_a_url_that_is_not_one_78() ->
 
     try:
         down = run(url)
+        keys = subprocess.run(
+            [*argv[:3], "receipt", "verify", "any.dsse", "--keys-from", url],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         closed.close()
+    assert (keys.returncode, keys.stderr.count("\n")) == (69, 1), keys.stderr
+    assert keys.stderr.startswith(f"error [server_unavailable] cannot reach the server at {url}: ")
     assert (down.returncode, down.stdout, down.stderr.count("\n")) == (69, "", 1)
     assert down.stderr.startswith(
         f"error [server_unavailable] cannot reach the promoter server at {url}: "
