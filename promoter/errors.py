@@ -542,6 +542,18 @@ class ConfigError(PromoterError):
     title = "The configuration is invalid"
 
 
+class ServerUnavailable(ConfigError):
+    """A client could not have the daemon's answer: it could not connect (refused, no
+    route, a name that does not resolve), had no answer in time, or the connection closed
+    before the answer. A ``ConfigError`` for the Python client's callers that catch one;
+    its own code and exit 69 (EX_UNAVAILABLE) for the command line. A URL that is not one
+    stays ``config_error``."""
+
+    code = "server_unavailable"
+    exit_code = 69
+    title = "The promoter server cannot be had"
+
+
 class WebhookTargetRefused(PromoterError):
     code = "webhook_target_refused"
     http_status = 422

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import logging
 
     from promoter.api.logs import LogFormat
+    from promoter.config import Settings
 
 PHASE_TIMING = "PROMOTER_PHASE_TIMING"  # promoter.api.phases.ENV, without importing the server
 EXIT_CODES = """\b
@@ -34,7 +35,7 @@ Exit codes: (every code: docs/reference/errors.md)
   64  bad request
   65  invalid data (validation_failed, path_invalid, bundle_hash_mismatch, ...)
   66  not found (bundle_unknown, operation_unknown, blob_missing, ...)
-  69  unavailable (confinement_unavailable, address_in_use: the port is taken)
+  69  unavailable (server_unavailable: the daemon is down; confinement_unavailable; address_in_use)
   70  internal error
   71  command_failed: the command promoter run ran failed, was killed or timed out
   73  quota exceeded
@@ -213,7 +214,7 @@ def serve(
         def ready() -> None:
             print(f"promoter: ready on {bound}", file=sys.stderr, flush=True)
             logs.event(started, f"{count} workers serve", workers=count)
-            _record_for_the_person(bound, settings.state_dir, started)
+            _record_for_the_person(bound, settings, started)
 
         overrides["port"] = sock.getsockname()[1]
         shared = metrics_dir.prepare(settings.state_dir)  # one set of metrics, every worker's
@@ -240,7 +241,7 @@ def serve(
         log_level=settings.log_level,
         announce=True,
         on_exit=services.stopping.set,
-        on_ready=lambda url: _record_for_the_person(url, settings.state_dir, started),
+        on_ready=lambda url: _record_for_the_person(url, settings, started),
     )
     open_files = raise_open_files()  # a full blob batch holds a descriptor per blob
     if open_files < NEEDED:
@@ -264,9 +265,10 @@ def serve(
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}  # noqa: S104
 
 
-def _record_for_the_person(url: str, state_dir: Path, log: logging.Logger) -> None:
-    """The daemon's URL, state directory and the person's credential, into the per-user
-    configuration; a configuration that cannot be written is logged, never fatal."""
+def _record_for_the_person(url: str, settings: Settings, log: logging.Logger) -> None:
+    """The daemon's URL, state directory, the person's credential and the worktrees it
+    serves, into the per-user configuration; a configuration that cannot be written is
+    logged, never fatal."""
     import logging
 
     from promoter.api import logs
@@ -276,9 +278,11 @@ def _record_for_the_person(url: str, state_dir: Path, log: logging.Logger) -> No
     scheme, _, rest = url.partition("://")
     host, _, port = rest.rpartition(":")
     address = f"{scheme}://{_WILDCARDS.get(host, host)}:{port}"
+    state_dir = settings.state_dir
     token_file = state_dir / "credentials" / "operator.token"
+    served = {name: repository.path for name, repository in settings.repositories.items()}
     try:
-        path = userconfig.record(address, state_dir, token_file)
+        path = userconfig.record(address, state_dir, token_file, repositories=served)
     except (OSError, PromoterError) as exc:
         detail = exc.detail if isinstance(exc, PromoterError) else (exc.strerror or str(exc))
         logs.event(
@@ -329,16 +333,27 @@ def gc(
     ledger: exit 78 (ledger_missing, schema_mismatch) when there is none where the
     settings point or it is not migrated; nothing is created."""
     from promoter.adapters.webhooks import daemon_services
-    from promoter.cli.common import err_console, iec
-    from promoter.cli.userconfig import host_state_dir
+    from promoter.cli.common import err_console, escape, iec
+    from promoter.cli.userconfig import host_repositories, host_state_dir
     from promoter.config import load_settings, parse_repo_flags
     from promoter.engine.gc import collect
     from promoter.store.db import require_ledger
 
+    if repo:
+        repositories = parse_repo_flags(repo)
+        gone: list[str] = []
+    else:  # the recorded daemon's, when its state directory is the one used
+        from promoter.config import RepositoryConfig
+
+        recorded = host_repositories(state_dir, config)
+        gone = sorted(name for name, path in recorded.items() if not path.is_dir())
+        repositories = {
+            name: RepositoryConfig(path=path) for name, path in recorded.items() if name not in gone
+        }
     settings = load_settings(
         config,
         state_dir=host_state_dir(state_dir, config),
-        repositories=parse_repo_flags(repo) if repo else None,
+        repositories=repositories or None,
     )
     require_ledger(settings.db_url)  # no ledger, or not migrated: refused, nothing created
     services = daemon_services(settings)
@@ -347,8 +362,19 @@ def gc(
     finally:
         services.close()
     verb = "would remove" if dry_run else "removed"
+    count = len(report.snapshots_pruned)
+    pruned = f"pruned snapshots of {count} {'repository' if count == 1 else 'repositories'}"
+    if count:
+        names = escape(", ".join(report.snapshots_pruned))
+        pruned += f" ({names}; the newest {keep_snapshots} kept)"
     err_console.print(
         f"examined {report.blobs_examined} blobs; {verb} {len(report.blobs_removed)} "
-        f"({iec(report.bytes_freed)}); pruned snapshots of {report.snapshot_repositories} "
-        "repositories"
+        f"({iec(report.bytes_freed)}); {pruned}"
     )
+    for name, why in report.snapshots_failed:
+        err_console.print(f"snapshots of {escape(name)} not pruned: {escape(why)}")
+    for name in gone:
+        err_console.print(
+            f"snapshots of {escape(name)} not pruned: its recorded worktree is not a "
+            "directory (name it with --repo NAME=PATH)"
+        )

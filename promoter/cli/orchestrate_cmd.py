@@ -46,7 +46,14 @@ from promoter.domain.models import (
     StateSpec,
 )
 from promoter.domain.paths import check_path, disk_path
-from promoter.errors import BadRequest, ConfigError, PathUnsafe, PromoterError, error_class
+from promoter.errors import (
+    BadRequest,
+    ConfigError,
+    GrantConflict,
+    PathUnsafe,
+    PromoterError,
+    error_class,
+)
 from promoter.fs.root import Root
 from promoter.git.head import commit_tree
 from promoter.git.readback import RepoLayout, discover, index_entries
@@ -219,7 +226,10 @@ def grant_create(
                 }
             )
         )
-        answer = client.register_grant(grant)
+        try:
+            answer = client.register_grant(grant)
+        except GrantConflict as exc:
+            raise _grant_taken(client, grant, exc) from exc
     if answer["grant_sha256"] != grant.grant_sha256:
         raise PromoterError("the server sealed the grant with another grant_sha256")
     if out is not None:
@@ -239,6 +249,45 @@ def grant_create(
         console.print(f"  precondition {escape(item.path)}")
     if out is not None:
         console.print(f"wrote {out}")
+
+
+_WINDOW = frozenset({"not_before", "expires_at"})
+
+
+def _grant_taken(client: PromoterClient, grant: GrantV1, exc: GrantConflict) -> GrantConflict:
+    """The conflict of a grant id already registered, saying how it differs and what to do:
+    a grant is stored once and never replaced (protocol: grants#grant-registration), and
+    each ``grant create`` counts its window from now, so the same flags again differ in
+    their window alone."""
+    try:
+        stored = client.grant_document(grant.grant_id)
+    except PromoterError:
+        return exc  # the conflict as the daemon said it
+    made = grant.wire()
+    differ = sorted(
+        key
+        for key in (stored.keys() | made.keys()) - {"grant_sha256"}
+        if stored.get(key) != made.get(key)
+    )
+    expires = str(stored.get("expires_at", ""))
+    named = (
+        f"grant {grant.grant_id} is already registered (grant_sha256 {stored.get('grant_sha256')})"
+    )
+    if set(differ) <= _WINDOW:
+        detail = (
+            f"{named}, the same but for its window (made at {stored.get('not_before')}, "
+            f"expires {expires}; each grant create counts --ttl from now): a grant is never "
+            "replaced; use the registered one as it is until it expires (e.g. bundle build "
+            f"--grant {grant.grant_id}), or pass a new --grant-id for a new window"
+        )
+    else:
+        content = [key for key in differ if key not in _WINDOW]  # the window always may
+        verb = "differs" if len(content) == 1 else "differ"
+        detail = (
+            f"{named} with other content (its {', '.join(content)} {verb}; it expires "
+            f"{expires}): a grant is never replaced; pass a new --grant-id"
+        )
+    return GrantConflict(detail, grant_id=grant.grant_id, grant_sha256=stored.get("grant_sha256"))
 
 
 def lease_set(

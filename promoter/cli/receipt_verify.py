@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 from promoter.cli.common import console, echo_json, escape, read_token, server_url
 from promoter.cli.trusted_keys import load_trusted, trusted_from_json
 from promoter.engine.receipts.signing import TrustedKey, VerifiedDocument, verify_document
-from promoter.errors import ConfigError, PromoterError, ReceiptInvalid, error_class
+from promoter.errors import (
+    ConfigError,
+    PromoterError,
+    ReceiptInvalid,
+    ServerUnavailable,
+    error_class,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -261,8 +267,10 @@ def get(base: str, path: str, token_file: Path | None) -> bytes:
         headers["Authorization"] = f"Bearer {read_token(token_file, base)}"
     try:
         answer = httpx.get(base.rstrip("/") + path, headers=headers, timeout=60)
-    except httpx.HTTPError as exc:
-        raise ConfigError(f"cannot reach the server at {base}: {exc}") from exc
+    except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+        raise ConfigError(f"cannot use the server URL {base}: {exc}") from exc
+    except httpx.HTTPError as exc:  # down, no answer in time, or gone mid-answer: 69
+        raise ServerUnavailable(f"cannot reach the server at {base}: {exc}") from exc
     if answer.status_code != 200:
         raise _problem(answer)
     return answer.content

@@ -120,7 +120,7 @@ class _Host:
         try:
             first = client.get_operation(operation_id)
             view = followed(first, client.get_operation)
-        except ConfigError:  # not reachable (or no answer in time): the rest are unknown too
+        except ConfigError:  # unavailable (a ConfigError too) or unusable: the rest unknown too
             self._reachable = False
             return None
         except PromoterError:

@@ -1,11 +1,13 @@
 """The person's own configuration: which daemon and which credential their CLI uses.
 
 ``promoter serve``, once it listens, records in ``$XDG_CONFIG_HOME/promoter/daemon.json``
-(default ``~/.config/promoter/``) the daemon's URL, its state directory and the file of
+(default ``~/.config/promoter/``) the daemon's URL, its state directory, the file of
 the credential the person's CLI holds (the state directory's operator token, see
-docs/decisions/persons-cli-credential.md). The directory is 0700 and the file 0600, both
-owned by the user; a directory or file that anyone else may read or write, that another
-user owns, or that is a symlink is refused (as ssh refuses such a key), never repaired.
+docs/decisions/persons-cli-credential.md) and the worktrees it serves, by name (for
+``promoter gc``'s snapshot pruning; a file without them, as older daemons wrote, names
+none). The directory is 0700 and the file 0600, both owned by the user; a directory or
+file that anyone else may read or write, that another user owns, or that is a symlink is
+refused (as ssh refuses such a key), never repaired.
 
 ``resolve`` answers, for a client command, the URL, the token and the state directory,
 each with where it came from: the flag, then the environment (``PROMOTER_URL``,
@@ -34,6 +36,7 @@ __all__ = [
     "Recorded",
     "Target",
     "config_dir",
+    "host_repositories",
     "host_state_dir",
     "load",
     "record",
@@ -64,6 +67,7 @@ class Recorded(NamedTuple):
     state_dir: Path
     token_file: Path
     path: Path  # the file it was read from
+    repositories: tuple[tuple[str, Path], ...] = ()  # (name, worktree) the daemon serves
 
 
 class Target(NamedTuple):
@@ -121,11 +125,17 @@ def load(directory: Path | None = None) -> Recorded | None:
         doc: Any = json.loads(data) if len(data) <= _MAX_BYTES else None
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             raise ValueError("not a promoter user configuration")
+        served = doc.get("repositories", {})
+        if not isinstance(served, dict) or not all(
+            isinstance(name, str) and isinstance(where, str) for name, where in served.items()
+        ):
+            raise ValueError("repositories is not an object of names and paths")
         return Recorded(
             url=str(doc["url"]),
             state_dir=Path(str(doc["state_dir"])),
             token_file=Path(str(doc["token_file"])),
             path=path,
+            repositories=tuple((name, Path(where)) for name, where in sorted(served.items())),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path} is damaged ({exc}); run promoter serve again") from exc
@@ -142,9 +152,26 @@ def host_state_dir(state_dir: Path | None, config: Path | None) -> Path | None:
     return None if recorded is None else recorded.state_dir
 
 
-def record(url: str, state_dir: Path, token_file: Path, directory: Path | None = None) -> Path:
-    """Write the daemon's URL, state directory and the person's token file (absolute paths)
-    into the per-user file, replacing it whole; returns its path."""
+def host_repositories(state_dir: Path | None, config: Path | None) -> dict[str, Path]:
+    """The worktrees, by name, of the daemon whose state directory ``host_state_dir``
+    gives: the recorded daemon's when the state directory is its; none otherwise (the
+    flag, the config file or ``PROMOTER_STATE_DIR`` name their own)."""
+    if state_dir is not None or config is not None or os.environ.get("PROMOTER_STATE_DIR"):
+        return {}
+    recorded = load()
+    return {} if recorded is None else dict(recorded.repositories)
+
+
+def record(
+    url: str,
+    state_dir: Path,
+    token_file: Path,
+    directory: Path | None = None,
+    repositories: Mapping[str, Path] | None = None,
+) -> Path:
+    """Write the daemon's URL, state directory, the person's token file and the worktrees
+    it serves by name (absolute paths) into the per-user file, replacing it whole; returns
+    its path."""
     folder = directory or config_dir()
     with contextlib.suppress(FileExistsError):
         os.makedirs(folder.parent, mode=0o700, exist_ok=True)
@@ -155,6 +182,7 @@ def record(url: str, state_dir: Path, token_file: Path, directory: Path | None =
         "url": url,
         "state_dir": str(state_dir.resolve()),
         "token_file": str(token_file.resolve()),
+        "repositories": {name: str(path.resolve()) for name, path in (repositories or {}).items()},
     }
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
     path = folder / FILE_NAME

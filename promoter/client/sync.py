@@ -2,11 +2,11 @@
 
 One method per endpoint, with the bearer token; a problem+json answer is raised as the
 ``PromoterError`` subclass its ``code`` names (protocol: api#http-errors), an unreachable
-server as a ``ConfigError`` naming the URL. Idempotent calls are retried with backoff on
-connection errors and 503; a streamed body never is. Answers are the ``TypedDict``s of
-``promoter.domain.answers`` (typed member by member, no pydantic loaded to read them), wire
-models (protocol: documents#strict-models), or for ``operation``, ``events`` and ``watch``
-the response models of ``promoter.domain.views``.
+server as ``ServerUnavailable`` (a ``ConfigError``) naming the URL. Idempotent calls are
+retried with backoff on connection errors and 503; a streamed body never is. Answers are
+the ``TypedDict``s of ``promoter.domain.answers`` (typed member by member, no pydantic
+loaded to read them), wire models (protocol: documents#strict-models), or for
+``operation``, ``events`` and ``watch`` the response models of ``promoter.domain.views``.
 The parts are its neighbours: ``promoter.client.wire`` (retries, problems, TLS),
 ``promoter.client.transport`` (the pool and the retrying send, following a 421 with
 ``promoter.client.follow``), ``promoter.client.blobs`` (the blob endpoints);

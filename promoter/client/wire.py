@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 from promoter.client.direct import REUSE_SECONDS, Answer
-from promoter.errors import BadRequest, ConfigError, PromoterError, error_class
+from promoter.errors import BadRequest, ConfigError, PromoterError, ServerUnavailable, error_class
 
 if TYPE_CHECKING:
     import ssl
@@ -292,23 +292,30 @@ def _settings(plan: Retries) -> dict[str, Any]:
 
 
 def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception) -> ConfigError:
-    """The configuration error a transport error of httpx's (``exc``) stands for."""
+    """The error a transport error of httpx's (``exc``) stands for: ``server_unavailable``
+    (exit 69) when the daemon could not be had (no connection, no answer in time, the
+    connection closed before the answer), ``config_error`` (78) when the URL or the
+    request could not be used at all (a scheme httpx does not speak, a request it could
+    not form): the configuration is wrong, not the daemon down
+    (docs/decisions/an-unreachable-daemon-is-unavailable.md)."""
     import httpx  # loaded already: ``exc`` is one of its errors
 
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        return ConfigError(f"cannot use the promoter server URL {url}: {exc}", url=url)
     if isinstance(exc, httpx.TimeoutException):
-        return ConfigError(
+        return ServerUnavailable(
             f"the promoter server at {url} did not answer {method} {path} within {timeout:g} s",
             url=url,
         )
     if dropped(exc):  # the request went out: the server may have begun its work
-        return ConfigError(
+        return ServerUnavailable(
             f"the promoter server at {url} closed the connection before answering {method} "
             f"{path} ({exc}): it may have stopped in the middle of it. What it began is "
             "journaled: once it serves again, `promoter ops list` shows the operation",
             url=url,
             reason=str(exc),
         )
-    return ConfigError(
+    return ServerUnavailable(
         f"cannot reach the promoter server at {url}: {exc}; promoter status says what is wrong",
         url=url,
         reason=str(exc),

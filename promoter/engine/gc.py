@@ -23,7 +23,8 @@ class GcReport:
     blobs_examined: int
     blobs_removed: list[str]
     bytes_freed: int
-    snapshot_repositories: int
+    snapshots_pruned: list[str]  # the repositories whose snapshots were pruned, by name
+    snapshots_failed: list[tuple[str, str]]  # (name, why) of those that could not be
 
 
 def referenced_blobs(db: Database) -> set[str]:
@@ -53,12 +54,14 @@ def collect(services: Capturing, *, dry_run: bool = False, keep_snapshots: int =
     if removed and not dry_run:
         with journal.unit_of_work(services.db) as session:
             repo.forget_blobs(session, removed)
-    repositories = 0
+    pruned: list[str] = []
+    failed: list[tuple[str, str]] = []
     if not dry_run:
         for repository in services.registry.all():
             try:
                 gc_snapshots(services, repository, keep_snapshots)
-                repositories += 1
-            except PromoterError:
+            except PromoterError as exc:
+                failed.append((repository.name, exc.detail))
                 continue
-    return GcReport(examined, removed, freed, repositories)
+            pruned.append(repository.name)
+    return GcReport(examined, removed, freed, pruned, failed)

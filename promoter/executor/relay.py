@@ -5,15 +5,19 @@
 It is bounded like the sandbox itself (TESTS E5): one thread serves every connection
 through a selector (no thread per connection), at most ``MAX_CONNECTIONS`` are open at
 once and another is closed as soon as it is accepted, at most as many more may still be
-draining (their client done, the daemon's answer on its way), a connection silent both
-ways for ``IDLE_SECONDS`` is closed, and each direction buffers at most ``CHUNK`` bytes
-(a side that does not read stops the other from being read). Whatever the command does
+draining (their client done, the daemon's answer on its way), a connection on which no
+byte has come from the daemon for ``IDLE_SECONDS`` (since it opened, or since the daemon's
+last bytes) is closed whatever the client sends, and each direction buffers at most ``CHUNK`` bytes
+(a side that does not read stops the other from being read). The idle clock is the
+daemon's side only, a deadline on each answer: a client that drips its request a byte every
+few minutes, or reads its answer a byte at a time (the relay reads the daemon only as fast
+as the client takes), holds its slot ``IDLE_SECONDS`` at most. Whatever the command does
 with the socket, the host-side process keeps one thread for it and the daemon sees at
 most ``2 * MAX_CONNECTIONS`` connections from it.
 
 The client's end of input is forwarded as a half-close (the daemon's answer still
 comes back); a connection ends once the daemon has ended it and all it sent was
-delivered, on an error, or when idle. Within one
+delivered, on an error, or when the daemon's side has been idle. Within one
 wake-up the relay serves its open connections before it accepts new ones, so the slots
 of connections the command closed are free before its next connection is looked at.
 
@@ -44,7 +48,8 @@ __all__ = ["CHUNK", "IDLE_SECONDS", "MAX_CONNECTIONS", "Relay"]
 log = LazyLogger("promoter.run")
 
 MAX_CONNECTIONS = 32  # open at once per run; more are closed when accepted
-IDLE_SECONDS = 900.0  # above the longest silent request (a promotion's wait: 600 s)
+# without a byte from the daemon: above its longest silent answer (a promotion's wait: 600 s)
+IDLE_SECONDS = 900.0
 CHUNK = 1 << 16  # bytes read at once, and buffered at most, per direction
 _ACCEPTS_PER_WAKE = 256  # a flood of connections cannot keep the others waiting
 _READ = selectors.EVENT_READ
@@ -62,7 +67,7 @@ class _Pair:
         self.to_client = b""
         self.client_done = False  # no more bytes from the client
         self.upstream_done = False  # no more bytes from the daemon
-        self.active = now
+        self.heard = now  # when the daemon's side last moved bytes (or the pair opened)
 
     @property
     def draining(self) -> bool:
@@ -162,13 +167,13 @@ class Relay:
     def _timeout(self) -> float | None:
         if not self._pairs:
             return None
-        oldest = min(pair.active for pair in self._pairs.values())
+        oldest = min(pair.heard for pair in self._pairs.values())
         return max(0.0, oldest + self.idle_seconds - self._clock())
 
     def _close_idle(self) -> None:
         now = self._clock()
         for pair in set(self._pairs.values()):
-            if now - pair.active >= self.idle_seconds:
+            if now - pair.heard >= self.idle_seconds:
                 self._drop(pair)
 
     def _accept(self) -> None:
@@ -230,8 +235,11 @@ class Relay:
         return None
 
     def _step(self, pair: _Pair, sock: socket.socket, mask: int) -> None:
-        """Move what ``sock`` is ready for; the pair's interests updated or it ends."""
-        pair.active = self._clock()
+        """Move what ``sock`` is ready for; the pair's interests updated or it ends.
+
+        Only bytes from the daemon put off the pair's idle end: the client's own bytes do
+        not, so one dripped every few minutes cannot hold its slot for ever.
+        """
         try:
             if sock is pair.upstream and pair.connecting:
                 if pair.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
@@ -242,6 +250,8 @@ class Relay:
                     pair.to_upstream, pair.client_done = _read(sock)
                 else:
                     pair.to_client, pair.upstream_done = _read(sock)
+                    if pair.to_client:
+                        pair.heard = self._clock()
             if not pair.connecting:
                 pair.to_upstream = _write(pair.upstream, pair.to_upstream)
             pair.to_client = _write(pair.client, pair.to_client)

@@ -352,7 +352,8 @@ def test_client_names_the_server_it_cannot_reach() -> None:
         url = f"http://127.0.0.1:{held.getsockname()[1]}"
         with PromoterClient(url, None, timeout=5) as client, pytest.raises(ConfigError) as caught:
             client.healthz()
-    assert url in caught.value.detail and caught.value.exit_code == 78
+    assert url in caught.value.detail  # a ConfigError still, for callers that catch one
+    assert (caught.value.code, caught.value.exit_code) == ("server_unavailable", 69)
 
 
 def test_client_never_lets_a_value_reach_another_route() -> None:

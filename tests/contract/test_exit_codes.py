@@ -2,7 +2,7 @@
 
 Every error class's exit status is the table's; then each documented case that needs no
 daemon is run: a usage error (2), a taken port (69, one line, refused before a migration
-or a key), a damaged or missing bundle file (65, 66, one line, a missing file never taken
+or a key), a daemon that is down (69) and a URL that is not one (78), a damaged or missing bundle file (65, 66, one line, a missing file never taken
 for an id), a bad ``--log-format`` (78). The cases a running daemon answers (a missing
 ``--repo`` outside a guarded worktree, an agent's failure, Ctrl-C, not confirmed) are in
 tests/workflow/test_run_interrupts.py and tests/workflow/test_persons_cli.py.
@@ -101,6 +101,56 @@ def test_a_taken_port_is_refused_before_any_migration_or_key(tmp_path: Path) -> 
     assert not (state / "promoter.db").exists()
     assert not (state / "keys").exists()
     assert not (tmp_path / "config").exists()
+
+
+def test_a_daemon_that_cannot_be_reached_is_69_and_a_url_that_is_not_one_78() -> None:
+    """A daemon that is down is a service the command cannot have (69,
+    ``server_unavailable``), not a configuration error, for a client command and for
+    ``receipt verify --keys-from``; a URL the client cannot use at all is (78,
+    ``config_error``). The port is bound and never listened on: refused, always."""
+    closed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    closed.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {**_cli_env(), "PROMOTER_TOKEN": "t"}
+    argv = [sys.executable, "-m", "promoter.cli.main", "bundle", "show", "bnd_" + "0" * 32]
+
+    def run(where: str) -> subprocess.CompletedProcess[str]:
+        command = [*argv, "--url", where]
+        return subprocess.run(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    try:
+        down = run(url)
+        keys = subprocess.run(
+            [*argv[:3], "receipt", "verify", "any.dsse", "--keys-from", url],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        closed.close()
+    assert (keys.returncode, keys.stderr.count("\n")) == (69, 1), keys.stderr
+    assert keys.stderr.startswith(f"error [server_unavailable] cannot reach the server at {url}: ")
+    assert (down.returncode, down.stdout, down.stderr.count("\n")) == (69, "", 1)
+    assert down.stderr.startswith(
+        f"error [server_unavailable] cannot reach the promoter server at {url}: "
+    )
+    assert down.stderr.endswith("; promoter status says what is wrong\n")
+    odd = run("ftp://127.0.0.1:9")
+    assert (odd.returncode, odd.stdout, odd.stderr.count("\n")) == (78, "", 1)
+    assert odd.stderr.startswith(
+        "error [config_error] cannot use the promoter server URL ftp://127.0.0.1:9: "
+    )
 
 
 def test_a_damaged_bundle_file_is_one_line_65(tmp_path: Path) -> None:

@@ -32,10 +32,10 @@ def test_a_daemon_killed_inside_a_promotion_is_named_as_dropping_it(tmp_path: Pa
         assert daemon.wait_exit() == 137
     finally:
         daemon.kill()
-    assert done.returncode == 78, done.stderr
+    assert done.returncode == 69, done.stderr
     said = " ".join(done.stderr.split())
     assert said.startswith(
-        f"error [config_error] the promoter server at {daemon.url} closed the connection "
+        f"error [server_unavailable] the promoter server at {daemon.url} closed the connection "
         "before answering POST /v1/promotions ("
     ), said
     assert said.endswith(

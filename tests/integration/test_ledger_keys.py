@@ -374,9 +374,50 @@ def test_gc_collects_the_recorded_daemons_blobs(tmp_path: Path) -> None:
         done = gc()
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stderr == (
-            "examined 3 blobs; removed 1 (6 B); pruned snapshots of 0 repositories\n"
+            "examined 3 blobs; removed 1 (6 B); pruned snapshots of 1 repository "
+            "(demo; the newest 100 kept)\n"
         )
         assert sorted(p.name for p in blobs.glob("*/*")) == sorted([sha(V1), sha(V2)])
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        daemon.kill()
+
+
+def test_gc_prunes_the_snapshots_of_the_worktrees_the_recorded_daemon_serves(
+    tmp_path: Path,
+) -> None:
+    """``promoter gc --keep-snapshots 1`` run elsewhere, with no flag, against a daemon
+    served with ``--repo`` flags (as ``make serve`` does): it prunes the snapshots of the
+    worktrees that daemon recorded it serves and names them, where it once pruned none."""
+    repo = init_repo(tmp_path / "work", {"src/app.txt": V1})
+    state = tmp_path / "state"
+    daemon = DaemonProcess(state, {"demo": repo})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROMOTER_") or k == "PROMOTER_DATABASE_URL"  # the daemon's
+    }
+    try:
+        with daemon.client("operator") as operator:
+            trees = []
+            for n in range(3):
+                (repo / "src" / "app.txt").write_bytes(b"%d\n" % n)
+                made = operator.post("/v1/repositories/demo/snapshots", json={})
+                assert made.status_code == 201, made.text
+                trees.append(made.json()["tree"])
+            listed = operator.get("/v1/repositories/demo/snapshots").json()["snapshots"]
+            assert sorted(item["tree"] for item in listed) == sorted(trees)
+            argv = [sys.executable, "-m", "promoter.cli.main", "gc", "--keep-snapshots", "1"]
+            done = subprocess.run(argv, cwd=elsewhere, capture_output=True, text=True, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert done.stderr == (
+                "examined 0 blobs; removed 0 (0 B); pruned snapshots of 1 repository "
+                "(demo; the newest 1 kept)\n"
+            )
+            listed = operator.get("/v1/repositories/demo/snapshots").json()["snapshots"]
+            assert [item["tree"] for item in listed] == [trees[-1]]
         assert list(elsewhere.iterdir()) == []
     finally:
         daemon.kill()

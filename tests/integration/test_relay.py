@@ -2,7 +2,8 @@
 
 A connection over ``max_connections`` is closed as soon as it is accepted; a slot the
 client closed is free for its next connection; a connection silent past the idle
-timeout is closed (a test clock moved forward, no waiting); a response larger than the
+timeout is closed, and so is one whose client drips its request a byte at a time (the
+idle clock is the daemon's side); a test clock moved forward, no waiting; a response larger than the
 relay's buffer crosses byte for byte; thousands of held connections leave one relay
 thread and a bounded number of connections at the daemon; and clients that never read
 their answers stall neither the others nor the relay's close.
@@ -10,6 +11,7 @@ their answers stall neither the others nor the relay's close.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -101,6 +103,39 @@ def test_a_silent_connection_is_closed_after_the_idle_timeout(daemon: Daemon) ->
             assert _get(sock, "/healthz").startswith(b"HTTP/1.1 200")
         silent.close()
         busy.close()
+    finally:
+        relay.close()
+
+
+def test_a_client_dripping_its_request_is_closed_after_the_idle_timeout(
+    daemon: Daemon,
+) -> None:
+    """A client that sends one byte of its request every so often is never silent, yet
+    the daemon has nothing to answer: its slot is freed once the daemon's side has said
+    nothing for the idle timeout, whatever the client sent in between (a test clock
+    moved forward, no waiting: the outcome is the same whenever the relay reads a byte)."""
+    now = [1000.0]
+    relay = Relay(daemon.url, max_connections=2, idle_seconds=60.0, clock=lambda: now[0])
+    try:
+        dripping = _connect(relay)
+        with _connect(relay) as busy:  # answered: the one before it was accepted at 1000
+            assert _get(busy, "/healthz").startswith(b"HTTP/1.1 200")
+        request = b"GET /healthz HTTP/1.0\r\n"  # no end of headers: the daemon waits
+        for byte in request:
+            now[0] += 2.5
+            dripping.sendall(bytes([byte]))
+        assert now[0] == 1057.5  # one byte every 2.5 s for 57.5 s
+        now[0] = 1060.0  # 60 s since it opened, 2.5 s since its last byte
+        relay.wake()
+        # closed by the relay, the daemon having said nothing (a reset when the relay
+        # closed it with the last byte still unread)
+        with contextlib.suppress(ConnectionResetError):
+            assert dripping.recv(1) == b""
+        held = [_connect(relay) for _ in range(2)]  # both its slots are free again
+        assert _get(held[1], "/healthz").startswith(b"HTTP/1.1 200")
+        assert relay.refused == 0
+        for sock in (*held, dripping):
+            sock.close()
     finally:
         relay.close()
 

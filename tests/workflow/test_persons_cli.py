@@ -88,6 +88,7 @@ def test_serve_records_the_daemon_in_a_private_per_user_file(person: Person) -> 
         "url": person.daemon.url,
         "state_dir": str(state),
         "token_file": str(state / "credentials" / "operator.token"),
+        "repositories": {"app": str(person.repo.resolve())},
     }
     assert person.daemon.token("operator") not in person.user_config.read_text()
 
@@ -133,7 +134,7 @@ def test_status_names_the_daemon_the_credential_and_the_repository_here(
 def test_status_says_when_the_daemon_does_not_answer(person: Person) -> None:
     person.daemon.stop()
     result = person.cli("status")
-    assert result.returncode == 78
+    assert result.returncode == 69  # unavailable: the daemon is down, not misconfigured
     assert "problem: the daemon does not answer" in result.stdout
     assert "start it with promoter serve" in result.stdout
     assert "error [" not in result.stderr  # the problem is said once, on its line
@@ -151,7 +152,7 @@ def test_status_with_a_url_nothing_listens_at_says_so_before_the_credential(
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     result = person.cli("status", "--url", url)
-    assert result.returncode == 78
+    assert result.returncode == 69
     assert result.stdout.splitlines()[0] == f"daemon      {url}  (from --url)"
     assert f"problem: the daemon does not answer at {url}: " in result.stdout
     assert "credential" not in result.stdout and "no token" not in result.stdout
@@ -163,9 +164,10 @@ def test_a_command_that_cannot_reach_the_daemon_names_promoter_status(
 ) -> None:
     person.daemon.stop()
     result = person.cli("run", "--unconfined", "--yes", "--", "true")
-    assert result.returncode == 78
-    assert f"error [config_error] cannot reach the promoter server at {person.daemon.url}: " in (
-        result.stderr
+    assert result.returncode == 69
+    assert (
+        f"error [server_unavailable] cannot reach the promoter server at {person.daemon.url}: "
+        in (result.stderr)
     )
     assert result.stderr.rstrip("\n").endswith("; promoter status says what is wrong")
 
