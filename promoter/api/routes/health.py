@@ -26,7 +26,8 @@ from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import Health, Readiness
 from promoter.engine.ports import Guarding, Tokens
-from promoter.errors import Unauthenticated
+from promoter.errors import PromoterError, Unauthenticated
+from promoter.store import hosts
 
 router = APIRouter()
 HEALTHZ = "/healthz"
@@ -102,12 +103,34 @@ def _checks(services: Guarding) -> tuple[dict[str, bool], list[str]]:
     }
     reasons = []
     if host.fenced:
-        reasons.append(host.fenced_reason or f"host {host.host_id} was fenced off")
+        reasons.append(_fenced_reason(services) if database else _fenced_said(services))
     if not checks["database"]:
         reasons.append("the database does not answer")
     if not checks["state_dir_writable"]:
         reasons.append(f"the state directory {services.settings.state_dir} is not writable")
     return checks, reasons
+
+
+def _fenced_said(services: Guarding) -> str:
+    host = services.host
+    return host.fenced_reason or f"host {host.host_id} was fenced off"
+
+
+def _fenced_reason(services: Guarding) -> str:
+    """Why a fenced daemon is not ready: its fence, or, once an operator admitted its host
+    again (the ledger's row active), that only a restart of this daemon is left."""
+    host = services.host
+    try:
+        with services.db.reading() as connection:
+            found = hosts.standing(connection, host.host_id)
+    except PromoterError:
+        return _fenced_said(services)
+    if found is None or found.status != hosts.ACTIVE:
+        return _fenced_said(services)
+    return (
+        f"host {host.host_id} was fenced off and an operator admitted it again (epoch "
+        f"{found.epoch}): restart this daemon to write again"
+    )
 
 
 @router.get(
