@@ -25,9 +25,9 @@ from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import Health, Readiness
+from promoter.engine.fencing import admitted_epoch
 from promoter.engine.ports import Guarding, Tokens
-from promoter.errors import PromoterError, Unauthenticated
-from promoter.store import hosts
+from promoter.errors import Unauthenticated
 
 router = APIRouter()
 HEALTHZ = "/healthz"
@@ -117,19 +117,15 @@ def _fenced_said(services: Guarding) -> str:
 
 
 def _fenced_reason(services: Guarding) -> str:
-    """Why a fenced daemon is not ready: its fence, or, once an operator admitted its host
-    again (the ledger's row active), that only a restart of this daemon is left."""
+    """Why a fenced daemon is not ready: its fence, or that only a restart is left once an
+    operator admitted its host again (``fencing.admitted_epoch``)."""
     host = services.host
-    try:
-        with services.db.reading() as connection:
-            found = hosts.standing(connection, host.host_id)
-    except PromoterError:
-        return _fenced_said(services)
-    if found is None or found.status != hosts.ACTIVE:
+    epoch = admitted_epoch(services.db, host.host_id)
+    if epoch is None:
         return _fenced_said(services)
     return (
         f"host {host.host_id} was fenced off and an operator admitted it again (epoch "
-        f"{found.epoch}): restart this daemon to write again"
+        f"{epoch}): restart this daemon to write again"
     )
 
 
