@@ -258,7 +258,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         with _reading(config_file):
             return Settings(**flags)
     except ValidationError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from exc
+        lines = [x for x in str(exc).splitlines() if not x.startswith(_WEB_LINK)]
+        raise ConfigError("invalid settings: " + "\n".join(lines)) from exc
+
+
+_WEB_LINK = "    For further information visit "  # pydantic's line after each error
 
 
 class ConfigFileSource(TomlConfigSettingsSource):

@@ -119,7 +119,7 @@ def _stamp(seconds: float) -> str:
 def list_credentials(
     state_dir: StateDirOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Print the operator credentials (``operator`` is the trusted token) and their live
+    """Print the operator credentials (operator is the trusted token) and their live
     console sessions: how many, and when the last of them ends at the latest."""
     idle = load_settings(config, state_dir=_state(state_dir, config)).console_session_idle_seconds
     with _ledger(state_dir, config) as (folder, db, _):

@@ -49,7 +49,7 @@ NEXT_STEPS = {
     ),
     "in_progress": "A daemon is working on it; look again shortly.",
     "applied_unverified": "The post-promotion check is running.",
-    "rolled_back": "Rolled back; see `promoter receipt fetch OP --rollback`.",
+    "rolled_back": "Rolled back; see `promoter receipt fetch OP --rollback --dsse`.",
     "rollback_partial": "Some targets were in conflict and kept; see the rollback receipt.",
     "rollback_failed": "No target could be restored; the rollback receipt gives each reason.",
     "abandoned": "Closed by the operator; files were left as they are.",
@@ -281,6 +281,11 @@ def _next_step(view: Mapping[str, Any]) -> str:
             "Nothing was written. A rejection is final: asking again is refused. "
             "`promoter reopen OP --note '...'` holds it for a decision again; otherwise a "
             "new grant is a new operation."
+        ).replace("OP", view["operation_id"])
+    if view["status"] == "needs_recovery" and view.get("kind") in ("rollback", "restore"):
+        return (
+            f"Run `promoter ops recover OP --fence 0`: a {view['kind']} holds no lease, so "
+            "any fence does."
         ).replace("OP", view["operation_id"])
     if view["status"] == "needs_recovery" and (fence := _requested_fence(view)) is not None:
         return (

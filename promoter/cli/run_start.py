@@ -219,7 +219,10 @@ def _new_sandbox(
             with PromoterClient(host.url, host.token) as client:
                 name = infer_repository(client)
         wanted = [parse_allow(a).wire() for a in allow] if allow else None
-        layout = layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+
+        def layout() -> str:  # once the worktree is known not to hold the state directory
+            return layers.chosen_layout(unconfined, sandboxes.runs_dir(state))
+
         # the start's modules load while the daemon and git answer the look-up
         loaded = _preloading("promoter.executor.layered", "promoter.store.durable")
         return flow.start(

@@ -169,6 +169,18 @@ def check_unless_leased(db: Database, host: HostState) -> None:
         check(db)
 
 
+def admitted_epoch(db: Database, host_id: str) -> int | None:
+    """The epoch the ledger holds ``host_id`` active at, or None while it is fenced, is not
+    registered or the database does not answer: what a daemon that saw its host fenced
+    reads to tell whether an operator admitted it again (it writes only once restarted)."""
+    try:
+        with db.reading() as connection:
+            found = hosts.standing(connection, host_id)
+    except PromoterError:
+        return None
+    return found.epoch if found is not None and found.status == hosts.ACTIVE else None
+
+
 def _live(row: hosts.Host) -> bool:
     return row.lease_until is not None and parse_rfc3339(row.lease_until) > utcnow()
 

@@ -158,6 +158,8 @@ def prepare_state_dir(state_dir: Path) -> None:
 def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     """The wired services; the daemon checks its webhook targets first
     (``promoter.adapters.webhooks.daemon_services``)."""
+    # each repository found first: one that is not refuses before anything is made
+    registry = Registry.from_settings(settings)
     prepare_state_dir(settings.state_dir)
     openat2.choose(settings.chain_recheck_openat2)  # process-wide, as the fs layer is
     host_id = settings.host_id or machine_host_id()
@@ -178,7 +180,6 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
     tokens = ensure_trusted_tokens(settings.credentials_dir)
     auth = Authenticator(database, tokens, settings.credentials_dir, host_id)
     auth.publish()  # this host's credentials into the ledger: valid on every host
-    registry = Registry.from_settings(settings)
     for guarded in registry.all():
         tree_reader.serve(guarded.layout)  # a long-lived cat-file for the daemon's own
     return Services(

@@ -104,6 +104,17 @@ def runs_dir(state_dir: Path) -> Path:
     return state_dir / "runs"
 
 
+def refuse_state_inside(state_dir: Path, worktree: str) -> None:
+    """Refuse (``ConfigError``) a state directory whose sandboxes would land inside
+    ``worktree``: asked before anything of a run is made, the layout's probe included."""
+    real = Path(worktree).resolve()
+    if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
+        raise ConfigError(
+            f"the state directory {state_dir} is inside the worktree {worktree}; "
+            "sandboxes would land in the user's files"
+        )
+
+
 def _record_path(state_dir: Path, run_id: str) -> Path:
     if not run_id.startswith(RUN_PREFIX) or not run_id[len(RUN_PREFIX) :].isalnum():
         raise NotFound(f"{run_id!r} is not a run id", run_id=run_id)
@@ -142,12 +153,7 @@ def create(
     """
     from promoter.git.runner import run_git
 
-    real = Path(worktree).resolve()
-    if real == runs_dir(state_dir).resolve() or real in runs_dir(state_dir).resolve().parents:
-        raise ConfigError(
-            f"the state directory {state_dir} is inside the worktree {worktree}; "
-            "sandboxes would land in the user's files"
-        )
+    refuse_state_inside(state_dir, worktree)
     run_id = new_run_id()
     home = runs_dir(state_dir) / run_id
     from promoter.executor import layered  # the builder's models: not for --list, --prune

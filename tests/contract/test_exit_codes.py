@@ -250,3 +250,29 @@ def test_a_database_url_that_cannot_be_opened_is_one_line_78(tmp_path: Path) -> 
             (line,) = result.stderr.splitlines()
             assert line.startswith("error [config_error] the database URL "), line
             assert said in line and "secret" not in line, line
+
+
+def test_a_repository_that_is_not_one_stops_serve_before_its_state_is_made(
+    tmp_path: Path,
+) -> None:
+    """A configured repository path that is not a directory, or not a git worktree, is a
+    ``config_error`` (78) of one line, and ``serve`` makes nothing first: it once created
+    the state directory, migrated a new database and wrote credentials before it looked."""
+    state = tmp_path / "state"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    serve = [sys.executable, "-m", "promoter.cli.main", "serve", "--port", "0", "--workers", "1"]
+    for path in (tmp_path / "missing", plain):
+        result = subprocess.run(
+            [*serve, "--state-dir", str(state), "--repo", f"demo={path}"],
+            env=_cli_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 78, result.stderr
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error [config_error] repository 'demo' at {path}: "), line
+        assert not state.exists()

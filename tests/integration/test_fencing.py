@@ -972,3 +972,33 @@ def _until_an_advisory_lock_waits(database: Database, thread: threading.Thread) 
             assert time.monotonic() < deadline, "the fence neither waited nor ended"
             connection.rollback()
             time.sleep(0.005)
+
+
+def test_a_fenced_daemon_admitted_again_is_told_to_restart_not_to_be_admitted(
+    ledger: Ledger,
+) -> None:
+    """A fenced host's daemon, its host admitted while it runs, is still not ready (it
+    writes nothing until restarted); its ``/readyz`` reason says that it was admitted and
+    only a restart is left, not that an operator must admit it (which was done)."""
+    a = ledger.daemon("a", env=SHORT_LEASE)
+    b = ledger.daemon("b")
+    a.kill()
+    deadline = time.monotonic() + 60
+    while not _hosts(b)["host-a"]["lease_expired"]:
+        assert time.monotonic() < deadline, "host-a's lease never ran out"
+        time.sleep(0.05)
+    fenced = _fence(b, "operator", "host-a", "host-b")
+    assert fenced.status_code == 200, fenced.text
+    back = ledger.daemon("a", env=SHORT_LEASE)
+    before = httpx.get(f"{back.url}/readyz", verify=tls_context(back.url))
+    assert before.status_code == 503, before.text
+    assert "`promoter hosts admit host-a`" in before.json()["reason"]
+    admitted = _cli(b, "hosts", "admit", "host-a")
+    assert admitted.returncode == 0, admitted.stderr
+    after = httpx.get(f"{back.url}/readyz", verify=tls_context(back.url))
+    assert after.status_code == 503, after.text
+    assert after.json()["checks"]["host_active"] is False
+    assert after.json()["reason"] == (
+        "host host-a was fenced off and an operator admitted it again (epoch 2): restart "
+        "this daemon to write again"
+    )

@@ -156,3 +156,20 @@ def test_a_source_above_hides_an_invalid_value_below(
     assert load_settings(path).port == 1
     monkeypatch.delenv("PROMOTER_PORT")
     assert load_settings(path, port=2).port == 2
+
+
+def test_an_invalid_setting_names_the_key_and_no_web_page(tmp_path: Path) -> None:
+    """The error of a setting that does not validate is the validator's own lines, without
+    its link to a page on the web (an operator's daemon may have no network)."""
+    path = tmp_path / "promoter.toml"
+    path.write_text('outage_retry_seconds = "five"\n[repositories.a]\npath = "/a"\napprovel = 1\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert caught.value.detail == (
+        "invalid settings: 2 validation errors for Settings\n"
+        "repositories.a.approvel\n"
+        "  Extra inputs are not permitted [type=extra_forbidden, input_value=1, input_type=int]\n"
+        "outage_retry_seconds\n"
+        "  Input should be a valid number, unable to parse string as a number "
+        "[type=float_parsing, input_value='five', input_type=str]"
+    )

@@ -25,6 +25,7 @@ from promoter.api.responses import json_response
 from promoter.api.workers import run_on_operator_pool
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.views import Health, Readiness
+from promoter.engine.fencing import admitted_epoch
 from promoter.engine.ports import Guarding, Tokens
 from promoter.errors import Unauthenticated
 
@@ -102,12 +103,30 @@ def _checks(services: Guarding) -> tuple[dict[str, bool], list[str]]:
     }
     reasons = []
     if host.fenced:
-        reasons.append(host.fenced_reason or f"host {host.host_id} was fenced off")
+        reasons.append(_fenced_reason(services) if database else _fenced_said(services))
     if not checks["database"]:
         reasons.append("the database does not answer")
     if not checks["state_dir_writable"]:
         reasons.append(f"the state directory {services.settings.state_dir} is not writable")
     return checks, reasons
+
+
+def _fenced_said(services: Guarding) -> str:
+    host = services.host
+    return host.fenced_reason or f"host {host.host_id} was fenced off"
+
+
+def _fenced_reason(services: Guarding) -> str:
+    """Why a fenced daemon is not ready: its fence, or that only a restart is left once an
+    operator admitted its host again (``fencing.admitted_epoch``)."""
+    host = services.host
+    epoch = admitted_epoch(services.db, host.host_id)
+    if epoch is None:
+        return _fenced_said(services)
+    return (
+        f"host {host.host_id} was fenced off and an operator admitted it again (epoch "
+        f"{epoch}): restart this daemon to write again"
+    )
 
 
 @router.get(

@@ -185,12 +185,14 @@ def start(
     *,
     allow: list[dict[str, Any]] | None,
     from_head: bool,
-    layout: str = "copy",
+    layout: str | Callable[[], str] = "copy",
     ready: Callable[[], None] | None = None,
     loaded: Callable[[], None] | None = None,
 ) -> Run:
     """A new sandbox of the guarded repository ``name`` (its record saved); ``layout``:
-    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``).
+    a clone (``copy``) or layers over a shared base (``overlay``, ``layers.chosen_layout``),
+    or what makes that choice (it may write its probe's answer in the state directory), asked
+    once the worktree is known not to hold the state directory.
     ``ready`` is called once the repository is found and its worktree's layout and HEAD
     read, before anything is made (it may refuse: the confinement's probe,
     ``confine.probing``). ``loaded`` is called once the repository is found and the
@@ -200,6 +202,8 @@ def start(
     not look them up again."""
     with PromoterClient(host.url, host.token) as client:
         url, found = locate(client, name)
+        sandboxes.refuse_state_inside(host.state_dir, str(found["worktree"]))
+        chosen = layout() if callable(layout) else layout
         discovered = _discovered(str(found["worktree"]))
         if loaded is not None:
             loaded()
@@ -220,7 +224,7 @@ def start(
             created_at=now_rfc3339(),
             allow=allow if allow else DEFAULT_ALLOW,
             from_head=from_head,
-            layout=layout,
+            layout=chosen,
             watched=Watched(host.state_dir, ask),
             found=discovered,
             ready=ready,
