@@ -73,24 +73,33 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
     return [str(p["path"]) for p in drifted]
 
 
-def _question(paths: list[str]) -> str:
+def _question(paths: list[str], gate: str) -> str:
+    """The merge's question; ``gate``: what a yes does under the approval gate, said first
+    as the plain question says it (``flow._gate``)."""
     named = ", ".join(map(visible, paths[:3]))
     named += f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-    return f"{named} changed since the run began: merge your edit and the agent's?"
+    asked = f"{named} changed since the run began: merge your edit and the agent's?"
+    return f"{gate}. {asked}" if gate else asked
 
 
 _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
 
 
 def offer(
-    preflight: Mapping[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+    preflight: Mapping[str, Any],
+    record: sandboxes.RunRecord,
+    bundle_id: str,
+    person: Person,
+    *,
+    gate: str = "",
 ) -> Consent:
-    """The consent to request a drifted promotion so that it can be merged, or the refusal."""
+    """The consent to request a drifted promotion so that it can be merged, or the refusal
+    (``gate``: what a yes does under the approval gate, said with the question)."""
     paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
     if not paths or record.start_tree is None:  # --from-head: the file was yours before
         raise answers.refusal(preflight, record, bundle_id, person)
     answers.drift_report(preflight, person)
-    consent = person.agree(_question(paths), no_terminal=_NO_TERMINAL)
+    consent = person.agree(_question(paths, gate), no_terminal=_NO_TERMINAL)
     if consent is None:  # the drift was shown above the question: not told twice
         raise answers.refusal(preflight, record, bundle_id, person, told=True)
     return consent
@@ -185,9 +194,11 @@ def merged(
     consent: Consent,
     agreed: bool,
     note: str,
+    gate: str = "",
 ) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
-    (the approved merged promotion's view, or None when it waits for an approval)."""
+    (the approved merged promotion's view, or None when it waits for an approval);
+    ``gate``: what a yes does under the approval gate, said with the question."""
     for _ in range(ROUNDS):
         if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
             return view
@@ -198,7 +209,7 @@ def merged(
             raise _refused(report, view, run, step, person)
         if not agreed:
             answers.drift_report(report, person)
-            if person.agree(_question(paths), no_terminal=_NO_TERMINAL) is None:
+            if person.agree(_question(paths, gate), no_terminal=_NO_TERMINAL) is None:
                 raise _refused(report, view, run, step, person, told=True)
         agreed = False  # a new save after this merge is asked about again
         outcome = _merge_once(orch, run, step, operation_id, person, consent, note)

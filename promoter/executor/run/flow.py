@@ -678,11 +678,12 @@ def promote(
         preflight = {"status": "passed"}
         person.say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
+    gate = _gate(orch, record.repository, grant, person)  # said with either question
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
-        consent = drift.offer(preflight, record, current.bundle_id, person)
+        consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
-        consent = person.approve(unseen or [], gate=_gate(orch, record.repository, grant, person))
+        consent = person.approve(unseen or [], gate=gate)
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
@@ -717,6 +718,7 @@ def promote(
         consent=consent,
         agreed=drifted,
         note=_confirmed_note() if refused_drift else "",  # read by a merge only
+        gate=gate,
     )
     if merged is None:
         return
