@@ -377,7 +377,8 @@ class _Command:
         than it was made ready for: made ready again); its exit status."""
         record, how = self.record, self.how
         self.person.say(
-            f"[bold]running[/] {escape(' '.join(self.command))} in {record.clone} ({how.kind})"
+            f"[bold]running[/] {escape(visible(' '.join(self.command)))} in {record.clone} "
+            f"({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
         if how.unconfined:
