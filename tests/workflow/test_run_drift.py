@@ -531,6 +531,7 @@ def test_the_merge_question_under_the_gate_says_that_yes_is_the_approval(
     and promotes at once; and so it does."""
     daemon, repo, _ = gated
     script, ready, go = _pausing_agent(tmp_path)
+    before = _whoami_asked(daemon)
     term = _gated_run(gated, script, daemon.operator_token)
     _save_while_the_agent_waits(ready, go, repo, PERSON)
     term.expect(IS_THE_APPROVAL + QUESTION)
@@ -539,6 +540,14 @@ def test_the_merge_question_under_the_gate_says_that_yes_is_the_approval(
     assert (repo / "src" / "app.py").read_bytes() == MERGED
     [step] = _record(daemon).steps
     assert step.status == "completed"
+    # the gate, the approval after it and the merge's credential: one answer, asked once
+    assert _whoami_asked(daemon) == before + 1
+
+
+def _whoami_asked(daemon: Daemon) -> float:
+    from tests.workflow.test_run_command import _requests
+
+    return _requests(daemon).get(("GET", "/v1/whoami"), 0.0)
 
 
 @pytest.mark.gated(GATED)

@@ -15,7 +15,7 @@ which never merges (drift refuses).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,16 @@ __all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
 CONFLICTS = "conflicts"  # under the run's directory: the marked files of a conflicted merge
 
 
-def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
+def person(
+    orch: PromoterClient,
+    state_dir: Path,
+    caller: Callable[[], Mapping[str, Any]] | None = None,
+) -> PromoterClient:
     """The credential a person's merge and approval go out under (the one place it is read):
     the run's own when it is the person's operator credential
-    (docs/decisions/persons-cli-credential.md), else the state directory's operator token."""
-    if orch.whoami().get("role") == "operator":
+    (docs/decisions/persons-cli-credential.md), else the state directory's operator token.
+    ``caller``: who the run's credential is, when the run asked already (else asked)."""
+    if (caller or orch.whoami)().get("role") == "operator":
         return orch.with_token(orch.token)  # a client of its own: the caller closes it
     try:
         token = (state_dir / "credentials" / "operator.token").read_text("utf-8").strip()
@@ -195,10 +200,12 @@ def merged(
     agreed: bool,
     note: str,
     gate: str = "",
+    caller: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
     (the approved merged promotion's view, or None when it waits for an approval);
-    ``gate``: what a yes does under the approval gate, said with the question."""
+    ``gate``: what a yes does under the approval gate, said with the question; ``caller``:
+    who the run's credential is, as the run asked it (``person``)."""
     for _ in range(ROUNDS):
         if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
             return view
@@ -212,7 +219,7 @@ def merged(
             if person.agree(_question(paths, gate), no_terminal=_NO_TERMINAL) is None:
                 raise _refused(report, view, run, step, person, told=True)
         agreed = False  # a new save after this merge is asked about again
-        outcome = _merge_once(orch, run, step, operation_id, person, consent, note)
+        outcome = _merge_once(orch, run, step, operation_id, person, consent, note, caller)
         if outcome is None:
             return None
         view = outcome
@@ -227,9 +234,10 @@ def _merge_once(
     who: Person,
     consent: Consent,
     note: str,
+    caller: Callable[[], Mapping[str, Any]] | None,
 ) -> Mapping[str, Any] | None:
     record = run.record
-    with person(orch, run.state_dir) as merger:
+    with person(orch, run.state_dir, caller) as merger:
         try:
             result = merger.merge(operation_id)
         except MergeConflict as exc:
