@@ -78,13 +78,22 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
     return [str(p["path"]) for p in drifted]
 
 
-def _question(paths: list[str], gate: str) -> str:
-    """The merge's question; ``gate``: what a yes does under the approval gate, said first
-    as the plain question says it (``flow._gate``)."""
+Gate = Callable[[], str]
+"""What a yes does under the approval gate (``flow._gate``), read only for a question asked."""
+
+
+def _no_gate() -> str:
+    return ""
+
+
+def _question(paths: list[str], gate: Gate) -> str:
+    """The merge's question, with what a yes does under the approval gate said first, as
+    the plain question says it."""
     named = ", ".join(map(visible, paths[:3]))
     named += f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     asked = f"{named} changed since the run began: merge your edit and the agent's?"
-    return f"{gate}. {asked}" if gate else asked
+    said = gate()
+    return f"{said}. {asked}" if said else asked
 
 
 _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
@@ -96,7 +105,7 @@ def offer(
     bundle_id: str,
     person: Person,
     *,
-    gate: str = "",
+    gate: Gate = _no_gate,
 ) -> Consent:
     """The consent to request a drifted promotion so that it can be merged, or the refusal
     (``gate``: what a yes does under the approval gate, said with the question)."""
@@ -199,7 +208,7 @@ def merged(
     consent: Consent,
     agreed: bool,
     note: str,
-    gate: str = "",
+    gate: Gate = _no_gate,
     caller: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome

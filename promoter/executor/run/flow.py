@@ -699,12 +699,18 @@ def promote(
         person.say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
     caller = _Caller(orch)
-    gate = _gate(orch, record.repository, grant, person, caller)  # said with either question
+    said: list[str] = []  # the gate's words, read once, only for a question asked
+
+    def gate() -> str:
+        if not said:
+            said.append(_gate(orch, record.repository, grant, person, caller))
+        return said[0]
+
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
         consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
-        consent = person.approve(unseen or [], gate=gate)
+        consent = person.approve(unseen or [], gate=gate())
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
