@@ -13,8 +13,11 @@ differs from HEAD, ``old`` is the captured state and ``index`` the person's inde
 entry (``None`` when the path is not in the index). A path with a merge conflict or an
 intent-to-add entry has no precondition (the implicit one, HEAD's, then refuses an
 edit of it); gitlinks and nested repositories are not captured and are named in
-``skipped``. The reading is closed (its private directory removed) in a thread once the
-files are laid, beside the rest of the start; the process ends only once it is done.
+``skipped``. A FIFO, socket or device over a tracked file or directory, and a tracked
+directory git cannot open, refuse the start (``PathUnsafe``, named as the person's, with
+what they can do): git would take the files below for deleted, or for HEAD's. The
+reading is closed (its private directory removed) in a thread once the files are laid,
+beside the rest of the start; the process ends only once it is done.
 
 Fault point: ``start_state_laid`` (the files are in the clone, the start tree is not
 written yet).
@@ -27,6 +30,7 @@ worktree (no checkout, reset or stash: the clone's files are written one by one)
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import threading
 from collections.abc import Iterable
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from promoter import faults
+from promoter.domain.hidden import visible
 from promoter.domain.paths import check_path, sort_key, wire_path
 from promoter.errors import ConfigError, PathInvalid, PathUnsafe
 from promoter.executor import layers, start_watch
@@ -44,9 +49,15 @@ from promoter.fs.own_entry import OwnDir, OwnTree
 from promoter.git.layout import RepoLayout, discover, repo_env
 from promoter.git.objects import CatFile
 from promoter.git.readback import blob_sha256, index_entries, tree_entries
-from promoter.git.records import DiffEntry, IndexEntry, decode_path, require_oid
+from promoter.git.records import (
+    DiffEntry,
+    IndexEntry,
+    check_pathspec_paths,
+    decode_path,
+    require_oid,
+)
 from promoter.git.runner import run_git
-from promoter.git.worktree_tree import SPECIAL_OVER
+from promoter.git.worktree_tree import SPECIAL_OVER, special_over
 from promoter.lazy_log import LazyLogger
 
 __all__ = ["StartState", "capture_into"]
@@ -56,6 +67,7 @@ _LINK = "120000"
 _EXEC = "100755"
 _MODES = ("100644", _EXEC, _LINK)
 _START_INDEX = "start-index"
+_TOO_LONG = "File name too long"  # git's reason for a directory too deep to name
 
 log = LazyLogger("promoter.run")
 
@@ -219,7 +231,7 @@ def _read_person(
 
 
 def _enter(shadow: SeededShadow) -> None:
-    """Enter ``shadow``; a FIFO, socket or device over a tracked path is named as the
+    """Enter ``shadow``; a FIFO, socket or device over a tracked file is named as the
     person's own, with what they can do (the shadow's words speak of a bundle)."""
     try:
         shadow.__enter__()
@@ -227,15 +239,67 @@ def _enter(shadow: SeededShadow) -> None:
         items = exc.context.get("paths")
         if not items or any(item["reason"] != SPECIAL_OVER for item in items):
             raise
-        named = ", ".join(repr(item["path"]) for item in items)
-        raise PathUnsafe(
-            f"your worktree has a FIFO, socket or device where git tracks a file or "
-            f"directory ({named}): git cannot read it, so the run cannot start from your "
-            f"files; nothing was changed; next: remove it or move it out of the worktree "
-            f"and run again, or start at HEAD without your uncommitted work: "
-            f"promoter run --from-head -- CMD",
-            paths=items,
-        ) from exc
+        raise _persons_special(items) from exc
+
+
+def _refuse_special_over(worktree: str, entries: list[DiffEntry]) -> None:
+    """A FIFO, socket or device over a tracked directory: git sees only the files below
+    it gone (no error, as over a file), which are never taken for the person's
+    deletions; named as over a file (``_enter``)."""
+    found = special_over(worktree, [e.path for e in entries if e.new_oid is None])
+    if found:
+        raise _persons_special([{"path": wire_path(p), "reason": r} for p, r in found.items()])
+
+
+def _persons_special(items: list[dict[str, str]]) -> PathUnsafe:
+    """``PathUnsafe`` naming ``items`` (paths of the person's worktree where a FIFO,
+    socket or device covers what git tracks) as theirs, with the two remedies."""
+    named = ", ".join(repr(item["path"]) for item in items)
+    return PathUnsafe(
+        f"your worktree has a FIFO, socket or device where git tracks a file or "
+        f"directory ({named}): git cannot read it, so the run cannot start from your "
+        f"files; nothing was changed; next: remove it or move it out of the worktree "
+        f"and run again, or start at HEAD without your uncommitted work: "
+        f"promoter run --from-head -- CMD",
+        paths=items,
+    )
+
+
+def _refuse_unreadable(layout: RepoLayout, base_tree: str, unopened: dict[str, str | None]) -> None:
+    """A directory git tracks files in (in HEAD or the person's index) that git could not
+    open (a mode that shuts the person out): git takes HEAD's files for what it holds,
+    which may not be the person's, so the run does not start from them; named, with what
+    the person can do. One too deep for the host to name holds nothing git tracks."""
+    named = [p for p, why in unopened.items() if why is not None and why != _TOO_LONG]
+    if not named:
+        return
+    check_pathspec_paths(named)
+    head = tree_entries(layout, base_tree, named)
+    listed = run_git(  # the index only: nothing below the directories is read
+        ["ls-files", "-z", "--full-name", "--", *named],
+        cwd=layout.worktree,
+        env={**repo_env(layout), "GIT_LITERAL_PATHSPECS": "1"},
+    ).stdout
+    indexed = {decode_path(raw) for raw in listed.split(b"\0") if raw}
+    tracked = [
+        path
+        for path in sorted(named, key=sort_key)
+        if head[path] is not None or any(p.startswith(path + "/") for p in indexed)
+    ]
+    if not tracked:
+        return
+    items = [
+        {"path": wire_path(p), "reason": f"git could not open it ({unopened[p]})"} for p in tracked
+    ]
+    shown = ", ".join(f"{wire_path(p)!r}: {unopened[p]}" for p in tracked)
+    quoted = " ".join(visible(shlex.quote(wire_path(p))) for p in tracked)
+    raise PathUnsafe(
+        f"your worktree has a directory git tracks that git cannot open ({shown}): what "
+        f"you have in it cannot be read, so the run cannot start from your files; nothing "
+        f"was changed; next: make it readable (chmod u+rx {quoted}) and run again, or "
+        f"start at HEAD without your uncommitted work: promoter run --from-head -- CMD",
+        paths=items,
+    )
 
 
 def _unopened(shadow: SeededShadow) -> dict[str, str]:
@@ -244,7 +308,7 @@ def _unopened(shadow: SeededShadow) -> dict[str, str]:
     name git cut, thousands of bytes long, shown by its first 80 characters)."""
     found: dict[str, str] = {}
     for path, reason in shadow.unopened.items():
-        if reason is None or reason == "File name too long":
+        if reason is None or reason == _TOO_LONG:
             found[path[:80] + "..."] = (
                 "too deep for the host to name: git could not open it, so what it holds "
                 "is not in the sandbox"
@@ -337,6 +401,8 @@ def _capture(
     shadow = _read_person(layout, base_tree, planned, reader)
     try:
         entries = shadow.diff()
+        _refuse_special_over(layout.worktree, entries)
+        _refuse_unreadable(layout, base_tree, shadow.unopened)
         if watched is not None and planned is not None and shadow.narrowable:
             start_watch.record(
                 watched, layout, planned, base_tree, shadow.status_paths, shadow.index_walk

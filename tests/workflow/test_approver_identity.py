@@ -26,6 +26,7 @@ from tests.console.support import hidden, login
 from tests.support.daemon import Daemon
 from tests.support.fixtures import Gated
 from tests.support.promotion import promote, submit, tree_bytes
+from tests.workflow.test_run_command import _requests
 from tests.workflow.test_run_drift import CLI, Terminal
 
 OLD, NEW = b"print('v1')\n", b"print('approved')\n"
@@ -418,12 +419,14 @@ def test_the_review_names_the_credential_it_was_read_with_in_its_decide_commands
     assert decision["by"] == {"role": "operator", "name": "ana"}
 
 
-def _run_at_a_terminal(daemon: Daemon, repo: Path, token: str) -> Terminal:
+def _run_at_a_terminal(
+    daemon: Daemon, repo: Path, token: str, *flags: str, script: str = "echo a > src/a.py"
+) -> Terminal:
     (repo.parent / "person.token").write_text(token)
     (repo.parent / "person.token").chmod(0o600)
     argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
     argv += ["--token-file", str(repo.parent / "person.token"), "--repo", "gated", "--keep"]
-    return Terminal([*argv, "--unconfined", "--", "sh", "-c", "echo a > src/a.py"], repo, {})
+    return Terminal([*argv, *flags, "--unconfined", "--", "sh", "-c", script], repo, {})
 
 
 def test_the_question_under_the_gate_says_that_yes_is_the_approval(gated: Gated) -> None:
@@ -469,3 +472,53 @@ def test_the_question_without_the_gate_says_nothing_of_approval(daemon: Daemon, 
     term.send(b"n\r")
     assert term.finish() == 75, term.text()
     assert b"approval" not in term.plain[:at]
+
+
+ASKED_AND_APPROVED = {  # the interactive step under the gate, beyond --yes's one promotion
+    ("POST", "/v1/blobs:missing"): 1,
+    ("POST", "/v1/blobs:batchUpdate"): 1,
+    ("POST", "/v1/bundles"): 1,
+    ("GET", "/v1/bundles/{bundle_id}/diff"): 1,
+    ("POST", "/v1/bundles/{bundle_id}/preflight"): 1,  # the drift, read before the question
+    ("GET", "/v1/repositories/{name}/approval"): 1,  # what the yes does, said with it
+    ("GET", "/v1/whoami"): 1,
+    ("POST", "/v1/promotions"): 1,
+    ("POST", "/v1/operations/{operation_id}/approve"): 1,
+    ("GET", "/v1/operations/{operation_id}/receipt"): 1,
+}
+
+
+def test_the_question_under_the_gate_asks_who_the_person_is_once(gated: Gated) -> None:
+    """The requests a run at a terminal makes under the gate, counted in the daemon's
+    metrics against a ``--yes`` run's: the question's gate reads the caller once, and the
+    approval after the held promotion uses that answer, never asking again."""
+    daemon, repo, _ = gated
+    before = _requests(daemon)
+    flagged = _run_at_a_terminal(daemon, repo, daemon.operator_token, "--yes")
+    assert flagged.finish() == 0, flagged.text()
+    between = _requests(daemon)
+    term = _run_at_a_terminal(daemon, repo, daemon.operator_token, script="echo b > src/b.py")
+    term.expect(b"Promote these changes into the worktree? [y/N]:")
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "b.py").read_bytes() == b"b\n"
+    after = _requests(daemon)
+    with_yes = _delta(before, between)
+    asked = _delta(between, after)
+    assert with_yes == {
+        ("GET", "/v1/repositories"): 1,
+        ("POST", "/v1/repositories/{name}/changes"): 1,
+        ("POST", "/v1/runs"): 1,
+        ("POST", "/v1/promotions:withEvidence"): 1,
+    }
+    del with_yes[("POST", "/v1/promotions:withEvidence")]
+    assert asked == {**with_yes, **ASKED_AND_APPROVED}
+
+
+def _delta(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
+) -> dict[tuple[str, str], int]:
+    """The requests made between two readings of the metrics (not the readings)."""
+    moved = {k: int(v - before.get(k, 0)) for k, v in after.items() if v != before.get(k, 0)}
+    moved.pop(("GET", "/metrics"), None)
+    return moved

@@ -7,6 +7,8 @@ The command runs in the sandbox clone; the tests compare the user's worktree and
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,14 @@ from typer.testing import CliRunner
 from promoter.cli import review_cmd, run_cmd
 from promoter.errors import PromoterError
 from promoter.executor import sandbox as sandboxes
+from tests.support import forkserver
 from tests.support.daemon import Daemon
 from tests.support.fixtures import Serve, under_gate
 from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
 from tests.support.repos import Repos
 from tests.support.sandbox_view import sandbox_file, sandbox_tree
 
+ROOT = Path(__file__).resolve().parents[2]
 USER_README = b"# project\nthe user's uncommitted line\n"
 
 
@@ -272,3 +276,27 @@ def test_a_step_whose_lease_would_move_back_registers_no_grant_and_runs_nothing(
     assert daemon.services.audit.get("grant", second_grant) is None
     with daemon.orchestrator() as orch:
         assert orch.get(f"/v1/grants/{second_grant}").json()["code"] == "grant_unknown"
+
+
+def test_a_command_with_bidi_and_escape_characters_is_echoed_with_them_shown(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The person's own command holds U+202E (which reorders what follows it) and an ESC
+    (which starts a terminal sequence): the run's line naming it shows both as
+    ``<U+XXXX>``, as every other surface shows a name; neither reaches the terminal raw,
+    nor in ``--list`` or the next-command hints after the step."""
+    script = "printf 'x\\n' > a.txt # \u202eexe.txt\x1b[2J"
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir"]
+    argv += [str(daemon.state_dir), "--url", daemon.url, "--yes", "--keep", "--"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = {**base, "PYTHONPATH": str(ROOT)}
+    done = forkserver.run([*argv, "sh", "-c", script], env=env, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr
+    record = _only_run(daemon)
+    shown = "printf 'x\\n' > a.txt # <U+202E>exe.txt<U+001B>[2J"
+    assert f"running sh -c {shown} in {record.clone} (bwrap)\n".encode() in done.stdout
+    listed = forkserver.run([*argv[:8], "--list"], env=env, cwd=repo, timeout=600)
+    assert listed.returncode == 0, listed.stderr
+    for said in (done.stdout, done.stderr, listed.stdout, listed.stderr):
+        assert "\u202e".encode() not in said and b"\x1b" not in said
+    assert (repo / "a.txt").read_bytes() == b"x\n"

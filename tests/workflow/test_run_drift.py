@@ -27,6 +27,7 @@ from promoter.errors import ConfigError
 from promoter.executor import sandbox as sandboxes
 from tests.support import bwrap
 from tests.support.daemon import Daemon
+from tests.support.fixtures import Gated
 from tests.support.flows import sha
 from tests.support.promotion import git_dir_digest, tree_bytes
 
@@ -497,4 +498,91 @@ def test_run_list_shows_a_refused_step_merged_and_approved_by_the_persons_comman
     chained = Terminal([*again, "--", "sh", "-c", "echo more >> src/extra.py"], repo, {})
     assert chained.finish() == 75, chained.text()  # no step chains on the merged promotion
     assert b"merged your edit with the agent's" in b" ".join(chained.plain.split())
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+
+
+GATED = {"README.md": b"# project\n", "src/app.py": BASE}
+IS_THE_APPROVAL = (
+    b"gated requires approval: your yes is the approval, recorded for credential operator, "
+    b"and promotes at once. "
+)
+ONLY_ASKS = (
+    b"gated requires approval: your yes only asks for it; nothing is written until an "
+    b"operator approves. "
+)
+
+
+def _gated_run(gated: Gated, script: str, token: str) -> Terminal:
+    """``promoter run`` at a terminal in the gated repository, with ``token``'s credential."""
+    daemon, repo, _ = gated
+    (repo.parent / "person.token").write_text(token)
+    (repo.parent / "person.token").chmod(0o600)
+    argv = [*CLI, "run", "--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv += ["--token-file", str(repo.parent / "person.token"), "--repo", "gated", "--keep"]
+    return Terminal([*argv, "--unconfined", "--", "sh", "-c", script], repo, {"PAGER": "cat"})
+
+
+@pytest.mark.gated(GATED)
+def test_the_merge_question_under_the_gate_says_that_yes_is_the_approval(
+    gated: Gated, tmp_path: Path
+) -> None:
+    """Under the approval gate, with the person's operator credential, the merge's question
+    says what the plain question says: the yes approves, recorded for that credential,
+    and promotes at once; and so it does."""
+    daemon, repo, _ = gated
+    script, ready, go = _pausing_agent(tmp_path)
+    before = _whoami_asked(daemon)
+    term = _gated_run(gated, script, daemon.operator_token)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(IS_THE_APPROVAL + QUESTION)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == MERGED
+    [step] = _record(daemon).steps
+    assert step.status == "completed"
+    # the gate, the approval after it and the merge's credential: one answer, asked once
+    assert _whoami_asked(daemon) == before + 1
+
+
+def _whoami_asked(daemon: Daemon) -> float:
+    from tests.workflow.test_run_command import _requests
+
+    return _requests(daemon).get(("GET", "/v1/whoami"), 0.0)
+
+
+@pytest.mark.gated(GATED)
+def test_the_merge_question_under_the_gate_says_that_yes_only_asks_without_an_operator(
+    gated: Gated, tmp_path: Path
+) -> None:
+    """Under the approval gate, with a credential that is not an operator's, the merge's
+    question says that the yes only asks; nothing is written, the step awaits approval."""
+    daemon, repo, _ = gated
+    script, ready, go = _pausing_agent(tmp_path)
+    term = _gated_run(gated, script, daemon.orchestrator_token)
+    _save_while_the_agent_waits(ready, go, repo, PERSON)
+    term.expect(ONLY_ASKS + QUESTION)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
+    assert (repo / "src" / "app.py").read_bytes() == PERSON
+    assert not (repo / "src" / "extra.py").exists()
+    [step] = _record(daemon).steps
+    assert step.status == "awaiting_approval"
+    assert f"awaiting approval: promoter approve {step.operation_id}".encode() in term.plain
+
+
+@pytest.mark.gated(GATED)
+def test_the_merge_question_after_a_save_at_the_gated_question_says_what_yes_does(
+    gated: Gated, tmp_path: Path
+) -> None:
+    """The person saves while the gated question waits and approves: the approved
+    promotion is refused on the drift, and the merge's question then says, as the first
+    did, that the yes is the approval."""
+    daemon, repo, _ = gated
+    term = _gated_run(gated, _agent_files(tmp_path), daemon.operator_token)
+    at = term.expect(IS_THE_APPROVAL + b"Promote these changes into the worktree?")
+    (repo / "src" / "app.py").write_bytes(PERSON)  # saved while the question waits
+    term.send(b"y\r")
+    term.expect(IS_THE_APPROVAL + QUESTION, at)
+    term.send(b"y\r")
+    assert term.finish() == 0, term.text()
     assert (repo / "src" / "app.py").read_bytes() == MERGED

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
+import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ import pytest
 from promoter.errors import MergeConflict, NotConfirmed, PromoterError, TargetDrift
 from promoter.executor import confine, layers
 from promoter.executor import sandbox as sandboxes
-from tests.gitutil import git, git_bytes
+from tests.gitutil import commit_all, git, git_bytes
 from tests.support import forkserver
 from tests.support.daemon import Daemon
 from tests.support.promotion import git_dir_digest, operation_receipt, tree_bytes
@@ -40,6 +44,9 @@ FILES = {
 }
 PERSON_README = b"# project\nthe person's unstaged line\n"
 PERSON_APP = b"print('staged by the person')\n"
+# a person shut out by a directory's mode: root without the capabilities that pass over it
+SHUT_OUT = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+SHUT_OUT += ["--inh-caps=-dac_override,-dac_read_search"]
 DEEP = 3000  # folders: 6000 bytes of path, past what the host names (4096)
 
 
@@ -343,6 +350,117 @@ def test_a_fifo_over_a_tracked_file_of_the_persons_is_named_as_theirs_with_the_r
     left = sandboxes.runs_dir(daemon.state_dir).iterdir()
     answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)  # the probes' answers, kept
     assert [p.name for p in left if p.name not in answers] == []  # no sandbox
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["first", "watched"])
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+def test_a_fifo_or_socket_over_a_tracked_directory_of_the_persons_is_named_as_theirs(
+    daemon: Daemon, repo: Path, layout: str, watched: bool
+) -> None:
+    """The person's worktree has a FIFO where git tracks the directory ``src`` and a
+    socket where it tracks ``lib``: git sees only the files below them gone, which a
+    start must not take for the person's deletions. ``promoter run``, from the
+    repository, answers as for a FIFO over a file: ``path_unsafe`` naming both as the
+    person's, with what to do; nothing of theirs changes and no sandbox is made, on
+    either sandbox layout, and when the start is narrowed by the daemon's watch."""
+    (repo / "lib").mkdir()
+    (repo / "lib" / "util.py").write_bytes(b"def util(): pass\n")
+    commit_all(repo, "a second tracked directory")
+    if watched:  # a start before: the next one is narrowed by the daemon's watch
+        first = _from_the_repo(daemon, repo, "--yes", "--", "true", layout=layout)
+        assert first.returncode == 0, first.stderr
+        assert list((daemon.state_dir / "starts").iterdir())  # its baseline
+    runs = _sandboxes(daemon)
+    (repo / "src" / "app.py").unlink()
+    (repo / "src").rmdir()
+    os.mkfifo(repo / "src")
+    shutil.rmtree(repo / "lib")
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(repo / "lib"))
+        before, git_before = tree_bytes(repo), git_dir_digest(repo)
+        done = _from_the_repo(daemon, repo, "--yes", "--", "true", layout=layout)
+        assert done.returncode == 75, done.stderr
+        assert done.stderr.decode() == (
+            "error [path_unsafe] your worktree has a FIFO, socket or device where git tracks "
+            "a file or directory ('lib', 'src'): git cannot read it, so the run cannot start "
+            "from your files; nothing was changed; next: remove it or move it out of the "
+            "worktree and run again, or start at HEAD without your uncommitted work: "
+            "promoter run --from-head -- CMD\n"
+        )
+        assert done.stdout == b""
+        assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+        assert stat.S_ISFIFO((repo / "src").lstat().st_mode)
+        assert stat.S_ISSOCK((repo / "lib").lstat().st_mode)
+    assert _sandboxes(daemon) == runs
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a person who cannot read")
+@pytest.mark.parametrize("watched", [False, True], ids=["first", "watched"])
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+def test_a_tracked_directory_the_person_made_mode_000_is_named_with_what_to_do(
+    daemon: Daemon, repo: Path, layout: str, watched: bool
+) -> None:
+    """The person made the tracked directory ``src`` mode 000. Root reads it anyway; the
+    person cannot, nor can git as the person, so the files the person has there cannot
+    be started from (git would take HEAD's). ``promoter run``, from the repository, answers
+    ``path_unsafe`` naming the directory and what to do, never git's bare failure, and
+    nothing of the person's changes and no sandbox is made; the remedy it names,
+    ``--from-head``, then runs and promotes. The person is root without the capabilities
+    that pass over a mode (``SHUT_OUT``): ``nobody`` could not run this interpreter."""
+    if watched:  # a start before: the next one is narrowed by the daemon's watch
+        first = _from_the_repo(daemon, repo, "--yes", "--", "true", layout=layout)
+        assert first.returncode == 0, first.stderr
+        assert list((daemon.state_dir / "starts").iterdir())  # its baseline
+    runs = _sandboxes(daemon)
+    (repo / "src").chmod(0)
+    try:
+        before, git_before = tree_bytes(repo), git_dir_digest(repo)
+        done = _from_the_repo(daemon, repo, "--yes", "--", "true", layout=layout, shut_out=True)
+        assert done.returncode == 75, done.stderr
+        assert done.stderr.decode() == (
+            "error [path_unsafe] your worktree has a directory git tracks that git cannot "
+            "open ('src': Permission denied): what you have in it cannot be read, so the run "
+            "cannot start from your files; nothing was changed; next: make it readable "
+            "(chmod u+rx src) and run again, or start at HEAD without your uncommitted "
+            "work: promoter run --from-head -- CMD\n"
+        )
+        assert done.stdout == b""
+        assert _sandboxes(daemon) == runs
+        assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+        assert stat.S_IMODE((repo / "src").stat().st_mode) == 0
+        script = ["sh", "-c", "echo agent > README.md"]
+        at_head = _from_the_repo(
+            daemon, repo, "--from-head", "--yes", "--", *script, layout=layout, shut_out=True
+        )
+        assert at_head.returncode == 0, at_head.stderr
+        assert (repo / "README.md").read_bytes() == b"agent\n"
+    finally:
+        (repo / "src").chmod(0o755)
+    assert (repo / "src" / "app.py").read_bytes() == FILES["src/app.py"]
+
+
+def _from_the_repo(
+    daemon: Daemon, repo: Path, *args: str, layout: str, shut_out: bool = False
+) -> Any:
+    """``promoter run ARGS`` as the person types it in ``repo``, on sandbox ``layout``
+    (``shut_out``: as a person a directory's mode shuts out, ``SHUT_OUT``)."""
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir"]
+    argv += [str(daemon.state_dir), "--url", daemon.url, *args]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = {**base, "PYTHONPATH": str(ROOT), layers.LAYOUT_ENV: layout}
+    if not shut_out:
+        return forkserver.run(argv, env=env, cwd=repo, timeout=600)
+    assert shutil.which(SHUT_OUT[0]), "setpriv (util-linux) runs the person shut out"
+    argv = [*SHUT_OUT, *argv]
+    return subprocess.run(argv, env=env, cwd=repo, capture_output=True, timeout=600, check=False)
+
+
+def _sandboxes(daemon: Daemon) -> list[str]:
+    """The sandboxes in the state directory (not the probes' answers, kept there)."""
+    where = sandboxes.runs_dir(daemon.state_dir)
+    answers = (layers.KEPT_ANSWER, confine.KEPT_PROBE)
+    left = where.iterdir() if where.is_dir() else ()
+    return sorted(p.name for p in left if p.name not in answers)
 
 
 def test_an_untracked_folder_too_deep_for_git_is_named_at_the_start_not_dropped_silently(

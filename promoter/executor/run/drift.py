@@ -15,7 +15,7 @@ which never merges (drift refuses).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,16 @@ __all__ = ["CONFLICTS", "conflict_file", "merged", "offer", "person"]
 CONFLICTS = "conflicts"  # under the run's directory: the marked files of a conflicted merge
 
 
-def person(orch: PromoterClient, state_dir: Path) -> PromoterClient:
+def person(
+    orch: PromoterClient,
+    state_dir: Path,
+    caller: Callable[[], Mapping[str, Any]] | None = None,
+) -> PromoterClient:
     """The credential a person's merge and approval go out under (the one place it is read):
     the run's own when it is the person's operator credential
-    (docs/decisions/persons-cli-credential.md), else the state directory's operator token."""
-    if orch.whoami().get("role") == "operator":
+    (docs/decisions/persons-cli-credential.md), else the state directory's operator token.
+    ``caller``: who the run's credential is, when the run asked already (else asked)."""
+    if (caller or orch.whoami)().get("role") == "operator":
         return orch.with_token(orch.token)  # a client of its own: the caller closes it
     try:
         token = (state_dir / "credentials" / "operator.token").read_text("utf-8").strip()
@@ -73,24 +78,42 @@ def _mendable(report: Mapping[str, Any]) -> list[str]:
     return [str(p["path"]) for p in drifted]
 
 
-def _question(paths: list[str]) -> str:
+Gate = Callable[[], str]
+"""What a yes does under the approval gate (``flow._gate``), read only for a question asked."""
+
+
+def _no_gate() -> str:
+    return ""
+
+
+def _question(paths: list[str], gate: Gate) -> str:
+    """The merge's question, with what a yes does under the approval gate said first, as
+    the plain question says it."""
     named = ", ".join(map(visible, paths[:3]))
     named += f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-    return f"{named} changed since the run began: merge your edit and the agent's?"
+    asked = f"{named} changed since the run began: merge your edit and the agent's?"
+    said = gate()
+    return f"{said}. {asked}" if said else asked
 
 
 _NO_TERMINAL = "not a terminal: pass --yes to merge and promote without asking"
 
 
 def offer(
-    preflight: Mapping[str, Any], record: sandboxes.RunRecord, bundle_id: str, person: Person
+    preflight: Mapping[str, Any],
+    record: sandboxes.RunRecord,
+    bundle_id: str,
+    person: Person,
+    *,
+    gate: Gate = _no_gate,
 ) -> Consent:
-    """The consent to request a drifted promotion so that it can be merged, or the refusal."""
+    """The consent to request a drifted promotion so that it can be merged, or the refusal
+    (``gate``: what a yes does under the approval gate, said with the question)."""
     paths = _mendable(preflight) if preflight.get("code") == "target_drift" else []
     if not paths or record.start_tree is None:  # --from-head: the file was yours before
         raise answers.refusal(preflight, record, bundle_id, person)
     answers.drift_report(preflight, person)
-    consent = person.agree(_question(paths), no_terminal=_NO_TERMINAL)
+    consent = person.agree(_question(paths, gate), no_terminal=_NO_TERMINAL)
     if consent is None:  # the drift was shown above the question: not told twice
         raise answers.refusal(preflight, record, bundle_id, person, told=True)
     return consent
@@ -185,9 +208,13 @@ def merged(
     consent: Consent,
     agreed: bool,
     note: str,
+    gate: Gate = _no_gate,
+    caller: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Mapping[str, Any] | None:
     """``view`` unless it is a promotion refused ``target_drift``: then the merge's outcome
-    (the approved merged promotion's view, or None when it waits for an approval)."""
+    (the approved merged promotion's view, or None when it waits for an approval);
+    ``gate``: what a yes does under the approval gate, said with the question; ``caller``:
+    who the run's credential is, as the run asked it (``person``)."""
     for _ in range(ROUNDS):
         if (view.get("status"), view.get("code")) != ("refused", "target_drift"):
             return view
@@ -198,10 +225,10 @@ def merged(
             raise _refused(report, view, run, step, person)
         if not agreed:
             answers.drift_report(report, person)
-            if person.agree(_question(paths), no_terminal=_NO_TERMINAL) is None:
+            if person.agree(_question(paths, gate), no_terminal=_NO_TERMINAL) is None:
                 raise _refused(report, view, run, step, person, told=True)
         agreed = False  # a new save after this merge is asked about again
-        outcome = _merge_once(orch, run, step, operation_id, person, consent, note)
+        outcome = _merge_once(orch, run, step, operation_id, person, consent, note, caller)
         if outcome is None:
             return None
         view = outcome
@@ -216,9 +243,10 @@ def _merge_once(
     who: Person,
     consent: Consent,
     note: str,
+    caller: Callable[[], Mapping[str, Any]] | None,
 ) -> Mapping[str, Any] | None:
     record = run.record
-    with person(orch, run.state_dir) as merger:
+    with person(orch, run.state_dir, caller) as merger:
         try:
             result = merger.merge(operation_id)
         except MergeConflict as exc:

@@ -381,7 +381,8 @@ class _Command:
         than it was made ready for: made ready again); its exit status."""
         record, how = self.record, self.how
         self.person.say(
-            f"[bold]running[/] {escape(' '.join(self.command))} in {record.clone} ({how.kind})"
+            f"[bold]running[/] {escape(visible(' '.join(self.command)))} in {record.clone} "
+            f"({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
         if how.unconfined:
@@ -631,7 +632,26 @@ def _confirmed_note() -> str:
         return "confirmed at the terminal"
 
 
-def _gate(orch: PromoterClient, repository: str, grant: Grant, person: Person) -> str:
+class _Caller:
+    """Who the run's credential is (``GET /v1/whoami``), asked at most once a promotion:
+    the question's gate, the approval of the held promotion after it, and a merge's
+    credential read the same answer (a credential's role does not change)."""
+
+    __slots__ = ("_answer", "_orch")
+
+    def __init__(self, orch: PromoterClient) -> None:
+        self._orch = orch
+        self._answer: Mapping[str, Any] | None = None
+
+    def __call__(self) -> Mapping[str, Any]:
+        if self._answer is None:
+            self._answer = self._orch.whoami()
+        return self._answer
+
+
+def _gate(
+    orch: PromoterClient, repository: str, grant: Grant, person: Person, caller: _Caller
+) -> str:
     """What a yes at the question does when the promotion will be held for approval (the
     grant or the repository requires it): the approval itself, with an operator's
     credential, or only the request; empty when nothing holds it or no one is asked
@@ -641,11 +661,11 @@ def _gate(orch: PromoterClient, repository: str, grant: Grant, person: Person) -
     required = grant.wire().get("approval") == "required"
     if not required and orch.repository_approval(repository)["approval"] != "required":
         return ""
-    caller = orch.whoami()
-    if caller.get("role") == "operator":
+    who = caller()
+    if who.get("role") == "operator":
         return (
             f"{repository} requires approval: your yes is the approval, recorded for "
-            f"credential {caller.get('name')}, and promotes at once"
+            f"credential {who.get('name')}, and promotes at once"
         )
     return (
         f"{repository} requires approval: your yes only asks for it; nothing is written "
@@ -682,11 +702,19 @@ def promote(
         preflight = {"status": "passed"}
         person.say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
+    caller = _Caller(orch)
+    said: list[str] = []  # the gate's words, read once, only for a question asked
+
+    def gate() -> str:
+        if not said:
+            said.append(_gate(orch, record.repository, grant, person, caller))
+        return said[0]
+
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
-        consent = drift.offer(preflight, record, current.bundle_id, person)
+        consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
-        consent = person.approve(unseen or [], gate=_gate(orch, record.repository, grant, person))
+        consent = person.approve(unseen or [], gate=gate())
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
@@ -705,7 +733,7 @@ def promote(
     if view.get("status") == "awaiting_approval":
         # the gate wants a person: a confirmation at the terminal is one, --yes is not;
         # the approver is the person's own credential (an operator's), never another
-        if consent != "asked" or orch.whoami().get("role") != "operator":
+        if consent != "asked" or caller().get("role") != "operator":
             run.move(current, RunStatus.AWAITING_APPROVAL)
             person.say(f"awaiting approval: promoter approve {current.operation_id}")
             return
@@ -721,6 +749,8 @@ def promote(
         consent=consent,
         agreed=drifted,
         note=_confirmed_note() if refused_drift else "",  # read by a merge only
+        gate=gate,
+        caller=caller,
     )
     if merged is None:
         return
