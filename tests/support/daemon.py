@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from promoter.adapters.webhooks import daemon_services
 from promoter.api.app import create_app
@@ -58,6 +59,7 @@ class Daemon:
     url: str
     services: Services
     state_dir: Path
+    app: FastAPI  # its routes: what a test enumerates (``tests/integration``)
 
     @property
     def orchestrator_token(self) -> str:
@@ -118,7 +120,7 @@ def running_daemon(
     try:
         if not server.ready.wait(30):
             raise RuntimeError("the test daemon did not start")
-        yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir)
+        yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir, app)
     finally:
         server.should_exit = True
         thread.join(30)
