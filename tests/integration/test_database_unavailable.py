@@ -1,6 +1,8 @@
 """A database outage answers 503 ``database_unavailable`` with ``Retry-After``; both clients
 retry it and succeed once the database is back; every operation of the served contract
-that lists that answer gives it.
+that lists that answer gives it; every page and form of the console (``/ui``, not in the
+contract) says so on a 503 page, records nothing, and accepts no session, a revoked one
+included.
 
 The daemon runs on a PostgreSQL cluster this test makes and starts itself
 (``tests.support.own_postgres``), never the machine's server. The clients' injected sleep
@@ -12,18 +14,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import typer
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+from typer.testing import CliRunner
 
+from promoter.api.ui.actions import ACTIONS
+from promoter.api.ui.pages import RECEIPTS
+from promoter.api.ui.web import CSP
+from promoter.cli import credentials_cmd
 from promoter.client.sync import AsyncPromoterClient, Backoff, PromoterClient
+from promoter.config import RepositoryConfig
 from promoter.errors import DatabaseUnavailable
+from promoter.store import hosts
 from promoter.store.db import Database
-from tests.support.daemon import running_daemon
+from tests.console.support import NEW, OLD, held, hidden, login
+from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import head, init_repo
 from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
+from tests.support.promotion import tree_bytes
 
 BIN = binaries()
 pytestmark = pytest.mark.skipif(BIN is None, reason="no PostgreSQL initdb installed here")
@@ -241,3 +258,220 @@ def test_every_route_that_reads_the_ledger_answers_503_while_the_database_is_dow
         server.start()
         with daemon.orchestrator() as client:
             assert client.get("/v1/events").status_code == 200
+
+
+# The console (``/ui``): its pages and forms are not in the served contract. Each route
+# is asked with every value its path parameters take here (every action, every download).
+NOTE = "during the outage"
+
+
+def _console_requests(app: FastAPI, fill: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """Every console route of ``app`` as (method, concrete path): read from its routes, so
+    a new page or form is asked too."""
+    asked: list[tuple[str, str]] = []
+    for route in iter_route_contexts(app.routes):
+        template = route.path or ""
+        if not isinstance(route.original_route, APIRoute) or not template.startswith("/ui"):
+            continue  # the API's operations, and /ui/static's files (no ledger)
+        paths = [template]
+        for name in route.param_convertors:
+            paths = [p.replace("{" + name + "}", value) for p in paths for value in fill[name]]
+        asked += [(method, path) for method in sorted(route.methods or ()) for path in paths]
+    return asked
+
+
+def _says_the_database_does_not_answer(answer: httpx.Response) -> bool:
+    """A console page, 503 with ``Retry-After``, that names ``database_unavailable``."""
+    return (
+        answer.status_code == 503
+        and answer.headers.get("Retry-After") == "2"
+        and answer.headers.get("content-type", "").startswith("text/html")
+        and answer.headers.get("Content-Security-Policy") == CSP
+        and "<code>database_unavailable</code>" in answer.text
+        and "the database cannot be reached" in answer.text
+    )
+
+
+def _ledger_view(daemon: Daemon, repo: Path, operation_id: str) -> dict[str, Any]:
+    """What a console form could change: the operation and its events, the snapshots,
+    the hosts' epochs and states, the worktree's bytes and HEAD."""
+    with daemon.operator() as api:
+        operation = api.get(f"/v1/operations/{operation_id}").json()
+        snapshots = api.get("/v1/repositories/work/snapshots").json()
+        hosts = api.get("/v1/hosts").json()["hosts"]
+    return {
+        "operation": (operation["status"], [e["kind"] for e in operation["events"]]),
+        "operations": _operation_ids(daemon),
+        "snapshots": [s["tree"] for s in snapshots["snapshots"]],
+        "hosts": {h["host_id"]: (h["status"], h["epoch"]) for h in hosts},
+        "worktree": tree_bytes(repo),
+        "head": head(repo),
+    }
+
+
+def _operation_ids(daemon: Daemon) -> list[str]:
+    with daemon.operator() as api:
+        return sorted(o["operation_id"] for o in api.get("/v1/operations").json()["operations"])
+
+
+def _credentials(daemon: Daemon, *argv: str) -> str:
+    """``promoter credentials ...`` on the daemon's state and ledger; its output."""
+    app = typer.Typer()
+    credentials_cmd.register(app)
+    state = ["--state-dir", str(daemon.state_dir)]
+    done = CliRunner().invoke(app, ["credentials", *argv, *state])
+    assert done.exit_code == 0, done.output
+    return done.stdout
+
+
+@contextmanager
+def _gated_on_own_postgres(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[OwnPostgres, Daemon, Path, str]]:
+    """A daemon on a cluster of the test's own whose repository ``work`` awaits approval,
+    and one promotion held in it (its operation id); the CLI is pointed at that ledger."""
+    assert BIN is not None
+    repo = init_repo(tmp_path / "w", {"src/app.py": OLD})
+    config = RepositoryConfig(path=repo, approval="required")
+    with (
+        own_postgres(BIN) as server,
+        running_daemon(tmp_path / "s", {"work": config}, database_url=server.url) as daemon,
+    ):
+        monkeypatch.setenv("PROMOTER_DATABASE_URL", server.url)
+        identity = daemon.services.registry.by_name("work").identity
+        operation_id = held(daemon, repo, identity, [("src/app.py", OLD, NEW)])
+        try:
+            yield server, daemon, repo, operation_id
+        finally:
+            server.start_if_stopped()
+
+
+@pytest.mark.slow
+def test_every_console_page_and_form_says_the_database_does_not_answer_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A logged-in console, its database stopped: every page and every form of it (read
+    from the app's routes; each form with the session's CSRF token and the fields its
+    page sends) answers a 503 page naming ``database_unavailable`` with ``Retry-After``,
+    never a 500 and never a traceback in the log; the login page still shows its form,
+    and saying so to a browser that holds a session; logging in, with the host's own
+    token or a named credential, says the database does not answer (not that the token
+    is wrong). Started again: nothing any form posted was recorded (the approval, the
+    snapshot, the fence, the logout), the worktree is as it was, and the same session
+    approves the held promotion, which completes."""
+    with _gated_on_own_postgres(tmp_path, monkeypatch) as (server, daemon, repo, operation_id):
+        me = daemon.services.owner.host
+        with daemon.services.db.session() as session:
+            identity = daemon.services.registry.by_name("work").identity
+            hosts.register(session, "host-dead", [identity], "2000-01-01T00:00:00Z")
+        with daemon.operator() as api:
+            tree = api.post("/v1/repositories/work/snapshots", json={}).json()["tree"]
+        erin = _credentials(daemon, "add", "erin").strip()
+        fill = {
+            "operation_id": [operation_id],
+            "action": sorted(ACTIONS),
+            "which": list(RECEIPTS),
+            "name": ["work"],
+            "tree": [tree],
+            "host": ["host-dead"],
+        }
+        form = {
+            "note": NOTE,
+            "fence": "1",
+            "decision": "accept_current",
+            "to": me,
+            "label": NOTE,
+            "expected_current_tree": tree,
+            "all_seen": "on",
+        }
+        before = _ledger_view(daemon, repo, operation_id)
+        asked = _console_requests(daemon.app, fill)
+        assert ("POST", f"/ui/operations/{operation_id}/approve") in asked
+        assert ("POST", "/ui/hosts/host-dead/fence") in asked
+        assert ("POST", f"/ui/operations/{operation_id}/merge") in asked
+        with login(daemon) as browser:
+            csrf = hidden(browser.get("/ui/review").text)
+            server.stop()
+            caplog.clear()
+            with caplog.at_level(logging.WARNING):
+                wrong = []
+                for method, path in asked:
+                    if method == "GET":
+                        answer = browser.get(path, params={"path": "src/app.py"})
+                        if path == "/ui" and answer.is_redirect:  # to the operations
+                            answer = browser.get(answer.headers["location"])
+                    elif path == "/ui/login":
+                        nonce = hidden(browser.get("/ui/login").text)
+                        token = daemon.operator_token
+                        answer = browser.post(path, data={"csrf": nonce, "token": token})
+                    else:
+                        answer = browser.request(method, path, data={"csrf": csrf, **form})
+                    if not _says_the_database_does_not_answer(answer):
+                        wrong.append((method, path, answer.status_code, answer.text[-300:]))
+                assert wrong == []
+
+                with httpx.Client(base_url=daemon.url) as stranger:
+                    page = stranger.get("/ui/login")  # no session: the form, nothing read
+                    assert page.status_code == 200 and 'name="token"' in page.text
+                    named = stranger.post(
+                        "/ui/login", data={"csrf": hidden(page.text), "token": erin}
+                    )
+                assert _says_the_database_does_not_answer(named), named.text
+                assert "That token is not valid" not in named.text
+            logged = [  # a 503's access line is logged at ERROR: any other line is not
+                r.getMessage()
+                for r in caplog.records
+                if r.exc_info or (r.levelno >= logging.ERROR and r.name != "promoter.access")
+            ]
+            assert logged == []
+            failed = [r.getMessage() for r in caplog.records if r.name == "promoter.access"]
+            assert failed and all(line.endswith(" 503") for line in failed)  # never a 500
+            assert "Traceback" not in caplog.text
+
+            server.start()
+            assert _ledger_view(daemon, repo, operation_id) == before
+            still = browser.get("/ui/review")  # the logout posted in the outage did nothing
+            assert still.status_code == 200 and hidden(still.text) == csrf
+            approved = browser.post(f"/ui/operations/{operation_id}/approve", data={"csrf": csrf})
+            assert approved.status_code == 303, approved.text
+        assert (repo / "src/app.py").read_bytes() == NEW
+        with daemon.operator() as api:
+            view = api.get(f"/v1/operations/{operation_id}").json()
+        assert view["status"] == "completed"
+        decided = [e["payload"] for e in view["events"] if e["kind"] == "decision"]
+        approvals = [(d["approval"], d["by"]) for d in decided if "approval" in d]
+        assert approvals == [("approved", {"role": "operator", "name": "operator"})]
+
+
+@pytest.mark.slow
+def test_a_console_session_revoked_before_an_outage_is_not_accepted_during_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named credential logs in to the console and is removed; then the database stops.
+    Its session's cookie and CSRF token, presented during the outage, open no page (a
+    503 page naming ``database_unavailable``, without the session's navigation or form
+    token) and record no approval: the check fails closed. Started again, the session is
+    still ended: its pages send it to the login and its approval is 401."""
+    with _gated_on_own_postgres(tmp_path, monkeypatch) as (server, daemon, repo, operation_id):
+        dana = _credentials(daemon, "add", "dana").strip()
+        before = _ledger_view(daemon, repo, operation_id)
+        with login(daemon, dana) as browser:
+            csrf = hidden(browser.get("/ui/review").text)
+            _credentials(daemon, "remove", "dana")
+            server.stop()
+            refused = [
+                browser.get("/ui/review"),
+                browser.get(f"/ui/operations/{operation_id}"),
+                browser.post(f"/ui/operations/{operation_id}/approve", data={"csrf": csrf}),
+            ]
+            for answer in refused:
+                assert _says_the_database_does_not_answer(answer), answer.text
+                assert csrf not in answer.text and "/ui/logout" not in answer.text
+                assert "src/app.py" not in answer.text
+            server.start()
+            assert _ledger_view(daemon, repo, operation_id) == before
+            page = browser.get("/ui/review")
+            assert (page.status_code, page.headers["location"]) == (303, "/ui/login")
+            post = browser.post(f"/ui/operations/{operation_id}/approve", data={"csrf": csrf})
+            assert post.status_code == 401
+        assert _ledger_view(daemon, repo, operation_id) == before

@@ -10,6 +10,12 @@ name, which its approvals and rejections record as the approver, and its token's
 so removing or replacing the credential ends the session. ``POST /ui/logout`` (CSRF-checked)
 drops the session. The token is never stored, logged or echoed back.
 
+A refusal that is not the token's (the ledger busy or not answering, while the cookie's
+session is looked up, the token's credential read or the session stored) is the form
+again with that error's status, code, detail and ``Retry-After`` (``_not_now``): the
+person learns the database does not answer, never that the token is wrong. A token that
+fails is only ever "not valid", whatever the reason.
+
 Fault point: ``console_session_open`` (in the operator's thread, after the token was
 authenticated and before its session is stored): a removal of the credential in that
 window leaves a session that its first use refuses (``promoter.api.ui.web``).
@@ -25,7 +31,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from promoter.api.deps import authenticate, get_services
-from promoter.api.ui.refusals import shown
+from promoter.api.ui.refusals import Page, shown, with_retry_after
 from promoter.api.ui.sessions import (
     COOKIE,
     LOGIN_COOKIE,
@@ -51,30 +57,39 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 ENDED_REVOKED = "Your session ended because its credential was revoked. Log in again."
 
 
-def _form(request: Request, status_code: int = 200, message: str = "") -> Response:
+def _form(
+    request: Request,
+    status_code: int = 200,
+    message: str = "",
+    problem: PromoterError | None = None,
+) -> Response:
     nonce = secrets.token_urlsafe(32)
     # where the person finds a token: the daemon's own operator token, on this machine
     where = get_services(request).settings.credentials_dir / "operator.token"
-    response = render("login.html", status_code, nonce=nonce, message=message, where=str(where))
+    response = render(
+        "login.html", status_code, nonce=nonce, message=message, where=str(where), problem=problem
+    )
     set_cookie(request, response, LOGIN_COOKIE, nonce)
     return response
 
 
+def _not_now(request: Request, exc: PromoterError) -> Response:
+    """The form again, saying what kept the login from being looked at or made."""
+    return with_retry_after(_form(request, exc.http_status, problem=exc), exc)
+
+
 @router.get("/login")
-@shown()
+@shown(Page(PromoterError, _not_now))
 async def get_login(request: Request) -> Response:
     cookie = request.cookies.get(COOKIE)
     why = None
     if cookie:  # only this browser's own session: its id is the secret that finds the mark
-        try:
-            why = await run_on_operator_pool(request.app.state, sessions(request).ended_why, cookie)
-        except PromoterError:  # the ledger busy or away: the form all the same, no reason
-            why = None
+        why = await run_on_operator_pool(request.app.state, sessions(request).ended_why, cookie)
     return _form(request, message=ENDED_REVOKED if why == REVOKED else "")
 
 
 @router.post("/login")
-@shown()
+@shown(Page(PromoterError, _not_now))
 async def post_login(request: Request) -> Response:
     form = await read_form(request)
     if not same_token(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
@@ -83,7 +98,9 @@ async def post_login(request: Request) -> Response:
     services = get_services(request)
     try:
         principal = await authenticate(request.app.state, services, token)
-    except PromoterError:  # whatever the reason, the form never says why a token failed
+    except PromoterError as exc:  # whatever the reason, the form never says why a token failed
+        if exc.http_status >= 500:  # the ledger's, not the token's: said as it is
+            raise
         return _form(request, 401, "That token is not valid.")
     if principal.role != "operator":
         return _form(request, 403, "The console needs the operator token.")

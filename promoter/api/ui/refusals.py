@@ -44,6 +44,11 @@ def error_page(request: Request, exc: PromoterError) -> Response:
     page = render(
         "error.html", exc.http_status, answering(request), code=exc.code, detail=exc.detail
     )
+    return with_retry_after(page, exc)
+
+
+def with_retry_after(page: Response, exc: PromoterError) -> Response:
+    """``page`` with the ``Retry-After`` the API's problem document for ``exc`` carries."""
     retry_after = RETRY_AFTER.get(exc.code)
     if retry_after is None and type(exc.context.get("retry_after")) is int:
         retry_after = str(exc.context["retry_after"])
