@@ -409,6 +409,8 @@ def test_every_console_page_and_form_says_the_database_does_not_answer_and_chang
                     if not _says_the_database_does_not_answer(answer):
                         wrong.append((method, path, answer.status_code, answer.text[-300:]))
                 assert wrong == []
+                style = browser.get("/ui/static/console.css")  # the pages' one stylesheet
+                assert style.status_code == 200 and style.content
 
                 with httpx.Client(base_url=daemon.url) as stranger:
                     page = stranger.get("/ui/login")  # no session: the form, nothing read
