@@ -562,7 +562,7 @@ def step(
                 bundle, receipt = adopted[0], adopted[1].wire()
                 person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with links.build(record, current, grant, since, person) as built:
+                with links.build(run, current, grant, since, person) as built:
                     if not built.bundle["changes"]:
                         run.move(current, RunStatus.NO_CHANGES)
                         since_what = "since the last promotion" if base else "by the command"

@@ -41,7 +41,7 @@ class RunStatus(StrEnum):
     NEEDS_RECONCILIATION = "needs_reconciliation"
     ABANDONED = "abandoned"
     COMPLETED = "completed"
-    REFUSED = "refused"
+    REFUSED = "refused"  # also a step whose links the grant refuses, nothing submitted
     ROLLBACK_FAILED = "rollback_failed"
     ROLLBACK_PARTIAL = "rollback_partial"
     ROLLED_BACK = "rolled_back"
@@ -61,7 +61,8 @@ _MOVING = frozenset(
 
 TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     None: frozenset({R.STARTED}),
-    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED}),
+    # refused: the builder refused what the sandbox holds (links the grant's policy refuses)
+    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED, R.REFUSED}),
     R.SUBMITTED: _HELD,
     R.DECLINED: _HELD,
     R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
