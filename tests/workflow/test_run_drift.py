@@ -513,7 +513,7 @@ def test_run_list_shows_a_refused_step_merged_and_approved_by_the_persons_comman
     held = re.search(rb"operation (op_[0-9a-f]+) awaiting_approval", merge.plain)
     assert held is not None, merge.text()
     listed = cli("run", "--list", *where)
-    assert b"1 step(s), last awaiting_approval" in listed.plain, listed.text()
+    assert b"1 step(s), last awaiting approval" in listed.plain, listed.text()
     cli("approve", held.group(1).decode(), "--note", "merged by hand", *token)
     assert (repo / "src" / "app.py").read_bytes() == MERGED
     listed = cli("run", "--list", *where)

@@ -40,6 +40,7 @@ from promoter.executor.run import answers, drift, links
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
+from promoter.executor.run.status import shown
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
@@ -758,7 +759,8 @@ def promote(
     run.move(current, str(view["status"]))
     if current.status is not RunStatus.COMPLETED:
         raise error_class(str(view.get("code") or "internal"))(
-            f"operation {current.operation_id} is {current.status}: {view.get('detail') or ''}"
+            f"operation {current.operation_id} is {shown(current.status)}: "
+            f"{view.get('detail') or ''}"
         )
     assert current.operation_id is not None
     carried = (promoted or {}).get("operation_id"), (promoted or {}).get("receipt_sha256")
@@ -785,7 +787,7 @@ def promote_submitted(
     record = run.record
     current = run.last
     if current is None or current.bundle_id is None or current.status not in PROMOTABLE:
-        last = current.status if current is not None else "nothing yet"
+        last = shown(current.status) if current is not None else "nothing yet"
         raise NothingToPromote(
             f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
             f"give the next command: promoter run --continue {record.run_id} -- CMD"
