@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -382,8 +383,7 @@ class _Command:
         than it was made ready for: made ready again); its exit status."""
         record, how = self.record, self.how
         self.person.say(
-            f"[bold]running[/] {escape(visible(' '.join(self.command)))} in {record.clone} "
-            f"({how.kind})"
+            f"[bold]running[/] {escape(_echoed(self.command))} in {record.clone} ({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
         if how.unconfined:
@@ -398,6 +398,25 @@ class _Command:
         outcome = self._prepared.run(step_env, timeout)
         self.person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
         return outcome.returncode
+
+
+# inside $'…': a backslash and a quote escaped, a newline, tab and CR written as \n \t \r
+_ANSI_C = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"})
+
+
+def _echoed(command: Sequence[str]) -> str:
+    """The person's command as one line, as a shell reads it: each argument with its
+    hidden characters shown (``visible``) and quoted (``shlex.quote``), one holding a
+    newline, tab or carriage return as ``$'…'`` with those written ``\\n``, ``\\t``,
+    ``\\r``, so that no argument prints what looks like a line of its own."""
+    words = []
+    for argument in command:
+        shown = visible(argument)
+        if any(c in shown for c in "\n\t\r"):
+            words.append(f"$'{shown.translate(_ANSI_C)}'")
+        else:
+            words.append(shlex.quote(shown))
+    return " ".join(words)
 
 
 def _ended_how(code: int) -> str:
