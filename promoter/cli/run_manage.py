@@ -7,14 +7,14 @@ steps, and not again once unreachable); a promotion an operator accepted in part
 ``approved in part`` (not ``refused``), one refused for drift and then merged (by
 ``promoter merge`` too) takes the merged promotion's operation, bundle and status, as a
 run's own merge records them, and a step left ``started`` with no process in its sandbox
-reads ``interrupted``; each line shows
-the sandbox's size on disk. ``prune`` removes, through the safe ``sandbox.remove``, every
-sandbox whose last step is finished (``completed`` or
-``no_changes``) and untouched for ``--older-than`` (default: any age), and every
-abandoned one (any other status the host is not still working on) untouched for
-``--older-than`` but at least ``ABANDONED_AFTER``; never one that a live process has
-as its working or root directory, never one whose status is unknown; it prints what it
-freed.
+reads ``interrupted``; each line shows the status in words (``no changes``, ``command
+failed``: ``status.shown``, as ``--prune`` says it) and the sandbox's size on disk.
+``prune`` removes, through the safe ``sandbox.remove``, every sandbox whose last step is
+finished (``completed`` or ``no_changes``) and untouched for ``--older-than`` (default:
+any age), and every abandoned one (any other status the host is not still working on,
+``refused`` too) untouched for ``--older-than`` but at least ``ABANDONED_AFTER``; never
+one that a live process has as its working or root directory, never one whose status is
+unknown; it prints what it freed.
 
 Deliberately not here: anything that touches a person's worktree.
 """
@@ -33,13 +33,13 @@ from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run.merged import followed
 from promoter.executor.run.state import Run
+from promoter.executor.run.status import shown
 from promoter.fs.tree_walk import DIR_FLAGS, Level, Walk
 
 __all__ = ["age", "list_sandboxes", "prune"]
 
 IN_PART = "approved_in_part"
 FINISHED = frozenset({"completed", "no_changes", IN_PART})
-SHOWN = {IN_PART: "approved in part", "command_failed": "command failed"}
 AT_THE_HOST = frozenset({"awaiting_approval", "in_progress", "needs_recovery"})
 ASKED = AT_THE_HOST | {"refused"}  # a refusal for drift may have been merged since
 STILL_AT_THE_HOST = AT_THE_HOST | {"needs_reconciliation", "unknown"}
@@ -177,7 +177,7 @@ def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
         home = sandboxes.runs_dir(state_dir) / record.run_id
         console.print(
             f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
-            f"last {SHOWN.get(status, status)}  {human(_size(home))}  {record.clone}",
+            f"last {shown(status)}  {human(_size(home))}  {record.clone}",
             soft_wrap=True,
             highlight=False,
         )
@@ -216,9 +216,9 @@ def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> No
         home = sandboxes.runs_dir(state_dir) / record.run_id
         idle = _untouched_for(state_dir, record.run_id)
         if status in STILL_AT_THE_HOST:
-            why = f"kept: last {SHOWN.get(status, status)}"
+            why = f"kept: last {shown(status)}"
         elif status not in FINISHED and idle < max(older_than, ABANDONED_AFTER):
-            why = f"kept: last {SHOWN.get(status, status)}, not abandoned yet"
+            why = f"kept: last {shown(status)}, not abandoned yet"
         elif idle < older_than:
             why = "kept: newer than --older-than"
         elif pids := _live(home):
@@ -229,7 +229,7 @@ def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> No
             freed += size
             removed += 1
             console.print(
-                f"removed {record.run_id} (last {SHOWN.get(status, status)}), freed {human(size)}",
+                f"removed {record.run_id} (last {shown(status)}), freed {human(size)}",
                 soft_wrap=True,
                 highlight=False,
             )

@@ -293,10 +293,37 @@ def test_a_command_with_bidi_and_escape_characters_is_echoed_with_them_shown(
     done = forkserver.run([*argv, "sh", "-c", script], env=env, cwd=repo, timeout=600)
     assert done.returncode == 0, done.stderr
     record = _only_run(daemon)
-    shown = "printf 'x\\n' > a.txt # <U+202E>exe.txt<U+001B>[2J"
+    shown = "'printf '\"'\"'x\\n'\"'\"' > a.txt # <U+202E>exe.txt<U+001B>[2J'"  # shell-quoted
     assert f"running sh -c {shown} in {record.clone} (bwrap)\n".encode() in done.stdout
     listed = forkserver.run([*argv[:8], "--list"], env=env, cwd=repo, timeout=600)
     assert listed.returncode == 0, listed.stderr
     for said in (done.stdout, done.stderr, listed.stdout, listed.stderr):
         assert "\u202e".encode() not in said and b"\x1b" not in said
+    assert (repo / "a.txt").read_bytes() == b"x\n"
+
+
+def test_an_argument_with_a_newline_cannot_pose_as_a_line_of_its_own_in_the_echo(
+    daemon: Daemon, repo: Path
+) -> None:
+    """The person's command holds arguments with a newline, a tab and a carriage return:
+    the run's line naming it shows each argument shell-quoted, those three as ``\\n``,
+    ``\\t``, ``\\r`` inside ``$'…'``; so no argument prints what looks like a line of its
+    own (``promoted: …``), and a literal backslash-n stays told apart from a newline."""
+    args = ["one\npromoted: operation op_x completed", "tab\there", "cr\r\nlf", "it's\\n"]
+    args += ["back\\slash\nx"]
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", "--state-dir"]
+    argv += [str(daemon.state_dir), "--url", daemon.url, "--yes", "--keep", "--"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env = {**base, "PYTHONPATH": str(ROOT)}
+    command = ["sh", "-c", "printf 'x\\n' > a.txt", *args]
+    done = forkserver.run([*argv, *command], env=env, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr
+    record = _only_run(daemon)
+    shown = (
+        "sh -c 'printf '\"'\"'x\\n'\"'\"' > a.txt' $'one\\npromoted: operation op_x completed' "
+        "$'tab\\there' $'cr\\r\\nlf' 'it'\"'\"'s\\n' $'back\\\\slash\\nx'"
+    )
+    assert f"running {shown} in {record.clone} (bwrap)\n".encode() in done.stdout
+    assert b"\npromoted: operation op_x" not in done.stdout
+    assert b"\t" not in done.stdout and b"\r" not in done.stdout
     assert (repo / "a.txt").read_bytes() == b"x\n"

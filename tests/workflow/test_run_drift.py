@@ -356,6 +356,33 @@ def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(
     assert step.bundle_id is None
 
 
+def test_a_refused_link_ends_its_step_refused_never_interrupted(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """Links refused under ``--yes`` (and answered no at the terminal) end the step
+    ``refused``: ``run --list`` names it so, never ``interrupted``, and ``--prune`` keeps
+    it as a refused step, not abandoned yet."""
+    term = _run(daemon, repo, "ln -s ../../outside src/link", "--yes")
+    assert term.finish() == 75, term.text()  # path_unsafe
+    record = _record(daemon)
+    [step] = record.steps
+    assert (step.status, step.bundle_id) == ("refused", None)
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    listed = Terminal([*CLI, "run", "--list", *where], repo, {})
+    assert listed.finish() == 0, listed.text()
+    assert f"{record.run_id}  work  1 step(s), last refused  ".encode() in listed.plain
+    pruned = Terminal([*CLI, "run", "--prune", *where], repo, {})
+    assert pruned.finish() == 0, pruned.text()
+    assert f"{record.run_id}  kept: last refused, not abandoned yet\n".encode() in pruned.plain
+    assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
+    argv = [*CLI, "run", *where, "--continue", record.run_id, "--unconfined", "--keep"]
+    again = Terminal([*argv, "--", "true"], repo, {"PAGER": "cat"})
+    again.expect(b"Promote the rest, without src/link? [Y/n]")
+    again.send(b"n\r")
+    assert again.finish() == 75, again.text()
+    assert [s.status for s in _record(daemon).steps] == ["refused", "refused"]
+
+
 def test_symlinks_inside_promotes_a_link_that_stays_inside(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
@@ -486,7 +513,7 @@ def test_run_list_shows_a_refused_step_merged_and_approved_by_the_persons_comman
     held = re.search(rb"operation (op_[0-9a-f]+) awaiting_approval", merge.plain)
     assert held is not None, merge.text()
     listed = cli("run", "--list", *where)
-    assert b"1 step(s), last awaiting_approval" in listed.plain, listed.text()
+    assert b"1 step(s), last awaiting approval" in listed.plain, listed.text()
     cli("approve", held.group(1).decode(), "--note", "merged by hand", *token)
     assert (repo / "src" / "app.py").read_bytes() == MERGED
     listed = cli("run", "--list", *where)

@@ -217,5 +217,6 @@ def test_continue_without_a_command_and_nothing_submitted_is_a_usage_error(
     assert f"run {record.run_id} has no submitted bundle to promote (its last step: " in (
         again.output
     )
-    assert "no_changes" in again.output
+    said = " ".join(again.output.replace("\u2502", " ").split())  # the usage box's lines
+    assert "(its last step: no changes)" in said and "no_changes" not in said
     assert [s.status for s in _only_run(daemon).steps] == ["no_changes"]  # nothing written

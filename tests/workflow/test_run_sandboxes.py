@@ -240,6 +240,29 @@ def test_a_sandbox_changed_after_the_agent_submitted_is_promoted_as_a_new_bundle
     assert (repo / "README.md").read_bytes() == b"# project\nthe agent line\n"
 
 
+def test_list_and_prune_name_a_step_without_changes_in_words_not_its_code(
+    daemon: Daemon, repo: Path
+) -> None:
+    """A step that changed nothing reads ``no changes`` in ``--list`` and ``--prune``, as a
+    failed command reads ``command failed``: never the record's ``no_changes``, which
+    ``run.json`` and ``--json`` keep; ``--continue`` without CMD names it alike."""
+    done = _run(daemon, "run", "--repo", "work", "--yes", "--keep", "--", "true")
+    assert done.exit_code == 0, done.output
+    record = _only_run(daemon)
+    assert [s.status for s in record.steps] == ["no_changes"]
+    listed = _run(daemon, "run", "--list")
+    assert f"{record.run_id}  work  1 step(s), last no changes  " in listed.stdout, listed.output
+    again = _run(daemon, "run", "--continue", record.run_id, "--yes")
+    assert again.exit_code == 2, again.output
+    said = " ".join(again.output.replace("\u2502", " ").split())  # the usage box's lines
+    assert "(its last step: no changes); give the next command" in said, again.output
+    pruned = _run(daemon, "run", "--prune")
+    assert pruned.exit_code == 0, pruned.output
+    assert f"removed {record.run_id} (last no changes), freed " in pruned.stdout
+    for said in (listed.stdout, again.output, pruned.stdout):
+        assert "no_changes" not in said
+
+
 def test_prune_and_list_name_a_failed_command_alike(daemon: Daemon, repo: Path) -> None:
     """A step whose command failed reads ``command failed`` in ``--list`` and ``--prune``
     alike (never the record's ``command_failed`` in one of them); its sandbox is kept."""

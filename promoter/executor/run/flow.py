@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from promoter.executor.run import answers, drift, links
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
+from promoter.executor.run.status import shown
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
@@ -381,8 +383,7 @@ class _Command:
         than it was made ready for: made ready again); its exit status."""
         record, how = self.record, self.how
         self.person.say(
-            f"[bold]running[/] {escape(visible(' '.join(self.command)))} in {record.clone} "
-            f"({how.kind})"
+            f"[bold]running[/] {escape(_echoed(self.command))} in {record.clone} ({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
         if how.unconfined:
@@ -397,6 +398,25 @@ class _Command:
         outcome = self._prepared.run(step_env, timeout)
         self.person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
         return outcome.returncode
+
+
+# inside $'…': a backslash and a quote escaped, a newline, tab and CR written as \n \t \r
+_ANSI_C = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"})
+
+
+def _echoed(command: Sequence[str]) -> str:
+    """The person's command as one line, as a shell reads it: each argument with its
+    hidden characters shown (``visible``) and quoted (``shlex.quote``), one holding a
+    newline, tab or carriage return as ``$'…'`` with those written ``\\n``, ``\\t``,
+    ``\\r``, so that no argument prints what looks like a line of its own."""
+    words = []
+    for argument in command:
+        shown = visible(argument)
+        if any(c in shown for c in "\n\t\r"):
+            words.append(f"$'{shown.translate(_ANSI_C)}'")
+        else:
+            words.append(shlex.quote(shown))
+    return " ".join(words)
 
 
 def _ended_how(code: int) -> str:
@@ -562,7 +582,7 @@ def step(
                 bundle, receipt = adopted[0], adopted[1].wire()
                 person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with links.build(record, current, grant, since, person) as built:
+                with links.build(run, current, grant, since, person) as built:
                     if not built.bundle["changes"]:
                         run.move(current, RunStatus.NO_CHANGES)
                         since_what = "since the last promotion" if base else "by the command"
@@ -758,7 +778,8 @@ def promote(
     run.move(current, str(view["status"]))
     if current.status is not RunStatus.COMPLETED:
         raise error_class(str(view.get("code") or "internal"))(
-            f"operation {current.operation_id} is {current.status}: {view.get('detail') or ''}"
+            f"operation {current.operation_id} is {shown(current.status)}: "
+            f"{view.get('detail') or ''}"
         )
     assert current.operation_id is not None
     carried = (promoted or {}).get("operation_id"), (promoted or {}).get("receipt_sha256")
@@ -785,7 +806,7 @@ def promote_submitted(
     record = run.record
     current = run.last
     if current is None or current.bundle_id is None or current.status not in PROMOTABLE:
-        last = current.status if current is not None else "nothing yet"
+        last = shown(current.status) if current is not None else "nothing yet"
         raise NothingToPromote(
             f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
             f"give the next command: promoter run --continue {record.run_id} -- CMD"

@@ -6,7 +6,8 @@ is. A step that handed its bundle to the host takes its operation's status
 (``promoter.domain.status.OperationStatus``), so every operation status is a run status
 too. The moves are data, like an operation's: ``TRANSITIONS[from]`` is where a step may
 go next (``None``: a new step); ``check_move`` is the one check (``state.Run.move``
-makes every move through it).
+makes every move through it). ``shown`` is a status as a person reads it (``no changes``,
+``approved in part``); ``run.json`` and ``--json`` keep the codes.
 
 Deliberately not here: what makes a step move (``flow.py``), saving the record
 (``state.py``, ``promoter.executor.sandbox``). Pure: no I/O.
@@ -19,7 +20,7 @@ from enum import StrEnum
 from promoter.domain.status import OperationStatus
 from promoter.errors import ConfigError
 
-__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move"]
+__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move", "shown"]
 
 
 class RunStatus(StrEnum):
@@ -41,7 +42,7 @@ class RunStatus(StrEnum):
     NEEDS_RECONCILIATION = "needs_reconciliation"
     ABANDONED = "abandoned"
     COMPLETED = "completed"
-    REFUSED = "refused"
+    REFUSED = "refused"  # also a step whose links the grant refuses, nothing submitted
     ROLLBACK_FAILED = "rollback_failed"
     ROLLBACK_PARTIAL = "rollback_partial"
     ROLLED_BACK = "rolled_back"
@@ -61,7 +62,8 @@ _MOVING = frozenset(
 
 TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     None: frozenset({R.STARTED}),
-    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED}),
+    # refused: the builder refused what the sandbox holds (links the grant's policy refuses)
+    R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED, R.REFUSED}),
     R.SUBMITTED: _HELD,
     R.DECLINED: _HELD,
     R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
@@ -96,3 +98,9 @@ def check_move(current: str | None, wanted: str) -> RunStatus:
             f"a run step cannot move from {current} to {wanted}", current=current, status=wanted
         )
     return status
+
+
+def shown(status: str) -> str:
+    """A status (a run step's, or ``--list``'s ``unknown``) in words: ``no changes``,
+    ``command failed``, ``approved in part``."""
+    return status.replace("_", " ")
