@@ -12,8 +12,8 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   it is closed (the route sees the connection gone: ``bad_request``, logged as such);
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
-  protocol is made). One past it closes the connection that has waited longest on its
-  client (for a head, or between requests); while those close (a few, ``slack``), or when
+  protocol is made). One past it closes the oldest one whose request is not yet whole (its
+  head or body still coming, or idle between requests); while those close (a few, ``slack``), or when
   every connection carries a request the daemon is answering, a new one is closed as
   soon as it is accepted.
 
