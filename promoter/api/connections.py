@@ -12,10 +12,10 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   it is closed (the route sees the connection gone: ``bad_request``, logged as such);
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
-  protocol is made). One past it closes the oldest one whose request is not yet whole (its
-  head or body still coming, or idle between requests); while those close (a few, ``slack``), or when
-  every connection carries a request the daemon is answering, a new one is closed as
-  soon as it is accepted.
+  protocol is made). One past it closes the oldest one whose request is not yet whole
+  (its head or body still coming, or idle between requests); while those close (a few,
+  ``slack``), or when every connection carries a request the daemon is answering, a
+  new one is closed as soon as it is accepted.
 
 Only the client's turn is timed: from the connection's opening or the last answer until
 its request's body is in. The daemon's turn (a promotion's ``wait`` of up to 600 s, a
