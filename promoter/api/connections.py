@@ -36,6 +36,7 @@ import logging
 import resource
 import socket
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,8 @@ class Gate:
         self.cap = cap
         self.slack = max(1, cap // 8)
         self.accepted = 0  # accepted, their protocol not yet made
-        self.open: set[BoundedHttpToolsProtocol] = set()
+        # made, not yet lost (weak: a protocol whose transport failed to start is gone)
+        self.open: weakref.WeakSet[BoundedHttpToolsProtocol] = weakref.WeakSet()
 
     def admit(self) -> bool:
         """Whether a connection just accepted may stay (room made for it when needed)."""
@@ -131,7 +133,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.gate.accepted = max(0, self.gate.accepted - 1)  # made: counted as open now
+        # made: counted as open from now (its connection is made a turn of the loop later)
+        self.gate.accepted = max(0, self.gate.accepted - 1)
+        self.gate.open.add(self)
         self._deadline: asyncio.TimerHandle | None = None
         self._timing: str | None = None  # HEAD or BODY while a deadline runs
         # when the client's turn began (opened, or last answered); None: the daemon's turn
@@ -185,7 +189,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.gate.open.add(self)
         self._clients_turn()
 
     def connection_lost(self, exc: Exception | None) -> None:
