@@ -21,9 +21,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from promoter import faults
 from promoter.api.connections import connection_cap
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
+from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, upload_blobs
 
 BOUND = 0.3  # the head's and the body's bound in these tests' daemons
@@ -141,6 +143,40 @@ def test_the_cap_is_max_connections_and_at_most_half_the_open_file_limit() -> No
     assert connection_cap(7) == 7
     if soft != resource.RLIM_INFINITY:
         assert connection_cap(soft) == soft // 2
+
+
+def test_a_request_being_answered_is_never_closed_to_make_room(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a cap of one, a long-poll held in the daemon (at ``long_poll_probe``) keeps its
+    connection: the connections that come meanwhile are closed as they are accepted."""
+    pause = Pause(tmp_path, "long_poll_probe")
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    faults.reset()
+    with running_daemon(
+        tmp_path / "state", {"work": repo}, max_connections=1, request_head_seconds=600
+    ) as daemon:
+        with _connect(daemon.url) as held:
+            held.sendall(
+                b"GET /v1/events?wait=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + f"Authorization: Bearer {daemon.orchestrator_token}\r\n\r\n".encode()
+            )
+            try:
+                pause.reached()  # its head is in: the daemon's turn
+                for _ in range(8):
+                    with _connect(daemon.url) as other:
+                        other.sendall(HEAD)
+                        assert _closed(other) == b""
+            finally:
+                pause.release()
+            answer = b""
+            while not answer.endswith(b"}"):
+                chunk = held.recv(65536)
+                assert chunk, f"the connection was closed inside the answer: {answer!r}"
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        assert json.loads(body)["events"] == []
 
 
 # the cap: a daemon held at 256 open files serves at most 128 connections
