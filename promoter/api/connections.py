@@ -126,7 +126,7 @@ def gated(sock: socket.socket, gate: Gate) -> GatedListener:
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the client's side bounded (the module docstring).
-    ``bounds`` and ``cap`` are set on the class ``bounded_protocol`` makes."""
+    ``bounds`` and ``gate`` are set on the class ``bounded_protocol`` makes."""
 
     bounds = ClientBounds()
     gate = Gate(1024)

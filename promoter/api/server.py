@@ -7,7 +7,9 @@ access line are off: ``promoter serve`` configures logging once, and
 ``promoter.api.observe`` writes the access line. ``listen`` binds the daemon's socket
 before anything else starts, so a taken port is refused before a migration or a key is
 published (``AddressInUse``); ``on_ready`` runs once the server listens, before the
-announcement.
+announcement. The server parses with httptools, its connections bounded on the client's
+side (a request's head and body within their deadlines, at most a cap of them, counted
+as they are accepted: ``promoter.api.connections``).
 """
 
 from __future__ import annotations
