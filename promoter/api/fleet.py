@@ -230,6 +230,7 @@ def worker_main(encoded: str) -> None:
     from promoter.adapters.webhooks import daemon_services
     from promoter.api import logs
     from promoter.api.app import create_app
+    from promoter.api.connections import ClientBounds
     from promoter.api.fd_limit import raise_open_files
     from promoter.api.gc_policy import tune_for_serving
     from promoter.api.server import make_server
@@ -250,6 +251,7 @@ def worker_main(encoded: str) -> None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
 
+    raise_open_files()  # before the server: its connections' cap is half the limit
     server = make_server(
         app,
         settings.host,
@@ -257,8 +259,8 @@ def worker_main(encoded: str) -> None:
         log_level=settings.log_level,
         on_exit=services.stopping.set,
         on_ready=ready,
+        bounds=ClientBounds.of(settings),
     )
-    raise_open_files()
     tune_for_serving()
     try:
         server.run(sockets=[sock])

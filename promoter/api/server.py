@@ -7,7 +7,9 @@ access line are off: ``promoter serve`` configures logging once, and
 ``promoter.api.observe`` writes the access line. ``listen`` binds the daemon's socket
 before anything else starts, so a taken port is refused before a migration or a key is
 published (``AddressInUse``); ``on_ready`` runs once the server listens, before the
-announcement.
+announcement. The server parses with httptools, its connections bounded on the client's
+side (a request's head and body within their deadlines, at most a cap of them, counted
+as they are accepted: ``promoter.api.connections``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import anyio
 import uvicorn
 
+from promoter.api.connections import BoundedHttpToolsProtocol, ClientBounds, bounded_protocol, gated
 from promoter.engine.fencing import publish_address
 from promoter.errors import AddressInUse, ConfigError
 
@@ -54,6 +57,12 @@ class ReadyServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        protocol = self.config.http
+        if isinstance(protocol, type) and issubclass(protocol, BoundedHttpToolsProtocol):
+            # its connections counted as they are accepted (``promoter.api.connections``)
+            if sockets is None:
+                sockets = [listen(self.config.host, self.config.port)]
+            sockets = [gated(sock, protocol.gate) for sock in sockets]
         await super().startup(sockets)
         if self.should_exit:
             return
@@ -88,7 +97,11 @@ def make_server(
     on_exit: Callable[[], None] | None = None,
     on_ready: Callable[[str], None] | None = None,
     server_type: type[ReadyServer] = ReadyServer,
+    bounds: ClientBounds | None = None,
 ) -> ReadyServer:
+    """The daemon's server; ``bounds``: the client's side of its connections
+    (``promoter.api.connections``; the cap is taken from the open-file limit now in force,
+    so a caller raises it first)."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -97,7 +110,9 @@ def make_server(
         log_config=None,  # the caller configures logging (``promoter.api.logs.configure``)
         access_log=False,  # ``promoter.access`` writes one richer line per request
         lifespan="on",
-        http="httptools",  # C parsing: a third of a small request's CPU under h11
+        # httptools (C parsing: a third of a small request's CPU under h11), its client's
+        # side bounded
+        http=bounded_protocol(bounds or ClientBounds()),
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=10,
     )

@@ -160,6 +160,7 @@ def serve(
     from promoter.adapters.webhooks import daemon_services
     from promoter.api import fleet, logs, metrics_dir
     from promoter.api.app import create_app
+    from promoter.api.connections import ClientBounds
     from promoter.api.fd_limit import NEEDED, raise_open_files
     from promoter.api.gc_policy import tune_for_serving
     from promoter.api.server import listen, make_server
@@ -234,6 +235,8 @@ def serve(
             raise typer.Exit(code)
         return
     app_ = create_app(settings, services)
+    # a full blob batch holds a descriptor per blob; the connections' cap is half the limit
+    open_files = raise_open_files()
     server = make_server(
         app_,
         settings.host,
@@ -242,8 +245,8 @@ def serve(
         announce=True,
         on_exit=services.stopping.set,
         on_ready=lambda url: _record_for_the_person(url, settings, started),
+        bounds=ClientBounds.of(settings),
     )
-    open_files = raise_open_files()  # a full blob batch holds a descriptor per blob
     if open_files < NEEDED:
         logs.event(
             started,

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from promoter.adapters.webhooks import daemon_services
 from promoter.api.app import create_app
+from promoter.api.connections import ClientBounds
 from promoter.api.server import ReadyServer, make_server
 from promoter.client.wire import pool_limits, tls_context
 from promoter.config import RepositoryConfig, load_settings
@@ -114,7 +115,9 @@ def running_daemon(
     config = load_settings(None, state_dir=state_dir, repositories=repos, **settings)
     services = daemon_services(config)
     app = create_app(config, services, primary=primary)
-    server = make_server(app, "127.0.0.1", 0, server_type=PromptServer)
+    server = make_server(
+        app, "127.0.0.1", 0, server_type=PromptServer, bounds=ClientBounds.of(config)
+    )
     thread = threading.Thread(target=server.run, name="promoter-test-server", daemon=True)
     thread.start()
     try:

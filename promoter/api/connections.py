@@ -1,0 +1,233 @@
+"""The client's side of a connection, bounded: its request's head and body, and how many.
+
+uvicorn closes a connection idle between requests (``KEEP_ALIVE_SECONDS``), but nothing
+of its own bounds a request that never ends: a process that opens connections and sends
+a byte of a head every few seconds held each of them for ever, until the daemon's
+descriptors ran out and its own files (journal, blobs, ledger) could not be opened.
+``bounded_protocol`` makes uvicorn's httptools protocol with two deadlines and a cap:
+
+- the head: a connection that has not completed its request's head within
+  ``head_seconds`` of opening, or of the daemon's last answer on it, is closed;
+- the body: a request's body silent for ``body_silence_seconds`` while the daemon reads
+  it is closed (the route sees the connection gone: ``bad_request``, logged as such);
+- the cap: at most ``connection_cap`` connections are open, counted as they are
+  accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
+  protocol is made). One past it closes the oldest one whose request is not yet whole
+  (its head or body still coming, or idle between requests); while those close (a few,
+  ``slack``), or when every connection carries a request the daemon is answering, a
+  new one is closed as soon as it is accepted.
+
+Only the client's turn is timed: from the connection's opening or the last answer until
+its request's body is in. The daemon's turn (a promotion's ``wait`` of up to 600 s, a
+route that has not yet read the body, a ``100 Continue`` not yet sent, reading paused
+while a route catches up or a pipelined request waits) is never cut. A cut is a plain
+close, not a 408: a client that stopped sending may well have stopped reading, and an
+answer it never takes would hold the descriptor in the write buffer.
+
+Not here: a client that reads its answer slowly (the daemon's turn), a minimum rate of a
+body's bytes (a drip inside ``body_silence_seconds`` holds its connection until the cap
+needs it), the kernel's listen backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import socket
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from promoter.api import logs
+
+log = logging.getLogger("promoter.api.connections")
+
+HEAD = "head"
+BODY = "body"
+
+
+@dataclass(frozen=True)
+class ClientBounds:
+    """``head_seconds``: from a connection's opening or last answer to its request's head;
+    ``body_silence_seconds``: the longest a body being read may stay silent;
+    ``max_connections``: the most open at once (``connection_cap`` lowers it)."""
+
+    head_seconds: float = 30.0
+    body_silence_seconds: float = 30.0
+    max_connections: int = 1024
+
+    @classmethod
+    def of(cls, settings: Any) -> ClientBounds:
+        return cls(
+            head_seconds=settings.request_head_seconds,
+            body_silence_seconds=settings.request_body_silence_seconds,
+            max_connections=settings.max_connections,
+        )
+
+
+def connection_cap(max_connections: int) -> int:
+    """The connections a daemon serves at once: ``max_connections``, and never more than
+    half its soft open-file limit, so that the other half stays for its own files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft // 2))
+
+
+class Gate:
+    """The connections of one server, counted from their accept to their loss: at most
+    ``cap`` held, and ``slack`` more while the ones closed to make room go."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.slack = max(1, cap // 8)
+        self.accepted = 0  # accepted, their protocol not yet made
+        # made, not yet lost (weak: a protocol whose transport failed to start is gone)
+        self.open: weakref.WeakSet[BoundedHttpToolsProtocol] = weakref.WeakSet()
+
+    def admit(self) -> bool:
+        """Whether a connection just accepted may stay (room made for it when needed)."""
+        held = self.accepted + len(self.open)
+        if held >= self.cap:
+            if held >= self.cap + self.slack:
+                return False
+            waiting = [c for c in self.open if c.client_since is not None]
+            if not waiting:
+                return False
+            min(waiting, key=lambda c: c.client_since or 0.0).close()
+        self.accepted += 1
+        return True
+
+
+class GatedListener(socket.socket):
+    """A listening socket whose accepts pass its server's ``Gate``: a connection it does
+    not admit is closed at once (asyncio's loop never sees it)."""
+
+    gate: Gate
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        while True:
+            conn, address = super().accept()  # BlockingIOError: none left
+            if self.gate.admit():
+                return conn, address
+            conn.close()
+
+
+def gated(sock: socket.socket, gate: Gate) -> GatedListener:
+    """``sock``'s descriptor as a ``GatedListener`` (``sock`` is left detached)."""
+    listener = GatedListener(sock.family, sock.type, sock.proto, fileno=sock.detach())
+    listener.gate = gate
+    return listener
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the client's side bounded (the module docstring).
+    ``bounds`` and ``gate`` are set on the class ``bounded_protocol`` makes."""
+
+    bounds = ClientBounds()
+    gate = Gate(1024)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # made: counted as open from now (its connection is made a turn of the loop later)
+        self.gate.accepted = max(0, self.gate.accepted - 1)
+        self.gate.open.add(self)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._timing: str | None = None  # HEAD or BODY while a deadline runs
+        # when the client's turn began (opened, or last answered); None: the daemon's turn
+        self.client_since: float | None = None
+
+    def close(self) -> None:
+        """Closed to make room, at once (nothing buffered for it is sent)."""
+        self.client_since = None
+        self.transport.abort()
+
+    # the turns
+
+    def _arm(self, kind: str) -> None:
+        self._disarm()
+        seconds = self.bounds.head_seconds if kind == HEAD else self.bounds.body_silence_seconds
+        self._deadline = self.loop.call_later(seconds, self._expired, kind)
+        self._timing = kind
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+            self._timing = None
+
+    def _clients_turn(self) -> None:
+        self.client_since = time.monotonic()
+        self._arm(HEAD)
+
+    def _expired(self, kind: str) -> None:
+        self._deadline = self._timing = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        daemons_turn = self.flow.read_paused or (
+            cycle is not None
+            and not cycle.response_complete
+            and (cycle.waiting_for_100_continue or (kind == BODY and cycle.response_started))
+        )
+        if daemons_turn:  # not the client's delay: timed again from now
+            self._arm(kind)
+            return
+        logs.event(
+            log,
+            f"{_peer(self.client)}: closed, its request's {kind} did not arrive in time",
+            client=_peer(self.client),
+            waited_for=kind,
+        )
+        self.transport.abort()
+
+    # uvicorn's protocol
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._clients_turn()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.client_since = None
+        self.gate.open.discard(self)
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm(BODY)  # disarmed at once by a request without a body
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        if self._timing == BODY:  # not the head's deadline of a request answered early
+            self._arm(BODY)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # the daemon's turn until it answers
+            self.client_since = None
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._clients_turn()
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return "a client" if client is None else f"{client[0]}:{client[1]}"
+
+
+def bounded_protocol(bounds: ClientBounds) -> type[BoundedHttpToolsProtocol]:
+    """The protocol class one server runs, with its own ``Gate``: ``bounds``, and the cap
+    of this process's open-file limit as it is now (raise it first: ``fd_limit``)."""
+    return type(
+        "BoundedHttpToolsProtocol",
+        (BoundedHttpToolsProtocol,),
+        {"bounds": bounds, "gate": Gate(connection_cap(bounds.max_connections))},
+    )

@@ -1,0 +1,227 @@
+"""Slow clients at the daemon's edge: requests that never end, and more connections than
+descriptors (docs/operator/http-edges.md#slow-clients).
+
+A local process could open connections and send a byte of a request's head every few
+seconds, each held for ever, until the daemon's descriptors ran out and its own files
+could not be opened. Raw sockets against a real daemon on a loopback port: the bounds
+are made small in the test's settings, and each test waits for the close with a generous
+bound (the drip's pace is the wait for the close, never a synchronization).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import select
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from promoter import faults
+from promoter.api.connections import connection_cap
+from tests.support.daemon import Daemon, running_daemon
+from tests.support.flows import init_repo, sha
+from tests.support.pause import Pause
+from tests.support.process import DaemonProcess, upload_blobs
+
+BOUND = 0.3  # the head's and the body's bound in these tests' daemons
+PATIENCE = 60.0  # the longest a test waits for the daemon to close a connection
+HEAD = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+DRIP = b"X-Drip: aaaaaaaaaaaaaaaaaaaaaaaa\r\n"  # header lines, a byte at a time, for ever
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        request_head_seconds=BOUND,
+        request_body_silence_seconds=BOUND,
+    ) as running:
+        yield running
+
+
+def _connect(url: str) -> socket.socket:
+    address = httpx.URL(url)
+    assert address.port is not None
+    return socket.create_connection((address.host, address.port), timeout=PATIENCE)
+
+
+def _closed(sock: socket.socket) -> bytes:
+    """What the daemon sent before it closed ``sock`` (read to the end)."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, BrokenPipeError):  # a byte of ours crossed the close
+        pass
+    return data
+
+
+def _drip_until_closed(sock: socket.socket, drip: bytes) -> tuple[bytes, int]:
+    """``drip`` sent a byte at a time, one per 50 ms of silence from the daemon, until the
+    daemon closes (at most ``PATIENCE``): what it sent, and how many bytes were dripped."""
+    end = time.monotonic() + PATIENCE
+    sent = 0
+    while time.monotonic() < end:
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        if readable:
+            return _closed(sock), sent
+        try:
+            sock.send(drip[sent % len(drip) : sent % len(drip) + 1])
+        except (ConnectionResetError, BrokenPipeError):
+            return _closed(sock), sent
+        sent += 1
+    raise AssertionError(f"the daemon held a dripping connection {PATIENCE} s ({sent} bytes)")
+
+
+def test_a_client_dripping_its_headers_is_closed(daemon: Daemon) -> None:
+    with _connect(daemon.url) as sock:
+        sock.sendall(HEAD)
+        answered, dripped = _drip_until_closed(sock, DRIP)
+    assert answered == b""  # a plain close: no answer to a request that never came
+    assert dripped > 0
+
+
+def test_a_client_dripping_a_head_after_an_answer_is_closed(daemon: Daemon) -> None:
+    """On keep-alive, the next head's bound runs from the previous answer (uvicorn's
+    keep-alive timer stops at the first byte of it)."""
+    with _connect(daemon.url) as sock:
+        sock.sendall(HEAD + b"\r\n")
+        first = b""
+        while b"\r\n\r\n" not in first or not first.endswith(b"}"):
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n"), first
+        sock.sendall(HEAD)
+        answered, _ = _drip_until_closed(sock, DRIP)
+    assert answered == b""
+
+
+def test_a_client_stalling_its_body_is_closed(daemon: Daemon) -> None:
+    body = json.dumps({"executor_run_id": "run_1", "ttl_seconds": 60}).encode()
+    with _connect(daemon.url) as sock:
+        sock.sendall(
+            b"POST /v1/executor-tokens HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {daemon.orchestrator_token}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:10]
+        )
+        readable, _, _ = select.select([sock], [], [], PATIENCE)
+        assert readable, f"the daemon held a stalled body {PATIENCE} s"
+        assert _closed(sock) == b""  # the route never answered a request it never had
+    with daemon.orchestrator() as orch:  # nothing else was held by it
+        assert orch.get("/readyz").status_code == 200
+
+
+def test_a_slow_answer_is_not_cut(daemon: Daemon) -> None:
+    """Only the client's turn is timed: a long-poll held ten bounds is answered whole, and
+    the connection serves the next request."""
+    with _connect(daemon.url) as sock:
+        request = (
+            b"GET /v1/events?wait=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {daemon.orchestrator_token}\r\n\r\n".encode()
+        )
+        for _ in range(2):
+            sock.sendall(request)
+            answer = b""
+            while not answer.endswith(b"}"):
+                chunk = sock.recv(65536)
+                assert chunk, f"the connection was closed inside the answer: {answer!r}"
+                answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+            assert json.loads(body)["events"] == []  # answered once the wait ended
+
+
+def test_the_cap_is_max_connections_and_at_most_half_the_open_file_limit() -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert connection_cap(7) == 7
+    if soft != resource.RLIM_INFINITY:
+        assert connection_cap(soft) == soft // 2
+
+
+def test_a_request_being_answered_is_never_closed_to_make_room(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a cap of one, a long-poll held in the daemon (at ``long_poll_probe``) keeps its
+    connection: the connections that come meanwhile are closed as they are accepted."""
+    pause = Pause(tmp_path, "long_poll_probe")
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    faults.reset()
+    with running_daemon(
+        tmp_path / "state", {"work": repo}, max_connections=1, request_head_seconds=600
+    ) as daemon:
+        with _connect(daemon.url) as held:
+            held.sendall(
+                b"GET /v1/events?wait=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + f"Authorization: Bearer {daemon.orchestrator_token}\r\n\r\n".encode()
+            )
+            try:
+                pause.reached()  # its head is in: the daemon's turn
+                for _ in range(8):
+                    with _connect(daemon.url) as other:
+                        other.sendall(HEAD)
+                        assert _closed(other) == b""
+            finally:
+                pause.release()
+            answer = b""
+            while not answer.endswith(b"}"):
+                chunk = held.recv(65536)
+                assert chunk, f"the connection was closed inside the answer: {answer!r}"
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        assert json.loads(body)["events"] == []
+
+
+# the cap: a daemon held at 256 open files serves at most 128 connections
+OPEN_FILES = 256
+CAP = OPEN_FILES // 2
+ATTACKERS = 2 * OPEN_FILES
+
+
+def test_connections_past_the_cap_leave_the_daemon_its_own_files(tmp_path: Path) -> None:
+    """More dripping connections than the daemon has descriptors: those past the cap close
+    the ones that waited longest, and the daemon's own files and answers go on."""
+    daemon = DaemonProcess(
+        tmp_path / "state",
+        {"work": init_repo(tmp_path / "repo")},
+        open_files=(OPEN_FILES, OPEN_FILES),
+        extra_env={"PROMOTER_REQUEST_HEAD_SECONDS": "600"},  # the cap alone, not the deadline
+    )
+    attackers: list[socket.socket] = []
+    try:
+        for _ in range(ATTACKERS):
+            sock = _connect(daemon.url)
+            sock.sendall(HEAD)  # a head that never ends
+            attackers.append(sock)
+        held = set(attackers)
+        end = time.monotonic() + PATIENCE
+        while len(held) > CAP and time.monotonic() < end:
+            readable, _, _ = select.select(list(held), [], [], 1.0)
+            for sock in readable:
+                assert _closed(sock) == b""
+                held.discard(sock)
+        assert len(held) <= CAP, f"{len(held)} held past the cap of {CAP}: {daemon.log[-8:]}"
+        with daemon.client("operator") as operator:
+            ready = operator.get("/readyz", timeout=PATIENCE)
+        assert ready.status_code == 200, ready.text
+        assert ready.json() == {
+            "status": "ready",
+            "checks": {"database": True, "state_dir_writable": True, "host_active": True},
+            "reason": None,
+        }
+        with daemon.executor("run_1") as executor:  # a descriptor per blob, and the ledger
+            upload_blobs(executor, [b"blob %d\n" % n for n in range(16)])
+        stored = {p.name for p in (tmp_path / "state" / "audit" / "blobs").rglob("*")}
+        assert {sha(b"blob %d\n" % n) for n in range(16)} <= stored
+        assert not any("Too many open files" in line for line in daemon.log), daemon.log[-5:]
+    finally:
+        for sock in attackers:
+            sock.close()
+        daemon.kill()
