@@ -16,11 +16,15 @@ Not here: queries.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
 import math
 import os
+import re
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,6 +73,10 @@ _PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed, or NOWAIT found the row
 _PG_GONE = ("08", "57P01", "57P02", "57P03")
 # pg_advisory_lock key of the migration lock: "promoter" in ASCII, as a signed 64-bit int
 MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
+# An unreachable database's detail, to any caller (the API's problem, the console's page)
+UNANSWERED = "the database does not answer; try again in a few seconds"
+REASON_EVERY = 10.0  # seconds: one reason's log line at most this often
+_PASSWORD_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Any:
@@ -195,10 +203,17 @@ def unreachable(exc: SQLAlchemyError) -> bool:
     return sqlstate is None or str(sqlstate).startswith(_PG_GONE)
 
 
-def translate(exc: SQLAlchemyError) -> PromoterError:
+def translate(
+    exc: SQLAlchemyError, *, url: str | None = None, outages: OutageLog | None = None
+) -> PromoterError:
     """The promoter error for a database failure: busy (503), unreachable (503), storage
     (507), bad text, or an operation whose status moved under the request
     (``operation_conflict``, 409).
+
+    An unreachable database's answer says only that it does not answer (``UNANSWERED``):
+    the driver's message names the server's address and is noted in ``outages`` instead
+    (the database's ``OutageLog``; a new one, which logs it at once, when none), with the
+    password of ``url`` (the database's URL) hidden.
 
     PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
     is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
@@ -221,18 +236,50 @@ def translate(exc: SQLAlchemyError) -> PromoterError:
             "a row or table stayed locked by another transaction past database_lock_timeout; "
             "try again"
         )
-    if unreachable(exc):
-        log.warning("the database cannot be reached: %s", _first_line(exc))
-        return DatabaseUnavailable(
-            f"the database cannot be reached ({_first_line(exc)}); try again shortly"
-        )
+    if unreachable(exc):  # the driver's words name the server: the log's, not the caller's
+        (outages or OutageLog()).note(_reason(exc, url))
+        return DatabaseUnavailable(UNANSWERED)
     return StorageError(f"database error: {exc.__class__.__name__}: {exc}")
 
 
-def _first_line(exc: SQLAlchemyError) -> str:
+class OutageLog:
+    """The driver's reason the database does not answer, logged on ``promoter.store`` at
+    warning: a reason unlike the last one logged at once, the same one again at most once
+    every ``REASON_EVERY`` seconds, saying how many were left out since its last line
+    (a burst of requests during an outage is one line, a long outage a line a while)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._said_at = 0.0
+        self._left_out = 0
+
+    def note(self, reason: str) -> None:
+        now = self._clock()
+        with self._lock:
+            if reason == self._reason and now - self._said_at < REASON_EVERY:
+                self._left_out += 1
+                return
+            left_out = self._left_out if reason == self._reason else 0
+            self._reason, self._said_at, self._left_out = reason, now, 0
+        more = f" ({left_out} more since the last line)" if left_out else ""
+        log.warning("the database cannot be reached: %s%s", reason, more)
+
+
+def _reason(exc: SQLAlchemyError, url: str | None) -> str:
+    """The first line of the driver's message, with ``url`` and its password hidden, and
+    any ``password=`` of a connection string."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).strip()
-    return (text.splitlines() or [exc.__class__.__name__])[0][:200]
+    line = (text.splitlines() or [exc.__class__.__name__])[0][:200]
+    parsed = None
+    with contextlib.suppress(ArgumentError):
+        parsed = make_url(url) if url else None
+    if url and parsed is not None and parsed.password:
+        line = line.replace(url, parsed.render_as_string(hide_password=True))
+        line = line.replace(str(parsed.password), "***")
+    return _PASSWORD_SETTING.sub(r"\1***", line)
 
 
 def alembic_config(url: str) -> Config:
@@ -337,7 +384,7 @@ def upgrade(url: str, server: ServerOptions | None = None) -> None:
             connection.commit()
     except SQLAlchemyError as exc:
         if unreachable(exc):
-            raise translate(exc) from exc
+            raise translate(exc, url=url) from exc
         raise StorageError(f"database migration failed: {exc}") from exc
     finally:
         engine.dispose()
@@ -352,7 +399,7 @@ def check_schema(url: str) -> None:
             _check_schema(url, connection, migrating=False)
     except SQLAlchemyError as exc:
         if unreachable(exc):
-            raise translate(exc) from exc
+            raise translate(exc, url=url) from exc
         raise StorageError(f"database schema check failed: {exc}") from exc
     finally:
         engine.dispose()
@@ -444,6 +491,7 @@ class Database:
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
         self._sqlite = self.engine.dialect.name == "sqlite"
         self.write_guard: Callable[[Session | Connection], None] | None = None
+        self.outages = OutageLog()  # why it did not answer, logged (rate-limited)
 
     def guard_writes(self, session: Session | Connection) -> None:
         """Run ``write_guard`` (if set) in ``session``: raises to refuse its writes."""
@@ -458,7 +506,7 @@ class Database:
             with self.engine.connect() as connection:
                 return connection.execute(statement, params).first()
         except SQLAlchemyError as exc:
-            raise translate(exc) from exc
+            raise translate(exc, url=self.url, outages=self.outages) from exc
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -472,7 +520,7 @@ class Database:
             with self.engine.connect() as connection:
                 yield connection  # autobegun by its first statement, rolled back on close
         except SQLAlchemyError as exc:
-            raise translate(exc) from exc
+            raise translate(exc, url=self.url, outages=self.outages) from exc
 
     @contextmanager
     def session(self, *, durable: bool = True) -> Iterator[Session]:
@@ -496,7 +544,7 @@ class Database:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise translate(exc) from exc
+            raise translate(exc, url=self.url, outages=self.outages) from exc
         except BaseException:
             session.rollback()
             raise
@@ -520,7 +568,7 @@ class Database:
                 connection.exec_driver_sql(f"SET LOCAL lock_timeout = {int(lock_wait_ms)}")
             yield session
         except SQLAlchemyError as exc:
-            raise translate(exc) from exc
+            raise translate(exc, url=self.url, outages=self.outages) from exc
         finally:
             try:
                 if dialect == "sqlite" and connection is not None:

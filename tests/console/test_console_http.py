@@ -9,12 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
 from markupsafe import escape
 
-from promoter.api.ui import actions, merge, pages, repositories
-from promoter.api.ui import hosts as ui_hosts
-from promoter.api.ui import login as ui_login
 from promoter.api.ui.actions import ACTIONS
 from promoter.api.ui.web import CSP
 from promoter.client.wire import tls_context
@@ -309,17 +307,50 @@ def test_a_name_with_bidi_and_zero_width_characters_cannot_pose_on_the_operation
     assert steps.count(shown) == 1 and current.count(shown) == 1
 
 
-def _form_posts() -> list[str]:
-    """Every state-changing route of the console but the login, as a path to post to."""
+# Every form of the console (a POST route under /ui but the login, each action of the
+# operation's page its own) and the fields its page posts besides the CSRF token. A form
+# without an entry fails ``test_every_console_form_is_in_the_csrf_tests``: a new one is
+# added here, and so is posted by the cross-site test.
+FORMS: dict[str, dict[str, str]] = {
+    "/ui/logout": {},
+    "/ui/operations/{operation_id}/approve": {"note": "n", "all_seen": "on"},
+    "/ui/operations/{operation_id}/reject": {"note": "n"},
+    "/ui/operations/{operation_id}/reopen": {"note": "n"},
+    "/ui/operations/{operation_id}/recover": {"fence": "7"},
+    "/ui/operations/{operation_id}/reconcile": {"decision": "continue", "note": "n"},
+    "/ui/operations/{operation_id}/rollback": {"note": "n"},
+    "/ui/operations/{operation_id}/merge": {},
+    "/ui/repositories/{name}/snapshots": {"label": "x"},
+    "/ui/repositories/{name}/snapshots/{tree}/restore": {"expected_current_tree": "0" * 40},
+    "/ui/hosts/{host}/fence": {"to": "host-a"},
+}
+
+
+def _form_posts(app: FastAPI) -> list[str]:
+    """Every state-changing route of the console but the login, as a path to post to:
+    read from the app's routes (a new form is posted too), the operation page's actions
+    each their own path."""
     posts: list[str] = []
-    for module in (ui_login, merge, actions, pages, repositories, ui_hosts):
-        for route in module.router.routes:
-            if isinstance(route, APIRoute) and "POST" in route.methods:
-                posts.append(route.path)
+    for route in iter_route_contexts(app.routes):
+        template = route.path or ""
+        if not isinstance(route.original_route, APIRoute) or not template.startswith("/ui/"):
+            continue
+        if "POST" in (route.methods or ()) and template != "/ui/login":
+            posts.append(template)
     assert "/ui/operations/{operation_id}/{action}" in posts  # the table is read, not copied
-    expanded = [p for p in posts if p != "/ui/login" and "{action}" not in p]
+    expanded = [p for p in posts if "{action}" not in p]
     expanded += [f"/ui/operations/{{operation_id}}/{action}" for action in sorted(ACTIONS)]
     return expanded
+
+
+def test_every_console_form_is_in_the_csrf_tests(gated: Gated) -> None:
+    """Each form the app serves has its entry in ``FORMS`` (and each entry is a form it
+    serves): a form added without one fails here, so none escapes the cross-site test."""
+    daemon, _, _ = gated
+    posts = _form_posts(daemon.app)
+    assert len(posts) == len(set(posts))
+    assert sorted(set(posts) - set(FORMS)) == []  # a form the CSRF tests do not post
+    assert sorted(set(FORMS) - set(posts)) == []  # an entry for no form
 
 
 @pytest.mark.parametrize("forged", ["missing", "wrong", "login_nonce"])
@@ -338,8 +369,8 @@ def test_a_cross_site_form_post_without_the_sessions_csrf_token_changes_nothing(
         nonce = hidden(client.get("/ui/login").text)
         snapshots = client.get("/ui/repositories/gated/snapshots").text
         token = {"missing": None, "wrong": "forged", "login_nonce": nonce}[forged]
-        for path in _form_posts():
-            data = {"note": "n", "decision": "continue", "fence": "7", "label": "x"}
+        for path in _form_posts(daemon.app):
+            data = dict(FORMS[path])
             if token is not None:
                 data["csrf"] = token
             answer = client.post(path.format(**fill), data=data, headers={"Origin": "https://evil"})

@@ -14,7 +14,7 @@ from promoter.api.ui import actions, hosts, login, merge, pages, repositories
 from promoter.api.ui.refusals import SHOWN, shown
 from promoter.api.ui.sessions import MAX_SESSIONS, Sessions, same_token
 from promoter.api.ui.web import CSP, set_cookie
-from promoter.errors import DatabaseUnavailable, PromoterError, TooManyRequests
+from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError, TooManyRequests
 from promoter.store.db import Database
 
 
@@ -123,3 +123,32 @@ def test_a_refusal_to_retry_keeps_its_retry_after_on_the_page() -> None:
         down, flood = client.get("/ui/unavailable"), client.get("/ui/busy")
     assert (down.status_code, down.headers["retry-after"]) == (503, "2")
     assert (flood.status_code, flood.headers["retry-after"]) == (429, "7")
+
+
+def test_a_database_outage_s_page_says_unavailable_for_now_not_refused() -> None:
+    """A 503 (the database not answering, or locked past its bound) is headed as a service
+    unavailable for now, in the heading and the title; a refusal of the request keeps
+    "Refused"."""
+    app = FastAPI()
+    raised: list[PromoterError] = [
+        DatabaseUnavailable("the ledger does not answer"),
+        DatabaseBusy("the ledger stayed locked"),
+        _Invented("what the person reads"),
+    ]
+
+    @app.get("/ui/refuses/{index}")
+    @shown()
+    async def refuses(request: Request, index: int) -> Response:
+        raise raised[index]
+
+    with TestClient(app) as client:
+        down, busy, refused = (client.get(f"/ui/refuses/{i}") for i in range(3))
+    for page in (down, busy):
+        assert page.status_code == 503
+        assert "<title>Unavailable for now · promoter console</title>" in page.text
+        assert "<h1>Unavailable for now</h1>" in page.text
+        assert "Refused" not in page.text
+    assert "<code>database_busy</code>: the ledger stayed locked</p>" in busy.text
+    assert refused.status_code == 409
+    assert "<title>Refused · promoter console</title>" in refused.text
+    assert "<h1>Refused</h1>" in refused.text

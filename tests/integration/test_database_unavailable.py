@@ -260,6 +260,78 @@ def test_every_route_that_reads_the_ledger_answers_503_while_the_database_is_dow
             assert client.get("/v1/events").status_code == 200
 
 
+# What an outage tells any caller, in the API's problem and on the console's page: that
+# the database does not answer, never where it is or why the driver says it failed.
+DETAIL = "the database does not answer; try again in a few seconds"
+SAID = f'<p class="message" id="problem"><code>database_unavailable</code>: {DETAIL}</p>'
+UNAVAILABLE = "<h1>Unavailable for now</h1>"
+SECRET = "pw-never-shown"  # a password in the daemon's URL (the test's cluster trusts it)
+
+
+@pytest.mark.slow
+def test_an_outage_tells_no_caller_where_the_database_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's ledger on its own cluster, reached by a URL with a password; the
+    cluster stopped. A stranger's made-up token, the host's own token, a console page and
+    form of a logged-in session, and a stranger's login all hear only that the database
+    does not answer (``DETAIL``, exactly), never its address, port or password nor the
+    driver's words; a console page is headed "Unavailable for now", not "Refused". The
+    daemon's log names the driver's reason (refused, at the cluster's port) on
+    ``promoter.store``, and nowhere the password."""
+    assert BIN is not None
+    repo = init_repo(tmp_path / "w", {"a.txt": b"1\n"})
+    with own_postgres(BIN) as server:
+        url = server.url.replace("postgres@", f"postgres:{SECRET}@", 1)
+        assert SECRET in url
+        with (
+            running_daemon(tmp_path / "s", {"work": repo}, database_url=url) as daemon,
+            login(daemon) as browser,
+        ):
+            csrf = hidden(browser.get("/ui/operations").text)
+            server.stop()
+            caplog.clear()
+            with caplog.at_level(logging.WARNING):
+                with httpx.Client(base_url=daemon.url) as stranger:
+                    made_up = stranger.get(
+                        "/v1/events", headers={"Authorization": "Bearer made-up"}
+                    )
+                    form = stranger.get("/ui/login")
+                    named = stranger.post(
+                        "/ui/login", data={"csrf": hidden(form.text), "token": "made-up"}
+                    )
+                with daemon.orchestrator() as orchestrator:
+                    own = orchestrator.get("/v1/events")
+                page = browser.get("/ui/operations")
+                posted = browser.post("/ui/repositories/work/snapshots", data={"csrf": csrf})
+            server.start()
+        answers = {"made_up": made_up, "own": own, "named": named, "page": page}
+        answers["posted"] = posted
+        for name in ("made_up", "own"):
+            problem = answers[name]
+            assert (problem.status_code, problem.headers["Retry-After"]) == (503, "2"), name
+            assert problem.json()["code"] == "database_unavailable", name
+            assert problem.json()["detail"] == DETAIL, name
+        for name in ("named", "page", "posted"):
+            assert _says_the_database_does_not_answer(answers[name]), answers[name].text
+        assert UNAVAILABLE in page.text and UNAVAILABLE in posted.text
+        assert "<h1>Log in</h1>" in named.text
+        for name, answer in answers.items():
+            for secret in (SECRET, f"{server.port}", "127.0.0.1", "refused", "server at"):
+                assert secret not in answer.text, (name, secret)
+        reasons = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "promoter.store" and r.levelno == logging.WARNING
+        ]
+        refused = f'connection to server at "127.0.0.1", port {server.port} failed: Connection'
+        assert any(
+            line.startswith("the database cannot be reached: ") and refused in line
+            for line in reasons
+        ), reasons
+        assert SECRET not in caplog.text
+
+
 # The console (``/ui``): its pages and forms are not in the served contract. Each route
 # is asked with every value its path parameters take here (every action, every download).
 NOTE = "during the outage"
@@ -281,14 +353,15 @@ def _console_requests(app: FastAPI, fill: dict[str, list[str]]) -> list[tuple[st
 
 
 def _says_the_database_does_not_answer(answer: httpx.Response) -> bool:
-    """A console page, 503 with ``Retry-After``, that names ``database_unavailable``."""
+    """A console page, 503 with ``Retry-After``, that names ``database_unavailable`` with
+    the outage's one detail (never the driver's words) and is not headed "Refused"."""
     return (
         answer.status_code == 503
         and answer.headers.get("Retry-After") == "2"
         and answer.headers.get("content-type", "").startswith("text/html")
         and answer.headers.get("Content-Security-Policy") == CSP
-        and "<code>database_unavailable</code>" in answer.text
-        and "the database cannot be reached" in answer.text
+        and SAID in answer.text
+        and "<h1>Refused</h1>" not in answer.text
     )
 
 

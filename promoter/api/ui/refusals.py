@@ -2,8 +2,9 @@
 
 A console route is declared ``@shown(...)``: any ``PromoterError`` it raises is answered
 with the error's HTTP status as ``error.html``, which shows the error's ``code`` and
-``detail``, to the session the route answered for (``web.answering``: none before a
-form proved its CSRF token). A route may name its own page for some errors
+``detail`` under a heading, "Refused" or, for a 503, "Unavailable for now", to the
+session the route answered for (``web.answering``: none before a form proved its CSRF
+token). A route may name its own page for some errors
 (``shown(Page(MergeConflict, page))``); the first ``Page`` whose error class matches is
 used. So a new refusal code needs no edit here or in a route: the page shows its code.
 
@@ -38,11 +39,22 @@ class Page:
     answer: Callable[[Request, PromoterError], Response]
 
 
+# a page's heading by its status; any other is "Refused" (``error.html``): a 503 refuses
+# nothing of the request, the service (the ledger not answering or locked) is away a while
+HEADINGS = {503: "Unavailable for now"}
+
+
 def error_page(request: Request, exc: PromoterError) -> Response:
-    """``error.html`` with the error's status, code and detail, and the ``Retry-After``
-    the API's problem document would carry (``promoter.api.problems.RETRY_AFTER``)."""
+    """``error.html`` with the error's status, its heading (``HEADINGS``), code and detail,
+    and the ``Retry-After`` the API's problem document would carry
+    (``promoter.api.problems.RETRY_AFTER``)."""
     page = render(
-        "error.html", exc.http_status, answering(request), code=exc.code, detail=exc.detail
+        "error.html",
+        exc.http_status,
+        answering(request),
+        heading=HEADINGS.get(exc.http_status),
+        code=exc.code,
+        detail=exc.detail,
     )
     return with_retry_after(page, exc)
 
