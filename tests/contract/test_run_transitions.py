@@ -5,7 +5,8 @@ operation's: every pair of statuses is allowed exactly when the table holds it; 
 status is reachable from a new step; a record written before the statuses were an enum
 (plain strings) loads with the same strings and is written back byte for byte; a status
 the table does not know is refused on load; ``Run.move`` writes the record once per
-change and not at all when nothing changed.
+change and not at all when nothing changed; which error codes end a step ``refused``
+between its command and its bundle at the host (``refusal``), every code walked.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import pytest
 
 from promoter import faults
 from promoter.domain.status import OperationStatus
-from promoter.errors import ConfigError
+from promoter.errors import ConfigError, PromoterError, all_error_classes
 from promoter.executor import sandbox
 from promoter.executor.run.state import Run
-from promoter.executor.run.status import FINAL, TRANSITIONS, RunStatus, check_move
+from promoter.executor.run.status import FINAL, TRANSITIONS, RunStatus, check_move, refusal
 
 SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
 EVERY: list[RunStatus | None] = [None, *RunStatus]
@@ -72,6 +73,28 @@ def test_final_states_move_nowhere_and_a_completed_step_only_to_a_rollback() -> 
 def test_an_unknown_status_is_refused() -> None:
     with pytest.raises(ConfigError):
         check_move(RunStatus.STARTED, "promoted_somehow")
+
+
+# the codes that leave a step ``started`` (``run --list``: interrupted): a crash, an
+# outage, a daemon not reached, Ctrl-C, an answer to ask again or elsewhere; every other
+# code is a definite answer that the change cannot be taken as it is
+NOT_REFUSALS = {
+    "address_in_use", "command_failed", "config_error", "confinement_unavailable",
+    "credentials_visible", "database_busy", "database_unavailable", "git_error",
+    "host_fenced", "host_not_allowed", "internal", "interrupted", "ledger_missing",
+    "lock_unavailable", "operation_conflict", "owned_by_other_host", "schema_mismatch",
+    "server_unavailable", "stopped", "storage_error", "too_many_requests", "write_failed",
+}  # fmt: skip
+
+
+def test_a_step_ends_refused_for_a_definite_code_never_an_outage_a_crash_or_ctrl_c() -> None:
+    codes = {cls.code: cls for cls in all_error_classes()}
+    assert {code for code, cls in codes.items() if not refusal(cls("x"))} == NOT_REFUSALS
+    refused = {"path_unsafe", "path_invalid", "verification_failed", "symlink_policy"}
+    refused |= {"grant_invalid", "grant_expired", "quota_exceeded", "target_drift"}
+    assert all(refusal(codes[code]("x")) for code in refused)
+    # a code this client does not know (a newer daemon's) is no definite answer
+    assert not refusal(PromoterError("x", server_code="a_newer_code", http_status=422))
 
 
 LEGACY = [

@@ -9,8 +9,10 @@ worktree's files: ``state.Known``) registers the grant, lease and token in one r
 command (confined unless ``Confinement.unconfined``), adopts or builds the bundle,
 submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
 offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
-``interrupted`` continue, clean up and stop. Every move goes through ``state.Run``;
-everything shown or asked goes through a ``person.Person``.
+``interrupted`` continue, clean up and stop. A bundle the builder or the host refuses
+ends its step ``refused`` (``_refused``, the one place; ``status.refusal`` says which
+errors are refusals); any other error leaves it ``started``. Every move goes through
+``state.Run``; everything shown or asked goes through a ``person.Person``.
 
 A repository another host of the daemon's cluster guards is read from that host; the
 step's first write, answered 421, is followed once to the owner, and the rest of the step
@@ -27,7 +29,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -41,7 +43,7 @@ from promoter.executor.run import answers, drift, links
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
-from promoter.executor.run.status import shown
+from promoter.executor.run.status import refusal, shown
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
@@ -570,7 +572,7 @@ def step(
                 **context,
             )
         executor = orch.with_token(str(minted["token"]))
-        with executor:
+        with executor, _refused(run, current):
             grant = registered_grant(grant_doc, opened["grant"]) or fetched_grant(
                 executor, grant_doc["grant_id"]
             )
@@ -582,7 +584,7 @@ def step(
                 bundle, receipt = adopted[0], adopted[1].wire()
                 person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with links.build(run, current, grant, since, person) as built:
+                with links.build(record, current, grant, since, person) as built:
                     if not built.bundle["changes"]:
                         run.move(current, RunStatus.NO_CHANGES)
                         since_what = "since the last promotion" if base else "by the command"
@@ -615,6 +617,21 @@ def step(
             promoted=carried.promotion_receipt if carried is not None else None,
         )
         return outcome
+
+
+@contextlib.contextmanager
+def _refused(run: Run, current: sandboxes.Step) -> Iterator[None]:
+    """The one place a step's bundle is refused, from the command's end until the bundle
+    is at the host: the builder's refusal, or the host's answer to the bundle, that is a
+    refusal (``status.refusal``: a definite answer about the change) moves the step, still
+    ``started``, to ``refused`` before it is raised; any other error (a crash, a daemon
+    not reached) leaves it ``started``, which ``run --list`` calls ``interrupted``."""
+    try:
+        yield
+    except PromoterError as exc:
+        if current.status is RunStatus.STARTED and refusal(exc):
+            run.move(current, RunStatus.REFUSED)  # nothing submitted, nothing runs
+        raise
 
 
 def _carried_diff(carried: Promoted | None, bundle_id: str) -> wire.BundleDiffView | None:

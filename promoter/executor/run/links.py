@@ -10,11 +10,12 @@ the review and the question as any bundle), records them on the step (``left_out
 and keeps the sandbox after the promotion, so the links stay where the agent made them
 (``promoter run --continue RUN --symlinks inside -- true`` hands them in later). No, no
 terminal, or ``--yes`` (a part is never promoted unasked): the refusal, every link named,
-with the next commands; nothing is submitted, and the step ends ``refused`` (the sandbox
-and its links kept, as for any refused step).
+with the next commands, raised; nothing is submitted (``flow.py`` ends the step
+``refused``, the sandbox and its links kept, as for any refused bundle).
 
 Deliberately not here: the policy itself (``promoter.domain.links``, checked again by
-the host's verification), and any other refusal of the builder, which stays as it was.
+the host's verification), any other refusal of the builder, which is raised as it
+came, and the step's state (``flow.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
 from promoter.executor.run.person import Person, escape
-from promoter.executor.run.status import RunStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from promoter.domain.bundle_records import Grant, StateLike
     from promoter.executor import sandbox as sandboxes
     from promoter.executor.builder import BuiltBundle
-    from promoter.executor.run.state import Run
 
 __all__ = ["POLICIES", "build", "keep_sandbox", "policy"]
 
@@ -80,17 +79,16 @@ def _explain(
 
 
 def build(
-    run: Run,
+    record: sandboxes.RunRecord,
     step: sandboxes.Step,
     grant: Grant,
     since: Mapping[str, StateLike] | None,
     person: Person,
 ) -> BuiltBundle:
     """The sandbox's bundle; with refused links, the rest when the person says so (else
-    ``step`` is moved to ``refused`` and the refusal raised)."""
+    the refusal raised, with the next commands)."""
     from promoter.executor import layered  # the builder: loaded by a run, not by --list
 
-    record = run.record
     try:
         return layered.build(record, grant, since=since)
     except (PathUnsafe, VerificationFailed) as exc:
@@ -100,7 +98,6 @@ def build(
         allow = _explain(links, grant, record, person)
         paths = [str(item["path"]) for item in links]
         if not person.agree_to_part(f"Promote the rest, without {', '.join(paths)}?"):
-            run.move(step, RunStatus.REFUSED)  # ended here: nothing submitted, nothing runs
             exc.detail = (
                 f"{exc.detail}; the grant's policy is symlinks: {grant.symlinks}; next: allow "
                 f"them with {allow}, or promote the rest without them at a terminal: "

@@ -7,7 +7,9 @@ is. A step that handed its bundle to the host takes its operation's status
 too. The moves are data, like an operation's: ``TRANSITIONS[from]`` is where a step may
 go next (``None``: a new step); ``check_move`` is the one check (``state.Run.move``
 makes every move through it). ``shown`` is a status as a person reads it (``no changes``,
-``approved in part``); ``run.json`` and ``--json`` keep the codes.
+``approved in part``); ``run.json`` and ``--json`` keep the codes. ``refusal`` says which
+errors met between a step's command and its bundle at the host end the step ``refused``
+(docs/decisions/a-refused-bundle-ends-its-step-refused.md).
 
 Deliberately not here: what makes a step move (``flow.py``), saving the record
 (``state.py``, ``promoter.executor.sandbox``). Pure: no I/O.
@@ -18,9 +20,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 from promoter.domain.status import OperationStatus
-from promoter.errors import ConfigError
+from promoter.errors import ConfigError, PromoterError
 
-__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move", "shown"]
+__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move", "refusal", "shown"]
 
 
 class RunStatus(StrEnum):
@@ -42,7 +44,7 @@ class RunStatus(StrEnum):
     NEEDS_RECONCILIATION = "needs_reconciliation"
     ABANDONED = "abandoned"
     COMPLETED = "completed"
-    REFUSED = "refused"  # also a step whose links the grant refuses, nothing submitted
+    REFUSED = "refused"  # also a step whose bundle was refused before it was at the host
     ROLLBACK_FAILED = "rollback_failed"
     ROLLBACK_PARTIAL = "rollback_partial"
     ROLLED_BACK = "rolled_back"
@@ -62,7 +64,7 @@ _MOVING = frozenset(
 
 TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     None: frozenset({R.STARTED}),
-    # refused: the builder refused what the sandbox holds (links the grant's policy refuses)
+    # refused: the builder or the host refused the step's bundle (``refusal``)
     R.STARTED: frozenset({R.COMMAND_FAILED, R.NO_CHANGES, R.SUBMITTED, R.INTERRUPTED, R.REFUSED}),
     R.SUBMITTED: _HELD,
     R.DECLINED: _HELD,
@@ -104,3 +106,23 @@ def shown(status: str) -> str:
     """A status (a run step's, or ``--list``'s ``unknown``) in words: ``no changes``,
     ``command failed``, ``approved in part``."""
     return status.replace("_", " ")
+
+
+# answers in the 4xx family that say nothing of the change: ask again (a lock held, a
+# race lost, a fenced host's stand-down) or elsewhere (421: another host; 429: later)
+_NO_ANSWER = frozenset({"lock_unavailable", "operation_conflict", "host_fenced"})
+
+
+def refusal(error: PromoterError) -> bool:
+    """Whether ``error``, met after a step's command ended and before its bundle is at
+    the host, ends the step ``refused``: a definite answer that the change cannot be
+    taken as it is, the builder's code or the host's problem answer about the bundle,
+    its grant, lease or quota (a 4xx code but those of ``_NO_ANSWER``, 421 and 429; and
+    ``quota_exceeded``). Never a crash (``internal``, an unknown code), an outage (a
+    503, ``storage_error``), a daemon not reached (``server_unavailable``) or
+    ``interrupted``: such a step stays ``started``, and ``run --list`` says
+    ``interrupted``."""
+    if error.code == "quota_exceeded":
+        return True
+    status = error.http_status
+    return 400 <= status < 500 and status not in (421, 429) and error.code not in _NO_ANSWER
