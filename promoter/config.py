@@ -13,8 +13,10 @@ here: what any setting does (its users), or the command-line flags (``promoter.c
 
 from __future__ import annotations
 
+import difflib
+import os
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -253,8 +255,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     An override of ``None`` is a flag not given. Each repository of a ``repositories``
     override replaces the file's or the environment's repository of its name whole (a
     model, never merged key by key as two tables would be). A file that cannot be read
-    or parsed, and any value that does not validate, is a ``ConfigError``.
+    or parsed, any value that does not validate, and a ``PROMOTER_*`` variable that is
+    neither a setting nor one of ``OTHER_VARIABLES`` (``check_environment``), is a
+    ``ConfigError``.
     """
+    check_environment(os.environ)
     flags = {k: v for k, v in overrides.items() if v is not None}
     try:
         if "repositories" in flags:
@@ -267,6 +272,80 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     except ValidationError as exc:
         lines = [x for x in str(exc).splitlines() if not x.startswith(_WEB_LINK)]
         raise ConfigError("invalid settings: " + "\n".join(lines)) from exc
+
+
+# Every PROMOTER_* variable promoter reads besides its settings' (one a setting field,
+# matched in any case as pydantic-settings does), by its exact name: a name the package
+# reads that is missing here is found by tests/contract/test_environment_names.py.
+OTHER_VARIABLES = frozenset(
+    {
+        # the CLI's (promoter.cli.userconfig, promoter.cli.mcp_cmd) and serve's --workers
+        "PROMOTER_URL",
+        "PROMOTER_TOKEN",
+        "PROMOTER_ORCHESTRATOR_TOKEN",
+        "PROMOTER_WORKERS",
+        "PROMOTER_PHASE_TIMING",
+        "PROMOTER_STARTED_BY",
+        # set by promoter run inside a sandbox (promoter.executor.run), and for a check
+        "PROMOTER_GRANT",
+        "PROMOTER_RUN",
+        "PROMOTER_START_TREE",
+        "PROMOTER_SUBMITTED_FILE",
+        "PROMOTER_CHECK",
+        # the sandbox's own (promoter.executor.confine, promoter.executor.layers)
+        "PROMOTER_BWRAP",
+        "PROMOTER_SANDBOX_LAYOUT",
+        # fault points (promoter.faults)
+        "PROMOTER_FAULTS",
+        "PROMOTER_FAULTS_TRACE",
+        "PROMOTER_FAULTS_PAUSE_LIMIT",
+        # the test suite's browser (tests/console/browser.py)
+        "PROMOTER_CHROMIUM",
+    }
+)
+# Families of variables the test suite, CI (.ci/run) and the benchmarks set for every
+# process they start: PROMOTER_TEST_DATABASE, PROMOTER_REQUIRE_BWRAP, PROMOTER_BENCH_DIR...
+VARIABLE_FAMILIES = ("PROMOTER_TEST_", "PROMOTER_REQUIRE_", "PROMOTER_BENCH_")
+_PREFIX = "PROMOTER_"
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """The ``PROMOTER_*`` names of ``environ`` (in any case) promoter does not read, sorted."""
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(_PREFIX)
+        and name.upper()[len(_PREFIX) :].lower() not in Settings.model_fields
+        and name not in OTHER_VARIABLES
+        and not name.startswith(VARIABLE_FAMILIES)
+    )
+
+
+def _closest(name: str) -> str | None:
+    """The known name closest to ``name`` (difflib), compared without the prefix."""
+    known = {f.upper() for f in Settings.model_fields} | {
+        v[len(_PREFIX) :] for v in OTHER_VARIABLES
+    }
+    found = difflib.get_close_matches(name.upper()[len(_PREFIX) :], sorted(known), 1, 0.75)
+    return _PREFIX + found[0] if found else None
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a ``PROMOTER_*`` variable that is neither a setting nor another variable
+    promoter reads, as the file refuses a key it does not know: a typo would otherwise
+    leave the default in place unseen (docs/operator/config.md)."""
+    unknown = unknown_variables(environ)
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        closest = _closest(name)
+        named.append(name if closest is None else f"{name} (did you mean {closest}?)")
+    noun = "variable" if len(unknown) == 1 else "variables"
+    raise ConfigError(
+        f"unknown environment {noun} {', '.join(named)}: neither a setting nor a variable "
+        "promoter reads (docs/operator/config.md)"
+    )
 
 
 _WEB_LINK = "    For further information visit "  # pydantic's line after each error
