@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -76,6 +77,13 @@ MIGRATION_LOCK_KEY = int.from_bytes(b"promoter", "big", signed=True)
 # An unreachable database's detail, to any caller (the API's problem, the console's page)
 UNANSWERED = "the database does not answer; try again in a few seconds"
 REASON_EVERY = 10.0  # seconds: one reason's log line at most this often
+# Any other database failure's detail, to any caller: the driver's message holds the
+# statement's SQL, its bound parameters and a link, and goes to the log
+STATEMENT_FAILED = (
+    "the database refused or could not carry out a statement of this request; "
+    "its message is in the daemon's log"
+)
+_WRITTEN_PASSWORD = re.compile(r"[^:/]+://[^:@/]*:([^@/]*)@")  # a URL's password as written
 _PASSWORD_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 
@@ -213,7 +221,9 @@ def translate(
     An unreachable database's answer says only that it does not answer (``UNANSWERED``):
     the driver's message names the server's address and is noted in ``outages`` instead
     (the database's ``OutageLog``; a new one, which logs it at once, when none), with the
-    password of ``url`` (the database's URL) hidden.
+    password of ``url`` (the database's URL) hidden. Any other failure's answer says only
+    that a statement failed (``STATEMENT_FAILED``): the driver's whole message (its SQL,
+    bound parameters and link) is logged on ``promoter.store`` at error, the password hidden.
 
     PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
     is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
@@ -239,7 +249,8 @@ def translate(
     if unreachable(exc):  # the driver's words name the server: the log's, not the caller's
         (outages or OutageLog()).note(_reason(exc, url))
         return DatabaseUnavailable(UNANSWERED)
-    return StorageError(f"database error: {exc.__class__.__name__}: {exc}")
+    log.error("a database statement failed: %s", _hidden(str(exc), url))
+    return StorageError(STATEMENT_FAILED)
 
 
 class OutageLog:
@@ -272,14 +283,23 @@ def _reason(exc: SQLAlchemyError, url: str | None) -> str:
     any ``password=`` of a connection string."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).strip()
-    line = (text.splitlines() or [exc.__class__.__name__])[0][:200]
+    return _hidden((text.splitlines() or [exc.__class__.__name__])[0][:200], url)
+
+
+def _hidden(text: str, url: str | None) -> str:
+    """``text`` with ``url`` and its password hidden, the password both as written in the
+    URL (%-encoded) and decoded, and any ``password=`` of a connection string."""
     parsed = None
     with contextlib.suppress(ArgumentError):
         parsed = make_url(url) if url else None
     if url and parsed is not None and parsed.password:
-        line = line.replace(url, parsed.render_as_string(hide_password=True))
-        line = line.replace(str(parsed.password), "***")
-    return _PASSWORD_SETTING.sub(r"\1***", line)
+        text = text.replace(url, parsed.render_as_string(hide_password=True))
+        written = _WRITTEN_PASSWORD.match(url)
+        forms = {str(parsed.password), quote(str(parsed.password), safe="")}
+        forms |= {written.group(1)} if written else set()
+        for form in sorted(forms - {""}, key=len, reverse=True):
+            text = text.replace(form, "***")
+    return _PASSWORD_SETTING.sub(r"\1***", text)
 
 
 def alembic_config(url: str) -> Config:

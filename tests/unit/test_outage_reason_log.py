@@ -1,6 +1,8 @@
 """What a database that does not answer says, and to whom: the caller hears only that it
 does not answer; the driver's reason goes to the daemon's log, a URL's password hidden,
-one line for one reason at most every ``REASON_EVERY`` seconds."""
+one line for one reason at most every ``REASON_EVERY`` seconds. Any other failure's
+caller hears only that a statement failed; the driver's whole message is logged, the
+password hidden as written in the URL (%-encoded) and decoded."""
 
 from __future__ import annotations
 
@@ -8,10 +10,16 @@ import logging
 
 import psycopg
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from promoter.errors import DatabaseUnavailable
-from promoter.store.db import REASON_EVERY, UNANSWERED, OutageLog, translate
+from promoter.errors import DatabaseUnavailable, StorageError
+from promoter.store.db import (
+    REASON_EVERY,
+    STATEMENT_FAILED,
+    UNANSWERED,
+    OutageLog,
+    translate,
+)
 
 URL = "postgresql+psycopg://promoter:pw-never-shown@db.internal:5433/ledger"
 DETAIL = "the database does not answer; try again in a few seconds"
@@ -76,3 +84,45 @@ def test_a_reason_is_logged_once_then_at_most_once_every_ten_seconds(
         f"the database cannot be reached: {reason} (50 more since the last line)",
         "the database cannot be reached: server closed the connection unexpectedly",
     ]
+
+
+ENCODED_URL = "postgresql+psycopg://promoter:p%40ss%2Fw%3Ard@db.internal:5433/ledger"
+
+
+def test_a_failed_statement_s_message_is_logged_whole_with_both_forms_of_the_password_hidden(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    orig = psycopg.errors.InsufficientPrivilege(
+        "permission denied for table events (p@ss/w:rd, p%40ss%2Fw%3Ard)"
+    )
+    failed = ProgrammingError(
+        "SELECT events.kind FROM events WHERE events.operation_id = %(id)s",
+        {"id": "op-1", "note": "p@ss/w:rd"},
+        orig,
+    )
+    with caplog.at_level(logging.ERROR, "promoter.store"):
+        error = translate(failed, url=ENCODED_URL)
+    assert isinstance(error, StorageError)
+    assert (
+        error.detail
+        == STATEMENT_FAILED
+        == (
+            "the database refused or could not carry out a statement of this request; "
+            "its message is in the daemon's log"
+        )
+    )
+    assert error.context == {}
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "promoter.store" and r.levelno == logging.ERROR
+    ]
+    assert logged == [
+        "a database statement failed: (psycopg.errors.InsufficientPrivilege) permission "
+        "denied for table events (***, ***)\n"
+        "[SQL: SELECT events.kind FROM events WHERE events.operation_id = %(id)s]\n"
+        "[parameters: {'id': 'op-1', 'note': '***'}]\n"
+        "(Background on this error at: https://sqlalche.me/e/21/f405)"
+    ]
+    for form in ("p@ss", "p%40ss", "w:rd", "w%3Ard"):
+        assert form not in caplog.text, form
