@@ -4,16 +4,18 @@ flag, every route's refusals through one translation."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.testclient import TestClient
 
-from promoter.api.ui import actions, hosts, login, merge, pages, repositories
+from promoter.api.app import create_app
 from promoter.api.ui.refusals import SHOWN, shown
 from promoter.api.ui.sessions import MAX_SESSIONS, Sessions, same_token
 from promoter.api.ui.web import CSP, set_cookie
+from promoter.config import load_settings
 from promoter.errors import DatabaseBusy, DatabaseUnavailable, PromoterError, TooManyRequests
 from promoter.store.db import Database
 
@@ -66,13 +68,26 @@ def test_session_table_is_bounded_and_forged_ids_match_nothing(ledger: Database)
     assert same_token("abc", "abc")
 
 
-def test_every_console_route_shows_its_refusals_through_one_translation() -> None:
+def test_every_console_route_shows_its_refusals_through_one_translation(tmp_path: Path) -> None:
+    """Every console route the app serves (read from the app's routes, so a new module's
+    route is in it too) is declared ``shown``: its refusals become the console's page. The
+    app is built, not started: nothing opens the ledger."""
+    app = create_app(load_settings(None, state_dir=tmp_path / "state", repositories={}))
     routes = [
-        route
-        for module in (actions, hosts, login, merge, pages, repositories)
-        for route in module.router.routes
-        if isinstance(route, APIRoute)
+        route.original_route
+        for route in iter_route_contexts(app.routes)
+        if isinstance(route.original_route, APIRoute)
+        and (route.path == "/ui" or (route.path or "").startswith("/ui/"))
     ]
+    assert len(routes) >= 17  # the login, the pages, the forms, the merge, the hosts
+    elsewhere = [
+        route.path
+        for route in iter_route_contexts(app.routes)
+        if isinstance(route.original_route, APIRoute)
+        and route.original_route.endpoint.__module__.startswith("promoter.api.ui")
+        and route.original_route not in routes
+    ]
+    assert elsewhere == []  # a console module's route outside /ui would escape the rest
     unshown = [
         (route.path, sorted(route.methods)) for route in routes if route.endpoint not in SHOWN
     ]
