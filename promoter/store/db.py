@@ -302,6 +302,12 @@ def _hidden(text: str, url: str | None) -> str:
     return _PASSWORD_SETTING.sub(r"\1***", text)
 
 
+def failed(what: str, exc: SQLAlchemyError, url: str) -> StorageError:
+    """``what`` failed, said with the driver's message, ``url``'s password hidden (a
+    migration's or a schema check's failure, told to the operator who ran it)."""
+    return StorageError(f"{what}: {_hidden(str(exc), url)}")
+
+
 def alembic_config(url: str) -> Config:
     config = Config()
     location = resources.files("promoter_migrations")
@@ -405,7 +411,7 @@ def upgrade(url: str, server: ServerOptions | None = None) -> None:
     except SQLAlchemyError as exc:
         if unreachable(exc):
             raise translate(exc, url=url) from exc
-        raise StorageError(f"database migration failed: {exc}") from exc
+        raise failed("database migration failed", exc, url) from exc
     finally:
         engine.dispose()
 
@@ -420,7 +426,7 @@ def check_schema(url: str) -> None:
     except SQLAlchemyError as exc:
         if unreachable(exc):
             raise translate(exc, url=url) from exc
-        raise StorageError(f"database schema check failed: {exc}") from exc
+        raise failed("database schema check failed", exc, url) from exc
     finally:
         engine.dispose()
 
