@@ -17,6 +17,10 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   ``slack``), or when every connection carries a request the daemon is answering, a
   new one is closed as soon as it is accepted.
 
+Every close of these is counted on ``/metrics`` by its reason (``Closes``: ``head``,
+``body``, ``make_room``, ``at_accept``), a deadline's logged at info, and the cap's at
+warning at most once every ``CAP_EVERY`` seconds, saying how many it closed since.
+
 Only the client's turn is timed: from the connection's opening or the last answer until
 its request's body is in. The daemon's turn (a promotion's ``wait`` of up to 600 s, a
 route that has not yet read the body, a ``100 Continue`` not yet sent, reading paused
@@ -37,17 +41,25 @@ import resource
 import socket
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from promoter.api import logs
 
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
 log = logging.getLogger("promoter.api.connections")
 
 HEAD = "head"
 BODY = "body"
+MAKE_ROOM = "make_room"  # closed at the cap, the oldest not yet whole, for a new one
+AT_ACCEPT = "at_accept"  # closed at the cap as soon as accepted: no room could be made
+REASONS = (HEAD, BODY, MAKE_ROOM, AT_ACCEPT)
+CAP_EVERY = 5.0  # seconds at least between two lines of the cap's closes
 
 
 @dataclass(frozen=True)
@@ -78,12 +90,63 @@ def connection_cap(max_connections: int) -> int:
     return max(1, min(max_connections, soft // 2))
 
 
+def _uncounted() -> None:
+    pass
+
+
+class Closes:
+    """The connections one server closed, by reason: counted on ``counter`` (the daemon's
+    ``promoter_connections_closed_total``, each reason's child looked up once), and those
+    closed at the cap logged on ``promoter.api.connections`` at warning: the first at
+    once, then at most one line every ``CAP_EVERY`` seconds, saying how many were closed
+    since the last line (a flood is a line a while, not a line a connection)."""
+
+    def __init__(
+        self, cap: int, counter: Counter | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._cap = cap
+        self._clock = clock
+        self._count: dict[str, Callable[[], None]] = {
+            reason: _uncounted if counter is None else counter.labels(reason).inc
+            for reason in REASONS
+        }
+        self._said_at: float | None = None  # when the cap's last line was logged
+        self._room = self._accept = 0  # closed at the cap since that line
+
+    def closed(self, reason: str) -> None:
+        """A connection was closed for ``reason`` (one of ``REASONS``)."""
+        self._count[reason]()
+        if reason == MAKE_ROOM:
+            self._room += 1
+        elif reason == AT_ACCEPT:
+            self._accept += 1
+        else:
+            return
+        now = self._clock()
+        if self._said_at is not None and now - self._said_at < CAP_EVERY:
+            return
+        since = "" if self._said_at is None else " since the last line"
+        room, accept = self._room, self._accept
+        self._said_at, self._room, self._accept = now, 0, 0
+        logs.event(
+            log,
+            f"at the cap of {self._cap} connections: closed {room} to make room and "
+            f"{accept} at accept{since}",
+            logging.WARNING,
+            cap=self._cap,
+            make_room=room,
+            at_accept=accept,
+        )
+
+
 class Gate:
     """The connections of one server, counted from their accept to their loss: at most
-    ``cap`` held, and ``slack`` more while the ones closed to make room go."""
+    ``cap`` held, and ``slack`` more while the ones closed to make room go; ``closes``
+    counts those it closes."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, closes: Closes | None = None) -> None:
         self.cap = cap
+        self.closes = closes or Closes(cap)
         self.slack = max(1, cap // 8)
         self.accepted = 0  # accepted, their protocol not yet made
         # made, not yet lost (weak: a protocol whose transport failed to start is gone)
@@ -99,6 +162,7 @@ class Gate:
             if not waiting:
                 return False
             min(waiting, key=lambda c: c.client_since or 0.0).close()
+            self.closes.closed(MAKE_ROOM)
         self.accepted += 1
         return True
 
@@ -115,6 +179,7 @@ class GatedListener(socket.socket):
             if self.gate.admit():
                 return conn, address
             conn.close()
+            self.gate.closes.closed(AT_ACCEPT)
 
 
 def gated(sock: socket.socket, gate: Gate) -> GatedListener:
@@ -183,6 +248,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             client=_peer(self.client),
             waited_for=kind,
         )
+        self.gate.closes.closed(kind)
         self.transport.abort()
 
     # uvicorn's protocol
@@ -223,11 +289,15 @@ def _peer(client: tuple[str, int] | None) -> str:
     return "a client" if client is None else f"{client[0]}:{client[1]}"
 
 
-def bounded_protocol(bounds: ClientBounds) -> type[BoundedHttpToolsProtocol]:
+def bounded_protocol(
+    bounds: ClientBounds, closed: Counter | None = None
+) -> type[BoundedHttpToolsProtocol]:
     """The protocol class one server runs, with its own ``Gate``: ``bounds``, and the cap
-    of this process's open-file limit as it is now (raise it first: ``fd_limit``)."""
+    of this process's open-file limit as it is now (raise it first: ``fd_limit``); the
+    connections it closes counted on ``closed`` (``Metrics.connections_closed``)."""
+    cap = connection_cap(bounds.max_connections)
     return type(
         "BoundedHttpToolsProtocol",
         (BoundedHttpToolsProtocol,),
-        {"bounds": bounds, "gate": Gate(connection_cap(bounds.max_connections))},
+        {"bounds": bounds, "gate": Gate(cap, Closes(cap, closed))},
     )

@@ -3,7 +3,8 @@ the workers of ``serve --workers N``.
 
 ``Metrics`` owns the registry and every metric the daemon exports: HTTP requests by
 route template and status, promotion outcomes by code, promotion and verification
-durations, files and bytes written, blob intake bytes, repository lock waits, and the
+durations, files and bytes written, blob intake bytes, repository lock waits, the
+connections closed on the client's side (``promoter.api.connections``), and the
 host (``promoter_host_info``, set once services exist). Two
 gauges (operations needing recovery or reconciliation) are read from the database at
 scrape time by ``OperationGauges``, so they are right after a restart too; while the
@@ -206,6 +207,13 @@ class Metrics:
             "Bytes of blob bodies received by PUT /v1/blobs and POST /v1/blobs:batchUpdate, "
             "by status code (a batch's blobs each under their own).",
             ["status"],
+            registry=r,
+        )
+        self.connections_closed = Counter(
+            "promoter_connections_closed",
+            "Connections the daemon closed on the client's side, by reason: its request's "
+            "head or body late, or at the connection cap (make_room, at_accept).",
+            ["reason"],
             registry=r,
         )
         self.host = HostInfo()

@@ -101,7 +101,9 @@ def make_server(
 ) -> ReadyServer:
     """The daemon's server; ``bounds``: the client's side of its connections
     (``promoter.api.connections``; the cap is taken from the open-file limit now in force,
-    so a caller raises it first)."""
+    so a caller raises it first), its closes counted on the app's metrics."""
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    closed = getattr(metrics, "connections_closed", None)  # counted there, when the app has it
     config = uvicorn.Config(
         app,
         host=host,
@@ -112,7 +114,7 @@ def make_server(
         lifespan="on",
         # httptools (C parsing: a third of a small request's CPU under h11), its client's
         # side bounded
-        http=bounded_protocol(bounds or ClientBounds()),
+        http=bounded_protocol(bounds or ClientBounds(), closed),
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=10,
     )

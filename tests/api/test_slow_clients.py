@@ -11,6 +11,7 @@ bound (the drip's pace is the wait for the close, never a synchronization).
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import select
 import socket
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 from promoter import faults
+from promoter.api import connections
 from promoter.api.connections import connection_cap
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
@@ -225,3 +227,89 @@ def test_connections_past_the_cap_leave_the_daemon_its_own_files(tmp_path: Path)
         for sock in attackers:
             sock.close()
         daemon.kill()
+
+
+def _closed_counts(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("promoter_connections_closed")]
+
+
+def test_connections_cut_by_a_deadline_are_counted_by_what_was_late(daemon: Daemon) -> None:
+    with _connect(daemon.url) as sock:
+        sock.sendall(HEAD)
+        assert _drip_until_closed(sock, DRIP)[0] == b""
+    with _connect(daemon.url) as sock:
+        sock.sendall(
+            b"POST /v1/executor-tokens HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {daemon.orchestrator_token}\r\n".encode()
+            + b"Content-Type: application/json\r\nContent-Length: 40\r\n\r\n{"
+        )
+        assert _closed(sock) == b""
+    scraped = httpx.get(f"{daemon.url}/metrics", timeout=PATIENCE)
+    assert scraped.status_code == 200
+    assert _closed_counts(scraped.text) == [
+        'promoter_connections_closed_total{reason="head"} 1.0',
+        'promoter_connections_closed_total{reason="body"} 1.0',
+        'promoter_connections_closed_total{reason="make_room"} 0.0',
+        'promoter_connections_closed_total{reason="at_accept"} 0.0',
+    ]
+
+
+def test_a_flood_at_the_cap_is_counted_and_logged_in_one_line(
+    tmp_path: Path,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At a cap of one: an idle connection closed to make room for a long-poll, then three
+    closed at accept while the long-poll is held in the daemon (at ``long_poll_probe``);
+    the cap's closes are one warning line, the first at once, the rest within
+    ``CAP_EVERY`` left for the next (tests/unit/test_connection_closes.py)."""
+    pause = Pause(tmp_path, "long_poll_probe")
+    monkeypatch.setenv(faults.ENV, pause.spec)
+    monkeypatch.setattr(connections, "CAP_EVERY", 10 * PATIENCE)  # however slow this test
+    faults.reset()
+    caplog.set_level(logging.INFO, logger="promoter.api.connections")
+    with (
+        running_daemon(
+            tmp_path / "state", {"work": repo}, max_connections=1, request_head_seconds=600
+        ) as daemon,
+        _connect(daemon.url) as idle,
+    ):
+        idle.sendall(HEAD + b"\r\n")
+        answer = b""
+        while not answer.endswith(b"}"):
+            answer += idle.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+        idle.sendall(HEAD)  # the next request's head, not yet whole: it may make room
+        with _connect(daemon.url) as held:  # accepted at the cap: the idle one closed
+            held.sendall(
+                b"GET /v1/events?wait=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + f"Authorization: Bearer {daemon.orchestrator_token}\r\n\r\n".encode()
+            )
+            try:
+                pause.reached()
+                assert _closed(idle) == b""
+                for _ in range(3):  # none waits: each closed as it is accepted
+                    with _connect(daemon.url) as other:
+                        other.sendall(HEAD)
+                        assert _closed(other) == b""
+            finally:
+                pause.release()
+            answer = b""
+            while not answer.endswith(b"}"):
+                answer += held.recv(65536)
+            held.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            scraped = _closed(held)
+    assert scraped.startswith(b"HTTP/1.1 200 OK\r\n"), scraped[:200]
+    assert _closed_counts(scraped.decode()) == [
+        'promoter_connections_closed_total{reason="head"} 0.0',
+        'promoter_connections_closed_total{reason="body"} 0.0',
+        'promoter_connections_closed_total{reason="make_room"} 1.0',
+        'promoter_connections_closed_total{reason="at_accept"} 3.0',
+    ]
+    lines = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "promoter.api.connections"
+    ]
+    assert lines == [
+        (logging.WARNING, "at the cap of 1 connections: closed 1 to make room and 0 at accept")
+    ]
