@@ -55,6 +55,35 @@ def test_a_scrape_sums_the_workers_and_keeps_an_ended_one_s_counts(tmp_path: Pat
     assert 'promoter_host_info{host_id="host_a"} 1.0' in text.splitlines()
 
 
+_CLOSING_WORKER = """
+import sys
+from pathlib import Path
+from promoter.api.connections import AT_ACCEPT, HEAD, Closes
+from promoter.api.metrics import Metrics
+closes = Closes(1, Metrics(Path(sys.argv[1])).connections_closed)
+for _ in range(int(sys.argv[2])):
+    closes.closed(AT_ACCEPT)
+closes.closed(HEAD)
+"""
+
+
+def test_the_connections_each_worker_closed_are_summed_at_a_scrape(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    for closed in (2, 5):
+        subprocess.run(
+            [sys.executable, "-c", _CLOSING_WORKER, str(shared), str(closed)], env=env, check=True
+        )
+    text = Metrics(shared).exposition().decode().splitlines()
+    assert sorted(line for line in text if line.startswith("promoter_connections_closed")) == [
+        'promoter_connections_closed_total{reason="at_accept"} 7.0',
+        'promoter_connections_closed_total{reason="body"} 0.0',
+        'promoter_connections_closed_total{reason="head"} 2.0',
+        'promoter_connections_closed_total{reason="make_room"} 0.0',
+    ]
+
+
 def test_one_process_keeps_its_own_registry(tmp_path: Path) -> None:
     alone = Metrics()
     alone.promotions.labels("completed", "ok").inc()
