@@ -249,6 +249,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             waited_for=kind,
         )
         self.gate.closes.closed(kind)
+        self.client_since = None  # gone: not one to close again to make room
         self.transport.abort()
 
     # uvicorn's protocol
