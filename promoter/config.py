@@ -155,6 +155,10 @@ class Settings(BaseSettings):
     watchdog_seconds: float = Field(default=15.0, gt=0.0)
     # The longest a long-poll (`GET /v1/events?wait=`, an operation's `wait`) is held.
     max_wait_seconds: float = Field(default=300.0, ge=0.0, le=300.0)
+    # The long-polls one credential may hold at once, in each serving process; past them a
+    # wait is `429 too_many_requests` at once (docs/operator/limits.md). Keep it well below
+    # `max_connections`: a held wait is a connection the cap may not close.
+    max_waits_per_credential: int = Field(default=16, ge=1, le=1024)
     # Admission of costly reads (protocol: api#work-bounded-per-caller, docs/operator/limits.md):
     # per role, how many may run at once, in all and per credential (an executor's credential is its
     # run); how many more may wait, per role, and for how long, before `429 too_many_requests`

@@ -9,6 +9,11 @@ daemons sharing the ledger. A stopping daemon ends every wait at the next re-che
 Each read first authenticates the caller's token again (``promoter.api.deps.caller_token``;
 the two trusted tokens never change): a wait whose credential was removed, or whose
 executor token expired, ends at the next re-check with ``401 unauthenticated``.
+One credential holds at most ``max_waits_per_credential`` waits at once (counted by its
+token on ``services.waits``); past them a wait is ``429 too_many_requests`` at once: a
+wait is in the daemon's turn, and a connection there is one the connection cap never
+closes (``promoter.api.connections``), so one credential's waits could otherwise hold
+every connection and keep the operator out (docs/operator/limits.md).
 Fault point: ``long_poll_probe`` (in the worker thread, before each read).
 Deliberately not here: what is probed (the routes of ``promoter.api.routes.events`` and
 ``operations``).
@@ -23,6 +28,7 @@ from typing import TypeVar
 from promoter.api.deps import caller_token
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.ports import Polling
+from promoter.errors import TooManyRequests
 from promoter.faults import point
 from promoter.store.wakeup import COMMITS
 
@@ -38,6 +44,15 @@ async def long_poll(services: Polling, probe: Callable[[], T | None], wait: floa
     deadline = loop.time() + min(max(wait, 0.0), limit)
     token = caller_token()
     again = token is not None and services.auth.trusted(token) is None
+    held = token or ""
+    settings = services.settings
+    if deadline > loop.time() and services.waits[held] >= settings.max_waits_per_credential:
+        retry = settings.admission_retry_after_seconds
+        raise TooManyRequests(
+            f"this credential already holds {settings.max_waits_per_credential} waits at "
+            f"once; try again after {retry} s",
+            retry_after=retry,
+        )
 
     def checked() -> T | None:
         point("long_poll_probe")
@@ -45,10 +60,16 @@ async def long_poll(services: Polling, probe: Callable[[], T | None], wait: floa
             services.auth.authenticate(token)  # Unauthenticated once removed or expired
         return probe()
 
-    while True:
-        seen = COMMITS.generation
-        answer = await run_in_threadpool(checked)
-        remaining = deadline - loop.time()
-        if answer is not None or remaining <= 0 or services.stopping.is_set():
-            return answer
-        await COMMITS.wait(seen, min(remaining, RECHECK_SECONDS))
+    services.waits[held] += 1
+    try:
+        while True:
+            seen = COMMITS.generation
+            answer = await run_in_threadpool(checked)
+            remaining = deadline - loop.time()
+            if answer is not None or remaining <= 0 or services.stopping.is_set():
+                return answer
+            await COMMITS.wait(seen, min(remaining, RECHECK_SECONDS))
+    finally:
+        services.waits[held] -= 1
+        if not services.waits[held]:
+            del services.waits[held]

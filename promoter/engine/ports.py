@@ -14,6 +14,7 @@ To add a port: a Protocol of the fields, or a composite inheriting the ports it 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, overload
 
@@ -254,7 +255,11 @@ class Tokens(Configured, Credentials, Protocol):
 
 
 class Polling(Tokens, Ownership, Protocol):
-    """Waits for a change on behalf of an authenticated caller, until the daemon stops."""
+    """Waits for a change on behalf of an authenticated caller, until the daemon stops;
+    ``waits``: the waits held now, by the caller's token (on the event loop only)."""
+
+    @property
+    def waits(self) -> Counter[str]: ...
 
 
 class Observing(Polling, Ledger, Repositories, Protocol):

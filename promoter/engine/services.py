@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ class Services:
     webhooks: WebhookDeliveries | None = None  # when subscribers are configured
     # set on SIGTERM: running attempts stop after the current step and are left for recovery
     stopping: threading.Event = field(default_factory=threading.Event)
+    # the long-polls held now, by the caller's token (``promoter.api.longpoll``)
+    waits: Counter[str] = field(default_factory=Counter)
     # worktree watches for promotions' snapshots, by shadow repository path
     snapshot_watches: dict[str, SnapshotWatch] = field(default_factory=dict)
     # worktree watches for sandboxes' starts, by repository name (``snapshots.start_watch``)

@@ -29,10 +29,12 @@ from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause
 from tests.support.process import DaemonProcess, upload_blobs
+from tests.support.promotion import promote, submit
 
 BOUND = 0.3  # the head's and the body's bound in these tests' daemons
 PATIENCE = 60.0  # the longest a test waits for the daemon to close a connection
 HEAD = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+CHANGE = [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
 DRIP = b"X-Drip: aaaaaaaaaaaaaaaaaaaaaaaa\r\n"  # header lines, a byte at a time, for ever
 
 
@@ -313,3 +315,89 @@ def test_a_flood_at_the_cap_is_counted_and_logged_in_one_line(
     assert lines == [
         (logging.WARNING, "at the cap of 1 connections: closed 1 to make room and 0 at accept")
     ]
+
+
+WAITERS_CAP = 4  # the connections of the daemon held by one credential's long-polls
+WAITS_PER_CREDENTIAL = 2
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """One whole answer with a JSON body (its head and its body to the closing brace)."""
+    answer = b""
+    while not answer.endswith(b"}"):
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection was closed inside the answer: {answer!r}"
+        answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("watched", ["operation", "events"])
+def test_one_credentials_long_polls_do_not_hold_every_connection(
+    tmp_path: Path, repo: Path, watched: str
+) -> None:
+    """The orchestrator's token opens as many long-polls as the daemon has connections:
+    of an operation's change (``GET /v1/operations/{id}?wait=``, not a costly read), or of
+    the watch feed (a costly read, but within the orchestrator's places). Each would be in
+    the daemon's turn, so the operator's next connection was closed at accept until they
+    ended. Past ``max_waits_per_credential`` a wait is answered ``429`` at once, its
+    connection back in the client's turn, and the operator gets in."""
+    probes: list[str] = []
+
+    def observe(name: str) -> None:
+        if name == "long_poll_probe":
+            probes.append(name)
+
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        max_connections=WAITERS_CAP,
+        max_waits_per_credential=WAITS_PER_CREDENTIAL,
+        request_head_seconds=600,  # the cap alone, not the deadline
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, CHANGE)
+        operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+        path = f"/v1/operations/{operation_id}?wait=300&status=completed"
+        if watched == "events":
+            with daemon.orchestrator() as orch:
+                cursor = orch.get("/v1/events", params={"limit": 500}).json()["cursor"]
+            path = f"/v1/events?wait=300&after={cursor}"
+        request = (
+            f"GET {path} HTTP/1.1\r\n"
+            f"Host: 127.0.0.1\r\nAuthorization: Bearer {daemon.orchestrator_token}\r\n\r\n"
+        ).encode()
+        waiters: list[socket.socket] = []
+        faults.OBSERVERS.append(observe)
+        try:
+            for _ in range(WAITERS_CAP):
+                sock = _connect(daemon.url)
+                waiters.append(sock)
+                sock.sendall(request)
+            refused: list[bytes] = []
+            end = time.monotonic() + PATIENCE
+            # every long-poll in the daemon's turn, or answered (the probes of one long-poll
+            # are at least one: its first read comes at once)
+            while len(probes) + len(refused) < WAITERS_CAP:
+                assert time.monotonic() < end, f"{len(probes)} long-polls, {refused}"
+                readable, _, _ = select.select(waiters, [], [], 0.05)
+                for sock in readable:
+                    refused.append(_answer(sock))
+                    waiters.remove(sock)
+            with daemon.operator() as operator:
+                ready = operator.get("/readyz")
+                listed = operator.get("/v1/operations")
+        finally:
+            faults.OBSERVERS.remove(observe)
+            for sock in waiters:
+                sock.close()
+    assert ready.status_code == 200, ready.text
+    assert listed.status_code == 200, listed.text
+    assert operation_id in listed.text
+    assert len(refused) == WAITERS_CAP - WAITS_PER_CREDENTIAL
+    for answer in refused:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
+        assert b"\r\nretry-after: 2\r\n" in head.lower(), head
+        problem = json.loads(body)
+        assert problem["code"] == "too_many_requests"
+        assert problem["retry_after"] == 2
