@@ -25,6 +25,7 @@ how a person is shown things.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -669,25 +670,12 @@ def _confirmed_note() -> str:
         return "confirmed at the terminal"
 
 
-class _Caller:
-    """Who the run's credential is (``GET /v1/whoami``), asked at most once a promotion:
-    the question's gate, the approval of the held promotion after it, and a merge's
-    credential read the same answer (a credential's role does not change)."""
-
-    __slots__ = ("_answer", "_orch")
-
-    def __init__(self, orch: PromoterClient) -> None:
-        self._orch = orch
-        self._answer: Mapping[str, Any] | None = None
-
-    def __call__(self) -> Mapping[str, Any]:
-        if self._answer is None:
-            self._answer = self._orch.whoami()
-        return self._answer
-
-
 def _gate(
-    orch: PromoterClient, repository: str, grant: Grant, person: Person, caller: _Caller
+    orch: PromoterClient,
+    repository: str,
+    grant: Grant,
+    person: Person,
+    caller: Callable[[], Mapping[str, Any]],
 ) -> str:
     """What a yes at the question does when the promotion will be held for approval (the
     grant or the repository requires it): the approval itself, with an operator's
@@ -739,13 +727,10 @@ def promote(
         preflight = {"status": "passed"}
         person.say("requested with its evidence in one request; the promotion checked it")
     drifted = preflight["status"] != "passed"
-    caller = _Caller(orch)
-    said: list[str] = []  # the gate's words, read once, only for a question asked
-
-    def gate() -> str:
-        if not said:
-            said.append(_gate(orch, record.repository, grant, person, caller))
-        return said[0]
+    # who the credential is, asked at most once a promotion (its role does not change), and
+    # the gate's words, read once, only for a question asked
+    caller = functools.cache(orch.whoami)
+    gate = functools.cache(lambda: _gate(orch, record.repository, grant, person, caller))
 
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
         run.move(current, RunStatus.PREFLIGHT_REFUSED)
