@@ -73,6 +73,14 @@ def status_changed(session: Session, operation_id: str, written: Written | None 
         session.info.setdefault(WRITTEN, {})[operation_id] = written
 
 
+def returned(session: Session, operation_id: str, written: Written) -> None:
+    """A plain statement in ``session`` that changed no status returned the columns a feed
+    row copies as it left them (``UPDATE … RETURNING``): not read back at the commit
+    unless a later statement tells otherwise (the latest one told wins; a row the session
+    holds is read from the row). Nothing is entered for it: its events are."""
+    session.info.setdefault(WRITTEN, {})[operation_id] = written
+
+
 class Written(NamedTuple):
     """The columns of an operation a feed row copies, as a plain statement wrote them."""
 

@@ -555,7 +555,13 @@ def _versioned(*columns: str) -> Any:
     )
 
 
-_PLAN_EVENTS = _versioned("decision_event_id", "action_event_id", "outcome_event_id", "report")
+# the plan's events: the columns a feed row copies returned by the same statement, as it
+# left them (``feed.returned``), so the feed does not read the row back at the commit
+_PLAN_EVENTS = _versioned(
+    "decision_event_id", "action_event_id", "outcome_event_id", "report"
+).returning(
+    _OPERATIONS.c.kind, _OPERATIONS.c.repository_name, _OPERATIONS.c.status, _OPERATIONS.c.code
+)
 _ENDED = ("status", "code", "detail", "report", "updated_at")
 _ENDED_WITH_RECEIPT = _versioned(*_ENDED, "outcome_event_id", "receipt", "receipt_sha256")
 _ENDED_ONLY = _versioned(*_ENDED)
@@ -574,10 +580,14 @@ _ATTEMPT_ENDED = (
 )
 
 
-def _update(session: Session, statement: Any, read: Operation, values: dict[str, Any]) -> None:
+def _params(read: Operation, values: dict[str, Any]) -> dict[str, Any]:
     params = {"journal_id": read.operation_id, "journal_was": read.status.value}
     params.update({f"journal_{column}": value for column, value in values.items()})
-    if getattr(run(session, statement, params), "rowcount", None) != 1:
+    return params
+
+
+def _update(session: Session, statement: Any, read: Operation, values: dict[str, Any]) -> None:
+    if getattr(run(session, statement, _params(read, values)), "rowcount", None) != 1:
         raise StaleDataError(f"operation {read.operation_id} moved since it was read")
 
 
@@ -589,7 +599,11 @@ def write_plan_events(session: Session, read: Operation, decision: str, action: 
         "outcome_event_id": None,
         "report": None,
     }
-    _update(session, _PLAN_EVENTS, read, values)
+    left = run(session, _PLAN_EVENTS, _params(read, values)).all()
+    if len(left) != 1:
+        raise StaleDataError(f"operation {read.operation_id} moved since it was read")
+    kind, repository_name, status, code = left[0]
+    feed.returned(session, read.operation_id, feed.Written(kind, repository_name, status, code))
 
 
 def complete(
