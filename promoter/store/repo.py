@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from sqlalchemy import String, Table, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from promoter.domain.canonical import rfc3339, utcnow
@@ -100,22 +101,25 @@ def record_blob(session: Session, sha256: str, size: int) -> None:
 
 
 def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
-    """``record_blob`` for many: one look-up per 500 digests, then one bulk insert."""
-    sizes = dict(blobs)
-    known = known_blobs(session, sizes)
+    """``record_blob`` for many, in one bulk insert that leaves a recorded digest's row as
+    it is (``ON CONFLICT (sha256) DO NOTHING``: no look-up of which are recorded first)."""
     created = now()
     rows = [
         {"sha256": sha256, "size": size, "created_at": created}
-        for sha256, size in sizes.items()
-        if sha256 not in known
+        for sha256, size in dict(blobs).items()
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
-        run(session, _ADD_BLOBS, rows)
+        postgres = session.get_bind().dialect.name == "postgresql"
+        run(session, _ADD_BLOBS[postgres], rows)
 
 
-# built once (every upload records its blobs): the insert, and the look-up with its
-# digests one expanding parameter
-_ADD_BLOBS = insert(BLOBS)
+# built once per dialect (PostgreSQL's, else SQLite's; every upload records its blobs):
+# the insert that skips a digest already recorded, and the look-up with its digests one
+# expanding parameter
+_ADD_BLOBS = {
+    True: postgresql.insert(BLOBS).on_conflict_do_nothing(index_elements=[BLOBS.c.sha256]),
+    False: sqlite.insert(BLOBS).on_conflict_do_nothing(index_elements=[BLOBS.c.sha256]),
+}
 _KNOWN_BLOBS = select(BLOBS.c.sha256).where(
     BLOBS.c.sha256.in_(bindparam("digests", expanding=True))
 )
@@ -145,22 +149,26 @@ def forget_blobs(session: Session, digests: Iterable[str]) -> None:
 
 # bundle rows on Core, built once (every bundle submitted adds one), on the table's own
 # columns; the session flushes what it holds first, as before any statement it runs
-# (SQLAlchemy 2.0.16 and later autoflush before Core statements too)
-_BUNDLE_KNOWN = select(_BUNDLES.c.bundle_id).where(
-    _BUNDLES.c.bundle_id == bindparam("bundle_key", type_=String())
-)
-_ADD_BUNDLE = insert(_BUNDLES)
+# (SQLAlchemy 2.0.16 and later autoflush before Core statements too). A bundle's row is
+# added unless one is recorded (its id the only conflict skipped, one statement per
+# dialect): whether it was added is the statement's row count, not a look-up before it
+# (kept: SQLAlchemy reads an INSERT's row count only when asked to, psycopg's is then -1)
+_ADD_BUNDLE = {
+    postgres: dialect.insert(_BUNDLES)
+    .on_conflict_do_nothing(index_elements=[_BUNDLES.c.bundle_id])
+    .execution_options(preserve_rowcount=True)
+    for postgres, dialect in ((True, postgresql), (False, sqlite))
+}
 _PIN_BLOBS = insert(cast(Table, BundleBlobRow.__table__))
 
 
 def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None = None) -> bool:
     """Record a verified bundle, held by ``owner_host``, and pin its blobs; False if it
     was already recorded."""
-    if run(session, _BUNDLE_KNOWN, {"bundle_key": bundle.bundle_id}).first() is not None:
-        return False
-    run(
+    postgres = session.get_bind().dialect.name == "postgresql"
+    added = run(
         session,
-        _ADD_BUNDLE,
+        _ADD_BUNDLE[postgres],
         {
             "bundle_id": bundle.bundle_id,
             "bundle_sha256": bundle.bundle_sha256,
@@ -172,6 +180,8 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
             "owner_host": owner_host,
         },
     )
+    if added.rowcount != 1:  # recorded already: its row and pins stay as they are
+        return False
     digests = {
         state.sha256
         for change in bundle.changes
