@@ -9,11 +9,14 @@ expired before its bundle reached the host ends it ``interrupted`` for
 layer changed while its blob was read again for the upload (fault point
 ``layer_blob_read``, under bubblewrap) ends it ``interrupted`` for ``source_changed``.
 Each names the next command; ``run.json`` records the code and ``run --list`` shows it.
+With ``--from-head`` a tracked directory the person made mode 000 is never written by the
+daemon (root could): ``path_unsafe`` names it and ``chmod u+rwx``.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -176,4 +179,32 @@ def test_a_file_changed_while_its_blob_was_read_ends_the_step_interrupted(
     assert f"{record.run_id}  work  1 step(s), last interrupted (source_changed)  ".encode() in (
         listed
     )
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+
+
+def test_a_directory_the_person_closed_to_themselves_is_not_written_from_head(
+    daemon: Daemon, repo: Path
+) -> None:
+    """``--from-head`` starts without reading the person's files, so a tracked directory
+    they made mode 000 reaches the promotion; the daemon (root) could go in, but refuses:
+    ``path_unsafe`` naming the directory and ``chmod u+rwx``, the step ``refused``, the
+    file under it byte for byte as it was."""
+    src = repo / "src"
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    src.chmod(0o000)
+    try:
+        script = "echo v2 > src/app.py && echo new > src/new.py"
+        term = _run(daemon, repo, script, "--from-head", "--unconfined", "--yes", env={})
+        assert term.finish() == 75, term.text()
+        assert stat.S_IMODE(src.stat().st_mode) == 0o000
+    finally:
+        src.chmod(0o755)
+    assert b"error [path_unsafe] " in term.plain
+    assert (
+        b"a target is unsafe to touch (src/app.py and 1 more: path_unsafe: the directory 'src' "
+        b"is closed to its owner (mode 000): nothing is read or written under it; next: open "
+        b"it again (chmod u+rwx src) and promote again); nothing was written"
+    ) in term.plain
+    step = _step(daemon)
+    assert (step.status, step.code) == ("refused", "path_unsafe")
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
