@@ -118,7 +118,8 @@ def test_a_token_expired_before_the_bundle_reached_the_host_ends_the_step_interr
 ) -> None:
     """A 401 says nothing of the change: the step ends ``interrupted`` with
     ``unauthenticated`` (never ``refused``), exit 77, naming the kept sandbox and the
-    step to run again; nothing reached the host, nothing of the person's changed."""
+    step to run again; nothing reached the host, nothing of the person's changed. The
+    named command then promotes the kept change."""
     script, ready, go = _pausing(tmp_path, "echo new > new.txt")
     before, git_before = tree_bytes(repo), git_dir_digest(repo)
     term = _run(daemon, repo, script, "--unconfined", env={})
@@ -148,6 +149,10 @@ def test_a_token_expired_before_the_bundle_reached_the_host_ends_the_step_interr
         listed
     )
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+    # the command it names (with --yes, nobody at this terminal) promotes the kept change
+    again = _run(daemon, repo, "true", "--continue", record.run_id, "--unconfined", "--yes", env={})
+    assert again.finish() == 0, again.text()
+    assert (repo / "new.txt").read_bytes() == b"new\n"
 
 
 def test_a_file_changed_while_its_blob_was_read_ends_the_step_interrupted(
